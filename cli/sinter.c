@@ -1,0 +1,1 @@
+/* cli/sinter.c: placeholder, being written */

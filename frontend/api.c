@@ -1,0 +1,1 @@
+/* frontend/api.c: placeholder, being written */

@@ -1,0 +1,1 @@
+/* frontend/autodiff.c: placeholder, being written */

@@ -1,0 +1,116 @@
+/* sinter.h: the API a model author writes against.
+ *
+ * A model is a graph of nodes built by the constructors below. Constructors check shapes and
+ * dtypes and record the node; they compute nothing. The first mistake is recorded in the graph
+ * with both shapes and the op (sn_graph_error), and every later constructor returns NULL, so a
+ * model can be built without checking each call and checked once at the end.
+ *
+ *     sn_graph *g = sn_graph_new();
+ *     sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(8, 16));          // (B, Cin)
+ *     sn_node *y = sn_input(g, "y", SN_I32, SN_SHAPE(8));              // (B)
+ *     sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(16, 4), SN_INIT_NORMAL, 0.02f);
+ *     sn_node *loss = sn_cross_entropy(g, sn_matmul(g, x, w), y, -1);  // scalar
+ *     if (sn_graph_error(g)) { fprintf(stderr, "%s\n", sn_graph_error(g)); ... }
+ *     sn_err e;
+ *     if (sn_backward(g, loss, &e) != SN_OK) ...                       // appends d loss / d w
+ *     // w->grad is now the gradient node; run the graph with runtime/interp.h
+ *
+ * Axes may be negative (-1 is the last). Binary pointwise ops broadcast like numpy. */
+#ifndef SINTER_H
+#define SINTER_H
+
+#include "../ir/ir.h"
+
+#define SINTER_VERSION "0.1.0"
+
+/* A shape literal: SN_SHAPE(B, T, C); SN_SCALAR for rank 0. */
+typedef struct {
+    int rank;
+    int64_t d[SN_MAX_RANK];
+} sn_shape;
+#define SN_NARGS_(a, b, c, d, n, ...) n
+#define SN_NARGS(...) SN_NARGS_(__VA_ARGS__, 4, 3, 2, 1, 0)
+#define SN_SHAPE(...) ((sn_shape){.rank = SN_NARGS(__VA_ARGS__), .d = {__VA_ARGS__}})
+#define SN_SCALAR ((sn_shape){.rank = 0})
+sn_shape sn_shape_of(const sn_node *n);
+
+/* leaves */
+sn_node *sn_input(sn_graph *g, const char *name, sn_dtype t, sn_shape s);
+sn_node *sn_param(sn_graph *g, const char *name, sn_dtype t, sn_shape s, sn_init init, float std);
+sn_node *sn_const(sn_graph *g, sn_dtype t, sn_shape s, const float *data); /* data copied */
+sn_node *sn_full(sn_graph *g, sn_dtype t, sn_shape s, float value);
+sn_node *sn_scalar(sn_graph *g, sn_dtype t, float value); /* rank-0 full */
+
+/* pointwise */
+sn_node *sn_add(sn_graph *g, sn_node *a, sn_node *b);
+sn_node *sn_sub(sn_graph *g, sn_node *a, sn_node *b);
+sn_node *sn_mul(sn_graph *g, sn_node *a, sn_node *b);
+sn_node *sn_div(sn_graph *g, sn_node *a, sn_node *b);
+sn_node *sn_eq(sn_graph *g, sn_node *a, sn_node *b);
+sn_node *sn_neg(sn_graph *g, sn_node *x);
+sn_node *sn_scale(sn_graph *g, sn_node *x, float f);
+sn_node *sn_exp(sn_graph *g, sn_node *x);
+sn_node *sn_log(sn_graph *g, sn_node *x);
+sn_node *sn_tanh(sn_graph *g, sn_node *x);
+sn_node *sn_sqrt(sn_graph *g, sn_node *x);
+sn_node *sn_rsqrt(sn_graph *g, sn_node *x);
+sn_node *sn_gelu(sn_graph *g, sn_node *x);
+sn_node *sn_silu(sn_graph *g, sn_node *x);
+sn_node *sn_gelu_bwd(sn_graph *g, sn_node *x, sn_node *dy);
+sn_node *sn_silu_bwd(sn_graph *g, sn_node *x, sn_node *dy);
+sn_node *sn_cast(sn_graph *g, sn_node *x, sn_dtype t);
+
+/* reductions over one axis */
+sn_node *sn_sum(sn_graph *g, sn_node *x, int axis, bool keepdim);
+sn_node *sn_mean(sn_graph *g, sn_node *x, int axis, bool keepdim);
+sn_node *sn_max(sn_graph *g, sn_node *x, int axis, bool keepdim);
+
+/* row ops, over the last axis */
+sn_node *sn_softmax(sn_graph *g, sn_node *x);
+sn_node *sn_softmax_bwd(sn_graph *g, sn_node *y, sn_node *dy);
+sn_node *sn_layernorm(sn_graph *g, sn_node *x, sn_node *w, sn_node *b, float eps);
+sn_node *sn_layernorm_bwd(sn_graph *g, sn_node *x, sn_node *w, sn_node *dy, float eps);
+sn_node *sn_layernorm_bwd_w(sn_graph *g, sn_node *x, sn_node *dy, float eps);
+sn_node *sn_rmsnorm(sn_graph *g, sn_node *x, sn_node *w, float eps);
+sn_node *sn_rmsnorm_bwd(sn_graph *g, sn_node *x, sn_node *w, sn_node *dy, float eps);
+sn_node *sn_rmsnorm_bwd_w(sn_graph *g, sn_node *x, sn_node *dy, float eps);
+/* x (.., T, S): entries with key j > query i + (S - T) become -inf (attention scores). */
+sn_node *sn_causal_mask(sn_graph *g, sn_node *x);
+sn_node *sn_causal_mask_fill(sn_graph *g, sn_node *x, float fill);
+/* logits (.., V) float, targets (..) i32 -> f32 scalar: mean over targets != ignore_index. */
+sn_node *sn_cross_entropy(sn_graph *g, sn_node *logits, sn_node *targets, int ignore_index);
+sn_node *sn_cross_entropy_bwd(sn_graph *g, sn_node *logits, sn_node *targets, sn_node *dloss,
+                              int ignore_index);
+
+/* a (.., M, K) @ b (.., K, N) -> (.., M, N); batch dims equal, or b of rank 2 (a shared
+ * weight). ta/tb: use the transpose of a/b's last two axes. */
+sn_node *sn_matmul(sn_graph *g, sn_node *a, sn_node *b);
+sn_node *sn_matmul_t(sn_graph *g, sn_node *a, sn_node *b, bool ta, bool tb);
+
+/* layout */
+sn_node *sn_reshape(sn_graph *g, sn_node *x, sn_shape s); /* one dim may be -1 */
+sn_node *sn_permute(sn_graph *g, sn_node *x, const int *perm); /* x's rank entries */
+sn_node *sn_transpose(sn_graph *g, sn_node *x, int axis0, int axis1);
+sn_node *sn_broadcast(sn_graph *g, sn_node *x, sn_shape s);
+sn_node *sn_slice(sn_graph *g, sn_node *x, int axis, int64_t start, int64_t end);
+/* n equal parts along axis into out[0..n-1]; returns 0, or -1 (error recorded in g). */
+int sn_split(sn_graph *g, sn_node *x, int axis, int n, sn_node **out);
+sn_node *sn_pad(sn_graph *g, sn_node *x, int axis, int64_t start, int64_t size);
+sn_node *sn_concat(sn_graph *g, int n, sn_node *const *xs, int axis);
+
+/* table (V, C) float, ids (..) i32 -> (.., C) */
+sn_node *sn_embedding(sn_graph *g, sn_node *table, sn_node *ids);
+sn_node *sn_embedding_bwd(sn_graph *g, sn_node *ids, sn_node *dy, int64_t vocab);
+
+/* ---- autodiff (autodiff.c) ---- */
+
+/* Appends the backward graph of the scalar `loss` to g: afterwards every PARAM p that loss
+ * depends on has p->grad (same shape and dtype as p); the others get a zero gradient.
+ * Marks loss and the gradients as outputs. */
+sn_status sn_backward(sn_graph *g, sn_node *loss, sn_err *e);
+
+/* Parameters of g in graph order; returns their count (out may be NULL to count only). */
+int sn_graph_params(const sn_graph *g, sn_node **out, int cap);
+int64_t sn_graph_param_count(const sn_graph *g); /* elements */
+
+#endif

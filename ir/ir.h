@@ -1,0 +1,177 @@
+/* ir.h: sinter's graph IR: dtypes, shapes, nodes, graphs, errors, and the services over them
+ * (arena, shape rules, verifier, text dump and parse).
+ * Convention: a graph owns its nodes, strings and constants through one arena, freed whole;
+ * nodes are appended in topological order (inputs before users) and a node's id is its index. */
+#ifndef SN_IR_H
+#define SN_IR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ops.h"
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+typedef enum {
+    SN_OK = 0,
+    SN_ERR_SHAPE,       /* shapes do not fit the op */
+    SN_ERR_DTYPE,       /* dtypes do not fit the op */
+    SN_ERR_INVALID,     /* bad argument or malformed graph */
+    SN_ERR_PARSE,       /* IR text or a file's contents could not be read */
+    SN_ERR_IO,          /* open/read/write failed */
+    SN_ERR_OOM,         /* out of memory */
+    SN_ERR_NUMERIC,     /* NaN or Inf where a number was expected */
+    SN_ERR_UNSUPPORTED, /* not supported yet */
+    SN_ERR_DEVICE,      /* device, driver or toolkit failure */
+} sn_status;
+
+/* A failure the caller can cause comes back as a status plus this message. */
+typedef struct {
+    sn_status code;
+    char msg[768];
+} sn_err;
+
+/* Records a failure in e (if e is not NULL) and returns its code. */
+sn_status sn_fail(sn_err *e, sn_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+const char *sn_status_name(sn_status s);
+
+/* A bug, not a user error: print file:line and the condition, abort. */
+#define SN_ASSERT(c)                                                                              \
+    do {                                                                                          \
+        if (!(c)) sn_assert_fail(__FILE__, __LINE__, #c);                                         \
+    } while (0)
+_Noreturn void sn_assert_fail(const char *file, int line, const char *cond);
+
+/* ---- dtypes ---------------------------------------------------------------------------- */
+
+/*   X(NAME, "text", bits, is_float) */
+#define SN_DTYPES(X)                                                                               \
+    X(F32, "f32", 32, 1)                                                                           \
+    X(BF16, "bf16", 16, 1)                                                                         \
+    X(F16, "f16", 16, 1)                                                                           \
+    X(I32, "i32", 32, 0)
+
+typedef enum {
+#define SN_X(name, text, bits, isf) SN_##name,
+    SN_DTYPES(SN_X)
+#undef SN_X
+        SN_DTYPE_COUNT
+} sn_dtype;
+
+const char *sn_dtype_name(sn_dtype t);
+int sn_dtype_bits(sn_dtype t);
+bool sn_dtype_is_float(sn_dtype t);
+int sn_dtype_parse(const char *s, size_t len); /* -1 if unknown */
+/* Rounds v to the nearest value representable in t (round-to-nearest-even). */
+double sn_dtype_round(sn_dtype t, double v);
+
+/* ---- ops ------------------------------------------------------------------------------- */
+
+const char *sn_op_name(sn_op op);
+int sn_op_parse(const char *s, size_t len); /* -1 if unknown */
+sn_kind sn_op_kind(sn_op op);
+int sn_op_min_inputs(sn_op op);
+int sn_op_max_inputs(sn_op op);
+bool sn_op_has_grad(sn_op op);
+unsigned sn_op_attrs(sn_op op);
+
+/* ---- nodes and graphs ------------------------------------------------------------------ */
+
+#define SN_MAX_RANK 4
+
+typedef enum { SN_INIT_ZEROS, SN_INIT_ONES, SN_INIT_NORMAL, SN_INIT_COUNT } sn_init;
+const char *sn_init_name(sn_init i);
+
+typedef struct {
+    float f;              /* SN_A_F: scale, eps, fill value; SN_A_INIT: std of a normal init */
+    int axis;             /* SN_A_AXIS */
+    int keepdim;          /* SN_A_KEEP */
+    int ta, tb;           /* SN_A_TRANS: transpose a / b (last two axes) */
+    int perm[SN_MAX_RANK]; /* SN_A_PERM */
+    int64_t start, end;   /* SN_A_RANGE */
+    int ignore_index;     /* SN_A_IGNORE: targets equal to it add nothing to the loss */
+    sn_init init;         /* SN_A_INIT */
+} sn_attrs;
+
+typedef struct sn_node sn_node;
+struct sn_node {
+    int id;       /* index in graph->nodes */
+    sn_op op;
+    sn_dtype dtype;
+    int rank;     /* 0..SN_MAX_RANK; rank 0 is a scalar */
+    int64_t shape[SN_MAX_RANK];
+    int n_in;
+    sn_node **in; /* n_in inputs, all earlier in the graph */
+    sn_attrs a;
+    const char *name; /* INPUT and PARAM; NULL elsewhere */
+    float *data;      /* CONST: numel values */
+    sn_node *grad;    /* PARAM after autodiff: d loss / d param */
+};
+
+typedef struct sn_arena_block sn_arena_block;
+typedef struct {
+    sn_arena_block *head;
+    size_t used_bytes; /* total handed out, for reports */
+} sn_arena;
+
+void *sn_arena_alloc(sn_arena *a, size_t size); /* zeroed, 16-byte aligned; aborts on OOM */
+char *sn_arena_strdup(sn_arena *a, const char *s);
+void sn_arena_free(sn_arena *a);
+
+typedef struct {
+    sn_arena arena;
+    sn_node **nodes; /* n_nodes, topological order */
+    int n_nodes, cap_nodes;
+    sn_node **outputs; /* nodes a run must keep (logits, loss ...) */
+    int n_outputs, cap_outputs;
+    sn_node *loss; /* scalar loss, if any */
+    int n_forward; /* nodes before autodiff appended the backward; n_nodes if none */
+    bool has_backward;
+    sn_err err; /* sticky: the first construction error; later constructors return NULL */
+} sn_graph;
+
+sn_graph *sn_graph_new(void);
+void sn_graph_free(sn_graph *g);
+/* The first error recorded while building g, or NULL if none. */
+const char *sn_graph_error(const sn_graph *g);
+void sn_graph_add_output(sn_graph *g, sn_node *n);
+
+/* Appends a node after checking it with the shape rules. For ops whose output shape or dtype
+ * is chosen by the caller (leaves, reshape, broadcast, pad, cast, embedding_bwd), set dtype,
+ * rank and shape in proto; otherwise they are inferred. On a shape or dtype error, records a
+ * message naming the op and the shapes in g->err and returns NULL (as it does when g->err is
+ * already set or an input is NULL). */
+sn_node *sn_graph_append(sn_graph *g, const sn_node *proto);
+
+int64_t sn_numel(const sn_node *n);
+int64_t sn_shape_numel(int rank, const int64_t *shape);
+/* Writes "f32[4,64,768]" into buf; returns buf. */
+char *sn_type_str(const sn_node *n, char *buf, size_t len);
+char *sn_shape_str(int rank, const int64_t *shape, char *buf, size_t len);
+
+/* ---- shape rules (shape.c) ------------------------------------------------------------- */
+
+/* Checks n's inputs and attributes and fills n->dtype/rank/shape (or checks the caller's
+ * choice for the ops listed at sn_graph_append). Returns 0, or -1 with a message in msg. */
+int sn_infer(sn_node *n, char *msg, size_t len);
+/* numpy broadcast of two shapes (right-aligned); -1 if they do not broadcast. */
+int sn_broadcast_shapes(int ra, const int64_t *a, int rb, const int64_t *b, int *r, int64_t *out);
+
+/* ---- verifier (verify.c) --------------------------------------------------------------- */
+
+/* Checks every node: ids, input order, arity, shape rules, grads. The message names the node,
+ * its op and the shapes. */
+sn_status sn_verify(const sn_graph *g, sn_err *e);
+
+/* ---- text form (print.c, parse.c) ------------------------------------------------------ */
+
+void sn_graph_print(const sn_graph *g, FILE *f);
+/* Returns a malloc'd string; caller frees. */
+char *sn_graph_to_string(const sn_graph *g);
+/* Reads the text printed by sn_graph_print. */
+sn_status sn_graph_parse(const char *text, sn_graph **out, sn_err *e);
+
+#endif

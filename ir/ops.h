@@ -1,0 +1,99 @@
+/* ops.h: the op table, the one place every op of the IR is defined.
+ * Expanded (X-macro) into the op enum, the name table, the property tables and, through
+ * `switch` statements pinned by static_assert(SN_OP_COUNT == N), the shape rules, the
+ * interpreter and the gradient rules. Add an op here first; the asserts name what else to touch. */
+#ifndef SN_OPS_H
+#define SN_OPS_H
+
+/* Kinds: what a pass needs to know about an op without looking at it. */
+typedef enum {
+    SN_K_LEAF,      /* no inputs: fed, trained or constant */
+    SN_K_POINTWISE, /* out[i] depends on in[i] only (inputs broadcast to the output shape) */
+    SN_K_REDUCE,    /* reduction over one axis */
+    SN_K_ROW,       /* works on whole rows (last axis): softmax, norms, loss */
+    SN_K_MATMUL,    /* batched matrix product */
+    SN_K_LAYOUT,    /* moves data, computes nothing: reshape, permute, slice, pad, concat, broadcast */
+    SN_K_GATHER,    /* indexed reads and their scatter-add backward */
+} sn_kind;
+
+/* Attribute columns: which fields of sn_attrs an op uses (printed and parsed). */
+enum {
+    SN_A_F = 1 << 0,      /* f: a float (scale factor, eps, fill value) */
+    SN_A_AXIS = 1 << 1,   /* axis */
+    SN_A_KEEP = 1 << 2,   /* keepdim */
+    SN_A_TRANS = 1 << 3,  /* ta, tb */
+    SN_A_PERM = 1 << 4,   /* perm[rank] */
+    SN_A_RANGE = 1 << 5,  /* start, end */
+    SN_A_IGNORE = 1 << 6, /* ignore_index */
+    SN_A_NAME = 1 << 7,   /* name */
+    SN_A_INIT = 1 << 8,   /* init, f = init scale */
+    SN_A_DATA = 1 << 9,   /* data[numel] */
+};
+
+#define SN_MAX_INPUTS 64 /* concat's limit; every other op takes at most 3 */
+
+/*   X(NAME,         "text",          in_min, in_max, kind,          grad, attrs)
+ * grad: 1 if the op has a gradient rule (0: integer or constant valued, gradient is zero). */
+#define SN_OPS(X)                                                                                  \
+    /* leaves */                                                                                   \
+    X(INPUT, "input", 0, 0, SN_K_LEAF, 0, SN_A_NAME)            /* fed each step: tokens, targets */ \
+    X(PARAM, "param", 0, 0, SN_K_LEAF, 0, SN_A_NAME | SN_A_INIT) /* trained weight, init rule */   \
+    X(CONST, "const", 0, 0, SN_K_LEAF, 0, SN_A_DATA)            /* literal tensor */               \
+    X(FULL, "full", 0, 0, SN_K_LEAF, 0, SN_A_F)                 /* every element = f */            \
+    /* pointwise, numpy broadcasting */                                                            \
+    X(ADD, "add", 2, 2, SN_K_POINTWISE, 1, 0)                   /* a + b */                        \
+    X(SUB, "sub", 2, 2, SN_K_POINTWISE, 1, 0)                   /* a - b */                        \
+    X(MUL, "mul", 2, 2, SN_K_POINTWISE, 1, 0)                   /* a * b */                        \
+    X(DIV, "div", 2, 2, SN_K_POINTWISE, 1, 0)                   /* a / b */                        \
+    X(EQ, "eq", 2, 2, SN_K_POINTWISE, 0, 0)                     /* 1 where a == b, else 0 */       \
+    X(NEG, "neg", 1, 1, SN_K_POINTWISE, 1, 0)                   /* -x */                           \
+    X(SCALE, "scale", 1, 1, SN_K_POINTWISE, 1, SN_A_F)          /* f * x */                        \
+    X(EXP, "exp", 1, 1, SN_K_POINTWISE, 1, 0)                   /* e^x */                          \
+    X(LOG, "log", 1, 1, SN_K_POINTWISE, 1, 0)                   /* ln x */                         \
+    X(TANH, "tanh", 1, 1, SN_K_POINTWISE, 1, 0)                 /* tanh x */                       \
+    X(SQRT, "sqrt", 1, 1, SN_K_POINTWISE, 1, 0)                 /* sqrt x */                       \
+    X(RSQRT, "rsqrt", 1, 1, SN_K_POINTWISE, 1, 0)               /* 1 / sqrt x */                   \
+    X(GELU, "gelu", 1, 1, SN_K_POINTWISE, 1, 0)                 /* GELU, tanh approximation */     \
+    X(SILU, "silu", 1, 1, SN_K_POINTWISE, 1, 0)                 /* x * sigmoid x */                \
+    X(GELU_BWD, "gelu_bwd", 2, 2, SN_K_POINTWISE, 0, 0)         /* (x, dy) -> dy * gelu'(x) */     \
+    X(SILU_BWD, "silu_bwd", 2, 2, SN_K_POINTWISE, 0, 0)         /* (x, dy) -> dy * silu'(x) */     \
+    X(CAST, "cast", 1, 1, SN_K_POINTWISE, 1, 0)                 /* to the node's dtype */          \
+    /* reductions over one axis */                                                                 \
+    X(SUM, "sum", 1, 1, SN_K_REDUCE, 1, SN_A_AXIS | SN_A_KEEP)  /* sum over axis */                \
+    X(MEAN, "mean", 1, 1, SN_K_REDUCE, 1, SN_A_AXIS | SN_A_KEEP) /* mean over axis */              \
+    X(MAX, "max", 1, 1, SN_K_REDUCE, 1, SN_A_AXIS | SN_A_KEEP)  /* max over axis */                \
+    /* row ops (last axis) */                                                                      \
+    X(SOFTMAX, "softmax", 1, 1, SN_K_ROW, 1, 0)                 /* softmax over the last axis */   \
+    X(SOFTMAX_BWD, "softmax_bwd", 2, 2, SN_K_ROW, 0, 0)         /* (y, dy) -> y*(dy - sum(dy*y)) */ \
+    X(LAYERNORM, "layernorm", 3, 3, SN_K_ROW, 1, SN_A_F)        /* (x, w, b), eps = f */           \
+    X(LAYERNORM_BWD, "layernorm_bwd", 3, 3, SN_K_ROW, 0, SN_A_F) /* (x, w, dy) -> dx */            \
+    X(LAYERNORM_BWD_W, "layernorm_bwd_w", 2, 2, SN_K_ROW, 0, SN_A_F) /* (x, dy) -> sum dy*xhat */  \
+    X(RMSNORM, "rmsnorm", 2, 2, SN_K_ROW, 1, SN_A_F)            /* (x, w), eps = f */              \
+    X(RMSNORM_BWD, "rmsnorm_bwd", 3, 3, SN_K_ROW, 0, SN_A_F)    /* (x, w, dy) -> dx */             \
+    X(RMSNORM_BWD_W, "rmsnorm_bwd_w", 2, 2, SN_K_ROW, 0, SN_A_F) /* (x, dy) -> sum dy*xhat */      \
+    X(CAUSAL_MASK, "causal_mask", 1, 1, SN_K_ROW, 1, SN_A_F)    /* (..,T,S): j > i + S-T -> f */   \
+    X(CROSS_ENTROPY, "cross_entropy", 2, 2, SN_K_ROW, 1, SN_A_IGNORE) /* (logits, targets) mean */ \
+    X(CROSS_ENTROPY_BWD, "cross_entropy_bwd", 3, 3, SN_K_ROW, 0, SN_A_IGNORE) /* (lg, tg, dl) */   \
+    /* matrix product */                                                                           \
+    X(MATMUL, "matmul", 2, 2, SN_K_MATMUL, 1, SN_A_TRANS)       /* op(a) @ op(b), batched */       \
+    /* layout */                                                                                   \
+    X(RESHAPE, "reshape", 1, 1, SN_K_LAYOUT, 1, 0)              /* same elements, node's shape */  \
+    X(PERMUTE, "permute", 1, 1, SN_K_LAYOUT, 1, SN_A_PERM)      /* out dim i = in dim perm[i] */   \
+    X(BROADCAST, "broadcast", 1, 1, SN_K_LAYOUT, 1, 0)          /* expand to the node's shape */   \
+    X(SLICE, "slice", 1, 1, SN_K_LAYOUT, 1, SN_A_AXIS | SN_A_RANGE) /* [start, end) on axis */     \
+    X(PAD, "pad", 1, 1, SN_K_LAYOUT, 1, SN_A_AXIS | SN_A_RANGE) /* zeros, x placed at start */     \
+    X(CONCAT, "concat", 1, SN_MAX_INPUTS, SN_K_LAYOUT, 1, SN_A_AXIS) /* along axis */              \
+    /* gather */                                                                                   \
+    X(EMBEDDING, "embedding", 2, 2, SN_K_GATHER, 1, 0)          /* (table (V,C), ids) -> (.., C) */ \
+    X(EMBEDDING_BWD, "embedding_bwd", 2, 2, SN_K_GATHER, 0, 0)  /* (ids, dy) -> (V,C) scatter-add */
+
+typedef enum {
+#define SN_X(name, text, lo, hi, kind, grad, attrs) SN_OP_##name,
+    SN_OPS(SN_X)
+#undef SN_X
+        SN_OP_COUNT
+} sn_op;
+
+
+
+#endif

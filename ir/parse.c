@@ -1,0 +1,1 @@
+/* ir/parse.c: placeholder, being written */

@@ -1,0 +1,349 @@
+/* shape.c: the shape and dtype rule of every op, shared by the frontend (which reports a
+ * mistake at the call that made it) and the verifier (which re-checks every pass's output).
+ * Convention: axes are already normalised (0 <= axis < rank) when a node reaches sn_infer. */
+#include <stdarg.h>
+#include <string.h>
+
+#include "ir.h"
+
+_Static_assert(SN_OP_COUNT == 44, "a new op needs its shape rule in sn_infer");
+
+static int bad(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *msg, size_t len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* type strings of inputs 0..2, for messages */
+typedef struct {
+    char s[3][96];
+} types;
+static types type_strs(const sn_node *n) {
+    types t;
+    for (int i = 0; i < 3; i++) {
+        if (i < n->n_in) sn_type_str(n->in[i], t.s[i], sizeof t.s[i]);
+        else t.s[i][0] = 0;
+    }
+    return t;
+}
+
+static void copy_shape(sn_node *n, const sn_node *from) {
+    n->rank = from->rank;
+    memcpy(n->shape, from->shape, sizeof n->shape);
+}
+
+static bool same_shape(const sn_node *a, const sn_node *b) {
+    if (a->rank != b->rank) return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+int sn_broadcast_shapes(int ra, const int64_t *a, int rb, const int64_t *b, int *r, int64_t *out) {
+    int rank = ra > rb ? ra : rb;
+    for (int i = 0; i < rank; i++) {
+        int ia = ra - rank + i, ib = rb - rank + i;
+        int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+        if (da != db && da != 1 && db != 1) return -1;
+        out[i] = da == 1 ? db : da;
+    }
+    *r = rank;
+    return 0;
+}
+
+static int check_leaf(sn_node *n, char *msg, size_t len) {
+    if ((unsigned)n->dtype >= SN_DTYPE_COUNT) return bad(msg, len, "unknown dtype %d", n->dtype);
+    if (n->rank < 0 || n->rank > SN_MAX_RANK)
+        return bad(msg, len, "rank %d is outside 0..%d", n->rank, SN_MAX_RANK);
+    for (int i = 0; i < n->rank; i++)
+        if (n->shape[i] <= 0)
+            return bad(msg, len, "dimension %d is %lld; dimensions must be positive", i,
+                       (long long)n->shape[i]);
+    return 0;
+}
+
+static int need_float(const sn_node *n, int i, char *msg, size_t len) {
+    if (!sn_dtype_is_float(n->in[i]->dtype))
+        return bad(msg, len, "input %d is %s but must be a float type (use sn_cast)", i,
+                   sn_dtype_name(n->in[i]->dtype));
+    return 0;
+}
+
+static int need_same_dtype(const sn_node *n, int i, int j, char *msg, size_t len) {
+    if (n->in[i]->dtype != n->in[j]->dtype) {
+        types t = type_strs(n);
+        return bad(msg, len, "inputs have different dtypes: %s and %s (insert sn_cast)", t.s[i],
+                   t.s[j]);
+    }
+    return 0;
+}
+
+static int infer_matmul(sn_node *n, char *msg, size_t len) {
+    const sn_node *a = n->in[0], *b = n->in[1];
+    types t = type_strs(n);
+    if (a->rank < 2 || b->rank < 2)
+        return bad(msg, len, "a is %s, b is %s: both need rank >= 2", t.s[0], t.s[1]);
+    if (need_float(n, 0, msg, len) || need_same_dtype(n, 0, 1, msg, len)) return -1;
+    int64_t m = a->shape[a->rank - 2 + n->a.ta], ka = a->shape[a->rank - 1 - n->a.ta];
+    int64_t kb = b->shape[b->rank - 2 + n->a.tb], nb = b->shape[b->rank - 1 - n->a.tb];
+    if (ka != kb)
+        return bad(msg, len, "a is %s, b is %s (ta=%d, tb=%d): inner dimensions %lld and %lld differ",
+                   t.s[0], t.s[1], n->a.ta, n->a.tb, (long long)ka, (long long)kb);
+    const sn_node *batch = a->rank >= b->rank ? a : b;
+    if (a->rank > 2 && b->rank > 2) {
+        bool ok = a->rank == b->rank;
+        for (int i = 0; ok && i < a->rank - 2; i++) ok = a->shape[i] == b->shape[i];
+        if (!ok)
+            return bad(msg, len, "a is %s, b is %s: batch dimensions differ (they must be equal, "
+                       "or one operand must be a rank-2 matrix)", t.s[0], t.s[1]);
+    }
+    n->dtype = a->dtype;
+    n->rank = batch->rank;
+    for (int i = 0; i < batch->rank - 2; i++) n->shape[i] = batch->shape[i];
+    n->shape[n->rank - 2] = m;
+    n->shape[n->rank - 1] = nb;
+    return 0;
+}
+
+static int infer_reduce(sn_node *n, char *msg, size_t len) {
+    const sn_node *x = n->in[0];
+    if (need_float(n, 0, msg, len)) return -1;
+    if (n->a.axis < 0 || n->a.axis >= x->rank)
+        return bad(msg, len, "axis %d is out of range for %s", n->a.axis, type_strs(n).s[0]);
+    n->dtype = x->dtype;
+    n->rank = 0;
+    for (int i = 0; i < x->rank; i++) {
+        if (i != n->a.axis) n->shape[n->rank++] = x->shape[i];
+        else if (n->a.keepdim) n->shape[n->rank++] = 1;
+    }
+    return 0;
+}
+
+/* w (and b) must be vectors of x's last dimension */
+static int infer_norm(sn_node *n, int n_vec, char *msg, size_t len) {
+    const sn_node *x = n->in[0];
+    types t = type_strs(n);
+    if (x->rank < 1) return bad(msg, len, "x is %s: needs rank >= 1", t.s[0]);
+    if (need_float(n, 0, msg, len)) return -1;
+    for (int i = 1; i <= n_vec; i++) {
+        const sn_node *v = n->in[i];
+        if (v->rank != 1 || v->shape[0] != x->shape[x->rank - 1])
+            return bad(msg, len, "x is %s, input %d is %s: weights must be a vector of x's last "
+                       "dimension %lld", t.s[0], i, t.s[i], (long long)x->shape[x->rank - 1]);
+        if (need_float(n, i, msg, len)) return -1;
+    }
+    n->dtype = x->dtype;
+    copy_shape(n, x);
+    return 0;
+}
+
+/* dy must match x; used by the backward row ops */
+static int need_same_shape(const sn_node *n, int i, int j, char *msg, size_t len) {
+    if (!same_shape(n->in[i], n->in[j])) {
+        types t = type_strs(n);
+        return bad(msg, len, "input %d is %s, input %d is %s: shapes must be equal", i, t.s[i], j,
+                   t.s[j]);
+    }
+    return 0;
+}
+
+static int infer_layout(sn_node *n, char *msg, size_t len) {
+    const sn_node *x = n->in[0];
+    types t = type_strs(n);
+    char s[96];
+    switch (n->op) {
+    case SN_OP_RESHAPE:
+        if (check_leaf(n, msg, len)) return -1;
+        if (sn_numel(n) != sn_numel(x))
+            return bad(msg, len, "cannot reshape %s (%lld elements) to %s (%lld elements)", t.s[0],
+                       (long long)sn_numel(x), sn_shape_str(n->rank, n->shape, s, sizeof s),
+                       (long long)sn_numel(n));
+        n->dtype = x->dtype;
+        return 0;
+    case SN_OP_PERMUTE: {
+        int seen[SN_MAX_RANK] = {0};
+        for (int i = 0; i < x->rank; i++) {
+            int p = n->a.perm[i];
+            if (p < 0 || p >= x->rank || seen[p]++)
+                return bad(msg, len, "perm is not a permutation of the %d axes of %s", x->rank,
+                           t.s[0]);
+            n->shape[i] = x->shape[p];
+        }
+        n->rank = x->rank;
+        n->dtype = x->dtype;
+        return 0;
+    }
+    case SN_OP_BROADCAST: {
+        if (check_leaf(n, msg, len)) return -1;
+        int r;
+        int64_t out[SN_MAX_RANK];
+        bool ok = n->rank >= x->rank &&
+                  sn_broadcast_shapes(x->rank, x->shape, n->rank, n->shape, &r, out) == 0;
+        for (int i = 0; ok && i < n->rank; i++) ok = out[i] == n->shape[i];
+        if (!ok)
+            return bad(msg, len, "cannot broadcast %s to %s", t.s[0],
+                       sn_shape_str(n->rank, n->shape, s, sizeof s));
+        n->dtype = x->dtype;
+        return 0;
+    }
+    case SN_OP_SLICE:
+    case SN_OP_PAD: {
+        int ax = n->a.axis;
+        if (ax < 0 || ax >= x->rank)
+            return bad(msg, len, "axis %d is out of range for %s", ax, t.s[0]);
+        int64_t d = x->shape[ax];
+        n->dtype = x->dtype;
+        copy_shape(n, x);
+        if (n->op == SN_OP_SLICE) {
+            if (n->a.start < 0 || n->a.end > d || n->a.start >= n->a.end)
+                return bad(msg, len, "slice [%lld, %lld) of axis %d is empty or outside %s",
+                           (long long)n->a.start, (long long)n->a.end, ax, t.s[0]);
+            n->shape[ax] = n->a.end - n->a.start;
+        } else {
+            if (n->a.start < 0 || n->a.start + d > n->a.end)
+                return bad(msg, len, "cannot place %s at %lld of an axis of size %lld", t.s[0],
+                           (long long)n->a.start, (long long)n->a.end);
+            n->shape[ax] = n->a.end;
+        }
+        return 0;
+    }
+    case SN_OP_CONCAT: {
+        int ax = n->a.axis;
+        if (ax < 0 || ax >= x->rank)
+            return bad(msg, len, "axis %d is out of range for %s", ax, t.s[0]);
+        n->dtype = x->dtype;
+        copy_shape(n, x);
+        for (int i = 1; i < n->n_in; i++) {
+            const sn_node *y = n->in[i];
+            bool ok = y->rank == x->rank && y->dtype == x->dtype;
+            for (int k = 0; ok && k < x->rank; k++) ok = k == ax || y->shape[k] == x->shape[k];
+            if (!ok)
+                return bad(msg, len, "input 0 is %s, input %d is %s: all must agree except on "
+                           "axis %d", t.s[0], i, sn_type_str(y, s, sizeof s), ax);
+            n->shape[ax] += y->shape[ax];
+        }
+        return 0;
+    }
+    default: SN_ASSERT(0);
+    }
+}
+
+int sn_infer(sn_node *n, char *msg, size_t len) {
+    sn_op op = n->op;
+    if ((unsigned)op >= SN_OP_COUNT) return bad(msg, len, "unknown op %d", op);
+    if (n->n_in < sn_op_min_inputs(op) || n->n_in > sn_op_max_inputs(op))
+        return bad(msg, len, "takes %d..%d inputs, got %d", sn_op_min_inputs(op),
+                   sn_op_max_inputs(op), n->n_in);
+    types t = type_strs(n);
+    const sn_node *x = n->n_in ? n->in[0] : NULL;
+    switch (op) {
+    case SN_OP_INPUT:
+    case SN_OP_FULL:
+        return check_leaf(n, msg, len);
+    case SN_OP_PARAM:
+        if (check_leaf(n, msg, len)) return -1;
+        if (!sn_dtype_is_float(n->dtype))
+            return bad(msg, len, "parameters must have a float dtype, not %s", sn_dtype_name(n->dtype));
+        return 0;
+    case SN_OP_CONST:
+        if (check_leaf(n, msg, len)) return -1;
+        if (!n->data) return bad(msg, len, "a constant needs data");
+        return 0;
+    case SN_OP_ADD: case SN_OP_SUB: case SN_OP_MUL: case SN_OP_DIV: case SN_OP_EQ:
+    case SN_OP_GELU_BWD: case SN_OP_SILU_BWD: {
+        if (op != SN_OP_EQ && (need_float(n, 0, msg, len) || need_float(n, 1, msg, len))) return -1;
+        if (need_same_dtype(n, 0, 1, msg, len)) return -1;
+        const sn_node *b = n->in[1];
+        if (sn_broadcast_shapes(x->rank, x->shape, b->rank, b->shape, &n->rank, n->shape))
+            return bad(msg, len, "a is %s, b is %s: shapes do not broadcast", t.s[0], t.s[1]);
+        n->dtype = x->dtype;
+        return 0;
+    }
+    case SN_OP_NEG: case SN_OP_SCALE: case SN_OP_EXP: case SN_OP_LOG: case SN_OP_TANH:
+    case SN_OP_SQRT: case SN_OP_RSQRT: case SN_OP_GELU: case SN_OP_SILU:
+        if (need_float(n, 0, msg, len)) return -1;
+        n->dtype = x->dtype;
+        copy_shape(n, x);
+        return 0;
+    case SN_OP_CAST:
+        if ((unsigned)n->dtype >= SN_DTYPE_COUNT) return bad(msg, len, "unknown dtype %d", n->dtype);
+        copy_shape(n, x);
+        return 0;
+    case SN_OP_SUM: case SN_OP_MEAN: case SN_OP_MAX:
+        return infer_reduce(n, msg, len);
+    case SN_OP_SOFTMAX:
+        if (x->rank < 1) return bad(msg, len, "x is %s: needs rank >= 1", t.s[0]);
+        return infer_norm(n, 0, msg, len);
+    case SN_OP_SOFTMAX_BWD:
+        if (need_same_shape(n, 0, 1, msg, len)) return -1;
+        return infer_norm(n, 0, msg, len);
+    case SN_OP_LAYERNORM: return infer_norm(n, 2, msg, len);
+    case SN_OP_RMSNORM: return infer_norm(n, 1, msg, len);
+    case SN_OP_LAYERNORM_BWD: case SN_OP_RMSNORM_BWD:
+        if (need_same_shape(n, 0, 2, msg, len)) return -1;
+        return infer_norm(n, 1, msg, len);
+    case SN_OP_LAYERNORM_BWD_W: case SN_OP_RMSNORM_BWD_W:
+        if (need_same_shape(n, 0, 1, msg, len) || infer_norm(n, 0, msg, len)) return -1;
+        n->rank = 1;
+        n->shape[0] = x->shape[x->rank - 1];
+        return 0;
+    case SN_OP_CAUSAL_MASK:
+        if (x->rank < 2 || x->shape[x->rank - 2] > x->shape[x->rank - 1])
+            return bad(msg, len, "x is %s: needs (.., T, S) with T <= S", t.s[0]);
+        return infer_norm(n, 0, msg, len);
+    case SN_OP_CROSS_ENTROPY:
+    case SN_OP_CROSS_ENTROPY_BWD: {
+        const sn_node *tg = n->in[1];
+        bool ok = x->rank >= 1 && tg->rank == x->rank - 1;
+        for (int i = 0; ok && i < tg->rank; i++) ok = tg->shape[i] == x->shape[i];
+        if (!ok)
+            return bad(msg, len, "logits are %s, targets are %s: targets must have the logits' "
+                       "shape without the last (vocabulary) axis", t.s[0], t.s[1]);
+        if (tg->dtype != SN_I32)
+            return bad(msg, len, "targets are %s but must be i32", t.s[1]);
+        if (need_float(n, 0, msg, len)) return -1;
+        if (op == SN_OP_CROSS_ENTROPY) {
+            n->dtype = SN_F32;
+            n->rank = 0;
+            return 0;
+        }
+        if (n->in[2]->rank != 0 || !sn_dtype_is_float(n->in[2]->dtype))
+            return bad(msg, len, "dloss is %s but must be a float scalar", t.s[2]);
+        n->dtype = x->dtype;
+        copy_shape(n, x);
+        return 0;
+    }
+    case SN_OP_MATMUL: return infer_matmul(n, msg, len);
+    case SN_OP_RESHAPE: case SN_OP_PERMUTE: case SN_OP_BROADCAST: case SN_OP_SLICE:
+    case SN_OP_PAD: case SN_OP_CONCAT:
+        return infer_layout(n, msg, len);
+    case SN_OP_EMBEDDING: {
+        const sn_node *ids = n->in[1];
+        if (x->rank != 2 || !sn_dtype_is_float(x->dtype))
+            return bad(msg, len, "table is %s: must be a float matrix (V, C)", t.s[0]);
+        if (ids->dtype != SN_I32 || ids->rank >= SN_MAX_RANK)
+            return bad(msg, len, "ids are %s: must be i32 of rank < %d", t.s[1], SN_MAX_RANK);
+        n->dtype = x->dtype;
+        n->rank = ids->rank + 1;
+        for (int i = 0; i < ids->rank; i++) n->shape[i] = ids->shape[i];
+        n->shape[ids->rank] = x->shape[1];
+        return 0;
+    }
+    case SN_OP_EMBEDDING_BWD: {
+        const sn_node *ids = x, *dy = n->in[1];
+        bool ok = ids->dtype == SN_I32 && dy->rank == ids->rank + 1 && n->rank == 2 &&
+                  n->shape[0] > 0 && n->shape[1] == dy->shape[dy->rank - 1];
+        for (int i = 0; ok && i < ids->rank; i++) ok = dy->shape[i] == ids->shape[i];
+        if (!ok)
+            return bad(msg, len, "ids are %s, dy is %s: need i32 ids (..), dy (.., C) and an "
+                       "output (V, C)", t.s[0], t.s[1]);
+        if (!sn_dtype_is_float(n->dtype)) return bad(msg, len, "output must be a float type");
+        return 0;
+    }
+    case SN_OP_COUNT: break;
+    }
+    SN_ASSERT(0);
+}

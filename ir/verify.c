@@ -1,0 +1,1 @@
+/* ir/verify.c: placeholder, being written */

@@ -1,0 +1,1 @@
+/* runtime/data.c: placeholder, being written */

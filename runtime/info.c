@@ -1,0 +1,1 @@
+/* runtime/info.c: placeholder, being written */

@@ -1,0 +1,1 @@
+/* runtime/train.c: placeholder, being written */

@@ -1,0 +1,20 @@
+/* harness.h: shared helpers for the Check suites: running a suite, comparing arrays by
+ * normalized error (NaN fails), and finding ../shared/data. */
+#ifndef SN_TEST_HARNESS_H
+#define SN_TEST_HARNESS_H
+
+#include <check.h>
+#include <stddef.h>
+
+/* Runs the suite (CK_FORK as Check decides), returns the process exit code. */
+int sn_test_main(Suite *s);
+
+/* max |a-b| / max(max|b|, floor); fails the test (with the index and both values) when it is
+ * not <= tol, NaN included. */
+void sn_check_close(const char *what, const double *got, const double *want, size_t n,
+                    double tol, double floor);
+
+/* Path of a file under ../shared/data (env SN_SHARED overrides ../shared); static buffer. */
+const char *sn_shared_data(const char *name);
+
+#endif

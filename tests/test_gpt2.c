@@ -1,0 +1,1 @@
+/* tests/test_gpt2.c: placeholder, being written */

@@ -1,0 +1,1 @@
+/* tests/test_grad.c: placeholder, being written */

@@ -1,0 +1,1 @@
+/* tests/test_ir.c: placeholder, being written */

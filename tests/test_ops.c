@@ -1,0 +1,1 @@
+/* tests/test_ops.c: placeholder, being written */

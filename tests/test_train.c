@@ -1,0 +1,1 @@
+/* tests/test_train.c: placeholder, being written */
