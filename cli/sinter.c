@@ -1,1 +1,112 @@
-/* cli/sinter.c: placeholder, being written */
+/* sinter.c: the command line: `sinter info`, `sinter graph`, `sinter train`.
+ * Convention: the library reports errors to this file; only this file prints usage and exits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../models/gpt2.h"
+#include "../passes/pipeline.h"
+#include "../runtime/info.h"
+#include "cli.h"
+
+static const char usage_text[] =
+    "usage: sinter <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  info                       versions, CPU features, CUDA devices\n"
+    "  graph --model NAME         print the model's IR\n"
+    "        [--backward]         with the backward graph appended (autodiff)\n"
+    "        [--dump-after PASS]  print the IR after PASS (%s)\n"
+    "        [--batch B] [--seq T]  input shape (default 4 x the model's context)\n"
+    "  train [options]            train a GPT on a text corpus (sinter train --help)\n"
+    "\n"
+    "models: %s\n";
+
+void cli_usage(FILE *f) { fprintf(f, usage_text, sn_pipeline_pass_names(), sn_gpt2_config_names()); }
+
+int cli_fail(const char *fmt, const char *arg) {
+    fprintf(stderr, "sinter: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(run `sinter help` for usage)\n");
+    return 2;
+}
+
+bool cli_int(const char *s, long lo, long hi, long *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static void print_count(FILE *f, long long n) {
+    char digits[32], out[48];
+    int len = snprintf(digits, sizeof digits, "%lld", n), k = 0;
+    for (int i = 0; i < len; i++) {
+        if (i && (len - i) % 3 == 0) out[k++] = ',';
+        out[k++] = digits[i];
+    }
+    out[k] = 0;
+    fputs(out, f);
+}
+
+static int cmd_graph(int argc, char **argv) {
+    const char *model = NULL;
+    sn_pipeline_opts o = {0};
+    long B = 4, T = -1;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--backward")) o.backward = true;
+        else if (!strcmp(a, "--model") && v) model = argv[++i];
+        else if (!strcmp(a, "--dump-after") && v) o.dump_after = argv[++i];
+        else if (!strcmp(a, "--batch") && v) {
+            if (!cli_int(argv[++i], 1, 1 << 20, &B)) return cli_fail("--batch wants a positive integer, not '%s'", v);
+        } else if (!strcmp(a, "--seq") && v) {
+            if (!cli_int(argv[++i], 1, 1 << 20, &T)) return cli_fail("--seq wants a positive integer, not '%s'", v);
+        } else return cli_fail("graph: unknown or incomplete option '%s'", a);
+    }
+    if (!model) return cli_fail("graph: which model? add --model NAME%s", "");
+    sn_gpt2_config c;
+    if (!sn_gpt2_config_find(model, &c)) return cli_fail("unknown model '%s'", model);
+    if (T < 0) T = c.ctx;
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    sn_status s = sn_gpt2_build(g, &c, (int)B, (int)T, &m, &e);
+    if (!s) {
+        if (!o.dump_after) o.dump_after = o.backward ? "autodiff" : "frontend";
+        printf("# model %s: vocab %d, context %d, %d layers, %d heads, %d channels; input %ld x %ld\n",
+               c.name, c.vocab, c.ctx, c.n_layer, c.n_head, c.n_embd, B, T);
+        printf("# parameters: ");
+        print_count(stdout, (long long)sn_graph_param_count(g));
+        printf("\n");
+        s = sn_pipeline_run(g, &o, &e);
+    }
+    if (!s) printf("# %d nodes (%d forward)\n", g->n_nodes, g->n_forward);
+    sn_graph_free(g);
+    if (s) {
+        fprintf(stderr, "sinter: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        cli_usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        cli_usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "info")) {
+        if (argc > 2) return cli_fail("info takes no options, got '%s'", argv[2]);
+        sn_info_print(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "graph")) return cmd_graph(argc - 2, argv + 2);
+    if (!strcmp(cmd, "train")) return cli_train(argc - 2, argv + 2);
+    return cli_fail("unknown command '%s'", cmd);
+}

@@ -1,1 +1,327 @@
-/* frontend/api.c: placeholder, being written */
+/* api.c: the graph constructors of sinter.h.
+ * Convention: each constructor fills a proto node (op, inputs, attributes, and the shape where
+ * the caller chooses it) and hands it to sn_graph_append, where the op's shape rule checks it;
+ * a NULL input (an earlier error) makes the constructor return NULL without a new message. */
+#include <math.h>
+#include <string.h>
+
+#include "sinter.h"
+
+sn_shape sn_shape_of(const sn_node *n) {
+    sn_shape s = {.rank = n->rank};
+    memcpy(s.d, n->shape, sizeof s.d);
+    return s;
+}
+
+static sn_node proto(sn_op op, int n_in, sn_node **in) {
+    sn_node p;
+    memset(&p, 0, sizeof p);
+    p.op = op;
+    p.n_in = n_in;
+    p.in = in;
+    return p;
+}
+
+static void set_shape(sn_node *p, sn_dtype t, sn_shape s) {
+    p->dtype = t;
+    p->rank = s.rank;
+    memcpy(p->shape, s.d, sizeof p->shape);
+}
+
+static bool any_null(int n, sn_node *const *xs) {
+    for (int i = 0; i < n; i++)
+        if (!xs[i]) return true;
+    return false;
+}
+
+/* Appends op over n inputs; returns NULL if an input is NULL (an earlier error). */
+static sn_node *append(sn_graph *g, sn_node *p) {
+    if (any_null(p->n_in, p->in)) return NULL;
+    return sn_graph_append(g, p);
+}
+
+/* Maps a negative axis onto 0..rank-1; leaves an out-of-range axis for the shape rule. */
+static int norm_axis(const sn_node *x, int axis) { return axis < 0 ? axis + x->rank : axis; }
+
+static sn_node *unary(sn_graph *g, sn_op op, sn_node *x) {
+    sn_node p = proto(op, 1, &x);
+    return append(g, &p);
+}
+
+static sn_node *binary(sn_graph *g, sn_op op, sn_node *a, sn_node *b) {
+    sn_node *in[2] = {a, b};
+    sn_node p = proto(op, 2, in);
+    return append(g, &p);
+}
+
+/* ---- leaves ---- */
+
+static sn_node *leaf(sn_graph *g, sn_op op, const char *name, sn_dtype t, sn_shape s) {
+    sn_node p = proto(op, 0, NULL);
+    set_shape(&p, t, s);
+    p.name = name;
+    return sn_graph_append(g, &p);
+}
+
+sn_node *sn_input(sn_graph *g, const char *name, sn_dtype t, sn_shape s) {
+    return leaf(g, SN_OP_INPUT, name, t, s);
+}
+
+sn_node *sn_param(sn_graph *g, const char *name, sn_dtype t, sn_shape s, sn_init init, float std) {
+    sn_node p = proto(SN_OP_PARAM, 0, NULL);
+    set_shape(&p, t, s);
+    p.name = name;
+    p.a.init = init;
+    p.a.f = init == SN_INIT_NORMAL ? std : 0;
+    return sn_graph_append(g, &p);
+}
+
+sn_node *sn_const(sn_graph *g, sn_dtype t, sn_shape s, const float *data) {
+    sn_node p = proto(SN_OP_CONST, 0, NULL);
+    set_shape(&p, t, s);
+    p.data = (float *)data; /* copied by sn_graph_append */
+    return sn_graph_append(g, &p);
+}
+
+sn_node *sn_full(sn_graph *g, sn_dtype t, sn_shape s, float value) {
+    sn_node p = proto(SN_OP_FULL, 0, NULL);
+    set_shape(&p, t, s);
+    p.a.f = value;
+    return sn_graph_append(g, &p);
+}
+
+sn_node *sn_scalar(sn_graph *g, sn_dtype t, float value) { return sn_full(g, t, SN_SCALAR, value); }
+
+/* ---- pointwise ---- */
+
+sn_node *sn_add(sn_graph *g, sn_node *a, sn_node *b) { return binary(g, SN_OP_ADD, a, b); }
+sn_node *sn_sub(sn_graph *g, sn_node *a, sn_node *b) { return binary(g, SN_OP_SUB, a, b); }
+sn_node *sn_mul(sn_graph *g, sn_node *a, sn_node *b) { return binary(g, SN_OP_MUL, a, b); }
+sn_node *sn_div(sn_graph *g, sn_node *a, sn_node *b) { return binary(g, SN_OP_DIV, a, b); }
+sn_node *sn_eq(sn_graph *g, sn_node *a, sn_node *b) { return binary(g, SN_OP_EQ, a, b); }
+sn_node *sn_neg(sn_graph *g, sn_node *x) { return unary(g, SN_OP_NEG, x); }
+sn_node *sn_exp(sn_graph *g, sn_node *x) { return unary(g, SN_OP_EXP, x); }
+sn_node *sn_log(sn_graph *g, sn_node *x) { return unary(g, SN_OP_LOG, x); }
+sn_node *sn_tanh(sn_graph *g, sn_node *x) { return unary(g, SN_OP_TANH, x); }
+sn_node *sn_sqrt(sn_graph *g, sn_node *x) { return unary(g, SN_OP_SQRT, x); }
+sn_node *sn_rsqrt(sn_graph *g, sn_node *x) { return unary(g, SN_OP_RSQRT, x); }
+sn_node *sn_gelu(sn_graph *g, sn_node *x) { return unary(g, SN_OP_GELU, x); }
+sn_node *sn_silu(sn_graph *g, sn_node *x) { return unary(g, SN_OP_SILU, x); }
+sn_node *sn_gelu_bwd(sn_graph *g, sn_node *x, sn_node *dy) { return binary(g, SN_OP_GELU_BWD, x, dy); }
+sn_node *sn_silu_bwd(sn_graph *g, sn_node *x, sn_node *dy) { return binary(g, SN_OP_SILU_BWD, x, dy); }
+
+sn_node *sn_scale(sn_graph *g, sn_node *x, float f) {
+    sn_node p = proto(SN_OP_SCALE, 1, &x);
+    p.a.f = f;
+    return append(g, &p);
+}
+
+sn_node *sn_cast(sn_graph *g, sn_node *x, sn_dtype t) {
+    if (x && x->dtype == t) return x;
+    sn_node p = proto(SN_OP_CAST, 1, &x);
+    p.dtype = t;
+    return append(g, &p);
+}
+
+/* ---- reductions ---- */
+
+static sn_node *reduce(sn_graph *g, sn_op op, sn_node *x, int axis, bool keepdim) {
+    if (!x) return NULL;
+    sn_node p = proto(op, 1, &x);
+    p.a.axis = norm_axis(x, axis);
+    p.a.keepdim = keepdim;
+    return append(g, &p);
+}
+sn_node *sn_sum(sn_graph *g, sn_node *x, int axis, bool keepdim) {
+    return reduce(g, SN_OP_SUM, x, axis, keepdim);
+}
+sn_node *sn_mean(sn_graph *g, sn_node *x, int axis, bool keepdim) {
+    return reduce(g, SN_OP_MEAN, x, axis, keepdim);
+}
+sn_node *sn_max(sn_graph *g, sn_node *x, int axis, bool keepdim) {
+    return reduce(g, SN_OP_MAX, x, axis, keepdim);
+}
+
+/* ---- row ops ---- */
+
+static sn_node *with_f(sn_graph *g, sn_op op, int n, sn_node **in, float f) {
+    sn_node p = proto(op, n, in);
+    p.a.f = f;
+    return append(g, &p);
+}
+
+sn_node *sn_softmax(sn_graph *g, sn_node *x) { return unary(g, SN_OP_SOFTMAX, x); }
+sn_node *sn_softmax_bwd(sn_graph *g, sn_node *y, sn_node *dy) {
+    return binary(g, SN_OP_SOFTMAX_BWD, y, dy);
+}
+sn_node *sn_layernorm(sn_graph *g, sn_node *x, sn_node *w, sn_node *b, float eps) {
+    return with_f(g, SN_OP_LAYERNORM, 3, (sn_node *[]){x, w, b}, eps);
+}
+sn_node *sn_layernorm_bwd(sn_graph *g, sn_node *x, sn_node *w, sn_node *dy, float eps) {
+    return with_f(g, SN_OP_LAYERNORM_BWD, 3, (sn_node *[]){x, w, dy}, eps);
+}
+sn_node *sn_layernorm_bwd_w(sn_graph *g, sn_node *x, sn_node *dy, float eps) {
+    return with_f(g, SN_OP_LAYERNORM_BWD_W, 2, (sn_node *[]){x, dy}, eps);
+}
+sn_node *sn_rmsnorm(sn_graph *g, sn_node *x, sn_node *w, float eps) {
+    return with_f(g, SN_OP_RMSNORM, 2, (sn_node *[]){x, w}, eps);
+}
+sn_node *sn_rmsnorm_bwd(sn_graph *g, sn_node *x, sn_node *w, sn_node *dy, float eps) {
+    return with_f(g, SN_OP_RMSNORM_BWD, 3, (sn_node *[]){x, w, dy}, eps);
+}
+sn_node *sn_rmsnorm_bwd_w(sn_graph *g, sn_node *x, sn_node *dy, float eps) {
+    return with_f(g, SN_OP_RMSNORM_BWD_W, 2, (sn_node *[]){x, dy}, eps);
+}
+sn_node *sn_causal_mask(sn_graph *g, sn_node *x) { return sn_causal_mask_fill(g, x, -INFINITY); }
+sn_node *sn_causal_mask_fill(sn_graph *g, sn_node *x, float fill) {
+    return with_f(g, SN_OP_CAUSAL_MASK, 1, &x, fill);
+}
+
+sn_node *sn_cross_entropy(sn_graph *g, sn_node *logits, sn_node *targets, int ignore_index) {
+    sn_node *in[2] = {logits, targets};
+    sn_node p = proto(SN_OP_CROSS_ENTROPY, 2, in);
+    p.a.ignore_index = ignore_index;
+    return append(g, &p);
+}
+
+sn_node *sn_cross_entropy_bwd(sn_graph *g, sn_node *logits, sn_node *targets, sn_node *dloss,
+                              int ignore_index) {
+    sn_node *in[3] = {logits, targets, dloss};
+    sn_node p = proto(SN_OP_CROSS_ENTROPY_BWD, 3, in);
+    p.a.ignore_index = ignore_index;
+    return append(g, &p);
+}
+
+/* ---- matmul ---- */
+
+sn_node *sn_matmul(sn_graph *g, sn_node *a, sn_node *b) { return sn_matmul_t(g, a, b, false, false); }
+
+sn_node *sn_matmul_t(sn_graph *g, sn_node *a, sn_node *b, bool ta, bool tb) {
+    sn_node *in[2] = {a, b};
+    sn_node p = proto(SN_OP_MATMUL, 2, in);
+    p.a.ta = ta;
+    p.a.tb = tb;
+    return append(g, &p);
+}
+
+/* ---- layout ---- */
+
+sn_node *sn_reshape(sn_graph *g, sn_node *x, sn_shape s) {
+    if (!x) return NULL;
+    int free_dim = -1;
+    int64_t known = 1;
+    for (int i = 0; i < s.rank; i++) {
+        if (s.d[i] == -1 && free_dim < 0) free_dim = i;
+        else known *= s.d[i];
+    }
+    if (free_dim >= 0 && known > 0 && sn_numel(x) % known == 0) s.d[free_dim] = sn_numel(x) / known;
+    sn_node p = proto(SN_OP_RESHAPE, 1, &x);
+    set_shape(&p, x->dtype, s);
+    return append(g, &p);
+}
+
+sn_node *sn_permute(sn_graph *g, sn_node *x, const int *perm) {
+    if (!x) return NULL;
+    sn_node p = proto(SN_OP_PERMUTE, 1, &x);
+    for (int i = 0; i < x->rank; i++) p.a.perm[i] = norm_axis(x, perm[i]);
+    return append(g, &p);
+}
+
+sn_node *sn_transpose(sn_graph *g, sn_node *x, int axis0, int axis1) {
+    if (!x) return NULL;
+    int perm[SN_MAX_RANK];
+    for (int i = 0; i < x->rank; i++) perm[i] = i;
+    axis0 = norm_axis(x, axis0);
+    axis1 = norm_axis(x, axis1);
+    if (axis0 >= 0 && axis0 < x->rank && axis1 >= 0 && axis1 < x->rank) {
+        perm[axis0] = axis1;
+        perm[axis1] = axis0;
+    } else {
+        perm[0] = -1; /* let the shape rule report it */
+    }
+    return sn_permute(g, x, perm);
+}
+
+sn_node *sn_broadcast(sn_graph *g, sn_node *x, sn_shape s) {
+    if (!x) return NULL;
+    sn_node p = proto(SN_OP_BROADCAST, 1, &x);
+    set_shape(&p, x->dtype, s);
+    return append(g, &p);
+}
+
+sn_node *sn_slice(sn_graph *g, sn_node *x, int axis, int64_t start, int64_t end) {
+    if (!x) return NULL;
+    sn_node p = proto(SN_OP_SLICE, 1, &x);
+    p.a.axis = norm_axis(x, axis);
+    p.a.start = start;
+    p.a.end = end;
+    return append(g, &p);
+}
+
+int sn_split(sn_graph *g, sn_node *x, int axis, int n, sn_node **out) {
+    for (int i = 0; i < n; i++) out[i] = NULL;
+    if (!x || g->err.code) return -1;
+    int ax = norm_axis(x, axis);
+    if (ax < 0 || ax >= x->rank || n <= 0 || x->shape[ax] % n) {
+        char t[96];
+        sn_fail(&g->err, SN_ERR_SHAPE, "split: cannot split %s into %d equal parts along axis %d",
+                sn_type_str(x, t, sizeof t), n, axis);
+        return -1;
+    }
+    int64_t part = x->shape[ax] / n;
+    for (int i = 0; i < n; i++) out[i] = sn_slice(g, x, ax, i * part, (i + 1) * part);
+    return g->err.code ? -1 : 0;
+}
+
+sn_node *sn_pad(sn_graph *g, sn_node *x, int axis, int64_t start, int64_t size) {
+    if (!x) return NULL;
+    sn_node p = proto(SN_OP_PAD, 1, &x);
+    p.a.axis = norm_axis(x, axis);
+    p.a.start = start;
+    p.a.end = size;
+    return append(g, &p);
+}
+
+sn_node *sn_concat(sn_graph *g, int n, sn_node *const *xs, int axis) {
+    if (n < 1 || n > SN_MAX_INPUTS) {
+        sn_fail(&g->err, SN_ERR_INVALID, "concat: takes 1..%d inputs, got %d", SN_MAX_INPUTS, n);
+        return NULL;
+    }
+    if (any_null(n, xs)) return NULL;
+    sn_node p = proto(SN_OP_CONCAT, n, (sn_node **)xs);
+    p.a.axis = norm_axis(xs[0], axis);
+    return append(g, &p);
+}
+
+/* ---- gather ---- */
+
+sn_node *sn_embedding(sn_graph *g, sn_node *table, sn_node *ids) {
+    return binary(g, SN_OP_EMBEDDING, table, ids);
+}
+
+sn_node *sn_embedding_bwd(sn_graph *g, sn_node *ids, sn_node *dy, int64_t vocab) {
+    if (!ids || !dy) return NULL;
+    sn_node *in[2] = {ids, dy};
+    sn_node p = proto(SN_OP_EMBEDDING_BWD, 2, in);
+    set_shape(&p, dy->dtype, SN_SHAPE(vocab, dy->rank ? dy->shape[dy->rank - 1] : 0));
+    return append(g, &p);
+}
+
+/* ---- queries ---- */
+
+int sn_graph_params(const sn_graph *g, sn_node **out, int cap) {
+    int k = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_PARAM) {
+            if (out && k < cap) out[k] = g->nodes[i];
+            k++;
+        }
+    return k;
+}
+
+int64_t sn_graph_param_count(const sn_graph *g) {
+    int64_t total = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_PARAM) total += sn_numel(g->nodes[i]);
+    return total;
+}

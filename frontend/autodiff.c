@@ -1,1 +1,224 @@
-/* frontend/autodiff.c: placeholder, being written */
+/* autodiff.c: reverse-mode differentiation as a graph-to-graph rewrite.
+ * Convention: the backward nodes are appended to the same graph through the frontend
+ * constructors (so every one is shape-checked); nothing is computed. The adjoint of a node
+ * used twice is the sum of its users' contributions (tied embeddings). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sinter.h"
+
+_Static_assert(SN_OP_COUNT == 44, "a new op needs its gradient rule in grad_rule");
+
+typedef struct {
+    sn_graph *g;
+    sn_node **adj;  /* adjoint of each forward node, by id (NULL: none yet) */
+    bool *needs;    /* forward node depends on a parameter */
+} ad_state;
+
+static void accumulate(ad_state *s, sn_node *x, sn_node *contrib) {
+    if (!contrib || !s->needs[x->id]) return;
+    s->adj[x->id] = s->adj[x->id] ? sn_add(s->g, s->adj[x->id], contrib) : contrib;
+}
+
+/* Sums the gradient dy (shape of a broadcast result) down to the shape of x. */
+static sn_node *unbroadcast(sn_graph *g, sn_node *dy, const sn_node *x) {
+    while (dy && dy->rank > x->rank) dy = sn_sum(g, dy, 0, false);
+    for (int i = 0; dy && i < x->rank; i++)
+        if (x->shape[i] == 1 && dy->shape[i] != 1) dy = sn_sum(g, dy, i, true);
+    return dy;
+}
+
+/* dy of a reduction over `axis` without keepdim, reshaped to keep it, then broadcast to x. */
+static sn_node *expand_reduced(sn_graph *g, sn_node *dy, const sn_node *n, const sn_node *x) {
+    if (!n->a.keepdim) {
+        sn_shape s = sn_shape_of(x);
+        s.d[n->a.axis] = 1;
+        dy = sn_reshape(g, dy, s);
+    }
+    return sn_broadcast(g, dy, sn_shape_of(x));
+}
+
+/* Sum over all axes but the last: (.., C) -> (C). */
+static sn_node *sum_rows(sn_graph *g, sn_node *dy) {
+    if (!dy) return NULL;
+    int64_t c = dy->shape[dy->rank - 1];
+    return sn_sum(g, sn_reshape(g, dy, SN_SHAPE(-1, c)), 0, false);
+}
+
+/* Sums leading batch axes of a batched matmul result down to rank 2. */
+static sn_node *sum_batch(sn_graph *g, sn_node *x) {
+    while (x && x->rank > 2) x = sn_sum(g, x, 0, false);
+    return x;
+}
+
+/* Gradients of C = op(A) @ op(B) (op = transpose when ta/tb). A shared rank-2 B (a weight)
+ * gets its gradient from one 2-D product over all rows when A's rows can be flattened. */
+static void matmul_rule(ad_state *s, sn_node *n, sn_node *dc) {
+    sn_graph *g = s->g;
+    sn_node *a = n->in[0], *b = n->in[1];
+    bool ta = n->a.ta, tb = n->a.tb;
+    if (s->needs[a->id]) {
+        sn_node *da = ta ? sn_matmul_t(g, b, dc, tb, true) : sn_matmul_t(g, dc, b, false, !tb);
+        accumulate(s, a, a->rank == 2 ? sum_batch(g, da) : da);
+    }
+    if (s->needs[b->id]) {
+        sn_node *db;
+        if (b->rank == 2 && a->rank > 2 && !ta) {
+            int64_t k = a->shape[a->rank - 1], m = dc->shape[dc->rank - 1];
+            sn_node *a2 = sn_reshape(g, a, SN_SHAPE(-1, k)), *dc2 = sn_reshape(g, dc, SN_SHAPE(-1, m));
+            db = tb ? sn_matmul_t(g, dc2, a2, true, false) : sn_matmul_t(g, a2, dc2, true, false);
+        } else {
+            db = tb ? sn_matmul_t(g, dc, a, true, ta) : sn_matmul_t(g, a, dc, !ta, false);
+            if (b->rank == 2) db = sum_batch(g, db);
+        }
+        accumulate(s, b, db);
+    }
+}
+
+static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
+    sn_graph *g = s->g;
+    sn_node *x = n->n_in ? n->in[0] : NULL, *b = n->n_in > 1 ? n->in[1] : NULL;
+    switch (n->op) {
+    case SN_OP_INPUT: case SN_OP_PARAM: case SN_OP_CONST: case SN_OP_FULL: case SN_OP_EQ:
+        return SN_OK;
+    case SN_OP_ADD:
+        accumulate(s, x, unbroadcast(g, dy, x));
+        accumulate(s, b, unbroadcast(g, dy, b));
+        return SN_OK;
+    case SN_OP_SUB:
+        accumulate(s, x, unbroadcast(g, dy, x));
+        if (s->needs[b->id]) accumulate(s, b, unbroadcast(g, sn_neg(g, dy), b));
+        return SN_OK;
+    case SN_OP_MUL:
+        if (s->needs[x->id]) accumulate(s, x, unbroadcast(g, sn_mul(g, dy, b), x));
+        if (s->needs[b->id]) accumulate(s, b, unbroadcast(g, sn_mul(g, dy, x), b));
+        return SN_OK;
+    case SN_OP_DIV: /* d(a/b)/db = -(a/b)/b */
+        if (s->needs[x->id]) accumulate(s, x, unbroadcast(g, sn_div(g, dy, b), x));
+        if (s->needs[b->id])
+            accumulate(s, b, unbroadcast(g, sn_neg(g, sn_div(g, sn_mul(g, dy, n), b)), b));
+        return SN_OK;
+    case SN_OP_NEG: accumulate(s, x, sn_neg(g, dy)); return SN_OK;
+    case SN_OP_SCALE: accumulate(s, x, sn_scale(g, dy, n->a.f)); return SN_OK;
+    case SN_OP_EXP: accumulate(s, x, sn_mul(g, dy, n)); return SN_OK;
+    case SN_OP_LOG: accumulate(s, x, sn_div(g, dy, x)); return SN_OK;
+    case SN_OP_TANH: /* dy * (1 - y^2) */
+        accumulate(s, x, sn_sub(g, dy, sn_mul(g, dy, sn_mul(g, n, n))));
+        return SN_OK;
+    case SN_OP_SQRT: accumulate(s, x, sn_scale(g, sn_div(g, dy, n), 0.5f)); return SN_OK;
+    case SN_OP_RSQRT: /* -1/2 y^3 */
+        accumulate(s, x, sn_scale(g, sn_mul(g, dy, sn_mul(g, n, sn_mul(g, n, n))), -0.5f));
+        return SN_OK;
+    case SN_OP_GELU: accumulate(s, x, sn_gelu_bwd(g, x, dy)); return SN_OK;
+    case SN_OP_SILU: accumulate(s, x, sn_silu_bwd(g, x, dy)); return SN_OK;
+    case SN_OP_CAST: accumulate(s, x, sn_cast(g, dy, x->dtype)); return SN_OK;
+    case SN_OP_SUM: accumulate(s, x, expand_reduced(g, dy, n, x)); return SN_OK;
+    case SN_OP_MEAN:
+        accumulate(s, x, sn_scale(g, expand_reduced(g, dy, n, x), 1.0f / (float)x->shape[n->a.axis]));
+        return SN_OK;
+    case SN_OP_MAX: { /* to every position equal to the max */
+        sn_node *y = expand_reduced(g, n, n, x);
+        accumulate(s, x, sn_mul(g, sn_eq(g, x, y), expand_reduced(g, dy, n, x)));
+        return SN_OK;
+    }
+    case SN_OP_SOFTMAX: accumulate(s, x, sn_softmax_bwd(g, n, dy)); return SN_OK;
+    case SN_OP_LAYERNORM:
+        if (s->needs[x->id]) accumulate(s, x, sn_layernorm_bwd(g, x, b, dy, n->a.f));
+        if (s->needs[b->id])
+            accumulate(s, b, sn_cast(g, sn_layernorm_bwd_w(g, x, dy, n->a.f), b->dtype));
+        if (s->needs[n->in[2]->id]) accumulate(s, n->in[2], sn_cast(g, sum_rows(g, dy), n->in[2]->dtype));
+        return SN_OK;
+    case SN_OP_RMSNORM:
+        if (s->needs[x->id]) accumulate(s, x, sn_rmsnorm_bwd(g, x, b, dy, n->a.f));
+        if (s->needs[b->id])
+            accumulate(s, b, sn_cast(g, sn_rmsnorm_bwd_w(g, x, dy, n->a.f), b->dtype));
+        return SN_OK;
+    case SN_OP_CAUSAL_MASK: accumulate(s, x, sn_causal_mask_fill(g, dy, 0.0f)); return SN_OK;
+    case SN_OP_CROSS_ENTROPY:
+        accumulate(s, x, sn_cross_entropy_bwd(g, x, b, dy, n->a.ignore_index));
+        return SN_OK;
+    case SN_OP_MATMUL: matmul_rule(s, n, dy); return SN_OK;
+    case SN_OP_RESHAPE: accumulate(s, x, sn_reshape(g, dy, sn_shape_of(x))); return SN_OK;
+    case SN_OP_PERMUTE: {
+        int inv[SN_MAX_RANK];
+        for (int i = 0; i < n->rank; i++) inv[n->a.perm[i]] = i;
+        accumulate(s, x, sn_permute(g, dy, inv));
+        return SN_OK;
+    }
+    case SN_OP_BROADCAST: accumulate(s, x, unbroadcast(g, dy, x)); return SN_OK;
+    case SN_OP_SLICE:
+        accumulate(s, x, sn_pad(g, dy, n->a.axis, n->a.start, x->shape[n->a.axis]));
+        return SN_OK;
+    case SN_OP_PAD:
+        accumulate(s, x, sn_slice(g, dy, n->a.axis, n->a.start, n->a.start + x->shape[n->a.axis]));
+        return SN_OK;
+    case SN_OP_CONCAT: {
+        int64_t at = 0;
+        for (int i = 0; i < n->n_in; i++) {
+            sn_node *xi = n->in[i];
+            int64_t len = xi->shape[n->a.axis];
+            if (s->needs[xi->id]) accumulate(s, xi, sn_slice(g, dy, n->a.axis, at, at + len));
+            at += len;
+        }
+        return SN_OK;
+    }
+    case SN_OP_EMBEDDING:
+        accumulate(s, x, sn_embedding_bwd(g, b, dy, x->shape[0]));
+        return SN_OK;
+    case SN_OP_GELU_BWD: case SN_OP_SILU_BWD: case SN_OP_SOFTMAX_BWD: case SN_OP_LAYERNORM_BWD:
+    case SN_OP_LAYERNORM_BWD_W: case SN_OP_RMSNORM_BWD: case SN_OP_RMSNORM_BWD_W:
+    case SN_OP_CROSS_ENTROPY_BWD: case SN_OP_EMBEDDING_BWD:
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "autodiff: node %%%d (%s) is a backward op; "
+                       "differentiating a gradient (double backward) is not supported yet",
+                       n->id, sn_op_name(n->op));
+    case SN_OP_COUNT: break;
+    }
+    SN_ASSERT(0);
+}
+
+sn_status sn_backward(sn_graph *g, sn_node *loss, sn_err *e) {
+    if (g->err.code)
+        return sn_fail(e, g->err.code, "autodiff: the graph has an earlier error: %s", g->err.msg);
+    if (!loss || loss->id >= g->n_nodes || g->nodes[loss->id] != loss)
+        return sn_fail(e, SN_ERR_INVALID, "autodiff: the loss is not a node of this graph");
+    if (g->has_backward)
+        return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph already has a backward part");
+    if (loss->rank != 0 || !sn_dtype_is_float(loss->dtype)) {
+        char t[96];
+        return sn_fail(e, SN_ERR_SHAPE, "autodiff: the loss must be a float scalar, node %%%d (%s) "
+                       "is %s (reduce it with sn_mean or sn_sum)", loss->id, sn_op_name(loss->op),
+                       sn_type_str(loss, t, sizeof t));
+    }
+    int n_fwd = g->n_nodes;
+    ad_state s = {g, calloc((size_t)n_fwd, sizeof(sn_node *)), calloc((size_t)n_fwd, sizeof(bool))};
+    SN_ASSERT(s.adj && s.needs);
+    for (int i = 0; i < n_fwd; i++) {
+        sn_node *n = g->nodes[i];
+        s.needs[i] = n->op == SN_OP_PARAM;
+        for (int j = 0; j < n->n_in && !s.needs[i]; j++) s.needs[i] = s.needs[n->in[j]->id];
+        if (!sn_dtype_is_float(n->dtype)) s.needs[i] = false;
+    }
+    g->n_forward = n_fwd;
+    g->has_backward = true;
+    sn_status st = SN_OK;
+    if (s.needs[loss->id]) s.adj[loss->id] = sn_full(g, loss->dtype, SN_SCALAR, 1.0f);
+    for (int i = loss->id; i >= 0 && st == SN_OK && !g->err.code; i--) {
+        sn_node *n = g->nodes[i];
+        if (s.adj[i] && s.needs[i]) st = grad_rule(&s, n, s.adj[i], e);
+    }
+    for (int i = 0; i < n_fwd && st == SN_OK && !g->err.code; i++) {
+        sn_node *p = g->nodes[i];
+        if (p->op != SN_OP_PARAM) continue;
+        p->grad = s.adj[i] ? s.adj[i] : sn_full(g, p->dtype, sn_shape_of(p), 0.0f);
+    }
+    free(s.adj);
+    free(s.needs);
+    if (st != SN_OK) return st;
+    if (g->err.code)
+        return sn_fail(e, g->err.code, "autodiff: building the backward graph failed: %s", g->err.msg);
+    g->loss = loss;
+    sn_graph_add_output(g, loss);
+    for (int i = 0; i < n_fwd; i++)
+        if (g->nodes[i]->op == SN_OP_PARAM) sn_graph_add_output(g, g->nodes[i]->grad);
+    return SN_OK;
+}

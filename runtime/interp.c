@@ -1,1 +1,666 @@
-/* runtime/interp.c: placeholder, being written */
+/* interp.c: the reference interpreter: every op written plainly, evaluated in node order.
+ * Convention: a node's value is double[numel], contiguous row-major; after each op it is rounded
+ * to the node's dtype (float tensors not at all in exact mode); i32 values are integral doubles. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interp.h"
+
+_Static_assert(SN_OP_COUNT == 44, "a new op needs its kernel in eval()");
+
+struct sn_interp {
+    const sn_graph *g;
+    int n_nodes;   /* g->n_nodes when created: the graph must not grow afterwards */
+    bool exact;    /* float tensors are never rounded */
+    bool keep_all; /* keep every value after a run */
+    double **val;  /* [n_nodes] the value of each node, NULL when not held */
+    bool *set;     /* [n_nodes] INPUT/PARAM given a value */
+    bool *keep;    /* [n_nodes] leaves, outputs, the loss, param grads: a run never frees them */
+    int *last_use; /* [n_nodes] id of the last node reading it, -1 if none */
+};
+
+/* ---- rounding ---- */
+
+/* Rounds v[0..n) to t: float types to the nearest representable value (not in exact mode),
+ * i32 toward zero. */
+static void round_to(const sn_interp *it, sn_dtype t, double *v, int64_t n) {
+    if (t == SN_I32) {
+        for (int64_t i = 0; i < n; i++) v[i] = trunc(v[i]);
+    } else if (it->exact) {
+        return;
+    } else if (t == SN_F32) {
+        for (int64_t i = 0; i < n; i++) v[i] = (double)(float)v[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) v[i] = sn_dtype_round(t, v[i]);
+    }
+}
+
+/* ---- index helpers ---- */
+
+static void contiguous_strides(int rank, const int64_t *shape, int64_t *st) {
+    int64_t s = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        st[i] = s;
+        s *= shape[i];
+    }
+}
+
+/* Offset of row r (a flat index over all but the last dim of shape) in a view with strides st. */
+static int64_t row_offset(int64_t r, int rank, const int64_t *shape, const int64_t *st) {
+    int64_t off = 0;
+    for (int i = rank - 2; i >= 0; i--) {
+        off += (r % shape[i]) * st[i];
+        r /= shape[i];
+    }
+    return off;
+}
+
+/* x's strides seen from shape (rank), which x broadcasts to (numpy, right-aligned): a missing
+ * or size-1 dim of x has stride 0. */
+static void bcast_strides(const sn_node *x, int rank, const int64_t *shape, int64_t *st) {
+    int64_t xs[SN_MAX_RANK];
+    contiguous_strides(x->rank, x->shape, xs);
+    for (int i = 0; i < rank; i++) {
+        int k = i - (rank - x->rank);
+        st[i] = k < 0 || x->shape[k] == 1 ? 0 : xs[k];
+    }
+}
+
+/* dst (shape, contiguous) = the view of src with strides st. */
+static void copy_view(double *dst, const double *src, int rank, const int64_t *shape,
+                      const int64_t *st) {
+    int64_t len = rank ? shape[rank - 1] : 1, step = rank ? st[rank - 1] : 0;
+    int64_t rows = sn_shape_numel(rank, shape) / len;
+    for (int64_t r = 0; r < rows; r++) {
+        const double *s = src + row_offset(r, rank, shape, st);
+        double *d = dst + r * len;
+        for (int64_t j = 0; j < len; j++) d[j] = s[j * step];
+    }
+}
+
+/* x seen as (outer, x->shape[axis], inner). */
+static void split_at(const sn_node *x, int axis, int64_t *outer, int64_t *inner) {
+    *outer = sn_shape_numel(axis, x->shape);
+    *inner = sn_shape_numel(x->rank - axis - 1, x->shape + axis + 1);
+}
+
+static int64_t last_dim(const sn_node *x) { return x->rank ? x->shape[x->rank - 1] : 1; }
+
+/* "[1,2]": the multi-index of flat position i in shape, for messages. */
+static char *index_str(int64_t i, int rank, const int64_t *shape, char *buf, size_t len) {
+    int64_t idx[SN_MAX_RANK];
+    for (int k = rank - 1; k >= 0; k--) {
+        idx[k] = i % shape[k];
+        i /= shape[k];
+    }
+    return sn_shape_str(rank, idx, buf, len);
+}
+
+/* ---- pointwise ---- */
+
+static const double GELU_K = 0.7978845608028654; /* sqrt(2/pi) */
+static const double GELU_C = 0.044715;
+
+static double gelu(double x) { return 0.5 * x * (1 + tanh(GELU_K * (x + GELU_C * x * x * x))); }
+static double gelu_grad(double x) {
+    double t = tanh(GELU_K * (x + GELU_C * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_K * (1 + 3 * GELU_C * x * x);
+}
+static double sigmoid(double x) { return 1 / (1 + exp(-x)); }
+
+static double unary(const sn_node *n, double x) {
+    switch (n->op) {
+    case SN_OP_NEG: return -x;
+    case SN_OP_SCALE: return (double)n->a.f * x;
+    case SN_OP_EXP: return exp(x);
+    case SN_OP_LOG: return log(x);
+    case SN_OP_TANH: return tanh(x);
+    case SN_OP_SQRT: return sqrt(x);
+    case SN_OP_RSQRT: return 1 / sqrt(x);
+    case SN_OP_GELU: return gelu(x);
+    case SN_OP_SILU: return x * sigmoid(x);
+    case SN_OP_CAST: return x; /* rounded to the node's dtype afterwards (i32: toward zero) */
+    default: SN_ASSERT(0);
+    }
+}
+
+/* y (n's shape) = a op b, a and b broadcast to y's shape. */
+static void eval_binary(const sn_node *n, const double *a, const double *b, double *y) {
+    int r = n->rank;
+    int64_t sa[SN_MAX_RANK], sb[SN_MAX_RANK];
+    bcast_strides(n->in[0], r, n->shape, sa);
+    bcast_strides(n->in[1], r, n->shape, sb);
+    int64_t len = last_dim(n), rows = sn_numel(n) / len;
+    int64_t ja = r ? sa[r - 1] : 0, jb = r ? sb[r - 1] : 0;
+    for (int64_t row = 0; row < rows; row++) {
+        const double *pa = a + row_offset(row, r, n->shape, sa);
+        const double *pb = b + row_offset(row, r, n->shape, sb);
+        double *py = y + row * len;
+#define LOOP(expr)                                                                                 \
+    for (int64_t j = 0; j < len; j++) {                                                            \
+        double u = pa[j * ja], v = pb[j * jb];                                                     \
+        py[j] = (expr);                                                                            \
+    }                                                                                              \
+    break
+        switch (n->op) {
+        case SN_OP_ADD: LOOP(u + v);
+        case SN_OP_SUB: LOOP(u - v);
+        case SN_OP_MUL: LOOP(u * v);
+        case SN_OP_DIV: LOOP(u / v);
+        case SN_OP_EQ: LOOP(u == v ? 1.0 : 0.0);
+        case SN_OP_GELU_BWD: LOOP(v * gelu_grad(u));
+        case SN_OP_SILU_BWD: LOOP(v * sigmoid(u) * (1 + u * (1 - sigmoid(u))));
+        default: SN_ASSERT(0);
+        }
+#undef LOOP
+    }
+}
+
+/* ---- reductions: x (outer, d, inner) -> y (outer, inner) ---- */
+
+static void eval_reduce(const sn_node *n, const double *x, double *y) {
+    const sn_node *in = n->in[0];
+    int64_t outer, inner, d = in->shape[n->a.axis];
+    split_at(in, n->a.axis, &outer, &inner);
+    for (int64_t o = 0; o < outer; o++) {
+        const double *xo = x + o * d * inner;
+        double *yo = y + o * inner;
+        memcpy(yo, xo, sizeof(double) * (size_t)inner);
+        for (int64_t k = 1; k < d; k++) {
+            const double *xk = xo + k * inner;
+            if (n->op == SN_OP_MAX) {
+                for (int64_t i = 0; i < inner; i++)
+                    if (xk[i] > yo[i] || isnan(xk[i])) yo[i] = xk[i];
+            } else {
+                for (int64_t i = 0; i < inner; i++) yo[i] += xk[i];
+            }
+        }
+        if (n->op == SN_OP_MEAN)
+            for (int64_t i = 0; i < inner; i++) yo[i] /= (double)d;
+    }
+}
+
+/* ---- row ops: a row is the last axis, C elements ---- */
+
+static double row_max(const double *x, int64_t C) {
+    double m = -INFINITY;
+    for (int64_t j = 0; j < C; j++)
+        if (x[j] > m) m = x[j];
+    return m;
+}
+
+/* y (C) = softmax(x (C)), max-subtracted */
+static void softmax_row(const double *x, double *y, int64_t C) {
+    double m = row_max(x, C), s = 0;
+    for (int64_t j = 0; j < C; j++) s += y[j] = exp(x[j] - m);
+    for (int64_t j = 0; j < C; j++) y[j] /= s;
+}
+
+static double logsumexp_row(const double *x, int64_t C) {
+    double m = row_max(x, C), s = 0;
+    for (int64_t j = 0; j < C; j++) s += exp(x[j] - m);
+    return m + log(s);
+}
+
+/* mean and 1/sqrt(biased variance + eps) of x (C) */
+static void ln_stats(const double *x, int64_t C, double eps, double *mean, double *rstd) {
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < C; j++) m += x[j];
+    m /= (double)C;
+    for (int64_t j = 0; j < C; j++) v += (x[j] - m) * (x[j] - m);
+    *mean = m;
+    *rstd = 1 / sqrt(v / (double)C + eps);
+}
+
+/* 1/sqrt(mean(x^2) + eps) of x (C) */
+static double rms_rstd(const double *x, int64_t C, double eps) {
+    double s = 0;
+    for (int64_t j = 0; j < C; j++) s += x[j] * x[j];
+    return 1 / sqrt(s / (double)C + eps);
+}
+
+/* The row ops with one output row per input row. in: (x (R, C), then w (C) / b (C) / dy (R, C)
+ * as the op takes them); the _BWD_W ops accumulate into y (C). */
+static void eval_rows(const sn_node *n, double *const *in, double *y) {
+    const sn_node *xn = n->in[0];
+    int64_t C = last_dim(xn), R = sn_numel(xn) / C;
+    double eps = n->a.f;
+    if (n->op == SN_OP_LAYERNORM_BWD_W || n->op == SN_OP_RMSNORM_BWD_W)
+        memset(y, 0, sizeof(double) * (size_t)C);
+    for (int64_t r = 0; r < R; r++) {
+        const double *x = in[0] + r * C;
+        double *yr = y + r * C, mean, rstd;
+        switch (n->op) {
+        case SN_OP_SOFTMAX: softmax_row(x, yr, C); break;
+        case SN_OP_SOFTMAX_BWD: { /* (y, dy) */
+            const double *dy = in[1] + r * C;
+            double s = 0;
+            for (int64_t j = 0; j < C; j++) s += dy[j] * x[j];
+            for (int64_t j = 0; j < C; j++) yr[j] = x[j] * (dy[j] - s);
+            break;
+        }
+        case SN_OP_LAYERNORM: { /* (x, w, b) */
+            ln_stats(x, C, eps, &mean, &rstd);
+            for (int64_t j = 0; j < C; j++) yr[j] = (x[j] - mean) * rstd * in[1][j] + in[2][j];
+            break;
+        }
+        case SN_OP_LAYERNORM_BWD: { /* (x, w, dy): dx = rstd (g - mean g - xhat mean(g xhat)) */
+            const double *w = in[1], *dy = in[2] + r * C;
+            ln_stats(x, C, eps, &mean, &rstd);
+            double mg = 0, mgx = 0;
+            for (int64_t j = 0; j < C; j++) {
+                mg += dy[j] * w[j];
+                mgx += dy[j] * w[j] * (x[j] - mean) * rstd;
+            }
+            mg /= (double)C;
+            mgx /= (double)C;
+            for (int64_t j = 0; j < C; j++)
+                yr[j] = rstd * (dy[j] * w[j] - mg - (x[j] - mean) * rstd * mgx);
+            break;
+        }
+        case SN_OP_LAYERNORM_BWD_W: { /* (x, dy) -> y (C) += dy xhat */
+            const double *dy = in[1] + r * C;
+            ln_stats(x, C, eps, &mean, &rstd);
+            for (int64_t j = 0; j < C; j++) y[j] += dy[j] * (x[j] - mean) * rstd;
+            break;
+        }
+        case SN_OP_RMSNORM: { /* (x, w) */
+            rstd = rms_rstd(x, C, eps);
+            for (int64_t j = 0; j < C; j++) yr[j] = x[j] * rstd * in[1][j];
+            break;
+        }
+        case SN_OP_RMSNORM_BWD: { /* (x, w, dy): dx = rstd (g - x rstd^2 mean(g x)) */
+            const double *w = in[1], *dy = in[2] + r * C;
+            rstd = rms_rstd(x, C, eps);
+            double mgx = 0;
+            for (int64_t j = 0; j < C; j++) mgx += dy[j] * w[j] * x[j];
+            mgx /= (double)C;
+            for (int64_t j = 0; j < C; j++)
+                yr[j] = rstd * (dy[j] * w[j] - x[j] * rstd * rstd * mgx);
+            break;
+        }
+        case SN_OP_RMSNORM_BWD_W: { /* (x, dy) -> y (C) += dy x rstd */
+            const double *dy = in[1] + r * C;
+            rstd = rms_rstd(x, C, eps);
+            for (int64_t j = 0; j < C; j++) y[j] += dy[j] * x[j] * rstd;
+            break;
+        }
+        case SN_OP_CAUSAL_MASK: { /* row r is query i of a (T, S) matrix */
+            int64_t T = xn->shape[xn->rank - 2], i = r % T;
+            for (int64_t j = 0; j < C; j++) yr[j] = j > i + (C - T) ? (double)n->a.f : x[j];
+            break;
+        }
+        default: SN_ASSERT(0);
+        }
+    }
+}
+
+/* ---- ids and targets ---- */
+
+/* Checks every id of `ids` (values v) is in [0, limit) or equals `ignore` (when has_ignore). */
+static sn_status check_ids(const sn_node *n, const sn_node *ids, const double *v, int64_t limit,
+                           bool has_ignore, int ignore, sn_err *e) {
+    int64_t count = sn_numel(ids);
+    for (int64_t p = 0; p < count; p++) {
+        if ((has_ignore && v[p] == ignore) || (v[p] >= 0 && v[p] < (double)limit)) continue;
+        char at[64], ty[96];
+        index_str(p, ids->rank, ids->shape, at, sizeof at);
+        sn_type_str(ids, ty, sizeof ty);
+        if (n->op == SN_OP_CROSS_ENTROPY || n->op == SN_OP_CROSS_ENTROPY_BWD)
+            return sn_fail(e, SN_ERR_INVALID,
+                           "%s %%%d: target %.0f at %s of targets %s is outside the vocabulary "
+                           "[0, %lld) and is not the ignore index %d",
+                           sn_op_name(n->op), n->id, v[p], at, ty, (long long)limit, ignore);
+        return sn_fail(e, SN_ERR_INVALID,
+                       "%s %%%d: id %.0f at %s of ids %s is outside [0, %lld), the table's rows",
+                       sn_op_name(n->op), n->id, v[p], at, ty, (long long)limit);
+    }
+    return SN_OK;
+}
+
+/* logits (R, V), targets (R) -> scalar mean loss, or (R, V) gradient (with dloss) */
+static sn_status eval_cross_entropy(const sn_node *n, double *const *in, double *y, sn_err *e) {
+    const sn_node *lg = n->in[0];
+    int64_t V = last_dim(lg), R = sn_numel(lg) / V;
+    const double *logits = in[0], *tg = in[1];
+    int ign = n->a.ignore_index;
+    sn_status st = check_ids(n, n->in[1], tg, V, true, ign, e);
+    if (st) return st;
+    int64_t count = 0;
+    for (int64_t r = 0; r < R; r++) count += tg[r] != ign;
+    if (n->op == SN_OP_CROSS_ENTROPY) {
+        double loss = 0;
+        for (int64_t r = 0; r < R; r++)
+            if (tg[r] != ign)
+                loss += logsumexp_row(logits + r * V, V) - logits[r * V + (int64_t)tg[r]];
+        y[0] = count ? loss / (double)count : 0;
+        return SN_OK;
+    }
+    double k = count ? in[2][0] / (double)count : 0;
+    for (int64_t r = 0; r < R; r++) {
+        double *yr = y + r * V;
+        if (tg[r] == ign) {
+            memset(yr, 0, sizeof(double) * (size_t)V);
+            continue;
+        }
+        softmax_row(logits + r * V, yr, V);
+        yr[(int64_t)tg[r]] -= 1;
+        for (int64_t j = 0; j < V; j++) yr[j] *= k;
+    }
+    return SN_OK;
+}
+
+/* EMBEDDING: table (V, C), ids (..) -> (.., C); EMBEDDING_BWD: ids (..), dy (.., C) -> (V, C) */
+static sn_status eval_embedding(const sn_node *n, double *const *in, double *y, sn_err *e) {
+    bool fwd = n->op == SN_OP_EMBEDDING;
+    const sn_node *ids = n->in[fwd ? 1 : 0];
+    const double *id = in[fwd ? 1 : 0];
+    int64_t V = fwd ? n->in[0]->shape[0] : n->shape[0], C = last_dim(n), count = sn_numel(ids);
+    sn_status st = check_ids(n, ids, id, V, false, 0, e);
+    if (st) return st;
+    if (fwd) {
+        for (int64_t p = 0; p < count; p++)
+            memcpy(y + p * C, in[0] + (int64_t)id[p] * C, sizeof(double) * (size_t)C);
+        return SN_OK;
+    }
+    memset(y, 0, sizeof(double) * (size_t)(V * C));
+    for (int64_t p = 0; p < count; p++) {
+        double *row = y + (int64_t)id[p] * C;
+        const double *dy = in[1] + p * C;
+        for (int64_t j = 0; j < C; j++) row[j] += dy[j];
+    }
+    return SN_OK;
+}
+
+/* ---- matmul ---- */
+
+/* dst (C, R) = transpose of src (R, C) */
+static void transpose(const double *src, int64_t R, int64_t C, double *dst) {
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < C; j++) dst[j * R + i] = src[i * C + j];
+}
+
+/* y (M, N) = a (M, K) @ b (K, N), i-k-j order over contiguous rows */
+static void matmul(const double *a, const double *b, double *y, int64_t M, int64_t K, int64_t N) {
+    for (int64_t i = 0; i < M; i++) {
+        double *yr = y + i * N;
+        memset(yr, 0, sizeof(double) * (size_t)N);
+        for (int64_t k = 0; k < K; k++) {
+            double aik = a[i * K + k];
+            const double *br = b + k * N;
+            for (int64_t j = 0; j < N; j++) yr[j] += aik * br[j];
+        }
+    }
+}
+
+/* a (.., M, K) or ta (.., K, M); b (.., K, N) or tb (.., N, K); a rank-2 side is shared across
+ * the other's batch. */
+static void eval_matmul(const sn_node *n, const double *a, const double *b, double *y) {
+    const sn_node *an = n->in[0], *bn = n->in[1];
+    int64_t M = n->shape[n->rank - 2], N = n->shape[n->rank - 1];
+    int64_t K = an->shape[an->rank - 1 - n->a.ta], batch = sn_numel(n) / (M * N);
+    int64_t sa = an->rank > 2 ? M * K : 0, sb = bn->rank > 2 ? K * N : 0;
+    /* transposed copies, made once for a shared side */
+    double *at = n->a.ta ? malloc(sizeof(double) * (size_t)(M * K)) : NULL;
+    double *bt = n->a.tb ? malloc(sizeof(double) * (size_t)(K * N)) : NULL;
+    SN_ASSERT((!n->a.ta || at) && (!n->a.tb || bt));
+    for (int64_t i = 0; i < batch; i++) {
+        const double *am = a + i * sa, *bm = b + i * sb;
+        if (at) {
+            if (i == 0 || sa) transpose(am, K, M, at);
+            am = at;
+        }
+        if (bt) {
+            if (i == 0 || sb) transpose(bm, N, K, bt);
+            bm = bt;
+        }
+        matmul(am, bm, y + i * M * N, M, K, N);
+    }
+    free(at);
+    free(bt);
+}
+
+/* ---- layout ---- */
+
+static void eval_layout(const sn_node *n, double *const *in, double *y) {
+    const sn_node *x = n->in[0];
+    const size_t dsz = sizeof(double);
+    int64_t st[SN_MAX_RANK], outer, inner;
+    switch (n->op) {
+    case SN_OP_RESHAPE: memcpy(y, in[0], dsz * (size_t)sn_numel(n)); return;
+    case SN_OP_PERMUTE: { /* out dim i = in dim perm[i] */
+        int64_t xs[SN_MAX_RANK];
+        contiguous_strides(x->rank, x->shape, xs);
+        for (int i = 0; i < n->rank; i++) st[i] = xs[n->a.perm[i]];
+        copy_view(y, in[0], n->rank, n->shape, st);
+        return;
+    }
+    case SN_OP_BROADCAST:
+        bcast_strides(x, n->rank, n->shape, st);
+        copy_view(y, in[0], n->rank, n->shape, st);
+        return;
+    case SN_OP_SLICE: { /* x (outer, d, inner) -> y (outer, end - start, inner) */
+        split_at(x, n->a.axis, &outer, &inner);
+        int64_t d = x->shape[n->a.axis], w = (n->a.end - n->a.start) * inner;
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(y + o * w, in[0] + (o * d + n->a.start) * inner, dsz * (size_t)w);
+        return;
+    }
+    case SN_OP_PAD: { /* x (outer, d, inner) -> y (outer, end, inner), x at start */
+        split_at(x, n->a.axis, &outer, &inner);
+        int64_t w = x->shape[n->a.axis] * inner;
+        memset(y, 0, dsz * (size_t)sn_numel(n));
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(y + (o * n->a.end + n->a.start) * inner, in[0] + o * w, dsz * (size_t)w);
+        return;
+    }
+    case SN_OP_CONCAT: { /* xs (outer, d_i, inner) -> y (outer, sum d_i, inner) */
+        split_at(x, n->a.axis, &outer, &inner);
+        double *p = y;
+        for (int64_t o = 0; o < outer; o++)
+            for (int i = 0; i < n->n_in; i++) {
+                int64_t w = n->in[i]->shape[n->a.axis] * inner;
+                memcpy(p, in[i] + o * w, dsz * (size_t)w);
+                p += w;
+            }
+        return;
+    }
+    default: SN_ASSERT(0);
+    }
+}
+
+/* ---- one node ---- */
+
+/* y (n's shape) = n applied to its inputs' values; fails only on a bad id or target. */
+static sn_status eval(const sn_interp *it, const sn_node *n, double *y, sn_err *e) {
+    double *in[SN_MAX_INPUTS];
+    for (int i = 0; i < n->n_in; i++) {
+        in[i] = it->val[n->in[i]->id];
+        SN_ASSERT(in[i]); /* freed too early, or an input after its user */
+    }
+    int64_t numel = sn_numel(n);
+    switch (n->op) {
+    case SN_OP_INPUT: case SN_OP_PARAM: case SN_OP_CONST: case SN_OP_FULL:
+        SN_ASSERT(0); /* leaves hold their values from the setters and sn_interp_new */
+    case SN_OP_ADD: case SN_OP_SUB: case SN_OP_MUL: case SN_OP_DIV: case SN_OP_EQ:
+    case SN_OP_GELU_BWD: case SN_OP_SILU_BWD:
+        eval_binary(n, in[0], in[1], y);
+        return SN_OK;
+    case SN_OP_NEG: case SN_OP_SCALE: case SN_OP_EXP: case SN_OP_LOG: case SN_OP_TANH:
+    case SN_OP_SQRT: case SN_OP_RSQRT: case SN_OP_GELU: case SN_OP_SILU: case SN_OP_CAST:
+        for (int64_t i = 0; i < numel; i++) y[i] = unary(n, in[0][i]);
+        return SN_OK;
+    case SN_OP_SUM: case SN_OP_MEAN: case SN_OP_MAX:
+        eval_reduce(n, in[0], y);
+        return SN_OK;
+    case SN_OP_SOFTMAX: case SN_OP_SOFTMAX_BWD: case SN_OP_LAYERNORM: case SN_OP_LAYERNORM_BWD:
+    case SN_OP_LAYERNORM_BWD_W: case SN_OP_RMSNORM: case SN_OP_RMSNORM_BWD:
+    case SN_OP_RMSNORM_BWD_W: case SN_OP_CAUSAL_MASK:
+        eval_rows(n, in, y);
+        return SN_OK;
+    case SN_OP_CROSS_ENTROPY: case SN_OP_CROSS_ENTROPY_BWD: return eval_cross_entropy(n, in, y, e);
+    case SN_OP_MATMUL:
+        eval_matmul(n, in[0], in[1], y);
+        return SN_OK;
+    case SN_OP_RESHAPE: case SN_OP_PERMUTE: case SN_OP_BROADCAST: case SN_OP_SLICE:
+    case SN_OP_PAD: case SN_OP_CONCAT:
+        eval_layout(n, in, y);
+        return SN_OK;
+    case SN_OP_EMBEDDING: case SN_OP_EMBEDDING_BWD: return eval_embedding(n, in, y, e);
+    case SN_OP_COUNT: break;
+    }
+    SN_ASSERT(0);
+}
+
+/* ---- the interpreter ---- */
+
+static bool is_leaf(const sn_node *n) { return sn_op_kind(n->op) == SN_K_LEAF; }
+
+static double *alloc_value(const sn_node *n) {
+    double *v = malloc(sizeof(double) * (size_t)sn_numel(n));
+    SN_ASSERT(v); /* the reference interpreter is for small graphs */
+    return v;
+}
+
+sn_interp *sn_interp_new(const sn_graph *g, bool exact) {
+    sn_interp *it = calloc(1, sizeof *it);
+    SN_ASSERT(it);
+    int nn = g->n_nodes;
+    size_t cnt = nn ? (size_t)nn : 1;
+    it->g = g;
+    it->n_nodes = nn;
+    it->exact = exact;
+    it->val = calloc(cnt, sizeof *it->val);
+    it->set = calloc(cnt, sizeof *it->set);
+    it->keep = calloc(cnt, sizeof *it->keep);
+    it->last_use = malloc(cnt * sizeof *it->last_use);
+    SN_ASSERT(it->val && it->set && it->keep && it->last_use);
+    for (int i = 0; i < nn; i++) it->last_use[i] = -1;
+    for (int i = 0; i < nn; i++) {
+        const sn_node *n = g->nodes[i];
+        SN_ASSERT(n->id == i);
+        for (int k = 0; k < n->n_in; k++) {
+            SN_ASSERT(n->in[k]->id < i);
+            it->last_use[n->in[k]->id] = i;
+        }
+        if (is_leaf(n)) it->keep[i] = true;
+        if (n->op == SN_OP_PARAM && n->grad) it->keep[n->grad->id] = true;
+        if (n->op == SN_OP_FULL || n->op == SN_OP_CONST) {
+            int64_t numel = sn_numel(n);
+            it->val[i] = alloc_value(n);
+            for (int64_t k = 0; k < numel; k++)
+                it->val[i][k] = n->op == SN_OP_FULL ? (double)n->a.f : (double)n->data[k];
+            round_to(it, n->dtype, it->val[i], numel);
+        }
+    }
+    for (int i = 0; i < g->n_outputs; i++) it->keep[g->outputs[i]->id] = true;
+    if (g->loss) it->keep[g->loss->id] = true;
+    return it;
+}
+
+void sn_interp_free(sn_interp *it) {
+    if (!it) return;
+    for (int i = 0; i < it->n_nodes; i++) free(it->val[i]);
+    free(it->val);
+    free(it->set);
+    free(it->keep);
+    free(it->last_use);
+    free(it);
+}
+
+static bool owns(const sn_interp *it, const sn_node *n) {
+    return n && n->id >= 0 && n->id < it->n_nodes && it->g->nodes[n->id] == n;
+}
+
+/* The setters: exactly one of f, d, i is not NULL. */
+static sn_status set_values(sn_interp *it, const sn_node *n, const float *f, const double *d,
+                            const int32_t *i32, sn_err *e) {
+    if (!owns(it, n))
+        return sn_fail(e, SN_ERR_INVALID, "sn_interp_set: the node is not in this interpreter's "
+                       "graph (was the graph changed after sn_interp_new?)");
+    if (n->op != SN_OP_INPUT && n->op != SN_OP_PARAM)
+        return sn_fail(e, SN_ERR_INVALID, "sn_interp_set: %%%d is a %s node; only input and param "
+                       "nodes take values (the others are computed by sn_interp_run)",
+                       n->id, sn_op_name(n->op));
+    int64_t numel = sn_numel(n);
+    if (n->dtype == SN_I32 && !i32) /* i32 setters need no check */
+        for (int64_t k = 0; k < numel; k++) {
+            double v = f ? (double)f[k] : d[k];
+            if (v == trunc(v) && v >= INT32_MIN && v <= INT32_MAX) continue;
+            char at[64];
+            return sn_fail(e, SN_ERR_INVALID, "sn_interp_set: %s '%s' (%%%d) is i32 but element "
+                           "%s is %g, not an integer in the i32 range", sn_op_name(n->op),
+                           n->name ? n->name : "?", n->id,
+                           index_str(k, n->rank, n->shape, at, sizeof at), v);
+        }
+    double *v = it->val[n->id];
+    if (!v) v = it->val[n->id] = alloc_value(n);
+    for (int64_t k = 0; k < numel; k++) v[k] = f ? (double)f[k] : d ? d[k] : (double)i32[k];
+    round_to(it, n->dtype, v, numel);
+    it->set[n->id] = true;
+    return SN_OK;
+}
+
+sn_status sn_interp_set(sn_interp *it, const sn_node *n, const float *data, sn_err *e) {
+    return set_values(it, n, data, NULL, NULL, e);
+}
+sn_status sn_interp_set_f64(sn_interp *it, const sn_node *n, const double *data, sn_err *e) {
+    return set_values(it, n, NULL, data, NULL, e);
+}
+sn_status sn_interp_set_i32(sn_interp *it, const sn_node *n, const int32_t *data, sn_err *e) {
+    return set_values(it, n, NULL, NULL, data, e);
+}
+
+void sn_interp_keep_all(sn_interp *it, bool keep) { it->keep_all = keep; }
+
+/* Frees the values of computed nodes a run does not keep (all of them with `all`). */
+static void drop_values(sn_interp *it, bool all) {
+    for (int i = 0; i < it->n_nodes; i++)
+        if (!is_leaf(it->g->nodes[i]) && (all || !it->keep[i])) {
+            free(it->val[i]);
+            it->val[i] = NULL;
+        }
+}
+
+sn_status sn_interp_run(sn_interp *it, sn_err *e) {
+    const sn_graph *g = it->g;
+    SN_ASSERT(g->n_nodes == it->n_nodes); /* nodes appended after sn_interp_new */
+    for (int i = 0; i < it->n_nodes; i++) {
+        const sn_node *n = g->nodes[i];
+        if ((n->op == SN_OP_INPUT || n->op == SN_OP_PARAM) && !it->set[i])
+            return sn_fail(e, SN_ERR_INVALID, "%s '%s' (%%%d) was not set: call sn_interp_set "
+                           "before sn_interp_run", sn_op_name(n->op), n->name ? n->name : "?", i);
+    }
+    if (!it->keep_all) drop_values(it, false); /* left over from a keep_all run: lowers the peak */
+    for (int i = 0; i < it->n_nodes; i++) {
+        const sn_node *n = g->nodes[i];
+        if (is_leaf(n)) continue;
+        if (!it->val[i]) it->val[i] = alloc_value(n);
+        sn_status st = eval(it, n, it->val[i], e);
+        if (st) {
+            drop_values(it, true); /* no half-run values */
+            return st;
+        }
+        round_to(it, n->dtype, it->val[i], sn_numel(n));
+        if (it->keep_all) continue;
+        for (int k = 0; k < n->n_in; k++) { /* inputs read for the last time */
+            int id = n->in[k]->id;
+            if (it->last_use[id] == i && !it->keep[id]) {
+                free(it->val[id]);
+                it->val[id] = NULL;
+            }
+        }
+        if (it->last_use[i] < 0 && !it->keep[i]) { /* read by nothing */
+            free(it->val[i]);
+            it->val[i] = NULL;
+        }
+    }
+    return SN_OK;
+}
+
+const double *sn_interp_value(const sn_interp *it, const sn_node *n) {
+    SN_ASSERT(owns(it, n));
+    return it->val[n->id];
+}

@@ -1,1 +1,173 @@
-/* runtime/train.c: placeholder, being written */
+/* train.c: the trainer of train.h on the reference interpreter.
+ * Convention: parameters live as fp32 master copies here and are copied into the interpreter
+ * before each run; a step either applies its whole update or, on a bad number, none of it. */
+#include "train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interp.h"
+#include "rng.h"
+
+struct sn_trainer {
+    sn_graph *g;
+    sn_train_opts o;
+    sn_interp *it;
+    sn_node *idx, *targets;
+    int n_params;
+    sn_node **params;
+    float **w, **m, **v; /* master weights and AdamW moments, one array per parameter */
+    int step;
+};
+
+void sn_train_opts_default(sn_train_opts *o, int steps) {
+    *o = (sn_train_opts){.steps = steps, .lr = 1e-3f, .min_lr_frac = 0.1f, .warmup = steps / 10,
+                         .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                         .grad_clip = 1.0f, .seed = 1337};
+}
+
+float sn_train_lr(const sn_train_opts *o, int step) {
+    if (step < o->warmup) return o->lr * (float)(step + 1) / (float)o->warmup;
+    int decay = o->steps - o->warmup;
+    if (decay <= 0) return o->lr;
+    double t = (double)(step - o->warmup) / decay;
+    if (t > 1) t = 1;
+    double min_lr = o->lr * o->min_lr_frac;
+    return (float)(min_lr + 0.5 * (o->lr - min_lr) * (1 + cos(M_PI * t)));
+}
+
+void sn_param_init(const sn_node *p, float *dst, uint64_t seed) {
+    int64_t n = sn_numel(p);
+    switch (p->a.init) {
+    case SN_INIT_ZEROS: memset(dst, 0, sizeof(float) * (size_t)n); return;
+    case SN_INIT_ONES:
+        for (int64_t i = 0; i < n; i++) dst[i] = 1.0f;
+        return;
+    case SN_INIT_NORMAL: {
+        sn_rng r = sn_rng_seed(sn_hash_str(p->name ? p->name : "", seed));
+        for (int64_t i = 0; i < n; i++) dst[i] = (float)(p->a.f * sn_rng_normal(&r));
+        return;
+    }
+    case SN_INIT_COUNT: break;
+    }
+    SN_ASSERT(0);
+}
+
+static sn_node *find_input(const sn_graph *g, const char *name) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_INPUT && !strcmp(g->nodes[i]->name, name)) return g->nodes[i];
+    return NULL;
+}
+
+void sn_trainer_free(sn_trainer *t) {
+    if (!t) return;
+    for (int i = 0; i < t->n_params; i++) {
+        free(t->w[i]);
+        free(t->m[i]);
+        free(t->v[i]);
+    }
+    free(t->w);
+    free(t->m);
+    free(t->v);
+    free(t->params);
+    sn_interp_free(t->it);
+    free(t);
+}
+
+sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
+    if (!g->loss || !g->has_backward) {
+        sn_fail(e, SN_ERR_INVALID, "trainer: the graph needs a loss and its backward (call sn_backward)");
+        return NULL;
+    }
+    sn_node *idx = find_input(g, "idx"), *targets = find_input(g, "targets");
+    if (!idx || !targets || idx->dtype != SN_I32 || targets->dtype != SN_I32 ||
+        sn_numel(idx) != sn_numel(targets)) {
+        sn_fail(e, SN_ERR_INVALID, "trainer: the graph needs i32 inputs \"idx\" and \"targets\" "
+                "of the same shape");
+        return NULL;
+    }
+    if (sn_verify(g, e) != SN_OK) return NULL;
+    sn_trainer *t = calloc(1, sizeof *t);
+    SN_ASSERT(t);
+    t->g = g;
+    t->o = *o;
+    t->idx = idx;
+    t->targets = targets;
+    t->n_params = sn_graph_params(g, NULL, 0);
+    t->params = calloc((size_t)t->n_params, sizeof *t->params);
+    t->w = calloc((size_t)t->n_params, sizeof *t->w);
+    t->m = calloc((size_t)t->n_params, sizeof *t->m);
+    t->v = calloc((size_t)t->n_params, sizeof *t->v);
+    SN_ASSERT(t->params && t->w && t->m && t->v);
+    sn_graph_params(g, t->params, t->n_params);
+    for (int i = 0; i < t->n_params; i++) {
+        size_t n = (size_t)sn_numel(t->params[i]);
+        t->w[i] = malloc(n * sizeof(float));
+        t->m[i] = calloc(n, sizeof(float));
+        t->v[i] = calloc(n, sizeof(float));
+        if (!t->w[i] || !t->m[i] || !t->v[i]) {
+            sn_trainer_free(t);
+            sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for parameters and moments");
+            return NULL;
+        }
+        sn_param_init(t->params[i], t->w[i], o->seed);
+    }
+    t->it = sn_interp_new(g, false);
+    return t;
+}
+
+/* Loads the batch and the current weights, runs the graph. */
+static sn_status run(sn_trainer *t, const int32_t *idx, const int32_t *targets, sn_err *e) {
+    sn_status s;
+    if ((s = sn_interp_set_i32(t->it, t->idx, idx, e)) || (s = sn_interp_set_i32(t->it, t->targets, targets, e)))
+        return s;
+    for (int i = 0; i < t->n_params; i++)
+        if ((s = sn_interp_set(t->it, t->params[i], t->w[i], e))) return s;
+    return sn_interp_run(t->it, e);
+}
+
+sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
+                          sn_err *e) {
+    sn_status s = run(t, idx, targets, e);
+    if (s) return s;
+    *loss = sn_interp_value(t->it, t->g->loss)[0];
+    return SN_OK;
+}
+
+sn_status sn_trainer_step(sn_trainer *t, const int32_t *idx, const int32_t *targets,
+                          sn_step_stats *st, sn_err *e) {
+    sn_status s = run(t, idx, targets, e);
+    if (s) return s;
+    double loss = sn_interp_value(t->it, t->g->loss)[0], sq = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        const double *gr = sn_interp_value(t->it, t->params[i]->grad);
+        for (int64_t j = 0; j < sn_numel(t->params[i]); j++) sq += gr[j] * gr[j];
+    }
+    double norm = sqrt(sq);
+    if (!isfinite(loss) || !isfinite(norm))
+        return sn_fail(e, SN_ERR_NUMERIC, "step %d: loss %g, gradient norm %g: the run diverged; "
+                       "the parameters are unchanged (lower the learning rate or raise warm-up)",
+                       t->step, loss, norm);
+    const sn_train_opts *o = &t->o;
+    float lr = sn_train_lr(o, t->step);
+    double clip = o->grad_clip > 0 && norm > o->grad_clip ? o->grad_clip / norm : 1.0;
+    t->step++;
+    double bc1 = 1 - pow(o->beta1, t->step), bc2 = 1 - pow(o->beta2, t->step);
+    for (int i = 0; i < t->n_params; i++) {
+        const double *gr = sn_interp_value(t->it, t->params[i]->grad);
+        float *w = t->w[i], *m = t->m[i], *v = t->v[i];
+        float wd = t->params[i]->rank >= 2 ? o->weight_decay : 0.0f;
+        for (int64_t j = 0; j < sn_numel(t->params[i]); j++) {
+            float gj = (float)(gr[j] * clip);
+            m[j] = o->beta1 * m[j] + (1 - o->beta1) * gj;
+            v[j] = o->beta2 * v[j] + (1 - o->beta2) * gj * gj;
+            double mhat = m[j] / bc1, vhat = v[j] / bc2;
+            w[j] -= (float)(lr * (mhat / (sqrt(vhat) + o->eps) + wd * w[j]));
+        }
+    }
+    if (st) *st = (sn_step_stats){.loss = loss, .grad_norm = norm, .lr = lr};
+    return SN_OK;
+}
+
+int sn_trainer_step_count(const sn_trainer *t) { return t->step; }

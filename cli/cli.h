@@ -1,0 +1,16 @@
+/* cli.h: helpers shared by the command files of the `sinter` program. */
+#ifndef SN_CLI_H
+#define SN_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+void cli_usage(FILE *f);
+/* Prints "sinter: <fmt with arg>" and a usage hint to stderr; returns the exit code 2. */
+int cli_fail(const char *fmt, const char *arg);
+/* Parses a whole decimal integer in [lo, hi]. */
+bool cli_int(const char *s, long lo, long hi, long *out);
+
+int cli_train(int argc, char **argv);
+
+#endif

@@ -1,0 +1,34 @@
+/* gpt2.h: GPT-2 written against the frontend API, with the published configurations.
+ * Convention: parameters are named as in llm.c / Hugging Face ("wte", "h.0.attn.c_attn.w" ...),
+ * weights are stored (in, out) so a layer is x @ w, and the LM head is tied to wte. */
+#ifndef SN_GPT2_H
+#define SN_GPT2_H
+
+#include "../frontend/sinter.h"
+
+typedef struct {
+    const char *name;
+    int vocab;   /* V */
+    int ctx;     /* maximum sequence length */
+    int n_layer; /* L */
+    int n_head;  /* H */
+    int n_embd;  /* C */
+} sn_gpt2_config;
+
+/* Looks up "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "demo" or "tiny"; false if unknown. */
+bool sn_gpt2_config_find(const char *name, sn_gpt2_config *out);
+/* The known names, comma-separated, for usage messages. */
+const char *sn_gpt2_config_names(void);
+
+typedef struct {
+    sn_node *idx;     /* (B, T) i32 input tokens */
+    sn_node *targets; /* (B, T) i32 next tokens; -1 is ignored */
+    sn_node *logits;  /* (B, T, V) */
+    sn_node *loss;    /* scalar, mean cross-entropy in nats */
+} sn_gpt2;
+
+/* Builds the forward graph for batches of B sequences of T tokens (T <= ctx) into g and marks
+ * logits and loss as outputs. */
+sn_status sn_gpt2_build(sn_graph *g, const sn_gpt2_config *c, int B, int T, sn_gpt2 *out, sn_err *e);
+
+#endif

