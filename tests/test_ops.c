@@ -719,7 +719,8 @@ START_TEST(test_memory) {
 }
 END_TEST
 
-/* ---- speed: a tiny GPT-2 forward: 4 sequences of 64 tokens, width 64, 4 heads, 4 layers ---- */
+/* ---- a tiny GPT-2-like forward runs: 4 x 64 tokens, width 64, 4 heads, 4 layers.
+ * Its time is printed, never asserted: speed targets live in bench/. ---- */
 
 START_TEST(test_speed_small_model) {
     enum { N = 256, C = 64, H = 4, T = 64, L = 4 };
@@ -768,7 +769,6 @@ START_TEST(test_speed_small_model) {
             "in %.1f ms\n",
             g->n_nodes, L, N, C, mflop, 1e3 * s);
     ck_assert(isfinite(sn_interp_value(it, loss)[0]) && sn_interp_value(it, loss)[0] > 0);
-    ck_assert_msg(s < 2.0, "interpreter too slow: %.2f s", s);
     sn_interp_free(it);
     sn_graph_free(g);
 }
