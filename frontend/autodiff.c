@@ -22,6 +22,11 @@ static void accumulate(ad_state *s, sn_node *x, sn_node *contrib) {
 
 /* Sums the gradient dy (shape of a broadcast result) down to the shape of x. */
 static sn_node *unbroadcast(sn_graph *g, sn_node *dy, const sn_node *x) {
+    if (dy && dy->rank > x->rank + 1) { /* fold the extra leading axes into one, sum it once */
+        sn_shape s = {.rank = x->rank + 1, .d = {-1}};
+        for (int i = 0; i < x->rank; i++) s.d[i + 1] = dy->shape[dy->rank - x->rank + i];
+        dy = sn_reshape(g, dy, s);
+    }
     while (dy && dy->rank > x->rank) dy = sn_sum(g, dy, 0, false);
     for (int i = 0; dy && i < x->rank; i++)
         if (x->shape[i] == 1 && dy->shape[i] != 1) dy = sn_sum(g, dy, i, true);

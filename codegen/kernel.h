@@ -1,0 +1,96 @@
+/* kernel.h: the device-neutral description of one kernel, made by the fuse pass and read by
+ * every code generator (LLVM IR for CPUs, CUDA C for NVRTC) and by the executor.
+ * Convention: a kernel reads and writes only materialised values ("args"), each a contiguous
+ * row-major buffer; outputs come first in args, then inputs. Everything else a kernel needs
+ * (ops, attributes, shapes) is read from the graph nodes it points to. */
+#ifndef SN_KERNEL_H
+#define SN_KERNEL_H
+
+#include "../ir/ir.h"
+
+typedef enum {
+    SN_KER_POINTWISE, /* out[i] = expression over accesses, i over `shape` */
+    SN_KER_ROW,       /* anchor is a row op (softmax, norms, causal mask, cross-entropy, bwds) */
+    SN_KER_REDUCE,    /* anchor is sum/mean/max over one axis */
+    SN_KER_GEMM,      /* anchor is a matmul: a GEMM library call, not generated */
+    SN_KER_ATTENTION, /* anchor is an attention op (forward: lse + o; backward: dq, dk, dv) */
+    SN_KER_GATHER,    /* anchor is embedding (gather) or embedding_bwd (scatter-add) */
+    SN_KER_ADAMW,     /* the optimizer update of one parameter (anchor: the PARAM); see below */
+    SN_KER_KIND_COUNT
+} sn_kernel_kind;
+
+const char *sn_kernel_kind_name(sn_kernel_kind k);
+
+#define SN_KER_MAX_ARGS 16
+
+/* How a pointwise kernel reads an arg: at index-space coordinate (i_0 .. i_{r-1}) the element
+ * is args[arg][offset + sum_d i_d * stride[d]] (stride 0 broadcasts). Views (broadcast,
+ * permute, slice, reshape where strides allow) fold into offset and strides. With `masked`,
+ * coordinates with i_{mask_axis} outside [mask_lo, mask_hi) read 0 instead (pad, concat). */
+typedef struct {
+    int arg;
+    int64_t offset;
+    int64_t stride[SN_MAX_RANK];
+    bool masked;
+    int mask_axis;
+    int64_t mask_lo, mask_hi;
+} sn_access;
+
+/* One operand of a pointwise instruction: an earlier instruction's value, an access, or (for
+ * a FULL node folded in) a constant. */
+typedef enum { SN_REF_INSTR, SN_REF_ACCESS, SN_REF_CONST } sn_ref_kind;
+typedef struct {
+    sn_ref_kind kind;
+    int index;   /* instruction or access index */
+    float value; /* SN_REF_CONST */
+} sn_ref;
+
+/* y = node->op(in...) evaluated per element; node gives op, attributes (scale factor) and dtype. */
+typedef struct {
+    const sn_node *node;
+    int n_in;
+    sn_ref in[3];
+} sn_pw_instr;
+
+typedef struct sn_kernel sn_kernel;
+struct sn_kernel {
+    sn_kernel_kind kind;
+    int id;
+    char name[64]; /* C identifier, unique in a program: "k12_pointwise_gelu" */
+    int n_out, n_in;
+    const sn_node *args[SN_KER_MAX_ARGS]; /* n_out outputs then n_in inputs, all materialised */
+    const sn_node *anchor;                /* every kind but POINTWISE: the node computed */
+    const sn_node *anchor2;               /* ATTENTION forward: the lse node (also an output) */
+
+    /* POINTWISE: index space, instructions, accesses, and which instruction each output stores
+     * (contiguously over the index space; an output's numel equals the index space's). */
+    int rank;
+    int64_t shape[SN_MAX_RANK];
+    int n_instr;
+    sn_pw_instr *instr;
+    int n_access;
+    sn_access *access;
+    int store[SN_KER_MAX_ARGS];
+
+    /* Work is split over threads (CPU) or blocks (GPU) as items [0, n_items): pointwise:
+     * elements; ROW: rows; REDUCE: output elements; GATHER: ids (or table rows for the
+     * scatter); ATTENTION: (batch x head) pairs. `serial`: must run as one range. */
+    int64_t n_items;
+    bool serial;
+};
+
+/* ADAMW kernels are made by the trainer, not by fuse. Their buffers are, in order:
+ * p (f32, updated), m, v (f32 moments, updated), g (the gradient, read),
+ * hyper (float[8], read: lr, beta1, beta2, eps, weight_decay, 1-beta1^t, 1-beta2^t, grad_scale);
+ * per element: g' = g * grad_scale; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+ * p -= lr * ((m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + weight_decay * p). */
+enum { SN_ADAMW_BUFS = 5, SN_ADAMW_HYPER = 8 };
+
+/* The CPU calling convention of a generated kernel: bufs[i] points at args[i]'s data; the
+ * kernel does the items [begin, end). */
+typedef void (*sn_cpu_kernel_fn)(void *const *bufs, int64_t begin, int64_t end);
+
+/* One line describing k: "k3 pointwise gelu,add f32[4,64,768] <- %12, %40 -> %41". */
+void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,97 @@
+/* memplan.c: live ranges over the kernel order and arena offsets for the values that are not
+ * persistent. Convention: greedy by size (largest first), each value placed in the lowest gap
+ * among the already-placed values whose live ranges overlap its own; 64-byte alignment. */
+#include <stdlib.h>
+
+#include "program.h"
+
+enum { ALIGN = 64 };
+
+static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
+
+/* The value whose bytes v uses (following free reshapes). */
+static int root_of(const sn_program *p, int v) {
+    while (p->values[v].alias >= 0) v = p->values[v].alias;
+    return v;
+}
+
+static void fill_live_ranges(sn_program *p) {
+    for (int k = 0; k < p->n_kernels; k++) {
+        const sn_kernel *ker = p->kernels[k];
+        for (int a = 0; a < ker->n_out + ker->n_in; a++) {
+            int v = root_of(p, p->value_of[ker->args[a]->id]);
+            sn_value *val = &p->values[v];
+            if (a < ker->n_out && val->first < 0) val->first = k;
+            if (k > val->last) val->last = k;
+        }
+    }
+}
+
+static int by_size_desc(const void *a, const void *b, void *ctx) {
+    const sn_program *p = ctx;
+    int64_t sa = p->values[*(const int *)a].bytes, sb = p->values[*(const int *)b].bytes;
+    if (sa != sb) return sa < sb ? 1 : -1;
+    return *(const int *)a - *(const int *)b;
+}
+
+static int by_offset(const void *a, const void *b, void *ctx) {
+    const sn_program *p = ctx;
+    int64_t oa = p->values[*(const int *)a].offset, ob = p->values[*(const int *)b].offset;
+    return oa < ob ? -1 : oa > ob;
+}
+
+static bool overlap(const sn_value *a, const sn_value *b) { return a->first <= b->last && b->first <= a->last; }
+
+sn_status sn_memplan(sn_program *p, sn_err *e) {
+    (void)e;
+    fill_live_ranges(p);
+    int *order = malloc(sizeof(int) * (size_t)(p->n_values + 1));
+    int *near = malloc(sizeof(int) * (size_t)(p->n_values + 1));
+    SN_ASSERT(order && near);
+    int n = 0;
+    p->persistent_bytes = p->arena_bytes = p->sum_bytes = 0;
+    for (int v = 0; v < p->n_values; v++) {
+        sn_value *val = &p->values[v];
+        if (val->alias >= 0) continue;
+        if (val->persistent) {
+            val->offset = p->persistent_bytes;
+            p->persistent_bytes += align_up(val->bytes);
+        } else {
+            order[n++] = v;
+            p->sum_bytes += val->bytes;
+        }
+    }
+    qsort_r(order, (size_t)n, sizeof *order, by_size_desc, p);
+    for (int i = 0; i < n; i++) {
+        sn_value *val = &p->values[order[i]];
+        int m = 0;
+        for (int j = 0; j < i; j++)
+            if (overlap(val, &p->values[order[j]])) near[m++] = order[j];
+        qsort_r(near, (size_t)m, sizeof *near, by_offset, p);
+        /* the smallest gap that fits, else after the last */
+        int64_t at = 0, best = -1, best_gap = INT64_MAX, need = align_up(val->bytes);
+        for (int j = 0; j < m; j++) {
+            const sn_value *o = &p->values[near[j]];
+            if (o->offset - at >= need && o->offset - at < best_gap) {
+                best = at;
+                best_gap = o->offset - at;
+            }
+            int64_t end = o->offset + align_up(o->bytes);
+            if (end > at) at = end;
+        }
+        val->offset = best >= 0 ? best : at;
+        if (val->offset + need > p->arena_bytes) p->arena_bytes = val->offset + need;
+    }
+    for (int v = 0; v < p->n_values; v++) { /* aliases take their root's place */
+        sn_value *val = &p->values[v];
+        if (val->alias < 0) continue;
+        const sn_value *r = &p->values[root_of(p, v)];
+        val->offset = r->offset;
+        val->persistent = r->persistent;
+        val->first = r->first;
+        val->last = r->last;
+    }
+    free(order);
+    free(near);
+    return SN_OK;
+}
