@@ -97,8 +97,9 @@ static const Variant variants[] = {
 };
 enum { NVAR = sizeof variants / sizeof variants[0] };
 
-/* A worker: a group of variants in one process, with one environment setting. env NULL: the
- * library's own CPU detection (the knob named in `knob` is removed from the environment). */
+/* A worker: a group of variants in one process, with one environment setting. The variable named
+ * in `knob` is removed from the inherited environment, then `env` (if any) is set; env NULL thus
+ * means the library's own CPU detection, whatever the caller's environment says. */
 typedef struct {
     const char *group, *knob, *env;
     int in_quick;
@@ -107,9 +108,11 @@ typedef struct {
 static const WorkerSpec worker_specs[] = {
     {"onednn", NULL, NULL, 1},
     {"blis", "BLIS_ARCH_TYPE", "BLIS_ARCH_TYPE=skx", 1},
+    {"blis", "BLIS_ARCH_TYPE", "BLIS_ARCH_TYPE=zen3", 0}, /* AVX2 kernels */
     {"blis", "BLIS_ARCH_TYPE", NULL, 0},
     {"openblas", "OPENBLAS_CORETYPE", "OPENBLAS_CORETYPE=SKYLAKEX", 1},
     {"openblas", "OPENBLAS_CORETYPE", "OPENBLAS_CORETYPE=COOPERLAKE", 1},
+    {"openblas", "OPENBLAS_CORETYPE", "OPENBLAS_CORETYPE=HASWELL", 0}, /* AVX2 kernels */
     {"openblas", "OPENBLAS_CORETYPE", NULL, 0},
 };
 enum { NSPEC = sizeof worker_specs / sizeof worker_specs[0] };
@@ -135,6 +138,26 @@ static double now_ms(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+static void loadavg(char *buf, size_t len) /* "1.23 0.80 0.50": other work competing for the cores */
+{
+    snprintf(buf, len, "?");
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (!fgets(buf, (int)len, f)) snprintf(buf, len, "?");
+        fclose(f);
+        int spaces = 0;
+        for (char *p = buf; *p; p++)
+            if (*p == '\n' || (*p == ' ' && ++spaces == 3)) *p = 0;
+    }
+}
+
+static double cpu_ms(void) /* all threads of this process */
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
 }
 
@@ -178,9 +201,11 @@ static void json_str(FILE *f, const char *key, const char *s)
     fputc('"', f);
 }
 
-static int cmp_double(const void *a, const void *b)
+typedef struct { double ms, share; } Sample; /* share: CPU time / (wall time x threads) */
+
+static int cmp_sample(const void *a, const void *b)
 {
-    double x = *(const double *)a, y = *(const double *)b;
+    double x = ((const Sample *)a)->ms, y = ((const Sample *)b)->ms;
     return (x > y) - (x < y);
 }
 
@@ -499,7 +524,7 @@ static void plan_free(Plan *p)
 
 typedef struct { int32_t var, shape, check; } Req; /* var < 0: exit */
 typedef struct {
-    double ms, err;
+    double ms, cpu_ms, err; /* cpu_ms: CPU time of the whole worker process during the call */
     int32_t ok;
     char impl[96], msg[200];
 } Resp;
@@ -508,6 +533,7 @@ typedef struct {
     char info[400];
 } Hello;
 
+static const double SLOW_FACTOR = 8; /* see --slow-ms */
 static const double TOL = 1e-4; /* normalized error; a wrong GEMM is > 1e-3 on these shapes */
 
 static void write_all(int fd, const void *buf, size_t n)
@@ -605,7 +631,7 @@ static void fill(float *x, size_t n, uint64_t seed)
     for (size_t i = 0; i < n; i++) x[i] = rng_uniform(&s);
 }
 
-static const char *env_label(const WorkerSpec *w) { return w->env ? w->env : "autodetect"; }
+static const char *env_label(const WorkerSpec *w) { return w->env ? w->env : w->knob ? "autodetect" : "default"; }
 
 /* Full comparison with the reference on a small odd shape, for all four transpose pairs. */
 static int small_check(int var, int threads, const char *env)
@@ -698,9 +724,9 @@ static int worker_main(const char *group, const char *env, int threads, int rfd,
         snprintf(rs.impl, sizeof rs.impl, "%s", impls[v][si]);
         if (state[v][si] == 1) {
             if (rq.check) memset(c, 0xff, (size_t)s->m * s->n * 4);
-            double t0 = now_ms();
+            double t0 = now_ms(), c0 = cpu_ms();
             plan_run(p);
-            rs.ms = now_ms() - t0;
+            rs.ms = now_ms() - t0, rs.cpu_ms = cpu_ms() - c0;
             rs.ok = 1;
             if (rq.check) { /* 48 sampled entries against a double-precision dot product */
                 uint64_t seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)(si * 131 + v);
@@ -755,7 +781,7 @@ static int spawn_worker(Worker *w, const char *self, int threads, int measure_re
 typedef struct { /* one (worker, variant) column of the results */
     Worker *w;
     int var, ok;
-    double best[NSHAPE], median[NSHAPE], err[NSHAPE];
+    double best[NSHAPE], median[NSHAPE], err[NSHAPE], share[NSHAPE];
     int reps[NSHAPE], measured[NSHAPE];
     char impl[NSHAPE][96];
 } Slot;
@@ -766,11 +792,12 @@ static void usage(void)
             "usage: gemm_libs [--reps N] [--quick] [--threads N] [--gap-ms MS] [--slow-ms MS] [--no-peak]\n"
             "                 [--only onednn,blis,openblas] [--measure-ref]\n"
             "  --reps N      timed repetitions per (shape, library), interleaved; best and median printed (5)\n"
-            "  --quick       2 reps, no LM-head shapes, no library-autodetect workers\n"
+            "  --quick       2 reps, no LM-head shapes, no autodetect or AVX2 settings of BLIS/OpenBLAS\n"
             "  --threads N   threads each library is set to use (2)\n"
             "  --gap-ms MS   pause before each timed call so idle pool threads stop spinning (30;\n"
             "                OpenBLAS gets 120 more: its idle threads spin ~2^28 cycles)\n"
-            "  --slow-ms MS  a call slower than this on its warm-up is timed only once (3000)\n");
+            "  --slow-ms MS  a call slower than this on its warm-up (or 8x slower than the fastest\n"
+            "                library's warm-up on that shape) is timed only once (3000)\n");
     exit(2);
 }
 
@@ -814,8 +841,10 @@ int main(int argc, char **argv)
     }
     __builtin_cpu_init();
     int has512 = __builtin_cpu_supports("avx512f"), hasbf16 = has512 && __builtin_cpu_supports("avx512bf16");
+    char load[64];
+    loadavg(load, sizeof load);
     printf("{\"bench\":\"machine\",");
-    json_str(stdout, "cpu", model);
+    json_str(stdout, "cpu", model), putchar(','), json_str(stdout, "loadavg", load);
     printf(",\"online_cpus\":%ld,\"avx512f\":%s,\"avx512_bf16\":%s,\"threads\":%d,\"reps\":%d,\"quick\":%s}\n",
            sysconf(_SC_NPROCESSORS_ONLN), has512 ? "true" : "false", hasbf16 ? "true" : "false", threads, reps,
            quick ? "true" : "false");
@@ -833,9 +862,18 @@ int main(int argc, char **argv)
                 printf("{\"bench\":\"peak\",\"dtype\":\"%s\",\"instr\":\"%s\",\"threads\":%d,\"reps\":5,"
                        "\"gflops_per_core\":%.1f,\"gflops\":%.1f}\n",
                        kk ? "bf16" : "f32", what, nt, per_core, total);
-                if (nt == threads) *(kk ? &peak_bf16 : &peak_f32) = total;
+                /* peak = the larger of the concurrent total and threads x one core alone: neighbours
+                 * on a shared machine depress the concurrent run more often than the lone one */
+                double *pk = kk ? &peak_bf16 : &peak_f32;
+                if (nt == 1 && total * threads > *pk) *pk = total * threads;
+                if (nt == threads && total > *pk) *pk = total;
             }
     }
+
+    if (peak)
+        printf("{\"bench\":\"peak_used\",\"threads\":%d,\"f32_gflops\":%.1f,\"bf16_gflops\":%.1f,"
+               "\"note\":\"denominator of frac_of_peak: max(concurrent total, threads x one core alone)\"}\n",
+               threads, peak_f32, peak_bf16);
 
     /* workers */
     char self[4096];
@@ -873,7 +911,7 @@ int main(int argc, char **argv)
     if (nworker == 0) fprintf(stderr, "gemm_libs: no GEMM library to measure (none compiled in, or all failed to start)\n");
 
     /* measurements: per shape, warm-up + check, then `reps` rounds over all slots in rotating order */
-    double *samples = malloc(sizeof(double) * (size_t)reps * NVAR * NSPEC);
+    Sample *samples = malloc(sizeof(Sample) * (size_t)reps * NVAR * NSPEC);
     for (int si = 0; si < NSHAPE && nslot; si++) {
         const Shape *sh = &shapes[si];
         if (quick && is_lm_head(sh)) continue;
@@ -883,13 +921,19 @@ int main(int argc, char **argv)
             const Variant *v = &variants[s->var];
             if (s->ok && s->w->alive && (!v->epilogue || takes_epilogue(sh))) act[nact++] = j;
         }
-        double prev_gap = gap;
-        int n_timed = 0;
+        double prev_gap = gap, warm[NVAR * NSPEC] = {0};
         for (int round = -1; round < reps; round++) {
+            if (round == 0) { /* far slower than the best on its warm-up: timed once more, not `reps` times */
+                double fastest = 0;
+                for (int q = 0; q < nact; q++)
+                    if (slots[act[q]].measured[si] && (fastest == 0 || warm[act[q]] < fastest)) fastest = warm[act[q]];
+                for (int q = 0; q < nact; q++)
+                    slow_once[act[q]] = warm[act[q]] > slow || warm[act[q]] > SLOW_FACTOR * fastest;
+            }
             for (int q = 0; q < nact; q++) {
                 int j = act[(q + (round < 0 ? 0 : round)) % nact];
                 Slot *s = &slots[j];
-                if (!s->w->alive || (round >= 0 && (!s->measured[si] || slow_once[j]))) continue;
+                if (!s->w->alive || (round >= 0 && (!s->measured[si] || (slow_once[j] && round > 0)))) continue;
                 Req rq = {s->var, si, round < 0};
                 Resp rs;
                 sleep_ms(prev_gap);
@@ -917,11 +961,10 @@ int main(int argc, char **argv)
                         json_str(stdout, "error", rs.msg);
                         printf("}\n");
                     }
-                    if (rs.ok && rs.ms > slow) slow_once[j] = 1, samples[(size_t)j * reps] = rs.ms;
+                    warm[j] = rs.ms;
                 } else {
-                    samples[(size_t)j * reps + (size_t)round] = rs.ms;
+                    samples[(size_t)j * reps + (size_t)round] = (Sample){rs.ms, rs.cpu_ms / (rs.ms * threads)};
                 }
-                n_timed++;
             }
         }
         for (int q = 0; q < nact; q++) {
@@ -929,10 +972,10 @@ int main(int argc, char **argv)
             Slot *s = &slots[j];
             if (!s->measured[si]) continue;
             int nr = slow_once[j] ? 1 : reps;
-            double *x = &samples[(size_t)j * reps];
-            qsort(x, (size_t)nr, sizeof *x, cmp_double);
-            s->best[si] = x[0], s->reps[si] = nr;
-            s->median[si] = nr % 2 ? x[nr / 2] : 0.5 * (x[nr / 2 - 1] + x[nr / 2]);
+            Sample *x = &samples[(size_t)j * reps];
+            qsort(x, (size_t)nr, sizeof *x, cmp_sample);
+            s->best[si] = x[0].ms, s->share[si] = x[0].share, s->reps[si] = nr;
+            s->median[si] = nr % 2 ? x[nr / 2].ms : 0.5 * (x[nr / 2 - 1].ms + x[nr / 2].ms);
             const Variant *v = &variants[s->var];
             double gf = 2.0 * sh->m * sh->n * sh->k / (s->best[si] * 1e6);
             double pk = v->bf16 ? peak_bf16 : peak_f32;
@@ -948,9 +991,8 @@ int main(int argc, char **argv)
                    sh->tb, threads, nr, s->best[si], s->median[si], gf);
             if (pk > 0) printf("\"frac_of_peak\":%.3f,", gf / pk);
             else printf("\"frac_of_peak\":null,");
-            printf("\"max_err\":%.2g,\"ok\":true}\n", s->err[si]);
+            printf("\"cpu_share\":%.2f,\"max_err\":%.2g,\"ok\":true}\n", s->share[si], s->err[si]);
         }
-        (void)n_timed;
     }
     free(samples);
 
@@ -1016,6 +1058,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "\n");
     }
 
+    loadavg(load, sizeof load);
+    printf("{\"bench\":\"end\",");
+    json_str(stdout, "loadavg", load);
+    printf("}\n");
     for (int i = 0; i < nworker; i++) {
         Req quit = {-1, 0, 0};
         if (workers[i].alive) write_all(workers[i].wfd, &quit, sizeof quit);

@@ -12,5 +12,6 @@ int cli_fail(const char *fmt, const char *arg);
 bool cli_int(const char *s, long lo, long hi, long *out);
 
 int cli_train(int argc, char **argv);
+int cli_prepare(int argc, char **argv);
 
 #endif

@@ -1,10 +1,11 @@
-/* sinter.c: the command line: `sinter info`, `sinter graph`, `sinter train`.
+/* sinter.c: the command line: `sinter info`, `sinter graph`, `sinter train`, `sinter prepare`.
  * Convention: the library reports errors to this file; only this file prints usage and exits. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../models/gpt2.h"
+#include "../passes/passes.h"
 #include "../passes/pipeline.h"
 #include "../runtime/info.h"
 #include "cli.h"
@@ -17,8 +18,12 @@ static const char usage_text[] =
     "  graph --model NAME         print the model's IR\n"
     "        [--backward]         with the backward graph appended (autodiff)\n"
     "        [--dump-after PASS]  print the IR after PASS (%s)\n"
+    "        [--no-fuse-attention]  keep attention written out (matmul, mask, softmax, matmul)\n"
+    "        [--pad-vocab N]      pad the vocabulary to a multiple of N (default 64; pow2: the\n"
+    "                             next power of two; 0: no padding)\n"
     "        [--batch B] [--seq T]  input shape (default 4 x the model's context)\n"
     "  train [options]            train a GPT on a text corpus (sinter train --help)\n"
+    "  prepare --out PREFIX       tokenize a corpus into llm.c token shards (sinter prepare --help)\n"
     "\n"
     "models: %s\n";
 
@@ -52,11 +57,17 @@ static void print_count(FILE *f, long long n) {
 
 static int cmd_graph(int argc, char **argv) {
     const char *model = NULL;
-    sn_pipeline_opts o = {0};
-    long B = 4, T = -1;
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    long B = 4, T = -1, pad;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--backward")) o.backward = true;
+        else if (!strcmp(a, "--no-fuse-attention")) o.fuse_attention = false;
+        else if (!strcmp(a, "--pad-vocab") && v) {
+            if (!strcmp(argv[++i], "pow2")) o.pad_vocab = SN_PAD_VOCAB_POW2;
+            else if (cli_int(v, 0, 1 << 20, &pad)) o.pad_vocab = pad;
+            else return cli_fail("--pad-vocab wants a multiple (0: no padding) or pow2, not '%s'", v);
+        }
         else if (!strcmp(a, "--model") && v) model = argv[++i];
         else if (!strcmp(a, "--dump-after") && v) o.dump_after = argv[++i];
         else if (!strcmp(a, "--batch") && v) {
@@ -73,16 +84,26 @@ static int cmd_graph(int argc, char **argv) {
     sn_gpt2 m;
     sn_err e;
     sn_status s = sn_gpt2_build(g, &c, (int)B, (int)T, &m, &e);
+    sn_pipeline_stats st;
     if (!s) {
-        if (!o.dump_after) o.dump_after = o.backward ? "autodiff" : "frontend";
         printf("# model %s: vocab %d, context %d, %d layers, %d heads, %d channels; input %ld x %ld\n",
                c.name, c.vocab, c.ctx, c.n_layer, c.n_head, c.n_embd, B, T);
         printf("# parameters: ");
         print_count(stdout, (long long)sn_graph_param_count(g));
         printf("\n");
-        s = sn_pipeline_run(g, &o, &e);
+        s = sn_pipeline_run(&g, &o, &st, &e);
     }
-    if (!s) printf("# %d nodes (%d forward)\n", g->n_nodes, g->n_forward);
+    if (!s && !o.dump_after) {
+        printf("# after the pipeline\n");
+        sn_graph_print(g, stdout);
+    }
+    if (!s) {
+        printf("# %d nodes (%d forward); attention blocks fused: %d; vocabulary tables padded: %d",
+               g->n_nodes, g->n_forward, st.attention_fused, st.vocab_padded);
+        printf(" (parameters now ");
+        print_count(stdout, (long long)sn_graph_param_count(g));
+        printf(")\n");
+    }
     sn_graph_free(g);
     if (s) {
         fprintf(stderr, "sinter: %s\n", e.msg);
@@ -108,5 +129,6 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "graph")) return cmd_graph(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) return cli_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "prepare")) return cli_prepare(argc - 2, argv + 2);
     return cli_fail("unknown command '%s'", cmd);
 }

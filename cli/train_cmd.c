@@ -1,6 +1,7 @@
-/* train_cmd.c: `sinter train`: a GPT trained on a text corpus, with a live progress line,
- * periodic validation and an optional CSV log. Today the steps run on the reference
- * interpreter (small models only); the compiled backends will take its place. */
+/* train_cmd.c: `sinter train`: a GPT trained on a text corpus or llm.c token shards, with
+ * gradient accumulation, periodic validation, samples, exact checkpoints, a CSV log and a loss
+ * plot. Today the steps run on the reference interpreter (small models only). */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,33 +9,52 @@
 
 #include "../models/gpt2.h"
 #include "../passes/pipeline.h"
+#include "../runtime/checkpoint.h"
 #include "../runtime/data.h"
+#include "../runtime/plot.h"
+#include "../runtime/sample.h"
 #include "../runtime/train.h"
 #include "cli.h"
+#include "train_cli.h"
 
 static const char train_usage[] =
     "usage: sinter train [options]\n"
-    "  --model NAME        tiny (default), demo, gpt2 ... (sinter help lists them)\n"
-    "  --data PATH         text file or directory (default " SN_DEFAULT_CORPUS ")\n"
-    "  --bpe DIR           GPT-2 BPE tokenizer from DIR/encoder.json and DIR/vocab.bpe\n"
-    "                      (default: byte-level, vocabulary 256)\n"
-    "  --steps N           optimizer steps (default 300)\n"
-    "  --batch B           sequences per step (default 8)\n"
-    "  --seq T             tokens per sequence (default: the model's context)\n"
-    "  --lr X              peak learning rate (default 1e-3)\n"
-    "  --seed N            initialisation and sampling seed (default 1337)\n"
-    "  --eval-every N      validation every N steps (default 50; 0: only at the end)\n"
-    "  --log FILE          write step,loss,val_loss,lr,grad_norm,tokens_per_s as CSV\n";
+    "  --model NAME          tiny (default), demo, gpt2 ... (sinter help lists them)\n"
+    "  --data PATH           text file or directory (default " SN_DEFAULT_CORPUS ")\n"
+    "  --train-bin FILE      llm.c token shard to train on (with --val-bin; see sinter prepare)\n"
+    "  --val-bin FILE        llm.c token shard to validate on\n"
+    "  --bpe DIR             GPT-2 BPE tokenizer from DIR/encoder.json and DIR/vocab.bpe\n"
+    "                        (default: byte-level, vocabulary 256)\n"
+    "  --steps N             optimizer steps (default 300)\n"
+    "  --batch B             sequences per micro-batch (default 8)\n"
+    "  --seq T               tokens per sequence (default: the model's context)\n"
+    "  --tokens-per-step N   tokens per optimizer step, a multiple of B*T: gradients of N/(B*T)\n"
+    "                        micro-batches are averaged (default B*T)\n"
+    "  --lr X                peak learning rate (default 1e-3)\n"
+    "  --seed N              initialisation, data and sampling seed (default 1337)\n"
+    "  --eval-every N        validation every N steps (default 50; 0: only at the end)\n"
+    "  --log FILE            write step,loss,val_loss,lr,grad_norm,tokens_per_s as CSV\n"
+    "  --plot FILE.png       draw the train and validation loss curves (at each validation)\n"
+    "  --checkpoint FILE     save the whole run every --save-every steps and at the end\n"
+    "  --save-every N        (default 100; 0: only at the end)\n"
+    "  --resume FILE         continue the run saved in FILE exactly (same model, data and\n"
+    "                        options); saves go on to FILE unless --checkpoint says otherwise\n"
+    "  --sample-len N        tokens to generate after training (default 200; 0: no samples)\n"
+    "  --sample-every N      also sample every N steps (default 0: only at the end)\n"
+    "  --prompt TEXT         the samples' prompt (default: the validation text's first token)\n"
+    "  --temperature X       sampling temperature (default 1.0; 0: greedy)\n"
+    "  --top-k K             sample among the K most likely tokens (default 40; 0: all)\n";
 
-typedef struct {
-    const char *model, *data, *bpe, *log;
-    long steps, batch, seq, seed, eval_every;
-    double lr;
-} train_args;
+static bool parse_real(const char *v, double lo, double hi, double *out) {
+    char *end;
+    *out = strtod(v, &end);
+    return *v && !*end && *out >= lo && *out < hi;
+}
 
 static int parse_args(int argc, char **argv, train_args *a) {
     *a = (train_args){.model = "tiny", .data = SN_DEFAULT_CORPUS, .steps = 300, .batch = 8,
-                      .seq = -1, .seed = 1337, .eval_every = 50, .lr = 1e-3};
+                      .seq = -1, .seed = 1337, .eval_every = 50, .lr = 1e-3, .save_every = 100,
+                      .sample_len = 200, .top_k = 40, .temperature = 1.0};
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -47,19 +67,31 @@ static int parse_args(int argc, char **argv, train_args *a) {
         if (!strcmp(k, "--model")) a->model = v;
         else if (!strcmp(k, "--data")) a->data = v;
         else if (!strcmp(k, "--bpe")) a->bpe = v;
+        else if (!strcmp(k, "--train-bin")) a->train_bin = v;
+        else if (!strcmp(k, "--val-bin")) a->val_bin = v;
         else if (!strcmp(k, "--log")) a->log = v;
+        else if (!strcmp(k, "--plot")) a->plot = v;
+        else if (!strcmp(k, "--checkpoint")) a->checkpoint = v;
+        else if (!strcmp(k, "--resume")) a->resume = v;
+        else if (!strcmp(k, "--prompt")) a->prompt = v;
         else if (!strcmp(k, "--steps")) ok = cli_int(v, 1, 100000000, &a->steps);
         else if (!strcmp(k, "--batch")) ok = cli_int(v, 1, 1 << 16, &a->batch);
         else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &a->seq);
+        else if (!strcmp(k, "--tokens-per-step")) ok = cli_int(v, 1, 1L << 40, &a->tokens_per_step);
         else if (!strcmp(k, "--seed")) ok = cli_int(v, 0, 0x7fffffff, &a->seed);
         else if (!strcmp(k, "--eval-every")) ok = cli_int(v, 0, 100000000, &a->eval_every);
-        else if (!strcmp(k, "--lr")) {
-            char *end;
-            a->lr = strtod(v, &end);
-            ok = *v && !*end && a->lr > 0 && a->lr < 10;
-        } else return cli_fail("train: unknown option '%s' (see sinter train --help)", k);
+        else if (!strcmp(k, "--save-every")) ok = cli_int(v, 0, 100000000, &a->save_every);
+        else if (!strcmp(k, "--sample-every")) ok = cli_int(v, 0, 100000000, &a->sample_every);
+        else if (!strcmp(k, "--sample-len")) ok = cli_int(v, 0, 1 << 20, &a->sample_len);
+        else if (!strcmp(k, "--top-k")) ok = cli_int(v, 0, 1 << 24, &a->top_k);
+        else if (!strcmp(k, "--lr")) ok = parse_real(v, 1e-30, 10, &a->lr);
+        else if (!strcmp(k, "--temperature")) ok = parse_real(v, 0, 100, &a->temperature);
+        else return cli_fail("train: unknown option '%s' (see sinter train --help)", k);
         if (!ok) return cli_fail("train: bad value '%s' (see sinter train --help)", v);
     }
+    if (!a->train_bin != !a->val_bin)
+        return cli_fail("train: token shards come in pairs: give both --train-bin and --val-bin%s", "");
+    if (a->resume && !a->checkpoint) a->checkpoint = a->resume;
     return -1; /* go on */
 }
 
@@ -69,49 +101,45 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Mean loss over up to 8 validation batches. */
-static sn_status validate(sn_trainer *t, sn_val_iter *vi, int32_t *x, int32_t *y, double *out, sn_err *e) {
-    double sum = 0;
-    int n = 0;
-    sn_val_iter_reset(vi);
-    while (n < 8 && sn_val_iter_next(vi, x, y)) {
-        double l;
-        sn_status s = sn_trainer_eval(t, x, y, &l, e);
-        if (s) return s;
-        sum += l;
-        n++;
-    }
-    *out = n ? sum / n : 0;
-    return SN_OK;
-}
-
 typedef struct {
+    sn_gpt2_config c;
+    int B, T, micro;         /* micro-batches of (B, T) per optimizer step */
     sn_text text;
     sn_tokenizer *tk;
-    sn_tokens toks, train, val;
-    sn_graph *g;
+    sn_tokens toks, bin_val; /* what owns the ids: the encoded text, or the two shards */
+    sn_tokens train, val;
+    sn_val_iter vi;
+    sn_graph *g, *sg;        /* training graph; sampling graph (1, T) */
     sn_trainer *t;
-    int32_t *x, *y;
+    sn_sampler *sampler;
+    sn_run_state run;        /* metadata, data RNG, loss curves: what a checkpoint carries */
+    int32_t *x, *y, *prompt, *gen;
+    int n_prompt;
     FILE *log;
+    progress prog;
+    long saved_step;         /* the step of the last checkpoint written or read; -1: none */
 } run_state;
 
 static void run_free(run_state *r) {
     if (r->log) fclose(r->log);
     free(r->x);
     free(r->y);
+    free(r->prompt);
+    free(r->gen);
+    sn_run_state_free(&r->run);
+    sn_sampler_free(r->sampler);
     sn_trainer_free(r->t);
+    sn_graph_free(r->sg);
     sn_graph_free(r->g);
     sn_tokens_free(&r->toks);
+    sn_tokens_free(&r->bin_val);
     if (r->tk) sn_tokenizer_free(r->tk);
     sn_text_free(&r->text);
 }
 
-static sn_status train(const train_args *a, run_state *r, sn_err *e) {
-    sn_gpt2_config c;
-    if (!sn_gpt2_config_find(a->model, &c))
-        return sn_fail(e, SN_ERR_INVALID, "unknown model '%s' (models: %s)", a->model, sn_gpt2_config_names());
-    sn_status s = sn_text_load(a->data, &r->text, e);
-    if (s) return s;
+/* The tokenizer and the train / validation streams: a text split 90/10, or two shards. */
+static sn_status load_data(const train_args *a, run_state *r, sn_err *e) {
+    sn_status s;
     if (a->bpe) {
         char enc[4096], merges[4096];
         snprintf(enc, sizeof enc, "%s/encoder.json", a->bpe);
@@ -120,63 +148,215 @@ static sn_status train(const train_args *a, run_state *r, sn_err *e) {
     } else {
         r->tk = sn_tokenizer_bytes_new();
     }
+    if (a->train_bin) {
+        if ((s = sn_shard_read(a->train_bin, r->tk->vocab, &r->toks, e)) ||
+            (s = sn_shard_read(a->val_bin, r->tk->vocab, &r->bin_val, e))) {
+            if (!a->bpe && s == SN_ERR_PARSE && strstr(e->msg, "vocab"))
+                snprintf(e->msg + strlen(e->msg), sizeof e->msg - strlen(e->msg),
+                         " (shards of GPT-2 tokens need --bpe DIR)");
+            return s;
+        }
+        r->train = r->toks;
+        r->train.cap = 0; /* views: toks and bin_val own the ids */
+        r->val = r->bin_val;
+        r->val.cap = 0;
+        return SN_OK;
+    }
+    if ((s = sn_text_load(a->data, &r->text, e))) return s;
     if ((s = sn_tokenizer_encode(r->tk, r->text.bytes, r->text.len, &r->toks, e))) return s;
-    if ((s = sn_tokens_split(&r->toks, 0.1, &r->train, &r->val, e))) return s;
-    c.vocab = r->tk->vocab;
-    int B = (int)a->batch, T = a->seq > 0 ? (int)a->seq : c.ctx;
+    return sn_tokens_split(&r->toks, 0.1, &r->train, &r->val, e);
+}
+
+static uint64_t tokens_hash(const sn_tokens *t) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < t->n; i++) h = (h ^ (uint64_t)sn_tokens_get(t, i)) * 0x100000001b3ull;
+    return h;
+}
+
+/* What a checkpoint of this run must agree with to be resumed (the trainer adds its options). */
+static void set_meta(const train_args *a, run_state *r) {
+    sn_run_state *m = &r->run;
+    sn_run_meta_set(m, "model", "%s", r->c.name);
+    sn_run_meta_set(m, "model.shape", "vocab %d, ctx %d, %d layers, %d heads, %d channels",
+                    r->c.vocab, r->c.ctx, r->c.n_layer, r->c.n_head, r->c.n_embd);
+    sn_run_meta_set(m, "tokenizer", "%s", r->tk->name);
+    sn_run_meta_set(m, "batch", "%d", r->B);
+    sn_run_meta_set(m, "seq", "%d", r->T);
+    sn_run_meta_set(m, "tokens_per_step", "%ld", (long)r->micro * r->B * r->T);
+    sn_run_meta_set(m, "train_data", "%zu tokens, hash %016" PRIx64, r->train.n, tokens_hash(&r->train));
+    sn_run_meta_set(m, "val_data", "%zu tokens, hash %016" PRIx64, r->val.n, tokens_hash(&r->val));
+}
+
+/* The forward graph for samples: the same model with one sequence of the training length,
+ * through the same forward passes so that its parameters have the trainer's names and shapes. */
+static sn_status build_sampler(const train_args *a, run_state *r, sn_err *e) {
+    r->sg = sn_graph_new();
+    sn_gpt2 m;
+    sn_status s = sn_gpt2_build(r->sg, &r->c, 1, r->T, &m, e);
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    if (s || (s = sn_pipeline_run(&r->sg, &po, NULL, e))) return s;
+    const sn_node *idx = NULL, *logits = NULL;
+    for (int i = 0; i < r->sg->n_nodes; i++) {
+        const sn_node *n = r->sg->nodes[i];
+        if (n->op == SN_OP_INPUT && !strcmp(n->name, "idx")) idx = n;
+    }
+    for (int i = 0; i < r->sg->n_outputs && !logits; i++)
+        if (r->sg->outputs[i]->rank == 3) logits = r->sg->outputs[i];
+    if (!(r->sampler = sn_sampler_new(r->sg, idx, logits, e))) return e->code;
+    sn_tokens p = {0};
+    if (a->prompt && (s = sn_tokenizer_encode(r->tk, a->prompt, strlen(a->prompt), &p, e))) return s;
+    if (!a->prompt || !p.n) /* the validation text's first token, else a newline */
+        s = r->val.n ? sn_tokens_push(&p, sn_tokens_get(&r->val, 0), e) : sn_tokenizer_encode(r->tk, "\n", 1, &p, e);
+    r->n_prompt = (int)p.n;
+    r->prompt = malloc(sizeof(int32_t) * (p.n + 1));
+    r->gen = malloc(sizeof(int32_t) * (size_t)(a->sample_len + 1));
+    SN_ASSERT(r->prompt && r->gen);
+    for (size_t i = 0; i < p.n; i++) r->prompt[i] = sn_tokens_get(&p, i);
+    sn_tokens_free(&p);
+    return s;
+}
+
+static sn_status build(const train_args *a, run_state *r, sn_err *e) {
+    sn_status s;
+    if (!sn_gpt2_config_find(a->model, &r->c))
+        return sn_fail(e, SN_ERR_INVALID, "unknown model '%s' (models: %s)", a->model, sn_gpt2_config_names());
+    if ((s = load_data(a, r, e))) return s;
+    r->c.vocab = r->tk->vocab;
+    r->B = (int)a->batch;
+    r->T = a->seq > 0 ? (int)a->seq : r->c.ctx;
+    long bt = (long)r->B * r->T;
+    if (a->tokens_per_step && a->tokens_per_step % bt)
+        return sn_fail(e, SN_ERR_INVALID, "--tokens-per-step %ld is not a multiple of batch x seq "
+                       "= %d x %d = %ld: use %ld or %ld", a->tokens_per_step, r->B, r->T, bt,
+                       a->tokens_per_step / bt * bt > 0 ? a->tokens_per_step / bt * bt : bt,
+                       (a->tokens_per_step / bt + 1) * bt);
+    r->micro = a->tokens_per_step ? (int)(a->tokens_per_step / bt) : 1;
 
     r->g = sn_graph_new();
     sn_gpt2 m;
-    if ((s = sn_gpt2_build(r->g, &c, B, T, &m, e))) return s;
-    sn_pipeline_opts po = {.backward = true};
-    if ((s = sn_pipeline_run(r->g, &po, e))) return s;
+    if ((s = sn_gpt2_build(r->g, &r->c, r->B, r->T, &m, e))) return s;
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    po.backward = true;
+    if ((s = sn_pipeline_run(&r->g, &po, NULL, e))) return s;
     sn_train_opts o;
     sn_train_opts_default(&o, (int)a->steps);
     o.lr = (float)a->lr;
     o.seed = (uint64_t)a->seed;
     if (!(r->t = sn_trainer_new(r->g, &o, e))) return e->code;
-    sn_val_iter vi;
-    if ((s = sn_val_iter_init(&vi, &r->val, B, T, e))) return s;
-    r->x = malloc(sizeof(int32_t) * (size_t)B * (size_t)T);
-    r->y = malloc(sizeof(int32_t) * (size_t)B * (size_t)T);
+    if ((s = sn_val_iter_init(&r->vi, &r->val, r->B, r->T, e))) return s;
+    if (a->sample_len && (s = build_sampler(a, r, e))) return s;
+    r->x = malloc(sizeof(int32_t) * (size_t)bt);
+    r->y = malloc(sizeof(int32_t) * (size_t)bt);
     SN_ASSERT(r->x && r->y);
-    if (a->log) {
-        if (!(r->log = fopen(a->log, "w")))
-            return sn_fail(e, SN_ERR_IO, "cannot write the log %s: check the directory exists", a->log);
-        fprintf(r->log, "step,loss,val_loss,lr,grad_norm,tokens_per_s\n");
+    set_meta(a, r);
+    r->run.data_rng = sn_rng_seed((uint64_t)a->seed ^ 0x5eedull);
+    r->saved_step = -1;
+    if (a->resume) {
+        if ((s = sn_checkpoint_load(a->resume, r->t, &r->run, e))) return s;
+        r->saved_step = sn_trainer_step_count(r->t);
     }
+    return a->log ? train_log_open(a->log, sn_trainer_step_count(r->t), &r->log, e) : SN_OK;
+}
 
+/* Mean loss over up to 8 validation batches. */
+static sn_status validate(run_state *r, double *out, sn_err *e) {
+    double sum = 0;
+    int n = 0;
+    sn_val_iter_reset(&r->vi);
+    while (n < 8 && sn_val_iter_next(&r->vi, r->x, r->y)) {
+        sn_status s;
+        double l;
+        if ((s = sn_trainer_eval(r->t, r->x, r->y, &l, e))) return s;
+        sum += l;
+        n++;
+    }
+    *out = n ? sum / n : 0;
+    return SN_OK;
+}
+
+static sn_status sample(const train_args *a, run_state *r, long step, sn_err *e) {
+    sn_sample_opts so = {.n_new = (int)a->sample_len, .temperature = (float)a->temperature,
+                         .top_k = (int)a->top_k, .vocab = r->tk->vocab,
+                         .seed = sn_hash_str("sample", (uint64_t)a->seed + 1) + (uint64_t)step};
+    sn_status s = sn_sampler_load(r->sampler, r->t, e);
+    if (s || (s = sn_sampler_generate(r->sampler, r->prompt, r->n_prompt, &so, r->gen, e))) return s;
+    char heading[160];
+    snprintf(heading, sizeof heading, "sample at step %ld (temperature %g, top-k %ld)", step,
+             a->temperature, a->top_k);
+    progress_break(&r->prog);
+    train_print_sample(stdout, r->tk, r->prompt, r->n_prompt, r->gen, (int)a->sample_len, heading);
+    return SN_OK;
+}
+
+static sn_status save(const train_args *a, run_state *r, long step, sn_err *e) {
+    sn_status s = sn_checkpoint_save(a->checkpoint, r->t, &r->run, e);
+    if (!s) r->saved_step = step;
+    return s;
+}
+
+static sn_status plot(const train_args *a, run_state *r, sn_err *e) {
+    char title[128];
+    snprintf(title, sizeof title, "sinter train: %s, %ld tokens per step", r->c.name, (long)r->micro * r->B * r->T);
+    return sn_plot_losses(a->plot, title, &r->run.train_loss, &r->run.val_loss, e);
+}
+
+/* One optimizer step: r->micro micro-batches drawn from the data RNG, then the update. */
+static sn_status step_once(run_state *r, sn_step_stats *st, sn_err *e) {
+    sn_status s = SN_OK;
+    for (int k = 0; k < r->micro && !s; k++)
+        if (!(s = sn_batch_sample(&r->train, r->B, r->T, &r->run.data_rng, r->x, r->y, e)))
+            s = sn_trainer_accumulate(r->t, r->x, r->y, NULL, e);
+    return s ? s : sn_trainer_update(r->t, st, e);
+}
+
+static sn_status train(const train_args *a, run_state *r, sn_err *e) {
+    sn_status s = build(a, r, e);
+    if (s) return s;
+    long start = sn_trainer_step_count(r->t), steps = a->steps, tps = (long)r->micro * r->B * r->T;
     printf("sinter train: model %s (%lld parameters), %s tokenizer (vocab %d), %zu training / "
-           "%zu validation tokens from %s\n", c.name, (long long)sn_graph_param_count(r->g),
-           r->tk->name, c.vocab, r->train.n, r->val.n, a->data);
+           "%zu validation tokens from %s\n", r->c.name, (long long)sn_graph_param_count(r->g),
+           r->tk->name, r->c.vocab, r->train.n, r->val.n, a->train_bin ? a->train_bin : a->data);
+    printf("batch %d x %d tokens, %d micro-batch%s per step (%ld tokens)\n", r->B, r->T, r->micro,
+           r->micro > 1 ? "es" : "", tps);
+    if (a->resume) printf("resumed from %s at step %ld\n", a->resume, start);
     printf("device: reference interpreter (the compiled CPU and CUDA backends are not built yet)\n");
-    sn_rng rng = sn_rng_seed((uint64_t)a->seed ^ 0x5eedull);
+    progress_init(&r->prog);
     double t0 = now_s();
-    for (long step = 0; step < a->steps; step++) {
-        if ((s = sn_batch_sample(&r->train, B, T, &rng, r->x, r->y, e))) return s;
+    for (long step = start; step < steps; step++) {
         sn_step_stats st;
-        if ((s = sn_trainer_step(r->t, r->x, r->y, &st, e))) return s;
-        double el = now_s() - t0, tps = (double)(step + 1) * B * T / el;
-        double val = -1;
-        bool last = step + 1 == a->steps;
-        if ((a->eval_every && (step + 1) % a->eval_every == 0) || last)
-            if ((s = validate(r->t, &vi, r->x, r->y, &val, e))) return s;
-        double eta = el / (double)(step + 1) * (double)(a->steps - step - 1);
-        if (val >= 0 || step % 10 == 0 || last) {
-            printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %6.3f | %7.0f tok/s | ETA %.0fs",
-                   step + 1, a->steps, st.loss, st.lr, st.grad_norm, tps, eta);
-            if (val >= 0) printf(" | val loss %.4f", val);
-            printf("\n");
-            fflush(stdout);
+        /* A failed step leaves the trainer as it was and nothing is saved after it. */
+        if ((s = step_once(r, &st, e))) return s;
+        sn_series_push(&r->run.train_loss, (double)(step + 1), st.loss);
+        double el = now_s() - t0, tok_s = (double)(step + 1 - start) * (double)tps / el, val = -1;
+        bool last = step + 1 == steps;
+        if ((a->eval_every && (step + 1) % a->eval_every == 0) || last) {
+            if ((s = validate(r, &val, e))) return s;
+            sn_series_push(&r->run.val_loss, (double)(step + 1), val);
+            if (a->plot && (s = plot(a, r, e))) return s;
         }
+        double eta = el / (double)(step + 1 - start) * (double)(steps - step - 1);
+        progress_show(&r->prog, step + 1, steps, st.loss, st.lr, st.grad_norm, tok_s, eta, val,
+                      val >= 0 || last);
         if (r->log) {
             fprintf(r->log, "%ld,%.6f,", step + 1, st.loss);
             if (val >= 0) fprintf(r->log, "%.6f", val);
-            fprintf(r->log, ",%.6g,%.6f,%.1f\n", st.lr, st.grad_norm, tps);
+            fprintf(r->log, ",%.6g,%.6f,%.1f\n", st.lr, st.grad_norm, tok_s);
+            fflush(r->log);
         }
+        if (a->checkpoint && (last || (a->save_every && (step + 1) % a->save_every == 0)) &&
+            (s = save(a, r, step + 1, e)))
+            return s;
+        if (a->sample_len && a->sample_every && (step + 1) % a->sample_every == 0 && !last &&
+            (s = sample(a, r, step + 1, e)))
+            return s;
     }
-    printf("done: %ld steps in %.1fs\n", a->steps, now_s() - t0);
-    return SN_OK;
+    progress_break(&r->prog);
+    if (start == steps) printf("the run in %s is already complete (%ld steps)\n", a->resume, steps);
+    else printf("done: %ld steps in %.1fs\n", steps - start, now_s() - t0);
+    if (a->checkpoint && r->saved_step == steps) printf("checkpoint: %s\n", a->checkpoint);
+    if (a->plot && start == steps && (s = plot(a, r, e))) return s;
+    if (a->plot) printf("plot: %s\n", a->plot);
+    return a->sample_len ? sample(a, r, steps, e) : SN_OK;
 }
 
 int cli_train(int argc, char **argv) {
@@ -186,10 +366,16 @@ int cli_train(int argc, char **argv) {
     run_state r = {0};
     sn_err e = {0};
     sn_status s = train(&a, &r, &e);
-    run_free(&r);
     if (s) {
+        progress_break(&r.prog);
+        fflush(stdout);
         fprintf(stderr, "sinter train: %s\n", e.msg);
-        return 1;
+        if (s == SN_ERR_NUMERIC && a.checkpoint && r.saved_step >= 0)
+            fprintf(stderr, "sinter train: nothing was saved after it; the last good checkpoint "
+                    "is %s (step %ld): resume from it with a lower --lr\n", a.checkpoint, r.saved_step);
+        else if (s == SN_ERR_NUMERIC && a.checkpoint)
+            fprintf(stderr, "sinter train: no checkpoint was written (none was due yet)\n");
     }
-    return 0;
+    run_free(&r);
+    return s ? 1 : 0;
 }

@@ -178,17 +178,29 @@ sn_node *sn_causal_mask_fill(sn_graph *g, sn_node *x, float fill) {
 }
 
 sn_node *sn_cross_entropy(sn_graph *g, sn_node *logits, sn_node *targets, int ignore_index) {
-    sn_node *in[2] = {logits, targets};
-    sn_node p = proto(SN_OP_CROSS_ENTROPY, 2, in);
-    p.a.ignore_index = ignore_index;
-    return append(g, &p);
+    return sn_cross_entropy_padded(g, logits, targets, ignore_index, 0);
 }
 
 sn_node *sn_cross_entropy_bwd(sn_graph *g, sn_node *logits, sn_node *targets, sn_node *dloss,
                               int ignore_index) {
+    return sn_cross_entropy_bwd_padded(g, logits, targets, dloss, ignore_index, 0);
+}
+
+sn_node *sn_cross_entropy_padded(sn_graph *g, sn_node *logits, sn_node *targets, int ignore_index,
+                                 int64_t classes) {
+    sn_node *in[2] = {logits, targets};
+    sn_node p = proto(SN_OP_CROSS_ENTROPY, 2, in);
+    p.a.ignore_index = ignore_index;
+    p.a.end = classes;
+    return append(g, &p);
+}
+
+sn_node *sn_cross_entropy_bwd_padded(sn_graph *g, sn_node *logits, sn_node *targets,
+                                     sn_node *dloss, int ignore_index, int64_t classes) {
     sn_node *in[3] = {logits, targets, dloss};
     sn_node p = proto(SN_OP_CROSS_ENTROPY_BWD, 3, in);
     p.a.ignore_index = ignore_index;
+    p.a.end = classes;
     return append(g, &p);
 }
 
@@ -202,6 +214,30 @@ sn_node *sn_matmul_t(sn_graph *g, sn_node *a, sn_node *b, bool ta, bool tb) {
     p.a.ta = ta;
     p.a.tb = tb;
     return append(g, &p);
+}
+
+/* ---- attention ---- */
+
+sn_node *sn_causal_attention(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, float scale) {
+    return sn_attention(g, q, k, v, sn_attention_lse(g, q, k, scale), scale);
+}
+sn_node *sn_attention_lse(sn_graph *g, sn_node *q, sn_node *k, float scale) {
+    return with_f(g, SN_OP_ATTENTION_LSE, 2, (sn_node *[]){q, k}, scale);
+}
+sn_node *sn_attention(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *lse, float scale) {
+    return with_f(g, SN_OP_ATTENTION, 4, (sn_node *[]){q, k, v, lse}, scale);
+}
+sn_node *sn_attention_bwd_q(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *o,
+                            sn_node *dout, sn_node *lse, float scale) {
+    return with_f(g, SN_OP_ATTENTION_BWD_Q, 6, (sn_node *[]){q, k, v, o, dout, lse}, scale);
+}
+sn_node *sn_attention_bwd_k(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *o,
+                            sn_node *dout, sn_node *lse, float scale) {
+    return with_f(g, SN_OP_ATTENTION_BWD_K, 6, (sn_node *[]){q, k, v, o, dout, lse}, scale);
+}
+sn_node *sn_attention_bwd_v(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *o,
+                            sn_node *dout, sn_node *lse, float scale) {
+    return with_f(g, SN_OP_ATTENTION_BWD_V, 6, (sn_node *[]){q, k, v, o, dout, lse}, scale);
 }
 
 /* ---- layout ---- */

@@ -7,7 +7,7 @@
 
 #include "sinter.h"
 
-_Static_assert(SN_OP_COUNT == 44, "a new op needs its gradient rule in grad_rule");
+_Static_assert(SN_OP_COUNT == 49, "a new op needs its gradient rule in grad_rule");
 
 typedef struct {
     sn_graph *g;
@@ -80,6 +80,22 @@ static void matmul_rule(ad_state *s, sn_node *n, sn_node *dc) {
     }
 }
 
+/* lse_i = log sum_j exp(f q_i.k_j): d lse_i / d q_i = f sum_j P_ij k_j, which is attention with
+ * k for v, and d / d k_j = f sum_i P_ij q_i, which is attention_bwd_v with dout_i = q_i. Only
+ * a reader of lse other than attention (whose rule covers lse) gives it an adjoint. */
+static void attention_lse_rule(ad_state *s, sn_node *n, sn_node *dlse) {
+    sn_graph *g = s->g;
+    sn_node *q = n->in[0], *k = n->in[1];
+    sn_shape col = sn_shape_of(n);
+    col.d[col.rank++] = 1;
+    sn_node *w = sn_reshape(g, sn_scale(g, sn_cast(g, dlse, q->dtype), n->a.f), col); /* (.., T, 1) */
+    if (s->needs[q->id]) accumulate(s, q, sn_mul(g, sn_attention(g, q, k, k, n, n->a.f), w));
+    if (s->needs[k->id]) {
+        sn_node *wq = sn_mul(g, q, w);
+        accumulate(s, k, sn_attention_bwd_v(g, q, k, k, wq, wq, n, n->a.f));
+    }
+}
+
 static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
     sn_graph *g = s->g;
     sn_node *x = n->n_in ? n->in[0] : NULL, *b = n->n_in > 1 ? n->in[1] : NULL;
@@ -140,7 +156,7 @@ static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
         return SN_OK;
     case SN_OP_CAUSAL_MASK: accumulate(s, x, sn_causal_mask_fill(g, dy, 0.0f)); return SN_OK;
     case SN_OP_CROSS_ENTROPY:
-        accumulate(s, x, sn_cross_entropy_bwd(g, x, b, dy, n->a.ignore_index));
+        accumulate(s, x, sn_cross_entropy_bwd_padded(g, x, b, dy, n->a.ignore_index, n->a.end));
         return SN_OK;
     case SN_OP_MATMUL: matmul_rule(s, n, dy); return SN_OK;
     case SN_OP_RESHAPE: accumulate(s, x, sn_reshape(g, dy, sn_shape_of(x))); return SN_OK;
@@ -170,9 +186,19 @@ static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
     case SN_OP_EMBEDDING:
         accumulate(s, x, sn_embedding_bwd(g, b, dy, x->shape[0]));
         return SN_OK;
+    case SN_OP_ATTENTION_LSE: attention_lse_rule(s, n, dy); return SN_OK;
+    case SN_OP_ATTENTION: {
+        sn_node *k = b, *v = n->in[2], *lse = n->in[3];
+        float f = n->a.f;
+        if (s->needs[x->id]) accumulate(s, x, sn_attention_bwd_q(g, x, k, v, n, dy, lse, f));
+        if (s->needs[k->id]) accumulate(s, k, sn_attention_bwd_k(g, x, k, v, n, dy, lse, f));
+        if (s->needs[v->id]) accumulate(s, v, sn_attention_bwd_v(g, x, k, v, n, dy, lse, f));
+        return SN_OK; /* and nothing to lse: the rule above already differentiates through it */
+    }
     case SN_OP_GELU_BWD: case SN_OP_SILU_BWD: case SN_OP_SOFTMAX_BWD: case SN_OP_LAYERNORM_BWD:
     case SN_OP_LAYERNORM_BWD_W: case SN_OP_RMSNORM_BWD: case SN_OP_RMSNORM_BWD_W:
-    case SN_OP_CROSS_ENTROPY_BWD: case SN_OP_EMBEDDING_BWD:
+    case SN_OP_CROSS_ENTROPY_BWD: case SN_OP_EMBEDDING_BWD: case SN_OP_ATTENTION_BWD_Q:
+    case SN_OP_ATTENTION_BWD_K: case SN_OP_ATTENTION_BWD_V:
         return sn_fail(e, SN_ERR_UNSUPPORTED, "autodiff: node %%%d (%s) is a backward op; "
                        "differentiating a gradient (double backward) is not supported yet",
                        n->id, sn_op_name(n->op));

@@ -81,11 +81,34 @@ sn_node *sn_causal_mask_fill(sn_graph *g, sn_node *x, float fill);
 sn_node *sn_cross_entropy(sn_graph *g, sn_node *logits, sn_node *targets, int ignore_index);
 sn_node *sn_cross_entropy_bwd(sn_graph *g, sn_node *logits, sn_node *targets, sn_node *dloss,
                               int ignore_index);
+/* The same over a padded vocabulary: only the first `classes` entries of the last axis are
+ * classes; the others take no part in the softmax and get zero gradient (0: all are classes). */
+sn_node *sn_cross_entropy_padded(sn_graph *g, sn_node *logits, sn_node *targets, int ignore_index,
+                                 int64_t classes);
+sn_node *sn_cross_entropy_bwd_padded(sn_graph *g, sn_node *logits, sn_node *targets,
+                                     sn_node *dloss, int ignore_index, int64_t classes);
 
 /* a (.., M, K) @ b (.., K, N) -> (.., M, N); batch dims equal, or b of rank 2 (a shared
  * weight). ta/tb: use the transpose of a/b's last two axes. */
 sn_node *sn_matmul(sn_graph *g, sn_node *a, sn_node *b);
 sn_node *sn_matmul_t(sn_graph *g, sn_node *a, sn_node *b, bool ta, bool tb);
+
+/* Causal attention without a (T, S) matrix, scale = f (usually 1/sqrt(D)): q (.., T, D),
+ * k (.., S, D), v (.., S, Dv) -> (.., T, Dv); query i sees keys j <= i + S - T. It is
+ * softmax(causal_mask(f q k^T)) v, built as lse = sn_attention_lse(q, k) (f32 (.., T), the
+ * softmax's log-sum-exp, saved for the backward) and sn_attention(q, k, v, lse). */
+sn_node *sn_causal_attention(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, float scale);
+sn_node *sn_attention_lse(sn_graph *g, sn_node *q, sn_node *k, float scale);
+/* lse must be sn_attention_lse(q, k, scale): the gradient rule assumes it. */
+sn_node *sn_attention(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *lse, float scale);
+/* The backward: o = sn_attention(q, k, v, lse), dout = d loss / d o (.., T, Dv) -> d loss / d q,
+ * k or v. dv reads only q, k, dout and lse. */
+sn_node *sn_attention_bwd_q(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *o,
+                            sn_node *dout, sn_node *lse, float scale);
+sn_node *sn_attention_bwd_k(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *o,
+                            sn_node *dout, sn_node *lse, float scale);
+sn_node *sn_attention_bwd_v(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *o,
+                            sn_node *dout, sn_node *lse, float scale);
 
 /* layout */
 sn_node *sn_reshape(sn_graph *g, sn_node *x, sn_shape s); /* one dim may be -1 */

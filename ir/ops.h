@@ -14,6 +14,7 @@ typedef enum {
     SN_K_MATMUL,    /* batched matrix product */
     SN_K_LAYOUT,    /* moves data, computes nothing: reshape, permute, slice, pad, concat, broadcast */
     SN_K_GATHER,    /* indexed reads and their scatter-add backward */
+    SN_K_ATTENTION, /* fused causal attention and its backward: no (T, S) matrix in memory */
 } sn_kind;
 
 /* Attribute columns: which fields of sn_attrs an op uses (printed and parsed). */
@@ -30,7 +31,7 @@ enum {
     SN_A_DATA = 1 << 9,   /* data[numel] */
 };
 
-#define SN_MAX_INPUTS 64 /* concat's limit; every other op takes at most 3 */
+#define SN_MAX_INPUTS 64 /* concat's limit; every other op takes at most 6 */
 
 /*   X(NAME,         "text",          in_min, in_max, kind,          grad, attrs)
  * grad: 1 if the op has a gradient rule (0: integer or constant valued, gradient is zero). */
@@ -72,8 +73,10 @@ enum {
     X(RMSNORM_BWD, "rmsnorm_bwd", 3, 3, SN_K_ROW, 0, SN_A_F)    /* (x, w, dy) -> dx */             \
     X(RMSNORM_BWD_W, "rmsnorm_bwd_w", 2, 2, SN_K_ROW, 0, SN_A_F) /* (x, dy) -> sum dy*xhat */      \
     X(CAUSAL_MASK, "causal_mask", 1, 1, SN_K_ROW, 1, SN_A_F)    /* (..,T,S): j > i + S-T -> f */   \
-    X(CROSS_ENTROPY, "cross_entropy", 2, 2, SN_K_ROW, 1, SN_A_IGNORE) /* (logits, targets) mean */ \
-    X(CROSS_ENTROPY_BWD, "cross_entropy_bwd", 3, 3, SN_K_ROW, 0, SN_A_IGNORE) /* (lg, tg, dl) */   \
+    /* cross-entropy: end > 0 says only classes [0, end) are real (a padded vocabulary): the     \
+     * others take no part in the softmax and get zero gradient; start = 0 */                     \
+    X(CROSS_ENTROPY, "cross_entropy", 2, 2, SN_K_ROW, 1, SN_A_RANGE | SN_A_IGNORE) /* mean */      \
+    X(CROSS_ENTROPY_BWD, "cross_entropy_bwd", 3, 3, SN_K_ROW, 0, SN_A_RANGE | SN_A_IGNORE) /* lg,tg,dl */\
     /* matrix product */                                                                           \
     X(MATMUL, "matmul", 2, 2, SN_K_MATMUL, 1, SN_A_TRANS)       /* op(a) @ op(b), batched */       \
     /* layout */                                                                                   \
@@ -85,7 +88,15 @@ enum {
     X(CONCAT, "concat", 1, SN_MAX_INPUTS, SN_K_LAYOUT, 1, SN_A_AXIS) /* along axis */              \
     /* gather */                                                                                   \
     X(EMBEDDING, "embedding", 2, 2, SN_K_GATHER, 1, 0)          /* (table (V,C), ids) -> (.., C) */ \
-    X(EMBEDDING_BWD, "embedding_bwd", 2, 2, SN_K_GATHER, 0, 0)  /* (ids, dy) -> (V,C) scatter-add */
+    X(EMBEDDING_BWD, "embedding_bwd", 2, 2, SN_K_GATHER, 0, 0)  /* (ids, dy) -> (V,C) scatter-add */ \
+    /* causal attention, scale = f: q (..,T,D), k (..,S,D), v (..,S,Dv); query i sees keys        \
+     * j <= i + S-T; s_ij = f q_i.k_j, P_ij = exp(s_ij - lse_i), O_i = sum_j P_ij v_j. ATTENTION's  \
+     * rule differentiates through lse (which must be attention_lse(q, k)) and gives it nothing. */ \
+    X(ATTENTION_LSE, "attention_lse", 2, 2, SN_K_ATTENTION, 1, SN_A_F) /* (q,k) -> f32 lse (..,T) */ \
+    X(ATTENTION, "attention", 4, 4, SN_K_ATTENTION, 1, SN_A_F)  /* (q,k,v,lse) -> O (..,T,Dv) */    \
+    X(ATTENTION_BWD_Q, "attention_bwd_q", 6, 6, SN_K_ATTENTION, 0, SN_A_F) /* (q,k,v,o,do,lse) -> dq */ \
+    X(ATTENTION_BWD_K, "attention_bwd_k", 6, 6, SN_K_ATTENTION, 0, SN_A_F) /* same inputs -> dk */  \
+    X(ATTENTION_BWD_V, "attention_bwd_v", 6, 6, SN_K_ATTENTION, 0, SN_A_F) /* -> dv (q,k,do,lse) */
 
 typedef enum {
 #define SN_X(name, text, lo, hi, kind, grad, attrs) SN_OP_##name,

@@ -19,7 +19,8 @@ typedef struct {
     char found[48];   /* description of the text at the cursor, for messages */
     float *data;      /* a const's values while its line is read */
     int64_t n_data, cap_data;
-    char name[256];   /* an input's or param's name while its line is read */
+    char *name;       /* an input's or param's name while its line is read */
+    size_t cap_name;
 } parser;
 
 static sn_status perr(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -133,6 +134,10 @@ static sn_status parse_string(parser *p) {
     SN_ASSERT(*p->s == '"');
     p->s++;
     size_t n = 0;
+    if (!p->name) {
+        p->name = malloc(p->cap_name = 64);
+        SN_ASSERT(p->name);
+    }
     for (;;) {
         char c = *p->s++;
         if (c == '"') break;
@@ -157,7 +162,11 @@ static sn_status parse_string(parser *p) {
             }
             if (c == '\0') return perr(p, "a name cannot contain \\x00");
         }
-        if (n + 1 >= sizeof p->name) return perr(p, "name longer than %zu bytes", sizeof p->name - 1);
+        if (n + 1 >= p->cap_name) {
+            p->cap_name = p->cap_name ? 2 * p->cap_name : 64;
+            p->name = realloc(p->name, p->cap_name);
+            SN_ASSERT(p->name);
+        }
         p->name[n++] = c;
     }
     p->name[n] = 0;
@@ -427,6 +436,7 @@ sn_status sn_graph_parse(const char *text, sn_graph **out, sn_err *e) {
     parser p = {.s = text, .line = 1, .g = sn_graph_new(), .e = e};
     sn_status st = parse_graph(&p);
     free(p.data);
+    free(p.name);
     if (st == SN_OK) {
         sn_err ve;
         if (sn_verify(p.g, &ve))

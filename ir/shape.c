@@ -6,7 +6,7 @@
 
 #include "ir.h"
 
-_Static_assert(SN_OP_COUNT == 44, "a new op needs its shape rule in sn_infer");
+_Static_assert(SN_OP_COUNT == 49, "a new op needs its shape rule in sn_infer");
 
 static int bad(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int bad(char *msg, size_t len, const char *fmt, ...) {
@@ -231,6 +231,62 @@ static int infer_layout(sn_node *n, char *msg, size_t len) {
     }
 }
 
+/* Does x have rank r, the batch dimensions (all but the last two) of q, and the trailing
+ * dimensions (rows, cols)? cols < 0: any; rows < 0: rank r - 1 with q's rows (lse). */
+static bool attention_fits(const sn_node *x, const sn_node *q, int64_t rows, int64_t cols) {
+    int r = rows < 0 ? q->rank - 1 : q->rank;
+    if (x->rank != r) return false;
+    for (int i = 0; i < q->rank - 2; i++)
+        if (x->shape[i] != q->shape[i]) return false;
+    if (rows < 0) return x->shape[r - 1] == q->shape[r - 1];
+    return x->shape[r - 2] == rows && (cols < 0 || x->shape[r - 1] == cols);
+}
+
+/* q (.., T, D), k (.., S, D), v (.., S, Dv), lse (.., T), o and dout (.., T, Dv); T <= S. */
+static int infer_attention(sn_node *n, char *msg, size_t len) {
+    static const char *names[] = {"q", "k", "v", "o", "dout", "lse"};
+    const sn_node *q = n->in[0], *k = n->in[1];
+    char all[600], s[96];
+    size_t at = 0;
+    for (int i = 0; i < n->n_in; i++) {
+        int name = i == n->n_in - 1 && i >= 3 ? 5 : i;
+        at += (size_t)snprintf(all + at, sizeof all - at, "%s%s is %s", i ? ", " : "", names[name],
+                               sn_type_str(n->in[i], s, sizeof s));
+        if (at >= sizeof all) break;
+    }
+    int r = q->rank;
+    if (r < 2 || !attention_fits(k, q, k->rank >= 2 ? k->shape[k->rank - 2] : 0, q->shape[r - 1]))
+        return bad(msg, len, "%s: need q (.., T, D) and k (.., S, D) with the same leading "
+                   "dimensions", all);
+    int64_t T = q->shape[r - 2], S = k->shape[r - 2];
+    if (T > S) return bad(msg, len, "%s: queries T = %lld exceed keys S = %lld (causal attention "
+                          "needs T <= S)", all, (long long)T, (long long)S);
+    if (need_float(n, 0, msg, len) || need_same_dtype(n, 0, 1, msg, len)) return -1;
+    if (n->op == SN_OP_ATTENTION_LSE) {
+        n->dtype = SN_F32;
+        n->rank = r - 1;
+        memset(n->shape, 0, sizeof n->shape);
+        memcpy(n->shape, q->shape, sizeof(int64_t) * (size_t)(r - 1));
+        return 0;
+    }
+    const sn_node *v = n->in[2], *lse = n->in[n->n_in - 1];
+    if (!attention_fits(v, q, S, -1))
+        return bad(msg, len, "%s: v must be (.., S, Dv) with k's leading dimensions", all);
+    int64_t Dv = v->shape[r - 1];
+    if (need_same_dtype(n, 0, 2, msg, len)) return -1;
+    if (!attention_fits(lse, q, -1, -1) || !sn_dtype_is_float(lse->dtype))
+        return bad(msg, len, "%s: lse must be a float (.., T) (from attention_lse)", all);
+    for (int i = 3; i <= 4 && n->op != SN_OP_ATTENTION; i++)
+        if (!attention_fits(n->in[i], q, T, Dv) || n->in[i]->dtype != q->dtype)
+            return bad(msg, len, "%s: o and dout must be (.., T, Dv) like attention's output, in "
+                       "q's dtype", all);
+    const sn_node *like = n->op == SN_OP_ATTENTION_BWD_K ? k : n->op == SN_OP_ATTENTION_BWD_V ? v : q;
+    n->dtype = q->dtype;
+    copy_shape(n, like);
+    if (n->op == SN_OP_ATTENTION) n->shape[r - 1] = Dv;
+    return 0;
+}
+
 int sn_infer(sn_node *n, char *msg, size_t len) {
     sn_op op = n->op;
     if ((unsigned)op >= SN_OP_COUNT) return bad(msg, len, "unknown op %d", op);
@@ -305,6 +361,10 @@ int sn_infer(sn_node *n, char *msg, size_t len) {
         if (tg->dtype != SN_I32)
             return bad(msg, len, "targets are %s but must be i32", t.s[1]);
         if (need_float(n, 0, msg, len)) return -1;
+        if (n->a.start != 0 || n->a.end < 0 || n->a.end > x->shape[x->rank - 1])
+            return bad(msg, len, "logits are %s: classes [%lld, %lld) must be [0, end) with end <= "
+                       "%lld (end = 0: every class)", t.s[0], (long long)n->a.start,
+                       (long long)n->a.end, (long long)x->shape[x->rank - 1]);
         if (op == SN_OP_CROSS_ENTROPY) {
             n->dtype = SN_F32;
             n->rank = 0;
@@ -343,6 +403,9 @@ int sn_infer(sn_node *n, char *msg, size_t len) {
         if (!sn_dtype_is_float(n->dtype)) return bad(msg, len, "output must be a float type");
         return 0;
     }
+    case SN_OP_ATTENTION_LSE: case SN_OP_ATTENTION: case SN_OP_ATTENTION_BWD_Q:
+    case SN_OP_ATTENTION_BWD_K: case SN_OP_ATTENTION_BWD_V:
+        return infer_attention(n, msg, len);
     case SN_OP_COUNT: break;
     }
     SN_ASSERT(0);

@@ -293,12 +293,36 @@ static sn_kernel_kind compute_kind(sn_op op) {
     }
 }
 
+/* The attention_lse node that attention node n can compute in the same kernel (online
+ * softmax gives both), or NULL: lse must be of n's own q and k and read by nothing before n. */
+static const sn_node *fused_lse(const fuse_state *s, const sn_node *n) {
+    if (n->op != SN_OP_ATTENTION) return NULL;
+    const sn_node *lse = n->in[3];
+    if (lse->op != SN_OP_ATTENTION_LSE || lse->in[0] != n->in[0] || lse->in[1] != n->in[1] ||
+        lse->a.f != n->a.f)
+        return NULL;
+    for (int k = 0; k < s->n_users[lse->id]; k++)
+        if (s->users[lse->id][k] < n->id) return NULL;
+    return lse;
+}
+
+static bool lse_is_fused(const fuse_state *s, const sn_node *x) {
+    if (x->op != SN_OP_ATTENTION_LSE) return false;
+    for (int k = 0; k < s->n_users[x->id]; k++)
+        if (fused_lse(s, s->g->nodes[s->users[x->id][k]]) == x) return true;
+    return false;
+}
+
 static void compute_kernel(fuse_state *s, const sn_node *n) {
     sn_kernel *k = new_kernel(s, compute_kind(n->op), n);
     k->anchor = n;
+    if ((k->anchor2 = fused_lse(s, n))) {
+        k->args[k->n_out++] = k->anchor2;
+        snprintf(k->name, sizeof k->name, "k%d_attention_fwd", k->id);
+    }
     for (int i = 0; i < n->n_in; i++) {
         SN_ASSERT(s->mat[n->in[i]->id]);
-        arg_index(k, n->in[i]);
+        if (n->in[i] != k->anchor2) arg_index(k, n->in[i]);
     }
     const sn_node *x = n->in[0];
     switch (k->kind) {
@@ -390,6 +414,7 @@ sn_status sn_fuse(const sn_graph *g, sn_program **out, sn_err *e) {
         if (!s.mat[i] || p->values[p->value_of[i]].alias >= 0) continue;
         if (x->op == SN_OP_INPUT || x->op == SN_OP_PARAM || x->op == SN_OP_CONST) continue;
         if (x->op == SN_OP_FULL) continue; /* filled when the program is loaded */
+        if (lse_is_fused(&s, x)) continue; /* written by its attention node's kernel */
         if (is_compute(x->op)) compute_kernel(&s, x);
         else st = pointwise_kernel(&s, x);
     }

@@ -80,7 +80,7 @@ sn_status sn_memplan(sn_program *p, sn_err *e) {
             if (end > at) at = end;
         }
         val->offset = best >= 0 ? best : at;
-        if (val->offset + need > p->arena_bytes) p->arena_bytes = val->offset + need;
+        if (val->offset + val->bytes > p->arena_bytes) p->arena_bytes = val->offset + val->bytes;
     }
     for (int v = 0; v < p->n_values; v++) { /* aliases take their root's place */
         sn_value *val = &p->values[v];

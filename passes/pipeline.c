@@ -5,11 +5,16 @@
 #include <string.h>
 
 #include "../frontend/sinter.h"
+#include "passes.h"
 
-static const char *const pass_names[] = {"frontend", "autodiff"};
+static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autodiff"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
-const char *sn_pipeline_pass_names(void) { return "frontend, autodiff"; }
+const char *sn_pipeline_pass_names(void) { return "frontend, pad_vocab, attention, autodiff"; }
+
+sn_pipeline_opts sn_pipeline_defaults(void) {
+    return (sn_pipeline_opts){.fuse_attention = true, .pad_vocab = 64};
+}
 
 /* Verifies g after `pass` and dumps it if that pass was asked for. */
 static sn_status after(sn_graph *g, const char *pass, const sn_pipeline_opts *o, sn_err *e) {
@@ -24,23 +29,56 @@ static sn_status after(sn_graph *g, const char *pass, const sn_pipeline_opts *o,
     return SN_OK;
 }
 
-sn_status sn_pipeline_run(sn_graph *g, const sn_pipeline_opts *o, sn_err *e) {
-    if (o->dump_after) {
-        bool known = false;
-        for (int i = 0; i < N_PASSES; i++) known |= !strcmp(o->dump_after, pass_names[i]);
-        if (!known)
-            return sn_fail(e, SN_ERR_INVALID, "unknown pass '%s' (passes: %s)", o->dump_after,
-                           sn_pipeline_pass_names());
-        if (!strcmp(o->dump_after, "autodiff") && !o->backward)
-            return sn_fail(e, SN_ERR_INVALID, "--dump-after autodiff needs the backward "
-                           "(add --backward)");
-    }
-    if (sn_graph_error(g))
-        return sn_fail(e, g->err.code, "the model graph has an error: %s", sn_graph_error(g));
-    sn_status s = after(g, "frontend", o, e);
-    if (s || !o->backward) return s;
+/* Puts a pass's result in place of *g. */
+static void replace(sn_graph **g, sn_graph *next) {
+    sn_graph_free(*g);
+    *g = next;
+}
 
-    if (!g->loss) return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph has no loss");
-    if ((s = sn_backward(g, g->loss, e))) return s;
-    return after(g, "autodiff", o, e);
+/* Is the dump_after name a pass, and one that runs? */
+static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
+    const char *d = o->dump_after;
+    bool known = false;
+    for (int i = 0; i < N_PASSES; i++) known |= !strcmp(d, pass_names[i]);
+    if (!known)
+        return sn_fail(e, SN_ERR_INVALID, "unknown pass '%s' (passes: %s)", d, sn_pipeline_pass_names());
+    if (!strcmp(d, "autodiff") && !o->backward)
+        return sn_fail(e, SN_ERR_INVALID, "--dump-after autodiff needs the backward (add --backward)");
+    if (!strcmp(d, "attention") && !o->fuse_attention)
+        return sn_fail(e, SN_ERR_INVALID, "--dump-after attention, but the attention pass is off "
+                       "(drop --no-fuse-attention)");
+    if (!strcmp(d, "pad_vocab") && !o->pad_vocab)
+        return sn_fail(e, SN_ERR_INVALID, "--dump-after pad_vocab, but the pad_vocab pass is off "
+                       "(give --pad-vocab a multiple, not 0)");
+    return SN_OK;
+}
+
+sn_status sn_pipeline_run(sn_graph **g, const sn_pipeline_opts *o, sn_pipeline_stats *stats,
+                          sn_err *e) {
+    sn_pipeline_stats st0;
+    if (!stats) stats = &st0;
+    *stats = (sn_pipeline_stats){0};
+    sn_status s;
+    if (o->dump_after && (s = check_dump(o, e))) return s;
+    if (sn_graph_error(*g))
+        return sn_fail(e, (*g)->err.code, "the model graph has an error: %s", sn_graph_error(*g));
+    if ((s = after(*g, "frontend", o, e))) return s;
+
+    sn_graph *next;
+    if (o->pad_vocab) {
+        if ((s = sn_pass_pad_vocab(*g, o->pad_vocab, &next, &stats->vocab_padded, e))) return s;
+        replace(g, next);
+        if ((s = after(*g, "pad_vocab", o, e))) return s;
+    }
+
+    if (o->fuse_attention) {
+        if ((s = sn_pass_attention(*g, &next, &stats->attention_fused, e))) return s;
+        replace(g, next);
+        if ((s = after(*g, "attention", o, e))) return s;
+    }
+
+    if (!o->backward) return SN_OK;
+    if (!(*g)->loss) return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph has no loss");
+    if ((s = sn_backward(*g, (*g)->loss, e))) return s;
+    return after(*g, "autodiff", o, e);
 }

@@ -7,8 +7,9 @@
 #include <string.h>
 
 #include "interp.h"
+#include "interp_attention.h"
 
-_Static_assert(SN_OP_COUNT == 44, "a new op needs its kernel in eval()");
+_Static_assert(SN_OP_COUNT == 49, "a new op needs its kernel in eval()");
 
 struct sn_interp {
     const sn_graph *g;
@@ -320,13 +321,14 @@ static sn_status check_ids(const sn_node *n, const sn_node *ids, const double *v
     return SN_OK;
 }
 
-/* logits (R, V), targets (R) -> scalar mean loss, or (R, V) gradient (with dloss) */
+/* logits (R, V), targets (R) -> scalar mean loss, or (R, V) gradient (with dloss); only the
+ * first Vr = a.end classes take part when a.end > 0 (padded vocabulary) */
 static sn_status eval_cross_entropy(const sn_node *n, double *const *in, double *y, sn_err *e) {
     const sn_node *lg = n->in[0];
-    int64_t V = last_dim(lg), R = sn_numel(lg) / V;
+    int64_t V = last_dim(lg), R = sn_numel(lg) / V, Vr = n->a.end > 0 ? n->a.end : V;
     const double *logits = in[0], *tg = in[1];
     int ign = n->a.ignore_index;
-    sn_status st = check_ids(n, n->in[1], tg, V, true, ign, e);
+    sn_status st = check_ids(n, n->in[1], tg, Vr, true, ign, e);
     if (st) return st;
     int64_t count = 0;
     for (int64_t r = 0; r < R; r++) count += tg[r] != ign;
@@ -334,20 +336,18 @@ static sn_status eval_cross_entropy(const sn_node *n, double *const *in, double 
         double loss = 0;
         for (int64_t r = 0; r < R; r++)
             if (tg[r] != ign)
-                loss += logsumexp_row(logits + r * V, V) - logits[r * V + (int64_t)tg[r]];
+                loss += logsumexp_row(logits + r * V, Vr) - logits[r * V + (int64_t)tg[r]];
         y[0] = count ? loss / (double)count : 0;
         return SN_OK;
     }
     double k = count ? in[2][0] / (double)count : 0;
     for (int64_t r = 0; r < R; r++) {
         double *yr = y + r * V;
-        if (tg[r] == ign) {
-            memset(yr, 0, sizeof(double) * (size_t)V);
-            continue;
-        }
-        softmax_row(logits + r * V, yr, V);
+        memset(yr, 0, sizeof(double) * (size_t)V);
+        if (tg[r] == ign) continue;
+        softmax_row(logits + r * V, yr, Vr);
         yr[(int64_t)tg[r]] -= 1;
-        for (int64_t j = 0; j < V; j++) yr[j] *= k;
+        for (int64_t j = 0; j < Vr; j++) yr[j] *= k;
     }
     return SN_OK;
 }
@@ -509,6 +509,10 @@ static sn_status eval(const sn_interp *it, const sn_node *n, double *y, sn_err *
         eval_layout(n, in, y);
         return SN_OK;
     case SN_OP_EMBEDDING: case SN_OP_EMBEDDING_BWD: return eval_embedding(n, in, y, e);
+    case SN_OP_ATTENTION_LSE: case SN_OP_ATTENTION: case SN_OP_ATTENTION_BWD_Q:
+    case SN_OP_ATTENTION_BWD_K: case SN_OP_ATTENTION_BWD_V:
+        sn_interp_attention(n, in, y);
+        return SN_OK;
     case SN_OP_COUNT: break;
     }
     SN_ASSERT(0);

@@ -1,12 +1,14 @@
 /* train.c: the trainer of train.h on the reference interpreter.
  * Convention: parameters live as fp32 master copies here and are copied into the interpreter
- * before each run; a step either applies its whole update or, on a bad number, none of it. */
+ * before each run; a step either applies its whole update or, on a bad number, none of it.
+ * The three exec_* functions are the only ones that know how the graph is executed. */
 #include "train.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../frontend/sinter.h"
 #include "interp.h"
 #include "rng.h"
 
@@ -18,6 +20,9 @@ struct sn_trainer {
     int n_params;
     sn_node **params;
     float **w, **m, **v; /* master weights and AdamW moments, one array per parameter */
+    float **gsum;        /* gradients summed over the pending micro-batches */
+    int pending;         /* micro-batches in gsum */
+    double loss_sum;     /* their losses */
     int step;
 };
 
@@ -60,16 +65,41 @@ static sn_node *find_input(const sn_graph *g, const char *name) {
     return NULL;
 }
 
+/* ---- the seam: how a step is executed ------------------------------------------------------
+ * Only exec_run, exec_loss and exec_grad know the graph runs on the reference interpreter; a
+ * compiled backend replaces these three and the rest of the trainer stays as it is. */
+
+/* Loads the batch and the current weights, runs the graph (forward and backward). */
+static sn_status exec_run(sn_trainer *t, const int32_t *idx, const int32_t *targets, sn_err *e) {
+    sn_status s;
+    if ((s = sn_interp_set_i32(t->it, t->idx, idx, e)) || (s = sn_interp_set_i32(t->it, t->targets, targets, e)))
+        return s;
+    for (int i = 0; i < t->n_params; i++)
+        if ((s = sn_interp_set(t->it, t->params[i], t->w[i], e))) return s;
+    return sn_interp_run(t->it, e);
+}
+
+static double exec_loss(const sn_trainer *t) { return sn_interp_value(t->it, t->g->loss)[0]; }
+
+/* d loss / d parameter i of the last run: numel doubles, each an fp32 value. */
+static const double *exec_grad(const sn_trainer *t, int i) {
+    return sn_interp_value(t->it, t->params[i]->grad);
+}
+
+/* ---- the trainer ---------------------------------------------------------------------------- */
+
 void sn_trainer_free(sn_trainer *t) {
     if (!t) return;
     for (int i = 0; i < t->n_params; i++) {
         free(t->w[i]);
         free(t->m[i]);
         free(t->v[i]);
+        free(t->gsum[i]);
     }
     free(t->w);
     free(t->m);
     free(t->v);
+    free(t->gsum);
     free(t->params);
     sn_interp_free(t->it);
     free(t);
@@ -95,18 +125,21 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     t->idx = idx;
     t->targets = targets;
     t->n_params = sn_graph_params(g, NULL, 0);
-    t->params = calloc((size_t)t->n_params, sizeof *t->params);
-    t->w = calloc((size_t)t->n_params, sizeof *t->w);
-    t->m = calloc((size_t)t->n_params, sizeof *t->m);
-    t->v = calloc((size_t)t->n_params, sizeof *t->v);
-    SN_ASSERT(t->params && t->w && t->m && t->v);
+    size_t np = (size_t)t->n_params;
+    t->params = calloc(np, sizeof *t->params);
+    t->w = calloc(np, sizeof *t->w);
+    t->m = calloc(np, sizeof *t->m);
+    t->v = calloc(np, sizeof *t->v);
+    t->gsum = calloc(np, sizeof *t->gsum);
+    SN_ASSERT(t->params && t->w && t->m && t->v && t->gsum);
     sn_graph_params(g, t->params, t->n_params);
     for (int i = 0; i < t->n_params; i++) {
         size_t n = (size_t)sn_numel(t->params[i]);
         t->w[i] = malloc(n * sizeof(float));
         t->m[i] = calloc(n, sizeof(float));
         t->v[i] = calloc(n, sizeof(float));
-        if (!t->w[i] || !t->m[i] || !t->v[i]) {
+        t->gsum[i] = calloc(n, sizeof(float));
+        if (!t->w[i] || !t->m[i] || !t->v[i] || !t->gsum[i]) {
             sn_trainer_free(t);
             sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for parameters and moments");
             return NULL;
@@ -117,57 +150,106 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     return t;
 }
 
-/* Loads the batch and the current weights, runs the graph. */
-static sn_status run(sn_trainer *t, const int32_t *idx, const int32_t *targets, sn_err *e) {
-    sn_status s;
-    if ((s = sn_interp_set_i32(t->it, t->idx, idx, e)) || (s = sn_interp_set_i32(t->it, t->targets, targets, e)))
-        return s;
-    for (int i = 0; i < t->n_params; i++)
-        if ((s = sn_interp_set(t->it, t->params[i], t->w[i], e))) return s;
-    return sn_interp_run(t->it, e);
-}
-
 sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                           sn_err *e) {
-    sn_status s = run(t, idx, targets, e);
+    sn_status s = exec_run(t, idx, targets, e);
     if (s) return s;
-    *loss = sn_interp_value(t->it, t->g->loss)[0];
+    *loss = exec_loss(t);
     return SN_OK;
 }
 
-sn_status sn_trainer_step(sn_trainer *t, const int32_t *idx, const int32_t *targets,
-                          sn_step_stats *st, sn_err *e) {
-    sn_status s = run(t, idx, targets, e);
+/* Forgets the pending micro-batches. */
+static void drop_pending(sn_trainer *t) {
+    for (int i = 0; i < t->n_params; i++)
+        memset(t->gsum[i], 0, sizeof(float) * (size_t)sn_numel(t->params[i]));
+    t->pending = 0;
+    t->loss_sum = 0;
+}
+
+sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t *targets,
+                                double *loss, sn_err *e) {
+    sn_status s = exec_run(t, idx, targets, e);
     if (s) return s;
-    double loss = sn_interp_value(t->it, t->g->loss)[0], sq = 0;
+    double l = exec_loss(t);
+    if (!isfinite(l)) {
+        int k = t->pending;
+        drop_pending(t);
+        return sn_fail(e, SN_ERR_NUMERIC, "step %d: loss %g on micro-batch %d: the run diverged; "
+                       "the parameters are unchanged (lower the learning rate or raise warm-up)",
+                       t->step + 1, l, k + 1);
+    }
     for (int i = 0; i < t->n_params; i++) {
-        const double *gr = sn_interp_value(t->it, t->params[i]->grad);
-        for (int64_t j = 0; j < sn_numel(t->params[i]); j++) sq += gr[j] * gr[j];
+        const double *gr = exec_grad(t, i);
+        float *sum = t->gsum[i];
+        for (int64_t j = 0; j < sn_numel(t->params[i]); j++) sum[j] += (float)gr[j];
+    }
+    t->pending++;
+    t->loss_sum += l;
+    if (loss) *loss = l;
+    return SN_OK;
+}
+
+sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e) {
+    if (!t->pending)
+        return sn_fail(e, SN_ERR_INVALID, "trainer: update without gradients: call "
+                       "sn_trainer_accumulate on at least one micro-batch first");
+    float inv = 1.0f / (float)t->pending;
+    double loss = t->loss_sum / t->pending, sq = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        float *gm = t->gsum[i];
+        for (int64_t j = 0; j < sn_numel(t->params[i]); j++) {
+            if (t->pending > 1) gm[j] *= inv; /* the mean; exact for one micro-batch */
+            sq += (double)gm[j] * gm[j];
+        }
     }
     double norm = sqrt(sq);
-    if (!isfinite(loss) || !isfinite(norm))
+    if (!isfinite(norm)) {
+        drop_pending(t);
         return sn_fail(e, SN_ERR_NUMERIC, "step %d: loss %g, gradient norm %g: the run diverged; "
                        "the parameters are unchanged (lower the learning rate or raise warm-up)",
-                       t->step, loss, norm);
+                       t->step + 1, loss, norm);
+    }
     const sn_train_opts *o = &t->o;
     float lr = sn_train_lr(o, t->step);
     double clip = o->grad_clip > 0 && norm > o->grad_clip ? o->grad_clip / norm : 1.0;
     t->step++;
     double bc1 = 1 - pow(o->beta1, t->step), bc2 = 1 - pow(o->beta2, t->step);
     for (int i = 0; i < t->n_params; i++) {
-        const double *gr = sn_interp_value(t->it, t->params[i]->grad);
+        const float *gm = t->gsum[i];
         float *w = t->w[i], *m = t->m[i], *v = t->v[i];
         float wd = t->params[i]->rank >= 2 ? o->weight_decay : 0.0f;
         for (int64_t j = 0; j < sn_numel(t->params[i]); j++) {
-            float gj = (float)(gr[j] * clip);
+            float gj = (float)(gm[j] * clip);
             m[j] = o->beta1 * m[j] + (1 - o->beta1) * gj;
             v[j] = o->beta2 * v[j] + (1 - o->beta2) * gj * gj;
             double mhat = m[j] / bc1, vhat = v[j] / bc2;
             w[j] -= (float)(lr * (mhat / (sqrt(vhat) + o->eps) + wd * w[j]));
         }
     }
+    drop_pending(t);
     if (st) *st = (sn_step_stats){.loss = loss, .grad_norm = norm, .lr = lr};
     return SN_OK;
 }
 
+sn_status sn_trainer_step(sn_trainer *t, const int32_t *idx, const int32_t *targets,
+                          sn_step_stats *st, sn_err *e) {
+    sn_status s = sn_trainer_accumulate(t, idx, targets, NULL, e);
+    return s ? s : sn_trainer_update(t, st, e);
+}
+
+int sn_trainer_pending(const sn_trainer *t) { return t->pending; }
 int sn_trainer_step_count(const sn_trainer *t) { return t->step; }
+void sn_trainer_set_step_count(sn_trainer *t, int step) { t->step = step; }
+const sn_train_opts *sn_trainer_opts(const sn_trainer *t) { return &t->o; }
+int sn_trainer_param_count(const sn_trainer *t) { return t->n_params; }
+
+sn_param_state sn_trainer_param(const sn_trainer *t, int i) {
+    SN_ASSERT(i >= 0 && i < t->n_params);
+    return (sn_param_state){t->params[i], t->w[i], t->m[i], t->v[i], t->gsum[i]};
+}
+
+int sn_trainer_find_param(const sn_trainer *t, const char *name) {
+    for (int i = 0; i < t->n_params; i++)
+        if (!strcmp(t->params[i]->name, name)) return i;
+    return -1;
+}

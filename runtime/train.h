@@ -2,7 +2,12 @@
  * with decoupled weight decay, global gradient-norm clipping and a cosine learning rate with
  * linear warm-up. Convention: the trainer owns fp32 master copies of the parameters and the
  * optimizer moments on the host; the graph it runs (today: on the reference interpreter)
- * computes the loss and the gradients. */
+ * computes the loss and the gradients, and nothing else here depends on how it is run.
+ *
+ *     sn_trainer *t = sn_trainer_new(g, &opts, &e);           // g: loss + backward, idx/targets
+ *     for (k = 0; k < micro; k++) sn_trainer_accumulate(t, x[k], y[k], NULL, &e);
+ *     sn_trainer_update(t, &stats, &e);                        // one optimizer step
+ */
 #ifndef SN_TRAIN_H
 #define SN_TRAIN_H
 
@@ -41,14 +46,47 @@ typedef struct sn_trainer sn_trainer;
 sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e);
 void sn_trainer_free(sn_trainer *t);
 
-/* One step on a batch (B*T ids each). A NaN or infinite loss or gradient is reported as
- * SN_ERR_NUMERIC and the parameters are left as they were. */
+/* One optimizer step on one batch (B*T ids each): sn_trainer_accumulate then sn_trainer_update.
+ * A NaN or infinite loss or gradient is reported as SN_ERR_NUMERIC and the parameters are left
+ * as they were. */
 sn_status sn_trainer_step(sn_trainer *t, const int32_t *idx, const int32_t *targets,
                           sn_step_stats *st, sn_err *e);
-/* The loss on a batch without updating anything. */
+
+/* Gradient accumulation: each call runs forward and backward on one micro-batch and adds its
+ * gradients to the step's sums (loss: this micro-batch's, may be NULL); sn_trainer_update then
+ * applies their mean, so k micro-batches of B rows make the step one batch of k*B rows would.
+ * A non-finite micro-batch loss is SN_ERR_NUMERIC and drops the whole step's sums. */
+sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t *targets,
+                                double *loss, sn_err *e);
+/* Applies the mean of the accumulated gradients (clip, AdamW, the schedule's lr) and clears
+ * the sums; st->loss is the micro-batches' mean loss. SN_ERR_NUMERIC (parameters unchanged,
+ * sums dropped) on a non-finite gradient norm; SN_ERR_INVALID when nothing was accumulated. */
+sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e);
+/* Micro-batches accumulated since the last update. */
+int sn_trainer_pending(const sn_trainer *t);
+
+/* The loss on a batch without updating anything (nor touching accumulated gradients). */
 sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                           sn_err *e);
+
 /* Optimizer steps taken so far. */
 int sn_trainer_step_count(const sn_trainer *t);
+const sn_train_opts *sn_trainer_opts(const sn_trainer *t);
+
+/* The state of one parameter, for checkpoints and for sampling graphs that share the weights
+ * by name. Arrays hold numel(param) floats in the parameter's row-major layout. */
+typedef struct {
+    const sn_node *param; /* the PARAM node of the training graph (name, shape) */
+    float *w;             /* fp32 master weights */
+    float *m, *v;         /* AdamW first and second moments */
+    float *grad_sum;      /* gradients summed over the pending micro-batches */
+} sn_param_state;
+
+int sn_trainer_param_count(const sn_trainer *t);
+sn_param_state sn_trainer_param(const sn_trainer *t, int i);
+/* The index of the parameter named name, or -1. */
+int sn_trainer_find_param(const sn_trainer *t, const char *name);
+/* Sets the optimizer step count (checkpoints restore it with the moments). */
+void sn_trainer_set_step_count(sn_trainer *t, int step);
 
 #endif

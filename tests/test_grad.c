@@ -199,6 +199,29 @@ CASE(tied_embedding) {
     return sn_matmul_t(g, x, wte, false, true);
 }
 
+/* Fused attention, through lse = attention_lse(q, k) as the attention pass builds it. */
+CASE(attention) {
+    (void)ints;
+    sn_node *q = P(g, "q", SN_SHAPE(1, 2, 3, 4)), *k = P(g, "k", SN_SHAPE(1, 2, 3, 4));
+    return sn_causal_attention(g, q, k, P(g, "v", SN_SHAPE(1, 2, 3, 5)), 0.7f);
+}
+CASE(attention_more_keys) { /* S > T: query i sees keys j <= i + S - T */
+    (void)ints;
+    sn_node *q = P(g, "q", SN_SHAPE(2, 2, 3)), *k = P(g, "k", SN_SHAPE(2, 4, 3));
+    return sn_causal_attention(g, q, k, P(g, "v", SN_SHAPE(2, 4, 2)), -1.3f);
+}
+CASE(attention_lse) {
+    (void)ints;
+    return sn_attention_lse(g, P(g, "q", SN_SHAPE(2, 3, 4)), P(g, "k", SN_SHAPE(2, 5, 4)), 0.5f);
+}
+CASE(attention_lse_read_twice) { /* lse read by attention and by a mul: both adjoints count */
+    (void)ints;
+    sn_node *q = P(g, "q", SN_SHAPE(2, 3, 2)), *k = P(g, "k", SN_SHAPE(2, 3, 2));
+    sn_node *lse = sn_attention_lse(g, q, k, 0.9f);
+    sn_node *o = sn_attention(g, q, k, P(g, "v", SN_SHAPE(2, 3, 2)), lse, 0.9f);
+    return sn_mul(g, o, sn_reshape(g, lse, SN_SHAPE(2, 3, 1)));
+}
+
 static const struct {
     const char *name;
     build_fn build;
@@ -215,7 +238,8 @@ static const struct {
     C(matmul_shared_weight_ta, MATMUL), C(matmul_shared_left, MATMUL), C(reshape, RESHAPE),
     C(permute, PERMUTE), C(transpose, PERMUTE), C(broadcast, BROADCAST), C(slice, SLICE),
     C(pad, PAD), C(concat, CONCAT), C(split, SLICE), C(embedding, EMBEDDING),
-    C(tied_embedding, EMBEDDING),
+    C(tied_embedding, EMBEDDING), C(attention, ATTENTION), C(attention_more_keys, ATTENTION),
+    C(attention_lse, ATTENTION_LSE), C(attention_lse_read_twice, ATTENTION_LSE),
 #undef C
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))

@@ -27,14 +27,14 @@ static sn_node *app(sn_graph *g, const sn_node *proto) {
 #define ck_assert_has(msg, sub)                                                                    \
     ck_assert_msg(strstr((msg), (sub)), "message\n  \"%s\"\nlacks\n  \"%s\"", (msg), (sub))
 
-static const float const_data[] = {1, 2.5f, -INFINITY, INFINITY, NAN, 0.1f, 1.00000012f, -0.0f};
+static const float const_data[] = {1, 2.5f, -INFINITY, INFINITY, NAN, 0.1f, 10.0000105f, -0.0f};
 
 /* A graph using every op of the table, with a backward part, grads, outputs and a loss.
  * (B, T, C, V) = (2, 3, 8, 10). */
 static sn_graph *build_all_ops(void) {
     sn_graph *g = sn_graph_new();
     sn_node *x = NODE(g, INPUT, .name = "x", T(F32, 2, 3, 8));
-    sn_node *ids = NODE(g, INPUT, .name = "ids \"q\" \\ \n", T(I32, 2, 3));
+    sn_node *ids = NODE(g, INPUT, .name = "ids \"q\" \\ \n#\x01", T(I32, 2, 3));
     sn_node *tg = NODE(g, INPUT, .name = "targets", T(I32, 2, 3));
     sn_node *wte = NODE(g, PARAM, .name = "wte", .a = {.init = SN_INIT_NORMAL, .f = 0.02f},
                         T(F32, 10, 8));
@@ -76,12 +76,14 @@ static sn_graph *build_all_ops(void) {
     sn_node *pd = NODE(g, PAD, IN(sl), .a = {.axis = 2, .start = 2, .end = 8});
     sn_node *cc = NODE(g, CONCAT, IN(y, pd, bc), .a = {.axis = 1});
     sn_node *logits = NODE(g, MATMUL, IN(y, wte), .a = {.tb = 1});
-    sn_node *loss = NODE(g, CROSS_ENTROPY, IN(logits, tg), .a = {.ignore_index = -1});
+    sn_node *loss = NODE(g, CROSS_ENTROPY, IN(logits, tg), .a = {.end = 9, .ignore_index = -1});
+    sn_node *lse = NODE(g, ATTENTION_LSE, IN(x, y), .a = {.f = 0.353553391f});
+    sn_node *o = NODE(g, ATTENTION, IN(x, y, y, lse), .a = {.f = 0.353553391f});
 
     g->n_forward = g->n_nodes;
     g->has_backward = true;
     sn_node *dl = NODE(g, FULL, .a = {.f = 1}, SCALAR(F32));
-    sn_node *dlogits = NODE(g, CROSS_ENTROPY_BWD, IN(logits, tg, dl), .a = {.ignore_index = -1});
+    sn_node *dlogits = NODE(g, CROSS_ENTROPY_BWD, IN(logits, tg, dl), .a = {.end = 9, .ignore_index = -1});
     sn_node *dy = NODE(g, MATMUL, IN(dlogits, wte));
     NODE(g, SOFTMAX_BWD, IN(sm, sm));
     NODE(g, LAYERNORM_BWD, IN(h, lw, dy), .a = {.f = 1e-5f});
@@ -89,6 +91,9 @@ static sn_graph *build_all_ops(void) {
     NODE(g, RMSNORM_BWD, IN(ln, lw, dy), .a = {.f = 1e-6f});
     sn_node *dlb = NODE(g, RMSNORM_BWD_W, IN(ln, dy), .a = {.f = 1e-6f});
     sn_node *dwte = NODE(g, EMBEDDING_BWD, IN(ids, dy), T(F32, 10, 8));
+    NODE(g, ATTENTION_BWD_Q, IN(x, y, y, o, dy, lse), .a = {.f = 0.353553391f});
+    NODE(g, ATTENTION_BWD_K, IN(x, y, y, o, dy, lse), .a = {.f = 0.353553391f});
+    NODE(g, ATTENTION_BWD_V, IN(x, y, y, o, dy, lse), .a = {.f = 0.353553391f});
     wte->grad = dwte;
     lw->grad = dlw;
     lb->grad = dlb;
@@ -155,16 +160,17 @@ START_TEST(test_roundtrip_all_ops) {
     ck_assert_msg(sn_verify(g, &e) == SN_OK, "verify: %s", e.msg);
 
     char *s1 = sn_graph_to_string(g);
-    ck_assert_has(s1, "  %1 = input \"ids \\\"q\\\" \\\\ \\n\" : i32[2,3]\n");
+    ck_assert_has(s1, "  %1 = input \"ids \\\"q\\\" \\\\ \\n#\\x01\" : i32[2,3]\n");
     ck_assert_has(s1, "  %3 = param \"wte\" init=normal f=0.02 : f32[10,8]\n");
-    ck_assert_has(s1, "  %6 = const data=[1, 2.5, -inf, inf, nan, 0.1, 1.00000012, -0] : f32[8]\n");
+    ck_assert_has(s1, "  %6 = const data=[1, 2.5, -inf, inf, nan, 0.1, 10.0000105, -0] : f32[8]\n");
     ck_assert_has(s1, " = causal_mask %31 f=-inf : f32[2,3,3]\n");
     ck_assert_has(s1, " = permute %34 perm=[0,2,1] : f32[2,8,3]\n");
-    ck_assert_has(s1, " = cross_entropy %40, %2 ignore_index=-1 : f32[]\n");
+    ck_assert_has(s1, " = attention %0, %34, %34, %43 f=0.35355338 : f32[2,3,8]\n");
     ck_assert_has(s1, " = sum %25 axis=2 keepdim=1 : bf16[2,3,1]\n");
-    ck_assert_has(s1, ": f32[]\n  backward\n  %42 = full f=1 : f32[]\n");
-    ck_assert_has(s1, "  output %40\n  output %41\n");
-    ck_assert_has(s1, "  loss %41\n  grad %3 = %50\n  grad %4 = %47\n  grad %5 = %49\n}\n");
+    ck_assert_has(s1, "%42 = cross_entropy %41, %2 start=0 end=9 ignore_index=-1 : f32[]\n");
+    ck_assert_has(s1, ": f32[2,3,8]\n  backward\n  %45 = full f=1 : f32[]\n");
+    ck_assert_has(s1, "  output %41\n  output %42\n  output %40\n");
+    ck_assert_has(s1, "  loss %42\n  grad %3 = %53\n  grad %4 = %50\n  grad %5 = %52\n}\n");
 
     sn_graph *g2 = parse_ok(s1);
     check_same_graph(g, g2);

@@ -1,0 +1,41 @@
+/* passes.h: the graph-to-graph passes, one section per file, in pipeline order.
+ * Convention: a pass reads a verified graph and returns a new one (the input is unchanged;
+ * the caller frees both); its preconditions are written above its entry point. */
+#ifndef SN_PASSES_H
+#define SN_PASSES_H
+
+#include "../ir/ir.h"
+
+/* ---- pad_vocab.c ---- */
+
+#define SN_PAD_VOCAB_POW2 (-1) /* a pad_vocab multiple: the next power of two */
+
+/* V rounded up to a multiple of `multiple` (> 0), or to a power of two (SN_PAD_VOCAB_POW2). */
+int64_t sn_pad_vocab_size(int64_t V, int64_t multiple);
+
+/* Pads the vocabulary of a tied embedding / LM-head table: a PARAM w (V, C) read only as the
+ * table of embeddings and as the b of matmul(x, w, tb=1) whose result (the logits) is read only
+ * as the logits of cross-entropy, becomes (Vp, C), Vp = sn_pad_vocab_size(V, multiple). The
+ * cross-entropies count only the first V classes (attribute end = V), so the loss and every
+ * gradient equal the unpadded model's; w's padded rows get zero gradient. w keeps its name and
+ * init rule (a row-major init stream gives its first V rows the unpadded values). The logits
+ * output becomes (.., Vp): its first V columns are the model's logits, the rest padding.
+ * requires: a verified forward graph (before autodiff).
+ * *n_padded: how many tables were padded (0: the graph is copied unchanged). */
+sn_status sn_pass_pad_vocab(const sn_graph *in, int64_t multiple, sn_graph **out, int *n_padded,
+                            sn_err *e);
+
+/* ---- attention.c ---- */
+
+/* Replaces each causal self-attention written out as
+ *     p = softmax(causal_mask(scale(matmul(q, k, tb=1), f)))      (scale optional: f = 1)
+ *     y = matmul(p, v)
+ * by lse = attention_lse(q, k, f), y = attention(q, k, v, lse, f), so neither the forward
+ * nor (after autodiff) the backward holds a (T, S) matrix. A chain is fused only when its mask
+ * fills -inf, q, k, v have the same leading dimensions, and p and the nodes before it have no
+ * other reader (nor are an output).
+ * requires: a verified forward graph (before autodiff).
+ * *n_fused: how many attention blocks were replaced. */
+sn_status sn_pass_attention(const sn_graph *in, sn_graph **out, int *n_fused, sn_err *e);
+
+#endif

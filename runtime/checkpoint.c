@@ -1,0 +1,361 @@
+/* checkpoint.c: the checkpoint file of checkpoint.h. Saving streams records through a CRC
+ * into a temporary file and writes the header last; loading checks the whole file first, then
+ * the metadata and shapes, and only then copies into the trainer. */
+#include "checkpoint.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "crc.h"
+#include "data.h"
+#include "savefile.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoint.c writes host-order numbers and assumes a little-endian host"
+#endif
+
+static const char MAGIC[8] = "SNCKPT\x1a\n";
+enum { HEADER_BYTES = 32 };
+enum { REC_META = 1, REC_STEP, REC_RNG, REC_SERIES, REC_PARAM };
+
+/* ---- metadata ----------------------------------------------------------------------------- */
+
+void sn_run_meta_set(sn_run_state *r, const char *key, const char *fmt, ...) {
+    SN_ASSERT(strlen(key) < sizeof r->meta[0].key);
+    int i = 0;
+    while (i < r->n_meta && strcmp(r->meta[i].key, key)) i++;
+    SN_ASSERT(i < SN_CKPT_MAX_META);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(r->meta[i].value, sizeof r->meta[i].value, fmt, ap);
+    va_end(ap);
+    SN_ASSERT(n >= 0 && (size_t)n < sizeof r->meta[i].value);
+    snprintf(r->meta[i].key, sizeof r->meta[i].key, "%s", key);
+    if (i == r->n_meta) r->n_meta++;
+}
+
+const char *sn_run_meta_get(const sn_run_state *r, const char *key) {
+    for (int i = 0; i < r->n_meta; i++)
+        if (!strcmp(r->meta[i].key, key)) return r->meta[i].value;
+    return NULL;
+}
+
+void sn_run_state_free(sn_run_state *r) {
+    sn_series_free(&r->train_loss);
+    sn_series_free(&r->val_loss);
+}
+
+/* The optimizer options as metadata ("%.9g" prints a float so that it reads back exactly). */
+static void opts_meta(const sn_train_opts *o, sn_run_state *m) {
+    sn_run_meta_set(m, "train.steps", "%d", o->steps);
+    sn_run_meta_set(m, "train.lr", "%.9g", o->lr);
+    sn_run_meta_set(m, "train.min_lr_frac", "%.9g", o->min_lr_frac);
+    sn_run_meta_set(m, "train.warmup", "%d", o->warmup);
+    sn_run_meta_set(m, "train.weight_decay", "%.9g", o->weight_decay);
+    sn_run_meta_set(m, "train.beta1", "%.9g", o->beta1);
+    sn_run_meta_set(m, "train.beta2", "%.9g", o->beta2);
+    sn_run_meta_set(m, "train.eps", "%.9g", o->eps);
+    sn_run_meta_set(m, "train.grad_clip", "%.9g", o->grad_clip);
+    sn_run_meta_set(m, "train.seed", "%" PRIu64, o->seed);
+}
+
+/* ---- saving ------------------------------------------------------------------------------- */
+
+typedef struct {
+    sn_savefile f;
+    sn_crc32 crc;
+    uint64_t bytes; /* payload written */
+    bool ok;
+} writer;
+
+static void put(writer *w, const void *p, size_t n) {
+    if (!w->ok || !n) return;
+    w->ok = fwrite(p, 1, n, w->f.f) == n;
+    sn_crc32_update(&w->crc, p, n);
+    w->bytes += n;
+}
+
+static void put_u32(writer *w, uint32_t v) { put(w, &v, 4); }
+static void put_u64(writer *w, uint64_t v) { put(w, &v, 8); }
+
+static void record(writer *w, uint32_t kind, const char *name, uint64_t body) {
+    put_u32(w, kind);
+    put_u32(w, (uint32_t)strlen(name));
+    put(w, name, strlen(name));
+    put_u64(w, body);
+}
+
+static void put_series(writer *w, const char *name, const sn_series *s) {
+    record(w, REC_SERIES, name, 8 + 16 * (uint64_t)s->n);
+    put_u64(w, (uint64_t)s->n);
+    put(w, s->x, sizeof(double) * (size_t)s->n);
+    put(w, s->y, sizeof(double) * (size_t)s->n);
+}
+
+static void put_payload(writer *w, const sn_trainer *t, const sn_run_state *r) {
+    sn_run_state all = {.n_meta = r->n_meta};
+    memcpy(all.meta, r->meta, sizeof r->meta);
+    opts_meta(sn_trainer_opts(t), &all);
+    for (int i = 0; i < all.n_meta; i++) {
+        record(w, REC_META, all.meta[i].key, strlen(all.meta[i].value));
+        put(w, all.meta[i].value, strlen(all.meta[i].value));
+    }
+    record(w, REC_STEP, "step", 8);
+    put_u64(w, (uint64_t)sn_trainer_step_count(t));
+    record(w, REC_RNG, "data", 32);
+    put(w, r->data_rng.s, 32);
+    put_series(w, "train_loss", &r->train_loss);
+    put_series(w, "val_loss", &r->val_loss);
+    for (int i = 0; i < sn_trainer_param_count(t); i++) {
+        sn_param_state p = sn_trainer_param(t, i);
+        size_t n = (size_t)sn_numel(p.param);
+        record(w, REC_PARAM, p.param->name, 4 + 8 * (uint64_t)p.param->rank + 12 * (uint64_t)n);
+        put_u32(w, (uint32_t)p.param->rank);
+        put(w, p.param->shape, 8 * (size_t)p.param->rank);
+        put(w, p.w, 4 * n);
+        put(w, p.m, 4 * n);
+        put(w, p.v, 4 * n);
+    }
+}
+
+static void header(uint8_t h[HEADER_BYTES], uint64_t payload, uint32_t crc) {
+    uint32_t version = SN_CKPT_VERSION, size = HEADER_BYTES;
+    memset(h, 0, HEADER_BYTES);
+    memcpy(h, MAGIC, 8);
+    memcpy(h + 8, &version, 4);
+    memcpy(h + 12, &size, 4);
+    memcpy(h + 16, &payload, 8);
+    memcpy(h + 24, &crc, 4);
+}
+
+sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
+    if (sn_trainer_pending(t))
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: %d micro-batches are accumulated but "
+                       "not applied: save between optimizer steps", path, sn_trainer_pending(t));
+    writer w = {.ok = true};
+    sn_status s = sn_savefile_open(&w.f, path, "checkpoint", e);
+    if (s) return s;
+    sn_crc32_init(&w.crc);
+    uint8_t h[HEADER_BYTES];
+    header(h, 0, 0); /* a placeholder until the payload's size and CRC are known */
+    w.ok = fwrite(h, 1, HEADER_BYTES, w.f.f) == HEADER_BYTES;
+    put_payload(&w, t, r);
+    header(h, w.bytes, sn_crc32_value(&w.crc));
+    if (w.ok) w.ok = fseek(w.f.f, 0, SEEK_SET) == 0 && fwrite(h, 1, HEADER_BYTES, w.f.f) == HEADER_BYTES;
+    if (!w.ok) {
+        sn_savefile_abort(&w.f);
+        return sn_fail(e, SN_ERR_IO, "cannot write the checkpoint %s: check free disk space; the "
+                       "previous checkpoint, if any, is unchanged", path);
+    }
+    return sn_savefile_commit(&w.f, e);
+}
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+typedef struct {
+    uint32_t kind;
+    char name[128];
+    const uint8_t *body;
+    uint64_t size;
+} rec;
+
+typedef struct {
+    const char *path;
+    rec *recs;
+    int n;
+} parsed;
+
+static uint32_t get_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t get_u64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* Checks the header, the size and the CRC, and splits the payload into records. */
+static sn_status parse(const char *path, const uint8_t *b, size_t len, parsed *out, sn_err *e) {
+    if (len < HEADER_BYTES || memcmp(b, MAGIC, 8))
+        return sn_fail(e, SN_ERR_PARSE, len >= 8 && !memcmp(b, MAGIC, 8)
+                       ? "checkpoint %s is truncated: %zu bytes, less than its header: the save was interrupted; use an older checkpoint"
+                       : "%s is not a sinter checkpoint (%zu bytes, no magic number \"SNCKPT\"): check the path", path, len);
+    uint32_t version = get_u32(b + 8), hsize = get_u32(b + 12), crc = get_u32(b + 24);
+    uint64_t payload = get_u64(b + 16);
+    if (version != SN_CKPT_VERSION || hsize != HEADER_BYTES)
+        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s has version %u; this sinter reads version %d: "
+                       "resume with the sinter that wrote it", path, version, SN_CKPT_VERSION);
+    if (len - HEADER_BYTES != payload)
+        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is %s: %zu bytes, its header says %" PRIu64
+                       ": use an older checkpoint", path, len - HEADER_BYTES < payload ? "truncated"
+                       : "longer than written", len, payload + HEADER_BYTES);
+    sn_crc32 c;
+    sn_crc32_init(&c);
+    sn_crc32_update(&c, b + HEADER_BYTES, payload);
+    if (sn_crc32_value(&c) != crc)
+        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: the CRC-32 of its contents is "
+                       "%08x, its header says %08x: use an older checkpoint", path,
+                       sn_crc32_value(&c), crc);
+    const uint8_t *p = b + HEADER_BYTES, *end = b + len;
+    int cap = 0;
+    *out = (parsed){.path = path};
+    while (p < end) {
+        uint64_t name_len = end - p >= 8 ? get_u32(p + 4) : UINT64_MAX;
+        if (name_len >= sizeof out->recs[0].name || (uint64_t)(end - p) < 16 + name_len ||
+            get_u64(p + 8 + name_len) > (uint64_t)(end - p) - 16 - name_len) {
+            free(out->recs);
+            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: record %d overruns the "
+                           "file: use an older checkpoint", path, out->n + 1);
+        }
+        if (out->n == cap) {
+            cap = cap ? 2 * cap : 64;
+            out->recs = realloc(out->recs, sizeof(rec) * (size_t)cap);
+            SN_ASSERT(out->recs);
+        }
+        rec *r = &out->recs[out->n++];
+        r->kind = get_u32(p);
+        memcpy(r->name, p + 8, name_len);
+        r->name[name_len] = 0;
+        r->size = get_u64(p + 8 + name_len);
+        r->body = p + 16 + name_len;
+        p = r->body + r->size;
+    }
+    return SN_OK;
+}
+
+static const rec *find(const parsed *f, uint32_t kind, const char *name) {
+    for (int i = 0; i < f->n; i++)
+        if (f->recs[i].kind == kind && !strcmp(f->recs[i].name, name)) return &f->recs[i];
+    return NULL;
+}
+
+/* Compares this run's metadata (r's and t's options) with the file's, both ways. */
+static sn_status check_meta(const parsed *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
+    sn_run_state want = {.n_meta = r->n_meta};
+    memcpy(want.meta, r->meta, sizeof r->meta);
+    opts_meta(sn_trainer_opts(t), &want);
+    static const char hint[] = "resume with the model, data and options it was saved with, or "
+                               "start afresh without --resume";
+    for (int i = 0; i < want.n_meta; i++) {
+        const rec *m = find(f, REC_META, want.meta[i].key);
+        if (!m)
+            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this run: it has no "
+                           "%s (here %s): %s", f->path, want.meta[i].key, want.meta[i].value, hint);
+        if (m->size != strlen(want.meta[i].value) || memcmp(m->body, want.meta[i].value, m->size))
+            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this run: %s is %.*s "
+                           "there, %s here: %s", f->path, want.meta[i].key, (int)(m->size < 96 ? m->size : 96),
+                           (const char *)m->body, want.meta[i].value, hint);
+    }
+    for (int i = 0; i < f->n; i++)
+        if (f->recs[i].kind == REC_META && !sn_run_meta_get(&want, f->recs[i].name))
+            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this run: it has %s "
+                           "= %.*s, which this run does not set: %s", f->path, f->recs[i].name,
+                           (int)(f->recs[i].size < 96 ? f->recs[i].size : 96),
+                           (const char *)f->recs[i].body, hint);
+    return SN_OK;
+}
+
+static void shape_text(char *buf, size_t len, uint32_t rank, const uint8_t *shape) {
+    int k = snprintf(buf, len, "[");
+    for (uint32_t d = 0; d < rank && k < (int)len; d++)
+        k += snprintf(buf + k, len - (size_t)k, "%s%" PRId64, d ? "," : "", (int64_t)get_u64(shape + 8 * d));
+    if (k < (int)len) snprintf(buf + k, len - (size_t)k, "]");
+}
+
+/* Every parameter of t is in the file with its shape, and the file has no other. */
+static sn_status check_params(const parsed *f, const sn_trainer *t, sn_err *e) {
+    static const char hint[] = "it was saved from another model: resume with the same --model";
+    for (int i = 0; i < sn_trainer_param_count(t); i++) {
+        const sn_node *p = sn_trainer_param(t, i).param;
+        const rec *r = find(f, REC_PARAM, p->name);
+        if (!r)
+            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this model: it has no "
+                           "parameter %s: %s", f->path, p->name, hint);
+        uint32_t rank = r->size >= 4 ? get_u32(r->body) : UINT32_MAX;
+        if (rank > SN_MAX_RANK || r->size < 4 + 8 * (uint64_t)rank)
+            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s has a bad "
+                           "shape record: use an older checkpoint", f->path, p->name);
+        char there[128], here[128];
+        shape_text(there, sizeof there, rank, r->body + 4);
+        sn_shape_str(p->rank, p->shape, here, sizeof here);
+        if (strcmp(there, here))
+            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this model: parameter "
+                           "%s is %s there, %s here: %s", f->path, p->name, there, here, hint);
+        if (r->size != 4 + 8 * (uint64_t)rank + 12 * (uint64_t)sn_numel(p))
+            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s holds %" PRIu64
+                           " bytes, not 3 x %" PRId64 " floats: use an older checkpoint", f->path,
+                           p->name, r->size, sn_numel(p));
+    }
+    for (int i = 0; i < f->n; i++)
+        if (f->recs[i].kind == REC_PARAM && sn_trainer_find_param(t, f->recs[i].name) < 0)
+            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this model: it has a "
+                           "parameter %s, which this model lacks: %s", f->path, f->recs[i].name, hint);
+    return SN_OK;
+}
+
+static sn_status check_series(const parsed *f, const char *name, sn_err *e) {
+    const rec *r = find(f, REC_SERIES, name);
+    if (!r || r->size < 8 || r->size != 8 + 16 * get_u64(r->body))
+        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its %s curve is %s: use an "
+                       "older checkpoint", f->path, name, r ? "malformed" : "missing");
+    return SN_OK;
+}
+
+static void load_series(const parsed *f, const char *name, sn_series *s) {
+    const rec *r = find(f, REC_SERIES, name);
+    uint64_t n = get_u64(r->body);
+    sn_series_free(s);
+    for (uint64_t i = 0; i < n; i++) {
+        double x, y;
+        memcpy(&x, r->body + 8 + 8 * i, 8);
+        memcpy(&y, r->body + 8 + 8 * n + 8 * i, 8);
+        sn_series_push(s, x, y);
+    }
+}
+
+static sn_status check_all(const parsed *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
+    sn_status s = check_meta(f, t, r, e);
+    if (s || (s = check_params(f, t, e))) return s;
+    const rec *step = find(f, REC_STEP, "step"), *rng = find(f, REC_RNG, "data");
+    if (!step || step->size != 8 || !rng || rng->size != 32)
+        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its step or RNG record is "
+                       "missing: use an older checkpoint", f->path);
+    if (get_u64(step->body) > (uint64_t)sn_trainer_opts(t)->steps)
+        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: step %" PRIu64 " is past the "
+                       "run's %d steps", f->path, get_u64(step->body), sn_trainer_opts(t)->steps);
+    if ((s = check_series(f, "train_loss", e)) || (s = check_series(f, "val_loss", e))) return s;
+    return SN_OK;
+}
+
+sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, sn_err *e) {
+    if (sn_trainer_pending(t))
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: the trainer has accumulated gradients: "
+                       "load before the first step", path);
+    char *bytes;
+    size_t len;
+    sn_status s = sn_file_read(path, "check the checkpoint's path", &bytes, &len, e);
+    if (s) return s;
+    parsed f = {0};
+    if (!(s = parse(path, (const uint8_t *)bytes, len, &f, e)) && !(s = check_all(&f, t, r, e))) {
+        for (int i = 0; i < sn_trainer_param_count(t); i++) {
+            sn_param_state p = sn_trainer_param(t, i);
+            const rec *rc = find(&f, REC_PARAM, p.param->name);
+            size_t n = (size_t)sn_numel(p.param);
+            const uint8_t *data = rc->body + 4 + 8 * (size_t)p.param->rank;
+            memcpy(p.w, data, 4 * n);
+            memcpy(p.m, data + 4 * n, 4 * n);
+            memcpy(p.v, data + 8 * n, 4 * n);
+        }
+        sn_trainer_set_step_count(t, (int)get_u64(find(&f, REC_STEP, "step")->body));
+        memcpy(r->data_rng.s, find(&f, REC_RNG, "data")->body, 32);
+        load_series(&f, "train_loss", &r->train_loss);
+        load_series(&f, "val_loss", &r->val_loss);
+    }
+    free(f.recs);
+    free(bytes);
+    return s;
+}

@@ -1,0 +1,56 @@
+/* checkpoint.h: saving a training run and resuming it exactly: the step, every parameter's
+ * fp32 master weights and both AdamW moments by name and shape, the optimizer options, the
+ * data sampler's RNG, the loss curves, and the model/data/options the caller says must match.
+ * Convention: a checkpoint is replaced whole or not at all (savefile.h), and is read whole and
+ * checked (size, CRC-32, metadata, names and shapes) before anything in the trainer changes.
+ *
+ * File (little-endian): a 32-byte header (magic "SNCKPT\x1a\n", u32 version, u32 header size,
+ * u64 payload size, u32 CRC-32 of the payload, u32 0), then records, each u32 kind, u32 name
+ * length, name, u64 body size, body:
+ *   META   value text                   the run's and the optimizer's settings ("train.lr" ...)
+ *   STEP   i64                          optimizer steps taken
+ *   RNG    u64[4]                       xoshiro256** state ("data")
+ *   SERIES u64 n, f64 x[n], f64 y[n]    a loss curve ("train_loss", "val_loss")
+ *   PARAM  u32 rank, i64 shape[rank], f32 w[numel], f32 m[numel], f32 v[numel]
+ */
+#ifndef SN_CHECKPOINT_H
+#define SN_CHECKPOINT_H
+
+#include "../ir/ir.h"
+#include "plot.h"
+#include "rng.h"
+#include "train.h"
+
+enum { SN_CKPT_VERSION = 1, SN_CKPT_MAX_META = 48 };
+
+typedef struct {
+    char key[32];
+    char value[96];
+} sn_ckpt_kv;
+
+/* A run's state beside the trainer. */
+typedef struct {
+    int n_meta;
+    sn_ckpt_kv meta[SN_CKPT_MAX_META]; /* what must be equal to resume: model, data, batch ... */
+    sn_rng data_rng;                   /* the batch sampler's state after the last step */
+    sn_series train_loss, val_loss;    /* x: the step, y: the loss */
+} sn_run_state;
+
+/* Sets (or replaces) a metadata entry; the key must fit 31 bytes, the value 95 (asserted). */
+void sn_run_meta_set(sn_run_state *r, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+const char *sn_run_meta_get(const sn_run_state *r, const char *key);
+void sn_run_state_free(sn_run_state *r); /* frees the curves */
+
+/* Writes t (between optimizer steps: nothing accumulated) and r to path atomically; the old
+ * file stays as it was when anything fails. */
+sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run_state *r, sn_err *e);
+
+/* Restores t and r from path. On entry r->meta holds this run's metadata: it must equal the
+ * file's key for key, as must t's optimizer options, parameter names and shapes; then the
+ * weights, moments, step, RNG and curves are loaded. On any failure (unreadable, truncated,
+ * corrupt, another version, or a mismatch, which the message names with both values) neither
+ * t nor r is changed. */
+sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, sn_err *e);
+
+#endif

@@ -1,0 +1,11 @@
+/* interp_attention.h: the reference interpreter's fused-attention kernels (interp_attention.c),
+ * called by interp.c's eval(). Same value convention as interp.c: contiguous doubles. */
+#ifndef SN_INTERP_ATTENTION_H
+#define SN_INTERP_ATTENTION_H
+
+#include "../ir/ir.h"
+
+/* y (n's shape) = the attention op n (kind SN_K_ATTENTION) of its inputs' values in[]. */
+void sn_interp_attention(const sn_node *n, double *const *in, double *y);
+
+#endif

@@ -1,0 +1,33 @@
+/* plot.h: loss curves as a PNG image with no library: an RGB canvas, lines, a 5x7 bitmap
+ * font for tick labels, and a PNG encoder that stores (does not compress) its zlib stream.
+ * Convention: images are 8-bit RGB, row-major (H, W, 3); files are replaced whole. */
+#ifndef SN_PLOT_H
+#define SN_PLOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../ir/ir.h"
+
+/* A curve: n points (x[i], y[i]) in the order they were pushed. A zeroed series is empty. */
+typedef struct {
+    int n, cap;
+    double *x, *y; /* (n,) */
+} sn_series;
+
+void sn_series_push(sn_series *s, double x, double y); /* aborts on out of memory */
+void sn_series_free(sn_series *s);
+
+/* A PNG of the (h, w, 3) image in a malloc'd buffer of *len bytes: 8-bit RGB, no interlace,
+ * filter 0 on every row, zlib stored blocks. Caller frees. */
+uint8_t *sn_png_encode(int w, int h, const uint8_t *rgb, size_t *len);
+/* Encodes and writes the image to path (temporary file, then rename). */
+sn_status sn_png_write(const char *path, int w, int h, const uint8_t *rgb, sn_err *e);
+
+/* Plots train (light, every step) and val (bold, with markers) loss against the step, with
+ * axes, tick labels, a legend and a title, into a 720 x 420 PNG at path. Either series may be
+ * empty; the axes span both. */
+sn_status sn_plot_losses(const char *path, const char *title, const sn_series *train,
+                         const sn_series *val, sn_err *e);
+
+#endif

@@ -1,0 +1,129 @@
+/* sample.c: generation (sample.h) on the reference interpreter: one full forward per new
+ * token over a window of the last T ids, padded with zeros after the last (causal attention
+ * keeps the padding from reaching the position read). */
+#include "sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interp.h"
+
+struct sn_sampler {
+    const sn_graph *g;
+    const sn_node *idx, *logits;
+    int T, V;
+    sn_interp *it;
+    int32_t *window; /* (T,) */
+};
+
+void sn_sampler_free(sn_sampler *s) {
+    if (!s) return;
+    sn_interp_free(s->it);
+    free(s->window);
+    free(s);
+}
+
+sn_sampler *sn_sampler_new(const sn_graph *g, const sn_node *idx, const sn_node *logits, sn_err *e) {
+    if (!idx || idx->op != SN_OP_INPUT || idx->dtype != SN_I32 || idx->rank != 2 || idx->shape[0] != 1 ||
+        !logits || logits->rank != 3 || logits->shape[0] != 1 || logits->shape[1] != idx->shape[1]) {
+        sn_fail(e, SN_ERR_INVALID, "sampler: the graph needs an i32 input idx (1, T) and logits "
+                "(1, T, V): build the model with batch 1");
+        return NULL;
+    }
+    if (sn_verify(g, e)) return NULL;
+    sn_sampler *s = calloc(1, sizeof *s);
+    SN_ASSERT(s);
+    *s = (sn_sampler){.g = g, .idx = idx, .logits = logits, .T = (int)idx->shape[1],
+                      .V = (int)logits->shape[2], .it = sn_interp_new(g, false)};
+    s->window = calloc((size_t)s->T, sizeof(int32_t));
+    SN_ASSERT(s->window);
+    for (int i = 0; i < g->n_nodes; i++) { /* targets of a loss: zeros, never read */
+        const sn_node *n = g->nodes[i];
+        if (n != idx && n->op == SN_OP_INPUT && n->dtype == SN_I32 && sn_numel(n) == s->T &&
+            sn_interp_set_i32(s->it, n, s->window, e)) {
+            sn_sampler_free(s);
+            return NULL;
+        }
+    }
+    return s;
+}
+
+sn_status sn_sampler_load(sn_sampler *s, const sn_trainer *t, sn_err *e) {
+    for (int i = 0; i < s->g->n_nodes; i++) {
+        const sn_node *p = s->g->nodes[i];
+        if (p->op != SN_OP_PARAM) continue;
+        int k = sn_trainer_find_param(t, p->name);
+        if (k < 0)
+            return sn_fail(e, SN_ERR_INVALID, "sampler: parameter %s of the sampling graph is not "
+                           "in the trainer: build both graphs from the same model", p->name);
+        sn_param_state ps = sn_trainer_param(t, k);
+        if (ps.param->rank != p->rank || memcmp(ps.param->shape, p->shape, sizeof(int64_t) * (size_t)p->rank)) {
+            char a[96], b[96];
+            return sn_fail(e, SN_ERR_INVALID, "sampler: parameter %s is %s in the sampling graph "
+                           "but %s in the trainer: build both graphs from the same model", p->name,
+                           sn_type_str(p, a, sizeof a), sn_type_str(ps.param, b, sizeof b));
+        }
+        sn_status st = sn_interp_set(s->it, p, ps.w, e);
+        if (st) return st;
+    }
+    return SN_OK;
+}
+
+typedef struct {
+    double v;
+    int32_t id;
+} scored;
+
+static int by_score(const void *pa, const void *pb) {
+    const scored *a = pa, *b = pb;
+    if (a->v != b->v) return a->v < b->v ? 1 : -1; /* descending */
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+int32_t sn_sample_logits(const double *logits, int V, float temperature, int top_k, sn_rng *rng) {
+    if (temperature <= 0 || top_k == 1) { /* greedy: the first of the largest */
+        int32_t best = 0;
+        for (int i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+    scored *c = malloc(sizeof *c * (size_t)V);
+    SN_ASSERT(c);
+    for (int i = 0; i < V; i++) c[i] = (scored){logits[i], i};
+    qsort(c, (size_t)V, sizeof *c, by_score);
+    int k = top_k > 0 && top_k < V ? top_k : V;
+    double sum = 0;
+    for (int i = 0; i < k; i++) sum += c[i].v = exp((c[i].v - c[0].v) / temperature);
+    double u = sn_rng_uniform(rng) * sum;
+    int32_t pick = c[k - 1].id;
+    for (int i = 0; i < k; i++) {
+        if (u < c[i].v) {
+            pick = c[i].id;
+            break;
+        }
+        u -= c[i].v;
+    }
+    free(c);
+    return pick;
+}
+
+sn_status sn_sampler_generate(sn_sampler *s, const int32_t *prompt, int n_prompt,
+                              const sn_sample_opts *o, int32_t *out, sn_err *e) {
+    if (n_prompt < 1)
+        return sn_fail(e, SN_ERR_INVALID, "sampler: the prompt is empty: give at least one token");
+    sn_rng rng = sn_rng_seed(o->seed);
+    int V = o->vocab > 0 && o->vocab < s->V ? o->vocab : s->V;
+    for (int k = 0; k < o->n_new; k++) {
+        int len = n_prompt + k, start = len > s->T ? len - s->T : 0, n = len - start;
+        for (int i = 0; i < s->T; i++) {
+            int p = start + i;
+            s->window[i] = i >= n ? 0 : p < n_prompt ? prompt[p] : out[p - n_prompt];
+        }
+        sn_status st = sn_interp_set_i32(s->it, s->idx, s->window, e);
+        if (st || (st = sn_interp_run(s->it, e))) return st;
+        const double *lg = sn_interp_value(s->it, s->logits) + (size_t)(n - 1) * (size_t)s->V;
+        out[k] = sn_sample_logits(lg, V, o->temperature, o->top_k, &rng);
+    }
+    return SN_OK;
+}

@@ -1,0 +1,45 @@
+/* sample.h: text generation from a forward-only graph of a language model (one sequence of T
+ * tokens in, logits out) whose weights are the trainer's, matched by parameter name.
+ * Convention: sampling is reproducible from opts.seed and never touches the training RNG.
+ *
+ *     sn_gpt2_build(g, &config, 1, config.ctx, &m, &e);           // the same model, B = 1
+ *     sn_sampler *s = sn_sampler_new(g, m.idx, m.logits, &e);
+ *     sn_sampler_load(s, trainer, &e);                             // copies the weights by name
+ *     sn_sampler_generate(s, prompt, n_prompt, &opts, out, &e);    // out: opts.n_new ids
+ */
+#ifndef SN_SAMPLE_H
+#define SN_SAMPLE_H
+
+#include "../ir/ir.h"
+#include "rng.h"
+#include "train.h"
+
+typedef struct {
+    int n_new;         /* tokens to generate */
+    float temperature; /* logits are divided by it; <= 0 is greedy (the most likely id) */
+    int top_k;         /* draw among the k most likely ids; 0: all of them; 1: greedy */
+    int vocab;         /* draw only ids < vocab (leaves out vocabulary padding); 0: all */
+    uint64_t seed;
+} sn_sample_opts;
+
+typedef struct sn_sampler sn_sampler;
+
+/* g holds one sequence: idx an i32 INPUT (1, T), logits (1, T, V). Any other i32 INPUT of
+ * idx's shape (a loss's targets) is fed zeros. g must outlive the sampler. */
+sn_sampler *sn_sampler_new(const sn_graph *g, const sn_node *idx, const sn_node *logits, sn_err *e);
+void sn_sampler_free(sn_sampler *s);
+
+/* Copies every PARAM of the sampling graph from the trainer's master weights by name; a
+ * parameter the trainer lacks or holds with another shape is SN_ERR_INVALID naming it. */
+sn_status sn_sampler_load(sn_sampler *s, const sn_trainer *t, sn_err *e);
+
+/* Generates o->n_new ids after prompt[0, n_prompt) (n_prompt >= 1) into out. The model sees
+ * the last T ids of prompt and output so far; each new id is drawn from the softmax of the
+ * last position's logits / temperature over the top_k ids (ties: the lower id first). */
+sn_status sn_sampler_generate(sn_sampler *s, const int32_t *prompt, int n_prompt,
+                              const sn_sample_opts *o, int32_t *out, sn_err *e);
+
+/* Picks one id from logits (V,) as sn_sampler_generate does (exposed for tests). */
+int32_t sn_sample_logits(const double *logits, int V, float temperature, int top_k, sn_rng *rng);
+
+#endif
