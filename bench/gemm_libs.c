@@ -329,6 +329,27 @@ static double measure_peak(PeakKind kind, int nthreads, int reps, double *per_co
     return best;
 }
 
+/* Prints one line per (dtype, thread count) and raises *f32 and *bf16 to this run's peak: the larger
+ * of the concurrent total and threads x one core alone (a neighbour on a shared machine depresses
+ * the concurrent run more often than the lone one). */
+static void measure_peaks(const char *when, int threads, int has512, int hasbf16, double *f32, double *bf16)
+{
+    PeakKind kinds[2] = {has512 ? PEAK_FMA512 : PEAK_FMA256, PEAK_DPBF16};
+    for (int kk = 0; kk < (hasbf16 ? 2 : 1); kk++)
+        for (int nt = 1; nt <= threads; nt += threads > 1 ? threads - 1 : 1) {
+            double per_core = 0, total = measure_peak(kinds[kk], nt, 5, &per_core);
+            const char *what = kinds[kk] == PEAK_FMA512   ? "avx512 vfmadd231ps"
+                               : kinds[kk] == PEAK_DPBF16 ? "avx512 vdpbf16ps"
+                                                          : "avx2 vfmadd231ps";
+            printf("{\"bench\":\"peak\",\"when\":\"%s\",\"dtype\":\"%s\",\"instr\":\"%s\",\"threads\":%d,"
+                   "\"reps\":5,\"gflops_per_core\":%.1f,\"gflops\":%.1f}\n",
+                   when, kk ? "bf16" : "f32", what, nt, per_core, total);
+            double *pk = kk ? bf16 : f32;
+            if (nt == 1 && total * threads > *pk) *pk = total * threads;
+            if (nt == threads && total > *pk) *pk = total;
+        }
+}
+
 /* ---- GEMM problems and the reference check --------------------------------------------------- */
 
 typedef struct {
@@ -849,31 +870,10 @@ int main(int argc, char **argv)
            sysconf(_SC_NPROCESSORS_ONLN), has512 ? "true" : "false", hasbf16 ? "true" : "false", threads, reps,
            quick ? "true" : "false");
 
-    /* peak: measured before any worker exists */
+    /* peak: measured before the workers start and again after they finish (they sleep in read()
+     * by then); the larger counts, since neighbours on a shared machine only ever lower it */
     double peak_f32 = 0, peak_bf16 = 0;
-    if (peak) {
-        PeakKind kinds[2] = {has512 ? PEAK_FMA512 : PEAK_FMA256, PEAK_DPBF16};
-        for (int kk = 0; kk < (hasbf16 ? 2 : 1); kk++)
-            for (int nt = 1; nt <= threads; nt += threads > 1 ? threads - 1 : 1) {
-                double per_core = 0, total = measure_peak(kinds[kk], nt, 5, &per_core);
-                const char *what = kinds[kk] == PEAK_FMA512 ? "avx512 vfmadd231ps" : kinds[kk] == PEAK_DPBF16
-                                                                                         ? "avx512 vdpbf16ps"
-                                                                                         : "avx2 vfmadd231ps";
-                printf("{\"bench\":\"peak\",\"dtype\":\"%s\",\"instr\":\"%s\",\"threads\":%d,\"reps\":5,"
-                       "\"gflops_per_core\":%.1f,\"gflops\":%.1f}\n",
-                       kk ? "bf16" : "f32", what, nt, per_core, total);
-                /* peak = the larger of the concurrent total and threads x one core alone: neighbours
-                 * on a shared machine depress the concurrent run more often than the lone one */
-                double *pk = kk ? &peak_bf16 : &peak_f32;
-                if (nt == 1 && total * threads > *pk) *pk = total * threads;
-                if (nt == threads && total > *pk) *pk = total;
-            }
-    }
-
-    if (peak)
-        printf("{\"bench\":\"peak_used\",\"threads\":%d,\"f32_gflops\":%.1f,\"bf16_gflops\":%.1f,"
-               "\"note\":\"denominator of frac_of_peak: max(concurrent total, threads x one core alone)\"}\n",
-               threads, peak_f32, peak_bf16);
+    if (peak) measure_peaks("start", threads, has512, hasbf16, &peak_f32, &peak_bf16);
 
     /* workers */
     char self[4096];
@@ -976,6 +976,23 @@ int main(int argc, char **argv)
             qsort(x, (size_t)nr, sizeof *x, cmp_sample);
             s->best[si] = x[0].ms, s->share[si] = x[0].share, s->reps[si] = nr;
             s->median[si] = nr % 2 ? x[nr / 2].ms : 0.5 * (x[nr / 2 - 1].ms + x[nr / 2].ms);
+        }
+    }
+    free(samples);
+
+    if (peak && nslot) sleep_ms(gap + 200), measure_peaks("end", threads, has512, hasbf16, &peak_f32, &peak_bf16);
+    if (peak)
+        printf("{\"bench\":\"peak_used\",\"threads\":%d,\"f32_gflops\":%.1f,\"bf16_gflops\":%.1f,"
+               "\"note\":\"denominator of frac_of_peak: max over start and end of max(concurrent total, "
+               "threads x one core alone)\"}\n",
+               threads, peak_f32, peak_bf16);
+
+    for (int si = 0; si < NSHAPE; si++) {
+        const Shape *sh = &shapes[si];
+        for (int j = 0; j < nslot; j++) {
+            Slot *s = &slots[j];
+            if (!s->measured[si]) continue;
+            int nr = s->reps[si];
             const Variant *v = &variants[s->var];
             double gf = 2.0 * sh->m * sh->n * sh->k / (s->best[si] * 1e6);
             double pk = v->bf16 ? peak_bf16 : peak_f32;
@@ -994,7 +1011,6 @@ int main(int argc, char **argv)
             printf("\"cpu_share\":%.2f,\"max_err\":%.2g,\"ok\":true}\n", s->share[si], s->err[si]);
         }
     }
-    free(samples);
 
     /* per training step: sum over the shapes of count x best ms (fused-epilogue variants: forward
      * layer GEMMs only, against the plain matmul of the same dtype) */

@@ -38,7 +38,7 @@ static sn_status prepare(const char *data, const char *bpe, double val_frac, con
     if (!s) s = sn_shard_write(path[0], &train, e);
     if (!s) s = sn_shard_write(path[1], &val, e);
     if (!s)
-        printf("sinter prepare: %zu bytes of %s -> %zu %s tokens: %zu in %s, %zu in %s\n",
+        printf("sinter prepare: %zu bytes of %s -> %zu tokens (%s tokenizer): %zu in %s, %zu in %s\n",
                text.len, data, toks.n, tk->name, train.n, path[0], val.n, path[1]);
     sn_tokens_free(&toks);
     if (tk) sn_tokenizer_free(tk);

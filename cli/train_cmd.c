@@ -101,6 +101,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Everything one `sinter train` holds; run_free releases it. */
 typedef struct {
     sn_gpt2_config c;
     int B, T, micro;         /* micro-batches of (B, T) per optimizer step */
@@ -118,9 +119,9 @@ typedef struct {
     FILE *log;
     progress prog;
     long saved_step;         /* the step of the last checkpoint written or read; -1: none */
-} run_state;
+} session;
 
-static void run_free(run_state *r) {
+static void run_free(session *r) {
     if (r->log) fclose(r->log);
     free(r->x);
     free(r->y);
@@ -138,7 +139,7 @@ static void run_free(run_state *r) {
 }
 
 /* The tokenizer and the train / validation streams: a text split 90/10, or two shards. */
-static sn_status load_data(const train_args *a, run_state *r, sn_err *e) {
+static sn_status load_data(const train_args *a, session *r, sn_err *e) {
     sn_status s;
     if (a->bpe) {
         char enc[4096], merges[4096];
@@ -174,7 +175,7 @@ static uint64_t tokens_hash(const sn_tokens *t) {
 }
 
 /* What a checkpoint of this run must agree with to be resumed (the trainer adds its options). */
-static void set_meta(const train_args *a, run_state *r) {
+static void set_meta(session *r) {
     sn_run_state *m = &r->run;
     sn_run_meta_set(m, "model", "%s", r->c.name);
     sn_run_meta_set(m, "model.shape", "vocab %d, ctx %d, %d layers, %d heads, %d channels",
@@ -189,7 +190,7 @@ static void set_meta(const train_args *a, run_state *r) {
 
 /* The forward graph for samples: the same model with one sequence of the training length,
  * through the same forward passes so that its parameters have the trainer's names and shapes. */
-static sn_status build_sampler(const train_args *a, run_state *r, sn_err *e) {
+static sn_status build_sampler(const train_args *a, session *r, sn_err *e) {
     r->sg = sn_graph_new();
     sn_gpt2 m;
     sn_status s = sn_gpt2_build(r->sg, &r->c, 1, r->T, &m, e);
@@ -216,7 +217,7 @@ static sn_status build_sampler(const train_args *a, run_state *r, sn_err *e) {
     return s;
 }
 
-static sn_status build(const train_args *a, run_state *r, sn_err *e) {
+static sn_status build(const train_args *a, session *r, sn_err *e) {
     sn_status s;
     if (!sn_gpt2_config_find(a->model, &r->c))
         return sn_fail(e, SN_ERR_INVALID, "unknown model '%s' (models: %s)", a->model, sn_gpt2_config_names());
@@ -248,7 +249,7 @@ static sn_status build(const train_args *a, run_state *r, sn_err *e) {
     r->x = malloc(sizeof(int32_t) * (size_t)bt);
     r->y = malloc(sizeof(int32_t) * (size_t)bt);
     SN_ASSERT(r->x && r->y);
-    set_meta(a, r);
+    set_meta(r);
     r->run.data_rng = sn_rng_seed((uint64_t)a->seed ^ 0x5eedull);
     r->saved_step = -1;
     if (a->resume) {
@@ -259,7 +260,7 @@ static sn_status build(const train_args *a, run_state *r, sn_err *e) {
 }
 
 /* Mean loss over up to 8 validation batches. */
-static sn_status validate(run_state *r, double *out, sn_err *e) {
+static sn_status validate(session *r, double *out, sn_err *e) {
     double sum = 0;
     int n = 0;
     sn_val_iter_reset(&r->vi);
@@ -274,7 +275,7 @@ static sn_status validate(run_state *r, double *out, sn_err *e) {
     return SN_OK;
 }
 
-static sn_status sample(const train_args *a, run_state *r, long step, sn_err *e) {
+static sn_status sample(const train_args *a, session *r, long step, sn_err *e) {
     sn_sample_opts so = {.n_new = (int)a->sample_len, .temperature = (float)a->temperature,
                          .top_k = (int)a->top_k, .vocab = r->tk->vocab,
                          .seed = sn_hash_str("sample", (uint64_t)a->seed + 1) + (uint64_t)step};
@@ -288,20 +289,20 @@ static sn_status sample(const train_args *a, run_state *r, long step, sn_err *e)
     return SN_OK;
 }
 
-static sn_status save(const train_args *a, run_state *r, long step, sn_err *e) {
+static sn_status save(const train_args *a, session *r, long step, sn_err *e) {
     sn_status s = sn_checkpoint_save(a->checkpoint, r->t, &r->run, e);
     if (!s) r->saved_step = step;
     return s;
 }
 
-static sn_status plot(const train_args *a, run_state *r, sn_err *e) {
+static sn_status plot(const train_args *a, session *r, sn_err *e) {
     char title[128];
     snprintf(title, sizeof title, "sinter train: %s, %ld tokens per step", r->c.name, (long)r->micro * r->B * r->T);
     return sn_plot_losses(a->plot, title, &r->run.train_loss, &r->run.val_loss, e);
 }
 
 /* One optimizer step: r->micro micro-batches drawn from the data RNG, then the update. */
-static sn_status step_once(run_state *r, sn_step_stats *st, sn_err *e) {
+static sn_status step_once(session *r, sn_step_stats *st, sn_err *e) {
     sn_status s = SN_OK;
     for (int k = 0; k < r->micro && !s; k++)
         if (!(s = sn_batch_sample(&r->train, r->B, r->T, &r->run.data_rng, r->x, r->y, e)))
@@ -309,7 +310,7 @@ static sn_status step_once(run_state *r, sn_step_stats *st, sn_err *e) {
     return s ? s : sn_trainer_update(r->t, st, e);
 }
 
-static sn_status train(const train_args *a, run_state *r, sn_err *e) {
+static sn_status train(const train_args *a, session *r, sn_err *e) {
     sn_status s = build(a, r, e);
     if (s) return s;
     long start = sn_trainer_step_count(r->t), steps = a->steps, tps = (long)r->micro * r->B * r->T;
@@ -363,7 +364,7 @@ int cli_train(int argc, char **argv) {
     train_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0) return rc;
-    run_state r = {0};
+    session r = {0};
     sn_err e = {0};
     sn_status s = train(&a, &r, &e);
     if (s) {
@@ -372,7 +373,8 @@ int cli_train(int argc, char **argv) {
         fprintf(stderr, "sinter train: %s\n", e.msg);
         if (s == SN_ERR_NUMERIC && a.checkpoint && r.saved_step >= 0)
             fprintf(stderr, "sinter train: nothing was saved after it; the last good checkpoint "
-                    "is %s (step %ld): resume from it with a lower --lr\n", a.checkpoint, r.saved_step);
+                    "is %s (step %ld). Resuming it with the same options repeats the same steps: "
+                    "start afresh with a lower --lr\n", a.checkpoint, r.saved_step);
         else if (s == SN_ERR_NUMERIC && a.checkpoint)
             fprintf(stderr, "sinter train: no checkpoint was written (none was due yet)\n");
     }

@@ -87,6 +87,8 @@ static int infer_matmul(sn_node *n, char *msg, size_t len) {
     if (a->rank < 2 || b->rank < 2)
         return bad(msg, len, "a is %s, b is %s: both need rank >= 2", t.s[0], t.s[1]);
     if (need_float(n, 0, msg, len) || need_same_dtype(n, 0, 1, msg, len)) return -1;
+    if ((unsigned)n->a.ta > 1 || (unsigned)n->a.tb > 1)
+        return bad(msg, len, "ta=%d, tb=%d: each must be 0 or 1", n->a.ta, n->a.tb);
     int64_t m = a->shape[a->rank - 2 + n->a.ta], ka = a->shape[a->rank - 1 - n->a.ta];
     int64_t kb = b->shape[b->rank - 2 + n->a.tb], nb = b->shape[b->rank - 1 - n->a.tb];
     if (ka != kb)

@@ -333,8 +333,8 @@ static void compute_kernel(fuse_state *s, const sn_node *n) {
         break;
     case SN_KER_REDUCE: k->n_items = sn_numel(n); break;
     case SN_KER_GATHER:
-        k->n_items = n->op == SN_OP_EMBEDDING ? sn_numel(n->in[1]) : 1;
-        k->serial = n->op == SN_OP_EMBEDDING_BWD;
+        /* embedding: one item per id; its backward: column blocks of 64 that threads own */
+        k->n_items = n->op == SN_OP_EMBEDDING ? sn_numel(n->in[1]) : (n->shape[1] + 63) / 64;
         break;
     case SN_KER_ATTENTION: k->n_items = x->rank >= 2 ? sn_numel(x) / (x->shape[x->rank - 1] * x->shape[x->rank - 2]) : 1; break;
     default: k->n_items = 1; k->serial = true; break;

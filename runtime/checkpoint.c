@@ -3,6 +3,7 @@
  * the metadata and shapes, and only then copies into the trainer. */
 #include "checkpoint.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -68,11 +69,13 @@ typedef struct {
     sn_crc32 crc;
     uint64_t bytes; /* payload written */
     bool ok;
+    int err; /* errno of the first failed write */
 } writer;
 
 static void put(writer *w, const void *p, size_t n) {
     if (!w->ok || !n) return;
     w->ok = fwrite(p, 1, n, w->f.f) == n;
+    if (!w->ok) w->err = errno;
     sn_crc32_update(&w->crc, p, n);
     w->bytes += n;
 }
@@ -141,13 +144,15 @@ sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run
     uint8_t h[HEADER_BYTES];
     header(h, 0, 0); /* a placeholder until the payload's size and CRC are known */
     w.ok = fwrite(h, 1, HEADER_BYTES, w.f.f) == HEADER_BYTES;
+    if (!w.ok) w.err = errno;
     put_payload(&w, t, r);
     header(h, w.bytes, sn_crc32_value(&w.crc));
-    if (w.ok) w.ok = fseek(w.f.f, 0, SEEK_SET) == 0 && fwrite(h, 1, HEADER_BYTES, w.f.f) == HEADER_BYTES;
+    if (w.ok && (fseek(w.f.f, 0, SEEK_SET) != 0 || fwrite(h, 1, HEADER_BYTES, w.f.f) != HEADER_BYTES))
+        w.ok = false, w.err = errno;
     if (!w.ok) {
         sn_savefile_abort(&w.f);
-        return sn_fail(e, SN_ERR_IO, "cannot write the checkpoint %s: check free disk space; the "
-                       "previous checkpoint, if any, is unchanged", path);
+        return sn_fail(e, SN_ERR_IO, "cannot write the checkpoint %s: %s: check free disk space; "
+                       "the previous checkpoint, if any, is unchanged", path, strerror(w.err));
     }
     return sn_savefile_commit(&w.f, e);
 }

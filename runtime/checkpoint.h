@@ -1,18 +1,6 @@
-/* checkpoint.h: saving a training run and resuming it exactly: the step, every parameter's
- * fp32 master weights and both AdamW moments by name and shape, the optimizer options, the
- * data sampler's RNG, the loss curves, and the model/data/options the caller says must match.
+/* checkpoint.h: saving a training run and resuming it exactly, bit for bit.
  * Convention: a checkpoint is replaced whole or not at all (savefile.h), and is read whole and
- * checked (size, CRC-32, metadata, names and shapes) before anything in the trainer changes.
- *
- * File (little-endian): a 32-byte header (magic "SNCKPT\x1a\n", u32 version, u32 header size,
- * u64 payload size, u32 CRC-32 of the payload, u32 0), then records, each u32 kind, u32 name
- * length, name, u64 body size, body:
- *   META   value text                   the run's and the optimizer's settings ("train.lr" ...)
- *   STEP   i64                          optimizer steps taken
- *   RNG    u64[4]                       xoshiro256** state ("data")
- *   SERIES u64 n, f64 x[n], f64 y[n]    a loss curve ("train_loss", "val_loss")
- *   PARAM  u32 rank, i64 shape[rank], f32 w[numel], f32 m[numel], f32 v[numel]
- */
+ * checked (size, CRC-32, metadata, names and shapes) before anything in the trainer changes. */
 #ifndef SN_CHECKPOINT_H
 #define SN_CHECKPOINT_H
 
@@ -21,6 +9,15 @@
 #include "rng.h"
 #include "train.h"
 
+/* The file (little-endian): a 32-byte header (magic "SNCKPT\x1a\n", u32 version, u32 header
+ * size, u64 payload size, u32 CRC-32 of the payload, u32 0), then records, each u32 kind, u32
+ * name length, name, u64 body size, body:
+ *   META   value text                   the run's and the optimizer's settings ("train.lr" ...)
+ *   STEP   i64                          optimizer steps taken
+ *   RNG    u64[4]                       xoshiro256** state of the batch sampler ("data")
+ *   SERIES u64 n, f64 x[n], f64 y[n]    a loss curve ("train_loss", "val_loss")
+ *   PARAM  u32 rank, i64 shape[rank], f32 w[numel], f32 m[numel], f32 v[numel]
+ * Readers skip kinds they do not know. */
 enum { SN_CKPT_VERSION = 1, SN_CKPT_MAX_META = 48 };
 
 typedef struct {

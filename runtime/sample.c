@@ -93,8 +93,8 @@ int32_t sn_sample_logits(const double *logits, int V, float temperature, int top
     for (int i = 0; i < V; i++) c[i] = (scored){logits[i], i};
     qsort(c, (size_t)V, sizeof *c, by_score);
     int k = top_k > 0 && top_k < V ? top_k : V;
-    double sum = 0;
-    for (int i = 0; i < k; i++) sum += c[i].v = exp((c[i].v - c[0].v) / temperature);
+    double sum = 0, top = c[0].v;
+    for (int i = 0; i < k; i++) sum += c[i].v = exp((c[i].v - top) / temperature);
     double u = sn_rng_uniform(rng) * sum;
     int32_t pick = c[k - 1].id;
     for (int i = 0; i < k; i++) {

@@ -1,11 +1,14 @@
 /* test_train.c: the trainer: the learning-rate schedule, parameter initialisation, a tiny
- * GPT-2 overfitting one batch, and a diverging run reported without touching the weights. */
+ * GPT-2 overfitting one batch, a diverging run reported without touching the weights,
+ * gradient accumulation against one big batch, and sampling (seeded, top-k, greedy). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../models/gpt2.h"
+#include "../runtime/interp.h"
 #include "../runtime/rng.h"
+#include "../runtime/sample.h"
 #include "../runtime/train.h"
 #include "harness.h"
 
@@ -102,6 +105,146 @@ START_TEST(nan_loss_is_reported) {
 }
 END_TEST
 
+static sn_trainer *tiny_trainer(sn_graph *g, int B, int T, int n_embd, sn_gpt2 *m) {
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = 64;
+    c.n_embd = n_embd;
+    sn_err e;
+    ck_assert_msg(sn_gpt2_build(g, &c, B, T, m, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_backward(g, m->loss, &e) == SN_OK, "%s", e.msg);
+    sn_train_opts o;
+    sn_train_opts_default(&o, 10);
+    sn_trainer *t = sn_trainer_new(g, &o, &e);
+    ck_assert_msg(t, "%s", e.msg);
+    return t;
+}
+
+/* Two micro-batches of B rows give the gradients, loss and norm of one batch of 2B rows. */
+START_TEST(accumulation_matches_big_batch) {
+    enum { B = 2, T = 8 };
+    sn_graph *g1 = sn_graph_new(), *g2 = sn_graph_new();
+    sn_gpt2 m;
+    sn_trainer *small = tiny_trainer(g1, B, T, 32, &m), *big = tiny_trainer(g2, 2 * B, T, 32, &m);
+    int32_t x[2 * B * T], y[2 * B * T];
+    sn_rng r = sn_rng_seed(3);
+    for (int i = 0; i < 2 * B * T; i++) x[i] = (int32_t)sn_rng_below(&r, 64), y[i] = (int32_t)sn_rng_below(&r, 64);
+    sn_err e;
+    double l1, l2, l;
+    ck_assert(sn_trainer_accumulate(small, x, y, &l1, &e) == SN_OK);
+    ck_assert(sn_trainer_accumulate(small, x + B * T, y + B * T, &l2, &e) == SN_OK);
+    ck_assert(sn_trainer_accumulate(big, x, y, &l, &e) == SN_OK);
+    ck_assert_int_eq(sn_trainer_pending(small), 2);
+    ck_assert_msg(fabs((l1 + l2) / 2 - l) <= 1e-6 * l, "loss %.9g vs %.9g", (l1 + l2) / 2, l);
+    for (int i = 0; i < sn_trainer_param_count(small); i++) {
+        sn_param_state a = sn_trainer_param(small, i), b = sn_trainer_param(big, i);
+        size_t n = (size_t)sn_numel(a.param);
+        double *ga = malloc(n * sizeof(double)), *gb = malloc(n * sizeof(double));
+        for (size_t j = 0; j < n; j++) ga[j] = a.grad_sum[j] / 2.0, gb[j] = b.grad_sum[j];
+        sn_check_close(a.param->name, ga, gb, n, 1e-6, 1e-6);
+        free(ga);
+        free(gb);
+    }
+    sn_step_stats s1, s2;
+    ck_assert(sn_trainer_update(small, &s1, &e) == SN_OK);
+    ck_assert(sn_trainer_update(big, &s2, &e) == SN_OK);
+    ck_assert(fabs(s1.loss - s2.loss) <= 1e-6 * s2.loss);
+    ck_assert_msg(fabs(s1.grad_norm - s2.grad_norm) <= 1e-6 * s2.grad_norm, "norm %.9g vs %.9g",
+                  s1.grad_norm, s2.grad_norm);
+    ck_assert_int_eq(sn_trainer_pending(small), 0);
+    ck_assert_int_eq(sn_trainer_update(small, &s1, &e), SN_ERR_INVALID); /* nothing accumulated */
+    sn_trainer_free(small);
+    sn_trainer_free(big);
+    sn_graph_free(g1);
+    sn_graph_free(g2);
+}
+END_TEST
+
+START_TEST(sample_logits_rules) {
+    double lg[6] = {0.5, 2.0, -1.0, 2.0, 1.9, 0.0};
+    sn_rng r = sn_rng_seed(1);
+    for (int i = 0; i < 50; i++) {
+        ck_assert_int_eq(sn_sample_logits(lg, 6, 1.0f, 1, &r), 1); /* greedy: the first of the ties */
+        ck_assert_int_eq(sn_sample_logits(lg, 6, 0.0f, 0, &r), 1);
+    }
+    int seen[6] = {0};
+    for (int i = 0; i < 3000; i++) seen[sn_sample_logits(lg, 6, 1.0f, 3, &r)]++;
+    ck_assert(seen[1] && seen[3] && seen[4] && !seen[0] && !seen[2] && !seen[5]);
+    double p[3] = {0, log(2.0), log(3.0)}; /* probabilities 1/6, 2/6, 3/6 */
+    int n[3] = {0};
+    for (int i = 0; i < 60000; i++) n[sn_sample_logits(p, 3, 1.0f, 0, &r)]++;
+    for (int k = 0; k < 3; k++)
+        ck_assert_msg(fabs(n[k] / 60000.0 - (k + 1) / 6.0) < 0.01, "id %d: %d of 60000", k, n[k]);
+}
+END_TEST
+
+/* The sampler on a forward graph (B = 1) with the trainer's weights: reproducible from the
+ * seed, greedy with top-k 1 (checked against the interpreter's argmax), and within vocab. */
+START_TEST(sampling) {
+    enum { T = 16, N = 24 };
+    sn_graph *g = sn_graph_new(), *fg = sn_graph_new();
+    sn_gpt2 m, fm;
+    sn_trainer *t = tiny_trainer(g, 2, T, 32, &m);
+    sn_err e;
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = 64;
+    ck_assert(sn_gpt2_build(fg, &c, 1, T, &fm, &e) == SN_OK);
+    sn_sampler *s = sn_sampler_new(fg, fm.idx, fm.logits, &e);
+    ck_assert_msg(s, "%s", e.msg);
+    ck_assert_msg(sn_sampler_load(s, t, &e) == SN_OK, "%s", e.msg);
+    int32_t prompt[3] = {5, 9, 11}, a[N], b[N], d[N];
+    sn_sample_opts o = {.n_new = N, .temperature = 1.0f, .top_k = 0, .seed = 7};
+    ck_assert(sn_sampler_generate(s, prompt, 3, &o, a, &e) == SN_OK);
+    ck_assert(sn_sampler_generate(s, prompt, 3, &o, b, &e) == SN_OK);
+    ck_assert(!memcmp(a, b, sizeof a));
+    o.seed = 8;
+    ck_assert(sn_sampler_generate(s, prompt, 3, &o, b, &e) == SN_OK);
+    ck_assert(memcmp(a, b, sizeof a)); /* 24 draws over 64 ids: equal only by a miracle */
+
+    o.top_k = 1;
+    ck_assert(sn_sampler_generate(s, prompt, 3, &o, a, &e) == SN_OK);
+    o.seed = 9, o.top_k = 0, o.temperature = 0;
+    ck_assert(sn_sampler_generate(s, prompt, 3, &o, b, &e) == SN_OK);
+    ck_assert(!memcmp(a, b, sizeof a));
+    /* the first greedy token is the argmax of the interpreter's logits at the prompt's end */
+    sn_interp *it = sn_interp_new(fg, false);
+    int32_t ids[T] = {5, 9, 11};
+    ck_assert(sn_interp_set_i32(it, fm.idx, ids, &e) == SN_OK && sn_interp_set_i32(it, fm.targets, ids, &e) == SN_OK);
+    for (int i = 0; i < sn_trainer_param_count(t); i++) {
+        sn_param_state p = sn_trainer_param(t, i);
+        for (int k = 0; k < fg->n_nodes; k++)
+            if (fg->nodes[k]->op == SN_OP_PARAM && !strcmp(fg->nodes[k]->name, p.param->name))
+                ck_assert(sn_interp_set(it, fg->nodes[k], p.w, &e) == SN_OK);
+    }
+    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
+    const double *lg = sn_interp_value(it, fm.logits) + 2 * 64;
+    int best = 0;
+    for (int v = 1; v < 64; v++) if (lg[v] > lg[best]) best = v;
+    ck_assert_int_eq(a[0], best);
+    sn_interp_free(it);
+
+    o = (sn_sample_opts){.n_new = N, .temperature = 2.0f, .vocab = 10, .seed = 1};
+    ck_assert(sn_sampler_generate(s, prompt, 3, &o, d, &e) == SN_OK);
+    for (int i = 0; i < N; i++) ck_assert_int_lt(d[i], 10);
+    ck_assert_int_eq(sn_sampler_generate(s, prompt, 0, &o, d, &e), SN_ERR_INVALID);
+    sn_sampler_free(s);
+    sn_graph_free(fg);
+
+    /* a sampling graph of another width is refused by name and shapes */
+    fg = sn_graph_new();
+    c.n_embd = 16;
+    ck_assert(sn_gpt2_build(fg, &c, 1, T, &fm, &e) == SN_OK);
+    s = sn_sampler_new(fg, fm.idx, fm.logits, &e);
+    ck_assert_int_eq(sn_sampler_load(s, t, &e), SN_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "wte") && strstr(e.msg, "f32[64,16]") && strstr(e.msg, "f32[64,32]"), "%s", e.msg);
+    sn_sampler_free(s);
+    sn_graph_free(fg);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("train");
     TCase *tc = tcase_create("trainer");
@@ -110,6 +253,9 @@ int main(void) {
     tcase_add_test(tc, param_init);
     tcase_add_test(tc, overfit_one_batch);
     tcase_add_test(tc, nan_loss_is_reported);
+    tcase_add_test(tc, accumulation_matches_big_batch);
+    tcase_add_test(tc, sample_logits_rules);
+    tcase_add_test(tc, sampling);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }

@@ -1,0 +1,68 @@
+/* llvm.h: the CPU code generator: kernels (kernel.h) -> LLVM IR -> verified, optimised for the
+ * host CPU, JIT-compiled by ORC LLJIT into functions with the CPU kernel ABI.
+ * Convention: a batch of kernels is one module (one optimisation, one link); an sn_jit owns the
+ * code it made until sn_jit_free, and is used by one thread at a time (two sn_jit objects may
+ * compile on two threads at once).
+ *
+ *     sn_jit *j;
+ *     if (sn_jit_new(&j, &e)) ...                        // fails when built without LLVM
+ *     sn_cpu_kernel_fn fns[n];
+ *     if (sn_jit_compile(j, kernels, n, fns, &e)) ...    // e.msg names the kernel and the cause
+ *     fns[0](bufs, 0, kernels[0]->n_items);              // or split [0, n_items) over threads
+ *     sn_jit_free(j);                                    // the functions die with it
+ *
+ * What each kind expects of the kernel (checked by sn_jit_compile, SN_ERR_INVALID otherwise):
+ *   POINTWISE  items = elements of the index space, any split.
+ *   ROW        items = rows of in[0] (numel / last dim), any split, except CROSS_ENTROPY,
+ *              LAYERNORM_BWD_W and RMSNORM_BWD_W, which must be `serial` (they sum over all
+ *              rows into one output: run them once over [0, n_items)). CROSS_ENTROPY_BWD
+ *              counts the targets that are not ignored over all rows itself, so it splits.
+ *              CROSS_ENTROPY(_BWD) with attribute end > 0 treat only the first `end` classes
+ *              as real (padded vocabulary): the rest add nothing and get a zero gradient.
+ *   REDUCE     items = output elements, any split.
+ *   GATHER     EMBEDDING: items = ids, any split. EMBEDDING_BWD: items = column blocks, each
+ *              owning ceil(C / n_items) columns of the (V, C) output, which it zeroes and then
+ *              scatter-adds into, so threads never collide: n_items may be anything in
+ *              [1, C] (ceil(C / 64) spreads it over threads; 1 is one serial pass).
+ *   ADAMW      items = elements of the parameter (kernel.h lists its five buffers).
+ *   GEMM is a library call and ATTENTION has no LLVM emitter yet: SN_ERR_UNSUPPORTED.
+ * Out-of-range ids and targets never make a kernel read or write out of bounds: an embedding
+ * row of a bad id and the loss of a bad target are NaN, a bad id adds nothing to the scatter. */
+#ifndef SN_LLVM_H
+#define SN_LLVM_H
+
+#include "kernel.h"
+
+typedef struct sn_jit sn_jit;
+
+/* Compile statistics, summed over the batches an sn_jit compiled. */
+typedef struct {
+    int batches, kernels;
+    int shared;       /* kernels whose IR equalled an earlier kernel's: they share its code */
+    double build_ms;  /* IR construction and verification */
+    double opt_ms;    /* the O3 pipeline for the host */
+    double link_ms;   /* machine code generation and linking (LLJIT) */
+} sn_jit_stats;
+
+/* A JIT for the host CPU (its features pick the vector width: 16 f32 lanes with AVX-512).
+ * Fails with SN_ERR_UNSUPPORTED when sinter was built without LLVM. */
+sn_status sn_jit_new(sn_jit **out, sn_err *e);
+void sn_jit_free(sn_jit *j); /* NULL is fine */
+
+/* Generates, verifies, optimises and links the n kernels as one module, and sets fns[i] to
+ * kernel ks[i]. A kernel whose IR is identical to one compiled before by this sn_jit (the same
+ * layer's kernel in another block: buffers come through bufs) shares its code instead of
+ * being compiled again. Kernel names need only be unique within the batch. On failure nothing
+ * from the batch is linked and e names the kernel and the reason (SN_ERR_UNSUPPORTED for a
+ * kind, op or dtype the backend does not generate). */
+sn_status sn_jit_compile(sn_jit *j, sn_kernel *const *ks, int n, sn_cpu_kernel_fn *fns, sn_err *e);
+
+/* The LLVM IR of kernel k alone, before (optimized false) or after the host O3 pipeline, as a
+ * malloc'd string the caller frees (sinter --dump-llvm). */
+sn_status sn_jit_kernel_ir(sn_jit *j, const sn_kernel *k, bool optimized, char **text, sn_err *e);
+
+/* "x86_64-pc-linux-gnu znver4, 16 lanes": what the JIT compiles for. */
+const char *sn_jit_target(const sn_jit *j);
+sn_jit_stats sn_jit_get_stats(const sn_jit *j);
+
+#endif

@@ -1,0 +1,468 @@
+/* llvm_jit.c: the driver of the CPU code generator: host target machine, one module per batch
+ * of kernels, the verifier, the O3 pipeline, ORC LLJIT linking and symbol lookup.
+ * Convention: every LLVM call that can fail goes through LLVM_CHECK, which records file:line,
+ * the call and LLVM's own message, then jumps to the function's `fail:` cleanup. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llvm.h"
+
+#ifdef SN_HAVE_LLVM
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+#include <pthread.h>
+#include <time.h>
+
+#include "llvm_util.h"
+
+/* A function this JIT linked, by its IR text from the '(' after its name. */
+typedef struct {
+    uint64_t hash;
+    char *body;
+    char symbol[96];
+} jit_fn;
+
+struct sn_jit {
+    LLVMOrcThreadSafeContextRef tsc; /* the context every batch's module is built in */
+    LLVMOrcLLJITRef lljit;
+    LLVMTargetMachineRef tm;         /* the host, for the optimisation pipeline */
+    char *triple, *cpu, *features;   /* LLVM-allocated strings */
+    int lanes;
+    char target[192];
+    sn_jit_stats stats;
+    jit_fn *fns; /* every function linked so far, for sharing identical kernels */
+    int n_fns, cap_fns;
+};
+
+static sn_status llvm_error(sn_err *e, LLVMErrorRef err, const char *file, int line,
+                            const char *call) {
+    char *msg = LLVMGetErrorMessage(err);
+    sn_status st = sn_fail(e, SN_ERR_DEVICE, "%s:%d: %s failed: %s", file, line, call, msg);
+    LLVMDisposeErrorMessage(msg);
+    return st;
+}
+
+/* The one checking macro: needs `sn_status st`, `sn_err *e` and a `fail:` label in scope. */
+#define LLVM_CHECK(call)                                                                           \
+    do {                                                                                           \
+        LLVMErrorRef err_ = (call);                                                                \
+        if (err_) {                                                                                \
+            st = llvm_error(e, err_, __FILE__, __LINE__, #call);                                   \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* An LLVM API that reports failure as (true, message) turned into an LLVMErrorRef. */
+static LLVMErrorRef message_error(char *msg) {
+    LLVMErrorRef err = LLVMCreateStringError(msg ? msg : "(no message)");
+    if (msg) LLVMDisposeMessage(msg);
+    return err;
+}
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* ---- the target ---- */
+
+static pthread_once_t targets_once = PTHREAD_ONCE_INIT; /* LLVM's own one-time setup */
+static void init_targets(void) {
+    LLVMInitializeNativeTarget();
+    LLVMInitializeNativeAsmPrinter();
+}
+
+/* Is "+name" one of the comma-separated host features? */
+static bool has_feature(const char *features, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = features; p && *p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == n + 1 && p[0] == '+' && !strncmp(p + 1, name, n)) return true;
+        p = comma ? comma + 1 : NULL;
+    }
+    return false;
+}
+
+static LLVMErrorRef host_machine(sn_jit *j, LLVMTargetMachineRef *tm) {
+    LLVMTargetRef t;
+    char *msg = NULL;
+    if (LLVMGetTargetFromTriple(j->triple, &t, &msg)) return message_error(msg);
+    *tm = LLVMCreateTargetMachine(t, j->triple, j->cpu, j->features, LLVMCodeGenLevelAggressive,
+                                  LLVMRelocDefault, LLVMCodeModelJITDefault);
+    return *tm ? NULL : LLVMCreateStringError("LLVMCreateTargetMachine returned NULL");
+}
+
+sn_status sn_jit_new(sn_jit **out, sn_err *e) {
+    *out = NULL;
+    pthread_once(&targets_once, init_targets);
+    sn_jit *j = calloc(1, sizeof *j);
+    SN_ASSERT(j);
+    sn_status st = SN_OK;
+    LLVMTargetMachineRef jit_tm = NULL;
+    j->triple = LLVMGetDefaultTargetTriple();
+    j->cpu = LLVMGetHostCPUName();
+    j->features = LLVMGetHostCPUFeatures();
+    j->lanes = has_feature(j->features, "avx512f") ? 16 : has_feature(j->features, "avx2") ? 8 : 4;
+    snprintf(j->target, sizeof j->target, "%s %s, %d f32 lanes", j->triple, j->cpu, j->lanes);
+    LLVM_CHECK(host_machine(j, &j->tm));
+    LLVM_CHECK(host_machine(j, &jit_tm)); /* code generation: the same machine, owned by LLJIT */
+    LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
+    LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(jb, LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(jit_tm));
+    jit_tm = NULL;
+    LLVM_CHECK(LLVMOrcCreateLLJIT(&j->lljit, jb)); /* takes jb */
+    LLVMOrcDefinitionGeneratorRef gen; /* libm and libc (memset) from the process */
+    LLVM_CHECK(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(j->lljit), NULL, NULL));
+    LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(j->lljit), gen);
+    j->tsc = LLVMOrcCreateNewThreadSafeContext();
+    *out = j;
+    return SN_OK;
+fail:
+    if (jit_tm) LLVMDisposeTargetMachine(jit_tm);
+    sn_jit_free(j);
+    return st;
+}
+
+void sn_jit_free(sn_jit *j) {
+    if (!j) return;
+    if (j->lljit) {
+        LLVMErrorRef err = LLVMOrcDisposeLLJIT(j->lljit);
+        if (err) LLVMConsumeError(err);
+    }
+    if (j->tsc) LLVMOrcDisposeThreadSafeContext(j->tsc);
+    if (j->tm) LLVMDisposeTargetMachine(j->tm);
+    for (int i = 0; i < j->n_fns; i++) free(j->fns[i].body);
+    free(j->fns);
+    LLVMDisposeMessage(j->triple);
+    LLVMDisposeMessage(j->cpu);
+    LLVMDisposeMessage(j->features);
+    free(j);
+}
+
+const char *sn_jit_target(const sn_jit *j) { return j->target; }
+sn_jit_stats sn_jit_get_stats(const sn_jit *j) { return j->stats; }
+
+/* ---- modules ---- */
+
+static LLVMModuleRef new_module(sn_jit *j, LLVMContextRef ctx, const char *name) {
+    LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(name, ctx);
+    LLVMSetTarget(mod, j->triple);
+    LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(j->tm);
+    LLVMSetModuleDataLayout(mod, dl);
+    LLVMDisposeTargetData(dl);
+    return mod;
+}
+
+static LLVMErrorRef verify_module(LLVMModuleRef mod) {
+    char *msg = NULL;
+    if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) return message_error(msg);
+    LLVMDisposeMessage(msg);
+    return NULL;
+}
+
+sn_status sn_ll_verify(LLVMModuleRef mod, sn_err *e) {
+    sn_status st = SN_OK;
+    LLVM_CHECK(verify_module(mod));
+fail:
+    return st;
+}
+
+static sn_status optimise(sn_jit *j, LLVMModuleRef mod, sn_err *e) {
+    sn_status st = SN_OK;
+    LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
+    LLVMPassBuilderOptionsSetLoopVectorization(o, 1);
+    LLVMPassBuilderOptionsSetSLPVectorization(o, 1);
+    LLVMPassBuilderOptionsSetLoopUnrolling(o, 1);
+    LLVMPassBuilderOptionsSetLoopInterleaving(o, 1);
+    LLVM_CHECK(LLVMRunPasses(mod, "default<O3>", j->tm, o));
+fail:
+    LLVMDisposePassBuilderOptions(o);
+    return st;
+}
+
+/* ---- kernels ---- */
+
+static int64_t rows_of(const sn_node *x) {
+    return x->rank ? sn_numel(x) / x->shape[x->rank - 1] : 1;
+}
+
+/* The work split each kind is generated for (llvm.h), checked against what the kernel says. */
+static sn_status check_items(const sn_kernel *k, sn_err *e) {
+    char kn[96];
+    const sn_node *a = k->anchor;
+    int64_t want = -1;
+    bool serial = false;
+    if (k->kind != SN_KER_POINTWISE && k->kind != SN_KER_ADAMW && !a)
+        return sn_fail(e, SN_ERR_INVALID, "%s: no anchor node", sn_ll_kname(k, kn, sizeof kn));
+    switch (k->kind) {
+    case SN_KER_POINTWISE: want = sn_shape_numel(k->rank, k->shape); break;
+    case SN_KER_ROW:
+        want = rows_of(a->in[0]);
+        serial = a->op == SN_OP_CROSS_ENTROPY || a->op == SN_OP_LAYERNORM_BWD_W ||
+                 a->op == SN_OP_RMSNORM_BWD_W;
+        break;
+    case SN_KER_REDUCE: want = sn_numel(a); break;
+    case SN_KER_GATHER:
+        if (a->op == SN_OP_EMBEDDING_BWD) {
+            int64_t C = a->shape[a->rank - 1];
+            if (k->n_items >= 1 && k->n_items <= C) return SN_OK;
+            return sn_fail(e, SN_ERR_INVALID, "%s: embedding_bwd splits its %lld columns into "
+                           "n_items blocks, so n_items must be in [1, %lld], not %lld",
+                           sn_ll_kname(k, kn, sizeof kn), (long long)C, (long long)C,
+                           (long long)k->n_items);
+        }
+        want = a->n_in > 1 ? sn_numel(a->in[1]) : -1;
+        break;
+    case SN_KER_ADAMW: want = a ? sn_numel(a) : k->n_items; break;
+    default: return SN_OK; /* rejected by emit() */
+    }
+    if (k->n_items != want)
+        return sn_fail(e, SN_ERR_INVALID, "%s: n_items is %lld but the LLVM backend generates it "
+                       "for %lld items (codegen/llvm.h lists each kind's split)",
+                       sn_ll_kname(k, kn, sizeof kn), (long long)k->n_items, (long long)want);
+    if (serial && !k->serial)
+        return sn_fail(e, SN_ERR_INVALID, "%s: %s sums over all rows into one output, so the "
+                       "kernel must be marked serial (one call over [0, n_items))",
+                       sn_ll_kname(k, kn, sizeof kn), sn_op_name(a->op));
+    return SN_OK;
+}
+
+static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
+    char kn[96];
+    if (LLVMGetNamedFunction(L->mod, fname))
+        return sn_fail(e, SN_ERR_INVALID, "%s: two kernels of one batch are named %s (kernel "
+                       "names must be unique in a program)", sn_ll_kname(k, kn, sizeof kn), fname);
+    sn_status st = check_items(k, e);
+    if (st) return st;
+    switch (k->kind) {
+    case SN_KER_POINTWISE: return sn_ll_emit_pointwise(L, k, fname, e);
+    case SN_KER_ROW: return sn_ll_emit_row(L, k, fname, e);
+    case SN_KER_REDUCE: return sn_ll_emit_reduce(L, k, fname, e);
+    case SN_KER_GATHER: return sn_ll_emit_gather(L, k, fname, e);
+    case SN_KER_ADAMW: return sn_ll_emit_adamw(L, k, fname, e);
+    case SN_KER_GEMM:
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s is a matrix product: GEMMs are library calls "
+                       "(runtime/gemm.h), not generated; leave them out of sn_jit_compile",
+                       sn_ll_kname(k, kn, sizeof kn));
+    case SN_KER_ATTENTION: /* llvm_attention.c: sn_ll_emit_attention goes here */
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: the LLVM backend has no emitter for attention "
+                       "kernels yet", sn_ll_kname(k, kn, sizeof kn));
+    case SN_KER_KIND_COUNT: break;
+    }
+    return sn_fail(e, SN_ERR_INVALID, "%s: unknown kernel kind %d", sn_ll_kname(k, kn, sizeof kn),
+                   (int)k->kind);
+}
+
+/* The symbol of kernel k in batch `batch` (batch < 0: the plain kernel name). */
+static void symbol_name(const sn_kernel *k, int batch, char *buf, size_t len) {
+    char base[80];
+    if (k->name[0]) snprintf(base, sizeof base, "%s", k->name);
+    else snprintf(base, sizeof base, "k%d", k->id);
+    if (batch < 0) snprintf(buf, len, "%s", base);
+    else snprintf(buf, len, "b%d_%s", batch, base);
+}
+
+/* ---- sharing identical kernels ---- */
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* If function `name` of mod is identical to one linked before (j->fns[0, n_done)) or added
+ * earlier in this batch (j->fns[n_done, n_fns)), deletes it and sets name to that symbol;
+ * else records it as pending. Returns true when it was shared. */
+static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len) {
+    LLVMValueRef fn = LLVMGetNamedFunction(mod, name);
+    SN_ASSERT(fn);
+    char *text = LLVMPrintValueToString(fn);
+    char head[112];
+    snprintf(head, sizeof head, "@%s(", name);
+    const char *body = strstr(text, head);
+    SN_ASSERT(body);
+    body += strlen(head) - 1;
+    uint64_t h = fnv1a(body);
+    for (int i = 0; i < j->n_fns; i++)
+        if (j->fns[i].hash == h && !strcmp(j->fns[i].body, body)) {
+            LLVMDisposeMessage(text);
+            LLVMDeleteFunction(fn);
+            snprintf(name, len, "%s", j->fns[i].symbol);
+            return true;
+        }
+    if (j->n_fns == j->cap_fns) {
+        j->cap_fns = j->cap_fns ? 2 * j->cap_fns : 64;
+        j->fns = realloc(j->fns, sizeof *j->fns * (size_t)j->cap_fns);
+        SN_ASSERT(j->fns);
+    }
+    jit_fn *f = &j->fns[j->n_fns++];
+    f->hash = h;
+    f->body = strdup(body);
+    SN_ASSERT(f->body);
+    snprintf(f->symbol, sizeof f->symbol, "%s", name);
+    LLVMDisposeMessage(text);
+    return false;
+}
+
+sn_status sn_jit_compile(sn_jit *j, sn_kernel *const *ks, int n, sn_cpu_kernel_fn *fns, sn_err *e) {
+    if (n <= 0) return SN_OK;
+    sn_status st = SN_OK;
+    double t0 = now_ms(), t1, t2;
+    int batch = j->stats.batches;
+    char mname[32];
+    snprintf(mname, sizeof mname, "sinter_batch%d", batch);
+    LLVMModuleRef mod = new_module(j, LLVMOrcThreadSafeContextGetContext(j->tsc), mname);
+    LLVMOrcResourceTrackerRef rt = NULL;
+    char (*names)[96] = malloc(sizeof *names * (size_t)n);
+    SN_ASSERT(names);
+    int n_done = j->n_fns, shared = 0;
+    sn_ll L;
+    sn_ll_init(&L, mod, j->lanes, j->cpu, j->features);
+    for (int i = 0; i < n && !st; i++) {
+        symbol_name(ks[i], batch, names[i], sizeof names[i]);
+        st = emit(&L, ks[i], names[i], e);
+        if (!st) shared += share_or_record(j, mod, names[i], sizeof names[i]);
+    }
+    sn_ll_done(&L);
+    if (!st) st = sn_ll_verify(mod, e);
+    t1 = now_ms();
+    if (!st) st = optimise(j, mod, e);
+    if (st) goto fail;
+    t2 = now_ms();
+    LLVMOrcJITDylibRef dylib = LLVMOrcLLJITGetMainJITDylib(j->lljit);
+    rt = LLVMOrcJITDylibCreateResourceTracker(dylib);
+    LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, j->tsc);
+    mod = NULL; /* owned by tsm, then by the JIT */
+    LLVM_CHECK(LLVMOrcLLJITAddLLVMIRModuleWithRT(j->lljit, rt, tsm));
+    for (int i = 0; i < n; i++) {
+        LLVMOrcExecutorAddress addr = 0;
+        LLVM_CHECK(LLVMOrcLLJITLookup(j->lljit, &addr, names[i])); /* the first one compiles */
+        fns[i] = (sn_cpu_kernel_fn)(uintptr_t)addr;
+    }
+    j->stats.batches++;
+    j->stats.kernels += n;
+    j->stats.shared += shared;
+    j->stats.build_ms += t1 - t0;
+    j->stats.opt_ms += t2 - t1;
+    j->stats.link_ms += now_ms() - t2;
+    LLVMOrcReleaseResourceTracker(rt);
+    free(names);
+    return SN_OK;
+fail:
+    if (rt) {
+        LLVMErrorRef err = LLVMOrcResourceTrackerRemove(rt); /* nothing of the batch stays */
+        if (err) LLVMConsumeError(err);
+        LLVMOrcReleaseResourceTracker(rt);
+    }
+    if (mod) LLVMDisposeModule(mod);
+    for (int i = n_done; i < j->n_fns; i++) free(j->fns[i].body); /* not linked after all */
+    j->n_fns = n_done;
+    for (int i = 0; i < n; i++) fns[i] = NULL;
+    free(names);
+    return st;
+}
+
+sn_status sn_jit_kernel_ir(sn_jit *j, const sn_kernel *k, bool optimized, char **text, sn_err *e) {
+    *text = NULL;
+    LLVMContextRef ctx = LLVMContextCreate();
+    char name[96];
+    symbol_name(k, -1, name, sizeof name);
+    LLVMModuleRef mod = new_module(j, ctx, name);
+    sn_ll L;
+    sn_ll_init(&L, mod, j->lanes, j->cpu, j->features);
+    sn_status st = emit(&L, k, name, e);
+    sn_ll_done(&L);
+    if (!st) st = sn_ll_verify(mod, e);
+    if (!st && optimized) st = optimise(j, mod, e);
+    if (!st) {
+        char *s = LLVMPrintModuleToString(mod);
+        *text = strdup(s);
+        LLVMDisposeMessage(s);
+        SN_ASSERT(*text);
+    }
+    LLVMDisposeModule(mod);
+    LLVMContextDispose(ctx);
+    return st;
+}
+
+#else /* !SN_HAVE_LLVM */
+
+static sn_status no_llvm(sn_err *e) {
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "sinter was built without LLVM, so it has no CPU code "
+                   "generator: install llvm-14-dev (or newer) and rebuild");
+}
+
+sn_status sn_jit_new(sn_jit **out, sn_err *e) {
+    *out = NULL;
+    return no_llvm(e);
+}
+void sn_jit_free(sn_jit *j) { (void)j; }
+/* ---- sharing identical kernels ---- */
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* If function `name` of mod is identical to one linked before (j->fns[0, n_done)) or added
+ * earlier in this batch (j->fns[n_done, n_fns)), deletes it and sets name to that symbol;
+ * else records it as pending. Returns true when it was shared. */
+static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len) {
+    LLVMValueRef fn = LLVMGetNamedFunction(mod, name);
+    SN_ASSERT(fn);
+    char *text = LLVMPrintValueToString(fn);
+    char head[112];
+    snprintf(head, sizeof head, "@%s(", name);
+    const char *body = strstr(text, head);
+    SN_ASSERT(body);
+    body += strlen(head) - 1;
+    uint64_t h = fnv1a(body);
+    for (int i = 0; i < j->n_fns; i++)
+        if (j->fns[i].hash == h && !strcmp(j->fns[i].body, body)) {
+            LLVMDisposeMessage(text);
+            LLVMDeleteFunction(fn);
+            snprintf(name, len, "%s", j->fns[i].symbol);
+            return true;
+        }
+    if (j->n_fns == j->cap_fns) {
+        j->cap_fns = j->cap_fns ? 2 * j->cap_fns : 64;
+        j->fns = realloc(j->fns, sizeof *j->fns * (size_t)j->cap_fns);
+        SN_ASSERT(j->fns);
+    }
+    jit_fn *f = &j->fns[j->n_fns++];
+    f->hash = h;
+    f->body = strdup(body);
+    SN_ASSERT(f->body);
+    snprintf(f->symbol, sizeof f->symbol, "%s", name);
+    LLVMDisposeMessage(text);
+    return false;
+}
+
+sn_status sn_jit_compile(sn_jit *j, sn_kernel *const *ks, int n, sn_cpu_kernel_fn *fns, sn_err *e) {
+    (void)j, (void)ks, (void)n, (void)fns;
+    return no_llvm(e);
+}
+sn_status sn_jit_kernel_ir(sn_jit *j, const sn_kernel *k, bool optimized, char **text, sn_err *e) {
+    (void)j, (void)k, (void)optimized;
+    *text = NULL;
+    return no_llvm(e);
+}
+const char *sn_jit_target(const sn_jit *j) {
+    (void)j;
+    return "none (built without LLVM)";
+}
+sn_jit_stats sn_jit_get_stats(const sn_jit *j) {
+    (void)j;
+    return (sn_jit_stats){0};
+}
+
+#endif

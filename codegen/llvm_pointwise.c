@@ -1,0 +1,330 @@
+/* llvm_pointwise.c: pointwise kernels: an expression of node ops over strided, broadcast and
+ * masked accesses, evaluated one vector of elements at a time along the innermost dimension.
+ * Convention: the index space is simplified first (size-1 dims dropped, dims every access walks
+ * contiguously merged), then walked row by row over [begin, end): outer coordinates and access
+ * offsets once per row, a vector loop along the last dimension, a masked tail. */
+#ifdef SN_HAVE_LLVM
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llvm_util.h"
+
+static const float GELU_K = 0.7978845608028654f; /* sqrt(2/pi) */
+static const float GELU_C = 0.044715f;
+
+/* The index space after simplification, with the accesses rewritten over it. */
+typedef struct {
+    int rank;
+    int64_t shape[SN_MAX_RANK];
+    int n_access;
+    sn_access *acc;
+    bool *zero; /* [n_access] the mask excludes every element: the access reads 0 */
+} space;
+
+static void drop_dim(space *s, int d) {
+    for (int a = 0; a < s->n_access; a++) {
+        sn_access *x = &s->acc[a];
+        for (int t = d; t + 1 < s->rank; t++) x->stride[t] = x->stride[t + 1];
+        if (x->masked && x->mask_axis > d) x->mask_axis--;
+    }
+    for (int t = d; t + 1 < s->rank; t++) s->shape[t] = s->shape[t + 1];
+    s->rank--;
+}
+
+static void simplify(const sn_kernel *k, space *s) {
+    s->rank = k->rank;
+    memcpy(s->shape, k->shape, sizeof s->shape);
+    s->n_access = k->n_access;
+    memcpy(s->acc, k->access, sizeof(sn_access) * (size_t)k->n_access);
+    for (int d = s->rank - 1; d >= 0; d--) { /* size-1 dims: coordinate 0 */
+        if (s->shape[d] != 1) continue;
+        for (int a = 0; a < s->n_access; a++) {
+            sn_access *x = &s->acc[a];
+            if (!x->masked || x->mask_axis != d) continue;
+            if (!(x->mask_lo <= 0 && 0 < x->mask_hi)) s->zero[a] = true;
+            x->masked = false;
+        }
+        drop_dim(s, d);
+    }
+    for (int d = s->rank - 2; d >= 0; d--) { /* merge d and d+1 when nothing tells them apart */
+        bool ok = true;
+        for (int a = 0; a < s->n_access && ok; a++) {
+            const sn_access *x = &s->acc[a];
+            if (x->stride[d] != x->stride[d + 1] * s->shape[d + 1]) ok = false;
+            if (x->masked && (x->mask_axis == d || x->mask_axis == d + 1)) ok = false;
+        }
+        if (!ok) continue;
+        s->shape[d] *= s->shape[d + 1];
+        for (int a = 0; a < s->n_access; a++) s->acc[a].stride[d] = s->acc[a].stride[d + 1];
+        drop_dim(s, d + 1);
+    }
+    if (s->rank == 0) { /* a scalar */
+        s->rank = 1;
+        s->shape[0] = 1;
+        for (int a = 0; a < s->n_access; a++) s->acc[a].stride[0] = 0;
+    }
+}
+
+/* ---- checks ---- */
+
+static bool is_identity(sn_op op) {
+    switch (op) {
+    case SN_OP_RESHAPE: case SN_OP_PERMUTE: case SN_OP_BROADCAST: case SN_OP_SLICE:
+    case SN_OP_PAD: case SN_OP_CONCAT: case SN_OP_FULL: case SN_OP_CONST: return true;
+    default: return false;
+    }
+}
+
+static sn_status check(const sn_kernel *k, sn_err *e) {
+    char kn[96];
+    SN_ASSERT(k->n_instr >= 1 && k->instr && k->n_out >= 1);
+    SN_ASSERT(k->rank >= 0 && k->rank <= SN_MAX_RANK);
+    for (int i = 0; i < k->n_out + k->n_in; i++) {
+        sn_status st = sn_ll_check_dtype(k, k->args[i], e);
+        if (st) return st;
+    }
+    for (int i = 0; i < k->n_instr; i++) {
+        const sn_pw_instr *in = &k->instr[i];
+        const sn_node *n = in->node;
+        sn_status st = sn_ll_check_dtype(k, n, e);
+        if (st) return st;
+        if (sn_op_kind(n->op) != SN_K_POINTWISE && !is_identity(n->op))
+            return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: instruction %d is %s (%%%d), which is not "
+                           "a pointwise op", sn_ll_kname(k, kn, sizeof kn), i, sn_op_name(n->op), n->id);
+        if (sn_op_kind(n->op) == SN_K_POINTWISE) SN_ASSERT(in->n_in == sn_op_min_inputs(n->op));
+        for (int j = 0; j < in->n_in; j++) {
+            const sn_ref *r = &in->in[j];
+            if (r->kind == SN_REF_INSTR) SN_ASSERT(r->index >= 0 && r->index < i);
+            if (r->kind == SN_REF_ACCESS) SN_ASSERT(r->index >= 0 && r->index < k->n_access);
+        }
+    }
+    for (int a = 0; a < k->n_access; a++)
+        SN_ASSERT(k->access[a].arg >= k->n_out && k->access[a].arg < k->n_out + k->n_in);
+    for (int o = 0; o < k->n_out; o++) {
+        SN_ASSERT(k->store[o] >= 0 && k->store[o] < k->n_instr);
+        SN_ASSERT(sn_numel(k->args[o]) == sn_shape_numel(k->rank, k->shape));
+    }
+    return SN_OK;
+}
+
+/* ---- evaluation ---- */
+
+/* The value of node n's op on its operand values x (f32, scalars or vectors alike). */
+static LLVMValueRef eval_op(sn_ll *L, const sn_node *n, LLVMValueRef *x, int nx) {
+    LLVMBuilderRef b = L->b;
+    const char *name = sn_op_name(n->op);
+    LLVMValueRef v = NULL, s, g;
+#define C(f) sn_ll_fc(L, x[0], (float)(f))
+    switch (n->op) {
+    case SN_OP_ADD: v = LLVMBuildFAdd(b, x[0], x[1], name); break;
+    case SN_OP_SUB: v = LLVMBuildFSub(b, x[0], x[1], name); break;
+    case SN_OP_MUL: v = LLVMBuildFMul(b, x[0], x[1], name); break;
+    case SN_OP_DIV: v = LLVMBuildFDiv(b, x[0], x[1], name); break;
+    case SN_OP_EQ:
+        v = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, x[0], x[1], ""), C(1), C(0), name);
+        break;
+    case SN_OP_NEG: v = LLVMBuildFNeg(b, x[0], name); break;
+    case SN_OP_SCALE: v = LLVMBuildFMul(b, x[0], C(n->a.f), name); break;
+    case SN_OP_EXP: v = sn_ll_exp(L, x[0], name); break;
+    case SN_OP_LOG: v = sn_ll_log(L, x[0], name); break;
+    case SN_OP_TANH: v = sn_ll_tanh(L, x[0], name); break;
+    case SN_OP_SQRT: v = sn_ll_sqrt(L, x[0], name); break;
+    case SN_OP_RSQRT: v = LLVMBuildFDiv(b, C(1), sn_ll_sqrt(L, x[0], ""), name); break;
+    case SN_OP_GELU:   /* 0.5 x (1 + tanh u) = x sigmoid(2u), u = k (x + c x^3) */
+    case SN_OP_GELU_BWD: { /* dy (s + 2 x s (1 - s) k (1 + 3 c x^2)), s = sigmoid(2u) */
+        LLVMValueRef x2 = LLVMBuildFMul(b, x[0], x[0], "x2");
+        LLVMValueRef u = LLVMBuildFMul(b, LLVMBuildFMul(b, x[0], sn_ll_fma(L, x2, C(GELU_C), C(1)), ""), C(2 * GELU_K), "2u");
+        s = sn_ll_sigmoid(L, u, "s");
+        if (n->op == SN_OP_GELU) {
+            v = LLVMBuildFMul(b, x[0], s, name);
+            break;
+        }
+        LLVMValueRef du = LLVMBuildFMul(b, sn_ll_fma(L, x2, C(3 * GELU_C), C(1)), C(2 * GELU_K), "");
+        LLVMValueRef ds = LLVMBuildFMul(b, s, LLVMBuildFSub(b, C(1), s, ""), "");
+        g = sn_ll_fma(L, LLVMBuildFMul(b, x[0], ds, ""), du, s);
+        v = LLVMBuildFMul(b, x[1], g, name);
+        break;
+    }
+    case SN_OP_SILU: v = LLVMBuildFMul(b, x[0], sn_ll_sigmoid(L, x[0], "s"), name); break;
+    case SN_OP_SILU_BWD: /* dy s (1 + x (1 - s)) */
+        s = sn_ll_sigmoid(L, x[0], "s");
+        g = sn_ll_fma(L, x[0], LLVMBuildFSub(b, C(1), s, ""), C(1));
+        v = LLVMBuildFMul(b, x[1], LLVMBuildFMul(b, s, g, ""), name);
+        break;
+    case SN_OP_CAST: v = x[0]; break; /* to i32: truncated below */
+    case SN_OP_FULL: v = nx ? x[0] : sn_ll_vf32(L, n->a.f); break;
+    case SN_OP_CONCAT: /* the parts are masked accesses: exactly one is not 0 */
+        v = x[0];
+        for (int i = 1; i < nx; i++) v = LLVMBuildFAdd(b, v, x[i], name);
+        break;
+    default:
+        SN_ASSERT(is_identity(n->op) && nx >= 1); /* a view's copy */
+        v = x[0];
+        break;
+    }
+#undef C
+    if (n->dtype == SN_I32) v = sn_ll_call(L, "llvm.trunc", &v, 1, name);
+    return v;
+}
+
+typedef struct {
+    sn_ll *L;
+    const sn_kernel *k;
+    space s;
+    LLVMValueRef *ptr;    /* [args] */
+    LLVMValueRef *base;   /* [n_access] offset of the row's first element */
+    LLVMValueRef *ok;     /* [n_access] the row is inside an outer-axis mask (NULL: no mask) */
+    LLVMValueRef *hoist;  /* [n_access] the row's value of a stride-0 access, or NULL */
+    LLVMValueRef *cache;  /* [n_access] values in the current vector step */
+} pw;
+
+static bool last_axis_mask(const pw *P, const sn_access *x) {
+    return x->masked && x->mask_axis == P->s.rank - 1;
+}
+
+/* Per row: offsets, outer-mask conditions, stride-0 values (loaded once, not per vector). */
+static void row_setup(pw *P, LLVMValueRef r) {
+    sn_ll *L = P->L;
+    const space *s = &P->s;
+    LLVMValueRef c[SN_MAX_RANK], rem = r;
+    char name[32];
+    for (int d = s->rank - 2; d > 0; d--) { /* row r -> outer coordinates i0 .. */
+        snprintf(name, sizeof name, "i%d", d);
+        c[d] = LLVMBuildSRem(L->b, rem, sn_ll_i64(L, s->shape[d]), name);
+        rem = LLVMBuildSDiv(L->b, rem, sn_ll_i64(L, s->shape[d]), "");
+    }
+    c[0] = rem; /* r < rows, so the first coordinate needs no remainder */
+    for (int a = 0; a < s->n_access; a++) {
+        const sn_access *x = &s->acc[a];
+        P->ok[a] = P->hoist[a] = NULL;
+        if (s->zero[a]) continue;
+        LLVMValueRef off = sn_ll_i64(L, x->offset);
+        for (int d = 0; d < s->rank - 1; d++)
+            if (x->stride[d]) off = sn_ll_add(L, off, sn_ll_mul(L, c[d], sn_ll_i64(L, x->stride[d])));
+        snprintf(name, sizeof name, "off%d", a);
+        P->base[a] = off;
+        if (LLVMIsAInstruction(off) && !LLVMGetValueName2(off, &(size_t){0})[0])
+            LLVMSetValueName2(off, name, strlen(name));
+        if (x->masked && !last_axis_mask(P, x)) {
+            LLVMValueRef ci = c[x->mask_axis];
+            snprintf(name, sizeof name, "in%d", a);
+            P->ok[a] = LLVMBuildAnd(L->b, LLVMBuildICmp(L->b, LLVMIntSGE, ci, sn_ll_i64(L, x->mask_lo), ""),
+                                    LLVMBuildICmp(L->b, LLVMIntSLT, ci, sn_ll_i64(L, x->mask_hi), ""), name);
+        }
+        if (x->stride[s->rank - 1] == 0 && !last_axis_mask(P, x)) {
+            LLVMValueRef idx = P->ok[a] ? LLVMBuildSelect(L->b, P->ok[a], off, sn_ll_i64(L, 0), "") : off;
+            snprintf(name, sizeof name, "a%d", a);
+            LLVMValueRef v = sn_ll_load(L, P->ptr[x->arg], idx, name);
+            if (P->ok[a]) v = LLVMBuildSelect(L->b, P->ok[a], v, sn_ll_f32(L, 0), name);
+            P->hoist[a] = sn_ll_splat(L, v, name);
+        }
+    }
+}
+
+/* Access a's vector at column j of the row (tail: the lanes in range). */
+static LLVMValueRef access_value(pw *P, int a, LLVMValueRef j, LLVMValueRef tail) {
+    sn_ll *L = P->L;
+    const sn_access *x = &P->s.acc[a];
+    if (P->s.zero[a]) return sn_ll_vf32(L, 0);
+    if (P->hoist[a]) return P->hoist[a];
+    if (P->cache[a]) return P->cache[a];
+    char name[16];
+    snprintf(name, sizeof name, "a%d", a);
+    LLVMValueRef m = tail;
+    if (last_axis_mask(P, x)) {
+        LLVMValueRef jv = LLVMBuildAdd(L->b, sn_ll_splat(L, j, ""), sn_ll_lane_ids(L), "");
+        LLVMValueRef lo = LLVMBuildICmp(L->b, LLVMIntSGE, jv, sn_ll_splat(L, sn_ll_i64(L, x->mask_lo), ""), "");
+        LLVMValueRef hi = LLVMBuildICmp(L->b, LLVMIntSLT, jv, sn_ll_splat(L, sn_ll_i64(L, x->mask_hi), ""), "");
+        m = sn_ll_and_mask(L, m, LLVMBuildAnd(L->b, lo, hi, "inside"));
+    }
+    if (P->ok[a]) m = sn_ll_and_mask(L, m, sn_ll_splat(L, P->ok[a], ""));
+    int64_t st = x->stride[P->s.rank - 1];
+    LLVMValueRef idx = sn_ll_add(L, P->base[a], st == 1 ? j : sn_ll_mul(L, j, sn_ll_i64(L, st)));
+    LLVMValueRef v;
+    if (st == 1) {
+        v = sn_ll_vload(L, P->ptr[x->arg], idx, m, name);
+    } else { /* permuted, or broadcast under a mask: a gather */
+        LLVMValueRef step = LLVMBuildMul(L->b, sn_ll_lane_ids(L), sn_ll_splat(L, sn_ll_i64(L, st), ""), "");
+        LLVMValueRef idxv = LLVMBuildAdd(L->b, sn_ll_splat(L, idx, ""), step, "");
+        v = sn_ll_vgather(L, P->ptr[x->arg], idxv, m, name);
+    }
+    return P->cache[a] = v;
+}
+
+static LLVMValueRef operand(pw *P, const sn_ref *r, LLVMValueRef *vals, LLVMValueRef j, LLVMValueRef tail) {
+    switch (r->kind) {
+    case SN_REF_INSTR: return vals[r->index];
+    case SN_REF_ACCESS: return access_value(P, r->index, j, tail);
+    case SN_REF_CONST: return sn_ll_vf32(P->L, r->value);
+    }
+    SN_ASSERT(0);
+}
+
+/* One vector step: every instruction, then the stores. */
+static void vector_step(pw *P, LLVMValueRef rowstart, LLVMValueRef j, LLVMValueRef tail, LLVMValueRef *vals) {
+    const sn_kernel *k = P->k;
+    memset(P->cache, 0, sizeof(LLVMValueRef) * (size_t)(k->n_access + 1));
+    for (int i = 0; i < k->n_instr; i++) {
+        const sn_pw_instr *in = &k->instr[i];
+        LLVMValueRef x[3];
+        for (int t = 0; t < in->n_in; t++) x[t] = operand(P, &in->in[t], vals, j, tail);
+        vals[i] = eval_op(P->L, in->node, x, in->n_in);
+    }
+    LLVMValueRef at = sn_ll_add(P->L, rowstart, j);
+    for (int o = 0; o < k->n_out; o++) sn_ll_vstore(P->L, P->ptr[o], at, vals[k->store[o]], tail);
+}
+
+sn_status sn_ll_emit_pointwise(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
+    sn_status st = check(k, e);
+    if (st) return st;
+    int na = k->n_access + 1, nargs = k->n_out + k->n_in;
+    pw P = {.L = L, .k = k};
+    P.s.acc = calloc((size_t)na, sizeof(sn_access));
+    P.s.zero = calloc((size_t)na, sizeof(bool));
+    P.ptr = calloc((size_t)nargs, sizeof(LLVMValueRef));
+    P.base = calloc((size_t)na, sizeof(LLVMValueRef));
+    P.ok = calloc((size_t)na, sizeof(LLVMValueRef));
+    P.hoist = calloc((size_t)na, sizeof(LLVMValueRef));
+    P.cache = calloc((size_t)na, sizeof(LLVMValueRef));
+    LLVMValueRef *vals = calloc((size_t)k->n_instr, sizeof(LLVMValueRef));
+    SN_ASSERT(P.s.acc && P.s.zero && P.ptr && P.base && P.ok && P.hoist && P.cache && vals);
+    simplify(k, &P.s);
+
+    sn_ll_fn_begin(L, fname);
+    for (int i = 0; i < nargs; i++) {
+        char name[32];
+        snprintf(name, sizeof name, i < k->n_out ? "out%d" : "in%d", i < k->n_out ? i : i - k->n_out);
+        P.ptr[i] = sn_ll_buf(L, i, k->args[i]->dtype, name);
+    }
+    int64_t len = P.s.shape[P.s.rank - 1]; /* the vectorised dimension */
+    sn_ll_if any;
+    sn_ll_if_begin(L, &any, LLVMBuildICmp(L->b, LLVMIntSLT, L->begin, L->end, ""), "any");
+    LLVMValueRef r_lo = LLVMBuildSDiv(L->b, L->begin, sn_ll_i64(L, len), "row_lo");
+    LLVMValueRef r_hi = LLVMBuildSDiv(L->b, sn_ll_add(L, L->end, sn_ll_i64(L, len - 1)), sn_ll_i64(L, len), "row_hi");
+    sn_ll_loop rows;
+    LLVMValueRef r = sn_ll_for(L, &rows, r_lo, r_hi, sn_ll_i64(L, 1), "row");
+    LLVMValueRef rowstart = LLVMBuildMul(L->b, r, sn_ll_i64(L, len), "rowstart");
+    LLVMValueRef j0 = sn_ll_imax(L, LLVMBuildSub(L->b, L->begin, rowstart, ""), sn_ll_i64(L, 0), "j0");
+    LLVMValueRef j1 = sn_ll_imin(L, LLVMBuildSub(L->b, L->end, rowstart, ""), sn_ll_i64(L, len), "j1");
+    row_setup(&P, r);
+    sn_ll_vloop v;
+    for (sn_ll_vloop_range(L, &v, j0, j1, "j"); sn_ll_vloop_next(L, &v);)
+        vector_step(&P, rowstart, v.j, v.mask, vals);
+    sn_ll_for_end(L, &rows);
+    sn_ll_if_end(L, &any);
+    sn_ll_fn_end(L);
+
+    free(P.s.acc);
+    free(P.s.zero);
+    free(P.ptr);
+    free(P.base);
+    free(P.ok);
+    free(P.hoist);
+    free(P.cache);
+    free(vals);
+    return SN_OK;
+}
+
+#endif /* SN_HAVE_LLVM */

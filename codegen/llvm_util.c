@@ -1,0 +1,580 @@
+/* llvm_util.c: the IR-building helpers of llvm_util.h: the kernel function and its buffers,
+ * loops, masked vector memory access, and inline exp/log/tanh (Cephes polynomials).
+ * Convention: every helper names the values it makes, so the IR reads like the kernel. */
+#ifdef SN_HAVE_LLVM
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "llvm_util.h"
+
+/* ---- setup ---- */
+
+void sn_ll_init(sn_ll *L, LLVMModuleRef mod, int lanes, const char *cpu, const char *features) {
+    SN_ASSERT(lanes == 4 || lanes == 8 || lanes == 16);
+    memset(L, 0, sizeof *L);
+    L->mod = mod;
+    L->ctx = LLVMGetModuleContext(mod);
+    L->b = LLVMCreateBuilderInContext(L->ctx);
+    L->top = LLVMCreateBuilderInContext(L->ctx);
+    L->lanes = lanes;
+    L->cpu = cpu;
+    L->features = features;
+    L->t_void = LLVMVoidTypeInContext(L->ctx);
+    L->t_i1 = LLVMInt1TypeInContext(L->ctx);
+    L->t_i8 = LLVMInt8TypeInContext(L->ctx);
+    L->t_i32 = LLVMInt32TypeInContext(L->ctx);
+    L->t_i64 = LLVMInt64TypeInContext(L->ctx);
+    L->t_f32 = LLVMFloatTypeInContext(L->ctx);
+    L->t_f64 = LLVMDoubleTypeInContext(L->ctx);
+    L->t_vf = LLVMVectorType(L->t_f32, (unsigned)lanes);
+    L->t_vi32 = LLVMVectorType(L->t_i32, (unsigned)lanes);
+    L->t_vi64 = LLVMVectorType(L->t_i64, (unsigned)lanes);
+    L->t_vmask = LLVMVectorType(L->t_i1, (unsigned)lanes);
+}
+
+void sn_ll_done(sn_ll *L) {
+    if (L->b) LLVMDisposeBuilder(L->b);
+    if (L->top) LLVMDisposeBuilder(L->top);
+    L->b = L->top = NULL;
+}
+
+static void add_str_attr(sn_ll *L, const char *k, const char *v) {
+    LLVMAttributeRef a = LLVMCreateStringAttribute(L->ctx, k, (unsigned)strlen(k), v, (unsigned)strlen(v));
+    LLVMAddAttributeAtIndex(L->fn, LLVMAttributeFunctionIndex, a);
+}
+
+static void add_enum_attr(sn_ll *L, unsigned index, const char *k) {
+    unsigned kind = LLVMGetEnumAttributeKindForName(k, strlen(k));
+    SN_ASSERT(kind != 0);
+    LLVMAddAttributeAtIndex(L->fn, index, LLVMCreateEnumAttribute(L->ctx, kind, 0));
+}
+
+void sn_ll_fn_begin(sn_ll *L, const char *name) {
+    LLVMTypeRef params[3] = {LLVMPointerType(LLVMPointerType(L->t_i8, 0), 0), L->t_i64, L->t_i64};
+    LLVMTypeRef fty = LLVMFunctionType(L->t_void, params, 3, 0);
+    L->fn = LLVMAddFunction(L->mod, name, fty);
+    add_enum_attr(L, LLVMAttributeFunctionIndex, "nounwind");
+    add_enum_attr(L, 1, "noalias"); /* bufs: data pointers are loaded from it, never based on it */
+    add_enum_attr(L, 1, "nocapture");
+    add_enum_attr(L, 1, "readonly");
+    add_str_attr(L, "prefer-vector-width", L->lanes == 16 ? "512" : L->lanes == 8 ? "256" : "128");
+    if (L->cpu) add_str_attr(L, "target-cpu", L->cpu);
+    if (L->features) add_str_attr(L, "target-features", L->features);
+    L->bufs = LLVMGetParam(L->fn, 0);
+    L->begin = LLVMGetParam(L->fn, 1);
+    L->end = LLVMGetParam(L->fn, 2);
+    LLVMSetValueName2(L->bufs, "bufs", 4);
+    LLVMSetValueName2(L->begin, "begin", 5);
+    LLVMSetValueName2(L->end, "end", 3);
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(L->ctx, L->fn, "entry");
+    LLVMPositionBuilderAtEnd(L->b, entry);
+    LLVMPositionBuilderAtEnd(L->top, entry);
+}
+
+void sn_ll_fn_end(sn_ll *L) { LLVMBuildRetVoid(L->b); }
+
+LLVMBasicBlockRef sn_ll_block(sn_ll *L, const char *name) {
+    return LLVMAppendBasicBlockInContext(L->ctx, L->fn, name);
+}
+
+LLVMValueRef sn_ll_buf(sn_ll *L, int i, sn_dtype t, const char *name) {
+    LLVMTypeRef i8p = LLVMPointerType(L->t_i8, 0);
+    LLVMValueRef idx = sn_ll_i64(L, i);
+    LLVMValueRef slot = LLVMBuildGEP2(L->b, i8p, L->bufs, &idx, 1, "");
+    LLVMValueRef raw = LLVMBuildLoad2(L->b, i8p, slot, "");
+    LLVMTypeRef et = t == SN_I32 ? L->t_i32 : L->t_f32;
+    SN_ASSERT(t == SN_I32 || t == SN_F32);
+    return LLVMBuildBitCast(L->b, raw, LLVMPointerType(et, 0), name);
+}
+
+/* ---- constants ---- */
+
+LLVMValueRef sn_ll_i32(sn_ll *L, int32_t v) { return LLVMConstInt(L->t_i32, (unsigned long long)(int64_t)v, 1); }
+LLVMValueRef sn_ll_i64(sn_ll *L, int64_t v) { return LLVMConstInt(L->t_i64, (unsigned long long)v, 1); }
+LLVMValueRef sn_ll_f32(sn_ll *L, float v) { return LLVMConstReal(L->t_f32, (double)v); }
+
+static LLVMValueRef const_splat(sn_ll *L, LLVMValueRef c) {
+    LLVMValueRef e[16];
+    for (int i = 0; i < L->lanes; i++) e[i] = c;
+    return LLVMConstVector(e, (unsigned)L->lanes);
+}
+
+LLVMValueRef sn_ll_vf32(sn_ll *L, float v) { return const_splat(L, sn_ll_f32(L, v)); }
+
+static bool is_vec(LLVMValueRef x) { return LLVMGetTypeKind(LLVMTypeOf(x)) == LLVMVectorTypeKind; }
+
+LLVMValueRef sn_ll_fc(sn_ll *L, LLVMValueRef like, float v) {
+    return is_vec(like) ? sn_ll_vf32(L, v) : sn_ll_f32(L, v);
+}
+
+/* the i32 constant v, scalar or vector like x */
+static LLVMValueRef int_c(sn_ll *L, LLVMValueRef like, int32_t v) {
+    return is_vec(like) ? const_splat(L, sn_ll_i32(L, v)) : sn_ll_i32(L, v);
+}
+
+LLVMValueRef sn_ll_splat(sn_ll *L, LLVMValueRef s, const char *name) {
+    LLVMTypeRef vt = LLVMVectorType(LLVMTypeOf(s), (unsigned)L->lanes);
+    LLVMValueRef one = LLVMBuildInsertElement(L->b, LLVMGetUndef(vt), s, sn_ll_i32(L, 0), "");
+    return LLVMBuildShuffleVector(L->b, one, LLVMGetUndef(vt), LLVMConstNull(L->t_vi32), name);
+}
+
+LLVMValueRef sn_ll_lane_ids(sn_ll *L) {
+    LLVMValueRef e[16];
+    for (int i = 0; i < L->lanes; i++) e[i] = sn_ll_i64(L, i);
+    return LLVMConstVector(e, (unsigned)L->lanes);
+}
+
+LLVMValueRef sn_ll_first_lanes(sn_ll *L, LLVMValueRef n) {
+    return LLVMBuildICmp(L->b, LLVMIntSLT, sn_ll_lane_ids(L), sn_ll_splat(L, n, ""), "lanes");
+}
+
+LLVMValueRef sn_ll_const_first_lanes(sn_ll *L, int n) {
+    LLVMValueRef e[16];
+    for (int i = 0; i < L->lanes; i++) e[i] = LLVMConstInt(L->t_i1, i < n, 0);
+    return LLVMConstVector(e, (unsigned)L->lanes);
+}
+
+LLVMValueRef sn_ll_and_mask(sn_ll *L, LLVMValueRef a, LLVMValueRef b) {
+    if (!a) return b;
+    if (!b) return a;
+    return LLVMBuildAnd(L->b, a, b, "mask");
+}
+
+static bool is_const(LLVMValueRef v, int64_t c) {
+    return LLVMIsAConstantInt(v) && LLVMConstIntGetSExtValue(v) == c;
+}
+
+/* a + b and a * b, skipping + 0 and * 1 so the IR stays readable */
+LLVMValueRef sn_ll_add(sn_ll *L, LLVMValueRef a, LLVMValueRef b) {
+    if (is_const(a, 0)) return b;
+    if (is_const(b, 0)) return a;
+    return LLVMBuildAdd(L->b, a, b, "");
+}
+LLVMValueRef sn_ll_mul(sn_ll *L, LLVMValueRef a, LLVMValueRef b) {
+    if (is_const(a, 1)) return b;
+    if (is_const(b, 1)) return a;
+    return LLVMBuildMul(L->b, a, b, "");
+}
+
+LLVMValueRef sn_ll_imin(sn_ll *L, LLVMValueRef a, LLVMValueRef b, const char *name) {
+    return LLVMBuildSelect(L->b, LLVMBuildICmp(L->b, LLVMIntSLT, a, b, ""), a, b, name);
+}
+LLVMValueRef sn_ll_imax(sn_ll *L, LLVMValueRef a, LLVMValueRef b, const char *name) {
+    return LLVMBuildSelect(L->b, LLVMBuildICmp(L->b, LLVMIntSGT, a, b, ""), a, b, name);
+}
+
+/* ---- variables and control flow ---- */
+
+LLVMValueRef sn_ll_var(sn_ll *L, LLVMTypeRef t, LLVMValueRef init, const char *name) {
+    LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(L->fn);
+    LLVMValueRef first = LLVMGetFirstInstruction(entry);
+    if (first) LLVMPositionBuilderBefore(L->top, first);
+    else LLVMPositionBuilderAtEnd(L->top, entry);
+    LLVMValueRef v = LLVMBuildAlloca(L->top, t, name);
+    if (init) LLVMBuildStore(L->b, init, v);
+    return v;
+}
+
+LLVMValueRef sn_ll_get(sn_ll *L, LLVMValueRef var, const char *name) {
+    return LLVMBuildLoad2(L->b, LLVMGetAllocatedType(var), var, name);
+}
+
+void sn_ll_set(sn_ll *L, LLVMValueRef var, LLVMValueRef v) { LLVMBuildStore(L->b, v, var); }
+
+static LLVMBasicBlockRef named_block(sn_ll *L, const char *base, const char *suffix) {
+    char name[96];
+    snprintf(name, sizeof name, "%s.%s", base, suffix);
+    return sn_ll_block(L, name);
+}
+
+LLVMValueRef sn_ll_for(sn_ll *L, sn_ll_loop *lp, LLVMValueRef lo, LLVMValueRef hi,
+                       LLVMValueRef step, const char *name) {
+    lp->pre = LLVMGetInsertBlock(L->b);
+    lp->head = named_block(L, name, "head");
+    lp->body = named_block(L, name, "body");
+    lp->exit = named_block(L, name, "done");
+    lp->step = step;
+    lp->hi = hi;
+    LLVMBuildBr(L->b, lp->head);
+    LLVMPositionBuilderAtEnd(L->b, lp->head);
+    lp->i = LLVMBuildPhi(L->b, L->t_i64, name);
+    LLVMAddIncoming(lp->i, &lo, &lp->pre, 1);
+    LLVMValueRef more = LLVMBuildICmp(L->b, LLVMIntSLT, lp->i, hi, "");
+    LLVMBuildCondBr(L->b, more, lp->body, lp->exit);
+    LLVMPositionBuilderAtEnd(L->b, lp->body);
+    return lp->i;
+}
+
+void sn_ll_for_end(sn_ll *L, sn_ll_loop *lp) {
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(L->b);
+    LLVMValueRef next = LLVMBuildAdd(L->b, lp->i, lp->step, "");
+    LLVMBuildBr(L->b, lp->head);
+    LLVMAddIncoming(lp->i, &next, &latch, 1);
+    LLVMMoveBasicBlockAfter(lp->exit, latch);
+    LLVMPositionBuilderAtEnd(L->b, lp->exit);
+}
+
+void sn_ll_if_begin(sn_ll *L, sn_ll_if *f, LLVMValueRef cond, const char *name) {
+    LLVMBasicBlockRef then = named_block(L, name, "then");
+    f->join = named_block(L, name, "join");
+    f->in_else = false;
+    f->br = LLVMBuildCondBr(L->b, cond, then, f->join);
+    LLVMPositionBuilderAtEnd(L->b, then);
+}
+
+void sn_ll_if_else(sn_ll *L, sn_ll_if *f) {
+    SN_ASSERT(!f->in_else);
+    LLVMBasicBlockRef other = LLVMInsertBasicBlockInContext(L->ctx, f->join, "else");
+    LLVMSetSuccessor(f->br, 1, other);
+    LLVMBuildBr(L->b, f->join);
+    LLVMPositionBuilderAtEnd(L->b, other);
+    f->in_else = true;
+}
+
+void sn_ll_if_end(sn_ll *L, sn_ll_if *f) {
+    LLVMBasicBlockRef last = LLVMGetInsertBlock(L->b);
+    LLVMBuildBr(L->b, f->join);
+    LLVMMoveBasicBlockAfter(f->join, last);
+    LLVMPositionBuilderAtEnd(L->b, f->join);
+}
+
+void sn_ll_vloop_static(sn_ll *L, sn_ll_vloop *v, int64_t n, const char *name) {
+    (void)L;
+    memset(v, 0, sizeof *v);
+    v->n = n;
+    v->name = name;
+}
+
+void sn_ll_vloop_range(sn_ll *L, sn_ll_vloop *v, LLVMValueRef lo, LLVMValueRef hi,
+                       const char *name) {
+    (void)L;
+    memset(v, 0, sizeof *v);
+    v->dynamic = true;
+    v->lo = lo;
+    v->hi = hi;
+    v->name = name;
+}
+
+/* Sets up the tail (phase 2) after the full-vector loop, or finishes. */
+static bool vloop_tail(sn_ll *L, sn_ll_vloop *v) {
+    int W = L->lanes;
+    if (!v->dynamic) {
+        int rem = (int)(v->n % W);
+        if (rem == 0) {
+            v->phase = 3;
+            return false;
+        }
+        v->j = sn_ll_i64(L, v->n - rem);
+        v->mask = sn_ll_const_first_lanes(L, rem);
+    } else {
+        LLVMValueRef jt = v->loop.i; /* the first index the full-vector loop did not take */
+        char name[64];
+        snprintf(name, sizeof name, "%s.tail", v->name);
+        sn_ll_if_begin(L, &v->tail, LLVMBuildICmp(L->b, LLVMIntSLT, jt, v->hi, ""), name);
+        v->j = jt;
+        v->mask = sn_ll_first_lanes(L, LLVMBuildSub(L->b, v->hi, jt, "left"));
+    }
+    v->phase = 2;
+    return true;
+}
+
+bool sn_ll_vloop_next(sn_ll *L, sn_ll_vloop *v) {
+    int W = L->lanes;
+    switch (v->phase) {
+    case 0:
+        v->mask = NULL;
+        if (v->dynamic) {
+            LLVMValueRef last = LLVMBuildSub(L->b, v->hi, sn_ll_i64(L, W - 1), "");
+            v->j = sn_ll_for(L, &v->loop, v->lo, last, sn_ll_i64(L, W), v->name);
+        } else {
+            int64_t full = v->n / W * W;
+            if (full == 0) return vloop_tail(L, v);
+            v->j = sn_ll_for(L, &v->loop, sn_ll_i64(L, 0), sn_ll_i64(L, full), sn_ll_i64(L, W), v->name);
+        }
+        v->phase = 1;
+        return true;
+    case 1:
+        sn_ll_for_end(L, &v->loop);
+        return vloop_tail(L, v);
+    case 2:
+        if (v->dynamic) sn_ll_if_end(L, &v->tail);
+        v->phase = 3;
+        return false;
+    default: SN_ASSERT(0);
+    }
+}
+
+/* ---- memory ---- */
+
+static LLVMTypeRef elem_type(LLVMValueRef p) { return LLVMGetElementType(LLVMTypeOf(p)); }
+static bool is_i32_ptr(sn_ll *L, LLVMValueRef p) { return elem_type(p) == L->t_i32; }
+
+static LLVMValueRef elem_ptr(sn_ll *L, LLVMValueRef p, LLVMValueRef idx) {
+    return LLVMBuildGEP2(L->b, elem_type(p), p, &idx, 1, "");
+}
+
+LLVMValueRef sn_ll_load_i32(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, const char *name) {
+    SN_ASSERT(is_i32_ptr(L, p));
+    LLVMValueRef v = LLVMBuildLoad2(L->b, L->t_i32, elem_ptr(L, p, idx), name);
+    LLVMSetAlignment(v, 4);
+    return v;
+}
+
+LLVMValueRef sn_ll_load(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, const char *name) {
+    bool i32 = is_i32_ptr(L, p);
+    LLVMValueRef v = LLVMBuildLoad2(L->b, elem_type(p), elem_ptr(L, p, idx), i32 ? "" : name);
+    LLVMSetAlignment(v, 4);
+    return i32 ? LLVMBuildSIToFP(L->b, v, L->t_f32, name) : v;
+}
+
+void sn_ll_store(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, LLVMValueRef v) {
+    if (is_i32_ptr(L, p)) v = LLVMBuildFPToSI(L->b, v, L->t_i32, "");
+    LLVMSetAlignment(LLVMBuildStore(L->b, v, elem_ptr(L, p, idx)), 4);
+}
+
+static LLVMValueRef call_typed(sn_ll *L, const char *intrinsic, LLVMTypeRef *types, int nt,
+                               LLVMValueRef *args, int n, const char *name) {
+    unsigned id = LLVMLookupIntrinsicID(intrinsic, strlen(intrinsic));
+    SN_ASSERT(id != 0);
+    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(L->mod, id, types, (size_t)nt);
+    LLVMTypeRef fty = LLVMIntrinsicGetType(L->ctx, id, types, (size_t)nt);
+    return LLVMBuildCall2(L->b, fty, fn, args, (unsigned)n, name);
+}
+
+LLVMValueRef sn_ll_vload(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, LLVMValueRef mask,
+                         const char *name) {
+    bool i32 = is_i32_ptr(L, p);
+    LLVMTypeRef vt = i32 ? L->t_vi32 : L->t_vf, vpt = LLVMPointerType(vt, 0);
+    LLVMValueRef vp = LLVMBuildBitCast(L->b, elem_ptr(L, p, idx), vpt, "");
+    LLVMValueRef v;
+    if (!mask) {
+        v = LLVMBuildLoad2(L->b, vt, vp, i32 ? "" : name);
+        LLVMSetAlignment(v, 4);
+    } else {
+        LLVMTypeRef types[2] = {vt, vpt};
+        LLVMValueRef args[4] = {vp, sn_ll_i32(L, 4), mask, LLVMConstNull(vt)};
+        v = call_typed(L, "llvm.masked.load", types, 2, args, 4, i32 ? "" : name);
+    }
+    return i32 ? LLVMBuildSIToFP(L->b, v, L->t_vf, name) : v;
+}
+
+void sn_ll_vstore(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, LLVMValueRef v, LLVMValueRef mask) {
+    bool i32 = is_i32_ptr(L, p);
+    LLVMTypeRef vt = i32 ? L->t_vi32 : L->t_vf, vpt = LLVMPointerType(vt, 0);
+    if (i32) v = LLVMBuildFPToSI(L->b, v, L->t_vi32, "");
+    LLVMValueRef vp = LLVMBuildBitCast(L->b, elem_ptr(L, p, idx), vpt, "");
+    if (!mask) {
+        LLVMSetAlignment(LLVMBuildStore(L->b, v, vp), 4);
+        return;
+    }
+    LLVMTypeRef types[2] = {vt, vpt};
+    LLVMValueRef args[4] = {v, vp, sn_ll_i32(L, 4), mask};
+    call_typed(L, "llvm.masked.store", types, 2, args, 4, "");
+}
+
+LLVMValueRef sn_ll_vgather(sn_ll *L, LLVMValueRef p, LLVMValueRef idxv, LLVMValueRef mask,
+                           const char *name) {
+    bool i32 = is_i32_ptr(L, p);
+    LLVMTypeRef vt = i32 ? L->t_vi32 : L->t_vf;
+    LLVMValueRef ptrs = LLVMBuildGEP2(L->b, elem_type(p), p, &idxv, 1, "");
+    LLVMTypeRef types[2] = {vt, LLVMTypeOf(ptrs)};
+    if (!mask) mask = sn_ll_const_first_lanes(L, L->lanes);
+    LLVMValueRef args[4] = {ptrs, sn_ll_i32(L, 4), mask, LLVMConstNull(vt)};
+    LLVMValueRef v = call_typed(L, "llvm.masked.gather", types, 2, args, 4, i32 ? "" : name);
+    return i32 ? LLVMBuildSIToFP(L->b, v, L->t_vf, name) : v;
+}
+
+/* ---- arithmetic ---- */
+
+LLVMValueRef sn_ll_call(sn_ll *L, const char *intrinsic, LLVMValueRef *args, int n,
+                        const char *name) {
+    LLVMTypeRef t = LLVMTypeOf(args[0]);
+    return call_typed(L, intrinsic, &t, 1, args, n, name);
+}
+
+static LLVMValueRef call1(sn_ll *L, const char *intrinsic, LLVMValueRef x, const char *name) {
+    return sn_ll_call(L, intrinsic, &x, 1, name);
+}
+
+LLVMValueRef sn_ll_fma(sn_ll *L, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c) {
+    LLVMValueRef args[3] = {a, b, c};
+    return sn_ll_call(L, "llvm.fmuladd", args, 3, "");
+}
+
+LLVMValueRef sn_ll_sqrt(sn_ll *L, LLVMValueRef x, const char *name) {
+    return call1(L, "llvm.sqrt", x, name);
+}
+
+#define FC(v) sn_ll_fc(L, x, (float)(v))
+#define IC(v) int_c(L, x, (v))
+#define SEL(c_, t_, f_) LLVMBuildSelect(L->b, (c_), (t_), (f_), "")
+#define FCMP(p_, l_, r_) LLVMBuildFCmp(L->b, (p_), (l_), (r_), "")
+
+static LLVMTypeRef int_type_like(sn_ll *L, LLVMValueRef x) { return is_vec(x) ? L->t_vi32 : L->t_i32; }
+
+/* Evaluates c[0] + r (c[1] + r (c[2] + ..)) written highest degree first: c[n-1] ... c[0]. */
+static LLVMValueRef horner(sn_ll *L, LLVMValueRef x, LLVMValueRef r, const double *c, int n) {
+    LLVMValueRef p = FC(c[0]);
+    for (int i = 1; i < n; i++) p = sn_ll_fma(L, p, r, FC(c[i]));
+    return p;
+}
+
+/* e^x: n = rint(x log2 e), r = x - n ln2 (in two parts), e^r by a degree-7 polynomial, then
+ * times 2^n as two powers of two (so results down to the subnormals round once). x is clamped
+ * to [-104, 89], beyond which e^x is 0 or inf in f32; NaN passes through. */
+LLVMValueRef sn_ll_exp(sn_ll *L, LLVMValueRef x, const char *name) {
+    static const double P[] = {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3,
+                               4.1665795894E-2, 1.6666665459E-1, 5.0000001201E-1};
+    LLVMValueRef nan = FCMP(LLVMRealUNO, x, x);
+    LLVMValueRef xc = SEL(FCMP(LLVMRealOGT, x, FC(89.0)), FC(89.0), x);
+    xc = SEL(FCMP(LLVMRealOLT, xc, FC(-104.0)), FC(-104.0), xc);
+    xc = SEL(nan, FC(0), xc);
+    LLVMValueRef nf = call1(L, "llvm.rint", LLVMBuildFMul(L->b, xc, FC(1.44269504088896341), ""), "");
+    LLVMValueRef r = sn_ll_fma(L, nf, FC(-0.693359375), xc);
+    r = sn_ll_fma(L, nf, FC(2.12194440e-4), r);
+    LLVMValueRef p = horner(L, x, r, P, 6);
+    LLVMValueRef y = LLVMBuildFAdd(L->b, sn_ll_fma(L, p, LLVMBuildFMul(L->b, r, r, ""), r), FC(1), "");
+    LLVMValueRef n = LLVMBuildFPToSI(L->b, nf, int_type_like(L, x), "");
+    LLVMValueRef n1 = LLVMBuildAShr(L->b, n, IC(1), "");
+    LLVMValueRef n2 = LLVMBuildSub(L->b, n, n1, "");
+    LLVMTypeRef ft = LLVMTypeOf(x);
+    LLVMValueRef s1 = LLVMBuildBitCast(L->b, LLVMBuildShl(L->b, LLVMBuildAdd(L->b, n1, IC(127), ""), IC(23), ""), ft, "");
+    LLVMValueRef s2 = LLVMBuildBitCast(L->b, LLVMBuildShl(L->b, LLVMBuildAdd(L->b, n2, IC(127), ""), IC(23), ""), ft, "");
+    LLVMValueRef res = LLVMBuildFMul(L->b, LLVMBuildFMul(L->b, y, s1, ""), s2, "");
+    return LLVMBuildSelect(L->b, nan, x, res, name);
+}
+
+/* ln x: x = m 2^e with m in [sqrt(1/2), sqrt(2)), ln x = ln m + e ln 2 with ln(1+f) by a
+ * degree-9 polynomial; subnormals are scaled by 2^23 first. 0 -> -inf, x < 0 -> NaN. */
+LLVMValueRef sn_ll_log(sn_ll *L, LLVMValueRef x, const char *name) {
+    static const double P[] = {7.0376836292E-2, -1.1514610310E-1, 1.1676998740E-1,
+                               -1.2420140846E-1, 1.4249322787E-1, -1.6668057665E-1,
+                               2.0000714765E-1, -2.4999993993E-1, 3.3333331174E-1};
+    LLVMTypeRef it = int_type_like(L, x), ft = LLVMTypeOf(x);
+    LLVMValueRef tiny = FCMP(LLVMRealOLT, x, FC(1.17549435e-38));
+    LLVMValueRef xs = SEL(tiny, LLVMBuildFMul(L->b, x, FC(8388608.0), ""), x);
+    LLVMValueRef bits = LLVMBuildBitCast(L->b, xs, it, "");
+    LLVMValueRef e = LLVMBuildSub(L->b, LLVMBuildLShr(L->b, bits, IC(23), ""), IC(126), "");
+    e = LLVMBuildSub(L->b, e, SEL(tiny, IC(23), IC(0)), "");
+    LLVMValueRef mb = LLVMBuildOr(L->b, LLVMBuildAnd(L->b, bits, IC(0x007fffff), ""), IC(0x3f000000), "");
+    LLVMValueRef m = LLVMBuildBitCast(L->b, mb, ft, ""); /* [0.5, 1) */
+    LLVMValueRef low = FCMP(LLVMRealOLT, m, FC(0.707106781186547524));
+    e = LLVMBuildSub(L->b, e, SEL(low, IC(1), IC(0)), "");
+    m = LLVMBuildFSub(L->b, SEL(low, LLVMBuildFAdd(L->b, m, m, ""), m), FC(1), "");
+    LLVMValueRef ef = LLVMBuildSIToFP(L->b, e, ft, "");
+    LLVMValueRef z = LLVMBuildFMul(L->b, m, m, "");
+    LLVMValueRef y = LLVMBuildFMul(L->b, LLVMBuildFMul(L->b, horner(L, x, m, P, 9), m, ""), z, "");
+    y = sn_ll_fma(L, ef, FC(-2.12194440e-4), y);
+    y = sn_ll_fma(L, z, FC(-0.5), y);
+    LLVMValueRef r = sn_ll_fma(L, ef, FC(0.693359375), LLVMBuildFAdd(L->b, m, y, ""));
+    r = SEL(FCMP(LLVMRealOEQ, x, FC(INFINITY)), FC(INFINITY), r);
+    r = SEL(FCMP(LLVMRealOEQ, x, FC(0)), FC(-INFINITY), r);
+    r = SEL(FCMP(LLVMRealOLT, x, FC(0)), FC(NAN), r);
+    return LLVMBuildSelect(L->b, FCMP(LLVMRealUNO, x, x), x, r, name);
+}
+
+/* tanh x: an odd polynomial below |x| = 0.625, else 1 - 2 / (e^{2|x|} + 1) with x's sign. */
+LLVMValueRef sn_ll_tanh(sn_ll *L, LLVMValueRef x, const char *name) {
+    static const double P[] = {-5.70498872745E-3, 2.06390887954E-2, -5.37397155531E-2,
+                               1.33314422036E-1, -3.33332819422E-1};
+    LLVMValueRef ax = call1(L, "llvm.fabs", x, "");
+    LLVMValueRef z = LLVMBuildFMul(L->b, x, x, "");
+    LLVMValueRef small = sn_ll_fma(L, LLVMBuildFMul(L->b, horner(L, x, z, P, 5), z, ""), x, x);
+    small = LLVMBuildSelect(L->b, LLVMBuildFCmp(L->b, LLVMRealOEQ, x, sn_ll_fc(L, x, 0), ""), x, small, ""); /* -0 */
+    LLVMValueRef e = sn_ll_exp(L, LLVMBuildFAdd(L->b, ax, ax, ""), "");
+    LLVMValueRef big = LLVMBuildFSub(L->b, FC(1), LLVMBuildFDiv(L->b, FC(2), LLVMBuildFAdd(L->b, e, FC(1), ""), ""), "");
+    LLVMValueRef args[2] = {big, x};
+    big = sn_ll_call(L, "llvm.copysign", args, 2, "");
+    return LLVMBuildSelect(L->b, FCMP(LLVMRealOLT, ax, FC(0.625)), small, big, name);
+}
+
+LLVMValueRef sn_ll_sigmoid(sn_ll *L, LLVMValueRef x, const char *name) {
+    LLVMValueRef e = sn_ll_exp(L, LLVMBuildFNeg(L->b, x, ""), "");
+    return LLVMBuildFDiv(L->b, FC(1), LLVMBuildFAdd(L->b, e, FC(1), ""), name);
+}
+
+LLVMValueRef sn_ll_max_nan(sn_ll *L, LLVMValueRef a, LLVMValueRef b, const char *name) {
+    LLVMValueRef take = LLVMBuildOr(L->b, FCMP(LLVMRealOGT, b, a), FCMP(LLVMRealUNO, b, b), "");
+    return LLVMBuildSelect(L->b, take, b, a, name);
+}
+
+LLVMValueRef sn_ll_maxnum(sn_ll *L, LLVMValueRef a, LLVMValueRef b, const char *name) {
+    LLVMValueRef args[2] = {a, b};
+    return sn_ll_call(L, "llvm.maxnum", args, 2, name);
+}
+
+#undef FC
+#undef IC
+#undef SEL
+#undef FCMP
+
+typedef enum { H_SUM, H_MAX_NAN, H_MAXNUM } hop;
+
+static LLVMValueRef hreduce(sn_ll *L, LLVMValueRef v, hop op, const char *name) {
+    for (int w = L->lanes / 2; w >= 1; w /= 2) {
+        LLVMValueRef idx[16];
+        for (int i = 0; i < L->lanes; i++) idx[i] = sn_ll_i32(L, i < w ? i + w : i);
+        LLVMValueRef hi = LLVMBuildShuffleVector(L->b, v, LLVMGetUndef(L->t_vf),
+                                                 LLVMConstVector(idx, (unsigned)L->lanes), "");
+        v = op == H_SUM ? LLVMBuildFAdd(L->b, v, hi, "")
+            : op == H_MAX_NAN ? sn_ll_max_nan(L, v, hi, "") : sn_ll_maxnum(L, v, hi, "");
+    }
+    return LLVMBuildExtractElement(L->b, v, sn_ll_i32(L, 0), name);
+}
+
+LLVMValueRef sn_ll_hsum(sn_ll *L, LLVMValueRef v, const char *name) { return hreduce(L, v, H_SUM, name); }
+LLVMValueRef sn_ll_hmax_nan(sn_ll *L, LLVMValueRef v, const char *name) { return hreduce(L, v, H_MAX_NAN, name); }
+LLVMValueRef sn_ll_hmaxnum(sn_ll *L, LLVMValueRef v, const char *name) { return hreduce(L, v, H_MAXNUM, name); }
+
+void sn_ll_acc_add(sn_ll *L, LLVMValueRef var, LLVMValueRef v, LLVMValueRef mask) {
+    if (mask) v = LLVMBuildSelect(L->b, mask, v, sn_ll_vf32(L, 0), "");
+    sn_ll_set(L, var, LLVMBuildFAdd(L->b, sn_ll_get(L, var, ""), v, ""));
+}
+
+void sn_ll_acc_maxnum(sn_ll *L, LLVMValueRef var, LLVMValueRef v, LLVMValueRef mask) {
+    if (mask) v = LLVMBuildSelect(L->b, mask, v, sn_ll_vf32(L, -INFINITY), "");
+    sn_ll_set(L, var, sn_ll_maxnum(L, sn_ll_get(L, var, ""), v, ""));
+}
+
+/* ---- reading a kernel ---- */
+
+const char *sn_ll_kname(const sn_kernel *k, char *buf, size_t len) {
+    if (k->name[0]) snprintf(buf, len, "kernel %s", k->name);
+    else snprintf(buf, len, "kernel k%d (%s)", k->id,
+                  k->kind == SN_KER_POINTWISE ? "pointwise" : k->anchor ? sn_op_name(k->anchor->op) : "?");
+    return buf;
+}
+
+sn_status sn_ll_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
+    if (n->dtype == SN_F32 || n->dtype == SN_I32) return SN_OK;
+    char kn[96];
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: node %%%d (%s) is %s; the LLVM backend generates "
+                   "f32 and i32 kernels only so far (no bf16/f16 rounding yet): run the CPU "
+                   "device without autocast", sn_ll_kname(k, kn, sizeof kn), n->id,
+                   sn_op_name(n->op), sn_dtype_name(n->dtype));
+}
+
+int sn_ll_input_index(const sn_kernel *k, const sn_node *n) {
+    for (int i = k->n_out; i < k->n_out + k->n_in; i++)
+        if (k->args[i] == n) return i;
+    return -1;
+}
+
+sn_status sn_ll_input(sn_ll *L, const sn_kernel *k, const sn_node *n, const char *name,
+                      LLVMValueRef *ptr, sn_err *e) {
+    int i = sn_ll_input_index(k, n);
+    char kn[96];
+    if (i < 0)
+        return sn_fail(e, SN_ERR_INVALID, "%s: input %%%d (%s) of %s %%%d is not among the "
+                       "kernel's args (the fuse pass must materialise it)",
+                       sn_ll_kname(k, kn, sizeof kn), n->id, sn_op_name(n->op),
+                       k->anchor ? sn_op_name(k->anchor->op) : "?", k->anchor ? k->anchor->id : -1);
+    sn_status st = sn_ll_check_dtype(k, n, e);
+    if (st) return st;
+    *ptr = sn_ll_buf(L, i, n->dtype, name);
+    return SN_OK;
+}
+
+#endif /* SN_HAVE_LLVM */

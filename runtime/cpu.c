@@ -1,0 +1,127 @@
+/* cpu.c: the CPU device: kernels generated as LLVM IR and JIT-compiled (codegen/llvm.h),
+ * matrix products through the GEMM library (gemm.h), work split over a thread pool.
+ * Convention: device memory is host memory, 64-byte aligned. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codegen/llvm.h"
+#include "device.h"
+#include "gemm.h"
+#include "pool.h"
+
+typedef struct {
+    sn_pool *pool;
+    sn_jit *jit;
+    char name[96];
+} cpu_impl;
+
+static void *cpu_alloc(sn_device *d, size_t bytes, sn_err *e) {
+    (void)d;
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p)
+        sn_fail(e, SN_ERR_OOM, "out of host memory: could not allocate %.1f MiB (a smaller batch "
+                "or sequence length, or activation checkpointing, needs less)", (double)bytes / (1 << 20));
+    return p;
+}
+
+static void cpu_free(sn_device *d, void *p) {
+    (void)d;
+    free(p);
+}
+
+static sn_status cpu_copy(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e) {
+    (void)d;
+    (void)e;
+    memcpy(dst, src, bytes);
+    return SN_OK;
+}
+
+static sn_status cpu_compile(sn_device *d, const sn_program *p, void **handles, sn_err *e) {
+    cpu_impl *c = d->impl;
+    sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
+    sn_cpu_kernel_fn *fns = calloc((size_t)p->n_kernels + 1, sizeof *fns);
+    int *at = malloc(sizeof(int) * (size_t)(p->n_kernels + 1));
+    SN_ASSERT(ks && fns && at);
+    int n = 0;
+    for (int k = 0; k < p->n_kernels; k++)
+        if (p->kernels[k]->kind != SN_KER_GEMM) {
+            at[n] = k;
+            ks[n++] = p->kernels[k];
+        }
+    sn_status s = sn_jit_compile(c->jit, ks, n, fns, e);
+    for (int i = 0; !s && i < n; i++) handles[at[i]] = (void *)fns[i];
+    free(ks);
+    free(fns);
+    free(at);
+    return s;
+}
+
+typedef struct {
+    sn_cpu_kernel_fn fn;
+    void *const *bufs;
+} launch_ctx;
+
+static void run_range(void *ctx, int64_t begin, int64_t end) {
+    launch_ctx *l = ctx;
+    l->fn(l->bufs, begin, end);
+}
+
+static sn_status cpu_launch(sn_device *d, const sn_kernel *k, void *handle, void *const *bufs, sn_err *e) {
+    cpu_impl *c = d->impl;
+    if (!handle) return sn_fail(e, SN_ERR_DEVICE, "kernel %s was not compiled", k->name);
+    launch_ctx l = {(sn_cpu_kernel_fn)handle, bufs};
+    /* small pointwise kernels are not worth waking the other threads */
+    if (k->serial || k->n_items < 2 || (k->kind == SN_KER_POINTWISE && k->n_items < 4096))
+        run_range(&l, 0, k->n_items);
+    else sn_pool_run(c->pool, k->n_items, run_range, &l);
+    return SN_OK;
+}
+
+static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, sn_err *e) {
+    (void)d;
+    const sn_node *mm = k->anchor;
+    if (mm->dtype != SN_F32)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "matmul %%%d is %s: the CPU device multiplies f32 only "
+                       "so far", mm->id, sn_dtype_name(mm->dtype));
+    return sn_gemm_matmul(mm, bufs[0], bufs[1], bufs[2], e);
+}
+
+static sn_status cpu_sync(sn_device *d, sn_err *e) {
+    (void)d;
+    (void)e;
+    return SN_OK;
+}
+
+static void cpu_destroy(sn_device *d) {
+    cpu_impl *c = d->impl;
+    sn_jit_free(c->jit);
+    sn_pool_free(c->pool);
+    free(c);
+    free(d);
+}
+
+sn_status sn_cpu_device_new(int threads, sn_device **out, sn_err *e) {
+    *out = NULL;
+    cpu_impl *c = calloc(1, sizeof *c);
+    sn_device *d = calloc(1, sizeof *d);
+    SN_ASSERT(c && d);
+    sn_status s = sn_jit_new(&c->jit, e);
+    if (s) {
+        free(c);
+        free(d);
+        return s;
+    }
+    c->pool = sn_pool_new(threads);
+    snprintf(c->name, sizeof c->name, "cpu (LLVM JIT, %d threads, GEMM: %s)", sn_pool_threads(c->pool),
+             sn_gemm_library());
+    *d = (sn_device){.name = c->name, .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy,
+                     .download = cpu_copy, .compile = cpu_compile, .launch = cpu_launch,
+                     .gemm = cpu_gemm, .sync = cpu_sync, .destroy = cpu_destroy, .impl = c};
+    *out = d;
+    return SN_OK;
+}
+
+void sn_device_free(sn_device *d) {
+    if (d) d->destroy(d);
+}

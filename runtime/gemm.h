@@ -1,0 +1,20 @@
+/* gemm.h: f32 matrix products for the CPU device through the GEMM library chosen in
+ * docs/gemm.md (oneDNN), with a plain blocked loop when the library is missing. Row-major. */
+#ifndef SN_GEMM_H
+#define SN_GEMM_H
+
+#include "../ir/ir.h"
+
+/* C (M, N) = op(A) @ op(B) + beta * C; A is (M, K) or, with ta, stored (K, M); B likewise. */
+sn_status sn_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
+                      int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                      sn_err *e);
+
+/* The whole (batched) product of matmul node mm on contiguous buffers c = a @ b; a rank-2
+ * operand shared across the other's batch is folded into one large GEMM where the layout allows. */
+sn_status sn_gemm_matmul(const sn_node *mm, float *c, const float *a, const float *b, sn_err *e);
+
+/* "oneDNN 2.6.x" or "built-in loops" */
+const char *sn_gemm_library(void);
+
+#endif
