@@ -9,7 +9,7 @@
 #include "../runtime/data.h"
 
 typedef struct {
-    const char *model, *data, *bpe, *train_bin, *val_bin; /* model and data */
+    const char *model, *device, *data, *bpe, *train_bin, *val_bin; /* model, device and data */
     const char *log, *plot, *checkpoint, *resume, *prompt; /* files and the sampling prompt */
     long steps, batch, seq, seed, eval_every, tokens_per_step, save_every;
     long sample_every, sample_len, top_k;

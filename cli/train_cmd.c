@@ -1,6 +1,7 @@
 /* train_cmd.c: `sinter train`: a GPT trained on a text corpus or llm.c token shards, with
  * gradient accumulation, periodic validation, samples, exact checkpoints, a CSV log and a loss
- * plot. Today the steps run on the reference interpreter (small models only). */
+ * plot. The steps run compiled on the CPU device (--device cpu, the default) or on the
+ * reference interpreter (--device interp); samples are drawn with the interpreter. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "../passes/pipeline.h"
 #include "../runtime/checkpoint.h"
 #include "../runtime/data.h"
+#include "../runtime/device.h"
 #include "../runtime/plot.h"
 #include "../runtime/sample.h"
 #include "../runtime/train.h"
@@ -20,6 +22,7 @@
 static const char train_usage[] =
     "usage: sinter train [options]\n"
     "  --model NAME          tiny (default), demo, gpt2 ... (sinter help lists them)\n"
+    "  --device D            cpu: compiled kernels (default); interp: the reference interpreter\n"
     "  --data PATH           text file or directory (default " SN_DEFAULT_CORPUS ")\n"
     "  --train-bin FILE      llm.c token shard to train on (with --val-bin; see sinter prepare)\n"
     "  --val-bin FILE        llm.c token shard to validate on\n"
@@ -52,7 +55,7 @@ static bool parse_real(const char *v, double lo, double hi, double *out) {
 }
 
 static int parse_args(int argc, char **argv, train_args *a) {
-    *a = (train_args){.model = "tiny", .data = SN_DEFAULT_CORPUS, .steps = 300, .batch = 8,
+    *a = (train_args){.model = "tiny", .device = "cpu", .data = SN_DEFAULT_CORPUS, .steps = 300, .batch = 8,
                       .seq = -1, .seed = 1337, .eval_every = 50, .lr = 1e-3, .save_every = 100,
                       .sample_len = 200, .top_k = 40, .temperature = 1.0};
     for (int i = 0; i < argc; i++) {
@@ -66,6 +69,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         bool ok = true;
         if (!strcmp(k, "--model")) a->model = v;
         else if (!strcmp(k, "--data")) a->data = v;
+        else if (!strcmp(k, "--device")) ok = !strcmp(v, "cpu") || !strcmp(v, "interp"), a->device = v;
         else if (!strcmp(k, "--bpe")) a->bpe = v;
         else if (!strcmp(k, "--train-bin")) a->train_bin = v;
         else if (!strcmp(k, "--val-bin")) a->val_bin = v;
@@ -111,6 +115,7 @@ typedef struct {
     sn_tokens train, val;
     sn_val_iter vi;
     sn_graph *g, *sg;        /* training graph; sampling graph (1, T) */
+    sn_device *dev;          /* NULL: the reference interpreter */
     sn_trainer *t;
     sn_sampler *sampler;
     sn_run_state run;        /* metadata, data RNG, loss curves: what a checkpoint carries */
@@ -130,6 +135,7 @@ static void run_free(session *r) {
     sn_run_state_free(&r->run);
     sn_sampler_free(r->sampler);
     sn_trainer_free(r->t);
+    sn_device_free(r->dev);
     sn_graph_free(r->sg);
     sn_graph_free(r->g);
     sn_tokens_free(&r->toks);
@@ -243,6 +249,8 @@ static sn_status build(const train_args *a, session *r, sn_err *e) {
     sn_train_opts_default(&o, (int)a->steps);
     o.lr = (float)a->lr;
     o.seed = (uint64_t)a->seed;
+    if (!strcmp(a->device, "cpu") && (s = sn_cpu_device_new(0, &r->dev, e))) return s;
+    o.device = r->dev;
     if (!(r->t = sn_trainer_new(r->g, &o, e))) return e->code;
     if ((s = sn_val_iter_init(&r->vi, &r->val, r->B, r->T, e))) return s;
     if (a->sample_len && (s = build_sampler(a, r, e))) return s;
@@ -320,7 +328,7 @@ static sn_status train(const train_args *a, session *r, sn_err *e) {
     printf("batch %d x %d tokens, %d micro-batch%s per step (%ld tokens)\n", r->B, r->T, r->micro,
            r->micro > 1 ? "es" : "", tps);
     if (a->resume) printf("resumed from %s at step %ld\n", a->resume, start);
-    printf("device: reference interpreter (the compiled CPU and CUDA backends are not built yet)\n");
+    printf("device: %s\n", sn_trainer_backend(r->t));
     progress_init(&r->prog);
     double t0 = now_s();
     for (long step = start; step < steps; step++) {

@@ -31,7 +31,6 @@ void sn_cu_emitf(sn_cu_text *t, const char *fmt, ...) __attribute__((format(prin
 void sn_cu_appendf(sn_cu_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Checks that the blocks balance; returns the text (malloc'd, the caller frees). */
 char *sn_cu_finish(sn_cu_text *t);
-void sn_cu_discard(sn_cu_text *t);
 
 /* The name generated sources include, and the prelude's text (see cuda_prelude.h). */
 #define SN_CUDA_PRELUDE_NAME "sinter_prelude.h"

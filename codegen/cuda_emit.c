@@ -69,9 +69,4 @@ char *sn_cu_finish(sn_cu_text *t) {
     return s;
 }
 
-void sn_cu_discard(sn_cu_text *t) {
-    free(t->buf);
-    *t = (sn_cu_text){0};
-}
-
 const char *sn_cuda_prelude(void) { return sn_cuda_prelude_text; }

@@ -172,7 +172,7 @@ static const char *var_name(const sn_kernel *k, int i, char *buf, size_t len) {
     return buf;
 }
 
-/* A float literal C and CUDA read back exactly: "0.5f", "2.0f", "-SN_INF". */
+/* A float literal C and CUDA read back exactly: "0.5f", "2.0f", "(-SN_INF)". */
 static const char *float_lit(float v, char *buf, size_t len) {
     if (isnan(v)) return snprintf(buf, len, "(SN_INF - SN_INF)"), buf;
     if (isinf(v)) return snprintf(buf, len, v < 0 ? "(-SN_INF)" : "SN_INF"), buf;
@@ -241,6 +241,7 @@ static void emit_signature(sn_cu_text *t, const sn_kernel *k) {
     }
 }
 
+/* "x2 = i1 < 5 ? sn_load(in1[i0 * 40 + i1 - 3]) : 0.0f": access a's value at element i. */
 static void emit_access(sn_cu_text *t, const sn_kernel *k, const space *s, int a) {
     const sn_access *x = &s->acc[a];
     char arg[16];
@@ -249,39 +250,31 @@ static void emit_access(sn_cu_text *t, const sn_kernel *k, const space *s, int a
                     k->args[x->arg]->id);
         return;
     }
-    char idx[160] = "";
-    size_t at = 0;
-    if (is_linear(s, x)) {
-        at += (size_t)snprintf(idx, sizeof idx, "i");
-    } else {
-        for (int d = 0; d < s->rank; d++) {
-            if (!x->stride[d]) continue;
-            if (at) at += (size_t)snprintf(idx + at, sizeof idx - at, " + ");
-            at += (size_t)snprintf(idx + at, sizeof idx - at, "i%d", d);
-            if (x->stride[d] != 1)
-                at += (size_t)snprintf(idx + at, sizeof idx - at, " * %lld", (long long)x->stride[d]);
-        }
+    sn_cu_text ix = {0}; /* the index expression */
+    if (is_linear(s, x)) sn_cu_appendf(&ix, "i");
+    for (int d = 0; d < s->rank && !is_linear(s, x); d++) {
+        if (!x->stride[d]) continue;
+        sn_cu_appendf(&ix, "%si%d", ix.len ? " + " : "", d);
+        if (x->stride[d] != 1) sn_cu_appendf(&ix, " * %lld", (long long)x->stride[d]);
     }
-    if (x->offset && at)
-        snprintf(idx + at, sizeof idx - at, " %c %lld", x->offset < 0 ? '-' : '+', llabs(x->offset));
-    else if (!at)
-        snprintf(idx, sizeof idx, "%lld", (long long)x->offset);
-    char load[224];
-    snprintf(load, sizeof load, "sn_load(%s[%s])", arg_name(k, x->arg, arg, sizeof arg), idx);
-    if (!x->masked) {
-        sn_cu_emitf(t, "const float x%d = %s;", a, load);
-        return;
-    }
-    char cond[96];
+    if (!ix.len) sn_cu_appendf(&ix, "%lld", (long long)x->offset);
+    else if (x->offset) sn_cu_appendf(&ix, " %c %lld", x->offset < 0 ? '-' : '+', llabs(x->offset));
+    char *idx = sn_cu_finish(&ix);
+    arg_name(k, x->arg, arg, sizeof arg);
     int d = x->mask_axis;
-    if (x->mask_lo <= 0)
-        snprintf(cond, sizeof cond, "i%d < %lld", d, (long long)x->mask_hi);
-    else if (x->mask_hi >= s->shape[d])
-        snprintf(cond, sizeof cond, "i%d >= %lld", d, (long long)x->mask_lo);
+    long long lo = x->mask_lo, hi = x->mask_hi;
+    if (!x->masked)
+        sn_cu_emitf(t, "const float x%d = sn_load(%s[%s]);", a, arg, idx);
+    else if (lo <= 0) /* simplify left only masks that cut the axis */
+        sn_cu_emitf(t, "const float x%d = i%d < %lld ? sn_load(%s[%s]) : 0.0f;", a, d, hi, arg,
+                    idx);
+    else if (hi >= s->shape[d])
+        sn_cu_emitf(t, "const float x%d = i%d >= %lld ? sn_load(%s[%s]) : 0.0f;", a, d, lo, arg,
+                    idx);
     else
-        snprintf(cond, sizeof cond, "i%d >= %lld && i%d < %lld", d, (long long)x->mask_lo, d,
-                 (long long)x->mask_hi);
-    sn_cu_emitf(t, "const float x%d = %s ? %s : 0.0f;", a, cond, load);
+        sn_cu_emitf(t, "const float x%d = i%d >= %lld && i%d < %lld ? sn_load(%s[%s]) : 0.0f;", a,
+                    d, lo, d, hi, arg, idx);
+    free(idx);
 }
 
 static void emit_instr(sn_cu_text *t, const sn_kernel *k, int i) {
@@ -314,11 +307,10 @@ static void emit_instr(sn_cu_text *t, const sn_kernel *k, int i) {
         if (in->n_in) snprintf(rhs, sizeof rhs, "%s", x[0]);
         else float_lit(n->a.f, rhs, sizeof rhs);
         break;
-    case SN_OP_CONCAT: { /* the parts are masked accesses: exactly one is not 0 */
-        size_t at = (size_t)snprintf(rhs, sizeof rhs, "%s", x[0]);
-        for (int j = 1; j < in->n_in; j++) at += (size_t)snprintf(rhs + at, sizeof rhs - at, " + %s", x[j]);
+    case SN_OP_CONCAT: /* the parts are masked accesses: exactly one is not 0 */
+        snprintf(rhs, sizeof rhs, "%s + %s%s%s", x[0], in->n_in > 1 ? x[1] : "0.0f",
+                 in->n_in > 2 ? " + " : "", in->n_in > 2 ? x[2] : "");
         break;
-    }
     default: /* cast to a float type, or a view's copy */
         SN_ASSERT((n->op == SN_OP_CAST || is_identity(n->op)) && in->n_in >= 1);
         snprintf(rhs, sizeof rhs, "%s", x[0]);

@@ -25,9 +25,11 @@
  *              scatter-adds into, so threads never collide: n_items may be anything in
  *              [1, C] (ceil(C / 64) spreads it over threads; 1 is one serial pass).
  *   ADAMW      items = elements of the parameter (kernel.h lists its five buffers).
- *   GEMM is a library call and ATTENTION has no LLVM emitter yet: SN_ERR_UNSUPPORTED.
- * Out-of-range ids and targets never make a kernel read or write out of bounds: an embedding
- * row of a bad id and the loss of a bad target are NaN, a bad id adds nothing to the scatter. */
+ *   ATTENTION  see llvm_attention.c. GEMM is a library call: SN_ERR_UNSUPPORTED.
+ * Any kernel called with an empty range (begin == end) does nothing. Out-of-range ids and
+ * targets never make a kernel read or write out of bounds: an embedding row of a bad id and
+ * the loss (or gradient row) of a bad target are NaN; a bad id adds nothing to the scatter.
+ * Only f32 values (and i32 ids, targets, casts) are generated: bf16/f16 are SN_ERR_UNSUPPORTED. */
 #ifndef SN_LLVM_H
 #define SN_LLVM_H
 
@@ -44,8 +46,9 @@ typedef struct {
     double link_ms;   /* machine code generation and linking (LLJIT) */
 } sn_jit_stats;
 
-/* A JIT for the host CPU (its features pick the vector width: 16 f32 lanes with AVX-512).
- * Fails with SN_ERR_UNSUPPORTED when sinter was built without LLVM. */
+/* A JIT for the host CPU (its features pick the vector width: 16 f32 lanes with AVX-512, 8
+ * with AVX2, else 4; the environment variable SN_JIT_LANES=4|8|16 overrides it). Fails with
+ * SN_ERR_UNSUPPORTED when sinter was built without LLVM. */
 sn_status sn_jit_new(sn_jit **out, sn_err *e);
 void sn_jit_free(sn_jit *j); /* NULL is fine */
 
@@ -61,7 +64,7 @@ sn_status sn_jit_compile(sn_jit *j, sn_kernel *const *ks, int n, sn_cpu_kernel_f
  * malloc'd string the caller frees (sinter --dump-llvm). */
 sn_status sn_jit_kernel_ir(sn_jit *j, const sn_kernel *k, bool optimized, char **text, sn_err *e);
 
-/* "x86_64-pc-linux-gnu znver4, 16 lanes": what the JIT compiles for. */
+/* "x86_64-pc-linux-gnu znver3, 16 f32 lanes": what the JIT compiles for. */
 const char *sn_jit_target(const sn_jit *j);
 sn_jit_stats sn_jit_get_stats(const sn_jit *j);
 

@@ -82,7 +82,7 @@ sn_status sn_ll_emit_gather(sn_ll *L, const sn_kernel *k, const char *fname, sn_
     if (st) return st;
     sn_ll_fn_begin(L, fname);
     LLVMValueRef y = sn_ll_buf(L, 0, n->dtype, "y"), idp, rp;
-    if ((st = sn_ll_input(L, k, ids, "ids", &idp, e)) || (st = sn_ll_input(L, k, rows, fwd ? "table" : "dy", &rp, e))) return st;
+    if ((st = sn_ll_input_named(L, k, ids, "ids", &idp, e)) || (st = sn_ll_input_named(L, k, rows, fwd ? "table" : "dy", &rp, e))) return st;
     if (fwd) embedding(L, y, rp, idp, V, C);
     else embedding_bwd(L, y, idp, rp, sn_numel(ids), V, C, (C + k->n_items - 1) / k->n_items);
     sn_ll_fn_end(L);

@@ -13,6 +13,7 @@
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
+#include <llvm-c/Linker.h>
 #include <llvm-c/Orc.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
@@ -112,6 +113,15 @@ sn_status sn_jit_new(sn_jit **out, sn_err *e) {
     j->cpu = LLVMGetHostCPUName();
     j->features = LLVMGetHostCPUFeatures();
     j->lanes = has_feature(j->features, "avx512f") ? 16 : has_feature(j->features, "avx2") ? 8 : 4;
+    const char *lanes = getenv("SN_JIT_LANES"); /* another vector width, to test or compare */
+    if (lanes && *lanes) {
+        if (strcmp(lanes, "4") && strcmp(lanes, "8") && strcmp(lanes, "16")) {
+            st = sn_fail(e, SN_ERR_INVALID, "SN_JIT_LANES=%s: the vector width must be 4, 8 or 16 "
+                         "f32 lanes (or unset: %d on this CPU)", lanes, j->lanes);
+            goto fail;
+        }
+        j->lanes = atoi(lanes);
+    }
     snprintf(j->target, sizeof j->target, "%s %s, %d f32 lanes", j->triple, j->cpu, j->lanes);
     LLVM_CHECK(host_machine(j, &j->tm));
     LLVM_CHECK(host_machine(j, &jit_tm)); /* code generation: the same machine, owned by LLJIT */
@@ -237,9 +247,6 @@ static sn_status check_items(const sn_kernel *k, sn_err *e) {
 
 static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
     char kn[96];
-    if (LLVMGetNamedFunction(L->mod, fname))
-        return sn_fail(e, SN_ERR_INVALID, "%s: two kernels of one batch are named %s (kernel "
-                       "names must be unique in a program)", sn_ll_kname(k, kn, sizeof kn), fname);
     sn_status st = check_items(k, e);
     if (st) return st;
     switch (k->kind) {
@@ -252,9 +259,7 @@ static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s is a matrix product: GEMMs are library calls "
                        "(runtime/gemm.h), not generated; leave them out of sn_jit_compile",
                        sn_ll_kname(k, kn, sizeof kn));
-    case SN_KER_ATTENTION: /* llvm_attention.c: sn_ll_emit_attention goes here */
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: the LLVM backend has no emitter for attention "
-                       "kernels yet", sn_ll_kname(k, kn, sizeof kn));
+    case SN_KER_ATTENTION: return sn_ll_emit_attention(L, k, fname, e);
     case SN_KER_KIND_COUNT: break;
     }
     return sn_fail(e, SN_ERR_INVALID, "%s: unknown kernel kind %d", sn_ll_kname(k, kn, sizeof kn),
@@ -287,13 +292,24 @@ static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len
     char *text = LLVMPrintValueToString(fn);
     char head[112];
     snprintf(head, sizeof head, "@%s(", name);
-    const char *body = strstr(text, head);
+    const char *at = strstr(text, head);
+    SN_ASSERT(at);
+    /* the body, without attribute group numbers (#3): they depend on what else the module held */
+    char *body = malloc(strlen(at) + 1), *o = body;
     SN_ASSERT(body);
-    body += strlen(head) - 1;
+    for (const char *c = at + strlen(head) - 1; *c; c++) {
+        if (*c == '#' && c[1] >= '0' && c[1] <= '9') {
+            while (c[1] >= '0' && c[1] <= '9') c++;
+            continue;
+        }
+        *o++ = *c;
+    }
+    *o = 0;
+    LLVMDisposeMessage(text);
     uint64_t h = fnv1a(body);
     for (int i = 0; i < j->n_fns; i++)
         if (j->fns[i].hash == h && !strcmp(j->fns[i].body, body)) {
-            LLVMDisposeMessage(text);
+            free(body);
             LLVMDeleteFunction(fn);
             snprintf(name, len, "%s", j->fns[i].symbol);
             return true;
@@ -305,10 +321,8 @@ static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len
     }
     jit_fn *f = &j->fns[j->n_fns++];
     f->hash = h;
-    f->body = strdup(body);
-    SN_ASSERT(f->body);
+    f->body = body;
     snprintf(f->symbol, sizeof f->symbol, "%s", name);
-    LLVMDisposeMessage(text);
     return false;
 }
 
@@ -324,14 +338,33 @@ sn_status sn_jit_compile(sn_jit *j, sn_kernel *const *ks, int n, sn_cpu_kernel_f
     char (*names)[96] = malloc(sizeof *names * (size_t)n);
     SN_ASSERT(names);
     int n_done = j->n_fns, shared = 0;
-    sn_ll L;
-    sn_ll_init(&L, mod, j->lanes, j->cpu, j->features);
     for (int i = 0; i < n && !st; i++) {
+        /* each kernel in a module of its own first: printing it to compare it with the
+         * kernels before costs its size, not the batch's */
         symbol_name(ks[i], batch, names[i], sizeof names[i]);
+        for (int q = 0; q < i && !st; q++)
+            if (!strcmp(ks[q]->name, ks[i]->name) && ks[i]->name[0]) {
+                char kn[96];
+                st = sn_fail(e, SN_ERR_INVALID, "%s: two kernels of one batch are named %s "
+                             "(kernel names must be unique in a program)",
+                             sn_ll_kname(ks[i], kn, sizeof kn), ks[i]->name);
+            }
+        if (st) break;
+        LLVMModuleRef kmod = new_module(j, LLVMGetModuleContext(mod), names[i]);
+        sn_ll L;
+        sn_ll_init(&L, kmod, j->lanes, j->cpu, j->features);
         st = emit(&L, ks[i], names[i], e);
-        if (!st) shared += share_or_record(j, mod, names[i], sizeof names[i]);
+        sn_ll_done(&L);
+        if (!st && share_or_record(j, kmod, names[i], sizeof names[i])) {
+            shared++;
+            LLVMDisposeModule(kmod);
+        } else if (!st) {
+            if (LLVMLinkModules2(mod, kmod)) /* takes kmod */
+                st = sn_fail(e, SN_ERR_DEVICE, "linking kernel %s into the batch module failed", names[i]);
+        } else {
+            LLVMDisposeModule(kmod);
+        }
     }
-    sn_ll_done(&L);
     if (!st) st = sn_ll_verify(mod, e);
     t1 = now_ms();
     if (!st) st = optimise(j, mod, e);
@@ -422,13 +455,24 @@ static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len
     char *text = LLVMPrintValueToString(fn);
     char head[112];
     snprintf(head, sizeof head, "@%s(", name);
-    const char *body = strstr(text, head);
+    const char *at = strstr(text, head);
+    SN_ASSERT(at);
+    /* the body, without attribute group numbers (#3): they depend on what else the module held */
+    char *body = malloc(strlen(at) + 1), *o = body;
     SN_ASSERT(body);
-    body += strlen(head) - 1;
+    for (const char *c = at + strlen(head) - 1; *c; c++) {
+        if (*c == '#' && c[1] >= '0' && c[1] <= '9') {
+            while (c[1] >= '0' && c[1] <= '9') c++;
+            continue;
+        }
+        *o++ = *c;
+    }
+    *o = 0;
+    LLVMDisposeMessage(text);
     uint64_t h = fnv1a(body);
     for (int i = 0; i < j->n_fns; i++)
         if (j->fns[i].hash == h && !strcmp(j->fns[i].body, body)) {
-            LLVMDisposeMessage(text);
+            free(body);
             LLVMDeleteFunction(fn);
             snprintf(name, len, "%s", j->fns[i].symbol);
             return true;
@@ -440,10 +484,8 @@ static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len
     }
     jit_fn *f = &j->fns[j->n_fns++];
     f->hash = h;
-    f->body = strdup(body);
-    SN_ASSERT(f->body);
+    f->body = body;
     snprintf(f->symbol, sizeof f->symbol, "%s", name);
-    LLVMDisposeMessage(text);
     return false;
 }
 

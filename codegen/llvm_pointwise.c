@@ -1,8 +1,7 @@
-/* llvm_pointwise.c: pointwise kernels: an expression of node ops over strided, broadcast and
- * masked accesses, evaluated one vector of elements at a time along the innermost dimension.
- * Convention: the index space is simplified first (size-1 dims dropped, dims every access walks
- * contiguously merged), then walked row by row over [begin, end): outer coordinates and access
- * offsets once per row, a vector loop along the last dimension, a masked tail. */
+/* llvm_pointwise.c: pointwise kernels: node ops over strided, broadcast and masked accesses.
+ * Convention: the index space is simplified (size-1 dims dropped, dims all accesses walk
+ * contiguously merged), then walked by rows: coordinates and offsets once per row, then a
+ * vector loop along the last dimension with a masked tail; any [begin, end) cuts rows. */
 #ifdef SN_HAVE_LLVM
 
 #include <stdio.h>

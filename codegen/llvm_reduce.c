@@ -74,7 +74,7 @@ sn_status sn_ll_emit_reduce(sn_ll *L, const sn_kernel *k, const char *fname, sn_
     if (st) return st;
     sn_ll_fn_begin(L, fname);
     LLVMValueRef y = sn_ll_buf(L, 0, n->dtype, "y"), xp;
-    if ((st = sn_ll_input(L, k, x, "x", &xp, e))) return st;
+    if ((st = sn_ll_input_named(L, k, x, "x", &xp, e))) return st;
     if (inner == 1) reduce_rows(L, n->op, xp, y, d);
     else reduce_strided(L, n->op, xp, y, d, inner);
     sn_ll_fn_end(L);

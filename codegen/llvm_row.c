@@ -331,7 +331,7 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
     sn_ll_fn_begin(L, fname);
     w.y = sn_ll_buf(L, 0, n->dtype, "y");
     for (int i = 0; i < n->n_in; i++)
-        if ((st = sn_ll_input(L, k, n->in[i], input_name(n->op, i), &w.in[i], e))) return st;
+        if ((st = sn_ll_input_named(L, k, n->in[i], input_name(n->op, i), &w.in[i], e))) return st;
     bool bwd_w = n->op == SN_OP_LAYERNORM_BWD_W || n->op == SN_OP_RMSNORM_BWD_W;
     sn_ll_if any; /* the serial kernels write their sums even for no rows: not for an empty call */
     sn_ll_if_begin(L, &any, LLVMBuildICmp(L->b, LLVMIntSLT, L->begin, L->end, ""), "any");

@@ -171,10 +171,13 @@ const char *sn_ll_kname(const sn_kernel *k, char *buf, size_t len);
 sn_status sn_ll_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e);
 /* The index of n among k's inputs (args[n_out..]), or -1. */
 int sn_ll_input_index(const sn_kernel *k, const sn_node *n);
-/* The typed pointer to input n (via sn_ll_input_index), named `name` in the IR; fails with
+/* The typed pointer to input n (via sn_ll_input_index), named "arg<i>" in the IR; fails with
  * SN_ERR_INVALID when k does not have n among its args, or with sn_ll_check_dtype's failure. */
-sn_status sn_ll_input(sn_ll *L, const sn_kernel *k, const sn_node *n, const char *name,
-                      LLVMValueRef *ptr, sn_err *e);
+sn_status sn_ll_input(sn_ll *L, const sn_kernel *k, const sn_node *n, LLVMValueRef *ptr,
+                      sn_err *e);
+/* The same, named `name` in the IR ("x", "dy" ...). */
+sn_status sn_ll_input_named(sn_ll *L, const sn_kernel *k, const sn_node *n, const char *name,
+                            LLVMValueRef *ptr, sn_err *e);
 
 /* ---- the emitters: each adds function `fname` computing k to L->mod ---- */
 
@@ -183,6 +186,8 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
 sn_status sn_ll_emit_reduce(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 sn_status sn_ll_emit_gather(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 sn_status sn_ll_emit_adamw(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
+/* llvm_attention.c */
+sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 
 /* ---- llvm_jit.c ---- */
 

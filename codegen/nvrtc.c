@@ -38,7 +38,8 @@ int sn_ptxas_parse(const char *log, sn_cuda_kernel_info *out, int cap) {
         const char *eol = strchr(line, '\n');
         if (!eol) eol = line + strlen(line);
         char text[512];
-        size_t len = (size_t)(eol - line) < sizeof text - 1 ? (size_t)(eol - line) : sizeof text - 1;
+        size_t len = (size_t)(eol - line);
+        if (len > sizeof text - 1) len = sizeof text - 1;
         memcpy(text, line, len);
         text[len] = '\0';
         if (name_after(text, "Compiling entry function ", name, sizeof name)) {
@@ -119,9 +120,10 @@ sn_status sn_nvrtc_compile(const char *src, const char *name, int arch, sn_cuda_
     snprintf(gpu, sizeof gpu, "--gpu-architecture=sm_%d", arch);
     const char *opts[] = {gpu, "--include-path=" SN_CUDA_INCLUDE, "--std=c++17",
                           "--ptxas-options=-v"};
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     size_t size = 0;
     NVRTC_CHECK(nvrtcCreateProgram(&prog, src, name, 1, headers, header_names));
-    NVRTC_CHECK(nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof opts[0]), opts));
+    NVRTC_CHECK(nvrtcCompileProgram(prog, n_opts, opts));
     NVRTC_CHECK(nvrtcGetProgramLogSize(prog, &size));
     out->log = malloc(size + 1);
     SN_ASSERT(out->log);

@@ -59,7 +59,7 @@ static bool must_materialise(const fuse_state *s, const sn_node *n) {
         if (!s->live[u->id]) continue;
         live_users++;
         if (is_compute(u->op)) any_compute_user = true;
-        if (!is_pw(u->op)) all_pw = false;
+        if (!is_pw(u->op) || u->op == SN_OP_CONCAT) all_pw = false;
         if (!is_pw(u->op) || !same_squeezed(u, n)) all_pw_same = false;
     }
     if (is_view(op)) return any_compute_user; /* folded into the accesses of its readers */
@@ -167,10 +167,11 @@ static bool map_of(const fuse_state *s, const sn_node *n, view_map *m) {
 
 /* ---- kernels ---- */
 
+/* The index of n in k's args, added if new; -1 when the kernel has no room left. */
 static int arg_index(sn_kernel *k, const sn_node *n) {
     for (int i = 0; i < k->n_out + k->n_in; i++)
         if (k->args[i] == n) return i;
-    SN_ASSERT(k->n_out + k->n_in < SN_KER_MAX_ARGS);
+    if (k->n_out + k->n_in == SN_KER_MAX_ARGS) return -1;
     k->args[k->n_out + k->n_in] = n;
     return k->n_out + k->n_in++;
 }
@@ -184,6 +185,57 @@ typedef struct {
 static sn_status add_operand(fuse_state *s, sn_kernel *k, pw_build *b, const sn_node *root,
                              const sn_node *x, sn_ref *ref);
 
+static sn_status too_many(fuse_state *s, const sn_node *root) {
+    return sn_fail(s->e, SN_ERR_UNSUPPORTED, "fuse: the pointwise kernel of node %%%d (%s) would "
+                   "read more than %d buffers; splitting such chains is not supported yet",
+                   root->id, sn_op_name(root->op), SN_KER_MAX_ARGS - 1);
+}
+
+/* An access reading map m as a tensor of `like`'s shape, which broadcasts right-aligned into
+ * the index space (root's shape). */
+static sn_status push_access(fuse_state *s, sn_kernel *k, pw_build *b, const sn_node *root,
+                             const sn_node *like, const view_map *m, sn_ref *ref) {
+    int arg = arg_index(k, m->base);
+    if (arg < 0 || b->n_access == SN_KER_MAX_ARGS) return too_many(s, root);
+    sn_access a = {.arg = arg, .offset = m->offset, .masked = m->masked};
+    int shift = root->rank - like->rank;
+    for (int d = 0; d < root->rank; d++) {
+        int dx = d - shift;
+        a.stride[d] = dx >= 0 && like->shape[dx] == root->shape[d] ? m->stride[dx] : 0;
+    }
+    if (m->masked) {
+        a.mask_axis = m->mask_axis + shift;
+        a.mask_lo = m->lo;
+        a.mask_hi = m->hi;
+    }
+    b->access[b->n_access] = a;
+    *ref = (sn_ref){.kind = SN_REF_ACCESS, .index = b->n_access++};
+    return SN_OK;
+}
+
+static sn_status not_strided(fuse_state *s, const sn_node *x) {
+    return sn_fail(s->e, SN_ERR_UNSUPPORTED, "fuse: the view chain into node %%%d (%s) is not a "
+                   "strided view (a reshape of a permuted view, or two paddings)", x->id,
+                   sn_op_name(x->op));
+}
+
+/* Part i of concat n, read as n's shape: the part's map padded to its place on the axis, so
+ * the parts' accesses add up to the concatenation. */
+static sn_status concat_part(fuse_state *s, sn_kernel *k, pw_build *b, const sn_node *root,
+                             const sn_node *n, int i, sn_ref *ref) {
+    const sn_node *x = n->in[i];
+    int64_t start = 0;
+    for (int j = 0; j < i; j++) start += n->in[j]->shape[n->a.axis];
+    view_map m;
+    if (!map_of(s, x, &m) || m.masked) return not_strided(s, x);
+    m.masked = true;
+    m.mask_axis = n->a.axis;
+    m.lo = start;
+    m.hi = start + x->shape[n->a.axis];
+    m.offset -= start * m.stride[n->a.axis];
+    return push_access(s, k, b, root, n, &m, ref);
+}
+
 /* Appends the instructions computing n (its folded inputs first); returns its index or -1. */
 static int add_instr(fuse_state *s, sn_kernel *k, pw_build *b, const sn_node *root, const sn_node *n) {
     sn_pw_instr in = {.node = n, .n_in = n->n_in};
@@ -193,9 +245,15 @@ static int add_instr(fuse_state *s, sn_kernel *k, pw_build *b, const sn_node *ro
                 n->id, sn_op_name(n->op), n->n_in);
         return -1;
     }
-    for (int i = 0; i < n->n_in; i++)
-        if (add_operand(s, k, b, root, n->in[i], &in.in[i])) return -1;
-    SN_ASSERT(b->n_instr < 64);
+    for (int i = 0; i < n->n_in; i++) {
+        sn_status st = n->op == SN_OP_CONCAT ? concat_part(s, k, b, root, n, i, &in.in[i])
+                                             : add_operand(s, k, b, root, n->in[i], &in.in[i]);
+        if (st) return -1;
+    }
+    if (b->n_instr == 64) {
+        too_many(s, root);
+        return -1;
+    }
     b->instr[b->n_instr] = in;
     return b->n_instr++;
 }
@@ -214,25 +272,8 @@ static sn_status add_operand(fuse_state *s, sn_kernel *k, pw_build *b, const sn_
     }
     view_map m;
     bool through = x == root; /* a materialised view copying its input chain */
-    if (!(through ? map_through(s, x, &m) : map_of(s, x, &m)))
-        return sn_fail(s->e, SN_ERR_UNSUPPORTED, "fuse: the view chain into node %%%d (%s) is "
-                       "not a strided view (a reshape of a permuted view, or two paddings)",
-                       x->id, sn_op_name(x->op));
-    sn_access a = {.arg = arg_index(k, m.base), .offset = m.offset, .masked = m.masked};
-    int shift = root->rank - x->rank; /* x broadcasts right-aligned into the index space */
-    for (int d = 0; d < root->rank; d++) {
-        int dx = d - shift;
-        a.stride[d] = dx >= 0 && x->shape[dx] == root->shape[d] ? m.stride[dx] : 0;
-    }
-    if (m.masked) {
-        a.mask_axis = m.mask_axis + shift;
-        a.mask_lo = m.lo;
-        a.mask_hi = m.hi;
-    }
-    SN_ASSERT(b->n_access < SN_KER_MAX_ARGS);
-    b->access[b->n_access] = a;
-    *ref = (sn_ref){.kind = SN_REF_ACCESS, .index = b->n_access++};
-    return SN_OK;
+    if (!(through ? map_through(s, x, &m) : map_of(s, x, &m))) return not_strided(s, x);
+    return push_access(s, k, b, root, x, &m, ref);
 }
 
 static sn_kernel *new_kernel(fuse_state *s, sn_kernel_kind kind, const sn_node *out) {
@@ -322,7 +363,9 @@ static void compute_kernel(fuse_state *s, const sn_node *n) {
     }
     for (int i = 0; i < n->n_in; i++) {
         SN_ASSERT(s->mat[n->in[i]->id]);
-        if (n->in[i] != k->anchor2) arg_index(k, n->in[i]);
+        if (n->in[i] == k->anchor2) continue;
+        int at = arg_index(k, n->in[i]);
+        SN_ASSERT(at >= 0); /* compute ops have at most 6 inputs */
     }
     const sn_node *x = n->in[0];
     switch (k->kind) {

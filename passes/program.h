@@ -16,7 +16,7 @@ typedef struct {
     int first, last;     /* steps that write it first and read it last (-1: before the program) */
 } sn_value;
 
-typedef struct {
+typedef struct sn_program {
     const sn_graph *g;   /* the compiled graph: must outlive the program */
     sn_arena arena;      /* kernels and their arrays */
     int n_kernels;

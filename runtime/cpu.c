@@ -37,19 +37,19 @@ static sn_status cpu_copy(sn_device *d, void *dst, const void *src, size_t bytes
     return SN_OK;
 }
 
-static sn_status cpu_compile(sn_device *d, const sn_program *p, void **handles, sn_err *e) {
+static sn_status cpu_compile(sn_device *d, sn_kernel *const *all, int n_all, void **handles, sn_err *e) {
     cpu_impl *c = d->impl;
-    sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
-    sn_cpu_kernel_fn *fns = calloc((size_t)p->n_kernels + 1, sizeof *fns);
-    int *at = malloc(sizeof(int) * (size_t)(p->n_kernels + 1));
+    sn_kernel **ks = malloc(sizeof *ks * (size_t)(n_all + 1));
+    sn_cpu_kernel_fn *fns = calloc((size_t)n_all + 1, sizeof *fns);
+    int *at = malloc(sizeof(int) * (size_t)(n_all + 1));
     SN_ASSERT(ks && fns && at);
     int n = 0;
-    for (int k = 0; k < p->n_kernels; k++)
-        if (p->kernels[k]->kind != SN_KER_GEMM) {
+    for (int k = 0; k < n_all; k++)
+        if (all[k]->kind != SN_KER_GEMM) {
             at[n] = k;
-            ks[n++] = p->kernels[k];
+            ks[n++] = all[k];
         }
-    sn_status s = sn_jit_compile(c->jit, ks, n, fns, e);
+    sn_status s = n ? sn_jit_compile(c->jit, ks, n, fns, e) : SN_OK;
     for (int i = 0; !s && i < n; i++) handles[at[i]] = (void *)fns[i];
     free(ks);
     free(fns);
@@ -78,13 +78,38 @@ static sn_status cpu_launch(sn_device *d, const sn_kernel *k, void *handle, void
     return SN_OK;
 }
 
+typedef struct {
+    const sn_node *mm;
+    void *const *bufs;
+    int parts;
+    sn_status status[64];
+    sn_err err[64];
+} gemm_ctx;
+
+static void gemm_part(void *ctx, int64_t begin, int64_t end) {
+    gemm_ctx *g = ctx;
+    sn_gemm_thread_init();
+    for (int64_t p = begin; p < end; p++)
+        g->status[p] = sn_gemm_matmul_part(g->mm, g->bufs[0], g->bufs[1], g->bufs[2], (int)p,
+                                           g->parts, &g->err[p]);
+}
+
 static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, sn_err *e) {
-    (void)d;
+    cpu_impl *c = d->impl;
     const sn_node *mm = k->anchor;
     if (mm->dtype != SN_F32)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "matmul %%%d is %s: the CPU device multiplies f32 only "
                        "so far", mm->id, sn_dtype_name(mm->dtype));
-    return sn_gemm_matmul(mm, bufs[0], bufs[1], bufs[2], e);
+    int parts = sn_pool_threads(c->pool);
+    if (parts > 64) parts = 64;
+    gemm_ctx g = {.mm = mm, .bufs = bufs, .parts = parts};
+    sn_pool_run(c->pool, parts, gemm_part, &g);
+    for (int p = 0; p < parts; p++)
+        if (g.status[p]) {
+            *e = g.err[p];
+            return g.status[p];
+        }
+    return SN_OK;
 }
 
 static sn_status cpu_sync(sn_device *d, sn_err *e) {

@@ -14,8 +14,9 @@ struct sn_device {
     void (*free)(sn_device *d, void *p);
     sn_status (*upload)(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e);
     sn_status (*download)(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e);
-    /* Generates and compiles the program's kernels (not GEMMs); `handles` gets one per kernel. */
-    sn_status (*compile)(sn_device *d, const sn_program *p, void **handles, sn_err *e);
+    /* Generates and compiles n kernels (GEMM kernels are skipped: they are library calls);
+     * handles[i] is what launch needs for ks[i]. */
+    sn_status (*compile)(sn_device *d, sn_kernel *const *ks, int n, void **handles, sn_err *e);
     /* Runs kernel k (compiled as handle) on bufs (k->args order). */
     sn_status (*launch)(sn_device *d, const sn_kernel *k, void *handle, void *const *bufs, sn_err *e);
     /* A GEMM kernel (anchor: a matmul) on bufs (out, a, b). */

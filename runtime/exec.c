@@ -83,7 +83,7 @@ sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *
     }
     x->st.arena_bytes = p->arena_bytes;
     double t0 = now_s();
-    if (!s) s = d->compile(d, p, x->handles, e);
+    if (!s) s = d->compile(d, p->kernels, p->n_kernels, x->handles, e);
     x->st.compile_s = now_s() - t0;
     if (!s) s = fill_constants(x, e);
     if (s) {

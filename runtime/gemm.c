@@ -7,6 +7,15 @@
 #ifdef SN_HAVE_DNNL
 #include <dnnl.h>
 #endif
+#ifdef SN_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+void sn_gemm_thread_init(void) {
+#ifdef SN_HAVE_OPENMP
+    omp_set_num_threads(1); /* oneDNN's OpenMP threads would fight the pool's for the cores */
+#endif
+}
 
 const char *sn_gemm_library(void) {
 #ifdef SN_HAVE_DNNL
@@ -52,17 +61,36 @@ sn_status sn_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const f
 }
 
 sn_status sn_gemm_matmul(const sn_node *mm, float *c, const float *a, const float *b, sn_err *e) {
+    return sn_gemm_matmul_part(mm, c, a, b, 0, 1, e);
+}
+
+sn_status sn_gemm_matmul_part(const sn_node *mm, float *c, const float *a, const float *b, int part,
+                              int parts, sn_err *e) {
     const sn_node *A = mm->in[0], *B = mm->in[1];
     bool ta = mm->a.ta, tb = mm->a.tb;
     int64_t M = mm->shape[mm->rank - 2], N = mm->shape[mm->rank - 1];
     int64_t K = A->shape[A->rank - 1 - ta];
     int64_t lda = A->shape[A->rank - 1], ldb = B->shape[B->rank - 1];
     int64_t batch = sn_numel(mm) / (M * N);
-    if (B->rank == 2 && A->rank > 2 && !ta) /* rows of every batch are one matrix */
-        return sn_gemm_f32(false, tb, batch * M, N, K, a, lda, b, ldb, 0, c, N, e);
+    if (B->rank == 2 && A->rank > 2 && !ta) { /* rows of every batch are one matrix */
+        M *= batch;
+        batch = 1;
+    }
     int64_t sa = A->rank > 2 ? M * K : 0, sb = B->rank > 2 ? K * N : 0;
-    for (int64_t i = 0; i < batch; i++) {
-        sn_status s = sn_gemm_f32(ta, tb, M, N, K, a + i * sa, lda, b + i * sb, ldb, 0, c + i * M * N, N, e);
+    int64_t b0 = 0, b1 = batch, r0 = 0, r1 = M;
+    if (batch >= parts) { /* whole batches per part */
+        b0 = batch * part / parts;
+        b1 = batch * (part + 1) / parts;
+    } else { /* rows of every batch, in multiples of 16 */
+        int64_t blocks = (M + 15) / 16;
+        r0 = blocks * part / parts * 16;
+        r1 = blocks * (part + 1) / parts * 16;
+        if (r1 > M) r1 = M;
+    }
+    for (int64_t i = b0; i < b1 && r0 < r1; i++) {
+        const float *ai = a + i * sa + (ta ? r0 : r0 * lda);
+        sn_status s = sn_gemm_f32(ta, tb, r1 - r0, N, K, ai, lda, b + i * sb, ldb, 0,
+                                  c + i * M * N + r0 * N, N, e);
         if (s) return s;
     }
     return SN_OK;

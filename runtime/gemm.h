@@ -14,7 +14,16 @@ sn_status sn_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const f
  * operand shared across the other's batch is folded into one large GEMM where the layout allows. */
 sn_status sn_gemm_matmul(const sn_node *mm, float *c, const float *a, const float *b, sn_err *e);
 
-/* "oneDNN 2.6.x" or "built-in loops" */
+/* Part `part` of `parts` of that product: a share of the rows of every batch's output, or of
+ * the batches; the parts together compute the whole product, each on its own thread, with the
+ * library itself single-threaded (one thread pool for the whole device). */
+sn_status sn_gemm_matmul_part(const sn_node *mm, float *c, const float *a, const float *b, int part,
+                              int parts, sn_err *e);
+
+/* Makes the calling thread's library calls single-threaded (call once per pool thread). */
+void sn_gemm_thread_init(void);
+
+/* "oneDNN" or "built-in loops" */
 const char *sn_gemm_library(void);
 
 #endif

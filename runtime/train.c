@@ -1,7 +1,6 @@
-/* train.c: the trainer of train.h on the reference interpreter.
- * Convention: parameters live as fp32 master copies here and are copied into the interpreter
- * before each run; a step either applies its whole update or, on a bad number, none of it.
- * The three exec_* functions are the only ones that know how the graph is executed. */
+/* train.c: the trainer of train.h.
+ * Convention: a step either applies its whole update or, on a bad number, none of it. How the
+ * graph runs (interpreter or compiled program) is the backend's business (backend.h). */
 #include "train.h"
 
 #include <math.h>
@@ -9,17 +8,18 @@
 #include <string.h>
 
 #include "../frontend/sinter.h"
-#include "interp.h"
+#include "backend.h"
 #include "rng.h"
 
 struct sn_trainer {
     sn_graph *g;
     sn_train_opts o;
-    sn_interp *it;
+    sn_backend *be;
     sn_node *idx, *targets;
     int n_params;
     sn_node **params;
-    float **w, **m, **v; /* master weights and AdamW moments, one array per parameter */
+    float **w;           /* master weights, owned by the backend */
+    float **m, **v;      /* AdamW moments, one array per parameter */
     float **gsum;        /* gradients summed over the pending micro-batches */
     int pending;         /* micro-batches in gsum */
     double loss_sum;     /* their losses */
@@ -65,33 +65,11 @@ static sn_node *find_input(const sn_graph *g, const char *name) {
     return NULL;
 }
 
-/* ---- the seam: how a step is executed ------------------------------------------------------
- * Only exec_run, exec_loss and exec_grad know the graph runs on the reference interpreter; a
- * compiled backend replaces these three and the rest of the trainer stays as it is. */
-
-/* Loads the batch and the current weights, runs the graph (forward and backward). */
-static sn_status exec_run(sn_trainer *t, const int32_t *idx, const int32_t *targets, sn_err *e) {
-    sn_status s;
-    if ((s = sn_interp_set_i32(t->it, t->idx, idx, e)) || (s = sn_interp_set_i32(t->it, t->targets, targets, e)))
-        return s;
-    for (int i = 0; i < t->n_params; i++)
-        if ((s = sn_interp_set(t->it, t->params[i], t->w[i], e))) return s;
-    return sn_interp_run(t->it, e);
-}
-
-static double exec_loss(const sn_trainer *t) { return sn_interp_value(t->it, t->g->loss)[0]; }
-
-/* d loss / d parameter i of the last run: numel doubles, each an fp32 value. */
-static const double *exec_grad(const sn_trainer *t, int i) {
-    return sn_interp_value(t->it, t->params[i]->grad);
-}
-
 /* ---- the trainer ---------------------------------------------------------------------------- */
 
 void sn_trainer_free(sn_trainer *t) {
     if (!t) return;
     for (int i = 0; i < t->n_params; i++) {
-        free(t->w[i]);
         free(t->m[i]);
         free(t->v[i]);
         free(t->gsum[i]);
@@ -101,7 +79,7 @@ void sn_trainer_free(sn_trainer *t) {
     free(t->v);
     free(t->gsum);
     free(t->params);
-    sn_interp_free(t->it);
+    sn_backend_free(t->be);
     free(t);
 }
 
@@ -133,44 +111,42 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     t->gsum = calloc(np, sizeof *t->gsum);
     SN_ASSERT(t->params && t->w && t->m && t->v && t->gsum);
     sn_graph_params(g, t->params, t->n_params);
+    if (sn_backend_new(g, t->params, t->n_params, o->device, &t->be, e)) {
+        sn_trainer_free(t);
+        return NULL;
+    }
     for (int i = 0; i < t->n_params; i++) {
         size_t n = (size_t)sn_numel(t->params[i]);
-        t->w[i] = malloc(n * sizeof(float));
+        t->w[i] = sn_backend_weights(t->be, i);
         t->m[i] = calloc(n, sizeof(float));
         t->v[i] = calloc(n, sizeof(float));
         t->gsum[i] = calloc(n, sizeof(float));
-        if (!t->w[i] || !t->m[i] || !t->v[i] || !t->gsum[i]) {
+        if (!t->m[i] || !t->v[i] || !t->gsum[i]) {
             sn_trainer_free(t);
             sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for parameters and moments");
             return NULL;
         }
         sn_param_init(t->params[i], t->w[i], o->seed);
     }
-    t->it = sn_interp_new(g, false);
     return t;
 }
 
 sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                           sn_err *e) {
-    sn_status s = exec_run(t, idx, targets, e);
-    if (s) return s;
-    *loss = exec_loss(t);
-    return SN_OK;
+    return sn_backend_run(t->be, t->idx, t->targets, idx, targets, loss, e);
 }
 
-/* Forgets the pending micro-batches. */
+/* Forgets the pending micro-batches (the next one overwrites the sums). */
 static void drop_pending(sn_trainer *t) {
-    for (int i = 0; i < t->n_params; i++)
-        memset(t->gsum[i], 0, sizeof(float) * (size_t)sn_numel(t->params[i]));
     t->pending = 0;
     t->loss_sum = 0;
 }
 
 sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t *targets,
                                 double *loss, sn_err *e) {
-    sn_status s = exec_run(t, idx, targets, e);
+    double l;
+    sn_status s = sn_backend_run(t->be, t->idx, t->targets, idx, targets, &l, e);
     if (s) return s;
-    double l = exec_loss(t);
     if (!isfinite(l)) {
         int k = t->pending;
         drop_pending(t);
@@ -178,11 +154,7 @@ sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t
                        "the parameters are unchanged (lower the learning rate or raise warm-up)",
                        t->step + 1, l, k + 1);
     }
-    for (int i = 0; i < t->n_params; i++) {
-        const double *gr = exec_grad(t, i);
-        float *sum = t->gsum[i];
-        for (int64_t j = 0; j < sn_numel(t->params[i]); j++) sum[j] += (float)gr[j];
-    }
+    for (int i = 0; i < t->n_params; i++) sn_backend_grad_add(t->be, i, t->gsum[i], t->pending == 0);
     t->pending++;
     t->loss_sum += l;
     if (loss) *loss = l;
@@ -213,18 +185,13 @@ sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e) {
     float lr = sn_train_lr(o, t->step);
     double clip = o->grad_clip > 0 && norm > o->grad_clip ? o->grad_clip / norm : 1.0;
     t->step++;
-    double bc1 = 1 - pow(o->beta1, t->step), bc2 = 1 - pow(o->beta2, t->step);
+    float hyper[SN_ADAMW_HYPER] = {lr, o->beta1, o->beta2, o->eps, 0,
+                                   (float)(1 - pow(o->beta1, t->step)),
+                                   (float)(1 - pow(o->beta2, t->step)), (float)clip};
     for (int i = 0; i < t->n_params; i++) {
-        const float *gm = t->gsum[i];
-        float *w = t->w[i], *m = t->m[i], *v = t->v[i];
-        float wd = t->params[i]->rank >= 2 ? o->weight_decay : 0.0f;
-        for (int64_t j = 0; j < sn_numel(t->params[i]); j++) {
-            float gj = (float)(gm[j] * clip);
-            m[j] = o->beta1 * m[j] + (1 - o->beta1) * gj;
-            v[j] = o->beta2 * v[j] + (1 - o->beta2) * gj * gj;
-            double mhat = m[j] / bc1, vhat = v[j] / bc2;
-            w[j] -= (float)(lr * (mhat / (sqrt(vhat) + o->eps) + wd * w[j]));
-        }
+        hyper[4] = t->params[i]->rank >= 2 ? o->weight_decay : 0.0f;
+        sn_status s = sn_backend_adamw(t->be, i, t->m[i], t->v[i], t->gsum[i], hyper, e);
+        if (s) return s;
     }
     drop_pending(t);
     if (st) *st = (sn_step_stats){.loss = loss, .grad_norm = norm, .lr = lr};
@@ -242,6 +209,9 @@ int sn_trainer_step_count(const sn_trainer *t) { return t->step; }
 void sn_trainer_set_step_count(sn_trainer *t, int step) { t->step = step; }
 const sn_train_opts *sn_trainer_opts(const sn_trainer *t) { return &t->o; }
 int sn_trainer_param_count(const sn_trainer *t) { return t->n_params; }
+const char *sn_trainer_backend(const sn_trainer *t) { return sn_backend_name(t->be); }
+const sn_program *sn_trainer_program(const sn_trainer *t) { return sn_backend_program(t->be); }
+sn_exec *sn_trainer_exec(const sn_trainer *t) { return sn_backend_exec(t->be); }
 
 sn_param_state sn_trainer_param(const sn_trainer *t, int i) {
     SN_ASSERT(i >= 0 && i < t->n_params);

@@ -22,6 +22,7 @@ typedef struct {
     float beta1, beta2, eps;
     float grad_clip;    /* global L2 norm; 0 disables */
     uint64_t seed;      /* parameter initialisation */
+    struct sn_device *device; /* runs the compiled program; NULL: the reference interpreter */
 } sn_train_opts;
 
 /* AdamW (0.9, 0.95, 1e-8), weight decay 0.1, clip 1.0, lr 1e-3, warm-up 10% of steps. */
@@ -72,6 +73,11 @@ sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targ
 /* Optimizer steps taken so far. */
 int sn_trainer_step_count(const sn_trainer *t);
 const sn_train_opts *sn_trainer_opts(const sn_trainer *t);
+/* "reference interpreter" or the device and program that run the steps. */
+const char *sn_trainer_backend(const sn_trainer *t);
+/* The compiled program and its executor, or NULL on the interpreter (benchmarks, reports). */
+const struct sn_program *sn_trainer_program(const sn_trainer *t);
+struct sn_exec *sn_trainer_exec(const sn_trainer *t);
 
 /* The state of one parameter, for checkpoints and for sampling graphs that share the weights
  * by name. Arrays hold numel(param) floats in the parameter's row-major layout. */

@@ -34,12 +34,17 @@ typedef struct {
     sn_interp *it;
     void *host[MAX_NODES]; /* by node id: float* or int32_t* */
     unsigned seed;
+    int lanes;             /* vector width of the JIT (0: the host's) */
 } tcase;
 
-static void tc_init(tcase *t) {
+/* Loop tests run at the host's vector width, then at 8 and 4 lanes (AVX2, SSE). */
+#define LANES (_i == 1 ? 8 : _i == 2 ? 4 : 0)
+
+static void tc_init(tcase *t, int lanes) {
     memset(t, 0, sizeof *t);
     t->g = sn_graph_new();
     t->seed = 12345;
+    t->lanes = lanes;
 }
 
 static void tc_free(tcase *t) {
@@ -106,10 +111,15 @@ static void *host_of(tcase *t, const sn_node *n) {
 
 /* ---- kernels made by hand ---- */
 
-static sn_jit *new_jit(void) {
+static sn_jit *new_jit(int lanes) {
     sn_jit *j;
     sn_err e;
-    ck_assert_msg(sn_jit_new(&j, &e) == SN_OK, "sn_jit_new: %s", e.msg);
+    char w[8];
+    snprintf(w, sizeof w, "%d", lanes);
+    if (lanes) setenv("SN_JIT_LANES", w, 1);
+    sn_status st = sn_jit_new(&j, &e);
+    unsetenv("SN_JIT_LANES");
+    ck_assert_msg(st == SN_OK, "sn_jit_new: %s", e.msg);
     return j;
 }
 
@@ -258,7 +268,7 @@ static void compare_out(sn_interp *it, const sn_kernel *k, int o, const void *bu
 /* Runs k over [0, n_items) whole, in two and in three uneven parts (serial kernels: whole
  * only), each time into NaN-poisoned outputs, and compares with the interpreter. */
 static void check_kernel(tcase *t, sn_kernel *k, double tol) {
-    sn_jit *j = new_jit();
+    sn_jit *j = new_jit(t->lanes);
     sn_cpu_kernel_fn fn = compile_one(j, k);
     void *bufs[SN_KER_MAX_ARGS];
     for (int i = k->n_out; i < k->n_out + k->n_in; i++) bufs[i] = host_of(t, k->args[i]);
@@ -304,7 +314,7 @@ START_TEST(test_pw_unary) {
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         tcase t;
-        tc_init(&t);
+        tc_init(&t, LANES);
         sn_node *x = in_f32(&t, "x", SN_SHAPE(3, 37), ops[i].lo, ops[i].hi);
         sn_node *y = ops[i].f(t.g, x);
         tc_run(&t);
@@ -314,7 +324,7 @@ START_TEST(test_pw_unary) {
         tc_free(&t);
     }
     tcase t;
-    tc_init(&t);
+    tc_init(&t, LANES);
     sn_node *y = sn_scale(t.g, in_f32(&t, "x", SN_SHAPE(101), -3, 3), -0.75f);
     tc_run(&t);
     pwk p;
@@ -334,7 +344,7 @@ START_TEST(test_pw_binary_broadcast) {
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
         for (size_t s = 0; s < sizeof bs / sizeof bs[0]; s++) {
             tcase t;
-            tc_init(&t);
+            tc_init(&t, LANES);
             sn_node *a = in_f32(&t, "a", SN_SHAPE(4, 5, 37), -3, 3);
             sn_node *b = in_f32(&t, "b", bs[s], 0.5f, 2);
             sn_node *y = ops[o](t.g, a, b);
@@ -353,7 +363,7 @@ END_TEST
 /* eq on small integers (exact hits), and casts between i32 and f32 with truncation */
 START_TEST(test_pw_eq_cast) {
     tcase t;
-    tc_init(&t);
+    tc_init(&t, LANES);
     int32_t ids[5 * 19];
     for (int i = 0; i < 5 * 19; i++) ids[i] = (i * 7) % 5 - 2;
     sn_node *x = in_i32(&t, "x", SN_SHAPE(5, 19), ids);
@@ -375,7 +385,7 @@ END_TEST
 START_TEST(test_pw_permute) {
     for (int keep = 0; keep <= 1; keep++) {
         tcase t;
-        tc_init(&t);
+        tc_init(&t, LANES);
         sn_node *x = in_f32(&t, "x", SN_SHAPE(3, 4, 37), -2, 2);
         static const int perms[2][3] = {{2, 0, 1}, {1, 0, 2}};
         sn_node *v = sn_permute(t.g, x, perms[keep]);
@@ -398,7 +408,7 @@ END_TEST
 /* slices on the last and the first axis fold into offsets */
 START_TEST(test_pw_slice) {
     tcase t;
-    tc_init(&t);
+    tc_init(&t, LANES);
     sn_node *x = in_f32(&t, "x", SN_SHAPE(6, 40), -2, 2);
     sn_node *s1 = sn_slice(t.g, x, 1, 3, 38), *y1 = sn_tanh(t.g, s1);
     sn_node *s0 = sn_slice(t.g, x, 0, 2, 5), *y0 = sn_neg(t.g, s0);
@@ -421,7 +431,7 @@ END_TEST
 /* pads are masked accesses: on the last axis (lane masks) and on an outer axis (row masks) */
 START_TEST(test_pw_pad) {
     tcase t;
-    tc_init(&t);
+    tc_init(&t, LANES);
     sn_node *x = in_f32(&t, "x", SN_SHAPE(6, 30), -2, 2);
     sn_node *p1 = sn_pad(t.g, x, 1, 3, 37), *y1 = sn_exp(t.g, p1);
     sn_node *p0 = sn_pad(t.g, x, 0, 2, 9), *y0 = sn_scale(t.g, p0, 3);
@@ -444,7 +454,7 @@ END_TEST
 /* concat as masked accesses that add up, on the last and on the first axis */
 START_TEST(test_pw_concat) {
     tcase t;
-    tc_init(&t);
+    tc_init(&t, LANES);
     sn_node *a = in_f32(&t, "a", SN_SHAPE(5, 10), -2, 2), *b = in_f32(&t, "b", SN_SHAPE(5, 27), -2, 2);
     sn_node *c = sn_concat(t.g, 2, (sn_node *[]){a, b}, 1), *y = sn_scale(t.g, c, 2);
     sn_node *d = in_f32(&t, "d", SN_SHAPE(3, 37), -2, 2);
@@ -471,7 +481,7 @@ END_TEST
 /* y = gelu(x * 0.5 + b): three instructions, a folded constant, the middle value stored too */
 START_TEST(test_pw_chain_const) {
     tcase t;
-    tc_init(&t);
+    tc_init(&t, LANES);
     sn_node *x = in_f32(&t, "x", SN_SHAPE(7, 3, 37), -4, 4), *b = in_f32(&t, "b", SN_SHAPE(37), -1, 1);
     sn_node *m = sn_mul(t.g, x, sn_scalar(t.g, SN_F32, 0.5f));
     sn_node *s = sn_add(t.g, m, b), *y = sn_gelu(t.g, s);
@@ -491,7 +501,7 @@ END_TEST
 /* a rank-0 index space, a space of size-1 dims, a constant */
 START_TEST(test_pw_scalar) {
     tcase t;
-    tc_init(&t);
+    tc_init(&t, LANES);
     sn_node *s = in_f32(&t, "s", SN_SCALAR, 0.5f, 1);
     sn_node *y = sn_exp(t.g, s);
     sn_node *u = in_f32(&t, "u", SN_SHAPE(1, 1, 37), -1, 1);
@@ -517,12 +527,12 @@ START_TEST(test_pw_math_accuracy) {
     float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
     for (int o = 0; o < 3; o++) {
         tcase t;
-        tc_init(&t);
+        tc_init(&t, LANES);
         sn_node *in = sn_input(t.g, "x", SN_F32, SN_SHAPE(N));
         sn_node *f = ops[o] == SN_OP_EXP ? sn_exp(t.g, in) : ops[o] == SN_OP_LOG ? sn_log(t.g, in) : sn_tanh(t.g, in);
         pwk p;
         pw_of(&p, f);
-        sn_jit *j = new_jit();
+        sn_jit *j = new_jit(LANES);
         sn_cpu_kernel_fn fn = compile_one(j, &p.k);
         static const float special[] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 1.0f, -1.0f, 100.0f,
                                         -100.0f, 88.7f, 89.0f, -103.0f, -110.0f, 1e-40f, 3e-45f,
@@ -570,7 +580,7 @@ START_TEST(test_row_ops) {
     for (size_t c = 0; c < sizeof Cs / sizeof Cs[0]; c++) {
         int64_t C = Cs[c];
         tcase t;
-        tc_init(&t);
+        tc_init(&t, LANES);
         sn_node *x = in_f32(&t, "x", SN_SHAPE(3, 5, C), -3, 3);
         sn_node *w = in_f32(&t, "w", SN_SHAPE(C), 0.5f, 1.5f), *b = in_f32(&t, "b", SN_SHAPE(C), -1, 1);
         sn_node *dy = in_f32(&t, "dy", SN_SHAPE(3, 5, C), -1, 1);
@@ -597,7 +607,7 @@ START_TEST(test_causal_mask) {
     static const sn_shape shapes[] = {SN_SHAPE(2, 5, 37), SN_SHAPE(2, 19, 19), SN_SHAPE(3, 2, 7, 40)};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         tcase t;
-        tc_init(&t);
+        tc_init(&t, LANES);
         sn_node *y = sn_causal_mask_fill(t.g, in_f32(&t, "x", shapes[s], -2, 2), -1e4f);
         tc_run(&t);
         check_node(&t, SN_KER_ROW, y, 0);
@@ -609,7 +619,7 @@ END_TEST
 START_TEST(test_cross_entropy) {
     for (int big = 0; big <= 1; big++) {
         tcase t;
-        tc_init(&t);
+        tc_init(&t, LANES);
         int32_t tg[15];
         for (int i = 0; i < 15; i++) tg[i] = i % 4 == 1 ? -1 : (i * 11) % 37; /* some ignored */
         sn_node *lg = in_f32(&t, "logits", SN_SHAPE(3, 5, 37), big ? -60 : -3, big ? 60 : 3);
@@ -628,7 +638,7 @@ END_TEST
 /* attribute end > 0: only the first `end` classes are real; the same as slicing them off */
 START_TEST(test_cross_entropy_padded) {
     tcase t;
-    tc_init(&t);
+    tc_init(&t, LANES);
     int32_t tg[6] = {0, 29, -1, 5, 17, 3};
     sn_node *lg = in_f32(&t, "logits", SN_SHAPE(6, 37), -3, 3);
     sn_node *tn = in_i32(&t, "targets", SN_SHAPE(6), tg);
@@ -640,7 +650,7 @@ START_TEST(test_cross_entropy_padded) {
     tc_run(&t);
     loss->a.end = grad->a.end = 30; /* the interpreter ran without it: only the kernels see it */
     sn_kernel k;
-    sn_jit *j = new_jit();
+    sn_jit *j = new_jit(LANES);
     void *bufs[4] = {NULL, host_of(&t, lg), host_of(&t, tn), host_of(&t, dl)};
     float lv = NAN, *gv = malloc(sizeof(float) * 6 * 37);
     node_kernel(&k, SN_KER_ROW, loss);
@@ -669,7 +679,7 @@ START_TEST(test_reduce) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int axis = 0; axis < shapes[s].rank; axis++) {
             tcase t;
-            tc_init(&t);
+            tc_init(&t, LANES);
             sn_node *x = in_f32(&t, "x", shapes[s], -3, 3);
             sn_node *ys[3];
             for (int o = 0; o < 3; o++) ys[o] = ops[o](t.g, x, axis, (axis + o) % 2);
@@ -687,7 +697,7 @@ START_TEST(test_embedding) {
     for (size_t c = 0; c < sizeof Cs / sizeof Cs[0]; c++) {
         int64_t C = Cs[c];
         tcase t;
-        tc_init(&t);
+        tc_init(&t, LANES);
         int32_t ids[21];
         for (int i = 0; i < 21; i++) ids[i] = (i * 5) % 7; /* repeats; rows 7..10 never used */
         sn_node *table = in_f32(&t, "table", SN_SHAPE(11, C), -1, 1);
@@ -711,14 +721,14 @@ END_TEST
 /* a bad id reads nothing out of bounds: its row is NaN, and it adds nothing to the scatter */
 START_TEST(test_embedding_bad_id) {
     tcase t;
-    tc_init(&t);
+    tc_init(&t, LANES);
     int32_t ids[4] = {1, 99, -5, 1};
     sn_node *table = in_f32(&t, "table", SN_SHAPE(3, 20), -1, 1);
     sn_node *idn = in_i32(&t, "ids", SN_SHAPE(4), ids);
     sn_node *dy = in_f32(&t, "dy", SN_SHAPE(4, 20), -1, 1);
     sn_node *y = sn_embedding(t.g, table, idn), *dt = sn_embedding_bwd(t.g, idn, dy, 3);
     sn_kernel k;
-    sn_jit *j = new_jit();
+    sn_jit *j = new_jit(LANES);
     float out[4 * 20], grad[3 * 20];
     float *tb = t.host[table->id], *d = t.host[dy->id];
     node_kernel(&k, SN_KER_GATHER, y);
@@ -759,7 +769,7 @@ START_TEST(test_adamw) {
         p2[i] -= h[0] * ((m2[i] / h[5]) / (sqrtf(v2[i] / h[6]) + h[3]) + h[4] * p2[i]);
     }
     sn_kernel k = {.kind = SN_KER_ADAMW, .name = "k0_adamw", .n_items = N};
-    sn_jit *j = new_jit();
+    sn_jit *j = new_jit(LANES);
     sn_cpu_kernel_fn fn = compile_one(j, &k);
     void *bufs[SN_ADAMW_BUFS] = {p, m, v, g, h};
     fn(bufs, 0, 400);
@@ -812,21 +822,18 @@ static void expect_fail(sn_jit *j, sn_kernel *k, sn_status code, const char *par
 
 START_TEST(test_errors) {
     tcase t;
-    tc_init(&t);
+    tc_init(&t, LANES);
     sn_node *a = in_f32(&t, "a", SN_SHAPE(4, 8), -1, 1), *b = in_f32(&t, "b", SN_SHAPE(8, 3), -1, 1);
     sn_node *mm = sn_matmul(t.g, a, b), *lse = sn_softmax(t.g, a);
     int32_t tg[4] = {0, 1, 2, 3};
     sn_node *loss = sn_cross_entropy(t.g, a, in_i32(&t, "t", SN_SHAPE(4), tg), -1);
     sn_node *h = sn_cast(t.g, a, SN_BF16), *hy = sn_exp(t.g, h);
     ck_assert_msg(!sn_graph_error(t.g), "%s", sn_graph_error(t.g));
-    sn_jit *j = new_jit();
+    sn_jit *j = new_jit(LANES);
     sn_kernel k;
     node_kernel(&k, SN_KER_ROW, mm);
     k.kind = SN_KER_GEMM;
     expect_fail(j, &k, SN_ERR_UNSUPPORTED, "library");
-    node_kernel(&k, SN_KER_ROW, lse);
-    k.kind = SN_KER_ATTENTION;
-    expect_fail(j, &k, SN_ERR_UNSUPPORTED, "attention");
     node_kernel(&k, SN_KER_ROW, lse);
     k.n_items = 3;
     expect_fail(j, &k, SN_ERR_INVALID, "n_items is 3");
@@ -846,19 +853,29 @@ START_TEST(test_errors) {
     ck_assert_msg(strstr(e.msg, "unique"), "%s", e.msg);
     k2.name[1] = '9'; /* renamed, the batch compiles, and the jit is still usable */
     ck_assert_msg(sn_jit_compile(j, two, 2, fns, &e) == SN_OK, "%s", e.msg);
+    ck_assert(fns[0] && fns[0] == fns[1]); /* identical kernels share code */
+    sn_cpu_kernel_fn again[2];
+    ck_assert_msg(sn_jit_compile(j, two, 2, again, &e) == SN_OK, "%s", e.msg); /* nothing new */
+    ck_assert_msg(again[0] == fns[0] && again[1] == fns[0], "%p %p %p %p", (void *)fns[0], (void *)fns[1], (void *)again[0], (void *)again[1]);
+    ck_assert_int_eq(sn_jit_get_stats(j).shared, 3);
     sn_jit_free(j);
+    setenv("SN_JIT_LANES", "12", 1);
+    sn_status st = sn_jit_new(&j, &e);
+    unsetenv("SN_JIT_LANES");
+    ck_assert_int_eq(st, SN_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "SN_JIT_LANES=12: the vector width must be 4, 8 or 16"), "%s", e.msg);
     tc_free(&t);
 }
 END_TEST
 
 START_TEST(test_ir_text) {
     tcase t;
-    tc_init(&t);
+    tc_init(&t, LANES);
     sn_node *x = in_f32(&t, "x", SN_SHAPE(4, 768), -1, 1), *w = in_f32(&t, "w", SN_SHAPE(768), -1, 1);
     sn_node *y = sn_layernorm(t.g, x, w, in_f32(&t, "b", SN_SHAPE(768), -1, 1), 1e-5f);
     sn_kernel k;
     node_kernel(&k, SN_KER_ROW, y);
-    sn_jit *j = new_jit();
+    sn_jit *j = new_jit(LANES);
     char *raw, *opt;
     sn_err e;
     ck_assert_msg(sn_jit_kernel_ir(j, &k, false, &raw, &e) == SN_OK, "%s", e.msg);
@@ -879,17 +896,18 @@ END_TEST
 /* a batch of many kernels: one module, one link */
 START_TEST(test_batch) {
     tcase t;
-    tc_init(&t);
+    tc_init(&t, LANES);
     enum { N = 96 };
     sn_node *x = in_f32(&t, "x", SN_SHAPE(8, 37), -2, 2), *w = in_f32(&t, "w", SN_SHAPE(37), 0.5f, 1);
     sn_node *nodes[N];
     sn_node *cur = x;
     for (int i = 0; i < N; i++) {
+        sn_node *c = sn_scalar(t.g, SN_F32, 1 + 0.01f * (float)i); /* folded: kernels differ */
         switch (i % 4) {
-        case 0: cur = sn_gelu(t.g, sn_add(t.g, cur, w)); break;
-        case 1: cur = sn_softmax(t.g, cur); break;
-        case 2: cur = sn_layernorm(t.g, cur, w, w, 1e-5f); break;
-        case 3: cur = sn_mul(t.g, sn_tanh(t.g, cur), w); break;
+        case 0: cur = sn_gelu(t.g, sn_add(t.g, sn_mul(t.g, cur, c), w)); break;
+        case 1: cur = sn_softmax(t.g, cur); break; /* these share one function */
+        case 2: cur = sn_layernorm(t.g, cur, w, w, 1e-5f * (float)(i + 1)); break;
+        case 3: cur = sn_mul(t.g, sn_tanh(t.g, cur), sn_mul(t.g, w, c)); break;
         }
         nodes[i] = cur;
     }
@@ -904,13 +922,15 @@ START_TEST(test_batch) {
         }
         kp[i] = &ks[i];
     }
-    sn_jit *j = new_jit();
+    sn_jit *j = new_jit(LANES);
     sn_cpu_kernel_fn fns[N];
     sn_err e;
     ck_assert_msg(sn_jit_compile(j, kp, N, fns, &e) == SN_OK, "%s", e.msg);
     sn_jit_stats s = sn_jit_get_stats(j);
-    printf("batch: %d kernels compiled in %.0f ms (build+verify %.0f, O3 %.0f, codegen+link %.0f)\n",
-           s.kernels, s.build_ms + s.opt_ms + s.link_ms, s.build_ms, s.opt_ms, s.link_ms);
+    printf("batch: %d kernels (%d distinct) compiled in %.0f ms (build+verify %.0f, O3 %.0f, "
+           "codegen+link %.0f)\n", s.kernels, s.kernels - s.shared, s.build_ms + s.opt_ms + s.link_ms,
+           s.build_ms, s.opt_ms, s.link_ms);
+    ck_assert_int_eq(s.shared, N / 4 - 1);
     for (int i = 0; i < N; i += 7) { /* spot checks */
         void *bufs[SN_KER_MAX_ARGS];
         float out[8 * 37];
@@ -955,7 +975,7 @@ static void *compile_and_run(void *arg) {
 /* two sn_jit objects compiling and running at once on two threads */
 START_TEST(test_two_jits) {
     tcase t;
-    tc_init(&t);
+    tc_init(&t, LANES);
     sn_node *x = in_f32(&t, "x", SN_SHAPE(64, 96), -2, 2), *w = in_f32(&t, "w", SN_SHAPE(96), -1, 1);
     sn_node *y = sn_layernorm(t.g, x, w, in_f32(&t, "b", SN_SHAPE(96), -1, 1), 1e-5f);
     tc_run(&t);
@@ -1010,7 +1030,7 @@ START_TEST(test_gpt2_kernels) {
         for (int i = 0; i < p->n_kernels; i++)
             if (p->kernels[i]->kind != SN_KER_GEMM && p->kernels[i]->kind != SN_KER_ATTENTION) ks[n++] = p->kernels[i];
         sn_cpu_kernel_fn *fns = malloc(sizeof *fns * (size_t)n);
-        sn_jit *j = new_jit();
+        sn_jit *j = new_jit(LANES);
         ck_assert_msg(sn_jit_compile(j, ks, n, fns, &e) == SN_OK, "%s", e.msg);
         sn_jit_stats st = sn_jit_get_stats(j);
         printf("gpt2 tiny%s: %d of %d kernels generated (%d share code), compiled in %.0f ms\n",
@@ -1138,7 +1158,7 @@ START_TEST(test_speed) {
     pthread_barrier_init(&d.done, NULL, 2);
     pthread_t worker;
     ck_assert_int_eq(pthread_create(&worker, NULL, duo_worker, &d), 0);
-    sn_jit *j = new_jit();
+    sn_jit *j = new_jit(LANES);
     for (int which = 0; which < 3; which++) {
         /* 0: y = x + b over 16M (3 x 64 MB moved); 1: gelu(x + bias) over (4096, 3072);
          * 2: layernorm over (1024, 768) */
@@ -1201,24 +1221,24 @@ static Suite *suite(void) {
         return s;
     }
     sn_jit_free(j);
-    tcase_add_test(tc, test_pw_unary);
-    tcase_add_test(tc, test_pw_binary_broadcast);
-    tcase_add_test(tc, test_pw_eq_cast);
-    tcase_add_test(tc, test_pw_permute);
-    tcase_add_test(tc, test_pw_slice);
-    tcase_add_test(tc, test_pw_pad);
-    tcase_add_test(tc, test_pw_concat);
-    tcase_add_test(tc, test_pw_chain_const);
-    tcase_add_test(tc, test_pw_scalar);
-    tcase_add_test(tc, test_pw_math_accuracy);
-    tcase_add_test(tc, test_row_ops);
-    tcase_add_test(tc, test_causal_mask);
-    tcase_add_test(tc, test_cross_entropy);
-    tcase_add_test(tc, test_cross_entropy_padded);
-    tcase_add_test(tc, test_reduce);
-    tcase_add_test(tc, test_embedding);
-    tcase_add_test(tc, test_embedding_bad_id);
-    tcase_add_test(tc, test_adamw);
+    tcase_add_loop_test(tc, test_pw_unary, 0, 3);
+    tcase_add_loop_test(tc, test_pw_binary_broadcast, 0, 3);
+    tcase_add_loop_test(tc, test_pw_eq_cast, 0, 3);
+    tcase_add_loop_test(tc, test_pw_permute, 0, 3);
+    tcase_add_loop_test(tc, test_pw_slice, 0, 3);
+    tcase_add_loop_test(tc, test_pw_pad, 0, 3);
+    tcase_add_loop_test(tc, test_pw_concat, 0, 3);
+    tcase_add_loop_test(tc, test_pw_chain_const, 0, 3);
+    tcase_add_loop_test(tc, test_pw_scalar, 0, 3);
+    tcase_add_loop_test(tc, test_pw_math_accuracy, 0, 3);
+    tcase_add_loop_test(tc, test_row_ops, 0, 3);
+    tcase_add_loop_test(tc, test_causal_mask, 0, 3);
+    tcase_add_loop_test(tc, test_cross_entropy, 0, 3);
+    tcase_add_loop_test(tc, test_cross_entropy_padded, 0, 3);
+    tcase_add_loop_test(tc, test_reduce, 0, 3);
+    tcase_add_loop_test(tc, test_embedding, 0, 3);
+    tcase_add_loop_test(tc, test_embedding_bad_id, 0, 3);
+    tcase_add_loop_test(tc, test_adamw, 0, 3);
 #ifdef SN_HAVE_LLVM
     tcase_add_test(tc, test_verifier);
 #endif
