@@ -14,7 +14,8 @@ struct sn_backend {
     int n_params;
     /* the reference interpreter */
     sn_interp *it;
-    float **w; /* host master weights, by parameter */
+    float **w;  /* host master weights, by parameter */
+    float **gf; /* the last run's gradients as f32, made on demand */
     /* compiled */
     sn_device *d;
     sn_program *prog;
@@ -26,9 +27,12 @@ struct sn_backend {
 
 void sn_backend_free(sn_backend *b) {
     if (!b) return;
-    if (b->w)
-        for (int i = 0; i < b->n_params; i++) free(b->w[i]);
+    for (int i = 0; i < b->n_params; i++) {
+        if (b->w) free(b->w[i]);
+        if (b->gf) free(b->gf[i]);
+    }
     free(b->w);
+    free(b->gf);
     sn_interp_free(b->it);
     sn_exec_free(b->x);
     sn_program_free(b->prog);
@@ -63,7 +67,8 @@ sn_status sn_backend_new(const sn_graph *g, sn_node *const *params, int n_params
     } else {
         b->it = sn_interp_new(g, false);
         b->w = calloc((size_t)n_params, sizeof *b->w);
-        SN_ASSERT(b->w);
+        b->gf = calloc((size_t)n_params, sizeof *b->gf);
+        SN_ASSERT(b->w && b->gf);
         for (int i = 0; i < n_params && !s; i++)
             if (!(b->w[i] = malloc(sizeof(float) * (size_t)sn_numel(params[i]))))
                 s = sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the parameters");
@@ -105,17 +110,14 @@ sn_status sn_backend_run(sn_backend *b, const sn_node *idx, const sn_node *targe
     return SN_OK;
 }
 
-void sn_backend_grad_add(sn_backend *b, int i, float *sum, bool first) {
+const float *sn_backend_grad(sn_backend *b, int i) {
+    if (b->x) return sn_exec_ptr(b->x, b->params[i]->grad);
     int64_t n = sn_numel(b->params[i]);
-    if (b->x) {
-        const float *g = sn_exec_ptr(b->x, b->params[i]->grad);
-        if (first) memcpy(sum, g, sizeof(float) * (size_t)n);
-        else
-            for (int64_t j = 0; j < n; j++) sum[j] += g[j];
-        return;
-    }
+    if (!b->gf[i]) b->gf[i] = malloc(sizeof(float) * (size_t)n);
+    SN_ASSERT(b->gf[i]);
     const double *g = sn_interp_value(b->it, b->params[i]->grad);
-    for (int64_t j = 0; j < n; j++) sum[j] = (first ? 0.0f : sum[j]) + (float)g[j];
+    for (int64_t j = 0; j < n; j++) b->gf[i][j] = (float)g[j];
+    return b->gf[i];
 }
 
 sn_status sn_backend_adamw(sn_backend *b, int i, float *m, float *v, const float *g,

@@ -22,8 +22,8 @@ float *sn_backend_weights(sn_backend *b, int i);
 sn_status sn_backend_run(sn_backend *b, const sn_node *idx, const sn_node *targets,
                          const int32_t *x, const int32_t *y, double *loss, sn_err *e);
 
-/* sum = (first ? 0 : sum) + d loss / d parameter i of the last run. */
-void sn_backend_grad_add(sn_backend *b, int i, float *sum, bool first);
+/* d loss / d parameter i of the last run (numel floats, valid until the next run). */
+const float *sn_backend_grad(sn_backend *b, int i);
 
 /* The AdamW update of parameter i from gradient g (kernel.h lists hyper[8]). */
 sn_status sn_backend_adamw(sn_backend *b, int i, float *m, float *v, const float *g,

@@ -21,7 +21,9 @@ struct sn_trainer {
     float **w;           /* master weights, owned by the backend */
     float **m, **v;      /* AdamW moments, one array per parameter */
     float **gsum;        /* gradients summed over the pending micro-batches */
-    int pending;         /* micro-batches in gsum */
+    int pending;         /* micro-batches accumulated */
+    bool in_backend;     /* the one pending micro-batch's gradients are still only the
+                            backend's (no copy is made for steps of one micro-batch) */
     double loss_sum;     /* their losses */
     int step;
 };
@@ -131,20 +133,36 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     return t;
 }
 
+/* The gradient sums of parameter i. */
+static float *grad_sums(sn_trainer *t, int i) {
+    return t->in_backend ? (float *)sn_backend_grad(t->be, i) : t->gsum[i];
+}
+
+/* Before the backend runs again: the pending gradients move to the trainer's sums. */
+static void keep_pending(sn_trainer *t) {
+    if (!t->in_backend) return;
+    for (int i = 0; i < t->n_params; i++)
+        memcpy(t->gsum[i], sn_backend_grad(t->be, i), sizeof(float) * (size_t)sn_numel(t->params[i]));
+    t->in_backend = false;
+}
+
 sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                           sn_err *e) {
+    keep_pending(t);
     return sn_backend_run(t->be, t->idx, t->targets, idx, targets, loss, e);
 }
 
-/* Forgets the pending micro-batches (the next one overwrites the sums). */
+/* Forgets the pending micro-batches (the next one starts the sums afresh). */
 static void drop_pending(sn_trainer *t) {
     t->pending = 0;
+    t->in_backend = false;
     t->loss_sum = 0;
 }
 
 sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t *targets,
                                 double *loss, sn_err *e) {
     double l;
+    keep_pending(t);
     sn_status s = sn_backend_run(t->be, t->idx, t->targets, idx, targets, &l, e);
     if (s) return s;
     if (!isfinite(l)) {
@@ -154,7 +172,17 @@ sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t
                        "the parameters are unchanged (lower the learning rate or raise warm-up)",
                        t->step + 1, l, k + 1);
     }
-    for (int i = 0; i < t->n_params; i++) sn_backend_grad_add(t->be, i, t->gsum[i], t->pending == 0);
+    if (t->pending == 0) {
+        t->in_backend = true;
+    } else {
+        for (int i = 0; i < t->n_params; i++) {
+            const float *g = sn_backend_grad(t->be, i);
+            float *sum = t->gsum[i];
+            int64_t n = sn_numel(t->params[i]);
+#pragma omp simd
+            for (int64_t j = 0; j < n; j++) sum[j] += g[j];
+        }
+    }
     t->pending++;
     t->loss_sum += l;
     if (loss) *loss = l;
@@ -168,10 +196,16 @@ sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e) {
     float inv = 1.0f / (float)t->pending;
     double loss = t->loss_sum / t->pending, sq = 0;
     for (int i = 0; i < t->n_params; i++) {
-        float *gm = t->gsum[i];
-        for (int64_t j = 0; j < sn_numel(t->params[i]); j++) {
-            if (t->pending > 1) gm[j] *= inv; /* the mean; exact for one micro-batch */
-            sq += (double)gm[j] * gm[j];
+        float *gm = grad_sums(t, i);
+        int64_t n = sn_numel(t->params[i]);
+        if (t->pending > 1) /* the mean; exact for one micro-batch */
+            for (int64_t j = 0; j < n; j++) gm[j] *= inv;
+        for (int64_t j0 = 0; j0 < n; j0 += 4096) { /* f32 partial sums, vectorised; blocks in f64 */
+            float part = 0;
+            int64_t j1 = j0 + 4096 < n ? j0 + 4096 : n;
+#pragma omp simd reduction(+ : part)
+            for (int64_t j = j0; j < j1; j++) part += gm[j] * gm[j];
+            sq += part;
         }
     }
     double norm = sqrt(sq);
@@ -190,7 +224,7 @@ sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e) {
                                    (float)(1 - pow(o->beta2, t->step)), (float)clip};
     for (int i = 0; i < t->n_params; i++) {
         hyper[4] = t->params[i]->rank >= 2 ? o->weight_decay : 0.0f;
-        sn_status s = sn_backend_adamw(t->be, i, t->m[i], t->v[i], t->gsum[i], hyper, e);
+        sn_status s = sn_backend_adamw(t->be, i, t->m[i], t->v[i], grad_sums(t, i), hyper, e);
         if (s) return s;
     }
     drop_pending(t);
@@ -215,7 +249,7 @@ sn_exec *sn_trainer_exec(const sn_trainer *t) { return sn_backend_exec(t->be); }
 
 sn_param_state sn_trainer_param(const sn_trainer *t, int i) {
     SN_ASSERT(i >= 0 && i < t->n_params);
-    return (sn_param_state){t->params[i], t->w[i], t->m[i], t->v[i], t->gsum[i]};
+    return (sn_param_state){t->params[i], t->w[i], t->m[i], t->v[i], grad_sums((sn_trainer *)t, i)};
 }
 
 int sn_trainer_find_param(const sn_trainer *t, const char *name) {

@@ -937,6 +937,7 @@ START_TEST(test_batch) {
         bufs[0] = out;
         for (int a = 1; a < 1 + ks[i].n_in; a++) bufs[a] = host_of(&t, ks[i].args[a]);
         fns[i](bufs, 0, ks[i].n_items);
+        if (getenv("SN_DBG")) { printf("kernel %s n_in %d n_instr %d n_access %d\n", ks[i].name, ks[i].n_in, ks[i].n_instr, ks[i].n_access); for (int q = 0; q < ks[i].n_instr; q++) printf("  instr %d %s\n", q, sn_op_name(ks[i].instr[q].node->op)); check_kernel(&t, &ks[i], 1e-5); }
         compare_out(t.it, &ks[i], 0, out, 1e-5, "batch");
     }
     sn_jit_free(j);
