@@ -21,21 +21,21 @@
 
 static const char train_usage[] =
     "usage: sinter train [options]\n"
-    "  --model NAME          tiny (default), demo, gpt2 ... (sinter help lists them)\n"
+    "  --model NAME          demo (default), tiny, gpt2 ... (sinter help lists them)\n"
     "  --device D            cpu: compiled kernels (default); interp: the reference interpreter\n"
     "  --data PATH           text file or directory (default " SN_DEFAULT_CORPUS ")\n"
     "  --train-bin FILE      llm.c token shard to train on (with --val-bin; see sinter prepare)\n"
     "  --val-bin FILE        llm.c token shard to validate on\n"
     "  --bpe DIR             GPT-2 BPE tokenizer from DIR/encoder.json and DIR/vocab.bpe\n"
     "                        (default: byte-level, vocabulary 256)\n"
-    "  --steps N             optimizer steps (default 300)\n"
-    "  --batch B             sequences per micro-batch (default 8)\n"
+    "  --steps N             optimizer steps (default 600)\n"
+    "  --batch B             sequences per micro-batch (default 16)\n"
     "  --seq T               tokens per sequence (default: the model's context)\n"
     "  --tokens-per-step N   tokens per optimizer step, a multiple of B*T: gradients of N/(B*T)\n"
     "                        micro-batches are averaged (default B*T)\n"
-    "  --lr X                peak learning rate (default 1e-3)\n"
+    "  --lr X                peak learning rate (default 3e-3)\n"
     "  --seed N              initialisation, data and sampling seed (default 1337)\n"
-    "  --eval-every N        validation every N steps (default 50; 0: only at the end)\n"
+    "  --eval-every N        validation every N steps (default 100; 0: only at the end)\n"
     "  --log FILE            write step,loss,val_loss,lr,grad_norm,tokens_per_s as CSV\n"
     "  --plot FILE.png       draw the train and validation loss curves (at each validation)\n"
     "  --checkpoint FILE     save the whole run every --save-every steps and at the end\n"
@@ -55,8 +55,8 @@ static bool parse_real(const char *v, double lo, double hi, double *out) {
 }
 
 static int parse_args(int argc, char **argv, train_args *a) {
-    *a = (train_args){.model = "tiny", .device = "cpu", .data = SN_DEFAULT_CORPUS, .steps = 300, .batch = 8,
-                      .seq = -1, .seed = 1337, .eval_every = 50, .lr = 1e-3, .save_every = 100,
+    *a = (train_args){.model = "demo", .device = "cpu", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
+                      .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
                       .sample_len = 200, .top_k = 40, .temperature = 1.0};
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
