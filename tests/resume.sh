@@ -9,7 +9,7 @@ trap 'rm -rf "$dir"' EXIT
 cd "$dir"
 seq 1 6000 | awk '{ print "line " $1 ": the quick brown fox jumps over " ($1 * 7) % 13 " lazy dogs" }' > corpus.txt
 run() { "$sinter" train --model tiny --data corpus.txt --batch 2 --seq 16 --tokens-per-step 64 \
-    --steps 300 --eval-every 50 --save-every 50 --sample-len 0 "$@"; }
+    --steps 300 --lr 1e-3 --eval-every 50 --save-every 50 --sample-len 0 "$@"; }
 losses() { cut -d, -f1-5 "$1"; } # step,loss,val_loss,lr,grad_norm (tokens/s differ)
 
 run --log straight.csv --checkpoint straight.ckpt > straight.out
