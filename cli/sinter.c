@@ -7,6 +7,7 @@
 #include "../models/gpt2.h"
 #include "../passes/passes.h"
 #include "../passes/pipeline.h"
+#include "../passes/program.h"
 #include "../runtime/info.h"
 #include "cli.h"
 
@@ -92,6 +93,11 @@ static int cmd_graph(int argc, char **argv) {
         print_count(stdout, (long long)sn_graph_param_count(g));
         printf("\n");
         s = sn_pipeline_run(&g, &o, &st, &e);
+    }
+    bool compile = o.dump_after && (!strcmp(o.dump_after, "fuse") || !strcmp(o.dump_after, "memplan"));
+    if (!s && compile) { /* the kernels and the memory plan of the final graph */
+        sn_program *p;
+        if (!(s = sn_pipeline_compile(g, &o, &p, &e))) sn_program_free(p);
     }
     if (!s && !o.dump_after) {
         printf("# after the pipeline\n");

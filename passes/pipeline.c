@@ -6,11 +6,14 @@
 
 #include "../frontend/sinter.h"
 #include "passes.h"
+#include "program.h"
 
-static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autodiff"};
+static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autodiff", "fuse", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
-const char *sn_pipeline_pass_names(void) { return "frontend, pad_vocab, attention, autodiff"; }
+const char *sn_pipeline_pass_names(void) {
+    return "frontend, pad_vocab, attention, autodiff, fuse, memplan";
+}
 
 sn_pipeline_opts sn_pipeline_defaults(void) {
     return (sn_pipeline_opts){.fuse_attention = true, .pad_vocab = 64};
@@ -42,8 +45,8 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     for (int i = 0; i < N_PASSES; i++) known |= !strcmp(d, pass_names[i]);
     if (!known)
         return sn_fail(e, SN_ERR_INVALID, "unknown pass '%s' (passes: %s)", d, sn_pipeline_pass_names());
-    if (!strcmp(d, "autodiff") && !o->backward)
-        return sn_fail(e, SN_ERR_INVALID, "--dump-after autodiff needs the backward (add --backward)");
+    if ((!strcmp(d, "autodiff") || !strcmp(d, "fuse") || !strcmp(d, "memplan")) && !o->backward)
+        return sn_fail(e, SN_ERR_INVALID, "--dump-after %s needs the backward (add --backward)", d);
     if (!strcmp(d, "attention") && !o->fuse_attention)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after attention, but the attention pass is off "
                        "(drop --no-fuse-attention)");
@@ -81,4 +84,28 @@ sn_status sn_pipeline_run(sn_graph **g, const sn_pipeline_opts *o, sn_pipeline_s
     if (!(*g)->loss) return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph has no loss");
     if ((s = sn_backward(*g, (*g)->loss, e))) return s;
     return after(*g, "autodiff", o, e);
+}
+
+/* Dumps the program after `pass` if that pass was asked for. */
+static void after_program(const sn_program *p, const char *pass, const sn_pipeline_opts *o) {
+    if (!o->dump_after || strcmp(o->dump_after, pass)) return;
+    FILE *f = o->dump ? o->dump : stdout;
+    fprintf(f, "# after pass %s\n", pass);
+    sn_program_print(p, f);
+}
+
+sn_status sn_pipeline_compile(const sn_graph *g, const sn_pipeline_opts *o, sn_program **out,
+                              sn_err *e) {
+    *out = NULL;
+    sn_program *p;
+    sn_status s = sn_fuse(g, &p, e);
+    if (s) return s;
+    after_program(p, "fuse", o);
+    if ((s = sn_memplan(p, e))) {
+        sn_program_free(p);
+        return s;
+    }
+    after_program(p, "memplan", o);
+    *out = p;
+    return SN_OK;
 }

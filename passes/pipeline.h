@@ -37,4 +37,10 @@ const char *sn_pipeline_pass_names(void);
 sn_status sn_pipeline_run(sn_graph **g, const sn_pipeline_opts *o, sn_pipeline_stats *stats,
                           sn_err *e);
 
+/* The passes after the graph is final: fuse (kernels) and memplan (arena offsets), dumping the
+ * program after either if o->dump_after names it. g must outlive the program. */
+struct sn_program;
+sn_status sn_pipeline_compile(const sn_graph *g, const sn_pipeline_opts *o, struct sn_program **out,
+                              sn_err *e);
+
 #endif

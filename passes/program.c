@@ -39,6 +39,7 @@ void sn_program_print(const sn_program *p, FILE *f) {
     for (int i = 0; i < SN_KER_KIND_COUNT; i++)
         if (count[i]) fprintf(f, " %d %s", count[i], sn_kernel_kind_name((sn_kernel_kind)i));
     fprintf(f, "\n");
+    if (!p->sum_bytes && !p->persistent_bytes) return; /* not planned yet */
     print_bytes(f, "arena (planned peak)", p->arena_bytes);
     print_bytes(f, "arena values without reuse", p->sum_bytes);
     print_bytes(f, "persistent (inputs, parameters, outputs)", p->persistent_bytes);

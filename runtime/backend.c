@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../passes/pipeline.h"
 #include "interp.h"
 
 struct sn_backend {
@@ -41,8 +42,8 @@ void sn_backend_free(sn_backend *b) {
 
 static sn_status compiled_new(sn_backend *b, sn_err *e) {
     sn_status s;
-    if ((s = sn_fuse(b->g, &b->prog, e)) || (s = sn_memplan(b->prog, e)) ||
-        (s = sn_exec_new(b->d, b->prog, &b->x, e)))
+    sn_pipeline_opts none = {0};
+    if ((s = sn_pipeline_compile(b->g, &none, &b->prog, e)) || (s = sn_exec_new(b->d, b->prog, &b->x, e)))
         return s;
     b->adamw = (sn_kernel){.kind = SN_KER_ADAMW, .name = "adamw"};
     sn_kernel *k = &b->adamw;
