@@ -1,22 +1,28 @@
-/* pool.c: the thread pool of pool.h: workers sleep on a condition variable between jobs; a
- * job is published with a generation counter and finished when the pending count hits zero. */
+/* pool.c: the thread pool of pool.h. A job is published by bumping a generation counter (under
+ * the mutex, so a worker about to sleep cannot miss it); workers spin briefly for the next job
+ * before sleeping on a condition variable, and the caller spins (yielding) until the others'
+ * parts are done: kernels are short and launched back to back. */
 #include "pool.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "../ir/ir.h"
 
+enum { SPIN = 20000 }; /* polls before a worker sleeps: tens of microseconds */
+
 struct sn_pool {
     int n;
     pthread_t *threads;
     pthread_mutex_t mu;
-    pthread_cond_t wake, done;
-    uint64_t generation;
-    int pending;
-    bool stop;
-    /* the current job */
+    pthread_cond_t wake;
+    _Atomic uint64_t generation;
+    _Atomic int pending; /* parts of the current job not finished by the workers */
+    _Atomic bool stop;
+    /* the current job: written before the generation is bumped */
     sn_pool_fn fn;
     void *ctx;
     int64_t items;
@@ -27,9 +33,28 @@ typedef struct {
     int index;
 } worker_arg;
 
+static void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 static void part(const sn_pool *p, int i, int64_t *b, int64_t *e) {
     *b = p->items * i / p->n;
     *e = p->items * (i + 1) / p->n;
+}
+
+/* Waits until the generation differs from seen (or stop); returns the new one. */
+static uint64_t next_job(sn_pool *p, uint64_t seen) {
+    for (int i = 0; i < SPIN; i++) {
+        if (atomic_load_explicit(&p->generation, memory_order_acquire) != seen || atomic_load(&p->stop))
+            return atomic_load_explicit(&p->generation, memory_order_acquire);
+        relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->wake, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    return atomic_load_explicit(&p->generation, memory_order_acquire);
 }
 
 static void *worker(void *arg) {
@@ -38,19 +63,14 @@ static void *worker(void *arg) {
     int me = w->index;
     free(w);
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->stop) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+        seen = next_job(p, seen);
+        if (atomic_load(&p->stop)) break;
         int64_t b, e;
         part(p, me, &b, &e);
         if (b < e) p->fn(p->ctx, b, e);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->done);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -64,7 +84,6 @@ sn_pool *sn_pool_new(int threads) {
     SN_ASSERT(p->threads);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
     for (int i = 1; i < threads; i++) {
         worker_arg *w = malloc(sizeof *w);
         SN_ASSERT(w);
@@ -81,13 +100,12 @@ sn_pool *sn_pool_new(int threads) {
 void sn_pool_free(sn_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->stop = true;
+    atomic_store(&p->stop, true);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->done);
     free(p->threads);
     free(p);
 }
@@ -99,18 +117,19 @@ void sn_pool_run(sn_pool *p, int64_t n, sn_pool_fn fn, void *ctx) {
         if (n > 0) fn(ctx, 0, n);
         return;
     }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->items = n;
-    p->pending = p->n - 1;
-    p->generation++;
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     int64_t b, e;
     part(p, 0, &b, &e);
     if (b < e) fn(ctx, b, e);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) {
+        if (i < SPIN) relax();
+        else sched_yield(); /* a worker was descheduled: let it run */
+    }
 }
