@@ -1,36 +1,20 @@
 /* cuda_pointwise.c: pointwise kernels as CUDA C: a grid-stride loop over the elements of the
  * index space, each reading its accesses, evaluating the fused ops in f32, storing the outputs.
- * Convention: the index space is simplified first (size-1 dims dropped, dims no access tells
- * apart merged), so an element's coordinates cost only the divisions the accesses need. */
+ * Convention: the index space is simplified first (pointwise.h: size-1 dims dropped, dims
+ * no access tells apart merged), so an element's coordinates cost only the divisions the
+ * accesses need. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda.h"
+#include "pointwise.h"
 
-/* The index space after simplification, with the accesses rewritten over it. */
-typedef struct {
-    int rank;
-    int64_t shape[SN_MAX_RANK];
-    sn_access acc[SN_KER_MAX_ARGS];
-    bool zero[SN_KER_MAX_ARGS]; /* the mask excludes every element: the access reads 0 */
-    bool need[SN_MAX_RANK];     /* coordinate d is used by some access */
-    const char *ix;             /* the index type: "int" when every index fits, else "long long" */
-} space;
-
-static void drop_dim(space *s, int n_access, int d) {
-    for (int a = 0; a < n_access; a++) {
-        sn_access *x = &s->acc[a];
-        for (int t = d; t + 1 < s->rank; t++) x->stride[t] = x->stride[t + 1];
-        if (x->masked && x->mask_axis > d) x->mask_axis--;
-    }
-    for (int t = d; t + 1 < s->rank; t++) s->shape[t] = s->shape[t + 1];
-    s->rank--;
-}
+/* ---- the index space ---- */
 
 /* Whether access x walks the space in row-major order, so its index is offset + i. */
-static bool is_linear(const space *s, const sn_access *x) {
+static bool is_linear(const sn_pw_space *s, const sn_access *x) {
     int64_t st = 1;
     for (int d = s->rank - 1; d >= 0; d--) {
         if (x->stride[d] != st) return false;
@@ -39,38 +23,12 @@ static bool is_linear(const space *s, const sn_access *x) {
     return !x->masked;
 }
 
-static void simplify(const sn_kernel *k, space *s) {
+/* The simplified space of k (pointwise.h), then what the CUDA loop needs besides: masks
+ * that cover their whole axis dropped, empty ones read as 0, the coordinates the accesses use
+ * (need[d]), and the index type, returned: "int" when every index fits, else "long long". */
+static const char *fill_space(const sn_kernel *k, sn_pw_space *s, bool need[SN_MAX_RANK]) {
     int na = k->n_access;
-    s->rank = k->rank;
-    memcpy(s->shape, k->shape, sizeof s->shape);
-    memcpy(s->acc, k->access, sizeof(sn_access) * (size_t)na);
-    for (int d = s->rank - 1; d >= 0; d--) { /* size-1 dims: coordinate 0 */
-        if (s->shape[d] != 1) continue;
-        for (int a = 0; a < na; a++) {
-            sn_access *x = &s->acc[a];
-            if (!x->masked || x->mask_axis != d) continue;
-            if (!(x->mask_lo <= 0 && 0 < x->mask_hi)) s->zero[a] = true;
-            x->masked = false;
-        }
-        drop_dim(s, na, d);
-    }
-    for (int d = s->rank - 2; d >= 0; d--) { /* merge d and d+1 when nothing tells them apart */
-        bool ok = true;
-        for (int a = 0; a < na && ok; a++) {
-            const sn_access *x = &s->acc[a];
-            if (x->stride[d] != x->stride[d + 1] * s->shape[d + 1]) ok = false;
-            if (x->masked && (x->mask_axis == d || x->mask_axis == d + 1)) ok = false;
-        }
-        if (!ok) continue;
-        s->shape[d] *= s->shape[d + 1];
-        for (int a = 0; a < na; a++) s->acc[a].stride[d] = s->acc[a].stride[d + 1];
-        drop_dim(s, na, d + 1);
-    }
-    if (s->rank == 0) { /* a scalar */
-        s->rank = 1;
-        s->shape[0] = 1;
-        for (int a = 0; a < na; a++) s->acc[a].stride[0] = 0;
-    }
+    sn_pw_space_fill(s, k);
     /* a mask covering its whole axis is no mask */
     for (int a = 0; a < na; a++) {
         sn_access *x = &s->acc[a];
@@ -87,21 +45,13 @@ static void simplify(const sn_kernel *k, space *s) {
         if (reach > widest) widest = reach;
         if (is_linear(s, x)) continue;
         for (int d = 0; d < s->rank; d++)
-            if (x->stride[d]) s->need[d] = true;
-        if (x->masked) s->need[x->mask_axis] = true;
+            if (x->stride[d]) need[d] = true;
+        if (x->masked) need[x->mask_axis] = true;
     }
-    s->ix = widest < INT32_MAX ? "int" : "long long";
+    return widest < INT32_MAX ? "int" : "long long";
 }
 
 /* ---- checks ---- */
-
-static bool is_identity(sn_op op) {
-    switch (op) {
-    case SN_OP_RESHAPE: case SN_OP_PERMUTE: case SN_OP_BROADCAST: case SN_OP_SLICE:
-    case SN_OP_PAD: case SN_OP_CONCAT: case SN_OP_FULL: case SN_OP_CONST: return true;
-    default: return false;
-    }
-}
 
 static sn_status check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
     if (n->dtype == SN_F32 || n->dtype == SN_BF16 || n->dtype == SN_I32) return SN_OK;
@@ -115,37 +65,13 @@ static sn_status check(const sn_kernel *k, sn_err *e) {
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s is a %s kernel; the CUDA backend "
                        "generates pointwise kernels only so far", k->name,
                        sn_kernel_kind_name(k->kind));
-    SN_ASSERT(k->n_instr >= 1 && k->instr && k->n_out >= 1);
-    SN_ASSERT(k->rank >= 0 && k->rank <= SN_MAX_RANK && k->n_access <= SN_KER_MAX_ARGS);
+    SN_ASSERT(k->n_access <= SN_KER_MAX_ARGS);
     for (const char *c = k->name; *c; c++) /* the name is the kernel's C identifier */
         SN_ASSERT(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
                   (c > k->name && *c >= '0' && *c <= '9'));
-    for (int i = 0; i < k->n_out + k->n_in; i++) {
-        sn_status st = check_dtype(k, k->args[i], e);
-        if (st) return st;
-    }
-    for (int i = 0; i < k->n_instr; i++) {
-        const sn_pw_instr *in = &k->instr[i];
-        const sn_node *n = in->node;
-        sn_status st = check_dtype(k, n, e);
-        if (st) return st;
-        if (sn_op_kind(n->op) != SN_K_POINTWISE && !is_identity(n->op))
-            return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: instruction %d is %s (%%%d), "
-                           "which is not a pointwise op", k->name, i, sn_op_name(n->op), n->id);
-        if (sn_op_kind(n->op) == SN_K_POINTWISE) SN_ASSERT(in->n_in == sn_op_min_inputs(n->op));
-        for (int j = 0; j < in->n_in; j++) {
-            const sn_ref *r = &in->in[j];
-            if (r->kind == SN_REF_INSTR) SN_ASSERT(r->index >= 0 && r->index < i);
-            if (r->kind == SN_REF_ACCESS) SN_ASSERT(r->index >= 0 && r->index < k->n_access);
-        }
-    }
-    for (int a = 0; a < k->n_access; a++)
-        SN_ASSERT(k->access[a].arg >= k->n_out && k->access[a].arg < k->n_out + k->n_in);
-    for (int o = 0; o < k->n_out; o++) {
-        SN_ASSERT(k->store[o] >= 0 && k->store[o] < k->n_instr);
-        SN_ASSERT(sn_numel(k->args[o]) == sn_shape_numel(k->rank, k->shape));
-    }
-    return SN_OK;
+    char who[80];
+    snprintf(who, sizeof who, "cuda: kernel %s", k->name);
+    return sn_pw_check(k, who, check_dtype, e);
 }
 
 /* ---- names and literals ---- */
@@ -214,7 +140,7 @@ static void describe(const sn_kernel *k, const sn_ref *r, char *buf, size_t len)
 
 /* ---- the kernel ---- */
 
-static void emit_header(sn_cu_text *t, const sn_kernel *k, const space *s) {
+static void emit_header(sn_cu_text *t, const sn_kernel *k, const sn_pw_space *s) {
     char expr[160] = "", type[96], shape[96];
     for (int o = 0; o < k->n_out; o++) {
         if (o) strncat(expr, ", ", sizeof expr - strlen(expr) - 1);
@@ -242,7 +168,7 @@ static void emit_signature(sn_cu_text *t, const sn_kernel *k) {
 }
 
 /* "x2 = i1 < 5 ? sn_load(in1[i0 * 40 + i1 - 3]) : 0.0f": access a's value at element i. */
-static void emit_access(sn_cu_text *t, const sn_kernel *k, const space *s, int a) {
+static void emit_access(sn_cu_text *t, const sn_kernel *k, const sn_pw_space *s, int a) {
     const sn_access *x = &s->acc[a];
     char arg[16];
     if (s->zero[a]) {
@@ -265,7 +191,7 @@ static void emit_access(sn_cu_text *t, const sn_kernel *k, const space *s, int a
     long long lo = x->mask_lo, hi = x->mask_hi;
     if (!x->masked)
         sn_cu_emitf(t, "const float x%d = sn_load(%s[%s]);", a, arg, idx);
-    else if (lo <= 0) /* simplify left only masks that cut the axis */
+    else if (lo <= 0) /* fill_space left only masks that cut the axis */
         sn_cu_emitf(t, "const float x%d = i%d < %lld ? sn_load(%s[%s]) : 0.0f;", a, d, hi, arg,
                     idx);
     else if (hi >= s->shape[d])
@@ -312,7 +238,7 @@ static void emit_instr(sn_cu_text *t, const sn_kernel *k, int i) {
                  in->n_in > 2 ? " + " : "", in->n_in > 2 ? x[2] : "");
         break;
     default: /* cast to a float type, or a view's copy */
-        SN_ASSERT((n->op == SN_OP_CAST || is_identity(n->op)) && in->n_in >= 1);
+        SN_ASSERT((n->op == SN_OP_CAST || sn_pw_is_identity(n->op)) && in->n_in >= 1);
         snprintf(rhs, sizeof rhs, "%s", x[0]);
         break;
     }
@@ -323,23 +249,24 @@ static void emit_instr(sn_cu_text *t, const sn_kernel *k, int i) {
 }
 
 static void emit_kernel(sn_cu_text *t, const sn_kernel *k) {
-    space s = {0};
-    simplify(k, &s);
+    sn_pw_space s;
+    bool need[SN_MAX_RANK] = {0};
+    const char *ix = fill_space(k, &s, need);
     emit_header(t, k, &s);
     emit_signature(t, k);
     sn_cu_emitf(t, "{");
-    sn_cu_emitf(t, "const %s n = %lld;", s.ix, (long long)sn_shape_numel(s.rank, s.shape));
-    sn_cu_emitf(t, "for (%s i = sn_thread_index(); i < n; i += sn_thread_count()) {", s.ix);
+    sn_cu_emitf(t, "const %s n = %lld;", ix, (long long)sn_shape_numel(s.rank, s.shape));
+    sn_cu_emitf(t, "for (%s i = sn_thread_index(); i < n; i += sn_thread_count()) {", ix);
     int64_t inner = 1; /* coordinates of element i in the simplified space */
     for (int d = s.rank - 1; d >= 0; d--) {
-        if (s.need[d] && d == 0 && inner == 1)
-            sn_cu_emitf(t, "const %s i0 = i;", s.ix);
-        else if (s.need[d] && d == 0)
-            sn_cu_emitf(t, "const %s i0 = i / %lld;", s.ix, (long long)inner);
-        else if (s.need[d] && inner == 1)
-            sn_cu_emitf(t, "const %s i%d = i %% %lld;", s.ix, d, (long long)s.shape[d]);
-        else if (s.need[d])
-            sn_cu_emitf(t, "const %s i%d = i / %lld %% %lld;", s.ix, d, (long long)inner,
+        if (need[d] && d == 0 && inner == 1)
+            sn_cu_emitf(t, "const %s i0 = i;", ix);
+        else if (need[d] && d == 0)
+            sn_cu_emitf(t, "const %s i0 = i / %lld;", ix, (long long)inner);
+        else if (need[d] && inner == 1)
+            sn_cu_emitf(t, "const %s i%d = i %% %lld;", ix, d, (long long)s.shape[d]);
+        else if (need[d])
+            sn_cu_emitf(t, "const %s i%d = i / %lld %% %lld;", ix, d, (long long)inner,
                         (long long)s.shape[d]);
         inner *= s.shape[d];
     }

@@ -438,57 +438,6 @@ sn_status sn_jit_new(sn_jit **out, sn_err *e) {
     return no_llvm(e);
 }
 void sn_jit_free(sn_jit *j) { (void)j; }
-/* ---- sharing identical kernels ---- */
-
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
-/* If function `name` of mod is identical to one linked before (j->fns[0, n_done)) or added
- * earlier in this batch (j->fns[n_done, n_fns)), deletes it and sets name to that symbol;
- * else records it as pending. Returns true when it was shared. */
-static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len) {
-    LLVMValueRef fn = LLVMGetNamedFunction(mod, name);
-    SN_ASSERT(fn);
-    char *text = LLVMPrintValueToString(fn);
-    char head[112];
-    snprintf(head, sizeof head, "@%s(", name);
-    const char *at = strstr(text, head);
-    SN_ASSERT(at);
-    /* the body, without attribute group numbers (#3): they depend on what else the module held */
-    char *body = malloc(strlen(at) + 1), *o = body;
-    SN_ASSERT(body);
-    for (const char *c = at + strlen(head) - 1; *c; c++) {
-        if (*c == '#' && c[1] >= '0' && c[1] <= '9') {
-            while (c[1] >= '0' && c[1] <= '9') c++;
-            continue;
-        }
-        *o++ = *c;
-    }
-    *o = 0;
-    LLVMDisposeMessage(text);
-    uint64_t h = fnv1a(body);
-    for (int i = 0; i < j->n_fns; i++)
-        if (j->fns[i].hash == h && !strcmp(j->fns[i].body, body)) {
-            free(body);
-            LLVMDeleteFunction(fn);
-            snprintf(name, len, "%s", j->fns[i].symbol);
-            return true;
-        }
-    if (j->n_fns == j->cap_fns) {
-        j->cap_fns = j->cap_fns ? 2 * j->cap_fns : 64;
-        j->fns = realloc(j->fns, sizeof *j->fns * (size_t)j->cap_fns);
-        SN_ASSERT(j->fns);
-    }
-    jit_fn *f = &j->fns[j->n_fns++];
-    f->hash = h;
-    f->body = body;
-    snprintf(f->symbol, sizeof f->symbol, "%s", name);
-    return false;
-}
-
 sn_status sn_jit_compile(sn_jit *j, sn_kernel *const *ks, int n, sn_cpu_kernel_fn *fns, sn_err *e) {
     (void)j, (void)ks, (void)n, (void)fns;
     return no_llvm(e);

@@ -1,7 +1,8 @@
 /* llvm_pointwise.c: pointwise kernels: node ops over strided, broadcast and masked accesses.
- * Convention: the index space is simplified (size-1 dims dropped, dims all accesses walk
- * contiguously merged), then walked by rows: coordinates and offsets once per row, then a
- * vector loop along the last dimension with a masked tail; any [begin, end) cuts rows. */
+ * Convention: the index space is simplified (pointwise.h: size-1 dims dropped, dims all
+ * accesses walk contiguously merged), then walked by rows: coordinates and offsets once per
+ * row, then a vector loop along the last dimension with a masked tail; any [begin, end) cuts
+ * rows. */
 #ifdef SN_HAVE_LLVM
 
 #include <stdio.h>
@@ -9,104 +10,10 @@
 #include <string.h>
 
 #include "llvm_util.h"
+#include "pointwise.h"
 
 static const float GELU_K = 0.7978845608028654f; /* sqrt(2/pi) */
 static const float GELU_C = 0.044715f;
-
-/* The index space after simplification, with the accesses rewritten over it. */
-typedef struct {
-    int rank;
-    int64_t shape[SN_MAX_RANK];
-    int n_access;
-    sn_access *acc;
-    bool *zero; /* [n_access] the mask excludes every element: the access reads 0 */
-} space;
-
-static void drop_dim(space *s, int d) {
-    for (int a = 0; a < s->n_access; a++) {
-        sn_access *x = &s->acc[a];
-        for (int t = d; t + 1 < s->rank; t++) x->stride[t] = x->stride[t + 1];
-        if (x->masked && x->mask_axis > d) x->mask_axis--;
-    }
-    for (int t = d; t + 1 < s->rank; t++) s->shape[t] = s->shape[t + 1];
-    s->rank--;
-}
-
-static void simplify(const sn_kernel *k, space *s) {
-    s->rank = k->rank;
-    memcpy(s->shape, k->shape, sizeof s->shape);
-    s->n_access = k->n_access;
-    memcpy(s->acc, k->access, sizeof(sn_access) * (size_t)k->n_access);
-    for (int d = s->rank - 1; d >= 0; d--) { /* size-1 dims: coordinate 0 */
-        if (s->shape[d] != 1) continue;
-        for (int a = 0; a < s->n_access; a++) {
-            sn_access *x = &s->acc[a];
-            if (!x->masked || x->mask_axis != d) continue;
-            if (!(x->mask_lo <= 0 && 0 < x->mask_hi)) s->zero[a] = true;
-            x->masked = false;
-        }
-        drop_dim(s, d);
-    }
-    for (int d = s->rank - 2; d >= 0; d--) { /* merge d and d+1 when nothing tells them apart */
-        bool ok = true;
-        for (int a = 0; a < s->n_access && ok; a++) {
-            const sn_access *x = &s->acc[a];
-            if (x->stride[d] != x->stride[d + 1] * s->shape[d + 1]) ok = false;
-            if (x->masked && (x->mask_axis == d || x->mask_axis == d + 1)) ok = false;
-        }
-        if (!ok) continue;
-        s->shape[d] *= s->shape[d + 1];
-        for (int a = 0; a < s->n_access; a++) s->acc[a].stride[d] = s->acc[a].stride[d + 1];
-        drop_dim(s, d + 1);
-    }
-    if (s->rank == 0) { /* a scalar */
-        s->rank = 1;
-        s->shape[0] = 1;
-        for (int a = 0; a < s->n_access; a++) s->acc[a].stride[0] = 0;
-    }
-}
-
-/* ---- checks ---- */
-
-static bool is_identity(sn_op op) {
-    switch (op) {
-    case SN_OP_RESHAPE: case SN_OP_PERMUTE: case SN_OP_BROADCAST: case SN_OP_SLICE:
-    case SN_OP_PAD: case SN_OP_CONCAT: case SN_OP_FULL: case SN_OP_CONST: return true;
-    default: return false;
-    }
-}
-
-static sn_status check(const sn_kernel *k, sn_err *e) {
-    char kn[96];
-    SN_ASSERT(k->n_instr >= 1 && k->instr && k->n_out >= 1);
-    SN_ASSERT(k->rank >= 0 && k->rank <= SN_MAX_RANK);
-    for (int i = 0; i < k->n_out + k->n_in; i++) {
-        sn_status st = sn_ll_check_dtype(k, k->args[i], e);
-        if (st) return st;
-    }
-    for (int i = 0; i < k->n_instr; i++) {
-        const sn_pw_instr *in = &k->instr[i];
-        const sn_node *n = in->node;
-        sn_status st = sn_ll_check_dtype(k, n, e);
-        if (st) return st;
-        if (sn_op_kind(n->op) != SN_K_POINTWISE && !is_identity(n->op))
-            return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: instruction %d is %s (%%%d), which is not "
-                           "a pointwise op", sn_ll_kname(k, kn, sizeof kn), i, sn_op_name(n->op), n->id);
-        if (sn_op_kind(n->op) == SN_K_POINTWISE) SN_ASSERT(in->n_in == sn_op_min_inputs(n->op));
-        for (int j = 0; j < in->n_in; j++) {
-            const sn_ref *r = &in->in[j];
-            if (r->kind == SN_REF_INSTR) SN_ASSERT(r->index >= 0 && r->index < i);
-            if (r->kind == SN_REF_ACCESS) SN_ASSERT(r->index >= 0 && r->index < k->n_access);
-        }
-    }
-    for (int a = 0; a < k->n_access; a++)
-        SN_ASSERT(k->access[a].arg >= k->n_out && k->access[a].arg < k->n_out + k->n_in);
-    for (int o = 0; o < k->n_out; o++) {
-        SN_ASSERT(k->store[o] >= 0 && k->store[o] < k->n_instr);
-        SN_ASSERT(sn_numel(k->args[o]) == sn_shape_numel(k->rank, k->shape));
-    }
-    return SN_OK;
-}
 
 /* ---- evaluation ---- */
 
@@ -159,7 +66,7 @@ static LLVMValueRef eval_op(sn_ll *L, const sn_node *n, LLVMValueRef *x, int nx)
         for (int i = 1; i < nx; i++) v = LLVMBuildFAdd(b, v, x[i], name);
         break;
     default:
-        SN_ASSERT(is_identity(n->op) && nx >= 1); /* a view's copy */
+        SN_ASSERT(sn_pw_is_identity(n->op) && nx >= 1); /* a view's copy */
         v = x[0];
         break;
     }
@@ -171,7 +78,7 @@ static LLVMValueRef eval_op(sn_ll *L, const sn_node *n, LLVMValueRef *x, int nx)
 typedef struct {
     sn_ll *L;
     const sn_kernel *k;
-    space s;
+    sn_pw_space s;
     LLVMValueRef *ptr;    /* [args] */
     LLVMValueRef *base;   /* [n_access] offset of the row's first element */
     LLVMValueRef *ok;     /* [n_access] the row is inside an outer-axis mask (NULL: no mask) */
@@ -186,7 +93,7 @@ static bool last_axis_mask(const pw *P, const sn_access *x) {
 /* Per row: offsets, outer-mask conditions, stride-0 values (loaded once, not per vector). */
 static void row_setup(pw *P, LLVMValueRef r) {
     sn_ll *L = P->L;
-    const space *s = &P->s;
+    const sn_pw_space *s = &P->s;
     LLVMValueRef c[SN_MAX_RANK], rem = r;
     char name[32];
     for (int d = s->rank - 2; d > 0; d--) { /* row r -> outer coordinates i0 .. */
@@ -267,7 +174,7 @@ static void vector_step(pw *P, LLVMValueRef rowstart, LLVMValueRef j, LLVMValueR
     memset(P->cache, 0, sizeof(LLVMValueRef) * (size_t)(k->n_access + 1));
     for (int i = 0; i < k->n_instr; i++) {
         const sn_pw_instr *in = &k->instr[i];
-        LLVMValueRef x[3];
+        LLVMValueRef x[3] = {NULL}; /* the first in->n_in are set */
         for (int t = 0; t < in->n_in; t++) x[t] = operand(P, &in->in[t], vals, j, tail);
         vals[i] = eval_op(P->L, in->node, x, in->n_in);
     }
@@ -276,20 +183,19 @@ static void vector_step(pw *P, LLVMValueRef rowstart, LLVMValueRef j, LLVMValueR
 }
 
 sn_status sn_ll_emit_pointwise(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
-    sn_status st = check(k, e);
+    char kn[96];
+    sn_status st = sn_pw_check(k, sn_ll_kname(k, kn, sizeof kn), sn_ll_check_dtype, e);
     if (st) return st;
     int na = k->n_access + 1, nargs = k->n_out + k->n_in;
     pw P = {.L = L, .k = k};
-    P.s.acc = calloc((size_t)na, sizeof(sn_access));
-    P.s.zero = calloc((size_t)na, sizeof(bool));
     P.ptr = calloc((size_t)nargs, sizeof(LLVMValueRef));
     P.base = calloc((size_t)na, sizeof(LLVMValueRef));
     P.ok = calloc((size_t)na, sizeof(LLVMValueRef));
     P.hoist = calloc((size_t)na, sizeof(LLVMValueRef));
     P.cache = calloc((size_t)na, sizeof(LLVMValueRef));
     LLVMValueRef *vals = calloc((size_t)k->n_instr, sizeof(LLVMValueRef));
-    SN_ASSERT(P.s.acc && P.s.zero && P.ptr && P.base && P.ok && P.hoist && P.cache && vals);
-    simplify(k, &P.s);
+    SN_ASSERT(P.ptr && P.base && P.ok && P.hoist && P.cache && vals);
+    sn_pw_space_fill(&P.s, k);
 
     sn_ll_fn_begin(L, fname);
     for (int i = 0; i < nargs; i++) {
@@ -315,8 +221,6 @@ sn_status sn_ll_emit_pointwise(sn_ll *L, const sn_kernel *k, const char *fname, 
     sn_ll_if_end(L, &any);
     sn_ll_fn_end(L);
 
-    free(P.s.acc);
-    free(P.s.zero);
     free(P.ptr);
     free(P.base);
     free(P.ok);
