@@ -266,7 +266,10 @@ __attribute__((target("avx2,fma"))) static float fma_avx2(long iters)
 
 typedef enum { PEAK_FMA512, PEAK_DPBF16, PEAK_FMA256 } PeakKind;
 
-static double peak_flops_per_iter(PeakKind k) { return k == PEAK_FMA512 ? 16 * 32 : k == PEAK_DPBF16 ? 16 * 64 : 16 * 16; }
+static double peak_flops_per_iter(PeakKind k)
+{
+    return k == PEAK_FMA512 ? 16 * 32 : k == PEAK_DPBF16 ? 16 * 64 : 16 * 16;
+}
 
 static float peak_kernel(PeakKind k, long iters)
 {
@@ -394,7 +397,8 @@ typedef struct {
     dnnl_memory_t mem[4]; /* src, weights, bias, dst */
 #endif
 #ifdef SN_HAVE_OPENBLAS
-    void (*cblas_sgemm)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int);
+    void (*cblas_sgemm)(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                        const float *b, int ldb, float beta, float *c, int ldc);
 #endif
 } Plan;
 
@@ -908,7 +912,8 @@ int main(int argc, char **argv)
                         variants[s->var].api, env_label(ws));
         }
     }
-    if (nworker == 0) fprintf(stderr, "gemm_libs: no GEMM library to measure (none compiled in, or all failed to start)\n");
+    if (nworker == 0)
+        fprintf(stderr, "gemm_libs: no GEMM library to measure (none compiled in, or all failed to start)\n");
 
     /* measurements: per shape, warm-up + check, then `reps` rounds over all slots in rotating order */
     Sample *samples = malloc(sizeof(Sample) * (size_t)reps * NVAR * NSPEC);
@@ -1042,36 +1047,39 @@ int main(int argc, char **argv)
     }
 
     /* stderr: a table of GFLOP/s, one column per slot */
-    fprintf(stderr, "\nGFLOP/s (best of %d, %d threads; peak f32 %.0f, bf16 %.0f GFLOP/s)\n", reps, threads, peak_f32,
-            peak_bf16);
-    fprintf(stderr, "%-18s %-16s", "shape", "m n k ta tb");
-    for (int j = 0; j < nslot; j++) fprintf(stderr, " %6s%d", "col", j);
-    fprintf(stderr, "\n");
-    for (int si = 0; si < NSHAPE; si++) {
-        const Shape *sh = &shapes[si];
-        if (quick && is_lm_head(sh)) continue;
-        char name[40], dims[40];
-        snprintf(name, sizeof name, "%s.%s", sh->pass, sh->op);
-        snprintf(dims, sizeof dims, "%d %d %d %c%c", sh->m, sh->n, sh->k, sh->ta, sh->tb);
-        fprintf(stderr, "%-18s %-16s", name, dims);
+    if (nslot) {
+        fprintf(stderr, "\nGFLOP/s (best of %d, %d threads; peak f32 %.0f, bf16 %.0f GFLOP/s)\n", reps, threads,
+                peak_f32, peak_bf16);
+        fprintf(stderr, "%-18s %-16s", "shape", "m n k ta tb");
+        for (int j = 0; j < nslot; j++) fprintf(stderr, " %6s%d", "col", j);
+        fprintf(stderr, "\n");
+        for (int si = 0; si < NSHAPE; si++) {
+            const Shape *sh = &shapes[si];
+            if (quick && is_lm_head(sh)) continue;
+            char name[40], dims[40];
+            snprintf(name, sizeof name, "%s.%s", sh->pass, sh->op);
+            snprintf(dims, sizeof dims, "%d %d %d %c%c", sh->m, sh->n, sh->k, sh->ta, sh->tb);
+            fprintf(stderr, "%-18s %-16s", name, dims);
+            for (int j = 0; j < nslot; j++) {
+                if (!slots[j].measured[si]) fprintf(stderr, " %7s", "-");
+                else fprintf(stderr, " %7.1f", 2.0 * sh->m * sh->n * sh->k / (slots[j].best[si] * 1e6));
+            }
+            fprintf(stderr, "\n");
+        }
+        fprintf(stderr, "%-35s", "ms per step (sum count x best)");
         for (int j = 0; j < nslot; j++) {
-            if (slots[j].measured[si]) fprintf(stderr, " %7.1f", 2.0 * sh->m * sh->n * sh->k / (slots[j].best[si] * 1e6));
+            if (step_ms[j] > 0) fprintf(stderr, " %7.0f", step_ms[j]);
             else fprintf(stderr, " %7s", "-");
         }
-        fprintf(stderr, "\n");
-    }
-    fprintf(stderr, "%-35s", "ms per step (sum count x best)");
-    for (int j = 0; j < nslot; j++) {
-        if (step_ms[j] > 0) fprintf(stderr, " %7.0f", step_ms[j]);
-        else fprintf(stderr, " %7s", "-");
-    }
-    fprintf(stderr, "\ncolumns:\n");
-    for (int j = 0; j < nslot; j++) {
-        const Variant *v = &variants[slots[j].var];
-        fprintf(stderr, "  col%d %s %s %s%s [%s]", j, slots[j].w->spec->group, v->api, v->bf16 ? "bf16" : "f32",
-                v->epilogue ? " (fwd layers only)" : "", env_label(slots[j].w->spec));
-        if (step_ms[j] > 0 && best_step > 0 && !v->epilogue) fprintf(stderr, "  %.2fx the fastest f32", step_ms[j] / best_step);
-        fprintf(stderr, "\n");
+        fprintf(stderr, "\ncolumns:\n");
+        for (int j = 0; j < nslot; j++) {
+            const Variant *v = &variants[slots[j].var];
+            fprintf(stderr, "  col%d %s %s %s%s [%s]", j, slots[j].w->spec->group, v->api, v->bf16 ? "bf16" : "f32",
+                    v->epilogue ? " (fwd layers only)" : "", env_label(slots[j].w->spec));
+            if (step_ms[j] > 0 && best_step > 0 && !v->epilogue)
+                fprintf(stderr, "  %.2fx the fastest f32", step_ms[j] / best_step);
+            fprintf(stderr, "\n");
+        }
     }
 
     loadavg(load, sizeof load);
