@@ -69,7 +69,12 @@ static int parse_args(int argc, char **argv, train_args *a) {
         bool ok = true;
         if (!strcmp(k, "--model")) a->model = v;
         else if (!strcmp(k, "--data")) a->data = v;
-        else if (!strcmp(k, "--device")) ok = !strcmp(v, "cpu") || !strcmp(v, "interp"), a->device = v;
+        else if (!strcmp(k, "--device")) {
+            if (strcmp(v, "cpu") && strcmp(v, "interp"))
+                return cli_fail("train: --device is cpu or interp, not '%s' (the CUDA backend is not "
+                                "built yet)", v);
+            a->device = v;
+        }
         else if (!strcmp(k, "--bpe")) a->bpe = v;
         else if (!strcmp(k, "--train-bin")) a->train_bin = v;
         else if (!strcmp(k, "--val-bin")) a->val_bin = v;
