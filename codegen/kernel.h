@@ -63,7 +63,17 @@ struct sn_kernel {
     const sn_node *anchor2;               /* ATTENTION forward: the lse node (also an output) */
 
     /* POINTWISE: index space, instructions, accesses, and which instruction each output stores
-     * (contiguously over the index space; an output's numel equals the index space's). */
+     * (contiguously over the index space; an output's numel equals the index space's).
+     * ROW with fused neighbours (n_instr > 0; a ROW kernel without them has n_instr 0, reads
+     * its row op's inputs as args and stores the row op into args[0]): the same over `shape`,
+     * the shape of the row op's first input, whose last axis is the row. instr[row_instr] is
+     * the row op itself (node == anchor); its in[] say how it reads each operand: an
+     * instruction before it (the prologue, evaluated per element of the row as the op reads
+     * it), or an access (an arg read as is; operands that are not per element of the row,
+     * like layernorm's w and b, cross-entropy's targets, are always an access of their
+     * materialised node). Instructions that read the row op's value form the epilogue,
+     * evaluated on each element the row op produces. Output o stores instr[store[o]]: the
+     * row op, an epilogue value, or a prologue value that later kernels read too. */
     int rank;
     int64_t shape[SN_MAX_RANK];
     int n_instr;
@@ -71,6 +81,7 @@ struct sn_kernel {
     int n_access;
     sn_access *access;
     int store[SN_KER_MAX_ARGS];
+    int row_instr; /* ROW with n_instr > 0: the row op's instruction */
 
     /* Work is split over threads (CPU) or blocks (GPU) as items [0, n_items): pointwise:
      * elements; ROW: rows; REDUCE: output elements; GATHER: ids (or table rows for the
@@ -89,6 +100,14 @@ enum { SN_ADAMW_BUFS = 5, SN_ADAMW_HYPER = 8 };
 /* The CPU calling convention of a generated kernel: bufs[i] points at args[i]'s data; the
  * kernel does the items [begin, end). */
 typedef void (*sn_cpu_kernel_fn)(void *const *bufs, int64_t begin, int64_t end);
+
+/* Which operands of a row op (a SN_K_ROW node) a ROW kernel's prologue may compute: those the
+ * op reads element by element over its first input's shape (x, dy, logits), not per-column
+ * weights, per-row targets or a scalar. */
+bool sn_row_operand_per_element(sn_op op, int i);
+/* Whether a row op's result has one element per element of its first input, so that a ROW
+ * kernel's epilogue may follow it (not cross-entropy's mean, not the weight gradients). */
+bool sn_row_result_per_element(sn_op op);
 
 /* One line describing k: "k3 pointwise gelu,add f32[4,64,768] <- %12, %40 -> %41". */
 void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len);

@@ -19,6 +19,10 @@
  *              counts the targets that are not ignored over all rows itself, so it splits.
  *              CROSS_ENTROPY(_BWD) with attribute end > 0 treat only the first `end` classes
  *              as real (padded vocabulary): the rest add nothing and get a zero gradient.
+ *              Fused neighbours (n_instr > 0, kernel.h): the prologue is evaluated where the
+ *              op reads an operand, a value it stores is stored by the first pass over the row
+ *              that computes it and read back by later passes; the epilogue is evaluated where
+ *              the op writes. CROSS_ENTROPY stores no prologue values (SN_ERR_UNSUPPORTED). 
  *   REDUCE     items = output elements, any split.
  *   GATHER     EMBEDDING: items = ids, any split. EMBEDDING_BWD: items = column blocks, each
  *              owning ceil(C / n_items) columns of the (V, C) output, which it zeroes and then

@@ -9,71 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llvm_fused.h"
 #include "llvm_util.h"
 #include "pointwise.h"
-
-static const float GELU_K = 0.7978845608028654f; /* sqrt(2/pi) */
-static const float GELU_C = 0.044715f;
-
-/* ---- evaluation ---- */
-
-/* The value of node n's op on its operand values x (f32, scalars or vectors alike). */
-static LLVMValueRef eval_op(sn_ll *L, const sn_node *n, LLVMValueRef *x, int nx) {
-    LLVMBuilderRef b = L->b;
-    const char *name = sn_op_name(n->op);
-    LLVMValueRef v = NULL, s, g;
-#define C(f) sn_ll_fc(L, x[0], (float)(f))
-    switch (n->op) {
-    case SN_OP_ADD: v = LLVMBuildFAdd(b, x[0], x[1], name); break;
-    case SN_OP_SUB: v = LLVMBuildFSub(b, x[0], x[1], name); break;
-    case SN_OP_MUL: v = LLVMBuildFMul(b, x[0], x[1], name); break;
-    case SN_OP_DIV: v = LLVMBuildFDiv(b, x[0], x[1], name); break;
-    case SN_OP_EQ:
-        v = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, x[0], x[1], ""), C(1), C(0), name);
-        break;
-    case SN_OP_NEG: v = LLVMBuildFNeg(b, x[0], name); break;
-    case SN_OP_SCALE: v = LLVMBuildFMul(b, x[0], C(n->a.f), name); break;
-    case SN_OP_EXP: v = sn_ll_exp(L, x[0], name); break;
-    case SN_OP_LOG: v = sn_ll_log(L, x[0], name); break;
-    case SN_OP_TANH: v = sn_ll_tanh(L, x[0], name); break;
-    case SN_OP_SQRT: v = sn_ll_sqrt(L, x[0], name); break;
-    case SN_OP_RSQRT: v = LLVMBuildFDiv(b, C(1), sn_ll_sqrt(L, x[0], ""), name); break;
-    case SN_OP_GELU:   /* 0.5 x (1 + tanh u) = x sigmoid(2u), u = k (x + c x^3) */
-    case SN_OP_GELU_BWD: { /* dy (s + 2 x s (1 - s) k (1 + 3 c x^2)), s = sigmoid(2u) */
-        LLVMValueRef x2 = LLVMBuildFMul(b, x[0], x[0], "x2");
-        LLVMValueRef u = LLVMBuildFMul(b, LLVMBuildFMul(b, x[0], sn_ll_fma(L, x2, C(GELU_C), C(1)), ""), C(2 * GELU_K), "2u");
-        s = sn_ll_sigmoid(L, u, "s");
-        if (n->op == SN_OP_GELU) {
-            v = LLVMBuildFMul(b, x[0], s, name);
-            break;
-        }
-        LLVMValueRef du = LLVMBuildFMul(b, sn_ll_fma(L, x2, C(3 * GELU_C), C(1)), C(2 * GELU_K), "");
-        LLVMValueRef ds = LLVMBuildFMul(b, s, LLVMBuildFSub(b, C(1), s, ""), "");
-        g = sn_ll_fma(L, LLVMBuildFMul(b, x[0], ds, ""), du, s);
-        v = LLVMBuildFMul(b, x[1], g, name);
-        break;
-    }
-    case SN_OP_SILU: v = LLVMBuildFMul(b, x[0], sn_ll_sigmoid(L, x[0], "s"), name); break;
-    case SN_OP_SILU_BWD: /* dy s (1 + x (1 - s)) */
-        s = sn_ll_sigmoid(L, x[0], "s");
-        g = sn_ll_fma(L, x[0], LLVMBuildFSub(b, C(1), s, ""), C(1));
-        v = LLVMBuildFMul(b, x[1], LLVMBuildFMul(b, s, g, ""), name);
-        break;
-    case SN_OP_CAST: v = x[0]; break; /* to i32: truncated below */
-    case SN_OP_FULL: v = nx ? x[0] : sn_ll_vf32(L, n->a.f); break;
-    case SN_OP_CONCAT: /* the parts are masked accesses: exactly one is not 0 */
-        v = x[0];
-        for (int i = 1; i < nx; i++) v = LLVMBuildFAdd(b, v, x[i], name);
-        break;
-    default:
-        SN_ASSERT(sn_pw_is_identity(n->op) && nx >= 1); /* a view's copy */
-        v = x[0];
-        break;
-    }
-#undef C
-    if (n->dtype == SN_I32) v = sn_ll_call(L, "llvm.trunc", &v, 1, name);
-    return v;
-}
 
 typedef struct {
     sn_ll *L;
@@ -176,7 +114,7 @@ static void vector_step(pw *P, LLVMValueRef rowstart, LLVMValueRef j, LLVMValueR
         const sn_pw_instr *in = &k->instr[i];
         LLVMValueRef x[3] = {NULL}; /* the first in->n_in are set */
         for (int t = 0; t < in->n_in; t++) x[t] = operand(P, &in->in[t], vals, j, tail);
-        vals[i] = eval_op(P->L, in->node, x, in->n_in);
+        vals[i] = sn_ll_pw_op(P->L, in->node, x, in->n_in);
     }
     LLVMValueRef at = sn_ll_add(P->L, rowstart, j);
     for (int o = 0; o < k->n_out; o++) sn_ll_vstore(P->L, P->ptr[o], at, vals[k->store[o]], tail);

@@ -1,36 +1,120 @@
 /* llvm_row.c: row kernels: softmax, layernorm, rmsnorm, causal mask, cross-entropy and their
- * backwards, over rows of the last axis (C elements, known when the kernel is built).
+ * backwards, over rows of the last axis (C elements, known when the kernel is built), with the
+ * pointwise instructions fused around the row op (kernel.h): a prologue computing its operands
+ * and an epilogue applied to what it stores (llvm_fused.h evaluates them).
  * Convention: items are rows; every pass over a row is a vector loop with a constant-mask tail,
- * and row statistics are summed lane-wise, then across lanes by a shuffle tree. */
+ * and row statistics are summed lane-wise, then across lanes by a shuffle tree. The ops read
+ * operands through ld() and write results through st(): without fused neighbours these are
+ * plain loads and stores; with them, ld() evaluates the prologue (and stores the values other
+ * kernels read, in the first pass over the row that computes them; later passes read them
+ * back) and st() the epilogue. */
 #ifdef SN_HAVE_LLVM
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "llvm_util.h"
+#include "llvm_fused.h"
+#include "pointwise.h"
 
 typedef struct {
     sn_ll *L;
+    const sn_kernel *k;
     const sn_node *n;     /* the row op */
     int64_t C;            /* row length */
-    LLVMValueRef y;       /* output */
-    LLVMValueRef in[3];   /* inputs, in the op's order */
+    LLVMValueRef y;       /* the buffer of the row op's result (softmax reads it back), or NULL */
+    LLVMValueRef in[3];   /* inputs read as they are, in the op's order (NULL: computed) */
     LLVMValueRef off;     /* r * C: the current row's first element */
+    /* fused neighbours (fx NULL without): */
+    sn_ll_fx *fx;
+    LLVMValueRef ptr[SN_KER_MAX_ARGS];
+    bool *dep;                      /* [n_instr] depends on the row op's value */
+    bool whole;                     /* every pass of the op covers every row unconditionally */
+    bool full;                      /* the current pass covers the row and may store values */
+    bool have[SN_KER_MAX_ARGS];     /* output o holds this row's values (read back, not again) */
+    bool pending[SN_KER_MAX_ARGS];  /* stored by the current pass */
+    bool stepped[SN_KER_MAX_ARGS];  /* stored in the current step */
+    bool written[SN_KER_MAX_ARGS];  /* stored somewhere (checked at the end) */
 } row;
 
 #define B (w->L->b)
 
 static LLVMValueRef at(row *w, LLVMValueRef j) { return sn_ll_add(w->L, w->off, j); }
 
-/* x[row, j ..] for input i (a full row), or w[j ..] for a per-column input (w, b). */
-static LLVMValueRef ld(row *w, int i, const sn_ll_vloop *v, const char *name) {
-    return sn_ll_vload(w->L, w->in[i], at(w, v->j), v->mask, name);
+/* for (pass(w, &v, n, "j"); next(w, &v);) { .. }: a vector loop over the row's first n
+ * elements; with fused neighbours each body is one evaluation step. */
+static void pass(row *w, sn_ll_vloop *v, int64_t n, const char *name) {
+    sn_ll_vloop_static(w->L, v, n, name);
+    w->full = w->whole && n == w->C;
 }
+
+static bool next(row *w, sn_ll_vloop *v) {
+    if (!sn_ll_vloop_next(w->L, v)) {
+        for (int o = 0; o < SN_KER_MAX_ARGS; o++) {
+            if (w->pending[o] && w->k->args[o]->dtype == SN_F32) /* later passes read it back */
+                sn_ll_fx_reuse(w->fx, w->k->store[o], w->ptr[o]);
+            w->have[o] = w->have[o] || w->pending[o];
+            w->pending[o] = false;
+        }
+        w->full = false;
+        return false;
+    }
+    if (w->fx) {
+        sn_ll_fx_step(w->fx, v->j, v->mask, false);
+        memset(w->stepped, 0, sizeof w->stepped);
+    }
+    return true;
+}
+
+/* Stores this step's values of the outputs that do not depend on the row op and are not yet
+ * stored for this row: all of them (at), or those already evaluated. */
+static void store_prologue(row *w, const sn_ll_vloop *v, bool all) {
+    const sn_kernel *k = w->k;
+    for (int o = 0; o < k->n_out; o++) {
+        int i = k->store[o];
+        if (w->dep[i] || w->have[o] || w->stepped[o] || (!all && !sn_ll_fx_has(w->fx, i))) continue;
+        sn_ll_vstore(w->L, w->ptr[o], at(w, v->j), sn_ll_fx_value(w->fx, i), v->mask);
+        w->stepped[o] = w->written[o] = true;
+        if (w->full) w->pending[o] = true;
+    }
+}
+
+/* x[row, j ..] for input i (a full row): loaded, read back, or computed by the prologue. */
+static LLVMValueRef ld(row *w, int i, const sn_ll_vloop *v, const char *name) {
+    if (w->in[i]) return sn_ll_vload(w->L, w->in[i], at(w, v->j), v->mask, name);
+    LLVMValueRef x = sn_ll_fx_ref(w->fx, &w->k->instr[w->k->row_instr].in[i]);
+    if (w->full) store_prologue(w, v, false);
+    return x;
+}
+
+/* x[row, j] for input i (a full row) at one column j. */
+static LLVMValueRef ld_one(row *w, int i, LLVMValueRef j, const char *name) {
+    if (w->in[i]) return sn_ll_load(w->L, w->in[i], at(w, j), name);
+    sn_ll_fx_step(w->fx, j, NULL, true);
+    return sn_ll_fx_ref(w->fx, &w->k->instr[w->k->row_instr].in[i]);
+}
+
+/* w[j ..] for a per-column input (w, b). */
 static LLVMValueRef ld_col(row *w, int i, const sn_ll_vloop *v, const char *name) {
     return sn_ll_vload(w->L, w->in[i], v->j, v->mask, name);
 }
+
+/* The row op's result at the step's columns: stored, or through the epilogue into every
+ * output that depends on it (and the prologue values not stored yet). */
 static void st(row *w, const sn_ll_vloop *v, LLVMValueRef val) {
-    sn_ll_vstore(w->L, w->y, at(w, v->j), val, v->mask);
+    if (!w->fx) {
+        sn_ll_vstore(w->L, w->y, at(w, v->j), val, v->mask);
+        return;
+    }
+    const sn_kernel *k = w->k;
+    sn_ll_fx_set(w->fx, k->row_instr, val);
+    for (int o = 0; o < k->n_out; o++) {
+        int i = k->store[o];
+        if (!w->dep[i] || w->stepped[o]) continue;
+        sn_ll_vstore(w->L, w->ptr[o], at(w, v->j), sn_ll_fx_value(w->fx, i), v->mask);
+        w->stepped[o] = w->written[o] = true;
+    }
+    store_prologue(w, v, true);
 }
 
 static LLVMValueRef splat(row *w, LLVMValueRef s) { return sn_ll_splat(w->L, s, ""); }
@@ -44,7 +128,7 @@ static LLVMValueRef row_max(row *w, int i, int64_t n) {
     sn_ll *L = w->L;
     LLVMValueRef acc = sn_ll_var(L, L->t_vf, sn_ll_vf32(L, -INFINITY), "mx");
     sn_ll_vloop v;
-    for (sn_ll_vloop_static(L, &v, n, "j"); sn_ll_vloop_next(L, &v);)
+    for (pass(w, &v, n, "j"); next(w, &v);)
         sn_ll_acc_maxnum(L, acc, ld(w, i, &v, "x"), v.mask);
     return sn_ll_hmaxnum(L, sn_ll_get(L, acc, ""), "max");
 }
@@ -54,7 +138,7 @@ static LLVMValueRef row_sum_exp(row *w, int i, int64_t n, LLVMValueRef m) {
     sn_ll *L = w->L;
     LLVMValueRef acc = new_acc(w, "se"), vm = splat(w, m);
     sn_ll_vloop v;
-    for (sn_ll_vloop_static(L, &v, n, "j"); sn_ll_vloop_next(L, &v);)
+    for (pass(w, &v, n, "j"); next(w, &v);)
         sn_ll_acc_add(L, acc, sn_ll_exp(L, LLVMBuildFSub(B, ld(w, i, &v, "x"), vm, ""), "e"), v.mask);
     return sn_ll_hsum(L, sn_ll_get(L, acc, ""), "sumexp");
 }
@@ -68,13 +152,13 @@ static void norm_stats(row *w, bool rms, LLVMValueRef *mean, LLVMValueRef *rstd)
     *mean = NULL;
     if (!rms) {
         acc = new_acc(w, "sx");
-        for (sn_ll_vloop_static(L, &v, w->C, "j"); sn_ll_vloop_next(L, &v);)
+        for (pass(w, &v, w->C, "j"); next(w, &v);)
             sn_ll_acc_add(L, acc, ld(w, 0, &v, "x"), v.mask);
         *mean = LLVMBuildFDiv(B, sn_ll_hsum(L, sn_ll_get(L, acc, ""), ""), fC, "mean");
         vmean = splat(w, *mean);
     }
     acc = new_acc(w, "sq");
-    for (sn_ll_vloop_static(L, &v, w->C, "j"); sn_ll_vloop_next(L, &v);) {
+    for (pass(w, &v, w->C, "j"); next(w, &v);) {
         LLVMValueRef d = ld(w, 0, &v, "x");
         if (vmean) d = LLVMBuildFSub(B, d, vmean, "d");
         sn_ll_acc_add(L, acc, LLVMBuildFMul(B, d, d, ""), v.mask);
@@ -92,28 +176,33 @@ static LLVMValueRef xhat(row *w, LLVMValueRef x, LLVMValueRef vmean, LLVMValueRe
 
 /* ---- the ops, one row each (w->off set) ---- */
 
+/* e = exp(x - max) is kept in y between the passes; without such a buffer (the epilogue
+ * stores only what follows softmax, and not as f32), the last pass computes it again. */
 static void softmax(row *w) {
     sn_ll *L = w->L;
     LLVMValueRef m = splat(w, row_max(w, 0, w->C)), acc = new_acc(w, "se");
     sn_ll_vloop v;
-    for (sn_ll_vloop_static(L, &v, w->C, "j"); sn_ll_vloop_next(L, &v);) {
+    for (pass(w, &v, w->C, "j"); next(w, &v);) {
         LLVMValueRef e = sn_ll_exp(L, LLVMBuildFSub(B, ld(w, 0, &v, "x"), m, ""), "e");
-        st(w, &v, e);
+        if (w->y) sn_ll_vstore(L, w->y, at(w, v.j), e, v.mask);
         sn_ll_acc_add(L, acc, e, v.mask);
     }
     LLVMValueRef inv = splat(w, LLVMBuildFDiv(B, sn_ll_f32(L, 1), sn_ll_hsum(L, sn_ll_get(L, acc, ""), "sum"), "inv"));
-    for (sn_ll_vloop_static(L, &v, w->C, "j"); sn_ll_vloop_next(L, &v);)
-        st(w, &v, LLVMBuildFMul(B, sn_ll_vload(L, w->y, at(w, v.j), v.mask, "e"), inv, "p"));
+    for (pass(w, &v, w->C, "j"); next(w, &v);) {
+        LLVMValueRef e = w->y ? sn_ll_vload(L, w->y, at(w, v.j), v.mask, "e")
+                              : sn_ll_exp(L, LLVMBuildFSub(B, ld(w, 0, &v, "x"), m, ""), "e");
+        st(w, &v, LLVMBuildFMul(B, e, inv, "p"));
+    }
 }
 
 static void softmax_bwd(row *w) { /* (y, dy) -> y (dy - sum(dy y)) */
     sn_ll *L = w->L;
     LLVMValueRef acc = new_acc(w, "sdy");
     sn_ll_vloop v;
-    for (sn_ll_vloop_static(L, &v, w->C, "j"); sn_ll_vloop_next(L, &v);)
+    for (pass(w, &v, w->C, "j"); next(w, &v);)
         sn_ll_acc_add(L, acc, LLVMBuildFMul(B, ld(w, 0, &v, "y"), ld(w, 1, &v, "dy"), ""), v.mask);
     LLVMValueRef s = splat(w, sn_ll_hsum(L, sn_ll_get(L, acc, ""), "s"));
-    for (sn_ll_vloop_static(L, &v, w->C, "j"); sn_ll_vloop_next(L, &v);)
+    for (pass(w, &v, w->C, "j"); next(w, &v);)
         st(w, &v, LLVMBuildFMul(B, ld(w, 0, &v, "y"), LLVMBuildFSub(B, ld(w, 1, &v, "dy"), s, ""), "dx"));
 }
 
@@ -123,7 +212,7 @@ static void norm(row *w, bool rms) { /* layernorm (x, w, b), rmsnorm (x, w) */
     norm_stats(w, rms, &mean, &rstd);
     LLVMValueRef vmean = mean ? splat(w, mean) : NULL, vrstd = splat(w, rstd);
     sn_ll_vloop v;
-    for (sn_ll_vloop_static(L, &v, w->C, "j"); sn_ll_vloop_next(L, &v);) {
+    for (pass(w, &v, w->C, "j"); next(w, &v);) {
         LLVMValueRef h = xhat(w, ld(w, 0, &v, "x"), vmean, vrstd), wt = ld_col(w, 1, &v, "w");
         st(w, &v, rms ? LLVMBuildFMul(B, h, wt, "y") : sn_ll_fma(L, h, wt, ld_col(w, 2, &v, "b")));
     }
@@ -139,7 +228,7 @@ static void norm_bwd(row *w, bool rms) {
     LLVMValueRef sg = new_acc(w, "sg"), sgx = new_acc(w, "sgx");
     LLVMValueRef fC = sn_ll_f32(L, (float)w->C);
     sn_ll_vloop v;
-    for (sn_ll_vloop_static(L, &v, w->C, "j"); sn_ll_vloop_next(L, &v);) {
+    for (pass(w, &v, w->C, "j"); next(w, &v);) {
         LLVMValueRef g = LLVMBuildFMul(B, ld(w, 2, &v, "dy"), ld_col(w, 1, &v, "w"), "g");
         if (!rms) sn_ll_acc_add(L, sg, g, v.mask);
         sn_ll_acc_add(L, sgx, LLVMBuildFMul(B, g, xhat(w, ld(w, 0, &v, "x"), vmean, vrstd), ""), v.mask);
@@ -147,7 +236,7 @@ static void norm_bwd(row *w, bool rms) {
     LLVMValueRef mg = rms ? sn_ll_vf32(L, 0)
                           : splat(w, LLVMBuildFDiv(B, sn_ll_hsum(L, sn_ll_get(L, sg, ""), ""), fC, "mg"));
     LLVMValueRef mgx = splat(w, LLVMBuildFDiv(B, sn_ll_hsum(L, sn_ll_get(L, sgx, ""), ""), fC, "mgx"));
-    for (sn_ll_vloop_static(L, &v, w->C, "j"); sn_ll_vloop_next(L, &v);) {
+    for (pass(w, &v, w->C, "j"); next(w, &v);) {
         LLVMValueRef g = LLVMBuildFMul(B, ld(w, 2, &v, "dy"), ld_col(w, 1, &v, "w"), "g");
         LLVMValueRef h = xhat(w, ld(w, 0, &v, "x"), vmean, vrstd);
         LLVMValueRef t = LLVMBuildFSub(B, LLVMBuildFSub(B, g, mg, ""), LLVMBuildFMul(B, h, mgx, ""), "");
@@ -162,7 +251,7 @@ static void norm_bwd_w(row *w, bool rms) {
     norm_stats(w, rms, &mean, &rstd);
     LLVMValueRef vmean = mean ? splat(w, mean) : NULL, vrstd = splat(w, rstd);
     sn_ll_vloop v;
-    for (sn_ll_vloop_static(L, &v, w->C, "j"); sn_ll_vloop_next(L, &v);) {
+    for (pass(w, &v, w->C, "j"); next(w, &v);) {
         LLVMValueRef d = LLVMBuildFMul(B, ld(w, 1, &v, "dy"), xhat(w, ld(w, 0, &v, "x"), vmean, vrstd), "");
         LLVMValueRef sum = sn_ll_vload(L, w->y, v.j, v.mask, "dw");
         sn_ll_vstore(L, w->y, v.j, LLVMBuildFAdd(B, sum, d, "dw"), v.mask);
@@ -178,7 +267,7 @@ static void causal_mask(row *w, LLVMValueRef r) {
     LLVMValueRef lim = splat(w, sn_ll_add(L, i, sn_ll_i64(L, w->C - T)));
     LLVMValueRef fill = sn_ll_vf32(L, w->n->a.f);
     sn_ll_vloop v;
-    for (sn_ll_vloop_static(L, &v, w->C, "j"); sn_ll_vloop_next(L, &v);) {
+    for (pass(w, &v, w->C, "j"); next(w, &v);) {
         LLVMValueRef jv = LLVMBuildAdd(B, splat(w, v.j), sn_ll_lane_ids(L), "key");
         LLVMValueRef masked = LLVMBuildICmp(B, LLVMIntSGT, jv, lim, "future");
         st(w, &v, LLVMBuildSelect(B, masked, fill, ld(w, 0, &v, "x"), "y"));
@@ -207,6 +296,7 @@ static void cross_entropy(row *w) {
     sn_ll_loop rows;
     LLVMValueRef r = sn_ll_for(L, &rows, L->begin, L->end, sn_ll_i64(L, 1), "r");
     w->off = LLVMBuildMul(B, r, sn_ll_i64(L, w->C), "off");
+    if (w->fx) sn_ll_fx_row(w->fx, r);
     LLVMValueRef t = sn_ll_load_i32(L, w->in[1], r, "target");
     sn_ll_if counted;
     sn_ll_if_begin(L, &counted, LLVMBuildICmp(B, LLVMIntNE, t, sn_ll_i32(L, w->n->a.ignore_index), ""), "counted");
@@ -215,7 +305,7 @@ static void cross_entropy(row *w) {
     LLVMValueRef lse = LLVMBuildFAdd(B, m, sn_ll_log(L, row_sum_exp(w, 0, Vr, m), ""), "lse");
     LLVMValueRef ok = valid_target(w, t, Vr);
     LLVMValueRef ti = LLVMBuildSExt(B, LLVMBuildSelect(B, ok, t, sn_ll_i32(L, 0), ""), L->t_i64, "");
-    LLVMValueRef xt = sn_ll_load(L, w->in[0], at(w, ti), "logit_t");
+    LLVMValueRef xt = ld_one(w, 0, ti, "logit_t");
     LLVMValueRef li = LLVMBuildSelect(B, ok, LLVMBuildFSub(B, lse, xt, ""), sn_ll_f32(L, NAN), "row_loss");
     sn_ll_set(L, loss, LLVMBuildFAdd(B, sn_ll_get(L, loss, ""), LLVMBuildFPExt(B, li, L->t_f64, ""), ""));
     sn_ll_if_end(L, &counted);
@@ -247,6 +337,7 @@ static void cross_entropy_bwd(row *w, int64_t R) {
     sn_ll_loop rows;
     LLVMValueRef r = sn_ll_for(L, &rows, L->begin, L->end, sn_ll_i64(L, 1), "r");
     w->off = LLVMBuildMul(B, r, sn_ll_i64(L, w->C), "off");
+    if (w->fx) sn_ll_fx_row(w->fx, r);
     LLVMValueRef t = sn_ll_load_i32(L, w->in[1], r, "target");
     LLVMValueRef ignored = LLVMBuildICmp(B, LLVMIntEQ, t, ign, "ignored");
     LLVMValueRef ok = valid_target(w, t, Vr);
@@ -255,18 +346,28 @@ static void cross_entropy_bwd(row *w, int64_t R) {
     sn_ll_if_begin(L, &f, LLVMBuildAnd(B, ok, LLVMBuildNot(B, ignored, ""), ""), "grad");
     LLVMValueRef m = row_max(w, 0, Vr);
     LLVMValueRef k = LLVMBuildFDiv(B, scale, row_sum_exp(w, 0, Vr, m), "k");
-    LLVMValueRef vm = splat(w, m), vk = splat(w, k);
-    for (sn_ll_vloop_static(L, &v, Vr, "j"); sn_ll_vloop_next(L, &v);)
-        st(w, &v, LLVMBuildFMul(B, sn_ll_exp(L, LLVMBuildFSub(B, ld(w, 0, &v, "x"), vm, ""), ""), vk, "dx"));
-    LLVMValueRef ti = at(w, LLVMBuildSExt(B, t, L->t_i64, ""));
-    sn_ll_store(L, w->y, ti, LLVMBuildFSub(B, sn_ll_load(L, w->y, ti, ""), scale, "dx_t"));
+    LLVMValueRef vm = splat(w, m), vk = splat(w, k), vs = splat(w, scale);
+    LLVMValueRef vt = splat(w, LLVMBuildSExt(B, t, L->t_i64, ""));
+    for (pass(w, &v, Vr, "j"); next(w, &v);) { /* the target's column takes off scale */
+        LLVMValueRef e = sn_ll_exp(L, LLVMBuildFSub(B, ld(w, 0, &v, "x"), vm, ""), "");
+        LLVMValueRef p = LLVMBuildFMul(B, e, vk, "");
+        LLVMValueRef jv = LLVMBuildAdd(B, splat(w, v.j), sn_ll_lane_ids(L), "");
+        LLVMValueRef is_t = LLVMBuildICmp(B, LLVMIntEQ, jv, vt, "is_t");
+        st(w, &v, LLVMBuildSelect(B, is_t, LLVMBuildFSub(B, p, vs, ""), p, "dx"));
+    }
     sn_ll_if_else(L, &f);
     LLVMValueRef fill = splat(w, LLVMBuildSelect(B, ignored, sn_ll_f32(L, 0), sn_ll_f32(L, NAN), "fill"));
-    for (sn_ll_vloop_static(L, &v, Vr, "j"); sn_ll_vloop_next(L, &v);) st(w, &v, fill);
+    for (pass(w, &v, Vr, "j"); next(w, &v);) st(w, &v, fill);
     sn_ll_if_end(L, &f);
-    LLVMValueRef pad = sn_ll_add(L, w->off, sn_ll_i64(L, Vr)); /* padded classes: 0 */
-    for (sn_ll_vloop_static(L, &v, w->C - Vr, "jp"); sn_ll_vloop_next(L, &v);)
-        sn_ll_vstore(L, w->y, sn_ll_add(L, pad, v.j), sn_ll_vf32(L, 0), v.mask);
+    if (Vr < w->C) { /* padded classes: 0 */
+        LLVMValueRef off = w->off;
+        w->off = sn_ll_add(L, off, sn_ll_i64(L, Vr));
+        for (pass(w, &v, w->C - Vr, "jp"); next(w, &v);) {
+            if (w->fx) sn_ll_fx_step(w->fx, sn_ll_add(L, v.j, sn_ll_i64(L, Vr)), v.mask, false);
+            st(w, &v, sn_ll_vf32(L, 0));
+        }
+        w->off = off;
+    }
     sn_ll_for_end(L, &rows);
 }
 
@@ -311,11 +412,116 @@ static const char *input_name(sn_op op, int i) {
     }
 }
 
+/* Whether access a reads its arg exactly as the kernel's index space (a row op's input as is). */
+static bool plain_access(const sn_kernel *k, const sn_access *a) {
+    if (a->offset || a->masked || sn_numel(k->args[a->arg]) != sn_shape_numel(k->rank, k->shape))
+        return false;
+    int64_t st = 1;
+    for (int d = k->rank - 1; d >= 0; d--) {
+        if (k->shape[d] != 1 && a->stride[d] != st) return false;
+        st *= k->shape[d];
+    }
+    return true;
+}
+
+static sn_status not_pointwise(const sn_kernel *k, int i, sn_err *e) {
+    char kn[96];
+    const sn_node *n = k->instr[i].node;
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: instruction %d is %s (%%%d), which is not a "
+                   "pointwise op", sn_ll_kname(k, kn, sizeof kn), i, sn_op_name(n->op), n->id);
+}
+
+/* Checks a ROW kernel with fused neighbours and sets w up for it (after sn_ll_fn_begin): the
+ * args' pointers, the operands read as they are, the result buffer, what depends on the row op. */
+static sn_status fused_setup(row *w, sn_err *e) {
+    sn_ll *L = w->L;
+    const sn_kernel *k = w->k;
+    const sn_node *n = w->n;
+    char kn[96], name[32];
+    int nargs = k->n_out + k->n_in;
+    SN_ASSERT(k->row_instr >= 0 && k->row_instr < k->n_instr && k->instr[k->row_instr].node == n);
+    SN_ASSERT(k->n_out >= 1 && nargs <= SN_KER_MAX_ARGS && k->rank >= 1);
+    sn_status st;
+    for (int i = 0; i < nargs; i++)
+        if ((st = sn_ll_check_dtype(k, k->args[i], e))) return st;
+    for (int a = 0; a < k->n_access; a++)
+        SN_ASSERT(k->access[a].arg >= k->n_out && k->access[a].arg < nargs);
+    w->dep = calloc((size_t)k->n_instr, sizeof *w->dep);
+    SN_ASSERT(w->dep);
+    for (int i = 0; i < k->n_instr; i++) {
+        const sn_pw_instr *in = &k->instr[i];
+        sn_op op = in->node->op;
+        if (i != k->row_instr) {
+            if ((st = sn_ll_check_dtype(k, in->node, e))) return st;
+            if (sn_op_kind(op) != SN_K_POINTWISE && !sn_pw_is_identity(op)) return not_pointwise(k, i, e);
+        } else {
+            SN_ASSERT(in->n_in == n->n_in);
+        }
+        w->dep[i] = i == k->row_instr;
+        for (int t = 0; t < in->n_in; t++) {
+            const sn_ref *r = &in->in[t];
+            if (r->kind == SN_REF_INSTR) {
+                SN_ASSERT(r->index >= 0 && r->index < i);
+                w->dep[i] = w->dep[i] || w->dep[r->index];
+            }
+            if (r->kind == SN_REF_ACCESS) SN_ASSERT(r->index >= 0 && r->index < k->n_access);
+            if (i == k->row_instr && !sn_row_operand_per_element(n->op, t))
+                SN_ASSERT(r->kind == SN_REF_ACCESS); /* w, b, targets: their buffers */
+        }
+    }
+    for (int o = 0; o < k->n_out; o++) {
+        int i = k->store[o];
+        SN_ASSERT(i >= 0 && i < k->n_instr);
+        if (i != k->row_instr) SN_ASSERT(sn_numel(k->args[o]) == sn_shape_numel(k->rank, k->shape));
+        if (w->dep[i] && i != k->row_instr && !sn_row_result_per_element(n->op))
+            return sn_fail(e, SN_ERR_INVALID, "%s: an epilogue after %s, whose result is not one "
+                           "element per element of its input", sn_ll_kname(k, kn, sizeof kn),
+                           sn_op_name(n->op));
+        if (!w->dep[i] && n->op == SN_OP_CROSS_ENTROPY)
+            return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: cross_entropy reads only the counted rows, "
+                           "so it cannot store the values of its prologue (%%%d)",
+                           sn_ll_kname(k, kn, sizeof kn), k->args[o]->id);
+    }
+    const sn_pw_instr *ri = &k->instr[k->row_instr];
+    for (int i = 0; i < nargs; i++) {
+        int opnd = -1;
+        for (int t = 0; t < ri->n_in && i >= k->n_out; t++)
+            if (ri->in[t].kind == SN_REF_ACCESS && k->access[ri->in[t].index].arg == i) opnd = t;
+        if (opnd >= 0) snprintf(name, sizeof name, "%s", input_name(n->op, opnd));
+        else snprintf(name, sizeof name, i < k->n_out ? "out%d" : "in%d", i < k->n_out ? i : i - k->n_out);
+        w->ptr[i] = sn_ll_buf(L, i, k->args[i]->dtype, name);
+    }
+    for (int t = 0; t < ri->n_in; t++) {
+        const sn_ref *r = &ri->in[t];
+        bool plain = r->kind == SN_REF_ACCESS && (!sn_row_operand_per_element(n->op, t) ||
+                                                  plain_access(k, &k->access[r->index]));
+        w->in[t] = plain ? w->ptr[k->access[r->index].arg] : NULL;
+    }
+    for (int o = 0; o < k->n_out && !w->y; o++)
+        if (k->store[o] == k->row_instr) w->y = w->ptr[o];
+    for (int o = 0; o < k->n_out && !w->y && n->op == SN_OP_SOFTMAX; o++) /* softmax's scratch */
+        if (w->dep[k->store[o]] && k->args[o]->dtype == SN_F32) w->y = w->ptr[o];
+    SN_ASSERT(w->y || sn_row_result_per_element(n->op)); /* a sum or a loss is always stored */
+    w->whole = per_row(n->op);
+    w->fx = sn_ll_fx_new(L, k, w->ptr);
+    return SN_OK;
+}
+
+/* Every output that does not depend on the row op was stored by some pass. */
+static sn_status fused_check(row *w, sn_err *e) {
+    char kn[96];
+    for (int o = 0; o < w->k->n_out; o++)
+        if (!w->dep[w->k->store[o]] && !w->written[o])
+            return sn_fail(e, SN_ERR_INVALID, "%s: %%%d is stored, but no pass of %s computes it",
+                           sn_ll_kname(w->k, kn, sizeof kn), w->k->args[o]->id, sn_op_name(w->n->op));
+    return SN_OK;
+}
+
 sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
     const sn_node *n = k->anchor;
     const sn_node *x = n->in[0];
     char kn[96];
-    row w = {.L = L, .n = n, .C = x->rank ? x->shape[x->rank - 1] : 1};
+    row w = {.L = L, .k = k, .n = n, .C = x->rank ? x->shape[x->rank - 1] : 1};
     int64_t R = x->rank ? sn_numel(x) / w.C : 1;
     bool ce = n->op == SN_OP_CROSS_ENTROPY || n->op == SN_OP_CROSS_ENTROPY_BWD;
     if (!ce && !per_row(n->op))
@@ -329,31 +535,41 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: targets %%%d are %s; the LLVM backend reads i32 "
                        "targets", sn_ll_kname(k, kn, sizeof kn), n->in[1]->id, sn_dtype_name(n->in[1]->dtype));
     sn_ll_fn_begin(L, fname);
-    w.y = sn_ll_buf(L, 0, n->dtype, "y");
-    for (int i = 0; i < n->n_in; i++)
-        if ((st = sn_ll_input_named(L, k, n->in[i], input_name(n->op, i), &w.in[i], e))) return st;
+    if (k->n_instr > 0) {
+        st = fused_setup(&w, e);
+    } else {
+        w.y = sn_ll_buf(L, 0, n->dtype, "y");
+        for (int i = 0; i < n->n_in && !st; i++)
+            st = sn_ll_input_named(L, k, n->in[i], input_name(n->op, i), &w.in[i], e);
+    }
     bool bwd_w = n->op == SN_OP_LAYERNORM_BWD_W || n->op == SN_OP_RMSNORM_BWD_W;
     sn_ll_if any; /* the serial kernels write their sums even for no rows: not for an empty call */
-    sn_ll_if_begin(L, &any, LLVMBuildICmp(L->b, LLVMIntSLT, L->begin, L->end, ""), "any");
-    if (n->op == SN_OP_CROSS_ENTROPY) {
-        cross_entropy(&w);
-    } else if (n->op == SN_OP_CROSS_ENTROPY_BWD) {
-        cross_entropy_bwd(&w, R);
-    } else {
-        if (bwd_w) { /* serial: zero y, then add every row */
-            sn_ll_vloop v;
-            for (sn_ll_vloop_static(L, &v, w.C, "j"); sn_ll_vloop_next(L, &v);)
-                sn_ll_vstore(L, w.y, v.j, sn_ll_vf32(L, 0), v.mask);
+    if (!st) {
+        sn_ll_if_begin(L, &any, LLVMBuildICmp(L->b, LLVMIntSLT, L->begin, L->end, ""), "any");
+        if (n->op == SN_OP_CROSS_ENTROPY) {
+            cross_entropy(&w);
+        } else if (n->op == SN_OP_CROSS_ENTROPY_BWD) {
+            cross_entropy_bwd(&w, R);
+        } else {
+            if (bwd_w) { /* serial: zero y, then add every row */
+                sn_ll_vloop v;
+                for (sn_ll_vloop_static(L, &v, w.C, "j"); sn_ll_vloop_next(L, &v);)
+                    sn_ll_vstore(L, w.y, v.j, sn_ll_vf32(L, 0), v.mask);
+            }
+            sn_ll_loop rows;
+            LLVMValueRef r = sn_ll_for(L, &rows, L->begin, L->end, sn_ll_i64(L, 1), "r");
+            w.off = LLVMBuildMul(L->b, r, sn_ll_i64(L, w.C), "off");
+            if (w.fx) sn_ll_fx_row(w.fx, r);
+            one_row(&w, r);
+            sn_ll_for_end(L, &rows);
         }
-        sn_ll_loop rows;
-        LLVMValueRef r = sn_ll_for(L, &rows, L->begin, L->end, sn_ll_i64(L, 1), "r");
-        w.off = LLVMBuildMul(L->b, r, sn_ll_i64(L, w.C), "off");
-        one_row(&w, r);
-        sn_ll_for_end(L, &rows);
+        sn_ll_if_end(L, &any);
+        sn_ll_fn_end(L);
+        if (w.fx) st = fused_check(&w, e);
     }
-    sn_ll_if_end(L, &any);
-    sn_ll_fn_end(L);
-    return SN_OK;
+    sn_ll_fx_free(w.fx);
+    free(w.dep);
+    return st;
 }
 
 #endif /* SN_HAVE_LLVM */

@@ -1,5 +1,6 @@
-/* program.c: the compiled program's printout and its release (the program's passes are
- * fuse.c and memplan.c). */
+/* program.c: the compiled program's printout and its release, and what kernel.h says of row
+ * ops (which operands and results a ROW kernel may fuse); the program's passes are fuse.c and
+ * memplan.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,25 @@ const char *sn_kernel_kind_name(sn_kernel_kind k) {
     _Static_assert(sizeof names / sizeof names[0] == SN_KER_KIND_COUNT, "a kernel kind without a name");
     SN_ASSERT((unsigned)k < SN_KER_KIND_COUNT);
     return names[k];
+}
+
+bool sn_row_operand_per_element(sn_op op, int i) {
+    switch (op) {
+    case SN_OP_SOFTMAX: case SN_OP_LAYERNORM: case SN_OP_RMSNORM: case SN_OP_CAUSAL_MASK:
+    case SN_OP_CROSS_ENTROPY: case SN_OP_CROSS_ENTROPY_BWD: return i == 0;
+    case SN_OP_SOFTMAX_BWD: case SN_OP_LAYERNORM_BWD_W: case SN_OP_RMSNORM_BWD_W: return i == 0 || i == 1;
+    case SN_OP_LAYERNORM_BWD: case SN_OP_RMSNORM_BWD: return i == 0 || i == 2;
+    default: return false;
+    }
+}
+
+bool sn_row_result_per_element(sn_op op) {
+    switch (op) {
+    case SN_OP_SOFTMAX: case SN_OP_SOFTMAX_BWD: case SN_OP_LAYERNORM: case SN_OP_RMSNORM:
+    case SN_OP_LAYERNORM_BWD: case SN_OP_RMSNORM_BWD: case SN_OP_CAUSAL_MASK:
+    case SN_OP_CROSS_ENTROPY_BWD: return true;
+    default: return false;
+    }
 }
 
 void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len) {

@@ -33,10 +33,15 @@ void sn_program_free(sn_program *p);
 
 /* ---- the passes after autodiff, in order (one file each) ---- */
 
-/* fuse.c: requires a verified graph (after autodiff). Decides which nodes are materialised,
- * groups pointwise chains (with the views they read folded into strided accesses) into one
- * kernel each, and makes one kernel per row op, reduction, matmul, attention op and gather.
- * Produces p->kernels in graph order and p->values with sizes and aliases. */
+/* fuse.c: requires a verified graph (after autodiff). Decides which nodes are materialised and
+ * which nodes each kernel computes: pointwise chains (with the views they read folded into
+ * strided accesses) in one kernel each, a row op with the pointwise chains that compute its
+ * operands and consume its result (residual + layernorm, layernorm_bwd + residual gradient),
+ * one kernel per reduction, matmul, attention op and gather. A node that other kernels also
+ * read is computed by the kernel of its earliest reader when that reader can compute it (a
+ * pointwise op over the same elements, or the row op's per-element operand) and stored there
+ * as an extra output; every other reader runs after that kernel. Produces p->kernels in
+ * graph order (each at the last node it computes) and p->values with sizes and aliases. */
 sn_status sn_fuse(const sn_graph *g, sn_program **out, sn_err *e);
 
 /* memplan.c: requires fuse. Computes each value's live range over the kernel order and

@@ -1,6 +1,8 @@
 /* test_fuse.c: the passes after autodiff: which nodes the fuse pass materialises, how it folds
- * views into strided accesses, the kernel count of a GPT-2 layer, and the memory plan's
- * invariants (no two live values share bytes; the arena is far smaller than no reuse). */
+ * views into strided accesses, which nodes end up in one kernel (multi-output pointwise
+ * kernels, row ops with their prologue and epilogue), the kernel count of a GPT-2 layer, and the
+ * memory plan's invariants (no two live values share bytes; the arena is far smaller than no
+ * reuse). test_fuse_kernels.c runs the fused kernels. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,6 +82,233 @@ START_TEST(views_fold_into_accesses) {
 }
 END_TEST
 
+/* The kernel that stores node n (among its outputs), or NULL. */
+static const sn_kernel *kernel_of(const sn_program *p, const sn_node *n, int *out) {
+    for (int k = 0; k < p->n_kernels; k++)
+        for (int o = 0; o < p->kernels[k]->n_out; o++)
+            if (p->kernels[k]->args[o] == n) {
+                if (out) *out = o;
+                return p->kernels[k];
+            }
+    return NULL;
+}
+
+/* Whether kernel k computes node n (an instruction of it). */
+static bool computes(const sn_kernel *k, const sn_node *n) {
+    for (int i = 0; i < k->n_instr; i++)
+        if (k->instr[i].node == n) return true;
+    return k->anchor == n;
+}
+
+static bool reads(const sn_kernel *k, const sn_node *n) {
+    for (int i = k->n_out; i < k->n_out + k->n_in; i++)
+        if (k->args[i] == n) return true;
+    return false;
+}
+
+/* h = x @ w + b feeds gelu(h) and, later, gelu_bwd(h, dy): one kernel computes h and gelu,
+ * storing both (h for the later reader), instead of two. */
+START_TEST(multi_output_pointwise) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(4, 8));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(8, 6), SN_INIT_NORMAL, 1);
+    sn_node *w2 = sn_param(g, "w2", SN_F32, SN_SHAPE(6, 6), SN_INIT_NORMAL, 1);
+    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(6), SN_INIT_ZEROS, 0);
+    sn_node *h = sn_add(g, sn_matmul(g, x, w), b);
+    sn_node *y = sn_gelu(g, h);
+    sn_node *dy = sn_matmul(g, y, w2);
+    sn_node *dh = sn_gelu_bwd(g, h, dy);
+    sn_graph_add_output(g, dh);
+    sn_program *p = compile(g);
+    ck_assert_int_eq(p->n_kernels, 4); /* gemm, add+gelu, gemm, gelu_bwd */
+    int o;
+    const sn_kernel *k = kernel_of(p, y, &o);
+    ck_assert_int_eq(k->kind, SN_KER_POINTWISE);
+    ck_assert_int_eq(o, 0); /* the root first */
+    ck_assert_ptr_eq(kernel_of(p, h, &o), k);
+    ck_assert_int_eq(o, 1);
+    ck_assert_int_eq(k->n_out, 2);
+    ck_assert_ptr_eq(k->instr[k->store[1]].node, h);
+    ck_assert_ptr_eq(k->instr[k->store[0]].node, y);
+    ck_assert_int_eq(k->n_instr, 2);
+    const sn_kernel *kb = kernel_of(p, dh, NULL);
+    ck_assert(kb != k && reads(kb, h));
+    ck_assert_int_ge(p->value_of[h->id], 0);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* A pointwise node joins only the kernel of its earliest reader, and only when that reader
+ * can compute it: here the earliest reader is a matmul, so h stays a kernel of its own. */
+START_TEST(earliest_reader_decides) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(4, 6));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(6, 6), SN_INIT_NORMAL, 1);
+    sn_node *h = sn_exp(g, x);
+    sn_node *m = sn_matmul(g, h, w);
+    sn_node *y = sn_add(g, sn_tanh(g, h), m);
+    sn_graph_add_output(g, y);
+    sn_program *p = compile(g);
+    ck_assert_int_eq(p->n_kernels, 3); /* exp, gemm, tanh+add */
+    const sn_kernel *k = kernel_of(p, h, NULL);
+    ck_assert_int_eq(k->n_out, 1);
+    ck_assert(!computes(kernel_of(p, y, NULL), h));
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* The residual x1 = x + (y + c) is the prologue of layernorm(x1) and a second output of its
+ * kernel (a later node reads it): one ROW kernel, the adds before the row op. */
+START_TEST(residual_into_layernorm) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(3, 5, 16));
+    sn_node *y = sn_input(g, "y", SN_F32, SN_SHAPE(3, 5, 16));
+    sn_node *c = sn_param(g, "c", SN_F32, SN_SHAPE(16), SN_INIT_ZEROS, 0);
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(16), SN_INIT_ONES, 0);
+    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(16), SN_INIT_ZEROS, 0);
+    sn_node *x1 = sn_add(g, x, sn_add(g, y, c));
+    sn_node *ln = sn_layernorm(g, x1, w, b, 1e-5f);
+    sn_node *m = sn_matmul(g, ln, sn_param(g, "p", SN_F32, SN_SHAPE(16, 16), SN_INIT_NORMAL, 1));
+    sn_node *x2 = sn_add(g, x1, m);
+    sn_graph_add_output(g, x2);
+    sn_program *p = compile(g);
+    ck_assert_int_eq(p->n_kernels, 3); /* add+add+layernorm, gemm, add */
+    int o;
+    const sn_kernel *k = kernel_of(p, ln, &o);
+    ck_assert_int_eq(k->kind, SN_KER_ROW);
+    ck_assert_ptr_eq(k->anchor, ln);
+    ck_assert_int_eq(o, 0);
+    ck_assert_ptr_eq(kernel_of(p, x1, &o), k);
+    ck_assert_int_eq(o, 1);
+    ck_assert_int_eq(k->n_instr, 3);
+    ck_assert_int_eq(k->row_instr, 2); /* the adds come first: a prologue */
+    ck_assert_ptr_eq(k->instr[k->store[1]].node, x1);
+    ck_assert_int_eq(k->instr[k->row_instr].in[0].kind, SN_REF_INSTR);
+    ck_assert(reads(k, x) && reads(k, y) && reads(k, c) && reads(k, w) && reads(k, b));
+    ck_assert_int_eq(k->n_items, 15);
+    ck_assert(reads(kernel_of(p, x2, NULL), x1));
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* dx = g + layernorm_bwd(x, w, dy): the residual gradient is the epilogue of the row op, whose
+ * own result then needs no buffer. */
+START_TEST(layernorm_bwd_into_residual) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(6, 16));
+    sn_node *dy = sn_input(g, "dy", SN_F32, SN_SHAPE(6, 16));
+    sn_node *gr = sn_input(g, "g", SN_F32, SN_SHAPE(6, 16));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(16), SN_INIT_ONES, 0);
+    sn_node *lb = sn_layernorm_bwd(g, x, w, dy, 1e-5f);
+    sn_node *dx = sn_add(g, gr, lb);
+    sn_graph_add_output(g, dx);
+    sn_program *p = compile(g);
+    ck_assert_int_eq(p->n_kernels, 1);
+    const sn_kernel *k = p->kernels[0];
+    ck_assert_int_eq(k->kind, SN_KER_ROW);
+    ck_assert_ptr_eq(k->anchor, lb);
+    ck_assert_ptr_eq(k->args[0], dx);
+    ck_assert_int_eq(k->n_out, 1);
+    ck_assert_int_eq(k->n_instr, 2);
+    ck_assert_int_eq(k->row_instr, 0); /* the add comes after: an epilogue */
+    ck_assert_ptr_eq(k->instr[k->store[0]].node, dx);
+    ck_assert_int_eq(p->value_of[lb->id], -1);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* softmax between a prologue (scale, add of a per-row bias) and an epilogue (mul); softmax_bwd
+ * with both operands computed; cross_entropy_bwd with a scaled epilogue; the written-out
+ * attention's scale before causal_mask (forward) and after it (backward). */
+START_TEST(row_ops_with_neighbours) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(4, 3, 10));
+    sn_node *r = sn_input(g, "r", SN_F32, SN_SHAPE(4, 3, 1));
+    sn_node *s = sn_softmax(g, sn_add(g, sn_scale(g, x, 0.5f), r));
+    sn_node *y = sn_mul(g, s, x);
+    sn_node *sb = sn_softmax_bwd(g, sn_exp(g, x), sn_neg(g, sn_tanh(g, x)));
+    sn_node *lg = sn_input(g, "logits", SN_F32, SN_SHAPE(12, 10));
+    sn_node *tg = sn_input(g, "t", SN_I32, SN_SHAPE(12));
+    sn_node *ce = sn_scale(g, sn_cross_entropy_bwd(g, lg, tg, sn_scalar(g, SN_F32, 1), -1), 3);
+    sn_node *cm = sn_causal_mask(g, sn_scale(g, x, 0.25f));
+    sn_node *cb = sn_scale(g, sn_causal_mask_fill(g, x, 0), 0.25f);
+    sn_node *outs[] = {y, sb, ce, cm, cb};
+    for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    sn_program *p = compile(g);
+    ck_assert_int_eq(p->n_kernels, 5);
+    const sn_kernel *k = kernel_of(p, y, NULL);
+    ck_assert(k && k->kind == SN_KER_ROW && k->anchor == s);
+    ck_assert_int_eq(k->row_instr, 2); /* scale, add | softmax | mul */
+    ck_assert_int_eq(k->n_instr, 4);
+    ck_assert_int_eq(k->access[k->instr[1].in[1].index].stride[2], 0); /* r along the row */
+    k = kernel_of(p, sb, NULL);
+    ck_assert(k != kernel_of(p, y, NULL) && k->kind == SN_KER_ROW && k->anchor == sb);
+    ck_assert_int_eq(k->row_instr, 3); /* exp, tanh, neg | softmax_bwd */
+    ck_assert_int_eq(k->instr[3].in[0].kind, SN_REF_INSTR);
+    ck_assert_int_eq(k->instr[3].in[1].kind, SN_REF_INSTR);
+    k = kernel_of(p, ce, NULL);
+    ck_assert(k->kind == SN_KER_ROW && k->anchor->op == SN_OP_CROSS_ENTROPY_BWD && k->row_instr == 0);
+    k = kernel_of(p, cm, NULL);
+    ck_assert(k->kind == SN_KER_ROW && k->anchor == cm && k->row_instr == 1);
+    k = kernel_of(p, cb, NULL);
+    ck_assert(k->kind == SN_KER_ROW && k->anchor->op == SN_OP_CAUSAL_MASK && k->row_instr == 0);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* What stays apart: a row op read by another row op keeps its own kernel (a reduction reading
+ * an epilogue reads its buffer); cross_entropy stores nothing but its loss, so a value that a
+ * later kernel reads is not computed in its prologue. */
+START_TEST(what_does_not_fuse) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(4, 10));
+    sn_node *s = sn_softmax(g, sn_causal_mask(g, x));
+    sn_node *m = sn_sum(g, sn_exp(g, sn_softmax(g, x)), 1, false);
+    sn_node *tg = sn_input(g, "t", SN_I32, SN_SHAPE(4));
+    sn_node *e = sn_exp(g, x);
+    sn_node *loss = sn_cross_entropy(g, e, tg, -1);
+    sn_node *outs[] = {s, m, loss, sn_scale(g, e, 2)};
+    for (int i = 0; i < 4; i++) sn_graph_add_output(g, outs[i]);
+    sn_program *p = compile(g);
+    ck_assert_int_eq(p->n_kernels, 7); /* causal_mask, softmax | softmax + exp, sum | exp, ce, scale */
+    ck_assert(kernel_of(p, s, NULL)->anchor == s && kernel_of(p, s, NULL)->n_instr == 0);
+    ck_assert_int_eq(kernel_of(p, m, NULL)->kind, SN_KER_REDUCE);
+    ck_assert(!computes(kernel_of(p, loss, NULL), e));
+    ck_assert_int_eq(kernel_of(p, loss, NULL)->n_instr, 0);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* Eight values that later kernels read, all joining the kernel of their sum, would make it
+ * write 9 buffers and read 8 (16 at most): it is built again without them. */
+START_TEST(overflow_drops_extra_outputs) {
+    sn_graph *g = sn_graph_new();
+    sn_node *e[8], *sum = NULL;
+    for (int i = 0; i < 8; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "x%d", i);
+        e[i] = sn_exp(g, sn_input(g, name, SN_F32, SN_SHAPE(4, 5)));
+        sum = sum ? sn_add(g, sum, e[i]) : e[i];
+    }
+    sn_graph_add_output(g, sum);
+    for (int i = 0; i < 8; i++) sn_graph_add_output(g, sn_tanh(g, e[i]));
+    sn_program *p = compile(g);
+    const sn_kernel *k = kernel_of(p, sum, NULL);
+    ck_assert_int_eq(k->n_out, 1);
+    ck_assert_int_eq(k->n_in, 8);
+    ck_assert_int_eq(p->n_kernels, 1 + 8 + 8);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* No two arena values whose live ranges overlap share a byte; aliases follow their root. */
 static void check_plan(const sn_program *p) {
     for (int i = 0; i < p->n_values; i++) {
@@ -127,7 +356,13 @@ START_TEST(kernels_per_gpt2_layer) {
            per[SN_KER_REDUCE], per[SN_KER_GEMM], per[SN_KER_ATTENTION]);
     ck_assert_int_eq(per[SN_KER_GEMM], 12);      /* 4 linear layers x (forward, dx, dw) */
     ck_assert_int_eq(per[SN_KER_ATTENTION], 4);  /* forward (o and lse), dq, dk, dv */
-    ck_assert_int_eq(total[1] - total[0], 45); /* with attention fused */
+    /* forward: qkv bias, 3 + 1 permutes (copies around attention), bias + gelu; backward:
+     * gelu_bwd, 1 + 3 permutes, the qkv gradient's concatenation */
+    ck_assert_int_eq(per[SN_KER_POINTWISE], 12);
+    /* 2 x (residual + layernorm), 2 x (layernorm_bwd + residual gradient), 2 layernorm_bwd_w */
+    ck_assert_int_eq(per[SN_KER_ROW], 6);
+    ck_assert_int_eq(per[SN_KER_REDUCE], 6);     /* 4 bias gradients, 2 layernorm bias gradients */
+    ck_assert_int_eq(total[1] - total[0], 40); /* with attention fused (45 before fusing around rows) */
 }
 END_TEST
 
@@ -137,6 +372,13 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, pointwise_chain_is_one_kernel);
     tcase_add_test(tc, views_fold_into_accesses);
+    tcase_add_test(tc, multi_output_pointwise);
+    tcase_add_test(tc, earliest_reader_decides);
+    tcase_add_test(tc, residual_into_layernorm);
+    tcase_add_test(tc, layernorm_bwd_into_residual);
+    tcase_add_test(tc, row_ops_with_neighbours);
+    tcase_add_test(tc, what_does_not_fuse);
+    tcase_add_test(tc, overflow_drops_extra_outputs);
     tcase_add_test(tc, memory_plan_gpt2);
     tcase_add_test(tc, kernels_per_gpt2_layer);
     suite_add_tcase(s, tc);

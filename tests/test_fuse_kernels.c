@@ -1,0 +1,459 @@
+/* test_fuse_kernels.c: the kernels the fuse pass groups, run: multi-output pointwise kernels and
+ * row ops with a prologue and an epilogue (layernorm, rmsnorm, their backwards, softmax and its
+ * backward, causal mask, cross-entropy and its backward), each JIT-compiled and run on the
+ * reference interpreter's values of its inputs, whole and in parts, outputs poisoned with NaN
+ * first, every output compared with the interpreter's; and tiny GPT-2 training compiled end
+ * to end (attention fused or written out, vocabulary padded): the loss and every gradient. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codegen/llvm.h"
+#include "../models/gpt2.h"
+#include "../passes/pipeline.h"
+#include "../passes/program.h"
+#include "../runtime/device.h"
+#include "../runtime/interp.h"
+#include "../runtime/rng.h"
+#include "../runtime/train.h"
+#include "harness.h"
+
+/* ---- running kernels against the interpreter ---- */
+
+static sn_program *fuse(const sn_graph *g) {
+    sn_err e;
+    sn_program *p;
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_fuse(g, &p, &e) == SN_OK, "%s", e.msg);
+    return p;
+}
+
+/* Every INPUT and PARAM gets a value: floats uniform in [-2, 2) (parameters from their init
+ * rule when `init`), ids below `ids`, every 7th of the input named `ignored` (if any) -1, an
+ * ignored target; returns the interpreter after a run that kept every node's value. */
+static sn_interp *reference(const sn_graph *g, uint64_t seed, int ids, const char *ignored, bool init) {
+    sn_interp *it = sn_interp_new(g, false);
+    sn_interp_keep_all(it, true);
+    sn_rng r = sn_rng_seed(seed);
+    sn_err e;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const sn_node *n = g->nodes[i];
+        if (n->op != SN_OP_INPUT && n->op != SN_OP_PARAM) continue;
+        int64_t m = sn_numel(n);
+        if (n->dtype == SN_I32) {
+            int32_t *v = malloc(sizeof(int32_t) * (size_t)m + 1);
+            bool ign = ignored && !strcmp(n->name, ignored);
+            for (int64_t j = 0; j < m; j++)
+                v[j] = ign && j % 7 == 3 ? -1 : (int32_t)sn_rng_below(&r, (uint64_t)ids);
+            ck_assert_msg(sn_interp_set_i32(it, n, v, &e) == SN_OK, "%s", e.msg);
+            free(v);
+        } else {
+            float *v = malloc(sizeof(float) * (size_t)m + 1);
+            if (init && n->op == SN_OP_PARAM) sn_param_init(n, v, seed);
+            else for (int64_t j = 0; j < m; j++) v[j] = (float)(4 * sn_rng_uniform(&r) - 2);
+            ck_assert_msg(sn_interp_set(it, n, v, &e) == SN_OK, "%s", e.msg);
+            free(v);
+        }
+    }
+    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
+    return it;
+}
+
+static void *to_buffer(const sn_node *n, const double *v) {
+    int64_t m = sn_numel(n);
+    void *b = malloc(4 * (size_t)m + 4);
+    ck_assert(b && (n->dtype == SN_F32 || n->dtype == SN_I32));
+    for (int64_t i = 0; i < m; i++) {
+        if (n->dtype == SN_I32) ((int32_t *)b)[i] = (int32_t)v[i];
+        else ((float *)b)[i] = (float)v[i];
+    }
+    return b;
+}
+
+typedef struct {
+    int kernels, multi_output, row_fused; /* checked; with n_out > 1; ROW with instructions */
+} kernel_stats;
+
+/* Runs kernel k (fn) on its inputs' interpreter values, over [0, n_items) in `parts` calls
+ * (the last part first: a row's values must not depend on another call), and compares every
+ * output with the interpreter's. */
+static void run_and_compare(const sn_kernel *k, sn_cpu_kernel_fn fn, const sn_interp *it, int parts,
+                            double tol) {
+    void *bufs[SN_KER_MAX_ARGS];
+    int nargs = k->n_out + k->n_in;
+    for (int a = 0; a < nargs; a++) {
+        const sn_node *n = k->args[a];
+        if (a < k->n_out) {
+            bufs[a] = malloc(4 * (size_t)sn_numel(n) + 4);
+            memset(bufs[a], 0xff, 4 * (size_t)sn_numel(n)); /* NaN, or -1 */
+        } else {
+            const double *v = sn_interp_value(it, n);
+            ck_assert_msg(v, "%s: the interpreter kept no value of %%%d", k->name, n->id);
+            bufs[a] = to_buffer(n, v);
+        }
+    }
+    for (int p = parts - 1; p >= 0; p--)
+        fn(bufs, k->n_items * p / parts, k->n_items * (p + 1) / parts);
+    for (int o = 0; o < k->n_out; o++) {
+        const sn_node *n = k->args[o];
+        int64_t m = sn_numel(n);
+        double *got = malloc(sizeof(double) * (size_t)m + 8);
+        for (int64_t i = 0; i < m; i++)
+            got[i] = n->dtype == SN_I32 ? ((int32_t *)bufs[o])[i] : ((float *)bufs[o])[i];
+        char what[160];
+        snprintf(what, sizeof what, "%s, output %d (%%%d %s), %d part%s", k->name, o, n->id,
+                 sn_op_name(n->op), parts, parts > 1 ? "s" : "");
+        sn_check_close(what, got, sn_interp_value(it, n), (size_t)m, tol, 1e-6);
+        free(got);
+    }
+    for (int a = 0; a < nargs; a++) free(bufs[a]);
+}
+
+/* Every kernel of p but the GEMMs, compiled as one batch and checked whole and in 3 parts
+ * (serial kernels whole only). */
+static kernel_stats check_kernels(const sn_program *p, const sn_interp *it, double tol) {
+    sn_err e;
+    sn_jit *j;
+    ck_assert_msg(sn_jit_new(&j, &e) == SN_OK, "%s", e.msg);
+    sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
+    sn_cpu_kernel_fn *fns = calloc((size_t)p->n_kernels + 1, sizeof *fns);
+    int n = 0;
+    kernel_stats st = {0};
+    for (int k = 0; k < p->n_kernels; k++)
+        if (p->kernels[k]->kind != SN_KER_GEMM) ks[n++] = p->kernels[k];
+    ck_assert_msg(sn_jit_compile(j, ks, n, fns, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; i < n; i++) {
+        const sn_kernel *k = ks[i];
+        run_and_compare(k, fns[i], it, 1, tol);
+        if (!k->serial && k->n_items >= 3) run_and_compare(k, fns[i], it, 3, tol);
+        st.kernels++;
+        st.multi_output += k->n_out > 1 && k->kind == SN_KER_POINTWISE;
+        st.row_fused += k->kind == SN_KER_ROW && k->n_instr > 0;
+    }
+    free(ks);
+    free(fns);
+    sn_jit_free(j);
+    return st;
+}
+
+/* Fuses g, runs its kernels against the interpreter; the program is returned for the test's
+ * own structural checks. */
+static sn_program *fuse_and_check(const sn_graph *g, int ids, const char *ignored, kernel_stats *st) {
+    sn_program *p = fuse(g);
+    sn_interp *it = reference(g, 42, ids, ignored, false);
+    *st = check_kernels(p, it, 2e-5);
+    sn_interp_free(it);
+    return p;
+}
+
+/* The kernel that stores node n, or NULL. */
+static const sn_kernel *kernel_of(const sn_program *p, const sn_node *n) {
+    for (int k = 0; k < p->n_kernels; k++)
+        for (int o = 0; o < p->kernels[k]->n_out; o++)
+            if (p->kernels[k]->args[o] == n) return p->kernels[k];
+    return NULL;
+}
+
+/* ---- small graphs, one pattern each ---- */
+
+/* h = x @ w + b feeds gelu and, later, gelu_bwd: one kernel stores both h and gelu(h). Rows of
+ * 40 (16-lane vectors and a tail). */
+START_TEST(bias_gelu_two_outputs) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(3, 5, 24));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(24, 40), SN_INIT_NORMAL, 1);
+    sn_node *w2 = sn_param(g, "w2", SN_F32, SN_SHAPE(40, 40), SN_INIT_NORMAL, 1);
+    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(40), SN_INIT_NORMAL, 1);
+    sn_node *h = sn_add(g, sn_matmul(g, x, w), b);
+    sn_node *y = sn_gelu(g, h);
+    sn_node *dh = sn_gelu_bwd(g, h, sn_matmul(g, y, w2));
+    sn_graph_add_output(g, dh);
+    kernel_stats st;
+    sn_program *p = fuse_and_check(g, 1, NULL, &st);
+    ck_assert_ptr_eq(kernel_of(p, h), kernel_of(p, y));
+    ck_assert_int_eq(st.multi_output, 1);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* Rows of 37 (vectors and a tail at any width). The residual x1 = emb + pos (a slice broadcast
+ * over the batch) + proj is layernorm's prologue; tanh and the next residual x2 its epilogue,
+ * x2 stored for rmsnorm's kernel (scale its epilogue), which reads it after exp(x2), the
+ * kernel's root. x1 needs no buffer: every reader is in the kernel. */
+START_TEST(residual_norms) {
+    sn_graph *g = sn_graph_new();
+    sn_node *emb = sn_input(g, "emb", SN_F32, SN_SHAPE(2, 6, 37));
+    sn_node *pos = sn_param(g, "pos", SN_F32, SN_SHAPE(9, 37), SN_INIT_NORMAL, 1);
+    sn_node *proj = sn_input(g, "proj", SN_F32, SN_SHAPE(2, 6, 37));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(37), SN_INIT_NORMAL, 1);
+    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(37), SN_INIT_NORMAL, 1);
+    sn_node *x1 = sn_add(g, sn_add(g, emb, sn_slice(g, pos, 0, 2, 8)), proj);
+    sn_node *ln = sn_layernorm(g, x1, w, b, 1e-5f);
+    sn_node *x2 = sn_add(g, x1, sn_tanh(g, ln));
+    sn_node *rn = sn_rmsnorm(g, x2, w, 1e-5f);
+    sn_node *outs[] = {sn_exp(g, x2), sn_scale(g, rn, 2)};
+    for (int i = 0; i < 2; i++) sn_graph_add_output(g, outs[i]);
+    kernel_stats st;
+    sn_program *p = fuse_and_check(g, 1, NULL, &st);
+    const sn_kernel *k = kernel_of(p, outs[0]);
+    ck_assert(k->anchor == ln && kernel_of(p, x2) == k && k->n_out == 2);
+    ck_assert_int_eq(p->value_of[x1->id], -1);
+    ck_assert_int_eq(p->value_of[ln->id], -1);
+    ck_assert_int_eq(kernel_of(p, outs[1])->anchor->op, SN_OP_RMSNORM);
+    ck_assert_int_eq(p->n_kernels, 2);
+    ck_assert_int_eq(st.row_fused, 2);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* The backward of a pre-norm block: dx = g + layernorm_bwd(x, w, dy) (an epilogue), with dy
+ * computed (a prologue) and stored for layernorm_bwd_w and the bias gradient; rmsnorm_bwd with
+ * x computed. */
+START_TEST(norm_backwards) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(5, 3, 40));
+    sn_node *d0 = sn_input(g, "d0", SN_F32, SN_SHAPE(5, 3, 40));
+    sn_node *gr = sn_input(g, "g", SN_F32, SN_SHAPE(5, 3, 40));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(40), SN_INIT_NORMAL, 1);
+    sn_node *dy = sn_mul(g, d0, sn_exp(g, x));
+    sn_node *dx = sn_add(g, gr, sn_layernorm_bwd(g, x, w, dy, 1e-5f));
+    sn_node *dw = sn_layernorm_bwd_w(g, x, dy, 1e-5f);
+    sn_node *db = sn_sum(g, sn_reshape(g, dy, SN_SHAPE(15, 40)), 0, false);
+    sn_node *rx = sn_rmsnorm_bwd(g, sn_scale(g, x, 3), w, d0, 1e-5f);
+    sn_node *rw = sn_rmsnorm_bwd_w(g, sn_neg(g, x), sn_scale(g, d0, 0.5f), 1e-5f);
+    sn_node *outs[] = {dx, dw, db, rx, rw};
+    for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
+    kernel_stats st;
+    sn_program *p = fuse_and_check(g, 1, NULL, &st);
+    ck_assert_ptr_eq(kernel_of(p, dy), kernel_of(p, dx)); /* the earliest reader stores dy */
+    ck_assert_int_eq(kernel_of(p, dx)->n_out, 2);
+    ck_assert_int_eq(kernel_of(p, dw)->n_instr, 0); /* reads x and dy's buffer as they are */
+    ck_assert_int_eq(st.row_fused, 3);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* softmax of a scaled x plus a per-row bias (constant along the row), followed by a product
+ * with x, its prologue value z stored for a later reader; a softmax whose only output is an
+ * i32 cast (no f32 buffer to keep e in: computed again); softmax_bwd of computed operands; a
+ * softmax of a single row. */
+START_TEST(softmaxes) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(4, 3, 21));
+    sn_node *r = sn_input(g, "r", SN_F32, SN_SHAPE(4, 3, 1));
+    sn_node *z = sn_add(g, sn_scale(g, x, 0.5f), r);
+    sn_node *y = sn_mul(g, sn_softmax(g, z), x);
+    sn_node *c = sn_cast(g, sn_scale(g, sn_softmax(g, x), 1000), SN_I32);
+    sn_node *sb = sn_softmax_bwd(g, sn_exp(g, x), sn_neg(g, sn_tanh(g, x)));
+    sn_node *v = sn_input(g, "v", SN_F32, SN_SHAPE(37)); /* one row */
+    sn_node *outs[] = {y, sn_exp(g, z), c, sb, sn_neg(g, sn_softmax(g, sn_scale(g, v, 2)))};
+    for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
+    kernel_stats st;
+    sn_program *p = fuse_and_check(g, 1, NULL, &st);
+    ck_assert_ptr_eq(kernel_of(p, z), kernel_of(p, y));
+    ck_assert_int_eq(kernel_of(p, c)->kind, SN_KER_ROW);
+    ck_assert_int_eq(st.row_fused, 4);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* cross_entropy of computed logits; cross_entropy_bwd over a padded vocabulary (17 of 20
+ * classes), ignored targets, computed logits stored for a later reader, and an epilogue that
+ * reads the logits again. */
+START_TEST(cross_entropies) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(3, 7, 20));
+    sn_node *c = sn_param(g, "c", SN_F32, SN_SHAPE(20), SN_INIT_NORMAL, 1);
+    sn_node *t = sn_input(g, "t", SN_I32, SN_SHAPE(3, 7));
+    sn_node *loss = sn_cross_entropy_padded(g, sn_scale(g, x, 2), t, -1, 17);
+    sn_node *lg = sn_add(g, x, c);
+    sn_node *dl = sn_cross_entropy_bwd_padded(g, lg, t, sn_scalar(g, SN_F32, 2), -1, 17);
+    sn_node *outs[] = {loss, sn_mul(g, dl, x), sn_exp(g, lg)};
+    for (int i = 0; i < 3; i++) sn_graph_add_output(g, outs[i]);
+    kernel_stats st;
+    sn_program *p = fuse_and_check(g, 17, "t", &st);
+    ck_assert_int_eq(kernel_of(p, loss)->n_instr, 2);
+    ck_assert_ptr_eq(kernel_of(p, lg), kernel_of(p, outs[1]));
+    ck_assert_int_eq(st.row_fused, 2);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* The written-out attention's mask: scale before causal_mask (forward), after (backward); a
+ * finite fill, as -inf - -inf would compare as NaN. */
+START_TEST(causal_masks) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(2, 3, 9, 9));
+    sn_node *outs[] = {sn_causal_mask_fill(g, sn_scale(g, x, 0.25f), -30),
+                       sn_scale(g, sn_causal_mask_fill(g, sn_exp(g, x), 0), 0.25f)};
+    for (int i = 0; i < 2; i++) sn_graph_add_output(g, outs[i]);
+    kernel_stats st;
+    sn_program *p = fuse_and_check(g, 1, NULL, &st);
+    ck_assert_int_eq(p->n_kernels, 2);
+    ck_assert_int_eq(st.row_fused, 2);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* Prologue accesses that are not plain: a concat along the row (masked lanes), a pad along an
+ * outer axis (a per-row mask), a transposed input (a gather along the row). */
+START_TEST(masked_and_strided_prologue) {
+    sn_graph *g = sn_graph_new();
+    sn_node *a = sn_input(g, "a", SN_F32, SN_SHAPE(6, 10));
+    sn_node *b = sn_input(g, "b", SN_F32, SN_SHAPE(6, 23));
+    sn_node *c = sn_input(g, "c", SN_F32, SN_SHAPE(33, 6));
+    sn_node *d = sn_input(g, "d", SN_F32, SN_SHAPE(4, 33));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(33), SN_INIT_NORMAL, 1);
+    sn_node *parts[2] = {a, b};
+    sn_node *x = sn_add(g, sn_concat(g, 2, parts, 1), sn_transpose(g, c, 0, 1)); /* (6, 33) */
+    sn_node *y = sn_add(g, sn_pad(g, d, 0, 1, 6), x);
+    sn_node *outs[] = {sn_layernorm(g, y, w, w, 1e-5f), sn_softmax(g, sn_transpose(g, c, 0, 1))};
+    for (int i = 0; i < 2; i++) sn_graph_add_output(g, outs[i]);
+    kernel_stats st;
+    sn_program *p = fuse_and_check(g, 1, NULL, &st);
+    const sn_kernel *k = kernel_of(p, outs[0]);
+    int masked = 0, gathered = 0;
+    for (int i = 0; i < k->n_access; i++) {
+        masked += k->access[i].masked;
+        gathered += k->access[i].stride[1] > 1;
+    }
+    ck_assert_int_eq(masked, 3);
+    ck_assert_int_eq(gathered, 1);
+    ck_assert_int_eq(st.row_fused, 1); /* softmax reads a view: a copy kernel, then softmax */
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* ---- tiny GPT-2 training ---- */
+
+enum { B = 2, T = 24, VOCAB = 250 }; /* 250 pads to 256: padding is real */
+
+static sn_graph *tiny_training_graph(bool fuse_attention) {
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = VOCAB;
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.fuse_attention = fuse_attention;
+    sn_pipeline_stats st;
+    ck_assert_msg(sn_pipeline_run(&g, &o, &st, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(st.attention_fused, fuse_attention ? c.n_layer : 0);
+    ck_assert_int_eq(st.vocab_padded, 1);
+    return g;
+}
+
+static sn_node *input(const sn_graph *g, const char *name) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_INPUT && !strcmp(g->nodes[i]->name, name)) return g->nodes[i];
+    return NULL;
+}
+
+/* Every kernel of the training program (GEMMs aside) against the interpreter, with parameters
+ * from their init rules. */
+START_TEST(gpt2_kernels) {
+    sn_graph *g = tiny_training_graph(true);
+    sn_program *p = fuse(g);
+    sn_interp *it = reference(g, 7, VOCAB, "targets", true);
+    kernel_stats st = check_kernels(p, it, 1e-4);
+    sn_interp_free(it);
+    printf("test_fuse_kernels: tiny GPT-2 training: %d kernels match the interpreter, %d of them "
+           "multi-output pointwise, %d row ops with fused neighbours\n", st.kernels,
+           st.multi_output, st.row_fused);
+    ck_assert_int_ge(st.row_fused, 9); /* 2 x 2 per layer, and ln_1 of layer 0 and ln_f */
+    ck_assert_int_ge(st.multi_output, 2);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* The whole compiled program (fuse, memplan, executor on the CPU device) against the
+ * interpreter: the loss and every gradient within 1e-4. */
+static void end_to_end(bool fuse_attention) {
+    sn_graph *g = tiny_training_graph(fuse_attention);
+    sn_err e;
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
+    sn_program *p = fuse(g);
+    ck_assert_msg(sn_memplan(p, &e) == SN_OK, "%s", e.msg);
+    sn_exec *x;
+    ck_assert_msg(sn_exec_new(d, p, &x, &e) == SN_OK, "%s", e.msg);
+    sn_interp *it = sn_interp_new(g, false);
+    int32_t ids[B * T], tg[B * T];
+    sn_rng r = sn_rng_seed(11);
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (int32_t)sn_rng_below(&r, VOCAB);
+        tg[i] = i % 9 == 4 ? -1 : (int32_t)sn_rng_below(&r, VOCAB);
+    }
+    sn_node *idx = input(g, "idx"), *targets = input(g, "targets");
+    ck_assert_msg(!sn_exec_set(x, idx, ids, &e) && !sn_exec_set(x, targets, tg, &e), "%s", e.msg);
+    ck_assert(!sn_interp_set_i32(it, idx, ids, &e) && !sn_interp_set_i32(it, targets, tg, &e));
+    sn_node *params[64];
+    int np = sn_graph_params(g, params, 64);
+    for (int i = 0; i < np; i++) {
+        float *w = malloc(sizeof(float) * (size_t)sn_numel(params[i]));
+        sn_param_init(params[i], w, 9);
+        ck_assert_msg(sn_exec_set(x, params[i], w, &e) == SN_OK, "%s", e.msg);
+        ck_assert(sn_interp_set(it, params[i], w, &e) == SN_OK);
+        free(w);
+    }
+    ck_assert_msg(sn_exec_run(x, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
+    float loss;
+    ck_assert(sn_exec_get(x, g->loss, &loss, &e) == SN_OK);
+    double got = loss;
+    sn_check_close("loss", &got, sn_interp_value(it, g->loss), 1, 1e-4, 0);
+    for (int i = 0; i < np; i++) {
+        int64_t n = sn_numel(params[i]);
+        float *gf = malloc(sizeof(float) * (size_t)n);
+        double *gd = malloc(sizeof(double) * (size_t)n);
+        ck_assert(sn_exec_get(x, params[i]->grad, gf, &e) == SN_OK);
+        for (int64_t k = 0; k < n; k++) gd[k] = gf[k];
+        char what[96];
+        snprintf(what, sizeof what, "d loss / d %s (attention %s)", params[i]->name,
+                 fuse_attention ? "fused" : "written out");
+        sn_check_close(what, gd, sn_interp_value(it, params[i]->grad), (size_t)n, 1e-4, 1e-6);
+        free(gf);
+        free(gd);
+    }
+    sn_interp_free(it);
+    sn_exec_free(x);
+    sn_program_free(p);
+    sn_device_free(d);
+    sn_graph_free(g);
+}
+
+START_TEST(gpt2_training_attention_fused) { end_to_end(true); }
+END_TEST
+
+START_TEST(gpt2_training_attention_written_out) { end_to_end(false); }
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("fuse_kernels");
+    TCase *tc = tcase_create("fuse_kernels");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, bias_gelu_two_outputs);
+    tcase_add_test(tc, residual_norms);
+    tcase_add_test(tc, norm_backwards);
+    tcase_add_test(tc, softmaxes);
+    tcase_add_test(tc, cross_entropies);
+    tcase_add_test(tc, causal_masks);
+    tcase_add_test(tc, masked_and_strided_prologue);
+    tcase_add_test(tc, gpt2_kernels);
+    tcase_add_test(tc, gpt2_training_attention_fused);
+    tcase_add_test(tc, gpt2_training_attention_written_out);
+    suite_add_tcase(s, tc);
+    return sn_test_main(s);
+}
