@@ -214,7 +214,7 @@ static sn_status build_sampler(const train_args *a, session *r, sn_err *e) {
     }
     for (int i = 0; i < r->sg->n_outputs && !logits; i++)
         if (r->sg->outputs[i]->rank == 3) logits = r->sg->outputs[i];
-    if (!(r->sampler = sn_sampler_new(r->sg, idx, logits, e))) return e->code;
+    if (!(r->sampler = sn_sampler_new(r->sg, idx, logits, r->dev, e))) return e->code;
     sn_tokens p = {0};
     if (a->prompt && (s = sn_tokenizer_encode(r->tk, a->prompt, strlen(a->prompt), &p, e))) return s;
     if (!a->prompt || !p.n) /* the validation text's first token, else a newline */

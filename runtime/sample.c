@@ -1,30 +1,45 @@
-/* sample.c: generation (sample.h) on the reference interpreter: one full forward per new
- * token over a window of the last T ids, padded with zeros after the last (causal attention
- * keeps the padding from reaching the position read). */
+/* sample.c: generation (sample.h): one full forward per new token over a window of the last T
+ * ids, padded with zeros after the last (causal attention keeps the padding from reaching the
+ * position read), run compiled on a device or on the reference interpreter. */
 #include "sample.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../passes/pipeline.h"
+#include "device.h"
 #include "interp.h"
 
 struct sn_sampler {
     const sn_graph *g;
     const sn_node *idx, *logits;
     int T, V;
-    sn_interp *it;
-    int32_t *window; /* (T,) */
+    sn_interp *it;     /* the reference interpreter, or */
+    sn_program *prog;  /* the compiled forward and its executor */
+    sn_exec *x;
+    int32_t *window;   /* (T,) */
+    double *row64;     /* (V,) the device's logits at the position read */
 };
 
 void sn_sampler_free(sn_sampler *s) {
     if (!s) return;
     sn_interp_free(s->it);
+    sn_exec_free(s->x);
+    sn_program_free(s->prog);
     free(s->window);
+    free(s->row64);
     free(s);
 }
 
-sn_sampler *sn_sampler_new(const sn_graph *g, const sn_node *idx, const sn_node *logits, sn_err *e) {
+/* Sets an INPUT or PARAM on whichever runs the graph. */
+static sn_status set(sn_sampler *s, const sn_node *n, const void *data, sn_err *e) {
+    if (s->x) return sn_exec_set(s->x, n, data, e);
+    return n->dtype == SN_I32 ? sn_interp_set_i32(s->it, n, data, e) : sn_interp_set(s->it, n, data, e);
+}
+
+sn_sampler *sn_sampler_new(const sn_graph *g, const sn_node *idx, const sn_node *logits,
+                           sn_device *device, sn_err *e) {
     if (!idx || idx->op != SN_OP_INPUT || idx->dtype != SN_I32 || idx->rank != 2 || idx->shape[0] != 1 ||
         !logits || logits->rank != 3 || logits->shape[0] != 1 || logits->shape[1] != idx->shape[1]) {
         sn_fail(e, SN_ERR_INVALID, "sampler: the graph needs an i32 input idx (1, T) and logits "
@@ -35,13 +50,20 @@ sn_sampler *sn_sampler_new(const sn_graph *g, const sn_node *idx, const sn_node 
     sn_sampler *s = calloc(1, sizeof *s);
     SN_ASSERT(s);
     *s = (sn_sampler){.g = g, .idx = idx, .logits = logits, .T = (int)idx->shape[1],
-                      .V = (int)logits->shape[2], .it = sn_interp_new(g, false)};
+                      .V = (int)logits->shape[2]};
     s->window = calloc((size_t)s->T, sizeof(int32_t));
-    SN_ASSERT(s->window);
+    s->row64 = malloc(sizeof(double) * (size_t)s->V);
+    SN_ASSERT(s->window && s->row64);
+    sn_pipeline_opts none = {0};
+    if (!device) s->it = sn_interp_new(g, false);
+    else if (sn_pipeline_compile(g, &none, &s->prog, e) || sn_exec_new(device, s->prog, &s->x, e)) {
+        sn_sampler_free(s);
+        return NULL;
+    }
     for (int i = 0; i < g->n_nodes; i++) { /* targets of a loss: zeros, never read */
         const sn_node *n = g->nodes[i];
         if (n != idx && n->op == SN_OP_INPUT && n->dtype == SN_I32 && sn_numel(n) == s->T &&
-            sn_interp_set_i32(s->it, n, s->window, e)) {
+            set(s, n, s->window, e)) {
             sn_sampler_free(s);
             return NULL;
         }
@@ -64,7 +86,7 @@ sn_status sn_sampler_load(sn_sampler *s, const sn_trainer *t, sn_err *e) {
                            "but %s in the trainer: build both graphs from the same model", p->name,
                            sn_type_str(p, a, sizeof a), sn_type_str(ps.param, b, sizeof b));
         }
-        sn_status st = sn_interp_set(s->it, p, ps.w, e);
+        sn_status st = set(s, p, ps.w, e);
         if (st) return st;
     }
     return SN_OK;
@@ -120,9 +142,18 @@ sn_status sn_sampler_generate(sn_sampler *s, const int32_t *prompt, int n_prompt
             int p = start + i;
             s->window[i] = i >= n ? 0 : p < n_prompt ? prompt[p] : out[p - n_prompt];
         }
-        sn_status st = sn_interp_set_i32(s->it, s->idx, s->window, e);
-        if (st || (st = sn_interp_run(s->it, e))) return st;
-        const double *lg = sn_interp_value(s->it, s->logits) + (size_t)(n - 1) * (size_t)s->V;
+        sn_status st = set(s, s->idx, s->window, e);
+        if (st || (st = s->x ? sn_exec_run(s->x, e) : sn_interp_run(s->it, e))) return st;
+        size_t at = (size_t)(n - 1) * (size_t)s->V;
+        const double *lg;
+        if (s->x) { /* the one row read, from the device's logits */
+            const float *all = sn_exec_ptr(s->x, s->logits);
+            if (!all) return sn_fail(e, SN_ERR_INVALID, "sampler: the logits are not a graph output");
+            for (int i = 0; i < s->V; i++) s->row64[i] = all[at + (size_t)i];
+            lg = s->row64;
+        } else {
+            lg = sn_interp_value(s->it, s->logits) + at;
+        }
         out[k] = sn_sample_logits(lg, V, o->temperature, o->top_k, &rng);
     }
     return SN_OK;

@@ -3,7 +3,7 @@
  * Convention: sampling is reproducible from opts.seed and never touches the training RNG.
  *
  *     sn_gpt2_build(g, &config, 1, config.ctx, &m, &e);           // the same model, B = 1
- *     sn_sampler *s = sn_sampler_new(g, m.idx, m.logits, &e);
+ *     sn_sampler *s = sn_sampler_new(g, m.idx, m.logits, device, &e); // NULL: interpreter
  *     sn_sampler_load(s, trainer, &e);                             // copies the weights by name
  *     sn_sampler_generate(s, prompt, n_prompt, &opts, out, &e);    // out: opts.n_new ids
  */
@@ -24,9 +24,12 @@ typedef struct {
 
 typedef struct sn_sampler sn_sampler;
 
-/* g holds one sequence: idx an i32 INPUT (1, T), logits (1, T, V). Any other i32 INPUT of
- * idx's shape (a loss's targets) is fed zeros. g must outlive the sampler. */
-sn_sampler *sn_sampler_new(const sn_graph *g, const sn_node *idx, const sn_node *logits, sn_err *e);
+/* g holds one sequence: idx an i32 INPUT (1, T), logits (1, T, V), a graph output. Any other
+ * i32 INPUT of idx's shape (a loss's targets) is fed zeros. g must outlive the sampler. The
+ * forward runs compiled on `device`, or on the reference interpreter when device is NULL. */
+struct sn_device;
+sn_sampler *sn_sampler_new(const sn_graph *g, const sn_node *idx, const sn_node *logits,
+                           struct sn_device *device, sn_err *e);
 void sn_sampler_free(sn_sampler *s);
 
 /* Copies every PARAM of the sampling graph from the trainer's master weights by name; a

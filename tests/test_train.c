@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../models/gpt2.h"
+#include "../runtime/device.h"
 #include "../runtime/interp.h"
 #include "../runtime/rng.h"
 #include "../runtime/sample.h"
@@ -190,7 +191,7 @@ START_TEST(sampling) {
     ck_assert(sn_gpt2_config_find("tiny", &c));
     c.vocab = 64;
     ck_assert(sn_gpt2_build(fg, &c, 1, T, &fm, &e) == SN_OK);
-    sn_sampler *s = sn_sampler_new(fg, fm.idx, fm.logits, &e);
+    sn_sampler *s = sn_sampler_new(fg, fm.idx, fm.logits, NULL, &e);
     ck_assert_msg(s, "%s", e.msg);
     ck_assert_msg(sn_sampler_load(s, t, &e) == SN_OK, "%s", e.msg);
     int32_t prompt[3] = {5, 9, 11}, a[N], b[N], d[N];
@@ -224,6 +225,21 @@ START_TEST(sampling) {
     ck_assert_int_eq(a[0], best);
     sn_interp_free(it);
 
+    /* the same sampler compiled on the CPU device: the same greedy and seeded draws */
+    sn_device *dev;
+    ck_assert_msg(sn_cpu_device_new(2, &dev, &e) == SN_OK, "%s", e.msg);
+    sn_sampler *sd = sn_sampler_new(fg, fm.idx, fm.logits, dev, &e);
+    ck_assert_msg(sd && sn_sampler_load(sd, t, &e) == SN_OK, "%s", e.msg);
+    o = (sn_sample_opts){.n_new = N, .temperature = 0, .seed = 9};
+    ck_assert_msg(sn_sampler_generate(sd, prompt, 3, &o, d, &e) == SN_OK, "%s", e.msg);
+    ck_assert(!memcmp(a, d, sizeof a));
+    o = (sn_sample_opts){.n_new = N, .temperature = 1.0f, .seed = 7};
+    ck_assert(sn_sampler_generate(s, prompt, 3, &o, a, &e) == SN_OK);
+    ck_assert(sn_sampler_generate(sd, prompt, 3, &o, d, &e) == SN_OK);
+    ck_assert(!memcmp(a, d, sizeof a));
+    sn_sampler_free(sd);
+    sn_device_free(dev);
+
     o = (sn_sample_opts){.n_new = N, .temperature = 2.0f, .vocab = 10, .seed = 1};
     ck_assert(sn_sampler_generate(s, prompt, 3, &o, d, &e) == SN_OK);
     for (int i = 0; i < N; i++) ck_assert_int_lt(d[i], 10);
@@ -235,7 +251,7 @@ START_TEST(sampling) {
     fg = sn_graph_new();
     c.n_embd = 16;
     ck_assert(sn_gpt2_build(fg, &c, 1, T, &fm, &e) == SN_OK);
-    s = sn_sampler_new(fg, fm.idx, fm.logits, &e);
+    s = sn_sampler_new(fg, fm.idx, fm.logits, NULL, &e);
     ck_assert_int_eq(sn_sampler_load(s, t, &e), SN_ERR_INVALID);
     ck_assert_msg(strstr(e.msg, "wte") && strstr(e.msg, "f32[64,16]") && strstr(e.msg, "f32[64,32]"), "%s", e.msg);
     sn_sampler_free(s);
