@@ -7,13 +7,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
-#include <time.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "../runtime/clock.h"
 
 #define ACC16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 
@@ -83,9 +78,9 @@ static void *run(void *arg) {
     CPU_SET(j->cpu, &set);
     pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* best effort */
     pthread_barrier_wait(j->bar);
-    double t0 = now_s();
+    double t0 = sn_clock_s();
     j->sink = run_kernel(j->k, j->iters);
-    j->gflops = flops_per_iter(j->k) * (double)j->iters / (now_s() - t0) / 1e9;
+    j->gflops = flops_per_iter(j->k) * (double)j->iters / (sn_clock_s() - t0) / 1e9;
     return NULL;
 }
 
@@ -115,10 +110,10 @@ bool sn_bench_peak_measure(sn_bench_peak_dtype dt, int threads, int reps, sn_ben
     out->threads = threads;
 
     long iters = 100000; /* calibrated so that one run takes about 0.2 s */
-    double t0 = now_s();
+    double t0 = sn_clock_s();
     volatile float s = run_kernel(k, iters);
     (void)s;
-    double dt_s = now_s() - t0;
+    double dt_s = sn_clock_s() - t0;
     iters = (long)((double)iters * 0.2 / (dt_s > 1e-5 ? dt_s : 1e-5));
 
     job jobs[MAX_THREADS];

@@ -8,10 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../models/gpt2.h"
 #include "../passes/pipeline.h"
+#include "../runtime/clock.h"
 #include "../runtime/device.h"
 #include "../runtime/rng.h"
 #include "../runtime/train.h"
@@ -23,12 +23,6 @@ typedef struct {
     bool compare_interp;
     const char *isa; /* of the measured peak */
 } args;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(const char *what, const sn_err *e) {
     fprintf(stderr, "train_bench: %s: %s\n", what, e ? e->msg : "");
@@ -96,9 +90,9 @@ static double time_best(int steps, step_fn fn, void *ctx) {
     if (fn(ctx, &e)) die("warm-up", &e);
     double best = 1e30;
     for (int i = 0; i < steps; i++) {
-        double t0 = now_s();
+        double t0 = sn_clock_s();
         if (fn(ctx, &e)) die("step", &e);
-        double dt = now_s() - t0;
+        double dt = sn_clock_s() - t0;
         if (dt < best) best = dt;
     }
     return best;
@@ -155,10 +149,10 @@ int main(int argc, char **argv) {
     sn_train_opts o;
     sn_train_opts_default(&o, 1000);
     o.device = d;
-    double t0 = now_s();
+    double t0 = sn_clock_s();
     sn_trainer *t = sn_trainer_new(g, &o, &e);
     if (!t) die("trainer", &e);
-    double compile_s = now_s() - t0;
+    double compile_s = sn_clock_s() - t0;
     const sn_program *p = sn_trainer_program(t);
     double train_flops = program_flops(p);
 

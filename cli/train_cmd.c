@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../models/gpt2.h"
 #include "../passes/pipeline.h"
 #include "../runtime/checkpoint.h"
+#include "../runtime/clock.h"
 #include "../runtime/data.h"
 #include "../runtime/device.h"
 #include "../runtime/plot.h"
@@ -102,12 +102,6 @@ static int parse_args(int argc, char **argv, train_args *a) {
         return cli_fail("train: token shards come in pairs: give both --train-bin and --val-bin%s", "");
     if (a->resume && !a->checkpoint) a->checkpoint = a->resume;
     return -1; /* go on */
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Everything one `sinter train` holds; run_free releases it. */
@@ -335,13 +329,13 @@ static sn_status train(const train_args *a, session *r, sn_err *e) {
     if (a->resume) printf("resumed from %s at step %ld\n", a->resume, start);
     printf("device: %s\n", sn_trainer_backend(r->t));
     progress_init(&r->prog);
-    double t0 = now_s();
+    double t0 = sn_clock_s();
     for (long step = start; step < steps; step++) {
         sn_step_stats st;
         /* A failed step leaves the trainer as it was and nothing is saved after it. */
         if ((s = step_once(r, &st, e))) return s;
         sn_series_push(&r->run.train_loss, (double)(step + 1), st.loss);
-        double el = now_s() - t0, tok_s = (double)(step + 1 - start) * (double)tps / el, val = -1;
+        double el = sn_clock_s() - t0, tok_s = (double)(step + 1 - start) * (double)tps / el, val = -1;
         bool last = step + 1 == steps;
         if ((a->eval_every && (step + 1) % a->eval_every == 0) || last) {
             if ((s = validate(r, &val, e))) return s;
@@ -366,7 +360,7 @@ static sn_status train(const train_args *a, session *r, sn_err *e) {
     }
     progress_break(&r->prog);
     if (start == steps) printf("the run in %s is already complete (%ld steps)\n", a->resume, steps);
-    else printf("done: %ld steps in %.1fs\n", steps - start, now_s() - t0);
+    else printf("done: %ld steps in %.1fs\n", steps - start, sn_clock_s() - t0);
     if (a->checkpoint && r->saved_step == steps) printf("checkpoint: %s\n", a->checkpoint);
     if (a->plot && start == steps && (s = plot(a, r, e))) return s;
     if (a->plot) printf("plot: %s\n", a->plot);

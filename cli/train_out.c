@@ -3,23 +3,17 @@
  * Convention: only lines on a terminal are redrawn with \r; files and pipes get whole lines. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "../runtime/clock.h"
 #include "../runtime/savefile.h"
 #include "train_cli.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void progress_init(progress *p) { *p = (progress){.tty = isatty(STDOUT_FILENO) == 1}; }
 
 void progress_show(progress *p, long step, long steps, double loss, float lr, double grad_norm,
                    double tok_s, double eta_s, double val, bool keep) {
-    double t = now_s();
+    double t = sn_clock_s();
     if (p->tty ? !keep && t - p->last_s < 0.1 : !keep && step % 10 != 1) return;
     p->last_s = t;
     if (p->tty) printf("\r");

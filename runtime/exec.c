@@ -3,8 +3,8 @@
  * arena peak is the highest arena byte a kernel was handed, which must equal the plan's. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "device.h"
 
 struct sn_exec {
@@ -15,12 +15,6 @@ struct sn_exec {
     double *kernel_s;  /* per kernel: time of the last run */
     sn_exec_stats st;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static const sn_value *value_of(const sn_exec *x, const sn_node *n) {
     if (!n || n->id < 0 || n->id >= x->p->g->n_nodes || x->p->g->nodes[n->id] != n) return NULL;
@@ -82,9 +76,9 @@ sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *
         return e->code ? e->code : SN_ERR_OOM;
     }
     x->st.arena_bytes = p->arena_bytes;
-    double t0 = now_s();
+    double t0 = sn_clock_s();
     if (!s) s = d->compile(d, p->kernels, p->n_kernels, x->handles, e);
-    x->st.compile_s = now_s() - t0;
+    x->st.compile_s = sn_clock_s() - t0;
     if (!s) s = fill_constants(x, e);
     if (s) {
         sn_exec_free(x);
@@ -121,7 +115,7 @@ void *sn_exec_ptr(sn_exec *x, const sn_node *n) {
 sn_status sn_exec_run(sn_exec *x, sn_err *e) {
     const sn_program *p = x->p;
     memset(x->st.kind_s, 0, sizeof x->st.kind_s);
-    double t_run = now_s();
+    double t_run = sn_clock_s();
     for (int k = 0; k < p->n_kernels; k++) {
         const sn_kernel *ker = p->kernels[k];
         void *bufs[SN_KER_MAX_ARGS];
@@ -132,15 +126,15 @@ sn_status sn_exec_run(sn_exec *x, sn_err *e) {
             if (!v->persistent && v->offset + v->bytes > x->st.arena_peak_bytes)
                 x->st.arena_peak_bytes = v->offset + v->bytes;
         }
-        double t0 = now_s();
+        double t0 = sn_clock_s();
         sn_status s = ker->kind == SN_KER_GEMM ? x->d->gemm(x->d, ker, bufs, e)
                                                : x->d->launch(x->d, ker, x->handles[k], bufs, e);
         if (s) return s;
-        x->kernel_s[k] = now_s() - t0;
+        x->kernel_s[k] = sn_clock_s() - t0;
         x->st.kind_s[ker->kind] += x->kernel_s[k];
     }
     sn_status s = x->d->sync(x->d, e);
-    x->st.run_s = now_s() - t_run;
+    x->st.run_s = sn_clock_s() - t_run;
     return s;
 }
 

@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../codegen/llvm.h"
 #include "../frontend/sinter.h"
 #include "../passes/program.h"
+#include "../runtime/clock.h"
 #include "../runtime/interp.h"
 #include "harness.h"
 
@@ -286,19 +286,13 @@ END_TEST
 
 /* ---- timing (printed, never asserted) ---- */
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Best of `reps` runs of the kernel over all its items, in seconds. */
 static double time_kernel(sn_cpu_kernel_fn fn, void **bufs, int64_t items, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = sn_clock_s();
         fn(bufs, 0, items);
-        double t = now_s() - t0;
+        double t = sn_clock_s() - t0;
         if (t < best) best = t;
     }
     return best;
@@ -312,9 +306,9 @@ static void time_graph(sn_graph *g, sn_node *const *inputs, int n_inputs, const 
     sn_err e;
     sn_interp *it = sn_interp_new(g, false);
     for (int i = 0; i < n_inputs; i++) set_random(it, inputs[i], 1);
-    double t0 = now_s();
+    double t0 = sn_clock_s();
     ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
-    double t_interp = now_s() - t0;
+    double t_interp = sn_clock_s() - t0;
     sn_interp_free(it);
 
     sn_program *p;
