@@ -1,0 +1,106 @@
+/* fuse_int.h: the fuse pass's internals (its entry, sn_fuse, is in program.h), one section per
+ * file. Convention: every function takes the pass's fuse_state; the decisions (fuse.c) are made
+ * before any access or kernel is built from them (fuse_access.c, fuse_kernels.c). */
+#ifndef SN_FUSE_INT_H
+#define SN_FUSE_INT_H
+
+#include "program.h"
+
+/* ---- fuse.c: the driver and the decisions ---- */
+
+typedef struct {
+    const sn_graph *g;
+    sn_program *p;
+    int **users;   /* [n_nodes] ids of the nodes reading each node */
+    int *n_users;
+    bool *live;    /* reaches an output */
+    bool *mat;     /* has a buffer */
+    bool *is_out;  /* graph output, loss or gradient */
+    int *home;     /* the root of the kernel that computes the node; -1: none (leaves, FULL,
+                      views folded into accesses or sharing their input's buffer) */
+    /* per root: */
+    const sn_node **anchor; /* the row op its kernel computes, or NULL */
+    const sn_node **space;  /* the node whose shape is its kernel's index space */
+    int *members;           /* nodes that joined it */
+    bool *extra;            /* a node joined it as a stored value or as its row op */
+    bool *solo;             /* takes only single-reader chains (its kernel overflowed before) */
+    int overflowed;         /* the root whose kernel ran out of args or instructions, or -1 */
+    sn_err *e;
+} fuse_state;
+
+static inline bool is_view(sn_op op) {
+    return sn_op_kind(op) == SN_K_LAYOUT && op != SN_OP_CONCAT;
+}
+static inline bool is_row(sn_op op) { return sn_op_kind(op) == SN_K_ROW; }
+static inline bool is_leaf(sn_op op) {
+    return op == SN_OP_INPUT || op == SN_OP_PARAM || op == SN_OP_CONST;
+}
+
+/* ---- fuse_access.c: views folded into strided, masked accesses ---- */
+
+typedef struct pw_build pw_build; /* a kernel being built (fuse_kernels.c) */
+
+/* A node as seen through folded views: element (i_0, ..) is base[offset + sum i_d stride[d]];
+ * when masked, coordinates with i_{mask_axis} outside [lo, hi) read 0 (pad, concat). */
+typedef struct {
+    const sn_node *base; /* materialised */
+    int64_t offset;
+    int64_t stride[SN_MAX_RANK]; /* over the viewed node's dims */
+    bool masked;
+    int mask_axis; /* in the viewed node's dims */
+    int64_t lo, hi;
+} view_map;
+
+/* The map of node n as seen through folded views, down to a materialised base; false when the
+ * chain is not a strided view. */
+bool sn_fuse_map_of(const fuse_state *s, const sn_node *n, view_map *m);
+/* The map of view n applied to the map of its input. */
+bool sn_fuse_map_through(const fuse_state *s, const sn_node *n, view_map *m);
+/* An access reading map m as a tensor of `like`'s shape, which broadcasts right-aligned into
+ * the index space. */
+sn_status sn_fuse_push_access(fuse_state *s, pw_build *b, const sn_node *like, const view_map *m,
+                              sn_ref *ref);
+/* Part i of concat n, read as n's shape (its accesses add up to the concatenation). */
+sn_status sn_fuse_concat_part(fuse_state *s, pw_build *b, const sn_node *n, int i, sn_ref *ref);
+/* How the row op n reads operand i, which is not per element of its row. */
+sn_status sn_fuse_row_operand_access(fuse_state *s, pw_build *b, const sn_node *n, int i,
+                                     sn_ref *ref);
+/* The failure of a view chain into x that is not a strided view. */
+sn_status sn_fuse_not_strided(fuse_state *s, const sn_node *x);
+
+/* ---- fuse_kernels.c: the kernels and values built from the decisions ---- */
+
+enum { MAX_INSTR = 64 }; /* instructions in one fused kernel */
+
+/* A kernel being built: its instructions and accesses over an index space, its inputs (the
+ * accesses' `arg` counts inputs until the outputs are known) and the values it stores. */
+struct pw_build {
+    int G;               /* the root the kernel is built at */
+    const sn_node *root; /* for messages */
+    int rank;
+    int64_t shape[SN_MAX_RANK];
+    sn_pw_instr instr[MAX_INSTR];
+    sn_access access[SN_KER_MAX_ARGS];
+    int n_instr, n_access;
+    const sn_node *in[SN_KER_MAX_ARGS];
+    int n_in;
+    const sn_node *out[SN_KER_MAX_ARGS];
+    int out_instr[SN_KER_MAX_ARGS];
+    int n_out;
+    int row_instr;       /* the row op's instruction, or -1 */
+};
+
+/* The failure of b's kernel running out of args or instructions; sets s->overflowed. */
+sn_status sn_fuse_too_many(fuse_state *s, pw_build *b);
+/* p->values and p->value_of: one value per node with a buffer (s->mat). */
+void sn_fuse_make_values(fuse_state *s);
+/* The kernel rooted at `root`: a pointwise group, or a row op with its prologue and epilogue. */
+sn_status sn_fuse_group_kernel(fuse_state *s, const sn_node *root);
+/* A view with a buffer of its own: a copy of what it views. */
+sn_status sn_fuse_copy_kernel(fuse_state *s, const sn_node *v);
+/* A kernel of one compute node (a row op with nothing fused reads its inputs as args). */
+void sn_fuse_compute_kernel(fuse_state *s, const sn_node *n);
+/* Asserts that every kernel reads only values written before it (or loaded with the program). */
+void sn_fuse_check_order(const fuse_state *s);
+
+#endif

@@ -1,0 +1,280 @@
+/* fuse_kernels.c: the kernels (sn_kernel) and values (sn_value) built from fuse's decisions.
+ * Convention: a fused kernel is built from its root down: add_value computes a value in the
+ * kernel when the kernel is its home, else reads its buffer through an access. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuse_int.h"
+
+/* ---- kernels ---- */
+
+/* The failure of b's kernel running out of args or instructions; the driver may build it again
+ * with fewer values joined (s->overflowed names it). */
+sn_status sn_fuse_too_many(fuse_state *s, pw_build *b) {
+    s->overflowed = b->G;
+    return sn_fail(s->e, SN_ERR_UNSUPPORTED, "fuse: the kernel of node %%%d (%s) would read and "
+                   "write more than %d buffers or compute more than %d instructions; splitting "
+                   "such chains is not supported yet", b->root->id, sn_op_name(b->root->op),
+                   SN_KER_MAX_ARGS, MAX_INSTR);
+}
+
+static sn_status add_value(fuse_state *s, pw_build *b, const sn_node *x, sn_ref *ref);
+
+/* Appends the instructions computing n (its operands first); returns its index or -1. */
+static int add_instr(fuse_state *s, pw_build *b, const sn_node *n) {
+    sn_pw_instr in = {.node = n, .n_in = n->n_in};
+    if (n->n_in > 3) {
+        sn_fail(s->e, SN_ERR_UNSUPPORTED, "fuse: node %%%d (%s) has %d inputs; compiled pointwise "
+                "kernels take at most 3 (concat of more parts is not supported yet)",
+                n->id, sn_op_name(n->op), n->n_in);
+        return -1;
+    }
+    bool row = is_row(n->op);
+    for (int i = 0; i < n->n_in; i++) {
+        sn_status st;
+        if (n->op == SN_OP_CONCAT) st = sn_fuse_concat_part(s, b, n, i, &in.in[i]);
+        else if (row && !sn_row_operand_per_element(n->op, i))
+            st = sn_fuse_row_operand_access(s, b, n, i, &in.in[i]);
+        else st = add_value(s, b, n->in[i], &in.in[i]);
+        if (st) return -1;
+    }
+    if (b->n_instr == MAX_INSTR) {
+        sn_fuse_too_many(s, b);
+        return -1;
+    }
+    if (row) b->row_instr = b->n_instr;
+    b->instr[b->n_instr] = in;
+    return b->n_instr++;
+}
+
+/* A reference to x's value in the kernel: its instruction when the kernel computes it (stored
+ * too when x has a buffer), a constant for a folded FULL, else an access to x's buffer (through
+ * the views folded over it). */
+static sn_status add_value(fuse_state *s, pw_build *b, const sn_node *x, sn_ref *ref) {
+    if (!s->mat[x->id] && x->op == SN_OP_FULL) {
+        *ref = (sn_ref){.kind = SN_REF_CONST, .value = x->a.f};
+        return SN_OK;
+    }
+    if (s->home[x->id] == b->G && !is_view(x->op)) {
+        for (int i = 0; i < b->n_instr; i++)
+            if (b->instr[i].node == x) {
+                *ref = (sn_ref){.kind = SN_REF_INSTR, .index = i};
+                return SN_OK;
+            }
+        int i = add_instr(s, b, x);
+        if (i < 0) return s->e->code;
+        if (s->mat[x->id]) {
+            if (b->n_in + b->n_out == SN_KER_MAX_ARGS) return sn_fuse_too_many(s, b);
+            b->out[b->n_out] = x;
+            b->out_instr[b->n_out++] = i;
+        }
+        *ref = (sn_ref){.kind = SN_REF_INSTR, .index = i};
+        return SN_OK;
+    }
+    view_map m;
+    if (!sn_fuse_map_of(s, x, &m)) return sn_fuse_not_strided(s, x);
+    return sn_fuse_push_access(s, b, x, &m, ref);
+}
+
+static sn_kernel *new_kernel(fuse_state *s, sn_kernel_kind kind, const sn_node *out) {
+    sn_program *p = s->p;
+    sn_kernel *k = sn_arena_alloc(&p->arena, sizeof *k);
+    k->kind = kind;
+    k->id = p->n_kernels;
+    k->n_out = 1;
+    k->args[0] = out;
+    snprintf(k->name, sizeof k->name, "k%d_%s", k->id, sn_op_name(out->op));
+    p->kernels[p->n_kernels++] = k;
+    return k;
+}
+
+static int64_t rows_of(const sn_node *x) { return x->rank ? sn_numel(x) / x->shape[x->rank - 1] : 1; }
+
+/* Row ops that sum over all rows into one output run as one range. */
+static bool row_serial(sn_op op) {
+    return op == SN_OP_CROSS_ENTROPY || op == SN_OP_LAYERNORM_BWD_W || op == SN_OP_RMSNORM_BWD_W;
+}
+
+/* The kernel of b: outputs (the root first), then inputs; accesses renumbered to args. */
+static void finish(fuse_state *s, sn_kernel *k, pw_build *b, const sn_node *anchor) {
+    sn_arena *A = &s->p->arena;
+    int o = 0;
+    for (int i = 0; i < b->n_out; i++) /* the root first */
+        if (b->out[i] == b->root) {
+            k->args[o] = b->out[i];
+            k->store[o++] = b->out_instr[i];
+        }
+    SN_ASSERT(o == 1);
+    for (int i = 0; i < b->n_out; i++)
+        if (b->out[i] != b->root) {
+            k->args[o] = b->out[i];
+            k->store[o++] = b->out_instr[i];
+        }
+    k->n_out = b->n_out;
+    k->n_in = b->n_in;
+    for (int i = 0; i < b->n_in; i++) k->args[b->n_out + i] = b->in[i];
+    for (int a = 0; a < b->n_access; a++) b->access[a].arg += b->n_out;
+    k->rank = b->rank;
+    memcpy(k->shape, b->shape, sizeof k->shape);
+    k->n_instr = b->n_instr;
+    k->instr = sn_arena_alloc(A, sizeof(sn_pw_instr) * (size_t)b->n_instr);
+    memcpy(k->instr, b->instr, sizeof(sn_pw_instr) * (size_t)b->n_instr);
+    k->n_access = b->n_access;
+    k->access = sn_arena_alloc(A, sizeof(sn_access) * (size_t)(b->n_access + 1));
+    memcpy(k->access, b->access, sizeof(sn_access) * (size_t)b->n_access);
+    /* named after its ops: a row kernel's row op first, then the others in order; a pointwise
+     * kernel's root, then the others most recent first */
+    size_t len = (size_t)snprintf(k->name, sizeof k->name, "k%d_%s", k->id,
+                                  sn_op_name((anchor ? anchor : b->root)->op));
+    for (int t = 0; t < b->n_instr && len + 12 < sizeof k->name; t++) {
+        int i = anchor ? t : b->n_instr - 1 - t;
+        const sn_node *n = b->instr[i].node;
+        if (n == anchor || (!anchor && n == b->root)) continue;
+        len += (size_t)snprintf(k->name + len, sizeof k->name - len, "_%s", sn_op_name(n->op));
+    }
+    if (anchor) {
+        k->anchor = anchor;
+        k->row_instr = b->row_instr;
+        k->n_items = rows_of(anchor->in[0]);
+        k->serial = row_serial(anchor->op);
+    } else {
+        k->n_items = sn_shape_numel(b->rank, b->shape);
+    }
+}
+
+static pw_build *new_build(const sn_node *root, const sn_node *space) {
+    pw_build *b = calloc(1, sizeof *b);
+    SN_ASSERT(b);
+    b->G = root->id;
+    b->root = root;
+    b->rank = space->rank;
+    memcpy(b->shape, space->shape, sizeof b->shape);
+    b->row_instr = -1;
+    return b;
+}
+
+/* The kernel rooted at `root`: a pointwise group, or a row op with its prologue and epilogue. */
+sn_status sn_fuse_group_kernel(fuse_state *s, const sn_node *root) {
+    const sn_node *anchor = s->anchor[root->id];
+    sn_kernel *k = new_kernel(s, anchor ? SN_KER_ROW : SN_KER_POINTWISE, root);
+    pw_build *b = new_build(root, s->space[root->id]);
+    sn_ref top;
+    sn_status st = add_value(s, b, root, &top);
+    if (!st) finish(s, k, b, anchor);
+    free(b);
+    return st;
+}
+
+/* A view with a buffer of its own: a copy of what it views. */
+sn_status sn_fuse_copy_kernel(fuse_state *s, const sn_node *v) {
+    sn_kernel *k = new_kernel(s, SN_KER_POINTWISE, v);
+    pw_build *b = new_build(v, v);
+    sn_pw_instr copy = {.node = v, .n_in = 1};
+    view_map m;
+    sn_status st = sn_fuse_map_through(s, v, &m) ? sn_fuse_push_access(s, b, v, &m, &copy.in[0])
+                                                 : sn_fuse_not_strided(s, v);
+    if (!st) {
+        b->instr[b->n_instr++] = copy;
+        b->out[0] = v;
+        b->n_out = 1;
+        finish(s, k, b, NULL);
+    }
+    free(b);
+    return st;
+}
+
+static sn_kernel_kind compute_kind(sn_op op) {
+    switch (sn_op_kind(op)) {
+    case SN_K_ROW: return SN_KER_ROW;
+    case SN_K_REDUCE: return SN_KER_REDUCE;
+    case SN_K_MATMUL: return SN_KER_GEMM;
+    case SN_K_GATHER: return SN_KER_GATHER;
+    default: return SN_KER_ATTENTION;
+    }
+}
+
+/* A kernel of one compute node (a row op with nothing fused reads its inputs as args). */
+void sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
+    sn_kernel *k = new_kernel(s, compute_kind(n->op), n);
+    k->anchor = n;
+    const sn_node *lse = n->op == SN_OP_ATTENTION ? n->in[3] : NULL;
+    if (lse && s->home[lse->id] == n->id) {
+        k->anchor2 = lse;
+        k->args[k->n_out++] = lse;
+        snprintf(k->name, sizeof k->name, "k%d_attention_fwd", k->id);
+    }
+    for (int i = 0; i < n->n_in; i++) {
+        SN_ASSERT(s->mat[n->in[i]->id]);
+        if (n->in[i] == k->anchor2) continue;
+        int at = -1;
+        for (int j = 0; j < k->n_out + k->n_in && at < 0; j++)
+            if (k->args[j] == n->in[i]) at = j;
+        if (at < 0) k->args[k->n_out + k->n_in++] = n->in[i]; /* compute ops have at most 6 inputs */
+    }
+    const sn_node *x = n->in[0];
+    switch (k->kind) {
+    case SN_KER_ROW:
+        k->n_items = rows_of(x);
+        k->serial = row_serial(n->op);
+        break;
+    case SN_KER_REDUCE: k->n_items = sn_numel(n); break;
+    case SN_KER_GATHER:
+        /* embedding: one item per id; its backward: column blocks of 64 that threads own */
+        k->n_items = n->op == SN_OP_EMBEDDING ? sn_numel(n->in[1]) : (n->shape[1] + 63) / 64;
+        break;
+    case SN_KER_ATTENTION: k->n_items = x->rank >= 2 ? sn_numel(x) / (x->shape[x->rank - 1] * x->shape[x->rank - 2]) : 1; break;
+    default: k->n_items = 1; k->serial = true; break;
+    }
+}
+
+/* Every kernel reads only values written before it (or loaded with the program). */
+void sn_fuse_check_order(const fuse_state *s) {
+    const sn_program *p = s->p;
+    bool *written = calloc((size_t)p->n_values + 1, 1);
+    SN_ASSERT(written);
+    for (int v = 0; v < p->n_values; v++) {
+        sn_op op = p->values[v].node->op;
+        written[v] = is_leaf(op) || op == SN_OP_FULL;
+    }
+    for (int k = 0; k < p->n_kernels; k++) {
+        const sn_kernel *ker = p->kernels[k];
+        for (int a = 0; a < ker->n_out + ker->n_in; a++) {
+            int v = p->value_of[ker->args[a]->id];
+            SN_ASSERT(v >= 0);
+            while (p->values[v].alias >= 0) v = p->values[v].alias;
+            if (a >= ker->n_out && !written[v])
+                SN_ASSERT(!"fuse: a kernel reads a value that no earlier kernel wrote");
+        }
+        for (int a = 0; a < ker->n_out; a++) {
+            int v = p->value_of[ker->args[a]->id];
+            while (p->values[v].alias >= 0) v = p->values[v].alias;
+            written[v] = true;
+        }
+    }
+    free(written);
+}
+
+/* ---- values ---- */
+
+static int dtype_bytes(sn_dtype t) { return sn_dtype_bits(t) / 8; }
+
+/* One value per node with a buffer, in graph order; a reshape of a buffer that is not an
+ * output aliases it. */
+void sn_fuse_make_values(fuse_state *s) {
+    const sn_graph *g = s->g;
+    sn_program *p = s->p;
+    p->values = calloc((size_t)g->n_nodes, sizeof *p->values);
+    SN_ASSERT(p->values);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const sn_node *n = g->nodes[i];
+        p->value_of[i] = -1;
+        if (!s->mat[i]) continue;
+        sn_value *v = &p->values[p->n_values];
+        p->value_of[i] = p->n_values++;
+        *v = (sn_value){.node = n, .bytes = sn_numel(n) * dtype_bytes(n->dtype), .alias = -1,
+                        .first = -1, .last = -1};
+        v->persistent = sn_op_kind(n->op) == SN_K_LEAF || s->is_out[i];
+        if (n->op == SN_OP_RESHAPE && s->mat[n->in[0]->id] && !s->is_out[i])
+            v->alias = p->value_of[n->in[0]->id];
+    }
+}
