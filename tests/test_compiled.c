@@ -13,94 +13,13 @@
 #include "../runtime/rng.h"
 #include "../runtime/train.h"
 #include "harness.h"
-
-enum { B = 2, T = 24, VOCAB = 250 }; /* 250 pads to 256: padding is real */
-
-static sn_graph *tiny_training_graph(void) {
-    sn_gpt2_config c;
-    ck_assert(sn_gpt2_config_find("tiny", &c));
-    c.vocab = VOCAB;
-    sn_graph *g = sn_graph_new();
-    sn_gpt2 m;
-    sn_err e;
-    ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
-    sn_pipeline_opts o = sn_pipeline_defaults();
-    o.backward = true;
-    sn_pipeline_stats st;
-    ck_assert_msg(sn_pipeline_run(&g, &o, &st, &e) == SN_OK, "%s", e.msg);
-    ck_assert_int_eq(st.attention_fused, c.n_layer);
-    ck_assert_int_eq(st.vocab_padded, 1);
-    return g;
-}
-
-static sn_node *input(const sn_graph *g, const char *name) {
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i]->op == SN_OP_INPUT && !strcmp(g->nodes[i]->name, name)) return g->nodes[i];
-    return NULL;
-}
-
-static void tokens(int32_t *x, int32_t *y, uint64_t seed) {
-    sn_rng r = sn_rng_seed(seed);
-    for (int i = 0; i < B * T; i++) {
-        x[i] = (int32_t)sn_rng_below(&r, VOCAB);
-        y[i] = (int32_t)sn_rng_below(&r, VOCAB);
-    }
-}
+#include "tiny_gpt2.h"
 
 START_TEST(program_matches_interpreter) {
-    sn_graph *g = tiny_training_graph();
-    sn_err e;
-    sn_device *d;
-    ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
-    sn_program *p;
-    ck_assert_msg(sn_fuse(g, &p, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_memplan(p, &e) == SN_OK, "%s", e.msg);
-    sn_exec *x;
-    ck_assert_msg(sn_exec_new(d, p, &x, &e) == SN_OK, "%s", e.msg);
-    sn_interp *it = sn_interp_new(g, false);
-
-    int32_t ids[B * T], tg[B * T];
-    tokens(ids, tg, 5);
-    tg[3] = -1; /* an ignored target */
-    sn_node *idx = input(g, "idx"), *targets = input(g, "targets");
-    ck_assert_msg(!sn_exec_set(x, idx, ids, &e) && !sn_exec_set(x, targets, tg, &e), "%s", e.msg);
-    ck_assert(!sn_interp_set_i32(it, idx, ids, &e) && !sn_interp_set_i32(it, targets, tg, &e));
-    sn_node *params[64];
-    int np = sn_graph_params(g, params, 64);
-    for (int i = 0; i < np; i++) {
-        float *w = malloc(sizeof(float) * (size_t)sn_numel(params[i]));
-        sn_param_init(params[i], w, 3);
-        ck_assert_msg(sn_exec_set(x, params[i], w, &e) == SN_OK, "%s", e.msg);
-        ck_assert(sn_interp_set(it, params[i], w, &e) == SN_OK);
-        free(w);
-    }
-    ck_assert_msg(sn_exec_run(x, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
-
-    float loss;
-    ck_assert(sn_exec_get(x, g->loss, &loss, &e) == SN_OK);
-    double want = sn_interp_value(it, g->loss)[0], got = loss;
-    sn_check_close("loss", &got, &want, 1, 1e-4, 0);
-    for (int i = 0; i < np; i++) {
-        int64_t n = sn_numel(params[i]);
-        float *gf = malloc(sizeof(float) * (size_t)n);
-        double *gd = malloc(sizeof(double) * (size_t)n);
-        ck_assert(sn_exec_get(x, params[i]->grad, gf, &e) == SN_OK);
-        for (int64_t k = 0; k < n; k++) gd[k] = gf[k];
-        char what[96];
-        snprintf(what, sizeof what, "d loss / d %s", params[i]->name);
-        sn_check_close(what, gd, sn_interp_value(it, params[i]->grad), (size_t)n, 1e-4, 1e-6);
-        free(gf);
-        free(gd);
-    }
-    sn_exec_stats st;
-    sn_exec_stats_get(x, &st);
-    ck_assert_int_eq(st.arena_peak_bytes, p->arena_bytes); /* the plan's peak is the real one */
-    ck_assert(2 * p->arena_bytes <= p->sum_bytes);
-    sn_interp_free(it);
-    sn_exec_free(x);
-    sn_program_free(p);
-    sn_device_free(d);
+    sn_graph *g = tiny_training_graph(true);
+    tiny_memory m = tiny_check_compiled(g, 3, "attention fused");
+    ck_assert_int_eq(m.arena_measured, m.arena_planned); /* the plan's peak is the real one */
+    ck_assert(2 * m.arena_planned <= m.arena_no_reuse);
     sn_graph_free(g);
 }
 END_TEST
@@ -112,15 +31,15 @@ START_TEST(trainer_on_both_backends) {
     sn_device *d;
     ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
     for (int backend = 0; backend < 2; backend++) {
-        sn_graph *g = tiny_training_graph();
+        sn_graph *g = tiny_training_graph(true);
         sn_train_opts o;
         sn_train_opts_default(&o, 5);
         o.device = backend ? d : NULL;
         sn_trainer *t = sn_trainer_new(g, &o, &e);
         ck_assert_msg(t, "%s", e.msg);
         for (int s = 0; s < 5; s++) {
-            int32_t x[B * T], y[B * T];
-            tokens(x, y, 100); /* one batch: the loss must fall */
+            int32_t x[TINY_B * TINY_T], y[TINY_B * TINY_T];
+            tiny_tokens(x, y, 100); /* one batch: the loss must fall */
             sn_step_stats st;
             ck_assert_msg(sn_trainer_step(t, x, y, &st, &e) == SN_OK, "%s", e.msg);
             losses[backend][s] = st.loss;

@@ -17,6 +17,7 @@
 #include "../runtime/rng.h"
 #include "../runtime/train.h"
 #include "harness.h"
+#include "tiny_gpt2.h"
 
 /* ---- running kernels against the interpreter ---- */
 
@@ -334,38 +335,12 @@ END_TEST
 
 /* ---- tiny GPT-2 training ---- */
 
-enum { B = 2, T = 24, VOCAB = 250 }; /* 250 pads to 256: padding is real */
-
-static sn_graph *tiny_training_graph(bool fuse_attention) {
-    sn_gpt2_config c;
-    ck_assert(sn_gpt2_config_find("tiny", &c));
-    c.vocab = VOCAB;
-    sn_graph *g = sn_graph_new();
-    sn_gpt2 m;
-    sn_err e;
-    ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
-    sn_pipeline_opts o = sn_pipeline_defaults();
-    o.backward = true;
-    o.fuse_attention = fuse_attention;
-    sn_pipeline_stats st;
-    ck_assert_msg(sn_pipeline_run(&g, &o, &st, &e) == SN_OK, "%s", e.msg);
-    ck_assert_int_eq(st.attention_fused, fuse_attention ? c.n_layer : 0);
-    ck_assert_int_eq(st.vocab_padded, 1);
-    return g;
-}
-
-static sn_node *input(const sn_graph *g, const char *name) {
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i]->op == SN_OP_INPUT && !strcmp(g->nodes[i]->name, name)) return g->nodes[i];
-    return NULL;
-}
-
 /* Every kernel of the training program (GEMMs aside) against the interpreter, with parameters
  * from their init rules. */
 START_TEST(gpt2_kernels) {
     sn_graph *g = tiny_training_graph(true);
     sn_program *p = fuse(g);
-    sn_interp *it = reference(g, 7, VOCAB, "targets", true);
+    sn_interp *it = reference(g, 7, TINY_VOCAB, "targets", true);
     kernel_stats st = check_kernels(p, it, 1e-4);
     sn_interp_free(it);
     printf("test_fuse_kernels: tiny GPT-2 training: %d kernels match the interpreter, %d of them "
@@ -382,55 +357,7 @@ END_TEST
  * interpreter: the loss and every gradient within 1e-4. */
 static void end_to_end(bool fuse_attention) {
     sn_graph *g = tiny_training_graph(fuse_attention);
-    sn_err e;
-    sn_device *d;
-    ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
-    sn_program *p = fuse(g);
-    ck_assert_msg(sn_memplan(p, &e) == SN_OK, "%s", e.msg);
-    sn_exec *x;
-    ck_assert_msg(sn_exec_new(d, p, &x, &e) == SN_OK, "%s", e.msg);
-    sn_interp *it = sn_interp_new(g, false);
-    int32_t ids[B * T], tg[B * T];
-    sn_rng r = sn_rng_seed(11);
-    for (int i = 0; i < B * T; i++) {
-        ids[i] = (int32_t)sn_rng_below(&r, VOCAB);
-        tg[i] = i % 9 == 4 ? -1 : (int32_t)sn_rng_below(&r, VOCAB);
-    }
-    sn_node *idx = input(g, "idx"), *targets = input(g, "targets");
-    ck_assert_msg(!sn_exec_set(x, idx, ids, &e) && !sn_exec_set(x, targets, tg, &e), "%s", e.msg);
-    ck_assert(!sn_interp_set_i32(it, idx, ids, &e) && !sn_interp_set_i32(it, targets, tg, &e));
-    sn_node *params[64];
-    int np = sn_graph_params(g, params, 64);
-    for (int i = 0; i < np; i++) {
-        float *w = malloc(sizeof(float) * (size_t)sn_numel(params[i]));
-        sn_param_init(params[i], w, 9);
-        ck_assert_msg(sn_exec_set(x, params[i], w, &e) == SN_OK, "%s", e.msg);
-        ck_assert(sn_interp_set(it, params[i], w, &e) == SN_OK);
-        free(w);
-    }
-    ck_assert_msg(sn_exec_run(x, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
-    float loss;
-    ck_assert(sn_exec_get(x, g->loss, &loss, &e) == SN_OK);
-    double got = loss;
-    sn_check_close("loss", &got, sn_interp_value(it, g->loss), 1, 1e-4, 0);
-    for (int i = 0; i < np; i++) {
-        int64_t n = sn_numel(params[i]);
-        float *gf = malloc(sizeof(float) * (size_t)n);
-        double *gd = malloc(sizeof(double) * (size_t)n);
-        ck_assert(sn_exec_get(x, params[i]->grad, gf, &e) == SN_OK);
-        for (int64_t k = 0; k < n; k++) gd[k] = gf[k];
-        char what[96];
-        snprintf(what, sizeof what, "d loss / d %s (attention %s)", params[i]->name,
-                 fuse_attention ? "fused" : "written out");
-        sn_check_close(what, gd, sn_interp_value(it, params[i]->grad), (size_t)n, 1e-4, 1e-6);
-        free(gf);
-        free(gd);
-    }
-    sn_interp_free(it);
-    sn_exec_free(x);
-    sn_program_free(p);
-    sn_device_free(d);
+    tiny_check_compiled(g, 9, fuse_attention ? "attention fused" : "attention written out");
     sn_graph_free(g);
 }
 

@@ -1,0 +1,30 @@
+/* tiny_gpt2.h: the tiny GPT-2 training program shared by the compiled-backend suites (attention
+ * fused or written out, vocabulary 250 padded to 256) and the check that its compiled program
+ * computes what the reference interpreter does. */
+#ifndef SN_TEST_TINY_GPT2_H
+#define SN_TEST_TINY_GPT2_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../ir/ir.h"
+
+enum { TINY_B = 2, TINY_T = 24, TINY_VOCAB = 250 }; /* 250 pads to 256: padding is real */
+
+/* Built and run through the pipeline (pad_vocab, attention if asked, autodiff). */
+sn_graph *tiny_training_graph(bool fuse_attention);
+/* The INPUT named name, or NULL. */
+sn_node *tiny_input(const sn_graph *g, const char *name);
+/* (B, T) token ids and targets from seed; every ninth target is -1 (ignored). */
+void tiny_tokens(int32_t *x, int32_t *y, uint64_t seed);
+
+typedef struct {
+    int64_t arena_planned, arena_measured, arena_no_reuse;
+} tiny_memory;
+
+/* Runs g's compiled program (fuse, memplan, the CPU device) and the interpreter with the same
+ * batch and weights (init rules, seed) and checks the loss and every gradient within 1e-4
+ * (label names the case in messages); returns the memory figures. */
+tiny_memory tiny_check_compiled(sn_graph *g, uint64_t seed, const char *label);
+
+#endif
