@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gemm.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define SN_X86 1
@@ -212,6 +214,7 @@ void sn_info_print(FILE *f) {
 #else
     fprintf(f, "llvm:       not built in (install llvm-14-dev and reconfigure for the CPU JIT)\n");
 #endif
+    fprintf(f, "cpu gemm:   %s\n", sn_gemm_library());
 #ifdef SN_HAVE_NVRTC
     int major = 0, minor = 0;
     if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS)
