@@ -144,19 +144,18 @@ static LLVMValueRef row_sum_exp(row *w, int i, int64_t n, LLVMValueRef m) {
 }
 
 /* Layernorm (mean, 1/sqrt(biased var + eps)) or rmsnorm (mean NULL, 1/sqrt(mean sq + eps))
- * statistics of x's row, two passes like the reference. */
-static void norm_stats(row *w, bool rms, LLVMValueRef *mean, LLVMValueRef *rstd) {
+ * statistics of x's row, two passes like the reference, splat over the lanes. */
+static void norm_stats(row *w, bool rms, LLVMValueRef *vmean_out, LLVMValueRef *vrstd) {
     sn_ll *L = w->L;
     LLVMValueRef fC = sn_ll_f32(L, (float)w->C), vmean = NULL, acc;
     sn_ll_vloop v;
-    *mean = NULL;
     if (!rms) {
         acc = new_acc(w, "sx");
         for (pass(w, &v, w->C, "j"); next(w, &v);)
             sn_ll_acc_add(L, acc, ld(w, 0, &v, "x"), v.mask);
-        *mean = LLVMBuildFDiv(B, sn_ll_hsum(L, sn_ll_get(L, acc, ""), ""), fC, "mean");
-        vmean = splat(w, *mean);
+        vmean = splat(w, LLVMBuildFDiv(B, sn_ll_hsum(L, sn_ll_get(L, acc, ""), ""), fC, "mean"));
     }
+    *vmean_out = vmean;
     acc = new_acc(w, "sq");
     for (pass(w, &v, w->C, "j"); next(w, &v);) {
         LLVMValueRef d = ld(w, 0, &v, "x");
@@ -165,7 +164,7 @@ static void norm_stats(row *w, bool rms, LLVMValueRef *mean, LLVMValueRef *rstd)
     }
     LLVMValueRef var = LLVMBuildFDiv(B, sn_ll_hsum(L, sn_ll_get(L, acc, ""), ""), fC, rms ? "ms" : "var");
     var = LLVMBuildFAdd(B, var, sn_ll_f32(L, w->n->a.f), "");
-    *rstd = LLVMBuildFDiv(B, sn_ll_f32(L, 1), sn_ll_sqrt(L, var, ""), "rstd");
+    *vrstd = splat(w, LLVMBuildFDiv(B, sn_ll_f32(L, 1), sn_ll_sqrt(L, var, ""), "rstd"));
 }
 
 /* xhat = (x - mean) rstd, or x rstd for rmsnorm (mean NULL) */
@@ -208,9 +207,8 @@ static void softmax_bwd(row *w) { /* (y, dy) -> y (dy - sum(dy y)) */
 
 static void norm(row *w, bool rms) { /* layernorm (x, w, b), rmsnorm (x, w) */
     sn_ll *L = w->L;
-    LLVMValueRef mean, rstd;
-    norm_stats(w, rms, &mean, &rstd);
-    LLVMValueRef vmean = mean ? splat(w, mean) : NULL, vrstd = splat(w, rstd);
+    LLVMValueRef vmean, vrstd;
+    norm_stats(w, rms, &vmean, &vrstd);
     sn_ll_vloop v;
     for (pass(w, &v, w->C, "j"); next(w, &v);) {
         LLVMValueRef h = xhat(w, ld(w, 0, &v, "x"), vmean, vrstd), wt = ld_col(w, 1, &v, "w");
@@ -222,9 +220,8 @@ static void norm(row *w, bool rms) { /* layernorm (x, w, b), rmsnorm (x, w) */
  * mean(g xhat)), with g = dy w */
 static void norm_bwd(row *w, bool rms) {
     sn_ll *L = w->L;
-    LLVMValueRef mean, rstd;
-    norm_stats(w, rms, &mean, &rstd);
-    LLVMValueRef vmean = mean ? splat(w, mean) : NULL, vrstd = splat(w, rstd);
+    LLVMValueRef vmean, vrstd;
+    norm_stats(w, rms, &vmean, &vrstd);
     LLVMValueRef sg = new_acc(w, "sg"), sgx = new_acc(w, "sgx");
     LLVMValueRef fC = sn_ll_f32(L, (float)w->C);
     sn_ll_vloop v;
@@ -247,9 +244,8 @@ static void norm_bwd(row *w, bool rms) {
 /* (x, dy) -> y (C) += dy xhat over the rows (y zeroed by the caller) */
 static void norm_bwd_w(row *w, bool rms) {
     sn_ll *L = w->L;
-    LLVMValueRef mean, rstd;
-    norm_stats(w, rms, &mean, &rstd);
-    LLVMValueRef vmean = mean ? splat(w, mean) : NULL, vrstd = splat(w, rstd);
+    LLVMValueRef vmean, vrstd;
+    norm_stats(w, rms, &vmean, &vrstd);
     sn_ll_vloop v;
     for (pass(w, &v, w->C, "j"); next(w, &v);) {
         LLVMValueRef d = LLVMBuildFMul(B, ld(w, 1, &v, "dy"), xhat(w, ld(w, 0, &v, "x"), vmean, vrstd), "");

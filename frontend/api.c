@@ -285,13 +285,18 @@ sn_node *sn_broadcast(sn_graph *g, sn_node *x, sn_shape s) {
     return append(g, &p);
 }
 
-sn_node *sn_slice(sn_graph *g, sn_node *x, int axis, int64_t start, int64_t end) {
+/* An op on one axis of x with a range attribute: slice [start, end), pad (start, size). */
+static sn_node *axis_range(sn_graph *g, sn_op op, sn_node *x, int axis, int64_t start, int64_t end) {
     if (!x) return NULL;
-    sn_node p = proto(SN_OP_SLICE, 1, &x);
+    sn_node p = proto(op, 1, &x);
     p.a.axis = norm_axis(x, axis);
     p.a.start = start;
     p.a.end = end;
     return append(g, &p);
+}
+
+sn_node *sn_slice(sn_graph *g, sn_node *x, int axis, int64_t start, int64_t end) {
+    return axis_range(g, SN_OP_SLICE, x, axis, start, end);
 }
 
 int sn_split(sn_graph *g, sn_node *x, int axis, int n, sn_node **out) {
@@ -310,12 +315,7 @@ int sn_split(sn_graph *g, sn_node *x, int axis, int n, sn_node **out) {
 }
 
 sn_node *sn_pad(sn_graph *g, sn_node *x, int axis, int64_t start, int64_t size) {
-    if (!x) return NULL;
-    sn_node p = proto(SN_OP_PAD, 1, &x);
-    p.a.axis = norm_axis(x, axis);
-    p.a.start = start;
-    p.a.end = size;
-    return append(g, &p);
+    return axis_range(g, SN_OP_PAD, x, axis, start, size);
 }
 
 sn_node *sn_concat(sn_graph *g, int n, sn_node *const *xs, int axis) {
