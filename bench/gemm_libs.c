@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../models/gpt2.h"
+#include "models/gpt2.h"
 #include "gemm_libs.h"
 #include "peak.h"
 

@@ -8,9 +8,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../models/gpt2.h"
-#include "../passes/passes.h"
-#include "../passes/pipeline.h"
+#include "models/gpt2.h"
+#include "passes/passes.h"
+#include "passes/pipeline.h"
 #include "gemm_libs.h"
 
 /* ---- shapes ---------------------------------------------------------------------------------- */

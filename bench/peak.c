@@ -8,7 +8,7 @@
 #include <sched.h>
 #include <string.h>
 
-#include "../runtime/clock.h"
+#include "support/clock.h"
 
 #define ACC16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 

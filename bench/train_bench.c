@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../models/gpt2.h"
-#include "../passes/pipeline.h"
-#include "../runtime/clock.h"
-#include "../runtime/device.h"
-#include "../runtime/rng.h"
-#include "../runtime/train.h"
+#include "models/gpt2.h"
+#include "passes/pipeline.h"
+#include "support/clock.h"
+#include "runtime/device.h"
+#include "support/rng.h"
+#include "train/train.h"
 #include "peak.h"
 
 typedef struct {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/data.h"
+#include "data/data.h"
 #include "cli.h"
 
 static const char prepare_usage[] =

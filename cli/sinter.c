@@ -4,11 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../models/gpt2.h"
-#include "../passes/passes.h"
-#include "../passes/pipeline.h"
-#include "../passes/program.h"
-#include "../runtime/info.h"
+#include "models/gpt2.h"
+#include "passes/passes.h"
+#include "passes/pipeline.h"
+#include "program/program.h"
+#include "runtime/info.h"
 #include "cli.h"
 
 static const char usage_text[] =

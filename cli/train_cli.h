@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "../runtime/data.h"
+#include "data/data.h"
 
 typedef struct {
     const char *model, *device, *data, *bpe, *train_bin, *val_bin; /* model, device and data */

@@ -7,15 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../models/gpt2.h"
-#include "../passes/pipeline.h"
-#include "../runtime/checkpoint.h"
-#include "../runtime/clock.h"
-#include "../runtime/data.h"
-#include "../runtime/device.h"
-#include "../runtime/plot.h"
-#include "../runtime/sample.h"
-#include "../runtime/train.h"
+#include "models/gpt2.h"
+#include "passes/pipeline.h"
+#include "train/checkpoint.h"
+#include "support/clock.h"
+#include "data/data.h"
+#include "runtime/device.h"
+#include "support/plot.h"
+#include "train/sample.h"
+#include "train/train.h"
 #include "cli.h"
 #include "train_cli.h"
 

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runtime/clock.h"
-#include "../runtime/savefile.h"
+#include "support/clock.h"
+#include "support/savefile.h"
 #include "train_cli.h"
 
 void progress_init(progress *p) { *p = (progress){.tty = isatty(STDOUT_FILENO) == 1}; }

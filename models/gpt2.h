@@ -4,7 +4,7 @@
 #ifndef SN_GPT2_H
 #define SN_GPT2_H
 
-#include "../frontend/sinter.h"
+#include "frontend/sinter.h"
 
 typedef struct {
     const char *name;

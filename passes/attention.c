@@ -5,8 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../frontend/sinter.h"
-#include "../ir/rewrite.h"
+#include "frontend/sinter.h"
+#include "ir/rewrite.h"
 #include "passes.h"
 
 /* One written-out attention: q, k, v and scale f, and the nodes it replaces. */

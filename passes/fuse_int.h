@@ -4,7 +4,7 @@
 #ifndef SN_FUSE_INT_H
 #define SN_FUSE_INT_H
 
-#include "program.h"
+#include "program/program.h"
 
 /* ---- fuse.c: the driver and the decisions ---- */
 

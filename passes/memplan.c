@@ -3,7 +3,7 @@
  * among the already-placed values whose live ranges overlap its own; 64-byte alignment. */
 #include <stdlib.h>
 
-#include "program.h"
+#include "program/program.h"
 
 enum { ALIGN = 64 };
 

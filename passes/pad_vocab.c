@@ -3,7 +3,7 @@
  * Convention: the padded graph computes what the unpadded one does; padding is never a class. */
 #include <stdlib.h>
 
-#include "../ir/rewrite.h"
+#include "ir/rewrite.h"
 #include "passes.h"
 
 int64_t sn_pad_vocab_size(int64_t V, int64_t multiple) {

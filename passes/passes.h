@@ -4,7 +4,7 @@
 #ifndef SN_PASSES_H
 #define SN_PASSES_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 /* ---- pad_vocab.c ---- */
 

@@ -4,9 +4,9 @@
 
 #include <string.h>
 
-#include "../frontend/sinter.h"
+#include "frontend/sinter.h"
 #include "passes.h"
-#include "program.h"
+#include "program/program.h"
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autodiff", "fuse", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };

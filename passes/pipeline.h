@@ -3,7 +3,7 @@
 #ifndef SN_PIPELINE_H
 #define SN_PIPELINE_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 /* Zeroed options run the plain pipeline (verify, and autodiff if asked); sn_pipeline_defaults
  * turns the forward rewrites on. */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codegen/llvm.h"
+#include "codegen/llvm/llvm.h"
 #include "device.h"
 #include "gemm.h"
 #include "pool.h"

@@ -5,7 +5,7 @@
 #ifndef SN_DEVICE_H
 #define SN_DEVICE_H
 
-#include "../passes/program.h"
+#include "program/program.h"
 
 typedef struct sn_device sn_device;
 struct sn_device {

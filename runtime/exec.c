@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
+#include "support/clock.h"
 #include "device.h"
 
 struct sn_exec {

@@ -3,7 +3,7 @@
 #ifndef SN_GEMM_H
 #define SN_GEMM_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 /* C (M, N) = op(A) @ op(B) + beta * C; A is (M, K) or, with ta, stored (K, M); B likewise. */
 sn_status sn_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,

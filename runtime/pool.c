@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 enum { SPIN = 20000 }; /* polls before a worker sleeps: tens of microseconds */
 

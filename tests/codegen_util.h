@@ -8,9 +8,9 @@
 
 #include <stdint.h>
 
-#include "../codegen/llvm.h"
-#include "../frontend/sinter.h"
-#include "../runtime/interp.h"
+#include "codegen/llvm/llvm.h"
+#include "frontend/sinter.h"
+#include "interp/interp.h"
 #include "harness.h"
 
 #define TOL 2e-6

@@ -11,11 +11,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../codegen/llvm.h"
-#include "../frontend/sinter.h"
-#include "../passes/program.h"
-#include "../runtime/clock.h"
-#include "../runtime/interp.h"
+#include "codegen/llvm/llvm.h"
+#include "frontend/sinter.h"
+#include "program/program.h"
+#include "support/clock.h"
+#include "interp/interp.h"
 #include "harness.h"
 
 /* ---- buffers that end at a guard page ---- */

@@ -10,9 +10,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "../models/gpt2.h"
-#include "../runtime/checkpoint.h"
-#include "../runtime/data.h"
+#include "models/gpt2.h"
+#include "train/checkpoint.h"
+#include "data/data.h"
 #include "harness.h"
 
 enum { B = 2, T = 8, MICRO = 2, STEPS = 12 };

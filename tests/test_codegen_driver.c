@@ -14,10 +14,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "../codegen/llvm_util.h"
-#include "../models/gpt2.h"
-#include "../passes/pipeline.h"
-#include "../passes/program.h"
+#include "codegen/llvm/llvm_util.h"
+#include "models/gpt2.h"
+#include "passes/pipeline.h"
+#include "program/program.h"
 #include "codegen_util.h"
 
 /* ---- errors, IR text, batches, threads ---- */

@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../models/gpt2.h"
-#include "../passes/pipeline.h"
-#include "../runtime/device.h"
-#include "../runtime/interp.h"
-#include "../runtime/rng.h"
-#include "../runtime/train.h"
+#include "models/gpt2.h"
+#include "passes/pipeline.h"
+#include "runtime/device.h"
+#include "interp/interp.h"
+#include "support/rng.h"
+#include "train/train.h"
 #include "harness.h"
 #include "tiny_gpt2.h"
 

@@ -10,13 +10,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../codegen/cuda.h"
-#include "../models/gpt2.h"
-#include "../passes/pipeline.h"
-#include "../passes/program.h"
-#include "../runtime/interp.h"
-#include "../runtime/rng.h"
-#include "../runtime/train.h"
+#include "codegen/cuda/cuda.h"
+#include "models/gpt2.h"
+#include "passes/pipeline.h"
+#include "program/program.h"
+#include "interp/interp.h"
+#include "support/rng.h"
+#include "train/train.h"
 #include "harness.h"
 
 static double now(void) {

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "runtime/data.h"
+#include "data/data.h"
 #include "runtime/info.h"
 
 #define ck_assert_has(msg, sub)                                                                    \

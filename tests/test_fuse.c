@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../models/gpt2.h"
-#include "../passes/pipeline.h"
-#include "../passes/program.h"
+#include "models/gpt2.h"
+#include "passes/pipeline.h"
+#include "program/program.h"
 #include "harness.h"
 
 static sn_program *compile(sn_graph *g) {

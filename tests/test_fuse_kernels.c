@@ -8,14 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codegen/llvm.h"
-#include "../models/gpt2.h"
-#include "../passes/pipeline.h"
-#include "../passes/program.h"
-#include "../runtime/device.h"
-#include "../runtime/interp.h"
-#include "../runtime/rng.h"
-#include "../runtime/train.h"
+#include "codegen/llvm/llvm.h"
+#include "models/gpt2.h"
+#include "passes/pipeline.h"
+#include "program/program.h"
+#include "runtime/device.h"
+#include "interp/interp.h"
+#include "support/rng.h"
+#include "train/train.h"
 #include "harness.h"
 #include "tiny_gpt2.h"
 

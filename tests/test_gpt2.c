@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../models/gpt2.h"
-#include "../runtime/interp.h"
-#include "../runtime/rng.h"
-#include "../runtime/train.h"
+#include "models/gpt2.h"
+#include "interp/interp.h"
+#include "support/rng.h"
+#include "train/train.h"
 #include "harness.h"
 
 static sn_graph *build(const char *name, int B, int T, int vocab, bool backward, sn_gpt2 *m) {

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../frontend/sinter.h"
-#include "../runtime/interp.h"
-#include "../runtime/rng.h"
+#include "frontend/sinter.h"
+#include "interp/interp.h"
+#include "support/rng.h"
 #include "harness.h"
 
 /* A parameter named "pos..." gets values in [0.5, 2] (for log, sqrt, div); others N(0, 1). */

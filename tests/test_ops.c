@@ -5,8 +5,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../frontend/sinter.h"
-#include "../runtime/interp.h"
+#include "frontend/sinter.h"
+#include "interp/interp.h"
 #include "harness.h"
 
 #define F32_TOL 1e-6

@@ -5,13 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ir/rewrite.h"
-#include "../models/gpt2.h"
-#include "../passes/passes.h"
-#include "../passes/pipeline.h"
-#include "../runtime/interp.h"
-#include "../runtime/rng.h"
-#include "../runtime/train.h"
+#include "ir/rewrite.h"
+#include "models/gpt2.h"
+#include "passes/passes.h"
+#include "passes/pipeline.h"
+#include "interp/interp.h"
+#include "support/rng.h"
+#include "train/train.h"
 #include "harness.h"
 
 static void fill(sn_interp *it, const sn_node *n, sn_rng *r) {

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runtime/crc.h"
-#include "../runtime/data.h"
-#include "../runtime/plot.h"
+#include "support/crc.h"
+#include "data/data.h"
+#include "support/plot.h"
 #include "harness.h"
 
 /* Bit-at-a-time CRC-32 and plain Adler-32, written apart from crc.h. */

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../models/gpt2.h"
-#include "../runtime/device.h"
-#include "../runtime/interp.h"
-#include "../runtime/rng.h"
-#include "../runtime/sample.h"
-#include "../runtime/train.h"
+#include "models/gpt2.h"
+#include "runtime/device.h"
+#include "interp/interp.h"
+#include "support/rng.h"
+#include "train/sample.h"
+#include "train/train.h"
 #include "harness.h"
 
 START_TEST(lr_schedule) {

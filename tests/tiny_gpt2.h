@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 enum { TINY_B = 2, TINY_T = 24, TINY_VOCAB = 250 }; /* 250 pads to 256: padding is real */
 

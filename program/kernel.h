@@ -6,7 +6,7 @@
 #ifndef SN_KERNEL_H
 #define SN_KERNEL_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 typedef enum {
     SN_KER_POINTWISE, /* out[i] = expression over accesses, i over `shape` */

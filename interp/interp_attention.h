@@ -3,7 +3,7 @@
 #ifndef SN_INTERP_ATTENTION_H
 #define SN_INTERP_ATTENTION_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 /* y (n's shape) = the attention op n (kind SN_K_ATTENTION) of its inputs' values in[]. */
 void sn_interp_attention(const sn_node *n, double *const *in, double *y);

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "llvm_fused.h"
-#include "pointwise.h"
+#include "program/pointwise.h"
 
 typedef struct {
     sn_ll *L;

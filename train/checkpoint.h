@@ -4,9 +4,9 @@
 #ifndef SN_CHECKPOINT_H
 #define SN_CHECKPOINT_H
 
-#include "../ir/ir.h"
-#include "plot.h"
-#include "rng.h"
+#include "ir/ir.h"
+#include "support/plot.h"
+#include "support/rng.h"
 #include "train.h"
 
 /* The file (little-endian): a 32-byte header (magic "SNCKPT\x1a\n", u32 version, u32 header

@@ -37,7 +37,7 @@
 #ifndef SN_LLVM_H
 #define SN_LLVM_H
 
-#include "kernel.h"
+#include "program/kernel.h"
 
 typedef struct sn_jit sn_jit;
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../passes/pipeline.h"
-#include "interp.h"
+#include "passes/pipeline.h"
+#include "interp/interp.h"
 
 struct sn_backend {
     const sn_graph *g;

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "llvm_fused.h"
-#include "pointwise.h"
+#include "program/pointwise.h"
 
 static const float GELU_K = 0.7978845608028654f; /* sqrt(2/pi) */
 static const float GELU_C = 0.044715f;

@@ -13,7 +13,7 @@
 #ifndef SN_CUDA_H
 #define SN_CUDA_H
 
-#include "kernel.h"
+#include "program/kernel.h"
 
 /* ---- cuda_emit.c: the text emitter and the prelude ---- */
 

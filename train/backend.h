@@ -5,7 +5,7 @@
 #ifndef SN_BACKEND_H
 #define SN_BACKEND_H
 
-#include "device.h"
+#include "runtime/device.h"
 
 typedef struct sn_backend sn_backend;
 

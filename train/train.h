@@ -11,7 +11,7 @@
 #ifndef SN_TRAIN_H
 #define SN_TRAIN_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 typedef struct {
     int steps;          /* optimizer steps in the run (for the schedule) */

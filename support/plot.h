@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 /* A curve: n points (x[i], y[i]) in the order they were pushed. A zeroed series is empty. */
 typedef struct {

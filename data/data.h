@@ -18,8 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../ir/ir.h"
-#include "rng.h"
+#include "ir/ir.h"
+#include "support/rng.h"
 
 /* Debian's fortunes: the corpus used when none is given. */
 #define SN_DEFAULT_CORPUS "/usr/share/games/fortunes"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cuda.h"
-#include "pointwise.h"
+#include "program/pointwise.h"
 
 /* ---- the index space ---- */
 

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc.h"
-#include "data.h"
-#include "savefile.h"
+#include "support/crc.h"
+#include "data/data.h"
+#include "support/savefile.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoint.c writes host-order numbers and assumes a little-endian host"

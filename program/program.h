@@ -5,7 +5,7 @@
 #ifndef SN_PROGRAM_H
 #define SN_PROGRAM_H
 
-#include "../codegen/kernel.h"
+#include "kernel.h"
 
 typedef struct {
     const sn_node *node; /* the materialised node */

@@ -10,8 +10,8 @@
 #ifndef SN_SAMPLE_H
 #define SN_SAMPLE_H
 
-#include "../ir/ir.h"
-#include "rng.h"
+#include "ir/ir.h"
+#include "support/rng.h"
 #include "train.h"
 
 typedef struct {

@@ -25,7 +25,7 @@
 
 #include <llvm-c/Core.h>
 
-#include "kernel.h"
+#include "program/kernel.h"
 
 typedef struct {
     LLVMContextRef ctx;

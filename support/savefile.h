@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 typedef struct {
     FILE *f;        /* write here (stdio; seeking is allowed) */

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../passes/pipeline.h"
-#include "device.h"
-#include "interp.h"
+#include "passes/pipeline.h"
+#include "runtime/device.h"
+#include "interp/interp.h"
 
 struct sn_sampler {
     const sn_graph *g;

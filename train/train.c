@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../frontend/sinter.h"
+#include "frontend/sinter.h"
 #include "backend.h"
-#include "rng.h"
+#include "support/rng.h"
 
 struct sn_trainer {
     sn_graph *g;

@@ -11,7 +11,7 @@
 
 #include "llvm_fused.h"
 #include "llvm_util.h"
-#include "pointwise.h"
+#include "program/pointwise.h"
 
 typedef struct {
     sn_ll *L;

@@ -5,7 +5,7 @@
 #ifndef SN_INTERP_H
 #define SN_INTERP_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 typedef struct sn_interp sn_interp;
 
