@@ -1,0 +1,31 @@
+/* target.c: the published limits of each CUDA architecture, and the host CPU's. Sources: the CUDA
+ * C Programming Guide's "Technical Specifications per Compute Capability" table. */
+#include "target.h"
+
+#include <stdio.h>
+
+sn_target sn_target_cuda(int sm) {
+    SN_ASSERT(sm >= 75);
+    sn_target t = {.kind = SN_TARGET_CUDA, .sm = sm, .native_f16 = true, .mma_f16 = true,
+                   .native_bf16 = sm >= 80, .mma_bf16 = sm >= 80, .tf32 = sm >= 80,
+                   .warp_size = 32, .max_block_threads = 1024, .shared_default = 48 << 10};
+    t.shared_max = sm == 75 ? 64 << 10 : sm == 80 || sm == 87 ? 163 << 10 : sm >= 90 ? 227 << 10 : 99 << 10;
+    snprintf(t.name, sizeof t.name, "cuda sm_%d", sm);
+    return t;
+}
+
+static bool cpu_has_avx512_bf16(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16");
+#else
+    return false;
+#endif
+}
+
+sn_target sn_target_cpu(void) {
+    sn_target t = {.kind = SN_TARGET_CPU, .warp_size = 1, .max_block_threads = 1,
+                   .native_bf16 = cpu_has_avx512_bf16()};
+    snprintf(t.name, sizeof t.name, "cpu%s", t.native_bf16 ? " (bf16 dot products)" : "");
+    return t;
+}

@@ -1,0 +1,36 @@
+/* target.h: what a device can do, as the passes and the code generators need to know it (the
+ * shape of tinygrad's Renderer: shared memory, tensor cores, native dtypes). Convention: no pass
+ * or generator tests a device name or an #ifdef; it reads one of these, made by the device (or,
+ * for compiling without one, by sn_target_cpu / sn_target_cuda). */
+#ifndef SN_TARGET_H
+#define SN_TARGET_H
+
+#include "ir/ir.h"
+
+typedef enum { SN_TARGET_CPU, SN_TARGET_CUDA, SN_TARGET_KIND_COUNT } sn_target_kind;
+
+typedef struct {
+    sn_target_kind kind;
+    char name[48];          /* "cpu (avx512, bf16 dot)", "cuda sm_90" */
+    int sm;                 /* CUDA: compute capability x10 (75, 80, 86, 89, 90); CPU: 0 */
+    bool native_bf16;       /* bf16 products at full speed (CPU: avx512_bf16; CUDA: sm_80+) */
+    bool native_f16;        /* f16 products at full speed (CUDA: every sm_75+) */
+    bool mma_bf16;          /* tensor-core mma.sync m16n8k16 with bf16 operands (sm_80+) */
+    bool mma_f16;           /* mma.sync with f16 operands (m16n8k8 on sm_75, m16n8k16 on sm_80+) */
+    bool tf32;              /* tf32 tensor-core GEMMs (sm_80+) */
+    int warp_size;          /* 32 on CUDA, 1 on the CPU */
+    int max_block_threads;  /* 1024 on CUDA */
+    int64_t shared_default; /* shared memory a block gets without opting in (48 KiB) */
+    int64_t shared_max;     /* the most a block can opt into (sm_75 64 KiB, sm_80 163 KiB,
+                               sm_86/89 99 KiB, sm_90 227 KiB); 0 on the CPU */
+    int sm_count;           /* multiprocessors (CUDA) or cores (CPU); 0: unknown */
+    int64_t memory_bytes;   /* device memory; 0: unknown */
+} sn_target;
+
+/* A CUDA target for compute capability sm (75 and up) with the published per-arch limits;
+ * sm_count and memory_bytes unknown (a real device fills them in). */
+sn_target sn_target_cuda(int sm);
+/* The CPU this process runs on (its bf16 dot-product support read from cpuid). */
+sn_target sn_target_cpu(void);
+
+#endif
