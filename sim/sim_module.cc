@@ -16,7 +16,7 @@ extern "C" {
 #include "codegen/cuda/cuda.h"
 }
 
-static const char *flags = "-std=c++17 -O1 -fPIC -shared -w -x c++";
+static const char *flags = "-std=gnu++17 -O1 -fPIC -shared -w -x c++";
 
 static unsigned long long fnv1a(unsigned long long h, const char *s) {
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;

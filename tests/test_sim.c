@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/cuda/cuda.h"
 #include "sim/sim.h"
 #include "support/rng.h"
 #include "harness.h"
@@ -146,12 +147,190 @@ START_TEST(softmax_deleted_barrier_caught) {
 }
 END_TEST
 
+/* ---- tensor cores: mma.sync and ldmatrix against a plain matrix product ---- */
+
+/* D (16x8 f32) = A (16xK, row-major, 16-bit) B (Kx8, row-major, 16-bit) + C, one warp. The
+ * fragments are built from the PTX ISA's per-element formulas (element i of a lane's A fragment:
+ * row groupID (+8 for i in 2,3,6,7), column 2 threadID_in_group + i % 2 (+8 for i >= 4)), or with
+ * ldmatrix from shared memory (A: x4 or x2; B: x2 or x1 transposed). SWAP plants a bug: two
+ * registers of A exchanged. shape 0: m16n8k16 bf16, 1: m16n8k16 f16, 2: m16n8k8 f16. */
+static const char mma_src[] =
+    "#include \"sinter_prelude.h\"\n"
+    "#ifndef SWAP\n"
+    "#define SWAP 0\n"
+    "#endif\n"
+    "extern \"C\" __global__ void mma_test(float *d, const unsigned short *a,\n"
+    "                                     const unsigned short *b, const float *c, int shape,\n"
+    "                                     int via_ldmatrix) {\n"
+    "    SN_SHARED(unsigned short, sa, 16 * 16);\n"
+    "    SN_SHARED(unsigned short, sb, 16 * 8);\n"
+    "    const int lane = threadIdx.x, group = lane >> 2, tig = lane & 3;\n"
+    "    const int K = shape == 2 ? 8 : 16, na = shape == 2 ? 2 : 4, nb = shape == 2 ? 1 : 2;\n"
+    "    unsigned ra[4] = {0, 0, 0, 0}, rb[2] = {0, 0};\n"
+    "    float rc[4], rd[4];\n"
+    "    if (via_ldmatrix) {\n"
+    "        for (int i = lane; i < 16 * K; i += 32) sa[i] = a[i];\n"
+    "        for (int i = lane; i < K * 8; i += 32) sb[i] = b[i];\n"
+    "        __syncwarp();\n"
+    "        /* A: matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) */\n"
+    "        const unsigned short *arow = &sa[(lane % 16) * K + (lane / 16) * 8 % K];\n"
+    "        const unsigned short *brow = &sb[(lane % K) * 8];\n"
+    "        if (shape == 2) {\n"
+    "            sn_ldmatrix_x2(ra, arow);\n"
+    "            sn_ldmatrix_x1_trans(rb, brow);\n"
+    "        } else {\n"
+    "            sn_ldmatrix_x4(ra, arow);\n"
+    "            sn_ldmatrix_x2_trans(rb, brow);\n"
+    "        }\n"
+    "    } else {\n"
+    "        for (int i = 0; i < 2 * na; i++) { /* element i of this lane's A fragment */\n"
+    "            int row = group + ((i % 4) / 2) * 8, col = 2 * tig + i % 2 + (i / 4) * 8;\n"
+    "            ra[i / 2] |= (unsigned)a[row * K + col] << (16 * (i % 2));\n"
+    "        }\n"
+    "        for (int i = 0; i < 2 * nb; i++) { /* element i of B's: row 2 tig + i % 2 (+8) */\n"
+    "            int row = 2 * tig + i % 2 + (i / 2) * 8, col = group;\n"
+    "            rb[i / 2] |= (unsigned)b[row * 8 + col] << (16 * (i % 2));\n"
+    "        }\n"
+    "    }\n"
+    "    if (SWAP) { unsigned t = ra[0]; ra[0] = ra[na - 1]; ra[na - 1] = t; }\n"
+    "    for (int i = 0; i < 4; i++) rc[i] = c[(group + (i / 2) * 8) * 8 + 2 * tig + i % 2];\n"
+    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800 /* sm_75: only m16n8k8 f16 */\n"
+    "    sn_mma_f16_1688(rd, ra, rb, rc);\n"
+    "#else\n"
+    "    if (shape == 0) sn_mma_bf16_16816(rd, ra, rb, rc);\n"
+    "    else if (shape == 1) sn_mma_f16_16816(rd, ra, rb, rc);\n"
+    "    else sn_mma_f16_1688(rd, ra, rb, rc);\n"
+    "#endif\n"
+    "    for (int i = 0; i < 4; i++) d[(group + (i / 2) * 8) * 8 + 2 * tig + i % 2] = rd[i];\n"
+    "}\n"
+    "SN_HOST_STUB(mma_test)\n";
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* f16 bits of a value that is exactly a multiple of 2^-10 in [-4, 4) (normal or zero). */
+static uint16_t to_f16_exact(double v) {
+    if (v == 0) return 0;
+    uint16_t sign = v < 0 ? 0x8000 : 0;
+    int ex;
+    double m = frexp(fabs(v), &ex); /* v = m 2^ex, m in [0.5, 1) */
+    return (uint16_t)(sign | (uint16_t)((ex - 1 + 15) << 10) | (uint16_t)((m * 2 - 1) * 1024));
+}
+
+/* The largest relative error of the simulated mma (shape, path) against a double product. */
+static double mma_error(sn_sim_module *m, int shape, int via_ldmatrix, uint64_t seed) {
+    const int K = shape == 2 ? 8 : 16;
+    uint16_t a[16 * 16], b[16 * 8];
+    double A[16 * 16], B[16 * 8];
+    float c[16 * 8], d[16 * 8];
+    sn_rng r = sn_rng_seed(seed);
+    for (int i = 0; i < 16 * K + K * 8; i++) {
+        double v = (double)((int)sn_rng_below(&r, 4096) - 2048) / 1024.0; /* exact in f16 */
+        uint16_t bits = shape == 0 ? to_bf16((float)v) : to_f16_exact(v);
+        double exact = shape == 0 ? from_bf16(bits) : v;
+        if (i < 16 * K) a[i] = bits, A[i] = exact;
+        else b[i - 16 * K] = bits, B[i - 16 * K] = exact;
+    }
+    for (int i = 0; i < 16 * 8; i++) c[i] = (float)sn_rng_normal(&r);
+    float *pd = d, *pc = c;
+    uint16_t *pa = a, *pb = b;
+    void *params[] = {&pd, &pa, &pb, &pc, &shape, &via_ldmatrix};
+    unsigned grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    sn_err e;
+    ck_assert_msg(sn_sim_launch(m, "mma_test", grid, block, 0, params, NULL, &e) == SN_OK, "%s",
+                  e.msg);
+    double worst = 0;
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++) {
+            double want = c[i * 8 + j], scale = fabs(c[i * 8 + j]);
+            for (int k = 0; k < K; k++) {
+                want += A[i * K + k] * B[k * 8 + j];
+                scale += fabs(A[i * K + k] * B[k * 8 + j]);
+            }
+            double err = fabs(d[i * 8 + j] - want) / (scale + 1e-30);
+            if (!(err <= worst)) worst = err;
+        }
+    return worst;
+}
+
+static const char *shape_name[] = {"m16n8k16 bf16", "m16n8k16 f16", "m16n8k8 f16"};
+
+START_TEST(mma_matches_product) {
+    sn_sim_module *m = load(mma_src);
+    if (!m) return;
+    for (int shape = 0; shape < 3; shape++)
+        for (int via = 0; via < 2; via++)
+            for (uint64_t seed = 1; seed <= 3; seed++) {
+                double err = mma_error(m, shape, via, seed);
+                ck_assert_msg(err <= 1e-6, "mma %s (%s): relative error %g", shape_name[shape],
+                              via ? "ldmatrix" : "fragments by formula", err);
+            }
+    sn_sim_module_free(m);
+}
+END_TEST
+
+/* A planted bug: A's first and last registers exchanged; every form must give a wrong product. */
+START_TEST(mma_wrong_fragment_caught) {
+    char src[sizeof mma_src + 32];
+    snprintf(src, sizeof src, "#define SWAP 1\n%s", mma_src);
+    sn_sim_module *m = load(src);
+    if (!m) return;
+    for (int shape = 0; shape < 3; shape++)
+        for (int via = 0; via < 2; via++) {
+            double err = mma_error(m, shape, via, 11);
+            printf("test_sim: mma %s (%s) with A's registers swapped: relative error %.3g\n",
+                   shape_name[shape], via ? "ldmatrix" : "by formula", err);
+            ck_assert_msg(!(err <= 1e-3), "a swapped fragment register went unnoticed (%s)",
+                          shape_name[shape]);
+        }
+    sn_sim_module_free(m);
+}
+END_TEST
+
+/* The prelude's tensor-core functions compile with NVRTC: bf16 and f16 m16n8k16 for sm_80 and
+ * sm_90, f16 m16n8k8 and ldmatrix for sm_75. */
+START_TEST(mma_compiles_with_nvrtc) {
+    const int arch[] = {75, 80, 90};
+    for (int i = 0; i < 3; i++) {
+        const char *src = mma_src;
+        sn_cuda_module cm;
+        sn_err e;
+        sn_status st = sn_nvrtc_compile(src, "mma_test.cu", arch[i], &cm, &e);
+        if (st == SN_ERR_UNSUPPORTED) {
+            printf("test_sim: %s: skipping NVRTC\n", e.msg);
+            sn_cuda_module_free(&cm);
+            return;
+        }
+        ck_assert_msg(st == SN_OK, "sm_%d: %s", arch[i], e.msg);
+        const sn_cuda_kernel_info *in = sn_cuda_module_info(&cm, "mma_test");
+        ck_assert_msg(in, "no ptxas report: %s", cm.log);
+        ck_assert_msg(in->spill_store_bytes == 0 && in->stack_bytes == 0, "sm_%d: spills",
+                      arch[i]);
+        ck_assert_msg(cm.cubin && cm.cubin_size > 0, "no cubin");
+        printf("test_sim: mma_test for sm_%d: %d registers, %d bytes of shared memory\n", arch[i],
+               in->registers, in->shared_bytes);
+        sn_cuda_module_free(&cm);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sim");
     TCase *tc = tcase_create("sim");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, softmax_matches_reference);
     tcase_add_test(tc, softmax_deleted_barrier_caught);
+    tcase_add_test(tc, mma_matches_product);
+    tcase_add_test(tc, mma_wrong_fragment_caught);
+    tcase_add_test(tc, mma_compiles_with_nvrtc);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }
