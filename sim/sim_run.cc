@@ -137,7 +137,8 @@ static void *shared_dynamic(size_t *bytes, const char *name, int line) {
 
 [[noreturn]] static void out_of_bounds(const char *name, long long index, long long count,
                                        int line) {
-    sim_fail(line, "shared memory out of bounds: %s[%lld] of %lld elements", name, index, count);
+    sim_fail(0, "shared memory out of bounds: %s[%lld] of %lld elements (%s is declared on line "
+             "%d)", name, index, count, name, line);
 }
 
 const sn_sim_api sim_api = {SN_SIM_ABI, syncthreads, sim_shfl, sim_ballot, shared_static,

@@ -322,6 +322,203 @@ START_TEST(mma_compiles_with_nvrtc) {
 }
 END_TEST
 
+/* ---- the rules a launch enforces, each reported with what to fix ---- */
+
+static const char rules_src[] =
+    "#include \"sinter_prelude.h\"\n"
+    "/* reads buf[threadIdx.x + shift]: out of bounds for shift > 0 in the last thread */\n"
+    "extern \"C\" __global__ void shared_index(int *out, int shift) {\n"
+    "    SN_SHARED(int, buf, 64);\n"
+    "    buf[threadIdx.x] = (int)threadIdx.x;\n"
+    "    __syncthreads();\n"
+    "    out[threadIdx.x] = buf[threadIdx.x + shift];\n"
+    "}\n"
+    "SN_HOST_STUB(shared_index)\n"
+    "/* a 2-D array, rows x 8: the column is checked as well as the row */\n"
+    "extern \"C\" __global__ void shared_2d(int *out, int col) {\n"
+    "    SN_SHARED2(int, tile, 4, 8);\n"
+    "    tile[threadIdx.x / 8][threadIdx.x % 8] = (int)threadIdx.x;\n"
+    "    __syncthreads();\n"
+    "    out[threadIdx.x] = tile[threadIdx.x / 8][col];\n"
+    "}\n"
+    "SN_HOST_STUB(shared_2d)\n"
+    "/* dynamic shared memory, read before it is written: the poison shows */\n"
+    "extern \"C\" __global__ void dynamic_poison(int *out, int n) {\n"
+    "    SN_DYNAMIC_SHARED(int, dyn);\n"
+    "    out[threadIdx.x] = dyn[threadIdx.x + n];\n"
+    "}\n"
+    "SN_HOST_STUB(dynamic_poison)\n"
+    "/* threads below `half` wait at a barrier the others never reach */\n"
+    "extern \"C\" __global__ void divergent_exit(int *out, int half) {\n"
+    "    if ((int)threadIdx.x < half) __syncthreads();\n"
+    "}\n"
+    "SN_HOST_STUB(divergent_exit)\n"
+    "/* odd and even threads wait at two different barriers */\n"
+    "extern \"C\" __global__ void divergent_sites(int *out) {\n"
+    "    if (threadIdx.x % 2) {\n"
+    "        __syncthreads();\n"
+    "    } else {\n"
+    "        __syncthreads();\n"
+    "    }\n"
+    "    out[threadIdx.x] = 1;\n"
+    "}\n"
+    "SN_HOST_STUB(divergent_sites)\n"
+    "/* lane `gone` exits before a shuffle the others wait at */\n"
+    "extern \"C\" __global__ void shuffle_missing_lane(float *out, int gone) {\n"
+    "    if ((int)threadIdx.x == gone) return;\n"
+    "    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);\n"
+    "}\n"
+    "SN_HOST_STUB(shuffle_missing_lane)\n"
+    "/* floats of static shared memory: over 48 KiB when n > 12288 */\n"
+    "extern \"C\" __global__ void big_shared(float *out) {\n"
+    "    SN_SHARED(float, big, 16384);\n"
+    "    big[threadIdx.x] = 1.0f;\n"
+    "    out[threadIdx.x] = big[threadIdx.x];\n"
+    "}\n"
+    "SN_HOST_STUB(big_shared)\n"
+    "/* every thread writes out[0]: the last one wins, which depends on the order */\n"
+    "extern \"C\" __global__ void racy(int *out) { out[0] = (int)threadIdx.x; }\n"
+    "SN_HOST_STUB(racy)\n";
+
+static sn_sim_module *rules;
+
+static void rules_load(void) { rules = load(rules_src); }
+static void rules_free(void) { sn_sim_module_free(rules); }
+
+/* Launches kernel on one block of `threads` with one int parameter after out; the status, the
+ * message in e. */
+static sn_status launch1(const char *kernel, unsigned threads, void *out, int arg, unsigned dyn,
+                         sn_err *e) {
+    unsigned grid[3] = {2, 1, 1}, block[3] = {threads, 1, 1};
+    void *params[] = {&out, &arg};
+    return sn_sim_launch(rules, kernel, grid, block, dyn, params, NULL, e);
+}
+
+static void expect_error(sn_status st, const sn_err *e, sn_status code, const char **want, int n) {
+    ck_assert_msg(st == code, "expected %s, got %s: %s", sn_status_name(code),
+                  sn_status_name(st), st == SN_OK ? "" : e->msg);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(strstr(e->msg, want[i]), "missing \"%s\" in: %s", want[i], e->msg);
+}
+
+START_TEST(shared_out_of_bounds_reported) {
+    if (!rules) return;
+    int out[64];
+    sn_err e;
+    ck_assert_msg(launch1("shared_index", 64, out, 0, 0, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; i < 64; i++) ck_assert_int_eq(out[i], i);
+    const char *want[] = {"shared_index", "out of bounds", "buf[64] of 64", "thread (63,0,0)",
+                          "declared on line 4"};
+    expect_error(launch1("shared_index", 64, out, 1, 0, &e), &e, SN_ERR_DEVICE, want, 5);
+    const char *neg[] = {"buf[4294967295] of 64", "thread (0,0,0)"}; /* unsigned + -1 */
+    expect_error(launch1("shared_index", 64, out, -1, 0, &e), &e, SN_ERR_DEVICE, neg, 2);
+    ck_assert_msg(launch1("shared_2d", 32, out, 7, 0, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(out[9], 15);
+    const char *col[] = {"tile[8] of 8", "line 12"};
+    expect_error(launch1("shared_2d", 32, out, 8, 0, &e), &e, SN_ERR_DEVICE, col, 2);
+}
+END_TEST
+
+START_TEST(dynamic_shared_poisoned_and_checked) {
+    if (!rules) return;
+    int out[32];
+    sn_err e;
+    ck_assert_msg(launch1("dynamic_poison", 32, out, 0, 128, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; i < 32; i++) ck_assert_int_eq(out[i], 0x7f7f7f7f);
+    const char *want[] = {"dyn[32] of 32", "dynamic_poison"};
+    expect_error(launch1("dynamic_poison", 32, out, 1, 128, &e), &e, SN_ERR_DEVICE, want, 2);
+    const char *limit[] = {"dynamic shared memory", "49153"};
+    expect_error(launch1("dynamic_poison", 32, out, 0, 48 * 1024 + 1, &e), &e, SN_ERR_INVALID,
+                 limit, 2);
+}
+END_TEST
+
+START_TEST(divergent_barrier_reported) {
+    if (!rules) return;
+    sn_err e;
+    int out[64];
+    const char *want[] = {"divergent __syncthreads", "waits at the barrier on line 26",
+                          "has exited"};
+    expect_error(launch1("divergent_exit", 64, NULL, 32, 0, &e), &e, SN_ERR_DEVICE, want, 3);
+    ck_assert_msg(launch1("divergent_exit", 64, NULL, 64, 0, &e) == SN_OK, "%s", e.msg);
+    const char *sites[] = {"divergent __syncthreads", "line 32", "line 34"};
+    expect_error(launch1("divergent_sites", 64, out, 0, 0, &e), &e, SN_ERR_DEVICE, sites, 3);
+}
+END_TEST
+
+START_TEST(shuffle_without_a_lane_reported) {
+    if (!rules) return;
+    sn_err e;
+    float out[64];
+    ck_assert_msg(launch1("shuffle_missing_lane", 64, out, 99, 0, &e) == SN_OK, "%s", e.msg);
+    const char *want[] = {"warp-synchronous", "line 42", "lane 5 never reaches", "has exited"};
+    expect_error(launch1("shuffle_missing_lane", 64, out, 37, 0, &e), &e, SN_ERR_DEVICE, want, 4);
+}
+END_TEST
+
+START_TEST(shared_limit_enforced) {
+    if (!rules) return;
+    sn_err e;
+    float out[32];
+    void *params[] = {&(float *){out}};
+    unsigned grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    const char *want[] = {"shared memory over the limit", "big needs 65536 bytes", "49152"};
+    expect_error(sn_sim_launch(rules, "big_shared", grid, block, 0, params, NULL, &e), &e,
+                 SN_ERR_DEVICE, want, 3);
+    sn_sim_opts o = sn_sim_defaults();
+    o.shared_limit = 227 * 1024; /* sm_90's opt-in maximum */
+    ck_assert_msg(sn_sim_launch(rules, "big_shared", grid, block, 0, params, &o, &e) == SN_OK,
+                  "%s", e.msg);
+    ck_assert(out[31] == 1.0f);
+}
+END_TEST
+
+START_TEST(orders_expose_a_race) {
+    if (!rules) return;
+    sn_err e;
+    int out[64] = {0};
+    void *params[] = {&(int *){out}};
+    unsigned grid[3] = {1, 1, 1}, block[3] = {64, 1, 1};
+    sn_sim_buf buf = {out, sizeof out};
+    const char *want[] = {"racy", "output 0 differs at byte 0", "thread order"};
+    expect_error(sn_sim_launch_orders(rules, "racy", grid, block, 0, params, &buf, 1, NULL, &e),
+                 &e, SN_ERR_NUMERIC, want, 3);
+    int shift = 0;
+    void *ok_params[] = {&(int *){out}, &shift};
+    ck_assert_msg(sn_sim_launch_orders(rules, "shared_index", grid, block, 0, ok_params, &buf, 1,
+                                       NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(out[63], 63);
+}
+END_TEST
+
+START_TEST(load_and_launch_errors) {
+    sn_sim_module *m;
+    sn_err e;
+    sn_status st = sn_sim_module_load("#include \"sinter_prelude.h\"\n"
+                                      "extern \"C\" __global__ void k(float *o) { o[0] = nope; }\n",
+                                      &m, &e);
+    if (st == SN_ERR_UNSUPPORTED) return;
+    const char *want[] = {"g++ rejected", "nope", "kernel.cu:2"};
+    expect_error(st, &e, SN_ERR_DEVICE, want, 3);
+    ck_assert_ptr_null(m);
+    /* raw __shared__ does not compile on the CPU: the macros are the way */
+    st = sn_sim_module_load("#include \"sinter_prelude.h\"\n"
+                            "extern \"C\" __global__ void k(float *o) { __shared__ float t[4]; }\n",
+                            &m, &e);
+    const char *raw[] = {"use_SN_SHARED_not___shared__"};
+    expect_error(st, &e, SN_ERR_DEVICE, raw, 1);
+    if (!rules) return;
+    unsigned grid[3] = {1, 1, 1}, block[3] = {32, 1, 1}, huge[3] = {2048, 1, 1};
+    const char *none[] = {"no kernel no_such", "SN_HOST_STUB(no_such)"};
+    expect_error(sn_sim_launch(rules, "no_such", grid, block, 0, NULL, NULL, &e), &e,
+                 SN_ERR_INVALID, none, 2);
+    const char *dims[] = {"block (2048,1,1)", "1 to 1024 threads"};
+    expect_error(sn_sim_launch(rules, "racy", grid, huge, 0, NULL, NULL, &e), &e, SN_ERR_INVALID,
+                 dims, 2);
+    ck_assert(sn_sim_has_kernel(rules, "racy") && !sn_sim_has_kernel(rules, "no_such"));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sim");
     TCase *tc = tcase_create("sim");
@@ -332,5 +529,16 @@ int main(void) {
     tcase_add_test(tc, mma_wrong_fragment_caught);
     tcase_add_test(tc, mma_compiles_with_nvrtc);
     suite_add_tcase(s, tc);
+    TCase *r = tcase_create("rules");
+    tcase_set_timeout(r, 120);
+    tcase_add_unchecked_fixture(r, rules_load, rules_free);
+    tcase_add_test(r, shared_out_of_bounds_reported);
+    tcase_add_test(r, dynamic_shared_poisoned_and_checked);
+    tcase_add_test(r, divergent_barrier_reported);
+    tcase_add_test(r, shuffle_without_a_lane_reported);
+    tcase_add_test(r, shared_limit_enforced);
+    tcase_add_test(r, orders_expose_a_race);
+    tcase_add_test(r, load_and_launch_errors);
+    suite_add_tcase(s, r);
     return sn_test_main(s);
 }
