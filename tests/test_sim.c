@@ -519,12 +519,117 @@ START_TEST(load_and_launch_errors) {
 }
 END_TEST
 
+/* ---- warp primitives, atomics, coordinates: each against what CUDA documents ---- */
+
+static const char warp_src[] =
+    "#include \"sinter_prelude.h\"\n"
+    "enum { OUTS = 9 };\n"
+    "extern \"C\" __global__ void warp_ops(int *out) {\n"
+    "    const unsigned full = 0xffffffffu;\n"
+    "    const int lane = threadIdx.x % 32, v = lane * 10 + (int)(threadIdx.x / 32) * 1000;\n"
+    "    int *o = out + threadIdx.x * OUTS;\n"
+    "    o[0] = __shfl_sync(full, v, 3);\n"
+    "    o[1] = __shfl_sync(full, v, lane + 1, 8);\n"
+    "    o[2] = __shfl_up_sync(full, v, 2);\n"
+    "    o[3] = __shfl_down_sync(full, v, 3, 16);\n"
+    "    o[4] = __shfl_xor_sync(full, v, 5);\n"
+    "    o[5] = (int)__ballot_sync(full, lane % 3 == 0);\n"
+    "    o[6] = __any_sync(full, lane == 7) + 2 * __all_sync(full, lane < 32) +\n"
+    "           4 * __all_sync(full, lane < 9);\n"
+    "    o[7] = (int)(2.0 * __shfl_xor_sync(full, (double)v + 0.25, 1));\n"
+    "    unsigned half = lane < 16 ? 0x0000ffffu : 0xffff0000u;\n"
+    "    o[8] = __shfl_xor_sync(half, v, 1);\n"
+    "    __syncwarp();\n"
+    "}\n"
+    "SN_HOST_STUB(warp_ops)\n"
+    "extern \"C\" __global__ void atomics(float *sum, int *count) {\n"
+    "    SN_SHARED(int, block_count, 1);\n"
+    "    atomicAdd(sum, 0.5f);\n"
+    "    atomicAdd(count, 1);\n"
+    "    if (threadIdx.x == 0) block_count[0] = 0;\n"
+    "    __syncthreads();\n"
+    "    atomicAdd(&block_count[0], 1);\n"
+    "    __syncthreads();\n"
+    "    if (threadIdx.x == 0) atomicMax(count + 1, block_count[0]);\n"
+    "}\n"
+    "SN_HOST_STUB(atomics)\n"
+    "extern \"C\" __global__ void coords(int *out) {\n"
+    "    int b = (int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));\n"
+    "    int t = (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));\n"
+    "    out[b * (int)(blockDim.x * blockDim.y * blockDim.z) + t] =\n"
+    "        (int)(threadIdx.x | threadIdx.y << 4 | threadIdx.z << 8 | blockIdx.x << 12 |\n"
+    "              blockIdx.y << 16 | blockIdx.z << 20);\n"
+    "}\n"
+    "SN_HOST_STUB(coords)\n";
+
+START_TEST(warp_primitives_as_documented) {
+    sn_sim_module *m = load(warp_src);
+    if (!m) return;
+    enum { THREADS = 48, OUTS = 9 }; /* a full warp and a partial one */
+    int out[THREADS * OUTS];
+    int *p = out;
+    void *params[] = {&p};
+    unsigned grid[3] = {1, 1, 1}, block[3] = {THREADS, 1, 1};
+    sn_err e;
+    for (int order = 0; order < SN_SIM_ORDER_COUNT; order++) {
+        sn_sim_opts o = sn_sim_defaults();
+        o.order = (sn_sim_order)order;
+        memset(out, 0, sizeof out);
+        ck_assert_msg(sn_sim_launch(m, "warp_ops", grid, block, 0, params, &o, &e) == SN_OK, "%s",
+                      e.msg);
+        for (int t = 0; t < THREADS; t++) {
+            int lane = t % 32, w = t / 32, base = w * 1000, lanes = w == 0 ? 32 : THREADS - 32;
+#define V(l) ((l) * 10 + base)
+            unsigned ballot = 0;
+            for (int l = 0; l < lanes; l++) ballot |= (l % 3 == 0) << l;
+            int want[OUTS] = {
+                V(3), V(lane / 8 * 8 + (lane + 1) % 8), lane < 2 ? V(lane) : V(lane - 2),
+                lane % 16 + 3 < 16 ? V(lane + 3) : V(lane), V(lane ^ 5), (int)ballot,
+                (lanes > 7) + 2 + 4 * (lanes <= 9), 2 * V(lane ^ 1) /* (int)(2 (v + 0.25)) */,
+                V(lane ^ 1)};
+#undef V
+            for (int j = 0; j < OUTS; j++)
+                ck_assert_msg(out[t * OUTS + j] == want[j], "thread %d, result %d: %d, want %d "
+                              "(order %d)", t, j, out[t * OUTS + j], want[j], order);
+        }
+    }
+    /* atomics from every thread of 3 blocks, in global and shared memory */
+    float sum = 0;
+    int count[2] = {0, 0};
+    float *ps = &sum;
+    int *pc = count;
+    void *aparams[] = {&ps, &pc};
+    unsigned agrid[3] = {3, 1, 1}, ablock[3] = {40, 1, 1};
+    ck_assert_msg(sn_sim_launch(m, "atomics", agrid, ablock, 0, aparams, NULL, &e) == SN_OK, "%s",
+                  e.msg);
+    ck_assert(sum == 60.0f);
+    ck_assert_int_eq(count[0], 120);
+    ck_assert_int_eq(count[1], 40);
+    /* every coordinate of a 3-D grid of 3-D blocks */
+    unsigned cgrid[3] = {2, 3, 2}, cblock[3] = {4, 2, 3};
+    int coords[12 * 24];
+    int *pco = coords;
+    void *cparams[] = {&pco};
+    memset(coords, 0xff, sizeof coords);
+    ck_assert_msg(sn_sim_launch(m, "coords", cgrid, cblock, 0, cparams, NULL, &e) == SN_OK, "%s",
+                  e.msg);
+    for (int b = 0; b < 12; b++)
+        for (int t = 0; t < 24; t++) {
+            int want = (t % 4) | (t / 4 % 2) << 4 | (t / 8) << 8 | (b % 2) << 12 |
+                       (b / 2 % 3) << 16 | (b / 6) << 20;
+            ck_assert_int_eq(coords[b * 24 + t], want);
+        }
+    sn_sim_module_free(m);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sim");
     TCase *tc = tcase_create("sim");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, softmax_matches_reference);
     tcase_add_test(tc, softmax_deleted_barrier_caught);
+    tcase_add_test(tc, warp_primitives_as_documented);
     tcase_add_test(tc, mma_matches_product);
     tcase_add_test(tc, mma_wrong_fragment_caught);
     tcase_add_test(tc, mma_compiles_with_nvrtc);
