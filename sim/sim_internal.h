@@ -4,6 +4,8 @@
 #ifndef SN_SIM_INTERNAL_H
 #define SN_SIM_INTERNAL_H
 
+#include <stdint.h>
+#include <string.h>
 #include <ucontext.h>
 
 #include <string>
@@ -43,6 +45,16 @@ struct sn_sim_module {
 /* The address of symbol `name` in m's shared object, or NULL. */
 void *sim_module_symbol(sn_sim_module *m, const char *name);
 
+/* sim_fiber.cc: a fiber's saved state and the switch between two */
+struct sim_ctx {
+    void *sp;      /* x86-64: the saved stack pointer */
+    ucontext_t uc; /* elsewhere */
+};
+/* Makes c start entry() on the stack [stack, stack + bytes) at the first switch to it. */
+void sim_ctx_make(sim_ctx *c, char *stack, size_t bytes, void (*entry)(void));
+/* Saves the running state in from, continues to. */
+void sim_ctx_switch(sim_ctx *from, sim_ctx *to);
+
 /* sim_run.cc: the launch, its fibers and their scheduler */
 enum fiber_state { FIBER_READY, FIBER_BARRIER, FIBER_WARP, FIBER_DONE };
 
@@ -58,7 +70,7 @@ struct warp_wait {
 };
 
 struct fiber {
-    ucontext_t ctx;
+    sim_ctx ctx;
     char *stack;
     bool started;
     fiber_state state;
@@ -85,7 +97,7 @@ struct launch {
     std::vector<unsigned> pos;   /* fiber -> its place in order */
     unsigned hint;               /* no fiber before order[hint] is ready */
     fiber *running;
-    ucontext_t sched;
+    sim_ctx sched;
     std::string error; /* the first error; the launch stops there */
     char *stack_mem;
     size_t stack_stride;

@@ -1,6 +1,6 @@
-// sim_run.cc: one launch on the CPU: blocks one after another, the threads of a block as ucontext
-// fibers run round-robin in the chosen order until each blocks (barrier, warp collective) or
-// ends; the scheduler releases barriers and reports a block that cannot go on (a divergent
+// sim_run.cc: one launch on the CPU: blocks one after another, the threads of a block as fibers
+// (sim_fiber.cc): always the first ready thread in the chosen order runs, until it blocks (barrier,
+// warp collective) or ends, so one warp runs ahead to the next barrier; the scheduler releases barriers and reports a block that cannot go on (a divergent
 // barrier, a lane waiting for lanes that never come) as an error instead of hanging.
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,14 +42,14 @@ void sim_fail(int line, const char *fmt, ...) {
     record(l, std::string(l->kernel) + ": " + where + at + ": " + msg);
     fiber *f = l->running;
     SN_ASSERT(f);
-    swapcontext(&f->ctx, &l->sched); /* the scheduler never resumes a failed launch */
+    sim_ctx_switch(&f->ctx, &l->sched); /* the scheduler never resumes a failed launch */
     SN_ASSERT(!"a failed launch was resumed");
     abort();
 }
 
 static void yield(launch *l) {
     fiber *f = l->running;
-    swapcontext(&f->ctx, &l->sched);
+    sim_ctx_switch(&f->ctx, &l->sched);
     l->m->enter(&f->coords); /* resumed */
 }
 
@@ -151,7 +151,7 @@ static void fiber_main(void) {
     l->m->enter(&f->coords);
     l->stub(l->params);
     f->state = FIBER_DONE;
-    swapcontext(&f->ctx, &l->sched);
+    sim_ctx_switch(&f->ctx, &l->sched);
     abort(); /* a finished fiber is never resumed */
 }
 
@@ -248,13 +248,9 @@ static bool run_block(launch *l, unsigned long long b) {
             l->running = &f;
             if (!f.started) {
                 f.started = true;
-                getcontext(&f.ctx);
-                f.ctx.uc_stack.ss_sp = f.stack;
-                f.ctx.uc_stack.ss_size = l->o.stack_bytes;
-                f.ctx.uc_link = NULL;
-                makecontext(&f.ctx, fiber_main, 0);
+                sim_ctx_make(&f.ctx, f.stack, l->o.stack_bytes, fiber_main);
             }
-            swapcontext(&l->sched, &f.ctx);
+            sim_ctx_switch(&l->sched, &f.ctx);
             l->running = NULL;
             if (!l->error.empty()) return false;
             continue;
