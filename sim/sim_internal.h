@@ -13,7 +13,7 @@
 
 #include "sim.h"
 
-#define SN_SIM_ABI 3u
+#define SN_SIM_ABI 4u
 
 struct sn_dim3 {
     unsigned x, y, z;
@@ -34,6 +34,9 @@ struct sn_sim_api {
                 int line);
     void (*ldmatrix)(int n, int trans, unsigned *r, const void *row, int line);
     unsigned (*activemask)(void);
+    void (*cp_async)(void *dst, const void *src, unsigned src_bytes, int line);
+    void (*cp_async_commit)(void);
+    void (*cp_async_wait)(int newest_pending, int line); /* < 0: wait_all */
 };
 
 /* sim_module.cc */
@@ -69,6 +72,14 @@ struct warp_wait {
     bool released;
 };
 
+/* A cp.async not yet waited for: 16 bytes to dst, src_bytes of them from src, zeros after. */
+struct pending_copy {
+    void *dst;
+    const void *src;
+    unsigned src_bytes;
+    unsigned long long group; /* the commit group it belongs to */
+};
+
 struct fiber {
     sim_ctx ctx;
     char *stack;
@@ -78,6 +89,8 @@ struct fiber {
     unsigned linear;  /* the thread's index in its block */
     sn_sim_thread coords;
     warp_wait w;
+    std::vector<pending_copy> copies;
+    unsigned long long groups_committed;
 };
 
 struct shared_decl {

@@ -17,7 +17,7 @@ static const char header_text[] = R"SN_SIM(/* sinter_sim.h: the CPU side of the 
 #include <type_traits>
 #include <utility>
 
-#define SN_SIM_ABI 3u
+#define SN_SIM_ABI 4u
 
 struct sn_dim3 {
     unsigned x, y, z;
@@ -42,6 +42,9 @@ struct sn_sim_api {
                 int line);
     void (*ldmatrix)(int n, int trans, unsigned *r, const void *row, int line);
     unsigned (*activemask)(void);
+    void (*cp_async)(void *dst, const void *src, unsigned src_bytes, int line);
+    void (*cp_async_commit)(void);
+    void (*cp_async_wait)(int newest_pending, int line); /* < 0: wait_all */
 };
 static const sn_sim_api *sn_sim;
 static thread_local const sn_sim_thread *sn_sim_self;
@@ -172,6 +175,13 @@ static inline void sn_ldmatrix_x4(unsigned r[4], const void *row) { sn_sim->ldma
 static inline void sn_ldmatrix_x1_trans(unsigned r[1], const void *row) { sn_sim->ldmatrix(1, 1, r, row, 0); }
 static inline void sn_ldmatrix_x2_trans(unsigned r[2], const void *row) { sn_sim->ldmatrix(2, 1, r, row, 0); }
 static inline void sn_ldmatrix_x4_trans(unsigned r[4], const void *row) { sn_sim->ldmatrix(4, 1, r, row, 0); }
+
+/* Asynchronous copies (sm_80): held back until the thread waits for them. */
+#define sn_cp_async_16(dst, src) sn_sim->cp_async((dst), (src), 16, __LINE__)
+#define sn_cp_async_16_zfill(dst, src, src_bytes) sn_sim->cp_async((dst), (src), (src_bytes), __LINE__)
+#define sn_cp_async_commit() sn_sim->cp_async_commit()
+#define sn_cp_async_wait_group(n) sn_sim->cp_async_wait((n), __LINE__)
+#define sn_cp_async_wait_all() sn_sim->cp_async_wait(-1, __LINE__)
 
 /* Atomics: fibers are cooperative, so a read-modify-write is never interrupted. */
 template <typename T>

@@ -1,7 +1,7 @@
 // sim_run.cc: one launch on the CPU: blocks one after another, the threads of a block as fibers
 // (sim_fiber.cc): always the first ready thread in the chosen order runs, until it blocks (barrier,
-// warp collective) or ends, so one warp runs ahead to the next barrier; the scheduler releases barriers and reports a block that cannot go on (a divergent
-// barrier, a lane waiting for lanes that never come) as an error instead of hanging.
+// warp collective) or ends, so one warp runs ahead to the next barrier; the scheduler
+// releases barriers and reports a block that cannot go on (a divergent barrier, a lane waiting for lanes that never come) as an error instead of hanging.
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,15 +141,56 @@ static void *shared_dynamic(size_t *bytes, const char *name, int line) {
              "%d)", name, index, count, name, line);
 }
 
+/* Asynchronous copies wait in the thread's queue until it waits for their group: a read of the
+ * destination before the wait sees the poison. */
+static void cp_async(void *dst, const void *src, unsigned src_bytes, int line) {
+    launch *l = current;
+    if (!((unsigned char *)dst >= l->shared && (unsigned char *)dst + 16 <= l->shared + l->shared_cap))
+        sim_fail(line, "cp.async: the destination %p is not 16 bytes of this block's shared "
+                 "memory", dst);
+    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16)
+        sim_fail(line, "cp.async: addresses %p (shared) and %p (global) must be 16-byte aligned",
+                 dst, src);
+    if (src_bytes > 16) sim_fail(line, "cp.async: %u source bytes, at most 16", src_bytes);
+    fiber *f = l->running;
+    f->copies.push_back(pending_copy{dst, src, src_bytes, f->groups_committed});
+}
+
+static void cp_async_commit(void) { current->running->groups_committed++; }
+
+static void finish_copies(fiber *f, unsigned long long upto) { /* groups below upto */
+    size_t kept = 0;
+    for (const pending_copy &c : f->copies) {
+        if (c.group < upto) {
+            memset(c.dst, 0, 16);
+            memcpy(c.dst, c.src, c.src_bytes);
+        } else {
+            f->copies[kept++] = c;
+        }
+    }
+    f->copies.resize(kept);
+}
+
+static void cp_async_wait(int newest_pending, int line) {
+    fiber *f = current->running;
+    if (newest_pending < 0) { /* wait_all: commits, then waits for everything */
+        f->groups_committed++;
+        newest_pending = 0;
+    }
+    unsigned long long c = f->groups_committed, n = (unsigned long long)newest_pending;
+    finish_copies(f, c > n ? c - n : 0);
+}
+
 const sn_sim_api sim_api = {SN_SIM_ABI, syncthreads, sim_shfl, sim_ballot, shared_static,
-                             shared_dynamic, out_of_bounds, sim_mma, sim_ldmatrix,
-                             sim_activemask};
+                            shared_dynamic, out_of_bounds, sim_mma, sim_ldmatrix,
+                            sim_activemask, cp_async, cp_async_commit, cp_async_wait};
 
 static void fiber_main(void) {
     launch *l = current;
     fiber *f = l->running;
     l->m->enter(&f->coords);
     l->stub(l->params);
+    finish_copies(f, ~0ull); /* copies never waited for land at exit */
     f->state = FIBER_DONE;
     sim_ctx_switch(&f->ctx, &l->sched);
     abort(); /* a finished fiber is never resumed */
@@ -225,6 +266,8 @@ static bool run_block(launch *l, unsigned long long b) {
         fiber &f = l->fibers[t];
         f.started = false;
         f.state = FIBER_READY;
+        f.copies.clear();
+        f.groups_committed = 0;
         f.linear = t;
         f.coords.blockIdx = bid;
         f.coords.threadIdx = sn_dim3{t % l->block[0], t / l->block[0] % l->block[1],
