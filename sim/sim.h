@@ -47,6 +47,10 @@ typedef struct {
     uint64_t seed;         /* for SN_SIM_SHUFFLED */
     unsigned shared_limit; /* bytes of static + dynamic shared memory per block (48 KiB) */
     unsigned stack_bytes;  /* per thread fiber (64 KiB) */
+    /* If set, every pointer parameter of the kernel is passed through it (NULL stays NULL): a
+     * stand-in driver whose device pointers are not host addresses maps them here. */
+    void *(*map_pointer)(void *ctx, const void *device_ptr);
+    void *map_ctx;
 } sn_sim_opts;
 
 /* Forward order, seed 1, 48 KiB of shared memory (the opt-in maximum of a target is larger:

@@ -13,7 +13,7 @@
 
 #include "sim.h"
 
-#define SN_SIM_ABI 4u
+#define SN_SIM_ABI 5u
 
 struct sn_dim3 {
     unsigned x, y, z;
@@ -37,6 +37,7 @@ struct sn_sim_api {
     void (*cp_async)(void *dst, const void *src, unsigned src_bytes, int line);
     void (*cp_async_commit)(void);
     void (*cp_async_wait)(int newest_pending, int line); /* < 0: wait_all */
+    void *(*map_pointer)(void *p); /* a pointer parameter's value as the kernel sees it */
 };
 
 /* sim_module.cc */

@@ -17,7 +17,7 @@ static const char header_text[] = R"SN_SIM(/* sinter_sim.h: the CPU side of the 
 #include <type_traits>
 #include <utility>
 
-#define SN_SIM_ABI 4u
+#define SN_SIM_ABI 5u
 
 struct sn_dim3 {
     unsigned x, y, z;
@@ -45,6 +45,7 @@ struct sn_sim_api {
     void (*cp_async)(void *dst, const void *src, unsigned src_bytes, int line);
     void (*cp_async_commit)(void);
     void (*cp_async_wait)(int newest_pending, int line); /* < 0: wait_all */
+    void *(*map_pointer)(void *p); /* a pointer parameter's value as the kernel sees it */
 };
 static const sn_sim_api *sn_sim;
 static thread_local const sn_sim_thread *sn_sim_self;
@@ -241,10 +242,17 @@ static inline void __threadfence(void) {}
 static inline void __threadfence_block(void) {}
 
 /* Calls kernel f with the arguments the CUDA driver API would pass: params[i] points at the i-th
- * argument's value. */
+ * argument's value; pointer arguments go through the launch's map_pointer (sn_sim_opts). */
+template <typename A>
+static A sn_sim_arg(void *param) {
+    A v;
+    memcpy(&v, param, sizeof v);
+    if constexpr (std::is_pointer<A>::value) v = (A)sn_sim->map_pointer((void *)v);
+    return v;
+}
 template <typename... A, size_t... I>
 static void sn_sim_call(void (*f)(A...), void **params, std::index_sequence<I...>) {
-    f(*(typename std::remove_reference<A>::type *)params[I]...);
+    f(sn_sim_arg<typename std::remove_cv<A>::type>(params[I])...);
 }
 template <typename... A>
 static void sn_sim_call(void (*f)(A...), void **params) {

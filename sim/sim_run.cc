@@ -126,6 +126,7 @@ static void *shared_static(const void *key, size_t bytes, const char *name, int 
                  l->dynamic_bytes, l->o.shared_limit);
     l->decls.push_back(shared_decl{key, offset, bytes});
     l->static_bytes = offset + bytes;
+    memset(l->shared + offset, 0x7f, bytes); /* the block started before it was declared */
     return l->shared + offset;
 }
 
@@ -181,9 +182,15 @@ static void cp_async_wait(int newest_pending, int line) {
     finish_copies(f, c > n ? c - n : 0);
 }
 
+static void *map_pointer(void *p) {
+    const sn_sim_opts &o = current->o;
+    return o.map_pointer && p ? o.map_pointer(o.map_ctx, p) : p;
+}
+
 const sn_sim_api sim_api = {SN_SIM_ABI, syncthreads, sim_shfl, sim_ballot, shared_static,
                             shared_dynamic, out_of_bounds, sim_mma, sim_ldmatrix,
-                            sim_activemask, cp_async, cp_async_commit, cp_async_wait};
+                            sim_activemask, cp_async, cp_async_commit, cp_async_wait,
+                            map_pointer};
 
 static void fiber_main(void) {
     launch *l = current;
@@ -261,7 +268,8 @@ static std::string stall_reason(launch *l) {
 static bool run_block(launch *l, unsigned long long b) {
     sn_dim3 bid = {(unsigned)(b % l->grid[0]), (unsigned)(b / l->grid[0] % l->grid[1]),
                    (unsigned)(b / l->grid[0] / l->grid[1])};
-    memset(l->shared, 0x7f, l->shared_cap);
+    memset(l->shared, 0x7f, l->static_bytes); /* the poison: a large finite float, not NaN */
+    memset(l->shared + l->shared_cap - l->dynamic_bytes, 0x7f, l->dynamic_bytes);
     for (unsigned t = 0; t < l->nthreads; t++) {
         fiber &f = l->fibers[t];
         f.started = false;

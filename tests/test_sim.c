@@ -670,6 +670,29 @@ START_TEST(async_copies) {
 }
 END_TEST
 
+/* A stand-in driver's device addresses: pointer parameters go through map_pointer, others not. */
+static void *map_fake(void *ctx, const void *device_ptr) {
+    return (char *)ctx + ((uintptr_t)device_ptr - 0x10000);
+}
+
+START_TEST(pointer_parameters_mapped) {
+    if (!rules) return;
+    int out[64];
+    memset(out, 0, sizeof out);
+    void *device_out = (void *)(uintptr_t)0x10000;
+    int shift = 0;
+    void *params[] = {&device_out, &shift};
+    unsigned grid[3] = {1, 1, 1}, block[3] = {64, 1, 1};
+    sn_sim_opts o = sn_sim_defaults();
+    o.map_pointer = map_fake;
+    o.map_ctx = out;
+    sn_err e;
+    ck_assert_msg(sn_sim_launch(rules, "shared_index", grid, block, 0, params, &o, &e) == SN_OK,
+                  "%s", e.msg);
+    for (int i = 0; i < 64; i++) ck_assert_int_eq(out[i], i);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sim");
     TCase *tc = tcase_create("sim");
@@ -692,6 +715,7 @@ int main(void) {
     tcase_add_test(r, orders_expose_a_race);
     tcase_add_test(r, load_and_launch_errors);
     tcase_add_test(r, async_copies);
+    tcase_add_test(r, pointer_parameters_mapped);
     suite_add_tcase(s, r);
     return sn_test_main(s);
 }
