@@ -391,7 +391,22 @@ static const char rules_src[] =
     "    __syncthreads();\n"
     "    for (int j = 0; j < 4; j++) out[i + j] = tile[(i + 4 * 7 + j) % 128];\n"
     "}\n"
-    "SN_HOST_STUB(async_copy)\n";
+    "SN_HOST_STUB(async_copy)\n"
+    "/* mode 0: lanes 0-15 read lane 20 with a mask of lanes 0-15; mode 1: lanes disagree on the\n"
+    " * mask; mode 2: ldmatrix from a row address that is not 16-byte aligned */\n"
+    "extern \"C\" __global__ void warp_misuse(float *out, int mode) {\n"
+    "    SN_SHARED(unsigned short, rows, 8 * 16);\n"
+    "    int lane = threadIdx.x % 32;\n"
+    "    unsigned half = lane < 16 ? 0x0000ffffu : 0xffff0000u;\n"
+    "    if (mode == 0) out[lane] = __shfl_sync(half, 1.0f, 20);\n"
+    "    if (mode == 1) out[lane] = __shfl_xor_sync(lane == 3 ? 0xffffffffu : half, 1.0f, 1);\n"
+    "    if (mode == 2) {\n"
+    "        unsigned r[1];\n"
+    "        sn_ldmatrix_x1(r, &rows[(lane % 8) * 16 + 1]);\n"
+    "        out[lane] = (float)r[0];\n"
+    "    }\n"
+    "}\n"
+    "SN_HOST_STUB(warp_misuse)\n";
 
 static sn_sim_module *rules;
 
@@ -466,6 +481,19 @@ START_TEST(shuffle_without_a_lane_reported) {
     ck_assert_msg(launch1("shuffle_missing_lane", 64, out, 99, 0, &e) == SN_OK, "%s", e.msg);
     const char *want[] = {"warp-synchronous", "line 42", "lane 5 never reaches", "has exited"};
     expect_error(launch1("shuffle_missing_lane", 64, out, 37, 0, &e), &e, SN_ERR_DEVICE, want, 4);
+}
+END_TEST
+
+START_TEST(warp_misuse_reported) {
+    if (!rules) return;
+    sn_err e;
+    float out[32];
+    const char *lane[] = {"reads lane 20", "not in its mask 0x0000ffff", "line 74"};
+    expect_error(launch1("warp_misuse", 32, out, 0, 0, &e), &e, SN_ERR_DEVICE, lane, 3);
+    const char *mask[] = {"disagree", "mask 0xffffffff", "mask 0x0000ffff", "line 75"};
+    expect_error(launch1("warp_misuse", 32, out, 1, 0, &e), &e, SN_ERR_DEVICE, mask, 4);
+    const char *align[] = {"ldmatrix", "not 16-byte aligned"};
+    expect_error(launch1("warp_misuse", 32, out, 2, 0, &e), &e, SN_ERR_DEVICE, align, 2);
 }
 END_TEST
 
@@ -711,6 +739,7 @@ int main(void) {
     tcase_add_test(r, dynamic_shared_poisoned_and_checked);
     tcase_add_test(r, divergent_barrier_reported);
     tcase_add_test(r, shuffle_without_a_lane_reported);
+    tcase_add_test(r, warp_misuse_reported);
     tcase_add_test(r, shared_limit_enforced);
     tcase_add_test(r, orders_expose_a_race);
     tcase_add_test(r, load_and_launch_errors);
