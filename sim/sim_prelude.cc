@@ -158,24 +158,29 @@ static inline sn_shared_ptr<T> sn_shared_dynamic(const char *name, int line) {
 #define SN_DYNAMIC_SHARED(T, name) const sn_shared_ptr<T> name = sn_shared_dynamic<T>(#name, __LINE__)
 
 /* Tensor cores, emulated as warp collectives with the fragment layouts of the PTX ISA. */
+/* (line: the caller's, for messages; the GPU forms take no such argument) */
 static inline void sn_mma_bf16_16816(float d[4], const unsigned a[4], const unsigned b[2],
-                                     const float c[4]) {
-    sn_sim->mma(0, d, a, b, c, 0);
+                                     const float c[4], int line = __builtin_LINE()) {
+    sn_sim->mma(0, d, a, b, c, line);
 }
 static inline void sn_mma_f16_16816(float d[4], const unsigned a[4], const unsigned b[2],
-                                    const float c[4]) {
-    sn_sim->mma(1, d, a, b, c, 0);
+                                    const float c[4], int line = __builtin_LINE()) {
+    sn_sim->mma(1, d, a, b, c, line);
 }
 static inline void sn_mma_f16_1688(float d[4], const unsigned a[2], const unsigned b[1],
-                                   const float c[4]) {
-    sn_sim->mma(2, d, a, b, c, 0);
+                                   const float c[4], int line = __builtin_LINE()) {
+    sn_sim->mma(2, d, a, b, c, line);
 }
-static inline void sn_ldmatrix_x1(unsigned r[1], const void *row) { sn_sim->ldmatrix(1, 0, r, row, 0); }
-static inline void sn_ldmatrix_x2(unsigned r[2], const void *row) { sn_sim->ldmatrix(2, 0, r, row, 0); }
-static inline void sn_ldmatrix_x4(unsigned r[4], const void *row) { sn_sim->ldmatrix(4, 0, r, row, 0); }
-static inline void sn_ldmatrix_x1_trans(unsigned r[1], const void *row) { sn_sim->ldmatrix(1, 1, r, row, 0); }
-static inline void sn_ldmatrix_x2_trans(unsigned r[2], const void *row) { sn_sim->ldmatrix(2, 1, r, row, 0); }
-static inline void sn_ldmatrix_x4_trans(unsigned r[4], const void *row) { sn_sim->ldmatrix(4, 1, r, row, 0); }
+#define SN_SIM_LDMATRIX(name, n, trans)                                                    \
+    static inline void name(unsigned r[n], const void *row, int line = __builtin_LINE()) { \
+        sn_sim->ldmatrix(n, trans, r, row, line);                                          \
+    }
+SN_SIM_LDMATRIX(sn_ldmatrix_x1, 1, 0)
+SN_SIM_LDMATRIX(sn_ldmatrix_x2, 2, 0)
+SN_SIM_LDMATRIX(sn_ldmatrix_x4, 4, 0)
+SN_SIM_LDMATRIX(sn_ldmatrix_x1_trans, 1, 1)
+SN_SIM_LDMATRIX(sn_ldmatrix_x2_trans, 2, 1)
+SN_SIM_LDMATRIX(sn_ldmatrix_x4_trans, 4, 1)
 
 /* Asynchronous copies (sm_80): held back until the thread waits for them. */
 #define sn_cp_async_16(dst, src) sn_sim->cp_async((dst), (src), 16, __LINE__)

@@ -492,8 +492,8 @@ START_TEST(warp_misuse_reported) {
     expect_error(launch1("warp_misuse", 32, out, 0, 0, &e), &e, SN_ERR_DEVICE, lane, 3);
     const char *mask[] = {"disagree", "mask 0xffffffff", "mask 0x0000ffff", "line 75"};
     expect_error(launch1("warp_misuse", 32, out, 1, 0, &e), &e, SN_ERR_DEVICE, mask, 4);
-    const char *align[] = {"ldmatrix", "not 16-byte aligned"};
-    expect_error(launch1("warp_misuse", 32, out, 2, 0, &e), &e, SN_ERR_DEVICE, align, 2);
+    const char *align[] = {"ldmatrix", "not 16-byte aligned", "line 78"};
+    expect_error(launch1("warp_misuse", 32, out, 2, 0, &e), &e, SN_ERR_DEVICE, align, 3);
 }
 END_TEST
 
