@@ -12,6 +12,7 @@ static const char header_text[] = R"SN_SIM(/* sinter_sim.h: the CPU side of the 
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <type_traits>
@@ -91,10 +92,10 @@ static inline int sn_all(unsigned mask, int pred, int line) {
 }
 template <typename T>
 static inline T sn_shfl(int line, int mode, unsigned mask, T v, int arg, int width = 32) {
-    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "shuffles move 4- or 8-byte values");
+    static_assert(sizeof(T) <= 8, "shuffles move values of at most 8 bytes");
     unsigned w[2] = {0, 0};
     memcpy(w, &v, sizeof v);
-    for (unsigned i = 0; i < sizeof(T) / 4; i++)
+    for (unsigned i = 0; i < (sizeof(T) + 3) / 4; i++)
         w[i] = sn_sim->shfl(mode, mask, w[i], arg, width, line);
     T r;
     memcpy(&r, w, sizeof r);

@@ -580,6 +580,8 @@ static const char warp_src[] =
     "    o[7] = (int)(2.0 * __shfl_xor_sync(full, (double)v + 0.25, 1));\n"
     "    unsigned half = lane < 16 ? 0x0000ffffu : 0xffff0000u;\n"
     "    o[8] = __shfl_xor_sync(half, v, 1);\n"
+    "    sn_bf16 h = sn_f32_to_bf16((float)v);\n"
+    "    o[8] += 100000 * (int)sn_bf16_to_f32(__shfl_sync(full, h, 0));\n"
     "    __syncwarp();\n"
     "}\n"
     "SN_HOST_STUB(warp_ops)\n"
@@ -627,7 +629,7 @@ START_TEST(warp_primitives_as_documented) {
                 V(3), V(lane / 8 * 8 + (lane + 1) % 8), lane < 2 ? V(lane) : V(lane - 2),
                 lane % 16 + 3 < 16 ? V(lane + 3) : V(lane), V(lane ^ 5), (int)ballot,
                 (lanes > 7) + 2 + 4 * (lanes <= 9), 2 * V(lane ^ 1) /* (int)(2 (v + 0.25)) */,
-                V(lane ^ 1)};
+                V(lane ^ 1) + 100000 * V(0) /* a 2-byte bf16: 0 and 1000 are exact */};
 #undef V
             for (int j = 0; j < OUTS; j++)
                 ck_assert_msg(out[t * OUTS + j] == want[j], "thread %d, result %d: %d, want %d "
