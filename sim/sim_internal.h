@@ -113,7 +113,6 @@ struct launch {
     fiber *running;
     sim_ctx sched;
     std::string error; /* the first error; the launch stops there */
-    char *stack_mem;
     size_t stack_stride;
     /* shared memory: static declarations, then dynamic, in one arena */
     unsigned char *shared;

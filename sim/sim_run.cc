@@ -334,6 +334,37 @@ static bool run_block(launch *l, unsigned long long b) {
     }
 }
 
+/* Fiber stacks, kept from launch to launch on each OS thread (mapping and faulting them in is
+ * most of a small launch's cost). Each has a guard page below it: an overflow faults instead of
+ * corrupting its neighbour. */
+struct stack_pool {
+    char *mem = NULL;
+    size_t stride = 0, map = 0;
+    unsigned count = 0;
+    ~stack_pool() {
+        if (mem) munmap(mem, map);
+    }
+};
+static thread_local stack_pool pool;
+
+static char *fiber_stacks(size_t bytes, unsigned n, size_t *stride) {
+    const size_t page = 4096;
+    *stride = (bytes + page - 1) / page * page + page;
+    if (pool.mem && pool.stride == *stride && pool.count >= n) return pool.mem;
+    if (pool.mem) munmap(pool.mem, pool.map);
+    pool.mem = NULL;
+    size_t map = *stride * n;
+    void *mem = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
+    if (mem == MAP_FAILED) return NULL;
+    for (unsigned t = 0; t < n; t++) mprotect((char *)mem + (size_t)t * *stride, page, PROT_NONE);
+    pool.mem = (char *)mem;
+    pool.stride = *stride;
+    pool.map = map;
+    pool.count = n;
+    return pool.mem;
+}
+
 sn_sim_opts sn_sim_defaults(void) {
     sn_sim_opts o = {};
     o.order = SN_SIM_FORWARD;
@@ -381,22 +412,14 @@ sn_status sn_sim_launch(sn_sim_module *m, const char *kernel, const unsigned gri
     l.static_bytes = 0;
     l.dynamic_bytes = (dynamic_shared_bytes + 15u) / 16u * 16u;
     l.shared = (unsigned char *)aligned_alloc(128, (l.shared_cap + 127) / 128 * 128 + 128);
-    /* each stack has a guard page below it: an overflow faults instead of corrupting */
-    size_t page = 4096;
-    l.stack_stride = (o.stack_bytes + page - 1) / page * page + page;
-    size_t map = l.stack_stride * l.nthreads;
-    l.stack_mem = (char *)mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
-                               MAP_NORESERVE, -1, 0);
-    if (l.stack_mem == MAP_FAILED || !l.shared) {
+    char *stacks = fiber_stacks(o.stack_bytes, l.nthreads, &l.stack_stride);
+    if (!stacks || !l.shared) {
         free(l.shared);
         return sn_fail(e, SN_ERR_OOM, "%s: no memory for %u fiber stacks", kernel, l.nthreads);
     }
     l.fibers.resize(l.nthreads);
-    for (unsigned t = 0; t < l.nthreads; t++) {
-        char *base = l.stack_mem + (size_t)t * l.stack_stride;
-        mprotect(base, page, PROT_NONE);
-        l.fibers[t].stack = base + page;
-    }
+    for (unsigned t = 0; t < l.nthreads; t++)
+        l.fibers[t].stack = stacks + (size_t)t * l.stack_stride + 4096;
     current = &l;
     std::vector<unsigned long long> blocks(nblocks);
     for (unsigned long long b = 0; b < nblocks; b++)
@@ -408,7 +431,6 @@ sn_status sn_sim_launch(sn_sim_module *m, const char *kernel, const unsigned gri
     for (unsigned long long b : blocks)
         if (!(ok = run_block(&l, b))) break;
     current = NULL;
-    munmap(l.stack_mem, map);
     free(l.shared);
     if (!ok) return sn_fail(e, SN_ERR_DEVICE, "%s", l.error.c_str());
     return SN_OK;
