@@ -13,7 +13,7 @@
 
 #include "sim.h"
 
-#define SN_SIM_ABI 5u
+#define SN_SIM_ABI 6u
 
 struct sn_dim3 {
     unsigned x, y, z;
@@ -38,6 +38,7 @@ struct sn_sim_api {
     void (*cp_async_commit)(void);
     void (*cp_async_wait)(int newest_pending, int line); /* < 0: wait_all */
     void *(*map_pointer)(void *p); /* a pointer parameter's value as the kernel sees it */
+    int (*syncthreads_count)(int pred, int line);
 };
 
 /* sim_module.cc */
@@ -87,6 +88,7 @@ struct fiber {
     bool started;
     fiber_state state;
     int line;         /* of the barrier it waits at */
+    bool pred;        /* its __syncthreads_count predicate */
     unsigned linear;  /* the thread's index in its block */
     sn_sim_thread coords;
     warp_wait w;
@@ -110,6 +112,7 @@ struct launch {
     std::vector<unsigned> order; /* the order fibers run in, this block */
     std::vector<unsigned> pos;   /* fiber -> its place in order */
     unsigned hint;               /* no fiber before order[hint] is ready */
+    unsigned barrier_count;      /* of the last barrier released: threads whose pred held */
     fiber *running;
     sim_ctx sched;
     std::string error; /* the first error; the launch stops there */

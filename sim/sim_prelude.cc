@@ -18,7 +18,7 @@ static const char header_text[] = R"SN_SIM(/* sinter_sim.h: the CPU side of the 
 #include <type_traits>
 #include <utility>
 
-#define SN_SIM_ABI 5u
+#define SN_SIM_ABI 6u
 
 struct sn_dim3 {
     unsigned x, y, z;
@@ -47,6 +47,7 @@ struct sn_sim_api {
     void (*cp_async_commit)(void);
     void (*cp_async_wait)(int newest_pending, int line); /* < 0: wait_all */
     void *(*map_pointer)(void *p); /* a pointer parameter's value as the kernel sees it */
+    int (*syncthreads_count)(int pred, int line);
 };
 static const sn_sim_api *sn_sim;
 static thread_local const sn_sim_thread *sn_sim_self;
@@ -73,6 +74,10 @@ extern "C" void sn_sim_enter(const sn_sim_thread *t) { sn_sim_self = t; }
 #define __shared__ use_SN_SHARED_not___shared__
 
 #define __syncthreads() sn_sim->syncthreads(__LINE__)
+#define __syncthreads_count(pred) sn_sim->syncthreads_count((pred) != 0, __LINE__)
+#define __syncthreads_or(pred) (sn_sim->syncthreads_count((pred) != 0, __LINE__) != 0)
+#define __syncthreads_and(pred) \
+    (sn_sim->syncthreads_count((pred) != 0, __LINE__) == (int)(blockDim.x * blockDim.y * blockDim.z))
 #define __syncwarp(...) sn_syncwarp(__LINE__, ##__VA_ARGS__)
 #define __shfl_sync(...) sn_shfl(__LINE__, 0, __VA_ARGS__)
 #define __shfl_up_sync(...) sn_shfl(__LINE__, 1, __VA_ARGS__)

@@ -61,12 +61,18 @@ unsigned sim_warp_lanes(void) {
     return n >= 32 ? 0xffffffffu : (1u << n) - 1u;
 }
 
-static void syncthreads(int line) {
+/* __syncthreads_count: the number of threads whose pred is nonzero (plain __syncthreads: 1).
+ * The count stays valid until every thread has resumed: none can reach the next barrier first. */
+static int syncthreads_count(int pred, int line) {
     launch *l = current;
     l->running->state = FIBER_BARRIER;
     l->running->line = line;
+    l->running->pred = pred != 0;
     yield(l);
+    return (int)l->barrier_count;
 }
+
+static void syncthreads(int line) { syncthreads_count(1, line); }
 
 /* If every lane named by f's collective has arrived, moves the data and releases them. */
 static void try_complete(launch *l, fiber *f) {
@@ -190,7 +196,7 @@ static void *map_pointer(void *p) {
 const sn_sim_api sim_api = {SN_SIM_ABI, syncthreads, sim_shfl, sim_ballot, shared_static,
                             shared_dynamic, out_of_bounds, sim_mma, sim_ldmatrix,
                             sim_activemask, cp_async, cp_async_commit, cp_async_wait,
-                            map_pointer};
+                            map_pointer, syncthreads_count};
 
 static void fiber_main(void) {
     launch *l = current;
@@ -325,7 +331,8 @@ static bool run_block(launch *l, unsigned long long b) {
                        " at the one on line " + std::to_string(other->line));
                 return false;
             }
-            for (fiber &f : l->fibers) f.state = FIBER_READY;
+            l->barrier_count = 0;
+            for (fiber &f : l->fibers) f.state = FIBER_READY, l->barrier_count += f.pred;
             l->hint = 0;
             continue;
         }
@@ -408,6 +415,7 @@ sn_status sn_sim_launch(sn_sim_module *m, const char *kernel, const unsigned gri
     l.running = NULL;
     l.kernel = kernel;
     l.rng = o.seed;
+    l.barrier_count = 0;
     l.shared_cap = ((size_t)o.shared_limit + 15) / 16 * 16;
     l.static_bytes = 0;
     l.dynamic_bytes = (dynamic_shared_bytes + 15u) / 16u * 16u;

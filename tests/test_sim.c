@@ -594,6 +594,9 @@ static const char warp_src[] =
     "    atomicAdd(&block_count[0], 1);\n"
     "    __syncthreads();\n"
     "    if (threadIdx.x == 0) atomicMax(count + 1, block_count[0]);\n"
+    "    int odd = __syncthreads_count(threadIdx.x % 2);\n"
+    "    int any = __syncthreads_or(threadIdx.x == 5), all = __syncthreads_and(threadIdx.x < 40);\n"
+    "    if (threadIdx.x == 0) atomicAdd(count + 2, odd + 100 * any + 1000 * all);\n"
     "}\n"
     "SN_HOST_STUB(atomics)\n"
     "extern \"C\" __global__ void coords(int *out) {\n"
@@ -638,7 +641,7 @@ START_TEST(warp_primitives_as_documented) {
     }
     /* atomics from every thread of 3 blocks, in global and shared memory */
     float sum = 0;
-    int count[2] = {0, 0};
+    int count[3] = {0, 0, 0};
     float *ps = &sum;
     int *pc = count;
     void *aparams[] = {&ps, &pc};
@@ -648,6 +651,7 @@ START_TEST(warp_primitives_as_documented) {
     ck_assert(sum == 60.0f);
     ck_assert_int_eq(count[0], 120);
     ck_assert_int_eq(count[1], 40);
+    ck_assert_int_eq(count[2], 3 * (20 + 100 + 1000)); /* 20 odd of 40, per block */
     /* every coordinate of a 3-D grid of 3-D blocks */
     unsigned cgrid[3] = {2, 3, 2}, cblock[3] = {4, 2, 3};
     int coords[12 * 24];
@@ -663,6 +667,10 @@ START_TEST(warp_primitives_as_documented) {
             ck_assert_int_eq(coords[b * 24 + t], want);
         }
     sn_sim_module_free(m);
+    sn_cuda_module cm; /* the same text is CUDA */
+    sn_status st = sn_nvrtc_compile(warp_src, "warp.cu", 80, &cm, &e);
+    if (st != SN_ERR_UNSUPPORTED) ck_assert_msg(st == SN_OK, "%s", e.msg);
+    sn_cuda_module_free(&cm);
 }
 END_TEST
 
