@@ -406,7 +406,16 @@ static const char rules_src[] =
     "        out[lane] = (float)r[0];\n"
     "    }\n"
     "}\n"
-    "SN_HOST_STUB(warp_misuse)\n";
+    "SN_HOST_STUB(warp_misuse)\n"
+    "/* lanes exchange through shared memory, with or without __syncwarp */\n"
+    "extern \"C\" __global__ void warp_exchange(int *out, int sync) {\n"
+    "    SN_SHARED(int, buf, 32);\n"
+    "    int lane = threadIdx.x % 32;\n"
+    "    buf[lane] = lane;\n"
+    "    if (sync) __syncwarp();\n"
+    "    out[lane] = buf[31 - lane];\n"
+    "}\n"
+    "SN_HOST_STUB(warp_exchange)\n";
 
 static sn_sim_module *rules;
 
@@ -494,6 +503,28 @@ START_TEST(warp_misuse_reported) {
     expect_error(launch1("warp_misuse", 32, out, 1, 0, &e), &e, SN_ERR_DEVICE, mask, 4);
     const char *align[] = {"ldmatrix", "not 16-byte aligned", "line 78"};
     expect_error(launch1("warp_misuse", 32, out, 2, 0, &e), &e, SN_ERR_DEVICE, align, 3);
+}
+END_TEST
+
+/* A missing __syncwarp: in each order some lane reads before its partner wrote. */
+START_TEST(missing_syncwarp_caught) {
+    if (!rules) return;
+    int out[32], sync = 1;
+    int *p = out;
+    void *params[] = {&p, &sync};
+    unsigned grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    sn_err e;
+    for (int order = 0; order < SN_SIM_ORDER_COUNT; order++)
+        for (sync = 1; sync >= 0; sync--) {
+            sn_sim_opts o = sn_sim_defaults();
+            o.order = (sn_sim_order)order;
+            ck_assert_msg(sn_sim_launch(rules, "warp_exchange", grid, block, 0, params, &o, &e) ==
+                          SN_OK, "%s", e.msg);
+            int wrong = 0;
+            for (int i = 0; i < 32; i++) wrong += out[i] != 31 - i;
+            ck_assert_msg(sync ? wrong == 0 : wrong > 0, "order %d, sync %d: %d lanes wrong",
+                          order, sync, wrong);
+        }
 }
 END_TEST
 
@@ -865,6 +896,7 @@ int main(void) {
     tcase_add_test(r, divergent_barrier_reported);
     tcase_add_test(r, shuffle_without_a_lane_reported);
     tcase_add_test(r, warp_misuse_reported);
+    tcase_add_test(r, missing_syncwarp_caught);
     tcase_add_test(r, shared_limit_enforced);
     tcase_add_test(r, orders_expose_a_race);
     tcase_add_test(r, load_and_launch_errors);
