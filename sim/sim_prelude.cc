@@ -77,7 +77,8 @@ extern "C" void sn_sim_enter(const sn_sim_thread *t) { sn_sim_self = t; }
 #define __syncthreads_count(pred) sn_sim->syncthreads_count((pred) != 0, __LINE__)
 #define __syncthreads_or(pred) (sn_sim->syncthreads_count((pred) != 0, __LINE__) != 0)
 #define __syncthreads_and(pred) \
-    (sn_sim->syncthreads_count((pred) != 0, __LINE__) == (int)(blockDim.x * blockDim.y * blockDim.z))
+    (sn_sim->syncthreads_count((pred) != 0, __LINE__) ==                      \
+     (int)(blockDim.x * blockDim.y * blockDim.z))
 #define __syncwarp(...) sn_syncwarp(__LINE__, ##__VA_ARGS__)
 #define __shfl_sync(...) sn_shfl(__LINE__, 0, __VA_ARGS__)
 #define __shfl_up_sync(...) sn_shfl(__LINE__, 1, __VA_ARGS__)
@@ -117,13 +118,15 @@ struct sn_shared_ptr {
     int line;
     template <typename I>
     T &operator[](I i) const {
-        if ((long long)i < 0 || (long long)i >= n) sn_sim->out_of_bounds(name, (long long)i, n, line);
+        if ((long long)i < 0 || (long long)i >= n)
+            sn_sim->out_of_bounds(name, (long long)i, n, line);
         return p[i];
     }
     T &operator*() const { return (*this)[0]; }
     template <typename I>
     sn_shared_ptr operator+(I k) const {
-        if ((long long)k < 0 || (long long)k > n) sn_sim->out_of_bounds(name, (long long)k, n, line);
+        if ((long long)k < 0 || (long long)k > n)
+            sn_sim->out_of_bounds(name, (long long)k, n, line);
         return sn_shared_ptr{p + k, n - (long long)k, name, line};
     }
     operator T *() const { return p; }
@@ -136,7 +139,8 @@ struct sn_shared_2d {
     int line;
     template <typename I>
     sn_shared_ptr<T> operator[](I i) const {
-        if ((long long)i < 0 || (long long)i >= rows) sn_sim->out_of_bounds(name, (long long)i, rows, line);
+        if ((long long)i < 0 || (long long)i >= rows)
+            sn_sim->out_of_bounds(name, (long long)i, rows, line);
         return sn_shared_ptr<T>{p + (long long)i * cols, cols, name, line};
     }
     operator T *() const { return p; }
@@ -161,7 +165,8 @@ static inline sn_shared_ptr<T> sn_shared_dynamic(const char *name, int line) {
     const sn_shared_2d<T> name = {                                                         \
         sn_shared_static<T>(&sn_key_##name, (long long)(rows) * (cols), #name, __LINE__).p, \
         (rows), (cols), #name, __LINE__}
-#define SN_DYNAMIC_SHARED(T, name) const sn_shared_ptr<T> name = sn_shared_dynamic<T>(#name, __LINE__)
+#define SN_DYNAMIC_SHARED(T, name) \
+    const sn_shared_ptr<T> name = sn_shared_dynamic<T>(#name, __LINE__)
 
 /* Tensor cores, emulated as warp collectives with the fragment layouts of the PTX ISA. */
 /* (line: the caller's, for messages; the GPU forms take no such argument) */
@@ -190,7 +195,8 @@ SN_SIM_LDMATRIX(sn_ldmatrix_x4_trans, 4, 1)
 
 /* Asynchronous copies (sm_80): held back until the thread waits for them. */
 #define sn_cp_async_16(dst, src) sn_sim->cp_async((dst), (src), 16, __LINE__)
-#define sn_cp_async_16_zfill(dst, src, src_bytes) sn_sim->cp_async((dst), (src), (src_bytes), __LINE__)
+#define sn_cp_async_16_zfill(dst, src, src_bytes) \
+    sn_sim->cp_async((dst), (src), (src_bytes), __LINE__)
 #define sn_cp_async_commit() sn_sim->cp_async_commit()
 #define sn_cp_async_wait_group(n) sn_sim->cp_async_wait((n), __LINE__)
 #define sn_cp_async_wait_all() sn_sim->cp_async_wait(-1, __LINE__)

@@ -1,7 +1,6 @@
-// sim_run.cc: one launch on the CPU: blocks one after another, the threads of a block as fibers
-// (sim_fiber.cc): always the first ready thread in the chosen order runs, until it blocks (barrier,
-// warp collective) or ends, so one warp runs ahead to the next barrier; the scheduler
-// releases barriers and reports a block that cannot go on (a divergent barrier, a lane waiting for lanes that never come) as an error instead of hanging.
+// sim_run.cc: one launch: blocks in turn, a block's threads as fibers, the first ready one in
+// the chosen order running until it blocks (barrier, warp collective) or ends. Convention: a block
+// that cannot go on (a divergent barrier, a lane that never comes) is an error, never a hang.
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,7 +151,8 @@ static void *shared_dynamic(size_t *bytes, const char *name, int line) {
  * destination before the wait sees the poison. */
 static void cp_async(void *dst, const void *src, unsigned src_bytes, int line) {
     launch *l = current;
-    if (!((unsigned char *)dst >= l->shared && (unsigned char *)dst + 16 <= l->shared + l->shared_cap))
+    unsigned char *d = (unsigned char *)dst;
+    if (!(d >= l->shared && d + 16 <= l->shared + l->shared_cap))
         sim_fail(line, "cp.async: the destination %p is not 16 bytes of this block's shared "
                  "memory", dst);
     if ((uintptr_t)dst % 16 || (uintptr_t)src % 16)
@@ -455,7 +455,8 @@ sn_status sn_sim_launch_orders(sn_sim_module *m, const char *kernel, const unsig
     sn_sim_opts o = opts ? *opts : sn_sim_defaults();
     std::vector<std::vector<unsigned char>> before(n_outs), first(n_outs);
     for (int i = 0; i < n_outs; i++)
-        before[i].assign((unsigned char *)outs[i].ptr, (unsigned char *)outs[i].ptr + outs[i].bytes);
+        before[i].assign((unsigned char *)outs[i].ptr,
+                         (unsigned char *)outs[i].ptr + outs[i].bytes);
     for (int order = SN_SIM_ORDER_COUNT - 1; order >= 0; order--) { /* forward last */
         for (int i = 0; i < n_outs; i++) memcpy(outs[i].ptr, before[i].data(), outs[i].bytes);
         o.order = (sn_sim_order)order;

@@ -1,8 +1,6 @@
-// sim_warp.cc: the warp primitives on top of sim_exchange: shuffles, votes, and the tensor-core
-// instructions mma.sync (m16n8k16 bf16/f16, m16n8k8 f16) and ldmatrix, with every fragment laid
-// out as the PTX ISA's "Matrix Fragments for mma.m16n8k16" and ldmatrix sections document:
-// lane = 4 * groupID + threadID_in_group; the lower 16 bits of a register hold the element with
-// the lower column (A, C) or row (B) index.
+// sim_warp.cc: shuffles, votes, mma.sync and ldmatrix on top of sim_exchange. Convention:
+// fragments as the PTX ISA lays them out: lane = 4 groupID + threadID_in_group, and the low 16
+// bits of a register hold the element of lower column (A, C) or row (B) index.
 #include <math.h>
 #include <string.h>
 
@@ -78,7 +76,8 @@ void sim_mma(int shape, float *d, const unsigned *a, const unsigned *b, const fl
     for (int lane = 0; lane < 32; lane++) {
         int g = lane >> 2, t = lane & 3;
         const mma_regs &r = all[lane];
-        for (int i = 0; i < na; i++) { /* a[i]: row g (+8 if i odd), columns 2t, 2t+1 (+8 if i >= 2) */
+        /* a[i]: row g (+8 if i odd), columns 2t, 2t+1 (+8 if i >= 2) */
+        for (int i = 0; i < na; i++) {
             int row = g + (i & 1) * 8, col = 2 * t + (i >> 1) * 8;
             A[row][col] = value(r.a[i]);
             A[row][col + 1] = value(r.a[i] >> 16);
