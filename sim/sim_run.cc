@@ -88,9 +88,10 @@ static void try_complete(launch *l, fiber *f) {
         if (g.w.kind != w.kind || g.w.mask != w.mask || g.w.bytes != w.bytes) {
             l->running = &l->fibers[base + j];
             sim_fail(g.w.line, "lanes of a warp disagree at a warp-synchronous operation: lane %u "
-                     "(line %d) names mask 0x%08x, lane %u (line %d) mask 0x%08x: every lane "
+                     "(line %d) names mask 0x%08x%s, lane %u (line %d) mask 0x%08x: every lane "
                      "named in a mask must execute the same operation with the same mask", j,
-                     g.w.line, g.w.mask, f->linear % 32, w.line, w.mask);
+                     g.w.line, g.w.mask, g.w.kind != w.kind ? " in another operation" : "",
+                     f->linear % 32, w.line, w.mask);
         }
     }
     for (unsigned i = 0; i < 32; i++) {

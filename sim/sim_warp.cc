@@ -6,6 +6,7 @@
 
 #include "sim_internal.h"
 
+/* what lanes meeting in a collective must agree on (plus 16 x the form, for mma and ldmatrix) */
 enum { KIND_SHFL = 1, KIND_VOTE, KIND_MMA, KIND_LDMATRIX };
 
 unsigned sim_shfl(int mode, unsigned mask, unsigned value, int arg, int width, int line) {
@@ -68,7 +69,7 @@ void sim_mma(int shape, float *d, const unsigned *a, const unsigned *b, const fl
     memcpy(mine.a, a, sizeof(unsigned) * (size_t)na);
     memcpy(mine.b, b, sizeof(unsigned) * (size_t)nb);
     memcpy(mine.c, c, sizeof mine.c);
-    sim_exchange(KIND_MMA, 0xffffffffu, &mine, all, sizeof mine, line);
+    sim_exchange(KIND_MMA + 16 * shape, 0xffffffffu, &mine, all, sizeof mine, line);
     if (sim_warp_lanes() != 0xffffffffu)
         sim_fail(line, "mma.sync in a warp of fewer than 32 threads");
     float (*value)(unsigned) = shape == 0 ? bf16_value : f16_value;
@@ -105,7 +106,7 @@ static bool in_shared(const launch *l, const void *p, size_t n) {
 
 void sim_ldmatrix(int n, int trans, unsigned *r, const void *row, int line) {
     const void *rows[32];
-    sim_exchange(KIND_LDMATRIX, 0xffffffffu, &row, rows, sizeof row, line);
+    sim_exchange(KIND_LDMATRIX + 16 * (2 * n + trans), 0xffffffffu, &row, rows, sizeof row, line);
     if (sim_warp_lanes() != 0xffffffffu)
         sim_fail(line, "ldmatrix in a warp of fewer than 32 threads");
     launch *l = sim_current();

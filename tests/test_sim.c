@@ -405,6 +405,13 @@ static const char rules_src[] =
     "        sn_ldmatrix_x1(r, &rows[(lane % 8) * 16 + 1]);\n"
     "        out[lane] = (float)r[0];\n"
     "    }\n"
+    "    if (mode == 3) { /* half the warp multiplies bf16, the other half f16 */\n"
+    "        unsigned a[4] = {0, 0, 0, 0}, b[2] = {0, 0};\n"
+    "        float c[4] = {0, 0, 0, 0}, d[4];\n"
+    "        if (lane < 16) sn_mma_bf16_16816(d, a, b, c);\n"
+    "        else sn_mma_f16_16816(d, a, b, c);\n"
+    "        out[lane] = d[0];\n"
+    "    }\n"
     "}\n"
     "SN_HOST_STUB(warp_misuse)\n"
     "/* lanes exchange through shared memory, with or without __syncwarp */\n"
@@ -503,6 +510,8 @@ START_TEST(warp_misuse_reported) {
     expect_error(launch1("warp_misuse", 32, out, 1, 0, &e), &e, SN_ERR_DEVICE, mask, 4);
     const char *align[] = {"ldmatrix", "not 16-byte aligned", "line 78"};
     expect_error(launch1("warp_misuse", 32, out, 2, 0, &e), &e, SN_ERR_DEVICE, align, 3);
+    const char *form[] = {"disagree", "in another operation", "line 84", "line 85"};
+    expect_error(launch1("warp_misuse", 32, out, 3, 0, &e), &e, SN_ERR_DEVICE, form, 4);
 }
 END_TEST
 
