@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -373,6 +375,43 @@ static char *fiber_stacks(size_t bytes, unsigned n, size_t *stride) {
     return pool.mem;
 }
 
+/* A fiber that overflows its stack faults on a guard page: say so before the process dies. The
+ * handler runs on its own stack and is installed only for the duration of a launch. */
+static thread_local char signal_stack[32 * 1024];
+static thread_local struct sigaction old_segv;
+
+static void on_segv(int sig, siginfo_t *info, void *uctx) {
+    const char *a = (const char *)info->si_addr;
+    if (pool.mem && a >= pool.mem && a < pool.mem + pool.map &&
+        (size_t)(a - pool.mem) % pool.stride < 4096) {
+        char msg[256];
+        int n = snprintf(msg, sizeof msg, "sinter sim: %s: a thread's fiber stack overflowed "
+                         "(%zu bytes): raise sn_sim_opts.stack_bytes\n",
+                         current ? current->kernel : "a kernel", pool.stride - 4096);
+        if (n > 0 && write(2, msg, (size_t)n) < 0) n = 0;
+    }
+    sigaction(sig, &old_segv, NULL); /* the fault repeats and goes where it would have */
+}
+
+struct segv_guard {
+    stack_t old_stack;
+    segv_guard() {
+        stack_t st = {};
+        st.ss_sp = signal_stack;
+        st.ss_size = sizeof signal_stack;
+        sigaltstack(&st, &old_stack);
+        struct sigaction sa = {};
+        sa.sa_sigaction = on_segv;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGSEGV, &sa, &old_segv);
+    }
+    ~segv_guard() {
+        sigaction(SIGSEGV, &old_segv, NULL);
+        sigaltstack(&old_stack, NULL);
+    }
+};
+
 sn_sim_opts sn_sim_defaults(void) {
     sn_sim_opts o = {};
     o.order = SN_SIM_FORWARD;
@@ -430,6 +469,7 @@ sn_status sn_sim_launch(sn_sim_module *m, const char *kernel, const unsigned gri
     for (unsigned t = 0; t < l.nthreads; t++)
         l.fibers[t].stack = stacks + (size_t)t * l.stack_stride + 4096;
     current = &l;
+    segv_guard guard;
     std::vector<unsigned long long> blocks(nblocks);
     for (unsigned long long b = 0; b < nblocks; b++)
         blocks[b] = o.order == SN_SIM_REVERSE ? nblocks - 1 - b : b;

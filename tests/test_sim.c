@@ -3,6 +3,7 @@
  * bugs (a deleted barrier, an out-of-bounds shared index, a divergent barrier, a wrong mma
  * fragment register) each detected. Each kernel text is compiled once and launched many times. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -422,7 +423,14 @@ static const char rules_src[] =
     "    if (sync) __syncwarp();\n"
     "    out[lane] = buf[31 - lane];\n"
     "}\n"
-    "SN_HOST_STUB(warp_exchange)\n";
+    "SN_HOST_STUB(warp_exchange)\n"
+    "/* 96 KiB of locals: more than a fiber's default stack */\n"
+    "extern \"C\" __global__ void deep_stack(int *out, int i) {\n"
+    "    volatile int big[24 * 1024];\n"
+    "    big[i] = i;\n"
+    "    out[threadIdx.x] = big[i];\n"
+    "}\n"
+    "SN_HOST_STUB(deep_stack)\n";
 
 static sn_sim_module *rules;
 
@@ -534,6 +542,23 @@ START_TEST(missing_syncwarp_caught) {
             ck_assert_msg(sync ? wrong == 0 : wrong > 0, "order %d, sync %d: %d lanes wrong",
                           order, sync, wrong);
         }
+}
+END_TEST
+
+/* A stack overflow faults on the guard page (with a message), and fits with a larger stack. */
+START_TEST(stack_overflow_faults) {
+    if (!rules) raise(SIGSEGV); /* what the test expects, when there is no g++ */
+    int out[32];
+    sn_err e;
+    sn_sim_opts o = sn_sim_defaults();
+    o.stack_bytes = 256 * 1024;
+    int *p = out, i = 5;
+    void *params[] = {&p, &i};
+    unsigned grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    ck_assert_msg(sn_sim_launch(rules, "deep_stack", grid, block, 0, params, &o, &e) == SN_OK,
+                  "%s", e.msg);
+    ck_assert_int_eq(out[31], 5);
+    sn_sim_launch(rules, "deep_stack", grid, block, 0, params, NULL, &e); /* 64 KiB: faults */
 }
 END_TEST
 
@@ -907,6 +932,7 @@ int main(void) {
     tcase_add_test(r, warp_misuse_reported);
     tcase_add_test(r, missing_syncwarp_caught);
     tcase_add_test(r, shared_limit_enforced);
+    tcase_add_test_raise_signal(r, stack_overflow_faults, SIGSEGV);
     tcase_add_test(r, orders_expose_a_race);
     tcase_add_test(r, load_and_launch_errors);
     tcase_add_test(r, async_copies);
