@@ -46,7 +46,9 @@ static const char train_usage[] =
     "  --sample-every N      also sample every N steps (default 0: only at the end)\n"
     "  --prompt TEXT         the samples' prompt (default: the validation text's first token)\n"
     "  --temperature X       sampling temperature (default 1.0; 0: greedy)\n"
-    "  --top-k K             sample among the K most likely tokens (default 40; 0: all)\n";
+    "  --top-k K             sample among the K most likely tokens (default 40; 0: all)\n"
+    "  --dump-after PASS     print the IR (or, after fuse and memplan, the program) the trainer\n"
+    "                        runs, after PASS (%s)\n";
 
 static bool parse_real(const char *v, double lo, double hi, double *out) {
     char *end;
@@ -61,7 +63,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
-            fputs(train_usage, stdout);
+            printf(train_usage, sn_pipeline_pass_names());
             return 0;
         }
         if (!v) return cli_fail("train: option '%s' needs a value (see sinter train --help)", k);
@@ -83,6 +85,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         else if (!strcmp(k, "--checkpoint")) a->checkpoint = v;
         else if (!strcmp(k, "--resume")) a->resume = v;
         else if (!strcmp(k, "--prompt")) a->prompt = v;
+        else if (!strcmp(k, "--dump-after")) a->dump_after = v;
         else if (!strcmp(k, "--steps")) ok = cli_int(v, 1, 100000000, &a->steps);
         else if (!strcmp(k, "--batch")) ok = cli_int(v, 1, 1 << 16, &a->batch);
         else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &a->seq);
@@ -101,6 +104,10 @@ static int parse_args(int argc, char **argv, train_args *a) {
     if (!a->train_bin != !a->val_bin)
         return cli_fail("train: token shards come in pairs: give both --train-bin and --val-bin%s", "");
     if (a->resume && !a->checkpoint) a->checkpoint = a->resume;
+    if (a->dump_after && !strcmp(a->device, "interp") &&
+        (!strcmp(a->dump_after, "fuse") || !strcmp(a->dump_after, "memplan")))
+        return cli_fail("train: --dump-after %s shows the compiled program, and --device interp "
+                        "compiles none (use --device cpu)", a->dump_after);
     return -1; /* go on */
 }
 
@@ -199,8 +206,8 @@ static sn_status build_sampler(const train_args *a, session *r, sn_err *e) {
     r->sg = sn_graph_new();
     sn_gpt2 m;
     sn_status s = sn_gpt2_build(r->sg, &r->c, 1, r->T, &m, e);
-    sn_pipeline_opts po = sn_pipeline_defaults();
-    if (s || (s = sn_pipeline_run(&r->sg, &po, NULL, e))) return s;
+    sn_pipeline_opts po = sn_pipeline_defaults(); /* the trainer's forward rewrites, no dump */
+    if (s || (s = sn_compile(r->sg, &po, NULL, NULL, e))) return s;
     const sn_node *idx = NULL, *logits = NULL;
     for (int i = 0; i < r->sg->n_nodes; i++) {
         const sn_node *n = r->sg->nodes[i];
@@ -241,15 +248,18 @@ static sn_status build(const train_args *a, session *r, sn_err *e) {
     r->g = sn_graph_new();
     sn_gpt2 m;
     if ((s = sn_gpt2_build(r->g, &r->c, r->B, r->T, &m, e))) return s;
+    /* the graph passes here; the trainer compiles the rest (fuse, memplan) with the same options */
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.backward = true;
-    if ((s = sn_pipeline_run(&r->g, &po, NULL, e))) return s;
+    po.dump_after = a->dump_after;
+    if ((s = sn_compile(r->g, &po, NULL, NULL, e))) return s;
     sn_train_opts o;
     sn_train_opts_default(&o, (int)a->steps);
     o.lr = (float)a->lr;
     o.seed = (uint64_t)a->seed;
     if (!strcmp(a->device, "cpu") && (s = sn_cpu_device_new(0, &r->dev, e))) return s;
     o.device = r->dev;
+    o.compile = &po;
     if (!(r->t = sn_trainer_new(r->g, &o, e))) return e->code;
     if ((s = sn_val_iter_init(&r->vi, &r->val, r->B, r->T, e))) return s;
     if (a->sample_len && (s = build_sampler(a, r, e))) return s;

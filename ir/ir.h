@@ -45,6 +45,19 @@ const char *sn_status_name(sn_status s);
     } while (0)
 _Noreturn void sn_assert_fail(const char *file, int line, const char *cond);
 
+/* ---- host allocation (alloc.c) --------------------------------------------------------- */
+
+/* malloc, calloc and realloc that, when the memory is not there, return NULL with SN_ERR_OOM
+ * in e: "out of memory: <what> needs <size> ...: use a smaller --batch or --seq, ...". realloc
+ * leaves p allocated on failure. what: "the memory planner's value order". */
+void *sn_malloc(size_t bytes, const char *what, sn_err *e);
+void *sn_calloc(size_t n, size_t size, const char *what, sn_err *e);
+void *sn_realloc(void *p, size_t bytes, const char *what, sn_err *e);
+/* The SN_ERR_OOM failure those report, for allocations made another way (a device's). */
+sn_status sn_fail_oom(sn_err *e, size_t bytes, const char *what);
+/* "1.5 GiB", "12.0 KiB", "100 bytes"; returns buf. */
+char *sn_bytes_str(int64_t bytes, char *buf, size_t len);
+
 /* ---- dtypes ---------------------------------------------------------------------------- */
 
 /*   X(NAME, "text", bits, is_float) */

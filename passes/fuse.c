@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "fuse_int.h"
+#include "passes.h"
 
 static bool is_pw(sn_op op) { return sn_op_kind(op) == SN_K_POINTWISE || op == SN_OP_CONCAT; }
 static bool is_compute(sn_op op) { return !is_pw(op) && !is_view(op) && sn_op_kind(op) != SN_K_LEAF; }
@@ -224,7 +225,8 @@ static sn_status build(fuse_state *s) {
     return st;
 }
 
-sn_status sn_fuse(const sn_graph *g, sn_program **out, sn_err *e) {
+sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_err *e) {
+    (void)t; /* the same kernels for every target today */
     *out = NULL;
     int n = g->n_nodes;
     fuse_state s = {.g = g, .e = e};

@@ -15,8 +15,7 @@ static sn_program *compile(sn_graph *g) {
     sn_err e;
     sn_program *p;
     ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_fuse(g, &p, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_memplan(p, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     return p;
 }
 
@@ -30,7 +29,7 @@ static sn_graph *gpt2_training(const char *name, int layers, int B, int T) {
     ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
     sn_pipeline_opts o = sn_pipeline_defaults(); /* attention fused, vocabulary padded */
     o.backward = true;
-    ck_assert_msg(sn_pipeline_run(&g, &o, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     return g;
 }
 

@@ -81,7 +81,7 @@ static sn_graph *gpt2_graph(const char *name, int vocab, int B, int T, const sn_
     sn_gpt2 m;
     sn_err e;
     ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_pipeline_run(&g, o, st, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, o, NULL, st, &e) == SN_OK, "%s", e.msg);
     return g;
 }
 
@@ -420,7 +420,7 @@ START_TEST(errors_say_what_to_do) {
         g = sn_graph_new();
         ck_assert(sn_gpt2_build(g, &c, 1, 8, &m, NULL) == SN_OK);
         sn_pipeline_opts po = {.dump_after = bad[i].pass};
-        ck_assert_int_eq(sn_pipeline_run(&g, &po, NULL, &e), SN_ERR_INVALID);
+        ck_assert_int_eq(sn_compile(g, &po, NULL, NULL, &e), SN_ERR_INVALID);
         ck_assert_msg(strstr(e.msg, bad[i].msg), "%s", e.msg);
         sn_graph_free(g);
     }

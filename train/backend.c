@@ -10,7 +10,7 @@
 #include "interp/interp.h"
 
 struct sn_backend {
-    const sn_graph *g;
+    sn_graph *g;
     sn_node *const *params;
     int n_params;
     /* the reference interpreter */
@@ -40,10 +40,11 @@ void sn_backend_free(sn_backend *b) {
     free(b);
 }
 
-static sn_status compiled_new(sn_backend *b, sn_err *e) {
+static sn_status compiled_new(sn_backend *b, const sn_pipeline_opts *compile, sn_err *e) {
     sn_status s;
     sn_pipeline_opts none = {0};
-    if ((s = sn_pipeline_compile(b->g, &none, &b->prog, e)) || (s = sn_exec_new(b->d, b->prog, &b->x, e)))
+    if ((s = sn_compile(b->g, compile ? compile : &none, &b->prog, NULL, e)) ||
+        (s = sn_exec_new(b->d, b->prog, &b->x, e)))
         return s;
     b->adamw = (sn_kernel){.kind = SN_KER_ADAMW, .name = "adamw"};
     sn_kernel *k = &b->adamw;
@@ -56,15 +57,15 @@ static sn_status compiled_new(sn_backend *b, sn_err *e) {
     return SN_OK;
 }
 
-sn_status sn_backend_new(const sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
-                         sn_backend **out, sn_err *e) {
+sn_status sn_backend_new(sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
+                         const sn_pipeline_opts *compile, sn_backend **out, sn_err *e) {
     *out = NULL;
     sn_backend *b = calloc(1, sizeof *b);
     SN_ASSERT(b);
     *b = (sn_backend){.g = g, .params = params, .n_params = n_params, .d = device};
     sn_status s = SN_OK;
     if (device) {
-        s = compiled_new(b, e);
+        s = compiled_new(b, compile, e);
     } else {
         b->it = sn_interp_new(g, false);
         b->w = calloc((size_t)n_params, sizeof *b->w);

@@ -38,7 +38,7 @@ static sn_status set(sn_sampler *s, const sn_node *n, const void *data, sn_err *
     return n->dtype == SN_I32 ? sn_interp_set_i32(s->it, n, data, e) : sn_interp_set(s->it, n, data, e);
 }
 
-sn_sampler *sn_sampler_new(const sn_graph *g, const sn_node *idx, const sn_node *logits,
+sn_sampler *sn_sampler_new(sn_graph *g, const sn_node *idx, const sn_node *logits,
                            sn_device *device, sn_err *e) {
     if (!idx || idx->op != SN_OP_INPUT || idx->dtype != SN_I32 || idx->rank != 2 || idx->shape[0] != 1 ||
         !logits || logits->rank != 3 || logits->shape[0] != 1 || logits->shape[1] != idx->shape[1]) {
@@ -54,9 +54,9 @@ sn_sampler *sn_sampler_new(const sn_graph *g, const sn_node *idx, const sn_node 
     s->window = calloc((size_t)s->T, sizeof(int32_t));
     s->row64 = malloc(sizeof(double) * (size_t)s->V);
     SN_ASSERT(s->window && s->row64);
-    sn_pipeline_opts none = {0};
+    sn_pipeline_opts none = {0}; /* the caller ran the forward rewrites */
     if (!device) s->it = sn_interp_new(g, false);
-    else if (sn_pipeline_compile(g, &none, &s->prog, e) || sn_exec_new(device, s->prog, &s->x, e)) {
+    else if (sn_compile(g, &none, &s->prog, NULL, e) || sn_exec_new(device, s->prog, &s->x, e)) {
         sn_sampler_free(s);
         return NULL;
     }

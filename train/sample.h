@@ -28,7 +28,7 @@ typedef struct sn_sampler sn_sampler;
  * i32 INPUT of idx's shape (a loss's targets) is fed zeros. g must outlive the sampler. The
  * forward runs compiled on `device`, or on the reference interpreter when device is NULL. */
 struct sn_device;
-sn_sampler *sn_sampler_new(const sn_graph *g, const sn_node *idx, const sn_node *logits,
+sn_sampler *sn_sampler_new(sn_graph *g, const sn_node *idx, const sn_node *logits,
                            struct sn_device *device, sn_err *e);
 void sn_sampler_free(sn_sampler *s);
 

@@ -113,7 +113,7 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     t->gsum = calloc(np, sizeof *t->gsum);
     SN_ASSERT(t->params && t->w && t->m && t->v && t->gsum);
     sn_graph_params(g, t->params, t->n_params);
-    if (sn_backend_new(g, t->params, t->n_params, o->device, &t->be, e)) {
+    if (sn_backend_new(g, t->params, t->n_params, o->device, o->compile, &t->be, e)) {
         sn_trainer_free(t);
         return NULL;
     }
