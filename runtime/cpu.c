@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 
 #include "codegen/llvm/llvm.h"
 #include "device.h"
@@ -16,12 +17,25 @@ typedef struct {
     char name[96];
 } cpu_impl;
 
+/* RAM + swap: Linux overcommits, so a malloc larger than this can succeed and the process dies
+ * when it touches the pages; the device refuses such a block before touching it. */
+static uint64_t host_memory_bytes(void) {
+    struct sysinfo si;
+    if (sysinfo(&si)) return UINT64_MAX;
+    return ((uint64_t)si.totalram + (uint64_t)si.totalswap) * si.mem_unit;
+}
+
 static void *cpu_alloc(sn_device *d, size_t bytes, sn_err *e) {
     (void)d;
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!p)
-        sn_fail(e, SN_ERR_OOM, "out of host memory: could not allocate %.1f MiB (a smaller batch "
-                "or sequence length, or activation checkpointing, needs less)", (double)bytes / (1 << 20));
+    uint64_t have = host_memory_bytes();
+    void *p = bytes <= have && bytes <= SIZE_MAX - 63 ? aligned_alloc(64, (bytes + 63) / 64 * 64) : NULL;
+    if (!p) {
+        char need[32], h[32];
+        sn_fail(e, SN_ERR_OOM, "out of memory: the CPU device cannot allocate %s (%zu bytes); this "
+                "machine has %s of RAM and swap: use a smaller --batch or --seq, or a smaller model",
+                sn_bytes_str((int64_t)bytes, need, sizeof need), bytes,
+                sn_bytes_str((int64_t)(have > INT64_MAX ? INT64_MAX : have), h, sizeof h));
+    }
     return p;
 }
 
@@ -39,10 +53,16 @@ static sn_status cpu_copy(sn_device *d, void *dst, const void *src, size_t bytes
 
 static sn_status cpu_compile(sn_device *d, sn_kernel *const *all, int n_all, void **handles, sn_err *e) {
     cpu_impl *c = d->impl;
-    sn_kernel **ks = malloc(sizeof *ks * (size_t)(n_all + 1));
-    sn_cpu_kernel_fn *fns = calloc((size_t)n_all + 1, sizeof *fns);
-    int *at = malloc(sizeof(int) * (size_t)(n_all + 1));
-    SN_ASSERT(ks && fns && at);
+    const char *what = "the CPU device's list of kernels to compile";
+    sn_kernel **ks = sn_malloc(sizeof *ks * (size_t)(n_all + 1), what, e);
+    sn_cpu_kernel_fn *fns = sn_calloc((size_t)n_all + 1, sizeof *fns, what, e);
+    int *at = sn_malloc(sizeof(int) * (size_t)(n_all + 1), what, e);
+    if (!ks || !fns || !at) {
+        free(ks);
+        free(fns);
+        free(at);
+        return SN_ERR_OOM;
+    }
     int n = 0;
     for (int k = 0; k < n_all; k++)
         if (all[k]->kind != SN_KER_GEMM) {

@@ -98,6 +98,40 @@ START_TEST(trainer_dumps_the_program_it_runs) {
 }
 END_TEST
 
+/* Programs no machine can hold: the planner refuses one larger than the target's memory, and
+ * the CPU device refuses an arena larger than RAM + swap before touching it (Linux overcommit
+ * would let the malloc succeed); both are statuses whose message says what to do. */
+START_TEST(impossible_arena_is_a_status) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(1 << 20, 1 << 18)); /* 1 TiB */
+    sn_graph_add_output(g, sn_sum(g, sn_exp(g, sn_exp(g, x)), 1, false));
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    sn_err e = {0};
+    sn_program *p;
+    sn_target small = sn_target_cuda(75);
+    small.memory_bytes = (int64_t)16 << 30;
+    sn_pipeline_opts o = {.target = &small};
+    ck_assert_int_eq(sn_compile(g, &o, &p, NULL, &e), SN_ERR_OOM);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(e.msg, "out of memory: the program needs 2048.0 GiB") &&
+                  strstr(e.msg, "but cuda sm_75 has 16.0 GiB: use a smaller --batch or --seq"), "%s", e.msg);
+
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(1, &d, &e) == SN_OK, "%s", e.msg);
+    sn_exec *xe = (sn_exec *)&e; /* overwritten: NULL on failure */
+    ck_assert_int_eq(sn_exec_new(d, p, &xe, &e), SN_ERR_OOM);
+    ck_assert_ptr_null(xe);
+    ck_assert_msg(strstr(e.msg, "the program's arena (the activations and gradients one step reuses) "
+                                "does not fit on the device: out of memory: the CPU device cannot "
+                                "allocate 1024.0 GiB") && strstr(e.msg, "of RAM and swap: use a smaller --batch"),
+                  "%s", e.msg);
+    sn_device_free(d);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* Small graphs whose kernels exercise fuse's accesses: concat parts, a padded view, a FULL
  * read by a concat; compiled vs interpreter. */
 START_TEST(views_and_concat) {
@@ -145,6 +179,7 @@ int main(void) {
     tcase_add_test(tc, program_matches_interpreter);
     tcase_add_test(tc, trainer_on_both_backends);
     tcase_add_test(tc, trainer_dumps_the_program_it_runs);
+    tcase_add_test(tc, impossible_arena_is_a_status);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }
