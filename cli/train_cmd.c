@@ -344,12 +344,12 @@ static sn_status train(const train_args *a, session *r, sn_err *e) {
         sn_step_stats st;
         /* A failed step leaves the trainer as it was and nothing is saved after it. */
         if ((s = step_once(r, &st, e))) return s;
-        sn_series_push(&r->run.train_loss, (double)(step + 1), st.loss);
+        if ((s = sn_series_push(&r->run.train_loss, (double)(step + 1), st.loss, e))) return s;
         double el = sn_clock_s() - t0, tok_s = (double)(step + 1 - start) * (double)tps / el, val = -1;
         bool last = step + 1 == steps;
         if ((a->eval_every && (step + 1) % a->eval_every == 0) || last) {
             if ((s = validate(r, &val, e))) return s;
-            sn_series_push(&r->run.val_loss, (double)(step + 1), val);
+            if ((s = sn_series_push(&r->run.val_loss, (double)(step + 1), val, e))) return s;
             if (a->plot && (s = plot(a, r, e))) return s;
         }
         double eta = el / (double)(step + 1 - start) * (double)(steps - step - 1);

@@ -130,7 +130,7 @@ typedef struct {
     size_t used_bytes; /* total handed out, for reports */
 } sn_arena;
 
-void *sn_arena_alloc(sn_arena *a, size_t size); /* zeroed, 16-byte aligned; aborts on OOM */
+void *sn_arena_alloc(sn_arena *a, size_t size); /* zeroed, 16-byte aligned; NULL when out of memory */
 char *sn_arena_strdup(sn_arena *a, const char *s);
 void sn_arena_free(sn_arena *a);
 
@@ -146,7 +146,7 @@ typedef struct {
     sn_err err; /* sticky: the first construction error; later constructors return NULL */
 } sn_graph;
 
-sn_graph *sn_graph_new(void);
+sn_graph *sn_graph_new(void); /* NULL when out of memory */
 void sn_graph_free(sn_graph *g);
 /* The first error recorded while building g, or NULL if none. */
 const char *sn_graph_error(const sn_graph *g);
@@ -156,7 +156,7 @@ void sn_graph_add_output(sn_graph *g, sn_node *n);
  * is chosen by the caller (leaves, reshape, broadcast, pad, cast, embedding_bwd), set dtype,
  * rank and shape in proto; otherwise they are inferred. On a shape or dtype error, records a
  * message naming the op and the shapes in g->err and returns NULL (as it does when g->err is
- * already set or an input is NULL). */
+ * already set or an input is NULL, and with SN_ERR_OOM in g->err when memory runs out). */
 sn_node *sn_graph_append(sn_graph *g, const sn_node *proto);
 
 int64_t sn_numel(const sn_node *n);

@@ -42,7 +42,8 @@ sn_status sn_sampler_load(sn_sampler *s, const sn_trainer *t, sn_err *e);
 sn_status sn_sampler_generate(sn_sampler *s, const int32_t *prompt, int n_prompt,
                               const sn_sample_opts *o, int32_t *out, sn_err *e);
 
-/* Picks one id from logits (V,) as sn_sampler_generate does (exposed for tests). */
+/* Picks one id from logits (V,) as sn_sampler_generate does (exposed for tests); -1 when out
+ * of memory for the sorted copy. */
 int32_t sn_sample_logits(const double *logits, int V, float temperature, int top_k, sn_rng *rng);
 
 #endif
