@@ -159,7 +159,7 @@ static sn_status load_data(const train_args *a, session *r, sn_err *e) {
         snprintf(merges, sizeof merges, "%s/vocab.bpe", a->bpe);
         if ((s = sn_tokenizer_gpt2_load(enc, merges, &r->tk, e))) return s;
     } else {
-        r->tk = sn_tokenizer_bytes_new();
+        if (!(r->tk = sn_tokenizer_bytes_new())) return sn_fail_oom(e, 512, "the byte tokenizer");
     }
     if (a->train_bin) {
         if ((s = sn_shard_read(a->train_bin, r->tk->vocab, &r->toks, e)) ||
@@ -221,10 +221,10 @@ static sn_status build_sampler(const train_args *a, session *r, sn_err *e) {
     if (!a->prompt || !p.n) /* the validation text's first token, else a newline */
         s = r->val.n ? sn_tokens_push(&p, sn_tokens_get(&r->val, 0), e) : sn_tokenizer_encode(r->tk, "\n", 1, &p, e);
     r->n_prompt = (int)p.n;
-    r->prompt = malloc(sizeof(int32_t) * (p.n + 1));
-    r->gen = malloc(sizeof(int32_t) * (size_t)(a->sample_len + 1));
-    SN_ASSERT(r->prompt && r->gen);
-    for (size_t i = 0; i < p.n; i++) r->prompt[i] = sn_tokens_get(&p, i);
+    r->prompt = sn_malloc(sizeof(int32_t) * (p.n + 1), "the prompt", e);
+    r->gen = sn_malloc(sizeof(int32_t) * (size_t)(a->sample_len + 1), "the samples", e);
+    if (!r->prompt || !r->gen) s = SN_ERR_OOM;
+    for (size_t i = 0; !s && i < p.n; i++) r->prompt[i] = sn_tokens_get(&p, i);
     sn_tokens_free(&p);
     return s;
 }
@@ -263,9 +263,9 @@ static sn_status build(const train_args *a, session *r, sn_err *e) {
     if (!(r->t = sn_trainer_new(r->g, &o, e))) return e->code;
     if ((s = sn_val_iter_init(&r->vi, &r->val, r->B, r->T, e))) return s;
     if (a->sample_len && (s = build_sampler(a, r, e))) return s;
-    r->x = malloc(sizeof(int32_t) * (size_t)bt);
-    r->y = malloc(sizeof(int32_t) * (size_t)bt);
-    SN_ASSERT(r->x && r->y);
+    r->x = sn_malloc(sizeof(int32_t) * (size_t)bt, "a batch of token ids", e);
+    r->y = sn_malloc(sizeof(int32_t) * (size_t)bt, "a batch of token ids", e);
+    if (!r->x || !r->y) return SN_ERR_OOM;
     set_meta(r);
     r->run.data_rng = sn_rng_seed((uint64_t)a->seed ^ 0x5eedull);
     r->saved_step = -1;

@@ -148,16 +148,18 @@ static void cpu_destroy(sn_device *d) {
 
 sn_status sn_cpu_device_new(int threads, sn_device **out, sn_err *e) {
     *out = NULL;
-    cpu_impl *c = calloc(1, sizeof *c);
-    sn_device *d = calloc(1, sizeof *d);
-    SN_ASSERT(c && d);
-    sn_status s = sn_jit_new(&c->jit, e);
+    cpu_impl *c = sn_calloc(1, sizeof *c, "the CPU device", e);
+    sn_device *d = c ? sn_calloc(1, sizeof *d, "the CPU device", e) : NULL;
+    sn_status s = d ? sn_jit_new(&c->jit, e) : SN_ERR_OOM;
+    if (!s && !(c->pool = sn_pool_new(threads))) {
+        sn_jit_free(c->jit);
+        s = sn_fail_oom(e, 64 * (size_t)(threads > 0 ? threads : 1), "the CPU device's thread pool");
+    }
     if (s) {
         free(c);
         free(d);
         return s;
     }
-    c->pool = sn_pool_new(threads);
     snprintf(c->name, sizeof c->name, "cpu (LLVM JIT, %d threads, GEMM: %s)", sn_pool_threads(c->pool),
              sn_gemm_library());
     *d = (sn_device){.name = c->name, .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy,

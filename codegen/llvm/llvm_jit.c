@@ -105,8 +105,8 @@ static LLVMErrorRef host_machine(sn_jit *j, LLVMTargetMachineRef *tm) {
 sn_status sn_jit_new(sn_jit **out, sn_err *e) {
     *out = NULL;
     pthread_once(&targets_once, init_targets);
-    sn_jit *j = calloc(1, sizeof *j);
-    SN_ASSERT(j);
+    sn_jit *j = sn_calloc(1, sizeof *j, "the LLVM JIT", e);
+    if (!j) return SN_ERR_OOM;
     sn_status st = SN_OK;
     LLVMTargetMachineRef jit_tm = NULL;
     j->triple = LLVMGetDefaultTargetTriple();
@@ -285,7 +285,8 @@ static uint64_t fnv1a(const char *s) {
 
 /* If function `name` of mod is identical to one linked before (j->fns[0, n_done)) or added
  * earlier in this batch (j->fns[n_done, n_fns)), deletes it and sets name to that symbol;
- * else records it as pending. Returns true when it was shared. */
+ * else records it as pending. Returns true when it was shared. Out of memory only costs the
+ * sharing: the function is kept and not recorded. */
 static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len) {
     LLVMValueRef fn = LLVMGetNamedFunction(mod, name);
     SN_ASSERT(fn);
@@ -296,7 +297,10 @@ static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len
     SN_ASSERT(at);
     /* the body, without attribute group numbers (#3): they depend on what else the module held */
     char *body = malloc(strlen(at) + 1), *o = body;
-    SN_ASSERT(body);
+    if (!body) {
+        LLVMDisposeMessage(text);
+        return false;
+    }
     for (const char *c = at + strlen(head) - 1; *c; c++) {
         if (*c == '#' && c[1] >= '0' && c[1] <= '9') {
             while (c[1] >= '0' && c[1] <= '9') c++;
@@ -315,9 +319,14 @@ static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len
             return true;
         }
     if (j->n_fns == j->cap_fns) {
-        j->cap_fns = j->cap_fns ? 2 * j->cap_fns : 64;
-        j->fns = realloc(j->fns, sizeof *j->fns * (size_t)j->cap_fns);
-        SN_ASSERT(j->fns);
+        int cap = j->cap_fns ? 2 * j->cap_fns : 64;
+        jit_fn *fns = realloc(j->fns, sizeof *j->fns * (size_t)cap);
+        if (!fns) {
+            free(body);
+            return false;
+        }
+        j->fns = fns;
+        j->cap_fns = cap;
     }
     jit_fn *f = &j->fns[j->n_fns++];
     f->hash = h;
@@ -335,8 +344,11 @@ sn_status sn_jit_compile(sn_jit *j, sn_kernel *const *ks, int n, sn_cpu_kernel_f
     snprintf(mname, sizeof mname, "sinter_batch%d", batch);
     LLVMModuleRef mod = new_module(j, LLVMOrcThreadSafeContextGetContext(j->tsc), mname);
     LLVMOrcResourceTrackerRef rt = NULL;
-    char (*names)[96] = malloc(sizeof *names * (size_t)n);
-    SN_ASSERT(names);
+    char (*names)[96] = sn_malloc(sizeof *names * (size_t)n, "the JIT's symbol names", e);
+    if (!names) {
+        LLVMDisposeModule(mod);
+        return SN_ERR_OOM;
+    }
     int n_done = j->n_fns, shared = 0;
     for (int i = 0; i < n && !st; i++) {
         /* each kernel in a module of its own first: printing it to compare it with the
@@ -417,9 +429,8 @@ sn_status sn_jit_kernel_ir(sn_jit *j, const sn_kernel *k, bool optimized, char *
     if (!st && optimized) st = optimise(j, mod, e);
     if (!st) {
         char *s = LLVMPrintModuleToString(mod);
-        *text = strdup(s);
+        if (!(*text = strdup(s))) st = sn_fail_oom(e, strlen(s) + 1, "a kernel's LLVM IR text");
         LLVMDisposeMessage(s);
-        SN_ASSERT(*text);
     }
     LLVMDisposeModule(mod);
     LLVMContextDispose(ctx);

@@ -442,8 +442,8 @@ static sn_status fused_setup(row *w, sn_err *e) {
         if ((st = sn_ll_check_dtype(k, k->args[i], e))) return st;
     for (int a = 0; a < k->n_access; a++)
         SN_ASSERT(k->access[a].arg >= k->n_out && k->access[a].arg < nargs);
-    w->dep = calloc((size_t)k->n_instr, sizeof *w->dep);
-    SN_ASSERT(w->dep);
+    if (!(w->dep = sn_calloc((size_t)k->n_instr, sizeof *w->dep, "a row kernel's code generator", e)))
+        return SN_ERR_OOM;
     for (int i = 0; i < k->n_instr; i++) {
         const sn_pw_instr *in = &k->instr[i];
         sn_op op = in->node->op;
@@ -499,8 +499,8 @@ static sn_status fused_setup(row *w, sn_err *e) {
         if (w->dep[k->store[o]] && k->args[o]->dtype == SN_F32) w->y = w->ptr[o];
     SN_ASSERT(w->y || sn_row_result_per_element(n->op)); /* a sum or a loss is always stored */
     w->whole = per_row(n->op);
-    w->fx = sn_ll_fx_new(L, k, w->ptr);
-    return SN_OK;
+    w->fx = sn_ll_fx_new(L, k, w->ptr, e);
+    return w->fx ? SN_OK : SN_ERR_OOM;
 }
 
 /* Every output that does not depend on the row op was stored by some pass. */
