@@ -92,13 +92,6 @@ static sn_kernel *new_kernel(fuse_state *s, sn_kernel_kind kind, const sn_node *
     return k;
 }
 
-static int64_t rows_of(const sn_node *x) { return x->rank ? sn_numel(x) / x->shape[x->rank - 1] : 1; }
-
-/* Row ops that sum over all rows into one output run as one range. */
-static bool row_serial(sn_op op) {
-    return op == SN_OP_CROSS_ENTROPY || op == SN_OP_LAYERNORM_BWD_W || op == SN_OP_RMSNORM_BWD_W;
-}
-
 /* The kernel of b: outputs (the root first), then inputs; accesses renumbered to args. */
 static sn_status finish(fuse_state *s, sn_kernel *k, pw_build *b, const sn_node *anchor) {
     sn_arena *A = &s->p->arena;
@@ -140,11 +133,8 @@ static sn_status finish(fuse_state *s, sn_kernel *k, pw_build *b, const sn_node 
     if (anchor) {
         k->anchor = anchor;
         k->row_instr = b->row_instr;
-        k->n_items = rows_of(anchor->in[0]);
-        k->serial = row_serial(anchor->op);
-    } else {
-        k->n_items = sn_shape_numel(b->rank, b->shape);
     }
+    sn_kernel_work(k, &k->n_items, &k->serial);
     return SN_OK;
 }
 
@@ -220,20 +210,7 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
             if (k->args[j] == n->in[i]) at = j;
         if (at < 0) k->args[k->n_out + k->n_in++] = n->in[i]; /* compute ops have at most 6 inputs */
     }
-    const sn_node *x = n->in[0];
-    switch (k->kind) {
-    case SN_KER_ROW:
-        k->n_items = rows_of(x);
-        k->serial = row_serial(n->op);
-        break;
-    case SN_KER_REDUCE: k->n_items = sn_numel(n); break;
-    case SN_KER_GATHER:
-        /* embedding: one item per id; its backward: column blocks of 64 that threads own */
-        k->n_items = n->op == SN_OP_EMBEDDING ? sn_numel(n->in[1]) : (n->shape[1] + 63) / 64;
-        break;
-    case SN_KER_ATTENTION: k->n_items = x->rank >= 2 ? sn_numel(x) / (x->shape[x->rank - 1] * x->shape[x->rank - 2]) : 1; break;
-    default: k->n_items = 1; k->serial = true; break;
-    }
+    sn_kernel_work(k, &k->n_items, &k->serial);
     return SN_OK;
 }
 

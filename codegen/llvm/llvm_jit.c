@@ -200,40 +200,28 @@ fail:
 
 /* ---- kernels ---- */
 
-static int64_t rows_of(const sn_node *x) {
-    return x->rank ? sn_numel(x) / x->shape[x->rank - 1] : 1;
-}
-
 /* The work split each kind is generated for (llvm.h), checked against what the kernel says. */
 static sn_status check_items(const sn_kernel *k, sn_err *e) {
     char kn[96];
     const sn_node *a = k->anchor;
-    int64_t want = -1;
-    bool serial = false;
     if (k->kind != SN_KER_POINTWISE && k->kind != SN_KER_ADAMW && !a)
         return sn_fail(e, SN_ERR_INVALID, "%s: no anchor node", sn_ll_kname(k, kn, sizeof kn));
-    switch (k->kind) {
-    case SN_KER_POINTWISE: want = sn_shape_numel(k->rank, k->shape); break;
-    case SN_KER_ROW:
-        want = rows_of(a->in[0]);
-        serial = a->op == SN_OP_CROSS_ENTROPY || a->op == SN_OP_LAYERNORM_BWD_W ||
-                 a->op == SN_OP_RMSNORM_BWD_W;
-        break;
-    case SN_KER_REDUCE: want = sn_numel(a); break;
-    case SN_KER_GATHER:
-        if (a->op == SN_OP_EMBEDDING_BWD) {
-            int64_t C = a->shape[a->rank - 1];
-            if (k->n_items >= 1 && k->n_items <= C) return SN_OK;
-            return sn_fail(e, SN_ERR_INVALID, "%s: embedding_bwd splits its %lld columns into "
-                           "n_items blocks, so n_items must be in [1, %lld], not %lld",
-                           sn_ll_kname(k, kn, sizeof kn), (long long)C, (long long)C,
-                           (long long)k->n_items);
-        }
-        want = a->n_in > 1 ? sn_numel(a->in[1]) : -1;
-        break;
-    case SN_KER_ADAMW: want = a ? sn_numel(a) : k->n_items; break;
-    default: return SN_OK; /* rejected by emit() */
+    if (k->kind == SN_KER_GEMM || k->kind == SN_KER_ATTENTION || k->kind >= SN_KER_KIND_COUNT ||
+        (k->kind == SN_KER_ROW && !sn_row_facts_of(a->op)))
+        return SN_OK; /* emit() checks or rejects these */
+    if (k->kind == SN_KER_GATHER && a->op == SN_OP_EMBEDDING_BWD) { /* any number of column blocks */
+        int64_t C = a->shape[a->rank - 1];
+        if (k->n_items >= 1 && k->n_items <= C) return SN_OK;
+        return sn_fail(e, SN_ERR_INVALID, "%s: embedding_bwd splits its %lld columns into "
+                       "n_items blocks, so n_items must be in [1, %lld], not %lld",
+                       sn_ll_kname(k, kn, sizeof kn), (long long)C, (long long)C,
+                       (long long)k->n_items);
     }
+    if (k->kind == SN_KER_GATHER && a->n_in < 2)
+        return sn_fail(e, SN_ERR_INVALID, "%s: a gather needs (table, ids)", sn_ll_kname(k, kn, sizeof kn));
+    int64_t want;
+    bool serial;
+    sn_kernel_work(k, &want, &serial); /* what fuse sets (program/kernel.h) */
     if (k->n_items != want)
         return sn_fail(e, SN_ERR_INVALID, "%s: n_items is %lld but the LLVM backend generates it "
                        "for %lld items (codegen/llvm.h lists each kind's split)",
