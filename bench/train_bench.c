@@ -59,6 +59,7 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     sn_graph *g = sn_graph_new();
     sn_gpt2 m;
     sn_err e;
+    if (!g) die("out of memory for the graph", NULL);
     if (sn_gpt2_build(g, &c, a->batch, a->seq, &m, &e)) die("model", &e);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = backward;

@@ -88,7 +88,7 @@ static int cmd_graph(int argc, char **argv) {
     sn_graph *g = sn_graph_new();
     sn_gpt2 m;
     sn_err e;
-    sn_status s = sn_gpt2_build(g, &c, (int)B, (int)T, &m, &e);
+    sn_status s = g ? sn_gpt2_build(g, &c, (int)B, (int)T, &m, &e) : sn_fail_oom(&e, sizeof *g, "the graph");
     sn_pipeline_stats st;
     if (!s) {
         printf("# model %s: vocab %d, context %d, %d layers, %d heads, %d channels; input %ld x %ld\n",

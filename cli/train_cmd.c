@@ -203,7 +203,7 @@ static void set_meta(session *r) {
 /* The forward graph for samples: the same model with one sequence of the training length,
  * through the same forward passes so that its parameters have the trainer's names and shapes. */
 static sn_status build_sampler(const train_args *a, session *r, sn_err *e) {
-    r->sg = sn_graph_new();
+    if (!(r->sg = sn_graph_new())) return sn_fail_oom(e, sizeof(sn_graph), "the sampling graph");
     sn_gpt2 m;
     sn_status s = sn_gpt2_build(r->sg, &r->c, 1, r->T, &m, e);
     sn_pipeline_opts po = sn_pipeline_defaults(); /* the trainer's forward rewrites, no dump */
@@ -245,7 +245,7 @@ static sn_status build(const train_args *a, session *r, sn_err *e) {
                        (a->tokens_per_step / bt + 1) * bt);
     r->micro = a->tokens_per_step ? (int)(a->tokens_per_step / bt) : 1;
 
-    r->g = sn_graph_new();
+    if (!(r->g = sn_graph_new())) return sn_fail_oom(e, sizeof(sn_graph), "the training graph");
     sn_gpt2 m;
     if ((s = sn_gpt2_build(r->g, &r->c, r->B, r->T, &m, e))) return s;
     /* the graph passes here; the trainer compiles the rest (fuse, memplan) with the same options */
