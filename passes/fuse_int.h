@@ -1,4 +1,4 @@
-/* fuse_int.h: the fuse pass's internals (its entry, sn_fuse, is in program.h), one section per
+/* fuse_int.h: the fuse pass's internals (its entry, sn_fuse, is in passes.h), one section per
  * file. Convention: every function takes the pass's fuse_state; the decisions (fuse.c) are made
  * before any access or kernel is built from them (fuse_access.c, fuse_kernels.c). */
 #ifndef SN_FUSE_INT_H

@@ -1,6 +1,7 @@
-/* passes.h: the graph-to-graph passes, one section per file, in pipeline order.
- * Convention: a pass reads a verified graph and returns a new one (the input is unchanged;
- * the caller frees both); its preconditions are written above its entry point. */
+/* passes.h: the passes sn_compile (pipeline.h) runs, one section per file, in pipeline order.
+ * Convention: a graph pass reads a verified graph and returns a new one (the input is
+ * unchanged; the caller frees both); fuse makes the program, memplan places its values; each
+ * entry has its preconditions written above it. */
 #ifndef SN_PASSES_H
 #define SN_PASSES_H
 

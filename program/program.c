@@ -1,6 +1,6 @@
 /* program.c: the compiled program's printout and its release, and what kernel.h says of row
- * ops (which operands and results a ROW kernel may fuse); the program's passes are fuse.c and
- * memplan.c. */
+ * ops (one table pinned to the op count) and of a kernel's work split (sn_kernel_work, shared
+ * by fuse and the code generators); the program's passes are passes/fuse.c and memplan.c. */
 #include <stdlib.h>
 #include <string.h>
 
