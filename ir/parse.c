@@ -352,6 +352,7 @@ static sn_status parse_node(parser *p) {
         return perr(p, "perm has %d entries but the input %%%d is %s", n_perm, in[0]->id,
                     sn_type_str(in[0], t, sizeof t));
     sn_node *made = sn_graph_append(g, &n);
+    if (!made && g->err.code == SN_ERR_OOM) return sn_fail(p->e, SN_ERR_OOM, "%s", g->err.msg);
     if (!made) return perr(p, "%s", g->err.msg);
     if (!same_type(made, &n))
         return perr(p, "declared type %s but the shape rule for %s gives %s",
