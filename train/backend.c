@@ -68,9 +68,11 @@ sn_status sn_backend_new(sn_graph *g, sn_node *const *params, int n_params, sn_d
         s = compiled_new(b, compile, e);
     } else {
         const char *what = "the interpreter's parameters and gradients";
-        if (!(b->it = sn_interp_new(g, false)) || !(b->w = sn_calloc((size_t)n_params, sizeof *b->w, what, e)) ||
-            !(b->gf = sn_calloc((size_t)n_params, sizeof *b->gf, what, e)))
-            s = sn_fail_oom(e, sizeof(double) * (size_t)g->n_nodes, what);
+        if (!(b->it = sn_interp_new(g, false)))
+            s = sn_fail_oom(e, sizeof(double) * (size_t)g->n_nodes, "the reference interpreter");
+        else if (!(b->w = sn_calloc((size_t)n_params, sizeof *b->w, what, e)) ||
+                 !(b->gf = sn_calloc((size_t)n_params, sizeof *b->gf, what, e)))
+            s = SN_ERR_OOM;
         for (int i = 0; i < n_params && !s; i++) /* gf: made here, so a step allocates nothing */
             if (!(b->w[i] = sn_malloc(sizeof(float) * (size_t)sn_numel(params[i]), what, e)) ||
                 !(b->gf[i] = sn_malloc(sizeof(float) * (size_t)sn_numel(params[i]), what, e)))
