@@ -25,11 +25,11 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static sn_program *fuse(const sn_graph *g) {
+static sn_program *fuse(sn_graph *g) {
     sn_err e;
     sn_program *p;
     ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_fuse(g, &p, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     return p;
 }
 
@@ -57,7 +57,7 @@ static sn_graph *gpt2_training(const char *name, int B, int T) {
     ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
-    ck_assert_msg(sn_pipeline_run(&g, &o, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     return g;
 }
 
@@ -371,7 +371,7 @@ static sn_interp *interp_run(const sn_graph *g, int vocab, bool init_rule) {
 
 /* Fuses g, renders its pointwise kernels into one source, runs each on the CPU against the
  * interpreter; returns the number of kernels run (0: no g++). */
-static int run_on_host(const sn_graph *g, int vocab, bool init_rule, double tol) {
+static int run_on_host(sn_graph *g, int vocab, bool init_rule, double tol) {
     sn_program *p = fuse(g);
     const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
     int n = pointwise(p, ks);
