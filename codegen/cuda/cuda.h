@@ -14,6 +14,7 @@
 #define SN_CUDA_H
 
 #include "program/kernel.h"
+#include "program/target.h"
 
 /* ---- cuda_emit.c: the text emitter and the prelude ---- */
 
@@ -56,6 +57,28 @@ sn_cuda_dims sn_cuda_pointwise_dims(const sn_kernel *k);
  * taking one typed pointer per arg in k->args order, then SN_HOST_STUB(<name>). *src is malloc'd.
  * A kind or dtype this backend does not generate is SN_ERR_UNSUPPORTED, naming the kernel. */
 sn_status sn_cuda_render(const sn_kernel *const *ks, int n, char **src, sn_err *e);
+
+/* ---- cuda_attention.c, cuda_attention_mma.c: flash attention ---- */
+
+/* An SN_KER_ATTENTION kernel (passes/fuse.c) needs the target: its products run on tensor cores
+ * (mma.sync: m16n8k16 with bf16 operands where tg->mma_bf16, f16 with m16n8k16 on sm_80+ and two
+ * m16n8k8 on sm_75) when q, k, v are bf16 or f16 and the head sizes are multiples of 16, and as
+ * fp32 FMA tiles otherwise (f32 storage: what training uses until autocast). Kinds: the forward
+ * (o and lse in one kernel with online softmax; or lse alone; or o from a given lse), dq (query
+ * blocks over key tiles), dk and/or dv (key blocks over query tiles; one kernel when fuse puts
+ * attention_bwd_v as anchor2 of attention_bwd_k). Each kernel recomputes dout_i . o_i itself,
+ * and no kernel uses atomics: the results are deterministic. Head sizes up to 128; shared memory
+ * is static and at most the target's shared_default (48 KiB), so no launch needs the runtime to
+ * raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, and dynamic shared memory is 0.
+ * Params: one typed pointer per arg, in k->args order, as sn_cuda_render's. */
+sn_status sn_cuda_attention_emit(sn_cu_text *t, const sn_kernel *k, const sn_target *tg,
+                                 sn_err *e);
+/* Grid (query or key tiles, (batch x head) slices, 1) and block (32 x warps) of k on tg. */
+sn_status sn_cuda_attention_dims(const sn_kernel *k, const sn_target *tg, sn_cuda_dims *d,
+                                 sn_err *e);
+/* ks[0..n) rendered into one translation unit (the prelude's #include, then each kernel). */
+sn_status sn_cuda_render_attention(const sn_kernel *const *ks, int n, const sn_target *tg,
+                                   char **src, sn_err *e);
 
 /* ---- nvrtc.c: compiling with NVRTC ---- */
 

@@ -1,0 +1,620 @@
+/* cuda_attention.c: flash attention as CUDA C: the plan (which pass, which path, tile sizes that
+ * fit the target's shared memory), launch dimensions, the kernel's head, and the fp32 path: FMA
+ * tiles where a lane owns one key (or query) of a 32-wide tile for the scores and a 32-wide
+ * slice of the head for the products. The tensor-core path is cuda_attention_mma.c.
+ * Convention: a block is one tile of queries (FWD, DQ) or keys (DKV) of one (batch x head) item,
+ * blockIdx.y; tiles past the causal boundary are never loaded. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_attention.h"
+
+/* ---- the plan ---- */
+
+const char *sn_att_ctype(sn_dtype dt) {
+    switch (dt) {
+    case SN_F32: return "float";
+    case SN_BF16: return "sn_bf16";
+    case SN_F16: return "sn_f16";
+    default: return NULL;
+    }
+}
+
+static int arg_of(const sn_kernel *k, const sn_node *x) {
+    for (int i = 0; i < k->n_out + k->n_in; i++)
+        if (k->args[i] == x) return i;
+    return -1;
+}
+
+static int64_t fp32_shared(const sn_att_plan *p) {
+    int64_t R = (int64_t)p->warps * p->rows, W = p->tile, D = p->D, Dv = p->Dv, f = 4;
+    switch (p->pass) {
+    case SN_ATT_FWD: return f * (R * D + W * (D + 1) + (p->out_o ? W * Dv : 0));
+    case SN_ATT_DQ: return f * (R * (D + Dv) + W * (D + 1) + W * (Dv + 1));
+    case SN_ATT_DKV:
+        return f * (R * D + (p->out_dk ? R * Dv : 0) + W * (D + 1) + W * (Dv + 1) + 2 * W);
+    }
+    return 0;
+}
+
+/* The first candidate (warps, rows per warp, tile) whose shared memory fits the target's default
+ * (48 KiB: static shared memory, no opt-in attribute for the runtime to set). */
+static bool fit(sn_att_plan *p, const sn_target *tg) {
+    static const int fp32[][3] = {{4, 4, 32}, {4, 2, 32}, {4, 1, 32}, {2, 1, 32}, {1, 1, 32}};
+    static const int mma[][3] = {{4, 16, 64}, {4, 16, 32}, {2, 16, 64}, {2, 16, 32},
+                                 {4, 16, 16}, {2, 16, 16}, {1, 16, 16}};
+    int n = p->mma ? (int)(sizeof mma / sizeof mma[0]) : (int)(sizeof fp32 / sizeof fp32[0]);
+    for (int i = 0; i < n; i++) {
+        const int *c = p->mma ? mma[i] : fp32[i];
+        p->warps = c[0];
+        p->rows = c[1];
+        p->tile = c[2];
+        p->shared_bytes = p->mma ? sn_att_mma_shared(p) : fp32_shared(p);
+        if (p->shared_bytes <= tg->shared_default) return true;
+    }
+    return false;
+}
+
+sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan *p, sn_err *e) {
+    memset(p, 0, sizeof *p);
+    const sn_node *n = k->anchor;
+    if (k->kind != SN_KER_ATTENTION || !n || sn_op_kind(n->op) != SN_K_ATTENTION)
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: an attention kernel needs an "
+                       "attention op as anchor", k->name);
+    p->k = k;
+    p->n = n;
+    p->a_q = p->a_k = p->a_v = p->a_o = p->a_do = p->a_lse = -1;
+    p->a_out_o = p->a_out_lse = p->a_dq = p->a_dk = p->a_dv = -1;
+    const sn_node *a2 = k->anchor2;
+    int n_out = 1;
+    switch (n->op) {
+    case SN_OP_ATTENTION_LSE:
+        p->pass = SN_ATT_FWD;
+        p->out_lse = true;
+        p->a_out_lse = 0;
+        break;
+    case SN_OP_ATTENTION:
+        p->pass = SN_ATT_FWD;
+        p->out_o = true;
+        p->a_out_o = 0;
+        if (a2) {
+            if (a2->op != SN_OP_ATTENTION_LSE || a2 != n->in[3])
+                return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: anchor2 must be the "
+                               "attention_lse the attention reads", k->name);
+            p->out_lse = true;
+            p->a_out_lse = 1;
+            n_out = 2;
+        } else {
+            p->in_lse = true;
+        }
+        break;
+    case SN_OP_ATTENTION_BWD_Q:
+        p->pass = SN_ATT_DQ;
+        p->a_dq = 0;
+        break;
+    case SN_OP_ATTENTION_BWD_K:
+    case SN_OP_ATTENTION_BWD_V:
+        p->pass = SN_ATT_DKV;
+        p->out_dk = n->op == SN_OP_ATTENTION_BWD_K;
+        p->out_dv = !p->out_dk;
+        *(p->out_dk ? &p->a_dk : &p->a_dv) = 0;
+        if (a2) { /* dk and dv in one pass: the same six inputs */
+            bool same = a2->op == SN_OP_ATTENTION_BWD_V && n->op == SN_OP_ATTENTION_BWD_K &&
+                        a2->a.f == n->a.f;
+            for (int i = 0; same && i < 6; i++) same = a2->in[i] == n->in[i];
+            if (!same)
+                return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: anchor2 of attention_bwd_k "
+                               "must be the attention_bwd_v of the same inputs", k->name);
+            p->out_dv = true;
+            p->a_dv = 1;
+            n_out = 2;
+        }
+        break;
+    default: SN_ASSERT(0);
+    }
+    if (k->n_out != n_out || k->args[0] != n || (n_out == 2 && k->args[1] != a2))
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: outputs must be args[0] = %s%s",
+                       k->name, sn_op_name(n->op), n_out == 2 ? ", args[1] = anchor2" : "");
+    int *role[] = {&p->a_q, &p->a_k, &p->a_v, p->in_lse ? &p->a_lse : &p->a_o, &p->a_do,
+                   &p->a_lse};
+    for (int i = 0; i < n->n_in; i++) {
+        if (n->in[i] == a2) continue;
+        int at = arg_of(k, n->in[i]);
+        if (at < k->n_out)
+            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: input %%%d of %s is not among "
+                           "its args", k->name, n->in[i]->id, sn_op_name(n->op));
+        *role[i] = at;
+    }
+    const sn_node *q = n->in[0], *kk = n->in[1];
+    int r = q->rank;
+    p->batch = sn_shape_numel(r - 2, q->shape);
+    p->T = q->shape[r - 2];
+    p->S = kk->shape[r - 2];
+    p->D = q->shape[r - 1];
+    p->Dv = n->n_in > 2 ? n->in[2]->shape[r - 1] : p->D;
+    p->scale = n->a.f;
+    p->dt = q->dtype;
+    for (int i = 0; i < k->n_out + k->n_in; i++) {
+        const sn_node *x = k->args[i];
+        bool lse = i == p->a_lse || i == p->a_out_lse; /* f32 where the others are 16-bit */
+        if (!sn_att_ctype(x->dtype) || (!lse && x->dtype != p->dt))
+            return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: %%%d is %s; attention "
+                           "kernels take f32, bf16 or f16 with q, k, v, o, dout alike", k->name,
+                           x->id, sn_dtype_name(x->dtype));
+    }
+    if (p->D > 128 || p->Dv > 128)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: head sizes D = %lld, Dv = %lld; "
+                       "the CUDA attention kernels take head sizes up to 128", k->name,
+                       (long long)p->D, (long long)p->Dv);
+    if (p->batch > 65535)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: %lld (batch x head) slices "
+                       "exceed the 65535 of grid.y", k->name, (long long)p->batch);
+    p->mma = p->D % 16 == 0 && p->Dv % 16 == 0 &&
+             ((p->dt == SN_BF16 && tg->mma_bf16) || (p->dt == SN_F16 && tg->mma_f16));
+    p->k8 = p->mma && p->dt == SN_F16 && tg->sm < 80;
+    if (!fit(p, tg))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: no tile of D = %lld, Dv = %lld "
+                       "fits %lld bytes of shared memory", k->name, (long long)p->D,
+                       (long long)p->Dv, (long long)tg->shared_default);
+    return SN_OK;
+}
+
+/* ---- the head every attention kernel starts with ---- */
+
+static const char *pass_text(const sn_att_plan *p) {
+    switch (p->pass) {
+    case SN_ATT_FWD:
+        return p->in_lse ? "forward: o from a given lse" : p->out_o ? "forward: o and lse"
+                                                                    : "forward: lse only";
+    case SN_ATT_DQ: return "backward: dq";
+    case SN_ATT_DKV:
+        return p->out_dk && p->out_dv ? "backward: dk and dv" : p->out_dk ? "backward: dk"
+                                                                          : "backward: dv";
+    }
+    return "";
+}
+
+/* A role pointer: its arg, moved to the item's slice of `per` elements. */
+static void role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, const char *per) {
+    if (a < 0) return;
+    bool out = a < p->k->n_out;
+    sn_cu_emitf(t, "%s%s *%s = a%d + (long long)item * %s;", out ? "" : "const ",
+                sn_att_ctype(p->k->args[a]->dtype), name, a, per);
+}
+
+void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path) {
+    const sn_kernel *k = p->k;
+    int threads = p->warps * 32;
+    sn_cu_emitf(t, "/* %s: causal attention, %s (%s, scale %g)", k->name, pass_text(p),
+                sn_op_name(p->n->op), (double)p->scale);
+    sn_cu_emitf(t, " * q (%lld, T %lld, D %lld), k (.., S %lld, D), v (.., S, Dv %lld), %s;",
+                (long long)p->batch, (long long)p->T, (long long)p->D, (long long)p->S,
+                (long long)p->Dv, sn_dtype_name(p->dt));
+    sn_cu_emitf(t, " * %s: %d warps, %d %s per block, tiles of %d %s; %lld bytes of shared "
+                "memory */", path, p->warps, p->warps * p->rows,
+                p->pass == SN_ATT_DKV ? "keys" : "queries", p->tile,
+                p->pass == SN_ATT_DKV ? "queries" : "keys", (long long)p->shared_bytes);
+    sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", threads, k->name);
+    for (int i = 0; i < k->n_out + k->n_in; i++)
+        sn_cu_emitf(t, "    %s%s *__restrict__ a%d%s /* %s %%%d */", i < k->n_out ? "" : "const ",
+                    sn_att_ctype(k->args[i]->dtype), i, i + 1 < k->n_out + k->n_in ? "," : ") {",
+                    sn_op_name(k->args[i]->op), k->args[i]->id);
+    t->depth++; /* the signature's last line opened the body */
+    sn_cu_emitf(t, "enum { SEQ_Q = %lld, SEQ_K = %lld, HEAD_D = %lld, HEAD_DV = %lld, "
+                "WARPS = %d, THREADS = %d };", (long long)p->T, (long long)p->S, (long long)p->D,
+                (long long)p->Dv, p->warps, threads);
+    sn_cu_emitf(t, "const float scale = %.9gf;", (double)p->scale);
+    sn_cu_emitf(t, "const int item = blockIdx.y; /* the (batch x head) slice */");
+    sn_cu_emitf(t, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
+    role(t, p, "q", p->a_q, "SEQ_Q * HEAD_D");
+    role(t, p, "k", p->a_k, "SEQ_K * HEAD_D");
+    role(t, p, "v", p->a_v, "SEQ_K * HEAD_DV");
+    role(t, p, "o", p->a_o, "SEQ_Q * HEAD_DV");
+    role(t, p, "dout", p->a_do, "SEQ_Q * HEAD_DV");
+    role(t, p, "lse", p->a_lse, "SEQ_Q");
+    role(t, p, "o_out", p->a_out_o, "SEQ_Q * HEAD_DV");
+    role(t, p, "lse_out", p->a_out_lse, "SEQ_Q");
+    role(t, p, "dq", p->a_dq, "SEQ_Q * HEAD_D");
+    role(t, p, "dk", p->a_dk, "SEQ_K * HEAD_D");
+    role(t, p, "dv", p->a_dv, "SEQ_K * HEAD_DV");
+}
+
+/* ---- the fp32 path ---- */
+
+static void emit_warp_helpers(sn_cu_text *t) {
+    sn_cu_emitf(t, "#ifndef SN_ATT_WARP_HELPERS");
+    sn_cu_emitf(t, "#define SN_ATT_WARP_HELPERS");
+    sn_cu_emitf(t, "SN_DEVICE float sn_att_warp_max(float x) {");
+    sn_cu_emitf(t, "for (int d = 16; d > 0; d /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));");
+    sn_cu_emitf(t, "return x;");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "SN_DEVICE float sn_att_warp_sum(float x) {");
+    sn_cu_emitf(t, "for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);");
+    sn_cu_emitf(t, "return x;");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "#endif");
+    sn_cu_emitf(t, "%s", "");
+}
+
+/* rows [row0, row0 + count) of src (cols wide, `limit` rows in all) into tile (rows past limit:
+ * 0), by every thread of the block. */
+static void load_tile(sn_cu_text *t, const char *tile, const char *src, const char *row0,
+                      const char *count, const char *cols, const char *limit) {
+    sn_cu_emitf(t, "for (int e = threadIdx.x; e < %s * %s; e += THREADS) {", count, cols);
+    sn_cu_emitf(t, "const int r = e / %s, c = e %% %s;", cols, cols);
+    sn_cu_emitf(t, "%s[r][c] = %s + r < %s ? sn_load(%s[(long long)(%s + r) * %s + c]) : 0.0f;",
+                tile, row0, limit, src, row0, cols);
+    sn_cu_emitf(t, "}");
+}
+
+/* Loops over the 32-wide slices of a head of `n` (a constant's name) that this lane owns. */
+static void for_slice(sn_cu_text *t, const char *n, const char *cc) {
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int %s = 0; %s < (%s + 31) / 32; %s++) {", cc, cc, n, cc);
+}
+
+/* FWD: a warp owns ROWS queries; lane j scores key k0 + j against them, then every lane
+ * accumulates its slices of o from the tile's 32 probabilities (shuffled out one by one). */
+static void emit_fwd(sn_cu_text *t, const sn_att_plan *p) {
+    sn_cu_emitf(t, "enum { ROWS = %d, BQ = WARPS * ROWS, BK = 32, DVC = (HEAD_DV + 31) / 32 };",
+                p->rows);
+    sn_cu_emitf(t, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* the longest rows first */");
+    sn_cu_emitf(t, "SN_SHARED2(float, q_tile, BQ, HEAD_D);");
+    sn_cu_emitf(t, "SN_SHARED2(float, k_tile, BK, HEAD_D + 1); /* + 1: lane j reads row j "
+                "without bank conflicts */");
+    if (p->out_o) sn_cu_emitf(t, "SN_SHARED2(float, v_tile, BK, HEAD_DV);");
+    load_tile(t, "q_tile", "q", "q0", "BQ", "HEAD_D", "SEQ_Q");
+    sn_cu_emitf(t, "float row_max[ROWS], row_sum[ROWS]%s;", p->out_o ? ", acc[ROWS][DVC]" : "");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
+    if (p->in_lse) {
+        sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r;");
+        sn_cu_emitf(t, "row_max[r] = i < SEQ_Q ? sn_load(lse[i]) : 0.0f; /* given: p = "
+                    "exp(s - lse) */");
+    } else {
+        sn_cu_emitf(t, "row_max[r] = -SN_INF;");
+    }
+    sn_cu_emitf(t, "row_sum[r] = 0.0f;");
+    if (p->out_o) {
+        for_slice(t, "HEAD_DV", "cc");
+        sn_cu_emitf(t, "acc[r][cc] = 0.0f;");
+        sn_cu_emitf(t, "}");
+    }
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "/* causal: the block's last query sees keys up to q_last + SEQ_K - SEQ_Q */");
+    sn_cu_emitf(t, "const int q_last = min(q0 + BQ, (int)SEQ_Q) - 1;");
+    sn_cu_emitf(t, "const int key_end = min((int)SEQ_K, q_last + SEQ_K - SEQ_Q + 1);");
+    sn_cu_emitf(t, "for (int k0 = 0; k0 < key_end; k0 += BK) {");
+    sn_cu_emitf(t, "__syncthreads(); /* the previous tiles are used up; the query tile is in */");
+    load_tile(t, "k_tile", "k", "k0", "BK", "HEAD_D", "SEQ_K");
+    if (p->out_o) load_tile(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
+    sn_cu_emitf(t, "__syncthreads();");
+    sn_cu_emitf(t, "float s[ROWS];");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] = 0.0f;");
+    sn_cu_emitf(t, "for (int c = 0; c < HEAD_D; c++) {");
+    sn_cu_emitf(t, "const float kc = k_tile[lane][c];");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] += q_tile[warp * ROWS + r][c] * kc;");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "float pr[ROWS]; /* this lane's key's probability for each row */");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
+    sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r, j = k0 + lane;");
+    sn_cu_emitf(t, "const bool seen = j < SEQ_K && j <= i + SEQ_K - SEQ_Q;");
+    if (p->in_lse) {
+        sn_cu_emitf(t, "pr[r] = seen ? expf(s[r] * scale - row_max[r]) : 0.0f;");
+    } else {
+        sn_cu_emitf(t, "const float sc = seen ? s[r] * scale : -SN_INF;");
+        sn_cu_emitf(t, "const float m_new = fmaxf(row_max[r], sn_att_warp_max(sc));");
+        sn_cu_emitf(t, "const float m_ref = m_new == -SN_INF ? 0.0f : m_new; /* no key seen yet */");
+        sn_cu_emitf(t, "pr[r] = expf(sc - m_ref);");
+        sn_cu_emitf(t, "const float alpha = expf(row_max[r] - m_ref);");
+        sn_cu_emitf(t, "row_sum[r] = row_sum[r] * alpha + sn_att_warp_sum(pr[r]);");
+        sn_cu_emitf(t, "row_max[r] = m_new;");
+        if (p->out_o) {
+            for_slice(t, "HEAD_DV", "cc");
+            sn_cu_emitf(t, "acc[r][cc] *= alpha;");
+            sn_cu_emitf(t, "}");
+        }
+    }
+    sn_cu_emitf(t, "}");
+    if (p->out_o) {
+        sn_cu_emitf(t, "for (int jj = 0; jj < BK; jj++) {");
+        sn_cu_emitf(t, "float vj[DVC];");
+        for_slice(t, "HEAD_DV", "cc");
+        sn_cu_emitf(t, "vj[cc] = cc * 32 + lane < HEAD_DV ? v_tile[jj][cc * 32 + lane] : 0.0f;");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "#pragma unroll");
+        sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
+        sn_cu_emitf(t, "const float pj = __shfl_sync(0xffffffffu, pr[r], jj);");
+        for_slice(t, "HEAD_DV", "cc");
+        sn_cu_emitf(t, "acc[r][cc] += pj * vj[cc];");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "}");
+    }
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
+    sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r;");
+    sn_cu_emitf(t, "if (i >= SEQ_Q) continue;");
+    if (p->out_o) {
+        if (p->in_lse)
+            sn_cu_emitf(t, "const float inv = 1.0f;");
+        else
+            sn_cu_emitf(t, "const float inv = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;");
+        for_slice(t, "HEAD_DV", "cc");
+        sn_cu_emitf(t, "const int c = cc * 32 + lane;");
+        sn_cu_emitf(t, "if (c < HEAD_DV) sn_store(&o_out[(long long)i * HEAD_DV + c], acc[r][cc] * inv);");
+        sn_cu_emitf(t, "}");
+    }
+    if (p->out_lse)
+        sn_cu_emitf(t, "if (lane == 0) sn_store(&lse_out[i], row_sum[r] > 0.0f ? row_max[r] + "
+                    "logf(row_sum[r]) : -SN_INF);");
+    sn_cu_emitf(t, "}");
+}
+
+/* dout_i . o_i of row i (< SEQ_Q), summed over the warp: every lane gets it. */
+static void emit_row_dot(sn_cu_text *t, const char *dst, const char *i) {
+    sn_cu_emitf(t, "{");
+    sn_cu_emitf(t, "float part = 0.0f;");
+    sn_cu_emitf(t, "for (int c = lane; c < HEAD_DV && %s < SEQ_Q; c += 32)", i);
+    sn_cu_emitf(t, "    part += sn_load(dout[(long long)%s * HEAD_DV + c]) * sn_load(o[(long long)%s * "
+                "HEAD_DV + c]);", i, i);
+    sn_cu_emitf(t, "%s = sn_att_warp_sum(part);", dst);
+    sn_cu_emitf(t, "}");
+}
+
+/* DQ: a warp owns ROWS queries; lane j scores key k0 + j (s and dp = dout_i . v_j), then every
+ * lane accumulates its slices of dq from the tile's 32 ds values. */
+static void emit_dq(sn_cu_text *t, const sn_att_plan *p) {
+    sn_cu_emitf(t, "enum { ROWS = %d, BQ = WARPS * ROWS, BK = 32, DC = (HEAD_D + 31) / 32 };",
+                p->rows);
+    sn_cu_emitf(t, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* the longest rows first */");
+    sn_cu_emitf(t, "SN_SHARED2(float, q_tile, BQ, HEAD_D);");
+    sn_cu_emitf(t, "SN_SHARED2(float, do_tile, BQ, HEAD_DV);");
+    sn_cu_emitf(t, "SN_SHARED2(float, k_tile, BK, HEAD_D + 1); /* + 1: lane j reads row j */");
+    sn_cu_emitf(t, "SN_SHARED2(float, v_tile, BK, HEAD_DV + 1);");
+    load_tile(t, "q_tile", "q", "q0", "BQ", "HEAD_D", "SEQ_Q");
+    load_tile(t, "do_tile", "dout", "q0", "BQ", "HEAD_DV", "SEQ_Q");
+    sn_cu_emitf(t, "float row_lse[ROWS], row_dot[ROWS], acc[ROWS][DC];");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
+    sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r;");
+    sn_cu_emitf(t, "row_lse[r] = i < SEQ_Q ? sn_load(lse[i]) : 0.0f;");
+    emit_row_dot(t, "row_dot[r]", "i");
+    for_slice(t, "HEAD_D", "cc");
+    sn_cu_emitf(t, "acc[r][cc] = 0.0f;");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "const int q_last = min(q0 + BQ, (int)SEQ_Q) - 1;");
+    sn_cu_emitf(t, "const int key_end = min((int)SEQ_K, q_last + SEQ_K - SEQ_Q + 1);");
+    sn_cu_emitf(t, "for (int k0 = 0; k0 < key_end; k0 += BK) {");
+    sn_cu_emitf(t, "__syncthreads();");
+    load_tile(t, "k_tile", "k", "k0", "BK", "HEAD_D", "SEQ_K");
+    load_tile(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
+    sn_cu_emitf(t, "__syncthreads();");
+    sn_cu_emitf(t, "float s[ROWS], dp[ROWS];");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] = dp[r] = 0.0f;");
+    sn_cu_emitf(t, "for (int c = 0; c < HEAD_D; c++) {");
+    sn_cu_emitf(t, "const float kc = k_tile[lane][c];");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] += q_tile[warp * ROWS + r][c] * kc;");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "for (int c = 0; c < HEAD_DV; c++) {");
+    sn_cu_emitf(t, "const float vc = v_tile[lane][c];");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) dp[r] += do_tile[warp * ROWS + r][c] * vc;");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "float ds[ROWS]; /* P_ij (dp_ij - dout_i . o_i) of this lane's key */");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
+    sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r, j = k0 + lane;");
+    sn_cu_emitf(t, "const bool seen = i < SEQ_Q && j < SEQ_K && j <= i + SEQ_K - SEQ_Q;");
+    sn_cu_emitf(t, "ds[r] = seen ? expf(s[r] * scale - row_lse[r]) * (dp[r] - row_dot[r]) : 0.0f;");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "for (int jj = 0; jj < BK; jj++) {");
+    sn_cu_emitf(t, "float kj[DC];");
+    for_slice(t, "HEAD_D", "cc");
+    sn_cu_emitf(t, "kj[cc] = cc * 32 + lane < HEAD_D ? k_tile[jj][cc * 32 + lane] : 0.0f;");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
+    sn_cu_emitf(t, "const float dsj = __shfl_sync(0xffffffffu, ds[r], jj);");
+    for_slice(t, "HEAD_D", "cc");
+    sn_cu_emitf(t, "acc[r][cc] += dsj * kj[cc];");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
+    sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r;");
+    sn_cu_emitf(t, "if (i >= SEQ_Q) continue;");
+    for_slice(t, "HEAD_D", "cc");
+    sn_cu_emitf(t, "const int c = cc * 32 + lane;");
+    sn_cu_emitf(t, "if (c < HEAD_D) sn_store(&dq[(long long)i * HEAD_D + c], acc[r][cc] * scale);");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+}
+
+/* DKV: a warp owns ROWS keys; lane i scores query qs + i of the tile against them (s, and
+ * dp = dout_i . v_j for dk), then every lane accumulates its slices of dk and dv from the
+ * tile's 32 queries. */
+static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
+    bool dk = p->out_dk, dv = p->out_dv;
+    sn_cu_emitf(t, "enum { ROWS = %d, BK = WARPS * ROWS, BQ = 32, DC = (HEAD_D + 31) / 32, "
+                "DVC = (HEAD_DV + 31) / 32 };", p->rows);
+    sn_cu_emitf(t, "const int k0 = blockIdx.x * BK; /* the first keys have the most queries */");
+    sn_cu_emitf(t, "SN_SHARED2(float, k_tile, BK, HEAD_D); /* rows read whole by a warp */");
+    if (dk) sn_cu_emitf(t, "SN_SHARED2(float, v_tile, BK, HEAD_DV);");
+    sn_cu_emitf(t, "SN_SHARED2(float, q_tile, BQ, HEAD_D + 1); /* + 1: lane i reads row i */");
+    sn_cu_emitf(t, "SN_SHARED2(float, do_tile, BQ, HEAD_DV + 1);");
+    sn_cu_emitf(t, "SN_SHARED(float, lse_tile, BQ);");
+    if (dk) sn_cu_emitf(t, "SN_SHARED(float, dot_tile, BQ); /* dout_i . o_i */");
+    load_tile(t, "k_tile", "k", "k0", "BK", "HEAD_D", "SEQ_K");
+    if (dk) load_tile(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
+    sn_cu_emitf(t, "float %s%s%s;", dk ? "acc_k[ROWS][DC]" : "", dk && dv ? ", " : "",
+                dv ? "acc_v[ROWS][DVC]" : "");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
+    if (dk) {
+        for_slice(t, "HEAD_D", "cc");
+        sn_cu_emitf(t, "acc_k[r][cc] = 0.0f;");
+        sn_cu_emitf(t, "}");
+    }
+    if (dv) {
+        for_slice(t, "HEAD_DV", "cc");
+        sn_cu_emitf(t, "acc_v[r][cc] = 0.0f;");
+        sn_cu_emitf(t, "}");
+    }
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "/* causal: query i sees key j when i >= j - (SEQ_K - SEQ_Q) */");
+    sn_cu_emitf(t, "const int q_begin = max(0, k0 - (SEQ_K - SEQ_Q)) / BQ * BQ;");
+    sn_cu_emitf(t, "for (int qs = q_begin; qs < SEQ_Q; qs += BQ) {");
+    sn_cu_emitf(t, "__syncthreads(); /* the previous query tile is used up */");
+    load_tile(t, "q_tile", "q", "qs", "BQ", "HEAD_D", "SEQ_Q");
+    load_tile(t, "do_tile", "dout", "qs", "BQ", "HEAD_DV", "SEQ_Q");
+    sn_cu_emitf(t, "for (int r = warp; r < BQ; r += WARPS) {");
+    sn_cu_emitf(t, "const int i = qs + r;");
+    if (dk) {
+        sn_cu_emitf(t, "float dot;");
+        emit_row_dot(t, "dot", "i");
+    }
+    sn_cu_emitf(t, "if (lane == 0) {");
+    sn_cu_emitf(t, "lse_tile[r] = i < SEQ_Q ? sn_load(lse[i]) : 0.0f;");
+    if (dk) sn_cu_emitf(t, "dot_tile[r] = dot;");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "__syncthreads();");
+    sn_cu_emitf(t, "float s[ROWS]%s;", dk ? ", dp[ROWS]" : "");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] = %s0.0f;", dk ? "dp[r] = " : "");
+    sn_cu_emitf(t, "for (int c = 0; c < HEAD_D; c++) {");
+    sn_cu_emitf(t, "const float qc = q_tile[lane][c];");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] += k_tile[warp * ROWS + r][c] * qc;");
+    sn_cu_emitf(t, "}");
+    if (dk) {
+        sn_cu_emitf(t, "for (int c = 0; c < HEAD_DV; c++) {");
+        sn_cu_emitf(t, "const float dc = do_tile[lane][c];");
+        sn_cu_emitf(t, "#pragma unroll");
+        sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) dp[r] += v_tile[warp * ROWS + r][c] * dc;");
+        sn_cu_emitf(t, "}");
+    }
+    sn_cu_emitf(t, "float pr[ROWS]%s; /* P_ij of this lane's query i for each key j */",
+                dk ? ", ds[ROWS]" : "");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
+    sn_cu_emitf(t, "const int i = qs + lane, j = k0 + warp * ROWS + r;");
+    sn_cu_emitf(t, "const bool seen = i < SEQ_Q && j < SEQ_K && j <= i + SEQ_K - SEQ_Q;");
+    sn_cu_emitf(t, "pr[r] = seen ? expf(s[r] * scale - lse_tile[lane]) : 0.0f;");
+    if (dk) sn_cu_emitf(t, "ds[r] = pr[r] * (dp[r] - dot_tile[lane]);");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "for (int ii = 0; ii < BQ; ii++) {");
+    if (dv) {
+        sn_cu_emitf(t, "float doi[DVC];");
+        for_slice(t, "HEAD_DV", "cc");
+        sn_cu_emitf(t, "doi[cc] = cc * 32 + lane < HEAD_DV ? do_tile[ii][cc * 32 + lane] : 0.0f;");
+        sn_cu_emitf(t, "}");
+    }
+    if (dk) {
+        sn_cu_emitf(t, "float qi[DC];");
+        for_slice(t, "HEAD_D", "cc");
+        sn_cu_emitf(t, "qi[cc] = cc * 32 + lane < HEAD_D ? q_tile[ii][cc * 32 + lane] : 0.0f;");
+        sn_cu_emitf(t, "}");
+    }
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
+    if (dv) {
+        sn_cu_emitf(t, "const float pi = __shfl_sync(0xffffffffu, pr[r], ii);");
+        for_slice(t, "HEAD_DV", "cc");
+        sn_cu_emitf(t, "acc_v[r][cc] += pi * doi[cc];");
+        sn_cu_emitf(t, "}");
+    }
+    if (dk) {
+        sn_cu_emitf(t, "const float dsi = __shfl_sync(0xffffffffu, ds[r], ii);");
+        for_slice(t, "HEAD_D", "cc");
+        sn_cu_emitf(t, "acc_k[r][cc] += dsi * qi[cc];");
+        sn_cu_emitf(t, "}");
+    }
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
+    sn_cu_emitf(t, "const int j = k0 + warp * ROWS + r;");
+    sn_cu_emitf(t, "if (j >= SEQ_K) continue;");
+    if (dk) {
+        for_slice(t, "HEAD_D", "cc");
+        sn_cu_emitf(t, "const int c = cc * 32 + lane;");
+        sn_cu_emitf(t, "if (c < HEAD_D) sn_store(&dk[(long long)j * HEAD_D + c], acc_k[r][cc] * scale);");
+        sn_cu_emitf(t, "}");
+    }
+    if (dv) {
+        for_slice(t, "HEAD_DV", "cc");
+        sn_cu_emitf(t, "const int c = cc * 32 + lane;");
+        sn_cu_emitf(t, "if (c < HEAD_DV) sn_store(&dv[(long long)j * HEAD_DV + c], acc_v[r][cc]);");
+        sn_cu_emitf(t, "}");
+    }
+    sn_cu_emitf(t, "}");
+}
+
+/* ---- the public entries (cuda.h) ---- */
+
+sn_status sn_cuda_attention_dims(const sn_kernel *k, const sn_target *tg, sn_cuda_dims *d,
+                                 sn_err *e) {
+    sn_att_plan p;
+    sn_status st = sn_att_plan_make(k, tg, &p, e);
+    if (st) return st;
+    int64_t per = (int64_t)p.warps * p.rows, n = p.pass == SN_ATT_DKV ? p.S : p.T;
+    memset(d, 0, sizeof *d);
+    d->grid[0] = (unsigned)((n + per - 1) / per);
+    d->grid[1] = (unsigned)p.batch;
+    d->grid[2] = 1;
+    d->block[0] = (unsigned)p.warps * 32;
+    d->block[1] = d->block[2] = 1;
+    return SN_OK;
+}
+
+sn_status sn_cuda_attention_emit(sn_cu_text *t, const sn_kernel *k, const sn_target *tg,
+                                 sn_err *e) {
+    sn_att_plan p;
+    sn_status st = sn_att_plan_make(k, tg, &p, e);
+    if (st) return st;
+    if (p.mma) {
+        sn_att_emit_mma(t, &p);
+        return SN_OK;
+    }
+    emit_warp_helpers(t);
+    sn_att_emit_head(t, &p, "fp32 FMA tiles");
+    switch (p.pass) {
+    case SN_ATT_FWD: emit_fwd(t, &p); break;
+    case SN_ATT_DQ: emit_dq(t, &p); break;
+    case SN_ATT_DKV: emit_dkv(t, &p); break;
+    }
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "SN_HOST_STUB(%s)", k->name);
+    sn_cu_emitf(t, "%s", "");
+    return SN_OK;
+}
+
+sn_status sn_cuda_render_attention(const sn_kernel *const *ks, int n, const sn_target *tg,
+                                   char **src, sn_err *e) {
+    *src = NULL;
+    sn_cu_text t = {0};
+    sn_cu_emitf(&t, "#include \"%s\"", SN_CUDA_PRELUDE_NAME);
+    sn_cu_emitf(&t, "%s", "");
+    for (int i = 0; i < n; i++) {
+        sn_status st = sn_cuda_attention_emit(&t, ks[i], tg, e);
+        if (st) {
+            free(t.buf);
+            return st;
+        }
+    }
+    *src = sn_cu_finish(&t);
+    return *src ? SN_OK : sn_fail_oom(e, t.oom, "the CUDA source of attention kernels");
+}

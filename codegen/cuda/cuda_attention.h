@@ -1,0 +1,46 @@
+/* cuda_attention.h: what the flash-attention renderers share (cuda_attention.c: the plan, the
+ * kernel's head and the fp32 FMA kernels; cuda_attention_mma.c: the tensor-core kernels).
+ * Convention: every size is a compile-time constant of the kernel text; a plan fixes them. */
+#ifndef SN_CUDA_ATTENTION_H
+#define SN_CUDA_ATTENTION_H
+
+#include "cuda.h"
+#include "program/target.h"
+
+/* Which pass over the scores a kernel makes. */
+typedef enum {
+    SN_ATT_FWD, /* query blocks over key tiles: o and lse (online softmax), or lse, or o from lse */
+    SN_ATT_DQ,  /* query blocks over key tiles: dq */
+    SN_ATT_DKV, /* key blocks over query tiles: dk and/or dv */
+} sn_att_pass;
+
+typedef struct {
+    const sn_kernel *k;
+    const sn_node *n;      /* the anchor */
+    sn_att_pass pass;
+    bool out_o, out_lse, in_lse;  /* forward: what it writes, whether lse is read instead */
+    bool out_dk, out_dv;          /* DKV */
+    /* args index of each role, -1: not used (outputs: o, lse, dq, dk, dv) */
+    int a_q, a_k, a_v, a_o, a_do, a_lse, a_out_o, a_out_lse, a_dq, a_dk, a_dv;
+    int64_t batch, T, S, D, Dv;
+    float scale;
+    sn_dtype dt;   /* q's dtype (k, v, o, dout and the outputs share it) */
+    bool mma;      /* tensor cores: 16-bit operands the target multiplies */
+    bool k8;       /* mma as two m16n8k8 (f16 on sm_75) */
+    int warps;
+    int rows;      /* fp32: query rows (FWD, DQ) or keys (DKV) per warp; mma: 16 */
+    int tile;      /* the other side's tile: keys (FWD, DQ) or queries (DKV) */
+    int64_t shared_bytes; /* static shared memory */
+} sn_att_plan;
+
+/* cuda_attention.c */
+sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan *p, sn_err *e);
+/* The comment naming the kernel, its signature and the role pointers of the item (blockIdx.y). */
+void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path);
+const char *sn_att_ctype(sn_dtype dt);
+
+/* cuda_attention_mma.c */
+int64_t sn_att_mma_shared(const sn_att_plan *p);
+void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p);
+
+#endif
