@@ -293,6 +293,7 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "float s[ROWS];");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] = 0.0f;");
+    sn_cu_emitf(t, "#pragma unroll 4 /* ptxas spilled at D = 64 (sm_80, sm_90) with these loops unrolled by its own choice */");
     sn_cu_emitf(t, "for (int c = 0; c < HEAD_D; c++) {");
     sn_cu_emitf(t, "const float kc = k_tile[lane][c];");
     sn_cu_emitf(t, "#pragma unroll");
@@ -321,7 +322,8 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p) {
     }
     sn_cu_emitf(t, "}");
     if (p->out_o) {
-        sn_cu_emitf(t, "for (int jj = 0; jj < BK; jj++) {");
+        sn_cu_emitf(t, "#pragma unroll 4");
+    sn_cu_emitf(t, "for (int jj = 0; jj < BK; jj++) {");
         sn_cu_emitf(t, "float vj[DVC];");
         for_slice(t, "HEAD_DV", "cc");
         sn_cu_emitf(t, "vj[cc] = cc * 32 + lane < HEAD_DV ? v_tile[jj][cc * 32 + lane] : 0.0f;");
@@ -399,11 +401,13 @@ static void emit_dq(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "float s[ROWS], dp[ROWS];");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] = dp[r] = 0.0f;");
+    sn_cu_emitf(t, "#pragma unroll 4 /* ptxas spilled at D = 64 (sm_80, sm_90) with these loops unrolled by its own choice */");
     sn_cu_emitf(t, "for (int c = 0; c < HEAD_D; c++) {");
     sn_cu_emitf(t, "const float kc = k_tile[lane][c];");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] += q_tile[warp * ROWS + r][c] * kc;");
     sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "#pragma unroll 4 /* ptxas spilled at D = 64 (sm_80, sm_90) with these loops unrolled by its own choice */");
     sn_cu_emitf(t, "for (int c = 0; c < HEAD_DV; c++) {");
     sn_cu_emitf(t, "const float vc = v_tile[lane][c];");
     sn_cu_emitf(t, "#pragma unroll");
@@ -416,6 +420,7 @@ static void emit_dq(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "const bool seen = i < SEQ_Q && j < SEQ_K && j <= i + SEQ_K - SEQ_Q;");
     sn_cu_emitf(t, "ds[r] = seen ? expf(s[r] * scale - row_lse[r]) * (dp[r] - row_dot[r]) : 0.0f;");
     sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "#pragma unroll 4");
     sn_cu_emitf(t, "for (int jj = 0; jj < BK; jj++) {");
     sn_cu_emitf(t, "float kj[DC];");
     for_slice(t, "HEAD_D", "cc");
@@ -493,13 +498,15 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "float s[ROWS]%s;", dk ? ", dp[ROWS]" : "");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] = %s0.0f;", dk ? "dp[r] = " : "");
+    sn_cu_emitf(t, "#pragma unroll 4 /* ptxas spilled at D = 64 (sm_80, sm_90) with these loops unrolled by its own choice */");
     sn_cu_emitf(t, "for (int c = 0; c < HEAD_D; c++) {");
     sn_cu_emitf(t, "const float qc = q_tile[lane][c];");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] += k_tile[warp * ROWS + r][c] * qc;");
     sn_cu_emitf(t, "}");
     if (dk) {
-        sn_cu_emitf(t, "for (int c = 0; c < HEAD_DV; c++) {");
+        sn_cu_emitf(t, "#pragma unroll 4 /* ptxas spilled at D = 64 (sm_80, sm_90) with these loops unrolled by its own choice */");
+    sn_cu_emitf(t, "for (int c = 0; c < HEAD_DV; c++) {");
         sn_cu_emitf(t, "const float dc = do_tile[lane][c];");
         sn_cu_emitf(t, "#pragma unroll");
         sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) dp[r] += v_tile[warp * ROWS + r][c] * dc;");
@@ -514,6 +521,7 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "pr[r] = seen ? expf(s[r] * scale - lse_tile[lane]) : 0.0f;");
     if (dk) sn_cu_emitf(t, "ds[r] = pr[r] * (dp[r] - dot_tile[lane]);");
     sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "#pragma unroll 4");
     sn_cu_emitf(t, "for (int ii = 0; ii < BQ; ii++) {");
     if (dv) {
         sn_cu_emitf(t, "float doi[DVC];");

@@ -1,0 +1,487 @@
+/* test_cuda_attention.c: the CUDA flash-attention kernels (codegen/cuda/cuda_attention*.c), made
+ * from the kernels of the real fuse pass, run by the SIMT simulator in three thread orders and
+ * compared with the reference interpreter (fp32 storage: 1e-5; bf16 and f16 operands on tensor
+ * cores: a few units of the dtype's rounding); planted bugs must be caught; NVRTC compiles them
+ * for sm_75, sm_80 and sm_90 without spills. Convention: outputs start poisoned (bytes 0x7f). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cuda/cuda.h"
+#include "frontend/sinter.h"
+#include "interp/interp.h"
+#include "passes/pipeline.h"
+#include "program/program.h"
+#include "sim/sim.h"
+#include "train/train.h"
+#include "tiny_gpt2.h"
+#include "harness.h"
+
+/* ---- 16-bit values ---- */
+
+static uint16_t bf16_bits(double v) { /* v representable in bf16 */
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+static double bf16_value(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint16_t f16_bits(double v) { /* v representable in f16, finite */
+    uint16_t sign = v < 0 ? 0x8000u : 0;
+    double a = fabs(v);
+    if (a == 0) return sign;
+    int e;
+    frexp(a, &e); /* a = m 2^e, m in [0.5, 1): exponent e - 1 */
+    if (e - 1 < -14) return (uint16_t)(sign | (uint16_t)ldexp(a, 24)); /* subnormal */
+    return (uint16_t)(sign | (uint16_t)((e - 1 + 15) << 10) |
+                      (uint16_t)(ldexp(a, 11 - e) - 1024));
+}
+
+static double f16_value(uint16_t b) {
+    int e = b >> 10 & 0x1f, m = b & 0x3ff;
+    double a = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m | 0x400, e - 25);
+    return b & 0x8000u ? -a : a;
+}
+
+/* ---- host buffers of a kernel's args ---- */
+
+typedef struct {
+    void *p;
+    size_t bytes;
+    sn_dtype dt;
+    int64_t n;
+} tbuf;
+
+static void tbuf_new(tbuf *b, const sn_node *x) {
+    b->dt = x->dtype;
+    b->n = sn_numel(x);
+    b->bytes = (size_t)b->n * (size_t)sn_dtype_bits(x->dtype) / 8;
+    b->p = aligned_alloc(64, (b->bytes + 63) / 64 * 64);
+    ck_assert(b->p);
+}
+
+static void tbuf_put(tbuf *b, const double *v) {
+    for (int64_t i = 0; i < b->n; i++) {
+        double r = sn_dtype_round(b->dt, v[i]);
+        if (b->dt == SN_F32) ((float *)b->p)[i] = (float)r;
+        else if (b->dt == SN_BF16) ((uint16_t *)b->p)[i] = bf16_bits(r);
+        else ((uint16_t *)b->p)[i] = f16_bits(r);
+    }
+}
+
+static double tbuf_get(const tbuf *b, int64_t i) {
+    if (b->dt == SN_F32) return ((const float *)b->p)[i];
+    uint16_t x = ((const uint16_t *)b->p)[i];
+    return b->dt == SN_BF16 ? bf16_value(x) : f16_value(x);
+}
+
+/* max |got - want| / max|want| (NaN if any value is NaN). */
+static double norm_err(const tbuf *b, const double *want) {
+    double num = 0, den = 1e-30;
+    for (int64_t i = 0; i < b->n; i++) {
+        double g = tbuf_get(b, i), d = fabs(g - want[i]);
+        if (isnan(g)) return NAN;
+        if (d > num) num = d;
+        if (fabs(want[i]) > den) den = fabs(want[i]);
+    }
+    return num / den;
+}
+
+/* ---- running a program's attention kernels on the simulator ---- */
+
+static double tolerance(sn_dtype dt) {
+    /* unit roundoff u: 2^-24 (f32 storage, the error is f32 arithmetic's), 2^-8 (bf16), 2^-11
+     * (f16); P and dS are rounded to the operand type before their products and the outputs
+     * are rounded once more, so a few u of the largest value */
+    return dt == SN_F32 ? 1e-5 : dt == SN_BF16 ? 4.0 / 256 : 4.0 / 2048;
+}
+
+typedef struct {
+    const char *needle, *plant; /* the first needle in the text replaced by plant */
+    double worst;               /* the largest err / tolerance seen; INFINITY: a launch failed */
+    char failure[1024];          /* the first launch error */
+    int checked;                /* outputs compared */
+} run_result;
+
+static char *replace_first(const char *src, const char *needle, const char *by) {
+    const char *at = strstr(src, needle);
+    ck_assert_msg(at, "the planted bug's text \"%s\" is not in the kernel", needle);
+    size_t n = strlen(src), a = (size_t)(at - src), nl = strlen(needle), bl = strlen(by);
+    char *out = malloc(n - nl + bl + 1);
+    ck_assert(out);
+    memcpy(out, src, a);
+    memcpy(out + a, by, bl);
+    memcpy(out + a + bl, at + nl, n - a - nl + 1);
+    return out;
+}
+
+/* Renders p's attention kernels (want of them) for tg, runs each in every thread order on the
+ * interpreter's values of its inputs and compares its outputs with the interpreter's. */
+static void run_attention(const sn_program *p, const sn_interp *it, const sn_target *tg, int want,
+                          const char *label, run_result *res) {
+    const sn_kernel *ks[8];
+    int n = 0;
+    for (int i = 0; i < p->n_kernels; i++)
+        if (p->kernels[i]->kind == SN_KER_ATTENTION) {
+            ck_assert_int_lt(n, 8);
+            ks[n++] = p->kernels[i];
+        }
+    ck_assert_int_eq(n, want);
+    char *src;
+    sn_err e;
+    ck_assert_msg(sn_cuda_render_attention(ks, n, tg, &src, &e) == SN_OK, "%s", e.msg);
+    if (res->needle) {
+        char *planted = replace_first(src, res->needle, res->plant);
+        free(src);
+        src = planted;
+    }
+    sn_sim_module *m;
+    ck_assert_msg(sn_sim_module_load(src, &m, &e) == SN_OK, "%s", e.msg);
+    for (int ki = 0; ki < n; ki++) {
+        const sn_kernel *k = ks[ki];
+        int nargs = k->n_out + k->n_in;
+        tbuf buf[SN_KER_MAX_ARGS];
+        void *ptrs[SN_KER_MAX_ARGS], *params[SN_KER_MAX_ARGS];
+        for (int a = 0; a < nargs; a++) {
+            tbuf_new(&buf[a], k->args[a]);
+            ptrs[a] = buf[a].p;
+            params[a] = &ptrs[a];
+            if (a >= k->n_out) {
+                const double *v = sn_interp_value(it, k->args[a]);
+                ck_assert_msg(v, "no reference value of %%%d", k->args[a]->id);
+                tbuf_put(&buf[a], v);
+            }
+        }
+        sn_cuda_dims d;
+        ck_assert_msg(sn_cuda_attention_dims(k, tg, &d, &e) == SN_OK, "%s", e.msg);
+        for (int order = 0; order < SN_SIM_ORDER_COUNT; order++) {
+            for (int a = 0; a < k->n_out; a++) memset(buf[a].p, 0x7f, buf[a].bytes);
+            sn_sim_opts o = sn_sim_defaults();
+            o.order = (sn_sim_order)order;
+            o.seed = 7;
+            if (sn_sim_launch(m, k->name, d.grid, d.block, 0, params, &o, &e) != SN_OK) {
+                if (!res->failure[0]) snprintf(res->failure, sizeof res->failure, "%s", e.msg);
+                res->worst = INFINITY;
+                continue;
+            }
+            for (int a = 0; a < k->n_out; a++) {
+                const sn_node *x = k->args[a];
+                double err = norm_err(&buf[a], sn_interp_value(it, x));
+                double ratio = err / tolerance(buf[a].dt);
+                if (!(ratio <= res->worst)) res->worst = isnan(ratio) ? INFINITY : ratio;
+                res->checked++;
+                if (order == 0 && !res->needle)
+                    printf("%s: %s %s (%s): error %.2e (tolerance %.1e)\n", label,
+                           sn_op_name(x->op), k->name, sn_dtype_name(x->dtype), err,
+                           tolerance(buf[a].dt));
+            }
+        }
+        for (int a = 0; a < nargs; a++) free(buf[a].p);
+    }
+    sn_sim_module_free(m);
+    free(src);
+}
+
+/* ---- graphs ---- */
+
+typedef struct {
+    int b0, b1;
+    int64_t T, S, D, Dv;
+    sn_dtype dt;
+    int sm;
+} att_case;
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double uniform(double lo, double hi) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    double u = (double)((rng_state * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+    return lo + (hi - lo) * u;
+}
+
+static void set_random(sn_interp *it, const sn_node *n, double amp) {
+    int64_t len = sn_numel(n);
+    double *x = malloc(sizeof(double) * (size_t)len);
+    ck_assert(x);
+    for (int64_t i = 0; i < len; i++) x[i] = sn_dtype_round(n->dtype, uniform(-amp, amp));
+    sn_err e;
+    ck_assert_msg(sn_interp_set_f64(it, n, x, &e) == SN_OK, "%s", e.msg);
+    free(x);
+}
+
+static sn_program *fuse(sn_graph *g) {
+    sn_err e;
+    sn_program *p;
+    ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    return p;
+}
+
+/* Forward and backward of one case: o and lse (one kernel), dq, dk, dv. */
+static run_result check_case(const att_case *c, bool unfused, const char *needle,
+                             const char *plant) {
+    char label[160];
+    snprintf(label, sizeof label, "%s sm_%d (%dx%d) T=%lld S=%lld D=%lld Dv=%lld%s",
+             sn_dtype_name(c->dt), c->sm, c->b0, c->b1, (long long)c->T, (long long)c->S,
+             (long long)c->D, (long long)c->Dv, unfused ? " unfused forward" : "");
+    float scale = 1.0f / sqrtf((float)c->D);
+    sn_graph *g = sn_graph_new();
+    sn_node *q = sn_input(g, "q", c->dt, SN_SHAPE(c->b0, c->b1, c->T, c->D));
+    sn_node *k = sn_input(g, "k", c->dt, SN_SHAPE(c->b0, c->b1, c->S, c->D));
+    sn_node *v = sn_input(g, "v", c->dt, SN_SHAPE(c->b0, c->b1, c->S, c->Dv));
+    sn_node *dout = NULL, *lse_in = NULL;
+    int want;
+    if (unfused) { /* attention_lse alone, and attention reading a given lse */
+        lse_in = sn_input(g, "lse", SN_F32, SN_SHAPE(c->b0, c->b1, c->T));
+        sn_graph_add_output(g, sn_attention_lse(g, q, k, scale));
+        sn_graph_add_output(g, sn_attention(g, q, k, v, lse_in, scale));
+        want = 2;
+    } else {
+        dout = sn_input(g, "dout", c->dt, SN_SHAPE(c->b0, c->b1, c->T, c->Dv));
+        sn_node *lse = sn_attention_lse(g, q, k, scale);
+        sn_node *o = sn_attention(g, q, k, v, lse, scale);
+        sn_node *outs[] = {o, lse, sn_attention_bwd_q(g, q, k, v, o, dout, lse, scale),
+                           sn_attention_bwd_k(g, q, k, v, o, dout, lse, scale),
+                           sn_attention_bwd_v(g, q, k, v, o, dout, lse, scale)};
+        for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
+        want = 4;
+    }
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    sn_interp *it = sn_interp_new(g, false);
+    sn_interp_keep_all(it, true);
+    set_random(it, q, 2);
+    set_random(it, k, 2);
+    set_random(it, v, 1);
+    if (dout) set_random(it, dout, 1);
+    if (lse_in) set_random(it, lse_in, 0.5);
+    sn_err e;
+    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
+    sn_program *p = fuse(g);
+    sn_target tg = sn_target_cuda(c->sm);
+    run_result r = {.needle = needle, .plant = plant};
+    run_attention(p, it, &tg, want, label, &r);
+    sn_program_free(p);
+    sn_interp_free(it);
+    sn_graph_free(g);
+    return r;
+}
+
+/* Head sizes 64 and 128 at sequence lengths no tile divides; odd head sizes and S > T (fp32
+ * path); each storage type on the path its target takes: f32 FMA tiles, bf16 mma (sm_80), f16
+ * as two m16n8k8 (sm_75) and as m16n8k16 (sm_80), bf16 on sm_75 (no bf16 mma: FMA tiles). */
+static const att_case cases[] = {
+    {2, 2, 37, 37, 64, 64, SN_F32, 80},     {1, 2, 100, 100, 128, 128, SN_F32, 80},
+    {1, 2, 20, 29, 24, 40, SN_F32, 80},     {2, 2, 37, 37, 64, 64, SN_BF16, 80},
+    {1, 2, 100, 100, 128, 128, SN_BF16, 80}, {1, 2, 45, 61, 32, 64, SN_BF16, 90},
+    {2, 2, 37, 37, 64, 64, SN_F16, 75},     {1, 2, 100, 100, 128, 128, SN_F16, 75},
+    {1, 2, 37, 37, 64, 64, SN_F16, 80},     {1, 2, 37, 37, 64, 64, SN_BF16, 75},
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
+
+START_TEST(forward_and_backward) {
+    run_result r = check_case(&cases[_i], false, NULL, NULL);
+    ck_assert_msg(r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+    ck_assert_int_eq(r.checked, 5 * SN_SIM_ORDER_COUNT);
+}
+END_TEST
+
+START_TEST(unfused_forward) {
+    static const int which[] = {0, 3, 6};
+    run_result r = check_case(&cases[which[_i]], true, NULL, NULL);
+    ck_assert_msg(r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+    ck_assert_int_eq(r.checked, 2 * SN_SIM_ORDER_COUNT);
+}
+END_TEST
+
+/* ---- planted bugs: each must make the comparison (or the launch) fail ---- */
+
+typedef struct {
+    int which;   /* a case above */
+    int64_t T;   /* T = S instead of the case's, 0: the case's */
+    const char *needle, *plant, *what;
+} plant_case;
+
+static const plant_case plants[] = {
+    /* off-by-one tile bounds: the last key row of a tile load dropped, in both paths */
+    {0, 0, "k0 + r < SEQ_K ?", "k0 + r < SEQ_K - 1 ?", "fp32: last key row of the tile dropped"},
+    {3, 0, "if (k0 + r < SEQ_K) x", "if (k0 + r < SEQ_K - 1) x", "bf16: last key row dropped"},
+    /* the causal block bound one short: it matters where the block's last query is the first
+     * key of a tile (fp32: tiles of 32 keys, T = 33; f16 mma: 64 keys, T = 65) */
+    {0, 33, "q_last + SEQ_K - SEQ_Q + 1)", "q_last + SEQ_K - SEQ_Q)", "fp32: causal key bound"},
+    {6, 65, "q_last + SEQ_K - SEQ_Q + 1)", "q_last + SEQ_K - SEQ_Q)",
+     "f16 sm_75: causal key bound"},
+    /* a wrong fragment index: P's A operand with a register's two halves swapped */
+    {3, 0, "sn_pack_bf16x2(s[2 * kk][2], s[2 * kk][3])", "sn_pack_bf16x2(s[2 * kk][3], s[2 * kk][2])",
+     "bf16 m16n8k16: P fragment register 1 halves swapped"},
+    {6, 0, "sn_pack_f16x2(s[2 * kk][2], s[2 * kk][3])", "sn_pack_f16x2(s[2 * kk][3], s[2 * kk][2])",
+     "f16 m16n8k8: P fragment register 1 halves swapped"},
+    /* a wrong fragment index in the m16n8k8 split: b's first register used twice */
+    {6, 0, "sn_mma_f16_1688(d, a_hi, b + 1, d);", "sn_mma_f16_1688(d, a_hi, b, d);",
+     "f16 m16n8k8: second k half multiplied by the first half of b"},
+    /* the B operand of Q K^T read from the wrong 8 columns (ldmatrix row address) */
+    {3, 0, "kd * 16 + lane / 8 % 2 * 8]);", "kd * 16 + lane / 16 * 8]);",
+     "bf16: ldmatrix B row addresses of the wrong k half"},
+    /* the fp32 path's shuffle of a probability from the wrong lane */
+    {0, 0, "__shfl_sync(0xffffffffu, pr[r], jj)", "__shfl_sync(0xffffffffu, pr[r], (jj + 1) % 32)",
+     "fp32: probability shuffled from the next lane"},
+};
+enum { N_PLANTS = sizeof plants / sizeof plants[0] };
+
+START_TEST(planted_bugs_are_caught) {
+    const plant_case *pc = &plants[_i];
+    att_case c = cases[pc->which];
+    c.b0 = c.b1 = 1; /* one slice is enough */
+    if (pc->T) c.T = c.S = pc->T;
+    run_result r = check_case(&c, false, pc->needle, pc->plant);
+    printf("planted (%s): %s\n", pc->what, r.failure[0] ? r.failure : "");
+    printf("planted (%s): worst error %.3g x the tolerance: %s\n", pc->what, r.worst,
+           r.worst > 1.0 ? "caught" : "MISSED");
+    ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
+}
+END_TEST
+
+/* ---- the tiny GPT-2's attention kernels, from the real pipeline ---- */
+
+START_TEST(tiny_gpt2_kernels) {
+    sn_graph *g = tiny_training_graph(true);
+    sn_interp *it = sn_interp_new(g, false);
+    sn_interp_keep_all(it, true);
+    sn_err e;
+    int32_t ids[TINY_B * TINY_T], tgt[TINY_B * TINY_T];
+    tiny_tokens(ids, tgt, 3);
+    ck_assert(!sn_interp_set_i32(it, tiny_input(g, "idx"), ids, &e));
+    ck_assert(!sn_interp_set_i32(it, tiny_input(g, "targets"), tgt, &e));
+    sn_node *params[64];
+    int np = sn_graph_params(g, params, 64);
+    for (int i = 0; i < np; i++) {
+        float *w = malloc(sizeof(float) * (size_t)sn_numel(params[i]));
+        ck_assert(w);
+        sn_param_init(params[i], w, 3);
+        ck_assert(sn_interp_set(it, params[i], w, &e) == SN_OK);
+        free(w);
+    }
+    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
+    sn_program *p = fuse(g);
+    int n = 0;
+    for (int i = 0; i < p->n_kernels; i++) n += p->kernels[i]->kind == SN_KER_ATTENTION;
+    sn_target tg = sn_target_cuda(80);
+    run_result r = {0};
+    run_attention(p, it, &tg, n, "tiny gpt2", &r);
+    printf("tiny gpt2: %d attention kernels, %d outputs compared\n", n, r.checked);
+    ck_assert_int_ge(n, 8); /* two layers: forward, dq, dk, dv each */
+    ck_assert_msg(r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+    sn_program_free(p);
+    sn_interp_free(it);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* ---- NVRTC: every form for sm_75, sm_80, sm_90, no spills ---- */
+
+static sn_program *case_program(const att_case *c, sn_graph **gp) {
+    sn_graph *g = sn_graph_new();
+    float scale = 1.0f / sqrtf((float)c->D);
+    sn_node *q = sn_input(g, "q", c->dt, SN_SHAPE(c->b0, c->b1, c->T, c->D));
+    sn_node *k = sn_input(g, "k", c->dt, SN_SHAPE(c->b0, c->b1, c->S, c->D));
+    sn_node *v = sn_input(g, "v", c->dt, SN_SHAPE(c->b0, c->b1, c->S, c->Dv));
+    sn_node *dout = sn_input(g, "dout", c->dt, SN_SHAPE(c->b0, c->b1, c->T, c->Dv));
+    sn_node *lse = sn_attention_lse(g, q, k, scale);
+    sn_node *o = sn_attention(g, q, k, v, lse, scale);
+    sn_node *outs[] = {o, lse, sn_attention_bwd_q(g, q, k, v, o, dout, lse, scale),
+                       sn_attention_bwd_k(g, q, k, v, o, dout, lse, scale),
+                       sn_attention_bwd_v(g, q, k, v, o, dout, lse, scale)};
+    for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
+    *gp = g;
+    return fuse(g);
+}
+
+START_TEST(nvrtc_no_spills) {
+    static const struct {
+        sn_dtype dt;
+        int64_t D;
+    } forms[] = {{SN_F32, 64}, {SN_F32, 128}, {SN_BF16, 64}, {SN_BF16, 128}, {SN_F16, 64},
+                 {SN_F16, 128}};
+    static const int archs[] = {75, 80, 90};
+    int bad = 0;
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
+        for (size_t ai = 0; ai < 3; ai++) {
+            att_case c = {4, 12, 1024, 1024, forms[f].D, forms[f].D, forms[f].dt, archs[ai]};
+            sn_graph *g;
+            sn_program *p = case_program(&c, &g);
+            const sn_kernel *ks[8];
+            int n = 0;
+            for (int i = 0; i < p->n_kernels; i++)
+                if (p->kernels[i]->kind == SN_KER_ATTENTION) ks[n++] = p->kernels[i];
+            sn_target tg = sn_target_cuda(c.sm);
+            char *src;
+            sn_err e;
+            ck_assert_msg(sn_cuda_render_attention(ks, n, &tg, &src, &e) == SN_OK, "%s", e.msg);
+            const char *dump = getenv("SN_ATT_DUMP"); /* a folder: write each source there */
+            if (dump) {
+                char path[512];
+                snprintf(path, sizeof path, "%s/att_%s_%lld_sm%d.cu", dump, sn_dtype_name(c.dt),
+                         (long long)c.D, c.sm);
+                FILE *f = fopen(path, "w");
+                if (f) {
+                    fputs(src, f);
+                    fclose(f);
+                }
+            }
+            sn_cuda_module m;
+            sn_status st = sn_nvrtc_compile(src, "attention.cu", c.sm, &m, &e);
+            if (st == SN_ERR_UNSUPPORTED) {
+                printf("nvrtc: %s: skipped\n", e.msg);
+                sn_cuda_module_free(&m);
+                free(src);
+                sn_program_free(p);
+                sn_graph_free(g);
+                return;
+            }
+            ck_assert_msg(st == SN_OK, "%s\n%s", e.msg, src);
+            for (int i = 0; i < n; i++) {
+                const sn_cuda_kernel_info *inf = sn_cuda_module_info(&m, ks[i]->name);
+                ck_assert_msg(inf, "no ptxas report of %s", ks[i]->name);
+                printf("nvrtc sm_%d %s D=%lld %-28s %-16s %3d registers, %5d bytes shared, "
+                       "spills %d/%d, stack %d\n", c.sm, sn_dtype_name(c.dt), (long long)c.D,
+                       ks[i]->name, sn_op_name(ks[i]->anchor->op), inf->registers,
+                       inf->shared_bytes, inf->spill_store_bytes, inf->spill_load_bytes,
+                       inf->stack_bytes);
+                if (inf->spill_store_bytes || inf->spill_load_bytes || inf->stack_bytes ||
+                    inf->shared_bytes > 48 << 10)
+                    bad++;
+            }
+            fflush(stdout);
+            sn_cuda_module_free(&m);
+            free(src);
+            sn_program_free(p);
+            sn_graph_free(g);
+        }
+    ck_assert_msg(bad == 0, "%d kernels spill, use a stack frame or more than 48 KiB of shared "
+                  "memory (the lines above)", bad);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("cuda_attention");
+    TCase *tc = tcase_create("sim");
+    tcase_set_timeout(tc, 240);
+    tcase_add_loop_test(tc, forward_and_backward, 0, N_CASES);
+    tcase_add_loop_test(tc, unfused_forward, 0, 3);
+    tcase_add_loop_test(tc, planted_bugs_are_caught, 0, N_PLANTS);
+    tcase_add_test(tc, tiny_gpt2_kernels);
+    tcase_add_test(tc, nvrtc_no_spills);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return sn_test_main(suite()); }
