@@ -138,6 +138,24 @@ static const sn_node *lse_owner(const fuse_state *s, const sn_node *x) {
     return NULL;
 }
 
+/* The attention_bwd_k node whose kernel also writes attention_bwd_v x (one pass over the scores
+ * gives dk and dv), or NULL: the same six inputs and scale, and nothing reads x before it. */
+static const sn_node *dv_owner(const fuse_state *s, const sn_node *x) {
+    if (x->op != SN_OP_ATTENTION_BWD_V) return NULL;
+    const sn_node *q = x->in[0];
+    for (int k = 0; k < s->n_users[q->id]; k++) {
+        const sn_node *n = s->g->nodes[s->users[q->id][k]];
+        if (n->op != SN_OP_ATTENTION_BWD_K || !s->live[n->id] || n->id > x->id || n->a.f != x->a.f)
+            continue;
+        bool same = true;
+        for (int i = 0; i < 6 && same; i++) same = n->in[i] == x->in[i];
+        for (int j = 0; j < s->n_users[x->id] && same; j++)
+            if (s->users[x->id][j] < n->id) same = false;
+        if (same) return n;
+    }
+    return NULL;
+}
+
 /* ---- all decisions ---- */
 
 /* Views first: one has a buffer when it is an output or a compute op reads it, or when the
@@ -186,7 +204,8 @@ static void decide(fuse_state *s) {
             }
             continue;
         }
-        if ((owner = lse_owner(s, x))) { /* written by its attention node's kernel */
+        if ((owner = lse_owner(s, x)) || (owner = dv_owner(s, x))) { /* written by its
+                                                                        attention node's kernel */
             s->mat[i] = true;
             s->home[i] = owner->id;
             continue;

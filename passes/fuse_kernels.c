@@ -202,6 +202,13 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
         k->args[k->n_out++] = lse;
         snprintf(k->name, sizeof k->name, "k%d_attention_fwd", k->id);
     }
+    for (int u = 0; n->op == SN_OP_ATTENTION_BWD_K && u < s->n_users[n->in[0]->id]; u++) {
+        const sn_node *dv = s->g->nodes[s->users[n->in[0]->id][u]];
+        if (dv->op != SN_OP_ATTENTION_BWD_V || s->home[dv->id] != n->id || k->anchor2) continue;
+        k->anchor2 = dv; /* dk and dv in one pass */
+        k->args[k->n_out++] = dv;
+        snprintf(k->name, sizeof k->name, "k%d_attention_bwd_kv", k->id);
+    }
     for (int i = 0; i < n->n_in; i++) {
         SN_ASSERT(s->mat[n->in[i]->id]);
         if (n->in[i] == k->anchor2) continue;

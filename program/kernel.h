@@ -60,7 +60,8 @@ struct sn_kernel {
     int n_out, n_in;
     const sn_node *args[SN_KER_MAX_ARGS]; /* n_out outputs then n_in inputs, all materialised */
     const sn_node *anchor;                /* every kind but POINTWISE: the node computed */
-    const sn_node *anchor2;               /* ATTENTION forward: the lse node (also an output) */
+    const sn_node *anchor2;               /* ATTENTION: the second output: the forward's lse node,
+                                             or attention_bwd_k's attention_bwd_v (same inputs) */
 
     /* POINTWISE: index space, instructions, accesses, and which instruction each output stores
      * (contiguously over the index space; an output's numel equals the index space's).

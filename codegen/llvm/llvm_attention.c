@@ -462,14 +462,18 @@ static sn_status check_kernel(const sn_ll *L, const sn_kernel *k, sn_err *e) {
     if (!n || sn_op_kind(n->op) != SN_K_ATTENTION)
         return sn_fail(e, SN_ERR_INVALID, "%s: an attention kernel needs an attention op as "
                        "anchor", kn);
-    if (k->anchor2 && (n->op != SN_OP_ATTENTION || k->anchor2->op != SN_OP_ATTENTION_LSE ||
-                       k->anchor2 != n->in[3]))
+    const sn_node *a2 = k->anchor2;
+    bool kv = a2 && n->op == SN_OP_ATTENTION_BWD_K && a2->op == SN_OP_ATTENTION_BWD_V &&
+              a2->a.f == n->a.f;
+    for (int i = 0; kv && i < 6; i++) kv = a2->in[i] == n->in[i];
+    if (a2 && !kv && (n->op != SN_OP_ATTENTION || a2->op != SN_OP_ATTENTION_LSE || a2 != n->in[3]))
         return sn_fail(e, SN_ERR_INVALID, "%s: anchor2 must be the attention_lse node that the "
-                       "attention anchor reads", kn);
-    int n_out = k->anchor2 ? 2 : 1;
-    if (k->n_out != n_out || k->args[0] != n || (k->anchor2 && k->args[1] != k->anchor2))
+                       "attention anchor reads, or the attention_bwd_v of attention_bwd_k's "
+                       "inputs", kn);
+    int n_out = a2 ? 2 : 1;
+    if (k->n_out != n_out || k->args[0] != n || (a2 && k->args[1] != a2))
         return sn_fail(e, SN_ERR_INVALID, "%s: outputs must be args[0] = %s%s", kn,
-                       sn_op_name(n->op), k->anchor2 ? ", args[1] = its attention_lse" : "");
+                       sn_op_name(n->op), a2 ? ", args[1] = anchor2" : "");
     for (int i = 0; i < k->n_out; i++)
         if (k->args[i]->dtype != SN_F32)
             return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: output %%%d is %s; the LLVM backend "
@@ -526,7 +530,7 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
     case SN_OP_ATTENTION_LSE: a.blse_out = a.by; a.by = NULL; break;
     case SN_OP_ATTENTION:
         if (!st) st = sn_ll_input(L, k, n->in[2], &a.bv, e);
-        if (k->anchor2) a.blse_out = sn_ll_buf(L, 1, SN_F32, "lse_out");
+        if (k->anchor2) a.blse_out = sn_ll_buf(L, 1, SN_F32, "lse_out"); /* lse */
         else if (!st) st = sn_ll_input(L, k, n->in[3], &a.blse, e);
         break;
     default: /* (q, k, v, o, dout, lse) */
@@ -568,6 +572,14 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
     default: bwd_kv_step(&a, i); break;
     }
     sn_ll_for_end(L, &rl);
+    if (n->op == SN_OP_ATTENTION_BWD_K && k->anchor2) { /* then dv (args[1]) over the same keys */
+        a.n = k->anchor2;
+        a.y = slice(&a, sn_ll_buf(L, 1, SN_F32, "dv"), b, a.S * a.Dv, "dv");
+        i = sn_ll_for(L, &rl, sn_ll_i64(L, 0), sn_ll_i64(L, a.S), sn_ll_i64(L, a.R), "key");
+        bwd_kv_step(&a, i);
+        sn_ll_for_end(L, &rl);
+        a.n = n;
+    }
     sn_ll_for_end(L, &items);
     sn_ll_fn_end(L);
     return SN_OK;
