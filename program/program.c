@@ -7,10 +7,20 @@
 #include "program.h"
 
 const char *sn_kernel_kind_name(sn_kernel_kind k) {
-    static const char *names[] = {"pointwise", "row", "reduce", "gemm", "attention", "gather", "adamw"};
+    static const char *names[] = {"pointwise", "row", "reduce", "gemm", "attention", "gather",
+                                  "grad_acc", "sqnorm", "clip", "adamw"};
     _Static_assert(sizeof names / sizeof names[0] == SN_KER_KIND_COUNT, "a kernel kind without a name");
     SN_ASSERT((unsigned)k < SN_KER_KIND_COUNT);
     return names[k];
+}
+
+int sn_kernel_n_bufs(const sn_kernel *k) {
+    switch (k->kind) {
+    case SN_KER_GRAD_ACC: case SN_KER_CLIP: return 2;
+    case SN_KER_SQNORM: return 3;
+    case SN_KER_ADAMW: return 5;
+    default: return k->n_out + k->n_in;
+    }
 }
 
 bool sn_row_operand_per_element(sn_op op, int i) {

@@ -210,7 +210,9 @@ static sn_status check_items(const sn_kernel *k, sn_err *e) {
     const sn_node *a = k->anchor;
     int64_t want = -1;
     bool serial = false;
-    if (k->kind != SN_KER_POINTWISE && k->kind != SN_KER_ADAMW && !a)
+    bool optim = k->kind == SN_KER_GRAD_ACC || k->kind == SN_KER_SQNORM || k->kind == SN_KER_CLIP ||
+                 k->kind == SN_KER_ADAMW;
+    if (k->kind != SN_KER_POINTWISE && !optim && !a)
         return sn_fail(e, SN_ERR_INVALID, "%s: no anchor node", sn_ll_kname(k, kn, sizeof kn));
     switch (k->kind) {
     case SN_KER_POINTWISE: want = sn_shape_numel(k->rank, k->shape); break;
@@ -231,7 +233,9 @@ static sn_status check_items(const sn_kernel *k, sn_err *e) {
         }
         want = a->n_in > 1 ? sn_numel(a->in[1]) : -1;
         break;
-    case SN_KER_ADAMW: want = a ? sn_numel(a) : k->n_items; break;
+    case SN_KER_GRAD_ACC: case SN_KER_ADAMW: want = k->flat_n; break;
+    case SN_KER_SQNORM: want = (k->flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK; break;
+    case SN_KER_CLIP: want = 1; break;
     default: return SN_OK; /* rejected by emit() */
     }
     if (k->n_items != want)
@@ -254,7 +258,8 @@ static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e
     case SN_KER_ROW: return sn_ll_emit_row(L, k, fname, e);
     case SN_KER_REDUCE: return sn_ll_emit_reduce(L, k, fname, e);
     case SN_KER_GATHER: return sn_ll_emit_gather(L, k, fname, e);
-    case SN_KER_ADAMW: return sn_ll_emit_adamw(L, k, fname, e);
+    case SN_KER_GRAD_ACC: case SN_KER_SQNORM: case SN_KER_CLIP: case SN_KER_ADAMW:
+        return sn_ll_emit_optim(L, k, fname, e);
     case SN_KER_GEMM:
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s is a matrix product: GEMMs are library calls "
                        "(runtime/gemm.h), not generated; leave them out of sn_jit_compile",
