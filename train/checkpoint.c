@@ -97,7 +97,8 @@ static void put_series(writer *w, const char *name, const sn_series *s) {
     put(w, s->y, sizeof(double) * (size_t)s->n);
 }
 
-static void put_payload(writer *w, const sn_trainer *t, const sn_run_state *r) {
+/* The payload; the parameters come from the trainer through sn_trainer_get_param. */
+static sn_status put_payload(writer *w, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     sn_run_state all = {.n_meta = r->n_meta};
     memcpy(all.meta, r->meta, sizeof r->meta);
     opts_meta(sn_trainer_opts(t), &all);
@@ -111,16 +112,23 @@ static void put_payload(writer *w, const sn_trainer *t, const sn_run_state *r) {
     put(w, r->data_rng.s, 32);
     put_series(w, "train_loss", &r->train_loss);
     put_series(w, "val_loss", &r->val_loss);
-    for (int i = 0; i < sn_trainer_param_count(t); i++) {
-        sn_param_state p = sn_trainer_param(t, i);
-        size_t n = (size_t)sn_numel(p.param);
-        record(w, REC_PARAM, p.param->name, 4 + 8 * (uint64_t)p.param->rank + 12 * (uint64_t)n);
-        put_u32(w, (uint32_t)p.param->rank);
-        put(w, p.param->shape, 8 * (size_t)p.param->rank);
-        put(w, p.w, 4 * n);
-        put(w, p.m, 4 * n);
-        put(w, p.v, 4 * n);
+    sn_status s = SN_OK;
+    for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
+        const sn_node *p = sn_trainer_param_node(t, i);
+        size_t n = (size_t)sn_numel(p);
+        float *host = malloc(4 * n + 4);
+        if (!host)
+            return sn_fail(e, SN_ERR_OOM, "checkpoint: out of host memory for parameter %s (%.1f "
+                           "MiB)", p->name, 4.0 * (double)n / (1 << 20));
+        record(w, REC_PARAM, p->name, 4 + 8 * (uint64_t)p->rank + 12 * (uint64_t)n);
+        put_u32(w, (uint32_t)p->rank);
+        put(w, p->shape, 8 * (size_t)p->rank);
+        /* weights, m, v (a frozen parameter's moments are zeros) */
+        for (int which = SN_PARAM_WEIGHTS; which <= SN_PARAM_V && !s; which++)
+            if (!(s = sn_trainer_get_param(t, i, (sn_param_which)which, host, e))) put(w, host, 4 * n);
+        free(host);
     }
+    return s;
 }
 
 static void header(uint8_t h[HEADER_BYTES], uint64_t payload, uint32_t crc) {
@@ -145,7 +153,10 @@ sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run
     header(h, 0, 0); /* a placeholder until the payload's size and CRC are known */
     w.ok = fwrite(h, 1, HEADER_BYTES, w.f.f) == HEADER_BYTES;
     if (!w.ok) w.err = errno;
-    put_payload(&w, t, r);
+    if ((s = put_payload(&w, t, r, e))) {
+        sn_savefile_abort(&w.f);
+        return s;
+    }
     header(h, w.bytes, sn_crc32_value(&w.crc));
     if (w.ok && (fseek(w.f.f, 0, SEEK_SET) != 0 || fwrite(h, 1, HEADER_BYTES, w.f.f) != HEADER_BYTES))
         w.ok = false, w.err = errno;
@@ -279,7 +290,7 @@ static void shape_text(char *buf, size_t len, uint32_t rank, const uint8_t *shap
 static sn_status check_params(const parsed *f, const sn_trainer *t, sn_err *e) {
     static const char hint[] = "it was saved from another model: resume with the same --model";
     for (int i = 0; i < sn_trainer_param_count(t); i++) {
-        const sn_node *p = sn_trainer_param(t, i).param;
+        const sn_node *p = sn_trainer_param_node(t, i);
         const rec *r = find(f, REC_PARAM, p->name);
         if (!r)
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this model: it has no "
@@ -351,15 +362,21 @@ sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, s
     if (s) return s;
     parsed f = {0};
     if (!(s = parse(path, (const uint8_t *)bytes, len, &f, e)) && !(s = check_all(&f, t, r, e))) {
-        for (int i = 0; i < sn_trainer_param_count(t); i++) {
-            sn_param_state p = sn_trainer_param(t, i);
-            const rec *rc = find(&f, REC_PARAM, p.param->name);
-            size_t n = (size_t)sn_numel(p.param);
-            const uint8_t *data = rc->body + 4 + 8 * (size_t)p.param->rank;
-            memcpy(p.w, data, 4 * n);
-            memcpy(p.m, data + 4 * n, 4 * n);
-            memcpy(p.v, data + 8 * n, 4 * n);
+        for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
+            const sn_node *p = sn_trainer_param_node(t, i);
+            const rec *rc = find(&f, REC_PARAM, p->name);
+            size_t n = (size_t)sn_numel(p);
+            const uint8_t *data = rc->body + 4 + 8 * (size_t)p->rank;
+            float *host = malloc(4 * n + 4); /* the record's floats may be unaligned */
+            if (!host) s = sn_fail(e, SN_ERR_OOM, "checkpoint: out of host memory for parameter %s", p->name);
+            for (int which = SN_PARAM_WEIGHTS; which <= SN_PARAM_V && !s; which++) {
+                memcpy(host, data + 4 * n * (size_t)which, 4 * n);
+                s = sn_trainer_set_param(t, i, (sn_param_which)which, host, e);
+            }
+            free(host);
         }
+    }
+    if (!s) {
         sn_trainer_set_step_count(t, (int)get_u64(find(&f, REC_STEP, "step")->body));
         memcpy(r->data_rng.s, find(&f, REC_RNG, "data")->body, 32);
         if (!(s = load_series(&f, "train_loss", &r->train_loss, e))) s = load_series(&f, "val_loss", &r->val_loss, e);
