@@ -5,12 +5,14 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "support/crc.h"
 #include "data/data.h"
+#include "ir/checked.h"
+#include "support/crc.h"
 #include "support/savefile.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -141,10 +143,39 @@ static void header(uint8_t h[HEADER_BYTES], uint64_t payload, uint32_t crc) {
     memcpy(h + 24, &crc, 4);
 }
 
+/* A checkpoint is "good" when its weights and moments are finite: a diverged state is never
+ * written, so the last checkpoint saved is one to resume from. */
+static sn_status check_state_finite(const char *path, const sn_trainer *t, sn_err *e) {
+    for (int i = 0; i < sn_trainer_param_count(t); i++) {
+        const sn_node *p = sn_trainer_param_node(t, i);
+        size_t n = (size_t)sn_numel(p);
+        float *host = sn_malloc(4 * n, "a checkpoint's finiteness check", e);
+        if (!host) return SN_ERR_OOM;
+        bool finite = true;
+        for (int which = SN_PARAM_WEIGHTS; which <= SN_PARAM_V && finite; which++) {
+            sn_status s = sn_trainer_get_param(t, i, (sn_param_which)which, host, e);
+            if (s) {
+                free(host);
+                return s;
+            }
+            for (size_t k = 0; k < n && finite; k++) finite = isfinite(host[k]);
+        }
+        free(host);
+        if (!finite)
+            return sn_fail(e, SN_ERR_NUMERIC, "checkpoint %s not written: parameter %s holds "
+                           "a NaN or infinite value after step %d: the run diverged; the "
+                           "previous checkpoint, if any, is unchanged", path, p->name,
+                           sn_trainer_step_count(t));
+    }
+    return SN_OK;
+}
+
 sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     if (sn_trainer_pending(t))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: %d micro-batches are accumulated but "
                        "not applied: save between optimizer steps", path, sn_trainer_pending(t));
+    sn_status fs = check_state_finite(path, t, e);
+    if (fs) return fs;
     writer w = {.ok = true};
     sn_status s = sn_savefile_open(&w.f, path, "checkpoint", e);
     if (s) return s;
@@ -194,7 +225,8 @@ static uint64_t get_u64(const uint8_t *p) {
     return v;
 }
 
-/* Checks the header, the size and the CRC, and splits the payload into records. */
+/* Checks the header, the size and the CRC, and splits the payload into records. out->recs is
+ * the caller's to free, whatever this returns. */
 static sn_status parse(const char *path, const uint8_t *b, size_t len, parsed *out, sn_err *e) {
     if (len < HEADER_BYTES || memcmp(b, MAGIC, 8))
         return sn_fail(e, SN_ERR_PARSE, len >= 8 && !memcmp(b, MAGIC, 8)
@@ -222,18 +254,13 @@ static sn_status parse(const char *path, const uint8_t *b, size_t len, parsed *o
     while (p < end) {
         uint64_t name_len = end - p >= 8 ? get_u32(p + 4) : UINT64_MAX;
         if (name_len >= sizeof out->recs[0].name || (uint64_t)(end - p) < 16 + name_len ||
-            get_u64(p + 8 + name_len) > (uint64_t)(end - p) - 16 - name_len) {
-            free(out->recs);
+            get_u64(p + 8 + name_len) > (uint64_t)(end - p) - 16 - name_len)
             return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: record %d overruns the "
                            "file: use an older checkpoint", path, out->n + 1);
-        }
         if (out->n == cap) {
             cap = cap ? 2 * cap : 64;
             rec *recs = sn_realloc(out->recs, sizeof(rec) * (size_t)cap, "a checkpoint's record list", e);
-            if (!recs) {
-                free(out->recs);
-                return SN_ERR_OOM;
-            }
+            if (!recs) return SN_ERR_OOM; /* out->recs is the caller's to free */
             out->recs = recs;
         }
         rec *r = &out->recs[out->n++];
@@ -319,7 +346,8 @@ static sn_status check_params(const parsed *f, const sn_trainer *t, sn_err *e) {
 
 static sn_status check_series(const parsed *f, const char *name, sn_err *e) {
     const rec *r = find(f, REC_SERIES, name);
-    if (!r || r->size < 8 || r->size != 8 + 16 * get_u64(r->body))
+    uint64_t bytes;
+    if (!r || r->size < 8 || !sn_muladd_u64(get_u64(r->body), 16, 8, &bytes) || r->size != bytes)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its %s curve is %s: use an "
                        "older checkpoint", f->path, name, r ? "malformed" : "missing");
     return SN_OK;
@@ -352,16 +380,41 @@ static sn_status check_all(const parsed *f, const sn_trainer *t, const sn_run_st
     return SN_OK;
 }
 
-sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, sn_err *e) {
+/* The first non-finite value among the weights and moments of the parameter record r (whose
+ * size check_params has checked), as an index into the 3 x numel floats; -1 when all are finite. */
+static int64_t first_non_finite(const rec *r, uint32_t rank, int64_t numel) {
+    const uint8_t *data = r->body + 4 + 8 * (size_t)rank;
+    for (int64_t i = 0; i < 3 * numel; i++) {
+        float v;
+        memcpy(&v, data + 4 * i, 4);
+        if (!isfinite(v)) return i;
+    }
+    return -1;
+}
+
+static sn_status check_finite(const parsed *f, const sn_trainer *t, sn_err *e) {
+    static const char *const part[3] = {"weights", "first moments", "second moments"};
+    for (int i = 0; i < sn_trainer_param_count(t); i++) {
+        const sn_node *p = sn_trainer_param_node(t, i);
+        int64_t bad = first_non_finite(find(f, REC_PARAM, p->name), (uint32_t)p->rank, sn_numel(p));
+        if (bad >= 0)
+            return sn_fail(e, SN_ERR_NUMERIC, "checkpoint %s holds a NaN or infinite value in the "
+                           "%s of parameter %s (element %" PRId64 "): it was saved from a run that "
+                           "diverged; use an older checkpoint", f->path, part[bad / sn_numel(p)],
+                           p->name, bad % sn_numel(p));
+    }
+    return SN_OK;
+}
+
+sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t len, sn_trainer *t,
+                                   sn_run_state *r, sn_err *e) {
     if (sn_trainer_pending(t))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: the trainer has accumulated gradients: "
                        "load before the first step", path);
-    char *bytes;
-    size_t len;
-    sn_status s = sn_file_read(path, "check the checkpoint's path", &bytes, &len, e);
-    if (s) return s;
     parsed f = {0};
-    if (!(s = parse(path, (const uint8_t *)bytes, len, &f, e)) && !(s = check_all(&f, t, r, e))) {
+    sn_status s;
+    if (!(s = parse(path, bytes, len, &f, e)) && !(s = check_all(&f, t, r, e)) &&
+        !(s = check_finite(&f, t, e))) {
         for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
             const sn_node *p = sn_trainer_param_node(t, i);
             const rec *rc = find(&f, REC_PARAM, p->name);
@@ -382,6 +435,18 @@ sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, s
         if (!(s = load_series(&f, "train_loss", &r->train_loss, e))) s = load_series(&f, "val_loss", &r->val_loss, e);
     }
     free(f.recs);
+    return s;
+}
+
+sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, sn_err *e) {
+    if (sn_trainer_pending(t))
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: the trainer has accumulated gradients: "
+                       "load before the first step", path);
+    char *bytes;
+    size_t len;
+    sn_status s = sn_file_read(path, "check the checkpoint's path", &bytes, &len, e);
+    if (s) return s;
+    s = sn_checkpoint_load_bytes(path, bytes, len, t, r, e);
     free(bytes);
     return s;
 }
