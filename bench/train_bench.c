@@ -51,16 +51,19 @@ static double program_flops(const sn_program *p) {
     return total;
 }
 
-static sn_graph *model_graph(const args *a, bool backward) {
+/* The model's graph through the pipeline (sn_compile): with its backward for the trainer (which
+ * compiles the rest), or forward only and compiled into *prog. */
+static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     sn_gpt2_config c;
     if (!sn_gpt2_config_find(a->model, &c)) die("unknown model", NULL);
     sn_graph *g = sn_graph_new();
     sn_gpt2 m;
     sn_err e;
+    if (!g) die("out of memory for the graph", NULL);
     if (sn_gpt2_build(g, &c, a->batch, a->seq, &m, &e)) die("model", &e);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = backward;
-    if (sn_pipeline_run(&g, &o, NULL, &e)) die("pipeline", &e);
+    if (sn_compile(g, &o, prog, NULL, &e)) die("pipeline", &e);
     return g;
 }
 
@@ -145,7 +148,7 @@ int main(int argc, char **argv) {
     if (sn_cpu_device_new(a.threads, &d, &e)) die("cpu device", &e);
 
     /* the training program: compile time is the trainer's setup (fuse, memplan, JIT) */
-    sn_graph *g = model_graph(&a, true);
+    sn_graph *g = model_graph(&a, true, NULL);
     sn_train_opts o;
     sn_train_opts_default(&o, 1000);
     o.device = d;
@@ -157,10 +160,10 @@ int main(int argc, char **argv) {
     double train_flops = program_flops(p);
 
     /* the forward program alone, with the same weights */
-    sn_graph *fg = model_graph(&a, false);
     sn_program *fp;
+    sn_graph *fg = model_graph(&a, false, &fp);
     sn_exec *fx;
-    if (sn_fuse(fg, &fp, &e) || sn_memplan(fp, &e) || sn_exec_new(d, fp, &fx, &e)) die("forward program", &e);
+    if (sn_exec_new(d, fp, &fx, &e)) die("forward program", &e);
     sn_node *fparams[512];
     int nfp = sn_graph_params(fg, fparams, 512);
     for (int i = 0; i < nfp; i++) {
@@ -199,7 +202,7 @@ int main(int argc, char **argv) {
     emit(&a, dev, "train_step", step_s, train_flops, peak, extra);
 
     if (a.compare_interp) { /* the reference interpreter on the same step, once */
-        sn_graph *ig = model_graph(&a, true);
+        sn_graph *ig = model_graph(&a, true, NULL);
         sn_train_opts io = o;
         io.device = NULL;
         sn_trainer *it = sn_trainer_new(ig, &io, &e);

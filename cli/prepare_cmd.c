@@ -28,7 +28,7 @@ static sn_status prepare(const char *data, const char *bpe, double val_frac, con
         snprintf(merges, sizeof merges, "%s/vocab.bpe", bpe);
         s = sn_tokenizer_gpt2_load(enc, merges, &tk, e);
     } else if (!s) {
-        tk = sn_tokenizer_bytes_new();
+        if (!(tk = sn_tokenizer_bytes_new())) s = sn_fail_oom(e, 512, "the byte tokenizer");
     }
     if (!s) s = sn_tokenizer_encode(tk, text.bytes, text.len, &toks, e);
     if (!s) s = sn_tokens_split(&toks, val_frac, &train, &val, e);

@@ -62,6 +62,10 @@ static int cmd_graph(int argc, char **argv) {
     long B = 4, T = -1, pad;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            cli_usage(stdout);
+            return 0;
+        }
         if (!strcmp(a, "--backward")) o.backward = true;
         else if (!strcmp(a, "--no-fuse-attention")) o.fuse_attention = false;
         else if (!strcmp(a, "--pad-vocab") && v) {
@@ -84,7 +88,7 @@ static int cmd_graph(int argc, char **argv) {
     sn_graph *g = sn_graph_new();
     sn_gpt2 m;
     sn_err e;
-    sn_status s = sn_gpt2_build(g, &c, (int)B, (int)T, &m, &e);
+    sn_status s = g ? sn_gpt2_build(g, &c, (int)B, (int)T, &m, &e) : sn_fail_oom(&e, sizeof *g, "the graph");
     sn_pipeline_stats st;
     if (!s) {
         printf("# model %s: vocab %d, context %d, %d layers, %d heads, %d channels; input %ld x %ld\n",
@@ -92,12 +96,11 @@ static int cmd_graph(int argc, char **argv) {
         printf("# parameters: ");
         print_count(stdout, (long long)sn_graph_param_count(g));
         printf("\n");
-        s = sn_pipeline_run(&g, &o, &st, &e);
-    }
-    bool compile = o.dump_after && (!strcmp(o.dump_after, "fuse") || !strcmp(o.dump_after, "memplan"));
-    if (!s && compile) { /* the kernels and the memory plan of the final graph */
-        sn_program *p;
-        if (!(s = sn_pipeline_compile(g, &o, &p, &e))) sn_program_free(p);
+        /* the kernels and the memory plan only when asked for: the graph passes are quick */
+        bool program = o.dump_after && (!strcmp(o.dump_after, "fuse") || !strcmp(o.dump_after, "memplan"));
+        sn_program *p = NULL;
+        s = sn_compile(g, &o, program ? &p : NULL, &st, &e);
+        sn_program_free(p);
     }
     if (!s && !o.dump_after) {
         printf("# after the pipeline\n");

@@ -46,7 +46,9 @@ static const char train_usage[] =
     "  --sample-every N      also sample every N steps (default 0: only at the end)\n"
     "  --prompt TEXT         the samples' prompt (default: the validation text's first token)\n"
     "  --temperature X       sampling temperature (default 1.0; 0: greedy)\n"
-    "  --top-k K             sample among the K most likely tokens (default 40; 0: all)\n";
+    "  --top-k K             sample among the K most likely tokens (default 40; 0: all)\n"
+    "  --dump-after PASS     print the IR (or, after fuse and memplan, the program) the trainer\n"
+    "                        runs, after PASS (%s)\n";
 
 static bool parse_real(const char *v, double lo, double hi, double *out) {
     char *end;
@@ -61,7 +63,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
-            fputs(train_usage, stdout);
+            printf(train_usage, sn_pipeline_pass_names());
             return 0;
         }
         if (!v) return cli_fail("train: option '%s' needs a value (see sinter train --help)", k);
@@ -83,6 +85,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         else if (!strcmp(k, "--checkpoint")) a->checkpoint = v;
         else if (!strcmp(k, "--resume")) a->resume = v;
         else if (!strcmp(k, "--prompt")) a->prompt = v;
+        else if (!strcmp(k, "--dump-after")) a->dump_after = v;
         else if (!strcmp(k, "--steps")) ok = cli_int(v, 1, 100000000, &a->steps);
         else if (!strcmp(k, "--batch")) ok = cli_int(v, 1, 1 << 16, &a->batch);
         else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &a->seq);
@@ -101,6 +104,10 @@ static int parse_args(int argc, char **argv, train_args *a) {
     if (!a->train_bin != !a->val_bin)
         return cli_fail("train: token shards come in pairs: give both --train-bin and --val-bin%s", "");
     if (a->resume && !a->checkpoint) a->checkpoint = a->resume;
+    if (a->dump_after && !strcmp(a->device, "interp") &&
+        (!strcmp(a->dump_after, "fuse") || !strcmp(a->dump_after, "memplan")))
+        return cli_fail("train: --dump-after %s shows the compiled program, and --device interp "
+                        "compiles none (use --device cpu)", a->dump_after);
     return -1; /* go on */
 }
 
@@ -152,7 +159,7 @@ static sn_status load_data(const train_args *a, session *r, sn_err *e) {
         snprintf(merges, sizeof merges, "%s/vocab.bpe", a->bpe);
         if ((s = sn_tokenizer_gpt2_load(enc, merges, &r->tk, e))) return s;
     } else {
-        r->tk = sn_tokenizer_bytes_new();
+        if (!(r->tk = sn_tokenizer_bytes_new())) return sn_fail_oom(e, 512, "the byte tokenizer");
     }
     if (a->train_bin) {
         if ((s = sn_shard_read(a->train_bin, r->tk->vocab, &r->toks, e)) ||
@@ -196,11 +203,11 @@ static void set_meta(session *r) {
 /* The forward graph for samples: the same model with one sequence of the training length,
  * through the same forward passes so that its parameters have the trainer's names and shapes. */
 static sn_status build_sampler(const train_args *a, session *r, sn_err *e) {
-    r->sg = sn_graph_new();
+    if (!(r->sg = sn_graph_new())) return sn_fail_oom(e, sizeof(sn_graph), "the sampling graph");
     sn_gpt2 m;
     sn_status s = sn_gpt2_build(r->sg, &r->c, 1, r->T, &m, e);
-    sn_pipeline_opts po = sn_pipeline_defaults();
-    if (s || (s = sn_pipeline_run(&r->sg, &po, NULL, e))) return s;
+    sn_pipeline_opts po = sn_pipeline_defaults(); /* the trainer's forward rewrites, no dump */
+    if (s || (s = sn_compile(r->sg, &po, NULL, NULL, e))) return s;
     const sn_node *idx = NULL, *logits = NULL;
     for (int i = 0; i < r->sg->n_nodes; i++) {
         const sn_node *n = r->sg->nodes[i];
@@ -214,10 +221,10 @@ static sn_status build_sampler(const train_args *a, session *r, sn_err *e) {
     if (!a->prompt || !p.n) /* the validation text's first token, else a newline */
         s = r->val.n ? sn_tokens_push(&p, sn_tokens_get(&r->val, 0), e) : sn_tokenizer_encode(r->tk, "\n", 1, &p, e);
     r->n_prompt = (int)p.n;
-    r->prompt = malloc(sizeof(int32_t) * (p.n + 1));
-    r->gen = malloc(sizeof(int32_t) * (size_t)(a->sample_len + 1));
-    SN_ASSERT(r->prompt && r->gen);
-    for (size_t i = 0; i < p.n; i++) r->prompt[i] = sn_tokens_get(&p, i);
+    r->prompt = sn_malloc(sizeof(int32_t) * (p.n + 1), "the prompt", e);
+    r->gen = sn_malloc(sizeof(int32_t) * (size_t)(a->sample_len + 1), "the samples", e);
+    if (!r->prompt || !r->gen) s = SN_ERR_OOM;
+    for (size_t i = 0; !s && i < p.n; i++) r->prompt[i] = sn_tokens_get(&p, i);
     sn_tokens_free(&p);
     return s;
 }
@@ -238,24 +245,27 @@ static sn_status build(const train_args *a, session *r, sn_err *e) {
                        (a->tokens_per_step / bt + 1) * bt);
     r->micro = a->tokens_per_step ? (int)(a->tokens_per_step / bt) : 1;
 
-    r->g = sn_graph_new();
+    if (!(r->g = sn_graph_new())) return sn_fail_oom(e, sizeof(sn_graph), "the training graph");
     sn_gpt2 m;
     if ((s = sn_gpt2_build(r->g, &r->c, r->B, r->T, &m, e))) return s;
+    /* the graph passes here; the trainer compiles the rest (fuse, memplan) with the same options */
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.backward = true;
-    if ((s = sn_pipeline_run(&r->g, &po, NULL, e))) return s;
+    po.dump_after = a->dump_after;
+    if ((s = sn_compile(r->g, &po, NULL, NULL, e))) return s;
     sn_train_opts o;
     sn_train_opts_default(&o, (int)a->steps);
     o.lr = (float)a->lr;
     o.seed = (uint64_t)a->seed;
     if (!strcmp(a->device, "cpu") && (s = sn_cpu_device_new(0, &r->dev, e))) return s;
     o.device = r->dev;
+    o.compile = &po;
     if (!(r->t = sn_trainer_new(r->g, &o, e))) return e->code;
     if ((s = sn_val_iter_init(&r->vi, &r->val, r->B, r->T, e))) return s;
     if (a->sample_len && (s = build_sampler(a, r, e))) return s;
-    r->x = malloc(sizeof(int32_t) * (size_t)bt);
-    r->y = malloc(sizeof(int32_t) * (size_t)bt);
-    SN_ASSERT(r->x && r->y);
+    r->x = sn_malloc(sizeof(int32_t) * (size_t)bt, "a batch of token ids", e);
+    r->y = sn_malloc(sizeof(int32_t) * (size_t)bt, "a batch of token ids", e);
+    if (!r->x || !r->y) return SN_ERR_OOM;
     set_meta(r);
     r->run.data_rng = sn_rng_seed((uint64_t)a->seed ^ 0x5eedull);
     r->saved_step = -1;
@@ -334,12 +344,12 @@ static sn_status train(const train_args *a, session *r, sn_err *e) {
         sn_step_stats st;
         /* A failed step leaves the trainer as it was and nothing is saved after it. */
         if ((s = step_once(r, &st, e))) return s;
-        sn_series_push(&r->run.train_loss, (double)(step + 1), st.loss);
+        if ((s = sn_series_push(&r->run.train_loss, (double)(step + 1), st.loss, e))) return s;
         double el = sn_clock_s() - t0, tok_s = (double)(step + 1 - start) * (double)tps / el, val = -1;
         bool last = step + 1 == steps;
         if ((a->eval_every && (step + 1) % a->eval_every == 0) || last) {
             if ((s = validate(r, &val, e))) return s;
-            sn_series_push(&r->run.val_loss, (double)(step + 1), val);
+            if ((s = sn_series_push(&r->run.val_loss, (double)(step + 1), val, e))) return s;
             if (a->plot && (s = plot(a, r, e))) return s;
         }
         double eta = el / (double)(step + 1 - start) * (double)(steps - step - 1);

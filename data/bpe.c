@@ -47,15 +47,14 @@ typedef struct {
     size_t work_cap;
 } gpt2;
 
-/* Out of memory for these tables is fatal, as for the IR arena. */
-static void *xrealloc(void *p, size_t n) {
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        fprintf(stderr, "sinter: out of memory (%zu bytes) in the GPT-2 tokenizer\n", n);
-        abort();
-    }
-    return q;
+/* Resizes the array at *pp to n bytes; false (*pp kept) when out of memory. */
+static bool resize(void *pp, size_t n) {
+    void *q = realloc(*(void **)pp, n ? n : 1);
+    if (q) *(void **)pp = q;
+    return q != NULL;
 }
+
+static sn_status tables_oom(sn_err *e, size_t n) { return sn_fail_oom(e, n, "the GPT-2 tokenizer's tables"); }
 
 static uint32_t hash_bytes(const char *s, size_t n) {
     uint32_t h = 2166136261u;
@@ -188,7 +187,10 @@ static sn_status json_key(json *j, sn_err *e) {
         if (cp >= 324 || j->u2b[cp] < 0)
             return sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: U+%04X is not in GPT-2's "
                            "byte-to-unicode map: " GPT2_HINT, j->path, at, (unsigned)cp);
-        if (j->blen == j->bcap) j->buf = xrealloc(j->buf, j->bcap = j->bcap * 2 + 64);
+        if (j->blen == j->bcap) {
+            if (!resize(&j->buf, j->bcap * 2 + 64)) return tables_oom(e, j->bcap * 2 + 64);
+            j->bcap = j->bcap * 2 + 64;
+        }
         j->buf[j->blen++] = (char)j->u2b[cp];
     }
     return json_expect(j, '"', e);
@@ -234,12 +236,19 @@ static sn_status load_encoder(gpt2 *g, const char *path, sn_err *e) {
             break;
         }
         if (cnt == cap) {
+            if (!resize(&ids, (cap * 2 + 1024) * sizeof *ids) || !resize(&spans, (cap * 2 + 1024) * sizeof *spans)) {
+                st = tables_oom(e, (cap * 2 + 1024) * sizeof *spans);
+                break;
+            }
             cap = cap * 2 + 1024;
-            ids = xrealloc(ids, cap * sizeof *ids);
-            spans = xrealloc(spans, cap * sizeof *spans);
         }
-        if (g->pool_len + j.blen > g->pool_cap)
-            g->pool = xrealloc(g->pool, g->pool_cap = (g->pool_len + j.blen) * 2 + 4096);
+        if (g->pool_len + j.blen > g->pool_cap) {
+            if (!resize(&g->pool, (g->pool_len + j.blen) * 2 + 4096)) {
+                st = tables_oom(e, (g->pool_len + j.blen) * 2 + 4096);
+                break;
+            }
+            g->pool_cap = (g->pool_len + j.blen) * 2 + 4096;
+        }
         memcpy(g->pool + g->pool_len, j.buf, j.blen);
         spans[cnt] = (span){(uint32_t)g->pool_len, (uint32_t)j.blen};
         ids[cnt++] = (int32_t)id;
@@ -259,8 +268,8 @@ static sn_status load_encoder(gpt2 *g, const char *path, sn_err *e) {
                      "each once: " GPT2_HINT, path, cnt, max_id, cnt ? cnt - 1 : 0);
     if (st == SN_OK) {
         g->tk.vocab = (int)cnt;
-        g->tok = xrealloc(NULL, cnt * sizeof *g->tok);
-        memset(g->tok, 0xff, cnt * sizeof *g->tok);
+        if (!resize(&g->tok, cnt * sizeof *g->tok)) st = tables_oom(e, cnt * sizeof *g->tok);
+        else memset(g->tok, 0xff, cnt * sizeof *g->tok);
         for (size_t k = 0; k < cnt && st == SN_OK; k++) {
             if (g->tok[ids[k]].off != UINT32_MAX)
                 st = sn_fail(e, SN_ERR_PARSE, "%s: id %d appears twice: " GPT2_HINT, path, ids[k]);
@@ -270,8 +279,8 @@ static sn_status load_encoder(gpt2 *g, const char *path, sn_err *e) {
     if (st == SN_OK) {
         uint32_t size = table_size(cnt);
         g->vmask = size - 1;
-        g->vtab = xrealloc(NULL, size * sizeof *g->vtab);
-        memset(g->vtab, 0xff, size * sizeof *g->vtab);
+        if (!resize(&g->vtab, size * sizeof *g->vtab)) st = tables_oom(e, size * sizeof *g->vtab);
+        else memset(g->vtab, 0xff, size * sizeof *g->vtab);
         for (int32_t id = 0; id < (int32_t)cnt && st == SN_OK; id++) {
             const char *s = g->pool + g->tok[id].off;
             size_t len = g->tok[id].len;
@@ -322,9 +331,12 @@ static sn_status load_merges(gpt2 *g, const char *path, sn_err *e) {
     for (size_t i = 0; i < n; i++) lines += text[i] == '\n';
     uint32_t size = table_size(lines);
     g->pmask = size - 1;
-    g->ptab = xrealloc(NULL, size * sizeof *g->ptab);
+    char *buf = NULL;
+    if (!resize(&g->ptab, size * sizeof *g->ptab) || !resize(&buf, n + 1)) {
+        free(text);
+        return tables_oom(e, size * sizeof *g->ptab + n + 1);
+    }
     for (uint32_t i = 0; i < size; i++) g->ptab[i].key = UINT64_MAX;
-    char *buf = xrealloc(NULL, n + 1);
     int32_t rank = 0;
     int line = 0;
     for (char *p = text; st == SN_OK && p < text + n;) {
@@ -430,10 +442,11 @@ static size_t pretok_next(const unsigned char *s, size_t n, size_t i) {
 
 /* ---- encoding -------------------------------------------------------------------------- */
 
-static void cache_grow(gpt2 *g) {
+/* Doubles the word cache; false when out of memory. */
+static bool cache_grow(gpt2 *g) {
     uint32_t size = g->ctab ? 2 * (g->cmask + 1) : 4096;
-    cache_slot *t = xrealloc(NULL, size * sizeof *t);
-    memset(t, 0, size * sizeof *t);
+    cache_slot *t = calloc(size, sizeof *t);
+    if (!t) return false;
     for (uint32_t k = 0; g->ctab && k <= g->cmask; k++) {
         if (!g->ctab[k].klen) continue;
         uint32_t i = g->ctab[k].hash & (size - 1);
@@ -443,6 +456,7 @@ static void cache_grow(gpt2 *g) {
     free(g->ctab);
     g->ctab = t;
     g->cmask = size - 1;
+    return true;
 }
 
 static void cache_clear(gpt2 *g) {
@@ -451,7 +465,8 @@ static void cache_clear(gpt2 *g) {
     g->ckeys_len = g->cvals_len = 0;
 }
 
-/* The ids of one pre-tokenized word, from the cache or by merging its bytes by rank. */
+/* The ids of one pre-tokenized word, from the cache or by merging its bytes by rank; NULL when
+ * out of memory. */
 static const int32_t *encode_word(gpt2 *g, const char *w, size_t n, uint32_t *count) {
     uint32_t h = hash_bytes(w, n), i = h & g->cmask;
     for (; g->ctab[i].klen; i = (i + 1) & g->cmask) {
@@ -461,7 +476,10 @@ static const int32_t *encode_word(gpt2 *g, const char *w, size_t n, uint32_t *co
             return g->cvals + c->voff;
         }
     }
-    if (n > g->work_cap) g->work = xrealloc(g->work, (g->work_cap = 2 * n) * sizeof *g->work);
+    if (n > g->work_cap) {
+        if (!resize(&g->work, 2 * n * sizeof *g->work)) return NULL;
+        g->work_cap = 2 * n;
+    }
     int32_t *ids = g->work;
     size_t m = n;
     for (size_t k = 0; k < n; k++) ids[k] = g->byte_id[(unsigned char)w[k]];
@@ -485,12 +503,15 @@ static const int32_t *encode_word(gpt2 *g, const char *w, size_t n, uint32_t *co
         m = out;
     }
     if (g->cn >= CACHE_MAX_WORDS) cache_clear(g);
-    if (2 * (g->cn + 1) > g->cmask + 1) cache_grow(g);
-    if (g->ckeys_len + n > g->ckeys_cap)
-        g->ckeys = xrealloc(g->ckeys, g->ckeys_cap = (g->ckeys_len + n) * 2 + 4096);
-    if (g->cvals_len + m > g->cvals_cap)
-        g->cvals = xrealloc(g->cvals, (g->cvals_cap = (g->cvals_len + m) * 2 + 4096) *
-                                          sizeof *g->cvals);
+    if (2 * (g->cn + 1) > g->cmask + 1 && !cache_grow(g)) return NULL;
+    if (g->ckeys_len + n > g->ckeys_cap) {
+        if (!resize(&g->ckeys, (g->ckeys_len + n) * 2 + 4096)) return NULL;
+        g->ckeys_cap = (g->ckeys_len + n) * 2 + 4096;
+    }
+    if (g->cvals_len + m > g->cvals_cap) {
+        if (!resize(&g->cvals, ((g->cvals_len + m) * 2 + 4096) * sizeof *g->cvals)) return NULL;
+        g->cvals_cap = (g->cvals_len + m) * 2 + 4096;
+    }
     for (i = h & g->cmask; g->ctab[i].klen; i = (i + 1) & g->cmask) {}
     g->ctab[i] = (cache_slot){h, (uint32_t)n, g->ckeys_len, g->cvals_len, (uint32_t)m};
     memcpy(g->ckeys + g->ckeys_len, w, n);
@@ -508,6 +529,7 @@ static sn_status encode_plain(gpt2 *g, const unsigned char *s, size_t n, sn_toke
         size_t j = pretok_next(s, n, i);
         uint32_t count;
         const int32_t *ids = encode_word(g, (const char *)s + i, j - i, &count);
+        if (!ids) return sn_fail_oom(e, 2 * (j - i) * sizeof *ids + 4096, "the GPT-2 tokenizer's word cache");
         for (uint32_t k = 0; k < count; k++) {
             sn_status st = sn_tokens_push(out, ids[k], e);
             if (st) return st;
@@ -556,8 +578,8 @@ static void gpt2_destroy(sn_tokenizer *tk) {
 sn_status sn_tokenizer_gpt2_load(const char *encoder_json, const char *vocab_bpe,
                                  sn_tokenizer **out, sn_err *e) {
     *out = NULL;
-    gpt2 *g = xrealloc(NULL, sizeof *g);
-    memset(g, 0, sizeof *g);
+    gpt2 *g = sn_calloc(1, sizeof *g, "the GPT-2 tokenizer", e);
+    if (!g) return SN_ERR_OOM;
     g->tk = (sn_tokenizer){.name = "gpt2", .eot = -1, .encode = gpt2_encode,
                            .decode = gpt2_decode, .destroy = gpt2_destroy, .impl = g};
     sn_status st = load_encoder(g, encoder_json, e);
@@ -567,7 +589,10 @@ sn_status sn_tokenizer_gpt2_load(const char *encoder_json, const char *vocab_bpe
         return st;
     }
     g->tk.eot = vocab_find(g, EOT_TEXT, sizeof EOT_TEXT - 1);
-    cache_grow(g);
+    if (!cache_grow(g)) {
+        gpt2_destroy(&g->tk);
+        return tables_oom(e, 4096 * sizeof(cache_slot));
+    }
     *out = &g->tk;
     return SN_OK;
 }

@@ -116,7 +116,7 @@ struct sn_tokenizer {
     void *impl;
 };
 
-/* Byte-level: vocab 256, id = byte. Never fails (aborts on out of memory). */
+/* Byte-level: vocab 256, id = byte. NULL only when out of memory (a few hundred bytes). */
 sn_tokenizer *sn_tokenizer_bytes_new(void);
 /* GPT-2 byte-level BPE from its encoder.json (token -> id) and vocab.bpe (merges by rank).
  * The text "<|endoftext|>" encodes to the special id (50256). */

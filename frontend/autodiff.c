@@ -221,8 +221,13 @@ sn_status sn_backward(sn_graph *g, sn_node *loss, sn_err *e) {
                        sn_type_str(loss, t, sizeof t));
     }
     int n_fwd = g->n_nodes;
-    ad_state s = {g, calloc((size_t)n_fwd, sizeof(sn_node *)), calloc((size_t)n_fwd, sizeof(bool))};
-    SN_ASSERT(s.adj && s.needs);
+    const char *what = "autodiff's per-node gradients";
+    ad_state s = {g, sn_calloc((size_t)n_fwd, sizeof(sn_node *), what, e), sn_calloc((size_t)n_fwd, sizeof(bool), what, e)};
+    if (!s.adj || !s.needs) {
+        free(s.adj);
+        free(s.needs);
+        return SN_ERR_OOM;
+    }
     for (int i = 0; i < n_fwd; i++) {
         sn_node *n = g->nodes[i];
         s.needs[i] = n->op == SN_OP_PARAM;

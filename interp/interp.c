@@ -511,8 +511,7 @@ static sn_status eval(const sn_interp *it, const sn_node *n, double *y, sn_err *
     case SN_OP_EMBEDDING: case SN_OP_EMBEDDING_BWD: return eval_embedding(n, in, y, e);
     case SN_OP_ATTENTION_LSE: case SN_OP_ATTENTION: case SN_OP_ATTENTION_BWD_Q:
     case SN_OP_ATTENTION_BWD_K: case SN_OP_ATTENTION_BWD_V:
-        sn_interp_attention(n, in, y);
-        return SN_OK;
+        return sn_interp_attention(n, in, y, e);
     case SN_OP_COUNT: break;
     }
     SN_ASSERT(0);
@@ -522,15 +521,25 @@ static sn_status eval(const sn_interp *it, const sn_node *n, double *y, sn_err *
 
 static bool is_leaf(const sn_node *n) { return sn_op_kind(n->op) == SN_K_LEAF; }
 
-static double *alloc_value(const sn_node *n) {
-    double *v = malloc(sizeof(double) * (size_t)sn_numel(n));
-    SN_ASSERT(v); /* the reference interpreter is for small graphs */
-    return v;
+/* n's value (numel doubles); NULL with SN_ERR_OOM in e (the interpreter is for small graphs). */
+static double *alloc_value(const sn_node *n, sn_err *e) {
+    return sn_malloc(sizeof(double) * (size_t)sn_numel(n), "a value in the reference interpreter "
+                     "(fp64: it is for small graphs)", e);
+}
+
+/* A FULL or CONST leaf's value, made on first use. */
+static sn_status fill_constant(sn_interp *it, const sn_node *n, sn_err *e) {
+    int64_t numel = sn_numel(n);
+    double *v = it->val[n->id] = alloc_value(n, e);
+    if (!v) return SN_ERR_OOM;
+    for (int64_t k = 0; k < numel; k++) v[k] = n->op == SN_OP_FULL ? (double)n->a.f : (double)n->data[k];
+    round_to(it, n->dtype, v, numel);
+    return SN_OK;
 }
 
 sn_interp *sn_interp_new(const sn_graph *g, bool exact) {
     sn_interp *it = calloc(1, sizeof *it);
-    SN_ASSERT(it);
+    if (!it) return NULL;
     int nn = g->n_nodes;
     size_t cnt = nn ? (size_t)nn : 1;
     it->g = g;
@@ -540,7 +549,10 @@ sn_interp *sn_interp_new(const sn_graph *g, bool exact) {
     it->set = calloc(cnt, sizeof *it->set);
     it->keep = calloc(cnt, sizeof *it->keep);
     it->last_use = malloc(cnt * sizeof *it->last_use);
-    SN_ASSERT(it->val && it->set && it->keep && it->last_use);
+    if (!it->val || !it->set || !it->keep || !it->last_use) {
+        sn_interp_free(it);
+        return NULL;
+    }
     for (int i = 0; i < nn; i++) it->last_use[i] = -1;
     for (int i = 0; i < nn; i++) {
         const sn_node *n = g->nodes[i];
@@ -551,13 +563,6 @@ sn_interp *sn_interp_new(const sn_graph *g, bool exact) {
         }
         if (is_leaf(n)) it->keep[i] = true;
         if (n->op == SN_OP_PARAM && n->grad) it->keep[n->grad->id] = true;
-        if (n->op == SN_OP_FULL || n->op == SN_OP_CONST) {
-            int64_t numel = sn_numel(n);
-            it->val[i] = alloc_value(n);
-            for (int64_t k = 0; k < numel; k++)
-                it->val[i][k] = n->op == SN_OP_FULL ? (double)n->a.f : (double)n->data[k];
-            round_to(it, n->dtype, it->val[i], numel);
-        }
     }
     for (int i = 0; i < g->n_outputs; i++) it->keep[g->outputs[i]->id] = true;
     if (g->loss) it->keep[g->loss->id] = true;
@@ -566,7 +571,7 @@ sn_interp *sn_interp_new(const sn_graph *g, bool exact) {
 
 void sn_interp_free(sn_interp *it) {
     if (!it) return;
-    for (int i = 0; i < it->n_nodes; i++) free(it->val[i]);
+    for (int i = 0; it->val && i < it->n_nodes; i++) free(it->val[i]);
     free(it->val);
     free(it->set);
     free(it->keep);
@@ -600,7 +605,7 @@ static sn_status set_values(sn_interp *it, const sn_node *n, const float *f, con
                            index_str(k, n->rank, n->shape, at, sizeof at), v);
         }
     double *v = it->val[n->id];
-    if (!v) v = it->val[n->id] = alloc_value(n);
+    if (!v && !(v = it->val[n->id] = alloc_value(n, e))) return SN_ERR_OOM;
     for (int64_t k = 0; k < numel; k++) v[k] = f ? (double)f[k] : d ? d[k] : (double)i32[k];
     round_to(it, n->dtype, v, numel);
     it->set[n->id] = true;
@@ -636,13 +641,14 @@ sn_status sn_interp_run(sn_interp *it, sn_err *e) {
         if ((n->op == SN_OP_INPUT || n->op == SN_OP_PARAM) && !it->set[i])
             return sn_fail(e, SN_ERR_INVALID, "%s '%s' (%%%d) was not set: call sn_interp_set "
                            "before sn_interp_run", sn_op_name(n->op), n->name ? n->name : "?", i);
+        if ((n->op == SN_OP_FULL || n->op == SN_OP_CONST) && !it->val[i] && fill_constant(it, n, e))
+            return SN_ERR_OOM;
     }
     if (!it->keep_all) drop_values(it, false); /* left over from a keep_all run: lowers the peak */
     for (int i = 0; i < it->n_nodes; i++) {
         const sn_node *n = g->nodes[i];
         if (is_leaf(n)) continue;
-        if (!it->val[i]) it->val[i] = alloc_value(n);
-        sn_status st = eval(it, n, it->val[i], e);
+        sn_status st = it->val[i] || (it->val[i] = alloc_value(n, e)) ? eval(it, n, it->val[i], e) : SN_ERR_OOM;
         if (st) {
             drop_values(it, true); /* no half-run values */
             return st;

@@ -9,7 +9,9 @@
 
 typedef struct sn_interp sn_interp;
 
-/* g must outlive the interpreter and pass sn_verify. */
+/* g must outlive the interpreter and pass sn_verify. NULL only when out of memory for its
+ * per-node tables (a few bytes a node; the values come later, in sn_interp_set and _run, which
+ * report SN_ERR_OOM). */
 sn_interp *sn_interp_new(const sn_graph *g, bool exact);
 void sn_interp_free(sn_interp *it);
 

@@ -75,10 +75,10 @@ static void backward(const sn_node *n, const dims *d, double *const *in, double 
     }
 }
 
-void sn_interp_attention(const sn_node *n, double *const *in, double *y) {
+sn_status sn_interp_attention(const sn_node *n, double *const *in, double *y, sn_err *e) {
     dims d = dims_of(n);
-    double *s = malloc(sizeof(double) * (size_t)d.S); /* one row of scores */
-    SN_ASSERT(s);
+    double *s = sn_malloc(sizeof(double) * (size_t)d.S, "the interpreter's attention scores", e); /* one row */
+    if (!s) return SN_ERR_OOM;
     switch (n->op) {
     case SN_OP_ATTENTION_LSE: /* (q, k) -> lse (batch, T) */
         for (int64_t b = 0; b < d.batch; b++)
@@ -107,4 +107,5 @@ void sn_interp_attention(const sn_node *n, double *const *in, double *y) {
     default: SN_ASSERT(0);
     }
     free(s);
+    return SN_OK;
 }

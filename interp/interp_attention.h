@@ -5,7 +5,8 @@
 
 #include "ir/ir.h"
 
-/* y (n's shape) = the attention op n (kind SN_K_ATTENTION) of its inputs' values in[]. */
-void sn_interp_attention(const sn_node *n, double *const *in, double *y);
+/* y (n's shape) = the attention op n (kind SN_K_ATTENTION) of its inputs' values in[];
+ * SN_ERR_OOM when its row of scores cannot be allocated. */
+sn_status sn_interp_attention(const sn_node *n, double *const *in, double *y, sn_err *e);
 
 #endif

@@ -128,15 +128,13 @@ struct sn_arena_block {
 };
 
 void *sn_arena_alloc(sn_arena *a, size_t size) {
+    if (size > SIZE_MAX / 2) return NULL;
     size = (size + 15) & ~(size_t)15;
     sn_arena_block *b = a->head;
     if (!b || b->cap - b->used < size) {
         size_t cap = size > 65536 ? size : 65536;
         b = malloc(sizeof *b + cap);
-        if (!b) {
-            fprintf(stderr, "sinter: out of host memory allocating %zu bytes for a graph\n", size);
-            abort();
-        }
+        if (!b) return NULL;
         b->cap = cap;
         b->used = 0;
         b->next = a->head;
@@ -152,7 +150,7 @@ void *sn_arena_alloc(sn_arena *a, size_t size) {
 char *sn_arena_strdup(sn_arena *a, const char *s) {
     size_t n = strlen(s) + 1;
     char *p = sn_arena_alloc(a, n);
-    memcpy(p, s, n);
+    if (p) memcpy(p, s, n);
     return p;
 }
 
@@ -167,11 +165,7 @@ void sn_arena_free(sn_arena *a) {
 
 /* ---- graph ---- */
 
-sn_graph *sn_graph_new(void) {
-    sn_graph *g = calloc(1, sizeof *g);
-    SN_ASSERT(g);
-    return g;
-}
+sn_graph *sn_graph_new(void) { return calloc(1, sizeof(sn_graph)); }
 
 void sn_graph_free(sn_graph *g) {
     if (!g) return;
@@ -183,19 +177,22 @@ void sn_graph_free(sn_graph *g) {
 
 const char *sn_graph_error(const sn_graph *g) { return g->err.code ? g->err.msg : NULL; }
 
-static void *grow(void *p, int *cap, size_t elem) {
-    *cap = *cap ? *cap * 2 : 64;
-    p = realloc(p, (size_t)*cap * elem);
-    SN_ASSERT(p);
-    return p;
+/* Doubles the array *p of *cap elements; false (g->err set, *p kept) when out of memory. */
+static bool grow(sn_graph *g, void *p, int *cap, size_t elem) {
+    int cap2 = *cap ? *cap * 2 : 64;
+    void *q = sn_realloc(*(void **)p, (size_t)cap2 * elem, "a graph's node list", &g->err);
+    if (!q) return false;
+    *(void **)p = q;
+    *cap = cap2;
+    return true;
 }
 
 void sn_graph_add_output(sn_graph *g, sn_node *n) {
     if (!n) return;
     for (int i = 0; i < g->n_outputs; i++)
         if (g->outputs[i] == n) return;
-    if (g->n_outputs == g->cap_outputs)
-        g->outputs = grow(g->outputs, &g->cap_outputs, sizeof *g->outputs);
+    if (g->n_outputs == g->cap_outputs && !grow(g, &g->outputs, &g->cap_outputs, sizeof *g->outputs))
+        return;
     g->outputs[g->n_outputs++] = n;
 }
 
@@ -213,20 +210,26 @@ sn_node *sn_graph_append(sn_graph *g, const sn_node *proto) {
                 g->n_nodes, msg);
         return NULL;
     }
+    size_t n_in = sizeof(sn_node *) * (size_t)proto->n_in;
+    size_t bytes = proto->data ? sizeof(float) * (size_t)sn_shape_numel(tmp.rank, tmp.shape) : 0;
     sn_node *n = sn_arena_alloc(&g->arena, sizeof *n);
+    if (!n || (n_in && !(n->in = sn_arena_alloc(&g->arena, n_in))) ||
+        (proto->name && !(n->name = sn_arena_strdup(&g->arena, proto->name))) ||
+        (bytes && !(n->data = sn_arena_alloc(&g->arena, bytes)))) {
+        sn_fail_oom(&g->err, sizeof *n + n_in + bytes, "a graph node");
+        return NULL;
+    }
+    sn_node **in = n->in;
+    const char *name = n->name;
+    float *data = n->data;
     *n = tmp;
     n->id = g->n_nodes;
-    if (proto->n_in) {
-        n->in = sn_arena_alloc(&g->arena, sizeof(sn_node *) * (size_t)proto->n_in);
-        memcpy(n->in, proto->in, sizeof(sn_node *) * (size_t)proto->n_in);
-    }
-    if (proto->name) n->name = sn_arena_strdup(&g->arena, proto->name);
-    if (proto->data) {
-        size_t bytes = sizeof(float) * (size_t)sn_numel(n);
-        n->data = sn_arena_alloc(&g->arena, bytes);
-        memcpy(n->data, proto->data, bytes);
-    }
-    if (g->n_nodes == g->cap_nodes) g->nodes = grow(g->nodes, &g->cap_nodes, sizeof *g->nodes);
+    n->in = in;
+    n->name = name;
+    n->data = data;
+    if (n_in) memcpy(n->in, proto->in, n_in);
+    if (bytes) memcpy(n->data, proto->data, bytes);
+    if (g->n_nodes == g->cap_nodes && !grow(g, &g->nodes, &g->cap_nodes, sizeof *g->nodes)) return NULL;
     g->nodes[g->n_nodes++] = n;
     if (!g->has_backward) g->n_forward = g->n_nodes;
     return n;

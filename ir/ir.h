@@ -45,6 +45,19 @@ const char *sn_status_name(sn_status s);
     } while (0)
 _Noreturn void sn_assert_fail(const char *file, int line, const char *cond);
 
+/* ---- host allocation (alloc.c) --------------------------------------------------------- */
+
+/* malloc, calloc and realloc that, when the memory is not there, return NULL with SN_ERR_OOM
+ * in e: "out of memory: <what> needs <size> ...: use a smaller --batch or --seq, ...". realloc
+ * leaves p allocated on failure. what: "the memory planner's value order". */
+void *sn_malloc(size_t bytes, const char *what, sn_err *e);
+void *sn_calloc(size_t n, size_t size, const char *what, sn_err *e);
+void *sn_realloc(void *p, size_t bytes, const char *what, sn_err *e);
+/* The SN_ERR_OOM failure those report, for allocations made another way (a device's). */
+sn_status sn_fail_oom(sn_err *e, size_t bytes, const char *what);
+/* "1.5 GiB", "12.0 KiB", "100 bytes"; returns buf. */
+char *sn_bytes_str(int64_t bytes, char *buf, size_t len);
+
 /* ---- dtypes ---------------------------------------------------------------------------- */
 
 /*   X(NAME, "text", bits, is_float) */
@@ -117,7 +130,7 @@ typedef struct {
     size_t used_bytes; /* total handed out, for reports */
 } sn_arena;
 
-void *sn_arena_alloc(sn_arena *a, size_t size); /* zeroed, 16-byte aligned; aborts on OOM */
+void *sn_arena_alloc(sn_arena *a, size_t size); /* zeroed, 16-byte aligned; NULL when out of memory */
 char *sn_arena_strdup(sn_arena *a, const char *s);
 void sn_arena_free(sn_arena *a);
 
@@ -133,7 +146,7 @@ typedef struct {
     sn_err err; /* sticky: the first construction error; later constructors return NULL */
 } sn_graph;
 
-sn_graph *sn_graph_new(void);
+sn_graph *sn_graph_new(void); /* NULL when out of memory */
 void sn_graph_free(sn_graph *g);
 /* The first error recorded while building g, or NULL if none. */
 const char *sn_graph_error(const sn_graph *g);
@@ -143,7 +156,7 @@ void sn_graph_add_output(sn_graph *g, sn_node *n);
  * is chosen by the caller (leaves, reshape, broadcast, pad, cast, embedding_bwd), set dtype,
  * rank and shape in proto; otherwise they are inferred. On a shape or dtype error, records a
  * message naming the op and the shapes in g->err and returns NULL (as it does when g->err is
- * already set or an input is NULL). */
+ * already set or an input is NULL, and with SN_ERR_OOM in g->err when memory runs out). */
 sn_node *sn_graph_append(sn_graph *g, const sn_node *proto);
 
 int64_t sn_numel(const sn_node *n);

@@ -134,10 +134,8 @@ static sn_status parse_string(parser *p) {
     SN_ASSERT(*p->s == '"');
     p->s++;
     size_t n = 0;
-    if (!p->name) {
-        p->name = malloc(p->cap_name = 64);
-        SN_ASSERT(p->name);
-    }
+    if (!p->name && !(p->name = sn_malloc(p->cap_name = 64, "the parser's name buffer", p->e)))
+        return SN_ERR_OOM;
     for (;;) {
         char c = *p->s++;
         if (c == '"') break;
@@ -163,9 +161,10 @@ static sn_status parse_string(parser *p) {
             if (c == '\0') return perr(p, "a name cannot contain \\x00");
         }
         if (n + 1 >= p->cap_name) {
-            p->cap_name = p->cap_name ? 2 * p->cap_name : 64;
-            p->name = realloc(p->name, p->cap_name);
-            SN_ASSERT(p->name);
+            char *name = sn_realloc(p->name, 2 * p->cap_name, "the parser's name buffer", p->e);
+            if (!name) return SN_ERR_OOM;
+            p->name = name;
+            p->cap_name *= 2;
         }
         p->name[n++] = c;
     }
@@ -180,9 +179,11 @@ static sn_status parse_data(parser *p) {
     if (accept(p, ']')) return SN_OK;
     do {
         if (p->n_data == p->cap_data) {
-            p->cap_data = p->cap_data ? 2 * p->cap_data : 64;
-            p->data = realloc(p->data, sizeof(float) * (size_t)p->cap_data);
-            SN_ASSERT(p->data);
+            int64_t cap = p->cap_data ? 2 * p->cap_data : 64;
+            float *data = sn_realloc(p->data, sizeof(float) * (size_t)cap, "a const's values", p->e);
+            if (!data) return SN_ERR_OOM;
+            p->data = data;
+            p->cap_data = cap;
         }
         if (parse_float(p, "a value of data", &p->data[p->n_data++])) return SN_ERR_PARSE;
     } while (accept(p, ','));
@@ -351,6 +352,7 @@ static sn_status parse_node(parser *p) {
         return perr(p, "perm has %d entries but the input %%%d is %s", n_perm, in[0]->id,
                     sn_type_str(in[0], t, sizeof t));
     sn_node *made = sn_graph_append(g, &n);
+    if (!made && g->err.code == SN_ERR_OOM) return sn_fail(p->e, SN_ERR_OOM, "%s", g->err.msg);
     if (!made) return perr(p, "%s", g->err.msg);
     if (!same_type(made, &n))
         return perr(p, "declared type %s but the shape rule for %s gives %s",
@@ -434,6 +436,7 @@ sn_status sn_graph_parse(const char *text, sn_graph **out, sn_err *e) {
     SN_ASSERT(text && out);
     *out = NULL;
     parser p = {.s = text, .line = 1, .g = sn_graph_new(), .e = e};
+    if (!p.g) return sn_fail_oom(e, sizeof *p.g, "a parsed graph");
     sn_status st = parse_graph(&p);
     free(p.data);
     free(p.name);

@@ -5,11 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-void sn_rewrite_begin(sn_rewrite *r, const sn_graph *old) {
+sn_status sn_rewrite_begin(sn_rewrite *r, const sn_graph *old, sn_err *e) {
     r->old = old;
     r->g = sn_graph_new();
-    r->map = calloc(old->n_nodes ? (size_t)old->n_nodes : 1, sizeof *r->map);
-    SN_ASSERT(r->map);
+    r->map = sn_calloc((size_t)old->n_nodes, sizeof *r->map, "a rewrite's node map", e);
+    if (r->g && r->map) return SN_OK;
+    if (!r->g) sn_fail_oom(e, sizeof *r->g, "a rewritten graph");
+    sn_graph_free(r->g);
+    free(r->map);
+    *r = (sn_rewrite){0};
+    return SN_ERR_OOM;
 }
 
 sn_node sn_rewrite_proto(const sn_rewrite *r, const sn_node *n, sn_node **in) {
@@ -76,9 +81,9 @@ sn_status sn_rewrite_end(sn_rewrite *r, const char *pass, sn_graph **out, sn_err
     return SN_OK;
 }
 
-int *sn_graph_use_counts(const sn_graph *g) {
-    int *uses = calloc(g->n_nodes ? (size_t)g->n_nodes : 1, sizeof *uses);
-    SN_ASSERT(uses);
+int *sn_graph_use_counts(const sn_graph *g, sn_err *e) {
+    int *uses = sn_calloc((size_t)g->n_nodes, sizeof *uses, "a graph's use counts", e);
+    if (!uses) return NULL;
     for (int i = 0; i < g->n_nodes; i++) {
         const sn_node *n = g->nodes[i];
         for (int k = 0; k < n->n_in; k++) uses[n->in[k]->id]++;

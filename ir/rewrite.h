@@ -13,8 +13,8 @@ typedef struct {
     sn_node **map; /* [old->n_nodes]: the new node standing for each old one (NULL: none yet) */
 } sn_rewrite;
 
-/* Starts an empty new graph for old. */
-void sn_rewrite_begin(sn_rewrite *r, const sn_graph *old);
+/* Starts an empty new graph for old; SN_ERR_OOM (nothing to free) when memory runs out. */
+sn_status sn_rewrite_begin(sn_rewrite *r, const sn_graph *old, sn_err *e);
 
 /* Old node n as a proto for the new graph: its op, attributes, name, data and type, its inputs
  * mapped (written to in[], room for n->n_in), no grad. A pass changes it, then emits it. */
@@ -33,7 +33,7 @@ sn_node *sn_rewrite_copy(sn_rewrite *r, const sn_node *n);
 sn_status sn_rewrite_end(sn_rewrite *r, const char *pass, sn_graph **out, sn_err *e);
 
 /* How many times each node is used: as an input (once per input slot), an output, the loss or
- * a grad. malloc'd [g->n_nodes]; the caller frees. */
-int *sn_graph_use_counts(const sn_graph *g);
+ * a grad. malloc'd [g->n_nodes]; the caller frees. NULL (SN_ERR_OOM in e) when out of memory. */
+int *sn_graph_use_counts(const sn_graph *g, sn_err *e);
 
 #endif

@@ -56,10 +56,16 @@ sn_status sn_pass_attention(const sn_graph *in, sn_graph **out, int *n_fused, sn
     if (in->has_backward)
         return sn_fail(e, SN_ERR_INVALID, "attention pass: the graph already has a backward part; "
                        "run the pass before autodiff so the backward uses the fused ops");
-    int *uses = sn_graph_use_counts(in);
-    chain *at = calloc((size_t)in->n_nodes + 1, sizeof *at); /* at[id]: the chain ending at id */
-    bool *gone = calloc((size_t)in->n_nodes + 1, sizeof *gone);
-    SN_ASSERT(at && gone);
+    int *uses = sn_graph_use_counts(in, e);
+    chain *at = sn_calloc((size_t)in->n_nodes + 1, sizeof *at, "the attention pass's chains", e); /* at[id]: the chain ending at id */
+    bool *gone = sn_calloc((size_t)in->n_nodes + 1, sizeof *gone, "the attention pass's chains", e);
+    sn_rewrite r;
+    if (!uses || !at || !gone || sn_rewrite_begin(&r, in, e)) {
+        free(uses);
+        free(at);
+        free(gone);
+        return SN_ERR_OOM;
+    }
     for (int i = 0; i < in->n_nodes; i++) {
         chain c;
         if (!match(in->nodes[i], uses, &c)) continue;
@@ -68,8 +74,6 @@ sn_status sn_pass_attention(const sn_graph *in, sn_graph **out, int *n_fused, sn
             if (c.inner[k]) gone[c.inner[k]->id] = true;
         ++*n_fused;
     }
-    sn_rewrite r;
-    sn_rewrite_begin(&r, in);
     for (int i = 0; i < in->n_nodes; i++) {
         const sn_node *n = in->nodes[i];
         if (gone[i]) continue;

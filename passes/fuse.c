@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "fuse_int.h"
+#include "passes.h"
 
 static bool is_pw(sn_op op) { return sn_op_kind(op) == SN_K_POINTWISE || op == SN_OP_CONCAT; }
 static bool is_compute(sn_op op) { return !is_pw(op) && !is_view(op) && sn_op_kind(op) != SN_K_LEAF; }
@@ -202,50 +203,65 @@ static sn_status build(fuse_state *s) {
     const sn_graph *g = s->g;
     int n = g->n_nodes;
     decide(s);
-    sn_program *p = calloc(1, sizeof *p);
-    SN_ASSERT(p);
-    p->g = g;
-    p->value_of = malloc(sizeof(int) * (size_t)n);
-    p->kernels = calloc((size_t)n, sizeof *p->kernels);
-    SN_ASSERT(p->value_of && p->kernels);
-    s->p = p;
     s->overflowed = -1;
-    sn_fuse_make_values(s);
-    sn_status st = SN_OK;
+    const char *what = "the fuse pass's program";
+    sn_program *p = s->p = sn_calloc(1, sizeof *p, what, s->e);
+    if (!p || !(p->value_of = sn_malloc(sizeof(int) * (size_t)n, what, s->e)) ||
+        !(p->kernels = sn_calloc((size_t)n, sizeof *p->kernels, what, s->e)))
+        return SN_ERR_OOM;
+    p->g = g;
+    sn_status st = sn_fuse_make_values(s);
     for (int i = 0; i < n && !st; i++) {
         const sn_node *x = g->nodes[i];
         if (!s->live[i] || s->home[i] != i) continue; /* not the root of a kernel */
         if (is_view(x->op)) st = sn_fuse_copy_kernel(s, x);
         else if (is_compute(x->op) && (!is_row(x->op) || !s->members[i]))
-            sn_fuse_compute_kernel(s, x);
+            st = sn_fuse_compute_kernel(s, x);
         else st = sn_fuse_group_kernel(s, x);
     }
-    if (!st) sn_fuse_check_order(s);
+    if (!st) st = sn_fuse_check_order(s);
     return st;
 }
 
-sn_status sn_fuse(const sn_graph *g, sn_program **out, sn_err *e) {
+sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_err *e) {
+    (void)t; /* the same kernels for every target today */
     *out = NULL;
     int n = g->n_nodes;
     fuse_state s = {.g = g, .e = e};
-    s.users = calloc((size_t)n, sizeof *s.users);
-    s.n_users = calloc((size_t)n, sizeof *s.n_users);
-    s.live = calloc((size_t)n, 1);
-    s.mat = calloc((size_t)n, 1);
-    s.is_out = calloc((size_t)n, 1);
-    s.home = calloc((size_t)n, sizeof *s.home);
-    s.anchor = calloc((size_t)n, sizeof *s.anchor);
-    s.space = calloc((size_t)n, sizeof *s.space);
-    s.members = calloc((size_t)n, sizeof *s.members);
-    s.extra = calloc((size_t)n, 1);
-    s.solo = calloc((size_t)n, 1);
-    SN_ASSERT(s.users && s.n_users && s.live && s.mat && s.is_out && s.home && s.anchor && s.space &&
-              s.members && s.extra && s.solo);
-    for (int i = 0; i < n; i++)
+    const char *what = "the fuse pass's per-node tables";
+    s.users = sn_calloc((size_t)n, sizeof *s.users, what, e);
+    s.n_users = sn_calloc((size_t)n, sizeof *s.n_users, what, e);
+    s.live = sn_calloc((size_t)n, 1, what, e);
+    s.mat = sn_calloc((size_t)n, 1, what, e);
+    s.is_out = sn_calloc((size_t)n, 1, what, e);
+    s.home = sn_calloc((size_t)n, sizeof *s.home, what, e);
+    s.anchor = sn_calloc((size_t)n, sizeof *s.anchor, what, e);
+    s.space = sn_calloc((size_t)n, sizeof *s.space, what, e);
+    s.members = sn_calloc((size_t)n, sizeof *s.members, what, e);
+    s.extra = sn_calloc((size_t)n, 1, what, e);
+    s.solo = sn_calloc((size_t)n, 1, what, e);
+    bool ok = s.users && s.n_users && s.live && s.mat && s.is_out && s.home && s.anchor && s.space &&
+              s.members && s.extra && s.solo;
+    for (int i = 0; ok && i < n; i++)
         for (int j = 0; j < g->nodes[i]->n_in; j++) s.n_users[g->nodes[i]->in[j]->id]++;
-    for (int i = 0; i < n; i++) {
-        s.users[i] = malloc(sizeof(int) * (size_t)(s.n_users[i] + 1));
+    for (int i = 0; ok && i < n; i++) {
+        ok = (s.users[i] = sn_malloc(sizeof(int) * (size_t)(s.n_users[i] + 1), what, e));
         s.n_users[i] = 0;
+    }
+    if (!ok) {
+        for (int i = 0; s.users && i < n; i++) free(s.users[i]);
+        free(s.users);
+        free(s.n_users);
+        free(s.live);
+        free(s.mat);
+        free(s.is_out);
+        free(s.home);
+        free(s.anchor);
+        free(s.space);
+        free(s.members);
+        free(s.extra);
+        free(s.solo);
+        return SN_ERR_OOM;
     }
     for (int i = 0; i < n; i++)
         for (int j = 0; j < g->nodes[i]->n_in; j++) {

@@ -156,7 +156,7 @@ sn_status sn_fuse_row_operand_access(fuse_state *s, pw_build *b, const sn_node *
     SN_ASSERT(s->mat[x->id]);
     view_map m = {.base = x};
     contiguous(x, m.stride);
-    bool per_row = (n->op == SN_OP_CROSS_ENTROPY || n->op == SN_OP_CROSS_ENTROPY_BWD) && i == 1;
+    bool per_row = sn_row_facts_of(n->op)->per_row >> i & 1;
     if (!per_row) return sn_fuse_push_access(s, b, x, &m, ref);
     /* targets (.., T) for the rows of logits (.., T, V): left-aligned, stride 0 along the row */
     int arg = input_index(b, x);

@@ -1,4 +1,4 @@
-/* fuse_int.h: the fuse pass's internals (its entry, sn_fuse, is in program.h), one section per
+/* fuse_int.h: the fuse pass's internals (its entry, sn_fuse, is in passes.h), one section per
  * file. Convention: every function takes the pass's fuse_state; the decisions (fuse.c) are made
  * before any access or kernel is built from them (fuse_access.c, fuse_kernels.c). */
 #ifndef SN_FUSE_INT_H
@@ -93,14 +93,14 @@ struct pw_build {
 /* The failure of b's kernel running out of args or instructions; sets s->overflowed. */
 sn_status sn_fuse_too_many(fuse_state *s, pw_build *b);
 /* p->values and p->value_of: one value per node with a buffer (s->mat). */
-void sn_fuse_make_values(fuse_state *s);
+sn_status sn_fuse_make_values(fuse_state *s);
 /* The kernel rooted at `root`: a pointwise group, or a row op with its prologue and epilogue. */
 sn_status sn_fuse_group_kernel(fuse_state *s, const sn_node *root);
 /* A view with a buffer of its own: a copy of what it views. */
 sn_status sn_fuse_copy_kernel(fuse_state *s, const sn_node *v);
 /* A kernel of one compute node (a row op with nothing fused reads its inputs as args). */
-void sn_fuse_compute_kernel(fuse_state *s, const sn_node *n);
+sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n);
 /* Asserts that every kernel reads only values written before it (or loaded with the program). */
-void sn_fuse_check_order(const fuse_state *s);
+sn_status sn_fuse_check_order(const fuse_state *s);
 
 #endif

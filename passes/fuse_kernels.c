@@ -79,6 +79,10 @@ static sn_status add_value(fuse_state *s, pw_build *b, const sn_node *x, sn_ref 
 static sn_kernel *new_kernel(fuse_state *s, sn_kernel_kind kind, const sn_node *out) {
     sn_program *p = s->p;
     sn_kernel *k = sn_arena_alloc(&p->arena, sizeof *k);
+    if (!k) {
+        sn_fail_oom(s->e, sizeof *k, "a kernel of the fuse pass");
+        return NULL;
+    }
     k->kind = kind;
     k->id = p->n_kernels;
     k->n_out = 1;
@@ -88,15 +92,8 @@ static sn_kernel *new_kernel(fuse_state *s, sn_kernel_kind kind, const sn_node *
     return k;
 }
 
-static int64_t rows_of(const sn_node *x) { return x->rank ? sn_numel(x) / x->shape[x->rank - 1] : 1; }
-
-/* Row ops that sum over all rows into one output run as one range. */
-static bool row_serial(sn_op op) {
-    return op == SN_OP_CROSS_ENTROPY || op == SN_OP_LAYERNORM_BWD_W || op == SN_OP_RMSNORM_BWD_W;
-}
-
 /* The kernel of b: outputs (the root first), then inputs; accesses renumbered to args. */
-static void finish(fuse_state *s, sn_kernel *k, pw_build *b, const sn_node *anchor) {
+static sn_status finish(fuse_state *s, sn_kernel *k, pw_build *b, const sn_node *anchor) {
     sn_arena *A = &s->p->arena;
     int o = 0;
     for (int i = 0; i < b->n_out; i++) /* the root first */
@@ -118,9 +115,10 @@ static void finish(fuse_state *s, sn_kernel *k, pw_build *b, const sn_node *anch
     memcpy(k->shape, b->shape, sizeof k->shape);
     k->n_instr = b->n_instr;
     k->instr = sn_arena_alloc(A, sizeof(sn_pw_instr) * (size_t)b->n_instr);
-    memcpy(k->instr, b->instr, sizeof(sn_pw_instr) * (size_t)b->n_instr);
     k->n_access = b->n_access;
     k->access = sn_arena_alloc(A, sizeof(sn_access) * (size_t)(b->n_access + 1));
+    if (!k->instr || !k->access) return sn_fail_oom(s->e, sizeof(sn_pw_instr) * (size_t)b->n_instr, "a kernel of the fuse pass");
+    memcpy(k->instr, b->instr, sizeof(sn_pw_instr) * (size_t)b->n_instr);
     memcpy(k->access, b->access, sizeof(sn_access) * (size_t)b->n_access);
     /* named after its ops: a row kernel's row op first, then the others in order; a pointwise
      * kernel's root, then the others most recent first */
@@ -135,16 +133,14 @@ static void finish(fuse_state *s, sn_kernel *k, pw_build *b, const sn_node *anch
     if (anchor) {
         k->anchor = anchor;
         k->row_instr = b->row_instr;
-        k->n_items = rows_of(anchor->in[0]);
-        k->serial = row_serial(anchor->op);
-    } else {
-        k->n_items = sn_shape_numel(b->rank, b->shape);
     }
+    sn_kernel_work(k, &k->n_items, &k->serial);
+    return SN_OK;
 }
 
-static pw_build *new_build(const sn_node *root, const sn_node *space) {
-    pw_build *b = calloc(1, sizeof *b);
-    SN_ASSERT(b);
+static pw_build *new_build(fuse_state *s, const sn_node *root, const sn_node *space) {
+    pw_build *b = sn_calloc(1, sizeof *b, "a kernel of the fuse pass", s->e);
+    if (!b) return NULL;
     b->G = root->id;
     b->root = root;
     b->rank = space->rank;
@@ -157,10 +153,11 @@ static pw_build *new_build(const sn_node *root, const sn_node *space) {
 sn_status sn_fuse_group_kernel(fuse_state *s, const sn_node *root) {
     const sn_node *anchor = s->anchor[root->id];
     sn_kernel *k = new_kernel(s, anchor ? SN_KER_ROW : SN_KER_POINTWISE, root);
-    pw_build *b = new_build(root, s->space[root->id]);
+    pw_build *b = k ? new_build(s, root, s->space[root->id]) : NULL;
+    if (!b) return SN_ERR_OOM;
     sn_ref top;
     sn_status st = add_value(s, b, root, &top);
-    if (!st) finish(s, k, b, anchor);
+    if (!st) st = finish(s, k, b, anchor);
     free(b);
     return st;
 }
@@ -168,7 +165,8 @@ sn_status sn_fuse_group_kernel(fuse_state *s, const sn_node *root) {
 /* A view with a buffer of its own: a copy of what it views. */
 sn_status sn_fuse_copy_kernel(fuse_state *s, const sn_node *v) {
     sn_kernel *k = new_kernel(s, SN_KER_POINTWISE, v);
-    pw_build *b = new_build(v, v);
+    pw_build *b = k ? new_build(s, v, v) : NULL;
+    if (!b) return SN_ERR_OOM;
     sn_pw_instr copy = {.node = v, .n_in = 1};
     view_map m;
     sn_status st = sn_fuse_map_through(s, v, &m) ? sn_fuse_push_access(s, b, v, &m, &copy.in[0])
@@ -177,7 +175,7 @@ sn_status sn_fuse_copy_kernel(fuse_state *s, const sn_node *v) {
         b->instr[b->n_instr++] = copy;
         b->out[0] = v;
         b->n_out = 1;
-        finish(s, k, b, NULL);
+        st = finish(s, k, b, NULL);
     }
     free(b);
     return st;
@@ -194,8 +192,9 @@ static sn_kernel_kind compute_kind(sn_op op) {
 }
 
 /* A kernel of one compute node (a row op with nothing fused reads its inputs as args). */
-void sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
+sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
     sn_kernel *k = new_kernel(s, compute_kind(n->op), n);
+    if (!k) return SN_ERR_OOM;
     k->anchor = n;
     const sn_node *lse = n->op == SN_OP_ATTENTION ? n->in[3] : NULL;
     if (lse && s->home[lse->id] == n->id) {
@@ -211,27 +210,15 @@ void sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
             if (k->args[j] == n->in[i]) at = j;
         if (at < 0) k->args[k->n_out + k->n_in++] = n->in[i]; /* compute ops have at most 6 inputs */
     }
-    const sn_node *x = n->in[0];
-    switch (k->kind) {
-    case SN_KER_ROW:
-        k->n_items = rows_of(x);
-        k->serial = row_serial(n->op);
-        break;
-    case SN_KER_REDUCE: k->n_items = sn_numel(n); break;
-    case SN_KER_GATHER:
-        /* embedding: one item per id; its backward: column blocks of 64 that threads own */
-        k->n_items = n->op == SN_OP_EMBEDDING ? sn_numel(n->in[1]) : (n->shape[1] + 63) / 64;
-        break;
-    case SN_KER_ATTENTION: k->n_items = x->rank >= 2 ? sn_numel(x) / (x->shape[x->rank - 1] * x->shape[x->rank - 2]) : 1; break;
-    default: k->n_items = 1; k->serial = true; break;
-    }
+    sn_kernel_work(k, &k->n_items, &k->serial);
+    return SN_OK;
 }
 
 /* Every kernel reads only values written before it (or loaded with the program). */
-void sn_fuse_check_order(const fuse_state *s) {
+sn_status sn_fuse_check_order(const fuse_state *s) {
     const sn_program *p = s->p;
-    bool *written = calloc((size_t)p->n_values + 1, 1);
-    SN_ASSERT(written);
+    bool *written = sn_calloc((size_t)p->n_values + 1, 1, "the fuse pass's order check", s->e);
+    if (!written) return SN_ERR_OOM;
     for (int v = 0; v < p->n_values; v++) {
         sn_op op = p->values[v].node->op;
         written[v] = is_leaf(op) || op == SN_OP_FULL;
@@ -252,6 +239,7 @@ void sn_fuse_check_order(const fuse_state *s) {
         }
     }
     free(written);
+    return SN_OK;
 }
 
 /* ---- values ---- */
@@ -260,11 +248,11 @@ static int dtype_bytes(sn_dtype t) { return sn_dtype_bits(t) / 8; }
 
 /* One value per node with a buffer, in graph order; a reshape of a buffer that is not an
  * output aliases it. */
-void sn_fuse_make_values(fuse_state *s) {
+sn_status sn_fuse_make_values(fuse_state *s) {
     const sn_graph *g = s->g;
     sn_program *p = s->p;
-    p->values = calloc((size_t)g->n_nodes, sizeof *p->values);
-    SN_ASSERT(p->values);
+    p->values = sn_calloc((size_t)g->n_nodes, sizeof *p->values, "the fuse pass's values", s->e);
+    if (!p->values) return SN_ERR_OOM;
     for (int i = 0; i < g->n_nodes; i++) {
         const sn_node *n = g->nodes[i];
         p->value_of[i] = -1;
@@ -276,5 +264,5 @@ void sn_fuse_make_values(fuse_state *s) {
         v->persistent = sn_op_kind(n->op) == SN_K_LEAF || s->is_out[i];
         if (n->op == SN_OP_RESHAPE && s->mat[n->in[0]->id] && !s->is_out[i])
             v->alias = p->value_of[n->in[0]->id];
-    }
+    }    return SN_OK;
 }

@@ -1,9 +1,10 @@
 /* memplan.c: live ranges over the kernel order and arena offsets for the values that are not
  * persistent. Convention: greedy by size (largest first), each value placed in the lowest gap
  * among the already-placed values whose live ranges overlap its own; 64-byte alignment. */
+#include <inttypes.h>
 #include <stdlib.h>
 
-#include "program/program.h"
+#include "passes.h"
 
 enum { ALIGN = 64 };
 
@@ -42,12 +43,15 @@ static int by_offset(const void *a, const void *b, void *ctx) {
 
 static bool overlap(const sn_value *a, const sn_value *b) { return a->first <= b->last && b->first <= a->last; }
 
-sn_status sn_memplan(sn_program *p, sn_err *e) {
-    (void)e;
+sn_status sn_memplan(sn_program *p, const sn_target *t, sn_err *e) {
     fill_live_ranges(p);
-    int *order = malloc(sizeof(int) * (size_t)(p->n_values + 1));
-    int *near = malloc(sizeof(int) * (size_t)(p->n_values + 1));
-    SN_ASSERT(order && near);
+    size_t n_bytes = sizeof(int) * (size_t)(p->n_values + 1);
+    int *order = sn_malloc(n_bytes, "the memory planner's value order", e);
+    int *near = order ? sn_malloc(n_bytes, "the memory planner's value order", e) : NULL;
+    if (!near) {
+        free(order);
+        return SN_ERR_OOM;
+    }
     int n = 0;
     p->persistent_bytes = p->arena_bytes = p->sum_bytes = 0;
     for (int v = 0; v < p->n_values; v++) {
@@ -93,5 +97,14 @@ sn_status sn_memplan(sn_program *p, sn_err *e) {
     }
     free(order);
     free(near);
+    int64_t total = p->arena_bytes + p->persistent_bytes;
+    if (t->memory_bytes > 0 && total > t->memory_bytes) {
+        char need[32], have[32];
+        return sn_fail(e, SN_ERR_OOM, "out of memory: the program needs %s (arena %" PRId64
+                       " + persistent %" PRId64 " bytes) but %s has %s: use a smaller --batch or "
+                       "--seq, or a smaller model", sn_bytes_str(total, need, sizeof need),
+                       p->arena_bytes, p->persistent_bytes, t->name,
+                       sn_bytes_str(t->memory_bytes, have, sizeof have));
+    }
     return SN_OK;
 }

@@ -19,13 +19,19 @@ int64_t sn_pad_vocab_size(int64_t V, int64_t multiple) {
 /* What each node is to the pass. */
 enum { NONE, TABLE, HEAD, LOSS }; /* padded param, its logits matmul, their cross-entropy */
 
-/* Marks the tables to pad, their heads and losses in role[]; returns how many tables. */
-static int find(const sn_graph *g, int64_t multiple, unsigned char *role) {
-    int nn = g->n_nodes, *uses = sn_graph_use_counts(g);
+/* Marks the tables to pad, their heads and losses in role[]; returns how many tables, or -1
+ * (SN_ERR_OOM in e) when out of memory. */
+static int find(const sn_graph *g, int64_t multiple, unsigned char *role, sn_err *e) {
+    int nn = g->n_nodes, *uses = sn_graph_use_counts(g, e);
     size_t cnt = (size_t)nn + 1;
-    int *readers = calloc(cnt, sizeof *readers), *as_logits = calloc(cnt, sizeof *as_logits);
-    bool *bad = calloc(cnt, sizeof *bad), *head_of = calloc(cnt, sizeof *head_of);
-    SN_ASSERT(uses && readers && as_logits && bad && head_of);
+    const char *what = "the pad_vocab pass's per-node tables";
+    int *readers = sn_calloc(cnt, sizeof *readers, what, e), *as_logits = sn_calloc(cnt, sizeof *as_logits, what, e);
+    bool *bad = sn_calloc(cnt, sizeof *bad, what, e), *head_of = sn_calloc(cnt, sizeof *head_of, what, e);
+    int count = 0;
+    if (!uses || !readers || !as_logits || !bad || !head_of) {
+        nn = 0;
+        count = -1;
+    }
     for (int i = 0; i < nn; i++) { /* who reads what, and how */
         const sn_node *n = g->nodes[i];
         for (int k = 0; k < n->n_in; k++) {
@@ -44,7 +50,6 @@ static int find(const sn_graph *g, int64_t multiple, unsigned char *role) {
             else if (!(n->op == SN_OP_EMBEDDING && k == 0)) bad[w->id] = true;
         }
     }
-    int count = 0;
     for (int i = 0; i < nn; i++) {
         const sn_node *w = g->nodes[i];
         bool pad = head_of[i] && !bad[i] && uses[i] == readers[i] && /* not an output */
@@ -79,11 +84,13 @@ sn_status sn_pass_pad_vocab(const sn_graph *in, int64_t multiple, sn_graph **out
     if (in->has_backward)
         return sn_fail(e, SN_ERR_INVALID, "pad_vocab: the graph already has a backward part; run "
                        "the pass before autodiff");
-    unsigned char *role = calloc((size_t)in->n_nodes + 1, 1);
-    SN_ASSERT(role);
-    *n_padded = find(in, multiple, role);
+    unsigned char *role = sn_calloc((size_t)in->n_nodes + 1, 1, "the pad_vocab pass's roles", e);
     sn_rewrite r;
-    sn_rewrite_begin(&r, in);
+    if (!role || (*n_padded = find(in, multiple, role, e)) < 0 || (st = sn_rewrite_begin(&r, in, e))) {
+        *n_padded = 0;
+        free(role);
+        return SN_ERR_OOM;
+    }
     for (int i = 0; i < in->n_nodes; i++) {
         const sn_node *n = in->nodes[i];
         sn_node *ins[SN_MAX_INPUTS], p = sn_rewrite_proto(&r, n, ins);

@@ -1,10 +1,13 @@
-/* passes.h: the graph-to-graph passes, one section per file, in pipeline order.
- * Convention: a pass reads a verified graph and returns a new one (the input is unchanged;
- * the caller frees both); its preconditions are written above its entry point. */
+/* passes.h: the passes sn_compile (pipeline.h) runs, one section per file, in pipeline order.
+ * Convention: a graph pass reads a verified graph and returns a new one (the input is
+ * unchanged; the caller frees both); fuse makes the program, memplan places its values; each
+ * entry has its preconditions written above it. */
 #ifndef SN_PASSES_H
 #define SN_PASSES_H
 
 #include "ir/ir.h"
+#include "program/program.h"
+#include "program/target.h"
 
 /* ---- pad_vocab.c ---- */
 
@@ -37,5 +40,27 @@ sn_status sn_pass_pad_vocab(const sn_graph *in, int64_t multiple, sn_graph **out
  * requires: a verified forward graph (before autodiff).
  * *n_fused: how many attention blocks were replaced. */
 sn_status sn_pass_attention(const sn_graph *in, sn_graph **out, int *n_fused, sn_err *e);
+
+/* ---- fuse.c ---- */
+
+/* requires: a verified graph (after autodiff, or a forward graph for inference). Decides which
+ * nodes are materialised and which nodes each kernel computes: pointwise chains (with the views
+ * they read folded into strided accesses) in one kernel each, a row op with the pointwise chains
+ * that compute its operands and consume its result (residual + layernorm, layernorm_bwd +
+ * residual gradient), one kernel per reduction, matmul, attention op and gather. A node that
+ * other kernels also read is computed by the kernel of its earliest reader when that reader can
+ * compute it (a pointwise op over the same elements, or the row op's per-element operand) and
+ * stored there as an extra output; every other reader runs after that kernel. Produces
+ * p->kernels in graph order (each at the last node it computes) and p->values with sizes and
+ * aliases. t: the target (the same kernels for every target today). */
+sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_err *e);
+
+/* ---- memplan.c ---- */
+
+/* requires: fuse. Computes each value's live range over the kernel order and assigns arena
+ * offsets (best fit, never two overlapping live ranges in the same bytes); sets arena_bytes,
+ * persistent_bytes and sum_bytes. A plan larger than t->memory_bytes (when known) is
+ * SN_ERR_OOM, naming both sizes and what to do. */
+sn_status sn_memplan(sn_program *p, const sn_target *t, sn_err *e);
 
 #endif

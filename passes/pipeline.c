@@ -1,12 +1,11 @@
-/* pipeline.c: the passes in the order they run. Read top to bottom: each step is one pass,
- * followed by the verifier and, if asked for, a dump of the IR. */
+/* pipeline.c: the passes in the order they run (sn_compile). Read top to bottom: each step is
+ * one pass, followed by the verifier and, if asked for, a dump of the IR or of the program. */
 #include "pipeline.h"
 
 #include <string.h>
 
 #include "frontend/sinter.h"
 #include "passes.h"
-#include "program/program.h"
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autodiff", "fuse", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
@@ -19,23 +18,42 @@ sn_pipeline_opts sn_pipeline_defaults(void) {
     return (sn_pipeline_opts){.fuse_attention = true, .pad_vocab = 64};
 }
 
-/* Verifies g after `pass` and dumps it if that pass was asked for. */
-static sn_status after(sn_graph *g, const char *pass, const sn_pipeline_opts *o, sn_err *e) {
+static bool dumps(const sn_pipeline_opts *o, const char *pass) {
+    return o->dump_after && !strcmp(o->dump_after, pass);
+}
+
+static FILE *dump_file(const sn_pipeline_opts *o, const char *pass) {
+    FILE *f = o->dump ? o->dump : stdout;
+    fprintf(f, "# after pass %s\n", pass);
+    return f;
+}
+
+static sn_status verify(const sn_graph *g, const char *pass, sn_err *e) {
     sn_err ve;
     if (sn_verify(g, &ve) != SN_OK)
         return sn_fail(e, ve.code, "after pass %s: the graph does not verify: %s", pass, ve.msg);
-    if (o->dump_after && !strcmp(o->dump_after, pass)) {
-        FILE *f = o->dump ? o->dump : stdout;
-        fprintf(f, "# after pass %s\n", pass);
-        sn_graph_print(g, f);
-    }
     return SN_OK;
 }
 
-/* Puts a pass's result in place of *g. */
-static void replace(sn_graph **g, sn_graph *next) {
-    sn_graph_free(*g);
-    *g = next;
+/* Verifies g after `pass` and dumps it if that pass was asked for. */
+static sn_status after(const sn_graph *g, const char *pass, const sn_pipeline_opts *o, sn_err *e) {
+    sn_status s = verify(g, pass, e);
+    if (!s && dumps(o, pass)) sn_graph_print(g, dump_file(o, pass));
+    return s;
+}
+
+/* Dumps the program after `pass` if that pass was asked for. */
+static void after_program(const sn_program *p, const char *pass, const sn_pipeline_opts *o) {
+    if (dumps(o, pass)) sn_program_print(p, dump_file(o, pass));
+}
+
+/* Puts a pass's result in place of g's contents (g itself stays the caller's object) and frees
+ * the old contents. */
+static void replace(sn_graph *g, sn_graph *next) {
+    sn_graph old = *g;
+    *g = *next;
+    *next = old;
+    sn_graph_free(next);
 }
 
 /* Is the dump_after name a pass, and one that runs? */
@@ -45,8 +63,8 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     for (int i = 0; i < N_PASSES; i++) known |= !strcmp(d, pass_names[i]);
     if (!known)
         return sn_fail(e, SN_ERR_INVALID, "unknown pass '%s' (passes: %s)", d, sn_pipeline_pass_names());
-    if ((!strcmp(d, "autodiff") || !strcmp(d, "fuse") || !strcmp(d, "memplan")) && !o->backward)
-        return sn_fail(e, SN_ERR_INVALID, "--dump-after %s needs the backward (add --backward)", d);
+    if (!strcmp(d, "autodiff") && !o->backward)
+        return sn_fail(e, SN_ERR_INVALID, "--dump-after autodiff needs the backward (add --backward)");
     if (!strcmp(d, "attention") && !o->fuse_attention)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after attention, but the attention pass is off "
                        "(drop --no-fuse-attention)");
@@ -56,56 +74,59 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     return SN_OK;
 }
 
-sn_status sn_pipeline_run(sn_graph **g, const sn_pipeline_opts *o, sn_pipeline_stats *stats,
-                          sn_err *e) {
-    sn_pipeline_stats st0;
-    if (!stats) stats = &st0;
-    *stats = (sn_pipeline_stats){0};
+/* The graph passes: forward rewrites, then autodiff (each only on a graph without a backward). */
+static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *st, sn_err *e) {
+    if (g->has_backward) return verify(g, "frontend", e); /* differentiated by its author or
+                                                             an earlier call: on to fuse */
     sn_status s;
-    if (o->dump_after && (s = check_dump(o, e))) return s;
-    if (sn_graph_error(*g))
-        return sn_fail(e, (*g)->err.code, "the model graph has an error: %s", sn_graph_error(*g));
-    if ((s = after(*g, "frontend", o, e))) return s;
+    if ((s = after(g, "frontend", o, e))) return s;
 
     sn_graph *next;
     if (o->pad_vocab) {
-        if ((s = sn_pass_pad_vocab(*g, o->pad_vocab, &next, &stats->vocab_padded, e))) return s;
+        if ((s = sn_pass_pad_vocab(g, o->pad_vocab, &next, &st->vocab_padded, e))) return s;
         replace(g, next);
-        if ((s = after(*g, "pad_vocab", o, e))) return s;
+        if ((s = after(g, "pad_vocab", o, e))) return s;
     }
 
     if (o->fuse_attention) {
-        if ((s = sn_pass_attention(*g, &next, &stats->attention_fused, e))) return s;
+        if ((s = sn_pass_attention(g, &next, &st->attention_fused, e))) return s;
         replace(g, next);
-        if ((s = after(*g, "attention", o, e))) return s;
+        if ((s = after(g, "attention", o, e))) return s;
     }
 
+    /* later: autocast here, before autodiff, so gradients come from the rewritten ops */
+
     if (!o->backward) return SN_OK;
-    if (!(*g)->loss) return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph has no loss");
-    if ((s = sn_backward(*g, (*g)->loss, e))) return s;
-    return after(*g, "autodiff", o, e);
+    if (!g->loss) return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph has no loss");
+    if ((s = sn_backward(g, g->loss, e))) return s;
+    return after(g, "autodiff", o, e);
 }
 
-/* Dumps the program after `pass` if that pass was asked for. */
-static void after_program(const sn_program *p, const char *pass, const sn_pipeline_opts *o) {
-    if (!o->dump_after || strcmp(o->dump_after, pass)) return;
-    FILE *f = o->dump ? o->dump : stdout;
-    fprintf(f, "# after pass %s\n", pass);
-    sn_program_print(p, f);
-}
+sn_status sn_compile(sn_graph *g, const sn_pipeline_opts *o, sn_program **prog,
+                     sn_pipeline_stats *stats, sn_err *e) {
+    sn_pipeline_stats st0;
+    if (!stats) stats = &st0;
+    *stats = (sn_pipeline_stats){0};
+    if (prog) *prog = NULL;
+    sn_target target = o->target ? *o->target : sn_target_cpu();
+    const sn_target *t = &target;
+    sn_status s;
+    if (o->dump_after && (s = check_dump(o, e))) return s;
+    if (sn_graph_error(g))
+        return sn_fail(e, g->err.code, "the model graph has an error: %s", sn_graph_error(g));
+    if ((s = graph_passes(g, o, stats, e)) || !prog) return s;
 
-sn_status sn_pipeline_compile(const sn_graph *g, const sn_pipeline_opts *o, sn_program **out,
-                              sn_err *e) {
-    *out = NULL;
+    /* later: checkpoint (recompute under a memory budget) here, after autodiff */
+
     sn_program *p;
-    sn_status s = sn_fuse(g, &p, e);
-    if (s) return s;
+    if ((s = sn_fuse(g, t, &p, e))) return s;
     after_program(p, "fuse", o);
-    if ((s = sn_memplan(p, e))) {
+
+    if ((s = sn_memplan(p, t, e))) {
         sn_program_free(p);
         return s;
     }
     after_program(p, "memplan", o);
-    *out = p;
+    *prog = p;
     return SN_OK;
 }

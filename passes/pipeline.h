@@ -1,19 +1,30 @@
-/* pipeline.h: the compile pipeline, straight-line from the model's forward graph to what a
- * runtime executes, with the verifier between passes and an IR dump after any named pass. */
+/* pipeline.h: the one compile entry, straight-line from a model's forward graph to the program a
+ * device runs: forward rewrites, autodiff, fuse, memplan, with the verifier after every graph
+ * pass and a dump after any named pass. The CLI, the trainer, the sampler, the bench and the
+ * tests all compile through sn_compile.
+ *
+ *     sn_pipeline_opts o = sn_pipeline_defaults();   // attention fused, vocabulary padded
+ *     o.backward = true;                             // append d loss / d params
+ *     sn_program *p;
+ *     if (sn_compile(g, &o, &p, NULL, &e)) ...       // g is now the final graph; p its program
+ */
 #ifndef SN_PIPELINE_H
 #define SN_PIPELINE_H
 
 #include "ir/ir.h"
+#include "program/program.h"
+#include "program/target.h"
 
-/* Zeroed options run the plain pipeline (verify, and autodiff if asked); sn_pipeline_defaults
- * turns the forward rewrites on. */
+/* Zeroed options run no rewrite (only the verifier, fuse and memplan) for the host CPU;
+ * sn_pipeline_defaults turns the forward rewrites on. */
 typedef struct {
-    bool backward;          /* append the backward of g->loss (autodiff) */
-    bool fuse_attention;    /* the attention pass: written-out attention -> fused ops */
-    int64_t pad_vocab;      /* the pad_vocab pass's multiple (0: off; SN_PAD_VOCAB_POW2: the next
-                               power of two) */
-    const char *dump_after; /* a pass name from sn_pipeline_pass_names(), or NULL */
-    FILE *dump;             /* where the dump goes (stdout if NULL) */
+    const sn_target *target; /* what the program is for (NULL: the host CPU, sn_target_cpu) */
+    bool fuse_attention;     /* the attention pass: written-out attention -> fused ops */
+    int64_t pad_vocab;       /* the pad_vocab pass's multiple (0: off; SN_PAD_VOCAB_POW2: the
+                                next power of two) */
+    bool backward;           /* append the backward of g->loss (autodiff) */
+    const char *dump_after;  /* a pass name from sn_pipeline_pass_names(), or NULL */
+    FILE *dump;              /* where the dump goes (stdout if NULL) */
 } sn_pipeline_opts;
 
 /* What the passes did. */
@@ -28,19 +39,19 @@ sn_pipeline_opts sn_pipeline_defaults(void);
 /* The pass names, in pipeline order, comma-separated. */
 const char *sn_pipeline_pass_names(void);
 
-/* Runs the passes over *g. A pass that rewrites the graph replaces *g with its result (the old
- * graph is freed: nodes of it held by the caller are gone; find inputs by name, the loss as
- * g->loss, outputs in g->outputs, which keep their order). On failure *g is still a graph the
- * caller frees. An unknown dump_after name, or one of a pass that is off, is SN_ERR_INVALID and
- * names the passes; a pass that leaves a graph the verifier rejects is reported with its name.
- * stats may be NULL. */
-sn_status sn_pipeline_run(sn_graph **g, const sn_pipeline_opts *o, sn_pipeline_stats *stats,
-                          sn_err *e);
-
-/* The passes after the graph is final: fuse (kernels) and memplan (arena offsets), dumping the
- * program after either if o->dump_after names it. g must outlive the program. */
-struct sn_program;
-sn_status sn_pipeline_compile(const sn_graph *g, const sn_pipeline_opts *o, struct sn_program **out,
-                              sn_err *e);
+/* Compiles g for o->target. The graph passes (pad_vocab, attention, autodiff) run on a graph
+ * without a backward only (their precondition); a graph that already has one (its author called
+ * sn_backward, or an earlier sn_compile with prog NULL ran autodiff) goes straight to fuse, so
+ * the trainer compiles the graph its caller differentiated, with the caller's options, through
+ * this same call. A forward rewrite replaces g's contents in place: nodes of the old graph held
+ * by the caller are gone (find inputs by name, the loss as g->loss, outputs in g->outputs,
+ * which keep their order). prog NULL: stop after the graph passes (the reference interpreter
+ * runs the graph itself); otherwise *prog gets the fused, planned program (g must outlive it).
+ * An unknown dump_after name, or one of a pass that is off, is SN_ERR_INVALID and names the
+ * passes; a pass that leaves a graph the verifier rejects is reported with its name; a program
+ * larger than the target's memory is SN_ERR_OOM. stats may be NULL. On failure g is still a
+ * graph the caller frees. */
+sn_status sn_compile(sn_graph *g, const sn_pipeline_opts *o, sn_program **prog,
+                     sn_pipeline_stats *stats, sn_err *e);
 
 #endif

@@ -84,8 +84,9 @@ struct sn_kernel {
     int row_instr; /* ROW with n_instr > 0: the row op's instruction */
 
     /* Work is split over threads (CPU) or blocks (GPU) as items [0, n_items): pointwise:
-     * elements; ROW: rows; REDUCE: output elements; GATHER: ids (or table rows for the
-     * scatter); ATTENTION: (batch x head) pairs. `serial`: must run as one range. */
+     * elements; ROW: rows; REDUCE: output elements; GATHER: ids (or column blocks of 64 for
+     * the scatter); ATTENTION: (batch x head) pairs. `serial`: must run as one range. Fuse
+     * sets both from sn_kernel_work; code generators check them against it. */
     int64_t n_items;
     bool serial;
 };
@@ -101,13 +102,30 @@ enum { SN_ADAMW_BUFS = 5, SN_ADAMW_HYPER = 8 };
  * kernel does the items [begin, end). */
 typedef void (*sn_cpu_kernel_fn)(void *const *bufs, int64_t begin, int64_t end);
 
-/* Which operands of a row op (a SN_K_ROW node) a ROW kernel's prologue may compute: those the
- * op reads element by element over its first input's shape (x, dy, logits), not per-column
- * weights, per-row targets or a scalar. */
+/* What the compiler knows of a row op (a SN_K_ROW node), one table in program.c pinned to
+ * SN_OP_COUNT: a new op cannot be a row op without a line there. */
+typedef struct {
+    unsigned per_element; /* bit i: operand i is read element by element over the first input's
+                             shape (x, dy, logits): a ROW kernel's prologue may compute it;
+                             the others are per-column weights, per-row targets or a scalar */
+    unsigned per_row;     /* bit i: operand i has one element per row (cross-entropy's targets) */
+    bool result_per_element; /* one result per element of the first input, so a ROW kernel's
+                                epilogue may follow (not cross-entropy's mean, not the weight
+                                gradients) */
+    bool serial;          /* sums over every row into one output: the kernel is one range */
+    bool whole_rows;      /* every pass over a row covers all of it unconditionally (not
+                             cross-entropy, which skips ignored targets) */
+} sn_row_facts;
+
+/* The facts of row op op; NULL if op is not a row op. */
+const sn_row_facts *sn_row_facts_of(sn_op op);
 bool sn_row_operand_per_element(sn_op op, int i);
-/* Whether a row op's result has one element per element of its first input, so that a ROW
- * kernel's epilogue may follow it (not cross-entropy's mean, not the weight gradients). */
 bool sn_row_result_per_element(sn_op op);
+
+/* The work split k is generated for: *n_items items, *serial when they must run as one range.
+ * Reads k->kind, k->anchor and (pointwise) k->rank and k->shape. An ADAMW kernel without an
+ * anchor keeps its n_items. */
+void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial);
 
 /* One line describing k: "k3 pointwise gelu,add f32[4,64,768] <- %12, %40 -> %41". */
 void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len);

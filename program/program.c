@@ -1,6 +1,6 @@
 /* program.c: the compiled program's printout and its release, and what kernel.h says of row
- * ops (which operands and results a ROW kernel may fuse); the program's passes are fuse.c and
- * memplan.c. */
+ * ops (one table pinned to the op count) and of a kernel's work split (sn_kernel_work, shared
+ * by fuse and the code generators); the program's passes are passes/fuse.c and memplan.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,23 +13,69 @@ const char *sn_kernel_kind_name(sn_kernel_kind k) {
     return names[k];
 }
 
+/* The row ops (ops.h kind SN_K_ROW), their facts (kernel.h). A new op: if it is a row op, give
+ * it a line here (row_facts_complete checks that every SN_K_ROW op has one), then move the
+ * count below. */
+_Static_assert(SN_OP_COUNT == 49, "a new op: if it is a row op, add its row facts to this table");
+enum { EL0 = 1 << 0, EL1 = 1 << 1, EL2 = 1 << 2 };
+static const sn_row_facts row_facts[SN_OP_COUNT] = {
+    /*                      per_element  per_row  result/el  serial  whole rows */
+    [SN_OP_SOFTMAX]           = {EL0,        0,       true,      false,  true},
+    [SN_OP_SOFTMAX_BWD]       = {EL0 | EL1,  0,       true,      false,  true},  /* (y, dy) */
+    [SN_OP_LAYERNORM]         = {EL0,        0,       true,      false,  true},  /* (x, w, b) */
+    [SN_OP_LAYERNORM_BWD]     = {EL0 | EL2,  0,       true,      false,  true},  /* (x, w, dy) */
+    [SN_OP_LAYERNORM_BWD_W]   = {EL0 | EL1,  0,       false,     true,   true},  /* (x, dy) */
+    [SN_OP_RMSNORM]           = {EL0,        0,       true,      false,  true},  /* (x, w) */
+    [SN_OP_RMSNORM_BWD]       = {EL0 | EL2,  0,       true,      false,  true},
+    [SN_OP_RMSNORM_BWD_W]     = {EL0 | EL1,  0,       false,     true,   true},
+    [SN_OP_CAUSAL_MASK]       = {EL0,        0,       true,      false,  true},
+    [SN_OP_CROSS_ENTROPY]     = {EL0,        EL1,     false,     true,   false}, /* (logits, targets) */
+    [SN_OP_CROSS_ENTROPY_BWD] = {EL0,        EL1,     true,      false,  false}, /* (.., dloss) */
+};
+
+const sn_row_facts *sn_row_facts_of(sn_op op) {
+    SN_ASSERT((unsigned)op < SN_OP_COUNT);
+    if (sn_op_kind(op) != SN_K_ROW) return NULL;
+    const sn_row_facts *f = &row_facts[op];
+    SN_ASSERT(f->per_element); /* a row op without its line in row_facts */
+    return f;
+}
+
 bool sn_row_operand_per_element(sn_op op, int i) {
-    switch (op) {
-    case SN_OP_SOFTMAX: case SN_OP_LAYERNORM: case SN_OP_RMSNORM: case SN_OP_CAUSAL_MASK:
-    case SN_OP_CROSS_ENTROPY: case SN_OP_CROSS_ENTROPY_BWD: return i == 0;
-    case SN_OP_SOFTMAX_BWD: case SN_OP_LAYERNORM_BWD_W: case SN_OP_RMSNORM_BWD_W: return i == 0 || i == 1;
-    case SN_OP_LAYERNORM_BWD: case SN_OP_RMSNORM_BWD: return i == 0 || i == 2;
-    default: return false;
-    }
+    const sn_row_facts *f = sn_row_facts_of(op);
+    return f && (f->per_element >> i & 1);
 }
 
 bool sn_row_result_per_element(sn_op op) {
-    switch (op) {
-    case SN_OP_SOFTMAX: case SN_OP_SOFTMAX_BWD: case SN_OP_LAYERNORM: case SN_OP_RMSNORM:
-    case SN_OP_LAYERNORM_BWD: case SN_OP_RMSNORM_BWD: case SN_OP_CAUSAL_MASK:
-    case SN_OP_CROSS_ENTROPY_BWD: return true;
-    default: return false;
+    const sn_row_facts *f = sn_row_facts_of(op);
+    return f && f->result_per_element;
+}
+
+static int64_t rows_of(const sn_node *x) { return x->rank ? sn_numel(x) / x->shape[x->rank - 1] : 1; }
+
+void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
+    const sn_node *a = k->anchor;
+    *serial = false;
+    switch (k->kind) {
+    case SN_KER_POINTWISE: *n_items = sn_shape_numel(k->rank, k->shape); return;
+    case SN_KER_ROW:
+        *n_items = rows_of(a->in[0]);
+        *serial = sn_row_facts_of(a->op) && sn_row_facts_of(a->op)->serial;
+        return;
+    case SN_KER_REDUCE: *n_items = sn_numel(a); return;
+    case SN_KER_GATHER: /* embedding: one item per id; its backward: column blocks of 64 */
+        *n_items = a->op == SN_OP_EMBEDDING ? sn_numel(a->in[1]) : (a->shape[a->rank - 1] + 63) / 64;
+        return;
+    case SN_KER_ATTENTION: {
+        const sn_node *q = a->in[0];
+        *n_items = q->rank >= 2 ? sn_numel(q) / (q->shape[q->rank - 1] * q->shape[q->rank - 2]) : 1;
+        return;
     }
+    case SN_KER_ADAMW: *n_items = a ? sn_numel(a) : k->n_items; return;
+    case SN_KER_GEMM: case SN_KER_KIND_COUNT: break;
+    }
+    *n_items = 1; /* a library call */
+    *serial = true;
 }
 
 void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len) {

@@ -31,24 +31,6 @@ typedef struct sn_program {
 
 void sn_program_free(sn_program *p);
 
-/* ---- the passes after autodiff, in order (one file each) ---- */
-
-/* fuse.c: requires a verified graph (after autodiff). Decides which nodes are materialised and
- * which nodes each kernel computes: pointwise chains (with the views they read folded into
- * strided accesses) in one kernel each, a row op with the pointwise chains that compute its
- * operands and consume its result (residual + layernorm, layernorm_bwd + residual gradient),
- * one kernel per reduction, matmul, attention op and gather. A node that other kernels also
- * read is computed by the kernel of its earliest reader when that reader can compute it (a
- * pointwise op over the same elements, or the row op's per-element operand) and stored there
- * as an extra output; every other reader runs after that kernel. Produces p->kernels in
- * graph order (each at the last node it computes) and p->values with sizes and aliases. */
-sn_status sn_fuse(const sn_graph *g, sn_program **out, sn_err *e);
-
-/* memplan.c: requires fuse. Computes each value's live range over the kernel order and
- * assigns arena offsets (best fit, never two overlapping live ranges in the same bytes);
- * sets arena_bytes, persistent_bytes and sum_bytes. */
-sn_status sn_memplan(sn_program *p, sn_err *e);
-
 /* Prints the kernels and the memory plan (sinter graph --dump-after memplan). */
 void sn_program_print(const sn_program *p, FILE *f);
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 
 #include "codegen/llvm/llvm.h"
 #include "device.h"
@@ -16,12 +17,25 @@ typedef struct {
     char name[96];
 } cpu_impl;
 
+/* RAM + swap: Linux overcommits, so a malloc larger than this can succeed and the process dies
+ * when it touches the pages; the device refuses such a block before touching it. */
+static uint64_t host_memory_bytes(void) {
+    struct sysinfo si;
+    if (sysinfo(&si)) return UINT64_MAX;
+    return ((uint64_t)si.totalram + (uint64_t)si.totalswap) * si.mem_unit;
+}
+
 static void *cpu_alloc(sn_device *d, size_t bytes, sn_err *e) {
     (void)d;
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!p)
-        sn_fail(e, SN_ERR_OOM, "out of host memory: could not allocate %.1f MiB (a smaller batch "
-                "or sequence length, or activation checkpointing, needs less)", (double)bytes / (1 << 20));
+    uint64_t have = host_memory_bytes();
+    void *p = bytes <= have && bytes <= SIZE_MAX - 63 ? aligned_alloc(64, (bytes + 63) / 64 * 64) : NULL;
+    if (!p) {
+        char need[32], h[32];
+        sn_fail(e, SN_ERR_OOM, "out of memory: the CPU device cannot allocate %s (%zu bytes); this "
+                "machine has %s of RAM and swap: use a smaller --batch or --seq, or a smaller model",
+                sn_bytes_str((int64_t)bytes, need, sizeof need), bytes,
+                sn_bytes_str((int64_t)(have > INT64_MAX ? INT64_MAX : have), h, sizeof h));
+    }
     return p;
 }
 
@@ -39,10 +53,16 @@ static sn_status cpu_copy(sn_device *d, void *dst, const void *src, size_t bytes
 
 static sn_status cpu_compile(sn_device *d, sn_kernel *const *all, int n_all, void **handles, sn_err *e) {
     cpu_impl *c = d->impl;
-    sn_kernel **ks = malloc(sizeof *ks * (size_t)(n_all + 1));
-    sn_cpu_kernel_fn *fns = calloc((size_t)n_all + 1, sizeof *fns);
-    int *at = malloc(sizeof(int) * (size_t)(n_all + 1));
-    SN_ASSERT(ks && fns && at);
+    const char *what = "the CPU device's list of kernels to compile";
+    sn_kernel **ks = sn_malloc(sizeof *ks * (size_t)(n_all + 1), what, e);
+    sn_cpu_kernel_fn *fns = sn_calloc((size_t)n_all + 1, sizeof *fns, what, e);
+    int *at = sn_malloc(sizeof(int) * (size_t)(n_all + 1), what, e);
+    if (!ks || !fns || !at) {
+        free(ks);
+        free(fns);
+        free(at);
+        return SN_ERR_OOM;
+    }
     int n = 0;
     for (int k = 0; k < n_all; k++)
         if (all[k]->kind != SN_KER_GEMM) {
@@ -128,16 +148,18 @@ static void cpu_destroy(sn_device *d) {
 
 sn_status sn_cpu_device_new(int threads, sn_device **out, sn_err *e) {
     *out = NULL;
-    cpu_impl *c = calloc(1, sizeof *c);
-    sn_device *d = calloc(1, sizeof *d);
-    SN_ASSERT(c && d);
-    sn_status s = sn_jit_new(&c->jit, e);
+    cpu_impl *c = sn_calloc(1, sizeof *c, "the CPU device", e);
+    sn_device *d = c ? sn_calloc(1, sizeof *d, "the CPU device", e) : NULL;
+    sn_status s = d ? sn_jit_new(&c->jit, e) : SN_ERR_OOM;
+    if (!s && !(c->pool = sn_pool_new(threads))) {
+        sn_jit_free(c->jit);
+        s = sn_fail_oom(e, 64 * (size_t)(threads > 0 ? threads : 1), "the CPU device's thread pool");
+    }
     if (s) {
         free(c);
         free(d);
         return s;
     }
-    c->pool = sn_pool_new(threads);
     snprintf(c->name, sizeof c->name, "cpu (LLVM JIT, %d threads, GEMM: %s)", sn_pool_threads(c->pool),
              sn_gemm_library());
     *d = (sn_device){.name = c->name, .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy,

@@ -37,8 +37,8 @@ static sn_status fill_constants(sn_exec *x, sn_err *e) {
             return sn_fail(e, SN_ERR_UNSUPPORTED, "constant %%%d is %s: only f32 and i32 constants "
                            "are supported by the compiled backends yet", n->id, sn_dtype_name(n->dtype));
         int64_t m = sn_numel(n);
-        void *host = malloc((size_t)v->bytes + 1);
-        SN_ASSERT(host);
+        void *host = sn_malloc((size_t)v->bytes + 1, "a constant's staging copy", e);
+        if (!host) return SN_ERR_OOM;
         for (int64_t k = 0; k < m; k++) {
             float f = n->op == SN_OP_CONST ? n->data[k] : n->a.f;
             if (n->dtype == SN_I32) ((int32_t *)host)[k] = (int32_t)f;
@@ -62,18 +62,24 @@ void sn_exec_free(sn_exec *x) {
 
 sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *e) {
     *out = NULL;
-    sn_exec *x = calloc(1, sizeof *x);
-    SN_ASSERT(x);
+    sn_exec *x = sn_calloc(1, sizeof *x, "the executor", e);
+    if (!x) return SN_ERR_OOM;
     x->d = d;
     x->p = p;
-    x->handles = calloc((size_t)p->n_kernels + 1, sizeof *x->handles);
-    x->kernel_s = calloc((size_t)p->n_kernels + 1, sizeof *x->kernel_s);
-    SN_ASSERT(x->handles && x->kernel_s);
-    sn_status s = SN_OK;
-    if (!(x->arena = d->alloc(d, (size_t)p->arena_bytes + 64, e)) ||
-        !(x->persistent = d->alloc(d, (size_t)p->persistent_bytes + 64, e))) {
+    x->handles = sn_calloc((size_t)p->n_kernels + 1, sizeof *x->handles, "the executor's kernels", e);
+    x->kernel_s = sn_calloc((size_t)p->n_kernels + 1, sizeof *x->kernel_s, "the executor's kernels", e);
+    if (!x->handles || !x->kernel_s) {
         sn_exec_free(x);
-        return e->code ? e->code : SN_ERR_OOM;
+        return SN_ERR_OOM;
+    }
+    sn_status s = SN_OK;
+    sn_err de = {0};
+    const char *block = "arena (the activations and gradients one step reuses)";
+    if ((x->arena = d->alloc(d, (size_t)p->arena_bytes + 64, &de)))
+        block = "persistent block (parameters, inputs, outputs)";
+    if (!x->arena || !(x->persistent = d->alloc(d, (size_t)p->persistent_bytes + 64, &de))) {
+        sn_exec_free(x);
+        return sn_fail(e, de.code ? de.code : SN_ERR_OOM, "the program's %s does not fit on the device: %s", block, de.msg);
     }
     x->st.arena_bytes = p->arena_bytes;
     double t0 = sn_clock_s();

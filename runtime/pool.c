@@ -78,17 +78,17 @@ sn_pool *sn_pool_new(int threads) {
     if (threads <= 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (threads <= 0) threads = 1;
     sn_pool *p = calloc(1, sizeof *p);
-    SN_ASSERT(p);
+    if (!p || !(p->threads = calloc((size_t)threads, sizeof *p->threads))) {
+        free(p);
+        return NULL;
+    }
     p->n = threads;
-    p->threads = calloc((size_t)threads, sizeof *p->threads);
-    SN_ASSERT(p->threads);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     for (int i = 1; i < threads; i++) {
         worker_arg *w = malloc(sizeof *w);
-        SN_ASSERT(w);
-        *w = (worker_arg){p, i};
-        if (pthread_create(&p->threads[i], NULL, worker, w)) {
+        if (w) *w = (worker_arg){p, i};
+        if (!w || pthread_create(&p->threads[i], NULL, worker, w)) {
             free(w);
             p->n = i; /* run with the threads that started */
             break;

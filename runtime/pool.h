@@ -8,7 +8,8 @@
 typedef struct sn_pool sn_pool;
 typedef void (*sn_pool_fn)(void *ctx, int64_t begin, int64_t end);
 
-/* threads <= 0: one per online CPU. NULL if threads cannot be started. */
+/* threads <= 0: one per online CPU. NULL when out of memory for the pool (it runs with fewer
+ * threads when some cannot be started). */
 sn_pool *sn_pool_new(int threads);
 void sn_pool_free(sn_pool *p);
 int sn_pool_threads(const sn_pool *p);

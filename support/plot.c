@@ -10,16 +10,20 @@
 #include "crc.h"
 #include "savefile.h"
 
-void sn_series_push(sn_series *s, double x, double y) {
+sn_status sn_series_push(sn_series *s, double x, double y, sn_err *e) {
     if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 256;
-        s->x = realloc(s->x, sizeof(double) * (size_t)s->cap);
-        s->y = realloc(s->y, sizeof(double) * (size_t)s->cap);
-        SN_ASSERT(s->x && s->y);
+        int cap = s->cap ? 2 * s->cap : 256;
+        double *nx = sn_realloc(s->x, sizeof(double) * (size_t)cap, "a loss curve", e);
+        if (nx) s->x = nx;
+        double *ny = nx ? sn_realloc(s->y, sizeof(double) * (size_t)cap, "a loss curve", e) : NULL;
+        if (!ny) return SN_ERR_OOM;
+        s->y = ny;
+        s->cap = cap;
     }
     s->x[s->n] = x;
     s->y[s->n] = y;
     s->n++;
+    return SN_OK;
 }
 
 void sn_series_free(sn_series *s) {
@@ -45,13 +49,13 @@ static uint8_t *put_chunk(uint8_t *p, sn_crc32 *c, const char *type, const uint8
     return put_u32be(p + 4 + n, sn_crc32_value(c));
 }
 
-uint8_t *sn_png_encode(int w, int h, const uint8_t *rgb, size_t *len) {
+uint8_t *sn_png_encode(int w, int h, const uint8_t *rgb, size_t *len, sn_err *e) {
     SN_ASSERT(w > 0 && h > 0);
     size_t row = 1 + 3 * (size_t)w, raw = row * (size_t)h, blocks = raw / 65535 + 1;
     size_t zlen = 2 + 5 * blocks + raw + 4;
     size_t total = 8 + (12 + 13) + (12 + zlen) + 12;
-    uint8_t *png = malloc(total), *p = png;
-    SN_ASSERT(png);
+    uint8_t *png = sn_malloc(total, "a PNG image", e), *p = png;
+    if (!png) return NULL;
     sn_crc32 c;
     sn_crc32_init(&c);
     memcpy(p, "\x89PNG\r\n\x1a\n", 8);
@@ -90,7 +94,8 @@ uint8_t *sn_png_encode(int w, int h, const uint8_t *rgb, size_t *len) {
 
 sn_status sn_png_write(const char *path, int w, int h, const uint8_t *rgb, sn_err *e) {
     size_t len;
-    uint8_t *png = sn_png_encode(w, h, rgb, &len);
+    uint8_t *png = sn_png_encode(w, h, rgb, &len, e);
+    if (!png) return SN_ERR_OOM;
     sn_savefile f;
     sn_status s = sn_savefile_open(&f, path, "plot", e);
     if (!s) {
@@ -283,8 +288,8 @@ static void draw_series(canvas *c, const axes *a, const sn_series *s, color k, b
 
 sn_status sn_plot_losses(const char *path, const char *title, const sn_series *train,
                          const sn_series *val, sn_err *e) {
-    canvas c = {PLOT_W, PLOT_H, malloc(3 * (size_t)PLOT_W * PLOT_H)};
-    SN_ASSERT(c.px);
+    canvas c = {PLOT_W, PLOT_H, sn_malloc(3 * (size_t)PLOT_W * PLOT_H, "the loss plot's pixels", e)};
+    if (!c.px) return SN_ERR_OOM;
     memset(c.px, 255, 3 * (size_t)PLOT_W * PLOT_H);
     double lo = INFINITY, hi = -INFINITY, xmax = 1;
     span(train, &lo, &hi, &xmax);

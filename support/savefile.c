@@ -12,8 +12,7 @@
 sn_status sn_savefile_open(sn_savefile *s, const char *path, const char *what, sn_err *e) {
     *s = (sn_savefile){.path = path, .what = what};
     size_t n = strlen(path) + 16;
-    s->tmp = malloc(n);
-    SN_ASSERT(s->tmp);
+    if (!(s->tmp = sn_malloc(n, "a file name", e))) return SN_ERR_OOM;
     snprintf(s->tmp, n, "%s.tmp.XXXXXX", path);
     int fd = mkstemp(s->tmp);
     if (fd < 0) {

@@ -16,6 +16,7 @@
 #include "program/program.h"
 #include "support/clock.h"
 #include "interp/interp.h"
+#include "passes/pipeline.h"
 #include "harness.h"
 
 /* ---- buffers that end at a guard page ---- */
@@ -100,11 +101,11 @@ static double tolerance(const sn_node *n) {
 /* Compiles every attention kernel of g's fused program (expecting `want` of them), runs each on
  * guarded f32 copies of the interpreter's values of its inputs, and compares its outputs with
  * the interpreter's (which must have run with keep_all). Returns how many it checked. */
-static int check_kernels(const sn_graph *g, const sn_interp *it, int want, const char *what) {
+static int check_kernels(sn_graph *g, const sn_interp *it, int want, const char *what) {
     sn_err e;
     sn_program *p;
     ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_fuse(g, &p, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     sn_kernel *ks[8];
     int n = 0;
     for (int i = 0; i < p->n_kernels; i++)
@@ -260,7 +261,7 @@ START_TEST(bad_items_and_ir_dump) {
     sn_graph_add_output(g, o);
     sn_err e;
     sn_program *p;
-    ck_assert_msg(sn_fuse(g, &p, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(p->n_kernels, 1);
     sn_kernel *k = p->kernels[0];
     ck_assert_int_eq(k->n_in, 1); /* q, k and v are one node */
@@ -312,7 +313,7 @@ static void time_graph(sn_graph *g, sn_node *const *inputs, int n_inputs, const 
     sn_interp_free(it);
 
     sn_program *p;
-    ck_assert_msg(sn_fuse(g, &p, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     double total = 0;
     char line[512];
     int at = 0;

@@ -65,7 +65,7 @@ static void step(rig *r, const sn_tokens *data, sn_run_state *run, double *loss)
     }
     sn_step_stats st;
     ck_assert_msg(sn_trainer_update(r->t, &st, &e) == SN_OK, "%s", e.msg);
-    sn_series_push(&run->train_loss, sn_trainer_step_count(r->t), st.loss);
+    ck_assert(sn_series_push(&run->train_loss, sn_trainer_step_count(r->t), st.loss, NULL) == SN_OK);
     *loss = st.loss;
 }
 

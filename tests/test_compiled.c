@@ -53,6 +53,85 @@ START_TEST(trainer_on_both_backends) {
 }
 END_TEST
 
+/* One entry, called twice with the same options (as `sinter train --dump-after fuse` does): the
+ * caller's call runs the graph passes and dumps nothing of fuse; the trainer's call (the graph
+ * now has its backward) runs fuse and memplan and dumps the program the trainer runs, once. */
+START_TEST(trainer_dumps_the_program_it_runs) {
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    ck_assert_msg(sn_gpt2_build(g, &c, TINY_B, TINY_T, &m, &e) == SN_OK, "%s", e.msg);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    po.backward = true;
+    po.dump_after = "fuse";
+    po.dump = f;
+    ck_assert_msg(sn_compile(g, &po, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert(g->has_backward);
+    fflush(f);
+    ck_assert_int_eq(len, 0);
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
+    sn_train_opts o;
+    sn_train_opts_default(&o, 1);
+    o.device = d;
+    o.compile = &po;
+    sn_trainer *t = sn_trainer_new(g, &o, &e);
+    ck_assert_msg(t, "%s", e.msg);
+    fclose(f);
+    const sn_program *p = sn_trainer_program(t);
+    ck_assert_msg(strstr(buf, "# after pass fuse\n") == buf, "%s", buf);
+    ck_assert_msg(!strstr(buf + 1, "# after pass"), "dumped twice: %s", buf);
+    int lines = 0; /* one line per kernel */
+    for (const char *q = buf; (q = strchr(q, '\n')); q++) lines++;
+    ck_assert_int_ge(lines, p->n_kernels + 1);
+    const sn_kernel *last = p->kernels[p->n_kernels - 1];
+    ck_assert_msg(strstr(buf, last->name), "the last kernel %s is not in the dump", last->name);
+    free(buf);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+    sn_device_free(d);
+}
+END_TEST
+
+/* Programs no machine can hold: the planner refuses one larger than the target's memory, and
+ * the CPU device refuses an arena larger than RAM + swap before touching it (Linux overcommit
+ * would let the malloc succeed); both are statuses whose message says what to do. */
+START_TEST(impossible_arena_is_a_status) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(1 << 20, 1 << 18)); /* 1 TiB */
+    sn_graph_add_output(g, sn_sum(g, sn_exp(g, sn_exp(g, x)), 1, false));
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    sn_err e = {0};
+    sn_program *p;
+    sn_target small = sn_target_cuda(75);
+    small.memory_bytes = (int64_t)16 << 30;
+    sn_pipeline_opts o = {.target = &small};
+    ck_assert_int_eq(sn_compile(g, &o, &p, NULL, &e), SN_ERR_OOM);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(e.msg, "out of memory: the program needs 2048.0 GiB") &&
+                  strstr(e.msg, "but cuda sm_75 has 16.0 GiB: use a smaller --batch or --seq"), "%s", e.msg);
+
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(1, &d, &e) == SN_OK, "%s", e.msg);
+    sn_exec *xe = (sn_exec *)&e; /* overwritten: NULL on failure */
+    ck_assert_int_eq(sn_exec_new(d, p, &xe, &e), SN_ERR_OOM);
+    ck_assert_ptr_null(xe);
+    ck_assert_msg(strstr(e.msg, "the program's arena (the activations and gradients one step reuses) "
+                                "does not fit on the device: out of memory: the CPU device cannot "
+                                "allocate 1024.0 GiB") && strstr(e.msg, "of RAM and swap: use a smaller --batch"),
+                  "%s", e.msg);
+    sn_device_free(d);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* Small graphs whose kernels exercise fuse's accesses: concat parts, a padded view, a FULL
  * read by a concat; compiled vs interpreter. */
 START_TEST(views_and_concat) {
@@ -69,7 +148,7 @@ START_TEST(views_and_concat) {
     ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
     sn_program *p;
     sn_exec *x;
-    ck_assert_msg(!sn_fuse(g, &p, &e) && !sn_memplan(p, &e) && !sn_exec_new(d, p, &x, &e), "%s", e.msg);
+    ck_assert_msg(!sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) && !sn_exec_new(d, p, &x, &e), "%s", e.msg);
     sn_interp *it = sn_interp_new(g, false);
     float av[6] = {1, 2, 3, 4, 5, 6}, bv[8] = {-1, -2, -3, -4, -5, -6, -7, -8};
     ck_assert(!sn_exec_set(x, a, av, &e) && !sn_exec_set(x, b, bv, &e));
@@ -99,6 +178,8 @@ int main(void) {
     tcase_add_test(tc, views_and_concat);
     tcase_add_test(tc, program_matches_interpreter);
     tcase_add_test(tc, trainer_on_both_backends);
+    tcase_add_test(tc, trainer_dumps_the_program_it_runs);
+    tcase_add_test(tc, impossible_arena_is_a_status);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }

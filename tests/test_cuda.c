@@ -1,7 +1,6 @@
 /* test_cuda.c: the CUDA backend on a machine without a GPU: every pointwise kernel of GPT-2
  * training compiled by NVRTC for sm_80 and sm_90 (no spills), and the very text NVRTC gets run on
- * the CPU through the prelude's host mapping, against the reference interpreter. */
-#include <dlfcn.h>
+ * the CPU by the SIMT simulator (sim/sim.h), against the reference interpreter. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +10,7 @@
 #include <unistd.h>
 
 #include "codegen/cuda/cuda.h"
+#include "sim/sim.h"
 #include "models/gpt2.h"
 #include "passes/pipeline.h"
 #include "program/program.h"
@@ -25,11 +25,11 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static sn_program *fuse(const sn_graph *g) {
+static sn_program *fuse(sn_graph *g) {
     sn_err e;
     sn_program *p;
     ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_fuse(g, &p, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     return p;
 }
 
@@ -57,7 +57,7 @@ static sn_graph *gpt2_training(const char *name, int B, int T) {
     ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
-    ck_assert_msg(sn_pipeline_run(&g, &o, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     return g;
 }
 
@@ -253,65 +253,18 @@ END_TEST
 
 /* ---- the generated CUDA executed on the CPU ---- */
 
-typedef void (*sim_launch_fn)(void (*stub)(void **), const unsigned *grid, const unsigned *block,
-                              void **params, int reversed);
-typedef struct {
-    char dir[64];
-    void *so;
-    sim_launch_fn launch;
-} host_code;
-
-static void write_file(const char *dir, const char *name, const char *text) {
-    char path[128];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    ck_assert_msg(f, "cannot write %s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
-static void remove_files(const char *dir) {
-    const char *files[] = {SN_CUDA_PRELUDE_NAME, "kernels.cu", "kernels.so", "log"};
-    char path[128];
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        unlink(path);
+/* Loads src, exactly as NVRTC gets it, into the SIMT simulator; NULL if there is no g++. */
+static sn_sim_module *host_compile(const char *src) {
+    sn_sim_module *m;
+    sn_err e;
+    sn_status st = sn_sim_module_load(src, &m, &e);
+    if (st == SN_ERR_UNSUPPORTED) {
+        printf("test_cuda: %s: skipping the CPU execution of generated CUDA\n", e.msg);
+        return NULL;
     }
-    rmdir(dir);
+    ck_assert_msg(st == SN_OK, "%s", e.msg);
+    return m;
 }
-
-/* Compiles src, exactly as NVRTC would get it, with the host C++ compiler into a shared object;
- * false (with a message) if there is no g++. */
-static bool host_compile(const char *src, host_code *h) {
-    if (system("g++ --version > /dev/null 2>&1") != 0) {
-        printf("test_cuda: no g++: skipping the CPU execution of generated CUDA\n");
-        return false;
-    }
-    snprintf(h->dir, sizeof h->dir, "/tmp/sinter_cuda_XXXXXX");
-    ck_assert(mkdtemp(h->dir));
-    write_file(h->dir, SN_CUDA_PRELUDE_NAME, sn_cuda_prelude());
-    write_file(h->dir, "kernels.cu", src);
-    char cmd[512], path[128];
-    snprintf(cmd, sizeof cmd, "cd %s && g++ -std=c++17 -O1 -fPIC -shared -Wall -Wextra -Werror "
-             "-x c++ kernels.cu -o kernels.so > log 2>&1", h->dir);
-    if (system(cmd) != 0) {
-        char log[4096] = "";
-        snprintf(path, sizeof path, "%s/log", h->dir);
-        FILE *f = fopen(path, "r");
-        if (f) log[fread(log, 1, sizeof log - 1, f)] = '\0', fclose(f);
-        remove_files(h->dir);
-        ck_abort_msg("g++ rejected the generated CUDA:\n%s", log);
-    }
-    snprintf(path, sizeof path, "%s/kernels.so", h->dir);
-    h->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    remove_files(h->dir); /* the mapping outlives the files, and a failing check leaves none */
-    ck_assert_msg(h->so, "%s", dlerror());
-    *(void **)&h->launch = dlsym(h->so, "sn_sim_launch");
-    ck_assert_msg(h->launch, "%s", dlerror());
-    return true;
-}
-
-static void host_free(host_code *h) { dlclose(h->so); }
 
 static size_t dtype_bytes(sn_dtype t) { return (size_t)sn_dtype_bits(t) / 8; }
 
@@ -345,7 +298,7 @@ static void from_buffer(sn_dtype t, const void *buf, int64_t n, double *v) {
  * inputs, and compares its outputs with the interpreter's: with the launch the CUDA driver would
  * get and with a small grid that makes the grid-stride loop go round, each in both thread
  * orders, outputs poisoned (NaN, or a large integer) before every launch. */
-static void host_check(const host_code *h, const sn_kernel *k, const sn_interp *it, double tol) {
+static void host_check(sn_sim_module *h, const sn_kernel *k, const sn_interp *it, double tol) {
     void *buf[SN_KER_MAX_ARGS], *params[SN_KER_MAX_ARGS];
     int nargs = k->n_out + k->n_in;
     for (int i = 0; i < nargs; i++) {
@@ -359,11 +312,6 @@ static void host_check(const host_code *h, const sn_kernel *k, const sn_interp *
             to_buffer(n->dtype, v, sn_numel(n), buf[i]);
         }
     }
-    char stub_name[96];
-    snprintf(stub_name, sizeof stub_name, "%s_host", k->name);
-    void (*stub)(void **);
-    *(void **)&stub = dlsym(h->so, stub_name);
-    ck_assert_msg(stub, "%s", dlerror());
     sn_cuda_dims dims[2] = {sn_cuda_pointwise_dims(k), {.grid = {3, 1, 1}, .block = {32, 1, 1}}};
     double *got = NULL;
     for (int d = 0; d < 2; d++)
@@ -371,7 +319,11 @@ static void host_check(const host_code *h, const sn_kernel *k, const sn_interp *
             for (int o = 0; o < k->n_out; o++)
                 memset(buf[o], k->args[o]->dtype == SN_I32 ? 0x7f : 0xff,
                        dtype_bytes(k->args[o]->dtype) * (size_t)sn_numel(k->args[o]));
-            h->launch(stub, dims[d].grid, dims[d].block, params, reversed);
+            sn_sim_opts so = sn_sim_defaults();
+            so.order = reversed ? SN_SIM_REVERSE : SN_SIM_FORWARD;
+            sn_err e;
+            ck_assert_msg(sn_sim_launch(h, k->name, dims[d].grid, dims[d].block, 0, params, &so,
+                                        &e) == SN_OK, "%s", e.msg);
             for (int o = 0; o < k->n_out; o++) {
                 const sn_node *n = k->args[o];
                 int64_t numel = sn_numel(n);
@@ -419,20 +371,20 @@ static sn_interp *interp_run(const sn_graph *g, int vocab, bool init_rule) {
 
 /* Fuses g, renders its pointwise kernels into one source, runs each on the CPU against the
  * interpreter; returns the number of kernels run (0: no g++). */
-static int run_on_host(const sn_graph *g, int vocab, bool init_rule, double tol) {
+static int run_on_host(sn_graph *g, int vocab, bool init_rule, double tol) {
     sn_program *p = fuse(g);
     const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
     int n = pointwise(p, ks);
     ck_assert_int_gt(n, 0);
     char *src = render(ks, n);
-    host_code h;
+    sn_sim_module *h = host_compile(src);
     int ran = 0;
-    if (host_compile(src, &h)) {
+    if (h) {
         sn_interp *it = interp_run(g, vocab, init_rule);
-        for (int i = 0; i < n; i++) host_check(&h, ks[i], it, tol);
+        for (int i = 0; i < n; i++) host_check(h, ks[i], it, tol);
         ran = n;
         sn_interp_free(it);
-        host_free(&h);
+        sn_sim_module_free(h);
     }
     free(src);
     free(ks);

@@ -15,8 +15,7 @@ static sn_program *compile(sn_graph *g) {
     sn_err e;
     sn_program *p;
     ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_fuse(g, &p, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_memplan(p, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     return p;
 }
 
@@ -30,7 +29,7 @@ static sn_graph *gpt2_training(const char *name, int layers, int B, int T) {
     ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
     sn_pipeline_opts o = sn_pipeline_defaults(); /* attention fused, vocabulary padded */
     o.backward = true;
-    ck_assert_msg(sn_pipeline_run(&g, &o, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     return g;
 }
 
@@ -339,6 +338,39 @@ START_TEST(memory_plan_gpt2) {
 END_TEST
 
 /* The kernels one more transformer layer adds to the training program, by kind. */
+/* The row-op table (program.c) covers exactly the SN_K_ROW ops, and every kernel of a GPT-2
+ * training program has the work split sn_kernel_work gives (the one function fuse and the
+ * code generators share). */
+START_TEST(row_facts_and_work_split) {
+    int rows = 0;
+    for (int op = 0; op < SN_OP_COUNT; op++) {
+        const sn_row_facts *f = sn_row_facts_of((sn_op)op);
+        ck_assert_msg(!f == (sn_op_kind((sn_op)op) != SN_K_ROW), "%s", sn_op_name((sn_op)op));
+        if (!f) continue;
+        rows++;
+        ck_assert_msg(f->per_element & 1, "%s: the first operand is per element", sn_op_name((sn_op)op));
+        ck_assert_msg(!(f->serial && f->result_per_element), "%s", sn_op_name((sn_op)op));
+    }
+    ck_assert_int_eq(rows, 11);
+    ck_assert(sn_row_facts_of(SN_OP_CROSS_ENTROPY)->serial && !sn_row_facts_of(SN_OP_SOFTMAX)->serial);
+    sn_graph *g = gpt2_training("tiny", 0, 2, 16);
+    sn_program *p = compile(g);
+    int serial = 0;
+    for (int k = 0; k < p->n_kernels; k++) {
+        const sn_kernel *ker = p->kernels[k];
+        int64_t n;
+        bool s;
+        sn_kernel_work(ker, &n, &s);
+        ck_assert_msg(n == ker->n_items && s == ker->serial, "%s", ker->name);
+        ck_assert_int_ge(n, 1);
+        serial += ker->kind == SN_KER_ROW && s;
+    }
+    ck_assert_int_eq(serial, 1 + 2 * 2 + 1); /* the loss; ln_1, ln_2 weight grads per layer; ln_f */
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 START_TEST(kernels_per_gpt2_layer) {
     int counts[2][SN_KER_KIND_COUNT] = {{0}}, total[2];
     for (int l = 0; l < 2; l++) {
@@ -381,6 +413,7 @@ int main(void) {
     tcase_add_test(tc, overflow_drops_extra_outputs);
     tcase_add_test(tc, memory_plan_gpt2);
     tcase_add_test(tc, kernels_per_gpt2_layer);
+    tcase_add_test(tc, row_facts_and_work_split);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }

@@ -21,12 +21,12 @@
 
 /* ---- running kernels against the interpreter ---- */
 
-static sn_program *fuse(const sn_graph *g) {
+static sn_program *fuse(sn_graph *g) {
     sn_err e;
     sn_program *p;
     ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
     ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_fuse(g, &p, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     return p;
 }
 
@@ -140,7 +140,7 @@ static kernel_stats check_kernels(const sn_program *p, const sn_interp *it, doub
 
 /* Fuses g, runs its kernels against the interpreter; the program is returned for the test's
  * own structural checks. */
-static sn_program *fuse_and_check(const sn_graph *g, int ids, const char *ignored, kernel_stats *st) {
+static sn_program *fuse_and_check(sn_graph *g, int ids, const char *ignored, kernel_stats *st) {
     sn_program *p = fuse(g);
     sn_interp *it = reference(g, 42, ids, ignored, false);
     *st = check_kernels(p, it, 2e-5);

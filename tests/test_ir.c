@@ -436,6 +436,34 @@ static void append_fails(sn_graph *g, const sn_node *proto, const char *want) {
     sn_graph_free(g);
 }
 
+/* An allocation no machine can make is a status with a message that names the size, what it
+ * was for and what to do; the arena returns NULL instead of aborting. */
+START_TEST(test_out_of_memory_is_a_status) {
+    sn_err e = {0};
+    size_t huge = SIZE_MAX / 4;
+    ck_assert_ptr_null(sn_malloc(huge, "a test's buffer", &e));
+    ck_assert_int_eq(e.code, SN_ERR_OOM);
+    ck_assert_msg(strstr(e.msg, "out of memory: a test's buffer needs ") && strstr(e.msg, " GiB (") &&
+                  strstr(e.msg, "use a smaller --batch or --seq, or a smaller model"), "%s", e.msg);
+    e = (sn_err){0};
+    ck_assert_ptr_null(sn_calloc(huge, 16, "an overflowing array", &e)); /* n * size overflows */
+    ck_assert_msg(e.code == SN_ERR_OOM && strstr(e.msg, "an overflowing array"), "%s", e.msg);
+    e = (sn_err){0};
+    void *p = sn_malloc(16, "a small buffer", &e);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_ptr_null(sn_realloc(p, huge, "a grown buffer", &e)); /* p is still ours */
+    ck_assert_msg(e.code == SN_ERR_OOM && strstr(e.msg, "a grown buffer"), "%s", e.msg);
+    free(p);
+    sn_arena a = {0};
+    ck_assert_ptr_null(sn_arena_alloc(&a, SIZE_MAX - 8));
+    ck_assert_ptr_nonnull(sn_arena_alloc(&a, 64));
+    sn_arena_free(&a);
+    char s[32];
+    ck_assert_str_eq(sn_bytes_str((int64_t)3 << 30, s, sizeof s), "3.0 GiB");
+    ck_assert_str_eq(sn_bytes_str(100, s, sizeof s), "100 bytes");
+}
+END_TEST
+
 START_TEST(test_append_errors) {
     sn_graph *g = sn_graph_new();
     sn_node *a = NODE(g, INPUT, T(F32, 4, 8)), *b = NODE(g, INPUT, T(F32, 5, 3));
@@ -486,6 +514,7 @@ Suite *ir_suite(void) {
     tcase_add_test(tc, test_verify_shape_rule);
     tcase_add_test(tc, test_verify_other);
     tcase_add_test(tc, test_append_errors);
+    tcase_add_test(tc, test_out_of_memory_is_a_status);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -81,7 +81,7 @@ static sn_graph *gpt2_graph(const char *name, int vocab, int B, int T, const sn_
     sn_gpt2 m;
     sn_err e;
     ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_pipeline_run(&g, o, st, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, o, NULL, st, &e) == SN_OK, "%s", e.msg);
     return g;
 }
 
@@ -296,7 +296,7 @@ START_TEST(rewrite_copies_a_training_graph) {
     sn_pipeline_opts o = {.backward = true};
     sn_graph *g = gpt2_graph("tiny", 0, 2, 8, &o, NULL), *out;
     sn_rewrite r;
-    sn_rewrite_begin(&r, g);
+    ck_assert(sn_rewrite_begin(&r, g, NULL) == SN_OK);
     for (int i = 0; i < g->n_nodes; i++) sn_rewrite_copy(&r, g->nodes[i]);
     sn_err e;
     ck_assert_msg(sn_rewrite_end(&r, "copy", &out, &e) == SN_OK, "%s", e.msg);
@@ -308,7 +308,7 @@ START_TEST(rewrite_copies_a_training_graph) {
     free(b);
     sn_graph_free(out);
 
-    sn_rewrite_begin(&r, g); /* a pass that forgets the loss is told so */
+    ck_assert(sn_rewrite_begin(&r, g, NULL) == SN_OK); /* a pass that forgets the loss is told so */
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i] != g->loss) sn_rewrite_copy(&r, g->nodes[i]);
     ck_assert_int_eq(sn_rewrite_end(&r, "forgetful", &out, &e), SN_ERR_INVALID);
@@ -420,7 +420,7 @@ START_TEST(errors_say_what_to_do) {
         g = sn_graph_new();
         ck_assert(sn_gpt2_build(g, &c, 1, 8, &m, NULL) == SN_OK);
         sn_pipeline_opts po = {.dump_after = bad[i].pass};
-        ck_assert_int_eq(sn_pipeline_run(&g, &po, NULL, &e), SN_ERR_INVALID);
+        ck_assert_int_eq(sn_compile(g, &po, NULL, NULL, &e), SN_ERR_INVALID);
         ck_assert_msg(strstr(e.msg, bad[i].msg), "%s", e.msg);
         sn_graph_free(g);
     }

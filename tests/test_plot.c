@@ -109,7 +109,7 @@ START_TEST(png_round_trip) {
         uint8_t *img = malloc(3 * (size_t)w * h), *back;
         for (int i = 0; i < 3 * w * h; i++) img[i] = (uint8_t)(i * 31 + i / 7);
         size_t len;
-        uint8_t *png = sn_png_encode(w, h, img, &len);
+        uint8_t *png = sn_png_encode(w, h, img, &len, NULL);
         decode(png, len, &w2, &h2, &back);
         ck_assert(w2 == w && h2 == h && !memcmp(img, back, 3 * (size_t)w * h));
         free(img);
@@ -126,8 +126,8 @@ START_TEST(loss_plot) {
     ck_assert(fd >= 0);
     close(fd);
     sn_series train = {0}, val = {0};
-    for (int s = 1; s <= 300; s++) sn_series_push(&train, s, 5.5 * exp(-s / 80.0) + 1 + 0.1 * sin(s));
-    for (int s = 50; s <= 300; s += 50) sn_series_push(&val, s, 5.5 * exp(-s / 80.0) + 1.2);
+    for (int s = 1; s <= 300; s++) ck_assert(sn_series_push(&train, s, 5.5 * exp(-s / 80.0) + 1 + 0.1 * sin(s), NULL) == SN_OK);
+    for (int s = 50; s <= 300; s += 50) ck_assert(sn_series_push(&val, s, 5.5 * exp(-s / 80.0) + 1.2, NULL) == SN_OK);
     sn_err e;
     ck_assert_msg(sn_plot_losses(path, "tiny: 1024 tokens per step", &train, &val, &e) == SN_OK, "%s", e.msg);
     char *png;

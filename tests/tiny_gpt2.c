@@ -24,7 +24,7 @@ sn_graph *tiny_training_graph(bool fuse_attention) {
     o.backward = true;
     o.fuse_attention = fuse_attention;
     sn_pipeline_stats st;
-    ck_assert_msg(sn_pipeline_run(&g, &o, &st, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(st.attention_fused, fuse_attention ? c.n_layer : 0);
     ck_assert_int_eq(st.vocab_padded, 1);
     return g;
@@ -49,8 +49,7 @@ tiny_memory tiny_check_compiled(sn_graph *g, uint64_t seed, const char *label) {
     sn_device *d;
     ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
     sn_program *p;
-    sn_pipeline_opts none = {0};
-    ck_assert_msg(sn_pipeline_compile(g, &none, &p, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     sn_exec *x;
     ck_assert_msg(sn_exec_new(d, p, &x, &e) == SN_OK, "%s", e.msg);
     sn_interp *it = sn_interp_new(g, false);

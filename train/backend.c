@@ -10,7 +10,7 @@
 #include "interp/interp.h"
 
 struct sn_backend {
-    const sn_graph *g;
+    sn_graph *g;
     sn_node *const *params;
     int n_params;
     /* the reference interpreter */
@@ -40,10 +40,11 @@ void sn_backend_free(sn_backend *b) {
     free(b);
 }
 
-static sn_status compiled_new(sn_backend *b, sn_err *e) {
+static sn_status compiled_new(sn_backend *b, const sn_pipeline_opts *compile, sn_err *e) {
     sn_status s;
     sn_pipeline_opts none = {0};
-    if ((s = sn_pipeline_compile(b->g, &none, &b->prog, e)) || (s = sn_exec_new(b->d, b->prog, &b->x, e)))
+    if ((s = sn_compile(b->g, compile ? compile : &none, &b->prog, NULL, e)) ||
+        (s = sn_exec_new(b->d, b->prog, &b->x, e)))
         return s;
     b->adamw = (sn_kernel){.kind = SN_KER_ADAMW, .name = "adamw"};
     sn_kernel *k = &b->adamw;
@@ -56,23 +57,26 @@ static sn_status compiled_new(sn_backend *b, sn_err *e) {
     return SN_OK;
 }
 
-sn_status sn_backend_new(const sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
-                         sn_backend **out, sn_err *e) {
+sn_status sn_backend_new(sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
+                         const sn_pipeline_opts *compile, sn_backend **out, sn_err *e) {
     *out = NULL;
-    sn_backend *b = calloc(1, sizeof *b);
-    SN_ASSERT(b);
+    sn_backend *b = sn_calloc(1, sizeof *b, "the trainer's backend", e);
+    if (!b) return SN_ERR_OOM;
     *b = (sn_backend){.g = g, .params = params, .n_params = n_params, .d = device};
     sn_status s = SN_OK;
     if (device) {
-        s = compiled_new(b, e);
+        s = compiled_new(b, compile, e);
     } else {
-        b->it = sn_interp_new(g, false);
-        b->w = calloc((size_t)n_params, sizeof *b->w);
-        b->gf = calloc((size_t)n_params, sizeof *b->gf);
-        SN_ASSERT(b->w && b->gf);
-        for (int i = 0; i < n_params && !s; i++)
-            if (!(b->w[i] = malloc(sizeof(float) * (size_t)sn_numel(params[i]))))
-                s = sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the parameters");
+        const char *what = "the interpreter's parameters and gradients";
+        if (!(b->it = sn_interp_new(g, false)))
+            s = sn_fail_oom(e, sizeof(double) * (size_t)g->n_nodes, "the reference interpreter");
+        else if (!(b->w = sn_calloc((size_t)n_params, sizeof *b->w, what, e)) ||
+                 !(b->gf = sn_calloc((size_t)n_params, sizeof *b->gf, what, e)))
+            s = SN_ERR_OOM;
+        for (int i = 0; i < n_params && !s; i++) /* gf: made here, so a step allocates nothing */
+            if (!(b->w[i] = sn_malloc(sizeof(float) * (size_t)sn_numel(params[i]), what, e)) ||
+                !(b->gf[i] = sn_malloc(sizeof(float) * (size_t)sn_numel(params[i]), what, e)))
+                s = SN_ERR_OOM;
         snprintf(b->name, sizeof b->name, "reference interpreter");
     }
     if (s) {
@@ -114,8 +118,6 @@ sn_status sn_backend_run(sn_backend *b, const sn_node *idx, const sn_node *targe
 const float *sn_backend_grad(sn_backend *b, int i) {
     if (b->x) return sn_exec_ptr(b->x, b->params[i]->grad);
     int64_t n = sn_numel(b->params[i]);
-    if (!b->gf[i]) b->gf[i] = malloc(sizeof(float) * (size_t)n);
-    SN_ASSERT(b->gf[i]);
     const double *g = sn_interp_value(b->it, b->params[i]->grad);
     for (int64_t j = 0; j < n; j++) b->gf[i][j] = (float)g[j];
     return b->gf[i];

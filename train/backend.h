@@ -5,13 +5,15 @@
 #ifndef SN_BACKEND_H
 #define SN_BACKEND_H
 
+#include "passes/pipeline.h"
 #include "runtime/device.h"
 
 typedef struct sn_backend sn_backend;
 
-/* device NULL: the reference interpreter. g: loss, backward, i32 inputs idx and targets. */
-sn_status sn_backend_new(const sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
-                         sn_backend **out, sn_err *e);
+/* device NULL: the reference interpreter. g: loss, backward, i32 inputs idx and targets.
+ * compile: sn_compile's options for the device (NULL: zeroed). */
+sn_status sn_backend_new(sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
+                         const sn_pipeline_opts *compile, sn_backend **out, sn_err *e);
 void sn_backend_free(sn_backend *b);
 const char *sn_backend_name(const sn_backend *b);
 

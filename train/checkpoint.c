@@ -218,8 +218,12 @@ static sn_status parse(const char *path, const uint8_t *b, size_t len, parsed *o
         }
         if (out->n == cap) {
             cap = cap ? 2 * cap : 64;
-            out->recs = realloc(out->recs, sizeof(rec) * (size_t)cap);
-            SN_ASSERT(out->recs);
+            rec *recs = sn_realloc(out->recs, sizeof(rec) * (size_t)cap, "a checkpoint's record list", e);
+            if (!recs) {
+                free(out->recs);
+                return SN_ERR_OOM;
+            }
+            out->recs = recs;
         }
         rec *r = &out->recs[out->n++];
         r->kind = get_u32(p);
@@ -310,7 +314,7 @@ static sn_status check_series(const parsed *f, const char *name, sn_err *e) {
     return SN_OK;
 }
 
-static void load_series(const parsed *f, const char *name, sn_series *s) {
+static sn_status load_series(const parsed *f, const char *name, sn_series *s, sn_err *e) {
     const rec *r = find(f, REC_SERIES, name);
     uint64_t n = get_u64(r->body);
     sn_series_free(s);
@@ -318,8 +322,9 @@ static void load_series(const parsed *f, const char *name, sn_series *s) {
         double x, y;
         memcpy(&x, r->body + 8 + 8 * i, 8);
         memcpy(&y, r->body + 8 + 8 * n + 8 * i, 8);
-        sn_series_push(s, x, y);
+        if (sn_series_push(s, x, y, e)) return SN_ERR_OOM;
     }
+    return SN_OK;
 }
 
 static sn_status check_all(const parsed *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
@@ -357,8 +362,7 @@ sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, s
         }
         sn_trainer_set_step_count(t, (int)get_u64(find(&f, REC_STEP, "step")->body));
         memcpy(r->data_rng.s, find(&f, REC_RNG, "data")->body, 32);
-        load_series(&f, "train_loss", &r->train_loss);
-        load_series(&f, "val_loss", &r->val_loss);
+        if (!(s = load_series(&f, "train_loss", &r->train_loss, e))) s = load_series(&f, "val_loss", &r->val_loss, e);
     }
     free(f.recs);
     free(bytes);

@@ -38,7 +38,7 @@ static sn_status set(sn_sampler *s, const sn_node *n, const void *data, sn_err *
     return n->dtype == SN_I32 ? sn_interp_set_i32(s->it, n, data, e) : sn_interp_set(s->it, n, data, e);
 }
 
-sn_sampler *sn_sampler_new(const sn_graph *g, const sn_node *idx, const sn_node *logits,
+sn_sampler *sn_sampler_new(sn_graph *g, const sn_node *idx, const sn_node *logits,
                            sn_device *device, sn_err *e) {
     if (!idx || idx->op != SN_OP_INPUT || idx->dtype != SN_I32 || idx->rank != 2 || idx->shape[0] != 1 ||
         !logits || logits->rank != 3 || logits->shape[0] != 1 || logits->shape[1] != idx->shape[1]) {
@@ -47,16 +47,17 @@ sn_sampler *sn_sampler_new(const sn_graph *g, const sn_node *idx, const sn_node 
         return NULL;
     }
     if (sn_verify(g, e)) return NULL;
-    sn_sampler *s = calloc(1, sizeof *s);
-    SN_ASSERT(s);
+    sn_sampler *s = sn_calloc(1, sizeof *s, "the sampler", e);
+    if (!s) return NULL;
     *s = (sn_sampler){.g = g, .idx = idx, .logits = logits, .T = (int)idx->shape[1],
                       .V = (int)logits->shape[2]};
-    s->window = calloc((size_t)s->T, sizeof(int32_t));
-    s->row64 = malloc(sizeof(double) * (size_t)s->V);
-    SN_ASSERT(s->window && s->row64);
-    sn_pipeline_opts none = {0};
-    if (!device) s->it = sn_interp_new(g, false);
-    else if (sn_pipeline_compile(g, &none, &s->prog, e) || sn_exec_new(device, s->prog, &s->x, e)) {
+    s->window = sn_calloc((size_t)s->T, sizeof(int32_t), "the sampler's window", e);
+    s->row64 = sn_malloc(sizeof(double) * (size_t)s->V, "the sampler's logits", e);
+    sn_pipeline_opts none = {0}; /* the caller ran the forward rewrites */
+    bool ok = s->window && s->row64;
+    if (ok && !device && !(ok = (s->it = sn_interp_new(g, false))))
+        sn_fail_oom(e, sizeof(double) * (size_t)g->n_nodes, "the reference interpreter");
+    if (!ok || (device && (sn_compile(g, &none, &s->prog, NULL, e) || sn_exec_new(device, s->prog, &s->x, e)))) {
         sn_sampler_free(s);
         return NULL;
     }
@@ -111,7 +112,7 @@ int32_t sn_sample_logits(const double *logits, int V, float temperature, int top
         return best;
     }
     scored *c = malloc(sizeof *c * (size_t)V);
-    SN_ASSERT(c);
+    if (!c) return -1;
     for (int i = 0; i < V; i++) c[i] = (scored){logits[i], i};
     qsort(c, (size_t)V, sizeof *c, by_score);
     int k = top_k > 0 && top_k < V ? top_k : V;
@@ -155,6 +156,7 @@ sn_status sn_sampler_generate(sn_sampler *s, const int32_t *prompt, int n_prompt
             lg = sn_interp_value(s->it, s->logits) + at;
         }
         out[k] = sn_sample_logits(lg, V, o->temperature, o->top_k, &rng);
+        if (out[k] < 0) return sn_fail_oom(e, sizeof(double) * 2 * (size_t)V, "the sampler's sorted logits");
     }
     return SN_OK;
 }

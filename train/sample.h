@@ -28,7 +28,7 @@ typedef struct sn_sampler sn_sampler;
  * i32 INPUT of idx's shape (a loss's targets) is fed zeros. g must outlive the sampler. The
  * forward runs compiled on `device`, or on the reference interpreter when device is NULL. */
 struct sn_device;
-sn_sampler *sn_sampler_new(const sn_graph *g, const sn_node *idx, const sn_node *logits,
+sn_sampler *sn_sampler_new(sn_graph *g, const sn_node *idx, const sn_node *logits,
                            struct sn_device *device, sn_err *e);
 void sn_sampler_free(sn_sampler *s);
 
@@ -42,7 +42,8 @@ sn_status sn_sampler_load(sn_sampler *s, const sn_trainer *t, sn_err *e);
 sn_status sn_sampler_generate(sn_sampler *s, const int32_t *prompt, int n_prompt,
                               const sn_sample_opts *o, int32_t *out, sn_err *e);
 
-/* Picks one id from logits (V,) as sn_sampler_generate does (exposed for tests). */
+/* Picks one id from logits (V,) as sn_sampler_generate does (exposed for tests); -1 when out
+ * of memory for the sorted copy. */
 int32_t sn_sample_logits(const double *logits, int V, float temperature, int top_k, sn_rng *rng);
 
 #endif

@@ -98,22 +98,27 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
         return NULL;
     }
     if (sn_verify(g, e) != SN_OK) return NULL;
-    sn_trainer *t = calloc(1, sizeof *t);
-    SN_ASSERT(t);
+    sn_trainer *t = sn_calloc(1, sizeof *t, "the trainer", e);
+    if (!t) return NULL;
     t->g = g;
     t->o = *o;
     t->idx = idx;
     t->targets = targets;
     t->n_params = sn_graph_params(g, NULL, 0);
     size_t np = (size_t)t->n_params;
-    t->params = calloc(np, sizeof *t->params);
-    t->w = calloc(np, sizeof *t->w);
-    t->m = calloc(np, sizeof *t->m);
-    t->v = calloc(np, sizeof *t->v);
-    t->gsum = calloc(np, sizeof *t->gsum);
-    SN_ASSERT(t->params && t->w && t->m && t->v && t->gsum);
-    sn_graph_params(g, t->params, t->n_params);
-    if (sn_backend_new(g, t->params, t->n_params, o->device, &t->be, e)) {
+    const char *what = "the trainer's parameter lists";
+    t->params = sn_calloc(np, sizeof *t->params, what, e);
+    t->w = sn_calloc(np, sizeof *t->w, what, e);
+    t->m = sn_calloc(np, sizeof *t->m, what, e);
+    t->v = sn_calloc(np, sizeof *t->v, what, e);
+    t->gsum = sn_calloc(np, sizeof *t->gsum, what, e);
+    if (!t->params || !t->w || !t->m || !t->v || !t->gsum) t->n_params = 0; /* for sn_trainer_free */
+    else sn_graph_params(g, t->params, t->n_params);
+    if (!t->n_params && np) {
+        sn_trainer_free(t);
+        return NULL;
+    }
+    if (sn_backend_new(g, t->params, t->n_params, o->device, o->compile, &t->be, e)) {
         sn_trainer_free(t);
         return NULL;
     }

@@ -11,7 +11,7 @@
 #ifndef SN_TRAIN_H
 #define SN_TRAIN_H
 
-#include "ir/ir.h"
+#include "passes/pipeline.h"
 
 typedef struct {
     int steps;          /* optimizer steps in the run (for the schedule) */
@@ -23,6 +23,8 @@ typedef struct {
     float grad_clip;    /* global L2 norm; 0 disables */
     uint64_t seed;      /* parameter initialisation */
     struct sn_device *device; /* runs the compiled program; NULL: the reference interpreter */
+    const sn_pipeline_opts *compile; /* how sn_trainer_new compiles for the device (sn_compile:
+                                        target, dump_after); NULL: zeroed options */
 } sn_train_opts;
 
 /* AdamW (0.9, 0.95, 1e-8), weight decay 0.1, clip 1.0, lr 1e-3, warm-up 10% of steps. */

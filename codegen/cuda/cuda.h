@@ -19,17 +19,20 @@
 
 /* Source text built line by line. A line ending in '{' opens a block (the lines after it are
  * indented one level more), a line starting with '}' closes one; sn_cu_finish asserts that every
- * block opened was closed. */
+ * block opened was closed. Out of memory is sticky: later appends do nothing and sn_cu_finish
+ * returns NULL. */
 typedef struct {
     char *buf;
     size_t len, cap;
     int depth; /* blocks open */
+    size_t oom; /* the size of an allocation that failed, 0: none */
 } sn_cu_text;
 
 void sn_cu_emitf(sn_cu_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends without a newline or indentation (the middle of a line). */
 void sn_cu_appendf(sn_cu_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Checks that the blocks balance; returns the text (malloc'd, the caller frees). */
+/* Checks that the blocks balance; returns the text (malloc'd, the caller frees), or NULL when
+ * memory ran out while it was built. */
 char *sn_cu_finish(sn_cu_text *t);
 
 /* The name generated sources include, and the prelude's text (see cuda_prelude.h). */

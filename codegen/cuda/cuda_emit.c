@@ -11,13 +11,20 @@
 
 enum { INDENT = 4 };
 
-static void reserve(sn_cu_text *t, size_t more) {
-    if (t->len + more + 1 <= t->cap) return;
+/* Room for `more` bytes and a NUL; false (t->oom set) when out of memory. */
+static bool reserve(sn_cu_text *t, size_t more) {
+    if (t->oom) return false;
+    if (t->len + more + 1 <= t->cap) return true;
     size_t cap = t->cap ? t->cap : 4096;
     while (cap < t->len + more + 1) cap *= 2;
-    t->buf = realloc(t->buf, cap);
-    SN_ASSERT(t->buf);
+    char *buf = realloc(t->buf, cap);
+    if (!buf) {
+        t->oom = cap;
+        return false;
+    }
+    t->buf = buf;
     t->cap = cap;
+    return true;
 }
 
 static void vappend(sn_cu_text *t, const char *fmt, va_list ap) {
@@ -25,7 +32,10 @@ static void vappend(sn_cu_text *t, const char *fmt, va_list ap) {
     va_copy(again, ap);
     int n = vsnprintf(NULL, 0, fmt, ap);
     SN_ASSERT(n >= 0);
-    reserve(t, (size_t)n);
+    if (!reserve(t, (size_t)n)) {
+        va_end(again);
+        return;
+    }
     vsnprintf(t->buf + t->len, (size_t)n + 1, fmt, again);
     va_end(again);
     t->len += (size_t)n;
@@ -44,8 +54,11 @@ void sn_cu_emitf(sn_cu_text *t, const char *fmt, ...) {
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
     SN_ASSERT(n >= 0);
-    char *line = malloc((size_t)n + 1);
-    SN_ASSERT(line);
+    char *line = t->oom ? NULL : malloc((size_t)n + 1);
+    if (!line) {
+        if (!t->oom) t->oom = (size_t)n + 1;
+        return;
+    }
     va_start(ap, fmt);
     vsnprintf(line, (size_t)n + 1, fmt, ap);
     va_end(ap);
@@ -61,10 +74,10 @@ void sn_cu_emitf(sn_cu_text *t, const char *fmt, ...) {
 }
 
 char *sn_cu_finish(sn_cu_text *t) {
-    SN_ASSERT(t->depth == 0); /* every block opened was closed */
-    reserve(t, 0);
-    t->buf[t->len] = '\0';
-    char *s = t->buf;
+    SN_ASSERT(t->oom || t->depth == 0); /* every block opened was closed */
+    char *s = reserve(t, 0) ? t->buf : NULL;
+    if (s) s[t->len] = '\0';
+    else free(t->buf);
     *t = (sn_cu_text){0};
     return s;
 }

@@ -185,7 +185,12 @@ static void emit_access(sn_cu_text *t, const sn_kernel *k, const sn_pw_space *s,
     }
     if (!ix.len) sn_cu_appendf(&ix, "%lld", (long long)x->offset);
     else if (x->offset) sn_cu_appendf(&ix, " %c %lld", x->offset < 0 ? '-' : '+', llabs(x->offset));
+    size_t oom = ix.oom;
     char *idx = sn_cu_finish(&ix);
+    if (!idx) { /* out of memory: sticky in t */
+        t->oom = oom;
+        return;
+    }
     arg_name(k, x->arg, arg, sizeof arg);
     int d = x->mask_axis;
     long long lo = x->mask_lo, hi = x->mask_hi;
@@ -302,6 +307,7 @@ sn_status sn_cuda_render(const sn_kernel *const *ks, int n, char **src, sn_err *
         sn_cu_emitf(&t, "%s", "");
         emit_kernel(&t, ks[i]);
     }
-    *src = sn_cu_finish(&t);
+    size_t oom = t.oom;
+    if (!(*src = sn_cu_finish(&t))) return sn_fail_oom(e, oom, "the CUDA C source of a kernel");
     return SN_OK;
 }

@@ -88,8 +88,7 @@ static sn_status nvrtc_fail(sn_err *e, const char *file, int line, const char *c
     size_t size = 0;
     if (prog && !out->log && nvrtcGetProgramLogSize(prog, &size) == NVRTC_SUCCESS && size > 0) {
         out->log = malloc(size);
-        SN_ASSERT(out->log);
-        if (nvrtcGetProgramLog(prog, out->log) != NVRTC_SUCCESS) out->log[0] = '\0';
+        if (out->log && nvrtcGetProgramLog(prog, out->log) != NVRTC_SUCCESS) out->log[0] = '\0';
     }
     const char *log = out->log && out->log[0] ? out->log : "(empty)\n";
     return sn_fail(e, SN_ERR_DEVICE, "%s:%d: %s: %s, compiling %s for sm_%d (generated CUDA C "
@@ -125,17 +124,23 @@ sn_status sn_nvrtc_compile(const char *src, const char *name, int arch, sn_cuda_
     NVRTC_CHECK(nvrtcCreateProgram(&prog, src, name, 1, headers, header_names));
     NVRTC_CHECK(nvrtcCompileProgram(prog, n_opts, opts));
     NVRTC_CHECK(nvrtcGetProgramLogSize(prog, &size));
-    out->log = malloc(size + 1);
-    SN_ASSERT(out->log);
+    if (!(out->log = sn_malloc(size + 1, "NVRTC's log", e))) {
+        st = SN_ERR_OOM;
+        goto done;
+    }
     out->log[0] = '\0';
     if (size) NVRTC_CHECK(nvrtcGetProgramLog(prog, out->log));
     NVRTC_CHECK(nvrtcGetCUBINSize(prog, &out->cubin_size));
-    out->cubin = malloc(out->cubin_size ? out->cubin_size : 1);
-    SN_ASSERT(out->cubin);
+    if (!(out->cubin = sn_malloc(out->cubin_size, "a compiled CUDA module", e))) {
+        st = SN_ERR_OOM;
+        goto done;
+    }
     NVRTC_CHECK(nvrtcGetCUBIN(prog, out->cubin));
     out->n_info = sn_ptxas_parse(out->log, NULL, 0);
-    out->info = calloc((size_t)out->n_info + 1, sizeof *out->info);
-    SN_ASSERT(out->info);
+    if (!(out->info = sn_calloc((size_t)out->n_info + 1, sizeof *out->info, "ptxas's report", e))) {
+        st = SN_ERR_OOM;
+        goto done;
+    }
     sn_ptxas_parse(out->log, out->info, out->n_info);
 done:
     if (prog) nvrtcDestroyProgram(&prog);

@@ -86,10 +86,10 @@ struct sn_ll_fx {
     bool scalar;
 };
 
-sn_ll_fx *sn_ll_fx_new(sn_ll *L, const sn_kernel *k, const LLVMValueRef *ptr) {
-    sn_ll_fx *f = calloc(1, sizeof *f);
+sn_ll_fx *sn_ll_fx_new(sn_ll *L, const sn_kernel *k, const LLVMValueRef *ptr, sn_err *e) {
+    sn_ll_fx *f = sn_calloc(1, sizeof *f, "a fused kernel's code generator", e);
     size_t na = (size_t)k->n_access + 1, ni = (size_t)k->n_instr + 1;
-    SN_ASSERT(f);
+    if (!f) return NULL;
     *f = (sn_ll_fx){.L = L, .k = k, .ptr = ptr, .last = k->rank - 1};
     f->base = calloc(na, sizeof(LLVMValueRef));
     f->ok = calloc(na, sizeof(LLVMValueRef));
@@ -97,7 +97,11 @@ sn_ll_fx *sn_ll_fx_new(sn_ll *L, const sn_kernel *k, const LLVMValueRef *ptr) {
     f->acc = calloc(na, sizeof(LLVMValueRef));
     f->val = calloc(ni, sizeof(LLVMValueRef));
     f->reuse = calloc(ni, sizeof(LLVMValueRef));
-    SN_ASSERT(f->base && f->ok && f->hoist && f->acc && f->val && f->reuse);
+    if (!f->base || !f->ok || !f->hoist || !f->acc || !f->val || !f->reuse) {
+        sn_ll_fx_free(f);
+        sn_fail_oom(e, (4 * na + 2 * ni) * sizeof(LLVMValueRef), "a fused kernel's code generator");
+        return NULL;
+    }
     return f;
 }
 

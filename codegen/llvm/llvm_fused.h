@@ -6,7 +6,7 @@
  * cached for the step, so an instruction read twice in a step is computed once. The values
  * of a step may be used only inside the loop body (or block) that began it.
  *
- *     sn_ll_fx *f = sn_ll_fx_new(L, k, ptrs);          // ptrs: the kernel's args, typed
+ *     sn_ll_fx *f = sn_ll_fx_new(L, k, ptrs, e);          // ptrs: the kernel's args, typed
  *     ... per row r:  sn_ll_fx_row(f, r);
  *     ... per vector: sn_ll_fx_step(f, v.j, v.mask, false);
  *                     LLVMValueRef x = sn_ll_fx_ref(f, &k->instr[k->row_instr].in[0]);
@@ -21,8 +21,8 @@
 typedef struct sn_ll_fx sn_ll_fx;
 
 /* For kernel k (instructions and accesses over k->shape, whose last axis is the row); ptr[i]
- * is args[i] as sn_ll_buf gives it. */
-sn_ll_fx *sn_ll_fx_new(sn_ll *L, const sn_kernel *k, const LLVMValueRef *ptr);
+ * is args[i] as sn_ll_buf gives it. NULL (SN_ERR_OOM in e) when out of memory. */
+sn_ll_fx *sn_ll_fx_new(sn_ll *L, const sn_kernel *k, const LLVMValueRef *ptr, sn_err *e);
 void sn_ll_fx_free(sn_ll_fx *f);
 
 /* Row r (i64) of the index space: offsets, outer masks, values constant along the row. */

@@ -105,8 +105,8 @@ static LLVMErrorRef host_machine(sn_jit *j, LLVMTargetMachineRef *tm) {
 sn_status sn_jit_new(sn_jit **out, sn_err *e) {
     *out = NULL;
     pthread_once(&targets_once, init_targets);
-    sn_jit *j = calloc(1, sizeof *j);
-    SN_ASSERT(j);
+    sn_jit *j = sn_calloc(1, sizeof *j, "the LLVM JIT", e);
+    if (!j) return SN_ERR_OOM;
     sn_status st = SN_OK;
     LLVMTargetMachineRef jit_tm = NULL;
     j->triple = LLVMGetDefaultTargetTriple();
@@ -200,40 +200,28 @@ fail:
 
 /* ---- kernels ---- */
 
-static int64_t rows_of(const sn_node *x) {
-    return x->rank ? sn_numel(x) / x->shape[x->rank - 1] : 1;
-}
-
 /* The work split each kind is generated for (llvm.h), checked against what the kernel says. */
 static sn_status check_items(const sn_kernel *k, sn_err *e) {
     char kn[96];
     const sn_node *a = k->anchor;
-    int64_t want = -1;
-    bool serial = false;
     if (k->kind != SN_KER_POINTWISE && k->kind != SN_KER_ADAMW && !a)
         return sn_fail(e, SN_ERR_INVALID, "%s: no anchor node", sn_ll_kname(k, kn, sizeof kn));
-    switch (k->kind) {
-    case SN_KER_POINTWISE: want = sn_shape_numel(k->rank, k->shape); break;
-    case SN_KER_ROW:
-        want = rows_of(a->in[0]);
-        serial = a->op == SN_OP_CROSS_ENTROPY || a->op == SN_OP_LAYERNORM_BWD_W ||
-                 a->op == SN_OP_RMSNORM_BWD_W;
-        break;
-    case SN_KER_REDUCE: want = sn_numel(a); break;
-    case SN_KER_GATHER:
-        if (a->op == SN_OP_EMBEDDING_BWD) {
-            int64_t C = a->shape[a->rank - 1];
-            if (k->n_items >= 1 && k->n_items <= C) return SN_OK;
-            return sn_fail(e, SN_ERR_INVALID, "%s: embedding_bwd splits its %lld columns into "
-                           "n_items blocks, so n_items must be in [1, %lld], not %lld",
-                           sn_ll_kname(k, kn, sizeof kn), (long long)C, (long long)C,
-                           (long long)k->n_items);
-        }
-        want = a->n_in > 1 ? sn_numel(a->in[1]) : -1;
-        break;
-    case SN_KER_ADAMW: want = a ? sn_numel(a) : k->n_items; break;
-    default: return SN_OK; /* rejected by emit() */
+    if (k->kind == SN_KER_GEMM || k->kind == SN_KER_ATTENTION || k->kind >= SN_KER_KIND_COUNT ||
+        (k->kind == SN_KER_ROW && !sn_row_facts_of(a->op)))
+        return SN_OK; /* emit() checks or rejects these */
+    if (k->kind == SN_KER_GATHER && a->op == SN_OP_EMBEDDING_BWD) { /* any number of column blocks */
+        int64_t C = a->shape[a->rank - 1];
+        if (k->n_items >= 1 && k->n_items <= C) return SN_OK;
+        return sn_fail(e, SN_ERR_INVALID, "%s: embedding_bwd splits its %lld columns into "
+                       "n_items blocks, so n_items must be in [1, %lld], not %lld",
+                       sn_ll_kname(k, kn, sizeof kn), (long long)C, (long long)C,
+                       (long long)k->n_items);
     }
+    if (k->kind == SN_KER_GATHER && a->n_in < 2)
+        return sn_fail(e, SN_ERR_INVALID, "%s: a gather needs (table, ids)", sn_ll_kname(k, kn, sizeof kn));
+    int64_t want;
+    bool serial;
+    sn_kernel_work(k, &want, &serial); /* what fuse sets (program/kernel.h) */
     if (k->n_items != want)
         return sn_fail(e, SN_ERR_INVALID, "%s: n_items is %lld but the LLVM backend generates it "
                        "for %lld items (codegen/llvm.h lists each kind's split)",
@@ -285,7 +273,8 @@ static uint64_t fnv1a(const char *s) {
 
 /* If function `name` of mod is identical to one linked before (j->fns[0, n_done)) or added
  * earlier in this batch (j->fns[n_done, n_fns)), deletes it and sets name to that symbol;
- * else records it as pending. Returns true when it was shared. */
+ * else records it as pending. Returns true when it was shared. Out of memory only costs the
+ * sharing: the function is kept and not recorded. */
 static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len) {
     LLVMValueRef fn = LLVMGetNamedFunction(mod, name);
     SN_ASSERT(fn);
@@ -296,7 +285,10 @@ static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len
     SN_ASSERT(at);
     /* the body, without attribute group numbers (#3): they depend on what else the module held */
     char *body = malloc(strlen(at) + 1), *o = body;
-    SN_ASSERT(body);
+    if (!body) {
+        LLVMDisposeMessage(text);
+        return false;
+    }
     for (const char *c = at + strlen(head) - 1; *c; c++) {
         if (*c == '#' && c[1] >= '0' && c[1] <= '9') {
             while (c[1] >= '0' && c[1] <= '9') c++;
@@ -315,9 +307,14 @@ static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len
             return true;
         }
     if (j->n_fns == j->cap_fns) {
-        j->cap_fns = j->cap_fns ? 2 * j->cap_fns : 64;
-        j->fns = realloc(j->fns, sizeof *j->fns * (size_t)j->cap_fns);
-        SN_ASSERT(j->fns);
+        int cap = j->cap_fns ? 2 * j->cap_fns : 64;
+        jit_fn *fns = realloc(j->fns, sizeof *j->fns * (size_t)cap);
+        if (!fns) {
+            free(body);
+            return false;
+        }
+        j->fns = fns;
+        j->cap_fns = cap;
     }
     jit_fn *f = &j->fns[j->n_fns++];
     f->hash = h;
@@ -335,8 +332,11 @@ sn_status sn_jit_compile(sn_jit *j, sn_kernel *const *ks, int n, sn_cpu_kernel_f
     snprintf(mname, sizeof mname, "sinter_batch%d", batch);
     LLVMModuleRef mod = new_module(j, LLVMOrcThreadSafeContextGetContext(j->tsc), mname);
     LLVMOrcResourceTrackerRef rt = NULL;
-    char (*names)[96] = malloc(sizeof *names * (size_t)n);
-    SN_ASSERT(names);
+    char (*names)[96] = sn_malloc(sizeof *names * (size_t)n, "the JIT's symbol names", e);
+    if (!names) {
+        LLVMDisposeModule(mod);
+        return SN_ERR_OOM;
+    }
     int n_done = j->n_fns, shared = 0;
     for (int i = 0; i < n && !st; i++) {
         /* each kernel in a module of its own first: printing it to compare it with the
@@ -417,9 +417,8 @@ sn_status sn_jit_kernel_ir(sn_jit *j, const sn_kernel *k, bool optimized, char *
     if (!st && optimized) st = optimise(j, mod, e);
     if (!st) {
         char *s = LLVMPrintModuleToString(mod);
-        *text = strdup(s);
+        if (!(*text = strdup(s))) st = sn_fail_oom(e, strlen(s) + 1, "a kernel's LLVM IR text");
         LLVMDisposeMessage(s);
-        SN_ASSERT(*text);
     }
     LLVMDisposeModule(mod);
     LLVMContextDispose(ctx);

@@ -131,8 +131,17 @@ sn_status sn_ll_emit_pointwise(sn_ll *L, const sn_kernel *k, const char *fname, 
     P.ok = calloc((size_t)na, sizeof(LLVMValueRef));
     P.hoist = calloc((size_t)na, sizeof(LLVMValueRef));
     P.cache = calloc((size_t)na, sizeof(LLVMValueRef));
-    LLVMValueRef *vals = calloc((size_t)k->n_instr, sizeof(LLVMValueRef));
-    SN_ASSERT(P.ptr && P.base && P.ok && P.hoist && P.cache && vals);
+    LLVMValueRef *vals = calloc((size_t)k->n_instr + 1, sizeof(LLVMValueRef));
+    if (!P.ptr || !P.base || !P.ok || !P.hoist || !P.cache || !vals) {
+        free(P.ptr);
+        free(P.base);
+        free(P.ok);
+        free(P.hoist);
+        free(P.cache);
+        free(vals);
+        return sn_fail_oom(e, (size_t)(nargs + 4 * na + k->n_instr) * sizeof(LLVMValueRef),
+                           "a pointwise kernel's code generator");
+    }
     sn_pw_space_fill(&P.s, k);
 
     sn_ll_fn_begin(L, fname);

@@ -369,14 +369,6 @@ static void cross_entropy_bwd(row *w, int64_t R) {
 
 #undef B
 
-static bool per_row(sn_op op) {
-    switch (op) {
-    case SN_OP_SOFTMAX: case SN_OP_SOFTMAX_BWD: case SN_OP_LAYERNORM: case SN_OP_RMSNORM:
-    case SN_OP_LAYERNORM_BWD: case SN_OP_RMSNORM_BWD: case SN_OP_LAYERNORM_BWD_W:
-    case SN_OP_RMSNORM_BWD_W: case SN_OP_CAUSAL_MASK: return true;
-    default: return false;
-    }
-}
 
 /* One row of a per-row op at w->off (row r). */
 static void one_row(row *w, LLVMValueRef r) {
@@ -442,8 +434,8 @@ static sn_status fused_setup(row *w, sn_err *e) {
         if ((st = sn_ll_check_dtype(k, k->args[i], e))) return st;
     for (int a = 0; a < k->n_access; a++)
         SN_ASSERT(k->access[a].arg >= k->n_out && k->access[a].arg < nargs);
-    w->dep = calloc((size_t)k->n_instr, sizeof *w->dep);
-    SN_ASSERT(w->dep);
+    if (!(w->dep = sn_calloc((size_t)k->n_instr, sizeof *w->dep, "a row kernel's code generator", e)))
+        return SN_ERR_OOM;
     for (int i = 0; i < k->n_instr; i++) {
         const sn_pw_instr *in = &k->instr[i];
         sn_op op = in->node->op;
@@ -498,9 +490,9 @@ static sn_status fused_setup(row *w, sn_err *e) {
     for (int o = 0; o < k->n_out && !w->y && n->op == SN_OP_SOFTMAX; o++) /* softmax's scratch */
         if (w->dep[k->store[o]] && k->args[o]->dtype == SN_F32) w->y = w->ptr[o];
     SN_ASSERT(w->y || sn_row_result_per_element(n->op)); /* a sum or a loss is always stored */
-    w->whole = per_row(n->op);
-    w->fx = sn_ll_fx_new(L, k, w->ptr);
-    return SN_OK;
+    w->whole = sn_row_facts_of(n->op)->whole_rows;
+    w->fx = sn_ll_fx_new(L, k, w->ptr, e);
+    return w->fx ? SN_OK : SN_ERR_OOM;
 }
 
 /* Every output that does not depend on the row op was stored by some pass. */
@@ -520,7 +512,7 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
     row w = {.L = L, .k = k, .n = n, .C = x->rank ? x->shape[x->rank - 1] : 1};
     int64_t R = x->rank ? sn_numel(x) / w.C : 1;
     bool ce = n->op == SN_OP_CROSS_ENTROPY || n->op == SN_OP_CROSS_ENTROPY_BWD;
-    if (!ce && !per_row(n->op))
+    if (!sn_row_facts_of(n->op))
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: %s is not a row op the LLVM backend knows",
                        sn_ll_kname(k, kn, sizeof kn), sn_op_name(n->op));
     sn_status st = sn_ll_check_dtype(k, n, e);

@@ -1,0 +1,150 @@
+// sim_internal.h: what the simulator's files share: the callback table the kernel's shared object
+// calls (the same layout as in the text of sinter_sim.h, pinned by SN_SIM_ABI), the launch state
+// (fibers, warps, shared memory) and the collective every warp primitive is built on.
+#ifndef SN_SIM_INTERNAL_H
+#define SN_SIM_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <string>
+#include <vector>
+
+#include "sim.h"
+
+#define SN_SIM_ABI 6u
+
+struct sn_dim3 {
+    unsigned x, y, z;
+};
+struct sn_sim_thread {
+    sn_dim3 threadIdx, blockIdx, blockDim, gridDim;
+};
+struct sn_sim_api {
+    unsigned abi;
+    void (*syncthreads)(int line);
+    unsigned (*shfl)(int mode, unsigned mask, unsigned value, int arg, int width, int line);
+    unsigned (*ballot)(unsigned mask, int pred, int line);
+    void *(*shared_static)(const void *key, size_t bytes, const char *name, int line);
+    void *(*shared_dynamic)(size_t *bytes, const char *name, int line);
+    [[noreturn]] void (*out_of_bounds)(const char *name, long long index, long long count,
+                                       int line);
+    void (*mma)(int shape, float *d, const unsigned *a, const unsigned *b, const float *c,
+                int line);
+    void (*ldmatrix)(int n, int trans, unsigned *r, const void *row, int line);
+    unsigned (*activemask)(void);
+    void (*cp_async)(void *dst, const void *src, unsigned src_bytes, int line);
+    void (*cp_async_commit)(void);
+    void (*cp_async_wait)(int newest_pending, int line); /* < 0: wait_all */
+    void *(*map_pointer)(void *p); /* a pointer parameter's value as the kernel sees it */
+    int (*syncthreads_count)(int pred, int line);
+};
+
+/* sim_module.cc */
+struct sn_sim_module {
+    void *so;
+    void (*enter)(const sn_sim_thread *t); /* sets the running thread's coordinates */
+};
+
+/* The address of symbol `name` in m's shared object, or NULL. */
+void *sim_module_symbol(sn_sim_module *m, const char *name);
+
+/* sim_fiber.cc: a fiber's saved state and the switch between two */
+struct sim_ctx {
+    void *sp;      /* x86-64: the saved stack pointer */
+    ucontext_t uc; /* elsewhere */
+};
+/* Makes c start entry() on the stack [stack, stack + bytes) at the first switch to it. */
+void sim_ctx_make(sim_ctx *c, char *stack, size_t bytes, void (*entry)(void));
+/* Saves the running state in from, continues to. */
+void sim_ctx_switch(sim_ctx *from, sim_ctx *to);
+
+/* sim_run.cc: the launch, its fibers and their scheduler */
+enum fiber_state { FIBER_READY, FIBER_BARRIER, FIBER_WARP, FIBER_DONE };
+
+/* What a lane waiting in a warp collective offers and where its result goes. */
+struct warp_wait {
+    int kind;         /* which primitive: lanes of one collective must agree */
+    unsigned mask;    /* the lanes named (only lanes that exist in the block) */
+    const void *in;   /* `bytes` of this lane's contribution */
+    void *out;        /* 32 * bytes: every named lane's contribution, by lane */
+    unsigned bytes;
+    int line;
+    bool released;
+};
+
+/* A cp.async not yet waited for: 16 bytes to dst, src_bytes of them from src, zeros after. */
+struct pending_copy {
+    void *dst;
+    const void *src;
+    unsigned src_bytes;
+    unsigned long long group; /* the commit group it belongs to */
+};
+
+struct fiber {
+    sim_ctx ctx;
+    char *stack;
+    bool started;
+    fiber_state state;
+    int line;         /* of the barrier it waits at */
+    bool pred;        /* its __syncthreads_count predicate */
+    unsigned linear;  /* the thread's index in its block */
+    sn_sim_thread coords;
+    warp_wait w;
+    std::vector<pending_copy> copies;
+    unsigned long long groups_committed;
+};
+
+struct shared_decl {
+    const void *key;
+    size_t offset, bytes;
+};
+
+struct launch {
+    sn_sim_module *m;
+    void (*stub)(void **);
+    void **params;
+    sn_sim_opts o;
+    unsigned grid[3], block[3];
+    unsigned nthreads;
+    std::vector<fiber> fibers;
+    std::vector<unsigned> order; /* the order fibers run in, this block */
+    std::vector<unsigned> pos;   /* fiber -> its place in order */
+    unsigned hint;               /* no fiber before order[hint] is ready */
+    unsigned barrier_count;      /* of the last barrier released: threads whose pred held */
+    fiber *running;
+    sim_ctx sched;
+    std::string error; /* the first error; the launch stops there */
+    size_t stack_stride;
+    /* shared memory: static declarations, then dynamic, in one arena */
+    unsigned char *shared;
+    size_t shared_cap, static_bytes, dynamic_bytes;
+    std::vector<shared_decl> decls;
+    const char *kernel;
+    unsigned long long rng;
+};
+
+/* The launch running on this OS thread. */
+launch *sim_current(void);
+/* Records the first error (with the running thread's coordinates) and abandons the launch:
+ * never returns to the kernel. */
+[[noreturn]] void sim_fail(int line, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Waits until every lane named in mask has called sim_exchange with the same kind, then every
+ * named lane's `bytes` of `in` are in `out` (32 * bytes) at its lane's place. */
+void sim_exchange(int kind, unsigned mask, const void *in, void *out, unsigned bytes, int line);
+/* The lanes of the running thread's warp that exist in the block. */
+unsigned sim_warp_lanes(void);
+unsigned sim_lane(void);
+
+/* sim_warp.cc: the warp primitives (the sn_sim_api entries of the same names) */
+unsigned sim_shfl(int mode, unsigned mask, unsigned value, int arg, int width, int line);
+unsigned sim_ballot(unsigned mask, int pred, int line);
+unsigned sim_activemask(void);
+void sim_mma(int shape, float *d, const unsigned *a, const unsigned *b, const float *c, int line);
+void sim_ldmatrix(int n, int trans, unsigned *r, const void *row, int line);
+
+/* The table handed to every module (sim_run.cc). */
+extern const sn_sim_api sim_api;
+
+#endif

@@ -1,0 +1,30 @@
+#!/bin/sh
+# cli.sh SINTER: the command line's help, the one compile pipeline as `sinter train` runs it
+# (--dump-after prints the program the trainer runs), and a clean exit with the library's message
+# when the program cannot fit in memory.
+set -eu
+sinter=$1
+"$sinter" graph --help | grep -q "graph --model NAME" || { echo "FAIL: graph --help"; exit 1; }
+"$sinter" train --help | grep -q -- "--dump-after PASS" || { echo "FAIL: train --help"; exit 1; }
+"$sinter" prepare --help | grep -q "usage: sinter prepare" || { echo "FAIL: prepare --help"; exit 1; }
+dir=$(mktemp -d /tmp/sn_cli_XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+seq 1 400 | awk '{ print "line " $1 }' > "$dir/corpus.txt"
+tiny="--model tiny --data $dir/corpus.txt --batch 2 --seq 16 --steps 2 --sample-len 0"
+# shellcheck disable=SC2086
+"$sinter" train $tiny --dump-after fuse > "$dir/fuse.out"
+[ "$(grep -c '^# after pass fuse$' "$dir/fuse.out")" = 1 ] || { echo "FAIL: fuse dumped not once"; cat "$dir/fuse.out"; exit 1; }
+grep -q "^k0_embedding .* gather" "$dir/fuse.out" || { echo "FAIL: no kernels"; cat "$dir/fuse.out"; exit 1; }
+grep -q "^step  *2/2" "$dir/fuse.out" || { echo "FAIL: training did not run after the dump"; exit 1; }
+# shellcheck disable=SC2086
+"$sinter" train $tiny --dump-after memplan | grep -q "^# after pass memplan$" || { echo "FAIL: memplan"; exit 1; }
+# shellcheck disable=SC2086
+"$sinter" train $tiny --dump-after attention | grep -q "= attention_lse " || { echo "FAIL: attention"; exit 1; }
+# an arena no machine has: a status from the library, a message, exit 1, no abort
+status=0
+"$sinter" train --model gpt2 --data "$dir/corpus.txt" --batch 4096 --steps 1 --sample-len 0 \
+    > /dev/null 2> "$dir/oom.err" || status=$?
+[ "$status" = 1 ] || { echo "FAIL: exit status $status"; cat "$dir/oom.err"; exit 1; }
+grep -q "arena .* does not fit on the device: out of memory: the CPU device cannot allocate .* GiB" "$dir/oom.err" &&
+    grep -q "use a smaller --batch or --seq" "$dir/oom.err" || { echo "FAIL: message"; cat "$dir/oom.err"; exit 1; }
+echo "help, --dump-after during train, and out of memory as a message: ok"
