@@ -9,8 +9,14 @@
 static int probe(sn_cuda_api *a, char *why, size_t len) {
     sn_err e = {0};
     int n = 0;
-    if (sn_cuda_api_load(a, SN_LIB_CUDA, &e) || SN_CUDA_CHECK(a, &e, cuInit, 0) ||
-        SN_CUDA_CHECK(a, &e, cuDeviceGetCount, &n)) {
+    if (sn_cuda_api_load(a, SN_LIB_CUDA, &e)) {
+        if (why && strstr(e.msg, "No such file or directory"))
+            snprintf(why, len, "%s not found", sn_cuda_lib_name(a, SN_LIB_CUDA));
+        else if (why)
+            snprintf(why, len, "%s", e.msg);
+        return 0;
+    }
+    if (SN_CUDA_CHECK(a, &e, cuInit, 0) || SN_CUDA_CHECK(a, &e, cuDeviceGetCount, &n)) {
         if (why) snprintf(why, len, "%s", e.msg);
         return 0;
     }
