@@ -12,6 +12,8 @@
 #include "harness.h"
 #include "runtime/cuda/cuda_rt.h"
 #include "support/clock.h"
+#include "models/gpt2.h"
+#include "passes/pipeline.h"
 
 #define ck_assert_has(s, sub) ck_assert_msg(strstr((s), (sub)), "'%s' lacks '%s'", (s), (sub))
 
@@ -222,6 +224,58 @@ START_TEST(compiler_crash_is_an_error_not_a_crash) {
 }
 END_TEST
 
+
+/* The CUDA program of gpt2 124M (B=4, T=256) as the device compiles it: every kernel that renders
+ * today (pointwise) in one source, through the cache: cold (NVRTC) and warm (the cache). */
+START_TEST(gpt2_124m_compile_cold_and_warm) {
+    if (!have(SN_LIB_NVRTC)) return;
+    sn_gpt2_config cfg;
+    ck_assert(sn_gpt2_config_find("gpt2", &cfg));
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    ck_assert_msg(sn_gpt2_build(g, &cfg, 4, 256, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    sn_program *p;
+    ck_assert_msg(sn_compile(g, &o, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    const sn_kernel **ks = malloc(sizeof *ks * (size_t)p->n_kernels);
+    int n = 0, gemms = 0;
+    for (int i = 0; i < p->n_kernels; i++) {
+        if (p->kernels[i]->kind == SN_KER_POINTWISE) ks[n++] = p->kernels[i];
+        gemms += p->kernels[i]->kind == SN_KER_GEMM;
+    }
+    char *src;
+    ck_assert_msg(sn_cuda_render(ks, n, &src, &e) == SN_OK, "%s", e.msg);
+    char dir[64];
+    temp_dir(dir, sizeof dir);
+    sn_cuda_api a = {0};
+    sn_cuda_cache c;
+    sn_cuda_cache_init(&c, dir, false);
+    double t[2];
+    for (int pass = 0; pass < 2; pass++) {
+        sn_cuda_module mod;
+        bool compiled;
+        double t0 = sn_clock_s();
+        ck_assert_msg(sn_cuda_cache_compile(&c, &a, src, "gpt2.cu", 90, &mod, &compiled, &e) == SN_OK,
+                      "%s", e.msg);
+        t[pass] = sn_clock_s() - t0;
+        ck_assert_int_eq(compiled, pass == 0);
+        ck_assert_int_eq(mod.n_info, n);
+        sn_cuda_module_free(&mod);
+    }
+    printf("test_cudadev: gpt2 124M (B=4, T=256): %d of %d kernels render today (pointwise), "
+           "%d GEMMs; sm_90 CUBIN cold %.2f s (NVRTC in a child), warm %.4f s (cache)\n", n,
+           p->n_kernels, gemms, t[0], t[1]);
+    ck_assert_msg(t[1] <= 0.1, "a warm compile took %.3f s", t[1]);
+    rm_dir(dir);
+    free(src);
+    free(ks);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cudadev");
     TCase *t = tcase_create("cudadev");
@@ -233,6 +287,7 @@ int main(void) {
     tcase_add_test(t, cache_cold_warm_corrupt_foreign);
     tcase_add_test(t, compile_error_carries_the_log);
     tcase_add_test(t, compiler_crash_is_an_error_not_a_crash);
+    tcase_add_test(t, gpt2_124m_compile_cold_and_warm);
     suite_add_tcase(s, t);
     return sn_test_main(s);
 }
