@@ -69,6 +69,8 @@ static sn_status cache_key(sn_cuda_api *a, const char *src, int arch, uint8_t ke
     snprintf(head, sizeof head, "sinter cubin %d; nvrtc %d.%d; sm_%d", CACHE_VERSION, major, minor,
              arch);
     hash_bytes(&s, head, strlen(head));
+    const char *lib = sn_cuda_lib_name(a, SN_LIB_NVRTC); /* a stand-in's entries are its own */
+    hash_bytes(&s, lib, strlen(lib));
     const char *opts[8];
     int n = sn_cuda_nvrtc_options(arch, gpu, opts);
     for (int i = 0; i < n; i++) hash_bytes(&s, opts[i], strlen(opts[i]));
