@@ -276,6 +276,81 @@ START_TEST(gpt2_124m_compile_cold_and_warm) {
 }
 END_TEST
 
+/* ---- CUDA Graphs of the step (graph.c), with a fake driver's graph calls ---- */
+
+static int n_issued, n_begin, n_end, n_instantiate, n_launch, n_exec_destroy;
+static CUresult fake_begin(CUstream s, CUstreamCaptureMode m) { n_begin++; return CUDA_SUCCESS; }
+static CUresult fake_end(CUstream s, CUgraph *g) {
+    n_end++;
+    *g = (CUgraph)0x1;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_instantiate(CUgraphExec *x, CUgraph g, unsigned long long f) {
+    n_instantiate++;
+    *x = (CUgraphExec)0x2;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_launch(CUgraphExec x, CUstream s) { n_launch++; return CUDA_SUCCESS; }
+static CUresult fake_graph_destroy(CUgraph g) { return CUDA_SUCCESS; }
+static CUresult fake_exec_destroy(CUgraphExec x) { n_exec_destroy++; return CUDA_SUCCESS; }
+static sn_status fake_issue(void *ctx, const sn_cuda_op *op, sn_err *e) {
+    n_issued++;
+    return SN_OK;
+}
+
+static void step(sn_cuda_graphs *g, const int *what, int n, CUdeviceptr buf) {
+    sn_err e;
+    for (int i = 0; i < n; i++) {
+        sn_cuda_op op = {.what = &what[i], .n_bufs = 2, .bufs = {buf, buf + 64}};
+        ck_assert_int_eq(sn_cuda_graphs_add(g, &op, &e), SN_OK);
+    }
+    ck_assert_msg(sn_cuda_graphs_flush(g, &e) == SN_OK, "%s", e.msg);
+}
+
+START_TEST(graphs_capture_a_stable_step_once) {
+    sn_cuda_api a = {.cuStreamBeginCapture = fake_begin, .cuStreamEndCapture = fake_end,
+                     .cuGraphInstantiate = fake_instantiate, .cuGraphLaunch = fake_launch,
+                     .cuGraphDestroy = fake_graph_destroy, .cuGraphExecDestroy = fake_exec_destroy};
+    sn_err e;
+    sn_cuda_graphs *g = sn_cuda_graphs_new(&a, NULL, true, fake_issue, NULL, &e);
+    ck_assert_ptr_nonnull(g);
+    int kernels[3];
+    step(g, kernels, 3, 0x1000); /* first sight: eager */
+    ck_assert_int_eq(n_issued, 3);
+    ck_assert_int_eq(n_begin, 0);
+    step(g, kernels, 3, 0x1000); /* seen before: captured and launched */
+    ck_assert_int_eq(n_issued, 6);
+    ck_assert_int_eq(n_begin, 1);
+    ck_assert_int_eq(n_end, 1);
+    ck_assert_int_eq(n_instantiate, 1);
+    ck_assert_int_eq(n_launch, 1);
+    for (int i = 0; i < 5; i++) step(g, kernels, 3, 0x1000); /* replayed: nothing issued */
+    ck_assert_int_eq(n_issued, 6);
+    ck_assert_int_eq(n_launch, 6);
+    step(g, kernels, 3, 0x2000); /* other buffers: another sequence, eager */
+    ck_assert_int_eq(n_issued, 9);
+    step(g, kernels, 2, 0x1000); /* a shorter step: eager */
+    ck_assert_int_eq(n_issued, 11);
+    step(g, kernels, 3, 0x1000); /* the first one is still captured */
+    ck_assert_int_eq(n_launch, 7);
+    ck_assert_int_eq(n_instantiate, 1);
+    int captured, launches, eager;
+    sn_cuda_graphs_counts(g, &captured, &launches, &eager);
+    ck_assert_int_eq(captured, 1);
+    ck_assert_int_eq(launches, 7);
+    ck_assert_int_eq(eager, 3);
+    sn_cuda_graphs_free(g);
+    ck_assert_int_eq(n_exec_destroy, 1);
+    /* disabled: every op issued at once, nothing captured */
+    g = sn_cuda_graphs_new(&a, NULL, false, fake_issue, NULL, &e);
+    step(g, kernels, 3, 0x1000);
+    step(g, kernels, 3, 0x1000);
+    ck_assert_int_eq(n_issued, 17);
+    ck_assert_int_eq(n_begin, 1);
+    sn_cuda_graphs_free(g);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cudadev");
     TCase *t = tcase_create("cudadev");
@@ -287,6 +362,7 @@ int main(void) {
     tcase_add_test(t, cache_cold_warm_corrupt_foreign);
     tcase_add_test(t, compile_error_carries_the_log);
     tcase_add_test(t, compiler_crash_is_an_error_not_a_crash);
+    tcase_add_test(t, graphs_capture_a_stable_step_once);
     tcase_add_test(t, gpt2_124m_compile_cold_and_warm);
     suite_add_tcase(s, t);
     return sn_test_main(s);

@@ -70,8 +70,8 @@ typedef struct {
 /* The cache directory (dir_override, else the environment's), created on first store. */
 void sn_cuda_cache_init(sn_cuda_cache *c, const char *dir_override, bool disabled);
 /* The CUBIN for (src, arch) from the cache, else compiled (sn_cuda_nvrtc_compile) and stored.
- * The key hashes source, prelude, options, NVRTC version and library name, and arch; an entry whose magic, size,
- * checksum or key does not match is recompiled and replaced, never used. *compiled says
+ * The key hashes source, prelude, options, NVRTC version and library name, and arch; an entry
+ * whose magic, size, checksum or key does not match is recompiled and replaced, never used. *compiled says
  * whether NVRTC ran. */
 sn_status sn_cuda_cache_compile(sn_cuda_cache *c, sn_cuda_api *a, const char *src,
                                 const char *name, int arch, sn_cuda_module *out, bool *compiled,
