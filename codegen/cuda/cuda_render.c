@@ -114,12 +114,19 @@ sn_status sn_cuda_render(const sn_kernel *const *ks, int n, const sn_target *tg,
         sn_kernel_describe(k, line, sizeof line);
         if (k->kind == SN_KER_POINTWISE) sn_cu_header_pointwise(&t, k);
         else sn_cu_emitf(&t, "/* %s */", line);
-        int shared = 0;
+        int shared = 0, listed = 0;
         for (int j = i + 1; j < n; j++) shared += leader[j] == i;
-        for (int j = i + 1, listed = 0; j < n && listed < 8; j++)
-            if (leader[j] == i)
-                sn_cu_emitf(&t, "/* also launched as %s%s */", ks[j]->name,
-                            ++listed == 8 && shared > 8 ? " and more" : "");
+        for (int j = i + 1; j < n && shared; j++) { /* "also launched as k3, k9 and 4 more" */
+            if (leader[j] != i) continue;
+            if (listed % 4 == 0) sn_cu_appendf(&t, listed ? ",\n *" : "/* also launched as");
+            else sn_cu_appendf(&t, ",");
+            sn_cu_appendf(&t, " %s", ks[j]->name);
+            if (++listed == shared || listed == 12) {
+                if (listed < shared) sn_cu_appendf(&t, " and %d more", shared - listed);
+                sn_cu_appendf(&t, " */\n");
+                break;
+            }
+        }
         emit_body(&t, k, tg, k->name);
         sn_cu_emitf(&t, "SN_HOST_STUB(%s)", k->name);
     }

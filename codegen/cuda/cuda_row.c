@@ -48,24 +48,49 @@ static const char *opnd(const row *w, int i, char *b, size_t len) {
     return sn_cu_operand(w->k, &w->k->instr[w->k->row_instr].in[i], "", b, len);
 }
 
-/* Inside a loop body with `r`, `row` (= r * C) and column `j` defined: the accesses and the
- * prologue at element (r, j). */
-static void element(row *w) {
+/* Whether access a is read per element: by an instruction, or as a per-element operand of the
+ * row op (w, b and targets are read from their buffers directly). */
+static bool access_used(const row *w, int a) {
+    const sn_kernel *k = w->k;
+    for (int i = 0; i < k->n_instr; i++)
+        for (int t = 0; t < k->instr[i].n_in; t++) {
+            const sn_ref *r = &k->instr[i].in[t];
+            if (r->kind == SN_REF_ACCESS && r->index == a &&
+                (i != k->row_instr || sn_row_operand_per_element(w->n->op, t)))
+                return true;
+        }
+    return false;
+}
+
+/* Where `r` is defined: the coordinates of row r in the index space that the accesses read. */
+static void coords(row *w) {
     const sn_kernel *k = w->k;
     if (!w->fused) return;
     int last = k->rank - 1;
     bool need[SN_MAX_RANK] = {0};
     for (int a = 0; a < k->n_access; a++) {
         const sn_access *x = &k->access[a];
-        for (int d = 0; d < last; d++) need[d] = need[d] || x->stride[d] || (x->masked && x->mask_axis == d);
+        for (int d = 0; d < last && access_used(w, a); d++)
+            need[d] = need[d] || x->stride[d] || (x->masked && x->mask_axis == d);
     }
     int64_t inner = 1;
     for (int d = last - 1; d >= 0; d--) {
-        if (need[d]) E("const %s i%d = r / %lld %% %lld;", w->ix, d, (long long)inner, (long long)k->shape[d]);
+        if (need[d] && inner == 1) E("const %s i%d = r %% %lld;", w->ix, d, (long long)k->shape[d]);
+        else if (need[d] && d == 0) E("const %s i0 = r / %lld;", w->ix, (long long)inner);
+        else if (need[d]) E("const %s i%d = r / %lld %% %lld;", w->ix, d, (long long)inner, (long long)k->shape[d]);
         inner *= k->shape[d];
     }
+}
+
+/* Inside a loop body with `r`, `row` (= r * C), the coordinates and column `j` defined: the
+ * accesses and the prologue at element (r, j). */
+static void element(row *w) {
+    const sn_kernel *k = w->k;
+    if (!w->fused) return;
+    int last = k->rank - 1;
     for (int a = 0; a < k->n_access; a++) {
         const sn_access *x = &k->access[a];
+        if (!access_used(w, a)) continue;
         char an[16], cond[128] = "";
         sn_cu_text ix = {0};
         for (int d = 0; d < last; d++)
@@ -175,7 +200,6 @@ static void softmax_bwd(row *w) { /* (y, dy) -> y (dy - sum(dy y)) */
 static void norm_stats(row *w, bool rms, bool prologue_here) {
     char x[64];
     opnd(w, 0, x, sizeof x);
-    E("const float inv_c = 1.0f / %lld.0f;", (long long)w->C);
     if (!rms) {
         E("float sx = 0.0f;");
         open_pass(w, "threadIdx.x", w->C, w->threads);
@@ -219,8 +243,9 @@ static void norm_bwd(row *w, bool rms) {
     if (!rms) E("sg += g;");
     E("sgx += g * (%s);", h);
     close_pass(w);
-    E("const float mg = %s;", rms ? "0.0f" : "sn_block_sum(sg) / (float)C");
-    E("const float mgx = sn_block_sum(sgx) / (float)C;");
+    if (rms) E("const float mg = 0.0f;");
+    else E("const float mg = sn_block_sum(sg) / %lld.0f;", (long long)w->C);
+    E("const float mgx = sn_block_sum(sgx) / %lld.0f;", (long long)w->C);
     open_pass(w, "threadIdx.x", w->C, w->threads);
     E("const float g = %s * %s;", dy, wt);
     store_with(w, "(g - mg - (%s) * mgx) * rstd", h, "", "");
@@ -292,6 +317,7 @@ static void open_rows(row *w) {
     E("const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;");
     E("for (%s r = warp; r < %lld; r += %u) {", w->ix, (long long)w->R, w->threads / 32);
     E("const %s row = r * %lld;", w->ix, (long long)w->C);
+    coords(w);
 }
 
 /* (logits, targets) -> the mean over rows whose target is not ignore_index of lse - logit[t] */
@@ -487,11 +513,12 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
     w.t = t;
     w.threads = d->block[0];
     sn_cu_emit_signature(t, k, fname, (int)w.threads);
-    sn_cu_emitf(t, "const int C = %lld; /* row length; %lld rows */", (long long)w.C, (long long)w.R);
-    sn_cu_emitf(t, "(void)C;");
+    sn_cu_emitf(t, "/* %s over %lld rows of %lld%s */", sn_op_name(k->anchor->op), (long long)w.R,
+                (long long)w.C, sn_cu_row_single_block(k) ? ": one block, a warp per row" : "");
     if (!sn_cu_row_single_block(k)) {
         sn_cu_emitf(t, "const %s r = blockIdx.x; /* this block's row */", w.ix);
         sn_cu_emitf(t, "const %s row = r * %lld;", w.ix, (long long)w.C);
+        coords(&w);
     }
     switch (k->anchor->op) {
     case SN_OP_SOFTMAX: softmax(&w); break;
