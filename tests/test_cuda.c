@@ -245,12 +245,18 @@ static void nvrtc_gpt2(const char *model, int B, int T, const int *arch, int n_a
     if (!have_nvrtc()) return;
     sn_graph *g = gpt2_training(model, B, T);
     sn_program *p = fuse(g);
-    const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
-    const sn_kernel **tmp = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
+    const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 4));
+    const sn_kernel **tmp = malloc(sizeof *ks * (size_t)(p->n_kernels + 4));
     int n = kernels_of(p, SN_KER_KIND_COUNT, ks);
     ck_assert_int_gt(n, 10);
-    sn_kernel adamw = {.kind = SN_KER_ADAMW, .name = "adamw", .n_items = 1 << 20};
-    ks[n++] = &adamw; /* the trainer's optimizer kernel */
+    static const sn_kernel_kind kinds[4] = {SN_KER_GRAD_ACC, SN_KER_SQNORM, SN_KER_CLIP, SN_KER_ADAMW};
+    sn_kernel opt[4]; /* the trainer's optimizer step over every parameter */
+    for (int i = 0; i < 4; i++) {
+        int64_t params = sn_graph_param_count(g);
+        opt[i] = (sn_kernel){.kind = kinds[i], .flat_n = params, .flat_decay = params / 2};
+        snprintf(opt[i].name, sizeof opt[i].name, "opt_%d", i);
+        ks[n++] = &opt[i];
+    }
     for (int a = 0; a < n_arch; a++) {
         sn_target t = sm(arch[a]);
         sn_cuda_source cs;
@@ -279,7 +285,7 @@ static void nvrtc_gpt2(const char *model, int B, int T, const int *arch, int n_a
             if (in->shared_bytes > max_shared) max_shared = in->shared_bytes;
         }
         printf("test_cuda: %s training (B=%d, T=%d; %d kernels in all) for sm_%d: %d generated "
-               "kernels (%d row, %d reduce, %d gather, %d pointwise, adamw) as %d functions; "
+               "kernels (%d row, %d reduce, %d gather, %d pointwise, 4 optimizer) as %d functions; "
                "rendered in %.3f s, one NVRTC compilation in %.2f s (%.2f s of CPU): no spills, no "
                "stack, at most %d registers (%s), %d bytes of shared memory\n", model, B, T,
                p->n_kernels, arch[a], n,
@@ -685,51 +691,91 @@ START_TEST(cpu_deleted_barrier_caught) {
 }
 END_TEST
 
-/* The trainer's AdamW kernel (kernel.h: p, m, v, g, hyper[8]; the element count a parameter) on
- * 1001 elements (250 float4 steps and a tail of one) against the update in double, in two
- * thread orders, with the launch dims for those elements. */
-START_TEST(cpu_adamw) {
-    sn_kernel k = {.kind = SN_KER_ADAMW, .name = "adamw", .n_items = 1001};
-    const sn_kernel *kp = &k;
-    sn_cuda_source cs = render(&kp, 1);
+/* The optimizer step (kernel.h: GRAD_ACC, SQNORM, CLIP, ADAMW over one flat range) on 10001
+ * elements (float4 steps and a tail, three norm blocks, weight decay ending inside a float4),
+ * in that order, each launch in two thread orders, against sn_interp_optim on copies. */
+START_TEST(cpu_optimizer_step) {
+    enum { N = 10001, DECAY = 6001, NB = (N + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK };
+    static const sn_kernel_kind kinds[4] = {SN_KER_GRAD_ACC, SN_KER_SQNORM, SN_KER_CLIP, SN_KER_ADAMW};
+    static const char *const names[4] = {"opt_grad_acc", "opt_sqnorm", "opt_clip", "opt_adamw"};
+    sn_kernel k[4];
+    const sn_kernel *kp[4];
+    for (int i = 0; i < 4; i++) {
+        k[i] = (sn_kernel){.kind = kinds[i], .flat_n = N, .flat_decay = DECAY};
+        snprintf(k[i].name, sizeof k[i].name, "%s", names[i]);
+        kp[i] = &k[i];
+    }
+    sn_cuda_source cs = render(kp, 4);
+    ck_assert_int_eq(cs.n_functions, 4);
     sn_sim_module *h = host_compile(cs.src);
     if (!h) {
         sn_cuda_source_free(&cs);
         return;
     }
-    enum { N = 1001 };
-    float hyper[8] = {3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1 - 0.9f * 0.9f, 1 - 0.95f * 0.95f, 0.5f};
-    float *buf[4];
-    for (int b = 0; b < 4; b++) buf[b] = aligned_alloc(64, 64 * ((N * sizeof(float) + 63) / 64));
+    /* buffers: 0 p, 1 m, 2 v, 3 g, 4 sum, 5 partial, 6 scal; [0] the simulator's, [1] the reference's */
+    static const size_t len[7] = {N, N, N, N, N, NB, SN_OPT_SCALARS};
+    float *buf[2][7];
     sn_rng r = sn_rng_seed(9);
-    sn_target t = sm(80);
-    sn_cuda_dims d = sn_cuda_launch_dims(&k, &t);
-    for (int reversed = 0; reversed < 2; reversed++) {
-        double want[N];
-        for (int i = 0; i < N; i++) {
-            buf[0][i] = (float)sn_rng_normal(&r);
-            buf[1][i] = 0.1f * (float)sn_rng_normal(&r);
-            buf[2][i] = 0.01f * (float)fabs(sn_rng_normal(&r));
-            buf[3][i] = (float)sn_rng_normal(&r);
-            double g = (double)buf[3][i] * hyper[7];
-            double m = hyper[1] * (double)buf[1][i] + (1 - (double)hyper[1]) * g;
-            double v = hyper[2] * (double)buf[2][i] + (1 - (double)hyper[2]) * g * g;
-            double upd = (m / hyper[5]) / (sqrt(v / hyper[6]) + hyper[3]) + hyper[4] * (double)buf[0][i];
-            want[i] = buf[0][i] - hyper[0] * upd;
-        }
-        long long n = N;
-        float *hp = hyper;
-        void *params[] = {&buf[0], &buf[1], &buf[2], &buf[3], &hp, &n};
-        sn_sim_opts so = sn_sim_defaults();
-        so.order = reversed ? SN_SIM_REVERSE : SN_SIM_FORWARD;
-        sn_err e;
-        ck_assert_msg(sn_sim_launch(h, cs.fn[0], d.grid, d.block, d.shared_bytes, params, &so, &e) ==
-                      SN_OK, "%s", e.msg);
-        double got[N];
-        for (int i = 0; i < N; i++) got[i] = buf[0][i];
-        sn_check_close("adamw p", got, want, N, 1e-6, 1e-6);
+    for (int j = 0; j < 7; j++)
+        for (int c = 0; c < 2; c++) buf[c][j] = aligned_alloc(64, 64 * ((len[j] * sizeof(float) + 63) / 64));
+    for (size_t i = 0; i < N; i++) {
+        buf[0][0][i] = (float)sn_rng_normal(&r);
+        buf[0][1][i] = 0.1f * (float)sn_rng_normal(&r);
+        buf[0][2][i] = 0.01f * (float)fabs(sn_rng_normal(&r));
+        buf[0][3][i] = (float)sn_rng_normal(&r);
+        buf[0][4][i] = (float)sn_rng_normal(&r);
     }
-    for (int b = 0; b < 4; b++) free(buf[b]);
+    float scal[SN_OPT_SCALARS] = {[SN_OPT_LR] = 3e-3f, [SN_OPT_BETA1] = 0.9f, [SN_OPT_BETA2] = 0.95f,
+                                  [SN_OPT_EPS] = 1e-8f, [SN_OPT_WD] = 0.1f, [SN_OPT_BC1] = 0.19f,
+                                  [SN_OPT_BC2] = 0.0975f, [SN_OPT_INV_MICRO] = 0.5f,
+                                  [SN_OPT_CLIP] = 1.0f};
+    memcpy(buf[0][6], scal, sizeof scal);
+    for (int j = 0; j < 7; j++) memcpy(buf[1][j], buf[0][j], len[j] * sizeof(float));
+    static const int args[4][5] = {{4, 3}, {5, 4, 6}, {6, 5}, {0, 1, 2, 4, 6}}; /* g is the sum */
+    sn_target t = sm(80);
+    for (int i = 0; i < 4; i++) {
+        int nb = sn_kernel_n_bufs(&k[i]), outs[3] = {0}, n_outs = i == 3 ? 3 : 1;
+        void *refs[5], *params[5];
+        for (int j = 0; j < nb; j++) {
+            refs[j] = buf[1][args[i][j]];
+            params[j] = &buf[0][args[i][j]];
+        }
+        for (int o = 0; o < n_outs; o++) outs[o] = args[i][o];
+        sn_interp_optim(&k[i], refs, 0, i == 2 ? 1 : i == 1 ? NB : N);
+        float *before[3];
+        for (int o = 0; o < n_outs; o++) {
+            before[o] = malloc(len[outs[o]] * sizeof(float));
+            memcpy(before[o], buf[0][outs[o]], len[outs[o]] * sizeof(float));
+        }
+        sn_cuda_dims d = sn_cuda_launch_dims(&k[i], &t);
+        for (int reversed = 0; reversed < 2; reversed++) {
+            for (int o = 0; o < n_outs; o++)
+                memcpy(buf[0][outs[o]], before[o], len[outs[o]] * sizeof(float));
+            sn_sim_opts so = sn_sim_defaults();
+            so.order = reversed ? SN_SIM_REVERSE : SN_SIM_FORWARD;
+            sn_err e;
+            ck_assert_msg(sn_sim_launch(h, cs.fn[i], d.grid, d.block, d.shared_bytes, params, &so,
+                                        &e) == SN_OK, "%s", e.msg);
+            for (int o = 0; o < n_outs; o++) {
+                size_t n = outs[o] == 6 ? SN_OPT_NORM + 1 : len[outs[o]];
+                double *got = malloc(n * sizeof(double)), *want = malloc(n * sizeof(double));
+                for (size_t x = 0; x < n; x++) got[x] = buf[0][outs[o]][x], want[x] = buf[1][outs[o]][x];
+                char what[96];
+                snprintf(what, sizeof what, "%s (%s order) buffer %d", names[i],
+                         reversed ? "reversed" : "forward", outs[o]);
+                sn_check_close(what, got, want, n, 1e-5, 1e-6);
+                free(got);
+                free(want);
+            }
+        }
+        for (int o = 0; o < n_outs; o++) free(before[o]);
+    }
+    printf("test_cuda: the optimizer step over %d flat elements (grad sum, squared norm in %d "
+           "blocks, clip at norm %.3f, AdamW) matches the reference in two thread orders\n", N, NB,
+           (double)buf[0][6][SN_OPT_NORM]);
+    ck_assert_float_lt(buf[0][6][SN_OPT_SCALE], 1.0f); /* the norm was clipped */
+    for (int j = 0; j < 7; j++)
+        for (int c = 0; c < 2; c++) free(buf[c][j]);
     sn_sim_module_free(h);
     sn_cuda_source_free(&cs);
 }
@@ -762,7 +808,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_gpt2_tiny_unfused_attention);
     tcase_add_test(cpu, cpu_row_ops_several_warps);
     tcase_add_test(cpu, cpu_deleted_barrier_caught);
-    tcase_add_test(cpu, cpu_adamw);
+    tcase_add_test(cpu, cpu_optimizer_step);
     suite_add_tcase(s, cpu);
     return sn_test_main(s);
 }

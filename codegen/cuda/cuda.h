@@ -57,7 +57,8 @@ typedef struct {
  * none (all zero). Pointwise: blocks of SN_CUDA_PW_BLOCK threads, at most SN_CUDA_PW_MAX_GRID
  * of them (a grid-stride loop covers the rest); row ops: a block per row (cross-entropy's loss
  * and the norm weight gradients: one block); reductions: a block per output tile; gathers: a
- * block per id (forward) or per table row (backward); the optimizer: grid-stride blocks. */
+ * block per id (forward) or per table row (backward); the optimizer: grid-stride blocks (the
+ * squared norm: a block per SN_SQNORM_BLOCK elements; the clip: one block). */
 sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t);
 
 /* ---- cuda_render.c: kernels to one translation unit ---- */

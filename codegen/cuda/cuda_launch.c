@@ -52,10 +52,14 @@ sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
             return dims1(sn_numel(n->in[1]), (int)clampu(round_up(C % 4 ? C : C / 4, 32), 32, 256));
         return dims1(n->shape[0], (int)clampu(round_up(C, 32), 32, 256)); /* a block per row */
     }
-    case SN_KER_ADAMW: {
-        int64_t blocks = (k->n_items + SN_CUDA_PW_BLOCK - 1) / SN_CUDA_PW_BLOCK;
+    case SN_KER_GRAD_ACC:
+    case SN_KER_ADAMW: { /* grid-stride over float4 steps */
+        int64_t blocks = (k->flat_n / 4 + SN_CUDA_PW_BLOCK - 1) / SN_CUDA_PW_BLOCK;
         return dims1(blocks > SN_CUDA_PW_MAX_GRID ? SN_CUDA_PW_MAX_GRID : blocks, SN_CUDA_PW_BLOCK);
     }
+    case SN_KER_SQNORM: /* a block per SN_SQNORM_BLOCK elements */
+        return dims1((k->flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK, 256);
+    case SN_KER_CLIP: return dims1(1, 256);
     case SN_KER_GEMM:
     case SN_KER_ATTENTION: /* the attention helper adds its case here */
     case SN_KER_KIND_COUNT: break;

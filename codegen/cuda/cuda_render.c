@@ -28,8 +28,8 @@ static sn_status check(const sn_kernel *k, sn_err *e) {
     case SN_KER_ROW: return sn_cu_check_row(k, e);
     case SN_KER_REDUCE: return sn_cu_check_reduce(k, e);
     case SN_KER_GATHER: return sn_cu_check_gather(k, e);
+    case SN_KER_GRAD_ACC: case SN_KER_SQNORM: case SN_KER_CLIP:
     case SN_KER_ADAMW: return sn_cu_check_optim(k, e);
-    case SN_KER_GEMM: return SN_OK; /* skipped: a library call */
     default: break;
     }
     return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s is a %s kernel, which the CUDA "
@@ -44,6 +44,7 @@ static void emit_body(sn_cu_text *t, const sn_kernel *k, const sn_target *tg, co
     case SN_KER_ROW: sn_cu_emit_row(t, k, &d, fname); break;
     case SN_KER_REDUCE: sn_cu_emit_reduce(t, k, &d, fname); break;
     case SN_KER_GATHER: sn_cu_emit_gather(t, k, &d, fname); break;
+    case SN_KER_GRAD_ACC: case SN_KER_SQNORM: case SN_KER_CLIP:
     case SN_KER_ADAMW: sn_cu_emit_optim(t, k, &d, fname); break;
     default: SN_ASSERT(0);
     }
@@ -86,7 +87,8 @@ sn_status sn_cuda_render(const sn_kernel *const *ks, int n, const sn_target *tg,
             out->n_skipped++;
             continue;
         }
-        reductions = reductions || k->kind == SN_KER_ROW || k->kind == SN_KER_REDUCE;
+        reductions = reductions || k->kind == SN_KER_ROW || k->kind == SN_KER_REDUCE ||
+                     k->kind == SN_KER_SQNORM;
         sn_cu_text t = {0};
         emit_body(&t, k, tg, PLACEHOLDER);
         size_t oom = t.oom;
