@@ -2,18 +2,21 @@
  * that text compiled by NVRTC. Convention: every generated source includes the one prelude
  * (SN_CUDA_PRELUDE_NAME), the only place that knows whether the text runs on a GPU or a CPU.
  *
- *     char *src;
- *     if (sn_cuda_render(&k, 1, &src, &e)) ...               // k: an SN_KER_POINTWISE kernel
+ *     sn_target t = sn_target_cuda(90);
+ *     sn_cuda_source s;
+ *     if (sn_cuda_render(p->kernels, p->n_kernels, &t, &s, &e)) ...  // every kernel but GEMMs
  *     sn_cuda_module m;
- *     if (sn_nvrtc_compile(src, "k.cu", 90, &m, &e)) ...      // a CUBIN for sm_90, ptxas report
- *     printf("%s: %d registers\n", m.info[0].name, m.info[0].registers);
+ *     if (sn_nvrtc_compile(s.src, "prog.cu", 90, &m, &e)) ...  // one CUBIN, ptxas report
+ *     sn_cuda_dims d = sn_cuda_launch_dims(p->kernels[3], &t); // launch s.fn[3] with these
  *     sn_cuda_module_free(&m);
- *     free(src);
+ *     sn_cuda_source_free(&s);
  */
 #ifndef SN_CUDA_H
 #define SN_CUDA_H
 
 #include "program/kernel.h"
+#include "program/program.h"
+#include "program/target.h"
 
 /* ---- cuda_emit.c: the text emitter and the prelude ---- */
 
@@ -39,23 +42,50 @@ char *sn_cu_finish(sn_cu_text *t);
 #define SN_CUDA_PRELUDE_NAME "sinter_prelude.h"
 const char *sn_cuda_prelude(void);
 
-/* ---- cuda_pointwise.c: pointwise kernels ---- */
+/* ---- cuda_launch.c: launch dimensions ---- */
 
 enum { SN_CUDA_PW_BLOCK = 256, SN_CUDA_PW_MAX_GRID = 4096 };
 
 typedef struct {
     unsigned grid[3], block[3];
+    unsigned shared_bytes; /* dynamic shared memory */
 } sn_cuda_dims;
 
-/* The grid and block a pointwise kernel is launched with: blocks of SN_CUDA_PW_BLOCK threads, at
- * most SN_CUDA_PW_MAX_GRID of them (a grid-stride loop covers the rest). */
-sn_cuda_dims sn_cuda_pointwise_dims(const sn_kernel *k);
+/* The grid, block and dynamic shared memory kernel k is launched with on target t: the one place
+ * that decides them, read by the runtime, the stand-in driver and the simulator's tests alike
+ * (the rendered text is written for exactly these: __launch_bounds__, shared sizes). GEMMs have
+ * none (all zero). Pointwise: blocks of SN_CUDA_PW_BLOCK threads, at most SN_CUDA_PW_MAX_GRID
+ * of them (a grid-stride loop covers the rest); row ops: a block per row (cross-entropy's loss
+ * and the norm weight gradients: one block); reductions: a block per output tile; gathers: a
+ * block per id (forward) or per table row (backward); the optimizer: grid-stride blocks (the
+ * squared norm: a block per SN_SQNORM_BLOCK elements; the clip: one block). */
+sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t);
 
-/* Renders kernels ks[0..n) (SN_KER_POINTWISE, f32/bf16/i32 values) into one translation unit:
- * the prelude's #include, then per kernel `extern "C" __global__ void <k->name>(out0.., in0..)`
- * taking one typed pointer per arg in k->args order, then SN_HOST_STUB(<name>). *src is malloc'd.
- * A kind or dtype this backend does not generate is SN_ERR_UNSUPPORTED, naming the kernel. */
-sn_status sn_cuda_render(const sn_kernel *const *ks, int n, char **src, sn_err *e);
+/* ---- cuda_render.c: kernels to one translation unit ---- */
+
+/* The CUDA C of a set of kernels: one translation unit (the prelude's #include, the shared
+ * device functions, then each distinct kernel once) and which function launches each kernel. */
+typedef struct {
+    char *src;            /* the text NVRTC and the simulator get (malloc'd) */
+    int n_kernels;        /* kernels given */
+    int n_functions;      /* distinct __global__ functions in src */
+    int n_skipped;        /* kernels given that have no function here (GEMMs) */
+    char (*fn)[64];       /* [n_kernels]: the function kernel i launches; "" for a GEMM */
+} sn_cuda_source;
+
+/* Renders kernels ks[0..n) for target t into one translation unit. Each kernel becomes
+ * `extern "C" __global__ void <name>(out0.., in0..)` taking one typed pointer per arg in
+ * k->args order, then SN_HOST_STUB(<name>); kernels whose text differs only in names (node ids,
+ * their own name) share the function of the first of them, named after it, and are launched
+ * with their own args: out->fn[i] names kernel i's function. GEMMs are skipped (the runtime
+ * calls a library). Buffers must be 16-byte aligned (float4 accesses). A kind or dtype this
+ * backend does not generate is SN_ERR_UNSUPPORTED naming the kernel; *out is then empty. */
+sn_status sn_cuda_render(const sn_kernel *const *ks, int n, const sn_target *t,
+                         sn_cuda_source *out, sn_err *e);
+/* Every kernel of program p but its GEMMs, as above (out->fn indexed like p->kernels). */
+sn_status sn_cuda_render_program(const sn_program *p, const sn_target *t,
+                                 sn_cuda_source *out, sn_err *e);
+void sn_cuda_source_free(sn_cuda_source *s);
 
 /* ---- nvrtc.c: compiling with NVRTC ---- */
 

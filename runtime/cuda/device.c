@@ -206,8 +206,10 @@ static sn_status cu_compile(sn_device *d, sn_kernel *const *ks, int n, void **ha
             gen[m++] = ks[i];
         }
     }
-    char *src = NULL;
-    if (!st && m) st = sn_cuda_render(gen, m, &src, e);
+    sn_cuda_source cs = {0};
+    sn_target tg = sn_target_cuda(c->sm);
+    if (!st && m) st = sn_cuda_render(gen, m, &tg, &cs, e);
+    const char *src = cs.src;
     sn_cuda_module mod = {0};
     bool compiled = false;
     char name[64];
@@ -233,8 +235,9 @@ static sn_status cu_compile(sn_device *d, sn_kernel *const *ks, int n, void **ha
     for (int i = 0, j = 0; i < n && !st && m; i++) {
         if (ks[i]->kind == SN_KER_GEMM) continue;
         cuda_fn *f = &fns[j++];
-        *f = (cuda_fn){.tag = TAG_FN, .k = ks[i], .dims = sn_cuda_pointwise_dims(ks[i])};
-        st = SN_CUDA_CHECK(API, e, cuModuleGetFunction, &f->f, module, ks[i]->name);
+        *f = (cuda_fn){.tag = TAG_FN, .k = ks[i], .dims = sn_cuda_launch_dims(ks[i], &tg)};
+        f->shared = f->dims.shared_bytes;
+        st = SN_CUDA_CHECK(API, e, cuModuleGetFunction, &f->f, module, cs.fn[j - 1]);
         if (!st && f->shared > SHARED_DEFAULT) {
             if ((int)f->shared > c->shared_optin)
                 st = sn_fail(e, SN_ERR_UNSUPPORTED, "kernel %s needs %u bytes of shared memory; "
@@ -246,7 +249,7 @@ static sn_status cu_compile(sn_device *d, sn_kernel *const *ks, int n, void **ha
         handles[i] = f;
     }
     sn_cuda_module_free(&mod);
-    free(src);
+    sn_cuda_source_free(&cs);
     free(gen);
     c->st.compile_s += sn_clock_s() - t0;
     return st;
@@ -278,7 +281,7 @@ static sn_status issue(void *ctx, const sn_cuda_op *op, sn_err *e) {
 
 static sn_status queue(cuda_dev *c, const void *what, const sn_kernel *k, void *const *bufs,
                        sn_err *e) {
-    sn_cuda_op op = {.what = what, .n_bufs = k->n_out + k->n_in};
+    sn_cuda_op op = {.what = what, .n_bufs = sn_kernel_n_bufs(k)};
     for (int i = 0; i < op.n_bufs; i++) op.bufs[i] = DP(bufs[i]);
     return sn_cuda_graphs_add(c->graphs, &op, e);
 }
