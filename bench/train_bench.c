@@ -166,9 +166,13 @@ int main(int argc, char **argv) {
     if (sn_exec_new(d, fp, &fx, &e)) die("forward program", &e);
     sn_node *fparams[512];
     int nfp = sn_graph_params(fg, fparams, 512);
-    for (int i = 0; i < nfp; i++) {
+    for (int i = 0; i < nfp; i++) { /* the trainer's weights, through the host */
         int j = sn_trainer_find_param(t, fparams[i]->name);
-        if (j < 0 || sn_exec_set(fx, fparams[i], sn_trainer_param(t, j).w, &e)) die("forward weights", &e);
+        float *w = malloc(sizeof(float) * (size_t)sn_numel(fparams[i]));
+        if (!w || j < 0 || sn_trainer_get_param(t, j, SN_PARAM_WEIGHTS, w, &e) ||
+            sn_exec_set(fx, fparams[i], w, &e))
+            die("forward weights", &e);
+        free(w);
     }
     int vocab = 0;
     for (int i = 0; i < fg->n_nodes; i++)
@@ -191,12 +195,13 @@ int main(int argc, char **argv) {
     sn_exec_stats st;
     sn_exec_stats_get(sn_trainer_exec(t), &st);
     snprintf(extra, sizeof extra,
-             ", \"compile_s\": %.2f, \"kernels_per_step\": %d, \"adamw_launches\": %d, "
+             ", \"compile_s\": %.2f, \"kernels_per_step\": %d, \"optimizer_launches\": %d, "
              "\"arena_planned_bytes\": %lld, \"arena_measured_bytes\": %lld, \"arena_no_reuse_bytes\": %lld, "
-             "\"persistent_bytes\": %lld, \"gemm_s\": %.3f, \"attention_s\": %.3f, \"pointwise_s\": %.3f, "
-             "\"row_s\": %.3f, \"reduce_s\": %.3f, \"gather_s\": %.3f",
-             compile_s, p->n_kernels, sn_trainer_param_count(t), (long long)p->arena_bytes,
+             "\"persistent_bytes\": %lld, \"optimizer_state_bytes\": %lld, \"gemm_s\": %.3f, "
+             "\"attention_s\": %.3f, \"pointwise_s\": %.3f, \"row_s\": %.3f, \"reduce_s\": %.3f, \"gather_s\": %.3f",
+             compile_s, p->n_kernels, 3, (long long)p->arena_bytes,
              (long long)st.arena_peak_bytes, (long long)p->sum_bytes, (long long)p->persistent_bytes,
+             (long long)sn_trainer_state_bytes(t),
              st.kind_s[SN_KER_GEMM], st.kind_s[SN_KER_ATTENTION], st.kind_s[SN_KER_POINTWISE],
              st.kind_s[SN_KER_ROW], st.kind_s[SN_KER_REDUCE], st.kind_s[SN_KER_GATHER]);
     emit(&a, dev, "train_step", step_s, train_flops, peak, extra);

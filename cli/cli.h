@@ -13,5 +13,9 @@ bool cli_int(const char *s, long lo, long hi, long *out);
 
 int cli_train(int argc, char **argv);
 int cli_prepare(int argc, char **argv);
+struct sn_program;
+/* Writes p's CUDA C (DIR/program.cu) and, NVRTC permitting, its ptxas report for sm_arch
+ * (DIR/ptxas.txt); returns the exit code. */
+int cli_emit_cuda(const struct sn_program *p, const char *dir, int arch);
 
 #endif

@@ -23,6 +23,7 @@ static const char usage_text[] =
     "        [--pad-vocab N]      pad the vocabulary to a multiple of N (default 64; pow2: the\n"
     "                             next power of two; 0: no padding)\n"
     "        [--batch B] [--seq T]  input shape (default 4 x the model's context)\n"
+    "        [--emit-cuda DIR] [--arch N]  write the kernels' CUDA C and ptxas report (sm_N, 80)\n"
     "  train [options]            train a GPT on a text corpus (sinter train --help)\n"
     "  prepare --out PREFIX       tokenize a corpus into llm.c token shards (sinter prepare --help)\n"
     "\n"
@@ -59,7 +60,8 @@ static void print_count(FILE *f, long long n) {
 static int cmd_graph(int argc, char **argv) {
     const char *model = NULL;
     sn_pipeline_opts o = sn_pipeline_defaults();
-    long B = 4, T = -1, pad;
+    long B = 4, T = -1, pad, arch = 80;
+    const char *emit_cuda = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -75,6 +77,10 @@ static int cmd_graph(int argc, char **argv) {
         }
         else if (!strcmp(a, "--model") && v) model = argv[++i];
         else if (!strcmp(a, "--dump-after") && v) o.dump_after = argv[++i];
+        else if (!strcmp(a, "--emit-cuda") && v) emit_cuda = argv[++i];
+        else if (!strcmp(a, "--arch") && v) {
+            if (!cli_int(argv[++i], 75, 200, &arch)) return cli_fail("--arch wants a compute capability like 80, not '%s'", v);
+        }
         else if (!strcmp(a, "--batch") && v) {
             if (!cli_int(argv[++i], 1, 1 << 20, &B)) return cli_fail("--batch wants a positive integer, not '%s'", v);
         } else if (!strcmp(a, "--seq") && v) {
@@ -97,12 +103,17 @@ static int cmd_graph(int argc, char **argv) {
         print_count(stdout, (long long)sn_graph_param_count(g));
         printf("\n");
         /* the kernels and the memory plan only when asked for: the graph passes are quick */
-        bool program = o.dump_after && (!strcmp(o.dump_after, "fuse") || !strcmp(o.dump_after, "memplan"));
+        bool program = emit_cuda || (o.dump_after && (!strcmp(o.dump_after, "fuse") || !strcmp(o.dump_after, "memplan")));
         sn_program *p = NULL;
         s = sn_compile(g, &o, program ? &p : NULL, &st, &e);
+        int rc = !s && emit_cuda ? cli_emit_cuda(p, emit_cuda, (int)arch) : 0;
         sn_program_free(p);
+        if (rc) {
+            sn_graph_free(g);
+            return rc;
+        }
     }
-    if (!s && !o.dump_after) {
+    if (!s && !o.dump_after && !emit_cuda) {
         printf("# after the pipeline\n");
         sn_graph_print(g, stdout);
     }

@@ -1,7 +1,7 @@
 /* train_cmd.c: `sinter train`: a GPT trained on a text corpus or llm.c token shards, with
  * gradient accumulation, periodic validation, samples, exact checkpoints, a CSV log and a loss
- * plot. The steps run compiled on the CPU device (--device cpu, the default) or on the
- * reference interpreter (--device interp); samples are drawn with the interpreter. */
+ * plot. The steps run compiled on a CUDA GPU or the CPU (--device auto, the default, picks the
+ * GPU when there is one), or on the reference interpreter (--device interp). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +13,7 @@
 #include "support/clock.h"
 #include "data/data.h"
 #include "runtime/device.h"
+#include "runtime/cuda/cuda_device.h"
 #include "support/plot.h"
 #include "train/sample.h"
 #include "train/train.h"
@@ -22,7 +23,12 @@
 static const char train_usage[] =
     "usage: sinter train [options]\n"
     "  --model NAME          demo (default), tiny, gpt2 ... (sinter help lists them)\n"
-    "  --device D            cpu: compiled kernels (default); interp: the reference interpreter\n"
+    "  --device D            auto (default): the CUDA GPU when there is one, else cpu;\n"
+    "                        cuda: CUDA GPU 0 (an error without one); cpu: compiled kernels on\n"
+    "                        the CPU; interp: the reference interpreter\n"
+    "  --no-cache            CUDA: compile every kernel, read and write no kernel cache\n"
+    "                        ($XDG_CACHE_HOME/sinter or ~/.cache/sinter)\n"
+    "  --tf32                CUDA: TF32 tensor-core GEMMs (sm_80 and newer)\n"
     "  --data PATH           text file or directory (default " SN_DEFAULT_CORPUS ")\n"
     "  --train-bin FILE      llm.c token shard to train on (with --val-bin; see sinter prepare)\n"
     "  --val-bin FILE        llm.c token shard to validate on\n"
@@ -57,7 +63,7 @@ static bool parse_real(const char *v, double lo, double hi, double *out) {
 }
 
 static int parse_args(int argc, char **argv, train_args *a) {
-    *a = (train_args){.model = "demo", .device = "cpu", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
+    *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
                       .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
                       .sample_len = 200, .top_k = 40, .temperature = 1.0};
     for (int i = 0; i < argc; i++) {
@@ -66,15 +72,18 @@ static int parse_args(int argc, char **argv, train_args *a) {
             printf(train_usage, sn_pipeline_pass_names());
             return 0;
         }
+        if (!strcmp(k, "--no-cache") || !strcmp(k, "--tf32")) {
+            *(!strcmp(k, "--tf32") ? &a->tf32 : &a->no_cache) = true;
+            continue;
+        }
         if (!v) return cli_fail("train: option '%s' needs a value (see sinter train --help)", k);
         i++;
         bool ok = true;
         if (!strcmp(k, "--model")) a->model = v;
         else if (!strcmp(k, "--data")) a->data = v;
         else if (!strcmp(k, "--device")) {
-            if (strcmp(v, "cpu") && strcmp(v, "interp"))
-                return cli_fail("train: --device is cpu or interp, not '%s' (the CUDA backend is not "
-                                "built yet)", v);
+            if (strcmp(v, "auto") && strcmp(v, "cuda") && strcmp(v, "cpu") && strcmp(v, "interp"))
+                return cli_fail("train: --device is auto, cuda, cpu or interp, not '%s'", v);
             a->device = v;
         }
         else if (!strcmp(k, "--bpe")) a->bpe = v;
@@ -109,6 +118,21 @@ static int parse_args(int argc, char **argv, train_args *a) {
         return cli_fail("train: --dump-after %s shows the compiled program, and --device interp "
                         "compiles none (use --device cpu)", a->dump_after);
     return -1; /* go on */
+}
+
+/* The device --device names: cuda (an error without a GPU), cpu, auto (cuda when the driver
+ * reports a device, else cpu, saying why in one line); NULL for interp. */
+static sn_status open_device(const train_args *a, sn_device **dev, sn_err *e) {
+    *dev = NULL;
+    sn_cuda_opts co = {.tf32 = a->tf32, .no_cache = a->no_cache};
+    if (!strcmp(a->device, "cuda")) return sn_cuda_device_new_opts(0, &co, dev, e);
+    if (!strcmp(a->device, "auto")) {
+        char why[512];
+        if (sn_cuda_device_count(why, sizeof why) > 0) return sn_cuda_device_new_opts(0, &co, dev, e);
+        printf("no CUDA device (%s): using cpu\n", why);
+    }
+    if (!strcmp(a->device, "interp")) return SN_OK;
+    return sn_cpu_device_new(0, dev, e);
 }
 
 /* Everything one `sinter train` holds; run_free releases it. */
@@ -257,7 +281,7 @@ static sn_status build(const train_args *a, session *r, sn_err *e) {
     sn_train_opts_default(&o, (int)a->steps);
     o.lr = (float)a->lr;
     o.seed = (uint64_t)a->seed;
-    if (!strcmp(a->device, "cpu") && (s = sn_cpu_device_new(0, &r->dev, e))) return s;
+    if ((s = open_device(a, &r->dev, e))) return s;
     o.device = r->dev;
     o.compile = &po;
     if (!(r->t = sn_trainer_new(r->g, &o, e))) return e->code;

@@ -76,6 +76,12 @@ sn_node *sn_param(sn_graph *g, const char *name, sn_dtype t, sn_shape s, sn_init
     return sn_graph_append(g, &p);
 }
 
+sn_node *sn_param_freeze(sn_node *p) {
+    SN_ASSERT(p && p->op == SN_OP_PARAM);
+    p->a.frozen = 1;
+    return p;
+}
+
 sn_node *sn_const(sn_graph *g, sn_dtype t, sn_shape s, const float *data) {
     sn_node p = proto(SN_OP_CONST, 0, NULL);
     set_shape(&p, t, s);

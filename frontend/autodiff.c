@@ -230,7 +230,7 @@ sn_status sn_backward(sn_graph *g, sn_node *loss, sn_err *e) {
     }
     for (int i = 0; i < n_fwd; i++) {
         sn_node *n = g->nodes[i];
-        s.needs[i] = n->op == SN_OP_PARAM;
+        s.needs[i] = n->op == SN_OP_PARAM && !n->a.frozen;
         for (int j = 0; j < n->n_in && !s.needs[i]; j++) s.needs[i] = s.needs[n->in[j]->id];
         if (!sn_dtype_is_float(n->dtype)) s.needs[i] = false;
     }
@@ -244,7 +244,7 @@ sn_status sn_backward(sn_graph *g, sn_node *loss, sn_err *e) {
     }
     for (int i = 0; i < n_fwd && st == SN_OK && !g->err.code; i++) {
         sn_node *p = g->nodes[i];
-        if (p->op != SN_OP_PARAM) continue;
+        if (p->op != SN_OP_PARAM || p->a.frozen) continue;
         p->grad = s.adj[i] ? s.adj[i] : sn_full(g, p->dtype, sn_shape_of(p), 0.0f);
     }
     free(s.adj);
@@ -255,6 +255,6 @@ sn_status sn_backward(sn_graph *g, sn_node *loss, sn_err *e) {
     g->loss = loss;
     sn_graph_add_output(g, loss);
     for (int i = 0; i < n_fwd; i++)
-        if (g->nodes[i]->op == SN_OP_PARAM) sn_graph_add_output(g, g->nodes[i]->grad);
+        if (g->nodes[i]->grad) sn_graph_add_output(g, g->nodes[i]->grad);
     return SN_OK;
 }

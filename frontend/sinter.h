@@ -37,6 +37,9 @@ sn_shape sn_shape_of(const sn_node *n);
 /* leaves */
 sn_node *sn_input(sn_graph *g, const char *name, sn_dtype t, sn_shape s);
 sn_node *sn_param(sn_graph *g, const char *name, sn_dtype t, sn_shape s, sn_init init, float std);
+/* Marks parameter p frozen (before sn_backward): it gets no gradient and no optimizer state,
+ * and keeps its values through training (checkpoints still save it). Returns p. */
+sn_node *sn_param_freeze(sn_node *p);
 sn_node *sn_const(sn_graph *g, sn_dtype t, sn_shape s, const float *data); /* data copied */
 sn_node *sn_full(sn_graph *g, sn_dtype t, sn_shape s, float value);
 sn_node *sn_scalar(sn_graph *g, sn_dtype t, float value); /* rank-0 full */
@@ -128,7 +131,8 @@ sn_node *sn_embedding_bwd(sn_graph *g, sn_node *ids, sn_node *dy, int64_t vocab)
 /* ---- autodiff (autodiff.c) ---- */
 
 /* Appends the backward graph of the scalar `loss` to g: afterwards every PARAM p that loss
- * depends on has p->grad (same shape and dtype as p); the others get a zero gradient.
+ * depends on has p->grad (same shape and dtype as p); the others get a zero gradient; a
+ * frozen parameter (sn_param_freeze) gets none (grad NULL, and nothing is computed for it).
  * Marks loss and the gradients as outputs. */
 sn_status sn_backward(sn_graph *g, sn_node *loss, sn_err *e);
 

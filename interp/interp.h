@@ -32,4 +32,9 @@ sn_status sn_interp_run(sn_interp *it, sn_err *e);
 /* The value of n after a run (numel doubles), or NULL if it was not kept. */
 const double *sn_interp_value(const sn_interp *it, const sn_node *n);
 
+/* interp_optim.c: the reference of the optimizer kernels (program/kernel.h: GRAD_ACC, SQNORM,
+ * CLIP, ADAMW) on host buffers in their documented order, over the items [begin, end). */
+struct sn_kernel;
+void sn_interp_optim(const struct sn_kernel *k, void *const *bufs, int64_t begin, int64_t end);
+
 #endif

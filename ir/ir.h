@@ -107,6 +107,7 @@ typedef struct {
     int64_t start, end;   /* SN_A_RANGE */
     int ignore_index;     /* SN_A_IGNORE: targets equal to it add nothing to the loss */
     sn_init init;         /* SN_A_INIT */
+    int frozen;           /* SN_A_INIT (PARAM): 1 = not trained (no gradient, no optimizer state) */
 } sn_attrs;
 
 typedef struct sn_node sn_node;

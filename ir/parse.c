@@ -205,7 +205,8 @@ static sn_status parse_perm(parser *p, sn_attrs *a, int *n_perm) {
 
 /* ---- attributes: key, the column that allows it ---- */
 
-enum { K_INIT, K_F, K_AXIS, K_KEEP, K_TA, K_TB, K_PERM, K_START, K_END, K_IGNORE, K_DATA, K_COUNT };
+enum { K_INIT, K_F, K_AXIS, K_KEEP, K_TA, K_TB, K_PERM, K_START, K_END, K_IGNORE, K_DATA, K_FROZEN,
+       K_COUNT };
 static const struct {
     const char *key;
     unsigned cols;
@@ -215,7 +216,7 @@ static const struct {
     [K_TA] = {"ta", SN_A_TRANS},         [K_TB] = {"tb", SN_A_TRANS},
     [K_PERM] = {"perm", SN_A_PERM},      [K_START] = {"start", SN_A_RANGE},
     [K_END] = {"end", SN_A_RANGE},       [K_IGNORE] = {"ignore_index", SN_A_IGNORE},
-    [K_DATA] = {"data", SN_A_DATA},
+    [K_DATA] = {"data", SN_A_DATA},      [K_FROZEN] = {"frozen", SN_A_INIT},
 };
 
 static void allowed_keys(sn_op op, char *buf, size_t len) {
@@ -267,6 +268,7 @@ static sn_status parse_attr(parser *p, sn_node *n, unsigned *seen, int *n_perm) 
     case K_END: st = parse_int(p, 0, INT64_MAX, "end", &v); a->end = v; break;
     case K_IGNORE: st = parse_int(p, INT_MIN, INT_MAX, "ignore_index", &v); a->ignore_index = (int)v; break;
     case K_DATA: return parse_data(p);
+    case K_FROZEN: st = parse_int(p, 0, 1, "frozen", &v); a->frozen = (int)v; break;
     default: SN_ASSERT(0);
     }
     return st;

@@ -52,6 +52,7 @@ static void print_attrs(FILE *f, const sn_node *n, unsigned cols) {
     if (cols & SN_A_INIT) {
         if ((unsigned)a->init < SN_INIT_COUNT) fprintf(f, " init=%s", sn_init_name(a->init));
         else fprintf(f, " init=?%d", (int)a->init);
+        if (a->frozen) fprintf(f, " frozen=%d", a->frozen);
     }
     if (cols & (SN_A_F | SN_A_INIT)) {
         fputs(" f=", f);

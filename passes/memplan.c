@@ -1,6 +1,9 @@
 /* memplan.c: live ranges over the kernel order and arena offsets for the values that are not
  * persistent. Convention: greedy by size (largest first), each value placed in the lowest gap
- * among the already-placed values whose live ranges overlap its own; 64-byte alignment. */
+ * among the already-placed values whose live ranges overlap its own; 64-byte alignment.
+ * The persistent block starts with the trainable parameters (rank >= 2 first, the ones weight
+ * decay applies to), then their gradients in the same order, so that an optimizer sees each as
+ * one flat range of the same layout (kernel.h, "the optimizer step"). */
 #include <inttypes.h>
 #include <stdlib.h>
 
@@ -43,20 +46,44 @@ static int by_offset(const void *a, const void *b, void *ctx) {
 
 static bool overlap(const sn_value *a, const sn_value *b) { return a->first <= b->last && b->first <= a->last; }
 
+/* The value of node n when it is a persistent root not placed yet, else -1. */
+static int unplaced(const sn_program *p, const sn_node *n, const bool *placed) {
+    int v = n ? p->value_of[n->id] : -1;
+    return v >= 0 && p->values[v].alias < 0 && p->values[v].persistent && !placed[v] ? v : -1;
+}
+
+/* The persistent order: trainable parameters (decayed first), their gradients, the rest. */
+static void place_persistent(sn_program *p, bool *placed) {
+    const sn_graph *g = p->g;
+    for (int pass = 0; pass < 4; pass++)
+        for (int i = 0; i < g->n_nodes; i++) {
+            const sn_node *n = g->nodes[i];
+            if (n->op != SN_OP_PARAM || !n->grad || (pass % 2 == 0) != (n->rank >= 2)) continue;
+            int v = unplaced(p, pass < 2 ? n : n->grad, placed);
+            if (v < 0) continue;
+            placed[v] = true;
+            p->values[v].offset = p->persistent_bytes;
+            p->persistent_bytes += align_up(p->values[v].bytes);
+        }
+}
+
 sn_status sn_memplan(sn_program *p, const sn_target *t, sn_err *e) {
     fill_live_ranges(p);
     size_t n_bytes = sizeof(int) * (size_t)(p->n_values + 1);
     int *order = sn_malloc(n_bytes, "the memory planner's value order", e);
     int *near = order ? sn_malloc(n_bytes, "the memory planner's value order", e) : NULL;
-    if (!near) {
+    bool *placed = near ? sn_calloc((size_t)p->n_values + 1, sizeof *placed, "the memory planner", e) : NULL;
+    if (!placed) {
         free(order);
+        free(near);
         return SN_ERR_OOM;
     }
     int n = 0;
     p->persistent_bytes = p->arena_bytes = p->sum_bytes = 0;
+    place_persistent(p, placed);
     for (int v = 0; v < p->n_values; v++) {
         sn_value *val = &p->values[v];
-        if (val->alias >= 0) continue;
+        if (val->alias >= 0 || placed[v]) continue;
         if (val->persistent) {
             val->offset = p->persistent_bytes;
             p->persistent_bytes += align_up(val->bytes);
@@ -97,6 +124,7 @@ sn_status sn_memplan(sn_program *p, const sn_target *t, sn_err *e) {
     }
     free(order);
     free(near);
+    free(placed);
     int64_t total = p->arena_bytes + p->persistent_bytes;
     if (t->memory_bytes > 0 && total > t->memory_bytes) {
         char need[32], have[32];

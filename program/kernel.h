@@ -15,7 +15,11 @@ typedef enum {
     SN_KER_GEMM,      /* anchor is a matmul: a GEMM library call, not generated */
     SN_KER_ATTENTION, /* anchor is an attention op (forward: lse + o; backward: dq, dk, dv) */
     SN_KER_GATHER,    /* anchor is embedding (gather) or embedding_bwd (scatter-add) */
-    SN_KER_ADAMW,     /* the optimizer update of one parameter (anchor: the PARAM); see below */
+    /* the optimizer step over the flat parameter range (made by the trainer, not fuse; below) */
+    SN_KER_GRAD_ACC,  /* sum[i] += g[i] */
+    SN_KER_SQNORM,    /* partial[b] = sum over block b of (g[i] * inv_micro)^2 */
+    SN_KER_CLIP,      /* norm = sqrt(sum of partials); scale = clip / norm when norm > clip */
+    SN_KER_ADAMW,     /* p, m, v updated from g (weight decay on [0, flat_decay)) */
     SN_KER_KIND_COUNT
 } sn_kernel_kind;
 
@@ -90,14 +94,42 @@ struct sn_kernel {
      * sets both from sn_kernel_work; code generators check them against it. */
     int64_t n_items;
     bool serial;
+
+    /* The optimizer kinds: the flat range [0, flat_n) of f32 elements they cover, and (ADAMW)
+     * the first flat_decay of them, which get weight decay. */
+    int64_t flat_n, flat_decay;
 };
 
-/* ADAMW kernels are made by the trainer, not by fuse. Their buffers are, in order:
- * p (f32, updated), m, v (f32 moments, updated), g (the gradient, read),
- * hyper (float[8], read: lr, beta1, beta2, eps, weight_decay, 1-beta1^t, 1-beta2^t, grad_scale);
- * per element: g' = g * grad_scale; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
- * p -= lr * ((m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + weight_decay * p). */
-enum { SN_ADAMW_BUFS = 5, SN_ADAMW_HYPER = 8 };
+/* ---- the optimizer step ----
+ * The trainer keeps every trainable parameter in one flat f32 range [0, N) (decayed ones, rank
+ * >= 2, first: [0, flat_decay)), their gradients, gradient sums and AdamW moments m, v in flat
+ * ranges of the same layout, and the step's scalars in a small f32 buffer `scal` (the indices
+ * below), so that one launch of each kernel does the whole step and nothing but the loss and
+ * the norm need come back to the host. Buffers, in order, and items:
+ *   GRAD_ACC  sum (updated), g (read)                  items: elements; sum[i] += g[i]
+ *   SQNORM    partial (written), g (read), scal (read) items: blocks of SN_SQNORM_BLOCK
+ *             elements; partial[b] = f32 sum over i in block b of (g[i] * scal[INV_MICRO])^2
+ *   CLIP      scal (updated), partial (read)           one serial item; sums the
+ *             ceil(flat_n / SN_SQNORM_BLOCK) partials in f64: norm = sqrt(sum);
+ *             scal[NORM] = norm; scal[SCALE] = clip / norm if clip > 0 and norm > clip, else 1
+ *   ADAMW     p, m, v (updated), g (read), scal (read) items: elements;
+ *             g' = (g * scal[INV_MICRO]) * scal[SCALE]; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+ *             p -= lr * ((m / bc1) / (sqrt(v / bc2) + eps) + wd * p), wd = scal[WD] for
+ *             i < flat_decay and 0 after (bc1 = 1 - beta1^t, bc2 = 1 - beta2^t).
+ * g is the gradient of the last micro-batch, or the sums of several (inv_micro = 1/count). */
+enum {
+    SN_OPT_LR, SN_OPT_BETA1, SN_OPT_BETA2, SN_OPT_EPS, SN_OPT_WD, SN_OPT_BC1, SN_OPT_BC2,
+    SN_OPT_SCALE,     /* clip scale, written by CLIP */
+    SN_OPT_INV_MICRO, /* 1 / micro-batches accumulated */
+    SN_OPT_CLIP,      /* the largest global norm (0: no clipping) */
+    SN_OPT_NORM,      /* the global norm of the mean gradient, written by CLIP */
+    SN_OPT_SCALARS = 16
+};
+enum { SN_SQNORM_BLOCK = 4096 };
+
+/* How many buffers a launch of k passes (args for the kinds fuse makes; fixed for the
+ * optimizer kinds); devices that translate buffers (a checked device) read it. */
+int sn_kernel_n_bufs(const sn_kernel *k);
 
 /* The CPU calling convention of a generated kernel: bufs[i] points at args[i]'s data; the
  * kernel does the items [begin, end). */

@@ -7,7 +7,8 @@
 #include "program.h"
 
 const char *sn_kernel_kind_name(sn_kernel_kind k) {
-    static const char *names[] = {"pointwise", "row", "reduce", "gemm", "attention", "gather", "adamw"};
+    static const char *names[] = {"pointwise", "row", "reduce", "gemm", "attention", "gather",
+                                  "grad_acc", "sqnorm", "clip", "adamw"};
     _Static_assert(sizeof names / sizeof names[0] == SN_KER_KIND_COUNT, "a kernel kind without a name");
     SN_ASSERT((unsigned)k < SN_KER_KIND_COUNT);
     return names[k];
@@ -41,6 +42,15 @@ const sn_row_facts *sn_row_facts_of(sn_op op) {
     return f;
 }
 
+int sn_kernel_n_bufs(const sn_kernel *k) {
+    switch (k->kind) {
+    case SN_KER_GRAD_ACC: case SN_KER_CLIP: return 2;
+    case SN_KER_SQNORM: return 3;
+    case SN_KER_ADAMW: return 5;
+    default: return k->n_out + k->n_in;
+    }
+}
+
 bool sn_row_operand_per_element(sn_op op, int i) {
     const sn_row_facts *f = sn_row_facts_of(op);
     return f && (f->per_element >> i & 1);
@@ -71,7 +81,9 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
         *n_items = q->rank >= 2 ? sn_numel(q) / (q->shape[q->rank - 1] * q->shape[q->rank - 2]) : 1;
         return;
     }
-    case SN_KER_ADAMW: *n_items = a ? sn_numel(a) : k->n_items; return;
+    case SN_KER_GRAD_ACC: case SN_KER_ADAMW: *n_items = k->flat_n; return; /* the optimizer's flat range */
+    case SN_KER_SQNORM: *n_items = (k->flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK; return;
+    case SN_KER_CLIP: *n_items = 1; return;
     case SN_KER_GEMM: case SN_KER_KIND_COUNT: break;
     }
     *n_items = 1; /* a library call */

@@ -7,6 +7,7 @@
 #include <sys/sysinfo.h>
 
 #include "codegen/llvm/llvm.h"
+#include "support/clock.h"
 #include "device.h"
 #include "gemm.h"
 #include "pool.h"
@@ -49,6 +50,40 @@ static sn_status cpu_copy(sn_device *d, void *dst, const void *src, size_t bytes
     (void)e;
     memcpy(dst, src, bytes);
     return SN_OK;
+}
+
+static sn_status cpu_memset(sn_device *d, void *dst, int value, size_t bytes, sn_err *e) {
+    (void)d;
+    (void)e;
+    memset(dst, value, bytes);
+    return SN_OK;
+}
+
+/* Work is done when a call returns, so an event is the host clock when it is recorded. */
+static void *cpu_event_new(sn_device *d, sn_err *e) {
+    (void)d;
+    double *t = calloc(1, sizeof *t);
+    if (!t) sn_fail(e, SN_ERR_OOM, "out of host memory for a timing event");
+    return t;
+}
+
+static sn_status cpu_event_record(sn_device *d, void *ev, sn_err *e) {
+    (void)d;
+    (void)e;
+    *(double *)ev = sn_clock_s();
+    return SN_OK;
+}
+
+static sn_status cpu_event_elapsed(sn_device *d, void *from, void *to, double *seconds, sn_err *e) {
+    (void)d;
+    (void)e;
+    *seconds = *(double *)to - *(double *)from;
+    return SN_OK;
+}
+
+static void cpu_event_free(sn_device *d, void *ev) {
+    (void)d;
+    free(ev);
 }
 
 static sn_status cpu_compile(sn_device *d, sn_kernel *const *all, int n_all, void **handles, sn_err *e) {
@@ -163,8 +198,11 @@ sn_status sn_cpu_device_new(int threads, sn_device **out, sn_err *e) {
     snprintf(c->name, sizeof c->name, "cpu (LLVM JIT, %d threads, GEMM: %s)", sn_pool_threads(c->pool),
              sn_gemm_library());
     *d = (sn_device){.name = c->name, .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy,
-                     .download = cpu_copy, .compile = cpu_compile, .launch = cpu_launch,
-                     .gemm = cpu_gemm, .sync = cpu_sync, .destroy = cpu_destroy, .impl = c};
+                     .download = cpu_copy, .copy = cpu_copy, .memset = cpu_memset,
+                     .compile = cpu_compile, .launch = cpu_launch, .gemm = cpu_gemm, .sync = cpu_sync,
+                     .event_new = cpu_event_new, .event_record = cpu_event_record,
+                     .event_elapsed = cpu_event_elapsed, .event_free = cpu_event_free,
+                     .destroy = cpu_destroy, .impl = c};
     *out = d;
     return SN_OK;
 }

@@ -1,7 +1,10 @@
 /* device.h: the one interface every device implements (cpu today; cuda later), and the
  * executor that runs a compiled program on one. Convention: the executor owns two blocks of
  * device memory, the reusable arena (sized by the planner) and the persistent block, and hands
- * kernels pointers carved from them by the plan's offsets; it never allocates during a run. */
+ * kernels pointers carved from them by the plan's offsets; it never allocates during a run.
+ * The memory contract: a device pointer is dereferenced only by its device's own file; code
+ * above runtime/ never sees one (it names values by node and extra buffers by number) and
+ * moves host data only through upload and download. sn_checked_device_new checks it. */
 #ifndef SN_DEVICE_H
 #define SN_DEVICE_H
 
@@ -14,6 +17,10 @@ struct sn_device {
     void (*free)(sn_device *d, void *p);
     sn_status (*upload)(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e);
     sn_status (*download)(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e);
+    /* Device to device, in stream order (the ranges do not overlap). */
+    sn_status (*copy)(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e);
+    /* Sets bytes of device memory to the byte `value`, in stream order. */
+    sn_status (*memset)(sn_device *d, void *dst, int value, size_t bytes, sn_err *e);
     /* Generates and compiles n kernels (GEMM kernels are skipped: they are library calls);
      * handles[i] is what launch needs for ks[i]. */
     sn_status (*compile)(sn_device *d, sn_kernel *const *ks, int n, void **handles, sn_err *e);
@@ -21,7 +28,14 @@ struct sn_device {
     sn_status (*launch)(sn_device *d, const sn_kernel *k, void *handle, void *const *bufs, sn_err *e);
     /* A GEMM kernel (anchor: a matmul) on bufs (out, a, b). */
     sn_status (*gemm)(sn_device *d, const sn_kernel *k, void *const *bufs, sn_err *e);
+    /* Waits until everything queued on the device's one stream is done. */
     sn_status (*sync)(sn_device *d, sn_err *e);
+    /* Timing in stream order: an event records the moment the work queued before it is done;
+     * elapsed gives the seconds between two recorded events (after a sync). */
+    void *(*event_new)(sn_device *d, sn_err *e);
+    sn_status (*event_record)(sn_device *d, void *ev, sn_err *e);
+    sn_status (*event_elapsed)(sn_device *d, void *from, void *to, double *seconds, sn_err *e);
+    void (*event_free)(sn_device *d, void *ev);
     void (*destroy)(sn_device *d);
     void *impl;
 };
@@ -29,6 +43,11 @@ struct sn_device {
 /* The CPU device: LLVM-JIT kernels, a GEMM library, a thread pool of `threads` (0: all cores). */
 sn_status sn_cpu_device_new(int threads, sn_device **out, sn_err *e);
 void sn_device_free(sn_device *d);
+
+/* A device wrapping `inner` (which it owns) whose pointers are opaque handles that fault if the
+ * host dereferences them, translated to inner's pointers at every call: the memory contract's
+ * check. Numbers are inner's, bit for bit. */
+sn_status sn_checked_device_new(sn_device *inner, sn_device **out, sn_err *e);
 
 /* ---- executor (exec.c) ---- */
 
@@ -42,18 +61,48 @@ void sn_exec_free(sn_exec *x);
 sn_status sn_exec_set(sn_exec *x, const sn_node *n, const void *data, sn_err *e);
 /* A persistent value (inputs, params, outputs) to the host. */
 sn_status sn_exec_get(sn_exec *x, const sn_node *n, void *data, sn_err *e);
-/* The device pointer of a persistent value (for optimizers working in place), or NULL. */
-void *sn_exec_ptr(sn_exec *x, const sn_node *n);
+
+/* Device memory named without pointers, for work the program does not hold (the optimizer):
+ * a persistent value (node) or an extra buffer (buffer >= 0, node NULL), bytes in. */
+typedef struct {
+    const sn_node *node;
+    int buffer;
+    int64_t offset;
+} sn_exec_ref;
+static inline sn_exec_ref sn_exec_node_ref(const sn_node *n, int64_t offset) {
+    return (sn_exec_ref){n, -1, offset};
+}
+static inline sn_exec_ref sn_exec_buffer_ref(int buffer, int64_t offset) {
+    return (sn_exec_ref){NULL, buffer, offset};
+}
+/* A zeroed extra device buffer owned by the executor; *id names it. */
+sn_status sn_exec_buffer_new(sn_exec *x, int64_t bytes, int *id, sn_err *e);
+/* The byte offset of a persistent value in the persistent block (layouts), or -1. */
+int64_t sn_exec_persistent_offset(const sn_exec *x, const sn_node *n);
+sn_status sn_exec_upload(sn_exec *x, sn_exec_ref dst, const void *src, int64_t bytes, sn_err *e);
+sn_status sn_exec_download(sn_exec *x, void *dst, sn_exec_ref src, int64_t bytes, sn_err *e);
+sn_status sn_exec_copy(sn_exec *x, sn_exec_ref dst, sn_exec_ref src, int64_t bytes, sn_err *e);
+sn_status sn_exec_memset(sn_exec *x, sn_exec_ref dst, int value, int64_t bytes, sn_err *e);
+/* Compiles kernels that are not the program's (the optimizer's) on the executor's device. */
+sn_status sn_exec_compile(sn_exec *x, sn_kernel *const *ks, int n, void **handles, sn_err *e);
+/* Launches such a kernel on bufs (sn_kernel_n_bufs(k) of them), in stream order. */
+sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_exec_ref *bufs,
+                         sn_err *e);
+sn_status sn_exec_sync(sn_exec *x, sn_err *e);
+/* The device the executor runs on. */
+sn_device *sn_exec_device(const sn_exec *x);
 
 /* Runs every kernel in order. */
 sn_status sn_exec_run(sn_exec *x, sn_err *e);
 
 typedef struct {
     double compile_s;         /* sn_exec_new's code generation and JIT */
-    double run_s;             /* the last run */
-    double kind_s[SN_KER_KIND_COUNT]; /* the last run's time by kernel kind */
+    double run_s;             /* the last run, by the device's events */
+    double kind_s[SN_KER_KIND_COUNT]; /* the last run's time by kernel kind (device events) */
     int64_t arena_peak_bytes; /* measured: the highest arena byte any kernel touched */
     int64_t arena_bytes;      /* allocated (the planner's prediction) */
+    int64_t persistent_bytes; /* the persistent block */
+    int64_t buffer_bytes;     /* extra buffers (sn_exec_buffer_new: optimizer state) */
 } sn_exec_stats;
 void sn_exec_stats_get(const sn_exec *x, sn_exec_stats *s);
 

@@ -1,6 +1,7 @@
 /* exec.c: the executor: runs a compiled program's kernels in order on one device.
  * Convention: buffers are carved from two device blocks by the memory plan; the measured
- * arena peak is the highest arena byte a kernel was handed, which must equal the plan's. */
+ * arena peak is the highest arena byte a kernel was handed, which must equal the plan's.
+ * Device pointers stay in here and in the device: callers name memory by sn_exec_ref. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,10 @@ struct sn_exec {
     char *arena, *persistent;
     void **handles;    /* per kernel, from the device's compile */
     double *kernel_s;  /* per kernel: time of the last run */
+    void **events;     /* n_kernels + 1: before the first kernel and after each */
+    int n_buffers;     /* extra buffers (sn_exec_buffer_new) */
+    char **buffers;
+    int64_t *buffer_bytes;
     sn_exec_stats st;
 };
 
@@ -55,6 +60,12 @@ void sn_exec_free(sn_exec *x) {
     if (!x) return;
     if (x->arena) x->d->free(x->d, x->arena);
     if (x->persistent) x->d->free(x->d, x->persistent);
+    for (int i = 0; i < x->n_buffers; i++) x->d->free(x->d, x->buffers[i]);
+    for (int k = 0; x->events && k <= x->p->n_kernels; k++)
+        if (x->events[k]) x->d->event_free(x->d, x->events[k]);
+    free(x->events);
+    free(x->buffers);
+    free(x->buffer_bytes);
     free(x->handles);
     free(x->kernel_s);
     free(x);
@@ -68,7 +79,8 @@ sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *
     x->p = p;
     x->handles = sn_calloc((size_t)p->n_kernels + 1, sizeof *x->handles, "the executor's kernels", e);
     x->kernel_s = sn_calloc((size_t)p->n_kernels + 1, sizeof *x->kernel_s, "the executor's kernels", e);
-    if (!x->handles || !x->kernel_s) {
+    x->events = sn_calloc((size_t)p->n_kernels + 1, sizeof *x->events, "the executor's events", e);
+    if (!x->handles || !x->kernel_s || !x->events) {
         sn_exec_free(x);
         return SN_ERR_OOM;
     }
@@ -82,6 +94,12 @@ sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *
         return sn_fail(e, de.code ? de.code : SN_ERR_OOM, "the program's %s does not fit on the device: %s", block, de.msg);
     }
     x->st.arena_bytes = p->arena_bytes;
+    x->st.persistent_bytes = p->persistent_bytes;
+    /* zeroed: the padding between values stays zero, so a kernel over a range of several
+     * values (the optimizer's flat range) reads zeros there */
+    s = d->memset(d, x->persistent, 0, (size_t)p->persistent_bytes + 64, e);
+    for (int k = 0; !s && k <= p->n_kernels; k++)
+        if (!(x->events[k] = d->event_new(d, e))) s = e->code ? e->code : SN_ERR_DEVICE;
     double t0 = sn_clock_s();
     if (!s) s = d->compile(d, p->kernels, p->n_kernels, x->handles, e);
     x->st.compile_s = sn_clock_s() - t0;
@@ -113,16 +131,110 @@ sn_status sn_exec_get(sn_exec *x, const sn_node *n, void *data, sn_err *e) {
     return x->d->download(x->d, data, ptr_of(x, v), (size_t)v->bytes, e);
 }
 
-void *sn_exec_ptr(sn_exec *x, const sn_node *n) {
-    const sn_value *v = value_of(x, n);
-    return v && v->persistent ? ptr_of(x, v) : NULL;
+/* The device pointer a ref names, after checking it lies inside its block. */
+static sn_status resolve(sn_exec *x, sn_exec_ref r, int64_t bytes, char **out, sn_err *e) {
+    char *base = NULL;
+    int64_t size = 0, at = r.offset;
+    if (r.node) {
+        const sn_value *v = value_of(x, r.node);
+        if (!v || !v->persistent)
+            return sn_fail(e, SN_ERR_INVALID, "executor: node %%%d is not a persistent value of "
+                           "the program (mark it as a graph output)", r.node->id);
+        base = x->persistent;
+        size = x->p->persistent_bytes;
+        at += v->offset;
+    } else if (r.buffer >= 0 && r.buffer < x->n_buffers) {
+        base = x->buffers[r.buffer];
+        size = x->buffer_bytes[r.buffer];
+    } else {
+        return sn_fail(e, SN_ERR_INVALID, "executor: buffer %d was not made by sn_exec_buffer_new",
+                       r.buffer);
+    }
+    if (at < 0 || bytes < 0 || at + bytes > size)
+        return sn_fail(e, SN_ERR_INVALID, "executor: bytes [%lld, %lld) are outside their block "
+                       "of %lld bytes", (long long)at, (long long)(at + bytes), (long long)size);
+    *out = base + at;
+    return SN_OK;
 }
+
+sn_status sn_exec_buffer_new(sn_exec *x, int64_t bytes, int *id, sn_err *e) {
+    char **b = sn_realloc(x->buffers, sizeof *b * (size_t)(x->n_buffers + 1), "the executor's buffers", e);
+    if (!b) return SN_ERR_OOM;
+    x->buffers = b;
+    int64_t *sz = sn_realloc(x->buffer_bytes, sizeof *sz * (size_t)(x->n_buffers + 1), "the executor's buffers", e);
+    if (!sz) return SN_ERR_OOM;
+    x->buffer_bytes = sz;
+    char *p = x->d->alloc(x->d, (size_t)bytes + 64, e);
+    if (!p) return e->code ? e->code : SN_ERR_OOM;
+    sn_status s = x->d->memset(x->d, p, 0, (size_t)bytes + 64, e);
+    if (s) {
+        x->d->free(x->d, p);
+        return s;
+    }
+    x->buffers[x->n_buffers] = p;
+    x->buffer_bytes[x->n_buffers] = bytes;
+    x->st.buffer_bytes += bytes;
+    *id = x->n_buffers++;
+    return SN_OK;
+}
+
+int64_t sn_exec_persistent_offset(const sn_exec *x, const sn_node *n) {
+    const sn_value *v = value_of(x, n);
+    return v && v->persistent ? v->offset : -1;
+}
+
+sn_status sn_exec_upload(sn_exec *x, sn_exec_ref dst, const void *src, int64_t bytes, sn_err *e) {
+    char *p;
+    sn_status s = resolve(x, dst, bytes, &p, e);
+    return s ? s : x->d->upload(x->d, p, src, (size_t)bytes, e);
+}
+
+sn_status sn_exec_download(sn_exec *x, void *dst, sn_exec_ref src, int64_t bytes, sn_err *e) {
+    char *p;
+    sn_status s = resolve(x, src, bytes, &p, e);
+    return s ? s : x->d->download(x->d, dst, p, (size_t)bytes, e);
+}
+
+sn_status sn_exec_copy(sn_exec *x, sn_exec_ref dst, sn_exec_ref src, int64_t bytes, sn_err *e) {
+    char *a, *b;
+    sn_status s = resolve(x, dst, bytes, &a, e);
+    if (!s) s = resolve(x, src, bytes, &b, e);
+    return s ? s : x->d->copy(x->d, a, b, (size_t)bytes, e);
+}
+
+sn_status sn_exec_memset(sn_exec *x, sn_exec_ref dst, int value, int64_t bytes, sn_err *e) {
+    char *p;
+    sn_status s = resolve(x, dst, bytes, &p, e);
+    return s ? s : x->d->memset(x->d, p, value, (size_t)bytes, e);
+}
+
+sn_status sn_exec_compile(sn_exec *x, sn_kernel *const *ks, int n, void **handles, sn_err *e) {
+    return x->d->compile(x->d, ks, n, handles, e);
+}
+
+sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_exec_ref *bufs,
+                         sn_err *e) {
+    int n = sn_kernel_n_bufs(k);
+    SN_ASSERT(n <= SN_KER_MAX_ARGS);
+    void *p[SN_KER_MAX_ARGS];
+    for (int i = 0; i < n; i++) {
+        char *q;
+        sn_status s = resolve(x, bufs[i], 0, &q, e);
+        if (s) return s;
+        p[i] = q;
+    }
+    return x->d->launch(x->d, k, handle, p, e);
+}
+
+sn_status sn_exec_sync(sn_exec *x, sn_err *e) { return x->d->sync(x->d, e); }
+sn_device *sn_exec_device(const sn_exec *x) { return x->d; }
 
 sn_status sn_exec_run(sn_exec *x, sn_err *e) {
     const sn_program *p = x->p;
+    sn_device *d = x->d;
     memset(x->st.kind_s, 0, sizeof x->st.kind_s);
-    double t_run = sn_clock_s();
-    for (int k = 0; k < p->n_kernels; k++) {
+    sn_status s = d->event_record(d, x->events[0], e);
+    for (int k = 0; !s && k < p->n_kernels; k++) {
         const sn_kernel *ker = p->kernels[k];
         void *bufs[SN_KER_MAX_ARGS];
         for (int a = 0; a < ker->n_out + ker->n_in; a++) {
@@ -132,15 +244,16 @@ sn_status sn_exec_run(sn_exec *x, sn_err *e) {
             if (!v->persistent && v->offset + v->bytes > x->st.arena_peak_bytes)
                 x->st.arena_peak_bytes = v->offset + v->bytes;
         }
-        double t0 = sn_clock_s();
-        sn_status s = ker->kind == SN_KER_GEMM ? x->d->gemm(x->d, ker, bufs, e)
-                                               : x->d->launch(x->d, ker, x->handles[k], bufs, e);
-        if (s) return s;
-        x->kernel_s[k] = sn_clock_s() - t0;
+        s = ker->kind == SN_KER_GEMM ? d->gemm(d, ker, bufs, e) : d->launch(d, ker, x->handles[k], bufs, e);
+        if (!s) s = d->event_record(d, x->events[k + 1], e);
+    }
+    if (!s) s = d->sync(d, e);
+    for (int k = 0; !s && k < p->n_kernels; k++) {
+        const sn_kernel *ker = p->kernels[k];
+        s = d->event_elapsed(d, x->events[k], x->events[k + 1], &x->kernel_s[k], e);
         x->st.kind_s[ker->kind] += x->kernel_s[k];
     }
-    sn_status s = x->d->sync(x->d, e);
-    x->st.run_s = sn_clock_s() - t_run;
+    if (!s) s = d->event_elapsed(d, x->events[0], x->events[p->n_kernels], &x->st.run_s, e);
     return s;
 }
 

@@ -1,14 +1,14 @@
 /* info.c: the `sinter info` report: build, CPU (cpuid), toolkits, and CUDA devices found through
- * the Driver API opened with dlopen (its few types are declared here, so no toolkit is needed).
+ * runtime/cuda's probe (the Driver API, NVRTC and cuBLASLt opened with dlopen).
  * Convention: every probe answers in words; nothing here fails or aborts. */
 #include "info.h"
 
-#include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "gemm.h"
+#include "runtime/cuda/cuda_device.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -16,12 +16,6 @@
 #endif
 #ifdef SN_HAVE_LLVM
 #include <llvm/Config/llvm-config.h>
-#endif
-#ifdef SN_HAVE_NVRTC
-#include <nvrtc.h>
-#endif
-#ifdef SN_HAVE_CUBLASLT
-#include <cublasLt.h>
 #endif
 
 /* ---- CPU ------------------------------------------------------------------------------- */
@@ -83,116 +77,6 @@ void sn_cpu_info_fill(sn_cpu_info *c) {
     if (!c->model[0]) snprintf(c->model, sizeof c->model, "unknown");
 }
 
-/* ---- CUDA driver, through dlopen ------------------------------------------------------- */
-
-typedef int CUresult; /* 0 is CUDA_SUCCESS */
-typedef int CUdevice;
-enum {
-    CU_ATTR_SM_COUNT = 16,  /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
-    CU_ATTR_CC_MAJOR = 75,  /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR */
-    CU_ATTR_CC_MINOR = 76,  /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR */
-};
-
-typedef struct {
-    void *lib;
-    CUresult (*init)(unsigned flags);
-    CUresult (*driver_version)(int *version);
-    CUresult (*count)(int *n);
-    CUresult (*get)(CUdevice *dev, int ordinal);
-    CUresult (*name)(char *name, int len, CUdevice dev);
-    CUresult (*total_mem)(size_t *bytes, CUdevice dev);
-    CUresult (*attribute)(int *value, int attr, CUdevice dev);
-    CUresult (*error_name)(CUresult r, const char **name);
-} cuda_api;
-
-/* Opens libcuda and calls cuInit; returns the device count, or 0 with the reason in why.
- * The library stays open: the driver may have started threads that run its code. */
-static int cuda_open(cuda_api *api, char *why, size_t len) {
-    memset(api, 0, sizeof *api);
-    api->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!api->lib) {
-        const char *err = dlerror();
-        snprintf(why, len, "%s", err ? err : "libcuda.so.1: not found");
-        return 0;
-    }
-    struct {
-        void **slot;
-        const char *name;
-    } syms[] = {
-        {(void **)&api->init, "cuInit"},
-        {(void **)&api->driver_version, "cuDriverGetVersion"},
-        {(void **)&api->count, "cuDeviceGetCount"},
-        {(void **)&api->get, "cuDeviceGet"},
-        {(void **)&api->name, "cuDeviceGetName"},
-        {(void **)&api->total_mem, "cuDeviceTotalMem_v2"},
-        {(void **)&api->attribute, "cuDeviceGetAttribute"},
-        {(void **)&api->error_name, "cuGetErrorName"},
-    };
-    for (size_t i = 0; i < sizeof syms / sizeof *syms; i++) {
-        *syms[i].slot = dlsym(api->lib, syms[i].name);
-        if (!*syms[i].slot && strcmp(syms[i].name, "cuGetErrorName") != 0) {
-            snprintf(why, len, "libcuda.so.1: no symbol %s: the driver is too old; update it",
-                     syms[i].name);
-            return 0;
-        }
-    }
-    const char *call = "cuInit";
-    CUresult r = api->init(0);
-    int n = 0;
-    if (r == 0) {
-        call = "cuDeviceGetCount";
-        r = api->count(&n);
-    }
-    if (r != 0) {
-        const char *name = NULL;
-        if (api->error_name && api->error_name(r, &name) != 0) name = NULL;
-        snprintf(why, len, "%s: error %d%s%s%s", call, r,
-                 name ? " (" : "", name ? name : "", name ? ")" : "");
-        return 0;
-    }
-    if (n == 0) snprintf(why, len, "cuDeviceGetCount: 0 devices");
-    return n;
-}
-
-int sn_cuda_device_count(char *why, size_t why_len) {
-    char buf[512];
-    cuda_api api;
-    int n = cuda_open(&api, buf, sizeof buf);
-    if (why && why_len) snprintf(why, why_len, "%s", n ? "" : buf);
-    return n;
-}
-
-static void print_cuda(FILE *f) {
-    char why[512];
-    cuda_api api;
-    int n = cuda_open(&api, why, sizeof why);
-    if (n == 0) {
-        fprintf(f, "cuda:       no CUDA device (%s)\n", why);
-        return;
-    }
-    int drv = 0;
-    api.driver_version(&drv);
-    fprintf(f, "cuda:       driver for CUDA %d.%d, %d device%s\n", drv / 1000, drv % 1000 / 10, n,
-            n == 1 ? "" : "s");
-    for (int i = 0; i < n; i++) {
-        CUdevice dev;
-        char name[256] = "?";
-        size_t mem = 0;
-        int major = 0, minor = 0, sms = 0;
-        if (api.get(&dev, i) != 0) {
-            fprintf(f, "  device %d: cuDeviceGet failed\n", i);
-            continue;
-        }
-        api.name(name, sizeof name, dev);
-        api.total_mem(&mem, dev);
-        api.attribute(&major, CU_ATTR_CC_MAJOR, dev);
-        api.attribute(&minor, CU_ATTR_CC_MINOR, dev);
-        api.attribute(&sms, CU_ATTR_SM_COUNT, dev);
-        fprintf(f, "  device %d: %s, sm_%d%d (compute capability %d.%d), %.1f GiB, %d SMs\n", i,
-                name, major, minor, major, minor, (double)mem / (1024.0 * 1024 * 1024), sms);
-    }
-}
-
 /* ---- the report ------------------------------------------------------------------------ */
 
 void sn_info_print(FILE *f) {
@@ -215,20 +99,5 @@ void sn_info_print(FILE *f) {
     fprintf(f, "llvm:       not built in (install llvm-14-dev and reconfigure for the CPU JIT)\n");
 #endif
     fprintf(f, "cpu gemm:   %s\n", sn_gemm_library());
-#ifdef SN_HAVE_NVRTC
-    int major = 0, minor = 0;
-    if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS)
-        fprintf(f, "nvrtc:      %d.%d\n", major, minor);
-    else
-        fprintf(f, "nvrtc:      built in, but nvrtcVersion failed\n");
-#else
-    fprintf(f, "nvrtc:      not built in (configure with -Dtoolkit_dir=DIR to compile GPU kernels)\n");
-#endif
-#ifdef SN_HAVE_CUBLASLT
-    size_t v = cublasLtGetVersion();
-    fprintf(f, "cublaslt:   %zu.%zu.%zu\n", v / 10000, v / 100 % 100, v % 100);
-#else
-    fprintf(f, "cublaslt:   not built in\n");
-#endif
-    print_cuda(f);
+    sn_cuda_info_print(f);
 }

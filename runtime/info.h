@@ -21,10 +21,7 @@ typedef struct {
 
 void sn_cpu_info_fill(sn_cpu_info *c);
 
-/* Number of CUDA devices the driver reports; 0 when there is none, with the reason written to
- * why (when not NULL), e.g. "libcuda.so.1: cannot open shared object file ..." or
- * "cuInit: error 100 (CUDA_ERROR_NO_DEVICE)". */
-int sn_cuda_device_count(char *why, size_t why_len);
+/* (The CUDA devices: sn_cuda_device_count in runtime/cuda/cuda_device.h.) */
 
 /* Writes the report of `sinter info` to f. */
 void sn_info_print(FILE *f);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # cli.sh SINTER: the command line's help, the one compile pipeline as `sinter train` runs it
 # (--dump-after prints the program the trainer runs), and a clean exit with the library's message
-# when the program cannot fit in memory.
+# when the program cannot fit in memory; --emit-cuda writes the kernels' CUDA C.
 set -eu
 sinter=$1
 "$sinter" graph --help | grep -q "graph --model NAME" || { echo "FAIL: graph --help"; exit 1; }
@@ -27,4 +27,10 @@ status=0
 [ "$status" = 1 ] || { echo "FAIL: exit status $status"; cat "$dir/oom.err"; exit 1; }
 grep -q "arena .* does not fit on the device: out of memory: the CPU device cannot allocate .* GiB" "$dir/oom.err" &&
     grep -q "use a smaller --batch or --seq" "$dir/oom.err" || { echo "FAIL: message"; cat "$dir/oom.err"; exit 1; }
-echo "help, --dump-after during train, and out of memory as a message: ok"
+# --emit-cuda: the program's CUDA C as one unit, and (with NVRTC) each kernel's ptxas report
+"$sinter" graph --model tiny --backward --seq 16 --emit-cuda "$dir/cuda" > "$dir/cuda.out"
+grep -q "extern \"C\" __global__" "$dir/cuda/program.cu" || { echo "FAIL: no program.cu"; cat "$dir/cuda.out"; exit 1; }
+if [ -f "$dir/cuda/ptxas.txt" ]; then
+    grep -q "^k0_embedding k0_embedding [0-9]" "$dir/cuda/ptxas.txt" || { echo "FAIL: ptxas.txt"; cat "$dir/cuda/ptxas.txt"; exit 1; }
+fi
+echo "help, --dump-after during train, out of memory as a message, --emit-cuda: ok"

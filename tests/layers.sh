@@ -5,9 +5,10 @@
 set -u
 cd "$(dirname "$0")/.."
 order="ir support frontend program passes interp codegen/llvm codegen/cuda sim runtime data train models cli bench tests"
-rank() { i=0; for l in $order; do [ "$l" = "$1" ] && { echo $i; return; }; i=$((i+1)); done; echo -1; }
+rank() { [ "$1" = runtime/cuda ] && set -- runtime   # runtime/cuda is part of the runtime layer
+  i=0; for l in $order; do [ "$l" = "$1" ] && { echo $i; return; }; i=$((i+1)); done; echo -1; }
 bad=0
-for f in $(find $order -maxdepth 1 \( -name '*.[ch]' -o -name '*.cc' \) 2>/dev/null | sort -u); do
+for f in $(find $order runtime/cuda -maxdepth 1 \( -name '*.[ch]' -o -name '*.cc' \) 2>/dev/null | sort -u); do
   dir=$(dirname "$f"); rd=$(rank "$dir")
   [ "$rd" -ge 0 ] || { echo "layers: $f is in a folder outside the layer list (tests/layers.sh)"; bad=1; continue; }
   for inc in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\/[^"]*\)".*/\1/p' "$f"); do

@@ -453,44 +453,79 @@ START_TEST(test_embedding_bad_id) {
 }
 END_TEST
 
-/* ---- adamw ---- */
+/* ---- the optimizer step (kernel.h) against the reference of interp_optim.c ---- */
 
-START_TEST(test_adamw) {
-    enum { N = 1003 };
-    float p[N], m[N], v[N], g[N], p2[N], m2[N], v2[N];
-    float h[SN_ADAMW_HYPER] = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1 - 0.9f * 0.9f * 0.9f,
-                               1 - 0.95f * 0.95f * 0.95f, 0.5f};
+static void check_floats(const char *what, const float *got, const float *want, int n, double tol) {
+    double *a = malloc(sizeof(double) * (size_t)n), *b = malloc(sizeof(double) * (size_t)n);
+    for (int i = 0; i < n; i++) a[i] = got[i], b[i] = want[i];
+    sn_check_close(what, a, b, n, tol, tol);
+    free(a);
+    free(b);
+}
+
+START_TEST(test_optim) {
+    /* three norm blocks, the last partial; the decay split not on a vector boundary */
+    enum { N = 2 * SN_SQNORM_BLOCK + 1003, DECAY = 5003, NB = 3, BYTES = sizeof(float) * N };
+    float *p = malloc(BYTES), *m = malloc(BYTES), *v = malloc(BYTES), *g = malloc(BYTES);
+    float *sum = malloc(BYTES), *ref[4];
+    for (int i = 0; i < 4; i++) ref[i] = malloc(BYTES);
+    float h[SN_OPT_SCALARS] = {[SN_OPT_LR] = 1e-3f, [SN_OPT_BETA1] = 0.9f, [SN_OPT_BETA2] = 0.95f,
+                               [SN_OPT_EPS] = 1e-8f, [SN_OPT_WD] = 0.1f,
+                               [SN_OPT_BC1] = 1 - 0.9f * 0.9f * 0.9f, [SN_OPT_BC2] = 1 - 0.95f * 0.95f * 0.95f,
+                               [SN_OPT_INV_MICRO] = 0.5f, [SN_OPT_CLIP] = 1.0f};
+    float h2[SN_OPT_SCALARS], part[NB], part2[NB];
     unsigned seed = 7;
     for (int i = 0; i < N; i++) {
         p[i] = rnd(&seed) - 0.5f;
         m[i] = 0.1f * (rnd(&seed) - 0.5f);
         v[i] = 0.01f * rnd(&seed);
         g[i] = rnd(&seed) - 0.5f;
+        sum[i] = rnd(&seed) - 0.5f;
     }
-    memcpy(p2, p, sizeof p);
-    memcpy(m2, m, sizeof m);
-    memcpy(v2, v, sizeof v);
-    for (int i = 0; i < N; i++) { /* the plain loop */
-        float gs = g[i] * h[7];
-        m2[i] = h[1] * m2[i] + (1 - h[1]) * gs;
-        v2[i] = h[2] * v2[i] + (1 - h[2]) * gs * gs;
-        p2[i] -= h[0] * ((m2[i] / h[5]) / (sqrtf(v2[i] / h[6]) + h[3]) + h[4] * p2[i]);
-    }
-    sn_kernel k = {.kind = SN_KER_ADAMW, .name = "k0_adamw", .n_items = N};
+    sn_kernel ks[4];
+    sn_kernel_kind kinds[4] = {SN_KER_GRAD_ACC, SN_KER_SQNORM, SN_KER_CLIP, SN_KER_ADAMW};
+    int64_t items[4] = {N, NB, 1, N};
     sn_jit *j = new_jit(LANES);
-    sn_cpu_kernel_fn fn = compile_one(j, &k);
-    void *bufs[SN_ADAMW_BUFS] = {p, m, v, g, h};
-    fn(bufs, 0, 400);
-    fn(bufs, 400, 401);
-    fn(bufs, 401, N);
-    double got[N], want[N];
-    float *pairs[3][2] = {{p, p2}, {m, m2}, {v, v2}};
-    static const char *const names[3] = {"adamw p", "adamw m", "adamw v"};
-    for (int b = 0; b < 3; b++) {
-        for (int i = 0; i < N; i++) got[i] = pairs[b][0][i], want[i] = pairs[b][1][i];
-        sn_check_close(names[b], got, want, N, 1e-6, 1e-6);
+    sn_cpu_kernel_fn fn[4];
+    for (int i = 0; i < 4; i++) {
+        ks[i] = (sn_kernel){.kind = kinds[i], .n_items = items[i], .flat_n = N, .flat_decay = DECAY};
+        snprintf(ks[i].name, sizeof ks[i].name, "k%d_%s", i, sn_kernel_kind_name(kinds[i]));
+        fn[i] = compile_one(j, &ks[i]);
     }
+    /* accumulate, in two ranges */
+    memcpy(ref[0], sum, BYTES);
+    sn_interp_optim(&ks[0], (void *[]){ref[0], g}, 0, N);
+    fn[0]((void *[]){sum, g}, 0, 777);
+    fn[0]((void *[]){sum, g}, 777, N);
+    ck_assert(!memcmp(sum, ref[0], BYTES)); /* one f32 add each: exact */
+    /* the norm of sum * inv_micro, and a clip scale below 1 */
+    fn[1]((void *[]){part, sum, h}, 0, 2);
+    fn[1]((void *[]){part, sum, h}, 2, NB);
+    sn_interp_optim(&ks[1], (void *[]){part2, sum, h}, 0, NB);
+    check_floats("sqnorm partials", part, part2, NB, 1e-5); /* f32 sums of 4096 terms, two orders */
+    memcpy(h2, h, sizeof h);
+    fn[2]((void *[]){h, part}, 0, 1);
+    sn_interp_optim(&ks[2], (void *[]){h2, part}, 0, 1);
+    double want = 0;
+    for (int i = 0; i < N; i++) want += (double)(sum[i] * 0.5f) * (sum[i] * 0.5f);
+    want = sqrt(want);
+    ck_assert_msg(fabs(h[SN_OPT_NORM] - want) <= 1e-5 * want, "norm %g, want %g", h[SN_OPT_NORM], want);
+    ck_assert(h[SN_OPT_NORM] == h2[SN_OPT_NORM] || fabs(h[SN_OPT_NORM] - h2[SN_OPT_NORM]) <= 1e-6 * want);
+    ck_assert(want > 1 && fabsf(h[SN_OPT_SCALE] - (float)(1 / want)) <= 1e-6f);
+    /* AdamW with decay on [0, DECAY) only */
+    memcpy(ref[1], p, BYTES);
+    memcpy(ref[2], m, BYTES);
+    memcpy(ref[3], v, BYTES);
+    sn_interp_optim(&ks[3], (void *[]){ref[1], ref[2], ref[3], sum, h}, 0, N);
+    fn[3]((void *[]){p, m, v, sum, h}, 0, 400);
+    fn[3]((void *[]){p, m, v, sum, h}, 400, DECAY + 1);
+    fn[3]((void *[]){p, m, v, sum, h}, DECAY + 1, N);
+    check_floats("adamw p", p, ref[1], N, 1e-6);
+    check_floats("adamw m", m, ref[2], N, 1e-6);
+    check_floats("adamw v", v, ref[3], N, 1e-6);
     sn_jit_free(j);
+    free(p), free(m), free(v), free(g), free(sum);
+    for (int i = 0; i < 4; i++) free(ref[i]);
 }
 END_TEST
 
@@ -517,7 +552,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, test_reduce, 0, 3);
     tcase_add_loop_test(tc, test_embedding, 0, 3);
     tcase_add_loop_test(tc, test_embedding_bad_id, 0, 3);
-    tcase_add_loop_test(tc, test_adamw, 0, 3);
+    tcase_add_loop_test(tc, test_optim, 0, 3);
     return s;
 }
 

@@ -1,6 +1,7 @@
-/* test_cuda.c: the CUDA backend on a machine without a GPU: every pointwise kernel of GPT-2
- * training compiled by NVRTC for sm_80 and sm_90 (no spills), and the very text NVRTC gets run on
- * the CPU by the SIMT simulator (sim/sim.h), against the reference interpreter. */
+/* test_cuda.c: the CUDA backend on a machine without a GPU: every generated kernel of GPT-2
+ * training (all but GEMMs and attention) compiled by NVRTC for sm_75, sm_80 and sm_90 as one
+ * module (no spills, no stack), and the very text NVRTC gets run on the CPU by the SIMT simulator
+ * (sim/sim.h) with the launch dims of sn_cuda_launch_dims, against the reference interpreter. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,19 +34,31 @@ static sn_program *fuse(sn_graph *g) {
     return p;
 }
 
-/* The program's pointwise kernels into ks (p->n_kernels entries); returns how many. */
-static int pointwise(const sn_program *p, const sn_kernel **ks) {
+/* The program's kernels of `kind` into ks (p->n_kernels entries); returns how many.
+ * SN_KER_KIND_COUNT: every kind the CUDA C renderer generates (not GEMMs, not attention). */
+static int kernels_of(const sn_program *p, sn_kernel_kind kind, const sn_kernel **ks) {
     int n = 0;
-    for (int i = 0; i < p->n_kernels; i++)
-        if (p->kernels[i]->kind == SN_KER_POINTWISE) ks[n++] = p->kernels[i];
+    for (int i = 0; i < p->n_kernels; i++) {
+        sn_kernel_kind kk = p->kernels[i]->kind;
+        if (kind == SN_KER_KIND_COUNT ? kk != SN_KER_GEMM && kk != SN_KER_ATTENTION : kk == kind)
+            ks[n++] = p->kernels[i];
+    }
     return n;
 }
 
-static char *render(const sn_kernel *const *ks, int n) {
-    char *src;
+static int pointwise(const sn_program *p, const sn_kernel **ks) {
+    return kernels_of(p, SN_KER_POINTWISE, ks);
+}
+
+static sn_target sm(int arch) { return sn_target_cuda(arch); }
+
+static sn_cuda_source render(const sn_kernel *const *ks, int n) {
+    sn_cuda_source s;
     sn_err e;
-    ck_assert_msg(sn_cuda_render(ks, n, &src, &e) == SN_OK, "%s", e.msg);
-    return src;
+    sn_target t = sm(80);
+    ck_assert_msg(sn_cuda_render(ks, n, &t, &s, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(s.n_kernels, n);
+    return s;
 }
 
 static sn_graph *gpt2_training(const char *name, int B, int T) {
@@ -146,15 +159,18 @@ START_TEST(render_bias_gelu_text) {
     sn_program *p = fuse(g);
     const sn_kernel *ks[8];
     ck_assert_int_eq(pointwise(p, ks), 1);
-    char *src = render(ks, 1);
+    sn_cuda_source cs = render(ks, 1);
+    const char *src = cs.src;
     printf("test_cuda: the bias + gelu kernel:\n%s", src);
     const char *want[] = {"#include \"" SN_CUDA_PRELUDE_NAME "\"", "extern \"C\" __global__",
                           "const int n = 1536;", "const int i1 = i % 48;",
-                          "sn_load(in1[i1])", "sn_gelu(", "0.5f * gelu_", "sn_store(&out0[i], ",
+                          "reinterpret_cast<const float4 *>(&in1[i1])", "sn_gelu(add_0_0)",
+                          "0.5f * gelu_", "reinterpret_cast<float4 *>(&out0[i]) = make_float4(",
                           "SN_HOST_STUB("};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         ck_assert_msg(strstr(src, want[i]), "missing \"%s\" in\n%s", want[i], src);
-    free(src);
+    ck_assert_str_eq(cs.fn[0], ks[0]->name);
+    sn_cuda_source_free(&cs);
     sn_program_free(p);
     sn_graph_free(g);
 }
@@ -162,22 +178,59 @@ END_TEST
 
 START_TEST(render_rejects_what_it_cannot) {
     sn_graph *g = sn_graph_new();
-    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(4, 8));
-    sn_graph_add_output(g, sn_softmax(g, x));
     sn_node *h = sn_input(g, "h", SN_F16, SN_SHAPE(4, 8));
     sn_graph_add_output(g, sn_exp(g, h));
     sn_program *p = fuse(g);
-    ck_assert_int_eq(p->n_kernels, 2);
-    char *src;
+    ck_assert_int_eq(p->n_kernels, 1);
+    sn_kernel attn = *p->kernels[0];
+    attn.kind = SN_KER_ATTENTION;
+    snprintf(attn.name, sizeof attn.name, "k9_attention_fwd");
+    const sn_kernel *ks[2] = {p->kernels[0], &attn};
+    sn_cuda_source cs;
     sn_err e;
+    sn_target t = sm(80);
     for (int i = 0; i < 2; i++) {
-        const sn_kernel *k = p->kernels[i];
-        ck_assert_int_eq(sn_cuda_render(&k, 1, &src, &e), SN_ERR_UNSUPPORTED);
-        ck_assert_ptr_null(src);
-        ck_assert_msg(strstr(e.msg, k->name), "%s", e.msg);
-        ck_assert_msg(strstr(e.msg, k->kind == SN_KER_ROW ? "pointwise kernels only" : "f16"),
-                      "%s", e.msg);
+        ck_assert_int_eq(sn_cuda_render(&ks[i], 1, &t, &cs, &e), SN_ERR_UNSUPPORTED);
+        ck_assert_ptr_null(cs.src);
+        ck_assert_msg(strstr(e.msg, ks[i]->name), "%s", e.msg);
+        ck_assert_msg(strstr(e.msg, i ? "does not generate yet" : "f16"), "%s", e.msg);
     }
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* Kernels that differ only in names are one function, launched by each kernel's own name
+ * through fn[]; kernels that differ in a shape are two. */
+START_TEST(render_identical_kernels_once) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(4, 64));
+    sn_node *y = sn_input(g, "y", SN_F32, SN_SHAPE(4, 64));
+    sn_node *z = sn_input(g, "z", SN_F32, SN_SHAPE(4, 32));
+    sn_graph_add_output(g, sn_gelu(g, x));
+    sn_graph_add_output(g, sn_gelu(g, y));
+    sn_graph_add_output(g, sn_gelu(g, z));
+    sn_graph_add_output(g, sn_layernorm(g, x, sn_input(g, "w", SN_F32, SN_SHAPE(64)),
+                                        sn_input(g, "b", SN_F32, SN_SHAPE(64)), 1e-5f));
+    sn_graph_add_output(g, sn_layernorm(g, y, sn_input(g, "w2", SN_F32, SN_SHAPE(64)),
+                                        sn_input(g, "b2", SN_F32, SN_SHAPE(64)), 1e-5f));
+    sn_program *p = fuse(g);
+    const sn_kernel *ks[16];
+    int n = kernels_of(p, SN_KER_KIND_COUNT, ks);
+    ck_assert_int_eq(n, 5);
+    sn_cuda_source cs = render(ks, n);
+    ck_assert_int_eq(cs.n_functions, 3);
+    int same_gelu = 0, same_norm = 0;
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(strstr(cs.src, cs.fn[i]), "%s not in the text", cs.fn[i]);
+        for (int j = 0; j < i; j++)
+            if (strcmp(cs.fn[i], cs.fn[j]) == 0)
+                ks[i]->kind == SN_KER_ROW ? same_norm++ : same_gelu++;
+    }
+    ck_assert_int_eq(same_gelu, 1);
+    ck_assert_int_eq(same_norm, 1);
+    ck_assert_msg(strstr(cs.src, "also launched as"), "%s", cs.src);
+    sn_cuda_source_free(&cs);
     sn_program_free(p);
     sn_graph_free(g);
 }
@@ -185,28 +238,43 @@ END_TEST
 
 /* ---- NVRTC ---- */
 
-/* Every pointwise kernel of the GPT-2 training program, in one source per arch. */
-static void nvrtc_gpt2(const char *model, int B, int T) {
+/* Every generated kernel of the GPT-2 training program (all but GEMMs and attention), in one
+ * source per arch, compiled cold; no spills, no stack frame; prints the time, the unique
+ * functions and the widest kernel. */
+static void nvrtc_gpt2(const char *model, int B, int T, const int *arch, int n_arch) {
     if (!have_nvrtc()) return;
     sn_graph *g = gpt2_training(model, B, T);
     sn_program *p = fuse(g);
-    const sn_kernel **ks = malloc(sizeof *ks * (size_t)p->n_kernels);
-    int n = pointwise(p, ks);
+    const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 4));
+    const sn_kernel **tmp = malloc(sizeof *ks * (size_t)(p->n_kernels + 4));
+    int n = kernels_of(p, SN_KER_KIND_COUNT, ks);
     ck_assert_int_gt(n, 10);
-    char *src = render(ks, n);
-    const int arch[] = {80, 90};
-    for (int a = 0; a < 2; a++) {
-        double t0 = now();
-        sn_cuda_module m;
+    static const sn_kernel_kind kinds[4] = {SN_KER_GRAD_ACC, SN_KER_SQNORM, SN_KER_CLIP, SN_KER_ADAMW};
+    sn_kernel opt[4]; /* the trainer's optimizer step over every parameter */
+    for (int i = 0; i < 4; i++) {
+        int64_t params = sn_graph_param_count(g);
+        opt[i] = (sn_kernel){.kind = kinds[i], .flat_n = params, .flat_decay = params / 2};
+        snprintf(opt[i].name, sizeof opt[i].name, "opt_%d", i);
+        ks[n++] = &opt[i];
+    }
+    for (int a = 0; a < n_arch; a++) {
+        sn_target t = sm(arch[a]);
+        sn_cuda_source cs;
         sn_err e;
-        ck_assert_msg(sn_nvrtc_compile(src, model, arch[a], &m, &e) == SN_OK, "%s", e.msg);
+        double t0 = now();
+        ck_assert_msg(sn_cuda_render(ks, n, &t, &cs, &e) == SN_OK, "%s", e.msg);
+        double t1 = now();
+        clock_t c0 = clock();
+        sn_cuda_module m;
+        ck_assert_msg(sn_nvrtc_compile(cs.src, model, arch[a], &m, &e) == SN_OK, "%s", e.msg);
+        double t2 = now(), cpu = (double)(clock() - c0) / CLOCKS_PER_SEC;
         ck_assert_int_gt((long)m.cubin_size, 0);
-        ck_assert_int_eq(m.n_info, n);
-        int max_regs = 0;
+        ck_assert_int_eq(m.n_info, cs.n_functions);
+        int max_regs = 0, max_shared = 0;
         const char *widest = "";
         for (int i = 0; i < n; i++) {
-            const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, ks[i]->name);
-            ck_assert_msg(in, "no ptxas report for %s:\n%s", ks[i]->name, m.log);
+            const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs.fn[i]);
+            ck_assert_msg(in, "no ptxas report for %s (%s):\n%s", cs.fn[i], ks[i]->name, m.log);
             ck_assert_msg(in->registers > 0 && in->registers <= 255, "%s: %d registers",
                           in->name, in->registers);
             ck_assert_msg(in->spill_store_bytes == 0 && in->spill_load_bytes == 0 &&
@@ -214,22 +282,26 @@ static void nvrtc_gpt2(const char *model, int B, int T) {
                           "loaded, %d bytes of stack", in->name, arch[a], in->spill_store_bytes,
                           in->spill_load_bytes, in->stack_bytes);
             if (in->registers > max_regs) max_regs = in->registers, widest = in->name;
+            if (in->shared_bytes > max_shared) max_shared = in->shared_bytes;
         }
-        printf("test_cuda: %s training (B=%d, T=%d): %d pointwise kernels for sm_%d in %.2f s: "
-               "no spills, at most %d registers (%s)\n", model, B, T, n, arch[a], now() - t0,
-               max_regs, widest);
+        printf("test_cuda: %s training (B=%d, T=%d; %d kernels in all) for sm_%d: %d generated "
+               "kernels (%d row, %d reduce, %d gather, %d pointwise, 4 optimizer) as %d functions; "
+               "rendered in %.3f s, one NVRTC compilation in %.2f s (%.2f s of CPU): no spills, no "
+               "stack, at most %d registers (%s), %d bytes of shared memory\n", model, B, T,
+               p->n_kernels, arch[a], n,
+               kernels_of(p, SN_KER_ROW, tmp), kernels_of(p, SN_KER_REDUCE, tmp),
+               kernels_of(p, SN_KER_GATHER, tmp), pointwise(p, tmp),
+               cs.n_functions, t1 - t0, t2 - t1, cpu, max_regs, widest, max_shared);
         sn_cuda_module_free(&m);
+        sn_cuda_source_free(&cs);
     }
-    free(src);
     free(ks);
+    free(tmp);
     sn_program_free(p);
     sn_graph_free(g);
 }
 
-START_TEST(nvrtc_gpt2_tiny) { nvrtc_gpt2("tiny", 4, 32); }
-END_TEST
-
-START_TEST(nvrtc_gpt2_124m) { nvrtc_gpt2("gpt2", 4, 64); }
+START_TEST(nvrtc_gpt2_124m) { nvrtc_gpt2("gpt2", 4, 1024, (const int[]){75, 80, 90}, 3); }
 END_TEST
 
 START_TEST(nvrtc_error_carries_log) {
@@ -294,16 +366,19 @@ static void from_buffer(sn_dtype t, const void *buf, int64_t n, double *v) {
     }
 }
 
-/* Runs pointwise kernel k (compiled into h) on the CPU with the interpreter's values of its
- * inputs, and compares its outputs with the interpreter's: with the launch the CUDA driver would
- * get and with a small grid that makes the grid-stride loop go round, each in both thread
- * orders, outputs poisoned (NaN, or a large integer) before every launch. */
-static void host_check(sn_sim_module *h, const sn_kernel *k, const sn_interp *it, double tol) {
+/* Runs kernel k (its function fn, compiled into h) on the CPU with the interpreter's values of
+ * its inputs and compares its outputs with the interpreter's (tol relative to the tensor's
+ * largest value): with the launch sn_cuda_launch_dims gives, and for pointwise kernels also with
+ * a small grid that makes the grid-stride loop go round, each in two thread orders (forward,
+ * reversed), outputs poisoned (NaN, or a large integer) before every launch. Returns the worst
+ * error instead of failing when `caught` is set (a planted bug's test). */
+static double host_check(sn_sim_module *h, const sn_kernel *k, const char *fn, const sn_interp *it,
+                         double tol, bool caught) {
     void *buf[SN_KER_MAX_ARGS], *params[SN_KER_MAX_ARGS];
     int nargs = k->n_out + k->n_in;
     for (int i = 0; i < nargs; i++) {
         const sn_node *n = k->args[i];
-        buf[i] = malloc(dtype_bytes(n->dtype) * (size_t)sn_numel(n) + 1);
+        buf[i] = aligned_alloc(64, (dtype_bytes(n->dtype) * (size_t)sn_numel(n) + 64) / 64 * 64);
         ck_assert(buf[i]);
         params[i] = &buf[i];
         if (i >= k->n_out) {
@@ -312,9 +387,10 @@ static void host_check(sn_sim_module *h, const sn_kernel *k, const sn_interp *it
             to_buffer(n->dtype, v, sn_numel(n), buf[i]);
         }
     }
-    sn_cuda_dims dims[2] = {sn_cuda_pointwise_dims(k), {.grid = {3, 1, 1}, .block = {32, 1, 1}}};
-    double *got = NULL;
-    for (int d = 0; d < 2; d++)
+    sn_target t = sm(80);
+    sn_cuda_dims dims[2] = {sn_cuda_launch_dims(k, &t), {.grid = {3, 1, 1}, .block = {256, 1, 1}}};
+    double *got = NULL, worst = 0;
+    for (int d = 0; d < (k->kind == SN_KER_POINTWISE ? 2 : 1); d++)
         for (int reversed = 0; reversed < 2; reversed++) {
             for (int o = 0; o < k->n_out; o++)
                 memset(buf[o], k->args[o]->dtype == SN_I32 ? 0x7f : 0xff,
@@ -322,23 +398,45 @@ static void host_check(sn_sim_module *h, const sn_kernel *k, const sn_interp *it
             sn_sim_opts so = sn_sim_defaults();
             so.order = reversed ? SN_SIM_REVERSE : SN_SIM_FORWARD;
             sn_err e;
-            ck_assert_msg(sn_sim_launch(h, k->name, dims[d].grid, dims[d].block, 0, params, &so,
-                                        &e) == SN_OK, "%s", e.msg);
+            sn_status st = sn_sim_launch(h, fn, dims[d].grid, dims[d].block, dims[d].shared_bytes,
+                                         params, &so, &e);
+            if (caught && st) {
+                printf("test_cuda: %s: %s\n", k->name, e.msg);
+                worst = INFINITY;
+                continue;
+            }
+            ck_assert_msg(st == SN_OK, "%s", e.msg);
             for (int o = 0; o < k->n_out; o++) {
                 const sn_node *n = k->args[o];
                 int64_t numel = sn_numel(n);
                 got = realloc(got, sizeof(double) * (size_t)numel);
                 from_buffer(n->dtype, buf[o], numel, got);
-                char what[160];
-                snprintf(what, sizeof what, "%s (grid %u x block %u, %s order) %%%d", k->name,
-                         dims[d].grid[0], dims[d].block[0], reversed ? "reversed" : "forward",
-                         n->id);
-                sn_check_close(what, got, sn_interp_value(it, n), (size_t)numel,
-                               n->dtype == SN_BF16 ? 8e-3 : tol, 1e-6);
+                char what[200];
+                snprintf(what, sizeof what, "%s as %s (grid %u x block %u x %u, %s order) %%%d",
+                         k->name, fn, dims[d].grid[0], dims[d].block[0], dims[d].block[1],
+                         reversed ? "reversed" : "forward", n->id);
+                double tl = n->dtype == SN_BF16 ? 8e-3 : tol;
+                if (caught) {
+                    const double *want = sn_interp_value(it, n);
+                    double scale = 1e-6;
+                    for (int64_t i = 0; i < numel; i++) scale = fmax(scale, fabs(want[i]));
+                    for (int64_t i = 0; i < numel; i++) {
+                        double err = fabs(got[i] - want[i]) / scale;
+                        if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
+                    }
+                } else { /* equal infinities (a causal mask's fill) agree */
+                    double *want = malloc(sizeof(double) * (size_t)numel);
+                    memcpy(want, sn_interp_value(it, n), sizeof(double) * (size_t)numel);
+                    for (int64_t i = 0; i < numel; i++)
+                        if (isinf(want[i]) && got[i] == want[i]) got[i] = want[i] = 0;
+                    sn_check_close(what, got, want, (size_t)numel, tl, 1e-6);
+                    free(want);
+                }
             }
         }
     free(got);
     for (int i = 0; i < nargs; i++) free(buf[i]);
+    return worst;
 }
 
 /* Gives every INPUT and PARAM of g a value: ids below `vocab`, parameters from their init rule
@@ -369,24 +467,28 @@ static sn_interp *interp_run(const sn_graph *g, int vocab, bool init_rule) {
     return it;
 }
 
-/* Fuses g, renders its pointwise kernels into one source, runs each on the CPU against the
- * interpreter; returns the number of kernels run (0: no g++). */
-static int run_on_host(sn_graph *g, int vocab, bool init_rule, double tol) {
+/* Fuses g, renders its generated kernels (every kind but GEMMs and attention) into one source,
+ * runs each on the CPU against the interpreter; returns the number of kernels run (0: no g++).
+ * counts (may be NULL) gets the kernels run per kind. */
+static int run_on_host(sn_graph *g, int vocab, bool init_rule, double tol, int *counts) {
     sn_program *p = fuse(g);
     const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
-    int n = pointwise(p, ks);
+    int n = kernels_of(p, SN_KER_KIND_COUNT, ks);
     ck_assert_int_gt(n, 0);
-    char *src = render(ks, n);
-    sn_sim_module *h = host_compile(src);
+    sn_cuda_source cs = render(ks, n);
+    sn_sim_module *h = host_compile(cs.src);
     int ran = 0;
     if (h) {
         sn_interp *it = interp_run(g, vocab, init_rule);
-        for (int i = 0; i < n; i++) host_check(h, ks[i], it, tol);
+        for (int i = 0; i < n; i++) {
+            host_check(h, ks[i], cs.fn[i], it, tol, false);
+            if (counts) counts[ks[i]->kind]++;
+        }
         ran = n;
         sn_interp_free(it);
         sn_sim_module_free(h);
     }
-    free(src);
+    sn_cuda_source_free(&cs);
     free(ks);
     sn_program_free(p);
     return ran;
@@ -394,7 +496,7 @@ static int run_on_host(sn_graph *g, int vocab, bool init_rule, double tol) {
 
 START_TEST(cpu_bias_gelu) {
     sn_graph *g = bias_gelu_graph();
-    run_on_host(g, 1, false, 1e-5);
+    run_on_host(g, 1, false, 1e-5, NULL);
     sn_graph_free(g);
 }
 END_TEST
@@ -407,7 +509,7 @@ START_TEST(cpu_view_copies) {
     sn_node *y = sn_input(g, "y", SN_F32, SN_SHAPE(6, 20));
     sn_node *r = sn_reshape(g, y, SN_SHAPE(2, 3, 4, 5));
     sn_graph_add_output(g, sn_permute(g, sn_slice(g, r, 1, 1, 3), (const int[]){0, 2, 1, 3}));
-    run_on_host(g, 1, false, 0);
+    run_on_host(g, 1, false, 0, NULL);
     sn_graph_free(g);
 }
 END_TEST
@@ -428,7 +530,7 @@ START_TEST(cpu_padded_sum) {
     for (int a = 0; a < p->kernels[0]->n_access; a++) masked += p->kernels[0]->access[a].masked;
     ck_assert_int_eq(masked, 3); /* bounded above, below, and both */
     sn_program_free(p);
-    run_on_host(g, 1, false, 1e-6);
+    run_on_host(g, 1, false, 1e-6, NULL);
     sn_graph_free(g);
 }
 END_TEST
@@ -444,11 +546,11 @@ START_TEST(cpu_chain_with_constants) {
     const sn_kernel *k = p->kernels[0];
     ck_assert_int_eq(k->n_instr, 3);
     ck_assert_int_eq(k->n_in, 1);
-    char *src = render(&k, 1);
-    ck_assert_msg(strstr(src, "1.5f") && strstr(src, "0.25f"), "%s", src);
-    free(src);
+    sn_cuda_source cs = render(&k, 1);
+    ck_assert_msg(strstr(cs.src, "1.5f") && strstr(cs.src, "0.25f"), "%s", cs.src);
+    sn_cuda_source_free(&cs);
     sn_program_free(p);
-    run_on_host(g, 1, false, 1e-6);
+    run_on_host(g, 1, false, 1e-6, NULL);
     sn_graph_free(g);
 }
 END_TEST
@@ -477,19 +579,205 @@ START_TEST(cpu_every_op) {
     sn_graph_add_output(g, sn_add(g, sn_gelu(g, xb), sn_mul(g, hb, hb))); /* bf16 in and out */
     sn_graph_add_output(g, sn_cast(g, sn_scale(g, x, 10.0f), SN_I32));   /* i32 out */
     ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
-    ck_assert_int_ge(run_on_host(g, 5, false, 1e-5), 5);
+    ck_assert_int_ge(run_on_host(g, 5, false, 1e-5, NULL), 5);
     sn_graph_free(g);
 }
 END_TEST
 
 /* Every pointwise kernel of a tiny GPT-2's training step, each from the interpreter's inputs. */
-START_TEST(cpu_gpt2_tiny_kernels) {
-    sn_graph *g = gpt2_training("tiny", 2, 16);
+/* Every generated kernel of a tiny GPT-2's training step (forward and backward: rows, column
+ * reductions, gathers, pointwise), each from the interpreter's inputs; attention fused (its
+ * kernels are the attention helper's) and written out (softmax, causal mask and their
+ * backwards as row kernels). */
+static void gpt2_tiny_kernels(bool fuse_attention) {
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    ck_assert_msg(sn_gpt2_build(g, &c, 2, 16, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.fuse_attention = fuse_attention;
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     double t0 = now();
-    int n = run_on_host(g, 256, true, 1e-5);
-    if (n) printf("test_cuda: tiny GPT-2 training: %d pointwise kernels ran on the CPU and match "
-                  "the interpreter (%.2f s)\n", n, now() - t0);
+    int counts[SN_KER_KIND_COUNT] = {0};
+    int n = run_on_host(g, 256, true, 1e-5, counts);
+    if (n) printf("test_cuda: tiny GPT-2 training step, attention %s: %d kernels (%d pointwise, "
+                  "%d row, %d reduce, %d gather) ran on the simulator in two thread orders and "
+                  "match the interpreter (%.2f s)\n", fuse_attention ? "fused" : "written out",
+                  n, counts[SN_KER_POINTWISE], counts[SN_KER_ROW], counts[SN_KER_REDUCE],
+                  counts[SN_KER_GATHER], now() - t0);
+    ck_assert(!n || (counts[SN_KER_ROW] > 5 && counts[SN_KER_REDUCE] > 5 && counts[SN_KER_GATHER] == 2));
     sn_graph_free(g);
+}
+
+START_TEST(cpu_gpt2_tiny_kernels) { gpt2_tiny_kernels(true); }
+END_TEST
+
+START_TEST(cpu_gpt2_tiny_unfused_attention) { gpt2_tiny_kernels(false); }
+END_TEST
+
+/* Row ops over rows of 300 (blocks of three warps), cross-entropy with ignored targets (class
+ * 3), rmsnorm, a max and a mean reduction, with their backwards. */
+static sn_graph *row_ops_graph(void) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(24, 300));
+    sn_node *y = sn_input(g, "y", SN_I32, SN_SHAPE(24));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(300), SN_INIT_NORMAL, 1);
+    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(300), SN_INIT_NORMAL, 1);
+    sn_node *v = sn_param(g, "v", SN_F32, SN_SHAPE(300), SN_INIT_NORMAL, 1);
+    sn_node *h = sn_layernorm(g, sn_add(g, x, b), w, b, 1e-5f);
+    sn_node *r = sn_rmsnorm(g, sn_gelu(g, h), v, 1e-5f);
+    sn_node *s = sn_softmax(g, sn_scale(g, r, 0.5f));
+    sn_node *loss = sn_cross_entropy(g, sn_add(g, sn_scale(g, s, 4.0f), h), y, 3);
+    sn_graph_add_output(g, sn_max(g, h, 1, false));
+    sn_graph_add_output(g, sn_mean(g, r, 0, false));
+    sn_err e;
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    ck_assert_msg(sn_backward(g, loss, &e) == SN_OK, "%s", e.msg);
+    return g;
+}
+
+START_TEST(cpu_row_ops_several_warps) {
+    sn_graph *g = row_ops_graph();
+    int counts[SN_KER_KIND_COUNT] = {0};
+    int n = run_on_host(g, 8, false, 1e-5, counts);
+    if (n) printf("test_cuda: row ops over rows of 300: %d kernels (%d row, %d reduce) match\n",
+                  n, counts[SN_KER_ROW], counts[SN_KER_REDUCE]);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* A barrier deleted from the block sum (by editing the rendered text, as a generator bug would
+ * leave it) makes the layernorm kernel over rows of 300 fail the comparison: each of the two. */
+START_TEST(cpu_deleted_barrier_caught) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(24, 300));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(300), SN_INIT_NORMAL, 1);
+    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(300), SN_INIT_NORMAL, 1);
+    sn_graph_add_output(g, sn_layernorm(g, x, w, b, 1e-5f));
+    sn_program *p = fuse(g);
+    const sn_kernel *ks[4];
+    ck_assert_int_eq(kernels_of(p, SN_KER_ROW, ks), 1);
+    sn_cuda_source cs = render(ks, 1);
+    sn_interp *it = interp_run(g, 1, false);
+    const char *at[2] = {"v = sn_warp_sum(v);\n    __syncthreads();\n",
+                         "partial_sum[warp] = v;\n    __syncthreads();\n"};
+    sn_sim_module *h = host_compile(cs.src);
+    if (h) { /* the intact text passes */
+        ck_assert_double_le(host_check(h, ks[0], cs.fn[0], it, 1e-5, true), 1e-5);
+        sn_sim_module_free(h);
+    }
+    for (int i = 0; i < 2; i++) {
+        char *bad = strdup(cs.src), *cut = strstr(bad, at[i]);
+        ck_assert_msg(cut, "no \"%s\" in\n%s", at[i], cs.src);
+        cut = strstr(cut, "__syncthreads();");
+        memmove(cut, cut + strlen("__syncthreads();"), strlen(cut + strlen("__syncthreads();")) + 1);
+        h = host_compile(bad);
+        if (h) {
+            double err = host_check(h, ks[0], cs.fn[0], it, 1e-5, true);
+            printf("test_cuda: barrier %d of sn_block_sum deleted: layernorm error %.3g "
+                   "(caught)\n", i + 1, err);
+            ck_assert_msg(!(err <= 1e-5), "a deleted barrier went unnoticed (error %g)", err);
+            sn_sim_module_free(h);
+        }
+        free(bad);
+    }
+    sn_interp_free(it);
+    sn_cuda_source_free(&cs);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* The optimizer step (kernel.h: GRAD_ACC, SQNORM, CLIP, ADAMW over one flat range) on 10001
+ * elements (float4 steps and a tail, three norm blocks, weight decay ending inside a float4),
+ * in that order, each launch in two thread orders, against sn_interp_optim on copies. */
+START_TEST(cpu_optimizer_step) {
+    enum { N = 10001, DECAY = 6001, NB = (N + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK };
+    static const sn_kernel_kind kinds[4] = {SN_KER_GRAD_ACC, SN_KER_SQNORM, SN_KER_CLIP, SN_KER_ADAMW};
+    static const char *const names[4] = {"opt_grad_acc", "opt_sqnorm", "opt_clip", "opt_adamw"};
+    sn_kernel k[4];
+    const sn_kernel *kp[4];
+    for (int i = 0; i < 4; i++) {
+        k[i] = (sn_kernel){.kind = kinds[i], .flat_n = N, .flat_decay = DECAY};
+        snprintf(k[i].name, sizeof k[i].name, "%s", names[i]);
+        kp[i] = &k[i];
+    }
+    sn_cuda_source cs = render(kp, 4);
+    ck_assert_int_eq(cs.n_functions, 4);
+    sn_sim_module *h = host_compile(cs.src);
+    if (!h) {
+        sn_cuda_source_free(&cs);
+        return;
+    }
+    /* buffers: 0 p, 1 m, 2 v, 3 g, 4 sum, 5 partial, 6 scal; [0] the simulator's, [1] the reference's */
+    static const size_t len[7] = {N, N, N, N, N, NB, SN_OPT_SCALARS};
+    float *buf[2][7];
+    sn_rng r = sn_rng_seed(9);
+    for (int j = 0; j < 7; j++)
+        for (int c = 0; c < 2; c++) buf[c][j] = aligned_alloc(64, 64 * ((len[j] * sizeof(float) + 63) / 64));
+    for (size_t i = 0; i < N; i++) {
+        buf[0][0][i] = (float)sn_rng_normal(&r);
+        buf[0][1][i] = 0.1f * (float)sn_rng_normal(&r);
+        buf[0][2][i] = 0.01f * (float)fabs(sn_rng_normal(&r));
+        buf[0][3][i] = (float)sn_rng_normal(&r);
+        buf[0][4][i] = (float)sn_rng_normal(&r);
+    }
+    float scal[SN_OPT_SCALARS] = {[SN_OPT_LR] = 3e-3f, [SN_OPT_BETA1] = 0.9f, [SN_OPT_BETA2] = 0.95f,
+                                  [SN_OPT_EPS] = 1e-8f, [SN_OPT_WD] = 0.1f, [SN_OPT_BC1] = 0.19f,
+                                  [SN_OPT_BC2] = 0.0975f, [SN_OPT_INV_MICRO] = 0.5f,
+                                  [SN_OPT_CLIP] = 1.0f};
+    memcpy(buf[0][6], scal, sizeof scal);
+    for (int j = 0; j < 7; j++) memcpy(buf[1][j], buf[0][j], len[j] * sizeof(float));
+    static const int args[4][5] = {{4, 3}, {5, 4, 6}, {6, 5}, {0, 1, 2, 4, 6}}; /* g is the sum */
+    sn_target t = sm(80);
+    for (int i = 0; i < 4; i++) {
+        int nb = sn_kernel_n_bufs(&k[i]), outs[3] = {0}, n_outs = i == 3 ? 3 : 1;
+        void *refs[5], *params[5];
+        for (int j = 0; j < nb; j++) {
+            refs[j] = buf[1][args[i][j]];
+            params[j] = &buf[0][args[i][j]];
+        }
+        for (int o = 0; o < n_outs; o++) outs[o] = args[i][o];
+        sn_interp_optim(&k[i], refs, 0, i == 2 ? 1 : i == 1 ? NB : N);
+        float *before[3];
+        for (int o = 0; o < n_outs; o++) {
+            before[o] = malloc(len[outs[o]] * sizeof(float));
+            memcpy(before[o], buf[0][outs[o]], len[outs[o]] * sizeof(float));
+        }
+        sn_cuda_dims d = sn_cuda_launch_dims(&k[i], &t);
+        for (int reversed = 0; reversed < 2; reversed++) {
+            for (int o = 0; o < n_outs; o++)
+                memcpy(buf[0][outs[o]], before[o], len[outs[o]] * sizeof(float));
+            sn_sim_opts so = sn_sim_defaults();
+            so.order = reversed ? SN_SIM_REVERSE : SN_SIM_FORWARD;
+            sn_err e;
+            ck_assert_msg(sn_sim_launch(h, cs.fn[i], d.grid, d.block, d.shared_bytes, params, &so,
+                                        &e) == SN_OK, "%s", e.msg);
+            for (int o = 0; o < n_outs; o++) {
+                size_t n = outs[o] == 6 ? SN_OPT_NORM + 1 : len[outs[o]];
+                double *got = malloc(n * sizeof(double)), *want = malloc(n * sizeof(double));
+                for (size_t x = 0; x < n; x++) got[x] = buf[0][outs[o]][x], want[x] = buf[1][outs[o]][x];
+                char what[96];
+                snprintf(what, sizeof what, "%s (%s order) buffer %d", names[i],
+                         reversed ? "reversed" : "forward", outs[o]);
+                sn_check_close(what, got, want, n, 1e-5, 1e-6);
+                free(got);
+                free(want);
+            }
+        }
+        for (int o = 0; o < n_outs; o++) free(before[o]);
+    }
+    printf("test_cuda: the optimizer step over %d flat elements (grad sum, squared norm in %d "
+           "blocks, clip at norm %.3f, AdamW) matches the reference in two thread orders\n", N, NB,
+           (double)buf[0][6][SN_OPT_NORM]);
+    ck_assert_float_lt(buf[0][6][SN_OPT_SCALE], 1.0f); /* the norm was clipped */
+    for (int j = 0; j < 7; j++)
+        for (int c = 0; c < 2; c++) free(buf[c][j]);
+    sn_sim_module_free(h);
+    sn_cuda_source_free(&cs);
 }
 END_TEST
 
@@ -502,10 +790,10 @@ int main(void) {
     tcase_add_test(tc, ptxas_report_parsed);
     tcase_add_test(tc, render_bias_gelu_text);
     tcase_add_test(tc, render_rejects_what_it_cannot);
+    tcase_add_test(tc, render_identical_kernels_once);
     suite_add_tcase(s, tc);
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 120);
-    tcase_add_test(nv, nvrtc_gpt2_tiny);
     tcase_add_test(nv, nvrtc_gpt2_124m);
     tcase_add_test(nv, nvrtc_error_carries_log);
     suite_add_tcase(s, nv);
@@ -517,6 +805,10 @@ int main(void) {
     tcase_add_test(cpu, cpu_chain_with_constants);
     tcase_add_test(cpu, cpu_every_op);
     tcase_add_test(cpu, cpu_gpt2_tiny_kernels);
+    tcase_add_test(cpu, cpu_gpt2_tiny_unfused_attention);
+    tcase_add_test(cpu, cpu_row_ops_several_warps);
+    tcase_add_test(cpu, cpu_deleted_barrier_caught);
+    tcase_add_test(cpu, cpu_optimizer_step);
     suite_add_tcase(s, cpu);
     return sn_test_main(s);
 }

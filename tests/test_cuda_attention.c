@@ -136,13 +136,14 @@ static void run_attention(const sn_program *p, const sn_interp *it, const sn_tar
             ks[n++] = p->kernels[i];
         }
     ck_assert_int_eq(n, want);
-    char *src;
+    sn_cuda_source cs;
     sn_err e;
-    ck_assert_msg(sn_cuda_render_attention(ks, n, tg, &src, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_cuda_render(ks, n, tg, &cs, &e) == SN_OK, "%s", e.msg);
+    char *src = cs.src;
     if (res->needle) {
-        char *planted = replace_first(src, res->needle, res->plant);
-        free(src);
-        src = planted;
+        src = replace_first(cs.src, res->needle, res->plant);
+        free(cs.src);
+        cs.src = src;
     }
     sn_sim_module *m;
     ck_assert_msg(sn_sim_module_load(src, &m, &e) == SN_OK, "%s", e.msg);
@@ -161,14 +162,14 @@ static void run_attention(const sn_program *p, const sn_interp *it, const sn_tar
                 tbuf_put(&buf[a], v);
             }
         }
-        sn_cuda_dims d;
-        ck_assert_msg(sn_cuda_attention_dims(k, tg, &d, &e) == SN_OK, "%s", e.msg);
+        sn_cuda_dims d = sn_cuda_launch_dims(k, tg);
+        ck_assert(d.grid[0] > 0 && d.shared_bytes == 0);
         for (int order = 0; order < SN_SIM_ORDER_COUNT; order++) {
             for (int a = 0; a < k->n_out; a++) memset(buf[a].p, 0x7f, buf[a].bytes);
             sn_sim_opts o = sn_sim_defaults();
             o.order = (sn_sim_order)order;
             o.seed = 7;
-            if (sn_sim_launch(m, k->name, d.grid, d.block, 0, params, &o, &e) != SN_OK) {
+            if (sn_sim_launch(m, cs.fn[ki], d.grid, d.block, 0, params, &o, &e) != SN_OK) {
                 if (!res->failure[0]) snprintf(res->failure, sizeof res->failure, "%s", e.msg);
                 res->worst = INFINITY;
                 continue;
@@ -188,7 +189,7 @@ static void run_attention(const sn_program *p, const sn_interp *it, const sn_tar
         for (int a = 0; a < nargs; a++) free(buf[a].p);
     }
     sn_sim_module_free(m);
-    free(src);
+    sn_cuda_source_free(&cs);
 }
 
 /* ---- graphs ---- */
@@ -423,9 +424,10 @@ START_TEST(nvrtc_no_spills) {
             for (int i = 0; i < p->n_kernels; i++)
                 if (p->kernels[i]->kind == SN_KER_ATTENTION) ks[n++] = p->kernels[i];
             sn_target tg = sn_target_cuda(c.sm);
-            char *src;
+            sn_cuda_source cs;
             sn_err e;
-            ck_assert_msg(sn_cuda_render_attention(ks, n, &tg, &src, &e) == SN_OK, "%s", e.msg);
+            ck_assert_msg(sn_cuda_render(ks, n, &tg, &cs, &e) == SN_OK, "%s", e.msg);
+            const char *src = cs.src;
             const char *dump = getenv("SN_ATT_DUMP"); /* a folder: write each source there */
             if (dump) {
                 char path[512];
@@ -442,14 +444,14 @@ START_TEST(nvrtc_no_spills) {
             if (st == SN_ERR_UNSUPPORTED) {
                 printf("nvrtc: %s: skipped\n", e.msg);
                 sn_cuda_module_free(&m);
-                free(src);
+                sn_cuda_source_free(&cs);
                 sn_program_free(p);
                 sn_graph_free(g);
                 return;
             }
             ck_assert_msg(st == SN_OK, "%s\n%s", e.msg, src);
             for (int i = 0; i < n; i++) {
-                const sn_cuda_kernel_info *inf = sn_cuda_module_info(&m, ks[i]->name);
+                const sn_cuda_kernel_info *inf = sn_cuda_module_info(&m, cs.fn[i]);
                 ck_assert_msg(inf, "no ptxas report of %s", ks[i]->name);
                 printf("nvrtc sm_%d %s D=%lld %-28s %-16s %3d registers, %5d bytes shared, "
                        "spills %d/%d, stack %d\n", c.sm, sn_dtype_name(c.dt), (long long)c.D,
@@ -462,7 +464,7 @@ START_TEST(nvrtc_no_spills) {
             }
             fflush(stdout);
             sn_cuda_module_free(&m);
-            free(src);
+            sn_cuda_source_free(&cs);
             sn_program_free(p);
             sn_graph_free(g);
         }

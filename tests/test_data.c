@@ -11,6 +11,7 @@
 #include "harness.h"
 #include "data/data.h"
 #include "runtime/info.h"
+#include "runtime/cuda/cuda_device.h"
 
 #define ck_assert_has(msg, sub)                                                                    \
     ck_assert_msg(strstr((msg), (sub)), "message\n  \"%s\"\nlacks\n  \"%s\"", (msg), (sub))

@@ -138,13 +138,18 @@ START_TEST(accumulation_matches_big_batch) {
     ck_assert_int_eq(sn_trainer_pending(small), 2);
     ck_assert_msg(fabs((l1 + l2) / 2 - l) <= 1e-6 * l, "loss %.9g vs %.9g", (l1 + l2) / 2, l);
     for (int i = 0; i < sn_trainer_param_count(small); i++) {
-        sn_param_state a = sn_trainer_param(small, i), b = sn_trainer_param(big, i);
-        size_t n = (size_t)sn_numel(a.param);
+        const sn_node *p = sn_trainer_param_node(small, i);
+        size_t n = (size_t)sn_numel(p);
         double *ga = malloc(n * sizeof(double)), *gb = malloc(n * sizeof(double));
-        for (size_t j = 0; j < n; j++) ga[j] = a.grad_sum[j] / 2.0, gb[j] = b.grad_sum[j];
-        sn_check_close(a.param->name, ga, gb, n, 1e-6, 1e-6);
+        float *fa = malloc(n * sizeof(float)), *fb = malloc(n * sizeof(float));
+        ck_assert(sn_trainer_get_param(small, i, SN_PARAM_GRAD, fa, &e) == SN_OK &&
+                  sn_trainer_get_param(big, i, SN_PARAM_GRAD, fb, &e) == SN_OK);
+        for (size_t j = 0; j < n; j++) ga[j] = fa[j] / 2.0, gb[j] = fb[j];
+        sn_check_close(p->name, ga, gb, n, 1e-6, 1e-6);
         free(ga);
         free(gb);
+        free(fa);
+        free(fb);
     }
     sn_step_stats s1, s2;
     ck_assert(sn_trainer_update(small, &s1, &e) == SN_OK);
@@ -213,10 +218,13 @@ START_TEST(sampling) {
     int32_t ids[T] = {5, 9, 11};
     ck_assert(sn_interp_set_i32(it, fm.idx, ids, &e) == SN_OK && sn_interp_set_i32(it, fm.targets, ids, &e) == SN_OK);
     for (int i = 0; i < sn_trainer_param_count(t); i++) {
-        sn_param_state p = sn_trainer_param(t, i);
+        const sn_node *p = sn_trainer_param_node(t, i);
+        float *w = malloc(sizeof(float) * (size_t)sn_numel(p));
+        ck_assert(sn_trainer_get_param(t, i, SN_PARAM_WEIGHTS, w, &e) == SN_OK);
         for (int k = 0; k < fg->n_nodes; k++)
-            if (fg->nodes[k]->op == SN_OP_PARAM && !strcmp(fg->nodes[k]->name, p.param->name))
-                ck_assert(sn_interp_set(it, fg->nodes[k], p.w, &e) == SN_OK);
+            if (fg->nodes[k]->op == SN_OP_PARAM && !strcmp(fg->nodes[k]->name, p->name))
+                ck_assert(sn_interp_set(it, fg->nodes[k], w, &e) == SN_OK);
+        free(w);
     }
     ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
     const double *lg = sn_interp_value(it, fm.logits) + 2 * 64;

@@ -1,38 +1,52 @@
-/* backend.h: how the trainer executes its graph: on the reference interpreter, or compiled
- * (fuse, memplan) and run by a device's executor. Convention: the backend owns the parameters'
- * fp32 master weights (on the CPU device they are the program's own parameter buffers, so a
- * step copies no weights); the trainer owns the optimizer state and the gradient sums. */
+/* backend.h: how the trainer executes its graph and its optimizer step: on the reference
+ * interpreter (host memory), or compiled (fuse, memplan) and run by a device's executor.
+ * Convention: the backend owns every parameter's fp32 weights and the optimizer state (in the
+ * compiled case: device memory, reached only through the executor); trainable parameters,
+ * their gradients, gradient sums and moments m, v are flat ranges of one layout (kernel.h,
+ * "the optimizer step"), so each piece of the step is one kernel launch. */
 #ifndef SN_BACKEND_H
 #define SN_BACKEND_H
 
 #include "passes/pipeline.h"
 #include "runtime/device.h"
+#include "train.h"
 
 typedef struct sn_backend sn_backend;
 
-/* device NULL: the reference interpreter. g: loss, backward, i32 inputs idx and targets.
+/* device NULL: the reference interpreter. g: loss, backward, i32 inputs idx and targets;
+ * params: every PARAM of g (frozen ones included), the order the trainer numbers them.
  * compile: sn_compile's options for the device (NULL: zeroed). */
 sn_status sn_backend_new(sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
                          const sn_pipeline_opts *compile, sn_backend **out, sn_err *e);
 void sn_backend_free(sn_backend *b);
 const char *sn_backend_name(const sn_backend *b);
 
-/* Parameter i's master weights: numel floats, read before each run, updated in place. */
-float *sn_backend_weights(sn_backend *b, int i);
-
-/* Forward and backward on one batch (B*T ids each); *loss gets the loss. */
+/* Forward and backward on one batch (B*T ids each); *loss gets the loss. The gradients stay
+ * on the backend until the next run. */
 sn_status sn_backend_run(sn_backend *b, const sn_node *idx, const sn_node *targets,
                          const int32_t *x, const int32_t *y, double *loss, sn_err *e);
 
-/* d loss / d parameter i of the last run (numel floats, valid until the next run). */
-const float *sn_backend_grad(sn_backend *b, int i);
+/* Parameter i's weights, moments, or gradient (sums: the gradient sums, else the last run's)
+ * to or from the host (numel floats). A frozen parameter has no moments or gradient: they
+ * read as zeros and setting them does nothing. */
+sn_status sn_backend_get(sn_backend *b, int i, sn_param_which which, bool sums, float *host, sn_err *e);
+sn_status sn_backend_set(sn_backend *b, int i, sn_param_which which, const float *host, sn_err *e);
 
-/* The AdamW update of parameter i from gradient g (kernel.h lists hyper[8]). */
-sn_status sn_backend_adamw(sn_backend *b, int i, float *m, float *v, const float *g,
-                           const float *hyper, sn_err *e);
+/* The gradient sums: = the last run's gradients (add false), or += them (add true). */
+sn_status sn_backend_sum_grads(sn_backend *b, bool add, sn_err *e);
+
+/* Uploads the step's scalars (kernel.h SN_OPT_*), then the global norm of (gradients or sums)
+ * * scal[SN_OPT_INV_MICRO] and the clip scale on the device; *norm comes back. */
+sn_status sn_backend_norm(sn_backend *b, bool sums, const float scal[SN_OPT_SCALARS], double *norm,
+                          sn_err *e);
+/* AdamW on every trainable parameter from the gradients or sums, with the scalars of the
+ * last sn_backend_norm. */
+sn_status sn_backend_adamw(sn_backend *b, bool sums, sn_err *e);
 
 /* The compiled program and its executor (NULL on the interpreter), for reports. */
 const sn_program *sn_backend_program(const sn_backend *b);
 sn_exec *sn_backend_exec(const sn_backend *b);
+/* Bytes of optimizer state (moments, gradient sums, scalars) held besides the program's. */
+int64_t sn_backend_state_bytes(const sn_backend *b);
 
 #endif

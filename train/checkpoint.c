@@ -5,12 +5,14 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "support/crc.h"
 #include "data/data.h"
+#include "ir/checked.h"
+#include "support/crc.h"
 #include "support/savefile.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -97,7 +99,8 @@ static void put_series(writer *w, const char *name, const sn_series *s) {
     put(w, s->y, sizeof(double) * (size_t)s->n);
 }
 
-static void put_payload(writer *w, const sn_trainer *t, const sn_run_state *r) {
+/* The payload; the parameters come from the trainer through sn_trainer_get_param. */
+static sn_status put_payload(writer *w, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     sn_run_state all = {.n_meta = r->n_meta};
     memcpy(all.meta, r->meta, sizeof r->meta);
     opts_meta(sn_trainer_opts(t), &all);
@@ -111,16 +114,23 @@ static void put_payload(writer *w, const sn_trainer *t, const sn_run_state *r) {
     put(w, r->data_rng.s, 32);
     put_series(w, "train_loss", &r->train_loss);
     put_series(w, "val_loss", &r->val_loss);
-    for (int i = 0; i < sn_trainer_param_count(t); i++) {
-        sn_param_state p = sn_trainer_param(t, i);
-        size_t n = (size_t)sn_numel(p.param);
-        record(w, REC_PARAM, p.param->name, 4 + 8 * (uint64_t)p.param->rank + 12 * (uint64_t)n);
-        put_u32(w, (uint32_t)p.param->rank);
-        put(w, p.param->shape, 8 * (size_t)p.param->rank);
-        put(w, p.w, 4 * n);
-        put(w, p.m, 4 * n);
-        put(w, p.v, 4 * n);
+    sn_status s = SN_OK;
+    for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
+        const sn_node *p = sn_trainer_param_node(t, i);
+        size_t n = (size_t)sn_numel(p);
+        float *host = malloc(4 * n + 4);
+        if (!host)
+            return sn_fail(e, SN_ERR_OOM, "checkpoint: out of host memory for parameter %s (%.1f "
+                           "MiB)", p->name, 4.0 * (double)n / (1 << 20));
+        record(w, REC_PARAM, p->name, 4 + 8 * (uint64_t)p->rank + 12 * (uint64_t)n);
+        put_u32(w, (uint32_t)p->rank);
+        put(w, p->shape, 8 * (size_t)p->rank);
+        /* weights, m, v (a frozen parameter's moments are zeros) */
+        for (int which = SN_PARAM_WEIGHTS; which <= SN_PARAM_V && !s; which++)
+            if (!(s = sn_trainer_get_param(t, i, (sn_param_which)which, host, e))) put(w, host, 4 * n);
+        free(host);
     }
+    return s;
 }
 
 static void header(uint8_t h[HEADER_BYTES], uint64_t payload, uint32_t crc) {
@@ -133,10 +143,39 @@ static void header(uint8_t h[HEADER_BYTES], uint64_t payload, uint32_t crc) {
     memcpy(h + 24, &crc, 4);
 }
 
+/* A checkpoint is "good" when its weights and moments are finite: a diverged state is never
+ * written, so the last checkpoint saved is one to resume from. */
+static sn_status check_state_finite(const char *path, const sn_trainer *t, sn_err *e) {
+    for (int i = 0; i < sn_trainer_param_count(t); i++) {
+        const sn_node *p = sn_trainer_param_node(t, i);
+        size_t n = (size_t)sn_numel(p);
+        float *host = sn_malloc(4 * n, "a checkpoint's finiteness check", e);
+        if (!host) return SN_ERR_OOM;
+        bool finite = true;
+        for (int which = SN_PARAM_WEIGHTS; which <= SN_PARAM_V && finite; which++) {
+            sn_status s = sn_trainer_get_param(t, i, (sn_param_which)which, host, e);
+            if (s) {
+                free(host);
+                return s;
+            }
+            for (size_t k = 0; k < n && finite; k++) finite = isfinite(host[k]);
+        }
+        free(host);
+        if (!finite)
+            return sn_fail(e, SN_ERR_NUMERIC, "checkpoint %s not written: parameter %s holds "
+                           "a NaN or infinite value after step %d: the run diverged; the "
+                           "previous checkpoint, if any, is unchanged", path, p->name,
+                           sn_trainer_step_count(t));
+    }
+    return SN_OK;
+}
+
 sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     if (sn_trainer_pending(t))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: %d micro-batches are accumulated but "
                        "not applied: save between optimizer steps", path, sn_trainer_pending(t));
+    sn_status fs = check_state_finite(path, t, e);
+    if (fs) return fs;
     writer w = {.ok = true};
     sn_status s = sn_savefile_open(&w.f, path, "checkpoint", e);
     if (s) return s;
@@ -145,7 +184,10 @@ sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run
     header(h, 0, 0); /* a placeholder until the payload's size and CRC are known */
     w.ok = fwrite(h, 1, HEADER_BYTES, w.f.f) == HEADER_BYTES;
     if (!w.ok) w.err = errno;
-    put_payload(&w, t, r);
+    if ((s = put_payload(&w, t, r, e))) {
+        sn_savefile_abort(&w.f);
+        return s;
+    }
     header(h, w.bytes, sn_crc32_value(&w.crc));
     if (w.ok && (fseek(w.f.f, 0, SEEK_SET) != 0 || fwrite(h, 1, HEADER_BYTES, w.f.f) != HEADER_BYTES))
         w.ok = false, w.err = errno;
@@ -183,7 +225,8 @@ static uint64_t get_u64(const uint8_t *p) {
     return v;
 }
 
-/* Checks the header, the size and the CRC, and splits the payload into records. */
+/* Checks the header, the size and the CRC, and splits the payload into records. out->recs is
+ * the caller's to free, whatever this returns. */
 static sn_status parse(const char *path, const uint8_t *b, size_t len, parsed *out, sn_err *e) {
     if (len < HEADER_BYTES || memcmp(b, MAGIC, 8))
         return sn_fail(e, SN_ERR_PARSE, len >= 8 && !memcmp(b, MAGIC, 8)
@@ -211,18 +254,13 @@ static sn_status parse(const char *path, const uint8_t *b, size_t len, parsed *o
     while (p < end) {
         uint64_t name_len = end - p >= 8 ? get_u32(p + 4) : UINT64_MAX;
         if (name_len >= sizeof out->recs[0].name || (uint64_t)(end - p) < 16 + name_len ||
-            get_u64(p + 8 + name_len) > (uint64_t)(end - p) - 16 - name_len) {
-            free(out->recs);
+            get_u64(p + 8 + name_len) > (uint64_t)(end - p) - 16 - name_len)
             return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: record %d overruns the "
                            "file: use an older checkpoint", path, out->n + 1);
-        }
         if (out->n == cap) {
             cap = cap ? 2 * cap : 64;
             rec *recs = sn_realloc(out->recs, sizeof(rec) * (size_t)cap, "a checkpoint's record list", e);
-            if (!recs) {
-                free(out->recs);
-                return SN_ERR_OOM;
-            }
+            if (!recs) return SN_ERR_OOM; /* out->recs is the caller's to free */
             out->recs = recs;
         }
         rec *r = &out->recs[out->n++];
@@ -279,7 +317,7 @@ static void shape_text(char *buf, size_t len, uint32_t rank, const uint8_t *shap
 static sn_status check_params(const parsed *f, const sn_trainer *t, sn_err *e) {
     static const char hint[] = "it was saved from another model: resume with the same --model";
     for (int i = 0; i < sn_trainer_param_count(t); i++) {
-        const sn_node *p = sn_trainer_param(t, i).param;
+        const sn_node *p = sn_trainer_param_node(t, i);
         const rec *r = find(f, REC_PARAM, p->name);
         if (!r)
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this model: it has no "
@@ -308,7 +346,8 @@ static sn_status check_params(const parsed *f, const sn_trainer *t, sn_err *e) {
 
 static sn_status check_series(const parsed *f, const char *name, sn_err *e) {
     const rec *r = find(f, REC_SERIES, name);
-    if (!r || r->size < 8 || r->size != 8 + 16 * get_u64(r->body))
+    uint64_t bytes;
+    if (!r || r->size < 8 || !sn_muladd_u64(get_u64(r->body), 16, 8, &bytes) || r->size != bytes)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its %s curve is %s: use an "
                        "older checkpoint", f->path, name, r ? "malformed" : "missing");
     return SN_OK;
@@ -341,6 +380,64 @@ static sn_status check_all(const parsed *f, const sn_trainer *t, const sn_run_st
     return SN_OK;
 }
 
+/* The first non-finite value among the weights and moments of the parameter record r (whose
+ * size check_params has checked), as an index into the 3 x numel floats; -1 when all are finite. */
+static int64_t first_non_finite(const rec *r, uint32_t rank, int64_t numel) {
+    const uint8_t *data = r->body + 4 + 8 * (size_t)rank;
+    for (int64_t i = 0; i < 3 * numel; i++) {
+        float v;
+        memcpy(&v, data + 4 * i, 4);
+        if (!isfinite(v)) return i;
+    }
+    return -1;
+}
+
+static sn_status check_finite(const parsed *f, const sn_trainer *t, sn_err *e) {
+    static const char *const part[3] = {"weights", "first moments", "second moments"};
+    for (int i = 0; i < sn_trainer_param_count(t); i++) {
+        const sn_node *p = sn_trainer_param_node(t, i);
+        int64_t bad = first_non_finite(find(f, REC_PARAM, p->name), (uint32_t)p->rank, sn_numel(p));
+        if (bad >= 0)
+            return sn_fail(e, SN_ERR_NUMERIC, "checkpoint %s holds a NaN or infinite value in the "
+                           "%s of parameter %s (element %" PRId64 "): it was saved from a run that "
+                           "diverged; use an older checkpoint", f->path, part[bad / sn_numel(p)],
+                           p->name, bad % sn_numel(p));
+    }
+    return SN_OK;
+}
+
+sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t len, sn_trainer *t,
+                                   sn_run_state *r, sn_err *e) {
+    if (sn_trainer_pending(t))
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: the trainer has accumulated gradients: "
+                       "load before the first step", path);
+    parsed f = {0};
+    sn_status s;
+    if (!(s = parse(path, bytes, len, &f, e)) && !(s = check_all(&f, t, r, e)) &&
+        !(s = check_finite(&f, t, e))) {
+        for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
+            const sn_node *p = sn_trainer_param_node(t, i);
+            const rec *rc = find(&f, REC_PARAM, p->name);
+            size_t n = (size_t)sn_numel(p);
+            const uint8_t *data = rc->body + 4 + 8 * (size_t)p->rank;
+            float *host = malloc(4 * n + 4); /* the record's floats may be unaligned */
+            if (!host) s = sn_fail(e, SN_ERR_OOM, "checkpoint: out of host memory for parameter %s", p->name);
+            for (int which = SN_PARAM_WEIGHTS; which <= SN_PARAM_V && !s; which++) {
+                memcpy(host, data + 4 * n * (size_t)which, 4 * n);
+                s = sn_trainer_set_param(t, i, (sn_param_which)which, host, e);
+            }
+            free(host);
+        }
+    }
+    if (!s) {
+        sn_trainer_set_step_count(t, (int)get_u64(find(&f, REC_STEP, "step")->body));
+        memcpy(r->data_rng.s, find(&f, REC_RNG, "data")->body, 32);
+        if (!(s = load_series(&f, "train_loss", &r->train_loss, e))) s = load_series(&f, "val_loss", &r->val_loss, e);
+    }
+    free(f.recs);
+    return s;
+}
+
 sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, sn_err *e) {
     if (sn_trainer_pending(t))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: the trainer has accumulated gradients: "
@@ -349,22 +446,7 @@ sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, s
     size_t len;
     sn_status s = sn_file_read(path, "check the checkpoint's path", &bytes, &len, e);
     if (s) return s;
-    parsed f = {0};
-    if (!(s = parse(path, (const uint8_t *)bytes, len, &f, e)) && !(s = check_all(&f, t, r, e))) {
-        for (int i = 0; i < sn_trainer_param_count(t); i++) {
-            sn_param_state p = sn_trainer_param(t, i);
-            const rec *rc = find(&f, REC_PARAM, p.param->name);
-            size_t n = (size_t)sn_numel(p.param);
-            const uint8_t *data = rc->body + 4 + 8 * (size_t)p.param->rank;
-            memcpy(p.w, data, 4 * n);
-            memcpy(p.m, data + 4 * n, 4 * n);
-            memcpy(p.v, data + 8 * n, 4 * n);
-        }
-        sn_trainer_set_step_count(t, (int)get_u64(find(&f, REC_STEP, "step")->body));
-        memcpy(r->data_rng.s, find(&f, REC_RNG, "data")->body, 32);
-        if (!(s = load_series(&f, "train_loss", &r->train_loss, e))) s = load_series(&f, "val_loss", &r->val_loss, e);
-    }
-    free(f.recs);
+    s = sn_checkpoint_load_bytes(path, bytes, len, t, r, e);
     free(bytes);
     return s;
 }

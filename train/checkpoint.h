@@ -40,7 +40,8 @@ const char *sn_run_meta_get(const sn_run_state *r, const char *key);
 void sn_run_state_free(sn_run_state *r); /* frees the curves */
 
 /* Writes t (between optimizer steps: nothing accumulated) and r to path atomically; the old
- * file stays as it was when anything fails. */
+ * file stays as it was when anything fails. A NaN or infinite weight or moment is
+ * SN_ERR_NUMERIC and writes nothing: every checkpoint written is one a run can go on from. */
 sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run_state *r, sn_err *e);
 
 /* Restores t and r from path. On entry r->meta holds this run's metadata: it must equal the
@@ -49,5 +50,10 @@ sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run
  * corrupt, another version, or a mismatch, which the message names with both values) neither
  * t nor r is changed. */
 sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, sn_err *e);
+/* The same from the bytes of a file already read (path only names it in messages). Safe on any
+ * bytes: a checkpoint is a file people download and share. A NaN or infinite weight or moment
+ * is SN_ERR_NUMERIC: such a file was saved from a run that diverged. */
+sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t len, sn_trainer *t,
+                                   sn_run_state *r, sn_err *e);
 
 #endif

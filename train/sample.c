@@ -20,6 +20,7 @@ struct sn_sampler {
     sn_exec *x;
     int32_t *window;   /* (T,) */
     double *row64;     /* (V,) the device's logits at the position read */
+    float *row32;      /* (V,) the same, as they come down */
 };
 
 void sn_sampler_free(sn_sampler *s) {
@@ -29,6 +30,7 @@ void sn_sampler_free(sn_sampler *s) {
     sn_program_free(s->prog);
     free(s->window);
     free(s->row64);
+    free(s->row32);
     free(s);
 }
 
@@ -53,8 +55,9 @@ sn_sampler *sn_sampler_new(sn_graph *g, const sn_node *idx, const sn_node *logit
                       .V = (int)logits->shape[2]};
     s->window = sn_calloc((size_t)s->T, sizeof(int32_t), "the sampler's window", e);
     s->row64 = sn_malloc(sizeof(double) * (size_t)s->V, "the sampler's logits", e);
+    s->row32 = sn_malloc(sizeof(float) * (size_t)s->V, "the sampler's logits", e);
     sn_pipeline_opts none = {0}; /* the caller ran the forward rewrites */
-    bool ok = s->window && s->row64;
+    bool ok = s->window && s->row64 && s->row32;
     if (ok && !device && !(ok = (s->it = sn_interp_new(g, false))))
         sn_fail_oom(e, sizeof(double) * (size_t)g->n_nodes, "the reference interpreter");
     if (!ok || (device && (sn_compile(g, &none, &s->prog, NULL, e) || sn_exec_new(device, s->prog, &s->x, e)))) {
@@ -80,14 +83,18 @@ sn_status sn_sampler_load(sn_sampler *s, const sn_trainer *t, sn_err *e) {
         if (k < 0)
             return sn_fail(e, SN_ERR_INVALID, "sampler: parameter %s of the sampling graph is not "
                            "in the trainer: build both graphs from the same model", p->name);
-        sn_param_state ps = sn_trainer_param(t, k);
-        if (ps.param->rank != p->rank || memcmp(ps.param->shape, p->shape, sizeof(int64_t) * (size_t)p->rank)) {
+        const sn_node *tp = sn_trainer_param_node(t, k);
+        if (tp->rank != p->rank || memcmp(tp->shape, p->shape, sizeof(int64_t) * (size_t)p->rank)) {
             char a[96], b[96];
             return sn_fail(e, SN_ERR_INVALID, "sampler: parameter %s is %s in the sampling graph "
                            "but %s in the trainer: build both graphs from the same model", p->name,
-                           sn_type_str(p, a, sizeof a), sn_type_str(ps.param, b, sizeof b));
+                           sn_type_str(p, a, sizeof a), sn_type_str(tp, b, sizeof b));
         }
-        sn_status st = set(s, p, ps.w, e);
+        float *w = malloc(sizeof(float) * (size_t)sn_numel(p) + 4);
+        if (!w) return sn_fail(e, SN_ERR_OOM, "sampler: out of host memory for parameter %s", p->name);
+        sn_status st = sn_trainer_get_param(t, k, SN_PARAM_WEIGHTS, w, e);
+        if (!st) st = set(s, p, w, e);
+        free(w);
         if (st) return st;
     }
     return SN_OK;
@@ -147,10 +154,11 @@ sn_status sn_sampler_generate(sn_sampler *s, const int32_t *prompt, int n_prompt
         if (st || (st = s->x ? sn_exec_run(s->x, e) : sn_interp_run(s->it, e))) return st;
         size_t at = (size_t)(n - 1) * (size_t)s->V;
         const double *lg;
-        if (s->x) { /* the one row read, from the device's logits */
-            const float *all = sn_exec_ptr(s->x, s->logits);
-            if (!all) return sn_fail(e, SN_ERR_INVALID, "sampler: the logits are not a graph output");
-            for (int i = 0; i < s->V; i++) s->row64[i] = all[at + (size_t)i];
+        if (s->x) { /* the one row read comes down from the device's logits */
+            st = sn_exec_download(s->x, s->row32, sn_exec_node_ref(s->logits, 4 * (int64_t)at),
+                                  4 * (int64_t)s->V, e);
+            if (st) return st;
+            for (int i = 0; i < s->V; i++) s->row64[i] = s->row32[i];
             lg = s->row64;
         } else {
             lg = sn_interp_value(s->it, s->logits) + at;

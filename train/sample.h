@@ -3,8 +3,8 @@
  * Convention: sampling is reproducible from opts.seed and never touches the training RNG.
  *
  *     sn_gpt2_build(g, &config, 1, config.ctx, &m, &e);           // the same model, B = 1
- *     sn_sampler *s = sn_sampler_new(g, m.idx, m.logits, device, &e); // NULL: interpreter
- *     sn_sampler_load(s, trainer, &e);                             // copies the weights by name
+ *     sn_sampler *s = sn_sampler_new(g, m.idx, m.logits, sn_trainer_device(trainer), &e);
+ *     sn_sampler_load(s, trainer, &e);             // the weights by name (sn_trainer_get_param)
  *     sn_sampler_generate(s, prompt, n_prompt, &opts, out, &e);    // out: opts.n_new ids
  */
 #ifndef SN_SAMPLE_H
@@ -32,7 +32,8 @@ sn_sampler *sn_sampler_new(sn_graph *g, const sn_node *idx, const sn_node *logit
                            struct sn_device *device, sn_err *e);
 void sn_sampler_free(sn_sampler *s);
 
-/* Copies every PARAM of the sampling graph from the trainer's master weights by name; a
+/* Copies every PARAM of the sampling graph from the trainer's weights by name, through
+ * sn_trainer_get_param (the batch-1 forward is its own program on the trainer's device); a
  * parameter the trainer lacks or holds with another shape is SN_ERR_INVALID naming it. */
 sn_status sn_sampler_load(sn_sampler *s, const sn_trainer *t, sn_err *e);
 

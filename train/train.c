@@ -1,6 +1,7 @@
 /* train.c: the trainer of train.h.
- * Convention: a step either applies its whole update or, on a bad number, none of it. How the
- * graph runs (interpreter or compiled program) is the backend's business (backend.h). */
+ * Convention: a step either applies its whole update or, on a bad number, none of it: the
+ * norm comes back to the host and is checked before the AdamW launch. How the graph and the
+ * optimizer run (interpreter or device) is the backend's business (backend.h). */
 #include "train.h"
 
 #include <math.h>
@@ -10,23 +11,6 @@
 #include "frontend/sinter.h"
 #include "backend.h"
 #include "support/rng.h"
-
-struct sn_trainer {
-    sn_graph *g;
-    sn_train_opts o;
-    sn_backend *be;
-    sn_node *idx, *targets;
-    int n_params;
-    sn_node **params;
-    float **w;           /* master weights, owned by the backend */
-    float **m, **v;      /* AdamW moments, one array per parameter */
-    float **gsum;        /* gradients summed over the pending micro-batches */
-    int pending;         /* micro-batches accumulated */
-    bool in_backend;     /* the one pending micro-batch's gradients are still only the
-                            backend's (no copy is made for steps of one micro-batch) */
-    double loss_sum;     /* their losses */
-    int step;
-};
 
 void sn_train_opts_default(sn_train_opts *o, int steps) {
     *o = (sn_train_opts){.steps = steps, .lr = 1e-3f, .min_lr_frac = 0.1f, .warmup = steps / 10,
@@ -69,17 +53,22 @@ static sn_node *find_input(const sn_graph *g, const char *name) {
 
 /* ---- the trainer ---------------------------------------------------------------------------- */
 
+struct sn_trainer {
+    sn_graph *g;
+    sn_train_opts o;
+    sn_backend *be;
+    sn_node *idx, *targets;
+    int n_params;
+    sn_node **params;    /* every PARAM, graph order */
+    int pending;         /* micro-batches accumulated */
+    bool in_grads;       /* the one pending micro-batch's gradients are still the program's own
+                            (no copy is made for steps of one micro-batch) */
+    double loss_sum;     /* their losses */
+    int step;
+};
+
 void sn_trainer_free(sn_trainer *t) {
     if (!t) return;
-    for (int i = 0; i < t->n_params; i++) {
-        free(t->m[i]);
-        free(t->v[i]);
-        free(t->gsum[i]);
-    }
-    free(t->w);
-    free(t->m);
-    free(t->v);
-    free(t->gsum);
     free(t->params);
     sn_backend_free(t->be);
     free(t);
@@ -105,70 +94,63 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     t->idx = idx;
     t->targets = targets;
     t->n_params = sn_graph_params(g, NULL, 0);
-    size_t np = (size_t)t->n_params;
-    const char *what = "the trainer's parameter lists";
-    t->params = sn_calloc(np, sizeof *t->params, what, e);
-    t->w = sn_calloc(np, sizeof *t->w, what, e);
-    t->m = sn_calloc(np, sizeof *t->m, what, e);
-    t->v = sn_calloc(np, sizeof *t->v, what, e);
-    t->gsum = sn_calloc(np, sizeof *t->gsum, what, e);
-    if (!t->params || !t->w || !t->m || !t->v || !t->gsum) t->n_params = 0; /* for sn_trainer_free */
-    else sn_graph_params(g, t->params, t->n_params);
-    if (!t->n_params && np) {
+    t->params = sn_calloc((size_t)t->n_params + 1, sizeof *t->params, "the trainer's parameter list", e);
+    if (!t->params) {
         sn_trainer_free(t);
         return NULL;
     }
+    sn_graph_params(g, t->params, t->n_params);
     if (sn_backend_new(g, t->params, t->n_params, o->device, o->compile, &t->be, e)) {
         sn_trainer_free(t);
         return NULL;
     }
-    for (int i = 0; i < t->n_params; i++) {
-        size_t n = (size_t)sn_numel(t->params[i]);
-        t->w[i] = sn_backend_weights(t->be, i);
-        t->m[i] = calloc(n, sizeof(float));
-        t->v[i] = calloc(n, sizeof(float));
-        t->gsum[i] = calloc(n, sizeof(float));
-        if (!t->m[i] || !t->v[i] || !t->gsum[i]) {
-            sn_trainer_free(t);
-            sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for parameters and moments");
-            return NULL;
-        }
-        sn_param_init(t->params[i], t->w[i], o->seed);
+    int64_t most = 0;
+    for (int i = 0; i < t->n_params; i++)
+        if (sn_numel(t->params[i]) > most) most = sn_numel(t->params[i]);
+    float *w = malloc(sizeof(float) * (size_t)(most + 1));
+    if (!w) {
+        sn_trainer_free(t);
+        sn_fail(e, SN_ERR_OOM, "trainer: out of host memory initialising the parameters");
+        return NULL;
+    }
+    sn_status s = SN_OK;
+    for (int i = 0; i < t->n_params && !s; i++) {
+        sn_param_init(t->params[i], w, o->seed);
+        s = sn_backend_set(t->be, i, SN_PARAM_WEIGHTS, w, e);
+    }
+    free(w);
+    if (s) {
+        sn_trainer_free(t);
+        return NULL;
     }
     return t;
 }
 
-/* The gradient sums of parameter i. */
-static float *grad_sums(sn_trainer *t, int i) {
-    return t->in_backend ? (float *)sn_backend_grad(t->be, i) : t->gsum[i];
-}
-
-/* Before the backend runs again: the pending gradients move to the trainer's sums. */
-static void keep_pending(sn_trainer *t) {
-    if (!t->in_backend) return;
-    for (int i = 0; i < t->n_params; i++)
-        memcpy(t->gsum[i], sn_backend_grad(t->be, i), sizeof(float) * (size_t)sn_numel(t->params[i]));
-    t->in_backend = false;
+/* Before the backend runs again: the pending gradients move to the gradient sums. */
+static sn_status keep_pending(sn_trainer *t, sn_err *e) {
+    if (!t->in_grads) return SN_OK;
+    t->in_grads = false;
+    return sn_backend_sum_grads(t->be, false, e);
 }
 
 sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                           sn_err *e) {
-    keep_pending(t);
-    return sn_backend_run(t->be, t->idx, t->targets, idx, targets, loss, e);
+    sn_status s = keep_pending(t, e);
+    return s ? s : sn_backend_run(t->be, t->idx, t->targets, idx, targets, loss, e);
 }
 
 /* Forgets the pending micro-batches (the next one starts the sums afresh). */
 static void drop_pending(sn_trainer *t) {
     t->pending = 0;
-    t->in_backend = false;
+    t->in_grads = false;
     t->loss_sum = 0;
 }
 
 sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t *targets,
                                 double *loss, sn_err *e) {
     double l;
-    keep_pending(t);
-    sn_status s = sn_backend_run(t->be, t->idx, t->targets, idx, targets, &l, e);
+    sn_status s = keep_pending(t, e);
+    if (!s) s = sn_backend_run(t->be, t->idx, t->targets, idx, targets, &l, e);
     if (s) return s;
     if (!isfinite(l)) {
         int k = t->pending;
@@ -177,17 +159,8 @@ sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t
                        "the parameters are unchanged (lower the learning rate or raise warm-up)",
                        t->step + 1, l, k + 1);
     }
-    if (t->pending == 0) {
-        t->in_backend = true;
-    } else {
-        for (int i = 0; i < t->n_params; i++) {
-            const float *g = sn_backend_grad(t->be, i);
-            float *sum = t->gsum[i];
-            int64_t n = sn_numel(t->params[i]);
-#pragma omp simd
-            for (int64_t j = 0; j < n; j++) sum[j] += g[j];
-        }
-    }
+    if (t->pending == 0) t->in_grads = true;
+    else if ((s = sn_backend_sum_grads(t->be, true, e))) return s;
     t->pending++;
     t->loss_sum += l;
     if (loss) *loss = l;
@@ -198,40 +171,26 @@ sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e) {
     if (!t->pending)
         return sn_fail(e, SN_ERR_INVALID, "trainer: update without gradients: call "
                        "sn_trainer_accumulate on at least one micro-batch first");
-    float inv = 1.0f / (float)t->pending;
-    double loss = t->loss_sum / t->pending, sq = 0;
-    for (int i = 0; i < t->n_params; i++) {
-        float *gm = grad_sums(t, i);
-        int64_t n = sn_numel(t->params[i]);
-        if (t->pending > 1) /* the mean; exact for one micro-batch */
-            for (int64_t j = 0; j < n; j++) gm[j] *= inv;
-        for (int64_t j0 = 0; j0 < n; j0 += 4096) { /* f32 partial sums, vectorised; blocks in f64 */
-            float part = 0;
-            int64_t j1 = j0 + 4096 < n ? j0 + 4096 : n;
-#pragma omp simd reduction(+ : part)
-            for (int64_t j = j0; j < j1; j++) part += gm[j] * gm[j];
-            sq += part;
-        }
-    }
-    double norm = sqrt(sq);
+    const sn_train_opts *o = &t->o;
+    double loss = t->loss_sum / t->pending, norm;
+    float lr = sn_train_lr(o, t->step);
+    int step = t->step + 1;
+    float scal[SN_OPT_SCALARS] = {
+        [SN_OPT_LR] = lr, [SN_OPT_BETA1] = o->beta1, [SN_OPT_BETA2] = o->beta2, [SN_OPT_EPS] = o->eps,
+        [SN_OPT_WD] = o->weight_decay, [SN_OPT_BC1] = (float)(1 - pow(o->beta1, step)),
+        [SN_OPT_BC2] = (float)(1 - pow(o->beta2, step)), [SN_OPT_SCALE] = 1,
+        [SN_OPT_INV_MICRO] = 1.0f / (float)t->pending, [SN_OPT_CLIP] = o->grad_clip > 0 ? o->grad_clip : 0};
+    bool sums = !t->in_grads;
+    sn_status s = sn_backend_norm(t->be, sums, scal, &norm, e);
+    if (s) return s;
     if (!isfinite(norm)) {
         drop_pending(t);
         return sn_fail(e, SN_ERR_NUMERIC, "step %d: loss %g, gradient norm %g: the run diverged; "
                        "the parameters are unchanged (lower the learning rate or raise warm-up)",
-                       t->step + 1, loss, norm);
+                       step, loss, norm);
     }
-    const sn_train_opts *o = &t->o;
-    float lr = sn_train_lr(o, t->step);
-    double clip = o->grad_clip > 0 && norm > o->grad_clip ? o->grad_clip / norm : 1.0;
-    t->step++;
-    float hyper[SN_ADAMW_HYPER] = {lr, o->beta1, o->beta2, o->eps, 0,
-                                   (float)(1 - pow(o->beta1, t->step)),
-                                   (float)(1 - pow(o->beta2, t->step)), (float)clip};
-    for (int i = 0; i < t->n_params; i++) {
-        hyper[4] = t->params[i]->rank >= 2 ? o->weight_decay : 0.0f;
-        sn_status s = sn_backend_adamw(t->be, i, t->m[i], t->v[i], grad_sums(t, i), hyper, e);
-        if (s) return s;
-    }
+    if ((s = sn_backend_adamw(t->be, sums, e))) return s;
+    t->step = step;
     drop_pending(t);
     if (st) *st = (sn_step_stats){.loss = loss, .grad_norm = norm, .lr = lr};
     return SN_OK;
@@ -251,10 +210,29 @@ int sn_trainer_param_count(const sn_trainer *t) { return t->n_params; }
 const char *sn_trainer_backend(const sn_trainer *t) { return sn_backend_name(t->be); }
 const sn_program *sn_trainer_program(const sn_trainer *t) { return sn_backend_program(t->be); }
 sn_exec *sn_trainer_exec(const sn_trainer *t) { return sn_backend_exec(t->be); }
+int64_t sn_trainer_state_bytes(const sn_trainer *t) { return sn_backend_state_bytes(t->be); }
+struct sn_device *sn_trainer_device(const sn_trainer *t) { return t->o.device; }
 
-sn_param_state sn_trainer_param(const sn_trainer *t, int i) {
+const sn_node *sn_trainer_param_node(const sn_trainer *t, int i) {
     SN_ASSERT(i >= 0 && i < t->n_params);
-    return (sn_param_state){t->params[i], t->w[i], t->m[i], t->v[i], grad_sums((sn_trainer *)t, i)};
+    return t->params[i];
+}
+
+sn_status sn_trainer_get_param(const sn_trainer *t, int i, sn_param_which which, float *host, sn_err *e) {
+    SN_ASSERT(i >= 0 && i < t->n_params && (unsigned)which < SN_PARAM_WHICH_COUNT);
+    if (which == SN_PARAM_GRAD && !t->pending) {
+        memset(host, 0, sizeof(float) * (size_t)sn_numel(t->params[i]));
+        return SN_OK;
+    }
+    return sn_backend_get(t->be, i, which, !t->in_grads, host, e);
+}
+
+sn_status sn_trainer_set_param(sn_trainer *t, int i, sn_param_which which, const float *host, sn_err *e) {
+    SN_ASSERT(i >= 0 && i < t->n_params && (unsigned)which < SN_PARAM_WHICH_COUNT);
+    if (which == SN_PARAM_GRAD)
+        return sn_fail(e, SN_ERR_INVALID, "trainer: gradients are computed, not set: set the "
+                       "weights or the moments of parameter %s", t->params[i]->name);
+    return sn_backend_set(t->be, i, which, host, e);
 }
 
 int sn_trainer_find_param(const sn_trainer *t, const char *name) {

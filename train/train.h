@@ -1,8 +1,11 @@
 /* train.h: training a graph's parameters: initialisation from the graph's init rules, AdamW
  * with decoupled weight decay, global gradient-norm clipping and a cosine learning rate with
- * linear warm-up. Convention: the trainer owns fp32 master copies of the parameters and the
- * optimizer moments on the host; the graph it runs (today: on the reference interpreter)
- * computes the loss and the gradients, and nothing else here depends on how it is run.
+ * linear warm-up. Convention: parameters, gradients and the optimizer state live where the
+ * graph runs (a device, or the reference interpreter's host memory) and the whole step runs
+ * there (backend.h); per step only token ids go up, the step's few scalars go up, and the loss
+ * and the gradient norm come down. The host reaches weights and moments only through
+ * sn_trainer_get_param / sn_trainer_set_param. Frozen parameters (sn_param_freeze) keep their
+ * values and have no gradient or optimizer state.
  *
  *     sn_trainer *t = sn_trainer_new(g, &opts, &e);           // g: loss + backward, idx/targets
  *     for (k = 0; k < micro; k++) sn_trainer_accumulate(t, x[k], y[k], NULL, &e);
@@ -81,19 +84,22 @@ const char *sn_trainer_backend(const sn_trainer *t);
 const struct sn_program *sn_trainer_program(const sn_trainer *t);
 struct sn_exec *sn_trainer_exec(const sn_trainer *t);
 
-/* The state of one parameter, for checkpoints and for sampling graphs that share the weights
- * by name. Arrays hold numel(param) floats in the parameter's row-major layout. */
-typedef struct {
-    const sn_node *param; /* the PARAM node of the training graph (name, shape) */
-    float *w;             /* fp32 master weights */
-    float *m, *v;         /* AdamW first and second moments */
-    float *grad_sum;      /* gradients summed over the pending micro-batches */
-} sn_param_state;
-
+/* Parameters are numbered 0 .. count-1 in graph order (frozen ones included). */
 int sn_trainer_param_count(const sn_trainer *t);
-sn_param_state sn_trainer_param(const sn_trainer *t, int i);
+const sn_node *sn_trainer_param_node(const sn_trainer *t, int i); /* the PARAM (name, shape) */
 /* The index of the parameter named name, or -1. */
 int sn_trainer_find_param(const sn_trainer *t, const char *name);
+
+/* What of a parameter moves to or from the host: numel(param) floats, row-major. GRAD is the
+ * sum of the pending micro-batches' gradients (read only). A frozen parameter's M, V and GRAD
+ * read as zeros, and setting its M or V does nothing. */
+typedef enum { SN_PARAM_WEIGHTS, SN_PARAM_M, SN_PARAM_V, SN_PARAM_GRAD, SN_PARAM_WHICH_COUNT } sn_param_which;
+sn_status sn_trainer_get_param(const sn_trainer *t, int i, sn_param_which which, float *host, sn_err *e);
+sn_status sn_trainer_set_param(sn_trainer *t, int i, sn_param_which which, const float *host, sn_err *e);
+/* Bytes of optimizer state (moments, gradient sums, the step's scalars) besides the program. */
+int64_t sn_trainer_state_bytes(const sn_trainer *t);
+/* The device the trainer runs on (NULL: the reference interpreter). */
+struct sn_device *sn_trainer_device(const sn_trainer *t);
 /* Sets the optimizer step count (checkpoints restore it with the moments). */
 void sn_trainer_set_step_count(sn_trainer *t, int step);
 

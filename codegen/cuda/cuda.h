@@ -2,18 +2,20 @@
  * that text compiled by NVRTC. Convention: every generated source includes the one prelude
  * (SN_CUDA_PRELUDE_NAME), the only place that knows whether the text runs on a GPU or a CPU.
  *
- *     char *src;
- *     if (sn_cuda_render(&k, 1, &src, &e)) ...               // k: an SN_KER_POINTWISE kernel
+ *     sn_target t = sn_target_cuda(90);
+ *     sn_cuda_source s;
+ *     if (sn_cuda_render(p->kernels, p->n_kernels, &t, &s, &e)) ...  // every kernel but GEMMs
  *     sn_cuda_module m;
- *     if (sn_nvrtc_compile(src, "k.cu", 90, &m, &e)) ...      // a CUBIN for sm_90, ptxas report
- *     printf("%s: %d registers\n", m.info[0].name, m.info[0].registers);
+ *     if (sn_nvrtc_compile(s.src, "prog.cu", 90, &m, &e)) ...  // one CUBIN, ptxas report
+ *     sn_cuda_dims d = sn_cuda_launch_dims(p->kernels[3], &t); // launch s.fn[3] with these
  *     sn_cuda_module_free(&m);
- *     free(src);
+ *     sn_cuda_source_free(&s);
  */
 #ifndef SN_CUDA_H
 #define SN_CUDA_H
 
 #include "program/kernel.h"
+#include "program/program.h"
 #include "program/target.h"
 
 /* ---- cuda_emit.c: the text emitter and the prelude ---- */
@@ -40,45 +42,50 @@ char *sn_cu_finish(sn_cu_text *t);
 #define SN_CUDA_PRELUDE_NAME "sinter_prelude.h"
 const char *sn_cuda_prelude(void);
 
-/* ---- cuda_pointwise.c: pointwise kernels ---- */
+/* ---- cuda_launch.c: launch dimensions ---- */
 
 enum { SN_CUDA_PW_BLOCK = 256, SN_CUDA_PW_MAX_GRID = 4096 };
 
 typedef struct {
     unsigned grid[3], block[3];
+    unsigned shared_bytes; /* dynamic shared memory */
 } sn_cuda_dims;
 
-/* The grid and block a pointwise kernel is launched with: blocks of SN_CUDA_PW_BLOCK threads, at
- * most SN_CUDA_PW_MAX_GRID of them (a grid-stride loop covers the rest). */
-sn_cuda_dims sn_cuda_pointwise_dims(const sn_kernel *k);
+/* The grid, block and dynamic shared memory kernel k is launched with on target t: the one place
+ * that decides them, read by the runtime, the stand-in driver and the simulator's tests alike
+ * (the rendered text is written for exactly these: __launch_bounds__, shared sizes). GEMMs have
+ * none (all zero). Pointwise: blocks of SN_CUDA_PW_BLOCK threads, at most SN_CUDA_PW_MAX_GRID
+ * of them (a grid-stride loop covers the rest); row ops: a block per row (cross-entropy's loss
+ * and the norm weight gradients: one block); reductions: a block per output tile; gathers: a
+ * block per id (forward) or per table row (backward); the optimizer: grid-stride blocks (the
+ * squared norm: a block per SN_SQNORM_BLOCK elements; the clip: one block). */
+sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t);
 
-/* Renders kernels ks[0..n) (SN_KER_POINTWISE, f32/bf16/i32 values) into one translation unit:
- * the prelude's #include, then per kernel `extern "C" __global__ void <k->name>(out0.., in0..)`
- * taking one typed pointer per arg in k->args order, then SN_HOST_STUB(<name>). *src is malloc'd.
- * A kind or dtype this backend does not generate is SN_ERR_UNSUPPORTED, naming the kernel. */
-sn_status sn_cuda_render(const sn_kernel *const *ks, int n, char **src, sn_err *e);
+/* ---- cuda_render.c: kernels to one translation unit ---- */
 
-/* ---- cuda_attention.c, cuda_attention_mma.c: flash attention ---- */
+/* The CUDA C of a set of kernels: one translation unit (the prelude's #include, the shared
+ * device functions, then each distinct kernel once) and which function launches each kernel. */
+typedef struct {
+    char *src;            /* the text NVRTC and the simulator get (malloc'd) */
+    int n_kernels;        /* kernels given */
+    int n_functions;      /* distinct __global__ functions in src */
+    int n_skipped;        /* kernels given that have no function here (GEMMs) */
+    char (*fn)[64];       /* [n_kernels]: the function kernel i launches; "" for a GEMM */
+} sn_cuda_source;
 
-/* An SN_KER_ATTENTION kernel (passes/fuse.c) needs the target: its products run on tensor cores
- * (mma.sync: m16n8k16 with bf16 operands where tg->mma_bf16, f16 with m16n8k16 on sm_80+ and two
- * m16n8k8 on sm_75) when q, k, v are bf16 or f16 and the head sizes are multiples of 16, and as
- * fp32 FMA tiles otherwise (f32 storage: what training uses until autocast). Kinds: the forward
- * (o and lse in one kernel with online softmax; or lse alone; or o from a given lse), dq (query
- * blocks over key tiles), dk and/or dv (key blocks over query tiles; one kernel when fuse puts
- * attention_bwd_v as anchor2 of attention_bwd_k). Each kernel recomputes dout_i . o_i itself,
- * and no kernel uses atomics: the results are deterministic. Head sizes up to 128; shared memory
- * is static and at most the target's shared_default (48 KiB), so no launch needs the runtime to
- * raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, and dynamic shared memory is 0.
- * Params: one typed pointer per arg, in k->args order, as sn_cuda_render's. */
-sn_status sn_cuda_attention_emit(sn_cu_text *t, const sn_kernel *k, const sn_target *tg,
-                                 sn_err *e);
-/* Grid (query or key tiles, (batch x head) slices, 1) and block (32 x warps) of k on tg. */
-sn_status sn_cuda_attention_dims(const sn_kernel *k, const sn_target *tg, sn_cuda_dims *d,
-                                 sn_err *e);
-/* ks[0..n) rendered into one translation unit (the prelude's #include, then each kernel). */
-sn_status sn_cuda_render_attention(const sn_kernel *const *ks, int n, const sn_target *tg,
-                                   char **src, sn_err *e);
+/* Renders kernels ks[0..n) for target t into one translation unit. Each kernel becomes
+ * `extern "C" __global__ void <name>(out0.., in0..)` taking one typed pointer per arg in
+ * k->args order, then SN_HOST_STUB(<name>); kernels whose text differs only in names (node ids,
+ * their own name) share the function of the first of them, named after it, and are launched
+ * with their own args: out->fn[i] names kernel i's function. GEMMs are skipped (the runtime
+ * calls a library). Buffers must be 16-byte aligned (float4 accesses). A kind or dtype this
+ * backend does not generate is SN_ERR_UNSUPPORTED naming the kernel; *out is then empty. */
+sn_status sn_cuda_render(const sn_kernel *const *ks, int n, const sn_target *t,
+                         sn_cuda_source *out, sn_err *e);
+/* Every kernel of program p but its GEMMs, as above (out->fn indexed like p->kernels). */
+sn_status sn_cuda_render_program(const sn_program *p, const sn_target *t,
+                                 sn_cuda_source *out, sn_err *e);
+void sn_cuda_source_free(sn_cuda_source *s);
 
 /* ---- nvrtc.c: compiling with NVRTC ---- */
 

@@ -183,11 +183,24 @@ static void role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, c
                 sn_att_ctype(p->k->args[a]->dtype), name, a, per);
 }
 
-void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path) {
+/* What args[i] is to the kernel: "q", "k, v" (one node in two roles), "o_out" ... */
+static void arg_roles(const sn_att_plan *p, int i, char *buf, size_t len) {
+    static const char *names[] = {"q", "k", "v", "o", "dout", "lse", "o_out", "lse_out", "dq",
+                                  "dk", "dv"};
+    const int at[] = {p->a_q, p->a_k, p->a_v, p->a_o, p->a_do, p->a_lse, p->a_out_o,
+                      p->a_out_lse, p->a_dq, p->a_dk, p->a_dv};
+    size_t n = 0;
+    buf[0] = 0;
+    for (int r = 0; r < (int)(sizeof at / sizeof at[0]); r++)
+        if (at[r] == i && n < len)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", names[r]);
+}
+
+void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, const char *fname) {
     const sn_kernel *k = p->k;
     int threads = p->warps * 32;
-    sn_cu_emitf(t, "/* %s: causal attention, %s (%s, scale %g)", k->name, pass_text(p),
-                sn_op_name(p->n->op), (double)p->scale);
+    sn_cu_emitf(t, "/* causal attention, %s (%s, scale %g):", pass_text(p), sn_op_name(p->n->op),
+                (double)p->scale);
     sn_cu_emitf(t, " * q (%lld, T %lld, D %lld), k (.., S %lld, D), v (.., S, Dv %lld), %s;",
                 (long long)p->batch, (long long)p->T, (long long)p->D, (long long)p->S,
                 (long long)p->Dv, sn_dtype_name(p->dt));
@@ -195,11 +208,14 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path) {
                 "memory */", path, p->warps, p->warps * p->rows,
                 p->pass == SN_ATT_DKV ? "keys" : "queries", p->tile,
                 p->pass == SN_ATT_DKV ? "queries" : "keys", (long long)p->shared_bytes);
-    sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", threads, k->name);
-    for (int i = 0; i < k->n_out + k->n_in; i++)
-        sn_cu_emitf(t, "    %s%s *__restrict__ a%d%s /* %s %%%d */", i < k->n_out ? "" : "const ",
+    sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", threads, fname);
+    for (int i = 0; i < k->n_out + k->n_in; i++) {
+        char roles[64];
+        arg_roles(p, i, roles, sizeof roles);
+        sn_cu_emitf(t, "    %s%s *__restrict__ a%d%s /* %s */", i < k->n_out ? "" : "const ",
                     sn_att_ctype(k->args[i]->dtype), i, i + 1 < k->n_out + k->n_in ? "," : ") {",
-                    sn_op_name(k->args[i]->op), k->args[i]->id);
+                    roles);
+    }
     t->depth++; /* the signature's last line opened the body */
     sn_cu_emitf(t, "enum { SEQ_Q = %lld, SEQ_K = %lld, HEAD_D = %lld, HEAD_DV = %lld, "
                 "WARPS = %d, THREADS = %d };", (long long)p->T, (long long)p->S, (long long)p->D,
@@ -571,58 +587,38 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "}");
 }
 
-/* ---- the public entries (cuda.h) ---- */
+/* ---- the entries (cuda_int.h) ---- */
 
-sn_status sn_cuda_attention_dims(const sn_kernel *k, const sn_target *tg, sn_cuda_dims *d,
-                                 sn_err *e) {
+sn_status sn_cu_check_attention(const sn_kernel *k, const sn_target *t, sn_err *e) {
     sn_att_plan p;
-    sn_status st = sn_att_plan_make(k, tg, &p, e);
-    if (st) return st;
-    int64_t per = (int64_t)p.warps * p.rows, n = p.pass == SN_ATT_DKV ? p.S : p.T;
-    memset(d, 0, sizeof *d);
-    d->grid[0] = (unsigned)((n + per - 1) / per);
-    d->grid[1] = (unsigned)p.batch;
-    d->grid[2] = 1;
-    d->block[0] = (unsigned)p.warps * 32;
-    d->block[1] = d->block[2] = 1;
-    return SN_OK;
+    return sn_att_plan_make(k, t, &p, e);
 }
 
-sn_status sn_cuda_attention_emit(sn_cu_text *t, const sn_kernel *k, const sn_target *tg,
-                                 sn_err *e) {
+sn_cuda_dims sn_cu_attention_dims(const sn_kernel *k, const sn_target *t) {
     sn_att_plan p;
-    sn_status st = sn_att_plan_make(k, tg, &p, e);
-    if (st) return st;
+    sn_err e;
+    if (sn_att_plan_make(k, t, &p, &e)) return (sn_cuda_dims){0}; /* the renderer says why */
+    int64_t per = (int64_t)p.warps * p.rows, n = p.pass == SN_ATT_DKV ? p.S : p.T;
+    return (sn_cuda_dims){.grid = {(unsigned)((n + per - 1) / per), (unsigned)p.batch, 1},
+                          .block = {(unsigned)p.warps * 32, 1, 1}};
+}
+
+void sn_cu_emit_attention(sn_cu_text *t, const sn_kernel *k, const sn_target *tg,
+                          const char *fname) {
+    sn_att_plan p;
+    sn_err e;
+    sn_status st = sn_att_plan_make(k, tg, &p, &e);
+    SN_ASSERT(st == SN_OK); /* the renderer checked the kernel first */
     if (p.mma) {
-        sn_att_emit_mma(t, &p);
-        return SN_OK;
+        sn_att_emit_mma(t, &p, fname);
+        return;
     }
     emit_warp_helpers(t);
-    sn_att_emit_head(t, &p, "fp32 FMA tiles");
+    sn_att_emit_head(t, &p, "fp32 FMA tiles", fname);
     switch (p.pass) {
     case SN_ATT_FWD: emit_fwd(t, &p); break;
     case SN_ATT_DQ: emit_dq(t, &p); break;
     case SN_ATT_DKV: emit_dkv(t, &p); break;
     }
     sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "SN_HOST_STUB(%s)", k->name);
-    sn_cu_emitf(t, "%s", "");
-    return SN_OK;
-}
-
-sn_status sn_cuda_render_attention(const sn_kernel *const *ks, int n, const sn_target *tg,
-                                   char **src, sn_err *e) {
-    *src = NULL;
-    sn_cu_text t = {0};
-    sn_cu_emitf(&t, "#include \"%s\"", SN_CUDA_PRELUDE_NAME);
-    sn_cu_emitf(&t, "%s", "");
-    for (int i = 0; i < n; i++) {
-        sn_status st = sn_cuda_attention_emit(&t, ks[i], tg, e);
-        if (st) {
-            free(t.buf);
-            return st;
-        }
-    }
-    *src = sn_cu_finish(&t);
-    return *src ? SN_OK : sn_fail_oom(e, t.oom, "the CUDA source of attention kernels");
 }

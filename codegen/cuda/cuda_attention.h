@@ -4,8 +4,7 @@
 #ifndef SN_CUDA_ATTENTION_H
 #define SN_CUDA_ATTENTION_H
 
-#include "cuda.h"
-#include "program/target.h"
+#include "cuda_int.h"
 
 /* Which pass over the scores a kernel makes. */
 typedef enum {
@@ -35,12 +34,13 @@ typedef struct {
 
 /* cuda_attention.c */
 sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan *p, sn_err *e);
-/* The comment naming the kernel, its signature and the role pointers of the item (blockIdx.y). */
-void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path);
+/* The comment naming the pass and the tiles, the signature of function fname and the role
+ * pointers of the item (blockIdx.y). No node ids: kernels alike in all but names share a text. */
+void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, const char *fname);
 const char *sn_att_ctype(sn_dtype dt);
 
 /* cuda_attention_mma.c */
 int64_t sn_att_mma_shared(const sn_att_plan *p);
-void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p);
+void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p, const char *fname);
 
 #endif

@@ -69,7 +69,6 @@ static ops emit_helpers(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "return x;");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "#endif");
-    sn_cu_emitf(t, "%s", "");
     return o;
 }
 
@@ -389,19 +388,17 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
     sn_cu_emitf(t, "}");
 }
 
-void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p) {
+void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p, const char *fname) {
     ops o = emit_helpers(t, p);
     char path[96];
     snprintf(path, sizeof path, "tensor cores (%s, f32 accumulators)",
              p->k8 ? "f16 mma.sync m16n8k8 x 2, sm_75" : p->dt == SN_BF16 ?
              "bf16 mma.sync m16n8k16" : "f16 mma.sync m16n8k16");
-    sn_att_emit_head(t, p, path);
+    sn_att_emit_head(t, p, path, fname);
     switch (p->pass) {
     case SN_ATT_FWD: emit_fwd(t, p, o); break;
     case SN_ATT_DQ: emit_dq(t, p, o); break;
     case SN_ATT_DKV: emit_dkv(t, p, o); break;
     }
     sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "SN_HOST_STUB(%s)", p->k->name);
-    sn_cu_emitf(t, "%s", "");
 }

@@ -1,5 +1,6 @@
 /* cuda_pointwise.c: pointwise kernels as CUDA C: a grid-stride loop over the elements of the
- * index space, each reading its accesses, evaluating the fused ops in f32, storing the outputs.
+ * index space, each reading its accesses, evaluating the fused ops in f32, storing the outputs;
+ * four elements a step (16-byte float4 loads and stores) when the innermost dim allows.
  * Convention: the index space is simplified first (pointwise.h: size-1 dims dropped, dims
  * no access tells apart merged), so an element's coordinates cost only the divisions the
  * accesses need. */
@@ -8,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda.h"
+#include "cuda_int.h"
 #include "program/pointwise.h"
 
 /* ---- the index space ---- */
@@ -36,7 +37,7 @@ static const char *fill_space(const sn_kernel *k, sn_pw_space *s, bool need[SN_M
         if (x->masked && x->mask_lo >= x->mask_hi) s->zero[a] = true;
     }
     /* the coordinates the accesses use, and the widest index any of them forms */
-    int64_t widest = sn_shape_numel(s->rank, s->shape) + SN_CUDA_PW_BLOCK * SN_CUDA_PW_MAX_GRID;
+    int64_t widest = sn_shape_numel(s->rank, s->shape) + 4 * SN_CUDA_PW_BLOCK * SN_CUDA_PW_MAX_GRID;
     for (int a = 0; a < na; a++) {
         const sn_access *x = &s->acc[a];
         if (s->zero[a]) continue;
@@ -51,132 +52,34 @@ static const char *fill_space(const sn_kernel *k, sn_pw_space *s, bool need[SN_M
     return widest < INT32_MAX ? "int" : "long long";
 }
 
-/* ---- checks ---- */
-
-static sn_status check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
-    if (n->dtype == SN_F32 || n->dtype == SN_BF16 || n->dtype == SN_I32) return SN_OK;
-    return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: node %%%d (%s) is %s; the CUDA "
-                   "backend generates f32, bf16 and i32 values only (use bf16 for half "
-                   "precision)", k->name, n->id, sn_op_name(n->op), sn_dtype_name(n->dtype));
-}
-
-static sn_status check(const sn_kernel *k, sn_err *e) {
-    if (k->kind != SN_KER_POINTWISE)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s is a %s kernel; the CUDA backend "
-                       "generates pointwise kernels only so far", k->name,
-                       sn_kernel_kind_name(k->kind));
-    SN_ASSERT(k->n_access <= SN_KER_MAX_ARGS);
-    for (const char *c = k->name; *c; c++) /* the name is the kernel's C identifier */
-        SN_ASSERT(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-                  (c > k->name && *c >= '0' && *c <= '9'));
-    char who[80];
-    snprintf(who, sizeof who, "cuda: kernel %s", k->name);
-    return sn_pw_check(k, who, check_dtype, e);
-}
-
-/* ---- names and literals ---- */
-
-static const char *ctype(sn_dtype t) {
-    switch (t) {
-    case SN_F32: return "float";
-    case SN_BF16: return "sn_bf16";
-    case SN_I32: return "int";
-    default: SN_ASSERT(0);
-    }
-}
-
-/* "out0" or "in2": the parameter holding args[i]. */
-static const char *arg_name(const sn_kernel *k, int i, char *buf, size_t len) {
-    snprintf(buf, len, i < k->n_out ? "out%d" : "in%d", i < k->n_out ? i : i - k->n_out);
-    return buf;
-}
-
-/* "gelu_41": the variable holding instruction i's value. */
-static const char *var_name(const sn_kernel *k, int i, char *buf, size_t len) {
-    const sn_node *n = k->instr[i].node;
-    snprintf(buf, len, "%s_%d", sn_op_name(n->op), n->id);
-    return buf;
-}
-
-/* A float literal C and CUDA read back exactly: "0.5f", "2.0f", "(-SN_INF)". */
-static const char *float_lit(float v, char *buf, size_t len) {
-    if (isnan(v)) return snprintf(buf, len, "(SN_INF - SN_INF)"), buf;
-    if (isinf(v)) return snprintf(buf, len, v < 0 ? "(-SN_INF)" : "SN_INF"), buf;
-    snprintf(buf, len, "%.9g", (double)v);
-    if (!strpbrk(buf, ".e")) strncat(buf, ".0", len - strlen(buf) - 1);
-    strncat(buf, "f", len - strlen(buf) - 1);
-    return buf;
-}
-
-static const char *operand(const sn_kernel *k, const sn_ref *r, char *buf, size_t len) {
-    switch (r->kind) {
-    case SN_REF_INSTR: return var_name(k, r->index, buf, len);
-    case SN_REF_ACCESS: return snprintf(buf, len, "x%d", r->index), buf;
-    case SN_REF_CONST: return float_lit(r->value, buf, len);
-    }
-    SN_ASSERT(0);
-}
-
-/* The fused expression for the comment: "gelu(add(%40, %12))", cut short when long. */
-static void describe(const sn_kernel *k, const sn_ref *r, char *buf, size_t len) {
-    size_t at = strlen(buf);
-    if (at + 8 >= len) return;
-    if (r->kind == SN_REF_ACCESS) {
-        snprintf(buf + at, len - at, "%%%d", k->args[k->access[r->index].arg]->id);
-    } else if (r->kind == SN_REF_CONST) {
-        char lit[32];
-        snprintf(buf + at, len - at, "%s", float_lit(r->value, lit, sizeof lit));
-    } else {
-        const sn_pw_instr *in = &k->instr[r->index];
-        snprintf(buf + at, len - at, "%s(", sn_op_name(in->node->op));
-        for (int j = 0; j < in->n_in; j++) {
-            if (j) strncat(buf, ", ", len - strlen(buf) - 1);
-            describe(k, &in->in[j], buf, len);
-        }
-        strncat(buf, ")", len - strlen(buf) - 1);
-    }
-    if (strlen(buf) + 8 >= len) strcpy(buf + len - 8, "...");
-}
-
 /* ---- the kernel ---- */
 
-static void emit_header(sn_cu_text *t, const sn_kernel *k, const sn_pw_space *s) {
+enum { LANES = 4 }; /* elements of one float4 */
+
+bool sn_cu_pointwise_vector(const sn_kernel *k) {
+    sn_pw_space s;
+    sn_pw_space_fill(&s, k);
+    return s.shape[s.rank - 1] % LANES == 0;
+}
+
+void sn_cu_header_pointwise(sn_cu_text *t, const sn_kernel *k) {
+    sn_pw_space s;
+    sn_pw_space_fill(&s, k);
     char expr[160] = "", type[96], shape[96];
     for (int o = 0; o < k->n_out; o++) {
         if (o) strncat(expr, ", ", sizeof expr - strlen(expr) - 1);
-        describe(k, &(sn_ref){.kind = SN_REF_INSTR, .index = k->store[o]}, expr, sizeof expr);
+        sn_cu_describe(k, &(sn_ref){.kind = SN_REF_INSTR, .index = k->store[o]}, expr,
+                       sizeof expr);
     }
     sn_cu_emitf(t, "/* %s: %s", k->name, expr);
     sn_cu_emitf(t, " * over %s (%lld elements), walked as %s */", sn_type_str(k->args[0], type,
                 sizeof type), (long long)sn_shape_numel(k->rank, k->shape),
-                sn_shape_str(s->rank, s->shape, shape, sizeof shape));
+                sn_shape_str(s.rank, s.shape, shape, sizeof shape));
 }
 
-static void emit_signature(sn_cu_text *t, const sn_kernel *k) {
-    char arg[16], type[96], decl[96], lead[80];
-    int nargs = k->n_out + k->n_in, indent = (int)strlen(k->name) + 1;
-    snprintf(lead, sizeof lead, "%s(", k->name);
-    sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d)", SN_CUDA_PW_BLOCK);
-    for (int i = 0; i < nargs; i++) { /* one parameter a line, the first after the name */
-        const sn_node *n = k->args[i];
-        snprintf(decl, sizeof decl, "%s%s *__restrict__ %s%s", i < k->n_out ? "" : "const ",
-                 ctype(n->dtype), arg_name(k, i, arg, sizeof arg), i + 1 < nargs ? "," : ")");
-        sn_cu_emitf(t, "%-*s%-36s /* %%%d %s%s%s %s */", indent, i ? "" : lead, decl, n->id,
-                    sn_op_name(n->op), n->name ? " " : "", n->name ? n->name : "",
-                    sn_type_str(n, type, sizeof type));
-    }
-}
-
-/* "x2 = i1 < 5 ? sn_load(in1[i0 * 40 + i1 - 3]) : 0.0f": access a's value at element i. */
-static void emit_access(sn_cu_text *t, const sn_kernel *k, const sn_pw_space *s, int a) {
-    const sn_access *x = &s->acc[a];
-    char arg[16];
-    if (s->zero[a]) {
-        sn_cu_emitf(t, "const float x%d = 0.0f; /* %%%d: masked out everywhere */", a,
-                    k->args[x->arg]->id);
-        return;
-    }
-    sn_cu_text ix = {0}; /* the index expression */
+/* The index of access x at the element whose coordinates are i0.. (i: its linear index). */
+static char *index_expr(const sn_pw_space *s, const sn_access *x) {
+    sn_cu_text ix = {0};
     if (is_linear(s, x)) sn_cu_appendf(&ix, "i");
     for (int d = 0; d < s->rank && !is_linear(s, x); d++) {
         if (!x->stride[d]) continue;
@@ -185,83 +88,103 @@ static void emit_access(sn_cu_text *t, const sn_kernel *k, const sn_pw_space *s,
     }
     if (!ix.len) sn_cu_appendf(&ix, "%lld", (long long)x->offset);
     else if (x->offset) sn_cu_appendf(&ix, " %c %lld", x->offset < 0 ? '-' : '+', llabs(x->offset));
-    size_t oom = ix.oom;
-    char *idx = sn_cu_finish(&ix);
-    if (!idx) { /* out of memory: sticky in t */
-        t->oom = oom;
+    return sn_cu_finish(&ix);
+}
+
+/* The condition under which access x reads at coordinate `c` of its mask axis ("" if none). */
+static void mask_cond(const sn_pw_space *s, const sn_access *x, const char *c, char *buf,
+                      size_t len) {
+    long long lo = x->mask_lo, hi = x->mask_hi;
+    buf[0] = '\0';
+    if (!x->masked) return;
+    if (lo <= 0) snprintf(buf, len, "%s < %lld", c, hi); /* fill_space left masks that cut */
+    else if (hi >= s->shape[x->mask_axis]) snprintf(buf, len, "%s >= %lld", c, lo);
+    else snprintf(buf, len, "%s >= %lld && %s < %lld", c, lo, c, hi);
+}
+
+/* Whether access x can be one float4 load per step: f32, contiguous along the innermost dim,
+ * every step's first element 16-byte aligned, the mask (if any) on another dim. */
+static bool access_vector(const sn_kernel *k, const sn_pw_space *s, const sn_access *x) {
+    int last = s->rank - 1;
+    if (k->args[x->arg]->dtype != SN_F32 || x->stride[last] != 1 || x->offset % LANES) return false;
+    for (int d = 0; d < last; d++)
+        if (x->stride[d] % LANES) return false;
+    return !x->masked || x->mask_axis != last;
+}
+
+/* x<a><sfx> for every lane (sfx "" in scalar mode, "_0".."_3" in vector mode). */
+static void emit_access(sn_cu_text *t, const sn_kernel *k, const sn_pw_space *s, int a,
+                        bool vec) {
+    const sn_access *x = &s->acc[a];
+    char arg[16], cond[96], coord[32];
+    int last = s->rank - 1, lanes = vec ? LANES : 1;
+    if (s->zero[a]) {
+        for (int l = 0; l < lanes; l++)
+            sn_cu_emitf(t, vec ? "const float x%d_%d = 0.0f; /* masked out everywhere */"
+                               : "const float x%d = 0.0f; /* masked out everywhere */", a, l);
         return;
     }
-    arg_name(k, x->arg, arg, sizeof arg);
-    int d = x->mask_axis;
-    long long lo = x->mask_lo, hi = x->mask_hi;
-    if (!x->masked)
-        sn_cu_emitf(t, "const float x%d = sn_load(%s[%s]);", a, arg, idx);
-    else if (lo <= 0) /* fill_space left only masks that cut the axis */
-        sn_cu_emitf(t, "const float x%d = i%d < %lld ? sn_load(%s[%s]) : 0.0f;", a, d, hi, arg,
-                    idx);
-    else if (hi >= s->shape[d])
-        sn_cu_emitf(t, "const float x%d = i%d >= %lld ? sn_load(%s[%s]) : 0.0f;", a, d, lo, arg,
-                    idx);
-    else
-        sn_cu_emitf(t, "const float x%d = i%d >= %lld && i%d < %lld ? sn_load(%s[%s]) : 0.0f;", a,
-                    d, lo, d, hi, arg, idx);
+    char *idx = index_expr(s, x);
+    if (!idx) {
+        t->oom = 1;
+        return;
+    }
+    sn_cu_arg_name(k, x->arg, arg, sizeof arg);
+    snprintf(coord, sizeof coord, "i%d", x->mask_axis);
+    if (!vec) {
+        mask_cond(s, x, coord, cond, sizeof cond);
+        if (cond[0]) sn_cu_emitf(t, "const float x%d = %s ? sn_load(%s[%s]) : 0.0f;", a, cond, arg, idx);
+        else sn_cu_emitf(t, "const float x%d = sn_load(%s[%s]);", a, arg, idx);
+    } else if (access_vector(k, s, x)) {
+        mask_cond(s, x, coord, cond, sizeof cond);
+        if (cond[0])
+            sn_cu_emitf(t, "const float4 x%d_v = %s ? *reinterpret_cast<const float4 *>(&%s[%s]) "
+                        ": make_float4(0.0f, 0.0f, 0.0f, 0.0f);", a, cond, arg, idx);
+        else
+            sn_cu_emitf(t, "const float4 x%d_v = *reinterpret_cast<const float4 *>(&%s[%s]);", a,
+                        arg, idx);
+        sn_cu_emitf(t, "const float x%d_0 = x%d_v.x, x%d_1 = x%d_v.y, x%d_2 = x%d_v.z, "
+                    "x%d_3 = x%d_v.w;", a, a, a, a, a, a, a, a);
+    } else if (x->stride[last] == 0 && (!x->masked || x->mask_axis != last)) { /* a broadcast */
+        mask_cond(s, x, coord, cond, sizeof cond);
+        if (cond[0]) sn_cu_emitf(t, "const float x%d_0 = %s ? sn_load(%s[%s]) : 0.0f;", a, cond, arg, idx);
+        else sn_cu_emitf(t, "const float x%d_0 = sn_load(%s[%s]);", a, arg, idx);
+        sn_cu_emitf(t, "const float x%d_1 = x%d_0, x%d_2 = x%d_0, x%d_3 = x%d_0;", a, a, a, a, a, a);
+    } else { /* one element a lane */
+        for (int l = 0; l < LANES; l++) {
+            char at[64];
+            long long step = (long long)x->stride[last] * l;
+            if (step) snprintf(at, sizeof at, "%s %c %lld", idx, step < 0 ? '-' : '+', llabs(step));
+            else snprintf(at, sizeof at, "%s", idx);
+            if (x->masked && x->mask_axis == last) snprintf(coord, sizeof coord, "(i%d + %d)", last, l);
+            mask_cond(s, x, coord, cond, sizeof cond);
+            if (cond[0])
+                sn_cu_emitf(t, "const float x%d_%d = %s ? sn_load(%s[%s]) : 0.0f;", a, l, cond, arg, at);
+            else
+                sn_cu_emitf(t, "const float x%d_%d = sn_load(%s[%s]);", a, l, arg, at);
+        }
+    }
     free(idx);
 }
 
-static void emit_instr(sn_cu_text *t, const sn_kernel *k, int i) {
-    const sn_pw_instr *in = &k->instr[i];
-    const sn_node *n = in->node;
-    char v[48], x[3][48], rhs[200];
-    for (int j = 0; j < in->n_in; j++) operand(k, &in->in[j], x[j], sizeof x[j]);
-    switch (n->op) {
-    case SN_OP_ADD: snprintf(rhs, sizeof rhs, "%s + %s", x[0], x[1]); break;
-    case SN_OP_SUB: snprintf(rhs, sizeof rhs, "%s - %s", x[0], x[1]); break;
-    case SN_OP_MUL: snprintf(rhs, sizeof rhs, "%s * %s", x[0], x[1]); break;
-    case SN_OP_DIV: snprintf(rhs, sizeof rhs, "%s / %s", x[0], x[1]); break;
-    case SN_OP_EQ: snprintf(rhs, sizeof rhs, "sn_eq(%s, %s)", x[0], x[1]); break;
-    case SN_OP_NEG: snprintf(rhs, sizeof rhs, "-%s", x[0]); break;
-    case SN_OP_SCALE: {
-        char f[32];
-        snprintf(rhs, sizeof rhs, "%s * %s", float_lit(n->a.f, f, sizeof f), x[0]);
-        break;
-    }
-    case SN_OP_EXP: snprintf(rhs, sizeof rhs, "expf(%s)", x[0]); break;
-    case SN_OP_LOG: snprintf(rhs, sizeof rhs, "logf(%s)", x[0]); break;
-    case SN_OP_TANH: snprintf(rhs, sizeof rhs, "tanhf(%s)", x[0]); break;
-    case SN_OP_SQRT: snprintf(rhs, sizeof rhs, "sqrtf(%s)", x[0]); break;
-    case SN_OP_RSQRT: snprintf(rhs, sizeof rhs, "sn_rsqrt(%s)", x[0]); break;
-    case SN_OP_GELU: snprintf(rhs, sizeof rhs, "sn_gelu(%s)", x[0]); break;
-    case SN_OP_SILU: snprintf(rhs, sizeof rhs, "sn_silu(%s)", x[0]); break;
-    case SN_OP_GELU_BWD: snprintf(rhs, sizeof rhs, "sn_gelu_bwd(%s, %s)", x[0], x[1]); break;
-    case SN_OP_SILU_BWD: snprintf(rhs, sizeof rhs, "sn_silu_bwd(%s, %s)", x[0], x[1]); break;
-    case SN_OP_FULL:
-        if (in->n_in) snprintf(rhs, sizeof rhs, "%s", x[0]);
-        else float_lit(n->a.f, rhs, sizeof rhs);
-        break;
-    case SN_OP_CONCAT: /* the parts are masked accesses: exactly one is not 0 */
-        snprintf(rhs, sizeof rhs, "%s + %s%s%s", x[0], in->n_in > 1 ? x[1] : "0.0f",
-                 in->n_in > 2 ? " + " : "", in->n_in > 2 ? x[2] : "");
-        break;
-    default: /* cast to a float type, or a view's copy */
-        SN_ASSERT((n->op == SN_OP_CAST || sn_pw_is_identity(n->op)) && in->n_in >= 1);
-        snprintf(rhs, sizeof rhs, "%s", x[0]);
-        break;
-    }
-    var_name(k, i, v, sizeof v);
-    if (n->dtype == SN_BF16) sn_cu_emitf(t, "const float %s = sn_round_bf16(%s);", v, rhs);
-    else if (n->dtype == SN_I32) sn_cu_emitf(t, "const float %s = truncf(%s);", v, rhs);
-    else sn_cu_emitf(t, "const float %s = %s;", v, rhs);
-}
-
-static void emit_kernel(sn_cu_text *t, const sn_kernel *k) {
+void sn_cu_emit_pointwise(sn_cu_text *t, const sn_kernel *k, const char *fname) {
     sn_pw_space s;
     bool need[SN_MAX_RANK] = {0};
     const char *ix = fill_space(k, &s, need);
-    emit_header(t, k, &s);
-    emit_signature(t, k);
-    sn_cu_emitf(t, "{");
-    sn_cu_emitf(t, "const %s n = %lld;", ix, (long long)sn_shape_numel(s.rank, s.shape));
-    sn_cu_emitf(t, "for (%s i = sn_thread_index(); i < n; i += sn_thread_count()) {", ix);
+    bool vec = s.shape[s.rank - 1] % LANES == 0;
+    int last = s.rank - 1;
+    if (vec) /* per-lane masks on the innermost dim read its coordinate */
+        for (int a = 0; a < k->n_access; a++)
+            if (!s.zero[a] && s.acc[a].masked && s.acc[a].mask_axis == last) need[last] = true;
+    sn_cu_emit_signature(t, k, fname, SN_CUDA_PW_BLOCK);
+    int64_t numel = sn_shape_numel(s.rank, s.shape);
+    sn_cu_emitf(t, "const %s n = %lld;%s", ix, (long long)numel,
+                vec ? " /* elements; a step does four */" : "");
+    if (vec)
+        sn_cu_emitf(t, "for (%s i = %d * (%s)sn_thread_index(); i < n; i += %d * (%s)sn_thread_count()) {",
+                    ix, LANES, ix, LANES, ix);
+    else
+        sn_cu_emitf(t, "for (%s i = sn_thread_index(); i < n; i += sn_thread_count()) {", ix);
     int64_t inner = 1; /* coordinates of element i in the simplified space */
     for (int d = s.rank - 1; d >= 0; d--) {
         if (need[d] && d == 0 && inner == 1)
@@ -275,39 +198,34 @@ static void emit_kernel(sn_cu_text *t, const sn_kernel *k) {
                         (long long)s.shape[d]);
         inner *= s.shape[d];
     }
-    for (int a = 0; a < k->n_access; a++) emit_access(t, k, &s, a);
-    for (int i = 0; i < k->n_instr; i++) emit_instr(t, k, i);
+    for (int a = 0; a < k->n_access; a++) emit_access(t, k, &s, a, vec);
+    static const char *const sfx[LANES] = {"_0", "_1", "_2", "_3"};
+    for (int l = 0; l < (vec ? LANES : 1); l++)
+        for (int i = 0; i < k->n_instr; i++) sn_cu_emit_instr(t, k, i, vec ? sfx[l] : "");
     for (int o = 0; o < k->n_out; o++) {
-        char arg[16], v[48];
-        sn_cu_emitf(t, "sn_store(&%s[i], %s);", arg_name(k, o, arg, sizeof arg),
-                    var_name(k, k->store[o], v, sizeof v));
+        char arg[16], v[LANES][48];
+        sn_cu_arg_name(k, o, arg, sizeof arg);
+        for (int l = 0; l < (vec ? LANES : 1); l++)
+            sn_cu_var_name(k, k->store[o], vec ? sfx[l] : "", v[l], sizeof v[l]);
+        if (!vec)
+            sn_cu_emitf(t, "sn_store(&%s[i], %s);", arg, v[0]);
+        else if (k->args[o]->dtype == SN_F32)
+            sn_cu_emitf(t, "*reinterpret_cast<float4 *>(&%s[i]) = make_float4(%s, %s, %s, %s);",
+                        arg, v[0], v[1], v[2], v[3]);
+        else
+            for (int l = 0; l < LANES; l++) sn_cu_emitf(t, "sn_store(&%s[i + %d], %s);", arg, l, v[l]);
     }
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "SN_HOST_STUB(%s)", k->name);
 }
 
-sn_cuda_dims sn_cuda_pointwise_dims(const sn_kernel *k) {
-    int64_t blocks = (k->n_items + SN_CUDA_PW_BLOCK - 1) / SN_CUDA_PW_BLOCK;
-    if (blocks > SN_CUDA_PW_MAX_GRID) blocks = SN_CUDA_PW_MAX_GRID;
-    if (blocks < 1) blocks = 1;
-    return (sn_cuda_dims){.grid = {(unsigned)blocks, 1, 1}, .block = {SN_CUDA_PW_BLOCK, 1, 1}};
+static sn_status check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
+    return sn_cu_check_dtype(k, n, e);
 }
 
-sn_status sn_cuda_render(const sn_kernel *const *ks, int n, char **src, sn_err *e) {
-    *src = NULL;
-    for (int i = 0; i < n; i++) {
-        sn_status st = check(ks[i], e);
-        if (st) return st;
-    }
-    sn_cu_text t = {0};
-    sn_cu_emitf(&t, "/* generated by sinter: %d pointwise kernel%s */", n, n == 1 ? "" : "s");
-    sn_cu_emitf(&t, "#include \"%s\"", SN_CUDA_PRELUDE_NAME);
-    for (int i = 0; i < n; i++) {
-        sn_cu_emitf(&t, "%s", "");
-        emit_kernel(&t, ks[i]);
-    }
-    size_t oom = t.oom;
-    if (!(*src = sn_cu_finish(&t))) return sn_fail_oom(e, oom, "the CUDA C source of a kernel");
-    return SN_OK;
+sn_status sn_cu_check_pointwise(const sn_kernel *k, sn_err *e) {
+    SN_ASSERT(k->kind == SN_KER_POINTWISE && k->n_access <= SN_KER_MAX_ARGS);
+    char who[80];
+    snprintf(who, sizeof who, "cuda: kernel %s", k->name);
+    return sn_pw_check(k, who, check_dtype, e);
 }

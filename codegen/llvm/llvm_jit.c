@@ -204,7 +204,9 @@ fail:
 static sn_status check_items(const sn_kernel *k, sn_err *e) {
     char kn[96];
     const sn_node *a = k->anchor;
-    if (k->kind != SN_KER_POINTWISE && k->kind != SN_KER_ADAMW && !a)
+    bool optim = k->kind == SN_KER_GRAD_ACC || k->kind == SN_KER_SQNORM || k->kind == SN_KER_CLIP ||
+                 k->kind == SN_KER_ADAMW;
+    if (k->kind != SN_KER_POINTWISE && !optim && !a)
         return sn_fail(e, SN_ERR_INVALID, "%s: no anchor node", sn_ll_kname(k, kn, sizeof kn));
     if (k->kind == SN_KER_GEMM || k->kind == SN_KER_ATTENTION || k->kind >= SN_KER_KIND_COUNT ||
         (k->kind == SN_KER_ROW && !sn_row_facts_of(a->op)))
@@ -242,7 +244,8 @@ static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e
     case SN_KER_ROW: return sn_ll_emit_row(L, k, fname, e);
     case SN_KER_REDUCE: return sn_ll_emit_reduce(L, k, fname, e);
     case SN_KER_GATHER: return sn_ll_emit_gather(L, k, fname, e);
-    case SN_KER_ADAMW: return sn_ll_emit_adamw(L, k, fname, e);
+    case SN_KER_GRAD_ACC: case SN_KER_SQNORM: case SN_KER_CLIP: case SN_KER_ADAMW:
+        return sn_ll_emit_optim(L, k, fname, e);
     case SN_KER_GEMM:
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s is a matrix product: GEMMs are library calls "
                        "(runtime/gemm.h), not generated; leave them out of sn_jit_compile",

@@ -120,6 +120,15 @@ static void vector_step(pw *P, LLVMValueRef rowstart, LLVMValueRef j, LLVMValueR
     for (int o = 0; o < k->n_out; o++) sn_ll_vstore(P->L, P->ptr[o], at, vals[k->store[o]], tail);
 }
 
+static void free_arrays(pw *P, LLVMValueRef *vals) {
+    free(P->ptr);
+    free(P->base);
+    free(P->ok);
+    free(P->hoist);
+    free(P->cache);
+    free(vals);
+}
+
 sn_status sn_ll_emit_pointwise(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
     char kn[96];
     sn_status st = sn_pw_check(k, sn_ll_kname(k, kn, sizeof kn), sn_ll_check_dtype, e);
@@ -133,12 +142,7 @@ sn_status sn_ll_emit_pointwise(sn_ll *L, const sn_kernel *k, const char *fname, 
     P.cache = calloc((size_t)na, sizeof(LLVMValueRef));
     LLVMValueRef *vals = calloc((size_t)k->n_instr + 1, sizeof(LLVMValueRef));
     if (!P.ptr || !P.base || !P.ok || !P.hoist || !P.cache || !vals) {
-        free(P.ptr);
-        free(P.base);
-        free(P.ok);
-        free(P.hoist);
-        free(P.cache);
-        free(vals);
+        free_arrays(&P, vals);
         return sn_fail_oom(e, (size_t)(nargs + 4 * na + k->n_instr) * sizeof(LLVMValueRef),
                            "a pointwise kernel's code generator");
     }
@@ -168,12 +172,7 @@ sn_status sn_ll_emit_pointwise(sn_ll *L, const sn_kernel *k, const char *fname, 
     sn_ll_if_end(L, &any);
     sn_ll_fn_end(L);
 
-    free(P.ptr);
-    free(P.base);
-    free(P.ok);
-    free(P.hoist);
-    free(P.cache);
-    free(vals);
+    free_arrays(&P, vals);
     return SN_OK;
 }
 

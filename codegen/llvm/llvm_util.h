@@ -185,7 +185,7 @@ sn_status sn_ll_emit_pointwise(sn_ll *L, const sn_kernel *k, const char *fname, 
 sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 sn_status sn_ll_emit_reduce(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 sn_status sn_ll_emit_gather(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
-sn_status sn_ll_emit_adamw(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
+sn_status sn_ll_emit_optim(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e); /* GRAD_ACC .. ADAMW */
 /* llvm_attention.c */
 sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 

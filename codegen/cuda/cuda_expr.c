@@ -1,0 +1,146 @@
+/* cuda_expr.c: the pieces every CUDA emitter writes: C types, exact float literals, parameter and
+ * variable names, pointwise instructions evaluated in f32, kernel signatures.
+ * Convention: names derive from positions (arg i, instruction i, access a) and op names, never
+ * from node ids, so identical computations render to identical text (cuda_int.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_int.h"
+#include "program/pointwise.h"
+
+const char *sn_cu_ctype(sn_dtype t) {
+    switch (t) {
+    case SN_F32: return "float";
+    case SN_BF16: return "sn_bf16";
+    case SN_I32: return "int";
+    default: SN_ASSERT(0);
+    }
+}
+
+const char *sn_cu_float_lit(float v, char *buf, size_t len) {
+    if (isnan(v)) return snprintf(buf, len, "(SN_INF - SN_INF)"), buf;
+    if (isinf(v)) return snprintf(buf, len, v < 0 ? "(-SN_INF)" : "SN_INF"), buf;
+    snprintf(buf, len, "%.9g", (double)v);
+    if (!strpbrk(buf, ".e")) strncat(buf, ".0", len - strlen(buf) - 1);
+    strncat(buf, "f", len - strlen(buf) - 1);
+    return buf;
+}
+
+const char *sn_cu_arg_name(const sn_kernel *k, int i, char *buf, size_t len) {
+    snprintf(buf, len, i < k->n_out ? "out%d" : "in%d", i < k->n_out ? i : i - k->n_out);
+    return buf;
+}
+
+const char *sn_cu_var_name(const sn_kernel *k, int i, const char *sfx, char *buf, size_t len) {
+    snprintf(buf, len, "%s_%d%s", sn_op_name(k->instr[i].node->op), i, sfx);
+    return buf;
+}
+
+const char *sn_cu_operand(const sn_kernel *k, const sn_ref *r, const char *sfx, char *buf,
+                          size_t len) {
+    switch (r->kind) {
+    case SN_REF_INSTR: return sn_cu_var_name(k, r->index, sfx, buf, len);
+    case SN_REF_ACCESS: return snprintf(buf, len, "x%d%s", r->index, sfx), buf;
+    case SN_REF_CONST: return sn_cu_float_lit(r->value, buf, len);
+    }
+    SN_ASSERT(0);
+}
+
+void sn_cu_describe(const sn_kernel *k, const sn_ref *r, char *buf, size_t len) {
+    size_t at = strlen(buf);
+    if (at + 8 >= len) return;
+    if (r->kind == SN_REF_ACCESS) {
+        snprintf(buf + at, len - at, "%%%d", k->args[k->access[r->index].arg]->id);
+    } else if (r->kind == SN_REF_CONST) {
+        char lit[32];
+        snprintf(buf + at, len - at, "%s", sn_cu_float_lit(r->value, lit, sizeof lit));
+    } else {
+        const sn_pw_instr *in = &k->instr[r->index];
+        snprintf(buf + at, len - at, "%s(", sn_op_name(in->node->op));
+        for (int j = 0; j < in->n_in; j++) {
+            if (j) strncat(buf, ", ", len - strlen(buf) - 1);
+            sn_cu_describe(k, &in->in[j], buf, len);
+        }
+        strncat(buf, ")", len - strlen(buf) - 1);
+    }
+    if (strlen(buf) + 8 >= len) strcpy(buf + len - 8, "...");
+}
+
+void sn_cu_emit_instr(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx) {
+    const sn_pw_instr *in = &k->instr[i];
+    const sn_node *n = in->node;
+    char v[48], x[3][48], rhs[200];
+    for (int j = 0; j < in->n_in; j++) sn_cu_operand(k, &in->in[j], sfx, x[j], sizeof x[j]);
+    switch (n->op) {
+    case SN_OP_ADD: snprintf(rhs, sizeof rhs, "%s + %s", x[0], x[1]); break;
+    case SN_OP_SUB: snprintf(rhs, sizeof rhs, "%s - %s", x[0], x[1]); break;
+    case SN_OP_MUL: snprintf(rhs, sizeof rhs, "%s * %s", x[0], x[1]); break;
+    case SN_OP_DIV: snprintf(rhs, sizeof rhs, "%s / %s", x[0], x[1]); break;
+    case SN_OP_EQ: snprintf(rhs, sizeof rhs, "sn_eq(%s, %s)", x[0], x[1]); break;
+    case SN_OP_NEG: snprintf(rhs, sizeof rhs, "-%s", x[0]); break;
+    case SN_OP_SCALE: {
+        char f[32];
+        snprintf(rhs, sizeof rhs, "%s * %s", sn_cu_float_lit(n->a.f, f, sizeof f), x[0]);
+        break;
+    }
+    case SN_OP_EXP: snprintf(rhs, sizeof rhs, "expf(%s)", x[0]); break;
+    case SN_OP_LOG: snprintf(rhs, sizeof rhs, "logf(%s)", x[0]); break;
+    case SN_OP_TANH: snprintf(rhs, sizeof rhs, "tanhf(%s)", x[0]); break;
+    case SN_OP_SQRT: snprintf(rhs, sizeof rhs, "sqrtf(%s)", x[0]); break;
+    case SN_OP_RSQRT: snprintf(rhs, sizeof rhs, "sn_rsqrt(%s)", x[0]); break;
+    case SN_OP_GELU: snprintf(rhs, sizeof rhs, "sn_gelu(%s)", x[0]); break;
+    case SN_OP_SILU: snprintf(rhs, sizeof rhs, "sn_silu(%s)", x[0]); break;
+    case SN_OP_GELU_BWD: snprintf(rhs, sizeof rhs, "sn_gelu_bwd(%s, %s)", x[0], x[1]); break;
+    case SN_OP_SILU_BWD: snprintf(rhs, sizeof rhs, "sn_silu_bwd(%s, %s)", x[0], x[1]); break;
+    case SN_OP_FULL:
+        if (in->n_in) snprintf(rhs, sizeof rhs, "%s", x[0]);
+        else sn_cu_float_lit(n->a.f, rhs, sizeof rhs);
+        break;
+    case SN_OP_CONCAT: /* the parts are masked accesses: exactly one is not 0 */
+        snprintf(rhs, sizeof rhs, "%s + %s%s%s", x[0], in->n_in > 1 ? x[1] : "0.0f",
+                 in->n_in > 2 ? " + " : "", in->n_in > 2 ? x[2] : "");
+        break;
+    default: /* cast to a float type, or a view's copy */
+        SN_ASSERT((n->op == SN_OP_CAST || sn_pw_is_identity(n->op)) && in->n_in >= 1);
+        snprintf(rhs, sizeof rhs, "%s", x[0]);
+        break;
+    }
+    sn_cu_var_name(k, i, sfx, v, sizeof v);
+    if (n->dtype == SN_BF16) sn_cu_emitf(t, "const float %s = sn_round_bf16(%s);", v, rhs);
+    else if (n->dtype == SN_I32) sn_cu_emitf(t, "const float %s = truncf(%s);", v, rhs);
+    else sn_cu_emitf(t, "const float %s = %s;", v, rhs);
+}
+
+sn_status sn_cu_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
+    if (n->dtype == SN_F32 || n->dtype == SN_BF16 || n->dtype == SN_I32) return SN_OK;
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: node %%%d (%s) is %s; the CUDA "
+                   "backend generates f32, bf16 and i32 values only (use bf16 for half "
+                   "precision)", k->name, n->id, sn_op_name(n->op), sn_dtype_name(n->dtype));
+}
+
+void sn_cu_check_name(const sn_kernel *k) {
+    for (const char *c = k->name; *c; c++) /* the name is the kernel's C identifier */
+        SN_ASSERT(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                  (c > k->name && *c >= '0' && *c <= '9'));
+}
+
+void sn_cu_emit_signature(sn_cu_text *t, const sn_kernel *k, const char *fname, int threads) {
+    char arg[16], type[96], decl[96], lead[80], shape[80];
+    int nargs = k->n_out + k->n_in, indent = (int)strlen(fname) + 1;
+    snprintf(lead, sizeof lead, "%s(", fname);
+    sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d)", threads);
+    for (int i = 0; i < nargs; i++) { /* one parameter a line, the first after the name */
+        const sn_node *n = k->args[i];
+        snprintf(decl, sizeof decl, "%s%s *__restrict__ %s%s", i < k->n_out ? "" : "const ",
+                 sn_cu_ctype(n->dtype), sn_cu_arg_name(k, i, arg, sizeof arg),
+                 i + 1 < nargs ? "," : ")");
+        snprintf(type, sizeof type, "%s%s", sn_dtype_name(n->dtype),
+                 sn_shape_str(n->rank, n->shape, shape, sizeof shape));
+        sn_cu_emitf(t, "%-*s%-36s /* %s */", indent, i ? "" : lead, decl, type);
+    }
+    sn_cu_emitf(t, "{");
+}
+
+const char *sn_cu_index_type(int64_t reach) { return reach < INT32_MAX ? "int" : "long long"; }

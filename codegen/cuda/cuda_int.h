@@ -1,0 +1,81 @@
+/* cuda_int.h: what the CUDA kernel emitters share, one section per file: names, literals and
+ * pointwise instructions (cuda_expr.c), then one emitter per kernel kind. Convention: an
+ * emitter writes one `extern "C" __global__` function named `fname` whose text depends only on
+ * the kernel's computation (ops, shapes, dtypes), never on node ids, so that kernels that
+ * differ only in names render to the same text and are emitted once (cuda_render.c). Node ids
+ * go in the header comment, which the renderer writes outside the compared text. */
+#ifndef SN_CUDA_INT_H
+#define SN_CUDA_INT_H
+
+#include "cuda.h"
+
+/* ---- cuda_expr.c: names, literals, instructions ---- */
+
+/* "float", "sn_bf16", "int" */
+const char *sn_cu_ctype(sn_dtype t);
+/* A float literal C and CUDA read back exactly: "0.5f", "2.0f", "(-SN_INF)". */
+const char *sn_cu_float_lit(float v, char *buf, size_t len);
+/* "out0" or "in2": the parameter holding args[i]. */
+const char *sn_cu_arg_name(const sn_kernel *k, int i, char *buf, size_t len);
+/* "gelu_3<sfx>": the variable holding instruction i's value (sfx: a vector lane, or ""). */
+const char *sn_cu_var_name(const sn_kernel *k, int i, const char *sfx, char *buf, size_t len);
+/* An operand as C: a variable, "x<a><sfx>" for access a, or a literal. */
+const char *sn_cu_operand(const sn_kernel *k, const sn_ref *r, const char *sfx, char *buf,
+                          size_t len);
+/* "const float gelu_3 = sn_gelu(add_2);": instruction i (not a row op) in f32, rounded to its
+ * node's dtype. */
+void sn_cu_emit_instr(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx);
+/* Appends the fused expression under r to buf, with node ids: "gelu(add(%40, %12))". */
+void sn_cu_describe(const sn_kernel *k, const sn_ref *r, char *buf, size_t len);
+/* f32, bf16 and i32 values only; else SN_ERR_UNSUPPORTED naming k and n. */
+sn_status sn_cu_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e);
+/* The kernel's name is a C identifier (asserted). */
+void sn_cu_check_name(const sn_kernel *k);
+/* `extern "C" __global__ void __launch_bounds__(threads) fname(` and one typed parameter a
+ * line (outputs, then inputs: "float *__restrict__ out0, /+ f32[4,64] +/"), then "{". */
+void sn_cu_emit_signature(sn_cu_text *t, const sn_kernel *k, const char *fname, int threads);
+/* "int" when every index below `reach` fits in 32 bits, else "long long". */
+const char *sn_cu_index_type(int64_t reach);
+
+/* ---- the emitters: each checks its kernel (SN_ERR_UNSUPPORTED with a message naming it) and
+ * writes it; dims from cuda_launch.c ---- */
+
+sn_status sn_cu_check_pointwise(const sn_kernel *k, sn_err *e);
+void sn_cu_emit_pointwise(sn_cu_text *t, const sn_kernel *k, const char *fname);
+/* The comment above a pointwise kernel (the fused expression with node ids, the shape). */
+void sn_cu_header_pointwise(sn_cu_text *t, const sn_kernel *k);
+/* Whether a pointwise kernel walks its elements four at a time (float4). */
+bool sn_cu_pointwise_vector(const sn_kernel *k);
+
+sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e);
+void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+/* Whether a ROW kernel runs as one block over every row (cross-entropy's mean loss, the norm
+ * weight gradients) rather than a block per row. */
+bool sn_cu_row_single_block(const sn_kernel *k);
+/* Threads of a block-per-row kernel for rows of C elements. */
+int sn_cu_row_threads(int64_t C);
+
+sn_status sn_cu_check_reduce(const sn_kernel *k, sn_err *e);
+void sn_cu_emit_reduce(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+
+sn_status sn_cu_check_gather(const sn_kernel *k, sn_err *e);
+void sn_cu_emit_gather(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+
+sn_status sn_cu_check_optim(const sn_kernel *k, sn_err *e);
+void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+
+/* Flash attention (cuda_attention.c, cuda_attention_mma.c): the forward (o and lse with online
+ * softmax, or lse alone, or o from a given lse), dq, and dk and/or dv (attention_bwd_v as anchor2
+ * of attention_bwd_k), on tensor cores (mma.sync with bf16 or f16 operands, f32 accumulators)
+ * where the target multiplies q's dtype and the head sizes are multiples of 16, else as fp32
+ * FMA tiles. Deterministic (no atomics); static shared memory within t->shared_default; head
+ * sizes up to 128. The check needs the target (the plan: path and tiles). */
+sn_status sn_cu_check_attention(const sn_kernel *k, const sn_target *t, sn_err *e);
+void sn_cu_emit_attention(sn_cu_text *t, const sn_kernel *k, const sn_target *tg, const char *fname);
+sn_cuda_dims sn_cu_attention_dims(const sn_kernel *k, const sn_target *t);
+
+/* The device functions every row and reduction kernel uses (block sums and maxima), written
+ * once at the top of a translation unit that has any. */
+void sn_cu_emit_block_reductions(sn_cu_text *t);
+
+#endif

@@ -1,0 +1,68 @@
+/* cuda_launch.c: the grid, block and shared memory of every kernel kind, in one function that
+ * the renderer (launch bounds, loop strides), the runtime and the simulator's tests all read.
+ * Convention: the emitters never assume a block size of their own: they are handed these dims. */
+#include "cuda_int.h"
+
+static unsigned clampu(int64_t v, int64_t lo, int64_t hi) {
+    return (unsigned)(v < lo ? lo : v > hi ? hi : v);
+}
+
+static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+int sn_cu_row_threads(int64_t C) { /* about four elements a thread, whole warps, at most 1024 */
+    return (int)clampu(round_up((C + 3) / 4, 32), 32, 1024);
+}
+
+/* A 1-D launch of `blocks` blocks of `threads` threads. */
+static sn_cuda_dims dims1(int64_t blocks, int threads) {
+    return (sn_cuda_dims){.grid = {clampu(blocks, 1, INT32_MAX), 1, 1},
+                          .block = {(unsigned)threads, 1, 1}};
+}
+
+sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
+    SN_ASSERT(t && t->kind == SN_TARGET_CUDA);
+    const sn_node *n = k->anchor;
+    switch (k->kind) {
+    case SN_KER_POINTWISE: {
+        int64_t steps = sn_shape_numel(k->rank, k->shape) / (sn_cu_pointwise_vector(k) ? 4 : 1);
+        int64_t blocks = (steps + SN_CUDA_PW_BLOCK - 1) / SN_CUDA_PW_BLOCK;
+        return dims1(blocks > SN_CUDA_PW_MAX_GRID ? SN_CUDA_PW_MAX_GRID : blocks, SN_CUDA_PW_BLOCK);
+    }
+    case SN_KER_ROW: {
+        const sn_node *x = n->in[0];
+        int64_t C = x->rank ? x->shape[x->rank - 1] : 1, R = x->rank ? sn_numel(x) / C : 1;
+        if (sn_cu_row_single_block(k)) /* a warp per row, the rows' results summed in order */
+            return dims1(1, (int)clampu(32 * R, 32, t->max_block_threads));
+        return dims1(R, sn_cu_row_threads(C));
+    }
+    case SN_KER_REDUCE: {
+        const sn_node *x = n->in[0];
+        int axis = n->a.axis;
+        int64_t d = x->shape[axis], inner = sn_shape_numel(x->rank - axis - 1, x->shape + axis + 1);
+        int64_t outer = sn_numel(x) / (d * inner);
+        if (inner == 1) return dims1((outer + 7) / 8, 256); /* a warp per output */
+        /* tiles of 32 adjacent outputs, 32 x (up to 32) threads down the reduced axis */
+        unsigned ty = clampu(round_up(d, 8), 8, 32);
+        return (sn_cuda_dims){.grid = {clampu(outer * ((inner + 31) / 32), 1, INT32_MAX), 1, 1},
+                              .block = {32, ty, 1}};
+    }
+    case SN_KER_GATHER: {
+        int64_t C = n->shape[n->rank - 1];
+        if (n->op == SN_OP_EMBEDDING) /* a block per id, float4 columns where they fit */
+            return dims1(sn_numel(n->in[1]), (int)clampu(round_up(C % 4 ? C : C / 4, 32), 32, 256));
+        return dims1(n->shape[0], (int)clampu(round_up(C, 32), 32, 256)); /* a block per row */
+    }
+    case SN_KER_GRAD_ACC:
+    case SN_KER_ADAMW: { /* grid-stride over float4 steps */
+        int64_t blocks = (k->flat_n / 4 + SN_CUDA_PW_BLOCK - 1) / SN_CUDA_PW_BLOCK;
+        return dims1(blocks > SN_CUDA_PW_MAX_GRID ? SN_CUDA_PW_MAX_GRID : blocks, SN_CUDA_PW_BLOCK);
+    }
+    case SN_KER_SQNORM: /* a block per SN_SQNORM_BLOCK elements */
+        return dims1((k->flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK, 256);
+    case SN_KER_CLIP: return dims1(1, 256);
+    case SN_KER_ATTENTION: return sn_cu_attention_dims(k, t); /* cuda_attention.c */
+    case SN_KER_GEMM:
+    case SN_KER_KIND_COUNT: break;
+    }
+    return (sn_cuda_dims){0};
+}

@@ -1,0 +1,88 @@
+/* cuda_reduce.c: sum, mean and max over one axis, x seen as (outer, d, inner) -> (outer, inner).
+ * Contiguous reductions (inner == 1) take a warp per output, lanes striding the row, a shuffle
+ * tree at the end. Column reductions (the bias gradients, (B*T, C) -> (C)) are tiled: a block
+ * of 32 x ty threads owns 32 adjacent outputs, thread (x, y) sums rows y, y + ty, ... of column
+ * x, and the ty partial sums meet in shared memory, added in y order by the first row of
+ * threads: two levels, no atomics, the same result in every run. */
+#include <stdio.h>
+
+#include "cuda_int.h"
+
+sn_status sn_cu_check_reduce(const sn_kernel *k, sn_err *e) {
+    const sn_node *n = k->anchor;
+    if (n->op != SN_OP_SUM && n->op != SN_OP_MEAN && n->op != SN_OP_MAX)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: %s is not a reduction the CUDA "
+                       "backend knows", k->name, sn_op_name(n->op));
+    SN_ASSERT(n->a.axis >= 0 && n->a.axis < n->in[0]->rank);
+    bool found = false;
+    for (int i = k->n_out; i < k->n_out + k->n_in; i++) found = found || k->args[i] == n->in[0];
+    SN_ASSERT(found);
+    return sn_cu_check_dtype(k, n, e);
+}
+
+/* acc = acc op v: a sum, or a max with NaN propagating (the reference's) */
+static void combine(sn_cu_text *t, bool max, const char *v) {
+    if (max) sn_cu_emitf(t, "acc = sn_max_nan(acc, %s);", v);
+    else sn_cu_emitf(t, "acc += %s;", v);
+}
+
+void sn_cu_emit_reduce(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *dm, const char *fname) {
+    const sn_node *n = k->anchor, *x = n->in[0];
+    int axis = n->a.axis;
+    int64_t d = x->shape[axis], inner = sn_shape_numel(x->rank - axis - 1, x->shape + axis + 1);
+    int64_t outer = sn_numel(x) / (d * inner);
+    bool max = n->op == SN_OP_MAX;
+    const char *ix = sn_cu_index_type(sn_numel(x) + 1024 * 1024);
+    const char *id = max ? "-SN_INF" : "0.0f";
+    char xs[16];
+    int in = k->n_out; /* x's arg */
+    while (k->args[in] != x) in++;
+    sn_cu_arg_name(k, in, xs, sizeof xs);
+    sn_cu_emit_signature(t, k, fname, (int)(dm->block[0] * dm->block[1]));
+    sn_cu_emitf(t, "/* %s over (%lld, %lld, %lld) -> (%lld, %lld) */", sn_op_name(n->op),
+                (long long)outer, (long long)d, (long long)inner, (long long)outer, (long long)inner);
+    if (inner == 1) {
+        sn_cu_emitf(t, "const %s o = (%s)blockIdx.x * %u + threadIdx.x / 32; /* a warp's output */",
+                    ix, ix, dm->block[0] / 32);
+        sn_cu_emitf(t, "if (o >= %lld) return;", (long long)outer);
+        sn_cu_emitf(t, "float acc = %s;", id);
+        sn_cu_emitf(t, "for (%s i = threadIdx.x %% 32; i < %lld; i += 32) {", ix, (long long)d);
+        char at[96];
+        snprintf(at, sizeof at, "sn_load(%s[o * %lld + i])", xs, (long long)d);
+        combine(t, max, at);
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "for (int s = 16; s > 0; s >>= 1) {");
+        sn_cu_emitf(t, "const float other = __shfl_xor_sync(0xffffffffu, acc, s);");
+        combine(t, max, "other");
+        sn_cu_emitf(t, "}");
+        if (n->op == SN_OP_MEAN) sn_cu_emitf(t, "acc /= %lld.0f;", (long long)d);
+        sn_cu_emitf(t, "if (threadIdx.x %% 32 == 0) sn_store(&out0[o], acc);");
+        sn_cu_emitf(t, "}");
+        return;
+    }
+    unsigned ty = dm->block[1];
+    int64_t tiles = (inner + 31) / 32;
+    sn_cu_emitf(t, "const %s o = blockIdx.x / %lld; /* the outer index */", ix, (long long)tiles);
+    sn_cu_emitf(t, "const %s c = (%s)(blockIdx.x %% %lld) * 32 + threadIdx.x; /* the column */", ix,
+                ix, (long long)tiles);
+    sn_cu_emitf(t, "float acc = %s;", id);
+    sn_cu_emitf(t, "if (c < %lld) {", (long long)inner);
+    sn_cu_emitf(t, "for (%s i = threadIdx.y; i < %lld; i += %u) {", ix, (long long)d, ty);
+    char at[96];
+    snprintf(at, sizeof at, "sn_load(%s[(o * %lld + i) * %lld + c])", xs, (long long)d,
+             (long long)inner);
+    combine(t, max, at);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "SN_SHARED2(float, partial, %u, 32);", ty);
+    sn_cu_emitf(t, "partial[threadIdx.y][threadIdx.x] = acc;");
+    sn_cu_emitf(t, "__syncthreads();");
+    sn_cu_emitf(t, "if (threadIdx.y == 0 && c < %lld) {", (long long)inner);
+    sn_cu_emitf(t, "for (int y = 1; y < %u; y++) {", ty);
+    combine(t, max, "partial[y][threadIdx.x]");
+    sn_cu_emitf(t, "}");
+    if (n->op == SN_OP_MEAN) sn_cu_emitf(t, "acc /= %lld.0f;", (long long)d);
+    sn_cu_emitf(t, "sn_store(&out0[o * %lld + c], acc);", (long long)inner);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+}

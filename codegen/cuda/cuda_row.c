@@ -1,0 +1,579 @@
+/* cuda_row.c: row ops as CUDA C (softmax, layernorm, rmsnorm, causal mask, cross-entropy and
+ * their backwards) with the pointwise instructions fused around them (kernel.h): a block per row,
+ * each pass over the row strided by the block's threads, the row's statistics summed by warp
+ * shuffles, then across warps through shared memory (sn_block_sum, written once per unit).
+ * Cross-entropy's mean loss and the norm weight gradients sum over every row into one output:
+ * they run as one block, a warp per row, the warps' partial results added in warp order, so
+ * every result is deterministic. Convention: every pass evaluates, per element, the accesses and
+ * the prologue (computing again what an earlier pass computed: the compiler drops what a pass
+ * does not read); the pass that writes the row op's result also runs the epilogue and stores
+ * every output, prologue values included (the LLVM emitter's st(), llvm_row.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_int.h"
+#include "program/pointwise.h"
+
+typedef struct {
+    sn_cu_text *t;
+    const sn_kernel *k;
+    const sn_node *n;   /* the row op */
+    int64_t C, R, Vr;   /* row length, rows, real classes (cross-entropy) */
+    bool fused;         /* prologue/epilogue instructions (k->n_instr > 0) */
+    bool dep[64];       /* [n_instr]: depends on the row op's value */
+    int buf[3];         /* arg read as is for operand i (-1: computed per element) */
+    int y;              /* the output holding the row op's own result, or -1 */
+    unsigned threads;
+    const char *ix;     /* the index type */
+} row;
+
+#define E(...) sn_cu_emitf(w->t, __VA_ARGS__)
+
+static const char *arg(const row *w, int i, char *b, size_t len) {
+    return sn_cu_arg_name(w->k, i, b, len);
+}
+
+/* Operand i of the row op at element (r, j) of the current element block, as C. */
+static const char *opnd(const row *w, int i, char *b, size_t len) {
+    char a[16];
+    if (w->buf[i] >= 0) {
+        arg(w, w->buf[i], a, sizeof a);
+        if (sn_row_operand_per_element(w->n->op, i)) snprintf(b, len, "sn_load(%s[row + j])", a);
+        else if (sn_row_facts_of(w->n->op)->per_row & (1u << i)) snprintf(b, len, "%s[r]", a);
+        else if (sn_numel(w->n->in[i]) == 1) snprintf(b, len, "sn_load(%s[0])", a);
+        else snprintf(b, len, "sn_load(%s[j])", a); /* per column: w, b */
+        return b;
+    }
+    return sn_cu_operand(w->k, &w->k->instr[w->k->row_instr].in[i], "", b, len);
+}
+
+/* Whether access a is read per element: by an instruction, or as a per-element operand of the
+ * row op (w, b and targets are read from their buffers directly). */
+static bool access_used(const row *w, int a) {
+    const sn_kernel *k = w->k;
+    for (int i = 0; i < k->n_instr; i++)
+        for (int t = 0; t < k->instr[i].n_in; t++) {
+            const sn_ref *r = &k->instr[i].in[t];
+            if (r->kind == SN_REF_ACCESS && r->index == a &&
+                (i != k->row_instr || sn_row_operand_per_element(w->n->op, t)))
+                return true;
+        }
+    return false;
+}
+
+/* Where `r` is defined: the coordinates of row r in the index space that the accesses read. */
+static void coords(row *w) {
+    const sn_kernel *k = w->k;
+    if (!w->fused) return;
+    int last = k->rank - 1;
+    bool need[SN_MAX_RANK] = {0};
+    for (int a = 0; a < k->n_access; a++) {
+        const sn_access *x = &k->access[a];
+        for (int d = 0; d < last && access_used(w, a); d++)
+            need[d] = need[d] || x->stride[d] || (x->masked && x->mask_axis == d);
+    }
+    int64_t inner = 1;
+    for (int d = last - 1; d >= 0; d--) {
+        if (need[d] && inner == 1) E("const %s i%d = r %% %lld;", w->ix, d, (long long)k->shape[d]);
+        else if (need[d] && d == 0) E("const %s i0 = r / %lld;", w->ix, (long long)inner);
+        else if (need[d]) E("const %s i%d = r / %lld %% %lld;", w->ix, d, (long long)inner, (long long)k->shape[d]);
+        inner *= k->shape[d];
+    }
+}
+
+/* Inside a loop body with `r`, `row` (= r * C), the coordinates and column `j` defined: the
+ * accesses and the prologue at element (r, j). */
+static void element(row *w) {
+    const sn_kernel *k = w->k;
+    if (!w->fused) return;
+    int last = k->rank - 1;
+    for (int a = 0; a < k->n_access; a++) {
+        const sn_access *x = &k->access[a];
+        if (!access_used(w, a)) continue;
+        char an[16], cond[128] = "";
+        sn_cu_text ix = {0};
+        for (int d = 0; d < last; d++)
+            if (x->stride[d]) sn_cu_appendf(&ix, "%si%d * %lld", ix.len ? " + " : "", d, (long long)x->stride[d]);
+        if (x->stride[last])
+            sn_cu_appendf(&ix, "%sj%s", ix.len ? " + " : "", x->stride[last] == 1 ? "" : " * ");
+        if (x->stride[last] && x->stride[last] != 1) sn_cu_appendf(&ix, "%lld", (long long)x->stride[last]);
+        if (!ix.len || x->offset) sn_cu_appendf(&ix, "%s%lld", ix.len ? " + " : "", (long long)x->offset);
+        size_t oom = ix.oom;
+        char *idx = sn_cu_finish(&ix);
+        if (!idx) {
+            w->t->oom = oom;
+            return;
+        }
+        if (x->masked) {
+            char c[16];
+            snprintf(c, sizeof c, x->mask_axis == last ? "j" : "i%d", x->mask_axis);
+            snprintf(cond, sizeof cond, "%s >= %lld && %s < %lld ? ", c, (long long)x->mask_lo, c,
+                     (long long)x->mask_hi);
+        }
+        E("const float x%d = %ssn_load(%s[%s])%s;", a, cond, arg(w, x->arg, an, sizeof an), idx,
+          cond[0] ? " : 0.0f" : "");
+        free(idx);
+    }
+    for (int i = 0; i < k->n_instr; i++)
+        if (!w->dep[i]) sn_cu_emit_instr(w->t, k, i, "");
+}
+
+/* Stores the outputs that do not depend on the row op at element (r, j). */
+static void store_prologue(row *w) {
+    char a[16], v[48];
+    for (int o = 0; w->fused && o < w->k->n_out; o++)
+        if (!w->dep[w->k->store[o]])
+            E("sn_store(&%s[row + j], %s);", arg(w, o, a, sizeof a),
+              sn_cu_var_name(w->k, w->k->store[o], "", v, sizeof v));
+}
+
+/* In an element block: the row op's result at (r, j) is `val`; the epilogue follows it and
+ * every output is stored. */
+static void store(row *w, const char *val) {
+    const sn_kernel *k = w->k;
+    char a[16], v[48];
+    const char *name = w->fused ? sn_cu_var_name(k, k->row_instr, "", v, sizeof v) : "y";
+    E(w->n->dtype == SN_BF16 ? "const float %s = sn_round_bf16(%s);" : "const float %s = %s;", name, val);
+    if (!w->fused) {
+        E("sn_store(&out0[row + j], y);");
+        return;
+    }
+    for (int i = 0; i < k->n_instr; i++)
+        if (w->dep[i] && i != k->row_instr) sn_cu_emit_instr(w->t, k, i, "");
+    for (int o = 0; o < k->n_out; o++)
+        E("sn_store(&%s[row + j], %s);", arg(w, o, a, sizeof a),
+          sn_cu_var_name(k, k->store[o], "", v, sizeof v));
+}
+
+/* for (int j = first; j < end; j += step) { element } */
+static void open_pass(row *w, const char *first, int64_t end, unsigned step) {
+    E("for (int j = %s; j < %lld; j += %u) {", first, (long long)end, step);
+    element(w);
+}
+
+static void close_pass(row *w) { E("}"); }
+
+/* ---- a block per row ---- */
+
+/* store() of a value written from a format and up to three operands. */
+static void store_with(row *w, const char *fmt, const char *x0, const char *x1, const char *x2) {
+    char val[512];
+    snprintf(val, sizeof val, fmt, x0, x1, x2);
+    store(w, val);
+}
+
+static void softmax(row *w) {
+    char x[64];
+    opnd(w, 0, x, sizeof x);
+    E("float mx = -SN_INF; /* the row's max (NaN ignored, as the reference does) */");
+    open_pass(w, "threadIdx.x", w->C, w->threads);
+    E("mx = fmaxf(mx, %s);", x);
+    close_pass(w);
+    E("mx = sn_block_max(mx);");
+    E("float se = 0.0f;");
+    open_pass(w, "threadIdx.x", w->C, w->threads);
+    E("se += expf(%s - mx);", x);
+    close_pass(w);
+    E("const float inv = 1.0f / sn_block_sum(se);");
+    open_pass(w, "threadIdx.x", w->C, w->threads);
+    store_with(w, "expf(%s - mx) * inv", x, "", "");
+    close_pass(w);
+}
+
+static void softmax_bwd(row *w) { /* (y, dy) -> y (dy - sum(dy y)) */
+    char y[64], dy[64];
+    opnd(w, 0, y, sizeof y);
+    opnd(w, 1, dy, sizeof dy);
+    E("float sdy = 0.0f;");
+    open_pass(w, "threadIdx.x", w->C, w->threads);
+    E("sdy += %s * %s;", y, dy);
+    close_pass(w);
+    E("const float s = sn_block_sum(sdy);");
+    open_pass(w, "threadIdx.x", w->C, w->threads);
+    store_with(w, "%s * (%s - s)", y, dy, "");
+    close_pass(w);
+}
+
+/* mean (layernorm) and rstd of the row of operand 0, as the reference: two passes. With
+ * `prologue`, the first pass stores the prologue's outputs. */
+static void norm_stats(row *w, bool rms, bool prologue_here) {
+    char x[64];
+    opnd(w, 0, x, sizeof x);
+    if (!rms) {
+        E("float sx = 0.0f;");
+        open_pass(w, "threadIdx.x", w->C, w->threads);
+        E("sx += %s;", x);
+        if (prologue_here) store_prologue(w);
+        close_pass(w);
+        E("const float mean = sn_block_sum(sx) / %lld.0f;", (long long)w->C);
+    }
+    E("float sq = 0.0f;");
+    open_pass(w, "threadIdx.x", w->C, w->threads);
+    E(rms ? "sq += %s * %s;" : "sq += (%s - mean) * (%s - mean);", x, x);
+    if (prologue_here && rms) store_prologue(w);
+    close_pass(w);
+    char eps[32];
+    E("const float rstd = 1.0f / sqrtf(sn_block_sum(sq) / %lld.0f + %s);", (long long)w->C,
+      sn_cu_float_lit(w->n->a.f, eps, sizeof eps));
+}
+
+static void norm(row *w, bool rms) { /* layernorm (x, w, b), rmsnorm (x, w) */
+    char x[64], wt[64], b[64];
+    opnd(w, 0, x, sizeof x);
+    opnd(w, 1, wt, sizeof wt);
+    norm_stats(w, rms, false);
+    open_pass(w, "threadIdx.x", w->C, w->threads);
+    if (rms) store_with(w, "%s * rstd * %s", x, wt, "");
+    else store_with(w, "fmaf((%s - mean) * rstd, %s, %s)", x, wt, opnd(w, 2, b, sizeof b));
+    close_pass(w);
+}
+
+/* (x, w, dy) -> rstd (g - mean g - xhat mean(g xhat)), g = dy w (rmsnorm: no mean g) */
+static void norm_bwd(row *w, bool rms) {
+    char x[64], wt[64], dy[64], h[160];
+    opnd(w, 0, x, sizeof x);
+    opnd(w, 1, wt, sizeof wt);
+    opnd(w, 2, dy, sizeof dy);
+    snprintf(h, sizeof h, rms ? "%s * rstd" : "(%s - mean) * rstd", x);
+    norm_stats(w, rms, false);
+    E("float sg = 0.0f, sgx = 0.0f;");
+    open_pass(w, "threadIdx.x", w->C, w->threads);
+    E("const float g = %s * %s;", dy, wt);
+    if (!rms) E("sg += g;");
+    E("sgx += g * (%s);", h);
+    close_pass(w);
+    if (rms) E("const float mg = 0.0f;");
+    else E("const float mg = sn_block_sum(sg) / %lld.0f;", (long long)w->C);
+    E("const float mgx = sn_block_sum(sgx) / %lld.0f;", (long long)w->C);
+    open_pass(w, "threadIdx.x", w->C, w->threads);
+    E("const float g = %s * %s;", dy, wt);
+    store_with(w, "(g - mg - (%s) * mgx) * rstd", h, "", "");
+    close_pass(w);
+}
+
+/* row r is query i = r % T of a (.., T, S) matrix: key j > i + S - T becomes the fill */
+static void causal_mask(row *w) {
+    const sn_node *x = w->n->in[0];
+    char xs[64], f[32], val[160];
+    opnd(w, 0, xs, sizeof xs);
+    E("const int query = (int)(r %% %lld);", (long long)x->shape[x->rank - 2]);
+    open_pass(w, "threadIdx.x", w->C, w->threads);
+    snprintf(val, sizeof val, "j > query + %lld ? %s : %s", (long long)(w->C - x->shape[x->rank - 2]),
+             sn_cu_float_lit(w->n->a.f, f, sizeof f), xs);
+    store(w, val);
+    close_pass(w);
+}
+
+/* (logits, targets, dloss) -> (softmax - onehot(t)) dloss / count for counted rows, 0 for
+ * ignored rows and padded classes, NaN for a bad target. */
+static void cross_entropy_bwd(row *w) {
+    char x[64], t[16], dl[64];
+    opnd(w, 0, x, sizeof x);
+    arg(w, w->buf[1], t, sizeof t);
+    opnd(w, 2, dl, sizeof dl);
+    int ign = w->n->a.ignore_index;
+    E("float counted = 0.0f; /* rows whose target is not %d, over the whole batch */", ign);
+    E("for (%s q = threadIdx.x; q < %lld; q += %u) counted += %s[q] != %d ? 1.0f : 0.0f;", w->ix,
+      (long long)w->R, w->threads, t, ign);
+    E("const float count = sn_block_sum(counted);");
+    E("const float scale = count > 0.0f ? %s / count : 0.0f;", dl);
+    E("const int target = %s[r];", t);
+    E("if (target != %d && target >= 0 && target < %lld) {", ign, (long long)w->Vr);
+    E("float mx = -SN_INF;");
+    open_pass(w, "threadIdx.x", w->Vr, w->threads);
+    E("mx = fmaxf(mx, %s);", x);
+    close_pass(w);
+    E("mx = sn_block_max(mx);");
+    E("float se = 0.0f;");
+    open_pass(w, "threadIdx.x", w->Vr, w->threads);
+    E("se += expf(%s - mx);", x);
+    close_pass(w);
+    E("const float k = scale / sn_block_sum(se);");
+    open_pass(w, "threadIdx.x", w->Vr, w->threads);
+    E("const float p = expf(%s - mx) * k;", x);
+    store(w, "j == target ? p - scale : p");
+    close_pass(w);
+    E("} else {");
+    E("const float fill = target == %d ? 0.0f : (SN_INF - SN_INF); /* NaN: a bad target */", ign);
+    open_pass(w, "threadIdx.x", w->Vr, w->threads);
+    store(w, "fill");
+    close_pass(w);
+    E("}");
+    if (w->Vr < w->C) {
+        char first[48];
+        snprintf(first, sizeof first, "%lld + (int)threadIdx.x", (long long)w->Vr);
+        E("/* padded classes */");
+        open_pass(w, first, w->C, w->threads);
+        store(w, "0.0f");
+        close_pass(w);
+    }
+}
+
+/* ---- one block over every row: a warp per row ---- */
+
+/* for (r = warp; r < R; r += warps) { const ix row = r * C; */
+static void open_rows(row *w) {
+    E("const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;");
+    E("for (%s r = warp; r < %lld; r += %u) {", w->ix, (long long)w->R, w->threads / 32);
+    E("const %s row = r * %lld;", w->ix, (long long)w->C);
+    coords(w);
+}
+
+/* (logits, targets) -> the mean over rows whose target is not ignore_index of lse - logit[t] */
+static void cross_entropy(row *w) {
+    char x[64], t[64];
+    opnd(w, 0, x, sizeof x);
+    opnd(w, 1, t, sizeof t);
+    int ign = w->n->a.ignore_index;
+    E("double loss = 0.0; /* this warp's rows, summed in order */");
+    E("int count = 0;");
+    open_rows(w);
+    E("const int target = %s;", t);
+    E("if (target == %d) continue; /* the same for the warp's lanes */", ign);
+    E("count++;");
+    E("float mx = -SN_INF;");
+    open_pass(w, "lane", w->Vr, 32);
+    E("mx = fmaxf(mx, %s);", x);
+    close_pass(w);
+    E("mx = sn_warp_max(mx);");
+    E("float se = 0.0f;");
+    open_pass(w, "lane", w->Vr, 32);
+    E("se += expf(%s - mx);", x);
+    close_pass(w);
+    E("const float lse = mx + logf(sn_warp_sum(se));");
+    E("const bool ok = target >= 0 && target < %lld;", (long long)w->Vr);
+    E("float logit_t;");
+    E("{");
+    E("const int j = ok ? target : 0;");
+    element(w);
+    E("logit_t = %s;", x);
+    E("}");
+    E("loss += (double)(ok ? lse - logit_t : (SN_INF - SN_INF));");
+    E("}");
+    E("SN_SHARED(double, warp_loss, 32);");
+    E("SN_SHARED(int, warp_count, 32);");
+    E("if (lane == 0) {");
+    E("warp_loss[warp] = loss;");
+    E("warp_count[warp] = count;");
+    E("}");
+    E("__syncthreads();");
+    E("if (threadIdx.x == 0) {");
+    E("double sum = 0.0;");
+    E("long long rows = 0;");
+    E("for (int v = 0; v < %u; v++) {", w->threads / 32);
+    E("sum += warp_loss[v];");
+    E("rows += warp_count[v];");
+    E("}");
+    char a[16];
+    E("sn_store(&%s[0], rows > 0 ? (float)(sum / (double)rows) : 0.0f);", arg(w, w->y, a, sizeof a));
+    E("}");
+}
+
+/* (x, dy) -> y (C) = sum over rows of dy xhat; each lane owns the columns lane + 32 q */
+static void norm_bwd_w(row *w, bool rms) {
+    char x[64], dy[64], a[16];
+    opnd(w, 0, x, sizeof x);
+    opnd(w, 1, dy, sizeof dy);
+    int64_t nq = (w->C + 31) / 32;
+    E("float acc[%lld];", (long long)nq);
+    E("#pragma unroll");
+    E("for (int q = 0; q < %lld; q++) acc[q] = 0.0f;", (long long)nq);
+    open_rows(w);
+    const char *js = "lane";
+    if (!rms) {
+        E("float sx = 0.0f;");
+        open_pass(w, js, w->C, 32);
+        E("sx += %s;", x);
+        store_prologue(w);
+        close_pass(w);
+        E("const float mean = sn_warp_sum(sx) / %lld.0f;", (long long)w->C);
+    }
+    E("float sq = 0.0f;");
+    open_pass(w, js, w->C, 32);
+    E(rms ? "sq += %s * %s;" : "sq += (%s - mean) * (%s - mean);", x, x);
+    if (rms) store_prologue(w);
+    close_pass(w);
+    char eps[32];
+    E("const float rstd = 1.0f / sqrtf(sn_warp_sum(sq) / %lld.0f + %s);", (long long)w->C,
+      sn_cu_float_lit(w->n->a.f, eps, sizeof eps));
+    E("#pragma unroll");
+    E("for (int q = 0; q < %lld; q++) {", (long long)nq);
+    E("const int j = lane + 32 * q;");
+    E("if (j < %lld) {", (long long)w->C);
+    element(w);
+    E(rms ? "acc[q] += %s * (%s * rstd);" : "acc[q] += %s * ((%s - mean) * rstd);", dy, x);
+    E("}");
+    E("}");
+    E("}");
+    E("SN_SHARED(float, column_sum, %lld);", (long long)w->C);
+    E("/* the warps' sums added in warp order */");
+    E("for (int v = 0; v < %u; v++) {", w->threads / 32);
+    E("if (warp == v) {");
+    E("#pragma unroll");
+    E("for (int q = 0; q < %lld; q++) {", (long long)nq);
+    E("const int j = lane + 32 * q;");
+    E("if (j < %lld) column_sum[j] = v == 0 ? acc[q] : column_sum[j] + acc[q];", (long long)w->C);
+    E("}");
+    E("}");
+    E("__syncthreads();");
+    E("}");
+    E("for (int j = threadIdx.x; j < %lld; j += %u) sn_store(&%s[j], column_sum[j]);",
+      (long long)w->C, w->threads, arg(w, w->y, a, sizeof a));
+}
+
+/* ---- the kernel ---- */
+
+bool sn_cu_row_single_block(const sn_kernel *k) {
+    const sn_row_facts *f = sn_row_facts_of(k->anchor->op);
+    return f && f->serial;
+}
+
+static sn_status not_pointwise(const sn_kernel *k, int i, sn_err *e) {
+    const sn_node *n = k->instr[i].node;
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: instruction %d is %s (%%%d), which "
+                   "is not a pointwise op", k->name, i, sn_op_name(n->op), n->id);
+}
+
+/* Fills w from k; the checks of sn_cu_check_row. */
+static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
+    const sn_node *n = k->anchor, *x = n->in[0];
+    *w = (row){.k = k, .n = n, .y = -1, .fused = k->n_instr > 0};
+    if (!sn_row_facts_of(n->op))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: %s is not a row op the CUDA "
+                       "backend knows", k->name, sn_op_name(n->op));
+    w->C = x->rank ? x->shape[x->rank - 1] : 1;
+    w->R = x->rank ? sn_numel(x) / w->C : 1;
+    w->Vr = n->a.end > 0 && n->a.end < w->C ? n->a.end : w->C;
+    w->ix = sn_cu_index_type(w->R * w->C + 1024 * 1024);
+    sn_status st = sn_cu_check_dtype(k, n, e);
+    if (st) return st;
+    bool ce = n->op == SN_OP_CROSS_ENTROPY || n->op == SN_OP_CROSS_ENTROPY_BWD;
+    if (ce && n->in[1]->dtype != SN_I32)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: targets %%%d are %s; the CUDA "
+                       "backend reads i32 targets", k->name, n->in[1]->id, sn_dtype_name(n->in[1]->dtype));
+    if (n->op == SN_OP_CAUSAL_MASK && x->rank < 2)
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: causal_mask needs a (.., T, S) input", k->name);
+    for (int i = 0; i < 3; i++) w->buf[i] = -1;
+    if (!w->fused) {
+        for (int i = 0; i < n->n_in; i++)
+            for (int a = k->n_out; a < k->n_out + k->n_in && w->buf[i] < 0; a++)
+                if (k->args[a] == n->in[i]) w->buf[i] = a;
+        for (int i = 0; i < n->n_in; i++) SN_ASSERT(w->buf[i] >= 0);
+        w->y = 0;
+        return SN_OK;
+    }
+    if (k->n_instr > (int)(sizeof w->dep / sizeof w->dep[0]))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: %d fused instructions; the CUDA "
+                       "backend takes at most 64 around a row op", k->name, k->n_instr);
+    SN_ASSERT(k->row_instr >= 0 && k->row_instr < k->n_instr && k->instr[k->row_instr].node == n);
+    for (int i = 0; i < k->n_instr; i++) {
+        const sn_pw_instr *in = &k->instr[i];
+        if (i != k->row_instr) {
+            if ((st = sn_cu_check_dtype(k, in->node, e))) return st;
+            if (sn_op_kind(in->node->op) != SN_K_POINTWISE && !sn_pw_is_identity(in->node->op))
+                return not_pointwise(k, i, e);
+        }
+        w->dep[i] = i == k->row_instr;
+        for (int t = 0; t < in->n_in; t++)
+            if (in->in[t].kind == SN_REF_INSTR) w->dep[i] = w->dep[i] || w->dep[in->in[t].index];
+    }
+    const sn_pw_instr *ri = &k->instr[k->row_instr];
+    for (int t = 0; t < ri->n_in; t++)
+        if (!sn_row_operand_per_element(n->op, t)) {
+            SN_ASSERT(ri->in[t].kind == SN_REF_ACCESS); /* w, b, targets: their buffers */
+            w->buf[t] = k->access[ri->in[t].index].arg;
+        }
+    for (int o = 0; o < k->n_out; o++) {
+        int i = k->store[o];
+        if (i == k->row_instr) w->y = o;
+        if (w->dep[i] && i != k->row_instr && !sn_row_result_per_element(n->op))
+            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: an epilogue after %s, whose result "
+                           "is not one element per element of its input", k->name, sn_op_name(n->op));
+        if (!w->dep[i] && n->op == SN_OP_CROSS_ENTROPY)
+            return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: cross_entropy reads only the "
+                           "counted rows, so it cannot store the values of its prologue (%%%d)",
+                           k->name, k->args[o]->id);
+    }
+    if (w->y < 0 && !sn_row_result_per_element(n->op))
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: %s's result is not stored", k->name,
+                       sn_op_name(n->op));
+    return SN_OK;
+}
+
+sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e) {
+    row w;
+    return setup(&w, k, e);
+}
+
+void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname) {
+    row w;
+    sn_err e;
+    SN_ASSERT(setup(&w, k, &e) == SN_OK); /* the renderer checked it */
+    w.t = t;
+    w.threads = d->block[0];
+    sn_cu_emit_signature(t, k, fname, (int)w.threads);
+    sn_cu_emitf(t, "/* %s over %lld rows of %lld%s */", sn_op_name(k->anchor->op), (long long)w.R,
+                (long long)w.C, sn_cu_row_single_block(k) ? ": one block, a warp per row" : "");
+    if (!sn_cu_row_single_block(k)) {
+        sn_cu_emitf(t, "const %s r = blockIdx.x; /* this block's row */", w.ix);
+        sn_cu_emitf(t, "const %s row = r * %lld;", w.ix, (long long)w.C);
+        coords(&w);
+    }
+    switch (k->anchor->op) {
+    case SN_OP_SOFTMAX: softmax(&w); break;
+    case SN_OP_SOFTMAX_BWD: softmax_bwd(&w); break;
+    case SN_OP_LAYERNORM: norm(&w, false); break;
+    case SN_OP_RMSNORM: norm(&w, true); break;
+    case SN_OP_LAYERNORM_BWD: norm_bwd(&w, false); break;
+    case SN_OP_RMSNORM_BWD: norm_bwd(&w, true); break;
+    case SN_OP_LAYERNORM_BWD_W: norm_bwd_w(&w, false); break;
+    case SN_OP_RMSNORM_BWD_W: norm_bwd_w(&w, true); break;
+    case SN_OP_CAUSAL_MASK: causal_mask(&w); break;
+    case SN_OP_CROSS_ENTROPY: cross_entropy(&w); break;
+    case SN_OP_CROSS_ENTROPY_BWD: cross_entropy_bwd(&w); break;
+    default: SN_ASSERT(0);
+    }
+    sn_cu_emitf(t, "}");
+}
+
+/* ---- shared by every row and reduction kernel ---- */
+
+void sn_cu_emit_block_reductions(sn_cu_text *t) {
+    static const char *const text[] = {
+        "",
+        "/* Sums and maxima over a warp, then over a block (every thread gets the result). The",
+        " * first barrier lets an earlier call's readers of `partial` finish; the second makes",
+        " * every warp's partial visible. Blocks are whole warps. */",
+        "SN_DEVICE float sn_warp_sum(float v) {",
+        "for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);",
+        "return v;",
+        "}",
+        "/* NaN ignored, as fmaxf does */",
+        "SN_DEVICE float sn_warp_max(float v) {",
+        "for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));",
+        "return v;",
+        "}",
+        "SN_DEVICE float sn_block_sum(float v) {",
+        "SN_SHARED(float, partial_sum, 32);",
+        "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;",
+        "v = sn_warp_sum(v);",
+        "__syncthreads();",
+        "if (lane == 0) partial_sum[warp] = v;",
+        "__syncthreads();",
+        "return sn_warp_sum(lane < warps ? partial_sum[lane] : 0.0f);",
+        "}",
+        "SN_DEVICE float sn_block_max(float v) {",
+        "SN_SHARED(float, partial_max, 32);",
+        "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;",
+        "v = sn_warp_max(v);",
+        "__syncthreads();",
+        "if (lane == 0) partial_max[warp] = v;",
+        "__syncthreads();",
+        "return sn_warp_max(lane < warps ? partial_max[lane] : -SN_INF);",
+        "}",
+        "/* max with NaN propagating (the reference's max reduction) */",
+        "SN_DEVICE float sn_max_nan(float a, float b) { return a > b || a != a ? a : b; }",
+    };
+    for (size_t i = 0; i < sizeof text / sizeof text[0]; i++) sn_cu_emitf(t, "%s", text[i]);
+}

@@ -1,0 +1,215 @@
+/* cache.c: compiled CUBINs on disk, so a second run of the same model compiles nothing. An entry
+ * is <dir>/<key>.cubin: a header (magic, version, key, arch, sizes, CRC-32), the ptxas report and
+ * the CUBIN. Convention: an entry is written whole or not at all (support/savefile), and one
+ * whose header, size, checksum or key is not exactly right is recompiled and replaced. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "support/crc.h"
+#include "support/savefile.h"
+#include "cuda_rt.h"
+
+#define CACHE_MAGIC "SNCUBIN\x01"
+enum { CACHE_VERSION = 1 };
+
+typedef struct {
+    char magic[8];
+    uint32_t version, arch;
+    uint8_t key[16];
+    uint64_t log_len, cubin_len;
+    uint32_t crc; /* of the log and the cubin */
+    uint32_t zero;
+} entry_head;
+
+void sn_cuda_cache_init(sn_cuda_cache *c, const char *dir_override, bool disabled) {
+    *c = (sn_cuda_cache){.disabled = disabled};
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (dir_override && *dir_override) snprintf(c->dir, sizeof c->dir, "%s", dir_override);
+    else if (xdg && *xdg) snprintf(c->dir, sizeof c->dir, "%s/sinter", xdg);
+    else if (home && *home) snprintf(c->dir, sizeof c->dir, "%s/.cache/sinter", home);
+}
+
+/* ---- the key: two 64-bit FNV-1a streams with different seeds, finalised by a mixer ---- */
+
+typedef struct {
+    uint64_t h[2];
+} hasher;
+
+static void hash_bytes(hasher *s, const void *p, size_t n) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) {
+        s->h[0] = (s->h[0] ^ c[i]) * 0x100000001b3ull;
+        s->h[1] = (s->h[1] ^ c[i]) * 0x100000001b3ull;
+    }
+    uint64_t len = n; /* field boundaries matter: "ab","c" != "a","bc" */
+    for (int k = 0; k < 8; k++) {
+        s->h[0] = (s->h[0] ^ (len >> (8 * k) & 0xff)) * 0x100000001b3ull;
+        s->h[1] = (s->h[1] ^ (len >> (8 * k) & 0xff)) * 0x100000001b3ull;
+    }
+}
+
+static uint64_t mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+static sn_status cache_key(sn_cuda_api *a, const char *src, int arch, uint8_t key[16], sn_err *e) {
+    sn_status st = sn_cuda_api_load(a, SN_LIB_NVRTC, e);
+    if (st) return st;
+    int major = 0, minor = 0;
+    if ((st = SN_CUDA_CHECK(a, e, nvrtcVersion, &major, &minor))) return st;
+    hasher s = {{0xcbf29ce484222325ull, 0x84222325cbf29ce4ull}};
+    char head[96], gpu[48];
+    snprintf(head, sizeof head, "sinter cubin %d; nvrtc %d.%d; sm_%d", CACHE_VERSION, major, minor,
+             arch);
+    hash_bytes(&s, head, strlen(head));
+    const char *lib = sn_cuda_lib_name(a, SN_LIB_NVRTC); /* a stand-in's entries are its own */
+    hash_bytes(&s, lib, strlen(lib));
+    const char *opts[8];
+    int n = sn_cuda_nvrtc_options(arch, gpu, opts);
+    for (int i = 0; i < n; i++) hash_bytes(&s, opts[i], strlen(opts[i]));
+    hash_bytes(&s, sn_cuda_prelude(), strlen(sn_cuda_prelude()));
+    hash_bytes(&s, src, strlen(src));
+    uint64_t k0 = mix(s.h[0] ^ mix(s.h[1])), k1 = mix(s.h[1] + 0x9e3779b97f4a7c15ull * k0);
+    memcpy(key, &k0, 8);
+    memcpy(key + 8, &k1, 8);
+    return SN_OK;
+}
+
+static void key_path(const sn_cuda_cache *c, const uint8_t key[16], char *path, size_t len) {
+    char hex[33];
+    for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", key[i]);
+    snprintf(path, len, "%s/%s.cubin", c->dir, hex);
+}
+
+bool sn_cuda_cache_path(const sn_cuda_cache *c, sn_cuda_api *a, const char *src, int arch,
+                        char *path, size_t len) {
+    uint8_t key[16];
+    sn_err e;
+    if (!c->dir[0] || cache_key(a, src, arch, key, &e)) return false;
+    key_path(c, key, path, len);
+    return true;
+}
+
+/* Reads the entry at path into out when it is whole and has this key; false otherwise, with
+ * *present saying whether a file was there (a bad one). */
+static bool read_entry(const char *path, const uint8_t key[16], int arch, sn_cuda_module *out,
+                       bool *present) {
+    *present = false;
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    *present = true;
+    entry_head h;
+    bool ok = fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, CACHE_MAGIC, 8) == 0 &&
+              h.version == CACHE_VERSION && h.arch == (uint32_t)arch &&
+              memcmp(h.key, key, 16) == 0 && h.log_len < (1u << 30) && h.cubin_len > 0 &&
+              h.cubin_len < (1u << 30);
+    if (ok) {
+        struct stat st;
+        ok = fstat(fileno(f), &st) == 0 &&
+             (uint64_t)st.st_size == sizeof h + h.log_len + h.cubin_len;
+    }
+    if (ok) {
+        out->log = malloc(h.log_len + 1);
+        out->cubin = malloc(h.cubin_len);
+        ok = out->log && out->cubin && fread(out->log, 1, h.log_len, f) == h.log_len &&
+             fread(out->cubin, 1, h.cubin_len, f) == h.cubin_len;
+    }
+    if (ok) {
+        sn_crc32 crc;
+        sn_crc32_init(&crc);
+        sn_crc32_update(&crc, out->log, h.log_len);
+        sn_crc32_update(&crc, out->cubin, h.cubin_len);
+        ok = sn_crc32_value(&crc) == h.crc;
+        out->log[h.log_len] = '\0';
+        out->cubin_size = h.cubin_len;
+    }
+    fclose(f);
+    if (!ok) {
+        free(out->log);
+        free(out->cubin);
+        out->log = out->cubin = NULL;
+        out->cubin_size = 0;
+    }
+    return ok;
+}
+
+static sn_status mkdirs(const char *dir, sn_err *e) {
+    char p[512];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST)
+                return sn_fail(e, SN_ERR_IO, "kernel cache: cannot create %s: %s (use --no-cache, "
+                               "or set XDG_CACHE_HOME to a writable folder)", p, strerror(errno));
+            *s = c;
+            if (!c) break;
+        }
+    }
+    return SN_OK;
+}
+
+static sn_status write_entry(const sn_cuda_cache *c, const char *path, const uint8_t key[16],
+                             int arch, const sn_cuda_module *m, sn_err *e) {
+    sn_status st = mkdirs(c->dir, e);
+    if (st) return st;
+    entry_head h = {.version = CACHE_VERSION, .arch = (uint32_t)arch,
+                    .log_len = m->log ? strlen(m->log) : 0, .cubin_len = m->cubin_size};
+    memcpy(h.magic, CACHE_MAGIC, 8);
+    memcpy(h.key, key, 16);
+    sn_crc32 crc;
+    sn_crc32_init(&crc);
+    sn_crc32_update(&crc, m->log ? m->log : "", h.log_len);
+    sn_crc32_update(&crc, m->cubin, h.cubin_len);
+    h.crc = sn_crc32_value(&crc);
+    sn_savefile s;
+    if ((st = sn_savefile_open(&s, path, "kernel cache entry", e))) return st;
+    if (fwrite(&h, sizeof h, 1, s.f) != 1 || fwrite(m->log ? m->log : "", 1, h.log_len, s.f) != h.log_len ||
+        fwrite(m->cubin, 1, h.cubin_len, s.f) != h.cubin_len) {
+        sn_savefile_abort(&s);
+        return sn_fail(e, SN_ERR_IO, "kernel cache: writing %s failed: %s", path, strerror(errno));
+    }
+    return sn_savefile_commit(&s, e);
+}
+
+sn_status sn_cuda_cache_compile(sn_cuda_cache *c, sn_cuda_api *a, const char *src,
+                                const char *name, int arch, sn_cuda_module *out, bool *compiled,
+                                sn_err *e) {
+    *out = (sn_cuda_module){.arch = arch};
+    *compiled = false;
+    uint8_t key[16];
+    char path[600];
+    bool use = !c->disabled && c->dir[0];
+    sn_status st;
+    if (use) {
+        if ((st = cache_key(a, src, arch, key, e))) return st;
+        key_path(c, key, path, sizeof path);
+        bool present;
+        if (read_entry(path, key, arch, out, &present)) {
+            c->hits++;
+            out->n_info = sn_ptxas_parse(out->log, NULL, 0);
+            out->info = sn_calloc((size_t)out->n_info + 1, sizeof *out->info, "the ptxas report", e);
+            if (!out->info) return SN_ERR_OOM;
+            sn_ptxas_parse(out->log, out->info, out->n_info);
+            return SN_OK;
+        }
+        if (present) c->rejected++;
+    }
+    c->misses++;
+    *compiled = true;
+    if ((st = sn_cuda_nvrtc_compile(a, src, name, arch, out, e))) return st;
+    if (use) {
+        sn_err we;
+        if (write_entry(c, path, key, arch, out, &we)) /* a cache that cannot be written only costs time */
+            fprintf(stderr, "warning: %s\n", we.msg);
+    }
+    return SN_OK;
+}

@@ -1,0 +1,134 @@
+/* cublaslt.c: one cuBLASLt plan per GEMM kernel, built when the program is loaded (matmul
+ * descriptor, layouts, preference, the heuristic's algorithm), run with no setup per call.
+ * Convention: the row-major problem D (M, N) = op(A) @ op(B) is handed to cuBLASLt as its
+ * column-major transpose D^T (N, M) = op(B)^T @ op(A)^T, so no layout needs a row order and an
+ * (N) bias is cuBLASLt's per-row bias of D^T. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_rt.h"
+
+struct sn_gemm_plan {
+    sn_gemm_shape s;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, d; /* cuBLASLt's A (our B), B (our A), C = D */
+    cublasLtMatmulPreference_t pref;
+    bool has_algo;
+    cublasLtMatmulHeuristicResult_t heur;
+};
+
+sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k) {
+    const sn_node *mm = k->anchor, *A = mm->in[0], *B = mm->in[1];
+    sn_gemm_shape s = {.ta = mm->a.ta, .tb = mm->a.tb};
+    s.M = mm->shape[mm->rank - 2];
+    s.N = mm->shape[mm->rank - 1];
+    s.K = A->shape[A->rank - 1 - s.ta];
+    s.lda = A->shape[A->rank - 1];
+    s.ldb = B->shape[B->rank - 1];
+    s.ldd = s.N;
+    s.batch = sn_numel(mm) / (s.M * s.N);
+    if (B->rank == 2 && A->rank > 2 && !s.ta) { /* rows of every batch are one matrix */
+        s.M *= s.batch;
+        s.batch = 1;
+    }
+    s.stride_a = A->rank > 2 ? s.M * s.K : 0;
+    s.stride_b = B->rank > 2 ? s.K * s.N : 0;
+    s.stride_d = s.M * s.N;
+    return s;
+}
+
+/* A column-major layout of rows x cols with leading dimension ld, batched. */
+static sn_status layout(sn_cuda_api *a, cublasLtMatrixLayout_t *l, uint64_t rows, uint64_t cols,
+                        int64_t ld, const sn_gemm_shape *s, int64_t stride, sn_err *e) {
+    sn_status st = SN_CUDA_CHECK(a, e, cublasLtMatrixLayoutCreate, l, CUDA_R_32F, rows, cols, ld);
+    if (st || s->batch == 1) return st;
+    int32_t count = (int32_t)s->batch;
+    if ((st = SN_CUDA_CHECK(a, e, cublasLtMatrixLayoutSetAttribute, *l,
+                            CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count)))
+        return st;
+    return SN_CUDA_CHECK(a, e, cublasLtMatrixLayoutSetAttribute, *l,
+                         CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+}
+
+void sn_gemm_plan_free(sn_cuda_api *a, sn_gemm_plan *p) {
+    if (!p) return;
+    if (p->pref) a->cublasLtMatmulPreferenceDestroy(p->pref);
+    if (p->a) a->cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) a->cublasLtMatrixLayoutDestroy(p->b);
+    if (p->d) a->cublasLtMatrixLayoutDestroy(p->d);
+    if (p->desc) a->cublasLtMatmulDescDestroy(p->desc);
+    free(p);
+}
+
+sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_shape *s,
+                           bool tf32, size_t workspace_bytes, sn_gemm_plan **out, sn_err *e) {
+    *out = NULL;
+    sn_status st = sn_cuda_api_load(a, SN_LIB_CUBLASLT, e);
+    if (st) return st;
+    sn_gemm_plan *p = sn_calloc(1, sizeof *p, "a cuBLASLt plan", e);
+    if (!p) return SN_ERR_OOM;
+    p->s = *s;
+    int32_t op_a = s->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A is our B */
+    int32_t op_b = s->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int32_t epi = s->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    int32_t bias_type = CUDA_R_32F;
+    if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescCreate, &p->desc,
+                                tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
+                                CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a);
+    if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
+                                CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b);
+    if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
+                                CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (!st && s->bias)
+        st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
+                           CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
+    /* our row-major B (K, N) [tb: (N, K)] is column-major (N, K) [(K, N)] with ld ldb */
+    if (!st) st = layout(a, &p->a, s->tb ? s->K : s->N, s->tb ? s->N : s->K, s->ldb, s,
+                         s->stride_b, e);
+    if (!st) st = layout(a, &p->b, s->ta ? s->M : s->K, s->ta ? s->K : s->M, s->lda, s,
+                         s->stride_a, e);
+    if (!st) st = layout(a, &p->d, s->N, s->M, s->ldd, s, s->stride_d, e);
+    uint64_t ws = workspace_bytes;
+    if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceCreate, &p->pref);
+    if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceSetAttribute, p->pref,
+                                CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (!st && handle) { /* without a handle (no GPU, in tests) the plan stops here */
+        int found = 0;
+        st = SN_CUDA_CHECK(a, e, cublasLtMatmulAlgoGetHeuristic, handle, p->desc, p->a, p->b,
+                           p->d, p->d, p->pref, 1, &p->heur, &found);
+        if (!st && found == 0)
+            st = sn_fail(e, SN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for the GEMM "
+                         "(%lld x %lld x %lld, batch %lld%s%s%s) with a %zu-byte workspace",
+                         (long long)s->M, (long long)s->N, (long long)s->K, (long long)s->batch,
+                         s->ta ? ", A transposed" : "", s->tb ? ", B transposed" : "",
+                         s->bias ? ", bias" : "", workspace_bytes);
+        p->has_algo = !st;
+    }
+    if (st) {
+        sn_gemm_plan_free(a, p);
+        return st;
+    }
+    *out = p;
+    return SN_OK;
+}
+
+sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,
+                           CUdeviceptr d, CUdeviceptr A, CUdeviceptr B, CUdeviceptr bias,
+                           CUdeviceptr workspace, size_t workspace_bytes, CUstream stream,
+                           sn_err *e) {
+    if (!p->has_algo)
+        return sn_fail(e, SN_ERR_INVALID, "a cuBLASLt plan built without a handle cannot run");
+    sn_status st = SN_OK;
+    if (p->s.bias) {
+        void *ptr = (void *)(uintptr_t)bias;
+        st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
+                           CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr);
+        if (st) return st;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    return SN_CUDA_CHECK(a, e, cublasLtMatmul, handle, p->desc, &one, (const void *)(uintptr_t)B,
+                         p->a, (const void *)(uintptr_t)A, p->b, &zero, (const void *)(uintptr_t)d,
+                         p->d, (void *)(uintptr_t)d, p->d, &p->heur.algo,
+                         (void *)(uintptr_t)workspace, workspace_bytes, stream);
+}

@@ -1,0 +1,46 @@
+/* cuda_device.h: the CUDA device (Driver API, NVRTC and cuBLASLt, all opened with dlopen), and
+ * the probe `sinter info` and `--device auto` use. Convention: no function here fails the process
+ * on a machine without a driver: the absence of libcuda is a status with the reason in words.
+ *
+ *     sn_device *d;
+ *     if (sn_cuda_device_new(0, &d, &e)) printf("%s\n", e.msg); // "no CUDA device (...)"
+ */
+#ifndef SN_CUDA_DEVICE_H
+#define SN_CUDA_DEVICE_H
+
+#include <stdio.h>
+
+#include "runtime/device.h"
+
+typedef struct {
+    bool tf32;             /* TF32 tensor-core GEMMs (sm_80+; ignored before) */
+    bool no_cache;         /* compile every kernel, read and write no cache entry */
+    bool no_graphs;        /* launch one by one: never capture a step into a CUDA Graph */
+    const char *cache_dir; /* NULL: $XDG_CACHE_HOME/sinter or ~/.cache/sinter */
+} sn_cuda_opts;
+
+/* The CUDA device `ordinal` with default options (tf32 off, cache on, graphs on). Without a
+ * driver or a device: SN_ERR_DEVICE, the message saying why ("no CUDA device (libcuda.so.1:
+ * cannot open shared object file ...)"). */
+sn_status sn_cuda_device_new(int ordinal, sn_device **out, sn_err *e);
+sn_status sn_cuda_device_new_opts(int ordinal, const sn_cuda_opts *o, sn_device **out, sn_err *e);
+
+/* Number of CUDA devices; 0 with the reason in why (when not NULL): "libcuda.so.1: cannot open
+ * shared object file ..." or "cuInit: CUDA_ERROR_NO_DEVICE (no CUDA-capable device is
+ * detected)". */
+int sn_cuda_device_count(char *why, size_t why_len);
+
+/* The `sinter info` lines: NVRTC and cuBLASLt versions (or why not), driver, devices. */
+void sn_cuda_info_print(FILE *f);
+
+/* Statistics of a CUDA device (zeros for another device). */
+typedef struct {
+    int sm;                       /* 90: sm_90 */
+    int nvrtc_runs, cache_hits, cache_rejected;
+    double compile_s;             /* time in NVRTC or the cache */
+    int graphs_captured, graph_launches, eager_steps;
+    int gemm_plans;
+} sn_cuda_stats;
+void sn_cuda_stats_get(const sn_device *d, sn_cuda_stats *s);
+
+#endif

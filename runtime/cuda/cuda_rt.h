@@ -1,0 +1,137 @@
+/* cuda_rt.h: the CUDA device's internal header, one section per file (a table of contents).
+ * Convention: every libcuda, NVRTC and cuBLASLt call goes through SN_CUDA_CHECK, which names
+ * file:line, the call and the library's own error name and text, and returns an sn_status. */
+#ifndef SN_CUDA_RT_H
+#define SN_CUDA_RT_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "codegen/cuda/cuda.h"
+#include "runtime/device.h"
+#include "cuda_api.h"
+#include "cuda_device.h"
+
+/* ---- driver.c: the three libraries, opened with dlopen, and the checking macro ---- */
+
+typedef enum { SN_LIB_CUDA, SN_LIB_NVRTC, SN_LIB_CUBLASLT, SN_LIB_COUNT } sn_cuda_lib;
+
+/* The function tables; a library not (yet) loaded has NULL entries and handle. */
+typedef struct {
+    void *handle[SN_LIB_COUNT];
+    char path[SN_LIB_COUNT][256]; /* the name or path each was opened as */
+#define SN_CUDA_FIELD(ret, name, sym, params) ret(*name) params;
+    SN_CUDA_DRIVER_API(SN_CUDA_FIELD)
+    SN_CUDA_NVRTC_API(SN_CUDA_FIELD)
+    SN_CUDA_CUBLASLT_API(SN_CUDA_FIELD)
+#undef SN_CUDA_FIELD
+} sn_cuda_api;
+
+/* Opens library `lib` (the environment variable SN_LIB*_ENV overrides its name) and looks up
+ * every symbol of its table. A missing library or symbol is SN_ERR_DEVICE naming the library,
+ * dlerror's words and what to do. Loading twice is a no-op. */
+sn_status sn_cuda_api_load(sn_cuda_api *a, sn_cuda_lib lib, sn_err *e);
+/* dlcloses what was loaded (libcuda stays open: the driver's threads may run its code). */
+void sn_cuda_api_unload(sn_cuda_api *a);
+/* The library's name in messages: "libcuda.so.1" or the overriding path. */
+const char *sn_cuda_lib_name(const sn_cuda_api *a, sn_cuda_lib lib);
+
+/* Records a failed call: the library is told by the call's name (cu*, nvrtc*, cublasLt*). */
+sn_status sn_cuda_fail(const sn_cuda_api *a, int result, const char *file, int line,
+                       const char *call, sn_err *e);
+
+/* SN_CUDA_CHECK(api, e, cuMemAlloc, &p, n): calls api->cuMemAlloc(&p, n); SN_OK, or the failure
+ * recorded in e ("runtime/cuda/device.c:80: cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of
+ * memory)") and its status (SN_ERR_OOM for out-of-memory results, else SN_ERR_DEVICE). */
+#define SN_CUDA_CHECK(api, e, fn, ...)                                                             \
+    ({                                                                                             \
+        int r_ = (int)(api)->fn(__VA_ARGS__);                                                      \
+        r_ == 0 ? SN_OK : sn_cuda_fail((api), r_, __FILE__, __LINE__, #fn, (e));                   \
+    })
+
+/* ---- compile.c: NVRTC in a child process ---- */
+
+/* Compiles src for sm_<arch> into a CUBIN with the ptxas report (as sn_nvrtc_compile does), in a
+ * forked child that sends the result back through a pipe: a crash of NVRTC's embedded ptxas is
+ * an error naming the signal, not the end of the process. Free *out with sn_cuda_module_free. */
+sn_status sn_cuda_nvrtc_compile(sn_cuda_api *a, const char *src, const char *name, int arch,
+                                sn_cuda_module *out, sn_err *e);
+/* NVRTC's options for arch, written into opts (at most 8); returns how many. */
+int sn_cuda_nvrtc_options(int arch, char gpu[48], const char **opts);
+
+/* ---- cache.c: the CUBIN cache on disk ---- */
+
+typedef struct {
+    char dir[512]; /* $XDG_CACHE_HOME/sinter or ~/.cache/sinter; "" disables */
+    bool disabled; /* --no-cache */
+    int hits, misses, rejected; /* this process's lookups; rejected: bad entries recompiled */
+} sn_cuda_cache;
+
+/* The cache directory (dir_override, else the environment's), created on first store. */
+void sn_cuda_cache_init(sn_cuda_cache *c, const char *dir_override, bool disabled);
+/* The CUBIN for (src, arch) from the cache, else compiled (sn_cuda_nvrtc_compile) and stored.
+ * The key hashes source, prelude, options, NVRTC version and library name, and arch; an entry
+ * whose magic, size, checksum or key does not match is recompiled and replaced, never used. *compiled says
+ * whether NVRTC ran. */
+sn_status sn_cuda_cache_compile(sn_cuda_cache *c, sn_cuda_api *a, const char *src,
+                                const char *name, int arch, sn_cuda_module *out, bool *compiled,
+                                sn_err *e);
+/* The file an entry for (src, arch) lives in (for tests); false without a cache directory. */
+bool sn_cuda_cache_path(const sn_cuda_cache *c, sn_cuda_api *a, const char *src, int arch,
+                        char *path, size_t len);
+
+/* ---- cublaslt.c: GEMM plans ---- */
+
+typedef struct sn_gemm_plan sn_gemm_plan;
+
+/* The row-major problem of a GEMM kernel: D (batch, M, N) = op(A) @ op(B) [+ bias (N)]. */
+typedef struct {
+    bool ta, tb;
+    int64_t M, N, K, batch;
+    int64_t lda, ldb, ldd;             /* row-major leading dimensions */
+    int64_t stride_a, stride_b, stride_d; /* batch strides in elements (0: shared) */
+    bool bias;                          /* the bias epilogue (bias: an (N) vector) */
+} sn_gemm_shape;
+
+/* The problem kernel k's matmul describes (runtime/gemm.c's layouts: a rank-2 operand shared by
+ * the other's batch folds into one larger GEMM). */
+sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k);
+
+/* Builds the plan: matmul descriptor (fp32, or TF32 when tf32), layouts, a preference allowing
+ * workspace_bytes, and the heuristic's best algorithm. handle may be NULL (no GPU: everything
+ * up to the heuristic is built, then SN_ERR_DEVICE naming cublasLtCreate's result). */
+sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_shape *s,
+                           bool tf32, size_t workspace_bytes, sn_gemm_plan **out, sn_err *e);
+/* D = A @ B (+ bias) on stream, with the plan's algorithm. */
+sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,
+                           CUdeviceptr d, CUdeviceptr A, CUdeviceptr B, CUdeviceptr bias,
+                           CUdeviceptr workspace, size_t workspace_bytes, CUstream stream,
+                           sn_err *e);
+void sn_gemm_plan_free(sn_cuda_api *a, sn_gemm_plan *p);
+
+/* ---- graph.c: the step as a CUDA Graph ---- */
+
+/* One operation of the step in progress: a kernel launch or a GEMM, with its buffers. The
+ * device queues them and issues the queue at the next upload, download or sync: a queue equal
+ * to one issued before (the step is stable) is captured once into a CUDA Graph and replayed. */
+typedef struct {
+    const void *what; /* the kernel's sn_cuda_fn or sn_gemm_plan (both live as long as the device) */
+    int n_bufs;
+    CUdeviceptr bufs[SN_KER_MAX_ARGS];
+} sn_cuda_op;
+
+/* Issues one op on the device's stream. */
+typedef sn_status (*sn_cuda_issue_fn)(void *ctx, const sn_cuda_op *op, sn_err *e);
+
+typedef struct sn_cuda_graphs sn_cuda_graphs;
+
+/* enabled false: every op is issued when queued, nothing is captured. */
+sn_cuda_graphs *sn_cuda_graphs_new(sn_cuda_api *a, CUstream stream, bool enabled,
+                                   sn_cuda_issue_fn issue, void *ctx, sn_err *e);
+void sn_cuda_graphs_free(sn_cuda_graphs *g);
+sn_status sn_cuda_graphs_add(sn_cuda_graphs *g, const sn_cuda_op *op, sn_err *e);
+/* Issues what is queued: eagerly the first time a sequence is seen, as a graph after. */
+sn_status sn_cuda_graphs_flush(sn_cuda_graphs *g, sn_err *e);
+void sn_cuda_graphs_counts(const sn_cuda_graphs *g, int *captured, int *launches, int *eager);
+
+#endif

@@ -1,0 +1,402 @@
+/* device.c: the CUDA device behind sn_device: the primary context, one stream, device memory
+ * from cuMemAlloc, one module per compiled program (NVRTC through the disk cache), launches with
+ * the kernels' launch dimensions, cuBLASLt plans for GEMM kernels, the step queued for graphs.
+ * Convention: a device pointer is a CUdeviceptr cast to void *; nothing here dereferences one. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/clock.h"
+#include "cuda_rt.h"
+
+enum { SHARED_DEFAULT = 48 * 1024, WORKSPACE_BYTES = 32 << 20 };
+enum { TAG_FN = 0x5fa11, TAG_GEMM = 0x6e33 };
+
+/* What launch and gemm receive as a kernel's handle; lives as long as the device. */
+typedef struct {
+    int tag; /* TAG_FN */
+    CUfunction f;
+    sn_cuda_dims dims;
+    unsigned shared; /* dynamic shared memory, bytes */
+    const sn_kernel *k;
+} cuda_fn;
+
+typedef struct {
+    int tag; /* TAG_GEMM */
+    const sn_kernel *k;
+    sn_gemm_plan *plan;
+    bool bias;
+} cuda_gemm;
+
+typedef struct {
+    sn_device base;
+    sn_cuda_api api;
+    sn_cuda_opts opts;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    int sm;
+    int shared_optin;
+    char name[256];
+    sn_cuda_cache cache;
+    cublasLtHandle_t lt;
+    CUdeviceptr workspace;
+    CUmodule *modules;
+    int n_modules;
+    void **owned; /* cuda_fn arrays and cuda_gemm entries, freed at destroy */
+    int n_owned;
+    cuda_gemm **gemms; /* by kernel, for gemm() (which receives no handle) */
+    int n_gemms;
+    sn_cuda_graphs *graphs;
+    sn_cuda_stats st;
+} cuda_dev;
+
+#define API (&c->api)
+#define DP(p) ((CUdeviceptr)(uintptr_t)(p))
+
+static sn_status keep(cuda_dev *c, void *p, sn_err *e) {
+    void **o = sn_realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof *o, "the CUDA device", e);
+    if (!o) {
+        free(p);
+        return SN_ERR_OOM;
+    }
+    c->owned = o;
+    c->owned[c->n_owned++] = p;
+    return SN_OK;
+}
+
+/* ---- memory ---- */
+
+static void *cu_alloc(sn_device *d, size_t bytes, sn_err *e) {
+    cuda_dev *c = d->impl;
+    CUdeviceptr p = 0;
+    sn_status st = SN_CUDA_CHECK(API, e, cuMemAlloc, &p, bytes ? bytes : 1);
+    if (st == SN_ERR_OOM) {
+        size_t free_b = 0, total = 0;
+        char want[32], have[32];
+        c->api.cuMemGetInfo(&free_b, &total);
+        size_t len = strlen(e->msg);
+        snprintf(e->msg + len, sizeof e->msg - len, ": the GPU has %s free, %s were asked for "
+                 "(use a smaller --batch or --seq)", sn_bytes_str((int64_t)free_b, have, sizeof have),
+                 sn_bytes_str((int64_t)bytes, want, sizeof want));
+    }
+    if (!st) st = SN_CUDA_CHECK(API, e, cuMemsetD8Async, p, 0, bytes, c->stream);
+    return st ? NULL : (void *)(uintptr_t)p;
+}
+
+static void cu_free(sn_device *d, void *p) {
+    cuda_dev *c = d->impl;
+    if (p) c->api.cuMemFree(DP(p)); /* cuMemFree synchronises with the device */
+}
+
+static sn_status cu_sync(sn_device *d, sn_err *e) {
+    cuda_dev *c = d->impl;
+    sn_status st = sn_cuda_graphs_flush(c->graphs, e);
+    return st ? st : SN_CUDA_CHECK(API, e, cuStreamSynchronize, c->stream);
+}
+
+static sn_status cu_upload(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e) {
+    cuda_dev *c = d->impl;
+    sn_status st = sn_cuda_graphs_flush(c->graphs, e);
+    if (!st) st = SN_CUDA_CHECK(API, e, cuMemcpyHtoDAsync, DP(dst), src, bytes, c->stream);
+    return st ? st : SN_CUDA_CHECK(API, e, cuStreamSynchronize, c->stream); /* src reusable */
+}
+
+static sn_status cu_download(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e) {
+    cuda_dev *c = d->impl;
+    sn_status st = sn_cuda_graphs_flush(c->graphs, e);
+    if (!st) st = SN_CUDA_CHECK(API, e, cuMemcpyDtoHAsync, dst, DP(src), bytes, c->stream);
+    return st ? st : SN_CUDA_CHECK(API, e, cuStreamSynchronize, c->stream);
+}
+
+/* The device-to-device copy, memset and events of sn_device. Recording an event flushes the
+ * queued launches (graph.c), so per-kernel events split a captured step: see graph.c. */
+static sn_status cu_copy(sn_device *d, void *dst, const void *src,
+                                                 size_t bytes, sn_err *e) {
+    cuda_dev *c = d->impl;
+    sn_status st = sn_cuda_graphs_flush(c->graphs, e);
+    return st ? st : SN_CUDA_CHECK(API, e, cuMemcpyDtoDAsync, DP(dst), DP(src), bytes, c->stream);
+}
+
+static sn_status cu_memset(sn_device *d, void *dst, int value,
+                                                   size_t bytes, sn_err *e) {
+    cuda_dev *c = d->impl;
+    sn_status st = sn_cuda_graphs_flush(c->graphs, e);
+    return st ? st : SN_CUDA_CHECK(API, e, cuMemsetD8Async, DP(dst), (unsigned char)value, bytes,
+                                   c->stream);
+}
+
+static void *cu_event_new(sn_device *d, sn_err *e) {
+    cuda_dev *c = d->impl;
+    CUevent ev = NULL;
+    return SN_CUDA_CHECK(API, e, cuEventCreate, &ev, CU_EVENT_DEFAULT) ? NULL : (void *)ev;
+}
+
+static sn_status cu_event_record(sn_device *d, void *ev, sn_err *e) {
+    cuda_dev *c = d->impl;
+    sn_status st = sn_cuda_graphs_flush(c->graphs, e);
+    return st ? st : SN_CUDA_CHECK(API, e, cuEventRecord, (CUevent)ev, c->stream);
+}
+
+static sn_status cu_event_elapsed(sn_device *d, void *from, void *to,
+                                                          double *seconds, sn_err *e) {
+    cuda_dev *c = d->impl;
+    float ms = 0;
+    sn_status st = SN_CUDA_CHECK(API, e, cuEventElapsedTime, &ms, (CUevent)from, (CUevent)to);
+    *seconds = st ? 0 : ms * 1e-3;
+    return st;
+}
+
+static void cu_event_free(sn_device *d, void *ev) {
+    cuda_dev *c = d->impl;
+    if (ev) c->api.cuEventDestroy((CUevent)ev);
+}
+
+/* ---- compiling: one module per call, GEMM plans ---- */
+
+static sn_status gemm_plan(cuda_dev *c, const sn_kernel *k, cuda_gemm **out, sn_err *e) {
+    sn_status st = sn_cuda_api_load(API, SN_LIB_CUBLASLT, e);
+    if (!st && !c->lt) st = SN_CUDA_CHECK(API, e, cublasLtCreate, &c->lt);
+    if (!st && !c->workspace) st = SN_CUDA_CHECK(API, e, cuMemAlloc, &c->workspace, WORKSPACE_BYTES);
+    if (st) return st;
+    if (k->anchor->dtype != SN_F32)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "GEMM kernel %s is %s: the CUDA device runs f32 "
+                       "GEMMs only yet", k->name, sn_dtype_name(k->anchor->dtype));
+    cuda_gemm *g = sn_calloc(1, sizeof *g, "a GEMM plan", e);
+    if (!g) return SN_ERR_OOM;
+    g->tag = TAG_GEMM;
+    g->k = k;
+    sn_gemm_shape s = sn_gemm_shape_of(k);
+    g->bias = s.bias; /* fuse gives GEMM kernels no bias yet: the plan takes one when it does */
+    st = sn_gemm_plan_new(API, c->lt, &s, c->opts.tf32 && c->sm >= 80, WORKSPACE_BYTES, &g->plan, e);
+    if (st) {
+        size_t len = strlen(e->msg);
+        snprintf(e->msg + len, sizeof e->msg - len, " (GEMM kernel %s)", k->name);
+        free(g);
+        return st;
+    }
+    if ((st = keep(c, g, e))) return st;
+    cuda_gemm **gs = sn_realloc(c->gemms, (size_t)(c->n_gemms + 1) * sizeof *gs, "GEMM plans", e);
+    if (!gs) return SN_ERR_OOM;
+    c->gemms = gs;
+    c->gemms[c->n_gemms++] = g;
+    c->st.gemm_plans++;
+    *out = g;
+    return SN_OK;
+}
+
+static sn_status cu_compile(sn_device *d, sn_kernel *const *ks, int n, void **handles, sn_err *e) {
+    cuda_dev *c = d->impl;
+    double t0 = sn_clock_s();
+    const sn_kernel **gen = sn_calloc((size_t)n + 1, sizeof *gen, "the kernels to compile", e);
+    cuda_fn *fns = sn_calloc((size_t)n + 1, sizeof *fns, "the kernels to compile", e);
+    if (!gen || !fns) {
+        free(gen);
+        free(fns);
+        return SN_ERR_OOM;
+    }
+    sn_status st = keep(c, fns, e);
+    int m = 0;
+    for (int i = 0; i < n && !st; i++) {
+        if (ks[i]->kind == SN_KER_GEMM) {
+            cuda_gemm *g = NULL;
+            st = gemm_plan(c, ks[i], &g, e);
+            if (!st) handles[i] = g;
+        } else {
+            gen[m++] = ks[i];
+        }
+    }
+    sn_cuda_source cs = {0};
+    sn_target tg = sn_target_cuda(c->sm);
+    if (!st && m) st = sn_cuda_render(gen, m, &tg, &cs, e);
+    const char *src = cs.src;
+    sn_cuda_module mod = {0};
+    bool compiled = false;
+    char name[64];
+    snprintf(name, sizeof name, "sinter_program_%d.cu", c->n_modules);
+    if (!st && m) {
+        st = sn_cuda_cache_compile(&c->cache, API, src, name, c->sm, &mod, &compiled, e);
+        c->st.nvrtc_runs += compiled;
+        c->st.cache_hits += !compiled;
+        c->st.cache_rejected = c->cache.rejected;
+    }
+    CUmodule module = NULL;
+    if (!st && m) st = SN_CUDA_CHECK(API, e, cuModuleLoadData, &module, mod.cubin);
+    if (!st && module) {
+        CUmodule *ms = sn_realloc(c->modules, (size_t)(c->n_modules + 1) * sizeof *ms, "modules", e);
+        if (!ms) {
+            c->api.cuModuleUnload(module);
+            st = SN_ERR_OOM;
+        } else {
+            c->modules = ms;
+            c->modules[c->n_modules++] = module;
+        }
+    }
+    for (int i = 0, j = 0; i < n && !st && m; i++) {
+        if (ks[i]->kind == SN_KER_GEMM) continue;
+        cuda_fn *f = &fns[j++];
+        *f = (cuda_fn){.tag = TAG_FN, .k = ks[i], .dims = sn_cuda_launch_dims(ks[i], &tg)};
+        f->shared = f->dims.shared_bytes;
+        st = SN_CUDA_CHECK(API, e, cuModuleGetFunction, &f->f, module, cs.fn[j - 1]);
+        if (!st && f->shared > SHARED_DEFAULT) {
+            if ((int)f->shared > c->shared_optin)
+                st = sn_fail(e, SN_ERR_UNSUPPORTED, "kernel %s needs %u bytes of shared memory; "
+                             "this GPU allows %d", ks[i]->name, f->shared, c->shared_optin);
+            else
+                st = SN_CUDA_CHECK(API, e, cuFuncSetAttribute, f->f,
+                                   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)f->shared);
+        }
+        handles[i] = f;
+    }
+    sn_cuda_module_free(&mod);
+    sn_cuda_source_free(&cs);
+    free(gen);
+    c->st.compile_s += sn_clock_s() - t0;
+    return st;
+}
+
+/* ---- running ---- */
+
+static sn_status issue(void *ctx, const sn_cuda_op *op, sn_err *e) {
+    cuda_dev *c = ctx;
+    if (*(const int *)op->what == TAG_GEMM) {
+        const cuda_gemm *g = op->what;
+        return sn_gemm_plan_run(API, c->lt, g->plan, op->bufs[0], op->bufs[1], op->bufs[2],
+                                g->bias ? op->bufs[3] : 0, c->workspace, WORKSPACE_BYTES,
+                                c->stream, e);
+    }
+    const cuda_fn *f = op->what;
+    void *params[SN_KER_MAX_ARGS];
+    for (int i = 0; i < op->n_bufs; i++) params[i] = (void *)&op->bufs[i];
+    sn_status st = SN_CUDA_CHECK(API, e, cuLaunchKernel, f->f, f->dims.grid[0], f->dims.grid[1],
+                                 f->dims.grid[2], f->dims.block[0], f->dims.block[1],
+                                 f->dims.block[2], f->shared, c->stream, params, NULL);
+    if (st) {
+        size_t len = strlen(e->msg);
+        snprintf(e->msg + len, sizeof e->msg - len, " (kernel %s, grid %u x %u x %u, block %u)",
+                 f->k->name, f->dims.grid[0], f->dims.grid[1], f->dims.grid[2], f->dims.block[0]);
+    }
+    return st;
+}
+
+static sn_status queue(cuda_dev *c, const void *what, const sn_kernel *k, void *const *bufs,
+                       sn_err *e) {
+    sn_cuda_op op = {.what = what, .n_bufs = sn_kernel_n_bufs(k)};
+    for (int i = 0; i < op.n_bufs; i++) op.bufs[i] = DP(bufs[i]);
+    return sn_cuda_graphs_add(c->graphs, &op, e);
+}
+
+static sn_status cu_launch(sn_device *d, const sn_kernel *k, void *handle, void *const *bufs,
+                           sn_err *e) {
+    cuda_dev *c = d->impl;
+    if (!handle || *(const int *)handle != TAG_FN)
+        return sn_fail(e, SN_ERR_INVALID, "kernel %s was not compiled by this CUDA device", k->name);
+    return queue(c, handle, k, bufs, e);
+}
+
+static sn_status cu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, sn_err *e) {
+    cuda_dev *c = d->impl;
+    for (int i = c->n_gemms - 1; i >= 0; i--)
+        if (c->gemms[i]->k == k) return queue(c, c->gemms[i], k, bufs, e);
+    return sn_fail(e, SN_ERR_INVALID, "GEMM kernel %s has no cuBLASLt plan: it was not compiled "
+                   "by this CUDA device", k->name);
+}
+
+/* ---- the device ---- */
+
+static void cu_destroy(sn_device *d) {
+    cuda_dev *c = d->impl;
+    if (c->stream) c->api.cuStreamSynchronize(c->stream);
+    sn_cuda_graphs_free(c->graphs);
+    for (int i = 0; i < c->n_gemms; i++) sn_gemm_plan_free(API, c->gemms[i]->plan);
+    for (int i = 0; i < c->n_owned; i++) free(c->owned[i]);
+    for (int i = 0; i < c->n_modules; i++) c->api.cuModuleUnload(c->modules[i]);
+    if (c->workspace) c->api.cuMemFree(c->workspace);
+    if (c->lt) c->api.cublasLtDestroy(c->lt);
+    if (c->stream) c->api.cuStreamDestroy(c->stream);
+    if (c->ctx) c->api.cuDevicePrimaryCtxRelease(c->dev);
+    free(c->modules);
+    free(c->owned);
+    free(c->gemms);
+    sn_cuda_api_unload(API);
+    free(c);
+}
+
+void sn_cuda_stats_get(const sn_device *d, sn_cuda_stats *s) {
+    *s = (sn_cuda_stats){0};
+    if (!d || d->destroy != cu_destroy) return;
+    const cuda_dev *c = d->impl;
+    *s = c->st;
+    if (c->graphs) sn_cuda_graphs_counts(c->graphs, &s->graphs_captured, &s->graph_launches,
+                                         &s->eager_steps);
+}
+
+static sn_status open_device(cuda_dev *c, int ordinal, sn_err *e) {
+    sn_status st = sn_cuda_api_load(API, SN_LIB_CUDA, e);
+    if (st) {
+        char why[sizeof e->msg];
+        snprintf(why, sizeof why, "%s", e->msg);
+        return sn_fail(e, SN_ERR_DEVICE, "no CUDA device (%s)", why);
+    }
+    int n = 0, major = 0, minor = 0, sms = 0;
+    size_t mem = 0;
+    if ((st = SN_CUDA_CHECK(API, e, cuInit, 0)) || (st = SN_CUDA_CHECK(API, e, cuDeviceGetCount, &n)))
+        return st;
+    if (ordinal < 0 || ordinal >= n)
+        return sn_fail(e, SN_ERR_DEVICE, "no CUDA device %d: the driver reports %d device%s",
+                       ordinal, n, n == 1 ? "" : "s");
+    char gpu[160] = "?";
+    if ((st = SN_CUDA_CHECK(API, e, cuDeviceGet, &c->dev, ordinal)) ||
+        (st = SN_CUDA_CHECK(API, e, cuDeviceGetName, gpu, (int)sizeof gpu, c->dev)) ||
+        (st = SN_CUDA_CHECK(API, e, cuDeviceGetAttribute, &major,
+                            CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->dev)) ||
+        (st = SN_CUDA_CHECK(API, e, cuDeviceGetAttribute, &minor,
+                            CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->dev)) ||
+        (st = SN_CUDA_CHECK(API, e, cuDeviceGetAttribute, &sms,
+                            CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c->dev)) ||
+        (st = SN_CUDA_CHECK(API, e, cuDeviceGetAttribute, &c->shared_optin,
+                            CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, c->dev)) ||
+        (st = SN_CUDA_CHECK(API, e, cuDeviceTotalMem, &mem, c->dev)))
+        return st;
+    c->sm = c->st.sm = major * 10 + minor;
+    if (c->sm < 75)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "CUDA device %d (%s) is sm_%d: sinter needs sm_75 "
+                       "(Turing) or newer; use --device cpu", ordinal, gpu, c->sm);
+    if ((st = SN_CUDA_CHECK(API, e, cuDevicePrimaryCtxRetain, &c->ctx, c->dev))) return st;
+    if ((st = SN_CUDA_CHECK(API, e, cuCtxSetCurrent, c->ctx)) ||
+        (st = SN_CUDA_CHECK(API, e, cuStreamCreate, &c->stream, CU_STREAM_NON_BLOCKING)))
+        return st;
+    char mem_s[32];
+    snprintf(c->name, sizeof c->name, "cuda %d: %s, sm_%d, %s, %d SMs%s", ordinal, gpu, c->sm,
+             sn_bytes_str((int64_t)mem, mem_s, sizeof mem_s), sms,
+             c->opts.tf32 && c->sm >= 80 ? ", TF32 GEMMs" : "");
+    c->graphs = sn_cuda_graphs_new(API, c->stream, !c->opts.no_graphs, issue, c, e);
+    return c->graphs ? SN_OK : SN_ERR_OOM;
+}
+
+sn_status sn_cuda_device_new_opts(int ordinal, const sn_cuda_opts *o, sn_device **out, sn_err *e) {
+    *out = NULL;
+    cuda_dev *c = sn_calloc(1, sizeof *c, "the CUDA device", e);
+    if (!c) return SN_ERR_OOM;
+    c->opts = o ? *o : (sn_cuda_opts){0};
+    c->opts.cache_dir = NULL; /* copied into the cache below */
+    sn_cuda_cache_init(&c->cache, o ? o->cache_dir : NULL, c->opts.no_cache);
+    c->base.impl = c;
+    sn_status st = open_device(c, ordinal, e);
+    if (st) {
+        cu_destroy(&c->base);
+        return st;
+    }
+    c->base = (sn_device){.name = c->name, .alloc = cu_alloc, .free = cu_free,
+                          .upload = cu_upload, .download = cu_download, .compile = cu_compile,
+                          .launch = cu_launch, .gemm = cu_gemm, .sync = cu_sync,
+                          .copy = cu_copy, .memset = cu_memset, .event_new = cu_event_new,
+                          .event_record = cu_event_record, .event_elapsed = cu_event_elapsed,
+                          .event_free = cu_event_free, .destroy = cu_destroy, .impl = c};
+    *out = &c->base;
+    return SN_OK;
+}
+
+sn_status sn_cuda_device_new(int ordinal, sn_device **out, sn_err *e) {
+    return sn_cuda_device_new_opts(ordinal, NULL, out, e);
+}

@@ -1,0 +1,144 @@
+/* graph.c: the training step as one CUDA Graph. Launches and GEMMs are queued until the next
+ * upload, download or sync; a queue seen once before (same kernels on the same buffers: the step
+ * is stable, its per-step scalars read from device buffers) is captured with cuStreamBeginCapture
+ * once, instantiated, and replayed with one cuGraphLaunch per step. Convention: the first time a
+ * sequence appears it runs eagerly (cuBLASLt and the driver warm up outside any capture). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_rt.h"
+
+enum { MAX_SEQS = 8 }; /* sequences remembered (train step, eval step, sampling ...) */
+
+typedef struct {
+    uint64_t hash;
+    int n;
+    sn_cuda_op *ops; /* a copy, compared whole: the hash only finds the candidate */
+    CUgraphExec exec; /* NULL: seen once, not captured yet */
+    unsigned long used;
+} seq;
+
+struct sn_cuda_graphs {
+    sn_cuda_api *a;
+    CUstream stream;
+    bool enabled;
+    sn_cuda_issue_fn issue;
+    void *ctx;
+    sn_cuda_op *q;
+    int n, cap;
+    seq seqs[MAX_SEQS];
+    unsigned long clock;
+    int captured, launches, eager;
+};
+
+sn_cuda_graphs *sn_cuda_graphs_new(sn_cuda_api *a, CUstream stream, bool enabled,
+                                   sn_cuda_issue_fn issue, void *ctx, sn_err *e) {
+    sn_cuda_graphs *g = sn_calloc(1, sizeof *g, "the CUDA Graph queue", e);
+    if (!g) return NULL;
+    *g = (sn_cuda_graphs){.a = a, .stream = stream, .enabled = enabled, .issue = issue, .ctx = ctx};
+    return g;
+}
+
+static void seq_clear(sn_cuda_graphs *g, seq *s) {
+    if (s->exec) g->a->cuGraphExecDestroy(s->exec);
+    free(s->ops);
+    *s = (seq){0};
+}
+
+void sn_cuda_graphs_free(sn_cuda_graphs *g) {
+    if (!g) return;
+    for (int i = 0; i < MAX_SEQS; i++) seq_clear(g, &g->seqs[i]);
+    free(g->q);
+    free(g);
+}
+
+void sn_cuda_graphs_counts(const sn_cuda_graphs *g, int *captured, int *launches, int *eager) {
+    *captured = g->captured;
+    *launches = g->launches;
+    *eager = g->eager;
+}
+
+sn_status sn_cuda_graphs_add(sn_cuda_graphs *g, const sn_cuda_op *op, sn_err *e) {
+    if (!g->enabled) return g->issue(g->ctx, op, e);
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 256;
+        sn_cuda_op *q = sn_realloc(g->q, (size_t)cap * sizeof *q, "the CUDA Graph queue", e);
+        if (!q) return SN_ERR_OOM;
+        g->q = q;
+        g->cap = cap;
+    }
+    sn_cuda_op *o = &g->q[g->n++];
+    memset(o, 0, sizeof *o); /* padding and unused bufs compare equal */
+    o->what = op->what;
+    o->n_bufs = op->n_bufs;
+    memcpy(o->bufs, op->bufs, (size_t)op->n_bufs * sizeof *op->bufs);
+    return SN_OK;
+}
+
+static uint64_t queue_hash(const sn_cuda_op *q, int n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    const unsigned char *c = (const unsigned char *)q;
+    for (size_t i = 0; i < (size_t)n * sizeof *q; i++) h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static sn_status issue_all(sn_cuda_graphs *g, sn_err *e) {
+    for (int i = 0; i < g->n; i++) {
+        sn_status st = g->issue(g->ctx, &g->q[i], e);
+        if (st) return st;
+    }
+    return SN_OK;
+}
+
+/* Captures the queue into s->exec. */
+static sn_status capture(sn_cuda_graphs *g, seq *s, sn_err *e) {
+    sn_cuda_api *a = g->a;
+    sn_status st = SN_CUDA_CHECK(a, e, cuStreamBeginCapture, g->stream,
+                                 CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (st) return st;
+    st = issue_all(g, e);
+    CUgraph graph = NULL;
+    sn_err end_e;
+    sn_status end = SN_CUDA_CHECK(a, &end_e, cuStreamEndCapture, g->stream, &graph);
+    if (!st && end) {
+        *e = end_e;
+        st = end;
+    }
+    if (!st) st = SN_CUDA_CHECK(a, e, cuGraphInstantiate, &s->exec, graph, 0);
+    if (graph) a->cuGraphDestroy(graph);
+    if (!st) g->captured++;
+    return st;
+}
+
+sn_status sn_cuda_graphs_flush(sn_cuda_graphs *g, sn_err *e) {
+    if (!g->enabled || g->n == 0) return SN_OK;
+    uint64_t h = queue_hash(g->q, g->n);
+    seq *s = NULL, *victim = &g->seqs[0];
+    for (int i = 0; i < MAX_SEQS; i++) {
+        seq *c = &g->seqs[i];
+        if (c->ops && c->hash == h && c->n == g->n &&
+            memcmp(c->ops, g->q, (size_t)g->n * sizeof *g->q) == 0)
+            s = c;
+        if (c->used < victim->used) victim = c;
+    }
+    sn_status st;
+    g->clock++;
+    if (!s) { /* first sight: run eagerly, remember it */
+        seq_clear(g, victim);
+        victim->ops = sn_malloc((size_t)g->n * sizeof *g->q, "the CUDA Graph queue", e);
+        if (!victim->ops) return SN_ERR_OOM;
+        memcpy(victim->ops, g->q, (size_t)g->n * sizeof *g->q);
+        victim->n = g->n;
+        victim->hash = h;
+        victim->used = g->clock;
+        g->eager++;
+        st = issue_all(g, e);
+    } else {
+        s->used = g->clock;
+        st = s->exec ? SN_OK : capture(g, s, e);
+        if (!st) st = SN_CUDA_CHECK(g->a, e, cuGraphLaunch, s->exec, g->stream);
+        if (!st) g->launches++;
+    }
+    g->n = 0;
+    return st;
+}

@@ -1,0 +1,253 @@
+/* test_device.c: the memory contract and the optimizer on the device: tiny GPT-2 trained
+ * through the checked device (pointers the host cannot dereference) matches the plain CPU
+ * device bit for bit; a frozen parameter costs no gradient and no moments, and keeps its values.
+ * Convention: both trainers see the same batches, micro-batches and evaluations. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "frontend/sinter.h"
+#include "models/gpt2.h"
+#include "runtime/device.h"
+#include "train/checkpoint.h"
+#include "train/train.h"
+#include "harness.h"
+
+enum { B = 2, T = 16, V = 64, STEPS = 20 };
+
+/* tiny GPT-2 (vocabulary 64) with its backward; `frozen` names a parameter to freeze or is NULL */
+static sn_graph *tiny(const char *frozen) {
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = V;
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; frozen && i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_PARAM && !strcmp(g->nodes[i]->name, frozen)) sn_param_freeze(g->nodes[i]);
+    ck_assert_msg(sn_backward(g, m.loss, &e) == SN_OK, "%s", e.msg);
+    return g;
+}
+
+static void batch(int32_t *x, int32_t *y, uint64_t seed) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int i = 0; i < B * T; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (int32_t)((s >> 33) % V);
+        y[i] = (x[i] * 3 + 1) % V; /* a rule the model can learn */
+    }
+}
+
+/* STEPS steps (every third of two micro-batches, with an evaluation between them) */
+static void train(sn_trainer *t, double *loss, double *norm) {
+    int32_t x[B * T], y[B * T];
+    sn_err e;
+    for (int s = 0; s < STEPS; s++) {
+        batch(x, y, (uint64_t)s);
+        ck_assert_msg(sn_trainer_accumulate(t, x, y, NULL, &e) == SN_OK, "%s", e.msg);
+        if (s % 3 == 2) {
+            double l;
+            batch(x, y, 1000 + (uint64_t)s);
+            ck_assert_msg(sn_trainer_eval(t, x, y, &l, &e) == SN_OK, "%s", e.msg);
+            ck_assert_msg(sn_trainer_accumulate(t, x, y, NULL, &e) == SN_OK, "%s", e.msg);
+        }
+        sn_step_stats st;
+        ck_assert_msg(sn_trainer_update(t, &st, &e) == SN_OK, "%s", e.msg);
+        loss[s] = st.loss;
+        norm[s] = st.grad_norm;
+    }
+}
+
+static sn_trainer *trainer(sn_graph *g, sn_device *d) {
+    sn_train_opts o;
+    sn_train_opts_default(&o, STEPS);
+    o.lr = 1e-2f;
+    o.device = d;
+    sn_err e;
+    sn_trainer *t = sn_trainer_new(g, &o, &e);
+    ck_assert_msg(t, "%s", e.msg);
+    return t;
+}
+
+/* every parameter's weights and moments, equal bit for bit */
+static void same_state(const sn_trainer *a, const sn_trainer *b) {
+    sn_err e;
+    for (int i = 0; i < sn_trainer_param_count(a); i++) {
+        size_t n = (size_t)sn_numel(sn_trainer_param_node(a, i));
+        float *x = malloc(4 * n), *y = malloc(4 * n);
+        for (int w = SN_PARAM_WEIGHTS; w <= SN_PARAM_V; w++) {
+            ck_assert(sn_trainer_get_param(a, i, (sn_param_which)w, x, &e) == SN_OK);
+            ck_assert(sn_trainer_get_param(b, i, (sn_param_which)w, y, &e) == SN_OK);
+            ck_assert_msg(!memcmp(x, y, 4 * n), "%s (%d) differs", sn_trainer_param_node(a, i)->name, w);
+        }
+        free(x);
+        free(y);
+    }
+}
+
+START_TEST(checked_device_trains_the_same) {
+    sn_err e;
+    sn_device *plain, *inner, *checked;
+    ck_assert_msg(sn_cpu_device_new(2, &plain, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_cpu_device_new(2, &inner, &e) == SN_OK, "%s", e.msg);
+    ck_assert(sn_checked_device_new(inner, &checked, &e) == SN_OK);
+    sn_graph *g1 = tiny(NULL), *g2 = tiny(NULL);
+    sn_trainer *a = trainer(g1, plain), *b = trainer(g2, checked);
+    double la[STEPS], lb[STEPS], na[STEPS], nb[STEPS];
+    train(a, la, na);
+    train(b, lb, nb);
+    for (int s = 0; s < STEPS; s++) {
+        ck_assert_msg(la[s] == lb[s] && na[s] == nb[s], "step %d: loss %.9g vs %.9g, norm %.9g vs %.9g",
+                      s, la[s], lb[s], na[s], nb[s]);
+        ck_assert(isfinite(la[s]));
+    }
+    ck_assert_msg(la[STEPS - 1] < la[0] - 0.5, "loss %g -> %g: not learning", la[0], la[STEPS - 1]);
+    same_state(a, b);
+    sn_trainer_free(a);
+    sn_trainer_free(b);
+    sn_graph_free(g1);
+    sn_graph_free(g2);
+    sn_device_free(plain);
+    sn_device_free(checked);
+}
+END_TEST
+
+/* the checked device's pointers fault when the host dereferences them */
+START_TEST(checked_pointer_faults) {
+    sn_err e;
+    sn_device *inner, *checked;
+    ck_assert(sn_cpu_device_new(1, &inner, &e) == SN_OK);
+    ck_assert(sn_checked_device_new(inner, &checked, &e) == SN_OK);
+    volatile float *p = checked->alloc(checked, 64, &e);
+    ck_assert(p);
+    float one = 1, back = 0;
+    ck_assert(checked->upload(checked, (void *)p, &one, 4, &e) == SN_OK);
+    ck_assert(checked->download(checked, &back, (void *)p, 4, &e) == SN_OK && back == 1);
+    p[0] = 2; /* SIGSEGV here */
+}
+END_TEST
+
+static int64_t align64(int64_t x) { return (x + 63) / 64 * 64; }
+
+/* What the optimizer holds besides the program (train/backend.c): m and v over the flat range,
+ * the step's scalars and one norm partial per block. */
+static int64_t state_bytes(int64_t flat_bytes) {
+    int64_t n = flat_bytes / 4;
+    return 2 * flat_bytes + 4 * (SN_OPT_SCALARS + (n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK);
+}
+
+START_TEST(frozen_parameter) {
+    bool compiled = _i == 1;
+    sn_err e;
+    sn_device *d = NULL;
+    if (compiled) ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
+    sn_graph *g1 = tiny(NULL), *g2 = tiny("wpe");
+    sn_trainer *a = trainer(g1, d), *b = trainer(g2, d);
+    int wpe = sn_trainer_find_param(b, "wpe");
+    const sn_node *p = sn_trainer_param_node(b, wpe);
+    ck_assert(p->a.frozen && !p->grad && sn_trainer_param_node(a, wpe)->grad);
+    int64_t bytes = 4 * sn_numel(p), flat = 0;
+    for (int i = 0; i < sn_trainer_param_count(a); i++)
+        flat += compiled ? align64(4 * sn_numel(sn_trainer_param_node(a, i))) : 4 * sn_numel(sn_trainer_param_node(a, i));
+    int64_t one = compiled ? align64(bytes) : bytes;
+    /* no moments for it */
+    ck_assert_int_eq(sn_trainer_state_bytes(a) - sn_trainer_state_bytes(b), state_bytes(flat) - state_bytes(flat - one));
+    if (compiled) { /* no gradient buffer: the persistent block drops by its aligned size */
+        const sn_program *pa = sn_trainer_program(a), *pb = sn_trainer_program(b);
+        ck_assert_int_eq(pa->persistent_bytes - pb->persistent_bytes, align64(bytes));
+        /* its gradient was two kernels: the position gradient summed over the batch, (T, C),
+         * an arena value, then padded to wpe's (ctx, C); both are gone, and the arena values
+         * with them (the planned peak is elsewhere and does not move) */
+        ck_assert_int_eq(pa->n_kernels - pb->n_kernels, 2);
+        ck_assert_int_eq(pa->sum_bytes - pb->sum_bytes, 4 * T * p->shape[1]);
+        ck_assert_int_le(pb->arena_bytes, pa->arena_bytes);
+        printf("frozen wpe: persistent %lld -> %lld, arena %lld -> %lld (no reuse %lld -> %lld), "
+               "optimizer state %lld -> %lld bytes\n", (long long)pa->persistent_bytes,
+               (long long)pb->persistent_bytes, (long long)pa->arena_bytes, (long long)pb->arena_bytes,
+               (long long)pa->sum_bytes, (long long)pb->sum_bytes, (long long)sn_trainer_state_bytes(a),
+               (long long)sn_trainer_state_bytes(b));
+    }
+    size_t n = (size_t)sn_numel(p);
+    float *before = malloc(4 * n), *after = malloc(4 * n), *wte0 = malloc(4 * 64 * 64), *wte1 = malloc(4 * 64 * 64);
+    int wte = sn_trainer_find_param(b, "wte");
+    size_t nw = (size_t)sn_numel(sn_trainer_param_node(b, wte));
+    ck_assert(nw <= 64 * 64);
+    ck_assert(sn_trainer_get_param(b, wpe, SN_PARAM_WEIGHTS, before, &e) == SN_OK);
+    ck_assert(sn_trainer_get_param(b, wte, SN_PARAM_WEIGHTS, wte0, &e) == SN_OK);
+    double l[STEPS], nm[STEPS];
+    train(b, l, nm);
+    ck_assert_msg(l[STEPS - 1] < l[0] - 0.5, "loss %g -> %g: not learning", l[0], l[STEPS - 1]);
+    ck_assert(sn_trainer_get_param(b, wpe, SN_PARAM_WEIGHTS, after, &e) == SN_OK);
+    ck_assert(sn_trainer_get_param(b, wte, SN_PARAM_WEIGHTS, wte1, &e) == SN_OK);
+    ck_assert(!memcmp(before, after, 4 * n)); /* unchanged */
+    ck_assert(memcmp(wte0, wte1, 4 * nw));     /* the others trained */
+    ck_assert(sn_trainer_get_param(b, wpe, SN_PARAM_M, after, &e) == SN_OK);
+    for (size_t i = 0; i < n; i++) ck_assert(after[i] == 0);
+    /* the checkpoint keeps it: a fresh trainer resumed from the file has the same weights */
+    char path[] = "/tmp/sn_frozen_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    close(fd);
+    sn_run_state r = {0};
+    ck_assert_msg(sn_checkpoint_save(path, b, &r, &e) == SN_OK, "%s", e.msg);
+    sn_graph *g3 = tiny("wpe");
+    sn_trainer *c = trainer(g3, d);
+    sn_run_state r2 = {0};
+    ck_assert_msg(sn_checkpoint_load(path, c, &r2, &e) == SN_OK, "%s", e.msg);
+    same_state(b, c);
+    unlink(path);
+    sn_run_state_free(&r);
+    sn_run_state_free(&r2);
+    free(before), free(after), free(wte0), free(wte1);
+    sn_trainer_free(a);
+    sn_trainer_free(b);
+    sn_trainer_free(c);
+    sn_graph_free(g1);
+    sn_graph_free(g2);
+    sn_graph_free(g3);
+    sn_device_free(d);
+}
+END_TEST
+
+/* the flag is part of the IR's text form */
+START_TEST(frozen_round_trips) {
+    sn_graph *g = sn_graph_new();
+    sn_node *w = sn_param_freeze(sn_param(g, "w", SN_F32, SN_SHAPE(4, 3), SN_INIT_NORMAL, 0.5f));
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(2, 4));
+    sn_node *v = sn_param(g, "v", SN_F32, SN_SHAPE(3), SN_INIT_ZEROS, 0);
+    sn_err e;
+    sn_node *loss = sn_mean(g, sn_sum(g, sn_add(g, sn_matmul(g, x, w), v), 1, false), 0, false);
+    ck_assert_msg(loss && sn_backward(g, loss, &e) == SN_OK, "%s", sn_graph_error(g) ? sn_graph_error(g) : e.msg);
+    ck_assert(!w->grad && v->grad);
+    char *text;
+    size_t len;
+    FILE *f = open_memstream(&text, &len);
+    sn_graph_print(g, f);
+    fclose(f);
+    ck_assert_msg(strstr(text, "frozen=1"), "%s", text);
+    sn_graph *h;
+    ck_assert_msg(sn_graph_parse(text, &h, &e) == SN_OK, "%s", e.msg);
+    ck_assert(h->nodes[w->id]->a.frozen && !h->nodes[v->id]->a.frozen);
+    free(text);
+    sn_graph_free(h);
+    sn_graph_free(g);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("device");
+    TCase *tc = tcase_create("contract");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, checked_device_trains_the_same);
+    tcase_add_test_raise_signal(tc, checked_pointer_faults, SIGSEGV);
+    tcase_add_loop_test(tc, frozen_parameter, 0, 2);
+    tcase_add_test(tc, frozen_round_trips);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return sn_test_main(suite()); }
