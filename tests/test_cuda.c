@@ -35,12 +35,12 @@ static sn_program *fuse(sn_graph *g) {
 }
 
 /* The program's kernels of `kind` into ks (p->n_kernels entries); returns how many.
- * SN_KER_KIND_COUNT: every kind the CUDA C renderer generates (not GEMMs, not attention). */
+ * SN_KER_KIND_COUNT: every kind the CUDA C renderer generates (not GEMMs). */
 static int kernels_of(const sn_program *p, sn_kernel_kind kind, const sn_kernel **ks) {
     int n = 0;
     for (int i = 0; i < p->n_kernels; i++) {
         sn_kernel_kind kk = p->kernels[i]->kind;
-        if (kind == SN_KER_KIND_COUNT ? kk != SN_KER_GEMM && kk != SN_KER_ATTENTION : kk == kind)
+        if (kind == SN_KER_KIND_COUNT ? kk != SN_KER_GEMM : kk == kind)
             ks[n++] = p->kernels[i];
     }
     return n;
@@ -189,11 +189,13 @@ START_TEST(render_rejects_what_it_cannot) {
     sn_cuda_source cs;
     sn_err e;
     sn_target t = sm(80);
-    for (int i = 0; i < 2; i++) {
-        ck_assert_int_eq(sn_cuda_render(&ks[i], 1, &t, &cs, &e), SN_ERR_UNSUPPORTED);
+    for (int i = 0; i < 2; i++) { /* an f16 pointwise kernel; an attention kernel without an
+                                     attention op (tests/test_cuda_attention.c has real ones) */
+        ck_assert_int_eq(sn_cuda_render(&ks[i], 1, &t, &cs, &e),
+                         i ? SN_ERR_INVALID : SN_ERR_UNSUPPORTED);
         ck_assert_ptr_null(cs.src);
         ck_assert_msg(strstr(e.msg, ks[i]->name), "%s", e.msg);
-        ck_assert_msg(strstr(e.msg, i ? "does not generate yet" : "f16"), "%s", e.msg);
+        ck_assert_msg(strstr(e.msg, i ? "needs an attention op as anchor" : "f16"), "%s", e.msg);
     }
     sn_program_free(p);
     sn_graph_free(g);
@@ -238,7 +240,7 @@ END_TEST
 
 /* ---- NVRTC ---- */
 
-/* Every generated kernel of the GPT-2 training program (all but GEMMs and attention), in one
+/* Every generated kernel of the GPT-2 training program (all but GEMMs), in one
  * source per arch, compiled cold; no spills, no stack frame; prints the time, the unique
  * functions and the widest kernel. */
 static void nvrtc_gpt2(const char *model, int B, int T, const int *arch, int n_arch) {
@@ -285,13 +287,14 @@ static void nvrtc_gpt2(const char *model, int B, int T, const int *arch, int n_a
             if (in->shared_bytes > max_shared) max_shared = in->shared_bytes;
         }
         printf("test_cuda: %s training (B=%d, T=%d; %d kernels in all) for sm_%d: %d generated "
-               "kernels (%d row, %d reduce, %d gather, %d pointwise, 4 optimizer) as %d functions; "
+               "kernels (%d row, %d reduce, %d gather, %d pointwise, %d attention, 4 optimizer) as %d "
+               "functions; "
                "rendered in %.3f s, one NVRTC compilation in %.2f s (%.2f s of CPU): no spills, no "
                "stack, at most %d registers (%s), %d bytes of shared memory\n", model, B, T,
                p->n_kernels, arch[a], n,
                kernels_of(p, SN_KER_ROW, tmp), kernels_of(p, SN_KER_REDUCE, tmp),
                kernels_of(p, SN_KER_GATHER, tmp), pointwise(p, tmp),
-               cs.n_functions, t1 - t0, t2 - t1, cpu, max_regs, widest, max_shared);
+               kernels_of(p, SN_KER_ATTENTION, tmp), cs.n_functions, t1 - t0, t2 - t1, cpu, max_regs, widest, max_shared);
         sn_cuda_module_free(&m);
         sn_cuda_source_free(&cs);
     }
@@ -467,7 +470,7 @@ static sn_interp *interp_run(const sn_graph *g, int vocab, bool init_rule) {
     return it;
 }
 
-/* Fuses g, renders its generated kernels (every kind but GEMMs and attention) into one source,
+/* Fuses g, renders its generated kernels (every kind but GEMMs) into one source,
  * runs each on the CPU against the interpreter; returns the number of kernels run (0: no g++).
  * counts (may be NULL) gets the kernels run per kind. */
 static int run_on_host(sn_graph *g, int vocab, bool init_rule, double tol, int *counts) {
@@ -586,8 +589,8 @@ END_TEST
 
 /* Every pointwise kernel of a tiny GPT-2's training step, each from the interpreter's inputs. */
 /* Every generated kernel of a tiny GPT-2's training step (forward and backward: rows, column
- * reductions, gathers, pointwise), each from the interpreter's inputs; attention fused (its
- * kernels are the attention helper's) and written out (softmax, causal mask and their
+ * reductions, gathers, pointwise, attention), each from the interpreter's inputs; attention
+ * fused (flash attention kernels, tests/test_cuda_attention.c has more) and written out (softmax, causal mask and their
  * backwards as row kernels). */
 static void gpt2_tiny_kernels(bool fuse_attention) {
     sn_gpt2_config c;
@@ -604,10 +607,10 @@ static void gpt2_tiny_kernels(bool fuse_attention) {
     int counts[SN_KER_KIND_COUNT] = {0};
     int n = run_on_host(g, 256, true, 1e-5, counts);
     if (n) printf("test_cuda: tiny GPT-2 training step, attention %s: %d kernels (%d pointwise, "
-                  "%d row, %d reduce, %d gather) ran on the simulator in two thread orders and "
+                  "%d row, %d reduce, %d gather, %d attention) ran on the simulator in two thread orders and "
                   "match the interpreter (%.2f s)\n", fuse_attention ? "fused" : "written out",
                   n, counts[SN_KER_POINTWISE], counts[SN_KER_ROW], counts[SN_KER_REDUCE],
-                  counts[SN_KER_GATHER], now() - t0);
+                  counts[SN_KER_GATHER], counts[SN_KER_ATTENTION], now() - t0);
     ck_assert(!n || (counts[SN_KER_ROW] > 5 && counts[SN_KER_REDUCE] > 5 && counts[SN_KER_GATHER] == 2));
     sn_graph_free(g);
 }
