@@ -481,8 +481,11 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, unfused_forward, 0, 3);
     tcase_add_loop_test(tc, planted_bugs_are_caught, 0, N_PLANTS);
     tcase_add_test(tc, tiny_gpt2_kernels);
-    tcase_add_test(tc, nvrtc_no_spills);
     suite_add_tcase(s, tc);
+    TCase *nv = tcase_create("nvrtc");
+    tcase_set_timeout(nv, 240);
+    tcase_add_test(nv, nvrtc_no_spills);
+    suite_add_tcase(s, nv);
     return s;
 }
 
