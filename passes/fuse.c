@@ -156,6 +156,27 @@ static const sn_node *dv_owner(const fuse_state *s, const sn_node *x) {
     return NULL;
 }
 
+/* Whether compute op u may read operand x through a strided view of x's buffer instead of a
+ * copy: q, k, v, o and dout of the attention ops (not lse), which the attention kernels index
+ * by (item, row) strides (kernel.h). */
+static bool in_place_operand(const sn_node *u, const sn_node *x) {
+    if (sn_op_kind(u->op) != SN_K_ATTENTION || !is_view(x->op)) return false;
+    for (int i = 0; i < u->n_in; i++) {
+        bool lse = (u->op == SN_OP_ATTENTION && i == 3) || i == 5;
+        if (u->in[i] == x && lse) return false;
+    }
+    return true;
+}
+
+/* Whether a live attention op reads view v in place. */
+static bool read_by_attention(const fuse_state *s, const sn_node *v) {
+    for (int k = 0; k < s->n_users[v->id]; k++) {
+        const sn_node *u = s->g->nodes[s->users[v->id][k]];
+        if (s->live[u->id] && in_place_operand(u, v)) return true;
+    }
+    return false;
+}
+
 /* ---- all decisions ---- */
 
 /* Views first: one has a buffer when it is an output or a compute op reads it, or when the
@@ -180,7 +201,7 @@ static void decide(fuse_state *s) {
         s->mat[i] = s->mat[i] || s->is_out[i];
         for (int k = 0; k < s->n_users[i]; k++) {
             const sn_node *u = g->nodes[s->users[i][k]];
-            if (s->live[u->id] && is_compute(u->op)) s->mat[i] = true;
+            if (s->live[u->id] && is_compute(u->op) && !in_place_operand(u, x)) s->mat[i] = true;
         }
     }
     /* a view chain that is not strided materialises the view under the failing reshape */
@@ -189,6 +210,14 @@ static void decide(fuse_state *s) {
         view_map m;
         if (s->live[i] && is_view(v->op) && !sn_fuse_map_through(s, v, &m))
             s->mat[v->in[0]->id] = true;
+    }
+    /* an attention operand read in place must map onto its buffer with unit stride along the
+     * head and no mask; otherwise it is copied after all */
+    for (int i = 0; i < n; i++) {
+        const sn_node *v = g->nodes[i];
+        view_map m;
+        if (!s->live[i] || !is_view(v->op) || s->mat[i] || !read_by_attention(s, v)) continue;
+        if (!sn_fuse_map_of(s, v, &m) || m.masked || m.stride[v->rank - 1] != 1) s->mat[i] = true;
     }
     for (int i = 0; i < n; i++) /* a view with a buffer of its own is a copy kernel */
         if (s->live[i] && is_view(g->nodes[i]->op) && s->mat[i] && !is_alias(s, g->nodes[i]))

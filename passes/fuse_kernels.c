@@ -209,13 +209,31 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
         k->args[k->n_out++] = dv;
         snprintf(k->name, sizeof k->name, "k%d_attention_bwd_kv", k->id);
     }
+    bool att = k->kind == SN_KER_ATTENTION;
+    if (att) { /* an access per input: attention reads q, k, v, o, dout through views */
+        k->n_access = n->n_in;
+        k->access = sn_arena_alloc(&s->p->arena, sizeof(sn_access) * (size_t)n->n_in);
+        if (!k->access) return sn_fail_oom(s->e, sizeof(sn_access) * 6, "a kernel of the fuse pass");
+    }
     for (int i = 0; i < n->n_in; i++) {
-        SN_ASSERT(s->mat[n->in[i]->id]);
-        if (n->in[i] == k->anchor2) continue;
+        view_map m = {.base = n->in[i]};
+        if (att) {
+            bool mapped = sn_fuse_map_of(s, n->in[i], &m);
+            SN_ASSERT(mapped && !m.masked); /* decide made sure */
+        } else {
+            SN_ASSERT(s->mat[n->in[i]->id]);
+        }
         int at = -1;
         for (int j = 0; j < k->n_out + k->n_in && at < 0; j++)
-            if (k->args[j] == n->in[i]) at = j;
-        if (at < 0) k->args[k->n_out + k->n_in++] = n->in[i]; /* compute ops have at most 6 inputs */
+            if (k->args[j] == m.base) at = j;
+        if (at < 0) { /* compute ops have at most 6 inputs */
+            at = k->n_out + k->n_in++;
+            k->args[at] = m.base;
+        }
+        if (att) {
+            k->access[i] = (sn_access){.arg = at, .offset = m.offset};
+            memcpy(k->access[i].stride, m.stride, sizeof m.stride);
+        }
     }
     sn_kernel_work(k, &k->n_items, &k->serial);
     return SN_OK;

@@ -1,7 +1,8 @@
 /* kernel.h: the device-neutral description of one kernel, made by the fuse pass and read by
  * every code generator (LLVM IR for CPUs, CUDA C for NVRTC) and by the executor.
  * Convention: a kernel reads and writes only materialised values ("args"), each a contiguous
- * row-major buffer; outputs come first in args, then inputs. Everything else a kernel needs
+ * row-major buffer, read through accesses where views fold; outputs come first in args, then
+ * inputs. Everything else a kernel needs
  * (ops, attributes, shapes) is read from the graph nodes it points to. */
 #ifndef SN_KERNEL_H
 #define SN_KERNEL_H
@@ -78,7 +79,11 @@ struct sn_kernel {
      * like layernorm's w and b, cross-entropy's targets, are always an access of their
      * materialised node). Instructions that read the row op's value form the epilogue,
      * evaluated on each element the row op produces. Output o stores instr[store[o]]: the
-     * row op, an epilogue value, or a prologue value that later kernels read too. */
+     * row op, an epilogue value, or a prologue value that later kernels read too.
+     * ATTENTION: n_access = anchor->n_in, access[i] says where input i of the anchor is
+     * (offset and strides over its dims, rank <= 4: (.., row, head) with unit stride along
+     * the head): q, k, v, o and dout may be strided views of a larger buffer (the QKV GEMM's
+     * output) that fuse did not copy; a forward's lse output is args[1], contiguous. */
     int rank;
     int64_t shape[SN_MAX_RANK];
     int n_instr;

@@ -21,11 +21,6 @@ const char *sn_att_ctype(sn_dtype dt) {
     }
 }
 
-static int arg_of(const sn_kernel *k, const sn_node *x) {
-    for (int i = 0; i < k->n_out + k->n_in; i++)
-        if (k->args[i] == x) return i;
-    return -1;
-}
 
 static int64_t fp32_shared(const sn_att_plan *p) {
     int64_t R = (int64_t)p->warps * p->rows, W = p->tile, D = p->D, Dv = p->Dv, f = 4;
@@ -118,13 +113,22 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
                        k->name, sn_op_name(n->op), n_out == 2 ? ", args[1] = anchor2" : "");
     int *role[] = {&p->a_q, &p->a_k, &p->a_v, p->in_lse ? &p->a_lse : &p->a_o, &p->a_do,
                    &p->a_lse};
+    int *index[] = {&p->i_q, &p->i_k, &p->i_v, p->in_lse ? &p->i_lse : &p->i_o, &p->i_do,
+                    &p->i_lse};
+    p->i_q = p->i_k = p->i_v = p->i_o = p->i_do = p->i_lse = -1;
+    if (k->n_access != n->n_in)
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: an attention kernel has an access "
+                       "per input of its anchor (%d), not %d", k->name, n->n_in, k->n_access);
     for (int i = 0; i < n->n_in; i++) {
         if (n->in[i] == a2) continue;
-        int at = arg_of(k, n->in[i]);
-        if (at < k->n_out)
-            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: input %%%d of %s is not among "
-                           "its args", k->name, n->in[i]->id, sn_op_name(n->op));
-        *role[i] = at;
+        const sn_access *x = &k->access[i];
+        if (x->arg < k->n_out || x->arg >= k->n_out + k->n_in || x->masked ||
+            x->stride[n->in[i]->rank - 1] != 1)
+            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: input %%%d of %s must be read "
+                           "from an input arg with unit stride along its last axis", k->name,
+                           n->in[i]->id, sn_op_name(n->op));
+        *role[i] = x->arg;
+        *index[i] = i;
     }
     const sn_node *q = n->in[0], *kk = n->in[1];
     int r = q->rank;
@@ -150,7 +154,14 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
     if (p->batch > 65535)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: %lld (batch x head) slices "
                        "exceed the 65535 of grid.y", k->name, (long long)p->batch);
-    p->mma = p->D % 16 == 0 && p->Dv % 16 == 0 &&
+    /* 16-byte loads of 16-bit rows: every offset and stride a multiple of 8 elements */
+    bool aligned = true;
+    for (int i = 0; i < n->n_in; i++) {
+        if (n->in[i] == a2 || i == p->i_lse) continue;
+        aligned = aligned && k->access[i].offset % 8 == 0;
+        for (int d = 0; d + 1 < n->in[i]->rank; d++) aligned = aligned && k->access[i].stride[d] % 8 == 0;
+    }
+    p->mma = aligned && p->D % 16 == 0 && p->Dv % 16 == 0 &&
              ((p->dt == SN_BF16 && tg->mma_bf16) || (p->dt == SN_F16 && tg->mma_f16));
     p->k8 = p->mma && p->dt == SN_F16 && tg->sm < 80;
     if (!fit(p, tg))
@@ -175,12 +186,33 @@ static const char *pass_text(const sn_att_plan *p) {
     return "";
 }
 
-/* A role pointer: its arg, moved to the item's slice of `per` elements. */
+/* An output's pointer: its arg, moved to the item's slice of `per` elements. */
 static void role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, const char *per) {
     if (a < 0) return;
-    bool out = a < p->k->n_out;
-    sn_cu_emitf(t, "%s%s *%s = a%d + (long long)item * %s;", out ? "" : "const ",
-                sn_att_ctype(p->k->args[a]->dtype), name, a, per);
+    sn_cu_emitf(t, "%s *%s = a%d + (long long)item * %s;", sn_att_ctype(p->k->args[a]->dtype),
+                name, a, per);
+}
+
+/* An input's pointer: its arg plus its access's offset and the item's coordinates over the
+ * leading dims times their strides; its row stride as the constant <name>_row. */
+static void in_role(sn_cu_text *t, const sn_att_plan *p, const char *name, int i) {
+    if (i < 0) return;
+    const sn_access *x = &p->k->access[i];
+    const sn_node *q = p->n->in[0], *in = p->n->in[i];
+    char expr[256];
+    size_t n = (size_t)snprintf(expr, sizeof expr, "a%d + %lld", x->arg, (long long)x->offset);
+    int64_t inner = 1;
+    for (int d = q->rank - 3; d >= 0; d--) { /* item = sum_d idx_d * (product of the dims after d) */
+        if (x->stride[d] && q->shape[d] > 1 && n < sizeof expr)
+            n += (size_t)snprintf(expr + n, sizeof expr - n, " + (long long)(item / %lld %% %lld) "
+                                  "* %lld", (long long)inner, (long long)q->shape[d],
+                                  (long long)x->stride[d]);
+        inner *= q->shape[d];
+    }
+    sn_cu_emitf(t, "const %s *%s = %s;", sn_att_ctype(p->k->args[x->arg]->dtype), name, expr);
+    if (in->rank >= 2 && i != p->i_lse)
+        sn_cu_emitf(t, "const long long %s_row = %lld; /* elements from one row to the next */",
+                    name, (long long)x->stride[in->rank - 2]);
 }
 
 /* What args[i] is to the kernel: "q", "k, v" (one node in two roles), "o_out" ... */
@@ -223,12 +255,12 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
     sn_cu_emitf(t, "const float scale = %.9gf;", (double)p->scale);
     sn_cu_emitf(t, "const int item = blockIdx.y; /* the (batch x head) slice */");
     sn_cu_emitf(t, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
-    role(t, p, "q", p->a_q, "SEQ_Q * HEAD_D");
-    role(t, p, "k", p->a_k, "SEQ_K * HEAD_D");
-    role(t, p, "v", p->a_v, "SEQ_K * HEAD_DV");
-    role(t, p, "o", p->a_o, "SEQ_Q * HEAD_DV");
-    role(t, p, "dout", p->a_do, "SEQ_Q * HEAD_DV");
-    role(t, p, "lse", p->a_lse, "SEQ_Q");
+    in_role(t, p, "q", p->i_q);
+    in_role(t, p, "k", p->i_k);
+    in_role(t, p, "v", p->i_v);
+    in_role(t, p, "o", p->i_o);
+    in_role(t, p, "dout", p->i_do);
+    in_role(t, p, "lse", p->i_lse);
     role(t, p, "o_out", p->a_out_o, "SEQ_Q * HEAD_DV");
     role(t, p, "lse_out", p->a_out_lse, "SEQ_Q");
     role(t, p, "dq", p->a_dq, "SEQ_Q * HEAD_D");
@@ -259,8 +291,8 @@ static void load_tile(sn_cu_text *t, const char *tile, const char *src, const ch
                       const char *count, const char *cols, const char *limit) {
     sn_cu_emitf(t, "for (int e = threadIdx.x; e < %s * %s; e += THREADS) {", count, cols);
     sn_cu_emitf(t, "const int r = e / %s, c = e %% %s;", cols, cols);
-    sn_cu_emitf(t, "%s[r][c] = %s + r < %s ? sn_load(%s[(long long)(%s + r) * %s + c]) : 0.0f;",
-                tile, row0, limit, src, row0, cols);
+    sn_cu_emitf(t, "%s[r][c] = %s + r < %s ? sn_load(%s[(%s + r) * %s_row + c]) : 0.0f;",
+                tile, row0, limit, src, row0, src);
     sn_cu_emitf(t, "}");
 }
 
@@ -379,8 +411,8 @@ static void emit_row_dot(sn_cu_text *t, const char *dst, const char *i) {
     sn_cu_emitf(t, "{");
     sn_cu_emitf(t, "float part = 0.0f;");
     sn_cu_emitf(t, "for (int c = lane; c < HEAD_DV && %s < SEQ_Q; c += 32)", i);
-    sn_cu_emitf(t, "    part += sn_load(dout[(long long)%s * HEAD_DV + c]) * sn_load(o[(long long)%s * "
-                "HEAD_DV + c]);", i, i);
+    sn_cu_emitf(t, "    part += sn_load(dout[%s * dout_row + c]) * sn_load(o[%s * o_row + c]);",
+                i, i);
     sn_cu_emitf(t, "%s = sn_att_warp_sum(part);", dst);
     sn_cu_emitf(t, "}");
 }

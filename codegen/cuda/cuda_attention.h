@@ -21,6 +21,8 @@ typedef struct {
     bool out_dk, out_dv;          /* DKV */
     /* args index of each role, -1: not used (outputs: o, lse, dq, dk, dv) */
     int a_q, a_k, a_v, a_o, a_do, a_lse, a_out_o, a_out_lse, a_dq, a_dk, a_dv;
+    /* the anchor's input index of each input role (k->access[i] says where it is), -1 */
+    int i_q, i_k, i_v, i_o, i_do, i_lse;
     int64_t batch, T, S, D, Dv;
     float scale;
     sn_dtype dt;   /* q's dtype (k, v, o, dout and the outputs share it) */

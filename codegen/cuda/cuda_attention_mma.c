@@ -79,8 +79,8 @@ static void load16(sn_cu_text *t, const char *tile, const char *src, const char 
     sn_cu_emitf(t, "for (int e = threadIdx.x; e < %s * (%s / 8); e += THREADS) {", count, cols);
     sn_cu_emitf(t, "const int r = e / (%s / 8), c = e %% (%s / 8) * 8;", cols, cols);
     sn_cu_emitf(t, "uint4 x = make_uint4(0u, 0u, 0u, 0u);");
-    sn_cu_emitf(t, "if (%s + r < %s) x = *reinterpret_cast<const uint4 *>(%s + (long long)(%s + r) "
-                "* %s + c);", row0, limit, src, row0, cols);
+    sn_cu_emitf(t, "if (%s + r < %s) x = *reinterpret_cast<const uint4 *>(%s + (%s + r) * %s_row "
+                "+ c);", row0, limit, src, row0, src);
     sn_cu_emitf(t, "*reinterpret_cast<uint4 *>(&%s[r][c]) = x;", tile);
     sn_cu_emitf(t, "}");
 }
@@ -151,8 +151,7 @@ static void emit_row_dots(sn_cu_text *t, const char *first) {
     sn_cu_emitf(t, "const int i = %s + r;", first);
     sn_cu_emitf(t, "float part = 0.0f;");
     sn_cu_emitf(t, "for (int c = lane; c < HEAD_DV && i < SEQ_Q; c += 32)");
-    sn_cu_emitf(t, "    part += sn_load(dout[(long long)i * HEAD_DV + c]) * sn_load(o[(long long)i "
-                "* HEAD_DV + c]);");
+    sn_cu_emitf(t, "    part += sn_load(dout[i * dout_row + c]) * sn_load(o[i * o_row + c]);");
     sn_cu_emitf(t, "const float dot = sn_att_warp_sum(part);");
     sn_cu_emitf(t, "if (r == grp) row_dot[0] = dot;");
     sn_cu_emitf(t, "if (r == grp + 8) row_dot[1] = dot;");
@@ -341,8 +340,7 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
     if (dk) {
         sn_cu_emitf(t, "float part = 0.0f;");
         sn_cu_emitf(t, "for (int c = lane; c < HEAD_DV && i < SEQ_Q; c += 32)");
-        sn_cu_emitf(t, "    part += sn_load(dout[(long long)i * HEAD_DV + c]) * sn_load(o[(long "
-                    "long)i * HEAD_DV + c]);");
+        sn_cu_emitf(t, "    part += sn_load(dout[i * dout_row + c]) * sn_load(o[i * o_row + c]);");
         sn_cu_emitf(t, "const float dot = sn_att_warp_sum(part);");
     }
     sn_cu_emitf(t, "if (lane == 0) {");

@@ -32,6 +32,7 @@ typedef struct {
     LLVMValueRef bq, bk, bv, bo, bdo, blse, by, blse_out;
     LLVMValueRef q, k, v, o, dout, lse, y, lse_out;
     LLVMValueRef dsum;         /* dk: dout_i . o_i of the item's queries (stack) */
+    int64_t rq, rk, rv, ro, rdo; /* row strides of the inputs (views of a wider buffer) */
     int R;                     /* rows per step */
 } att;
 
@@ -60,11 +61,21 @@ static LLVMValueRef lane_splat(sn_ll *L, LLVMValueRef v, int l) {
                                   LLVMConstVector(idx, (unsigned)L->lanes), "");
 }
 
-/* Row r (of n elements) of p into x[0 .. chunks). */
+/* The row stride of input slice p (one of q, k, v, o, dout). */
+static int64_t rs_of(const att *a, LLVMValueRef p) {
+    if (p == a->q) return a->rq;
+    if (p == a->k) return a->rk;
+    if (p == a->v) return a->rv;
+    if (p == a->o) return a->ro;
+    SN_ASSERT(p == a->dout);
+    return a->rdo;
+}
+
+/* Row r (of n elements) of input p into x[0 .. chunks). */
 static void load_row(att *a, LLVMValueRef p, LLVMValueRef r, int64_t n, LLVMValueRef *x,
                      const char *name) {
     sn_ll *L = a->L;
-    LLVMValueRef off = sn_ll_mul(L, r, sn_ll_i64(L, n));
+    LLVMValueRef off = sn_ll_mul(L, r, sn_ll_i64(L, rs_of(a, p)));
     for (int c = 0; c < chunks(L, n); c++)
         x[c] = sn_ll_vload(L, p, sn_ll_add(L, off, sn_ll_i64(L, (int64_t)c * L->lanes)),
                            chunk_mask(L, n, c), name);
@@ -162,13 +173,14 @@ static LLVMValueRef block_row(att *a, LLVMValueRef j0, int l, LLVMValueRef last)
     return last ? sn_ll_imin(L, r, last, "row") : r;
 }
 
-/* out[t] lane l = x[t] . row(j0 + l) of p (rows of n elements), for t < R. */
+/* out[t] lane l = x[t] . row(j0 + l) of input p (rows of n elements), for t < R. */
 static void block_dots(att *a, int R, LLVMValueRef (*x)[MAX_CHUNKS], LLVMValueRef p, int64_t n,
                        LLVMValueRef j0, LLVMValueRef last, LLVMValueRef *out, const char *name) {
     sn_ll *L = a->L;
     hsum_stack h[MAX_R] = {{0}};
     for (int l = 0; l < L->lanes; l++) {
-        LLVMValueRef off = sn_ll_mul(L, block_row(a, j0, l, last), sn_ll_i64(L, n)), part[MAX_R];
+        LLVMValueRef off = sn_ll_mul(L, block_row(a, j0, l, last), sn_ll_i64(L, rs_of(a, p)));
+        LLVMValueRef part[MAX_R];
         for (int c = 0; c < chunks(L, n); c++) {
             LLVMValueRef y = sn_ll_vload(L, p, sn_ll_add(L, off, sn_ll_i64(L, (int64_t)c * L->lanes)),
                                          chunk_mask(L, n, c), "");
@@ -180,12 +192,13 @@ static void block_dots(att *a, int R, LLVMValueRef (*x)[MAX_CHUNKS], LLVMValueRe
     for (int t = 0; t < R; t++) out[t] = hsum_result(L, &h[t]);
 }
 
-/* acc[t] += sum over lanes l of w[t][l] * row(j0 + l) of p (rows of n elements), for t < R. */
+/* acc[t] += sum over lanes l of w[t][l] * row(j0 + l) of input p (rows of n elements). */
 static void block_axpy(att *a, int R, LLVMValueRef (*acc)[MAX_CHUNKS], LLVMValueRef *w,
                        LLVMValueRef p, int64_t n, LLVMValueRef j0, LLVMValueRef last) {
     sn_ll *L = a->L;
     for (int l = 0; l < L->lanes; l++) {
-        LLVMValueRef off = sn_ll_mul(L, block_row(a, j0, l, last), sn_ll_i64(L, n)), wl[MAX_R];
+        LLVMValueRef off = sn_ll_mul(L, block_row(a, j0, l, last), sn_ll_i64(L, rs_of(a, p)));
+        LLVMValueRef wl[MAX_R];
         for (int t = 0; t < R; t++) wl[t] = lane_splat(L, w[t], l);
         for (int c = 0; c < chunks(L, n); c++) {
             LLVMValueRef y = sn_ll_vload(L, p, sn_ll_add(L, off, sn_ll_i64(L, (int64_t)c * L->lanes)),
@@ -454,6 +467,29 @@ static LLVMValueRef slice(att *a, LLVMValueRef p, LLVMValueRef item, int64_t per
     return p ? at(a->L, p, sn_ll_mul(a->L, item, sn_ll_i64(a->L, per)), name) : NULL;
 }
 
+/* The item's slice of the anchor's input i, read through its access: the arg, plus the offset
+ * and the item's coordinates over the leading dims times their strides. NULL for NULL. */
+static LLVMValueRef in_slice(att *a, const sn_kernel *k, int i, LLVMValueRef p, LLVMValueRef item,
+                             const char *name) {
+    if (!p) return NULL;
+    sn_ll *L = a->L;
+    const sn_node *q = a->n->in[0];
+    const sn_access *x = &k->access[i];
+    LLVMValueRef off = sn_ll_i64(L, x->offset), rest = item;
+    for (int d = q->rank - 3; d >= 0; d--) { /* the leading dims, innermost first */
+        LLVMValueRef size = sn_ll_i64(L, q->shape[d]);
+        LLVMValueRef idx = d ? LLVMBuildURem(B, rest, size, "") : rest;
+        if (x->stride[d]) off = sn_ll_add(L, off, sn_ll_mul(L, idx, sn_ll_i64(L, x->stride[d])));
+        if (d) rest = LLVMBuildUDiv(B, rest, size, "");
+    }
+    return at(L, p, off, name);
+}
+
+/* The row stride of input i (its second-to-last axis). */
+static int64_t in_rs(const sn_kernel *k, int i) {
+    return k->access[i].stride[k->anchor->in[i]->rank - 2];
+}
+
 /* Checks k (an attention kernel as passes/fuse.c makes it) before anything is built. */
 static sn_status check_kernel(const sn_ll *L, const sn_kernel *k, sn_err *e) {
     char kn[96];
@@ -479,13 +515,18 @@ static sn_status check_kernel(const sn_ll *L, const sn_kernel *k, sn_err *e) {
             return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: output %%%d is %s; the LLVM backend "
                            "generates f32 attention only so far: run the CPU device without "
                            "autocast", kn, k->args[i]->id, sn_dtype_name(k->args[i]->dtype));
+    if (k->n_access != n->n_in)
+        return sn_fail(e, SN_ERR_INVALID, "%s: an attention kernel has an access per input of "
+                       "its anchor (%d), not %d", kn, n->n_in, k->n_access);
     for (int i = 0; i < n->n_in; i++) {
         const sn_node *x = n->in[i];
         if (x == k->anchor2) continue;
-        if (sn_ll_input_index(k, x) < 0)
-            return sn_fail(e, SN_ERR_INVALID, "%s: input %%%d (%s) of %s %%%d is not among the "
-                           "kernel's args (the fuse pass must materialise it)", kn, x->id,
-                           sn_op_name(x->op), sn_op_name(n->op), n->id);
+        const sn_access *ac = &k->access[i];
+        if (ac->arg < k->n_out || ac->arg >= k->n_out + k->n_in || ac->masked ||
+            ac->stride[x->rank - 1] != 1)
+            return sn_fail(e, SN_ERR_INVALID, "%s: input %%%d (%s) of %s %%%d must be read from "
+                           "an input arg with unit stride along its last axis (passes/fuse.c)",
+                           kn, x->id, sn_op_name(x->op), sn_op_name(n->op), n->id);
         if (x->dtype != SN_F32)
             return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: input %%%d (%s) is %s; the LLVM backend "
                            "generates f32 attention only so far: run the CPU device without "
@@ -523,26 +564,21 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
     a.R = rows_per_step(L, &a);
 
     sn_ll_fn_begin(L, fname);
-    st = sn_ll_input(L, k, q, &a.bq, e);
-    if (!st) st = sn_ll_input(L, k, kk, &a.bk, e);
-    a.by = sn_ll_buf(L, 0, SN_F32, "y");
-    switch (n->op) {
-    case SN_OP_ATTENTION_LSE: a.blse_out = a.by; a.by = NULL; break;
-    case SN_OP_ATTENTION:
-        if (!st) st = sn_ll_input(L, k, n->in[2], &a.bv, e);
-        if (k->anchor2) a.blse_out = sn_ll_buf(L, 1, SN_F32, "lse_out"); /* lse */
-        else if (!st) st = sn_ll_input(L, k, n->in[3], &a.blse, e);
-        break;
-    default: /* (q, k, v, o, dout, lse) */
-        if (!st) st = sn_ll_input(L, k, n->in[2], &a.bv, e);
-        if (!st) st = sn_ll_input(L, k, n->in[3], &a.bo, e);
-        if (!st) st = sn_ll_input(L, k, n->in[4], &a.bdo, e);
-        if (!st) st = sn_ll_input(L, k, n->in[5], &a.blse, e);
-        break;
+    /* the inputs through their accesses: q, k, v, o, dout may be views of a wider buffer */
+    LLVMValueRef *role[6] = {&a.bq, &a.bk, &a.bv, n->op == SN_OP_ATTENTION ? &a.blse : &a.bo,
+                             &a.bdo, &a.blse};
+    int64_t *rs[6] = {&a.rq, &a.rk, &a.rv, &a.ro, &a.rdo, NULL};
+    for (int i = 0; i < n->n_in; i++) {
+        if (n->in[i] == k->anchor2) continue;
+        *role[i] = sn_ll_buf(L, k->access[i].arg, SN_F32, "in");
+        if (rs[i] && role[i] != &a.blse) *rs[i] = in_rs(k, i);
     }
-    if (st) { /* check_kernel made sure of the args: not reached */
-        sn_ll_fn_end(L);
-        return st;
+    a.by = sn_ll_buf(L, 0, SN_F32, "y");
+    if (n->op == SN_OP_ATTENTION_LSE) {
+        a.blse_out = a.by;
+        a.by = NULL;
+    } else if (n->op == SN_OP_ATTENTION && k->anchor2) {
+        a.blse_out = sn_ll_buf(L, 1, SN_F32, "lse_out"); /* lse */
     }
     if (n->op == SN_OP_ATTENTION_BWD_K) {
         LLVMValueRef buf = sn_ll_var(L, LLVMArrayType(L->t_f32, (unsigned)a.T), NULL, "dsum");
@@ -552,12 +588,12 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
 
     sn_ll_loop items;
     LLVMValueRef b = sn_ll_for(L, &items, L->begin, L->end, sn_ll_i64(L, 1), "item");
-    a.q = slice(&a, a.bq, b, a.T * a.D, "q");
-    a.k = slice(&a, a.bk, b, a.S * a.D, "k");
-    a.v = slice(&a, a.bv, b, a.S * a.Dv, "v");
-    a.o = slice(&a, a.bo, b, a.T * a.Dv, "o");
-    a.dout = slice(&a, a.bdo, b, a.T * a.Dv, "dout");
-    a.lse = slice(&a, a.blse, b, a.T, "lse");
+    a.q = in_slice(&a, k, 0, a.bq, b, "q");
+    a.k = in_slice(&a, k, 1, a.bk, b, "k");
+    a.v = in_slice(&a, k, 2, a.bv, b, "v");
+    a.o = n->n_in > 3 ? in_slice(&a, k, 3, a.bo, b, "o") : NULL;
+    a.dout = n->n_in > 4 ? in_slice(&a, k, 4, a.bdo, b, "dout") : NULL;
+    a.lse = in_slice(&a, k, n->op == SN_OP_ATTENTION ? 3 : 5, a.blse, b, "lse");
     a.lse_out = slice(&a, a.blse_out, b, a.T, "lse_out");
     int64_t rows = n->op == SN_OP_ATTENTION_BWD_K || n->op == SN_OP_ATTENTION_BWD_V ? a.S : a.T;
     int64_t per = n->op == SN_OP_ATTENTION_BWD_Q || n->op == SN_OP_ATTENTION_BWD_K ? a.D : a.Dv;
