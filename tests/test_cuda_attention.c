@@ -304,6 +304,60 @@ START_TEST(unfused_forward) {
 }
 END_TEST
 
+/* q, k, v as GPT-2 makes them, heads of the (B, T, 3C) QKV output, and dout from a (B, T, C)
+ * gradient: the kernels read them in place (strided), no copies. */
+static void check_qkv_layout(sn_dtype dt, int sm, int64_t hs) {
+    enum { B = 2, H = 2, T = 37 };
+    int64_t C = H * hs;
+    float scale = 1.0f / sqrtf((float)hs);
+    sn_graph *g = sn_graph_new();
+    sn_node *qkv = sn_input(g, "qkv", dt, SN_SHAPE(B, T, 3 * C));
+    sn_node *dy = sn_input(g, "dy", dt, SN_SHAPE(B, T, C));
+    sn_node *part[3], *head[4];
+    ck_assert_int_eq(sn_split(g, qkv, 2, 3, part), 0);
+    static const int perm[] = {0, 2, 1, 3};
+    for (int i = 0; i < 4; i++)
+        head[i] = sn_permute(g, sn_reshape(g, i < 3 ? part[i] : dy, SN_SHAPE(B, T, H, hs)), perm);
+    sn_node *q = head[0], *k = head[1], *v = head[2], *dout = head[3];
+    sn_node *lse = sn_attention_lse(g, q, k, scale);
+    sn_node *o = sn_attention(g, q, k, v, lse, scale);
+    sn_node *outs[] = {o, lse, sn_attention_bwd_q(g, q, k, v, o, dout, lse, scale),
+                       sn_attention_bwd_k(g, q, k, v, o, dout, lse, scale),
+                       sn_attention_bwd_v(g, q, k, v, o, dout, lse, scale)};
+    for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    sn_interp *it = sn_interp_new(g, false);
+    sn_interp_keep_all(it, true);
+    set_random(it, qkv, 2);
+    set_random(it, dy, 1);
+    sn_err e;
+    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
+    sn_program *p = fuse(g);
+    for (int i = 0; i < p->n_kernels; i++) /* attention only: no copies of q, k, v, dout */
+        ck_assert_msg(p->kernels[i]->kind == SN_KER_ATTENTION, "%s", p->kernels[i]->name);
+    sn_target tg = sn_target_cuda(sm);
+    char label[96];
+    snprintf(label, sizeof label, "%s sm_%d qkv layout (B %d, H %d, T %d, hs %lld)",
+             sn_dtype_name(dt), sm, B, H, T, (long long)hs);
+    run_result r = {0};
+    run_attention(p, it, &tg, 3, label, &r);
+    ck_assert_msg(r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+    ck_assert_int_eq(r.checked, 5 * SN_SIM_ORDER_COUNT);
+    sn_program_free(p);
+    sn_interp_free(it);
+    sn_graph_free(g);
+}
+
+START_TEST(qkv_layout_in_place) {
+    static const struct {
+        sn_dtype dt;
+        int sm;
+        int64_t hs;
+    } c[] = {{SN_F32, 80, 24}, {SN_BF16, 80, 64}, {SN_F16, 75, 32}};
+    check_qkv_layout(c[_i].dt, c[_i].sm, c[_i].hs);
+}
+END_TEST
+
 /* ---- planted bugs: each must make the comparison (or the launch) fail ---- */
 
 typedef struct {
@@ -479,6 +533,7 @@ static Suite *suite(void) {
     tcase_set_timeout(tc, 240);
     tcase_add_loop_test(tc, forward_and_backward, 0, N_CASES);
     tcase_add_loop_test(tc, unfused_forward, 0, 3);
+    tcase_add_loop_test(tc, qkv_layout_in_place, 0, 3);
     tcase_add_loop_test(tc, planted_bugs_are_caught, 0, N_PLANTS);
     tcase_add_test(tc, tiny_gpt2_kernels);
     suite_add_tcase(s, tc);
