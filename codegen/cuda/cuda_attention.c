@@ -270,7 +270,7 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
 
 /* ---- the fp32 path ---- */
 
-static void emit_warp_helpers(sn_cu_text *t) {
+void sn_cu_emit_att_warp_helpers(sn_cu_text *t) {
     sn_cu_emitf(t, "#ifndef SN_ATT_WARP_HELPERS");
     sn_cu_emitf(t, "#define SN_ATT_WARP_HELPERS");
     sn_cu_emitf(t, "SN_DEVICE float sn_att_warp_max(float x) {");
@@ -645,7 +645,7 @@ void sn_cu_emit_attention(sn_cu_text *t, const sn_kernel *k, const sn_target *tg
         sn_att_emit_mma(t, &p, fname);
         return;
     }
-    emit_warp_helpers(t);
+    sn_cu_emit_att_warp_helpers(t);
     sn_att_emit_head(t, &p, "fp32 FMA tiles", fname);
     switch (p.pass) {
     case SN_ATT_FWD: emit_fwd(t, &p); break;

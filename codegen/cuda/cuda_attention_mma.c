@@ -58,17 +58,7 @@ static ops emit_helpers(sn_cu_text *t, const sn_att_plan *p) {
     }
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "#endif");
-    sn_cu_emitf(t, "#ifndef SN_ATT_WARP_HELPERS");
-    sn_cu_emitf(t, "#define SN_ATT_WARP_HELPERS");
-    sn_cu_emitf(t, "SN_DEVICE float sn_att_warp_max(float x) {");
-    sn_cu_emitf(t, "for (int d = 16; d > 0; d /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));");
-    sn_cu_emitf(t, "return x;");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "SN_DEVICE float sn_att_warp_sum(float x) {");
-    sn_cu_emitf(t, "for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);");
-    sn_cu_emitf(t, "return x;");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "#endif");
+    sn_cu_emit_att_warp_helpers(t);
     return o;
 }
 

@@ -73,6 +73,8 @@ void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, 
 sn_status sn_cu_check_attention(const sn_kernel *k, const sn_target *t, sn_err *e);
 void sn_cu_emit_attention(sn_cu_text *t, const sn_kernel *k, const sn_target *tg, const char *fname);
 sn_cuda_dims sn_cu_attention_dims(const sn_kernel *k, const sn_target *t);
+/* The warp max and sum both attention paths use, emitted once per translation unit (guarded). */
+void sn_cu_emit_att_warp_helpers(sn_cu_text *t);
 
 /* The device functions every row and reduction kernel uses (block sums and maxima), written
  * once at the top of a translation unit that has any. */
