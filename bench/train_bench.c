@@ -1,9 +1,13 @@
-/* train_bench.c: GPT-2 training throughput on the compiled CPU program: forward, forward +
- * backward, and the full step (with AdamW), as tokens/s, ms/step, achieved GFLOP/s and MFU
- * against the FMA peak measured in the same run; plus compile time, kernels per step and the
- * planned vs measured arena peak. One JSON object per measurement per line.
+/* train_bench.c: GPT-2 training throughput of the compiled program on a device (--device
+ * auto|cuda|cpu): forward, forward + backward, and the full step (with AdamW), as tokens/s,
+ * ms/step, achieved GFLOP/s and MFU (CPU: against the FMA peak measured in the same run; CUDA:
+ * against the --roofline machine's published bf16 peak); plus compile time, kernels per step
+ * and the planned vs measured arena peak. One JSON object per measurement per line. --roofline
+ * h100 prints the roofline model (roofline.h) beside the measured times by kernel kind, or alone
+ * with --model-only (compiles, runs nothing: no GPU needed).
  *
  *     bench/train_bench --model gpt2 --batch 4 --seq 256 --steps 3
+ *     bench/train_bench --model gpt2 --batch 16 --seq 1024 --roofline h100 --model-only
  *     bench/train_bench --model demo --batch 16 --seq 128 --steps 10 --compare-interp */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,15 +17,21 @@
 #include "passes/pipeline.h"
 #include "support/clock.h"
 #include "runtime/device.h"
+#include "runtime/cuda/cuda_device.h"
 #include "support/rng.h"
 #include "train/train.h"
 #include "peak.h"
+#include "roofline.h"
 
 typedef struct {
     const char *model;
     int batch, seq, steps, threads;
     bool compare_interp;
     const char *isa; /* of the measured peak */
+    const char *device;   /* auto, cuda or cpu */
+    const char *roofline; /* a machine (roofline.h) or NULL */
+    bool model_only;      /* print the roofline model and run nothing */
+    bool tf32;            /* CUDA: TF32 GEMMs (and the model's f32 GEMMs at the TF32 rate) */
 } args;
 
 static void die(const char *what, const sn_err *e) {
@@ -32,22 +42,7 @@ static void die(const char *what, const sn_err *e) {
 /* FLOPs the program's kernels execute: GEMMs 2MNK; attention counts the causal pairs. */
 static double program_flops(const sn_program *p) {
     double total = 0;
-    for (int k = 0; k < p->n_kernels; k++) {
-        const sn_kernel *ker = p->kernels[k];
-        const sn_node *n = ker->anchor;
-        if (ker->kind == SN_KER_GEMM) {
-            const sn_node *a = n->in[0];
-            total += 2.0 * (double)sn_numel(n) * (double)a->shape[a->rank - 1 - n->a.ta];
-        } else if (ker->kind == SN_KER_ATTENTION) {
-            const sn_node *q = n->in[0], *kk = n->in[1];
-            double T = (double)q->shape[q->rank - 2], S = (double)kk->shape[kk->rank - 2];
-            double D = (double)q->shape[q->rank - 1], bh = (double)sn_numel(q) / (T * D);
-            double pairs = T * (T + 1) / 2 + T * (S - T);
-            /* matrix products per pair: forward q.k and p.v; dq: s, dp, ds.k; dk: s, dp, ds.q; dv: s, p.do */
-            int products = n->op == SN_OP_ATTENTION ? 2 : n->op == SN_OP_ATTENTION_BWD_V ? 2 : 3;
-            total += bh * pairs * D * 2.0 * products;
-        }
-    }
+    for (int k = 0; k < p->n_kernels; k++) total += sn_roofline_kernel_flops(p->kernels[k]);
     return total;
 }
 
@@ -119,11 +114,15 @@ static sn_status run_step(void *ctx, sn_err *e) {
 }
 
 static void parse(int argc, char **argv, args *a) {
-    *a = (args){.model = "gpt2", .batch = 4, .seq = 256, .steps = 3};
+    *a = (args){.model = "gpt2", .batch = 4, .seq = 256, .steps = 3, .device = "auto"};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--compare-interp")) a->compare_interp = true;
+        else if (!strcmp(k, "--model-only")) a->model_only = true;
+        else if (!strcmp(k, "--tf32")) a->tf32 = true;
         else if (!v) break;
+        else if (!strcmp(k, "--device")) a->device = argv[++i];
+        else if (!strcmp(k, "--roofline")) a->roofline = argv[++i];
         else if (!strcmp(k, "--model")) a->model = argv[++i];
         else if (!strcmp(k, "--batch")) a->batch = atoi(argv[++i]);
         else if (!strcmp(k, "--seq")) a->seq = atoi(argv[++i]);
@@ -132,20 +131,71 @@ static void parse(int argc, char **argv, args *a) {
         else break;
         continue;
     }
-    if (a->batch < 1 || a->seq < 1 || a->steps < 1) {
+    bool device_ok = !strcmp(a->device, "auto") || !strcmp(a->device, "cuda") || !strcmp(a->device, "cpu");
+    if (a->batch < 1 || a->seq < 1 || a->steps < 1 || !device_ok ||
+        (a->roofline && !sn_roofline_machine_find(a->roofline)) || (a->model_only && !a->roofline)) {
         fprintf(stderr, "usage: train_bench --model NAME --batch B --seq T --steps N [--threads N] "
+                        "[--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]] "
                         "[--compare-interp]\n");
         exit(2);
     }
 }
 
+/* The device --device names; auto: CUDA when the driver reports a GPU, else the CPU. */
+static sn_device *open_device(const args *a, bool *cuda) {
+    sn_err e;
+    sn_device *d = NULL;
+    char why[256] = "";
+    sn_cuda_opts co = {.tf32 = a->tf32};
+    *cuda = !strcmp(a->device, "cuda") ||
+            (!strcmp(a->device, "auto") && sn_cuda_device_count(why, sizeof why) > 0);
+    if (*cuda) {
+        if (sn_cuda_device_new_opts(0, &co, &d, &e)) die("cuda device", &e);
+        return d;
+    }
+    if (!strcmp(a->device, "auto")) fprintf(stderr, "train_bench: no CUDA device (%s): using cpu\n", why);
+    if (sn_cpu_device_new(a->threads, &d, &e)) die("cpu device", &e);
+    return d;
+}
+
+static int64_t param_count(const sn_graph *g) {
+    sn_node *ps[512];
+    int n = sn_graph_params(g, ps, 512);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += sn_numel(ps[i]);
+    return total;
+}
+
+/* --model-only: the training program's roofline, nothing run. */
+static int model_only(const args *a, const sn_roofline_machine *m) {
+    sn_program *p;
+    sn_graph *g = model_graph(a, true, &p);
+    printf("%s, B=%d, T=%d: %d kernels, %lld parameters\n", a->model, a->batch, a->seq, p->n_kernels,
+           (long long)param_count(g));
+    sn_roofline_opts ro = {.tf32 = a->tf32};
+    sn_roofline_print(stdout, p, param_count(g), (double)a->batch * a->seq, m, &ro, NULL, 0);
+    sn_program_free(p);
+    sn_graph_free(g);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     args a;
     parse(argc, argv, &a);
-    double peak = sn_bench_fma_peak(a.threads, 3, &a.isa);
+    const sn_roofline_machine *machine = sn_roofline_machine_find(a.roofline ? a.roofline : "h100");
+    if (a.model_only) return model_only(&a, machine);
     sn_err e;
-    sn_device *d;
-    if (sn_cpu_device_new(a.threads, &d, &e)) die("cpu device", &e);
+    bool cuda;
+    sn_device *d = open_device(&a, &cuda);
+    double peak;
+    char isa[96];
+    if (cuda) { /* published, not measured: the GPU check (tools/gpu_check) measures cuBLASLt's */
+        peak = machine->bf16_tflops * 1e3;
+        snprintf(isa, sizeof isa, "%s bf16 dense (published)", machine->name);
+        a.isa = isa;
+    } else {
+        peak = sn_bench_fma_peak(a.threads, 3, &a.isa);
+    }
 
     /* the training program: compile time is the trainer's setup (fuse, memplan, JIT) */
     sn_graph *g = model_graph(&a, true, NULL);
@@ -185,7 +235,7 @@ int main(int argc, char **argv) {
         if (n->op == SN_OP_INPUT && sn_exec_set(fx, n, !strcmp(n->name, "idx") ? x : y, &e)) die("inputs", &e);
     }
     run_ctx r = {t, x, y, fx};
-    const char *dev = "cpu";
+    const char *dev = cuda ? "cuda" : "cpu";
     char extra[512];
     double fwd_s = time_best(a.steps, run_forward, &r);
     emit(&a, dev, "forward", fwd_s, program_flops(fp), peak, NULL);
@@ -205,6 +255,11 @@ int main(int argc, char **argv) {
              st.kind_s[SN_KER_GEMM], st.kind_s[SN_KER_ATTENTION], st.kind_s[SN_KER_POINTWISE],
              st.kind_s[SN_KER_ROW], st.kind_s[SN_KER_REDUCE], st.kind_s[SN_KER_GATHER]);
     emit(&a, dev, "train_step", step_s, train_flops, peak, extra);
+    if (a.roofline) { /* the model beside the last step's measured times by kind */
+        sn_roofline_opts ro = {.tf32 = a.tf32};
+        sn_roofline_print(stdout, p, param_count(g), (double)a.batch * a.seq, machine, &ro,
+                          st.kind_s, step_s);
+    }
 
     if (a.compare_interp) { /* the reference interpreter on the same step, once */
         sn_graph *ig = model_graph(&a, true, NULL);

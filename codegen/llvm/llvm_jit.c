@@ -431,8 +431,10 @@ sn_status sn_jit_kernel_ir(sn_jit *j, const sn_kernel *k, bool optimized, char *
 #else /* !SN_HAVE_LLVM */
 
 static sn_status no_llvm(sn_err *e) {
-    return sn_fail(e, SN_ERR_UNSUPPORTED, "sinter was built without LLVM, so it has no CPU code "
-                   "generator: install llvm-14-dev (or newer) and rebuild");
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "the CPU device is not supported in this build: sinter "
+                   "was built without LLVM (-Dllvm=disabled, or LLVM not found), so it has no CPU "
+                   "code generator; use --device cuda or --device interp, or install llvm-14-dev "
+                   "(or newer) and reconfigure with -Dllvm=enabled");
 }
 
 sn_status sn_jit_new(sn_jit **out, sn_err *e) {

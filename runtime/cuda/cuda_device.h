@@ -43,4 +43,24 @@ typedef struct {
 } sn_cuda_stats;
 void sn_cuda_stats_get(const sn_device *d, sn_cuda_stats *s);
 
+/* The device's measured ceilings (ceilings.c): a gemm_n^3 bf16 GEMM through cuBLASLt (fp32
+ * accumulation) on random data, and a device-to-device copy of copy_bytes (0: skipped), each the
+ * median of reps (0: 10) timed with events after two warm-up runs. */
+typedef struct {
+    int gemm_n;         /* 8192 on a large GPU; 0: no GEMM */
+    int64_t copy_bytes; /* 1 GiB on a large GPU */
+    int reps;
+} sn_cuda_ceiling_opts;
+typedef struct {
+    double bf16_tflops, gemm_s;
+    double gemm_check_err; /* the worst relative error of 16 entries checked against the host */
+    double copy_tb_per_s;  /* bytes read plus bytes written, per second */
+    double copy_s;
+    int64_t device_bytes;
+} sn_cuda_ceilings;
+sn_status sn_cuda_measure_ceilings(int ordinal, const sn_cuda_ceiling_opts *o, sn_cuda_ceilings *out,
+                                   sn_err *e);
+/* Device memory in use (total minus free: this process's contexts and any other's), and the total. */
+sn_status sn_cuda_memory_used(int ordinal, int64_t *used, int64_t *total, sn_err *e);
+
 #endif

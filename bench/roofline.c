@@ -1,0 +1,159 @@
+/* roofline.c: the roofline model of roofline.h. Bytes are each distinct argument of a kernel
+ * once (views that fuse folded read their whole buffer: an upper bound for those, the fewest
+ * bytes for the rest); the optimizer step (not in the program: the trainer adds it) is modeled
+ * from the parameter count as SQNORM (read g), CLIP (tiny) and ADAMW (read g, p, m, v; write
+ * p, m, v), all f32. */
+#include "roofline.h"
+
+#include <string.h>
+
+#include "ir/ir.h"
+
+static const sn_roofline_machine machines[] = {
+    {"h100", 989.0, 494.5, 67.0, 3.35}, /* H100 SXM, dense (no sparsity) */
+};
+
+const sn_roofline_machine *sn_roofline_machine_find(const char *name) {
+    for (size_t i = 0; i < sizeof machines / sizeof machines[0]; i++)
+        if (name && !strcmp(name, machines[i].name)) return &machines[i];
+    return NULL;
+}
+
+static double node_bytes(const sn_node *n) {
+    return (double)sn_numel(n) * sn_dtype_bits(n->dtype) / 8.0;
+}
+
+double sn_roofline_kernel_flops(const sn_kernel *k) {
+    const sn_node *n = k->anchor;
+    if (k->kind == SN_KER_GEMM) {
+        const sn_node *a = n->in[0];
+        return 2.0 * (double)sn_numel(n) * (double)a->shape[a->rank - 1 - n->a.ta];
+    }
+    if (k->kind == SN_KER_ATTENTION) {
+        const sn_node *q = n->in[0], *kk = n->in[1];
+        double T = (double)q->shape[q->rank - 2], S = (double)kk->shape[kk->rank - 2];
+        double D = (double)q->shape[q->rank - 1], bh = (double)sn_numel(q) / (T * D);
+        double pairs = T * (T + 1) / 2 + T * (S - T);
+        /* products per pair: forward q.k and p.v; dq: s, dp, ds.k; dk with dv: s, dp, ds.q, p.do */
+        int products = n->op == SN_OP_ATTENTION ? 2 : n->op == SN_OP_ATTENTION_BWD_V ? 2 : 3;
+        if (n->op == SN_OP_ATTENTION_BWD_K && k->anchor2) products = 4;
+        return bh * pairs * D * 2.0 * products;
+    }
+    return 0; /* counted as per-element work below, not as model FLOPs */
+}
+
+/* The elementwise work of a non-GEMM kernel: its instructions (or 5 for a row op, 1 for a
+ * gather or a reduction) per element of its largest argument. */
+static double other_flops(const sn_kernel *k) {
+    double elems = 0;
+    for (int a = 0; a < k->n_out + k->n_in; a++)
+        if ((double)sn_numel(k->args[a]) > elems) elems = (double)sn_numel(k->args[a]);
+    double per = k->kind == SN_KER_POINTWISE ? (k->n_instr > 0 ? k->n_instr : 1)
+                 : k->kind == SN_KER_ROW ? 5 + k->n_instr : 1;
+    return elems * per;
+}
+
+static double kernel_bytes(const sn_kernel *k) {
+    double b = 0;
+    for (int a = 0; a < k->n_out + k->n_in; a++) {
+        bool seen = false;
+        for (int j = 0; j < a; j++) seen |= k->args[j] == k->args[a];
+        if (!seen) b += node_bytes(k->args[a]);
+    }
+    return b;
+}
+
+/* The rate a kernel's FLOPs run at, TFLOP/s. */
+static double kernel_peak(const sn_kernel *k, const sn_roofline_machine *m, const sn_roofline_opts *o) {
+    if (k->kind == SN_KER_GEMM || k->kind == SN_KER_ATTENTION) {
+        sn_dtype dt = k->anchor->in[0]->dtype;
+        if (dt == SN_BF16 || dt == SN_F16) return m->bf16_tflops;
+        if (k->kind == SN_KER_GEMM && o && o->tf32) return m->tf32_tflops;
+    }
+    return m->fp32_tflops;
+}
+
+sn_roofline_kernel sn_roofline_kernel_model(const sn_kernel *k, const sn_roofline_machine *m,
+                                            const sn_roofline_opts *o) {
+    sn_roofline_kernel r = {0};
+    r.flops = sn_roofline_kernel_flops(k);
+    if (r.flops == 0) r.flops = other_flops(k);
+    r.bytes = kernel_bytes(k);
+    double tc = r.flops / (kernel_peak(k, m, o) * 1e12), tm = r.bytes / (m->tb_per_s * 1e12);
+    r.compute_bound = tc > tm;
+    r.time_s = tc > tm ? tc : tm;
+    return r;
+}
+
+sn_roofline_step sn_roofline_program(const sn_program *p, int64_t n_params,
+                                     const sn_roofline_machine *m, const sn_roofline_opts *o) {
+    sn_roofline_step s = {0};
+    for (int i = 0; i < p->n_kernels; i++) {
+        const sn_kernel *k = p->kernels[i];
+        sn_roofline_kernel r = sn_roofline_kernel_model(k, m, o);
+        s.flops += r.flops;
+        s.bytes += r.bytes;
+        s.time_s += r.time_s;
+        s.model_flops += sn_roofline_kernel_flops(k);
+        s.kind_s[k->kind] += r.time_s;
+        s.kind_bytes[k->kind] += r.bytes;
+        s.kind_flops[k->kind] += r.flops;
+    }
+    /* SQNORM reads g; ADAMW reads g, p, m, v and writes p, m, v: 8 f32 per parameter */
+    s.optimizer_bytes = 8.0 * 4.0 * (double)n_params;
+    double opt_flops = 14.0 * (double)n_params;
+    double tc = opt_flops / (m->fp32_tflops * 1e12), tm = s.optimizer_bytes / (m->tb_per_s * 1e12);
+    s.optimizer_s = tc > tm ? tc : tm;
+    s.flops += opt_flops;
+    s.bytes += s.optimizer_bytes;
+    s.time_s += s.optimizer_s;
+    return s;
+}
+
+static void fmt_s(char *buf, size_t len, double s) {
+    if (s >= 1) snprintf(buf, len, "%8.3f s ", s);
+    else if (s >= 1e-3) snprintf(buf, len, "%8.3f ms", s * 1e3);
+    else snprintf(buf, len, "%8.2f us", s * 1e6);
+}
+
+void sn_roofline_print(FILE *f, const sn_program *p, int64_t n_params, double tokens,
+                       const sn_roofline_machine *m, const sn_roofline_opts *o,
+                       const double *measured_kind_s, double measured_step_s) {
+    sn_roofline_step s = sn_roofline_program(p, n_params, m, o);
+    int count[SN_KER_KIND_COUNT] = {0};
+    for (int i = 0; i < p->n_kernels; i++) count[p->kernels[i]->kind]++;
+    fprintf(f, "roofline on %s (%.1f TFLOP/s bf16 dense, %.1f TF32, %.1f fp32, %.2f TB/s), f32 GEMMs as %s:\n",
+            m->name, m->bf16_tflops, m->tf32_tflops, m->fp32_tflops, m->tb_per_s,
+            o && o->tf32 ? "TF32" : "fp32");
+    fprintf(f, "  %-10s %7s %12s %12s %12s %6s%s\n", "kind", "kernels", "GFLOP", "MB moved",
+            "modeled", "share", measured_kind_s ? "     measured   gap" : "");
+    char t[32], mt[32];
+    for (int k = 0; k < SN_KER_KIND_COUNT; k++) {
+        if (!count[k]) continue;
+        fmt_s(t, sizeof t, s.kind_s[k]);
+        fprintf(f, "  %-10s %7d %12.2f %12.1f %s %5.1f%%", sn_kernel_kind_name((sn_kernel_kind)k),
+                count[k], s.kind_flops[k] / 1e9, s.kind_bytes[k] / 1e6, t,
+                100 * s.kind_s[k] / s.time_s);
+        if (measured_kind_s) {
+            fmt_s(mt, sizeof mt, measured_kind_s[k]);
+            fprintf(f, "  %s %5.1fx", mt, s.kind_s[k] > 0 ? measured_kind_s[k] / s.kind_s[k] : 0);
+        }
+        fputc('\n', f);
+    }
+    if (n_params) {
+        fmt_s(t, sizeof t, s.optimizer_s);
+        fprintf(f, "  %-10s %7d %12.2f %12.1f %s %5.1f%%\n", "optimizer", 2, 14.0 * n_params / 1e9,
+                s.optimizer_bytes / 1e6, t, 100 * s.optimizer_s / s.time_s);
+    }
+    fmt_s(t, sizeof t, s.time_s);
+    double gemm_peak = o && o->tf32 ? m->tf32_tflops : m->fp32_tflops;
+    fprintf(f, "  step: %.1f GFLOP (GEMMs and attention %.1f), %.1f MB, modeled %s = %.0f tokens/s; "
+            "MFU %.1f%% of the bf16 peak, %.1f%% of the %s peak the f32 GEMMs run at\n",
+            s.flops / 1e9, s.model_flops / 1e9, s.bytes / 1e6, t, tokens / s.time_s,
+            100 * s.model_flops / s.time_s / (m->bf16_tflops * 1e12),
+            100 * s.model_flops / s.time_s / (gemm_peak * 1e12), o && o->tf32 ? "TF32" : "fp32");
+    if (measured_step_s > 0)
+        fprintf(f, "  measured step %.3f ms: %.2fx the modeled time, MFU %.1f%% of the bf16 peak\n",
+                measured_step_s * 1e3, measured_step_s / s.time_s,
+                100 * s.model_flops / measured_step_s / (m->bf16_tflops * 1e12));
+}

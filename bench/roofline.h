@@ -1,0 +1,64 @@
+/* roofline.h: a roofline model of a compiled program on a GPU: each kernel's FLOPs and the
+ * fewest bytes it must move (every argument read or written once), its modeled time
+ * max(flops / peak, bytes / bandwidth), summed per step. Convention: a model, printed beside
+ * (never instead of) a measurement; GEMM FLOPs are 2MNK, attention counts the causal pairs,
+ * other kernels count a few FLOPs per element and are, as modeled, bound by bytes. */
+#ifndef SN_BENCH_ROOFLINE_H
+#define SN_BENCH_ROOFLINE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "program/program.h"
+
+/* A machine's published ceilings. */
+typedef struct {
+    const char *name;
+    double bf16_tflops; /* dense tensor-core bf16 (and f16) products, fp32 accumulate */
+    double tf32_tflops; /* tensor-core TF32 products */
+    double fp32_tflops; /* CUDA cores, FMA counted as 2 */
+    double tb_per_s;    /* device memory bandwidth */
+} sn_roofline_machine;
+
+/* "h100": H100 SXM (989 bf16 dense, 494.5 TF32, 67 fp32, 3.35 TB/s); NULL for another name. */
+const sn_roofline_machine *sn_roofline_machine_find(const char *name);
+
+/* How f32 GEMMs run: on the CUDA cores, or as TF32 on the tensor cores (--tf32). */
+typedef struct {
+    bool tf32;
+} sn_roofline_opts;
+
+typedef struct {
+    double flops, bytes;
+    double time_s;     /* max(flops / the kernel's peak, bytes / bandwidth) */
+    bool compute_bound;
+} sn_roofline_kernel;
+
+typedef struct {
+    double flops, bytes, time_s;   /* the program's kernels and the optimizer step */
+    double model_flops;            /* GEMMs and attention: what MFU counts */
+    double kind_s[SN_KER_KIND_COUNT]; /* modeled time by kernel kind */
+    double kind_bytes[SN_KER_KIND_COUNT], kind_flops[SN_KER_KIND_COUNT];
+    double optimizer_s, optimizer_bytes; /* SQNORM + CLIP + ADAMW over n_params, modeled */
+} sn_roofline_step;
+
+/* FLOPs of one kernel (GEMMs 2MNK, attention the causal pairs); the sum over a program is what
+ * MFU divides (train_bench's program FLOPs). */
+double sn_roofline_kernel_flops(const sn_kernel *k);
+
+/* One kernel on machine m. */
+sn_roofline_kernel sn_roofline_kernel_model(const sn_kernel *k, const sn_roofline_machine *m,
+                                            const sn_roofline_opts *o);
+
+/* The program's kernels plus one optimizer step over n_params f32 parameters (0: none). */
+sn_roofline_step sn_roofline_program(const sn_program *p, int64_t n_params,
+                                     const sn_roofline_machine *m, const sn_roofline_opts *o);
+
+/* A table: per kernel kind count, FLOPs, bytes, modeled time, and the measured time beside it
+ * where measured_kind_s is not NULL; then the step's modeled time, tokens/s and MFU against the
+ * machine's bf16 peak and against the peak the GEMMs run at. tokens: per step. */
+void sn_roofline_print(FILE *f, const sn_program *p, int64_t n_params, double tokens,
+                       const sn_roofline_machine *m, const sn_roofline_opts *o,
+                       const double *measured_kind_s, double measured_step_s);
+
+#endif
