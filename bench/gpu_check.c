@@ -1,0 +1,158 @@
+/* gpu_check.c: the GPU check's program (tools/gpu_check builds and runs it; docs/gpu.md): opens
+ * the device, runs every step of gpu_check.h in order, writes the report, exits 1 if any step
+ * failed. Defaults are the full check on a large GPU (under 10 minutes on an H100); --small is
+ * the same check at sizes a stand-in driver or the CPU runs in a minute or two.
+ *
+ *     build-cuda/bench/gpu_check --out /tmp/check                   # on a GPU machine
+ *     build/bench/gpu_check --device cpu --small --out /tmp/check   # the check itself, here
+ *     build/bench/gpu_check --device cpu --write-golden bench/gpu_check_golden.txt */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "runtime/cuda/cuda_device.h"
+#include "gpu_check.h"
+
+#ifndef SN_GOLDEN_DEFAULT
+#define SN_GOLDEN_DEFAULT "bench/gpu_check_golden.txt"
+#endif
+
+static const char usage[] =
+    "usage: gpu_check [--out DIR] [--device cuda|cpu] [--small] [--seed N] [--cache-dir DIR]\n"
+    "                 [--train-model M --train-batch B --train-seq T --train-steps N] [--golden FILE]\n"
+    "                 [--time-model M] [--time-size BxT]... [--time-steps N] [--gemm-n N] [--copy-mib N]\n"
+    "                 [--tiny-model M --tiny-steps N] [--att-T T]\n"
+    "       gpu_check --device cpu --write-golden FILE [--train-model M --train-batch B ...]\n"
+    "  --out DIR   gpu_check_report.md and gpu_check.json (default: $OUT, else .)\n"
+    "  --small     sizes for a stand-in driver or the CPU: tiny models, a 256^3 GEMM, 16 MiB copies\n";
+
+static void defaults(gc_opts *o, bool small) {
+    const char *out = getenv("OUT");
+    *o = (gc_opts){.device = "cuda", .out_dir = out && *out ? out : ".", .att_T = 100,
+                   .tiny_model = "tiny", .tiny_steps = 5, .train_model = "gpt2", .train_batch = 4,
+                   .train_seq = 256, .train_steps = 20, .golden = SN_GOLDEN_DEFAULT,
+                   .time_model = "gpt2", .time_sizes = {{4, 256}, {16, 1024}}, .n_time_sizes = 2,
+                   .time_steps = 10, .gemm_n = 8192, .copy_mib = 1024};
+    if (small) {
+        o->att_T = 37;
+        o->tiny_steps = 3;
+        o->train_model = "tiny";
+        o->train_batch = 2;
+        o->train_seq = 32;
+        o->train_steps = 5;
+        o->time_model = "tiny";
+        o->time_sizes[0][0] = 2, o->time_sizes[0][1] = 32;
+        o->n_time_sizes = 1;
+        o->time_steps = 3;
+        o->gemm_n = 256;
+        o->copy_mib = 16;
+    }
+}
+
+static int bad(const char *what) {
+    fprintf(stderr, "gpu_check: %s\n%s", what, usage);
+    return 2;
+}
+
+static int parse(int argc, char **argv, gc_opts *o) {
+    bool small = false, sizes_given = false;
+    for (int i = 1; i < argc; i++) small |= !strcmp(argv[i], "--small");
+    defaults(o, small);
+    o->seed = (uint64_t)time(NULL);
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(k, "--small")) continue;
+        if (!v) return bad("an option lacks its value");
+        i++;
+        if (!strcmp(k, "--out")) o->out_dir = v;
+        else if (!strcmp(k, "--device")) o->device = v;
+        else if (!strcmp(k, "--cache-dir")) o->cache_dir = v;
+        else if (!strcmp(k, "--seed")) o->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--train-model")) o->train_model = v;
+        else if (!strcmp(k, "--train-batch")) o->train_batch = atoi(v);
+        else if (!strcmp(k, "--train-seq")) o->train_seq = atoi(v);
+        else if (!strcmp(k, "--train-steps")) o->train_steps = atoi(v);
+        else if (!strcmp(k, "--golden")) o->golden = v;
+        else if (!strcmp(k, "--write-golden")) o->write_golden = v;
+        else if (!strcmp(k, "--time-model")) o->time_model = v;
+        else if (!strcmp(k, "--time-steps")) o->time_steps = atoi(v);
+        else if (!strcmp(k, "--gemm-n")) o->gemm_n = atoi(v);
+        else if (!strcmp(k, "--copy-mib")) o->copy_mib = atoi(v);
+        else if (!strcmp(k, "--tiny-model")) o->tiny_model = v;
+        else if (!strcmp(k, "--tiny-steps")) o->tiny_steps = atoi(v);
+        else if (!strcmp(k, "--att-T")) o->att_T = atoi(v);
+        else if (!strcmp(k, "--time-size")) {
+            if (!sizes_given) o->n_time_sizes = 0;
+            sizes_given = true;
+            int B, T;
+            if (o->n_time_sizes == 4 || sscanf(v, "%dx%d", &B, &T) != 2 || B < 1 || T < 1)
+                return bad("--time-size is BxT (at most four of them)");
+            o->time_sizes[o->n_time_sizes][0] = B;
+            o->time_sizes[o->n_time_sizes++][1] = T;
+        } else {
+            return bad("unknown option");
+        }
+    }
+    if (strcmp(o->device, "cuda") && strcmp(o->device, "cpu")) return bad("--device is cuda or cpu");
+    if (o->train_batch < 1 || o->train_seq < 1 || o->train_steps < 1 || o->time_steps < 1 ||
+        o->tiny_steps < 2 || o->att_T < 1 || o->gemm_n < 0 || o->copy_mib < 0)
+        return bad("sizes and step counts are positive (--tiny-steps at least 2)");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    static gc_run run;
+    gc_run *r = &run;
+    int rc = parse(argc, argv, &r->o);
+    if (rc) return rc;
+    if (r->o.write_golden) return gc_write_golden(&r->o);
+    if (mkdir(r->o.out_dir, 0755) && errno != EEXIST) {
+        fprintf(stderr, "gpu_check: cannot create %s: %s\n", r->o.out_dir, strerror(errno));
+        return 2;
+    }
+    r->details = open_memstream(&r->details_buf, &r->details_len);
+    if (!r->details) return 2;
+    r->cuda = !strcmp(r->o.device, "cuda");
+    printf("gpu_check: seed %llu (--seed %llu repeats these inputs)\n", (unsigned long long)r->o.seed,
+           (unsigned long long)r->o.seed);
+
+    gc_step *s = gc_begin(r, "device");
+    sn_err e = {0};
+    sn_status st;
+    char cache[600];
+    snprintf(cache, sizeof cache, "%s", r->o.cache_dir ? r->o.cache_dir : "");
+    if (!r->o.cache_dir) snprintf(cache, sizeof cache, "%s/kernel-cache", r->o.out_dir);
+    if (r->cuda) {
+        int64_t total = 0;
+        sn_cuda_opts co = {.cache_dir = cache};
+        st = sn_cuda_memory_used(0, &r->mem_baseline, &total, &e);
+        if (!st) st = sn_cuda_device_new_opts(0, &co, &r->dev, &e);
+    } else {
+        st = sn_cpu_device_new(0, &r->dev, &e);
+    }
+    if (st) { /* nothing else can run */
+        snprintf(r->device_name, sizeof r->device_name, "none (%.200s)", e.msg);
+        gc_end(r, s, GC_FAIL, "%s", e.msg);
+    } else {
+        snprintf(r->device_name, sizeof r->device_name, "%s", r->dev->name);
+        sn_cuda_stats cs;
+        sn_cuda_stats_get(r->dev, &cs);
+        gc_num(s, "sm", cs.sm);
+        gc_num(s, "memory_in_use_at_start", (double)r->mem_baseline);
+        gc_end(r, s, GC_PASS, "%s", r->dev->name);
+        gc_measure_ceilings(r);
+        gc_check_kernels(r);
+        gc_check_tiny(r);
+        gc_check_losses(r);
+        gc_time_steps(r);
+        sn_device_free(r->dev);
+    }
+    bool wrote = gc_write_reports(r);
+    fclose(r->details);
+    free(r->details_buf);
+    int failed = gc_failures(r);
+    printf("gpu_check: %d of %d steps failed\n", failed, r->n_steps);
+    return failed || !wrote ? 1 : 0;
+}
