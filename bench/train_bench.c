@@ -241,7 +241,12 @@ int main(int argc, char **argv) {
     emit(&a, dev, "forward", fwd_s, program_flops(fp), peak, NULL);
     double fb_s = time_best(a.steps, run_fwd_bwd, &r);
     emit(&a, dev, "forward_backward", fb_s, train_flops, peak, NULL);
+    /* timed with events around each run only (per-kernel events split a CUDA Graph), then one
+     * profiled step for the time by kind */
+    sn_exec_time_kernels(sn_trainer_exec(t), false);
     double step_s = time_best(a.steps, run_step, &r);
+    sn_exec_time_kernels(sn_trainer_exec(t), true);
+    if (run_step(&r, &e)) die("profiled step", &e);
     sn_exec_stats st;
     sn_exec_stats_get(sn_trainer_exec(t), &st);
     snprintf(extra, sizeof extra,

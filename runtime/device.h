@@ -105,5 +105,10 @@ typedef struct {
     int64_t buffer_bytes;     /* extra buffers (sn_exec_buffer_new: optimizer state) */
 } sn_exec_stats;
 void sn_exec_stats_get(const sn_exec *x, sn_exec_stats *s);
+/* Whether a run records an event after every kernel (the default: kind_s is filled) or only
+ * around the whole run (kind_s stays zero). A CUDA device issues its queued launches at each
+ * event, so per-kernel events split the step's CUDA Graph into single launches: time steps
+ * with per_kernel false, and profile kinds in a separate run. */
+void sn_exec_time_kernels(sn_exec *x, bool per_kernel);
 
 #endif
