@@ -23,6 +23,7 @@ static const char usage[] =
     "usage: gpu_check [--out DIR] [--device cuda|cpu] [--small] [--seed N] [--cache-dir DIR]\n"
     "                 [--train-model M --train-batch B --train-seq T --train-steps N] [--golden FILE]\n"
     "                 [--time-model M] [--time-size BxT]... [--time-steps N] [--gemm-n N] [--copy-mib N]\n"
+    "                 [--gemm-f32]\n"
     "                 [--tiny-model M --tiny-steps N] [--att-T T]\n"
     "       gpu_check --device cpu --write-golden FILE [--train-model M --train-batch B ...]\n"
     "  --out DIR   gpu_check_report.md and gpu_check.json (default: $OUT, else .)\n"
@@ -59,11 +60,16 @@ static int bad(const char *what) {
 static int parse(int argc, char **argv, gc_opts *o) {
     bool small = false, sizes_given = false;
     for (int i = 1; i < argc; i++) small |= !strcmp(argv[i], "--small");
+    /* (flags without a value: --small, --gemm-f32) */
     defaults(o, small);
     o->seed = (uint64_t)time(NULL);
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--small")) continue;
+        if (!strcmp(k, "--gemm-f32")) {
+            o->gemm_f32 = true;
+            continue;
+        }
         if (!v) return bad("an option lacks its value");
         i++;
         if (!strcmp(k, "--out")) o->out_dir = v;

@@ -32,6 +32,7 @@ typedef struct {
     int time_sizes[4][2], n_time_sizes; /* (B, T) */
     int time_steps;          /* timed steps per size (median); 3 warm-up steps before */
     int gemm_n;              /* the ceilings: bf16 GEMM n^3 and the copy's MiB */
+    bool gemm_f32;           /* the ceiling GEMM in f32 (a stand-in's cuBLASLt has no bf16) */
     int copy_mib;
 } gc_opts;
 

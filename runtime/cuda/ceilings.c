@@ -22,7 +22,8 @@ typedef struct {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t layout;
     cublasLtMatmulPreference_t pref;
-    uint16_t *host_a, *host_b;
+    void *host_a, *host_b;
+    bool f32;
     int64_t copy_bytes;
     cublasLtMatmulHeuristicResult_t heur;
 } ctx;
@@ -76,16 +77,26 @@ static sn_status open_ctx(ctx *c, int ordinal, sn_err *e) {
     return st;
 }
 
-/* Random bf16 in [-1, 1) uploaded into a fresh allocation of n elements. */
-static sn_status random_bf16(ctx *c, CUdeviceptr *p, uint16_t **host, int64_t n, uint64_t seed,
-                             sn_err *e) {
-    *host = sn_malloc((size_t)n * 2, "random bf16 GEMM operands on the host", e);
+/* Random values in [-1, 1) (bf16, or f32 when f32) uploaded into a fresh allocation of n
+ * elements; *host keeps them. */
+static sn_status random_values(ctx *c, CUdeviceptr *p, void **host, int64_t n, bool f32,
+                               uint64_t seed, sn_err *e) {
+    size_t size = f32 ? 4 : 2;
+    *host = sn_malloc((size_t)n * size, "random GEMM operands on the host", e);
     if (!*host) return SN_ERR_OOM;
     sn_rng r = sn_rng_seed(seed);
-    for (int64_t i = 0; i < n; i++) (*host)[i] = bf16_bits((float)(2 * sn_rng_uniform(&r) - 1));
-    sn_status st = SN_CUDA_CHECK(API, e, cuMemAlloc, p, (size_t)n * 2);
-    if (!st) st = SN_CUDA_CHECK(API, e, cuMemcpyHtoDAsync, *p, *host, (size_t)n * 2, c->stream);
+    for (int64_t i = 0; i < n; i++) {
+        float v = (float)(2 * sn_rng_uniform(&r) - 1);
+        if (f32) ((float *)*host)[i] = v;
+        else ((uint16_t *)*host)[i] = bf16_bits(v);
+    }
+    sn_status st = SN_CUDA_CHECK(API, e, cuMemAlloc, p, (size_t)n * size);
+    if (!st) st = SN_CUDA_CHECK(API, e, cuMemcpyHtoDAsync, *p, *host, (size_t)n * size, c->stream);
     return st ? st : SN_CUDA_CHECK(API, e, cuStreamSynchronize, c->stream);
+}
+
+static double value_at(const void *h, bool f32, int64_t i) {
+    return f32 ? ((const float *)h)[i] : bf16_float(((const uint16_t *)h)[i]);
 }
 
 typedef sn_status (*work_fn)(ctx *c, sn_err *e);
@@ -125,11 +136,12 @@ static sn_status gemm_once(ctx *c, sn_err *e) {
 }
 
 /* D = A B in cuBLASLt's column-major terms: D[i + j n] = sum_k A[i + k n] B[k + j n]; a few
- * entries against the host in double (bf16 output: relative error under 1e-2). */
+ * entries against the host in double, relative to the sum of the products' magnitudes. */
 static sn_status spot_check(ctx *c, int n, double *worst, sn_err *e) {
-    uint16_t *dh = sn_malloc((size_t)n * n * 2, "the bf16 GEMM's result on the host", e);
+    size_t size = c->f32 ? 4 : 2;
+    void *dh = sn_malloc((size_t)n * n * size, "the GEMM's result on the host", e);
     if (!dh) return SN_ERR_OOM;
-    sn_status st = SN_CUDA_CHECK(API, e, cuMemcpyDtoHAsync, dh, c->d, (size_t)n * n * 2, c->stream);
+    sn_status st = SN_CUDA_CHECK(API, e, cuMemcpyDtoHAsync, dh, c->d, (size_t)n * n * size, c->stream);
     if (!st) st = SN_CUDA_CHECK(API, e, cuStreamSynchronize, c->stream);
     sn_rng r = sn_rng_seed(7);
     *worst = 0;
@@ -137,11 +149,11 @@ static sn_status spot_check(ctx *c, int n, double *worst, sn_err *e) {
         int64_t i = (int64_t)sn_rng_below(&r, (uint64_t)n), j = (int64_t)sn_rng_below(&r, (uint64_t)n);
         double want = 0, mag = 0;
         for (int64_t k = 0; k < n; k++) {
-            double p = (double)bf16_float(c->host_a[i + k * n]) * bf16_float(c->host_b[k + j * n]);
+            double p = value_at(c->host_a, c->f32, i + k * n) * value_at(c->host_b, c->f32, k + j * n);
             want += p;
             mag += p < 0 ? -p : p;
         }
-        double got = bf16_float(dh[i + j * n]), err = (got - want) / (mag > 0 ? mag : 1);
+        double got = value_at(dh, c->f32, i + j * n), err = (got - want) / (mag > 0 ? mag : 1);
         err = err < 0 ? -err : err;
         if (!(err <= *worst)) *worst = err; /* NaN sticks */
     }
@@ -162,9 +174,9 @@ sn_status sn_cuda_measure_ceilings(int ordinal, const sn_cuda_ceiling_opts *o, s
         st = SN_CUDA_CHECK(API, e, cuMemAlloc, &c->src, (size_t)o->copy_bytes);
         if (!st) st = SN_CUDA_CHECK(API, e, cuMemAlloc, &c->dst, (size_t)o->copy_bytes);
         int64_t chunk = o->copy_bytes < (64 << 20) ? o->copy_bytes : (64 << 20);
-        uint16_t *h = NULL;
+        void *h = NULL;
         CUdeviceptr tmp = 0;
-        if (!st) st = random_bf16(c, &tmp, &h, chunk / 2, 11, e);
+        if (!st) st = random_values(c, &tmp, &h, chunk / 2, false, 11, e);
         for (int64_t at = 0; !st && at < o->copy_bytes; at += chunk) {
             size_t len = (size_t)(o->copy_bytes - at < chunk ? o->copy_bytes - at : chunk);
             st = SN_CUDA_CHECK(API, e, cuMemcpyDtoDAsync, c->src + (CUdeviceptr)at, tmp, len, c->stream);
@@ -174,16 +186,18 @@ sn_status sn_cuda_measure_ceilings(int ordinal, const sn_cuda_ceiling_opts *o, s
         if (!st) st = time_median(c, copy_once, reps, &out->copy_s, e);
         if (!st) out->copy_tb_per_s = 2.0 * (double)o->copy_bytes / out->copy_s / 1e12;
     }
-    /* the GEMM: n x n x n, bf16 in and out, fp32 accumulation */
+    /* the GEMM: n x n x n, bf16 (or f32) in and out, fp32 accumulation */
+    c->f32 = o->f32;
     if (!st && n > 0) {
-        st = random_bf16(c, &c->a, &c->host_a, elems, 1, e);
-        if (!st) st = random_bf16(c, &c->b, &c->host_b, elems, 2, e);
-        if (!st) st = SN_CUDA_CHECK(API, e, cuMemAlloc, &c->d, (size_t)elems * 2);
+        st = random_values(c, &c->a, &c->host_a, elems, c->f32, 1, e);
+        if (!st) st = random_values(c, &c->b, &c->host_b, elems, c->f32, 2, e);
+        if (!st) st = SN_CUDA_CHECK(API, e, cuMemAlloc, &c->d, (size_t)elems * (c->f32 ? 4 : 2));
         if (!st) st = SN_CUDA_CHECK(API, e, cuMemAlloc, &c->ws, (size_t)WORKSPACE);
         if (!st) st = sn_cuda_api_load(API, SN_LIB_CUBLASLT, e);
         if (!st) st = SN_CUDA_CHECK(API, e, cublasLtCreate, &c->lt);
         if (!st) st = SN_CUDA_CHECK(API, e, cublasLtMatmulDescCreate, &c->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-        if (!st) st = SN_CUDA_CHECK(API, e, cublasLtMatrixLayoutCreate, &c->layout, CUDA_R_16BF,
+        if (!st) st = SN_CUDA_CHECK(API, e, cublasLtMatrixLayoutCreate, &c->layout,
+                                    c->f32 ? CUDA_R_32F : CUDA_R_16BF,
                                     (uint64_t)n, (uint64_t)n, (int64_t)n);
         uint64_t ws = WORKSPACE;
         if (!st) st = SN_CUDA_CHECK(API, e, cublasLtMatmulPreferenceCreate, &c->pref);
@@ -193,7 +207,8 @@ sn_status sn_cuda_measure_ceilings(int ordinal, const sn_cuda_ceiling_opts *o, s
         if (!st) st = SN_CUDA_CHECK(API, e, cublasLtMatmulAlgoGetHeuristic, c->lt, c->desc, c->layout,
                                     c->layout, c->layout, c->layout, c->pref, 1, &c->heur, &found);
         if (!st && !found)
-            st = sn_fail(e, SN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for a %d x %d x %d bf16 GEMM", n, n, n);
+            st = sn_fail(e, SN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for a %d x %d x %d %s GEMM",
+                         n, n, n, c->f32 ? "f32" : "bf16");
         if (!st) st = time_median(c, gemm_once, reps, &out->gemm_s, e);
         if (!st) out->bf16_tflops = 2.0 * (double)n * n * n / out->gemm_s / 1e12;
         if (!st) st = spot_check(c, n, &out->gemm_check_err, e);

@@ -48,11 +48,12 @@ void sn_cuda_stats_get(const sn_device *d, sn_cuda_stats *s);
  * median of reps (0: 10) timed with events after two warm-up runs. */
 typedef struct {
     int gemm_n;         /* 8192 on a large GPU; 0: no GEMM */
+    bool f32;           /* an f32 GEMM instead (a stand-in driver's cuBLASLt has only f32) */
     int64_t copy_bytes; /* 1 GiB on a large GPU */
     int reps;
 } sn_cuda_ceiling_opts;
 typedef struct {
-    double bf16_tflops, gemm_s;
+    double bf16_tflops, gemm_s; /* (f32: the f32 GEMM's rate) */
     double gemm_check_err; /* the worst relative error of 16 entries checked against the host */
     double copy_tb_per_s;  /* bytes read plus bytes written, per second */
     double copy_s;
