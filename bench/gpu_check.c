@@ -22,7 +22,8 @@
 static const char usage[] =
     "usage: gpu_check [--out DIR] [--device cuda|cpu] [--small] [--seed N] [--cache-dir DIR]\n"
     "                 [--train-model M --train-batch B --train-seq T --train-steps N] [--golden FILE]\n"
-    "                 [--time-model M] [--time-size BxT]... [--time-steps N] [--gemm-n N] [--copy-mib N]\n"
+    "                 [--time-model M] [--time-size BxT]... [--time-steps N] [--warmup N]\n"
+    "                 [--gemm-n N] [--copy-mib N]"
     "                 [--gemm-f32]\n"
     "                 [--tiny-model M --tiny-steps N] [--att-T T]\n"
     "       gpu_check --device cpu --write-golden FILE [--train-model M --train-batch B ...]\n"
@@ -35,7 +36,7 @@ static void defaults(gc_opts *o, bool small) {
                    .tiny_model = "tiny", .tiny_steps = 5, .train_model = "gpt2", .train_batch = 4,
                    .train_seq = 256, .train_steps = 20, .golden = SN_GOLDEN_DEFAULT,
                    .time_model = "gpt2", .time_sizes = {{4, 256}, {16, 1024}}, .n_time_sizes = 2,
-                   .time_steps = 10, .gemm_n = 8192, .copy_mib = 1024};
+                   .time_steps = 10, .warmup = 3, .gemm_n = 8192, .copy_mib = 1024};
     if (small) {
         o->att_T = 37;
         o->tiny_steps = 3;
@@ -47,6 +48,7 @@ static void defaults(gc_opts *o, bool small) {
         o->time_sizes[0][0] = 2, o->time_sizes[0][1] = 32;
         o->n_time_sizes = 1;
         o->time_steps = 3;
+        o->warmup = 2;
         o->gemm_n = 256;
         o->copy_mib = 16;
     }
@@ -84,6 +86,7 @@ static int parse(int argc, char **argv, gc_opts *o) {
         else if (!strcmp(k, "--write-golden")) o->write_golden = v;
         else if (!strcmp(k, "--time-model")) o->time_model = v;
         else if (!strcmp(k, "--time-steps")) o->time_steps = atoi(v);
+        else if (!strcmp(k, "--warmup")) o->warmup = atoi(v);
         else if (!strcmp(k, "--gemm-n")) o->gemm_n = atoi(v);
         else if (!strcmp(k, "--copy-mib")) o->copy_mib = atoi(v);
         else if (!strcmp(k, "--tiny-model")) o->tiny_model = v;
@@ -102,7 +105,7 @@ static int parse(int argc, char **argv, gc_opts *o) {
         }
     }
     if (strcmp(o->device, "cuda") && strcmp(o->device, "cpu")) return bad("--device is cuda or cpu");
-    if (o->train_batch < 1 || o->train_seq < 1 || o->train_steps < 1 || o->time_steps < 1 ||
+    if (o->warmup < 0 || o->train_batch < 1 || o->train_seq < 1 || o->train_steps < 1 || o->time_steps < 1 ||
         o->tiny_steps < 2 || o->att_T < 1 || o->gemm_n < 0 || o->copy_mib < 0)
         return bad("sizes and step counts are positive (--tiny-steps at least 2)");
     return 0;

@@ -30,7 +30,8 @@ typedef struct {
     const char *write_golden; /* produce the golden file (on the CPU device) and stop */
     const char *time_model;
     int time_sizes[4][2], n_time_sizes; /* (B, T) */
-    int time_steps;          /* timed steps per size (median); 3 warm-up steps before */
+    int time_steps;          /* timed steps per size (median) */
+    int warmup;              /* untimed steps before them (3; at least 2: eager, then captured) */
     int gemm_n;              /* the ceilings: bf16 GEMM n^3 and the copy's MiB */
     bool gemm_f32;           /* the ceiling GEMM in f32 (a stand-in's cuBLASLt has no bf16) */
     int copy_mib;

@@ -1,7 +1,7 @@
 /* gpu_check_time.c: what the GPU check measures: the device's ceilings (cuBLASLt's bf16 GEMM,
  * a device-to-device copy), the compile time of the timed model's program cold (an empty kernel
  * cache) and warm, and its training step at each size, fp32 and TF32 (bf16 once the precision
- * option exists), timed with the device's events (3 warm-up steps, the median of the rest), with
+ * option exists), timed with the device's events (warm-up steps, the median of the rest), with
  * kernels per step, time per kernel kind beside the roofline model, peak device memory, MFU and
  * bandwidth against the measured ceilings. */
 #include <math.h>
@@ -16,7 +16,7 @@
 #include "gpu_check.h"
 #include "roofline.h"
 
-enum { WARMUP = 3, MAX_TIMED = 64, OPTIMIZER_LAUNCHES = 3 /* SQNORM, CLIP, ADAMW */ };
+enum { MAX_TIMED = 64, OPTIMIZER_LAUNCHES = 3 /* SQNORM, CLIP, ADAMW */ };
 
 void gc_measure_ceilings(gc_run *r) {
     const char *dt = r->o.gemm_f32 ? "f32" : "bf16";
@@ -170,7 +170,7 @@ static void time_size(gc_run *r, sn_device *d, const char *mode, bool tf32, int 
     gc_step *s = gc_begin(r, name);
     sn_err e = {0};
     sn_graph *g = NULL;
-    int vocab = 0, n = o->time_steps < MAX_TIMED ? o->time_steps : MAX_TIMED;
+    int vocab = 0, n = o->time_steps < MAX_TIMED ? o->time_steps : MAX_TIMED, WARMUP = o->warmup;
     double wall, t[MAX_TIMED];
     sn_trainer *tr = make_trainer(o, d, B, T, &g, &vocab, &wall, &e);
     int32_t *x = malloc(sizeof(int32_t) * (size_t)(B * T)), *y = malloc(sizeof(int32_t) * (size_t)(B * T));

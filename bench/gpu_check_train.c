@@ -14,6 +14,7 @@
 #include "gpu_check.h"
 
 enum { PERIOD = 257, MAX_STEPS = 200, TRAIN_SEED = 1337 };
+#define TRAIN_LR 3e-4f /* the losses check: low enough that 20 steps fall smoothly (1e-3 spikes) */
 #define GOLDEN_MAGIC "sinter-golden 1"
 
 void gc_batch(int vocab, int B, int T, int step, int32_t *x, int32_t *y) {
@@ -55,14 +56,15 @@ static sn_graph *train_graph(const char *model, int B, int T, int *vocab, sn_err
 
 /* steps optimizer steps of `micro` micro-batches each on device (NULL: the interpreter);
  * losses[s] and norms[s] per step. */
-static sn_status train_run(const char *model, int B, int T, int steps, int micro, sn_device *device,
-                           double *losses, double *norms, sn_err *e) {
+static sn_status train_run(const char *model, int B, int T, int steps, int micro, float lr,
+                           sn_device *device, double *losses, double *norms, sn_err *e) {
     int vocab = 0;
     sn_graph *g = train_graph(model, B, T, &vocab, e);
     if (!g) return e->code ? e->code : SN_ERR_INVALID;
     sn_train_opts o;
     sn_train_opts_default(&o, steps);
     o.seed = TRAIN_SEED;
+    if (lr > 0) o.lr = lr;
     o.device = device;
     sn_trainer *t = sn_trainer_new(g, &o, e);
     int32_t *x = sn_malloc(sizeof(int32_t) * (size_t)(B * T), "a batch", e);
@@ -107,9 +109,9 @@ void gc_check_tiny(gc_run *r) {
     gc_step *s = gc_begin(r, name);
     sn_err e = {0};
     sn_device *pd = gc_poison_device_new(r->dev, &e); /* the arena starts as NaN */
-    sn_status st = pd ? train_run(o->tiny_model, 2, 32, steps, 2, pd, dl, dn, &e) : SN_ERR_OOM;
+    sn_status st = pd ? train_run(o->tiny_model, 2, 32, steps, 2, 0, pd, dl, dn, &e) : SN_ERR_OOM;
     gc_poison_device_free(pd);
-    if (!st) st = train_run(o->tiny_model, 2, 32, steps, 2, NULL, il, in, &e);
+    if (!st) st = train_run(o->tiny_model, 2, 32, steps, 2, 0, NULL, il, in, &e);
     if (st) {
         gc_end(r, s, GC_FAIL, "%s", e.msg);
         return;
@@ -133,6 +135,7 @@ void gc_check_tiny(gc_run *r) {
 typedef struct {
     char model[32];
     int batch, seq, steps;
+    double lr;
     double losses[MAX_STEPS];
 } golden;
 
@@ -149,8 +152,8 @@ static bool golden_read(const char *path, golden *gd, char *why, size_t len) {
         if (line[0] == '#') continue;
         int step;
         double v;
-        if (sscanf(line, "model %31s batch %d seq %d steps %d", gd->model, &gd->batch, &gd->seq,
-                   &gd->steps) == 4)
+        if (sscanf(line, "model %31s batch %d seq %d steps %d lr %lf", gd->model, &gd->batch,
+                   &gd->seq, &gd->steps, &gd->lr) == 5)
             continue;
         if (sscanf(line, "loss %d %lf", &step, &v) == 2 && step == n && n < MAX_STEPS) gd->losses[n++] = v;
         else ok = false;
@@ -172,7 +175,7 @@ int gc_write_golden(const gc_opts *o) {
     }
     int steps = o->train_steps < MAX_STEPS ? o->train_steps : MAX_STEPS;
     double losses[MAX_STEPS];
-    sn_status st = train_run(o->train_model, o->train_batch, o->train_seq, steps, 1, d, losses, NULL, &e);
+    sn_status st = train_run(o->train_model, o->train_batch, o->train_seq, steps, 1, TRAIN_LR, d, losses, NULL, &e);
     sn_device_free(d);
     FILE *f = st ? NULL : fopen(o->write_golden, "w");
     if (!f) {
@@ -181,12 +184,13 @@ int gc_write_golden(const gc_opts *o) {
     }
     fprintf(f, "%s\n# The CPU device's first losses training %s on gpu_check's periodic tokens (bench/\n"
             "# gpu_check_train.c: gc_batch, seed 42, period %d), parameters from seed %d, AdamW with\n"
-            "# sn_train_opts_default (lr 1e-3, warm-up 10%% of the steps), fp32. Made by:\n"
+            "# sn_train_opts_default but lr %g (warm-up 10%% of the steps), fp32. Made by:\n"
             "#   build/bench/gpu_check --device cpu --write-golden %s --train-model %s "
             "--train-batch %d --train-seq %d --train-steps %d\n",
-            GOLDEN_MAGIC, o->train_model, PERIOD, TRAIN_SEED, o->write_golden, o->train_model,
+            GOLDEN_MAGIC, o->train_model, PERIOD, TRAIN_SEED, (double)TRAIN_LR, o->write_golden, o->train_model,
             o->train_batch, o->train_seq, steps);
-    fprintf(f, "model %s batch %d seq %d steps %d\n", o->train_model, o->train_batch, o->train_seq, steps);
+    fprintf(f, "model %s batch %d seq %d steps %d lr %g\n", o->train_model, o->train_batch,
+            o->train_seq, steps, (double)TRAIN_LR);
     for (int s = 0; s < steps; s++) fprintf(f, "loss %d %.9g\n", s, losses[s]);
     if (fclose(f)) return 1;
     printf("gpu_check: wrote %s: %s losses %.4f -> %.4f over %d steps\n", o->write_golden,
@@ -205,16 +209,17 @@ void gc_check_losses(gc_run *r) {
     double ref[MAX_STEPS], got[MAX_STEPS];
     sn_err e = {0};
     bool have = golden_read(o->golden, &gd, why, sizeof why) && !strcmp(gd.model, o->train_model) &&
-                gd.batch == o->train_batch && gd.seq == o->train_seq && gd.steps >= steps;
+                gd.batch == o->train_batch && gd.seq == o->train_seq && gd.steps >= steps &&
+                fabs(gd.lr - (double)TRAIN_LR) <= 1e-9;
     if (have) {
         memcpy(ref, gd.losses, sizeof(double) * (size_t)steps);
         snprintf(source, sizeof source, "the golden losses in %s", o->golden);
     } else { /* live, on this build's CPU device */
         sn_device *cpu = NULL;
-        if (!why[0]) snprintf(why, sizeof why, "%s holds %s B=%d T=%d %d steps", o->golden, gd.model,
-                              gd.batch, gd.seq, gd.steps);
+        if (!why[0]) snprintf(why, sizeof why, "%s holds %s B=%d T=%d %d steps lr %g", o->golden,
+                              gd.model, gd.batch, gd.seq, gd.steps, gd.lr);
         if (sn_cpu_device_new(0, &cpu, &e) ||
-            train_run(o->train_model, o->train_batch, o->train_seq, steps, 1, cpu, ref, NULL, &e)) {
+            train_run(o->train_model, o->train_batch, o->train_seq, steps, 1, TRAIN_LR, cpu, ref, NULL, &e)) {
             gc_end(r, s, GC_FAIL, "no reference: %s, and the CPU device cannot make one: %s", why, e.msg);
             sn_device_free(cpu);
             return;
@@ -222,7 +227,7 @@ void gc_check_losses(gc_run *r) {
         sn_device_free(cpu);
         snprintf(source, sizeof source, "the CPU device's, computed now (%s)", why);
     }
-    if (train_run(o->train_model, o->train_batch, o->train_seq, steps, 1, r->dev, got, NULL, &e)) {
+    if (train_run(o->train_model, o->train_batch, o->train_seq, steps, 1, TRAIN_LR, r->dev, got, NULL, &e)) {
         gc_end(r, s, GC_FAIL, "%s", e.msg);
         return;
     }
