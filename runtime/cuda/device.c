@@ -86,7 +86,13 @@ static void *cu_alloc(sn_device *d, size_t bytes, sn_err *e) {
 
 static void cu_free(sn_device *d, void *p) {
     cuda_dev *c = d->impl;
-    if (p) c->api.cuMemFree(DP(p)); /* cuMemFree synchronises with the device */
+    if (!p) return;
+    /* launches still queued (graph.c) may use p: issue them first, or they would run later on
+     * freed memory (the optimizer's last launches of a trainer freed after its last step did).
+     * A failure here shows again at the stream's next synchronisation. */
+    sn_err e;
+    (void)sn_cuda_graphs_flush(c->graphs, &e);
+    c->api.cuMemFree(DP(p)); /* cuMemFree synchronises with the device */
 }
 
 static sn_status cu_sync(sn_device *d, sn_err *e) {
