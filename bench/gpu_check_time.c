@@ -178,8 +178,9 @@ static void time_size(gc_run *r, sn_device *d, const char *mode, bool tf32, int 
     sn_status st = !tr ? (e.code ? e.code : SN_ERR_DEVICE) : !x || !y ? sn_fail_oom(&e, 0, "a batch") : SN_OK;
     for (int i = 0; i < 2 && !st; i++)
         if (!(ev[i] = d->event_new(d, &e))) st = e.code ? e.code : SN_ERR_DEVICE;
-    /* timed steps with events around the step only (per-kernel events would split the CUDA
-     * Graph), then one more step with per-kernel events for the time by kind */
+    /* timed steps with events around the step only (a replayed CUDA Graph's inner events read
+     * 0), then one more step with per-kernel events for the time by kind: a new sequence of
+     * operations, so it runs eagerly (runtime/cuda/graph.c) */
     if (tr) sn_exec_time_kernels(sn_trainer_exec(tr), false);
     for (int i = 0; i < WARMUP + n + 1 && !st; i++) {
         gc_batch(vocab, B, T, i, x, y);

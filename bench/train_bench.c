@@ -241,8 +241,8 @@ int main(int argc, char **argv) {
     emit(&a, dev, "forward", fwd_s, program_flops(fp), peak, NULL);
     double fb_s = time_best(a.steps, run_fwd_bwd, &r);
     emit(&a, dev, "forward_backward", fb_s, train_flops, peak, NULL);
-    /* timed with events around each run only (per-kernel events split a CUDA Graph), then one
-     * profiled step for the time by kind */
+    /* timed with events around each run only, then one profiled step for the time by kind (on
+     * CUDA its sequence differs, so it runs eagerly and its per-kernel events read true times) */
     sn_exec_time_kernels(sn_trainer_exec(t), false);
     double step_s = time_best(a.steps, run_step, &r);
     sn_exec_time_kernels(sn_trainer_exec(t), true);

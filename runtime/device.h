@@ -106,9 +106,10 @@ typedef struct {
 } sn_exec_stats;
 void sn_exec_stats_get(const sn_exec *x, sn_exec_stats *s);
 /* Whether a run records an event after every kernel (the default: kind_s is filled) or only
- * around the whole run (kind_s stays zero). A CUDA device issues its queued launches at each
- * event, so per-kernel events split the step's CUDA Graph into single launches: time steps
- * with per_kernel false, and profile kinds in a separate run. */
+ * around the whole run (kind_s stays zero). On a CUDA device the events join the step's CUDA
+ * Graph, and inside a replayed graph they read 0 (runtime/cuda/graph.c): time steps with
+ * per_kernel false (fewer nodes), then profile kinds in one run with it true, whose different
+ * sequence of operations runs eagerly. */
 void sn_exec_time_kernels(sn_exec *x, bool per_kernel);
 
 #endif
