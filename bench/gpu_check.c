@@ -15,8 +15,8 @@
 #include "runtime/cuda/cuda_device.h"
 #include "gpu_check.h"
 
-#ifndef SN_GOLDEN_DEFAULT
-#define SN_GOLDEN_DEFAULT "bench/gpu_check_golden.txt"
+#ifndef SN_BENCH_DIR
+#define SN_BENCH_DIR "bench" /* where the golden files are (meson passes the source folder) */
 #endif
 
 static const char usage[] =
@@ -34,7 +34,7 @@ static void defaults(gc_opts *o, bool small) {
     const char *out = getenv("OUT");
     *o = (gc_opts){.device = "cuda", .out_dir = out && *out ? out : ".", .att_T = 100,
                    .tiny_model = "tiny", .tiny_steps = 5, .train_model = "gpt2", .train_batch = 4,
-                   .train_seq = 256, .train_steps = 20, .golden = SN_GOLDEN_DEFAULT,
+                   .train_seq = 256, .train_steps = 20, .golden = SN_BENCH_DIR "/gpu_check_golden.txt",
                    .time_model = "gpt2", .time_sizes = {{4, 256}, {16, 1024}}, .n_time_sizes = 2,
                    .time_steps = 10, .warmup = 3, .gemm_n = 8192, .copy_mib = 1024};
     if (small) {
@@ -44,6 +44,7 @@ static void defaults(gc_opts *o, bool small) {
         o->train_batch = 2;
         o->train_seq = 32;
         o->train_steps = 5;
+        o->golden = SN_BENCH_DIR "/gpu_check_golden_tiny.txt";
         o->time_model = "tiny";
         o->time_sizes[0][0] = 2, o->time_sizes[0][1] = 32;
         o->n_time_sizes = 1;
