@@ -194,7 +194,8 @@ static void time_size(gc_run *r, sn_device *d, const char *mode, bool tf32, int 
     int64_t used = 0, total = 0;
     if (!st && r->cuda) st = sn_cuda_memory_used(0, &used, &total, &e);
     if (st) {
-        gc_end(r, s, GC_FAIL, "%s", e.msg);
+        gc_end(r, s, st == SN_ERR_UNSUPPORTED ? GC_SKIP : GC_FAIL, "%s%s",
+               st == SN_ERR_UNSUPPORTED ? "not supported yet: " : "", e.msg);
     } else {
         qsort(t, (size_t)n, sizeof t[0], cmp_double);
         double med = t[n / 2], tokens = (double)B * T;
