@@ -21,8 +21,6 @@
 
 #include "ir/ir.h"
 
-#define SINTER_VERSION "0.1.0"
-
 /* A shape literal: SN_SHAPE(B, T, C); SN_SCALAR for rank 0. */
 typedef struct {
     int rank;
