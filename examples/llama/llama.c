@@ -10,7 +10,7 @@
 
 llama_config llama_config_small(void) {
     return (llama_config){.ctx = 128, .n_layer = 4, .n_head = 4, .n_kv_head = 2, .dim = 128,
-                          .hidden = 416, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+                          .hidden = 376, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
 }
 
 void llama_describe(const llama_config *c, char *buf, size_t len) {
