@@ -6,6 +6,9 @@
 #include <string.h>
 
 #include "examples/llama/llama.h"
+#include <math.h>
+
+#include "interp/interp.h"
 #include "passes/pipeline.h"
 #include "harness.h"
 #include "tiny_gpt2.h"
@@ -77,6 +80,64 @@ START_TEST(llama_kernels_per_layer) {
 }
 END_TEST
 
+/* Runs g on the interpreter with x (numel floats) fed; returns the value of y. */
+static const double *run(sn_graph *g, sn_interp **it, sn_node *x, const float *xv, const sn_node *y) {
+    sn_err e;
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    sn_graph_add_output(g, (sn_node *)y);
+    *it = sn_interp_new(g, false);
+    ck_assert(*it);
+    ck_assert_msg(sn_interp_set(*it, x, xv, &e) == SN_OK && sn_interp_run(*it, &e) == SN_OK, "%s", e.msg);
+    return sn_interp_value(*it, y);
+}
+
+/* The rotation against its formula: y[i] = x[i] cos a - x[i+4] sin a, y[i+4] = x[i] sin a +
+ * x[i+4] cos a, a = t theta^(-i/4), for every head and position. */
+START_TEST(rope_rotates_pairs) {
+    enum { H = 2, T = 5, D = 8 };
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(1, H, T, D));
+    sn_node *y = llama_rope(g, x, 100.0f);
+    float xv[H * T * D];
+    for (int i = 0; i < H * T * D; i++) xv[i] = (float)sin(1.7 * i + 0.3);
+    sn_interp *it;
+    const double *got = run(g, &it, x, xv, y);
+    double want[H * T * D];
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < D / 2; i++) {
+                const float *r = xv + (h * T + t) * D;
+                double a = t * pow(100.0, -i / (D / 2.0));
+                want[(h * T + t) * D + i] = r[i] * cos(a) - r[i + D / 2] * sin(a);
+                want[(h * T + t) * D + i + D / 2] = r[i] * sin(a) + r[i + D / 2] * cos(a);
+            }
+    sn_check_close("rope", got, want, H * T * D, 1e-6, 1e-6);
+    sn_interp_free(it);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* Query head h reads key/value head h / groups (3 groups of 2 key/value heads). */
+START_TEST(repeat_kv_maps_heads) {
+    enum { B = 2, HKV = 2, G = 3, T = 3, D = 2, N = B * HKV * T * D };
+    sn_graph *g = sn_graph_new();
+    sn_node *kv = sn_input(g, "kv", SN_F32, SN_SHAPE(B, HKV, T, D));
+    sn_node *r = llama_repeat_kv(g, kv, G);
+    ck_assert_int_eq(r->shape[1], HKV * G);
+    float v[N];
+    for (int i = 0; i < N; i++) v[i] = (float)i;
+    sn_interp *it;
+    const double *got = run(g, &it, kv, v, r);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < HKV * G; h++)
+            for (int j = 0; j < T * D; j++)
+                ck_assert_msg(got[(b * HKV * G + h) * T * D + j] == v[(b * HKV + h / G) * T * D + j],
+                              "batch %d head %d element %d", b, h, j);
+    sn_interp_free(it);
+    sn_graph_free(g);
+}
+END_TEST
+
 static sn_status no_loss(sn_graph *g, int B, int T, int V, void *user, sn_err *e) {
     sn_node *idx = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
     sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(V, 8), SN_INIT_NORMAL, 0.02f);
@@ -128,6 +189,8 @@ int main(void) {
     Suite *s = suite_create("llama");
     TCase *tc = tcase_create("llama");
     tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, rope_rotates_pairs);
+    tcase_add_test(tc, repeat_kv_maps_heads);
     tcase_add_test(tc, llama_matches_interpreter);
     tcase_add_test(tc, llama_kernels_per_layer);
     tcase_add_test(tc, session_reports_model_mistakes);

@@ -22,7 +22,6 @@ typedef struct {
     sn_graph *g;
     const llama_config *c;
     int B, T;
-    sn_node *cos, *sin; /* (T, D/2) rotary tables */
 } builder;
 
 static sn_node *weight(builder *m, const char *name, int64_t in, int64_t out, float std) {
@@ -34,40 +33,33 @@ static sn_node *rmsnorm(builder *m, sn_node *x, const char *name) {
     return sn_rmsnorm(m->g, x, w, m->c->norm_eps);
 }
 
-/* cos and sin of t * theta^(-2i/D) for position t and pair i: (T, D/2) constants. */
-static sn_status rotary_tables(builder *m, sn_err *e) {
-    int T = m->T, half = m->c->dim / m->c->n_head / 2;
-    float *c = malloc(sizeof(float) * (size_t)T * (size_t)half);
-    float *s = malloc(sizeof(float) * (size_t)T * (size_t)half);
+/* cos2 = [cos a, cos a] and sin2 = [-sin a, sin a], (T, D) constants, for position t and pair
+ * i < D/2 at angle a = t * theta^(-2i/D). */
+sn_node *llama_rope(sn_graph *g, sn_node *x, float theta) {
+    if (!x || sn_graph_error(g)) return NULL;
+    int64_t T = x->shape[x->rank - 2], D = x->shape[x->rank - 1], half = D / 2;
+    float *c = malloc(sizeof(float) * (size_t)(T * D)), *s = malloc(sizeof(float) * (size_t)(T * D));
     if (!c || !s) {
         free(c);
         free(s);
-        return sn_fail(e, SN_ERR_OOM, "llama: out of memory for the rotary tables (%d x %d)", T, half);
+        sn_fail(&g->err, SN_ERR_OOM, "llama: out of memory for the rotary tables (%lld x %lld)",
+                (long long)T, (long long)D);
+        return NULL;
     }
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < half; i++) {
-            double f = (double)t * pow((double)m->c->rope_theta, -(double)i / half);
-            c[t * half + i] = (float)cos(f);
-            s[t * half + i] = (float)sin(f);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < half; i++) {
+            double a = (double)t * pow((double)theta, -(double)i / (double)half);
+            c[t * D + i] = c[t * D + half + i] = (float)cos(a);
+            s[t * D + i] = (float)-sin(a);
+            s[t * D + half + i] = (float)sin(a);
         }
-    m->cos = sn_const(m->g, SN_F32, SN_SHAPE(T, half), c);
-    m->sin = sn_const(m->g, SN_F32, SN_SHAPE(T, half), s);
+    sn_node *cos2 = sn_const(g, SN_F32, SN_SHAPE(T, D), c), *sin2 = sn_const(g, SN_F32, SN_SHAPE(T, D), s);
     free(c);
     free(s);
-    return SN_OK;
-}
-
-/* Rotates x (B, h, T, D) by position: the pairs (x[i], x[i + D/2]) turn by angle t * theta_i
- * (the "rotate half" layout). */
-static sn_node *rotate(builder *m, sn_node *x) {
-    sn_graph *g = m->g;
-    int64_t D = x->shape[3];
-    sn_node *x1 = sn_slice(g, x, -1, 0, D / 2), *x2 = sn_slice(g, x, -1, D / 2, D);
-    sn_node *parts[2] = {
-        sn_sub(g, sn_mul(g, x1, m->cos), sn_mul(g, x2, m->sin)),
-        sn_add(g, sn_mul(g, x1, m->sin), sn_mul(g, x2, m->cos)),
-    };
-    return sn_concat(g, 2, parts, -1);
+    /* x cos2 + [x[D/2:], x[:D/2]] sin2, written with views of x only, so that the whole
+     * rotation is one pointwise kernel reading x where it lies */
+    sn_node *halves[2] = {sn_slice(g, x, -1, half, D), sn_slice(g, x, -1, 0, half)};
+    return sn_add(g, sn_mul(g, x, cos2), sn_mul(g, sn_concat(g, 2, halves, -1), sin2));
 }
 
 /* x (B, T, C) @ w (C, h*D) -> (B, h, T, D) */
@@ -78,13 +70,12 @@ static sn_node *heads(builder *m, sn_node *x, const char *name, int h) {
     return sn_permute(m->g, y, (const int[]){0, 2, 1, 3});
 }
 
-/* kv (B, Hkv, T, D) -> (B, H, T, D): query head q reads key/value head q / (H / Hkv). */
-static sn_node *repeat_kv(builder *m, sn_node *kv) {
-    int64_t H = m->c->n_head, Hkv = m->c->n_kv_head, G = H / Hkv, D = m->c->dim / H;
-    if (G == 1) return kv;
-    sn_node *r = sn_reshape(m->g, kv, SN_SHAPE(m->B, Hkv, 1, m->T * D));
-    r = sn_broadcast(m->g, r, SN_SHAPE(m->B, Hkv, G, m->T * D));
-    return sn_reshape(m->g, r, SN_SHAPE(m->B, H, m->T, D));
+sn_node *llama_repeat_kv(sn_graph *g, sn_node *kv, int groups) {
+    if (!kv || groups == 1) return kv;
+    int64_t B = kv->shape[0], Hkv = kv->shape[1], T = kv->shape[2], D = kv->shape[3];
+    sn_node *r = sn_reshape(g, kv, SN_SHAPE(B, Hkv, 1, T * D));
+    r = sn_broadcast(g, r, SN_SHAPE(B, Hkv, groups, T * D));
+    return sn_reshape(g, r, SN_SHAPE(B, Hkv * groups, T, D));
 }
 
 static sn_node *attention(builder *m, sn_node *x, int l, float out_std) {
@@ -93,11 +84,12 @@ static sn_node *attention(builder *m, sn_node *x, int l, float out_std) {
     int64_t D = c->dim / c->n_head;
     char n[80];
     snprintf(n, sizeof n, "layers.%d.attention.wq", l);
-    sn_node *q = rotate(m, heads(m, x, n, c->n_head));
+    int groups = c->n_head / c->n_kv_head;
+    sn_node *q = llama_rope(g, heads(m, x, n, c->n_head), c->rope_theta);
     snprintf(n, sizeof n, "layers.%d.attention.wk", l);
-    sn_node *k = repeat_kv(m, rotate(m, heads(m, x, n, c->n_kv_head)));
+    sn_node *k = llama_repeat_kv(g, llama_rope(g, heads(m, x, n, c->n_kv_head), c->rope_theta), groups);
     snprintf(n, sizeof n, "layers.%d.attention.wv", l);
-    sn_node *v = repeat_kv(m, heads(m, x, n, c->n_kv_head));
+    sn_node *v = llama_repeat_kv(g, heads(m, x, n, c->n_kv_head), groups);
     sn_node *s = sn_scale(g, sn_matmul_t(g, q, k, false, true), 1.0f / sqrtf((float)D)); /* (B,H,T,T) */
     sn_node *y = sn_matmul(g, sn_softmax(g, sn_causal_mask(g, s)), v);                 /* (B,H,T,D) */
     y = sn_reshape(g, sn_permute(g, y, (const int[]){0, 2, 1, 3}), SN_SHAPE(m->B, m->T, c->dim));
@@ -128,9 +120,7 @@ sn_status llama_build(sn_graph *g, int B, int T, int V, void *user, sn_err *e) {
         return sn_fail(e, SN_ERR_INVALID, "llama: %d heads, %d key/value heads, dim %d: the "
                        "key/value heads must divide the heads, and dim / heads must be even",
                        c->n_head, c->n_kv_head, c->dim);
-    builder m = {g, c, B, T, NULL, NULL};
-    sn_status s = rotary_tables(&m, e);
-    if (s) return s;
+    builder m = {g, c, B, T};
     float out_std = 0.02f / sqrtf(2.0f * (float)c->n_layer); /* residual projections */
     sn_node *idx = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
     sn_node *targets = sn_input(g, "targets", SN_I32, SN_SHAPE(B, T));

@@ -25,6 +25,13 @@ llama_config llama_config_small(void);
  * "idx" and "targets" (B, T), the logits (B, T, V) as output and g->loss. user: llama_config. */
 sn_status llama_build(sn_graph *g, int B, int T, int V, void *user, sn_err *e);
 
+/* Rotary position embeddings: x (.., T, D), D even, with each pair (x[i], x[i + D/2]) turned
+ * by the angle t * theta^(-2i/D) of its position t (the "rotate half" layout). */
+sn_node *llama_rope(sn_graph *g, sn_node *x, float theta);
+/* Grouped-query attention's keys or values: kv (B, Hkv, T, D) -> (B, Hkv * groups, T, D), query
+ * head h reading key/value head h / groups. */
+sn_node *llama_repeat_kv(sn_graph *g, sn_node *kv, int groups);
+
 /* "4 layers, 4/2 heads, dim 128, hidden 384, ctx 128": the checkpoint's model.shape. */
 void llama_describe(const llama_config *c, char *buf, size_t len);
 
