@@ -2,7 +2,8 @@
 # llama_out_of_tree.sh: the installed library as a user gets it: `meson install --destdir` of the
 # build under test into a staging directory, then examples/llama (copied alone out of the tree)
 # built by its Makefile with only the staged sinter.pc, trained for a few steps on
-# tinyshakespeare (byte-level): the loss must fall, and the versions must agree.
+# tinyshakespeare (byte-level): the loss must fall, and the versions must agree; then linked
+# statically with libsinter.a and run for two steps.
 # usage: llama_out_of_tree.sh BUILD_DIR EXAMPLE_DIR CORPUS
 set -eu
 build=$1 example=$2 corpus=$3
@@ -43,4 +44,16 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 5 && b < a - 1.0) }' ||
   { echo "FAIL: the loss did not fall: $first -> $last"; exit 1; }
 [ -s "$dir/run.ckpt" ] || { echo "FAIL: no checkpoint"; exit 1; }
 grep -q -- "---- sample ----" "$dir/out" || { echo "FAIL: no sample"; exit 1; }
-echo "llama out of tree: loss $first -> $last in 30 steps"
+
+# The static library: the same program linked with libsinter.a and the private libraries sinter.pc
+# names (the prefix moved to the staging directory: a sysroot would also move the toolkit's paths).
+unset PKG_CONFIG_SYSROOT_DIR
+P="pkg-config --define-variable=prefix=$dir/stage$(sed -n 's/^prefix=//p' "$pc")"
+cc -std=c11 $($P --cflags sinter) -o "$dir/llama/llama-static" "$dir/llama/main.c" "$dir/llama/llama.c" \
+  -Wl,-Bstatic $($P --libs-only-L sinter) -lsinter -Wl,-Bdynamic $($P --static --libs sinter | sed 's/-lsinter//') -lm \
+  >"$dir/static.log" 2>&1 || { echo "FAIL: static link"; cat "$dir/static.log"; exit 1; }
+! ldd "$dir/llama/llama-static" | grep -q libsinter || { echo "FAIL: llama-static loads libsinter.so"; exit 1; }
+"$dir/llama/llama-static" --data "$corpus" --device interp --steps 2 --batch 1 --seq 8 --layers 1 --sample 4 \
+  >"$dir/static.out" 2>&1 || { echo "FAIL: llama-static"; cat "$dir/static.out"; exit 1; }
+grep -q "^step 2 loss" "$dir/static.out" || { echo "FAIL: llama-static"; cat "$dir/static.out"; exit 1; }
+echo "llama out of tree: loss $first -> $last in 30 steps (shared library); the static library links and runs"
