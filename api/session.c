@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "data/data.h"
+#include "frontend/sinter.h"
 #include "passes/pipeline.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/device.h"
@@ -142,7 +143,7 @@ static sn_status build_graph(sn_session *r, int B, int T, sn_graph **out, sn_err
 }
 
 static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err *e) {
-    if (!m || !m->build || !m->name)
+    if (!m->build || !m->name)
         return sn_fail(e, SN_ERR_INVALID, "session: the model needs a name and a build function");
     if (m->ctx < 1 && o->seq < 1)
         return sn_fail(e, SN_ERR_INVALID, "model %s: ctx %d: give the model's longest sequence "
@@ -193,6 +194,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
 
 sn_status sn_session_new(const sn_model *m, const sn_session_opts *o, sn_session **out, sn_err *e) {
     *out = NULL;
+    if (!m || !o) return sn_fail(e, SN_ERR_INVALID, "session: give a model and options (sn_session_defaults)");
     sn_session *r = sn_calloc(1, sizeof *r, "the training session", e);
     if (!r) return SN_ERR_OOM;
     r->m = *m;
@@ -222,7 +224,8 @@ sn_status sn_session_validate(sn_session *r, double *out, sn_err *e) {
     double sum = 0;
     int n = 0;
     sn_val_iter_reset(&r->vi);
-    while (n < r->o.val_batches && sn_val_iter_next(&r->vi, r->x, r->y)) {
+    int most = r->o.val_batches > 0 ? r->o.val_batches : 8;
+    while (n < most && sn_val_iter_next(&r->vi, r->x, r->y)) {
         sn_status s;
         double l;
         if ((s = sn_trainer_eval(r->t, r->x, r->y, &l, e))) return s;
@@ -262,6 +265,7 @@ sn_status sn_session_sample(sn_session *r, const sn_session_sample_opts *o, char
                             size_t *len, sn_err *e) {
     *text = NULL;
     *len = 0;
+    if (o->n_new < 0) return sn_fail(e, SN_ERR_INVALID, "sample: n_new %d: give 0 or more tokens", o->n_new);
     sn_status s = r->sampler ? SN_OK : build_sampler(r, e);
     sn_tokens p = {0}, all = {0};
     if (!s && o->prompt && *o->prompt) s = sn_tokenizer_encode(r->tk, o->prompt, strlen(o->prompt), &p, e);

@@ -44,7 +44,7 @@ typedef struct {
     int steps;            /* optimizer steps of the run (the learning-rate schedule's length) */
     double lr;            /* peak learning rate (AdamW, cosine, 10% warm-up) */
     uint64_t seed;        /* initialisation, batches and samples */
-    int val_batches;      /* batches of (B, T) one sn_session_validate reads, at most */
+    int val_batches;      /* batches of (B, T) one sn_session_validate reads, at most (0: 8) */
     const char *resume;   /* a checkpoint of the same model, data and options to go on from */
     const char *dump_after; /* print the IR or program after this pass (sinter train --help) */
 } sn_session_opts;
