@@ -20,6 +20,7 @@ static const char usage[] =
     "  --device D         auto (default), cuda, cpu or interp\n"
     "  --every N          print the loss every N steps (default 10)\n"
     "  --checkpoint FILE  save the run at the end\n"
+    "  --resume FILE      go on from a checkpoint of a run with the same options\n"
     "  --sample N         bytes to generate at the end (default 200; 0: none)\n";
 
 static int fail(const char *msg) {
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--device")) o.device = v;
         else if (!strcmp(k, "--every")) every = atoi(v);
         else if (!strcmp(k, "--checkpoint")) checkpoint = v;
+        else if (!strcmp(k, "--resume")) o.resume = v;
         else if (!strcmp(k, "--sample")) n_sample = atoi(v);
         else {
             fprintf(stderr, "llama: unknown option '%s'\n%s", k, usage);
@@ -81,7 +83,7 @@ int main(int argc, char **argv) {
            desc, (long long)in.params, in.train_tokens, in.batch, in.seq, in.device, sn_version());
     double t0 = now_s();
     sn_session_step_stats st;
-    for (int i = 0; i < o.steps; i++) {
+    for (int i = in.step; i < o.steps; i++) {
         if (sn_session_step(s, &st, &e)) {
             sn_session_free(s);
             return fail(e.msg);
