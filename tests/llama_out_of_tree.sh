@@ -3,7 +3,7 @@
 # build under test into a staging directory, then examples/llama (copied alone out of the tree)
 # built by its Makefile with only the staged sinter.pc, trained for a few steps on
 # tinyshakespeare (byte-level): the loss must fall, and the versions must agree; then linked
-# statically with libsinter.a and run for two steps.
+# statically with libsinter.a and run for two steps; and the example at the top of sinter.h.
 # usage: llama_out_of_tree.sh BUILD_DIR EXAMPLE_DIR CORPUS
 set -eu
 build=$1 example=$2 corpus=$3
@@ -44,6 +44,15 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 5 && b < a - 1.0) }' ||
   { echo "FAIL: the loss did not fall: $first -> $last"; exit 1; }
 [ -s "$dir/run.ckpt" ] || { echo "FAIL: no checkpoint"; exit 1; }
 grep -q -- "---- sample ----" "$dir/out" || { echo "FAIL: no sample"; exit 1; }
+
+# The example at the top of the installed sinter.h, as a reader would copy it.
+awk '/^ \*     #include <stdio.h>/{on=1} on{l=$0; sub(/^ \*( {5})?/, "", l); print l}
+     on&&/sn_session_free/{getline; sub(/^ \*( {5})?/, ""); print; exit}' "$(find "$dir/stage" -path '*/include/sinter/sinter.h')" >"$dir/first.c"
+cc -std=c11 $(pkg-config --cflags sinter) -o "$dir/first" "$dir/first.c" $(pkg-config --libs sinter) >"$dir/first.log" 2>&1 ||
+  { echo "FAIL: the example in sinter.h does not build"; cat "$dir/first.c" "$dir/first.log"; exit 1; }
+(cd "$dir" && ./first "$corpus" >"$dir/first.out" 2>&1) && grep -q "^loss [0-9.]*, val [0-9.]*$" "$dir/first.out" ||
+  { echo "FAIL: the example in sinter.h"; cat "$dir/first.out"; exit 1; }
+grep "^loss" "$dir/first.out"
 
 # The static library: the same program linked with libsinter.a and the private libraries sinter.pc
 # names (the prefix moved to the staging directory: a sysroot would also move the toolkit's paths).
