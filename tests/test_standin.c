@@ -279,6 +279,55 @@ START_TEST(gemm_plans_match_a_reference) {
         sn_check_close(what, got, want, (size_t)(s->batch * M * N), 1e-6, 1);
         sn_gemm_plan_free(&a, p);
     }
+    /* bf16 in and out, fp32 accumulation, column-major (what a bf16 ceiling measures) */
+    enum { S = 6 };
+    uint16_t hA[S * S], hB[S * S], hD[S * S];
+    double want16[S * S], got16[S * S];
+    for (int i = 0; i < S * S; i++) { /* small integers and halves: exact in bf16 */
+        hA[i] = (uint16_t)(0x3f80 + (i % 5) * 0x40); /* 1, 1.5, 2, 2.5, 3 */
+        hB[i] = (uint16_t)((i % 3 ? 0x3f00 : 0xbf80)); /* 0.5 or -1 */
+    }
+    for (int i = 0; i < S; i++)
+        for (int j = 0; j < S; j++) {
+            double v = 0;
+            for (int k = 0; k < S; k++) {
+                uint32_t ua = (uint32_t)hA[i + k * S] << 16, ub = (uint32_t)hB[k + j * S] << 16;
+                float fa, fb;
+                memcpy(&fa, &ua, 4);
+                memcpy(&fb, &ub, 4);
+                v += (double)fa * fb;
+            }
+            want16[i + j * S] = v;
+        }
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t lay;
+    const float one = 1, zero = 0;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA, hA, sizeof hA, stream));
+    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dB, hB, sizeof hB, stream));
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulDescCreate, &desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatrixLayoutCreate, &lay, CUDA_R_16BF, S, S, S));
+    cublasLtMatmulPreference_t pref;
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulPreferenceCreate, &pref));
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulAlgoGetHeuristic, lt, desc, lay, lay, lay, lay, pref, 1,
+                     &heur, &found));
+    ck_assert_int_eq(found, 1);
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmul, lt, desc, &one, (void *)(uintptr_t)dA, lay,
+                     (void *)(uintptr_t)dB, lay, &zero, (void *)(uintptr_t)dD, lay,
+                     (void *)(uintptr_t)dD, lay, &heur.algo, NULL, 0, stream));
+    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, hD, dD, sizeof hD, stream));
+    CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
+    for (int i = 0; i < S * S; i++) {
+        uint32_t u = (uint32_t)hD[i] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        got16[i] = f;
+    }
+    sn_check_close("bf16 GEMM", got16, want16, S * S, 1e-2, 1);
+    a.cublasLtMatmulPreferenceDestroy(pref);
+    a.cublasLtMatrixLayoutDestroy(lay);
+    a.cublasLtMatmulDescDestroy(desc);
     a.cublasLtDestroy(lt);
     a.cuStreamDestroy(stream);
     a.cuDevicePrimaryCtxRelease(dev);
