@@ -438,6 +438,9 @@ static const struct {
      {"cuModuleLoadData: CUDA_ERROR_NO_BINARY_FOR_GPU (no kernel image is available", NULL}},
     {"SN_STANDIN_FAIL_LAUNCH", "7", SN_ERR_DEVICE,
      {"cuLaunchKernel: CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure)", "(kernel k", NULL}},
+    {"SN_STANDIN_FAULT_LAUNCH", "7", SN_ERR_DEVICE,
+     {"CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered): a kernel failed on "
+      "the GPU", "CUDA_LAUNCH_BLOCKING=1", NULL}},
     {"SN_STANDIN_FAIL_CUBLASLT", "1", SN_ERR_DEVICE,
      {"cublasLtCreate: CUBLAS_STATUS_NOT_INITIALIZED", NULL}},
     {"SN_STANDIN_SM", "70", SN_ERR_UNSUPPORTED, {"is sm_70: sinter needs sm_75", "--device cpu"}},

@@ -246,6 +246,13 @@ CUresult si_launch_now(si_function *f, const unsigned grid[3], const unsigned bl
                        (unsigned long long)si.launches, f->name);
         return CUDA_ERROR_LAUNCH_FAILED;
     }
+    if (si.fault_launch && si.launches == si.fault_launch) {
+        sn_standin_say("launch #%llu (%s) faults as SN_STANDIN_FAULT_LAUNCH asks: the call "
+                       "succeeds, the calls after it fail", (unsigned long long)si.launches,
+                       f->name);
+        si.sticky = SI_ILLEGAL_ADDRESS;
+        return CUDA_SUCCESS;
+    }
     for (int i = 0; i < f->n; i++) {
         CUdeviceptr p;
         if (!f->pointer[i]) continue;
@@ -266,6 +273,7 @@ CUresult si_launch_now(si_function *f, const unsigned grid[3], const unsigned bl
     sn_err e;
     if (sn_sim_launch(f->m->sim, f->name, grid, block, shared, params, &o, &e)) {
         sn_standin_say("%s failed on the simulator: %s", f->name, e.msg);
+        si.sticky = CUDA_ERROR_LAUNCH_FAILED; /* a fault ends the context on a GPU */
         return CUDA_ERROR_LAUNCH_FAILED;
     }
     return CUDA_SUCCESS;
