@@ -168,6 +168,34 @@ START_TEST(tiny_gpt2_trains_like_the_cpu_device) {
 }
 END_TEST
 
+/* Two trainers one after the other on one device (as a check program or a sampler does): the
+ * second's step is not the first's, though the queue may look the same to the graph cache. */
+START_TEST(second_trainer_on_one_device) {
+    if (!have_nvrtc()) return;
+    sn_err e;
+    sn_device *cpu, *gpu = cuda(NULL);
+    ck_assert_msg(sn_cpu_device_new(2, &cpu, &e) == SN_OK, "%s", e.msg);
+    double la[3], lb[3], na[3], nb[3];
+    for (int round = 0; round < 2; round++) {
+        sn_graph *g = tiny();
+        sn_trainer *t = trainer_on(g, gpu, &e);
+        ck_assert_msg(t, "%s", e.msg);
+        ck_assert_msg(train(t, 3, lb, nb, &e) == SN_OK, "round %d: %s", round, e.msg);
+        sn_trainer_free(t);
+        sn_graph_free(g);
+    }
+    sn_graph *g = tiny();
+    sn_trainer *t = trainer_on(g, cpu, &e);
+    ck_assert_msg(t && train(t, 3, la, na, &e) == SN_OK, "%s", e.msg);
+    for (int s = 0; s < 3; s++)
+        ck_assert_msg(fabs(la[s] - lb[s]) <= 1e-5, "step %d: %.9g vs %.9g", s, la[s], lb[s]);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+    sn_device_free(cpu);
+    sn_device_free(gpu);
+}
+END_TEST
+
 /* ---- device memory ---- */
 
 /* A device pointer is no host address: writing through one faults (SIGSEGV, or SIGBUS when
@@ -474,6 +502,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("standin");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, tiny_gpt2_trains_like_the_cpu_device);
+    tcase_add_test(tc, second_trainer_on_one_device);
     tcase_add_test(tc, device_pointers_fault_on_the_host);
     tcase_add_test(tc, gemm_plans_match_a_reference);
     tcase_add_test(tc, kernel_cache_cold_warm_corrupt);
