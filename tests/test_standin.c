@@ -15,7 +15,7 @@
 
 #include "frontend/sinter.h"
 #include "models/gpt2.h"
-#include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/cuda_rt.h"
 #include "runtime/device.h"
 #include "support/clock.h"
 #include "train/train.h"
@@ -31,6 +31,18 @@ static void use_standin(void) {
     setenv("SN_LIBCUDA", SN_TEST_STANDIN_CUDA, 1);
     setenv("SN_LIBNVRTC", SN_TEST_STANDIN_NVRTC, 1);
     setenv("SN_LIBCUBLASLT", SN_TEST_STANDIN_CUBLASLT, 1);
+}
+
+/* Whether the real NVRTC the stand-in NVRTC wraps is here (a machine without the toolkit skips). */
+static bool have_nvrtc(void) {
+    use_standin();
+    sn_cuda_api a = {0};
+    sn_err e;
+    int major = 0, minor = 0;
+    bool ok = sn_cuda_api_load(&a, SN_LIB_NVRTC, &e) == SN_OK && a.nvrtcVersion(&major, &minor) == 0;
+    if (!ok) printf("test_standin: skipped: no NVRTC for the stand-in to wrap\n");
+    sn_cuda_api_unload(&a);
+    return ok;
 }
 
 static const char *shared_cache(void) {
@@ -105,6 +117,7 @@ static sn_status train(sn_trainer *t, int steps, double *loss, double *norm, sn_
 /* ---- training ---- */
 
 START_TEST(tiny_gpt2_trains_like_the_cpu_device) {
+    if (!have_nvrtc()) return;
     sn_err e;
     sn_device *cpu, *gpu = cuda(NULL);
     ck_assert_msg(sn_cpu_device_new(2, &cpu, &e) == SN_OK, "%s", e.msg);
@@ -155,6 +168,34 @@ START_TEST(tiny_gpt2_trains_like_the_cpu_device) {
 }
 END_TEST
 
+/* Two trainers one after the other on one device (as a check program or a sampler does): the
+ * second's step is not the first's, though the queue may look the same to the graph cache. */
+START_TEST(second_trainer_on_one_device) {
+    if (!have_nvrtc()) return;
+    sn_err e;
+    sn_device *cpu, *gpu = cuda(NULL);
+    ck_assert_msg(sn_cpu_device_new(2, &cpu, &e) == SN_OK, "%s", e.msg);
+    double la[3], lb[3], na[3], nb[3];
+    for (int round = 0; round < 2; round++) {
+        sn_graph *g = tiny();
+        sn_trainer *t = trainer_on(g, gpu, &e);
+        ck_assert_msg(t, "%s", e.msg);
+        ck_assert_msg(train(t, 3, lb, nb, &e) == SN_OK, "round %d: %s", round, e.msg);
+        sn_trainer_free(t);
+        sn_graph_free(g);
+    }
+    sn_graph *g = tiny();
+    sn_trainer *t = trainer_on(g, cpu, &e);
+    ck_assert_msg(t && train(t, 3, la, na, &e) == SN_OK, "%s", e.msg);
+    for (int s = 0; s < 3; s++)
+        ck_assert_msg(fabs(la[s] - lb[s]) <= 1e-5, "step %d: %.9g vs %.9g", s, la[s], lb[s]);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+    sn_device_free(cpu);
+    sn_device_free(gpu);
+}
+END_TEST
+
 /* ---- device memory ---- */
 
 /* A device pointer is no host address: writing through one faults (SIGSEGV, or SIGBUS when
@@ -179,6 +220,146 @@ START_TEST(device_pointers_fault_on_the_host) {
     ck_assert_msg(WIFSIGNALED(wst) && (WTERMSIG(wst) == SIGSEGV || WTERMSIG(wst) == SIGBUS),
                   "a host write to device pointer %p did not fault (status 0x%x)", (void *)p, wst);
     sn_device_free(d);
+}
+END_TEST
+
+/* ---- cuBLASLt plans (runtime/cuda/cublaslt.c) on the stand-in's cuBLASLt ---- */
+
+static void fill(float *x, size_t n, uint64_t seed) {
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((int)(seed >> 40) % 2001 - 1000) / 1000.0f;
+    }
+}
+
+/* The row-major problem of s in double: D (batch, M, N) = op(A) op(B) [+ bias (N)]. */
+static void reference(const sn_gemm_shape *s, const float *A, const float *B, const float *bias,
+                      double *D) {
+    for (int64_t b = 0; b < s->batch; b++)
+        for (int64_t i = 0; i < s->M; i++)
+            for (int64_t j = 0; j < s->N; j++) {
+                const float *a = A + b * s->stride_a, *bb = B + b * s->stride_b;
+                double v = s->bias ? bias[j] : 0;
+                for (int64_t k = 0; k < s->K; k++)
+                    v += (double)(s->ta ? a[k * s->lda + i] : a[i * s->lda + k]) *
+                         (s->tb ? bb[j * s->ldb + k] : bb[k * s->ldb + j]);
+                D[b * s->stride_d + i * s->ldd + j] = v;
+            }
+}
+
+#define CK(call) ck_assert_msg((call) == SN_OK, "%s", e.msg)
+
+START_TEST(gemm_plans_match_a_reference) {
+    use_standin();
+    sn_cuda_api a = {0};
+    sn_err e;
+    CK(sn_cuda_api_load(&a, SN_LIB_CUDA, &e));
+    CK(sn_cuda_api_load(&a, SN_LIB_CUBLASLT, &e));
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    cublasLtHandle_t lt;
+    CK(SN_CUDA_CHECK(&a, &e, cuInit, 0));
+    CK(SN_CUDA_CHECK(&a, &e, cuDeviceGet, &dev, 0));
+    CK(SN_CUDA_CHECK(&a, &e, cuDevicePrimaryCtxRetain, &ctx, dev));
+    CK(SN_CUDA_CHECK(&a, &e, cuCtxSetCurrent, ctx));
+    CK(SN_CUDA_CHECK(&a, &e, cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING));
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtCreate, &lt));
+    enum { M = 5, N = 7, K = 3, NB = 3, WS = 1 << 20 };
+    /* plain, each transpose, both, batched, batched with B shared, the bias epilogue */
+    sn_gemm_shape shapes[] = {
+        {.M = M, .N = N, .K = K, .batch = 1, .lda = K, .ldb = N, .ldd = N},
+        {.ta = true, .M = M, .N = N, .K = K, .batch = 1, .lda = M, .ldb = N, .ldd = N},
+        {.tb = true, .M = M, .N = N, .K = K, .batch = 1, .lda = K, .ldb = K, .ldd = N},
+        {.ta = true, .tb = true, .M = M, .N = N, .K = K, .batch = 1, .lda = M, .ldb = K, .ldd = N},
+        {.tb = true, .M = M, .N = N, .K = K, .batch = NB, .lda = K, .ldb = K, .ldd = N,
+         .stride_a = M * K, .stride_b = N * K, .stride_d = M * N},
+        {.ta = true, .M = M, .N = N, .K = K, .batch = NB, .lda = M, .ldb = N, .ldd = N,
+         .stride_a = M * K, .stride_b = 0, .stride_d = M * N},
+        {.M = M, .N = N, .K = K, .batch = 1, .lda = K, .ldb = N, .ldd = N, .bias = true},
+    };
+    CUdeviceptr dA, dB, dD, dbias, ws;
+    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dA, 4 * NB * M * K));
+    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dB, 4 * NB * K * N));
+    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dD, 4 * NB * M * N));
+    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dbias, 4 * N));
+    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &ws, WS));
+    float A[NB * M * K], Bm[NB * K * N], bias[N], D[NB * M * N];
+    double want[NB * M * N], got[NB * M * N];
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        const sn_gemm_shape *s = &shapes[i];
+        fill(A, NB * M * K, 1 + i);
+        fill(Bm, NB * K * N, 100 + i);
+        fill(bias, N, 200 + i);
+        reference(s, A, Bm, bias, want);
+        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA, A, sizeof A, stream));
+        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dB, Bm, sizeof Bm, stream));
+        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dbias, bias, sizeof bias, stream));
+        sn_gemm_plan *p;
+        CK(sn_gemm_plan_new(&a, lt, s, false, WS, &p, &e));
+        CK(sn_gemm_plan_run(&a, lt, p, dD, dA, dB, s->bias ? dbias : 0, ws, WS, stream, &e));
+        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, D, dD, 4 * s->batch * M * N, stream));
+        CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
+        for (int64_t j = 0; j < s->batch * M * N; j++) got[j] = D[j];
+        char what[64];
+        snprintf(what, sizeof what, "GEMM %zu (ta %d, tb %d, batch %lld, bias %d)", i, s->ta, s->tb,
+                 (long long)s->batch, s->bias);
+        sn_check_close(what, got, want, (size_t)(s->batch * M * N), 1e-6, 1);
+        sn_gemm_plan_free(&a, p);
+    }
+    /* bf16 in and out, fp32 accumulation, column-major (what a bf16 ceiling measures) */
+    enum { S = 6 };
+    uint16_t hA[S * S], hB[S * S], hD[S * S];
+    double want16[S * S], got16[S * S];
+    for (int i = 0; i < S * S; i++) { /* small integers and halves: exact in bf16 */
+        hA[i] = (uint16_t)(0x3f80 + (i % 5) * 0x40); /* 1, 1.5, 2, 2.5, 3 */
+        hB[i] = (uint16_t)((i % 3 ? 0x3f00 : 0xbf80)); /* 0.5 or -1 */
+    }
+    for (int i = 0; i < S; i++)
+        for (int j = 0; j < S; j++) {
+            double v = 0;
+            for (int k = 0; k < S; k++) {
+                uint32_t ua = (uint32_t)hA[i + k * S] << 16, ub = (uint32_t)hB[k + j * S] << 16;
+                float fa, fb;
+                memcpy(&fa, &ua, 4);
+                memcpy(&fb, &ub, 4);
+                v += (double)fa * fb;
+            }
+            want16[i + j * S] = v;
+        }
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t lay;
+    const float one = 1, zero = 0;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA, hA, sizeof hA, stream));
+    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dB, hB, sizeof hB, stream));
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulDescCreate, &desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatrixLayoutCreate, &lay, CUDA_R_16BF, S, S, S));
+    cublasLtMatmulPreference_t pref;
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulPreferenceCreate, &pref));
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulAlgoGetHeuristic, lt, desc, lay, lay, lay, lay, pref, 1,
+                     &heur, &found));
+    ck_assert_int_eq(found, 1);
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmul, lt, desc, &one, (void *)(uintptr_t)dA, lay,
+                     (void *)(uintptr_t)dB, lay, &zero, (void *)(uintptr_t)dD, lay,
+                     (void *)(uintptr_t)dD, lay, &heur.algo, NULL, 0, stream));
+    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, hD, dD, sizeof hD, stream));
+    CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
+    for (int i = 0; i < S * S; i++) {
+        uint32_t u = (uint32_t)hD[i] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        got16[i] = f;
+    }
+    sn_check_close("bf16 GEMM", got16, want16, S * S, 1e-2, 1);
+    a.cublasLtMatmulPreferenceDestroy(pref);
+    a.cublasLtMatrixLayoutDestroy(lay);
+    a.cublasLtMatmulDescDestroy(desc);
+    a.cublasLtDestroy(lt);
+    a.cuStreamDestroy(stream);
+    a.cuDevicePrimaryCtxRelease(dev);
+    sn_cuda_api_unload(&a);
 }
 END_TEST
 
@@ -238,6 +419,7 @@ static void corrupt_all(const char *dir) {
 }
 
 START_TEST(kernel_cache_cold_warm_corrupt) {
+    if (!have_nvrtc()) return;
     char dir[] = "/tmp/sn_standin_cache_XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     cache_round cold = cache_run(dir);
@@ -284,12 +466,16 @@ static const struct {
      {"cuModuleLoadData: CUDA_ERROR_NO_BINARY_FOR_GPU (no kernel image is available", NULL}},
     {"SN_STANDIN_FAIL_LAUNCH", "7", SN_ERR_DEVICE,
      {"cuLaunchKernel: CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure)", "(kernel k", NULL}},
+    {"SN_STANDIN_FAULT_LAUNCH", "7", SN_ERR_DEVICE,
+     {"CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered): a kernel failed on "
+      "the GPU", "CUDA_LAUNCH_BLOCKING=1", NULL}},
     {"SN_STANDIN_FAIL_CUBLASLT", "1", SN_ERR_DEVICE,
      {"cublasLtCreate: CUBLAS_STATUS_NOT_INITIALIZED", NULL}},
     {"SN_STANDIN_SM", "70", SN_ERR_UNSUPPORTED, {"is sm_70: sinter needs sm_75", "--device cpu"}},
 };
 
 START_TEST(injected_failure_says_what_failed) {
+    if (!have_nvrtc()) return;
     setenv(failures[_i].env, failures[_i].value, 1);
     use_standin();
     sn_cuda_opts o = {.cache_dir = shared_cache()};
@@ -316,7 +502,9 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("standin");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, tiny_gpt2_trains_like_the_cpu_device);
+    tcase_add_test(tc, second_trainer_on_one_device);
     tcase_add_test(tc, device_pointers_fault_on_the_host);
+    tcase_add_test(tc, gemm_plans_match_a_reference);
     tcase_add_test(tc, kernel_cache_cold_warm_corrupt);
     tcase_add_loop_test(tc, injected_failure_says_what_failed, 0,
                         (int)(sizeof failures / sizeof *failures));

@@ -48,6 +48,8 @@ typedef struct {
     cuda_gemm **gemms; /* by kernel, for gemm() (which receives no handle) */
     int n_gemms;
     sn_cuda_graphs *graphs;
+    sn_err deferred; /* a failure of work issued by free(), which returns none: told next */
+    bool has_deferred;
     sn_cuda_stats st;
 } cuda_dev;
 
@@ -84,33 +86,45 @@ static void *cu_alloc(sn_device *d, size_t bytes, sn_err *e) {
     return st ? NULL : (void *)(uintptr_t)p;
 }
 
+/* Issues the queued launches (graph.c), after reporting a failure free() could not. */
+static sn_status flush(cuda_dev *c, sn_err *e) {
+    if (c->has_deferred) {
+        c->has_deferred = false;
+        *e = c->deferred;
+        return e->code;
+    }
+    return sn_cuda_graphs_flush(c->graphs, e);
+}
+
+/* The queued work may use p (an optimizer step queued last, its executor freed next): it is
+ * issued first, so it never runs on freed memory, which a new allocation may reuse. */
 static void cu_free(sn_device *d, void *p) {
     cuda_dev *c = d->impl;
     if (!p) return;
-    /* launches still queued (graph.c) may use p: issue them first, or they would run later on
-     * freed memory (the optimizer's last launches of a trainer freed after its last step did).
-     * A failure here shows again at the stream's next synchronisation. */
     sn_err e;
-    (void)sn_cuda_graphs_flush(c->graphs, &e);
+    if (sn_cuda_graphs_flush(c->graphs, &e) && !c->has_deferred) {
+        c->deferred = e;
+        c->has_deferred = true;
+    }
     c->api.cuMemFree(DP(p)); /* cuMemFree synchronises with the device */
 }
 
 static sn_status cu_sync(sn_device *d, sn_err *e) {
     cuda_dev *c = d->impl;
-    sn_status st = sn_cuda_graphs_flush(c->graphs, e);
+    sn_status st = flush(c, e);
     return st ? st : SN_CUDA_CHECK(API, e, cuStreamSynchronize, c->stream);
 }
 
 static sn_status cu_upload(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e) {
     cuda_dev *c = d->impl;
-    sn_status st = sn_cuda_graphs_flush(c->graphs, e);
+    sn_status st = flush(c, e);
     if (!st) st = SN_CUDA_CHECK(API, e, cuMemcpyHtoDAsync, DP(dst), src, bytes, c->stream);
     return st ? st : SN_CUDA_CHECK(API, e, cuStreamSynchronize, c->stream); /* src reusable */
 }
 
 static sn_status cu_download(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e) {
     cuda_dev *c = d->impl;
-    sn_status st = sn_cuda_graphs_flush(c->graphs, e);
+    sn_status st = flush(c, e);
     if (!st) st = SN_CUDA_CHECK(API, e, cuMemcpyDtoHAsync, dst, DP(src), bytes, c->stream);
     return st ? st : SN_CUDA_CHECK(API, e, cuStreamSynchronize, c->stream);
 }
@@ -120,14 +134,14 @@ static sn_status cu_download(sn_device *d, void *dst, const void *src, size_t by
 static sn_status cu_copy(sn_device *d, void *dst, const void *src,
                                                  size_t bytes, sn_err *e) {
     cuda_dev *c = d->impl;
-    sn_status st = sn_cuda_graphs_flush(c->graphs, e);
+    sn_status st = flush(c, e);
     return st ? st : SN_CUDA_CHECK(API, e, cuMemcpyDtoDAsync, DP(dst), DP(src), bytes, c->stream);
 }
 
 static sn_status cu_memset(sn_device *d, void *dst, int value,
                                                    size_t bytes, sn_err *e) {
     cuda_dev *c = d->impl;
-    sn_status st = sn_cuda_graphs_flush(c->graphs, e);
+    sn_status st = flush(c, e);
     return st ? st : SN_CUDA_CHECK(API, e, cuMemsetD8Async, DP(dst), (unsigned char)value, bytes,
                                    c->stream);
 }

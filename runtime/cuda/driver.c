@@ -88,8 +88,14 @@ sn_status sn_cuda_fail(const sn_cuda_api *a, int result, const char *file, int l
         if (a->cuGetErrorString && a->cuGetErrorString(result, &text) != CUDA_SUCCESS) text = NULL;
         if (result == CUDA_ERROR_OUT_OF_MEMORY) code = SN_ERR_OOM;
     }
+    /* a kernel's fault is reported by whichever call comes after it, and ends the context */
+    bool fault = code == SN_ERR_DEVICE && strncmp(call, "nvrtc", 5) && strncmp(call, "cublasLt", 8) &&
+                 (result == 700 || (result >= 714 && result <= 719));
     char num[32];
     snprintf(num, sizeof num, "error %d", result);
-    return sn_fail(e, code, "%s:%d: %s: %s%s%s%s", file, line, call, name ? name : num,
-                   text ? " (" : "", text ? text : "", text ? ")" : "");
+    return sn_fail(e, code, "%s:%d: %s: %s%s%s%s%s", file, line, call, name ? name : num,
+                   text ? " (" : "", text ? text : "", text ? ")" : "",
+                   fault ? ": a kernel failed on the GPU (launches run asynchronously, so a later "
+                           "call reports it; the device cannot be used after it): rerun with "
+                           "CUDA_LAUNCH_BLOCKING=1 to name the kernel, and please report it" : "");
 }

@@ -3,7 +3,8 @@
  * double, in the order of the stand-in libcuda's stream (found through $SN_LIBCUDA, already
  * loaded). Convention: D = epilogue(alpha op(A) op(B) + beta C [+ bias]) in cuBLASLt's own terms
  * (column-major unless a layout says CUBLASLT_ORDER_ROW; the bias runs along D's rows, one value
- * per row index); anything it does not implement is CUBLAS_STATUS_NOT_SUPPORTED, said on stderr. */
+ * per row index); f32, f16 and bf16 operands (A and B of one type, C and D of one type); anything
+ * it does not implement is CUBLAS_STATUS_NOT_SUPPORTED, said on stderr. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
@@ -220,6 +221,33 @@ typedef struct {
     struct cublasLtContext *h;
 } problem;
 
+/* Bytes of one element of a type the stand-in takes (f32, f16, bf16), else 0. */
+static size_t elem_bytes(uint32_t type) {
+    return type == CUDA_R_32F ? 4 : type == CUDA_R_16F || type == CUDA_R_16BF ? 2 : 0;
+}
+
+static double load(uint32_t type, const void *base, int64_t i) {
+    if (type == CUDA_R_32F) return ((const float *)base)[i];
+    if (type == CUDA_R_16F) return (double)((const _Float16 *)base)[i];
+    uint32_t u = (uint32_t)((const uint16_t *)base)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void store(uint32_t type, void *base, int64_t i, double v) {
+    float f = (float)v;
+    if (type == CUDA_R_32F) {
+        ((float *)base)[i] = f;
+    } else if (type == CUDA_R_16F) {
+        ((_Float16 *)base)[i] = (_Float16)f;
+    } else { /* bf16: round to nearest even (NaN stays NaN) */
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        ((uint16_t *)base)[i] = f != f ? (uint16_t)(u >> 16 | 0x40) : (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+    }
+}
+
 /* Elements a layout spans in one batch: the last element's index + 1. */
 static uint64_t span(const layout *l) {
     return l->order == CUBLASLT_ORDER_COL ? (l->cols - 1) * (uint64_t)l->ld + l->rows
@@ -233,11 +261,18 @@ static bool bias_epilogue(uint32_t e) {
 static cublasStatus_t check(problem *p) {
     const desc *d = &p->d;
     const layout *ls[4] = {&p->a, &p->b, &p->c, &p->dl};
+    if (p->a.type != p->b.type || p->c.type != p->dl.type ||
+        (p->a.type == CUDA_R_32F && p->dl.type != CUDA_R_32F)) {
+        sn_standin_say("cuBLASLt: types A %u, B %u, C %u, D %u: the stand-in takes A and B of one "
+                       "type, C and D of one type, f32 A only with f32 D", p->a.type, p->b.type,
+                       p->c.type, p->dl.type);
+        return ST_NOT_SUPPORTED;
+    }
     for (int i = 0; i < 4; i++) {
         const layout *l = ls[i];
-        if (l->type != CUDA_R_32F) {
-            sn_standin_say("cuBLASLt: data type %u is not supported by the stand-in (f32 only)",
-                           l->type);
+        if (!elem_bytes(l->type)) {
+            sn_standin_say("cuBLASLt: data type %u is not supported by the stand-in (f32, f16, "
+                           "bf16)", l->type);
             return ST_NOT_SUPPORTED;
         }
         if (!l->rows || !l->cols || l->batch < 1 ||
@@ -276,7 +311,7 @@ static cublasStatus_t check(problem *p) {
         sn_standin_say("cuBLASLt: epilogue %u is not supported by the stand-in", d->epilogue);
         return ST_NOT_SUPPORTED;
     }
-    if (bias_epilogue(d->epilogue) && d->bias_type != -1 && d->bias_type != CUDA_R_32F) {
+    if (bias_epilogue(d->epilogue) && d->bias_type != -1 && !elem_bytes((uint32_t)d->bias_type)) {
         sn_standin_say("cuBLASLt: bias data type %d is not supported by the stand-in", d->bias_type);
         return ST_NOT_SUPPORTED;
     }
@@ -306,12 +341,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
 
 /* ---- the product ---- */
 
-static double at(const layout *l, const float *base, int64_t r, int64_t c) {
-    return l->order == CUBLASLT_ORDER_COL ? base[r + c * l->ld] : base[r * l->ld + c];
+/* Element (r, c) of batch b of an operand. */
+static int64_t index_of(const layout *l, int64_t b, int64_t r, int64_t c) {
+    return b * l->stride + (l->order == CUBLASLT_ORDER_COL ? r + c * l->ld : r * l->ld + c);
 }
 
-static float *at_ptr(const layout *l, float *base, int64_t r, int64_t c) {
-    return l->order == CUBLASLT_ORDER_COL ? &base[r + c * l->ld] : &base[r * l->ld + c];
+/* Host memory of an operand's batches, or NULL (said on stderr). */
+static const void *operand(const problem *p, CUdeviceptr ptr, const layout *l) {
+    uint64_t elems = (uint64_t)(l->batch - 1) * (uint64_t)l->stride + span(l);
+    return p->h->host(ptr, elems * elem_bytes(l->type));
 }
 
 /* Runs in stream order: the device pointers are turned into host memory only now. */
@@ -319,12 +357,13 @@ static int run(const void *data) {
     const problem *p = data;
     const desc *d = &p->d;
     int64_t batch = p->dl.batch;
-    const float *A = p->h->host(p->A, 4 * ((batch - 1) * p->a.stride + span(&p->a)));
-    const float *B = p->h->host(p->B, 4 * ((batch - 1) * p->b.stride + span(&p->b)));
-    const float *C = p->beta != 0 ? p->h->host(p->C, 4 * ((batch - 1) * p->c.stride + span(&p->c))) : NULL;
-    float *D = p->h->host(p->D, 4 * ((batch - 1) * p->dl.stride + span(&p->dl)));
+    uint32_t bias_type = d->bias_type == -1 ? p->dl.type : (uint32_t)d->bias_type;
+    const void *A = operand(p, p->A, &p->a), *B = operand(p, p->B, &p->b);
+    const void *C = p->beta != 0 ? operand(p, p->C, &p->c) : NULL;
+    void *D = (void *)operand(p, p->D, &p->dl);
     bool biased = bias_epilogue(d->epilogue);
-    const float *bias = biased ? p->h->host(d->bias, 4 * ((batch - 1) * d->bias_stride + p->m)) : NULL;
+    const void *bias = biased ? p->h->host(d->bias, elem_bytes(bias_type) *
+                                           (uint64_t)((batch - 1) * d->bias_stride + p->m)) : NULL;
     if (!A || !B || !D || (p->beta != 0 && !C) || (biased && !bias)) {
         sn_standin_say("cublasLtMatmul: an operand is not (all) in device memory");
         return 700; /* CUDA_ERROR_ILLEGAL_ADDRESS */
@@ -335,26 +374,24 @@ static int run(const void *data) {
         free(pb);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    bool ta = d->transa != CUBLAS_OP_N, tb = d->transb != CUBLAS_OP_N;
     for (int64_t b = 0; b < batch; b++) {
-        const float *a = A + b * p->a.stride, *bb = B + b * p->b.stride;
-        const float *c = C ? C + b * p->c.stride : NULL, *bi = bias ? bias + b * d->bias_stride : NULL;
-        float *dd = D + b * p->dl.stride;
         for (int64_t i = 0; i < p->m; i++) /* op(A) row i, contiguous in k */
             for (int64_t k = 0; k < p->k; k++)
-                pa[i * p->k + k] = d->transa == CUBLAS_OP_N ? at(&p->a, a, i, k) : at(&p->a, a, k, i);
+                pa[i * p->k + k] = load(p->a.type, A, ta ? index_of(&p->a, b, k, i) : index_of(&p->a, b, i, k));
         for (int64_t j = 0; j < p->n; j++) /* op(B) column j, contiguous in k */
             for (int64_t k = 0; k < p->k; k++)
-                pb[j * p->k + k] = d->transb == CUBLAS_OP_N ? at(&p->b, bb, k, j) : at(&p->b, bb, j, k);
+                pb[j * p->k + k] = load(p->b.type, B, tb ? index_of(&p->b, b, j, k) : index_of(&p->b, b, k, j));
         for (int64_t j = 0; j < p->n; j++)
             for (int64_t i = 0; i < p->m; i++) {
                 double s = 0;
                 for (int64_t k = 0; k < p->k; k++) s += pa[i * p->k + k] * pb[j * p->k + k];
-                double v = p->alpha * s + (c ? p->beta * at(&p->c, c, i, j) : 0);
-                if (bi) v += bi[i];
+                double v = p->alpha * s + (C ? p->beta * load(p->c.type, C, index_of(&p->c, b, i, j)) : 0);
+                if (biased) v += load(bias_type, bias, b * d->bias_stride + i);
                 if (d->epilogue == EPI_RELU || d->epilogue == EPI_RELU_BIAS) v = v > 0 ? v : 0;
                 if (d->epilogue == EPI_GELU || d->epilogue == EPI_GELU_BIAS) /* tanh form */
                     v = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
-                *at_ptr(&p->dl, dd, i, j) = (float)v;
+                store(p->dl.type, D, index_of(&p->dl, b, i, j), v);
             }
     }
     free(pa);

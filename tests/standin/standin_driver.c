@@ -79,6 +79,7 @@ CUresult cuInit(unsigned int Flags) {
     si.fail_alloc = sn_standin_env("SN_STANDIN_FAIL_ALLOC", 0);
     si.fail_launch = sn_standin_env("SN_STANDIN_FAIL_LAUNCH", 0);
     si.no_binary = sn_standin_env("SN_STANDIN_NO_BINARY", 0) != 0;
+    si.fault_launch = sn_standin_env("SN_STANDIN_FAULT_LAUNCH", 0);
     if (si.sm < 10 || si.sm > 200) {
         sn_standin_say("SN_STANDIN_SM=%d is not a compute capability like 75, 80 or 90", si.sm);
         return CUDA_ERROR_INVALID_VALUE;
@@ -167,6 +168,7 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
 
 CUresult si_need_ctx(const char *call) {
     if (!si.initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (si.sticky) return si.sticky;
     if (current == &primary && primary.refs > 0) return CUDA_SUCCESS;
     sn_standin_say("%s: no context is current on this thread (cuCtxSetCurrent)", call);
     return SI_INVALID_CONTEXT;

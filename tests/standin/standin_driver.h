@@ -36,10 +36,13 @@ typedef struct {
     uint64_t allocs, launches;        /* calls so far (1-based counts for injection) */
     uint64_t fail_alloc, fail_launch; /* SN_STANDIN_FAIL_ALLOC / _FAIL_LAUNCH: the Nth fails */
     bool no_binary;          /* SN_STANDIN_NO_BINARY=1: every module load fails */
+    uint64_t fault_launch;   /* SN_STANDIN_FAULT_LAUNCH=N: the Nth kernel run faults later */
+    CUresult sticky;         /* a kernel fault: every later call fails with it, as on a GPU */
 } si_state;
 extern si_state si;
 
-/* CUDA_SUCCESS when a context is current on this thread (after cuInit), else the error. */
+/* CUDA_SUCCESS when a context is current on this thread (after cuInit) and no kernel has
+ * faulted, else the error. */
 CUresult si_need_ctx(const char *call);
 /* The host address of [p, p + n) in one live allocation, or NULL (said on stderr, naming call). */
 void *si_host(CUdeviceptr p, size_t n, const char *call);

@@ -1,7 +1,7 @@
 /* standin_launch.c: the stand-in libcuda's modules and launches. A module is an image from the
  * stand-in NVRTC (standin.h): its CUDA C text is loaded into the SIMT simulator and its kernels'
  * parameter lists are read from the text, so a launch knows each parameter's size and which are
- * pointers. Convention: every pointer parameter must lie in live device memory and is mapped to
+ * pointers, and its __launch_bounds__. Convention: every pointer parameter must lie in live device memory and is mapped to
  * host memory for the simulator; nothing else a launch is given is trusted. */
 #include <ctype.h>
 #include <stdlib.h>
@@ -19,6 +19,7 @@ struct si_function {
     size_t size[MAX_PARAMS], offset[MAX_PARAMS], total;
     bool pointer[MAX_PARAMS];
     int max_dynamic_shared; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    int max_threads;        /* __launch_bounds__, else 1024 */
 };
 struct CUmod_st {
     sn_sim_module *sim;
@@ -84,7 +85,10 @@ static const char *parse_kernel(const char *s, si_function *f) {
     s = skip_space(s);
     if (strncmp(s, "void", 4)) return NULL;
     s = skip_space(s + 4);
+    f->max_threads = 1024;
     if (!strncmp(s, "__launch_bounds__", 17)) {
+        const char *open = strchr(s, '(');
+        if (open) f->max_threads = atoi(open + 1);
         s = strchr(s, ')');
         if (!s) return NULL;
         s = skip_space(s + 1);
@@ -242,6 +246,13 @@ CUresult si_launch_now(si_function *f, const unsigned grid[3], const unsigned bl
                        (unsigned long long)si.launches, f->name);
         return CUDA_ERROR_LAUNCH_FAILED;
     }
+    if (si.fault_launch && si.launches == si.fault_launch) {
+        sn_standin_say("launch #%llu (%s) faults as SN_STANDIN_FAULT_LAUNCH asks: the call "
+                       "succeeds, the calls after it fail", (unsigned long long)si.launches,
+                       f->name);
+        si.sticky = SI_ILLEGAL_ADDRESS;
+        return CUDA_SUCCESS;
+    }
     for (int i = 0; i < f->n; i++) {
         CUdeviceptr p;
         if (!f->pointer[i]) continue;
@@ -262,6 +273,7 @@ CUresult si_launch_now(si_function *f, const unsigned grid[3], const unsigned bl
     sn_err e;
     if (sn_sim_launch(f->m->sim, f->name, grid, block, shared, params, &o, &e)) {
         sn_standin_say("%s failed on the simulator: %s", f->name, e.msg);
+        si.sticky = CUDA_ERROR_LAUNCH_FAILED; /* a fault ends the context on a GPU */
         return CUDA_ERROR_LAUNCH_FAILED;
     }
     return CUDA_SUCCESS;
@@ -286,6 +298,11 @@ CUresult cuLaunchKernel(CUfunction f_, unsigned int gridDimX, unsigned int gridD
                        "bounds", f->name, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
                        blockDimZ);
         return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (threads > (unsigned long long)f->max_threads) {
+        sn_standin_say("cuLaunchKernel %s: %llu threads a block, more than its "
+                       "__launch_bounds__(%d)", f->name, threads, f->max_threads);
+        return SI_LAUNCH_OUT_OF_RESOURCES;
     }
     if (sharedMemBytes > SHARED_DEFAULT && (int)sharedMemBytes > f->max_dynamic_shared) {
         sn_standin_say("cuLaunchKernel %s: %u bytes of dynamic shared memory; above 48 KiB the "
