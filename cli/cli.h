@@ -10,6 +10,8 @@ void cli_usage(FILE *f);
 int cli_fail(const char *fmt, const char *arg);
 /* Parses a whole decimal integer in [lo, hi]. */
 bool cli_int(const char *s, long lo, long hi, long *out);
+/* Parses a size: "6GiB", "6G", "512MiB", "100000000" (bytes), "1.5GiB"; > 0. */
+bool cli_bytes(const char *s, long long *out);
 
 int cli_train(int argc, char **argv);
 int cli_prepare(int argc, char **argv);

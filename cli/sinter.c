@@ -46,6 +46,22 @@ bool cli_int(const char *s, long lo, long hi, long *out) {
     return true;
 }
 
+bool cli_bytes(const char *s, long long *out) {
+    static const struct { const char *suffix; double scale; } units[] = {
+        {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"M", 1048576.0}, {"MiB", 1048576.0},
+        {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"T", 1099511627776.0}, {"TiB", 1099511627776.0},
+        {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0)) return false;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].suffix) && v * units[i].scale < 9e18) {
+            *out = (long long)(v * units[i].scale);
+            return *out > 0;
+        }
+    return false;
+}
+
 static void print_count(FILE *f, long long n) {
     char digits[32], out[48];
     int len = snprintf(digits, sizeof digits, "%lld", n), k = 0;
@@ -76,6 +92,14 @@ static int cmd_graph(int argc, char **argv) {
             else return cli_fail("--pad-vocab wants a multiple (0: no padding) or pow2, not '%s'", v);
         }
         else if (!strcmp(a, "--model") && v) model = argv[++i];
+        else if (!strcmp(a, "--checkpoint-policy") && v) {
+            if ((o.checkpoint = sn_ckpt_policy_parse(argv[++i])) < 0)
+                return cli_fail("--checkpoint-policy is none, block, sqrt or budget, not '%s'", v);
+        } else if (!strcmp(a, "--arena-budget") && v) {
+            long long b;
+            if (!cli_bytes(argv[++i], &b)) return cli_fail("--arena-budget wants a size like 2GiB, not '%s'", v);
+            o.checkpoint_budget = b;
+        }
         else if (!strcmp(a, "--dump-after") && v) o.dump_after = argv[++i];
         else if (!strcmp(a, "--emit-cuda") && v) emit_cuda = argv[++i];
         else if (!strcmp(a, "--arch") && v) {
@@ -120,6 +144,10 @@ static int cmd_graph(int argc, char **argv) {
     if (!s) {
         printf("# %d nodes (%d forward); attention blocks fused: %d; vocabulary tables padded: %d",
                g->n_nodes, g->n_forward, st.attention_fused, st.vocab_padded);
+        if (o.checkpoint)
+            printf("; checkpoint %s: %d nodes recomputed, %.1f%% extra FLOPs",
+                   sn_ckpt_policy_name((sn_ckpt_policy)o.checkpoint), st.checkpoint_recomputed,
+                   st.step_flops > 0 ? 100 * st.checkpoint_extra_flops / st.step_flops : 0.0);
         printf(" (parameters now ");
         print_count(stdout, (long long)sn_graph_param_count(g));
         printf(")\n");

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "models/gpt2.h"
+#include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "train/checkpoint.h"
 #include "support/clock.h"
@@ -53,6 +54,9 @@ static const char train_usage[] =
     "  --prompt TEXT         the samples' prompt (default: the validation text's first token)\n"
     "  --temperature X       sampling temperature (default 1.0; 0: greedy)\n"
     "  --top-k K             sample among the K most likely tokens (default 40; 0: all)\n"
+    "  --checkpoint-policy P recompute activations in the backward instead of keeping them:\n"
+    "                        none (default), block (keep transformer block inputs), sqrt (Chen\n"
+    "                        et al.: every sqrt(n)-th sub-block boundary)\n"
     "  --dump-after PASS     print the IR (or, after fuse and memplan, the program) the trainer\n"
     "                        runs, after PASS (%s)\n";
 
@@ -95,6 +99,10 @@ static int parse_args(int argc, char **argv, train_args *a) {
         else if (!strcmp(k, "--resume")) a->resume = v;
         else if (!strcmp(k, "--prompt")) a->prompt = v;
         else if (!strcmp(k, "--dump-after")) a->dump_after = v;
+        else if (!strcmp(k, "--checkpoint-policy")) {
+            if ((a->checkpoint_policy = sn_ckpt_policy_parse(v)) < 0 || a->checkpoint_policy == SN_CKPT_BUDGET)
+                return cli_fail("train: --checkpoint-policy is none, block or sqrt, not '%s'", v);
+        }
         else if (!strcmp(k, "--steps")) ok = cli_int(v, 1, 100000000, &a->steps);
         else if (!strcmp(k, "--batch")) ok = cli_int(v, 1, 1 << 16, &a->batch);
         else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &a->seq);
@@ -276,6 +284,7 @@ static sn_status build(const train_args *a, session *r, sn_err *e) {
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.backward = true;
     po.dump_after = a->dump_after;
+    po.checkpoint = a->checkpoint_policy;
     if ((s = sn_compile(r->g, &po, NULL, NULL, e))) return s;
     sn_train_opts o;
     sn_train_opts_default(&o, (int)a->steps);
