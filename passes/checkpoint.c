@@ -24,7 +24,8 @@ typedef struct {
     int period;       /* segments per repeating unit (a transformer block's 2 sub-blocks) */
     bool *keep;       /* [nf] chosen: kept although inside a recomputed stretch */
     bool *avail, *need; /* [nf] scratch of fill_need */
-    bool *cand;       /* [nf] scratch of rank_candidates */
+    int *cand;        /* [nf] scratch of rank_candidates: the candidates */
+    double *ratio;    /* [nf] and their last ratio (-1: taken) */
     int *order;       /* [nf] scratch of choose_budget */
     int last_kept;    /* the last kept boundary: nodes after it are available */
     double *flops;    /* [g->n_nodes] */
@@ -255,30 +256,39 @@ static sn_status smallest_spacing(ck_state *s, int *every, int64_t *arena) {
     return SN_OK;
 }
 
+/* Recompute FLOPs saved per byte by keeping node i as well. */
+static double keep_ratio(ck_state *s, int i, double base) {
+    s->keep[i] = true;
+    double f = fill_need(s);
+    s->keep[i] = false;
+    return (base - f) / (double)node_bytes(s->g->nodes[i]);
+}
+
 /* Candidates in the order they are worth keeping: most recompute FLOPs saved per byte kept,
- * each step measured against the ones chosen before it. Returns how many (order[]). */
+ * each measured against the ones chosen before it (lazily: a candidate's last ratio is an
+ * estimate until it is the best, then it is measured again). Returns how many (order[]). */
 static int rank_candidates(ck_state *s, int *order) {
-    int n = 0;
+    int n = 0, n_cand = 0;
     double base = fill_need(s);
-    bool *cand = s->cand;
     for (int i = 0; i < s->nf; i++)
-        cand[i] = s->need[i] && !is_view(s->g->nodes[i]->op);
-    for (;;) {
-        int pick = -1;
-        double best = 0;
-        for (int i = 0; i < s->nf; i++) {
-            if (!cand[i]) continue;
-            s->keep[i] = true;
-            double f = fill_need(s);
-            s->keep[i] = false;
-            double ratio = (base - f) / (double)node_bytes(s->g->nodes[i]);
-            if (pick < 0 || ratio > best) pick = i, best = ratio;
+        if (s->need[i] && !is_view(s->g->nodes[i]->op)) s->cand[n_cand++] = i;
+    for (int c = 0; c < n_cand; c++) s->ratio[c] = keep_ratio(s, s->cand[c], base);
+    while (n < n_cand) {
+        int best = -1, second = -1;
+        for (int c = 0; c < n_cand; c++) {
+            if (s->ratio[c] < 0) continue; /* taken */
+            if (best < 0 || s->ratio[c] > s->ratio[best]) second = best, best = c;
+            else if (second < 0 || s->ratio[c] > s->ratio[second]) second = c;
         }
-        if (pick < 0) break;
-        cand[pick] = false;
-        s->keep[pick] = true;
+        double fresh = keep_ratio(s, s->cand[best], base);
+        if (second >= 0 && fresh < s->ratio[second]) {
+            s->ratio[best] = fresh > 0 ? fresh : 0;
+            continue;
+        }
+        s->ratio[best] = -1;
+        s->keep[s->cand[best]] = true;
         base = fill_need(s);
-        order[n++] = pick;
+        order[n++] = s->cand[best];
     }
     return n;
 }
@@ -354,6 +364,7 @@ static void state_free(ck_state *s) {
     free(s->rmap);
     free(s->cover);
     free(s->cand);
+    free(s->ratio);
     free(s->order);
 }
 
@@ -383,8 +394,9 @@ sn_status sn_pass_checkpoint(const sn_graph *in, sn_ckpt_policy policy, int64_t 
     s.flops = s.need ? sn_calloc((size_t)n + 1, sizeof(double), what, e) : NULL;
     s.rmap = s.flops ? sn_calloc((size_t)nf + 1, sizeof(sn_node *), what, e) : NULL;
     s.cover = s.rmap ? sn_calloc((size_t)nf + 1, sizeof(int), what, e) : NULL;
-    s.cand = s.cover ? sn_calloc((size_t)nf + 1, 1, what, e) : NULL;
-    s.order = s.cand ? sn_calloc((size_t)nf + 1, sizeof(int), what, e) : NULL;
+    s.cand = s.cover ? sn_calloc((size_t)nf + 1, sizeof(int), what, e) : NULL;
+    s.ratio = s.cand ? sn_calloc((size_t)nf + 1, sizeof(double), what, e) : NULL;
+    s.order = s.ratio ? sn_calloc((size_t)nf + 1, sizeof(int), what, e) : NULL;
     uint64_t *sig = s.order ? sn_calloc((size_t)nf + 1, sizeof *sig, what, e) : NULL;
     if (!sig) {
         state_free(&s);

@@ -99,7 +99,10 @@ sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_er
 /* ---- memplan.c ---- */
 
 /* requires: fuse. Computes each value's live range over the kernel order and assigns arena
- * offsets (best fit, never two overlapping live ranges in the same bytes); sets arena_bytes,
+ * offsets (best fit, never two overlapping live ranges in the same bytes). A pointwise kernel
+ * writing a persistent value (a gradient) from an arena value of the same size that nothing
+ * else reads, element for element, writes over it: that value becomes an alias of the output
+ * (the tied LM head's gradient GEMM writes into wte's gradient). Sets arena_bytes,
  * persistent_bytes and sum_bytes. A plan larger than t->memory_bytes (when known) is
  * SN_ERR_OOM, naming both sizes and what to do. */
 sn_status sn_memplan(sn_program *p, const sn_target *t, sn_err *e);

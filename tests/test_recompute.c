@@ -227,6 +227,39 @@ START_TEST(gpt2_arenas) {
 }
 END_TEST
 
+/* memplan: the tied LM head's (V, C) weight gradient is written by its GEMM straight into the
+ * gradient of wte, and the embedding backward's part added there in place: no (V, C) arena
+ * value besides the embedding backward's own. */
+START_TEST(tied_head_gradient_in_place) {
+    sn_err e;
+    sn_gpt2_config c;
+    sn_gpt2 m;
+    sn_graph *g = sn_graph_new();
+    ck_assert(sn_gpt2_config_find("gpt2", &c) && !sn_gpt2_build(g, &c, 1, 64, &m, &e));
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    sn_program *p;
+    ck_assert_msg(sn_compile(g, &o, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    const sn_node *wte = NULL;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_PARAM && !strcmp(g->nodes[i]->name, "wte")) wte = g->nodes[i];
+    ck_assert(wte && wte->grad);
+    int head = -1, in_arena = 0;
+    for (int v = 0; v < p->n_values; v++) {
+        const sn_value *x = &p->values[v];
+        if (x->node->op == SN_OP_MATMUL && x->node->rank == 2 && x->node->shape[0] == wte->shape[0]) head = v;
+        if (!x->persistent && x->bytes == sn_numel(wte) * 4) in_arena++;
+    }
+    ck_assert_int_ge(head, 0);
+    ck_assert_int_eq(p->values[head].alias, p->value_of[wte->grad->id]);
+    ck_assert(p->values[head].persistent);
+    ck_assert_int_eq(p->values[head].offset, p->values[p->value_of[wte->grad->id]].offset);
+    ck_assert_int_eq(in_arena, 1); /* the embedding backward's */
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 START_TEST(errors_say_what_to_do) {
     sn_err e;
     sn_graph *g = tiny_graph(SN_CKPT_NONE, 0, NULL);
@@ -260,6 +293,7 @@ int main(void) {
     tcase_add_test(tc, finds_blocks);
     tcase_add_loop_test(tc, recompute_is_bit_identical, 0, 3);
     tcase_add_test(tc, gpt2_arenas);
+    tcase_add_test(tc, tied_head_gradient_in_place);
     tcase_add_test(tc, errors_say_what_to_do);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
