@@ -1,6 +1,7 @@
 /* memplan.c: live ranges over the kernel order and arena offsets for the values that are not
- * persistent, and values shared in place with the persistent value computed from them. Convention: greedy by size (largest first), each value placed in the lowest gap
- * among the already-placed values whose live ranges overlap its own; 64-byte alignment.
+ * persistent (and values written in place into the persistent value computed from them).
+ * Convention: greedy by size (largest first), each value placed in the lowest gap among the
+ * already-placed values whose live ranges overlap its own; 64-byte alignment.
  * The persistent block starts with the trainable parameters (rank >= 2 first, the ones weight
  * decay applies to), then their gradients in the same order, so that an optimizer sees each as
  * one flat range of the same layout (kernel.h, "the optimizer step"). */
