@@ -25,6 +25,8 @@ static const char usage_text[] =
     "        [--batch B] [--seq T]  input shape (default 4 x the model's context)\n"
     "        [--emit-cuda DIR] [--arch N]  write the kernels' CUDA C and ptxas report (sm_N, 80)\n"
     "  train [options]            train a GPT on a text corpus (sinter train --help)\n"
+    "  plan --model NAME --mem N  the memory a training run needs and the choice that fits N\n"
+    "                             (sinter plan --help)\n"
     "  prepare --out PREFIX       tokenize a corpus into llm.c token shards (sinter prepare --help)\n"
     "\n"
     "models: %s\n";
@@ -177,6 +179,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "graph")) return cmd_graph(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) return cli_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cli_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "prepare")) return cli_prepare(argc - 2, argv + 2);
     return cli_fail("unknown command '%s'", cmd);
 }

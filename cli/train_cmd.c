@@ -57,6 +57,10 @@ static const char train_usage[] =
     "  --checkpoint-policy P recompute activations in the backward instead of keeping them:\n"
     "                        none (default), block (keep transformer block inputs), sqrt (Chen\n"
     "                        et al.: every sqrt(n)-th sub-block boundary)\n"
+    "  --mem N               fit the run in N bytes of device memory (6GiB, 500MiB): --batch is\n"
+    "                        then the sequences per step, and the plan (sinter plan) picks the\n"
+    "                        micro-batch, accumulation steps and checkpointing; the planned and\n"
+    "                        measured memory are printed after the first step\n"
     "  --dump-after PASS     print the IR (or, after fuse and memplan, the program) the trainer\n"
     "                        runs, after PASS (%s)\n";
 
@@ -69,7 +73,7 @@ static bool parse_real(const char *v, double lo, double hi, double *out) {
 static int parse_args(int argc, char **argv, train_args *a) {
     *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
                       .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
-                      .sample_len = 200, .top_k = 40, .temperature = 1.0};
+                      .sample_len = 200, .top_k = 40, .temperature = 1.0, .checkpoint_policy = -1};
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -101,8 +105,10 @@ static int parse_args(int argc, char **argv, train_args *a) {
         else if (!strcmp(k, "--dump-after")) a->dump_after = v;
         else if (!strcmp(k, "--checkpoint-policy")) {
             if ((a->checkpoint_policy = sn_ckpt_policy_parse(v)) < 0 || a->checkpoint_policy == SN_CKPT_BUDGET)
-                return cli_fail("train: --checkpoint-policy is none, block or sqrt, not '%s'", v);
+                return cli_fail("train: --checkpoint-policy is none, block or sqrt (--mem chooses "
+                                "for itself), not '%s'", v);
         }
+        else if (!strcmp(k, "--mem")) ok = cli_bytes(v, &a->mem);
         else if (!strcmp(k, "--steps")) ok = cli_int(v, 1, 100000000, &a->steps);
         else if (!strcmp(k, "--batch")) ok = cli_int(v, 1, 1 << 16, &a->batch);
         else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &a->seq);
@@ -121,6 +127,12 @@ static int parse_args(int argc, char **argv, train_args *a) {
     if (!a->train_bin != !a->val_bin)
         return cli_fail("train: token shards come in pairs: give both --train-bin and --val-bin%s", "");
     if (a->resume && !a->checkpoint) a->checkpoint = a->resume;
+    if (a->mem && a->tokens_per_step)
+        return cli_fail("train: --mem chooses the micro-batches itself: give the sequences per step "
+                        "as --batch, not --tokens-per-step%s", "");
+    if (a->mem && !strcmp(a->device, "interp"))
+        return cli_fail("train: --mem plans device memory; the interpreter has none (use --device "
+                        "cpu)%s", "");
     if (a->dump_after && !strcmp(a->device, "interp") &&
         (!strcmp(a->dump_after, "fuse") || !strcmp(a->dump_after, "memplan")))
         return cli_fail("train: --dump-after %s shows the compiled program, and --device interp "
@@ -162,6 +174,7 @@ typedef struct {
     FILE *log;
     progress prog;
     long saved_step;         /* the step of the last checkpoint written or read; -1: none */
+    sn_plan plan;            /* --mem: the plan the run follows */
 } session;
 
 static void run_free(session *r) {
@@ -261,6 +274,16 @@ static sn_status build_sampler(const train_args *a, session *r, sn_err *e) {
     return s;
 }
 
+typedef struct {
+    sn_gpt2_config c;
+    int T;
+} plan_model;
+
+static sn_status plan_graph(void *ctx, int B, sn_graph **out, sn_err *e) {
+    const plan_model *m = ctx;
+    return cli_training_graph(&m->c, B, m->T, out, e);
+}
+
 static sn_status build(const train_args *a, session *r, sn_err *e) {
     sn_status s;
     if (!sn_gpt2_config_find(a->model, &r->c))
@@ -276,15 +299,24 @@ static sn_status build(const train_args *a, session *r, sn_err *e) {
                        a->tokens_per_step / bt * bt > 0 ? a->tokens_per_step / bt * bt : bt,
                        (a->tokens_per_step / bt + 1) * bt);
     r->micro = a->tokens_per_step ? (int)(a->tokens_per_step / bt) : 1;
-
-    if (!(r->g = sn_graph_new())) return sn_fail_oom(e, sizeof(sn_graph), "the training graph");
-    sn_gpt2 m;
-    if ((s = sn_gpt2_build(r->g, &r->c, r->B, r->T, &m, e))) return s;
     /* the graph passes here; the trainer compiles the rest (fuse, memplan) with the same options */
     sn_pipeline_opts po = sn_pipeline_defaults();
+    po.checkpoint = a->checkpoint_policy > 0 ? a->checkpoint_policy : SN_CKPT_NONE;
+    if (a->mem) { /* the plan's micro-batch, accumulation and checkpointing */
+        sn_plan_opts plo = {.batch = r->B, .budget = a->mem, .policy = a->checkpoint_policy,
+                            .compile = &po};
+        plan_model pm = {r->c, r->T};
+        if ((s = sn_plan_make(&plo, plan_graph, &pm, &r->plan, e))) return s;
+        sn_plan_print(&r->plan, a->mem, stdout);
+        r->B = r->plan.micro_batch;
+        r->micro = r->plan.accum;
+        bt = (long)r->B * r->T;
+        po.checkpoint = r->plan.policy;
+        po.checkpoint_budget = r->plan.arena_budget;
+    }
+    if ((s = cli_training_graph(&r->c, r->B, r->T, &r->g, e))) return s;
     po.backward = true;
     po.dump_after = a->dump_after;
-    po.checkpoint = a->checkpoint_policy;
     if ((s = sn_compile(r->g, &po, NULL, NULL, e))) return s;
     sn_train_opts o;
     sn_train_opts_default(&o, (int)a->steps);
@@ -351,6 +383,19 @@ static sn_status plot(const train_args *a, session *r, sn_err *e) {
     return sn_plot_losses(a->plot, title, &r->run.train_loss, &r->run.val_loss, e);
 }
 
+/* The plan's total against the device's own counts after the first step. */
+static void report_memory(session *r) {
+    sn_exec_stats st;
+    sn_exec_stats_get(sn_trainer_exec(r->t), &st);
+    int64_t measured = st.arena_peak_bytes + st.persistent_bytes + st.buffer_bytes + r->plan.workspace;
+    char p[32], m[32];
+    progress_break(&r->prog);
+    printf("memory: planned %s (%lld bytes), measured %s (%lld bytes: arena peak %lld + persistent "
+           "%lld + optimizer state %lld)\n", sn_bytes_str(r->plan.total, p, sizeof p),
+           (long long)r->plan.total, sn_bytes_str(measured, m, sizeof m), (long long)measured,
+           (long long)st.arena_peak_bytes, (long long)st.persistent_bytes, (long long)st.buffer_bytes);
+}
+
 /* One optimizer step: r->micro micro-batches drawn from the data RNG, then the update. */
 static sn_status step_once(session *r, sn_step_stats *st, sn_err *e) {
     sn_status s = SN_OK;
@@ -378,6 +423,7 @@ static sn_status train(const train_args *a, session *r, sn_err *e) {
         /* A failed step leaves the trainer as it was and nothing is saved after it. */
         if ((s = step_once(r, &st, e))) return s;
         if ((s = sn_series_push(&r->run.train_loss, (double)(step + 1), st.loss, e))) return s;
+        if (a->mem && step == start) report_memory(r);
         double el = sn_clock_s() - t0, tok_s = (double)(step + 1 - start) * (double)tps / el, val = -1;
         bool last = step + 1 == steps;
         if ((a->eval_every && (step + 1) % a->eval_every == 0) || last) {
