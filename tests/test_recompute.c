@@ -10,6 +10,7 @@
 #include "passes/pipeline.h"
 #include "runtime/device.h"
 #include "interp/interp.h"
+#include "train/plan.h"
 #include "train/train.h"
 #include "harness.h"
 #include "tiny_gpt2.h"
@@ -260,6 +261,112 @@ START_TEST(tied_head_gradient_in_place) {
 }
 END_TEST
 
+/* ---- the plan (train/plan.c) ---- */
+
+/* The plan's training graph: tiny GPT-2 at micro-batch B, T = TINY_T, the loss its one output. */
+static sn_status plan_graph(void *ctx, int B, sn_graph **out, sn_err *e) {
+    (void)ctx;
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = TINY_VOCAB;
+    *out = sn_graph_new();
+    sn_gpt2 m;
+    sn_status s = sn_gpt2_build(*out, &c, B, TINY_T, &m, e);
+    (*out)->n_outputs = 0;
+    sn_graph_add_output(*out, m.loss);
+    return s;
+}
+
+/* The plan's figures are the program's and the trainer's: its arena is the compiled program's
+ * planned and measured arena, its optimizer state the trainer's, its total what the device
+ * holds after a step with accumulation. */
+START_TEST(plan_is_the_program) {
+    sn_err e;
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    sn_plan_opts o = {.batch = 8, .policy = -1, .compile = &po};
+    sn_plan full;
+    ck_assert_msg(sn_plan_make(&o, plan_graph, NULL, &full, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(full.micro_batch, 8);
+    ck_assert_int_eq(full.recomputed, 0);
+    /* a budget a little under it: a smaller micro-batch or recompute */
+    o.budget = full.total - full.arena / 3;
+    sn_plan pl;
+    ck_assert_msg(sn_plan_make(&o, plan_graph, NULL, &pl, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_le(pl.total, o.budget);
+    ck_assert_int_eq(pl.micro_batch * pl.accum, 8);
+    ck_assert_int_eq(pl.total, pl.weights + pl.grads + pl.io + pl.opt_device + pl.arena + pl.workspace);
+    /* compiled the way the trainer compiles it: the same program */
+    sn_graph *g;
+    ck_assert(plan_graph(NULL, pl.micro_batch, &g, &e) == SN_OK);
+    po.backward = true;
+    po.checkpoint = pl.policy;
+    po.checkpoint_budget = pl.arena_budget;
+    ck_assert_msg(sn_compile(g, &po, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_device *d;
+    ck_assert(sn_cpu_device_new(2, &d, &e) == SN_OK);
+    sn_train_opts to;
+    sn_train_opts_default(&to, 10);
+    to.device = d;
+    to.compile = &po;
+    sn_trainer *t = sn_trainer_new(g, &to, &e);
+    ck_assert_msg(t, "%s", e.msg);
+    const sn_program *p = sn_trainer_program(t);
+    ck_assert_int_eq(p->arena_bytes, pl.arena);
+    ck_assert_int_eq(p->persistent_bytes, pl.weights + pl.grads + pl.io);
+    int32_t x[8 * TINY_T], y[8 * TINY_T];
+    for (int i = 0; i < 8 * TINY_T; i++) x[i] = (i * 37) % TINY_VOCAB, y[i] = (i * 11 + 3) % TINY_VOCAB;
+    for (int k = 0; k < pl.accum; k++)
+        ck_assert_msg(sn_trainer_accumulate(t, x, y, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_step_stats st;
+    ck_assert_msg(sn_trainer_update(t, &st, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(sn_trainer_state_bytes(t), pl.opt_device);
+    sn_exec_stats xs;
+    sn_exec_stats_get(sn_trainer_exec(t), &xs);
+    ck_assert_int_eq(xs.arena_peak_bytes + xs.persistent_bytes + xs.buffer_bytes, pl.total);
+    sn_trainer_free(t);
+    sn_device_free(d);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* Nothing fits: the message names the smallest budget, and that budget is one that fits (one
+ * byte less does not); a micro-batch that does not fit names the largest that does. */
+START_TEST(plan_refusals) {
+    sn_err e;
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    sn_plan_opts o = {.batch = 8, .budget = 100 << 10, .policy = -1, .compile = &po};
+    sn_plan pl;
+    ck_assert_int_eq(sn_plan_make(&o, plan_graph, NULL, &pl, &e), SN_ERR_OOM);
+    ck_assert_msg(strstr(e.msg, "plan: nothing fits in 100.0 KiB: the smallest budget that would "
+                         "fit is ") && strstr(e.msg, "(micro-batch 1, checkpointing as needed)") &&
+                  strstr(e.msg, "no micro-batch fits the budget given"), "%s", e.msg);
+    int64_t least = pl.min_budget;
+    ck_assert_int_gt(least, 100 << 10);
+    o.budget = least;
+    ck_assert_msg(sn_plan_make(&o, plan_graph, NULL, &pl, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(pl.micro_batch, 1);
+    ck_assert_int_eq(pl.accum, 8);
+    ck_assert_int_le(pl.total, least);
+    o.budget = least - 1;
+    ck_assert_int_eq(sn_plan_make(&o, plan_graph, NULL, &pl, &e), SN_ERR_OOM);
+    /* micro-batch 8 asked for with room for 2 (and 4 accumulation steps' gradient sums) */
+    sn_plan two;
+    sn_plan_opts o2 = {.batch = 8, .micro_batch = 2, .policy = SN_CKPT_NONE, .compile = &po};
+    ck_assert(sn_plan_make(&o2, plan_graph, NULL, &two, &e) == SN_OK);
+    o.budget = two.total + 1024;
+    o.micro_batch = 8;
+    o.policy = SN_CKPT_NONE;
+    ck_assert_int_eq(sn_plan_make(&o, plan_graph, NULL, &pl, &e), SN_ERR_OOM);
+    ck_assert_msg(strstr(e.msg, "micro-batch 8 does not fit in") &&
+                  strstr(e.msg, "the largest micro-batch that fits is 2 (4 accumulation steps)"),
+                  "%s", e.msg);
+    ck_assert_int_eq(pl.max_micro_batch, 2);
+    o.micro_batch = 3;
+    ck_assert_int_eq(sn_plan_make(&o, plan_graph, NULL, &pl, &e), SN_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "not a multiple of the micro-batch 3"), "%s", e.msg);
+}
+END_TEST
+
 START_TEST(errors_say_what_to_do) {
     sn_err e;
     sn_graph *g = tiny_graph(SN_CKPT_NONE, 0, NULL);
@@ -294,6 +401,8 @@ int main(void) {
     tcase_add_loop_test(tc, recompute_is_bit_identical, 0, 3);
     tcase_add_test(tc, gpt2_arenas);
     tcase_add_test(tc, tied_head_gradient_in_place);
+    tcase_add_test(tc, plan_is_the_program);
+    tcase_add_test(tc, plan_refusals);
     tcase_add_test(tc, errors_say_what_to_do);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
