@@ -23,7 +23,8 @@ typedef struct {
     int64_t pad_vocab;       /* the pad_vocab pass's multiple (0: off; SN_PAD_VOCAB_POW2: the
                                 next power of two) */
     bool backward;           /* append the backward of g->loss (autodiff) */
-    int checkpoint;          /* an sn_ckpt_policy (passes.h) applied after autodiff; 0: none */
+    int checkpoint;          /* an sn_ckpt_policy (passes.h) applied right after autodiff (so
+                                with the call that differentiates); 0: none */
     int64_t checkpoint_budget; /* arena bytes for the budget policy */
     const char *dump_after;  /* a pass name from sn_pipeline_pass_names(), or NULL */
     FILE *dump;              /* where the dump goes (stdout if NULL) */

@@ -42,10 +42,11 @@ int64_t sn_train_state_bytes(const sn_program *p, bool sums) {
 }
 
 /* The persistent block split into weights, gradients and the rest (inputs, outputs). */
-static void split_persistent(const sn_program *p, sn_plan *pl) {
+static sn_status split_persistent(const sn_program *p, sn_plan *pl, sn_err *e) {
     const sn_graph *g = p->g;
-    bool *grad = calloc((size_t)g->n_nodes + 1, 1); /* a few KB; on failure all go to io */
-    for (int i = 0; grad && i < g->n_nodes; i++)
+    bool *grad = sn_calloc((size_t)g->n_nodes + 1, 1, "the plan's table of gradients", e);
+    if (!grad) return SN_ERR_OOM;
+    for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i]->grad) grad[g->nodes[i]->grad->id] = true;
     pl->weights = pl->grads = pl->io = 0;
     for (int v = 0; v < p->n_values; v++) {
@@ -53,11 +54,12 @@ static void split_persistent(const sn_program *p, sn_plan *pl) {
         if (!x->persistent || x->alias >= 0) continue;
         int64_t b = align_up(x->bytes);
         if (x->node->op == SN_OP_PARAM) pl->weights += b;
-        else if (grad && grad[x->node->id]) pl->grads += b;
+        else if (grad[x->node->id]) pl->grads += b;
         else pl->io += b;
     }
     free(grad);
     pl->persistent = p->persistent_bytes;
+    return SN_OK;
 }
 
 sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int policy,
@@ -83,7 +85,10 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     pl->policy = policy;
     pl->recomputed = st.checkpoint_recomputed;
     pl->extra_flops = st.step_flops > 0 ? st.checkpoint_extra_flops / st.step_flops : 0;
-    split_persistent(p, pl);
+    if ((s = split_persistent(p, pl, e))) {
+        sn_program_free(p);
+        return s;
+    }
     pl->offload = offload;
     pl->opt_device = sn_train_state_bytes(p, accum > 1);
     pl->opt_host = 0;
