@@ -164,8 +164,14 @@ static double fill_need(ck_state *s) {
         bool a = !s->act[i] || is_leaf(n->op) || s->keep[i] || s->out[i] || i > s->last_kept;
         if (!a && is_view(n->op)) a = s->avail[n->in[0]->id];
         s->avail[i] = a;
-        s->need[i] = !a && s->bwd_read[i];
     }
+    /* an attention's lse goes with it: recomputed together in one kernel as in the forward (an
+     * attention given a kept lse would normalise differently and change the bits) */
+    for (int i = 0; i < s->nf; i++) {
+        const sn_node *n = g->nodes[i], *lse = n->op == SN_OP_ATTENTION ? n->in[3] : NULL;
+        if (lse && lse->op == SN_OP_ATTENTION_LSE && !s->out[lse->id]) s->avail[lse->id] = s->avail[i];
+    }
+    for (int i = 0; i < s->nf; i++) s->need[i] = !s->avail[i] && s->bwd_read[i];
     double f = 0;
     for (int i = s->nf - 1; i >= 0; i--) {
         if (!s->need[i]) continue;
@@ -271,7 +277,8 @@ static int rank_candidates(ck_state *s, int *order) {
     int n = 0, n_cand = 0;
     double base = fill_need(s);
     for (int i = 0; i < s->nf; i++)
-        if (s->need[i] && !is_view(s->g->nodes[i]->op)) s->cand[n_cand++] = i;
+        if (s->need[i] && !is_view(s->g->nodes[i]->op) && s->g->nodes[i]->op != SN_OP_ATTENTION_LSE)
+            s->cand[n_cand++] = i; /* an lse is kept with its attention */
     for (int c = 0; c < n_cand; c++) s->ratio[c] = keep_ratio(s, s->cand[c], base);
     while (n < n_cand) {
         int best = -1, second = -1;

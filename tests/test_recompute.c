@@ -126,7 +126,9 @@ static double *run_interp(sn_graph *g, int64_t *n_out) {
     return out;
 }
 
-static const sn_ckpt_policy policies[] = {SN_CKPT_BLOCK, SN_CKPT_SQRT, SN_CKPT_BUDGET};
+/* the budget twice: just under the full arena (a few values dropped), and at three quarters of
+ * it (boundaries and a mix of kept values) */
+static const sn_ckpt_policy policies[] = {SN_CKPT_BLOCK, SN_CKPT_SQRT, SN_CKPT_BUDGET, SN_CKPT_BUDGET};
 
 /* ---- tests ---- */
 
@@ -174,7 +176,7 @@ START_TEST(recompute_is_bit_identical) {
     int64_t n0, n1, plan0, meas0, plan1, meas1;
     float *c0 = run_compiled(g0, &n0, &plan0, &meas0);
     /* the budget policy: between the smallest arena and the full one */
-    int64_t budget = policy == SN_CKPT_BUDGET ? plan0 - 1 : 0;
+    int64_t budget = policy != SN_CKPT_BUDGET ? 0 : _i == 2 ? plan0 - 1 : plan0 * 3 / 4;
     sn_graph *g1 = tiny_graph(policy, budget, &st);
     ck_assert_int_gt(st.checkpoint_recomputed, 0);
     ck_assert_int_gt(g1->n_nodes, g0->n_nodes);
@@ -398,7 +400,7 @@ int main(void) {
     TCase *tc = tcase_create("recompute");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, finds_blocks);
-    tcase_add_loop_test(tc, recompute_is_bit_identical, 0, 3);
+    tcase_add_loop_test(tc, recompute_is_bit_identical, 0, 4);
     tcase_add_test(tc, gpt2_arenas);
     tcase_add_test(tc, tied_head_gradient_in_place);
     tcase_add_test(tc, plan_is_the_program);
