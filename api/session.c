@@ -8,11 +8,13 @@
 
 #include "data/data.h"
 #include "frontend/sinter.h"
+#include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/device.h"
 #include "support/plot.h"
 #include "train/checkpoint.h"
+#include "train/plan.h"
 #include "train/sample.h"
 #include "train/train.h"
 #include "session.h"
@@ -33,11 +35,18 @@ struct sn_session {
     sn_sampler *sampler;
     sn_run_state run;        /* metadata, data RNG, loss curves: what a checkpoint carries */
     int32_t *x, *y;          /* (B, T) */
+    bool planned;            /* o.mem: the run follows plan */
+    sn_plan plan;
 };
+
+/* session.h's checkpoint_policy numbers are passes.h's policies */
+_Static_assert(SN_CKPT_NONE == 0 && SN_CKPT_BLOCK == 1 && SN_CKPT_SQRT == 2,
+               "session.h documents checkpoint_policy 0, 1, 2 as none, block, sqrt");
 
 sn_session_opts sn_session_defaults(void) {
     return (sn_session_opts){.device = "auto", .data = SN_DEFAULT_CORPUS, .batch = 16, .steps = 600,
-                             .lr = 3e-3, .seed = 1337, .val_batches = 8};
+                             .lr = 3e-3, .seed = 1337, .val_batches = 8,
+                             .checkpoint_policy = -1};
 }
 
 void sn_session_free(sn_session *s) {
@@ -128,8 +137,9 @@ static void set_meta(sn_session *r) {
     sn_run_meta_set(m, "val_data", "%zu tokens, hash %016" PRIx64, r->val.n, tokens_hash(&r->val));
 }
 
-/* Calls the model's build for (B, T) into a new graph and checks what the session relies on. */
-static sn_status build_graph(sn_session *r, int B, int T, sn_graph **out, sn_err *e) {
+/* Calls the model's build for (B, T) into a new graph and checks what the session relies on.
+ * A training graph keeps only the loss as output (the logits need not outlive the step). */
+static sn_status build_graph(sn_session *r, int B, int T, bool training, sn_graph **out, sn_err *e) {
     if (!(*out = sn_graph_new())) return sn_fail_oom(e, sizeof(sn_graph), "the model's graph");
     sn_graph *g = *out;
     sn_status s = r->m.build(g, B, T, r->tk->vocab, r->m.user, e);
@@ -139,7 +149,17 @@ static sn_status build_graph(sn_session *r, int B, int T, sn_graph **out, sn_err
     if (!g->loss)
         return sn_fail(e, SN_ERR_INVALID, "model %s: its build set no loss: set g->loss to the "
                        "mean cross-entropy of the logits and \"targets\"", r->m.name);
+    if (training) {
+        g->n_outputs = 0;
+        sn_graph_add_output(g, g->loss);
+    }
     return SN_OK;
+}
+
+/* The planner's model: the training graph for a micro-batch of B sequences. */
+static sn_status plan_graph(void *ctx, int B, sn_graph **out, sn_err *e) {
+    sn_session *r = ctx;
+    return build_graph(r, B, r->T, true, out, e);
 }
 
 static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err *e) {
@@ -148,6 +168,15 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
     if (m->ctx < 1 && o->seq < 1)
         return sn_fail(e, SN_ERR_INVALID, "model %s: ctx %d: give the model's longest sequence "
                        "(sn_model.ctx) or a seq", m->name, m->ctx);
+    if (o->checkpoint_policy < -1 || o->checkpoint_policy > SN_CKPT_SQRT)
+        return sn_fail(e, SN_ERR_INVALID, "session: checkpoint_policy %d: give -1 (none, or the "
+                       "plan's), 0 (none), 1 (block) or 2 (sqrt)", o->checkpoint_policy);
+    if (o->mem < 0 || (o->mem && o->tokens_per_step))
+        return sn_fail(e, SN_ERR_INVALID, "session: with mem the plan chooses the micro-batches: "
+                       "give the sequences per step as batch and tokens_per_step 0");
+    if (o->mem && o->device && !strcmp(o->device, "interp"))
+        return sn_fail(e, SN_ERR_INVALID, "session: mem plans device memory and the interpreter "
+                       "has none: use device cpu or cuda");
     if (o->batch < 1 || o->steps < 1 || o->seq < 0 || o->tokens_per_step < 0 || !(o->lr > 0))
         return sn_fail(e, SN_ERR_INVALID, "session: batch %d, seq %d, steps %d, lr %g: batch, "
                        "steps and lr must be positive, seq 0 (the model's) or more", o->batch,
@@ -169,9 +198,21 @@ static sn_status setup(sn_session *r, sn_err *e) {
                        (o->tokens_per_step / bt + 1) * bt);
     r->micro = o->tokens_per_step ? (int)(o->tokens_per_step / bt) : 1;
 
-    if ((s = build_graph(r, r->B, r->T, &r->g, e))) return s;
     /* the graph passes here; the trainer compiles the rest (fuse, memplan) with the same options */
     r->po = sn_pipeline_defaults();
+    r->po.checkpoint = o->checkpoint_policy > 0 ? o->checkpoint_policy : SN_CKPT_NONE;
+    if (o->mem) { /* the plan's micro-batch, accumulation steps and checkpointing */
+        sn_plan_opts plo = {.batch = r->B, .budget = o->mem, .policy = o->checkpoint_policy,
+                            .compile = &r->po};
+        if ((s = sn_plan_make(&plo, plan_graph, r, &r->plan, e))) return s;
+        r->planned = true;
+        r->B = r->plan.micro_batch;
+        r->micro = r->plan.accum;
+        bt = (long)r->B * r->T;
+        r->po.checkpoint = r->plan.policy;
+        r->po.checkpoint_budget = r->plan.arena_budget;
+    }
+    if ((s = build_graph(r, r->B, r->T, true, &r->g, e))) return s;
     r->po.backward = true;
     r->po.dump_after = o->dump_after;
     if ((s = sn_compile(r->g, &r->po, NULL, NULL, e))) return s;
@@ -247,7 +288,7 @@ sn_status sn_session_plot(const sn_session *r, const char *path, const char *tit
 /* The forward graph for samples: the same model with one sequence of the training length,
  * through the same forward passes so that its parameters have the trainer's names and shapes. */
 static sn_status build_sampler(sn_session *r, sn_err *e) {
-    sn_status s = build_graph(r, 1, r->T, &r->sg, e);
+    sn_status s = build_graph(r, 1, r->T, false, &r->sg, e);
     sn_pipeline_opts po = sn_pipeline_defaults(); /* the trainer's forward rewrites, no dump */
     if (s || (s = sn_compile(r->sg, &po, NULL, NULL, e))) return s;
     const sn_node *idx = NULL, *logits = NULL;
@@ -297,4 +338,15 @@ void sn_session_info_get(const sn_session *r, sn_session_info *out) {
                              .params = sn_graph_param_count(r->g), .train_tokens = r->train.n,
                              .val_tokens = r->val.n, .step = sn_trainer_step_count(r->t),
                              .steps = r->o.steps};
+    if (!r->planned) return;
+    out->mem_planned = r->plan.total;
+    const struct sn_exec *x = sn_trainer_exec(r->t);
+    if (!x || !sn_trainer_step_count(r->t)) return;
+    sn_exec_stats st;
+    sn_exec_stats_get(x, &st);
+    out->mem_measured = st.arena_peak_bytes + st.persistent_bytes + st.buffer_bytes + r->plan.workspace;
+}
+
+void sn_session_plan_print(const sn_session *r, FILE *f) {
+    if (r->planned) sn_plan_print(&r->plan, r->o.mem, f);
 }

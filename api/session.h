@@ -15,6 +15,8 @@
 #ifndef SN_SESSION_H
 #define SN_SESSION_H
 
+#include <stdio.h>
+
 #include "ir/ir.h"
 
 /* A model: builds its forward graph into g for batches of B sequences of T tokens (T <= ctx)
@@ -47,10 +49,17 @@ typedef struct {
     int val_batches;      /* batches of (B, T) one sn_session_validate reads, at most (0: 8) */
     const char *resume;   /* a checkpoint of the same model, data and options to go on from */
     const char *dump_after; /* print the IR or program after this pass (sinter train --help) */
+    int checkpoint_policy; /* recompute activations in the backward instead of keeping them:
+                              0 none, 1 block (keep transformer block inputs), 2 sqrt (every
+                              sqrt(n)-th sub-block boundary); -1: none, or the plan's choice
+                              with mem */
+    int64_t mem;          /* device bytes to fit the run in (0: no plan): batch is then the
+                             sequences per step, and the planner (sinter plan) picks the
+                             micro-batch, the accumulation steps and the checkpointing */
 } sn_session_opts;
 
 /* device "auto", the default corpus, B 16, T the model's, 600 steps, lr 3e-3, seed 1337,
- * 8 validation batches. */
+ * 8 validation batches, checkpoint_policy -1, no memory plan. */
 sn_session_opts sn_session_defaults(void);
 
 typedef struct sn_session sn_session;
@@ -101,7 +110,12 @@ typedef struct {
     int64_t params;                         /* trained and frozen elements */
     size_t train_tokens, val_tokens;
     int step, steps;                        /* taken so far (a resumed run starts later) */
+    /* With mem: the plan's device bytes, and after a step the device's own count of the same
+     * (arena peak + persistent block + optimizer state + workspace); zeros otherwise. */
+    int64_t mem_planned, mem_measured;
 } sn_session_info;
 void sn_session_info_get(const sn_session *s, sn_session_info *out);
+/* With mem: the plan the run follows as a table (weights ... total, the choice); else nothing. */
+void sn_session_plan_print(const sn_session *s, FILE *f);
 
 #endif

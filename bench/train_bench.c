@@ -15,6 +15,7 @@
 
 #include "models/gpt2.h"
 #include "passes/pipeline.h"
+#include "passes/passes.h"
 #include "support/clock.h"
 #include "runtime/device.h"
 #include "runtime/cuda/cuda_device.h"
@@ -26,6 +27,7 @@
 typedef struct {
     const char *model;
     int batch, seq, steps, threads;
+    int checkpoint; /* an sn_ckpt_policy (--checkpoint-policy) */
     bool compare_interp;
     const char *isa; /* of the measured peak */
     const char *device;   /* auto, cuda or cpu */
@@ -58,6 +60,7 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     if (sn_gpt2_build(g, &c, a->batch, a->seq, &m, &e)) die("model", &e);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = backward;
+    o.checkpoint = backward ? a->checkpoint : 0;
     if (sn_compile(g, &o, prog, NULL, &e)) die("pipeline", &e);
     return g;
 }
@@ -74,9 +77,10 @@ static void emit(const args *a, const char *device, const char *phase, double s_
                  double flops, double peak, const char *extra) {
     double tokens = (double)a->batch * a->seq;
     printf("{\"bench\": \"train\", \"phase\": \"%s\", \"device\": \"%s\", \"model\": \"%s\", "
-           "\"batch\": %d, \"seq\": %d, \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, "
+           "\"batch\": %d, \"seq\": %d, \"checkpoint\": \"%s\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, "
            "\"gflops\": %.1f, \"peak_gflops\": %.1f, \"peak_isa\": \"%s\", \"mfu\": %.4f%s}\n",
-           phase, device, a->model, a->batch, a->seq, 1e3 * s_per_step, tokens / s_per_step,
+           phase, device, a->model, a->batch, a->seq, sn_ckpt_policy_name((sn_ckpt_policy)a->checkpoint),
+           1e3 * s_per_step, tokens / s_per_step,
            flops / s_per_step / 1e9, peak, a->isa, flops / s_per_step / 1e9 / peak, extra ? extra : "");
     fflush(stdout);
 }
@@ -128,6 +132,9 @@ static void parse(int argc, char **argv, args *a) {
         else if (!strcmp(k, "--seq")) a->seq = atoi(argv[++i]);
         else if (!strcmp(k, "--steps")) a->steps = atoi(argv[++i]);
         else if (!strcmp(k, "--threads")) a->threads = atoi(argv[++i]);
+        else if (!strcmp(k, "--checkpoint-policy")) {
+            if ((a->checkpoint = sn_ckpt_policy_parse(argv[++i])) < 0 || a->checkpoint == SN_CKPT_BUDGET) break;
+        }
         else break;
         continue;
     }
@@ -136,7 +143,7 @@ static void parse(int argc, char **argv, args *a) {
         (a->roofline && !sn_roofline_machine_find(a->roofline)) || (a->model_only && !a->roofline)) {
         fprintf(stderr, "usage: train_bench --model NAME --batch B --seq T --steps N [--threads N] "
                         "[--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]] "
-                        "[--compare-interp]\n");
+                        "[--checkpoint-policy none|block|sqrt] [--compare-interp]\n");
         exit(2);
     }
 }

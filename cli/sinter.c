@@ -25,6 +25,8 @@ static const char usage_text[] =
     "        [--batch B] [--seq T]  input shape (default 4 x the model's context)\n"
     "        [--emit-cuda DIR] [--arch N]  write the kernels' CUDA C and ptxas report (sm_N, 80)\n"
     "  train [options]            train a GPT on a text corpus (sinter train --help)\n"
+    "  plan --model NAME --mem N  the memory a training run needs and the choice that fits N\n"
+    "                             (sinter plan --help)\n"
     "  prepare --out PREFIX       tokenize a corpus into llm.c token shards (sinter prepare --help)\n"
     "\n"
     "models: %s\n";
@@ -44,6 +46,22 @@ bool cli_int(const char *s, long lo, long hi, long *out) {
     if (!*s || *end || v < lo || v > hi) return false;
     *out = v;
     return true;
+}
+
+bool cli_bytes(const char *s, long long *out) {
+    static const struct { const char *suffix; double scale; } units[] = {
+        {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"M", 1048576.0}, {"MiB", 1048576.0},
+        {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"T", 1099511627776.0}, {"TiB", 1099511627776.0},
+        {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0)) return false;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].suffix) && v * units[i].scale < 9e18) {
+            *out = (long long)(v * units[i].scale);
+            return *out > 0;
+        }
+    return false;
 }
 
 static void print_count(FILE *f, long long n) {
@@ -76,6 +94,14 @@ static int cmd_graph(int argc, char **argv) {
             else return cli_fail("--pad-vocab wants a multiple (0: no padding) or pow2, not '%s'", v);
         }
         else if (!strcmp(a, "--model") && v) model = argv[++i];
+        else if (!strcmp(a, "--checkpoint-policy") && v) {
+            if ((o.checkpoint = sn_ckpt_policy_parse(argv[++i])) < 0)
+                return cli_fail("--checkpoint-policy is none, block, sqrt or budget, not '%s'", v);
+        } else if (!strcmp(a, "--arena-budget") && v) {
+            long long b;
+            if (!cli_bytes(argv[++i], &b)) return cli_fail("--arena-budget wants a size like 2GiB, not '%s'", v);
+            o.checkpoint_budget = b;
+        }
         else if (!strcmp(a, "--dump-after") && v) o.dump_after = argv[++i];
         else if (!strcmp(a, "--emit-cuda") && v) emit_cuda = argv[++i];
         else if (!strcmp(a, "--arch") && v) {
@@ -120,6 +146,10 @@ static int cmd_graph(int argc, char **argv) {
     if (!s) {
         printf("# %d nodes (%d forward); attention blocks fused: %d; vocabulary tables padded: %d",
                g->n_nodes, g->n_forward, st.attention_fused, st.vocab_padded);
+        if (o.checkpoint)
+            printf("; checkpoint %s: %d nodes recomputed, %.1f%% extra FLOPs",
+                   sn_ckpt_policy_name((sn_ckpt_policy)o.checkpoint), st.checkpoint_recomputed,
+                   st.step_flops > 0 ? 100 * st.checkpoint_extra_flops / st.step_flops : 0.0);
         printf(" (parameters now ");
         print_count(stdout, (long long)sn_graph_param_count(g));
         printf(")\n");
@@ -149,6 +179,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "graph")) return cmd_graph(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) return cli_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cli_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "prepare")) return cli_prepare(argc - 2, argv + 2);
     return cli_fail("unknown command '%s'", cmd);
 }

@@ -16,6 +16,8 @@ typedef struct {
     long steps, batch, seq, seed, eval_every, tokens_per_step, save_every;
     long sample_every, sample_len, top_k;
     double lr, temperature;
+    int checkpoint_policy;  /* an sn_ckpt_policy (passes.h): --checkpoint-policy; -1: not given */
+    long long mem;          /* --mem: device bytes to plan the run for (0: no plan) */
 } train_args;
 
 /* ---- the progress line (train_out.c) ---- */

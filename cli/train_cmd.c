@@ -9,6 +9,7 @@
 #include "api/session.h"
 #include "data/data.h"
 #include "models/gpt2.h"
+#include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "support/clock.h"
 #include "support/rng.h"
@@ -48,6 +49,13 @@ static const char train_usage[] =
     "  --prompt TEXT         the samples' prompt (default: the validation text's first token)\n"
     "  --temperature X       sampling temperature (default 1.0; 0: greedy)\n"
     "  --top-k K             sample among the K most likely tokens (default 40; 0: all)\n"
+    "  --checkpoint-policy P recompute activations in the backward instead of keeping them:\n"
+    "                        none (default), block (keep transformer block inputs), sqrt (Chen\n"
+    "                        et al.: every sqrt(n)-th sub-block boundary)\n"
+    "  --mem N               fit the run in N bytes of device memory (6GiB, 500MiB): --batch is\n"
+    "                        then the sequences per step, and the plan (sinter plan) picks the\n"
+    "                        micro-batch, accumulation steps and checkpointing; the planned and\n"
+    "                        measured memory are printed after the first step\n"
     "  --dump-after PASS     print the IR (or, after fuse and memplan, the program) the trainer\n"
     "                        runs, after PASS (%s)\n";
 
@@ -60,7 +68,7 @@ static bool parse_real(const char *v, double lo, double hi, double *out) {
 static int parse_args(int argc, char **argv, train_args *a) {
     *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
                       .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
-                      .sample_len = 200, .top_k = 40, .temperature = 1.0};
+                      .sample_len = 200, .top_k = 40, .temperature = 1.0, .checkpoint_policy = -1};
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -90,6 +98,12 @@ static int parse_args(int argc, char **argv, train_args *a) {
         else if (!strcmp(k, "--resume")) a->resume = v;
         else if (!strcmp(k, "--prompt")) a->prompt = v;
         else if (!strcmp(k, "--dump-after")) a->dump_after = v;
+        else if (!strcmp(k, "--checkpoint-policy")) {
+            if ((a->checkpoint_policy = sn_ckpt_policy_parse(v)) < 0 || a->checkpoint_policy == SN_CKPT_BUDGET)
+                return cli_fail("train: --checkpoint-policy is none, block or sqrt (--mem chooses "
+                                "for itself), not '%s'", v);
+        }
+        else if (!strcmp(k, "--mem")) ok = cli_bytes(v, &a->mem);
         else if (!strcmp(k, "--steps")) ok = cli_int(v, 1, 100000000, &a->steps);
         else if (!strcmp(k, "--batch")) ok = cli_int(v, 1, 1 << 16, &a->batch);
         else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &a->seq);
@@ -108,6 +122,12 @@ static int parse_args(int argc, char **argv, train_args *a) {
     if (!a->train_bin != !a->val_bin)
         return cli_fail("train: token shards come in pairs: give both --train-bin and --val-bin%s", "");
     if (a->resume && !a->checkpoint) a->checkpoint = a->resume;
+    if (a->mem && a->tokens_per_step)
+        return cli_fail("train: --mem chooses the micro-batches itself: give the sequences per step "
+                        "as --batch, not --tokens-per-step%s", "");
+    if (a->mem && !strcmp(a->device, "interp"))
+        return cli_fail("train: --mem plans device memory; the interpreter has none (use --device "
+                        "cpu)%s", "");
     if (a->dump_after && !strcmp(a->device, "interp") &&
         (!strcmp(a->dump_after, "fuse") || !strcmp(a->dump_after, "memplan")))
         return cli_fail("train: --dump-after %s shows the compiled program, and --device interp "
@@ -156,6 +176,8 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.seed = (uint64_t)a->seed;
     o.resume = a->resume;
     o.dump_after = a->dump_after;
+    o.checkpoint_policy = a->checkpoint_policy;
+    o.mem = a->mem;
     if ((s = sn_session_new(&m, &o, &r->s, e))) return s;
     sn_session_info in;
     sn_session_info_get(r->s, &in);
@@ -205,12 +227,23 @@ static sn_status train(const train_args *a, run *r, sn_err *e) {
            in.micro, in.micro > 1 ? "es" : "", tps);
     if (a->resume) printf("resumed from %s at step %ld\n", a->resume, start);
     printf("device: %s\n", in.device);
+    sn_session_plan_print(r->s, stdout);
     progress_init(&r->prog);
     double t0 = sn_clock_s();
     for (long step = start; step < steps; step++) {
         sn_session_step_stats st;
         /* A failed step leaves the trainer as it was and nothing is saved after it. */
         if ((s = sn_session_step(r->s, &st, e))) return s;
+        if (a->mem && step == start) { /* the plan's total against the device's own counts */
+            sn_session_info mi;
+            sn_session_info_get(r->s, &mi);
+            char p[32], m[32];
+            progress_break(&r->prog);
+            printf("memory: planned %s (%lld bytes), measured %s (%lld bytes: arena peak, persistent "
+                   "block, optimizer state, workspace)\n",
+                   sn_bytes_str(mi.mem_planned, p, sizeof p), (long long)mi.mem_planned,
+                   sn_bytes_str(mi.mem_measured, m, sizeof m), (long long)mi.mem_measured);
+        }
         double el = sn_clock_s() - t0, tok_s = (double)(step + 1 - start) * (double)tps / el, val = -1;
         bool last = step + 1 == steps;
         if ((a->eval_every && (step + 1) % a->eval_every == 0) || last) {

@@ -1,6 +1,7 @@
 /* memplan.c: live ranges over the kernel order and arena offsets for the values that are not
- * persistent. Convention: greedy by size (largest first), each value placed in the lowest gap
- * among the already-placed values whose live ranges overlap its own; 64-byte alignment.
+ * persistent (and values written in place into the persistent value computed from them).
+ * Convention: greedy by size (largest first), each value placed in the lowest gap among the
+ * already-placed values whose live ranges overlap its own; 64-byte alignment.
  * The persistent block starts with the trainable parameters (rank >= 2 first, the ones weight
  * decay applies to), then their gradients in the same order, so that an optimizer sees each as
  * one flat range of the same layout (kernel.h, "the optimizer step"). */
@@ -17,6 +18,58 @@ static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 static int root_of(const sn_program *p, int v) {
     while (p->values[v].alias >= 0) v = p->values[v].alias;
     return v;
+}
+
+/* Whether every access of pointwise kernel k to args[a] reads element i at index i. */
+static bool reads_in_step(const sn_kernel *k, int a) {
+    bool read = false;
+    for (int j = 0; j < k->n_access; j++) {
+        const sn_access *x = &k->access[j];
+        if (x->arg != a) continue;
+        if (x->offset || x->masked) return false;
+        int64_t stride = 1;
+        for (int d = k->rank - 1; d >= 0; d--) {
+            if (k->shape[d] > 1 && x->stride[d] != stride) return false;
+            stride *= k->shape[d];
+        }
+        read = true;
+    }
+    return read;
+}
+
+/* In place: a pointwise kernel that writes a persistent value (a gradient) from an arena value
+ * of the same size that no other kernel reads, read element for element, writes over it: the
+ * arena value becomes an alias of the output, so its writer writes the output's buffer (the
+ * tied LM head's (V, C) weight gradient goes straight into the gradient that the embedding
+ * backward's part is added to). Of several such inputs, the one written first. */
+static void share_in_place(sn_program *p, int *readers, int *writer) {
+    for (int v = 0; v < p->n_values; v++) readers[v] = 0, writer[v] = -1;
+    for (int k = 0; k < p->n_kernels; k++) {
+        const sn_kernel *ker = p->kernels[k];
+        for (int a = 0; a < ker->n_out + ker->n_in; a++) {
+            int v = root_of(p, p->value_of[ker->args[a]->id]);
+            if (a >= ker->n_out) readers[v]++;
+            else if (writer[v] < 0) writer[v] = k;
+        }
+    }
+    for (int k = 0; k < p->n_kernels; k++) {
+        const sn_kernel *ker = p->kernels[k];
+        if (ker->kind != SN_KER_POINTWISE) continue;
+        for (int o = 0; o < ker->n_out; o++) {
+            int w = p->value_of[ker->args[o]->id], best = -1;
+            const sn_value *out = &p->values[w];
+            if (out->alias >= 0 || !out->persistent || sn_op_kind(out->node->op) == SN_K_LEAF) continue;
+            for (int a = ker->n_out; a < ker->n_out + ker->n_in; a++) {
+                int v = p->value_of[ker->args[a]->id];
+                const sn_value *in = &p->values[v];
+                if (in->alias >= 0 || in->persistent || in->bytes != out->bytes || readers[v] != 1 ||
+                    writer[v] < 0 || writer[v] >= k || !reads_in_step(ker, a))
+                    continue;
+                if (best < 0 || writer[v] < writer[best]) best = v;
+            }
+            if (best >= 0) p->values[best].alias = w;
+        }
+    }
 }
 
 static void fill_live_ranges(sn_program *p) {
@@ -68,10 +121,11 @@ static void place_persistent(sn_program *p, bool *placed) {
 }
 
 sn_status sn_memplan(sn_program *p, const sn_target *t, sn_err *e) {
-    fill_live_ranges(p);
     size_t n_bytes = sizeof(int) * (size_t)(p->n_values + 1);
     int *order = sn_malloc(n_bytes, "the memory planner's value order", e);
     int *near = order ? sn_malloc(n_bytes, "the memory planner's value order", e) : NULL;
+    if (near) share_in_place(p, order, near);
+    fill_live_ranges(p);
     bool *placed = near ? sn_calloc((size_t)p->n_values + 1, sizeof *placed, "the memory planner", e) : NULL;
     if (!placed) {
         free(order);

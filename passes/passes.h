@@ -41,6 +41,47 @@ sn_status sn_pass_pad_vocab(const sn_graph *in, int64_t multiple, sn_graph **out
  * *n_fused: how many attention blocks were replaced. */
 sn_status sn_pass_attention(const sn_graph *in, sn_graph **out, int *n_fused, sn_err *e);
 
+/* ---- checkpoint.c ---- */
+
+/* What the backward keeps of the forward. Sub-blocks are the segments between the separators
+ * of the forward (activations no other activation's edge jumps over: GPT-2's residual stream);
+ * blocks are their repeating units (attention + MLP), both found from the graph's structure. */
+typedef enum {
+    SN_CKPT_NONE,   /* keep everything the backward reads */
+    SN_CKPT_BLOCK,  /* keep block inputs, recompute the rest of each block */
+    SN_CKPT_SQRT,   /* Chen et al.: keep every round(sqrt(n))-th of n sub-block boundaries */
+    SN_CKPT_BUDGET, /* nothing if the plan fits the budget; else the boundary spacing with the
+                       smallest plan, then the values that save most recompute per byte kept,
+                       as many as the planned arena allows */
+    SN_CKPT_COUNT
+} sn_ckpt_policy;
+
+const char *sn_ckpt_policy_name(sn_ckpt_policy p); /* "none", "block", "sqrt", "budget" */
+int sn_ckpt_policy_parse(const char *s);           /* -1 if unknown */
+
+typedef struct {
+    sn_ckpt_policy policy;
+    int blocks, sub_blocks; /* repeating units found, and their segments */
+    int every;              /* budget: the boundary spacing chosen (0: no checkpointing) */
+    int extra_kept;         /* budget: values kept besides the boundaries */
+    int kept;               /* forward values kept inside recomputed stretches */
+    int recomputed;         /* forward nodes copied into the backward */
+    double step_flops;      /* the forward and backward without recompute */
+    double extra_flops;     /* the recomputed nodes' */
+    int64_t full_arena;     /* budget: the planned arena without checkpointing */
+    int64_t min_arena;      /* budget: the smallest planned arena it found */
+} sn_ckpt_stats;
+
+/* requires: a verified graph with its backward (after autodiff). Rewrites it so that forward
+ * values the policy drops are recomputed: each is copied (with the dropped values it reads)
+ * just before its first backward reader, which then reads the copy. Values after the last kept
+ * boundary, outputs, leaves and what depends only on weights are never recomputed. The loss
+ * and every gradient are unchanged to the bit (the same ops on the same values). budget: the
+ * arena bytes SN_CKPT_BUDGET must fit (the planner's arena, through fuse and memplan for t);
+ * when no choice fits, SN_ERR_OOM names the smallest arena found. */
+sn_status sn_pass_checkpoint(const sn_graph *in, sn_ckpt_policy policy, int64_t budget,
+                             const sn_target *t, sn_graph **out, sn_ckpt_stats *st, sn_err *e);
+
 /* ---- fuse.c ---- */
 
 /* requires: a verified graph (after autodiff, or a forward graph for inference). Decides which
@@ -58,7 +99,10 @@ sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_er
 /* ---- memplan.c ---- */
 
 /* requires: fuse. Computes each value's live range over the kernel order and assigns arena
- * offsets (best fit, never two overlapping live ranges in the same bytes); sets arena_bytes,
+ * offsets (best fit, never two overlapping live ranges in the same bytes). A pointwise kernel
+ * writing a persistent value (a gradient) from an arena value of the same size that nothing
+ * else reads, element for element, writes over it: that value becomes an alias of the output
+ * (the tied LM head's gradient GEMM writes into wte's gradient). Sets arena_bytes,
  * persistent_bytes and sum_bytes. A plan larger than t->memory_bytes (when known) is
  * SN_ERR_OOM, naming both sizes and what to do. */
 sn_status sn_memplan(sn_program *p, const sn_target *t, sn_err *e);

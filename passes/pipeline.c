@@ -7,11 +7,12 @@
 #include "frontend/sinter.h"
 #include "passes.h"
 
-static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autodiff", "fuse", "memplan"};
+static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autodiff", "checkpoint",
+                                        "fuse", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, autodiff, fuse, memplan";
+    return "frontend, pad_vocab, attention, autodiff, checkpoint, fuse, memplan";
 }
 
 sn_pipeline_opts sn_pipeline_defaults(void) {
@@ -63,6 +64,9 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     for (int i = 0; i < N_PASSES; i++) known |= !strcmp(d, pass_names[i]);
     if (!known)
         return sn_fail(e, SN_ERR_INVALID, "unknown pass '%s' (passes: %s)", d, sn_pipeline_pass_names());
+    if (!strcmp(d, "checkpoint") && !o->checkpoint)
+        return sn_fail(e, SN_ERR_INVALID, "--dump-after checkpoint, but no checkpoint policy is on "
+                       "(add --checkpoint-policy block)");
     if (!strcmp(d, "autodiff") && !o->backward)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after autodiff needs the backward (add --backward)");
     if (!strcmp(d, "attention") && !o->fuse_attention)
@@ -99,7 +103,18 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
     if (!o->backward) return SN_OK;
     if (!g->loss) return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph has no loss");
     if ((s = sn_backward(g, g->loss, e))) return s;
-    return after(g, "autodiff", o, e);
+    if ((s = after(g, "autodiff", o, e)) || !o->checkpoint) return s;
+
+    sn_ckpt_stats cs;
+    sn_target t = o->target ? *o->target : sn_target_cpu();
+    s = sn_pass_checkpoint(g, (sn_ckpt_policy)o->checkpoint, o->checkpoint_budget, &t, &next, &cs, e);
+    st->checkpoint_min_arena = cs.min_arena;
+    if (s) return s;
+    replace(g, next);
+    st->checkpoint_recomputed = cs.recomputed;
+    st->checkpoint_extra_flops = cs.extra_flops;
+    st->step_flops = cs.step_flops;
+    return after(g, "checkpoint", o, e);
 }
 
 sn_status sn_compile(sn_graph *g, const sn_pipeline_opts *o, sn_program **prog,
@@ -115,8 +130,6 @@ sn_status sn_compile(sn_graph *g, const sn_pipeline_opts *o, sn_program **prog,
     if (sn_graph_error(g))
         return sn_fail(e, g->err.code, "the model graph has an error: %s", sn_graph_error(g));
     if ((s = graph_passes(g, o, stats, e)) || !prog) return s;
-
-    /* later: checkpoint (recompute under a memory budget) here, after autodiff */
 
     sn_program *p;
     if ((s = sn_fuse(g, t, &p, e))) return s;

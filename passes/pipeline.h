@@ -23,6 +23,9 @@ typedef struct {
     int64_t pad_vocab;       /* the pad_vocab pass's multiple (0: off; SN_PAD_VOCAB_POW2: the
                                 next power of two) */
     bool backward;           /* append the backward of g->loss (autodiff) */
+    int checkpoint;          /* an sn_ckpt_policy (passes.h) applied right after autodiff (so
+                                with the call that differentiates); 0: none */
+    int64_t checkpoint_budget; /* arena bytes for the budget policy */
     const char *dump_after;  /* a pass name from sn_pipeline_pass_names(), or NULL */
     FILE *dump;              /* where the dump goes (stdout if NULL) */
 } sn_pipeline_opts;
@@ -31,6 +34,9 @@ typedef struct {
 typedef struct {
     int attention_fused; /* attention blocks the attention pass replaced */
     int vocab_padded;    /* tables the pad_vocab pass padded */
+    int checkpoint_recomputed; /* forward nodes the checkpoint pass recomputes */
+    double checkpoint_extra_flops, step_flops; /* its extra FLOPs, the step's without them */
+    int64_t checkpoint_min_arena; /* budget policy: the smallest arena it found (also on failure) */
 } sn_pipeline_stats;
 
 /* Forward rewrites on: attention fused, vocabulary padded to a multiple of 64; no backward. */

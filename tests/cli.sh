@@ -33,4 +33,24 @@ grep -q "extern \"C\" __global__" "$dir/cuda/program.cu" || { echo "FAIL: no pro
 if [ -f "$dir/cuda/ptxas.txt" ]; then
     grep -q "^k0_embedding k0_embedding [0-9]" "$dir/cuda/ptxas.txt" || { echo "FAIL: ptxas.txt"; cat "$dir/cuda/ptxas.txt"; exit 1; }
 fi
-echo "help, --dump-after during train, out of memory as a message, --emit-cuda: ok"
+# sinter plan: gpt2 B=16 T=1024 in 6 GiB; nothing fits in 2 GiB: exit 1 naming the smallest budget
+"$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 6GiB > "$dir/plan.out" || { echo "FAIL: plan"; exit 1; }
+grep -q "^choice: micro-batch 8 x 2 accumulation steps, checkpoint policy budget" "$dir/plan.out" &&
+    grep -q "^  activations (arena) .* recompute +" "$dir/plan.out" || { echo "FAIL: plan table"; cat "$dir/plan.out"; exit 1; }
+status=0
+"$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 2GiB --no-offload > /dev/null 2> "$dir/plan.err" || status=$?
+[ "$status" = 1 ] && grep -q "plan: nothing fits in 2.0 GiB: the smallest budget that would fit is 2.[0-9] GiB" "$dir/plan.err" ||
+    { echo "FAIL: plan refusal ($status)"; cat "$dir/plan.err"; exit 1; }
+# with the optimizer state offloaded to the host (planned only) it fits
+"$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 2GiB | grep -q "offload optimizer state to the host" ||
+    { echo "FAIL: plan with offload"; exit 1; }
+"$sinter" plan --model gpt2 --mem 6GiB --precision bf16 2> "$dir/bf16.err" && exit 1
+grep -q "bf16 is not supported yet" "$dir/bf16.err" || { echo "FAIL: bf16"; cat "$dir/bf16.err"; exit 1; }
+# train --mem: the plan's total is what the device holds after the first step, to the byte
+# shellcheck disable=SC2086
+"$sinter" train $tiny --batch 4 --mem 760KiB > "$dir/mem.out" || { echo "FAIL: train --mem"; cat "$dir/mem.out"; exit 1; }
+line=$(grep "^memory: planned" "$dir/mem.out") || { echo "FAIL: no memory line"; cat "$dir/mem.out"; exit 1; }
+planned=$(echo "$line" | sed 's/.*planned [^(]*(\([0-9]*\) bytes).*/\1/')
+measured=$(echo "$line" | sed 's/.*measured [^(]*(\([0-9]*\) bytes:.*/\1/')
+[ -n "$planned" ] && [ "$planned" = "$measured" ] || { echo "FAIL: planned $planned measured $measured"; exit 1; }
+echo "help, --dump-after during train, out of memory as a message, --emit-cuda, plan, train --mem: ok"

@@ -1,0 +1,413 @@
+/* test_recompute.c: the checkpoint pass (passes/checkpoint.c): the blocks it finds from the
+ * graph's structure, losses and gradients bit-identical with and without recompute (compiled CPU
+ * device and the reference interpreter), planned arenas that fall, and the budget's choices and
+ * refusals. Convention: "identical" is memcmp of the values, never a tolerance. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/gpt2.h"
+#include "passes/passes.h"
+#include "passes/pipeline.h"
+#include "runtime/device.h"
+#include "interp/interp.h"
+#include "train/plan.h"
+#include "train/train.h"
+#include "harness.h"
+#include "tiny_gpt2.h"
+
+enum { MAX_PARAMS = 64 };
+
+/* The tiny GPT-2 (tiny_gpt2.h's shape) through the pipeline with a checkpoint policy. */
+static sn_graph *tiny_graph(sn_ckpt_policy policy, int64_t budget, sn_pipeline_stats *st) {
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = TINY_VOCAB;
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    ck_assert_msg(sn_gpt2_build(g, &c, TINY_B, TINY_T, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.checkpoint = policy;
+    o.checkpoint_budget = budget;
+    ck_assert_msg(sn_compile(g, &o, NULL, st, &e) == SN_OK, "%s", e.msg);
+    return g;
+}
+
+/* gpt2 124M at B x T through fuse and memplan: the planned arena. */
+static int64_t gpt2_arena(const char *model, int B, int T, sn_ckpt_policy policy, int64_t budget,
+                          sn_pipeline_stats *st, sn_status *status, sn_err *e) {
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find(model, &c));
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    ck_assert(sn_gpt2_build(g, &c, B, T, &m, e) == SN_OK);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.checkpoint = policy;
+    o.checkpoint_budget = budget;
+    sn_program *p;
+    *status = sn_compile(g, &o, &p, st, e);
+    int64_t a = *status ? -1 : p->arena_bytes;
+    if (!*status) sn_program_free(p);
+    sn_graph_free(g);
+    return a;
+}
+
+/* The loss and every gradient of g, compiled on the CPU device: [0] the loss, then the
+ * gradients in parameter order, as floats. */
+static float *run_compiled(sn_graph *g, int64_t *n_out, int64_t *planned, int64_t *measured) {
+    sn_err e;
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
+    sn_program *p;
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_exec *x;
+    ck_assert_msg(sn_exec_new(d, p, &x, &e) == SN_OK, "%s", e.msg);
+    int32_t ids[TINY_B * TINY_T], tg[TINY_B * TINY_T];
+    tiny_tokens(ids, tg, 7);
+    ck_assert(!sn_exec_set(x, tiny_input(g, "idx"), ids, &e));
+    ck_assert(!sn_exec_set(x, tiny_input(g, "targets"), tg, &e));
+    sn_node *params[MAX_PARAMS];
+    int np = sn_graph_params(g, params, MAX_PARAMS);
+    int64_t n = 1;
+    for (int i = 0; i < np; i++) n += sn_numel(params[i]);
+    float *out = malloc(sizeof(float) * (size_t)n);
+    for (int i = 0; i < np; i++) {
+        sn_param_init(params[i], out, 3);
+        ck_assert(sn_exec_set(x, params[i], out, &e) == SN_OK);
+    }
+    ck_assert_msg(sn_exec_run(x, &e) == SN_OK, "%s", e.msg);
+    ck_assert(sn_exec_get(x, g->loss, out, &e) == SN_OK);
+    int64_t at = 1;
+    for (int i = 0; i < np; i++) {
+        ck_assert(sn_exec_get(x, params[i]->grad, out + at, &e) == SN_OK);
+        at += sn_numel(params[i]);
+    }
+    sn_exec_stats st;
+    sn_exec_stats_get(x, &st);
+    *planned = p->arena_bytes;
+    *measured = st.arena_peak_bytes;
+    *n_out = n;
+    sn_exec_free(x);
+    sn_program_free(p);
+    sn_device_free(d);
+    return out;
+}
+
+/* The same on the reference interpreter, as doubles. */
+static double *run_interp(sn_graph *g, int64_t *n_out) {
+    sn_err e;
+    sn_interp *it = sn_interp_new(g, false);
+    int32_t ids[TINY_B * TINY_T], tg[TINY_B * TINY_T];
+    tiny_tokens(ids, tg, 7);
+    ck_assert(!sn_interp_set_i32(it, tiny_input(g, "idx"), ids, &e));
+    ck_assert(!sn_interp_set_i32(it, tiny_input(g, "targets"), tg, &e));
+    sn_node *params[MAX_PARAMS];
+    int np = sn_graph_params(g, params, MAX_PARAMS);
+    int64_t n = 1;
+    for (int i = 0; i < np; i++) n += sn_numel(params[i]);
+    double *out = malloc(sizeof(double) * (size_t)n);
+    float *w = malloc(sizeof(float) * (size_t)n);
+    for (int i = 0; i < np; i++) {
+        sn_param_init(params[i], w, 3);
+        ck_assert(sn_interp_set(it, params[i], w, &e) == SN_OK);
+    }
+    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
+    out[0] = sn_interp_value(it, g->loss)[0];
+    int64_t at = 1;
+    for (int i = 0; i < np; i++) {
+        memcpy(out + at, sn_interp_value(it, params[i]->grad), sizeof(double) * (size_t)sn_numel(params[i]));
+        at += sn_numel(params[i]);
+    }
+    free(w);
+    sn_interp_free(it);
+    *n_out = n;
+    return out;
+}
+
+/* the budget twice: just under the full arena (a few values dropped), and at three quarters of
+ * it (boundaries and a mix of kept values) */
+static const sn_ckpt_policy policies[] = {SN_CKPT_BLOCK, SN_CKPT_SQRT, SN_CKPT_BUDGET, SN_CKPT_BUDGET};
+
+/* ---- tests ---- */
+
+START_TEST(finds_blocks) {
+    sn_err e;
+    sn_status s;
+    sn_pipeline_stats st;
+    sn_graph *g = tiny_graph(SN_CKPT_BLOCK, 0, &st);
+    ck_assert_int_gt(st.checkpoint_recomputed, 0);
+    sn_graph_free(g);
+    /* gpt2: 12 blocks of two sub-blocks, so block keeps 13 boundaries and sqrt(24) ~ 5 */
+    sn_graph *h = sn_graph_new();
+    sn_gpt2_config c;
+    sn_gpt2 m;
+    ck_assert(sn_gpt2_config_find("gpt2", &c) && !sn_gpt2_build(h, &c, 1, 64, &m, &e));
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    ck_assert(sn_compile(h, &o, NULL, NULL, &e) == SN_OK);
+    sn_graph *out;
+    sn_ckpt_stats cs;
+    sn_target t = sn_target_cpu();
+    ck_assert_msg(sn_pass_checkpoint(h, SN_CKPT_BLOCK, 0, &t, &out, &cs, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(cs.blocks, 12);
+    ck_assert_int_eq(cs.sub_blocks, 24);
+    ck_assert_int_eq(cs.kept, 13);
+    sn_graph_free(out);
+    ck_assert(sn_pass_checkpoint(h, SN_CKPT_SQRT, 0, &t, &out, &cs, &e) == SN_OK);
+    ck_assert_int_eq(cs.kept, 6); /* boundaries 0, 5, 10, 15, 20 and the last */
+    sn_graph_free(out);
+    ck_assert(sn_pass_checkpoint(h, SN_CKPT_NONE, 0, &t, &out, &cs, &e) == SN_OK);
+    ck_assert_int_eq(cs.recomputed, 0);
+    ck_assert_int_eq(out->n_nodes, h->n_nodes);
+    sn_graph_free(out);
+    sn_graph_free(h);
+    (void)s;
+}
+END_TEST
+
+/* Loss and gradients identical to the bit with each policy, on the compiled CPU device (whose
+ * planned arena is also its measured one) and on the interpreter. The program without
+ * checkpointing is checked against the interpreter by test_compiled, so identity is enough. */
+START_TEST(recompute_is_bit_identical) {
+    sn_pipeline_stats st;
+    sn_graph *g0 = tiny_graph(SN_CKPT_NONE, 0, &st);
+    int64_t n0, n1, plan0, meas0, plan1, meas1;
+    float *c0 = run_compiled(g0, &n0, &plan0, &meas0);
+    double *i0 = run_interp(g0, &n0);
+    for (size_t k = 0; k < sizeof policies / sizeof policies[0]; k++) {
+        sn_ckpt_policy policy = policies[k];
+        int64_t budget = policy != SN_CKPT_BUDGET ? 0 : k == 2 ? plan0 - 1 : plan0 * 3 / 4;
+        sn_graph *g1 = tiny_graph(policy, budget, &st);
+        ck_assert_int_gt(st.checkpoint_recomputed, 0);
+        ck_assert_int_gt(g1->n_nodes, g0->n_nodes);
+        float *c1 = run_compiled(g1, &n1, &plan1, &meas1);
+        ck_assert_int_eq(n0, n1);
+        ck_assert_msg(!memcmp(c0, c1, sizeof(float) * (size_t)n0), "%s: compiled loss %.9g vs %.9g "
+                      "or a gradient differs", sn_ckpt_policy_name(policy), c1[0], c0[0]);
+        ck_assert_int_eq(plan1, meas1); /* the planner's arena is the device's */
+        ck_assert_int_lt(plan1, plan0);
+        if (policy == SN_CKPT_BUDGET) ck_assert_int_le(plan1, budget);
+        double *i1 = run_interp(g1, &n1);
+        ck_assert_msg(!memcmp(i0, i1, sizeof(double) * (size_t)n0), "%s: interpreted loss %.17g vs "
+                      "%.17g or a gradient differs", sn_ckpt_policy_name(policy), i1[0], i0[0]);
+        free(c1);
+        free(i1);
+        sn_graph_free(g1);
+    }
+    free(c0);
+    free(i0);
+    sn_graph_free(g0);
+}
+END_TEST
+
+/* gpt2 124M at B=4, T=256: each policy lowers the planned arena, the budget fits what it is
+ * given, and a budget below what any choice reaches is refused with the smallest one named. */
+START_TEST(gpt2_arenas) {
+    sn_err e;
+    sn_status s;
+    sn_pipeline_stats st;
+    int64_t none = gpt2_arena("gpt2", 4, 256, SN_CKPT_NONE, 0, &st, &s, &e);
+    int64_t block = gpt2_arena("gpt2", 4, 256, SN_CKPT_BLOCK, 0, &st, &s, &e);
+    double block_extra = st.checkpoint_extra_flops / st.step_flops;
+    int64_t sqrtn = gpt2_arena("gpt2", 4, 256, SN_CKPT_SQRT, 0, &st, &s, &e);
+    ck_assert_msg(block < none / 2 && sqrtn < none / 2, "arenas: none %lld block %lld sqrt %lld",
+                  (long long)none, (long long)block, (long long)sqrtn);
+    ck_assert(block_extra > 0.05 && block_extra < 0.34); /* at most one forward again */
+    int64_t budget = (none + block) / 2;
+    int64_t got = gpt2_arena("gpt2", 4, 256, SN_CKPT_BUDGET, budget, &st, &s, &e);
+    ck_assert_msg(!s, "%s", e.msg);
+    ck_assert_int_le(got, budget);
+    ck_assert(st.checkpoint_extra_flops / st.step_flops < block_extra); /* it keeps more */
+    got = gpt2_arena("gpt2", 4, 256, SN_CKPT_BUDGET, none, &st, &s, &e); /* fits as it is */
+    ck_assert_int_eq(got, none);
+    ck_assert_int_eq(st.checkpoint_recomputed, 0);
+    got = gpt2_arena("gpt2", 4, 256, SN_CKPT_BUDGET, 1 << 20, &st, &s, &e);
+    ck_assert_int_eq(s, SN_ERR_OOM);
+    ck_assert_msg(strstr(e.msg, "no choice fits the activation budget of 1.0 MiB") &&
+                  strstr(e.msg, "needs an arena of"), "%s", e.msg);
+    ck_assert_int_gt(st.checkpoint_min_arena, 1 << 20);
+    ck_assert_int_lt(st.checkpoint_min_arena, block + 1);
+}
+END_TEST
+
+/* memplan: the tied LM head's (V, C) weight gradient is written by its GEMM straight into the
+ * gradient of wte, and the embedding backward's part added there in place: no (V, C) arena
+ * value besides the embedding backward's own. */
+START_TEST(tied_head_gradient_in_place) {
+    sn_err e;
+    sn_gpt2_config c;
+    sn_gpt2 m;
+    sn_graph *g = sn_graph_new();
+    ck_assert(sn_gpt2_config_find("gpt2", &c) && !sn_gpt2_build(g, &c, 1, 64, &m, &e));
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    sn_program *p;
+    ck_assert_msg(sn_compile(g, &o, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    const sn_node *wte = NULL;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_PARAM && !strcmp(g->nodes[i]->name, "wte")) wte = g->nodes[i];
+    ck_assert(wte && wte->grad);
+    int head = -1, in_arena = 0;
+    for (int v = 0; v < p->n_values; v++) {
+        const sn_value *x = &p->values[v];
+        if (x->node->op == SN_OP_MATMUL && x->node->rank == 2 && x->node->shape[0] == wte->shape[0]) head = v;
+        if (!x->persistent && x->bytes == sn_numel(wte) * 4) in_arena++;
+    }
+    ck_assert_int_ge(head, 0);
+    ck_assert_int_eq(p->values[head].alias, p->value_of[wte->grad->id]);
+    ck_assert(p->values[head].persistent);
+    ck_assert_int_eq(p->values[head].offset, p->values[p->value_of[wte->grad->id]].offset);
+    ck_assert_int_eq(in_arena, 1); /* the embedding backward's */
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* ---- the plan (train/plan.c) ---- */
+
+/* The plan's training graph: tiny GPT-2 at micro-batch B, T = TINY_T, the loss its one output. */
+static sn_status plan_graph(void *ctx, int B, sn_graph **out, sn_err *e) {
+    (void)ctx;
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = TINY_VOCAB;
+    *out = sn_graph_new();
+    sn_gpt2 m;
+    sn_status s = sn_gpt2_build(*out, &c, B, TINY_T, &m, e);
+    (*out)->n_outputs = 0;
+    sn_graph_add_output(*out, m.loss);
+    return s;
+}
+
+/* The plan's figures are the program's and the trainer's: its arena is the compiled program's
+ * planned and measured arena, its optimizer state the trainer's, its total what the device
+ * holds after a step with accumulation. */
+START_TEST(plan_is_the_program) {
+    sn_err e;
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    sn_plan_opts o = {.batch = 8, .policy = -1, .compile = &po};
+    sn_plan full;
+    ck_assert_msg(sn_plan_make(&o, plan_graph, NULL, &full, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(full.micro_batch, 8);
+    ck_assert_int_eq(full.recomputed, 0);
+    /* a budget a little under it: a smaller micro-batch or recompute */
+    o.budget = full.total - full.arena / 3;
+    sn_plan pl;
+    ck_assert_msg(sn_plan_make(&o, plan_graph, NULL, &pl, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_le(pl.total, o.budget);
+    ck_assert_int_eq(pl.micro_batch * pl.accum, 8);
+    ck_assert_int_eq(pl.total, pl.weights + pl.grads + pl.io + pl.opt_device + pl.arena + pl.workspace);
+    /* compiled the way the trainer compiles it: the same program */
+    sn_graph *g;
+    ck_assert(plan_graph(NULL, pl.micro_batch, &g, &e) == SN_OK);
+    po.backward = true;
+    po.checkpoint = pl.policy;
+    po.checkpoint_budget = pl.arena_budget;
+    ck_assert_msg(sn_compile(g, &po, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_device *d;
+    ck_assert(sn_cpu_device_new(2, &d, &e) == SN_OK);
+    sn_train_opts to;
+    sn_train_opts_default(&to, 10);
+    to.device = d;
+    to.compile = &po;
+    sn_trainer *t = sn_trainer_new(g, &to, &e);
+    ck_assert_msg(t, "%s", e.msg);
+    const sn_program *p = sn_trainer_program(t);
+    ck_assert_int_eq(p->arena_bytes, pl.arena);
+    ck_assert_int_eq(p->persistent_bytes, pl.weights + pl.grads + pl.io);
+    int32_t x[8 * TINY_T], y[8 * TINY_T];
+    for (int i = 0; i < 8 * TINY_T; i++) x[i] = (i * 37) % TINY_VOCAB, y[i] = (i * 11 + 3) % TINY_VOCAB;
+    for (int k = 0; k < pl.accum; k++)
+        ck_assert_msg(sn_trainer_accumulate(t, x, y, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_step_stats st;
+    ck_assert_msg(sn_trainer_update(t, &st, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(sn_trainer_state_bytes(t), pl.opt_device);
+    sn_exec_stats xs;
+    sn_exec_stats_get(sn_trainer_exec(t), &xs);
+    ck_assert_int_eq(xs.arena_peak_bytes + xs.persistent_bytes + xs.buffer_bytes, pl.total);
+    sn_trainer_free(t);
+    sn_device_free(d);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* Nothing fits: the message names the smallest budget, and that budget is one that fits (one
+ * byte less does not); a micro-batch that does not fit names the largest that does. */
+START_TEST(plan_refusals) {
+    sn_err e;
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    sn_plan_opts o = {.batch = 8, .budget = 100 << 10, .policy = -1, .compile = &po};
+    sn_plan pl;
+    ck_assert_int_eq(sn_plan_make(&o, plan_graph, NULL, &pl, &e), SN_ERR_OOM);
+    ck_assert_msg(strstr(e.msg, "plan: nothing fits in 100.0 KiB: the smallest budget that would "
+                         "fit is ") && strstr(e.msg, "(micro-batch 1, checkpointing as needed)") &&
+                  strstr(e.msg, "no micro-batch fits the budget given"), "%s", e.msg);
+    int64_t least = pl.min_budget;
+    ck_assert_int_gt(least, 100 << 10);
+    o.budget = least;
+    ck_assert_msg(sn_plan_make(&o, plan_graph, NULL, &pl, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(pl.micro_batch, 1);
+    ck_assert_int_eq(pl.accum, 8);
+    ck_assert_int_le(pl.total, least);
+    o.budget = least - 1;
+    ck_assert_int_eq(sn_plan_make(&o, plan_graph, NULL, &pl, &e), SN_ERR_OOM);
+    /* micro-batch 8 asked for with room for 2 (and 4 accumulation steps' gradient sums) */
+    sn_plan two;
+    sn_plan_opts o2 = {.batch = 8, .micro_batch = 2, .policy = SN_CKPT_NONE, .compile = &po};
+    ck_assert(sn_plan_make(&o2, plan_graph, NULL, &two, &e) == SN_OK);
+    o.budget = two.total + 1024;
+    o.micro_batch = 8;
+    o.policy = SN_CKPT_NONE;
+    ck_assert_int_eq(sn_plan_make(&o, plan_graph, NULL, &pl, &e), SN_ERR_OOM);
+    ck_assert_msg(strstr(e.msg, "micro-batch 8 does not fit in") &&
+                  strstr(e.msg, "the largest micro-batch that fits is 2 (4 accumulation steps)"),
+                  "%s", e.msg);
+    ck_assert_int_eq(pl.max_micro_batch, 2);
+    o.micro_batch = 3;
+    ck_assert_int_eq(sn_plan_make(&o, plan_graph, NULL, &pl, &e), SN_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "not a multiple of the micro-batch 3"), "%s", e.msg);
+}
+END_TEST
+
+START_TEST(errors_say_what_to_do) {
+    sn_err e;
+    sn_graph *g = tiny_graph(SN_CKPT_NONE, 0, NULL);
+    sn_graph *out;
+    sn_ckpt_stats cs;
+    sn_target t = sn_target_cpu();
+    ck_assert_int_eq(sn_pass_checkpoint(g, SN_CKPT_BUDGET, 0, &t, &out, &cs, &e), SN_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "needs a memory budget (give --mem)"), "%s", e.msg);
+    sn_graph_free(g);
+    sn_gpt2_config c;
+    sn_gpt2 m;
+    g = sn_graph_new();
+    ck_assert(sn_gpt2_config_find("tiny", &c) && !sn_gpt2_build(g, &c, 1, 8, &m, &e));
+    ck_assert_int_eq(sn_pass_checkpoint(g, SN_CKPT_BLOCK, 0, &t, &out, &cs, &e), SN_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "no backward part"), "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.dump_after = "checkpoint";
+    o.backward = true;
+    ck_assert_int_eq(sn_compile(g, &o, NULL, NULL, &e), SN_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "no checkpoint policy is on"), "%s", e.msg);
+    ck_assert_int_eq(sn_ckpt_policy_parse("block"), SN_CKPT_BLOCK);
+    ck_assert_int_eq(sn_ckpt_policy_parse("blocks"), -1);
+    sn_graph_free(g);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("recompute");
+    TCase *tc = tcase_create("recompute");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, finds_blocks);
+    tcase_add_test(tc, recompute_is_bit_identical);
+    tcase_add_test(tc, gpt2_arenas);
+    tcase_add_test(tc, tied_head_gradient_in_place);
+    tcase_add_test(tc, plan_is_the_program);
+    tcase_add_test(tc, plan_refusals);
+    tcase_add_test(tc, errors_say_what_to_do);
+    suite_add_tcase(s, tc);
+    return sn_test_main(s);
+}

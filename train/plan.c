@@ -1,0 +1,220 @@
+/* plan.c: the memory plan of a training run (plan.h). Convention: a figure is read off a program
+ * compiled for the run's exact shapes; choosing means compiling candidates, largest micro-batch
+ * first, and taking the first whose total fits. */
+#include "plan.h"
+
+#include <stdlib.h>
+
+#include "passes/passes.h"
+
+enum { ALIGN = 64 }; /* memplan's persistent alignment */
+
+/* cuBLASLt's workspace, allocated once by the CUDA device (runtime/cuda/device.c). */
+static int64_t workspace_of(const sn_target *t) { return t->kind == SN_TARGET_CUDA ? 32 << 20 : 0; }
+
+static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
+
+static bool trainable(const sn_node *n) { return n->op == SN_OP_PARAM && n->grad && !n->a.frozen; }
+
+/* The flat range's length in floats (parameters with the layout's padding). */
+static int64_t flat_floats(const sn_program *p) {
+    const sn_graph *g = p->g;
+    int64_t p0 = -1, g0 = -1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const sn_node *n = g->nodes[i];
+        int v = trainable(n) ? p->value_of[n->id] : -1;
+        if (v < 0 || p->value_of[n->grad->id] < 0) continue;
+        if (p0 < 0 || p->values[v].offset < p0)
+            p0 = p->values[v].offset, g0 = p->values[p->value_of[n->grad->id]].offset;
+    }
+    return p0 < 0 ? 0 : (g0 - p0) / 4;
+}
+
+/* The step's scalars and the norm's partials (backend.c). */
+static int64_t scalar_bytes(int64_t n_flat) {
+    return 4 * (SN_OPT_SCALARS + (n_flat + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK);
+}
+
+int64_t sn_train_state_bytes(const sn_program *p, bool sums) {
+    int64_t n_flat = flat_floats(p);
+    /* the trainer's buffers (backend.c): m, v, the scalars with the norm's partials, sums */
+    return n_flat ? 4 * 2 * n_flat + scalar_bytes(n_flat) + (sums ? 4 * n_flat : 0) : 0;
+}
+
+/* The persistent block split into weights, gradients and the rest (inputs, outputs). */
+static sn_status split_persistent(const sn_program *p, sn_plan *pl, sn_err *e) {
+    const sn_graph *g = p->g;
+    bool *grad = sn_calloc((size_t)g->n_nodes + 1, 1, "the plan's table of gradients", e);
+    if (!grad) return SN_ERR_OOM;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->grad) grad[g->nodes[i]->grad->id] = true;
+    pl->weights = pl->grads = pl->io = 0;
+    for (int v = 0; v < p->n_values; v++) {
+        const sn_value *x = &p->values[v];
+        if (!x->persistent || x->alias >= 0) continue;
+        int64_t b = align_up(x->bytes);
+        if (x->node->op == SN_OP_PARAM) pl->weights += b;
+        else if (grad[x->node->id]) pl->grads += b;
+        else pl->io += b;
+    }
+    free(grad);
+    pl->persistent = p->persistent_bytes;
+    return SN_OK;
+}
+
+sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int policy,
+                          int64_t arena_budget, int accum, bool offload, sn_plan *pl,
+                          sn_program **prog, sn_err *e) {
+    sn_pipeline_opts o = *compile;
+    sn_target t = o.target ? *o.target : sn_target_cpu();
+    t.memory_bytes = 0; /* the plan compares with its budget itself */
+    o.target = &t;
+    o.backward = true;
+    o.checkpoint = policy;
+    o.checkpoint_budget = arena_budget;
+    o.dump_after = NULL;
+    sn_pipeline_stats st;
+    sn_program *p;
+    if (prog) *prog = NULL;
+    sn_status s = sn_compile(g, &o, &p, &st, e);
+    if (s) {
+        pl->arena = st.checkpoint_min_arena; /* the budget policy's smallest, when it found none */
+        return s;
+    }
+    pl->accum = accum;
+    pl->policy = policy;
+    pl->recomputed = st.checkpoint_recomputed;
+    pl->extra_flops = st.step_flops > 0 ? st.checkpoint_extra_flops / st.step_flops : 0;
+    if ((s = split_persistent(p, pl, e))) {
+        sn_program_free(p);
+        return s;
+    }
+    pl->offload = offload;
+    pl->opt_device = sn_train_state_bytes(p, accum > 1);
+    pl->opt_host = 0;
+    if (offload) { /* the device keeps the step's scalars; the host the moments and sums */
+        pl->opt_host = pl->opt_device - scalar_bytes(flat_floats(p));
+        pl->opt_device -= pl->opt_host;
+    }
+    pl->arena = p->arena_bytes;
+    pl->workspace = workspace_of(&t);
+    pl->total = pl->persistent + pl->opt_device + pl->arena + pl->workspace;
+    if (prog) *prog = p;
+    else sn_program_free(p);
+    return SN_OK;
+}
+
+/* One micro-batch size: without checkpointing, then (policy -1) with the budget policy on what
+ * the budget leaves. *min_total: the smallest total found for it. */
+static sn_status try_micro(const sn_plan_opts *o, sn_plan_graph_fn build, void *ctx, int m,
+                           bool offload, sn_plan *pl, int64_t *min_total, sn_err *e) {
+    sn_graph *g;
+    int accum = o->batch / m;
+    int first = o->policy >= 0 ? o->policy : SN_CKPT_NONE;
+    sn_status s = build(ctx, m, &g, e);
+    if (!s) s = sn_plan_measure(g, o->compile, first, o->budget, accum, offload, pl, NULL, e);
+    sn_graph_free(g);
+    if (s) return s;
+    pl->micro_batch = m;
+    pl->total_without = pl->total;
+    *min_total = pl->total;
+    if (!o->budget || pl->total <= o->budget || o->policy >= 0) return SN_OK;
+    int64_t fixed = pl->total - pl->arena, without = pl->total;
+    sn_plan c = *pl;
+    if ((s = build(ctx, m, &g, e))) return s;
+    int64_t left = o->budget - fixed > 0 ? o->budget - fixed : 1;
+    s = sn_plan_measure(g, o->compile, SN_CKPT_BUDGET, left, accum, offload, &c, NULL, e);
+    sn_graph_free(g);
+    if (s == SN_ERR_OOM && c.arena > 0) {
+        *min_total = fixed + c.arena;
+        return SN_OK; /* does not fit: the caller compares */
+    }
+    if (s) return s;
+    *pl = c;
+    pl->arena_budget = left;
+    pl->micro_batch = m;
+    pl->total_without = without;
+    *min_total = pl->total;
+    return SN_OK;
+}
+
+sn_status sn_plan_make(const sn_plan_opts *o, sn_plan_graph_fn build, void *ctx, sn_plan *out,
+                       sn_err *e) {
+    *out = (sn_plan){0};
+    if (o->batch < 1 || (o->micro_batch && o->batch % o->micro_batch))
+        return sn_fail(e, SN_ERR_INVALID, "plan: the batch %d is not a multiple of the micro-batch "
+                       "%d: give a micro-batch that divides it", o->batch, o->micro_batch);
+    int64_t min_budget = INT64_MAX;
+    int max_micro = 0;
+    sn_plan best = {0};
+    bool fitted = false;
+    for (int off = 0; off <= (int)o->offload && !fitted; off++)
+        for (int m = o->batch; m >= 1; m--) {
+            if (o->batch % m) continue;
+            bool wanted = !o->micro_batch || m == o->micro_batch;
+            sn_plan pl = {0};
+            int64_t min_total;
+            sn_status s = try_micro(o, build, ctx, m, off, &pl, &min_total, e);
+            if (s) return s;
+            bool fits = !o->budget || pl.total <= o->budget;
+            if (fits && !max_micro) max_micro = m;
+            if (wanted && min_total < min_budget) min_budget = min_total;
+            if (wanted && fits) {
+                best = pl;
+                fitted = true;
+                break;
+            }
+            if (o->micro_batch && m < o->micro_batch && max_micro) break; /* for the message */
+        }
+    if (fitted) {
+        *out = best;
+        out->max_micro_batch = max_micro;
+        out->min_budget = min_budget;
+        return SN_OK;
+    }
+    out->min_budget = min_budget;
+    out->max_micro_batch = max_micro;
+    char have[32], need[32];
+    sn_bytes_str(o->budget, have, sizeof have);
+    sn_bytes_str(min_budget, need, sizeof need);
+    if (o->micro_batch && max_micro)
+        return sn_fail(e, SN_ERR_OOM, "plan: micro-batch %d does not fit in %s: it needs at least "
+                       "%s; the largest micro-batch that fits is %d (%d accumulation steps)",
+                       o->micro_batch, have, need, max_micro, o->batch / max_micro);
+    return sn_fail(e, SN_ERR_OOM, "plan: nothing fits in %s: the smallest budget that would fit "
+                   "is %s (micro-batch %d, %s%s); no micro-batch fits the budget given: give more "
+                   "memory, a shorter --seq or a smaller model", have, need,
+                   o->micro_batch ? o->micro_batch : 1,
+                   o->policy >= 0 ? sn_ckpt_policy_name((sn_ckpt_policy)o->policy) : "checkpointing as needed",
+                   o->offload ? ", optimizer state offloaded" : "");
+}
+
+static void row(FILE *f, const char *what, int64_t b, const char *note) {
+    char s[32];
+    fprintf(f, "  %-26s %10s %14lld  %s\n", what, sn_bytes_str(b, s, sizeof s), (long long)b,
+            note ? note : "");
+}
+
+void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f) {
+    char n[96];
+    fprintf(f, "  %-26s %10s %14s\n", "", "", "bytes");
+    row(f, "weights", pl->weights, "parameters (fp32)");
+    row(f, "gradients", pl->grads, NULL);
+    const char *sums = pl->accum > 1 ? ", gradient sums" : "";
+    snprintf(n, sizeof n, "AdamW m and v%s, step scalars", sums);
+    row(f, "optimizer state (device)", pl->opt_device, pl->offload ? "step scalars" : n);
+    snprintf(n, sizeof n, "AdamW m and v%s (planned; the trainer cannot offload yet)", sums);
+    row(f, "optimizer state (host)", pl->opt_host, pl->offload ? n : NULL);
+    row(f, "inputs and outputs", pl->io, "token ids, targets, loss");
+    snprintf(n, sizeof n, "recompute +%.1f%% FLOPs, %d forward nodes again", 100 * pl->extra_flops,
+             pl->recomputed);
+    row(f, "activations (arena)", pl->arena, pl->recomputed ? n : "no recompute");
+    row(f, "workspace", pl->workspace, pl->workspace ? "cuBLASLt" : NULL);
+    row(f, "total (device)", pl->total, NULL);
+    if (budget) row(f, "budget", budget, pl->total <= budget ? "fits" : "does not fit");
+    if (pl->recomputed) row(f, "without checkpointing", pl->total_without, NULL);
+    fprintf(f, "choice: micro-batch %d x %d accumulation step%s, checkpoint policy %s, precision "
+            "fp32, offload %s\n", pl->micro_batch, pl->accum, pl->accum > 1 ? "s" : "",
+            sn_ckpt_policy_name((sn_ckpt_policy)pl->policy),
+            pl->offload ? "optimizer state to the host" : "none");
+}

@@ -1,0 +1,72 @@
+/* plan.h: what a training run needs in device memory, and the choice that fits a budget:
+ * micro-batch and accumulation steps, checkpoint policy. Convention: every byte figure is the
+ * compiled program's (fuse + memplan: the arena and persistent block the device allocates) plus
+ * the trainer's optimizer state (sn_train_state_bytes), never a separate estimate.
+ *
+ *     sn_plan_opts o = {.batch = 16, .budget = 6LL << 30, .policy = -1, .compile = &po};
+ *     sn_plan p;
+ *     if (sn_plan_make(&o, build_gpt2, &cfg, &p, &e)) ...  // e names the smallest budget
+ */
+#ifndef SN_PLAN_H
+#define SN_PLAN_H
+
+#include "passes/pipeline.h"
+
+/* Builds the forward graph (with its loss) for micro-batch B into *out. */
+typedef sn_status (*sn_plan_graph_fn)(void *ctx, int micro_batch, sn_graph **out, sn_err *e);
+
+typedef struct {
+    int batch;          /* sequences per optimizer step */
+    int64_t budget;     /* device bytes (0: none: plan the batch as one micro-batch) */
+    int micro_batch;    /* 0: the largest divisor of batch that fits; else this one */
+    int policy;         /* an sn_ckpt_policy, or -1: none when it fits, else budget */
+    const sn_pipeline_opts *compile; /* target and forward rewrites (backward is implied) */
+    bool offload;       /* when nothing fits otherwise, plan AdamW's moments and the gradient
+                           sums in host memory (ZeRO-Offload; planned, not run yet) */
+} sn_plan_opts;
+
+typedef struct {
+    int micro_batch, accum; /* accum micro-batches of micro_batch sequences per step */
+    int policy;             /* the sn_ckpt_policy applied */
+    int recomputed;         /* forward nodes recomputed */
+    double extra_flops;     /* recompute FLOPs over the step's FLOPs without it */
+    /* the persistent block, split */
+    int64_t weights, grads, io; /* parameters; their gradients; inputs, outputs (loss) */
+    int64_t persistent;
+    /* optimizer state: AdamW moments, gradient sums (when accum > 1), the step's scalars */
+    bool offload;           /* moments and sums in host memory (the trainer cannot run it yet) */
+    int64_t opt_device, opt_host; /* on the device; offloaded to the host */
+    int64_t arena;          /* the planned arena (activations and temporaries) */
+    int64_t workspace;      /* other device allocations (0 on the CPU) */
+    int64_t total;          /* persistent + opt_device + arena + workspace */
+    int64_t total_without;  /* the same micro-batch without checkpointing */
+    int64_t arena_budget;   /* what the budget policy was given (compile with it again to
+                               get this very program) */
+    /* when nothing fits (SN_ERR_OOM): */
+    int64_t min_budget;     /* the smallest budget for which a plan exists */
+    int max_micro_batch;    /* the largest divisor of batch that fits the budget (0: none) */
+} sn_plan;
+
+/* The optimizer state the trainer allocates for program p (train.h: moments, the step's
+ * scalars, and the gradient sums when sums). */
+int64_t sn_train_state_bytes(const sn_program *p, bool sums);
+
+/* Compiles graph g (a forward graph: autodiff and checkpoint run here with o->compile and
+ * policy/budget) and fills the figures of *pl for accum micro-batches per step (the optimizer
+ * state on the host with offload). *prog gets the program (g must outlive it) when prog is not
+ * NULL. */
+sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int policy,
+                          int64_t arena_budget, int accum, bool offload, sn_plan *pl,
+                          sn_program **prog, sn_err *e);
+
+/* Chooses: micro-batches from the largest divisor of o->batch down, each without checkpointing
+ * if it fits, else with the budget policy on what the budget leaves for the arena; the first
+ * that fits is the plan; when none does and o->offload, the same again with offload. Nothing fits: SN_ERR_OOM naming the smallest budget that would and
+ * the largest micro-batch that fits (with *out's min_budget and max_micro_batch set). */
+sn_status sn_plan_make(const sn_plan_opts *o, sn_plan_graph_fn build, void *ctx, sn_plan *out,
+                       sn_err *e);
+
+/* Prints the plan as a table (weights ... total) and the choice. */
+void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f);
+
+#endif
