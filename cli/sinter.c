@@ -23,6 +23,7 @@ static const char usage_text[] =
     "        [--pad-vocab N]      pad the vocabulary to a multiple of N (default 64; pow2: the\n"
     "                             next power of two; 0: no padding)\n"
     "        [--batch B] [--seq T]  input shape (default 4 x the model's context)\n"
+    "        [--precision P]      fp32, bf16, fp16 (the autocast pass) or tf32 (default fp32)\n"
     "        [--emit-cuda DIR] [--arch N]  write the kernels' CUDA C and ptxas report (sm_N, 80)\n"
     "  train [options]            train a GPT on a text corpus (sinter train --help)\n"
     "  prepare --out PREFIX       tokenize a corpus into llm.c token shards (sinter prepare --help)\n"
@@ -76,6 +77,11 @@ static int cmd_graph(int argc, char **argv) {
             else return cli_fail("--pad-vocab wants a multiple (0: no padding) or pow2, not '%s'", v);
         }
         else if (!strcmp(a, "--model") && v) model = argv[++i];
+        else if (!strcmp(a, "--precision") && v) {
+            int p = sn_precision_parse(argv[++i]);
+            if (p < 0) return cli_fail("--precision wants fp32, bf16, fp16 or tf32, not '%s'", v);
+            o.precision = (sn_precision)p;
+        }
         else if (!strcmp(a, "--dump-after") && v) o.dump_after = argv[++i];
         else if (!strcmp(a, "--emit-cuda") && v) emit_cuda = argv[++i];
         else if (!strcmp(a, "--arch") && v) {
@@ -118,8 +124,9 @@ static int cmd_graph(int argc, char **argv) {
         sn_graph_print(g, stdout);
     }
     if (!s) {
-        printf("# %d nodes (%d forward); attention blocks fused: %d; vocabulary tables padded: %d",
-               g->n_nodes, g->n_forward, st.attention_fused, st.vocab_padded);
+        printf("# %d nodes (%d forward); attention blocks fused: %d; vocabulary tables padded: %d; "
+               "precision %s, casts added: %d", g->n_nodes, g->n_forward, st.attention_fused,
+               st.vocab_padded, sn_precision_name(o.precision), st.casts);
         printf(" (parameters now ");
         print_count(stdout, (long long)sn_graph_param_count(g));
         printf(")\n");
