@@ -1,9 +1,11 @@
 /* train_bench.c: GPT-2 training throughput on the compiled CPU program: forward, forward +
  * backward, and the full step (with AdamW), as tokens/s, ms/step, achieved GFLOP/s and MFU
  * against the FMA peak measured in the same run; plus compile time, kernels per step and the
- * planned vs measured arena peak. One JSON object per measurement per line.
+ * planned vs measured arena peak. One JSON object per measurement per line, each with the
+ * precision (--precision fp32|bf16|fp16: the autocast pass) and its MFU against the peak of the
+ * precision's products (bf16: the vdpbf16ps peak, measured in the same run; else the FMA peak).
  *
- *     bench/train_bench --model gpt2 --batch 4 --seq 256 --steps 3
+ *     bench/train_bench --model gpt2 --batch 4 --seq 256 --steps 3 --precision bf16
  *     bench/train_bench --model demo --batch 16 --seq 128 --steps 10 --compare-interp */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 
 #include "models/gpt2.h"
 #include "passes/pipeline.h"
+#include "program/target.h"
 #include "support/clock.h"
 #include "runtime/device.h"
 #include "support/rng.h"
@@ -21,7 +24,9 @@ typedef struct {
     const char *model;
     int batch, seq, steps, threads;
     bool compare_interp;
+    sn_precision precision;
     const char *isa; /* of the measured peak */
+    double peak_f32, peak_bf16; /* GFLOP/s measured in this run (bf16: 0 without the instruction) */
 } args;
 
 static void die(const char *what, const sn_err *e) {
@@ -63,6 +68,7 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     if (sn_gpt2_build(g, &c, a->batch, a->seq, &m, &e)) die("model", &e);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = backward;
+    o.precision = a->precision;
     if (sn_compile(g, &o, prog, NULL, &e)) die("pipeline", &e);
     return g;
 }
@@ -80,9 +86,11 @@ static void emit(const args *a, const char *device, const char *phase, double s_
     double tokens = (double)a->batch * a->seq;
     printf("{\"bench\": \"train\", \"phase\": \"%s\", \"device\": \"%s\", \"model\": \"%s\", "
            "\"batch\": %d, \"seq\": %d, \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, "
-           "\"gflops\": %.1f, \"peak_gflops\": %.1f, \"peak_isa\": \"%s\", \"mfu\": %.4f%s}\n",
+           "\"precision\": \"%s\", \"gflops\": %.1f, \"peak_gflops\": %.1f, \"peak_isa\": \"%s\", "
+           "\"f32_peak_gflops\": %.1f, \"bf16_peak_gflops\": %.1f, \"mfu\": %.4f%s}\n",
            phase, device, a->model, a->batch, a->seq, 1e3 * s_per_step, tokens / s_per_step,
-           flops / s_per_step / 1e9, peak, a->isa, flops / s_per_step / 1e9 / peak, extra ? extra : "");
+           sn_precision_name(a->precision), flops / s_per_step / 1e9, peak, a->isa, a->peak_f32,
+           a->peak_bf16, flops / s_per_step / 1e9 / peak, extra ? extra : "");
     fflush(stdout);
 }
 
@@ -119,7 +127,9 @@ static sn_status run_step(void *ctx, sn_err *e) {
 }
 
 static void parse(int argc, char **argv, args *a) {
-    *a = (args){.model = "gpt2", .batch = 4, .seq = 256, .steps = 3};
+    sn_target cpu = sn_target_cpu();
+    *a = (args){.model = "gpt2", .batch = 4, .seq = 256, .steps = 3,
+                .precision = sn_target_default_precision(&cpu)};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--compare-interp")) a->compare_interp = true;
@@ -129,12 +139,20 @@ static void parse(int argc, char **argv, args *a) {
         else if (!strcmp(k, "--seq")) a->seq = atoi(argv[++i]);
         else if (!strcmp(k, "--steps")) a->steps = atoi(argv[++i]);
         else if (!strcmp(k, "--threads")) a->threads = atoi(argv[++i]);
-        else break;
+        else if (!strcmp(k, "--precision")) {
+            int p = sn_precision_parse(argv[++i]);
+            if (p < 0 || p == SN_PRECISION_TF32) {
+                fprintf(stderr, "train_bench: --precision wants fp32, bf16 or fp16 (the CPU has "
+                                "no tf32), not '%s'\n", v);
+                exit(2);
+            }
+            a->precision = (sn_precision)p;
+        } else break;
         continue;
     }
     if (a->batch < 1 || a->seq < 1 || a->steps < 1) {
         fprintf(stderr, "usage: train_bench --model NAME --batch B --seq T --steps N [--threads N] "
-                        "[--compare-interp]\n");
+                        "[--precision fp32|bf16|fp16] [--compare-interp]\n");
         exit(2);
     }
 }
@@ -142,7 +160,12 @@ static void parse(int argc, char **argv, args *a) {
 int main(int argc, char **argv) {
     args a;
     parse(argc, argv, &a);
-    double peak = sn_bench_fma_peak(a.threads, 3, &a.isa);
+    a.peak_f32 = sn_bench_fma_peak(a.threads, 3, &a.isa);
+    sn_bench_peak pb;
+    a.peak_bf16 = sn_bench_peak_measure(SN_PEAK_BF16, a.threads, 3, &pb) ? pb.gflops : 0;
+    double peak = a.precision == SN_PRECISION_BF16 && a.peak_bf16 > 0 ? a.peak_bf16 : a.peak_f32;
+    if (a.precision == SN_PRECISION_BF16 && a.peak_bf16 > 0) a.isa = pb.isa;
+    fprintf(stderr, "train_bench: precision %s\n", sn_precision_name(a.precision));
     sn_err e;
     sn_device *d;
     if (sn_cpu_device_new(a.threads, &d, &e)) die("cpu device", &e);

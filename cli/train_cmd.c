@@ -29,6 +29,9 @@ static const char train_usage[] =
     "  --no-cache            CUDA: compile every kernel, read and write no kernel cache\n"
     "                        ($XDG_CACHE_HOME/sinter or ~/.cache/sinter)\n"
     "  --tf32                CUDA: TF32 tensor-core GEMMs (sm_80 and newer)\n"
+    "  --precision P         fp32 (default), bf16 or fp16: products (matmuls, attention) on\n"
+    "                        16-bit operands with f32 accumulation, f32 master weights, the\n"
+    "                        rest f32 (the autocast pass); tf32: --tf32\n"
     "  --data PATH           text file or directory (default " SN_DEFAULT_CORPUS ")\n"
     "  --train-bin FILE      llm.c token shard to train on (with --val-bin; see sinter prepare)\n"
     "  --val-bin FILE        llm.c token shard to validate on\n"
@@ -65,7 +68,7 @@ static bool parse_real(const char *v, double lo, double hi, double *out) {
 static int parse_args(int argc, char **argv, train_args *a) {
     *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
                       .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
-                      .sample_len = 200, .top_k = 40, .temperature = 1.0};
+                      .sample_len = 200, .top_k = 40, .temperature = 1.0, .precision = "fp32"};
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -95,6 +98,11 @@ static int parse_args(int argc, char **argv, train_args *a) {
         else if (!strcmp(k, "--resume")) a->resume = v;
         else if (!strcmp(k, "--prompt")) a->prompt = v;
         else if (!strcmp(k, "--dump-after")) a->dump_after = v;
+        else if (!strcmp(k, "--precision")) {
+            if (sn_precision_parse(v) < 0)
+                return cli_fail("train: --precision is fp32, bf16, fp16 or tf32, not '%s'", v);
+            a->precision = v;
+        }
         else if (!strcmp(k, "--steps")) ok = cli_int(v, 1, 100000000, &a->steps);
         else if (!strcmp(k, "--batch")) ok = cli_int(v, 1, 1 << 16, &a->batch);
         else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &a->seq);
@@ -113,6 +121,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
     if (!a->train_bin != !a->val_bin)
         return cli_fail("train: token shards come in pairs: give both --train-bin and --val-bin%s", "");
     if (a->resume && !a->checkpoint) a->checkpoint = a->resume;
+    if (!strcmp(a->precision, "tf32")) a->tf32 = true;
     if (a->dump_after && !strcmp(a->device, "interp") &&
         (!strcmp(a->dump_after, "fuse") || !strcmp(a->dump_after, "memplan")))
         return cli_fail("train: --dump-after %s shows the compiled program, and --device interp "
@@ -154,6 +163,7 @@ typedef struct {
     FILE *log;
     progress prog;
     long saved_step;         /* the step of the last checkpoint written or read; -1: none */
+    const char *precision;   /* fp32, bf16, fp16, tf32 */
 } session;
 
 static void run_free(session *r) {
@@ -217,6 +227,7 @@ static void set_meta(session *r) {
     sn_run_meta_set(m, "model.shape", "vocab %d, ctx %d, %d layers, %d heads, %d channels",
                     r->c.vocab, r->c.ctx, r->c.n_layer, r->c.n_head, r->c.n_embd);
     sn_run_meta_set(m, "tokenizer", "%s", r->tk->name);
+    sn_run_meta_set(m, "precision", "%s", r->precision);
     sn_run_meta_set(m, "batch", "%d", r->B);
     sn_run_meta_set(m, "seq", "%d", r->T);
     sn_run_meta_set(m, "tokens_per_step", "%ld", (long)r->micro * r->B * r->T);
@@ -231,6 +242,7 @@ static sn_status build_sampler(const train_args *a, session *r, sn_err *e) {
     sn_gpt2 m;
     sn_status s = sn_gpt2_build(r->sg, &r->c, 1, r->T, &m, e);
     sn_pipeline_opts po = sn_pipeline_defaults(); /* the trainer's forward rewrites, no dump */
+    po.precision = (sn_precision)sn_precision_parse(a->precision);
     if (s || (s = sn_compile(r->sg, &po, NULL, NULL, e))) return s;
     const sn_node *idx = NULL, *logits = NULL;
     for (int i = 0; i < r->sg->n_nodes; i++) {
@@ -276,6 +288,7 @@ static sn_status build(const train_args *a, session *r, sn_err *e) {
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.backward = true;
     po.dump_after = a->dump_after;
+    po.precision = (sn_precision)sn_precision_parse(a->precision);
     if ((s = sn_compile(r->g, &po, NULL, NULL, e))) return s;
     sn_train_opts o;
     sn_train_opts_default(&o, (int)a->steps);
@@ -290,6 +303,7 @@ static sn_status build(const train_args *a, session *r, sn_err *e) {
     r->x = sn_malloc(sizeof(int32_t) * (size_t)bt, "a batch of token ids", e);
     r->y = sn_malloc(sizeof(int32_t) * (size_t)bt, "a batch of token ids", e);
     if (!r->x || !r->y) return SN_ERR_OOM;
+    r->precision = a->precision;
     set_meta(r);
     r->run.data_rng = sn_rng_seed((uint64_t)a->seed ^ 0x5eedull);
     r->saved_step = -1;
@@ -362,6 +376,10 @@ static sn_status train(const train_args *a, session *r, sn_err *e) {
            r->micro > 1 ? "es" : "", tps);
     if (a->resume) printf("resumed from %s at step %ld\n", a->resume, start);
     printf("device: %s\n", sn_trainer_backend(r->t));
+    sn_target cpu = sn_target_cpu();
+    printf("precision: %s%s\n", a->precision,
+           !strcmp(a->precision, "fp32") && r->dev && sn_target_default_precision(&cpu) == SN_PRECISION_BF16
+               ? " (this CPU has bf16 dot products: try --precision bf16)" : "");
     progress_init(&r->prog);
     double t0 = sn_clock_s();
     for (long step = start; step < steps; step++) {

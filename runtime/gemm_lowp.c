@@ -71,6 +71,15 @@ static dnnl_ctx *ctx_get(void) {
     return tctx.failed ? NULL : &tctx;
 }
 
+/* dnnl_unimplemented when oneDNN offers only its reference kernel for this CPU (no AVX-512: a
+ * plain loop nest, ~100x slower than sgemm on the widened operands). */
+static dnnl_status_t reference_only(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl)
+        return dnnl_unimplemented;
+    return strncmp(impl, "ref", 3) ? dnnl_success : dnnl_unimplemented;
+}
+
 /* C = op(A) op(B) with bf16 A, B through the matmul primitive (oneDNN caches primitives by
  * their description, so a shape seen before is not compiled again). dnnl_unimplemented when
  * this CPU has no bf16 matmul kernel. */
@@ -93,6 +102,7 @@ static dnnl_status_t matmul_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t
         (s = dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs)) ||
         (s = dnnl_matmul_desc_init(&desc, &amd, &bmd, NULL, &cmd)) ||
         (s = dnnl_primitive_desc_create(&pd, &desc, NULL, c->eng, NULL)) ||
+        (s = reference_only(pd)) ||
         (s = dnnl_primitive_create(&prim, pd)) ||
         (s = dnnl_memory_create(&mem[0], &amd, c->eng, (void *)A)) ||
         (s = dnnl_memory_create(&mem[1], &bmd, c->eng, (void *)B)) ||
