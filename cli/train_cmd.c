@@ -386,6 +386,13 @@ static sn_status train(const train_args *a, session *r, sn_err *e) {
         sn_step_stats st;
         /* A failed step leaves the trainer as it was and nothing is saved after it. */
         if ((s = step_once(r, &st, e))) return s;
+        if (st.skipped) { /* fp16 loss scaling: gradients overflowed at this scale */
+            sn_loss_scaler sc = sn_trainer_scaler(r->t);
+            progress_break(&r->prog);
+            printf("step %ld: gradients overflowed at loss scale %g: step skipped (%lld so far), "
+                   "scale now %g\n", step + 1, (double)st.loss_scale, (long long)sc.skipped,
+                   (double)sc.scale);
+        }
         if ((s = sn_series_push(&r->run.train_loss, (double)(step + 1), st.loss, e))) return s;
         double el = sn_clock_s() - t0, tok_s = (double)(step + 1 - start) * (double)tps / el, val = -1;
         bool last = step + 1 == steps;
@@ -413,6 +420,9 @@ static sn_status train(const train_args *a, session *r, sn_err *e) {
     progress_break(&r->prog);
     if (start == steps) printf("the run in %s is already complete (%ld steps)\n", a->resume, steps);
     else printf("done: %ld steps in %.1fs\n", steps - start, sn_clock_s() - t0);
+    if (sn_trainer_loss_scaling(r->t))
+        printf("loss scale %g, %lld steps skipped\n", (double)sn_trainer_scaler(r->t).scale,
+               (long long)sn_trainer_scaler(r->t).skipped);
     if (a->checkpoint && r->saved_step == steps) printf("checkpoint: %s\n", a->checkpoint);
     if (a->plot && start == steps && (s = plot(a, r, e))) return s;
     if (a->plot) printf("plot: %s\n", a->plot);

@@ -154,5 +154,16 @@ sn_status sn_pass_autocast(const sn_graph *in, sn_precision prec, sn_graph **out
         return st;
     }
     *n_casts = s.n_casts;
-    return sn_rewrite_end(&s.r, "autocast", out, e);
+    if ((st = sn_rewrite_end(&s.r, "autocast", out, e))) return st;
+    if (prec == SN_PRECISION_FP16 && (*out)->loss) { /* dynamic loss scaling (train.h) */
+        sn_graph *g = *out;
+        sn_node *scale = sn_input(g, SN_LOSS_SCALE_INPUT, SN_F32, SN_SCALAR);
+        g->loss = sn_mul(g, g->loss, scale);
+        if (sn_graph_error(g)) {
+            st = sn_fail(e, g->err.code, "autocast: scaling the loss: %s", sn_graph_error(g));
+            sn_graph_free(g);
+            *out = NULL;
+        }
+    }
+    return st;
 }

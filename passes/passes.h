@@ -53,7 +53,11 @@ sn_status sn_pass_attention(const sn_graph *in, sn_graph **out, int *n_fused, sn
  * construction: a cast's gradient is the cast back, a product's dC is rounded to its operands'
  * dtype, parameter gradients are f32.
  * requires: a verified forward graph (before autodiff; after the attention pass, so the fused
- * attention reads bf16). *n_casts: the cast nodes added. */
+ * attention reads bf16). *n_casts: the cast nodes added.
+ * fp16 (5 exponent bits: small gradients flush to zero) also scales the loss for dynamic loss
+ * scaling: g->loss becomes loss * s, s a new f32 scalar INPUT named SN_LOSS_SCALE_INPUT that the
+ * trainer sets each step (a power of two: the scaled loss and gradients are exact multiples). */
+#define SN_LOSS_SCALE_INPUT "loss_scale"
 sn_status sn_pass_autocast(const sn_graph *in, sn_precision prec, sn_graph **out, int *n_casts,
                            sn_err *e);
 

@@ -175,6 +175,9 @@ static sn_interp *start(const sn_graph *g, bool exact) {
     for (int i = 0; i < B * T; i++) x[i] = (int32_t)sn_rng_below(&r, V), y[i] = (int32_t)sn_rng_below(&r, V);
     ck_assert(sn_interp_set_i32(it, input(g, "idx"), x, &e) == SN_OK);
     ck_assert(sn_interp_set_i32(it, input(g, "targets"), y, &e) == SN_OK);
+    for (int i = 0; i < g->n_nodes; i++) /* fp16's loss scale: 1 (the loss as fp32's) */
+        if (g->nodes[i]->op == SN_OP_INPUT && !strcmp(g->nodes[i]->name, SN_LOSS_SCALE_INPUT))
+            ck_assert(sn_interp_set(it, g->nodes[i], (const float[]){1}, &e) == SN_OK);
     return it;
 }
 
@@ -279,6 +282,67 @@ START_TEST(tiny_gpt2_trains_in_bf16) {
 }
 END_TEST
 
+/* ---- fp16 with dynamic loss scaling ---- */
+
+/* A scale of 2^40 overflows fp16 gradients: the step is skipped (weights untouched, the scale
+ * halved, the skip counted) until the scale fits; then steps update, the scale doubles after
+ * scale_interval clean steps, and the (unscaled) loss falls. */
+START_TEST(fp16_scaler_skips_and_recovers) {
+    sn_graph *g = tiny(SN_PRECISION_FP16, true);
+    sn_train_opts o;
+    sn_train_opts_default(&o, 40);
+    o.lr = 1e-2f;
+    o.weight_decay = 0;
+    o.init_scale = 0x1p40f;
+    o.scale_interval = 3;
+    sn_err e;
+    sn_trainer *t = sn_trainer_new(g, &o, &e);
+    ck_assert_msg(t, "%s", e.msg);
+    ck_assert(sn_trainer_loss_scaling(t));
+    int wi = sn_trainer_find_param(t, "h.0.mlp.c_fc.w");
+    int64_t n = sn_numel(sn_trainer_param_node(t, wi));
+    float *w0 = malloc(sizeof(float) * (size_t)n), *w1 = malloc(sizeof(float) * (size_t)n);
+    int32_t x[B * T], y[B * T];
+    sn_rng r = sn_rng_seed(42);
+    for (int i = 0; i < B * T; i++) x[i] = (int32_t)sn_rng_below(&r, V), y[i] = (int32_t)sn_rng_below(&r, V);
+    sn_step_stats st;
+    double first = 0;
+    int skipped = 0, doubled = 0;
+    float prev = o.init_scale;
+    for (int step = 0; step < 40; step++) {
+        ck_assert(sn_trainer_get_param(t, wi, SN_PARAM_WEIGHTS, w0, &e) == SN_OK);
+        ck_assert_msg(sn_trainer_step(t, x, y, &st, &e) == SN_OK, "%s", e.msg);
+        ck_assert(sn_trainer_get_param(t, wi, SN_PARAM_WEIGHTS, w1, &e) == SN_OK);
+        sn_loss_scaler sc = sn_trainer_scaler(t);
+        ck_assert(st.loss_scale == prev);
+        if (step == 0) {
+            first = st.loss; /* unscaled */
+            ck_assert_msg(st.skipped, "2^40 should overflow fp16 gradients");
+        }
+        if (st.skipped) {
+            skipped++;
+            ck_assert(!memcmp(w0, w1, sizeof(float) * (size_t)n)); /* no update */
+            ck_assert(sc.scale == prev / 2);
+        } else {
+            ck_assert(memcmp(w0, w1, sizeof(float) * (size_t)n)); /* an update */
+            ck_assert(isfinite(st.grad_norm));
+            if (sc.scale == prev * 2) doubled++;
+            else ck_assert(sc.scale == prev);
+        }
+        ck_assert_int_eq(sc.skipped, skipped);
+        prev = sc.scale;
+    }
+    ck_assert_msg(skipped >= 10 && skipped < 30, "skipped %d steps", skipped); /* 2^40 -> below 2^30 */
+    ck_assert_msg(doubled >= 1, "the scale never grew back");
+    ck_assert_msg(fabs(first - log((double)V)) < 0.1, "first loss %.4f (unscaled?)", first);
+    ck_assert_msg(st.loss < 0.8 * first, "loss %.4f after 40 steps (first %.4f)", st.loss, first);
+    free(w0);
+    free(w1);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* ---- the compiled CPU program against the interpreter on the same cast graph ---- */
 
 /* The interpreter rounds exactly what the program stores in bf16 / f16; the products differ in
@@ -309,6 +373,7 @@ int main(void) {
     tcase_add_test(tc, gradients_of_cast_graph);
     tcase_add_test(tc, tiny_gpt2_trains_in_bf16);
     tcase_add_loop_test(tc, compiled_matches_interpreter, 0, 4);
+    tcase_add_test(tc, fp16_scaler_skips_and_recovers);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }

@@ -77,6 +77,9 @@ tiny_memory tiny_check_compiled_tol(sn_graph *g, uint64_t seed, const char *labe
         ck_assert(sn_interp_set(it, params[i], w, &e) == SN_OK);
         free(w);
     }
+    sn_node *ls = tiny_input(g, "loss_scale"); /* fp16: a power of two scales loss and gradients */
+    const float scale = 1024;
+    if (ls) ck_assert(!sn_exec_set(x, ls, &scale, &e) && !sn_interp_set(it, ls, &scale, &e));
     ck_assert_msg(sn_exec_run(x, &e) == SN_OK, "%s", e.msg);
     ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
 
