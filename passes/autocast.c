@@ -121,6 +121,35 @@ static sn_status rewrite_node(ac_state *s, const sn_node *n) {
     return SN_OK;
 }
 
+/* g without the computing nodes nothing reads (the f32 views whose low-precision copies replaced
+ * them): a copy through the rewrite keeping leaves, and nodes outputs and the loss depend on. */
+static sn_status drop_dead(sn_graph **g, sn_err *e) {
+    const sn_graph *in = *g;
+    bool *live = sn_calloc((size_t)in->n_nodes + 1, sizeof *live, "the autocast pass's liveness", e);
+    sn_rewrite r;
+    if (!live || sn_rewrite_begin(&r, in, e)) {
+        free(live);
+        return SN_ERR_OOM;
+    }
+    for (int i = in->n_nodes - 1; i >= 0; i--) { /* readers come after what they read */
+        const sn_node *n = in->nodes[i];
+        bool kept = live[i] || sn_op_kind(n->op) == SN_K_LEAF;
+        for (int k = 0; k < in->n_outputs; k++) kept |= in->outputs[k] == n;
+        kept |= in->loss == n;
+        live[i] = kept;
+        for (int k = 0; kept && k < n->n_in; k++) live[n->in[k]->id] = true;
+    }
+    for (int i = 0; i < in->n_nodes; i++)
+        if (live[i]) sn_rewrite_copy(&r, in->nodes[i]);
+    free(live);
+    sn_graph *out;
+    sn_status st = sn_rewrite_end(&r, "autocast", &out, e);
+    if (st) return st;
+    sn_graph_free(*g);
+    *g = out;
+    return SN_OK;
+}
+
 sn_status sn_pass_autocast(const sn_graph *in, sn_precision prec, sn_graph **out,
                            int *n_casts, sn_err *e) {
     *out = NULL;
@@ -154,7 +183,11 @@ sn_status sn_pass_autocast(const sn_graph *in, sn_precision prec, sn_graph **out
         return st;
     }
     *n_casts = s.n_casts;
-    if ((st = sn_rewrite_end(&s.r, "autocast", out, e))) return st;
+    if ((st = sn_rewrite_end(&s.r, "autocast", out, e)) || (st = drop_dead(out, e))) {
+        if (*out) sn_graph_free(*out);
+        *out = NULL;
+        return st;
+    }
     if (prec == SN_PRECISION_FP16 && (*out)->loss) { /* dynamic loss scaling (train.h) */
         sn_graph *g = *out;
         sn_node *scale = sn_input(g, SN_LOSS_SCALE_INPUT, SN_F32, SN_SCALAR);
