@@ -17,8 +17,11 @@ typedef struct {
 
 static void accumulate(ad_state *s, sn_node *x, sn_node *contrib) {
     if (!contrib || !s->needs[x->id]) return;
-    contrib = sn_cast(s->g, contrib, x->dtype); /* a bf16 node's adjoint is bf16 (a product of
-                                                   bf16 operands returns f32) */
+    /* A bf16 node's adjoint is bf16 (a product of bf16 operands returns f32), except a cast's:
+     * its rule casts to its input's dtype, so an f32 weight gradient is not rounded on the way
+     * (contributions are summed in the dtype of the first). */
+    if (x->op != SN_OP_CAST) contrib = sn_cast(s->g, contrib, x->dtype);
+    else if (s->adj[x->id]) contrib = sn_cast(s->g, contrib, s->adj[x->id]->dtype);
     s->adj[x->id] = s->adj[x->id] ? sn_add(s->g, s->adj[x->id], contrib) : contrib;
 }
 
