@@ -10,6 +10,7 @@
 #include "frontend/sinter.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
+#include "program/target.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/device.h"
 #include "support/plot.h"
@@ -130,6 +131,7 @@ static void set_meta(sn_session *r) {
     sn_run_meta_set(m, "model", "%s", r->m.name);
     if (r->m.desc) sn_run_meta_set(m, "model.shape", "%s", r->m.desc);
     sn_run_meta_set(m, "tokenizer", "%s", r->tk->name);
+    sn_run_meta_set(m, "precision", "%s", sn_precision_name(r->po.precision));
     sn_run_meta_set(m, "batch", "%d", r->B);
     sn_run_meta_set(m, "seq", "%d", r->T);
     sn_run_meta_set(m, "tokens_per_step", "%ld", (long)r->micro * r->B * r->T);
@@ -181,6 +183,9 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
         return sn_fail(e, SN_ERR_INVALID, "session: batch %d, seq %d, steps %d, lr %g: batch, "
                        "steps and lr must be positive, seq 0 (the model's) or more", o->batch,
                        o->seq, o->steps, o->lr);
+    if (o->precision && sn_precision_parse(o->precision) < 0)
+        return sn_fail(e, SN_ERR_INVALID, "session: precision '%s': use fp32, bf16, fp16 or tf32",
+                       o->precision);
     return SN_OK;
 }
 
@@ -200,6 +205,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
 
     /* the graph passes here; the trainer compiles the rest (fuse, memplan) with the same options */
     r->po = sn_pipeline_defaults();
+    r->po.precision = (sn_precision)sn_precision_parse(o->precision ? o->precision : "fp32");
     r->po.checkpoint = o->checkpoint_policy > 0 ? o->checkpoint_policy : SN_CKPT_NONE;
     if (o->mem) { /* the plan's micro-batch, accumulation steps and checkpointing */
         sn_plan_opts plo = {.batch = r->B, .budget = o->mem, .policy = o->checkpoint_policy,
@@ -257,7 +263,9 @@ sn_status sn_session_step(sn_session *r, sn_session_step_stats *st, sn_err *e) {
     sn_step_stats ss;
     if (s || (s = sn_trainer_update(r->t, &ss, e))) return s;
     int step = sn_trainer_step_count(r->t);
-    if (st) *st = (sn_session_step_stats){.step = step, .loss = ss.loss, .grad_norm = ss.grad_norm, .lr = ss.lr};
+    if (st) *st = (sn_session_step_stats){.step = step, .loss = ss.loss, .grad_norm = ss.grad_norm,
+                                          .lr = ss.lr, .skipped = ss.skipped,
+                                          .loss_scale = ss.loss_scale};
     return sn_series_push(&r->run.train_loss, (double)step, ss.loss, e);
 }
 
@@ -290,6 +298,7 @@ sn_status sn_session_plot(const sn_session *r, const char *path, const char *tit
 static sn_status build_sampler(sn_session *r, sn_err *e) {
     sn_status s = build_graph(r, 1, r->T, false, &r->sg, e);
     sn_pipeline_opts po = sn_pipeline_defaults(); /* the trainer's forward rewrites, no dump */
+    po.precision = r->po.precision;
     if (s || (s = sn_compile(r->sg, &po, NULL, NULL, e))) return s;
     const sn_node *idx = NULL, *logits = NULL;
     for (int i = 0; i < r->sg->n_nodes; i++) {
@@ -337,7 +346,9 @@ void sn_session_info_get(const sn_session *r, sn_session_info *out) {
                              .tokens_per_step = (long)r->micro * r->B * r->T,
                              .params = sn_graph_param_count(r->g), .train_tokens = r->train.n,
                              .val_tokens = r->val.n, .step = sn_trainer_step_count(r->t),
-                             .steps = r->o.steps};
+                             .steps = r->o.steps, .loss_scaling = sn_trainer_loss_scaling(r->t),
+                             .loss_scale = sn_trainer_scaler(r->t).scale,
+                             .steps_skipped = sn_trainer_scaler(r->t).skipped};
     if (!r->planned) return;
     out->mem_planned = r->plan.total;
     const struct sn_exec *x = sn_trainer_exec(r->t);

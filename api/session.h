@@ -56,6 +56,9 @@ typedef struct {
     int64_t mem;          /* device bytes to fit the run in (0: no plan): batch is then the
                              sequences per step, and the planner (sinter plan) picks the
                              micro-batch, the accumulation steps and the checkpointing */
+    const char *precision;  /* "fp32" (NULL: the default); "bf16", "fp16": the autocast pass
+                               (fp16 with dynamic loss scaling); "tf32": f32 storage (set tf32
+                               for CUDA GEMMs) */
 } sn_session_opts;
 
 /* device "auto", the default corpus, B 16, T the model's, 600 steps, lr 3e-3, seed 1337,
@@ -75,6 +78,8 @@ typedef struct {
     double loss;        /* mean training loss of the step's micro-batches, before the update */
     double grad_norm;   /* before clipping */
     float lr;
+    bool skipped;       /* fp16: the gradients overflowed, no update, the loss scale halved */
+    float loss_scale;   /* the loss scale the step ran with (1 without loss scaling) */
 } sn_session_step_stats;
 
 /* One optimizer step on batches drawn at random from the training tokens. A diverged run
@@ -113,6 +118,9 @@ typedef struct {
     /* With mem: the plan's device bytes, and after a step the device's own count of the same
      * (arena peak + persistent block + optimizer state + workspace); zeros otherwise. */
     int64_t mem_planned, mem_measured;
+    bool loss_scaling;                      /* fp16: dynamic loss scaling; then its state: */
+    float loss_scale;                       /* the scale the next step runs with */
+    int64_t steps_skipped;                  /* steps skipped for overflowed gradients so far */
 } sn_session_info;
 void sn_session_info_get(const sn_session *s, sn_session_info *out);
 /* With mem: the plan the run follows as a table (weights ... total, the choice); else nothing. */

@@ -2,12 +2,15 @@
  * auto|cuda|cpu): forward, forward + backward, and the full step (with AdamW), as tokens/s,
  * ms/step, achieved GFLOP/s and MFU (CPU: against the FMA peak measured in the same run; CUDA:
  * against the --roofline machine's published bf16 peak); plus compile time, kernels per step
- * and the planned vs measured arena peak. One JSON object per measurement per line. --roofline
+ * and the planned vs measured arena peak. One JSON object per measurement per line, with the
+ * precision (--precision fp32|bf16|fp16: the autocast pass; on the CPU, MFU against the peak of
+ * the precision's products, measured in the same run). --roofline
  * h100 prints the roofline model (roofline.h) beside the measured times by kernel kind, or alone
  * with --model-only (compiles, runs nothing: no GPU needed).
  *
  *     bench/train_bench --model gpt2 --batch 4 --seq 256 --steps 3
  *     bench/train_bench --model gpt2 --batch 16 --seq 1024 --roofline h100 --model-only
+ *     bench/train_bench --model gpt2 --batch 4 --seq 256 --steps 3 --precision bf16
  *     bench/train_bench --model demo --batch 16 --seq 128 --steps 10 --compare-interp */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 #include "models/gpt2.h"
 #include "passes/pipeline.h"
 #include "passes/passes.h"
+#include "program/target.h"
 #include "support/clock.h"
 #include "runtime/device.h"
 #include "runtime/cuda/cuda_device.h"
@@ -29,11 +33,13 @@ typedef struct {
     int batch, seq, steps, threads;
     int checkpoint; /* an sn_ckpt_policy (--checkpoint-policy) */
     bool compare_interp;
+    sn_precision precision;
     const char *isa; /* of the measured peak */
     const char *device;   /* auto, cuda or cpu */
     const char *roofline; /* a machine (roofline.h) or NULL */
     bool model_only;      /* print the roofline model and run nothing */
     bool tf32;            /* CUDA: TF32 GEMMs (and the model's f32 GEMMs at the TF32 rate) */
+    double peak_f32, peak_bf16; /* GFLOP/s measured in this run (bf16: 0 without the instruction) */
 } args;
 
 static void die(const char *what, const sn_err *e) {
@@ -61,6 +67,7 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = backward;
     o.checkpoint = backward ? a->checkpoint : 0;
+    o.precision = a->precision;
     if (sn_compile(g, &o, prog, NULL, &e)) die("pipeline", &e);
     return g;
 }
@@ -78,10 +85,12 @@ static void emit(const args *a, const char *device, const char *phase, double s_
     double tokens = (double)a->batch * a->seq;
     printf("{\"bench\": \"train\", \"phase\": \"%s\", \"device\": \"%s\", \"model\": \"%s\", "
            "\"batch\": %d, \"seq\": %d, \"checkpoint\": \"%s\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, "
-           "\"gflops\": %.1f, \"peak_gflops\": %.1f, \"peak_isa\": \"%s\", \"mfu\": %.4f%s}\n",
+           "\"precision\": \"%s\", \"gflops\": %.1f, \"peak_gflops\": %.1f, \"peak_isa\": \"%s\", "
+           "\"f32_peak_gflops\": %.1f, \"bf16_peak_gflops\": %.1f, \"mfu\": %.4f%s}\n",
            phase, device, a->model, a->batch, a->seq, sn_ckpt_policy_name((sn_ckpt_policy)a->checkpoint),
-           1e3 * s_per_step, tokens / s_per_step,
-           flops / s_per_step / 1e9, peak, a->isa, flops / s_per_step / 1e9 / peak, extra ? extra : "");
+           1e3 * s_per_step, tokens / s_per_step, sn_precision_name(a->precision),
+           flops / s_per_step / 1e9, peak, a->isa, a->peak_f32, a->peak_bf16,
+           flops / s_per_step / 1e9 / peak, extra ? extra : "");
     fflush(stdout);
 }
 
@@ -118,7 +127,9 @@ static sn_status run_step(void *ctx, sn_err *e) {
 }
 
 static void parse(int argc, char **argv, args *a) {
-    *a = (args){.model = "gpt2", .batch = 4, .seq = 256, .steps = 3, .device = "auto"};
+    /* fp32 by default, as sinter train, until bf16 is measured faster on an AVX-512 BF16 CPU */
+    *a = (args){.model = "gpt2", .batch = 4, .seq = 256, .steps = 3, .device = "auto",
+                .precision = SN_PRECISION_FP32};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--compare-interp")) a->compare_interp = true;
@@ -135,7 +146,15 @@ static void parse(int argc, char **argv, args *a) {
         else if (!strcmp(k, "--checkpoint-policy")) {
             if ((a->checkpoint = sn_ckpt_policy_parse(argv[++i])) < 0 || a->checkpoint == SN_CKPT_BUDGET) break;
         }
-        else break;
+        else if (!strcmp(k, "--precision")) {
+            int p = sn_precision_parse(argv[++i]);
+            if (p < 0 || p == SN_PRECISION_TF32) {
+                fprintf(stderr, "train_bench: --precision wants fp32, bf16 or fp16 (the CPU has "
+                                "no tf32), not '%s'\n", v);
+                exit(2);
+            }
+            a->precision = (sn_precision)p;
+        } else break;
         continue;
     }
     bool device_ok = !strcmp(a->device, "auto") || !strcmp(a->device, "cuda") || !strcmp(a->device, "cpu");
@@ -143,7 +162,8 @@ static void parse(int argc, char **argv, args *a) {
         (a->roofline && !sn_roofline_machine_find(a->roofline)) || (a->model_only && !a->roofline)) {
         fprintf(stderr, "usage: train_bench --model NAME --batch B --seq T --steps N [--threads N] "
                         "[--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]] "
-                        "[--checkpoint-policy none|block|sqrt] [--compare-interp]\n");
+                        "[--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16] "
+                        "[--compare-interp]\n");
         exit(2);
     }
 }
@@ -191,17 +211,22 @@ int main(int argc, char **argv) {
     parse(argc, argv, &a);
     const sn_roofline_machine *machine = sn_roofline_machine_find(a.roofline ? a.roofline : "h100");
     if (a.model_only) return model_only(&a, machine);
+    fprintf(stderr, "train_bench: precision %s\n", sn_precision_name(a.precision));
     sn_err e;
     bool cuda;
     sn_device *d = open_device(&a, &cuda);
     double peak;
     char isa[96];
+    sn_bench_peak pb;
     if (cuda) { /* published, not measured: the GPU check (tools/gpu_check) measures cuBLASLt's */
         peak = machine->bf16_tflops * 1e3;
         snprintf(isa, sizeof isa, "%s bf16 dense (published)", machine->name);
         a.isa = isa;
-    } else {
-        peak = sn_bench_fma_peak(a.threads, 3, &a.isa);
+    } else { /* measured here: the FMA peak, and the bf16 dot products' where there are any */
+        a.peak_f32 = sn_bench_fma_peak(a.threads, 3, &a.isa);
+        a.peak_bf16 = sn_bench_peak_measure(SN_PEAK_BF16, a.threads, 3, &pb) ? pb.gflops : 0;
+        peak = a.precision == SN_PRECISION_BF16 && a.peak_bf16 > 0 ? a.peak_bf16 : a.peak_f32;
+        if (a.precision == SN_PRECISION_BF16 && a.peak_bf16 > 0) a.isa = pb.isa;
     }
 
     /* the training program: compile time is the trainer's setup (fuse, memplan, JIT) */

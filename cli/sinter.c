@@ -23,6 +23,7 @@ static const char usage_text[] =
     "        [--pad-vocab N]      pad the vocabulary to a multiple of N (default 64; pow2: the\n"
     "                             next power of two; 0: no padding)\n"
     "        [--batch B] [--seq T]  input shape (default 4 x the model's context)\n"
+    "        [--precision P]      fp32, bf16, fp16 (the autocast pass) or tf32 (default fp32)\n"
     "        [--emit-cuda DIR] [--arch N]  write the kernels' CUDA C and ptxas report (sm_N, 80)\n"
     "  train [options]            train a GPT on a text corpus (sinter train --help)\n"
     "  plan --model NAME --mem N  the memory a training run needs and the choice that fits N\n"
@@ -101,6 +102,10 @@ static int cmd_graph(int argc, char **argv) {
             long long b;
             if (!cli_bytes(argv[++i], &b)) return cli_fail("--arena-budget wants a size like 2GiB, not '%s'", v);
             o.checkpoint_budget = b;
+        } else if (!strcmp(a, "--precision") && v) {
+            int p = sn_precision_parse(argv[++i]);
+            if (p < 0) return cli_fail("--precision wants fp32, bf16, fp16 or tf32, not '%s'", v);
+            o.precision = (sn_precision)p;
         }
         else if (!strcmp(a, "--dump-after") && v) o.dump_after = argv[++i];
         else if (!strcmp(a, "--emit-cuda") && v) emit_cuda = argv[++i];
@@ -144,8 +149,9 @@ static int cmd_graph(int argc, char **argv) {
         sn_graph_print(g, stdout);
     }
     if (!s) {
-        printf("# %d nodes (%d forward); attention blocks fused: %d; vocabulary tables padded: %d",
-               g->n_nodes, g->n_forward, st.attention_fused, st.vocab_padded);
+        printf("# %d nodes (%d forward); attention blocks fused: %d; vocabulary tables padded: %d; "
+               "precision %s, casts added: %d", g->n_nodes, g->n_forward, st.attention_fused,
+               st.vocab_padded, sn_precision_name(o.precision), st.casts);
         if (o.checkpoint)
             printf("; checkpoint %s: %d nodes recomputed, %.1f%% extra FLOPs",
                    sn_ckpt_policy_name((sn_ckpt_policy)o.checkpoint), st.checkpoint_recomputed,

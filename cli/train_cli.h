@@ -11,6 +11,7 @@
 typedef struct {
     const char *model, *device, *data, *bpe, *train_bin, *val_bin; /* model, device and data */
     bool no_cache, tf32;     /* CUDA: compile without the kernel cache; TF32 GEMMs */
+    const char *precision;  /* fp32, bf16, fp16 (the autocast pass), tf32 (CUDA GEMMs) */
     const char *dump_after; /* a pass whose IR or program to print (sinter train --dump-after) */
     const char *log, *plot, *checkpoint, *resume, *prompt; /* files and the sampling prompt */
     long steps, batch, seq, seed, eval_every, tokens_per_step, save_every;

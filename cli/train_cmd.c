@@ -11,6 +11,7 @@
 #include "models/gpt2.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
+#include "program/target.h"
 #include "support/clock.h"
 #include "support/rng.h"
 #include "cli.h"
@@ -25,6 +26,9 @@ static const char train_usage[] =
     "  --no-cache            CUDA: compile every kernel, read and write no kernel cache\n"
     "                        ($XDG_CACHE_HOME/sinter or ~/.cache/sinter)\n"
     "  --tf32                CUDA: TF32 tensor-core GEMMs (sm_80 and newer)\n"
+    "  --precision P         fp32 (default), bf16 or fp16: products (matmuls, attention) on\n"
+    "                        16-bit operands with f32 accumulation, f32 master weights, the\n"
+    "                        rest f32 (the autocast pass; fp16 with loss scaling); tf32: --tf32\n"
     "  --data PATH           text file or directory (default " SN_DEFAULT_CORPUS ")\n"
     "  --train-bin FILE      llm.c token shard to train on (with --val-bin; see sinter prepare)\n"
     "  --val-bin FILE        llm.c token shard to validate on\n"
@@ -68,7 +72,8 @@ static bool parse_real(const char *v, double lo, double hi, double *out) {
 static int parse_args(int argc, char **argv, train_args *a) {
     *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
                       .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
-                      .sample_len = 200, .top_k = 40, .temperature = 1.0, .checkpoint_policy = -1};
+                      .sample_len = 200, .top_k = 40, .temperature = 1.0, .checkpoint_policy = -1,
+                      .precision = "fp32"};
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -116,6 +121,11 @@ static int parse_args(int argc, char **argv, train_args *a) {
         else if (!strcmp(k, "--top-k")) ok = cli_int(v, 0, 1 << 24, &a->top_k);
         else if (!strcmp(k, "--lr")) ok = parse_real(v, 1e-30, 10, &a->lr);
         else if (!strcmp(k, "--temperature")) ok = parse_real(v, 0, 100, &a->temperature);
+        else if (!strcmp(k, "--precision")) {
+            if (sn_precision_parse(v) < 0)
+                return cli_fail("train: --precision is fp32, bf16, fp16 or tf32, not '%s'", v);
+            a->precision = v;
+        }
         else return cli_fail("train: unknown option '%s' (see sinter train --help)", k);
         if (!ok) return cli_fail("train: bad value '%s' (see sinter train --help)", v);
     }
@@ -128,6 +138,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
     if (a->mem && !strcmp(a->device, "interp"))
         return cli_fail("train: --mem plans device memory; the interpreter has none (use --device "
                         "cpu)%s", "");
+    if (!strcmp(a->precision, "tf32")) a->tf32 = true;
     if (a->dump_after && !strcmp(a->device, "interp") &&
         (!strcmp(a->dump_after, "fuse") || !strcmp(a->dump_after, "memplan")))
         return cli_fail("train: --dump-after %s shows the compiled program, and --device interp "
@@ -178,6 +189,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.dump_after = a->dump_after;
     o.checkpoint_policy = a->checkpoint_policy;
     o.mem = a->mem;
+    o.precision = a->precision;
     if ((s = sn_session_new(&m, &o, &r->s, e))) return s;
     sn_session_info in;
     sn_session_info_get(r->s, &in);
@@ -227,6 +239,11 @@ static sn_status train(const train_args *a, run *r, sn_err *e) {
            in.micro, in.micro > 1 ? "es" : "", tps);
     if (a->resume) printf("resumed from %s at step %ld\n", a->resume, start);
     printf("device: %s\n", in.device);
+    sn_target cpu = sn_target_cpu();
+    printf("precision: %s%s\n", a->precision,
+           !strcmp(a->precision, "fp32") && strcmp(a->device, "interp") &&
+                   sn_target_default_precision(&cpu) == SN_PRECISION_BF16
+               ? " (this CPU has bf16 dot products: try --precision bf16)" : "");
     sn_session_plan_print(r->s, stdout);
     progress_init(&r->prog);
     double t0 = sn_clock_s();
@@ -243,6 +260,13 @@ static sn_status train(const train_args *a, run *r, sn_err *e) {
                    "block, optimizer state, workspace)\n",
                    sn_bytes_str(mi.mem_planned, p, sizeof p), (long long)mi.mem_planned,
                    sn_bytes_str(mi.mem_measured, m, sizeof m), (long long)mi.mem_measured);
+        }
+        if (st.skipped) { /* fp16 loss scaling: gradients overflowed at this scale */
+            progress_break(&r->prog);
+            sn_session_info_get(r->s, &in);
+            printf("step %ld: gradients overflowed at loss scale %g: step skipped (%lld so far), "
+                   "scale now %g\n", step + 1, (double)st.loss_scale, (long long)in.steps_skipped,
+                   (double)in.loss_scale);
         }
         double el = sn_clock_s() - t0, tok_s = (double)(step + 1 - start) * (double)tps / el, val = -1;
         bool last = step + 1 == steps;
@@ -269,6 +293,9 @@ static sn_status train(const train_args *a, run *r, sn_err *e) {
     progress_break(&r->prog);
     if (start == steps) printf("the run in %s is already complete (%ld steps)\n", a->resume, steps);
     else printf("done: %ld steps in %.1fs\n", steps - start, sn_clock_s() - t0);
+    sn_session_info_get(r->s, &in);
+    if (in.loss_scaling)
+        printf("loss scale %g, %lld steps skipped\n", (double)in.loss_scale, (long long)in.steps_skipped);
     if (a->checkpoint && r->saved_step == steps) printf("checkpoint: %s\n", a->checkpoint);
     if (a->plot && start == steps && (s = plot(a, r, tps, e))) return s;
     if (a->plot) printf("plot: %s\n", a->plot);

@@ -17,6 +17,11 @@ typedef struct {
 
 static void accumulate(ad_state *s, sn_node *x, sn_node *contrib) {
     if (!contrib || !s->needs[x->id]) return;
+    /* A bf16 node's adjoint is bf16 (a product of bf16 operands returns f32), except a cast's:
+     * its rule casts to its input's dtype, so an f32 weight gradient is not rounded on the way
+     * (contributions are summed in the dtype of the first). */
+    if (x->op != SN_OP_CAST) contrib = sn_cast(s->g, contrib, x->dtype);
+    else if (s->adj[x->id]) contrib = sn_cast(s->g, contrib, s->adj[x->id]->dtype);
     s->adj[x->id] = s->adj[x->id] ? sn_add(s->g, s->adj[x->id], contrib) : contrib;
 }
 
@@ -57,10 +62,12 @@ static sn_node *sum_batch(sn_graph *g, sn_node *x) {
 }
 
 /* Gradients of C = op(A) @ op(B) (op = transpose when ta/tb). A shared rank-2 B (a weight)
- * gets its gradient from one 2-D product over all rows when A's rows can be flattened. */
+ * gets its gradient from one 2-D product over all rows when A's rows can be flattened. With
+ * bf16/f16 operands C is f32: dC is rounded to the operands' dtype once for both products. */
 static void matmul_rule(ad_state *s, sn_node *n, sn_node *dc) {
     sn_graph *g = s->g;
     sn_node *a = n->in[0], *b = n->in[1];
+    dc = sn_cast(g, dc, a->dtype);
     bool ta = n->a.ta, tb = n->a.tb;
     if (s->needs[a->id]) {
         sn_node *da = ta ? sn_matmul_t(g, b, dc, tb, true) : sn_matmul_t(g, dc, b, false, !tb);

@@ -102,7 +102,9 @@ static int infer_matmul(sn_node *n, char *msg, size_t len) {
             return bad(msg, len, "a is %s, b is %s: batch dimensions differ (they must be equal, "
                        "or one operand must be a rank-2 matrix)", t.s[0], t.s[1]);
     }
-    n->dtype = a->dtype;
+    /* bf16/f16 operands accumulate in f32 and return f32 (the GEMM libraries' bf16 x bf16 -> f32
+     * form; autocast's products): a product is never rounded to 8 bits of mantissa */
+    n->dtype = a->dtype == SN_BF16 || a->dtype == SN_F16 ? SN_F32 : a->dtype;
     n->rank = batch->rank;
     for (int i = 0; i < batch->rank - 2; i++) n->shape[i] = batch->shape[i];
     n->shape[n->rank - 2] = m;

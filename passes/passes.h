@@ -41,6 +41,26 @@ sn_status sn_pass_pad_vocab(const sn_graph *in, int64_t multiple, sn_graph **out
  * *n_fused: how many attention blocks were replaced. */
 sn_status sn_pass_attention(const sn_graph *in, sn_graph **out, int *n_fused, sn_err *e);
 
+/* ---- autocast.c ---- */
+
+/* Mixed precision (prec bf16 or fp16, target.h): by the policy table in autocast.c, matmul and
+ * attention read their float inputs cast to the low dtype (matmul accumulates and returns f32;
+ * attention returns the low dtype, its lse f32); every other computing op reads f32; views
+ * follow their input. Each value is cast at most once per dtype: a parameter (an f32 master)
+ * gets one low-precision copy however many products read it, and a cast to the low dtype is
+ * moved above the views that read it (q, k, v sliced from one QKV product share one cast).
+ * Outputs and the loss keep their dtypes. Autodiff of the result is mixed precision by
+ * construction: a cast's gradient is the cast back, a product's dC is rounded to its operands'
+ * dtype, parameter gradients are f32.
+ * requires: a verified forward graph (before autodiff; after the attention pass, so the fused
+ * attention reads bf16). *n_casts: the cast nodes added.
+ * fp16 (5 exponent bits: small gradients flush to zero) also scales the loss for dynamic loss
+ * scaling: g->loss becomes loss * s, s a new f32 scalar INPUT named SN_LOSS_SCALE_INPUT that the
+ * trainer sets each step (a power of two: the scaled loss and gradients are exact multiples). */
+#define SN_LOSS_SCALE_INPUT "loss_scale"
+sn_status sn_pass_autocast(const sn_graph *in, sn_precision prec, sn_graph **out, int *n_casts,
+                           sn_err *e);
+
 /* ---- checkpoint.c ---- */
 
 /* What the backward keeps of the forward. Sub-blocks are the segments between the separators

@@ -7,12 +7,12 @@
 #include "frontend/sinter.h"
 #include "passes.h"
 
-static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autodiff", "checkpoint",
-                                        "fuse", "memplan"};
+static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autocast", "autodiff",
+                                        "checkpoint", "fuse", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, autodiff, checkpoint, fuse, memplan";
+    return "frontend, pad_vocab, attention, autocast, autodiff, checkpoint, fuse, memplan";
 }
 
 sn_pipeline_opts sn_pipeline_defaults(void) {
@@ -57,6 +57,11 @@ static void replace(sn_graph *g, sn_graph *next) {
     sn_graph_free(next);
 }
 
+/* Does the precision store products' operands in 16 bits (the autocast pass runs)? */
+static bool autocasts(const sn_pipeline_opts *o) {
+    return o->precision == SN_PRECISION_BF16 || o->precision == SN_PRECISION_FP16;
+}
+
 /* Is the dump_after name a pass, and one that runs? */
 static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     const char *d = o->dump_after;
@@ -72,6 +77,9 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     if (!strcmp(d, "attention") && !o->fuse_attention)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after attention, but the attention pass is off "
                        "(drop --no-fuse-attention)");
+    if (!strcmp(d, "autocast") && !autocasts(o))
+        return sn_fail(e, SN_ERR_INVALID, "--dump-after autocast, but the precision is %s (the "
+                       "pass runs for bf16 and fp16)", sn_precision_name(o->precision));
     if (!strcmp(d, "pad_vocab") && !o->pad_vocab)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after pad_vocab, but the pad_vocab pass is off "
                        "(give --pad-vocab a multiple, not 0)");
@@ -98,7 +106,11 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
         if ((s = after(g, "attention", o, e))) return s;
     }
 
-    /* later: autocast here, before autodiff, so gradients come from the rewritten ops */
+    if (autocasts(o)) { /* before autodiff, so gradients come from the cast graph */
+        if ((s = sn_pass_autocast(g, o->precision, &next, &st->casts, e))) return s;
+        replace(g, next);
+        if ((s = after(g, "autocast", o, e))) return s;
+    }
 
     if (!o->backward) return SN_OK;
     if (!g->loss) return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph has no loss");

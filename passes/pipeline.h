@@ -22,6 +22,8 @@ typedef struct {
     bool fuse_attention;     /* the attention pass: written-out attention -> fused ops */
     int64_t pad_vocab;       /* the pad_vocab pass's multiple (0: off; SN_PAD_VOCAB_POW2: the
                                 next power of two) */
+    sn_precision precision;  /* bf16/fp16: the autocast pass (mixed precision); fp32 (0, the
+                                default) and tf32: none */
     bool backward;           /* append the backward of g->loss (autodiff) */
     int checkpoint;          /* an sn_ckpt_policy (passes.h) applied right after autodiff (so
                                 with the call that differentiates); 0: none */
@@ -37,6 +39,7 @@ typedef struct {
     int checkpoint_recomputed; /* forward nodes the checkpoint pass recomputes */
     double checkpoint_extra_flops, step_flops; /* its extra FLOPs, the step's without them */
     int64_t checkpoint_min_arena; /* budget policy: the smallest arena it found (also on failure) */
+    int casts;           /* cast nodes the autocast pass added */
 } sn_pipeline_stats;
 
 /* Forward rewrites on: attention fused, vocabulary padded to a multiple of 64; no backward. */
@@ -45,7 +48,7 @@ sn_pipeline_opts sn_pipeline_defaults(void);
 /* The pass names, in pipeline order, comma-separated. */
 const char *sn_pipeline_pass_names(void);
 
-/* Compiles g for o->target. The graph passes (pad_vocab, attention, autodiff) run on a graph
+/* Compiles g for o->target. The graph passes (pad_vocab, attention, autocast, autodiff) run on a graph
  * without a backward only (their precondition); a graph that already has one (its author called
  * sn_backward, or an earlier sn_compile with prog NULL ran autodiff) goes straight to fuse, so
  * the trainer compiles the graph its caller differentiated, with the caller's options, through

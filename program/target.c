@@ -3,6 +3,7 @@
 #include "target.h"
 
 #include <stdio.h>
+#include <string.h>
 
 sn_target sn_target_cuda(int sm) {
     SN_ASSERT(sm >= 75);
@@ -28,4 +29,20 @@ sn_target sn_target_cpu(void) {
                    .native_bf16 = cpu_has_avx512_bf16()};
     snprintf(t.name, sizeof t.name, "cpu%s", t.native_bf16 ? " (bf16 dot products)" : "");
     return t;
+}
+
+const char *sn_precision_name(sn_precision p) {
+    static const char *const names[] = {"fp32", "bf16", "fp16", "tf32"};
+    _Static_assert(sizeof names / sizeof names[0] == SN_PRECISION_COUNT, "a name per precision");
+    return (unsigned)p < SN_PRECISION_COUNT ? names[p] : "?";
+}
+
+int sn_precision_parse(const char *s) {
+    for (int p = 0; p < SN_PRECISION_COUNT; p++)
+        if (!strcmp(s, sn_precision_name((sn_precision)p))) return p;
+    return -1;
+}
+
+sn_precision sn_target_default_precision(const sn_target *t) {
+    return t->native_bf16 ? SN_PRECISION_BF16 : SN_PRECISION_FP32;
 }

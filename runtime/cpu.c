@@ -10,6 +10,7 @@
 #include "support/clock.h"
 #include "device.h"
 #include "gemm.h"
+#include "gemm_lowp.h"
 #include "pool.h"
 
 typedef struct {
@@ -144,17 +145,22 @@ typedef struct {
 static void gemm_part(void *ctx, int64_t begin, int64_t end) {
     gemm_ctx *g = ctx;
     sn_gemm_thread_init();
+    bool lowp = g->mm->in[0]->dtype != SN_F32; /* bf16 / f16 operands, f32 output */
     for (int64_t p = begin; p < end; p++)
-        g->status[p] = sn_gemm_matmul_part(g->mm, g->bufs[0], g->bufs[1], g->bufs[2], (int)p,
-                                           g->parts, &g->err[p]);
+        g->status[p] = lowp ? sn_gemm_matmul_part_lowp(g->mm, g->bufs[0], g->bufs[1], g->bufs[2], (int)p,
+                                                       g->parts, &g->err[p])
+                            : sn_gemm_matmul_part(g->mm, g->bufs[0], g->bufs[1], g->bufs[2], (int)p,
+                                                  g->parts, &g->err[p]);
 }
 
 static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, sn_err *e) {
     cpu_impl *c = d->impl;
     const sn_node *mm = k->anchor;
-    if (mm->dtype != SN_F32)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "matmul %%%d is %s: the CPU device multiplies f32 only "
-                       "so far", mm->id, sn_dtype_name(mm->dtype));
+    sn_dtype in = mm->in[0]->dtype;
+    if (mm->dtype != SN_F32 || (in != SN_F32 && in != SN_BF16 && in != SN_F16))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "matmul %%%d is %s of %s: the CPU device multiplies "
+                       "f32, bf16 and f16 operands into f32 only", mm->id,
+                       sn_dtype_name(mm->dtype), sn_dtype_name(in));
     int parts = sn_pool_threads(c->pool);
     if (parts > 64) parts = 64;
     gemm_ctx g = {.mm = mm, .bufs = bufs, .parts = parts};

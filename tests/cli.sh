@@ -20,6 +20,20 @@ grep -q "^step  *2/2" "$dir/fuse.out" || { echo "FAIL: training did not run afte
 "$sinter" train $tiny --dump-after memplan | grep -q "^# after pass memplan$" || { echo "FAIL: memplan"; exit 1; }
 # shellcheck disable=SC2086
 "$sinter" train $tiny --dump-after attention | grep -q "= attention_lse " || { echo "FAIL: attention"; exit 1; }
+# --precision: the autocast pass and its errors
+"$sinter" graph --model tiny --seq 16 --precision bf16 --dump-after autocast > "$dir/ac.out"
+grep -q "= cast .* : bf16\[" "$dir/ac.out" && grep -q "= matmul .* : f32\[" "$dir/ac.out" ||
+    { echo "FAIL: autocast dump"; cat "$dir/ac.out"; exit 1; }
+# shellcheck disable=SC2086
+"$sinter" train $tiny --precision bf16 | grep -q "^precision: bf16" || { echo "FAIL: train --precision"; exit 1; }
+status=0
+"$sinter" graph --model tiny --precision fp8 2> "$dir/prec.err" > /dev/null || status=$?
+[ "$status" = 2 ] && grep -q "wants fp32, bf16, fp16 or tf32, not 'fp8'" "$dir/prec.err" ||
+    { echo "FAIL: --precision fp8 ($status)"; cat "$dir/prec.err"; exit 1; }
+status=0
+"$sinter" graph --model tiny --dump-after autocast 2> "$dir/prec.err" > /dev/null || status=$?
+[ "$status" = 1 ] && grep -q "the precision is fp32" "$dir/prec.err" ||
+    { echo "FAIL: --dump-after autocast at fp32 ($status)"; cat "$dir/prec.err"; exit 1; }
 # an arena no machine has: a status from the library, a message, exit 1, no abort
 status=0
 "$sinter" train --model gpt2 --data "$dir/corpus.txt" --batch 4096 --steps 1 --sample-len 0 \
@@ -53,4 +67,4 @@ line=$(grep "^memory: planned" "$dir/mem.out") || { echo "FAIL: no memory line";
 planned=$(echo "$line" | sed 's/.*planned [^(]*(\([0-9]*\) bytes).*/\1/')
 measured=$(echo "$line" | sed 's/.*measured [^(]*(\([0-9]*\) bytes:.*/\1/')
 [ -n "$planned" ] && [ "$planned" = "$measured" ] || { echo "FAIL: planned $planned measured $measured"; exit 1; }
-echo "help, --dump-after during train, out of memory as a message, --emit-cuda, plan, train --mem: ok"
+echo "help, --dump-after during train, --precision, out of memory as a message, --emit-cuda, plan, train --mem: ok"

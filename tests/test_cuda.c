@@ -62,7 +62,7 @@ static sn_cuda_source render(const sn_kernel *const *ks, int n) {
     return s;
 }
 
-static sn_graph *gpt2_training(const char *name, int B, int T) {
+static sn_graph *gpt2_training_at(const char *name, int B, int T, sn_precision precision) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find(name, &c));
     sn_graph *g = sn_graph_new();
@@ -71,8 +71,13 @@ static sn_graph *gpt2_training(const char *name, int B, int T) {
     ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
+    o.precision = precision;
     ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     return g;
+}
+
+static sn_graph *gpt2_training(const char *name, int B, int T) {
+    return gpt2_training_at(name, B, T, SN_PRECISION_FP32);
 }
 
 /* Whether this build has NVRTC; if not, checks that saying so is what compiling does. */
@@ -308,6 +313,15 @@ static void nvrtc_gpt2(const char *model, int B, int T, const int *arch, int n_a
 }
 
 START_TEST(nvrtc_gpt2_124m) { nvrtc_gpt2("gpt2", 4, 1024, (const int[]){75, 80, 90}, 3); }
+END_TEST
+
+/* The autocast (bf16) program: bf16 loads and stores, casts, bf16 attention (FMA tiles on
+ * sm_75, mma.sync on sm_80). */
+START_TEST(nvrtc_gpt2_124m_bf16) {
+    if (have_nvrtc())
+        nvrtc_program(gpt2_training_at("gpt2", 4, 256, SN_PRECISION_BF16), "gpt2-bf16", 4, 256,
+                      (const int[]){75, 80}, 2);
+}
 END_TEST
 
 /* The LLaMA example (examples/llama: rmsnorm, rotary, grouped-query attention fused, SwiGLU)
@@ -617,7 +631,7 @@ END_TEST
  * reductions, gathers, pointwise, attention), each from the interpreter's inputs; attention
  * fused (flash attention kernels, tests/test_cuda_attention.c has more) and written out (softmax, causal mask and their
  * backwards as row kernels). */
-static void gpt2_tiny_kernels(bool fuse_attention) {
+static void gpt2_tiny_kernels(bool fuse_attention, sn_precision precision) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
     sn_graph *g = sn_graph_new();
@@ -627,20 +641,22 @@ static void gpt2_tiny_kernels(bool fuse_attention) {
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
     o.fuse_attention = fuse_attention;
+    o.precision = precision;
     ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     double t0 = now();
     int counts[SN_KER_KIND_COUNT] = {0};
     int n = run_on_host(g, 256, true, 1e-5, counts);
-    if (n) printf("test_cuda: tiny GPT-2 training step, attention %s: %d kernels (%d pointwise, "
+    if (n) printf("test_cuda: tiny GPT-2 training step (%s), attention %s: %d kernels (%d pointwise, "
                   "%d row, %d reduce, %d gather, %d attention) ran on the simulator in two thread orders and "
-                  "match the interpreter (%.2f s)\n", fuse_attention ? "fused" : "written out",
+                  "match the interpreter (%.2f s)\n", sn_precision_name(precision),
+                  fuse_attention ? "fused" : "written out",
                   n, counts[SN_KER_POINTWISE], counts[SN_KER_ROW], counts[SN_KER_REDUCE],
                   counts[SN_KER_GATHER], counts[SN_KER_ATTENTION], now() - t0);
     ck_assert(!n || (counts[SN_KER_ROW] > 5 && counts[SN_KER_REDUCE] > 5 && counts[SN_KER_GATHER] == 2));
     sn_graph_free(g);
 }
 
-START_TEST(cpu_gpt2_tiny_kernels) { gpt2_tiny_kernels(true); }
+START_TEST(cpu_gpt2_tiny_kernels) { gpt2_tiny_kernels(true, SN_PRECISION_FP32); }
 END_TEST
 
 /* Every generated kernel of a tiny LLaMA's training step (2 layers, 4 query heads on 2
@@ -663,7 +679,12 @@ START_TEST(cpu_llama_tiny_kernels) {
 }
 END_TEST
 
-START_TEST(cpu_gpt2_tiny_unfused_attention) { gpt2_tiny_kernels(false); }
+START_TEST(cpu_gpt2_tiny_unfused_attention) { gpt2_tiny_kernels(false, SN_PRECISION_FP32); }
+END_TEST
+
+/* The autocast (bf16) step: bf16 loads and stores in every kernel kind, attention on bf16 q, k,
+ * v (mma paths), against the interpreter's emulated rounding. */
+START_TEST(cpu_gpt2_tiny_bf16) { gpt2_tiny_kernels(true, SN_PRECISION_BF16); }
 END_TEST
 
 /* Row ops over rows of 300 (blocks of three warps), cross-entropy with ignored targets (class
@@ -843,6 +864,7 @@ int main(void) {
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 120);
     tcase_add_test(nv, nvrtc_gpt2_124m);
+    tcase_add_test(nv, nvrtc_gpt2_124m_bf16);
     tcase_add_test(nv, nvrtc_llama_small);
     tcase_add_test(nv, nvrtc_error_carries_log);
     suite_add_tcase(s, nv);
@@ -856,6 +878,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_gpt2_tiny_kernels);
     tcase_add_test(cpu, cpu_llama_tiny_kernels);
     tcase_add_test(cpu, cpu_gpt2_tiny_unfused_attention);
+    tcase_add_test(cpu, cpu_gpt2_tiny_bf16);
     tcase_add_test(cpu, cpu_row_ops_several_warps);
     tcase_add_test(cpu, cpu_deleted_barrier_caught);
     tcase_add_test(cpu, cpu_optimizer_step);

@@ -13,6 +13,10 @@
 #include "harness.h"
 
 sn_graph *tiny_training_graph(bool fuse_attention) {
+    return tiny_training_graph_at(fuse_attention, SN_PRECISION_FP32);
+}
+
+sn_graph *tiny_training_graph_at(bool fuse_attention, sn_precision precision) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
     c.vocab = TINY_VOCAB;
@@ -23,6 +27,7 @@ sn_graph *tiny_training_graph(bool fuse_attention) {
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
     o.fuse_attention = fuse_attention;
+    o.precision = precision;
     sn_pipeline_stats st;
     ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(st.attention_fused, fuse_attention ? c.n_layer : 0);
@@ -45,6 +50,10 @@ void tiny_tokens(int32_t *x, int32_t *y, uint64_t seed) {
 }
 
 tiny_memory tiny_check_compiled(sn_graph *g, uint64_t seed, const char *label) {
+    return tiny_check_compiled_tol(g, seed, label, 1e-4);
+}
+
+tiny_memory tiny_check_compiled_tol(sn_graph *g, uint64_t seed, const char *label, double tol) {
     sn_err e;
     sn_device *d;
     ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
@@ -68,6 +77,9 @@ tiny_memory tiny_check_compiled(sn_graph *g, uint64_t seed, const char *label) {
         ck_assert(sn_interp_set(it, params[i], w, &e) == SN_OK);
         free(w);
     }
+    sn_node *ls = tiny_input(g, "loss_scale"); /* fp16: a power of two scales loss and gradients */
+    const float scale = 1024;
+    if (ls) ck_assert(!sn_exec_set(x, ls, &scale, &e) && !sn_interp_set(it, ls, &scale, &e));
     ck_assert_msg(sn_exec_run(x, &e) == SN_OK, "%s", e.msg);
     ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
 
@@ -76,7 +88,7 @@ tiny_memory tiny_check_compiled(sn_graph *g, uint64_t seed, const char *label) {
     double got = loss;
     char what[128];
     snprintf(what, sizeof what, "loss (%s)", label);
-    sn_check_close(what, &got, sn_interp_value(it, g->loss), 1, 1e-4, 0);
+    sn_check_close(what, &got, sn_interp_value(it, g->loss), 1, tol, 0);
     for (int i = 0; i < np; i++) {
         int64_t n = sn_numel(params[i]);
         float *gf = malloc(sizeof(float) * (size_t)n);
@@ -84,7 +96,7 @@ tiny_memory tiny_check_compiled(sn_graph *g, uint64_t seed, const char *label) {
         ck_assert(sn_exec_get(x, params[i]->grad, gf, &e) == SN_OK);
         for (int64_t k = 0; k < n; k++) gd[k] = gf[k];
         snprintf(what, sizeof what, "d loss / d %s (%s)", params[i]->name, label);
-        sn_check_close(what, gd, sn_interp_value(it, params[i]->grad), (size_t)n, 1e-4, 1e-6);
+        sn_check_close(what, gd, sn_interp_value(it, params[i]->grad), (size_t)n, tol, 1e-6);
         free(gf);
         free(gd);
     }

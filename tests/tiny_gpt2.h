@@ -8,11 +8,14 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
+#include "program/target.h"
 
 enum { TINY_B = 2, TINY_T = 24, TINY_VOCAB = 250 }; /* 250 pads to 256: padding is real */
 
 /* Built and run through the pipeline (pad_vocab, attention if asked, autodiff). */
 sn_graph *tiny_training_graph(bool fuse_attention);
+/* The same at a precision (bf16 / fp16: the autocast pass runs). */
+sn_graph *tiny_training_graph_at(bool fuse_attention, sn_precision precision);
 /* The INPUT named name, or NULL. */
 sn_node *tiny_input(const sn_graph *g, const char *name);
 /* (B, T) token ids and targets from seed; every ninth target is -1 (ignored). */
@@ -26,5 +29,7 @@ typedef struct {
  * batch and weights (init rules, seed) and checks the loss and every gradient within 1e-4
  * (label names the case in messages); returns the memory figures. */
 tiny_memory tiny_check_compiled(sn_graph *g, uint64_t seed, const char *label);
+/* The same within tol (normalized max error) instead of 1e-4. */
+tiny_memory tiny_check_compiled_tol(sn_graph *g, uint64_t seed, const char *label, double tol);
 
 #endif

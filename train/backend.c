@@ -216,6 +216,10 @@ sn_status sn_backend_run(sn_backend *b, const sn_node *idx, const sn_node *targe
     return SN_OK;
 }
 
+sn_status sn_backend_set_scalar(sn_backend *b, const sn_node *input, float v, sn_err *e) {
+    return b->x ? sn_exec_set(b->x, input, &v, e) : sn_interp_set(b->it, input, &v, e);
+}
+
 /* The gradient sums exist from their first use on (one micro-batch a step needs none). */
 static sn_status need_sums(sn_backend *b, sn_err *e) {
     if (b->x ? b->has_sums : b->host[FB_SUMS] != NULL) return SN_OK;

@@ -26,6 +26,9 @@ const char *sn_backend_name(const sn_backend *b);
 sn_status sn_backend_run(sn_backend *b, const sn_node *idx, const sn_node *targets,
                          const int32_t *x, const int32_t *y, double *loss, sn_err *e);
 
+/* Sets an f32 scalar INPUT of g (the loss scale) for the runs that follow. */
+sn_status sn_backend_set_scalar(sn_backend *b, const sn_node *input, float v, sn_err *e);
+
 /* Parameter i's weights, moments, or gradient (sums: the gradient sums, else the last run's)
  * to or from the host (numel floats). A frozen parameter has no moments or gradient: they
  * read as zeros and setting them does nothing. */

@@ -110,6 +110,16 @@ static sn_status put_payload(writer *w, const sn_trainer *t, const sn_run_state 
     }
     record(w, REC_STEP, "step", 8);
     put_u64(w, (uint64_t)sn_trainer_step_count(t));
+    if (sn_trainer_loss_scaling(t)) { /* the loss scaler: scale (f64 bits), skipped, clean */
+        sn_loss_scaler sc = sn_trainer_scaler(t);
+        double scale = sc.scale;
+        uint64_t bits;
+        memcpy(&bits, &scale, 8);
+        record(w, REC_STEP, "loss_scaler", 24);
+        put_u64(w, bits);
+        put_u64(w, (uint64_t)sc.skipped);
+        put_u64(w, (uint64_t)sc.clean);
+    }
     record(w, REC_RNG, "data", 32);
     put(w, r->data_rng.s, 32);
     put_series(w, "train_loss", &r->train_loss);
@@ -431,6 +441,15 @@ sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t l
     }
     if (!s) {
         sn_trainer_set_step_count(t, (int)get_u64(find(&f, REC_STEP, "step")->body));
+        const rec *ls = find(&f, REC_STEP, "loss_scaler");
+        if (ls && ls->size == 24 && sn_trainer_loss_scaling(t)) {
+            uint64_t bits = get_u64(ls->body);
+            double scale;
+            memcpy(&scale, &bits, 8);
+            sn_trainer_set_scaler(t, (sn_loss_scaler){.scale = (float)scale,
+                                                      .skipped = (int64_t)get_u64(ls->body + 8),
+                                                      .clean = (int64_t)get_u64(ls->body + 16)});
+        }
         memcpy(r->data_rng.s, find(&f, REC_RNG, "data")->body, 32);
         if (!(s = load_series(&f, "train_loss", &r->train_loss, e))) s = load_series(&f, "val_loss", &r->val_loss, e);
     }

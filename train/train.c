@@ -10,12 +10,13 @@
 
 #include "frontend/sinter.h"
 #include "backend.h"
+#include "passes/passes.h"
 #include "support/rng.h"
 
 void sn_train_opts_default(sn_train_opts *o, int steps) {
     *o = (sn_train_opts){.steps = steps, .lr = 1e-3f, .min_lr_frac = 0.1f, .warmup = steps / 10,
                          .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                         .grad_clip = 1.0f, .seed = 1337};
+                         .grad_clip = 1.0f, .seed = 1337, .init_scale = 65536, .scale_interval = 2000};
 }
 
 float sn_train_lr(const sn_train_opts *o, int step) {
@@ -65,6 +66,8 @@ struct sn_trainer {
                             (no copy is made for steps of one micro-batch) */
     double loss_sum;     /* their losses */
     int step;
+    sn_node *loss_scale; /* the loss-scale INPUT (fp16 autocast), or NULL: no loss scaling */
+    sn_loss_scaler sc;
 };
 
 void sn_trainer_free(sn_trainer *t) {
@@ -93,6 +96,8 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     t->o = *o;
     t->idx = idx;
     t->targets = targets;
+    t->loss_scale = find_input(g, SN_LOSS_SCALE_INPUT);
+    t->sc = (sn_loss_scaler){.scale = t->loss_scale ? (o->init_scale > 0 ? o->init_scale : 65536) : 1};
     t->n_params = sn_graph_params(g, NULL, 0);
     t->params = sn_calloc((size_t)t->n_params + 1, sizeof *t->params, "the trainer's parameter list", e);
     if (!t->params) {
@@ -133,10 +138,20 @@ static sn_status keep_pending(sn_trainer *t, sn_err *e) {
     return sn_backend_sum_grads(t->be, false, e);
 }
 
+/* One forward and backward; *loss unscaled (the graph's loss is loss * scale with scaling). */
+static sn_status run(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
+                     sn_err *e) {
+    sn_status s = SN_OK;
+    if (t->loss_scale) s = sn_backend_set_scalar(t->be, t->loss_scale, t->sc.scale, e);
+    if (!s) s = sn_backend_run(t->be, t->idx, t->targets, idx, targets, loss, e);
+    if (!s) *loss /= t->sc.scale;
+    return s;
+}
+
 sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                           sn_err *e) {
     sn_status s = keep_pending(t, e);
-    return s ? s : sn_backend_run(t->be, t->idx, t->targets, idx, targets, loss, e);
+    return s ? s : run(t, idx, targets, loss, e);
 }
 
 /* Forgets the pending micro-batches (the next one starts the sums afresh). */
@@ -150,7 +165,7 @@ sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t
                                 double *loss, sn_err *e) {
     double l;
     sn_status s = keep_pending(t, e);
-    if (!s) s = sn_backend_run(t->be, t->idx, t->targets, idx, targets, &l, e);
+    if (!s) s = run(t, idx, targets, &l, e);
     if (s) return s;
     if (!isfinite(l)) {
         int k = t->pending;
@@ -175,14 +190,28 @@ sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e) {
     double loss = t->loss_sum / t->pending, norm;
     float lr = sn_train_lr(o, t->step);
     int step = t->step + 1;
+    int64_t updates = step - t->sc.skipped; /* AdamW's bias correction counts real updates */
+    float scale = t->sc.scale;
     float scal[SN_OPT_SCALARS] = {
         [SN_OPT_LR] = lr, [SN_OPT_BETA1] = o->beta1, [SN_OPT_BETA2] = o->beta2, [SN_OPT_EPS] = o->eps,
-        [SN_OPT_WD] = o->weight_decay, [SN_OPT_BC1] = (float)(1 - pow(o->beta1, step)),
-        [SN_OPT_BC2] = (float)(1 - pow(o->beta2, step)), [SN_OPT_SCALE] = 1,
-        [SN_OPT_INV_MICRO] = 1.0f / (float)t->pending, [SN_OPT_CLIP] = o->grad_clip > 0 ? o->grad_clip : 0};
+        [SN_OPT_WD] = o->weight_decay, [SN_OPT_BC1] = (float)(1 - pow(o->beta1, (double)updates)),
+        [SN_OPT_BC2] = (float)(1 - pow(o->beta2, (double)updates)), [SN_OPT_SCALE] = 1,
+        /* the mean over micro-batches, unscaled before the norm and the clip */
+        [SN_OPT_INV_MICRO] = 1.0f / ((float)t->pending * scale),
+        [SN_OPT_CLIP] = o->grad_clip > 0 ? o->grad_clip : 0};
     bool sums = !t->in_grads;
     sn_status s = sn_backend_norm(t->be, sums, scal, &norm, e);
     if (s) return s;
+    if (!isfinite(norm) && t->loss_scale) { /* overflow at this scale: skip, halve */
+        t->step = step;
+        t->sc.skipped++;
+        t->sc.clean = 0;
+        t->sc.scale = scale / 2;
+        drop_pending(t);
+        if (st) *st = (sn_step_stats){.loss = loss, .grad_norm = norm, .lr = lr, .loss_scale = scale,
+                                      .skipped = true};
+        return SN_OK;
+    }
     if (!isfinite(norm)) {
         drop_pending(t);
         return sn_fail(e, SN_ERR_NUMERIC, "step %d: loss %g, gradient norm %g: the run diverged; "
@@ -192,7 +221,11 @@ sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e) {
     if ((s = sn_backend_adamw(t->be, sums, e))) return s;
     t->step = step;
     drop_pending(t);
-    if (st) *st = (sn_step_stats){.loss = loss, .grad_norm = norm, .lr = lr};
+    if (t->loss_scale && ++t->sc.clean >= (o->scale_interval > 0 ? o->scale_interval : 2000)) {
+        t->sc.clean = 0;
+        if (scale < 0x1p24f) t->sc.scale = scale * 2; /* fp16's whole range is below 2^16 */
+    }
+    if (st) *st = (sn_step_stats){.loss = loss, .grad_norm = norm, .lr = lr, .loss_scale = scale};
     return SN_OK;
 }
 
@@ -205,6 +238,9 @@ sn_status sn_trainer_step(sn_trainer *t, const int32_t *idx, const int32_t *targ
 int sn_trainer_pending(const sn_trainer *t) { return t->pending; }
 int sn_trainer_step_count(const sn_trainer *t) { return t->step; }
 void sn_trainer_set_step_count(sn_trainer *t, int step) { t->step = step; }
+bool sn_trainer_loss_scaling(const sn_trainer *t) { return t->loss_scale != NULL; }
+sn_loss_scaler sn_trainer_scaler(const sn_trainer *t) { return t->sc; }
+void sn_trainer_set_scaler(sn_trainer *t, sn_loss_scaler s) { t->sc = s; }
 const sn_train_opts *sn_trainer_opts(const sn_trainer *t) { return &t->o; }
 int sn_trainer_param_count(const sn_trainer *t) { return t->n_params; }
 const char *sn_trainer_backend(const sn_trainer *t) { return sn_backend_name(t->be); }

@@ -28,6 +28,12 @@ typedef struct {
     struct sn_device *device; /* runs the compiled program; NULL: the reference interpreter */
     const sn_pipeline_opts *compile; /* how sn_trainer_new compiles for the device (sn_compile:
                                         target, dump_after); NULL: zeroed options */
+    /* dynamic loss scaling (a graph from the fp16 autocast pass, which has the loss-scale input;
+     * PyTorch's GradScaler): the loss is multiplied by the scale, the gradients divided by it
+     * before the norm, clipping and AdamW; a step whose gradients are not finite is skipped and
+     * the scale halved; after scale_interval clean steps in a row it doubles. */
+    float init_scale;   /* 65536 */
+    int scale_interval; /* 2000 */
 } sn_train_opts;
 
 /* AdamW (0.9, 0.95, 1e-8), weight decay 0.1, clip 1.0, lr 1e-3, warm-up 10% of steps. */
@@ -41,8 +47,10 @@ void sn_param_init(const sn_node *p, float *dst, uint64_t seed);
 
 typedef struct {
     double loss;      /* before the update */
-    double grad_norm; /* before clipping */
+    double grad_norm; /* before clipping (inf or NaN on a skipped step) */
     float lr;
+    float loss_scale; /* the scale the step ran with (1 without loss scaling) */
+    bool skipped;     /* loss scaling found inf/NaN gradients: no update, the scale halved */
 } sn_step_stats;
 
 typedef struct sn_trainer sn_trainer;
@@ -102,5 +110,16 @@ int64_t sn_trainer_state_bytes(const sn_trainer *t);
 struct sn_device *sn_trainer_device(const sn_trainer *t);
 /* Sets the optimizer step count (checkpoints restore it with the moments). */
 void sn_trainer_set_step_count(sn_trainer *t, int step);
+
+/* Dynamic loss scaling (sn_train_opts): whether the graph has it, and its state (checkpoints
+ * save and restore it): the scale, the steps skipped so far, clean steps since the last change. */
+typedef struct {
+    float scale;
+    int64_t skipped;
+    int64_t clean;
+} sn_loss_scaler;
+bool sn_trainer_loss_scaling(const sn_trainer *t);
+sn_loss_scaler sn_trainer_scaler(const sn_trainer *t);
+void sn_trainer_set_scaler(sn_trainer *t, sn_loss_scaler s);
 
 #endif

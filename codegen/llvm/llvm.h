@@ -34,7 +34,8 @@
  * Any kernel called with an empty range (begin == end) does nothing. Out-of-range ids and
  * targets never make a kernel read or write out of bounds: an embedding row of a bad id and
  * the loss (or gradient row) of a bad target are NaN; a bad id adds nothing to the scatter.
- * Only f32 values (and i32 ids, targets, casts) are generated: bf16/f16 are SN_ERR_UNSUPPORTED. */
+ * Values are f32 in registers; buffers are f32, i32 (ids, targets, casts), or bf16 / f16
+ * (widened on load, rounded to nearest even on store: llvm_util.c). */
 #ifndef SN_LLVM_H
 #define SN_LLVM_H
 

@@ -1,4 +1,5 @@
-/* llvm_attention.c: fused causal attention kernels (f32), one (batch x head) slice per item:
+/* llvm_attention.c: fused causal attention kernels (f32 inside; bf16/f16 q, k, v, o, dout
+ * converted on load, outputs on store), one (batch x head) slice per item:
  * the forward (online softmax over key blocks: O and the log-sum-exp in one pass), and the three
  * backwards: dq by query rows, dk and dv by key rows over the queries that see them.
  * Convention: a row (of q, k, v, o or dout) is held as ceil(n / lanes) vectors, the last one
@@ -48,9 +49,9 @@ static LLVMValueRef chunk_mask(sn_ll *L, int64_t n, int c) {
     return left >= L->lanes ? NULL : sn_ll_const_first_lanes(L, (int)left);
 }
 
-/* &p[idx] (p an f32 pointer) */
+/* &p[idx] (p an element pointer of any dtype: f32, or bf16 / f16 converted by the loads) */
 static LLVMValueRef at(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, const char *name) {
-    return LLVMBuildInBoundsGEP2(L->b, L->t_f32, p, &idx, 1, name);
+    return LLVMBuildInBoundsGEP2(L->b, LLVMGetElementType(LLVMTypeOf(p)), p, &idx, 1, name);
 }
 
 /* The vector whose lanes are all lane l of v. */
@@ -510,11 +511,10 @@ static sn_status check_kernel(const sn_ll *L, const sn_kernel *k, sn_err *e) {
     if (k->n_out != n_out || k->args[0] != n || (a2 && k->args[1] != a2))
         return sn_fail(e, SN_ERR_INVALID, "%s: outputs must be args[0] = %s%s", kn,
                        sn_op_name(n->op), a2 ? ", args[1] = anchor2" : "");
-    for (int i = 0; i < k->n_out; i++)
-        if (k->args[i]->dtype != SN_F32)
-            return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: output %%%d is %s; the LLVM backend "
-                           "generates f32 attention only so far: run the CPU device without "
-                           "autocast", kn, k->args[i]->id, sn_dtype_name(k->args[i]->dtype));
+    for (int i = 0; i < k->n_out; i++) { /* f32, or bf16 / f16 converted by the loads */
+        sn_status st = sn_ll_check_dtype(k, k->args[i], e);
+        if (st) return st;
+    }
     if (k->n_access != n->n_in)
         return sn_fail(e, SN_ERR_INVALID, "%s: an attention kernel has an access per input of "
                        "its anchor (%d), not %d", kn, n->n_in, k->n_access);
@@ -527,10 +527,8 @@ static sn_status check_kernel(const sn_ll *L, const sn_kernel *k, sn_err *e) {
             return sn_fail(e, SN_ERR_INVALID, "%s: input %%%d (%s) of %s %%%d must be read from "
                            "an input arg with unit stride along its last axis (passes/fuse.c)",
                            kn, x->id, sn_op_name(x->op), sn_op_name(n->op), n->id);
-        if (x->dtype != SN_F32)
-            return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: input %%%d (%s) is %s; the LLVM backend "
-                           "generates f32 attention only so far: run the CPU device without "
-                           "autocast", kn, x->id, sn_op_name(x->op), sn_dtype_name(x->dtype));
+        sn_status st = sn_ll_check_dtype(k, x, e);
+        if (st) return st;
     }
     const sn_node *q = n->in[0];
     int r = q->rank;
@@ -570,10 +568,10 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
     int64_t *rs[6] = {&a.rq, &a.rk, &a.rv, &a.ro, &a.rdo, NULL};
     for (int i = 0; i < n->n_in; i++) {
         if (n->in[i] == k->anchor2) continue;
-        *role[i] = sn_ll_buf(L, k->access[i].arg, SN_F32, "in");
+        *role[i] = sn_ll_buf(L, k->access[i].arg, n->in[i]->dtype, "in");
         if (rs[i] && role[i] != &a.blse) *rs[i] = in_rs(k, i);
     }
-    a.by = sn_ll_buf(L, 0, SN_F32, "y");
+    a.by = sn_ll_buf(L, 0, n->dtype, "y");
     if (n->op == SN_OP_ATTENTION_LSE) {
         a.blse_out = a.by;
         a.by = NULL;
@@ -610,7 +608,7 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
     sn_ll_for_end(L, &rl);
     if (n->op == SN_OP_ATTENTION_BWD_K && k->anchor2) { /* then dv (args[1]) over the same keys */
         a.n = k->anchor2;
-        a.y = slice(&a, sn_ll_buf(L, 1, SN_F32, "dv"), b, a.S * a.Dv, "dv");
+        a.y = slice(&a, sn_ll_buf(L, 1, k->anchor2->dtype, "dv"), b, a.S * a.Dv, "dv");
         i = sn_ll_for(L, &rl, sn_ll_i64(L, 0), sn_ll_i64(L, a.S), sn_ll_i64(L, a.R), "key");
         bwd_kv_step(&a, i);
         sn_ll_for_end(L, &rl);

@@ -54,7 +54,7 @@ LLVMValueRef sn_ll_pw_op(sn_ll *L, const sn_node *n, LLVMValueRef *x, int nx) {
         g = sn_ll_fma(L, x[0], LLVMBuildFSub(b, C(1), s, ""), C(1));
         v = LLVMBuildFMul(b, x[1], LLVMBuildFMul(b, s, g, ""), name);
         break;
-    case SN_OP_CAST: v = x[0]; break; /* to i32: truncated below */
+    case SN_OP_CAST: v = sn_ll_round_to(L, x[0], n->dtype); break; /* to i32: truncated below */
     case SN_OP_FULL: v = nx ? x[0] : sn_ll_vf32(L, n->a.f); break;
     case SN_OP_CONCAT: /* the parts are masked accesses: exactly one is not 0 */
         v = x[0];

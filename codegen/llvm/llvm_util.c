@@ -84,8 +84,9 @@ LLVMValueRef sn_ll_buf(sn_ll *L, int i, sn_dtype t, const char *name) {
     LLVMValueRef idx = sn_ll_i64(L, i);
     LLVMValueRef slot = LLVMBuildGEP2(L->b, i8p, L->bufs, &idx, 1, "");
     LLVMValueRef raw = LLVMBuildLoad2(L->b, i8p, slot, "");
-    LLVMTypeRef et = t == SN_I32 ? L->t_i32 : L->t_f32;
-    SN_ASSERT(t == SN_I32 || t == SN_F32);
+    LLVMTypeRef et = t == SN_I32 ? L->t_i32 : t == SN_BF16 ? LLVMBFloatTypeInContext(L->ctx)
+                   : t == SN_F16 ? LLVMHalfTypeInContext(L->ctx) : L->t_f32;
+    SN_ASSERT(t == SN_I32 || t == SN_F32 || t == SN_BF16 || t == SN_F16);
     return LLVMBuildBitCast(L->b, raw, LLVMPointerType(et, 0), name);
 }
 
@@ -308,12 +309,80 @@ bool sn_ll_vloop_next(sn_ll *L, sn_ll_vloop *v) {
 
 /* ---- memory ---- */
 
+/* Element pointers are typed by the buffer's dtype (sn_ll_buf): float*, i32*, and bfloat* or
+ * half* for 16-bit floats, which are loaded as i16 / half and widened to f32 in registers, and
+ * rounded to nearest even when stored. bf16 <-> f32 is integer arithmetic on the bits (exact
+ * for the widening; the rounding matches sn_dtype_round, NaN stays a quiet NaN), which any x86
+ * vector unit runs; f16 uses LLVM's half conversions (F16C / AVX-512 instructions). */
+
 static LLVMTypeRef elem_type(LLVMValueRef p) { return LLVMGetElementType(LLVMTypeOf(p)); }
 static bool is_i32_ptr(sn_ll *L, LLVMValueRef p) { return elem_type(p) == L->t_i32; }
+static bool is_bf16_ptr(LLVMValueRef p) { return LLVMGetTypeKind(elem_type(p)) == LLVMBFloatTypeKind; }
+static bool is_f16_ptr(LLVMValueRef p) { return LLVMGetTypeKind(elem_type(p)) == LLVMHalfTypeKind; }
 
 static LLVMValueRef elem_ptr(sn_ll *L, LLVMValueRef p, LLVMValueRef idx) {
     return LLVMBuildGEP2(L->b, elem_type(p), p, &idx, 1, "");
 }
+
+/* The type values of buffer p are loaded as (scalar, or a vector of L->lanes with vec). */
+static LLVMTypeRef mem_type(sn_ll *L, LLVMValueRef p, bool vec) {
+    LLVMTypeRef t = is_i32_ptr(L, p) ? L->t_i32 : is_bf16_ptr(p) ? LLVMInt16TypeInContext(L->ctx)
+                  : is_f16_ptr(p) ? LLVMHalfTypeInContext(L->ctx) : L->t_f32;
+    return vec ? LLVMVectorType(t, (unsigned)L->lanes) : t;
+}
+
+static LLVMTypeRef like_type(LLVMValueRef like, LLVMTypeRef scalar) {
+    LLVMTypeRef t = LLVMTypeOf(like);
+    return LLVMGetTypeKind(t) == LLVMVectorTypeKind ? LLVMVectorType(scalar, LLVMGetVectorSize(t)) : scalar;
+}
+
+/* A loaded value (i32, i16 bf16 bits, half or f32; scalar or vector) as f32. */
+static LLVMValueRef widen(sn_ll *L, LLVMValueRef p, LLVMValueRef v, const char *name) {
+    if (is_i32_ptr(L, p)) return LLVMBuildSIToFP(L->b, v, like_type(v, L->t_f32), name);
+    if (is_f16_ptr(p)) return LLVMBuildFPExt(L->b, v, like_type(v, L->t_f32), name);
+    if (!is_bf16_ptr(p)) return v;
+    LLVMValueRef w = LLVMBuildZExt(L->b, v, like_type(v, L->t_i32), "");
+    w = LLVMBuildShl(L->b, w, int_c(L, w, 16), "");
+    return LLVMBuildBitCast(L->b, w, like_type(v, L->t_f32), name);
+}
+
+/* f32 bits of x rounded to bf16 (nearest, ties to even), as i16 (scalar or vector). */
+static LLVMValueRef bf16_bits(sn_ll *L, LLVMValueRef x) {
+    LLVMTypeRef ti = like_type(x, L->t_i32);
+    LLVMValueRef u = LLVMBuildBitCast(L->b, x, ti, "");
+    LLVMValueRef lsb = LLVMBuildAnd(L->b, LLVMBuildLShr(L->b, u, int_c(L, u, 16), ""), int_c(L, u, 1), "");
+    LLVMValueRef r = LLVMBuildAdd(L->b, u, LLVMBuildAdd(L->b, lsb, int_c(L, u, 0x7fff), ""), "");
+    r = LLVMBuildLShr(L->b, r, int_c(L, u, 16), "");
+    LLVMValueRef nan = LLVMBuildFCmp(L->b, LLVMRealUNO, x, x, "");
+    r = LLVMBuildSelect(L->b, nan, int_c(L, u, 0x7fc0), r, "");
+    return LLVMBuildTrunc(L->b, r, like_type(x, LLVMInt16TypeInContext(L->ctx)), "bf16");
+}
+
+/* An f32 value (scalar or vector) in buffer p's memory type. */
+static LLVMValueRef narrow(sn_ll *L, LLVMValueRef p, LLVMValueRef v) {
+    if (is_i32_ptr(L, p)) return LLVMBuildFPToSI(L->b, v, like_type(v, L->t_i32), "");
+    if (is_f16_ptr(p)) return LLVMBuildFPTrunc(L->b, v, like_type(v, LLVMHalfTypeInContext(L->ctx)), "f16");
+    if (is_bf16_ptr(p)) return bf16_bits(L, v);
+    return v;
+}
+
+LLVMValueRef sn_ll_round_to(sn_ll *L, LLVMValueRef v, sn_dtype t) {
+    if (t == SN_F16) {
+        LLVMValueRef h = LLVMBuildFPTrunc(L->b, v, like_type(v, LLVMHalfTypeInContext(L->ctx)), "");
+        return LLVMBuildFPExt(L->b, h, LLVMTypeOf(v), "");
+    }
+    if (t != SN_BF16) return v;
+    LLVMValueRef w = LLVMBuildZExt(L->b, bf16_bits(L, v), like_type(v, L->t_i32), "");
+    return LLVMBuildBitCast(L->b, LLVMBuildShl(L->b, w, int_c(L, w, 16), ""), LLVMTypeOf(v), "");
+}
+
+/* &p[idx] as a pointer to what is loaded (i16 for bf16), scalar or vector of lanes. */
+static LLVMValueRef mem_ptr(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, bool vec) {
+    return LLVMBuildBitCast(L->b, elem_ptr(L, p, idx), LLVMPointerType(mem_type(L, p, vec), 0), "");
+}
+
+/* the alignment of one element */
+static unsigned elem_align(LLVMValueRef p) { return is_bf16_ptr(p) || is_f16_ptr(p) ? 2 : 4; }
 
 LLVMValueRef sn_ll_load_i32(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, const char *name) {
     SN_ASSERT(is_i32_ptr(L, p));
@@ -323,15 +392,14 @@ LLVMValueRef sn_ll_load_i32(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, const ch
 }
 
 LLVMValueRef sn_ll_load(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, const char *name) {
-    bool i32 = is_i32_ptr(L, p);
-    LLVMValueRef v = LLVMBuildLoad2(L->b, elem_type(p), elem_ptr(L, p, idx), i32 ? "" : name);
-    LLVMSetAlignment(v, 4);
-    return i32 ? LLVMBuildSIToFP(L->b, v, L->t_f32, name) : v;
+    bool plain = elem_type(p) == L->t_f32;
+    LLVMValueRef v = LLVMBuildLoad2(L->b, mem_type(L, p, false), mem_ptr(L, p, idx, false), plain ? name : "");
+    LLVMSetAlignment(v, elem_align(p));
+    return widen(L, p, v, name);
 }
 
 void sn_ll_store(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, LLVMValueRef v) {
-    if (is_i32_ptr(L, p)) v = LLVMBuildFPToSI(L->b, v, L->t_i32, "");
-    LLVMSetAlignment(LLVMBuildStore(L->b, v, elem_ptr(L, p, idx)), 4);
+    LLVMSetAlignment(LLVMBuildStore(L->b, narrow(L, p, v), mem_ptr(L, p, idx, false)), elem_align(p));
 }
 
 static LLVMValueRef call_typed(sn_ll *L, const char *intrinsic, LLVMTypeRef *types, int nt,
@@ -345,45 +413,45 @@ static LLVMValueRef call_typed(sn_ll *L, const char *intrinsic, LLVMTypeRef *typ
 
 LLVMValueRef sn_ll_vload(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, LLVMValueRef mask,
                          const char *name) {
-    bool i32 = is_i32_ptr(L, p);
-    LLVMTypeRef vt = i32 ? L->t_vi32 : L->t_vf, vpt = LLVMPointerType(vt, 0);
-    LLVMValueRef vp = LLVMBuildBitCast(L->b, elem_ptr(L, p, idx), vpt, "");
+    bool plain = elem_type(p) == L->t_f32;
+    LLVMTypeRef vt = mem_type(L, p, true), vpt = LLVMPointerType(vt, 0);
+    LLVMValueRef vp = mem_ptr(L, p, idx, true);
     LLVMValueRef v;
     if (!mask) {
-        v = LLVMBuildLoad2(L->b, vt, vp, i32 ? "" : name);
-        LLVMSetAlignment(v, 4);
+        v = LLVMBuildLoad2(L->b, vt, vp, plain ? name : "");
+        LLVMSetAlignment(v, elem_align(p));
     } else {
         LLVMTypeRef types[2] = {vt, vpt};
-        LLVMValueRef args[4] = {vp, sn_ll_i32(L, 4), mask, LLVMConstNull(vt)};
-        v = call_typed(L, "llvm.masked.load", types, 2, args, 4, i32 ? "" : name);
+        LLVMValueRef args[4] = {vp, sn_ll_i32(L, (int)elem_align(p)), mask, LLVMConstNull(vt)};
+        v = call_typed(L, "llvm.masked.load", types, 2, args, 4, plain ? name : "");
     }
-    return i32 ? LLVMBuildSIToFP(L->b, v, L->t_vf, name) : v;
+    return widen(L, p, v, name);
 }
 
 void sn_ll_vstore(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, LLVMValueRef v, LLVMValueRef mask) {
-    bool i32 = is_i32_ptr(L, p);
-    LLVMTypeRef vt = i32 ? L->t_vi32 : L->t_vf, vpt = LLVMPointerType(vt, 0);
-    if (i32) v = LLVMBuildFPToSI(L->b, v, L->t_vi32, "");
-    LLVMValueRef vp = LLVMBuildBitCast(L->b, elem_ptr(L, p, idx), vpt, "");
+    LLVMTypeRef vt = mem_type(L, p, true), vpt = LLVMPointerType(vt, 0);
+    v = narrow(L, p, v);
+    LLVMValueRef vp = mem_ptr(L, p, idx, true);
     if (!mask) {
-        LLVMSetAlignment(LLVMBuildStore(L->b, v, vp), 4);
+        LLVMSetAlignment(LLVMBuildStore(L->b, v, vp), elem_align(p));
         return;
     }
     LLVMTypeRef types[2] = {vt, vpt};
-    LLVMValueRef args[4] = {v, vp, sn_ll_i32(L, 4), mask};
+    LLVMValueRef args[4] = {v, vp, sn_ll_i32(L, (int)elem_align(p)), mask};
     call_typed(L, "llvm.masked.store", types, 2, args, 4, "");
 }
 
 LLVMValueRef sn_ll_vgather(sn_ll *L, LLVMValueRef p, LLVMValueRef idxv, LLVMValueRef mask,
                            const char *name) {
-    bool i32 = is_i32_ptr(L, p);
-    LLVMTypeRef vt = i32 ? L->t_vi32 : L->t_vf;
-    LLVMValueRef ptrs = LLVMBuildGEP2(L->b, elem_type(p), p, &idxv, 1, "");
+    bool plain = elem_type(p) == L->t_f32;
+    LLVMTypeRef vt = mem_type(L, p, true), st = mem_type(L, p, false);
+    LLVMValueRef base = LLVMBuildBitCast(L->b, p, LLVMPointerType(st, 0), "");
+    LLVMValueRef ptrs = LLVMBuildGEP2(L->b, st, base, &idxv, 1, "");
     LLVMTypeRef types[2] = {vt, LLVMTypeOf(ptrs)};
     if (!mask) mask = sn_ll_const_first_lanes(L, L->lanes);
-    LLVMValueRef args[4] = {ptrs, sn_ll_i32(L, 4), mask, LLVMConstNull(vt)};
-    LLVMValueRef v = call_typed(L, "llvm.masked.gather", types, 2, args, 4, i32 ? "" : name);
-    return i32 ? LLVMBuildSIToFP(L->b, v, L->t_vf, name) : v;
+    LLVMValueRef args[4] = {ptrs, sn_ll_i32(L, (int)elem_align(p)), mask, LLVMConstNull(vt)};
+    LLVMValueRef v = call_typed(L, "llvm.masked.gather", types, 2, args, 4, plain ? name : "");
+    return widen(L, p, v, name);
 }
 
 /* ---- arithmetic ---- */
@@ -548,7 +616,8 @@ const char *sn_ll_kname(const sn_kernel *k, char *buf, size_t len) {
 }
 
 sn_status sn_ll_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
-    if (n->dtype == SN_F32 || n->dtype == SN_I32) return SN_OK;
+    if (n->dtype == SN_F32 || n->dtype == SN_I32 || n->dtype == SN_BF16 || n->dtype == SN_F16)
+        return SN_OK;
     char kn[96];
     return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: node %%%d (%s) is %s; the LLVM backend generates "
                    "f32 and i32 kernels only so far (no bf16/f16 rounding yet): run the CPU "

@@ -54,8 +54,13 @@ void sn_ll_fn_begin(sn_ll *L, const char *name);
 void sn_ll_fn_end(sn_ll *L); /* ret void at the current position */
 LLVMBasicBlockRef sn_ll_block(sn_ll *L, const char *name); /* a new block in L->fn */
 
-/* bufs[i] as a typed element pointer: float* for float dtypes, i32* for i32. */
+/* bufs[i] as a typed element pointer: float*, i32*, bfloat* or half* by dtype; the loads and
+ * stores below convert bf16 / f16 elements to and from f32 values (round to nearest even). */
 LLVMValueRef sn_ll_buf(sn_ll *L, int i, sn_dtype t, const char *name);
+
+/* f32 value v (scalar or vector) rounded to dtype t and back (a cast to bf16 / f16 inside a
+ * fused expression); v itself for f32 and i32. */
+LLVMValueRef sn_ll_round_to(sn_ll *L, LLVMValueRef v, sn_dtype t);
 
 LLVMValueRef sn_ll_i32(sn_ll *L, int32_t v);
 LLVMValueRef sn_ll_i64(sn_ll *L, int64_t v);

@@ -180,9 +180,11 @@ static sn_status gemm_plan(cuda_dev *c, const sn_kernel *k, cuda_gemm **out, sn_
     if (!st && !c->lt) st = SN_CUDA_CHECK(API, e, cublasLtCreate, &c->lt);
     if (!st && !c->workspace) st = SN_CUDA_CHECK(API, e, cuMemAlloc, &c->workspace, WORKSPACE_BYTES);
     if (st) return st;
-    if (k->anchor->dtype != SN_F32)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "GEMM kernel %s is %s: the CUDA device runs f32 "
-                       "GEMMs only yet", k->name, sn_dtype_name(k->anchor->dtype));
+    sn_dtype in = k->anchor->in[0]->dtype; /* bf16 operands (autocast) give an f32 product */
+    if (k->anchor->dtype != SN_F32 || in != SN_F32)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "GEMM kernel %s is %s of %s operands: the CUDA device "
+                       "runs f32 GEMMs only yet (train with --precision fp32, or on --device cpu)",
+                       k->name, sn_dtype_name(k->anchor->dtype), sn_dtype_name(in));
     cuda_gemm *g = sn_calloc(1, sizeof *g, "a GEMM plan", e);
     if (!g) return SN_ERR_OOM;
     g->tag = TAG_GEMM;

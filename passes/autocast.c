@@ -1,0 +1,202 @@
+/* autocast.c: the autocast pass: mixed precision as a forward rewrite, driven by one policy
+ * table (torch.autocast's op lists): products take bf16 (or f16) operands, everything else f32.
+ * Convention: a value is cast at most once per dtype (a parameter's low-precision copy is made
+ * once per step however many products read it); casts to the low dtype move above views. */
+#include <stdlib.h>
+
+#include "frontend/sinter.h"
+#include "ir/rewrite.h"
+#include "passes.h"
+
+_Static_assert(SN_OP_COUNT == 49, "a new op needs its autocast policy in policy()");
+
+/* What autocast does with an op's float inputs. */
+typedef enum {
+    POL_LOW,    /* products: inputs cast to the low dtype; matmul returns f32 (f32 accumulation),
+                   attention returns the low dtype (its readers are products: the projection) */
+    POL_F32,    /* computed in f32: pointwise, reductions, norms, softmax, cross-entropy, gathers */
+    POL_FOLLOW, /* views and explicit casts: keep their input's dtype (a view of a bf16 value is
+                   a bf16 view) */
+    POL_LEAF,   /* inputs, parameters (f32 masters), constants: unchanged */
+    POL_REFUSE, /* backward ops: the pass runs before autodiff */
+} policy;
+
+static policy policy_of(sn_op op) {
+    switch (op) {
+    case SN_OP_MATMUL: case SN_OP_ATTENTION_LSE: case SN_OP_ATTENTION: return POL_LOW;
+    case SN_OP_ATTENTION_BWD_Q: case SN_OP_ATTENTION_BWD_K: case SN_OP_ATTENTION_BWD_V:
+    case SN_OP_SOFTMAX_BWD: case SN_OP_LAYERNORM_BWD: case SN_OP_LAYERNORM_BWD_W:
+    case SN_OP_RMSNORM_BWD: case SN_OP_RMSNORM_BWD_W: case SN_OP_CROSS_ENTROPY_BWD:
+    case SN_OP_EMBEDDING_BWD: case SN_OP_GELU_BWD: case SN_OP_SILU_BWD:
+        return POL_REFUSE;
+    case SN_OP_CAST: return POL_FOLLOW;
+    default: break;
+    }
+    switch (sn_op_kind(op)) {
+    case SN_K_LEAF: return POL_LEAF;
+    case SN_K_LAYOUT: return POL_FOLLOW;
+    default: return POL_F32;
+    }
+}
+
+/* The pass's state: the rewrite and, per node of the new graph, its casts made so far. */
+typedef struct {
+    sn_rewrite r;
+    sn_dtype low;
+    sn_node **to_low, **to_f32; /* [cap], by new node id */
+    int cap;
+    int n_casts;
+    sn_err *e;
+} ac_state;
+
+/* Makes room in the cast memo for every node of the new graph; false when out of memory. */
+static bool grow(ac_state *s) {
+    int need = s->r.g->n_nodes + 1;
+    if (need <= s->cap) return true;
+    int cap = need * 2;
+    sn_node **a = sn_realloc(s->to_low, sizeof *a * (size_t)cap, "the autocast pass's casts", s->e);
+    if (!a) return false;
+    s->to_low = a;
+    sn_node **b = sn_realloc(s->to_f32, sizeof *b * (size_t)cap, "the autocast pass's casts", s->e);
+    if (!b) return false;
+    s->to_f32 = b;
+    for (int i = s->cap; i < cap; i++) a[i] = b[i] = NULL;
+    s->cap = cap;
+    return true;
+}
+
+/* x (a node of the new graph) in dtype t, cast once. A single-input view (reshape, permute,
+ * slice, broadcast) of an f32 value is cast below the view, so that q, k and v sliced from one
+ * QKV product share one cast of it and attention reads them in place. */
+static sn_node *cast(ac_state *s, sn_node *x, sn_dtype t) {
+    if (!x || x->dtype == t || !sn_dtype_is_float(x->dtype) || !grow(s)) return x;
+    sn_node **memo = t == SN_F32 ? s->to_f32 : s->to_low;
+    if (memo[x->id]) return memo[x->id];
+    sn_node *y;
+    bool view = x->op == SN_OP_RESHAPE || x->op == SN_OP_PERMUTE || x->op == SN_OP_SLICE ||
+                x->op == SN_OP_BROADCAST;
+    if (t != SN_F32 && view) {
+        sn_node *in[1] = {cast(s, x->in[0], t)}, p = *x;
+        p.id = -1;
+        p.grad = NULL;
+        p.name = NULL;
+        p.in = in;
+        p.dtype = t;
+        y = sn_graph_append(s->r.g, &p);
+    } else {
+        y = sn_cast(s->r.g, x, t);
+        s->n_casts++;
+    }
+    if (!y || !grow(s)) return y;
+    memo = t == SN_F32 ? s->to_f32 : s->to_low;
+    memo[x->id] = y;
+    return y;
+}
+
+/* Copies old node n with its float inputs in the dtypes its policy asks for. */
+static sn_status rewrite_node(ac_state *s, const sn_node *n) {
+    sn_node *ins[SN_MAX_INPUTS], p = sn_rewrite_proto(&s->r, n, ins);
+    switch (policy_of(n->op)) {
+    case POL_REFUSE:
+        return sn_fail(s->e, SN_ERR_INVALID, "autocast: node %%%d (%s) is a backward op; run the "
+                       "pass on the forward graph, before autodiff", n->id, sn_op_name(n->op));
+    case POL_LEAF: break;
+    case POL_LOW:
+        for (int i = 0; i < n->n_in; i++) /* attention's lse (input 3) stays f32 */
+            if (!(n->op == SN_OP_ATTENTION && i == 3)) ins[i] = cast(s, ins[i], s->low);
+        break;
+    case POL_F32:
+        for (int i = 0; i < n->n_in; i++) ins[i] = cast(s, ins[i], SN_F32);
+        break;
+    case POL_FOLLOW:
+        if (n->op == SN_OP_CONCAT || n->op == SN_OP_PAD) { /* mixed inputs meet in f32 */
+            bool mixed = false;
+            for (int i = 1; i < n->n_in; i++) mixed |= ins[i]->dtype != ins[0]->dtype;
+            for (int i = 0; mixed && i < n->n_in; i++) ins[i] = cast(s, ins[i], SN_F32);
+        }
+        if (n->op != SN_OP_CAST) p.dtype = ins[0]->dtype; /* a view follows its input */
+        break;
+    }
+    sn_rewrite_emit(&s->r, n, &p); /* a shape error stays in r.g for sn_rewrite_end */
+    return SN_OK;
+}
+
+/* g without the computing nodes nothing reads (the f32 views whose low-precision copies replaced
+ * them): a copy through the rewrite keeping leaves, and nodes outputs and the loss depend on. */
+static sn_status drop_dead(sn_graph **g, sn_err *e) {
+    const sn_graph *in = *g;
+    bool *live = sn_calloc((size_t)in->n_nodes + 1, sizeof *live, "the autocast pass's liveness", e);
+    sn_rewrite r;
+    if (!live || sn_rewrite_begin(&r, in, e)) {
+        free(live);
+        return SN_ERR_OOM;
+    }
+    for (int i = in->n_nodes - 1; i >= 0; i--) { /* readers come after what they read */
+        const sn_node *n = in->nodes[i];
+        bool kept = live[i] || sn_op_kind(n->op) == SN_K_LEAF;
+        for (int k = 0; k < in->n_outputs; k++) kept |= in->outputs[k] == n;
+        kept |= in->loss == n;
+        live[i] = kept;
+        for (int k = 0; kept && k < n->n_in; k++) live[n->in[k]->id] = true;
+    }
+    for (int i = 0; i < in->n_nodes; i++)
+        if (live[i]) sn_rewrite_copy(&r, in->nodes[i]);
+    free(live);
+    sn_graph *out;
+    sn_status st = sn_rewrite_end(&r, "autocast", &out, e);
+    if (st) return st;
+    sn_graph_free(*g);
+    *g = out;
+    return SN_OK;
+}
+
+sn_status sn_pass_autocast(const sn_graph *in, sn_precision prec, sn_graph **out,
+                           int *n_casts, sn_err *e) {
+    *out = NULL;
+    *n_casts = 0;
+    if (prec != SN_PRECISION_BF16 && prec != SN_PRECISION_FP16)
+        return sn_fail(e, SN_ERR_INVALID, "autocast: precision %s has no low-precision storage "
+                       "(use bf16 or fp16; fp32 and tf32 do not run the pass)",
+                       sn_precision_name(prec));
+    sn_status st = sn_verify(in, e);
+    if (st) return st;
+    if (in->has_backward)
+        return sn_fail(e, SN_ERR_INVALID, "autocast: the graph already has a backward part; run "
+                       "the pass before autodiff so the gradients come from the cast graph");
+    ac_state s = {.low = prec == SN_PRECISION_BF16 ? SN_BF16 : SN_F16, .e = e};
+    if ((st = sn_rewrite_begin(&s.r, in, e))) return st;
+    for (int i = 0; !st && i < in->n_nodes; i++) st = rewrite_node(&s, in->nodes[i]);
+    /* outputs and the loss keep the dtypes the model gave them */
+    for (int i = 0; !st && i < in->n_nodes; i++) {
+        const sn_node *n = in->nodes[i];
+        if (s.r.map[i] && s.r.map[i]->dtype != n->dtype) {
+            bool kept = n == in->loss;
+            for (int k = 0; k < in->n_outputs; k++) kept |= in->outputs[k] == n;
+            if (kept) s.r.map[i] = cast(&s, s.r.map[i], n->dtype);
+        }
+    }
+    free(s.to_low);
+    free(s.to_f32);
+    if (st) {
+        free(s.r.map);
+        sn_graph_free(s.r.g);
+        return st;
+    }
+    *n_casts = s.n_casts;
+    if ((st = sn_rewrite_end(&s.r, "autocast", out, e)) || (st = drop_dead(out, e))) {
+        if (*out) sn_graph_free(*out);
+        *out = NULL;
+        return st;
+    }
+    if (prec == SN_PRECISION_FP16 && (*out)->loss) { /* dynamic loss scaling (train.h) */
+        sn_graph *g = *out;
+        sn_node *scale = sn_input(g, SN_LOSS_SCALE_INPUT, SN_F32, SN_SCALAR);
+        g->loss = sn_mul(g, g->loss, scale);
+        if (sn_graph_error(g)) {
+            st = sn_fail(e, g->err.code, "autocast: scaling the loss: %s", sn_graph_error(g));
+            sn_graph_free(g);
+            *out = NULL;
+        }
+    }
+    return st;
+}

@@ -1,0 +1,172 @@
+/* gemm_lowp.c: matrix products with bf16 or f16 operands, f32 accumulation and f32 output (the
+ * autocast pass's products) for the CPU device. Convention: bf16 goes through oneDNN's matmul
+ * primitive (vdpbf16ps where the CPU has AVX-512 BF16); f16, and bf16 where oneDNN has no
+ * kernel for this CPU, are widened to f32 (exactly) and multiplied by sn_gemm_f32. */
+#include "gemm_lowp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm.h"
+
+#ifdef SN_HAVE_DNNL
+#include <dnnl.h>
+#include <dnnl_debug.h>
+#endif
+
+static float f16_to_f32(uint16_t h) {
+    int s = h >> 15, ex = (h >> 10) & 31, m = h & 1023;
+    float v = ex == 0 ? ldexpf((float)m, -24) : ex == 31 ? (m ? NAN : INFINITY)
+                                                        : ldexpf((float)(m | 1024), ex - 25);
+    return s ? -v : v;
+}
+
+static float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* rows x cols of a 16-bit matrix (leading dimension ld) widened into a packed f32 copy. */
+static float *widen(sn_dtype t, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld, sn_err *e) {
+    float *y = sn_malloc(sizeof(float) * (size_t)(rows * cols), "an f32 copy of a 16-bit GEMM "
+                         "operand", e);
+    if (!y) return NULL;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            y[i * cols + j] = t == SN_BF16 ? bf16_to_f32(x[i * ld + j]) : f16_to_f32(x[i * ld + j]);
+    return y;
+}
+
+static sn_status widened(sn_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                         const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C,
+                         int64_t ldc, sn_err *e) {
+    float *a = widen(t, A, ta ? K : M, ta ? M : K, lda, e);
+    float *b = a ? widen(t, B, tb ? N : K, tb ? K : N, ldb, e) : NULL;
+    sn_status s = !b ? SN_ERR_OOM
+                     : sn_gemm_f32(ta, tb, M, N, K, a, ta ? M : K, b, tb ? K : N, 0, C, ldc, e);
+    free(a);
+    free(b);
+    return s;
+}
+
+#ifdef SN_HAVE_DNNL
+/* The calling thread's oneDNN engine and stream (each pool thread multiplies on its own). */
+typedef struct {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    bool failed;
+} dnnl_ctx;
+
+static _Thread_local dnnl_ctx tctx;
+
+static dnnl_ctx *ctx_get(void) {
+    if (!tctx.eng && !tctx.failed) {
+        if (dnnl_engine_create(&tctx.eng, dnnl_cpu, 0) != dnnl_success ||
+            dnnl_stream_create(&tctx.stream, tctx.eng, dnnl_stream_default_flags) != dnnl_success)
+            tctx.failed = true;
+    }
+    return tctx.failed ? NULL : &tctx;
+}
+
+/* dnnl_unimplemented when oneDNN offers only its reference kernel for this CPU (no AVX-512: a
+ * plain loop nest, ~100x slower than sgemm on the widened operands). */
+static dnnl_status_t reference_only(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl)
+        return dnnl_unimplemented;
+    return strncmp(impl, "ref", 3) ? dnnl_success : dnnl_unimplemented;
+}
+
+/* C = op(A) op(B) with bf16 A, B through the matmul primitive (oneDNN caches primitives by
+ * their description, so a shape seen before is not compiled again). dnnl_unimplemented when
+ * this CPU has no bf16 matmul kernel. */
+static dnnl_status_t matmul_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                               int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc) {
+    dnnl_ctx *c = ctx_get();
+    if (!c) return dnnl_runtime_error;
+    dnnl_dims_t ad = {M, K}, as = {ta ? 1 : lda, ta ? lda : 1};
+    dnnl_dims_t bd = {K, N}, bs = {tb ? 1 : ldb, tb ? ldb : 1};
+    dnnl_dims_t cd = {M, N}, cs = {ldc, 1};
+    dnnl_memory_desc_t amd, bmd, cmd;
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t prim = NULL;
+    dnnl_memory_t mem[3] = {NULL, NULL, NULL};
+    dnnl_exec_arg_t args[3];
+    dnnl_status_t s;
+    if ((s = dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as)) ||
+        (s = dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs)) ||
+        (s = dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs)) ||
+        (s = dnnl_matmul_desc_init(&desc, &amd, &bmd, NULL, &cmd)) ||
+        (s = dnnl_primitive_desc_create(&pd, &desc, NULL, c->eng, NULL)) ||
+        (s = reference_only(pd)) ||
+        (s = dnnl_primitive_create(&prim, pd)) ||
+        (s = dnnl_memory_create(&mem[0], &amd, c->eng, (void *)A)) ||
+        (s = dnnl_memory_create(&mem[1], &bmd, c->eng, (void *)B)) ||
+        (s = dnnl_memory_create(&mem[2], &cmd, c->eng, C)))
+        goto done;
+    args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mem[0]};
+    args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mem[1]};
+    args[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, mem[2]};
+    if (!(s = dnnl_primitive_execute(prim, c->stream, 3, args))) s = dnnl_stream_wait(c->stream);
+done:
+    for (int i = 0; i < 3; i++)
+        if (mem[i]) dnnl_memory_destroy(mem[i]);
+    if (prim) dnnl_primitive_destroy(prim);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return s;
+}
+#endif
+
+sn_status sn_gemm_lowp(sn_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                       const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C,
+                       int64_t ldc, sn_err *e) {
+    SN_ASSERT(t == SN_BF16 || t == SN_F16);
+#ifdef SN_HAVE_DNNL
+    if (t == SN_BF16) {
+        dnnl_status_t s = matmul_bf16(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+        if (s == dnnl_success) return SN_OK;
+        if (s != dnnl_unimplemented)
+            return sn_fail(e, SN_ERR_DEVICE, "oneDNN bf16 matmul (%lld x %lld x %lld) failed: %s",
+                           (long long)M, (long long)N, (long long)K, dnnl_status2str(s));
+    }
+#endif
+    return widened(t, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, e);
+}
+
+sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, const void *b,
+                                   int part, int parts, sn_err *e) {
+    const sn_node *A = mm->in[0], *B = mm->in[1];
+    sn_dtype t = A->dtype;
+    bool ta = mm->a.ta, tb = mm->a.tb;
+    int64_t M = mm->shape[mm->rank - 2], N = mm->shape[mm->rank - 1];
+    int64_t K = A->shape[A->rank - 1 - ta];
+    int64_t lda = A->shape[A->rank - 1], ldb = B->shape[B->rank - 1];
+    int64_t batch = sn_numel(mm) / (M * N);
+    if (B->rank == 2 && A->rank > 2 && !ta) { /* rows of every batch are one matrix */
+        M *= batch;
+        batch = 1;
+    }
+    int64_t sa = A->rank > 2 ? M * K : 0, sb = B->rank > 2 ? K * N : 0;
+    int64_t b0 = 0, b1 = batch, r0 = 0, r1 = M;
+    if (batch >= parts) { /* whole batches per part */
+        b0 = batch * part / parts;
+        b1 = batch * (part + 1) / parts;
+    } else { /* rows of every batch, in multiples of 16 */
+        int64_t blocks = (M + 15) / 16;
+        r0 = blocks * part / parts * 16;
+        r1 = blocks * (part + 1) / parts * 16;
+        if (r1 > M) r1 = M;
+    }
+    const uint16_t *a16 = a, *b16 = b;
+    for (int64_t i = b0; i < b1 && r0 < r1; i++) {
+        const uint16_t *ai = a16 + i * sa + (ta ? r0 : r0 * lda);
+        sn_status s = sn_gemm_lowp(t, ta, tb, r1 - r0, N, K, ai, lda, b16 + i * sb, ldb,
+                                   c + i * M * N + r0 * N, N, e);
+        if (s) return s;
+    }
+    return SN_OK;
+}

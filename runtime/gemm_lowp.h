@@ -1,0 +1,20 @@
+/* gemm_lowp.h: matrix products with bf16 or f16 operands (raw 16-bit storage), f32
+ * accumulation and f32 output, for the CPU device; row-major like gemm.h. */
+#ifndef SN_GEMM_LOWP_H
+#define SN_GEMM_LOWP_H
+
+#include <stdint.h>
+
+#include "ir/ir.h"
+
+/* C (M, N) = op(A) @ op(B) (C overwritten), A and B of dtype t (SN_BF16 or SN_F16). */
+sn_status sn_gemm_lowp(sn_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                       const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C,
+                       int64_t ldc, sn_err *e);
+
+/* Part `part` of `parts` of matmul mm whose operands are bf16 or f16 (its output f32): the
+ * same split as sn_gemm_matmul_part. */
+sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, const void *b,
+                                   int part, int parts, sn_err *e);
+
+#endif
