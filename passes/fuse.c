@@ -177,6 +177,40 @@ static bool read_by_attention(const fuse_state *s, const sn_node *v) {
     return false;
 }
 
+/* The rows of a row op's first input. */
+static int64_t rows_of(const sn_node *x) { return x->rank ? sn_numel(x) / x->shape[x->rank - 1] : 1; }
+
+/* The norm weight-gradient kernel (kernel.h: n_colsum) that also computes x, a column sum over
+ * axis 0 of a buffer (R, C) (a bias gradient, a layernorm's dbeta), or NULL: the first such
+ * kernel, over the same R rows and with nothing fused into it, that runs after x's operand is
+ * written and before anything reads x, with room for one more output and input. */
+static const sn_node *colsum_host(const fuse_state *s, const sn_node *x) {
+    if (x->op != SN_OP_SUM) return NULL;
+    const sn_node *src = x->in[0], *b = src;
+    if (x->a.axis != 0 || src->rank != 2 || x->dtype != SN_F32 ||
+        src->dtype != SN_F32 || s->home[x->id] != x->id || !s->mat[src->id])
+        return NULL;
+    while (is_alias(s, b)) b = b->in[0];
+    int ready = is_leaf(b->op) || b->op == SN_OP_FULL ? -1 : s->home[b->id];
+    if (ready < 0 && !is_leaf(b->op) && b->op != SN_OP_FULL) return NULL;
+    int first_read = s->g->n_nodes;
+    for (int k = 0; k < s->n_users[x->id]; k++) {
+        const sn_node *u = s->g->nodes[s->users[x->id][k]];
+        int p = s->live[u->id] ? read_pos(s, u) : INT_MAX;
+        if (p < first_read) first_read = p;
+    }
+    for (int h = ready + 1; h < first_read; h++) {
+        const sn_node *H = s->g->nodes[h];
+        if (!s->live[h] || (H->op != SN_OP_LAYERNORM_BWD_W && H->op != SN_OP_RMSNORM_BWD_W) ||
+            s->home[h] != h || s->members[h] || rows_of(H->in[0]) != src->shape[0])
+            continue;
+        int sums = 0; /* outputs 1 + sums, inputs at most 2 + sums */
+        for (int j = 0; j < s->g->n_nodes; j++) sums += j != h && s->home[j] == h;
+        if (3 + 2 * (sums + 1) <= SN_KER_MAX_ARGS) return H;
+    }
+    return NULL;
+}
+
 /* ---- all decisions ---- */
 
 /* Views first: one has a buffer when it is an output or a compute op reads it, or when the
@@ -240,6 +274,11 @@ static void decide(fuse_state *s) {
             continue;
         }
         join_or_root(s, x);
+    }
+    /* column sums join a norm weight-gradient kernel over the same rows (kernel.h) */
+    for (int i = 0; i < n; i++) {
+        const sn_node *h = s->live[i] ? colsum_host(s, g->nodes[i]) : NULL;
+        if (h) s->home[i] = h->id;
     }
 }
 

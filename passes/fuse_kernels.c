@@ -209,6 +209,15 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
         k->args[k->n_out++] = dv;
         snprintf(k->name, sizeof k->name, "k%d_attention_bwd_kv", k->id);
     }
+    for (int j = 0; j < s->g->n_nodes && k->kind == SN_KER_ROW; j++) { /* column sums */
+        const sn_node *x = s->g->nodes[j];
+        if (j == n->id || s->home[j] != n->id) continue;
+        SN_ASSERT(x->op == SN_OP_SUM && k->n_out < SN_KER_MAX_ARGS / 2);
+        k->args[k->n_out++] = x;
+        k->n_colsum++;
+        size_t len = strlen(k->name);
+        if (len + 5 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_sum");
+    }
     bool att = k->kind == SN_KER_ATTENTION;
     if (att) { /* an access per input: attention reads q, k, v, o, dout through views */
         k->n_access = n->n_in;
@@ -234,6 +243,18 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
             k->access[i] = (sn_access){.arg = at, .offset = m.offset};
             memcpy(k->access[i].stride, m.stride, sizeof m.stride);
         }
+    }
+    for (int o = 1; o <= k->n_colsum; o++) { /* their operands, after the anchor's */
+        const sn_node *src = k->args[o]->in[0];
+        SN_ASSERT(s->mat[src->id]);
+        int at = -1;
+        for (int j = k->n_out; j < k->n_out + k->n_in && at < 0; j++)
+            if (k->args[j] == src) at = j;
+        if (at < 0) {
+            at = k->n_out + k->n_in++;
+            k->args[at] = src;
+        }
+        k->colsum_src[o] = at;
     }
     sn_kernel_work(k, &k->n_items, &k->serial);
     return SN_OK;

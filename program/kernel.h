@@ -100,6 +100,16 @@ struct sn_kernel {
     int64_t n_items;
     bool serial;
 
+    /* ROW whose anchor sums over every row (layernorm_bwd_w, rmsnorm_bwd_w), with column sums
+     * (n_colsum > 0): outputs 1 .. n_colsum are `sum` nodes over the same R rows (bias
+     * gradients, layernorm's dbeta) that joined the kernel: output o is the sum over r of
+     * args[colsum_src[o]] read as a contiguous (R, C_o) matrix, C_o = numel(args[o]). One
+     * launch does them all: item 0 is the anchor over every row, items 1 .. are tiles of
+     * SN_COLSUM_TILE columns (output 1's tiles first), each summed over all R rows in row order
+     * (sn_colsum_tile); such a kernel is not serial. */
+    int n_colsum;
+    int colsum_src[SN_KER_MAX_ARGS];
+
     /* The optimizer kinds: the flat range [0, flat_n) of f32 elements they cover, and (ADAMW)
      * the first flat_decay of them, which get weight decay. */
     int64_t flat_n, flat_decay;
@@ -164,6 +174,13 @@ bool sn_row_result_per_element(sn_op op);
  * Reads k->kind, k->anchor and (pointwise) k->rank and k->shape. An ADAMW kernel without an
  * anchor keeps its n_items. */
 void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial);
+
+/* The column sums of a ROW kernel (n_colsum above) are split in tiles of this many columns. */
+enum { SN_COLSUM_TILE = 32 };
+/* Tiles of k's column sums (0 without). */
+int64_t sn_colsum_tiles(const sn_kernel *k);
+/* Tile t (0-based, item t + 1) of k's column sums: its output *o and first column *c0. */
+void sn_colsum_tile(const sn_kernel *k, int64_t t, int *o, int64_t *c0);
 
 /* One line describing k: "k3 pointwise gelu,add f32[4,64,768] <- %12, %40 -> %41". */
 void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len);

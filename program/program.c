@@ -69,6 +69,10 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
     switch (k->kind) {
     case SN_KER_POINTWISE: *n_items = sn_shape_numel(k->rank, k->shape); return;
     case SN_KER_ROW:
+        if (k->n_colsum > 0) { /* the anchor, then the column sums' tiles */
+            *n_items = 1 + sn_colsum_tiles(k);
+            return;
+        }
         *n_items = rows_of(a->in[0]);
         *serial = sn_row_facts_of(a->op) && sn_row_facts_of(a->op)->serial;
         return;
@@ -88,6 +92,27 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
     }
     *n_items = 1; /* a library call */
     *serial = true;
+}
+
+int64_t sn_colsum_tiles(const sn_kernel *k) {
+    int64_t n = 0;
+    for (int o = 1; o <= k->n_colsum; o++)
+        n += (sn_numel(k->args[o]) + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
+    return n;
+}
+
+void sn_colsum_tile(const sn_kernel *k, int64_t t, int *o, int64_t *c0) {
+    SN_ASSERT(t >= 0);
+    for (int i = 1; i <= k->n_colsum; i++) {
+        int64_t tiles = (sn_numel(k->args[i]) + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
+        if (t < tiles) {
+            *o = i;
+            *c0 = t * SN_COLSUM_TILE;
+            return;
+        }
+        t -= tiles;
+    }
+    SN_ASSERT(!"a column-sum tile past the last");
 }
 
 void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len) {

@@ -611,7 +611,9 @@ static void gpt2_tiny_kernels(bool fuse_attention) {
                   "match the interpreter (%.2f s)\n", fuse_attention ? "fused" : "written out",
                   n, counts[SN_KER_POINTWISE], counts[SN_KER_ROW], counts[SN_KER_REDUCE],
                   counts[SN_KER_GATHER], counts[SN_KER_ATTENTION], now() - t0);
-    ck_assert(!n || (counts[SN_KER_ROW] > 5 && counts[SN_KER_REDUCE] > 5 && counts[SN_KER_GATHER] == 2));
+    /* the bias gradients are column sums in the norm weight-gradient kernels (ROW); the
+     * position embedding's gradient (a sum over the batch) is the one reduce left */
+    ck_assert(!n || (counts[SN_KER_ROW] > 5 && counts[SN_KER_REDUCE] >= 1 && counts[SN_KER_GATHER] == 2));
     sn_graph_free(g);
 }
 

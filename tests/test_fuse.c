@@ -355,7 +355,7 @@ START_TEST(row_facts_and_work_split) {
     ck_assert(sn_row_facts_of(SN_OP_CROSS_ENTROPY)->serial && !sn_row_facts_of(SN_OP_SOFTMAX)->serial);
     sn_graph *g = gpt2_training("tiny", 0, 2, 16);
     sn_program *p = compile(g);
-    int serial = 0;
+    int serial = 0, colsum_kernels = 0, colsums = 0;
     for (int k = 0; k < p->n_kernels; k++) {
         const sn_kernel *ker = p->kernels[k];
         int64_t n;
@@ -364,8 +364,16 @@ START_TEST(row_facts_and_work_split) {
         ck_assert_msg(n == ker->n_items && s == ker->serial, "%s", ker->name);
         ck_assert_int_ge(n, 1);
         serial += ker->kind == SN_KER_ROW && s;
+        colsum_kernels += ker->n_colsum > 0;
+        colsums += ker->n_colsum;
+        if (ker->n_colsum) ck_assert_int_eq(n, 1 + sn_colsum_tiles(ker));
     }
-    ck_assert_int_eq(serial, 1 + 2 * 2 + 1); /* the loss; ln_1, ln_2 weight grads per layer; ln_f */
+    ck_assert_int_eq(serial, 1); /* the loss */
+    /* ln_1, ln_2 weight grads per layer and ln_f's carry the column sums: each its dbeta and
+     * the bias gradient of the residual gradient it follows (the projection before it; none
+     * before layer 0's ln_1), ln_2's the fc bias, ln_1's the qkv bias */
+    ck_assert_int_eq(colsum_kernels, 1 + 2 * 2);
+    ck_assert_int_eq(colsums, 2 + 2 * 6 - 1);
     sn_program_free(p);
     sn_graph_free(g);
 }
@@ -394,10 +402,12 @@ START_TEST(kernels_per_gpt2_layer) {
     ck_assert_int_eq(per[SN_KER_POINTWISE], 8);
     /* 2 x (residual + layernorm), 2 x (layernorm_bwd + residual gradient), 2 layernorm_bwd_w */
     ck_assert_int_eq(per[SN_KER_ROW], 6);
-    ck_assert_int_eq(per[SN_KER_REDUCE], 6);     /* 4 bias gradients, 2 layernorm bias gradients */
-    ck_assert_int_eq(total[1] - total[0], 35); /* with attention fused (45 before fusing around
+    /* 4 bias gradients, 2 layernorm bias gradients: column sums of the weight-gradient kernels */
+    ck_assert_int_eq(per[SN_KER_REDUCE], 0);
+    ck_assert_int_eq(total[1] - total[0], 29); /* with attention fused (45 before fusing around
                                                   rows, 40 before dk and dv shared a kernel, 39
-                                                  before attention read q, k, v, dout in place) */
+                                                  before attention read q, k, v, dout in place,
+                                                  35 before the column sums joined) */
 }
 END_TEST
 
