@@ -219,10 +219,20 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
         if (len + 5 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_sum");
     }
     bool att = k->kind == SN_KER_ATTENTION;
-    if (att) { /* an access per input: attention reads q, k, v, o, dout through views */
-        k->n_access = n->n_in;
-        k->access = sn_arena_alloc(&s->p->arena, sizeof(sn_access) * (size_t)n->n_in);
-        if (!k->access) return sn_fail_oom(s->e, sizeof(sn_access) * 6, "a kernel of the fuse pass");
+    bool into = att && s->into[n->id];
+    if (att) { /* an access per input: attention reads q, k, v, o, dout through views; and
+                  one per output when they are written into a concatenation */
+        k->n_access = n->n_in + (into ? k->n_out : 0);
+        k->access = sn_arena_alloc(&s->p->arena, sizeof(sn_access) * (size_t)k->n_access);
+        if (!k->access) return sn_fail_oom(s->e, sizeof(sn_access) * 8, "a kernel of the fuse pass");
+    }
+    for (int o = 0; into && o < k->n_out; o++) { /* dq, or dk and dv */
+        const sn_node *a = k->args[o], *y = s->into[a->id];
+        view_map m;
+        SN_ASSERT(y && sn_fuse_out_map(s, a, y, &m)); /* decide made sure */
+        k->args[o] = y;
+        k->access[n->n_in + o] = (sn_access){.arg = o, .offset = m.offset};
+        memcpy(k->access[n->n_in + o].stride, m.stride, sizeof m.stride);
     }
     for (int i = 0; i < n->n_in; i++) {
         view_map m = {.base = n->in[i]};

@@ -83,7 +83,12 @@ struct sn_kernel {
      * ATTENTION: n_access = anchor->n_in, access[i] says where input i of the anchor is
      * (offset and strides over its dims, rank <= 4: (.., row, head) with unit stride along
      * the head): q, k, v, o and dout may be strided views of a larger buffer (the QKV GEMM's
-     * output) that fuse did not copy; a forward's lse output is args[1], contiguous. */
+     * output) that fuse did not copy; a forward's lse output is args[1], contiguous. The
+     * backward's outputs (dq; dk, dv) are either args[o] themselves, contiguous, or, with
+     * n_access = anchor->n_in + n_out, written through access[anchor->n_in + o] (arg o, unit
+     * stride along the head) into args[o], a wider buffer they share: the (B, T, 3C)
+     * concatenation of the QKV gradient, each kernel writing its slices of it (see
+     * sn_kernel_out_part). */
     int rank;
     int64_t shape[SN_MAX_RANK];
     int n_instr;
@@ -181,6 +186,11 @@ enum { SN_COLSUM_TILE = 32 };
 int64_t sn_colsum_tiles(const sn_kernel *k);
 /* Tile t (0-based, item t + 1) of k's column sums: its output *o and first column *c0. */
 void sn_colsum_tile(const sn_kernel *k, int64_t t, int *o, int64_t *c0);
+
+/* Whether output o of k writes only part of its buffer args[o] (attention outputs written
+ * into a concatenation, above); then sets mask[i] (numel(args[o]) flags) for the elements it
+ * writes and clears the others. */
+bool sn_kernel_out_part(const sn_kernel *k, int o, bool *mask);
 
 /* One line describing k: "k3 pointwise gelu,add f32[4,64,768] <- %12, %40 -> %41". */
 void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len);

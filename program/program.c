@@ -115,6 +115,26 @@ void sn_colsum_tile(const sn_kernel *k, int64_t t, int *o, int64_t *c0) {
     SN_ASSERT(!"a column-sum tile past the last");
 }
 
+bool sn_kernel_out_part(const sn_kernel *k, int o, bool *mask) {
+    const sn_node *a = k->anchor;
+    if (k->kind != SN_KER_ATTENTION || k->n_access != a->n_in + k->n_out) return false;
+    const sn_node *y = o ? k->anchor2 : a;
+    const sn_access *x = &k->access[a->n_in + o];
+    memset(mask, 0, (size_t)sn_numel(k->args[o]));
+    int64_t idx[SN_MAX_RANK] = {0};
+    for (int64_t i = 0; i < sn_numel(y); i++) {
+        int64_t off = x->offset, rest = i;
+        for (int d = y->rank - 1; d >= 0; d--) {
+            idx[d] = rest % y->shape[d];
+            rest /= y->shape[d];
+            off += idx[d] * x->stride[d];
+        }
+        SN_ASSERT(off >= 0 && off < sn_numel(k->args[o]));
+        mask[off] = true;
+    }
+    return true;
+}
+
 void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len) {
     char t[96];
     size_t at = (size_t)snprintf(buf, len, "%-40s %-9s %s <-", k->name, sn_kernel_kind_name(k->kind),
