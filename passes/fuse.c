@@ -211,6 +211,27 @@ static const sn_node *colsum_host(const fuse_state *s, const sn_node *x) {
     return NULL;
 }
 
+/* The matmul whose GEMM kernel computes x = matmul + bias as its bias epilogue (kernel.h), or
+ * NULL: x adds an (N) f32 vector with a buffer to a matmul read by nothing else, whose
+ * product is one GEMM (a rank-2 B shared by A's rows, A not transposed), and x's own kernel
+ * computes nothing else. */
+static const sn_node *bias_gemm(const fuse_state *s, const sn_node *x) {
+    if (x->op != SN_OP_ADD || x->dtype != SN_F32 || s->home[x->id] != x->id || s->members[x->id])
+        return NULL;
+    for (int i = 0; i < 2; i++) {
+        const sn_node *mm = x->in[i], *b = x->in[1 - i];
+        if (mm->op != SN_OP_MATMUL || mm->dtype != SN_F32 || mm->rank != x->rank ||
+            s->home[mm->id] != mm->id || sn_fuse_only_reader(s, mm) != x || mm->a.ta ||
+            mm->in[1]->rank != 2 || b->rank != 1 || b->dtype != SN_F32 || !s->mat[b->id] ||
+            b->shape[0] != x->shape[x->rank - 1] || mm == b)
+            continue;
+        bool same = true;
+        for (int d = 0; d < x->rank; d++) same = same && mm->shape[d] == x->shape[d];
+        if (same) return mm;
+    }
+    return NULL;
+}
+
 /* ---- attention outputs written into a concatenation ---- */
 
 enum { MAX_PARTS = 8 };
@@ -361,6 +382,12 @@ static void decide(fuse_state *s) {
         join_or_root(s, x);
     }
     settle_into(s);
+    for (int i = 0; i < n; i++) { /* a bias add joins the GEMM before it as its epilogue */
+        const sn_node *mm = s->live[i] ? bias_gemm(s, g->nodes[i]) : NULL;
+        if (!mm) continue;
+        s->home[i] = mm->id;
+        s->mat[mm->id] = false;
+    }
     /* column sums join a norm weight-gradient kernel over the same rows (kernel.h) */
     for (int i = 0; i < n; i++) {
         const sn_node *h = s->live[i] ? colsum_host(s, g->nodes[i]) : NULL;

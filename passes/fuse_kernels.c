@@ -254,6 +254,15 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
             memcpy(k->access[i].stride, m.stride, sizeof m.stride);
         }
     }
+    for (int j = n->id + 1; k->kind == SN_KER_GEMM && j < s->g->n_nodes; j++) { /* a bias */
+        const sn_node *x = s->g->nodes[j];
+        if (s->home[j] != n->id) continue;
+        SN_ASSERT(x->op == SN_OP_ADD && k->n_in == 2);
+        k->args[0] = x; /* the epilogue's result */
+        k->args[k->n_out + k->n_in++] = x->in[0] == n ? x->in[1] : x->in[0];
+        snprintf(k->name, sizeof k->name, "k%d_matmul_bias", k->id);
+        break;
+    }
     for (int o = 1; o <= k->n_colsum; o++) { /* their operands, after the anchor's */
         const sn_node *src = k->args[o]->in[0];
         SN_ASSERT(s->mat[src->id]);

@@ -13,7 +13,9 @@ typedef enum {
     SN_KER_POINTWISE, /* out[i] = expression over accesses, i over `shape` */
     SN_KER_ROW,       /* anchor is a row op (softmax, norms, causal mask, cross-entropy, bwds) */
     SN_KER_REDUCE,    /* anchor is sum/mean/max over one axis */
-    SN_KER_GEMM,      /* anchor is a matmul: a GEMM library call, not generated */
+    SN_KER_GEMM,      /* anchor is a matmul: a GEMM library call, not generated; args: y, A, B
+                         and, with a bias epilogue (n_in 3), an (N) vector added to every row
+                         of the product (y is then the add node the matmul fed) */
     SN_KER_ATTENTION, /* anchor is an attention op (forward: lse + o; backward: dq, dk, dv) */
     SN_KER_GATHER,    /* anchor is embedding (gather) or embedding_bwd (scatter-add) */
     /* the optimizer step over the flat parameter range (made by the trainer, not fuse; below) */

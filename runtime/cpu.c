@@ -136,6 +136,7 @@ static sn_status cpu_launch(sn_device *d, const sn_kernel *k, void *handle, void
 typedef struct {
     const sn_node *mm;
     void *const *bufs;
+    const float *bias; /* the bias epilogue's (N) vector, or NULL */
     int parts;
     sn_status status[64];
     sn_err err[64];
@@ -145,8 +146,8 @@ static void gemm_part(void *ctx, int64_t begin, int64_t end) {
     gemm_ctx *g = ctx;
     sn_gemm_thread_init();
     for (int64_t p = begin; p < end; p++)
-        g->status[p] = sn_gemm_matmul_part(g->mm, g->bufs[0], g->bufs[1], g->bufs[2], (int)p,
-                                           g->parts, &g->err[p]);
+        g->status[p] = sn_gemm_matmul_part(g->mm, g->bufs[0], g->bufs[1], g->bufs[2], g->bias,
+                                           (int)p, g->parts, &g->err[p]);
 }
 
 static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, sn_err *e) {
@@ -157,7 +158,7 @@ static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, s
                        "so far", mm->id, sn_dtype_name(mm->dtype));
     int parts = sn_pool_threads(c->pool);
     if (parts > 64) parts = 64;
-    gemm_ctx g = {.mm = mm, .bufs = bufs, .parts = parts};
+    gemm_ctx g = {.mm = mm, .bufs = bufs, .bias = k->n_in == 3 ? bufs[3] : NULL, .parts = parts};
     sn_pool_run(c->pool, parts, gemm_part, &g);
     for (int p = 0; p < parts; p++)
         if (g.status[p]) {
