@@ -43,9 +43,8 @@ sn_status train_log_open(const char *path, long resume_step, FILE **out, sn_err 
 
 /* ---- samples (train_out.c) ---- */
 
-/* Prints prompt and generated text between two rules, decoded by tk; bytes that are not
- * printable (other than newline and tab) are shown as \xNN. */
-void train_print_sample(FILE *f, const sn_tokenizer *tk, const int32_t *prompt, int n_prompt,
-                        const int32_t *out, int n_out, const char *heading);
+/* Prints a sample's text between two rules; bytes that are not printable (other than newline
+ * and tab) are shown as \xNN. */
+void train_print_sample(FILE *f, const char *text, size_t len, const char *heading);
 
 #endif
