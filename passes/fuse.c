@@ -177,6 +177,142 @@ static bool read_by_attention(const fuse_state *s, const sn_node *v) {
     return false;
 }
 
+/* The rows of a row op's first input. */
+static int64_t rows_of(const sn_node *x) { return x->rank ? sn_numel(x) / x->shape[x->rank - 1] : 1; }
+
+/* The norm weight-gradient kernel (kernel.h: n_colsum) that also computes x, a column sum over
+ * axis 0 of a buffer (R, C) (a bias gradient, a layernorm's dbeta), or NULL: the first such
+ * kernel, over the same R rows and with nothing fused into it, that runs after x's operand is
+ * written and before anything reads x, with room for one more output and input. */
+static const sn_node *colsum_host(const fuse_state *s, const sn_node *x) {
+    if (x->op != SN_OP_SUM) return NULL;
+    const sn_node *src = x->in[0], *b = src;
+    if (x->a.axis != 0 || src->rank != 2 || x->dtype != SN_F32 ||
+        src->dtype != SN_F32 || s->home[x->id] != x->id || !s->mat[src->id])
+        return NULL;
+    while (is_alias(s, b)) b = b->in[0];
+    int ready = is_leaf(b->op) || b->op == SN_OP_FULL ? -1 : s->home[b->id];
+    if (ready < 0 && !is_leaf(b->op) && b->op != SN_OP_FULL) return NULL;
+    int first_read = s->g->n_nodes;
+    for (int k = 0; k < s->n_users[x->id]; k++) {
+        const sn_node *u = s->g->nodes[s->users[x->id][k]];
+        int p = s->live[u->id] ? read_pos(s, u) : INT_MAX;
+        if (p < first_read) first_read = p;
+    }
+    for (int h = ready + 1; h < first_read; h++) {
+        const sn_node *H = s->g->nodes[h];
+        if (!s->live[h] || (H->op != SN_OP_LAYERNORM_BWD_W && H->op != SN_OP_RMSNORM_BWD_W) ||
+            s->home[h] != h || s->members[h] || rows_of(H->in[0]) != src->shape[0])
+            continue;
+        int sums = 0; /* outputs 1 + sums, inputs at most 2 + sums */
+        for (int j = 0; j < s->g->n_nodes; j++) sums += j != h && s->home[j] == h;
+        if (3 + 2 * (sums + 1) <= SN_KER_MAX_ARGS) return H;
+    }
+    return NULL;
+}
+
+/* The matmul whose GEMM kernel computes x = matmul + bias as its bias epilogue (kernel.h), or
+ * NULL: x adds an (N) f32 vector with a buffer to a matmul read by nothing else, whose
+ * product is one GEMM (a rank-2 B shared by A's rows, A not transposed), and x's own kernel
+ * computes nothing else. */
+static const sn_node *bias_gemm(const fuse_state *s, const sn_node *x) {
+    if (x->op != SN_OP_ADD || x->dtype != SN_F32 || s->home[x->id] != x->id || s->members[x->id])
+        return NULL;
+    for (int i = 0; i < 2; i++) {
+        const sn_node *mm = x->in[i], *b = x->in[1 - i];
+        if (mm->op != SN_OP_MATMUL || mm->dtype != SN_F32 || mm->rank != x->rank ||
+            s->home[mm->id] != mm->id || sn_fuse_only_reader(s, mm) != x || mm->a.ta ||
+            mm->in[1]->rank != 2 || b->rank != 1 || b->dtype != SN_F32 || !s->mat[b->id] ||
+            b->shape[0] != x->shape[x->rank - 1] || mm == b)
+            continue;
+        bool same = true;
+        for (int d = 0; d < x->rank; d++) same = same && mm->shape[d] == x->shape[d];
+        if (same) return mm;
+    }
+    return NULL;
+}
+
+/* ---- attention outputs written into a concatenation ---- */
+
+enum { MAX_PARTS = 8 };
+
+static bool is_att_out(sn_op op) {
+    return op == SN_OP_ATTENTION_BWD_Q || op == SN_OP_ATTENTION_BWD_K || op == SN_OP_ATTENTION_BWD_V;
+}
+
+/* The pads under x in an add tree rooted at y (every add and pad the one reader's, shaped
+ * like y) into pads[*n]; false when x is something else. */
+static bool pad_tree(const fuse_state *s, const sn_node *x, const sn_node *y, const sn_node **pads,
+                     int *n) {
+    if (x->rank != y->rank || x->dtype != y->dtype || (x != y && !sn_fuse_only_reader(s, x)))
+        return false;
+    for (int d = 0; d < y->rank; d++)
+        if (x->shape[d] != y->shape[d]) return false;
+    if (x->op == SN_OP_ADD)
+        return pad_tree(s, x->in[0], y, pads, n) && pad_tree(s, x->in[1], y, pads, n);
+    if (x->op != SN_OP_PAD || *n == MAX_PARTS) return false;
+    pads[(*n)++] = x;
+    return true;
+}
+
+/* The attention output under pad p (through permutes and reshapes, each read by the next
+ * alone), or NULL. */
+static const sn_node *pad_part(const fuse_state *s, const sn_node *p) {
+    const sn_node *x = p->in[0];
+    while (x->op == SN_OP_PERMUTE || x->op == SN_OP_RESHAPE) x = x->in[0];
+    return is_att_out(x->op) && x->dtype == p->dtype ? x : NULL;
+}
+
+/* Whether y, an add of pads along one axis whose parts tile it, each an attention output
+ * (dq, dk, dv of the QKV gradient) read by nothing else, can have them written straight into
+ * its buffer, with unit stride along the head: then into[] marks y, the tree and the parts. */
+static bool concat_into(fuse_state *s, const sn_node *y) {
+    const sn_node *pads[MAX_PARTS], *parts[MAX_PARTS];
+    int n = 0;
+    if (y->op != SN_OP_ADD || s->into[y->id] || !pad_tree(s, y, y, pads, &n)) return false;
+    int axis = pads[0]->a.axis;
+    int64_t covered = 0;
+    for (int i = 0; i < n; i++) {
+        const sn_node *p = pads[i];
+        int64_t lo = p->a.start, hi = lo + p->in[0]->shape[axis];
+        if (p->a.axis != axis || !(parts[i] = pad_part(s, p))) return false;
+        for (int j = 0; j < i; j++) { /* disjoint */
+            int64_t l2 = pads[j]->a.start, h2 = l2 + pads[j]->in[0]->shape[axis];
+            if (lo < h2 && l2 < hi) return false;
+        }
+        covered += hi - lo;
+        view_map m;
+        const sn_node *a = parts[i];
+        if (!sn_fuse_out_map(s, a, y, &m) || m.stride[a->rank - 1] != 1) return false;
+    }
+    if (covered != y->shape[axis]) return false;
+    s->into[y->id] = y;
+    for (int i = 0; i < n; i++) { /* the parts, their views, the pads and the adds above */
+        for (const sn_node *x = parts[i]; x != y; x = sn_fuse_only_reader(s, x)) s->into[x->id] = y;
+    }
+    return true;
+}
+
+/* After the other decisions: the parts have no buffer of their own (their kernels write into
+ * y's), y has one and no kernel (home: the last part's), the pads and adds neither. */
+static void settle_into(fuse_state *s) {
+    for (int i = 0; i < s->g->n_nodes; i++) {
+        const sn_node *y = s->into[i];
+        if (y != s->g->nodes[i]) continue;
+        s->mat[i] = true;
+        s->home[i] = -1;
+        for (int j = 0; j < i; j++) {
+            if (s->into[j] != y) continue;
+            s->mat[j] = false;
+            if (is_att_out(s->g->nodes[j]->op)) {
+                if (s->home[j] > s->home[i]) s->home[i] = s->home[j];
+            } else {
+                s->home[j] = -1;
+            }
+        }
+    }
+}
+
 /* ---- all decisions ---- */
 
 /* Views first: one has a buffer when it is an output or a compute op reads it, or when the
@@ -191,6 +327,7 @@ static void decide(fuse_state *s) {
         s->anchor[i] = s->space[i] = NULL;
         s->members[i] = 0;
         s->extra[i] = false;
+        s->into[i] = NULL;
     }
     for (int i = 0; i < n; i++) {
         const sn_node *x = g->nodes[i];
@@ -222,9 +359,12 @@ static void decide(fuse_state *s) {
     for (int i = 0; i < n; i++) /* a view with a buffer of its own is a copy kernel */
         if (s->live[i] && is_view(g->nodes[i]->op) && s->mat[i] && !is_alias(s, g->nodes[i]))
             s->home[i] = i;
+    for (int i = n - 1; i >= 0; i--) /* attention outputs written into a concatenation */
+        if (s->live[i]) concat_into(s, g->nodes[i]);
     for (int i = n - 1; i >= 0; i--) {
         const sn_node *x = g->nodes[i], *owner;
         if (!s->live[i] || is_leaf(x->op) || is_view(x->op)) continue;
+        if (s->into[i] && !is_att_out(x->op)) continue; /* the concatenation: settle_into */
         if (x->op == SN_OP_FULL) { /* folded as a constant into pointwise readers */
             s->mat[i] = s->mat[i] || s->is_out[i];
             for (int k = 0; k < s->n_users[i]; k++) {
@@ -240,6 +380,18 @@ static void decide(fuse_state *s) {
             continue;
         }
         join_or_root(s, x);
+    }
+    settle_into(s);
+    for (int i = 0; i < n; i++) { /* a bias add joins the GEMM before it as its epilogue */
+        const sn_node *mm = s->live[i] ? bias_gemm(s, g->nodes[i]) : NULL;
+        if (!mm) continue;
+        s->home[i] = mm->id;
+        s->mat[mm->id] = false;
+    }
+    /* column sums join a norm weight-gradient kernel over the same rows (kernel.h) */
+    for (int i = 0; i < n; i++) {
+        const sn_node *h = s->live[i] ? colsum_host(s, g->nodes[i]) : NULL;
+        if (h) s->home[i] = h->id;
     }
 }
 
@@ -288,8 +440,9 @@ sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_er
     s.members = sn_calloc((size_t)n, sizeof *s.members, what, e);
     s.extra = sn_calloc((size_t)n, 1, what, e);
     s.solo = sn_calloc((size_t)n, 1, what, e);
+    s.into = sn_calloc((size_t)n, sizeof *s.into, what, e);
     bool ok = s.users && s.n_users && s.live && s.mat && s.is_out && s.home && s.anchor && s.space &&
-              s.members && s.extra && s.solo;
+              s.members && s.extra && s.solo && s.into;
     for (int i = 0; ok && i < n; i++)
         for (int j = 0; j < g->nodes[i]->n_in; j++) s.n_users[g->nodes[i]->in[j]->id]++;
     for (int i = 0; ok && i < n; i++) {
@@ -309,6 +462,7 @@ sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_er
         free(s.members);
         free(s.extra);
         free(s.solo);
+        free(s.into);
         return SN_ERR_OOM;
     }
     for (int i = 0; i < n; i++)
@@ -342,6 +496,7 @@ sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_er
     free(s.members);
     free(s.extra);
     free(s.solo);
+    free(s.into);
     if (st) {
         sn_program_free(s.p);
         return st;

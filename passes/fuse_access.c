@@ -1,6 +1,8 @@
 /* fuse_access.c: the views a kernel reads, folded into strided and masked accesses to buffers.
  * Convention: a view map walks down to the nearest node with a buffer and applies the views on
  * the way back up; a chain that is no strided view has no map (decide buffers what it views). */
+#include <string.h>
+
 #include "fuse_int.h"
 
 _Static_assert(SN_MAX_RANK == 4, "access maps are written for rank <= 4");
@@ -90,6 +92,56 @@ bool sn_fuse_map_of(const fuse_state *s, const sn_node *n, view_map *m) {
         return true;
     }
     return sn_fuse_map_through(s, n, m);
+}
+
+const sn_node *sn_fuse_only_reader(const fuse_state *s, const sn_node *n) {
+    const sn_node *r = NULL;
+    if (s->is_out[n->id]) return NULL;
+    for (int k = 0; k < s->n_users[n->id]; k++) {
+        const sn_node *u = s->g->nodes[s->users[n->id][k]];
+        if (!s->live[u->id]) continue;
+        if (r) return NULL;
+        r = u;
+    }
+    return r;
+}
+
+/* ---- attention outputs written into a concatenation ---- */
+
+bool sn_fuse_out_map(const fuse_state *s, const sn_node *a, const sn_node *y, view_map *m) {
+    enum { MAX_CHAIN = 8 };
+    const sn_node *chain[MAX_CHAIN + 1];
+    int len = 0;
+    chain[len++] = a;
+    while (chain[len - 1]->op != SN_OP_PAD) { /* a, its views, the pad */
+        const sn_node *v = sn_fuse_only_reader(s, chain[len - 1]);
+        if (!v || len > MAX_CHAIN ||
+            (v->op != SN_OP_PERMUTE && v->op != SN_OP_RESHAPE && v->op != SN_OP_PAD))
+            return false;
+        chain[len++] = v;
+    }
+    const sn_node *pad = chain[len - 1];
+    if (pad->rank != y->rank) return false;
+    for (int d = 0; d < y->rank; d++)
+        if (pad->shape[d] != y->shape[d]) return false;
+    *m = (view_map){.base = y};
+    contiguous(y, m->stride); /* the pad's strides in y; its part starts at a.start */
+    m->offset = pad->a.start * m->stride[pad->a.axis];
+    for (int i = len - 2; i >= 0; i--) { /* chain[i + 1] = view(chain[i]): chain[i]'s strides */
+        const sn_node *v = chain[i + 1], *u = chain[i];
+        int64_t st[SN_MAX_RANK] = {0};
+        if (v->op == SN_OP_PERMUTE) {
+            for (int d = 0; d < v->rank; d++) st[v->a.perm[d]] = m->stride[d];
+        } else if (v->op == SN_OP_RESHAPE) {
+            if (!reshape_strides(v->rank, v->shape, m->stride, u->rank, u->shape, st)) return false;
+        } else if (v != pad) {
+            return false;
+        } else {
+            memcpy(st, m->stride, sizeof st);
+        }
+        memcpy(m->stride, st, sizeof st);
+    }
+    return true;
 }
 
 /* ---- accesses ---- */

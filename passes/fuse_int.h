@@ -18,6 +18,10 @@ typedef struct {
     bool *is_out;  /* graph output, loss or gradient */
     int *home;     /* the root of the kernel that computes the node; -1: none (leaves, FULL,
                       views folded into accesses or sharing their input's buffer) */
+    const sn_node **into; /* a concatenation (an add of pads along one axis that tile it)
+                             whose parts are all attention outputs written straight into its
+                             buffer: for the concatenation, the pads, adds and views under it
+                             and those attention outputs, the concatenation; else NULL */
     /* per root: */
     const sn_node **anchor; /* the row op its kernel computes, or NULL */
     const sn_node **space;  /* the node whose shape is its kernel's index space */
@@ -56,6 +60,12 @@ typedef struct {
 bool sn_fuse_map_of(const fuse_state *s, const sn_node *n, view_map *m);
 /* The map of view n applied to the map of its input. */
 bool sn_fuse_map_through(const fuse_state *s, const sn_node *n, view_map *m);
+/* The live reader of n when it has exactly one and n is no output, else NULL. */
+const sn_node *sn_fuse_only_reader(const fuse_state *s, const sn_node *n);
+/* Where attention output a is written in the buffer of concatenation y (a chain of permutes
+ * and reshapes from a to a pad, then adds up to y): base y, strides over a's dims; false when
+ * the chain is not that or not strided. */
+bool sn_fuse_out_map(const fuse_state *s, const sn_node *a, const sn_node *y, view_map *m);
 /* An access reading map m as a tensor of `like`'s shape, which broadcasts right-aligned into
  * the index space. */
 sn_status sn_fuse_push_access(fuse_state *s, pw_build *b, const sn_node *like, const view_map *m,

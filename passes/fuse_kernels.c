@@ -209,11 +209,30 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
         k->args[k->n_out++] = dv;
         snprintf(k->name, sizeof k->name, "k%d_attention_bwd_kv", k->id);
     }
+    for (int j = 0; j < s->g->n_nodes && k->kind == SN_KER_ROW; j++) { /* column sums */
+        const sn_node *x = s->g->nodes[j];
+        if (j == n->id || s->home[j] != n->id) continue;
+        SN_ASSERT(x->op == SN_OP_SUM && k->n_out < SN_KER_MAX_ARGS / 2);
+        k->args[k->n_out++] = x;
+        k->n_colsum++;
+        size_t len = strlen(k->name);
+        if (len + 5 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_sum");
+    }
     bool att = k->kind == SN_KER_ATTENTION;
-    if (att) { /* an access per input: attention reads q, k, v, o, dout through views */
-        k->n_access = n->n_in;
-        k->access = sn_arena_alloc(&s->p->arena, sizeof(sn_access) * (size_t)n->n_in);
-        if (!k->access) return sn_fail_oom(s->e, sizeof(sn_access) * 6, "a kernel of the fuse pass");
+    bool into = att && s->into[n->id];
+    if (att) { /* an access per input: attention reads q, k, v, o, dout through views; and
+                  one per output when they are written into a concatenation */
+        k->n_access = n->n_in + (into ? k->n_out : 0);
+        k->access = sn_arena_alloc(&s->p->arena, sizeof(sn_access) * (size_t)k->n_access);
+        if (!k->access) return sn_fail_oom(s->e, sizeof(sn_access) * 8, "a kernel of the fuse pass");
+    }
+    for (int o = 0; into && o < k->n_out; o++) { /* dq, or dk and dv */
+        const sn_node *a = k->args[o], *y = s->into[a->id];
+        view_map m;
+        SN_ASSERT(y && sn_fuse_out_map(s, a, y, &m)); /* decide made sure */
+        k->args[o] = y;
+        k->access[n->n_in + o] = (sn_access){.arg = o, .offset = m.offset};
+        memcpy(k->access[n->n_in + o].stride, m.stride, sizeof m.stride);
     }
     for (int i = 0; i < n->n_in; i++) {
         view_map m = {.base = n->in[i]};
@@ -234,6 +253,27 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
             k->access[i] = (sn_access){.arg = at, .offset = m.offset};
             memcpy(k->access[i].stride, m.stride, sizeof m.stride);
         }
+    }
+    for (int j = n->id + 1; k->kind == SN_KER_GEMM && j < s->g->n_nodes; j++) { /* a bias */
+        const sn_node *x = s->g->nodes[j];
+        if (s->home[j] != n->id) continue;
+        SN_ASSERT(x->op == SN_OP_ADD && k->n_in == 2);
+        k->args[0] = x; /* the epilogue's result */
+        k->args[k->n_out + k->n_in++] = x->in[0] == n ? x->in[1] : x->in[0];
+        snprintf(k->name, sizeof k->name, "k%d_matmul_bias", k->id);
+        break;
+    }
+    for (int o = 1; o <= k->n_colsum; o++) { /* their operands, after the anchor's */
+        const sn_node *src = k->args[o]->in[0];
+        SN_ASSERT(s->mat[src->id]);
+        int at = -1;
+        for (int j = k->n_out; j < k->n_out + k->n_in && at < 0; j++)
+            if (k->args[j] == src) at = j;
+        if (at < 0) {
+            at = k->n_out + k->n_in++;
+            k->args[at] = src;
+        }
+        k->colsum_src[o] = at;
     }
     sn_kernel_work(k, &k->n_items, &k->serial);
     return SN_OK;

@@ -13,7 +13,9 @@ typedef enum {
     SN_KER_POINTWISE, /* out[i] = expression over accesses, i over `shape` */
     SN_KER_ROW,       /* anchor is a row op (softmax, norms, causal mask, cross-entropy, bwds) */
     SN_KER_REDUCE,    /* anchor is sum/mean/max over one axis */
-    SN_KER_GEMM,      /* anchor is a matmul: a GEMM library call, not generated */
+    SN_KER_GEMM,      /* anchor is a matmul: a GEMM library call, not generated; args: y, A, B
+                         and, with a bias epilogue (n_in 3), an (N) vector added to every row
+                         of the product (y is then the add node the matmul fed) */
     SN_KER_ATTENTION, /* anchor is an attention op (forward: lse + o; backward: dq, dk, dv) */
     SN_KER_GATHER,    /* anchor is embedding (gather) or embedding_bwd (scatter-add) */
     /* the optimizer step over the flat parameter range (made by the trainer, not fuse; below) */
@@ -83,7 +85,12 @@ struct sn_kernel {
      * ATTENTION: n_access = anchor->n_in, access[i] says where input i of the anchor is
      * (offset and strides over its dims, rank <= 4: (.., row, head) with unit stride along
      * the head): q, k, v, o and dout may be strided views of a larger buffer (the QKV GEMM's
-     * output) that fuse did not copy; a forward's lse output is args[1], contiguous. */
+     * output) that fuse did not copy; a forward's lse output is args[1], contiguous. The
+     * backward's outputs (dq; dk, dv) are either args[o] themselves, contiguous, or, with
+     * n_access = anchor->n_in + n_out, written through access[anchor->n_in + o] (arg o, unit
+     * stride along the head) into args[o], a wider buffer they share: the (B, T, 3C)
+     * concatenation of the QKV gradient, each kernel writing its slices of it (see
+     * sn_kernel_out_part). */
     int rank;
     int64_t shape[SN_MAX_RANK];
     int n_instr;
@@ -99,6 +106,16 @@ struct sn_kernel {
      * sets both from sn_kernel_work; code generators check them against it. */
     int64_t n_items;
     bool serial;
+
+    /* ROW whose anchor sums over every row (layernorm_bwd_w, rmsnorm_bwd_w), with column sums
+     * (n_colsum > 0): outputs 1 .. n_colsum are `sum` nodes over the same R rows (bias
+     * gradients, layernorm's dbeta) that joined the kernel: output o is the sum over r of
+     * args[colsum_src[o]] read as a contiguous (R, C_o) matrix, C_o = numel(args[o]). One
+     * launch does them all: item 0 is the anchor over every row, items 1 .. are tiles of
+     * SN_COLSUM_TILE columns (output 1's tiles first), each summed over all R rows in row order
+     * (sn_colsum_tile); such a kernel is not serial. */
+    int n_colsum;
+    int colsum_src[SN_KER_MAX_ARGS];
 
     /* The optimizer kinds: the flat range [0, flat_n) of f32 elements they cover, and (ADAMW)
      * the first flat_decay of them, which get weight decay. */
@@ -164,6 +181,18 @@ bool sn_row_result_per_element(sn_op op);
  * Reads k->kind, k->anchor and (pointwise) k->rank and k->shape. An ADAMW kernel without an
  * anchor keeps its n_items. */
 void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial);
+
+/* The column sums of a ROW kernel (n_colsum above) are split in tiles of this many columns. */
+enum { SN_COLSUM_TILE = 32 };
+/* Tiles of k's column sums (0 without). */
+int64_t sn_colsum_tiles(const sn_kernel *k);
+/* Tile t (0-based, item t + 1) of k's column sums: its output *o and first column *c0. */
+void sn_colsum_tile(const sn_kernel *k, int64_t t, int *o, int64_t *c0);
+
+/* Whether output o of k writes only part of its buffer args[o] (attention outputs written
+ * into a concatenation, above); then sets mask[i] (numel(args[o]) flags) for the elements it
+ * writes and clears the others. */
+bool sn_kernel_out_part(const sn_kernel *k, int o, bool *mask);
 
 /* One line describing k: "k3 pointwise gelu,add f32[4,64,768] <- %12, %40 -> %41". */
 void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len);

@@ -69,6 +69,10 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
     switch (k->kind) {
     case SN_KER_POINTWISE: *n_items = sn_shape_numel(k->rank, k->shape); return;
     case SN_KER_ROW:
+        if (k->n_colsum > 0) { /* the anchor, then the column sums' tiles */
+            *n_items = 1 + sn_colsum_tiles(k);
+            return;
+        }
         *n_items = rows_of(a->in[0]);
         *serial = sn_row_facts_of(a->op) && sn_row_facts_of(a->op)->serial;
         return;
@@ -88,6 +92,47 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
     }
     *n_items = 1; /* a library call */
     *serial = true;
+}
+
+int64_t sn_colsum_tiles(const sn_kernel *k) {
+    int64_t n = 0;
+    for (int o = 1; o <= k->n_colsum; o++)
+        n += (sn_numel(k->args[o]) + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
+    return n;
+}
+
+void sn_colsum_tile(const sn_kernel *k, int64_t t, int *o, int64_t *c0) {
+    SN_ASSERT(t >= 0);
+    for (int i = 1; i <= k->n_colsum; i++) {
+        int64_t tiles = (sn_numel(k->args[i]) + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
+        if (t < tiles) {
+            *o = i;
+            *c0 = t * SN_COLSUM_TILE;
+            return;
+        }
+        t -= tiles;
+    }
+    SN_ASSERT(!"a column-sum tile past the last");
+}
+
+bool sn_kernel_out_part(const sn_kernel *k, int o, bool *mask) {
+    const sn_node *a = k->anchor;
+    if (k->kind != SN_KER_ATTENTION || k->n_access != a->n_in + k->n_out) return false;
+    const sn_node *y = o ? k->anchor2 : a;
+    const sn_access *x = &k->access[a->n_in + o];
+    memset(mask, 0, (size_t)sn_numel(k->args[o]));
+    int64_t idx[SN_MAX_RANK] = {0};
+    for (int64_t i = 0; i < sn_numel(y); i++) {
+        int64_t off = x->offset, rest = i;
+        for (int d = y->rank - 1; d >= 0; d--) {
+            idx[d] = rest % y->shape[d];
+            rest /= y->shape[d];
+            off += idx[d] * x->stride[d];
+        }
+        SN_ASSERT(off >= 0 && off < sn_numel(k->args[o]));
+        mask[off] = true;
+    }
+    return true;
 }
 
 void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len) {

@@ -137,6 +137,7 @@ static sn_status cpu_launch(sn_device *d, const sn_kernel *k, void *handle, void
 typedef struct {
     const sn_node *mm;
     void *const *bufs;
+    const float *bias; /* the bias epilogue's (N) vector, or NULL */
     int parts;
     sn_status status[64];
     sn_err err[64];
@@ -147,10 +148,10 @@ static void gemm_part(void *ctx, int64_t begin, int64_t end) {
     sn_gemm_thread_init();
     bool lowp = g->mm->in[0]->dtype != SN_F32; /* bf16 / f16 operands, f32 output */
     for (int64_t p = begin; p < end; p++)
-        g->status[p] = lowp ? sn_gemm_matmul_part_lowp(g->mm, g->bufs[0], g->bufs[1], g->bufs[2], (int)p,
-                                                       g->parts, &g->err[p])
-                            : sn_gemm_matmul_part(g->mm, g->bufs[0], g->bufs[1], g->bufs[2], (int)p,
-                                                  g->parts, &g->err[p]);
+        g->status[p] = lowp ? sn_gemm_matmul_part_lowp(g->mm, g->bufs[0], g->bufs[1], g->bufs[2], g->bias,
+                                                       (int)p, g->parts, &g->err[p])
+                            : sn_gemm_matmul_part(g->mm, g->bufs[0], g->bufs[1], g->bufs[2], g->bias,
+                                                  (int)p, g->parts, &g->err[p]);
 }
 
 static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, sn_err *e) {
@@ -163,7 +164,7 @@ static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, s
                        sn_dtype_name(mm->dtype), sn_dtype_name(in));
     int parts = sn_pool_threads(c->pool);
     if (parts > 64) parts = 64;
-    gemm_ctx g = {.mm = mm, .bufs = bufs, .parts = parts};
+    gemm_ctx g = {.mm = mm, .bufs = bufs, .bias = k->n_in == 3 ? bufs[3] : NULL, .parts = parts};
     sn_pool_run(c->pool, parts, gemm_part, &g);
     for (int p = 0; p < parts; p++)
         if (g.status[p]) {

@@ -61,11 +61,11 @@ sn_status sn_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const f
 }
 
 sn_status sn_gemm_matmul(const sn_node *mm, float *c, const float *a, const float *b, sn_err *e) {
-    return sn_gemm_matmul_part(mm, c, a, b, 0, 1, e);
+    return sn_gemm_matmul_part(mm, c, a, b, NULL, 0, 1, e);
 }
 
-sn_status sn_gemm_matmul_part(const sn_node *mm, float *c, const float *a, const float *b, int part,
-                              int parts, sn_err *e) {
+sn_status sn_gemm_matmul_part(const sn_node *mm, float *c, const float *a, const float *b,
+                              const float *bias, int part, int parts, sn_err *e) {
     const sn_node *A = mm->in[0], *B = mm->in[1];
     bool ta = mm->a.ta, tb = mm->a.tb;
     int64_t M = mm->shape[mm->rank - 2], N = mm->shape[mm->rank - 1];
@@ -92,6 +92,10 @@ sn_status sn_gemm_matmul_part(const sn_node *mm, float *c, const float *a, const
         sn_status s = sn_gemm_f32(ta, tb, r1 - r0, N, K, ai, lda, b + i * sb, ldb, 0,
                                   c + i * M * N + r0 * N, N, e);
         if (s) return s;
+        for (int64_t r = r0; bias && r < r1; r++) { /* the bias epilogue, rows still in cache */
+            float *row = c + i * M * N + r * N;
+            for (int64_t j = 0; j < N; j++) row[j] += bias[j];
+        }
     }
     return SN_OK;
 }

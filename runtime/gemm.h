@@ -16,9 +16,11 @@ sn_status sn_gemm_matmul(const sn_node *mm, float *c, const float *a, const floa
 
 /* Part `part` of `parts` of that product: a share of the rows of every batch's output, or of
  * the batches; the parts together compute the whole product, each on its own thread, with the
- * library itself single-threaded (one thread pool for the whole device). */
-sn_status sn_gemm_matmul_part(const sn_node *mm, float *c, const float *a, const float *b, int part,
-                              int parts, sn_err *e);
+ * library itself single-threaded (one thread pool for the whole device). With `bias` (N
+ * floats; NULL: none), each part adds it to every row it computed while they are in cache (the
+ * GEMM kernel's bias epilogue, program/kernel.h). */
+sn_status sn_gemm_matmul_part(const sn_node *mm, float *c, const float *a, const float *b,
+                              const float *bias, int part, int parts, sn_err *e);
 
 /* Makes the calling thread's library calls single-threaded (call once per pool thread). */
 void sn_gemm_thread_init(void);

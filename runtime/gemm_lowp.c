@@ -138,7 +138,7 @@ sn_status sn_gemm_lowp(sn_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64
 }
 
 sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, const void *b,
-                                   int part, int parts, sn_err *e) {
+                                   const float *bias, int part, int parts, sn_err *e) {
     const sn_node *A = mm->in[0], *B = mm->in[1];
     sn_dtype t = A->dtype;
     bool ta = mm->a.ta, tb = mm->a.tb;
@@ -167,6 +167,10 @@ sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, c
         sn_status s = sn_gemm_lowp(t, ta, tb, r1 - r0, N, K, ai, lda, b16 + i * sb, ldb,
                                    c + i * M * N + r0 * N, N, e);
         if (s) return s;
+        for (int64_t r = r0; bias && r < r1; r++) { /* the bias epilogue (f32 output) */
+            float *row = c + i * M * N + r * N;
+            for (int64_t j = 0; j < N; j++) row[j] += bias[j];
+        }
     }
     return SN_OK;
 }

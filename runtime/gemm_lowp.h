@@ -13,8 +13,9 @@ sn_status sn_gemm_lowp(sn_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64
                        int64_t ldc, sn_err *e);
 
 /* Part `part` of `parts` of matmul mm whose operands are bf16 or f16 (its output f32): the
- * same split as sn_gemm_matmul_part. */
+ * same split and the same bias epilogue (bias (N) added to every row; NULL: none) as
+ * sn_gemm_matmul_part. */
 sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, const void *b,
-                                   int part, int parts, sn_err *e);
+                                   const float *bias, int part, int parts, sn_err *e);
 
 #endif

@@ -434,9 +434,20 @@ static double host_check(sn_sim_module *h, const sn_kernel *k, const char *fn, c
     double *got = NULL, worst = 0;
     for (int d = 0; d < (k->kind == SN_KER_POINTWISE ? 2 : 1); d++)
         for (int reversed = 0; reversed < 2; reversed++) {
-            for (int o = 0; o < k->n_out; o++)
-                memset(buf[o], k->args[o]->dtype == SN_I32 ? 0x7f : 0xff,
-                       dtype_bytes(k->args[o]->dtype) * (size_t)sn_numel(k->args[o]));
+            for (int o = 0; o < k->n_out; o++) {
+                const sn_node *n = k->args[o];
+                size_t eb = dtype_bytes(n->dtype);
+                memset(buf[o], n->dtype == SN_I32 ? 0x7f : 0xff, eb * (size_t)sn_numel(n));
+                bool *part = malloc((size_t)sn_numel(n) + 1);
+                char *ref = malloc(eb * (size_t)sn_numel(n) + 1);
+                if (sn_kernel_out_part(k, o, part)) { /* the rest of the buffer as it was */
+                    to_buffer(n->dtype, sn_interp_value(it, n), sn_numel(n), ref);
+                    for (int64_t i = 0; i < sn_numel(n); i++)
+                        if (!part[i]) memcpy((char *)buf[o] + eb * (size_t)i, ref + eb * (size_t)i, eb);
+                }
+                free(part);
+                free(ref);
+            }
             sn_sim_opts so = sn_sim_defaults();
             so.order = reversed ? SN_SIM_REVERSE : SN_SIM_FORWARD;
             sn_err e;
@@ -652,7 +663,9 @@ static void gpt2_tiny_kernels(bool fuse_attention, sn_precision precision) {
                   fuse_attention ? "fused" : "written out",
                   n, counts[SN_KER_POINTWISE], counts[SN_KER_ROW], counts[SN_KER_REDUCE],
                   counts[SN_KER_GATHER], counts[SN_KER_ATTENTION], now() - t0);
-    ck_assert(!n || (counts[SN_KER_ROW] > 5 && counts[SN_KER_REDUCE] > 5 && counts[SN_KER_GATHER] == 2));
+    /* the bias gradients are column sums in the norm weight-gradient kernels (ROW); the
+     * position embedding's gradient (a sum over the batch) is the one reduce left */
+    ck_assert(!n || (counts[SN_KER_ROW] > 5 && counts[SN_KER_REDUCE] >= 1 && counts[SN_KER_GATHER] == 2));
     sn_graph_free(g);
 }
 

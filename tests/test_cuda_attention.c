@@ -165,7 +165,21 @@ static void run_attention(const sn_program *p, const sn_interp *it, const sn_tar
         sn_cuda_dims d = sn_cuda_launch_dims(k, tg);
         ck_assert(d.grid[0] > 0 && d.shared_bytes == 0);
         for (int order = 0; order < SN_SIM_ORDER_COUNT; order++) {
-            for (int a = 0; a < k->n_out; a++) memset(buf[a].p, 0x7f, buf[a].bytes);
+            for (int a = 0; a < k->n_out; a++) {
+                memset(buf[a].p, 0x7f, buf[a].bytes);
+                int64_t numel = sn_numel(k->args[a]);
+                bool *part = malloc((size_t)numel + 1);
+                if (sn_kernel_out_part(k, a, part)) { /* the rest of a shared buffer as it was */
+                    tbuf ref;
+                    tbuf_new(&ref, k->args[a]);
+                    tbuf_put(&ref, sn_interp_value(it, k->args[a]));
+                    size_t eb = ref.bytes / (size_t)numel;
+                    for (int64_t i = 0; i < numel; i++)
+                        if (!part[i]) memcpy((char *)buf[a].p + eb * (size_t)i, (char *)ref.p + eb * (size_t)i, eb);
+                    free(ref.p);
+                }
+                free(part);
+            }
             sn_sim_opts o = sn_sim_defaults();
             o.order = (sn_sim_order)order;
             o.seed = 7;
@@ -305,7 +319,9 @@ START_TEST(unfused_forward) {
 END_TEST
 
 /* q, k, v as GPT-2 makes them, heads of the (B, T, 3C) QKV output, and dout from a (B, T, C)
- * gradient: the kernels read them in place (strided), no copies. */
+ * gradient: the kernels read them in place (strided), no copies; dq, dk, dv concatenated into
+ * the (B, T, 3C) gradient as autodiff makes it (an add of pads): the kernels write their
+ * slices of it (strided), no copies either. */
 static void check_qkv_layout(sn_dtype dt, int sm, int64_t hs) {
     enum { B = 2, H = 2, T = 37 };
     int64_t C = H * hs;
@@ -321,10 +337,17 @@ static void check_qkv_layout(sn_dtype dt, int sm, int64_t hs) {
     sn_node *q = head[0], *k = head[1], *v = head[2], *dout = head[3];
     sn_node *lse = sn_attention_lse(g, q, k, scale);
     sn_node *o = sn_attention(g, q, k, v, lse, scale);
-    sn_node *outs[] = {o, lse, sn_attention_bwd_q(g, q, k, v, o, dout, lse, scale),
-                       sn_attention_bwd_k(g, q, k, v, o, dout, lse, scale),
-                       sn_attention_bwd_v(g, q, k, v, o, dout, lse, scale)};
-    for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
+    sn_node *grads[] = {sn_attention_bwd_q(g, q, k, v, o, dout, lse, scale),
+                        sn_attention_bwd_k(g, q, k, v, o, dout, lse, scale),
+                        sn_attention_bwd_v(g, q, k, v, o, dout, lse, scale)};
+    sn_node *dqkv = NULL;
+    for (int i = 2; i >= 0; i--) { /* dv, dk, dq: autodiff's order */
+        sn_node *back = sn_reshape(g, sn_permute(g, grads[i], perm), SN_SHAPE(B, T, C));
+        sn_node *padded = sn_pad(g, back, 2, i * C, 3 * C);
+        dqkv = dqkv ? sn_add(g, dqkv, padded) : padded;
+    }
+    sn_node *outs[] = {o, lse, dqkv};
+    for (int i = 0; i < 3; i++) sn_graph_add_output(g, outs[i]);
     ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
     sn_interp *it = sn_interp_new(g, false);
     sn_interp_keep_all(it, true);
@@ -333,8 +356,10 @@ static void check_qkv_layout(sn_dtype dt, int sm, int64_t hs) {
     sn_err e;
     ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
     sn_program *p = fuse(g);
-    for (int i = 0; i < p->n_kernels; i++) /* attention only: no copies of q, k, v, dout */
+    for (int i = 0; i < p->n_kernels; i++) /* attention only: no copies of q, k, v, dout, and
+                                              dq, dk, dv written into the gradient */
         ck_assert_msg(p->kernels[i]->kind == SN_KER_ATTENTION, "%s", p->kernels[i]->name);
+    ck_assert_int_eq(p->kernels[2]->n_access, 6 + 2); /* dk and dv through their accesses */
     sn_target tg = sn_target_cuda(sm);
     char label[96];
     snprintf(label, sizeof label, "%s sm_%d qkv layout (B %d, H %d, T %d, hs %lld)",

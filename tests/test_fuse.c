@@ -330,8 +330,84 @@ START_TEST(memory_plan_gpt2) {
     sn_graph *g = gpt2_training("gpt2", 0, 4, 64);
     sn_program *p = compile(g);
     check_plan(p);
-    ck_assert_msg(2 * p->arena_bytes <= p->sum_bytes, "arena %lld bytes is more than half of %lld",
-                  (long long)p->arena_bytes, (long long)p->sum_bytes);
+    /* 24 a layer; embedding, ln_f, logits, loss, their backwards and the embeddings' gradients */
+    ck_assert_int_eq(p->n_kernels, 12 * 24 + 13);
+    int bias = 0;
+    for (int k = 0; k < p->n_kernels; k++) /* the qkv GEMMs: matmul + bias, args y, A, B, b */
+        if (p->kernels[k]->kind == SN_KER_GEMM && p->kernels[k]->n_in == 3) {
+            const sn_kernel *ker = p->kernels[k];
+            ck_assert(ker->args[0]->op == SN_OP_ADD && ker->args[3]->rank == 1 &&
+                      (ker->args[0]->in[0] == ker->anchor || ker->args[0]->in[1] == ker->anchor));
+            ck_assert_int_eq(ker->args[3]->shape[0], 3 * 768);
+            bias++;
+        }
+    ck_assert_int_eq(bias, 12);
+    /* reuse: the peak is at most 55% of every arena value added up (half before the copies
+     * around attention and the qkv bias went: they shrank the sum, not the peak, 351.89 MiB) */
+    ck_assert_msg(20 * p->arena_bytes <= 11 * p->sum_bytes, "arena %lld bytes is more than 55%% "
+                  "of %lld", (long long)p->arena_bytes, (long long)p->sum_bytes);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* dq, dk, dv concatenated into the (B, T, 3C) QKV gradient (an add of pads, as autodiff makes
+ * it): the attention kernels write their slices of it through output accesses, and no kernel
+ * concatenates; not when one of them is also read elsewhere (here: an output). */
+static sn_program *qkv_gradient(bool dk_out, sn_node **dqkv_out) {
+    enum { B = 2, H = 2, T = 8, D = 4, C = H * D };
+    sn_graph *g = sn_graph_new();
+    sn_node *qkv = sn_input(g, "qkv", SN_F32, SN_SHAPE(B, T, 3 * C));
+    sn_node *dy = sn_input(g, "dy", SN_F32, SN_SHAPE(B, T, C));
+    sn_node *part[3], *head[4];
+    ck_assert_int_eq(sn_split(g, qkv, 2, 3, part), 0);
+    static const int perm[] = {0, 2, 1, 3};
+    for (int i = 0; i < 4; i++)
+        head[i] = sn_permute(g, sn_reshape(g, i < 3 ? part[i] : dy, SN_SHAPE(B, T, H, D)), perm);
+    sn_node *q = head[0], *k = head[1], *v = head[2], *dout = head[3];
+    sn_node *lse = sn_attention_lse(g, q, k, 0.5f);
+    sn_node *o = sn_attention(g, q, k, v, lse, 0.5f);
+    sn_node *grads[] = {sn_attention_bwd_q(g, q, k, v, o, dout, lse, 0.5f),
+                        sn_attention_bwd_k(g, q, k, v, o, dout, lse, 0.5f),
+                        sn_attention_bwd_v(g, q, k, v, o, dout, lse, 0.5f)};
+    sn_node *dqkv = NULL;
+    for (int i = 2; i >= 0; i--) {
+        sn_node *back = sn_reshape(g, sn_permute(g, grads[i], perm), SN_SHAPE(B, T, C));
+        sn_node *padded = sn_pad(g, back, 2, i * C, 3 * C);
+        dqkv = dqkv ? sn_add(g, dqkv, padded) : padded;
+    }
+    sn_graph_add_output(g, o);
+    sn_graph_add_output(g, dqkv);
+    if (dk_out) sn_graph_add_output(g, grads[1]);
+    *dqkv_out = dqkv;
+    return compile(g);
+}
+
+START_TEST(attention_writes_into_concatenation) {
+    sn_node *dqkv;
+    sn_program *p = qkv_gradient(false, &dqkv);
+    ck_assert_int_eq(p->n_kernels, 3); /* forward; dq; dk and dv: no concatenation kernel */
+    const sn_kernel *kq = p->kernels[1], *kkv = p->kernels[2];
+    ck_assert(kq->args[0] == dqkv && kq->n_access == 6 + 1);
+    ck_assert(kkv->args[0] == dqkv && kkv->args[1] == dqkv && kkv->n_access == 6 + 2);
+    /* (B, H, T, D) into (B, T, 3C): dq at 0, dk at C, dv at 2C; heads D apart, rows 3C */
+    const sn_access *a = &kkv->access[6 + 1];
+    ck_assert(a->offset == 16 && a->stride[0] == 8 * 24 && a->stride[1] == 4 && a->stride[2] == 24 &&
+              a->stride[3] == 1);
+    bool part[2 * 8 * 24];
+    ck_assert(sn_kernel_out_part(kq, 0, part));
+    int n = 0;
+    for (int i = 0; i < 2 * 8 * 24; i++) n += part[i];
+    ck_assert(n == 2 * 8 * 8 && part[0] && !part[8] && part[24]);
+    ck_assert(p->value_of[dqkv->id] >= 0 && p->value_of[dqkv->in[0]->id] < 0);
+    sn_graph *g = (sn_graph *)p->g;
+    sn_program_free(p);
+    sn_graph_free(g);
+    p = qkv_gradient(true, &dqkv);
+    /* dk is an output: the three attention outputs are copied to (B, T, H, D) and concatenated */
+    ck_assert_int_eq(p->n_kernels, 3 + 3 + 1);
+    ck_assert(p->kernels[6]->args[0] == dqkv && p->kernels[1]->n_access == 6);
+    g = (sn_graph *)p->g;
     sn_program_free(p);
     sn_graph_free(g);
 }
@@ -355,7 +431,7 @@ START_TEST(row_facts_and_work_split) {
     ck_assert(sn_row_facts_of(SN_OP_CROSS_ENTROPY)->serial && !sn_row_facts_of(SN_OP_SOFTMAX)->serial);
     sn_graph *g = gpt2_training("tiny", 0, 2, 16);
     sn_program *p = compile(g);
-    int serial = 0;
+    int serial = 0, colsum_kernels = 0, colsums = 0;
     for (int k = 0; k < p->n_kernels; k++) {
         const sn_kernel *ker = p->kernels[k];
         int64_t n;
@@ -364,8 +440,16 @@ START_TEST(row_facts_and_work_split) {
         ck_assert_msg(n == ker->n_items && s == ker->serial, "%s", ker->name);
         ck_assert_int_ge(n, 1);
         serial += ker->kind == SN_KER_ROW && s;
+        colsum_kernels += ker->n_colsum > 0;
+        colsums += ker->n_colsum;
+        if (ker->n_colsum) ck_assert_int_eq(n, 1 + sn_colsum_tiles(ker));
     }
-    ck_assert_int_eq(serial, 1 + 2 * 2 + 1); /* the loss; ln_1, ln_2 weight grads per layer; ln_f */
+    ck_assert_int_eq(serial, 1); /* the loss */
+    /* ln_1, ln_2 weight grads per layer and ln_f's carry the column sums: each its dbeta and
+     * the bias gradient of the residual gradient it follows (the projection before it; none
+     * before layer 0's ln_1), ln_2's the fc bias, ln_1's the qkv bias */
+    ck_assert_int_eq(colsum_kernels, 1 + 2 * 2);
+    ck_assert_int_eq(colsums, 2 + 2 * 6 - 1);
     sn_program_free(p);
     sn_graph_free(g);
 }
@@ -388,16 +472,21 @@ START_TEST(kernels_per_gpt2_layer) {
            per[SN_KER_REDUCE], per[SN_KER_GEMM], per[SN_KER_ATTENTION]);
     ck_assert_int_eq(per[SN_KER_GEMM], 12);      /* 4 linear layers x (forward, dx, dw) */
     ck_assert_int_eq(per[SN_KER_ATTENTION], 3);  /* forward (o and lse), dq, dk and dv */
-    /* forward: qkv bias, 1 permute (attention's output to (B, T, C)), bias + gelu; backward:
-     * gelu_bwd, 3 permutes (dq, dk, dv back), the qkv gradient's concatenation; attention
-     * reads q, k, v and dout in place (12 with the 4 copies it no longer needs) */
-    ck_assert_int_eq(per[SN_KER_POINTWISE], 8);
+    /* forward: 1 permute (attention's output to (B, T, C)), bias + gelu (the qkv bias is the
+     * GEMM's epilogue); backward: gelu_bwd; attention reads q, k, v and dout in place (4
+     * copies fewer) and writes dq, dk, dv into the qkv gradient's concatenation (3 permutes
+     * and the concatenation fewer) */
+    ck_assert_int_eq(per[SN_KER_POINTWISE], 3);
     /* 2 x (residual + layernorm), 2 x (layernorm_bwd + residual gradient), 2 layernorm_bwd_w */
     ck_assert_int_eq(per[SN_KER_ROW], 6);
-    ck_assert_int_eq(per[SN_KER_REDUCE], 6);     /* 4 bias gradients, 2 layernorm bias gradients */
-    ck_assert_int_eq(total[1] - total[0], 35); /* with attention fused (45 before fusing around
+    /* 4 bias gradients, 2 layernorm bias gradients: column sums of the weight-gradient kernels */
+    ck_assert_int_eq(per[SN_KER_REDUCE], 0);
+    ck_assert_int_eq(total[1] - total[0], 24); /* with attention fused (45 before fusing around
                                                   rows, 40 before dk and dv shared a kernel, 39
-                                                  before attention read q, k, v, dout in place) */
+                                                  before attention read q, k, v, dout in place,
+                                                  35 before the column sums joined, 29 before
+                                                  dq, dk, dv were written in place, 25 before
+                                                  the qkv bias was the GEMM's epilogue) */
 }
 END_TEST
 
@@ -416,6 +505,7 @@ int main(void) {
     tcase_add_test(tc, overflow_drops_extra_outputs);
     tcase_add_test(tc, memory_plan_gpt2);
     tcase_add_test(tc, kernels_per_gpt2_layer);
+    tcase_add_test(tc, attention_writes_into_concatenation);
     tcase_add_test(tc, row_facts_and_work_split);
     suite_add_tcase(s, tc);
     return sn_test_main(s);

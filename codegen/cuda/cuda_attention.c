@@ -108,17 +108,26 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
         break;
     default: SN_ASSERT(0);
     }
-    if (k->n_out != n_out || k->args[0] != n || (n_out == 2 && k->args[1] != a2))
+    bool into = k->n_access == n->n_in + n_out; /* outputs written through accesses */
+    if (k->n_out != n_out || (!into && (k->args[0] != n || (n_out == 2 && k->args[1] != a2))))
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: outputs must be args[0] = %s%s",
                        k->name, sn_op_name(n->op), n_out == 2 ? ", args[1] = anchor2" : "");
+    for (int o = 0; into && o < n_out; o++) {
+        const sn_access *x = &k->access[n->n_in + o];
+        if (x->arg != o || x->masked || x->stride[n->rank - 1] != 1 || p->pass == SN_ATT_FWD)
+            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: backward output %d is written "
+                           "through an access to args[%d] with unit stride along its last axis",
+                           k->name, o, o);
+    }
     int *role[] = {&p->a_q, &p->a_k, &p->a_v, p->in_lse ? &p->a_lse : &p->a_o, &p->a_do,
                    &p->a_lse};
     int *index[] = {&p->i_q, &p->i_k, &p->i_v, p->in_lse ? &p->i_lse : &p->i_o, &p->i_do,
                     &p->i_lse};
     p->i_q = p->i_k = p->i_v = p->i_o = p->i_do = p->i_lse = -1;
-    if (k->n_access != n->n_in)
+    if (k->n_access != n->n_in && !into)
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: an attention kernel has an access "
-                       "per input of its anchor (%d), not %d", k->name, n->n_in, k->n_access);
+                       "per input of its anchor (%d) and maybe one per output, not %d", k->name,
+                       n->n_in, k->n_access);
     for (int i = 0; i < n->n_in; i++) {
         if (n->in[i] == a2) continue;
         const sn_access *x = &k->access[i];
@@ -161,6 +170,10 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
         aligned = aligned && k->access[i].offset % 8 == 0;
         for (int d = 0; d + 1 < n->in[i]->rank; d++) aligned = aligned && k->access[i].stride[d] % 8 == 0;
     }
+    for (int i = n->n_in; into && i < k->n_access; i++) { /* and the outputs' (pairs stored) */
+        aligned = aligned && k->access[i].offset % 8 == 0;
+        for (int d = 0; d + 1 < n->rank; d++) aligned = aligned && k->access[i].stride[d] % 8 == 0;
+    }
     p->mma = aligned && p->D % 16 == 0 && p->Dv % 16 == 0 &&
              ((p->dt == SN_BF16 && tg->mma_bf16) || (p->dt == SN_F16 && tg->mma_f16));
     p->k8 = p->mma && p->dt == SN_F16 && tg->sm < 80;
@@ -186,11 +199,39 @@ static const char *pass_text(const sn_att_plan *p) {
     return "";
 }
 
-/* An output's pointer: its arg, moved to the item's slice of `per` elements. */
-static void role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, const char *per) {
+/* The item's slice through access x: its arg plus the offset and the item's coordinates over
+ * the leading dims times their strides. */
+static void item_slice(const sn_att_plan *p, const sn_access *x, char *expr, size_t len) {
+    const sn_node *q = p->n->in[0];
+    size_t n = (size_t)snprintf(expr, len, "a%d + %lld", x->arg, (long long)x->offset);
+    int64_t inner = 1;
+    for (int d = q->rank - 3; d >= 0; d--) { /* item = sum_d idx_d * (product of the dims after d) */
+        if (x->stride[d] && q->shape[d] > 1 && n < len)
+            n += (size_t)snprintf(expr + n, len - n, " + (long long)(item / %lld %% %lld) * %lld",
+                                  (long long)inner, (long long)q->shape[d], (long long)x->stride[d]);
+        inner *= q->shape[d];
+    }
+}
+
+/* An output's pointer: its arg, moved to the item's slice of `per` elements, or through its
+ * access when the outputs are written into a wider buffer (kernel.h); with `row` (the rows'
+ * length when contiguous) its row stride as the constant <name>_row. */
+static void role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, const char *per,
+                 const char *row) {
     if (a < 0) return;
-    sn_cu_emitf(t, "%s *%s = a%d + (long long)item * %s;", sn_att_ctype(p->k->args[a]->dtype),
-                name, a, per);
+    const sn_kernel *k = p->k;
+    const char *ty = sn_att_ctype(k->args[a]->dtype);
+    if (row && k->n_access == p->n->n_in + k->n_out) {
+        const sn_access *x = &k->access[p->n->n_in + a];
+        char expr[256];
+        item_slice(p, x, expr, sizeof expr);
+        sn_cu_emitf(t, "%s *%s = %s;", ty, name, expr);
+        sn_cu_emitf(t, "const long long %s_row = %lld; /* into a wider buffer */", name,
+                    (long long)x->stride[p->n->in[0]->rank - 2]);
+        return;
+    }
+    sn_cu_emitf(t, "%s *%s = a%d + (long long)item * %s;", ty, name, a, per);
+    if (row) sn_cu_emitf(t, "const long long %s_row = %s;", name, row);
 }
 
 /* An input's pointer: its arg plus its access's offset and the item's coordinates over the
@@ -198,17 +239,9 @@ static void role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, c
 static void in_role(sn_cu_text *t, const sn_att_plan *p, const char *name, int i) {
     if (i < 0) return;
     const sn_access *x = &p->k->access[i];
-    const sn_node *q = p->n->in[0], *in = p->n->in[i];
+    const sn_node *in = p->n->in[i];
     char expr[256];
-    size_t n = (size_t)snprintf(expr, sizeof expr, "a%d + %lld", x->arg, (long long)x->offset);
-    int64_t inner = 1;
-    for (int d = q->rank - 3; d >= 0; d--) { /* item = sum_d idx_d * (product of the dims after d) */
-        if (x->stride[d] && q->shape[d] > 1 && n < sizeof expr)
-            n += (size_t)snprintf(expr + n, sizeof expr - n, " + (long long)(item / %lld %% %lld) "
-                                  "* %lld", (long long)inner, (long long)q->shape[d],
-                                  (long long)x->stride[d]);
-        inner *= q->shape[d];
-    }
+    item_slice(p, x, expr, sizeof expr);
     sn_cu_emitf(t, "const %s *%s = %s;", sn_att_ctype(p->k->args[x->arg]->dtype), name, expr);
     if (in->rank >= 2 && i != p->i_lse)
         sn_cu_emitf(t, "const long long %s_row = %lld; /* elements from one row to the next */",
@@ -261,11 +294,11 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
     in_role(t, p, "o", p->i_o);
     in_role(t, p, "dout", p->i_do);
     in_role(t, p, "lse", p->i_lse);
-    role(t, p, "o_out", p->a_out_o, "SEQ_Q * HEAD_DV");
-    role(t, p, "lse_out", p->a_out_lse, "SEQ_Q");
-    role(t, p, "dq", p->a_dq, "SEQ_Q * HEAD_D");
-    role(t, p, "dk", p->a_dk, "SEQ_K * HEAD_D");
-    role(t, p, "dv", p->a_dv, "SEQ_K * HEAD_DV");
+    role(t, p, "o_out", p->a_out_o, "SEQ_Q * HEAD_DV", "HEAD_DV");
+    role(t, p, "lse_out", p->a_out_lse, "SEQ_Q", NULL);
+    role(t, p, "dq", p->a_dq, "SEQ_Q * HEAD_D", "HEAD_D");
+    role(t, p, "dk", p->a_dk, "SEQ_K * HEAD_D", "HEAD_D");
+    role(t, p, "dv", p->a_dv, "SEQ_K * HEAD_DV", "HEAD_DV");
 }
 
 /* ---- the fp32 path ---- */
@@ -397,7 +430,7 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p) {
             sn_cu_emitf(t, "const float inv = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;");
         for_slice(t, "HEAD_DV", "cc");
         sn_cu_emitf(t, "const int c = cc * 32 + lane;");
-        sn_cu_emitf(t, "if (c < HEAD_DV) sn_store(&o_out[(long long)i * HEAD_DV + c], acc[r][cc] * inv);");
+        sn_cu_emitf(t, "if (c < HEAD_DV) sn_store(&o_out[(long long)i * o_out_row + c], acc[r][cc] * inv);");
         sn_cu_emitf(t, "}");
     }
     if (p->out_lse)
@@ -489,7 +522,7 @@ static void emit_dq(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "if (i >= SEQ_Q) continue;");
     for_slice(t, "HEAD_D", "cc");
     sn_cu_emitf(t, "const int c = cc * 32 + lane;");
-    sn_cu_emitf(t, "if (c < HEAD_D) sn_store(&dq[(long long)i * HEAD_D + c], acc[r][cc] * scale);");
+    sn_cu_emitf(t, "if (c < HEAD_D) sn_store(&dq[(long long)i * dq_row + c], acc[r][cc] * scale);");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
 }
@@ -607,13 +640,13 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
     if (dk) {
         for_slice(t, "HEAD_D", "cc");
         sn_cu_emitf(t, "const int c = cc * 32 + lane;");
-        sn_cu_emitf(t, "if (c < HEAD_D) sn_store(&dk[(long long)j * HEAD_D + c], acc_k[r][cc] * scale);");
+        sn_cu_emitf(t, "if (c < HEAD_D) sn_store(&dk[(long long)j * dk_row + c], acc_k[r][cc] * scale);");
         sn_cu_emitf(t, "}");
     }
     if (dv) {
         for_slice(t, "HEAD_DV", "cc");
         sn_cu_emitf(t, "const int c = cc * 32 + lane;");
-        sn_cu_emitf(t, "if (c < HEAD_DV) sn_store(&dv[(long long)j * HEAD_DV + c], acc_v[r][cc]);");
+        sn_cu_emitf(t, "if (c < HEAD_DV) sn_store(&dv[(long long)j * dv_row + c], acc_v[r][cc]);");
         sn_cu_emitf(t, "}");
     }
     sn_cu_emitf(t, "}");

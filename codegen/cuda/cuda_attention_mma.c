@@ -123,7 +123,7 @@ static void product_xb(sn_cu_text *t, ops o, const char *acc, const char *x, con
 }
 
 /* Stores row `i` (< limit) of accumulators acc[0 .. ntiles) (this thread's half `h`: 0 rows g,
- * 1 rows g + 8) times `mul` to dst (cols wide) as packed pairs. */
+ * 1 rows g + 8) times `mul` to dst (rows `cols` apart) as packed pairs. */
 static void store_row(sn_cu_text *t, ops o, const char *dst, const char *acc, const char *ntiles,
                       const char *cols, const char *mul) {
     sn_cu_emitf(t, "#pragma unroll");
@@ -240,7 +240,7 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
             sn_cu_emitf(t, "const float inv = 1.0f;");
         else
             sn_cu_emitf(t, "const float inv = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;");
-        store_row(t, o, "o_out", "o_acc", "HEAD_DV / 8", "HEAD_DV", "inv");
+        store_row(t, o, "o_out", "o_acc", "HEAD_DV / 8", "o_out_row", "inv");
     }
     if (p->out_lse)
         sn_cu_emitf(t, "if (tig == 0) sn_store(&lse_out[i], row_sum[h] > 0.0f ? row_max[h] + "
@@ -297,7 +297,7 @@ static void emit_dq(sn_cu_text *t, const sn_att_plan *p, ops o) {
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
     sn_cu_emitf(t, "const int i = row0 + 8 * h;");
     sn_cu_emitf(t, "if (i >= SEQ_Q) continue;");
-    store_row(t, o, "dq", "acc", "HEAD_D / 8", "HEAD_D", "scale");
+    store_row(t, o, "dq", "acc", "HEAD_D / 8", "dq_row", "scale");
     sn_cu_emitf(t, "}");
 }
 
@@ -371,8 +371,8 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
     sn_cu_emitf(t, "const int i = key0 + 8 * h; /* a key row */");
     sn_cu_emitf(t, "if (i >= SEQ_K) continue;");
-    if (dk) store_row(t, o, "dk", "acc_k", "HEAD_D / 8", "HEAD_D", "scale");
-    if (dv) store_row(t, o, "dv", "acc_v", "HEAD_DV / 8", "HEAD_DV", "1.0f");
+    if (dk) store_row(t, o, "dk", "acc_k", "HEAD_D / 8", "dk_row", "scale");
+    if (dv) store_row(t, o, "dv", "acc_v", "HEAD_DV / 8", "dv_row", "1.0f");
     sn_cu_emitf(t, "}");
 }
 

@@ -4,7 +4,8 @@
  * shuffles, then across warps through shared memory (sn_block_sum, written once per unit).
  * Cross-entropy's mean loss and the norm weight gradients sum over every row into one output:
  * they run as one block, a warp per row, the warps' partial results added in warp order, so
- * every result is deterministic. Convention: every pass evaluates, per element, the accesses and
+ * every result is deterministic; column sums that joined a norm weight gradient (kernel.h) take
+ * a block per 32 columns beside it. Convention: every pass evaluates, per element, the accesses and
  * the prologue (computing again what an earlier pass computed: the compiler drops what a pass
  * does not read); the pass that writes the row op's result also runs the epilogue and stores
  * every output, prologue values included (the LLVM emitter's st(), llvm_row.c). */
@@ -422,6 +423,48 @@ static void norm_bwd_w(row *w, bool rms) {
       (long long)w->C, w->threads, arg(w, w->y, a, sizeof a));
 }
 
+/* The column sums that joined a norm weight-gradient kernel (kernel.h: n_colsum): block
+ * 1 + t sums tile t, a lane per column and the warps down the rows, the warps' partial sums
+ * added in warp order through shared memory; block 0 goes on to the row op. */
+_Static_assert(SN_COLSUM_TILE == 32, "a column-sum tile is a warp's width");
+static void colsums(row *w) {
+    const sn_kernel *k = w->k;
+    unsigned warps = w->threads / 32;
+    char src[16], dst[16];
+    E("/* column sums: %d columns a block after the first */", SN_COLSUM_TILE);
+    E("if (blockIdx.x > 0) {");
+    E("const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32, t = blockIdx.x - 1;");
+    E("const float *src;");
+    E("float *dst;");
+    E("%s C, c0;", w->ix);
+    int64_t first = 0;
+    for (int o = 1; o <= k->n_colsum; o++) {
+        int64_t C = sn_numel(k->args[o]), tiles = (C + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
+        arg(w, k->colsum_src[o], src, sizeof src);
+        arg(w, o, dst, sizeof dst);
+        const char *cond = o == k->n_colsum ? "" : "if (t < %lld) ";
+        char c[48];
+        snprintf(c, sizeof c, cond, (long long)(first + tiles));
+        E("%s%s{ src = %s; dst = %s; C = %lld; c0 = (t - %lld) * %d; }", o > 1 ? "else " : "", c,
+          src, dst, (long long)C, (long long)first, SN_COLSUM_TILE);
+        first += tiles;
+    }
+    E("const %s c = c0 + lane;", w->ix);
+    E("float acc = 0.0f;");
+    E("if (c < C)");
+    E("for (%s r = warp; r < %lld; r += %u) acc += sn_load(src[r * C + c]);", w->ix,
+      (long long)w->R, warps);
+    E("SN_SHARED2(float, colsum_part, %u, %d);", warps, SN_COLSUM_TILE);
+    E("colsum_part[warp][lane] = acc;");
+    E("__syncthreads();");
+    E("if (warp == 0 && c < C) {");
+    E("for (int v = 1; v < %u; v++) acc += colsum_part[v][lane];", warps);
+    E("sn_store(&dst[c], acc);");
+    E("}");
+    E("return;");
+    E("}");
+}
+
 /* ---- the kernel ---- */
 
 bool sn_cu_row_single_block(const sn_kernel *k) {
@@ -455,6 +498,19 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     if (n->op == SN_OP_CAUSAL_MASK && x->rank < 2)
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: causal_mask needs a (.., T, S) input", k->name);
     for (int i = 0; i < 3; i++) w->buf[i] = -1;
+    if (k->n_colsum &&
+        (!sn_cu_row_single_block(k) || ce || w->fused || k->n_colsum + 1 != k->n_out))
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: column sums join only a norm weight "
+                       "gradient without fused neighbours, as its outputs 1 .. n_out - 1", k->name);
+    for (int o = 1; o <= k->n_colsum; o++) {
+        const sn_node *src = k->args[k->colsum_src[o]];
+        if (k->colsum_src[o] < k->n_out || k->colsum_src[o] >= k->n_out + k->n_in ||
+            src->dtype != SN_F32 || k->args[o]->dtype != SN_F32 ||
+            sn_numel(src) != w->R * sn_numel(k->args[o]))
+            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: column sum %d must read an f32 "
+                           "input of %lld rows of its %lld columns", k->name, o, (long long)w->R,
+                           (long long)sn_numel(k->args[o]));
+    }
     if (!w->fused) {
         for (int i = 0; i < n->n_in; i++)
             for (int a = k->n_out; a < k->n_out + k->n_in && w->buf[i] < 0; a++)
@@ -515,6 +571,7 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
     sn_cu_emit_signature(t, k, fname, (int)w.threads);
     sn_cu_emitf(t, "/* %s over %lld rows of %lld%s */", sn_op_name(k->anchor->op), (long long)w.R,
                 (long long)w.C, sn_cu_row_single_block(k) ? ": one block, a warp per row" : "");
+    if (k->n_colsum) colsums(&w);
     if (!sn_cu_row_single_block(k)) {
         sn_cu_emitf(t, "const %s r = blockIdx.x; /* this block's row */", w.ix);
         sn_cu_emitf(t, "const %s row = r * %lld;", w.ix, (long long)w.C);

@@ -15,7 +15,9 @@
  *   POINTWISE  items = elements of the index space, any split.
  *   ROW        items = rows of in[0] (numel / last dim), any split, except CROSS_ENTROPY,
  *              LAYERNORM_BWD_W and RMSNORM_BWD_W, which must be `serial` (they sum over all
- *              rows into one output: run them once over [0, n_items)). CROSS_ENTROPY_BWD
+ *              rows into one output: run them once over [0, n_items)), unless column sums
+ *              joined them (kernel.h: n_colsum): then item 0 is the op over every row and
+ *              items 1 .. the sums' tiles, any split. CROSS_ENTROPY_BWD
  *              counts the targets that are not ignored over all rows itself, so it splits.
  *              CROSS_ENTROPY(_BWD) with attribute end > 0 treat only the first `end` classes
  *              as real (padded vocabulary): the rest add nothing and get a zero gradient.

@@ -34,6 +34,7 @@ typedef struct {
     LLVMValueRef q, k, v, o, dout, lse, y, lse_out;
     LLVMValueRef dsum;         /* dk: dout_i . o_i of the item's queries (stack) */
     int64_t rq, rk, rv, ro, rdo; /* row strides of the inputs (views of a wider buffer) */
+    int64_t ry;                /* the row stride of y (written into a wider buffer, or its row) */
     int R;                     /* rows per step */
 } att;
 
@@ -82,9 +83,11 @@ static void load_row(att *a, LLVMValueRef p, LLVMValueRef r, int64_t n, LLVMValu
                            chunk_mask(L, n, c), name);
 }
 
+/* Row r (of n elements) of the output y, rows a->ry apart. */
 static void store_row(att *a, LLVMValueRef p, LLVMValueRef r, int64_t n, LLVMValueRef *x) {
     sn_ll *L = a->L;
-    LLVMValueRef off = sn_ll_mul(L, r, sn_ll_i64(L, n));
+    SN_ASSERT(p == a->y);
+    LLVMValueRef off = sn_ll_mul(L, r, sn_ll_i64(L, a->ry));
     for (int c = 0; c < chunks(L, n); c++)
         sn_ll_vstore(L, p, sn_ll_add(L, off, sn_ll_i64(L, (int64_t)c * L->lanes)), x[c],
                      chunk_mask(L, n, c));
@@ -468,8 +471,9 @@ static LLVMValueRef slice(att *a, LLVMValueRef p, LLVMValueRef item, int64_t per
     return p ? at(a->L, p, sn_ll_mul(a->L, item, sn_ll_i64(a->L, per)), name) : NULL;
 }
 
-/* The item's slice of the anchor's input i, read through its access: the arg, plus the offset
- * and the item's coordinates over the leading dims times their strides. NULL for NULL. */
+/* The item's slice of the anchor's input i (or output i - n_in), through its access: the arg,
+ * plus the offset and the item's coordinates over the leading dims times their strides. NULL
+ * for NULL. */
 static LLVMValueRef in_slice(att *a, const sn_kernel *k, int i, LLVMValueRef p, LLVMValueRef item,
                              const char *name) {
     if (!p) return NULL;
@@ -486,9 +490,9 @@ static LLVMValueRef in_slice(att *a, const sn_kernel *k, int i, LLVMValueRef p, 
     return at(L, p, off, name);
 }
 
-/* The row stride of input i (its second-to-last axis). */
+/* The row stride of input i (or output i - n_in): its second-to-last axis. */
 static int64_t in_rs(const sn_kernel *k, int i) {
-    return k->access[i].stride[k->anchor->in[i]->rank - 2];
+    return k->access[i].stride[k->anchor->in[0]->rank - 2];
 }
 
 /* Checks k (an attention kernel as passes/fuse.c makes it) before anything is built. */
@@ -508,16 +512,27 @@ static sn_status check_kernel(const sn_ll *L, const sn_kernel *k, sn_err *e) {
                        "attention anchor reads, or the attention_bwd_v of attention_bwd_k's "
                        "inputs", kn);
     int n_out = a2 ? 2 : 1;
-    if (k->n_out != n_out || k->args[0] != n || (a2 && k->args[1] != a2))
+    bool into = k->n_access == n->n_in + n_out; /* outputs written through accesses */
+    if (k->n_out != n_out || (!into && (k->args[0] != n || (a2 && k->args[1] != a2))))
         return sn_fail(e, SN_ERR_INVALID, "%s: outputs must be args[0] = %s%s", kn,
                        sn_op_name(n->op), a2 ? ", args[1] = anchor2" : "");
+    for (int o = 0; into && o < n_out; o++) {
+        const sn_access *ac = &k->access[n->n_in + o];
+        const sn_node *y = o ? a2 : n;
+        if (ac->arg != o || ac->masked || ac->stride[y->rank - 1] != 1 ||
+            (n->op == SN_OP_ATTENTION && o == 1))
+            return sn_fail(e, SN_ERR_INVALID, "%s: output %d of %s %%%d is written through an "
+                           "access to args[%d] with unit stride along its last axis (lse: "
+                           "contiguous, no access)", kn, o, sn_op_name(n->op), n->id, o);
+    }
     for (int i = 0; i < k->n_out; i++) { /* f32, or bf16 / f16 converted by the loads */
         sn_status st = sn_ll_check_dtype(k, k->args[i], e);
         if (st) return st;
     }
-    if (k->n_access != n->n_in)
+    if (k->n_access != n->n_in && !into)
         return sn_fail(e, SN_ERR_INVALID, "%s: an attention kernel has an access per input of "
-                       "its anchor (%d), not %d", kn, n->n_in, k->n_access);
+                       "its anchor (%d) and maybe one per output, not %d", kn, n->n_in,
+                       k->n_access);
     for (int i = 0; i < n->n_in; i++) {
         const sn_node *x = n->in[i];
         if (x == k->anchor2) continue;
@@ -595,7 +610,9 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
     a.lse_out = slice(&a, a.blse_out, b, a.T, "lse_out");
     int64_t rows = n->op == SN_OP_ATTENTION_BWD_K || n->op == SN_OP_ATTENTION_BWD_V ? a.S : a.T;
     int64_t per = n->op == SN_OP_ATTENTION_BWD_Q || n->op == SN_OP_ATTENTION_BWD_K ? a.D : a.Dv;
-    a.y = slice(&a, a.by, b, rows * per, "y");
+    bool into = k->n_access > n->n_in; /* outputs written through accesses */
+    a.y = into ? in_slice(&a, k, n->n_in, a.by, b, "y") : slice(&a, a.by, b, rows * per, "y");
+    a.ry = into ? in_rs(k, n->n_in) : per;
     if (a.dsum) fill_dsum(&a);
     sn_ll_loop rl;
     LLVMValueRef i = sn_ll_for(L, &rl, sn_ll_i64(L, 0), sn_ll_i64(L, rows), sn_ll_i64(L, a.R),
@@ -608,7 +625,9 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
     sn_ll_for_end(L, &rl);
     if (n->op == SN_OP_ATTENTION_BWD_K && k->anchor2) { /* then dv (args[1]) over the same keys */
         a.n = k->anchor2;
-        a.y = slice(&a, sn_ll_buf(L, 1, k->anchor2->dtype, "dv"), b, a.S * a.Dv, "dv");
+        LLVMValueRef dv = sn_ll_buf(L, 1, k->anchor2->dtype, "dv");
+        a.y = into ? in_slice(&a, k, n->n_in + 1, dv, b, "dv") : slice(&a, dv, b, a.S * a.Dv, "dv");
+        a.ry = into ? in_rs(k, n->n_in + 1) : a.Dv;
         i = sn_ll_for(L, &rl, sn_ll_i64(L, 0), sn_ll_i64(L, a.S), sn_ll_i64(L, a.R), "key");
         bwd_kv_step(&a, i);
         sn_ll_for_end(L, &rl);

@@ -386,6 +386,40 @@ static void one_row(row *w, LLVMValueRef r) {
     }
 }
 
+/* The column sums that joined a norm weight-gradient kernel (kernel.h: n_colsum), for the
+ * tiles [begin - 1, end - 1): out_o[c] = sum over r in row order of src_o[r C_o + c], a vector
+ * of adjacent columns walking down the R rows. */
+static void colsums(sn_ll *L, const sn_kernel *k, int64_t R) {
+    LLVMBuilderRef b = L->b;
+    int64_t first = 1; /* item of the current output's first tile */
+    for (int o = 1; o <= k->n_colsum; o++) {
+        int64_t C = sn_numel(k->args[o]), tiles = (C + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
+        LLVMValueRef y = sn_ll_buf(L, o, SN_F32, "colsum");
+        LLVMValueRef x = sn_ll_buf(L, k->colsum_src[o], SN_F32, "colsum_src");
+        LLVMValueRef lo = sn_ll_imax(L, L->begin, sn_ll_i64(L, first), "t_lo");
+        LLVMValueRef hi = sn_ll_imin(L, L->end, sn_ll_i64(L, first + tiles), "t_hi");
+        sn_ll_loop tl;
+        LLVMValueRef t = sn_ll_for(L, &tl, lo, hi, sn_ll_i64(L, 1), "tile");
+        LLVMValueRef c0 = LLVMBuildMul(b, LLVMBuildSub(b, t, sn_ll_i64(L, first), ""),
+                                       sn_ll_i64(L, SN_COLSUM_TILE), "c0");
+        LLVMValueRef c1 = sn_ll_imin(L, sn_ll_add(L, c0, sn_ll_i64(L, SN_COLSUM_TILE)),
+                                     sn_ll_i64(L, C), "c1");
+        sn_ll_vloop v;
+        for (sn_ll_vloop_range(L, &v, c0, c1, "c"); sn_ll_vloop_next(L, &v);) {
+            LLVMValueRef acc = sn_ll_var(L, L->t_vf, sn_ll_vload(L, x, v.j, v.mask, "x0"), "acc");
+            sn_ll_loop rs;
+            LLVMValueRef r = sn_ll_for(L, &rs, sn_ll_i64(L, 1), sn_ll_i64(L, R), sn_ll_i64(L, 1), "r");
+            LLVMValueRef at = sn_ll_add(L, LLVMBuildMul(b, r, sn_ll_i64(L, C), ""), v.j);
+            LLVMValueRef xv = sn_ll_vload(L, x, at, v.mask, "x");
+            sn_ll_set(L, acc, LLVMBuildFAdd(b, sn_ll_get(L, acc, ""), xv, "sum"));
+            sn_ll_for_end(L, &rs);
+            sn_ll_vstore(L, y, v.j, sn_ll_get(L, acc, "s"), v.mask);
+        }
+        sn_ll_for_end(L, &tl);
+        first += tiles;
+    }
+}
+
 /* The IR name of input i of a row op. */
 static const char *input_name(sn_op op, int i) {
     switch (op) {
@@ -522,6 +556,20 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
     if (ce && n->in[1]->dtype != SN_I32)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: targets %%%d are %s; the LLVM backend reads i32 "
                        "targets", sn_ll_kname(k, kn, sizeof kn), n->in[1]->id, sn_dtype_name(n->in[1]->dtype));
+    if (k->n_colsum &&
+        (!sn_row_facts_of(n->op)->serial || ce || k->n_instr || k->n_colsum + 1 != k->n_out))
+        return sn_fail(e, SN_ERR_INVALID, "%s: column sums join only a norm weight gradient "
+                       "without fused neighbours, as its outputs 1 .. n_out - 1",
+                       sn_ll_kname(k, kn, sizeof kn));
+    for (int o = 1; o <= k->n_colsum; o++) {
+        const sn_node *src = k->args[k->colsum_src[o]];
+        if (k->colsum_src[o] < k->n_out || k->colsum_src[o] >= k->n_out + k->n_in ||
+            src->dtype != SN_F32 || k->args[o]->dtype != SN_F32 ||
+            sn_numel(src) != R * sn_numel(k->args[o]))
+            return sn_fail(e, SN_ERR_INVALID, "%s: column sum %d must read an f32 input of %lld "
+                           "rows of its %lld columns", sn_ll_kname(k, kn, sizeof kn), o,
+                           (long long)R, (long long)sn_numel(k->args[o]));
+    }
     sn_ll_fn_begin(L, fname);
     if (k->n_instr > 0) {
         st = fused_setup(&w, e);
@@ -539,17 +587,30 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
         } else if (n->op == SN_OP_CROSS_ENTROPY_BWD) {
             cross_entropy_bwd(&w, R);
         } else {
+            /* with column sums, item 0 is the anchor over every row and the rest their tiles */
+            sn_ll_if first;
+            LLVMValueRef lo = L->begin, hi = L->end;
+            if (k->n_colsum) {
+                LLVMValueRef item0 = LLVMBuildICmp(L->b, LLVMIntEQ, L->begin, sn_ll_i64(L, 0), "");
+                sn_ll_if_begin(L, &first, item0, "item0");
+                lo = sn_ll_i64(L, 0);
+                hi = sn_ll_i64(L, R);
+            }
             if (bwd_w) { /* serial: zero y, then add every row */
                 sn_ll_vloop v;
                 for (sn_ll_vloop_static(L, &v, w.C, "j"); sn_ll_vloop_next(L, &v);)
                     sn_ll_vstore(L, w.y, v.j, sn_ll_vf32(L, 0), v.mask);
             }
             sn_ll_loop rows;
-            LLVMValueRef r = sn_ll_for(L, &rows, L->begin, L->end, sn_ll_i64(L, 1), "r");
+            LLVMValueRef r = sn_ll_for(L, &rows, lo, hi, sn_ll_i64(L, 1), "r");
             w.off = LLVMBuildMul(L->b, r, sn_ll_i64(L, w.C), "off");
             if (w.fx) sn_ll_fx_row(w.fx, r);
             one_row(&w, r);
             sn_ll_for_end(L, &rows);
+            if (k->n_colsum) {
+                sn_ll_if_end(L, &first);
+                colsums(L, k, R);
+            }
         }
         sn_ll_if_end(L, &any);
         sn_ll_fn_end(L);

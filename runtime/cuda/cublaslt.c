@@ -1,5 +1,7 @@
 /* cublaslt.c: one cuBLASLt plan per GEMM kernel, built when the program is loaded (matmul
- * descriptor, layouts, preference, the heuristic's algorithm), run with no setup per call.
+ * descriptor, layouts, preference, the heuristic's algorithm), run with no setup per call. The
+ * epilogues set: CUBLASLT_EPILOGUE_DEFAULT, and CUBLASLT_EPILOGUE_BIAS (f32 bias, its pointer
+ * set before each run) for GEMM kernels with a bias (program/kernel.h); no others.
  * Convention: the row-major problem D (M, N) = op(A) @ op(B) is handed to cuBLASLt as its
  * column-major transpose D^T (N, M) = op(B)^T @ op(A)^T, so no layout needs a row order and an
  * (N) bias is cuBLASLt's per-row bias of D^T. */
@@ -34,6 +36,7 @@ sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k) {
     s.stride_a = A->rank > 2 ? s.M * s.K : 0;
     s.stride_b = B->rank > 2 ? s.K * s.N : 0;
     s.stride_d = s.M * s.N;
+    s.bias = k->n_in == 3; /* the bias epilogue (kernel.h): args[3], an (N) vector */
     return s;
 }
 

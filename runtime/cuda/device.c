@@ -190,7 +190,7 @@ static sn_status gemm_plan(cuda_dev *c, const sn_kernel *k, cuda_gemm **out, sn_
     g->tag = TAG_GEMM;
     g->k = k;
     sn_gemm_shape s = sn_gemm_shape_of(k);
-    g->bias = s.bias; /* fuse gives GEMM kernels no bias yet: the plan takes one when it does */
+    g->bias = s.bias; /* the bias epilogue: args[3] */
     st = sn_gemm_plan_new(API, c->lt, &s, c->opts.tf32 && c->sm >= 80, WORKSPACE_BYTES, &g->plan, e);
     if (st) {
         size_t len = strlen(e->msg);
