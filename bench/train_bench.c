@@ -118,24 +118,49 @@ static sn_status run_step(void *ctx, sn_err *e) {
     return sn_trainer_step(r->t, r->x, r->y, NULL, e);
 }
 
+static const char usage_text[] =
+    "usage: train_bench [--model NAME] [--batch B] [--seq T] [--steps N] [--threads N] "
+    "[--compare-interp]\n"
+    "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3; --threads 0: all cores\n";
+
+static void usage_fail(const char *fmt, const char *arg) {
+    fprintf(stderr, "train_bench: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n%s", usage_text);
+    exit(2);
+}
+
+/* A whole decimal integer in [lo, hi] for option k, else usage and exit 2. */
+static int int_arg(const char *k, const char *v, long lo, long hi) {
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || x < lo || x > hi) {
+        char what[160];
+        snprintf(what, sizeof what, "%s wants an integer in %ld..%ld, not '%%s'", k, lo, hi);
+        usage_fail(what, v ? v : "(nothing)");
+    }
+    return (int)x;
+}
+
 static void parse(int argc, char **argv, args *a) {
     *a = (args){.model = "gpt2", .batch = 4, .seq = 256, .steps = 3};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(k, "--compare-interp")) a->compare_interp = true;
-        else if (!v) break;
-        else if (!strcmp(k, "--model")) a->model = argv[++i];
-        else if (!strcmp(k, "--batch")) a->batch = atoi(argv[++i]);
-        else if (!strcmp(k, "--seq")) a->seq = atoi(argv[++i]);
-        else if (!strcmp(k, "--steps")) a->steps = atoi(argv[++i]);
-        else if (!strcmp(k, "--threads")) a->threads = atoi(argv[++i]);
-        else break;
-        continue;
-    }
-    if (a->batch < 1 || a->seq < 1 || a->steps < 1) {
-        fprintf(stderr, "usage: train_bench --model NAME --batch B --seq T --steps N [--threads N] "
-                        "[--compare-interp]\n");
-        exit(2);
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+            fputs(usage_text, stdout);
+            exit(0);
+        }
+        if (!strcmp(k, "--compare-interp")) {
+            a->compare_interp = true;
+            continue;
+        }
+        if (!strcmp(k, "--model")) a->model = v ? v : (usage_fail("%s needs a model name", k), "");
+        else if (!strcmp(k, "--batch")) a->batch = int_arg(k, v, 1, 1 << 16);
+        else if (!strcmp(k, "--seq")) a->seq = int_arg(k, v, 1, 1 << 20);
+        else if (!strcmp(k, "--steps")) a->steps = int_arg(k, v, 1, 1000000);
+        else if (!strcmp(k, "--threads")) a->threads = int_arg(k, v, 0, 4096);
+        else usage_fail("unknown option '%s'", k);
+        i++;
     }
 }
 

@@ -3,6 +3,7 @@
  * plot. The steps run compiled on a CUDA GPU or the CPU (--device auto, the default, picks the
  * GPU when there is one), or on the reference interpreter (--device interp). */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,22 @@ static bool parse_real(const char *v, double lo, double hi, double *out) {
     return *v && !*end && *out >= lo && *out < hi;
 }
 
+/* The integer options: name, valid range and where the value goes. */
+typedef struct {
+    const char *name;
+    long lo, hi;
+    size_t offset; /* of a long in train_args */
+} int_opt;
+
+#define INT_OPT(NAME, LO, HI, FIELD) {NAME, LO, HI, offsetof(train_args, FIELD)}
+static const int_opt int_opts[] = {
+    INT_OPT("--steps", 1, 100000000, steps),         INT_OPT("--batch", 1, 1 << 16, batch),
+    INT_OPT("--seq", 1, 1 << 20, seq),               INT_OPT("--tokens-per-step", 1, 1L << 40, tokens_per_step),
+    INT_OPT("--seed", 0, 0x7fffffff, seed),          INT_OPT("--eval-every", 0, 100000000, eval_every),
+    INT_OPT("--save-every", 0, 100000000, save_every), INT_OPT("--sample-every", 0, 100000000, sample_every),
+    INT_OPT("--sample-len", 0, 1 << 20, sample_len), INT_OPT("--top-k", 0, 1 << 24, top_k),
+};
+
 static int parse_args(int argc, char **argv, train_args *a) {
     *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
                       .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
@@ -78,7 +95,6 @@ static int parse_args(int argc, char **argv, train_args *a) {
         }
         if (!v) return cli_fail("train: option '%s' needs a value (see sinter train --help)", k);
         i++;
-        bool ok = true;
         if (!strcmp(k, "--model")) a->model = v;
         else if (!strcmp(k, "--data")) a->data = v;
         else if (!strcmp(k, "--device")) {
@@ -95,20 +111,23 @@ static int parse_args(int argc, char **argv, train_args *a) {
         else if (!strcmp(k, "--resume")) a->resume = v;
         else if (!strcmp(k, "--prompt")) a->prompt = v;
         else if (!strcmp(k, "--dump-after")) a->dump_after = v;
-        else if (!strcmp(k, "--steps")) ok = cli_int(v, 1, 100000000, &a->steps);
-        else if (!strcmp(k, "--batch")) ok = cli_int(v, 1, 1 << 16, &a->batch);
-        else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &a->seq);
-        else if (!strcmp(k, "--tokens-per-step")) ok = cli_int(v, 1, 1L << 40, &a->tokens_per_step);
-        else if (!strcmp(k, "--seed")) ok = cli_int(v, 0, 0x7fffffff, &a->seed);
-        else if (!strcmp(k, "--eval-every")) ok = cli_int(v, 0, 100000000, &a->eval_every);
-        else if (!strcmp(k, "--save-every")) ok = cli_int(v, 0, 100000000, &a->save_every);
-        else if (!strcmp(k, "--sample-every")) ok = cli_int(v, 0, 100000000, &a->sample_every);
-        else if (!strcmp(k, "--sample-len")) ok = cli_int(v, 0, 1 << 20, &a->sample_len);
-        else if (!strcmp(k, "--top-k")) ok = cli_int(v, 0, 1 << 24, &a->top_k);
-        else if (!strcmp(k, "--lr")) ok = parse_real(v, 1e-30, 10, &a->lr);
-        else if (!strcmp(k, "--temperature")) ok = parse_real(v, 0, 100, &a->temperature);
-        else return cli_fail("train: unknown option '%s' (see sinter train --help)", k);
-        if (!ok) return cli_fail("train: bad value '%s' (see sinter train --help)", v);
+        else if (!strcmp(k, "--lr") || !strcmp(k, "--temperature")) {
+            bool lr = !strcmp(k, "--lr");
+            if (!parse_real(v, lr ? 1e-30 : 0, lr ? 10 : 100, lr ? &a->lr : &a->temperature))
+                return cli_fail(lr ? "train: --lr wants a number > 0 and < 10, not '%s'"
+                                   : "train: --temperature wants a number >= 0 and < 100, not '%s'", v);
+        } else {
+            const int_opt *o = NULL;
+            for (size_t j = 0; j < sizeof int_opts / sizeof int_opts[0] && !o; j++)
+                if (!strcmp(k, int_opts[j].name)) o = &int_opts[j];
+            if (!o) return cli_fail("train: unknown option '%s' (see sinter train --help)", k);
+            if (!cli_int(v, o->lo, o->hi, (long *)((char *)a + o->offset))) {
+                char fmt[160];
+                snprintf(fmt, sizeof fmt, "train: %s wants a whole number from %ld to %ld, not '%%s'",
+                         k, o->lo, o->hi);
+                return cli_fail(fmt, v);
+            }
+        }
     }
     if (!a->train_bin != !a->val_bin)
         return cli_fail("train: token shards come in pairs: give both --train-bin and --val-bin%s", "");
