@@ -235,6 +235,11 @@ static sn_status load_encoder(gpt2 *g, const char *path, sn_err *e) {
                          path, j.i, id);
             break;
         }
+        if (j.blen == 0) { /* no token is empty (and an empty key left j.buf NULL) */
+            st = sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: token %ld is the empty string: " GPT2_HINT,
+                         path, j.i, id);
+            break;
+        }
         if (cnt == cap) {
             if (!resize(&ids, (cap * 2 + 1024) * sizeof *ids) || !resize(&spans, (cap * 2 + 1024) * sizeof *spans)) {
                 st = tables_oom(e, (cap * 2 + 1024) * sizeof *spans);

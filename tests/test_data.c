@@ -162,6 +162,11 @@ START_TEST(test_bpe_load_errors) {
     st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
     ck_assert_int_eq(st, SN_ERR_PARSE);
     ck_assert_has(e.msg, "2 tokens but ids go up to 2");
+    /* an empty key (undefined behaviour on a NULL buffer, found by tests/fuzz/fuzz_bpe) */
+    write_file(path, "{\"a\": 0, \"\": 1}", 16);
+    st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
+    ck_assert_int_eq(st, SN_ERR_PARSE);
+    ck_assert_has(e.msg, "byte 14: token 1 is the empty string");
     unlink(path);
 }
 END_TEST
