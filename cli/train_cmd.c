@@ -3,10 +3,12 @@
  * plot. The steps run compiled on a CUDA GPU or the CPU (--device auto, the default, picks the
  * GPU when there is one), or on the reference interpreter (--device interp). */
 #include <inttypes.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "models/gpt2.h"
 #include "passes/pipeline.h"
@@ -41,6 +43,10 @@ static const char train_usage[] =
     "  --tokens-per-step N   tokens per optimizer step, a multiple of B*T: gradients of N/(B*T)\n"
     "                        micro-batches are averaged (default B*T)\n"
     "  --lr X                peak learning rate (default 3e-3)\n"
+    "  --grad-clip X         clip the gradient's global norm to X (default 1; 0: no clipping)\n"
+    "  --diverge-nats X      stop when a step's loss is more than X nats above the median of\n"
+    "                        the last 50 steps' (default 4; 0: never; from the second step).\n"
+    "                        A NaN or infinite loss or gradient norm always stops the run\n"
     "  --seed N              initialisation, data and sampling seed (default 1337)\n"
     "  --eval-every N        validation every N steps (default 100; 0: only at the end)\n"
     "  --log FILE            write step,loss,val_loss,lr,grad_norm,tokens_per_s as CSV\n"
@@ -55,7 +61,11 @@ static const char train_usage[] =
     "  --temperature X       sampling temperature (default 1.0; 0: greedy)\n"
     "  --top-k K             sample among the K most likely tokens (default 40; 0: all)\n"
     "  --dump-after PASS     print the IR (or, after fuse and memplan, the program) the trainer\n"
-    "                        runs, after PASS (%s)\n";
+    "                        runs, after PASS (%s)\n"
+    "Every output path is checked writable before training and every file is replaced whole.\n"
+    "SIGINT or SIGTERM: the current step finishes, a checkpoint is saved when --checkpoint (or\n"
+    "--resume) is given, and sinter exits with status 130 (SIGINT) or 143 (SIGTERM); a second\n"
+    "signal stops at once without saving. Exit status 1: an error (the message says which).\n";
 
 static bool parse_real(const char *v, double lo, double hi, double *out) {
     char *end;
@@ -82,7 +92,8 @@ static const int_opt int_opts[] = {
 static int parse_args(int argc, char **argv, train_args *a) {
     *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
                       .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
-                      .sample_len = 200, .top_k = 40, .temperature = 1.0};
+                      .sample_len = 200, .top_k = 40, .temperature = 1.0, .grad_clip = 1.0,
+                      .diverge_nats = 4};
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -111,11 +122,18 @@ static int parse_args(int argc, char **argv, train_args *a) {
         else if (!strcmp(k, "--resume")) a->resume = v;
         else if (!strcmp(k, "--prompt")) a->prompt = v;
         else if (!strcmp(k, "--dump-after")) a->dump_after = v;
-        else if (!strcmp(k, "--lr") || !strcmp(k, "--temperature")) {
-            bool lr = !strcmp(k, "--lr");
-            if (!parse_real(v, lr ? 1e-30 : 0, lr ? 10 : 100, lr ? &a->lr : &a->temperature))
-                return cli_fail(lr ? "train: --lr wants a number > 0 and < 10, not '%s'"
-                                   : "train: --temperature wants a number >= 0 and < 100, not '%s'", v);
+        else if (!strcmp(k, "--lr")) {
+            if (!parse_real(v, 1e-30, 10, &a->lr))
+                return cli_fail("train: --lr wants a number > 0 and < 10, not '%s'", v);
+        } else if (!strcmp(k, "--temperature")) {
+            if (!parse_real(v, 0, 100, &a->temperature))
+                return cli_fail("train: --temperature wants a number >= 0 and < 100, not '%s'", v);
+        } else if (!strcmp(k, "--grad-clip")) {
+            if (!parse_real(v, 0, 1e6, &a->grad_clip))
+                return cli_fail("train: --grad-clip wants a number >= 0 and < 1e6, not '%s'", v);
+        } else if (!strcmp(k, "--diverge-nats")) {
+            if (!parse_real(v, 0, 1e6, &a->diverge_nats))
+                return cli_fail("train: --diverge-nats wants a number >= 0 and < 1e6, not '%s'", v);
         } else {
             const int_opt *o = NULL;
             for (size_t j = 0; j < sizeof int_opts / sizeof int_opts[0] && !o; j++)
@@ -170,13 +188,13 @@ typedef struct {
     sn_run_state run;        /* metadata, data RNG, loss curves: what a checkpoint carries */
     int32_t *x, *y, *prompt, *gen;
     int n_prompt;
-    FILE *log;
+    train_log log;           /* --log; log.open when there is one */
     progress prog;
     long saved_step;         /* the step of the last checkpoint written or read; -1: none */
+    int stopped_by;          /* the signal that stopped the run (exit 128 + it); 0: none */
 } session;
 
 static void run_free(session *r) {
-    if (r->log) fclose(r->log);
     free(r->x);
     free(r->y);
     free(r->prompt);
@@ -299,6 +317,7 @@ static sn_status build(const train_args *a, session *r, sn_err *e) {
     sn_train_opts o;
     sn_train_opts_default(&o, (int)a->steps);
     o.lr = (float)a->lr;
+    o.grad_clip = (float)a->grad_clip;
     o.seed = (uint64_t)a->seed;
     if ((s = open_device(a, &r->dev, e))) return s;
     o.device = r->dev;
@@ -316,7 +335,7 @@ static sn_status build(const train_args *a, session *r, sn_err *e) {
         if ((s = sn_checkpoint_load(a->resume, r->t, &r->run, e))) return s;
         r->saved_step = sn_trainer_step_count(r->t);
     }
-    return a->log ? train_log_open(a->log, sn_trainer_step_count(r->t), &r->log, e) : SN_OK;
+    return a->log ? train_log_open(&r->log, a->log, sn_trainer_step_count(r->t), e) : SN_OK;
 }
 
 /* Mean loss over up to 8 validation batches. */
@@ -370,10 +389,93 @@ static sn_status step_once(session *r, sn_step_stats *st, sn_err *e) {
     return s ? s : sn_trainer_update(r->t, st, e);
 }
 
+/* ---- divergence: the rule of --diverge-nats ---- */
+
+enum { DIVERGE_WINDOW = 50, DIVERGE_MIN = 1 };
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Whether loss is more than a->diverge_nats above the median of the last DIVERGE_WINDOW losses
+ * in curve (from the second step on); the median in *median. The curve is the run's, so a
+ * resumed run applies the rule exactly as the uninterrupted one would. */
+static bool diverged(const train_args *a, const sn_series *curve, double loss, double *median) {
+    int n = curve->n < DIVERGE_WINDOW ? curve->n : DIVERGE_WINDOW;
+    if (a->diverge_nats <= 0 || n < DIVERGE_MIN) return false;
+    double w[DIVERGE_WINDOW];
+    memcpy(w, curve->y + curve->n - n, sizeof(double) * (size_t)n);
+    qsort(w, (size_t)n, sizeof *w, cmp_double);
+    *median = n % 2 ? w[n / 2] : (w[n / 2 - 1] + w[n / 2]) / 2;
+    return loss > *median + a->diverge_nats;
+}
+
+/* ---- signals: SIGINT and SIGTERM finish the step; a second one stops at once ---- */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+    if (stop_signal) {
+        static const char msg[] = "\nsinter train: second interrupt: stopping now; nothing more "
+                                  "is saved (temporary files removed)\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        sn_savefile_unlink_all();
+        _exit(128 + sig);
+    }
+    stop_signal = sig;
+    static const char msg[] = "\nsinter train: interrupted: finishing the current step, then "
+                              "saving and stopping (interrupt again to stop at once)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+static void catch_stop_signals(void) {
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* After a signal: the checkpoint saved (unless this step's was), the log synced, a message. */
+static sn_status stop_now(const train_args *a, session *r, long step, sn_err *e) {
+    progress_break(&r->prog);
+    sn_status s = a->checkpoint && r->saved_step != step ? save(a, r, step, e) : SN_OK;
+    if (!s) s = train_log_sync(&r->log, e);
+    if (s) return s;
+    r->stopped_by = stop_signal;
+    const char *name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+    if (a->checkpoint)
+        printf("stopped by %s after step %ld of %ld: checkpoint %s saved; continue with the same "
+               "options and --resume %s\n", name, step, a->steps, a->checkpoint, a->checkpoint);
+    else
+        printf("stopped by %s after step %ld of %ld; nothing saved (no --checkpoint)\n", name,
+               step, a->steps);
+    fflush(stdout);
+    return SN_OK;
+}
+
+/* Every output path writable, before any work: a bad path found at the first save or at the end
+ * wastes the run. */
+static sn_status check_outputs(const train_args *a, sn_err *e) {
+    sn_status s = SN_OK;
+    if (a->checkpoint) s = sn_savefile_check(a->checkpoint, "checkpoint", e);
+    if (!s && a->log) s = sn_savefile_check(a->log, "log", e);
+    if (!s && a->plot) s = sn_savefile_check(a->plot, "plot", e);
+    return s;
+}
+
 static sn_status train(const train_args *a, session *r, sn_err *e) {
-    sn_status s = build(a, r, e);
+    sn_status s = check_outputs(a, e);
+    if (!s) s = build(a, r, e);
     if (s) return s;
     long start = sn_trainer_step_count(r->t), steps = a->steps, tps = (long)r->micro * r->B * r->T;
+    if (stop_signal) {
+        r->stopped_by = stop_signal;
+        printf("stopped by a signal before the first step: nothing to save\n");
+        return SN_OK;
+    }
     printf("sinter train: model %s (%lld parameters), %s tokenizer (vocab %d), %zu training / "
            "%zu validation tokens from %s\n", r->c.name, (long long)sn_graph_param_count(r->g),
            r->tk->name, r->c.vocab, r->train.n, r->val.n, a->train_bin ? a->train_bin : a->data);
@@ -386,32 +488,45 @@ static sn_status train(const train_args *a, session *r, sn_err *e) {
     for (long step = start; step < steps; step++) {
         sn_step_stats st;
         /* A failed step leaves the trainer as it was and nothing is saved after it. */
-        if ((s = step_once(r, &st, e))) return s;
+        if ((s = step_once(r, &st, e))) {
+            if (s == SN_ERR_NUMERIC)
+                snprintf(e->msg + strlen(e->msg), sizeof e->msg - strlen(e->msg),
+                         " (step %ld: the run diverged)", step + 1);
+            return s;
+        }
+        double median = 0;
+        bool spike = diverged(a, &r->run.train_loss, st.loss, &median);
         if ((s = sn_series_push(&r->run.train_loss, (double)(step + 1), st.loss, e))) return s;
         double el = sn_clock_s() - t0, tok_s = (double)(step + 1 - start) * (double)tps / el, val = -1;
         bool last = step + 1 == steps;
-        if ((a->eval_every && (step + 1) % a->eval_every == 0) || last) {
+        if (!spike && ((a->eval_every && (step + 1) % a->eval_every == 0) || last)) {
             if ((s = validate(r, &val, e))) return s;
             if ((s = sn_series_push(&r->run.val_loss, (double)(step + 1), val, e))) return s;
             if (a->plot && (s = plot(a, r, e))) return s;
         }
         double eta = el / (double)(step + 1 - start) * (double)(steps - step - 1);
         progress_show(&r->prog, step + 1, steps, st.loss, st.lr, st.grad_norm, tok_s, eta, val,
-                      val >= 0 || last);
-        if (r->log) {
-            fprintf(r->log, "%ld,%.6f,", step + 1, st.loss);
-            if (val >= 0) fprintf(r->log, "%.6f", val);
-            fprintf(r->log, ",%.6g,%.6f,%.1f\n", st.lr, st.grad_norm, tok_s);
-            fflush(r->log);
+                      val >= 0 || last || spike);
+        if (r->log.open && (s = train_log_row(&r->log, step + 1, st.loss, val, st.lr, st.grad_norm, tok_s, e)))
+            return s;
+        if (spike) {
+            int n = r->run.train_loss.n - 1 < DIVERGE_WINDOW ? r->run.train_loss.n - 1 : DIVERGE_WINDOW;
+            return sn_fail(e, SN_ERR_NUMERIC, "step %ld: the loss %.4f is %.1f nats above the median "
+                           "%.4f of the %d step%s before (more than --diverge-nats %g): the run "
+                           "diverged", step + 1, st.loss, st.loss - median, median, n,
+                           n > 1 ? "s" : "", a->diverge_nats);
         }
         if (a->checkpoint && (last || (a->save_every && (step + 1) % a->save_every == 0)) &&
             (s = save(a, r, step + 1, e)))
             return s;
+        if (r->saved_step == step + 1 && (s = train_log_sync(&r->log, e))) return s;
+        if (stop_signal) return stop_now(a, r, step + 1, e);
         if (a->sample_len && a->sample_every && (step + 1) % a->sample_every == 0 && !last &&
             (s = sample(a, r, step + 1, e)))
             return s;
     }
     progress_break(&r->prog);
+    if ((s = train_log_sync(&r->log, e))) return s;
     if (start == steps) printf("the run in %s is already complete (%ld steps)\n", a->resume, steps);
     else printf("done: %ld steps in %.1fs\n", steps - start, sn_clock_s() - t0);
     if (a->checkpoint && r->saved_step == steps) printf("checkpoint: %s\n", a->checkpoint);
@@ -426,18 +541,29 @@ int cli_train(int argc, char **argv) {
     if (rc >= 0) return rc;
     session r = {0};
     sn_err e = {0};
+    catch_stop_signals();
     sn_status s = train(&a, &r, &e);
     if (s) {
         progress_break(&r.prog);
         fflush(stdout);
         fprintf(stderr, "sinter train: %s\n", e.msg);
-        if (s == SN_ERR_NUMERIC && a.checkpoint && r.saved_step >= 0)
-            fprintf(stderr, "sinter train: nothing was saved after it; the last good checkpoint "
-                    "is %s (step %ld). Resuming it with the same options repeats the same steps: "
-                    "start afresh with a lower --lr\n", a.checkpoint, r.saved_step);
-        else if (s == SN_ERR_NUMERIC && a.checkpoint)
-            fprintf(stderr, "sinter train: no checkpoint was written (none was due yet)\n");
+        if (s == SN_ERR_NUMERIC) {
+            if (a.checkpoint && r.saved_step >= 0)
+                fprintf(stderr, "sinter train: nothing was saved after it; the last good checkpoint "
+                        "is %s (step %ld). Resuming it with the same options repeats the same steps: "
+                        "start afresh with a lower --lr (this run: %g) or a smaller --grad-clip "
+                        "(this run: %g)\n", a.checkpoint, r.saved_step, a.lr, a.grad_clip);
+            else
+                fprintf(stderr, "sinter train: %s; start afresh with a lower --lr (this run: %g) "
+                        "or a smaller --grad-clip (this run: %g)\n",
+                        a.checkpoint ? "no checkpoint was written (none was due yet)"
+                                     : "no --checkpoint was given", a.lr, a.grad_clip);
+        }
     }
+    const char *kept = train_log_close(&r.log, s != SN_OK);
+    if (kept)
+        fprintf(stderr, "sinter train: the log %s was not replaced; this run's rows are in %s\n", a.log, kept);
     run_free(&r);
-    return s ? 1 : 0;
+    if (s) return 1;
+    return r.stopped_by ? 128 + r.stopped_by : 0;
 }
