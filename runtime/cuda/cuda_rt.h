@@ -111,16 +111,22 @@ void sn_gemm_plan_free(sn_cuda_api *a, sn_gemm_plan *p);
 
 /* ---- graph.c: the step as a CUDA Graph ---- */
 
-/* One operation of the step in progress: a kernel launch or a GEMM, with its buffers. The
- * device queues them and issues the queue at the next upload, download or sync: a queue equal
- * to one issued before (the step is stable) is captured once into a CUDA Graph and replayed. */
+/* One operation of the step in progress: a kernel launch or a GEMM with its buffers, or an event
+ * recorded between two of them. The device queues them and issues the queue at the next upload,
+ * download or sync: a queue equal to one issued before (the step is stable) is captured once into
+ * a CUDA Graph and replayed. Events are not captured: a replay records the events queued before
+ * its first launch ahead of the graph and all others after it, so the time between the first and
+ * the last is the step's, and the times between events inside it are zero (per-kernel times come
+ * from steps issued eagerly: the first of each sequence, or sn_cuda_opts.no_graphs). */
 typedef struct {
-    const void *what; /* the kernel's sn_cuda_fn or sn_gemm_plan (both live as long as the device) */
+    const void *what; /* the kernel's cuda_fn or cuda_gemm (both live as long as the device); NULL
+                         for an event */
+    CUevent event;    /* what == NULL: the event to record */
     int n_bufs;
     CUdeviceptr bufs[SN_KER_MAX_ARGS];
 } sn_cuda_op;
 
-/* Issues one op on the device's stream. */
+/* Issues one kernel or GEMM op on the device's stream (graph.c records events itself). */
 typedef sn_status (*sn_cuda_issue_fn)(void *ctx, const sn_cuda_op *op, sn_err *e);
 
 typedef struct sn_cuda_graphs sn_cuda_graphs;

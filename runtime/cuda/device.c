@@ -109,8 +109,8 @@ static sn_status cu_download(sn_device *d, void *dst, const void *src, size_t by
     return st ? st : SN_CUDA_CHECK(API, e, cuStreamSynchronize, c->stream);
 }
 
-/* The device-to-device copy, memset and events of sn_device. Recording an event flushes the
- * queued launches (graph.c), so per-kernel events split a captured step: see graph.c. */
+/* The device-to-device copy, memset and events of sn_device. A copy or memset flushes the queued
+ * launches (graph.c); an event is queued with them. */
 static sn_status cu_copy(sn_device *d, void *dst, const void *src,
                                                  size_t bytes, sn_err *e) {
     cuda_dev *c = d->impl;
@@ -132,10 +132,11 @@ static void *cu_event_new(sn_device *d, sn_err *e) {
     return SN_CUDA_CHECK(API, e, cuEventCreate, &ev, CU_EVENT_DEFAULT) ? NULL : (void *)ev;
 }
 
+/* An event joins the queue (graph.c): recording one must not split a step that a graph runs. */
 static sn_status cu_event_record(sn_device *d, void *ev, sn_err *e) {
     cuda_dev *c = d->impl;
-    sn_status st = sn_cuda_graphs_flush(c->graphs, e);
-    return st ? st : SN_CUDA_CHECK(API, e, cuEventRecord, (CUevent)ev, c->stream);
+    sn_cuda_op op = {.event = (CUevent)ev};
+    return sn_cuda_graphs_add(c->graphs, &op, e);
 }
 
 static sn_status cu_event_elapsed(sn_device *d, void *from, void *to,

@@ -58,8 +58,14 @@ void sn_cuda_graphs_counts(const sn_cuda_graphs *g, int *captured, int *launches
     *eager = g->eager;
 }
 
+/* Issues one op: an event is recorded here, a launch or GEMM by the device's callback. */
+static sn_status issue_one(sn_cuda_graphs *g, const sn_cuda_op *op, sn_err *e) {
+    if (!op->what) return SN_CUDA_CHECK(g->a, e, cuEventRecord, op->event, g->stream);
+    return g->issue(g->ctx, op, e);
+}
+
 sn_status sn_cuda_graphs_add(sn_cuda_graphs *g, const sn_cuda_op *op, sn_err *e) {
-    if (!g->enabled) return g->issue(g->ctx, op, e);
+    if (!g->enabled) return issue_one(g, op, e);
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 256;
         sn_cuda_op *q = sn_realloc(g->q, (size_t)cap * sizeof *q, "the CUDA Graph queue", e);
@@ -70,6 +76,7 @@ sn_status sn_cuda_graphs_add(sn_cuda_graphs *g, const sn_cuda_op *op, sn_err *e)
     sn_cuda_op *o = &g->q[g->n++];
     memset(o, 0, sizeof *o); /* padding and unused bufs compare equal */
     o->what = op->what;
+    o->event = op->event;
     o->n_bufs = op->n_bufs;
     memcpy(o->bufs, op->bufs, (size_t)op->n_bufs * sizeof *op->bufs);
     return SN_OK;
@@ -82,21 +89,23 @@ static uint64_t queue_hash(const sn_cuda_op *q, int n) {
     return h;
 }
 
-static sn_status issue_all(sn_cuda_graphs *g, sn_err *e) {
-    for (int i = 0; i < g->n; i++) {
-        sn_status st = g->issue(g->ctx, &g->q[i], e);
+/* Issues the queue's ops [from, to); launches only (events skipped) when `launches_only`. */
+static sn_status issue_range(sn_cuda_graphs *g, int from, int to, bool launches_only, sn_err *e) {
+    for (int i = from; i < to; i++) {
+        if (launches_only && !g->q[i].what) continue;
+        sn_status st = issue_one(g, &g->q[i], e);
         if (st) return st;
     }
     return SN_OK;
 }
 
-/* Captures the queue into s->exec. */
+/* Captures the queue's launches and GEMMs into s->exec (events are recorded around replays). */
 static sn_status capture(sn_cuda_graphs *g, seq *s, sn_err *e) {
     sn_cuda_api *a = g->a;
     sn_status st = SN_CUDA_CHECK(a, e, cuStreamBeginCapture, g->stream,
                                  CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     if (st) return st;
-    st = issue_all(g, e);
+    st = issue_range(g, 0, g->n, true, e);
     CUgraph graph = NULL;
     sn_err end_e;
     sn_status end = SN_CUDA_CHECK(a, &end_e, cuStreamEndCapture, g->stream, &graph);
@@ -132,12 +141,24 @@ sn_status sn_cuda_graphs_flush(sn_cuda_graphs *g, sn_err *e) {
         victim->hash = h;
         victim->used = g->clock;
         g->eager++;
-        st = issue_all(g, e);
+        st = issue_range(g, 0, g->n, false, e);
     } else {
         s->used = g->clock;
+        int lead = 0; /* the events before the first launch are recorded ahead of the graph */
+        while (lead < g->n && !g->q[lead].what) lead++;
+        if (lead == g->n) { /* events only: nothing to capture */
+            st = issue_range(g, 0, g->n, false, e);
+            g->n = 0;
+            return st;
+        }
         st = s->exec ? SN_OK : capture(g, s, e);
+        if (!st) st = issue_range(g, 0, lead, false, e);
         if (!st) st = SN_CUDA_CHECK(g->a, e, cuGraphLaunch, s->exec, g->stream);
-        if (!st) g->launches++;
+        if (!st) {
+            g->launches++;
+            for (int i = lead; i < g->n && !st; i++)
+                if (!g->q[i].what) st = issue_one(g, &g->q[i], e);
+        }
     }
     g->n = 0;
     return st;

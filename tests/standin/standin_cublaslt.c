@@ -1,0 +1,392 @@
+/* standin_cublaslt.c: the stand-in cuBLASLt (SN_LIBCUBLASLT): descriptors, layouts and
+ * preferences as cuBLASLt defines them, one "algorithm", and matmuls computed on the CPU in
+ * double, in the order of the stand-in libcuda's stream (found through $SN_LIBCUDA, already
+ * loaded). Convention: D = epilogue(alpha op(A) op(B) + beta C [+ bias]) in cuBLASLt's own terms
+ * (column-major unless a layout says CUBLASLT_ORDER_ROW; the bias runs along D's rows, one value
+ * per row index); anything it does not implement is CUBLAS_STATUS_NOT_SUPPORTED, said on stderr. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "standin.h"
+
+SN_CUDA_CUBLASLT_API(SN_STANDIN_DECLARE)
+
+enum { ST_OK = 0, ST_NOT_INITIALIZED = 1, ST_ALLOC_FAILED = 3, ST_INVALID_VALUE = 7,
+       ST_EXECUTION_FAILED = 13, ST_NOT_SUPPORTED = 15 };
+enum { EPI_DEFAULT = 1, EPI_RELU = 2, EPI_BIAS = 4, EPI_RELU_BIAS = 6, EPI_GELU = 32,
+       EPI_GELU_BIAS = 36 };
+enum { DESC_COMPUTE_TYPE = 0, DESC_SCALE_TYPE = 1, DESC_POINTER_MODE = 2, DESC_BIAS_BATCH_STRIDE = 10 };
+enum { LAYOUT_TYPE = 0, LAYOUT_ROWS = 2, LAYOUT_COLS = 3, LAYOUT_LD = 4 };
+#define HANDLE_MAGIC 0x5d17c0de
+
+struct cublasLtContext {
+    int magic;
+    sn_standin_host_fn host;
+    sn_standin_enqueue_fn enqueue;
+};
+typedef struct {
+    int32_t compute, scale, transa, transb, pointer_mode, bias_type;
+    uint32_t epilogue;
+    CUdeviceptr bias;
+    int64_t bias_stride;
+} desc;
+typedef struct {
+    uint32_t type;
+    uint64_t rows, cols;
+    int64_t ld, stride;
+    int32_t order, batch;
+} layout;
+typedef struct {
+    uint64_t workspace;
+} pref;
+
+/* ---- status names ---- */
+
+static const struct {
+    int code;
+    const char *name, *text;
+} statuses[] = {
+    {ST_OK, "CUBLAS_STATUS_SUCCESS", "success"},
+    {ST_NOT_INITIALIZED, "CUBLAS_STATUS_NOT_INITIALIZED", "the library was not initialized"},
+    {ST_ALLOC_FAILED, "CUBLAS_STATUS_ALLOC_FAILED", "the resource allocation failed"},
+    {ST_INVALID_VALUE, "CUBLAS_STATUS_INVALID_VALUE", "an invalid numeric value was used as an argument"},
+    {ST_EXECUTION_FAILED, "CUBLAS_STATUS_EXECUTION_FAILED", "the GPU program failed to execute"},
+    {ST_NOT_SUPPORTED, "CUBLAS_STATUS_NOT_SUPPORTED", "the functionality requested is not supported"},
+};
+
+const char *cublasLtGetStatusName(cublasStatus_t status) {
+    for (size_t i = 0; i < sizeof statuses / sizeof *statuses; i++)
+        if (statuses[i].code == status) return statuses[i].name;
+    return "CUBLAS_STATUS_UNKNOWN";
+}
+
+const char *cublasLtGetStatusString(cublasStatus_t status) {
+    for (size_t i = 0; i < sizeof statuses / sizeof *statuses; i++)
+        if (statuses[i].code == status) return statuses[i].text;
+    return "unknown status";
+}
+
+size_t cublasLtGetVersion(void) { return 130000; }
+
+/* ---- handle, descriptors, layouts, preferences ---- */
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *lightHandle) {
+    if (!lightHandle) return ST_INVALID_VALUE;
+    if (sn_standin_env("SN_STANDIN_FAIL_CUBLASLT", 0)) {
+        sn_standin_say("cublasLtCreate fails as SN_STANDIN_FAIL_CUBLASLT asks");
+        return ST_NOT_INITIALIZED;
+    }
+    const char *cuda = getenv(SN_LIBCUDA_ENV);
+    void *h = cuda && *cuda ? dlopen(cuda, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD) : NULL;
+    sn_standin_host_fn host = h ? (sn_standin_host_fn)dlsym(h, SN_STANDIN_HOST_SYM) : NULL;
+    sn_standin_enqueue_fn enqueue = h ? (sn_standin_enqueue_fn)dlsym(h, SN_STANDIN_ENQUEUE_SYM) : NULL;
+    if (!host || !enqueue) {
+        sn_standin_say("cublasLtCreate: the stand-in cuBLASLt runs only with the stand-in libcuda "
+                       "loaded (%s=%s)", SN_LIBCUDA_ENV, cuda ? cuda : "(unset)");
+        if (h) dlclose(h);
+        return ST_NOT_INITIALIZED;
+    }
+    struct cublasLtContext *c = malloc(sizeof *c);
+    if (!c) return ST_ALLOC_FAILED;
+    *c = (struct cublasLtContext){HANDLE_MAGIC, host, enqueue};
+    *lightHandle = c;
+    return ST_OK;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle) {
+    if (!lightHandle || lightHandle->magic != HANDLE_MAGIC) return ST_NOT_INITIALIZED;
+    lightHandle->magic = 0;
+    free(lightHandle);
+    return ST_OK;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc,
+                                        cublasComputeType_t computeType, cudaDataType_t scaleType) {
+    if (computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_FAST_TF32) {
+        sn_standin_say("cublasLtMatmulDescCreate: compute type %d is not supported", computeType);
+        return ST_NOT_SUPPORTED;
+    }
+    if (scaleType != CUDA_R_32F) return ST_INVALID_VALUE;
+    desc *d = calloc(1, sizeof *d);
+    if (!d) return ST_ALLOC_FAILED;
+    *d = (desc){.compute = computeType, .scale = scaleType, .transa = CUBLAS_OP_N,
+                .transb = CUBLAS_OP_N, .epilogue = EPI_DEFAULT, .bias_type = -1};
+    *matmulDesc = (cublasLtMatmulDesc_t)d;
+    return ST_OK;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
+    free(matmulDesc);
+    return ST_OK;
+}
+
+/* Copies buf into field when the size is the attribute's. */
+static cublasStatus_t set(void *field, size_t field_bytes, const void *buf, size_t bytes,
+                          const char *what) {
+    if (!buf || bytes != field_bytes) {
+        sn_standin_say("%s: %zu bytes given, the attribute has %zu", what, bytes, field_bytes);
+        return ST_INVALID_VALUE;
+    }
+    memcpy(field, buf, bytes);
+    return ST_OK;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc,
+                                              cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t sizeInBytes) {
+    desc *d = (desc *)matmulDesc;
+    if (!d) return ST_INVALID_VALUE;
+    const char *w = "cublasLtMatmulDescSetAttribute";
+    switch (attr) {
+    case DESC_POINTER_MODE: return set(&d->pointer_mode, 4, buf, sizeInBytes, w);
+    case CUBLASLT_MATMUL_DESC_TRANSA: return set(&d->transa, 4, buf, sizeInBytes, w);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return set(&d->transb, 4, buf, sizeInBytes, w);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(&d->epilogue, 4, buf, sizeInBytes, w);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(&d->bias, 8, buf, sizeInBytes, w);
+    case DESC_BIAS_BATCH_STRIDE: return set(&d->bias_stride, 8, buf, sizeInBytes, w);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(&d->bias_type, 4, buf, sizeInBytes, w);
+    }
+    sn_standin_say("%s: attribute %d is not supported by the stand-in", w, attr);
+    return ST_NOT_SUPPORTED;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+    layout *l = calloc(1, sizeof *l);
+    if (!l) return ST_ALLOC_FAILED;
+    *l = (layout){.type = (uint32_t)type, .rows = rows, .cols = cols, .ld = ld,
+                  .order = CUBLASLT_ORDER_COL, .batch = 1};
+    *matLayout = (cublasLtMatrixLayout_t)l;
+    return ST_OK;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout) {
+    free(matLayout);
+    return ST_OK;
+}
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLayout,
+                                                cublasLtMatrixLayoutAttribute_t attr,
+                                                const void *buf, size_t sizeInBytes) {
+    layout *l = (layout *)matLayout;
+    if (!l) return ST_INVALID_VALUE;
+    const char *w = "cublasLtMatrixLayoutSetAttribute";
+    switch (attr) {
+    case LAYOUT_TYPE: return set(&l->type, 4, buf, sizeInBytes, w);
+    case CUBLASLT_MATRIX_LAYOUT_ORDER: return set(&l->order, 4, buf, sizeInBytes, w);
+    case LAYOUT_ROWS: return set(&l->rows, 8, buf, sizeInBytes, w);
+    case LAYOUT_COLS: return set(&l->cols, 8, buf, sizeInBytes, w);
+    case LAYOUT_LD: return set(&l->ld, 8, buf, sizeInBytes, w);
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return set(&l->batch, 4, buf, sizeInBytes, w);
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return set(&l->stride, 8, buf, sizeInBytes, w);
+    }
+    sn_standin_say("%s: attribute %d is not supported by the stand-in", w, attr);
+    return ST_NOT_SUPPORTED;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    pref *q = calloc(1, sizeof *q);
+    if (!q) return ST_ALLOC_FAILED;
+    *p = (cublasLtMatmulPreference_t)q;
+    return ST_OK;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    free(p);
+    return ST_OK;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void *buf, size_t sizeInBytes) {
+    pref *q = (pref *)p;
+    if (!q) return ST_INVALID_VALUE;
+    if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES)
+        return set(&q->workspace, 8, buf, sizeInBytes, "cublasLtMatmulPreferenceSetAttribute");
+    sn_standin_say("cublasLtMatmulPreferenceSetAttribute: attribute %d is not supported", attr);
+    return ST_NOT_SUPPORTED;
+}
+
+/* ---- the problem: checked at the heuristic and again at each matmul ---- */
+
+typedef struct {
+    desc d;
+    layout a, b, c, dl;
+    int64_t m, n, k;
+    float alpha, beta;
+    CUdeviceptr A, B, C, D;
+    struct cublasLtContext *h;
+} problem;
+
+/* Elements a layout spans in one batch: the last element's index + 1. */
+static uint64_t span(const layout *l) {
+    return l->order == CUBLASLT_ORDER_COL ? (l->cols - 1) * (uint64_t)l->ld + l->rows
+                                          : (l->rows - 1) * (uint64_t)l->ld + l->cols;
+}
+
+static bool bias_epilogue(uint32_t e) {
+    return e == EPI_BIAS || e == EPI_RELU_BIAS || e == EPI_GELU_BIAS;
+}
+
+static cublasStatus_t check(problem *p) {
+    const desc *d = &p->d;
+    const layout *ls[4] = {&p->a, &p->b, &p->c, &p->dl};
+    for (int i = 0; i < 4; i++) {
+        const layout *l = ls[i];
+        if (l->type != CUDA_R_32F) {
+            sn_standin_say("cuBLASLt: data type %u is not supported by the stand-in (f32 only)",
+                           l->type);
+            return ST_NOT_SUPPORTED;
+        }
+        if (!l->rows || !l->cols || l->batch < 1 ||
+            (l->order == CUBLASLT_ORDER_COL ? (uint64_t)l->ld < l->rows : (uint64_t)l->ld < l->cols) ||
+            (l->order != CUBLASLT_ORDER_COL && l->order != CUBLASLT_ORDER_ROW)) {
+            sn_standin_say("cuBLASLt: layout %d (%llu x %llu, ld %lld, order %d, batch %d) is "
+                           "invalid", i, (unsigned long long)l->rows, (unsigned long long)l->cols,
+                           (long long)l->ld, l->order, l->batch);
+            return ST_INVALID_VALUE;
+        }
+    }
+    p->m = (int64_t)p->dl.rows;
+    p->n = (int64_t)p->dl.cols;
+    p->k = (int64_t)(d->transa == CUBLAS_OP_N ? p->a.cols : p->a.rows);
+    uint64_t am = d->transa == CUBLAS_OP_N ? p->a.rows : p->a.cols;
+    uint64_t bk = d->transb == CUBLAS_OP_N ? p->b.rows : p->b.cols;
+    uint64_t bn = d->transb == CUBLAS_OP_N ? p->b.cols : p->b.rows;
+    if (am != (uint64_t)p->m || bn != (uint64_t)p->n || bk != (uint64_t)p->k ||
+        p->c.rows != p->dl.rows || p->c.cols != p->dl.cols ||
+        p->a.batch != p->dl.batch || p->b.batch != p->dl.batch || p->c.batch != p->dl.batch) {
+        sn_standin_say("cuBLASLt: op(A) %llu x %lld, op(B) %llu x %llu, C %llu x %llu and D %lld x "
+                       "%lld (batches %d %d %d %d) do not agree", (unsigned long long)am,
+                       (long long)p->k, (unsigned long long)bk, (unsigned long long)bn,
+                       (unsigned long long)p->c.rows, (unsigned long long)p->c.cols,
+                       (long long)p->m, (long long)p->n, p->a.batch, p->b.batch, p->c.batch,
+                       p->dl.batch);
+        return ST_INVALID_VALUE;
+    }
+    if ((d->transa != CUBLAS_OP_N && d->transa != CUBLAS_OP_T) ||
+        (d->transb != CUBLAS_OP_N && d->transb != CUBLAS_OP_T) || d->pointer_mode != 0)
+        return ST_NOT_SUPPORTED;
+    switch (d->epilogue) {
+    case EPI_DEFAULT: case EPI_RELU: case EPI_BIAS: case EPI_RELU_BIAS: case EPI_GELU:
+    case EPI_GELU_BIAS: break;
+    default:
+        sn_standin_say("cuBLASLt: epilogue %u is not supported by the stand-in", d->epilogue);
+        return ST_NOT_SUPPORTED;
+    }
+    if (bias_epilogue(d->epilogue) && d->bias_type != -1 && d->bias_type != CUDA_R_32F) {
+        sn_standin_say("cuBLASLt: bias data type %d is not supported by the stand-in", d->bias_type);
+        return ST_NOT_SUPPORTED;
+    }
+    return ST_OK;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
+    cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc, cublasLtMatrixLayout_t Adesc,
+    cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+    cublasLtMatmulPreference_t preference, int requestedAlgoCount,
+    cublasLtMatmulHeuristicResult_t heuristicResultsArray[], int *returnAlgoCount) {
+    if (!lightHandle || lightHandle->magic != HANDLE_MAGIC) return ST_NOT_INITIALIZED;
+    if (!operationDesc || !Adesc || !Bdesc || !Cdesc || !Ddesc || !preference ||
+        requestedAlgoCount < 1 || !heuristicResultsArray || !returnAlgoCount)
+        return ST_INVALID_VALUE;
+    problem p = {.d = *(desc *)operationDesc, .a = *(layout *)Adesc, .b = *(layout *)Bdesc,
+                 .c = *(layout *)Cdesc, .dl = *(layout *)Ddesc};
+    *returnAlgoCount = 0;
+    cublasStatus_t st = check(&p);
+    if (st) return st;
+    memset(&heuristicResultsArray[0], 0, sizeof heuristicResultsArray[0]);
+    heuristicResultsArray[0].algo.data[0] = 0x5d; /* the stand-in's one algorithm */
+    heuristicResultsArray[0].wavesCount = 1;
+    *returnAlgoCount = 1;
+    return ST_OK;
+}
+
+/* ---- the product ---- */
+
+static double at(const layout *l, const float *base, int64_t r, int64_t c) {
+    return l->order == CUBLASLT_ORDER_COL ? base[r + c * l->ld] : base[r * l->ld + c];
+}
+
+static float *at_ptr(const layout *l, float *base, int64_t r, int64_t c) {
+    return l->order == CUBLASLT_ORDER_COL ? &base[r + c * l->ld] : &base[r * l->ld + c];
+}
+
+/* Runs in stream order: the device pointers are turned into host memory only now. */
+static int run(const void *data) {
+    const problem *p = data;
+    const desc *d = &p->d;
+    int64_t batch = p->dl.batch;
+    const float *A = p->h->host(p->A, 4 * ((batch - 1) * p->a.stride + span(&p->a)));
+    const float *B = p->h->host(p->B, 4 * ((batch - 1) * p->b.stride + span(&p->b)));
+    const float *C = p->beta != 0 ? p->h->host(p->C, 4 * ((batch - 1) * p->c.stride + span(&p->c))) : NULL;
+    float *D = p->h->host(p->D, 4 * ((batch - 1) * p->dl.stride + span(&p->dl)));
+    bool biased = bias_epilogue(d->epilogue);
+    const float *bias = biased ? p->h->host(d->bias, 4 * ((batch - 1) * d->bias_stride + p->m)) : NULL;
+    if (!A || !B || !D || (p->beta != 0 && !C) || (biased && !bias)) {
+        sn_standin_say("cublasLtMatmul: an operand is not (all) in device memory");
+        return 700; /* CUDA_ERROR_ILLEGAL_ADDRESS */
+    }
+    double *pa = malloc(sizeof *pa * (size_t)(p->m * p->k)), *pb = malloc(sizeof *pb * (size_t)(p->n * p->k));
+    if (!pa || !pb) {
+        free(pa);
+        free(pb);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (int64_t b = 0; b < batch; b++) {
+        const float *a = A + b * p->a.stride, *bb = B + b * p->b.stride;
+        const float *c = C ? C + b * p->c.stride : NULL, *bi = bias ? bias + b * d->bias_stride : NULL;
+        float *dd = D + b * p->dl.stride;
+        for (int64_t i = 0; i < p->m; i++) /* op(A) row i, contiguous in k */
+            for (int64_t k = 0; k < p->k; k++)
+                pa[i * p->k + k] = d->transa == CUBLAS_OP_N ? at(&p->a, a, i, k) : at(&p->a, a, k, i);
+        for (int64_t j = 0; j < p->n; j++) /* op(B) column j, contiguous in k */
+            for (int64_t k = 0; k < p->k; k++)
+                pb[j * p->k + k] = d->transb == CUBLAS_OP_N ? at(&p->b, bb, k, j) : at(&p->b, bb, j, k);
+        for (int64_t j = 0; j < p->n; j++)
+            for (int64_t i = 0; i < p->m; i++) {
+                double s = 0;
+                for (int64_t k = 0; k < p->k; k++) s += pa[i * p->k + k] * pb[j * p->k + k];
+                double v = p->alpha * s + (c ? p->beta * at(&p->c, c, i, j) : 0);
+                if (bi) v += bi[i];
+                if (d->epilogue == EPI_RELU || d->epilogue == EPI_RELU_BIAS) v = v > 0 ? v : 0;
+                if (d->epilogue == EPI_GELU || d->epilogue == EPI_GELU_BIAS) /* tanh form */
+                    v = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+                *at_ptr(&p->dl, dd, i, j) = (float)v;
+            }
+    }
+    free(pa);
+    free(pb);
+    return 0;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc,
+                              const void *alpha, const void *A, cublasLtMatrixLayout_t Adesc,
+                              const void *B, cublasLtMatrixLayout_t Bdesc, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo,
+                              void *workspace, size_t workspaceSizeInBytes, cudaStream_t stream) {
+    if (!lightHandle || lightHandle->magic != HANDLE_MAGIC) return ST_NOT_INITIALIZED;
+    if (!computeDesc || !alpha || !beta || !A || !B || !D || !Adesc || !Bdesc || !Cdesc || !Ddesc)
+        return ST_INVALID_VALUE;
+    if (algo && algo->data[0] != 0x5d) {
+        sn_standin_say("cublasLtMatmul: the algorithm is not one the stand-in's heuristic gave");
+        return ST_INVALID_VALUE;
+    }
+    problem p = {.d = *(desc *)computeDesc, .a = *(layout *)Adesc, .b = *(layout *)Bdesc,
+                 .c = *(layout *)Cdesc, .dl = *(layout *)Ddesc,
+                 .alpha = *(const float *)alpha, .beta = *(const float *)beta,
+                 .A = (CUdeviceptr)(uintptr_t)A, .B = (CUdeviceptr)(uintptr_t)B,
+                 .C = (CUdeviceptr)(uintptr_t)C, .D = (CUdeviceptr)(uintptr_t)D, .h = lightHandle};
+    cublasStatus_t st = check(&p);
+    if (st) return st;
+    if (workspace && !lightHandle->host((CUdeviceptr)(uintptr_t)workspace, workspaceSizeInBytes)) {
+        sn_standin_say("cublasLtMatmul: the workspace is not device memory");
+        return ST_INVALID_VALUE;
+    }
+    int r = lightHandle->enqueue(stream, run, &p, sizeof p);
+    if (r) sn_standin_say("cublasLtMatmul: the stream refused or failed the product (CUresult %d)", r);
+    return r ? ST_EXECUTION_FAILED : ST_OK;
+}

@@ -1,0 +1,81 @@
+/* standin_driver.h: the stand-in libcuda's internal header, one section per file: state and
+ * memory (standin_driver.c), modules and launches (standin_launch.c), streams, capture and graphs
+ * (standin_stream.c). Convention: every call returns a CUresult and says why on stderr when it
+ * is not CUDA_SUCCESS (sn_standin_say); there is one device, one context, no locking (sinter
+ * drives the device from one thread). */
+#ifndef SN_STANDIN_DRIVER_H
+#define SN_STANDIN_DRIVER_H
+
+#include <stdbool.h>
+
+#include "standin.h"
+
+SN_CUDA_DRIVER_API(SN_STANDIN_DECLARE)
+int sn_standin_enqueue(CUstream s, sn_standin_op_fn fn, const void *data, size_t bytes);
+void *sn_standin_host(CUdeviceptr p, size_t bytes);
+
+/* CUresult values the stand-in returns beyond those cuda_api.h names */
+enum {
+    SI_INVALID_IMAGE = 200,
+    SI_INVALID_CONTEXT = 201,
+    SI_INVALID_HANDLE = 400,
+    SI_NOT_READY = 600,
+    SI_ILLEGAL_ADDRESS = 700,
+    SI_LAUNCH_OUT_OF_RESOURCES = 701,
+    SI_CAPTURE_UNSUPPORTED = 900,
+    SI_CAPTURE_INVALIDATED = 901,
+    SI_CAPTURE_UNMATCHED = 903,
+};
+
+/* ---- standin_driver.c ---- */
+
+typedef struct {
+    bool initialised;
+    int sm;                  /* SN_STANDIN_SM, default 80 */
+    uint64_t total, used;    /* SN_STANDIN_MEM bytes (default 4G), allocated */
+    uint64_t allocs, launches;        /* calls so far (1-based counts for injection) */
+    uint64_t fail_alloc, fail_launch; /* SN_STANDIN_FAIL_ALLOC / _FAIL_LAUNCH: the Nth fails */
+    bool no_binary;          /* SN_STANDIN_NO_BINARY=1: every module load fails */
+} si_state;
+extern si_state si;
+
+/* CUDA_SUCCESS when a context is current on this thread (after cuInit), else the error. */
+CUresult si_need_ctx(const char *call);
+/* The host address of [p, p + n) in one live allocation, or NULL (said on stderr, naming call). */
+void *si_host(CUdeviceptr p, size_t n, const char *call);
+
+/* ---- standin_launch.c ---- */
+
+typedef struct si_function si_function;
+/* Runs a launch now (the stream's work is synchronous). */
+CUresult si_launch_now(si_function *f, const unsigned grid[3], const unsigned block[3],
+                       unsigned shared, void **params);
+/* The bytes of f's parameters, packed, and where each starts: what a capture copies. */
+int si_function_params(const si_function *f, size_t *offsets, size_t *total);
+
+/* ---- standin_stream.c ---- */
+
+typedef enum { SI_KERNEL, SI_COPY, SI_MEMSET, SI_EVENT, SI_HOST } si_kind;
+typedef struct {
+    si_kind kind;
+    si_function *f;          /* SI_KERNEL */
+    unsigned grid[3], block[3], shared;
+    unsigned char *args;     /* SI_KERNEL: the parameter values, packed; SI_HOST: the data */
+    size_t n_args;
+    CUdeviceptr dst, src;    /* SI_COPY, SI_MEMSET */
+    size_t bytes;
+    unsigned char value;
+    CUevent event;           /* SI_EVENT */
+    sn_standin_op_fn fn;     /* SI_HOST */
+} si_op;
+
+/* Runs op on stream s now, or records it when s is capturing (op's buffers are copied then). */
+CUresult si_stream_do(CUstream s, const si_op *op, const char *call);
+/* CUDA_SUCCESS when s is a live stream or NULL (the legacy default stream). */
+CUresult si_stream_check(CUstream s, const char *call);
+/* Whether any stream is capturing (allocation and synchronisation are refused then). */
+bool si_capturing(void);
+/* Records a clock reading in ev (standin_driver.c). */
+void si_event_stamp(CUevent ev);
+
+#endif

@@ -1,0 +1,247 @@
+/* standin_stream.c: the stand-in libcuda's streams, stream capture and CUDA Graphs. Streams are
+ * synchronous: an operation runs before its call returns. Capture records operations (kernel
+ * parameters and host-op data copied at the call, as the driver does) and a graph replays them
+ * in order. Convention: what the driver refuses during capture is refused here (allocation,
+ * host copies, synchronisation), and a refused call invalidates the capture. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "standin_driver.h"
+
+struct CUstream_st {
+    bool capturing, invalidated;
+    int mode;
+    si_op *ops; /* recorded during capture */
+    size_t n, cap;
+    struct CUstream_st *next; /* live streams */
+};
+struct CUgraph_st {
+    si_op *ops;
+    size_t n;
+};
+struct CUgraphExec_st {
+    si_op *ops;
+    size_t n;
+};
+
+static struct CUstream_st *streams;
+static int n_capturing;
+
+bool si_capturing(void) { return n_capturing > 0; }
+
+CUresult si_stream_check(CUstream s, const char *call) {
+    if (!s) return CUDA_SUCCESS;
+    for (struct CUstream_st *t = streams; t; t = t->next)
+        if (t == s) return CUDA_SUCCESS;
+    sn_standin_say("%s: %p is not a live stream", call, (void *)s);
+    return SI_INVALID_HANDLE;
+}
+
+static void op_free(si_op *op) { free(op->args); }
+
+static void ops_free(si_op *ops, size_t n) {
+    for (size_t i = 0; i < n; i++) op_free(&ops[i]);
+    free(ops);
+}
+
+/* A deep copy of op (its args). */
+static CUresult op_copy(si_op *to, const si_op *op) {
+    *to = *op;
+    to->args = NULL;
+    if (op->n_args) {
+        if (!(to->args = malloc(op->n_args))) return CUDA_ERROR_OUT_OF_MEMORY;
+        memcpy(to->args, op->args, op->n_args);
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult run(const si_op *op) {
+    switch (op->kind) {
+    case SI_KERNEL: {
+        size_t offsets[64], total;
+        int n = si_function_params(op->f, offsets, &total);
+        void *params[64];
+        for (int i = 0; i < n; i++) params[i] = op->args + offsets[i];
+        return si_launch_now(op->f, op->grid, op->block, op->shared, params);
+    }
+    case SI_COPY: {
+        void *d = si_host(op->dst, op->bytes, "a device copy"), *s = si_host(op->src, op->bytes, "a device copy");
+        if (!d || !s) return SI_ILLEGAL_ADDRESS;
+        memmove(d, s, op->bytes);
+        return CUDA_SUCCESS;
+    }
+    case SI_MEMSET: {
+        void *d = si_host(op->dst, op->bytes, "a memset");
+        if (!d) return SI_ILLEGAL_ADDRESS;
+        memset(d, op->value, op->bytes);
+        return CUDA_SUCCESS;
+    }
+    case SI_EVENT:
+        si_event_stamp(op->event);
+        return CUDA_SUCCESS;
+    case SI_HOST:
+        return op->fn(op->args);
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult si_stream_do(CUstream s, const si_op *op, const char *call) {
+    CUresult r = si_stream_check(s, call);
+    if (r) return r;
+    if (!s || !s->capturing) return run(op);
+    if (s->invalidated) return SI_CAPTURE_INVALIDATED;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        si_op *t = realloc(s->ops, cap * sizeof *t);
+        if (!t) return CUDA_ERROR_OUT_OF_MEMORY;
+        s->ops = t;
+        s->cap = cap;
+    }
+    if ((r = op_copy(&s->ops[s->n], op))) return r;
+    s->n++;
+    return CUDA_SUCCESS;
+}
+
+int sn_standin_enqueue(CUstream s, sn_standin_op_fn fn, const void *data, size_t bytes) {
+    si_op op = {.kind = SI_HOST, .fn = fn, .args = (unsigned char *)data, .n_args = bytes};
+    return si_stream_do(s, &op, "cublasLtMatmul");
+}
+
+CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags) {
+    CUresult r = si_need_ctx("cuStreamCreate");
+    if (r) return r;
+    if (Flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s = calloc(1, sizeof *s);
+    if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
+    s->next = streams;
+    streams = s;
+    *phStream = s;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamDestroy(CUstream hStream) {
+    if (!hStream || si_stream_check(hStream, "cuStreamDestroy")) return SI_INVALID_HANDLE;
+    for (struct CUstream_st **p = &streams; *p; p = &(*p)->next)
+        if (*p == hStream) {
+            *p = hStream->next;
+            break;
+        }
+    if (hStream->capturing) n_capturing--;
+    ops_free(hStream->ops, hStream->n);
+    free(hStream);
+    return CUDA_SUCCESS;
+}
+
+/* Marks every capturing stream invalid: the driver does so after a prohibited call. */
+static void invalidate_captures(void) {
+    for (struct CUstream_st *t = streams; t; t = t->next)
+        if (t->capturing) t->invalidated = true;
+}
+
+CUresult cuStreamSynchronize(CUstream hStream) {
+    CUresult r = si_need_ctx("cuStreamSynchronize");
+    if (!r) r = si_stream_check(hStream, "cuStreamSynchronize");
+    if (r) return r;
+    if (si_capturing()) {
+        sn_standin_say("cuStreamSynchronize while a stream is capturing");
+        invalidate_captures();
+        return SI_CAPTURE_UNSUPPORTED;
+    }
+    return CUDA_SUCCESS; /* the work is done already */
+}
+
+CUresult cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode) {
+    CUresult r = si_need_ctx("cuStreamBeginCapture");
+    if (!r) r = si_stream_check(hStream, "cuStreamBeginCapture");
+    if (r) return r;
+    if (!hStream) {
+        sn_standin_say("cuStreamBeginCapture: the legacy default stream cannot be captured");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (hStream->capturing) return SI_CAPTURE_UNSUPPORTED;
+    if (mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    hStream->capturing = true;
+    hStream->invalidated = false;
+    hStream->mode = mode;
+    hStream->n = 0;
+    n_capturing++;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+    CUresult r = si_need_ctx("cuStreamEndCapture");
+    if (!r) r = si_stream_check(hStream, "cuStreamEndCapture");
+    if (r) return r;
+    *phGraph = NULL;
+    if (!hStream || !hStream->capturing) return SI_CAPTURE_UNMATCHED;
+    hStream->capturing = false;
+    n_capturing--;
+    si_op *ops = hStream->ops;
+    size_t n = hStream->n;
+    hStream->ops = NULL;
+    hStream->n = hStream->cap = 0;
+    if (hStream->invalidated) {
+        ops_free(ops, n);
+        return SI_CAPTURE_INVALIDATED;
+    }
+    struct CUgraph_st *g = malloc(sizeof *g);
+    if (!g) {
+        ops_free(ops, n);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *g = (struct CUgraph_st){ops, n};
+    *phGraph = g;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
+    CUresult r = si_need_ctx("cuGraphInstantiate");
+    if (r) return r;
+    if (!hGraph) return SI_INVALID_HANDLE;
+    if (flags) return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphExec_st *x = calloc(1, sizeof *x);
+    if (!x || !(x->ops = calloc(hGraph->n + 1, sizeof *x->ops))) {
+        free(x);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; i < hGraph->n; i++, x->n++)
+        if ((r = op_copy(&x->ops[i], &hGraph->ops[i]))) {
+            ops_free(x->ops, x->n);
+            free(x);
+            return r;
+        }
+    *phGraphExec = x;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+    CUresult r = si_need_ctx("cuGraphLaunch");
+    if (!r) r = si_stream_check(hStream, "cuGraphLaunch");
+    if (r) return r;
+    if (!hGraphExec) return SI_INVALID_HANDLE;
+    if (hStream && hStream->capturing) {
+        sn_standin_say("cuGraphLaunch into a capturing stream is not supported by the stand-in");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    for (size_t i = 0; i < hGraphExec->n; i++)
+        if ((r = run(&hGraphExec->ops[i]))) {
+            sn_standin_say("cuGraphLaunch: node %zu of %zu failed", i, hGraphExec->n);
+            return r;
+        }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+    if (!hGraphExec) return SI_INVALID_HANDLE;
+    ops_free(hGraphExec->ops, hGraphExec->n);
+    free(hGraphExec);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphDestroy(CUgraph hGraph) {
+    if (!hGraph) return SI_INVALID_HANDLE;
+    ops_free(hGraph->ops, hGraph->n);
+    free(hGraph);
+    return CUDA_SUCCESS;
+}

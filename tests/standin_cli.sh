@@ -1,0 +1,28 @@
+#!/bin/sh
+# standin_cli.sh SINTER CUDA NVRTC CUBLASLT: `sinter` on the stand-in driver (tests/standin),
+# named by SN_LIBCUDA, SN_LIBNVRTC and SN_LIBCUBLASLT: `info` lists its device, `train --device
+# cuda` trains tiny GPT-2 with the CPU device's losses (as printed), the kernel cache warm on the
+# second run.
+set -eu
+sinter=$1
+export SN_LIBCUDA="$2" SN_LIBNVRTC="$3" SN_LIBCUBLASLT="$4"
+dir=$(mktemp -d /tmp/sn_standin_cli_XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+export XDG_CACHE_HOME="$dir/cache"
+"$sinter" info > "$dir/info.out" 2>&1
+grep -q "^  device 0: sinter stand-in driver (SIMT simulator, sm_80), sm_80" "$dir/info.out" ||
+  { echo "FAIL: info"; cat "$dir/info.out"; exit 1; }
+seq 1 400 | awk '{ print "line " $1 }' > "$dir/corpus.txt"
+tiny="--model tiny --data $dir/corpus.txt --batch 2 --seq 16 --steps 3 --sample-len 0"
+# shellcheck disable=SC2086
+"$sinter" train $tiny --device cuda > "$dir/cuda.out" 2>&1 || { echo "FAIL: train --device cuda"; cat "$dir/cuda.out"; exit 1; }
+grep -q "^device: cuda 0: sinter stand-in driver" "$dir/cuda.out" || { echo "FAIL: device line"; cat "$dir/cuda.out"; exit 1; }
+grep -q "^step  *3/3" "$dir/cuda.out" || { echo "FAIL: did not train"; cat "$dir/cuda.out"; exit 1; }
+# shellcheck disable=SC2086
+"$sinter" train $tiny --device cpu > "$dir/cpu.out" 2>&1
+losses() { sed -n 's/^step *\([0-9]*\)\/.*| loss \([0-9.]*\) .*| grad norm *\([0-9.]*\) .*/\1 \2 \3/p' "$1"; }
+[ -n "$(losses "$dir/cpu.out")" ] && [ "$(losses "$dir/cuda.out")" = "$(losses "$dir/cpu.out")" ] ||
+  { echo "FAIL: losses differ"; losses "$dir/cuda.out"; losses "$dir/cpu.out"; exit 1; }
+ls "$dir/cache/sinter/"*.cubin > /dev/null 2>&1 || { echo "FAIL: no kernel cache entries"; exit 1; }
+echo "sinter train --device cuda on the stand-in: the CPU device's losses: ok"
+losses "$dir/cuda.out"
