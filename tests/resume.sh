@@ -4,10 +4,12 @@
 # with the same losses logged; killed during a save (SN_SAVEFILE_DELAY_MS holds the save before
 # its rename), the previous checkpoint is intact and resumes to the same end. A truncated or
 # mismatched checkpoint is refused with a message that names it. RESUME_ROUNDS=N repeats the
-# two kills N times (by hand: RESUME_ROUNDS=20 sh tests/resume.sh build/sinter).
+# two kills N times; RESUME_DEVICE=interp runs on the reference interpreter (no JIT compile per
+# start; by hand: RESUME_ROUNDS=20 RESUME_DEVICE=interp sh tests/resume.sh build/sinter).
 set -eu
 sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
 rounds=${RESUME_ROUNDS:-1}
+device=${RESUME_DEVICE:-cpu}
 dir=$(mktemp -d /tmp/sn_resume_XXXXXX)
 pid=
 trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$dir"' EXIT
@@ -15,7 +17,7 @@ cd "$dir"
 fail() { echo "FAIL: $*"; for f in out.txt err.txt; do [ -f $f ] && { echo "--- $f"; tail -n 5 $f; }; done; exit 1; }
 seq 1 6000 | awk '{ print "line " $1 ": the quick brown fox jumps over " ($1 * 7) % 13 " lazy dogs" }' > corpus.txt
 steps=120 every=30
-args="--model tiny --data corpus.txt --batch 2 --seq 16 --tokens-per-step 64 --steps $steps --lr 1e-3 --eval-every 30 --save-every $every --sample-len 0"
+args="--model tiny --data corpus.txt --batch 2 --seq 16 --tokens-per-step 64 --steps $steps --lr 1e-3 --eval-every 30 --save-every $every --sample-len 0 --device $device"
 losses() { cut -d, -f1-5 "$1"; } # step,loss,val_loss,lr,grad_norm (tokens/s differ)
 # shellcheck disable=SC2086
 "$sinter" train $args --log straight.csv --checkpoint straight.ckpt > straight.out
