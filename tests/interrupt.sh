@@ -55,6 +55,7 @@ wait_for "^step  *11/"
 kill -TERM $pid
 status=0
 wait $pid || status=$?
+pid=
 [ "$status" = 143 ] || fail "SIGTERM: exit $status, not 143"
 grep -q "stopped by SIGTERM after step [0-9]* of 100000: checkpoint t.ckpt saved; continue with the same options and --resume t.ckpt" out.txt || fail "SIGTERM message"
 step=$(sed -n 's/.*after step \([0-9]*\) of.*/\1/p' out.txt)
@@ -66,6 +67,7 @@ wait_for "resumed from t.ckpt at step $step"
 kill -INT $pid
 status=0
 wait $pid || status=$?
+pid=
 [ "$status" = 130 ] || fail "SIGINT: exit $status, not 130"
 grep -q "stopped by SIGINT after step" out.txt || fail "SIGINT message"
 no_tmp
@@ -82,6 +84,7 @@ while ! ls u.ckpt.tmp.* > /dev/null 2>&1; do kill -0 $pid || fail "no save after
 kill -INT $pid
 status=0
 wait $pid || status=$?
+pid=
 [ "$status" = 130 ] || fail "second SIGINT: exit $status, not 130"
 no_tmp
 cmp t.csv t.keep || fail "an interrupted fresh run replaced the log"
