@@ -16,7 +16,7 @@ typedef struct {
     const char *log, *plot, *checkpoint, *resume, *prompt; /* files and the sampling prompt */
     long steps, batch, seq, seed, eval_every, tokens_per_step, save_every;
     long sample_every, sample_len, top_k;
-    double lr, temperature, grad_clip; /* grad_clip 0: off */
+    double lr, temperature;
     double diverge_nats;     /* a loss this far above the recent median stops the run; 0: off */
 } train_args;
 
@@ -64,9 +64,8 @@ const char *train_log_close(train_log *l, bool failed);
 
 /* ---- samples (train_out.c) ---- */
 
-/* Prints prompt and generated text between two rules, decoded by tk; bytes that are not
- * printable (other than newline and tab) are shown as \xNN. */
-void train_print_sample(FILE *f, const sn_tokenizer *tk, const int32_t *prompt, int n_prompt,
-                        const int32_t *out, int n_out, const char *heading);
+/* Prints a sample's text between two rules; bytes that are not printable (other than newline
+ * and tab) are shown as \xNN. */
+void train_print_sample(FILE *f, const char *text, size_t len, const char *heading);
 
 #endif

@@ -112,16 +112,9 @@ static void put_readable(FILE *f, const char *s, size_t n) {
     }
 }
 
-void train_print_sample(FILE *f, const sn_tokenizer *tk, const int32_t *prompt, int n_prompt,
-                        const int32_t *out, int n_out, const char *heading) {
+void train_print_sample(FILE *f, const char *text, size_t len, const char *heading) {
     fprintf(f, "---- %s ----\n", heading);
-    for (int i = 0; i < n_prompt + n_out; i++) {
-        int id = i < n_prompt ? prompt[i] : out[i - n_prompt];
-        size_t n;
-        const char *s = sn_tokenizer_decode(tk, id, &n);
-        if (s) put_readable(f, s, n);
-        else fprintf(f, "<%d>", id); /* an id the tokenizer lacks (vocabulary padding) */
-    }
+    put_readable(f, text, len);
     fprintf(f, "\n----\n");
     fflush(f);
 }

@@ -13,15 +13,14 @@
  *     if (sn_graph_error(g)) { fprintf(stderr, "%s\n", sn_graph_error(g)); ... }
  *     sn_err e;
  *     if (sn_backward(g, loss, &e) != SN_OK) ...                       // appends d loss / d w
- *     // w->grad is now the gradient node; run the graph with interp/interp.h
+ *     // w->grad is now the gradient node; train with session.h (installed through sinter.h),
+ *     // or, in the tree, run the graph with interp/interp.h
  *
  * Axes may be negative (-1 is the last). Binary pointwise ops broadcast like numpy. */
 #ifndef SINTER_H
 #define SINTER_H
 
 #include "ir/ir.h"
-
-#define SINTER_VERSION "0.1.0"
 
 /* A shape literal: SN_SHAPE(B, T, C); SN_SCALAR for rank 0. */
 typedef struct {

@@ -5,7 +5,7 @@
 # the 12 lines before it, and any abort() outside the assertion handler.
 set -u
 cd "$(dirname "$0")/.."
-files=$(find ir support frontend program passes interp codegen runtime data train models cli -name '*.c' | sort)
+files=$(find ir support frontend program passes interp codegen runtime data train models api cli -name '*.c' | sort)
 bad=$(awk '
 FNR == 1 { n = 0 }
 {

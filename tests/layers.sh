@@ -4,7 +4,7 @@
 # Fails naming the file and the header that break the order.
 set -u
 cd "$(dirname "$0")/.."
-order="ir support frontend program passes interp codegen/llvm codegen/cuda sim runtime data train models cli bench tests"
+order="ir support frontend program passes interp codegen/llvm codegen/cuda sim runtime data train models api cli bench examples/llama tests"
 rank() { [ "$1" = runtime/cuda ] && set -- runtime   # runtime/cuda is part of the runtime layer
   i=0; for l in $order; do [ "$l" = "$1" ] && { echo $i; return; }; i=$((i+1)); done; echo -1; }
 bad=0

@@ -1,0 +1,300 @@
+/* session.c: a training run of a language model (session.h): data, device, trainer, validation,
+ * checkpoints and samples behind one opaque object, used by `sinter train` and by models written
+ * outside the tree. Convention: what a checkpoint must agree with is written into the run's
+ * metadata once, at sn_session_new, before a resume compares it with the file's. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/data.h"
+#include "frontend/sinter.h"
+#include "passes/pipeline.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/device.h"
+#include "support/plot.h"
+#include "train/checkpoint.h"
+#include "train/sample.h"
+#include "train/train.h"
+#include "session.h"
+
+struct sn_session {
+    sn_model m;
+    sn_session_opts o;
+    sn_pipeline_opts po;     /* the trainer's compile options (forward rewrites, dump) */
+    int B, T, micro;         /* micro-batches of (B, T) per optimizer step */
+    sn_text text;
+    sn_tokenizer *tk;
+    sn_tokens toks, bin_val; /* what owns the ids: the encoded text, or the two shards */
+    sn_tokens train, val;
+    sn_val_iter vi;
+    sn_graph *g, *sg;        /* training graph; sampling graph (1, T), built at the first sample */
+    sn_device *dev;          /* NULL: the reference interpreter */
+    sn_trainer *t;
+    sn_sampler *sampler;
+    sn_run_state run;        /* metadata, data RNG, loss curves: what a checkpoint carries */
+    int32_t *x, *y;          /* (B, T) */
+};
+
+sn_session_opts sn_session_defaults(void) {
+    return (sn_session_opts){.device = "auto", .data = SN_DEFAULT_CORPUS, .batch = 16, .steps = 600,
+                             .lr = 3e-3, .seed = 1337, .val_batches = 8};
+}
+
+void sn_session_free(sn_session *s) {
+    if (!s) return;
+    free(s->x);
+    free(s->y);
+    sn_run_state_free(&s->run);
+    sn_sampler_free(s->sampler);
+    sn_trainer_free(s->t);
+    sn_device_free(s->dev);
+    sn_graph_free(s->sg);
+    sn_graph_free(s->g);
+    sn_tokens_free(&s->toks);
+    sn_tokens_free(&s->bin_val);
+    if (s->tk) sn_tokenizer_free(s->tk);
+    sn_text_free(&s->text);
+    free(s);
+}
+
+/* The device o->device names: cuda (an error without a GPU), cpu, auto (cuda when the driver
+ * reports a device, else cpu, saying why in one line); NULL for interp. */
+static sn_status open_device(const sn_session_opts *o, sn_device **dev, sn_err *e) {
+    *dev = NULL;
+    const char *d = o->device ? o->device : "auto";
+    sn_cuda_opts co = {.tf32 = o->tf32, .no_cache = o->no_cache};
+    if (!strcmp(d, "cuda")) return sn_cuda_device_new_opts(0, &co, dev, e);
+    if (!strcmp(d, "auto")) {
+        char why[512];
+        if (sn_cuda_device_count(why, sizeof why) > 0) return sn_cuda_device_new_opts(0, &co, dev, e);
+        printf("no CUDA device (%s): using cpu\n", why);
+        fflush(stdout);
+    } else if (!strcmp(d, "interp")) {
+        return SN_OK;
+    } else if (strcmp(d, "cpu")) {
+        return sn_fail(e, SN_ERR_INVALID, "device '%s': use auto, cuda, cpu or interp", d);
+    }
+    return sn_cpu_device_new(0, dev, e);
+}
+
+/* The tokenizer and the train / validation streams: a text split 90/10, or two shards. */
+static sn_status load_data(const sn_session_opts *o, sn_session *r, sn_err *e) {
+    sn_status s;
+    if (!o->train_bin != !o->val_bin)
+        return sn_fail(e, SN_ERR_INVALID, "token shards come in pairs: give both --train-bin and --val-bin");
+    if (o->bpe) {
+        char enc[4096], merges[4096];
+        snprintf(enc, sizeof enc, "%s/encoder.json", o->bpe);
+        snprintf(merges, sizeof merges, "%s/vocab.bpe", o->bpe);
+        if ((s = sn_tokenizer_gpt2_load(enc, merges, &r->tk, e))) return s;
+    } else {
+        if (!(r->tk = sn_tokenizer_bytes_new())) return sn_fail_oom(e, 512, "the byte tokenizer");
+    }
+    if (o->train_bin) {
+        if ((s = sn_shard_read(o->train_bin, r->tk->vocab, &r->toks, e)) ||
+            (s = sn_shard_read(o->val_bin, r->tk->vocab, &r->bin_val, e))) {
+            if (!o->bpe && s == SN_ERR_PARSE && strstr(e->msg, "vocab"))
+                snprintf(e->msg + strlen(e->msg), sizeof e->msg - strlen(e->msg),
+                         " (shards of GPT-2 tokens need --bpe DIR)");
+            return s;
+        }
+        r->train = r->toks;
+        r->train.cap = 0; /* views: toks and bin_val own the ids */
+        r->val = r->bin_val;
+        r->val.cap = 0;
+        return SN_OK;
+    }
+    if ((s = sn_text_load(o->data ? o->data : SN_DEFAULT_CORPUS, &r->text, e))) return s;
+    if ((s = sn_tokenizer_encode(r->tk, r->text.bytes, r->text.len, &r->toks, e))) return s;
+    return sn_tokens_split(&r->toks, 0.1, &r->train, &r->val, e);
+}
+
+static uint64_t tokens_hash(const sn_tokens *t) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < t->n; i++) h = (h ^ (uint64_t)sn_tokens_get(t, i)) * 0x100000001b3ull;
+    return h;
+}
+
+/* What a checkpoint of this run must agree with to be resumed (the trainer adds its options). */
+static void set_meta(sn_session *r) {
+    sn_run_state *m = &r->run;
+    sn_run_meta_set(m, "model", "%s", r->m.name);
+    if (r->m.desc) sn_run_meta_set(m, "model.shape", "%s", r->m.desc);
+    sn_run_meta_set(m, "tokenizer", "%s", r->tk->name);
+    sn_run_meta_set(m, "batch", "%d", r->B);
+    sn_run_meta_set(m, "seq", "%d", r->T);
+    sn_run_meta_set(m, "tokens_per_step", "%ld", (long)r->micro * r->B * r->T);
+    sn_run_meta_set(m, "train_data", "%zu tokens, hash %016" PRIx64, r->train.n, tokens_hash(&r->train));
+    sn_run_meta_set(m, "val_data", "%zu tokens, hash %016" PRIx64, r->val.n, tokens_hash(&r->val));
+}
+
+/* Calls the model's build for (B, T) into a new graph and checks what the session relies on. */
+static sn_status build_graph(sn_session *r, int B, int T, sn_graph **out, sn_err *e) {
+    if (!(*out = sn_graph_new())) return sn_fail_oom(e, sizeof(sn_graph), "the model's graph");
+    sn_graph *g = *out;
+    sn_status s = r->m.build(g, B, T, r->tk->vocab, r->m.user, e);
+    if (s) return s;
+    if (sn_graph_error(g))
+        return sn_fail(e, g->err.code, "model %s: %s", r->m.name, sn_graph_error(g));
+    if (!g->loss)
+        return sn_fail(e, SN_ERR_INVALID, "model %s: its build set no loss: set g->loss to the "
+                       "mean cross-entropy of the logits and \"targets\"", r->m.name);
+    return SN_OK;
+}
+
+static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err *e) {
+    if (!m->build || !m->name)
+        return sn_fail(e, SN_ERR_INVALID, "session: the model needs a name and a build function");
+    if (m->ctx < 1 && o->seq < 1)
+        return sn_fail(e, SN_ERR_INVALID, "model %s: ctx %d: give the model's longest sequence "
+                       "(sn_model.ctx) or a seq", m->name, m->ctx);
+    if (o->batch < 1 || o->steps < 1 || o->seq < 0 || o->tokens_per_step < 0 || !(o->lr > 0))
+        return sn_fail(e, SN_ERR_INVALID, "session: batch %d, seq %d, steps %d, lr %g: batch, "
+                       "steps and lr must be positive, seq 0 (the model's) or more", o->batch,
+                       o->seq, o->steps, o->lr);
+    return SN_OK;
+}
+
+static sn_status setup(sn_session *r, sn_err *e) {
+    const sn_session_opts *o = &r->o;
+    sn_status s;
+    if ((s = check_opts(&r->m, o, e)) || (s = load_data(o, r, e))) return s;
+    r->B = o->batch;
+    r->T = o->seq > 0 ? o->seq : r->m.ctx;
+    long bt = (long)r->B * r->T;
+    if (o->tokens_per_step && o->tokens_per_step % bt)
+        return sn_fail(e, SN_ERR_INVALID, "--tokens-per-step %ld is not a multiple of batch x seq "
+                       "= %d x %d = %ld: use %ld or %ld", o->tokens_per_step, r->B, r->T, bt,
+                       o->tokens_per_step / bt * bt > 0 ? o->tokens_per_step / bt * bt : bt,
+                       (o->tokens_per_step / bt + 1) * bt);
+    r->micro = o->tokens_per_step ? (int)(o->tokens_per_step / bt) : 1;
+
+    if ((s = build_graph(r, r->B, r->T, &r->g, e))) return s;
+    /* the graph passes here; the trainer compiles the rest (fuse, memplan) with the same options */
+    r->po = sn_pipeline_defaults();
+    r->po.backward = true;
+    r->po.dump_after = o->dump_after;
+    if ((s = sn_compile(r->g, &r->po, NULL, NULL, e))) return s;
+    sn_train_opts to;
+    sn_train_opts_default(&to, o->steps);
+    to.lr = (float)o->lr;
+    to.seed = o->seed;
+    if ((s = open_device(o, &r->dev, e))) return s;
+    to.device = r->dev;
+    to.compile = &r->po;
+    if (!(r->t = sn_trainer_new(r->g, &to, e))) return e->code;
+    if ((s = sn_val_iter_init(&r->vi, &r->val, r->B, r->T, e))) return s;
+    r->x = sn_malloc(sizeof(int32_t) * (size_t)bt, "a batch of token ids", e);
+    r->y = sn_malloc(sizeof(int32_t) * (size_t)bt, "a batch of token ids", e);
+    if (!r->x || !r->y) return SN_ERR_OOM;
+    set_meta(r);
+    r->run.data_rng = sn_rng_seed(o->seed ^ 0x5eedull);
+    return o->resume ? sn_checkpoint_load(o->resume, r->t, &r->run, e) : SN_OK;
+}
+
+sn_status sn_session_new(const sn_model *m, const sn_session_opts *o, sn_session **out, sn_err *e) {
+    *out = NULL;
+    if (!m || !o) return sn_fail(e, SN_ERR_INVALID, "session: give a model and options (sn_session_defaults)");
+    sn_session *r = sn_calloc(1, sizeof *r, "the training session", e);
+    if (!r) return SN_ERR_OOM;
+    r->m = *m;
+    r->o = *o;
+    sn_status s = setup(r, e);
+    if (s) {
+        sn_session_free(r);
+        return s;
+    }
+    *out = r;
+    return SN_OK;
+}
+
+sn_status sn_session_step(sn_session *r, sn_session_step_stats *st, sn_err *e) {
+    sn_status s = SN_OK;
+    for (int k = 0; k < r->micro && !s; k++)
+        if (!(s = sn_batch_sample(&r->train, r->B, r->T, &r->run.data_rng, r->x, r->y, e)))
+            s = sn_trainer_accumulate(r->t, r->x, r->y, NULL, e);
+    sn_step_stats ss;
+    if (s || (s = sn_trainer_update(r->t, &ss, e))) return s;
+    int step = sn_trainer_step_count(r->t);
+    if (st) *st = (sn_session_step_stats){.step = step, .loss = ss.loss, .grad_norm = ss.grad_norm, .lr = ss.lr};
+    return sn_series_push(&r->run.train_loss, (double)step, ss.loss, e);
+}
+
+sn_status sn_session_validate(sn_session *r, double *out, sn_err *e) {
+    double sum = 0;
+    int n = 0;
+    sn_val_iter_reset(&r->vi);
+    int most = r->o.val_batches > 0 ? r->o.val_batches : 8;
+    while (n < most && sn_val_iter_next(&r->vi, r->x, r->y)) {
+        sn_status s;
+        double l;
+        if ((s = sn_trainer_eval(r->t, r->x, r->y, &l, e))) return s;
+        sum += l;
+        n++;
+    }
+    *out = n ? sum / n : 0;
+    return sn_series_push(&r->run.val_loss, (double)sn_trainer_step_count(r->t), *out, e);
+}
+
+sn_status sn_session_save(sn_session *r, const char *path, sn_err *e) {
+    return sn_checkpoint_save(path, r->t, &r->run, e);
+}
+
+sn_status sn_session_plot(const sn_session *r, const char *path, const char *title, sn_err *e) {
+    return sn_plot_losses(path, title, &r->run.train_loss, &r->run.val_loss, e);
+}
+
+/* The forward graph for samples: the same model with one sequence of the training length,
+ * through the same forward passes so that its parameters have the trainer's names and shapes. */
+static sn_status build_sampler(sn_session *r, sn_err *e) {
+    sn_status s = build_graph(r, 1, r->T, &r->sg, e);
+    sn_pipeline_opts po = sn_pipeline_defaults(); /* the trainer's forward rewrites, no dump */
+    if (s || (s = sn_compile(r->sg, &po, NULL, NULL, e))) return s;
+    const sn_node *idx = NULL, *logits = NULL;
+    for (int i = 0; i < r->sg->n_nodes; i++) {
+        const sn_node *n = r->sg->nodes[i];
+        if (n->op == SN_OP_INPUT && !strcmp(n->name, "idx")) idx = n;
+    }
+    for (int i = 0; i < r->sg->n_outputs && !logits; i++)
+        if (r->sg->outputs[i]->rank == 3) logits = r->sg->outputs[i];
+    r->sampler = sn_sampler_new(r->sg, idx, logits, r->dev, e);
+    return r->sampler ? SN_OK : e->code;
+}
+
+sn_status sn_session_sample(sn_session *r, const sn_session_sample_opts *o, char **text,
+                            size_t *len, sn_err *e) {
+    *text = NULL;
+    *len = 0;
+    if (o->n_new < 0) return sn_fail(e, SN_ERR_INVALID, "sample: n_new %d: give 0 or more tokens", o->n_new);
+    sn_status s = r->sampler ? SN_OK : build_sampler(r, e);
+    sn_tokens p = {0}, all = {0};
+    if (!s && o->prompt && *o->prompt) s = sn_tokenizer_encode(r->tk, o->prompt, strlen(o->prompt), &p, e);
+    if (!s && !p.n) /* the validation text's first token, else a newline */
+        s = r->val.n ? sn_tokens_push(&p, sn_tokens_get(&r->val, 0), e) : sn_tokenizer_encode(r->tk, "\n", 1, &p, e);
+    int32_t *prompt = s ? NULL : sn_malloc(sizeof(int32_t) * (p.n + 1), "the prompt", e);
+    int32_t *gen = s ? NULL : sn_malloc(sizeof(int32_t) * ((size_t)o->n_new + 1), "the sample", e);
+    if (!s && (!prompt || !gen)) s = SN_ERR_OOM;
+    for (size_t i = 0; !s && i < p.n; i++) prompt[i] = sn_tokens_get(&p, i);
+    sn_sample_opts so = {.n_new = o->n_new, .temperature = o->temperature, .top_k = o->top_k,
+                         .vocab = r->tk ? r->tk->vocab : 0, .seed = o->seed};
+    if (!s) s = sn_sampler_load(r->sampler, r->t, e);
+    if (!s) s = sn_sampler_generate(r->sampler, prompt, (int)p.n, &so, gen, e);
+    for (size_t i = 0; !s && i < p.n + (size_t)o->n_new; i++)
+        s = sn_tokens_push(&all, i < p.n ? prompt[i] : gen[i - p.n], e);
+    if (!s) s = sn_tokenizer_decode_all(r->tk, &all, 0, all.n, text, len, e);
+    sn_tokens_free(&p);
+    sn_tokens_free(&all);
+    free(prompt);
+    free(gen);
+    return s;
+}
+
+void sn_session_info_get(const sn_session *r, sn_session_info *out) {
+    *out = (sn_session_info){.model = r->m.name, .tokenizer = r->tk->name,
+                             .device = sn_trainer_backend(r->t), .vocab = r->tk->vocab,
+                             .batch = r->B, .seq = r->T, .micro = r->micro,
+                             .tokens_per_step = (long)r->micro * r->B * r->T,
+                             .params = sn_graph_param_count(r->g), .train_tokens = r->train.n,
+                             .val_tokens = r->val.n, .step = sn_trainer_step_count(r->t),
+                             .steps = r->o.steps};
+}

@@ -1,0 +1,107 @@
+/* session.h: training a language model written against the graph API, in one object: the data
+ * (a text corpus or llm.c token shards), the device, the compiled step, validation, checkpoints
+ * and samples. Convention: the model is a function that builds its forward graph for any batch
+ * shape; the session calls it for training (B, T) and for sampling (1, T), and owns the rest.
+ * Every type here is opaque or plain data: this header and frontend/sinter.h are the installed API.
+ *
+ *     sn_model m = {.name = "mine", .ctx = 128, .build = build_mine};
+ *     sn_session_opts o = sn_session_defaults();
+ *     o.data = "shakespeare.txt"; o.steps = 500;
+ *     sn_session *s;
+ *     if (sn_session_new(&m, &o, &s, &e)) ...
+ *     for (int i = 0; i < o.steps; i++) sn_session_step(s, &st, &e);
+ *     sn_session_validate(s, &val, &e);  sn_session_save(s, "run.ckpt", &e);
+ */
+#ifndef SN_SESSION_H
+#define SN_SESSION_H
+
+#include "ir/ir.h"
+
+/* A model: builds its forward graph into g for batches of B sequences of T tokens (T <= ctx)
+ * over a vocabulary of V ids (the tokenizer's): i32 INPUTs named "idx" and "targets", both
+ * (B, T); the logits (B, T, Vp >= V, padding allowed) as the graph's first rank-3 output; the
+ * mean cross-entropy as g->loss. Parameters are matched by name between the two graphs the
+ * session builds, so the same names must come out for every B and T. */
+typedef struct {
+    const char *name; /* in messages and checkpoints: "llama-mini" */
+    const char *desc; /* its shape in words ("4 layers, 128 channels"), checked on resume; may be NULL */
+    int ctx;          /* the longest sequence it takes: the default seq */
+    sn_status (*build)(sn_graph *g, int B, int T, int V, void *user, sn_err *e);
+    void *user;       /* passed to build */
+} sn_model;
+
+typedef struct {
+    const char *device;   /* "auto": the CUDA GPU when the driver reports one, else "cpu" (saying
+                             why in one line on stdout); "cuda", "cpu", or "interp": the
+                             reference interpreter */
+    bool tf32, no_cache;  /* CUDA: TF32 GEMMs; compile without the kernel cache */
+    const char *data;     /* a text file or directory, split 90/10 into train and validation */
+    const char *train_bin, *val_bin; /* instead of data: two llm.c token shards */
+    const char *bpe;      /* GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe; NULL: bytes */
+    int batch;            /* B, sequences per micro-batch */
+    int seq;              /* T, tokens per sequence; 0: the model's ctx */
+    long tokens_per_step; /* a multiple of B*T: that many tokens per optimizer step; 0: B*T */
+    int steps;            /* optimizer steps of the run (the learning-rate schedule's length) */
+    double lr;            /* peak learning rate (AdamW, cosine, 10% warm-up) */
+    uint64_t seed;        /* initialisation, batches and samples */
+    int val_batches;      /* batches of (B, T) one sn_session_validate reads, at most (0: 8) */
+    const char *resume;   /* a checkpoint of the same model, data and options to go on from */
+    const char *dump_after; /* print the IR or program after this pass (sinter train --help) */
+} sn_session_opts;
+
+/* device "auto", the default corpus, B 16, T the model's, 600 steps, lr 3e-3, seed 1337,
+ * 8 validation batches. */
+sn_session_opts sn_session_defaults(void);
+
+typedef struct sn_session sn_session;
+
+/* Loads the data, builds and compiles the model for the device, initialises (or, with resume,
+ * restores) the parameters and the optimizer. A model that does not build, data that cannot be
+ * read, a checkpoint of another run: a status and a message that names what to change. */
+sn_status sn_session_new(const sn_model *m, const sn_session_opts *o, sn_session **out, sn_err *e);
+void sn_session_free(sn_session *s);
+
+typedef struct {
+    int step;           /* optimizer steps taken, this one included */
+    double loss;        /* mean training loss of the step's micro-batches, before the update */
+    double grad_norm;   /* before clipping */
+    float lr;
+} sn_session_step_stats;
+
+/* One optimizer step on batches drawn at random from the training tokens. A diverged run
+ * (NaN or infinite loss or gradient) is SN_ERR_NUMERIC and leaves the parameters as they were. */
+sn_status sn_session_step(sn_session *s, sn_session_step_stats *st, sn_err *e);
+/* The mean loss over the first val_batches validation batches, recorded in the run's
+ * validation curve at the current step (checkpoints carry the curves). */
+sn_status sn_session_validate(sn_session *s, double *loss, sn_err *e);
+/* Saves the whole run (weights, moments, step, data RNG, curves) to path, atomically; resuming
+ * it with the same options repeats the same losses bit for bit. */
+sn_status sn_session_save(sn_session *s, const char *path, sn_err *e);
+/* Draws the training and validation curves into a PNG. */
+sn_status sn_session_plot(const sn_session *s, const char *path, const char *title, sn_err *e);
+
+typedef struct {
+    const char *prompt; /* NULL or "": the validation text's first token */
+    int n_new;          /* tokens to generate */
+    float temperature;  /* <= 0: greedy */
+    int top_k;          /* 0: all ids */
+    uint64_t seed;      /* the same seed and weights give the same text */
+} sn_session_sample_opts;
+
+/* Generates o->n_new tokens after the prompt with the current weights (a batch-1 copy of the
+ * model compiled at the first call) and decodes prompt and sample into *text (malloc'd,
+ * NUL-terminated, *len bytes; the caller frees it). */
+sn_status sn_session_sample(sn_session *s, const sn_session_sample_opts *o, char **text,
+                            size_t *len, sn_err *e);
+
+typedef struct {
+    const char *model, *tokenizer, *device; /* names; device: what runs the steps */
+    int vocab, batch, seq, micro;           /* micro: micro-batches of (B, T) per step */
+    long tokens_per_step;
+    int64_t params;                         /* trained and frozen elements */
+    size_t train_tokens, val_tokens;
+    int step, steps;                        /* taken so far (a resumed run starts later) */
+} sn_session_info;
+void sn_session_info_get(const sn_session *s, sn_session_info *out);
+
+#endif

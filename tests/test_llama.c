@@ -1,0 +1,199 @@
+/* test_llama.c: the LLaMA-style example (examples/llama/llama.c, written against <sinter.h>
+ * only) through the compiler: its written-out attention on rotated q and k with repeated
+ * key/value heads is fused, its compiled CPU program matches the reference interpreter (loss
+ * and every gradient), and the training session (api/session.h) reports a model's mistakes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "examples/llama/llama.h"
+#include <math.h>
+
+#include "interp/interp.h"
+#include "passes/pipeline.h"
+#include "harness.h"
+#include "tiny_gpt2.h"
+
+#define ck_assert_has(s, sub) ck_assert_msg(strstr((s), (sub)), "'%s' lacks '%s'", (s), (sub))
+
+/* 2 layers, 4 query heads sharing 2 key/value heads, head size 8. */
+static llama_config tiny_config(int layers) {
+    return (llama_config){.ctx = TINY_T, .n_layer = layers, .n_head = 4, .n_kv_head = 2, .dim = 32,
+                          .hidden = 48, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+}
+
+/* The training graph through the pipeline's graph passes (attention fused, autodiff). */
+static sn_graph *llama_training(int layers, int B, int T, sn_pipeline_stats *st) {
+    llama_config c = tiny_config(layers);
+    sn_graph *g = sn_graph_new();
+    sn_err e;
+    ck_assert_msg(llama_build(g, B, T, TINY_VOCAB, &c, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    ck_assert_msg(sn_compile(g, &o, NULL, st, &e) == SN_OK, "%s", e.msg);
+    return g;
+}
+
+static int count_op(const sn_graph *g, sn_op op) {
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++) n += g->nodes[i]->op == op;
+    return n;
+}
+
+/* Every layer's attention is fused (no softmax, no (T, T) matrix left), and the compiled
+ * program computes the interpreter's loss and gradients. */
+START_TEST(llama_matches_interpreter) {
+    sn_pipeline_stats st = {0};
+    sn_graph *g = llama_training(2, TINY_B, TINY_T, &st);
+    ck_assert_int_eq(st.attention_fused, 2);
+    ck_assert_int_eq(count_op(g, SN_OP_SOFTMAX), 0);
+    ck_assert_int_eq(count_op(g, SN_OP_ATTENTION), 2);
+    ck_assert_int_eq(count_op(g, SN_OP_RMSNORM), 5);
+    ck_assert_int_eq(count_op(g, SN_OP_SILU_BWD), 2);
+    tiny_check_compiled(g, 11, "llama, attention fused");
+    sn_graph_free(g);
+}
+END_TEST
+
+/* Kernels per layer: the difference between the 2- and 1-layer programs, by kind. */
+START_TEST(llama_kernels_per_layer) {
+    int per_kind[2][SN_KER_KIND_COUNT] = {{0}}, total[2] = {0};
+    for (int l = 0; l < 2; l++) {
+        sn_graph *g = llama_training(l + 1, TINY_B, TINY_T, NULL);
+        sn_program *p;
+        sn_err e;
+        ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+        for (int i = 0; i < p->n_kernels; i++) per_kind[l][p->kernels[i]->kind]++;
+        total[l] = p->n_kernels;
+        sn_program_free(p);
+        sn_graph_free(g);
+    }
+    int d[SN_KER_KIND_COUNT];
+    for (int k = 0; k < SN_KER_KIND_COUNT; k++) d[k] = per_kind[1][k] - per_kind[0][k];
+    printf("test_llama: one layer (forward and backward) is %d kernels: %d GEMM, %d pointwise, "
+           "%d row, %d reduce, %d attention\n", total[1] - total[0], d[SN_KER_GEMM],
+           d[SN_KER_POINTWISE], d[SN_KER_ROW], d[SN_KER_REDUCE], d[SN_KER_ATTENTION]);
+    /* forward: lse + output (one kernel or two); backward: dq, dk with dv */
+    ck_assert_int_ge(d[SN_KER_ATTENTION], 2);
+    ck_assert_int_le(d[SN_KER_ATTENTION], 4);
+    /* 7 weights: 7 forward products, 14 backward (dx and dw each) */
+    ck_assert_int_eq(d[SN_KER_GEMM], 21);
+}
+END_TEST
+
+/* Runs g on the interpreter with x (numel floats) fed; returns the value of y. */
+static const double *run(sn_graph *g, sn_interp **it, sn_node *x, const float *xv, const sn_node *y) {
+    sn_err e;
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    sn_graph_add_output(g, (sn_node *)y);
+    *it = sn_interp_new(g, false);
+    ck_assert(*it);
+    ck_assert_msg(sn_interp_set(*it, x, xv, &e) == SN_OK && sn_interp_run(*it, &e) == SN_OK, "%s", e.msg);
+    return sn_interp_value(*it, y);
+}
+
+/* The rotation against its formula: y[i] = x[i] cos a - x[i+4] sin a, y[i+4] = x[i] sin a +
+ * x[i+4] cos a, a = t theta^(-i/4), for every head and position. */
+START_TEST(rope_rotates_pairs) {
+    enum { H = 2, T = 5, D = 8 };
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(1, H, T, D));
+    sn_node *y = llama_rope(g, x, 100.0f);
+    float xv[H * T * D];
+    for (int i = 0; i < H * T * D; i++) xv[i] = (float)sin(1.7 * i + 0.3);
+    sn_interp *it;
+    const double *got = run(g, &it, x, xv, y);
+    double want[H * T * D];
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < D / 2; i++) {
+                const float *r = xv + (h * T + t) * D;
+                double a = t * pow(100.0, -i / (D / 2.0));
+                want[(h * T + t) * D + i] = r[i] * cos(a) - r[i + D / 2] * sin(a);
+                want[(h * T + t) * D + i + D / 2] = r[i] * sin(a) + r[i + D / 2] * cos(a);
+            }
+    sn_check_close("rope", got, want, H * T * D, 1e-6, 1e-6);
+    sn_interp_free(it);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* Query head h reads key/value head h / groups (3 groups of 2 key/value heads). */
+START_TEST(repeat_kv_maps_heads) {
+    enum { B = 2, HKV = 2, G = 3, T = 3, D = 2, N = B * HKV * T * D };
+    sn_graph *g = sn_graph_new();
+    sn_node *kv = sn_input(g, "kv", SN_F32, SN_SHAPE(B, HKV, T, D));
+    sn_node *r = llama_repeat_kv(g, kv, G);
+    ck_assert_int_eq(r->shape[1], HKV * G);
+    float v[N];
+    for (int i = 0; i < N; i++) v[i] = (float)i;
+    sn_interp *it;
+    const double *got = run(g, &it, kv, v, r);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < HKV * G; h++)
+            for (int j = 0; j < T * D; j++)
+                ck_assert_msg(got[(b * HKV * G + h) * T * D + j] == v[(b * HKV + h / G) * T * D + j],
+                              "batch %d head %d element %d", b, h, j);
+    sn_interp_free(it);
+    sn_graph_free(g);
+}
+END_TEST
+
+static sn_status no_loss(sn_graph *g, int B, int T, int V, void *user, sn_err *e) {
+    sn_node *idx = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(V, 8), SN_INIT_NORMAL, 0.02f);
+    sn_graph_add_output(g, sn_embedding(g, w, idx));
+    return SN_OK;
+}
+
+static sn_status bad_shape(sn_graph *g, int B, int T, int V, void *user, sn_err *e) {
+    sn_node *x = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
+    sn_matmul(g, sn_param(g, "a", SN_F32, SN_SHAPE(3, 4), SN_INIT_ZEROS, 0),
+              sn_param(g, "b", SN_F32, SN_SHAPE(5, 6), SN_INIT_ZEROS, 0));
+    (void)x;
+    return SN_OK;
+}
+
+/* A session's errors say what is wrong with the model or the options. */
+START_TEST(session_reports_model_mistakes) {
+    sn_session_opts o = sn_session_defaults();
+    o.data = sn_shared_data("tinyshakespeare.txt");
+    o.device = "interp";
+    o.batch = 2;
+    sn_session *s = (sn_session *)&o;
+    sn_err e;
+    sn_model m = {.name = "noloss", .ctx = 8, .build = no_loss};
+    ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_INVALID);
+    ck_assert_ptr_null(s);
+    ck_assert_has(e.msg, "model noloss: its build set no loss: set g->loss");
+    m = (sn_model){.name = "badshape", .ctx = 8, .build = bad_shape};
+    ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_SHAPE);
+    ck_assert_has(e.msg, "model badshape: ");
+    ck_assert_has(e.msg, "matmul");
+    llama_config c = tiny_config(1);
+    m = (sn_model){.name = "llama", .ctx = c.ctx, .build = llama_build, .user = &c};
+    o.device = "tpu";
+    ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_INVALID);
+    ck_assert_has(e.msg, "device 'tpu': use auto, cuda, cpu or interp");
+    o.device = "interp";
+    o.seq = 200;
+    ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_INVALID);
+    ck_assert_has(e.msg, "llama: batch 2 x sequence 200: need B >= 1 and 1 <= T <= ctx = 24");
+    o.seq = 0;
+    o.tokens_per_step = 100;
+    ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_INVALID);
+    ck_assert_has(e.msg, "--tokens-per-step 100 is not a multiple of batch x seq = 2 x 24 = 48: use 96 or 144");
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("llama");
+    TCase *tc = tcase_create("llama");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, rope_rotates_pairs);
+    tcase_add_test(tc, repeat_kv_maps_heads);
+    tcase_add_test(tc, llama_matches_interpreter);
+    tcase_add_test(tc, llama_kernels_per_layer);
+    tcase_add_test(tc, session_reports_model_mistakes);
+    suite_add_tcase(s, tc);
+    return sn_test_main(s);
+}
