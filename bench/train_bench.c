@@ -126,46 +126,75 @@ static sn_status run_step(void *ctx, sn_err *e) {
     return sn_trainer_step(r->t, r->x, r->y, NULL, e);
 }
 
+static const char usage_text[] =
+    "usage: train_bench [--model NAME] [--batch B] [--seq T] [--steps N] [--threads N]\n"
+    "                   [--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]]\n"
+    "                   [--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16]\n"
+    "                   [--compare-interp]\n"
+    "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
+    "  --threads 0: all cores\n";
+
+static void usage_fail(const char *fmt, const char *arg) {
+    fprintf(stderr, "train_bench: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n%s", usage_text);
+    exit(2);
+}
+
+/* A whole decimal integer in [lo, hi] for option k, else usage and exit 2. */
+static int int_arg(const char *k, const char *v, long lo, long hi) {
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || x < lo || x > hi) {
+        char what[160];
+        snprintf(what, sizeof what, "%s wants an integer in %ld..%ld, not '%%s'", k, lo, hi);
+        usage_fail(what, v ? v : "(nothing)");
+    }
+    return (int)x;
+}
+
 static void parse(int argc, char **argv, args *a) {
     /* fp32 by default, as sinter train, until bf16 is measured faster on an AVX-512 BF16 CPU */
     *a = (args){.model = "gpt2", .batch = 4, .seq = 256, .steps = 3, .device = "auto",
                 .precision = SN_PRECISION_FP32};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(k, "--compare-interp")) a->compare_interp = true;
-        else if (!strcmp(k, "--model-only")) a->model_only = true;
-        else if (!strcmp(k, "--tf32")) a->tf32 = true;
-        else if (!v) break;
-        else if (!strcmp(k, "--device")) a->device = argv[++i];
-        else if (!strcmp(k, "--roofline")) a->roofline = argv[++i];
-        else if (!strcmp(k, "--model")) a->model = argv[++i];
-        else if (!strcmp(k, "--batch")) a->batch = atoi(argv[++i]);
-        else if (!strcmp(k, "--seq")) a->seq = atoi(argv[++i]);
-        else if (!strcmp(k, "--steps")) a->steps = atoi(argv[++i]);
-        else if (!strcmp(k, "--threads")) a->threads = atoi(argv[++i]);
-        else if (!strcmp(k, "--checkpoint-policy")) {
-            if ((a->checkpoint = sn_ckpt_policy_parse(argv[++i])) < 0 || a->checkpoint == SN_CKPT_BUDGET) break;
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+            fputs(usage_text, stdout);
+            exit(0);
         }
-        else if (!strcmp(k, "--precision")) {
-            int p = sn_precision_parse(argv[++i]);
-            if (p < 0 || p == SN_PRECISION_TF32) {
-                fprintf(stderr, "train_bench: --precision wants fp32, bf16 or fp16 (the CPU has "
-                                "no tf32), not '%s'\n", v);
-                exit(2);
-            }
+        bool *flag = !strcmp(k, "--compare-interp") ? &a->compare_interp
+                     : !strcmp(k, "--model-only")   ? &a->model_only
+                     : !strcmp(k, "--tf32")         ? &a->tf32 : NULL;
+        if (flag) {
+            *flag = true;
+            continue;
+        }
+        if (!v) usage_fail("%s needs a value", k);
+        if (!strcmp(k, "--model")) a->model = v;
+        else if (!strcmp(k, "--batch")) a->batch = int_arg(k, v, 1, 1 << 16);
+        else if (!strcmp(k, "--seq")) a->seq = int_arg(k, v, 1, 1 << 20);
+        else if (!strcmp(k, "--steps")) a->steps = int_arg(k, v, 1, 1000000);
+        else if (!strcmp(k, "--threads")) a->threads = int_arg(k, v, 0, 4096);
+        else if (!strcmp(k, "--device")) {
+            if (strcmp(v, "auto") && strcmp(v, "cuda") && strcmp(v, "cpu"))
+                usage_fail("--device is auto, cuda or cpu, not '%s'", v);
+            a->device = v;
+        } else if (!strcmp(k, "--roofline")) {
+            if (!sn_roofline_machine_find(v)) usage_fail("--roofline knows h100, not '%s'", v);
+            a->roofline = v;
+        } else if (!strcmp(k, "--checkpoint-policy")) {
+            if ((a->checkpoint = sn_ckpt_policy_parse(v)) < 0 || a->checkpoint == SN_CKPT_BUDGET)
+                usage_fail("--checkpoint-policy is none, block or sqrt, not '%s'", v);
+        } else if (!strcmp(k, "--precision")) {
+            int p = sn_precision_parse(v);
+            if (p < 0 || p == SN_PRECISION_TF32)
+                usage_fail("--precision is fp32, bf16 or fp16 (tf32: --tf32), not '%s'", v);
             a->precision = (sn_precision)p;
-        } else break;
-        continue;
+        } else usage_fail("unknown option '%s'", k);
+        i++;
     }
-    bool device_ok = !strcmp(a->device, "auto") || !strcmp(a->device, "cuda") || !strcmp(a->device, "cpu");
-    if (a->batch < 1 || a->seq < 1 || a->steps < 1 || !device_ok ||
-        (a->roofline && !sn_roofline_machine_find(a->roofline)) || (a->model_only && !a->roofline)) {
-        fprintf(stderr, "usage: train_bench --model NAME --batch B --seq T --steps N [--threads N] "
-                        "[--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]] "
-                        "[--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16] "
-                        "[--compare-interp]\n");
-        exit(2);
-    }
+    if (a->model_only && !a->roofline) usage_fail("%s needs --roofline h100", "--model-only");
 }
 
 /* The device --device names; auto: CUDA when the driver reports a GPU, else the CPU. */

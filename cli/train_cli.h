@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "data/data.h"
+#include "support/savefile.h"
 
 typedef struct {
     const char *model, *device, *data, *bpe, *train_bin, *val_bin; /* model, device and data */
@@ -19,6 +20,7 @@ typedef struct {
     double lr, temperature;
     int checkpoint_policy;  /* an sn_ckpt_policy (passes.h): --checkpoint-policy; -1: not given */
     long long mem;          /* --mem: device bytes to plan the run for (0: no plan) */
+    double diverge_nats;     /* a loss this far above the recent median stops the run; 0: off */
 } train_args;
 
 /* ---- the progress line (train_out.c) ---- */
@@ -39,10 +41,29 @@ void progress_break(progress *p);
 
 /* ---- the CSV log (train_out.c) ---- */
 
-/* Opens path for appending rows "step,loss,val_loss,lr,grad_norm,tokens_per_s". A fresh run
- * (resume_step 0) starts it with the header; a resumed one keeps the rows of steps up to
- * resume_step and drops the later ones (written after the checkpoint by the run that stopped). */
-sn_status train_log_open(const char *path, long resume_step, FILE **out, sn_err *e);
+/* Rows "step,loss,val_loss,lr,grad_norm,tokens_per_s" written to a temporary file beside the
+ * log (savefile.h) and flushed row by row (write errors reported). It replaces the old log at
+ * the first train_log_sync (the run's first checkpoint, its end, or a stop by a signal) and is
+ * fsync'd at each later one, so a run that fails before then leaves an existing log as it was. */
+typedef struct {
+    sn_savefile f;
+    bool open;
+    long rows;               /* rows this run wrote */
+    char failed_path[4200];  /* PATH.failed: where a failed run's unpublished rows went */
+} train_log;
+
+/* A fresh run (resume_step 0) starts the log with the header; a resumed one keeps the rows of
+ * steps up to resume_step and drops the later ones (written after the checkpoint by the run
+ * that stopped). */
+sn_status train_log_open(train_log *l, const char *path, long resume_step, sn_err *e);
+/* Appends a row (val < 0: none) and flushes it. */
+sn_status train_log_row(train_log *l, long step, double loss, double val, float lr,
+                        double grad_norm, double tok_s, sn_err *e);
+/* Publishes the log at its path (the first time) and makes its rows durable (fsync). */
+sn_status train_log_sync(train_log *l, sn_err *e);
+/* Closes the log. One never published is removed, or, when failed and it has rows, renamed to
+ * PATH.failed, whose name is returned (else NULL); the old log stays as it was. */
+const char *train_log_close(train_log *l, bool failed);
 
 /* ---- samples (train_out.c) ---- */
 

@@ -2,9 +2,12 @@
  * training session (api/session.h: data, device, gradient accumulation, validation, samples,
  * exact checkpoints); this file parses the options and prints the progress, CSV log and plot. */
 #include <inttypes.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "api/session.h"
 #include "data/data.h"
@@ -40,6 +43,9 @@ static const char train_usage[] =
     "  --tokens-per-step N   tokens per optimizer step, a multiple of B*T: gradients of N/(B*T)\n"
     "                        micro-batches are averaged (default B*T)\n"
     "  --lr X                peak learning rate (default 3e-3)\n"
+    "  --diverge-nats X      stop when a step's loss is more than X nats above the median of\n"
+    "                        the last 50 steps' (default 4; 0: never; from the second step).\n"
+    "                        A NaN or infinite loss or gradient norm always stops the run\n"
     "  --seed N              initialisation, data and sampling seed (default 1337)\n"
     "  --eval-every N        validation every N steps (default 100; 0: only at the end)\n"
     "  --log FILE            write step,loss,val_loss,lr,grad_norm,tokens_per_s as CSV\n"
@@ -61,7 +67,11 @@ static const char train_usage[] =
     "                        micro-batch, accumulation steps and checkpointing; the planned and\n"
     "                        measured memory are printed after the first step\n"
     "  --dump-after PASS     print the IR (or, after fuse and memplan, the program) the trainer\n"
-    "                        runs, after PASS (%s)\n";
+    "                        runs, after PASS (%s)\n"
+    "Every output path is checked writable before training and every file is replaced whole.\n"
+    "SIGINT or SIGTERM: the current step finishes, a checkpoint is saved when --checkpoint (or\n"
+    "--resume) is given, and sinter exits with status 130 (SIGINT) or 143 (SIGTERM); a second\n"
+    "signal stops at once without saving. Exit status 1: an error (the message says which).\n";
 
 static bool parse_real(const char *v, double lo, double hi, double *out) {
     char *end;
@@ -69,11 +79,27 @@ static bool parse_real(const char *v, double lo, double hi, double *out) {
     return *v && !*end && *out >= lo && *out < hi;
 }
 
+/* The integer options: name, valid range and where the value goes. */
+typedef struct {
+    const char *name;
+    long lo, hi;
+    size_t offset; /* of a long in train_args */
+} int_opt;
+
+#define INT_OPT(NAME, LO, HI, FIELD) {NAME, LO, HI, offsetof(train_args, FIELD)}
+static const int_opt int_opts[] = {
+    INT_OPT("--steps", 1, 100000000, steps),         INT_OPT("--batch", 1, 1 << 16, batch),
+    INT_OPT("--seq", 1, 1 << 20, seq),               INT_OPT("--tokens-per-step", 1, 1L << 40, tokens_per_step),
+    INT_OPT("--seed", 0, 0x7fffffff, seed),          INT_OPT("--eval-every", 0, 100000000, eval_every),
+    INT_OPT("--save-every", 0, 100000000, save_every), INT_OPT("--sample-every", 0, 100000000, sample_every),
+    INT_OPT("--sample-len", 0, 1 << 20, sample_len), INT_OPT("--top-k", 0, 1 << 24, top_k),
+};
+
 static int parse_args(int argc, char **argv, train_args *a) {
     *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
                       .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
                       .sample_len = 200, .top_k = 40, .temperature = 1.0, .checkpoint_policy = -1,
-                      .precision = "fp32"};
+                      .precision = "fp32", .diverge_nats = 4};
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -86,7 +112,6 @@ static int parse_args(int argc, char **argv, train_args *a) {
         }
         if (!v) return cli_fail("train: option '%s' needs a value (see sinter train --help)", k);
         i++;
-        bool ok = true;
         if (!strcmp(k, "--model")) a->model = v;
         else if (!strcmp(k, "--data")) a->data = v;
         else if (!strcmp(k, "--device")) {
@@ -107,27 +132,35 @@ static int parse_args(int argc, char **argv, train_args *a) {
             if ((a->checkpoint_policy = sn_ckpt_policy_parse(v)) < 0 || a->checkpoint_policy == SN_CKPT_BUDGET)
                 return cli_fail("train: --checkpoint-policy is none, block or sqrt (--mem chooses "
                                 "for itself), not '%s'", v);
-        }
-        else if (!strcmp(k, "--mem")) ok = cli_bytes(v, &a->mem);
-        else if (!strcmp(k, "--steps")) ok = cli_int(v, 1, 100000000, &a->steps);
-        else if (!strcmp(k, "--batch")) ok = cli_int(v, 1, 1 << 16, &a->batch);
-        else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &a->seq);
-        else if (!strcmp(k, "--tokens-per-step")) ok = cli_int(v, 1, 1L << 40, &a->tokens_per_step);
-        else if (!strcmp(k, "--seed")) ok = cli_int(v, 0, 0x7fffffff, &a->seed);
-        else if (!strcmp(k, "--eval-every")) ok = cli_int(v, 0, 100000000, &a->eval_every);
-        else if (!strcmp(k, "--save-every")) ok = cli_int(v, 0, 100000000, &a->save_every);
-        else if (!strcmp(k, "--sample-every")) ok = cli_int(v, 0, 100000000, &a->sample_every);
-        else if (!strcmp(k, "--sample-len")) ok = cli_int(v, 0, 1 << 20, &a->sample_len);
-        else if (!strcmp(k, "--top-k")) ok = cli_int(v, 0, 1 << 24, &a->top_k);
-        else if (!strcmp(k, "--lr")) ok = parse_real(v, 1e-30, 10, &a->lr);
-        else if (!strcmp(k, "--temperature")) ok = parse_real(v, 0, 100, &a->temperature);
-        else if (!strcmp(k, "--precision")) {
+        } else if (!strcmp(k, "--mem")) {
+            if (!cli_bytes(v, &a->mem) || a->mem <= 0)
+                return cli_fail("train: --mem wants a size such as 6GiB or 500MiB, not '%s'", v);
+        } else if (!strcmp(k, "--precision")) {
             if (sn_precision_parse(v) < 0)
                 return cli_fail("train: --precision is fp32, bf16, fp16 or tf32, not '%s'", v);
             a->precision = v;
         }
-        else return cli_fail("train: unknown option '%s' (see sinter train --help)", k);
-        if (!ok) return cli_fail("train: bad value '%s' (see sinter train --help)", v);
+        else if (!strcmp(k, "--lr")) {
+            if (!parse_real(v, 1e-30, 10, &a->lr))
+                return cli_fail("train: --lr wants a number > 0 and < 10, not '%s'", v);
+        } else if (!strcmp(k, "--temperature")) {
+            if (!parse_real(v, 0, 100, &a->temperature))
+                return cli_fail("train: --temperature wants a number >= 0 and < 100, not '%s'", v);
+        } else if (!strcmp(k, "--diverge-nats")) {
+            if (!parse_real(v, 0, 1e6, &a->diverge_nats))
+                return cli_fail("train: --diverge-nats wants a number >= 0 and < 1e6, not '%s'", v);
+        } else {
+            const int_opt *o = NULL;
+            for (size_t j = 0; j < sizeof int_opts / sizeof int_opts[0] && !o; j++)
+                if (!strcmp(k, int_opts[j].name)) o = &int_opts[j];
+            if (!o) return cli_fail("train: unknown option '%s' (see sinter train --help)", k);
+            if (!cli_int(v, o->lo, o->hi, (long *)((char *)a + o->offset))) {
+                char fmt[160];
+                snprintf(fmt, sizeof fmt, "train: %s wants a whole number from %ld to %ld, not '%%s'",
+                         k, o->lo, o->hi);
+                return cli_fail(fmt, v);
+            }
+        }
     }
     if (!a->train_bin != !a->val_bin)
         return cli_fail("train: token shards come in pairs: give both --train-bin and --val-bin%s", "");
@@ -159,9 +192,12 @@ typedef struct {
     sn_gpt2_config c;
     char desc[96];
     sn_session *s;
-    FILE *log;
+    train_log log;           /* --log; log.open when there is one */
     progress prog;
     long saved_step;         /* the step of the last checkpoint written or read; -1: none */
+    int stopped_by;          /* the signal that stopped the run (exit 128 + it); 0: none */
+    double recent[50];       /* the losses of the last steps of this process, a ring */
+    int n_recent;            /* steps in it so far */
 } run;
 
 static sn_status build(const train_args *a, run *r, sn_err *e) {
@@ -194,7 +230,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     sn_session_info in;
     sn_session_info_get(r->s, &in);
     r->saved_step = a->resume ? in.step : -1;
-    return a->log ? train_log_open(a->log, in.step, &r->log, e) : SN_OK;
+    return a->log ? train_log_open(&r->log, a->log, in.step, e) : SN_OK;
 }
 
 static sn_status sample(const train_args *a, run *r, long step, sn_err *e) {
@@ -226,12 +262,96 @@ static sn_status plot(const train_args *a, run *r, long tps, sn_err *e) {
     return sn_session_plot(r->s, a->plot, title, e);
 }
 
+/* ---- divergence: the rule of --diverge-nats ---- */
+
+enum { DIVERGE_WINDOW = 50, DIVERGE_MIN = 1 };
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Whether loss is more than a->diverge_nats above the median of the last DIVERGE_WINDOW losses
+ * this process has seen (from its second step on); the median in *median, the losses it was
+ * taken over in *n. Then loss joins the window. */
+static bool diverged(const train_args *a, run *r, double loss, double *median, int *n) {
+    *n = r->n_recent < DIVERGE_WINDOW ? r->n_recent : DIVERGE_WINDOW;
+    double w[DIVERGE_WINDOW];
+    memcpy(w, r->recent, sizeof(double) * (size_t)*n);
+    r->recent[r->n_recent++ % DIVERGE_WINDOW] = loss;
+    if (a->diverge_nats <= 0 || *n < DIVERGE_MIN) return false;
+    qsort(w, (size_t)*n, sizeof *w, cmp_double);
+    *median = *n % 2 ? w[*n / 2] : (w[*n / 2 - 1] + w[*n / 2]) / 2;
+    return loss > *median + a->diverge_nats;
+}
+
+/* ---- signals: SIGINT and SIGTERM finish the step; a second one stops at once ---- */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+    if (stop_signal) {
+        static const char msg[] = "\nsinter train: second interrupt: stopping now; nothing more "
+                                  "is saved (temporary files removed)\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        sn_savefile_unlink_all();
+        _exit(128 + sig);
+    }
+    stop_signal = sig;
+    static const char msg[] = "\nsinter train: interrupted: finishing the current step, then "
+                              "saving and stopping (interrupt again to stop at once)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+static void catch_stop_signals(void) {
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* After a signal: the checkpoint saved (unless this step's was), the log synced, a message. */
+static sn_status stop_now(const train_args *a, run *r, long step, sn_err *e) {
+    progress_break(&r->prog);
+    sn_status s = a->checkpoint && r->saved_step != step ? save(a, r, step, e) : SN_OK;
+    if (!s) s = train_log_sync(&r->log, e);
+    if (s) return s;
+    r->stopped_by = stop_signal;
+    const char *name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+    if (a->checkpoint)
+        printf("stopped by %s after step %ld of %ld: checkpoint %s saved; continue with the same "
+               "options and --resume %s\n", name, step, a->steps, a->checkpoint, a->checkpoint);
+    else
+        printf("stopped by %s after step %ld of %ld; nothing saved (no --checkpoint)\n", name,
+               step, a->steps);
+    fflush(stdout);
+    return SN_OK;
+}
+
+/* Every output path writable, before any work: a bad path found at the first save or at the end
+ * wastes the run. */
+static sn_status check_outputs(const train_args *a, sn_err *e) {
+    sn_status s = SN_OK;
+    if (a->checkpoint) s = sn_savefile_check(a->checkpoint, "checkpoint", e);
+    if (!s && a->log) s = sn_savefile_check(a->log, "log", e);
+    if (!s && a->plot) s = sn_savefile_check(a->plot, "plot", e);
+    return s;
+}
+
 static sn_status train(const train_args *a, run *r, sn_err *e) {
-    sn_status s = build(a, r, e);
+    sn_status s = check_outputs(a, e);
+    if (!s) s = build(a, r, e);
     if (s) return s;
     sn_session_info in;
     sn_session_info_get(r->s, &in);
     long start = in.step, steps = a->steps, tps = in.tokens_per_step;
+    if (stop_signal) {
+        r->stopped_by = stop_signal;
+        printf("stopped by a signal before the first step: nothing to save\n");
+        return SN_OK;
+    }
     printf("sinter train: model %s (%lld parameters), %s tokenizer (vocab %d), %zu training / "
            "%zu validation tokens from %s\n", in.model, (long long)in.params, in.tokenizer,
            in.vocab, in.train_tokens, in.val_tokens, a->train_bin ? a->train_bin : a->data);
@@ -250,7 +370,16 @@ static sn_status train(const train_args *a, run *r, sn_err *e) {
     for (long step = start; step < steps; step++) {
         sn_session_step_stats st;
         /* A failed step leaves the trainer as it was and nothing is saved after it. */
-        if ((s = sn_session_step(r->s, &st, e))) return s;
+        if ((s = sn_session_step(r->s, &st, e))) {
+            if (s == SN_ERR_NUMERIC)
+                snprintf(e->msg + strlen(e->msg), sizeof e->msg - strlen(e->msg),
+                         " (step %ld: the run diverged)", step + 1);
+            return s;
+        }
+        double median = 0;
+        int n_before = 0;
+        /* an fp16 step skipped for overflowed gradients is no sample of the loss curve */
+        bool spike = !st.skipped && diverged(a, r, st.loss, &median, &n_before);
         if (a->mem && step == start) { /* the plan's total against the device's own counts */
             sn_session_info mi;
             sn_session_info_get(r->s, &mi);
@@ -270,27 +399,31 @@ static sn_status train(const train_args *a, run *r, sn_err *e) {
         }
         double el = sn_clock_s() - t0, tok_s = (double)(step + 1 - start) * (double)tps / el, val = -1;
         bool last = step + 1 == steps;
-        if ((a->eval_every && (step + 1) % a->eval_every == 0) || last) {
+        if (!spike && ((a->eval_every && (step + 1) % a->eval_every == 0) || last)) {
             if ((s = sn_session_validate(r->s, &val, e))) return s;
             if (a->plot && (s = plot(a, r, tps, e))) return s;
         }
         double eta = el / (double)(step + 1 - start) * (double)(steps - step - 1);
         progress_show(&r->prog, step + 1, steps, st.loss, st.lr, st.grad_norm, tok_s, eta, val,
-                      val >= 0 || last);
-        if (r->log) {
-            fprintf(r->log, "%ld,%.6f,", step + 1, st.loss);
-            if (val >= 0) fprintf(r->log, "%.6f", val);
-            fprintf(r->log, ",%.6g,%.6f,%.1f\n", st.lr, st.grad_norm, tok_s);
-            fflush(r->log);
-        }
+                      val >= 0 || last || spike);
+        if (r->log.open && (s = train_log_row(&r->log, step + 1, st.loss, val, st.lr, st.grad_norm, tok_s, e)))
+            return s;
+        if (spike)
+            return sn_fail(e, SN_ERR_NUMERIC, "step %ld: the loss %.4f is %.1f nats above the median "
+                           "%.4f of the %d step%s before (more than --diverge-nats %g): the run "
+                           "diverged", step + 1, st.loss, st.loss - median, median, n_before,
+                           n_before > 1 ? "s" : "", a->diverge_nats);
         if (a->checkpoint && (last || (a->save_every && (step + 1) % a->save_every == 0)) &&
             (s = save(a, r, step + 1, e)))
             return s;
+        if (r->saved_step == step + 1 && (s = train_log_sync(&r->log, e))) return s;
+        if (stop_signal) return stop_now(a, r, step + 1, e);
         if (a->sample_len && a->sample_every && (step + 1) % a->sample_every == 0 && !last &&
             (s = sample(a, r, step + 1, e)))
             return s;
     }
     progress_break(&r->prog);
+    if ((s = train_log_sync(&r->log, e))) return s;
     if (start == steps) printf("the run in %s is already complete (%ld steps)\n", a->resume, steps);
     else printf("done: %ld steps in %.1fs\n", steps - start, sn_clock_s() - t0);
     sn_session_info_get(r->s, &in);
@@ -308,19 +441,28 @@ int cli_train(int argc, char **argv) {
     if (rc >= 0) return rc;
     run r = {0};
     sn_err e = {0};
+    catch_stop_signals();
     sn_status s = train(&a, &r, &e);
     if (s) {
         progress_break(&r.prog);
         fflush(stdout);
         fprintf(stderr, "sinter train: %s\n", e.msg);
-        if (s == SN_ERR_NUMERIC && a.checkpoint && r.saved_step >= 0)
-            fprintf(stderr, "sinter train: nothing was saved after it; the last good checkpoint "
-                    "is %s (step %ld). Resuming it with the same options repeats the same steps: "
-                    "start afresh with a lower --lr\n", a.checkpoint, r.saved_step);
-        else if (s == SN_ERR_NUMERIC && a.checkpoint)
-            fprintf(stderr, "sinter train: no checkpoint was written (none was due yet)\n");
+        if (s == SN_ERR_NUMERIC) {
+            if (a.checkpoint && r.saved_step >= 0)
+                fprintf(stderr, "sinter train: nothing was saved after it; the last good checkpoint "
+                        "is %s (step %ld). Resuming it with the same options repeats the same steps: "
+                        "start afresh with a lower --lr (this run: %g)\n", a.checkpoint,
+                        r.saved_step, a.lr);
+            else
+                fprintf(stderr, "sinter train: %s; start afresh with a lower --lr (this run: %g)\n",
+                        a.checkpoint ? "no checkpoint was written (none was due yet)"
+                                     : "no --checkpoint was given", a.lr);
+        }
     }
-    if (r.log) fclose(r.log);
+    const char *kept = train_log_close(&r.log, s != SN_OK);
+    if (kept)
+        fprintf(stderr, "sinter train: the log %s was not replaced; this run's rows are in %s\n", a.log, kept);
     sn_session_free(r.s);
-    return s ? 1 : 0;
+    if (s) return 1;
+    return r.stopped_by ? 128 + r.stopped_by : 0;
 }

@@ -1,6 +1,7 @@
 /* train_out.c: the output of `sinter train` (train_cli.h): the live progress line, the CSV
  * log (cut back to the checkpoint's step on resume), and printed samples.
  * Convention: only lines on a terminal are redrawn with \r; files and pipes get whole lines. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -35,40 +36,72 @@ void progress_break(progress *p) {
     p->open = false;
 }
 
-sn_status train_log_open(const char *path, long resume_step, FILE **out, sn_err *e) {
+sn_status train_log_open(train_log *l, const char *path, long resume_step, sn_err *e) {
     static const char header[] = "step,loss,val_loss,lr,grad_norm,tokens_per_s\n";
+    *l = (train_log){0};
     char *old = NULL;
     size_t len = 0;
     if (resume_step > 0 && access(path, F_OK) == 0) {
         sn_status s = sn_file_read(path, "check the --log path", &old, &len, e);
         if (s) return s;
     }
-    if (old) { /* keep the header and the rows up to resume_step, atomically */
-        sn_savefile f;
-        sn_status s = sn_savefile_open(&f, path, "log", e);
-        if (s) {
-            free(old);
-            return s;
-        }
-        for (char *line = old, *next; line < old + len; line = next) {
-            char *nl = memchr(line, '\n', (size_t)(old + len - line));
-            next = nl ? nl + 1 : old + len;
-            char *end;
-            long step = strtol(line, &end, 10);
-            bool keep = line == old ? !strncmp(line, "step,", 5) : end != line && *end == ',' && step <= resume_step;
-            if (keep) fwrite(line, 1, (size_t)(next - line), f.f);
-            if (keep && !nl) fputc('\n', f.f);
-        }
+    sn_status s = sn_savefile_open(&l->f, path, "log", e);
+    if (s) {
         free(old);
-        if ((s = sn_savefile_commit(&f, e))) return s;
+        return s;
     }
-    FILE *f = fopen(path, old ? "a" : "w");
-    if (!f)
-        return sn_fail(e, SN_ERR_IO, "cannot write the log %s: check that the directory exists",
-                       path);
-    if (!old) fputs(header, f);
-    *out = f;
+    if (!old) fputs(header, l->f.f);
+    for (char *line = old; old && line < old + len;) { /* the header and rows up to resume_step */
+        char *nl = memchr(line, '\n', (size_t)(old + len - line)), *next = nl ? nl + 1 : old + len;
+        char *end;
+        long step = strtol(line, &end, 10);
+        bool keep = line == old ? !strncmp(line, "step,", 5) : end != line && *end == ',' && step <= resume_step;
+        if (keep) fwrite(line, 1, (size_t)(next - line), l->f.f);
+        if (keep && !nl) fputc('\n', l->f.f);
+        line = next;
+    }
+    free(old);
+    l->open = true;
     return SN_OK;
+}
+
+sn_status train_log_row(train_log *l, long step, double loss, double val, float lr,
+                        double grad_norm, double tok_s, sn_err *e) {
+    FILE *f = l->f.f;
+    fprintf(f, "%ld,%.6f,", step, loss);
+    if (val >= 0) fprintf(f, "%.6f", val);
+    fprintf(f, ",%.6g,%.6f,%.1f\n", lr, grad_norm, tok_s);
+    if (fflush(f) != 0 || ferror(f)) {
+        int err = errno ? errno : EIO;
+        return sn_fail(e, SN_ERR_IO, "cannot write the log %s: %s: free disk space (or give "
+                       "another --log); the checkpoint, if any, is unaffected", l->f.path,
+                       strerror(err));
+    }
+    l->rows++;
+    return SN_OK;
+}
+
+sn_status train_log_sync(train_log *l, sn_err *e) {
+    if (!l->open) return SN_OK;
+    sn_status s = sn_savefile_sync(&l->f, e);
+    if (s) l->open = false; /* sn_savefile_sync closed it */
+    return s;
+}
+
+const char *train_log_close(train_log *l, bool failed) {
+    const char *kept = NULL;
+    if (l->open && l->f.tmp && failed && l->rows) { /* never published: keep the rows aside */
+        snprintf(l->failed_path, sizeof l->failed_path, "%s.failed", l->f.path);
+        fflush(l->f.f);
+        if (rename(l->f.tmp, l->failed_path) == 0) {
+            free(l->f.tmp);
+            l->f.tmp = NULL;
+            kept = l->failed_path;
+        }
+    }
+    if (l->open) sn_savefile_abort(&l->f); /* removes the file only if never published */
+    l->open = false;
+    return kept;
 }
 
 static void put_readable(FILE *f, const char *s, size_t n) {

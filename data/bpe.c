@@ -235,6 +235,11 @@ static sn_status load_encoder(gpt2 *g, const char *path, sn_err *e) {
                          path, j.i, id);
             break;
         }
+        if (j.blen == 0) { /* no token is empty (and an empty key left j.buf NULL) */
+            st = sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: token %ld is the empty string: " GPT2_HINT,
+                         path, j.i, id);
+            break;
+        }
         if (cnt == cap) {
             if (!resize(&ids, (cap * 2 + 1024) * sizeof *ids) || !resize(&spans, (cap * 2 + 1024) * sizeof *spans)) {
                 st = tables_oom(e, (cap * 2 + 1024) * sizeof *spans);
@@ -361,6 +366,11 @@ static sn_status load_merges(gpt2 *g, const char *path, sn_err *e) {
                 st = sn_fail(e, SN_ERR_PARSE, "%s:%d: merge \"%.*s\" names a token missing from "
                              "encoder.json: the two files are not from one vocabulary; "
                              GPT2_HINT, path, line, (int)len, p);
+            } else if (m != 256 + rank) {
+                st = sn_fail(e, SN_ERR_PARSE, "%s:%d: merge %d makes token %d, but in GPT-2's "
+                             "files merge r makes token 256 + r = %d: the merges are out of order, "
+                             "repeated or from another vocabulary; " GPT2_HINT, path, line, rank,
+                             m, 256 + rank);
             } else {
                 uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
                 uint32_t i = hash_pair(key) & g->pmask;
@@ -371,6 +381,15 @@ static sn_status load_merges(gpt2 *g, const char *path, sn_err *e) {
         }
         p = end + 1;
     }
+    /* every token but the 256 bytes and <|endoftext|> comes from one merge: fewer merges than
+     * that is a truncated file (which would otherwise tokenize differently, silently) */
+    int specials = vocab_find(g, EOT_TEXT, sizeof EOT_TEXT - 1) >= 0;
+    if (st == SN_OK && rank != g->tk.vocab - 256 - specials)
+        st = sn_fail(e, SN_ERR_PARSE, "%s: %d merges, but encoder.json's %d tokens need %d (256 "
+                     "bytes%s + one token per merge): the file is truncated or from another "
+                     "vocabulary (GPT-2's vocab.bpe has 50000 merges, 456318 bytes); " GPT2_HINT,
+                     path, rank, g->tk.vocab, g->tk.vocab - 256 - specials,
+                     specials ? " + <|endoftext|>" : "");
     free(buf);
     free(text);
     return st;

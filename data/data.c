@@ -4,27 +4,60 @@
  * file error names the path and the fix. */
 #include "data.h"
 
+#include "support/savefile.h"
+
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define CORPUS_HINT "install Debian's fortunes package or pass --data FILE"
 
 /* ---- files and corpora ----------------------------------------------------------------- */
 
+static const char *file_kind(mode_t m) {
+    return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+/* Opens path for reading only when it is a regular file: opened without blocking (a FIFO with no
+ * writer would hang fopen) and checked with fstat before a byte is read. NULL with a message. */
+static FILE *open_regular(const char *path, const char *what, const char *hint, sn_err *e) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        sn_fail(e, SN_ERR_IO, "cannot read %s%s: %s: %s", what, path, strerror(errno), hint);
+        return NULL;
+    }
+    struct stat st = {0};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        sn_fail(e, SN_ERR_IO, "cannot read %s%s: it is %s, not a regular file: give a file "
+                "(a pipe or device cannot be read whole); %s", what, path, file_kind(st.st_mode), hint);
+        close(fd);
+        return NULL;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        sn_fail(e, SN_ERR_IO, "cannot read %s%s: %s", what, path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
 /* Appends the whole file at path to *buf (length *len, capacity *cap), keeping a NUL after it. */
 static sn_status append_file(const char *path, char **buf, size_t *len, size_t *cap,
                              const char *hint, sn_err *e) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sn_fail(e, SN_ERR_IO, "cannot read %s: %s: %s", path, strerror(errno), hint);
+    FILE *f = open_regular(path, "", hint, e);
+    if (!f) return e->code;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fileno(f), &st) != 0) {
         fclose(f);
-        return sn_fail(e, SN_ERR_IO, "cannot read %s: not a regular file: %s", path, hint);
+        return sn_fail(e, SN_ERR_IO, "cannot read %s: %s: %s", path, strerror(errno), hint);
     }
     size_t size = (size_t)st.st_size;
     if (*len + size + 2 > *cap) {
@@ -207,7 +240,7 @@ int32_t sn_tokens_max(const sn_tokens *t) {
 
 /* ---- llm.c shards ---------------------------------------------------------------------- */
 
-sn_status sn_shard_write(const char *path, const sn_tokens *t, sn_err *e) {
+sn_status sn_shard_put(FILE *f, const char *path, const sn_tokens *t, sn_err *e) {
     if (t->n > INT32_MAX)
         return sn_fail(e, SN_ERR_INVALID, "%s: %zu tokens do not fit one shard (at most %d): "
                        "split the data into several shards", path, t->n, INT32_MAX);
@@ -215,9 +248,6 @@ sn_status sn_shard_write(const char *path, const sn_tokens *t, sn_err *e) {
     if (top > 65535)
         return sn_fail(e, SN_ERR_INVALID, "%s: token id %d does not fit a shard's uint16 ids: "
                        "use a tokenizer with at most 65536 ids", path, top);
-    FILE *f = fopen(path, "wb");
-    if (!f) return sn_fail(e, SN_ERR_IO, "cannot write shard %s: %s: check that the directory "
-                           "exists and is writable", path, strerror(errno));
     int32_t header[256] = {SN_SHARD_MAGIC, SN_SHARD_VERSION, (int32_t)t->n};
     bool ok = fwrite(header, sizeof header, 1, f) == 1;
     uint16_t chunk[4096];
@@ -226,17 +256,26 @@ sn_status sn_shard_write(const char *path, const sn_tokens *t, sn_err *e) {
         for (size_t j = 0; j < k; j++) chunk[j] = (uint16_t)sn_tokens_get(t, i + j);
         ok = fwrite(chunk, sizeof *chunk, k, f) == k;
     }
-    if (fclose(f) != 0) ok = false;
     if (!ok) return sn_fail(e, SN_ERR_IO, "cannot write shard %s: %s: check free disk space",
                             path, strerror(errno));
     return SN_OK;
 }
 
+sn_status sn_shard_write(const char *path, const sn_tokens *t, sn_err *e) {
+    sn_savefile f;
+    sn_status s = sn_savefile_open(&f, path, "shard", e);
+    if (s) return s;
+    if ((s = sn_shard_put(f.f, path, t, e))) {
+        sn_savefile_abort(&f);
+        return s;
+    }
+    return sn_savefile_commit(&f, e);
+}
+
 sn_status sn_shard_read(const char *path, int vocab, sn_tokens *out, sn_err *e) {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return sn_fail(e, SN_ERR_IO, "cannot read shard %s: %s: check the path, or make it "
-                           "with `sinter prepare`", path, strerror(errno));
+    FILE *f = open_regular(path, "shard ", "check the path, or make it with `sinter prepare`", e);
+    if (!f) return e->code;
     struct stat sb;
     int32_t h[256];
     sn_status st = SN_OK;

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ir/ir.h"
 #include "support/rng.h"
@@ -72,8 +73,10 @@ int32_t sn_tokens_max(const sn_tokens *t);
 #define SN_SHARD_VERSION 1
 #define SN_SHARD_HEADER_BYTES 1024
 
-/* Every id of t must be < 65536. */
+/* Every id of t must be < 65536. The file is replaced whole or not at all (savefile.h). */
 sn_status sn_shard_write(const char *path, const sn_tokens *t, sn_err *e);
+/* Writes the shard's bytes to f, an open file (e.g. a savefile's); path names it in messages. */
+sn_status sn_shard_put(FILE *f, const char *path, const sn_tokens *t, sn_err *e);
 /* Reads a shard into out (width 2), checking the magic, the version, that the file holds
  * exactly the count of ids the header says, and, when vocab > 0, that every id < vocab. */
 sn_status sn_shard_read(const char *path, int vocab, sn_tokens *out, sn_err *e);

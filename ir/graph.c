@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "ir.h"
 
 /* ---- errors ---- */
@@ -239,6 +240,13 @@ int64_t sn_shape_numel(int rank, const int64_t *shape) {
     int64_t n = 1;
     for (int i = 0; i < rank; i++) n *= shape[i];
     return n;
+}
+bool sn_shape_numel_checked(int rank, const int64_t *shape, int64_t *out) {
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        if (shape[i] < 0 || !sn_mul_i64(n, shape[i], &n) || n > SN_MAX_NUMEL) return false;
+    if (out) *out = n;
+    return true;
 }
 int64_t sn_numel(const sn_node *n) { return sn_shape_numel(n->rank, n->shape); }
 

@@ -161,6 +161,11 @@ void sn_graph_add_output(sn_graph *g, sn_node *n);
 sn_node *sn_graph_append(sn_graph *g, const sn_node *proto);
 
 int64_t sn_numel(const sn_node *n);
+/* The most elements a tensor may have: 8 bytes each still fit in int64. */
+#define SN_MAX_NUMEL (INT64_MAX / 8)
+/* The product of shape[0..rank) in *out (when out is not NULL); false when a dimension is
+ * negative or the product exceeds SN_MAX_NUMEL. Shapes read from text or files go through it. */
+bool sn_shape_numel_checked(int rank, const int64_t *shape, int64_t *out);
 int64_t sn_shape_numel(int rank, const int64_t *shape);
 /* Writes "f32[4,64,768]" into buf; returns buf. */
 char *sn_type_str(const sn_node *n, char *buf, size_t len);

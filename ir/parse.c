@@ -292,7 +292,14 @@ static sn_status parse_type(parser *p, sn_node *n) {
         if (n->rank == SN_MAX_RANK) return perr(p, "more than %d dimensions", SN_MAX_RANK);
         if (parse_int(p, 1, INT64_MAX, "a dimension", &n->shape[n->rank++])) return SN_ERR_PARSE;
     } while (accept(p, ','));
-    return expect(p, ']', "',' or ']' in the shape");
+    if (expect(p, ']', "',' or ']' in the shape")) return SN_ERR_PARSE;
+    if (!sn_shape_numel_checked(n->rank, n->shape, NULL)) {
+        char s[96];
+        return perr(p, "the shape %s has more than %lld elements (the product of its dimensions "
+                    "overflows 64-bit sizes)", sn_shape_str(n->rank, n->shape, s, sizeof s),
+                    (long long)SN_MAX_NUMEL);
+    }
+    return SN_OK;
 }
 
 static bool same_type(const sn_node *a, const sn_node *b) {

@@ -291,7 +291,7 @@ static int infer_attention(sn_node *n, char *msg, size_t len) {
     return 0;
 }
 
-int sn_infer(sn_node *n, char *msg, size_t len) {
+static int infer_op(sn_node *n, char *msg, size_t len) {
     sn_op op = n->op;
     if ((unsigned)op >= SN_OP_COUNT) return bad(msg, len, "unknown op %d", op);
     if (n->n_in < sn_op_min_inputs(op) || n->n_in > sn_op_max_inputs(op))
@@ -413,4 +413,22 @@ int sn_infer(sn_node *n, char *msg, size_t len) {
     case SN_OP_COUNT: break;
     }
     SN_ASSERT(0);
+}
+
+/* A shape whose element count (or its size in bytes, up to 8 per element) would overflow int64
+ * is refused before and after the rule: the caller's declared shape, then the inferred one. */
+static int check_size(const sn_node *n, const char *whose, char *msg, size_t len) {
+    if (n->rank < 0 || n->rank > SN_MAX_RANK) return 0; /* the rule reports it */
+    for (int i = 0; i < n->rank; i++)
+        if (n->shape[i] <= 0) return 0;
+    if (sn_shape_numel_checked(n->rank, n->shape, NULL)) return 0;
+    char s[96];
+    return bad(msg, len, "%s shape %s has more than %lld elements (the product of its dimensions "
+               "overflows 64-bit sizes): use smaller dimensions", whose,
+               sn_shape_str(n->rank, n->shape, s, sizeof s), (long long)SN_MAX_NUMEL);
+}
+
+int sn_infer(sn_node *n, char *msg, size_t len) {
+    if (check_size(n, "the declared", msg, len) || infer_op(n, msg, len)) return -1;
+    return check_size(n, "the resulting", msg, len);
 }

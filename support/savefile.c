@@ -1,5 +1,6 @@
 /* savefile.c: atomic replacement of a file (savefile.h): mkstemp next to the target, fsync,
- * rename, fsync of the directory. Convention: every failure path unlinks the temporary file. */
+ * rename, fsync of the directory. Convention: every failure path unlinks the temporary file, and
+ * every temporary file is in the process-wide list `open_tmp` from creation to rename or unlink. */
 #include "savefile.h"
 
 #include <errno.h>
@@ -7,7 +8,39 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+/* The temporary files open now, for sn_savefile_unlink_all: the one piece of process-wide state
+ * here, because a signal handler has no other way to find them. Slots are claimed and released
+ * atomically; a full list only means a file the handler cannot remove. */
+enum { MAX_OPEN_TMP = 16 };
+static char *volatile open_tmp[MAX_OPEN_TMP];
+
+static void list_add(char *tmp) {
+    for (int i = 0; i < MAX_OPEN_TMP; i++) {
+        char *expected = NULL;
+        if (__atomic_compare_exchange_n(&open_tmp[i], &expected, tmp, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST))
+            return;
+    }
+}
+
+static void list_remove(char *tmp) {
+    for (int i = 0; i < MAX_OPEN_TMP; i++) {
+        char *expected = tmp;
+        if (__atomic_compare_exchange_n(&open_tmp[i], &expected, NULL, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST))
+            return;
+    }
+}
+
+void sn_savefile_unlink_all(void) {
+    for (int i = 0; i < MAX_OPEN_TMP; i++) {
+        char *t = __atomic_load_n(&open_tmp[i], __ATOMIC_SEQ_CST);
+        if (t) unlink(t);
+    }
+}
 
 sn_status sn_savefile_open(sn_savefile *s, const char *path, const char *what, sn_err *e) {
     *s = (sn_savefile){.path = path, .what = what};
@@ -22,18 +55,23 @@ sn_status sn_savefile_open(sn_savefile *s, const char *path, const char *what, s
         s->tmp = NULL;
         return st;
     }
+    list_add(s->tmp);
     fchmod(fd, 0644); /* mkstemp makes 0600; a checkpoint or plot is an ordinary file */
     if (!(s->f = fdopen(fd, "w+b"))) {
+        int err = errno;
         close(fd);
         sn_savefile_abort(s);
-        return sn_fail(e, SN_ERR_IO, "cannot write the %s %s: %s", what, path, strerror(errno));
+        return sn_fail(e, SN_ERR_IO, "cannot write the %s %s: %s", what, path, strerror(err));
     }
     return SN_OK;
 }
 
 void sn_savefile_abort(sn_savefile *s) {
     if (s->f) fclose(s->f);
-    if (s->tmp) unlink(s->tmp);
+    if (s->tmp) {
+        unlink(s->tmp);
+        list_remove(s->tmp);
+    }
     free(s->tmp);
     s->f = NULL;
     s->tmp = NULL;
@@ -52,23 +90,61 @@ static void sync_dir(const char *path) {
     }
 }
 
-sn_status sn_savefile_commit(sn_savefile *s, sn_err *e) {
-    const char *step = "write";
-    int err = 0;
-    if (fflush(s->f) != 0 || ferror(s->f)) err = errno ? errno : EIO;
-    else if (fsync(fileno(s->f)) != 0) err = errno, step = "fsync";
-    int rc = fclose(s->f);
-    s->f = NULL;
-    if (!err && rc != 0) err = errno;
-    if (!err && rename(s->tmp, s->path) != 0) err = errno, step = "rename";
-    if (err) {
-        sn_savefile_abort(s);
-        return sn_fail(e, SN_ERR_IO, "cannot %s the %s %s: %s: check free disk space and "
-                       "permissions; the previous file, if any, is unchanged", step, s->what,
-                       s->path, strerror(err));
-    }
+static void test_delay(void) {
+    const char *v = getenv("SN_SAVEFILE_DELAY_MS");
+    long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms > 0) nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000}, NULL);
+}
+
+/* Flush and fsync; rename over path unless already done. 0, or errno with *step naming what failed. */
+static int publish(sn_savefile *s, const char **step) {
+    *step = "write";
+    if (fflush(s->f) != 0 || ferror(s->f)) return errno ? errno : EIO;
+    *step = "fsync";
+    if (fsync(fileno(s->f)) != 0) return errno;
+    if (!s->tmp) return 0;
+    test_delay();
+    *step = "rename";
+    if (rename(s->tmp, s->path) != 0) return errno;
+    list_remove(s->tmp);
     free(s->tmp);
     s->tmp = NULL;
     sync_dir(s->path);
+    return 0;
+}
+
+static sn_status failed(sn_savefile *s, const char *step, int err, sn_err *e) {
+    bool published = !s->tmp;
+    sn_savefile_abort(s);
+    return sn_fail(e, SN_ERR_IO, "cannot %s the %s %s: %s: check free disk space and "
+                   "permissions%s", step, s->what, s->path, strerror(err),
+                   published ? "" : "; the previous file, if any, is unchanged");
+}
+
+sn_status sn_savefile_sync(sn_savefile *s, sn_err *e) {
+    const char *step;
+    int err = publish(s, &step);
+    return err ? failed(s, step, err, e) : SN_OK;
+}
+
+sn_status sn_savefile_commit(sn_savefile *s, sn_err *e) {
+    const char *step;
+    int err = publish(s, &step);
+    if (err) return failed(s, step, err, e);
+    int rc = fclose(s->f);
+    s->f = NULL;
+    if (rc != 0) return failed(s, "close", errno, e);
     return SN_OK;
+}
+
+sn_status sn_savefile_check(const char *path, const char *what, sn_err *e) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return sn_fail(e, SN_ERR_IO, "cannot write the %s %s: it is %s, not a regular file: "
+                       "give a file name", what, path, S_ISDIR(st.st_mode) ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+    sn_savefile s;
+    sn_status r = sn_savefile_open(&s, path, what, e);
+    if (!r) sn_savefile_abort(&s);
+    return r;
 }

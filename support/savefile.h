@@ -1,6 +1,7 @@
 /* savefile.h: writing a file so that it is replaced whole or not at all: the bytes go to a
  * temporary file in the same directory, which is fsync'd and then renamed over the target.
- * Convention: a failure removes the temporary file and leaves any old file untouched. */
+ * Convention: a failure removes the temporary file and leaves any old file untouched; the
+ * temporary files open at any moment are listed so that a signal handler can remove them. */
 #ifndef SN_SAVEFILE_H
 #define SN_SAVEFILE_H
 
@@ -10,7 +11,7 @@
 
 typedef struct {
     FILE *f;        /* write here (stdio; seeking is allowed) */
-    char *tmp;      /* the temporary file's name */
+    char *tmp;      /* the temporary file's name; NULL once renamed over path */
     const char *path;
     const char *what; /* "checkpoint", "plot" ... for messages */
 } sn_savefile;
@@ -20,7 +21,25 @@ sn_status sn_savefile_open(sn_savefile *s, const char *path, const char *what, s
 /* Flushes, fsyncs, closes and renames over path, then syncs the directory. On failure the
  * temporary file is removed and the message names path and the system's reason. */
 sn_status sn_savefile_commit(sn_savefile *s, sn_err *e);
-/* Gives up: closes and removes the temporary file. */
+/* Gives up: closes and removes the temporary file (a file already published by
+ * sn_savefile_sync stays). Safe to call again, and after a commit. */
 void sn_savefile_abort(sn_savefile *s);
+
+/* For a file that grows while it is in use (a log): makes what was written so far durable at
+ * path and keeps the stream open for more. The first call renames the temporary file over path;
+ * later calls fsync the same file, which path now names. A write error (full disk) is reported
+ * here. End with sn_savefile_commit (one last sync) or sn_savefile_abort. */
+sn_status sn_savefile_sync(sn_savefile *s, sn_err *e);
+
+/* Checks that path can be written by creating and removing a temporary file beside it, and
+ * that path is not a directory or another non-regular file: run before hours of work. */
+sn_status sn_savefile_check(const char *path, const char *what, sn_err *e);
+
+/* Removes every temporary file still open in this process; async-signal-safe (only unlink),
+ * for a handler that stops the process at once. */
+void sn_savefile_unlink_all(void);
+
+/* SN_SAVEFILE_DELAY_MS=N (tests only): sn_savefile_commit waits N ms after writing and before
+ * the rename, so a test can kill the process during a save (tests/resume.sh). */
 
 #endif

@@ -1,42 +1,92 @@
 #!/bin/sh
-# resume.sh SINTER: `sinter train` killed (SIGKILL) after its first checkpoint and resumed from
-# it logs the same losses, step for step and bit for bit, as a run that was never interrupted;
-# a truncated or mismatched checkpoint is refused with a message that names it.
+# resume.sh SINTER: `sinter train` killed by SIGKILL (its own pid) at a random step between two
+# checkpoints and resumed ends with a checkpoint byte-for-byte equal to an uninterrupted run's,
+# with the same losses logged; killed during a save (SN_SAVEFILE_DELAY_MS holds the save before
+# its rename), the previous checkpoint is intact and resumes to the same end. A truncated or
+# mismatched checkpoint is refused with a message that names it. RESUME_ROUNDS=N repeats the
+# two kills N times; RESUME_DEVICE=interp runs on the reference interpreter (no JIT compile per
+# start; by hand: RESUME_ROUNDS=20 RESUME_DEVICE=interp sh tests/resume.sh build/sinter).
 set -eu
 sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
+rounds=${RESUME_ROUNDS:-1}
+device=${RESUME_DEVICE:-cpu}
 dir=$(mktemp -d /tmp/sn_resume_XXXXXX)
-trap 'rm -rf "$dir"' EXIT
+pid=
+trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$dir"' EXIT
 cd "$dir"
+fail() { echo "FAIL: $*"; for f in out.txt err.txt; do [ -f $f ] && { echo "--- $f"; tail -n 5 $f; }; done; exit 1; }
 seq 1 6000 | awk '{ print "line " $1 ": the quick brown fox jumps over " ($1 * 7) % 13 " lazy dogs" }' > corpus.txt
-run() { "$sinter" train --model tiny --data corpus.txt --batch 2 --seq 16 --tokens-per-step 64 \
-    --steps 300 --lr 1e-3 --eval-every 50 --save-every 50 --sample-len 0 "$@"; }
+steps=120 every=30
+args="--model tiny --data corpus.txt --batch 2 --seq 16 --tokens-per-step 64 --steps $steps --lr 1e-3 --eval-every 30 --save-every $every --sample-len 0 --device $device"
 losses() { cut -d, -f1-5 "$1"; } # step,loss,val_loss,lr,grad_norm (tokens/s differ)
-
-run --log straight.csv --checkpoint straight.ckpt > straight.out
-
-run --log resumed.csv --checkpoint run.ckpt > killed.out &
-pid=$!
-while [ ! -f run.ckpt ]; do
-    kill -0 $pid 2>/dev/null || { echo "FAIL: the run ended before its first checkpoint"; exit 1; }
-    sleep 0.01
-done
-kill -KILL $pid
-wait $pid 2>/dev/null || true
-last=$(tail -n 1 resumed.csv | cut -d, -f1)
-[ "$last" -lt 300 ] || { echo "FAIL: the run finished before it was killed"; exit 1; }
-echo "killed at step $last"
-
-run --log resumed.csv --resume run.ckpt > resumed.out
-grep -q "resumed from run.ckpt at step" resumed.out
+# shellcheck disable=SC2086
+"$sinter" train $args --log straight.csv --checkpoint straight.ckpt > straight.out
 losses straight.csv > straight.cut
-losses resumed.csv > resumed.cut
-cmp straight.cut resumed.cut || { diff straight.cut resumed.cut | head; echo "FAIL: losses differ"; exit 1; }
-echo "300 steps: the resumed run's losses equal the uninterrupted run's"
-cmp straight.ckpt run.ckpt || { echo "FAIL: final checkpoints differ"; exit 1; }
+
+# bg ARGS...: sinter in the background; $pid is its own pid, written by the shell that execs it
+# (a backgrounded shell function's $! would be a subshell, which SIGKILL would leave sinter
+# running past)
+bg() {
+    rm -f pidfile
+    # shellcheck disable=SC2086
+    sh -c 'echo $$ > pidfile; exec "$@"' sh "$sinter" train $args "$@" > out.txt 2> err.txt &
+    while [ ! -s pidfile ]; do sleep 0.01; done
+    pid=$(cat pidfile)
+}
+last_step() { [ -s run.csv ] && tail -n 1 run.csv | cut -d, -f1 | grep -x '[0-9]*' || echo 0; }
+# kills $pid with SIGKILL once COND holds, checking it died by that signal
+kill_when() {
+    while ! eval "$1"; do
+        kill -0 $pid 2>/dev/null || fail "the run ended before: $1"
+        sleep 0.005
+    done
+    kill -KILL $pid
+    status=0
+    wait $pid || status=$?
+    pid=
+    [ "$status" = 137 ] || fail "exit status $status, not 137 (SIGKILL)"
+}
+# resume run.ckpt to the end: same losses, same final checkpoint bytes
+resume_to_end() {
+    # shellcheck disable=SC2086
+    "$sinter" train $args --log run.csv --resume run.ckpt > resumed.out 2> err.txt || fail "resume"
+    grep -q "resumed from run.ckpt at step $1" resumed.out || fail "did not resume at step $1"
+    losses run.csv > run.cut
+    cmp straight.cut run.cut || { diff straight.cut run.cut | head; fail "losses differ"; }
+    cmp straight.ckpt run.ckpt || fail "final checkpoints differ"
+}
+
+r=0
+while [ $r -lt "$rounds" ]; do
+    r=$((r + 1))
+    rm -f run.ckpt run.csv run.*.tmp.* run.csv.failed
+    # a random step between two saves (not a multiple of $every), after the first save
+    k=$(awk -v s="$(od -An -N4 -tu4 /dev/urandom)" -v n=$steps -v e=$every \
+        'BEGIN { srand(s); do k = e + 1 + int(rand() * (n - e - 1)); while (k % e == 0); print k }')
+    bg --log run.csv --checkpoint run.ckpt
+    kill_when '[ "$(last_step)" -ge '"$k"' ]'
+    killed=$(last_step)
+    [ "$killed" -lt "$steps" ] || fail "the run finished before it was killed"
+    saved=$(( killed / every * every ))
+    echo "round $r: killed at step $killed (target $k); the checkpoint is step $saved"
+
+    # resumed, and killed during its next save: the checkpoint file is still the one it resumed
+    # from, byte for byte
+    cp run.ckpt prev.ckpt
+    SN_SAVEFILE_DELAY_MS=60000 bg --log run.csv --resume run.ckpt
+    kill_when 'ls run.ckpt.tmp.* > /dev/null 2>&1'
+    cmp run.ckpt prev.ckpt || fail "a kill during the save changed the checkpoint"
+    rm -f run.*.tmp.* # what a SIGKILL cannot clean up
+    echo "round $r: killed during the save at step $((saved + every)): checkpoint $saved intact"
+
+    resume_to_end $saved
+    echo "round $r: resumed from step $saved: same losses and the same final checkpoint bytes as the uninterrupted run"
+done
 
 expect_refused() { # expect_refused NEEDLE ARGS...: the run fails and stderr holds NEEDLE
     needle=$1; shift
-    if run "$@" > /dev/null 2> err.txt; then echo "FAIL: $* was accepted"; exit 1; fi
+    # shellcheck disable=SC2086
+    if "$sinter" train $args "$@" > /dev/null 2> err.txt; then echo "FAIL: $* was accepted"; exit 1; fi
     grep -q -- "$needle" err.txt || { echo "FAIL: $* said:"; cat err.txt; exit 1; }
 }
 head -c 1000 run.ckpt > cut.ckpt

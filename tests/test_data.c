@@ -162,7 +162,54 @@ START_TEST(test_bpe_load_errors) {
     st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
     ck_assert_int_eq(st, SN_ERR_PARSE);
     ck_assert_has(e.msg, "2 tokens but ids go up to 2");
+    /* an empty key (undefined behaviour on a NULL buffer, found by tests/fuzz/fuzz_bpe) */
+    write_file(path, "{\"a\": 0, \"\": 1}", 16);
+    st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
+    ck_assert_int_eq(st, SN_ERR_PARSE);
+    ck_assert_has(e.msg, "byte 14: token 1 is the empty string");
     unlink(path);
+}
+END_TEST
+
+/* A copy of GPT-2's vocab.bpe cut or changed by edit, loaded with the real encoder.json:
+ * refused with a message holding want (a truncated file was accepted, tokenizing differently). */
+static void merges_refused(const char *what, size_t cut, bool swap, const char *want) {
+    char *text;
+    size_t len;
+    sn_err e = {0};
+    ck_assert_msg(sn_file_read(sn_shared_data("gpt2/vocab.bpe"), "", &text, &len, &e) == SN_OK, "%s", e.msg);
+    if (cut) len = cut;
+    if (swap) { /* exchange the 3rd and 4th merges (lines 4 and 5) */
+        char *l3 = strchr(strchr(strchr(text, '\n') + 1, '\n') + 1, '\n') + 1;
+        char *l4 = strchr(l3, '\n') + 1, *l5 = strchr(l4, '\n') + 1;
+        char tmp[64];
+        size_t n3 = (size_t)(l4 - l3), n4 = (size_t)(l5 - l4);
+        memcpy(tmp, l3, n3);
+        memmove(l3, l4, n4);
+        memcpy(l3 + n4, tmp, n3);
+    }
+    char path[] = "/tmp/sn_test_bpeXXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    write_file(path, text, len);
+    free(text);
+    sn_tokenizer *tk = (sn_tokenizer *)1;
+    sn_status st = sn_tokenizer_gpt2_load(sn_shared_data("gpt2/encoder.json"), path, &tk, &e);
+    unlink(path);
+    ck_assert_msg(st == SN_ERR_PARSE, "%s vocab.bpe: status %d, want SN_ERR_PARSE", what, st);
+    ck_assert_ptr_null(tk);
+    ck_assert_has(e.msg, want);
+}
+
+START_TEST(test_bpe_merges_checked) {
+    /* cut at a line end (every line is a valid merge), mid-file, and just before the last line */
+    merges_refused("half", 228002, false, "25837 merges, but encoder.json's 50257 tokens need 50000");
+    merges_refused("all but the last line", 456318 - 9, false, "49999 merges, but encoder.json's "
+                   "50257 tokens need 50000 (256 bytes + <|endoftext|> + one token per merge): "
+                   "the file is truncated");
+    merges_refused("reordered", 0, true, ":4: merge 2 makes token 259, but in GPT-2's files merge "
+                   "r makes token 256 + r = 258");
 }
 END_TEST
 
@@ -475,6 +522,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_bpe_reference, 0, (int)(sizeof bpe_cases / sizeof bpe_cases[0]));
     tcase_add_test(tc, test_bpe_shakespeare);
     tcase_add_test(tc, test_bpe_load_errors);
+    tcase_add_test(tc, test_bpe_merges_checked);
     tcase_add_test(tc, test_bytes_roundtrip);
     tcase_add_test(tc, test_tokens_widen_split);
     tcase_add_test(tc, test_shard_roundtrip);

@@ -317,6 +317,10 @@ static const struct {
     {"graf {\n}\n", "line 1: expected 'graph {', found 'graf'"},
     {"# c\n\ngraph { # c\n  %0 = input \"x\" : f32[2]  # c\n\n  %1 = bogus %0\n}\n", "line 6: unknown op 'bogus'"},
     {"graph {\n  %0 = input \"x\" : f32[2,0]\n}\n", "line 2: a dimension is 0, outside 1.."},
+    /* dimensions whose product overflows int64 (undefined behaviour in the size arithmetic) */
+    {"graph {\n  %0 = input \"x\" : f32[4294967296,4294967296]\n}\n",
+     "line 2: the shape [4294967296,4294967296] has more than 1152921504606846975 elements"},
+    {"graph {\n  %0 = input \"x\" : f32[2000000000,2000000000,8]\n}\n", "overflows 64-bit sizes"},
 };
 
 START_TEST(test_parse_errors) {
@@ -488,6 +492,17 @@ START_TEST(test_append_errors) {
     append_fails(g, &(sn_node){.op = SN_OP_RESHAPE, IN(a), T(F32, 5, 7)},
                  "reshape (would be node %1): cannot reshape f32[4,8] (32 elements) to [5,7] "
                  "(35 elements)");
+
+    /* sizes that overflow int64: a declared shape, and one the matmul rule would produce */
+    g = sn_graph_new();
+    append_fails(g, &(sn_node){.op = SN_OP_INPUT, T(F32, 1L << 40, 1L << 30)},
+                 "input (would be node %0): the declared shape [1099511627776,1073741824] has "
+                 "more than 1152921504606846975 elements");
+    g = sn_graph_new();
+    a = NODE(g, INPUT, T(F32, 1L << 31, 1));
+    b = NODE(g, INPUT, T(F32, 1, 1L << 31));
+    append_fails(g, &(sn_node){.op = SN_OP_MATMUL, IN(a, b)},
+                 "matmul (would be node %2): the resulting shape [2147483648,2147483648] has more");
 
     /* the first error sticks: later appends return NULL and keep the first message */
     g = sn_graph_new();
