@@ -170,6 +170,12 @@ static void parse(int argc, char **argv, args *a) {
             *flag = true;
             continue;
         }
+        static const char *const valued[] = {"--model", "--batch", "--seq", "--steps", "--threads",
+                                             "--device", "--roofline", "--checkpoint-policy",
+                                             "--precision"};
+        bool known = false;
+        for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(k, valued[j]);
+        if (!known) usage_fail("unknown option '%s'", k);
         if (!v) usage_fail("%s needs a value", k);
         if (!strcmp(k, "--model")) a->model = v;
         else if (!strcmp(k, "--batch")) a->batch = int_arg(k, v, 1, 1 << 16);
@@ -191,7 +197,7 @@ static void parse(int argc, char **argv, args *a) {
             if (p < 0 || p == SN_PRECISION_TF32)
                 usage_fail("--precision is fp32, bf16 or fp16 (tf32: --tf32), not '%s'", v);
             a->precision = (sn_precision)p;
-        } else usage_fail("unknown option '%s'", k);
+        }
         i++;
     }
     if (a->model_only && !a->roofline) usage_fail("%s needs --roofline h100", "--model-only");
