@@ -64,38 +64,48 @@ sn_status sn_gemm_matmul(const sn_node *mm, float *c, const float *a, const floa
     return sn_gemm_matmul_part(mm, c, a, b, NULL, 0, 1, e);
 }
 
-sn_status sn_gemm_matmul_part(const sn_node *mm, float *c, const float *a, const float *b,
-                              const float *bias, int part, int parts, sn_err *e) {
+void sn_gemm_part_of(const sn_node *mm, int part, int parts, sn_gemm_part *p) {
     const sn_node *A = mm->in[0], *B = mm->in[1];
-    bool ta = mm->a.ta, tb = mm->a.tb;
+    bool ta = mm->a.ta;
     int64_t M = mm->shape[mm->rank - 2], N = mm->shape[mm->rank - 1];
     int64_t K = A->shape[A->rank - 1 - ta];
-    int64_t lda = A->shape[A->rank - 1], ldb = B->shape[B->rank - 1];
     int64_t batch = sn_numel(mm) / (M * N);
     if (B->rank == 2 && A->rank > 2 && !ta) { /* rows of every batch are one matrix */
         M *= batch;
         batch = 1;
     }
-    int64_t sa = A->rank > 2 ? M * K : 0, sb = B->rank > 2 ? K * N : 0;
-    int64_t b0 = 0, b1 = batch, r0 = 0, r1 = M;
+    *p = (sn_gemm_part){.ta = ta, .tb = mm->a.tb, .M = M, .N = N, .K = K,
+                        .lda = A->shape[A->rank - 1], .ldb = B->shape[B->rank - 1],
+                        .sa = A->rank > 2 ? M * K : 0, .sb = B->rank > 2 ? K * N : 0,
+                        .b0 = 0, .b1 = batch, .r0 = 0, .r1 = M};
     if (batch >= parts) { /* whole batches per part */
-        b0 = batch * part / parts;
-        b1 = batch * (part + 1) / parts;
+        p->b0 = batch * part / parts;
+        p->b1 = batch * (part + 1) / parts;
     } else { /* rows of every batch, in multiples of 16 */
         int64_t blocks = (M + 15) / 16;
-        r0 = blocks * part / parts * 16;
-        r1 = blocks * (part + 1) / parts * 16;
-        if (r1 > M) r1 = M;
+        p->r0 = blocks * part / parts * 16;
+        p->r1 = blocks * (part + 1) / parts * 16;
+        if (p->r1 > M) p->r1 = M;
     }
-    for (int64_t i = b0; i < b1 && r0 < r1; i++) {
-        const float *ai = a + i * sa + (ta ? r0 : r0 * lda);
-        sn_status s = sn_gemm_f32(ta, tb, r1 - r0, N, K, ai, lda, b + i * sb, ldb, 0,
-                                  c + i * M * N + r0 * N, N, e);
+}
+
+void sn_gemm_part_bias(const sn_gemm_part *p, float *c, const float *bias, int64_t i) {
+    for (int64_t r = p->r0; bias && r < p->r1; r++) { /* rows still in cache */
+        float *row = c + i * p->M * p->N + r * p->N;
+        for (int64_t j = 0; j < p->N; j++) row[j] += bias[j];
+    }
+}
+
+sn_status sn_gemm_matmul_part(const sn_node *mm, float *c, const float *a, const float *b,
+                              const float *bias, int part, int parts, sn_err *e) {
+    sn_gemm_part p;
+    sn_gemm_part_of(mm, part, parts, &p);
+    for (int64_t i = p.b0; i < p.b1 && p.r0 < p.r1; i++) {
+        const float *ai = a + i * p.sa + (p.ta ? p.r0 : p.r0 * p.lda);
+        sn_status s = sn_gemm_f32(p.ta, p.tb, p.r1 - p.r0, p.N, p.K, ai, p.lda, b + i * p.sb,
+                                  p.ldb, 0, c + i * p.M * p.N + p.r0 * p.N, p.N, e);
         if (s) return s;
-        for (int64_t r = r0; bias && r < r1; r++) { /* the bias epilogue, rows still in cache */
-            float *row = c + i * M * N + r * N;
-            for (int64_t j = 0; j < N; j++) row[j] += bias[j];
-        }
+        sn_gemm_part_bias(&p, c, bias, i); /* the bias epilogue */
     }
     return SN_OK;
 }

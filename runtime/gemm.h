@@ -22,6 +22,18 @@ sn_status sn_gemm_matmul(const sn_node *mm, float *c, const float *a, const floa
 sn_status sn_gemm_matmul_part(const sn_node *mm, float *c, const float *a, const float *b,
                               const float *bias, int part, int parts, sn_err *e);
 
+/* The share of a matmul node's product that part `part` of `parts` computes (the one work
+ * split of sn_gemm_matmul_part and the 16-bit GEMMs): batches [b0, b1) and, of each, output rows
+ * [r0, r1); operands' strides between batches sa, sb (0: shared) and leading dims lda, ldb. */
+typedef struct {
+    bool ta, tb;
+    int64_t M, N, K, lda, ldb, sa, sb;
+    int64_t b0, b1, r0, r1;
+} sn_gemm_part;
+void sn_gemm_part_of(const sn_node *mm, int part, int parts, sn_gemm_part *p);
+/* Adds bias (N floats; NULL: nothing) to rows [r0, r1) of batch i's output c (M x N). */
+void sn_gemm_part_bias(const sn_gemm_part *p, float *c, const float *bias, int64_t i);
+
 /* Makes the calling thread's library calls single-threaded (call once per pool thread). */
 void sn_gemm_thread_init(void);
 

@@ -139,38 +139,15 @@ sn_status sn_gemm_lowp(sn_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64
 
 sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, const void *b,
                                    const float *bias, int part, int parts, sn_err *e) {
-    const sn_node *A = mm->in[0], *B = mm->in[1];
-    sn_dtype t = A->dtype;
-    bool ta = mm->a.ta, tb = mm->a.tb;
-    int64_t M = mm->shape[mm->rank - 2], N = mm->shape[mm->rank - 1];
-    int64_t K = A->shape[A->rank - 1 - ta];
-    int64_t lda = A->shape[A->rank - 1], ldb = B->shape[B->rank - 1];
-    int64_t batch = sn_numel(mm) / (M * N);
-    if (B->rank == 2 && A->rank > 2 && !ta) { /* rows of every batch are one matrix */
-        M *= batch;
-        batch = 1;
-    }
-    int64_t sa = A->rank > 2 ? M * K : 0, sb = B->rank > 2 ? K * N : 0;
-    int64_t b0 = 0, b1 = batch, r0 = 0, r1 = M;
-    if (batch >= parts) { /* whole batches per part */
-        b0 = batch * part / parts;
-        b1 = batch * (part + 1) / parts;
-    } else { /* rows of every batch, in multiples of 16 */
-        int64_t blocks = (M + 15) / 16;
-        r0 = blocks * part / parts * 16;
-        r1 = blocks * (part + 1) / parts * 16;
-        if (r1 > M) r1 = M;
-    }
+    sn_gemm_part p;
+    sn_gemm_part_of(mm, part, parts, &p);
     const uint16_t *a16 = a, *b16 = b;
-    for (int64_t i = b0; i < b1 && r0 < r1; i++) {
-        const uint16_t *ai = a16 + i * sa + (ta ? r0 : r0 * lda);
-        sn_status s = sn_gemm_lowp(t, ta, tb, r1 - r0, N, K, ai, lda, b16 + i * sb, ldb,
-                                   c + i * M * N + r0 * N, N, e);
+    for (int64_t i = p.b0; i < p.b1 && p.r0 < p.r1; i++) {
+        const uint16_t *ai = a16 + i * p.sa + (p.ta ? p.r0 : p.r0 * p.lda);
+        sn_status s = sn_gemm_lowp(mm->in[0]->dtype, p.ta, p.tb, p.r1 - p.r0, p.N, p.K, ai, p.lda,
+                                   b16 + i * p.sb, p.ldb, c + i * p.M * p.N + p.r0 * p.N, p.N, e);
         if (s) return s;
-        for (int64_t r = r0; bias && r < r1; r++) { /* the bias epilogue (f32 output) */
-            float *row = c + i * M * N + r * N;
-            for (int64_t j = 0; j < N; j++) row[j] += bias[j];
-        }
+        sn_gemm_part_bias(&p, c, bias, i); /* the bias epilogue (f32 output) */
     }
     return SN_OK;
 }
