@@ -423,6 +423,23 @@ static sn_status build(fuse_state *s) {
     return st;
 }
 
+/* The per-node tables of sn_fuse (any of them may be NULL). */
+static void free_tables(fuse_state *s, int n) {
+    for (int i = 0; s->users && i < n; i++) free(s->users[i]);
+    free(s->users);
+    free(s->n_users);
+    free(s->live);
+    free(s->mat);
+    free(s->is_out);
+    free(s->home);
+    free(s->anchor);
+    free(s->space);
+    free(s->members);
+    free(s->extra);
+    free(s->solo);
+    free(s->into);
+}
+
 sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_err *e) {
     (void)t; /* the same kernels for every target today */
     *out = NULL;
@@ -450,19 +467,7 @@ sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_er
         s.n_users[i] = 0;
     }
     if (!ok) {
-        for (int i = 0; s.users && i < n; i++) free(s.users[i]);
-        free(s.users);
-        free(s.n_users);
-        free(s.live);
-        free(s.mat);
-        free(s.is_out);
-        free(s.home);
-        free(s.anchor);
-        free(s.space);
-        free(s.members);
-        free(s.extra);
-        free(s.solo);
-        free(s.into);
+        free_tables(&s, n);
         return SN_ERR_OOM;
     }
     for (int i = 0; i < n; i++)
@@ -484,19 +489,7 @@ sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_er
         sn_program_free(s.p);
         s.p = NULL;
     }
-    for (int i = 0; i < n; i++) free(s.users[i]);
-    free(s.users);
-    free(s.n_users);
-    free(s.live);
-    free(s.mat);
-    free(s.is_out);
-    free(s.home);
-    free(s.anchor);
-    free(s.space);
-    free(s.members);
-    free(s.extra);
-    free(s.solo);
-    free(s.into);
+    free_tables(&s, n);
     if (st) {
         sn_program_free(s.p);
         return st;
