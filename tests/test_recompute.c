@@ -19,19 +19,11 @@ enum { MAX_PARAMS = 64 };
 
 /* The tiny GPT-2 (tiny_gpt2.h's shape) through the pipeline with a checkpoint policy. */
 static sn_graph *tiny_graph(sn_ckpt_policy policy, int64_t budget, sn_pipeline_stats *st) {
-    sn_gpt2_config c;
-    ck_assert(sn_gpt2_config_find("tiny", &c));
-    c.vocab = TINY_VOCAB;
-    sn_graph *g = sn_graph_new();
-    sn_gpt2 m;
-    sn_err e;
-    ck_assert_msg(sn_gpt2_build(g, &c, TINY_B, TINY_T, &m, &e) == SN_OK, "%s", e.msg);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
     o.checkpoint = policy;
     o.checkpoint_budget = budget;
-    ck_assert_msg(sn_compile(g, &o, NULL, st, &e) == SN_OK, "%s", e.msg);
-    return g;
+    return tiny_training_graph_opts(&o, st);
 }
 
 /* gpt2 124M at B x T through fuse and memplan: the planned arena. */

@@ -17,6 +17,20 @@ sn_graph *tiny_training_graph(bool fuse_attention) {
 }
 
 sn_graph *tiny_training_graph_at(bool fuse_attention, sn_precision precision) {
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.fuse_attention = fuse_attention;
+    o.precision = precision;
+    sn_pipeline_stats st;
+    sn_graph *g = tiny_training_graph_opts(&o, &st);
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    ck_assert_int_eq(st.attention_fused, fuse_attention ? c.n_layer : 0);
+    ck_assert_int_eq(st.vocab_padded, 1);
+    return g;
+}
+
+sn_graph *tiny_training_graph_opts(const sn_pipeline_opts *o, sn_pipeline_stats *st) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
     c.vocab = TINY_VOCAB;
@@ -24,14 +38,7 @@ sn_graph *tiny_training_graph_at(bool fuse_attention, sn_precision precision) {
     sn_gpt2 m;
     sn_err e;
     ck_assert_msg(sn_gpt2_build(g, &c, TINY_B, TINY_T, &m, &e) == SN_OK, "%s", e.msg);
-    sn_pipeline_opts o = sn_pipeline_defaults();
-    o.backward = true;
-    o.fuse_attention = fuse_attention;
-    o.precision = precision;
-    sn_pipeline_stats st;
-    ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
-    ck_assert_int_eq(st.attention_fused, fuse_attention ? c.n_layer : 0);
-    ck_assert_int_eq(st.vocab_padded, 1);
+    ck_assert_msg(sn_compile(g, o, NULL, st, &e) == SN_OK, "%s", e.msg);
     return g;
 }
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
+#include "passes/pipeline.h"
 #include "program/target.h"
 
 enum { TINY_B = 2, TINY_T = 24, TINY_VOCAB = 250 }; /* 250 pads to 256: padding is real */
@@ -16,6 +17,8 @@ enum { TINY_B = 2, TINY_T = 24, TINY_VOCAB = 250 }; /* 250 pads to 256: padding 
 sn_graph *tiny_training_graph(bool fuse_attention);
 /* The same at a precision (bf16 / fp16: the autocast pass runs). */
 sn_graph *tiny_training_graph_at(bool fuse_attention, sn_precision precision);
+/* Built and compiled with options o (stats into st, may be NULL), no checks on the stats. */
+sn_graph *tiny_training_graph_opts(const sn_pipeline_opts *o, sn_pipeline_stats *st);
 /* The INPUT named name, or NULL. */
 sn_node *tiny_input(const sn_graph *g, const char *name);
 /* (B, T) token ids and targets from seed; every ninth target is -1 (ignored). */
