@@ -184,6 +184,8 @@ static const char sn_cuda_prelude_text[] =
     "SN_DEVICE void sn_store(int *p, float v) { *p = (int)v; }\n"
     "/* The value a bf16 node holds. */\n"
     "SN_DEVICE float sn_round_bf16(float x) { return sn_bf16_to_f32(sn_f32_to_bf16(x)); }\n"
+    "/* The value an f16 node holds. */\n"
+    "SN_DEVICE float sn_round_f16(float x) { return sn_f16_to_f32(sn_f32_to_f16(x)); }\n"
     "\n"
     "/* The ops of the IR, in f32. */\n"
     "SN_DEVICE float sn_eq(float a, float b) { return a == b ? 1.0f : 0.0f; }\n"
