@@ -625,6 +625,56 @@ START_TEST(cpu_chain_with_constants) {
 }
 END_TEST
 
+/* 16-byte vectors of 16-bit values: over (6, 48) a bf16 and an f16 buffer are read with one
+ * load of 8 values, an f32 one as two float4, a broadcast row once a step, a slice starting at
+ * column 4 (not 16-byte aligned for 8 values) one value a lane, and outputs stored 8 at a time
+ * (16-bit: one 16-byte store); over (5, 12) (12 = 4 + 8: no step of 8 fits) four a step with
+ * 16-bit values one a lane. The text says which path each takes; the simulator runs each
+ * against the interpreter (two grids, two thread orders, outputs poisoned). */
+static sn_graph *vector16_graph(void) {
+    sn_graph *g = sn_graph_new();
+    sn_node *h = sn_input(g, "h", SN_BF16, SN_SHAPE(6, 48));
+    sn_node *f = sn_input(g, "f", SN_F16, SN_SHAPE(6, 48));
+    sn_node *z = sn_input(g, "z", SN_F32, SN_SHAPE(6, 48));
+    sn_node *row = sn_input(g, "row", SN_BF16, SN_SHAPE(48));
+    sn_node *wide = sn_input(g, "wide", SN_BF16, SN_SHAPE(6, 56));
+    sn_node *hz = sn_add(g, sn_gelu(g, h), sn_cast(g, z, SN_BF16));
+    sn_graph_add_output(g, sn_add(g, sn_mul(g, hz, row), sn_slice(g, wide, 1, 4, 52)));   /* bf16 */
+    sn_graph_add_output(g, sn_mul(g, f, sn_cast(g, z, SN_F16)));                          /* f16 */
+    sn_graph_add_output(g, sn_add(g, sn_tanh(g, z), sn_cast(g, f, SN_F32)));               /* f32 */
+    sn_node *b = sn_input(g, "b", SN_BF16, SN_SHAPE(5, 12));
+    sn_graph_add_output(g, sn_exp(g, b)); /* (5, 12): four a step */
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    return g;
+}
+
+START_TEST(render_16bit_vectors) {
+    sn_graph *g = vector16_graph();
+    sn_program *p = fuse(g);
+    const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
+    int n = kernels_of(p, SN_KER_POINTWISE, ks);
+    sn_cuda_source cs = render(ks, n);
+    printf("test_cuda: 16-bit vectors:\n%s", cs.src);
+    const char *want[] = {"/* elements; a step does eight */", "sn_load8(&in", "sn_store8(&out",
+                          "float x0_v[8];", "reinterpret_cast<const float4 *>(&in",
+                          "+ 4]) = make_float4(", "/* elements; a step does four */",
+                          "sn_store(&out0[i + 3], exp_"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(cs.src, want[i]), "missing \"%s\" in\n%s", want[i], cs.src);
+    sn_cuda_source_free(&cs);
+    free(ks);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+START_TEST(cpu_16bit_vectors) {
+    sn_graph *g = vector16_graph();
+    ck_assert_int_ge(run_on_host(g, 1, false, 1e-6, NULL), 2);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* Every pointwise op of the IR, f32, with bf16, f16 and i32 values on the way. */
 START_TEST(cpu_every_op) {
     sn_graph *g = sn_graph_new();
@@ -896,6 +946,7 @@ int main(void) {
     tcase_add_test(tc, render_bias_gelu_text);
     tcase_add_test(tc, render_rejects_what_it_cannot);
     tcase_add_test(tc, render_identical_kernels_once);
+    tcase_add_test(tc, render_16bit_vectors);
     suite_add_tcase(s, tc);
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 120);
@@ -912,6 +963,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_padded_sum);
     tcase_add_test(cpu, cpu_chain_with_constants);
     tcase_add_test(cpu, cpu_every_op);
+    tcase_add_test(cpu, cpu_16bit_vectors);
     tcase_add_test(cpu, cpu_gpt2_tiny_kernels);
     tcase_add_test(cpu, cpu_llama_tiny_kernels);
     tcase_add_test(cpu, cpu_gpt2_tiny_unfused_attention);
