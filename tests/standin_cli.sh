@@ -2,7 +2,8 @@
 # standin_cli.sh SINTER CUDA NVRTC CUBLASLT: `sinter` on the stand-in driver (tests/standin),
 # named by SN_LIBCUDA, SN_LIBNVRTC and SN_LIBCUBLASLT: `info` lists its device, `train --device
 # cuda` trains tiny GPT-2 with the CPU device's losses (as printed), the kernel cache warm on the
-# second run; --precision bf16 and fp16 train; bf16 on an sm_75 GPU is refused by name.
+# second run; --precision bf16 and fp16 train, fp16 also on an sm_75 GPU, where bf16 is refused
+# by name.
 set -eu
 sinter=$1
 export SN_LIBCUDA="$2" SN_LIBNVRTC="$3" SN_LIBCUBLASLT="$4"
@@ -32,13 +33,18 @@ for p in bf16 fp16; do
     { echo "FAIL: train --device cuda --precision $p"; cat "$dir/$p.out"; exit 1; }
   grep -q "^step  *3/3" "$dir/$p.out" || { echo "FAIL: $p did not train"; cat "$dir/$p.out"; exit 1; }
 done
+# fp16 on an sm_75 GPU (a T4, the GTX 16xx): f16 GEMMs, attention on mma m16n8k8
+# shellcheck disable=SC2086
+SN_STANDIN_SM=75 "$sinter" train $tiny --device cuda --precision fp16 > "$dir/fp16-75.out" 2>&1 &&
+  grep -q "^step  *3/3" "$dir/fp16-75.out" || { echo "FAIL: fp16 on sm_75"; cat "$dir/fp16-75.out"; exit 1; }
 # bf16 GEMMs need sm_80: on an sm_75 GPU a clear refusal that names fp16
 status=0
 # shellcheck disable=SC2086
 SN_STANDIN_SM=75 "$sinter" train $tiny --device cuda --precision bf16 > "$dir/bf16-75.out" 2>&1 || status=$?
 [ "$status" = 1 ] && grep -q "bf16 operands, which need sm_80 or newer, and this GPU is sm_75: train with --precision fp16" "$dir/bf16-75.out" ||
   { echo "FAIL: bf16 GEMMs on sm_75 ($status)"; cat "$dir/bf16-75.out"; exit 1; }
-echo "sinter train --device cuda on the stand-in: the CPU device's losses, bf16 and fp16 train, bf16 refused on sm_75: ok"
+echo "sinter train --device cuda on the stand-in: the CPU device's losses, bf16 and fp16 train, fp16 on sm_75 too, bf16 refused there: ok"
 losses "$dir/cuda.out"
 losses "$dir/bf16.out"
 losses "$dir/fp16.out"
+losses "$dir/fp16-75.out"
