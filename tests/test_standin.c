@@ -454,6 +454,25 @@ START_TEST(gemm_plans_match_a_reference) {
             sn_check_close(what, got, want, (size_t)(s.batch * M * N), tol, 1);
             sn_gemm_plan_free(&a, p);
         }
+    /* operands only 64-byte aligned (the memory planner's promise; cuBLASLt's heuristic assumes
+     * 256 unless told): the plan's algorithm must take them (the stand-in refuses an operand
+     * less aligned than the preference the algorithm was chosen for, as cuBLASLt may fail) */
+    {
+        sn_gemm_shape s = shapes[0];
+        fill(A, M * K, 1);
+        fill(Bm, K * N, 100);
+        reference(&s, A, Bm, NULL, want);
+        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA + 64, A, 4 * M * K, stream));
+        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dB + 64, Bm, 4 * K * N, stream));
+        sn_gemm_plan *p;
+        CK(sn_gemm_plan_new(&a, lt, &s, false, WS, &p, &e));
+        CK(sn_gemm_plan_run(&a, lt, p, dD + 64, dA + 64, dB + 64, 0, ws, WS, stream, &e));
+        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, D, dD + 64, 4 * M * N, stream));
+        CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
+        for (int64_t j = 0; j < M * N; j++) got[j] = D[j];
+        sn_check_close("GEMM on 64-byte aligned operands", got, want, (size_t)(M * N), 1e-6, 1);
+        sn_gemm_plan_free(&a, p);
+    }
     /* types cuBLASLt has no plan for here are refused by name before any call */
     sn_gemm_shape bad = shapes[6];
     bad.ab = SN_BF16;

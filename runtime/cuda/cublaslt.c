@@ -12,6 +12,11 @@
 
 #include "cuda_rt.h"
 
+/* The alignment every planned buffer has (passes/memplan.c places arena and persistent values
+ * at multiples of 64 bytes in blocks from cuMemAlloc): the heuristic must choose algorithms that
+ * take operands this aligned, not cuBLASLt's default assumption of 256. */
+enum { OPERAND_ALIGN = 64 };
+
 struct sn_gemm_plan {
     sn_gemm_shape s;
     cublasLtMatmulDesc_t desc;
@@ -114,6 +119,16 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceCreate, &p->pref);
     if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceSetAttribute, p->pref,
                                 CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    uint32_t align = OPERAND_ALIGN;
+    for (int m = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES;
+         m <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES && !st; m++)
+        st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceSetAttribute, p->pref,
+                           (cublasLtMatmulPreferenceAttributes_t)m, &align, sizeof align);
+    /* the heuristic reads the bias pointer's alignment from its value (set for real per run) */
+    void *bias_at = (void *)(uintptr_t)OPERAND_ALIGN;
+    if (!st && s->bias)
+        st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
+                           CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_at, sizeof bias_at);
     if (!st && handle) { /* without a handle (no GPU, in tests) the plan stops here */
         int found = 0;
         st = SN_CUDA_CHECK(a, e, cublasLtMatmulAlgoGetHeuristic, handle, p->desc, p->a, p->b,
