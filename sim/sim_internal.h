@@ -37,8 +37,9 @@ struct sn_sim_api {
     unsigned (*ballot)(unsigned mask, int pred, int line);
     void *(*shared_static)(const void *key, size_t bytes, const char *name, int line);
     void *(*shared_dynamic)(size_t *bytes, const char *name, int line);
-    [[noreturn]] void (*out_of_bounds)(const char *name, long long index, long long count,
-                                       int line);
+    /* never returns (the GNU attribute: clang takes no [[noreturn]] on a pointer) */
+    void (*out_of_bounds)(const char *name, long long index, long long count, int line)
+        __attribute__((noreturn));
     void (*mma)(int shape, float *d, const unsigned *a, const unsigned *b, const float *c,
                 int line);
     void (*ldmatrix)(int n, int trans, unsigned *r, const void *row, int line);

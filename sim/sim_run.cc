@@ -144,7 +144,7 @@ static void *shared_dynamic(size_t *bytes, const char *name, int line) {
     return l->shared + l->shared_cap - l->dynamic_bytes; /* the end of the arena, 16-aligned */
 }
 
-[[noreturn]] static void out_of_bounds(const char *name, long long index, long long count,
+__attribute__((noreturn)) static void out_of_bounds(const char *name, long long index, long long count,
                                        int line) {
     sim_fail(0, "shared memory out of bounds: %s[%lld] of %lld elements (%s is declared on line "
              "%d)", name, index, count, name, line);
