@@ -33,7 +33,7 @@ typedef struct {
     int time_steps;          /* timed steps per size (median) */
     int warmup;              /* untimed steps before them (3; at least 2: eager, then captured) */
     int gemm_n;              /* the ceilings: bf16 GEMM n^3 and the copy's MiB */
-    bool gemm_f32;           /* the ceiling GEMM in f32 (a stand-in's cuBLASLt has no bf16) */
+    bool gemm_f32;           /* the ceiling GEMM in f32 (for a cuBLASLt without bf16) */
     int copy_mib;
 } gc_opts;
 
@@ -84,7 +84,8 @@ void gc_poison_device_free(sn_device *d);
 /* gpu_check_kernels.c: every kernel kind against the interpreter, then the coverage step. */
 void gc_check_kernels(gc_run *r);
 /* gpu_check_train.c: tiny GPT-2 (and the optimizer kernels) against the interpreter; the
- * train model's losses against the golden file (or the CPU device live); write_golden. */
+ * train model's losses in fp32 and in bf16 against the fp32 golden file (or the CPU device
+ * live); write_golden. */
 void gc_check_tiny(gc_run *r);
 void gc_check_losses(gc_run *r);
 int gc_write_golden(const gc_opts *o);

@@ -1,6 +1,6 @@
 /* gpu_check_kernels.c: every kernel kind on the device under check against the reference
- * interpreter: small graphs whose programs hold pointwise kernels (every pointwise op, bf16 on the
- * way), GEMMs (cuBLASLt) with their backward, row ops (layernorm, rmsnorm, softmax,
+ * interpreter: small graphs whose programs hold pointwise kernels (every pointwise op, bf16 and
+ * f16 on the way), GEMMs (cuBLASLt) with their backward in f32, bf16 and f16, row ops (layernorm, rmsnorm, softmax,
  * cross-entropy) and column reductions, the embedding gather and its scatter-add, and flash
  * attention forward and backward in f32, bf16 and f16 at head sizes 64 and 128 with a T no tile
  * divides. Convention: fresh random inputs from the run's seed, every output and every
@@ -193,6 +193,23 @@ static sn_graph *gemm_graph(void) {
     return g;
 }
 
+/* The gemm graph with bf16 or f16 (dt) operands, as the autocast pass makes it: inputs and
+ * weights cast on the device, f32 products (fp32 accumulation) with the bias epilogue, the
+ * backward's products on dt operands too (16-bit cuBLASLt plans). */
+static sn_graph *gemm_16_graph(sn_dtype dt) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(3, 50, 96));
+    sn_node *y = sn_input(g, "y", SN_I32, SN_SHAPE(3, 50));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(96, 80), SN_INIT_NORMAL, 0.5f);
+    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(80), SN_INIT_NORMAL, 0.5f);
+    sn_node *w2 = sn_param(g, "w2", SN_F32, SN_SHAPE(80, 80), SN_INIT_NORMAL, 0.5f);
+    sn_node *h = sn_gelu(g, sn_add(g, sn_matmul(g, sn_cast(g, x, dt), sn_cast(g, w, dt)), b));
+    sn_node *logits = sn_matmul_t(g, sn_cast(g, h, dt), sn_cast(g, w2, dt), false, true);
+    sn_err e;
+    if (!sn_graph_error(g)) sn_backward(g, sn_cross_entropy(g, logits, y, -1), &e);
+    return g;
+}
+
 /* Rows of 300 (blocks of several warps): layernorm, rmsnorm, softmax, cross-entropy ignoring
  * class 3, a max and a mean over either axis, and their backwards. */
 static sn_graph *row_graph(void) {
@@ -255,6 +272,11 @@ void gc_check_kernels(gc_run *r) {
     check_graph(r, "kernels: pointwise", pointwise_graph(), &(case_opts){50, 1e-5}, seed + 1);
     check_graph(r, "kernels: pointwise bf16 and f16", pointwise_16_graph(), &(case_opts){1, 1e-5}, seed + 5);
     check_graph(r, "kernels: gemm", gemm_graph(), &(case_opts){80, 1e-4}, seed + 2);
+    /* 16-bit operands: the interpreter rounds what the program rounds, but sums in double where
+     * cuBLASLt sums in f32, which flips an occasional rounding of a product's result cast to 16
+     * bits (h, the gradients) by a unit: a few units of the storage type */
+    check_graph(r, "kernels: gemm bf16", gemm_16_graph(SN_BF16), &(case_opts){80, 4.0 / 256}, seed + 6);
+    check_graph(r, "kernels: gemm f16", gemm_16_graph(SN_F16), &(case_opts){80, 4.0 / 2048}, seed + 7);
     check_graph(r, "kernels: rows and column reductions", row_graph(), &(case_opts){300, 1e-4}, seed + 3);
     check_graph(r, "kernels: gather and scatter-add", gather_graph(), &(case_opts){64, 1e-5}, seed + 4);
     static const struct {

@@ -1,7 +1,7 @@
 /* gpu_check_time.c: what the GPU check measures: the device's ceilings (cuBLASLt's bf16 GEMM,
  * a device-to-device copy), the compile time of the timed model's program cold (an empty kernel
- * cache) and warm, and its training step at each size, fp32 and TF32 (bf16 once the precision
- * option exists), timed with the device's events (warm-up steps, the median of the rest), with
+ * cache) and warm, and its training step at each size, fp32, TF32, bf16 and fp16 (the autocast
+ * pass; fp16 with its loss scaler), timed with the device's events (warm-up steps, the median of the rest), with
  * kernels per step, time per kernel kind beside the roofline model, peak device memory, MFU and
  * bandwidth against the measured ceilings. */
 #include <math.h>
@@ -49,7 +49,8 @@ void gc_measure_ceilings(gc_run *r) {
            r->o.copy_mib, c.copy_tb_per_s, c.copy_s * 1e3);
 }
 
-static sn_graph *model_graph(const char *model, int B, int T, int *vocab, sn_err *e) {
+static sn_graph *model_graph(const char *model, int B, int T, sn_precision prec, int *vocab,
+                             sn_err *e) {
     sn_gpt2_config c;
     if (!sn_gpt2_config_find(model, &c)) {
         sn_fail(e, SN_ERR_INVALID, "unknown model '%s'", model);
@@ -60,6 +61,7 @@ static sn_graph *model_graph(const char *model, int B, int T, int *vocab, sn_err
     sn_gpt2 m;
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
+    o.precision = prec;
     if (!g || sn_gpt2_build(g, &c, B, T, &m, e) || sn_compile(g, &o, NULL, NULL, e)) {
         if (!g) sn_fail(e, SN_ERR_OOM, "out of memory for a graph");
         sn_graph_free(g);
@@ -75,10 +77,10 @@ static int64_t param_count(const sn_graph *g) {
     return n;
 }
 
-/* A trainer of the timed model on d; *wall the seconds sn_trainer_new took. */
-static sn_trainer *make_trainer(const gc_opts *o, sn_device *d, int B, int T, sn_graph **g,
-                                int *vocab, double *wall, sn_err *e) {
-    if (!(*g = model_graph(o->time_model, B, T, vocab, e))) return NULL;
+/* A trainer of the timed model at precision prec on d; *wall the seconds sn_trainer_new took. */
+static sn_trainer *make_trainer(const gc_opts *o, sn_device *d, int B, int T, sn_precision prec,
+                                sn_graph **g, int *vocab, double *wall, sn_err *e) {
+    if (!(*g = model_graph(o->time_model, B, T, prec, vocab, e))) return NULL;
     sn_train_opts to;
     sn_train_opts_default(&to, 1000);
     to.device = d;
@@ -123,7 +125,7 @@ static void compile_times(gc_run *r) {
         sn_cuda_stats before, after;
         sn_cuda_stats_get(d, &before);
         sn_graph *g = NULL;
-        sn_trainer *t = make_trainer(o, d, B, T, &g, &vocab, &wall[pass], &e);
+        sn_trainer *t = make_trainer(o, d, B, T, SN_PRECISION_FP32, &g, &vocab, &wall[pass], &e);
         if (!t) {
             st = e.code ? e.code : SN_ERR_DEVICE;
             break;
@@ -162,8 +164,10 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Times steps of the timed model at (B, T) on d; mode names the precision in the report. */
-static void time_size(gc_run *r, sn_device *d, const char *mode, bool tf32, int B, int T) {
+/* Times steps of the timed model at (B, T) and precision prec on d; mode names it in the
+ * report ("TF32": prec fp32 on a device whose f32 GEMMs run as TF32). */
+static void time_size(gc_run *r, sn_device *d, const char *mode, bool tf32, sn_precision prec,
+                      int B, int T) {
     const gc_opts *o = &r->o;
     char name[128];
     snprintf(name, sizeof name, "time: %s B=%d T=%d %s", o->time_model, B, T, mode);
@@ -172,7 +176,7 @@ static void time_size(gc_run *r, sn_device *d, const char *mode, bool tf32, int 
     sn_graph *g = NULL;
     int vocab = 0, n = o->time_steps < MAX_TIMED ? o->time_steps : MAX_TIMED, WARMUP = o->warmup;
     double wall, t[MAX_TIMED];
-    sn_trainer *tr = make_trainer(o, d, B, T, &g, &vocab, &wall, &e);
+    sn_trainer *tr = make_trainer(o, d, B, T, prec, &g, &vocab, &wall, &e);
     int32_t *x = malloc(sizeof(int32_t) * (size_t)(B * T)), *y = malloc(sizeof(int32_t) * (size_t)(B * T));
     void *ev[2] = {NULL, NULL};
     sn_status st = !tr ? (e.code ? e.code : SN_ERR_DEVICE) : !x || !y ? sn_fail_oom(&e, 0, "a batch") : SN_OK;
@@ -254,7 +258,7 @@ void gc_time_steps(gc_run *r) {
     const gc_opts *o = &r->o;
     compile_times(r);
     for (int i = 0; i < o->n_time_sizes; i++)
-        time_size(r, r->dev, "fp32", false, o->time_sizes[i][0], o->time_sizes[i][1]);
+        time_size(r, r->dev, "fp32", false, SN_PRECISION_FP32, o->time_sizes[i][0], o->time_sizes[i][1]);
     sn_device *d = NULL;
     sn_err e = {0};
     sn_cuda_opts co = {.tf32 = true};
@@ -264,9 +268,12 @@ void gc_time_steps(gc_run *r) {
         gc_end(r, gc_begin(r, "time: TF32"), GC_FAIL, "%s", e.msg);
     } else {
         for (int i = 0; i < o->n_time_sizes; i++)
-            time_size(r, d, "TF32", true, o->time_sizes[i][0], o->time_sizes[i][1]);
+            time_size(r, d, "TF32", true, SN_PRECISION_FP32, o->time_sizes[i][0], o->time_sizes[i][1]);
         sn_device_free(d);
     }
-    gc_step *s = gc_begin(r, "time: bf16");
-    gc_end(r, s, GC_SKIP, "not available in this build: no precision option yet (autocast)");
+    /* the autocast programs: bf16 (sm_80+; on sm_75 a SKIP naming fp16) and fp16 */
+    for (int i = 0; i < o->n_time_sizes; i++)
+        time_size(r, r->dev, "bf16", false, SN_PRECISION_BF16, o->time_sizes[i][0], o->time_sizes[i][1]);
+    for (int i = 0; i < o->n_time_sizes; i++)
+        time_size(r, r->dev, "fp16", false, SN_PRECISION_FP16, o->time_sizes[i][0], o->time_sizes[i][1]);
 }

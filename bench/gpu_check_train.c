@@ -1,7 +1,8 @@
 /* gpu_check_train.c: training on the device under check: a tiny GPT-2 against the reference
  * interpreter (every step with two micro-batches, so the optimizer's four kernels all run), and a
- * model's first steps against the CPU device's losses, from the golden file when it holds this
- * configuration, else computed live on the CPU device (when this build has one). Convention: the
+ * model's first steps against the CPU device's fp32 losses, from the golden file when it holds
+ * this configuration, else computed live on the CPU device (when this build has one): in fp32,
+ * and in bf16 (the autocast pass) within issue 10's 1% of fp32 at every step. Convention: the
  * data is gc_batch's periodic token stream (the loss falls), the same on every device. */
 #include <math.h>
 #include <stdlib.h>
@@ -30,9 +31,10 @@ void gc_batch(int vocab, int B, int T, int step, int32_t *x, int32_t *y) {
     }
 }
 
-/* The model's training graph (attention fused, vocabulary padded, backward); *vocab its
- * unpadded vocabulary. */
-static sn_graph *train_graph(const char *model, int B, int T, int *vocab, sn_err *e) {
+/* The model's training graph at precision prec (attention fused, vocabulary padded, backward);
+ * *vocab its unpadded vocabulary. */
+static sn_graph *train_graph(const char *model, int B, int T, sn_precision prec, int *vocab,
+                             sn_err *e) {
     sn_gpt2_config c;
     if (!sn_gpt2_config_find(model, &c)) {
         sn_fail(e, SN_ERR_INVALID, "unknown model '%s'", model);
@@ -43,6 +45,7 @@ static sn_graph *train_graph(const char *model, int B, int T, int *vocab, sn_err
     sn_gpt2 m;
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
+    o.precision = prec;
     if (!g) {
         sn_fail(e, SN_ERR_OOM, "out of memory for a graph");
         return NULL;
@@ -54,12 +57,12 @@ static sn_graph *train_graph(const char *model, int B, int T, int *vocab, sn_err
     return g;
 }
 
-/* steps optimizer steps of `micro` micro-batches each on device (NULL: the interpreter);
- * losses[s] and norms[s] per step. */
-static sn_status train_run(const char *model, int B, int T, int steps, int micro, float lr,
-                           sn_device *device, double *losses, double *norms, sn_err *e) {
+/* steps optimizer steps of `micro` micro-batches each on device (NULL: the interpreter) at
+ * precision prec; losses[s] and norms[s] per step. */
+static sn_status train_run(const char *model, int B, int T, sn_precision prec, int steps, int micro,
+                           float lr, sn_device *device, double *losses, double *norms, sn_err *e) {
     int vocab = 0;
-    sn_graph *g = train_graph(model, B, T, &vocab, e);
+    sn_graph *g = train_graph(model, B, T, prec, &vocab, e);
     if (!g) return e->code ? e->code : SN_ERR_INVALID;
     sn_train_opts o;
     sn_train_opts_default(&o, steps);
@@ -109,9 +112,9 @@ void gc_check_tiny(gc_run *r) {
     gc_step *s = gc_begin(r, name);
     sn_err e = {0};
     sn_device *pd = gc_poison_device_new(r->dev, &e); /* the arena starts as NaN */
-    sn_status st = pd ? train_run(o->tiny_model, 2, 32, steps, 2, 0, pd, dl, dn, &e) : SN_ERR_OOM;
+    sn_status st = pd ? train_run(o->tiny_model, 2, 32, SN_PRECISION_FP32, steps, 2, 0, pd, dl, dn, &e) : SN_ERR_OOM;
     gc_poison_device_free(pd);
-    if (!st) st = train_run(o->tiny_model, 2, 32, steps, 2, 0, NULL, il, in, &e);
+    if (!st) st = train_run(o->tiny_model, 2, 32, SN_PRECISION_FP32, steps, 2, 0, NULL, il, in, &e);
     if (st) {
         gc_end(r, s, GC_FAIL, "%s", e.msg);
         return;
@@ -175,7 +178,8 @@ int gc_write_golden(const gc_opts *o) {
     }
     int steps = o->train_steps < MAX_STEPS ? o->train_steps : MAX_STEPS;
     double losses[MAX_STEPS];
-    sn_status st = train_run(o->train_model, o->train_batch, o->train_seq, steps, 1, TRAIN_LR, d, losses, NULL, &e);
+    sn_status st = train_run(o->train_model, o->train_batch, o->train_seq, SN_PRECISION_FP32, steps,
+                             1, TRAIN_LR, d, losses, NULL, &e);
     sn_device_free(d);
     FILE *f = st ? NULL : fopen(o->write_golden, "w");
     if (!f) {
@@ -198,12 +202,19 @@ int gc_write_golden(const gc_opts *o) {
     return 0;
 }
 
-void gc_check_losses(gc_run *r) {
+/* The train model at precision prec on the device against the CPU device's fp32 losses: fp32
+ * within 1e-4 at the first step and 5e-3 at every step (summation orders), bf16/fp16 within 1%
+ * at every step (issue 10's rule; the autocast tests put a bf16 loss within 4 units of 2^-9,
+ * 0.8%, of fp32's). */
+static void check_losses(gc_run *r, sn_precision prec) {
     const gc_opts *o = &r->o;
     int steps = o->train_steps < MAX_STEPS ? o->train_steps : MAX_STEPS;
+    bool f32 = prec == SN_PRECISION_FP32;
+    double tol_first = f32 ? 1e-4 : 1e-2, tol = f32 ? 5e-3 : 1e-2;
     char name[128], why[256] = "", source[300];
-    snprintf(name, sizeof name, "train: %s B=%d T=%d, %d steps vs the CPU device", o->train_model,
-             o->train_batch, o->train_seq, steps);
+    snprintf(name, sizeof name, "train: %s B=%d T=%d, %d steps %s vs the CPU device%s",
+             o->train_model, o->train_batch, o->train_seq, steps, sn_precision_name(prec),
+             f32 ? "" : "'s fp32");
     gc_step *s = gc_begin(r, name);
     golden gd = {0};
     double ref[MAX_STEPS], got[MAX_STEPS];
@@ -219,7 +230,8 @@ void gc_check_losses(gc_run *r) {
         if (!why[0]) snprintf(why, sizeof why, "%s holds %s B=%d T=%d %d steps lr %g", o->golden,
                               gd.model, gd.batch, gd.seq, gd.steps, gd.lr);
         if (sn_cpu_device_new(0, &cpu, &e) ||
-            train_run(o->train_model, o->train_batch, o->train_seq, steps, 1, TRAIN_LR, cpu, ref, NULL, &e)) {
+            train_run(o->train_model, o->train_batch, o->train_seq, SN_PRECISION_FP32, steps, 1,
+                      TRAIN_LR, cpu, ref, NULL, &e)) {
             gc_end(r, s, GC_FAIL, "no reference: %s, and the CPU device cannot make one: %s", why, e.msg);
             sn_device_free(cpu);
             return;
@@ -227,8 +239,10 @@ void gc_check_losses(gc_run *r) {
         sn_device_free(cpu);
         snprintf(source, sizeof source, "the CPU device's, computed now (%s)", why);
     }
-    if (train_run(o->train_model, o->train_batch, o->train_seq, steps, 1, TRAIN_LR, r->dev, got, NULL, &e)) {
-        gc_end(r, s, GC_FAIL, "%s", e.msg);
+    sn_status st = train_run(o->train_model, o->train_batch, o->train_seq, prec, steps, 1, TRAIN_LR,
+                             r->dev, got, NULL, &e);
+    if (st) { /* bf16 on an sm_75 GPU: a SKIP that names fp16 */
+        gc_end(r, s, st == SN_ERR_UNSUPPORTED ? GC_SKIP : GC_FAIL, "%s", e.msg);
         return;
     }
     int at;
@@ -238,10 +252,15 @@ void gc_check_losses(gc_run *r) {
     gc_num(s, "ref_loss_last", ref[steps - 1]);
     gc_num(s, "first_rel_err", first);
     gc_num(s, "max_rel_err", worst);
-    bool ok = first <= 1e-4 && worst <= 5e-3;
+    bool ok = first <= tol_first && worst <= tol;
     gc_end(r, s, ok ? GC_PASS : GC_FAIL, "loss %.4f -> %.4f (reference %.4f -> %.4f, %s): first "
-           "step within %.1e (tolerance 1e-4), every step within %.1e (step %d; 5e-3)", got[0],
-           got[steps - 1], ref[0], ref[steps - 1], source, first, worst, at);
+           "step within %.1e (tolerance %.0e), every step within %.1e (step %d; %.0e)", got[0],
+           got[steps - 1], ref[0], ref[steps - 1], source, first, tol_first, worst, at, tol);
     fprintf(r->details, "%s: step, loss on the device, reference loss\n", name);
     for (int i = 0; i < steps; i++) fprintf(r->details, "  %3d %.6f %.6f\n", i, got[i], ref[i]);
+}
+
+void gc_check_losses(gc_run *r) {
+    check_losses(r, SN_PRECISION_FP32);
+    check_losses(r, SN_PRECISION_BF16);
 }

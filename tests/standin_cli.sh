@@ -2,7 +2,8 @@
 # standin_cli.sh SINTER CUDA NVRTC CUBLASLT: `sinter` on the stand-in driver (tests/standin),
 # named by SN_LIBCUDA, SN_LIBNVRTC and SN_LIBCUBLASLT: `info` lists its device, `train --device
 # cuda` trains tiny GPT-2 with the CPU device's losses (as printed), the kernel cache warm on the
-# second run.
+# second run; --precision bf16 and fp16 train, fp16 also on an sm_75 GPU, where bf16 is refused
+# by name.
 set -eu
 sinter=$1
 export SN_LIBCUDA="$2" SN_LIBNVRTC="$3" SN_LIBCUBLASLT="$4"
@@ -24,11 +25,26 @@ losses() { sed -n 's/^step *\([0-9]*\)\/.*| loss \([0-9.]*\) .*| grad norm *\([0
 [ -n "$(losses "$dir/cpu.out")" ] && [ "$(losses "$dir/cuda.out")" = "$(losses "$dir/cpu.out")" ] ||
   { echo "FAIL: losses differ"; losses "$dir/cuda.out"; losses "$dir/cpu.out"; exit 1; }
 ls "$dir/cache/sinter/"*.cubin > /dev/null 2>&1 || { echo "FAIL: no kernel cache entries"; exit 1; }
-# bf16 products (--precision bf16) need 16-bit cuBLASLt plans, not built yet: a clear refusal
+# 16-bit programs (cuBLASLt bf16/f16 plans) train (test_standin compares them with the CPU
+# device step by step)
+for p in bf16 fp16; do
+  # shellcheck disable=SC2086
+  "$sinter" train $tiny --device cuda --precision $p > "$dir/$p.out" 2>&1 ||
+    { echo "FAIL: train --device cuda --precision $p"; cat "$dir/$p.out"; exit 1; }
+  grep -q "^step  *3/3" "$dir/$p.out" || { echo "FAIL: $p did not train"; cat "$dir/$p.out"; exit 1; }
+done
+# fp16 on an sm_75 GPU (a T4, the GTX 16xx): f16 GEMMs, attention on mma m16n8k8
+# shellcheck disable=SC2086
+SN_STANDIN_SM=75 "$sinter" train $tiny --device cuda --precision fp16 > "$dir/fp16-75.out" 2>&1 &&
+  grep -q "^step  *3/3" "$dir/fp16-75.out" || { echo "FAIL: fp16 on sm_75"; cat "$dir/fp16-75.out"; exit 1; }
+# bf16 GEMMs need sm_80: on an sm_75 GPU a clear refusal that names fp16
 status=0
 # shellcheck disable=SC2086
-"$sinter" train $tiny --device cuda --precision bf16 > "$dir/bf16.out" 2>&1 || status=$?
-[ "$status" = 1 ] && grep -q "f32 of bf16 operands: the CUDA device runs f32 GEMMs only yet" "$dir/bf16.out" ||
-  { echo "FAIL: bf16 GEMMs on cuda ($status)"; cat "$dir/bf16.out"; exit 1; }
-echo "sinter train --device cuda on the stand-in: the CPU device's losses, bf16 GEMMs refused: ok"
+SN_STANDIN_SM=75 "$sinter" train $tiny --device cuda --precision bf16 > "$dir/bf16-75.out" 2>&1 || status=$?
+[ "$status" = 1 ] && grep -q "bf16 operands, which need sm_80 or newer, and this GPU is sm_75: train with --precision fp16" "$dir/bf16-75.out" ||
+  { echo "FAIL: bf16 GEMMs on sm_75 ($status)"; cat "$dir/bf16-75.out"; exit 1; }
+echo "sinter train --device cuda on the stand-in: the CPU device's losses, bf16 and fp16 train, fp16 on sm_75 too, bf16 refused there: ok"
 losses "$dir/cuda.out"
+losses "$dir/bf16.out"
+losses "$dir/fp16.out"
+losses "$dir/fp16-75.out"

@@ -195,14 +195,17 @@ START_TEST(render_rejects_what_it_cannot) {
     sn_cuda_source cs;
     sn_err e;
     sn_target t = sm(80);
-    for (int i = 0; i < 2; i++) { /* an f16 pointwise kernel; an attention kernel without an
-                                     attention op (tests/test_cuda_attention.c has real ones) */
-        ck_assert_int_eq(sn_cuda_render(&ks[i], 1, &t, &cs, &e),
-                         i ? SN_ERR_INVALID : SN_ERR_UNSUPPORTED);
-        ck_assert_ptr_null(cs.src);
-        ck_assert_msg(strstr(e.msg, ks[i]->name), "%s", e.msg);
-        ck_assert_msg(strstr(e.msg, i ? "needs an attention op as anchor" : "f16"), "%s", e.msg);
-    }
+    /* an f16 pointwise kernel renders (f16 parameters, values rounded to f16) */
+    ck_assert_msg(sn_cuda_render(&ks[0], 1, &t, &cs, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(strstr(cs.src, "const sn_f16 *__restrict__ in0") &&
+                  strstr(cs.src, "sn_f16 *__restrict__ out0") && strstr(cs.src, "sn_round_f16("),
+                  "%s", cs.src);
+    sn_cuda_source_free(&cs);
+    /* an attention kernel without an attention op (tests/test_cuda_attention.c has real ones) */
+    ck_assert_int_eq(sn_cuda_render(&ks[1], 1, &t, &cs, &e), SN_ERR_INVALID);
+    ck_assert_ptr_null(cs.src);
+    ck_assert_msg(strstr(e.msg, ks[1]->name), "%s", e.msg);
+    ck_assert_msg(strstr(e.msg, "needs an attention op as anchor"), "%s", e.msg);
     sn_program_free(p);
     sn_graph_free(g);
 }
@@ -324,6 +327,15 @@ START_TEST(nvrtc_gpt2_124m_bf16) {
 }
 END_TEST
 
+/* The fp16 program: f16 loads and stores in every kernel kind, f16 attention (mma.sync m16n8k8
+ * on sm_75, m16n8k16 on sm_80 and sm_90). */
+START_TEST(nvrtc_gpt2_124m_f16) {
+    if (have_nvrtc())
+        nvrtc_program(gpt2_training_at("gpt2", 4, 256, SN_PRECISION_FP16), "gpt2-fp16", 4, 256,
+                      (const int[]){75, 80, 90}, 3);
+}
+END_TEST
+
 /* The LLaMA example (examples/llama: rmsnorm, rotary, grouped-query attention fused, SwiGLU)
  * at its demo size, B = 16, T = 128. */
 static sn_graph *llama_training(const llama_config *c, int B, int T) {
@@ -389,6 +401,7 @@ static void to_buffer(sn_dtype t, const double *v, int64_t n, void *buf) {
         memcpy(&u, &f, 4);
         if (t == SN_F32) ((float *)buf)[i] = f;
         else if (t == SN_I32) ((int32_t *)buf)[i] = (int32_t)v[i];
+        else if (t == SN_F16) ((_Float16 *)buf)[i] = (_Float16)f; /* rounds to nearest even */
         else ((uint16_t *)buf)[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* bf16 */
     }
 }
@@ -399,6 +412,8 @@ static void from_buffer(sn_dtype t, const void *buf, int64_t n, double *v) {
             v[i] = ((const float *)buf)[i];
         } else if (t == SN_I32) {
             v[i] = ((const int32_t *)buf)[i];
+        } else if (t == SN_F16) {
+            v[i] = (double)((const _Float16 *)buf)[i];
         } else {
             uint32_t u = (uint32_t)((const uint16_t *)buf)[i] << 16;
             float f;
@@ -468,7 +483,9 @@ static double host_check(sn_sim_module *h, const sn_kernel *k, const char *fn, c
                 snprintf(what, sizeof what, "%s as %s (grid %u x block %u x %u, %s order) %%%d",
                          k->name, fn, dims[d].grid[0], dims[d].block[0], dims[d].block[1],
                          reversed ? "reversed" : "forward", n->id);
-                double tl = n->dtype == SN_BF16 ? 8e-3 : tol;
+                /* a 16-bit value may round one unit (2^-8, 2^-11 of the largest) away from the
+                 * interpreter's where the f32 sums differ in their last bits: two units */
+                double tl = n->dtype == SN_BF16 ? 8e-3 : n->dtype == SN_F16 ? 1e-3 : tol;
                 if (caught) {
                     const double *want = sn_interp_value(it, n);
                     double scale = 1e-6;
@@ -608,7 +625,57 @@ START_TEST(cpu_chain_with_constants) {
 }
 END_TEST
 
-/* Every pointwise op of the IR, f32, with bf16 and i32 values on the way. */
+/* 16-byte vectors of 16-bit values: over (6, 48) a bf16 and an f16 buffer are read with one
+ * load of 8 values, an f32 one as two float4, a broadcast row once a step, a slice starting at
+ * column 4 (not 16-byte aligned for 8 values) one value a lane, and outputs stored 8 at a time
+ * (16-bit: one 16-byte store); over (5, 12) (12 = 4 + 8: no step of 8 fits) four a step with
+ * 16-bit values one a lane. The text says which path each takes; the simulator runs each
+ * against the interpreter (two grids, two thread orders, outputs poisoned). */
+static sn_graph *vector16_graph(void) {
+    sn_graph *g = sn_graph_new();
+    sn_node *h = sn_input(g, "h", SN_BF16, SN_SHAPE(6, 48));
+    sn_node *f = sn_input(g, "f", SN_F16, SN_SHAPE(6, 48));
+    sn_node *z = sn_input(g, "z", SN_F32, SN_SHAPE(6, 48));
+    sn_node *row = sn_input(g, "row", SN_BF16, SN_SHAPE(48));
+    sn_node *wide = sn_input(g, "wide", SN_BF16, SN_SHAPE(6, 56));
+    sn_node *hz = sn_add(g, sn_gelu(g, h), sn_cast(g, z, SN_BF16));
+    sn_graph_add_output(g, sn_add(g, sn_mul(g, hz, row), sn_slice(g, wide, 1, 4, 52)));   /* bf16 */
+    sn_graph_add_output(g, sn_mul(g, f, sn_cast(g, z, SN_F16)));                          /* f16 */
+    sn_graph_add_output(g, sn_add(g, sn_tanh(g, z), sn_cast(g, f, SN_F32)));               /* f32 */
+    sn_node *b = sn_input(g, "b", SN_BF16, SN_SHAPE(5, 12));
+    sn_graph_add_output(g, sn_exp(g, b)); /* (5, 12): four a step */
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    return g;
+}
+
+START_TEST(render_16bit_vectors) {
+    sn_graph *g = vector16_graph();
+    sn_program *p = fuse(g);
+    const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
+    int n = kernels_of(p, SN_KER_POINTWISE, ks);
+    sn_cuda_source cs = render(ks, n);
+    printf("test_cuda: 16-bit vectors:\n%s", cs.src);
+    const char *want[] = {"/* elements; a step does eight */", "sn_load8(&in", "sn_store8(&out",
+                          "float x0_v[8];", "reinterpret_cast<const float4 *>(&in",
+                          "+ 4]) = make_float4(", "/* elements; a step does four */",
+                          "sn_store(&out0[i + 3], exp_"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(cs.src, want[i]), "missing \"%s\" in\n%s", want[i], cs.src);
+    sn_cuda_source_free(&cs);
+    free(ks);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+START_TEST(cpu_16bit_vectors) {
+    sn_graph *g = vector16_graph();
+    ck_assert_int_ge(run_on_host(g, 1, false, 1e-6, NULL), 2);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* Every pointwise op of the IR, f32, with bf16, f16 and i32 values on the way. */
 START_TEST(cpu_every_op) {
     sn_graph *g = sn_graph_new();
     sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(4, 33));
@@ -630,6 +697,8 @@ START_TEST(cpu_every_op) {
     }
     sn_node *xb = sn_cast(g, x, SN_BF16), *hb = sn_input(g, "hb", SN_BF16, SN_SHAPE(4, 33));
     sn_graph_add_output(g, sn_add(g, sn_gelu(g, xb), sn_mul(g, hb, hb))); /* bf16 in and out */
+    sn_node *xh = sn_cast(g, x, SN_F16), *hh = sn_input(g, "hh", SN_F16, SN_SHAPE(4, 33));
+    sn_graph_add_output(g, sn_add(g, sn_tanh(g, xh), sn_mul(g, hh, hh))); /* f16 in and out */
     sn_graph_add_output(g, sn_cast(g, sn_scale(g, x, 10.0f), SN_I32));   /* i32 out */
     ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
     ck_assert_int_ge(run_on_host(g, 5, false, 1e-5, NULL), 5);
@@ -698,6 +767,10 @@ END_TEST
 /* The autocast (bf16) step: bf16 loads and stores in every kernel kind, attention on bf16 q, k,
  * v (mma paths), against the interpreter's emulated rounding. */
 START_TEST(cpu_gpt2_tiny_bf16) { gpt2_tiny_kernels(true, SN_PRECISION_BF16); }
+END_TEST
+
+/* The same in fp16 (f16 storage, the loss scaled by the loss_scale input). */
+START_TEST(cpu_gpt2_tiny_f16) { gpt2_tiny_kernels(true, SN_PRECISION_FP16); }
 END_TEST
 
 /* Row ops over rows of 300 (blocks of three warps), cross-entropy with ignored targets (class
@@ -873,11 +946,13 @@ int main(void) {
     tcase_add_test(tc, render_bias_gelu_text);
     tcase_add_test(tc, render_rejects_what_it_cannot);
     tcase_add_test(tc, render_identical_kernels_once);
+    tcase_add_test(tc, render_16bit_vectors);
     suite_add_tcase(s, tc);
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 120);
     tcase_add_test(nv, nvrtc_gpt2_124m);
     tcase_add_test(nv, nvrtc_gpt2_124m_bf16);
+    tcase_add_test(nv, nvrtc_gpt2_124m_f16);
     tcase_add_test(nv, nvrtc_llama_small);
     tcase_add_test(nv, nvrtc_error_carries_log);
     suite_add_tcase(s, nv);
@@ -888,10 +963,12 @@ int main(void) {
     tcase_add_test(cpu, cpu_padded_sum);
     tcase_add_test(cpu, cpu_chain_with_constants);
     tcase_add_test(cpu, cpu_every_op);
+    tcase_add_test(cpu, cpu_16bit_vectors);
     tcase_add_test(cpu, cpu_gpt2_tiny_kernels);
     tcase_add_test(cpu, cpu_llama_tiny_kernels);
     tcase_add_test(cpu, cpu_gpt2_tiny_unfused_attention);
     tcase_add_test(cpu, cpu_gpt2_tiny_bf16);
+    tcase_add_test(cpu, cpu_gpt2_tiny_f16);
     tcase_add_test(cpu, cpu_row_ops_several_warps);
     tcase_add_test(cpu, cpu_deleted_barrier_caught);
     tcase_add_test(cpu, cpu_optimizer_step);

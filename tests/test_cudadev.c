@@ -83,10 +83,15 @@ START_TEST(gemm_plans_build_up_to_the_handle) {
         {.ta = true, .M = 768, .N = 3072, .K = 1024, .batch = 1, .lda = 768, .ldb = 3072,
          .ldd = 3072, .bias = true},
     };
-    for (int tf32 = 0; tf32 < 2; tf32++)
+    /* fp32 and TF32; bf16 and f16 operands (autocast) into f32 */
+    const sn_dtype types[] = {SN_F32, SN_F32, SN_BF16, SN_F16};
+    for (int ti = 0; ti < 4; ti++)
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
             sn_gemm_plan *p = NULL;
-            ck_assert_msg(sn_gemm_plan_new(&a, NULL, &shapes[i], tf32, 32 << 20, &p, &e) == SN_OK,
+            sn_gemm_shape s = shapes[i];
+            s.ab = types[ti];
+            bool tf32 = ti == 1;
+            ck_assert_msg(sn_gemm_plan_new(&a, NULL, &s, tf32, 32 << 20, &p, &e) == SN_OK,
                           "%s", e.msg);
             ck_assert_ptr_nonnull(p);
             ck_assert_int_eq(sn_gemm_plan_run(&a, NULL, p, 0, 0, 0, 0, 0, 0, NULL, &e), SN_ERR_INVALID);

@@ -168,6 +168,106 @@ START_TEST(tiny_gpt2_trains_like_the_cpu_device) {
 }
 END_TEST
 
+/* tiny GPT-2 through the autocast pass at precision p, with its backward */
+static sn_graph *tiny_at(sn_precision p) {
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = V;
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.precision = p;
+    o.backward = true;
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    return g;
+}
+
+/* bf16 and fp16 (_i) programs train 20 steps through runtime/cuda (16-bit cuBLASLt plans, f16
+ * and bf16 kernels on the simulator) with the CPU device's losses. Both devices run one program
+ * on the same 16-bit operands, but not with identical arithmetic: the CUDA flash attention
+ * multiplies P @ V on tensor cores, so P is rounded to the 16-bit type (as FlashAttention does)
+ * where the CPU's attention keeps it in f32, and a product is summed in double (the stand-in's
+ * cuBLASLt) or in f32 (sgemm), which flips an occasional later rounding to 16 bits by a unit.
+ * So: while the weights are still the same (the first step, and fp16's skipped steps) the
+ * losses agree within a sixteenth of a unit of the 16-bit roundoff u of the loss (u = 2^-9
+ * bf16, 2^-12 fp16; measured: 0.006 u and 0.004 u); once AdamW has updated, they drift apart: its first
+ * update is lr sign(g) per weight, so a gradient element whose sign the differences flip moves
+ * 2 lr apart on the two devices. After that the losses agree within 0.5% (issue 10 allows 1%
+ * between bf16 and fp32; measured at most 0.13% over 20 steps). fp16 starts at a loss scale of
+ * 2^24, which overflows: the skip-and-halve path runs on the device, step for step as on the
+ * CPU (the same skips and scales), and the scale doubles again after 4 clean steps. */
+START_TEST(tiny_gpt2_16bit_trains_like_the_cpu_device) {
+    if (!have_nvrtc()) return;
+    sn_precision p = _i ? SN_PRECISION_FP16 : SN_PRECISION_BF16;
+    double u = _i ? 0x1p-12 : 0x1p-9;
+    sn_err e;
+    sn_device *dev[2];
+    ck_assert_msg(sn_cpu_device_new(2, &dev[0], &e) == SN_OK, "%s", e.msg);
+    dev[1] = cuda(NULL);
+    double loss[2][STEPS];
+    float scale[2][STEPS];
+    bool skipped[2][STEPS];
+    double secs = 0;
+    for (int d = 0; d < 2; d++) {
+        sn_graph *g = tiny_at(p);
+        sn_train_opts o;
+        sn_train_opts_default(&o, STEPS);
+        o.lr = 1e-2f;
+        o.device = dev[d];
+        o.init_scale = 0x1p24f;
+        o.scale_interval = 4;
+        sn_trainer *t = sn_trainer_new(g, &o, &e);
+        ck_assert_msg(t, "%s", e.msg);
+        int32_t x[B * T], y[B * T];
+        double t0 = sn_clock_s();
+        for (int s = 0; s < STEPS; s++) {
+            sn_step_stats ss;
+            batch(x, y, (uint64_t)s);
+            ck_assert_msg(sn_trainer_step(t, x, y, &ss, &e) == SN_OK, "%s step %d: %s",
+                          d ? "cuda" : "cpu", s, e.msg);
+            loss[d][s] = ss.loss;
+            scale[d][s] = ss.loss_scale;
+            skipped[d][s] = ss.skipped;
+        }
+        if (d) secs = sn_clock_s() - t0;
+        sn_trainer_free(t);
+        sn_graph_free(g);
+    }
+    double worst = 0, worst_same = 0;
+    int skips = 0;
+    bool same = true; /* no update yet: the two devices hold the same weights */
+    for (int s = 0; s < STEPS; s++) {
+        double diff = fabs(loss[0][s] - loss[1][s]);
+        double tol = same ? u * loss[0][s] / 16 : 5e-3 * loss[0][s];
+        ck_assert_msg(diff <= tol && scale[0][s] == scale[1][s] && skipped[0][s] == skipped[1][s],
+                      "%s step %d: loss %.9g (cpu) vs %.9g (cuda) (tolerance %.3g), scale %g vs "
+                      "%g, skipped %d vs %d", sn_precision_name(p), s, loss[0][s], loss[1][s],
+                      tol, scale[0][s], scale[1][s], skipped[0][s], skipped[1][s]);
+        if (same) worst_same = fmax(worst_same, diff / (u * loss[0][s]));
+        else worst = fmax(worst, diff / loss[0][s]);
+        skips += skipped[1][s];
+        same = same && skipped[1][s];
+    }
+    ck_assert_msg(loss[1][STEPS - 1] < loss[1][0] - 0.5, "loss %g -> %g: not learning",
+                  loss[1][0], loss[1][STEPS - 1]);
+    int doubled = 0;
+    for (int s = 1; s < STEPS; s++) doubled += scale[1][s] == 2 * scale[1][s - 1];
+    if (_i) ck_assert_msg(skips >= 1 && doubled >= 1, "fp16: %d skipped steps, the scale doubled "
+                          "%d times", skips, doubled);
+    sn_cuda_stats st;
+    sn_cuda_stats_get(dev[1], &st);
+    printf("test_standin: 20 steps of tiny GPT-2 in %s on the stand-in in %.1f s: loss %.4f -> "
+           "%.4f; from the cpu device's loss: %.3f u of roundoff at most before the first update, "
+           "%.3f%% after; %d skipped steps, loss scale %g at the end; %d GEMM plans\n",
+           sn_precision_name(p), secs, loss[1][0], loss[1][STEPS - 1], worst_same, 100 * worst,
+           skips, scale[1][STEPS - 1], st.gemm_plans);
+    sn_device_free(dev[0]);
+    sn_device_free(dev[1]);
+}
+END_TEST
+
 /* Two trainers one after the other on one device (as a check program or a sampler does): the
  * second's step is not the first's, though the queue may look the same to the graph cache. */
 START_TEST(second_trainer_on_one_device) {
@@ -232,6 +332,37 @@ static void fill(float *x, size_t n, uint64_t seed) {
     }
 }
 
+/* x rounded to dtype t (round to nearest even) in place, and stored as t into buf. */
+static void to_dtype(sn_dtype t, float *x, size_t n, void *buf) {
+    for (size_t i = 0; i < n; i++) {
+        if (t == SN_F16) {
+            ((_Float16 *)buf)[i] = (_Float16)x[i];
+            x[i] = (float)((_Float16 *)buf)[i];
+        } else if (t == SN_BF16) {
+            uint32_t u;
+            memcpy(&u, &x[i], 4);
+            u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+            ((uint16_t *)buf)[i] = (uint16_t)(u >> 16);
+            memcpy(&x[i], &u, 4);
+        } else {
+            ((float *)buf)[i] = x[i];
+        }
+    }
+}
+
+static void from_dtype(sn_dtype t, const void *buf, int64_t n, float *x) {
+    for (int64_t i = 0; i < n; i++) {
+        if (t == SN_F16) {
+            x[i] = (float)((const _Float16 *)buf)[i];
+        } else if (t == SN_BF16) {
+            uint32_t u = (uint32_t)((const uint16_t *)buf)[i] << 16;
+            memcpy(&x[i], &u, 4);
+        } else {
+            x[i] = ((const float *)buf)[i];
+        }
+    }
+}
+
 /* The row-major problem of s in double: D (batch, M, N) = op(A) op(B) [+ bias (N)]. */
 static void reference(const sn_gemm_shape *s, const float *A, const float *B, const float *bias,
                       double *D) {
@@ -285,28 +416,75 @@ START_TEST(gemm_plans_match_a_reference) {
     CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dbias, 4 * N));
     CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &ws, WS));
     float A[NB * M * K], Bm[NB * K * N], bias[N], D[NB * M * N];
+    char sA[sizeof A], sB[sizeof Bm], sbias[sizeof bias], sD[sizeof D];
     double want[NB * M * N], got[NB * M * N];
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-        const sn_gemm_shape *s = &shapes[i];
-        fill(A, NB * M * K, 1 + i);
-        fill(Bm, NB * K * N, 100 + i);
-        fill(bias, N, 200 + i);
-        reference(s, A, Bm, bias, want);
-        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA, A, sizeof A, stream));
-        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dB, Bm, sizeof Bm, stream));
-        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dbias, bias, sizeof bias, stream));
+    /* f32 (fp32 compute); bf16 and f16 operands (autocast) into f32 and into their own type */
+    const sn_dtype types[][2] = {{SN_F32, SN_F32}, {SN_BF16, SN_F32}, {SN_F16, SN_F32},
+                                 {SN_BF16, SN_BF16}, {SN_F16, SN_F16}};
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+            sn_gemm_shape s = shapes[i];
+            s.ab = types[ti][0];
+            s.d = s.bias_t = types[ti][1];
+            fill(A, NB * M * K, 1 + i);
+            fill(Bm, NB * K * N, 100 + i);
+            fill(bias, N, 200 + i);
+            /* the reference multiplies the values as stored: rounded to the operands' type */
+            to_dtype(s.ab, A, NB * M * K, sA);
+            to_dtype(s.ab, Bm, NB * K * N, sB);
+            to_dtype(s.d, bias, N, sbias);
+            reference(&s, A, Bm, bias, want);
+            size_t ab = s.ab == SN_F32 ? 4 : 2, db = s.d == SN_F32 ? 4 : 2;
+            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA, sA, ab * NB * M * K, stream));
+            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dB, sB, ab * NB * K * N, stream));
+            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dbias, sbias, db * N, stream));
+            sn_gemm_plan *p;
+            CK(sn_gemm_plan_new(&a, lt, &s, false, WS, &p, &e));
+            CK(sn_gemm_plan_run(&a, lt, p, dD, dA, dB, s.bias ? dbias : 0, ws, WS, stream, &e));
+            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, sD, dD, db * s.batch * M * N, stream));
+            CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
+            from_dtype(s.d, sD, s.batch * M * N, D);
+            for (int64_t j = 0; j < s.batch * M * N; j++) got[j] = D[j];
+            char what[96];
+            snprintf(what, sizeof what, "GEMM %zu (%s into %s, ta %d, tb %d, batch %lld, bias %d)",
+                     i, sn_dtype_name(s.ab), sn_dtype_name(s.d), s.ta, s.tb, (long long)s.batch,
+                     s.bias);
+            /* f32 D: the f32 rounding of a double sum; 16-bit D: one rounding (2^-9, 2^-12) */
+            double tol = s.d == SN_F32 ? 1e-6 : s.d == SN_BF16 ? 4e-3 : 5e-4;
+            sn_check_close(what, got, want, (size_t)(s.batch * M * N), tol, 1);
+            sn_gemm_plan_free(&a, p);
+        }
+    /* operands only 64-byte aligned (the memory planner's promise; cuBLASLt's heuristic assumes
+     * 256 unless told): the plan's algorithm must take them (the stand-in refuses an operand
+     * less aligned than the preference the algorithm was chosen for, as cuBLASLt may fail) */
+    {
+        sn_gemm_shape s = shapes[0];
+        fill(A, M * K, 1);
+        fill(Bm, K * N, 100);
+        reference(&s, A, Bm, NULL, want);
+        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA + 64, A, 4 * M * K, stream));
+        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dB + 64, Bm, 4 * K * N, stream));
         sn_gemm_plan *p;
-        CK(sn_gemm_plan_new(&a, lt, s, false, WS, &p, &e));
-        CK(sn_gemm_plan_run(&a, lt, p, dD, dA, dB, s->bias ? dbias : 0, ws, WS, stream, &e));
-        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, D, dD, 4 * s->batch * M * N, stream));
+        CK(sn_gemm_plan_new(&a, lt, &s, false, WS, &p, &e));
+        CK(sn_gemm_plan_run(&a, lt, p, dD + 64, dA + 64, dB + 64, 0, ws, WS, stream, &e));
+        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, D, dD + 64, 4 * M * N, stream));
         CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
-        for (int64_t j = 0; j < s->batch * M * N; j++) got[j] = D[j];
-        char what[64];
-        snprintf(what, sizeof what, "GEMM %zu (ta %d, tb %d, batch %lld, bias %d)", i, s->ta, s->tb,
-                 (long long)s->batch, s->bias);
-        sn_check_close(what, got, want, (size_t)(s->batch * M * N), 1e-6, 1);
+        for (int64_t j = 0; j < M * N; j++) got[j] = D[j];
+        sn_check_close("GEMM on 64-byte aligned operands", got, want, (size_t)(M * N), 1e-6, 1);
         sn_gemm_plan_free(&a, p);
     }
+    /* types cuBLASLt has no plan for here are refused by name before any call */
+    sn_gemm_shape bad = shapes[6];
+    bad.ab = SN_BF16;
+    bad.d = SN_F16;
+    bad.bias_t = SN_F16;
+    sn_gemm_plan *none = NULL;
+    ck_assert_int_eq(sn_gemm_plan_new(&a, lt, &bad, false, WS, &none, &e), SN_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "bf16 operands into f16"), "%s", e.msg);
+    bad.d = SN_F32; /* a bias of another type than D's */
+    ck_assert_int_eq(sn_gemm_plan_new(&a, lt, &bad, false, WS, &none, &e), SN_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "with a bias of f16"), "%s", e.msg);
+    ck_assert_ptr_null(none);
     /* bf16 in and out, fp32 accumulation, column-major (what a bf16 ceiling measures) */
     enum { S = 6 };
     uint16_t hA[S * S], hB[S * S], hD[S * S];
@@ -502,6 +680,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("standin");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, tiny_gpt2_trains_like_the_cpu_device);
+    tcase_add_loop_test(tc, tiny_gpt2_16bit_trains_like_the_cpu_device, 0, 2);
     tcase_add_test(tc, second_trainer_on_one_device);
     tcase_add_test(tc, device_pointers_fault_on_the_host);
     tcase_add_test(tc, gemm_plans_match_a_reference);

@@ -14,6 +14,7 @@ const char *sn_cu_ctype(sn_dtype t) {
     switch (t) {
     case SN_F32: return "float";
     case SN_BF16: return "sn_bf16";
+    case SN_F16: return "sn_f16";
     case SN_I32: return "int";
     default: SN_ASSERT(0);
     }
@@ -109,15 +110,17 @@ void sn_cu_emit_instr(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx)
     }
     sn_cu_var_name(k, i, sfx, v, sizeof v);
     if (n->dtype == SN_BF16) sn_cu_emitf(t, "const float %s = sn_round_bf16(%s);", v, rhs);
+    else if (n->dtype == SN_F16) sn_cu_emitf(t, "const float %s = sn_round_f16(%s);", v, rhs);
     else if (n->dtype == SN_I32) sn_cu_emitf(t, "const float %s = truncf(%s);", v, rhs);
     else sn_cu_emitf(t, "const float %s = %s;", v, rhs);
 }
 
 sn_status sn_cu_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
-    if (n->dtype == SN_F32 || n->dtype == SN_BF16 || n->dtype == SN_I32) return SN_OK;
+    if (n->dtype == SN_F32 || n->dtype == SN_BF16 || n->dtype == SN_F16 || n->dtype == SN_I32)
+        return SN_OK;
     return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: node %%%d (%s) is %s; the CUDA "
-                   "backend generates f32, bf16 and i32 values only (use bf16 for half "
-                   "precision)", k->name, n->id, sn_op_name(n->op), sn_dtype_name(n->dtype));
+                   "backend generates f32, bf16, f16 and i32 values only", k->name, n->id,
+                   sn_op_name(n->op), sn_dtype_name(n->dtype));
 }
 
 void sn_cu_check_name(const sn_kernel *k) {

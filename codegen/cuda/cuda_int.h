@@ -11,7 +11,7 @@
 
 /* ---- cuda_expr.c: names, literals, instructions ---- */
 
-/* "float", "sn_bf16", "int" */
+/* "float", "sn_bf16", "sn_f16", "int" */
 const char *sn_cu_ctype(sn_dtype t);
 /* A float literal C and CUDA read back exactly: "0.5f", "2.0f", "(-SN_INF)". */
 const char *sn_cu_float_lit(float v, char *buf, size_t len);
@@ -27,7 +27,7 @@ const char *sn_cu_operand(const sn_kernel *k, const sn_ref *r, const char *sfx, 
 void sn_cu_emit_instr(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx);
 /* Appends the fused expression under r to buf, with node ids: "gelu(add(%40, %12))". */
 void sn_cu_describe(const sn_kernel *k, const sn_ref *r, char *buf, size_t len);
-/* f32, bf16 and i32 values only; else SN_ERR_UNSUPPORTED naming k and n. */
+/* f32, bf16, f16 and i32 values only; else SN_ERR_UNSUPPORTED naming k and n. */
 sn_status sn_cu_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e);
 /* The kernel's name is a C identifier (asserted). */
 void sn_cu_check_name(const sn_kernel *k);
@@ -44,7 +44,9 @@ sn_status sn_cu_check_pointwise(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_pointwise(sn_cu_text *t, const sn_kernel *k, const char *fname);
 /* The comment above a pointwise kernel (the fused expression with node ids, the shape). */
 void sn_cu_header_pointwise(sn_cu_text *t, const sn_kernel *k);
-/* Whether a pointwise kernel walks its elements four at a time (float4). */
+/* Elements a pointwise kernel's step does: 8 (16-byte loads of 8 bf16/f16 values), 4 (float4)
+ * or 1; and whether that is more than one. */
+int sn_cu_pointwise_lanes(const sn_kernel *k);
 bool sn_cu_pointwise_vector(const sn_kernel *k);
 
 sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e);

@@ -24,7 +24,7 @@ sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
     const sn_node *n = k->anchor;
     switch (k->kind) {
     case SN_KER_POINTWISE: {
-        int64_t steps = sn_shape_numel(k->rank, k->shape) / (sn_cu_pointwise_vector(k) ? 4 : 1);
+        int64_t steps = sn_shape_numel(k->rank, k->shape) / sn_cu_pointwise_lanes(k);
         int64_t blocks = (steps + SN_CUDA_PW_BLOCK - 1) / SN_CUDA_PW_BLOCK;
         return dims1(blocks > SN_CUDA_PW_MAX_GRID ? SN_CUDA_PW_MAX_GRID : blocks, SN_CUDA_PW_BLOCK);
     }

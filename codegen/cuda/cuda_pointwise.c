@@ -1,6 +1,8 @@
 /* cuda_pointwise.c: pointwise kernels as CUDA C: a grid-stride loop over the elements of the
  * index space, each reading its accesses, evaluating the fused ops in f32, storing the outputs;
- * four elements a step (16-byte float4 loads and stores) when the innermost dim allows.
+ * several elements a step when the innermost dim allows: eight where a bf16/f16 buffer takes
+ * part (one 16-byte load or store of 8 values, f32 buffers as two float4), else four (float4);
+ * an access that cannot (misaligned, strided, masked along the row) reads one value a lane.
  * Convention: the index space is simplified first (pointwise.h: size-1 dims dropped, dims
  * no access tells apart merged), so an element's coordinates cost only the divisions the
  * accesses need. */
@@ -37,7 +39,7 @@ static const char *fill_space(const sn_kernel *k, sn_pw_space *s, bool need[SN_M
         if (x->masked && x->mask_lo >= x->mask_hi) s->zero[a] = true;
     }
     /* the coordinates the accesses use, and the widest index any of them forms */
-    int64_t widest = sn_shape_numel(s->rank, s->shape) + 4 * SN_CUDA_PW_BLOCK * SN_CUDA_PW_MAX_GRID;
+    int64_t widest = sn_shape_numel(s->rank, s->shape) + 8 * SN_CUDA_PW_BLOCK * SN_CUDA_PW_MAX_GRID; /* 8 lanes */
     for (int a = 0; a < na; a++) {
         const sn_access *x = &s->acc[a];
         if (s->zero[a]) continue;
@@ -54,13 +56,25 @@ static const char *fill_space(const sn_kernel *k, sn_pw_space *s, bool need[SN_M
 
 /* ---- the kernel ---- */
 
-enum { LANES = 4 }; /* elements of one float4 */
+enum { MAX_LANES = 8 }; /* elements of one 16-byte vector of 16-bit values */
 
-bool sn_cu_pointwise_vector(const sn_kernel *k) {
+/* Elements a step: 8 when a 16-bit buffer takes part and the innermost extent allows, 4 (a
+ * float4) when it allows that, else 1. */
+static int lanes_of(const sn_kernel *k, const sn_pw_space *s) {
+    int64_t inner = s->shape[s->rank - 1];
+    bool half = false;
+    for (int i = 0; i < k->n_out + k->n_in; i++)
+        half = half || sn_dtype_bits(k->args[i]->dtype) == 16;
+    return half && inner % 8 == 0 ? 8 : inner % 4 == 0 ? 4 : 1;
+}
+
+int sn_cu_pointwise_lanes(const sn_kernel *k) {
     sn_pw_space s;
     sn_pw_space_fill(&s, k);
-    return s.shape[s.rank - 1] % LANES == 0;
+    return lanes_of(k, &s);
 }
+
+bool sn_cu_pointwise_vector(const sn_kernel *k) { return sn_cu_pointwise_lanes(k) > 1; }
 
 void sn_cu_header_pointwise(sn_cu_text *t, const sn_kernel *k) {
     sn_pw_space s;
@@ -102,22 +116,27 @@ static void mask_cond(const sn_pw_space *s, const sn_access *x, const char *c, c
     else snprintf(buf, len, "%s >= %lld && %s < %lld", c, lo, c, hi);
 }
 
-/* Whether access x can be one float4 load per step: f32, contiguous along the innermost dim,
- * every step's first element 16-byte aligned, the mask (if any) on another dim. */
-static bool access_vector(const sn_kernel *k, const sn_pw_space *s, const sn_access *x) {
-    int last = s->rank - 1;
-    if (k->args[x->arg]->dtype != SN_F32 || x->stride[last] != 1 || x->offset % LANES) return false;
+/* Values of buffer type t in 16 bytes (f32 4, bf16/f16 8; 0: no vector loads, i32). */
+static int per_vector(sn_dtype t) { return t == SN_F32 ? 4 : t == SN_BF16 || t == SN_F16 ? 8 : 0; }
+
+/* Whether access x can be 16-byte loads in a step of `lanes` elements (f32: lanes / 4 float4s;
+ * bf16/f16: one load of 8): contiguous along the innermost dim, each load's first element
+ * 16-byte aligned, the mask (if any) on another dim. */
+static bool access_vector(const sn_kernel *k, const sn_pw_space *s, const sn_access *x, int lanes) {
+    int last = s->rank - 1, g = per_vector(k->args[x->arg]->dtype);
+    if (!g || lanes % g || x->stride[last] != 1 || x->offset % g) return false;
     for (int d = 0; d < last; d++)
-        if (x->stride[d] % LANES) return false;
+        if (x->stride[d] % g) return false;
     return !x->masked || x->mask_axis != last;
 }
 
-/* x<a><sfx> for every lane (sfx "" in scalar mode, "_0".."_3" in vector mode). */
+/* x<a><sfx> for every lane (sfx "" in scalar mode, "_0".."_<lanes - 1>" in vector mode). */
 static void emit_access(sn_cu_text *t, const sn_kernel *k, const sn_pw_space *s, int a,
-                        bool vec) {
+                        int lanes) {
     const sn_access *x = &s->acc[a];
     char arg[16], cond[96], coord[32];
-    int last = s->rank - 1, lanes = vec ? LANES : 1;
+    int last = s->rank - 1;
+    bool vec = lanes > 1;
     if (s->zero[a]) {
         for (int l = 0; l < lanes; l++)
             sn_cu_emitf(t, vec ? "const float x%d_%d = 0.0f; /* masked out everywhere */"
@@ -135,7 +154,35 @@ static void emit_access(sn_cu_text *t, const sn_kernel *k, const sn_pw_space *s,
         mask_cond(s, x, coord, cond, sizeof cond);
         if (cond[0]) sn_cu_emitf(t, "const float x%d = %s ? sn_load(%s[%s]) : 0.0f;", a, cond, arg, idx);
         else sn_cu_emitf(t, "const float x%d = sn_load(%s[%s]);", a, arg, idx);
-    } else if (access_vector(k, s, x)) {
+    } else if (access_vector(k, s, x, lanes) && k->args[x->arg]->dtype != SN_F32) {
+        mask_cond(s, x, coord, cond, sizeof cond); /* eight 16-bit values, one 16-byte load */
+        if (cond[0]) {
+            sn_cu_emitf(t, "float x%d_v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};", a);
+            sn_cu_emitf(t, "if (%s) sn_load8(&%s[%s], x%d_v);", cond, arg, idx, a);
+        } else {
+            sn_cu_emitf(t, "float x%d_v[8];", a);
+            sn_cu_emitf(t, "sn_load8(&%s[%s], x%d_v);", arg, idx, a);
+        }
+        sn_cu_emitf(t, "const float x%d_0 = x%d_v[0], x%d_1 = x%d_v[1], x%d_2 = x%d_v[2], "
+                    "x%d_3 = x%d_v[3];", a, a, a, a, a, a, a, a);
+        sn_cu_emitf(t, "const float x%d_4 = x%d_v[4], x%d_5 = x%d_v[5], x%d_6 = x%d_v[6], "
+                    "x%d_7 = x%d_v[7];", a, a, a, a, a, a, a, a);
+    } else if (access_vector(k, s, x, lanes) && lanes == 8) { /* f32: two float4 */
+        mask_cond(s, x, coord, cond, sizeof cond);
+        for (int h = 0; h < 2; h++) {
+            char at[64];
+            snprintf(at, sizeof at, h ? "%s + 4" : "%s", idx);
+            if (cond[0])
+                sn_cu_emitf(t, "const float4 x%d_v%d = %s ? *reinterpret_cast<const float4 *>(&%s[%s]) "
+                            ": make_float4(0.0f, 0.0f, 0.0f, 0.0f);", a, h, cond, arg, at);
+            else
+                sn_cu_emitf(t, "const float4 x%d_v%d = *reinterpret_cast<const float4 *>(&%s[%s]);",
+                            a, h, arg, at);
+            sn_cu_emitf(t, "const float x%d_%d = x%d_v%d.x, x%d_%d = x%d_v%d.y, x%d_%d = x%d_v%d.z, "
+                        "x%d_%d = x%d_v%d.w;", a, 4 * h, a, h, a, 4 * h + 1, a, h, a, 4 * h + 2, a, h,
+                        a, 4 * h + 3, a, h);
+        }
+    } else if (access_vector(k, s, x, lanes)) {
         mask_cond(s, x, coord, cond, sizeof cond);
         if (cond[0])
             sn_cu_emitf(t, "const float4 x%d_v = %s ? *reinterpret_cast<const float4 *>(&%s[%s]) "
@@ -150,8 +197,11 @@ static void emit_access(sn_cu_text *t, const sn_kernel *k, const sn_pw_space *s,
         if (cond[0]) sn_cu_emitf(t, "const float x%d_0 = %s ? sn_load(%s[%s]) : 0.0f;", a, cond, arg, idx);
         else sn_cu_emitf(t, "const float x%d_0 = sn_load(%s[%s]);", a, arg, idx);
         sn_cu_emitf(t, "const float x%d_1 = x%d_0, x%d_2 = x%d_0, x%d_3 = x%d_0;", a, a, a, a, a, a);
+        if (lanes == 8)
+            sn_cu_emitf(t, "const float x%d_4 = x%d_0, x%d_5 = x%d_0, x%d_6 = x%d_0, x%d_7 = x%d_0;",
+                        a, a, a, a, a, a, a, a);
     } else { /* one element a lane */
-        for (int l = 0; l < LANES; l++) {
+        for (int l = 0; l < lanes; l++) {
             char at[64];
             long long step = (long long)x->stride[last] * l;
             if (step) snprintf(at, sizeof at, "%s %c %lld", idx, step < 0 ? '-' : '+', llabs(step));
@@ -171,18 +221,19 @@ void sn_cu_emit_pointwise(sn_cu_text *t, const sn_kernel *k, const char *fname) 
     sn_pw_space s;
     bool need[SN_MAX_RANK] = {0};
     const char *ix = fill_space(k, &s, need);
-    bool vec = s.shape[s.rank - 1] % LANES == 0;
-    int last = s.rank - 1;
+    int lanes = lanes_of(k, &s), last = s.rank - 1;
+    bool vec = lanes > 1;
     if (vec) /* per-lane masks on the innermost dim read its coordinate */
         for (int a = 0; a < k->n_access; a++)
             if (!s.zero[a] && s.acc[a].masked && s.acc[a].mask_axis == last) need[last] = true;
     sn_cu_emit_signature(t, k, fname, SN_CUDA_PW_BLOCK);
     int64_t numel = sn_shape_numel(s.rank, s.shape);
     sn_cu_emitf(t, "const %s n = %lld;%s", ix, (long long)numel,
-                vec ? " /* elements; a step does four */" : "");
+                lanes == 8 ? " /* elements; a step does eight */"
+                : vec ? " /* elements; a step does four */" : "");
     if (vec)
         sn_cu_emitf(t, "for (%s i = %d * (%s)sn_thread_index(); i < n; i += %d * (%s)sn_thread_count()) {",
-                    ix, LANES, ix, LANES, ix);
+                    ix, lanes, ix, lanes, ix);
     else
         sn_cu_emitf(t, "for (%s i = sn_thread_index(); i < n; i += sn_thread_count()) {", ix);
     int64_t inner = 1; /* coordinates of element i in the simplified space */
@@ -198,22 +249,30 @@ void sn_cu_emit_pointwise(sn_cu_text *t, const sn_kernel *k, const char *fname) 
                         (long long)s.shape[d]);
         inner *= s.shape[d];
     }
-    for (int a = 0; a < k->n_access; a++) emit_access(t, k, &s, a, vec);
-    static const char *const sfx[LANES] = {"_0", "_1", "_2", "_3"};
-    for (int l = 0; l < (vec ? LANES : 1); l++)
+    for (int a = 0; a < k->n_access; a++) emit_access(t, k, &s, a, lanes);
+    static const char *const sfx[MAX_LANES] = {"_0", "_1", "_2", "_3", "_4", "_5", "_6", "_7"};
+    for (int l = 0; l < lanes; l++)
         for (int i = 0; i < k->n_instr; i++) sn_cu_emit_instr(t, k, i, vec ? sfx[l] : "");
     for (int o = 0; o < k->n_out; o++) {
-        char arg[16], v[LANES][48];
+        char arg[16], v[MAX_LANES][48];
+        sn_dtype dt = k->args[o]->dtype;
         sn_cu_arg_name(k, o, arg, sizeof arg);
-        for (int l = 0; l < (vec ? LANES : 1); l++)
+        for (int l = 0; l < lanes; l++)
             sn_cu_var_name(k, k->store[o], vec ? sfx[l] : "", v[l], sizeof v[l]);
-        if (!vec)
+        if (!vec) {
             sn_cu_emitf(t, "sn_store(&%s[i], %s);", arg, v[0]);
-        else if (k->args[o]->dtype == SN_F32)
-            sn_cu_emitf(t, "*reinterpret_cast<float4 *>(&%s[i]) = make_float4(%s, %s, %s, %s);",
-                        arg, v[0], v[1], v[2], v[3]);
-        else
-            for (int l = 0; l < LANES; l++) sn_cu_emitf(t, "sn_store(&%s[i + %d], %s);", arg, l, v[l]);
+        } else if (dt == SN_F32) {
+            for (int h = 0; h < lanes / 4; h++)
+                sn_cu_emitf(t, h ? "*reinterpret_cast<float4 *>(&%s[i + 4]) = make_float4(%s, %s, %s, %s);"
+                                 : "*reinterpret_cast<float4 *>(&%s[i]) = make_float4(%s, %s, %s, %s);",
+                            arg, v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]);
+        } else if (lanes == 8 && per_vector(dt) == 8) { /* eight 16-bit values, one store */
+            sn_cu_emitf(t, "const float %s_v[8] = {%s, %s, %s, %s,", arg, v[0], v[1], v[2], v[3]);
+            sn_cu_emitf(t, "                       %s, %s, %s, %s};", v[4], v[5], v[6], v[7]);
+            sn_cu_emitf(t, "sn_store8(&%s[i], %s_v);", arg, arg);
+        } else {
+            for (int l = 0; l < lanes; l++) sn_cu_emitf(t, "sn_store(&%s[i + %d], %s);", arg, l, v[l]);
+        }
     }
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");

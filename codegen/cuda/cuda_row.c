@@ -135,7 +135,8 @@ static void store(row *w, const char *val) {
     const sn_kernel *k = w->k;
     char a[16], v[48];
     const char *name = w->fused ? sn_cu_var_name(k, k->row_instr, "", v, sizeof v) : "y";
-    E(w->n->dtype == SN_BF16 ? "const float %s = sn_round_bf16(%s);" : "const float %s = %s;", name, val);
+    E(w->n->dtype == SN_BF16 ? "const float %s = sn_round_bf16(%s);"
+      : w->n->dtype == SN_F16 ? "const float %s = sn_round_f16(%s);" : "const float %s = %s;", name, val);
     if (!w->fused) {
         E("sn_store(&out0[row + j], y);");
         return;

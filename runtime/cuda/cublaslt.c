@@ -1,6 +1,8 @@
 /* cublaslt.c: one cuBLASLt plan per GEMM kernel, built when the program is loaded (matmul
- * descriptor, layouts, preference, the heuristic's algorithm), run with no setup per call. The
- * epilogues set: CUBLASLT_EPILOGUE_DEFAULT, and CUBLASLT_EPILOGUE_BIAS (f32 bias, its pointer
+ * descriptor, layouts, preference, the heuristic's algorithm), run with no setup per call. A and
+ * B are f32 (fp32 or TF32 compute), or both bf16 or both f16 (autocast; CUBLAS_COMPUTE_32F, f32
+ * accumulation); D is f32 or A's type. The epilogues set: CUBLASLT_EPILOGUE_DEFAULT, and
+ * CUBLASLT_EPILOGUE_BIAS (the bias of D's type, cuBLASLt's rule for BIAS_DATA_TYPE; its pointer
  * set before each run) for GEMM kernels with a bias (program/kernel.h); no others.
  * Convention: the row-major problem D (M, N) = op(A) @ op(B) is handed to cuBLASLt as its
  * column-major transpose D^T (N, M) = op(B)^T @ op(A)^T, so no layout needs a row order and an
@@ -9,6 +11,11 @@
 #include <string.h>
 
 #include "cuda_rt.h"
+
+/* The alignment every planned buffer has (passes/memplan.c places arena and persistent values
+ * at multiples of 64 bytes in blocks from cuMemAlloc): the heuristic must choose algorithms that
+ * take operands this aligned, not cuBLASLt's default assumption of 256. */
+enum { OPERAND_ALIGN = 64 };
 
 struct sn_gemm_plan {
     sn_gemm_shape s;
@@ -37,13 +44,21 @@ sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k) {
     s.stride_b = B->rank > 2 ? s.K * s.N : 0;
     s.stride_d = s.M * s.N;
     s.bias = k->n_in == 3; /* the bias epilogue (kernel.h): args[3], an (N) vector */
+    s.ab = A->dtype;
+    s.d = mm->dtype;
+    s.bias_t = s.bias ? k->args[3]->dtype : mm->dtype;
     return s;
 }
 
-/* A column-major layout of rows x cols with leading dimension ld, batched. */
-static sn_status layout(sn_cuda_api *a, cublasLtMatrixLayout_t *l, uint64_t rows, uint64_t cols,
-                        int64_t ld, const sn_gemm_shape *s, int64_t stride, sn_err *e) {
-    sn_status st = SN_CUDA_CHECK(a, e, cublasLtMatrixLayoutCreate, l, CUDA_R_32F, rows, cols, ld);
+/* cuBLASLt's name of a storage type (f32, bf16, f16); -1 for any other. */
+static int32_t data_type(sn_dtype t) {
+    return t == SN_F32 ? CUDA_R_32F : t == SN_BF16 ? CUDA_R_16BF : t == SN_F16 ? CUDA_R_16F : -1;
+}
+
+/* A column-major layout of rows x cols of type t with leading dimension ld, batched. */
+static sn_status layout(sn_cuda_api *a, cublasLtMatrixLayout_t *l, sn_dtype t, uint64_t rows,
+                        uint64_t cols, int64_t ld, const sn_gemm_shape *s, int64_t stride, sn_err *e) {
+    sn_status st = SN_CUDA_CHECK(a, e, cublasLtMatrixLayoutCreate, l, data_type(t), rows, cols, ld);
     if (st || s->batch == 1) return st;
     int32_t count = (int32_t)s->batch;
     if ((st = SN_CUDA_CHECK(a, e, cublasLtMatrixLayoutSetAttribute, *l,
@@ -66,6 +81,13 @@ void sn_gemm_plan_free(sn_cuda_api *a, sn_gemm_plan *p) {
 sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_shape *s,
                            bool tf32, size_t workspace_bytes, sn_gemm_plan **out, sn_err *e) {
     *out = NULL;
+    /* the types the f32 and the autocast programs have; anything else is refused by name */
+    if (data_type(s->ab) < 0 || (s->d != SN_F32 && s->d != s->ab) || s->bias_t != s->d)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "a cuBLASLt GEMM of %s operands into %s%s%s: the CUDA "
+                       "device multiplies f32, bf16 or f16 operands into f32 or their own type, "
+                       "with a bias of the output's type", sn_dtype_name(s->ab),
+                       sn_dtype_name(s->d), s->bias ? " with a bias of " : "",
+                       s->bias ? sn_dtype_name(s->bias_t) : "");
     sn_status st = sn_cuda_api_load(a, SN_LIB_CUBLASLT, e);
     if (st) return st;
     sn_gemm_plan *p = sn_calloc(1, sizeof *p, "a cuBLASLt plan", e);
@@ -74,9 +96,10 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     int32_t op_a = s->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A is our B */
     int32_t op_b = s->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     int32_t epi = s->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    int32_t bias_type = CUDA_R_32F;
+    int32_t bias_type = data_type(s->d); /* cuBLASLt: the bias has D's type */
+    bool fast = tf32 && s->ab == SN_F32; /* TF32 only for f32 storage */
     if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescCreate, &p->desc,
-                                tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F);
+                                fast ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
                                 CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a);
     if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
@@ -87,22 +110,33 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
         st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
                            CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
     /* our row-major B (K, N) [tb: (N, K)] is column-major (N, K) [(K, N)] with ld ldb */
-    if (!st) st = layout(a, &p->a, s->tb ? s->K : s->N, s->tb ? s->N : s->K, s->ldb, s,
+    if (!st) st = layout(a, &p->a, s->ab, s->tb ? s->K : s->N, s->tb ? s->N : s->K, s->ldb, s,
                          s->stride_b, e);
-    if (!st) st = layout(a, &p->b, s->ta ? s->M : s->K, s->ta ? s->K : s->M, s->lda, s,
+    if (!st) st = layout(a, &p->b, s->ab, s->ta ? s->M : s->K, s->ta ? s->K : s->M, s->lda, s,
                          s->stride_a, e);
-    if (!st) st = layout(a, &p->d, s->N, s->M, s->ldd, s, s->stride_d, e);
+    if (!st) st = layout(a, &p->d, s->d, s->N, s->M, s->ldd, s, s->stride_d, e);
     uint64_t ws = workspace_bytes;
     if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceCreate, &p->pref);
     if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceSetAttribute, p->pref,
                                 CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    uint32_t align = OPERAND_ALIGN;
+    for (int m = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES;
+         m <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES && !st; m++)
+        st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceSetAttribute, p->pref,
+                           (cublasLtMatmulPreferenceAttributes_t)m, &align, sizeof align);
+    /* the heuristic reads the bias pointer's alignment from its value (set for real per run) */
+    void *bias_at = (void *)(uintptr_t)OPERAND_ALIGN;
+    if (!st && s->bias)
+        st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
+                           CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_at, sizeof bias_at);
     if (!st && handle) { /* without a handle (no GPU, in tests) the plan stops here */
         int found = 0;
         st = SN_CUDA_CHECK(a, e, cublasLtMatmulAlgoGetHeuristic, handle, p->desc, p->a, p->b,
                            p->d, p->d, p->pref, 1, &p->heur, &found);
         if (!st && found == 0)
             st = sn_fail(e, SN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for the GEMM "
-                         "(%lld x %lld x %lld, batch %lld%s%s%s) with a %zu-byte workspace",
+                         "(%s into %s, %lld x %lld x %lld, batch %lld%s%s%s) with a %zu-byte "
+                         "workspace", sn_dtype_name(s->ab), sn_dtype_name(s->d),
                          (long long)s->M, (long long)s->N, (long long)s->K, (long long)s->batch,
                          s->ta ? ", A transposed" : "", s->tb ? ", B transposed" : "",
                          s->bias ? ", bias" : "", workspace_bytes);

@@ -91,13 +91,16 @@ typedef struct {
     int64_t lda, ldb, ldd;             /* row-major leading dimensions */
     int64_t stride_a, stride_b, stride_d; /* batch strides in elements (0: shared) */
     bool bias;                          /* the bias epilogue (bias: an (N) vector) */
+    sn_dtype ab, d, bias_t; /* A's and B's type, D's, the bias's (zero: SN_F32) */
 } sn_gemm_shape;
 
 /* The problem kernel k's matmul describes (runtime/gemm.c's layouts: a rank-2 operand shared by
  * the other's batch folds into one larger GEMM). */
 sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k);
 
-/* Builds the plan: matmul descriptor (fp32, or TF32 when tf32), layouts, a preference allowing
+/* Builds the plan: matmul descriptor (fp32 compute, or TF32 when tf32 and the operands are f32),
+ * layouts of s's types (A, B f32/bf16/f16; D f32 or A's type; the bias D's type, else
+ * SN_ERR_UNSUPPORTED), a preference allowing
  * workspace_bytes, and the heuristic's best algorithm. handle may be NULL (no GPU: everything
  * up to the heuristic is built, then SN_ERR_DEVICE naming cublasLtCreate's result). */
 sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_shape *s,

@@ -180,11 +180,15 @@ static sn_status gemm_plan(cuda_dev *c, const sn_kernel *k, cuda_gemm **out, sn_
     if (!st && !c->lt) st = SN_CUDA_CHECK(API, e, cublasLtCreate, &c->lt);
     if (!st && !c->workspace) st = SN_CUDA_CHECK(API, e, cuMemAlloc, &c->workspace, WORKSPACE_BYTES);
     if (st) return st;
-    sn_dtype in = k->anchor->in[0]->dtype; /* bf16 operands (autocast) give an f32 product */
-    if (k->anchor->dtype != SN_F32 || in != SN_F32)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "GEMM kernel %s is %s of %s operands: the CUDA device "
-                       "runs f32 GEMMs only yet (train with --precision fp32, or on --device cpu)",
-                       k->name, sn_dtype_name(k->anchor->dtype), sn_dtype_name(in));
+    sn_dtype in = k->anchor->in[0]->dtype; /* bf16/f16 operands (autocast): an f32 product */
+    if (k->anchor->in[1]->dtype != in)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "GEMM kernel %s multiplies %s by %s: cuBLASLt takes "
+                       "operands of one type (cast one of them)", k->name, sn_dtype_name(in),
+                       sn_dtype_name(k->anchor->in[1]->dtype));
+    if (in == SN_BF16 && c->sm < 80) /* cuBLASLt has no bf16 kernels before Ampere */
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "GEMM kernel %s has bf16 operands, which need sm_80 "
+                       "or newer, and this GPU is sm_%d: train with --precision fp16 (or fp32)",
+                       k->name, c->sm);
     cuda_gemm *g = sn_calloc(1, sizeof *g, "a GEMM plan", e);
     if (!g) return SN_ERR_OOM;
     g->tag = TAG_GEMM;

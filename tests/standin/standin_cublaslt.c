@@ -41,6 +41,7 @@ typedef struct {
 } layout;
 typedef struct {
     uint64_t workspace;
+    uint32_t align[4]; /* MIN_ALIGNMENT_{A,B,C,D}_BYTES: cuBLASLt's default 256 */
 } pref;
 
 /* ---- status names ---- */
@@ -190,6 +191,7 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLayout
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
     pref *q = calloc(1, sizeof *q);
     if (!q) return ST_ALLOC_FAILED;
+    for (int i = 0; i < 4; i++) q->align[i] = 256;
     *p = (cublasLtMatmulPreference_t)q;
     return ST_OK;
 }
@@ -206,6 +208,9 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     if (!q) return ST_INVALID_VALUE;
     if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES)
         return set(&q->workspace, 8, buf, sizeInBytes, "cublasLtMatmulPreferenceSetAttribute");
+    if (attr >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && attr <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+        return set(&q->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], 4, buf, sizeInBytes,
+                   "cublasLtMatmulPreferenceSetAttribute");
     sn_standin_say("cublasLtMatmulPreferenceSetAttribute: attribute %d is not supported", attr);
     return ST_NOT_SUPPORTED;
 }
@@ -334,6 +339,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     if (st) return st;
     memset(&heuristicResultsArray[0], 0, sizeof heuristicResultsArray[0]);
     heuristicResultsArray[0].algo.data[0] = 0x5d; /* the stand-in's one algorithm */
+    for (int i = 0; i < 4; i++) /* chosen for operands this aligned (the preference's) */
+        heuristicResultsArray[0].algo.data[1 + i] = ((pref *)preference)->align[i];
     heuristicResultsArray[0].wavesCount = 1;
     *returnAlgoCount = 1;
     return ST_OK;
@@ -419,6 +426,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                  .C = (CUdeviceptr)(uintptr_t)C, .D = (CUdeviceptr)(uintptr_t)D, .h = lightHandle};
     cublasStatus_t st = check(&p);
     if (st) return st;
+    /* an algorithm chosen for aligned operands refuses less aligned ones (real cuBLASLt may
+     * fail or fault: the preference's MIN_ALIGNMENT attributes are how a caller says) */
+    const void *ptrs[4] = {A, B, C, D};
+    for (int i = 0; i < 4; i++) {
+        uint64_t need = algo ? algo->data[1 + i] : 256;
+        if (ptrs[i] && need && (uintptr_t)ptrs[i] % need) {
+            sn_standin_say("cublasLtMatmul: matrix %c at 0x%llx is not %llu-byte aligned, as the "
+                           "heuristic's algorithm needs (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES)",
+                           "ABCD"[i], (unsigned long long)(uintptr_t)ptrs[i],
+                           (unsigned long long)need, "ABCD"[i]);
+            return ST_NOT_SUPPORTED;
+        }
+    }
     if (workspace && !lightHandle->host((CUdeviceptr)(uintptr_t)workspace, workspaceSizeInBytes)) {
         sn_standin_say("cublasLtMatmul: the workspace is not device memory");
         return ST_INVALID_VALUE;
