@@ -202,6 +202,14 @@ sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e) {
     bool sums = !t->in_grads;
     sn_status s = sn_backend_norm(t->be, sums, scal, &norm, e);
     if (s) return s;
+    if (!isfinite(norm) && t->loss_scale && scale / 2 < SN_MIN_LOSS_SCALE) {
+        drop_pending(t); /* halving again cannot help: the gradients are not finite at any scale */
+        return sn_fail(e, SN_ERR_NUMERIC, "step %d: loss %g, gradient norm %g at a loss scale of %g "
+                       "(%lld steps skipped in all): the gradients are not finite at any loss scale, "
+                       "the run diverged; the parameters are unchanged (lower the learning rate, "
+                       "raise warm-up, or train in bf16 or fp32)", step, loss, norm, (double)scale,
+                       (long long)t->sc.skipped);
+    }
     if (!isfinite(norm) && t->loss_scale) { /* overflow at this scale: skip, halve */
         t->step = step;
         t->sc.skipped++;

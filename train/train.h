@@ -31,10 +31,13 @@ typedef struct {
     /* dynamic loss scaling (a graph from the fp16 autocast pass, which has the loss-scale input;
      * PyTorch's GradScaler): the loss is multiplied by the scale, the gradients divided by it
      * before the norm, clipping and AdamW; a step whose gradients are not finite is skipped and
-     * the scale halved; after scale_interval clean steps in a row it doubles. */
+     * the scale halved; after scale_interval clean steps in a row it doubles. A step that is not
+     * finite at SN_MIN_LOSS_SCALE fails (SN_ERR_NUMERIC): the run diverged, halving cannot help. */
     float init_scale;   /* 65536 */
     int scale_interval; /* 2000 */
 } sn_train_opts;
+
+#define SN_MIN_LOSS_SCALE 0x1p-24f /* fp16's smallest subnormal: no overflow is left to avoid */
 
 /* AdamW (0.9, 0.95, 1e-8), weight decay 0.1, clip 1.0, lr 1e-3, warm-up 10% of steps. */
 void sn_train_opts_default(sn_train_opts *o, int steps);
