@@ -66,14 +66,15 @@ static double kernel_bytes(const sn_kernel *k) {
 }
 
 /* The share of a kernel's work that its busiest block does, which one SM must do alone: a
- * kernel that sums over every row in one block (a serial row op: cross-entropy's mean loss;
+ * kernel that sums over every row in one block (a serial row op not split in stages:
+ * cross-entropy's mean loss;
  * kernel.h) gives that block the anchor's per-element inputs, the rest of its blocks (column
  * sums) the rest; other kernels split their work evenly over the blocks of their CUDA launch.
  * GEMMs are the library's, which fills the machine. */
 static double busiest_share(const sn_kernel *k, double bytes) {
     if (k->kind == SN_KER_GEMM || bytes <= 0) return 0;
     const sn_row_facts *f = k->kind == SN_KER_ROW ? sn_row_facts_of(k->anchor->op) : NULL;
-    if (f && f->serial) {
+    if (f && f->serial && k->stage == SN_SUM_WHOLE) {
         double own = 0;
         for (int i = 0; i < k->anchor->n_in; i++)
             if (sn_row_operand_per_element(k->anchor->op, i)) own += node_bytes(k->anchor->in[i]);

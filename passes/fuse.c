@@ -407,7 +407,7 @@ static sn_status build(fuse_state *s) {
     const char *what = "the fuse pass's program";
     sn_program *p = s->p = sn_calloc(1, sizeof *p, what, s->e);
     if (!p || !(p->value_of = sn_malloc(sizeof(int) * (size_t)n, what, s->e)) ||
-        !(p->kernels = sn_calloc((size_t)n, sizeof *p->kernels, what, s->e)))
+        !(p->kernels = sn_calloc(2 * (size_t)n + 1, /* a FINISH kernel at most per node */ sizeof *p->kernels, what, s->e)))
         return SN_ERR_OOM;
     p->g = g;
     sn_status st = sn_fuse_make_values(s);
@@ -418,6 +418,9 @@ static sn_status build(fuse_state *s) {
         else if (is_compute(x->op) && (!is_row(x->op) || !s->members[i]))
             st = sn_fuse_compute_kernel(s, x);
         else st = sn_fuse_group_kernel(s, x);
+        sn_kernel *k = st ? NULL : p->kernels[p->n_kernels - 1];
+        if (k && k->kind == SN_KER_ROW && sn_fuse_sums_rows(k->anchor->op))
+            st = sn_fuse_split_sum(s, k); /* and its FINISH kernel */
     }
     if (!st) st = sn_fuse_check_order(s);
     return st;

@@ -330,8 +330,9 @@ START_TEST(memory_plan_gpt2) {
     sn_graph *g = gpt2_training("gpt2", 0, 4, 64);
     sn_program *p = compile(g);
     check_plan(p);
-    /* 24 a layer; embedding, ln_f, logits, loss, their backwards and the embeddings' gradients */
-    ck_assert_int_eq(p->n_kernels, 12 * 24 + 13);
+    /* 26 a layer; embedding, ln_f, logits, loss, their backwards and the embeddings' gradients
+     * (ln_f's weight gradient in two kernels, PARTIAL and FINISH) */
+    ck_assert_int_eq(p->n_kernels, 12 * 26 + 14);
     int bias = 0;
     for (int k = 0; k < p->n_kernels; k++) /* the qkv GEMMs: matmul + bias, args y, A, B, b */
         if (p->kernels[k]->kind == SN_KER_GEMM && p->kernels[k]->n_in == 3) {
@@ -431,7 +432,7 @@ START_TEST(row_facts_and_work_split) {
     ck_assert(sn_row_facts_of(SN_OP_CROSS_ENTROPY)->serial && !sn_row_facts_of(SN_OP_SOFTMAX)->serial);
     sn_graph *g = gpt2_training("tiny", 0, 2, 16);
     sn_program *p = compile(g);
-    int serial = 0, colsum_kernels = 0, colsums = 0;
+    int serial = 0, colsum_kernels = 0, colsums = 0, finish = 0;
     for (int k = 0; k < p->n_kernels; k++) {
         const sn_kernel *ker = p->kernels[k];
         int64_t n;
@@ -442,8 +443,22 @@ START_TEST(row_facts_and_work_split) {
         serial += ker->kind == SN_KER_ROW && s;
         colsum_kernels += ker->n_colsum > 0;
         colsums += ker->n_colsum;
-        if (ker->n_colsum) ck_assert_int_eq(n, 1 + sn_colsum_tiles(ker));
+        if (ker->n_colsum) ck_assert_int_eq(n, sn_sum_chunks(ker) * (1 + sn_colsum_tiles(ker)));
+        if (ker->kind == SN_KER_ROW && sn_row_facts_of(ker->anchor->op)->serial &&
+            ker->anchor->op != SN_OP_CROSS_ENTROPY) { /* a norm weight gradient: two stages */
+            ck_assert_int_eq(ker->stage, SN_SUM_PARTIAL);
+            ck_assert_int_eq(p->kernels[k + 1]->stage, SN_SUM_FINISH);
+            ck_assert_int_eq(p->kernels[k + 1]->scratch, ker->scratch);
+            ck_assert(p->values[ker->scratch].node == NULL);
+            ck_assert_int_eq(p->values[ker->scratch].bytes,
+                             4 * sn_sum_chunks(ker) * sn_sum_width(ker));
+            ck_assert_int_eq(p->values[ker->scratch].first, k);
+            ck_assert_int_eq(p->values[ker->scratch].last, k + 1);
+            finish++;
+            k++;
+        }
     }
+    ck_assert_int_eq(finish, 1 + 2 * 2);
     ck_assert_int_eq(serial, 1); /* the loss */
     /* ln_1, ln_2 weight grads per layer and ln_f's carry the column sums: each its dbeta and
      * the bias gradient of the residual gradient it follows (the projection before it; none
@@ -477,16 +492,19 @@ START_TEST(kernels_per_gpt2_layer) {
      * copies fewer) and writes dq, dk, dv into the qkv gradient's concatenation (3 permutes
      * and the concatenation fewer) */
     ck_assert_int_eq(per[SN_KER_POINTWISE], 3);
-    /* 2 x (residual + layernorm), 2 x (layernorm_bwd + residual gradient), 2 layernorm_bwd_w */
-    ck_assert_int_eq(per[SN_KER_ROW], 6);
+    /* 2 x (residual + layernorm), 2 x (layernorm_bwd + residual gradient), 2 layernorm_bwd_w
+     * in two kernels each (partial sums over chunks of rows, then their sums) */
+    ck_assert_int_eq(per[SN_KER_ROW], 8);
     /* 4 bias gradients, 2 layernorm bias gradients: column sums of the weight-gradient kernels */
     ck_assert_int_eq(per[SN_KER_REDUCE], 0);
-    ck_assert_int_eq(total[1] - total[0], 24); /* with attention fused (45 before fusing around
+    ck_assert_int_eq(total[1] - total[0], 26); /* with attention fused (45 before fusing around
                                                   rows, 40 before dk and dv shared a kernel, 39
                                                   before attention read q, k, v, dout in place,
                                                   35 before the column sums joined, 29 before
                                                   dq, dk, dv were written in place, 25 before
-                                                  the qkv bias was the GEMM's epilogue) */
+                                                  the qkv bias was the GEMM's epilogue; 24
+                                                  before the norm weight gradients took two
+                                                  kernels each to use the whole GPU) */
 }
 END_TEST
 
