@@ -58,10 +58,11 @@ static double other_flops(const sn_kernel *k) {
 static double kernel_bytes(const sn_kernel *k) {
     double b = 0;
     for (int a = 0; a < k->n_out + k->n_in; a++) {
-        bool seen = false;
+        bool seen = a < k->n_out && !sn_kernel_writes(k, a); /* a PARTIAL kernel's sums */
         for (int j = 0; j < a; j++) seen |= k->args[j] == k->args[a];
         if (!seen) b += node_bytes(k->args[a]);
     }
+    if (k->stage != SN_SUM_WHOLE) b += 4.0 * (double)(sn_sum_chunks(k) * sn_sum_width(k)); /* partials */
     return b;
 }
 

@@ -199,7 +199,7 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial);
 enum { SN_COLSUM_TILE = 32 };
 /* The stages of a sum over every row (`stage` above), rows a chunk, columns a finishing item. */
 enum { SN_SUM_WHOLE, SN_SUM_PARTIAL, SN_SUM_FINISH };
-enum { SN_SUM_CHUNK = 64, SN_SUM_FINISH_COLS = 256 };
+enum { SN_SUM_CHUNK = 64, SN_SUM_FINISH_COLS = 64 };
 /* Chunks P and partial-sum columns W of a PARTIAL or FINISH kernel. */
 int64_t sn_sum_chunks(const sn_kernel *k);
 int64_t sn_sum_width(const sn_kernel *k);
