@@ -110,12 +110,14 @@ sn_status sn_fuse_group_kernel(fuse_state *s, const sn_node *root);
 sn_status sn_fuse_copy_kernel(fuse_state *s, const sn_node *v);
 /* A kernel of one compute node (a row op with nothing fused reads its inputs as args). */
 sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n);
-/* A norm weight gradient's kernel k becomes kernel.h's PARTIAL kernel, and the FINISH kernel
- * follows it, with their scratch value. */
+/* The kernel k of a row op that sums over every row becomes kernel.h's PARTIAL kernel, and
+ * the FINISH kernel follows it, with their scratch value. */
 sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k);
-/* Whether op's kernel runs as PARTIAL and FINISH (the norm weight gradients). */
+/* Whether op's kernel runs as PARTIAL and FINISH: a row op that sums over every row (the
+ * norm weight gradients, cross-entropy's mean loss). */
 static inline bool sn_fuse_sums_rows(sn_op op) {
-    return op == SN_OP_LAYERNORM_BWD_W || op == SN_OP_RMSNORM_BWD_W;
+    const sn_row_facts *f = sn_row_facts_of(op);
+    return f && f->serial;
 }
 /* Asserts that every kernel reads only values written before it (or loaded with the program). */
 sn_status sn_fuse_check_order(const fuse_state *s);

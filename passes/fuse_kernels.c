@@ -279,8 +279,8 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
     return SN_OK;
 }
 
-/* A norm weight gradient's kernel k becomes the PARTIAL kernel of kernel.h's two stages,
- * followed by the FINISH kernel that sums the partials into k's sums; the partials are a
+/* The kernel k of a row op that sums over every row (a norm weight gradient, cross-entropy's
+ * mean loss) becomes the PARTIAL kernel of kernel.h's two stages, followed by the FINISH kernel that sums the partials into k's sums; the partials are a
  * scratch value without a node (program.h), live from one to the other. */
 sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k) {
     sn_program *p = s->p;

@@ -114,10 +114,12 @@ struct sn_kernel {
     int n_colsum;
     int colsum_src[SN_KER_MAX_ARGS];
 
-    /* A norm weight gradient (and its column sums) runs as two kernels, so that every SM takes
-     * a share of the rows and no float is added in a varying order. Between them a scratch
+    /* A row op that sums over every row (row facts `serial`: a norm weight gradient with its
+     * column sums, cross-entropy's mean loss) runs as two kernels, so that every SM takes a
+     * share of the rows and no float is added in a varying order. Between them a scratch
      * value (program.h: no node) of P = ceil(R / SN_SUM_CHUNK) rows of W f32 partial sums, W
-     * the anchor's C columns then each column sum's C_o; its buffer follows the args
+     * the anchor's C columns then each column sum's C_o (cross-entropy: W = 4, the chunk's
+     * loss sum and its counted rows as two f64); its buffer follows the args
      * (bufs[n_out + n_in]).
      *   SN_SUM_PARTIAL: item i is chunk p = i / (1 + tiles) of SN_SUM_CHUNK rows (the last may
      *     be short), part i % (1 + tiles): part 0 sums the anchor over the chunk's rows into
@@ -126,7 +128,8 @@ struct sn_kernel {
      *     the prologue's outputs, not the sums.
      *   SN_SUM_FINISH: the next kernel: args are the sums alone (the anchor's, then the column
      *     sums', n_in 0); item i: columns [i SN_SUM_FINISH_COLS, ..) of W, each the sum of the
-     *     P partials in order p = 0, 1, ... */
+     *     P partials in order p = 0, 1, ... (cross-entropy: one item, the loss sums and the
+     *     counts added in that order in f64, their quotient the mean loss) */
     int stage;
     int scratch; /* the scratch value (an index into the program's values) */
 

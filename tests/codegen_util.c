@@ -119,8 +119,8 @@ void node_kernel(sn_kernel *k, sn_kernel_kind kind, const sn_node *n) {
     }
     const sn_node *x = n->in[0];
     switch (kind) {
-    case SN_KER_ROW: /* a norm weight gradient: the PARTIAL kernel (check_kernel adds FINISH) */
-        if (n->op == SN_OP_LAYERNORM_BWD_W || n->op == SN_OP_RMSNORM_BWD_W) k->stage = SN_SUM_PARTIAL;
+    case SN_KER_ROW: /* a sum over every row: the PARTIAL kernel (check_kernel adds FINISH) */
+        if (sn_row_facts_of(n->op)->serial) k->stage = SN_SUM_PARTIAL;
         sn_kernel_work(k, &k->n_items, &k->serial);
         (void)x;
         break;

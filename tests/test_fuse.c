@@ -275,7 +275,8 @@ START_TEST(what_does_not_fuse) {
     sn_node *outs[] = {s, m, loss, sn_scale(g, e, 2)};
     for (int i = 0; i < 4; i++) sn_graph_add_output(g, outs[i]);
     sn_program *p = compile(g);
-    ck_assert_int_eq(p->n_kernels, 7); /* causal_mask, softmax | softmax + exp, sum | exp, ce, scale */
+    ck_assert_int_eq(p->n_kernels, 8); /* causal_mask, softmax | softmax + exp, sum | exp, ce
+                                          (partial sums, their mean), scale */
     ck_assert(kernel_of(p, s, NULL)->anchor == s && kernel_of(p, s, NULL)->n_instr == 0);
     ck_assert_int_eq(kernel_of(p, m, NULL)->kind, SN_KER_REDUCE);
     ck_assert(!computes(kernel_of(p, loss, NULL), e));
@@ -331,8 +332,8 @@ START_TEST(memory_plan_gpt2) {
     sn_program *p = compile(g);
     check_plan(p);
     /* 26 a layer; embedding, ln_f, logits, loss, their backwards and the embeddings' gradients
-     * (ln_f's weight gradient in two kernels, PARTIAL and FINISH) */
-    ck_assert_int_eq(p->n_kernels, 12 * 26 + 14);
+     * (ln_f's weight gradient and the loss in two kernels each, PARTIAL and FINISH) */
+    ck_assert_int_eq(p->n_kernels, 12 * 26 + 15);
     int bias = 0;
     for (int k = 0; k < p->n_kernels; k++) /* the qkv GEMMs: matmul + bias, args y, A, B, b */
         if (p->kernels[k]->kind == SN_KER_GEMM && p->kernels[k]->n_in == 3) {
@@ -444,8 +445,7 @@ START_TEST(row_facts_and_work_split) {
         colsum_kernels += ker->n_colsum > 0;
         colsums += ker->n_colsum;
         if (ker->n_colsum) ck_assert_int_eq(n, sn_sum_chunks(ker) * (1 + sn_colsum_tiles(ker)));
-        if (ker->kind == SN_KER_ROW && sn_row_facts_of(ker->anchor->op)->serial &&
-            ker->anchor->op != SN_OP_CROSS_ENTROPY) { /* a norm weight gradient: two stages */
+        if (ker->kind == SN_KER_ROW && sn_row_facts_of(ker->anchor->op)->serial) { /* two stages */
             ck_assert_int_eq(ker->stage, SN_SUM_PARTIAL);
             ck_assert_int_eq(p->kernels[k + 1]->stage, SN_SUM_FINISH);
             ck_assert_int_eq(p->kernels[k + 1]->scratch, ker->scratch);
@@ -458,8 +458,8 @@ START_TEST(row_facts_and_work_split) {
             k++;
         }
     }
-    ck_assert_int_eq(finish, 1 + 2 * 2);
-    ck_assert_int_eq(serial, 1); /* the loss */
+    ck_assert_int_eq(finish, 1 + 1 + 2 * 2); /* the loss, ln_f, 2 a layer */
+    ck_assert_int_eq(serial, 0); /* the loss: PARTIAL and FINISH */
     /* ln_1, ln_2 weight grads per layer and ln_f's carry the column sums: each its dbeta and
      * the bias gradient of the residual gradient it follows (the projection before it; none
      * before layer 0's ln_1), ln_2's the fc bias, ln_1's the qkv bias */

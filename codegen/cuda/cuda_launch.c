@@ -38,8 +38,6 @@ sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
             return dims1(items, 8 * 32);
         if (k->stage == SN_SUM_FINISH) /* a thread per column of the partial sums */
             return dims1(items, SN_SUM_FINISH_COLS);
-        if (sn_cu_row_single_block(k)) /* a warp per row, the rows' results summed in order */
-            return dims1(1, (int)clampu(32 * R, 32, t->max_block_threads));
         return dims1(R, sn_cu_row_threads(C));
     }
     case SN_KER_REDUCE: {

@@ -2,11 +2,11 @@
  * their backwards) with the pointwise instructions fused around them (kernel.h): a block per row,
  * each pass over the row strided by the block's threads, the row's statistics summed by warp
  * shuffles, then across warps through shared memory (sn_block_sum, written once per unit).
- * Cross-entropy's mean loss sums over every row into one output: it runs as one block, a warp
- * per row, the warps' partial results added in warp order, so the result is deterministic. The
- * norm weight gradients and the column sums that joined them (kernel.h: stage) run in two
- * kernels: a block per chunk of rows (a warp per row) or per chunk and 32 columns writes its
- * partial sums, then a thread per column adds the chunks' partials in chunk order. Convention: every pass evaluates, per element, the accesses and
+ * Cross-entropy's mean loss and the norm weight gradients (with the column sums that joined
+ * them) sum over every row: they run in two kernels (kernel.h: stage), a block per chunk of
+ * rows (a warp per row, the warps' sums added in warp order) or per chunk and 32 columns writes
+ * its partial sums, then a thread per column adds the chunks' partials in chunk order: every
+ * result is deterministic. Convention: every pass evaluates, per element, the accesses and
  * the prologue (computing again what an earlier pass computed: the compiler drops what a pass
  * does not read); the pass that writes the row op's result also runs the epilogue and stores
  * every output, prologue values included (the LLVM emitter's st(), llvm_row.c). */
@@ -322,17 +322,17 @@ static void open_rows(row *w, const char *first, const char *end) {
     coords(w);
 }
 
-/* (logits, targets) -> the mean over rows whose target is not ignore_index of lse - logit[t] */
+/* (logits, targets) -> over the chunk's rows [r0, r1) whose target is not ignore_index: the sum
+ * of lse - logit[t] and their count, as two f64 in the chunk's partial sums (the mean is
+ * FINISH's) */
 static void cross_entropy(row *w) {
     char x[64], t[64];
     opnd(w, 0, x, sizeof x);
     opnd(w, 1, t, sizeof t);
     int ign = w->n->a.ignore_index;
-    E("double loss = 0.0; /* this warp's rows, summed in order */");
+    E("double loss = 0.0; /* this warp's rows of the chunk, summed in order */");
     E("int count = 0;");
-    char R[32];
-    snprintf(R, sizeof R, "%lld", (long long)w->R);
-    open_rows(w, "0", R);
+    open_rows(w, "r0", "r1");
     E("const int target = %s;", t);
     E("if (target == %d) continue; /* the same for the warp's lanes */", ign);
     E("count++;");
@@ -369,8 +369,9 @@ static void cross_entropy(row *w) {
     E("sum += warp_loss[v];");
     E("rows += warp_count[v];");
     E("}");
-    char a[16];
-    E("sn_store(&%s[0], rows > 0 ? (float)(sum / (double)rows) : 0.0f);", arg(w, w->y, a, sizeof a));
+    E("double *chunk_sums = (double *)part; /* the chunk's loss sum and counted rows */");
+    E("chunk_sums[0] = sum;");
+    E("chunk_sums[1] = (double)rows;");
     E("}");
 }
 
@@ -476,6 +477,20 @@ static void finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, con
     const char *ix = sn_cu_index_type(P * W + 1024 * 1024);
     char a[16];
     sn_cu_emit_signature(t, k, fname, (int)d->block[0]);
+    if (k->anchor->op == SN_OP_CROSS_ENTROPY) { /* the mean loss from the chunks' sums, in order */
+        sn_cu_emitf(t, "/* cross_entropy: the mean loss from %lld chunks' sums and counts */", (long long)P);
+        sn_cu_emitf(t, "if (blockIdx.x > 0 || threadIdx.x > 0) return;");
+        sn_cu_emitf(t, "const double *chunk_sums = (const double *)scratch;");
+        sn_cu_emitf(t, "double sum = 0.0, rows = 0.0;");
+        sn_cu_emitf(t, "for (int p = 0; p < %lld; p++) {", (long long)P);
+        sn_cu_emitf(t, "sum += chunk_sums[2 * p];");
+        sn_cu_emitf(t, "rows += chunk_sums[2 * p + 1];");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "sn_store(&%s[0], rows > 0.0 ? (float)(sum / rows) : 0.0f);",
+                    sn_cu_arg_name(k, 0, a, sizeof a));
+        sn_cu_emitf(t, "}");
+        return;
+    }
     sn_cu_emitf(t, "/* %s: the sums of %lld chunks of partial sums, %lld columns */",
                 sn_op_name(k->anchor->op), (long long)P, (long long)W);
     sn_cu_emitf(t, "const %s c = (%s)blockIdx.x * %u + threadIdx.x;", ix, ix, d->block[0]);
@@ -494,11 +509,6 @@ static void finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, con
 }
 
 /* ---- the kernel ---- */
-
-bool sn_cu_row_single_block(const sn_kernel *k) {
-    const sn_row_facts *f = sn_row_facts_of(k->anchor->op);
-    return f && f->serial && k->stage == SN_SUM_WHOLE;
-}
 
 static sn_status not_pointwise(const sn_kernel *k, int i, sn_err *e) {
     const sn_node *n = k->instr[i].node;
@@ -526,11 +536,11 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     if (n->op == SN_OP_CAUSAL_MASK && x->rank < 2)
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: causal_mask needs a (.., T, S) input", k->name);
     for (int i = 0; i < 3; i++) w->buf[i] = -1;
-    bool sums = n->op == SN_OP_LAYERNORM_BWD_W || n->op == SN_OP_RMSNORM_BWD_W;
+    bool sums = sn_row_facts_of(n->op)->serial; /* over every row */
     if (sums != (k->stage == SN_SUM_PARTIAL))
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a norm weight gradient, and only it, "
-                       "runs as the PARTIAL and FINISH kernels of kernel.h", k->name);
-    if (k->n_colsum && (!sums || w->fused || k->n_colsum + 1 != k->n_out))
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a row op that sums over every row, "
+                       "and only it, runs as the PARTIAL and FINISH kernels of kernel.h", k->name);
+    if (k->n_colsum && (!sums || ce || w->fused || k->n_colsum + 1 != k->n_out))
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: column sums join only a norm weight "
                        "gradient without fused neighbours, as its outputs 1 .. n_out - 1", k->name);
     for (int o = 1; o <= k->n_colsum; o++) {
@@ -596,10 +606,11 @@ static sn_status check_finish(const sn_kernel *k, sn_err *e) {
         W += sn_numel(k->args[o]);
         f32 = f32 && k->args[o]->dtype == SN_F32;
     }
-    if (k->n_in || !f32 || k->args[0] != k->anchor ||
-        (k->anchor->op != SN_OP_LAYERNORM_BWD_W && k->anchor->op != SN_OP_RMSNORM_BWD_W))
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a FINISH kernel writes a norm weight "
-                       "gradient's f32 sums and reads only its partial sums", k->name);
+    const sn_row_facts *f = sn_row_facts_of(k->anchor->op);
+    if (k->n_in || !f32 || k->args[0] != k->anchor || !f || !f->serial)
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a FINISH kernel writes the f32 sums "
+                       "of a row op that sums over every row and reads only its partial sums",
+                       k->name);
     return SN_OK;
 }
 
@@ -620,7 +631,7 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
     w.threads = d->block[0];
     sn_cu_emit_signature(t, k, fname, (int)w.threads);
     sn_cu_emitf(t, "/* %s over %lld rows of %lld%s */", sn_op_name(k->anchor->op), (long long)w.R,
-                (long long)w.C, sn_cu_row_single_block(k) ? ": one block, a warp per row" : "");
+                (long long)w.C, k->stage ? ": partial sums, a warp per row" : "");
     if (k->stage == SN_SUM_PARTIAL) {
         int64_t parts = 1 + sn_colsum_tiles(k);
         sn_cu_emitf(t, "/* partial sums: %lld chunks of %d rows, %lld part%s each */",
@@ -633,7 +644,7 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
                     (long long)sn_sum_width(k));
         if (k->n_colsum) colsums(&w);
     }
-    if (!sn_cu_row_single_block(k) && k->stage == SN_SUM_WHOLE) {
+    if (k->stage == SN_SUM_WHOLE) {
         sn_cu_emitf(t, "const %s r = blockIdx.x; /* this block's row */", w.ix);
         sn_cu_emitf(t, "const %s row = r * %lld;", w.ix, (long long)w.C);
         coords(&w);

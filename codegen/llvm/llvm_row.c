@@ -285,15 +285,15 @@ static LLVMValueRef valid_target(row *w, LLVMValueRef t, int64_t V) {
     return LLVMBuildAnd(B, lo, hi, "valid");
 }
 
-/* (logits, targets) -> mean over rows whose target is not ignore_index of lse - logit[t]. A
- * serial kernel: the loss sums in double over [begin, end). */
-static void cross_entropy(row *w) {
+/* (logits, targets) -> over the rows [r0, r1) whose target is not ignore_index: the sum of
+ * lse - logit[t] in f64 and their count, stored as two f64 at part (kernel.h: PARTIAL). */
+static void cross_entropy(row *w, LLVMValueRef r0, LLVMValueRef r1, LLVMValueRef part) {
     sn_ll *L = w->L;
     int64_t Vr = real_classes(w->n, w->C);
     LLVMValueRef loss = sn_ll_var(L, L->t_f64, LLVMConstReal(L->t_f64, 0), "loss");
     LLVMValueRef count = sn_ll_var(L, L->t_i64, sn_ll_i64(L, 0), "count");
     sn_ll_loop rows;
-    LLVMValueRef r = sn_ll_for(L, &rows, L->begin, L->end, sn_ll_i64(L, 1), "r");
+    LLVMValueRef r = sn_ll_for(L, &rows, r0, r1, sn_ll_i64(L, 1), "r");
     w->off = LLVMBuildMul(B, r, sn_ll_i64(L, w->C), "off");
     if (w->fx) sn_ll_fx_row(w->fx, r);
     LLVMValueRef t = sn_ll_load_i32(L, w->in[1], r, "target");
@@ -309,11 +309,10 @@ static void cross_entropy(row *w) {
     sn_ll_set(L, loss, LLVMBuildFAdd(B, sn_ll_get(L, loss, ""), LLVMBuildFPExt(B, li, L->t_f64, ""), ""));
     sn_ll_if_end(L, &counted);
     sn_ll_for_end(L, &rows);
-    LLVMValueRef c = sn_ll_get(L, count, "count");
-    LLVMValueRef mean = LLVMBuildFDiv(B, sn_ll_get(L, loss, ""), LLVMBuildSIToFP(B, c, L->t_f64, ""), "");
-    LLVMValueRef any = LLVMBuildICmp(B, LLVMIntSGT, c, sn_ll_i64(L, 0), "");
-    LLVMValueRef out = LLVMBuildSelect(B, any, LLVMBuildFPTrunc(B, mean, L->t_f32, ""), sn_ll_f32(L, 0), "mean_loss");
-    sn_ll_store(L, w->y, sn_ll_i64(L, 0), out);
+    LLVMValueRef c = LLVMBuildSIToFP(B, sn_ll_get(L, count, "count"), L->t_f64, "");
+    LLVMBuildStore(B, sn_ll_get(L, loss, "loss_sum"), part);
+    LLVMValueRef one = sn_ll_i64(L, 1);
+    LLVMBuildStore(B, c, LLVMBuildGEP2(B, L->t_f64, part, &one, 1, "count_at"));
 }
 
 /* (logits, targets, dloss) -> dlogits = (softmax - onehot(t)) dloss / count for counted rows,
@@ -436,6 +435,29 @@ static sn_status emit_finish(sn_ll *L, const sn_kernel *k, const char *fname, sn
     sn_ll_fn_begin(L, fname);
     LLVMBuilderRef b = L->b;
     LLVMValueRef part = sn_ll_buf(L, k->n_out, SN_F32, "partials");
+    if (k->anchor->op == SN_OP_CROSS_ENTROPY) { /* the mean loss from the chunks' f64 sums */
+        sn_ll_if any;
+        sn_ll_if_begin(L, &any, LLVMBuildICmp(b, LLVMIntSLT, L->begin, L->end, ""), "any");
+        LLVMValueRef zero = LLVMConstReal(L->t_f64, 0);
+        LLVMValueRef loss = sn_ll_var(L, L->t_f64, zero, "loss"), rows = sn_ll_var(L, L->t_f64, zero, "rows");
+        sn_ll_loop ps;
+        LLVMValueRef p = sn_ll_for(L, &ps, sn_ll_i64(L, 0), sn_ll_i64(L, P), sn_ll_i64(L, 1), "p");
+        LLVMValueRef i = LLVMBuildMul(b, p, sn_ll_i64(L, 2), "");
+        LLVMValueRef at_loss = LLVMBuildGEP2(b, L->t_f64, part, &i, 1, "");
+        LLVMValueRef one = sn_ll_i64(L, 1);
+        LLVMValueRef at_rows = LLVMBuildGEP2(b, L->t_f64, at_loss, &one, 1, "");
+        sn_ll_set(L, loss, LLVMBuildFAdd(b, sn_ll_get(L, loss, ""), LLVMBuildLoad2(b, L->t_f64, at_loss, ""), ""));
+        sn_ll_set(L, rows, LLVMBuildFAdd(b, sn_ll_get(L, rows, ""), LLVMBuildLoad2(b, L->t_f64, at_rows, ""), ""));
+        sn_ll_for_end(L, &ps);
+        LLVMValueRef c = sn_ll_get(L, rows, "rows");
+        LLVMValueRef mean = LLVMBuildFDiv(b, sn_ll_get(L, loss, ""), c, "");
+        LLVMValueRef some = LLVMBuildFCmp(b, LLVMRealOGT, c, zero, "");
+        LLVMValueRef out = LLVMBuildSelect(b, some, LLVMBuildFPTrunc(b, mean, L->t_f32, ""), sn_ll_f32(L, 0), "mean_loss");
+        sn_ll_store(L, sn_ll_buf(L, 0, SN_F32, "loss"), sn_ll_i64(L, 0), out);
+        sn_ll_if_end(L, &any);
+        sn_ll_fn_end(L);
+        return SN_OK;
+    }
     LLVMValueRef lo = LLVMBuildMul(b, L->begin, sn_ll_i64(L, SN_SUM_FINISH_COLS), "lo");
     LLVMValueRef hi = sn_ll_imin(L, LLVMBuildMul(b, L->end, sn_ll_i64(L, SN_SUM_FINISH_COLS), ""),
                                  sn_ll_i64(L, W), "hi");
@@ -598,9 +620,10 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: targets %%%d are %s; the LLVM backend reads i32 "
                        "targets", sn_ll_kname(k, kn, sizeof kn), n->in[1]->id, sn_dtype_name(n->in[1]->dtype));
     bool bwd_w = n->op == SN_OP_LAYERNORM_BWD_W || n->op == SN_OP_RMSNORM_BWD_W;
-    if (bwd_w != (k->stage == SN_SUM_PARTIAL))
-        return sn_fail(e, SN_ERR_INVALID, "%s: a norm weight gradient, and only it, runs as the "
-                       "PARTIAL and FINISH kernels of kernel.h", sn_ll_kname(k, kn, sizeof kn));
+    if (sn_row_facts_of(n->op)->serial != (k->stage == SN_SUM_PARTIAL))
+        return sn_fail(e, SN_ERR_INVALID, "%s: a row op that sums over every row, and only it, "
+                       "runs as the PARTIAL and FINISH kernels of kernel.h",
+                       sn_ll_kname(k, kn, sizeof kn));
     if (k->n_colsum && (!bwd_w || k->n_instr || k->n_colsum + 1 != k->n_out))
         return sn_fail(e, SN_ERR_INVALID, "%s: column sums join only a norm weight gradient "
                        "without fused neighbours, as its outputs 1 .. n_out - 1",
@@ -625,8 +648,16 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
     sn_ll_if any; /* the serial kernels write their sums even for no rows: not for an empty call */
     if (!st) {
         sn_ll_if_begin(L, &any, LLVMBuildICmp(L->b, LLVMIntSLT, L->begin, L->end, ""), "any");
-        if (n->op == SN_OP_CROSS_ENTROPY) {
-            cross_entropy(&w);
+        if (n->op == SN_OP_CROSS_ENTROPY) { /* PARTIAL: item i is chunk i */
+            LLVMBuilderRef b = L->b;
+            LLVMValueRef part = sn_ll_buf(L, k->n_out + k->n_in, SN_F32, "partials");
+            sn_ll_loop items;
+            LLVMValueRef i = sn_ll_for(L, &items, L->begin, L->end, sn_ll_i64(L, 1), "chunk");
+            LLVMValueRef r0 = LLVMBuildMul(b, i, sn_ll_i64(L, SN_SUM_CHUNK), "r0");
+            LLVMValueRef r1 = sn_ll_imin(L, sn_ll_add(L, r0, sn_ll_i64(L, SN_SUM_CHUNK)), sn_ll_i64(L, R), "r1");
+            LLVMValueRef at = LLVMBuildMul(b, i, sn_ll_i64(L, 2), "");
+            cross_entropy(&w, r0, r1, LLVMBuildGEP2(b, L->t_f64, part, &at, 1, "chunk_sums"));
+            sn_ll_for_end(L, &items);
         } else if (n->op == SN_OP_CROSS_ENTROPY_BWD) {
             cross_entropy_bwd(&w, R);
         } else if (bwd_w) { /* PARTIAL: item i is part i % parts of chunk i / parts */
