@@ -21,7 +21,9 @@ typedef struct {
     const sn_node **into; /* a concatenation (an add of pads along one axis that tile it)
                              whose parts are all attention outputs written straight into its
                              buffer: for the concatenation, the pads, adds and views under it
-                             and those attention outputs, the concatenation; else NULL */
+                             and those attention outputs, the concatenation; for an attention
+                             forward whose o its kernel writes into the permute that reads it
+                             (fuse.c: fwd_into), and that permute, the permute; else NULL */
     /* per root: */
     const sn_node **anchor; /* the row op its kernel computes, or NULL */
     const sn_node **space;  /* the node whose shape is its kernel's index space */

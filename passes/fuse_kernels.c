@@ -220,16 +220,20 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
     }
     bool att = k->kind == SN_KER_ATTENTION;
     bool into = att && s->into[n->id];
+    /* outputs written through accesses: dq, or dk and dv, into a concatenation; the forward's
+       o (not lse) into its permute */
+    int n_into = !into ? 0 : n->op == SN_OP_ATTENTION ? 1 : k->n_out;
     if (att) { /* an access per input: attention reads q, k, v, o, dout through views; and
-                  one per output when they are written into a concatenation */
-        k->n_access = n->n_in + (into ? k->n_out : 0);
+                  one per output written through one */
+        k->n_access = n->n_in + n_into;
         k->access = sn_arena_alloc(&s->p->arena, sizeof(sn_access) * (size_t)k->n_access);
         if (!k->access) return sn_fail_oom(s->e, sizeof(sn_access) * 8, "a kernel of the fuse pass");
     }
-    for (int o = 0; into && o < k->n_out; o++) { /* dq, or dk and dv */
+    for (int o = 0; o < n_into; o++) {
         const sn_node *a = k->args[o], *y = s->into[a->id];
         view_map m;
-        SN_ASSERT(y && sn_fuse_out_map(s, a, y, &m)); /* decide made sure */
+        if (n->op == SN_OP_ATTENTION) SN_ASSERT(sn_fuse_map_of(s, a, &m) && m.base == y);
+        else SN_ASSERT(y && sn_fuse_out_map(s, a, y, &m)); /* decide made sure */
         k->args[o] = y;
         k->access[n->n_in + o] = (sn_access){.arg = o, .offset = m.offset};
         memcpy(k->access[n->n_in + o].stride, m.stride, sizeof m.stride);

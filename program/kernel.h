@@ -90,7 +90,9 @@ struct sn_kernel {
      * n_access = anchor->n_in + n_out, written through access[anchor->n_in + o] (arg o, unit
      * stride along the head) into args[o], a wider buffer they share: the (B, T, 3C)
      * concatenation of the QKV gradient, each kernel writing its slices of it (see
-     * sn_kernel_out_part). */
+     * sn_kernel_out_part). The forward's o likewise, with n_access = anchor->n_in + 1: o
+     * (B, H, T, D) written through access[anchor->n_in] into args[0], the (B, T, H, D) permute
+     * of it (the (B, T, C) the projection reads), which the backward reads o through. */
     int rank;
     int64_t shape[SN_MAX_RANK];
     int n_instr;

@@ -160,7 +160,7 @@ void sn_colsum_tile(const sn_kernel *k, int64_t t, int *o, int64_t *c0) {
 
 bool sn_kernel_out_part(const sn_kernel *k, int o, bool *mask) {
     const sn_node *a = k->anchor;
-    if (k->kind != SN_KER_ATTENTION || k->n_access != a->n_in + k->n_out) return false;
+    if (k->kind != SN_KER_ATTENTION || o >= k->n_access - a->n_in) return false;
     const sn_node *y = o ? k->anchor2 : a;
     const sn_access *x = &k->access[a->n_in + o];
     memset(mask, 0, (size_t)sn_numel(k->args[o]));

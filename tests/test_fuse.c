@@ -331,9 +331,9 @@ START_TEST(memory_plan_gpt2) {
     sn_graph *g = gpt2_training("gpt2", 0, 4, 64);
     sn_program *p = compile(g);
     check_plan(p);
-    /* 26 a layer; embedding, ln_f, logits, loss, their backwards and the embeddings' gradients
+    /* 25 a layer; embedding, ln_f, logits, loss, their backwards and the embeddings' gradients
      * (ln_f's weight gradient and the loss in two kernels each, PARTIAL and FINISH) */
-    ck_assert_int_eq(p->n_kernels, 12 * 26 + 15);
+    ck_assert_int_eq(p->n_kernels, 12 * 25 + 15);
     int bias = 0;
     for (int k = 0; k < p->n_kernels; k++) /* the qkv GEMMs: matmul + bias, args y, A, B, b */
         if (p->kernels[k]->kind == SN_KER_GEMM && p->kernels[k]->n_in == 3) {
@@ -487,24 +487,50 @@ START_TEST(kernels_per_gpt2_layer) {
            per[SN_KER_REDUCE], per[SN_KER_GEMM], per[SN_KER_ATTENTION]);
     ck_assert_int_eq(per[SN_KER_GEMM], 12);      /* 4 linear layers x (forward, dx, dw) */
     ck_assert_int_eq(per[SN_KER_ATTENTION], 3);  /* forward (o and lse), dq, dk and dv */
-    /* forward: 1 permute (attention's output to (B, T, C)), bias + gelu (the qkv bias is the
-     * GEMM's epilogue); backward: gelu_bwd; attention reads q, k, v and dout in place (4
+    /* forward: bias + gelu (the qkv bias is the GEMM's epilogue; attention writes o straight
+     * into (B, T, C)); backward: gelu_bwd; attention reads q, k, v and dout in place (4
      * copies fewer) and writes dq, dk, dv into the qkv gradient's concatenation (3 permutes
      * and the concatenation fewer) */
-    ck_assert_int_eq(per[SN_KER_POINTWISE], 3);
+    ck_assert_int_eq(per[SN_KER_POINTWISE], 2);
     /* 2 x (residual + layernorm), 2 x (layernorm_bwd + residual gradient), 2 layernorm_bwd_w
      * in two kernels each (partial sums over chunks of rows, then their sums) */
     ck_assert_int_eq(per[SN_KER_ROW], 8);
     /* 4 bias gradients, 2 layernorm bias gradients: column sums of the weight-gradient kernels */
     ck_assert_int_eq(per[SN_KER_REDUCE], 0);
-    ck_assert_int_eq(total[1] - total[0], 26); /* with attention fused (45 before fusing around
+    ck_assert_int_eq(total[1] - total[0], 25); /* with attention fused (45 before fusing around
                                                   rows, 40 before dk and dv shared a kernel, 39
                                                   before attention read q, k, v, dout in place,
                                                   35 before the column sums joined, 29 before
                                                   dq, dk, dv were written in place, 25 before
                                                   the qkv bias was the GEMM's epilogue; 24
                                                   before the norm weight gradients took two
-                                                  kernels each to use the whole GPU) */
+                                                  kernels each to use the whole GPU, 26 before
+                                                  the forward wrote o into (B, T, C)) */
+    sn_graph *g = gpt2_training("tiny", 1, 2, 16);
+    sn_program *p = compile(g);
+    int fwd = 0;
+    for (int k = 0; k < p->n_kernels; k++) { /* o (B, H, T, D) into its (B, T, H, D) permute */
+        const sn_kernel *ker = p->kernels[k];
+        const sn_node *a = ker->anchor;
+        if (ker->kind != SN_KER_ATTENTION) continue;
+        const sn_node *o = a->op == SN_OP_ATTENTION ? a : a->in[3];
+        const sn_access *x = a->op == SN_OP_ATTENTION ? &ker->access[a->n_in] : &ker->access[3];
+        const sn_node *buf = ker->args[x->arg];
+        ck_assert_int_eq(p->value_of[o->id], -1); /* no buffer of its own */
+        ck_assert(buf->op == SN_OP_PERMUTE && buf->in[0] == o);
+        /* (b, h, t, d) at b T C + t C + h D + d */
+        const int64_t H = o->shape[1], T = o->shape[2], D = o->shape[3];
+        ck_assert(x->offset == 0 && x->stride[0] == T * H * D && x->stride[1] == D &&
+                  x->stride[2] == H * D && x->stride[3] == 1);
+        if (a->op == SN_OP_ATTENTION) {
+            ck_assert_int_eq(ker->n_access, a->n_in + 1);
+            ck_assert(ker->args[1] == a->in[3]); /* lse: contiguous, no access */
+            fwd++;
+        }
+    }
+    ck_assert_int_eq(fwd, 1);
+    sn_program_free(p);
+    sn_graph_free(g);
 }
 END_TEST
 
