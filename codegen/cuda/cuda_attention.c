@@ -408,7 +408,10 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p) {
     }
     sn_cu_emitf(t, "}");
     if (p->out_o) {
-        sn_cu_emitf(t, "#pragma unroll 4");
+        if (p->Dv <= 32) /* by 4, ptxas (sm_90) left an 8-byte stack frame and spilled to it */
+            sn_cu_emitf(t, "#pragma unroll /* whole at Dv <= 32: by 4, ptxas spilled at Dv = 32 (sm_90) */");
+        else
+            sn_cu_emitf(t, "#pragma unroll 4");
     sn_cu_emitf(t, "for (int jj = 0; jj < BK; jj++) {");
         sn_cu_emitf(t, "float vj[DVC];");
         for_slice(t, "HEAD_DV", "cc");
