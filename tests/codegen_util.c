@@ -120,7 +120,7 @@ void node_kernel(sn_kernel *k, sn_kernel_kind kind, const sn_node *n) {
     const sn_node *x = n->in[0];
     switch (kind) {
     case SN_KER_ROW: /* a sum over every row: the PARTIAL kernel (check_kernel adds FINISH) */
-        if (sn_row_facts_of(n->op)->serial) k->stage = SN_SUM_PARTIAL;
+        if (sn_row_facts_of(n->op) && sn_row_facts_of(n->op)->serial) k->stage = SN_SUM_PARTIAL;
         sn_kernel_work(k, &k->n_items, &k->serial);
         (void)x;
         break;
