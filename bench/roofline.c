@@ -7,10 +7,12 @@
 
 #include <string.h>
 
+#include "codegen/cuda/cuda.h"
 #include "ir/ir.h"
+#include "program/target.h"
 
 static const sn_roofline_machine machines[] = {
-    {"h100", 989.0, 494.5, 67.0, 3.35}, /* H100 SXM, dense (no sparsity) */
+    {"h100", 989.0, 494.5, 67.0, 3.35, 132}, /* H100 SXM, dense (no sparsity) */
 };
 
 const sn_roofline_machine *sn_roofline_machine_find(const char *name) {
@@ -56,11 +58,33 @@ static double other_flops(const sn_kernel *k) {
 static double kernel_bytes(const sn_kernel *k) {
     double b = 0;
     for (int a = 0; a < k->n_out + k->n_in; a++) {
-        bool seen = false;
+        bool seen = a < k->n_out && !sn_kernel_writes(k, a); /* a PARTIAL kernel's sums */
         for (int j = 0; j < a; j++) seen |= k->args[j] == k->args[a];
         if (!seen) b += node_bytes(k->args[a]);
     }
+    if (k->stage != SN_SUM_WHOLE) b += 4.0 * (double)(sn_sum_chunks(k) * sn_sum_width(k)); /* partials */
     return b;
+}
+
+/* The share of a kernel's work that its busiest block does, which one SM must do alone: a
+ * kernel that sums over every row in one block (a serial row op not split in stages:
+ * cross-entropy's mean loss;
+ * kernel.h) gives that block the anchor's per-element inputs, the rest of its blocks (column
+ * sums) the rest; other kernels split their work evenly over the blocks of their CUDA launch.
+ * GEMMs are the library's, which fills the machine. */
+static double busiest_share(const sn_kernel *k, double bytes) {
+    if (k->kind == SN_KER_GEMM || bytes <= 0) return 0;
+    const sn_row_facts *f = k->kind == SN_KER_ROW ? sn_row_facts_of(k->anchor->op) : NULL;
+    if (f && f->serial && k->stage == SN_SUM_WHOLE) {
+        double own = 0;
+        for (int i = 0; i < k->anchor->n_in; i++)
+            if (sn_row_operand_per_element(k->anchor->op, i)) own += node_bytes(k->anchor->in[i]);
+        return own < bytes ? own / bytes : 1;
+    }
+    sn_target t = sn_target_cuda(90);
+    sn_cuda_dims d = sn_cuda_launch_dims(k, &t);
+    double blocks = (double)d.grid[0] * d.grid[1] * d.grid[2];
+    return blocks >= 1 ? 1 / blocks : 1;
 }
 
 /* The rate a kernel's FLOPs run at, TFLOP/s. */
@@ -82,6 +106,13 @@ sn_roofline_kernel sn_roofline_kernel_model(const sn_kernel *k, const sn_rooflin
     double tc = r.flops / (kernel_peak(k, m, o) * 1e12), tm = r.bytes / (m->tb_per_s * 1e12);
     r.compute_bound = tc > tm;
     r.time_s = tc > tm ? tc : tm;
+    /* the busiest block on one SM, at its share of the machine (pessimistic: one SM can draw
+     * more than 1/SMs of the bandwidth, but not the whole) */
+    double alone = busiest_share(k, r.bytes) * m->sms * r.time_s;
+    if (alone > r.time_s) {
+        r.time_s = alone;
+        r.sm_bound = true;
+    }
     return r;
 }
 
@@ -116,6 +147,33 @@ static void fmt_s(char *buf, size_t len, double s) {
     else snprintf(buf, len, "%8.2f us", s * 1e6);
 }
 
+/* The few kernels modeled slowest, each with its time and share of the step. */
+static void print_slowest(FILE *f, const sn_program *p, const sn_roofline_machine *m,
+                          const sn_roofline_opts *o, double step_s) {
+    enum { SHOW = 6 };
+    int top[SHOW];
+    double top_s[SHOW];
+    int n = 0;
+    for (int i = 0; i < p->n_kernels; i++) {
+        double t = sn_roofline_kernel_model(p->kernels[i], m, o).time_s;
+        int at = n < SHOW ? n++ : SHOW;
+        while (at > 0 && top_s[at - 1] < t) {
+            if (at < SHOW) top[at] = top[at - 1], top_s[at] = top_s[at - 1];
+            at--;
+        }
+        if (at < SHOW) top[at] = i, top_s[at] = t;
+    }
+    fprintf(f, "  slowest kernels:\n");
+    char t[32];
+    for (int i = 0; i < n; i++) {
+        const sn_kernel *k = p->kernels[top[i]];
+        sn_roofline_kernel r = sn_roofline_kernel_model(k, m, o);
+        fmt_s(t, sizeof t, r.time_s);
+        fprintf(f, "    %-40s %s %5.1f%%%s\n", k->name, t, 100 * r.time_s / step_s,
+                r.sm_bound ? "  (one block's share on one SM)" : "");
+    }
+}
+
 void sn_roofline_print(FILE *f, const sn_program *p, int64_t n_params, double tokens,
                        const sn_roofline_machine *m, const sn_roofline_opts *o,
                        const double *measured_kind_s, double measured_step_s) {
@@ -145,6 +203,7 @@ void sn_roofline_print(FILE *f, const sn_program *p, int64_t n_params, double to
         fprintf(f, "  %-10s %7d %12.2f %12.1f %s %5.1f%%\n", "optimizer", 2, 14.0 * n_params / 1e9,
                 s.optimizer_bytes / 1e6, t, 100 * s.optimizer_s / s.time_s);
     }
+    print_slowest(f, p, m, o, s.time_s);
     fmt_s(t, sizeof t, s.time_s);
     double gemm_peak = o && o->tf32 ? m->tf32_tflops : m->fp32_tflops;
     fprintf(f, "  step: %.1f GFLOP (GEMMs and attention %.1f), %.1f MB, modeled %s = %.0f tokens/s; "

@@ -1,6 +1,7 @@
 /* roofline.h: a roofline model of a compiled program on a GPU: each kernel's FLOPs and the
  * fewest bytes it must move (every argument read or written once), its modeled time
- * max(flops / peak, bytes / bandwidth), summed per step. Convention: a model, printed beside
+ * max(flops / peak, bytes / bandwidth), or longer when one block does more than its share
+ * (its share of the work on its share of the SMs), summed per step. Convention: a model, printed beside
  * (never instead of) a measurement; GEMM FLOPs are 2MNK, attention counts the causal pairs,
  * other kernels count a few FLOPs per element and are, as modeled, bound by bytes. */
 #ifndef SN_BENCH_ROOFLINE_H
@@ -18,6 +19,7 @@ typedef struct {
     double tf32_tflops; /* tensor-core TF32 products */
     double fp32_tflops; /* CUDA cores, FMA counted as 2 */
     double tb_per_s;    /* device memory bandwidth */
+    int sms;            /* multiprocessors: a block runs on one */
 } sn_roofline_machine;
 
 /* "h100": H100 SXM (989 bf16 dense, 494.5 TF32, 67 fp32, 3.35 TB/s); NULL for another name. */
@@ -32,6 +34,7 @@ typedef struct {
     double flops, bytes;
     double time_s;     /* max(flops / the kernel's peak, bytes / bandwidth) */
     bool compute_bound;
+    bool sm_bound;     /* its busiest block, alone on one SM, takes longer than that */
 } sn_roofline_kernel;
 
 typedef struct {

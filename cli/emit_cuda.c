@@ -31,9 +31,7 @@ int cli_emit_cuda(const sn_program *p, const char *dir, int arch) {
         fprintf(stderr, "sinter: out of memory\n");
         return 1;
     }
-    for (int i = 0; i < p->n_kernels; i++) /* attention: not generated as CUDA C yet */
-        if (p->kernels[i]->kind != SN_KER_ATTENTION) at[i] = n, ks[n++] = p->kernels[i];
-        else at[i] = -1;
+    for (int i = 0; i < p->n_kernels; i++) at[i] = n, ks[n++] = p->kernels[i];
     sn_status rs = sn_cuda_render(ks, n, &t, &cs, &e);
     free(ks);
     if (rs) {
@@ -48,9 +46,8 @@ int cli_emit_cuda(const sn_program *p, const char *dir, int arch) {
         sn_cuda_source_free(&cs);
         return 1;
     }
-    printf("# %s: %d kernels as %d functions (%d GEMMs are library calls; %d attention kernels "
-           "not generated yet)\n", path, cs.n_kernels - cs.n_skipped, cs.n_functions,
-           cs.n_skipped, p->n_kernels - n);
+    printf("# %s: %d kernels as %d functions (%d GEMMs are library calls)\n", path,
+           cs.n_kernels - cs.n_skipped, cs.n_functions, cs.n_skipped);
     sn_cuda_module m;
     sn_status st = sn_nvrtc_compile(cs.src, "program.cu", arch, &m, &e);
     if (st == SN_ERR_UNSUPPORTED) { /* no toolkit: the source alone */

@@ -313,6 +313,32 @@ static void settle_into(fuse_state *s) {
     }
 }
 
+/* ---- the attention forward's output written into its permute ---- */
+
+/* Whether attention forward x writes its o (B, H, T, D) straight into the buffer of the permute
+ * that makes it (B, T, H, D) (kernel.h: a forward's output access): x is no output, its live
+ * readers are that one permute, keeping the head axis last and x's dtype, and attention
+ * backwards (which read o through the permute's buffer: sn_fuse_map_of). Then into[] marks x
+ * and the permute, which has a buffer but no kernel (x's writes it). */
+static bool fwd_into(fuse_state *s, const sn_node *x) {
+    if (x->op != SN_OP_ATTENTION || s->is_out[x->id] || s->home[x->id] != x->id || s->into[x->id])
+        return false;
+    const sn_node *perm = NULL;
+    for (int k = 0; k < s->n_users[x->id]; k++) {
+        const sn_node *u = s->g->nodes[s->users[x->id][k]];
+        if (!s->live[u->id] || sn_op_kind(u->op) == SN_K_ATTENTION) continue;
+        if (u->op != SN_OP_PERMUTE || perm || u->a.perm[u->rank - 1] != u->rank - 1 ||
+            u->dtype != x->dtype || !s->mat[u->id])
+            return false;
+        perm = u;
+    }
+    if (!perm) return false;
+    s->into[x->id] = s->into[perm->id] = perm;
+    s->mat[x->id] = false;
+    s->home[perm->id] = x->id;
+    return true;
+}
+
 /* ---- all decisions ---- */
 
 /* Views first: one has a buffer when it is an output or a compute op reads it, or when the
@@ -382,6 +408,8 @@ static void decide(fuse_state *s) {
         join_or_root(s, x);
     }
     settle_into(s);
+    for (int i = 0; i < n; i++) /* the attention forward's o written into its permute */
+        if (s->live[i]) fwd_into(s, g->nodes[i]);
     for (int i = 0; i < n; i++) { /* a bias add joins the GEMM before it as its epilogue */
         const sn_node *mm = s->live[i] ? bias_gemm(s, g->nodes[i]) : NULL;
         if (!mm) continue;
@@ -407,7 +435,7 @@ static sn_status build(fuse_state *s) {
     const char *what = "the fuse pass's program";
     sn_program *p = s->p = sn_calloc(1, sizeof *p, what, s->e);
     if (!p || !(p->value_of = sn_malloc(sizeof(int) * (size_t)n, what, s->e)) ||
-        !(p->kernels = sn_calloc((size_t)n, sizeof *p->kernels, what, s->e)))
+        !(p->kernels = sn_calloc(2 * (size_t)n + 1, /* a FINISH kernel at most per node */ sizeof *p->kernels, what, s->e)))
         return SN_ERR_OOM;
     p->g = g;
     sn_status st = sn_fuse_make_values(s);
@@ -418,6 +446,9 @@ static sn_status build(fuse_state *s) {
         else if (is_compute(x->op) && (!is_row(x->op) || !s->members[i]))
             st = sn_fuse_compute_kernel(s, x);
         else st = sn_fuse_group_kernel(s, x);
+        sn_kernel *k = st ? NULL : p->kernels[p->n_kernels - 1];
+        if (k && k->kind == SN_KER_ROW && sn_fuse_sums_rows(k->anchor->op))
+            st = sn_fuse_split_sum(s, k); /* and its FINISH kernel */
     }
     if (!st) st = sn_fuse_check_order(s);
     return st;

@@ -84,11 +84,21 @@ bool sn_fuse_map_through(const fuse_state *s, const sn_node *n, view_map *m) {
     }
 }
 
-/* The map of node n as seen through folded views, down to a materialised base. */
+/* The map of node n as seen through folded views, down to a materialised base; an attention
+ * forward's o written into its permute (fuse.c: fwd_into) is that permute's buffer seen
+ * through the inverse permutation. */
 bool sn_fuse_map_of(const fuse_state *s, const sn_node *n, view_map *m) {
     if (s->mat[n->id]) {
         *m = (view_map){.base = n};
         contiguous(n, m->stride);
+        return true;
+    }
+    if (n->op == SN_OP_ATTENTION && s->into[n->id]) {
+        const sn_node *p = s->into[n->id];
+        int64_t st[SN_MAX_RANK];
+        contiguous(p, st);
+        *m = (view_map){.base = p};
+        for (int d = 0; d < p->rank; d++) m->stride[p->a.perm[d]] = st[d];
         return true;
     }
     return sn_fuse_map_through(s, n, m);

@@ -21,7 +21,9 @@ typedef struct {
     const sn_node **into; /* a concatenation (an add of pads along one axis that tile it)
                              whose parts are all attention outputs written straight into its
                              buffer: for the concatenation, the pads, adds and views under it
-                             and those attention outputs, the concatenation; else NULL */
+                             and those attention outputs, the concatenation; for an attention
+                             forward whose o its kernel writes into the permute that reads it
+                             (fuse.c: fwd_into), and that permute, the permute; else NULL */
     /* per root: */
     const sn_node **anchor; /* the row op its kernel computes, or NULL */
     const sn_node **space;  /* the node whose shape is its kernel's index space */
@@ -110,6 +112,15 @@ sn_status sn_fuse_group_kernel(fuse_state *s, const sn_node *root);
 sn_status sn_fuse_copy_kernel(fuse_state *s, const sn_node *v);
 /* A kernel of one compute node (a row op with nothing fused reads its inputs as args). */
 sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n);
+/* The kernel k of a row op that sums over every row becomes kernel.h's PARTIAL kernel, and
+ * the FINISH kernel follows it, with their scratch value. */
+sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k);
+/* Whether op's kernel runs as PARTIAL and FINISH: a row op that sums over every row (the
+ * norm weight gradients, cross-entropy's mean loss). */
+static inline bool sn_fuse_sums_rows(sn_op op) {
+    const sn_row_facts *f = sn_row_facts_of(op);
+    return f && f->serial;
+}
 /* Asserts that every kernel reads only values written before it (or loaded with the program). */
 sn_status sn_fuse_check_order(const fuse_state *s);
 

@@ -220,16 +220,20 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
     }
     bool att = k->kind == SN_KER_ATTENTION;
     bool into = att && s->into[n->id];
+    /* outputs written through accesses: dq, or dk and dv, into a concatenation; the forward's
+       o (not lse) into its permute */
+    int n_into = !into ? 0 : n->op == SN_OP_ATTENTION ? 1 : k->n_out;
     if (att) { /* an access per input: attention reads q, k, v, o, dout through views; and
-                  one per output when they are written into a concatenation */
-        k->n_access = n->n_in + (into ? k->n_out : 0);
+                  one per output written through one */
+        k->n_access = n->n_in + n_into;
         k->access = sn_arena_alloc(&s->p->arena, sizeof(sn_access) * (size_t)k->n_access);
         if (!k->access) return sn_fail_oom(s->e, sizeof(sn_access) * 8, "a kernel of the fuse pass");
     }
-    for (int o = 0; into && o < k->n_out; o++) { /* dq, or dk and dv */
+    for (int o = 0; o < n_into; o++) {
         const sn_node *a = k->args[o], *y = s->into[a->id];
         view_map m;
-        SN_ASSERT(y && sn_fuse_out_map(s, a, y, &m)); /* decide made sure */
+        if (n->op == SN_OP_ATTENTION) SN_ASSERT(sn_fuse_map_of(s, a, &m) && m.base == y);
+        else SN_ASSERT(y && sn_fuse_out_map(s, a, y, &m)); /* decide made sure */
         k->args[o] = y;
         k->access[n->n_in + o] = (sn_access){.arg = o, .offset = m.offset};
         memcpy(k->access[n->n_in + o].stride, m.stride, sizeof m.stride);
@@ -279,14 +283,39 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
     return SN_OK;
 }
 
+/* The kernel k of a row op that sums over every row (a norm weight gradient, cross-entropy's
+ * mean loss) becomes the PARTIAL kernel of kernel.h's two stages, followed by the FINISH kernel that sums the partials into k's sums; the partials are a
+ * scratch value without a node (program.h), live from one to the other. */
+sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k) {
+    sn_program *p = s->p;
+    int y = -1; /* the arg the row op's sum is stored into */
+    for (int o = 0; o < k->n_out && y < 0; o++)
+        if (k->n_instr == 0 ? o == 0 : k->store[o] == k->row_instr) y = o;
+    SN_ASSERT(y >= 0 && (k->n_colsum == 0 || y == 0));
+    if (k->n_out + k->n_in + 1 > SN_KER_MAX_ARGS)
+        return sn_fail(s->e, SN_ERR_UNSUPPORTED, "fuse: kernel %s reads and writes %d buffers and "
+                       "its partial sums would make one more than %d; not supported yet", k->name,
+                       k->n_out + k->n_in, SN_KER_MAX_ARGS);
+    k->stage = SN_SUM_PARTIAL;
+    SN_ASSERT(k->args[y] == k->anchor);
+    k->scratch = p->n_values;
+    p->values[p->n_values++] = (sn_value){.bytes = sn_sum_chunks(k) * sn_sum_width(k) * 4,
+                                          .alias = -1, .first = -1, .last = -1};
+    sn_kernel_work(k, &k->n_items, &k->serial);
+    sn_kernel *f = new_kernel(s, SN_KER_ROW, k->anchor);
+    if (!f) return SN_ERR_OOM;
+    sn_sum_finish_fill(k, f);
+    return SN_OK;
+}
+
 /* Every kernel reads only values written before it (or loaded with the program). */
 sn_status sn_fuse_check_order(const fuse_state *s) {
     const sn_program *p = s->p;
     bool *written = sn_calloc((size_t)p->n_values + 1, 1, "the fuse pass's order check", s->e);
     if (!written) return SN_ERR_OOM;
     for (int v = 0; v < p->n_values; v++) {
-        sn_op op = p->values[v].node->op;
-        written[v] = is_leaf(op) || op == SN_OP_FULL;
+        const sn_node *n = p->values[v].node; /* NULL: a scratch value */
+        written[v] = n && (is_leaf(n->op) || n->op == SN_OP_FULL);
     }
     for (int k = 0; k < p->n_kernels; k++) {
         const sn_kernel *ker = p->kernels[k];
@@ -297,11 +326,14 @@ sn_status sn_fuse_check_order(const fuse_state *s) {
             if (a >= ker->n_out && !written[v])
                 SN_ASSERT(!"fuse: a kernel reads a value that no earlier kernel wrote");
         }
+        if (ker->stage == SN_SUM_FINISH && !written[ker->scratch])
+            SN_ASSERT(!"fuse: a FINISH kernel before its PARTIAL kernel");
         for (int a = 0; a < ker->n_out; a++) {
             int v = p->value_of[ker->args[a]->id];
             while (p->values[v].alias >= 0) v = p->values[v].alias;
             written[v] = true;
         }
+        if (ker->stage == SN_SUM_PARTIAL) written[ker->scratch] = true;
     }
     free(written);
     return SN_OK;
@@ -312,11 +344,13 @@ sn_status sn_fuse_check_order(const fuse_state *s) {
 static int dtype_bytes(sn_dtype t) { return sn_dtype_bits(t) / 8; }
 
 /* One value per node with a buffer, in graph order; a reshape of a buffer that is not an
- * output aliases it. */
+ * output aliases it. Room after them for the scratch of each norm weight gradient. */
 sn_status sn_fuse_make_values(fuse_state *s) {
     const sn_graph *g = s->g;
     sn_program *p = s->p;
-    p->values = sn_calloc((size_t)g->n_nodes, sizeof *p->values, "the fuse pass's values", s->e);
+    size_t room = (size_t)g->n_nodes;
+    for (int i = 0; i < g->n_nodes; i++) room += sn_fuse_sums_rows(g->nodes[i]->op);
+    p->values = sn_calloc(room, sizeof *p->values, "the fuse pass's values", s->e);
     if (!p->values) return SN_ERR_OOM;
     for (int i = 0; i < g->n_nodes; i++) {
         const sn_node *n = g->nodes[i];

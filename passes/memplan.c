@@ -75,6 +75,11 @@ static void share_in_place(sn_program *p, int *readers, int *writer) {
 static void fill_live_ranges(sn_program *p) {
     for (int k = 0; k < p->n_kernels; k++) {
         const sn_kernel *ker = p->kernels[k];
+        if (ker->stage != SN_SUM_WHOLE) { /* the partial sums: PARTIAL writes, FINISH reads */
+            sn_value *val = &p->values[ker->scratch];
+            if (val->first < 0) val->first = k;
+            val->last = k;
+        }
         for (int a = 0; a < ker->n_out + ker->n_in; a++) {
             int v = root_of(p, p->value_of[ker->args[a]->id]);
             sn_value *val = &p->values[v];

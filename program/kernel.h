@@ -90,7 +90,9 @@ struct sn_kernel {
      * n_access = anchor->n_in + n_out, written through access[anchor->n_in + o] (arg o, unit
      * stride along the head) into args[o], a wider buffer they share: the (B, T, 3C)
      * concatenation of the QKV gradient, each kernel writing its slices of it (see
-     * sn_kernel_out_part). */
+     * sn_kernel_out_part). The forward's o likewise, with n_access = anchor->n_in + 1: o
+     * (B, H, T, D) written through access[anchor->n_in] into args[0], the (B, T, H, D) permute
+     * of it (the (B, T, C) the projection reads), which the backward reads o through. */
     int rank;
     int64_t shape[SN_MAX_RANK];
     int n_instr;
@@ -110,12 +112,28 @@ struct sn_kernel {
     /* ROW whose anchor sums over every row (layernorm_bwd_w, rmsnorm_bwd_w), with column sums
      * (n_colsum > 0): outputs 1 .. n_colsum are `sum` nodes over the same R rows (bias
      * gradients, layernorm's dbeta) that joined the kernel: output o is the sum over r of
-     * args[colsum_src[o]] read as a contiguous (R, C_o) matrix, C_o = numel(args[o]). One
-     * launch does them all: item 0 is the anchor over every row, items 1 .. are tiles of
-     * SN_COLSUM_TILE columns (output 1's tiles first), each summed over all R rows in row order
-     * (sn_colsum_tile); such a kernel is not serial. */
+     * args[colsum_src[o]] read as a contiguous (R, C_o) matrix, C_o = numel(args[o]). */
     int n_colsum;
     int colsum_src[SN_KER_MAX_ARGS];
+
+    /* A row op that sums over every row (row facts `serial`: a norm weight gradient with its
+     * column sums, cross-entropy's mean loss) runs as two kernels, so that every SM takes a
+     * share of the rows and no float is added in a varying order. Between them a scratch
+     * value (program.h: no node) of P = ceil(R / SN_SUM_CHUNK) rows of W f32 partial sums, W
+     * the anchor's C columns then each column sum's C_o (cross-entropy: W = 4, the chunk's
+     * loss sum and its counted rows as two f64); its buffer follows the args
+     * (bufs[n_out + n_in]).
+     *   SN_SUM_PARTIAL: item i is chunk p = i / (1 + tiles) of SN_SUM_CHUNK rows (the last may
+     *     be short), part i % (1 + tiles): part 0 sums the anchor over the chunk's rows into
+     *     scratch[p][0, C); part 1 + t sums column-sum tile t (sn_colsum_tile) over them into
+     *     its columns of scratch[p]. Args as a one-kernel version would have them: it stores
+     *     the prologue's outputs, not the sums.
+     *   SN_SUM_FINISH: the next kernel: args are the sums alone (the anchor's, then the column
+     *     sums', n_in 0); item i: columns [i SN_SUM_FINISH_COLS, ..) of W, each the sum of the
+     *     P partials in order p = 0, 1, ... (cross-entropy: one item, the loss sums and the
+     *     counts added in that order in f64, their quotient the mean loss) */
+    int stage;
+    int scratch; /* the scratch value (an index into the program's values) */
 
     /* The optimizer kinds: the flat range [0, flat_n) of f32 elements they cover, and (ADAMW)
      * the first flat_decay of them, which get weight decay. */
@@ -151,7 +169,7 @@ enum { SN_SQNORM_BLOCK = 4096 };
 
 /* How many buffers a launch of k passes (args for the kinds fuse makes; fixed for the
  * optimizer kinds); devices that translate buffers (a checked device) read it. */
-int sn_kernel_n_bufs(const sn_kernel *k);
+int sn_kernel_n_bufs(const sn_kernel *k); /* with the scratch of a PARTIAL or FINISH kernel */
 
 /* The CPU calling convention of a generated kernel: bufs[i] points at args[i]'s data; the
  * kernel does the items [begin, end). */
@@ -184,6 +202,16 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial);
 
 /* The column sums of a ROW kernel (n_colsum above) are split in tiles of this many columns. */
 enum { SN_COLSUM_TILE = 32 };
+/* The stages of a sum over every row (`stage` above), rows a chunk, columns a finishing item. */
+enum { SN_SUM_WHOLE, SN_SUM_PARTIAL, SN_SUM_FINISH };
+enum { SN_SUM_CHUNK = 64, SN_SUM_FINISH_COLS = 64 };
+/* Chunks P and partial-sum columns W of a PARTIAL or FINISH kernel. */
+int64_t sn_sum_chunks(const sn_kernel *k);
+int64_t sn_sum_width(const sn_kernel *k);
+/* f (zeroed, its id set) as the FINISH kernel of PARTIAL kernel k. */
+void sn_sum_finish_fill(const sn_kernel *k, sn_kernel *f);
+/* Whether k writes its output o: not a PARTIAL kernel's sums (its FINISH kernel does). */
+bool sn_kernel_writes(const sn_kernel *k, int o);
 /* Tiles of k's column sums (0 without). */
 int64_t sn_colsum_tiles(const sn_kernel *k);
 /* Tile t (0-based, item t + 1) of k's column sums: its output *o and first column *c0. */

@@ -1,6 +1,7 @@
 /* program.c: the compiled program's printout and its release, and what kernel.h says of row
  * ops (one table pinned to the op count) and of a kernel's work split (sn_kernel_work, shared
  * by fuse and the code generators); the program's passes are passes/fuse.c and memplan.c. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +48,7 @@ int sn_kernel_n_bufs(const sn_kernel *k) {
     case SN_KER_GRAD_ACC: case SN_KER_CLIP: return 2;
     case SN_KER_SQNORM: return 3;
     case SN_KER_ADAMW: return 5;
-    default: return k->n_out + k->n_in;
+    default: return k->n_out + k->n_in + (k->stage != SN_SUM_WHOLE);
     }
 }
 
@@ -69,6 +70,14 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
     switch (k->kind) {
     case SN_KER_POINTWISE: *n_items = sn_shape_numel(k->rank, k->shape); return;
     case SN_KER_ROW:
+        if (k->stage == SN_SUM_PARTIAL) { /* per chunk: the anchor, then the column sums' tiles */
+            *n_items = sn_sum_chunks(k) * (1 + sn_colsum_tiles(k));
+            return;
+        }
+        if (k->stage == SN_SUM_FINISH) {
+            *n_items = (sn_sum_width(k) + SN_SUM_FINISH_COLS - 1) / SN_SUM_FINISH_COLS;
+            return;
+        }
         if (k->n_colsum > 0) { /* the anchor, then the column sums' tiles */
             *n_items = 1 + sn_colsum_tiles(k);
             return;
@@ -94,6 +103,40 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
     *serial = true;
 }
 
+int64_t sn_sum_chunks(const sn_kernel *k) {
+    SN_ASSERT(k->stage != SN_SUM_WHOLE);
+    return (rows_of(k->anchor->in[0]) + SN_SUM_CHUNK - 1) / SN_SUM_CHUNK;
+}
+
+int64_t sn_sum_width(const sn_kernel *k) {
+    SN_ASSERT(k->stage != SN_SUM_WHOLE);
+    if (k->anchor->op == SN_OP_CROSS_ENTROPY) return 4; /* the loss sum and the count, two f64 */
+    int64_t w = 0;
+    if (k->stage == SN_SUM_FINISH)
+        for (int o = 0; o < k->n_out; o++) w += sn_numel(k->args[o]);
+    else
+        for (int o = 0; o <= k->n_colsum; o++) w += sn_numel(o ? k->args[o] : k->anchor);
+    return w;
+}
+
+void sn_sum_finish_fill(const sn_kernel *k, sn_kernel *f) {
+    SN_ASSERT(k->stage == SN_SUM_PARTIAL);
+    f->kind = SN_KER_ROW;
+    f->anchor = k->anchor;
+    f->stage = SN_SUM_FINISH;
+    f->scratch = k->scratch;
+    f->n_out = 1 + k->n_colsum;
+    f->n_in = 0;
+    f->args[0] = k->anchor;
+    for (int o = 1; o <= k->n_colsum; o++) f->args[o] = k->args[o];
+    snprintf(f->name, sizeof f->name, "k%d_%s_finish", f->id, sn_op_name(k->anchor->op));
+    sn_kernel_work(f, &f->n_items, &f->serial);
+}
+
+bool sn_kernel_writes(const sn_kernel *k, int o) {
+    return k->stage != SN_SUM_PARTIAL || (k->args[o] != k->anchor && (o < 1 || o > k->n_colsum));
+}
+
 int64_t sn_colsum_tiles(const sn_kernel *k) {
     int64_t n = 0;
     for (int o = 1; o <= k->n_colsum; o++)
@@ -117,7 +160,7 @@ void sn_colsum_tile(const sn_kernel *k, int64_t t, int *o, int64_t *c0) {
 
 bool sn_kernel_out_part(const sn_kernel *k, int o, bool *mask) {
     const sn_node *a = k->anchor;
-    if (k->kind != SN_KER_ATTENTION || k->n_access != a->n_in + k->n_out) return false;
+    if (k->kind != SN_KER_ATTENTION || o >= k->n_access - a->n_in) return false;
     const sn_node *y = o ? k->anchor2 : a;
     const sn_access *x = &k->access[a->n_in + o];
     memset(mask, 0, (size_t)sn_numel(k->args[o]));

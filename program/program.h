@@ -8,7 +8,8 @@
 #include "kernel.h"
 
 typedef struct {
-    const sn_node *node; /* the materialised node */
+    const sn_node *node; /* the materialised node; NULL for a kernel's scratch (kernel.h: the
+                            partial sums between a PARTIAL and its FINISH kernel) */
     int64_t bytes;
     bool persistent;     /* lives in the persistent block for the whole run */
     int64_t offset;      /* bytes into the arena, or into the persistent block */

@@ -38,7 +38,7 @@ static sn_status fill_constants(sn_exec *x, sn_err *e) {
     for (int i = 0; i < p->n_values; i++) {
         const sn_value *v = &p->values[i];
         const sn_node *n = v->node;
-        if (n->op != SN_OP_CONST && n->op != SN_OP_FULL) continue;
+        if (!n || (n->op != SN_OP_CONST && n->op != SN_OP_FULL)) continue; /* !n: a scratch */
         if (n->dtype != SN_F32 && n->dtype != SN_I32)
             return sn_fail(e, SN_ERR_UNSUPPORTED, "constant %%%d is %s: only f32 and i32 constants "
                            "are supported by the compiled backends yet", n->id, sn_dtype_name(n->dtype));
@@ -243,6 +243,12 @@ sn_status sn_exec_run(sn_exec *x, sn_err *e) {
             SN_ASSERT(v);
             bufs[a] = ptr_of(x, v);
             if (!v->persistent && v->offset + v->bytes > x->st.arena_peak_bytes)
+                x->st.arena_peak_bytes = v->offset + v->bytes;
+        }
+        if (ker->stage != SN_SUM_WHOLE) { /* the partial sums, after the args (kernel.h) */
+            const sn_value *v = &p->values[ker->scratch];
+            bufs[ker->n_out + ker->n_in] = ptr_of(x, v);
+            if (v->offset + v->bytes > x->st.arena_peak_bytes)
                 x->st.arena_peak_bytes = v->offset + v->bytes;
         }
         s = ker->kind == SN_KER_GEMM ? d->gemm(d, ker, bufs, e) : d->launch(d, ker, x->handles[k], bufs, e);

@@ -119,10 +119,10 @@ void node_kernel(sn_kernel *k, sn_kernel_kind kind, const sn_node *n) {
     }
     const sn_node *x = n->in[0];
     switch (kind) {
-    case SN_KER_ROW:
-        k->n_items = sn_numel(x) / (x->rank ? x->shape[x->rank - 1] : 1);
-        k->serial = n->op == SN_OP_CROSS_ENTROPY || n->op == SN_OP_LAYERNORM_BWD_W ||
-                    n->op == SN_OP_RMSNORM_BWD_W;
+    case SN_KER_ROW: /* a sum over every row: the PARTIAL kernel (check_kernel adds FINISH) */
+        if (sn_row_facts_of(n->op) && sn_row_facts_of(n->op)->serial) k->stage = SN_SUM_PARTIAL;
+        sn_kernel_work(k, &k->n_items, &k->serial);
+        (void)x;
         break;
     case SN_KER_REDUCE: k->n_items = sn_numel(n); break;
     case SN_KER_GATHER: k->n_items = n->op == SN_OP_EMBEDDING ? sn_numel(n->in[1]) : 1; break;
@@ -239,12 +239,19 @@ void compare_out(sn_interp *it, const sn_kernel *k, int o, const void *buf, doub
 }
 
 /* Runs k over [0, n_items) whole, in two and in three uneven parts (serial kernels: whole
- * only), each time into NaN-poisoned outputs, and compares with the interpreter. */
+ * only), each time into NaN-poisoned outputs, and compares with the interpreter; a PARTIAL
+ * kernel (kernel.h), each time followed by its FINISH kernel the same way. */
 void check_kernel(tcase *t, sn_kernel *k, double tol) {
     sn_jit *j = new_jit(t->lanes);
     sn_cpu_kernel_fn fn = compile_one(j, k);
-    void *bufs[SN_KER_MAX_ARGS];
+    void *bufs[SN_KER_MAX_ARGS + 1];
     for (int i = k->n_out; i < k->n_out + k->n_in; i++) bufs[i] = host_of(t, k->args[i]);
+    sn_kernel fin = {.id = k->id};
+    sn_cpu_kernel_fn finish = NULL;
+    if (k->stage == SN_SUM_PARTIAL) {
+        sn_sum_finish_fill(k, &fin);
+        finish = compile_one(j, &fin);
+    }
     int64_t n = k->n_items;
     int64_t cuts[3][4] = {{0, n, n, n}, {0, n * 2 / 5 + 1, n, n}, {0, n / 7, n / 7 + (n + 1) / 2, n}};
     static const char *const how[3] = {"whole", "2 parts", "3 parts"};
@@ -255,6 +262,7 @@ void check_kernel(tcase *t, sn_kernel *k, double tol) {
             for (size_t i = 0; i < count; i++) b[i] = NAN; /* i32 outputs: 0x7fc00000 */
             bufs[o] = b;
         }
+        if (finish) bufs[k->n_out + k->n_in] = sn_test_scratch(k);
         for (int c = 0; c < 3; c++) {
             int64_t a = cuts[s][c] < n ? cuts[s][c] : n, b = cuts[s][c + 1] < n ? cuts[s][c + 1] : n;
             if (s == 0 && c > 0) break;
@@ -262,6 +270,17 @@ void check_kernel(tcase *t, sn_kernel *k, double tol) {
         }
         fn(bufs, n, n); /* empty calls change nothing, serial kernels' sums included */
         fn(bufs, 0, 0);
+        if (finish) { /* its outputs are the PARTIAL kernel's sums, in the same buffers */
+            void *fb[SN_KER_MAX_ARGS + 1];
+            for (int o = 0; o < fin.n_out; o++)
+                for (int a = 0; a < k->n_out; a++)
+                    if (k->args[a] == fin.args[o]) fb[o] = bufs[a];
+            fb[fin.n_out] = sn_test_scratch(&fin);
+            int64_t m = fin.n_items;
+            finish(fb, m / 3, m); /* the last items first */
+            finish(fb, 0, m / 3);
+            finish(fb, m, m);
+        }
         for (int o = 0; o < k->n_out; o++) {
             compare_out(t->it, k, o, bufs[o], tol, how[s]);
             free(bufs[o]);

@@ -37,3 +37,32 @@ const char *sn_shared_data(const char *name) {
     snprintf(buf, sizeof buf, "%s/data/%s", root ? root : "../shared", name);
     return buf;
 }
+
+float *sn_test_scratch(const sn_kernel *k) {
+    enum { SLOTS = 64 };
+    static struct {
+        int scratch;
+        int64_t n;
+        float *buf;
+    } slot[SLOTS];
+    static int used;
+    int at = 0;
+    while (at < used && slot[at].scratch != k->scratch) at++;
+    int64_t n = sn_sum_chunks(k) * sn_sum_width(k);
+    if (k->stage == SN_SUM_FINISH) {
+        ck_assert_msg(at < used && slot[at].n == n, "%s: a FINISH kernel before its PARTIAL kernel",
+                      k->name);
+        return slot[at].buf;
+    }
+    ck_assert(k->stage == SN_SUM_PARTIAL);
+    if (at == used) {
+        ck_assert(used < SLOTS);
+        slot[used++] = (typeof(slot[0])){.scratch = k->scratch};
+    }
+    free(slot[at].buf);
+    slot[at].n = n;
+    slot[at].buf = malloc(sizeof(float) * (size_t)n + 64);
+    ck_assert(slot[at].buf);
+    for (int64_t i = 0; i < n; i++) slot[at].buf[i] = NAN;
+    return slot[at].buf;
+}

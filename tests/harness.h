@@ -4,6 +4,8 @@
 #define SN_TEST_HARNESS_H
 
 #include <check.h>
+
+#include "program/kernel.h"
 #include <stddef.h>
 
 /* Runs the suite (CK_FORK as Check decides), returns the process exit code. */
@@ -16,5 +18,10 @@ void sn_check_close(const char *what, const double *got, const double *want, siz
 
 /* Path of a file under ../shared/data (env SN_SHARED overrides ../shared); static buffer. */
 const char *sn_shared_data(const char *name);
+
+/* The partial sums between a PARTIAL kernel and its FINISH kernel (kernel.h), as a test runs
+ * them on the host one after the other: a PARTIAL kernel gets a fresh buffer of NaNs, its
+ * FINISH kernel the same buffer (by the scratch value's index). */
+float *sn_test_scratch(const sn_kernel *k);
 
 #endif

@@ -361,9 +361,13 @@ START_TEST(test_cross_entropy_padded) {
     sn_jit *j = new_jit(LANES);
     void *bufs[4] = {NULL, host_of(&t, lg), host_of(&t, tn), host_of(&t, dl)};
     float lv = NAN, *gv = malloc(sizeof(float) * 6 * 37);
-    node_kernel(&k, SN_KER_ROW, loss);
-    bufs[0] = &lv;
-    compile_one(j, &k)(bufs, 0, 6);
+    node_kernel(&k, SN_KER_ROW, loss); /* the chunk's sums, then their mean (kernel.h) */
+    double sums[2] = {NAN, NAN};
+    void *pb[4] = {&lv, host_of(&t, lg), host_of(&t, tn), sums}, *fb[2] = {&lv, sums};
+    compile_one(j, &k)(pb, 0, k.n_items);
+    sn_kernel fin = {.id = k.id};
+    sn_sum_finish_fill(&k, &fin);
+    compile_one(j, &fin)(fb, 0, fin.n_items);
     node_kernel(&k, SN_KER_ROW, grad);
     bufs[0] = gv;
     compile_one(j, &k)(bufs, 0, 6);

@@ -466,7 +466,8 @@ START_TEST(tiny_gpt2_kernels) {
 }
 END_TEST
 
-/* ---- NVRTC: every form for sm_75, sm_80, sm_90, no spills ---- */
+/* ---- NVRTC: every form for sm_75, sm_80, sm_90, no spills (f32 at D = 32 spilled on sm_90
+ * until the forward unrolled its value loop whole there) ---- */
 
 static sn_program *case_program(const att_case *c, sn_graph **gp) {
     sn_graph *g = sn_graph_new();
@@ -489,7 +490,7 @@ START_TEST(nvrtc_no_spills) {
     static const struct {
         sn_dtype dt;
         int64_t D;
-    } forms[] = {{SN_F32, 64}, {SN_F32, 128}, {SN_BF16, 64}, {SN_BF16, 128}, {SN_F16, 64},
+    } forms[] = {{SN_F32, 32}, {SN_F32, 64}, {SN_F32, 128}, {SN_BF16, 64}, {SN_BF16, 128}, {SN_F16, 64},
                  {SN_F16, 128}};
     static const int archs[] = {75, 80, 90};
     int bad = 0;

@@ -275,7 +275,8 @@ START_TEST(what_does_not_fuse) {
     sn_node *outs[] = {s, m, loss, sn_scale(g, e, 2)};
     for (int i = 0; i < 4; i++) sn_graph_add_output(g, outs[i]);
     sn_program *p = compile(g);
-    ck_assert_int_eq(p->n_kernels, 7); /* causal_mask, softmax | softmax + exp, sum | exp, ce, scale */
+    ck_assert_int_eq(p->n_kernels, 8); /* causal_mask, softmax | softmax + exp, sum | exp, ce
+                                          (partial sums, their mean), scale */
     ck_assert(kernel_of(p, s, NULL)->anchor == s && kernel_of(p, s, NULL)->n_instr == 0);
     ck_assert_int_eq(kernel_of(p, m, NULL)->kind, SN_KER_REDUCE);
     ck_assert(!computes(kernel_of(p, loss, NULL), e));
@@ -330,8 +331,9 @@ START_TEST(memory_plan_gpt2) {
     sn_graph *g = gpt2_training("gpt2", 0, 4, 64);
     sn_program *p = compile(g);
     check_plan(p);
-    /* 24 a layer; embedding, ln_f, logits, loss, their backwards and the embeddings' gradients */
-    ck_assert_int_eq(p->n_kernels, 12 * 24 + 13);
+    /* 25 a layer; embedding, ln_f, logits, loss, their backwards and the embeddings' gradients
+     * (ln_f's weight gradient and the loss in two kernels each, PARTIAL and FINISH) */
+    ck_assert_int_eq(p->n_kernels, 12 * 25 + 15);
     int bias = 0;
     for (int k = 0; k < p->n_kernels; k++) /* the qkv GEMMs: matmul + bias, args y, A, B, b */
         if (p->kernels[k]->kind == SN_KER_GEMM && p->kernels[k]->n_in == 3) {
@@ -431,7 +433,7 @@ START_TEST(row_facts_and_work_split) {
     ck_assert(sn_row_facts_of(SN_OP_CROSS_ENTROPY)->serial && !sn_row_facts_of(SN_OP_SOFTMAX)->serial);
     sn_graph *g = gpt2_training("tiny", 0, 2, 16);
     sn_program *p = compile(g);
-    int serial = 0, colsum_kernels = 0, colsums = 0;
+    int serial = 0, colsum_kernels = 0, colsums = 0, finish = 0;
     for (int k = 0; k < p->n_kernels; k++) {
         const sn_kernel *ker = p->kernels[k];
         int64_t n;
@@ -442,9 +444,22 @@ START_TEST(row_facts_and_work_split) {
         serial += ker->kind == SN_KER_ROW && s;
         colsum_kernels += ker->n_colsum > 0;
         colsums += ker->n_colsum;
-        if (ker->n_colsum) ck_assert_int_eq(n, 1 + sn_colsum_tiles(ker));
+        if (ker->n_colsum) ck_assert_int_eq(n, sn_sum_chunks(ker) * (1 + sn_colsum_tiles(ker)));
+        if (ker->kind == SN_KER_ROW && sn_row_facts_of(ker->anchor->op)->serial) { /* two stages */
+            ck_assert_int_eq(ker->stage, SN_SUM_PARTIAL);
+            ck_assert_int_eq(p->kernels[k + 1]->stage, SN_SUM_FINISH);
+            ck_assert_int_eq(p->kernels[k + 1]->scratch, ker->scratch);
+            ck_assert(p->values[ker->scratch].node == NULL);
+            ck_assert_int_eq(p->values[ker->scratch].bytes,
+                             4 * sn_sum_chunks(ker) * sn_sum_width(ker));
+            ck_assert_int_eq(p->values[ker->scratch].first, k);
+            ck_assert_int_eq(p->values[ker->scratch].last, k + 1);
+            finish++;
+            k++;
+        }
     }
-    ck_assert_int_eq(serial, 1); /* the loss */
+    ck_assert_int_eq(finish, 1 + 1 + 2 * 2); /* the loss, ln_f, 2 a layer */
+    ck_assert_int_eq(serial, 0); /* the loss: PARTIAL and FINISH */
     /* ln_1, ln_2 weight grads per layer and ln_f's carry the column sums: each its dbeta and
      * the bias gradient of the residual gradient it follows (the projection before it; none
      * before layer 0's ln_1), ln_2's the fc bias, ln_1's the qkv bias */
@@ -472,21 +487,50 @@ START_TEST(kernels_per_gpt2_layer) {
            per[SN_KER_REDUCE], per[SN_KER_GEMM], per[SN_KER_ATTENTION]);
     ck_assert_int_eq(per[SN_KER_GEMM], 12);      /* 4 linear layers x (forward, dx, dw) */
     ck_assert_int_eq(per[SN_KER_ATTENTION], 3);  /* forward (o and lse), dq, dk and dv */
-    /* forward: 1 permute (attention's output to (B, T, C)), bias + gelu (the qkv bias is the
-     * GEMM's epilogue); backward: gelu_bwd; attention reads q, k, v and dout in place (4
+    /* forward: bias + gelu (the qkv bias is the GEMM's epilogue; attention writes o straight
+     * into (B, T, C)); backward: gelu_bwd; attention reads q, k, v and dout in place (4
      * copies fewer) and writes dq, dk, dv into the qkv gradient's concatenation (3 permutes
      * and the concatenation fewer) */
-    ck_assert_int_eq(per[SN_KER_POINTWISE], 3);
-    /* 2 x (residual + layernorm), 2 x (layernorm_bwd + residual gradient), 2 layernorm_bwd_w */
-    ck_assert_int_eq(per[SN_KER_ROW], 6);
+    ck_assert_int_eq(per[SN_KER_POINTWISE], 2);
+    /* 2 x (residual + layernorm), 2 x (layernorm_bwd + residual gradient), 2 layernorm_bwd_w
+     * in two kernels each (partial sums over chunks of rows, then their sums) */
+    ck_assert_int_eq(per[SN_KER_ROW], 8);
     /* 4 bias gradients, 2 layernorm bias gradients: column sums of the weight-gradient kernels */
     ck_assert_int_eq(per[SN_KER_REDUCE], 0);
-    ck_assert_int_eq(total[1] - total[0], 24); /* with attention fused (45 before fusing around
+    ck_assert_int_eq(total[1] - total[0], 25); /* with attention fused (45 before fusing around
                                                   rows, 40 before dk and dv shared a kernel, 39
                                                   before attention read q, k, v, dout in place,
                                                   35 before the column sums joined, 29 before
                                                   dq, dk, dv were written in place, 25 before
-                                                  the qkv bias was the GEMM's epilogue) */
+                                                  the qkv bias was the GEMM's epilogue; 24
+                                                  before the norm weight gradients took two
+                                                  kernels each to use the whole GPU, 26 before
+                                                  the forward wrote o into (B, T, C)) */
+    sn_graph *g = gpt2_training("tiny", 1, 2, 16);
+    sn_program *p = compile(g);
+    int fwd = 0;
+    for (int k = 0; k < p->n_kernels; k++) { /* o (B, H, T, D) into its (B, T, H, D) permute */
+        const sn_kernel *ker = p->kernels[k];
+        const sn_node *a = ker->anchor;
+        if (ker->kind != SN_KER_ATTENTION) continue;
+        const sn_node *o = a->op == SN_OP_ATTENTION ? a : a->in[3];
+        const sn_access *x = a->op == SN_OP_ATTENTION ? &ker->access[a->n_in] : &ker->access[3];
+        const sn_node *buf = ker->args[x->arg];
+        ck_assert_int_eq(p->value_of[o->id], -1); /* no buffer of its own */
+        ck_assert(buf->op == SN_OP_PERMUTE && buf->in[0] == o);
+        /* (b, h, t, d) at b T C + t C + h D + d */
+        const int64_t H = o->shape[1], T = o->shape[2], D = o->shape[3];
+        ck_assert(x->offset == 0 && x->stride[0] == T * H * D && x->stride[1] == D &&
+                  x->stride[2] == H * D && x->stride[3] == 1);
+        if (a->op == SN_OP_ATTENTION) {
+            ck_assert_int_eq(ker->n_access, a->n_in + 1);
+            ck_assert(ker->args[1] == a->in[3]); /* lse: contiguous, no access */
+            fwd++;
+        }
+    }
+    ck_assert_int_eq(fwd, 1);
+    sn_program_free(p);
+    sn_graph_free(g);
 }
 END_TEST
 

@@ -101,10 +101,12 @@ static void run_and_compare(const sn_kernel *k, sn_cpu_kernel_fn fn, const sn_in
             bufs[a] = to_buffer(n, v);
         }
     }
+    if (k->stage != SN_SUM_WHOLE) bufs[nargs] = sn_test_scratch(k); /* the partial sums */
     for (int p = parts - 1; p >= 0; p--)
         fn(bufs, k->n_items * p / parts, k->n_items * (p + 1) / parts);
     for (int o = 0; o < k->n_out; o++) {
         const sn_node *n = k->args[o];
+        if (!sn_kernel_writes(k, o)) continue; /* a PARTIAL kernel's sums: its FINISH's */
         int64_t m = sn_numel(n);
         double *got = malloc(sizeof(double) * (size_t)m + 8);
         for (int64_t i = 0; i < m; i++)
@@ -219,17 +221,17 @@ END_TEST
 
 /* The backward of a pre-norm block: dx = g + layernorm_bwd(x, w, dy) (an epilogue), with dy
  * computed (a prologue) and stored for layernorm_bwd_w and the bias gradient; rmsnorm_bwd with
- * x computed. */
+ * x computed. 150 rows: the weight gradients sum 3 chunks of rows (kernel.h: PARTIAL, FINISH). */
 START_TEST(norm_backwards) {
     sn_graph *g = sn_graph_new();
-    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(5, 3, 40));
-    sn_node *d0 = sn_input(g, "d0", SN_F32, SN_SHAPE(5, 3, 40));
-    sn_node *gr = sn_input(g, "g", SN_F32, SN_SHAPE(5, 3, 40));
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(5, 30, 40));
+    sn_node *d0 = sn_input(g, "d0", SN_F32, SN_SHAPE(5, 30, 40));
+    sn_node *gr = sn_input(g, "g", SN_F32, SN_SHAPE(5, 30, 40));
     sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(40), SN_INIT_NORMAL, 1);
     sn_node *dy = sn_mul(g, d0, sn_exp(g, x));
     sn_node *dx = sn_add(g, gr, sn_layernorm_bwd(g, x, w, dy, 1e-5f));
     sn_node *dw = sn_layernorm_bwd_w(g, x, dy, 1e-5f);
-    sn_node *db = sn_sum(g, sn_reshape(g, dy, SN_SHAPE(15, 40)), 0, false);
+    sn_node *db = sn_sum(g, sn_reshape(g, dy, SN_SHAPE(150, 40)), 0, false);
     sn_node *rx = sn_rmsnorm_bwd(g, sn_scale(g, x, 3), w, d0, 1e-5f);
     sn_node *rw = sn_rmsnorm_bwd_w(g, sn_neg(g, x), sn_scale(g, d0, 0.5f), 1e-5f);
     sn_node *outs[] = {dx, dw, db, rx, rw};
@@ -240,6 +242,8 @@ START_TEST(norm_backwards) {
     ck_assert_int_eq(kernel_of(p, dx)->n_out, 2);
     ck_assert_int_eq(kernel_of(p, dw)->n_instr, 0); /* reads x and dy's buffer as they are */
     ck_assert_int_eq(st.row_fused, 3);
+    const sn_kernel *kw = kernel_of(p, dw); /* over 3 chunks of rows, the last one short */
+    ck_assert(kw->stage == SN_SUM_PARTIAL && sn_sum_chunks(kw) == 3 && kw->n_colsum == 1);
     sn_program_free(p);
     sn_graph_free(g);
 }
@@ -272,12 +276,12 @@ END_TEST
 
 /* cross_entropy of computed logits; cross_entropy_bwd over a padded vocabulary (17 of 20
  * classes), ignored targets, computed logits stored for a later reader, and an epilogue that
- * reads the logits again. */
+ * reads the logits again. 150 rows: the loss sums 3 chunks of rows (kernel.h: PARTIAL). */
 START_TEST(cross_entropies) {
     sn_graph *g = sn_graph_new();
-    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(3, 7, 20));
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(3, 50, 20));
     sn_node *c = sn_param(g, "c", SN_F32, SN_SHAPE(20), SN_INIT_NORMAL, 1);
-    sn_node *t = sn_input(g, "t", SN_I32, SN_SHAPE(3, 7));
+    sn_node *t = sn_input(g, "t", SN_I32, SN_SHAPE(3, 50));
     sn_node *loss = sn_cross_entropy_padded(g, sn_scale(g, x, 2), t, -1, 17);
     sn_node *lg = sn_add(g, x, c);
     sn_node *dl = sn_cross_entropy_bwd_padded(g, lg, t, sn_scalar(g, SN_F32, 2), -1, 17);
@@ -286,6 +290,7 @@ START_TEST(cross_entropies) {
     kernel_stats st;
     sn_program *p = fuse_and_check(g, 17, "t", &st);
     ck_assert_int_eq(kernel_of(p, loss)->n_instr, 2);
+    ck_assert_int_eq(sn_sum_chunks(kernel_of(p, loss)), 3);
     ck_assert_ptr_eq(kernel_of(p, lg), kernel_of(p, outs[1]));
     ck_assert_int_eq(st.row_fused, 2);
     sn_program_free(p);

@@ -108,23 +108,28 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
         break;
     default: SN_ASSERT(0);
     }
-    bool into = k->n_access == n->n_in + n_out; /* outputs written through accesses */
-    if (k->n_out != n_out || (!into && (k->args[0] != n || (n_out == 2 && k->args[1] != a2))))
+    /* outputs written through accesses: every backward output, or the forward's o alone */
+    int n_into = k->n_access - n->n_in;
+    bool into = n_into > 0;
+    if (into && n_into != (p->pass == SN_ATT_FWD ? 1 : n_out))
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: an attention kernel writes every "
+                       "backward output, or the forward's o alone, through an access", k->name);
+    if (k->n_out != n_out || (!into && (k->args[0] != n || (n_out == 2 && k->args[1] != a2))) ||
+        (into && p->pass == SN_ATT_FWD && n_out == 2 && k->args[1] != a2))
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: outputs must be args[0] = %s%s",
                        k->name, sn_op_name(n->op), n_out == 2 ? ", args[1] = anchor2" : "");
-    for (int o = 0; into && o < n_out; o++) {
+    for (int o = 0; o < n_into; o++) {
         const sn_access *x = &k->access[n->n_in + o];
-        if (x->arg != o || x->masked || x->stride[n->rank - 1] != 1 || p->pass == SN_ATT_FWD)
-            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: backward output %d is written "
-                           "through an access to args[%d] with unit stride along its last axis",
-                           k->name, o, o);
+        if (x->arg != o || x->masked || x->stride[n->rank - 1] != 1)
+            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: output %d is written through an "
+                           "access to args[%d] with unit stride along its last axis", k->name, o, o);
     }
     int *role[] = {&p->a_q, &p->a_k, &p->a_v, p->in_lse ? &p->a_lse : &p->a_o, &p->a_do,
                    &p->a_lse};
     int *index[] = {&p->i_q, &p->i_k, &p->i_v, p->in_lse ? &p->i_lse : &p->i_o, &p->i_do,
                     &p->i_lse};
     p->i_q = p->i_k = p->i_v = p->i_o = p->i_do = p->i_lse = -1;
-    if (k->n_access != n->n_in && !into)
+    if (n_into < 0)
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: an attention kernel has an access "
                        "per input of its anchor (%d) and maybe one per output, not %d", k->name,
                        n->n_in, k->n_access);
@@ -170,7 +175,7 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
         aligned = aligned && k->access[i].offset % 8 == 0;
         for (int d = 0; d + 1 < n->in[i]->rank; d++) aligned = aligned && k->access[i].stride[d] % 8 == 0;
     }
-    for (int i = n->n_in; into && i < k->n_access; i++) { /* and the outputs' (pairs stored) */
+    for (int i = n->n_in; i < k->n_access; i++) { /* and the outputs' (pairs stored) */
         aligned = aligned && k->access[i].offset % 8 == 0;
         for (int d = 0; d + 1 < n->rank; d++) aligned = aligned && k->access[i].stride[d] % 8 == 0;
     }
@@ -214,14 +219,14 @@ static void item_slice(const sn_att_plan *p, const sn_access *x, char *expr, siz
 }
 
 /* An output's pointer: its arg, moved to the item's slice of `per` elements, or through its
- * access when the outputs are written into a wider buffer (kernel.h); with `row` (the rows'
+ * access when it is written into a wider or permuted buffer (kernel.h); with `row` (the rows'
  * length when contiguous) its row stride as the constant <name>_row. */
 static void role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, const char *per,
                  const char *row) {
     if (a < 0) return;
     const sn_kernel *k = p->k;
     const char *ty = sn_att_ctype(k->args[a]->dtype);
-    if (row && k->n_access == p->n->n_in + k->n_out) {
+    if (row && p->n->n_in + a < k->n_access) {
         const sn_access *x = &k->access[p->n->n_in + a];
         char expr[256];
         item_slice(p, x, expr, sizeof expr);
@@ -403,7 +408,10 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p) {
     }
     sn_cu_emitf(t, "}");
     if (p->out_o) {
-        sn_cu_emitf(t, "#pragma unroll 4");
+        if (p->Dv <= 32) /* by 4, ptxas (sm_90) left an 8-byte stack frame and spilled to it */
+            sn_cu_emitf(t, "#pragma unroll /* whole at Dv <= 32: by 4, ptxas spilled at Dv = 32 (sm_90) */");
+        else
+            sn_cu_emitf(t, "#pragma unroll 4");
     sn_cu_emitf(t, "for (int jj = 0; jj < BK; jj++) {");
         sn_cu_emitf(t, "float vj[DVC];");
         for_slice(t, "HEAD_DV", "cc");

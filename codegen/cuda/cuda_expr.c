@@ -132,16 +132,23 @@ void sn_cu_check_name(const sn_kernel *k) {
 void sn_cu_emit_signature(sn_cu_text *t, const sn_kernel *k, const char *fname, int threads) {
     char arg[16], type[96], decl[96], lead[80], shape[80];
     int nargs = k->n_out + k->n_in, indent = (int)strlen(fname) + 1;
+    bool scratch = k->stage != SN_SUM_WHOLE; /* the partial sums, after the args (kernel.h) */
     snprintf(lead, sizeof lead, "%s(", fname);
     sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d)", threads);
     for (int i = 0; i < nargs; i++) { /* one parameter a line, the first after the name */
         const sn_node *n = k->args[i];
         snprintf(decl, sizeof decl, "%s%s *__restrict__ %s%s", i < k->n_out ? "" : "const ",
                  sn_cu_ctype(n->dtype), sn_cu_arg_name(k, i, arg, sizeof arg),
-                 i + 1 < nargs ? "," : ")");
+                 i + 1 < nargs || scratch ? "," : ")");
         snprintf(type, sizeof type, "%s%s", sn_dtype_name(n->dtype),
                  sn_shape_str(n->rank, n->shape, shape, sizeof shape));
         sn_cu_emitf(t, "%-*s%-36s /* %s */", indent, i ? "" : lead, decl, type);
+    }
+    if (scratch) {
+        snprintf(decl, sizeof decl, "%sfloat *__restrict__ scratch)",
+                 k->stage == SN_SUM_FINISH ? "const " : "");
+        sn_cu_emitf(t, "%-*s%-36s /* f32[%lld,%lld]: partial sums */", indent, "", decl,
+                    (long long)sn_sum_chunks(k), (long long)sn_sum_width(k));
     }
     sn_cu_emitf(t, "{");
 }

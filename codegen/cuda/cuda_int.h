@@ -51,9 +51,6 @@ bool sn_cu_pointwise_vector(const sn_kernel *k);
 
 sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
-/* Whether a ROW kernel runs as one block over every row (cross-entropy's mean loss, the norm
- * weight gradients) rather than a block per row. */
-bool sn_cu_row_single_block(const sn_kernel *k);
 /* Threads of a block-per-row kernel for rows of C elements. */
 int sn_cu_row_threads(int64_t C);
 

@@ -31,9 +31,13 @@ sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
     case SN_KER_ROW: {
         const sn_node *x = n->in[0];
         int64_t C = x->rank ? x->shape[x->rank - 1] : 1, R = x->rank ? sn_numel(x) / C : 1;
-        if (sn_cu_row_single_block(k)) /* a warp per row, the rows' results summed in order;
-                                          a block per tile of the column sums */
-            return dims1(1 + sn_colsum_tiles(k), (int)clampu(32 * R, 32, t->max_block_threads));
+        int64_t items;
+        bool serial;
+        sn_kernel_work(k, &items, &serial);
+        if (k->stage == SN_SUM_PARTIAL) /* a block per chunk and part, a warp per row */
+            return dims1(items, 8 * 32);
+        if (k->stage == SN_SUM_FINISH) /* a thread per column of the partial sums */
+            return dims1(items, SN_SUM_FINISH_COLS);
         return dims1(R, sn_cu_row_threads(C));
     }
     case SN_KER_REDUCE: {

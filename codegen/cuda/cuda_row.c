@@ -2,10 +2,11 @@
  * their backwards) with the pointwise instructions fused around them (kernel.h): a block per row,
  * each pass over the row strided by the block's threads, the row's statistics summed by warp
  * shuffles, then across warps through shared memory (sn_block_sum, written once per unit).
- * Cross-entropy's mean loss and the norm weight gradients sum over every row into one output:
- * they run as one block, a warp per row, the warps' partial results added in warp order, so
- * every result is deterministic; column sums that joined a norm weight gradient (kernel.h) take
- * a block per 32 columns beside it. Convention: every pass evaluates, per element, the accesses and
+ * Cross-entropy's mean loss and the norm weight gradients (with the column sums that joined
+ * them) sum over every row: they run in two kernels (kernel.h: stage), a block per chunk of
+ * rows (a warp per row, the warps' sums added in warp order) or per chunk and 32 columns writes
+ * its partial sums, then a thread per column adds the chunks' partials in chunk order: every
+ * result is deterministic. Convention: every pass evaluates, per element, the accesses and
  * the prologue (computing again what an earlier pass computed: the compiler drops what a pass
  * does not read); the pass that writes the row op's result also runs the epilogue and stores
  * every output, prologue values included (the LLVM emitter's st(), llvm_row.c). */
@@ -314,23 +315,25 @@ static void cross_entropy_bwd(row *w) {
 
 /* ---- one block over every row: a warp per row ---- */
 
-/* for (r = warp; r < R; r += warps) { const ix row = r * C; */
-static void open_rows(row *w) {
+/* for (r = first + warp; r < end; r += warps) { const ix row = r * C; (first and end: C) */
+static void open_rows(row *w, const char *first, const char *end) {
     E("const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;");
-    E("for (%s r = warp; r < %lld; r += %u) {", w->ix, (long long)w->R, w->threads / 32);
+    E("for (%s r = %s + warp; r < %s; r += %u) {", w->ix, first, end, w->threads / 32);
     E("const %s row = r * %lld;", w->ix, (long long)w->C);
     coords(w);
 }
 
-/* (logits, targets) -> the mean over rows whose target is not ignore_index of lse - logit[t] */
+/* (logits, targets) -> over the chunk's rows [r0, r1) whose target is not ignore_index: the sum
+ * of lse - logit[t] and their count, as two f64 in the chunk's partial sums (the mean is
+ * FINISH's) */
 static void cross_entropy(row *w) {
     char x[64], t[64];
     opnd(w, 0, x, sizeof x);
     opnd(w, 1, t, sizeof t);
     int ign = w->n->a.ignore_index;
-    E("double loss = 0.0; /* this warp's rows, summed in order */");
+    E("double loss = 0.0; /* this warp's rows of the chunk, summed in order */");
     E("int count = 0;");
-    open_rows(w);
+    open_rows(w, "r0", "r1");
     E("const int target = %s;", t);
     E("if (target == %d) continue; /* the same for the warp's lanes */", ign);
     E("count++;");
@@ -367,21 +370,24 @@ static void cross_entropy(row *w) {
     E("sum += warp_loss[v];");
     E("rows += warp_count[v];");
     E("}");
-    char a[16];
-    E("sn_store(&%s[0], rows > 0 ? (float)(sum / (double)rows) : 0.0f);", arg(w, w->y, a, sizeof a));
+    E("double *chunk_sums = (double *)part; /* the chunk's loss sum and counted rows */");
+    E("chunk_sums[0] = sum;");
+    E("chunk_sums[1] = (double)rows;");
     E("}");
 }
 
-/* (x, dy) -> y (C) = sum over rows of dy xhat; each lane owns the columns lane + 32 q */
+/* (x, dy) -> the partial sum over this block's chunk of rows [r0, r1) of dy xhat, into the
+ * chunk's row of the partial sums (C columns from `part`); each lane owns the columns
+ * lane + 32 q, the warps' sums added in warp order */
 static void norm_bwd_w(row *w, bool rms) {
-    char x[64], dy[64], a[16];
+    char x[64], dy[64];
     opnd(w, 0, x, sizeof x);
     opnd(w, 1, dy, sizeof dy);
     int64_t nq = (w->C + 31) / 32;
     E("float acc[%lld];", (long long)nq);
     E("#pragma unroll");
     E("for (int q = 0; q < %lld; q++) acc[q] = 0.0f;", (long long)nq);
-    open_rows(w);
+    open_rows(w, "r0", "r1");
     const char *js = "lane";
     if (!rms) {
         E("float sx = 0.0f;");
@@ -420,58 +426,90 @@ static void norm_bwd_w(row *w, bool rms) {
     E("}");
     E("__syncthreads();");
     E("}");
-    E("for (int j = threadIdx.x; j < %lld; j += %u) sn_store(&%s[j], column_sum[j]);",
-      (long long)w->C, w->threads, arg(w, w->y, a, sizeof a));
+    E("for (int j = threadIdx.x; j < %lld; j += %u) part[j] = column_sum[j];", (long long)w->C,
+      w->threads);
 }
 
-/* The column sums that joined a norm weight-gradient kernel (kernel.h: n_colsum): block
- * 1 + t sums tile t, a lane per column and the warps down the rows, the warps' partial sums
- * added in warp order through shared memory; block 0 goes on to the row op. */
+/* The column sums that joined a norm weight-gradient kernel (kernel.h: n_colsum): part 1 + t
+ * of a chunk sums tile t over the chunk's rows [r0, r1) into the chunk's partial sums, a lane
+ * per column and the warps down the rows, the warps' sums added in warp order through shared
+ * memory; part 0 goes on to the row op. */
 _Static_assert(SN_COLSUM_TILE == 32, "a column-sum tile is a warp's width");
 static void colsums(row *w) {
     const sn_kernel *k = w->k;
     unsigned warps = w->threads / 32;
-    char src[16], dst[16];
-    E("/* column sums: %d columns a block after the first */", SN_COLSUM_TILE);
-    E("if (blockIdx.x > 0) {");
-    E("const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32, t = blockIdx.x - 1;");
+    char src[16];
+    E("/* column sums: %d columns a part after the first */", SN_COLSUM_TILE);
+    E("if (chunk_part > 0) {");
+    E("const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32, t = chunk_part - 1;");
     E("const float *src;");
-    E("float *dst;");
-    E("%s C, c0;", w->ix);
-    int64_t first = 0;
+    E("%s C, c0, at; /* columns, the tile's first, where its output starts in `part` */", w->ix);
+    int64_t first = 0, at = w->C;
     for (int o = 1; o <= k->n_colsum; o++) {
         int64_t C = sn_numel(k->args[o]), tiles = (C + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
         arg(w, k->colsum_src[o], src, sizeof src);
-        arg(w, o, dst, sizeof dst);
         const char *cond = o == k->n_colsum ? "" : "if (t < %lld) ";
         char c[48];
         snprintf(c, sizeof c, cond, (long long)(first + tiles));
-        E("%s%s{ src = %s; dst = %s; C = %lld; c0 = (t - %lld) * %d; }", o > 1 ? "else " : "", c,
-          src, dst, (long long)C, (long long)first, SN_COLSUM_TILE);
+        E("%s%s{ src = %s; C = %lld; c0 = (t - %lld) * %d; at = %lld; }", o > 1 ? "else " : "", c,
+          src, (long long)C, (long long)first, SN_COLSUM_TILE, (long long)at);
         first += tiles;
+        at += C;
     }
     E("const %s c = c0 + lane;", w->ix);
     E("float acc = 0.0f;");
     E("if (c < C)");
-    E("for (%s r = warp; r < %lld; r += %u) acc += sn_load(src[r * C + c]);", w->ix,
-      (long long)w->R, warps);
+    E("for (%s r = r0 + warp; r < r1; r += %u) acc += sn_load(src[r * C + c]);", w->ix, warps);
     E("SN_SHARED2(float, colsum_part, %u, %d);", warps, SN_COLSUM_TILE);
     E("colsum_part[warp][lane] = acc;");
     E("__syncthreads();");
     E("if (warp == 0 && c < C) {");
     E("for (int v = 1; v < %u; v++) acc += colsum_part[v][lane];", warps);
-    E("sn_store(&dst[c], acc);");
+    E("part[at + c] = acc;");
     E("}");
     E("return;");
     E("}");
 }
 
-/* ---- the kernel ---- */
-
-bool sn_cu_row_single_block(const sn_kernel *k) {
-    const sn_row_facts *f = sn_row_facts_of(k->anchor->op);
-    return f && f->serial;
+/* kernel.h's FINISH: column c of the partial sums, added over the chunks in chunk order, into
+ * the output that holds it. */
+static void finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname) {
+    int64_t P = sn_sum_chunks(k), W = sn_sum_width(k);
+    const char *ix = sn_cu_index_type(P * W + 1024 * 1024);
+    char a[16];
+    sn_cu_emit_signature(t, k, fname, (int)d->block[0]);
+    if (k->anchor->op == SN_OP_CROSS_ENTROPY) { /* the mean loss from the chunks' sums, in order */
+        sn_cu_emitf(t, "/* cross_entropy: the mean loss from %lld chunks' sums and counts */", (long long)P);
+        sn_cu_emitf(t, "if (blockIdx.x > 0 || threadIdx.x > 0) return;");
+        sn_cu_emitf(t, "const double *chunk_sums = (const double *)scratch;");
+        sn_cu_emitf(t, "double sum = 0.0, rows = 0.0;");
+        sn_cu_emitf(t, "for (int p = 0; p < %lld; p++) {", (long long)P);
+        sn_cu_emitf(t, "sum += chunk_sums[2 * p];");
+        sn_cu_emitf(t, "rows += chunk_sums[2 * p + 1];");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "sn_store(&%s[0], rows > 0.0 ? (float)(sum / rows) : 0.0f);",
+                    sn_cu_arg_name(k, 0, a, sizeof a));
+        sn_cu_emitf(t, "}");
+        return;
+    }
+    sn_cu_emitf(t, "/* %s: the sums of %lld chunks of partial sums, %lld columns */",
+                sn_op_name(k->anchor->op), (long long)P, (long long)W);
+    sn_cu_emitf(t, "const %s c = (%s)blockIdx.x * %u + threadIdx.x;", ix, ix, d->block[0]);
+    sn_cu_emitf(t, "if (c >= %lld) return;", (long long)W);
+    sn_cu_emitf(t, "float sum = 0.0f;");
+    sn_cu_emitf(t, "for (%s p = 0; p < %lld; p++) sum += scratch[p * %lld + c];", ix, (long long)P,
+                (long long)W);
+    int64_t at = 0;
+    for (int o = 0; o < k->n_out; o++) {
+        int64_t C = sn_numel(k->args[o]);
+        sn_cu_emitf(t, "%sif (c < %lld) sn_store(&%s[c - %lld], sum);", o ? "else " : "",
+                    (long long)(at + C), sn_cu_arg_name(k, o, a, sizeof a), (long long)at);
+        at += C;
+    }
+    sn_cu_emitf(t, "}");
 }
+
+/* ---- the kernel ---- */
 
 static sn_status not_pointwise(const sn_kernel *k, int i, sn_err *e) {
     const sn_node *n = k->instr[i].node;
@@ -499,8 +537,11 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     if (n->op == SN_OP_CAUSAL_MASK && x->rank < 2)
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: causal_mask needs a (.., T, S) input", k->name);
     for (int i = 0; i < 3; i++) w->buf[i] = -1;
-    if (k->n_colsum &&
-        (!sn_cu_row_single_block(k) || ce || w->fused || k->n_colsum + 1 != k->n_out))
+    bool sums = sn_row_facts_of(n->op)->serial; /* over every row */
+    if (sums != (k->stage == SN_SUM_PARTIAL))
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a row op that sums over every row, "
+                       "and only it, runs as the PARTIAL and FINISH kernels of kernel.h", k->name);
+    if (k->n_colsum && (!sums || ce || w->fused || k->n_colsum + 1 != k->n_out))
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: column sums join only a norm weight "
                        "gradient without fused neighbours, as its outputs 1 .. n_out - 1", k->name);
     for (int o = 1; o <= k->n_colsum; o++) {
@@ -558,22 +599,53 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     return SN_OK;
 }
 
+/* FINISH: outputs the sums alone, f32, their columns summing to the partials' width. */
+static sn_status check_finish(const sn_kernel *k, sn_err *e) {
+    int64_t W = 0;
+    bool f32 = true;
+    for (int o = 0; o < k->n_out; o++) {
+        W += sn_numel(k->args[o]);
+        f32 = f32 && k->args[o]->dtype == SN_F32;
+    }
+    const sn_row_facts *f = sn_row_facts_of(k->anchor->op);
+    if (k->n_in || !f32 || k->args[0] != k->anchor || !f || !f->serial)
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a FINISH kernel writes the f32 sums "
+                       "of a row op that sums over every row and reads only its partial sums",
+                       k->name);
+    return SN_OK;
+}
+
 sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e) {
     row w;
-    return setup(&w, k, e);
+    return k->stage == SN_SUM_FINISH ? check_finish(k, e) : setup(&w, k, e);
 }
 
 void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname) {
     row w;
     sn_err e;
+    if (k->stage == SN_SUM_FINISH) {
+        finish(t, k, d, fname);
+        return;
+    }
     SN_ASSERT(setup(&w, k, &e) == SN_OK); /* the renderer checked it */
     w.t = t;
     w.threads = d->block[0];
     sn_cu_emit_signature(t, k, fname, (int)w.threads);
     sn_cu_emitf(t, "/* %s over %lld rows of %lld%s */", sn_op_name(k->anchor->op), (long long)w.R,
-                (long long)w.C, sn_cu_row_single_block(k) ? ": one block, a warp per row" : "");
-    if (k->n_colsum) colsums(&w);
-    if (!sn_cu_row_single_block(k)) {
+                (long long)w.C, k->stage ? ": partial sums, a warp per row" : "");
+    if (k->stage == SN_SUM_PARTIAL) {
+        int64_t parts = 1 + sn_colsum_tiles(k);
+        sn_cu_emitf(t, "/* partial sums: %lld chunks of %d rows, %lld part%s each */",
+                    (long long)sn_sum_chunks(k), SN_SUM_CHUNK, (long long)parts, parts > 1 ? "s" : "");
+        sn_cu_emitf(t, "const %s chunk = blockIdx.x / %lld;", w.ix, (long long)parts);
+        sn_cu_emitf(t, "const int chunk_part = blockIdx.x %% %lld;", (long long)parts);
+        sn_cu_emitf(t, "const %s r0 = chunk * %d, r1 = r0 + %d < %lld ? r0 + %d : %lld;", w.ix,
+                    SN_SUM_CHUNK, SN_SUM_CHUNK, (long long)w.R, SN_SUM_CHUNK, (long long)w.R);
+        sn_cu_emitf(t, "float *part = scratch + chunk * %lld; /* this chunk's partial sums */",
+                    (long long)sn_sum_width(k));
+        if (k->n_colsum) colsums(&w);
+    }
+    if (k->stage == SN_SUM_WHOLE) {
         sn_cu_emitf(t, "const %s r = blockIdx.x; /* this block's row */", w.ix);
         sn_cu_emitf(t, "const %s row = r * %lld;", w.ix, (long long)w.C);
         coords(&w);

@@ -512,11 +512,17 @@ static sn_status check_kernel(const sn_ll *L, const sn_kernel *k, sn_err *e) {
                        "attention anchor reads, or the attention_bwd_v of attention_bwd_k's "
                        "inputs", kn);
     int n_out = a2 ? 2 : 1;
-    bool into = k->n_access == n->n_in + n_out; /* outputs written through accesses */
-    if (k->n_out != n_out || (!into && (k->args[0] != n || (a2 && k->args[1] != a2))))
+    /* outputs written through accesses: every backward output, or the forward's o alone */
+    int n_into = k->n_access - n->n_in;
+    bool into = n_into > 0;
+    if (into && n_into != (n->op == SN_OP_ATTENTION ? 1 : n_out))
+        return sn_fail(e, SN_ERR_INVALID, "%s: an attention kernel writes every backward output, "
+                       "or the forward's o alone, through an access", kn);
+    if (k->n_out != n_out || (!into && (k->args[0] != n || (a2 && k->args[1] != a2))) ||
+        (into && n->op == SN_OP_ATTENTION && a2 && k->args[1] != a2))
         return sn_fail(e, SN_ERR_INVALID, "%s: outputs must be args[0] = %s%s", kn,
                        sn_op_name(n->op), a2 ? ", args[1] = anchor2" : "");
-    for (int o = 0; into && o < n_out; o++) {
+    for (int o = 0; o < n_into; o++) {
         const sn_access *ac = &k->access[n->n_in + o];
         const sn_node *y = o ? a2 : n;
         if (ac->arg != o || ac->masked || ac->stride[y->rank - 1] != 1 ||
@@ -529,7 +535,7 @@ static sn_status check_kernel(const sn_ll *L, const sn_kernel *k, sn_err *e) {
         sn_status st = sn_ll_check_dtype(k, k->args[i], e);
         if (st) return st;
     }
-    if (k->n_access != n->n_in && !into)
+    if (n_into < 0)
         return sn_fail(e, SN_ERR_INVALID, "%s: an attention kernel has an access per input of "
                        "its anchor (%d) and maybe one per output, not %d", kn, n->n_in,
                        k->n_access);
