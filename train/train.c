@@ -203,7 +203,11 @@ sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e) {
     sn_status s = sn_backend_norm(t->be, sums, scal, &norm, e);
     if (s) return s;
     if (!isfinite(norm) && t->loss_scale && scale / 2 < SN_MIN_LOSS_SCALE) {
-        drop_pending(t); /* halving again cannot help: the gradients are not finite at any scale */
+        /* halving again cannot help: the gradients are not finite at any scale. No test reaches
+         * this: a NaN or infinite loss fails in sn_trainer_accumulate first, and gradients scale
+         * linearly with the loss scale; it bounds the halving, which would otherwise reach zero
+         * and skip every later step (a state the checkpoint reader refuses). */
+        drop_pending(t);
         return sn_fail(e, SN_ERR_NUMERIC, "step %d: loss %g, gradient norm %g at a loss scale of %g "
                        "(%lld steps skipped in all): the gradients are not finite at any loss scale, "
                        "the run diverged; the parameters are unchanged (lower the learning rate, "
