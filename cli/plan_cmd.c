@@ -23,7 +23,8 @@ static const char plan_usage[] =
     "  --checkpoint-policy P none, block or sqrt only (default: none when it fits, else the\n"
     "                        budgeted choice)\n"
     "  --no-offload          never plan the optimizer state in host memory (by default it is\n"
-    "                        when nothing else fits; planned only: the trainer cannot run it yet)\n"
+    "                        when nothing else fits; sinter train --offload optimizer runs it)\n"
+    "  --offload optimizer   always plan it in host memory\n"
     "Exits 1 when nothing fits, naming the smallest budget that would and the largest\n"
     "micro-batch that fits.\n";
 
@@ -68,7 +69,7 @@ int cli_plan(int argc, char **argv) {
     const char *model = NULL, *device = "cpu", *precision = "fp32";
     long B = 16, T = -1, micro = 0;
     long long mem = 0;
-    bool no_offload = false;
+    int offload = SN_PLAN_OFFLOAD_AS_NEEDED;
     int policy = -1;
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -77,7 +78,7 @@ int cli_plan(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(k, "--no-offload")) {
-            no_offload = true;
+            offload = SN_PLAN_OFFLOAD_NEVER;
             continue;
         }
         if (!v) return cli_fail("plan: option '%s' needs a value (see sinter plan --help)", k);
@@ -86,6 +87,11 @@ int cli_plan(int argc, char **argv) {
         if (!strcmp(k, "--model")) model = v;
         else if (!strcmp(k, "--device")) device = v;
         else if (!strcmp(k, "--precision")) precision = v;
+        else if (!strcmp(k, "--offload")) {
+            if (strcmp(v, "optimizer") && strcmp(v, "none"))
+                return cli_fail("plan: --offload is optimizer or none, not '%s'", v);
+            offload = strcmp(v, "none") ? SN_PLAN_OFFLOAD_ALWAYS : SN_PLAN_OFFLOAD_NEVER;
+        }
         else if (!strcmp(k, "--batch")) ok = cli_int(v, 1, 1 << 16, &B);
         else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &T);
         else if (!strcmp(k, "--micro-batch")) ok = cli_int(v, 1, 1 << 16, &micro);
@@ -111,7 +117,7 @@ int cli_plan(int argc, char **argv) {
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.target = &t;
     sn_plan_opts o = {.batch = (int)B, .budget = mem, .micro_batch = (int)micro, .policy = policy,
-                      .compile = &po, .offload = !no_offload};
+                      .compile = &po, .offload = offload};
     sn_plan pl;
     return cli_plan_run(&c, (int)T, &o, &pl, stdout);
 }

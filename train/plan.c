@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "passes/passes.h"
+#include "offload.h"
 
 enum { ALIGN = 64 }; /* memplan's persistent alignment */
 
@@ -92,9 +93,12 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     pl->offload = offload;
     pl->opt_device = sn_train_state_bytes(p, accum > 1);
     pl->opt_host = 0;
-    if (offload) { /* the device keeps the step's scalars; the host the moments and sums */
-        pl->opt_host = pl->opt_device - scalar_bytes(flat_floats(p));
-        pl->opt_device -= pl->opt_host;
+    if (offload) { /* the device keeps the step's scalars; the host the masters, the moments,
+                      the sums, the scalars and one chunk of gradients (backend.c) */
+        int64_t n = flat_floats(p);
+        pl->opt_device = scalar_bytes(n);
+        pl->opt_host = 4 * (3 * n + (accum > 1 ? n : 0) + SN_OPT_SCALARS +
+                            (n < SN_OFFLOAD_CHUNK ? n : SN_OFFLOAD_CHUNK));
     }
     pl->arena = p->arena_bytes;
     pl->workspace = workspace_of(&t);
@@ -148,7 +152,7 @@ sn_status sn_plan_make(const sn_plan_opts *o, sn_plan_graph_fn build, void *ctx,
     int max_micro = 0;
     sn_plan best = {0};
     bool fitted = false;
-    for (int off = 0; off <= (int)o->offload && !fitted; off++)
+    for (int off = o->offload == SN_PLAN_OFFLOAD_ALWAYS; off <= (o->offload != 0) && !fitted; off++)
         for (int m = o->batch; m >= 1; m--) {
             if (o->batch % m) continue;
             bool wanted = !o->micro_batch || m == o->micro_batch;
@@ -203,7 +207,7 @@ void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f) {
     const char *sums = pl->accum > 1 ? ", gradient sums" : "";
     snprintf(n, sizeof n, "AdamW m and v%s, step scalars", sums);
     row(f, "optimizer state (device)", pl->opt_device, pl->offload ? "step scalars" : n);
-    snprintf(n, sizeof n, "AdamW m and v%s (planned; the trainer cannot offload yet)", sums);
+    snprintf(n, sizeof n, "fp32 masters, AdamW m and v%s (not in the total)", sums);
     row(f, "optimizer state (host)", pl->opt_host, pl->offload ? n : NULL);
     row(f, "inputs and outputs", pl->io, "token ids, targets, loss");
     snprintf(n, sizeof n, "recompute +%.1f%% FLOPs, %d forward nodes again", 100 * pl->extra_flops,
