@@ -55,7 +55,7 @@ status=0
 "$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 2GiB --no-offload > /dev/null 2> "$dir/plan.err" || status=$?
 [ "$status" = 1 ] && grep -q "plan: nothing fits in 2.0 GiB: the smallest budget that would fit is 2.[0-9] GiB" "$dir/plan.err" ||
     { echo "FAIL: plan refusal ($status)"; cat "$dir/plan.err"; exit 1; }
-# with the optimizer state offloaded to the host (planned only) it fits
+# with the optimizer state offloaded to the host it fits
 "$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 2GiB | grep -q "offload optimizer state to the host" ||
     { echo "FAIL: plan with offload"; exit 1; }
 "$sinter" plan --model gpt2 --mem 6GiB --precision bf16 2> "$dir/bf16.err" && exit 1
@@ -67,4 +67,18 @@ line=$(grep "^memory: planned" "$dir/mem.out") || { echo "FAIL: no memory line";
 planned=$(echo "$line" | sed 's/.*planned [^(]*(\([0-9]*\) bytes).*/\1/')
 measured=$(echo "$line" | sed 's/.*measured [^(]*(\([0-9]*\) bytes:.*/\1/')
 [ -n "$planned" ] && [ "$planned" = "$measured" ] || { echo "FAIL: planned $planned measured $measured"; exit 1; }
-echo "help, --dump-after during train, --precision, out of memory as a message, --emit-cuda, plan, train --mem: ok"
+# a budget that fits only with the optimizer state on the host: the trainer offloads, and the
+# device bytes and the host bytes are the plan's
+# shellcheck disable=SC2086
+"$sinter" train $tiny --batch 4 --mem 600KiB > "$dir/off.out" || { echo "FAIL: train --mem offload"; cat "$dir/off.out"; exit 1; }
+grep -q "^choice: .*offload optimizer state to the host" "$dir/off.out" &&
+    grep -q "^device: .*optimizer state on the host" "$dir/off.out" || { echo "FAIL: no offload"; cat "$dir/off.out"; exit 1; }
+for what in "^memory: planned" "^host memory: optimizer state planned"; do
+    line=$(grep "$what" "$dir/off.out") || { echo "FAIL: no '$what'"; cat "$dir/off.out"; exit 1; }
+    planned=$(echo "$line" | sed 's/.*planned [^(]*(\([0-9]*\) bytes).*/\1/')
+    measured=$(echo "$line" | sed 's/.*measured [^(]*(\([0-9]*\) bytes:.*/\1/')
+    [ -n "$planned" ] && [ "$planned" = "$measured" ] || { echo "FAIL: offload: planned $planned measured $measured"; exit 1; }
+done
+"$sinter" train $tiny --device interp --offload optimizer 2> "$dir/off.err" && exit 1
+grep -q "the interpreter has none (use --device cpu or cuda)" "$dir/off.err" || { echo "FAIL: offload on interp"; cat "$dir/off.err"; exit 1; }
+echo "help, --dump-after during train, --precision, out of memory as a message, --emit-cuda, plan, train --mem (and with offload): ok"
