@@ -213,6 +213,10 @@ static sn_status setup(sn_session *r, sn_err *e) {
     r->po = sn_pipeline_defaults();
     r->po.precision = (sn_precision)sn_precision_parse(o->precision ? o->precision : "fp32");
     r->po.checkpoint = o->checkpoint_policy > 0 ? o->checkpoint_policy : SN_CKPT_NONE;
+    /* the device first: its target is the plan's and the program's (CUDA: its kernels, its
+       fusion decisions, cuBLASLt's workspace) */
+    if ((s = open_device(o, &r->dev, e))) return s;
+    if (r->dev) r->po.target = &r->dev->target;
     if (o->mem) { /* the plan's micro-batch, accumulation steps and checkpointing */
         sn_plan_opts plo = {.batch = r->B, .budget = o->mem, .policy = o->checkpoint_policy,
                             .compile = &r->po,
@@ -234,7 +238,6 @@ static sn_status setup(sn_session *r, sn_err *e) {
     sn_train_opts_default(&to, o->steps);
     to.lr = (float)o->lr;
     to.seed = o->seed;
-    if ((s = open_device(o, &r->dev, e))) return s;
     to.device = r->dev;
     to.compile = &r->po;
     to.offload = r->planned ? r->plan.offload : o->offload == 1;
@@ -308,6 +311,7 @@ static sn_status build_sampler(sn_session *r, sn_err *e) {
     sn_status s = build_graph(r, 1, r->T, false, &r->sg, e);
     sn_pipeline_opts po = sn_pipeline_defaults(); /* the trainer's forward rewrites, no dump */
     po.precision = r->po.precision;
+    po.target = r->po.target;
     if (s || (s = sn_compile(r->sg, &po, NULL, NULL, e))) return s;
     const sn_node *idx = NULL, *logits = NULL;
     for (int i = 0; i < r->sg->n_nodes; i++) {

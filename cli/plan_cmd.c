@@ -18,7 +18,8 @@ static const char plan_usage[] =
     "  --seq T               tokens per sequence (default: the model's context)\n"
     "  --mem N               device memory to fit in: 6GiB, 500MiB, 8e9 (bytes)\n"
     "  --device D            cpu (default) or cuda (adds cuBLASLt's workspace)\n"
-    "  --precision P         fp32 (default); bf16 is not supported yet (the autocast pass)\n"
+    "  --precision P         fp32 (default), bf16 or fp16 (the autocast pass: fp32 master\n"
+    "                        weights, 16-bit products and the activations it casts), tf32\n"
     "  --micro-batch M       this micro-batch only (default: the largest divisor of B that fits)\n"
     "  --checkpoint-policy P none, block or sqrt only (default: none when it fits, else the\n"
     "                        budgeted choice)\n"
@@ -103,9 +104,8 @@ int cli_plan(int argc, char **argv) {
     if (!model) return cli_fail("plan: which model? add --model NAME%s", "");
     if (!mem) return cli_fail("plan: how much memory? add --mem N (6GiB, 500MiB)%s", "");
     if (policy == SN_CKPT_BUDGET) policy = -1;
-    if (strcmp(precision, "fp32"))
-        return cli_fail("plan: --precision %s is not supported yet (fp32 only until the autocast "
-                        "pass lands)", precision);
+    int prec = sn_precision_parse(precision);
+    if (prec < 0) return cli_fail("plan: --precision is fp32, bf16, fp16 or tf32, not '%s'", precision);
     sn_target t;
     if (!strcmp(device, "cpu")) t = sn_target_cpu();
     else if (!strcmp(device, "cuda")) t = sn_target_cuda(80);
@@ -116,6 +116,7 @@ int cli_plan(int argc, char **argv) {
     if (micro && B % micro) return cli_fail("plan: --micro-batch must divide --batch%s", "");
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.target = &t;
+    po.precision = (sn_precision)prec; /* as the session compiles it (api/session.c) */
     sn_plan_opts o = {.batch = (int)B, .budget = mem, .micro_batch = (int)micro, .policy = policy,
                       .compile = &po, .offload = offload};
     sn_plan pl;

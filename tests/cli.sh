@@ -58,8 +58,12 @@ status=0
 # with the optimizer state offloaded to the host it fits
 "$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 2GiB | grep -q "offload optimizer state to the host" ||
     { echo "FAIL: plan with offload"; exit 1; }
-"$sinter" plan --model gpt2 --mem 6GiB --precision bf16 2> "$dir/bf16.err" && exit 1
-grep -q "bf16 is not supported yet" "$dir/bf16.err" || { echo "FAIL: bf16"; cat "$dir/bf16.err"; exit 1; }
+# bf16 for the CUDA target: the autocast pass in the plan's compile, cuBLASLt's workspace
+"$sinter" plan --model tiny --batch 4 --seq 16 --mem 1GiB --device cuda --precision bf16 > "$dir/bf16.out" || exit 1
+grep -q "^choice: .*precision bf16" "$dir/bf16.out" && grep -q "^  workspace .* 33554432  cuBLASLt" "$dir/bf16.out" &&
+    grep -q "^plan: tiny, .*, cuda sm_80" "$dir/bf16.out" || { echo "FAIL: plan bf16 cuda"; cat "$dir/bf16.out"; exit 1; }
+"$sinter" plan --model tiny --mem 1GiB --precision fp8 2> "$dir/bf16.err" && exit 1
+grep -q "plan: --precision is fp32, bf16, fp16 or tf32, not 'fp8'" "$dir/bf16.err" || { echo "FAIL: fp8"; cat "$dir/bf16.err"; exit 1; }
 # train --mem: the plan's total is what the device holds after the first step, to the byte
 # shellcheck disable=SC2086
 "$sinter" train $tiny --batch 4 --mem 760KiB > "$dir/mem.out" || { echo "FAIL: train --mem"; cat "$dir/mem.out"; exit 1; }

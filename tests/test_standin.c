@@ -18,6 +18,7 @@
 #include "runtime/cuda/cuda_rt.h"
 #include "runtime/device.h"
 #include "support/clock.h"
+#include "train/plan.h"
 #include "train/train.h"
 #include "harness.h"
 
@@ -208,6 +209,62 @@ START_TEST(offload_trains_like_the_device) {
     sn_trainer_free(b);
     sn_graph_free(g1);
     sn_graph_free(g2);
+    sn_device_free(gpu);
+}
+END_TEST
+
+static sn_status tiny_forward(void *ctx, int b, sn_graph **out, sn_err *e) {
+    (void)ctx;
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = V;
+    *out = sn_graph_new();
+    sn_gpt2 m;
+    sn_status s = sn_gpt2_build(*out, &c, b, T, &m, e);
+    (*out)->n_outputs = 0;
+    sn_graph_add_output(*out, m.loss);
+    return s;
+}
+
+/* The plan for the CUDA device is made with its target (the session passes the device's): the
+ * device's arena peak, persistent block and buffers after an accumulated, offloaded step are the
+ * plan's total less cuBLASLt's 32 MiB workspace, the host arrays its host figure. */
+START_TEST(cuda_plan_is_the_trainer) {
+    if (!have_nvrtc()) return;
+    sn_err e;
+    sn_device *gpu = cuda(NULL);
+    ck_assert_int_eq(gpu->target.kind, SN_TARGET_CUDA);
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    po.target = &gpu->target;
+    sn_plan_opts o = {.batch = 2 * B, .micro_batch = B, .policy = 0, .compile = &po,
+                      .offload = SN_PLAN_OFFLOAD_ALWAYS};
+    sn_plan pl;
+    ck_assert_msg(sn_plan_make(&o, tiny_forward, NULL, &pl, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(pl.workspace, 32 << 20);
+    ck_assert_int_eq(pl.accum, 2);
+    sn_graph *g;
+    ck_assert(tiny_forward(NULL, B, &g, &e) == SN_OK);
+    po.backward = true;
+    ck_assert_msg(sn_compile(g, &po, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_train_opts to;
+    sn_train_opts_default(&to, STEPS);
+    to.device = gpu;
+    to.compile = &po;
+    to.offload = true;
+    sn_trainer *t = sn_trainer_new(g, &to, &e);
+    ck_assert_msg(t, "%s", e.msg);
+    int32_t x[B * T], y[B * T];
+    batch(x, y, 5);
+    for (int k = 0; k < pl.accum; k++)
+        ck_assert_msg(sn_trainer_accumulate(t, x, y, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_step_stats st;
+    ck_assert_msg(sn_trainer_update(t, &st, &e) == SN_OK, "%s", e.msg);
+    sn_exec_stats xs;
+    sn_exec_stats_get(sn_trainer_exec(t), &xs);
+    ck_assert_int_eq(xs.arena_peak_bytes + xs.persistent_bytes + xs.buffer_bytes + pl.workspace, pl.total);
+    ck_assert_int_eq(sn_trainer_host_state_bytes(t), pl.opt_host);
+    sn_trainer_free(t);
+    sn_graph_free(g);
     sn_device_free(gpu);
 }
 END_TEST
@@ -556,6 +613,7 @@ static Suite *suite(void) {
     TCase *off = tcase_create("offload");
     tcase_set_timeout(off, 240);
     tcase_add_test(off, offload_trains_like_the_device);
+    tcase_add_test(off, cuda_plan_is_the_trainer);
     suite_add_tcase(s, off);
     return s;
 }

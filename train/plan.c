@@ -84,6 +84,7 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     }
     pl->accum = accum;
     pl->policy = policy;
+    pl->precision = o.precision;
     pl->recomputed = st.checkpoint_recomputed;
     pl->extra_flops = st.step_flops > 0 ? st.checkpoint_extra_flops / st.step_flops : 0;
     if ((s = split_persistent(p, pl, e))) {
@@ -202,7 +203,9 @@ static void row(FILE *f, const char *what, int64_t b, const char *note) {
 void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f) {
     char n[96];
     fprintf(f, "  %-26s %10s %14s\n", "", "", "bytes");
-    row(f, "weights", pl->weights, "parameters (fp32)");
+    bool half = pl->precision == SN_PRECISION_BF16 || pl->precision == SN_PRECISION_FP16;
+    row(f, "weights", pl->weights, half ? "parameters (fp32 masters; products cast to 16 bits)"
+                                        : "parameters (fp32)");
     row(f, "gradients", pl->grads, NULL);
     const char *sums = pl->accum > 1 ? ", gradient sums" : "";
     snprintf(n, sizeof n, "AdamW m and v%s, step scalars", sums);
@@ -218,7 +221,7 @@ void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f) {
     if (budget) row(f, "budget", budget, pl->total <= budget ? "fits" : "does not fit");
     if (pl->recomputed) row(f, "without checkpointing", pl->total_without, NULL);
     fprintf(f, "choice: micro-batch %d x %d accumulation step%s, checkpoint policy %s, precision "
-            "fp32, offload %s\n", pl->micro_batch, pl->accum, pl->accum > 1 ? "s" : "",
-            sn_ckpt_policy_name((sn_ckpt_policy)pl->policy),
+            "%s, offload %s\n", pl->micro_batch, pl->accum, pl->accum > 1 ? "s" : "",
+            sn_ckpt_policy_name((sn_ckpt_policy)pl->policy), sn_precision_name(pl->precision),
             pl->offload ? "optimizer state to the host" : "none");
 }

@@ -34,6 +34,7 @@ typedef enum {
 typedef struct {
     int micro_batch, accum; /* accum micro-batches of micro_batch sequences per step */
     int policy;             /* the sn_ckpt_policy applied */
+    sn_precision precision; /* the compile options' (bf16/fp16: the autocast pass ran) */
     int recomputed;         /* forward nodes recomputed */
     double extra_flops;     /* recompute FLOPs over the step's FLOPs without it */
     /* the persistent block, split */
