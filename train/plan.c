@@ -213,8 +213,10 @@ void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f) {
     snprintf(n, sizeof n, "fp32 masters, AdamW m and v%s (not in the total)", sums);
     row(f, "optimizer state (host)", pl->opt_host, pl->offload ? n : NULL);
     row(f, "inputs and outputs", pl->io, "token ids, targets, loss");
-    snprintf(n, sizeof n, "recompute +%.1f%% FLOPs, %d forward nodes again", 100 * pl->extra_flops,
-             pl->recomputed);
+    int at = snprintf(n, sizeof n, "recompute +%.1f%% FLOPs, %d forward nodes again",
+                      100 * pl->extra_flops, pl->recomputed);
+    if (pl->policy == SN_CKPT_BUDGET && at > 0 && (size_t)at < sizeof n)
+        snprintf(n + at, sizeof n - (size_t)at, " (arena budget %lld)", (long long)pl->arena_budget);
     row(f, "activations (arena)", pl->arena, pl->recomputed ? n : "no recompute");
     row(f, "workspace", pl->workspace, pl->workspace ? "cuBLASLt" : NULL);
     row(f, "total (device)", pl->total, NULL);
