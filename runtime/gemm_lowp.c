@@ -13,6 +13,7 @@
 #ifdef SN_HAVE_DNNL
 #include <dnnl.h>
 #include <dnnl_debug.h>
+#include <pthread.h>
 #endif
 
 static float f16_to_f32(uint16_t h) {
@@ -62,9 +63,26 @@ typedef struct {
 
 static _Thread_local dnnl_ctx tctx;
 
+/* A thread's engine and stream go with the thread (a device's pool threads end with the device):
+ * a pthread key's destructor, which C11's _Thread_local lacks, destroys them. */
+static pthread_key_t ctx_key;
+static pthread_once_t ctx_key_once = PTHREAD_ONCE_INIT;
+static bool ctx_key_ok;
+
+static void ctx_end(void *p) {
+    dnnl_ctx *c = p;
+    if (c->stream) dnnl_stream_destroy(c->stream);
+    if (c->eng) dnnl_engine_destroy(c->eng);
+    *c = (dnnl_ctx){.failed = true};
+}
+
+static void ctx_key_make(void) { ctx_key_ok = pthread_key_create(&ctx_key, ctx_end) == 0; }
+
 static dnnl_ctx *ctx_get(void) {
     if (!tctx.eng && !tctx.failed) {
-        if (dnnl_engine_create(&tctx.eng, dnnl_cpu, 0) != dnnl_success ||
+        pthread_once(&ctx_key_once, ctx_key_make);
+        if (!ctx_key_ok || pthread_setspecific(ctx_key, &tctx) != 0 ||
+            dnnl_engine_create(&tctx.eng, dnnl_cpu, 0) != dnnl_success ||
             dnnl_stream_create(&tctx.stream, tctx.eng, dnnl_stream_default_flags) != dnnl_success)
             tctx.failed = true;
     }

@@ -1,7 +1,15 @@
 // sim_fiber.cc: switching between fibers. On x86-64 a switch saves the callee-saved registers
 // and the SSE/x87 control words on the old stack and pops them from the new one (about 10 ns);
-// elsewhere glibc's ucontext (about 270 ns: it saves the signal mask with a system call).
+// elsewhere glibc's ucontext (about 270 ns: it saves the signal mask with a system call). Built
+// with AddressSanitizer, every switch is announced to it (its fiber protocol, below).
+#include <stdlib.h>
+
 #include "sim_internal.h"
+
+#ifdef SIM_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #if defined(__x86_64__) && !defined(SN_SIM_UCONTEXT)
 
@@ -35,7 +43,7 @@ asm(".text\n"
     ".size sim_switch_sp, .-sim_switch_sp\n");
 extern "C" void sim_switch_sp(void **save, void *load);
 
-void sim_ctx_make(sim_ctx *c, char *stack, size_t bytes, void (*entry)(void)) {
+static void raw_make(sim_ctx *c, char *stack, size_t bytes, void (*entry)(void)) {
     uintptr_t top = ((uintptr_t)stack + bytes) & ~(uintptr_t)15;
     void **sp = (void **)top;
     *--sp = NULL;           /* entry's return address: it never returns */
@@ -49,11 +57,11 @@ void sim_ctx_make(sim_ctx *c, char *stack, size_t bytes, void (*entry)(void)) {
     c->sp = sp;
 }
 
-void sim_ctx_switch(sim_ctx *from, sim_ctx *to) { sim_switch_sp(&from->sp, to->sp); }
+static void raw_switch(sim_ctx *from, sim_ctx *to) { sim_switch_sp(&from->sp, to->sp); }
 
 #else
 
-void sim_ctx_make(sim_ctx *c, char *stack, size_t bytes, void (*entry)(void)) {
+static void raw_make(sim_ctx *c, char *stack, size_t bytes, void (*entry)(void)) {
     getcontext(&c->uc);
     c->uc.uc_stack.ss_sp = stack;
     c->uc.uc_stack.ss_size = bytes;
@@ -61,6 +69,63 @@ void sim_ctx_make(sim_ctx *c, char *stack, size_t bytes, void (*entry)(void)) {
     makecontext(&c->uc, entry, 0);
 }
 
-void sim_ctx_switch(sim_ctx *from, sim_ctx *to) { swapcontext(&from->uc, &to->uc); }
+static void raw_switch(sim_ctx *from, sim_ctx *to) { swapcontext(&from->uc, &to->uc); }
 
 #endif
+
+#ifdef SIM_ASAN
+/* AddressSanitizer's protocol (sanitizer/common_interface_defs.h): before a switch,
+ * __sanitizer_start_switch_fiber names the stack it goes to and parks the running fiber's fake
+ * stack (stack-use-after-return detection) in a local of the fiber being left; once on the new
+ * stack, __sanitizer_finish_switch_fiber takes that fiber's fake stack back (NULL at a fiber's
+ * first run, which has none) and says which stack it came from: that is how the scheduler's
+ * stack, the OS thread's, is learnt. A fiber never resumed passes NULL: its fake stack is freed. */
+static thread_local sim_ctx *switch_from, *switch_to;
+
+static void fiber_start(void) {
+    sim_ctx *from = switch_from, *self = switch_to;
+    __sanitizer_finish_switch_fiber(NULL, &from->stack_lo, &from->stack_bytes);
+    self->entry();
+    abort(); /* entry leaves with sim_ctx_leave */
+}
+
+void sim_stacks_forget(void *mem, size_t bytes) { ASAN_UNPOISON_MEMORY_REGION(mem, bytes); }
+#else
+void sim_stacks_forget(void *, size_t) {}
+#endif
+
+void sim_ctx_make(sim_ctx *c, char *stack, size_t bytes, void (*entry)(void)) {
+    c->stack_lo = stack;
+    c->stack_bytes = bytes;
+    c->entry = entry;
+#ifdef SIM_ASAN
+    /* the redzones of the frames a fiber abandoned mid-call (a failed launch) left poisoned */
+    ASAN_UNPOISON_MEMORY_REGION(stack, bytes);
+    raw_make(c, stack, bytes, fiber_start);
+#else
+    raw_make(c, stack, bytes, entry);
+#endif
+}
+
+void sim_ctx_switch(sim_ctx *from, sim_ctx *to) {
+#ifdef SIM_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(&fake, to->stack_lo, to->stack_bytes);
+    switch_from = from;
+    switch_to = to;
+    raw_switch(from, to);
+    __sanitizer_finish_switch_fiber(fake, &switch_from->stack_lo, &switch_from->stack_bytes);
+#else
+    raw_switch(from, to);
+#endif
+}
+
+void sim_ctx_leave(sim_ctx *from, sim_ctx *to) {
+#ifdef SIM_ASAN
+    __sanitizer_start_switch_fiber(NULL, to->stack_lo, to->stack_bytes);
+    switch_from = from;
+    switch_to = to;
+#endif
+    raw_switch(from, to);
+    abort(); /* never resumed */
+}

@@ -15,6 +15,15 @@
 
 #define SN_SIM_ABI 6u
 
+/* Built with AddressSanitizer (gcc defines __SANITIZE_ADDRESS__, clang has the feature). */
+#if defined(__SANITIZE_ADDRESS__)
+#define SIM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SIM_ASAN 1
+#endif
+#endif
+
 struct sn_dim3 {
     unsigned x, y, z;
 };
@@ -28,8 +37,9 @@ struct sn_sim_api {
     unsigned (*ballot)(unsigned mask, int pred, int line);
     void *(*shared_static)(const void *key, size_t bytes, const char *name, int line);
     void *(*shared_dynamic)(size_t *bytes, const char *name, int line);
-    [[noreturn]] void (*out_of_bounds)(const char *name, long long index, long long count,
-                                       int line);
+    /* never returns (the GNU attribute: clang takes no [[noreturn]] on a pointer) */
+    void (*out_of_bounds)(const char *name, long long index, long long count, int line)
+        __attribute__((noreturn));
     void (*mma)(int shape, float *d, const unsigned *a, const unsigned *b, const float *c,
                 int line);
     void (*ldmatrix)(int n, int trans, unsigned *r, const void *row, int line);
@@ -54,11 +64,23 @@ void *sim_module_symbol(sn_sim_module *m, const char *name);
 struct sim_ctx {
     void *sp;      /* x86-64: the saved stack pointer */
     ucontext_t uc; /* elsewhere */
+    /* For AddressSanitizer's fiber annotations: the stack it runs on (a fiber's from
+     * sim_ctx_make; the scheduler's, the OS thread's, learnt at its first switch to a fiber) and
+     * what the first switch starts. */
+    const void *stack_lo;
+    size_t stack_bytes;
+    void (*entry)(void);
 };
-/* Makes c start entry() on the stack [stack, stack + bytes) at the first switch to it. */
+/* Makes c start entry() on the stack [stack, stack + bytes) at the first switch to it. The stack
+ * may have held a fiber abandoned mid-call (a failed launch): it is taken as unused. */
 void sim_ctx_make(sim_ctx *c, char *stack, size_t bytes, void (*entry)(void));
 /* Saves the running state in from, continues to. */
 void sim_ctx_switch(sim_ctx *from, sim_ctx *to);
+/* The same for a fiber that is never resumed (it ended or its launch failed): never returns. */
+[[noreturn]] void sim_ctx_leave(sim_ctx *from, sim_ctx *to);
+/* Before fiber stacks are unmapped: AddressSanitizer forgets what it marked in them (the address
+ * range may be mapped again for anything). Nothing without it. */
+void sim_stacks_forget(void *mem, size_t bytes);
 
 /* sim_run.cc: the launch, its fibers and their scheduler */
 enum fiber_state { FIBER_READY, FIBER_BARRIER, FIBER_WARP, FIBER_DONE };

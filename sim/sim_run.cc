@@ -32,20 +32,20 @@ static void record(launch *l, const std::string &what) {
 
 void sim_fail(int line, const char *fmt, ...) {
     launch *l = current;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    std::string where = l->running ? thread_name(l, l->running) : std::string("the launch");
-    char at[32] = "";
-    if (line > 0) snprintf(at, sizeof at, " (line %d)", line);
-    record(l, std::string(l->kernel) + ": " + where + at + ": " + msg);
+    { /* this frame is never returned to: its strings must be gone before the switch */
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        std::string where = l->running ? thread_name(l, l->running) : std::string("the launch");
+        char at[32] = "";
+        if (line > 0) snprintf(at, sizeof at, " (line %d)", line);
+        record(l, std::string(l->kernel) + ": " + where + at + ": " + msg);
+    }
     fiber *f = l->running;
     SN_ASSERT(f);
-    sim_ctx_switch(&f->ctx, &l->sched); /* the scheduler never resumes a failed launch */
-    SN_ASSERT(!"a failed launch was resumed");
-    abort();
+    sim_ctx_leave(&f->ctx, &l->sched); /* the scheduler never resumes a failed launch */
 }
 
 static void yield(launch *l) {
@@ -144,7 +144,7 @@ static void *shared_dynamic(size_t *bytes, const char *name, int line) {
     return l->shared + l->shared_cap - l->dynamic_bytes; /* the end of the arena, 16-aligned */
 }
 
-[[noreturn]] static void out_of_bounds(const char *name, long long index, long long count,
+__attribute__((noreturn)) static void out_of_bounds(const char *name, long long index, long long count,
                                        int line) {
     sim_fail(0, "shared memory out of bounds: %s[%lld] of %lld elements (%s is declared on line "
              "%d)", name, index, count, name, line);
@@ -208,8 +208,7 @@ static void fiber_main(void) {
     l->stub(l->params);
     finish_copies(f, ~0ull); /* copies never waited for land at exit */
     f->state = FIBER_DONE;
-    sim_ctx_switch(&f->ctx, &l->sched);
-    abort(); /* a finished fiber is never resumed */
+    sim_ctx_leave(&f->ctx, &l->sched); /* a finished fiber is never resumed */
 }
 
 static unsigned long long next_random(unsigned long long *s) { /* splitmix64 */
@@ -352,7 +351,7 @@ struct stack_pool {
     size_t stride = 0, map = 0;
     unsigned count = 0;
     ~stack_pool() {
-        if (mem) munmap(mem, map);
+        if (mem) sim_stacks_forget(mem, map), munmap(mem, map);
     }
 };
 static thread_local stack_pool pool;
@@ -361,7 +360,7 @@ static char *fiber_stacks(size_t bytes, unsigned n, size_t *stride) {
     const size_t page = 4096;
     *stride = (bytes + page - 1) / page * page + page;
     if (pool.mem && pool.stride == *stride && pool.count >= n) return pool.mem;
-    if (pool.mem) munmap(pool.mem, pool.map);
+    if (pool.mem) sim_stacks_forget(pool.mem, pool.map), munmap(pool.mem, pool.map);
     pool.mem = NULL;
     size_t map = *stride * n;
     void *mem = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,

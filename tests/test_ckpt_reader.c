@@ -1,7 +1,8 @@
 /* test_ckpt_reader.c: the checkpoint reader on crafted files whose header and CRC are
  * consistent (a file people download and share): records that overrun the file, curves whose
- * point count overflows the size arithmetic, NaN and infinite weights; and the writer, which
- * never writes a diverged (non-finite) state. Each is refused with a message, nothing crashes. */
+ * point count overflows the size arithmetic, NaN and infinite weights, an fp16 run's loss scaler
+ * that is not a positive float; and the writer, which never writes a diverged (non-finite)
+ * state. Each is refused with a message, nothing crashes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "data/data.h"
 #include "models/gpt2.h"
+#include "passes/pipeline.h"
 #include "support/crc.h"
 #include "train/checkpoint.h"
 #include "harness.h"
@@ -20,17 +22,26 @@ typedef struct {
     sn_graph *g;
     sn_trainer *t;
     sn_run_state run;
+    bool fp16; /* the fp16 autocast graph: a trainer with dynamic loss scaling */
 } rig;
 
-static void rig_init(rig *r) {
+static void rig_init_at(rig *r, bool fp16) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
     c.vocab = 64;
     r->g = sn_graph_new();
+    r->fp16 = fp16;
     sn_gpt2 m;
     sn_err e;
     ck_assert_msg(sn_gpt2_build(r->g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_backward(r->g, m.loss, &e) == SN_OK, "%s", e.msg);
+    if (fp16) {
+        sn_pipeline_opts po = sn_pipeline_defaults();
+        po.backward = true;
+        po.precision = SN_PRECISION_FP16;
+        ck_assert_msg(sn_compile(r->g, &po, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    } else {
+        ck_assert_msg(sn_backward(r->g, m.loss, &e) == SN_OK, "%s", e.msg);
+    }
     sn_train_opts o;
     sn_train_opts_default(&o, 10);
     r->t = sn_trainer_new(r->g, &o, &e);
@@ -40,7 +51,10 @@ static void rig_init(rig *r) {
     r->run.data_rng = sn_rng_seed(7);
     ck_assert(sn_series_push(&r->run.train_loss, 1, 4.0, &e) == SN_OK);
     ck_assert(sn_series_push(&r->run.train_loss, 2, 3.5, &e) == SN_OK);
+    ck_assert(!fp16 || sn_trainer_loss_scaling(r->t));
 }
+
+static void rig_init(rig *r) { rig_init_at(r, false); }
 
 static void rig_free(rig *r) {
     sn_run_state_free(&r->run);
@@ -88,7 +102,7 @@ static size_t find_body(const uint8_t *b, size_t len, uint32_t kind, const char 
 /* Loading b must fail with needle in the message, leaving the trainer at step 0. */
 static void expect_refused(rig *r, const uint8_t *b, size_t len, sn_status code, const char *needle) {
     rig fresh;
-    rig_init(&fresh);
+    rig_init_at(&fresh, r->fp16);
     sn_err e = {0};
     sn_status s = sn_checkpoint_load_bytes("crafted.ckpt", b, len, fresh.t, &fresh.run, &e);
     ck_assert_msg(s == code && strstr(e.msg, needle) && strstr(e.msg, "crafted.ckpt"),
@@ -96,7 +110,6 @@ static void expect_refused(rig *r, const uint8_t *b, size_t len, sn_status code,
     ck_assert_int_eq(sn_trainer_step_count(fresh.t), 0);
     ck_assert_int_eq(fresh.run.train_loss.n, 2);
     rig_free(&fresh);
-    (void)r;
 }
 
 /* A record whose body runs past the end: refused (it was freed twice). */
@@ -183,6 +196,52 @@ START_TEST(non_finite_weights) {
 }
 END_TEST
 
+/* An fp16 run's loss scaler: saved and restored; a scale that is 0, negative, NaN, infinite or
+ * past FLT_MAX, counts past the step, or no scaler record at all: refused (each loaded, and the
+ * run would have skipped every step from there on, or converted a double no float holds). */
+START_TEST(loss_scaler_checked) {
+    rig r;
+    rig_init_at(&r, true);
+    sn_trainer_set_step_count(r.t, 5);
+    sn_trainer_set_scaler(r.t, (sn_loss_scaler){.scale = 512, .skipped = 2, .clean = 3});
+    size_t len;
+    uint8_t *good = good_bytes(&r, &len), *b = malloc(len);
+    sn_err e;
+    rig fresh;
+    rig_init_at(&fresh, true);
+    ck_assert_msg(sn_checkpoint_load_bytes("good", good, len, fresh.t, &fresh.run, &e) == SN_OK, "%s", e.msg);
+    sn_loss_scaler sc = sn_trainer_scaler(fresh.t);
+    ck_assert(sc.scale == 512 && sc.skipped == 2 && sc.clean == 3);
+    ck_assert_int_eq(sn_trainer_step_count(fresh.t), 5);
+    rig_free(&fresh);
+
+    uint64_t size;
+    size_t at = find_body(good, len, 2 /* STEP */, "loss_scaler", &size);
+    ck_assert(at && size == 24);
+    const double scales[] = {0, -512, NAN, INFINITY, 1e300, 1e-300};
+    for (int i = 0; i < 6; i++) {
+        memcpy(b, good, len);
+        memcpy(b + at, &scales[i], 8);
+        fix_header(b, len);
+        expect_refused(&r, b, len, SN_ERR_PARSE, "loss scaler");
+    }
+    for (int k = 1; k <= 2; k++) { /* skipped, clean: 6 > step 5 */
+        memcpy(b, good, len);
+        uint64_t six = 6;
+        memcpy(b + at + 8 * k, &six, 8);
+        fix_header(b, len);
+        expect_refused(&r, b, len, SN_ERR_PARSE, "loss scaler");
+    }
+    memcpy(b, good, len); /* renamed: the scaler is missing */
+    memcpy(b + at - 8 - 1, "X", 1);
+    fix_header(b, len);
+    expect_refused(&r, b, len, SN_ERR_PARSE, "loss scaler record is missing");
+    free(b);
+    free(good);
+    rig_free(&r);
+}
+END_TEST
+
 /* The writer refuses a state with a NaN or infinite weight and keeps the old file. */
 START_TEST(diverged_state_not_saved) {
     rig r;
@@ -225,6 +284,7 @@ int main(void) {
     tcase_add_test(tc, series_count_overflow);
     tcase_add_test(tc, non_finite_weights);
     tcase_add_test(tc, diverged_state_not_saved);
+    tcase_add_test(tc, loss_scaler_checked);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }

@@ -4,6 +4,7 @@
 #include "checkpoint.h"
 
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -376,6 +377,26 @@ static sn_status load_series(const parsed *f, const char *name, sn_series *s, sn
     return SN_OK;
 }
 
+/* A trainer with dynamic loss scaling needs the file's scaler (the writer always saves one): a
+ * scale that is a positive float (a 0, NaN or infinite scale would skip every step from here on
+ * without a word; a double past FLT_MAX has no float), and counts of skipped and clean steps within the steps run. */
+static sn_status check_scaler(const parsed *f, const sn_trainer *t, uint64_t step, sn_err *e) {
+    if (!sn_trainer_loss_scaling(t)) return SN_OK;
+    const rec *ls = find(f, REC_STEP, "loss_scaler");
+    if (!ls || ls->size != 24)
+        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its loss scaler record is "
+                       "missing or %s: use an older checkpoint", f->path, ls ? "the wrong size" : "absent");
+    uint64_t bits = get_u64(ls->body), skipped = get_u64(ls->body + 8), clean = get_u64(ls->body + 16);
+    double scale;
+    memcpy(&scale, &bits, 8);
+    if (!(scale > 0 && scale <= FLT_MAX && (float)scale > 0) || skipped > step || clean > step)
+        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its loss scaler (scale %g, %" PRIu64
+                       " steps skipped, %" PRIu64 " clean) is not a positive float with counts "
+                       "within the %" PRIu64 " steps run: use an older checkpoint", f->path, scale,
+                       skipped, clean, step);
+    return SN_OK;
+}
+
 static sn_status check_all(const parsed *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     sn_status s = check_meta(f, t, r, e);
     if (s || (s = check_params(f, t, e))) return s;
@@ -387,7 +408,7 @@ static sn_status check_all(const parsed *f, const sn_trainer *t, const sn_run_st
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: step %" PRIu64 " is past the "
                        "run's %d steps", f->path, get_u64(step->body), sn_trainer_opts(t)->steps);
     if ((s = check_series(f, "train_loss", e)) || (s = check_series(f, "val_loss", e))) return s;
-    return SN_OK;
+    return check_scaler(f, t, get_u64(step->body), e);
 }
 
 /* The first non-finite value among the weights and moments of the parameter record r (whose
@@ -441,8 +462,8 @@ sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t l
     }
     if (!s) {
         sn_trainer_set_step_count(t, (int)get_u64(find(&f, REC_STEP, "step")->body));
-        const rec *ls = find(&f, REC_STEP, "loss_scaler");
-        if (ls && ls->size == 24 && sn_trainer_loss_scaling(t)) {
+        const rec *ls = find(&f, REC_STEP, "loss_scaler"); /* checked by check_scaler */
+        if (sn_trainer_loss_scaling(t)) {
             uint64_t bits = get_u64(ls->body);
             double scale;
             memcpy(&scale, &bits, 8);

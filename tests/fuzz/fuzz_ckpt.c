@@ -1,23 +1,33 @@
 /* fuzz_ckpt.c: libFuzzer harness for the checkpoint reader (sn_checkpoint_load_bytes) of a small
- * model trained on the reference interpreter. The header's payload size and CRC-32 are rewritten
- * to agree with the bytes (else nearly every input would stop at the CRC), so the records
- * themselves are what the fuzzer explores. A checkpoint that loads must save, and that file load. SN_FUZZ_WRITE_SEED=FILE writes a seed (the model after two steps) and exits. */
+ * model trained on the reference interpreter, at fp32, bf16 and fp16 (the fp16 trainer's dynamic
+ * loss scaler is a record of its own); every input is offered to all three. The header's payload
+ * size and CRC-32 are rewritten to agree with the bytes (else nearly every input would stop at the
+ * CRC), so the records themselves are what the fuzzer explores. A checkpoint that loads must save,
+ * and that file load. SN_FUZZ_WRITE_SEED=FILE writes a seed (the model after two steps; at
+ * SN_FUZZ_SEED_PRECISION, default fp32) and exits. */
 #include <string.h>
 
 #include "data/data.h"
 #include "frontend/sinter.h"
+#include "passes/pipeline.h"
 #include "support/crc.h"
 #include "train/checkpoint.h"
 #include "fuzz_util.h"
 
 enum { B = 2, T = 3, V = 7, C = 4, HDR = 32 };
 
-static sn_graph *graph;
-static sn_trainer *trainer;
+/* fp32 sets no precision in the run's metadata (the seeds and corpora from before bf16 and fp16
+ * load there); bf16 and fp16 set it as the session does, so an input loads into at most one. */
+static const char *const precision_names[] = {"fp32", "bf16", "fp16"};
+static const sn_precision precisions[] = {SN_PRECISION_FP32, SN_PRECISION_BF16, SN_PRECISION_FP16};
+enum { NPREC = 3 };
+static sn_graph *graphs[NPREC];
+static sn_trainer *trainers[NPREC];
 
-/* idx (B, T) -> embedding (V, C) -> matmul (C, V) + bias -> cross-entropy with targets */
-static sn_status build(sn_err *e) {
-    graph = sn_graph_new();
+/* idx (B, T) -> embedding (V, C) -> matmul (C, V) + bias -> cross-entropy with targets, with its
+ * backward (and the autocast pass at bf16 and fp16) */
+static sn_status build(int k, sn_err *e) {
+    sn_graph *graph = graphs[k] = sn_graph_new();
     if (!graph) return SN_ERR_OOM;
     sn_node *idx = sn_input(graph, "idx", SN_I32, SN_SHAPE(B, T));
     sn_node *tg = sn_input(graph, "targets", SN_I32, SN_SHAPE(B, T));
@@ -26,24 +36,39 @@ static sn_status build(sn_err *e) {
     sn_node *b = sn_param(graph, "b", SN_F32, SN_SHAPE(V), SN_INIT_ZEROS, 0);
     sn_node *loss = sn_cross_entropy(graph, sn_add(graph, sn_matmul(graph, sn_embedding(graph, wte, idx), w), b), tg, -1);
     if (sn_graph_error(graph)) return sn_fail(e, SN_ERR_SHAPE, "%s", sn_graph_error(graph));
-    sn_status s = sn_backward(graph, loss, e);
+    graph->loss = loss; /* what the pipeline's autodiff differentiates */
+    sn_status s;
+    if (precisions[k] == SN_PRECISION_FP32) {
+        s = sn_backward(graph, loss, e);
+    } else {
+        sn_pipeline_opts po = sn_pipeline_defaults();
+        po.backward = true;
+        po.precision = precisions[k];
+        s = sn_compile(graph, &po, NULL, NULL, e);
+    }
     if (s) return s;
     sn_train_opts o;
     sn_train_opts_default(&o, 10);
-    trainer = sn_trainer_new(graph, &o, e);
-    return trainer ? SN_OK : e->code;
+    trainers[k] = sn_trainer_new(graph, &o, e);
+    if (!trainers[k]) return e->code;
+    if ((precisions[k] == SN_PRECISION_FP16) != sn_trainer_loss_scaling(trainers[k]))
+        return sn_fail(e, SN_ERR_INVALID, "the %s trainer %s dynamic loss scaling", precision_names[k],
+                       sn_trainer_loss_scaling(trainers[k]) ? "has" : "lacks");
+    return SN_OK;
 }
 
-static void run_meta(sn_run_state *r) {
+static void run_meta(int k, sn_run_state *r) {
     *r = (sn_run_state){0};
     sn_run_meta_set(r, "model", "fuzz");
+    if (k > 0) sn_run_meta_set(r, "precision", "%s", precision_names[k]);
     r->data_rng = sn_rng_seed(3);
 }
 
-static int write_seed(const char *path) {
+static int write_seed(int k, const char *path) {
+    sn_trainer *trainer = trainers[k];
     sn_err e = {0};
     sn_run_state r;
-    run_meta(&r);
+    run_meta(k, &r);
     int32_t x[B * T], y[B * T];
     for (int i = 0; i < B * T; i++) x[i] = i % V, y[i] = (i * 3 + 1) % V;
     sn_step_stats st;
@@ -61,14 +86,52 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
     sn_err e = {0};
-    if (build(&e)) {
-        fprintf(stderr, "fuzz_ckpt: cannot build the model: %s\n", e.msg);
-        exit(1);
+    for (int k = 0; k < NPREC; k++)
+        if (build(k, &e)) {
+            fprintf(stderr, "fuzz_ckpt: cannot build the %s model: %s\n", precision_names[k], e.msg);
+            exit(1);
+        }
+    const char *seed = getenv("SN_FUZZ_WRITE_SEED"), *prec = getenv("SN_FUZZ_SEED_PRECISION");
+    if (seed) {
+        int k = 0;
+        while (prec && k < NPREC && strcmp(prec, precision_names[k])) k++;
+        if (k == NPREC) {
+            fprintf(stderr, "fuzz_ckpt: SN_FUZZ_SEED_PRECISION=%s: use fp32, bf16 or fp16\n", prec);
+            exit(1);
+        }
+        exit(write_seed(k, seed));
     }
-    const char *seed = getenv("SN_FUZZ_WRITE_SEED");
-    if (seed) exit(write_seed(seed));
     return 0;
+}
+
+/* b (the input, its header made to agree) offered to trainer k. */
+static void try_load(int k, const uint8_t *b, size_t size) {
+    sn_trainer *trainer = trainers[k];
+    sn_run_state r;
+    run_meta(k, &r);
+    sn_err e = {0};
+    sn_status s = sn_checkpoint_load_bytes("fuzz.ckpt", b, size, trainer, &r, &e);
+    FUZZ_CHECK(s == SN_OK || e.msg[0], "status %d without a message", s);
+    if (!s) { /* what loaded saves, and what was saved loads */
+        char path[] = "/tmp/sn_fuzz_ckpt_XXXXXX";
+        int fd = mkstemp(path);
+        if (fd >= 0) {
+            close(fd);
+            s = sn_checkpoint_save(path, trainer, &r, &e);
+            FUZZ_CHECK(s == SN_OK, "a loaded checkpoint does not save: %s", e.msg);
+            sn_run_state r2;
+            run_meta(k, &r2);
+            s = sn_checkpoint_load(path, trainer, &r2, &e);
+            FUZZ_CHECK(s == SN_OK, "a saved checkpoint does not load: %s", e.msg);
+            FUZZ_CHECK(r2.train_loss.n == r.train_loss.n && r2.val_loss.n == r.val_loss.n,
+                       "the loss curves changed length");
+            sn_run_state_free(&r2);
+            unlink(path);
+        }
+    }
+    sn_run_state_free(&r);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -84,29 +147,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memcpy(b + 16, &payload, 8);
         memcpy(b + 24, &crc, 4);
     }
-    sn_run_state r;
-    run_meta(&r);
-    sn_err e = {0};
-    sn_status s = sn_checkpoint_load_bytes("fuzz.ckpt", b, size, trainer, &r, &e);
-    FUZZ_CHECK(s == SN_OK || e.msg[0], "status %d without a message", s);
-    if (!s) { /* what loaded saves, and what was saved loads */
-        char path[] = "/tmp/sn_fuzz_ckpt_XXXXXX";
-        int fd = mkstemp(path);
-        if (fd >= 0) {
-            close(fd);
-            s = sn_checkpoint_save(path, trainer, &r, &e);
-            FUZZ_CHECK(s == SN_OK, "a loaded checkpoint does not save: %s", e.msg);
-            sn_run_state r2;
-            run_meta(&r2);
-            s = sn_checkpoint_load(path, trainer, &r2, &e);
-            FUZZ_CHECK(s == SN_OK, "a saved checkpoint does not load: %s", e.msg);
-            FUZZ_CHECK(r2.train_loss.n == r.train_loss.n && r2.val_loss.n == r.val_loss.n,
-                       "the loss curves changed length");
-            sn_run_state_free(&r2);
-            unlink(path);
-        }
-    }
-    sn_run_state_free(&r);
+    for (int k = 0; k < NPREC; k++) try_load(k, b, size);
     free(b);
     return 0;
 }
