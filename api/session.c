@@ -47,7 +47,7 @@ _Static_assert(SN_CKPT_NONE == 0 && SN_CKPT_BLOCK == 1 && SN_CKPT_SQRT == 2,
 sn_session_opts sn_session_defaults(void) {
     return (sn_session_opts){.device = "auto", .data = SN_DEFAULT_CORPUS, .batch = 16, .steps = 600,
                              .lr = 3e-3, .seed = 1337, .val_batches = 8,
-                             .checkpoint_policy = -1};
+                             .checkpoint_policy = -1, .offload = -1};
 }
 
 void sn_session_free(sn_session *s) {
@@ -176,6 +176,12 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
     if (o->mem < 0 || (o->mem && o->tokens_per_step))
         return sn_fail(e, SN_ERR_INVALID, "session: with mem the plan chooses the micro-batches: "
                        "give the sequences per step as batch and tokens_per_step 0");
+    if (o->offload < -1 || o->offload > 1)
+        return sn_fail(e, SN_ERR_INVALID, "session: offload %d: give -1 (none, or the plan's), 0 "
+                       "(none) or 1 (the optimizer state in host memory)", o->offload);
+    if (o->offload == 1 && o->device && !strcmp(o->device, "interp"))
+        return sn_fail(e, SN_ERR_INVALID, "session: offload moves the optimizer state off a device "
+                       "and the interpreter has none: use device cpu or cuda");
     if (o->mem && o->device && !strcmp(o->device, "interp"))
         return sn_fail(e, SN_ERR_INVALID, "session: mem plans device memory and the interpreter "
                        "has none: use device cpu or cuda");
@@ -207,9 +213,15 @@ static sn_status setup(sn_session *r, sn_err *e) {
     r->po = sn_pipeline_defaults();
     r->po.precision = (sn_precision)sn_precision_parse(o->precision ? o->precision : "fp32");
     r->po.checkpoint = o->checkpoint_policy > 0 ? o->checkpoint_policy : SN_CKPT_NONE;
+    /* the device first: its target is the plan's and the program's (CUDA: its kernels, its
+       fusion decisions, cuBLASLt's workspace) */
+    if ((s = open_device(o, &r->dev, e))) return s;
+    if (r->dev) r->po.target = &r->dev->target;
     if (o->mem) { /* the plan's micro-batch, accumulation steps and checkpointing */
         sn_plan_opts plo = {.batch = r->B, .budget = o->mem, .policy = o->checkpoint_policy,
-                            .compile = &r->po};
+                            .compile = &r->po,
+                            .offload = o->offload < 0 ? SN_PLAN_OFFLOAD_AS_NEEDED
+                                       : o->offload ? SN_PLAN_OFFLOAD_ALWAYS : SN_PLAN_OFFLOAD_NEVER};
         if ((s = sn_plan_make(&plo, plan_graph, r, &r->plan, e))) return s;
         r->planned = true;
         r->B = r->plan.micro_batch;
@@ -226,9 +238,9 @@ static sn_status setup(sn_session *r, sn_err *e) {
     sn_train_opts_default(&to, o->steps);
     to.lr = (float)o->lr;
     to.seed = o->seed;
-    if ((s = open_device(o, &r->dev, e))) return s;
     to.device = r->dev;
     to.compile = &r->po;
+    to.offload = r->planned ? r->plan.offload : o->offload == 1;
     if (!(r->t = sn_trainer_new(r->g, &to, e))) return e->code;
     if ((s = sn_val_iter_init(&r->vi, &r->val, r->B, r->T, e))) return s;
     r->x = sn_malloc(sizeof(int32_t) * (size_t)bt, "a batch of token ids", e);
@@ -299,6 +311,7 @@ static sn_status build_sampler(sn_session *r, sn_err *e) {
     sn_status s = build_graph(r, 1, r->T, false, &r->sg, e);
     sn_pipeline_opts po = sn_pipeline_defaults(); /* the trainer's forward rewrites, no dump */
     po.precision = r->po.precision;
+    po.target = r->po.target;
     if (s || (s = sn_compile(r->sg, &po, NULL, NULL, e))) return s;
     const sn_node *idx = NULL, *logits = NULL;
     for (int i = 0; i < r->sg->n_nodes; i++) {
@@ -348,9 +361,12 @@ void sn_session_info_get(const sn_session *r, sn_session_info *out) {
                              .val_tokens = r->val.n, .step = sn_trainer_step_count(r->t),
                              .steps = r->o.steps, .loss_scaling = sn_trainer_loss_scaling(r->t),
                              .loss_scale = sn_trainer_scaler(r->t).scale,
-                             .steps_skipped = sn_trainer_scaler(r->t).skipped};
+                             .steps_skipped = sn_trainer_scaler(r->t).skipped,
+                             .host_measured = sn_trainer_host_state_bytes(r->t)};
+    out->offload = out->host_measured > 0;
     if (!r->planned) return;
     out->mem_planned = r->plan.total;
+    out->host_planned = r->plan.opt_host;
     const struct sn_exec *x = sn_trainer_exec(r->t);
     if (!x || !sn_trainer_step_count(r->t)) return;
     sn_exec_stats st;

@@ -59,10 +59,13 @@ typedef struct {
     const char *precision;  /* "fp32" (NULL: the default); "bf16", "fp16": the autocast pass
                                (fp16 with dynamic loss scaling); "tf32": f32 storage (set tf32
                                for CUDA GEMMs) */
+    int offload;          /* AdamW's moments, the gradient sums and fp32 master weights in host
+                             memory, updated there by the CPU (ZeRO-Offload): 1 yes, 0 no; -1:
+                             no, or the plan's choice with mem (when nothing fits without) */
 } sn_session_opts;
 
 /* device "auto", the default corpus, B 16, T the model's, 600 steps, lr 3e-3, seed 1337,
- * 8 validation batches, checkpoint_policy -1, no memory plan. */
+ * 8 validation batches, checkpoint_policy -1, offload -1, no memory plan. */
 sn_session_opts sn_session_defaults(void);
 
 typedef struct sn_session sn_session;
@@ -118,6 +121,8 @@ typedef struct {
     /* With mem: the plan's device bytes, and after a step the device's own count of the same
      * (arena peak + persistent block + optimizer state + workspace); zeros otherwise. */
     int64_t mem_planned, mem_measured;
+    bool offload;                           /* the optimizer state is in host memory: */
+    int64_t host_planned, host_measured;    /* its bytes (planned only with mem; measured always) */
     bool loss_scaling;                      /* fp16: dynamic loss scaling; then its state: */
     float loss_scale;                       /* the scale the next step runs with */
     int64_t steps_skipped;                  /* steps skipped for overflowed gradients so far */

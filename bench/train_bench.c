@@ -31,7 +31,9 @@
 typedef struct {
     const char *model;
     int batch, seq, steps, threads;
-    int checkpoint; /* an sn_ckpt_policy (--checkpoint-policy) */
+    int checkpoint; /* an sn_ckpt_policy (--checkpoint-policy; budget with --arena-budget) */
+    int64_t arena_budget; /* --arena-budget: the budget policy's arena (what sinter plan chose) */
+    bool offload;   /* --offload: the optimizer state in host memory (sn_train_opts.offload) */
     bool compare_interp;
     sn_precision precision;
     const char *isa; /* of the measured peak */
@@ -67,6 +69,7 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = backward;
     o.checkpoint = backward ? a->checkpoint : 0;
+    o.checkpoint_budget = a->arena_budget;
     o.precision = a->precision;
     if (sn_compile(g, &o, prog, NULL, &e)) die("pipeline", &e);
     return g;
@@ -84,11 +87,11 @@ static void emit(const args *a, const char *device, const char *phase, double s_
                  double flops, double peak, const char *extra) {
     double tokens = (double)a->batch * a->seq;
     printf("{\"bench\": \"train\", \"phase\": \"%s\", \"device\": \"%s\", \"model\": \"%s\", "
-           "\"batch\": %d, \"seq\": %d, \"checkpoint\": \"%s\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, "
+           "\"batch\": %d, \"seq\": %d, \"checkpoint\": \"%s\", \"offload\": %s, \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, "
            "\"precision\": \"%s\", \"gflops\": %.1f, \"peak_gflops\": %.1f, \"peak_isa\": \"%s\", "
            "\"f32_peak_gflops\": %.1f, \"bf16_peak_gflops\": %.1f, \"mfu\": %.4f%s}\n",
            phase, device, a->model, a->batch, a->seq, sn_ckpt_policy_name((sn_ckpt_policy)a->checkpoint),
-           1e3 * s_per_step, tokens / s_per_step, sn_precision_name(a->precision),
+           a->offload ? "true" : "false", 1e3 * s_per_step, tokens / s_per_step, sn_precision_name(a->precision),
            flops / s_per_step / 1e9, peak, a->isa, a->peak_f32, a->peak_bf16,
            flops / s_per_step / 1e9 / peak, extra ? extra : "");
     fflush(stdout);
@@ -130,7 +133,7 @@ static const char usage_text[] =
     "usage: train_bench [--model NAME] [--batch B] [--seq T] [--steps N] [--threads N]\n"
     "                   [--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]]\n"
     "                   [--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16]\n"
-    "                   [--compare-interp]\n"
+    "                   [--compare-interp] [--arena-budget BYTES] [--offload]\n"
     "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
     "  --threads 0: all cores\n";
 
@@ -165,14 +168,15 @@ static void parse(int argc, char **argv, args *a) {
         }
         bool *flag = !strcmp(k, "--compare-interp") ? &a->compare_interp
                      : !strcmp(k, "--model-only")   ? &a->model_only
-                     : !strcmp(k, "--tf32")         ? &a->tf32 : NULL;
+                     : !strcmp(k, "--tf32")         ? &a->tf32
+                     : !strcmp(k, "--offload")      ? &a->offload : NULL;
         if (flag) {
             *flag = true;
             continue;
         }
         static const char *const valued[] = {"--model", "--batch", "--seq", "--steps", "--threads",
                                              "--device", "--roofline", "--checkpoint-policy",
-                                             "--precision"};
+                                             "--precision", "--arena-budget"};
         bool known = false;
         for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(k, valued[j]);
         if (!known) usage_fail("unknown option '%s'", k);
@@ -192,6 +196,13 @@ static void parse(int argc, char **argv, args *a) {
         } else if (!strcmp(k, "--checkpoint-policy")) {
             if ((a->checkpoint = sn_ckpt_policy_parse(v)) < 0 || a->checkpoint == SN_CKPT_BUDGET)
                 usage_fail("--checkpoint-policy is none, block or sqrt, not '%s'", v);
+        } else if (!strcmp(k, "--arena-budget")) {
+            char *end;
+            double b = strtod(v, &end);
+            if (end == v || *end || !(b >= 1) || b > 1e15)
+                usage_fail("--arena-budget wants a number of bytes, not '%s'", v);
+            a->arena_budget = (int64_t)b;
+            a->checkpoint = SN_CKPT_BUDGET;
         } else if (!strcmp(k, "--precision")) {
             int p = sn_precision_parse(v);
             if (p < 0 || p == SN_PRECISION_TF32)
@@ -269,6 +280,7 @@ int main(int argc, char **argv) {
     sn_train_opts o;
     sn_train_opts_default(&o, 1000);
     o.device = d;
+    o.offload = a.offload;
     double t0 = sn_clock_s();
     sn_trainer *t = sn_trainer_new(g, &o, &e);
     if (!t) die("trainer", &e);

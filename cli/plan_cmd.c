@@ -18,12 +18,14 @@ static const char plan_usage[] =
     "  --seq T               tokens per sequence (default: the model's context)\n"
     "  --mem N               device memory to fit in: 6GiB, 500MiB, 8e9 (bytes)\n"
     "  --device D            cpu (default) or cuda (adds cuBLASLt's workspace)\n"
-    "  --precision P         fp32 (default); bf16 is not supported yet (the autocast pass)\n"
+    "  --precision P         fp32 (default), bf16 or fp16 (the autocast pass: fp32 master\n"
+    "                        weights, 16-bit products and the activations it casts), tf32\n"
     "  --micro-batch M       this micro-batch only (default: the largest divisor of B that fits)\n"
     "  --checkpoint-policy P none, block or sqrt only (default: none when it fits, else the\n"
     "                        budgeted choice)\n"
     "  --no-offload          never plan the optimizer state in host memory (by default it is\n"
-    "                        when nothing else fits; planned only: the trainer cannot run it yet)\n"
+    "                        when nothing else fits; sinter train --offload optimizer runs it)\n"
+    "  --offload optimizer   always plan it in host memory\n"
     "Exits 1 when nothing fits, naming the smallest budget that would and the largest\n"
     "micro-batch that fits.\n";
 
@@ -68,7 +70,7 @@ int cli_plan(int argc, char **argv) {
     const char *model = NULL, *device = "cpu", *precision = "fp32";
     long B = 16, T = -1, micro = 0;
     long long mem = 0;
-    bool no_offload = false;
+    int offload = SN_PLAN_OFFLOAD_AS_NEEDED;
     int policy = -1;
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -77,7 +79,7 @@ int cli_plan(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(k, "--no-offload")) {
-            no_offload = true;
+            offload = SN_PLAN_OFFLOAD_NEVER;
             continue;
         }
         if (!v) return cli_fail("plan: option '%s' needs a value (see sinter plan --help)", k);
@@ -86,6 +88,11 @@ int cli_plan(int argc, char **argv) {
         if (!strcmp(k, "--model")) model = v;
         else if (!strcmp(k, "--device")) device = v;
         else if (!strcmp(k, "--precision")) precision = v;
+        else if (!strcmp(k, "--offload")) {
+            if (strcmp(v, "optimizer") && strcmp(v, "none"))
+                return cli_fail("plan: --offload is optimizer or none, not '%s'", v);
+            offload = strcmp(v, "none") ? SN_PLAN_OFFLOAD_ALWAYS : SN_PLAN_OFFLOAD_NEVER;
+        }
         else if (!strcmp(k, "--batch")) ok = cli_int(v, 1, 1 << 16, &B);
         else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &T);
         else if (!strcmp(k, "--micro-batch")) ok = cli_int(v, 1, 1 << 16, &micro);
@@ -97,9 +104,8 @@ int cli_plan(int argc, char **argv) {
     if (!model) return cli_fail("plan: which model? add --model NAME%s", "");
     if (!mem) return cli_fail("plan: how much memory? add --mem N (6GiB, 500MiB)%s", "");
     if (policy == SN_CKPT_BUDGET) policy = -1;
-    if (strcmp(precision, "fp32"))
-        return cli_fail("plan: --precision %s is not supported yet (fp32 only until the autocast "
-                        "pass lands)", precision);
+    int prec = sn_precision_parse(precision);
+    if (prec < 0) return cli_fail("plan: --precision is fp32, bf16, fp16 or tf32, not '%s'", precision);
     sn_target t;
     if (!strcmp(device, "cpu")) t = sn_target_cpu();
     else if (!strcmp(device, "cuda")) t = sn_target_cuda(80);
@@ -110,8 +116,9 @@ int cli_plan(int argc, char **argv) {
     if (micro && B % micro) return cli_fail("plan: --micro-batch must divide --batch%s", "");
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.target = &t;
+    po.precision = (sn_precision)prec; /* as the session compiles it (api/session.c) */
     sn_plan_opts o = {.batch = (int)B, .budget = mem, .micro_batch = (int)micro, .policy = policy,
-                      .compile = &po, .offload = !no_offload};
+                      .compile = &po, .offload = offload};
     sn_plan pl;
     return cli_plan_run(&c, (int)T, &o, &pl, stdout);
 }

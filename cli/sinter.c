@@ -20,6 +20,7 @@ static const char usage_text[] =
     "        [--backward]         with the backward graph appended (autodiff)\n"
     "        [--dump-after PASS]  print the IR after PASS (%s)\n"
     "        [--no-fuse-attention]  keep attention written out (matmul, mask, softmax, matmul)\n"
+    "        [--schedule]         reorder kernels so that large values die earlier (schedule pass)\n"
     "        [--pad-vocab N]      pad the vocabulary to a multiple of N (default 64; pow2: the\n"
     "                             next power of two; 0: no padding)\n"
     "        [--batch B] [--seq T]  input shape (default 4 x the model's context)\n"
@@ -89,6 +90,7 @@ static int cmd_graph(int argc, char **argv) {
         }
         if (!strcmp(a, "--backward")) o.backward = true;
         else if (!strcmp(a, "--no-fuse-attention")) o.fuse_attention = false;
+        else if (!strcmp(a, "--schedule")) o.schedule = SN_SCHEDULE_ON;
         else if (!strcmp(a, "--pad-vocab") && v) {
             if (!strcmp(argv[++i], "pow2")) o.pad_vocab = SN_PAD_VOCAB_POW2;
             else if (cli_int(v, 0, 1 << 20, &pad)) o.pad_vocab = pad;
@@ -134,7 +136,8 @@ static int cmd_graph(int argc, char **argv) {
         print_count(stdout, (long long)sn_graph_param_count(g));
         printf("\n");
         /* the kernels and the memory plan only when asked for: the graph passes are quick */
-        bool program = emit_cuda || (o.dump_after && (!strcmp(o.dump_after, "fuse") || !strcmp(o.dump_after, "memplan")));
+        bool program = emit_cuda || (o.dump_after && (!strcmp(o.dump_after, "fuse") || !strcmp(o.dump_after, "schedule") ||
+                                         !strcmp(o.dump_after, "memplan")));
         sn_program *p = NULL;
         s = sn_compile(g, &o, program ? &p : NULL, &st, &e);
         int rc = !s && emit_cuda ? cli_emit_cuda(p, emit_cuda, (int)arch) : 0;
@@ -156,6 +159,9 @@ static int cmd_graph(int argc, char **argv) {
             printf("; checkpoint %s: %d nodes recomputed, %.1f%% extra FLOPs",
                    sn_ckpt_policy_name((sn_ckpt_policy)o.checkpoint), st.checkpoint_recomputed,
                    st.step_flops > 0 ? 100 * st.checkpoint_extra_flops / st.step_flops : 0.0);
+        if (o.schedule)
+            printf("; schedule: %d kernels moved, live arena bytes at most %lld -> %lld", st.schedule_moved,
+                   (long long)st.schedule_peak_before, (long long)st.schedule_peak_after);
         printf(" (parameters now ");
         print_count(stdout, (long long)sn_graph_param_count(g));
         printf(")\n");

@@ -65,7 +65,12 @@ static const char train_usage[] =
     "  --mem N               fit the run in N bytes of device memory (6GiB, 500MiB): --batch is\n"
     "                        then the sequences per step, and the plan (sinter plan) picks the\n"
     "                        micro-batch, accumulation steps and checkpointing; the planned and\n"
-    "                        measured memory are printed after the first step\n"
+    "                        measured memory are printed after the first step; it offloads\n"
+    "                        the optimizer state when nothing fits without\n"
+    "  --offload WHAT        optimizer: AdamW's moments, gradient sums and fp32 master weights in\n"
+    "                        host memory, updated there by the CPU (the device keeps weights,\n"
+    "                        gradients and activations); none: on the device (default without\n"
+    "                        --mem)\n"
     "  --dump-after PASS     print the IR (or, after fuse and memplan, the program) the trainer\n"
     "                        runs, after PASS (%s)\n"
     "Every output path is checked writable before training and every file is replaced whole.\n"
@@ -99,7 +104,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
     *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
                       .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
                       .sample_len = 200, .top_k = 40, .temperature = 1.0, .checkpoint_policy = -1,
-                      .precision = "fp32", .diverge_nats = 4};
+                      .precision = "fp32", .diverge_nats = 4, .offload = -1};
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -135,6 +140,10 @@ static int parse_args(int argc, char **argv, train_args *a) {
         } else if (!strcmp(k, "--mem")) {
             if (!cli_bytes(v, &a->mem) || a->mem <= 0)
                 return cli_fail("train: --mem wants a size such as 6GiB or 500MiB, not '%s'", v);
+        } else if (!strcmp(k, "--offload")) {
+            if (strcmp(v, "optimizer") && strcmp(v, "none"))
+                return cli_fail("train: --offload is optimizer or none, not '%s'", v);
+            a->offload = !strcmp(v, "optimizer");
         } else if (!strcmp(k, "--precision")) {
             if (sn_precision_parse(v) < 0)
                 return cli_fail("train: --precision is fp32, bf16, fp16 or tf32, not '%s'", v);
@@ -168,6 +177,9 @@ static int parse_args(int argc, char **argv, train_args *a) {
     if (a->mem && a->tokens_per_step)
         return cli_fail("train: --mem chooses the micro-batches itself: give the sequences per step "
                         "as --batch, not --tokens-per-step%s", "");
+    if (a->offload == 1 && !strcmp(a->device, "interp"))
+        return cli_fail("train: --offload optimizer moves the optimizer state off a device; the "
+                        "interpreter has none (use --device cpu or cuda)%s", "");
     if (a->mem && !strcmp(a->device, "interp"))
         return cli_fail("train: --mem plans device memory; the interpreter has none (use --device "
                         "cpu)%s", "");
@@ -225,6 +237,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.dump_after = a->dump_after;
     o.checkpoint_policy = a->checkpoint_policy;
     o.mem = a->mem;
+    o.offload = a->offload;
     o.precision = a->precision;
     if ((s = sn_session_new(&m, &o, &r->s, e))) return s;
     sn_session_info in;
@@ -389,6 +402,11 @@ static sn_status train(const train_args *a, run *r, sn_err *e) {
                    "block, optimizer state, workspace)\n",
                    sn_bytes_str(mi.mem_planned, p, sizeof p), (long long)mi.mem_planned,
                    sn_bytes_str(mi.mem_measured, m, sizeof m), (long long)mi.mem_measured);
+            if (mi.offload)
+                printf("host memory: optimizer state planned %s (%lld bytes), measured %s (%lld "
+                       "bytes: masters, moments, sums)\n",
+                       sn_bytes_str(mi.host_planned, p, sizeof p), (long long)mi.host_planned,
+                       sn_bytes_str(mi.host_measured, m, sizeof m), (long long)mi.host_measured);
         }
         if (st.skipped) { /* fp16 loss scaling: gradients overflowed at this scale */
             progress_break(&r->prog);

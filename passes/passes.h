@@ -116,6 +116,27 @@ sn_status sn_pass_checkpoint(const sn_graph *in, sn_ckpt_policy policy, int64_t 
  * aliases. t: the target (the same kernels for every target today). */
 sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_err *e);
 
+/* ---- schedule.c ---- */
+
+typedef struct {
+    int64_t peak_before, peak_after; /* the most arena bytes live at once (no packing), fuse's
+                                        order and the one kept */
+    int moved;                       /* kernels not at their fuse position */
+} sn_schedule_stats;
+
+typedef enum {
+    SN_SCHEDULE_OFF,
+    SN_SCHEDULE_ON,    /* the new order when its peak of live arena bytes is lower */
+    SN_SCHEDULE_ALWAYS /* the new order even when it is not (tests: every move is checked) */
+} sn_schedule_mode;
+
+/* requires: fuse (before memplan). Reorders p->kernels so that large arena values die earlier:
+ * among the kernels whose inputs exist, the one that frees the most arena bytes net of what it
+ * allocates, when that is positive, else fuse's next one. Kernels touching a common value, one
+ * writing it, keep their order, so every kernel reads what it read before (bit-identical
+ * results). mode ON keeps the new order only when its peak of live arena bytes is lower. */
+sn_status sn_schedule(sn_program *p, sn_schedule_mode mode, sn_schedule_stats *st, sn_err *e);
+
 /* ---- memplan.c ---- */
 
 /* requires: fuse. Computes each value's live range over the kernel order and assigns arena

@@ -8,11 +8,11 @@
 #include "passes.h"
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autocast", "autodiff",
-                                        "checkpoint", "fuse", "memplan"};
+                                        "checkpoint", "fuse", "schedule", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, autocast, autodiff, checkpoint, fuse, memplan";
+    return "frontend, pad_vocab, attention, autocast, autodiff, checkpoint, fuse, schedule, memplan";
 }
 
 sn_pipeline_opts sn_pipeline_defaults(void) {
@@ -72,6 +72,9 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     if (!strcmp(d, "checkpoint") && !o->checkpoint)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after checkpoint, but no checkpoint policy is on "
                        "(add --checkpoint-policy block)");
+    if (!strcmp(d, "schedule") && !o->schedule)
+        return sn_fail(e, SN_ERR_INVALID, "--dump-after schedule, but the schedule pass is off "
+                       "(add --schedule)");
     if (!strcmp(d, "autodiff") && !o->backward)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after autodiff needs the backward (add --backward)");
     if (!strcmp(d, "attention") && !o->fuse_attention)
@@ -146,6 +149,18 @@ sn_status sn_compile(sn_graph *g, const sn_pipeline_opts *o, sn_program **prog,
     sn_program *p;
     if ((s = sn_fuse(g, t, &p, e))) return s;
     after_program(p, "fuse", o);
+
+    if (o->schedule) {
+        sn_schedule_stats ss;
+        if ((s = sn_schedule(p, (sn_schedule_mode)o->schedule, &ss, e))) {
+            sn_program_free(p);
+            return s;
+        }
+        stats->schedule_peak_before = ss.peak_before;
+        stats->schedule_peak_after = ss.peak_after;
+        stats->schedule_moved = ss.moved;
+        after_program(p, "schedule", o);
+    }
 
     if ((s = sn_memplan(p, t, e))) {
         sn_program_free(p);

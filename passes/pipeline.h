@@ -28,6 +28,9 @@ typedef struct {
     int checkpoint;          /* an sn_ckpt_policy (passes.h) applied right after autodiff (so
                                 with the call that differentiates); 0: none */
     int64_t checkpoint_budget; /* arena bytes for the budget policy */
+    int schedule;            /* an sn_schedule_mode: the schedule pass, kernels reordered so
+                                that large values die earlier (off by default: it saves nothing
+                                on GPT-2, docs/memory.md) */
     const char *dump_after;  /* a pass name from sn_pipeline_pass_names(), or NULL */
     FILE *dump;              /* where the dump goes (stdout if NULL) */
 } sn_pipeline_opts;
@@ -40,6 +43,8 @@ typedef struct {
     double checkpoint_extra_flops, step_flops; /* its extra FLOPs, the step's without them */
     int64_t checkpoint_min_arena; /* budget policy: the smallest arena it found (also on failure) */
     int casts;           /* cast nodes the autocast pass added */
+    int64_t schedule_peak_before, schedule_peak_after; /* live arena bytes at most (no packing) */
+    int schedule_moved;  /* kernels the schedule pass moved */
 } sn_pipeline_stats;
 
 /* Forward rewrites on: attention fused, vocabulary padded to a multiple of 64; no backward. */

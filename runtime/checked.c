@@ -150,7 +150,8 @@ sn_status sn_checked_device_new(sn_device *inner, sn_device **out, sn_err *e) {
                      .memset = checked_memset, .compile = checked_compile, .launch = checked_launch,
                      .gemm = checked_gemm, .sync = checked_sync, .event_new = checked_event_new,
                      .event_record = checked_event_record, .event_elapsed = checked_event_elapsed,
-                     .event_free = checked_event_free, .destroy = checked_destroy, .impl = c};
+                     .event_free = checked_event_free, .destroy = checked_destroy, .impl = c,
+                     .target = inner->target};
     *out = d;
     return SN_OK;
 }

@@ -209,7 +209,7 @@ sn_status sn_cpu_device_new(int threads, sn_device **out, sn_err *e) {
                      .compile = cpu_compile, .launch = cpu_launch, .gemm = cpu_gemm, .sync = cpu_sync,
                      .event_new = cpu_event_new, .event_record = cpu_event_record,
                      .event_elapsed = cpu_event_elapsed, .event_free = cpu_event_free,
-                     .destroy = cpu_destroy, .impl = c};
+                     .destroy = cpu_destroy, .impl = c, .target = sn_target_cpu()};
     *out = d;
     return SN_OK;
 }

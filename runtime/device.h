@@ -9,10 +9,12 @@
 #define SN_DEVICE_H
 
 #include "program/program.h"
+#include "program/target.h"
 
 typedef struct sn_device sn_device;
 struct sn_device {
     const char *name; /* "cpu (LLVM JIT, 2 threads)" */
+    sn_target target; /* what programs for it are compiled for (sn_pipeline_opts.target) */
     void *(*alloc)(sn_device *d, size_t bytes, sn_err *e);
     void (*free)(sn_device *d, void *p);
     sn_status (*upload)(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e);

@@ -55,11 +55,15 @@ status=0
 "$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 2GiB --no-offload > /dev/null 2> "$dir/plan.err" || status=$?
 [ "$status" = 1 ] && grep -q "plan: nothing fits in 2.0 GiB: the smallest budget that would fit is 2.[0-9] GiB" "$dir/plan.err" ||
     { echo "FAIL: plan refusal ($status)"; cat "$dir/plan.err"; exit 1; }
-# with the optimizer state offloaded to the host (planned only) it fits
+# with the optimizer state offloaded to the host it fits
 "$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 2GiB | grep -q "offload optimizer state to the host" ||
     { echo "FAIL: plan with offload"; exit 1; }
-"$sinter" plan --model gpt2 --mem 6GiB --precision bf16 2> "$dir/bf16.err" && exit 1
-grep -q "bf16 is not supported yet" "$dir/bf16.err" || { echo "FAIL: bf16"; cat "$dir/bf16.err"; exit 1; }
+# bf16 for the CUDA target: the autocast pass in the plan's compile, cuBLASLt's workspace
+"$sinter" plan --model tiny --batch 4 --seq 16 --mem 1GiB --device cuda --precision bf16 > "$dir/bf16.out" || exit 1
+grep -q "^choice: .*precision bf16" "$dir/bf16.out" && grep -q "^  workspace .* 33554432  cuBLASLt" "$dir/bf16.out" &&
+    grep -q "^plan: tiny, .*, cuda sm_80" "$dir/bf16.out" || { echo "FAIL: plan bf16 cuda"; cat "$dir/bf16.out"; exit 1; }
+"$sinter" plan --model tiny --mem 1GiB --precision fp8 2> "$dir/bf16.err" && exit 1
+grep -q "plan: --precision is fp32, bf16, fp16 or tf32, not 'fp8'" "$dir/bf16.err" || { echo "FAIL: fp8"; cat "$dir/bf16.err"; exit 1; }
 # train --mem: the plan's total is what the device holds after the first step, to the byte
 # shellcheck disable=SC2086
 "$sinter" train $tiny --batch 4 --mem 760KiB > "$dir/mem.out" || { echo "FAIL: train --mem"; cat "$dir/mem.out"; exit 1; }
@@ -67,4 +71,18 @@ line=$(grep "^memory: planned" "$dir/mem.out") || { echo "FAIL: no memory line";
 planned=$(echo "$line" | sed 's/.*planned [^(]*(\([0-9]*\) bytes).*/\1/')
 measured=$(echo "$line" | sed 's/.*measured [^(]*(\([0-9]*\) bytes:.*/\1/')
 [ -n "$planned" ] && [ "$planned" = "$measured" ] || { echo "FAIL: planned $planned measured $measured"; exit 1; }
-echo "help, --dump-after during train, --precision, out of memory as a message, --emit-cuda, plan, train --mem: ok"
+# a budget that fits only with the optimizer state on the host: the trainer offloads, and the
+# device bytes and the host bytes are the plan's
+# shellcheck disable=SC2086
+"$sinter" train $tiny --batch 4 --mem 600KiB > "$dir/off.out" || { echo "FAIL: train --mem offload"; cat "$dir/off.out"; exit 1; }
+grep -q "^choice: .*offload optimizer state to the host" "$dir/off.out" &&
+    grep -q "^device: .*optimizer state on the host" "$dir/off.out" || { echo "FAIL: no offload"; cat "$dir/off.out"; exit 1; }
+for what in "^memory: planned" "^host memory: optimizer state planned"; do
+    line=$(grep "$what" "$dir/off.out") || { echo "FAIL: no '$what'"; cat "$dir/off.out"; exit 1; }
+    planned=$(echo "$line" | sed 's/.*planned [^(]*(\([0-9]*\) bytes).*/\1/')
+    measured=$(echo "$line" | sed 's/.*measured [^(]*(\([0-9]*\) bytes:.*/\1/')
+    [ -n "$planned" ] && [ "$planned" = "$measured" ] || { echo "FAIL: offload: planned $planned measured $measured"; exit 1; }
+done
+"$sinter" train $tiny --device interp --offload optimizer 2> "$dir/off.err" && exit 1
+grep -q "the interpreter has none (use --device cpu or cuda)" "$dir/off.err" || { echo "FAIL: offload on interp"; cat "$dir/off.err"; exit 1; }
+echo "help, --dump-after during train, --precision, out of memory as a message, --emit-cuda, plan, train --mem (and with offload): ok"

@@ -18,6 +18,7 @@
 #include "runtime/cuda/cuda_rt.h"
 #include "runtime/device.h"
 #include "support/clock.h"
+#include "train/plan.h"
 #include "train/train.h"
 #include "harness.h"
 
@@ -83,12 +84,17 @@ static void batch(int32_t *x, int32_t *y, uint64_t seed) {
     }
 }
 
-static sn_trainer *trainer_on(sn_graph *g, sn_device *d, sn_err *e) {
+static sn_trainer *trainer_offload(sn_graph *g, sn_device *d, bool offload, sn_err *e) {
     sn_train_opts o;
     sn_train_opts_default(&o, STEPS);
     o.lr = 1e-2f;
     o.device = d;
+    o.offload = offload;
     return sn_trainer_new(g, &o, e);
+}
+
+static sn_trainer *trainer_on(sn_graph *g, sn_device *d, sn_err *e) {
+    return trainer_offload(g, d, false, e);
 }
 
 /* steps steps (every third with an evaluation and a second micro-batch); SN_OK or the failure */
@@ -265,6 +271,101 @@ START_TEST(tiny_gpt2_16bit_trains_like_the_cpu_device) {
            skips, scale[1][STEPS - 1], st.gemm_plans);
     sn_device_free(dev[0]);
     sn_device_free(dev[1]);
+}
+END_TEST
+
+/* The optimizer state in host memory (sn_train_opts.offload) on the CUDA device: the gradients
+ * come down through the stream, the CPU runs AdamW, the weights go up; the losses are the
+ * device-resident run's within 1e-6 (equal on the stand-in, where the device AdamW runs on the
+ * simulator; on a GPU NVRTC may contract it into FMAs, which the host's is not), and the device
+ * holds only the step's scalars besides the program. */
+START_TEST(offload_trains_like_the_device) {
+    if (!have_nvrtc()) return;
+    enum { N = 8 };
+    sn_err e;
+    sn_device *gpu = cuda(NULL);
+    sn_graph *g1 = tiny(), *g2 = tiny();
+    sn_trainer *a = trainer_offload(g1, gpu, false, &e);
+    ck_assert_msg(a, "%s", e.msg);
+    sn_trainer *b = trainer_offload(g2, gpu, true, &e);
+    ck_assert_msg(b, "%s", e.msg);
+    double la[N], lb[N], na[N], nb[N];
+    ck_assert_msg(train(a, N, la, na, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(train(b, N, lb, nb, &e) == SN_OK, "%s", e.msg);
+    double worst = 0;
+    for (int s = 0; s < N; s++) {
+        ck_assert_msg(fabs(la[s] - lb[s]) <= 1e-6 && fabs(na[s] - nb[s]) <= 1e-5 * fmax(1, na[s]),
+                      "step %d: loss %.9g (on the device) vs %.9g (offloaded), norm %.9g vs %.9g",
+                      s, la[s], lb[s], na[s], nb[s]);
+        worst = fmax(worst, fabs(la[s] - lb[s]));
+    }
+    ck_assert_msg(lb[N - 1] < lb[0] - 0.2, "loss %g -> %g: not learning", lb[0], lb[N - 1]);
+    ck_assert_int_gt(sn_trainer_host_state_bytes(b), 0);
+    ck_assert_int_eq(sn_trainer_host_state_bytes(a), 0);
+    ck_assert_int_lt(3 * sn_trainer_state_bytes(b), sn_trainer_state_bytes(a));
+    printf("test_standin: %d offloaded steps: largest loss difference from the device's AdamW %.2g\n",
+           N, worst);
+    sn_trainer_free(a);
+    sn_trainer_free(b);
+    sn_graph_free(g1);
+    sn_graph_free(g2);
+    sn_device_free(gpu);
+}
+END_TEST
+
+static sn_status tiny_forward(void *ctx, int b, sn_graph **out, sn_err *e) {
+    (void)ctx;
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = V;
+    *out = sn_graph_new();
+    sn_gpt2 m;
+    sn_status s = sn_gpt2_build(*out, &c, b, T, &m, e);
+    (*out)->n_outputs = 0;
+    sn_graph_add_output(*out, m.loss);
+    return s;
+}
+
+/* The plan for the CUDA device is made with its target (the session passes the device's): the
+ * device's arena peak, persistent block and buffers after an accumulated, offloaded step are the
+ * plan's total less cuBLASLt's 32 MiB workspace, the host arrays its host figure. */
+START_TEST(cuda_plan_is_the_trainer) {
+    if (!have_nvrtc()) return;
+    sn_err e;
+    sn_device *gpu = cuda(NULL);
+    ck_assert_int_eq(gpu->target.kind, SN_TARGET_CUDA);
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    po.target = &gpu->target;
+    sn_plan_opts o = {.batch = 2 * B, .micro_batch = B, .policy = 0, .compile = &po,
+                      .offload = SN_PLAN_OFFLOAD_ALWAYS};
+    sn_plan pl;
+    ck_assert_msg(sn_plan_make(&o, tiny_forward, NULL, &pl, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(pl.workspace, 32 << 20);
+    ck_assert_int_eq(pl.accum, 2);
+    sn_graph *g;
+    ck_assert(tiny_forward(NULL, B, &g, &e) == SN_OK);
+    po.backward = true;
+    ck_assert_msg(sn_compile(g, &po, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_train_opts to;
+    sn_train_opts_default(&to, STEPS);
+    to.device = gpu;
+    to.compile = &po;
+    to.offload = true;
+    sn_trainer *t = sn_trainer_new(g, &to, &e);
+    ck_assert_msg(t, "%s", e.msg);
+    int32_t x[B * T], y[B * T];
+    batch(x, y, 5);
+    for (int k = 0; k < pl.accum; k++)
+        ck_assert_msg(sn_trainer_accumulate(t, x, y, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_step_stats st;
+    ck_assert_msg(sn_trainer_update(t, &st, &e) == SN_OK, "%s", e.msg);
+    sn_exec_stats xs;
+    sn_exec_stats_get(sn_trainer_exec(t), &xs);
+    ck_assert_int_eq(xs.arena_peak_bytes + xs.persistent_bytes + xs.buffer_bytes + pl.workspace, pl.total);
+    ck_assert_int_eq(sn_trainer_host_state_bytes(t), pl.opt_host);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+    sn_device_free(gpu);
 }
 END_TEST
 
@@ -688,6 +789,11 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, injected_failure_says_what_failed, 0,
                         (int)(sizeof failures / sizeof *failures));
     suite_add_tcase(s, tc);
+    TCase *off = tcase_create("offload");
+    tcase_set_timeout(off, 240);
+    tcase_add_test(off, offload_trains_like_the_device);
+    tcase_add_test(off, cuda_plan_is_the_trainer);
+    suite_add_tcase(s, off);
     return s;
 }
 

@@ -2,7 +2,9 @@
  * difference between interpreting and running compiled code is in this file.
  * Convention: the optimizer's buffers are named by FB_*; compiled, each is an executor ref (the
  * program's parameters and gradients, or an extra device buffer), interpreted, a host array;
- * the same kernel descriptions run on either (sn_exec_launch or sn_interp_optim). */
+ * the same kernel descriptions run on either (sn_exec_launch or sn_interp_optim). Compiled with
+ * offload, the moments, the gradient sums and a copy of the weights (the masters) are host
+ * arrays instead, and AdamW runs on the CPU (offload.h) in chunks: gradients down, weights up. */
 #include "backend.h"
 
 #include <math.h>
@@ -11,6 +13,7 @@
 
 #include "passes/pipeline.h"
 #include "interp/interp.h"
+#include "offload.h"
 
 /* the flat buffers of the optimizer step */
 enum { FB_PARAMS, FB_GRADS, FB_SUMS, FB_M, FB_V, FB_SCAL, FB_PART, FB_COUNT };
@@ -38,6 +41,10 @@ struct sn_backend {
     sn_exec *x;
     sn_exec_ref ref[FB_COUNT];
     bool has_sums;
+    /* compiled with offload: host[FB_PARAMS] the masters, host[FB_M], host[FB_V], host[FB_SUMS]
+     * the state, host[FB_SCAL] the step's scalars after CLIP, host[FB_GRADS] one chunk */
+    bool offload;
+    int64_t host_bytes; /* what those hold */
     char name[160];
 };
 
@@ -105,6 +112,22 @@ static sn_status compiled_layout(sn_backend *b, sn_err *e) {
     return SN_OK;
 }
 
+/* Offload's host arrays (zeroed; the masters are set with the weights). */
+static sn_status offload_new(sn_backend *b, sn_err *e) {
+    static const int fb[] = {FB_PARAMS, FB_M, FB_V, FB_SCAL, FB_GRADS};
+    for (int i = 0; i < 5; i++) {
+        int64_t n = fb[i] == FB_SCAL ? SN_OPT_SCALARS : fb[i] == FB_GRADS ? SN_OFFLOAD_CHUNK : b->n_flat;
+        if (fb[i] == FB_GRADS && n > b->n_flat) n = b->n_flat;
+        if (!(b->host[fb[i]] = calloc((size_t)n, sizeof(float))))
+            return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the offloaded optimizer "
+                           "state (%.1f MiB for the %s): free host memory or train without "
+                           "--offload", 4.0 * (double)n / (1 << 20),
+                           fb[i] == FB_PARAMS ? "master weights" : "moments");
+        b->host_bytes += 4 * n;
+    }
+    return SN_OK;
+}
+
 static sn_status compiled_new(sn_backend *b, const sn_pipeline_opts *compile, sn_err *e) {
     sn_status s;
     sn_pipeline_opts none = {0};
@@ -115,17 +138,23 @@ static sn_status compiled_new(sn_backend *b, const sn_pipeline_opts *compile, sn
     make_kernels(b);
     int id[3];
     int64_t bytes[3] = {4 * b->n_flat, 4 * b->n_flat, 4 * (SN_OPT_SCALARS + b->n_blocks)};
-    for (int i = 0; i < 3; i++)
+    for (int i = b->offload ? 2 : 0; i < 3; i++)
         if ((s = sn_exec_buffer_new(b->x, bytes[i], &id[i], e))) return s;
-    b->ref[FB_M] = sn_exec_buffer_ref(id[0], 0);
-    b->ref[FB_V] = sn_exec_buffer_ref(id[1], 0);
+    if (b->offload) { /* the moments and the masters on the host; the scalars stay */
+        if ((s = offload_new(b, e))) return s;
+    } else {
+        b->ref[FB_M] = sn_exec_buffer_ref(id[0], 0);
+        b->ref[FB_V] = sn_exec_buffer_ref(id[1], 0);
+        b->state_bytes = bytes[0] + bytes[1];
+    }
     b->ref[FB_SCAL] = sn_exec_buffer_ref(id[2], 0);
     b->ref[FB_PART] = sn_exec_buffer_ref(id[2], 4 * SN_OPT_SCALARS);
-    b->state_bytes = bytes[0] + bytes[1] + bytes[2];
+    b->state_bytes += bytes[2];
     sn_kernel *ks[OK_COUNT];
     for (int i = 0; i < OK_COUNT; i++) ks[i] = &b->k[i];
     if ((s = sn_exec_compile(b->x, ks, OK_COUNT, b->handle, e))) return s;
-    snprintf(b->name, sizeof b->name, "%s, %d kernels", sn_exec_device(b->x)->name, b->prog->n_kernels);
+    snprintf(b->name, sizeof b->name, "%s, %d kernels%s", sn_exec_device(b->x)->name,
+             b->prog->n_kernels, b->offload ? ", optimizer state on the host" : "");
     return SN_OK;
 }
 
@@ -160,11 +189,13 @@ static sn_status interp_new(sn_backend *b, sn_err *e) {
 }
 
 sn_status sn_backend_new(sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
-                         const sn_pipeline_opts *compile, sn_backend **out, sn_err *e) {
+                         const sn_pipeline_opts *compile, bool offload, sn_backend **out,
+                         sn_err *e) {
     *out = NULL;
     sn_backend *b = sn_calloc(1, sizeof *b, "the trainer's backend", e);
     if (!b) return SN_ERR_OOM;
-    *b = (sn_backend){.g = g, .params = params, .n_params = n_params, .d = device};
+    *b = (sn_backend){.g = g, .params = params, .n_params = n_params, .d = device,
+                      .offload = offload && device};
     b->off = sn_calloc((size_t)n_params + 1, sizeof *b->off, "the trainer's parameter offsets", e);
     if (!b->off) {
         free(b);
@@ -184,6 +215,8 @@ const char *sn_backend_name(const sn_backend *b) { return b->name; }
 const sn_program *sn_backend_program(const sn_backend *b) { return b->prog; }
 sn_exec *sn_backend_exec(const sn_backend *b) { return b->x; }
 int64_t sn_backend_state_bytes(const sn_backend *b) { return b->state_bytes; }
+int64_t sn_backend_host_state_bytes(const sn_backend *b) { return b->host_bytes; }
+bool sn_backend_offloaded(const sn_backend *b) { return b->offload; }
 
 /* The host weights of parameter i (interpreter). */
 static float *host_weights(sn_backend *b, int i) {
@@ -222,8 +255,14 @@ sn_status sn_backend_set_scalar(sn_backend *b, const sn_node *input, float v, sn
 
 /* The gradient sums exist from their first use on (one micro-batch a step needs none). */
 static sn_status need_sums(sn_backend *b, sn_err *e) {
-    if (b->x ? b->has_sums : b->host[FB_SUMS] != NULL) return SN_OK;
-    if (b->x) {
+    if (b->x && !b->offload ? b->has_sums : b->host[FB_SUMS] != NULL) return SN_OK;
+    if (b->offload) {
+        if (!(b->host[FB_SUMS] = calloc((size_t)b->n_flat, sizeof(float))))
+            return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the offloaded gradient "
+                           "sums (%.1f MiB)", 4.0 * (double)b->n_flat / (1 << 20));
+        b->host_bytes += 4 * b->n_flat;
+        return SN_OK;
+    } else if (b->x) {
         int id;
         sn_status s = sn_exec_buffer_new(b->x, 4 * b->n_flat, &id, e);
         if (s) return s;
@@ -238,7 +277,7 @@ static sn_status need_sums(sn_backend *b, sn_err *e) {
 
 /* Flat buffer f of the optimizer, element `at`, `n` elements, to or from the host. */
 static sn_status move(sn_backend *b, int f, int64_t at, int64_t n, float *host, bool up, sn_err *e) {
-    if (b->x) {
+    if (b->x && !(b->offload && (f == FB_M || f == FB_V || f == FB_SUMS))) {
         sn_exec_ref r = b->ref[f];
         r.offset += 4 * at;
         return up ? sn_exec_upload(b->x, r, host, 4 * n, e) : sn_exec_download(b->x, host, r, 4 * n, e);
@@ -282,6 +321,8 @@ sn_status sn_backend_get(sn_backend *b, int i, sn_param_which which, bool sums, 
 sn_status sn_backend_set(sn_backend *b, int i, sn_param_which which, const float *host, sn_err *e) {
     SN_ASSERT(i >= 0 && i < b->n_params && which != SN_PARAM_GRAD);
     int64_t n = sn_numel(b->params[i]);
+    if (which == SN_PARAM_WEIGHTS && b->offload && b->off[i] >= 0) /* the master too */
+        memcpy(b->host[FB_PARAMS] + b->off[i], host, 4 * (size_t)n);
     if (which == SN_PARAM_WEIGHTS && (b->x || b->off[i] < 0)) {
         if (b->x) return sn_exec_set(b->x, b->params[i], host, e);
         memcpy(b->frozen[i], host, 4 * (size_t)n);
@@ -306,9 +347,24 @@ static sn_status launch(sn_backend *b, int which, const int *fb, sn_err *e) {
     return SN_OK;
 }
 
+/* Offload: the device's gradients [lo, lo + n) to the host, into the sums (add: added). */
+static sn_status offload_grads(sn_backend *b, int64_t lo, int64_t n, bool add, float *dst, sn_err *e) {
+    sn_exec_ref r = b->ref[FB_GRADS];
+    r.offset += 4 * lo;
+    if (!add) return sn_exec_download(b->x, dst, r, 4 * n, e);
+    sn_status s = sn_exec_download(b->x, b->host[FB_GRADS], r, 4 * n, e);
+    if (!s) sn_offload_acc(dst, b->host[FB_GRADS], n);
+    return s;
+}
+
 sn_status sn_backend_sum_grads(sn_backend *b, bool add, sn_err *e) {
     sn_status s = need_sums(b, e);
     if (s) return s;
+    for (int64_t lo = 0; b->offload && lo < b->n_flat && !s; lo += SN_OFFLOAD_CHUNK) {
+        int64_t n = b->n_flat - lo < SN_OFFLOAD_CHUNK ? b->n_flat - lo : SN_OFFLOAD_CHUNK;
+        s = offload_grads(b, lo, n, add, b->host[FB_SUMS] + lo, e);
+    }
+    if (b->offload) return s;
     if (add) return launch(b, OK_ACC, (const int[]){FB_SUMS, FB_GRADS}, e);
     if (b->x) return sn_exec_copy(b->x, b->ref[FB_SUMS], b->ref[FB_GRADS], 4 * b->n_flat, e);
     memcpy(b->host[FB_SUMS], b->host[FB_GRADS], 4 * (size_t)b->n_flat);
@@ -320,14 +376,44 @@ sn_status sn_backend_norm(sn_backend *b, bool sums, const float scal[SN_OPT_SCAL
     int g = sums ? FB_SUMS : FB_GRADS;
     float got;
     sn_status s = move(b, FB_SCAL, 0, SN_OPT_SCALARS, (float *)scal, true, e);
+    if (!s && b->offload && sums) { /* the sums go up into the gradients' (spent) buffer, so that
+                                       the norm is the device's own reduction, bit for bit */
+        s = sn_exec_upload(b->x, b->ref[FB_GRADS], b->host[FB_SUMS], 4 * b->n_flat, e);
+        g = FB_GRADS;
+    }
     if (!s) s = launch(b, OK_SQNORM, (const int[]){FB_PART, g, FB_SCAL}, e);
     if (!s) s = launch(b, OK_CLIP, (const int[]){FB_SCAL, FB_PART}, e);
+    if (b->offload) { /* AdamW on the host needs the clip scale: all the scalars come down */
+        if (!s) s = move(b, FB_SCAL, 0, SN_OPT_SCALARS, b->host[FB_SCAL], false, e);
+        if (!s) *norm = b->host[FB_SCAL][SN_OPT_NORM];
+        return s;
+    }
     if (!s) s = move(b, FB_SCAL, SN_OPT_NORM, 1, &got, false, e);
     if (!s) *norm = got;
     return s;
 }
 
+/* Offload: AdamW by the CPU on the masters, chunk by chunk: the gradients of a chunk come down
+ * (unless the sums, already on the host, are used), the updated weights go up. */
+static sn_status offload_adamw(sn_backend *b, bool sums, sn_err *e) {
+    sn_status s = SN_OK;
+    float **h = b->host;
+    for (int64_t lo = 0; lo < b->n_flat && !s; lo += SN_OFFLOAD_CHUNK) {
+        int64_t n = b->n_flat - lo < SN_OFFLOAD_CHUNK ? b->n_flat - lo : SN_OFFLOAD_CHUNK;
+        const float *g = sums ? h[FB_SUMS] + lo : h[FB_GRADS];
+        if (!sums) s = offload_grads(b, lo, n, false, h[FB_GRADS], e);
+        if (s) break;
+        sn_offload_adamw(h[FB_SCAL], h[FB_PARAMS] + lo, h[FB_M] + lo, h[FB_V] + lo, g, n,
+                         b->n_decay - lo);
+        sn_exec_ref r = b->ref[FB_PARAMS];
+        r.offset += 4 * lo;
+        s = sn_exec_upload(b->x, r, h[FB_PARAMS] + lo, 4 * n, e);
+    }
+    return s;
+}
+
 sn_status sn_backend_adamw(sn_backend *b, bool sums, sn_err *e) {
+    if (b->offload) return offload_adamw(b, sums, e);
     int g = sums ? FB_SUMS : FB_GRADS;
     return launch(b, OK_ADAMW, (const int[]){FB_PARAMS, FB_M, FB_V, g, FB_SCAL}, e);
 }

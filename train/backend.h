@@ -15,9 +15,12 @@ typedef struct sn_backend sn_backend;
 
 /* device NULL: the reference interpreter. g: loss, backward, i32 inputs idx and targets;
  * params: every PARAM of g (frozen ones included), the order the trainer numbers them.
- * compile: sn_compile's options for the device (NULL: zeroed). */
+ * compile: sn_compile's options for the device (NULL: zeroed). offload (with a device): the
+ * moments, the gradient sums and the master weights in host memory, AdamW on the CPU
+ * (offload.h); the device keeps the step's scalars and computes the norm. */
 sn_status sn_backend_new(sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
-                         const sn_pipeline_opts *compile, sn_backend **out, sn_err *e);
+                         const sn_pipeline_opts *compile, bool offload, sn_backend **out,
+                         sn_err *e);
 void sn_backend_free(sn_backend *b);
 const char *sn_backend_name(const sn_backend *b);
 
@@ -49,7 +52,11 @@ sn_status sn_backend_adamw(sn_backend *b, bool sums, sn_err *e);
 /* The compiled program and its executor (NULL on the interpreter), for reports. */
 const sn_program *sn_backend_program(const sn_backend *b);
 sn_exec *sn_backend_exec(const sn_backend *b);
-/* Bytes of optimizer state (moments, gradient sums, scalars) held besides the program's. */
+/* Bytes of optimizer state (moments, gradient sums, scalars) held besides the program's: on
+ * the device (the interpreter's host arrays count here), and offloaded to the host (masters,
+ * moments, sums, one chunk of gradients). */
 int64_t sn_backend_state_bytes(const sn_backend *b);
+int64_t sn_backend_host_state_bytes(const sn_backend *b);
+bool sn_backend_offloaded(const sn_backend *b);
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "passes/passes.h"
+#include "offload.h"
 
 enum { ALIGN = 64 }; /* memplan's persistent alignment */
 
@@ -83,6 +84,7 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     }
     pl->accum = accum;
     pl->policy = policy;
+    pl->precision = o.precision;
     pl->recomputed = st.checkpoint_recomputed;
     pl->extra_flops = st.step_flops > 0 ? st.checkpoint_extra_flops / st.step_flops : 0;
     if ((s = split_persistent(p, pl, e))) {
@@ -92,9 +94,12 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     pl->offload = offload;
     pl->opt_device = sn_train_state_bytes(p, accum > 1);
     pl->opt_host = 0;
-    if (offload) { /* the device keeps the step's scalars; the host the moments and sums */
-        pl->opt_host = pl->opt_device - scalar_bytes(flat_floats(p));
-        pl->opt_device -= pl->opt_host;
+    if (offload) { /* the device keeps the step's scalars; the host the masters, the moments,
+                      the sums, the scalars and one chunk of gradients (backend.c) */
+        int64_t n = flat_floats(p);
+        pl->opt_device = scalar_bytes(n);
+        pl->opt_host = 4 * (3 * n + (accum > 1 ? n : 0) + SN_OPT_SCALARS +
+                            (n < SN_OFFLOAD_CHUNK ? n : SN_OFFLOAD_CHUNK));
     }
     pl->arena = p->arena_bytes;
     pl->workspace = workspace_of(&t);
@@ -148,7 +153,7 @@ sn_status sn_plan_make(const sn_plan_opts *o, sn_plan_graph_fn build, void *ctx,
     int max_micro = 0;
     sn_plan best = {0};
     bool fitted = false;
-    for (int off = 0; off <= (int)o->offload && !fitted; off++)
+    for (int off = o->offload == SN_PLAN_OFFLOAD_ALWAYS; off <= (o->offload != 0) && !fitted; off++)
         for (int m = o->batch; m >= 1; m--) {
             if (o->batch % m) continue;
             bool wanted = !o->micro_batch || m == o->micro_batch;
@@ -198,23 +203,27 @@ static void row(FILE *f, const char *what, int64_t b, const char *note) {
 void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f) {
     char n[96];
     fprintf(f, "  %-26s %10s %14s\n", "", "", "bytes");
-    row(f, "weights", pl->weights, "parameters (fp32)");
+    bool half = pl->precision == SN_PRECISION_BF16 || pl->precision == SN_PRECISION_FP16;
+    row(f, "weights", pl->weights, half ? "parameters (fp32 masters; products cast to 16 bits)"
+                                        : "parameters (fp32)");
     row(f, "gradients", pl->grads, NULL);
     const char *sums = pl->accum > 1 ? ", gradient sums" : "";
     snprintf(n, sizeof n, "AdamW m and v%s, step scalars", sums);
     row(f, "optimizer state (device)", pl->opt_device, pl->offload ? "step scalars" : n);
-    snprintf(n, sizeof n, "AdamW m and v%s (planned; the trainer cannot offload yet)", sums);
+    snprintf(n, sizeof n, "fp32 masters, AdamW m and v%s (not in the total)", sums);
     row(f, "optimizer state (host)", pl->opt_host, pl->offload ? n : NULL);
     row(f, "inputs and outputs", pl->io, "token ids, targets, loss");
-    snprintf(n, sizeof n, "recompute +%.1f%% FLOPs, %d forward nodes again", 100 * pl->extra_flops,
-             pl->recomputed);
+    int at = snprintf(n, sizeof n, "recompute +%.1f%% FLOPs, %d forward nodes again",
+                      100 * pl->extra_flops, pl->recomputed);
+    if (pl->policy == SN_CKPT_BUDGET && at > 0 && (size_t)at < sizeof n)
+        snprintf(n + at, sizeof n - (size_t)at, " (arena budget %lld)", (long long)pl->arena_budget);
     row(f, "activations (arena)", pl->arena, pl->recomputed ? n : "no recompute");
     row(f, "workspace", pl->workspace, pl->workspace ? "cuBLASLt" : NULL);
     row(f, "total (device)", pl->total, NULL);
     if (budget) row(f, "budget", budget, pl->total <= budget ? "fits" : "does not fit");
     if (pl->recomputed) row(f, "without checkpointing", pl->total_without, NULL);
     fprintf(f, "choice: micro-batch %d x %d accumulation step%s, checkpoint policy %s, precision "
-            "fp32, offload %s\n", pl->micro_batch, pl->accum, pl->accum > 1 ? "s" : "",
-            sn_ckpt_policy_name((sn_ckpt_policy)pl->policy),
+            "%s, offload %s\n", pl->micro_batch, pl->accum, pl->accum > 1 ? "s" : "",
+            sn_ckpt_policy_name((sn_ckpt_policy)pl->policy), sn_precision_name(pl->precision),
             pl->offload ? "optimizer state to the host" : "none");
 }

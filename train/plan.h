@@ -21,21 +21,28 @@ typedef struct {
     int micro_batch;    /* 0: the largest divisor of batch that fits; else this one */
     int policy;         /* an sn_ckpt_policy, or -1: none when it fits, else budget */
     const sn_pipeline_opts *compile; /* target and forward rewrites (backward is implied) */
-    bool offload;       /* when nothing fits otherwise, plan AdamW's moments and the gradient
-                           sums in host memory (ZeRO-Offload; planned, not run yet) */
+    int offload;        /* an sn_plan_offload: AdamW's moments, the gradient sums and the
+                           master weights in host memory (ZeRO-Offload, sn_train_opts.offload) */
 } sn_plan_opts;
+
+typedef enum {
+    SN_PLAN_OFFLOAD_NEVER,     /* the optimizer state on the device */
+    SN_PLAN_OFFLOAD_AS_NEEDED, /* on the host when nothing fits with it on the device */
+    SN_PLAN_OFFLOAD_ALWAYS     /* on the host */
+} sn_plan_offload;
 
 typedef struct {
     int micro_batch, accum; /* accum micro-batches of micro_batch sequences per step */
     int policy;             /* the sn_ckpt_policy applied */
+    sn_precision precision; /* the compile options' (bf16/fp16: the autocast pass ran) */
     int recomputed;         /* forward nodes recomputed */
     double extra_flops;     /* recompute FLOPs over the step's FLOPs without it */
     /* the persistent block, split */
     int64_t weights, grads, io; /* parameters; their gradients; inputs, outputs (loss) */
     int64_t persistent;
     /* optimizer state: AdamW moments, gradient sums (when accum > 1), the step's scalars */
-    bool offload;           /* moments and sums in host memory (the trainer cannot run it yet) */
-    int64_t opt_device, opt_host; /* on the device; offloaded to the host */
+    bool offload;           /* masters, moments and sums in host memory (train with offload) */
+    int64_t opt_device, opt_host; /* on the device; offloaded to the host (sn_trainer_host_state_bytes) */
     int64_t arena;          /* the planned arena (activations and temporaries) */
     int64_t workspace;      /* other device allocations (0 on the CPU) */
     int64_t total;          /* persistent + opt_device + arena + workspace */
@@ -61,7 +68,8 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
 
 /* Chooses: micro-batches from the largest divisor of o->batch down, each without checkpointing
  * if it fits, else with the budget policy on what the budget leaves for the arena; the first
- * that fits is the plan; when none does and o->offload, the same again with offload. Nothing fits: SN_ERR_OOM naming the smallest budget that would and
+ * that fits is the plan; when none does and o->offload, the same again with offload (with
+ * SN_PLAN_OFFLOAD_ALWAYS only with offload). Nothing fits: SN_ERR_OOM naming the smallest budget that would and
  * the largest micro-batch that fits (with *out's min_budget and max_micro_batch set). */
 sn_status sn_plan_make(const sn_plan_opts *o, sn_plan_graph_fn build, void *ctx, sn_plan *out,
                        sn_err *e);

@@ -105,7 +105,7 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
         return NULL;
     }
     sn_graph_params(g, t->params, t->n_params);
-    if (sn_backend_new(g, t->params, t->n_params, o->device, o->compile, &t->be, e)) {
+    if (sn_backend_new(g, t->params, t->n_params, o->device, o->compile, o->offload, &t->be, e)) {
         sn_trainer_free(t);
         return NULL;
     }
@@ -259,6 +259,7 @@ const char *sn_trainer_backend(const sn_trainer *t) { return sn_backend_name(t->
 const sn_program *sn_trainer_program(const sn_trainer *t) { return sn_backend_program(t->be); }
 sn_exec *sn_trainer_exec(const sn_trainer *t) { return sn_backend_exec(t->be); }
 int64_t sn_trainer_state_bytes(const sn_trainer *t) { return sn_backend_state_bytes(t->be); }
+int64_t sn_trainer_host_state_bytes(const sn_trainer *t) { return sn_backend_host_state_bytes(t->be); }
 struct sn_device *sn_trainer_device(const sn_trainer *t) { return t->o.device; }
 
 const sn_node *sn_trainer_param_node(const sn_trainer *t, int i) {

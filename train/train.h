@@ -35,6 +35,12 @@ typedef struct {
      * finite at SN_MIN_LOSS_SCALE fails (SN_ERR_NUMERIC): the run diverged, halving cannot help. */
     float init_scale;   /* 65536 */
     int scale_interval; /* 2000 */
+    /* ZeRO-Offload's idea for one device (with a device): AdamW's moments, the gradient sums
+     * and fp32 master weights live in host memory; after the backward the gradients come down
+     * in chunks, the CPU updates masters and moments, the weights go back up. The device keeps
+     * the step's scalars and computes the global norm; the losses are the device's own (bit
+     * for bit on the CPU device, offload.h). */
+    bool offload;
 } sn_train_opts;
 
 #define SN_MIN_LOSS_SCALE 0x1p-24f /* fp16's smallest subnormal: no overflow is left to avoid */
@@ -109,6 +115,8 @@ sn_status sn_trainer_get_param(const sn_trainer *t, int i, sn_param_which which,
 sn_status sn_trainer_set_param(sn_trainer *t, int i, sn_param_which which, const float *host, sn_err *e);
 /* Bytes of optimizer state (moments, gradient sums, the step's scalars) besides the program. */
 int64_t sn_trainer_state_bytes(const sn_trainer *t);
+/* With offload: the optimizer state in host memory (masters, moments, sums, one chunk); 0 else. */
+int64_t sn_trainer_host_state_bytes(const sn_trainer *t);
 /* The device the trainer runs on (NULL: the reference interpreter). */
 struct sn_device *sn_trainer_device(const sn_trainer *t);
 /* Sets the optimizer step count (checkpoints restore it with the moments). */

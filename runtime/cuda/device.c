@@ -419,7 +419,8 @@ sn_status sn_cuda_device_new_opts(int ordinal, const sn_cuda_opts *o, sn_device 
                           .launch = cu_launch, .gemm = cu_gemm, .sync = cu_sync,
                           .copy = cu_copy, .memset = cu_memset, .event_new = cu_event_new,
                           .event_record = cu_event_record, .event_elapsed = cu_event_elapsed,
-                          .event_free = cu_event_free, .destroy = cu_destroy, .impl = c};
+                          .event_free = cu_event_free, .destroy = cu_destroy, .impl = c,
+                          .target = sn_target_cuda(c->sm)};
     *out = &c->base;
     return SN_OK;
 }

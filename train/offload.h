@@ -1,0 +1,22 @@
+/* offload.h: the CPU's half of the optimizer step when AdamW's state lives in host memory
+ * (sn_train_opts.offload, ZeRO-Offload's idea for one device): kernel.h's ADAMW over host
+ * arrays. Convention: f32 arithmetic, operation for operation the order of the generated
+ * kernels (codegen/llvm/llvm_optim.c), so that on the CPU device an offloaded step is the
+ * device's step bit for bit; the work goes in chunks of SN_OFFLOAD_CHUNK elements, each one
+ * copy down (gradients) and one up (weights). */
+#ifndef SN_OFFLOAD_H
+#define SN_OFFLOAD_H
+
+#include <stdint.h>
+
+enum { SN_OFFLOAD_CHUNK = 1 << 20 }; /* elements per copy (4 MiB of f32) */
+
+/* AdamW on n elements: p, m, v updated from g with the step's scalars h (kernel.h SN_OPT_*,
+ * after CLIP wrote the clip scale); the first n_decay elements get weight decay. */
+void sn_offload_adamw(const float *h, float *p, float *m, float *v, const float *g, int64_t n,
+                      int64_t n_decay);
+
+/* sum[i] += g[i] (kernel.h's GRAD_ACC) on n elements. */
+void sn_offload_acc(float *sum, const float *g, int64_t n);
+
+#endif
