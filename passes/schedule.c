@@ -32,6 +32,10 @@ static int root_of(const sn_program *p, int v) {
     return v;
 }
 
+/* The values a kernel touches: its args, then the scratch a PARTIAL kernel writes and its
+ * FINISH kernel reads (no arg links the two). */
+static int touched(const sn_kernel *k) { return k->n_out + k->n_in + (k->stage != SN_SUM_WHOLE); }
+
 static void sched_free(sched *s) {
     void *all[] = {s->start, s->root, s->writes, s->by_start, s->by_kernel, s->by_write, s->pred,
                    s->succ_start, s->succ, s->users, s->seen};
@@ -46,7 +50,7 @@ static void *table(size_t n, size_t size, sn_err *e) {
 static sn_status collect(sched *s, sn_err *e) {
     const sn_program *p = s->p;
     int total = 0, nv = p->n_values;
-    for (int k = 0; k < p->n_kernels; k++) total += p->kernels[k]->n_out + p->kernels[k]->n_in;
+    for (int k = 0; k < p->n_kernels; k++) total += touched(p->kernels[k]);
     s->n = p->n_kernels;
     if (!(s->start = table((size_t)s->n, sizeof *s->start, e)) ||
         !(s->root = table((size_t)total, sizeof *s->root, e)) ||
@@ -61,11 +65,12 @@ static sn_status collect(sched *s, sn_err *e) {
     for (int k = 0; k < s->n; k++) {
         const sn_kernel *ker = p->kernels[k];
         s->start[k] = m;
-        for (int a = 0; a < ker->n_out + ker->n_in; a++) {
-            int v = root_of(p, p->value_of[ker->args[a]->id]), j = s->start[k];
+        for (int a = 0; a < touched(ker); a++) {
+            int v = root_of(p, a < ker->n_out + ker->n_in ? p->value_of[ker->args[a]->id] : ker->scratch),
+                j = s->start[k];
             while (j < m && s->root[j] != v) j++;
             if (j == m) s->root[m++] = v, s->users[v]++;
-            s->writes[j] |= a < ker->n_out;
+            s->writes[j] |= a < ker->n_out || (a == ker->n_out + ker->n_in && ker->stage == SN_SUM_PARTIAL);
         }
     }
     s->start[s->n] = m;

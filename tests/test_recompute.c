@@ -47,6 +47,21 @@ static int64_t gpt2_arena(const char *model, int B, int T, sn_ckpt_policy policy
     return a;
 }
 
+/* Every FINISH kernel runs after the PARTIAL kernel that writes its scratch (no arg links the
+ * two, so an order built from args alone may swap them); returns the FINISH kernels seen. */
+static int sum_stages_in_order(const sn_program *p) {
+    int finishes = 0;
+    for (int k = 0; k < p->n_kernels; k++) {
+        if (p->kernels[k]->stage != SN_SUM_FINISH) continue;
+        int j = k - 1;
+        while (j >= 0 && !(p->kernels[j]->stage == SN_SUM_PARTIAL && p->kernels[j]->scratch == p->kernels[k]->scratch))
+            j--;
+        ck_assert_msg(j >= 0, "kernel %d (%s, FINISH) runs before its PARTIAL kernel", k, p->kernels[k]->name);
+        finishes++;
+    }
+    return finishes;
+}
+
 /* The loss and every gradient of g, compiled on the CPU device: [0] the loss, then the
  * gradients in parameter order, as floats. */
 static float *run_scheduled(sn_graph *g, sn_schedule_mode mode, sn_pipeline_stats *ps,
@@ -56,6 +71,7 @@ static float *run_scheduled(sn_graph *g, sn_schedule_mode mode, sn_pipeline_stat
     ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
     sn_program *p;
     ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){.schedule = mode}, &p, ps, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_gt(sum_stages_in_order(p), 0);
     sn_exec *x;
     ck_assert_msg(sn_exec_new(d, p, &x, &e) == SN_OK, "%s", e.msg);
     int32_t ids[TINY_B * TINY_T], tg[TINY_B * TINY_T];
