@@ -599,14 +599,10 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     return SN_OK;
 }
 
-/* FINISH: outputs the sums alone, f32, their columns summing to the partials' width. */
+/* FINISH: outputs the sums alone, f32 (the partials' width is fuse's: sn_fuse_split_sum). */
 static sn_status check_finish(const sn_kernel *k, sn_err *e) {
-    int64_t W = 0;
     bool f32 = true;
-    for (int o = 0; o < k->n_out; o++) {
-        W += sn_numel(k->args[o]);
-        f32 = f32 && k->args[o]->dtype == SN_F32;
-    }
+    for (int o = 0; o < k->n_out; o++) f32 = f32 && k->args[o]->dtype == SN_F32;
     const sn_row_facts *f = sn_row_facts_of(k->anchor->op);
     if (k->n_in || !f32 || k->args[0] != k->anchor || !f || !f->serial)
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a FINISH kernel writes the f32 sums "
