@@ -1,5 +1,7 @@
 /* harness.c: see harness.h. */
 #include "harness.h"
+#include "frontend/sinter.h"
+#include "models/gpt2.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -65,4 +67,17 @@ float *sn_test_scratch(const sn_kernel *k) {
     ck_assert(slot[at].buf);
     for (int64_t i = 0; i < n; i++) slot[at].buf[i] = NAN;
     return slot[at].buf;
+}
+
+sn_status sn_test_tiny_loss_graph(void *ctx, int b, sn_graph **out, sn_err *e) {
+    const sn_test_tiny_shape *sh = ctx;
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = sh->vocab;
+    *out = sn_graph_new();
+    sn_gpt2 m;
+    sn_status s = sn_gpt2_build(*out, &c, b, sh->seq, &m, e);
+    (*out)->n_outputs = 0;
+    sn_graph_add_output(*out, m.loss);
+    return s;
 }

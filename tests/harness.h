@@ -24,4 +24,11 @@ const char *sn_shared_data(const char *name);
  * FINISH kernel the same buffer (by the scratch value's index). */
 float *sn_test_scratch(const sn_kernel *k);
 
+/* The plan's graph callback (train/plan.h) for tests: tiny GPT-2 at micro-batch b with the
+ * vocabulary and sequence length of ctx (an sn_test_tiny_shape *), the loss its one output. */
+typedef struct {
+    int vocab, seq;
+} sn_test_tiny_shape;
+sn_status sn_test_tiny_loss_graph(void *ctx, int b, sn_graph **out, sn_err *e);
+
 #endif

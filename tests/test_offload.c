@@ -21,24 +21,13 @@
 
 enum { B = 2, T = 16, V = 64, STEPS = 12 };
 
-static sn_status tiny_forward(void *ctx, int b, sn_graph **out, sn_err *e) {
-    (void)ctx;
-    sn_gpt2_config c;
-    ck_assert(sn_gpt2_config_find("tiny", &c));
-    c.vocab = V;
-    *out = sn_graph_new();
-    sn_gpt2 m;
-    sn_status s = sn_gpt2_build(*out, &c, b, T, &m, e);
-    (*out)->n_outputs = 0;
-    sn_graph_add_output(*out, m.loss);
-    return s;
-}
+static sn_test_tiny_shape tiny_shape = {V, T};
 
 /* tiny GPT-2 at micro-batch b with its backward */
 static sn_graph *tiny(int b) {
     sn_graph *g;
     sn_err e;
-    ck_assert_msg(tiny_forward(NULL, b, &g, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_test_tiny_loss_graph(&tiny_shape, b, &g, &e) == SN_OK, "%s", e.msg);
     ck_assert_msg(sn_backward(g, g->loss, &e) == SN_OK, "%s", e.msg);
     return g;
 }
@@ -155,16 +144,16 @@ static void plan_is_the_trainer(sn_precision prec) {
     sn_plan_opts o = {.batch = 2 * B, .micro_batch = B, .policy = SN_CKPT_NONE, .compile = &po,
                       .offload = SN_PLAN_OFFLOAD_ALWAYS};
     sn_plan pl, on_device;
-    ck_assert_msg(sn_plan_make(&o, tiny_forward, NULL, &pl, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &pl, &e) == SN_OK, "%s", e.msg);
     o.offload = SN_PLAN_OFFLOAD_NEVER;
-    ck_assert_msg(sn_plan_make(&o, tiny_forward, NULL, &on_device, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &on_device, &e) == SN_OK, "%s", e.msg);
     ck_assert(pl.offload && !on_device.offload);
     ck_assert_int_eq(pl.precision, prec);
     ck_assert_int_eq(pl.accum, 2);
     ck_assert_int_lt(pl.opt_device, on_device.opt_device);
     ck_assert_int_eq(on_device.total - pl.total, on_device.opt_device - pl.opt_device);
     sn_graph *g;
-    ck_assert(tiny_forward(NULL, B, &g, &e) == SN_OK);
+    ck_assert(sn_test_tiny_loss_graph(&tiny_shape, B, &g, &e) == SN_OK);
     po.backward = true;
     ck_assert_msg(sn_compile(g, &po, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     sn_device *d = cpu();
@@ -199,9 +188,9 @@ START_TEST(bf16_plan_is_the_trainer) {
     p16.precision = SN_PRECISION_BF16;
     sn_plan_opts o = {.batch = B, .policy = SN_CKPT_NONE, .compile = &p32};
     sn_plan a, b;
-    ck_assert_msg(sn_plan_make(&o, tiny_forward, NULL, &a, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &a, &e) == SN_OK, "%s", e.msg);
     o.compile = &p16;
-    ck_assert_msg(sn_plan_make(&o, tiny_forward, NULL, &b, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &b, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(a.weights, b.weights);
     ck_assert_int_eq(a.grads, b.grads);
     ck_assert_int_ne(b.arena, a.arena);

@@ -368,19 +368,8 @@ END_TEST
 
 /* ---- the plan (train/plan.c) ---- */
 
-/* The plan's training graph: tiny GPT-2 at micro-batch B, T = TINY_T, the loss its one output. */
-static sn_status plan_graph(void *ctx, int B, sn_graph **out, sn_err *e) {
-    (void)ctx;
-    sn_gpt2_config c;
-    ck_assert(sn_gpt2_config_find("tiny", &c));
-    c.vocab = TINY_VOCAB;
-    *out = sn_graph_new();
-    sn_gpt2 m;
-    sn_status s = sn_gpt2_build(*out, &c, B, TINY_T, &m, e);
-    (*out)->n_outputs = 0;
-    sn_graph_add_output(*out, m.loss);
-    return s;
-}
+/* The plan's training graph: tiny GPT-2, T = TINY_T, the loss its one output. */
+static sn_test_tiny_shape tiny_shape = {TINY_VOCAB, TINY_T};
 
 /* The plan's figures are the program's and the trainer's: its arena is the compiled program's
  * planned and measured arena, its optimizer state the trainer's, its total what the device
@@ -390,19 +379,19 @@ START_TEST(plan_is_the_program) {
     sn_pipeline_opts po = sn_pipeline_defaults();
     sn_plan_opts o = {.batch = 8, .policy = -1, .compile = &po};
     sn_plan full;
-    ck_assert_msg(sn_plan_make(&o, plan_graph, NULL, &full, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &full, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(full.micro_batch, 8);
     ck_assert_int_eq(full.recomputed, 0);
     /* a budget a little under it: a smaller micro-batch or recompute */
     o.budget = full.total - full.arena / 3;
     sn_plan pl;
-    ck_assert_msg(sn_plan_make(&o, plan_graph, NULL, &pl, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &pl, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_le(pl.total, o.budget);
     ck_assert_int_eq(pl.micro_batch * pl.accum, 8);
     ck_assert_int_eq(pl.total, pl.weights + pl.grads + pl.io + pl.opt_device + pl.arena + pl.workspace);
     /* compiled the way the trainer compiles it: the same program */
     sn_graph *g;
-    ck_assert(plan_graph(NULL, pl.micro_batch, &g, &e) == SN_OK);
+    ck_assert(sn_test_tiny_loss_graph(&tiny_shape, pl.micro_batch, &g, &e) == SN_OK);
     po.backward = true;
     po.checkpoint = pl.policy;
     po.checkpoint_budget = pl.arena_budget;
@@ -441,33 +430,33 @@ START_TEST(plan_refusals) {
     sn_pipeline_opts po = sn_pipeline_defaults();
     sn_plan_opts o = {.batch = 8, .budget = 100 << 10, .policy = -1, .compile = &po};
     sn_plan pl;
-    ck_assert_int_eq(sn_plan_make(&o, plan_graph, NULL, &pl, &e), SN_ERR_OOM);
+    ck_assert_int_eq(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &pl, &e), SN_ERR_OOM);
     ck_assert_msg(strstr(e.msg, "plan: nothing fits in 100.0 KiB: the smallest budget that would "
                          "fit is ") && strstr(e.msg, "(micro-batch 1, checkpointing as needed)") &&
                   strstr(e.msg, "no micro-batch fits the budget given"), "%s", e.msg);
     int64_t least = pl.min_budget;
     ck_assert_int_gt(least, 100 << 10);
     o.budget = least;
-    ck_assert_msg(sn_plan_make(&o, plan_graph, NULL, &pl, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &pl, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(pl.micro_batch, 1);
     ck_assert_int_eq(pl.accum, 8);
     ck_assert_int_le(pl.total, least);
     o.budget = least - 1;
-    ck_assert_int_eq(sn_plan_make(&o, plan_graph, NULL, &pl, &e), SN_ERR_OOM);
+    ck_assert_int_eq(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &pl, &e), SN_ERR_OOM);
     /* micro-batch 8 asked for with room for 2 (and 4 accumulation steps' gradient sums) */
     sn_plan two;
     sn_plan_opts o2 = {.batch = 8, .micro_batch = 2, .policy = SN_CKPT_NONE, .compile = &po};
-    ck_assert(sn_plan_make(&o2, plan_graph, NULL, &two, &e) == SN_OK);
+    ck_assert(sn_plan_make(&o2, sn_test_tiny_loss_graph, &tiny_shape, &two, &e) == SN_OK);
     o.budget = two.total + 1024;
     o.micro_batch = 8;
     o.policy = SN_CKPT_NONE;
-    ck_assert_int_eq(sn_plan_make(&o, plan_graph, NULL, &pl, &e), SN_ERR_OOM);
+    ck_assert_int_eq(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &pl, &e), SN_ERR_OOM);
     ck_assert_msg(strstr(e.msg, "micro-batch 8 does not fit in") &&
                   strstr(e.msg, "the largest micro-batch that fits is 2 (4 accumulation steps)"),
                   "%s", e.msg);
     ck_assert_int_eq(pl.max_micro_batch, 2);
     o.micro_batch = 3;
-    ck_assert_int_eq(sn_plan_make(&o, plan_graph, NULL, &pl, &e), SN_ERR_INVALID);
+    ck_assert_int_eq(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &pl, &e), SN_ERR_INVALID);
     ck_assert_msg(strstr(e.msg, "not a multiple of the micro-batch 3"), "%s", e.msg);
 }
 END_TEST

@@ -313,18 +313,7 @@ START_TEST(offload_trains_like_the_device) {
 }
 END_TEST
 
-static sn_status tiny_forward(void *ctx, int b, sn_graph **out, sn_err *e) {
-    (void)ctx;
-    sn_gpt2_config c;
-    ck_assert(sn_gpt2_config_find("tiny", &c));
-    c.vocab = V;
-    *out = sn_graph_new();
-    sn_gpt2 m;
-    sn_status s = sn_gpt2_build(*out, &c, b, T, &m, e);
-    (*out)->n_outputs = 0;
-    sn_graph_add_output(*out, m.loss);
-    return s;
-}
+static sn_test_tiny_shape tiny_shape = {V, T};
 
 /* The plan for the CUDA device is made with its target (the session passes the device's): the
  * device's arena peak, persistent block and buffers after an accumulated, offloaded step are the
@@ -339,11 +328,11 @@ START_TEST(cuda_plan_is_the_trainer) {
     sn_plan_opts o = {.batch = 2 * B, .micro_batch = B, .policy = 0, .compile = &po,
                       .offload = SN_PLAN_OFFLOAD_ALWAYS};
     sn_plan pl;
-    ck_assert_msg(sn_plan_make(&o, tiny_forward, NULL, &pl, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &pl, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(pl.workspace, 32 << 20);
     ck_assert_int_eq(pl.accum, 2);
     sn_graph *g;
-    ck_assert(tiny_forward(NULL, B, &g, &e) == SN_OK);
+    ck_assert(sn_test_tiny_loss_graph(&tiny_shape, B, &g, &e) == SN_OK);
     po.backward = true;
     ck_assert_msg(sn_compile(g, &po, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     sn_train_opts to;
