@@ -89,6 +89,10 @@ void gc_check_kernels(gc_run *r);
 void gc_check_tiny(gc_run *r);
 void gc_check_losses(gc_run *r);
 int gc_write_golden(const gc_opts *o);
+/* The model's training graph at precision prec (attention fused, vocabulary padded, backward);
+ * *vocab its unpadded vocabulary; NULL with e set on failure. */
+sn_graph *gc_train_graph(const char *model, int B, int T, sn_precision prec, int *vocab,
+                         sn_err *e);
 /* The train data: a periodic token stream from a seed (the model can learn it), batch by step. */
 void gc_batch(int vocab, int B, int T, int step, int32_t *x, int32_t *y);
 /* gpu_check_time.c: the ceilings; step timing, compile times, kernels, memory. */

@@ -49,27 +49,6 @@ void gc_measure_ceilings(gc_run *r) {
            r->o.copy_mib, c.copy_tb_per_s, c.copy_s * 1e3);
 }
 
-static sn_graph *model_graph(const char *model, int B, int T, sn_precision prec, int *vocab,
-                             sn_err *e) {
-    sn_gpt2_config c;
-    if (!sn_gpt2_config_find(model, &c)) {
-        sn_fail(e, SN_ERR_INVALID, "unknown model '%s'", model);
-        return NULL;
-    }
-    *vocab = c.vocab;
-    sn_graph *g = sn_graph_new();
-    sn_gpt2 m;
-    sn_pipeline_opts o = sn_pipeline_defaults();
-    o.backward = true;
-    o.precision = prec;
-    if (!g || sn_gpt2_build(g, &c, B, T, &m, e) || sn_compile(g, &o, NULL, NULL, e)) {
-        if (!g) sn_fail(e, SN_ERR_OOM, "out of memory for a graph");
-        sn_graph_free(g);
-        return NULL;
-    }
-    return g;
-}
-
 static int64_t param_count(const sn_graph *g) {
     int64_t n = 0;
     for (int i = 0; i < g->n_nodes; i++)
@@ -80,7 +59,7 @@ static int64_t param_count(const sn_graph *g) {
 /* A trainer of the timed model at precision prec on d; *wall the seconds sn_trainer_new took. */
 static sn_trainer *make_trainer(const gc_opts *o, sn_device *d, int B, int T, sn_precision prec,
                                 sn_graph **g, int *vocab, double *wall, sn_err *e) {
-    if (!(*g = model_graph(o->time_model, B, T, prec, vocab, e))) return NULL;
+    if (!(*g = gc_train_graph(o->time_model, B, T, prec, vocab, e))) return NULL;
     sn_train_opts to;
     sn_train_opts_default(&to, 1000);
     to.device = d;

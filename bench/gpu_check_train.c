@@ -31,10 +31,8 @@ void gc_batch(int vocab, int B, int T, int step, int32_t *x, int32_t *y) {
     }
 }
 
-/* The model's training graph at precision prec (attention fused, vocabulary padded, backward);
- * *vocab its unpadded vocabulary. */
-static sn_graph *train_graph(const char *model, int B, int T, sn_precision prec, int *vocab,
-                             sn_err *e) {
+sn_graph *gc_train_graph(const char *model, int B, int T, sn_precision prec, int *vocab,
+                         sn_err *e) {
     sn_gpt2_config c;
     if (!sn_gpt2_config_find(model, &c)) {
         sn_fail(e, SN_ERR_INVALID, "unknown model '%s'", model);
@@ -62,7 +60,7 @@ static sn_graph *train_graph(const char *model, int B, int T, sn_precision prec,
 static sn_status train_run(const char *model, int B, int T, sn_precision prec, int steps, int micro,
                            float lr, sn_device *device, double *losses, double *norms, sn_err *e) {
     int vocab = 0;
-    sn_graph *g = train_graph(model, B, T, prec, &vocab, e);
+    sn_graph *g = gc_train_graph(model, B, T, prec, &vocab, e);
     if (!g) return e->code ? e->code : SN_ERR_INVALID;
     sn_train_opts o;
     sn_train_opts_default(&o, steps);
