@@ -1,5 +1,6 @@
 /* cuda_attention.h: what the flash-attention renderers share (cuda_attention.c: the plan, the
- * kernel's head and the fp32 FMA kernels; cuda_attention_mma.c: the tensor-core kernels).
+ * kernel's head and the pieces both paths write alike; cuda_attention_simt.c: the fp32 FMA
+ * kernels; cuda_attention_mma.c: the tensor-core kernels).
  * Convention: every size is a compile-time constant of the kernel text; a plan fixes them. */
 #ifndef SN_CUDA_ATTENTION_H
 #define SN_CUDA_ATTENTION_H
@@ -40,6 +41,9 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
  * pointers of the item (blockIdx.y). No node ids: kernels alike in all but names share a text. */
 void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, const char *fname);
 const char *sn_att_ctype(sn_dtype dt);
+
+/* cuda_attention_simt.c: the kernel of plan p (p->mma false) as fp32 FMA tiles. */
+void sn_att_emit_simt(sn_cu_text *t, const sn_att_plan *p, const char *fname);
 
 /* cuda_attention_mma.c */
 int64_t sn_att_mma_shared(const sn_att_plan *p);
