@@ -322,6 +322,86 @@ void sn_cu_emit_att_warp_helpers(sn_cu_text *t) {
     sn_cu_emitf(t, "%s", "");
 }
 
+/* FWD and DQ, after the query block's q0 and BQ: the key tiles its queries see, causal (the
+ * tiles past its last query's last key are never loaded); opens the loop's body. */
+void sn_att_open_key_tiles(sn_cu_text *t) {
+    sn_cu_emitf(t, "/* causal: the block's last query sees keys up to q_last + SEQ_K - SEQ_Q */");
+    sn_cu_emitf(t, "const int q_last = min(q0 + BQ, (int)SEQ_Q) - 1;");
+    sn_cu_emitf(t, "const int key_end = min((int)SEQ_K, q_last + SEQ_K - SEQ_Q + 1);");
+    sn_cu_emitf(t, "for (int k0 = 0; k0 < key_end; k0 += BK) {");
+    sn_cu_emitf(t, "__syncthreads(); /* the previous tiles are used up; the query tiles are in */");
+}
+
+/* DKV, after the key block's k0 and BK: the query tiles that see its keys; opens the body. */
+void sn_att_open_query_tiles(sn_cu_text *t) {
+    sn_cu_emitf(t, "/* causal: query i sees key j when i >= j - (SEQ_K - SEQ_Q) */");
+    sn_cu_emitf(t, "const int q_begin = max(0, k0 - (SEQ_K - SEQ_Q)) / BQ * BQ;");
+    sn_cu_emitf(t, "for (int qs = q_begin; qs < SEQ_Q; qs += BQ) {");
+    sn_cu_emitf(t, "__syncthreads(); /* the previous query tile is used up */");
+}
+
+void sn_att_emit_seen(sn_cu_text *t, bool query_checked) {
+    sn_cu_emitf(t, "const bool seen = %sj < SEQ_K && j <= i + SEQ_K - SEQ_Q;",
+                query_checked ? "i < SEQ_Q && " : "");
+}
+
+void sn_att_emit_row_dot(sn_cu_text *t, const char *dst) {
+    sn_cu_emitf(t, "float part = 0.0f;");
+    sn_cu_emitf(t, "for (int c = lane; c < HEAD_DV && i < SEQ_Q; c += 32)");
+    sn_cu_emitf(t, "    part += sn_load(dout[i * dout_row + c]) * sn_load(o[i * o_row + c]);");
+    sn_cu_emitf(t, "%s = sn_att_warp_sum(part);", dst);
+}
+
+void sn_att_emit_query_stats(sn_cu_text *t, const sn_att_plan *p) {
+    sn_cu_emitf(t, "for (int r = warp; r < BQ; r += WARPS) {");
+    sn_cu_emitf(t, "const int i = qs + r;");
+    if (p->out_dk) sn_att_emit_row_dot(t, "const float dot");
+    sn_cu_emitf(t, "if (lane == 0) {");
+    sn_cu_emitf(t, "lse_tile[r] = i < SEQ_Q ? sn_load(lse[i]) : 0.0f;");
+    if (p->out_dk) sn_cu_emitf(t, "dot_tile[r] = dot;");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "__syncthreads();");
+}
+
+void sn_att_emit_row_max_init(sn_cu_text *t, const sn_att_plan *p, const char *x, const char *i) {
+    if (p->in_lse)
+        sn_cu_emitf(t, "row_max[%s] = %s < SEQ_Q ? sn_load(lse[%s]) : 0.0f; /* given: p = exp(s - lse) */",
+                    x, i, i);
+    else
+        sn_cu_emitf(t, "row_max[%s] = -SN_INF;", x);
+}
+
+void sn_att_emit_online(sn_cu_text *t, const char *x, const char *tile_max, const char *m_ref_def,
+                        const char *m_ref) {
+    sn_cu_emitf(t, "const float m_new = fmaxf(row_max[%s], %s);", x, tile_max);
+    sn_cu_emitf(t, "%s = m_new == -SN_INF ? 0.0f : m_new; /* no key seen yet */", m_ref_def);
+    sn_cu_emitf(t, "const float alpha = expf(row_max[%s] - %s);", x, m_ref);
+    sn_cu_emitf(t, "row_max[%s] = m_new;", x);
+}
+
+void sn_att_emit_dq_ds(sn_cu_text *t, const char *ds, const char *s, const char *x, const char *dp) {
+    sn_cu_emitf(t, "%s = seen ? expf(%s * scale - row_lse[%s]) * (%s - row_dot[%s]) : 0.0f;", ds, s,
+                x, dp, x);
+}
+
+void sn_att_emit_dkv_p(sn_cu_text *t, const sn_att_plan *p, const char *pr, const char *s,
+                       const char *q, const char *ds, const char *dp) {
+    sn_cu_emitf(t, "%s = seen ? expf(%s * scale - lse_tile[%s]) : 0.0f;", pr, s, q);
+    if (p->out_dk) sn_cu_emitf(t, "%s = %s * (%s - dot_tile[%s]);", ds, pr, dp, q);
+}
+
+void sn_att_emit_fwd_inv(sn_cu_text *t, const sn_att_plan *p, const char *x) {
+    if (p->in_lse) sn_cu_emitf(t, "const float inv = 1.0f;");
+    else sn_cu_emitf(t, "const float inv = row_sum[%s] > 0.0f ? 1.0f / row_sum[%s] : 0.0f;", x, x);
+}
+
+void sn_att_emit_lse_out(sn_cu_text *t, const sn_att_plan *p, const char *x, const char *who) {
+    if (p->out_lse)
+        sn_cu_emitf(t, "if (%s) sn_store(&lse_out[i], row_sum[%s] > 0.0f ? row_max[%s] + "
+                    "logf(row_sum[%s]) : -SN_INF);", who, x, x, x);
+}
+
 /* ---- the entries (cuda_int.h) ---- */
 
 sn_status sn_cu_check_attention(const sn_kernel *k, const sn_target *t, sn_err *e) {

@@ -38,13 +38,8 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "float row_max[ROWS], row_sum[ROWS]%s;", p->out_o ? ", acc[ROWS][DVC]" : "");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    if (p->in_lse) {
-        sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r;");
-        sn_cu_emitf(t, "row_max[r] = i < SEQ_Q ? sn_load(lse[i]) : 0.0f; /* given: p = "
-                    "exp(s - lse) */");
-    } else {
-        sn_cu_emitf(t, "row_max[r] = -SN_INF;");
-    }
+    if (p->in_lse) sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r;");
+    sn_att_emit_row_max_init(t, p, "r", "i");
     sn_cu_emitf(t, "row_sum[r] = 0.0f;");
     if (p->out_o) {
         for_slice(t, "HEAD_DV", "cc");
@@ -52,11 +47,7 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p) {
         sn_cu_emitf(t, "}");
     }
     sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "/* causal: the block's last query sees keys up to q_last + SEQ_K - SEQ_Q */");
-    sn_cu_emitf(t, "const int q_last = min(q0 + BQ, (int)SEQ_Q) - 1;");
-    sn_cu_emitf(t, "const int key_end = min((int)SEQ_K, q_last + SEQ_K - SEQ_Q + 1);");
-    sn_cu_emitf(t, "for (int k0 = 0; k0 < key_end; k0 += BK) {");
-    sn_cu_emitf(t, "__syncthreads(); /* the previous tiles are used up; the query tile is in */");
+    sn_att_open_key_tiles(t);
     load_tile(t, "k_tile", "k", "k0", "BK", "HEAD_D", "SEQ_K");
     if (p->out_o) load_tile(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
     sn_cu_emitf(t, "__syncthreads();");
@@ -73,17 +64,14 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
     sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r, j = k0 + lane;");
-    sn_cu_emitf(t, "const bool seen = j < SEQ_K && j <= i + SEQ_K - SEQ_Q;");
+    sn_att_emit_seen(t, false);
     if (p->in_lse) {
         sn_cu_emitf(t, "pr[r] = seen ? expf(s[r] * scale - row_max[r]) : 0.0f;");
     } else {
         sn_cu_emitf(t, "const float sc = seen ? s[r] * scale : -SN_INF;");
-        sn_cu_emitf(t, "const float m_new = fmaxf(row_max[r], sn_att_warp_max(sc));");
-        sn_cu_emitf(t, "const float m_ref = m_new == -SN_INF ? 0.0f : m_new; /* no key seen yet */");
+        sn_att_emit_online(t, "r", "sn_att_warp_max(sc)", "const float m_ref", "m_ref");
         sn_cu_emitf(t, "pr[r] = expf(sc - m_ref);");
-        sn_cu_emitf(t, "const float alpha = expf(row_max[r] - m_ref);");
         sn_cu_emitf(t, "row_sum[r] = row_sum[r] * alpha + sn_att_warp_sum(pr[r]);");
-        sn_cu_emitf(t, "row_max[r] = m_new;");
         if (p->out_o) {
             for_slice(t, "HEAD_DV", "cc");
             sn_cu_emitf(t, "acc[r][cc] *= alpha;");
@@ -116,29 +104,13 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r;");
     sn_cu_emitf(t, "if (i >= SEQ_Q) continue;");
     if (p->out_o) {
-        if (p->in_lse)
-            sn_cu_emitf(t, "const float inv = 1.0f;");
-        else
-            sn_cu_emitf(t, "const float inv = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;");
+        sn_att_emit_fwd_inv(t, p, "r");
         for_slice(t, "HEAD_DV", "cc");
         sn_cu_emitf(t, "const int c = cc * 32 + lane;");
         sn_cu_emitf(t, "if (c < HEAD_DV) sn_store(&o_out[(long long)i * o_out_row + c], acc[r][cc] * inv);");
         sn_cu_emitf(t, "}");
     }
-    if (p->out_lse)
-        sn_cu_emitf(t, "if (lane == 0) sn_store(&lse_out[i], row_sum[r] > 0.0f ? row_max[r] + "
-                    "logf(row_sum[r]) : -SN_INF);");
-    sn_cu_emitf(t, "}");
-}
-
-/* dout_i . o_i of row i (< SEQ_Q), summed over the warp: every lane gets it. */
-static void emit_row_dot(sn_cu_text *t, const char *dst, const char *i) {
-    sn_cu_emitf(t, "{");
-    sn_cu_emitf(t, "float part = 0.0f;");
-    sn_cu_emitf(t, "for (int c = lane; c < HEAD_DV && %s < SEQ_Q; c += 32)", i);
-    sn_cu_emitf(t, "    part += sn_load(dout[%s * dout_row + c]) * sn_load(o[%s * o_row + c]);",
-                i, i);
-    sn_cu_emitf(t, "%s = sn_att_warp_sum(part);", dst);
+    sn_att_emit_lse_out(t, p, "r", "lane == 0");
     sn_cu_emitf(t, "}");
 }
 
@@ -159,15 +131,12 @@ static void emit_dq(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
     sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r;");
     sn_cu_emitf(t, "row_lse[r] = i < SEQ_Q ? sn_load(lse[i]) : 0.0f;");
-    emit_row_dot(t, "row_dot[r]", "i");
+    sn_att_emit_row_dot(t, "row_dot[r]");
     for_slice(t, "HEAD_D", "cc");
     sn_cu_emitf(t, "acc[r][cc] = 0.0f;");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "const int q_last = min(q0 + BQ, (int)SEQ_Q) - 1;");
-    sn_cu_emitf(t, "const int key_end = min((int)SEQ_K, q_last + SEQ_K - SEQ_Q + 1);");
-    sn_cu_emitf(t, "for (int k0 = 0; k0 < key_end; k0 += BK) {");
-    sn_cu_emitf(t, "__syncthreads();");
+    sn_att_open_key_tiles(t);
     load_tile(t, "k_tile", "k", "k0", "BK", "HEAD_D", "SEQ_K");
     load_tile(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
     sn_cu_emitf(t, "__syncthreads();");
@@ -190,8 +159,8 @@ static void emit_dq(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
     sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r, j = k0 + lane;");
-    sn_cu_emitf(t, "const bool seen = i < SEQ_Q && j < SEQ_K && j <= i + SEQ_K - SEQ_Q;");
-    sn_cu_emitf(t, "ds[r] = seen ? expf(s[r] * scale - row_lse[r]) * (dp[r] - row_dot[r]) : 0.0f;");
+    sn_att_emit_seen(t, true);
+    sn_att_emit_dq_ds(t, "ds[r]", "s[r]", "r", "dp[r]");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "#pragma unroll 4");
     sn_cu_emitf(t, "for (int jj = 0; jj < BK; jj++) {");
@@ -250,24 +219,10 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
         sn_cu_emitf(t, "}");
     }
     sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "/* causal: query i sees key j when i >= j - (SEQ_K - SEQ_Q) */");
-    sn_cu_emitf(t, "const int q_begin = max(0, k0 - (SEQ_K - SEQ_Q)) / BQ * BQ;");
-    sn_cu_emitf(t, "for (int qs = q_begin; qs < SEQ_Q; qs += BQ) {");
-    sn_cu_emitf(t, "__syncthreads(); /* the previous query tile is used up */");
+    sn_att_open_query_tiles(t);
     load_tile(t, "q_tile", "q", "qs", "BQ", "HEAD_D", "SEQ_Q");
     load_tile(t, "do_tile", "dout", "qs", "BQ", "HEAD_DV", "SEQ_Q");
-    sn_cu_emitf(t, "for (int r = warp; r < BQ; r += WARPS) {");
-    sn_cu_emitf(t, "const int i = qs + r;");
-    if (dk) {
-        sn_cu_emitf(t, "float dot;");
-        emit_row_dot(t, "dot", "i");
-    }
-    sn_cu_emitf(t, "if (lane == 0) {");
-    sn_cu_emitf(t, "lse_tile[r] = i < SEQ_Q ? sn_load(lse[i]) : 0.0f;");
-    if (dk) sn_cu_emitf(t, "dot_tile[r] = dot;");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "__syncthreads();");
+    sn_att_emit_query_stats(t, p);
     sn_cu_emitf(t, "float s[ROWS]%s;", dk ? ", dp[ROWS]" : "");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] = %s0.0f;", dk ? "dp[r] = " : "");
@@ -290,9 +245,8 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
     sn_cu_emitf(t, "const int i = qs + lane, j = k0 + warp * ROWS + r;");
-    sn_cu_emitf(t, "const bool seen = i < SEQ_Q && j < SEQ_K && j <= i + SEQ_K - SEQ_Q;");
-    sn_cu_emitf(t, "pr[r] = seen ? expf(s[r] * scale - lse_tile[lane]) : 0.0f;");
-    if (dk) sn_cu_emitf(t, "ds[r] = pr[r] * (dp[r] - dot_tile[lane]);");
+    sn_att_emit_seen(t, true);
+    sn_att_emit_dkv_p(t, p, "pr[r]", "s[r]", "lane", "ds[r]", "dp[r]");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "#pragma unroll 4");
     sn_cu_emitf(t, "for (int ii = 0; ii < BQ; ii++) {");

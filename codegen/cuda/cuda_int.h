@@ -67,7 +67,8 @@ void sn_cu_emit_gather(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
 sn_status sn_cu_check_optim(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 
-/* Flash attention (cuda_attention.c, cuda_attention_mma.c): the forward (o and lse with online
+/* Flash attention (cuda_attention.c: the plan and what both paths share; cuda_attention_simt.c,
+ * cuda_attention_mma.c: the paths): the forward (o and lse with online
  * softmax, or lse alone, or o from a given lse), dq, and dk and/or dv (attention_bwd_v as anchor2
  * of attention_bwd_k), on tensor cores (mma.sync with bf16 or f16 operands, f32 accumulators)
  * where the target multiplies q's dtype and the head sizes are multiples of 16, else as fp32
