@@ -34,7 +34,7 @@ static double cpu_s(void) {
 static double critical_path(const sn_cuda_stats *s, int jobs) {
     double cpu[SN_CUDA_MAX_PARTS] = {0}, worst = 0;
     if (jobs < 1 || jobs > SN_CUDA_MAX_PARTS) jobs = SN_CUDA_MAX_PARTS;
-    for (int p = 0; p < s->parts; p++) {
+    for (int p = 0; p < s->last_parts; p++) {
         if (!s->part[p].compiled) continue;
         int at = 0;
         for (int j = 1; j < jobs; j++)
@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
                "children %.3f s, module loads %.3f s (wall)\n", pass ? "warm" : "cold", s.gemm_s,
                s.render_s, s.cache_s, s.nvrtc_s, s.load_s);
         double sum = 0, most = 0;
-        for (int q = 0; q < s.parts; q++) {
+        for (int q = 0; q < s.last_parts; q++) {
             const sn_cuda_part_stats *ps = &s.part[q];
             if (!ps->compiled) continue;
             printf("cuda_compile:   part %d: %3d kernels, %2d functions, cost %6zu, "

@@ -57,7 +57,9 @@ typedef struct {
      * and writes, NVRTC children (first fork to last reaped), module loads with their functions'
      * lookups, cuBLASLt plans */
     double render_s, cache_s, nvrtc_s, load_s, gemm_s;
-    int parts;                    /* the last compile call's translation units */
+    int programs, parts;          /* compile calls with generated kernels; their translation
+                                     units (each a cache hit or an NVRTC run) */
+    int last_parts;               /* the last such call's, with what each cost: */
     sn_cuda_part_stats part[SN_CUDA_MAX_PARTS];
     int graphs_captured, graph_launches, eager_steps;
     int gemm_plans;

@@ -264,7 +264,9 @@ static sn_status cu_compile(sn_device *d, sn_kernel *const *ks, int n, void **ha
         c->st.render_s += parts.render_s;
         c->st.cache_s += parts.cache_s;
         c->st.nvrtc_s += parts.nvrtc_s;
-        c->st.parts = parts.n_parts;
+        c->st.programs++;
+        c->st.parts += parts.n_parts;
+        c->st.last_parts = parts.n_parts;
         memcpy(c->st.part, parts.part_st, sizeof c->st.part);
     }
     double t2 = sn_clock_s();
