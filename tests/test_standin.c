@@ -759,7 +759,7 @@ START_TEST(part_failure_names_the_part) {
     ck_assert_ptr_null(t);
     ck_assert_int_eq(e.code, SN_ERR_DEVICE);
     int part = 0, parts = 0, file_part = 0, file_parts = 0;
-    ck_assert_msg(sscanf(e.msg, "part %d of %d (kernels k", &part, &parts) == 2, "%s", e.msg);
+    ck_assert_msg(sscanf(e.msg, "part %d of %d (functions k", &part, &parts) == 2, "%s", e.msg);
     const char *file = strstr(e.msg, "sinter_program_0_part");
     ck_assert_msg(file && sscanf(file, "sinter_program_0_part%dof%d.cu", &file_part,
                                  &file_parts) == 2, "%s", e.msg);

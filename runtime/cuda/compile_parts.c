@@ -95,10 +95,10 @@ static int split(const sn_kernel *const *ks, const sn_cuda_source *all, int n, i
 
 /* ---- the children ---- */
 
-/* "part 3 of 8 (kernels k3_attention_fwd, k7_gelu_add and 5 more): " */
+/* "part 3 of 8 (functions k3_attention_fwd, k7_gelu_add and 5 more): " */
 static void part_prefix(const sn_cuda_parts *p, int part, const sn_kernel *const *ks, int n,
                         char *buf, size_t len) {
-    int at = snprintf(buf, len, "part %d of %d (kernels", part + 1, p->n_parts), named = 0;
+    int at = snprintf(buf, len, "part %d of %d (functions", part + 1, p->n_parts), named = 0;
     for (int i = 0; i < n && (size_t)at < len; i++) {
         if (p->part[i] != part || strcmp(p->fn[i], ks[i]->name) != 0) continue; /* functions */
         if (named == 3) {

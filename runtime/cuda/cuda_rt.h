@@ -144,7 +144,7 @@ typedef struct {
  * the cache and compiles the misses for sm_<arch> in forked children, at most jobs at once (0:
  * sn_cuda_compile_jobs()), storing each as it arrives. Parts are named "<name>_part3of8.cu". A
  * failure of any part is its child's error (sn_cuda_nvrtc_compile's) prefixed with "part 3 of 8
- * (kernels ...): "; the other children are then killed and reaped. Free *out with
+ * (functions ...): "; the other children are then killed and reaped. Free *out with
  * sn_cuda_parts_free, success or not. */
 sn_status sn_cuda_parts_compile(sn_cuda_cache *c, sn_cuda_api *a, const sn_kernel *const *ks,
                                 int n, const sn_target *tg, int arch, int jobs, const char *name,
