@@ -4,6 +4,7 @@
  * cold, warm (no compile), corrupt, truncated and foreign entries recompiled, --no-cache; gpt2's
  * program split into parts compiled at once.
  * Training through the device runs on the stand-in driver (its own test). */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,14 @@ static const char *kernel_src =
     "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
     "    if (i < n) out[i] = 2.0f * in[i];\n"
     "}\n";
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *f; d && (f = readdir(d));) n += f->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
 
 static void temp_dir(char *dir, size_t len) {
     snprintf(dir, len, "/tmp/sn_cudadev_XXXXXX");
@@ -236,7 +245,8 @@ END_TEST
  * warm (a hit per part: the split and its keys do not depend on timing or on the number of
  * children). Each function lies in one part with all its kernels, the parts are balanced as the
  * largest-first split promises (no part above the mean by more than the largest function), and
- * every function's CUBIN has it under the name the kernel is launched by. */
+ * every function's CUBIN has it under the name the kernel is launched by; then --no-cache
+ * compiles every part again and writes nothing. */
 START_TEST(gpt2_124m_compile_cold_and_warm) {
     if (!have(SN_LIB_NVRTC)) return;
     sn_gpt2_config cfg;
@@ -302,6 +312,20 @@ START_TEST(gpt2_124m_compile_cold_and_warm) {
                       "mean %zu, the largest function %zu", most, total / (size_t)ps->n_parts,
                       largest);
     }
+    /* --no-cache: every part compiled again (four children at once), nothing read or written */
+    sn_cuda_cache off;
+    sn_cuda_cache_init(&off, dir, true);
+    sn_cuda_parts again;
+    ck_assert_msg(sn_cuda_parts_compile(&off, &a, ks, n, &tg, 90, 4, "gpt2", &again, &e) == SN_OK,
+                  "%s", e.msg);
+    ck_assert_int_eq(off.hits, 0);
+    ck_assert_int_eq(off.misses, again.n_parts);
+    for (int q = 0; q < again.n_parts; q++) {
+        ck_assert(again.part_st[q].compiled);
+        ck_assert_int_eq(again.mod[q].n_info, again.part_st[q].functions);
+    }
+    ck_assert_int_eq(count_entries(dir), parts[0].n_parts); /* the cold run's entries only */
+    sn_cuda_parts_free(&again);
     printf("test_cudadev: gpt2 124M (B=4, T=256): %d kernels as %d functions in %d parts, %d "
            "GEMMs; sm_90 CUBINs cold %.2f s (children %.2f s of CPU), warm %.4f s (cache)\n", n,
            all.n_functions, parts[0].n_parts, gemms, t[0], cpu, t[1]);
