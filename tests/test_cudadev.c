@@ -1,8 +1,10 @@
 /* test_cudadev.c: runtime/cuda on a machine without a GPU: the loader's messages when libcuda is
  * missing or wrong, the checking macro's text, cuBLASLt plans built with the real library up to
- * the handle, NVRTC in a child process (a crashing compiler is an error), and the CUBIN disk
- * cache: cold, warm (no compile), corrupt, truncated and foreign entries recompiled, --no-cache.
+ * the handle, NVRTC in a child process (a crashing compiler is an error), the CUBIN disk cache:
+ * cold, warm (no compile), corrupt, truncated and foreign entries recompiled, --no-cache; gpt2's
+ * program split into parts compiled at once.
  * Training through the device runs on the stand-in driver (its own test). */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +111,14 @@ static const char *kernel_src =
     "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
     "    if (i < n) out[i] = 2.0f * in[i];\n"
     "}\n";
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *f; d && (f = readdir(d));) n += f->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
 
 static void temp_dir(char *dir, size_t len) {
     snprintf(dir, len, "/tmp/sn_cudadev_XXXXXX");
@@ -230,8 +240,13 @@ START_TEST(compiler_crash_is_an_error_not_a_crash) {
 END_TEST
 
 
-/* The CUDA program of gpt2 124M (B=4, T=256) as the device compiles it: every kernel that renders
- * today (pointwise) in one source, through the cache: cold (NVRTC) and warm (the cache). */
+/* The CUDA program of gpt2 124M (B=4, T=256) as the device compiles it: every generated kernel,
+ * split into parts (compile_parts.c), through the cache: cold (a child per part, three at once),
+ * warm (a hit per part: the split and its keys do not depend on timing or on the number of
+ * children). Each function lies in one part with all its kernels, the parts are balanced as the
+ * largest-first split promises (no part above the mean by more than the largest function), and
+ * every function's CUBIN has it under the name the kernel is launched by; then --no-cache
+ * compiles every part again and writes nothing. */
 START_TEST(gpt2_124m_compile_cold_and_warm) {
     if (!have(SN_LIB_NVRTC)) return;
     sn_gpt2_config cfg;
@@ -247,37 +262,77 @@ START_TEST(gpt2_124m_compile_cold_and_warm) {
     const sn_kernel **ks = malloc(sizeof *ks * (size_t)p->n_kernels);
     int n = 0, gemms = 0;
     for (int i = 0; i < p->n_kernels; i++) {
-        sn_kernel_kind kind = p->kernels[i]->kind;
-        if (kind != SN_KER_GEMM && kind != SN_KER_ATTENTION) ks[n++] = p->kernels[i];
-        gemms += kind == SN_KER_GEMM;
+        if (p->kernels[i]->kind != SN_KER_GEMM) ks[n++] = p->kernels[i];
+        gemms += p->kernels[i]->kind == SN_KER_GEMM;
     }
-    sn_cuda_source cs;
     sn_target tg = sn_target_cuda(90);
-    ck_assert_msg(sn_cuda_render(ks, n, &tg, &cs, &e) == SN_OK, "%s", e.msg);
-    const char *src = cs.src;
+    sn_cuda_source all;
+    ck_assert_msg(sn_cuda_render(ks, n, &tg, &all, &e) == SN_OK, "%s", e.msg);
     char dir[64];
     temp_dir(dir, sizeof dir);
     sn_cuda_api a = {0};
     sn_cuda_cache c;
     sn_cuda_cache_init(&c, dir, false);
-    double t[2];
+    double t[2], cpu = 0;
+    sn_cuda_parts parts[2];
     for (int pass = 0; pass < 2; pass++) {
-        sn_cuda_module mod;
-        bool compiled;
+        sn_cuda_parts *ps = &parts[pass];
         double t0 = sn_clock_s();
-        ck_assert_msg(sn_cuda_cache_compile(&c, &a, src, "gpt2.cu", 90, &mod, &compiled, &e) == SN_OK,
-                      "%s", e.msg);
+        ck_assert_msg(sn_cuda_parts_compile(&c, &a, ks, n, &tg, 90, pass ? 0 : 3, "gpt2", ps, &e) ==
+                      SN_OK, "%s", e.msg);
         t[pass] = sn_clock_s() - t0;
-        ck_assert_int_eq(compiled, pass == 0);
-        ck_assert_int_eq(mod.n_info, cs.n_functions);
-        sn_cuda_module_free(&mod);
+        ck_assert_int_eq(ps->n_parts, SN_CUDA_MAX_PARTS); /* ~70 KB of CUDA C */
+        ck_assert_int_eq(c.misses, ps->n_parts);
+        ck_assert_int_eq(c.hits, pass ? ps->n_parts : 0);
+        size_t total = 0, largest = 0, most = 0;
+        int functions = 0;
+        for (int q = 0; q < ps->n_parts; q++) {
+            const sn_cuda_part_stats *st = &ps->part_st[q];
+            ck_assert_int_eq(st->compiled, pass == 0);
+            ck_assert_int_gt(st->functions, 0);
+            ck_assert_int_eq(ps->mod[q].n_info, st->functions); /* ptxas saw each function */
+            total += st->cost;
+            most = st->cost > most ? st->cost : most;
+            functions += st->functions;
+            cpu += st->cpu_s;
+        }
+        ck_assert_int_eq(functions, all.n_functions);
+        for (int i = 0; i < n; i++) {
+            ck_assert_str_eq(ps->fn[i], all.fn[i]);
+            ck_assert_int_eq(ps->part[i], ps->part[all.leader[i]]);
+            ck_assert_int_eq(ps->part[i], parts[0].part[i]); /* the same split both times */
+            if (all.leader[i] == i) {
+                size_t cost = sn_cuda_function_cost(ks[i], all.fn_bytes[i]);
+                largest = cost > largest ? cost : largest;
+                ck_assert_msg(sn_cuda_module_info(&ps->mod[ps->part[i]], all.fn[i]),
+                              "part %d has no %s", ps->part[i] + 1, all.fn[i]);
+            }
+        }
+        ck_assert_msg(most <= total / (size_t)ps->n_parts + largest, "a part of cost %zu; the "
+                      "mean %zu, the largest function %zu", most, total / (size_t)ps->n_parts,
+                      largest);
     }
-    printf("test_cudadev: gpt2 124M (B=4, T=256): %d of %d kernels render today (all but "
-           "attention) as %d functions, %d GEMMs; sm_90 CUBIN cold %.2f s (NVRTC in a child), "
-           "warm %.4f s (cache)\n", n, p->n_kernels, cs.n_functions, gemms, t[0], t[1]);
+    /* --no-cache: every part compiled again (four children at once), nothing read or written */
+    sn_cuda_cache off;
+    sn_cuda_cache_init(&off, dir, true);
+    sn_cuda_parts again;
+    ck_assert_msg(sn_cuda_parts_compile(&off, &a, ks, n, &tg, 90, 4, "gpt2", &again, &e) == SN_OK,
+                  "%s", e.msg);
+    ck_assert_int_eq(off.hits, 0);
+    ck_assert_int_eq(off.misses, again.n_parts);
+    for (int q = 0; q < again.n_parts; q++) {
+        ck_assert(again.part_st[q].compiled);
+        ck_assert_int_eq(again.mod[q].n_info, again.part_st[q].functions);
+    }
+    ck_assert_int_eq(count_entries(dir), parts[0].n_parts); /* the cold run's entries only */
+    sn_cuda_parts_free(&again);
+    printf("test_cudadev: gpt2 124M (B=4, T=256): %d kernels as %d functions in %d parts, %d "
+           "GEMMs; sm_90 CUBINs cold %.2f s (children %.2f s of CPU), warm %.4f s (cache)\n", n,
+           all.n_functions, parts[0].n_parts, gemms, t[0], cpu, t[1]);
     ck_assert_msg(t[1] <= 0.1, "a warm compile took %.3f s", t[1]);
+    for (int pass = 0; pass < 2; pass++) sn_cuda_parts_free(&parts[pass]);
     rm_dir(dir);
-    sn_cuda_source_free(&cs);
+    sn_cuda_source_free(&all);
     free(ks);
     sn_program_free(p);
     sn_graph_free(g);

@@ -1,7 +1,8 @@
 /* test_standin.c: runtime/cuda end to end on the stand-in driver (tests/standin: libcuda over host
  * memory and the SIMT simulator, NVRTC wrapping the real one, cuBLASLt on the CPU): tiny GPT-2
- * trains 20 steps with the CPU device's losses, the kernel cache goes cold, warm and corrupt, each
- * injected failure says what failed, device pointers fault on the host. Convention: the stand-in's
+ * trains 20 steps with the CPU device's losses, the kernel cache goes cold, warm and corrupt part
+ * by part, each injected failure (a part NVRTC fails on included) says what failed, device
+ * pointers fault on the host. Convention: the stand-in's
  * settings are environment variables read at its first cuInit, so each test (a forked process)
  * sets its own before it opens the device. */
 #include <dirent.h>
@@ -647,12 +648,16 @@ static int count_files(const char *dir) {
     return n;
 }
 
-/* Opens a device on cache dir, builds a trainer (every kernel compiled), trains two steps. */
-static cache_round cache_run(const char *dir) {
+/* Opens a device on cache dir (jobs NVRTC children at once, 0: the CPUs), builds a trainer
+ * (every kernel compiled), trains two steps. */
+static cache_round cache_run(const char *dir, int jobs) {
     cache_round r = {0};
-    sn_device *d = cuda(dir);
-    sn_graph *g = tiny();
+    use_standin();
+    sn_cuda_opts o = {.cache_dir = dir, .compile_jobs = jobs};
+    sn_device *d = NULL;
     sn_err e;
+    ck_assert_msg(sn_cuda_device_new_opts(0, &o, &d, &e) == SN_OK, "%s", e.msg);
+    sn_graph *g = tiny();
     sn_trainer *t = trainer_on(g, d, &e);
     ck_assert_msg(t, "%s", e.msg);
     double norm[2];
@@ -665,54 +670,113 @@ static cache_round cache_run(const char *dir) {
     return r;
 }
 
-/* Flips a byte in the middle of every entry. */
-static void corrupt_all(const char *dir) {
+/* Flips a byte in the middle of the entry whose name sorts first; returns its name. */
+static void corrupt_one(const char *dir) {
     DIR *d = opendir(dir);
     ck_assert_ptr_nonnull(d);
-    for (struct dirent *f; (f = readdir(d));) {
-        if (f->d_name[0] == '.') continue;
-        char path[600];
-        snprintf(path, sizeof path, "%s/%s", dir, f->d_name);
-        FILE *fp = fopen(path, "r+b");
-        ck_assert_ptr_nonnull(fp);
-        fseek(fp, 0, SEEK_END);
-        long mid = ftell(fp) / 2;
-        fseek(fp, mid, SEEK_SET);
-        int c = fgetc(fp);
-        fseek(fp, mid, SEEK_SET);
-        fputc(c ^ 0x5a, fp);
-        fclose(fp);
-    }
+    char first[256] = "";
+    for (struct dirent *f; (f = readdir(d));)
+        if (f->d_name[0] != '.' && (!first[0] || strcmp(f->d_name, first) < 0))
+            snprintf(first, sizeof first, "%s", f->d_name);
     closedir(d);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, first);
+    FILE *fp = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(fp);
+    fseek(fp, 0, SEEK_END);
+    long mid = ftell(fp) / 2;
+    fseek(fp, mid, SEEK_SET);
+    int c = fgetc(fp);
+    fseek(fp, mid, SEEK_SET);
+    fputc(c ^ 0x5a, fp);
+    fclose(fp);
 }
 
+/* The program compiles as several parts, an entry each: cold (three children at once, fewer than
+ * the parts), warm with the default number of children (every part a hit: the split and the keys
+ * depend on the program only), one damaged entry (that part alone recompiled), warm again; the
+ * losses equal every time. */
 START_TEST(kernel_cache_cold_warm_corrupt) {
     if (!have_nvrtc()) return;
     char dir[] = "/tmp/sn_standin_cache_XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    cache_round cold = cache_run(dir);
-    ck_assert_int_gt(cold.st.nvrtc_runs, 0);
+    cache_round cold = cache_run(dir, 3);
+    ck_assert_int_gt(cold.st.parts, cold.st.programs + 3); /* the training program split */
+    ck_assert_int_eq(cold.st.nvrtc_runs, cold.st.parts); /* a child per part */
     ck_assert_int_eq(cold.st.cache_hits, 0);
-    ck_assert_int_eq(cold.files, cold.st.nvrtc_runs); /* one entry per compiled module */
-    cache_round warm = cache_run(dir);
+    ck_assert_int_eq(cold.files, cold.st.nvrtc_runs); /* one entry per compiled part */
+    for (int q = 0; q < cold.st.last_parts; q++) {
+        ck_assert(cold.st.part[q].compiled);
+        ck_assert_double_gt(cold.st.part[q].cpu_s, 0);
+    }
+    cache_round warm = cache_run(dir, 0);
     ck_assert_int_eq(warm.st.nvrtc_runs, 0); /* NVRTC never ran */
     ck_assert_int_eq(warm.st.cache_hits, cold.st.nvrtc_runs);
     ck_assert_int_eq(warm.st.cache_rejected, 0);
-    corrupt_all(dir);
-    cache_round bad = cache_run(dir);
-    ck_assert_int_eq(bad.st.cache_rejected, cold.files); /* every damaged entry refused ... */
-    ck_assert_int_eq(bad.st.nvrtc_runs, cold.st.nvrtc_runs); /* ... and compiled again */
-    ck_assert_int_eq(bad.st.cache_hits, 0);
-    cache_round again = cache_run(dir); /* the rewritten entries are good */
+    corrupt_one(dir);
+    cache_round bad = cache_run(dir, 0);
+    ck_assert_int_eq(bad.st.cache_rejected, 1); /* the damaged entry refused ... */
+    ck_assert_int_eq(bad.st.nvrtc_runs, 1);     /* ... its part alone compiled again */
+    ck_assert_int_eq(bad.st.cache_hits, cold.st.nvrtc_runs - 1);
+    cache_round again = cache_run(dir, 0); /* the rewritten entry is good */
     ck_assert_int_eq(again.st.nvrtc_runs, 0);
     ck_assert_int_eq(again.st.cache_rejected, 0);
+    ck_assert_int_eq(again.files, cold.files);
     for (int s = 0; s < 2; s++)
         ck_assert_msg(cold.loss[s] == warm.loss[s] && cold.loss[s] == bad.loss[s] &&
                       cold.loss[s] == again.loss[s], "step %d: losses %.9g %.9g %.9g %.9g", s,
                       cold.loss[s], warm.loss[s], bad.loss[s], again.loss[s]);
-    printf("test_standin: kernel cache: cold %d NVRTC runs in %.2f s, warm %d hits in %.3f s, "
-           "%d corrupt entries rejected and recompiled\n", cold.st.nvrtc_runs, cold.st.compile_s,
-           warm.st.cache_hits, warm.st.compile_s, bad.st.cache_rejected);
+    printf("test_standin: kernel cache: cold %d programs in %d parts, %d NVRTC runs in %.2f s, "
+           "warm %d hits in %.3f s, one corrupt entry rejected and recompiled\n",
+           cold.st.programs, cold.st.parts, cold.st.nvrtc_runs, cold.st.compile_s,
+           warm.st.cache_hits, warm.st.compile_s);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+static int count_fds(void) { return count_files("/proc/self/fd"); }
+
+/* NVRTC failing, or crashing, on one part of the program (the one with the cross-entropy
+ * backward) while the others compile: the error names that part and its kernels and carries
+ * NVRTC's words; every child is reaped (no zombie) and no pipe is left open. */
+START_TEST(part_failure_names_the_part) {
+    if (!have_nvrtc()) return;
+    const char *var = _i ? "SN_STANDIN_CRASH_NVRTC" : "SN_STANDIN_FAIL_NVRTC";
+    char dir[] = "/tmp/sn_standin_fail_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    use_standin();
+    sn_cuda_opts o = {.cache_dir = dir, .compile_jobs = 2};
+    sn_device *d = NULL;
+    sn_err e = {0};
+    ck_assert_msg(sn_cuda_device_new_opts(0, &o, &d, &e) == SN_OK, "%s", e.msg);
+    sn_graph *g = tiny();
+    int fds = count_fds();
+    setenv(var, "cross_entropy_bwd", 1);
+    sn_trainer *t = trainer_on(g, d, &e);
+    unsetenv(var);
+    ck_assert_ptr_null(t);
+    ck_assert_int_eq(e.code, SN_ERR_DEVICE);
+    int part = 0, parts = 0, file_part = 0, file_parts = 0;
+    ck_assert_msg(sscanf(e.msg, "part %d of %d (functions k", &part, &parts) == 2, "%s", e.msg);
+    const char *file = strstr(e.msg, "sinter_program_0_part");
+    ck_assert_msg(file && sscanf(file, "sinter_program_0_part%dof%d.cu", &file_part,
+                                 &file_parts) == 2, "%s", e.msg);
+    ck_assert_int_gt(parts, 3);
+    ck_assert_int_eq(file_part, part); /* the part named is the one compiled */
+    ck_assert_int_eq(file_parts, parts);
+    if (_i) {
+        ck_assert_has(e.msg, "NVRTC crashed (signal 11, Segmentation fault) compiling");
+    } else {
+        ck_assert_has(e.msg, "nvrtcCompileProgram: NVRTC_ERROR_COMPILATION");
+        ck_assert_has(e.msg, "the source contains \"cross_entropy_bwd\"");
+    }
+    ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1); /* no child left, ended or not */
+    ck_assert_int_eq(count_fds(), fds);
+    printf("test_standin: %s: %s\n", var, e.msg);
+    sn_graph_free(g);
+    sn_device_free(d);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -775,6 +839,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, device_pointers_fault_on_the_host);
     tcase_add_test(tc, gemm_plans_match_a_reference);
     tcase_add_test(tc, kernel_cache_cold_warm_corrupt);
+    tcase_add_loop_test(tc, part_failure_names_the_part, 0, 2);
     tcase_add_loop_test(tc, injected_failure_says_what_failed, 0,
                         (int)(sizeof failures / sizeof *failures));
     suite_add_tcase(s, tc);

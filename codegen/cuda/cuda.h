@@ -71,6 +71,11 @@ typedef struct {
     int n_functions;      /* distinct __global__ functions in src */
     int n_skipped;        /* kernels given that have no function here (GEMMs) */
     char (*fn)[64];       /* [n_kernels]: the function kernel i launches; "" for a GEMM */
+    int *leader;          /* [n_kernels]: the kernel whose function kernel i launches (i for the
+                             first of its text); -1 for a GEMM */
+    size_t *fn_bytes;     /* [n_kernels]: the body of the function kernel i leads; 0 if none */
+    char **text;          /* [n_kernels]: that function as src has it (comments, body, host
+                             stub); NULL if none */
 } sn_cuda_source;
 
 /* Renders kernels ks[0..n) for target t into one translation unit. Each kernel becomes
@@ -82,6 +87,11 @@ typedef struct {
  * backend does not generate is SN_ERR_UNSUPPORTED naming the kernel; *out is then empty. */
 sn_status sn_cuda_render(const sn_kernel *const *ks, int n, const sn_target *t,
                          sn_cuda_source *out, sn_err *e);
+/* A part of s (which sn_cuda_render made of ks) as a translation unit of its own: the kernels
+ * with part[i] == p, their functions named and written exactly as in s->src (every kernel that
+ * shares a function must be in its leader's part). *src is malloc'd. */
+sn_status sn_cuda_render_part(const sn_kernel *const *ks, const sn_cuda_source *s,
+                              const sn_target *tg, const int *part, int p, char **src, sn_err *e);
 /* Every kernel of program p but its GEMMs, as above (out->fn indexed like p->kernels). */
 sn_status sn_cuda_render_program(const sn_program *p, const sn_target *t,
                                  sn_cuda_source *out, sn_err *e);

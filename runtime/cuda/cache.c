@@ -180,21 +180,20 @@ static sn_status write_entry(const sn_cuda_cache *c, const char *path, const uin
     return sn_savefile_commit(&s, e);
 }
 
-sn_status sn_cuda_cache_compile(sn_cuda_cache *c, sn_cuda_api *a, const char *src,
-                                const char *name, int arch, sn_cuda_module *out, bool *compiled,
-                                sn_err *e) {
+sn_status sn_cuda_cache_lookup(sn_cuda_cache *c, sn_cuda_api *a, const char *src, int arch,
+                               sn_cuda_cache_slot *slot, sn_cuda_module *out, bool *hit,
+                               sn_err *e) {
     *out = (sn_cuda_module){.arch = arch};
-    *compiled = false;
-    uint8_t key[16];
-    char path[600];
-    bool use = !c->disabled && c->dir[0];
-    sn_status st;
-    if (use) {
-        if ((st = cache_key(a, src, arch, key, e))) return st;
-        key_path(c, key, path, sizeof path);
+    *hit = false;
+    *slot = (sn_cuda_cache_slot){.use = !c->disabled && c->dir[0]};
+    if (slot->use) {
+        sn_status st = cache_key(a, src, arch, slot->key, e);
+        if (st) return st;
+        key_path(c, slot->key, slot->path, sizeof slot->path);
         bool present;
-        if (read_entry(path, key, arch, out, &present)) {
+        if (read_entry(slot->path, slot->key, arch, out, &present)) {
             c->hits++;
+            *hit = true;
             out->n_info = sn_ptxas_parse(out->log, NULL, 0);
             out->info = sn_calloc((size_t)out->n_info + 1, sizeof *out->info, "the ptxas report", e);
             if (!out->info) return SN_ERR_OOM;
@@ -204,12 +203,26 @@ sn_status sn_cuda_cache_compile(sn_cuda_cache *c, sn_cuda_api *a, const char *sr
         if (present) c->rejected++;
     }
     c->misses++;
+    return SN_OK;
+}
+
+void sn_cuda_cache_store(const sn_cuda_cache *c, const sn_cuda_cache_slot *slot, int arch,
+                         const sn_cuda_module *m) {
+    sn_err we;
+    if (slot->use && write_entry(c, slot->path, slot->key, arch, m, &we))
+        fprintf(stderr, "warning: %s\n", we.msg); /* a cache that cannot be written costs time */
+}
+
+sn_status sn_cuda_cache_compile(sn_cuda_cache *c, sn_cuda_api *a, const char *src,
+                                const char *name, int arch, sn_cuda_module *out, bool *compiled,
+                                sn_err *e) {
+    sn_cuda_cache_slot slot;
+    bool hit = false;
+    *compiled = false;
+    sn_status st = sn_cuda_cache_lookup(c, a, src, arch, &slot, out, &hit, e);
+    if (st || hit) return st;
     *compiled = true;
     if ((st = sn_cuda_nvrtc_compile(a, src, name, arch, out, e))) return st;
-    if (use) {
-        sn_err we;
-        if (write_entry(c, path, key, arch, out, &we)) /* a cache that cannot be written only costs time */
-            fprintf(stderr, "warning: %s\n", we.msg);
-    }
+    sn_cuda_cache_store(c, &slot, arch, out);
     return SN_OK;
 }

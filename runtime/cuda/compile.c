@@ -1,15 +1,20 @@
 /* compile.c: CUDA C to a CUBIN with the dlopen'd NVRTC, in a forked child process. NVRTC's
  * embedded ptxas has segfaulted on valid kernels; in the child that is an error message naming
  * the signal, not a dead training run. Convention: the child writes one record to a pipe
- * (status, message, log, cubin) and _exits; the parent trusts nothing it did not read whole. */
+ * (status, message, log, cubin) and _exits; the parent reads to the end of the pipe, reaps the
+ * child (wait4: its CPU time is kept) and trusts nothing it did not read whole. Several children
+ * may run at once (compile_parts.c polls their pipes). */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "support/clock.h"
 #include "cuda_rt.h"
 
 int sn_cuda_nvrtc_options(int arch, char gpu[48], const char **opts) {
@@ -73,28 +78,19 @@ static _Noreturn void child(sn_cuda_api *a, int fd, const char *src, const char 
     _exit(ok ? 0 : 3);
 }
 
-static bool read_all(int fd, void *p, size_t n) {
-    char *c = p;
-    while (n) {
-        ssize_t r = read(fd, c, n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        c += r;
-        n -= (size_t)r;
-    }
-    return true;
-}
+/* ---- the parent's side: start, read, finish ---- */
 
-sn_status sn_cuda_nvrtc_compile(sn_cuda_api *a, const char *src, const char *name, int arch,
-                                sn_cuda_module *out, sn_err *e) {
-    *out = (sn_cuda_module){.arch = arch};
+sn_status sn_cuda_nvrtc_start(sn_cuda_api *a, const char *src, const char *name, int arch,
+                              sn_nvrtc_child *c, sn_err *e) {
+    *c = (sn_nvrtc_child){.pid = -1, .fd = -1, .arch = arch};
+    snprintf(c->name, sizeof c->name, "%s", name);
     if (arch < 75)
         return sn_fail(e, SN_ERR_INVALID, "NVRTC: sm_%d is too old: sinter's CUDA kernels need "
                        "sm_75 (Turing) or newer", arch);
     sn_status st = sn_cuda_api_load(a, SN_LIB_NVRTC, e);
     if (st) return st;
     int fds[2];
-    if (pipe(fds) != 0)
+    if (pipe2(fds, O_CLOEXEC) != 0) /* a process another thread execs must not hold the pipe open */
         return sn_fail(e, SN_ERR_IO, "compiling %s: pipe: %s", name, strerror(errno));
     fflush(NULL);
     pid_t pid = fork();
@@ -108,47 +104,128 @@ sn_status sn_cuda_nvrtc_compile(sn_cuda_api *a, const char *src, const char *nam
         child(a, fds[1], src, name, arch);
     }
     close(fds[1]);
-    record_head h;
-    char *msg = NULL;
-    bool got = read_all(fds[0], &h, sizeof h) && h.msg_len < sizeof e->msg &&
-               h.log_len < ((uint64_t)1 << 32) && h.cubin_len < ((uint64_t)1 << 32);
-    if (got) {
-        msg = calloc(1, h.msg_len + 1);
-        out->log = malloc(h.log_len + 1);
-        out->cubin = malloc(h.cubin_len + 1);
-        got = msg && out->log && out->cubin && read_all(fds[0], msg, h.msg_len) &&
-              read_all(fds[0], out->log, h.log_len) && read_all(fds[0], out->cubin, h.cubin_len);
-        if (out->log) out->log[got ? h.log_len : 0] = '\0';
-        out->cubin_size = got ? h.cubin_len : 0;
+    c->pid = pid;
+    c->fd = fds[0];
+    c->t0 = sn_clock_s();
+    return SN_OK;
+}
+
+sn_status sn_cuda_nvrtc_read(sn_nvrtc_child *c, bool *done, sn_err *e) {
+    *done = false;
+    if (c->len == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64 << 10;
+        char *b = sn_realloc(c->buf, cap, "a compiled CUBIN", e);
+        if (!b) return SN_ERR_OOM;
+        c->buf = b;
+        c->cap = cap;
     }
-    close(fds[0]);
+    ssize_t r = read(c->fd, c->buf + c->len, c->cap - c->len);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) return SN_OK;
+    if (r > 0) {
+        c->len += (size_t)r;
+        return SN_OK;
+    }
+    close(c->fd); /* end of file (or a read error: the record is then short, said at finish) */
+    c->fd = -1;
+    *done = true;
+    return SN_OK;
+}
+
+/* Waits for the child to end; its CPU time and wall time are kept. */
+static int reap(sn_nvrtc_child *c) {
     int wst = 0;
-    while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
+    struct rusage ru = {0};
+    while (wait4(c->pid, &wst, 0, &ru) < 0 && errno == EINTR) {
     }
+    c->pid = -1;
+    c->cpu_s = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+               (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+    c->wall_s = sn_clock_s() - c->t0;
+    return wst;
+}
+
+void sn_cuda_nvrtc_abandon(sn_nvrtc_child *c) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    if (c->pid > 0) {
+        kill(c->pid, SIGKILL);
+        reap(c);
+    }
+    free(c->buf);
+    c->buf = NULL;
+    c->len = c->cap = 0;
+}
+
+/* The record's next n bytes, or NULL when the record is shorter. */
+static const char *take(const sn_nvrtc_child *c, size_t *at, uint64_t n) {
+    if (n > c->len - *at) return NULL;
+    const char *p = c->buf + *at;
+    *at += n;
+    return p;
+}
+
+sn_status sn_cuda_nvrtc_finish(sn_nvrtc_child *c, sn_cuda_module *out, sn_err *e) {
+    *out = (sn_cuda_module){.arch = c->arch};
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    int wst = reap(c);
+    const char *name = c->name;
+    int arch = c->arch;
+    record_head h;
+    size_t at = 0;
+    const char *head = take(c, &at, sizeof h), *msg = NULL, *log = NULL, *cubin = NULL;
+    if (head) memcpy(&h, head, sizeof h);
+    bool got = head && h.msg_len < sizeof e->msg && (msg = take(c, &at, h.msg_len)) &&
+               (log = take(c, &at, h.log_len)) && (cubin = take(c, &at, h.cubin_len));
+    sn_status st = SN_OK;
     if (WIFSIGNALED(wst)) {
-        free(msg);
-        return sn_fail(e, SN_ERR_DEVICE, "NVRTC crashed (signal %d, %s) compiling %s for sm_%d; "
-                       "the training process is unharmed. This is a bug in NVRTC's embedded "
-                       "ptxas or in the generated kernel: please report it with the kernel "
-                       "(sinter train --dump-after fuse)", WTERMSIG(wst), strsignal(WTERMSIG(wst)),
-                       name, arch);
+        st = sn_fail(e, SN_ERR_DEVICE, "NVRTC crashed (signal %d, %s) compiling %s for sm_%d; "
+                     "the training process is unharmed. This is a bug in NVRTC's embedded "
+                     "ptxas or in the generated kernel: please report it with the kernel "
+                     "(sinter train --dump-after fuse)", WTERMSIG(wst), strsignal(WTERMSIG(wst)),
+                     name, arch);
+    } else if (!got || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
+        st = sn_fail(e, SN_ERR_DEVICE, "compiling %s for sm_%d: the compiler process ended "
+                     "without a result (exit status %d)", name, arch,
+                     WIFEXITED(wst) ? WEXITSTATUS(wst) : -1);
+    } else {
+        out->log = sn_malloc(h.log_len + 1, "the NVRTC log", e);
+        out->cubin = sn_malloc(h.cubin_len + 1, "a compiled CUBIN", e);
+        if (!out->log || !out->cubin) {
+            st = SN_ERR_OOM;
+        } else {
+            memcpy(out->log, log, h.log_len);
+            out->log[h.log_len] = '\0';
+            memcpy(out->cubin, cubin, h.cubin_len);
+            out->cubin_size = h.cubin_len;
+        }
     }
-    if (!got || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
-        free(msg);
-        return sn_fail(e, SN_ERR_DEVICE, "compiling %s for sm_%d: the compiler process ended "
-                       "without a result (exit status %d)", name, arch,
-                       WIFEXITED(wst) ? WEXITSTATUS(wst) : -1);
+    if (!st && h.status) {
+        st = sn_fail(e, (sn_status)h.status, "%.*s\nNVRTC log:\n%s", (int)h.msg_len, msg,
+                     out->log[0] ? out->log : "(empty)\n");
     }
-    if (h.status) {
-        sn_fail(e, (sn_status)h.status, "%s\nNVRTC log:\n%s", msg,
-                out->log[0] ? out->log : "(empty)\n");
-        free(msg);
-        return (sn_status)h.status;
-    }
-    free(msg);
+    free(c->buf);
+    c->buf = NULL;
+    c->len = c->cap = 0;
+    if (st) return st;
     out->n_info = sn_ptxas_parse(out->log, NULL, 0);
     out->info = sn_calloc((size_t)out->n_info + 1, sizeof *out->info, "the ptxas report", e);
     if (!out->info) return SN_ERR_OOM;
     sn_ptxas_parse(out->log, out->info, out->n_info);
     return SN_OK;
+}
+
+sn_status sn_cuda_nvrtc_compile(sn_cuda_api *a, const char *src, const char *name, int arch,
+                                sn_cuda_module *out, sn_err *e) {
+    *out = (sn_cuda_module){.arch = arch};
+    sn_nvrtc_child c;
+    sn_status st = sn_cuda_nvrtc_start(a, src, name, arch, &c, e);
+    if (st) return st;
+    for (bool done = false; !done;) {
+        if ((st = sn_cuda_nvrtc_read(&c, &done, e))) {
+            sn_cuda_nvrtc_abandon(&c);
+            return st;
+        }
+    }
+    return sn_cuda_nvrtc_finish(&c, out, e);
 }

@@ -16,6 +16,7 @@ typedef struct {
     bool tf32;             /* TF32 tensor-core GEMMs (sm_80+; ignored before) */
     bool no_cache;         /* compile every kernel, read and write no cache entry */
     bool no_graphs;        /* launch one by one: never capture a step into a CUDA Graph */
+    int compile_jobs;      /* NVRTC children at once; 0: the CPUs this process may use */
     const char *cache_dir; /* NULL: $XDG_CACHE_HOME/sinter or ~/.cache/sinter */
 } sn_cuda_opts;
 
@@ -33,11 +34,33 @@ int sn_cuda_device_count(char *why, size_t why_len);
 /* The `sinter info` lines: NVRTC and cuBLASLt versions (or why not), driver, devices. */
 void sn_cuda_info_print(FILE *f);
 
+/* One translation unit of a compiled program (runtime/cuda/compile_parts.c). */
+enum { SN_CUDA_MAX_PARTS = 8 };
+typedef struct {
+    int kernels, functions;
+    size_t cost;          /* its functions' sn_cuda_function_cost: the split's measure of NVRTC's
+                             work, in bytes of attention-like text */
+    size_t src_bytes;     /* its translation unit */
+    bool compiled;        /* NVRTC ran (else a cache hit) */
+    double cpu_s, wall_s; /* its NVRTC child's CPU (user + system) and fork-to-reaped time */
+} sn_cuda_part_stats;
+
+/* How many NVRTC children compile at once by default: the CPUs this process may run on. */
+int sn_cuda_compile_jobs(void);
+
 /* Statistics of a CUDA device (zeros for another device). */
 typedef struct {
     int sm;                       /* 90: sm_90 */
-    int nvrtc_runs, cache_hits, cache_rejected;
-    double compile_s;             /* time in NVRTC or the cache */
+    int nvrtc_runs, cache_hits, cache_rejected; /* per part */
+    double compile_s;             /* the compile calls, wall */
+    /* where compile_s went (wall, summed over compile calls): rendering the CUDA C, cache reads
+     * and writes, NVRTC children (first fork to last reaped), module loads with their functions'
+     * lookups, cuBLASLt plans */
+    double render_s, cache_s, nvrtc_s, load_s, gemm_s;
+    int programs, parts;          /* compile calls with generated kernels; their translation
+                                     units (each a cache hit or an NVRTC run) */
+    int last_parts;               /* the last such call's, with what each cost: */
+    sn_cuda_part_stats part[SN_CUDA_MAX_PARTS];
     int graphs_captured, graph_launches, eager_steps;
     int gemm_plans;
 } sn_cuda_stats;

@@ -5,7 +5,9 @@
 #define SN_CUDA_RT_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "codegen/cuda/cuda.h"
 #include "runtime/device.h"
@@ -56,6 +58,27 @@ sn_status sn_cuda_fail(const sn_cuda_api *a, int result, const char *file, int l
  * an error naming the signal, not the end of the process. Free *out with sn_cuda_module_free. */
 sn_status sn_cuda_nvrtc_compile(sn_cuda_api *a, const char *src, const char *name, int arch,
                                 sn_cuda_module *out, sn_err *e);
+
+/* The same in steps, for several children at once: start forks the child; read takes what its
+ * pipe holds (call it when fd is readable, or blocking) until *done (end of file); finish reaps
+ * the child and decodes its record into *out (the errors sn_cuda_nvrtc_compile gives); abandon
+ * kills and reaps a child that will not be finished. After finish or abandon, pid and fd are -1;
+ * cpu_s and wall_s say what the child cost. */
+typedef struct {
+    pid_t pid;
+    int fd;               /* the read end of the child's pipe */
+    char name[96];
+    int arch;
+    char *buf;            /* the record read so far */
+    size_t len, cap;
+    double t0;            /* sn_clock_s() at the fork */
+    double cpu_s, wall_s; /* the child's user + system CPU, fork to reaped (after finish) */
+} sn_nvrtc_child;
+sn_status sn_cuda_nvrtc_start(sn_cuda_api *a, const char *src, const char *name, int arch,
+                              sn_nvrtc_child *c, sn_err *e);
+sn_status sn_cuda_nvrtc_read(sn_nvrtc_child *c, bool *done, sn_err *e);
+sn_status sn_cuda_nvrtc_finish(sn_nvrtc_child *c, sn_cuda_module *out, sn_err *e);
+void sn_cuda_nvrtc_abandon(sn_nvrtc_child *c);
 /* NVRTC's options for arch, written into opts (at most 8); returns how many. */
 int sn_cuda_nvrtc_options(int arch, char gpu[48], const char **opts);
 
@@ -76,9 +99,57 @@ void sn_cuda_cache_init(sn_cuda_cache *c, const char *dir_override, bool disable
 sn_status sn_cuda_cache_compile(sn_cuda_cache *c, sn_cuda_api *a, const char *src,
                                 const char *name, int arch, sn_cuda_module *out, bool *compiled,
                                 sn_err *e);
+/* The same in two steps, for compiling several sources at once. lookup: *hit with *out filled
+ * from a good entry, else *out empty and *slot saying where the CUBIN belongs (hits, misses and
+ * rejected counted as above); store: writes the compiled module there (nothing when the cache is
+ * off; a write that fails is a warning on stderr, not an error). */
+typedef struct {
+    bool use; /* the cache is on */
+    uint8_t key[16];
+    char path[600];
+} sn_cuda_cache_slot;
+sn_status sn_cuda_cache_lookup(sn_cuda_cache *c, sn_cuda_api *a, const char *src, int arch,
+                               sn_cuda_cache_slot *slot, sn_cuda_module *out, bool *hit,
+                               sn_err *e);
+void sn_cuda_cache_store(const sn_cuda_cache *c, const sn_cuda_cache_slot *slot, int arch,
+                         const sn_cuda_module *m);
 /* The file an entry for (src, arch) lives in (for tests); false without a cache directory. */
 bool sn_cuda_cache_path(const sn_cuda_cache *c, sn_cuda_api *a, const char *src, int arch,
                         char *path, size_t len);
+
+/* ---- compile_parts.c: a program in parts, compiled at once ---- */
+
+/* A function's cost to NVRTC, in bytes of f32-attention-like text: its text weighted by kind (row
+ * kernels, with their block reductions, cost 1.7 times as much a byte; 16-bit attention, on
+ * tensor cores, 1.6; pointwise and optimizer kernels half). A program's functions go to sn_cuda_parts_count(their total cost, their count)
+ * parts: one per SN_CUDA_PART_COST (~0.37 s of NVRTC's CPU, so its fixed ~0.09 s a translation
+ * unit stays a fraction of a part's), at most SN_CUDA_MAX_PARTS, at most one per function. */
+enum { SN_CUDA_PART_COST = 8192 }; /* SN_CUDA_MAX_PARTS: cuda_device.h */
+size_t sn_cuda_function_cost(const sn_kernel *k, size_t text_bytes);
+int sn_cuda_parts_count(size_t cost, int n_functions);
+
+typedef struct {
+    int n_parts;
+    sn_cuda_module mod[SN_CUDA_MAX_PARTS]; /* each part's CUBIN */
+    int *part;                              /* [n]: kernel i's part; -1 for a GEMM */
+    char (*fn)[64];                         /* [n]: the function that launches kernel i */
+    sn_cuda_part_stats part_st[SN_CUDA_MAX_PARTS];
+    double render_s, cache_s, nvrtc_s;      /* wall: rendering; cache reads and writes; from the
+                                               first child's fork to the last one reaped */
+} sn_cuda_parts;
+
+/* Renders kernels ks[0..n) for tg, splits their distinct functions into parts (the largest first,
+ * each onto the part with the least text; a function's kernels all in its part), renders each
+ * part as its own translation unit (program order: names as in one rendering), looks each up in
+ * the cache and compiles the misses for sm_<arch> in forked children, at most jobs at once (0:
+ * sn_cuda_compile_jobs()), storing each as it arrives. Parts are named "<name>_part3of8.cu". A
+ * failure of any part is its child's error (sn_cuda_nvrtc_compile's) prefixed with "part 3 of 8
+ * (functions ...): "; the other children are then killed and reaped. Free *out with
+ * sn_cuda_parts_free, success or not. */
+sn_status sn_cuda_parts_compile(sn_cuda_cache *c, sn_cuda_api *a, const sn_kernel *const *ks,
+                                int n, const sn_target *tg, int arch, int jobs, const char *name,
+                                sn_cuda_parts *out, sn_err *e);
+void sn_cuda_parts_free(sn_cuda_parts *p);
 
 /* ---- cublaslt.c: GEMM plans ---- */
 

@@ -1,6 +1,7 @@
 /* device.c: the CUDA device behind sn_device: the primary context, one stream, device memory
- * from cuMemAlloc, one module per compiled program (NVRTC through the disk cache), launches with
- * the kernels' launch dimensions, cuBLASLt plans for GEMM kernels, the step queued for graphs.
+ * from cuMemAlloc, a module per part of each compiled program (compile_parts.c: NVRTC children
+ * through the disk cache), launches with the kernels' launch dimensions, cuBLASLt plans for GEMM
+ * kernels, the step queued for graphs.
  * Convention: a device pointer is a CUdeviceptr cast to void *; nothing here dereferences one. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,8 +42,8 @@ typedef struct {
     sn_cuda_cache cache;
     cublasLtHandle_t lt;
     CUdeviceptr workspace;
-    CUmodule *modules;
-    int n_modules;
+    CUmodule *modules; /* every part of every program compiled */
+    int n_modules, n_programs;
     void **owned; /* cuda_fn arrays and cuda_gemm entries, freed at destroy */
     int n_owned;
     cuda_gemm **gemms; /* by kernel, for gemm() (which receives no handle) */
@@ -173,7 +174,7 @@ static void cu_event_free(sn_device *d, void *ev) {
     if (ev) c->api.cuEventDestroy((CUevent)ev);
 }
 
-/* ---- compiling: one module per call, GEMM plans ---- */
+/* ---- compiling: GEMM plans, then the program's parts, a module each ---- */
 
 static sn_status gemm_plan(cuda_dev *c, const sn_kernel *k, cuda_gemm **out, sn_err *e) {
     sn_status st = sn_cuda_api_load(API, SN_LIB_CUBLASLT, e);
@@ -212,6 +213,20 @@ static sn_status gemm_plan(cuda_dev *c, const sn_kernel *k, cuda_gemm **out, sn_
     return SN_OK;
 }
 
+/* Loads each part's CUBIN as a module, kept until destroy. */
+static sn_status load_parts(cuda_dev *c, const sn_cuda_parts *parts, CUmodule *mods, sn_err *e) {
+    CUmodule *ms = sn_realloc(c->modules, (size_t)(c->n_modules + parts->n_parts) * sizeof *ms,
+                              "modules", e);
+    if (!ms) return SN_ERR_OOM;
+    c->modules = ms;
+    for (int p = 0; p < parts->n_parts; p++) {
+        sn_status st = SN_CUDA_CHECK(API, e, cuModuleLoadData, &mods[p], parts->mod[p].cubin);
+        if (st) return st;
+        c->modules[c->n_modules++] = mods[p];
+    }
+    return SN_OK;
+}
+
 static sn_status cu_compile(sn_device *d, sn_kernel *const *ks, int n, void **handles, sn_err *e) {
     cuda_dev *c = d->impl;
     double t0 = sn_clock_s();
@@ -233,38 +248,37 @@ static sn_status cu_compile(sn_device *d, sn_kernel *const *ks, int n, void **ha
             gen[m++] = ks[i];
         }
     }
-    sn_cuda_source cs = {0};
+    double t1 = sn_clock_s();
+    c->st.gemm_s += t1 - t0;
     sn_target tg = sn_target_cuda(c->sm);
-    if (!st && m) st = sn_cuda_render(gen, m, &tg, &cs, e);
-    const char *src = cs.src;
-    sn_cuda_module mod = {0};
-    bool compiled = false;
+    sn_cuda_parts parts = {0};
     char name[64];
-    snprintf(name, sizeof name, "sinter_program_%d.cu", c->n_modules);
+    snprintf(name, sizeof name, "sinter_program_%d", c->n_programs++);
     if (!st && m) {
-        st = sn_cuda_cache_compile(&c->cache, API, src, name, c->sm, &mod, &compiled, e);
-        c->st.nvrtc_runs += compiled;
-        c->st.cache_hits += !compiled;
+        int hits = c->cache.hits, misses = c->cache.misses;
+        st = sn_cuda_parts_compile(&c->cache, API, gen, m, &tg, c->sm, c->opts.compile_jobs, name,
+                                   &parts, e);
+        c->st.nvrtc_runs += c->cache.misses - misses;
+        c->st.cache_hits += c->cache.hits - hits;
         c->st.cache_rejected = c->cache.rejected;
+        c->st.render_s += parts.render_s;
+        c->st.cache_s += parts.cache_s;
+        c->st.nvrtc_s += parts.nvrtc_s;
+        c->st.programs++;
+        c->st.parts += parts.n_parts;
+        c->st.last_parts = parts.n_parts;
+        memcpy(c->st.part, parts.part_st, sizeof c->st.part);
     }
-    CUmodule module = NULL;
-    if (!st && m) st = SN_CUDA_CHECK(API, e, cuModuleLoadData, &module, mod.cubin);
-    if (!st && module) {
-        CUmodule *ms = sn_realloc(c->modules, (size_t)(c->n_modules + 1) * sizeof *ms, "modules", e);
-        if (!ms) {
-            c->api.cuModuleUnload(module);
-            st = SN_ERR_OOM;
-        } else {
-            c->modules = ms;
-            c->modules[c->n_modules++] = module;
-        }
-    }
+    double t2 = sn_clock_s();
+    CUmodule mods[SN_CUDA_MAX_PARTS] = {0};
+    if (!st && m) st = load_parts(c, &parts, mods, e);
     for (int i = 0, j = 0; i < n && !st && m; i++) {
         if (ks[i]->kind == SN_KER_GEMM) continue;
-        cuda_fn *f = &fns[j++];
+        int at = j++;
+        cuda_fn *f = &fns[at];
         *f = (cuda_fn){.tag = TAG_FN, .k = ks[i], .dims = sn_cuda_launch_dims(ks[i], &tg)};
         f->shared = f->dims.shared_bytes;
-        st = SN_CUDA_CHECK(API, e, cuModuleGetFunction, &f->f, module, cs.fn[j - 1]);
+        st = SN_CUDA_CHECK(API, e, cuModuleGetFunction, &f->f, mods[parts.part[at]], parts.fn[at]);
         if (!st && f->shared > SHARED_DEFAULT) {
             if ((int)f->shared > c->shared_optin)
                 st = sn_fail(e, SN_ERR_UNSUPPORTED, "kernel %s needs %u bytes of shared memory; "
@@ -275,8 +289,8 @@ static sn_status cu_compile(sn_device *d, sn_kernel *const *ks, int n, void **ha
         }
         handles[i] = f;
     }
-    sn_cuda_module_free(&mod);
-    sn_cuda_source_free(&cs);
+    c->st.load_s += sn_clock_s() - t2;
+    sn_cuda_parts_free(&parts);
     free(gen);
     c->st.compile_s += sn_clock_s() - t0;
     return st;

@@ -1,9 +1,13 @@
 /* standin_nvrtc.c: the stand-in NVRTC (SN_LIBNVRTC): every call goes to the real NVRTC (opened
  * with dlopen: SN_STANDIN_REAL_NVRTC, else the toolkit's), so compile errors, registers and
  * spills are real; the "CUBIN" it returns is the stand-in image (standin.h): a header, the CUDA C
- * text and the real CUBIN, which the stand-in libcuda runs on the SIMT simulator.
+ * text and the real CUBIN, which the stand-in libcuda runs on the SIMT simulator. Injected
+ * failures: SN_STANDIN_FAIL_NVRTC=TEXT fails the compile of any source containing TEXT
+ * (NVRTC_ERROR_COMPILATION, the log saying why), SN_STANDIN_CRASH_NVRTC=TEXT dies of SIGSEGV in it.
  * Convention: a program handle is this file's wrapper around the real one. */
 #include <dlfcn.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +27,7 @@ static struct {
 } real;
 
 enum { NVRTC_ERROR_INVALID_INPUT = 3, NVRTC_ERROR_INVALID_PROGRAM = 4,
-       NVRTC_ERROR_INTERNAL_ERROR = 11 };
+       NVRTC_ERROR_COMPILATION = 6, NVRTC_ERROR_INTERNAL_ERROR = 11 };
 
 /* Opens the real NVRTC once; false (said on stderr) when it or a symbol is missing. */
 static bool load(void) {
@@ -50,7 +54,14 @@ struct _nvrtcProgram {
     nvrtcProgram prog; /* the real one */
     char *src;
     unsigned arch; /* from --gpu-architecture=sm_NN */
+    char log[256]; /* an injected failure's log, "" if none */
 };
+
+/* Whether the environment variable names text that src contains. */
+static bool injected(const char *var, const char *src) {
+    const char *v = getenv(var);
+    return v && *v && strstr(src, v);
+}
 
 const char *nvrtcGetErrorString(nvrtcResult result) {
     return load() ? real.nvrtcGetErrorString(result) : "NVRTC_ERROR_INTERNAL_ERROR";
@@ -100,15 +111,34 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions, const char *c
         sn_standin_say("nvrtcCompileProgram: the stand-in needs --gpu-architecture=sm_NN");
         return NVRTC_ERROR_INVALID_INPUT;
     }
+    if (injected("SN_STANDIN_CRASH_NVRTC", prog->src)) {
+        sn_standin_say("nvrtcCompileProgram: crashing, as SN_STANDIN_CRASH_NVRTC asks");
+        raise(SIGSEGV);
+    }
+    if (injected("SN_STANDIN_FAIL_NVRTC", prog->src)) {
+        snprintf(prog->log, sizeof prog->log, "sn_standin: the source contains \"%s\", so it "
+                 "fails to compile, as SN_STANDIN_FAIL_NVRTC asks\n", getenv("SN_STANDIN_FAIL_NVRTC"));
+        return NVRTC_ERROR_COMPILATION;
+    }
     return real.nvrtcCompileProgram(prog->prog, numOptions, options);
 }
 
 nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t *logSizeRet) {
-    return prog ? real.nvrtcGetProgramLogSize(prog->prog, logSizeRet) : NVRTC_ERROR_INVALID_PROGRAM;
+    if (!prog) return NVRTC_ERROR_INVALID_PROGRAM;
+    if (prog->log[0]) {
+        *logSizeRet = strlen(prog->log) + 1;
+        return NVRTC_SUCCESS;
+    }
+    return real.nvrtcGetProgramLogSize(prog->prog, logSizeRet);
 }
 
 nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char *log) {
-    return prog ? real.nvrtcGetProgramLog(prog->prog, log) : NVRTC_ERROR_INVALID_PROGRAM;
+    if (!prog) return NVRTC_ERROR_INVALID_PROGRAM;
+    if (prog->log[0]) {
+        memcpy(log, prog->log, strlen(prog->log) + 1);
+        return NVRTC_SUCCESS;
+    }
+    return real.nvrtcGetProgramLog(prog->prog, log);
 }
 
 nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t *cubinSizeRet) {
