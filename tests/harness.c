@@ -2,10 +2,12 @@
 #include "harness.h"
 #include "frontend/sinter.h"
 #include "models/gpt2.h"
+#include "train/train.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int sn_test_main(Suite *s) {
     SRunner *sr = srunner_create(s);
@@ -80,4 +82,20 @@ sn_status sn_test_tiny_loss_graph(void *ctx, int b, sn_graph **out, sn_err *e) {
     (*out)->n_outputs = 0;
     sn_graph_add_output(*out, m.loss);
     return s;
+}
+
+void sn_test_same_state(const sn_trainer *a, const sn_trainer *b) {
+    sn_err e;
+    for (int i = 0; i < sn_trainer_param_count(a); i++) {
+        size_t n = (size_t)sn_numel(sn_trainer_param_node(a, i));
+        float *x = malloc(4 * n), *y = malloc(4 * n);
+        ck_assert(x && y);
+        for (int w = SN_PARAM_WEIGHTS; w <= SN_PARAM_V; w++) {
+            ck_assert(sn_trainer_get_param(a, i, (sn_param_which)w, x, &e) == SN_OK);
+            ck_assert(sn_trainer_get_param(b, i, (sn_param_which)w, y, &e) == SN_OK);
+            ck_assert_msg(!memcmp(x, y, 4 * n), "%s (%d) differs", sn_trainer_param_node(a, i)->name, w);
+        }
+        free(x);
+        free(y);
+    }
 }

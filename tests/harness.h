@@ -1,5 +1,5 @@
 /* harness.h: shared helpers for the Check suites: running a suite, comparing arrays by
- * normalized error (NaN fails), and finding ../shared/data. */
+ * normalized error (NaN fails) and trainers' states bit for bit, finding ../shared/data. */
 #ifndef SN_TEST_HARNESS_H
 #define SN_TEST_HARNESS_H
 
@@ -30,5 +30,10 @@ typedef struct {
     int vocab, seq;
 } sn_test_tiny_shape;
 sn_status sn_test_tiny_loss_graph(void *ctx, int b, sn_graph **out, sn_err *e);
+
+/* Fails the test unless every parameter's weights and AdamW moments in a and b are equal bit
+ * for bit (the parameter's name and which array in the message). */
+struct sn_trainer;
+void sn_test_same_state(const struct sn_trainer *a, const struct sn_trainer *b);
 
 #endif

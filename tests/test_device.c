@@ -73,22 +73,6 @@ static sn_trainer *trainer(sn_graph *g, sn_device *d) {
     return t;
 }
 
-/* every parameter's weights and moments, equal bit for bit */
-static void same_state(const sn_trainer *a, const sn_trainer *b) {
-    sn_err e;
-    for (int i = 0; i < sn_trainer_param_count(a); i++) {
-        size_t n = (size_t)sn_numel(sn_trainer_param_node(a, i));
-        float *x = malloc(4 * n), *y = malloc(4 * n);
-        for (int w = SN_PARAM_WEIGHTS; w <= SN_PARAM_V; w++) {
-            ck_assert(sn_trainer_get_param(a, i, (sn_param_which)w, x, &e) == SN_OK);
-            ck_assert(sn_trainer_get_param(b, i, (sn_param_which)w, y, &e) == SN_OK);
-            ck_assert_msg(!memcmp(x, y, 4 * n), "%s (%d) differs", sn_trainer_param_node(a, i)->name, w);
-        }
-        free(x);
-        free(y);
-    }
-}
-
 START_TEST(checked_device_trains_the_same) {
     sn_err e;
     sn_device *plain, *inner, *checked;
@@ -106,7 +90,7 @@ START_TEST(checked_device_trains_the_same) {
         ck_assert(isfinite(la[s]));
     }
     ck_assert_msg(la[STEPS - 1] < la[0] - 0.5, "loss %g -> %g: not learning", la[0], la[STEPS - 1]);
-    same_state(a, b);
+    sn_test_same_state(a, b);
     sn_trainer_free(a);
     sn_trainer_free(b);
     sn_graph_free(g1);
@@ -198,7 +182,7 @@ START_TEST(frozen_parameter) {
     sn_trainer *c = trainer(g3, d);
     sn_run_state r2 = {0};
     ck_assert_msg(sn_checkpoint_load(path, c, &r2, &e) == SN_OK, "%s", e.msg);
-    same_state(b, c);
+    sn_test_same_state(b, c);
     unlink(path);
     sn_run_state_free(&r);
     sn_run_state_free(&r2);

@@ -82,22 +82,6 @@ static sn_device *cpu(void) {
     return d;
 }
 
-/* every parameter's weights and moments, equal bit for bit */
-static void same_state(const sn_trainer *a, const sn_trainer *b) {
-    sn_err e;
-    for (int i = 0; i < sn_trainer_param_count(a); i++) {
-        size_t n = (size_t)sn_numel(sn_trainer_param_node(a, i));
-        float *x = malloc(4 * n), *y = malloc(4 * n);
-        for (int w = SN_PARAM_WEIGHTS; w <= SN_PARAM_V; w++) {
-            ck_assert(sn_trainer_get_param(a, i, (sn_param_which)w, x, &e) == SN_OK);
-            ck_assert(sn_trainer_get_param(b, i, (sn_param_which)w, y, &e) == SN_OK);
-            ck_assert_msg(!memcmp(x, y, 4 * n), "%s (%d) differs", sn_trainer_param_node(a, i)->name, w);
-        }
-        free(x);
-        free(y);
-    }
-}
-
 static void same_curves(const double *la, const double *na, const double *lb, const double *nb,
                         int from, int to) {
     for (int s = from; s < to; s++) {
@@ -119,7 +103,7 @@ START_TEST(offload_trains_the_same) {
     train(b, 0, STEPS, lb, nb);
     same_curves(la, na, lb, nb, 0, STEPS);
     ck_assert_msg(la[STEPS - 1] < la[0] - 0.3, "loss %g -> %g: not learning", la[0], la[STEPS - 1]);
-    same_state(a, b);
+    sn_test_same_state(a, b);
     /* the device keeps the scalars only: m, v and the sums (3 N floats) left it */
     int64_t n3 = sn_trainer_state_bytes(a) - sn_trainer_state_bytes(b);
     ck_assert_int_gt(n3, 0);
@@ -220,7 +204,7 @@ START_TEST(offload_resumes) {
         ck_assert_int_eq(sn_trainer_step_count(t), STEPS / 2);
         train(t, STEPS / 2, STEPS, l[k], n[k]);
         same_curves(l[0], n[0], l[k], n[k], STEPS / 2, STEPS);
-        same_state(full, t);
+        sn_test_same_state(full, t);
         sn_trainer_free(t);
         sn_run_state_free(&rk);
     }
