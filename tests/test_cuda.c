@@ -857,6 +857,155 @@ START_TEST(cpu_chunked_weight_gradient) {
 }
 END_TEST
 
+/* Row kernels in 16-byte vectors: one graph holding, for each of f32, bf16 and f16 and each
+ * row length of 64 (every pass 8 columns a step where a 16-bit buffer takes part, else 4: f32
+ * as float4), 60 (4 a step where an f32 buffer takes part: f32 accesses float4, 16-bit ones a
+ * value a lane; else one column a thread) and 30 (one column a thread), a layernorm with a fused prologue reading x in its dtype and an epilogue
+ * casting to it, rmsnorm, a softmax and a causal mask in the dtype itself, cross-entropy over
+ * fewer real classes than columns (the padded classes' gradient is 0), ignored targets
+ * (class 3), and their backwards (the norm weight gradients and column sums in PARTIAL and
+ * FINISH kernels). */
+static const int64_t row_vector_C[3] = {64, 60, 30};
+static const sn_dtype row_vector_dt[3] = {SN_F32, SN_BF16, SN_F16};
+
+static sn_node *as_f32(sn_graph *g, sn_node *n) { return n->dtype == SN_F32 ? n : sn_cast(g, n, SN_F32); }
+static sn_node *as_dt(sn_graph *g, sn_node *n, sn_dtype t) { return n->dtype == t ? n : sn_cast(g, n, t); }
+
+static sn_graph *row_vector_graph(int lengths) { /* the first `lengths` of row_vector_C */
+    enum { R = 24 };
+    sn_graph *g = sn_graph_new();
+    sn_node *y = sn_input(g, "y", SN_I32, SN_SHAPE(R)), *loss = NULL;
+    for (int c = 0; c < lengths; c++)
+        for (int d = 0; d < 3; d++) {
+            int64_t C = row_vector_C[c];
+            sn_dtype dt = row_vector_dt[d];
+            char name[32];
+            snprintf(name, sizeof name, "x%lld_%s", (long long)C, sn_dtype_name(dt));
+            sn_node *x = sn_input(g, name, dt, SN_SHAPE(R, C));
+            sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(C), SN_INIT_NORMAL, 1);
+            sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(C), SN_INIT_NORMAL, 1);
+            sn_node *v = sn_param(g, "v", SN_F32, SN_SHAPE(C), SN_INIT_NORMAL, 1);
+            sn_node *h = sn_layernorm(g, sn_add(g, as_f32(g, x), b), w, b, 1e-5f);
+            sn_node *hd = as_dt(g, h, dt); /* stored in dt by the layernorm's epilogue */
+            sn_node *r = sn_rmsnorm(g, sn_gelu(g, as_f32(g, hd)), v, 1e-5f);
+            sn_node *sm = sn_softmax(g, as_dt(g, sn_scale(g, r, 0.5f), dt));
+            sn_node *m = sn_causal_mask(g, sn_reshape(g, sm, SN_SHAPE(2, R / 2, C)));
+            sn_node *logits = sn_add(g, sn_scale(g, as_f32(g, sn_reshape(g, m, SN_SHAPE(R, C))), 4.0f), h);
+            sn_node *l = sn_cross_entropy_padded(g, logits, y, 3, C - 5);
+            loss = loss ? sn_add(g, loss, l) : l;
+        }
+    sn_err e;
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    ck_assert_msg(sn_backward(g, loss, &e) == SN_OK, "%s", e.msg);
+    return g;
+}
+
+/* The rendered row kernels take the path their row length and dtypes call for. */
+START_TEST(render_row_vectors) {
+    sn_graph *g = row_vector_graph(3);
+    sn_program *p = fuse(g);
+    const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
+    int n = kernels_of(p, SN_KER_ROW, ks), seen[3][3] = {{0}};
+    for (int i = 0; i < n; i++) {
+        const sn_kernel *k = ks[i];
+        sn_cuda_source cs = render(&k, 1);
+        int64_t C = k->anchor->in[0]->shape[k->anchor->in[0]->rank - 1];
+        bool half = false, f32 = false;
+        for (int a = 0; a < k->n_out + k->n_in; a++) {
+            half = half || sn_dtype_bits(k->args[a]->dtype) == 16;
+            f32 = f32 || (k->args[a]->dtype == SN_F32 && sn_numel(k->args[a]) > 1);
+        }
+        const char *body = strstr(cs.src, "_v[l]"), *step = strstr(cs.src, "columns a step");
+        if (k->stage == SN_SUM_FINISH || C == 30 || (C == 60 && !f32)) { /* nothing to vector */
+            ck_assert_msg(!step && !body, "%s: vectors in\n%s", k->name, cs.src);
+        } else {
+            int lanes = half && C == 64 ? 8 : 4;
+            char want[32];
+            snprintf(want, sizeof want, "/* %d columns a step */", lanes);
+            ck_assert_msg(step && body && strstr(cs.src, want), "%s: no \"%s\" in\n%s", k->name,
+                          want, cs.src);
+            /* 16-bit vectors only in steps of 8; at 60 columns 16-bit values come a lane each */
+            bool vec16 = false;
+            for (int a = 0; a < k->n_out + k->n_in; a++) {
+                char at[32];
+                snprintf(at, sizeof at, a < k->n_out ? "sn_store8(&out%d[" : "sn_load8(&in%d[",
+                         a < k->n_out ? a : a - k->n_out);
+                vec16 = vec16 || (sn_dtype_bits(k->args[a]->dtype) == 16 && strstr(cs.src, at));
+            }
+            if (lanes == 4 || k->stage == SN_SUM_WHOLE)
+                ck_assert_msg(vec16 == (lanes == 8), "%s: 16-bit vectors %sexpected in\n%s",
+                              k->name, vec16 ? "not " : "", cs.src);
+            seen[C == 64 ? 0 : 1][half ? 1 : 0]++;
+        }
+        if (i < 3 || strstr(k->name, "cross_entropy_bwd")) printf("test_cuda: row vectors, %s:\n%s", k->name, cs.src);
+        sn_cuda_source_free(&cs);
+    }
+    printf("test_cuda: row vectors: %d row kernels; vector steps: C=64 %d f32-only, %d with 16-bit "
+           "buffers; C=60 %d, %d\n", n, seen[0][0], seen[0][1], seen[1][0], seen[1][1]);
+    ck_assert_msg(seen[0][0] >= 10 && seen[0][1] >= 10 && seen[1][0] >= 10 && seen[1][1] >= 5,
+                  "vector steps: %d %d %d %d", seen[0][0], seen[0][1], seen[1][0], seen[1][1]);
+    free(ks);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* ... and each, run on the simulator, matches the interpreter (two thread orders). */
+START_TEST(cpu_row_vectors) {
+    sn_graph *g = row_vector_graph(3);
+    int counts[SN_KER_KIND_COUNT] = {0};
+    double t0 = now();
+    int n = run_on_host(g, 25, false, 1e-5, counts); /* targets below the fewest classes */
+    if (n) printf("test_cuda: row vectors at C = 64, 60, 30 in f32, bf16, f16: %d kernels (%d row) "
+                  "match the interpreter (%.2f s)\n", n, counts[SN_KER_ROW], now() - t0);
+    ck_assert(!n || counts[SN_KER_ROW] >= 9 * 8);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* The lane loop reading lane 0 of every vector (a generator bug, planted in the rendered text)
+ * fails the comparison: the vector test can fail. */
+START_TEST(cpu_row_vector_lane_bug_caught) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_BF16, SN_SHAPE(24, 64));
+    sn_graph_add_output(g, sn_softmax(g, x));
+    sn_program *p = fuse(g);
+    const sn_kernel *ks[4];
+    ck_assert_int_eq(kernels_of(p, SN_KER_ROW, ks), 1);
+    sn_cuda_source cs = render(ks, 1);
+    sn_interp *it = interp_run(g, 1, false);
+    for (int bug = 0; bug < 2; bug++) {
+        char *src = strdup(cs.src), *at;
+        int planted = 0;
+        while (bug && (at = strstr(src, "_v[l]"))) at[3] = '0', planted++;
+        ck_assert(!bug || planted >= 2);
+        sn_sim_module *h = host_compile(src);
+        if (h) {
+            double err = host_check(h, ks[0], cs.fn[0], it, 1e-5, true);
+            printf("test_cuda: bf16 softmax over rows of 64, %s: error %.3g\n",
+                   bug ? "every lane reading lane 0" : "as generated", err);
+            if (bug) ck_assert_msg(!(err <= 8e-3), "the planted lane bug went unnoticed (%g)", err);
+            else ck_assert_double_le(err, 8e-3);
+            sn_sim_module_free(h);
+        }
+        free(src);
+    }
+    sn_interp_free(it);
+    sn_cuda_source_free(&cs);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* The kernels of the graph above at 64 and 60 columns through NVRTC for sm_75, 80 and 90 (one
+ * arch a test: about 80 functions each): no spills. The gpt2 programs above take the same
+ * paths at full size (rows of 768: f32 4 a step, 16-bit 8; the 50304 padded classes). */
+START_TEST(nvrtc_row_vectors) {
+    static const int arch[3] = {75, 80, 90};
+    if (have_nvrtc()) nvrtc_program(row_vector_graph(2), "row-vectors", 24, 0, &arch[_i], 1);
+}
+END_TEST
+
 /* A barrier deleted from the block sum (by editing the rendered text, as a generator bug would
  * leave it) makes the layernorm kernel over rows of 300 fail the comparison: each of the two. */
 START_TEST(cpu_deleted_barrier_caught) {
@@ -1000,6 +1149,7 @@ int main(void) {
     tcase_add_test(tc, render_rejects_what_it_cannot);
     tcase_add_test(tc, render_identical_kernels_once);
     tcase_add_test(tc, render_16bit_vectors);
+    tcase_add_test(tc, render_row_vectors);
     suite_add_tcase(s, tc);
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 120);
@@ -1007,6 +1157,7 @@ int main(void) {
     tcase_add_test(nv, nvrtc_gpt2_124m_bf16);
     tcase_add_test(nv, nvrtc_gpt2_124m_f16);
     tcase_add_test(nv, nvrtc_llama_small);
+    tcase_add_loop_test(nv, nvrtc_row_vectors, 0, 3);
     tcase_add_test(nv, nvrtc_error_carries_log);
     suite_add_tcase(s, nv);
     TCase *cpu = tcase_create("cpu");
@@ -1025,6 +1176,8 @@ int main(void) {
     tcase_add_test(cpu, cpu_row_ops_several_warps);
     tcase_add_test(cpu, cpu_chunked_weight_gradient);
     tcase_add_test(cpu, cpu_deleted_barrier_caught);
+    tcase_add_test(cpu, cpu_row_vectors);
+    tcase_add_test(cpu, cpu_row_vector_lane_bug_caught);
     tcase_add_test(cpu, cpu_optimizer_step);
     suite_add_tcase(s, cpu);
     return sn_test_main(s);

@@ -1,8 +1,7 @@
 /* cuda_attention.c: flash attention as CUDA C: the plan (which pass, which path, tile sizes that
- * fit the target's shared memory), launch dimensions, the kernel's head, and the fp32 path: FMA
- * tiles where a lane owns one key (or query) of a 32-wide tile for the scores and a 32-wide
- * slice of the head for the products. The tensor-core path is cuda_attention_mma.c.
- * Convention: a block is one tile of queries (FWD, DQ) or keys (DKV) of one (batch x head) item,
+ * fit the target's shared memory), launch dimensions, the kernel's head, and the pieces both
+ * paths write alike; the paths themselves are cuda_attention_simt.c (fp32 FMA tiles) and
+ * cuda_attention_mma.c (tensor cores). Convention: a block is one tile of queries (FWD, DQ) or keys (DKV) of one (batch x head) item,
  * blockIdx.y; tiles past the causal boundary are never loaded. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,7 +305,7 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
     role(t, p, "dv", p->a_dv, "SEQ_K * HEAD_DV", "HEAD_DV");
 }
 
-/* ---- the fp32 path ---- */
+/* ---- what both paths write alike ---- */
 
 void sn_cu_emit_att_warp_helpers(sn_cu_text *t) {
     sn_cu_emitf(t, "#ifndef SN_ATT_WARP_HELPERS");
@@ -323,341 +322,84 @@ void sn_cu_emit_att_warp_helpers(sn_cu_text *t) {
     sn_cu_emitf(t, "%s", "");
 }
 
-/* rows [row0, row0 + count) of src (cols wide, `limit` rows in all) into tile (rows past limit:
- * 0), by every thread of the block. */
-static void load_tile(sn_cu_text *t, const char *tile, const char *src, const char *row0,
-                      const char *count, const char *cols, const char *limit) {
-    sn_cu_emitf(t, "for (int e = threadIdx.x; e < %s * %s; e += THREADS) {", count, cols);
-    sn_cu_emitf(t, "const int r = e / %s, c = e %% %s;", cols, cols);
-    sn_cu_emitf(t, "%s[r][c] = %s + r < %s ? sn_load(%s[(%s + r) * %s_row + c]) : 0.0f;",
-                tile, row0, limit, src, row0, src);
-    sn_cu_emitf(t, "}");
-}
-
-/* Loops over the 32-wide slices of a head of `n` (a constant's name) that this lane owns. */
-static void for_slice(sn_cu_text *t, const char *n, const char *cc) {
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int %s = 0; %s < (%s + 31) / 32; %s++) {", cc, cc, n, cc);
-}
-
-/* FWD: a warp owns ROWS queries; lane j scores key k0 + j against them, then every lane
- * accumulates its slices of o from the tile's 32 probabilities (shuffled out one by one). */
-static void emit_fwd(sn_cu_text *t, const sn_att_plan *p) {
-    sn_cu_emitf(t, "enum { ROWS = %d, BQ = WARPS * ROWS, BK = 32, DVC = (HEAD_DV + 31) / 32 };",
-                p->rows);
-    sn_cu_emitf(t, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* the longest rows first */");
-    sn_cu_emitf(t, "SN_SHARED2(float, q_tile, BQ, HEAD_D);");
-    sn_cu_emitf(t, "SN_SHARED2(float, k_tile, BK, HEAD_D + 1); /* + 1: lane j reads row j "
-                "without bank conflicts */");
-    if (p->out_o) sn_cu_emitf(t, "SN_SHARED2(float, v_tile, BK, HEAD_DV);");
-    load_tile(t, "q_tile", "q", "q0", "BQ", "HEAD_D", "SEQ_Q");
-    sn_cu_emitf(t, "float row_max[ROWS], row_sum[ROWS]%s;", p->out_o ? ", acc[ROWS][DVC]" : "");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    if (p->in_lse) {
-        sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r;");
-        sn_cu_emitf(t, "row_max[r] = i < SEQ_Q ? sn_load(lse[i]) : 0.0f; /* given: p = "
-                    "exp(s - lse) */");
-    } else {
-        sn_cu_emitf(t, "row_max[r] = -SN_INF;");
-    }
-    sn_cu_emitf(t, "row_sum[r] = 0.0f;");
-    if (p->out_o) {
-        for_slice(t, "HEAD_DV", "cc");
-        sn_cu_emitf(t, "acc[r][cc] = 0.0f;");
-        sn_cu_emitf(t, "}");
-    }
-    sn_cu_emitf(t, "}");
+/* FWD and DQ, after the query block's q0 and BQ: the key tiles its queries see, causal (the
+ * tiles past its last query's last key are never loaded); opens the loop's body. */
+void sn_att_open_key_tiles(sn_cu_text *t) {
     sn_cu_emitf(t, "/* causal: the block's last query sees keys up to q_last + SEQ_K - SEQ_Q */");
     sn_cu_emitf(t, "const int q_last = min(q0 + BQ, (int)SEQ_Q) - 1;");
     sn_cu_emitf(t, "const int key_end = min((int)SEQ_K, q_last + SEQ_K - SEQ_Q + 1);");
     sn_cu_emitf(t, "for (int k0 = 0; k0 < key_end; k0 += BK) {");
-    sn_cu_emitf(t, "__syncthreads(); /* the previous tiles are used up; the query tile is in */");
-    load_tile(t, "k_tile", "k", "k0", "BK", "HEAD_D", "SEQ_K");
-    if (p->out_o) load_tile(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
-    sn_cu_emitf(t, "__syncthreads();");
-    sn_cu_emitf(t, "float s[ROWS];");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] = 0.0f;");
-    sn_cu_emitf(t, "#pragma unroll 4 /* ptxas spilled at D = 64 (sm_80, sm_90) with these loops unrolled by its own choice */");
-    sn_cu_emitf(t, "for (int c = 0; c < HEAD_D; c++) {");
-    sn_cu_emitf(t, "const float kc = k_tile[lane][c];");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] += q_tile[warp * ROWS + r][c] * kc;");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "float pr[ROWS]; /* this lane's key's probability for each row */");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r, j = k0 + lane;");
-    sn_cu_emitf(t, "const bool seen = j < SEQ_K && j <= i + SEQ_K - SEQ_Q;");
-    if (p->in_lse) {
-        sn_cu_emitf(t, "pr[r] = seen ? expf(s[r] * scale - row_max[r]) : 0.0f;");
-    } else {
-        sn_cu_emitf(t, "const float sc = seen ? s[r] * scale : -SN_INF;");
-        sn_cu_emitf(t, "const float m_new = fmaxf(row_max[r], sn_att_warp_max(sc));");
-        sn_cu_emitf(t, "const float m_ref = m_new == -SN_INF ? 0.0f : m_new; /* no key seen yet */");
-        sn_cu_emitf(t, "pr[r] = expf(sc - m_ref);");
-        sn_cu_emitf(t, "const float alpha = expf(row_max[r] - m_ref);");
-        sn_cu_emitf(t, "row_sum[r] = row_sum[r] * alpha + sn_att_warp_sum(pr[r]);");
-        sn_cu_emitf(t, "row_max[r] = m_new;");
-        if (p->out_o) {
-            for_slice(t, "HEAD_DV", "cc");
-            sn_cu_emitf(t, "acc[r][cc] *= alpha;");
-            sn_cu_emitf(t, "}");
-        }
-    }
-    sn_cu_emitf(t, "}");
-    if (p->out_o) {
-        if (p->Dv <= 32) /* by 4, ptxas (sm_90) left an 8-byte stack frame and spilled to it */
-            sn_cu_emitf(t, "#pragma unroll /* whole at Dv <= 32: by 4, ptxas spilled at Dv = 32 (sm_90) */");
-        else
-            sn_cu_emitf(t, "#pragma unroll 4");
-    sn_cu_emitf(t, "for (int jj = 0; jj < BK; jj++) {");
-        sn_cu_emitf(t, "float vj[DVC];");
-        for_slice(t, "HEAD_DV", "cc");
-        sn_cu_emitf(t, "vj[cc] = cc * 32 + lane < HEAD_DV ? v_tile[jj][cc * 32 + lane] : 0.0f;");
-        sn_cu_emitf(t, "}");
-        sn_cu_emitf(t, "#pragma unroll");
-        sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-        sn_cu_emitf(t, "const float pj = __shfl_sync(0xffffffffu, pr[r], jj);");
-        for_slice(t, "HEAD_DV", "cc");
-        sn_cu_emitf(t, "acc[r][cc] += pj * vj[cc];");
-        sn_cu_emitf(t, "}");
-        sn_cu_emitf(t, "}");
-        sn_cu_emitf(t, "}");
-    }
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r;");
-    sn_cu_emitf(t, "if (i >= SEQ_Q) continue;");
-    if (p->out_o) {
-        if (p->in_lse)
-            sn_cu_emitf(t, "const float inv = 1.0f;");
-        else
-            sn_cu_emitf(t, "const float inv = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;");
-        for_slice(t, "HEAD_DV", "cc");
-        sn_cu_emitf(t, "const int c = cc * 32 + lane;");
-        sn_cu_emitf(t, "if (c < HEAD_DV) sn_store(&o_out[(long long)i * o_out_row + c], acc[r][cc] * inv);");
-        sn_cu_emitf(t, "}");
-    }
-    if (p->out_lse)
-        sn_cu_emitf(t, "if (lane == 0) sn_store(&lse_out[i], row_sum[r] > 0.0f ? row_max[r] + "
-                    "logf(row_sum[r]) : -SN_INF);");
-    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "__syncthreads(); /* the previous tiles are used up; the query tiles are in */");
 }
 
-/* dout_i . o_i of row i (< SEQ_Q), summed over the warp: every lane gets it. */
-static void emit_row_dot(sn_cu_text *t, const char *dst, const char *i) {
-    sn_cu_emitf(t, "{");
-    sn_cu_emitf(t, "float part = 0.0f;");
-    sn_cu_emitf(t, "for (int c = lane; c < HEAD_DV && %s < SEQ_Q; c += 32)", i);
-    sn_cu_emitf(t, "    part += sn_load(dout[%s * dout_row + c]) * sn_load(o[%s * o_row + c]);",
-                i, i);
-    sn_cu_emitf(t, "%s = sn_att_warp_sum(part);", dst);
-    sn_cu_emitf(t, "}");
-}
-
-/* DQ: a warp owns ROWS queries; lane j scores key k0 + j (s and dp = dout_i . v_j), then every
- * lane accumulates its slices of dq from the tile's 32 ds values. */
-static void emit_dq(sn_cu_text *t, const sn_att_plan *p) {
-    sn_cu_emitf(t, "enum { ROWS = %d, BQ = WARPS * ROWS, BK = 32, DC = (HEAD_D + 31) / 32 };",
-                p->rows);
-    sn_cu_emitf(t, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* the longest rows first */");
-    sn_cu_emitf(t, "SN_SHARED2(float, q_tile, BQ, HEAD_D);");
-    sn_cu_emitf(t, "SN_SHARED2(float, do_tile, BQ, HEAD_DV);");
-    sn_cu_emitf(t, "SN_SHARED2(float, k_tile, BK, HEAD_D + 1); /* + 1: lane j reads row j */");
-    sn_cu_emitf(t, "SN_SHARED2(float, v_tile, BK, HEAD_DV + 1);");
-    load_tile(t, "q_tile", "q", "q0", "BQ", "HEAD_D", "SEQ_Q");
-    load_tile(t, "do_tile", "dout", "q0", "BQ", "HEAD_DV", "SEQ_Q");
-    sn_cu_emitf(t, "float row_lse[ROWS], row_dot[ROWS], acc[ROWS][DC];");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r;");
-    sn_cu_emitf(t, "row_lse[r] = i < SEQ_Q ? sn_load(lse[i]) : 0.0f;");
-    emit_row_dot(t, "row_dot[r]", "i");
-    for_slice(t, "HEAD_D", "cc");
-    sn_cu_emitf(t, "acc[r][cc] = 0.0f;");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "const int q_last = min(q0 + BQ, (int)SEQ_Q) - 1;");
-    sn_cu_emitf(t, "const int key_end = min((int)SEQ_K, q_last + SEQ_K - SEQ_Q + 1);");
-    sn_cu_emitf(t, "for (int k0 = 0; k0 < key_end; k0 += BK) {");
-    sn_cu_emitf(t, "__syncthreads();");
-    load_tile(t, "k_tile", "k", "k0", "BK", "HEAD_D", "SEQ_K");
-    load_tile(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
-    sn_cu_emitf(t, "__syncthreads();");
-    sn_cu_emitf(t, "float s[ROWS], dp[ROWS];");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] = dp[r] = 0.0f;");
-    sn_cu_emitf(t, "#pragma unroll 4 /* ptxas spilled at D = 64 (sm_80, sm_90) with these loops unrolled by its own choice */");
-    sn_cu_emitf(t, "for (int c = 0; c < HEAD_D; c++) {");
-    sn_cu_emitf(t, "const float kc = k_tile[lane][c];");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] += q_tile[warp * ROWS + r][c] * kc;");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "#pragma unroll 4 /* ptxas spilled at D = 64 (sm_80, sm_90) with these loops unrolled by its own choice */");
-    sn_cu_emitf(t, "for (int c = 0; c < HEAD_DV; c++) {");
-    sn_cu_emitf(t, "const float vc = v_tile[lane][c];");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) dp[r] += do_tile[warp * ROWS + r][c] * vc;");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "float ds[ROWS]; /* P_ij (dp_ij - dout_i . o_i) of this lane's key */");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r, j = k0 + lane;");
-    sn_cu_emitf(t, "const bool seen = i < SEQ_Q && j < SEQ_K && j <= i + SEQ_K - SEQ_Q;");
-    sn_cu_emitf(t, "ds[r] = seen ? expf(s[r] * scale - row_lse[r]) * (dp[r] - row_dot[r]) : 0.0f;");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "#pragma unroll 4");
-    sn_cu_emitf(t, "for (int jj = 0; jj < BK; jj++) {");
-    sn_cu_emitf(t, "float kj[DC];");
-    for_slice(t, "HEAD_D", "cc");
-    sn_cu_emitf(t, "kj[cc] = cc * 32 + lane < HEAD_D ? k_tile[jj][cc * 32 + lane] : 0.0f;");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    sn_cu_emitf(t, "const float dsj = __shfl_sync(0xffffffffu, ds[r], jj);");
-    for_slice(t, "HEAD_D", "cc");
-    sn_cu_emitf(t, "acc[r][cc] += dsj * kj[cc];");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    sn_cu_emitf(t, "const int i = q0 + warp * ROWS + r;");
-    sn_cu_emitf(t, "if (i >= SEQ_Q) continue;");
-    for_slice(t, "HEAD_D", "cc");
-    sn_cu_emitf(t, "const int c = cc * 32 + lane;");
-    sn_cu_emitf(t, "if (c < HEAD_D) sn_store(&dq[(long long)i * dq_row + c], acc[r][cc] * scale);");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "}");
-}
-
-/* DKV: a warp owns ROWS keys; lane i scores query qs + i of the tile against them (s, and
- * dp = dout_i . v_j for dk), then every lane accumulates its slices of dk and dv from the
- * tile's 32 queries. */
-static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
-    bool dk = p->out_dk, dv = p->out_dv;
-    sn_cu_emitf(t, "enum { ROWS = %d, BK = WARPS * ROWS, BQ = 32, DC = (HEAD_D + 31) / 32, "
-                "DVC = (HEAD_DV + 31) / 32 };", p->rows);
-    sn_cu_emitf(t, "const int k0 = blockIdx.x * BK; /* the first keys have the most queries */");
-    sn_cu_emitf(t, "SN_SHARED2(float, k_tile, BK, HEAD_D); /* rows read whole by a warp */");
-    if (dk) sn_cu_emitf(t, "SN_SHARED2(float, v_tile, BK, HEAD_DV);");
-    sn_cu_emitf(t, "SN_SHARED2(float, q_tile, BQ, HEAD_D + 1); /* + 1: lane i reads row i */");
-    sn_cu_emitf(t, "SN_SHARED2(float, do_tile, BQ, HEAD_DV + 1);");
-    sn_cu_emitf(t, "SN_SHARED(float, lse_tile, BQ);");
-    if (dk) sn_cu_emitf(t, "SN_SHARED(float, dot_tile, BQ); /* dout_i . o_i */");
-    load_tile(t, "k_tile", "k", "k0", "BK", "HEAD_D", "SEQ_K");
-    if (dk) load_tile(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
-    sn_cu_emitf(t, "float %s%s%s;", dk ? "acc_k[ROWS][DC]" : "", dk && dv ? ", " : "",
-                dv ? "acc_v[ROWS][DVC]" : "");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    if (dk) {
-        for_slice(t, "HEAD_D", "cc");
-        sn_cu_emitf(t, "acc_k[r][cc] = 0.0f;");
-        sn_cu_emitf(t, "}");
-    }
-    if (dv) {
-        for_slice(t, "HEAD_DV", "cc");
-        sn_cu_emitf(t, "acc_v[r][cc] = 0.0f;");
-        sn_cu_emitf(t, "}");
-    }
-    sn_cu_emitf(t, "}");
+/* DKV, after the key block's k0 and BK: the query tiles that see its keys; opens the body. */
+void sn_att_open_query_tiles(sn_cu_text *t) {
     sn_cu_emitf(t, "/* causal: query i sees key j when i >= j - (SEQ_K - SEQ_Q) */");
     sn_cu_emitf(t, "const int q_begin = max(0, k0 - (SEQ_K - SEQ_Q)) / BQ * BQ;");
     sn_cu_emitf(t, "for (int qs = q_begin; qs < SEQ_Q; qs += BQ) {");
     sn_cu_emitf(t, "__syncthreads(); /* the previous query tile is used up */");
-    load_tile(t, "q_tile", "q", "qs", "BQ", "HEAD_D", "SEQ_Q");
-    load_tile(t, "do_tile", "dout", "qs", "BQ", "HEAD_DV", "SEQ_Q");
+}
+
+void sn_att_emit_seen(sn_cu_text *t, bool query_checked) {
+    sn_cu_emitf(t, "const bool seen = %sj < SEQ_K && j <= i + SEQ_K - SEQ_Q;",
+                query_checked ? "i < SEQ_Q && " : "");
+}
+
+void sn_att_emit_row_dot(sn_cu_text *t, const char *dst) {
+    sn_cu_emitf(t, "float part = 0.0f;");
+    sn_cu_emitf(t, "for (int c = lane; c < HEAD_DV && i < SEQ_Q; c += 32)");
+    sn_cu_emitf(t, "    part += sn_load(dout[i * dout_row + c]) * sn_load(o[i * o_row + c]);");
+    sn_cu_emitf(t, "%s = sn_att_warp_sum(part);", dst);
+}
+
+void sn_att_emit_query_stats(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "for (int r = warp; r < BQ; r += WARPS) {");
     sn_cu_emitf(t, "const int i = qs + r;");
-    if (dk) {
-        sn_cu_emitf(t, "float dot;");
-        emit_row_dot(t, "dot", "i");
-    }
+    if (p->out_dk) sn_att_emit_row_dot(t, "const float dot");
     sn_cu_emitf(t, "if (lane == 0) {");
     sn_cu_emitf(t, "lse_tile[r] = i < SEQ_Q ? sn_load(lse[i]) : 0.0f;");
-    if (dk) sn_cu_emitf(t, "dot_tile[r] = dot;");
+    if (p->out_dk) sn_cu_emitf(t, "dot_tile[r] = dot;");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "__syncthreads();");
-    sn_cu_emitf(t, "float s[ROWS]%s;", dk ? ", dp[ROWS]" : "");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] = %s0.0f;", dk ? "dp[r] = " : "");
-    sn_cu_emitf(t, "#pragma unroll 4 /* ptxas spilled at D = 64 (sm_80, sm_90) with these loops unrolled by its own choice */");
-    sn_cu_emitf(t, "for (int c = 0; c < HEAD_D; c++) {");
-    sn_cu_emitf(t, "const float qc = q_tile[lane][c];");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) s[r] += k_tile[warp * ROWS + r][c] * qc;");
-    sn_cu_emitf(t, "}");
-    if (dk) {
-        sn_cu_emitf(t, "#pragma unroll 4 /* ptxas spilled at D = 64 (sm_80, sm_90) with these loops unrolled by its own choice */");
-    sn_cu_emitf(t, "for (int c = 0; c < HEAD_DV; c++) {");
-        sn_cu_emitf(t, "const float dc = do_tile[lane][c];");
-        sn_cu_emitf(t, "#pragma unroll");
-        sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) dp[r] += v_tile[warp * ROWS + r][c] * dc;");
-        sn_cu_emitf(t, "}");
-    }
-    sn_cu_emitf(t, "float pr[ROWS]%s; /* P_ij of this lane's query i for each key j */",
-                dk ? ", ds[ROWS]" : "");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    sn_cu_emitf(t, "const int i = qs + lane, j = k0 + warp * ROWS + r;");
-    sn_cu_emitf(t, "const bool seen = i < SEQ_Q && j < SEQ_K && j <= i + SEQ_K - SEQ_Q;");
-    sn_cu_emitf(t, "pr[r] = seen ? expf(s[r] * scale - lse_tile[lane]) : 0.0f;");
-    if (dk) sn_cu_emitf(t, "ds[r] = pr[r] * (dp[r] - dot_tile[lane]);");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "#pragma unroll 4");
-    sn_cu_emitf(t, "for (int ii = 0; ii < BQ; ii++) {");
-    if (dv) {
-        sn_cu_emitf(t, "float doi[DVC];");
-        for_slice(t, "HEAD_DV", "cc");
-        sn_cu_emitf(t, "doi[cc] = cc * 32 + lane < HEAD_DV ? do_tile[ii][cc * 32 + lane] : 0.0f;");
-        sn_cu_emitf(t, "}");
-    }
-    if (dk) {
-        sn_cu_emitf(t, "float qi[DC];");
-        for_slice(t, "HEAD_D", "cc");
-        sn_cu_emitf(t, "qi[cc] = cc * 32 + lane < HEAD_D ? q_tile[ii][cc * 32 + lane] : 0.0f;");
-        sn_cu_emitf(t, "}");
-    }
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    if (dv) {
-        sn_cu_emitf(t, "const float pi = __shfl_sync(0xffffffffu, pr[r], ii);");
-        for_slice(t, "HEAD_DV", "cc");
-        sn_cu_emitf(t, "acc_v[r][cc] += pi * doi[cc];");
-        sn_cu_emitf(t, "}");
-    }
-    if (dk) {
-        sn_cu_emitf(t, "const float dsi = __shfl_sync(0xffffffffu, ds[r], ii);");
-        for_slice(t, "HEAD_D", "cc");
-        sn_cu_emitf(t, "acc_k[r][cc] += dsi * qi[cc];");
-        sn_cu_emitf(t, "}");
-    }
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    sn_cu_emitf(t, "const int j = k0 + warp * ROWS + r;");
-    sn_cu_emitf(t, "if (j >= SEQ_K) continue;");
-    if (dk) {
-        for_slice(t, "HEAD_D", "cc");
-        sn_cu_emitf(t, "const int c = cc * 32 + lane;");
-        sn_cu_emitf(t, "if (c < HEAD_D) sn_store(&dk[(long long)j * dk_row + c], acc_k[r][cc] * scale);");
-        sn_cu_emitf(t, "}");
-    }
-    if (dv) {
-        for_slice(t, "HEAD_DV", "cc");
-        sn_cu_emitf(t, "const int c = cc * 32 + lane;");
-        sn_cu_emitf(t, "if (c < HEAD_DV) sn_store(&dv[(long long)j * dv_row + c], acc_v[r][cc]);");
-        sn_cu_emitf(t, "}");
-    }
-    sn_cu_emitf(t, "}");
+}
+
+void sn_att_emit_row_max_init(sn_cu_text *t, const sn_att_plan *p, const char *x, const char *i) {
+    if (p->in_lse)
+        sn_cu_emitf(t, "row_max[%s] = %s < SEQ_Q ? sn_load(lse[%s]) : 0.0f; /* given: p = exp(s - lse) */",
+                    x, i, i);
+    else
+        sn_cu_emitf(t, "row_max[%s] = -SN_INF;", x);
+}
+
+void sn_att_emit_online(sn_cu_text *t, const char *x, const char *tile_max, const char *m_ref_def,
+                        const char *m_ref) {
+    sn_cu_emitf(t, "const float m_new = fmaxf(row_max[%s], %s);", x, tile_max);
+    sn_cu_emitf(t, "%s = m_new == -SN_INF ? 0.0f : m_new; /* no key seen yet */", m_ref_def);
+    sn_cu_emitf(t, "const float alpha = expf(row_max[%s] - %s);", x, m_ref);
+    sn_cu_emitf(t, "row_max[%s] = m_new;", x);
+}
+
+void sn_att_emit_dq_ds(sn_cu_text *t, const char *ds, const char *s, const char *x, const char *dp) {
+    sn_cu_emitf(t, "%s = seen ? expf(%s * scale - row_lse[%s]) * (%s - row_dot[%s]) : 0.0f;", ds, s,
+                x, dp, x);
+}
+
+void sn_att_emit_dkv_p(sn_cu_text *t, const sn_att_plan *p, const char *pr, const char *s,
+                       const char *q, const char *ds, const char *dp) {
+    sn_cu_emitf(t, "%s = seen ? expf(%s * scale - lse_tile[%s]) : 0.0f;", pr, s, q);
+    if (p->out_dk) sn_cu_emitf(t, "%s = %s * (%s - dot_tile[%s]);", ds, pr, dp, q);
+}
+
+void sn_att_emit_fwd_inv(sn_cu_text *t, const sn_att_plan *p, const char *x) {
+    if (p->in_lse) sn_cu_emitf(t, "const float inv = 1.0f;");
+    else sn_cu_emitf(t, "const float inv = row_sum[%s] > 0.0f ? 1.0f / row_sum[%s] : 0.0f;", x, x);
+}
+
+void sn_att_emit_lse_out(sn_cu_text *t, const sn_att_plan *p, const char *x, const char *who) {
+    if (p->out_lse)
+        sn_cu_emitf(t, "if (%s) sn_store(&lse_out[i], row_sum[%s] > 0.0f ? row_max[%s] + "
+                    "logf(row_sum[%s]) : -SN_INF);", who, x, x, x);
 }
 
 /* ---- the entries (cuda_int.h) ---- */
@@ -682,16 +424,6 @@ void sn_cu_emit_attention(sn_cu_text *t, const sn_kernel *k, const sn_target *tg
     sn_err e;
     sn_status st = sn_att_plan_make(k, tg, &p, &e);
     SN_ASSERT(st == SN_OK); /* the renderer checked the kernel first */
-    if (p.mma) {
-        sn_att_emit_mma(t, &p, fname);
-        return;
-    }
-    sn_cu_emit_att_warp_helpers(t);
-    sn_att_emit_head(t, &p, "fp32 FMA tiles", fname);
-    switch (p.pass) {
-    case SN_ATT_FWD: emit_fwd(t, &p); break;
-    case SN_ATT_DQ: emit_dq(t, &p); break;
-    case SN_ATT_DKV: emit_dkv(t, &p); break;
-    }
-    sn_cu_emitf(t, "}");
+    if (p.mma) sn_att_emit_mma(t, &p, fname);
+    else sn_att_emit_simt(t, &p, fname);
 }

@@ -1,5 +1,6 @@
 /* cuda_attention.h: what the flash-attention renderers share (cuda_attention.c: the plan, the
- * kernel's head and the fp32 FMA kernels; cuda_attention_mma.c: the tensor-core kernels).
+ * kernel's head and the pieces both paths write alike; cuda_attention_simt.c: the fp32 FMA
+ * kernels; cuda_attention_mma.c: the tensor-core kernels).
  * Convention: every size is a compile-time constant of the kernel text; a plan fixes them. */
 #ifndef SN_CUDA_ATTENTION_H
 #define SN_CUDA_ATTENTION_H
@@ -40,6 +41,40 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
  * pointers of the item (blockIdx.y). No node ids: kernels alike in all but names share a text. */
 void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, const char *fname);
 const char *sn_att_ctype(sn_dtype dt);
+
+/* What both paths write alike, in the names both use: i (a query), j (a key), q0/BQ (FWD, DQ)
+ * or k0/BK (DKV), qs (DKV's query tile), row_max, row_sum, row_lse, row_dot, lse_tile,
+ * dot_tile. A path names its own element of the scores (s[r], s[nt][e]) and of the per-row
+ * state (x: "r" in the SIMT path, "h" or "e / 2" on tensor cores). */
+/* The loop over the key tiles (FWD, DQ) or query tiles (DKV) the block's rows see (causal),
+ * its body opened with the barrier that lets the previous tiles go. */
+void sn_att_open_key_tiles(sn_cu_text *t);
+void sn_att_open_query_tiles(sn_cu_text *t);
+/* `seen`: key j is inside the sequence and query i sees it (with query_checked: i too). */
+void sn_att_emit_seen(sn_cu_text *t, bool query_checked);
+/* dst (a declaration or an lvalue) = dout_i . o_i of row i (< SEQ_Q), every lane of the warp. */
+void sn_att_emit_row_dot(sn_cu_text *t, const char *dst);
+/* DKV: lse_i (and dout_i . o_i when dk is written) of the query tile's rows into lse_tile and
+ * dot_tile, a warp a row, then a barrier. */
+void sn_att_emit_query_stats(sn_cu_text *t, const sn_att_plan *p);
+/* FWD: row_max[x] before the first tile: -inf, or the given lse of row i. */
+void sn_att_emit_row_max_init(sn_cu_text *t, const sn_att_plan *p, const char *x, const char *i);
+/* FWD's online softmax: row x's max grows to m_new (with the tile's max), m_ref (declared or
+ * assigned by m_ref_def) is what exponents subtract (0 while no key was seen), alpha rescales
+ * what was summed before; the path rescales row_sum and its accumulators by alpha. */
+void sn_att_emit_online(sn_cu_text *t, const char *x, const char *tile_max, const char *m_ref_def,
+                        const char *m_ref);
+/* DQ: ds = P (dp - dout_i . o_i), P = exp(s scale - lse_i), 0 where not seen. */
+void sn_att_emit_dq_ds(sn_cu_text *t, const char *ds, const char *s, const char *x, const char *dp);
+/* DKV: pr = P of query q of the tile (0 where not seen); with dk, ds = P (dp - dout . o). */
+void sn_att_emit_dkv_p(sn_cu_text *t, const sn_att_plan *p, const char *pr, const char *s,
+                       const char *q, const char *ds, const char *dp);
+/* FWD's end, row i: inv, o's divisor (1 with a given lse); lse_out[i] stored by `who`. */
+void sn_att_emit_fwd_inv(sn_cu_text *t, const sn_att_plan *p, const char *x);
+void sn_att_emit_lse_out(sn_cu_text *t, const sn_att_plan *p, const char *x, const char *who);
+
+/* cuda_attention_simt.c: the kernel of plan p (p->mma false) as fp32 FMA tiles. */
+void sn_att_emit_simt(sn_cu_text *t, const sn_att_plan *p, const char *fname);
 
 /* cuda_attention_mma.c */
 int64_t sn_att_mma_shared(const sn_att_plan *p);

@@ -139,10 +139,7 @@ static void emit_row_dots(sn_cu_text *t, const char *first) {
     sn_cu_emitf(t, "float row_dot[2] = {0.0f, 0.0f}; /* dout_i . o_i of rows grp, grp + 8 */");
     sn_cu_emitf(t, "for (int r = 0; r < 16; r++) {");
     sn_cu_emitf(t, "const int i = %s + r;", first);
-    sn_cu_emitf(t, "float part = 0.0f;");
-    sn_cu_emitf(t, "for (int c = lane; c < HEAD_DV && i < SEQ_Q; c += 32)");
-    sn_cu_emitf(t, "    part += sn_load(dout[i * dout_row + c]) * sn_load(o[i * o_row + c]);");
-    sn_cu_emitf(t, "const float dot = sn_att_warp_sum(part);");
+    sn_att_emit_row_dot(t, "const float dot");
     sn_cu_emitf(t, "if (r == grp) row_dot[0] = dot;");
     sn_cu_emitf(t, "if (r == grp + 8) row_dot[1] = dot;");
     sn_cu_emitf(t, "}");
@@ -161,17 +158,11 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
     load16(t, "q_tile", "q", "q0", "BQ", "HEAD_D", "SEQ_Q");
     sn_cu_emitf(t, "float row_max[2], row_sum[2] = {0.0f, 0.0f};");
     sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int h = 0; h < 2; h++)");
-    if (p->in_lse)
-        sn_cu_emitf(t, "    row_max[h] = row0 + 8 * h < SEQ_Q ? sn_load(lse[row0 + 8 * h]) : "
-                    "0.0f; /* given: p = exp(s - lse) */");
-    else
-        sn_cu_emitf(t, "    row_max[h] = -SN_INF;");
+    sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
+    sn_att_emit_row_max_init(t, p, "h", "row0 + 8 * h");
+    sn_cu_emitf(t, "}");
     if (p->out_o) zero(t, "o_acc", "HEAD_DV / 8");
-    sn_cu_emitf(t, "const int q_last = min(q0 + BQ, (int)SEQ_Q) - 1;");
-    sn_cu_emitf(t, "const int key_end = min((int)SEQ_K, q_last + SEQ_K - SEQ_Q + 1); /* causal */");
-    sn_cu_emitf(t, "for (int k0 = 0; k0 < key_end; k0 += BK) {");
-    sn_cu_emitf(t, "__syncthreads(); /* the previous tiles are used up; the query tile is in */");
+    sn_att_open_key_tiles(t);
     load16(t, "k_tile", "k", "k0", "BK", "HEAD_D", "SEQ_K");
     if (p->out_o) load16(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
     sn_cu_emitf(t, "__syncthreads();");
@@ -185,7 +176,7 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int e = 0; e < 4; e++) {");
     sn_cu_emitf(t, "const int i = row0 + e / 2 * 8, j = k0 + nt * 8 + 2 * tig + e %% 2;");
-    sn_cu_emitf(t, "const bool seen = j < SEQ_K && j <= i + SEQ_K - SEQ_Q;");
+    sn_att_emit_seen(t, false);
     if (p->in_lse) {
         sn_cu_emitf(t, "s[nt][e] = seen ? expf(s[nt][e] * scale - row_max[e / 2]) : 0.0f;");
     } else {
@@ -201,11 +192,8 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
         sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
         sn_cu_emitf(t, "tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));");
         sn_cu_emitf(t, "tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));");
-        sn_cu_emitf(t, "const float m_new = fmaxf(row_max[h], tile_max[h]);");
-        sn_cu_emitf(t, "m_ref[h] = m_new == -SN_INF ? 0.0f : m_new; /* no key seen yet */");
-        sn_cu_emitf(t, "const float alpha = expf(row_max[h] - m_ref[h]);");
+        sn_att_emit_online(t, "h", "tile_max[h]", "m_ref[h]", "m_ref[h]");
         sn_cu_emitf(t, "row_sum[h] *= alpha;");
-        sn_cu_emitf(t, "row_max[h] = m_new;");
         if (p->out_o) {
             sn_cu_emitf(t, "#pragma unroll");
             sn_cu_emitf(t, "for (int dt = 0; dt < HEAD_DV / 8; dt++) {");
@@ -236,15 +224,10 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
     sn_cu_emitf(t, "const int i = row0 + 8 * h;");
     sn_cu_emitf(t, "if (i >= SEQ_Q) continue;");
     if (p->out_o) {
-        if (p->in_lse)
-            sn_cu_emitf(t, "const float inv = 1.0f;");
-        else
-            sn_cu_emitf(t, "const float inv = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;");
+        sn_att_emit_fwd_inv(t, p, "h");
         store_row(t, o, "o_out", "o_acc", "HEAD_DV / 8", "o_out_row", "inv");
     }
-    if (p->out_lse)
-        sn_cu_emitf(t, "if (tig == 0) sn_store(&lse_out[i], row_sum[h] > 0.0f ? row_max[h] + "
-                    "logf(row_sum[h]) : -SN_INF);");
+    sn_att_emit_lse_out(t, p, "h", "tig == 0");
     sn_cu_emitf(t, "}");
 }
 
@@ -267,10 +250,7 @@ static void emit_dq(sn_cu_text *t, const sn_att_plan *p, ops o) {
                 "sn_load(lse[row0 + 8 * h]) : 0.0f;");
     emit_row_dots(t, "q0 + warp * 16");
     zero(t, "acc", "HEAD_D / 8");
-    sn_cu_emitf(t, "const int q_last = min(q0 + BQ, (int)SEQ_Q) - 1;");
-    sn_cu_emitf(t, "const int key_end = min((int)SEQ_K, q_last + SEQ_K - SEQ_Q + 1); /* causal */");
-    sn_cu_emitf(t, "for (int k0 = 0; k0 < key_end; k0 += BK) {");
-    sn_cu_emitf(t, "__syncthreads(); /* the previous tiles are used up; the query tiles are in */");
+    sn_att_open_key_tiles(t);
     load16(t, "k_tile", "k", "k0", "BK", "HEAD_D", "SEQ_K");
     load16(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
     sn_cu_emitf(t, "__syncthreads();");
@@ -285,9 +265,8 @@ static void emit_dq(sn_cu_text *t, const sn_att_plan *p, ops o) {
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int e = 0; e < 4; e++) {");
     sn_cu_emitf(t, "const int i = row0 + e / 2 * 8, j = k0 + nt * 8 + 2 * tig + e %% 2;");
-    sn_cu_emitf(t, "const bool seen = i < SEQ_Q && j < SEQ_K && j <= i + SEQ_K - SEQ_Q;");
-    sn_cu_emitf(t, "s[nt][e] = seen ? expf(s[nt][e] * scale - row_lse[e / 2]) * (dp[nt][e] - "
-                "row_dot[e / 2]) : 0.0f;");
+    sn_att_emit_seen(t, true);
+    sn_att_emit_dq_ds(t, "s[nt][e]", "s[nt][e]", "e / 2", "dp[nt][e]");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "/* dq += ds K */");
@@ -319,26 +298,10 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
     if (dk) load16(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
     if (dk) zero(t, "acc_k", "HEAD_D / 8");
     if (dv) zero(t, "acc_v", "HEAD_DV / 8");
-    sn_cu_emitf(t, "/* causal: query i sees key j when i >= j - (SEQ_K - SEQ_Q) */");
-    sn_cu_emitf(t, "const int q_begin = max(0, k0 - (SEQ_K - SEQ_Q)) / BQ * BQ;");
-    sn_cu_emitf(t, "for (int qs = q_begin; qs < SEQ_Q; qs += BQ) {");
-    sn_cu_emitf(t, "__syncthreads(); /* the previous query tile is used up */");
+    sn_att_open_query_tiles(t);
     load16(t, "q_tile", "q", "qs", "BQ", "HEAD_D", "SEQ_Q");
     load16(t, "do_tile", "dout", "qs", "BQ", "HEAD_DV", "SEQ_Q");
-    sn_cu_emitf(t, "for (int r = warp; r < BQ; r += WARPS) {");
-    sn_cu_emitf(t, "const int i = qs + r;");
-    if (dk) {
-        sn_cu_emitf(t, "float part = 0.0f;");
-        sn_cu_emitf(t, "for (int c = lane; c < HEAD_DV && i < SEQ_Q; c += 32)");
-        sn_cu_emitf(t, "    part += sn_load(dout[i * dout_row + c]) * sn_load(o[i * o_row + c]);");
-        sn_cu_emitf(t, "const float dot = sn_att_warp_sum(part);");
-    }
-    sn_cu_emitf(t, "if (lane == 0) {");
-    sn_cu_emitf(t, "lse_tile[r] = i < SEQ_Q ? sn_load(lse[i]) : 0.0f;");
-    if (dk) sn_cu_emitf(t, "dot_tile[r] = dot;");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "__syncthreads();");
+    sn_att_emit_query_stats(t, p);
     sn_cu_emitf(t, "/* s = K Q^T (keys x queries)%s */", dk ? ", dp = V dout^T" : "");
     zero(t, "s", "BQ / 8");
     product_abt(t, o, "s", "k_tile", "warp * 16", "q_tile", "HEAD_D", "BQ / 8");
@@ -353,9 +316,8 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int e = 0; e < 4; e++) {");
     sn_cu_emitf(t, "const int j = key0 + e / 2 * 8, r = nt * 8 + 2 * tig + e %% 2, i = qs + r;");
-    sn_cu_emitf(t, "const bool seen = i < SEQ_Q && j < SEQ_K && j <= i + SEQ_K - SEQ_Q;");
-    sn_cu_emitf(t, "s[nt][e] = seen ? expf(s[nt][e] * scale - lse_tile[r]) : 0.0f;");
-    if (dk) sn_cu_emitf(t, "dp[nt][e] = s[nt][e] * (dp[nt][e] - dot_tile[r]);");
+    sn_att_emit_seen(t, true);
+    sn_att_emit_dkv_p(t, p, "s[nt][e]", "s[nt][e]", "r", "dp[nt][e]", "dp[nt][e]");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
     if (dv) {

@@ -51,8 +51,12 @@ bool sn_cu_pointwise_vector(const sn_kernel *k);
 
 sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
-/* Threads of a block-per-row kernel for rows of C elements. */
-int sn_cu_row_threads(int64_t C);
+/* Threads of a block-per-row kernel for rows of C elements taken `lanes` a step. */
+int sn_cu_row_threads(int64_t C, int lanes);
+/* Columns a row kernel's pass takes a step: 8 (16-byte loads of 8 bf16/f16 values; f32 as two
+ * float4) where a 16-bit buffer takes part and the row length divides by 8, 4 (float4) where
+ * an f32 buffer does and it divides by 4, else 1; FINISH kernels 1. */
+int sn_cu_row_lanes(const sn_kernel *k);
 
 sn_status sn_cu_check_reduce(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_reduce(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
@@ -63,7 +67,8 @@ void sn_cu_emit_gather(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
 sn_status sn_cu_check_optim(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 
-/* Flash attention (cuda_attention.c, cuda_attention_mma.c): the forward (o and lse with online
+/* Flash attention (cuda_attention.c: the plan and what both paths share; cuda_attention_simt.c,
+ * cuda_attention_mma.c: the paths): the forward (o and lse with online
  * softmax, or lse alone, or o from a given lse), dq, and dk and/or dv (attention_bwd_v as anchor2
  * of attention_bwd_k), on tensor cores (mma.sync with bf16 or f16 operands, f32 accumulators)
  * where the target multiplies q's dtype and the head sizes are multiples of 16, else as fp32

@@ -9,8 +9,10 @@ static unsigned clampu(int64_t v, int64_t lo, int64_t hi) {
 
 static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-int sn_cu_row_threads(int64_t C) { /* about four elements a thread, whole warps, at most 1024 */
-    return (int)clampu(round_up((C + 3) / 4, 32), 32, 1024);
+int sn_cu_row_threads(int64_t C, int lanes) { /* a vector step a thread (at least four
+                                                 * elements), whole warps, at most 1024 */
+    int64_t per = lanes > 4 ? lanes : 4;
+    return (int)clampu(round_up((C + per - 1) / per, 32), 32, 1024);
 }
 
 /* A 1-D launch of `blocks` blocks of `threads` threads. */
@@ -38,7 +40,7 @@ sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
             return dims1(items, 8 * 32);
         if (k->stage == SN_SUM_FINISH) /* a thread per column of the partial sums */
             return dims1(items, SN_SUM_FINISH_COLS);
-        return dims1(R, sn_cu_row_threads(C));
+        return dims1(R, sn_cu_row_threads(C, sn_cu_row_lanes(k)));
     }
     case SN_KER_REDUCE: {
         const sn_node *x = n->in[0];

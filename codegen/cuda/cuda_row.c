@@ -6,10 +6,14 @@
  * them) sum over every row: they run in two kernels (kernel.h: stage), a block per chunk of
  * rows (a warp per row, the warps' sums added in warp order) or per chunk and 32 columns writes
  * its partial sums, then a thread per column adds the chunks' partials in chunk order: every
- * result is deterministic. Convention: every pass evaluates, per element, the accesses and
- * the prologue (computing again what an earlier pass computed: the compiler drops what a pass
- * does not read); the pass that writes the row op's result also runs the epilogue and stores
- * every output, prologue values included (the LLVM emitter's st(), llvm_row.c). */
+ * result is deterministic. Where the row length divides by 4 (f32) or 8 (a 16-bit buffer takes
+ * part), a pass takes `lanes` columns a step: each aligned contiguous access one 16-byte load
+ * (sn_load8/sn_load4) before an unrolled loop over the lanes, each output one 16-byte store
+ * after it; other accesses read one value a lane. Convention: every pass evaluates, per
+ * element, the accesses and the prologue (computing again what an earlier pass computed: the
+ * compiler drops what a pass does not read); the pass that writes the row op's result also
+ * runs the epilogue and stores every output, prologue values included (the LLVM emitter's st(),
+ * llvm_row.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +32,10 @@ typedef struct {
     int y;              /* the output holding the row op's own result, or -1 */
     unsigned threads;
     const char *ix;     /* the index type */
+    int lanes;          /* columns a step of a pass (sn_cu_row_lanes): 8, 4, or 1 */
+    bool vec;           /* inside the lane loop of a vector step */
+    unsigned declared;  /* in a vector step: the outputs collected in out<o>_v[] */
+    unsigned pending;   /* those of them the step has stored into */
 } row;
 
 #define E(...) sn_cu_emitf(w->t, __VA_ARGS__)
@@ -36,16 +44,62 @@ static const char *arg(const row *w, int i, char *b, size_t len) {
     return sn_cu_arg_name(w->k, i, b, len);
 }
 
-/* Operand i of the row op at element (r, j) of the current element block, as C. */
+/* ---- 16-byte vectors ---- */
+
+/* Values of type t in one 16-byte load (f32 4, bf16/f16 8; 0: i32, never a vector). */
+static int per_vector(sn_dtype t) { return t == SN_F32 ? 4 : t == SN_BF16 || t == SN_F16 ? 8 : 0; }
+
+static int64_t row_length(const sn_kernel *k) {
+    const sn_node *x = k->anchor->in[0];
+    return x->rank ? x->shape[x->rank - 1] : 1;
+}
+
+int sn_cu_row_lanes(const sn_kernel *k) {
+    if (k->stage == SN_SUM_FINISH) return 1;
+    int64_t C = row_length(k);
+    bool half = false, f32 = false; /* f32: a float4 to load or store */
+    for (int i = 0; i < k->n_out + k->n_in; i++) {
+        half = half || sn_dtype_bits(k->args[i]->dtype) == 16;
+        f32 = f32 || (k->args[i]->dtype == SN_F32 && sn_numel(k->args[i]) > 1);
+    }
+    return half && C % 8 == 0 ? 8 : f32 && C % 4 == 0 ? 4 : 1;
+}
+
+/* Whether a buffer of type t, read or written at a multiple of `lanes` (row + j0, or j0: rows
+ * start at multiples of lanes, buffers 64-byte aligned), takes one vector a step. */
+static bool vector_type(const row *w, sn_dtype t) {
+    int g = per_vector(t);
+    return w->lanes > 1 && g && w->lanes % g == 0;
+}
+
+/* Whether access x of a fused kernel can be vector loads: contiguous along the row, each
+ * step's first element 16-byte aligned, the mask (if any) on another axis. */
+static bool access_vector(const row *w, const sn_access *x) {
+    int last = w->k->rank - 1, g = per_vector(w->k->args[x->arg]->dtype);
+    if (!vector_type(w, w->k->args[x->arg]->dtype) || x->stride[last] != 1 || x->offset % g)
+        return false;
+    for (int d = 0; d < last; d++)
+        if (x->stride[d] % g) return false;
+    return !x->masked || x->mask_axis != last;
+}
+
+/* How the row op reads operand i when it comes from a buffer (w->buf[i] >= 0). */
+enum { OP_COMPUTED, OP_ELEMENT, OP_COLUMN, OP_ROW, OP_SCALAR };
+static int operand_kind(const row *w, int i) {
+    if (w->buf[i] < 0) return OP_COMPUTED;
+    if (sn_row_operand_per_element(w->n->op, i)) return OP_ELEMENT; /* at row + j */
+    if (sn_row_facts_of(w->n->op)->per_row & (1u << i)) return OP_ROW; /* at r */
+    return sn_numel(w->n->in[i]) == 1 ? OP_SCALAR : OP_COLUMN;     /* at 0; at j (w, b) */
+}
+
+/* Operand i of the row op at element (r, j) of the current pass, as C: op<i> for a buffer
+ * read per element or per column (element() defines it), else the value itself. */
 static const char *opnd(const row *w, int i, char *b, size_t len) {
     char a[16];
-    if (w->buf[i] >= 0) {
-        arg(w, w->buf[i], a, sizeof a);
-        if (sn_row_operand_per_element(w->n->op, i)) snprintf(b, len, "sn_load(%s[row + j])", a);
-        else if (sn_row_facts_of(w->n->op)->per_row & (1u << i)) snprintf(b, len, "%s[r]", a);
-        else if (sn_numel(w->n->in[i]) == 1) snprintf(b, len, "sn_load(%s[0])", a);
-        else snprintf(b, len, "sn_load(%s[j])", a); /* per column: w, b */
-        return b;
+    switch (operand_kind(w, i)) {
+    case OP_ELEMENT: case OP_COLUMN: snprintf(b, len, "op%d", i); return b;
+    case OP_ROW: snprintf(b, len, "%s[r]", arg(w, w->buf[i], a, sizeof a)); return b;
+    case OP_SCALAR: snprintf(b, len, "sn_load(%s[0])", arg(w, w->buf[i], a, sizeof a)); return b;
     }
     return sn_cu_operand(w->k, &w->k->instr[w->k->row_instr].in[i], "", b, len);
 }
@@ -84,78 +138,194 @@ static void coords(row *w) {
     }
 }
 
+/* The index access x reads at column `col` of row r (malloc'd; NULL: out of memory, noted). */
+static char *access_index(row *w, const sn_access *x, const char *col) {
+    int last = w->k->rank - 1;
+    sn_cu_text ix = {0};
+    for (int d = 0; d < last; d++)
+        if (x->stride[d]) sn_cu_appendf(&ix, "%si%d * %lld", ix.len ? " + " : "", d, (long long)x->stride[d]);
+    if (x->stride[last])
+        sn_cu_appendf(&ix, "%s%s%s", ix.len ? " + " : "", col, x->stride[last] == 1 ? "" : " * ");
+    if (x->stride[last] && x->stride[last] != 1) sn_cu_appendf(&ix, "%lld", (long long)x->stride[last]);
+    if (!ix.len || x->offset) sn_cu_appendf(&ix, "%s%lld", ix.len ? " + " : "", (long long)x->offset);
+    size_t oom = ix.oom;
+    char *idx = sn_cu_finish(&ix);
+    if (!idx) w->t->oom = oom;
+    return idx;
+}
+
+/* The condition under which masked access x reads (on another axis than the row's when
+ * `vector`), as "cond ? ", or "". */
+static void mask_cond(const row *w, const sn_access *x, char *cond, size_t len) {
+    cond[0] = '\0';
+    if (!x->masked) return;
+    char c[16];
+    snprintf(c, sizeof c, x->mask_axis == w->k->rank - 1 ? "j" : "i%d", x->mask_axis);
+    snprintf(cond, len, "%s >= %lld && %s < %lld ? ", c, (long long)x->mask_lo, c,
+             (long long)x->mask_hi);
+}
+
+/* "sn_load8" / "sn_store4": the prelude's vector function for `lanes` values. */
+static const char *vfn(const row *w, const char *what, char *b, size_t len) {
+    snprintf(b, len, "sn_%s%d", what, w->lanes);
+    return b;
+}
+
+/* Before a vector step's lane loop, with j0 (its first column) defined: the vector loads of
+ * the accesses and operand buffers that take them, into <name>_v[lanes]. */
+static void vector_loads(row *w) {
+    const sn_kernel *k = w->k;
+    char an[16], fn[16], cond[128];
+    for (int a = 0; w->fused && a < k->n_access; a++) {
+        const sn_access *x = &k->access[a];
+        if (!access_used(w, a) || !access_vector(w, x)) continue;
+        char *idx = access_index(w, x, "j0");
+        if (!idx) return;
+        mask_cond(w, x, cond, sizeof cond);
+        if (cond[0]) {
+            cond[strlen(cond) - 3] = '\0'; /* drop " ? " */
+            E("float x%d_v[%d] = {0};", a, w->lanes);
+            E("if (%s) %s(&%s[%s], x%d_v);", cond, vfn(w, "load", fn, sizeof fn),
+              arg(w, x->arg, an, sizeof an), idx, a);
+        } else {
+            E("float x%d_v[%d];", a, w->lanes);
+            E("%s(&%s[%s], x%d_v);", vfn(w, "load", fn, sizeof fn), arg(w, x->arg, an, sizeof an),
+              idx, a);
+        }
+        free(idx);
+    }
+    for (int i = 0; i < w->n->n_in; i++) {
+        int kind = operand_kind(w, i);
+        if ((kind != OP_ELEMENT && kind != OP_COLUMN) || !vector_type(w, w->k->args[w->buf[i]]->dtype))
+            continue;
+        E("float op%d_v[%d];", i, w->lanes);
+        E("%s(&%s[%sj0], op%d_v);", vfn(w, "load", fn, sizeof fn), arg(w, w->buf[i], an, sizeof an),
+          kind == OP_ELEMENT ? "row + " : "", i);
+    }
+}
+
 /* Inside a loop body with `r`, `row` (= r * C), the coordinates and column `j` defined: the
- * accesses and the prologue at element (r, j). */
+ * accesses, the row op's buffer operands and the prologue at element (r, j) (in a vector
+ * step's lane loop, lane l of the vectors loaded). */
 static void element(row *w) {
     const sn_kernel *k = w->k;
-    if (!w->fused) return;
-    int last = k->rank - 1;
-    for (int a = 0; a < k->n_access; a++) {
+    char an[16], cond[128];
+    for (int a = 0; w->fused && a < k->n_access; a++) {
         const sn_access *x = &k->access[a];
         if (!access_used(w, a)) continue;
-        char an[16], cond[128] = "";
-        sn_cu_text ix = {0};
-        for (int d = 0; d < last; d++)
-            if (x->stride[d]) sn_cu_appendf(&ix, "%si%d * %lld", ix.len ? " + " : "", d, (long long)x->stride[d]);
-        if (x->stride[last])
-            sn_cu_appendf(&ix, "%sj%s", ix.len ? " + " : "", x->stride[last] == 1 ? "" : " * ");
-        if (x->stride[last] && x->stride[last] != 1) sn_cu_appendf(&ix, "%lld", (long long)x->stride[last]);
-        if (!ix.len || x->offset) sn_cu_appendf(&ix, "%s%lld", ix.len ? " + " : "", (long long)x->offset);
-        size_t oom = ix.oom;
-        char *idx = sn_cu_finish(&ix);
-        if (!idx) {
-            w->t->oom = oom;
-            return;
+        if (w->vec && access_vector(w, x)) {
+            E("const float x%d = x%d_v[l];", a, a);
+            continue;
         }
-        if (x->masked) {
-            char c[16];
-            snprintf(c, sizeof c, x->mask_axis == last ? "j" : "i%d", x->mask_axis);
-            snprintf(cond, sizeof cond, "%s >= %lld && %s < %lld ? ", c, (long long)x->mask_lo, c,
-                     (long long)x->mask_hi);
-        }
+        char *idx = access_index(w, x, "j");
+        if (!idx) return;
+        mask_cond(w, x, cond, sizeof cond);
         E("const float x%d = %ssn_load(%s[%s])%s;", a, cond, arg(w, x->arg, an, sizeof an), idx,
           cond[0] ? " : 0.0f" : "");
         free(idx);
     }
-    for (int i = 0; i < k->n_instr; i++)
+    for (int i = 0; i < w->n->n_in; i++) {
+        int kind = operand_kind(w, i);
+        if (kind != OP_ELEMENT && kind != OP_COLUMN) continue;
+        if (w->vec && vector_type(w, w->k->args[w->buf[i]]->dtype)) E("const float op%d = op%d_v[l];", i, i);
+        else E("const float op%d = sn_load(%s[%sj]);", i, arg(w, w->buf[i], an, sizeof an),
+               kind == OP_ELEMENT ? "row + " : "");
+    }
+    for (int i = 0; w->fused && i < k->n_instr; i++)
         if (!w->dep[i]) sn_cu_emit_instr(w->t, k, i, "");
+}
+
+/* Output o at (r, j) is `v`: into out<o>_v[l] in a vector step that collects it, else stored. */
+static void put(row *w, int o, const char *v) {
+    char a[16];
+    arg(w, o, a, sizeof a);
+    if (w->vec && (w->declared & (1u << o))) {
+        E("%s_v[l] = %s;", a, v);
+        w->pending |= 1u << o;
+    } else {
+        E("sn_store(&%s[row + j], %s);", a, v);
+    }
+}
+
+/* The outputs a pass stores: those that do not depend on the row op (the prologue's), or
+ * every output (the pass that writes the row op's result). */
+enum { STORES_NONE, STORES_PROLOGUE, STORES_ALL };
+static unsigned stored_outputs(const row *w, int stores) {
+    unsigned m = 0;
+    for (int o = 0; o < w->k->n_out; o++)
+        if (stores == STORES_ALL || (stores == STORES_PROLOGUE && w->fused && !w->dep[w->k->store[o]]))
+            m |= 1u << o;
+    return stores == STORES_ALL && !w->fused ? 1u : m;
 }
 
 /* Stores the outputs that do not depend on the row op at element (r, j). */
 static void store_prologue(row *w) {
-    char a[16], v[48];
+    char v[48];
     for (int o = 0; w->fused && o < w->k->n_out; o++)
-        if (!w->dep[w->k->store[o]])
-            E("sn_store(&%s[row + j], %s);", arg(w, o, a, sizeof a),
-              sn_cu_var_name(w->k, w->k->store[o], "", v, sizeof v));
+        if (!w->dep[w->k->store[o]]) put(w, o, sn_cu_var_name(w->k, w->k->store[o], "", v, sizeof v));
 }
 
 /* In an element block: the row op's result at (r, j) is `val`; the epilogue follows it and
  * every output is stored. */
 static void store(row *w, const char *val) {
     const sn_kernel *k = w->k;
-    char a[16], v[48];
+    char v[48];
     const char *name = w->fused ? sn_cu_var_name(k, k->row_instr, "", v, sizeof v) : "y";
     E(w->n->dtype == SN_BF16 ? "const float %s = sn_round_bf16(%s);"
       : w->n->dtype == SN_F16 ? "const float %s = sn_round_f16(%s);" : "const float %s = %s;", name, val);
     if (!w->fused) {
-        E("sn_store(&out0[row + j], y);");
+        put(w, 0, "y");
         return;
     }
     for (int i = 0; i < k->n_instr; i++)
         if (w->dep[i] && i != k->row_instr) sn_cu_emit_instr(w->t, k, i, "");
-    for (int o = 0; o < k->n_out; o++)
-        E("sn_store(&%s[row + j], %s);", arg(w, o, a, sizeof a),
-          sn_cu_var_name(k, k->store[o], "", v, sizeof v));
+    for (int o = 0; o < k->n_out; o++) put(w, o, sn_cu_var_name(k, k->store[o], "", v, sizeof v));
 }
 
-/* for (int j = first; j < end; j += step) { element } */
-static void open_pass(row *w, const char *first, int64_t end, unsigned step) {
-    E("for (int j = %s; j < %lld; j += %u) {", first, (long long)end, step);
+/* A pass over columns [0, end) of row r by `threads` threads, this one `first`, storing
+ * `stores` (STORES_*): one column a step, for (int j = first; j < end; j += threads)
+ * { element ...; or `lanes` columns a step: vector loads at j0 = lanes * first + lanes *
+ * threads * step, then an unrolled loop over the lanes, each `const int j = j0 + l;` and
+ * element, lanes past `end` skipped (a pass that stores covers whole vectors). */
+static void open_pass(row *w, const char *first, int64_t end, unsigned threads, int stores) {
+    if (w->lanes == 1) {
+        E("for (int j = %s; j < %lld; j += %u) {", first, (long long)end, threads);
+        element(w);
+        return;
+    }
+    char a[16];
+    SN_ASSERT(!w->vec && (stores == STORES_NONE || end % w->lanes == 0));
+    E("/* %d columns a step */", w->lanes);
+    E("for (int j0 = %d * %s; j0 < %lld; j0 += %u) {", w->lanes, first, (long long)end,
+      w->lanes * threads);
+    vector_loads(w);
+    w->declared = w->pending = 0;
+    unsigned out = stored_outputs(w, stores);
+    for (int o = 0; o < w->k->n_out; o++)
+        if ((out & (1u << o)) && vector_type(w, w->k->args[o]->dtype)) {
+            E("float %s_v[%d];", arg(w, o, a, sizeof a), w->lanes);
+            w->declared |= 1u << o;
+        }
+    E("#pragma unroll");
+    E("for (int l = 0; l < %d; l++) {", w->lanes);
+    E("const int j = j0 + l;");
+    if (end % w->lanes) E("if (j >= %lld) break;", (long long)end);
+    w->vec = true;
     element(w);
 }
 
-static void close_pass(row *w) { E("}"); }
+static void close_pass(row *w) {
+    E("}");
+    if (!w->vec) return;
+    char a[16], fn[16];
+    SN_ASSERT(w->pending == w->declared); /* open_pass was told what the pass stores */
+    for (int o = 0; o < w->k->n_out; o++)
+        if (w->declared & (1u << o))
+            E("%s(&%s[row + j0], %s_v);", vfn(w, "store", fn, sizeof fn), arg(w, o, a, sizeof a), a);
+    E("}");
+    w->vec = false;
+    w->declared = w->pending = 0;
+}
 
 /* ---- a block per row ---- */
 
@@ -170,16 +340,16 @@ static void softmax(row *w) {
     char x[64];
     opnd(w, 0, x, sizeof x);
     E("float mx = -SN_INF; /* the row's max (NaN ignored, as the reference does) */");
-    open_pass(w, "threadIdx.x", w->C, w->threads);
+    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
     E("mx = fmaxf(mx, %s);", x);
     close_pass(w);
     E("mx = sn_block_max(mx);");
     E("float se = 0.0f;");
-    open_pass(w, "threadIdx.x", w->C, w->threads);
+    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
     E("se += expf(%s - mx);", x);
     close_pass(w);
     E("const float inv = 1.0f / sn_block_sum(se);");
-    open_pass(w, "threadIdx.x", w->C, w->threads);
+    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     store_with(w, "expf(%s - mx) * inv", x, "", "");
     close_pass(w);
 }
@@ -189,11 +359,11 @@ static void softmax_bwd(row *w) { /* (y, dy) -> y (dy - sum(dy y)) */
     opnd(w, 0, y, sizeof y);
     opnd(w, 1, dy, sizeof dy);
     E("float sdy = 0.0f;");
-    open_pass(w, "threadIdx.x", w->C, w->threads);
+    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
     E("sdy += %s * %s;", y, dy);
     close_pass(w);
     E("const float s = sn_block_sum(sdy);");
-    open_pass(w, "threadIdx.x", w->C, w->threads);
+    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     store_with(w, "%s * (%s - s)", y, dy, "");
     close_pass(w);
 }
@@ -205,14 +375,15 @@ static void norm_stats(row *w, bool rms, bool prologue_here) {
     opnd(w, 0, x, sizeof x);
     if (!rms) {
         E("float sx = 0.0f;");
-        open_pass(w, "threadIdx.x", w->C, w->threads);
+        open_pass(w, "threadIdx.x", w->C, w->threads, prologue_here ? STORES_PROLOGUE : STORES_NONE);
         E("sx += %s;", x);
         if (prologue_here) store_prologue(w);
         close_pass(w);
         E("const float mean = sn_block_sum(sx) / %lld.0f;", (long long)w->C);
     }
     E("float sq = 0.0f;");
-    open_pass(w, "threadIdx.x", w->C, w->threads);
+    open_pass(w, "threadIdx.x", w->C, w->threads,
+              prologue_here && rms ? STORES_PROLOGUE : STORES_NONE);
     E(rms ? "sq += %s * %s;" : "sq += (%s - mean) * (%s - mean);", x, x);
     if (prologue_here && rms) store_prologue(w);
     close_pass(w);
@@ -226,7 +397,7 @@ static void norm(row *w, bool rms) { /* layernorm (x, w, b), rmsnorm (x, w) */
     opnd(w, 0, x, sizeof x);
     opnd(w, 1, wt, sizeof wt);
     norm_stats(w, rms, false);
-    open_pass(w, "threadIdx.x", w->C, w->threads);
+    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     if (rms) store_with(w, "%s * rstd * %s", x, wt, "");
     else store_with(w, "fmaf((%s - mean) * rstd, %s, %s)", x, wt, opnd(w, 2, b, sizeof b));
     close_pass(w);
@@ -241,7 +412,7 @@ static void norm_bwd(row *w, bool rms) {
     snprintf(h, sizeof h, rms ? "%s * rstd" : "(%s - mean) * rstd", x);
     norm_stats(w, rms, false);
     E("float sg = 0.0f, sgx = 0.0f;");
-    open_pass(w, "threadIdx.x", w->C, w->threads);
+    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
     E("const float g = %s * %s;", dy, wt);
     if (!rms) E("sg += g;");
     E("sgx += g * (%s);", h);
@@ -249,7 +420,7 @@ static void norm_bwd(row *w, bool rms) {
     if (rms) E("const float mg = 0.0f;");
     else E("const float mg = sn_block_sum(sg) / %lld.0f;", (long long)w->C);
     E("const float mgx = sn_block_sum(sgx) / %lld.0f;", (long long)w->C);
-    open_pass(w, "threadIdx.x", w->C, w->threads);
+    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     E("const float g = %s * %s;", dy, wt);
     store_with(w, "(g - mg - (%s) * mgx) * rstd", h, "", "");
     close_pass(w);
@@ -261,7 +432,7 @@ static void causal_mask(row *w) {
     char xs[64], f[32], val[160];
     opnd(w, 0, xs, sizeof xs);
     E("const int query = (int)(r %% %lld);", (long long)x->shape[x->rank - 2]);
-    open_pass(w, "threadIdx.x", w->C, w->threads);
+    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     snprintf(val, sizeof val, "j > query + %lld ? %s : %s", (long long)(w->C - x->shape[x->rank - 2]),
              sn_cu_float_lit(w->n->a.f, f, sizeof f), xs);
     store(w, val);
@@ -269,13 +440,15 @@ static void causal_mask(row *w) {
 }
 
 /* (logits, targets, dloss) -> (softmax - onehot(t)) dloss / count for counted rows, 0 for
- * ignored rows and padded classes, NaN for a bad target. */
+ * ignored rows and padded classes, NaN for a bad target. The passes that store cover the
+ * whole row, padded classes included (whole vectors); the statistics only the real classes. */
 static void cross_entropy_bwd(row *w) {
-    char x[64], t[16], dl[64];
+    char x[64], t[16], dl[64], val[160];
     opnd(w, 0, x, sizeof x);
     arg(w, w->buf[1], t, sizeof t);
     opnd(w, 2, dl, sizeof dl);
     int ign = w->n->a.ignore_index;
+    bool padded = w->Vr < w->C;
     E("float counted = 0.0f; /* rows whose target is not %d, over the whole batch */", ign);
     E("for (%s q = threadIdx.x; q < %lld; q += %u) counted += %s[q] != %d ? 1.0f : 0.0f;", w->ix,
       (long long)w->R, w->threads, t, ign);
@@ -284,33 +457,28 @@ static void cross_entropy_bwd(row *w) {
     E("const int target = %s[r];", t);
     E("if (target != %d && target >= 0 && target < %lld) {", ign, (long long)w->Vr);
     E("float mx = -SN_INF;");
-    open_pass(w, "threadIdx.x", w->Vr, w->threads);
+    open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
     E("mx = fmaxf(mx, %s);", x);
     close_pass(w);
     E("mx = sn_block_max(mx);");
     E("float se = 0.0f;");
-    open_pass(w, "threadIdx.x", w->Vr, w->threads);
+    open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
     E("se += expf(%s - mx);", x);
     close_pass(w);
     E("const float k = scale / sn_block_sum(se);");
-    open_pass(w, "threadIdx.x", w->Vr, w->threads);
+    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     E("const float p = expf(%s - mx) * k;", x);
-    store(w, "j == target ? p - scale : p");
+    snprintf(val, sizeof val, padded ? "j < %lld ? (j == target ? p - scale : p) : 0.0f"
+                                     : "j == target ? p - scale : p", (long long)w->Vr);
+    store(w, val);
     close_pass(w);
     E("} else {");
     E("const float fill = target == %d ? 0.0f : (SN_INF - SN_INF); /* NaN: a bad target */", ign);
-    open_pass(w, "threadIdx.x", w->Vr, w->threads);
-    store(w, "fill");
+    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
+    snprintf(val, sizeof val, padded ? "j < %lld ? fill : 0.0f" : "fill", (long long)w->Vr);
+    store(w, val);
     close_pass(w);
     E("}");
-    if (w->Vr < w->C) {
-        char first[48];
-        snprintf(first, sizeof first, "%lld + (int)threadIdx.x", (long long)w->Vr);
-        E("/* padded classes */");
-        open_pass(w, first, w->C, w->threads);
-        store(w, "0.0f");
-        close_pass(w);
-    }
 }
 
 /* ---- one block over every row: a warp per row ---- */
@@ -338,12 +506,12 @@ static void cross_entropy(row *w) {
     E("if (target == %d) continue; /* the same for the warp's lanes */", ign);
     E("count++;");
     E("float mx = -SN_INF;");
-    open_pass(w, "lane", w->Vr, 32);
+    open_pass(w, "lane", w->Vr, 32, STORES_NONE);
     E("mx = fmaxf(mx, %s);", x);
     close_pass(w);
     E("mx = sn_warp_max(mx);");
     E("float se = 0.0f;");
-    open_pass(w, "lane", w->Vr, 32);
+    open_pass(w, "lane", w->Vr, 32, STORES_NONE);
     E("se += expf(%s - mx);", x);
     close_pass(w);
     E("const float lse = mx + logf(sn_warp_sum(se));");
@@ -378,27 +546,28 @@ static void cross_entropy(row *w) {
 
 /* (x, dy) -> the partial sum over this block's chunk of rows [r0, r1) of dy xhat, into the
  * chunk's row of the partial sums (C columns from `part`); each lane owns the columns
- * lane + 32 q, the warps' sums added in warp order */
+ * lanes * lane + 32 lanes q + l (l < lanes), the warps' sums added in warp order */
 static void norm_bwd_w(row *w, bool rms) {
     char x[64], dy[64];
     opnd(w, 0, x, sizeof x);
     opnd(w, 1, dy, sizeof dy);
-    int64_t nq = (w->C + 31) / 32;
-    E("float acc[%lld];", (long long)nq);
+    int V = w->lanes;
+    int64_t nq = (w->C + 32 * V - 1) / (32 * V); /* steps of 32 lanes x V columns */
+    E("float acc[%lld];", (long long)(nq * V));
     E("#pragma unroll");
-    E("for (int q = 0; q < %lld; q++) acc[q] = 0.0f;", (long long)nq);
+    E("for (int q = 0; q < %lld; q++) acc[q] = 0.0f;", (long long)(nq * V));
     open_rows(w, "r0", "r1");
     const char *js = "lane";
     if (!rms) {
         E("float sx = 0.0f;");
-        open_pass(w, js, w->C, 32);
+        open_pass(w, js, w->C, 32, STORES_PROLOGUE);
         E("sx += %s;", x);
         store_prologue(w);
         close_pass(w);
         E("const float mean = sn_warp_sum(sx) / %lld.0f;", (long long)w->C);
     }
     E("float sq = 0.0f;");
-    open_pass(w, js, w->C, 32);
+    open_pass(w, js, w->C, 32, rms ? STORES_PROLOGUE : STORES_NONE);
     E(rms ? "sq += %s * %s;" : "sq += (%s - mean) * (%s - mean);", x, x);
     if (rms) store_prologue(w);
     close_pass(w);
@@ -407,11 +576,27 @@ static void norm_bwd_w(row *w, bool rms) {
       sn_cu_float_lit(w->n->a.f, eps, sizeof eps));
     E("#pragma unroll");
     E("for (int q = 0; q < %lld; q++) {", (long long)nq);
-    E("const int j = lane + 32 * q;");
-    E("if (j < %lld) {", (long long)w->C);
-    element(w);
-    E(rms ? "acc[q] += %s * (%s * rstd);" : "acc[q] += %s * ((%s - mean) * rstd);", dy, x);
-    E("}");
+    if (V == 1) {
+        E("const int j = lane + 32 * q;");
+        E("if (j < %lld) {", (long long)w->C);
+        element(w);
+        E(rms ? "acc[q] += %s * (%s * rstd);" : "acc[q] += %s * ((%s - mean) * rstd);", dy, x);
+        E("}");
+    } else { /* C divides by V: a step's vector is inside the row or past its end */
+        E("const int j0 = %d * lane + %d * q;", V, 32 * V);
+        E("if (j0 < %lld) {", (long long)w->C);
+        vector_loads(w);
+        E("#pragma unroll");
+        E("for (int l = 0; l < %d; l++) {", V);
+        E("const int j = j0 + l;");
+        w->vec = true;
+        element(w);
+        E(rms ? "acc[%d * q + l] += %s * (%s * rstd);" : "acc[%d * q + l] += %s * ((%s - mean) * rstd);",
+          V, dy, x);
+        w->vec = false;
+        E("}");
+        E("}");
+    }
     E("}");
     E("}");
     E("SN_SHARED(float, column_sum, %lld);", (long long)w->C);
@@ -419,8 +604,9 @@ static void norm_bwd_w(row *w, bool rms) {
     E("for (int v = 0; v < %u; v++) {", w->threads / 32);
     E("if (warp == v) {");
     E("#pragma unroll");
-    E("for (int q = 0; q < %lld; q++) {", (long long)nq);
-    E("const int j = lane + 32 * q;");
+    E("for (int q = 0; q < %lld; q++) {", (long long)(nq * V));
+    if (V == 1) E("const int j = lane + 32 * q;");
+    else E("const int j = %d * lane + %d * (q / %d) + q %% %d; /* acc[q]'s column */", V, 32 * V, V, V);
     E("if (j < %lld) column_sum[j] = v == 0 ? acc[q] : column_sum[j] + acc[q];", (long long)w->C);
     E("}");
     E("}");
@@ -528,6 +714,7 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     w->R = x->rank ? sn_numel(x) / w->C : 1;
     w->Vr = n->a.end > 0 && n->a.end < w->C ? n->a.end : w->C;
     w->ix = sn_cu_index_type(w->R * w->C + 1024 * 1024);
+    w->lanes = sn_cu_row_lanes(k);
     sn_status st = sn_cu_check_dtype(k, n, e);
     if (st) return st;
     bool ce = n->op == SN_OP_CROSS_ENTROPY || n->op == SN_OP_CROSS_ENTROPY_BWD;
