@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,34 +14,64 @@
 #include <unistd.h>
 
 /* The temporary files open now, for sn_savefile_unlink_all: the one piece of process-wide state
- * here, because a signal handler has no other way to find them. Slots are claimed and released
- * atomically; a full list only means a file the handler cannot remove. */
+ * here, because a signal handler has no other way to find them. A full list only means a file
+ * the handler cannot remove.
+ *
+ * A signal handler may run on any thread (a process-directed signal goes to any thread that does
+ * not block it: the CPU device's pool threads too), at any moment. So a file's creation and its
+ * entry in the list, and its rename or unlink and the entry's removal, are each one critical
+ * section: the calling thread blocks every signal (no handler can interrupt it halfway) and holds
+ * `list_lock`, a spin lock the handler takes too (it waits for another thread's short section to
+ * end, then keeps the lock until _exit, so no file is created after it looked). */
 enum { MAX_OPEN_TMP = 16 };
-static char *volatile open_tmp[MAX_OPEN_TMP];
+static char *open_tmp[MAX_OPEN_TMP];
+static int list_lock;
+
+/* Spins until the lock is ours; nanosleep: async-signal-safe, for the handler. */
+static void take_lock(void) {
+    while (__atomic_exchange_n(&list_lock, 1, __ATOMIC_ACQUIRE))
+        nanosleep(&(struct timespec){0, 100000}, NULL);
+}
+
+static void lock_list(sigset_t *old) {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, old);
+    take_lock();
+}
+
+static void unlock_list(const sigset_t *old) {
+    __atomic_store_n(&list_lock, 0, __ATOMIC_RELEASE);
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
 
 static void list_add(char *tmp) {
-    for (int i = 0; i < MAX_OPEN_TMP; i++) {
-        char *expected = NULL;
-        if (__atomic_compare_exchange_n(&open_tmp[i], &expected, tmp, false, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_SEQ_CST))
+    for (int i = 0; i < MAX_OPEN_TMP; i++)
+        if (!open_tmp[i]) {
+            open_tmp[i] = tmp;
             return;
-    }
+        }
 }
 
 static void list_remove(char *tmp) {
-    for (int i = 0; i < MAX_OPEN_TMP; i++) {
-        char *expected = tmp;
-        if (__atomic_compare_exchange_n(&open_tmp[i], &expected, NULL, false, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_SEQ_CST))
+    for (int i = 0; i < MAX_OPEN_TMP; i++)
+        if (open_tmp[i] == tmp) {
+            open_tmp[i] = NULL;
             return;
-    }
+        }
 }
 
 void sn_savefile_unlink_all(void) {
-    for (int i = 0; i < MAX_OPEN_TMP; i++) {
-        char *t = __atomic_load_n(&open_tmp[i], __ATOMIC_SEQ_CST);
-        if (t) unlink(t);
-    }
+    take_lock();
+    for (int i = 0; i < MAX_OPEN_TMP; i++)
+        if (open_tmp[i]) unlink(open_tmp[i]);
+    /* the lock stays taken: the caller exits now */
+}
+
+static void test_delay(const char *var) {
+    const char *v = getenv(var);
+    long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms > 0) nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000}, NULL);
 }
 
 sn_status sn_savefile_open(sn_savefile *s, const char *path, const char *what, sn_err *e) {
@@ -47,18 +79,25 @@ sn_status sn_savefile_open(sn_savefile *s, const char *path, const char *what, s
     size_t n = strlen(path) + 16;
     if (!(s->tmp = sn_malloc(n, "a file name", e))) return SN_ERR_OOM;
     snprintf(s->tmp, n, "%s.tmp.XXXXXX", path);
+    sigset_t old;
+    lock_list(&old);
     int fd = mkstemp(s->tmp);
+    int err = errno;
+    if (fd >= 0) {
+        test_delay("SN_SAVEFILE_OPEN_DELAY_MS");
+        list_add(s->tmp);
+    }
+    unlock_list(&old);
     if (fd < 0) {
         sn_status st = sn_fail(e, SN_ERR_IO, "cannot write the %s %s: %s: check that the "
-                               "directory exists and is writable", what, path, strerror(errno));
+                               "directory exists and is writable", what, path, strerror(err));
         free(s->tmp);
         s->tmp = NULL;
         return st;
     }
-    list_add(s->tmp);
     fchmod(fd, 0644); /* mkstemp makes 0600; a checkpoint or plot is an ordinary file */
     if (!(s->f = fdopen(fd, "w+b"))) {
-        int err = errno;
+        err = errno;
         close(fd);
         sn_savefile_abort(s);
         return sn_fail(e, SN_ERR_IO, "cannot write the %s %s: %s", what, path, strerror(err));
@@ -69,8 +108,11 @@ sn_status sn_savefile_open(sn_savefile *s, const char *path, const char *what, s
 void sn_savefile_abort(sn_savefile *s) {
     if (s->f) fclose(s->f);
     if (s->tmp) {
+        sigset_t old;
+        lock_list(&old);
         unlink(s->tmp);
         list_remove(s->tmp);
+        unlock_list(&old);
     }
     free(s->tmp);
     s->f = NULL;
@@ -90,12 +132,6 @@ static void sync_dir(const char *path) {
     }
 }
 
-static void test_delay(void) {
-    const char *v = getenv("SN_SAVEFILE_DELAY_MS");
-    long ms = v ? strtol(v, NULL, 10) : 0;
-    if (ms > 0) nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000}, NULL);
-}
-
 /* Flush and fsync; rename over path unless already done. 0, or errno with *step naming what failed. */
 static int publish(sn_savefile *s, const char **step) {
     *step = "write";
@@ -103,10 +139,14 @@ static int publish(sn_savefile *s, const char **step) {
     *step = "fsync";
     if (fsync(fileno(s->f)) != 0) return errno;
     if (!s->tmp) return 0;
-    test_delay();
+    test_delay("SN_SAVEFILE_DELAY_MS");
     *step = "rename";
-    if (rename(s->tmp, s->path) != 0) return errno;
-    list_remove(s->tmp);
+    sigset_t old;
+    lock_list(&old);
+    int rc = rename(s->tmp, s->path), err = errno;
+    if (rc == 0) list_remove(s->tmp);
+    unlock_list(&old);
+    if (rc != 0) return err;
     free(s->tmp);
     s->tmp = NULL;
     sync_dir(s->path);

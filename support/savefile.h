@@ -35,11 +35,16 @@ sn_status sn_savefile_sync(sn_savefile *s, sn_err *e);
  * that path is not a directory or another non-regular file: run before hours of work. */
 sn_status sn_savefile_check(const char *path, const char *what, sn_err *e);
 
-/* Removes every temporary file still open in this process; async-signal-safe (only unlink),
- * for a handler that stops the process at once. */
+/* Removes every temporary file still open in this process, for a signal handler that stops the
+ * process at once: async-signal-safe, from any thread. It waits for a file being created,
+ * renamed or removed by another thread, and returns holding the list's lock, so no file is
+ * created after it: the caller must _exit. Mask the other stop signals in the handler (a
+ * nested call on the same thread would wait for itself). */
 void sn_savefile_unlink_all(void);
 
-/* SN_SAVEFILE_DELAY_MS=N (tests only): sn_savefile_commit waits N ms after writing and before
- * the rename, so a test can kill the process during a save (tests/resume.sh). */
+/* Tests only: SN_SAVEFILE_DELAY_MS=N makes sn_savefile_commit wait N ms after writing and
+ * before the rename, so a test can kill the process during a save (tests/resume.sh);
+ * SN_SAVEFILE_OPEN_DELAY_MS=N waits between creating the temporary file and listing it, inside
+ * the section a handler cannot split (tests/interrupt.sh). */
 
 #endif

@@ -2,9 +2,9 @@
 # interrupt.sh SINTER: a run is safe to interrupt and safe to fail. Output paths that cannot be
 # written are refused before any work; SIGINT and SIGTERM finish the step, save a checkpoint
 # that resumes exactly, leave no temporary files and exit 130 / 143; a second SIGINT stops at
-# once (130) without temporary files; a loss that jumps --diverge-nats above the recent median
-# stops the run naming the step and what to try, with the old log left as it was and this run's
-# rows in LOG.failed.
+# once (130) without temporary files, also while the save creates one; a loss that jumps
+# --diverge-nats above the recent median stops the run naming the step and what to try, with
+# the old log left as it was and this run's rows in LOG.failed.
 set -eu
 sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
 dir=$(mktemp -d /tmp/sn_interrupt_XXXXXX)
@@ -91,6 +91,22 @@ cmp t.csv t.keep || fail "an interrupted fresh run replaced the log"
 [ ! -e u.ckpt ] || fail "the second SIGINT still saved a checkpoint"
 grep -q "second interrupt: stopping now" err.txt || fail "second SIGINT message"
 echo "second SIGINT: stopped at once, no temporary files, the old log kept"
+
+# a second SIGINT while the save creates its temporary file (SN_SAVEFILE_OPEN_DELAY_MS holds it
+# between the file's creation and its entry in the list the handler removes): the handler, on
+# whichever thread it runs, waits for that section (savefile.c), so the file is still removed
+SN_SAVEFILE_OPEN_DELAY_MS=6000 bg --steps 100000 --save-every 100000 --checkpoint v.ckpt
+wait_for "^step  *1/"
+kill -INT $pid
+while ! ls v.ckpt.tmp.* > /dev/null 2>&1; do kill -0 $pid || fail "no save after the first SIGINT"; sleep 0.01; done
+kill -INT $pid
+status=0
+wait $pid || status=$?
+pid=
+[ "$status" = 130 ] || fail "second SIGINT during the file's creation: exit $status, not 130"
+no_tmp
+[ ! -e v.ckpt ] || fail "the second SIGINT during the file's creation still saved a checkpoint"
+echo "second SIGINT while the temporary file is created: removed all the same"
 
 # divergence: lr 5 makes the loss jump; the run stops naming the step; the old log is kept
 status=0

@@ -4,9 +4,13 @@
 # built by its Makefile with only the staged sinter.pc, trained for a few steps on
 # tinyshakespeare (byte-level): the loss must fall, and the versions must agree; then linked
 # statically with libsinter.a and run for two steps; and the example at the top of sinter.h.
-# usage: llama_out_of_tree.sh BUILD_DIR EXAMPLE_DIR CORPUS
+# usage: llama_out_of_tree.sh BUILD_DIR EXAMPLE_DIR CORPUS [CC SANITIZE]: with SANITIZE (meson's
+# b_sanitize, e.g. address,undefined; "none" for none) the programs are built by CC with
+# -fsanitize=SANITIZE, as a program linking a sanitized libsinter must be (tools/sanitize).
 set -eu
 build=$1 example=$2 corpus=$3
+cc=cc san=
+if [ "${5:-none}" != none ]; then cc=$4 san=-fsanitize=$5; fi
 [ -f "$corpus" ] || { echo "SKIP: no corpus $corpus"; exit 77; }
 command -v make >/dev/null || { echo "SKIP: no make"; exit 77; }
 dir=$(mktemp -d)
@@ -26,7 +30,7 @@ readelf -d "$so" | grep -q 'SONAME.*\[libsinter\.so\.0\]' || { echo "FAIL: sonam
 # Only the staged pkg-config file: its paths rebased on the staging directory.
 export PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_LIBDIR="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$dir/stage"
 cp -r "$example" "$dir/llama"
-make -s -C "$dir/llama" >"$dir/make.log" 2>&1 || { echo "FAIL: make"; cat "$dir/make.log"; exit 1; }
+make -s -C "$dir/llama" CC="$cc" CFLAGS="-O2 -g $san" >"$dir/make.log" 2>&1 || { echo "FAIL: make"; cat "$dir/make.log"; exit 1; }
 export LD_LIBRARY_PATH="$(dirname "$so")"
 ldd "$dir/llama/llama" | grep -q "libsinter.so.0 => $dir/stage" || { echo "FAIL: not linked to the staged library"; ldd "$dir/llama/llama"; exit 1; }
 
@@ -48,7 +52,7 @@ grep -q -- "---- sample ----" "$dir/out" || { echo "FAIL: no sample"; exit 1; }
 # The example at the top of the installed sinter.h, as a reader would copy it.
 awk '/^ \*     #include <stdio.h>/{on=1} on{l=$0; sub(/^ \*( {5})?/, "", l); print l}
      on&&/sn_session_free/{getline; sub(/^ \*( {5})?/, ""); print; exit}' "$(find "$dir/stage" -path '*/include/sinter/sinter.h')" >"$dir/first.c"
-cc -std=c11 $(pkg-config --cflags sinter) -o "$dir/first" "$dir/first.c" $(pkg-config --libs sinter) >"$dir/first.log" 2>&1 ||
+"$cc" $san -std=c11 $(pkg-config --cflags sinter) -o "$dir/first" "$dir/first.c" $(pkg-config --libs sinter) >"$dir/first.log" 2>&1 ||
   { echo "FAIL: the example in sinter.h does not build"; cat "$dir/first.c" "$dir/first.log"; exit 1; }
 (cd "$dir" && ./first "$corpus" >"$dir/first.out" 2>&1) && grep -q "^loss [0-9.]*, val [0-9.]*$" "$dir/first.out" ||
   { echo "FAIL: the example in sinter.h"; cat "$dir/first.out"; exit 1; }
@@ -58,7 +62,7 @@ grep "^loss" "$dir/first.out"
 # names (the prefix moved to the staging directory: a sysroot would also move the toolkit's paths).
 unset PKG_CONFIG_SYSROOT_DIR
 P="pkg-config --define-variable=prefix=$dir/stage$(sed -n 's/^prefix=//p' "$pc")"
-cc -std=c11 $($P --cflags sinter) -o "$dir/llama/llama-static" "$dir/llama/main.c" "$dir/llama/llama.c" \
+"$cc" $san -std=c11 $($P --cflags sinter) -o "$dir/llama/llama-static" "$dir/llama/main.c" "$dir/llama/llama.c" \
   -Wl,-Bstatic $($P --libs-only-L sinter) -lsinter -Wl,-Bdynamic $($P --static --libs sinter | sed 's/-lsinter//') -lm \
   >"$dir/static.log" 2>&1 || { echo "FAIL: static link"; cat "$dir/static.log"; exit 1; }
 ! ldd "$dir/llama/llama-static" | grep -q libsinter || { echo "FAIL: llama-static loads libsinter.so"; exit 1; }
