@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* An attention node's sizes: q (batch, T, D), k (batch, S, D), v (batch, S, Dv). */
+/* An attention node's sizes: q (batch, T, D), k (batch / G, S, D), v (batch / G, S, Dv):
+ * q's slice b reads k's and v's slice b / G (grouped-query attention, G = 1 without). */
 typedef struct {
-    int64_t batch, T, S, D, Dv;
+    int64_t batch, G, T, S, D, Dv;
     double scale;
 } dims;
 
@@ -17,7 +18,8 @@ static dims dims_of(const sn_node *n) {
     const sn_node *q = n->in[0], *k = n->in[1];
     int r = q->rank;
     dims d = {.batch = sn_shape_numel(r - 2, q->shape), .T = q->shape[r - 2],
-              .S = k->shape[r - 2], .D = q->shape[r - 1], .scale = (double)n->a.f};
+              .S = k->shape[r - 2], .D = q->shape[r - 1], .scale = (double)n->a.f,
+              .G = sn_attention_group(n)};
     d.Dv = n->n_in > 2 ? n->in[2]->shape[r - 1] : 0;
     return d;
 }
@@ -44,16 +46,18 @@ static double logsumexp(const double *s, int64_t n) {
     return m + log(sum);
 }
 
-/* in: q, k, v, o, dout, lse. Accumulates the one gradient the op asks for into y (zeroed):
+/* in: q, k, v, o, dout, lse. Accumulates the one gradient the op asks for into y (zeroed);
+ * dk and dv of kv slice b / G sum q's slices b in ascending order (a fixed order):
  * P_ij = exp(s_ij - lse_i), D_i = dout_i . o_i, dS_ij = P_ij (dout_i . v_j - D_i),
  * dq_i = scale sum_j dS_ij k_j, dk_j = scale sum_i dS_ij q_i, dv_j = sum_i P_ij dout_i. */
 static void backward(const sn_node *n, const dims *d, double *const *in, double *s, double *y) {
     memset(y, 0, sizeof(double) * (size_t)sn_numel(n));
     for (int64_t b = 0; b < d->batch; b++) {
-        const double *q = in[0] + b * d->T * d->D, *k = in[1] + b * d->S * d->D;
-        const double *v = in[2] + b * d->S * d->Dv, *o = in[3] + b * d->T * d->Dv;
+        int64_t bkv = b / d->G; /* the kv slice */
+        const double *q = in[0] + b * d->T * d->D, *k = in[1] + bkv * d->S * d->D;
+        const double *v = in[2] + bkv * d->S * d->Dv, *o = in[3] + b * d->T * d->Dv;
         const double *dout = in[4] + b * d->T * d->Dv, *lse = in[5] + b * d->T;
-        double *yb = y + b * (n->op == SN_OP_ATTENTION_BWD_Q ? d->T : d->S) *
+        double *yb = y + (n->op == SN_OP_ATTENTION_BWD_Q ? b : bkv) * (n->op == SN_OP_ATTENTION_BWD_Q ? d->T : d->S) *
                              (n->op == SN_OP_ATTENTION_BWD_V ? d->Dv : d->D);
         for (int64_t i = 0; i < d->T; i++) {
             const double *qi = q + i * d->D, *doi = dout + i * d->Dv;
@@ -83,15 +87,15 @@ sn_status sn_interp_attention(const sn_node *n, double *const *in, double *y, sn
     case SN_OP_ATTENTION_LSE: /* (q, k) -> lse (batch, T) */
         for (int64_t b = 0; b < d.batch; b++)
             for (int64_t i = 0; i < d.T; i++) {
-                const double *qi = in[0] + (b * d.T + i) * d.D, *k = in[1] + b * d.S * d.D;
+                const double *qi = in[0] + (b * d.T + i) * d.D, *k = in[1] + b / d.G * d.S * d.D;
                 y[b * d.T + i] = logsumexp(s, scores(&d, qi, k, i, s));
             }
         break;
     case SN_OP_ATTENTION: /* (q, k, v, lse) -> o (batch, T, Dv) */
         for (int64_t b = 0; b < d.batch; b++)
             for (int64_t i = 0; i < d.T; i++) {
-                const double *qi = in[0] + (b * d.T + i) * d.D, *k = in[1] + b * d.S * d.D;
-                const double *v = in[2] + b * d.S * d.Dv, lse = in[3][b * d.T + i];
+                const double *qi = in[0] + (b * d.T + i) * d.D, *k = in[1] + b / d.G * d.S * d.D;
+                const double *v = in[2] + b / d.G * d.S * d.Dv, lse = in[3][b * d.T + i];
                 double *oi = y + (b * d.T + i) * d.Dv;
                 int64_t cnt = scores(&d, qi, k, i, s);
                 memset(oi, 0, sizeof(double) * (size_t)d.Dv);

@@ -176,6 +176,10 @@ char *sn_shape_str(int rank, const int64_t *shape, char *buf, size_t len);
 /* Checks n's inputs and attributes and fills n->dtype/rank/shape (or checks the caller's
  * choice for the ops listed at sn_graph_append). Returns 0, or -1 with a message in msg. */
 int sn_infer(sn_node *n, char *msg, size_t len);
+/* G, the query heads per key/value head of attention op n (grouped-query attention: q's
+ * heads H over k's Hkv, its last leading dim; 1 when they are equal or there is none). q's
+ * flat batch slice bq reads k's and v's slice bq / G. */
+int64_t sn_attention_group(const sn_node *n);
 /* numpy broadcast of two shapes (right-aligned); -1 if they do not broadcast. */
 int sn_broadcast_shapes(int ra, const int64_t *a, int rb, const int64_t *b, int *r, int64_t *out);
 

@@ -91,7 +91,10 @@ enum {
     X(EMBEDDING_BWD, "embedding_bwd", 2, 2, SN_K_GATHER, 0, 0)  /* (ids, dy) -> (V,C) scatter-add */ \
     /* causal attention, scale = f: q (..,T,D), k (..,S,D), v (..,S,Dv); query i sees keys        \
      * j <= i + S-T; s_ij = f q_i.k_j, P_ij = exp(s_ij - lse_i), O_i = sum_j P_ij v_j. ATTENTION's  \
-     * rule differentiates through lse (which must be attention_lse(q, k)) and gives it nothing. */ \
+     * rule differentiates through lse (which must be attention_lse(q, k)) and gives it nothing. \
+     * Grouped-query: k and v may have Hkv heads (their last leading dim) where q has H, Hkv      \
+     * dividing H: with the flat batch index bq = b H + h, q's slice bq reads kv slice bq / G,    \
+     * G = H / Hkv; dk and dv (shaped like k and v) sum the G query heads of their group. */      \
     X(ATTENTION_LSE, "attention_lse", 2, 2, SN_K_ATTENTION, 1, SN_A_F) /* (q,k) -> f32 lse (..,T) */ \
     X(ATTENTION, "attention", 4, 4, SN_K_ATTENTION, 1, SN_A_F)  /* (q,k,v,lse) -> O (..,T,Dv) */    \
     X(ATTENTION_BWD_Q, "attention_bwd_q", 6, 6, SN_K_ATTENTION, 0, SN_A_F) /* (q,k,v,o,do,lse) -> dq */ \

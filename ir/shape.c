@@ -236,17 +236,39 @@ static int infer_layout(sn_node *n, char *msg, size_t len) {
 }
 
 /* Does x have rank r, the batch dimensions (all but the last two) of q, and the trailing
- * dimensions (rows, cols)? cols < 0: any; rows < 0: rank r - 1 with q's rows (lse). */
-static bool attention_fits(const sn_node *x, const sn_node *q, int64_t rows, int64_t cols) {
+ * dimensions (rows, cols)? cols < 0: any; rows < 0: rank r - 1 with q's rows (lse).
+ * kv: x is k or v, whose last batch dimension (its heads) may be any count; kv_heads_divide
+ * checks it against q's (grouped-query attention). */
+static bool attention_fits(const sn_node *x, const sn_node *q, int64_t rows, int64_t cols, bool kv) {
     int r = rows < 0 ? q->rank - 1 : q->rank;
     if (x->rank != r) return false;
     for (int i = 0; i < q->rank - 2; i++)
-        if (x->shape[i] != q->shape[i]) return false;
+        if (x->shape[i] != q->shape[i] && !(kv && i == q->rank - 3)) return false;
     if (rows < 0) return x->shape[r - 1] == q->shape[r - 1];
     return x->shape[r - 2] == rows && (cols < 0 || x->shape[r - 1] == cols);
 }
 
-/* q (.., T, D), k (.., S, D), v (.., S, Dv), lse (.., T), o and dout (.., T, Dv); T <= S. */
+/* Grouped-query attention: k or v (x, named `name`) may have fewer heads (its last batch
+ * dimension) than q, a divisor of q's: query head h reads kv head h / (H / Hkv). */
+static int kv_heads_divide(const sn_node *x, const sn_node *q, const char *name, char *msg,
+                           size_t len) {
+    if (q->rank < 3) return 0;
+    int64_t H = q->shape[q->rank - 3], Hkv = x->shape[q->rank - 3];
+    if (Hkv >= 1 && H % Hkv == 0) return 0;
+    return bad(msg, len, "%s has %lld heads, q has %lld: the kv heads must divide the query "
+               "heads (axis %d; grouped-query attention)", name, (long long)Hkv, (long long)H,
+               q->rank - 3);
+}
+
+int64_t sn_attention_group(const sn_node *n) {
+    SN_ASSERT(sn_op_kind(n->op) == SN_K_ATTENTION);
+    const sn_node *q = n->in[0], *k = n->in[1];
+    return q->rank < 3 ? 1 : q->shape[q->rank - 3] / k->shape[q->rank - 3];
+}
+
+/* q (.., H, T, D), k (.., Hkv, S, D), v (.., Hkv, S, Dv), lse (.., H, T), o and dout
+ * (.., H, T, Dv); T <= S; Hkv divides H (grouped-query attention: query head h reads kv head
+ * h / (H / Hkv)). dk and dv are shaped like k and v. */
 static int infer_attention(sn_node *n, char *msg, size_t len) {
     static const char *names[] = {"q", "k", "v", "o", "dout", "lse"};
     const sn_node *q = n->in[0], *k = n->in[1];
@@ -259,9 +281,10 @@ static int infer_attention(sn_node *n, char *msg, size_t len) {
         if (at >= sizeof all) break;
     }
     int r = q->rank;
-    if (r < 2 || !attention_fits(k, q, k->rank >= 2 ? k->shape[k->rank - 2] : 0, q->shape[r - 1]))
+    if (r < 2 || !attention_fits(k, q, k->rank >= 2 ? k->shape[k->rank - 2] : 0, q->shape[r - 1], true))
         return bad(msg, len, "%s: need q (.., T, D) and k (.., S, D) with the same leading "
-                   "dimensions", all);
+                   "dimensions (k may have fewer heads, a divisor of q's)", all);
+    if (kv_heads_divide(k, q, "k", msg, len)) return -1;
     int64_t T = q->shape[r - 2], S = k->shape[r - 2];
     if (T > S) return bad(msg, len, "%s: queries T = %lld exceed keys S = %lld (causal attention "
                           "needs T <= S)", all, (long long)T, (long long)S);
@@ -274,14 +297,14 @@ static int infer_attention(sn_node *n, char *msg, size_t len) {
         return 0;
     }
     const sn_node *v = n->in[2], *lse = n->in[n->n_in - 1];
-    if (!attention_fits(v, q, S, -1))
+    if (!attention_fits(v, q, S, -1, true) || (r >= 3 && v->shape[r - 3] != k->shape[r - 3]))
         return bad(msg, len, "%s: v must be (.., S, Dv) with k's leading dimensions", all);
     int64_t Dv = v->shape[r - 1];
     if (need_same_dtype(n, 0, 2, msg, len)) return -1;
-    if (!attention_fits(lse, q, -1, -1) || !sn_dtype_is_float(lse->dtype))
+    if (!attention_fits(lse, q, -1, -1, false) || !sn_dtype_is_float(lse->dtype))
         return bad(msg, len, "%s: lse must be a float (.., T) (from attention_lse)", all);
     for (int i = 3; i <= 4 && n->op != SN_OP_ATTENTION; i++)
-        if (!attention_fits(n->in[i], q, T, Dv) || n->in[i]->dtype != q->dtype)
+        if (!attention_fits(n->in[i], q, T, Dv, false) || n->in[i]->dtype != q->dtype)
             return bad(msg, len, "%s: o and dout must be (.., T, Dv) like attention's output, in "
                        "q's dtype", all);
     const sn_node *like = n->op == SN_OP_ATTENTION_BWD_K ? k : n->op == SN_OP_ATTENTION_BWD_V ? v : q;

@@ -104,7 +104,8 @@ struct sn_kernel {
 
     /* Work is split over threads (CPU) or blocks (GPU) as items [0, n_items): pointwise:
      * elements; ROW: rows; REDUCE: output elements; GATHER: ids (or column blocks of 64 for
-     * the scatter); ATTENTION: (batch x head) pairs. `serial`: must run as one range. Fuse
+     * the scatter); ATTENTION: (batch x head) pairs of q (of k and v for dk and dv, which
+     * have fewer under grouped-query attention). `serial`: must run as one range. Fuse
      * sets both from sn_kernel_work; code generators check them against it. */
     int64_t n_items;
     bool serial;

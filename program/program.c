@@ -89,9 +89,11 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
     case SN_KER_GATHER: /* embedding: one item per id; its backward: column blocks of 64 */
         *n_items = a->op == SN_OP_EMBEDDING ? sn_numel(a->in[1]) : (a->shape[a->rank - 1] + 63) / 64;
         return;
-    case SN_KER_ATTENTION: {
-        const sn_node *q = a->in[0];
-        *n_items = q->rank >= 2 ? sn_numel(q) / (q->shape[q->rank - 1] * q->shape[q->rank - 2]) : 1;
+    case SN_KER_ATTENTION: { /* q's (batch x head) slices; dk and dv: k's (grouped-query
+                                attention: fewer), each summing its group of query heads */
+        const sn_node *x = a->op == SN_OP_ATTENTION_BWD_K || a->op == SN_OP_ATTENTION_BWD_V
+                               ? a->in[1] : a->in[0];
+        *n_items = x->rank >= 2 ? sn_shape_numel(x->rank - 2, x->shape) : 1;
         return;
     }
     case SN_KER_GRAD_ACC: case SN_KER_ADAMW: *n_items = k->flat_n; return; /* the optimizer's flat range */

@@ -1,8 +1,10 @@
 /* cuda_attention.c: flash attention as CUDA C: the plan (which pass, which path, tile sizes that
  * fit the target's shared memory), launch dimensions, the kernel's head, and the pieces both
  * paths write alike; the paths themselves are cuda_attention_simt.c (fp32 FMA tiles) and
- * cuda_attention_mma.c (tensor cores). Convention: a block is one tile of queries (FWD, DQ) or keys (DKV) of one (batch x head) item,
- * blockIdx.y; tiles past the causal boundary are never loaded. */
+ * cuda_attention_mma.c (tensor cores). Convention: a block is one tile of queries (FWD, DQ) or
+ * keys (DKV) of one (batch x head) item, blockIdx.y; tiles past the causal boundary are never
+ * loaded. Grouped-query attention (G query heads per k/v head): FWD and DQ items are q's slices,
+ * reading k and v at head / G; DKV items are k's slices, looping over their G query heads. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +154,8 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
     p->Dv = n->n_in > 2 ? n->in[2]->shape[r - 1] : p->D;
     p->scale = n->a.f;
     p->dt = q->dtype;
+    p->G = sn_attention_group(n);
+    p->items = p->pass == SN_ATT_DKV ? sn_shape_numel(r - 2, kk->shape) : p->batch;
     for (int i = 0; i < k->n_out + k->n_in; i++) {
         const sn_node *x = k->args[i];
         bool lse = i == p->a_lse || i == p->a_out_lse; /* f32 where the others are 16-bit */
@@ -203,17 +207,27 @@ static const char *pass_text(const sn_att_plan *p) {
     return "";
 }
 
-/* The item's slice through access x: its arg plus the offset and the item's coordinates over
- * the leading dims times their strides. */
-static void item_slice(const sn_att_plan *p, const sn_access *x, char *expr, size_t len) {
-    const sn_node *q = p->n->in[0];
+/* The item's slice through access x (of a q-side or, kv_side, a k-side tensor): its arg plus
+ * the offset and the item's coordinates over the leading dims times their strides. The item
+ * counts q's slices, or k's for DKV; the head coordinate (the last leading dim) of the other
+ * side's tensors is divided by G (k, v read by a query head) or multiplied by it (DKV: the
+ * group's first query head). */
+static void item_slice(const sn_att_plan *p, const sn_access *x, bool kv_side, char *expr,
+                       size_t len) {
+    const sn_node *q = p->n->in[0], *by = p->pass == SN_ATT_DKV ? p->n->in[1] : q;
+    bool div = p->G > 1 && kv_side && p->pass != SN_ATT_DKV;
+    bool mul = p->G > 1 && !kv_side && p->pass == SN_ATT_DKV;
     size_t n = (size_t)snprintf(expr, len, "a%d + %lld", x->arg, (long long)x->offset);
     int64_t inner = 1;
     for (int d = q->rank - 3; d >= 0; d--) { /* item = sum_d idx_d * (product of the dims after d) */
-        if (x->stride[d] && q->shape[d] > 1 && n < len)
-            n += (size_t)snprintf(expr + n, len - n, " + (long long)(item / %lld %% %lld) * %lld",
-                                  (long long)inner, (long long)q->shape[d], (long long)x->stride[d]);
-        inner *= q->shape[d];
+        char group[32] = "";
+        if (d == q->rank - 3 && (div || mul))
+            snprintf(group, sizeof group, " %s %lld", div ? "/" : "*", (long long)p->G);
+        if (x->stride[d] && by->shape[d] > 1 && n < len)
+            n += (size_t)snprintf(expr + n, len - n, " + (long long)(item / %lld %% %lld%s) * %lld",
+                                  (long long)inner, (long long)by->shape[d], group,
+                                  (long long)x->stride[d]);
+        inner *= by->shape[d];
     }
 }
 
@@ -228,7 +242,7 @@ static void role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, c
     if (row && p->n->n_in + a < k->n_access) {
         const sn_access *x = &k->access[p->n->n_in + a];
         char expr[256];
-        item_slice(p, x, expr, sizeof expr);
+        item_slice(p, x, p->pass == SN_ATT_DKV, expr, sizeof expr);
         sn_cu_emitf(t, "%s *%s = %s;", ty, name, expr);
         sn_cu_emitf(t, "const long long %s_row = %lld; /* into a wider buffer */", name,
                     (long long)x->stride[p->n->in[0]->rank - 2]);
@@ -238,15 +252,27 @@ static void role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, c
     if (row) sn_cu_emitf(t, "const long long %s_row = %s;", name, row);
 }
 
+/* Whether DKV loops over G query heads: q, o, dout and lse then point at the group's first as
+ * <name>_group, <name>_head elements apart; sn_att_open_query_tiles points <name> at head g. */
+static bool group_loop(const sn_att_plan *p) { return p->pass == SN_ATT_DKV && p->G > 1; }
+
 /* An input's pointer: its arg plus its access's offset and the item's coordinates over the
  * leading dims times their strides; its row stride as the constant <name>_row. */
 static void in_role(sn_cu_text *t, const sn_att_plan *p, const char *name, int i) {
     if (i < 0) return;
     const sn_access *x = &p->k->access[i];
     const sn_node *in = p->n->in[i];
+    bool kv_side = i == 1 || i == 2;
     char expr[256];
-    item_slice(p, x, expr, sizeof expr);
-    sn_cu_emitf(t, "const %s *%s = %s;", sn_att_ctype(p->k->args[x->arg]->dtype), name, expr);
+    item_slice(p, x, kv_side, expr, sizeof expr);
+    if (group_loop(p) && !kv_side) {
+        sn_cu_emitf(t, "const %s *%s_group = %s; /* the group's first query head */",
+                    sn_att_ctype(p->k->args[x->arg]->dtype), name, expr);
+        sn_cu_emitf(t, "const long long %s_head = %lld; /* elements from one head to the next */",
+                    name, (long long)x->stride[p->n->in[0]->rank - 3]);
+    } else {
+        sn_cu_emitf(t, "const %s *%s = %s;", sn_att_ctype(p->k->args[x->arg]->dtype), name, expr);
+    }
     if (in->rank >= 2 && i != p->i_lse)
         sn_cu_emitf(t, "const long long %s_row = %lld; /* elements from one row to the next */",
                     name, (long long)x->stride[in->rank - 2]);
@@ -273,6 +299,9 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
     sn_cu_emitf(t, " * q (%lld, T %lld, D %lld), k (.., S %lld, D), v (.., S, Dv %lld), %s;",
                 (long long)p->batch, (long long)p->T, (long long)p->D, (long long)p->S,
                 (long long)p->Dv, sn_dtype_name(p->dt));
+    if (p->G > 1)
+        sn_cu_emitf(t, " * grouped-query: %lld query heads per k/v head; q's slice b reads k's "
+                    "and v's slice b / %lld;", (long long)p->G, (long long)p->G);
     sn_cu_emitf(t, " * %s: %d warps, %d %s per block, tiles of %d %s; %lld bytes of shared "
                 "memory */", path, p->warps, p->warps * p->rows,
                 p->pass == SN_ATT_DKV ? "keys" : "queries", p->tile,
@@ -290,7 +319,8 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
                 "WARPS = %d, THREADS = %d };", (long long)p->T, (long long)p->S, (long long)p->D,
                 (long long)p->Dv, p->warps, threads);
     sn_cu_emitf(t, "const float scale = %.9gf;", (double)p->scale);
-    sn_cu_emitf(t, "const int item = blockIdx.y; /* the (batch x head) slice */");
+    sn_cu_emitf(t, "const int item = blockIdx.y; /* the (batch x head) slice%s */",
+                p->pass == SN_ATT_DKV && p->G > 1 ? " of k and v" : "");
     sn_cu_emitf(t, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
     in_role(t, p, "q", p->i_q);
     in_role(t, p, "k", p->i_k);
@@ -332,12 +362,29 @@ void sn_att_open_key_tiles(sn_cu_text *t) {
     sn_cu_emitf(t, "__syncthreads(); /* the previous tiles are used up; the query tiles are in */");
 }
 
-/* DKV, after the key block's k0 and BK: the query tiles that see its keys; opens the body. */
-void sn_att_open_query_tiles(sn_cu_text *t) {
+/* DKV, after the key block's k0 and BK: the query tiles that see its keys (of each query head
+ * of the group, in order); opens the body. */
+void sn_att_open_query_tiles(sn_cu_text *t, const sn_att_plan *p) {
+    if (group_loop(p)) {
+        const char *names[] = {"q", "o", "dout", "lse"};
+        const int at[] = {p->i_q, p->i_o, p->i_do, p->i_lse};
+        sn_cu_emitf(t, "/* grouped-query attention: the group's query heads, in order */");
+        sn_cu_emitf(t, "for (int g = 0; g < %lld; g++) {", (long long)p->G);
+        for (int r = 0; r < 4; r++)
+            if (at[r] >= 0)
+                sn_cu_emitf(t, "const %s *%s = %s_group + g * %s_head;",
+                            sn_att_ctype(p->k->args[p->k->access[at[r]].arg]->dtype), names[r],
+                            names[r], names[r]);
+    }
     sn_cu_emitf(t, "/* causal: query i sees key j when i >= j - (SEQ_K - SEQ_Q) */");
     sn_cu_emitf(t, "const int q_begin = max(0, k0 - (SEQ_K - SEQ_Q)) / BQ * BQ;");
     sn_cu_emitf(t, "for (int qs = q_begin; qs < SEQ_Q; qs += BQ) {");
     sn_cu_emitf(t, "__syncthreads(); /* the previous query tile is used up */");
+}
+
+void sn_att_close_query_tiles(sn_cu_text *t, const sn_att_plan *p) {
+    sn_cu_emitf(t, "}");
+    if (group_loop(p)) sn_cu_emitf(t, "}");
 }
 
 void sn_att_emit_seen(sn_cu_text *t, bool query_checked) {
@@ -414,7 +461,7 @@ sn_cuda_dims sn_cu_attention_dims(const sn_kernel *k, const sn_target *t) {
     sn_err e;
     if (sn_att_plan_make(k, t, &p, &e)) return (sn_cuda_dims){0}; /* the renderer says why */
     int64_t per = (int64_t)p.warps * p.rows, n = p.pass == SN_ATT_DKV ? p.S : p.T;
-    return (sn_cuda_dims){.grid = {(unsigned)((n + per - 1) / per), (unsigned)p.batch, 1},
+    return (sn_cuda_dims){.grid = {(unsigned)((n + per - 1) / per), (unsigned)p.items, 1},
                           .block = {(unsigned)p.warps * 32, 1, 1}};
 }
 

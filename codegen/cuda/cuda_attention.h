@@ -24,7 +24,9 @@ typedef struct {
     int a_q, a_k, a_v, a_o, a_do, a_lse, a_out_o, a_out_lse, a_dq, a_dk, a_dv;
     /* the anchor's input index of each input role (k->access[i] says where it is), -1 */
     int i_q, i_k, i_v, i_o, i_do, i_lse;
-    int64_t batch, T, S, D, Dv;
+    int64_t batch, T, S, D, Dv;   /* batch: q's (batch x head) slices */
+    int64_t G;                    /* query heads per k/v head (grouped-query attention) */
+    int64_t items;                /* blockIdx.y's range: batch, or k's slices (batch / G) for DKV */
     float scale;
     sn_dtype dt;   /* q's dtype (k, v, o, dout and the outputs share it) */
     bool mma;      /* tensor cores: 16-bit operands the target multiplies */
@@ -38,7 +40,8 @@ typedef struct {
 /* cuda_attention.c */
 sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan *p, sn_err *e);
 /* The comment naming the pass and the tiles, the signature of function fname and the role
- * pointers of the item (blockIdx.y). No node ids: kernels alike in all but names share a text. */
+ * pointers of the item (blockIdx.y: q's slice, whose k and v are slice item / G; DKV: k's
+ * slice, whose query heads are items G item .. G item + G - 1). No node ids: kernels alike in all but names share a text. */
 void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, const char *fname);
 const char *sn_att_ctype(sn_dtype dt);
 
@@ -47,9 +50,12 @@ const char *sn_att_ctype(sn_dtype dt);
  * dot_tile. A path names its own element of the scores (s[r], s[nt][e]) and of the per-row
  * state (x: "r" in the SIMT path, "h" or "e / 2" on tensor cores). */
 /* The loop over the key tiles (FWD, DQ) or query tiles (DKV) the block's rows see (causal),
- * its body opened with the barrier that lets the previous tiles go. */
+ * its body opened with the barrier that lets the previous tiles go. DKV with G > 1: inside a
+ * loop over the group's query heads g, in order, which points q, o, dout and lse at head g;
+ * sn_att_close_query_tiles closes both. */
 void sn_att_open_key_tiles(sn_cu_text *t);
-void sn_att_open_query_tiles(sn_cu_text *t);
+void sn_att_open_query_tiles(sn_cu_text *t, const sn_att_plan *p);
+void sn_att_close_query_tiles(sn_cu_text *t, const sn_att_plan *p);
 /* `seen`: key j is inside the sequence and query i sees it (with query_checked: i too). */
 void sn_att_emit_seen(sn_cu_text *t, bool query_checked);
 /* dst (a declaration or an lvalue) = dout_i . o_i of row i (< SEQ_Q), every lane of the warp. */

@@ -298,7 +298,7 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
     if (dk) load16(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
     if (dk) zero(t, "acc_k", "HEAD_D / 8");
     if (dv) zero(t, "acc_v", "HEAD_DV / 8");
-    sn_att_open_query_tiles(t);
+    sn_att_open_query_tiles(t, p);
     load16(t, "q_tile", "q", "qs", "BQ", "HEAD_D", "SEQ_Q");
     load16(t, "do_tile", "dout", "qs", "BQ", "HEAD_DV", "SEQ_Q");
     sn_att_emit_query_stats(t, p);
@@ -328,7 +328,7 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
         sn_cu_emitf(t, "/* dk += ds Q */");
         product_xb(t, o, "acc_k", "dp", "q_tile", "BQ / 16", "HEAD_D / 8");
     }
-    sn_cu_emitf(t, "}");
+    sn_att_close_query_tiles(t, p);
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
     sn_cu_emitf(t, "const int i = key0 + 8 * h; /* a key row */");

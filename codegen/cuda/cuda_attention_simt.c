@@ -219,7 +219,7 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
         sn_cu_emitf(t, "}");
     }
     sn_cu_emitf(t, "}");
-    sn_att_open_query_tiles(t);
+    sn_att_open_query_tiles(t, p);
     load_tile(t, "q_tile", "q", "qs", "BQ", "HEAD_D", "SEQ_Q");
     load_tile(t, "do_tile", "dout", "qs", "BQ", "HEAD_DV", "SEQ_Q");
     sn_att_emit_query_stats(t, p);
@@ -278,7 +278,7 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
     }
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "}");
+    sn_att_close_query_tiles(t, p);
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
     sn_cu_emitf(t, "const int j = k0 + warp * ROWS + r;");

@@ -8,7 +8,10 @@
  * product per pair as vector FMAs over the head size, then the block's partial-sum vectors are
  * reduced together by a transposing shuffle tree into one vector with a score per lane, so exp
  * and the softmax statistics run on whole vectors. A masked block's lanes past a row's range
- * read the last row in range instead and are masked out: nothing is read out of bounds. */
+ * read the last row in range instead and are masked out: nothing is read out of bounds.
+ * Grouped-query attention (G query heads per k/v head): the forward and dq items are q's slices,
+ * reading k and v at the slice's head / G; the dk and dv items are k's slices, each looping over
+ * its G query heads in order, their sums in the same accumulators. */
 #ifdef SN_HAVE_LLVM
 
 #include <math.h>
@@ -33,6 +36,12 @@ typedef struct {
     LLVMValueRef bq, bk, bv, bo, bdo, blse, by, blse_out;
     LLVMValueRef q, k, v, o, dout, lse, y, lse_out;
     LLVMValueRef dsum;         /* dk: dout_i . o_i of the item's queries (stack) */
+    int64_t G;                 /* query heads per k/v head (grouped-query attention) */
+    bool by_kv;                /* dk and dv: the items are k's slices */
+    /* dk and dv with G > 1: the q-side slices of the group's first head, the elements from
+     * one head to the next, and dsum's first */
+    LLVMValueRef q0, o0, dout0, lse0, dsum0;
+    int64_t gq, go, gdo, glse;
     int64_t rq, rk, rv, ro, rdo; /* row strides of the inputs (views of a wider buffer) */
     int64_t ry;                /* the row stride of y (written into a wider buffer, or its row) */
     int R;                     /* rows per step */
@@ -344,6 +353,17 @@ static void blocks(att *a, step *s) {
     sn_ll_for_end(L, &tail);
 }
 
+/* dk and dv with G > 1: point the q-side slices (q, o, dout, lse, dsum) at head g of the
+ * item's group. */
+static void use_group(att *a, LLVMValueRef g) {
+    sn_ll *L = a->L;
+    LLVMValueRef *dst[] = {&a->q, &a->o, &a->dout, &a->lse, &a->dsum};
+    LLVMValueRef src[] = {a->q0, a->o0, a->dout0, a->lse0, a->dsum0};
+    int64_t per[] = {a->gq, a->go, a->gdo, a->glse, a->T};
+    for (int r = 0; r < 5; r++)
+        if (src[r]) *dst[r] = at(L, src[r], sn_ll_mul(L, g, sn_ll_i64(L, per[r])), "head");
+}
+
 /* ---- steps ---- */
 
 /* The rows i .. i+R-1 (those past the last, n rows, repeat it: they store the same values). */
@@ -438,20 +458,30 @@ static void bwd_kv_step(att *a, LLVMValueRef j) {
         f[t] = sn_ll_splat(L, a->scale, "");
     }
     zero_acc(a, &s, dk ? a->D : a->Dv, dk ? "dk" : "dv");
-    blocks(a, &s);
+    if (a->G == 1) {
+        blocks(a, &s);
+    } else { /* the group's query heads in order, summed in the same accumulators */
+        sn_ll_loop gl;
+        use_group(a, sn_ll_for(L, &gl, sn_ll_i64(L, 0), sn_ll_i64(L, a->G), sn_ll_i64(L, 1), "g"));
+        blocks(a, &s);
+        sn_ll_for_end(L, &gl);
+    }
     store_acc(a, &s, dk ? f : NULL);
 }
 
-/* dsum[i] = dout_i . o_i for the item's T queries. */
+/* dsum[i] = dout_i . o_i for the item's T queries (of each head of its group: G T). */
 static void fill_dsum(att *a) {
     sn_ll *L = a->L;
     LLVMValueRef doi[MAX_CHUNKS], oi[MAX_CHUNKS];
-    sn_ll_loop lp;
+    sn_ll_loop lp, gl;
+    if (a->G > 1)
+        use_group(a, sn_ll_for(L, &gl, sn_ll_i64(L, 0), sn_ll_i64(L, a->G), sn_ll_i64(L, 1), "g"));
     LLVMValueRef i = sn_ll_for(L, &lp, sn_ll_i64(L, 0), sn_ll_i64(L, a->T), sn_ll_i64(L, 1), "qi");
     load_row(a, a->dout, i, a->Dv, doi, "do");
     load_row(a, a->o, i, a->Dv, oi, "o");
     sn_ll_store(L, a->dsum, i, row_dot(a, doi, oi, a->Dv, "Di"));
     sn_ll_for_end(L, &lp);
+    if (a->G > 1) sn_ll_for_end(L, &gl);
 }
 
 /* ---- the kernel ---- */
@@ -472,22 +502,33 @@ static LLVMValueRef slice(att *a, LLVMValueRef p, LLVMValueRef item, int64_t per
 }
 
 /* The item's slice of the anchor's input i (or output i - n_in), through its access: the arg,
- * plus the offset and the item's coordinates over the leading dims times their strides. NULL
- * for NULL. */
+ * plus the offset and the item's coordinates times their strides. The item's coordinates are
+ * over q's leading dims, or k's for dk and dv; on the other side the head coordinate (the last
+ * leading dim) is divided by G (k and v read by a query head) or multiplied by it (the group's
+ * first query head). NULL for NULL. */
 static LLVMValueRef in_slice(att *a, const sn_kernel *k, int i, LLVMValueRef p, LLVMValueRef item,
                              const char *name) {
     if (!p) return NULL;
     sn_ll *L = a->L;
-    const sn_node *q = a->n->in[0];
+    const sn_node *q = a->n->in[0], *by = a->by_kv ? a->n->in[1] : q;
+    bool kv_side = i < a->n->n_in ? i == 1 || i == 2 : a->by_kv;
     const sn_access *x = &k->access[i];
     LLVMValueRef off = sn_ll_i64(L, x->offset), rest = item;
     for (int d = q->rank - 3; d >= 0; d--) { /* the leading dims, innermost first */
-        LLVMValueRef size = sn_ll_i64(L, q->shape[d]);
+        LLVMValueRef size = sn_ll_i64(L, by->shape[d]);
         LLVMValueRef idx = d ? LLVMBuildURem(B, rest, size, "") : rest;
+        if (d == q->rank - 3 && a->G > 1 && kv_side != a->by_kv)
+            idx = kv_side ? LLVMBuildUDiv(B, idx, sn_ll_i64(L, a->G), "kv_head")
+                          : sn_ll_mul(L, idx, sn_ll_i64(L, a->G));
         if (x->stride[d]) off = sn_ll_add(L, off, sn_ll_mul(L, idx, sn_ll_i64(L, x->stride[d])));
         if (d) rest = LLVMBuildUDiv(B, rest, size, "");
     }
     return at(L, p, off, name);
+}
+
+/* dk and dv with G > 1: the elements of input i's buffer from one query head to the next. */
+static int64_t head_stride(const att *a, const sn_kernel *k, int i) {
+    return k->access[i].stride[a->n->in[0]->rank - 3];
 }
 
 /* The row stride of input i (or output i - n_in): its second-to-last axis. */
@@ -553,20 +594,22 @@ static sn_status check_kernel(const sn_ll *L, const sn_kernel *k, sn_err *e) {
     }
     const sn_node *q = n->in[0];
     int r = q->rank;
-    int64_t batch = sn_shape_numel(r - 2, q->shape);
+    bool by_kv = n->op == SN_OP_ATTENTION_BWD_K || n->op == SN_OP_ATTENTION_BWD_V;
+    int64_t batch = sn_shape_numel(r - 2, (by_kv ? n->in[1] : q)->shape);
     if (k->n_items != batch)
         return sn_fail(e, SN_ERR_INVALID, "%s: n_items is %lld but attention kernels are "
-                       "generated for one item per (batch x head) slice: %lld", kn,
-                       (long long)k->n_items, (long long)batch);
+                       "generated for one item per (batch x head) slice of %s: %lld", kn,
+                       (long long)k->n_items, by_kv ? "k" : "q", (long long)batch);
     int64_t D = q->shape[r - 1], Dv = n->n_in > 2 ? n->in[2]->shape[r - 1] : D;
     if (chunks(L, D) > MAX_CHUNKS || chunks(L, Dv) > MAX_CHUNKS)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: head sizes D = %lld, Dv = %lld exceed the %d "
                        "the LLVM attention kernels hold in registers", kn, (long long)D,
                        (long long)Dv, MAX_CHUNKS * L->lanes);
-    if (n->op == SN_OP_ATTENTION_BWD_K && q->shape[r - 2] > MAX_SCRATCH_T)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: T = %lld queries exceed the %d the LLVM "
-                       "attention_bwd_k kernel keeps on its stack", kn,
-                       (long long)q->shape[r - 2], MAX_SCRATCH_T);
+    int64_t G = sn_attention_group(n);
+    if (n->op == SN_OP_ATTENTION_BWD_K && G * q->shape[r - 2] > MAX_SCRATCH_T)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: T = %lld queries (times %lld query heads "
+                       "per kv head) exceed the %d the LLVM attention_bwd_k kernel keeps on its "
+                       "stack", kn, (long long)q->shape[r - 2], (long long)G, MAX_SCRATCH_T);
     return SN_OK;
 }
 
@@ -581,6 +624,8 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
     a.ndv = chunks(L, a.Dv);
     a.scale = sn_ll_f32(L, n->a.f);
     a.R = rows_per_step(L, &a);
+    a.G = sn_attention_group(n);
+    a.by_kv = n->op == SN_OP_ATTENTION_BWD_K || n->op == SN_OP_ATTENTION_BWD_V;
 
     sn_ll_fn_begin(L, fname);
     /* the inputs through their accesses: q, k, v, o, dout may be views of a wider buffer */
@@ -600,7 +645,7 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
         a.blse_out = sn_ll_buf(L, 1, SN_F32, "lse_out"); /* lse */
     }
     if (n->op == SN_OP_ATTENTION_BWD_K) {
-        LLVMValueRef buf = sn_ll_var(L, LLVMArrayType(L->t_f32, (unsigned)a.T), NULL, "dsum");
+        LLVMValueRef buf = sn_ll_var(L, LLVMArrayType(L->t_f32, (unsigned)(a.G * a.T)), NULL, "dsum");
         LLVMSetAlignment(buf, 64);
         a.dsum = LLVMBuildBitCast(L->b, buf, LLVMPointerType(L->t_f32, 0), "dsum");
     }
@@ -614,6 +659,12 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
     a.dout = n->n_in > 4 ? in_slice(&a, k, 4, a.bdo, b, "dout") : NULL;
     a.lse = in_slice(&a, k, n->op == SN_OP_ATTENTION ? 3 : 5, a.blse, b, "lse");
     a.lse_out = slice(&a, a.blse_out, b, a.T, "lse_out");
+    if (a.by_kv && a.G > 1) { /* the group's first query head; use_group moves to the others */
+        int i_lse = n->op == SN_OP_ATTENTION ? 3 : 5;
+        a.q0 = a.q, a.o0 = a.o, a.dout0 = a.dout, a.lse0 = a.lse, a.dsum0 = a.dsum;
+        a.gq = head_stride(&a, k, 0), a.go = head_stride(&a, k, 3);
+        a.gdo = head_stride(&a, k, 4), a.glse = head_stride(&a, k, i_lse);
+    }
     int64_t rows = n->op == SN_OP_ATTENTION_BWD_K || n->op == SN_OP_ATTENTION_BWD_V ? a.S : a.T;
     int64_t per = n->op == SN_OP_ATTENTION_BWD_Q || n->op == SN_OP_ATTENTION_BWD_K ? a.D : a.Dv;
     bool into = k->n_access > n->n_in; /* outputs written through accesses */
