@@ -35,11 +35,18 @@ sn_status sn_pass_pad_vocab(const sn_graph *in, int64_t multiple, sn_graph **out
  *     y = matmul(p, v)
  * by lse = attention_lse(q, k, f), y = attention(q, k, v, lse, f), so neither the forward
  * nor (after autodiff) the backward holds a (T, S) matrix. A chain is fused only when its mask
- * fills -inf, q, k, v have the same leading dimensions, and p and the nodes before it have no
- * other reader (nor are an output).
+ * fills -inf, q, k, v have the same leading dimensions (k's and v's heads may divide q's), and
+ * p and the nodes before it have no other reader (nor are an output). Grouped-query attention:
+ * when k and v are both repeats of kv tensors (.., Hkv, S, D) for groups of G query heads,
+ * written reshape (.., Hkv, 1, S D) -> broadcast (.., Hkv, G, S D) -> reshape (.., Hkv G, S, D)
+ * (head h reads kv head h / G) with no other reader, the fused ops read the kv tensors and the
+ * repeats are dropped: no copies, and no sum over the broadcast in the backward.
  * requires: a verified forward graph (before autodiff).
- * *n_fused: how many attention blocks were replaced. */
-sn_status sn_pass_attention(const sn_graph *in, sn_graph **out, int *n_fused, sn_err *e);
+ * unrepeat_kv false: k and v stay as written (repeated).
+ * *n_fused: how many attention blocks were replaced; *n_unrepeated: how many of them read k
+ * and v unrepeated (may be NULL). */
+sn_status sn_pass_attention(const sn_graph *in, bool unrepeat_kv, sn_graph **out, int *n_fused,
+                            int *n_unrepeated, sn_err *e);
 
 /* ---- autocast.c ---- */
 

@@ -104,7 +104,8 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
     }
 
     if (o->fuse_attention) {
-        if ((s = sn_pass_attention(g, &next, &st->attention_fused, e))) return s;
+        if ((s = sn_pass_attention(g, !o->keep_kv_repeats, &next, &st->attention_fused,
+                                   &st->kv_unrepeated, e))) return s;
         replace(g, next);
         if ((s = after(g, "attention", o, e))) return s;
     }

@@ -20,6 +20,9 @@
 typedef struct {
     const sn_target *target; /* what the program is for (NULL: the host CPU, sn_target_cpu) */
     bool fuse_attention;     /* the attention pass: written-out attention -> fused ops */
+    bool keep_kv_repeats;    /* the attention pass keeps k and v repeated for grouped-query
+                                attention as the model wrote them (default off: the fused ops
+                                read them unrepeated; on: for comparison) */
     int64_t pad_vocab;       /* the pad_vocab pass's multiple (0: off; SN_PAD_VOCAB_POW2: the
                                 next power of two) */
     sn_precision precision;  /* bf16/fp16: the autocast pass (mixed precision); fp32 (0, the
@@ -38,6 +41,7 @@ typedef struct {
 /* What the passes did. */
 typedef struct {
     int attention_fused; /* attention blocks the attention pass replaced */
+    int kv_unrepeated;   /* of those, how many read k and v unrepeated (grouped-query) */
     int vocab_padded;    /* tables the pad_vocab pass padded */
     int checkpoint_recomputed; /* forward nodes the checkpoint pass recomputes */
     double checkpoint_extra_flops, step_flops; /* its extra FLOPs, the step's without them */

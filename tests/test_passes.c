@@ -246,7 +246,7 @@ static char *rewrite(const sn_graph *g, bool attention, int64_t pad, int expect_
     sn_graph *out;
     sn_err e;
     int n;
-    sn_status s = attention ? sn_pass_attention(g, &out, &n, &e) : sn_pass_pad_vocab(g, pad, &out, &n, &e);
+    sn_status s = attention ? sn_pass_attention(g, true, &out, &n, NULL, &e) : sn_pass_pad_vocab(g, pad, &out, &n, &e);
     ck_assert_msg(s == SN_OK, "%s", e.msg);
     ck_assert_int_eq(n, expect_n);
     ck_assert_msg(sn_verify(out, &e) == SN_OK, "%s", e.msg);
@@ -400,7 +400,7 @@ START_TEST(errors_say_what_to_do) {
     sn_graph *g = gpt2_graph("tiny", 0, 1, 8, &o, NULL), *out;
     sn_err e;
     int n;
-    ck_assert_int_eq(sn_pass_attention(g, &out, &n, &e), SN_ERR_INVALID);
+    ck_assert_int_eq(sn_pass_attention(g, true, &out, &n, NULL, &e), SN_ERR_INVALID);
     ck_assert_msg(strstr(e.msg, "run the pass before autodiff"), "%s", e.msg);
     ck_assert_int_eq(sn_pass_pad_vocab(g, 64, &out, &n, &e), SN_ERR_INVALID);
     ck_assert_msg(strstr(e.msg, "run the pass before autodiff"), "%s", e.msg);
