@@ -86,11 +86,15 @@ typedef struct {
     int b0, b1;          /* leading dims: items = b0 * b1 */
     int64_t T, S, D, Dv;
     float sharp;         /* scale = sharp / sqrt(D) */
+    int hkv;             /* k's and v's heads (grouped-query: a divisor of b1); 0: b1 */
 } att_case;
 
+static int kv_heads(const att_case *c) { return c->hkv ? c->hkv : c->b1; }
+
 static const char *case_str(const att_case *c, char *buf, size_t len) {
-    snprintf(buf, len, "(%d x %d) T=%lld S=%lld D=%lld Dv=%lld scale %.2f/sqrt(D)", c->b0, c->b1,
-             (long long)c->T, (long long)c->S, (long long)c->D, (long long)c->Dv, c->sharp);
+    snprintf(buf, len, "(%d x %d, kv heads %d) T=%lld S=%lld D=%lld Dv=%lld scale %.2f/sqrt(D)",
+             c->b0, c->b1, kv_heads(c), (long long)c->T, (long long)c->S, (long long)c->D,
+             (long long)c->Dv, c->sharp);
     return buf;
 }
 
@@ -182,8 +186,8 @@ static void check_case(const att_case *c) {
     float scale = c->sharp / sqrtf((float)c->D);
     sn_graph *g = sn_graph_new();
     sn_node *q = sn_input(g, "q", SN_F32, SN_SHAPE(c->b0, c->b1, c->T, c->D));
-    sn_node *k = sn_input(g, "k", SN_F32, SN_SHAPE(c->b0, c->b1, c->S, c->D));
-    sn_node *v = sn_input(g, "v", SN_F32, SN_SHAPE(c->b0, c->b1, c->S, c->Dv));
+    sn_node *k = sn_input(g, "k", SN_F32, SN_SHAPE(c->b0, kv_heads(c), c->S, c->D));
+    sn_node *v = sn_input(g, "v", SN_F32, SN_SHAPE(c->b0, kv_heads(c), c->S, c->Dv));
     sn_node *dout = sn_input(g, "dout", SN_F32, SN_SHAPE(c->b0, c->b1, c->T, c->Dv));
     sn_node *lse = sn_attention_lse(g, q, k, scale);
     sn_node *o = sn_attention(g, q, k, v, lse, scale);
@@ -214,8 +218,8 @@ static void check_unfused(const att_case *c) {
     float scale = c->sharp / sqrtf((float)c->D);
     sn_graph *g = sn_graph_new();
     sn_node *q = sn_input(g, "q", SN_F32, SN_SHAPE(c->b0, c->b1, c->T, c->D));
-    sn_node *k = sn_input(g, "k", SN_F32, SN_SHAPE(c->b0, c->b1, c->S, c->D));
-    sn_node *v = sn_input(g, "v", SN_F32, SN_SHAPE(c->b0, c->b1, c->S, c->Dv));
+    sn_node *k = sn_input(g, "k", SN_F32, SN_SHAPE(c->b0, kv_heads(c), c->S, c->D));
+    sn_node *v = sn_input(g, "v", SN_F32, SN_SHAPE(c->b0, kv_heads(c), c->S, c->Dv));
     sn_node *lse_in = sn_input(g, "lse", SN_F32, SN_SHAPE(c->b0, c->b1, c->T));
     sn_node *lse = sn_attention_lse(g, q, k, scale);
     sn_node *o = sn_attention(g, q, k, v, lse_in, scale);
@@ -237,12 +241,16 @@ static void check_unfused(const att_case *c) {
 
 /* Head sizes 5 (one masked vector), 16, 24 (a full vector and a tail at 16 lanes), 64, and 160
  * (too wide for two rows per step in registers); Dv unlike D; T = S and T < S; T = 1; T up to
- * 70 (a multiple of no block size, and odd: the last step of two rows repeats the last row). */
+ * 70 (a multiple of no block size, and odd: the last step of two rows repeats the last row).
+ * Grouped-query (the last column): G = 2, 3 and 4 query heads per kv head, one kv head and
+ * several, two batches (the kv slice of query slice bq is bq / G across them). */
 static const att_case cases[] = {
-    {1, 1, 1, 1, 5, 5, 1},      {2, 3, 7, 7, 5, 5, 1},     {1, 2, 1, 9, 5, 5, 1},
-    {2, 3, 33, 33, 16, 16, 1},  {1, 3, 17, 40, 16, 16, 2}, {2, 2, 19, 45, 24, 24, 1},
-    {1, 2, 70, 70, 64, 64, 1},  {2, 1, 37, 70, 64, 64, 1}, {1, 2, 70, 70, 64, 64, 4},
-    {1, 3, 23, 31, 24, 5, 1},   {1, 2, 50, 64, 5, 40, 3},  {1, 2, 20, 29, 160, 136, 1},
+    {1, 1, 1, 1, 5, 5, 1, 0},      {2, 3, 7, 7, 5, 5, 1, 0},     {1, 2, 1, 9, 5, 5, 1, 0},
+    {2, 3, 33, 33, 16, 16, 1, 0},  {1, 3, 17, 40, 16, 16, 2, 0}, {2, 2, 19, 45, 24, 24, 1, 0},
+    {1, 2, 70, 70, 64, 64, 1, 0},  {2, 1, 37, 70, 64, 64, 1, 0}, {1, 2, 70, 70, 64, 64, 4, 0},
+    {1, 3, 23, 31, 24, 5, 1, 0},   {1, 2, 50, 64, 5, 40, 3, 0},  {1, 2, 20, 29, 160, 136, 1, 0},
+    {2, 4, 7, 7, 5, 5, 1, 2},   {2, 6, 19, 45, 24, 24, 1, 2}, {1, 4, 37, 37, 64, 64, 2, 1},
+    {2, 4, 33, 40, 16, 5, 1, 2}, {1, 8, 17, 17, 16, 16, 1, 2},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 

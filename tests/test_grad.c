@@ -222,6 +222,29 @@ CASE(attention_lse_read_twice) { /* lse read by attention and by a mul: both adj
     return sn_mul(g, o, sn_reshape(g, lse, SN_SHAPE(2, 3, 1)));
 }
 
+/* Grouped-query attention: k and v with Hkv heads for q's H, G = H / Hkv query heads per kv
+ * head (G = 1 is `attention`); two batches, so the kv slice of query slice bq is bq / G across
+ * the batch too. dk and dv sum the group's heads. */
+static sn_node *gqa(sn_graph *g, int H, int Hkv, int T, int S) {
+    sn_node *q = P(g, "q", SN_SHAPE(2, H, T, 3)), *k = P(g, "k", SN_SHAPE(2, Hkv, S, 3));
+    return sn_causal_attention(g, q, k, P(g, "v", SN_SHAPE(2, Hkv, S, 2)), 0.8f);
+}
+CASE(attention_gqa2) {
+    (void)ints;
+    return gqa(g, 4, 2, 3, 3);
+}
+CASE(attention_gqa4) { /* and S > T */
+    (void)ints;
+    return gqa(g, 4, 1, 2, 3);
+}
+CASE(attention_lse_gqa) { /* lse read by attention and by a mul: its rule with grouped k */
+    (void)ints;
+    sn_node *q = P(g, "q", SN_SHAPE(3, 2, 2)), *k = P(g, "k", SN_SHAPE(1, 2, 2));
+    sn_node *lse = sn_attention_lse(g, q, k, 0.9f);
+    sn_node *o = sn_attention(g, q, k, P(g, "v", SN_SHAPE(1, 2, 3)), lse, 0.9f);
+    return sn_mul(g, o, sn_reshape(g, lse, SN_SHAPE(3, 2, 1)));
+}
+
 static const struct {
     const char *name;
     build_fn build;
@@ -240,6 +263,7 @@ static const struct {
     C(pad, PAD), C(concat, CONCAT), C(split, SLICE), C(embedding, EMBEDDING),
     C(tied_embedding, EMBEDDING), C(attention, ATTENTION), C(attention_more_keys, ATTENTION),
     C(attention_lse, ATTENTION_LSE), C(attention_lse_read_twice, ATTENTION_LSE),
+    C(attention_gqa2, ATTENTION), C(attention_gqa4, ATTENTION), C(attention_lse_gqa, ATTENTION_LSE),
 #undef C
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))

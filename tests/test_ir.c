@@ -504,6 +504,25 @@ START_TEST(test_append_errors) {
     append_fails(g, &(sn_node){.op = SN_OP_MATMUL, IN(a, b)},
                  "matmul (would be node %2): the resulting shape [2147483648,2147483648] has more");
 
+    /* grouped-query attention: k's and v's heads must divide q's and agree */
+    g = sn_graph_new();
+    a = NODE(g, INPUT, T(F32, 2, 8, 5, 4));
+    b = NODE(g, INPUT, T(F32, 2, 3, 5, 4));
+    append_fails(g, &(sn_node){.op = SN_OP_ATTENTION_LSE, IN(a, b), .a = {.f = 0.5f}},
+                 "attention_lse (would be node %2): k has 3 heads, q has 8: the kv heads must "
+                 "divide the query heads");
+    g = sn_graph_new();
+    a = NODE(g, INPUT, T(F32, 2, 8, 5, 4));
+    b = NODE(g, INPUT, T(F32, 2, 2, 5, 4));
+    sn_node *v4 = NODE(g, INPUT, T(F32, 2, 4, 5, 4)), *lse = NODE(g, INPUT, T(F32, 2, 8, 5));
+    append_fails(g, &(sn_node){.op = SN_OP_ATTENTION, IN(a, b, v4, lse), .a = {.f = 0.5f}},
+                 "v must be (.., S, Dv) with k's leading dimensions");
+    g = sn_graph_new();
+    a = NODE(g, INPUT, T(F32, 2, 8, 5, 4));
+    b = NODE(g, INPUT, T(F32, 1, 2, 5, 4)); /* only the heads may differ */
+    append_fails(g, &(sn_node){.op = SN_OP_ATTENTION_LSE, IN(a, b), .a = {.f = 0.5f}},
+                 "need q (.., T, D) and k (.., S, D) with the same leading dimensions");
+
     /* the first error sticks: later appends return NULL and keep the first message */
     g = sn_graph_new();
     a = NODE(g, INPUT, T(F32, 4, 8));
