@@ -213,7 +213,10 @@ typedef struct {
     int64_t T, S, D, Dv;
     sn_dtype dt;
     int sm;
+    int hkv; /* k's and v's heads (grouped-query attention: a divisor of b1); 0: b1 */
 } att_case;
+
+static int kv_heads(const att_case *c) { return c->hkv ? c->hkv : c->b1; }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static double uniform(double lo, double hi) {
@@ -246,14 +249,14 @@ static sn_program *fuse(sn_graph *g) {
 static run_result check_case(const att_case *c, bool unfused, const char *needle,
                              const char *plant) {
     char label[160];
-    snprintf(label, sizeof label, "%s sm_%d (%dx%d) T=%lld S=%lld D=%lld Dv=%lld%s",
-             sn_dtype_name(c->dt), c->sm, c->b0, c->b1, (long long)c->T, (long long)c->S,
-             (long long)c->D, (long long)c->Dv, unfused ? " unfused forward" : "");
+    snprintf(label, sizeof label, "%s sm_%d (%dx%d, kv heads %d) T=%lld S=%lld D=%lld Dv=%lld%s",
+             sn_dtype_name(c->dt), c->sm, c->b0, c->b1, kv_heads(c), (long long)c->T,
+             (long long)c->S, (long long)c->D, (long long)c->Dv, unfused ? " unfused forward" : "");
     float scale = 1.0f / sqrtf((float)c->D);
     sn_graph *g = sn_graph_new();
     sn_node *q = sn_input(g, "q", c->dt, SN_SHAPE(c->b0, c->b1, c->T, c->D));
-    sn_node *k = sn_input(g, "k", c->dt, SN_SHAPE(c->b0, c->b1, c->S, c->D));
-    sn_node *v = sn_input(g, "v", c->dt, SN_SHAPE(c->b0, c->b1, c->S, c->Dv));
+    sn_node *k = sn_input(g, "k", c->dt, SN_SHAPE(c->b0, kv_heads(c), c->S, c->D));
+    sn_node *v = sn_input(g, "v", c->dt, SN_SHAPE(c->b0, kv_heads(c), c->S, c->Dv));
     sn_node *dout = NULL, *lse_in = NULL;
     int want;
     if (unfused) { /* attention_lse alone, and attention reading a given lse */
@@ -293,13 +296,18 @@ static run_result check_case(const att_case *c, bool unfused, const char *needle
 
 /* Head sizes 64 and 128 at sequence lengths no tile divides; odd head sizes and S > T (fp32
  * path); each storage type on the path its target takes: f32 FMA tiles, bf16 mma (sm_80), f16
- * as two m16n8k8 (sm_75) and as m16n8k16 (sm_80), bf16 on sm_75 (no bf16 mma: FMA tiles). */
+ * as two m16n8k8 (sm_75) and as m16n8k16 (sm_80), bf16 on sm_75 (no bf16 mma: FMA tiles);
+ * grouped-query k and v (the last column, cases 10 ..) on each path. */
 static const att_case cases[] = {
-    {2, 2, 37, 37, 64, 64, SN_F32, 80},     {1, 2, 100, 100, 128, 128, SN_F32, 80},
-    {1, 2, 20, 29, 24, 40, SN_F32, 80},     {2, 2, 37, 37, 64, 64, SN_BF16, 80},
-    {1, 2, 100, 100, 128, 128, SN_BF16, 80}, {1, 2, 45, 61, 32, 64, SN_BF16, 90},
-    {2, 2, 37, 37, 64, 64, SN_F16, 75},     {1, 2, 100, 100, 128, 128, SN_F16, 75},
-    {1, 2, 37, 37, 64, 64, SN_F16, 80},     {1, 2, 37, 37, 64, 64, SN_BF16, 75},
+    {2, 2, 37, 37, 64, 64, SN_F32, 80, 0},     {1, 2, 100, 100, 128, 128, SN_F32, 80, 0},
+    {1, 2, 20, 29, 24, 40, SN_F32, 80, 0},     {2, 2, 37, 37, 64, 64, SN_BF16, 80, 0},
+    {1, 2, 100, 100, 128, 128, SN_BF16, 80, 0}, {1, 2, 45, 61, 32, 64, SN_BF16, 90, 0},
+    {2, 2, 37, 37, 64, 64, SN_F16, 75, 0},     {1, 2, 100, 100, 128, 128, SN_F16, 75, 0},
+    {1, 2, 37, 37, 64, 64, SN_F16, 80, 0},     {1, 2, 37, 37, 64, 64, SN_BF16, 75, 0},
+    /* grouped-query attention: 2 and 4 query heads per kv head, 1 or 2 kv heads, two batches */
+    {2, 4, 37, 37, 64, 64, SN_F32, 80, 2},  {1, 4, 20, 29, 24, 40, SN_F32, 80, 1},
+    {2, 4, 37, 37, 64, 64, SN_BF16, 80, 2}, {1, 4, 45, 61, 32, 64, SN_BF16, 90, 1},
+    {2, 4, 37, 37, 32, 32, SN_F16, 75, 2},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
@@ -414,13 +422,19 @@ static const plant_case plants[] = {
     /* the fp32 path's shuffle of a probability from the wrong lane */
     {0, 0, "__shfl_sync(0xffffffffu, pr[r], jj)", "__shfl_sync(0xffffffffu, pr[r], (jj + 1) % 32)",
      "fp32: probability shuffled from the next lane"},
+    /* grouped-query attention (4 query heads, 2 kv heads): the forward's k read at kv head
+     * h % 2 instead of h / 2; dk and dv summing only the first query head of each group */
+    {10, 0, "% 4 / 2) *", "% 4 % 2) *", "fp32 gqa: kv head h % Hkv"},
+    {10, 0, "g < 2; g++", "g < 1; g++", "fp32 gqa: dk, dv from one head of the group"},
+    {12, 0, "g < 2; g++", "g < 1; g++", "bf16 mma gqa: dk, dv from one head of the group"},
 };
 enum { N_PLANTS = sizeof plants / sizeof plants[0] };
 
 START_TEST(planted_bugs_are_caught) {
     const plant_case *pc = &plants[_i];
     att_case c = cases[pc->which];
-    c.b0 = c.b1 = 1; /* one slice is enough */
+    c.b0 = 1; /* one slice is enough (one group of query heads for grouped-query attention) */
+    if (!c.hkv) c.b1 = 1;
     if (pc->T) c.T = c.S = pc->T;
     run_result r = check_case(&c, false, pc->needle, pc->plant);
     printf("planted (%s): %s\n", pc->what, r.failure[0] ? r.failure : "");
@@ -473,8 +487,8 @@ static sn_program *case_program(const att_case *c, sn_graph **gp) {
     sn_graph *g = sn_graph_new();
     float scale = 1.0f / sqrtf((float)c->D);
     sn_node *q = sn_input(g, "q", c->dt, SN_SHAPE(c->b0, c->b1, c->T, c->D));
-    sn_node *k = sn_input(g, "k", c->dt, SN_SHAPE(c->b0, c->b1, c->S, c->D));
-    sn_node *v = sn_input(g, "v", c->dt, SN_SHAPE(c->b0, c->b1, c->S, c->Dv));
+    sn_node *k = sn_input(g, "k", c->dt, SN_SHAPE(c->b0, kv_heads(c), c->S, c->D));
+    sn_node *v = sn_input(g, "v", c->dt, SN_SHAPE(c->b0, kv_heads(c), c->S, c->Dv));
     sn_node *dout = sn_input(g, "dout", c->dt, SN_SHAPE(c->b0, c->b1, c->T, c->Dv));
     sn_node *lse = sn_attention_lse(g, q, k, scale);
     sn_node *o = sn_attention(g, q, k, v, lse, scale);
@@ -484,6 +498,60 @@ static sn_program *case_program(const att_case *c, sn_graph **gp) {
     for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
     *gp = g;
     return fuse(g);
+}
+
+/* Compiles c's attention kernels with NVRTC for c->sm and prints ptxas's report; returns how
+ * many spill, use a stack frame or more than 48 KiB of shared memory, or -1 when NVRTC is
+ * missing (skipped). */
+static int nvrtc_check(const att_case *c) {
+    sn_graph *g;
+    sn_program *p = case_program(c, &g);
+    const sn_kernel *ks[8];
+    int n = 0, bad = 0;
+    for (int i = 0; i < p->n_kernels; i++)
+        if (p->kernels[i]->kind == SN_KER_ATTENTION) ks[n++] = p->kernels[i];
+    sn_target tg = sn_target_cuda(c->sm);
+    sn_cuda_source cs;
+    sn_err e;
+    ck_assert_msg(sn_cuda_render(ks, n, &tg, &cs, &e) == SN_OK, "%s", e.msg);
+    const char *src = cs.src;
+    const char *dump = getenv("SN_ATT_DUMP"); /* a folder: write each source there */
+    if (dump) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/att_%s_%lld_sm%d%s.cu", dump, sn_dtype_name(c->dt),
+                 (long long)c->D, c->sm, c->hkv ? "_gqa" : "");
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fputs(src, f);
+            fclose(f);
+        }
+    }
+    sn_cuda_module m;
+    sn_status st = sn_nvrtc_compile(src, "attention.cu", c->sm, &m, &e);
+    if (st == SN_ERR_UNSUPPORTED) {
+        printf("nvrtc: %s: skipped\n", e.msg);
+        bad = -1;
+    } else {
+        ck_assert_msg(st == SN_OK, "%s\n%s", e.msg, src);
+        for (int i = 0; i < n; i++) {
+            const sn_cuda_kernel_info *inf = sn_cuda_module_info(&m, cs.fn[i]);
+            ck_assert_msg(inf, "no ptxas report of %s", ks[i]->name);
+            printf("nvrtc sm_%d %s D=%lld%s %-28s %-16s %3d registers, %5d bytes shared, "
+                   "spills %d/%d, stack %d\n", c->sm, sn_dtype_name(c->dt), (long long)c->D,
+                   c->hkv ? " gqa" : "", ks[i]->name, sn_op_name(ks[i]->anchor->op),
+                   inf->registers, inf->shared_bytes, inf->spill_store_bytes,
+                   inf->spill_load_bytes, inf->stack_bytes);
+            if (inf->spill_store_bytes || inf->spill_load_bytes || inf->stack_bytes ||
+                inf->shared_bytes > 48 << 10)
+                bad++;
+        }
+    }
+    fflush(stdout);
+    sn_cuda_module_free(&m);
+    sn_cuda_source_free(&cs);
+    sn_program_free(p);
+    sn_graph_free(g);
+    return bad;
 }
 
 START_TEST(nvrtc_no_spills) {
@@ -496,62 +564,34 @@ START_TEST(nvrtc_no_spills) {
     int bad = 0;
     for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
         for (size_t ai = 0; ai < 3; ai++) {
-            att_case c = {4, 12, 1024, 1024, forms[f].D, forms[f].D, forms[f].dt, archs[ai]};
-            sn_graph *g;
-            sn_program *p = case_program(&c, &g);
-            const sn_kernel *ks[8];
-            int n = 0;
-            for (int i = 0; i < p->n_kernels; i++)
-                if (p->kernels[i]->kind == SN_KER_ATTENTION) ks[n++] = p->kernels[i];
-            sn_target tg = sn_target_cuda(c.sm);
-            sn_cuda_source cs;
-            sn_err e;
-            ck_assert_msg(sn_cuda_render(ks, n, &tg, &cs, &e) == SN_OK, "%s", e.msg);
-            const char *src = cs.src;
-            const char *dump = getenv("SN_ATT_DUMP"); /* a folder: write each source there */
-            if (dump) {
-                char path[512];
-                snprintf(path, sizeof path, "%s/att_%s_%lld_sm%d.cu", dump, sn_dtype_name(c.dt),
-                         (long long)c.D, c.sm);
-                FILE *f = fopen(path, "w");
-                if (f) {
-                    fputs(src, f);
-                    fclose(f);
-                }
-            }
-            sn_cuda_module m;
-            sn_status st = sn_nvrtc_compile(src, "attention.cu", c.sm, &m, &e);
-            if (st == SN_ERR_UNSUPPORTED) {
-                printf("nvrtc: %s: skipped\n", e.msg);
-                sn_cuda_module_free(&m);
-                sn_cuda_source_free(&cs);
-                sn_program_free(p);
-                sn_graph_free(g);
-                return;
-            }
-            ck_assert_msg(st == SN_OK, "%s\n%s", e.msg, src);
-            for (int i = 0; i < n; i++) {
-                const sn_cuda_kernel_info *inf = sn_cuda_module_info(&m, cs.fn[i]);
-                ck_assert_msg(inf, "no ptxas report of %s", ks[i]->name);
-                printf("nvrtc sm_%d %s D=%lld %-28s %-16s %3d registers, %5d bytes shared, "
-                       "spills %d/%d, stack %d\n", c.sm, sn_dtype_name(c.dt), (long long)c.D,
-                       ks[i]->name, sn_op_name(ks[i]->anchor->op), inf->registers,
-                       inf->shared_bytes, inf->spill_store_bytes, inf->spill_load_bytes,
-                       inf->stack_bytes);
-                if (inf->spill_store_bytes || inf->spill_load_bytes || inf->stack_bytes ||
-                    inf->shared_bytes > 48 << 10)
-                    bad++;
-            }
-            fflush(stdout);
-            sn_cuda_module_free(&m);
-            sn_cuda_source_free(&cs);
-            sn_program_free(p);
-            sn_graph_free(g);
+            att_case c = {4, 12, 1024, 1024, forms[f].D, forms[f].D, forms[f].dt, archs[ai], 0};
+            int b = nvrtc_check(&c);
+            if (b < 0) return;
+            bad += b;
         }
     ck_assert_msg(bad == 0, "%d kernels spill, use a stack frame or more than 48 KiB of shared "
                   "memory (the lines above)", bad);
 }
 END_TEST
+
+/* Grouped-query attention (12 query heads over 4 kv heads: dk and dv loop over 3): the three
+ * kernel forms (f32 FMA tiles, bf16 mma on sm_80, f16 as m16n8k8 on sm_75) at D = 64 and 128. */
+START_TEST(nvrtc_gqa_no_spills) {
+    static const att_case forms[] = {
+        {4, 12, 1024, 1024, 64, 64, SN_F32, 80, 4}, {4, 12, 1024, 1024, 128, 128, SN_BF16, 80, 4},
+        {4, 12, 1024, 1024, 64, 64, SN_F16, 75, 4},
+    };
+    int bad = 0;
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+        int b = nvrtc_check(&forms[f]);
+        if (b < 0) return;
+        bad += b;
+    }
+    ck_assert_msg(bad == 0, "%d kernels spill, use a stack frame or more than 48 KiB of shared "
+                  "memory (the lines above)", bad);
+}
+END_TEST
+
 
 static Suite *suite(void) {
     Suite *s = suite_create("cuda_attention");
@@ -566,6 +606,7 @@ static Suite *suite(void) {
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 240);
     tcase_add_test(nv, nvrtc_no_spills);
+    tcase_add_test(nv, nvrtc_gqa_no_spills);
     suite_add_tcase(s, nv);
     return s;
 }
