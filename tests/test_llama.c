@@ -39,12 +39,15 @@ static int count_op(const sn_graph *g, sn_op op) {
     return n;
 }
 
-/* Every layer's attention is fused (no softmax, no (T, T) matrix left), and the compiled
- * program computes the interpreter's loss and gradients. */
+/* Every layer's attention is fused (no softmax, no (T, T) matrix left) and reads its 2 key/value
+ * heads unrepeated (no broadcast left), and the compiled program computes the interpreter's
+ * loss and gradients. */
 START_TEST(llama_matches_interpreter) {
     sn_pipeline_stats st = {0};
     sn_graph *g = llama_training(2, TINY_B, TINY_T, &st);
     ck_assert_int_eq(st.attention_fused, 2);
+    ck_assert_int_eq(st.kv_unrepeated, 2); /* grouped-query: k and v read unrepeated */
+    for (int i = 0; i < g->n_forward; i++) ck_assert_int_ne(g->nodes[i]->op, SN_OP_BROADCAST);
     ck_assert_int_eq(count_op(g, SN_OP_SOFTMAX), 0);
     ck_assert_int_eq(count_op(g, SN_OP_ATTENTION), 2);
     ck_assert_int_eq(count_op(g, SN_OP_RMSNORM), 5);

@@ -1,6 +1,7 @@
 /* test_passes.c: the forward rewrites (attention, pad_vocab) and the pipeline that runs them:
  * the fused attention ops against the written-out pattern, GPT-2 with no (T, T) matrix left,
- * the tiny GPT-2's loss, logits and gradients unchanged by each pass, and text in, text out. */
+ * the tiny GPT-2's loss, logits and gradients unchanged by each pass, grouped-query k and v
+ * read unrepeated (and a repeat of another head mapping kept), and text in, text out. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +241,123 @@ START_TEST(tiny_gpt2_unchanged_by_passes) {
 }
 END_TEST
 
+/* ---- grouped-query attention: k and v repeated for groups of query heads ---- */
+
+/* kv (B, Hkv, S, D) repeated for G query heads each as llama_repeat_kv writes it (head h reads
+ * kv head h / G), or with `modulo` the other mapping (head h reads kv head h % Hkv). */
+static sn_node *repeat_kv(sn_graph *g, sn_node *kv, int G, bool modulo) {
+    int64_t B = kv->shape[0], H = kv->shape[1], S = kv->shape[2], D = kv->shape[3];
+    sn_node *r = sn_reshape(g, kv, modulo ? SN_SHAPE(B, 1, H, S * D) : SN_SHAPE(B, H, 1, S * D));
+    r = sn_broadcast(g, r, modulo ? SN_SHAPE(B, G, H, S * D) : SN_SHAPE(B, H, G, S * D));
+    return sn_reshape(g, r, SN_SHAPE(B, H * G, S, D));
+}
+
+/* Causal attention written out over repeated k and v (2 kv heads, G query heads each, two
+ * batches), loss sum(y * w), through the pipeline's graph passes with options o. */
+static sn_graph *gqa_graph(int G, bool modulo, const sn_pipeline_opts *o, sn_pipeline_stats *st) {
+    enum { B = 2, HKV = 2, T = 5, D = 4, DV = 3 };
+    sn_graph *g = sn_graph_new();
+    sn_node *q = sn_param(g, "q", SN_F32, SN_SHAPE(B, HKV * G, T, D), SN_INIT_NORMAL, 1);
+    sn_node *k = sn_param(g, "k", SN_F32, SN_SHAPE(B, HKV, T, D), SN_INIT_NORMAL, 1);
+    sn_node *v = sn_param(g, "v", SN_F32, SN_SHAPE(B, HKV, T, DV), SN_INIT_NORMAL, 1);
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(B, HKV * G, T, DV), SN_INIT_NORMAL, 1);
+    sn_node *kr = repeat_kv(g, k, G, modulo), *vr = repeat_kv(g, v, G, modulo);
+    sn_node *s = sn_causal_mask(g, sn_scale(g, sn_matmul_t(g, q, kr, false, true), 0.6f));
+    sn_node *y = sn_matmul(g, sn_softmax(g, s), vr);
+    g->loss = sn_sum(g, sn_reshape(g, sn_mul(g, y, w), SN_SHAPE(-1)), 0, false);
+    sn_graph_add_output(g, g->loss);
+    sn_err e;
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    ck_assert_msg(sn_compile(g, o, NULL, st, &e) == SN_OK, "%s", e.msg);
+    return g;
+}
+
+/* How many broadcasts the forward part has (the backward broadcasts the loss's gradient). */
+static int forward_broadcasts(const sn_graph *g) {
+    int n = 0;
+    for (int i = 0; i < g->n_forward; i++) n += g->nodes[i]->op == SN_OP_BROADCAST;
+    return n;
+}
+
+/* The loss and every parameter's gradient of g1 against g0's (same parameters by name), on
+ * the exact interpreter. */
+static void same_loss_and_grads(const char *what, sn_graph *g1, sn_graph *g0) {
+    sn_interp *i0 = sn_interp_new(g0, true), *i1 = sn_interp_new(g1, true);
+    set_params(i0, g0);
+    set_params(i1, g1);
+    sn_err e;
+    ck_assert_msg(sn_interp_run(i0, &e) == SN_OK && sn_interp_run(i1, &e) == SN_OK, "%s", e.msg);
+    char label[160];
+    snprintf(label, sizeof label, "%s: loss", what);
+    sn_check_close(label, sn_interp_value(i1, g1->loss), sn_interp_value(i0, g0->loss), 1, 1e-9, 1e-12);
+    sn_node *p0[8], *p1[8];
+    int np = sn_graph_params(g0, p0, 8);
+    ck_assert_int_eq(sn_graph_params(g1, p1, 8), np);
+    for (int p = 0; p < np; p++) {
+        ck_assert_str_eq(p0[p]->name, p1[p]->name);
+        snprintf(label, sizeof label, "%s: d loss / d %s", what, p0[p]->name);
+        sn_check_close(label, sn_interp_value(i1, p1[p]->grad), sn_interp_value(i0, p0[p]->grad),
+                       (size_t)sn_numel(p0[p]), 1e-9, 1e-12);
+    }
+    sn_interp_free(i0);
+    sn_interp_free(i1);
+}
+
+/* llama_repeat_kv's repeat (G = 1, 2, 4) is folded: the fused ops read k and v themselves, no
+ * broadcast is left (nor its sum in the backward), and the loss and gradients are those of the
+ * repeats kept and of the attention written out. */
+START_TEST(gqa_repeats_folded) {
+    static const int groups[] = {1, 2, 4};
+    int G = groups[_i];
+    sn_pipeline_opts plain = {.backward = true}, fold = plain, keep;
+    fold.fuse_attention = true;
+    keep = fold;
+    keep.keep_kv_repeats = true;
+    sn_pipeline_stats st;
+    sn_graph *g1 = gqa_graph(G, false, &fold, &st);
+    ck_assert_int_eq(st.attention_fused, 1);
+    ck_assert_int_eq(st.kv_unrepeated, 1);
+    ck_assert_int_eq(forward_broadcasts(g1), 0);
+    for (int i = 0; i < g1->n_nodes; i++) { /* attention reads the parameters k and v */
+        const sn_node *n = g1->nodes[i];
+        if (n->op != SN_OP_ATTENTION) continue;
+        ck_assert_int_eq(n->in[1]->op, SN_OP_PARAM);
+        ck_assert_int_eq(n->in[2]->op, SN_OP_PARAM);
+    }
+    sn_graph *g0 = gqa_graph(G, false, &keep, &st);
+    ck_assert_int_eq(st.attention_fused, 1);
+    ck_assert_int_eq(st.kv_unrepeated, 0);
+    ck_assert_int_eq(forward_broadcasts(g0), 2);
+    sn_graph *gp = gqa_graph(G, false, &plain, &st);
+    char what[64];
+    snprintf(what, sizeof what, "G = %d, folded vs kept", G);
+    same_loss_and_grads(what, g1, g0);
+    snprintf(what, sizeof what, "G = %d, folded vs written out", G);
+    same_loss_and_grads(what, g1, gp);
+    sn_graph_free(g0);
+    sn_graph_free(g1);
+    sn_graph_free(gp);
+}
+END_TEST
+
+/* A repeat that maps query head h to kv head h % Hkv (broadcast before the kv heads) is not
+ * llama_repeat_kv's: it stays, the attention is fused over the copies, and the result is the
+ * written-out one's. */
+START_TEST(gqa_other_head_mapping_kept) {
+    sn_pipeline_opts plain = {.backward = true}, fold = plain;
+    fold.fuse_attention = true;
+    sn_pipeline_stats st;
+    sn_graph *g1 = gqa_graph(2, true, &fold, &st);
+    ck_assert_int_eq(st.attention_fused, 1);
+    ck_assert_int_eq(st.kv_unrepeated, 0);
+    ck_assert_int_eq(forward_broadcasts(g1), 2);
+    sn_graph *gp = gqa_graph(2, true, &plain, &st);
+    same_loss_and_grads("h % Hkv mapping", g1, gp);
+    sn_graph_free(g1);
+    sn_graph_free(gp);
+}
+END_TEST
+
 /* ---- nothing to do: the graph is copied unchanged ---- */
 
 static char *rewrite(const sn_graph *g, bool attention, int64_t pad, int expect_n) {
@@ -450,6 +568,8 @@ int main(void) {
     tcase_add_loop_test(tc, attention_ops_match_written_out, 0, 2);
     tcase_add_loop_test(tc, gpt2_has_no_tt_matrix, 0, 2);
     tcase_add_loop_test(tc, tiny_gpt2_unchanged_by_passes, 0, 2 * N_VARIANTS);
+    tcase_add_loop_test(tc, gqa_repeats_folded, 0, 3);
+    tcase_add_test(tc, gqa_other_head_mapping_kept);
     tcase_add_test(tc, no_pattern_no_change);
     tcase_add_test(tc, rewrite_copies_a_training_graph);
     tcase_add_test(tc, pad_vocab_sizes);
