@@ -9,6 +9,7 @@
 
 #include "examples/llama/llama.h"
 #include "passes/pipeline.h"
+#include "program/program.h"
 #include "runtime/device.h"
 #include "support/clock.h"
 #include "support/rng.h"
@@ -39,23 +40,23 @@ static sn_graph *training_graph(const args *a, int layers, bool keep, sn_pipelin
     return g;
 }
 
-/* Kernels of the compiled training program of a graph with `layers` layers. */
-static int kernels(const args *a, int layers, bool keep) {
+/* Adds sign times the kernels of the compiled training program of a graph with `layers`
+ * layers to n, by kind. */
+static void kernels(const args *a, int layers, bool keep, int sign, int *n) {
     sn_graph *g = training_graph(a, layers, keep, NULL);
     sn_program *p;
     sn_err e;
     if (sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e)) die("compile", &e);
-    int n = p->n_kernels;
+    for (int i = 0; i < p->n_kernels; i++) n[p->kernels[i]->kind] += sign;
     sn_program_free(p);
     sn_graph_free(g);
-    return n;
 }
 
 typedef struct {
     bool keep;
     sn_graph *g;
     sn_trainer *t;
-    int per_layer, unrepeated;
+    int per_layer[SN_KER_KIND_COUNT], unrepeated;
     double best;
 } variant;
 
@@ -101,7 +102,8 @@ int main(int argc, char **argv) {
     variant v[2] = {{.keep = true}, {.keep = false}};
     for (int i = 0; i < 2; i++) {
         sn_pipeline_stats st = {0};
-        v[i].per_layer = kernels(&a, 2, v[i].keep) - kernels(&a, 1, v[i].keep);
+        kernels(&a, 2, v[i].keep, 1, v[i].per_layer);
+        kernels(&a, 1, v[i].keep, -1, v[i].per_layer);
         v[i].g = training_graph(&a, a.c.n_layer, v[i].keep, &st);
         v[i].unrepeated = st.kv_unrepeated;
         sn_train_opts o;
@@ -129,12 +131,20 @@ int main(int argc, char **argv) {
         }
     for (int i = 0; i < 2; i++) {
         const sn_program *p = sn_trainer_program(v[i].t);
+        char kinds[256];
+        int total = 0, at = 0;
+        for (int k = 0; k < SN_KER_KIND_COUNT; k++) {
+            total += v[i].per_layer[k];
+            if (v[i].per_layer[k])
+                at += snprintf(kinds + at, sizeof kinds - (size_t)at, "%s\"%s\": %d", at ? ", " : "",
+                               sn_kernel_kind_name((sn_kernel_kind)k), v[i].per_layer[k]);
+        }
         printf("{\"bench\": \"llama_gqa\", \"model\": \"%s\", \"batch\": %d, \"seq\": %d, "
                "\"kv\": \"%s\", \"attention_unrepeated\": %d, \"kernels_per_step\": %d, "
-               "\"kernels_per_layer\": %d, \"arena_planned_bytes\": %lld, \"ms_per_step\": %.1f, "
+               "\"kernels_per_layer\": %d, \"by_kind\": {%s}, \"arena_planned_bytes\": %lld, \"ms_per_step\": %.1f, "
                "\"ratio_to_repeated\": %.3f}\n",
                desc, a.batch, a.seq, v[i].keep ? "repeated" : "unrepeated", v[i].unrepeated,
-               p->n_kernels, v[i].per_layer, (long long)p->arena_bytes, v[i].best * 1e3,
+               p->n_kernels, total, kinds, (long long)p->arena_bytes, v[i].best * 1e3,
                v[i].best / v[0].best);
     }
     for (int i = 0; i < 2; i++) {
