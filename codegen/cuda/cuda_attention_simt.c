@@ -188,6 +188,53 @@ static void emit_dq(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "}");
 }
 
+/* One output of DKV, dk or dv: acc[r] += sum over the tile's queries i of w_i x_i, x_i a row
+ * of the query tile, stored times `scale`. dv: w = P, x = dout; dk: w = dS, x = q, times the
+ * softmax scale. The two differ only in these names, so one writer emits both. */
+typedef struct {
+    const char *acc, *n, *chunks; /* accumulators [ROWS][chunks], the head size's constant */
+    const char *x, *tile;         /* this lane's slices of x_i (registers), the tile it is from */
+    const char *w, *wi;           /* the per-lane weights (w[r]: query lane, key r), w_i's name */
+    const char *out, *scale;      /* the output pointer (and <out>_row), the store's factor */
+} dkv_out;
+
+static const dkv_out dkv_dk = {"acc_k", "HEAD_D", "DC", "qi", "q_tile", "ds", "dsi", "dk",
+                               " * scale"};
+static const dkv_out dkv_dv = {"acc_v", "HEAD_DV", "DVC", "doi", "do_tile", "pr", "pi", "dv", ""};
+
+/* acc[r][cc] = 0, inside the loop over r. */
+static void dkv_zero(sn_cu_text *t, const dkv_out *o) {
+    for_slice(t, o->n, "cc");
+    sn_cu_emitf(t, "%s[r][cc] = 0.0f;", o->acc);
+    sn_cu_emitf(t, "}");
+}
+
+/* This lane's slices of query ii's row of the tile, inside the loop over ii. */
+static void dkv_load_x(sn_cu_text *t, const dkv_out *o) {
+    sn_cu_emitf(t, "float %s[%s];", o->x, o->chunks);
+    for_slice(t, o->n, "cc");
+    sn_cu_emitf(t, "%s[cc] = cc * 32 + lane < %s ? %s[ii][cc * 32 + lane] : 0.0f;", o->x, o->n,
+                o->tile);
+    sn_cu_emitf(t, "}");
+}
+
+/* acc[r] += w_ii x_ii, w_ii shuffled from query ii's lane, inside the loops over ii and r. */
+static void dkv_accumulate(sn_cu_text *t, const dkv_out *o) {
+    sn_cu_emitf(t, "const float %s = __shfl_sync(0xffffffffu, %s[r], ii);", o->wi, o->w);
+    for_slice(t, o->n, "cc");
+    sn_cu_emitf(t, "%s[r][cc] += %s * %s[cc];", o->acc, o->wi, o->x);
+    sn_cu_emitf(t, "}");
+}
+
+/* Key j's row of the output, inside the loop over r. */
+static void dkv_store(sn_cu_text *t, const dkv_out *o) {
+    for_slice(t, o->n, "cc");
+    sn_cu_emitf(t, "const int c = cc * 32 + lane;");
+    sn_cu_emitf(t, "if (c < %s) sn_store(&%s[(long long)j * %s_row + c], %s[r][cc]%s);", o->n,
+                o->out, o->out, o->acc, o->scale);
+    sn_cu_emitf(t, "}");
+}
+
 /* DKV: a warp owns ROWS keys; lane i scores query qs + i of the tile against them (s, and
  * dp = dout_i . v_j for dk), then every lane accumulates its slices of dk and dv from the
  * tile's 32 queries. */
@@ -208,16 +255,8 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
                 dv ? "acc_v[ROWS][DVC]" : "");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    if (dk) {
-        for_slice(t, "HEAD_D", "cc");
-        sn_cu_emitf(t, "acc_k[r][cc] = 0.0f;");
-        sn_cu_emitf(t, "}");
-    }
-    if (dv) {
-        for_slice(t, "HEAD_DV", "cc");
-        sn_cu_emitf(t, "acc_v[r][cc] = 0.0f;");
-        sn_cu_emitf(t, "}");
-    }
+    if (dk) dkv_zero(t, &dkv_dk);
+    if (dv) dkv_zero(t, &dkv_dv);
     sn_cu_emitf(t, "}");
     sn_att_open_query_tiles(t, p);
     load_tile(t, "q_tile", "q", "qs", "BQ", "HEAD_D", "SEQ_Q");
@@ -234,7 +273,7 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "}");
     if (dk) {
         sn_cu_emitf(t, "#pragma unroll 4 /* ptxas spilled at D = 64 (sm_80, sm_90) with these loops unrolled by its own choice */");
-    sn_cu_emitf(t, "for (int c = 0; c < HEAD_DV; c++) {");
+        sn_cu_emitf(t, "for (int c = 0; c < HEAD_DV; c++) {");
         sn_cu_emitf(t, "const float dc = do_tile[lane][c];");
         sn_cu_emitf(t, "#pragma unroll");
         sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) dp[r] += v_tile[warp * ROWS + r][c] * dc;");
@@ -250,32 +289,12 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "#pragma unroll 4");
     sn_cu_emitf(t, "for (int ii = 0; ii < BQ; ii++) {");
-    if (dv) {
-        sn_cu_emitf(t, "float doi[DVC];");
-        for_slice(t, "HEAD_DV", "cc");
-        sn_cu_emitf(t, "doi[cc] = cc * 32 + lane < HEAD_DV ? do_tile[ii][cc * 32 + lane] : 0.0f;");
-        sn_cu_emitf(t, "}");
-    }
-    if (dk) {
-        sn_cu_emitf(t, "float qi[DC];");
-        for_slice(t, "HEAD_D", "cc");
-        sn_cu_emitf(t, "qi[cc] = cc * 32 + lane < HEAD_D ? q_tile[ii][cc * 32 + lane] : 0.0f;");
-        sn_cu_emitf(t, "}");
-    }
+    if (dv) dkv_load_x(t, &dkv_dv);
+    if (dk) dkv_load_x(t, &dkv_dk);
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
-    if (dv) {
-        sn_cu_emitf(t, "const float pi = __shfl_sync(0xffffffffu, pr[r], ii);");
-        for_slice(t, "HEAD_DV", "cc");
-        sn_cu_emitf(t, "acc_v[r][cc] += pi * doi[cc];");
-        sn_cu_emitf(t, "}");
-    }
-    if (dk) {
-        sn_cu_emitf(t, "const float dsi = __shfl_sync(0xffffffffu, ds[r], ii);");
-        for_slice(t, "HEAD_D", "cc");
-        sn_cu_emitf(t, "acc_k[r][cc] += dsi * qi[cc];");
-        sn_cu_emitf(t, "}");
-    }
+    if (dv) dkv_accumulate(t, &dkv_dv);
+    if (dk) dkv_accumulate(t, &dkv_dk);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
     sn_att_close_query_tiles(t, p);
@@ -283,18 +302,8 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "for (int r = 0; r < ROWS; r++) {");
     sn_cu_emitf(t, "const int j = k0 + warp * ROWS + r;");
     sn_cu_emitf(t, "if (j >= SEQ_K) continue;");
-    if (dk) {
-        for_slice(t, "HEAD_D", "cc");
-        sn_cu_emitf(t, "const int c = cc * 32 + lane;");
-        sn_cu_emitf(t, "if (c < HEAD_D) sn_store(&dk[(long long)j * dk_row + c], acc_k[r][cc] * scale);");
-        sn_cu_emitf(t, "}");
-    }
-    if (dv) {
-        for_slice(t, "HEAD_DV", "cc");
-        sn_cu_emitf(t, "const int c = cc * 32 + lane;");
-        sn_cu_emitf(t, "if (c < HEAD_DV) sn_store(&dv[(long long)j * dv_row + c], acc_v[r][cc]);");
-        sn_cu_emitf(t, "}");
-    }
+    if (dk) dkv_store(t, &dkv_dk);
+    if (dv) dkv_store(t, &dkv_dv);
     sn_cu_emitf(t, "}");
 }
 
