@@ -1,7 +1,8 @@
 /* llama.c: the LLaMA-style decoder (Touvron et al. 2023) as a sinter graph, using only <sinter.h>.
  * Convention: attention is written out (matmul, scale, causal mask, softmax, matmul) on rotated
  * q and k, with each key/value head repeated for its group of query heads; sinter's attention
- * pass recognises it and fuses it into flash-attention ops, so no (T, T) matrix is trained. */
+ * pass recognises it and fuses it into flash-attention ops that read the key/value heads
+ * unrepeated (grouped-query), so no (T, T) matrix is trained and no k/v copy is made. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -29,7 +29,8 @@ sn_status llama_build(sn_graph *g, int B, int T, int V, void *user, sn_err *e);
  * by the angle t * theta^(-2i/D) of its position t (the "rotate half" layout). */
 sn_node *llama_rope(sn_graph *g, sn_node *x, float theta);
 /* Grouped-query attention's keys or values: kv (B, Hkv, T, D) -> (B, Hkv * groups, T, D), query
- * head h reading key/value head h / groups. */
+ * head h reading key/value head h / groups. Written as reshape, broadcast, reshape: sinter's
+ * attention pass folds it when attention reads it, so the repeat is never materialised. */
 sn_node *llama_repeat_kv(sn_graph *g, sn_node *kv, int groups);
 
 /* "4 layers, 4/2 heads, dim 128, hidden 384, ctx 128": the checkpoint's model.shape. */
