@@ -21,16 +21,22 @@ static llama_config tiny_config(int layers) {
                           .hidden = 48, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
 }
 
-/* The training graph through the pipeline's graph passes (attention fused, autodiff). */
-static sn_graph *llama_training(int layers, int B, int T, sn_pipeline_stats *st) {
+/* The training graph through the pipeline's graph passes (attention fused, autodiff), at
+ * precision p. */
+static sn_graph *llama_training_at(int layers, int B, int T, sn_pipeline_stats *st, sn_precision p) {
     llama_config c = tiny_config(layers);
     sn_graph *g = sn_graph_new();
     sn_err e;
     ck_assert_msg(llama_build(g, B, T, TINY_VOCAB, &c, &e) == SN_OK, "%s", e.msg);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
+    o.precision = p;
     ck_assert_msg(sn_compile(g, &o, NULL, st, &e) == SN_OK, "%s", e.msg);
     return g;
+}
+
+static sn_graph *llama_training(int layers, int B, int T, sn_pipeline_stats *st) {
+    return llama_training_at(layers, B, T, st, SN_PRECISION_FP32);
 }
 
 static int count_op(const sn_graph *g, sn_op op) {
@@ -53,6 +59,17 @@ START_TEST(llama_matches_interpreter) {
     ck_assert_int_eq(count_op(g, SN_OP_RMSNORM), 5);
     ck_assert_int_eq(count_op(g, SN_OP_SILU_BWD), 2);
     tiny_check_compiled(g, 11, "llama, attention fused");
+    sn_graph_free(g);
+}
+END_TEST
+
+/* Mixed precision (bf16 products): the unrepeated k and v are cast once each and the compiled
+ * program matches the interpreter's emulated rounding (test_autocast's tolerance, 4 u). */
+START_TEST(llama_bf16_matches_interpreter) {
+    sn_pipeline_stats st = {0};
+    sn_graph *g = llama_training_at(2, TINY_B, TINY_T, &st, SN_PRECISION_BF16);
+    ck_assert_int_eq(st.kv_unrepeated, 2);
+    tiny_check_compiled_tol(g, 11, "llama bf16, attention fused", 4 * 0x1p-9);
     sn_graph_free(g);
 }
 END_TEST
@@ -195,6 +212,7 @@ int main(void) {
     tcase_add_test(tc, rope_rotates_pairs);
     tcase_add_test(tc, repeat_kv_maps_heads);
     tcase_add_test(tc, llama_matches_interpreter);
+    tcase_add_test(tc, llama_bf16_matches_interpreter);
     tcase_add_test(tc, llama_kernels_per_layer);
     tcase_add_test(tc, session_reports_model_mistakes);
     suite_add_tcase(s, tc);
