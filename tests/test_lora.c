@@ -23,8 +23,9 @@
 
 enum { B = 2, T = 16, V = 64 };
 
-/* tiny GPT-2 through the session's forward passes and autodiff; rank 0: no adapters */
-static sn_graph *tiny_lora(int rank, float alpha, unsigned targets, int n_layer) {
+/* tiny GPT-2 through the session's forward passes (at a precision) and autodiff; rank 0: no
+ * adapters */
+static sn_graph *tiny_lora_at(int rank, float alpha, unsigned targets, int n_layer, sn_precision prec) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
     c.vocab = V;
@@ -36,8 +37,13 @@ static sn_graph *tiny_lora(int rank, float alpha, unsigned targets, int n_layer)
     ck_assert_msg(sn_gpt2_build_lora(g, &c, B, T, rank ? &l : NULL, &m, &e) == SN_OK, "%s", e.msg);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
+    o.precision = prec;
     ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     return g;
+}
+
+static sn_graph *tiny_lora(int rank, float alpha, unsigned targets, int n_layer) {
+    return tiny_lora_at(rank, alpha, targets, n_layer, SN_PRECISION_FP32);
 }
 
 static void batch(int32_t *x, int32_t *y, uint64_t seed) {
@@ -142,8 +148,14 @@ START_TEST(adapter_gradients) {
 }
 END_TEST
 
-/* Each target choice adapts the layers it names, and nothing else. */
+/* Each target choice adapts the layers it names, and nothing else; the autocast pass keeps the
+ * base frozen (its f32 weights cast to 16 bits for the products, no gradient). */
 START_TEST(targets_and_names) {
+    for (int prec = SN_PRECISION_BF16; prec <= SN_PRECISION_FP16; prec++) {
+        sn_graph *g = tiny_lora_at(4, 4, SN_GPT2_LORA_ALL, 0, (sn_precision)prec);
+        ck_assert_int_eq(check_frozen_base(g), 16);
+        sn_graph_free(g);
+    }
     static const struct {
         unsigned targets;
         const char *has, *lacks;
