@@ -1,44 +1,23 @@
 /* cuda_row.c: row ops as CUDA C (softmax, layernorm, rmsnorm, causal mask, cross-entropy and
  * their backwards) with the pointwise instructions fused around them (kernel.h): a block per row,
  * each pass over the row strided by the block's threads, the row's statistics summed by warp
- * shuffles, then across warps through shared memory (sn_block_sum, written once per unit).
- * Cross-entropy's mean loss and the norm weight gradients (with the column sums that joined
- * them) sum over every row: they run in two kernels (kernel.h: stage), a block per chunk of
- * rows (a warp per row, the warps' sums added in warp order) or per chunk and 32 columns writes
- * its partial sums, then a thread per column adds the chunks' partials in chunk order: every
- * result is deterministic. Where the row length divides by 4 (f32) or 8 (a 16-bit buffer takes
- * part), a pass takes `lanes` columns a step: each aligned contiguous access one 16-byte load
- * (sn_load8/sn_load4) before an unrolled loop over the lanes, each output one 16-byte store
- * after it; other accesses read one value a lane. Convention: every pass evaluates, per
- * element, the accesses and the prologue (computing again what an earlier pass computed: the
- * compiler drops what a pass does not read); the pass that writes the row op's result also
- * runs the epilogue and stores every output, prologue values included (the LLVM emitter's st(),
- * llvm_row.c). */
+ * shuffles, then across warps through shared memory (sn_block_sum, written once per unit). The
+ * ops that sum over every row (cross-entropy's mean loss, the norm weight gradients) are
+ * cuda_row_sums.c's; the passes over a row here serve both. Where the row length divides by 4
+ * (f32) or 8 (a 16-bit buffer takes part), a pass takes `lanes` columns a step: each aligned
+ * contiguous access one 16-byte load (sn_load8/sn_load4) before an unrolled loop over the
+ * lanes, each output one 16-byte store after it; other accesses read one value a lane.
+ * Convention: every pass evaluates, per element, the accesses and the prologue (computing again
+ * what an earlier pass computed: the compiler drops what a pass does not read); the pass that
+ * writes the row op's result also runs the epilogue and stores every output, prologue values
+ * included (the LLVM emitter's st(), llvm_row.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_int.h"
+#include "cuda_row.h"
 #include "program/pointwise.h"
 
-typedef struct {
-    sn_cu_text *t;
-    const sn_kernel *k;
-    const sn_node *n;   /* the row op */
-    int64_t C, R, Vr;   /* row length, rows, real classes (cross-entropy) */
-    bool fused;         /* prologue/epilogue instructions (k->n_instr > 0) */
-    bool dep[64];       /* [n_instr]: depends on the row op's value */
-    int buf[3];         /* arg read as is for operand i (-1: computed per element) */
-    int y;              /* the output holding the row op's own result, or -1 */
-    unsigned threads;
-    const char *ix;     /* the index type */
-    int lanes;          /* columns a step of a pass (sn_cu_row_lanes): 8, 4, or 1 */
-    bool vec;           /* inside the lane loop of a vector step */
-    unsigned declared;  /* in a vector step: the outputs collected in out<o>_v[] */
-    unsigned pending;   /* those of them the step has stored into */
-} row;
-
-#define E(...) sn_cu_emitf(w->t, __VA_ARGS__)
 
 static const char *arg(const row *w, int i, char *b, size_t len) {
     return sn_cu_arg_name(w->k, i, b, len);
@@ -93,8 +72,8 @@ static int operand_kind(const row *w, int i) {
 }
 
 /* Operand i of the row op at element (r, j) of the current pass, as C: op<i> for a buffer
- * read per element or per column (element() defines it), else the value itself. */
-static const char *opnd(const row *w, int i, char *b, size_t len) {
+ * read per element or per column (sn_cu_row_element() defines it), else the value itself. */
+const char *sn_cu_row_opnd(const row *w, int i, char *b, size_t len) {
     char a[16];
     switch (operand_kind(w, i)) {
     case OP_ELEMENT: case OP_COLUMN: snprintf(b, len, "op%d", i); return b;
@@ -119,7 +98,7 @@ static bool access_used(const row *w, int a) {
 }
 
 /* Where `r` is defined: the coordinates of row r in the index space that the accesses read. */
-static void coords(row *w) {
+void sn_cu_row_coords(row *w) {
     const sn_kernel *k = w->k;
     if (!w->fused) return;
     int last = k->rank - 1;
@@ -173,7 +152,7 @@ static const char *vfn(const row *w, const char *what, char *b, size_t len) {
 
 /* Before a vector step's lane loop, with j0 (its first column) defined: the vector loads of
  * the accesses and operand buffers that take them, into <name>_v[lanes]. */
-static void vector_loads(row *w) {
+void sn_cu_row_vector_loads(row *w) {
     const sn_kernel *k = w->k;
     char an[16], fn[16], cond[128];
     for (int a = 0; w->fused && a < k->n_access; a++) {
@@ -207,7 +186,7 @@ static void vector_loads(row *w) {
 /* Inside a loop body with `r`, `row` (= r * C), the coordinates and column `j` defined: the
  * accesses, the row op's buffer operands and the prologue at element (r, j) (in a vector
  * step's lane loop, lane l of the vectors loaded). */
-static void element(row *w) {
+void sn_cu_row_element(row *w) {
     const sn_kernel *k = w->k;
     char an[16], cond[128];
     for (int a = 0; w->fused && a < k->n_access; a++) {
@@ -247,9 +226,7 @@ static void put(row *w, int o, const char *v) {
     }
 }
 
-/* The outputs a pass stores: those that do not depend on the row op (the prologue's), or
- * every output (the pass that writes the row op's result). */
-enum { STORES_NONE, STORES_PROLOGUE, STORES_ALL };
+/* The outputs a pass stores (STORES_*, cuda_row.h). */
 static unsigned stored_outputs(const row *w, int stores) {
     unsigned m = 0;
     for (int o = 0; o < w->k->n_out; o++)
@@ -259,7 +236,7 @@ static unsigned stored_outputs(const row *w, int stores) {
 }
 
 /* Stores the outputs that do not depend on the row op at element (r, j). */
-static void store_prologue(row *w) {
+void sn_cu_row_store_prologue(row *w) {
     char v[48];
     for (int o = 0; w->fused && o < w->k->n_out; o++)
         if (!w->dep[w->k->store[o]]) put(w, o, sn_cu_var_name(w->k, w->k->store[o], "", v, sizeof v));
@@ -287,10 +264,10 @@ static void store(row *w, const char *val) {
  * { element ...; or `lanes` columns a step: vector loads at j0 = lanes * first + lanes *
  * threads * step, then an unrolled loop over the lanes, each `const int j = j0 + l;` and
  * element, lanes past `end` skipped (a pass that stores covers whole vectors). */
-static void open_pass(row *w, const char *first, int64_t end, unsigned threads, int stores) {
+void sn_cu_row_open_pass(row *w, const char *first, int64_t end, unsigned threads, int stores) {
     if (w->lanes == 1) {
         E("for (int j = %s; j < %lld; j += %u) {", first, (long long)end, threads);
-        element(w);
+        sn_cu_row_element(w);
         return;
     }
     char a[16];
@@ -298,7 +275,7 @@ static void open_pass(row *w, const char *first, int64_t end, unsigned threads, 
     E("/* %d columns a step */", w->lanes);
     E("for (int j0 = %d * %s; j0 < %lld; j0 += %u) {", w->lanes, first, (long long)end,
       w->lanes * threads);
-    vector_loads(w);
+    sn_cu_row_vector_loads(w);
     w->declared = w->pending = 0;
     unsigned out = stored_outputs(w, stores);
     for (int o = 0; o < w->k->n_out; o++)
@@ -311,10 +288,10 @@ static void open_pass(row *w, const char *first, int64_t end, unsigned threads, 
     E("const int j = j0 + l;");
     if (end % w->lanes) E("if (j >= %lld) break;", (long long)end);
     w->vec = true;
-    element(w);
+    sn_cu_row_element(w);
 }
 
-static void close_pass(row *w) {
+void sn_cu_row_close_pass(row *w) {
     E("}");
     if (!w->vec) return;
     char a[16], fn[16];
@@ -338,55 +315,55 @@ static void store_with(row *w, const char *fmt, const char *x0, const char *x1, 
 
 static void softmax(row *w) {
     char x[64];
-    opnd(w, 0, x, sizeof x);
+    sn_cu_row_opnd(w, 0, x, sizeof x);
     E("float mx = -SN_INF; /* the row's max (NaN ignored, as the reference does) */");
-    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
+    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
     E("mx = fmaxf(mx, %s);", x);
-    close_pass(w);
+    sn_cu_row_close_pass(w);
     E("mx = sn_block_max(mx);");
     E("float se = 0.0f;");
-    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
+    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
     E("se += expf(%s - mx);", x);
-    close_pass(w);
+    sn_cu_row_close_pass(w);
     E("const float inv = 1.0f / sn_block_sum(se);");
-    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
+    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     store_with(w, "expf(%s - mx) * inv", x, "", "");
-    close_pass(w);
+    sn_cu_row_close_pass(w);
 }
 
 static void softmax_bwd(row *w) { /* (y, dy) -> y (dy - sum(dy y)) */
     char y[64], dy[64];
-    opnd(w, 0, y, sizeof y);
-    opnd(w, 1, dy, sizeof dy);
+    sn_cu_row_opnd(w, 0, y, sizeof y);
+    sn_cu_row_opnd(w, 1, dy, sizeof dy);
     E("float sdy = 0.0f;");
-    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
+    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
     E("sdy += %s * %s;", y, dy);
-    close_pass(w);
+    sn_cu_row_close_pass(w);
     E("const float s = sn_block_sum(sdy);");
-    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
+    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     store_with(w, "%s * (%s - s)", y, dy, "");
-    close_pass(w);
+    sn_cu_row_close_pass(w);
 }
 
 /* mean (layernorm) and rstd of the row of operand 0, as the reference: two passes. With
  * `prologue`, the first pass stores the prologue's outputs. */
 static void norm_stats(row *w, bool rms, bool prologue_here) {
     char x[64];
-    opnd(w, 0, x, sizeof x);
+    sn_cu_row_opnd(w, 0, x, sizeof x);
     if (!rms) {
         E("float sx = 0.0f;");
-        open_pass(w, "threadIdx.x", w->C, w->threads, prologue_here ? STORES_PROLOGUE : STORES_NONE);
+        sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, prologue_here ? STORES_PROLOGUE : STORES_NONE);
         E("sx += %s;", x);
-        if (prologue_here) store_prologue(w);
-        close_pass(w);
+        if (prologue_here) sn_cu_row_store_prologue(w);
+        sn_cu_row_close_pass(w);
         E("const float mean = sn_block_sum(sx) / %lld.0f;", (long long)w->C);
     }
     E("float sq = 0.0f;");
-    open_pass(w, "threadIdx.x", w->C, w->threads,
+    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads,
               prologue_here && rms ? STORES_PROLOGUE : STORES_NONE);
     E(rms ? "sq += %s * %s;" : "sq += (%s - mean) * (%s - mean);", x, x);
-    if (prologue_here && rms) store_prologue(w);
-    close_pass(w);
+    if (prologue_here && rms) sn_cu_row_store_prologue(w);
+    sn_cu_row_close_pass(w);
     char eps[32];
     E("const float rstd = 1.0f / sqrtf(sn_block_sum(sq) / %lld.0f + %s);", (long long)w->C,
       sn_cu_float_lit(w->n->a.f, eps, sizeof eps));
@@ -394,49 +371,49 @@ static void norm_stats(row *w, bool rms, bool prologue_here) {
 
 static void norm(row *w, bool rms) { /* layernorm (x, w, b), rmsnorm (x, w) */
     char x[64], wt[64], b[64];
-    opnd(w, 0, x, sizeof x);
-    opnd(w, 1, wt, sizeof wt);
+    sn_cu_row_opnd(w, 0, x, sizeof x);
+    sn_cu_row_opnd(w, 1, wt, sizeof wt);
     norm_stats(w, rms, false);
-    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
+    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     if (rms) store_with(w, "%s * rstd * %s", x, wt, "");
-    else store_with(w, "fmaf((%s - mean) * rstd, %s, %s)", x, wt, opnd(w, 2, b, sizeof b));
-    close_pass(w);
+    else store_with(w, "fmaf((%s - mean) * rstd, %s, %s)", x, wt, sn_cu_row_opnd(w, 2, b, sizeof b));
+    sn_cu_row_close_pass(w);
 }
 
 /* (x, w, dy) -> rstd (g - mean g - xhat mean(g xhat)), g = dy w (rmsnorm: no mean g) */
 static void norm_bwd(row *w, bool rms) {
     char x[64], wt[64], dy[64], h[160];
-    opnd(w, 0, x, sizeof x);
-    opnd(w, 1, wt, sizeof wt);
-    opnd(w, 2, dy, sizeof dy);
+    sn_cu_row_opnd(w, 0, x, sizeof x);
+    sn_cu_row_opnd(w, 1, wt, sizeof wt);
+    sn_cu_row_opnd(w, 2, dy, sizeof dy);
     snprintf(h, sizeof h, rms ? "%s * rstd" : "(%s - mean) * rstd", x);
     norm_stats(w, rms, false);
     E("float sg = 0.0f, sgx = 0.0f;");
-    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
+    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
     E("const float g = %s * %s;", dy, wt);
     if (!rms) E("sg += g;");
     E("sgx += g * (%s);", h);
-    close_pass(w);
+    sn_cu_row_close_pass(w);
     if (rms) E("const float mg = 0.0f;");
     else E("const float mg = sn_block_sum(sg) / %lld.0f;", (long long)w->C);
     E("const float mgx = sn_block_sum(sgx) / %lld.0f;", (long long)w->C);
-    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
+    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     E("const float g = %s * %s;", dy, wt);
     store_with(w, "(g - mg - (%s) * mgx) * rstd", h, "", "");
-    close_pass(w);
+    sn_cu_row_close_pass(w);
 }
 
 /* row r is query i = r % T of a (.., T, S) matrix: key j > i + S - T becomes the fill */
 static void causal_mask(row *w) {
     const sn_node *x = w->n->in[0];
     char xs[64], f[32], val[160];
-    opnd(w, 0, xs, sizeof xs);
+    sn_cu_row_opnd(w, 0, xs, sizeof xs);
     E("const int query = (int)(r %% %lld);", (long long)x->shape[x->rank - 2]);
-    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
+    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     snprintf(val, sizeof val, "j > query + %lld ? %s : %s", (long long)(w->C - x->shape[x->rank - 2]),
              sn_cu_float_lit(w->n->a.f, f, sizeof f), xs);
     store(w, val);
-    close_pass(w);
+    sn_cu_row_close_pass(w);
 }
 
 /* (logits, targets, dloss) -> (softmax - onehot(t)) dloss / count for counted rows, 0 for
@@ -444,9 +421,9 @@ static void causal_mask(row *w) {
  * whole row, padded classes included (whole vectors); the statistics only the real classes. */
 static void cross_entropy_bwd(row *w) {
     char x[64], t[16], dl[64], val[160];
-    opnd(w, 0, x, sizeof x);
+    sn_cu_row_opnd(w, 0, x, sizeof x);
     arg(w, w->buf[1], t, sizeof t);
-    opnd(w, 2, dl, sizeof dl);
+    sn_cu_row_opnd(w, 2, dl, sizeof dl);
     int ign = w->n->a.ignore_index;
     bool padded = w->Vr < w->C;
     E("float counted = 0.0f; /* rows whose target is not %d, over the whole batch */", ign);
@@ -457,242 +434,28 @@ static void cross_entropy_bwd(row *w) {
     E("const int target = %s[r];", t);
     E("if (target != %d && target >= 0 && target < %lld) {", ign, (long long)w->Vr);
     E("float mx = -SN_INF;");
-    open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
+    sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
     E("mx = fmaxf(mx, %s);", x);
-    close_pass(w);
+    sn_cu_row_close_pass(w);
     E("mx = sn_block_max(mx);");
     E("float se = 0.0f;");
-    open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
+    sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
     E("se += expf(%s - mx);", x);
-    close_pass(w);
+    sn_cu_row_close_pass(w);
     E("const float k = scale / sn_block_sum(se);");
-    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
+    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     E("const float p = expf(%s - mx) * k;", x);
     snprintf(val, sizeof val, padded ? "j < %lld ? (j == target ? p - scale : p) : 0.0f"
                                      : "j == target ? p - scale : p", (long long)w->Vr);
     store(w, val);
-    close_pass(w);
+    sn_cu_row_close_pass(w);
     E("} else {");
     E("const float fill = target == %d ? 0.0f : (SN_INF - SN_INF); /* NaN: a bad target */", ign);
-    open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
+    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     snprintf(val, sizeof val, padded ? "j < %lld ? fill : 0.0f" : "fill", (long long)w->Vr);
     store(w, val);
-    close_pass(w);
+    sn_cu_row_close_pass(w);
     E("}");
-}
-
-/* ---- one block over every row: a warp per row ---- */
-
-/* for (r = first + warp; r < end; r += warps) { const ix row = r * C; (first and end: C) */
-static void open_rows(row *w, const char *first, const char *end) {
-    E("const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;");
-    E("for (%s r = %s + warp; r < %s; r += %u) {", w->ix, first, end, w->threads / 32);
-    E("const %s row = r * %lld;", w->ix, (long long)w->C);
-    coords(w);
-}
-
-/* (logits, targets) -> over the chunk's rows [r0, r1) whose target is not ignore_index: the sum
- * of lse - logit[t] and their count, as two f64 in the chunk's partial sums (the mean is
- * FINISH's) */
-static void cross_entropy(row *w) {
-    char x[64], t[64];
-    opnd(w, 0, x, sizeof x);
-    opnd(w, 1, t, sizeof t);
-    int ign = w->n->a.ignore_index;
-    E("double loss = 0.0; /* this warp's rows of the chunk, summed in order */");
-    E("int count = 0;");
-    open_rows(w, "r0", "r1");
-    E("const int target = %s;", t);
-    E("if (target == %d) continue; /* the same for the warp's lanes */", ign);
-    E("count++;");
-    E("float mx = -SN_INF;");
-    open_pass(w, "lane", w->Vr, 32, STORES_NONE);
-    E("mx = fmaxf(mx, %s);", x);
-    close_pass(w);
-    E("mx = sn_warp_max(mx);");
-    E("float se = 0.0f;");
-    open_pass(w, "lane", w->Vr, 32, STORES_NONE);
-    E("se += expf(%s - mx);", x);
-    close_pass(w);
-    E("const float lse = mx + logf(sn_warp_sum(se));");
-    E("const bool ok = target >= 0 && target < %lld;", (long long)w->Vr);
-    E("float logit_t;");
-    E("{");
-    E("const int j = ok ? target : 0;");
-    element(w);
-    E("logit_t = %s;", x);
-    E("}");
-    E("loss += (double)(ok ? lse - logit_t : (SN_INF - SN_INF));");
-    E("}");
-    E("SN_SHARED(double, warp_loss, 32);");
-    E("SN_SHARED(int, warp_count, 32);");
-    E("if (lane == 0) {");
-    E("warp_loss[warp] = loss;");
-    E("warp_count[warp] = count;");
-    E("}");
-    E("__syncthreads();");
-    E("if (threadIdx.x == 0) {");
-    E("double sum = 0.0;");
-    E("long long rows = 0;");
-    E("for (int v = 0; v < %u; v++) {", w->threads / 32);
-    E("sum += warp_loss[v];");
-    E("rows += warp_count[v];");
-    E("}");
-    E("double *chunk_sums = (double *)part; /* the chunk's loss sum and counted rows */");
-    E("chunk_sums[0] = sum;");
-    E("chunk_sums[1] = (double)rows;");
-    E("}");
-}
-
-/* (x, dy) -> the partial sum over this block's chunk of rows [r0, r1) of dy xhat, into the
- * chunk's row of the partial sums (C columns from `part`); each lane owns the columns
- * lanes * lane + 32 lanes q + l (l < lanes), the warps' sums added in warp order */
-static void norm_bwd_w(row *w, bool rms) {
-    char x[64], dy[64];
-    opnd(w, 0, x, sizeof x);
-    opnd(w, 1, dy, sizeof dy);
-    int V = w->lanes;
-    int64_t nq = (w->C + 32 * V - 1) / (32 * V); /* steps of 32 lanes x V columns */
-    E("float acc[%lld];", (long long)(nq * V));
-    E("#pragma unroll");
-    E("for (int q = 0; q < %lld; q++) acc[q] = 0.0f;", (long long)(nq * V));
-    open_rows(w, "r0", "r1");
-    const char *js = "lane";
-    if (!rms) {
-        E("float sx = 0.0f;");
-        open_pass(w, js, w->C, 32, STORES_PROLOGUE);
-        E("sx += %s;", x);
-        store_prologue(w);
-        close_pass(w);
-        E("const float mean = sn_warp_sum(sx) / %lld.0f;", (long long)w->C);
-    }
-    E("float sq = 0.0f;");
-    open_pass(w, js, w->C, 32, rms ? STORES_PROLOGUE : STORES_NONE);
-    E(rms ? "sq += %s * %s;" : "sq += (%s - mean) * (%s - mean);", x, x);
-    if (rms) store_prologue(w);
-    close_pass(w);
-    char eps[32];
-    E("const float rstd = 1.0f / sqrtf(sn_warp_sum(sq) / %lld.0f + %s);", (long long)w->C,
-      sn_cu_float_lit(w->n->a.f, eps, sizeof eps));
-    E("#pragma unroll");
-    E("for (int q = 0; q < %lld; q++) {", (long long)nq);
-    if (V == 1) {
-        E("const int j = lane + 32 * q;");
-        E("if (j < %lld) {", (long long)w->C);
-        element(w);
-        E(rms ? "acc[q] += %s * (%s * rstd);" : "acc[q] += %s * ((%s - mean) * rstd);", dy, x);
-        E("}");
-    } else { /* C divides by V: a step's vector is inside the row or past its end */
-        E("const int j0 = %d * lane + %d * q;", V, 32 * V);
-        E("if (j0 < %lld) {", (long long)w->C);
-        vector_loads(w);
-        E("#pragma unroll");
-        E("for (int l = 0; l < %d; l++) {", V);
-        E("const int j = j0 + l;");
-        w->vec = true;
-        element(w);
-        E(rms ? "acc[%d * q + l] += %s * (%s * rstd);" : "acc[%d * q + l] += %s * ((%s - mean) * rstd);",
-          V, dy, x);
-        w->vec = false;
-        E("}");
-        E("}");
-    }
-    E("}");
-    E("}");
-    E("SN_SHARED(float, column_sum, %lld);", (long long)w->C);
-    E("/* the warps' sums added in warp order */");
-    E("for (int v = 0; v < %u; v++) {", w->threads / 32);
-    E("if (warp == v) {");
-    E("#pragma unroll");
-    E("for (int q = 0; q < %lld; q++) {", (long long)(nq * V));
-    if (V == 1) E("const int j = lane + 32 * q;");
-    else E("const int j = %d * lane + %d * (q / %d) + q %% %d; /* acc[q]'s column */", V, 32 * V, V, V);
-    E("if (j < %lld) column_sum[j] = v == 0 ? acc[q] : column_sum[j] + acc[q];", (long long)w->C);
-    E("}");
-    E("}");
-    E("__syncthreads();");
-    E("}");
-    E("for (int j = threadIdx.x; j < %lld; j += %u) part[j] = column_sum[j];", (long long)w->C,
-      w->threads);
-}
-
-/* The column sums that joined a norm weight-gradient kernel (kernel.h: n_colsum): part 1 + t
- * of a chunk sums tile t over the chunk's rows [r0, r1) into the chunk's partial sums, a lane
- * per column and the warps down the rows, the warps' sums added in warp order through shared
- * memory; part 0 goes on to the row op. */
-_Static_assert(SN_COLSUM_TILE == 32, "a column-sum tile is a warp's width");
-static void colsums(row *w) {
-    const sn_kernel *k = w->k;
-    unsigned warps = w->threads / 32;
-    char src[16];
-    E("/* column sums: %d columns a part after the first */", SN_COLSUM_TILE);
-    E("if (chunk_part > 0) {");
-    E("const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32, t = chunk_part - 1;");
-    E("const float *src;");
-    E("%s C, c0, at; /* columns, the tile's first, where its output starts in `part` */", w->ix);
-    int64_t first = 0, at = w->C;
-    for (int o = 1; o <= k->n_colsum; o++) {
-        int64_t C = sn_numel(k->args[o]), tiles = (C + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
-        arg(w, k->colsum_src[o], src, sizeof src);
-        const char *cond = o == k->n_colsum ? "" : "if (t < %lld) ";
-        char c[48];
-        snprintf(c, sizeof c, cond, (long long)(first + tiles));
-        E("%s%s{ src = %s; C = %lld; c0 = (t - %lld) * %d; at = %lld; }", o > 1 ? "else " : "", c,
-          src, (long long)C, (long long)first, SN_COLSUM_TILE, (long long)at);
-        first += tiles;
-        at += C;
-    }
-    E("const %s c = c0 + lane;", w->ix);
-    E("float acc = 0.0f;");
-    E("if (c < C)");
-    E("for (%s r = r0 + warp; r < r1; r += %u) acc += sn_load(src[r * C + c]);", w->ix, warps);
-    E("SN_SHARED2(float, colsum_part, %u, %d);", warps, SN_COLSUM_TILE);
-    E("colsum_part[warp][lane] = acc;");
-    E("__syncthreads();");
-    E("if (warp == 0 && c < C) {");
-    E("for (int v = 1; v < %u; v++) acc += colsum_part[v][lane];", warps);
-    E("part[at + c] = acc;");
-    E("}");
-    E("return;");
-    E("}");
-}
-
-/* kernel.h's FINISH: column c of the partial sums, added over the chunks in chunk order, into
- * the output that holds it. */
-static void finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname) {
-    int64_t P = sn_sum_chunks(k), W = sn_sum_width(k);
-    const char *ix = sn_cu_index_type(P * W + 1024 * 1024);
-    char a[16];
-    sn_cu_emit_signature(t, k, fname, (int)d->block[0]);
-    if (k->anchor->op == SN_OP_CROSS_ENTROPY) { /* the mean loss from the chunks' sums, in order */
-        sn_cu_emitf(t, "/* cross_entropy: the mean loss from %lld chunks' sums and counts */", (long long)P);
-        sn_cu_emitf(t, "if (blockIdx.x > 0 || threadIdx.x > 0) return;");
-        sn_cu_emitf(t, "const double *chunk_sums = (const double *)scratch;");
-        sn_cu_emitf(t, "double sum = 0.0, rows = 0.0;");
-        sn_cu_emitf(t, "for (int p = 0; p < %lld; p++) {", (long long)P);
-        sn_cu_emitf(t, "sum += chunk_sums[2 * p];");
-        sn_cu_emitf(t, "rows += chunk_sums[2 * p + 1];");
-        sn_cu_emitf(t, "}");
-        sn_cu_emitf(t, "sn_store(&%s[0], rows > 0.0 ? (float)(sum / rows) : 0.0f);",
-                    sn_cu_arg_name(k, 0, a, sizeof a));
-        sn_cu_emitf(t, "}");
-        return;
-    }
-    sn_cu_emitf(t, "/* %s: the sums of %lld chunks of partial sums, %lld columns */",
-                sn_op_name(k->anchor->op), (long long)P, (long long)W);
-    sn_cu_emitf(t, "const %s c = (%s)blockIdx.x * %u + threadIdx.x;", ix, ix, d->block[0]);
-    sn_cu_emitf(t, "if (c >= %lld) return;", (long long)W);
-    sn_cu_emitf(t, "float sum = 0.0f;");
-    sn_cu_emitf(t, "for (%s p = 0; p < %lld; p++) sum += scratch[p * %lld + c];", ix, (long long)P,
-                (long long)W);
-    int64_t at = 0;
-    for (int o = 0; o < k->n_out; o++) {
-        int64_t C = sn_numel(k->args[o]);
-        sn_cu_emitf(t, "%sif (c < %lld) sn_store(&%s[c - %lld], sum);", o ? "else " : "",
-                    (long long)(at + C), sn_cu_arg_name(k, o, a, sizeof a), (long long)at);
-        at += C;
-    }
-    sn_cu_emitf(t, "}");
 }
 
 /* ---- the kernel ---- */
@@ -786,28 +549,16 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     return SN_OK;
 }
 
-/* FINISH: outputs the sums alone, f32 (the partials' width is fuse's: sn_fuse_split_sum). */
-static sn_status check_finish(const sn_kernel *k, sn_err *e) {
-    bool f32 = true;
-    for (int o = 0; o < k->n_out; o++) f32 = f32 && k->args[o]->dtype == SN_F32;
-    const sn_row_facts *f = sn_row_facts_of(k->anchor->op);
-    if (k->n_in || !f32 || k->args[0] != k->anchor || !f || !f->serial)
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a FINISH kernel writes the f32 sums "
-                       "of a row op that sums over every row and reads only its partial sums",
-                       k->name);
-    return SN_OK;
-}
-
 sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e) {
     row w;
-    return k->stage == SN_SUM_FINISH ? check_finish(k, e) : setup(&w, k, e);
+    return k->stage == SN_SUM_FINISH ? sn_cu_row_check_finish(k, e) : setup(&w, k, e);
 }
 
 void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname) {
     row w;
     sn_err e;
     if (k->stage == SN_SUM_FINISH) {
-        finish(t, k, d, fname);
+        sn_cu_row_finish(t, k, d, fname);
         return;
     }
     SN_ASSERT(setup(&w, k, &e) == SN_OK); /* the renderer checked it */
@@ -816,22 +567,11 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
     sn_cu_emit_signature(t, k, fname, (int)w.threads);
     sn_cu_emitf(t, "/* %s over %lld rows of %lld%s */", sn_op_name(k->anchor->op), (long long)w.R,
                 (long long)w.C, k->stage ? ": partial sums, a warp per row" : "");
-    if (k->stage == SN_SUM_PARTIAL) {
-        int64_t parts = 1 + sn_colsum_tiles(k);
-        sn_cu_emitf(t, "/* partial sums: %lld chunks of %d rows, %lld part%s each */",
-                    (long long)sn_sum_chunks(k), SN_SUM_CHUNK, (long long)parts, parts > 1 ? "s" : "");
-        sn_cu_emitf(t, "const %s chunk = blockIdx.x / %lld;", w.ix, (long long)parts);
-        sn_cu_emitf(t, "const int chunk_part = blockIdx.x %% %lld;", (long long)parts);
-        sn_cu_emitf(t, "const %s r0 = chunk * %d, r1 = r0 + %d < %lld ? r0 + %d : %lld;", w.ix,
-                    SN_SUM_CHUNK, SN_SUM_CHUNK, (long long)w.R, SN_SUM_CHUNK, (long long)w.R);
-        sn_cu_emitf(t, "float *part = scratch + chunk * %lld; /* this chunk's partial sums */",
-                    (long long)sn_sum_width(k));
-        if (k->n_colsum) colsums(&w);
-    }
+    if (k->stage == SN_SUM_PARTIAL) sn_cu_row_partial_open(&w);
     if (k->stage == SN_SUM_WHOLE) {
         sn_cu_emitf(t, "const %s r = blockIdx.x; /* this block's row */", w.ix);
         sn_cu_emitf(t, "const %s row = r * %lld;", w.ix, (long long)w.C);
-        coords(&w);
+        sn_cu_row_coords(&w);
     }
     switch (k->anchor->op) {
     case SN_OP_SOFTMAX: softmax(&w); break;
@@ -840,10 +580,10 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
     case SN_OP_RMSNORM: norm(&w, true); break;
     case SN_OP_LAYERNORM_BWD: norm_bwd(&w, false); break;
     case SN_OP_RMSNORM_BWD: norm_bwd(&w, true); break;
-    case SN_OP_LAYERNORM_BWD_W: norm_bwd_w(&w, false); break;
-    case SN_OP_RMSNORM_BWD_W: norm_bwd_w(&w, true); break;
+    case SN_OP_LAYERNORM_BWD_W: sn_cu_row_norm_bwd_w(&w, false); break;
+    case SN_OP_RMSNORM_BWD_W: sn_cu_row_norm_bwd_w(&w, true); break;
     case SN_OP_CAUSAL_MASK: causal_mask(&w); break;
-    case SN_OP_CROSS_ENTROPY: cross_entropy(&w); break;
+    case SN_OP_CROSS_ENTROPY: sn_cu_row_cross_entropy(&w); break;
     case SN_OP_CROSS_ENTROPY_BWD: cross_entropy_bwd(&w); break;
     default: SN_ASSERT(0);
     }

@@ -1,0 +1,50 @@
+/* cuda_row.h: what the row-kernel renderers share (cuda_row.c: the passes over a row and the
+ * ops a block per row; cuda_row_sums.c: the ops that sum over every row, PARTIAL and FINISH).
+ * Convention: a renderer fills one `row` from its kernel (cuda_row.c's setup) and writes the
+ * kernel's body through it; E() appends a line of CUDA C to w->t. */
+#ifndef SN_CUDA_ROW_H
+#define SN_CUDA_ROW_H
+
+#include "cuda_int.h"
+
+typedef struct {
+    sn_cu_text *t;
+    const sn_kernel *k;
+    const sn_node *n;   /* the row op */
+    int64_t C, R, Vr;   /* row length, rows, real classes (cross-entropy) */
+    bool fused;         /* prologue/epilogue instructions (k->n_instr > 0) */
+    bool dep[64];       /* [n_instr]: depends on the row op's value */
+    int buf[3];         /* arg read as is for operand i (-1: computed per element) */
+    int y;              /* the output holding the row op's own result, or -1 */
+    unsigned threads;
+    const char *ix;     /* the index type */
+    int lanes;          /* columns a step of a pass (sn_cu_row_lanes): 8, 4, or 1 */
+    bool vec;           /* inside the lane loop of a vector step */
+    unsigned declared;  /* in a vector step: the outputs collected in out<o>_v[] */
+    unsigned pending;   /* those of them the step has stored into */
+} row;
+
+#define E(...) sn_cu_emitf(w->t, __VA_ARGS__)
+
+/* The outputs a pass stores: those that do not depend on the row op (the prologue's), or
+ * every output (the pass that writes the row op's result). */
+enum { STORES_NONE, STORES_PROLOGUE, STORES_ALL };
+
+/* cuda_row.c: the passes over a row (each documented there) */
+const char *sn_cu_row_opnd(const row *w, int i, char *b, size_t len);
+void sn_cu_row_coords(row *w);
+void sn_cu_row_vector_loads(row *w);
+void sn_cu_row_element(row *w);
+void sn_cu_row_store_prologue(row *w);
+void sn_cu_row_open_pass(row *w, const char *first, int64_t end, unsigned threads, int stores);
+void sn_cu_row_close_pass(row *w);
+
+/* cuda_row_sums.c: a PARTIAL kernel's chunk of rows (and its column-sum parts), the ops that
+ * sum over every row, and the FINISH kernel */
+void sn_cu_row_partial_open(row *w);
+void sn_cu_row_cross_entropy(row *w);
+void sn_cu_row_norm_bwd_w(row *w, bool rms);
+void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+sn_status sn_cu_row_check_finish(const sn_kernel *k, sn_err *e);
+
+#endif

@@ -1,0 +1,251 @@
+/* cuda_row_sums.c: the row ops that sum over every row (cross-entropy's mean loss, the norm
+ * weight gradients with the column sums that joined them) as kernel.h's two kernels: PARTIAL, a
+ * block per chunk of rows (a warp per row, the warps' sums added in warp order) or per chunk
+ * and 32 columns, writes the chunk's partial sums; FINISH, a thread per column, adds the
+ * chunks' partials in chunk order. Convention: every result is deterministic (fixed orders, no
+ * atomics); the passes over a row are cuda_row.c's. */
+#include <stdio.h>
+
+#include "cuda_row.h"
+#include "program/pointwise.h"
+
+/* ---- one block over every row: a warp per row ---- */
+
+/* for (r = first + warp; r < end; r += warps) { const ix row = r * C; (first and end: C) */
+static void open_rows(row *w, const char *first, const char *end) {
+    E("const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;");
+    E("for (%s r = %s + warp; r < %s; r += %u) {", w->ix, first, end, w->threads / 32);
+    E("const %s row = r * %lld;", w->ix, (long long)w->C);
+    sn_cu_row_coords(w);
+}
+
+/* (logits, targets) -> over the chunk's rows [r0, r1) whose target is not ignore_index: the sum
+ * of lse - logit[t] and their count, as two f64 in the chunk's partial sums (the mean is
+ * FINISH's) */
+void sn_cu_row_cross_entropy(row *w) {
+    char x[64], t[64];
+    sn_cu_row_opnd(w, 0, x, sizeof x);
+    sn_cu_row_opnd(w, 1, t, sizeof t);
+    int ign = w->n->a.ignore_index;
+    E("double loss = 0.0; /* this warp's rows of the chunk, summed in order */");
+    E("int count = 0;");
+    open_rows(w, "r0", "r1");
+    E("const int target = %s;", t);
+    E("if (target == %d) continue; /* the same for the warp's lanes */", ign);
+    E("count++;");
+    E("float mx = -SN_INF;");
+    sn_cu_row_open_pass(w, "lane", w->Vr, 32, STORES_NONE);
+    E("mx = fmaxf(mx, %s);", x);
+    sn_cu_row_close_pass(w);
+    E("mx = sn_warp_max(mx);");
+    E("float se = 0.0f;");
+    sn_cu_row_open_pass(w, "lane", w->Vr, 32, STORES_NONE);
+    E("se += expf(%s - mx);", x);
+    sn_cu_row_close_pass(w);
+    E("const float lse = mx + logf(sn_warp_sum(se));");
+    E("const bool ok = target >= 0 && target < %lld;", (long long)w->Vr);
+    E("float logit_t;");
+    E("{");
+    E("const int j = ok ? target : 0;");
+    sn_cu_row_element(w);
+    E("logit_t = %s;", x);
+    E("}");
+    E("loss += (double)(ok ? lse - logit_t : (SN_INF - SN_INF));");
+    E("}");
+    E("SN_SHARED(double, warp_loss, 32);");
+    E("SN_SHARED(int, warp_count, 32);");
+    E("if (lane == 0) {");
+    E("warp_loss[warp] = loss;");
+    E("warp_count[warp] = count;");
+    E("}");
+    E("__syncthreads();");
+    E("if (threadIdx.x == 0) {");
+    E("double sum = 0.0;");
+    E("long long rows = 0;");
+    E("for (int v = 0; v < %u; v++) {", w->threads / 32);
+    E("sum += warp_loss[v];");
+    E("rows += warp_count[v];");
+    E("}");
+    E("double *chunk_sums = (double *)part; /* the chunk's loss sum and counted rows */");
+    E("chunk_sums[0] = sum;");
+    E("chunk_sums[1] = (double)rows;");
+    E("}");
+}
+
+/* (x, dy) -> the partial sum over this block's chunk of rows [r0, r1) of dy xhat, into the
+ * chunk's row of the partial sums (C columns from `part`); each lane owns the columns
+ * lanes * lane + 32 lanes q + l (l < lanes), the warps' sums added in warp order */
+void sn_cu_row_norm_bwd_w(row *w, bool rms) {
+    char x[64], dy[64];
+    sn_cu_row_opnd(w, 0, x, sizeof x);
+    sn_cu_row_opnd(w, 1, dy, sizeof dy);
+    int V = w->lanes;
+    int64_t nq = (w->C + 32 * V - 1) / (32 * V); /* steps of 32 lanes x V columns */
+    E("float acc[%lld];", (long long)(nq * V));
+    E("#pragma unroll");
+    E("for (int q = 0; q < %lld; q++) acc[q] = 0.0f;", (long long)(nq * V));
+    open_rows(w, "r0", "r1");
+    const char *js = "lane";
+    if (!rms) {
+        E("float sx = 0.0f;");
+        sn_cu_row_open_pass(w, js, w->C, 32, STORES_PROLOGUE);
+        E("sx += %s;", x);
+        sn_cu_row_store_prologue(w);
+        sn_cu_row_close_pass(w);
+        E("const float mean = sn_warp_sum(sx) / %lld.0f;", (long long)w->C);
+    }
+    E("float sq = 0.0f;");
+    sn_cu_row_open_pass(w, js, w->C, 32, rms ? STORES_PROLOGUE : STORES_NONE);
+    E(rms ? "sq += %s * %s;" : "sq += (%s - mean) * (%s - mean);", x, x);
+    if (rms) sn_cu_row_store_prologue(w);
+    sn_cu_row_close_pass(w);
+    char eps[32];
+    E("const float rstd = 1.0f / sqrtf(sn_warp_sum(sq) / %lld.0f + %s);", (long long)w->C,
+      sn_cu_float_lit(w->n->a.f, eps, sizeof eps));
+    E("#pragma unroll");
+    E("for (int q = 0; q < %lld; q++) {", (long long)nq);
+    if (V == 1) {
+        E("const int j = lane + 32 * q;");
+        E("if (j < %lld) {", (long long)w->C);
+        sn_cu_row_element(w);
+        E(rms ? "acc[q] += %s * (%s * rstd);" : "acc[q] += %s * ((%s - mean) * rstd);", dy, x);
+        E("}");
+    } else { /* C divides by V: a step's vector is inside the row or past its end */
+        E("const int j0 = %d * lane + %d * q;", V, 32 * V);
+        E("if (j0 < %lld) {", (long long)w->C);
+        sn_cu_row_vector_loads(w);
+        E("#pragma unroll");
+        E("for (int l = 0; l < %d; l++) {", V);
+        E("const int j = j0 + l;");
+        w->vec = true;
+        sn_cu_row_element(w);
+        E(rms ? "acc[%d * q + l] += %s * (%s * rstd);" : "acc[%d * q + l] += %s * ((%s - mean) * rstd);",
+          V, dy, x);
+        w->vec = false;
+        E("}");
+        E("}");
+    }
+    E("}");
+    E("}");
+    E("SN_SHARED(float, column_sum, %lld);", (long long)w->C);
+    E("/* the warps' sums added in warp order */");
+    E("for (int v = 0; v < %u; v++) {", w->threads / 32);
+    E("if (warp == v) {");
+    E("#pragma unroll");
+    E("for (int q = 0; q < %lld; q++) {", (long long)(nq * V));
+    if (V == 1) E("const int j = lane + 32 * q;");
+    else E("const int j = %d * lane + %d * (q / %d) + q %% %d; /* acc[q]'s column */", V, 32 * V, V, V);
+    E("if (j < %lld) column_sum[j] = v == 0 ? acc[q] : column_sum[j] + acc[q];", (long long)w->C);
+    E("}");
+    E("}");
+    E("__syncthreads();");
+    E("}");
+    E("for (int j = threadIdx.x; j < %lld; j += %u) part[j] = column_sum[j];", (long long)w->C,
+      w->threads);
+}
+
+/* The column sums that joined a norm weight-gradient kernel (kernel.h: n_colsum): part 1 + t
+ * of a chunk sums tile t over the chunk's rows [r0, r1) into the chunk's partial sums, a lane
+ * per column and the warps down the rows, the warps' sums added in warp order through shared
+ * memory; part 0 goes on to the row op. */
+_Static_assert(SN_COLSUM_TILE == 32, "a column-sum tile is a warp's width");
+static void colsums(row *w) {
+    const sn_kernel *k = w->k;
+    unsigned warps = w->threads / 32;
+    char src[16];
+    E("/* column sums: %d columns a part after the first */", SN_COLSUM_TILE);
+    E("if (chunk_part > 0) {");
+    E("const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32, t = chunk_part - 1;");
+    E("const float *src;");
+    E("%s C, c0, at; /* columns, the tile's first, where its output starts in `part` */", w->ix);
+    int64_t first = 0, at = w->C;
+    for (int o = 1; o <= k->n_colsum; o++) {
+        int64_t C = sn_numel(k->args[o]), tiles = (C + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
+        sn_cu_arg_name(w->k, k->colsum_src[o], src, sizeof src);
+        const char *cond = o == k->n_colsum ? "" : "if (t < %lld) ";
+        char c[48];
+        snprintf(c, sizeof c, cond, (long long)(first + tiles));
+        E("%s%s{ src = %s; C = %lld; c0 = (t - %lld) * %d; at = %lld; }", o > 1 ? "else " : "", c,
+          src, (long long)C, (long long)first, SN_COLSUM_TILE, (long long)at);
+        first += tiles;
+        at += C;
+    }
+    E("const %s c = c0 + lane;", w->ix);
+    E("float acc = 0.0f;");
+    E("if (c < C)");
+    E("for (%s r = r0 + warp; r < r1; r += %u) acc += sn_load(src[r * C + c]);", w->ix, warps);
+    E("SN_SHARED2(float, colsum_part, %u, %d);", warps, SN_COLSUM_TILE);
+    E("colsum_part[warp][lane] = acc;");
+    E("__syncthreads();");
+    E("if (warp == 0 && c < C) {");
+    E("for (int v = 1; v < %u; v++) acc += colsum_part[v][lane];", warps);
+    E("part[at + c] = acc;");
+    E("}");
+    E("return;");
+    E("}");
+}
+
+/* A PARTIAL kernel's head: its block's chunk of rows [r0, r1) and part (chunk_part), where the
+ * chunk's partial sums go (`part`), and the column-sum parts (those return). */
+void sn_cu_row_partial_open(row *w) {
+    const sn_kernel *k = w->k;
+    int64_t parts = 1 + sn_colsum_tiles(k);
+    E("/* partial sums: %lld chunks of %d rows, %lld part%s each */", (long long)sn_sum_chunks(k),
+      SN_SUM_CHUNK, (long long)parts, parts > 1 ? "s" : "");
+    E("const %s chunk = blockIdx.x / %lld;", w->ix, (long long)parts);
+    E("const int chunk_part = blockIdx.x %% %lld;", (long long)parts);
+    E("const %s r0 = chunk * %d, r1 = r0 + %d < %lld ? r0 + %d : %lld;", w->ix, SN_SUM_CHUNK,
+      SN_SUM_CHUNK, (long long)w->R, SN_SUM_CHUNK, (long long)w->R);
+    E("float *part = scratch + chunk * %lld; /* this chunk's partial sums */", (long long)sn_sum_width(k));
+    if (k->n_colsum) colsums(w);
+}
+
+/* kernel.h's FINISH: column c of the partial sums, added over the chunks in chunk order, into
+ * the output that holds it. */
+void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname) {
+    int64_t P = sn_sum_chunks(k), W = sn_sum_width(k);
+    const char *ix = sn_cu_index_type(P * W + 1024 * 1024);
+    char a[16];
+    sn_cu_emit_signature(t, k, fname, (int)d->block[0]);
+    if (k->anchor->op == SN_OP_CROSS_ENTROPY) { /* the mean loss from the chunks' sums, in order */
+        sn_cu_emitf(t, "/* cross_entropy: the mean loss from %lld chunks' sums and counts */", (long long)P);
+        sn_cu_emitf(t, "if (blockIdx.x > 0 || threadIdx.x > 0) return;");
+        sn_cu_emitf(t, "const double *chunk_sums = (const double *)scratch;");
+        sn_cu_emitf(t, "double sum = 0.0, rows = 0.0;");
+        sn_cu_emitf(t, "for (int p = 0; p < %lld; p++) {", (long long)P);
+        sn_cu_emitf(t, "sum += chunk_sums[2 * p];");
+        sn_cu_emitf(t, "rows += chunk_sums[2 * p + 1];");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "sn_store(&%s[0], rows > 0.0 ? (float)(sum / rows) : 0.0f);",
+                    sn_cu_arg_name(k, 0, a, sizeof a));
+        sn_cu_emitf(t, "}");
+        return;
+    }
+    sn_cu_emitf(t, "/* %s: the sums of %lld chunks of partial sums, %lld columns */",
+                sn_op_name(k->anchor->op), (long long)P, (long long)W);
+    sn_cu_emitf(t, "const %s c = (%s)blockIdx.x * %u + threadIdx.x;", ix, ix, d->block[0]);
+    sn_cu_emitf(t, "if (c >= %lld) return;", (long long)W);
+    sn_cu_emitf(t, "float sum = 0.0f;");
+    sn_cu_emitf(t, "for (%s p = 0; p < %lld; p++) sum += scratch[p * %lld + c];", ix, (long long)P,
+                (long long)W);
+    int64_t at = 0;
+    for (int o = 0; o < k->n_out; o++) {
+        int64_t C = sn_numel(k->args[o]);
+        sn_cu_emitf(t, "%sif (c < %lld) sn_store(&%s[c - %lld], sum);", o ? "else " : "",
+                    (long long)(at + C), sn_cu_arg_name(k, o, a, sizeof a), (long long)at);
+        at += C;
+    }
+    sn_cu_emitf(t, "}");
+}
+
+/* FINISH: outputs the sums alone, f32 (the partials' width is fuse's: sn_fuse_split_sum). */
+sn_status sn_cu_row_check_finish(const sn_kernel *k, sn_err *e) {
+    bool f32 = true;
+    for (int o = 0; o < k->n_out; o++) f32 = f32 && k->args[o]->dtype == SN_F32;
+    const sn_row_facts *f = sn_row_facts_of(k->anchor->op);
+    if (k->n_in || !f32 || k->args[0] != k->anchor || !f || !f->serial)
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a FINISH kernel writes the f32 sums "
+                       "of a row op that sums over every row and reads only its partial sums",
+                       k->name);
+    return SN_OK;
+}
