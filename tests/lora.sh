@@ -96,4 +96,12 @@ status=0
 # shellcheck disable=SC2086
 "$sinter" train $common --steps 2 --lora-alpha 16 > out.txt 2> err.txt || status=$?
 [ "$status" = 2 ] && grep -q "add --lora R" err.txt || fail "--lora-alpha without --lora ($status)"
-echo "another model's checkpoint and --lora-alpha without --lora: refused by name"
+for bad in "--lora 0|--lora wants a whole number from 1 to 4096, not '0'" \
+           "--lora-targets qkv|--lora-targets is attn, mlp or all, not 'qkv'" \
+           "--lora-alpha -1|--lora-alpha wants a number > 0 and < 1e6, not '-1'"; do
+    status=0
+    # shellcheck disable=SC2086
+    "$sinter" train $common --lora 4 ${bad%%|*} > out.txt 2> err.txt || status=$?
+    [ "$status" = 2 ] && grep -qF -e "${bad#*|}" err.txt || fail "${bad%%|*} ($status)"
+done
+echo "another model's checkpoint, LoRA options without --lora or out of range: refused by name"
