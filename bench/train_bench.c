@@ -367,10 +367,22 @@ int main(int argc, char **argv) {
         sn_trainer *ft = sn_trainer_new(full, &o, &e);
         if (!ft) die("full fine-tuning trainer", &e);
         run_ctx fr = {ft, x, y, NULL};
+        sn_exec_time_kernels(sn_trainer_exec(ft), false);
         double full_s = time_best(a.steps, run_step, &fr);
-        snprintf(extra, sizeof extra, ", \"trained_params\": %lld, \"optimizer_state_bytes\": %lld, "
+        sn_exec_time_kernels(sn_trainer_exec(ft), true);
+        if (run_step(&fr, &e)) die("profiled full step", &e);
+        sn_exec_stats fs;
+        sn_exec_stats_get(sn_trainer_exec(ft), &fs);
+        const sn_program *fprog = sn_trainer_program(ft);
+        snprintf(extra, sizeof extra, ", \"trained_params\": %lld, \"kernels_per_step\": %d, "
+                 "\"arena_planned_bytes\": %lld, \"persistent_bytes\": %lld, "
+                 "\"optimizer_state_bytes\": %lld, \"gemm_s\": %.3f, \"attention_s\": %.3f, "
+                 "\"pointwise_s\": %.3f, \"row_s\": %.3f, \"reduce_s\": %.3f, \"gather_s\": %.3f, "
                  "\"lora_step_ms\": %.2f, \"lora_speedup\": %.3f", (long long)trained_count(full),
-                 (long long)sn_trainer_state_bytes(ft), 1e3 * step_s, full_s / step_s);
+                 fprog->n_kernels, (long long)fprog->arena_bytes, (long long)fprog->persistent_bytes,
+                 (long long)sn_trainer_state_bytes(ft), fs.kind_s[SN_KER_GEMM],
+                 fs.kind_s[SN_KER_ATTENTION], fs.kind_s[SN_KER_POINTWISE], fs.kind_s[SN_KER_ROW],
+                 fs.kind_s[SN_KER_REDUCE], fs.kind_s[SN_KER_GATHER], 1e3 * step_s, full_s / step_s);
         emit(&fa, dev, "train_step_full", full_s, program_flops(sn_trainer_program(ft)), peak, extra);
         sn_trainer_free(ft);
         sn_graph_free(full);
