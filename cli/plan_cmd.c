@@ -27,7 +27,7 @@ static const char plan_usage[] =
     "                        when nothing else fits; sinter train --offload optimizer runs it)\n"
     "  --offload optimizer   always plan it in host memory\n"
     "  --lora R              LoRA fine-tuning of rank R (sinter train --lora): the base frozen,\n"
-    "  --lora-alpha A        no gradients or optimizer state for it (alpha: the scale A/R,\n"
+    "  --lora-alpha ALPHA    no gradients or optimizer state for it (the scale ALPHA/R,\n"
     "  --lora-targets T      default R; targets all (default), attn or mlp)\n"
     "Exits 1 when nothing fits, naming the smallest budget that would and the largest\n"
     "micro-batch that fits.\n";
