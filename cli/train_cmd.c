@@ -16,6 +16,7 @@
 #include "passes/pipeline.h"
 #include "program/target.h"
 #include "support/clock.h"
+#include "support/plot.h"
 #include "support/rng.h"
 #include "cli.h"
 #include "train_cli.h"
@@ -400,6 +401,9 @@ static sn_status check_outputs(const train_args *a, sn_err *e) {
     sn_status s = SN_OK;
     if (a->checkpoint) s = sn_savefile_check(a->checkpoint, "checkpoint", e);
     if (!s && a->log) s = sn_savefile_check(a->log, "log", e);
+    if (!s && a->plot && !sn_png_supported())
+        s = sn_fail(e, SN_ERR_UNSUPPORTED, "--plot %s: this build of sinter has no libpng, so no "
+                    "plots: install libpng-dev and rebuild (./setup), or leave out --plot", a->plot);
     if (!s && a->plot) s = sn_savefile_check(a->plot, "plot", e);
     return s;
 }

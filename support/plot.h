@@ -18,9 +18,11 @@ typedef struct {
 sn_status sn_series_push(sn_series *s, double x, double y, sn_err *e); /* SN_ERR_OOM: point dropped */
 void sn_series_free(sn_series *s);
 
-/* A PNG of the (h, w, 3) image in a malloc'd buffer of *len bytes: 8-bit RGB, no interlace,
- * filter 0 on every row, zlib stored blocks. Caller frees. NULL (SN_ERR_OOM in e) when out of memory. */
-uint8_t *sn_png_encode(int w, int h, const uint8_t *rgb, size_t *len, sn_err *e);
+/* Whether this build writes PNGs (libpng found at build time). */
+bool sn_png_supported(void);
+/* A PNG of the (h, w, 3) image (8-bit RGB), encoded by libpng, into *out, a malloc'd buffer of
+ * *len bytes the caller frees. SN_ERR_UNSUPPORTED without libpng; SN_ERR_OOM. */
+sn_status sn_png_encode(int w, int h, const uint8_t *rgb, uint8_t **out, size_t *len, sn_err *e);
 /* Encodes and writes the image to path (temporary file, then rename). */
 sn_status sn_png_write(const char *path, int w, int h, const uint8_t *rgb, sn_err *e);
 

@@ -10,11 +10,11 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "data/data.h"
 #include "frontend/lora.h"
 #include "ir/checked.h"
-#include "support/crc.h"
 #include "support/savefile.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -70,7 +70,7 @@ static void opts_meta(const sn_train_opts *o, sn_run_state *m) {
 
 typedef struct {
     sn_savefile f;
-    sn_crc32 crc;
+    uint32_t crc;   /* zlib's CRC-32 of the payload written */
     uint64_t bytes; /* payload written */
     bool ok;
     int err; /* errno of the first failed write */
@@ -80,7 +80,7 @@ static void put(writer *w, const void *p, size_t n) {
     if (!w->ok || !n) return;
     w->ok = fwrite(p, 1, n, w->f.f) == n;
     if (!w->ok) w->err = errno;
-    sn_crc32_update(&w->crc, p, n);
+    w->crc = (uint32_t)crc32_z(w->crc, p, n);
     w->bytes += n;
 }
 
@@ -191,7 +191,6 @@ sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run
     writer w = {.ok = true};
     sn_status s = sn_savefile_open(&w.f, path, "checkpoint", e);
     if (s) return s;
-    sn_crc32_init(&w.crc);
     uint8_t h[HEADER_BYTES];
     header(h, 0, 0); /* a placeholder until the payload's size and CRC are known */
     w.ok = fwrite(h, 1, HEADER_BYTES, w.f.f) == HEADER_BYTES;
@@ -200,7 +199,7 @@ sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run
         sn_savefile_abort(&w.f);
         return s;
     }
-    header(h, w.bytes, sn_crc32_value(&w.crc));
+    header(h, w.bytes, w.crc);
     if (w.ok && (fseek(w.f.f, 0, SEEK_SET) != 0 || fwrite(h, 1, HEADER_BYTES, w.f.f) != HEADER_BYTES))
         w.ok = false, w.err = errno;
     if (!w.ok) {
@@ -253,13 +252,11 @@ static sn_status parse(const char *path, const uint8_t *b, size_t len, parsed *o
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is %s: %zu bytes, its header says %" PRIu64
                        ": use an older checkpoint", path, len - HEADER_BYTES < payload ? "truncated"
                        : "longer than written", len, payload + HEADER_BYTES);
-    sn_crc32 c;
-    sn_crc32_init(&c);
-    sn_crc32_update(&c, b + HEADER_BYTES, payload);
-    if (sn_crc32_value(&c) != crc)
+    uint32_t sum = (uint32_t)crc32_z(0, b + HEADER_BYTES, payload);
+    if (sum != crc)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: the CRC-32 of its contents is "
                        "%08x, its header says %08x: use an older checkpoint", path,
-                       sn_crc32_value(&c), crc);
+                       sum, crc);
     const uint8_t *p = b + HEADER_BYTES, *end = b + len;
     int cap = 0;
     *out = (parsed){.path = path};

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
-#include "support/crc.h"
 #include "support/savefile.h"
 #include "cuda_rt.h"
 
@@ -122,11 +122,9 @@ static bool read_entry(const char *path, const uint8_t key[16], int arch, sn_cud
              fread(out->cubin, 1, h.cubin_len, f) == h.cubin_len;
     }
     if (ok) {
-        sn_crc32 crc;
-        sn_crc32_init(&crc);
-        sn_crc32_update(&crc, out->log, h.log_len);
-        sn_crc32_update(&crc, out->cubin, h.cubin_len);
-        ok = sn_crc32_value(&crc) == h.crc;
+        uLong crc = crc32_z(crc32_z(0, (const Bytef *)out->log, h.log_len),
+                            (const Bytef *)out->cubin, h.cubin_len);
+        ok = (uint32_t)crc == h.crc;
         out->log[h.log_len] = '\0';
         out->cubin_size = h.cubin_len;
     }
@@ -165,11 +163,8 @@ static sn_status write_entry(const sn_cuda_cache *c, const char *path, const uin
                     .log_len = m->log ? strlen(m->log) : 0, .cubin_len = m->cubin_size};
     memcpy(h.magic, CACHE_MAGIC, 8);
     memcpy(h.key, key, 16);
-    sn_crc32 crc;
-    sn_crc32_init(&crc);
-    sn_crc32_update(&crc, m->log ? m->log : "", h.log_len);
-    sn_crc32_update(&crc, m->cubin, h.cubin_len);
-    h.crc = sn_crc32_value(&crc);
+    uLong crc = crc32_z(0, (const Bytef *)(m->log ? m->log : ""), h.log_len);
+    h.crc = (uint32_t)crc32_z(crc, (const Bytef *)m->cubin, h.cubin_len);
     sn_savefile s;
     if ((st = sn_savefile_open(&s, path, "kernel cache entry", e))) return st;
     if (fwrite(&h, sizeof h, 1, s.f) != 1 || fwrite(m->log ? m->log : "", 1, h.log_len, s.f) != h.log_len ||
