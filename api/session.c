@@ -37,6 +37,7 @@ struct sn_session {
     sn_run_state run;        /* metadata, data RNG, loss curves: what a checkpoint carries */
     int32_t *x, *y;          /* (B, T) */
     bool planned;            /* o.mem: the run follows plan */
+    int init_fresh;          /* o.init: adapters the file lacked */
     sn_plan plan;
 };
 
@@ -248,7 +249,8 @@ static sn_status setup(sn_session *r, sn_err *e) {
     if (!r->x || !r->y) return SN_ERR_OOM;
     set_meta(r);
     r->run.data_rng = sn_rng_seed(o->seed ^ 0x5eedull);
-    return o->resume ? sn_checkpoint_load(o->resume, r->t, &r->run, e) : SN_OK;
+    if (o->resume) return sn_checkpoint_load(o->resume, r->t, &r->run, e);
+    return o->init ? sn_checkpoint_init(o->init, r->t, &r->init_fresh, e) : SN_OK;
 }
 
 sn_status sn_session_new(const sn_model *m, const sn_session_opts *o, sn_session **out, sn_err *e) {
@@ -357,13 +359,18 @@ void sn_session_info_get(const sn_session *r, sn_session_info *out) {
                              .device = sn_trainer_backend(r->t), .vocab = r->tk->vocab,
                              .batch = r->B, .seq = r->T, .micro = r->micro,
                              .tokens_per_step = (long)r->micro * r->B * r->T,
-                             .params = sn_graph_param_count(r->g), .train_tokens = r->train.n,
+                             .params = sn_graph_param_count(r->g), .init_fresh = r->init_fresh,
+                             .train_tokens = r->train.n,
                              .val_tokens = r->val.n, .step = sn_trainer_step_count(r->t),
                              .steps = r->o.steps, .loss_scaling = sn_trainer_loss_scaling(r->t),
                              .loss_scale = sn_trainer_scaler(r->t).scale,
                              .steps_skipped = sn_trainer_scaler(r->t).skipped,
                              .host_measured = sn_trainer_host_state_bytes(r->t)};
     out->offload = out->host_measured > 0;
+    for (int i = 0; i < r->g->n_nodes; i++) {
+        const sn_node *n = r->g->nodes[i];
+        if (n->op == SN_OP_PARAM && n->grad && !n->a.frozen) out->trained += sn_numel(n);
+    }
     if (!r->planned) return;
     out->mem_planned = r->plan.total;
     out->host_planned = r->plan.opt_host;

@@ -48,6 +48,10 @@ typedef struct {
     uint64_t seed;        /* initialisation, batches and samples */
     int val_batches;      /* batches of (B, T) one sn_session_validate reads, at most (0: 8) */
     const char *resume;   /* a checkpoint of the same model, data and options to go on from */
+    const char *init;     /* a new run (fresh optimizer, step 0) from the weights of a checkpoint
+                             of the same model, saved by any run; the model's LoRA adapters
+                             (frontend/lora.h) the file lacks keep their initialisation. Not
+                             read with resume (the resumed checkpoint holds every weight) */
     const char *dump_after; /* print the IR or program after this pass (sinter train --help) */
     int checkpoint_policy; /* recompute activations in the backward instead of keeping them:
                               0 none, 1 block (keep transformer block inputs), 2 sqrt (every
@@ -116,6 +120,8 @@ typedef struct {
     int vocab, batch, seq, micro;           /* micro: micro-batches of (B, T) per step */
     long tokens_per_step;
     int64_t params;                         /* trained and frozen elements */
+    int64_t trained;                        /* the trained ones (not frozen) */
+    int init_fresh;                         /* with init: adapters the file lacked (initialised) */
     size_t train_tokens, val_tokens;
     int step, steps;                        /* taken so far (a resumed run starts later) */
     /* With mem: the plan's device bytes, and after a step the device's own count of the same

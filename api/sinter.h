@@ -57,6 +57,7 @@
 #define SINTER_VERSION "0.1.0" /* the three above; the shared library's soname is libsinter.so.MAJOR */
 
 #include "frontend/sinter.h"
+#include "frontend/lora.h"
 #include "session.h"
 
 /* The version of the library linked at run time ("0.1.0"), to compare with SINTER_VERSION. */

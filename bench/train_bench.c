@@ -11,7 +11,8 @@
  *     bench/train_bench --model gpt2 --batch 4 --seq 256 --steps 3
  *     bench/train_bench --model gpt2 --batch 16 --seq 1024 --roofline h100 --model-only
  *     bench/train_bench --model gpt2 --batch 4 --seq 256 --steps 3 --precision bf16
- *     bench/train_bench --model demo --batch 16 --seq 128 --steps 10 --compare-interp */
+ *     bench/train_bench --model demo --batch 16 --seq 128 --steps 10 --compare-interp
+ *     bench/train_bench --model gpt2 --batch 4 --seq 128 --steps 3 --lora 8   (LoRA vs full step) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,8 @@ typedef struct {
     int64_t arena_budget; /* --arena-budget: the budget policy's arena (what sinter plan chose) */
     bool offload;   /* --offload: the optimizer state in host memory (sn_train_opts.offload) */
     bool compare_interp;
+    int lora;       /* --lora R: LoRA adapters of rank R on every linear layer (alpha R), the
+                       base frozen; the full fine-tuning step is timed too, in the same run */
     sn_precision precision;
     const char *isa; /* of the measured peak */
     const char *device;   /* auto, cuda or cpu */
@@ -65,7 +68,8 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     sn_gpt2 m;
     sn_err e;
     if (!g) die("out of memory for the graph", NULL);
-    if (sn_gpt2_build(g, &c, a->batch, a->seq, &m, &e)) die("model", &e);
+    sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = SN_GPT2_LORA_ALL};
+    if (sn_gpt2_build_lora(g, &c, a->batch, a->seq, a->lora ? &l : NULL, &m, &e)) die("model", &e);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = backward;
     o.checkpoint = backward ? a->checkpoint : 0;
@@ -87,10 +91,10 @@ static void emit(const args *a, const char *device, const char *phase, double s_
                  double flops, double peak, const char *extra) {
     double tokens = (double)a->batch * a->seq;
     printf("{\"bench\": \"train\", \"phase\": \"%s\", \"device\": \"%s\", \"model\": \"%s\", "
-           "\"batch\": %d, \"seq\": %d, \"checkpoint\": \"%s\", \"offload\": %s, \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, "
+           "\"batch\": %d, \"seq\": %d, \"lora\": %d, \"checkpoint\": \"%s\", \"offload\": %s, \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, "
            "\"precision\": \"%s\", \"gflops\": %.1f, \"peak_gflops\": %.1f, \"peak_isa\": \"%s\", "
            "\"f32_peak_gflops\": %.1f, \"bf16_peak_gflops\": %.1f, \"mfu\": %.4f%s}\n",
-           phase, device, a->model, a->batch, a->seq, sn_ckpt_policy_name((sn_ckpt_policy)a->checkpoint),
+           phase, device, a->model, a->batch, a->seq, a->lora, sn_ckpt_policy_name((sn_ckpt_policy)a->checkpoint),
            a->offload ? "true" : "false", 1e3 * s_per_step, tokens / s_per_step, sn_precision_name(a->precision),
            flops / s_per_step / 1e9, peak, a->isa, a->peak_f32, a->peak_bf16,
            flops / s_per_step / 1e9 / peak, extra ? extra : "");
@@ -133,9 +137,10 @@ static const char usage_text[] =
     "usage: train_bench [--model NAME] [--batch B] [--seq T] [--steps N] [--threads N]\n"
     "                   [--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]]\n"
     "                   [--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16]\n"
-    "                   [--compare-interp] [--arena-budget BYTES] [--offload]\n"
+    "                   [--compare-interp] [--arena-budget BYTES] [--offload] [--lora R]\n"
     "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
-    "  --threads 0: all cores\n";
+    "  --threads 0: all cores; --lora R: the step with LoRA adapters of rank R (all linear\n"
+    "  layers, alpha R, the base frozen), and the full fine-tuning step timed in the same run\n";
 
 static void usage_fail(const char *fmt, const char *arg) {
     fprintf(stderr, "train_bench: ");
@@ -176,7 +181,7 @@ static void parse(int argc, char **argv, args *a) {
         }
         static const char *const valued[] = {"--model", "--batch", "--seq", "--steps", "--threads",
                                              "--device", "--roofline", "--checkpoint-policy",
-                                             "--precision", "--arena-budget"};
+                                             "--precision", "--arena-budget", "--lora"};
         bool known = false;
         for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(k, valued[j]);
         if (!known) usage_fail("unknown option '%s'", k);
@@ -186,6 +191,7 @@ static void parse(int argc, char **argv, args *a) {
         else if (!strcmp(k, "--seq")) a->seq = int_arg(k, v, 1, 1 << 20);
         else if (!strcmp(k, "--steps")) a->steps = int_arg(k, v, 1, 1000000);
         else if (!strcmp(k, "--threads")) a->threads = int_arg(k, v, 0, 4096);
+        else if (!strcmp(k, "--lora")) a->lora = int_arg(k, v, 1, 4096);
         else if (!strcmp(k, "--device")) {
             if (strcmp(v, "auto") && strcmp(v, "cuda") && strcmp(v, "cpu"))
                 usage_fail("--device is auto, cuda or cpu, not '%s'", v);
@@ -236,6 +242,15 @@ static int64_t param_count(const sn_graph *g) {
     int n = sn_graph_params(g, ps, 512);
     int64_t total = 0;
     for (int i = 0; i < n; i++) total += sn_numel(ps[i]);
+    return total;
+}
+
+/* The parameter elements the optimizer updates (LoRA freezes the rest). */
+static int64_t trained_count(const sn_graph *g) {
+    int64_t total = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_PARAM && g->nodes[i]->grad && !g->nodes[i]->a.frozen)
+            total += sn_numel(g->nodes[i]);
     return total;
 }
 
@@ -329,11 +344,11 @@ int main(int argc, char **argv) {
     sn_exec_stats st;
     sn_exec_stats_get(sn_trainer_exec(t), &st);
     snprintf(extra, sizeof extra,
-             ", \"compile_s\": %.2f, \"kernels_per_step\": %d, \"optimizer_launches\": %d, "
+             ", \"trained_params\": %lld, \"compile_s\": %.2f, \"kernels_per_step\": %d, \"optimizer_launches\": %d, "
              "\"arena_planned_bytes\": %lld, \"arena_measured_bytes\": %lld, \"arena_no_reuse_bytes\": %lld, "
              "\"persistent_bytes\": %lld, \"optimizer_state_bytes\": %lld, \"gemm_s\": %.3f, "
              "\"attention_s\": %.3f, \"pointwise_s\": %.3f, \"row_s\": %.3f, \"reduce_s\": %.3f, \"gather_s\": %.3f",
-             compile_s, p->n_kernels, 3, (long long)p->arena_bytes,
+             (long long)trained_count(g), compile_s, p->n_kernels, 3, (long long)p->arena_bytes,
              (long long)st.arena_peak_bytes, (long long)p->sum_bytes, (long long)p->persistent_bytes,
              (long long)sn_trainer_state_bytes(t),
              st.kind_s[SN_KER_GEMM], st.kind_s[SN_KER_ATTENTION], st.kind_s[SN_KER_POINTWISE],
@@ -343,6 +358,34 @@ int main(int argc, char **argv) {
         sn_roofline_opts ro = {.tf32 = a.tf32};
         sn_roofline_print(stdout, p, param_count(g), (double)a.batch * a.seq, machine, &ro,
                           st.kind_s, step_s);
+    }
+
+    if (a.lora) { /* the baseline: full fine-tuning of the same model, same batch, same device */
+        args fa = a;
+        fa.lora = 0;
+        sn_graph *full = model_graph(&fa, true, NULL);
+        sn_trainer *ft = sn_trainer_new(full, &o, &e);
+        if (!ft) die("full fine-tuning trainer", &e);
+        run_ctx fr = {ft, x, y, NULL};
+        sn_exec_time_kernels(sn_trainer_exec(ft), false);
+        double full_s = time_best(a.steps, run_step, &fr);
+        sn_exec_time_kernels(sn_trainer_exec(ft), true);
+        if (run_step(&fr, &e)) die("profiled full step", &e);
+        sn_exec_stats fs;
+        sn_exec_stats_get(sn_trainer_exec(ft), &fs);
+        const sn_program *fprog = sn_trainer_program(ft);
+        snprintf(extra, sizeof extra, ", \"trained_params\": %lld, \"kernels_per_step\": %d, "
+                 "\"arena_planned_bytes\": %lld, \"persistent_bytes\": %lld, "
+                 "\"optimizer_state_bytes\": %lld, \"gemm_s\": %.3f, \"attention_s\": %.3f, "
+                 "\"pointwise_s\": %.3f, \"row_s\": %.3f, \"reduce_s\": %.3f, \"gather_s\": %.3f, "
+                 "\"lora_step_ms\": %.2f, \"lora_speedup\": %.3f", (long long)trained_count(full),
+                 fprog->n_kernels, (long long)fprog->arena_bytes, (long long)fprog->persistent_bytes,
+                 (long long)sn_trainer_state_bytes(ft), fs.kind_s[SN_KER_GEMM],
+                 fs.kind_s[SN_KER_ATTENTION], fs.kind_s[SN_KER_POINTWISE], fs.kind_s[SN_KER_ROW],
+                 fs.kind_s[SN_KER_REDUCE], fs.kind_s[SN_KER_GATHER], 1e3 * step_s, full_s / step_s);
+        emit(&fa, dev, "train_step_full", full_s, program_flops(sn_trainer_program(ft)), peak, extra);
+        sn_trainer_free(ft);
+        sn_graph_free(full);
     }
 
     if (a.compare_interp) { /* the reference interpreter on the same step, once */

@@ -19,10 +19,12 @@ int cli_plan(int argc, char **argv);
  * with the loss as its one output (training reads no logits). */
 #include "models/gpt2.h"
 #include "train/plan.h"
-sn_status cli_training_graph(const sn_gpt2_config *c, int B, int T, sn_graph **out, sn_err *e);
+sn_status cli_training_graph(const sn_gpt2_config *c, const sn_gpt2_lora *lora, int B, int T,
+                             sn_graph **out, sn_err *e);
 /* Plans (sn_plan_make) and prints the table to f, or the reason nothing fits to stderr;
  * returns the exit code (1: nothing fits). */
-int cli_plan_run(const sn_gpt2_config *c, int T, const sn_plan_opts *o, sn_plan *pl, FILE *f);
+int cli_plan_run(const sn_gpt2_config *c, const sn_gpt2_lora *lora, int T, const sn_plan_opts *o,
+                 sn_plan *pl, FILE *f);
 int cli_prepare(int argc, char **argv);
 struct sn_program;
 /* Writes p's CUDA C (DIR/program.cu) and, NVRTC permitting, its ptxas report for sm_arch

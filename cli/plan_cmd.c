@@ -26,14 +26,18 @@ static const char plan_usage[] =
     "  --no-offload          never plan the optimizer state in host memory (by default it is\n"
     "                        when nothing else fits; sinter train --offload optimizer runs it)\n"
     "  --offload optimizer   always plan it in host memory\n"
+    "  --lora R              LoRA fine-tuning of rank R (sinter train --lora): the base frozen,\n"
+    "  --lora-alpha ALPHA    no gradients or optimizer state for it (the scale ALPHA/R,\n"
+    "  --lora-targets T      default R; targets all (default), attn or mlp)\n"
     "Exits 1 when nothing fits, naming the smallest budget that would and the largest\n"
     "micro-batch that fits.\n";
 
-sn_status cli_training_graph(const sn_gpt2_config *c, int B, int T, sn_graph **out, sn_err *e) {
+sn_status cli_training_graph(const sn_gpt2_config *c, const sn_gpt2_lora *lora, int B, int T,
+                             sn_graph **out, sn_err *e) {
     *out = sn_graph_new();
     if (!*out) return sn_fail_oom(e, sizeof(sn_graph), "the training graph");
     sn_gpt2 m;
-    sn_status s = sn_gpt2_build(*out, c, B, T, &m, e);
+    sn_status s = sn_gpt2_build_lora(*out, c, B, T, lora, &m, e);
     if (s) return s;
     (*out)->n_outputs = 0; /* training reads the loss and the gradients, not the logits */
     sn_graph_add_output(*out, m.loss);
@@ -42,20 +46,26 @@ sn_status cli_training_graph(const sn_gpt2_config *c, int B, int T, sn_graph **o
 
 typedef struct {
     sn_gpt2_config c;
+    const sn_gpt2_lora *lora;
     int T;
 } plan_model;
 
 static sn_status build(void *ctx, int B, sn_graph **out, sn_err *e) {
     const plan_model *m = ctx;
-    return cli_training_graph(&m->c, B, m->T, out, e);
+    return cli_training_graph(&m->c, m->lora, B, m->T, out, e);
 }
 
-int cli_plan_run(const sn_gpt2_config *c, int T, const sn_plan_opts *o, sn_plan *pl, FILE *f) {
-    plan_model m = {*c, T};
+int cli_plan_run(const sn_gpt2_config *c, const sn_gpt2_lora *lora, int T, const sn_plan_opts *o,
+                 sn_plan *pl, FILE *f) {
+    plan_model m = {*c, lora, T};
     sn_err e;
     sn_status s = sn_plan_make(o, build, &m, pl, &e);
     char b[32];
-    fprintf(f, "plan: %s, batch %d x seq %d, budget %s, %s\n", c->name, o->batch, T,
+    char l[96] = "";
+    if (lora)
+        snprintf(l, sizeof l, ", LoRA rank %d alpha %g on %s", lora->lora.rank,
+                 (double)lora->lora.alpha, sn_gpt2_lora_targets_name(lora->targets));
+    fprintf(f, "plan: %s%s, batch %d x seq %d, budget %s, %s\n", c->name, l, o->batch, T,
             o->budget ? sn_bytes_str(o->budget, b, sizeof b) : "none",
             o->compile->target ? o->compile->target->name : "cpu");
     if (s) {
@@ -68,7 +78,9 @@ int cli_plan_run(const sn_gpt2_config *c, int T, const sn_plan_opts *o, sn_plan 
 
 int cli_plan(int argc, char **argv) {
     const char *model = NULL, *device = "cpu", *precision = "fp32";
-    long B = 16, T = -1, micro = 0;
+    long B = 16, T = -1, micro = 0, rank = 0;
+    double alpha = 0;
+    unsigned targets = SN_GPT2_LORA_ALL;
     long long mem = 0;
     int offload = SN_PLAN_OFFLOAD_AS_NEEDED;
     int policy = -1;
@@ -96,6 +108,9 @@ int cli_plan(int argc, char **argv) {
         else if (!strcmp(k, "--batch")) ok = cli_int(v, 1, 1 << 16, &B);
         else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &T);
         else if (!strcmp(k, "--micro-batch")) ok = cli_int(v, 1, 1 << 16, &micro);
+        else if (!strcmp(k, "--lora")) ok = cli_int(v, 1, 4096, &rank);
+        else if (!strcmp(k, "--lora-alpha")) ok = (alpha = strtod(v, NULL)) > 0 && alpha < 1e6;
+        else if (!strcmp(k, "--lora-targets")) ok = sn_gpt2_lora_targets_parse(v, &targets);
         else if (!strcmp(k, "--mem")) ok = cli_bytes(v, &mem);
         else if (!strcmp(k, "--checkpoint-policy")) ok = (policy = sn_ckpt_policy_parse(v)) >= 0;
         else return cli_fail("plan: unknown option '%s' (see sinter plan --help)", k);
@@ -120,5 +135,7 @@ int cli_plan(int argc, char **argv) {
     sn_plan_opts o = {.batch = (int)B, .budget = mem, .micro_batch = (int)micro, .policy = policy,
                       .compile = &po, .offload = offload};
     sn_plan pl;
-    return cli_plan_run(&c, (int)T, &o, &pl, stdout);
+    sn_gpt2_lora lora = {.lora = {.rank = (int)rank, .alpha = alpha > 0 ? (float)alpha : (float)rank},
+                         .targets = targets};
+    return cli_plan_run(&c, rank ? &lora : NULL, (int)T, &o, &pl, stdout);
 }

@@ -15,6 +15,10 @@ typedef struct {
     const char *precision;  /* fp32, bf16, fp16 (the autocast pass), tf32 (CUDA GEMMs) */
     const char *dump_after; /* a pass whose IR or program to print (sinter train --dump-after) */
     const char *log, *plot, *checkpoint, *resume, *prompt; /* files and the sampling prompt */
+    const char *init;       /* --init: a new run from this checkpoint's weights */
+    long lora;              /* --lora R: LoRA adapters of rank R (0: none) */
+    double lora_alpha;      /* --lora-alpha (0: not given: R) */
+    const char *lora_targets; /* --lora-targets attn, mlp or all (NULL: not given: all) */
     long steps, batch, seq, seed, eval_every, tokens_per_step, save_every;
     long sample_every, sample_len, top_k;
     double lr, temperature;

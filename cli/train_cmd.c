@@ -55,6 +55,17 @@ static const char train_usage[] =
     "  --save-every N        (default 100; 0: only at the end)\n"
     "  --resume FILE         continue the run saved in FILE exactly (same model, data and\n"
     "                        options); saves go on to FILE unless --checkpoint says otherwise\n"
+    "  --init FILE           start a new run (fresh optimizer, step 0, this run's data and\n"
+    "                        options) from the model weights in checkpoint FILE, written by\n"
+    "                        --checkpoint of any run of the same --model (docs/finetune.md)\n"
+    "  --lora R              LoRA fine-tuning: beside each targeted layer's x @ w, a path\n"
+    "                        (x @ A) @ B * alpha/R with A (in, R) random and B (R, out) zeros, so\n"
+    "                        step 0 is the base model; only A and B train, every other weight\n"
+    "                        (embeddings, layer norms, biases too) is frozen\n"
+    "  --lora-alpha ALPHA    the path's scale is ALPHA/R (default ALPHA = R: scale 1; keep\n"
+    "                        ALPHA fixed when comparing ranks, as the LoRA paper does)\n"
+    "  --lora-targets T      all (default: attention's c_attn and c_proj, the MLP's c_fc and\n"
+    "                        c_proj), attn or mlp\n"
     "  --sample-len N        tokens to generate after training (default 200; 0: no samples)\n"
     "  --sample-every N      also sample every N steps (default 0: only at the end)\n"
     "  --prompt TEXT         the samples' prompt (default: the validation text's first token)\n"
@@ -99,6 +110,7 @@ static const int_opt int_opts[] = {
     INT_OPT("--seed", 0, 0x7fffffff, seed),          INT_OPT("--eval-every", 0, 100000000, eval_every),
     INT_OPT("--save-every", 0, 100000000, save_every), INT_OPT("--sample-every", 0, 100000000, sample_every),
     INT_OPT("--sample-len", 0, 1 << 20, sample_len), INT_OPT("--top-k", 0, 1 << 24, top_k),
+    INT_OPT("--lora", 1, 4096, lora),
 };
 
 static int parse_args(int argc, char **argv, train_args *a) {
@@ -132,6 +144,16 @@ static int parse_args(int argc, char **argv, train_args *a) {
         else if (!strcmp(k, "--plot")) a->plot = v;
         else if (!strcmp(k, "--checkpoint")) a->checkpoint = v;
         else if (!strcmp(k, "--resume")) a->resume = v;
+        else if (!strcmp(k, "--init")) a->init = v;
+        else if (!strcmp(k, "--lora-targets")) {
+            unsigned t;
+            if (!sn_gpt2_lora_targets_parse(v, &t))
+                return cli_fail("train: --lora-targets is attn, mlp or all, not '%s'", v);
+            a->lora_targets = v;
+        } else if (!strcmp(k, "--lora-alpha")) {
+            if (!parse_real(v, 1e-6, 1e6, &a->lora_alpha))
+                return cli_fail("train: --lora-alpha wants a number > 0 and < 1e6, not '%s'", v);
+        }
         else if (!strcmp(k, "--prompt")) a->prompt = v;
         else if (!strcmp(k, "--dump-after")) a->dump_after = v;
         else if (!strcmp(k, "--checkpoint-policy")) {
@@ -175,6 +197,9 @@ static int parse_args(int argc, char **argv, train_args *a) {
     if (!a->train_bin != !a->val_bin)
         return cli_fail("train: token shards come in pairs: give both --train-bin and --val-bin%s", "");
     if (a->resume && !a->checkpoint) a->checkpoint = a->resume;
+    if (!a->lora && (a->lora_alpha > 0 || a->lora_targets))
+        return cli_fail("train: --lora-alpha and --lora-targets shape LoRA adapters: add --lora R "
+                        "(the rank, e.g. 8)%s", "");
     if (a->mem && a->tokens_per_step)
         return cli_fail("train: --mem chooses the micro-batches itself: give the sequences per step "
                         "as --batch, not --tokens-per-step%s", "");
@@ -192,18 +217,26 @@ static int parse_args(int argc, char **argv, train_args *a) {
     return -1; /* go on */
 }
 
-/* GPT-2 of the configuration in user (sn_gpt2_config), as a session's model. */
+/* The model a session builds: a GPT-2 configuration, with LoRA adapters or not. */
+typedef struct {
+    sn_gpt2_config c;
+    bool has_lora;
+    sn_gpt2_lora lora;
+} gpt2_model;
+
+/* GPT-2 of the configuration in user (a gpt2_model), as a session's model. */
 static sn_status build_gpt2(sn_graph *g, int B, int T, int V, void *user, sn_err *e) {
-    sn_gpt2_config c = *(const sn_gpt2_config *)user;
+    const gpt2_model *gm = user;
+    sn_gpt2_config c = gm->c;
     c.vocab = V;
     sn_gpt2 m;
-    return sn_gpt2_build(g, &c, B, T, &m, e);
+    return sn_gpt2_build_lora(g, &c, B, T, gm->has_lora ? &gm->lora : NULL, &m, e);
 }
 
 /* Everything one `sinter train` holds beside the session. */
 typedef struct {
-    sn_gpt2_config c;
-    char desc[96];
+    gpt2_model gm;
+    char desc[160];
     sn_session *s;
     train_log log;           /* --log; log.open when there is one */
     progress prog;
@@ -215,11 +248,21 @@ typedef struct {
 
 static sn_status build(const train_args *a, run *r, sn_err *e) {
     sn_status s;
-    if (!sn_gpt2_config_find(a->model, &r->c))
+    sn_gpt2_config *c = &r->gm.c;
+    if (!sn_gpt2_config_find(a->model, c))
         return sn_fail(e, SN_ERR_INVALID, "unknown model '%s' (models: %s)", a->model, sn_gpt2_config_names());
-    snprintf(r->desc, sizeof r->desc, "ctx %d, %d layers, %d heads, %d channels", r->c.ctx,
-             r->c.n_layer, r->c.n_head, r->c.n_embd);
-    sn_model m = {.name = r->c.name, .desc = r->desc, .ctx = r->c.ctx, .build = build_gpt2, .user = &r->c};
+    int at = snprintf(r->desc, sizeof r->desc, "ctx %d, %d layers, %d heads, %d channels", c->ctx,
+                      c->n_layer, c->n_head, c->n_embd);
+    if (a->lora) { /* the adapters' shape and scale: checked on resume with the rest */
+        r->gm.has_lora = true;
+        r->gm.lora.lora = (sn_lora){.rank = (int)a->lora,
+                                    .alpha = a->lora_alpha > 0 ? (float)a->lora_alpha : (float)a->lora};
+        sn_gpt2_lora_targets_parse(a->lora_targets ? a->lora_targets : "all", &r->gm.lora.targets);
+        snprintf(r->desc + at, sizeof r->desc - (size_t)at, ", LoRA rank %d alpha %.9g on %s",
+                 r->gm.lora.lora.rank, (double)r->gm.lora.lora.alpha,
+                 sn_gpt2_lora_targets_name(r->gm.lora.targets));
+    }
+    sn_model m = {.name = c->name, .desc = r->desc, .ctx = c->ctx, .build = build_gpt2, .user = &r->gm};
     sn_session_opts o = sn_session_defaults();
     o.device = a->device;
     o.tf32 = a->tf32;
@@ -235,6 +278,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.lr = a->lr;
     o.seed = (uint64_t)a->seed;
     o.resume = a->resume;
+    o.init = a->init;
     o.dump_after = a->dump_after;
     o.checkpoint_policy = a->checkpoint_policy;
     o.mem = a->mem;
@@ -272,7 +316,7 @@ static sn_status save(const train_args *a, run *r, long step, sn_err *e) {
 
 static sn_status plot(const train_args *a, run *r, long tps, sn_err *e) {
     char title[128];
-    snprintf(title, sizeof title, "sinter train: %s, %ld tokens per step", r->c.name, tps);
+    snprintf(title, sizeof title, "sinter train: %s, %ld tokens per step", r->gm.c.name, tps);
     return sn_session_plot(r->s, a->plot, title, e);
 }
 
@@ -382,6 +426,16 @@ static sn_status train(const train_args *a, run *r, sn_err *e) {
     printf("batch %d x %d tokens, %d micro-batch%s per step (%ld tokens)\n", in.batch, in.seq,
            in.micro, in.micro > 1 ? "es" : "", tps);
     if (a->resume) printf("resumed from %s at step %ld\n", a->resume, start);
+    if (a->resume && a->init) printf("--init %s not read: the resumed checkpoint holds every weight\n", a->init);
+    else if (a->init)
+        printf("initialised from %s (its weights; %d LoRA adapter parameter%s it lacks start as "
+               "usual: A random, B zeros)\n", a->init, in.init_fresh, in.init_fresh == 1 ? "" : "s");
+    if (r->gm.has_lora)
+        printf("LoRA: rank %d, alpha %g (scale %g), on %s: %lld of %lld parameters trained "
+               "(%.2f%%), the rest frozen\n", r->gm.lora.lora.rank, (double)r->gm.lora.lora.alpha,
+               (double)(r->gm.lora.lora.alpha / (float)r->gm.lora.lora.rank),
+               sn_gpt2_lora_targets_name(r->gm.lora.targets), (long long)in.trained,
+               (long long)in.params, 100.0 * (double)in.trained / (double)in.params);
     printf("device: %s\n", in.device);
     sn_target cpu = sn_target_cpu();
     printf("precision: %s%s\n", a->precision,

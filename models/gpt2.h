@@ -4,6 +4,7 @@
 #ifndef SN_GPT2_H
 #define SN_GPT2_H
 
+#include "frontend/lora.h"
 #include "frontend/sinter.h"
 
 typedef struct {
@@ -30,5 +31,26 @@ typedef struct {
 /* Builds the forward graph for batches of B sequences of T tokens (T <= ctx) into g and marks
  * logits and loss as outputs. */
 sn_status sn_gpt2_build(sn_graph *g, const sn_gpt2_config *c, int B, int T, sn_gpt2 *out, sn_err *e);
+
+/* LoRA fine-tuning (frontend/lora.h): which layers get an adapter beside their x @ w. */
+enum {
+    SN_GPT2_LORA_ATTN = 1, /* h.N.attn.c_attn (q, k, v together) and h.N.attn.c_proj */
+    SN_GPT2_LORA_MLP = 2,  /* h.N.mlp.c_fc and h.N.mlp.c_proj */
+    SN_GPT2_LORA_ALL = 3,
+};
+typedef struct {
+    sn_lora lora;     /* rank and alpha */
+    unsigned targets; /* SN_GPT2_LORA_* bits */
+} sn_gpt2_lora;
+
+/* "attn", "mlp" or "all" into *targets; false for anything else. */
+bool sn_gpt2_lora_targets_parse(const char *s, unsigned *targets);
+const char *sn_gpt2_lora_targets_name(unsigned targets);
+
+/* sn_gpt2_build with LoRA adapters (lora != NULL): each targeted layer's x @ w + b gains
+ * (x @ A) @ B * alpha/r, and every other parameter (embeddings, layer norms, weights and
+ * biases) is frozen, so only the adapters train and the model starts equal to the base. */
+sn_status sn_gpt2_build_lora(sn_graph *g, const sn_gpt2_config *c, int B, int T,
+                             const sn_gpt2_lora *lora, sn_gpt2 *out, sn_err *e);
 
 #endif

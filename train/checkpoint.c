@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "data/data.h"
+#include "frontend/lora.h"
 #include "ir/checked.h"
 #include "support/savefile.h"
 
@@ -484,6 +485,106 @@ sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, s
     sn_status s = sn_file_read(path, "check the checkpoint's path", &bytes, &len, e);
     if (s) return s;
     s = sn_checkpoint_load_bytes(path, bytes, len, t, r, e);
+    free(bytes);
+    return s;
+}
+
+/* ---- a new run from a checkpoint's weights ------------------------------------------------- */
+
+/* The file's "model" and "model.shape" metadata as a hint ("model tiny (ctx 32, ...)"). */
+static void file_model(const parsed *f, char *buf, size_t len) {
+    const rec *m = find(f, REC_META, "model"), *shape = find(f, REC_META, "model.shape");
+    if (!m) {
+        snprintf(buf, len, "a model this sinter does not name");
+        return;
+    }
+    snprintf(buf, len, "model %.*s%s%.*s%s", (int)(m->size < 64 ? m->size : 64), (const char *)m->body,
+             shape ? " (" : "", shape ? (int)(shape->size < 96 ? shape->size : 96) : 0,
+             shape ? (const char *)shape->body : "", shape ? ")" : "");
+}
+
+/* check_params for a new run: adapters may be absent (counted in *fresh), shapes must match. */
+static sn_status check_init_params(const parsed *f, const sn_trainer *t, int *fresh, sn_err *e) {
+    char model[200], hint[320];
+    file_model(f, model, sizeof model);
+    snprintf(hint, sizeof hint, "the checkpoint holds %s: start from it with the same --model "
+             "(and the same --lora, if it was a LoRA run)", model);
+    *fresh = 0;
+    for (int i = 0; i < sn_trainer_param_count(t); i++) {
+        const sn_node *p = sn_trainer_param_node(t, i);
+        const rec *r = find(f, REC_PARAM, p->name);
+        if (!r && sn_lora_is_adapter(p->name)) {
+            (*fresh)++;
+            continue;
+        }
+        if (!r)
+            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not fit this model: it has no "
+                           "parameter %s: %s", f->path, p->name, hint);
+        uint32_t rank = r->size >= 4 ? get_u32(r->body) : UINT32_MAX;
+        if (rank > SN_MAX_RANK || r->size < 4 + 8 * (uint64_t)rank)
+            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s has a bad "
+                           "shape record: use an older checkpoint", f->path, p->name);
+        char there[128], here[128];
+        shape_text(there, sizeof there, rank, r->body + 4);
+        sn_shape_str(p->rank, p->shape, here, sizeof here);
+        if (strcmp(there, here))
+            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not fit this model: parameter "
+                           "%s is %s there, %s here: %s", f->path, p->name, there, here, hint);
+        if (r->size != 4 + 8 * (uint64_t)rank + 12 * (uint64_t)sn_numel(p))
+            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s holds %" PRIu64
+                           " bytes, not 3 x %" PRId64 " floats: use an older checkpoint", f->path,
+                           p->name, r->size, sn_numel(p));
+        int64_t bad = first_non_finite(r, rank, sn_numel(p));
+        if (bad >= 0 && bad < sn_numel(p)) /* only the weights are read */
+            return sn_fail(e, SN_ERR_NUMERIC, "checkpoint %s holds a NaN or infinite value in the "
+                           "weights of parameter %s (element %" PRId64 "): it was saved from a run "
+                           "that diverged; use an older checkpoint", f->path, p->name, bad);
+    }
+    for (int i = 0; i < f->n; i++)
+        if (f->recs[i].kind == REC_PARAM && sn_trainer_find_param(t, f->recs[i].name) < 0)
+            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not fit this model: it has a "
+                           "parameter %s, which this model lacks%s: %s", f->path, f->recs[i].name,
+                           sn_lora_is_adapter(f->recs[i].name)
+                               ? " (a LoRA adapter: merging adapters into the weights is not "
+                                 "supported yet; add --lora with the rank and targets it was trained with)"
+                               : "", hint);
+    return SN_OK;
+}
+
+sn_status sn_checkpoint_init_bytes(const char *path, const void *bytes, size_t len, sn_trainer *t,
+                                   int *fresh, sn_err *e) {
+    if (sn_trainer_pending(t) || sn_trainer_step_count(t))
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: a run starts from a checkpoint's "
+                       "weights before its first step", path);
+    parsed f = {0};
+    int n_fresh = 0;
+    sn_status s;
+    if (!(s = parse(path, bytes, len, &f, e)) && !(s = check_init_params(&f, t, &n_fresh, e))) {
+        for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
+            const sn_node *p = sn_trainer_param_node(t, i);
+            const rec *rc = find(&f, REC_PARAM, p->name);
+            if (!rc) continue; /* an adapter the file lacks: its initialisation stays */
+            size_t n = (size_t)sn_numel(p);
+            float *host = sn_malloc(4 * n + 4, "a checkpoint's parameter", e);
+            if (!host) s = SN_ERR_OOM;
+            else { /* the record's floats may be unaligned */
+                memcpy(host, rc->body + 4 + 8 * (size_t)p->rank, 4 * n);
+                s = sn_trainer_set_param(t, i, SN_PARAM_WEIGHTS, host, e);
+            }
+            free(host);
+        }
+    }
+    free(f.recs);
+    if (!s && fresh) *fresh = n_fresh;
+    return s;
+}
+
+sn_status sn_checkpoint_init(const char *path, sn_trainer *t, int *fresh, sn_err *e) {
+    char *bytes;
+    size_t len;
+    sn_status s = sn_file_read(path, "check the path given to --init", &bytes, &len, e);
+    if (s) return s;
+    s = sn_checkpoint_init_bytes(path, bytes, len, t, fresh, e);
     free(bytes);
     return s;
 }

@@ -56,4 +56,16 @@ sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, s
 sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t len, sn_trainer *t,
                                    sn_run_state *r, sn_err *e);
 
+/* A new run from a checkpoint's model (fine-tuning): only the weights are read; t's optimizer
+ * state, step and options and the run's data stay this run's own. Every parameter of t must be
+ * in the file with its shape, except LoRA adapters (frontend/lora.h), which keep their
+ * initialisation when the file has none; the file must have no parameter t lacks (an adapter
+ * the model would drop). Any other file: the same checks and messages as loading, the first
+ * missing or mismatched parameter named; a file that fails a check leaves t unchanged (every
+ * check runs before the first weight is copied). *fresh (may be NULL): the adapters left at
+ * their initialisation. */
+sn_status sn_checkpoint_init(const char *path, sn_trainer *t, int *fresh, sn_err *e);
+sn_status sn_checkpoint_init_bytes(const char *path, const void *bytes, size_t len, sn_trainer *t,
+                                   int *fresh, sn_err *e);
+
 #endif

@@ -84,6 +84,12 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     }
     pl->accum = accum;
     pl->policy = policy;
+    pl->params = pl->trained = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_PARAM) {
+            pl->params += sn_numel(g->nodes[i]);
+            if (trainable(g->nodes[i])) pl->trained += sn_numel(g->nodes[i]);
+        }
     pl->precision = o.precision;
     pl->recomputed = st.checkpoint_recomputed;
     pl->extra_flops = st.step_flops > 0 ? st.checkpoint_extra_flops / st.step_flops : 0;
@@ -202,6 +208,9 @@ static void row(FILE *f, const char *what, int64_t b, const char *note) {
 
 void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f) {
     char n[96];
+    fprintf(f, "parameters: %lld, trained %lld (%.2f%%)%s\n", (long long)pl->params,
+            (long long)pl->trained, pl->params ? 100.0 * (double)pl->trained / (double)pl->params : 0.0,
+            pl->trained < pl->params ? ": frozen ones have no gradient and no optimizer state" : "");
     fprintf(f, "  %-26s %10s %14s\n", "", "", "bytes");
     bool half = pl->precision == SN_PRECISION_BF16 || pl->precision == SN_PRECISION_FP16;
     row(f, "weights", pl->weights, half ? "parameters (fp32 masters; products cast to 16 bits)"

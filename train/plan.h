@@ -36,6 +36,7 @@ typedef struct {
     int policy;             /* the sn_ckpt_policy applied */
     sn_precision precision; /* the compile options' (bf16/fp16: the autocast pass ran) */
     int recomputed;         /* forward nodes recomputed */
+    int64_t params, trained; /* parameter elements; those trained (not frozen: LoRA trains few) */
     double extra_flops;     /* recompute FLOPs over the step's FLOPs without it */
     /* the persistent block, split */
     int64_t weights, grads, io; /* parameters; their gradients; inputs, outputs (loss) */

@@ -3,12 +3,15 @@
  * loss scaler is a record of its own); every input is offered to all three. The header's payload
  * size and CRC-32 are rewritten to agree with the bytes (else nearly every input would stop at the
  * CRC), so the records themselves are what the fuzzer explores. A checkpoint that loads must save,
- * and that file load. SN_FUZZ_WRITE_SEED=FILE writes a seed (the model after two steps; at
- * SN_FUZZ_SEED_PRECISION, default fp32) and exits. */
+ * and that file load. Every input is also offered to sn_checkpoint_init_bytes (a new run from the
+ * weights) of the fp32 model with a LoRA adapter beside w, which the seeds lack: what starts a
+ * run saves, and starts one again. SN_FUZZ_WRITE_SEED=FILE writes a seed (the model after two
+ * steps; at SN_FUZZ_SEED_PRECISION, default fp32) and exits. */
 #include <string.h>
 #include <zlib.h>
 
 #include "data/data.h"
+#include "frontend/lora.h"
 #include "frontend/sinter.h"
 #include "passes/pipeline.h"
 #include "train/checkpoint.h"
@@ -21,11 +24,11 @@ enum { B = 2, T = 3, V = 7, C = 4, HDR = 32 };
 static const char *const precision_names[] = {"fp32", "bf16", "fp16"};
 static const sn_precision precisions[] = {SN_PRECISION_FP32, SN_PRECISION_BF16, SN_PRECISION_FP16};
 enum { NPREC = 3 };
-static sn_graph *graphs[NPREC];
-static sn_trainer *trainers[NPREC];
+static sn_graph *graphs[NPREC + 1];
+static sn_trainer *trainers[NPREC + 1]; /* [NPREC]: fp32 with a LoRA adapter, for --init */
 
 /* idx (B, T) -> embedding (V, C) -> matmul (C, V) + bias -> cross-entropy with targets, with its
- * backward (and the autocast pass at bf16 and fp16) */
+ * backward (and the autocast pass at bf16 and fp16); k = NPREC: fp32 with w's LoRA path */
 static sn_status build(int k, sn_err *e) {
     sn_graph *graph = graphs[k] = sn_graph_new();
     if (!graph) return SN_ERR_OOM;
@@ -34,11 +37,13 @@ static sn_status build(int k, sn_err *e) {
     sn_node *wte = sn_param(graph, "wte", SN_F32, SN_SHAPE(V, C), SN_INIT_NORMAL, 0.5f);
     sn_node *w = sn_param(graph, "w", SN_F32, SN_SHAPE(C, V), SN_INIT_NORMAL, 0.5f);
     sn_node *b = sn_param(graph, "b", SN_F32, SN_SHAPE(V), SN_INIT_ZEROS, 0);
-    sn_node *loss = sn_cross_entropy(graph, sn_add(graph, sn_matmul(graph, sn_embedding(graph, wte, idx), w), b), tg, -1);
+    sn_node *x = sn_embedding(graph, wte, idx), *y = sn_add(graph, sn_matmul(graph, x, w), b);
+    if (k == NPREC) y = sn_add(graph, y, sn_lora_path(graph, x, "w", C, V, &(sn_lora){.rank = 2, .alpha = 2}));
+    sn_node *loss = sn_cross_entropy(graph, y, tg, -1);
     if (sn_graph_error(graph)) return sn_fail(e, SN_ERR_SHAPE, "%s", sn_graph_error(graph));
     graph->loss = loss; /* what the pipeline's autodiff differentiates */
     sn_status s;
-    if (precisions[k] == SN_PRECISION_FP32) {
+    if (k == NPREC || precisions[k] == SN_PRECISION_FP32) {
         s = sn_backward(graph, loss, e);
     } else {
         sn_pipeline_opts po = sn_pipeline_defaults();
@@ -51,7 +56,7 @@ static sn_status build(int k, sn_err *e) {
     sn_train_opts_default(&o, 10);
     trainers[k] = sn_trainer_new(graph, &o, e);
     if (!trainers[k]) return e->code;
-    if ((precisions[k] == SN_PRECISION_FP16) != sn_trainer_loss_scaling(trainers[k]))
+    if (k < NPREC && (precisions[k] == SN_PRECISION_FP16) != sn_trainer_loss_scaling(trainers[k]))
         return sn_fail(e, SN_ERR_INVALID, "the %s trainer %s dynamic loss scaling", precision_names[k],
                        sn_trainer_loss_scaling(trainers[k]) ? "has" : "lacks");
     return SN_OK;
@@ -88,9 +93,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     sn_err e = {0};
-    for (int k = 0; k < NPREC; k++)
+    for (int k = 0; k <= NPREC; k++)
         if (build(k, &e)) {
-            fprintf(stderr, "fuzz_ckpt: cannot build the %s model: %s\n", precision_names[k], e.msg);
+            fprintf(stderr, "fuzz_ckpt: cannot build the %s model: %s\n", k < NPREC ? precision_names[k] : "LoRA", e.msg);
             exit(1);
         }
     const char *seed = getenv("SN_FUZZ_WRITE_SEED"), *prec = getenv("SN_FUZZ_SEED_PRECISION");
@@ -134,6 +139,31 @@ static void try_load(int k, const uint8_t *b, size_t size) {
     sn_run_state_free(&r);
 }
 
+/* b offered to sn_checkpoint_init_bytes of the LoRA model: a run that starts saves, and the
+ * file saved starts one again. */
+static void try_init(const uint8_t *b, size_t size) {
+    sn_trainer *trainer = trainers[NPREC];
+    sn_err e = {0};
+    int fresh = -1;
+    sn_status s = sn_checkpoint_init_bytes("fuzz.ckpt", b, size, trainer, &fresh, &e);
+    FUZZ_CHECK(s == SN_OK || e.msg[0], "status %d without a message", s);
+    if (s) return;
+    FUZZ_CHECK(fresh >= 0 && fresh <= 2 && sn_trainer_step_count(trainer) == 0,
+               "init: %d adapters fresh, step %d", fresh, sn_trainer_step_count(trainer));
+    char path[] = "/tmp/sn_fuzz_init_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    sn_run_state r = {0};
+    sn_run_meta_set(&r, "model", "fuzz");
+    s = sn_checkpoint_save(path, trainer, &r, &e);
+    FUZZ_CHECK(s == SN_OK, "a model started from a checkpoint does not save: %s", e.msg);
+    s = sn_checkpoint_init(path, trainer, &fresh, &e);
+    FUZZ_CHECK(s == SN_OK && fresh == 0, "a saved model does not start a run: %s", s ? e.msg : "adapters fresh");
+    sn_run_state_free(&r);
+    unlink(path);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *b = malloc(size ? size : 1);
     if (!b) return 0;
@@ -145,6 +175,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memcpy(b + 24, &crc, 4);
     }
     for (int k = 0; k < NPREC; k++) try_load(k, b, size);
+    try_init(b, size);
     free(b);
     return 0;
 }

@@ -1,0 +1,107 @@
+#!/bin/sh
+# lora.sh SINTER CUDA NVRTC CUBLASLT: fine-tuning from the command line. A base run's checkpoint
+# starts a LoRA run (--init base.ckpt --lora 4), which trains; interrupted by SIGINT and resumed
+# it ends with the checkpoint of the run that was not (bit for bit, same losses); with
+# --offload optimizer it has the same losses; --precision bf16 trains; on the stand-in CUDA
+# driver (tests/standin) it has the CPU device's losses; another model's checkpoint and LoRA
+# options without --lora are refused with messages that say what to do.
+set -eu
+sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
+standin_cuda=$2 standin_nvrtc=$3 standin_cublaslt=$4
+dir=$(mktemp -d /tmp/sn_lora_XXXXXX)
+pid=
+trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$dir"' EXIT
+cd "$dir"
+fail() { echo "FAIL: $*"; for f in out.txt err.txt; do [ -f $f ] && { echo "--- $f"; tail -n 8 $f; }; done; exit 1; }
+seq 1 3000 | awk '{ print "line " $1 ": the quick brown fox jumps over " ($1 * 7) % 13 " lazy dogs" }' > corpus.txt
+common="--model tiny --data corpus.txt --batch 2 --seq 16 --sample-len 0 --eval-every 0"
+losses() { cut -d, -f1-5 "$1"; } # step,loss,val_loss,lr,grad_norm (tokens/s differ)
+
+# shellcheck disable=SC2086
+"$sinter" train $common --steps 30 --lr 3e-3 --device cpu --checkpoint base.ckpt > out.txt 2> err.txt || fail "base run"
+
+# a LoRA run from it, straight through
+steps=60
+lora="$common --steps $steps --lr 3e-3 --init base.ckpt --lora 4 --lora-alpha 8 --save-every 20"
+# shellcheck disable=SC2086
+"$sinter" train $lora --device cpu --log straight.csv --checkpoint straight.ckpt > out.txt 2> err.txt || fail "LoRA run"
+grep -q "^initialised from base.ckpt (its weights; 16 LoRA adapter parameters it lacks start as usual" out.txt || fail "no init line"
+grep -q "^LoRA: rank 4, alpha 8 (scale 2), on all: 4096 of 38784 parameters trained (10.56%), the rest frozen" out.txt || fail "no LoRA line"
+[ "$(tail -n 1 straight.csv | cut -d, -f1)" = $steps ] || fail "the LoRA run's log"
+
+# interrupted by SIGINT after its first save, resumed: the same end, bit for bit
+rm -f pidfile
+# shellcheck disable=SC2086
+sh -c 'echo $$ > pidfile; exec "$@"' sh "$sinter" train $lora --device cpu --log run.csv --checkpoint run.ckpt > out.txt 2> err.txt &
+while [ ! -s pidfile ]; do sleep 0.01; done
+pid=$(cat pidfile)
+last_step() { [ -s run.csv ] && tail -n 1 run.csv | cut -d, -f1 | grep -x '[0-9]*' || echo 0; }
+while [ "$(last_step)" -lt 25 ]; do
+    kill -0 $pid 2>/dev/null || fail "the run ended before it was interrupted"
+    sleep 0.005
+done
+kill -INT $pid
+status=0
+wait $pid || status=$?
+pid=
+[ "$status" = 130 ] || fail "exit status $status after SIGINT, not 130"
+at=$(sed -n 's/^stopped by SIGINT after step \([0-9]*\) of.*/\1/p' out.txt)
+[ -n "$at" ] && [ "$at" -lt $steps ] || fail "stopped at step '$at'"
+# the same command with --resume (its --init is not read: the checkpoint holds every weight)
+# shellcheck disable=SC2086
+"$sinter" train $lora --device cpu --log run.csv --resume run.ckpt > out.txt 2> err.txt || fail "resume"
+grep -q "^resumed from run.ckpt at step $at$" out.txt || fail "not resumed at step $at"
+grep -q "^--init base.ckpt not read: the resumed checkpoint holds every weight" out.txt || fail "--init line"
+losses straight.csv > straight.cut
+losses run.csv > run.cut
+cmp straight.cut run.cut || { diff straight.cut run.cut | head; fail "losses differ after resume"; }
+cmp straight.ckpt run.ckpt || fail "final checkpoints differ after resume"
+echo "interrupted at step $at and resumed: the same losses and final checkpoint"
+
+# resuming with other LoRA options is refused (the adapters' scale is in the run's metadata)
+status=0
+# shellcheck disable=SC2086
+"$sinter" train $common --steps $steps --lr 3e-3 --lora 4 --save-every 20 --device cpu --resume straight.ckpt > out.txt 2> err.txt || status=$?
+[ "$status" = 1 ] && grep -q "model.shape is .*LoRA rank 4 alpha 8 on all there, .*LoRA rank 4 alpha 4 on all here" err.txt ||
+    fail "resume with another alpha ($status)"
+
+# short runs: offload, bf16, the stand-in CUDA device
+short="$common --steps 4 --lr 3e-3 --init base.ckpt --lora 4"
+# shellcheck disable=SC2086
+"$sinter" train $short --device cpu --log cpu.csv > out.txt 2> err.txt || fail "short run"
+# shellcheck disable=SC2086
+"$sinter" train $short --device cpu --offload optimizer --log off.csv > out.txt 2> err.txt || fail "offload"
+losses cpu.csv > cpu.cut
+losses off.csv > off.cut
+cmp cpu.cut off.cut || { diff cpu.cut off.cut; fail "offload's losses differ"; }
+# shellcheck disable=SC2086
+"$sinter" train $short --device cpu --precision bf16 --log bf16.csv > out.txt 2> err.txt || fail "bf16"
+[ "$(tail -n 1 bf16.csv | cut -d, -f1)" = 4 ] || fail "bf16 did not train"
+# shellcheck disable=SC2086
+XDG_CACHE_HOME="$dir/cache" SN_LIBCUDA="$standin_cuda" SN_LIBNVRTC="$standin_nvrtc" SN_LIBCUBLASLT="$standin_cublaslt" \
+    "$sinter" train $short --device cuda --log cuda.csv > out.txt 2> err.txt || fail "the stand-in CUDA device"
+grep -q "^device: cuda 0: sinter stand-in driver" out.txt || fail "not the stand-in"
+# the printed losses (4 decimals) are the CPU device's; the logged ones within 1e-5
+awk -F, 'NR == FNR { l[$1] = $2; next } FNR > 1 { d = $2 - l[$1]; if (d < 0) d = -d; if (d > 1e-5 * l[$1]) bad = 1 }
+         END { exit bad }' cpu.csv cuda.csv || { paste -d' ' cpu.csv cuda.csv; fail "the stand-in's losses differ"; }
+echo "LoRA with offload (bit for bit), bf16, and on the stand-in CUDA device (within 1e-5): ok"
+
+# another model's checkpoint, and LoRA options without --lora
+status=0
+# shellcheck disable=SC2086
+"$sinter" train --model demo --data corpus.txt --steps 2 --init base.ckpt --lora 4 --device cpu > out.txt 2> err.txt || status=$?
+[ "$status" = 1 ] && grep -q "checkpoint base.ckpt does not fit this model: parameter wte is \[256,32\] there, \[256,128\] here: the checkpoint holds model tiny (ctx 32, 2 layers, 2 heads, 32 channels): start from it with the same --model" err.txt ||
+    fail "another model's checkpoint ($status)"
+status=0
+# shellcheck disable=SC2086
+"$sinter" train $common --steps 2 --lora-alpha 16 > out.txt 2> err.txt || status=$?
+[ "$status" = 2 ] && grep -q "add --lora R" err.txt || fail "--lora-alpha without --lora ($status)"
+for bad in "--lora 0|--lora wants a whole number from 1 to 4096, not '0'" \
+           "--lora-targets qkv|--lora-targets is attn, mlp or all, not 'qkv'" \
+           "--lora-alpha -1|--lora-alpha wants a number > 0 and < 1e6, not '-1'"; do
+    status=0
+    # shellcheck disable=SC2086
+    "$sinter" train $common --lora 4 ${bad%%|*} > out.txt 2> err.txt || status=$?
+    [ "$status" = 2 ] && grep -qF -e "${bad#*|}" err.txt || fail "${bad%%|*} ($status)"
+done
+echo "another model's checkpoint, LoRA options without --lora or out of range: refused by name"
