@@ -322,6 +322,28 @@ static void shape_text(char *buf, size_t len, uint32_t rank, const uint8_t *shap
     if (k < (int)len) snprintf(buf + k, len - (size_t)k, "]");
 }
 
+/* Parameter p's record r: a well-formed shape record equal to p's shape, then 3 x numel floats
+ * (weights, m, v). verb: "match" (resume) or "fit" (a new run), as the messages say it. */
+static sn_status check_param_record(const parsed *f, const rec *r, const sn_node *p, const char *verb,
+                                    const char *hint, uint32_t *rank_out, sn_err *e) {
+    uint32_t rank = r->size >= 4 ? get_u32(r->body) : UINT32_MAX;
+    if (rank > SN_MAX_RANK || r->size < 4 + 8 * (uint64_t)rank)
+        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s has a bad "
+                       "shape record: use an older checkpoint", f->path, p->name);
+    char there[128], here[128];
+    shape_text(there, sizeof there, rank, r->body + 4);
+    sn_shape_str(p->rank, p->shape, here, sizeof here);
+    if (strcmp(there, here))
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not %s this model: parameter "
+                       "%s is %s there, %s here: %s", f->path, verb, p->name, there, here, hint);
+    if (r->size != 4 + 8 * (uint64_t)rank + 12 * (uint64_t)sn_numel(p))
+        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s holds %" PRIu64
+                       " bytes, not 3 x %" PRId64 " floats: use an older checkpoint", f->path,
+                       p->name, r->size, sn_numel(p));
+    *rank_out = rank;
+    return SN_OK;
+}
+
 /* Every parameter of t is in the file with its shape, and the file has no other. */
 static sn_status check_params(const parsed *f, const sn_trainer *t, sn_err *e) {
     static const char hint[] = "it was saved from another model: resume with the same --model";
@@ -331,20 +353,9 @@ static sn_status check_params(const parsed *f, const sn_trainer *t, sn_err *e) {
         if (!r)
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this model: it has no "
                            "parameter %s: %s", f->path, p->name, hint);
-        uint32_t rank = r->size >= 4 ? get_u32(r->body) : UINT32_MAX;
-        if (rank > SN_MAX_RANK || r->size < 4 + 8 * (uint64_t)rank)
-            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s has a bad "
-                           "shape record: use an older checkpoint", f->path, p->name);
-        char there[128], here[128];
-        shape_text(there, sizeof there, rank, r->body + 4);
-        sn_shape_str(p->rank, p->shape, here, sizeof here);
-        if (strcmp(there, here))
-            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this model: parameter "
-                           "%s is %s there, %s here: %s", f->path, p->name, there, here, hint);
-        if (r->size != 4 + 8 * (uint64_t)rank + 12 * (uint64_t)sn_numel(p))
-            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s holds %" PRIu64
-                           " bytes, not 3 x %" PRId64 " floats: use an older checkpoint", f->path,
-                           p->name, r->size, sn_numel(p));
+        uint32_t rank;
+        sn_status s = check_param_record(f, r, p, "match", hint, &rank, e);
+        if (s) return s;
     }
     for (int i = 0; i < f->n; i++)
         if (f->recs[i].kind == REC_PARAM && sn_trainer_find_param(t, f->recs[i].name) < 0)
@@ -520,20 +531,9 @@ static sn_status check_init_params(const parsed *f, const sn_trainer *t, int *fr
         if (!r)
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not fit this model: it has no "
                            "parameter %s: %s", f->path, p->name, hint);
-        uint32_t rank = r->size >= 4 ? get_u32(r->body) : UINT32_MAX;
-        if (rank > SN_MAX_RANK || r->size < 4 + 8 * (uint64_t)rank)
-            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s has a bad "
-                           "shape record: use an older checkpoint", f->path, p->name);
-        char there[128], here[128];
-        shape_text(there, sizeof there, rank, r->body + 4);
-        sn_shape_str(p->rank, p->shape, here, sizeof here);
-        if (strcmp(there, here))
-            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not fit this model: parameter "
-                           "%s is %s there, %s here: %s", f->path, p->name, there, here, hint);
-        if (r->size != 4 + 8 * (uint64_t)rank + 12 * (uint64_t)sn_numel(p))
-            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s holds %" PRIu64
-                           " bytes, not 3 x %" PRId64 " floats: use an older checkpoint", f->path,
-                           p->name, r->size, sn_numel(p));
+        uint32_t rank;
+        sn_status s = check_param_record(f, r, p, "fit", hint, &rank, e);
+        if (s) return s;
         int64_t bad = first_non_finite(r, rank, sn_numel(p));
         if (bad >= 0 && bad < sn_numel(p)) /* only the weights are read */
             return sn_fail(e, SN_ERR_NUMERIC, "checkpoint %s holds a NaN or infinite value in the "
