@@ -4,7 +4,9 @@
 #ifndef SN_FUZZ_UTIL_H
 #define SN_FUZZ_UTIL_H
 
+#ifndef _GNU_SOURCE /* meson passes -D_GNU_SOURCE; a harness built alone needs it for memfd_create */
 #define _GNU_SOURCE
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
