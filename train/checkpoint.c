@@ -446,6 +446,22 @@ static sn_status check_finite(const parsed *f, const sn_trainer *t, sn_err *e) {
     return SN_OK;
 }
 
+/* Parameter i of t from its checked record rc: the weights, then (to `last`) m and v. */
+static sn_status set_param(const rec *rc, sn_trainer *t, int i, sn_param_which last, sn_err *e) {
+    const sn_node *p = sn_trainer_param_node(t, i);
+    size_t n = (size_t)sn_numel(p);
+    const uint8_t *data = rc->body + 4 + 8 * (size_t)p->rank;
+    float *host = sn_malloc(4 * n + 4, "a checkpoint's parameter", e); /* the floats may be unaligned */
+    if (!host) return SN_ERR_OOM;
+    sn_status s = SN_OK;
+    for (int which = SN_PARAM_WEIGHTS; which <= (int)last && !s; which++) {
+        memcpy(host, data + 4 * n * (size_t)which, 4 * n);
+        s = sn_trainer_set_param(t, i, (sn_param_which)which, host, e);
+    }
+    free(host);
+    return s;
+}
+
 sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t len, sn_trainer *t,
                                    sn_run_state *r, sn_err *e) {
     if (sn_trainer_pending(t))
@@ -457,16 +473,7 @@ sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t l
         !(s = check_finite(&f, t, e))) {
         for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
             const sn_node *p = sn_trainer_param_node(t, i);
-            const rec *rc = find(&f, REC_PARAM, p->name);
-            size_t n = (size_t)sn_numel(p);
-            const uint8_t *data = rc->body + 4 + 8 * (size_t)p->rank;
-            float *host = malloc(4 * n + 4); /* the record's floats may be unaligned */
-            if (!host) s = sn_fail(e, SN_ERR_OOM, "checkpoint: out of host memory for parameter %s", p->name);
-            for (int which = SN_PARAM_WEIGHTS; which <= SN_PARAM_V && !s; which++) {
-                memcpy(host, data + 4 * n * (size_t)which, 4 * n);
-                s = sn_trainer_set_param(t, i, (sn_param_which)which, host, e);
-            }
-            free(host);
+            s = set_param(find(&f, REC_PARAM, p->name), t, i, SN_PARAM_V, e);
         }
     }
     if (!s) {
@@ -563,15 +570,7 @@ sn_status sn_checkpoint_init_bytes(const char *path, const void *bytes, size_t l
         for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
             const sn_node *p = sn_trainer_param_node(t, i);
             const rec *rc = find(&f, REC_PARAM, p->name);
-            if (!rc) continue; /* an adapter the file lacks: its initialisation stays */
-            size_t n = (size_t)sn_numel(p);
-            float *host = sn_malloc(4 * n + 4, "a checkpoint's parameter", e);
-            if (!host) s = SN_ERR_OOM;
-            else { /* the record's floats may be unaligned */
-                memcpy(host, rc->body + 4 + 8 * (size_t)p->rank, 4 * n);
-                s = sn_trainer_set_param(t, i, SN_PARAM_WEIGHTS, host, e);
-            }
-            free(host);
+            if (rc) s = set_param(rc, t, i, SN_PARAM_WEIGHTS, e); /* none: an adapter keeps its init */
         }
     }
     free(f.recs);
