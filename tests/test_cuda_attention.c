@@ -308,6 +308,9 @@ static const att_case cases[] = {
     {2, 4, 37, 37, 64, 64, SN_F32, 80, 2},  {1, 4, 20, 29, 24, 40, SN_F32, 80, 1},
     {2, 4, 37, 37, 64, 64, SN_BF16, 80, 2}, {1, 4, 45, 61, 32, 64, SN_BF16, 90, 1},
     {2, 4, 37, 37, 32, 32, SN_F16, 75, 2},
+    /* several double-buffered tiles in every pass (sm_90, D = 64: forward key tiles of 64, dq's
+     * of 32, dk/dv's query tiles of 32) and a sequence no tile divides */
+    {1, 2, 200, 200, 64, 64, SN_BF16, 90, 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
@@ -402,7 +405,8 @@ typedef struct {
 static const plant_case plants[] = {
     /* off-by-one tile bounds: the last key row of a tile load dropped, in both paths */
     {0, 0, "k0 + r < SEQ_K ?", "k0 + r < SEQ_K - 1 ?", "fp32: last key row of the tile dropped"},
-    {3, 0, "if (k0 + r < SEQ_K) x", "if (k0 + r < SEQ_K - 1) x", "bf16: last key row dropped"},
+    {3, 0, "const bool in = kn + r < SEQ_K;", "const bool in = kn + r < SEQ_K - 1;",
+     "bf16: last key row dropped"},
     /* the causal block bound one short: it matters where the block's last query is the first
      * key of a tile (fp32: tiles of 32 keys, T = 33; f16 mma: 64 keys, T = 65) */
     {0, 33, "q_last + SEQ_K - SEQ_Q + 1)", "q_last + SEQ_K - SEQ_Q)", "fp32: causal key bound"},
@@ -426,7 +430,21 @@ static const plant_case plants[] = {
      * h % 2 instead of h / 2; dk and dv summing only the first query head of each group */
     {10, 0, "% 4 / 2) *", "% 4 % 2) *", "fp32 gqa: kv head h % Hkv"},
     {10, 0, "g < 2; g++", "g < 1; g++", "fp32 gqa: dk, dv from one head of the group"},
-    {12, 0, "g < 2; g++", "g < 1; g++", "bf16 mma gqa: dk, dv from one head of the group"},
+    {12, 0, "n_tiles = 2 * per_head", "n_tiles = 1 * per_head",
+     "bf16 mma gqa: dk, dv from one head of the group"},
+    /* the double-buffered tensor-core kernels (sm_80): the barrier that hands out a tile
+     * missing; a warp's diagonal tile taken for a full one (T = 128: no tile is cut short by
+     * the sequence's end) in the forward and in dk/dv; lse written or read in the wrong base */
+    {3, 0, "__syncthreads(); /* the tile is in", "/* no barrier */ /* the tile is in",
+     "bf16 mma: the barrier after the tile's copies missing"},
+    {3, 128, "k0 + BK - 1 > warp_keys ||", "k0 + BK - 1 > warp_keys + 16 ||",
+     "bf16 mma: forward's causal mask skipped on a warp's diagonal tile"},
+    {3, 128, "if (qs < warp_queries ||", "if (qs + 16 < warp_queries ||",
+     "bf16 mma: dk/dv's causal mask skipped on a warp's diagonal tile"},
+    {3, 0, "log2f(row_sum[h])) * 0.693147181f", "log2f(row_sum[h])) * 0.69f",
+     "bf16 mma: forward's lse out of base 2 with a wrong ln 2"},
+    {3, 0, "sn_load(lse[qs + r]) * 1.44269504f", "sn_load(lse[qs + r])",
+     "bf16 mma: dk/dv read lse without the base-2 factor"},
 };
 enum { N_PLANTS = sizeof plants / sizeof plants[0] };
 

@@ -34,18 +34,26 @@ static int64_t fp32_shared(const sn_att_plan *p) {
     return 0;
 }
 
-/* The first candidate (warps, rows per warp, tile) whose shared memory fits the target's default
- * (48 KiB: static shared memory, no opt-in attribute for the runtime to set). */
+/* The first candidate whose shared memory fits the target's default (48 KiB: static shared
+ * memory, no opt-in attribute for the runtime to set). fp32: (warps, rows per warp, tile). mma:
+ * (warps, 16 rows a warp, tile, stages): 4 warps before 2, double-buffered tiles of 64 or 32
+ * (sm_80 and later: cp.async) before single-buffered ones, tiles of 16 last. At D = 64 that is
+ * FWD: 64 queries over key tiles of 64, two stages (45 KiB); DQ: 64 queries over key tiles of
+ * 32, two stages (36 KiB); DKV: 64 keys over query tiles of 32, two stages (45 KiB). */
 static bool fit(sn_att_plan *p, const sn_target *tg) {
     static const int fp32[][3] = {{4, 4, 32}, {4, 2, 32}, {4, 1, 32}, {2, 1, 32}, {1, 1, 32}};
-    static const int mma[][3] = {{4, 16, 64}, {4, 16, 32}, {2, 16, 64}, {2, 16, 32},
-                                 {4, 16, 16}, {2, 16, 16}, {1, 16, 16}};
+    static const int mma[][4] = {{4, 16, 64, 2}, {4, 16, 32, 2}, {4, 16, 64, 1}, {4, 16, 32, 1},
+                                 {4, 16, 16, 2}, {4, 16, 16, 1}, {2, 16, 64, 2}, {2, 16, 32, 2},
+                                 {2, 16, 64, 1}, {2, 16, 32, 1}, {2, 16, 16, 2}, {2, 16, 16, 1},
+                                 {1, 16, 16, 1}};
     int n = p->mma ? (int)(sizeof mma / sizeof mma[0]) : (int)(sizeof fp32 / sizeof fp32[0]);
     for (int i = 0; i < n; i++) {
         const int *c = p->mma ? mma[i] : fp32[i];
         p->warps = c[0];
         p->rows = c[1];
         p->tile = c[2];
+        p->stages = p->mma ? c[3] : 1;
+        if (p->stages == 2 && tg->sm < 80) continue; /* cp.async is sm_80's */
         p->shared_bytes = p->mma ? sn_att_mma_shared(p) : fp32_shared(p);
         if (p->shared_bytes <= tg->shared_default) return true;
     }

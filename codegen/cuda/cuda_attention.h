@@ -34,6 +34,7 @@ typedef struct {
     int warps;
     int rows;      /* fp32: query rows (FWD, DQ) or keys (DKV) per warp; mma: 16 */
     int tile;      /* the other side's tile: keys (FWD, DQ) or queries (DKV) */
+    int stages;    /* mma: 2 when the streamed tiles are double-buffered (cp.async, sm_80+) */
     int64_t shared_bytes; /* static shared memory */
 } sn_att_plan;
 

@@ -4,19 +4,26 @@
  * local to its warp: scores come out in accumulator fragments, are scaled, masked and
  * exponentiated there, and become the A operand of the next product without leaving
  * registers (the accumulator layout of two n-tiles is the A layout of one k-step). Tiles are
- * 16-bit copies in shared memory, rows padded by 16 bytes, read with ldmatrix. */
+ * 16-bit copies in shared memory, rows padded by 16 bytes, read with ldmatrix.
+ * The streamed tiles (keys and values in FWD and DQ, queries and their dout in DKV) are
+ * double-buffered where the plan says STAGES = 2 (sm_80 and later): the next tile's cp.async
+ * copies are issued right after the barrier that hands out the current one, so they land while
+ * the current tile is multiplied. Exponents are base 2 (the scale times log2 e folded into one
+ * multiply: one ex2 an element); only tiles that cross the causal diagonal or the sequence's
+ * end evaluate the mask, per warp. */
 #include <stdio.h>
 
 #include "cuda_attention.h"
 
 int64_t sn_att_mma_shared(const sn_att_plan *p) {
-    int64_t own = 16LL * p->warps, W = p->tile, LD = p->D + 8, LDV = p->Dv + 8;
+    int64_t own = 16LL * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8,
+            LDV = p->Dv + 8;
     switch (p->pass) {
     case SN_ATT_FWD: return 2 * (own * LD + W * LD + (p->out_o ? W * LDV : 0));
-    case SN_ATT_DQ: return 2 * (own + W) * (LD + LDV);
-    case SN_ATT_DKV:
-        return 2 * (own * LD + (p->out_dk ? own * LDV : 0) + W * (LD + LDV)) +
-               4 * W * (p->out_dk ? 2 : 1);
+    case SN_ATT_DQ: return 2 * (own + W) * (LD + LDV) + 4 * own;
+    case SN_ATT_DKV: /* k (and v), the streamed q, dout (and o for dk's dot), lse (and dot) */
+        return 2 * (own * LD + (p->out_dk ? own * LDV : 0) + W * (LD + LDV) +
+                    (p->out_dk ? W * LDV : 0)) + 4 * (int64_t)p->tile * (p->out_dk ? 2 : 1);
     }
     return 0;
 }
@@ -62,16 +69,24 @@ static ops emit_helpers(sn_cu_text *t, const sn_att_plan *p) {
     return o;
 }
 
-/* Rows [row0, row0 + count) of src (cols 16-bit values wide, `limit` rows in all) into tile as
- * 16-byte chunks (rows past limit: 0), by every thread of the block. */
-static void load16(sn_cu_text *t, const char *tile, const char *src, const char *row0,
-                   const char *count, const char *cols, const char *limit) {
+/* Rows [row0, row0 + count) of src (`cols` 16-bit values wide, rows src_row apart, `limit` rows
+ * in all) into rows trow .. of tile as 16-byte chunks (rows past limit: zeros), by every thread
+ * of the block: cp.async copies still to be waited for (async), or loads and stores. */
+static void copy_rows(sn_cu_text *t, bool async, const char *tile, const char *trow,
+                      const char *src, const char *src_row, const char *row0, const char *count,
+                      const char *cols, const char *limit) {
     sn_cu_emitf(t, "for (int e = threadIdx.x; e < %s * (%s / 8); e += THREADS) {", count, cols);
     sn_cu_emitf(t, "const int r = e / (%s / 8), c = e %% (%s / 8) * 8;", cols, cols);
-    sn_cu_emitf(t, "uint4 x = make_uint4(0u, 0u, 0u, 0u);");
-    sn_cu_emitf(t, "if (%s + r < %s) x = *reinterpret_cast<const uint4 *>(%s + (%s + r) * %s_row "
-                "+ c);", row0, limit, src, row0, src);
-    sn_cu_emitf(t, "*reinterpret_cast<uint4 *>(&%s[r][c]) = x;", tile);
+    sn_cu_emitf(t, "const bool in = %s + r < %s;", row0, limit);
+    if (async) {
+        sn_cu_emitf(t, "sn_cp_async_16_zfill(&%s[%s + r][c], %s + (long long)(in ? %s + r : 0) * "
+                    "%s + c, in ? 16u : 0u);", tile, trow, src, row0, src_row);
+    } else {
+        sn_cu_emitf(t, "uint4 x = make_uint4(0u, 0u, 0u, 0u);");
+        sn_cu_emitf(t, "if (in) x = *reinterpret_cast<const uint4 *>(%s + (long long)(%s + r) * "
+                    "%s + c);", src, row0, src_row);
+        sn_cu_emitf(t, "*reinterpret_cast<uint4 *>(&%s[%s + r][c]) = x;", tile, trow);
+    }
     sn_cu_emitf(t, "}");
 }
 
@@ -84,9 +99,9 @@ static void zero(sn_cu_text *t, const char *acc, const char *n) {
 }
 
 /* acc[nt] += A B^T over a k of `kdim`: A the 16 rows from `arow` of tile a (ldmatrix x4), B the
- * rows nt * 8 .. of tile b (row-major (n, k): the col layout, ldmatrix x2), nt < ntiles. */
+ * rows brow + nt * 8 .. of tile b (row-major (n, k): the col layout, ldmatrix x2), nt < ntiles. */
 static void product_abt(sn_cu_text *t, ops o, const char *acc, const char *a, const char *arow,
-                        const char *b, const char *kdim, const char *ntiles) {
+                        const char *b, const char *brow, const char *kdim, const char *ntiles) {
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int kd = 0; kd < %s / 16; kd++) {", kdim);
     sn_cu_emitf(t, "unsigned a[4];");
@@ -94,17 +109,18 @@ static void product_abt(sn_cu_text *t, ops o, const char *acc, const char *a, co
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int nt = 0; nt < %s; nt++) {", ntiles);
     sn_cu_emitf(t, "unsigned b[2];");
-    sn_cu_emitf(t, "sn_ldmatrix_x2(b, &%s[nt * 8 + lane %% 8][kd * 16 + lane / 8 %% 2 * 8]);", b);
+    sn_cu_emitf(t, "sn_ldmatrix_x2(b, &%s[%s + nt * 8 + lane %% 8][kd * 16 + lane / 8 %% 2 * 8]);",
+                b, brow);
     sn_cu_emitf(t, "%s(%s[nt], a, b);", o.mma, acc);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
 }
 
 /* acc[dt] += X B over k = 16 * ksteps: X the accumulator fragments x[2 kk], x[2 kk + 1] packed
- * as the A operand of k-step kk, B the rows kk * 16 .. of tile b (row-major (k, n): ldmatrix
- * .trans), dt < ntiles. */
+ * as the A operand of k-step kk, B the rows brow + kk * 16 .. of tile b (row-major (k, n):
+ * ldmatrix .trans), dt < ntiles. */
 static void product_xb(sn_cu_text *t, ops o, const char *acc, const char *x, const char *b,
-                       const char *ksteps, const char *ntiles) {
+                       const char *brow, const char *ksteps, const char *ntiles) {
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int kk = 0; kk < %s; kk++) {", ksteps);
     sn_cu_emitf(t, "/* accumulator (row g, cols 2t, 2t+1 | row g+8) of n-tiles 2kk, 2kk+1 = A "
@@ -116,7 +132,7 @@ static void product_xb(sn_cu_text *t, ops o, const char *acc, const char *x, con
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int dt = 0; dt < %s; dt++) {", ntiles);
     sn_cu_emitf(t, "unsigned b[2];");
-    sn_cu_emitf(t, "sn_ldmatrix_x2_trans(b, &%s[kk * 16 + lane %% 16][dt * 8]);", b);
+    sn_cu_emitf(t, "sn_ldmatrix_x2_trans(b, &%s[%s + kk * 16 + lane %% 16][dt * 8]);", b, brow);
     sn_cu_emitf(t, "%s(%s[dt], a, b);", o.mma, acc);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
@@ -134,56 +150,153 @@ static void store_row(sn_cu_text *t, ops o, const char *dst, const char *acc, co
                 acc, mul);
 }
 
-/* dout_i . o_i of each row of the warp's 16 from row `first`: every thread keeps its two. */
-static void emit_row_dots(sn_cu_text *t, const char *first) {
-    sn_cu_emitf(t, "float row_dot[2] = {0.0f, 0.0f}; /* dout_i . o_i of rows grp, grp + 8 */");
-    sn_cu_emitf(t, "for (int r = 0; r < 16; r++) {");
+/* dst[r] = dout_i . o_i for the `rows` rows i = first + r (0 past SEQ_Q), THREADS / rows
+ * threads a row (one when rows > THREADS), 8 columns a step: dout's row from `dout_at(i, c)`
+ * and o's from `o_at(i, c)`, each the address of 8 16-bit values. The caller's barrier shares
+ * dst. */
+static void tile_dots(sn_cu_text *t, const sn_att_plan *p, const char *dst, const char *rows,
+                      const char *first, const char *dout_at, const char *o_at) {
+    const char *ty = sn_att_ctype(p->dt);
+    sn_cu_emitf(t, "/* %s[r] = dout_i . o_i, PARTS threads a row */", dst);
+    sn_cu_emitf(t, "{");
+    sn_cu_emitf(t, "enum { PARTS = THREADS >= %s ? THREADS / %s : 1 };", rows, rows);
+    sn_cu_emitf(t, "for (int r = threadIdx.x / PARTS; r < %s; r += THREADS / PARTS) {", rows);
     sn_cu_emitf(t, "const int i = %s + r;", first);
-    sn_att_emit_row_dot(t, "const float dot");
-    sn_cu_emitf(t, "if (r == grp) row_dot[0] = dot;");
-    sn_cu_emitf(t, "if (r == grp + 8) row_dot[1] = dot;");
+    sn_cu_emitf(t, "float part = 0.0f;");
+    sn_cu_emitf(t, "for (int c = threadIdx.x %% PARTS * 8; c < HEAD_DV && i < SEQ_Q; c += PARTS * 8) {");
+    sn_cu_emitf(t, "float dv8[8], ov8[8];");
+    sn_cu_emitf(t, "sn_load8(reinterpret_cast<const %s *>(%s), dv8);", ty, dout_at);
+    sn_cu_emitf(t, "sn_load8(reinterpret_cast<const %s *>(%s), ov8);", ty, o_at);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int u = 0; u < 8; u++) part += dv8[u] * ov8[u];");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "for (int d = PARTS / 2; d > 0; d /= 2) part += __shfl_xor_sync(0xffffffffu, "
+                "part, d);");
+    sn_cu_emitf(t, "if (threadIdx.x %% PARTS == 0) %s[r] = part;", dst);
+    sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
 }
 
-static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
-    sn_cu_emitf(t, "enum { BQ = 16 * WARPS, BK = %d, LD = HEAD_D + 8, LDV = HEAD_DV + 8 }; /* "
-                "rows padded by 16 bytes */", p->tile);
+/* The fragment loop over s[nt][e] (ntiles n-tiles), its body `body` (one statement or more);
+ * with `mask` first the element's coordinates: `coords` and seen (query_checked: i < SEQ_Q). */
+static void elements(sn_cu_text *t, const char *ntiles, const char *coords, bool query_checked,
+                     const char *const *body, int n_body) {
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int nt = 0; nt < %s; nt++) {", ntiles);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int e = 0; e < 4; e++) {");
+    if (coords) {
+        sn_cu_emitf(t, "%s", coords);
+        sn_att_emit_seen(t, query_checked);
+    }
+    for (int b = 0; b < n_body; b++) sn_cu_emitf(t, "%s", body[b]);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+}
+
+/* The streamed tile loop of FWD and DQ over the key tiles the block's queries see: opens the
+ * body, in which `st` is the tile's first row in k_tile and v_tile (v: with_v). */
+static void open_key_loop(sn_cu_text *t, const sn_att_plan *p, bool with_v) {
+    bool async = p->stages == 2;
+    sn_cu_emitf(t, "for (int k0 = 0, it = 0; k0 < key_end; k0 += BK, it++) {");
+    if (async) {
+        sn_cu_emitf(t, "const int st = it %% 2 * BK; /* this tile's rows in the stages */");
+        sn_cu_emitf(t, "sn_cp_async_wait_group(0);");
+        sn_cu_emitf(t, "__syncthreads(); /* the tile is in for every thread; the other stage's "
+                    "readers are done */");
+        sn_cu_emitf(t, "/* the next tile, landing while this one is used */");
+        sn_cu_emitf(t, "if (k0 + BK < key_end) {");
+        sn_cu_emitf(t, "const int kn = k0 + BK, sn = BK - st;");
+    } else {
+        sn_cu_emitf(t, "const int st = 0;");
+        sn_cu_emitf(t, "__syncthreads(); /* the previous tiles are used up */");
+        sn_cu_emitf(t, "{");
+        sn_cu_emitf(t, "const int kn = k0, sn = 0;");
+    }
+    copy_rows(t, async, "k_tile", "sn", "k", "k_row", "kn", "BK", "HEAD_D", "SEQ_K");
+    if (with_v) copy_rows(t, async, "v_tile", "sn", "v", "v_row", "kn", "BK", "HEAD_DV", "SEQ_K");
+    sn_cu_emitf(t, "}");
+    if (async) sn_cu_emitf(t, "sn_cp_async_commit();");
+    else sn_cu_emitf(t, "__syncthreads();");
+}
+
+/* FWD and DQ: the block's rows, the causal key range, the first tile's copies (with the q-side
+ * tiles of `qside`, named tile, source, columns). */
+static void key_side_setup(sn_cu_text *t, const sn_att_plan *p, bool with_v,
+                           const char *const qside[][3], int n_qside) {
+    bool async = p->stages == 2;
+    sn_cu_emitf(t, "const float scale_log2 = scale * 1.44269504f; /* exponents in base 2 */");
     sn_cu_emitf(t, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* the longest rows first */");
     sn_cu_emitf(t, "const int grp = lane / 4, tig = lane %% 4; /* a fragment's row group, "
                 "thread in group */");
     sn_cu_emitf(t, "const int row0 = q0 + warp * 16 + grp; /* this thread's rows: row0, row0 + 8 */");
+    sn_cu_emitf(t, "/* causal: the block's last query sees keys up to q_last + SEQ_K - SEQ_Q */");
+    sn_cu_emitf(t, "const int q_last = min(q0 + BQ, (int)SEQ_Q) - 1;");
+    sn_cu_emitf(t, "const int key_end = min((int)SEQ_K, q_last + SEQ_K - SEQ_Q + 1);");
+    sn_cu_emitf(t, "/* the warp's first row sees keys up to warp_keys: a tile past it is masked */");
+    sn_cu_emitf(t, "const int warp_keys = q0 + warp * 16 + (SEQ_K - SEQ_Q);");
+    for (int i = 0; i < n_qside; i++) {
+        char row[32];
+        snprintf(row, sizeof row, "%s_row", qside[i][1]);
+        copy_rows(t, async, qside[i][0], "0", qside[i][1], row, "q0", "BQ", qside[i][2], "SEQ_Q");
+    }
+    if (async) {
+        sn_cu_emitf(t, "/* the first key tile joins the query tiles' group */");
+        sn_cu_emitf(t, "{");
+        sn_cu_emitf(t, "const int kn = 0;");
+        copy_rows(t, true, "k_tile", "0", "k", "k_row", "kn", "BK", "HEAD_D", "SEQ_K");
+        if (with_v) copy_rows(t, true, "v_tile", "0", "v", "v_row", "kn", "BK", "HEAD_DV", "SEQ_K");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "sn_cp_async_commit();");
+    }
+}
+
+static void emit_enum(sn_cu_text *t, const sn_att_plan *p, const char *own, const char *streamed) {
+    sn_cu_emitf(t, "enum { %s = 16 * WARPS, %s = %d, STAGES = %d, LD = HEAD_D + 8, LDV = HEAD_DV "
+                "+ 8 }; /* rows padded by 16 bytes */", own, streamed, p->tile, p->stages);
+}
+
+static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
+    emit_enum(t, p, "BQ", "BK");
     sn_cu_emitf(t, "SN_SHARED2(unsigned short, q_tile, BQ, LD);");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, k_tile, BK, LD);");
-    if (p->out_o) sn_cu_emitf(t, "SN_SHARED2(unsigned short, v_tile, BK, LDV);");
-    load16(t, "q_tile", "q", "q0", "BQ", "HEAD_D", "SEQ_Q");
-    sn_cu_emitf(t, "float row_max[2], row_sum[2] = {0.0f, 0.0f};");
+    sn_cu_emitf(t, "SN_SHARED2(unsigned short, k_tile, STAGES * BK, LD);");
+    if (p->out_o) sn_cu_emitf(t, "SN_SHARED2(unsigned short, v_tile, STAGES * BK, LDV);");
+    static const char *const qside[][3] = {{"q_tile", "q", "HEAD_D"}};
+    key_side_setup(t, p, p->out_o, qside, 1);
+    sn_cu_emitf(t, "float row_max[2], row_sum[2] = {0.0f, 0.0f}; /* base 2: of s scale log2 e */");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
-    sn_att_emit_row_max_init(t, p, "h", "row0 + 8 * h");
+    if (p->in_lse)
+        sn_cu_emitf(t, "row_max[h] = row0 + 8 * h < SEQ_Q ? sn_load(lse[row0 + 8 * h]) * "
+                    "1.44269504f : 0.0f; /* given: p = 2^(s scale log2 e - lse log2 e) */");
+    else
+        sn_cu_emitf(t, "row_max[h] = -SN_INF;");
     sn_cu_emitf(t, "}");
     if (p->out_o) zero(t, "o_acc", "HEAD_DV / 8");
-    sn_att_open_key_tiles(t);
-    load16(t, "k_tile", "k", "k0", "BK", "HEAD_D", "SEQ_K");
-    if (p->out_o) load16(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
-    sn_cu_emitf(t, "__syncthreads();");
+    open_key_loop(t, p, p->out_o);
     zero(t, "s", "BK / 8");
-    product_abt(t, o, "s", "q_tile", "warp * 16", "k_tile", "HEAD_D", "BK / 8");
-    sn_cu_emitf(t, "/* scale and mask: s[nt][e] is row row0 + 8 (e / 2), key k0 + nt * 8 + 2 tig "
-                "+ e %% 2 */");
+    product_abt(t, o, "s", "q_tile", "warp * 16", "k_tile", "st", "HEAD_D", "BK / 8");
+    sn_cu_emitf(t, "/* scale (and mask): s[nt][e] is row row0 + 8 (e / 2), key k0 + nt * 8 + 2 "
+                "tig + e %% 2 */");
+    const char *coords = "const int i = row0 + e / 2 * 8, j = k0 + nt * 8 + 2 * tig + e % 2;";
     if (!p->in_lse) sn_cu_emitf(t, "float tile_max[2] = {-SN_INF, -SN_INF};");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int nt = 0; nt < BK / 8; nt++) {");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int e = 0; e < 4; e++) {");
-    sn_cu_emitf(t, "const int i = row0 + e / 2 * 8, j = k0 + nt * 8 + 2 * tig + e %% 2;");
-    sn_att_emit_seen(t, false);
+    sn_cu_emitf(t, "/* masked: a diagonal or last tile */");
+    sn_cu_emitf(t, "if (k0 + BK - 1 > warp_keys || k0 + BK > SEQ_K) {");
     if (p->in_lse) {
-        sn_cu_emitf(t, "s[nt][e] = seen ? expf(s[nt][e] * scale - row_max[e / 2]) : 0.0f;");
+        const char *m[] = {"s[nt][e] = seen ? exp2f(s[nt][e] * scale_log2 - row_max[e / 2]) : 0.0f;"};
+        elements(t, "BK / 8", coords, false, m, 1);
+        sn_cu_emitf(t, "} else {");
+        const char *u[] = {"s[nt][e] = exp2f(s[nt][e] * scale_log2 - row_max[e / 2]);"};
+        elements(t, "BK / 8", NULL, false, u, 1);
     } else {
-        sn_cu_emitf(t, "s[nt][e] = seen ? s[nt][e] * scale : -SN_INF;");
-        sn_cu_emitf(t, "tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);");
+        const char *m[] = {"s[nt][e] = seen ? s[nt][e] * scale_log2 : -SN_INF;",
+                           "tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);"};
+        elements(t, "BK / 8", coords, false, m, 2);
+        sn_cu_emitf(t, "} else {");
+        const char *u[] = {"s[nt][e] *= scale_log2;",
+                           "tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);"};
+        elements(t, "BK / 8", NULL, false, u, 2);
     }
-    sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
     if (!p->in_lse) {
         sn_cu_emitf(t, "/* online softmax: a row spans the 4 threads of a quad */");
@@ -192,7 +305,10 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
         sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
         sn_cu_emitf(t, "tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));");
         sn_cu_emitf(t, "tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));");
-        sn_att_emit_online(t, "h", "tile_max[h]", "m_ref[h]", "m_ref[h]");
+        sn_cu_emitf(t, "const float m_new = fmaxf(row_max[h], tile_max[h]);");
+        sn_cu_emitf(t, "m_ref[h] = m_new == -SN_INF ? 0.0f : m_new; /* no key seen yet */");
+        sn_cu_emitf(t, "const float alpha = exp2f(row_max[h] - m_ref[h]);");
+        sn_cu_emitf(t, "row_max[h] = m_new;");
         sn_cu_emitf(t, "row_sum[h] *= alpha;");
         if (p->out_o) {
             sn_cu_emitf(t, "#pragma unroll");
@@ -202,21 +318,17 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
             sn_cu_emitf(t, "}");
         }
         sn_cu_emitf(t, "}");
-        sn_cu_emitf(t, "#pragma unroll");
-        sn_cu_emitf(t, "for (int nt = 0; nt < BK / 8; nt++) {");
-        sn_cu_emitf(t, "#pragma unroll");
-        sn_cu_emitf(t, "for (int e = 0; e < 4; e++) {");
-        sn_cu_emitf(t, "s[nt][e] = expf(s[nt][e] - m_ref[e / 2]);");
-        sn_cu_emitf(t, "row_sum[e / 2] += s[nt][e]; /* this thread's columns; the quad sums at "
-                    "the end */");
-        sn_cu_emitf(t, "}");
-        sn_cu_emitf(t, "}");
+        const char *x[] = {"s[nt][e] = exp2f(s[nt][e] - m_ref[e / 2]);",
+                           "row_sum[e / 2] += s[nt][e]; /* this thread's columns; the quad sums "
+                           "at the end */"};
+        elements(t, "BK / 8", NULL, false, x, 2);
     }
     if (p->out_o) {
         sn_cu_emitf(t, "/* o += P V */");
-        product_xb(t, o, "o_acc", "s", "v_tile", "BK / 16", "HEAD_DV / 8");
+        product_xb(t, o, "o_acc", "s", "v_tile", "st", "BK / 16", "HEAD_DV / 8");
     }
     sn_cu_emitf(t, "}");
+    if (p->stages == 2) sn_cu_emitf(t, "sn_cp_async_wait_all(); /* none left in flight */");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
     sn_cu_emitf(t, "row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);");
@@ -227,51 +339,52 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
         sn_att_emit_fwd_inv(t, p, "h");
         store_row(t, o, "o_out", "o_acc", "HEAD_DV / 8", "o_out_row", "inv");
     }
-    sn_att_emit_lse_out(t, p, "h", "tig == 0");
+    if (p->out_lse)
+        sn_cu_emitf(t, "if (tig == 0) sn_store(&lse_out[i], row_sum[h] > 0.0f ? (row_max[h] + "
+                    "log2f(row_sum[h])) * 0.693147181f : -SN_INF);");
     sn_cu_emitf(t, "}");
 }
 
 static void emit_dq(sn_cu_text *t, const sn_att_plan *p, ops o) {
-    sn_cu_emitf(t, "enum { BQ = 16 * WARPS, BK = %d, LD = HEAD_D + 8, LDV = HEAD_DV + 8 }; /* "
-                "rows padded by 16 bytes */", p->tile);
-    sn_cu_emitf(t, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* the longest rows first */");
-    sn_cu_emitf(t, "const int grp = lane / 4, tig = lane %% 4; /* a fragment's row group, "
-                "thread in group */");
-    sn_cu_emitf(t, "const int row0 = q0 + warp * 16 + grp; /* this thread's rows: row0, row0 + 8 */");
+    emit_enum(t, p, "BQ", "BK");
     sn_cu_emitf(t, "SN_SHARED2(unsigned short, q_tile, BQ, LD);");
     sn_cu_emitf(t, "SN_SHARED2(unsigned short, do_tile, BQ, LDV);");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, k_tile, BK, LD);");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, v_tile, BK, LDV);");
-    load16(t, "q_tile", "q", "q0", "BQ", "HEAD_D", "SEQ_Q");
-    load16(t, "do_tile", "dout", "q0", "BQ", "HEAD_DV", "SEQ_Q");
-    sn_cu_emitf(t, "float row_lse[2];");
+    sn_cu_emitf(t, "SN_SHARED2(unsigned short, k_tile, STAGES * BK, LD);");
+    sn_cu_emitf(t, "SN_SHARED2(unsigned short, v_tile, STAGES * BK, LDV);");
+    sn_cu_emitf(t, "SN_SHARED(float, dot_rows, BQ); /* dout_i . o_i of the block's rows */");
+    static const char *const qside[][3] = {{"q_tile", "q", "HEAD_D"}, {"do_tile", "dout", "HEAD_DV"}};
+    key_side_setup(t, p, true, qside, 2);
+    tile_dots(t, p, "dot_rows", "BQ", "q0", "dout + (long long)i * dout_row + c",
+              "o + (long long)i * o_row + c");
+    sn_cu_emitf(t, "float row_lse[2]; /* base 2 */");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) row_lse[h] = row0 + 8 * h < SEQ_Q ? "
-                "sn_load(lse[row0 + 8 * h]) : 0.0f;");
-    emit_row_dots(t, "q0 + warp * 16");
+                "sn_load(lse[row0 + 8 * h]) * 1.44269504f : 0.0f;");
     zero(t, "acc", "HEAD_D / 8");
-    sn_att_open_key_tiles(t);
-    load16(t, "k_tile", "k", "k0", "BK", "HEAD_D", "SEQ_K");
-    load16(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
-    sn_cu_emitf(t, "__syncthreads();");
+    open_key_loop(t, p, true);
+    sn_cu_emitf(t, "const float row_dot[2] = {dot_rows[warp * 16 + grp], dot_rows[warp * 16 + "
+                "grp + 8]};");
     sn_cu_emitf(t, "/* s = Q K^T, dp = dout V^T */");
     zero(t, "s", "BK / 8");
     zero(t, "dp", "BK / 8");
-    product_abt(t, o, "s", "q_tile", "warp * 16", "k_tile", "HEAD_D", "BK / 8");
-    product_abt(t, o, "dp", "do_tile", "warp * 16", "v_tile", "HEAD_DV", "BK / 8");
-    sn_cu_emitf(t, "/* ds = P (dp - dout_i . o_i), P = exp(s scale - lse), masked; in s */");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int nt = 0; nt < BK / 8; nt++) {");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int e = 0; e < 4; e++) {");
-    sn_cu_emitf(t, "const int i = row0 + e / 2 * 8, j = k0 + nt * 8 + 2 * tig + e %% 2;");
-    sn_att_emit_seen(t, true);
-    sn_att_emit_dq_ds(t, "s[nt][e]", "s[nt][e]", "e / 2", "dp[nt][e]");
-    sn_cu_emitf(t, "}");
+    product_abt(t, o, "s", "q_tile", "warp * 16", "k_tile", "st", "HEAD_D", "BK / 8");
+    product_abt(t, o, "dp", "do_tile", "warp * 16", "v_tile", "st", "HEAD_DV", "BK / 8");
+    sn_cu_emitf(t, "/* ds = P (dp - dout_i . o_i), P = 2^(s scale log2 e - lse log2 e), masked "
+                "on a diagonal or last tile; in s */");
+    sn_cu_emitf(t, "if (k0 + BK - 1 > warp_keys || k0 + BK > SEQ_K || q0 + warp * 16 + 16 > SEQ_Q) {");
+    const char *m[] = {"s[nt][e] = seen ? exp2f(s[nt][e] * scale_log2 - row_lse[e / 2]) * "
+                       "(dp[nt][e] - row_dot[e / 2]) : 0.0f;"};
+    elements(t, "BK / 8", "const int i = row0 + e / 2 * 8, j = k0 + nt * 8 + 2 * tig + e % 2;",
+             true, m, 1);
+    sn_cu_emitf(t, "} else {");
+    const char *u[] = {"s[nt][e] = exp2f(s[nt][e] * scale_log2 - row_lse[e / 2]) * (dp[nt][e] - "
+                       "row_dot[e / 2]);"};
+    elements(t, "BK / 8", NULL, true, u, 1);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "/* dq += ds K */");
-    product_xb(t, o, "acc", "s", "k_tile", "BK / 16", "HEAD_D / 8");
+    product_xb(t, o, "acc", "s", "k_tile", "st", "BK / 16", "HEAD_D / 8");
     sn_cu_emitf(t, "}");
+    if (p->stages == 2) sn_cu_emitf(t, "sn_cp_async_wait_all(); /* none left in flight */");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
     sn_cu_emitf(t, "const int i = row0 + 8 * h;");
@@ -280,55 +393,121 @@ static void emit_dq(sn_cu_text *t, const sn_att_plan *p, ops o) {
     sn_cu_emitf(t, "}");
 }
 
+/* DKV: copies of query tile (gn, qn) into rows `trow` of the streamed tiles: q, dout and, with
+ * dk, o (for the dots); head gn's pointers when the group has several. */
+static void copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, const char *trow) {
+    const char *srcs[][4] = {{"q_tile", "q", "HEAD_D", "q_row"},
+                             {"do_tile", "dout", "HEAD_DV", "dout_row"},
+                             {"o_tile", "o", "HEAD_DV", "o_row"}};
+    for (int i = 0; i < (p->out_dk ? 3 : 2); i++) {
+        char src[64];
+        if (p->G > 1) snprintf(src, sizeof src, "(%s_group + gn * %s_head)", srcs[i][1], srcs[i][1]);
+        else snprintf(src, sizeof src, "%s", srcs[i][1]);
+        copy_rows(t, async, srcs[i][0], trow, src, srcs[i][3], "qn", "BQ", srcs[i][2], "SEQ_Q");
+    }
+}
+
 static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
-    bool dk = p->out_dk, dv = p->out_dv;
-    sn_cu_emitf(t, "enum { BK = 16 * WARPS, BQ = %d, LD = HEAD_D + 8, LDV = HEAD_DV + 8 }; /* "
-                "rows padded by 16 bytes */", p->tile);
+    bool dk = p->out_dk, dv = p->out_dv, async = p->stages == 2, group = p->G > 1;
+    emit_enum(t, p, "BK", "BQ");
+    sn_cu_emitf(t, "const float scale_log2 = scale * 1.44269504f; /* exponents in base 2 */");
     sn_cu_emitf(t, "const int k0 = blockIdx.x * BK; /* the first keys have the most queries */");
     sn_cu_emitf(t, "const int grp = lane / 4, tig = lane %% 4; /* a fragment's row group, "
                 "thread in group */");
     sn_cu_emitf(t, "const int key0 = k0 + warp * 16 + grp; /* this thread's keys: key0, key0 + 8 */");
     sn_cu_emitf(t, "SN_SHARED2(unsigned short, k_tile, BK, LD);");
     if (dk) sn_cu_emitf(t, "SN_SHARED2(unsigned short, v_tile, BK, LDV);");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, q_tile, BQ, LD);");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, do_tile, BQ, LDV);");
-    sn_cu_emitf(t, "SN_SHARED(float, lse_tile, BQ);");
+    sn_cu_emitf(t, "SN_SHARED2(unsigned short, q_tile, STAGES * BQ, LD);");
+    sn_cu_emitf(t, "SN_SHARED2(unsigned short, do_tile, STAGES * BQ, LDV);");
+    if (dk) sn_cu_emitf(t, "SN_SHARED2(unsigned short, o_tile, STAGES * BQ, LDV); /* for the dots */");
+    sn_cu_emitf(t, "SN_SHARED(float, lse_tile, BQ); /* base 2 */");
     if (dk) sn_cu_emitf(t, "SN_SHARED(float, dot_tile, BQ); /* dout_i . o_i */");
-    load16(t, "k_tile", "k", "k0", "BK", "HEAD_D", "SEQ_K");
-    if (dk) load16(t, "v_tile", "v", "k0", "BK", "HEAD_DV", "SEQ_K");
+    sn_cu_emitf(t, "/* causal: query i sees key j when i >= j - (SEQ_K - SEQ_Q); the query tiles "
+                "from q_begin, of each query head of the group in order */");
+    sn_cu_emitf(t, "const int q_begin = max(0, k0 - (SEQ_K - SEQ_Q)) / BQ * BQ;");
+    sn_cu_emitf(t, "const int per_head = q_begin < SEQ_Q ? (SEQ_Q - q_begin + BQ - 1) / BQ : 0;");
+    sn_cu_emitf(t, "const int n_tiles = %lld * per_head;", (long long)p->G);
+    sn_cu_emitf(t, "/* a query tile whose first query misses the warp's last key is masked */");
+    sn_cu_emitf(t, "const int warp_queries = k0 + warp * 16 + 15 - (SEQ_K - SEQ_Q);");
+    copy_rows(t, async, "k_tile", "0", "k", "k_row", "k0", "BK", "HEAD_D", "SEQ_K");
+    if (dk) copy_rows(t, async, "v_tile", "0", "v", "v_row", "k0", "BK", "HEAD_DV", "SEQ_K");
+    if (async) {
+        sn_cu_emitf(t, "/* the first query tile joins the key tiles' group */");
+        sn_cu_emitf(t, "if (n_tiles > 0) {");
+        sn_cu_emitf(t, "const int gn = 0, qn = q_begin;");
+        if (!group) sn_cu_emitf(t, "(void)gn;");
+        copy_query_tile(t, p, true, "0");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "sn_cp_async_commit();");
+    }
     if (dk) zero(t, "acc_k", "HEAD_D / 8");
     if (dv) zero(t, "acc_v", "HEAD_DV / 8");
-    sn_att_open_query_tiles(t, p);
-    load16(t, "q_tile", "q", "qs", "BQ", "HEAD_D", "SEQ_Q");
-    load16(t, "do_tile", "dout", "qs", "BQ", "HEAD_DV", "SEQ_Q");
-    sn_att_emit_query_stats(t, p);
+    sn_cu_emitf(t, "for (int tq = 0; tq < n_tiles; tq++) {");
+    sn_cu_emitf(t, "const int g = tq / per_head, qs = q_begin + tq %% per_head * BQ;");
+    if (group) {
+        sn_cu_emitf(t, "/* grouped-query attention: query head g of the group */");
+        sn_cu_emitf(t, "const %s *lse = lse_group + g * lse_head;", sn_att_ctype(SN_F32));
+    } else {
+        sn_cu_emitf(t, "(void)g;");
+    }
+    if (async) {
+        sn_cu_emitf(t, "const int st = tq %% 2 * BQ; /* this tile's rows in the stages */");
+        sn_cu_emitf(t, "sn_cp_async_wait_group(0);");
+        sn_cu_emitf(t, "__syncthreads(); /* the tile is in for every thread; the other stage's "
+                    "readers are done */");
+        sn_cu_emitf(t, "/* the next tile, landing while this one is used */");
+        sn_cu_emitf(t, "if (tq + 1 < n_tiles) {");
+        sn_cu_emitf(t, "const int gn = (tq + 1) / per_head, qn = q_begin + (tq + 1) %% per_head * BQ;");
+        if (!group) sn_cu_emitf(t, "(void)gn;");
+        copy_query_tile(t, p, true, "BQ - st");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "sn_cp_async_commit();");
+    } else {
+        sn_cu_emitf(t, "const int st = 0;");
+        sn_cu_emitf(t, "__syncthreads(); /* the previous query tile is used up */");
+        sn_cu_emitf(t, "{");
+        sn_cu_emitf(t, "const int gn = g, qn = qs;");
+        if (!group) sn_cu_emitf(t, "(void)gn;");
+        copy_query_tile(t, p, false, "st");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "__syncthreads();");
+    }
+    sn_cu_emitf(t, "/* the tile's lse (base 2)%s */", dk ? " and dots dout_i . o_i" : "");
+    sn_cu_emitf(t, "for (int r = threadIdx.x; r < BQ; r += THREADS) lse_tile[r] = qs + r < SEQ_Q "
+                "? sn_load(lse[qs + r]) * 1.44269504f : 0.0f;");
+    if (dk)
+        tile_dots(t, p, "dot_tile", "BQ", "qs", "&do_tile[st + r][c]", "&o_tile[st + r][c]");
+    sn_cu_emitf(t, "__syncthreads();");
     sn_cu_emitf(t, "/* s = K Q^T (keys x queries)%s */", dk ? ", dp = V dout^T" : "");
     zero(t, "s", "BQ / 8");
-    product_abt(t, o, "s", "k_tile", "warp * 16", "q_tile", "HEAD_D", "BQ / 8");
+    product_abt(t, o, "s", "k_tile", "warp * 16", "q_tile", "st", "HEAD_D", "BQ / 8");
     if (dk) {
         zero(t, "dp", "BQ / 8");
-        product_abt(t, o, "dp", "v_tile", "warp * 16", "do_tile", "HEAD_DV", "BQ / 8");
+        product_abt(t, o, "dp", "v_tile", "warp * 16", "do_tile", "st", "HEAD_DV", "BQ / 8");
     }
-    sn_cu_emitf(t, "/* P = exp(s scale - lse_i), masked, in s%s */",
-                dk ? "; ds = P (dp - dout_i . o_i), in dp" : "");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int nt = 0; nt < BQ / 8; nt++) {");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int e = 0; e < 4; e++) {");
-    sn_cu_emitf(t, "const int j = key0 + e / 2 * 8, r = nt * 8 + 2 * tig + e %% 2, i = qs + r;");
-    sn_att_emit_seen(t, true);
-    sn_att_emit_dkv_p(t, p, "s[nt][e]", "s[nt][e]", "r", "dp[nt][e]", "dp[nt][e]");
-    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "/* P = 2^(s scale log2 e - lse log2 e), masked on a diagonal or last tile, "
+                "in s%s */", dk ? "; ds = P (dp - dout_i . o_i), in dp" : "");
+    sn_cu_emitf(t, "if (qs < warp_queries || qs + BQ > SEQ_Q || k0 + warp * 16 + 16 > SEQ_K) {");
+    const char *coords = "const int j = key0 + e / 2 * 8, r = nt * 8 + 2 * tig + e % 2, i = qs + r;";
+    const char *m[] = {"s[nt][e] = seen ? exp2f(s[nt][e] * scale_log2 - lse_tile[r]) : 0.0f;",
+                       "dp[nt][e] = s[nt][e] * (dp[nt][e] - dot_tile[r]);"};
+    elements(t, "BQ / 8", coords, true, m, dk ? 2 : 1);
+    sn_cu_emitf(t, "} else {");
+    const char *u[] = {"const int r = nt * 8 + 2 * tig + e % 2;",
+                       "s[nt][e] = exp2f(s[nt][e] * scale_log2 - lse_tile[r]);",
+                       "dp[nt][e] = s[nt][e] * (dp[nt][e] - dot_tile[r]);"};
+    elements(t, "BQ / 8", NULL, true, u, dk ? 3 : 2);
     sn_cu_emitf(t, "}");
     if (dv) {
         sn_cu_emitf(t, "/* dv += P dout */");
-        product_xb(t, o, "acc_v", "s", "do_tile", "BQ / 16", "HEAD_DV / 8");
+        product_xb(t, o, "acc_v", "s", "do_tile", "st", "BQ / 16", "HEAD_DV / 8");
     }
     if (dk) {
         sn_cu_emitf(t, "/* dk += ds Q */");
-        product_xb(t, o, "acc_k", "dp", "q_tile", "BQ / 16", "HEAD_D / 8");
+        product_xb(t, o, "acc_k", "dp", "q_tile", "st", "BQ / 16", "HEAD_D / 8");
     }
-    sn_att_close_query_tiles(t, p);
+    sn_cu_emitf(t, "}");
+    if (async) sn_cu_emitf(t, "sn_cp_async_wait_all(); /* none left in flight */");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
     sn_cu_emitf(t, "const int i = key0 + 8 * h; /* a key row */");
@@ -340,10 +519,11 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
 
 void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p, const char *fname) {
     ops o = emit_helpers(t, p);
-    char path[96];
-    snprintf(path, sizeof path, "tensor cores (%s, f32 accumulators)",
+    char path[128];
+    snprintf(path, sizeof path, "tensor cores (%s, f32 accumulators, %s)",
              p->k8 ? "f16 mma.sync m16n8k8 x 2, sm_75" : p->dt == SN_BF16 ?
-             "bf16 mma.sync m16n8k16" : "f16 mma.sync m16n8k16");
+             "bf16 mma.sync m16n8k16" : "f16 mma.sync m16n8k16",
+             p->stages == 2 ? "cp.async double-buffered" : "single-buffered");
     sn_att_emit_head(t, p, path, fname);
     switch (p->pass) {
     case SN_ATT_FWD: emit_fwd(t, p, o); break;
