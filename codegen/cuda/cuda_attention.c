@@ -55,6 +55,9 @@ static bool fit(sn_att_plan *p, const sn_target *tg) {
         p->stages = p->mma ? c[3] : 1;
         if (p->stages == 2 && tg->sm < 80) continue; /* cp.async is sm_80's */
         p->shared_bytes = p->mma ? sn_att_mma_shared(p) : fp32_shared(p);
+        /* double-buffered tensor-core tiles of 4 warps: 4 blocks (16 warps) an SM, registers
+         * capped at 128 a thread (ptxas's report in the tests shows no spills) */
+        p->min_blocks = p->mma && p->stages == 2 && p->warps == 4 ? 4 : 0;
         if (p->shared_bytes <= tg->shared_default) return true;
     }
     return false;
@@ -314,7 +317,11 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
                 "memory */", path, p->warps, p->warps * p->rows,
                 p->pass == SN_ATT_DKV ? "keys" : "queries", p->tile,
                 p->pass == SN_ATT_DKV ? "queries" : "keys", (long long)p->shared_bytes);
-    sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", threads, fname);
+    if (p->min_blocks) /* a register cap: 64K registers / (min_blocks x threads) */
+        sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d, %d) %s(", threads,
+                    p->min_blocks, fname);
+    else
+        sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", threads, fname);
     for (int i = 0; i < k->n_out + k->n_in; i++) {
         char roles[64];
         arg_roles(p, i, roles, sizeof roles);

@@ -35,6 +35,7 @@ typedef struct {
     int rows;      /* fp32: query rows (FWD, DQ) or keys (DKV) per warp; mma: 16 */
     int tile;      /* the other side's tile: keys (FWD, DQ) or queries (DKV) */
     int stages;    /* mma: 2 when the streamed tiles are double-buffered (cp.async, sm_80+) */
+    int min_blocks; /* __launch_bounds__'s blocks an SM (a register cap), 0: none */
     int64_t shared_bytes; /* static shared memory */
 } sn_att_plan;
 

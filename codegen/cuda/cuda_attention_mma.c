@@ -106,12 +106,15 @@ static void product_abt(sn_cu_text *t, ops o, const char *acc, const char *a, co
     sn_cu_emitf(t, "for (int kd = 0; kd < %s / 16; kd++) {", kdim);
     sn_cu_emitf(t, "unsigned a[4];");
     sn_cu_emitf(t, "sn_ldmatrix_x4(a, &%s[%s + lane %% 16][kd * 16 + lane / 16 * 8]);", a, arow);
+    sn_cu_emitf(t, "/* B of n-tiles nt and nt + 1 in one ldmatrix x4: lanes 0-15 address tile "
+                "nt's rows (k halves 0, 1), lanes 16-31 tile nt + 1's */");
     sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int nt = 0; nt < %s; nt++) {", ntiles);
-    sn_cu_emitf(t, "unsigned b[2];");
-    sn_cu_emitf(t, "sn_ldmatrix_x2(b, &%s[%s + nt * 8 + lane %% 8][kd * 16 + lane / 8 %% 2 * 8]);",
-                b, brow);
+    sn_cu_emitf(t, "for (int nt = 0; nt < %s; nt += 2) {", ntiles);
+    sn_cu_emitf(t, "unsigned b[4];");
+    sn_cu_emitf(t, "sn_ldmatrix_x4(b, &%s[%s + nt * 8 + lane / 16 * 8 + lane %% 8][kd * 16 + "
+                "lane / 8 %% 2 * 8]);", b, brow);
     sn_cu_emitf(t, "%s(%s[nt], a, b);", o.mma, acc);
+    sn_cu_emitf(t, "%s(%s[nt + 1], a, b + 2);", o.mma, acc);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
 }
@@ -409,6 +412,7 @@ static void copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, con
 
 static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
     bool dk = p->out_dk, dv = p->out_dv, async = p->stages == 2, group = p->G > 1;
+    SN_ASSERT(p->tile <= 32 * p->warps); /* a thread per query of the tile holds its lse */
     emit_enum(t, p, "BK", "BQ");
     sn_cu_emitf(t, "const float scale_log2 = scale * 1.44269504f; /* exponents in base 2 */");
     sn_cu_emitf(t, "const int k0 = blockIdx.x * BK; /* the first keys have the most queries */");
@@ -439,18 +443,23 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
         copy_query_tile(t, p, true, "0");
         sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "sn_cp_async_commit();");
+        sn_cu_emitf(t, "/* the lse (base 2) of the tile's query threadIdx.x, one tile ahead */");
+        sn_cu_emitf(t, "float lse_next = threadIdx.x < BQ && q_begin + (int)threadIdx.x < SEQ_Q && "
+                    "n_tiles > 0 ? sn_load(%s[q_begin + threadIdx.x]) * 1.44269504f : 0.0f;",
+                    group ? "lse_group" : "lse");
     }
     if (dk) zero(t, "acc_k", "HEAD_D / 8");
     if (dv) zero(t, "acc_v", "HEAD_DV / 8");
     sn_cu_emitf(t, "for (int tq = 0; tq < n_tiles; tq++) {");
     sn_cu_emitf(t, "const int g = tq / per_head, qs = q_begin + tq %% per_head * BQ;");
-    if (group) {
+    if (group && !async) {
         sn_cu_emitf(t, "/* grouped-query attention: query head g of the group */");
         sn_cu_emitf(t, "const %s *lse = lse_group + g * lse_head;", sn_att_ctype(SN_F32));
     } else {
         sn_cu_emitf(t, "(void)g;");
     }
     if (async) {
+        sn_cu_emitf(t, "const float lse_here = lse_next;");
         sn_cu_emitf(t, "const int st = tq %% 2 * BQ; /* this tile's rows in the stages */");
         sn_cu_emitf(t, "sn_cp_async_wait_group(0);");
         sn_cu_emitf(t, "__syncthreads(); /* the tile is in for every thread; the other stage's "
@@ -460,6 +469,10 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
         sn_cu_emitf(t, "const int gn = (tq + 1) / per_head, qn = q_begin + (tq + 1) %% per_head * BQ;");
         if (!group) sn_cu_emitf(t, "(void)gn;");
         copy_query_tile(t, p, true, "BQ - st");
+        sn_cu_emitf(t, "const int r = threadIdx.x;");
+        sn_cu_emitf(t, "if (r < BQ) lse_next = qn + r < SEQ_Q ? sn_load(%s[qn + r]) * "
+                    "1.44269504f : 0.0f; /* read at the next tile: its latency hidden */",
+                    group ? "(lse_group + gn * lse_head)" : "lse");
         sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "sn_cp_async_commit();");
     } else {
@@ -473,8 +486,11 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
         sn_cu_emitf(t, "__syncthreads();");
     }
     sn_cu_emitf(t, "/* the tile's lse (base 2)%s */", dk ? " and dots dout_i . o_i" : "");
-    sn_cu_emitf(t, "for (int r = threadIdx.x; r < BQ; r += THREADS) lse_tile[r] = qs + r < SEQ_Q "
-                "? sn_load(lse[qs + r]) * 1.44269504f : 0.0f;");
+    if (async)
+        sn_cu_emitf(t, "if (threadIdx.x < BQ) lse_tile[threadIdx.x] = lse_here;");
+    else
+        sn_cu_emitf(t, "for (int r = threadIdx.x; r < BQ; r += THREADS) lse_tile[r] = qs + r < "
+                    "SEQ_Q ? sn_load(lse[qs + r]) * 1.44269504f : 0.0f;");
     if (dk)
         tile_dots(t, p, "dot_tile", "BQ", "qs", "&do_tile[st + r][c]", "&o_tile[st + r][c]");
     sn_cu_emitf(t, "__syncthreads();");
