@@ -18,7 +18,7 @@ CUDA events around each step; prints one JSON object a line:
    "tokens_per_s": .., "peak_memory_bytes": .., "warmup_s": .., ...}
 and for a mode that fails, {"mode": .., "B": .., "T": .., "error": "..."}, then goes on.
 
-  python3 bench/torch_gpt2.py [--modes eager,compile,reduce-overhead] [--sizes 16x1024,4x256]
+  python3 bench/torch_gpt2.py [--modes eager,reduce-overhead,compile] [--sizes 16x1024,4x256]
                               [--steps 10] [--warmup 3] [--device cuda] [--model gpt2|tiny]
 """
 import argparse
@@ -176,7 +176,7 @@ def run_one(torch, args, cfg, mode, B, T):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--modes", default="eager,compile,reduce-overhead")
+    ap.add_argument("--modes", default="eager,reduce-overhead,compile")
     ap.add_argument("--sizes", default="16x1024,4x256", help="BxT,BxT,...")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
@@ -211,7 +211,7 @@ def main():
             except Exception as ex:
                 failed += 1
                 tb = traceback.format_exc().strip().splitlines()
-                emit({"mode": mode, "B": B, "T": T, "error": ("%s: %s" % (type(ex).__name__, ex))[:400],
+                emit({"mode": mode, "B": B, "T": T, "model": args.model, "error": ("%s: %s" % (type(ex).__name__, ex))[:400],
                       "where": tb[-3][:200] if len(tb) >= 3 else ""})
             finally:
                 try:
