@@ -3,7 +3,8 @@
 # and passes: on the stand-in driver when its three libraries are given as SN_LIB*=PATH
 # arguments (then runtime/cuda runs every step: kernels vs the interpreter, training, timing, in
 # f32, TF32, bf16 and fp16, and attention timed alone; none may be a SKIP but the PyTorch
-# anchors', which say "skipped: no torch"), else on the CPU device (the CUDA-only steps are SKIPs). Checks the exit status, that every kernel kind was covered, the 16-bit steps, the
+# anchors', which say "skipped: no torch"), else on the CPU device (the CUDA-only steps are
+# SKIPs). Checks the exit status, that every kernel kind was covered, the 16-bit steps, the
 # report's table and that the JSON parses.
 set -eu
 check=$1
