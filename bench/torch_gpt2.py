@@ -198,8 +198,11 @@ def main():
         if not torch.cuda.is_available():
             emit({"error": "no torch: torch %s sees no CUDA device" % torch.__version__})
             return 3
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        try:  # fp32 matmuls outside autocast as TF32 (nanoGPT's setting; none in this step)
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        except Exception:
+            pass
     cfg = CONFIGS[args.model]
     failed = 0
     for mode in [m for m in args.modes.split(",") if m]:
