@@ -166,8 +166,13 @@ static void gpt2_anchor(gc_run *r, const table *t, int B, int T) {
                msg, me / best);
     else
         gc_end(r, s, GC_PASS, "%s", msg);
-    fprintf(r->details, "%s: sinter %.4g ms; torch eager %.4g ms, compile %.4g ms, reduce-overhead "
-            "%.4g ms (NaN: not measured)\n", name, me, s->vals[1], s->vals[3], s->vals[5]);
+    fprintf(r->details, "%s (ms a step; sinter / torch): sinter %.4g", name, me);
+    for (int m = 0; m < 3; m++) {
+        const row *x = find(t, modes[m], "", r->o.time_model, B, -1, T, -1);
+        if (x && !x->err[0]) fprintf(r->details, "; %s %.4g (%.2fx)", modes[m], x->ms, me / x->ms);
+        else fprintf(r->details, "; %s %s", modes[m], x ? "failed" : "-");
+    }
+    fprintf(r->details, "\n");
 }
 
 static void sdpa_anchor(gc_run *r, const table *t, const int *sh) {
@@ -209,8 +214,9 @@ static void sdpa_anchor(gc_run *r, const table *t, const int *sh) {
         fprintf(r->details, "  %-10s", backends[b]);
         for (int p = 0; p < 2; p++) {
             const row *x = find(t, backends[b], passes[p], "", B, H, T, D);
-            double ms = x && !x->err[0] ? x->ms : NAN;
-            fprintf(r->details, " %10.4f %7.2fx", ms, me[p] / ms);
+            if (x && !x->err[0] && isfinite(me[p])) fprintf(r->details, " %10.4f %7.2fx", x->ms, me[p] / x->ms);
+            else if (x && !x->err[0]) fprintf(r->details, " %10.4f %8s", x->ms, "-");
+            else fprintf(r->details, " %10s %8s", x ? "failed" : "-", "-");
         }
         fprintf(r->details, "\n");
     }
