@@ -21,13 +21,15 @@
 
 static const char usage[] =
     "usage: gpu_check [--out DIR] [--device cuda|cpu] [--small] [--seed N] [--cache-dir DIR]\n"
-    "                 [--train-model M --train-batch B --train-seq T --train-steps N] [--golden FILE]\n"
+    "                 [--train-model M --train-batch B --train-seq T --train-steps N]\n"
+    "                 [--golden FILE] [--golden-bf16 FILE]\n"
     "                 [--time-model M] [--time-size BxT]... [--time-steps N] [--warmup N]\n"
     "                 [--gemm-n N] [--copy-mib N]"
     "                 [--gemm-f32]\n"
     "                 [--tiny-model M --tiny-steps N] [--att-T T]\n"
     "                 [--att-time BxHxTxD]... [--att-reps N] [--anchors DIR]\n"
-    "       gpu_check --device cpu --write-golden FILE [--train-model M --train-batch B ...]\n"
+    "       gpu_check --device cpu --write-golden FILE [--train-precision fp32|bf16]\n"
+    "                 [--train-model M --train-batch B ...]\n"
     "  --out DIR   gpu_check_report.md and gpu_check.json (default: $OUT, else .)\n"
     "  --small     sizes for a stand-in driver or the CPU: tiny models, a 256^3 GEMM, 16 MiB copies\n"
     "  --anchors DIR  bench/torch_gpt2.py's and torch_sdpa.py's JSON lines (torch_gpt2.jsonl,\n"
@@ -38,6 +40,7 @@ static void defaults(gc_opts *o, bool small) {
     *o = (gc_opts){.device = "cuda", .out_dir = out && *out ? out : ".", .att_T = 100,
                    .tiny_model = "tiny", .tiny_steps = 5, .train_model = "gpt2", .train_batch = 4,
                    .train_seq = 256, .train_steps = 20, .golden = SN_BENCH_DIR "/gpu_check_golden.txt",
+                   .golden_bf16 = SN_BENCH_DIR "/gpu_check_golden_bf16.txt",
                    .time_model = "gpt2", .time_sizes = {{4, 256}, {16, 1024}}, .n_time_sizes = 2,
                    .time_steps = 10, .warmup = 3, .gemm_n = 8192, .copy_mib = 1024,
                    .att_shapes = {{16, 12, 1024, 64}, {4, 12, 256, 64}}, .n_att_shapes = 2,
@@ -50,6 +53,7 @@ static void defaults(gc_opts *o, bool small) {
         o->train_seq = 32;
         o->train_steps = 5;
         o->golden = SN_BENCH_DIR "/gpu_check_golden_tiny.txt";
+        o->golden_bf16 = SN_BENCH_DIR "/gpu_check_golden_tiny_bf16.txt";
         o->time_model = "tiny";
         o->time_sizes[0][0] = 2, o->time_sizes[0][1] = 32;
         o->n_time_sizes = 1;
@@ -92,6 +96,12 @@ static int parse(int argc, char **argv, gc_opts *o) {
         else if (!strcmp(k, "--train-seq")) o->train_seq = atoi(v);
         else if (!strcmp(k, "--train-steps")) o->train_steps = atoi(v);
         else if (!strcmp(k, "--golden")) o->golden = v;
+        else if (!strcmp(k, "--golden-bf16")) o->golden_bf16 = v;
+        else if (!strcmp(k, "--train-precision")) {
+            if (!strcmp(v, "fp32")) o->train_precision = SN_PRECISION_FP32;
+            else if (!strcmp(v, "bf16")) o->train_precision = SN_PRECISION_BF16;
+            else return bad("--train-precision is fp32 or bf16");
+        }
         else if (!strcmp(k, "--write-golden")) o->write_golden = v;
         else if (!strcmp(k, "--time-model")) o->time_model = v;
         else if (!strcmp(k, "--time-steps")) o->time_steps = atoi(v);

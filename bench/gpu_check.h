@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "program/target.h"
 #include "runtime/device.h"
 
 typedef enum { GC_PASS, GC_FAIL, GC_SKIP } gc_status;
@@ -26,8 +27,10 @@ typedef struct {
     int tiny_steps;
     const char *train_model; /* trained against the golden (or a live CPU) reference */
     int train_batch, train_seq, train_steps;
-    const char *golden;      /* the golden losses file */
-    const char *write_golden; /* produce the golden file (on the CPU device) and stop */
+    const char *golden;      /* the golden losses file (fp32) */
+    const char *golden_bf16; /* the golden bf16 losses (the autocast program on the CPU device) */
+    const char *write_golden; /* produce a golden file (on the CPU device) and stop */
+    sn_precision train_precision; /* the golden file's precision (--train-precision; fp32) */
     const char *time_model;
     int time_sizes[4][2], n_time_sizes; /* (B, T) */
     int time_steps;          /* timed steps per size (median) */
