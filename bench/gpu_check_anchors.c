@@ -43,6 +43,11 @@ static double jnum(const char *line, const char *key) {
     return p && end != p ? v : NAN;
 }
 
+static int jint(const char *line, const char *key) { /* -1 when missing */
+    double v = jnum(line, key);
+    return v >= 0 && v < 1e9 ? (int)v : -1;
+}
+
 static bool jstr(const char *line, const char *key, char *out, size_t len) {
     const char *p = jfind(line, key);
     size_t n = 0;
@@ -82,10 +87,10 @@ static void read_table(const char *dir, const char *file, table *t) {
         }
         jstr(line, "pass", r->pass, sizeof r->pass);
         jstr(line, "model", r->model, sizeof r->model);
-        r->B = (int)jnum(line, "B");
-        r->H = (int)jnum(line, "H");
-        r->T = (int)jnum(line, "T");
-        r->D = (int)jnum(line, "D");
+        r->B = jint(line, "B");
+        r->H = jint(line, "H");
+        r->T = jint(line, "T");
+        r->D = jint(line, "D");
         r->ms = jnum(line, "ms_median");
         if (!jstr(line, "error", r->err, sizeof r->err) && !(r->ms > 0))
             snprintf(r->err, sizeof r->err, "no ms_median");
