@@ -21,22 +21,30 @@
 
 static const char usage[] =
     "usage: gpu_check [--out DIR] [--device cuda|cpu] [--small] [--seed N] [--cache-dir DIR]\n"
-    "                 [--train-model M --train-batch B --train-seq T --train-steps N] [--golden FILE]\n"
+    "                 [--train-model M --train-batch B --train-seq T --train-steps N]\n"
+    "                 [--golden FILE] [--golden-bf16 FILE]\n"
     "                 [--time-model M] [--time-size BxT]... [--time-steps N] [--warmup N]\n"
     "                 [--gemm-n N] [--copy-mib N]"
     "                 [--gemm-f32]\n"
     "                 [--tiny-model M --tiny-steps N] [--att-T T]\n"
-    "       gpu_check --device cpu --write-golden FILE [--train-model M --train-batch B ...]\n"
+    "                 [--att-time BxHxTxD]... [--att-reps N] [--anchors DIR]\n"
+    "       gpu_check --device cpu --write-golden FILE [--train-precision fp32|bf16]\n"
+    "                 [--train-model M --train-batch B ...]\n"
     "  --out DIR   gpu_check_report.md and gpu_check.json (default: $OUT, else .)\n"
-    "  --small     sizes for a stand-in driver or the CPU: tiny models, a 256^3 GEMM, 16 MiB copies\n";
+    "  --small     sizes for a stand-in driver or the CPU: tiny models, a 256^3 GEMM, 16 MiB copies\n"
+    "  --anchors DIR  bench/torch_gpt2.py's and torch_sdpa.py's JSON lines (torch_gpt2.jsonl,\n"
+    "              torch_sdpa.jsonl) or torch_skip.txt, to report sinter's times as ratios of them\n";
 
 static void defaults(gc_opts *o, bool small) {
     const char *out = getenv("OUT");
     *o = (gc_opts){.device = "cuda", .out_dir = out && *out ? out : ".", .att_T = 100,
                    .tiny_model = "tiny", .tiny_steps = 5, .train_model = "gpt2", .train_batch = 4,
                    .train_seq = 256, .train_steps = 20, .golden = SN_BENCH_DIR "/gpu_check_golden.txt",
+                   .golden_bf16 = SN_BENCH_DIR "/gpu_check_golden_bf16.txt",
                    .time_model = "gpt2", .time_sizes = {{4, 256}, {16, 1024}}, .n_time_sizes = 2,
-                   .time_steps = 10, .warmup = 3, .gemm_n = 8192, .copy_mib = 1024};
+                   .time_steps = 10, .warmup = 3, .gemm_n = 8192, .copy_mib = 1024,
+                   .att_shapes = {{16, 12, 1024, 64}, {4, 12, 256, 64}}, .n_att_shapes = 2,
+                   .att_reps = 20};
     if (small) {
         o->att_T = 37;
         o->tiny_steps = 3;
@@ -45,6 +53,7 @@ static void defaults(gc_opts *o, bool small) {
         o->train_seq = 32;
         o->train_steps = 5;
         o->golden = SN_BENCH_DIR "/gpu_check_golden_tiny.txt";
+        o->golden_bf16 = SN_BENCH_DIR "/gpu_check_golden_tiny_bf16.txt";
         o->time_model = "tiny";
         o->time_sizes[0][0] = 2, o->time_sizes[0][1] = 32;
         o->n_time_sizes = 1;
@@ -52,6 +61,9 @@ static void defaults(gc_opts *o, bool small) {
         o->warmup = 2;
         o->gemm_n = 256;
         o->copy_mib = 16;
+        o->att_shapes[0][0] = 1, o->att_shapes[0][1] = 2, o->att_shapes[0][2] = 64, o->att_shapes[0][3] = 64;
+        o->n_att_shapes = 1;
+        o->att_reps = 3;
     }
 }
 
@@ -61,7 +73,7 @@ static int bad(const char *what) {
 }
 
 static int parse(int argc, char **argv, gc_opts *o) {
-    bool small = false, sizes_given = false;
+    bool small = false, sizes_given = false, att_given = false;
     for (int i = 1; i < argc; i++) small |= !strcmp(argv[i], "--small");
     /* (flags without a value: --small, --gemm-f32) */
     defaults(o, small);
@@ -84,6 +96,12 @@ static int parse(int argc, char **argv, gc_opts *o) {
         else if (!strcmp(k, "--train-seq")) o->train_seq = atoi(v);
         else if (!strcmp(k, "--train-steps")) o->train_steps = atoi(v);
         else if (!strcmp(k, "--golden")) o->golden = v;
+        else if (!strcmp(k, "--golden-bf16")) o->golden_bf16 = v;
+        else if (!strcmp(k, "--train-precision")) {
+            if (!strcmp(v, "fp32")) o->train_precision = SN_PRECISION_FP32;
+            else if (!strcmp(v, "bf16")) o->train_precision = SN_PRECISION_BF16;
+            else return bad("--train-precision is fp32 or bf16");
+        }
         else if (!strcmp(k, "--write-golden")) o->write_golden = v;
         else if (!strcmp(k, "--time-model")) o->time_model = v;
         else if (!strcmp(k, "--time-steps")) o->time_steps = atoi(v);
@@ -93,6 +111,17 @@ static int parse(int argc, char **argv, gc_opts *o) {
         else if (!strcmp(k, "--tiny-model")) o->tiny_model = v;
         else if (!strcmp(k, "--tiny-steps")) o->tiny_steps = atoi(v);
         else if (!strcmp(k, "--att-T")) o->att_T = atoi(v);
+        else if (!strcmp(k, "--att-reps")) o->att_reps = atoi(v);
+        else if (!strcmp(k, "--anchors")) o->anchors_dir = v;
+        else if (!strcmp(k, "--att-time")) {
+            if (!att_given) o->n_att_shapes = 0;
+            att_given = true;
+            int *a = o->att_shapes[o->n_att_shapes < 4 ? o->n_att_shapes : 3];
+            if (o->n_att_shapes == 4 || sscanf(v, "%dx%dx%dx%d", &a[0], &a[1], &a[2], &a[3]) != 4 ||
+                a[0] < 1 || a[1] < 1 || a[2] < 1 || a[3] < 1)
+                return bad("--att-time is BxHxTxD (at most four of them)");
+            o->n_att_shapes++;
+        }
         else if (!strcmp(k, "--time-size")) {
             if (!sizes_given) o->n_time_sizes = 0;
             sizes_given = true;
@@ -107,7 +136,7 @@ static int parse(int argc, char **argv, gc_opts *o) {
     }
     if (strcmp(o->device, "cuda") && strcmp(o->device, "cpu")) return bad("--device is cuda or cpu");
     if (o->warmup < 0 || o->train_batch < 1 || o->train_seq < 1 || o->train_steps < 1 || o->time_steps < 1 ||
-        o->tiny_steps < 2 || o->att_T < 1 || o->gemm_n < 0 || o->copy_mib < 0)
+        o->tiny_steps < 2 || o->att_T < 1 || o->att_reps < 1 || o->gemm_n < 0 || o->copy_mib < 0)
         return bad("sizes and step counts are positive (--tiny-steps at least 2)");
     return 0;
 }
@@ -157,6 +186,8 @@ int main(int argc, char **argv) {
         gc_check_tiny(r);
         gc_check_losses(r);
         gc_time_steps(r);
+        gc_time_attention(r);
+        gc_compare_anchors(r);
         sn_device_free(r->dev);
     }
     bool wrote = gc_write_reports(r);

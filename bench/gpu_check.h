@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "program/target.h"
 #include "runtime/device.h"
 
 typedef enum { GC_PASS, GC_FAIL, GC_SKIP } gc_status;
@@ -26,8 +27,10 @@ typedef struct {
     int tiny_steps;
     const char *train_model; /* trained against the golden (or a live CPU) reference */
     int train_batch, train_seq, train_steps;
-    const char *golden;      /* the golden losses file */
-    const char *write_golden; /* produce the golden file (on the CPU device) and stop */
+    const char *golden;      /* the golden losses file (fp32) */
+    const char *golden_bf16; /* the golden bf16 losses (the autocast program on the CPU device) */
+    const char *write_golden; /* produce a golden file (on the CPU device) and stop */
+    sn_precision train_precision; /* the golden file's precision (--train-precision; fp32) */
     const char *time_model;
     int time_sizes[4][2], n_time_sizes; /* (B, T) */
     int time_steps;          /* timed steps per size (median) */
@@ -35,6 +38,10 @@ typedef struct {
     int gemm_n;              /* the ceilings: bf16 GEMM n^3 and the copy's MiB */
     bool gemm_f32;           /* the ceiling GEMM in f32 (for a cuBLASLt without bf16) */
     int copy_mib;
+    int att_shapes[4][4], n_att_shapes; /* attention timed alone: (B, H, T, D), bf16 */
+    int att_reps;            /* timed runs per attention program (median) */
+    const char *anchors_dir; /* torch_gpt2.jsonl, torch_sdpa.jsonl (bench/torch_*.py), or
+                                torch_skip.txt with the reason there are none; NULL: none */
 } gc_opts;
 
 /* One step's record: a name, a status, a one-line message, numbers. */
@@ -98,5 +105,11 @@ void gc_batch(int vocab, int B, int T, int step, int32_t *x, int32_t *y);
 /* gpu_check_time.c: the ceilings; step timing, compile times, kernels, memory. */
 void gc_measure_ceilings(gc_run *r);
 void gc_time_steps(gc_run *r);
+/* gpu_check_attention.c: sinter's causal attention alone, forward and forward + backward. */
+void gc_time_attention(gc_run *r);
+/* gpu_check_anchors.c: the PyTorch anchors measured in the same run (tools/gpu_check runs
+ * bench/torch_gpt2.py and bench/torch_sdpa.py into anchors_dir) beside the steps' times, as
+ * ratios sinter / torch; SKIPs saying why when there are none ("no torch"). */
+void gc_compare_anchors(gc_run *r);
 
 #endif

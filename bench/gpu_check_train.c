@@ -1,9 +1,10 @@
 /* gpu_check_train.c: training on the device under check: a tiny GPT-2 against the reference
  * interpreter (every step with two micro-batches, so the optimizer's four kernels all run), and a
- * model's first steps against the CPU device's fp32 losses, from the golden file when it holds
- * this configuration, else computed live on the CPU device (when this build has one): in fp32,
- * and in bf16 (the autocast pass) within issue 10's 1% of fp32 at every step. Convention: the
- * data is gc_batch's periodic token stream (the loss falls), the same on every device. */
+ * model's first steps against the CPU device's losses, from the golden files when they hold this
+ * configuration, else computed live on the CPU device (when this build has one): fp32 against
+ * fp32's; bf16 (the autocast pass) within 0.3% of the CPU device's bf16 at every step and, on
+ * the mean over the steps, within 0.5% of fp32 (issue 21). Convention: the data is gc_batch's
+ * periodic token stream (the loss falls), the same on every device. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,7 @@ typedef struct {
     char model[32];
     int batch, seq, steps;
     double lr;
+    sn_precision prec; /* the line "precision bf16" (none: fp32) */
     double losses[MAX_STEPS];
 } golden;
 
@@ -153,9 +155,16 @@ static bool golden_read(const char *path, golden *gd, char *why, size_t len) {
         if (line[0] == '#') continue;
         int step;
         double v;
+        char prec[16];
         if (sscanf(line, "model %31s batch %d seq %d steps %d lr %lf", gd->model, &gd->batch,
                    &gd->seq, &gd->steps, &gd->lr) == 5)
             continue;
+        if (sscanf(line, "precision %15s", prec) == 1) {
+            gd->prec = !strcmp(prec, "bf16") ? SN_PRECISION_BF16 : !strcmp(prec, "fp16") ? SN_PRECISION_FP16
+                     : !strcmp(prec, "fp32") ? SN_PRECISION_FP32 : SN_PRECISION_COUNT;
+            ok = gd->prec != SN_PRECISION_COUNT;
+            continue;
+        }
         if (sscanf(line, "loss %d %lf", &step, &v) == 2 && step == n && n < MAX_STEPS) gd->losses[n++] = v;
         else ok = false;
     }
@@ -176,7 +185,9 @@ int gc_write_golden(const gc_opts *o) {
     }
     int steps = o->train_steps < MAX_STEPS ? o->train_steps : MAX_STEPS;
     double losses[MAX_STEPS];
-    sn_status st = train_run(o->train_model, o->train_batch, o->train_seq, SN_PRECISION_FP32, steps,
+    bool f32 = o->train_precision == SN_PRECISION_FP32;
+    const char *pn = sn_precision_name(o->train_precision);
+    sn_status st = train_run(o->train_model, o->train_batch, o->train_seq, o->train_precision, steps,
                              1, TRAIN_LR, d, losses, NULL, &e);
     sn_device_free(d);
     FILE *f = st ? NULL : fopen(o->write_golden, "w");
@@ -184,58 +195,85 @@ int gc_write_golden(const gc_opts *o) {
         fprintf(stderr, "gpu_check: %s\n", st ? e.msg : "cannot write the golden file");
         return 1;
     }
+    char opt[40] = "";
+    if (!f32) snprintf(opt, sizeof opt, " --train-precision %s", pn);
     fprintf(f, "%s\n# The CPU device's first losses training %s on gpu_check's periodic tokens (bench/\n"
             "# gpu_check_train.c: gc_batch, seed 42, period %d), parameters from seed %d, AdamW with\n"
-            "# sn_train_opts_default but lr %g (warm-up 10%% of the steps), fp32. Made by:\n"
+            "# sn_train_opts_default but lr %g (warm-up 10%% of the steps), %s%s. Made by:\n"
             "#   build/bench/gpu_check --device cpu --write-golden %s --train-model %s "
-            "--train-batch %d --train-seq %d --train-steps %d\n",
-            GOLDEN_MAGIC, o->train_model, PERIOD, TRAIN_SEED, (double)TRAIN_LR, o->write_golden, o->train_model,
-            o->train_batch, o->train_seq, steps);
+            "--train-batch %d --train-seq %d --train-steps %d%s\n",
+            GOLDEN_MAGIC, o->train_model, PERIOD, TRAIN_SEED, (double)TRAIN_LR, pn,
+            f32 ? "" : " (the autocast pass)", o->write_golden, o->train_model, o->train_batch,
+            o->train_seq, steps, opt);
     fprintf(f, "model %s batch %d seq %d steps %d lr %g\n", o->train_model, o->train_batch,
             o->train_seq, steps, (double)TRAIN_LR);
+    if (!f32) fprintf(f, "precision %s\n", pn);
     for (int s = 0; s < steps; s++) fprintf(f, "loss %d %.9g\n", s, losses[s]);
     if (fclose(f)) return 1;
-    printf("gpu_check: wrote %s: %s losses %.4f -> %.4f over %d steps\n", o->write_golden,
-           o->train_model, losses[0], losses[steps - 1], steps);
+    printf("gpu_check: wrote %s: %s %s losses %.4f -> %.4f over %d steps\n", o->write_golden,
+           o->train_model, pn, losses[0], losses[steps - 1], steps);
     return 0;
 }
 
-/* The train model at precision prec on the device against the CPU device's fp32 losses: fp32
- * within 1e-4 at the first step and 5e-3 at every step (summation orders), bf16/fp16 within 1%
- * at every step (issue 10's rule; the autocast tests put a bf16 loss within 4 units of 2^-9,
- * 0.8%, of fp32's). */
+/* The CPU device's losses of the train model at precision prec: from the golden file when it
+ * holds this configuration, else computed now on this build's CPU device; *source says which.
+ * false (why in e) when there is neither. */
+static bool reference(const gc_opts *o, sn_precision prec, const char *file, int steps, double *ref,
+                      char *source, size_t len, sn_err *e) {
+    golden gd = {0};
+    char why[256] = "";
+    bool have = golden_read(file, &gd, why, sizeof why) && !strcmp(gd.model, o->train_model) &&
+                gd.batch == o->train_batch && gd.seq == o->train_seq && gd.steps >= steps &&
+                fabs(gd.lr - (double)TRAIN_LR) <= 1e-9 && gd.prec == prec;
+    if (have) {
+        memcpy(ref, gd.losses, sizeof(double) * (size_t)steps);
+        snprintf(source, len, "%s", file);
+        return true;
+    }
+    sn_device *cpu = NULL;
+    if (!why[0]) snprintf(why, sizeof why, "%s holds %s B=%d T=%d %d steps lr %g %s", file, gd.model,
+                          gd.batch, gd.seq, gd.steps, gd.lr, sn_precision_name(gd.prec));
+    sn_err ce = {0};
+    if (sn_cpu_device_new(0, &cpu, &ce) ||
+        train_run(o->train_model, o->train_batch, o->train_seq, prec, steps, 1, TRAIN_LR, cpu, ref,
+                  NULL, &ce)) {
+        sn_fail(e, ce.code ? ce.code : SN_ERR_INVALID, "no %s reference: %s, and the CPU device cannot "
+                "make one: %s", sn_precision_name(prec), why, ce.msg);
+        sn_device_free(cpu);
+        return false;
+    }
+    sn_device_free(cpu);
+    snprintf(source, len, "the CPU device's, computed now (%s)", why);
+    return true;
+}
+
+static double mean_rel(const double *got, const double *want, int n) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += fabs(got[i] - want[i]) / fmax(fabs(want[i]), 1e-12);
+    return sum / n;
+}
+
+/* The train model at precision prec on the device against the CPU device's losses. fp32: the
+ * first loss within 1e-4 and every loss within 5e-3 of fp32's (summation orders). bf16 (issue
+ * 21): every loss within 0.3% of the CPU device's bf16 losses (the same program: its roundings
+ * should agree), and the mean over the steps of the relative difference to fp32's at most 0.5%
+ * (bf16 itself: a single step may differ by more where the loss spikes, 1.05% at step 7 on the
+ * first GPU run and 1.11% on the CPU device). */
 static void check_losses(gc_run *r, sn_precision prec) {
     const gc_opts *o = &r->o;
     int steps = o->train_steps < MAX_STEPS ? o->train_steps : MAX_STEPS;
     bool f32 = prec == SN_PRECISION_FP32;
-    double tol_first = f32 ? 1e-4 : 1e-2, tol = f32 ? 5e-3 : 1e-2;
-    char name[128], why[256] = "", source[300];
-    snprintf(name, sizeof name, "train: %s B=%d T=%d, %d steps %s vs the CPU device%s",
-             o->train_model, o->train_batch, o->train_seq, steps, sn_precision_name(prec),
-             f32 ? "" : "'s fp32");
+    const char *pn = sn_precision_name(prec);
+    char name[128], src32[400], src16[400];
+    snprintf(name, sizeof name, "train: %s B=%d T=%d, %d steps %s vs the CPU device", o->train_model,
+             o->train_batch, o->train_seq, steps, pn);
     gc_step *s = gc_begin(r, name);
-    golden gd = {0};
-    double ref[MAX_STEPS], got[MAX_STEPS];
+    double ref[MAX_STEPS], ref16[MAX_STEPS], got[MAX_STEPS];
     sn_err e = {0};
-    bool have = golden_read(o->golden, &gd, why, sizeof why) && !strcmp(gd.model, o->train_model) &&
-                gd.batch == o->train_batch && gd.seq == o->train_seq && gd.steps >= steps &&
-                fabs(gd.lr - (double)TRAIN_LR) <= 1e-9;
-    if (have) {
-        memcpy(ref, gd.losses, sizeof(double) * (size_t)steps);
-        snprintf(source, sizeof source, "the golden losses in %s", o->golden);
-    } else { /* live, on this build's CPU device */
-        sn_device *cpu = NULL;
-        if (!why[0]) snprintf(why, sizeof why, "%s holds %s B=%d T=%d %d steps lr %g", o->golden,
-                              gd.model, gd.batch, gd.seq, gd.steps, gd.lr);
-        if (sn_cpu_device_new(0, &cpu, &e) ||
-            train_run(o->train_model, o->train_batch, o->train_seq, SN_PRECISION_FP32, steps, 1,
-                      TRAIN_LR, cpu, ref, NULL, &e)) {
-            gc_end(r, s, GC_FAIL, "no reference: %s, and the CPU device cannot make one: %s", why, e.msg);
-            sn_device_free(cpu);
-            return;
-        }
-        sn_device_free(cpu);
-        snprintf(source, sizeof source, "the CPU device's, computed now (%s)", why);
+    if (!reference(o, SN_PRECISION_FP32, o->golden, steps, ref, src32, sizeof src32, &e) ||
+        (!f32 && !reference(o, prec, o->golden_bf16, steps, ref16, src16, sizeof src16, &e))) {
+        gc_end(r, s, GC_FAIL, "%s", e.msg);
+        return;
     }
     sn_status st = train_run(o->train_model, o->train_batch, o->train_seq, prec, steps, 1, TRAIN_LR,
                              r->dev, got, NULL, &e);
@@ -243,19 +281,37 @@ static void check_losses(gc_run *r, sn_precision prec) {
         gc_end(r, s, st == SN_ERR_UNSUPPORTED ? GC_SKIP : GC_FAIL, "%s", e.msg);
         return;
     }
-    int at;
+    int at, at16 = 0;
     double first = fabs(got[0] - ref[0]) / fabs(ref[0]), worst = worst_rel(got, ref, steps, &at);
     gc_num(s, "loss_first", got[0]);
     gc_num(s, "loss_last", got[steps - 1]);
     gc_num(s, "ref_loss_last", ref[steps - 1]);
     gc_num(s, "first_rel_err", first);
     gc_num(s, "max_rel_err", worst);
-    bool ok = first <= tol_first && worst <= tol;
-    gc_end(r, s, ok ? GC_PASS : GC_FAIL, "loss %.4f -> %.4f (reference %.4f -> %.4f, %s): first "
-           "step within %.1e (tolerance %.0e), every step within %.1e (step %d; %.0e)", got[0],
-           got[steps - 1], ref[0], ref[steps - 1], source, first, tol_first, worst, at, tol);
-    fprintf(r->details, "%s: step, loss on the device, reference loss\n", name);
-    for (int i = 0; i < steps; i++) fprintf(r->details, "  %3d %.6f %.6f\n", i, got[i], ref[i]);
+    if (f32) {
+        bool ok = first <= 1e-4 && worst <= 5e-3;
+        gc_end(r, s, ok ? GC_PASS : GC_FAIL, "loss %.4f -> %.4f (reference %.4f -> %.4f, %s): first "
+               "step within %.1e (tolerance 1e-04), every step within %.1e (step %d; 5e-03)", got[0],
+               got[steps - 1], ref[0], ref[steps - 1], src32, first, worst, at);
+    } else {
+        double worst16 = worst_rel(got, ref16, steps, &at16), mean32 = mean_rel(got, ref, steps);
+        gc_num(s, "ref_bf16_loss_last", ref16[steps - 1]);
+        gc_num(s, "max_rel_err_vs_bf16", worst16);
+        gc_num(s, "mean_rel_err_vs_fp32", mean32);
+        bool ok = worst16 <= 3e-3 && mean32 <= 5e-3;
+        gc_end(r, s, ok ? GC_PASS : GC_FAIL, "loss %.4f -> %.4f; the CPU device's %s %.4f -> %.4f "
+               "(%.120s): every step within %.1e (step %d; tolerance 3e-03); fp32's %.4f -> %.4f "
+               "(%.120s): mean over the steps %.1e (tolerance 5e-03), the largest %.1e at step %d",
+               got[0], got[steps - 1], pn, ref16[0], ref16[steps - 1], src16, worst16, at16,
+               ref[0], ref[steps - 1], src32, mean32, worst, at);
+    }
+    fprintf(r->details, "%s: step, loss on the device, the CPU device's fp32 loss%s\n", name,
+            f32 ? "" : ", its bf16 loss");
+    for (int i = 0; i < steps; i++) {
+        fprintf(r->details, "  %3d %.6f %.6f", i, got[i], ref[i]);
+        if (!f32) fprintf(r->details, " %.6f", ref16[i]);
+        fprintf(r->details, "\n");
+    }
 }
 
 void gc_check_losses(gc_run *r) {

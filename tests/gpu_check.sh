@@ -2,8 +2,9 @@
 # gpu_check.sh GPU_CHECK [ENV...]: the GPU check (bench/gpu_check) runs to its end at small sizes
 # and passes: on the stand-in driver when its three libraries are given as SN_LIB*=PATH
 # arguments (then runtime/cuda runs every step: kernels vs the interpreter, training, timing, in
-# f32, TF32, bf16 and fp16, and none may be a SKIP), else on the CPU device (the CUDA-only steps
-# are SKIPs). Checks the exit status, that every kernel kind was covered, the 16-bit steps, the
+# f32, TF32, bf16 and fp16, and attention timed alone; none may be a SKIP but the PyTorch
+# anchors', which say "skipped: no torch"), else on the CPU device (the CUDA-only steps are
+# SKIPs). Checks the exit status, that every kernel kind was covered, the 16-bit steps, the
 # report's table and that the JSON parses.
 set -eu
 check=$1
@@ -24,11 +25,15 @@ grep -q "^PASS kernels: every kind covered" "$dir/out.txt" || { echo "FAIL: kind
 grep -q "^PASS train: tiny GPT-2 vs the interpreter" "$dir/out.txt" || { echo "FAIL: tiny"; exit 1; }
 grep -q "^| kernels: gemm | PASS |" "$dir/gpu_check_report.md" || { echo "FAIL: report"; exit 1; }
 for step in "kernels: pointwise bf16 and f16" "kernels: gemm bf16" "kernels: gemm f16" \
-  "kernels: attention f16 D=64" "train: tiny B=2 T=32, 3 steps bf16 vs the CPU device's fp32" \
-  "time: tiny B=2 T=32 bf16" "time: tiny B=2 T=32 fp16"; do
+  "kernels: attention f16 D=64" "train: tiny B=2 T=32, 3 steps bf16 vs the CPU device" \
+  "time: tiny B=2 T=32 bf16" "time: tiny B=2 T=32 fp16" "time: attention B=1 H=2 T=64 D=64 bf16"; do
   grep -q "^PASS $step" "$dir/out.txt" || { echo "FAIL: no PASS for $step"; exit 1; }
 done
-if [ $device = cuda ] && grep -q "^SKIP" "$dir/out.txt"; then echo "FAIL: a SKIP on the stand-in"; exit 1; fi
+# the PyTorch anchors are SKIPs here (no --anchors: "skipped: no torch"), and only they
+grep -q "^SKIP anchors: torch SDPA .*skipped: no torch" "$dir/out.txt" || { echo "FAIL: the anchors' SKIP"; exit 1; }
+if [ $device = cuda ] && grep "^SKIP" "$dir/out.txt" | grep -qv "^SKIP anchors: "; then
+  echo "FAIL: a SKIP on the stand-in"; exit 1
+fi
 python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert d['failures'] == 0 and len(d['steps']) > 10" \
   "$dir/gpu_check.json" || { echo "FAIL: gpu_check.json"; exit 1; }
 echo "gpu_check.sh: the check ran to its end on the $device device"

@@ -1,0 +1,144 @@
+/* gpu_check_attention.c: sinter's causal attention alone, timed on the device under check: per
+ * shape (B, H, T, D), bf16 q, k, v (and dout) as inputs, two programs compiled through the same
+ * pipeline as the check's other graphs: the forward (attention_lse + attention: one kernel that
+ * writes o and lse) and the forward with the backward (dq: attention_bwd_q; dk and dv:
+ * attention_bwd_k + _v, one kernel), i.e. one layer's attention in the training step (3
+ * kernels). Convention: warm-up runs (the second is captured as a CUDA Graph), then the median
+ * of the timed runs, each between two device events; ms a layer, and TFLOP/s on the causal half
+ * of the products (forward 2 matmuls, forward + backward 7, as FlashAttention counts). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/sinter.h"
+#include "passes/pipeline.h"
+#include "support/rng.h"
+#include "gpu_check.h"
+
+enum { MAX_REPS = 200 };
+
+static uint16_t bf16_bits(float f) { /* round to nearest even (the inputs are finite) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* q, k, v, dout (B, H, T, D) bf16 -> o (B, H, T, D) bf16, lse (B, H, T) f32 and, with bwd, dq,
+ * dk, dv (B, H, T, D) bf16, all outputs; in[] the four inputs. */
+static sn_graph *attention_graph(int B, int H, int T, int D, bool bwd, sn_node **in) {
+    sn_graph *g = sn_graph_new();
+    if (!g) return NULL;
+    const char *names[4] = {"q", "k", "v", "dout"};
+    for (int i = 0; i < 4; i++) in[i] = sn_input(g, names[i], SN_BF16, SN_SHAPE(B, H, T, D));
+    sn_node *q = in[0], *k = in[1], *v = in[2], *dout = in[3];
+    float f = 1.0f / sqrtf((float)D);
+    sn_node *lse = sn_attention_lse(g, q, k, f);
+    sn_node *o = sn_attention(g, q, k, v, lse, f);
+    sn_graph_add_output(g, o);
+    sn_graph_add_output(g, lse);
+    if (bwd) { /* bwd_k before bwd_v: the fuse pass gives both to one kernel */
+        sn_graph_add_output(g, sn_attention_bwd_q(g, q, k, v, o, dout, lse, f));
+        sn_graph_add_output(g, sn_attention_bwd_k(g, q, k, v, o, dout, lse, f));
+        sn_graph_add_output(g, sn_attention_bwd_v(g, q, k, v, o, dout, lse, f));
+    }
+    return g;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    double med, min, max; /* seconds a run */
+    int kernels;
+} att_time;
+
+/* Compiles and times one program; SN_OK with *t filled. */
+static sn_status time_program(gc_run *r, int B, int H, int T, int D, bool bwd, uint64_t seed,
+                              att_time *t, sn_err *e) {
+    sn_device *d = r->dev;
+    sn_node *in[4];
+    sn_graph *g = attention_graph(B, H, T, D, bwd, in);
+    if (!g) return sn_fail(e, SN_ERR_OOM, "out of memory for a graph");
+    sn_program *p = NULL;
+    sn_exec *x = NULL;
+    void *ev[2] = {NULL, NULL};
+    int64_t n = (int64_t)B * H * T * D;
+    uint16_t *buf = NULL;
+    int reps = r->o.att_reps < MAX_REPS ? r->o.att_reps : MAX_REPS;
+    double s[MAX_REPS];
+    sn_pipeline_opts po = {.target = &d->target};
+    sn_status st = sn_graph_error(g) ? sn_fail(e, SN_ERR_INVALID, "%s", sn_graph_error(g)) : SN_OK;
+    if (!st) st = sn_compile(g, &po, &p, NULL, e);
+    if (!st) st = sn_exec_new(d, p, &x, e);
+    if (!st && !(buf = sn_malloc((size_t)n * 2, "an attention input", e))) st = SN_ERR_OOM;
+    sn_rng rng = sn_rng_seed(seed);
+    for (int i = 0; i < (bwd ? 4 : 3) && !st; i++) { /* uniform [-1, 1); dout: the backward's */
+        for (int64_t j = 0; j < n; j++) buf[j] = bf16_bits((float)(2 * sn_rng_uniform(&rng) - 1));
+        st = sn_exec_upload(x, sn_exec_node_ref(in[i], 0), buf, n * 2, e);
+    }
+    for (int i = 0; i < 2 && !st; i++)
+        if (!(ev[i] = d->event_new(d, e))) st = e->code ? e->code : SN_ERR_DEVICE;
+    if (x) sn_exec_time_kernels(x, false); /* events around the run only: it replays as a graph */
+    for (int i = 0; i < r->o.warmup + reps && !st; i++) {
+        st = d->event_record(d, ev[0], e);
+        if (!st) st = sn_exec_run(x, e);
+        if (!st) st = d->event_record(d, ev[1], e);
+        if (!st) st = d->sync(d, e);
+        if (!st && i >= r->o.warmup) st = d->event_elapsed(d, ev[0], ev[1], &s[i - r->o.warmup], e);
+    }
+    if (!st) {
+        qsort(s, (size_t)reps, sizeof s[0], cmp_double);
+        *t = (att_time){s[reps / 2], s[0], s[reps - 1], p->n_kernels};
+    }
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) d->event_free(d, ev[i]);
+    free(buf);
+    sn_exec_free(x);
+    sn_program_free(p);
+    sn_graph_free(g);
+    return st;
+}
+
+void gc_time_attention(gc_run *r) {
+    for (int a = 0; a < r->o.n_att_shapes; a++) {
+        const int *sh = r->o.att_shapes[a];
+        int B = sh[0], H = sh[1], T = sh[2], D = sh[3];
+        char name[96];
+        snprintf(name, sizeof name, "time: attention B=%d H=%d T=%d D=%d bf16", B, H, T, D);
+        gc_step *s = gc_begin(r, name);
+        sn_err e = {0};
+        att_time f = {0}, fb = {0};
+        sn_status st = time_program(r, B, H, T, D, false, r->o.seed + 100 + (uint64_t)a, &f, &e);
+        if (!st) st = time_program(r, B, H, T, D, true, r->o.seed + 200 + (uint64_t)a, &fb, &e);
+        if (st) {
+            gc_end(r, s, st == SN_ERR_UNSUPPORTED ? GC_SKIP : GC_FAIL, "%s%s",
+                   st == SN_ERR_UNSUPPORTED ? "not supported yet: " : "", e.msg);
+            continue;
+        }
+        double mm = 2.0 * B * H * (double)T * T * D / 2; /* one causal product's FLOPs */
+        gc_num(s, "B", B);
+        gc_num(s, "H", H);
+        gc_num(s, "T", T);
+        gc_num(s, "D", D);
+        gc_num(s, "fwd_ms", f.med * 1e3);
+        gc_num(s, "fwd_ms_min", f.min * 1e3);
+        gc_num(s, "fwd_ms_max", f.max * 1e3);
+        gc_num(s, "fwd_tflops", 2 * mm / f.med / 1e12);
+        gc_num(s, "fwd_bwd_ms", fb.med * 1e3);
+        gc_num(s, "fwd_bwd_ms_min", fb.min * 1e3);
+        gc_num(s, "fwd_bwd_ms_max", fb.max * 1e3);
+        gc_num(s, "fwd_bwd_tflops", 7 * mm / fb.med / 1e12);
+        gc_num(s, "bwd_ms", (fb.med - f.med) * 1e3);
+        gc_num(s, "fwd_kernels", f.kernels);
+        gc_num(s, "fwd_bwd_kernels", fb.kernels);
+        int reps = r->o.att_reps < MAX_REPS ? r->o.att_reps : MAX_REPS;
+        gc_end(r, s, GC_PASS, "a layer's causal attention: forward (o, lse; %d kernel%s) %.4f ms "
+               "(median of %d; %.4f to %.4f) = %.3g TFLOP/s; forward + backward (dq, dk, dv; %d "
+               "kernels) %.4f ms (%.4f to %.4f) = %.3g TFLOP/s; the backward alone about %.4f ms",
+               f.kernels, f.kernels == 1 ? "" : "s", f.med * 1e3, reps, f.min * 1e3, f.max * 1e3,
+               2 * mm / f.med / 1e12, fb.kernels, fb.med * 1e3, fb.min * 1e3, fb.max * 1e3,
+               7 * mm / fb.med / 1e12, (fb.med - f.med) * 1e3);
+    }
+}
