@@ -131,4 +131,59 @@ int sn_ptxas_parse(const char *log, sn_cuda_kernel_info *out, int cap);
 /* The info of kernel `name` in m, or NULL. */
 const sn_cuda_kernel_info *sn_cuda_module_info(const sn_cuda_module *m, const char *name);
 
+/* ---- cuda_occupancy.c: theoretical occupancy, and the per-kernel ptxas report ---- */
+
+/* One arch's per-SM limits (NVIDIA's published numbers). */
+typedef struct {
+    int arch;                 /* 75, 80, 90 */
+    int threads_sm, blocks_sm, warps_sm; /* resident at most: sm_80/90 2048, 32, 64 */
+    int regs_sm;              /* 32-bit registers an SM holds (64 K) */
+    int reg_unit;             /* a warp's registers are allocated in units of this many (256) */
+    int subpartitions;        /* the register file's quarters; a warp lives in one (4) */
+    int max_regs_thread;      /* 255 */
+    int smem_sm;              /* shared memory an SM holds at its largest carveout (sm_80 164 KiB,
+                                 sm_90 228 KiB) */
+    int smem_block;           /* the most one block can opt into (163 KiB, 227 KiB) */
+    int reserved_block;       /* shared memory the system takes per block (1 KiB on sm_80+) */
+    int smem_unit;            /* allocation granularity of shared memory (128 bytes) */
+} sn_cuda_sm_limits;
+
+/* The limits of sm_<arch> (75, 80, 90), or NULL. */
+const sn_cuda_sm_limits *sn_cuda_sm_limits_of(int arch);
+
+/* How many blocks of a kernel fit on one SM, and what limits them (the formulas are written out in
+ * cuda_occupancy.c: registers by warp in units of 256 per sub-partition, shared memory as static +
+ * dynamic + 1 KiB reserved, threads, blocks). */
+typedef struct {
+    int warps_per_block;
+    int regs_per_warp;     /* allocated: registers x 32 rounded up to reg_unit */
+    int smem_per_block;    /* allocated: static + dynamic + reserved, rounded up */
+    int by_regs, by_smem, by_threads, by_blocks; /* blocks each limit allows */
+    int blocks;            /* resident blocks per SM: the least of the four (0: cannot launch) */
+    int warps;             /* resident warps per SM */
+    double occupancy;      /* warps / warps_sm */
+    const char *limiter;   /* "registers", "shared memory", "threads", "blocks", "cannot launch..." */
+} sn_cuda_occupancy;
+
+sn_cuda_occupancy sn_cuda_occupancy_of(const sn_cuda_sm_limits *L, int registers, int static_smem,
+                                       int dynamic_smem, int threads);
+
+/* One kernel compiled for one arch: ptxas's numbers, its launch there and its occupancy. */
+typedef struct {
+    const sn_kernel *k;
+    int arch;
+    char fn[64];              /* the function that launches it ("" for a GEMM) */
+    bool has_info;            /* false for a GEMM (a library call) */
+    sn_cuda_dims dims;        /* sn_cuda_launch_dims on sm_<arch> */
+    sn_cuda_kernel_info info; /* registers, static shared memory, spills, stack */
+    sn_cuda_occupancy occ;
+} sn_cuda_kernel_report;
+
+/* Renders ks[0..n) for sm_<arch> as one translation unit, compiles it with NVRTC (ptxas -v) and
+ * fills out[0..n): each kernel's ptxas record, launch dims and occupancy (GEMMs: only k and arch).
+ * Errors: those of sn_cuda_render and sn_nvrtc_compile (SN_ERR_UNSUPPORTED without NVRTC), and
+ * SN_ERR_INVALID for an arch with no limits here. */
+sn_status sn_cuda_ptxas_report(const sn_kernel *const *ks, int n, int arch,
+                               sn_cuda_kernel_report *out, sn_err *e);
+
 #endif
