@@ -44,10 +44,13 @@ sn_cuda_occupancy sn_cuda_occupancy_of(const sn_cuda_sm_limits *L, int registers
     int warps_by_regs = L->regs_sm / L->subpartitions / o.regs_per_warp * L->subpartitions;
     o.by_regs = o.regs_per_warp * warps > L->regs_sm ? 0 : warps_by_regs / warps;
     /* shared memory: static + dynamic + the reserved 1 KiB, rounded up to the allocation unit;
-     *   blocks_by_smem = floor(smem_SM / that), none when static + dynamic > the block's limit */
+     *   blocks_by_smem = floor(smem_SM / that), none when static + dynamic > the block's limit,
+     *   no limit when that is 0 (sm_75 reserves nothing) */
     int smem = static_smem + dynamic_smem;
     o.smem_per_block = round_up(smem + L->reserved_block, L->smem_unit);
-    o.by_smem = smem > L->smem_block ? 0 : L->smem_sm / o.smem_per_block;
+    o.by_smem = smem > L->smem_block ? 0
+                : o.smem_per_block  ? L->smem_sm / o.smem_per_block
+                                    : L->blocks_sm;
     /* threads and blocks: floor(threads_SM / (warps x 32)), and at most blocks_SM */
     o.by_threads = L->threads_sm / (warps * 32);
     o.by_blocks = L->blocks_sm;
