@@ -17,6 +17,7 @@
 #include "program/kernel.h"
 #include "program/program.h"
 #include "program/target.h"
+#include "nvrtc_api.h"
 
 /* ---- cuda_emit.c: the text emitter and the prelude ---- */
 
@@ -117,10 +118,37 @@ typedef struct {
     sn_cuda_kernel_info *info; /* per kernel, parsed from the log (malloc'd) */
 } sn_cuda_module;
 
-/* Compiles src (named `name` in messages) for sm_<arch> (75 and up) into a CUBIN, with the ptxas
- * report parsed. The prelude is supplied as SN_CUDA_PRELUDE_NAME. A compile error is
- * SN_ERR_DEVICE with NVRTC's log in the message (out->log keeps all of it); a build without the
- * CUDA toolkit is SN_ERR_UNSUPPORTED. Free *out with sn_cuda_module_free, success or not. */
+/* NVRTC opened with dlopen: SN_LIBNVRTC's name or path when set, else libnvrtc.so.13 from the
+ * loader's path, else from the toolkit meson was configured with (sinter links no NVRTC). The
+ * function table is nvrtc_api.h's. Zero it before the first open. */
+typedef struct {
+    void *handle;   /* NULL: not open */
+    char path[256]; /* the name or path it was opened as */
+#define SN_NVRTC_FIELD(ret, name, sym, params) ret(*name) params;
+    SN_CUDA_NVRTC_API(SN_NVRTC_FIELD)
+#undef SN_NVRTC_FIELD
+} sn_nvrtc;
+
+/* Opens the library and looks up every symbol; a missing library or symbol is SN_ERR_DEVICE
+ * naming it, dlerror's words and what to do. Opening twice is a no-op. */
+sn_status sn_nvrtc_open(sn_nvrtc *n, sn_err *e);
+void sn_nvrtc_close(sn_nvrtc *n);
+/* "libnvrtc.so.13", or the path it was opened as, or SN_LIBNVRTC's value (before opening). */
+const char *sn_nvrtc_lib_name(const sn_nvrtc *n);
+/* NVRTC's version (opening it first). */
+sn_status sn_nvrtc_version(sn_nvrtc *n, int *major, int *minor, sn_err *e);
+/* The options every compile passes for arch (written into opts, at most 8; returns how many):
+ * the arch, the toolkit's include folder, C++17 and ptxas -v (the report). */
+int sn_nvrtc_options(int arch, char gpu[48], const char **opts);
+
+/* Compiles src (named `name` in messages) with NVRTC n (opened here if it is not) for sm_<arch>
+ * (75 and up) into a CUBIN, with the ptxas report parsed. The prelude is supplied as
+ * SN_CUDA_PRELUDE_NAME. A compile error is SN_ERR_DEVICE with NVRTC's log in the message
+ * (out->log keeps all of it). Free *out with sn_cuda_module_free, success or not. */
+sn_status sn_nvrtc_compile_with(sn_nvrtc *n, const char *src, const char *name, int arch,
+                                sn_cuda_module *out, sn_err *e);
+/* The same with the process's NVRTC, opened on first use and kept open; no NVRTC to be found is
+ * SN_ERR_UNSUPPORTED (the callers, --emit-cuda and the tests, then go on without it). */
 sn_status sn_nvrtc_compile(const char *src, const char *name, int arch, sn_cuda_module *out,
                            sn_err *e);
 void sn_cuda_module_free(sn_cuda_module *m);
