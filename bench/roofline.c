@@ -13,6 +13,9 @@
 
 static const sn_roofline_machine machines[] = {
     {"h100", 989.0, 494.5, 67.0, 3.35, 132}, /* H100 SXM, dense (no sparsity) */
+    /* H200: bf16 GEMM and copy bandwidth as gpu_check measured them on 2026-11-27 (cuBLASLt
+     * 8192^3; a 1 GiB device copy); TF32 and fp32 the published (H100 SXM's) numbers */
+    {"h200", 773.0, 494.5, 67.0, 4.22, 132},
 };
 
 const sn_roofline_machine *sn_roofline_machine_find(const char *name) {

@@ -22,7 +22,8 @@ typedef struct {
     int sms;            /* multiprocessors: a block runs on one */
 } sn_roofline_machine;
 
-/* "h100": H100 SXM (989 bf16 dense, 494.5 TF32, 67 fp32, 3.35 TB/s); NULL for another name. */
+/* "h100": H100 SXM (989 bf16 dense, 494.5 TF32, 67 fp32, 3.35 TB/s); "h200": the H200's measured
+ * ceilings (773 bf16, 4.22 TB/s; 2026-11-27); NULL for another name. */
 const sn_roofline_machine *sn_roofline_machine_find(const char *name);
 
 /* How f32 GEMMs run: on the CUDA cores, or as TF32 on the tensor cores (--tf32). */

@@ -41,7 +41,7 @@ static bool have_nvrtc(void) {
     sn_cuda_api a = {0};
     sn_err e;
     int major = 0, minor = 0;
-    bool ok = sn_cuda_api_load(&a, SN_LIB_NVRTC, &e) == SN_OK && a.nvrtcVersion(&major, &minor) == 0;
+    bool ok = sn_nvrtc_version(&a.nvrtc, &major, &minor, &e) == SN_OK;
     if (!ok) printf("test_standin: skipped: no NVRTC for the stand-in to wrap\n");
     sn_cuda_api_unload(&a);
     return ok;

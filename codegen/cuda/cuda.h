@@ -17,6 +17,7 @@
 #include "program/kernel.h"
 #include "program/program.h"
 #include "program/target.h"
+#include "nvrtc_api.h"
 
 /* ---- cuda_emit.c: the text emitter and the prelude ---- */
 
@@ -117,10 +118,37 @@ typedef struct {
     sn_cuda_kernel_info *info; /* per kernel, parsed from the log (malloc'd) */
 } sn_cuda_module;
 
-/* Compiles src (named `name` in messages) for sm_<arch> (75 and up) into a CUBIN, with the ptxas
- * report parsed. The prelude is supplied as SN_CUDA_PRELUDE_NAME. A compile error is
- * SN_ERR_DEVICE with NVRTC's log in the message (out->log keeps all of it); a build without the
- * CUDA toolkit is SN_ERR_UNSUPPORTED. Free *out with sn_cuda_module_free, success or not. */
+/* NVRTC opened with dlopen: SN_LIBNVRTC's name or path when set, else libnvrtc.so.13 from the
+ * loader's path, else from the toolkit meson was configured with (sinter links no NVRTC). The
+ * function table is nvrtc_api.h's. Zero it before the first open. */
+typedef struct {
+    void *handle;   /* NULL: not open */
+    char path[256]; /* the name or path it was opened as */
+#define SN_NVRTC_FIELD(ret, name, sym, params) ret(*name) params;
+    SN_CUDA_NVRTC_API(SN_NVRTC_FIELD)
+#undef SN_NVRTC_FIELD
+} sn_nvrtc;
+
+/* Opens the library and looks up every symbol; a missing library or symbol is SN_ERR_DEVICE
+ * naming it, dlerror's words and what to do. Opening twice is a no-op. */
+sn_status sn_nvrtc_open(sn_nvrtc *n, sn_err *e);
+void sn_nvrtc_close(sn_nvrtc *n);
+/* "libnvrtc.so.13", or the path it was opened as, or SN_LIBNVRTC's value (before opening). */
+const char *sn_nvrtc_lib_name(const sn_nvrtc *n);
+/* NVRTC's version (opening it first). */
+sn_status sn_nvrtc_version(sn_nvrtc *n, int *major, int *minor, sn_err *e);
+/* The options every compile passes for arch (written into opts, at most 8; returns how many):
+ * the arch, the toolkit's include folder, C++17 and ptxas -v (the report). */
+int sn_nvrtc_options(int arch, char gpu[48], const char **opts);
+
+/* Compiles src (named `name` in messages) with NVRTC n (opened here if it is not) for sm_<arch>
+ * (75 and up) into a CUBIN, with the ptxas report parsed. The prelude is supplied as
+ * SN_CUDA_PRELUDE_NAME. A compile error is SN_ERR_DEVICE with NVRTC's log in the message
+ * (out->log keeps all of it). Free *out with sn_cuda_module_free, success or not. */
+sn_status sn_nvrtc_compile_with(sn_nvrtc *n, const char *src, const char *name, int arch,
+                                sn_cuda_module *out, sn_err *e);
+/* The same with the process's NVRTC, opened on first use and kept open; no NVRTC to be found is
+ * SN_ERR_UNSUPPORTED (the callers, --emit-cuda and the tests, then go on without it). */
 sn_status sn_nvrtc_compile(const char *src, const char *name, int arch, sn_cuda_module *out,
                            sn_err *e);
 void sn_cuda_module_free(sn_cuda_module *m);
@@ -130,5 +158,60 @@ int sn_ptxas_parse(const char *log, sn_cuda_kernel_info *out, int cap);
 
 /* The info of kernel `name` in m, or NULL. */
 const sn_cuda_kernel_info *sn_cuda_module_info(const sn_cuda_module *m, const char *name);
+
+/* ---- cuda_occupancy.c: theoretical occupancy, and the per-kernel ptxas report ---- */
+
+/* One arch's per-SM limits (NVIDIA's published numbers). */
+typedef struct {
+    int arch;                 /* 75, 80, 90 */
+    int threads_sm, blocks_sm, warps_sm; /* resident at most: sm_80/90 2048, 32, 64 */
+    int regs_sm;              /* 32-bit registers an SM holds (64 K) */
+    int reg_unit;             /* a warp's registers are allocated in units of this many (256) */
+    int subpartitions;        /* the register file's quarters; a warp lives in one (4) */
+    int max_regs_thread;      /* 255 */
+    int smem_sm;              /* shared memory an SM holds at its largest carveout (sm_80 164 KiB,
+                                 sm_90 228 KiB) */
+    int smem_block;           /* the most one block can opt into (163 KiB, 227 KiB) */
+    int reserved_block;       /* shared memory the system takes per block (1 KiB on sm_80+) */
+    int smem_unit;            /* allocation granularity of shared memory (128 bytes) */
+} sn_cuda_sm_limits;
+
+/* The limits of sm_<arch> (75, 80, 90), or NULL. */
+const sn_cuda_sm_limits *sn_cuda_sm_limits_of(int arch);
+
+/* How many blocks of a kernel fit on one SM, and what limits them (the formulas are written out in
+ * cuda_occupancy.c: registers by warp in units of 256 per sub-partition, shared memory as static +
+ * dynamic + 1 KiB reserved, threads, blocks). */
+typedef struct {
+    int warps_per_block;
+    int regs_per_warp;     /* allocated: registers x 32 rounded up to reg_unit */
+    int smem_per_block;    /* allocated: static + dynamic + reserved, rounded up */
+    int by_regs, by_smem, by_threads, by_blocks; /* blocks each limit allows */
+    int blocks;            /* resident blocks per SM: the least of the four (0: cannot launch) */
+    int warps;             /* resident warps per SM */
+    double occupancy;      /* warps / warps_sm */
+    const char *limiter;   /* "registers", "shared memory", "threads", "blocks", "cannot launch..." */
+} sn_cuda_occupancy;
+
+sn_cuda_occupancy sn_cuda_occupancy_of(const sn_cuda_sm_limits *L, int registers, int static_smem,
+                                       int dynamic_smem, int threads);
+
+/* One kernel compiled for one arch: ptxas's numbers, its launch there and its occupancy. */
+typedef struct {
+    const sn_kernel *k;
+    int arch;
+    char fn[64];              /* the function that launches it ("" for a GEMM) */
+    bool has_info;            /* false for a GEMM (a library call) */
+    sn_cuda_dims dims;        /* sn_cuda_launch_dims on sm_<arch> */
+    sn_cuda_kernel_info info; /* registers, static shared memory, spills, stack */
+    sn_cuda_occupancy occ;
+} sn_cuda_kernel_report;
+
+/* Renders ks[0..n) for sm_<arch> as one translation unit, compiles it with NVRTC (ptxas -v) and
+ * fills out[0..n): each kernel's ptxas record, launch dims and occupancy (GEMMs: only k and arch).
+ * Errors: those of sn_cuda_render and sn_nvrtc_compile (SN_ERR_UNSUPPORTED without NVRTC), and
+ * SN_ERR_INVALID for an arch with no limits here. */
+sn_status sn_cuda_ptxas_report(const sn_kernel *const *ks, int n, int arch,
+                               sn_cuda_kernel_report *out, sn_err *e);
 
 #endif

@@ -1,6 +1,11 @@
-/* nvrtc.c: CUDA C text to a CUBIN with NVRTC, and the ptxas report read back (registers,
+/* nvrtc.c: NVRTC, the one loader and wrapper every compile goes through (--emit-cuda, the tests,
+ * the CUDA device's compiler children): the library opened with dlopen (SN_LIBNVRTC names another,
+ * a stand-in in the tests), CUDA C text to a CUBIN, and the ptxas report read back (registers,
  * spills, shared memory per kernel). Convention: every NVRTC call goes through NVRTC_CHECK, which
  * records file:line, the call, NVRTC's error text and the program log, then jumps to `done`. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,65 +82,141 @@ void sn_cuda_module_free(sn_cuda_module *m) {
     *m = (sn_cuda_module){0};
 }
 
-#ifdef SN_HAVE_NVRTC
+/* ---- the library: opened with dlopen, never linked ---- */
 
-#include <nvrtc.h>
+#ifndef SN_CUDA_LIB_DIR
+#define SN_CUDA_LIB_DIR "/usr/local/cuda/lib64"
+#endif
 
-/* Records a failed NVRTC call: where, which, NVRTC's words, and the log (kept whole in out). */
-static sn_status nvrtc_fail(sn_err *e, const char *file, int line, const char *call,
-                            nvrtcResult r, nvrtcProgram prog, const char *name, int arch,
-                            sn_cuda_module *out) {
-    size_t size = 0;
-    if (prog && !out->log && nvrtcGetProgramLogSize(prog, &size) == NVRTC_SUCCESS && size > 0) {
-        out->log = malloc(size);
-        if (out->log && nvrtcGetProgramLog(prog, out->log) != NVRTC_SUCCESS) out->log[0] = '\0';
-    }
-    const char *log = out->log && out->log[0] ? out->log : "(empty)\n";
-    return sn_fail(e, SN_ERR_DEVICE, "%s:%d: %s: %s, compiling %s for sm_%d (generated CUDA C "
-                   "that does not compile is a bug in sinter's code generator; please report "
-                   "it with this log)\nNVRTC log:\n%s", file, line, call, nvrtcGetErrorString(r),
-                   name, arch, log);
+const char *sn_nvrtc_lib_name(const sn_nvrtc *n) {
+    if (n->path[0]) return n->path;
+    const char *env = getenv(SN_LIBNVRTC_ENV);
+    return env && *env ? env : SN_LIBNVRTC_DEFAULT;
 }
 
-#define NVRTC_CHECK(call)                                                                          \
+typedef struct {
+    size_t offset; /* of the function pointer in sn_nvrtc */
+    const char *symbol;
+} sym_entry;
+
+#define SN_NVRTC_SYM(ret, name, sym, params) {offsetof(sn_nvrtc, name), sym},
+static const sym_entry syms[] = {SN_CUDA_NVRTC_API(SN_NVRTC_SYM)};
+#undef SN_NVRTC_SYM
+
+sn_status sn_nvrtc_open(sn_nvrtc *n, sn_err *e) {
+    if (n->handle) return SN_OK;
+    const char *name = sn_nvrtc_lib_name(n);
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    bool named = getenv(SN_LIBNVRTC_ENV) && *getenv(SN_LIBNVRTC_ENV);
+    char why[512];
+    snprintf(why, sizeof why, "%s", h ? "" : dlerror());
+    if (!h && !named) { /* not on the loader's path: the toolkit this build was configured with */
+        name = SN_CUDA_LIB_DIR "/" SN_LIBNVRTC_DEFAULT;
+        h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!h)
+        return sn_fail(e, SN_ERR_DEVICE, "%s (install the CUDA toolkit's NVRTC (%s) or add its "
+                       "lib64 folder to LD_LIBRARY_PATH; or name the library with %s=PATH)", why,
+                       SN_LIBNVRTC_DEFAULT, SN_LIBNVRTC_ENV);
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        void *f = dlsym(h, syms[i].symbol);
+        if (!f) {
+            dlclose(h);
+            return sn_fail(e, SN_ERR_DEVICE, "%s has no symbol %s: the library is older than "
+                           "sinter needs (CUDA 12 or newer); update it", name, syms[i].symbol);
+        }
+        memcpy((char *)n + syms[i].offset, &f, sizeof f);
+    }
+    snprintf(n->path, sizeof n->path, "%s", name);
+    n->handle = h;
+    return SN_OK;
+}
+
+void sn_nvrtc_close(sn_nvrtc *n) {
+    if (n->handle) dlclose(n->handle);
+    memset(n, 0, sizeof *n);
+}
+
+/* NVRTC_CHECK(n, fn, args...): calls n->fn(args...); on failure records file:line, the call,
+ * NVRTC's error text, what was compiled and NVRTC's log (kept whole in out->log), then jumps to
+ * `done` with st set. The one checking macro of every NVRTC call. */
+static sn_status nvrtc_fail(const sn_nvrtc *n, sn_err *e, const char *file, int line,
+                            const char *call, nvrtcResult r, nvrtcProgram prog, const char *name,
+                            int arch, sn_cuda_module *out) {
+    size_t size = 0;
+    if (prog && !out->log && n->nvrtcGetProgramLogSize(prog, &size) == NVRTC_SUCCESS && size > 0) {
+        out->log = malloc(size);
+        if (out->log && n->nvrtcGetProgramLog(prog, out->log) != NVRTC_SUCCESS) out->log[0] = '\0';
+    }
+    const char *log = out->log && out->log[0] ? out->log : "(empty)\n";
+    const char *text = n->nvrtcGetErrorString ? n->nvrtcGetErrorString(r) : NULL;
+    return sn_fail(e, r == NVRTC_ERROR_OUT_OF_MEMORY ? SN_ERR_OOM : SN_ERR_DEVICE,
+                   "%s:%d: %s: %s, compiling %s for sm_%d (generated CUDA C that does not compile "
+                   "is a bug in sinter's code generator; please report it with this log)\nNVRTC "
+                   "log:\n%s", file, line, call, text ? text : "NVRTC error", name, arch, log);
+}
+
+#define NVRTC_CHECK(n, fn, ...)                                                                    \
     do {                                                                                           \
-        nvrtcResult r_ = (call);                                                                   \
+        nvrtcResult r_ = (n)->fn(__VA_ARGS__);                                                     \
         if (r_ != NVRTC_SUCCESS) {                                                                 \
-            st = nvrtc_fail(e, __FILE__, __LINE__, #call, r_, prog, name, arch, out);              \
+            st = nvrtc_fail((n), e, __FILE__, __LINE__, #fn, r_, prog, name, arch, out);           \
             goto done;                                                                             \
         }                                                                                          \
     } while (0)
 
-sn_status sn_nvrtc_compile(const char *src, const char *name, int arch, sn_cuda_module *out,
-                           sn_err *e) {
+sn_status sn_nvrtc_version(sn_nvrtc *n, int *major, int *minor, sn_err *e) {
+    sn_status st = sn_nvrtc_open(n, e);
+    if (st) return st;
+    nvrtcResult r = n->nvrtcVersion(major, minor);
+    if (r == NVRTC_SUCCESS) return SN_OK;
+    const char *text = n->nvrtcGetErrorString(r);
+    return sn_fail(e, SN_ERR_DEVICE, "%s:%d: nvrtcVersion: %s (%s)", __FILE__, __LINE__,
+                   text ? text : "NVRTC error", sn_nvrtc_lib_name(n));
+}
+
+int sn_nvrtc_options(int arch, char gpu[48], const char **opts) {
+    int k = 0;
+    snprintf(gpu, 48, "--gpu-architecture=sm_%d", arch);
+    opts[k++] = gpu;
+#ifdef SN_CUDA_INCLUDE
+    opts[k++] = "--include-path=" SN_CUDA_INCLUDE;
+#endif
+    opts[k++] = "--std=c++17";
+    opts[k++] = "--ptxas-options=-v"; /* the report sn_ptxas_parse reads */
+    return k;
+}
+
+sn_status sn_nvrtc_compile_with(sn_nvrtc *n, const char *src, const char *name, int arch,
+                                sn_cuda_module *out, sn_err *e) {
     *out = (sn_cuda_module){.arch = arch};
     if (arch < 75)
         return sn_fail(e, SN_ERR_INVALID, "NVRTC: sm_%d is too old: sinter's CUDA kernels need "
                        "sm_75 (Turing) or newer", arch);
-    sn_status st = SN_OK;
+    sn_status st = sn_nvrtc_open(n, e);
+    if (st) return st;
     nvrtcProgram prog = NULL;
     const char *headers[] = {sn_cuda_prelude()}, *header_names[] = {SN_CUDA_PRELUDE_NAME};
     char gpu[48];
-    snprintf(gpu, sizeof gpu, "--gpu-architecture=sm_%d", arch);
-    const char *opts[] = {gpu, "--include-path=" SN_CUDA_INCLUDE, "--std=c++17",
-                          "--ptxas-options=-v"};
-    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
+    const char *opts[8];
+    int n_opts = sn_nvrtc_options(arch, gpu, opts);
     size_t size = 0;
-    NVRTC_CHECK(nvrtcCreateProgram(&prog, src, name, 1, headers, header_names));
-    NVRTC_CHECK(nvrtcCompileProgram(prog, n_opts, opts));
-    NVRTC_CHECK(nvrtcGetProgramLogSize(prog, &size));
+    NVRTC_CHECK(n, nvrtcCreateProgram, &prog, src, name, 1, headers, header_names);
+    NVRTC_CHECK(n, nvrtcCompileProgram, prog, n_opts, opts);
+    NVRTC_CHECK(n, nvrtcGetProgramLogSize, prog, &size);
     if (!(out->log = sn_malloc(size + 1, "NVRTC's log", e))) {
         st = SN_ERR_OOM;
         goto done;
     }
     out->log[0] = '\0';
-    if (size) NVRTC_CHECK(nvrtcGetProgramLog(prog, out->log));
-    NVRTC_CHECK(nvrtcGetCUBINSize(prog, &out->cubin_size));
-    if (!(out->cubin = sn_malloc(out->cubin_size, "a compiled CUDA module", e))) {
+    if (size) NVRTC_CHECK(n, nvrtcGetProgramLog, prog, out->log);
+    out->log[size] = '\0';
+    NVRTC_CHECK(n, nvrtcGetCUBINSize, prog, &out->cubin_size);
+    if (!(out->cubin = sn_malloc(out->cubin_size ? out->cubin_size : 1, "a compiled CUDA module", e))) {
         st = SN_ERR_OOM;
         goto done;
     }
-    NVRTC_CHECK(nvrtcGetCUBIN(prog, out->cubin));
+    NVRTC_CHECK(n, nvrtcGetCUBIN, prog, out->cubin);
     out->n_info = sn_ptxas_parse(out->log, NULL, 0);
     if (!(out->info = sn_calloc((size_t)out->n_info + 1, sizeof *out->info, "ptxas's report", e))) {
         st = SN_ERR_OOM;
@@ -143,19 +224,23 @@ sn_status sn_nvrtc_compile(const char *src, const char *name, int arch, sn_cuda_
     }
     sn_ptxas_parse(out->log, out->info, out->n_info);
 done:
-    if (prog) nvrtcDestroyProgram(&prog);
+    if (prog) n->nvrtcDestroyProgram(&prog);
     return st;
 }
 
-#else /* built without the CUDA toolkit */
+/* The process's NVRTC for sn_nvrtc_compile: opened at the first call that finds it and kept
+ * open (as the driver is); a library handle, not compiler state. */
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static sn_nvrtc shared;
 
 sn_status sn_nvrtc_compile(const char *src, const char *name, int arch, sn_cuda_module *out,
                            sn_err *e) {
-    (void)src;
     *out = (sn_cuda_module){.arch = arch};
-    return sn_fail(e, SN_ERR_UNSUPPORTED, "cannot compile %s for sm_%d: sinter was built "
-                   "without the CUDA toolkit, so NVRTC is not available (install the toolkit, or "
-                   "point meson at one with -Dtoolkit_dir=DIR, and rebuild)", name, arch);
+    pthread_mutex_lock(&shared_lock);
+    sn_status st = sn_nvrtc_open(&shared, e);
+    pthread_mutex_unlock(&shared_lock);
+    if (st)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cannot compile %s for sm_%d: NVRTC is not "
+                       "available: %.500s", name, arch, e->msg);
+    return sn_nvrtc_compile_with(&shared, src, name, arch, out, e);
 }
-
-#endif

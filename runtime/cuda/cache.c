@@ -60,19 +60,18 @@ static uint64_t mix(uint64_t x) {
 }
 
 static sn_status cache_key(sn_cuda_api *a, const char *src, int arch, uint8_t key[16], sn_err *e) {
-    sn_status st = sn_cuda_api_load(a, SN_LIB_NVRTC, e);
-    if (st) return st;
     int major = 0, minor = 0;
-    if ((st = SN_CUDA_CHECK(a, e, nvrtcVersion, &major, &minor))) return st;
+    sn_status st = sn_nvrtc_version(&a->nvrtc, &major, &minor, e);
+    if (st) return st;
     hasher s = {{0xcbf29ce484222325ull, 0x84222325cbf29ce4ull}};
     char head[96], gpu[48];
     snprintf(head, sizeof head, "sinter cubin %d; nvrtc %d.%d; sm_%d", CACHE_VERSION, major, minor,
              arch);
     hash_bytes(&s, head, strlen(head));
-    const char *lib = sn_cuda_lib_name(a, SN_LIB_NVRTC); /* a stand-in's entries are its own */
+    const char *lib = sn_nvrtc_lib_name(&a->nvrtc); /* a stand-in's entries are its own */
     hash_bytes(&s, lib, strlen(lib));
     const char *opts[8];
-    int n = sn_cuda_nvrtc_options(arch, gpu, opts);
+    int n = sn_nvrtc_options(arch, gpu, opts);
     for (int i = 0; i < n; i++) hash_bytes(&s, opts[i], strlen(opts[i]));
     hash_bytes(&s, sn_cuda_prelude(), strlen(sn_cuda_prelude()));
     hash_bytes(&s, src, strlen(src));

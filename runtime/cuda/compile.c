@@ -1,4 +1,5 @@
-/* compile.c: CUDA C to a CUBIN with the dlopen'd NVRTC, in a forked child process. NVRTC's
+/* compile.c: CUDA C to a CUBIN with NVRTC (codegen/cuda/nvrtc.c, opened with dlopen), in a forked
+ * child process. NVRTC's
  * embedded ptxas has segfaulted on valid kernels; in the child that is an error message naming
  * the signal, not a dead training run. Convention: the child writes one record to a pipe
  * (status, message, log, cubin) and _exits; the parent reads to the end of the pipe, reaps the
@@ -17,18 +18,6 @@
 #include "support/clock.h"
 #include "cuda_rt.h"
 
-int sn_cuda_nvrtc_options(int arch, char gpu[48], const char **opts) {
-    int n = 0;
-    snprintf(gpu, 48, "--gpu-architecture=sm_%d", arch);
-    opts[n++] = gpu;
-#ifdef SN_CUDA_INCLUDE
-    opts[n++] = "--include-path=" SN_CUDA_INCLUDE;
-#endif
-    opts[n++] = "--std=c++17";
-    opts[n++] = "--ptxas-options=-v";
-    return n;
-}
-
 typedef struct {
     int32_t status; /* sn_status */
     uint64_t msg_len, log_len, cubin_len;
@@ -46,35 +35,17 @@ static bool write_all(int fd, const void *p, size_t n) {
     return true;
 }
 
-/* In the child: compile, write the record, never return. */
+/* In the child: compile (nvrtc.c: the message of a failure carries NVRTC's log), write the
+ * record, never return. */
 static _Noreturn void child(sn_cuda_api *a, int fd, const char *src, const char *name, int arch) {
     sn_err e = {0};
-    sn_status st = SN_OK;
-    nvrtcProgram prog = NULL;
-    char *log = NULL, *cubin = NULL;
-    size_t log_len = 0, cubin_len = 0;
-    const char *headers[] = {sn_cuda_prelude()}, *header_names[] = {SN_CUDA_PRELUDE_NAME};
-    char gpu[48];
-    const char *opts[8];
-    int n_opts = sn_cuda_nvrtc_options(arch, gpu, opts);
-    st = SN_CUDA_CHECK(a, &e, nvrtcCreateProgram, &prog, src, name, 1, headers, header_names);
-    sn_status cst = st ? st : SN_CUDA_CHECK(a, &e, nvrtcCompileProgram, prog, n_opts, opts);
-    if (!st && !SN_CUDA_CHECK(a, &e, nvrtcGetProgramLogSize, prog, &log_len) && log_len &&
-        (log = malloc(log_len)) && SN_CUDA_CHECK(a, &e, nvrtcGetProgramLog, prog, log))
-        log_len = 0;
-    if (log_len && log[log_len - 1] == '\0') log_len--;
-    st = cst;
-    if (!st) st = SN_CUDA_CHECK(a, &e, nvrtcGetCUBINSize, prog, &cubin_len);
-    if (!st && !(cubin = malloc(cubin_len ? cubin_len : 1))) st = sn_fail_oom(&e, cubin_len, "a CUBIN");
-    if (!st) st = SN_CUDA_CHECK(a, &e, nvrtcGetCUBIN, prog, cubin);
-    if (st) cubin_len = 0;
-    if (cst)
-        snprintf(e.msg + strlen(e.msg), sizeof e.msg - strlen(e.msg), ", compiling %s for sm_%d "
-                 "(generated CUDA C that does not compile is a bug in sinter's code generator; "
-                 "please report it with the log)", name, arch);
-    record_head h = {st, st ? strlen(e.msg) : 0, log ? log_len : 0, cubin_len};
+    sn_cuda_module m;
+    sn_status st = sn_nvrtc_compile_with(&a->nvrtc, src, name, arch, &m, &e);
+    size_t log_len = m.log ? strlen(m.log) : 0, cubin_len = st ? 0 : m.cubin_size;
+    record_head h = {st, st ? strlen(e.msg) : 0, log_len, cubin_len};
     bool ok = write_all(fd, &h, sizeof h) && write_all(fd, e.msg, h.msg_len) &&
-              write_all(fd, log ? log : "", h.log_len) && write_all(fd, cubin ? cubin : "", h.cubin_len);
+              write_all(fd, m.log ? m.log : "", h.log_len) &&
+              write_all(fd, m.cubin ? m.cubin : "", h.cubin_len);
     _exit(ok ? 0 : 3);
 }
 
@@ -200,10 +171,7 @@ sn_status sn_cuda_nvrtc_finish(sn_nvrtc_child *c, sn_cuda_module *out, sn_err *e
             out->cubin_size = h.cubin_len;
         }
     }
-    if (!st && h.status) {
-        st = sn_fail(e, (sn_status)h.status, "%.*s\nNVRTC log:\n%s", (int)h.msg_len, msg,
-                     out->log[0] ? out->log : "(empty)\n");
-    }
+    if (!st && h.status) st = sn_fail(e, (sn_status)h.status, "%.*s", (int)h.msg_len, msg);
     free(c->buf);
     c->buf = NULL;
     c->len = c->cap = 0;

@@ -1,5 +1,6 @@
-/* cuda_api.h: every function sinter takes from libcuda, NVRTC and cuBLASLt, as X-macros of
- * (return type, name, exported symbol, parameters), with the few types and constants they need.
+/* cuda_api.h: every function sinter takes from libcuda and cuBLASLt (NVRTC's: nvrtc_api.h, included
+ * here), as X-macros of (return type, name, exported symbol, parameters), with the few types and
+ * constants they need.
  * Convention: names and signatures are exactly those of cuda.h, nvrtc.h and cublasLt.h (CUDA 13);
  * the symbol is what dlsym looks up (cuda.h's #define maps e.g. cuMemAlloc to cuMemAlloc_v2).
  * A stand-in library implements exactly these symbols. Do not include this header together with
@@ -10,6 +11,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "codegen/cuda/nvrtc_api.h"
 
 /* ---- libcuda (the Driver API): types and the constants sinter uses ---- */
 
@@ -113,26 +116,7 @@ enum {
     X(CUresult, cuGraphExecDestroy, "cuGraphExecDestroy", (CUgraphExec hGraphExec))                \
     X(CUresult, cuGraphDestroy, "cuGraphDestroy", (CUgraph hGraph))
 
-/* ---- NVRTC ---- */
-
-typedef int nvrtcResult; /* NVRTC_SUCCESS = 0 */
-typedef struct _nvrtcProgram *nvrtcProgram;
-enum { NVRTC_SUCCESS = 0 };
-
-#define SN_CUDA_NVRTC_API(X)                                                                       \
-    X(const char *, nvrtcGetErrorString, "nvrtcGetErrorString", (nvrtcResult result))              \
-    X(nvrtcResult, nvrtcVersion, "nvrtcVersion", (int *major, int *minor))                         \
-    X(nvrtcResult, nvrtcCreateProgram, "nvrtcCreateProgram",                                       \
-      (nvrtcProgram *prog, const char *src, const char *name, int numHeaders,                      \
-       const char *const *headers, const char *const *includeNames))                               \
-    X(nvrtcResult, nvrtcDestroyProgram, "nvrtcDestroyProgram", (nvrtcProgram *prog))               \
-    X(nvrtcResult, nvrtcCompileProgram, "nvrtcCompileProgram",                                     \
-      (nvrtcProgram prog, int numOptions, const char *const *options))                             \
-    X(nvrtcResult, nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize",                               \
-      (nvrtcProgram prog, size_t *logSizeRet))                                                     \
-    X(nvrtcResult, nvrtcGetProgramLog, "nvrtcGetProgramLog", (nvrtcProgram prog, char *log))       \
-    X(nvrtcResult, nvrtcGetCUBINSize, "nvrtcGetCUBINSize", (nvrtcProgram prog, size_t *cubinSizeRet)) \
-    X(nvrtcResult, nvrtcGetCUBIN, "nvrtcGetCUBIN", (nvrtcProgram prog, char *cubin))
+/* ---- NVRTC: codegen/cuda/nvrtc_api.h (codegen/cuda/nvrtc.c opens it, for the runtime too) ---- */
 
 /* ---- cuBLASLt ---- */
 
@@ -237,10 +221,8 @@ enum {
 /* The libraries' default names and the environment variables that override them (a path or a
  * name dlopen finds): a stand-in driver is loaded this way in the tests. */
 #define SN_LIBCUDA_DEFAULT "libcuda.so.1"
-#define SN_LIBNVRTC_DEFAULT "libnvrtc.so.13"
 #define SN_LIBCUBLASLT_DEFAULT "libcublasLt.so.13"
 #define SN_LIBCUDA_ENV "SN_LIBCUDA"
-#define SN_LIBNVRTC_ENV "SN_LIBNVRTC"
 #define SN_LIBCUBLASLT_ENV "SN_LIBCUBLASLT"
 
 #endif

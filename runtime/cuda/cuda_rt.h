@@ -14,7 +14,8 @@
 #include "cuda_api.h"
 #include "cuda_device.h"
 
-/* ---- driver.c: the three libraries, opened with dlopen, and the checking macro ---- */
+/* ---- driver.c: the three libraries, opened with dlopen (NVRTC by codegen/cuda/nvrtc.c's loader),
+ * and the checking macro of libcuda and cuBLASLt calls ---- */
 
 typedef enum { SN_LIB_CUDA, SN_LIB_NVRTC, SN_LIB_CUBLASLT, SN_LIB_COUNT } sn_cuda_lib;
 
@@ -22,9 +23,9 @@ typedef enum { SN_LIB_CUDA, SN_LIB_NVRTC, SN_LIB_CUBLASLT, SN_LIB_COUNT } sn_cud
 typedef struct {
     void *handle[SN_LIB_COUNT];
     char path[SN_LIB_COUNT][256]; /* the name or path each was opened as */
+    sn_nvrtc nvrtc;               /* SN_LIB_NVRTC: the one NVRTC loader's table (nvrtc.c) */
 #define SN_CUDA_FIELD(ret, name, sym, params) ret(*name) params;
     SN_CUDA_DRIVER_API(SN_CUDA_FIELD)
-    SN_CUDA_NVRTC_API(SN_CUDA_FIELD)
     SN_CUDA_CUBLASLT_API(SN_CUDA_FIELD)
 #undef SN_CUDA_FIELD
 } sn_cuda_api;
@@ -38,7 +39,8 @@ void sn_cuda_api_unload(sn_cuda_api *a);
 /* The library's name in messages: "libcuda.so.1" or the overriding path. */
 const char *sn_cuda_lib_name(const sn_cuda_api *a, sn_cuda_lib lib);
 
-/* Records a failed call: the library is told by the call's name (cu*, nvrtc*, cublasLt*). */
+/* Records a failed call: the library is told by the call's name (cu*, cublasLt*; NVRTC's calls
+ * go through nvrtc.c's NVRTC_CHECK). */
 sn_status sn_cuda_fail(const sn_cuda_api *a, int result, const char *file, int line,
                        const char *call, sn_err *e);
 
@@ -53,7 +55,7 @@ sn_status sn_cuda_fail(const sn_cuda_api *a, int result, const char *file, int l
 
 /* ---- compile.c: NVRTC in a child process ---- */
 
-/* Compiles src for sm_<arch> into a CUBIN with the ptxas report (as sn_nvrtc_compile does), in a
+/* Compiles src for sm_<arch> into a CUBIN with the ptxas report (sn_nvrtc_compile_with), in a
  * forked child that sends the result back through a pipe: a crash of NVRTC's embedded ptxas is
  * an error naming the signal, not the end of the process. Free *out with sn_cuda_module_free. */
 sn_status sn_cuda_nvrtc_compile(sn_cuda_api *a, const char *src, const char *name, int arch,
@@ -79,8 +81,6 @@ sn_status sn_cuda_nvrtc_start(sn_cuda_api *a, const char *src, const char *name,
 sn_status sn_cuda_nvrtc_read(sn_nvrtc_child *c, bool *done, sn_err *e);
 sn_status sn_cuda_nvrtc_finish(sn_nvrtc_child *c, sn_cuda_module *out, sn_err *e);
 void sn_cuda_nvrtc_abandon(sn_nvrtc_child *c);
-/* NVRTC's options for arch, written into opts (at most 8); returns how many. */
-int sn_cuda_nvrtc_options(int arch, char gpu[48], const char **opts);
 
 /* ---- cache.c: the CUBIN cache on disk ---- */
 

@@ -1,6 +1,7 @@
-/* driver.c: libcuda, NVRTC and cuBLASLt opened with dlopen (never linked), their symbols looked
- * up from cuda_api.h's tables, and the one failure path of SN_CUDA_CHECK. Convention: a library
- * is named by an environment variable when set (SN_LIBCUDA=/path/libsn_standin_cuda.so). */
+/* driver.c: libcuda and cuBLASLt opened with dlopen (never linked), their symbols looked up from
+ * cuda_api.h's tables, NVRTC through codegen/cuda/nvrtc.c's loader (the one every compile uses),
+ * and the one failure path of SN_CUDA_CHECK. Convention: a library is named by an environment
+ * variable when set (SN_LIBCUDA=/path/libsn_standin_cuda.so). */
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,8 +14,7 @@ static const char *const lib_env[SN_LIB_COUNT] = {SN_LIBCUDA_ENV, SN_LIBNVRTC_EN
                                                   SN_LIBCUBLASLT_ENV};
 static const char *const lib_fix[SN_LIB_COUNT] = {
     "install the NVIDIA driver, or use --device cpu",
-    "install the CUDA toolkit's NVRTC (libnvrtc.so.13) or add its lib64 folder to "
-    "LD_LIBRARY_PATH",
+    "", /* nvrtc.c says it */
     "install the CUDA toolkit's cuBLASLt (libcublasLt.so.13) or add its lib64 folder to "
     "LD_LIBRARY_PATH",
 };
@@ -26,11 +26,11 @@ typedef struct {
 
 #define SN_CUDA_SYM(ret, name, sym, params) {offsetof(sn_cuda_api, name), sym},
 static const sym_entry driver_syms[] = {SN_CUDA_DRIVER_API(SN_CUDA_SYM)};
-static const sym_entry nvrtc_syms[] = {SN_CUDA_NVRTC_API(SN_CUDA_SYM)};
 static const sym_entry cublaslt_syms[] = {SN_CUDA_CUBLASLT_API(SN_CUDA_SYM)};
 #undef SN_CUDA_SYM
 
 const char *sn_cuda_lib_name(const sn_cuda_api *a, sn_cuda_lib lib) {
+    if (lib == SN_LIB_NVRTC) return sn_nvrtc_lib_name(&a->nvrtc);
     if (a->path[lib][0]) return a->path[lib];
     const char *env = getenv(lib_env[lib]);
     return env && *env ? env : lib_default[lib];
@@ -38,6 +38,11 @@ const char *sn_cuda_lib_name(const sn_cuda_api *a, sn_cuda_lib lib) {
 
 sn_status sn_cuda_api_load(sn_cuda_api *a, sn_cuda_lib lib, sn_err *e) {
     if (a->handle[lib]) return SN_OK;
+    if (lib == SN_LIB_NVRTC) {
+        sn_status st = sn_nvrtc_open(&a->nvrtc, e);
+        a->handle[lib] = a->nvrtc.handle;
+        return st;
+    }
     const char *name = sn_cuda_lib_name(a, lib);
     snprintf(a->path[lib], sizeof a->path[lib], "%s", name);
     void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
@@ -46,11 +51,9 @@ sn_status sn_cuda_api_load(sn_cuda_api *a, sn_cuda_lib lib, sn_err *e) {
         return sn_fail(e, SN_ERR_DEVICE, "%s (%s; or name the library with %s=PATH)",
                        why ? why : name, lib_fix[lib], lib_env[lib]);
     }
-    const sym_entry *syms = lib == SN_LIB_CUDA ? driver_syms
-                            : lib == SN_LIB_NVRTC ? nvrtc_syms : cublaslt_syms;
-    size_t n = lib == SN_LIB_CUDA    ? sizeof driver_syms / sizeof *syms
-               : lib == SN_LIB_NVRTC ? sizeof nvrtc_syms / sizeof *syms
-                                     : sizeof cublaslt_syms / sizeof *syms;
+    const sym_entry *syms = lib == SN_LIB_CUDA ? driver_syms : cublaslt_syms;
+    size_t n = lib == SN_LIB_CUDA ? sizeof driver_syms / sizeof *syms
+                                  : sizeof cublaslt_syms / sizeof *syms;
     for (size_t i = 0; i < n; i++) {
         void *f = dlsym(h, syms[i].symbol);
         if (!f) {
@@ -65,7 +68,8 @@ sn_status sn_cuda_api_load(sn_cuda_api *a, sn_cuda_lib lib, sn_err *e) {
 }
 
 void sn_cuda_api_unload(sn_cuda_api *a) {
-    for (int lib = SN_LIB_NVRTC; lib < SN_LIB_COUNT; lib++)
+    sn_nvrtc_close(&a->nvrtc);
+    for (int lib = SN_LIB_CUBLASLT; lib < SN_LIB_COUNT; lib++)
         if (a->handle[lib]) dlclose(a->handle[lib]);
     void *cuda = a->handle[SN_LIB_CUDA]; /* the driver stays open: its threads may be running */
     memset(a, 0, sizeof *a);
@@ -76,10 +80,7 @@ sn_status sn_cuda_fail(const sn_cuda_api *a, int result, const char *file, int l
                        const char *call, sn_err *e) {
     const char *name = NULL, *text = NULL;
     sn_status code = SN_ERR_DEVICE;
-    if (strncmp(call, "nvrtc", 5) == 0) {
-        name = a->nvrtcGetErrorString ? a->nvrtcGetErrorString(result) : NULL;
-        if (result == 1) code = SN_ERR_OOM; /* NVRTC_ERROR_OUT_OF_MEMORY */
-    } else if (strncmp(call, "cublasLt", 8) == 0) {
+    if (strncmp(call, "cublasLt", 8) == 0) {
         name = a->cublasLtGetStatusName ? a->cublasLtGetStatusName(result) : NULL;
         text = a->cublasLtGetStatusString ? a->cublasLtGetStatusString(result) : NULL;
         if (result == 3) code = SN_ERR_OOM; /* CUBLAS_STATUS_ALLOC_FAILED */
@@ -89,7 +90,7 @@ sn_status sn_cuda_fail(const sn_cuda_api *a, int result, const char *file, int l
         if (result == CUDA_ERROR_OUT_OF_MEMORY) code = SN_ERR_OOM;
     }
     /* a kernel's fault is reported by whichever call comes after it, and ends the context */
-    bool fault = code == SN_ERR_DEVICE && strncmp(call, "nvrtc", 5) && strncmp(call, "cublasLt", 8) &&
+    bool fault = code == SN_ERR_DEVICE && strncmp(call, "cublasLt", 8) &&
                  (result == 700 || (result >= 714 && result <= 719));
     char num[32];
     snprintf(num, sizeof num, "error %d", result);

@@ -36,10 +36,10 @@ void sn_cuda_info_print(FILE *f) {
     sn_cuda_api a = {0};
     sn_err e = {0};
     int major = 0, minor = 0;
-    if (sn_cuda_api_load(&a, SN_LIB_NVRTC, &e) || SN_CUDA_CHECK(&a, &e, nvrtcVersion, &major, &minor))
+    if (sn_nvrtc_version(&a.nvrtc, &major, &minor, &e))
         fprintf(f, "nvrtc:      not available (%s)\n", e.msg);
     else
-        fprintf(f, "nvrtc:      %d.%d (%s)\n", major, minor, sn_cuda_lib_name(&a, SN_LIB_NVRTC));
+        fprintf(f, "nvrtc:      %d.%d (%s)\n", major, minor, sn_nvrtc_lib_name(&a.nvrtc));
     if (sn_cuda_api_load(&a, SN_LIB_CUBLASLT, &e)) {
         fprintf(f, "cublaslt:   not available (%s)\n", e.msg);
     } else {

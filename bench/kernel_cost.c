@@ -1,0 +1,240 @@
+/* kernel_cost.c: a static cost report per kernel of a model's training program, made without a
+ * GPU: each generated kernel compiled by NVRTC for sm_80 and sm_90 (ptxas -v: registers, static
+ * shared memory, spills, stack), its theoretical occupancy there (codegen/cuda/cuda_occupancy.c),
+ * and the roofline model's bytes, FLOPs and time (roofline.c) at the H200's measured ceilings;
+ * totals per kind, per layer for attention, and for the step. Convention: a model and a compiler's
+ * report, never a measurement: docs/kernel_cost.md says what each column means.
+ *
+ *     bench/kernel_cost --model gpt2 --batch 16 --seq 1024 --precision bf16
+ *     bench/kernel_cost --model gpt2 --batch 16 --seq 1024 --precision bf16 --kind attention
+ *     bench/kernel_cost ... --arch sm_90 --machine h100 --json
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cuda/cuda.h"
+#include "ir/ir.h"
+#include "models/gpt2.h"
+#include "passes/pipeline.h"
+#include "roofline.h"
+
+enum { MAX_ARCH = 3, N_OPT = 4 };
+
+typedef struct {
+    const char *model, *precision, *kind, *machine;
+    int batch, seq;
+    int arch[MAX_ARCH], n_arch;
+    bool json;
+} args;
+
+static int usage(void) {
+    fprintf(stderr, "usage: kernel_cost [--model gpt2] [--batch B] [--seq T] [--precision "
+                    "fp32|bf16|fp16|tf32] [--arch sm_80|sm_90|sm_75 (repeatable; default sm_80 "
+                    "and sm_90)] [--kind KIND (attention, row, pointwise, ...)] [--machine "
+                    "h200|h100] [--json]\n");
+    return 2;
+}
+
+static int fail(const char *what, const sn_err *e) {
+    fprintf(stderr, "kernel_cost: %s: %s\n", what, e->msg);
+    return 1;
+}
+
+/* The kernel's kind as printed: attention kernels by their op (forward, dq, dkv, dk, dv). */
+static const char *kind_of(const sn_kernel *k) {
+    if (k->kind != SN_KER_ATTENTION) return sn_kernel_kind_name(k->kind);
+    switch (k->anchor->op) {
+    case SN_OP_ATTENTION: return "attn_fwd";
+    case SN_OP_ATTENTION_BWD_Q: return "attn_dq";
+    case SN_OP_ATTENTION_BWD_K: return k->anchor2 ? "attn_dkv" : "attn_dk";
+    case SN_OP_ATTENTION_BWD_V: return "attn_dv";
+    default: return sn_op_name(k->anchor->op);
+    }
+}
+
+static bool want(const args *a, const sn_kernel *k) {
+    if (!a->kind) return true;
+    return !strcmp(a->kind, sn_kernel_kind_name(k->kind)) || !strcmp(a->kind, kind_of(k));
+}
+
+int main(int argc, char **argv) {
+    args a = {.model = "gpt2", .precision = "bf16", .machine = "h200", .batch = 16, .seq = 1024};
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(argv[i], "--json")) { a.json = true; continue; }
+        if (!v) return usage();
+        if (!strcmp(argv[i], "--model")) a.model = v;
+        else if (!strcmp(argv[i], "--batch")) a.batch = atoi(v);
+        else if (!strcmp(argv[i], "--seq")) a.seq = atoi(v);
+        else if (!strcmp(argv[i], "--precision")) a.precision = v;
+        else if (!strcmp(argv[i], "--kind")) a.kind = v;
+        else if (!strcmp(argv[i], "--machine")) a.machine = v;
+        else if (!strcmp(argv[i], "--arch") && a.n_arch < MAX_ARCH)
+            a.arch[a.n_arch++] = atoi(v + (strncmp(v, "sm_", 3) ? 0 : 3));
+        else return usage();
+        i++;
+    }
+    if (!a.n_arch) a.arch[a.n_arch++] = 80, a.arch[a.n_arch++] = 90;
+    for (int i = 0; i < a.n_arch; i++)
+        if (!sn_cuda_sm_limits_of(a.arch[i])) return usage();
+    int prec = sn_precision_parse(a.precision);
+    const sn_roofline_machine *mach = sn_roofline_machine_find(a.machine);
+    sn_gpt2_config c;
+    if (a.batch < 1 || a.seq < 1 || prec < 0 || !mach || !sn_gpt2_config_find(a.model, &c))
+        return usage();
+
+    /* the training program for a CUDA target, as the CUDA device compiles it */
+    sn_err e = {0};
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_target tg = sn_target_cuda(a.arch[a.n_arch - 1]);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.precision = (sn_precision)prec;
+    o.target = &tg;
+    sn_program *p = NULL;
+    if (!g || sn_gpt2_build(g, &c, a.batch, a.seq, &m, &e) || sn_compile(g, &o, &p, NULL, &e))
+        return fail("the program", &e);
+    int64_t n_params = sn_graph_param_count(g);
+
+    /* the kernels asked for, plus the trainer's optimizer kernels over every parameter */
+    int n = 0;
+    const sn_kernel **ks = calloc((size_t)p->n_kernels + N_OPT, sizeof *ks);
+    sn_kernel opt[N_OPT];
+    static const sn_kernel_kind opt_kinds[N_OPT] = {SN_KER_GRAD_ACC, SN_KER_SQNORM, SN_KER_CLIP,
+                                                    SN_KER_ADAMW};
+    for (int i = 0; i < p->n_kernels; i++)
+        if (want(&a, p->kernels[i])) ks[n++] = p->kernels[i];
+    int n_prog = n; /* ks[0..n_prog) are the program's */
+    for (int i = 0; i < N_OPT; i++) {
+        opt[i] = (sn_kernel){.kind = opt_kinds[i], .flat_n = n_params, .flat_decay = n_params / 2};
+        snprintf(opt[i].name, sizeof opt[i].name, "optimizer_%s", sn_kernel_kind_name(opt_kinds[i]));
+        if (want(&a, &opt[i])) ks[n++] = &opt[i];
+    }
+    if (!n) {
+        fprintf(stderr, "kernel_cost: no kernel of kind %s\n", a.kind);
+        return 2;
+    }
+    sn_cuda_kernel_report *rep = calloc((size_t)n * MAX_ARCH, sizeof *rep);
+    if (!ks || !rep) return 1;
+    for (int ai = 0; ai < a.n_arch; ai++) {
+        sn_status st = sn_cuda_ptxas_report(ks, n, a.arch[ai], rep + (size_t)ai * n, &e);
+        if (st == SN_ERR_UNSUPPORTED) {
+            fprintf(stderr, "kernel_cost: no ptxas report (%s); the model alone follows\n", e.msg);
+            a.n_arch = 0;
+        } else if (st) {
+            return fail("NVRTC", &e);
+        }
+    }
+
+    /* the model: per kernel, per kind, per step */
+    sn_roofline_opts ro = {.tf32 = prec == SN_PRECISION_TF32};
+    sn_roofline_step step = sn_roofline_program(p, n_params, mach, &ro);
+    double kind_s[SN_KER_KIND_COUNT] = {0}, kind_b[SN_KER_KIND_COUNT] = {0},
+           kind_f[SN_KER_KIND_COUNT] = {0}, sum_s = 0;
+    int kind_n[SN_KER_KIND_COUNT] = {0};
+    const char *sep = "";
+    if (a.json)
+        printf("{\"model\": \"%s\", \"batch\": %d, \"seq\": %d, \"precision\": \"%s\", "
+               "\"machine\": {\"name\": \"%s\", \"bf16_tflops\": %.1f, \"tb_per_s\": %.2f}, "
+               "\"kernels\": [", a.model, a.batch, a.seq, a.precision, mach->name,
+               mach->bf16_tflops, mach->tb_per_s);
+    else {
+        printf("kernel_cost: %s B=%d T=%d %s: %d kernels (%d shown with the optimizer's), "
+               "modeled on %s (%.0f TFLOP/s bf16, %.2f TB/s)\n", a.model, a.batch, a.seq,
+               a.precision, p->n_kernels, n, mach->name, mach->bf16_tflops, mach->tb_per_s);
+        printf("%-34s %-9s %-13s %-8s", "kernel", "kind", "grid", "block");
+        for (int ai = 0; ai < a.n_arch; ai++)
+            printf(" | sm_%d: %4s %6s %5s %5s %6s %4s", a.arch[ai], "regs", "smem", "spill",
+                   "stack", "blk/SM", "occ");
+        printf(" | %9s %9s %10s\n", "GFLOP", "MB", "modeled us");
+    }
+    for (int i = 0; i < n; i++) {
+        const sn_kernel *k = ks[i];
+        sn_roofline_kernel r = {0};
+        if (i < n_prog) {
+            r = sn_roofline_kernel_model(k, mach, &ro);
+            kind_s[k->kind] += r.time_s, kind_b[k->kind] += r.bytes, kind_f[k->kind] += r.flops;
+            kind_n[k->kind]++;
+            sum_s += r.time_s;
+        }
+        const sn_cuda_kernel_report *r0 = a.n_arch ? &rep[i] : NULL;
+        char grid[32] = "-", block[32] = "-";
+        if (r0 && r0->has_info) {
+            snprintf(grid, sizeof grid, "%ux%ux%u", r0->dims.grid[0], r0->dims.grid[1], r0->dims.grid[2]);
+            snprintf(block, sizeof block, "%ux%ux%u", r0->dims.block[0], r0->dims.block[1], r0->dims.block[2]);
+        }
+        if (a.json) {
+            printf("%s\n  {\"name\": \"%s\", \"kind\": \"%s\", \"grid\": \"%s\", \"block\": \"%s\", "
+                   "\"gflop\": %.4f, \"mb\": %.3f, \"modeled_us\": %.3f, \"arch\": {", sep, k->name,
+                   kind_of(k), grid, block, r.flops / 1e9, r.bytes / 1e6, r.time_s * 1e6);
+            sep = ",";
+            for (int ai = 0; ai < a.n_arch; ai++) {
+                const sn_cuda_kernel_report *x = &rep[(size_t)ai * n + i];
+                if (!x->has_info) continue;
+                printf("%s\"sm_%d\": {\"registers\": %d, \"static_smem\": %d, \"dynamic_smem\": %u, "
+                       "\"spill_stores\": %d, \"spill_loads\": %d, \"stack\": %d, \"blocks_per_sm\": %d, "
+                       "\"warps_per_sm\": %d, \"occupancy\": %.4f, \"limiter\": \"%s\"}",
+                       ai ? ", " : "", x->arch, x->info.registers, x->info.shared_bytes,
+                       x->dims.shared_bytes, x->info.spill_store_bytes, x->info.spill_load_bytes,
+                       x->info.stack_bytes, x->occ.blocks, x->occ.warps, x->occ.occupancy,
+                       x->occ.limiter);
+            }
+            printf("}}");
+            continue;
+        }
+        printf("%-34.34s %-9s %-13s %-8s", k->name, kind_of(k), grid, block);
+        for (int ai = 0; ai < a.n_arch; ai++) {
+            const sn_cuda_kernel_report *x = &rep[(size_t)ai * n + i];
+            if (!x->has_info) {
+                printf(" | %-6s %4s %6s %5s %5s %6s %4s", "", "-", "-", "-", "-", "-", "-");
+                continue;
+            }
+            printf(" | %-6s %4d %6u %5d %5d %6d %3.0f%%", "", x->info.registers,
+                   x->info.shared_bytes + x->dims.shared_bytes,
+                   x->info.spill_store_bytes + x->info.spill_load_bytes, x->info.stack_bytes,
+                   x->occ.blocks, 100 * x->occ.occupancy);
+        }
+        if (i < n_prog) printf(" | %9.3f %9.2f %10.2f\n", r.flops / 1e9, r.bytes / 1e6, r.time_s * 1e6);
+        else printf(" | %9s %9s %10s\n", "-", "-", "(step)");
+    }
+
+    /* totals: per kind (the kernels shown), attention per layer, the step (every kernel and the
+     * optimizer, whatever --kind shows) */
+    double attn_layer = kind_s[SN_KER_ATTENTION] / c.n_layer;
+    if (a.json) {
+        printf("\n], \"kinds\": {");
+        sep = "";
+        for (int k = 0; k < SN_KER_KIND_COUNT; k++) {
+            if (!kind_n[k]) continue;
+            printf("%s\"%s\": {\"kernels\": %d, \"gflop\": %.3f, \"mb\": %.2f, \"modeled_ms\": %.4f}",
+                   sep, sn_kernel_kind_name((sn_kernel_kind)k), kind_n[k], kind_f[k] / 1e9,
+                   kind_b[k] / 1e6, kind_s[k] * 1e3);
+            sep = ", ";
+        }
+        printf("}, \"attention_per_layer_ms\": %.4f, \"shown_ms\": %.4f, \"step\": {\"kernels\": %d, "
+               "\"gflop\": %.3f, \"mb\": %.2f, \"optimizer_ms\": %.4f, \"modeled_ms\": %.4f}}\n",
+               attn_layer * 1e3, sum_s * 1e3, p->n_kernels, step.flops / 1e9, step.bytes / 1e6,
+               step.optimizer_s * 1e3, step.time_s * 1e3);
+    } else {
+        printf("totals by kind (modeled on %s):\n", mach->name);
+        for (int k = 0; k < SN_KER_KIND_COUNT; k++) {
+            if (!kind_n[k]) continue;
+            printf("  %-10s %4d kernels %10.2f GFLOP %10.1f MB %9.3f ms\n",
+                   sn_kernel_kind_name((sn_kernel_kind)k), kind_n[k], kind_f[k] / 1e9,
+                   kind_b[k] / 1e6, kind_s[k] * 1e3);
+        }
+        if (kind_n[SN_KER_ATTENTION])
+            printf("  attention per layer (%d layers): %.3f ms (FlashAttention-2 measured 0.671 ms, "
+                   "cuDNN 0.568 ms on the H200)\n", c.n_layer, attn_layer * 1e3);
+        printf("step: %d kernels + optimizer, %.1f GFLOP, %.1f MB; modeled %.3f ms (optimizer "
+               "%.3f ms); the kernels shown %.3f ms\n", p->n_kernels, step.flops / 1e9,
+               step.bytes / 1e6, step.time_s * 1e3, step.optimizer_s * 1e3, sum_s * 1e3);
+    }
+    free(rep);
+    free(ks);
+    sn_program_free(p);
+    sn_graph_free(g);
+    return 0;
+}

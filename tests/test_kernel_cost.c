@@ -1,0 +1,239 @@
+/* test_kernel_cost.c: the static cost report (codegen/cuda/cuda_occupancy.c) on a machine without a
+ * GPU: the occupancy formulas against hand-worked cases (two of them ncu's numbers for the H200's
+ * attention kernels), then every generated kernel kind of a tiny GPT-2 training program (f32 and
+ * bf16) and the attention kernels at D = 64 and 128 compiled by NVRTC for sm_75, sm_80 and sm_90:
+ * no spills, no stack frame, and on sm_90 every attention kernel at least 2 blocks and 8 warps
+ * resident per SM (issue 22's register budget). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cuda/cuda.h"
+#include "frontend/sinter.h"
+#include "passes/pipeline.h"
+#include "program/program.h"
+#include "tiny_gpt2.h"
+#include "harness.h"
+
+static const int archs[] = {75, 80, 90};
+
+/* ---- the formulas ---- */
+
+START_TEST(occupancy_formulas) {
+    const sn_cuda_sm_limits *h = sn_cuda_sm_limits_of(90), *a = sn_cuda_sm_limits_of(80);
+    ck_assert(h && a && sn_cuda_sm_limits_of(75) && !sn_cuda_sm_limits_of(70));
+    /* ncu on the H200 (2026-11-27): attention_bwd_kv, 168 registers, 128 threads: 18.75% */
+    sn_cuda_occupancy o = sn_cuda_occupancy_of(h, 168, 37376, 0, 128);
+    ck_assert_int_eq(o.regs_per_warp, 5376); /* 168 x 32 = 5376, a multiple of 256 */
+    ck_assert_int_eq(o.by_regs, 3);          /* 16384 / 5376 = 3 warps a quarter: 12 warps */
+    ck_assert_int_eq(o.blocks, 3);
+    ck_assert_int_eq(o.warps, 12);
+    ck_assert_double_eq_tol(o.occupancy, 0.1875, 1e-9);
+    ck_assert_str_eq(o.limiter, "registers");
+    /* attention_fwd, 105 registers: 3360 -> 3584 a warp, 4 a quarter, 16 warps: 25% */
+    o = sn_cuda_occupancy_of(h, 105, 27648, 0, 128);
+    ck_assert_int_eq(o.regs_per_warp, 3584);
+    ck_assert_int_eq(o.blocks, 4);
+    ck_assert_double_eq_tol(o.occupancy, 0.25, 1e-9);
+    /* shared memory: 81 KiB + 1 KiB reserved = 82 KiB, 2 in sm_80's 164 KiB; one byte more
+     * rounds up to 82 KiB + 128 and leaves 1 */
+    o = sn_cuda_occupancy_of(a, 32, 81 << 10, 0, 128);
+    ck_assert_int_eq(o.smem_per_block, 82 << 10);
+    ck_assert_int_eq(o.blocks, 2);
+    ck_assert_str_eq(o.limiter, "shared memory");
+    o = sn_cuda_occupancy_of(a, 32, 40 << 10, (41 << 10) + 1, 128); /* static + dynamic */
+    ck_assert_int_eq(o.smem_per_block, (82 << 10) + 128);
+    ck_assert_int_eq(o.blocks, 1);
+    /* the same block on sm_90: 228 / 82 = 2 */
+    ck_assert_int_eq(sn_cuda_occupancy_of(h, 32, 81 << 10, 0, 128).blocks, 2);
+    /* threads: 1024-thread blocks, 2 of them (16 registers would allow 4); blocks: 32-thread
+     * blocks, 32 of them (32 warps) */
+    o = sn_cuda_occupancy_of(h, 16, 0, 0, 1024);
+    ck_assert_int_eq(o.blocks, 2);
+    ck_assert_str_eq(o.limiter, "threads");
+    o = sn_cuda_occupancy_of(h, 16, 0, 0, 32);
+    ck_assert_int_eq(o.blocks, 32);
+    ck_assert_int_eq(o.warps, 32);
+    ck_assert_str_eq(o.limiter, "blocks");
+    /* 255 registers x 1024 threads needs 256 K registers: cannot launch; more than 227 KiB of
+     * shared memory cannot either */
+    ck_assert_int_eq(sn_cuda_occupancy_of(h, 255, 0, 0, 1024).blocks, 0);
+    o = sn_cuda_occupancy_of(h, 32, 228 << 10, 0, 128);
+    ck_assert_int_eq(o.blocks, 0);
+    ck_assert_str_eq(o.limiter, "cannot launch: shared memory");
+    /* sm_75: 1024 threads and 64 KiB an SM, no reserved block memory */
+    o = sn_cuda_occupancy_of(sn_cuda_sm_limits_of(75), 32, 32 << 10, 0, 256);
+    ck_assert_int_eq(o.blocks, 2);
+    ck_assert_double_eq_tol(o.occupancy, 0.5, 1e-9);
+}
+END_TEST
+
+/* ---- NVRTC: no spills anywhere; attention's occupancy ---- */
+
+/* Compiles ks for every arch and checks the report: no spill, no stack frame; attention on sm_90
+ * at least 2 blocks and 8 warps an SM. Returns how many attention kernels miss the occupancy, or
+ * -1 when NVRTC is missing (skipped). */
+static int check_kernels(const sn_kernel *const *ks, int n, const char *what) {
+    sn_cuda_kernel_report *r = calloc((size_t)n, sizeof *r);
+    ck_assert(r);
+    int low = 0;
+    for (size_t ai = 0; ai < sizeof archs / sizeof archs[0]; ai++) {
+        sn_err e;
+        sn_status st = sn_cuda_ptxas_report(ks, n, archs[ai], r, &e);
+        if (st == SN_ERR_UNSUPPORTED) {
+            printf("kernel_cost: %s: skipped: %s\n", what, e.msg);
+            free(r);
+            return -1;
+        }
+        ck_assert_msg(st == SN_OK, "%s, sm_%d: %s", what, archs[ai], e.msg);
+        int shown = 0;
+        for (int i = 0; i < n; i++) {
+            const sn_cuda_kernel_report *x = &r[i];
+            if (!x->has_info) continue;
+            const sn_cuda_kernel_info *in = &x->info;
+            ck_assert_msg(in->spill_store_bytes == 0 && in->spill_load_bytes == 0 &&
+                          in->stack_bytes == 0, "%s: %s (%s) spills on sm_%d: %d bytes stored, "
+                          "%d loaded, %d bytes of stack", what, ks[i]->name, x->fn, archs[ai],
+                          in->spill_store_bytes, in->spill_load_bytes, in->stack_bytes);
+            ck_assert_msg(x->occ.blocks >= 1, "%s: %s cannot launch on sm_%d (%s)", what,
+                          ks[i]->name, archs[ai], x->occ.limiter);
+            if (ks[i]->kind != SN_KER_ATTENTION) continue;
+            bool first = true; /* one line per distinct function */
+            for (int j = 0; j < i && first; j++) first = strcmp(r[j].fn, x->fn) != 0;
+            if (!first) continue;
+            shown++;
+            bool ok = archs[ai] != 90 || (x->occ.blocks >= 2 && x->occ.warps >= 8);
+            printf("kernel_cost: %s sm_%d %-24s %3d registers, %5d bytes shared, %d blocks "
+                   "(%d warps, %.0f%%) an SM, limited by %s%s\n", what, archs[ai], x->fn,
+                   in->registers, in->shared_bytes + (int)x->dims.shared_bytes, x->occ.blocks,
+                   x->occ.warps, 100 * x->occ.occupancy, x->occ.limiter,
+                   ok ? "" : "  <- under 2 blocks / 8 warps on sm_90");
+            low += !ok;
+        }
+        printf("kernel_cost: %s sm_%d: %d kernels, no spills, no stack\n", what, archs[ai], n);
+        (void)shown;
+    }
+    fflush(stdout);
+    free(r);
+    return low;
+}
+
+static int program_kernels(const sn_program *p, const sn_kernel **ks) {
+    int n = 0;
+    for (int i = 0; i < p->n_kernels; i++)
+        if (p->kernels[i]->kind != SN_KER_GEMM) ks[n++] = p->kernels[i];
+    return n;
+}
+
+/* Every kernel kind the CUDA renderer generates: the tiny GPT-2's training program (embedding,
+ * norms, pointwise, cross-entropy, reductions, attention) plus the trainer's optimizer kernels. */
+START_TEST(tiny_gpt2_every_kind) {
+    static const sn_precision precs[] = {SN_PRECISION_FP32, SN_PRECISION_BF16};
+    for (size_t pi = 0; pi < 2; pi++) {
+        sn_graph *g = tiny_training_graph_at(true, precs[pi]);
+        sn_program *p;
+        sn_err e;
+        ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+        const sn_kernel **ks = calloc((size_t)p->n_kernels + 4, sizeof *ks);
+        ck_assert(ks);
+        int n = program_kernels(p, ks);
+        static const sn_kernel_kind opt_kinds[4] = {SN_KER_GRAD_ACC, SN_KER_SQNORM, SN_KER_CLIP,
+                                                    SN_KER_ADAMW};
+        sn_kernel opt[4];
+        int64_t params = sn_graph_param_count(g);
+        for (int i = 0; i < 4; i++) {
+            opt[i] = (sn_kernel){.kind = opt_kinds[i], .flat_n = params, .flat_decay = params / 2};
+            snprintf(opt[i].name, sizeof opt[i].name, "opt_%d", i);
+            ks[n++] = &opt[i];
+        }
+        bool kinds[SN_KER_KIND_COUNT] = {0};
+        for (int i = 0; i < n; i++) kinds[ks[i]->kind] = true;
+        for (int k = 0; k < SN_KER_KIND_COUNT; k++)
+            ck_assert_msg(kinds[k] || k == SN_KER_GEMM, "no %s kernel in the tiny program",
+                          sn_kernel_kind_name((sn_kernel_kind)k));
+        char what[32];
+        snprintf(what, sizeof what, "tiny gpt2 %s", sn_precision_name(precs[pi]));
+        int low = check_kernels(ks, n, what);
+        free(ks);
+        sn_program_free(p);
+        sn_graph_free(g);
+        if (low < 0) return;
+    }
+}
+END_TEST
+
+/* The attention kernels (forward, dq, dk with dv) of B=4, H=12, T=1024 at head size D. */
+static sn_program *attention_program(sn_dtype dt, int64_t D, sn_graph **gp) {
+    sn_graph *g = sn_graph_new();
+    float scale = 1.0f / sqrtf((float)D);
+    sn_node *q = sn_input(g, "q", dt, SN_SHAPE(4, 12, 1024, D));
+    sn_node *k = sn_input(g, "k", dt, SN_SHAPE(4, 12, 1024, D));
+    sn_node *v = sn_input(g, "v", dt, SN_SHAPE(4, 12, 1024, D));
+    sn_node *dout = sn_input(g, "dout", dt, SN_SHAPE(4, 12, 1024, D));
+    sn_node *lse = sn_attention_lse(g, q, k, scale);
+    sn_node *o = sn_attention(g, q, k, v, lse, scale);
+    sn_node *outs[] = {o, lse, sn_attention_bwd_q(g, q, k, v, o, dout, lse, scale),
+                       sn_attention_bwd_k(g, q, k, v, o, dout, lse, scale),
+                       sn_attention_bwd_v(g, q, k, v, o, dout, lse, scale)};
+    for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
+    sn_program *p;
+    sn_err e;
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    *gp = g;
+    return p;
+}
+
+/* Issue 22: the register budget leaves at least 2 blocks (8+ warps) resident per SM on sm_90.
+ * The kernels of 2026-11-27 meet it, bf16 D = 64's dk/dv kernel only just (187 registers here, 2
+ * blocks of 4 warps; 168 and 3 blocks in gpt2's program, where q, k and v are views of qkv). A
+ * form that misses it is printed and fails the test; while the rework is under way
+ * SN_KERNEL_COST_OCCUPANCY_WARN=1 turns the failure into a printed warning (TODO(issue 22):
+ * remove it once the new kernels land). */
+START_TEST(attention_no_spills_and_occupancy) {
+    static const struct {
+        sn_dtype dt;
+        int64_t D;
+    } forms[] = {{SN_BF16, 64}, {SN_BF16, 128}, {SN_F32, 64}, {SN_F32, 128}};
+    int low = 0;
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+        sn_graph *g;
+        sn_program *p = attention_program(forms[f].dt, forms[f].D, &g);
+        const sn_kernel *ks[8];
+        int n = 0;
+        for (int i = 0; i < p->n_kernels; i++)
+            if (p->kernels[i]->kind == SN_KER_ATTENTION) ks[n++] = p->kernels[i];
+        ck_assert_int_ge(n, 3);
+        char what[32];
+        snprintf(what, sizeof what, "attention %s D=%lld", sn_dtype_name(forms[f].dt),
+                 (long long)forms[f].D);
+        int b = check_kernels(ks, n, what);
+        sn_program_free(p);
+        sn_graph_free(g);
+        if (b < 0) return;
+        low += b;
+    }
+    const char *warn = getenv("SN_KERNEL_COST_OCCUPANCY_WARN");
+    if (low && warn && *warn == '1')
+        printf("kernel_cost: WARNING: %d attention kernels under 2 blocks / 8 warps an SM on "
+               "sm_90 (issue 22; the lines above)\n", low);
+    else
+        ck_assert_msg(low == 0, "%d attention kernels leave under 2 blocks / 8 warps an SM on "
+                      "sm_90 (issue 22; the lines above)", low);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("kernel_cost");
+    TCase *tc = tcase_create("occupancy");
+    tcase_add_test(tc, occupancy_formulas);
+    suite_add_tcase(s, tc);
+    TCase *nv = tcase_create("nvrtc");
+    tcase_set_timeout(nv, 240);
+    tcase_add_test(nv, tiny_gpt2_every_kind);
+    tcase_add_test(nv, attention_no_spills_and_occupancy);
+    suite_add_tcase(s, nv);
+    return s;
+}
+
+int main(void) { return sn_test_main(suite()); }
