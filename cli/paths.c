@@ -49,7 +49,7 @@ int cli_check_paths(const char *cmd, const cli_path *p, int n) {
                 (b->may_equal && !strcmp(b->may_equal, a->opt)) || !cli_same_file(a->path, b->path))
                 continue;
             const cli_path *out = a->output ? a : b, *other = out == a ? b : a;
-            fprintf(stderr, "sinter %s: %s %s and %s %s are the same file: ", cmd, a->opt, a->path,
+            fprintf(stderr, "sinter: %s: %s %s and %s %s are the same file: ", cmd, a->opt, a->path,
                     b->opt, b->path);
             if (other->output)
                 fprintf(stderr, "one output would overwrite the other: give each its own path\n");

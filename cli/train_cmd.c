@@ -486,10 +486,20 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
                (double)(r->gm.lora.lora.alpha / (float)r->gm.lora.lora.rank),
                sn_gpt2_lora_targets_name(r->gm.lora.targets), (long long)in.trained,
                (long long)in.params, 100.0 * (double)in.trained / (double)in.params);
+    /* every targeted layer (c_attn, c_proj, c_fc) has n_embd as its smaller side */
+    if (r->gm.has_lora && r->gm.lora.lora.rank >= r->gm.c.n_embd)
+        fprintf(stderr, "sinter train: warning: --lora %d is at least the adapted layers' smaller "
+                "side (%d channels): the adapters are as large as the weights they adapt (%.0f%% "
+                "of the parameters train): use a rank well below %d\n",
+                r->gm.lora.lora.rank, r->gm.c.n_embd, 100.0 * (double)in.trained / (double)in.params,
+                r->gm.c.n_embd);
     printf("device: %s\n", in.device);
     sn_target cpu = sn_target_cpu();
+    bool on_cpu = !strncmp(in.device, "cpu", 3) || !strncmp(in.device, "reference interpreter", 21);
     printf("precision: %s%s\n", a->precision,
-           !strcmp(a->precision, "fp32") && strcmp(a->device, "interp") &&
+           !strcmp(a->precision, "tf32") && on_cpu
+               ? " (TF32 is a CUDA tensor-core mode: on this device it means fp32)"
+           : !strcmp(a->precision, "fp32") && strcmp(a->device, "interp") &&
                    sn_target_default_precision(&cpu) == SN_PRECISION_BF16
                ? " (this CPU has bf16 dot products: try --precision bf16)" : "");
     sn_session_plan_print(r->s, stdout);
