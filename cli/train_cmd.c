@@ -422,9 +422,9 @@ static sn_status stop_now(const train_args *a, run *r, long step, sn_err *e) {
 static sn_status check_input(const char *opt, const char *path, sn_err *e) {
     struct stat st;
     if (!path || stat(path, &st) != 0 || S_ISREG(st.st_mode)) return SN_OK; /* missing: the reader says */
-    return sn_fail(e, SN_ERR_IO, "cannot read %s %s: it is %s, not a regular file: give the "
-                   "checkpoint file", opt, path, S_ISDIR(st.st_mode) ? "a directory"
-                   : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+    return sn_fail(e, SN_ERR_IO, "cannot read %s: it is %s, not a regular file: give %s a "
+                   "checkpoint file", path, S_ISDIR(st.st_mode) ? "a directory"
+                   : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket", opt);
 }
 
 /* Each output's temporaries that a killed run left (savefile.h), removed with a message. */

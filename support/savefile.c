@@ -314,6 +314,7 @@ sn_status sn_savefile_commit_pair(sn_savefile *a, sn_savefile *b, sn_err *e) {
         sn_savefile_abort(a);
         return failed(b, step, err, e);
     }
+    test_delay("SN_SAVEFILE_DELAY_MS");
     /* a's old file kept under a temporary name until b is in place: a failed second rename puts
      * it back. The renames are one section no signal handler splits. */
     size_t n = strlen(a->target) + TMP_EXTRA;

@@ -60,8 +60,8 @@ int sn_savefile_remove_stale(const char *path, time_t before);
  * nested call on the same thread would wait for itself). */
 void sn_savefile_unlink_all(void);
 
-/* Tests only: SN_SAVEFILE_DELAY_MS=N makes sn_savefile_commit wait N ms after writing and
- * before the rename, so a test can kill the process during a save (tests/resume.sh);
+/* Tests only: SN_SAVEFILE_DELAY_MS=N makes sn_savefile_commit (and _commit_pair) wait N ms after
+ * writing and before the rename, so a test can kill the process during a save (tests/resume.sh);
  * SN_SAVEFILE_OPEN_DELAY_MS=N waits between creating the temporary file and listing it, inside
  * the section a handler cannot split (tests/interrupt.sh). */
 
