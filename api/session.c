@@ -208,6 +208,10 @@ static sn_status setup(sn_session *r, sn_err *e) {
                        "= %d x %d = %ld: use %ld or %ld", o->tokens_per_step, r->B, r->T, bt,
                        o->tokens_per_step / bt * bt > 0 ? o->tokens_per_step / bt * bt : bt,
                        (o->tokens_per_step / bt + 1) * bt);
+    if (o->tokens_per_step / bt > SN_SESSION_MAX_MICRO)
+        return sn_fail(e, SN_ERR_INVALID, "--tokens-per-step %ld is %ld micro-batches of batch x seq "
+                       "= %ld tokens a step, more than %d: use fewer tokens per step or a larger "
+                       "--batch", o->tokens_per_step, o->tokens_per_step / bt, bt, SN_SESSION_MAX_MICRO);
     r->micro = o->tokens_per_step ? (int)(o->tokens_per_step / bt) : 1;
 
     /* the graph passes here; the trainer compiles the rest (fuse, memplan) with the same options */
@@ -250,7 +254,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
     set_meta(r);
     r->run.data_rng = sn_rng_seed(o->seed ^ 0x5eedull);
     if (o->resume) return sn_checkpoint_load(o->resume, r->t, &r->run, e);
-    return o->init ? sn_checkpoint_init(o->init, r->t, &r->init_fresh, e) : SN_OK;
+    return o->init ? sn_checkpoint_init(o->init, r->t, &r->run, &r->init_fresh, e) : SN_OK;
 }
 
 sn_status sn_session_new(const sn_model *m, const sn_session_opts *o, sn_session **out, sn_err *e) {

@@ -24,6 +24,9 @@
  * (B, T); the logits (B, T, Vp >= V, padding allowed) as the graph's first rank-3 output; the
  * mean cross-entropy as g->loss. Parameters are matched by name between the two graphs the
  * session builds, so the same names must come out for every B and T. */
+/* The most micro-batches one optimizer step accumulates (--tokens-per-step / (B x T)). */
+#define SN_SESSION_MAX_MICRO (1 << 20)
+
 typedef struct {
     const char *name; /* in messages and checkpoints: "llama-mini" */
     const char *desc; /* its shape in words ("4 layers, 128 channels"), checked on resume; may be NULL */
@@ -42,7 +45,8 @@ typedef struct {
     const char *bpe;      /* GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe; NULL: bytes */
     int batch;            /* B, sequences per micro-batch */
     int seq;              /* T, tokens per sequence; 0: the model's ctx */
-    long tokens_per_step; /* a multiple of B*T: that many tokens per optimizer step; 0: B*T */
+    long tokens_per_step; /* a multiple of B*T: that many tokens per optimizer step (at most
+                           * SN_SESSION_MAX_MICRO micro-batches); 0: B*T */
     int steps;            /* optimizer steps of the run (the learning-rate schedule's length) */
     double lr;            /* peak learning rate (AdamW, cosine, 10% warm-up) */
     uint64_t seed;        /* initialisation, batches and samples */

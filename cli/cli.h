@@ -10,8 +10,31 @@ void cli_usage(FILE *f);
 int cli_fail(const char *fmt, const char *arg);
 /* Parses a whole decimal integer in [lo, hi]. */
 bool cli_int(const char *s, long lo, long hi, long *out);
+/* Parses a whole decimal real number in [lo, hi). */
+bool cli_real(const char *s, double lo, double hi, double *out);
 /* Parses a size: "6GiB", "6G", "512MiB", "100000000" (bytes), "1.5GiB"; > 0. */
 bool cli_bytes(const char *s, long long *out);
+
+/* ---- paths.c: the files a command names, checked before any work ---- */
+
+#include "ir/ir.h"
+typedef struct {
+    const char *opt;       /* "--checkpoint" */
+    const char *path;      /* NULL: not given */
+    const char *what;      /* "checkpoint", "training corpus" */
+    bool output;           /* written by the command */
+    const char *may_equal; /* the option this one may share its file with (NULL: none) */
+} cli_path;
+/* Whether a and b are the same file: device and inode, or for a file not there yet the same
+ * resolved name. */
+bool cli_same_file(const char *a, const char *b);
+/* Refuses (message naming both options, exit code 2) when an output is the same file as another
+ * path of p; 0 when none is. */
+int cli_check_paths(const char *cmd, const cli_path *p, int n);
+/* An existing non-empty regular file at path must start with magic (len <= 16 bytes: the file
+ * is of the output's kind) unless overwrite (--overwrite); otherwise SN_ERR_INVALID. */
+sn_status cli_check_kind(const char *opt, const char *path, const char *what, const void *magic,
+                         size_t len, bool overwrite, sn_err *e);
 
 int cli_train(int argc, char **argv);
 int cli_plan(int argc, char **argv);

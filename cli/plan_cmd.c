@@ -81,6 +81,7 @@ int cli_plan(int argc, char **argv) {
     long B = 16, T = -1, micro = 0, rank = 0;
     double alpha = 0;
     unsigned targets = SN_GPT2_LORA_ALL;
+    bool targets_given = false;
     long long mem = 0;
     int offload = SN_PLAN_OFFLOAD_AS_NEEDED;
     int policy = -1;
@@ -109,13 +110,22 @@ int cli_plan(int argc, char **argv) {
         else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &T);
         else if (!strcmp(k, "--micro-batch")) ok = cli_int(v, 1, 1 << 16, &micro);
         else if (!strcmp(k, "--lora")) ok = cli_int(v, 1, 4096, &rank);
-        else if (!strcmp(k, "--lora-alpha")) ok = (alpha = strtod(v, NULL)) > 0 && alpha < 1e6;
-        else if (!strcmp(k, "--lora-targets")) ok = sn_gpt2_lora_targets_parse(v, &targets);
+        else if (!strcmp(k, "--lora-alpha")) {
+            if (!cli_real(v, 1e-6, 1e6, &alpha)) /* as sinter train reads it */
+                return cli_fail("plan: --lora-alpha wants a number > 0 and < 1e6, not '%s'", v);
+        } else if (!strcmp(k, "--lora-targets")) {
+            if (!sn_gpt2_lora_targets_parse(v, &targets))
+                return cli_fail("plan: --lora-targets is attn, mlp or all, not '%s'", v);
+            targets_given = true;
+        }
         else if (!strcmp(k, "--mem")) ok = cli_bytes(v, &mem);
         else if (!strcmp(k, "--checkpoint-policy")) ok = (policy = sn_ckpt_policy_parse(v)) >= 0;
         else return cli_fail("plan: unknown option '%s' (see sinter plan --help)", k);
         if (!ok) return cli_fail("plan: bad value '%s' (see sinter plan --help)", v);
     }
+    if (!rank && (alpha > 0 || targets_given)) /* as sinter train refuses them */
+        return cli_fail("plan: --lora-alpha and --lora-targets shape LoRA adapters: add --lora R "
+                        "(the rank, e.g. 8)%s", "");
     if (!model) return cli_fail("plan: which model? add --model NAME%s", "");
     if (!mem) return cli_fail("plan: how much memory? add --mem N (6GiB, 500MiB)%s", "");
     if (policy == SN_CKPT_BUDGET) policy = -1;

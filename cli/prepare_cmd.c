@@ -1,9 +1,11 @@
 /* prepare_cmd.c: `sinter prepare`: tokenizes a text corpus once into llm.c token shards,
  * PREFIX_train.bin and PREFIX_val.bin (the last --val-frac of the tokens), for
  * `sinter train --train-bin PREFIX_train.bin --val-bin PREFIX_val.bin`. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/data.h"
 #include "support/savefile.h"
@@ -15,21 +17,46 @@ static const char prepare_usage[] =
     "  --bpe DIR         GPT-2 BPE tokenizer from DIR/encoder.json and DIR/vocab.bpe\n"
     "                    (default: byte-level)\n"
     "  --val-frac X      the share of tokens (at the end) for validation (default 0.1)\n"
-    "  --out PREFIX      writes PREFIX_train.bin and PREFIX_val.bin\n";
+    "  --out PREFIX      writes PREFIX_train.bin and PREFIX_val.bin (both replaced, or neither)\n"
+    "  --overwrite       let them replace existing files that are not token shards\n"
+    "An output may not be an input (compared as files). SIGINT or SIGTERM stops at once, the\n"
+    "old shards unchanged and no temporary files left.\n";
 
 /* Fewer validation tokens than this draws a warning: `sinter train` needs batch x seq + 1 of them
  * (1025 for --batch 4 --seq 256). */
 #define FEW_VAL_TOKENS 1025
 
+/* SIGINT or SIGTERM: the temporary files removed, exit 128 + the signal (a prepare is short:
+ * nothing is worth finishing). */
+static void on_stop_signal(int sig) {
+    static const char msg[] = "\nsinter prepare: interrupted: stopping; the shards are unchanged "
+                              "(temporary files removed)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    sn_savefile_unlink_all();
+    _exit(128 + sig);
+}
+
+static void catch_stop_signals(void) {
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGINT); /* no nesting: see sn_savefile_unlink_all */
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 /* Both shards are written to temporary files opened before the corpus is read (an unwritable
- * --out fails at once) and renamed over PREFIX_*.bin only when both are complete: a failure
- * leaves the old shards as they were. */
-static sn_status prepare(const char *data, const char *bpe, double val_frac, const char *out,
-                         sn_err *e) {
-    char path[2][4096];
-    snprintf(path[0], sizeof path[0], "%s_train.bin", out);
-    snprintf(path[1], sizeof path[1], "%s_val.bin", out);
+ * --out fails at once) and renamed over PREFIX_*.bin only when both are complete (the second
+ * rename failing puts the first shard back): a failure leaves the old shards as they were. */
+static sn_status prepare(const char *data, const char *bpe, double val_frac, char path[2][4096],
+                         bool overwrite, sn_err *e) {
     sn_savefile f[2] = {{0}, {0}};
+    int32_t magic = SN_SHARD_MAGIC; /* the shards are little-endian, as is every host sinter runs on */
+    for (int i = 0; i < 2; i++) {
+        sn_status s = cli_check_kind("--out", path[i], "token shard", &magic, 4, overwrite, e);
+        if (s) return s;
+    }
     sn_status s = sn_savefile_open(&f[0], path[0], "shard", e);
     if (!s && (s = sn_savefile_open(&f[1], path[1], "shard", e))) sn_savefile_abort(&f[0]);
     if (s) return s;
@@ -54,8 +81,7 @@ static sn_status prepare(const char *data, const char *bpe, double val_frac, con
                     train.n < 2 ? " or a smaller --val-frac" : " or a larger --val-frac");
     if (!s) s = sn_shard_put(f[0].f, path[0], &train, e);
     if (!s) s = sn_shard_put(f[1].f, path[1], &val, e);
-    if (!s) s = sn_savefile_commit(&f[0], e);
-    if (!s) s = sn_savefile_commit(&f[1], e);
+    if (!s) s = sn_savefile_commit_pair(&f[0], &f[1], e); /* both replaced, or neither */
     sn_savefile_abort(&f[0]); /* no-ops after a commit */
     sn_savefile_abort(&f[1]);
     if (!s) {
@@ -75,11 +101,16 @@ static sn_status prepare(const char *data, const char *bpe, double val_frac, con
 int cli_prepare(int argc, char **argv) {
     const char *data = SN_DEFAULT_CORPUS, *bpe = NULL, *out = NULL;
     double val_frac = 0.1;
+    bool overwrite = false;
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
             fputs(prepare_usage, stdout);
             return 0;
+        }
+        if (!strcmp(k, "--overwrite")) {
+            overwrite = true;
+            continue;
         }
         if (!v) return cli_fail("prepare: option '%s' needs a value (see sinter prepare --help)", k);
         i++;
@@ -87,15 +118,30 @@ int cli_prepare(int argc, char **argv) {
         else if (!strcmp(k, "--bpe")) bpe = v;
         else if (!strcmp(k, "--out")) out = v;
         else if (!strcmp(k, "--val-frac")) {
-            char *end;
-            val_frac = strtod(v, &end);
-            if (!*v || *end || !(val_frac > 0 && val_frac < 1))
+            if (!cli_real(v, 0, 1, &val_frac) || !(val_frac > 0))
                 return cli_fail("prepare: --val-frac wants a fraction between 0 and 1, not '%s'", v);
         } else return cli_fail("prepare: unknown option '%s' (see sinter prepare --help)", k);
     }
     if (!out) return cli_fail("prepare: where to? add --out PREFIX%s", "");
+    char path[2][4096], enc[4200] = "", merges[4200] = "";
+    snprintf(path[0], sizeof path[0], "%s_train.bin", out);
+    snprintf(path[1], sizeof path[1], "%s_val.bin", out);
+    if (bpe) {
+        snprintf(enc, sizeof enc, "%s/encoder.json", bpe);
+        snprintf(merges, sizeof merges, "%s/vocab.bpe", bpe);
+    }
+    const cli_path paths[] = {
+        {"--out", path[0], "training shard", true, NULL},
+        {"--out", path[1], "validation shard", true, NULL},
+        {"--data", data, "corpus", false, NULL},
+        {"--bpe", bpe ? enc : NULL, "tokenizer's encoder.json", false, NULL},
+        {"--bpe", bpe ? merges : NULL, "tokenizer's vocab.bpe", false, NULL},
+    };
+    int rc = cli_check_paths("prepare", paths, (int)(sizeof paths / sizeof paths[0]));
+    if (rc) return rc;
+    catch_stop_signals();
     sn_err e = {0};
-    if (prepare(data, bpe, val_frac, out, &e)) {
+    if (prepare(data, bpe, val_frac, path, overwrite, &e)) {
         fprintf(stderr, "sinter prepare: %s\n", e.msg);
         return 1;
     }

@@ -50,6 +50,12 @@ bool cli_int(const char *s, long lo, long hi, long *out) {
     return true;
 }
 
+bool cli_real(const char *s, double lo, double hi, double *out) {
+    char *end;
+    *out = strtod(s, &end);
+    return *s && !*end && *out >= lo && *out < hi;
+}
+
 bool cli_bytes(const char *s, long long *out) {
     static const struct { const char *suffix; double scale; } units[] = {
         {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"M", 1048576.0}, {"MiB", 1048576.0},

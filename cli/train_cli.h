@@ -12,6 +12,7 @@
 typedef struct {
     const char *model, *device, *data, *bpe, *train_bin, *val_bin; /* model, device and data */
     bool no_cache, tf32;     /* CUDA: compile without the kernel cache; TF32 GEMMs */
+    bool overwrite;          /* --overwrite: an output may replace a file of another kind */
     const char *precision;  /* fp32, bf16, fp16 (the autocast pass), tf32 (CUDA GEMMs) */
     const char *dump_after; /* a pass whose IR or program to print (sinter train --dump-after) */
     const char *log, *plot, *checkpoint, *resume, *prompt; /* files and the sampling prompt */
@@ -54,7 +55,7 @@ typedef struct {
     sn_savefile f;
     bool open;
     long rows;               /* rows this run wrote */
-    char failed_path[4200];  /* PATH.failed: where a failed run's unpublished rows went */
+    char failed_path[4200];  /* PATH.failed (or PATH.failed.N): a failed run's unpublished rows */
 } train_log;
 
 /* A fresh run (resume_step 0) starts the log with the header; a resumed one keeps the rows of
@@ -67,7 +68,8 @@ sn_status train_log_row(train_log *l, long step, double loss, double val, float 
 /* Publishes the log at its path (the first time) and makes its rows durable (fsync). */
 sn_status train_log_sync(train_log *l, sn_err *e);
 /* Closes the log. One never published is removed, or, when failed and it has rows, renamed to
- * PATH.failed, whose name is returned (else NULL); the old log stays as it was. */
+ * PATH.failed (PATH.failed.2 ... when that exists: no file is replaced), whose name is returned
+ * (else NULL); the old log stays as it was. */
 const char *train_log_close(train_log *l, bool failed);
 
 /* ---- samples (train_out.c) ---- */

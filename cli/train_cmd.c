@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api/session.h"
@@ -85,16 +87,14 @@ static const char train_usage[] =
     "                        --mem)\n"
     "  --dump-after PASS     print the IR (or, after fuse and memplan, the program) the trainer\n"
     "                        runs, after PASS (%s)\n"
-    "Every output path is checked writable before training and every file is replaced whole.\n"
+    "  --overwrite           let --checkpoint, --log and --plot replace an existing file that\n"
+    "                        is not a checkpoint, a CSV log or a PNG (refused by default)\n"
+    "Every output path is checked writable before training and every file is replaced whole,\n"
+    "keeping its mode; an output that is a symbolic link replaces the file it names. An output\n"
+    "may not be an input or another output (compared as files, not names).\n"
     "SIGINT or SIGTERM: the current step finishes, a checkpoint is saved when --checkpoint (or\n"
     "--resume) is given, and sinter exits with status 130 (SIGINT) or 143 (SIGTERM); a second\n"
     "signal stops at once without saving. Exit status 1: an error (the message says which).\n";
-
-static bool parse_real(const char *v, double lo, double hi, double *out) {
-    char *end;
-    *out = strtod(v, &end);
-    return *v && !*end && *out >= lo && *out < hi;
-}
 
 /* The integer options: name, valid range and where the value goes. */
 typedef struct {
@@ -124,8 +124,8 @@ static int parse_args(int argc, char **argv, train_args *a) {
             printf(train_usage, sn_pipeline_pass_names());
             return 0;
         }
-        if (!strcmp(k, "--no-cache") || !strcmp(k, "--tf32")) {
-            *(!strcmp(k, "--tf32") ? &a->tf32 : &a->no_cache) = true;
+        if (!strcmp(k, "--no-cache") || !strcmp(k, "--tf32") || !strcmp(k, "--overwrite")) {
+            *(!strcmp(k, "--tf32") ? &a->tf32 : !strcmp(k, "--overwrite") ? &a->overwrite : &a->no_cache) = true;
             continue;
         }
         if (!v) return cli_fail("train: option '%s' needs a value (see sinter train --help)", k);
@@ -151,7 +151,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
                 return cli_fail("train: --lora-targets is attn, mlp or all, not '%s'", v);
             a->lora_targets = v;
         } else if (!strcmp(k, "--lora-alpha")) {
-            if (!parse_real(v, 1e-6, 1e6, &a->lora_alpha))
+            if (!cli_real(v, 1e-6, 1e6, &a->lora_alpha))
                 return cli_fail("train: --lora-alpha wants a number > 0 and < 1e6, not '%s'", v);
         }
         else if (!strcmp(k, "--prompt")) a->prompt = v;
@@ -173,13 +173,13 @@ static int parse_args(int argc, char **argv, train_args *a) {
             a->precision = v;
         }
         else if (!strcmp(k, "--lr")) {
-            if (!parse_real(v, 1e-30, 10, &a->lr))
+            if (!cli_real(v, 1e-30, 10, &a->lr))
                 return cli_fail("train: --lr wants a number > 0 and < 10, not '%s'", v);
         } else if (!strcmp(k, "--temperature")) {
-            if (!parse_real(v, 0, 100, &a->temperature))
+            if (!cli_real(v, 0, 100, &a->temperature))
                 return cli_fail("train: --temperature wants a number >= 0 and < 100, not '%s'", v);
         } else if (!strcmp(k, "--diverge-nats")) {
-            if (!parse_real(v, 0, 1e6, &a->diverge_nats))
+            if (!cli_real(v, 0, 1e6, &a->diverge_nats))
                 return cli_fail("train: --diverge-nats wants a number >= 0 and < 1e6, not '%s'", v);
         } else {
             const int_opt *o = NULL;
@@ -210,6 +210,26 @@ static int parse_args(int argc, char **argv, train_args *a) {
         return cli_fail("train: --mem plans device memory; the interpreter has none (use --device "
                         "cpu)%s", "");
     if (!strcmp(a->precision, "tf32")) a->tf32 = true;
+    /* no output may be an input or another output: checked before anything is read */
+    char enc[4200] = "", merges[4200] = "";
+    if (a->bpe) {
+        snprintf(enc, sizeof enc, "%s/encoder.json", a->bpe);
+        snprintf(merges, sizeof merges, "%s/vocab.bpe", a->bpe);
+    }
+    const cli_path paths[] = {
+        {"--checkpoint", a->checkpoint, "checkpoint", true, "--resume"},
+        {"--log", a->log, "log", true, NULL},
+        {"--plot", a->plot, "plot", true, NULL},
+        {"--data", a->train_bin ? NULL : a->data, "training corpus", false, NULL},
+        {"--train-bin", a->train_bin, "training shard", false, NULL},
+        {"--val-bin", a->val_bin, "validation shard", false, NULL},
+        {"--bpe", a->bpe ? enc : NULL, "tokenizer's encoder.json", false, NULL},
+        {"--bpe", a->bpe ? merges : NULL, "tokenizer's vocab.bpe", false, NULL},
+        {"--resume", a->resume, "checkpoint resumed", false, "--checkpoint"},
+        {"--init", a->init, "checkpoint the run starts from", false, NULL},
+    };
+    int rc = cli_check_paths("train", paths, (int)(sizeof paths / sizeof paths[0]));
+    if (rc) return rc;
     if (a->dump_after && !strcmp(a->device, "interp") &&
         (!strcmp(a->dump_after, "fuse") || !strcmp(a->dump_after, "memplan")))
         return cli_fail("train: --dump-after %s shows the compiled program, and --device interp "
@@ -242,6 +262,7 @@ typedef struct {
     progress prog;
     long saved_step;         /* the step of the last checkpoint written or read; -1: none */
     int stopped_by;          /* the signal that stopped the run (exit 128 + it); 0: none */
+    bool stepped;            /* a training step was tried (a failure after it is the run's) */
     double recent[50];       /* the losses of the last steps of this process, a ring */
     int n_recent;            /* steps in it so far */
 } run;
@@ -395,10 +416,39 @@ static sn_status stop_now(const train_args *a, run *r, long step, sn_err *e) {
     return SN_OK;
 }
 
-/* Every output path writable, before any work: a bad path found at the first save or at the end
- * wastes the run. */
-static sn_status check_outputs(const train_args *a, sn_err *e) {
-    sn_status s = SN_OK;
+/* A checkpoint to read (--resume, --init) that is there but not a regular file is an input's
+ * problem, said as one (--resume is also the default --checkpoint, whose check would call it
+ * unwritable). */
+static sn_status check_input(const char *opt, const char *path, sn_err *e) {
+    struct stat st;
+    if (!path || stat(path, &st) != 0 || S_ISREG(st.st_mode)) return SN_OK; /* missing: the reader says */
+    return sn_fail(e, SN_ERR_IO, "cannot read %s: it is %s, not a regular file: give %s a "
+                   "checkpoint file", path, S_ISDIR(st.st_mode) ? "a directory"
+                   : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket", opt);
+}
+
+/* Each output's temporaries that a killed run left (savefile.h), removed with a message. */
+static void remove_stale(const char *opt, const char *path, time_t started) {
+    int n = path ? sn_savefile_remove_stale(path, started) : 0;
+    if (n)
+        fprintf(stderr, "sinter train: removed %d temporary file%s of %s %s (%s.tmp.*) left by a "
+                "run that was killed while saving\n", n, n > 1 ? "s" : "", opt, path, path);
+}
+
+/* Every output path writable and of its own kind, before any work: a bad path found at the
+ * first save or at the end wastes the run. */
+static sn_status check_outputs(const train_args *a, time_t started, sn_err *e) {
+    static const unsigned char png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    sn_status s = check_input("--resume", a->resume, e);
+    if (!s) s = check_input("--init", a->init, e);
+    if (!s && a->checkpoint)
+        s = cli_check_kind("--checkpoint", a->checkpoint, "checkpoint", "SNCKPT\x1a\n", 8, a->overwrite, e);
+    if (!s && a->log) s = cli_check_kind("--log", a->log, "log", "step,", 5, a->overwrite, e);
+    if (!s && a->plot) s = cli_check_kind("--plot", a->plot, "PNG plot", png, 8, a->overwrite, e);
+    if (s) return s;
+    remove_stale("--checkpoint", a->checkpoint, started);
+    remove_stale("--log", a->log, started);
+    remove_stale("--plot", a->plot, started);
     if (a->checkpoint) s = sn_savefile_check(a->checkpoint, "checkpoint", e);
     if (!s && a->log) s = sn_savefile_check(a->log, "log", e);
     if (!s && a->plot && !sn_png_supported())
@@ -408,8 +458,8 @@ static sn_status check_outputs(const train_args *a, sn_err *e) {
     return s;
 }
 
-static sn_status train(const train_args *a, run *r, sn_err *e) {
-    sn_status s = check_outputs(a, e);
+static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
+    sn_status s = check_outputs(a, started, e);
     if (!s) s = build(a, r, e);
     if (s) return s;
     sn_session_info in;
@@ -436,10 +486,20 @@ static sn_status train(const train_args *a, run *r, sn_err *e) {
                (double)(r->gm.lora.lora.alpha / (float)r->gm.lora.lora.rank),
                sn_gpt2_lora_targets_name(r->gm.lora.targets), (long long)in.trained,
                (long long)in.params, 100.0 * (double)in.trained / (double)in.params);
+    /* every targeted layer (c_attn, c_proj, c_fc) has n_embd as its smaller side */
+    if (r->gm.has_lora && r->gm.lora.lora.rank >= r->gm.c.n_embd)
+        fprintf(stderr, "sinter train: warning: --lora %d is at least the adapted layers' smaller "
+                "side (%d channels): the adapters are as large as the weights they adapt (%.0f%% "
+                "of the parameters train): use a rank well below %d\n",
+                r->gm.lora.lora.rank, r->gm.c.n_embd, 100.0 * (double)in.trained / (double)in.params,
+                r->gm.c.n_embd);
     printf("device: %s\n", in.device);
     sn_target cpu = sn_target_cpu();
+    bool on_cpu = !strncmp(in.device, "cpu", 3) || !strncmp(in.device, "reference interpreter", 21);
     printf("precision: %s%s\n", a->precision,
-           !strcmp(a->precision, "fp32") && strcmp(a->device, "interp") &&
+           !strcmp(a->precision, "tf32") && on_cpu
+               ? " (TF32 is a CUDA tensor-core mode: on this device it means fp32)"
+           : !strcmp(a->precision, "fp32") && strcmp(a->device, "interp") &&
                    sn_target_default_precision(&cpu) == SN_PRECISION_BF16
                ? " (this CPU has bf16 dot products: try --precision bf16)" : "");
     sn_session_plan_print(r->s, stdout);
@@ -447,6 +507,7 @@ static sn_status train(const train_args *a, run *r, sn_err *e) {
     double t0 = sn_clock_s();
     for (long step = start; step < steps; step++) {
         sn_session_step_stats st;
+        r->stepped = true;
         /* A failed step leaves the trainer as it was and nothing is saved after it. */
         if ((s = sn_session_step(r->s, &st, e))) {
             if (s == SN_ERR_NUMERIC)
@@ -519,27 +580,33 @@ static sn_status train(const train_args *a, run *r, sn_err *e) {
 }
 
 int cli_train(int argc, char **argv) {
+    time_t started = time(NULL);
     train_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0) return rc;
-    run r = {0};
+    run r = {.saved_step = -1};
     sn_err e = {0};
     catch_stop_signals();
-    sn_status s = train(&a, &r, &e);
+    sn_status s = train(&a, &r, started, &e);
     if (s) {
         progress_break(&r.prog);
         fflush(stdout);
         fprintf(stderr, "sinter train: %s\n", e.msg);
-        if (s == SN_ERR_NUMERIC) {
+        /* a run that diverged (not a file that failed to load: its message says what to do) */
+        if (s == SN_ERR_NUMERIC && r.stepped) {
+            char again[300];
+            if (a.init)
+                snprintf(again, sizeof again, "start again from --init %s with a lower --lr (this "
+                         "run: %g)", a.init, a.lr);
+            else snprintf(again, sizeof again, "start afresh with a lower --lr (this run: %g)", a.lr);
             if (a.checkpoint && r.saved_step >= 0)
                 fprintf(stderr, "sinter train: nothing was saved after it; the last good checkpoint "
                         "is %s (step %ld). Resuming it with the same options repeats the same steps: "
-                        "start afresh with a lower --lr (this run: %g)\n", a.checkpoint,
-                        r.saved_step, a.lr);
+                        "%s\n", a.checkpoint, r.saved_step, again);
             else
-                fprintf(stderr, "sinter train: %s; start afresh with a lower --lr (this run: %g)\n",
+                fprintf(stderr, "sinter train: %s; %s\n",
                         a.checkpoint ? "no checkpoint was written (none was due yet)"
-                                     : "no --checkpoint was given", a.lr);
+                                     : "no --checkpoint was given", again);
         }
     }
     const char *kept = train_log_close(&r.log, s != SN_OK);

@@ -90,14 +90,14 @@ sn_status train_log_sync(train_log *l, sn_err *e) {
 
 const char *train_log_close(train_log *l, bool failed) {
     const char *kept = NULL;
-    if (l->open && l->f.tmp && failed && l->rows) { /* never published: keep the rows aside */
-        snprintf(l->failed_path, sizeof l->failed_path, "%s.failed", l->f.path);
-        fflush(l->f.f);
-        if (rename(l->f.tmp, l->failed_path) == 0) {
-            free(l->f.tmp);
-            l->f.tmp = NULL;
-            kept = l->failed_path;
-        }
+    /* never published: keep the rows aside in PATH.failed, or PATH.failed.N when that file
+     * exists (an existing file is never replaced) */
+    for (int n = 1; l->open && l->f.tmp && failed && l->rows && !kept && n < 100; n++) {
+        if (n == 1) snprintf(l->failed_path, sizeof l->failed_path, "%s.failed", l->f.path);
+        else snprintf(l->failed_path, sizeof l->failed_path, "%s.failed.%d", l->f.path, n);
+        int err = sn_savefile_keep_as(&l->f, l->failed_path);
+        if (!err) kept = l->failed_path;
+        else if (err != EEXIST) break;
     }
     if (l->open) sn_savefile_abort(&l->f); /* removes the file only if never published */
     l->open = false;

@@ -167,6 +167,17 @@ static sn_status load_encoder(gpt2 *g, const char *path, sn_err *e) {
     size_t n;
     sn_status st = sn_file_read(path, GPT2_HINT, &text, &n, e);
     if (st) return st;
+    /* json-c gives keys as C strings: a "\u0000" in one would cut it short, silently (GPT-2's
+     * spelling maps byte 0 to U+0100: no real token has it) */
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (text[i] != '\\') continue;
+        if (text[i + 1] == 'u' && i + 6 <= n && !memcmp(text + i + 2, "0000", 4)) {
+            free(text);
+            return sn_fail(e, SN_ERR_PARSE, "%s: byte %zu: a \\u0000 (NUL) escape, which no GPT-2 "
+                           "token is spelled with: " GPT2_HINT, path, i);
+        }
+        i++; /* the escaped character */
+    }
     json_object *root;
     st = parse_encoder(path, text, n, &root, e);
     free(text);

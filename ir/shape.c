@@ -1,6 +1,8 @@
 /* shape.c: the shape and dtype rule of every op, shared by the frontend (which reports a
  * mistake at the call that made it) and the verifier (which re-checks every pass's output).
- * Convention: axes are already normalised (0 <= axis < rank) when a node reaches sn_infer. */
+ * Convention: axes are already normalised (0 <= axis < rank) when a node reaches sn_infer, and
+ * every sum, difference or product of sizes is checked for overflow (the sizes come from text and
+ * files: a wrapped size passes a comparison and the interpreter then reads past a buffer). */
 #include <stdarg.h>
 #include <string.h>
 
@@ -207,7 +209,8 @@ static int infer_layout(sn_node *n, char *msg, size_t len) {
                            (long long)n->a.start, (long long)n->a.end, ax, t.s[0]);
             n->shape[ax] = n->a.end - n->a.start;
         } else {
-            if (n->a.start < 0 || n->a.start + d > n->a.end)
+            int64_t stop; /* start + d, which an absurd start overflows */
+            if (n->a.start < 0 || __builtin_add_overflow(n->a.start, d, &stop) || stop > n->a.end)
                 return bad(msg, len, "cannot place %s at %lld of an axis of size %lld", t.s[0],
                            (long long)n->a.start, (long long)n->a.end);
             n->shape[ax] = n->a.end;
@@ -227,7 +230,9 @@ static int infer_layout(sn_node *n, char *msg, size_t len) {
             if (!ok)
                 return bad(msg, len, "input 0 is %s, input %d is %s: all must agree except on "
                            "axis %d", t.s[0], i, sn_type_str(y, s, sizeof s), ax);
-            n->shape[ax] += y->shape[ax];
+            if (__builtin_add_overflow(n->shape[ax], y->shape[ax], &n->shape[ax]))
+                return bad(msg, len, "the inputs' sizes along axis %d add up to more than %lld: "
+                           "use smaller inputs", ax, (long long)INT64_MAX);
         }
         return 0;
     }

@@ -1,14 +1,17 @@
-/* savefile.c: atomic replacement of a file (savefile.h): mkstemp next to the target, fsync,
- * rename, fsync of the directory. Convention: every failure path unlinks the temporary file, and
+/* savefile.c: atomic replacement of a file (savefile.h): mkstemp next to the target (locked with
+ * flock while open, with the old file's mode), fsync, rename, fsync of the directory. Convention: every failure path unlinks the temporary file, and
  * every temporary file is in the process-wide list `open_tmp` from creation to rename or unlink. */
 #include "savefile.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,11 +77,66 @@ static void test_delay(const char *var) {
     if (ms > 0) nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000}, NULL);
 }
 
+/* The mode a new file gets: 0666 less the umask, read from /proc (umask(2) would set it, and
+ * another thread may be creating a file at that moment). */
+static mode_t new_file_mode(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[128];
+    unsigned mask = 022;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Umask: %o", &mask) == 1) break;
+    if (f) fclose(f);
+    return (mode_t)(0666 & ~mask);
+}
+
+/* The temporary files of target are "<dir>/<base>.tmp.XXXXXX", with base cut so that the name
+ * fits NAME_MAX (a 250-byte file name is valid; its temporary's must be too). Writes the
+ * "<dir>/<base>.tmp." prefix into out (n bytes: strlen(target) + TMP_EXTRA). */
+enum { TMP_SUFFIX = 11, TMP_EXTRA = 16 }; /* ".tmp.XXXXXX" */
+static void tmp_prefix(const char *target, char *out, size_t n) {
+    const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
+    size_t dir = (size_t)(base - target), len = strlen(base);
+    if (len > NAME_MAX - TMP_SUFFIX) len = NAME_MAX - TMP_SUFFIX;
+    snprintf(out, n, "%.*s%.*s.tmp.", (int)dir, target, (int)len, base);
+}
+
+/* The file a symbolic link at path names (malloc'ed): resolved whole when it exists, else the
+ * link's text (relative to the link's folder) for a file to be created; NULL with errno. */
+static char *link_target(const char *path) {
+    char *real = realpath(path, NULL);
+    if (real || errno != ENOENT) return real;
+    char to[PATH_MAX];
+    ssize_t n = readlink(path, to, sizeof to - 1);
+    if (n < 0) return NULL;
+    to[n] = '\0';
+    const char *slash = strrchr(path, '/');
+    int dir = to[0] == '/' || !slash ? 0 : (int)(slash - path) + 1;
+    size_t len = (size_t)dir + (size_t)n + 1;
+    char *out = malloc(len);
+    if (out) snprintf(out, len, "%.*s%s", dir, path, to);
+    return out;
+}
+
 sn_status sn_savefile_open(sn_savefile *s, const char *path, const char *what, sn_err *e) {
     *s = (sn_savefile){.path = path, .what = what};
-    size_t n = strlen(path) + 16;
-    if (!(s->tmp = sn_malloc(n, "a file name", e))) return SN_ERR_OOM;
-    snprintf(s->tmp, n, "%s.tmp.XXXXXX", path);
+    /* A symbolic link is written through: its target is replaced, the link stays a link. */
+    struct stat st;
+    bool link = lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+    if (link && !(s->target = link_target(path)))
+        return sn_fail(e, SN_ERR_IO, "cannot write the %s %s: it is a symbolic link that cannot "
+                       "be followed (%s): fix or remove the link", what, path, strerror(errno));
+    if (!link && !(s->target = strdup(path))) return sn_fail_oom(e, strlen(path), "a file name");
+    size_t n = strlen(s->target) + TMP_EXTRA;
+    if (!(s->tmp = sn_malloc(n, "a file name", e))) {
+        free(s->target);
+        s->target = NULL;
+        return SN_ERR_OOM;
+    }
+    tmp_prefix(s->target, s->tmp, n);
+    strcat(s->tmp, "XXXXXX");
+    /* the old file's mode is kept (a private 0600 log stays private); a new file's follows the
+     * umask, as open(2)'s would */
+    mode_t mode = stat(s->target, &st) == 0 && S_ISREG(st.st_mode) ? st.st_mode & 07777 : new_file_mode();
     sigset_t old;
     lock_list(&old);
     int fd = mkstemp(s->tmp);
@@ -89,13 +147,17 @@ sn_status sn_savefile_open(sn_savefile *s, const char *path, const char *what, s
     }
     unlock_list(&old);
     if (fd < 0) {
-        sn_status st = sn_fail(e, SN_ERR_IO, "cannot write the %s %s: %s: check that the "
-                               "directory exists and is writable", what, path, strerror(err));
+        sn_status r = sn_fail(e, SN_ERR_IO, "cannot write the %s %s: %s: check that the "
+                              "directory exists and is writable", what, path, strerror(err));
         free(s->tmp);
-        s->tmp = NULL;
-        return st;
+        free(s->target);
+        s->tmp = s->target = NULL;
+        return r;
     }
-    fchmod(fd, 0644); /* mkstemp makes 0600; a checkpoint or plot is an ordinary file */
+    /* locked while this process may write it: a later run removes only temporaries nobody holds
+     * (sn_savefile_remove_stale) */
+    flock(fd, LOCK_EX | LOCK_NB);
+    fchmod(fd, mode);
     if (!(s->f = fdopen(fd, "w+b"))) {
         err = errno;
         close(fd);
@@ -103,6 +165,41 @@ sn_status sn_savefile_open(sn_savefile *s, const char *path, const char *what, s
         return sn_fail(e, SN_ERR_IO, "cannot write the %s %s: %s", what, path, strerror(err));
     }
     return SN_OK;
+}
+
+int sn_savefile_remove_stale(const char *path, time_t before) {
+    struct stat st;
+    char *target = lstat(path, &st) == 0 && S_ISLNK(st.st_mode) ? link_target(path) : strdup(path);
+    if (!target) return 0;
+    size_t n = strlen(target) + TMP_EXTRA;
+    char *prefix = malloc(n), *dir = strdup(target);
+    int removed = 0;
+    if (prefix && dir) {
+        tmp_prefix(target, prefix, n);
+        char *slash = strrchr(dir, '/');
+        const char *base = strrchr(prefix, '/') ? strrchr(prefix, '/') + 1 : prefix;
+        if (slash) slash[slash == dir] = '\0';
+        DIR *d = opendir(slash ? dir : ".");
+        size_t blen = strlen(base);
+        for (struct dirent *f; d && (f = readdir(d));) {
+            const char *x = f->d_name + blen;
+            if (strncmp(f->d_name, base, blen) || strlen(x) != 6) continue;
+            char name[PATH_MAX];
+            snprintf(name, sizeof name, "%s/%s", slash ? dir : ".", f->d_name);
+            int fd = open(name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW);
+            if (fd < 0) continue;
+            /* a regular file older than this run that no process holds locked */
+            if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_mtime < before &&
+                flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(name) == 0)
+                removed++;
+            close(fd);
+        }
+        if (d) closedir(d);
+    }
+    free(prefix);
+    free(dir);
+    free(target);
+    return removed;
 }
 
 void sn_savefile_abort(sn_savefile *s) {
@@ -115,8 +212,27 @@ void sn_savefile_abort(sn_savefile *s) {
         unlock_list(&old);
     }
     free(s->tmp);
+    free(s->target);
     s->f = NULL;
+    s->tmp = s->target = NULL;
+}
+
+int sn_savefile_keep_as(sn_savefile *s, const char *other) {
+    if (!s->tmp) return EINVAL;
+    if (s->f && fflush(s->f) != 0) return errno ? errno : EIO;
+    sigset_t old;
+    lock_list(&old);
+    /* link(2) refuses an existing name, where rename(2) would replace it */
+    int rc = link(s->tmp, other), err = errno;
+    if (rc == 0) {
+        unlink(s->tmp);
+        list_remove(s->tmp);
+    }
+    unlock_list(&old);
+    if (rc != 0) return err;
+    free(s->tmp);
     s->tmp = NULL;
+    return 0;
 }
 
 /* fsync of the directory holding path, so the rename itself survives a crash. */
@@ -143,13 +259,13 @@ static int publish(sn_savefile *s, const char **step) {
     *step = "rename";
     sigset_t old;
     lock_list(&old);
-    int rc = rename(s->tmp, s->path), err = errno;
+    int rc = rename(s->tmp, s->target), err = errno;
     if (rc == 0) list_remove(s->tmp);
     unlock_list(&old);
     if (rc != 0) return err;
     free(s->tmp);
     s->tmp = NULL;
-    sync_dir(s->path);
+    sync_dir(s->target);
     return 0;
 }
 
@@ -174,7 +290,86 @@ sn_status sn_savefile_commit(sn_savefile *s, sn_err *e) {
     int rc = fclose(s->f);
     s->f = NULL;
     if (rc != 0) return failed(s, "close", errno, e);
+    free(s->target);
+    s->target = NULL;
     return SN_OK;
+}
+
+/* Flush and fsync without the rename. 0 or errno, *step naming what failed. */
+static int make_durable(sn_savefile *s, const char **step) {
+    *step = "write";
+    if (fflush(s->f) != 0 || ferror(s->f)) return errno ? errno : EIO;
+    *step = "fsync";
+    return fsync(fileno(s->f)) != 0 ? errno : 0;
+}
+
+sn_status sn_savefile_commit_pair(sn_savefile *a, sn_savefile *b, sn_err *e) {
+    const char *step;
+    int err = make_durable(a, &step);
+    if (err) {
+        sn_savefile_abort(b);
+        return failed(a, step, err, e);
+    }
+    if ((err = make_durable(b, &step))) {
+        sn_savefile_abort(a);
+        return failed(b, step, err, e);
+    }
+    test_delay("SN_SAVEFILE_DELAY_MS");
+    /* a's old file kept under a temporary name until b is in place: a failed second rename puts
+     * it back. The renames are one section no signal handler splits. */
+    size_t n = strlen(a->target) + TMP_EXTRA;
+    char *backup = sn_malloc(n, "a file name", e);
+    if (!backup) {
+        sn_savefile_abort(a);
+        sn_savefile_abort(b);
+        return SN_ERR_OOM;
+    }
+    tmp_prefix(a->target, backup, n);
+    strcat(backup, "XXXXXX");
+    sn_savefile *bad = NULL;
+    sigset_t old;
+    lock_list(&old);
+    int fd = mkstemp(backup);
+    bool had_old = false;
+    if (fd >= 0) {
+        close(fd);
+        had_old = unlink(backup) == 0 && link(a->target, backup) == 0;
+    }
+    if (rename(a->tmp, a->target) != 0) bad = a;
+    else if (rename(b->tmp, b->target) != 0) {
+        bad = b;
+        err = errno;
+        if (had_old) rename(backup, a->target); /* a's old file back */
+        else unlink(a->target);
+        had_old = false;
+    }
+    if (bad == a) err = errno;
+    if (!bad || bad == b) list_remove(a->tmp);
+    if (!bad) list_remove(b->tmp);
+    if (had_old) unlink(backup);
+    unlock_list(&old);
+    free(backup);
+    if (bad) {
+        if (bad == b) { /* a's temporary is gone (renamed, then replaced by the old file) */
+            free(a->tmp);
+            a->tmp = NULL;
+        }
+        sn_savefile_abort(bad == a ? b : a);
+        return failed(bad, "rename", err, e);
+    }
+    for (sn_savefile *s = a;; s = b) {
+        free(s->tmp);
+        s->tmp = NULL;
+        sync_dir(s->target);
+        int rc = fclose(s->f);
+        s->f = NULL;
+        free(s->target);
+        s->target = NULL;
+        if (rc != 0 && !err) err = errno;
+        if (s == b) break;
+    }
+    return err ? sn_fail(e, SN_ERR_IO, "cannot close the %s %s: %s", a->what, a->path, strerror(err))
+               : SN_OK;
 }
 
 sn_status sn_savefile_check(const char *path, const char *what, sn_err *e) {

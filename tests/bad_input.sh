@@ -31,7 +31,7 @@ refused 1 "cannot read fifo: it is a FIFO, not a regular file" "$sinter" train $
 # shellcheck disable=SC2086
 refused 1 "cannot read fifo: it is a FIFO, not a regular file" "$sinter" train $tiny --data corpus.txt --resume fifo --checkpoint c.ckpt
 # shellcheck disable=SC2086
-refused 1 "cannot write the checkpoint fifo: it is a FIFO, not a regular file" "$sinter" train $tiny --data corpus.txt --resume fifo
+refused 1 "cannot read fifo: it is a FIFO, not a regular file: give --resume a checkpoint file" "$sinter" train $tiny --data corpus.txt --resume fifo
 "$sinter" prepare --data corpus.txt --out good > /dev/null 2>&1
 # shellcheck disable=SC2086
 refused 1 "cannot read shard fifo: it is a FIFO" "$sinter" train $tiny --train-bin fifo --val-bin good_val.bin

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "data/data.h"
 #include "runtime/cuda/cuda_rt.h"
 #include "support/clock.h"
 #include "models/gpt2.h"
@@ -195,6 +196,31 @@ START_TEST(cache_cold_warm_corrupt_foreign) {
     ck_assert_int_eq(rename(other, path), 0);
     compile(&c, &a, kernel_src, true);
     ck_assert_int_eq(c.rejected, 4);
+    /* src2's entry with this key written into its header (its CRC kept): the CRC covers the key,
+     * so the swap is refused (it was loaded, and the launch failed with CUDA_ERROR_NOT_FOUND) */
+    compile(&c, &a, kernel_src, false); /* path good again */
+    ck_assert(sn_cuda_cache_path(&c, &a, src2, 80, other, sizeof other));
+    compile(&c, &a, src2, true);
+    char *good = NULL, *swapped = NULL;
+    size_t good_len, swapped_len;
+    sn_err fe;
+    ck_assert(sn_file_read(path, "", &good, &good_len, &fe) == SN_OK);
+    ck_assert(sn_file_read(other, "", &swapped, &swapped_len, &fe) == SN_OK);
+    memcpy(swapped + 16, good + 16, 16); /* entry_head: magic 8, version 4, arch 4, key 16 */
+    FILE *w = fopen(path, "wb");
+    ck_assert(w && fwrite(swapped, 1, swapped_len, w) == swapped_len && fclose(w) == 0);
+    compile(&c, &a, kernel_src, true);
+    ck_assert_int_eq(c.rejected, 5);
+    free(good);
+    free(swapped);
+    /* a FIFO under the entry's name: not opened for a blocking read (it hung), recompiled and
+     * replaced by a regular file */
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(mkfifo(path, 0644), 0);
+    compile(&c, &a, kernel_src, true);
+    ck_assert_int_eq(c.rejected, 6);
+    ck_assert(stat(path, &st) == 0 && S_ISREG(st.st_mode));
+    compile(&c, &a, kernel_src, false);
     /* another arch is another entry */
     ck_assert(sn_cuda_cache_path(&c, &a, kernel_src, 90, other, sizeof other));
     ck_assert_str_ne(path, other);
@@ -204,6 +230,65 @@ START_TEST(cache_cold_warm_corrupt_foreign) {
     compile(&off, &a, kernel_src, true);
     compile(&off, &a, kernel_src, true);
     ck_assert_int_eq(off.hits, 0);
+    free(src2);
+    sn_cuda_api_unload(&a);
+    rm_dir(dir);
+}
+END_TEST
+
+/* Runs compile() with stderr in a file; returns what it said (malloc'ed). */
+static char *stderr_of_compiles(sn_cuda_cache *c, sn_cuda_api *a, const char *const *srcs, int n) {
+    char path[] = "/tmp/sn_cudadev_err_XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    ck_assert(fd >= 0 && saved >= 0);
+    fflush(stderr);
+    dup2(fd, 2);
+    for (int i = 0; i < n; i++) compile(c, a, srcs[i], true);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    char *text = NULL;
+    size_t len;
+    sn_err e;
+    ck_assert(sn_file_read(path, "", &text, &len, &e) == SN_OK);
+    unlink(path);
+    return text;
+}
+
+/* A cache folder of another user is not used; a cache that cannot be written warns once, naming
+ * --no-cache, however many kernels are compiled. */
+START_TEST(cache_foreign_and_unwritable) {
+    if (!have(SN_LIB_NVRTC)) return;
+    char dir[64], sub[128], blocked[128];
+    temp_dir(dir, sizeof dir);
+    sn_cuda_api a = {0};
+    char *src2 = malloc(strlen(kernel_src) + 32);
+    sprintf(src2, "%s// another\n", kernel_src);
+    const char *srcs[] = {kernel_src, src2};
+    /* root can make a folder another user's; anyone else finds one in / */
+    snprintf(sub, sizeof sub, "%s/theirs", dir);
+    ck_assert_int_eq(mkdir(sub, 0777), 0);
+    const char *foreign = geteuid() == 0 && chown(sub, 65534, 65534) == 0 ? sub : "/";
+    sn_cuda_cache c;
+    sn_cuda_cache_init(&c, foreign, false);
+    ck_assert(c.foreign);
+    char *said = stderr_of_compiles(&c, &a, srcs, 2);
+    ck_assert_int_eq(c.hits, 0);
+    ck_assert_int_eq(count_entries(sub), 0);
+    free(said);
+    /* a cache folder under a regular file cannot be created */
+    snprintf(blocked, sizeof blocked, "%s/file", dir);
+    FILE *f = fopen(blocked, "w");
+    ck_assert(f && fclose(f) == 0);
+    snprintf(blocked, sizeof blocked, "%s/file/cache", dir);
+    sn_cuda_cache_init(&c, blocked, false);
+    said = stderr_of_compiles(&c, &a, srcs, 2);
+    ck_assert_has(said, "warning: kernel cache: cannot create");
+    ck_assert_has(said, "--no-cache");
+    char *again = strstr(said, "warning: kernel cache");
+    ck_assert_msg(!strstr(again + 1, "warning: kernel cache"), "warned more than once:\n%s", said);
+    free(said);
     free(src2);
     sn_cuda_api_unload(&a);
     rm_dir(dir);
@@ -423,6 +508,7 @@ int main(void) {
     tcase_add_test(t, check_macro_names_file_line_and_the_library_error);
     tcase_add_test(t, gemm_plans_build_up_to_the_handle);
     tcase_add_test(t, cache_cold_warm_corrupt_foreign);
+    tcase_add_test(t, cache_foreign_and_unwritable);
     tcase_add_test(t, compile_error_carries_the_log);
     tcase_add_test(t, compiler_crash_is_an_error_not_a_crash);
     tcase_add_test(t, graphs_capture_a_stable_step_once);

@@ -175,6 +175,16 @@ START_TEST(test_bpe_load_errors) {
     st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
     ck_assert_int_eq(st, SN_ERR_PARSE);
     ck_assert_has(e.msg, "token 1 is the empty string");
+    /* a NUL escape in a key: json-c's C-string key was cut short at it, silently (issue 19);
+     * an escaped backslash before "u0000" is no escape */
+    write_file(path, "{\"a\": 0, \"b\\u0000c\": 1}", 23);
+    st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
+    ck_assert_int_eq(st, SN_ERR_PARSE);
+    ck_assert_has(e.msg, "byte 11: a \\u0000 (NUL) escape");
+    write_file(path, "{\"a\": 0, \"b\\\\u0000\": 2}", 23);
+    st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
+    ck_assert_int_eq(st, SN_ERR_PARSE);
+    ck_assert_msg(!strstr(e.msg, "NUL"), "%s", e.msg);
     unlink(path);
 }
 END_TEST

@@ -321,6 +321,10 @@ static const struct {
     {"graph {\n  %0 = input \"x\" : f32[4294967296,4294967296]\n}\n",
      "line 2: the shape [4294967296,4294967296] has more than 1152921504606846975 elements"},
     {"graph {\n  %0 = input \"x\" : f32[2000000000,2000000000,8]\n}\n", "overflows 64-bit sizes"},
+    /* a pad whose start + size wrapped passed the rule, and the interpreter read past the input
+     * (issue 19: heap-buffer-overflow in eval_layout) */
+    {H "  %1 = pad %0 axis=0 start=9223372036854775807 end=4 : f32[4,3]\n}\n",
+     "line 3: pad (would be node %1): cannot place f32[2,3] at 9223372036854775807 of an axis of size 4"},
 };
 
 START_TEST(test_parse_errors) {

@@ -369,7 +369,7 @@ START_TEST(init_reproduces_the_saved_loss) {
     sn_trainer *full = trainer(g1, d, 2, 20), *lora = trainer(g2, d, 3, 20);
     ck_assert(eval(full) != saved);
     int fresh = -1;
-    ck_assert_msg(sn_checkpoint_init(path, full, &fresh, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_checkpoint_init(path, full, NULL, &fresh, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(fresh, 0);
     double got = eval(full);
     ck_assert_msg(got == saved, "full model from the checkpoint: loss %.9g, saved %.9g", got, saved);
@@ -382,7 +382,7 @@ START_TEST(init_reproduces_the_saved_loss) {
         free(m);
     }
     /* the LoRA model: its adapters are new (B zeros), so it starts as the saved model */
-    ck_assert_msg(sn_checkpoint_init(path, lora, &fresh, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_checkpoint_init(path, lora, NULL, &fresh, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(fresh, 16);
     got = eval(lora);
     if (_i) sn_check_close("LoRA model from the checkpoint, CPU device", &got, &saved, 1, 1e-6, 0);
@@ -436,7 +436,7 @@ START_TEST(init_refuses_another_model) {
             ck_assert(truncate(base_path, 1000) == 0);
             path = base_path;
         }
-        sn_status s = sn_checkpoint_init(path, t, NULL, &e);
+        sn_status s = sn_checkpoint_init(path, t, NULL, NULL, &e);
         ck_assert_msg(s != SN_OK && strstr(e.msg, cases[c].msg), "case %zu: %s", c, s ? e.msg : "accepted");
     }
     ck_assert(eval(t2) == before);

@@ -558,15 +558,35 @@ static sn_status check_init_params(const parsed *f, const sn_trainer *t, int *fr
     return SN_OK;
 }
 
+/* The file's adapters are read only into a model of the same shape and scale: its "model.shape"
+ * is run's (the LoRA rank, alpha and targets are in it). */
+static sn_status check_init_adapters(const parsed *f, const sn_trainer *t, const sn_run_state *run,
+                                     sn_err *e) {
+    const char *want = run ? sn_run_meta_get(run, "model.shape") : NULL;
+    if (!want) return SN_OK;
+    bool adapters = false;
+    for (int i = 0; i < f->n && !adapters; i++)
+        adapters = f->recs[i].kind == REC_PARAM && sn_lora_is_adapter(f->recs[i].name) &&
+                   sn_trainer_find_param(t, f->recs[i].name) >= 0;
+    const rec *m = find(f, REC_META, "model.shape");
+    if (!adapters || (m && m->size == strlen(want) && !memcmp(m->body, want, m->size))) return SN_OK;
+    return sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds LoRA adapters trained as %.*s; this run "
+                   "is %s: the adapters would start at another scale (alpha/R), so the run would "
+                   "not start from the saved model: give the --lora, --lora-alpha and "
+                   "--lora-targets it was trained with", f->path, m ? (int)(m->size < 160 ? m->size : 160) : 7,
+                   m ? (const char *)m->body : "unknown", want);
+}
+
 sn_status sn_checkpoint_init_bytes(const char *path, const void *bytes, size_t len, sn_trainer *t,
-                                   int *fresh, sn_err *e) {
+                                   const sn_run_state *run, int *fresh, sn_err *e) {
     if (sn_trainer_pending(t) || sn_trainer_step_count(t))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: a run starts from a checkpoint's "
                        "weights before its first step", path);
     parsed f = {0};
     int n_fresh = 0;
     sn_status s;
-    if (!(s = parse(path, bytes, len, &f, e)) && !(s = check_init_params(&f, t, &n_fresh, e))) {
+    if (!(s = parse(path, bytes, len, &f, e)) && !(s = check_init_params(&f, t, &n_fresh, e)) &&
+        !(s = check_init_adapters(&f, t, run, e))) {
         for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
             const sn_node *p = sn_trainer_param_node(t, i);
             const rec *rc = find(&f, REC_PARAM, p->name);
@@ -578,12 +598,13 @@ sn_status sn_checkpoint_init_bytes(const char *path, const void *bytes, size_t l
     return s;
 }
 
-sn_status sn_checkpoint_init(const char *path, sn_trainer *t, int *fresh, sn_err *e) {
+sn_status sn_checkpoint_init(const char *path, sn_trainer *t, const sn_run_state *run, int *fresh,
+                             sn_err *e) {
     char *bytes;
     size_t len;
     sn_status s = sn_file_read(path, "check the path given to --init", &bytes, &len, e);
     if (s) return s;
-    s = sn_checkpoint_init_bytes(path, bytes, len, t, fresh, e);
+    s = sn_checkpoint_init_bytes(path, bytes, len, t, run, fresh, e);
     free(bytes);
     return s;
 }

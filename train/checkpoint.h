@@ -63,9 +63,12 @@ sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t l
  * the model would drop). Any other file: the same checks and messages as loading, the first
  * missing or mismatched parameter named; a file that fails a check leaves t unchanged (every
  * check runs before the first weight is copied). *fresh (may be NULL): the adapters left at
- * their initialisation. */
-sn_status sn_checkpoint_init(const char *path, sn_trainer *t, int *fresh, sn_err *e);
+ * their initialisation. run (may be NULL: not compared): this run's metadata; when the file's
+ * LoRA adapters are read, its "model.shape" (which holds the adapters' rank, alpha and targets)
+ * must be the run's: adapters trained at scale alpha/R start another model at another scale. */
+sn_status sn_checkpoint_init(const char *path, sn_trainer *t, const sn_run_state *run, int *fresh,
+                             sn_err *e);
 sn_status sn_checkpoint_init_bytes(const char *path, const void *bytes, size_t len, sn_trainer *t,
-                                   int *fresh, sn_err *e);
+                                   const sn_run_state *run, int *fresh, sn_err *e);
 
 #endif

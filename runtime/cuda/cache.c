@@ -1,26 +1,30 @@
 /* cache.c: compiled CUBINs on disk, so a second run of the same model compiles nothing. An entry
- * is <dir>/<key>.cubin: a header (magic, version, key, arch, sizes, CRC-32), the ptxas report and
- * the CUBIN. Convention: an entry is written whole or not at all (support/savefile), and one
- * whose header, size, checksum or key is not exactly right is recompiled and replaced. */
+ * is <dir>/<key>.cubin: a header (magic, version, key, arch, sizes, CRC-32 of the key, arch, ptxas
+ * report and CUBIN), the ptxas report and the CUBIN. Convention: an entry is written whole or not
+ * at all (support/savefile), and one that is not a regular file, or whose header, size, checksum
+ * or key (the file's name) is not exactly right, is recompiled and replaced. A cache folder owned
+ * by another user is not used (as ccache and pip do); every cache message names --no-cache. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "support/savefile.h"
 #include "cuda_rt.h"
 
 #define CACHE_MAGIC "SNCUBIN\x01"
-enum { CACHE_VERSION = 1 };
+enum { CACHE_VERSION = 2 }; /* 2: the CRC covers the key and arch */
 
 typedef struct {
     char magic[8];
     uint32_t version, arch;
     uint8_t key[16];
     uint64_t log_len, cubin_len;
-    uint32_t crc; /* of the log and the cubin */
+    uint32_t crc; /* of the key, the arch (u32), the log and the cubin */
     uint32_t zero;
 } entry_head;
 
@@ -30,6 +34,15 @@ void sn_cuda_cache_init(sn_cuda_cache *c, const char *dir_override, bool disable
     if (dir_override && *dir_override) snprintf(c->dir, sizeof c->dir, "%s", dir_override);
     else if (xdg && *xdg) snprintf(c->dir, sizeof c->dir, "%s/sinter", xdg);
     else if (home && *home) snprintf(c->dir, sizeof c->dir, "%s/.cache/sinter", home);
+    struct stat st;
+    if (!disabled && c->dir[0] && stat(c->dir, &st) == 0 && st.st_uid != geteuid()) {
+        /* another user's entries could be planted CUBINs: compile instead */
+        fprintf(stderr, "warning: kernel cache %s belongs to user %u, not to you (%u): not used; "
+                "set XDG_CACHE_HOME to a folder of your own, or pass --no-cache\n", c->dir,
+                (unsigned)st.st_uid, (unsigned)geteuid());
+        c->foreign = true;
+        c->dir[0] = '\0';
+    }
 }
 
 /* ---- the key: two 64-bit FNV-1a streams with different seeds, finalised by a mixer ---- */
@@ -96,14 +109,34 @@ bool sn_cuda_cache_path(const sn_cuda_cache *c, sn_cuda_api *a, const char *src,
     return true;
 }
 
-/* Reads the entry at path into out when it is whole and has this key; false otherwise, with
- * *present saying whether a file was there (a bad one). */
+static uint32_t entry_crc(const uint8_t key[16], uint32_t arch, const char *log, uint64_t log_len,
+                          const void *cubin, uint64_t cubin_len) {
+    uLong crc = crc32_z(0, key, 16);
+    crc = crc32_z(crc, (const Bytef *)&arch, sizeof arch);
+    crc = crc32_z(crc, (const Bytef *)log, log_len);
+    return (uint32_t)crc32_z(crc, (const Bytef *)cubin, cubin_len);
+}
+
+/* Reads the entry at path (named by key) into out when it is a regular file, whole, and holds
+ * this key under its checksum; false otherwise, with *present saying whether a file was there (a
+ * bad one). Opened without blocking: a FIFO planted under an entry's name must not hang. */
 static bool read_entry(const char *path, const uint8_t key[16], int arch, sn_cuda_module *out,
                        bool *present) {
     *present = false;
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return false;
     *present = true;
+    struct stat fst;
+    if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode)) {
+        close(fd);
+        return false;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return false;
+    }
     entry_head h;
     bool ok = fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, CACHE_MAGIC, 8) == 0 &&
               h.version == CACHE_VERSION && h.arch == (uint32_t)arch &&
@@ -121,9 +154,7 @@ static bool read_entry(const char *path, const uint8_t key[16], int arch, sn_cud
              fread(out->cubin, 1, h.cubin_len, f) == h.cubin_len;
     }
     if (ok) {
-        uLong crc = crc32_z(crc32_z(0, (const Bytef *)out->log, h.log_len),
-                            (const Bytef *)out->cubin, h.cubin_len);
-        ok = (uint32_t)crc == h.crc;
+        ok = entry_crc(key, (uint32_t)arch, out->log, h.log_len, out->cubin, h.cubin_len) == h.crc;
         out->log[h.log_len] = '\0';
         out->cubin_size = h.cubin_len;
     }
@@ -145,8 +176,7 @@ static sn_status mkdirs(const char *dir, sn_err *e) {
             char c = *s;
             *s = '\0';
             if (mkdir(p, 0755) != 0 && errno != EEXIST)
-                return sn_fail(e, SN_ERR_IO, "kernel cache: cannot create %s: %s (use --no-cache, "
-                               "or set XDG_CACHE_HOME to a writable folder)", p, strerror(errno));
+                return sn_fail(e, SN_ERR_IO, "cannot create %s: %s", p, strerror(errno));
             *s = c;
             if (!c) break;
         }
@@ -162,14 +192,13 @@ static sn_status write_entry(const sn_cuda_cache *c, const char *path, const uin
                     .log_len = m->log ? strlen(m->log) : 0, .cubin_len = m->cubin_size};
     memcpy(h.magic, CACHE_MAGIC, 8);
     memcpy(h.key, key, 16);
-    uLong crc = crc32_z(0, (const Bytef *)(m->log ? m->log : ""), h.log_len);
-    h.crc = (uint32_t)crc32_z(crc, (const Bytef *)m->cubin, h.cubin_len);
+    h.crc = entry_crc(key, (uint32_t)arch, m->log ? m->log : "", h.log_len, m->cubin, h.cubin_len);
     sn_savefile s;
     if ((st = sn_savefile_open(&s, path, "kernel cache entry", e))) return st;
     if (fwrite(&h, sizeof h, 1, s.f) != 1 || fwrite(m->log ? m->log : "", 1, h.log_len, s.f) != h.log_len ||
         fwrite(m->cubin, 1, h.cubin_len, s.f) != h.cubin_len) {
         sn_savefile_abort(&s);
-        return sn_fail(e, SN_ERR_IO, "kernel cache: writing %s failed: %s", path, strerror(errno));
+        return sn_fail(e, SN_ERR_IO, "writing %s failed: %s", path, strerror(errno));
     }
     return sn_savefile_commit(&s, e);
 }
@@ -200,11 +229,14 @@ sn_status sn_cuda_cache_lookup(sn_cuda_cache *c, sn_cuda_api *a, const char *src
     return SN_OK;
 }
 
-void sn_cuda_cache_store(const sn_cuda_cache *c, const sn_cuda_cache_slot *slot, int arch,
+void sn_cuda_cache_store(sn_cuda_cache *c, const sn_cuda_cache_slot *slot, int arch,
                          const sn_cuda_module *m) {
     sn_err we;
-    if (slot->use && write_entry(c, slot->path, slot->key, arch, m, &we))
-        fprintf(stderr, "warning: %s\n", we.msg); /* a cache that cannot be written costs time */
+    if (!slot->use || c->unwritable || !write_entry(c, slot->path, slot->key, arch, m, &we)) return;
+    /* a cache that cannot be written costs time, not correctness: said once, then not tried */
+    c->unwritable = true;
+    fprintf(stderr, "warning: kernel cache: %s: kernels are compiled but not cached (set "
+            "XDG_CACHE_HOME to a writable folder, or pass --no-cache)\n", we.msg);
 }
 
 sn_status sn_cuda_cache_compile(sn_cuda_cache *c, sn_cuda_api *a, const char *src,

@@ -88,9 +88,12 @@ typedef struct {
     char dir[512]; /* $XDG_CACHE_HOME/sinter or ~/.cache/sinter; "" disables */
     bool disabled; /* --no-cache */
     int hits, misses, rejected; /* this process's lookups; rejected: bad entries recompiled */
+    bool unwritable; /* a store failed (warned once): no more are tried */
+    bool foreign;    /* the folder belongs to another user: not used (warned at init) */
 } sn_cuda_cache;
 
-/* The cache directory (dir_override, else the environment's), created on first store. */
+/* The cache directory (dir_override, else the environment's), created on first store; one that
+ * exists and belongs to another user is not used (a warning; dir left empty, foreign set). */
 void sn_cuda_cache_init(sn_cuda_cache *c, const char *dir_override, bool disabled);
 /* The CUBIN for (src, arch) from the cache, else compiled (sn_cuda_nvrtc_compile) and stored.
  * The key hashes source, prelude, options, NVRTC version and library name, and arch; an entry
@@ -102,7 +105,8 @@ sn_status sn_cuda_cache_compile(sn_cuda_cache *c, sn_cuda_api *a, const char *sr
 /* The same in two steps, for compiling several sources at once. lookup: *hit with *out filled
  * from a good entry, else *out empty and *slot saying where the CUBIN belongs (hits, misses and
  * rejected counted as above); store: writes the compiled module there (nothing when the cache is
- * off; a write that fails is a warning on stderr, not an error). */
+ * off; a write that fails is a warning on stderr, not an error, given once: later stores are
+ * skipped). */
 typedef struct {
     bool use; /* the cache is on */
     uint8_t key[16];
@@ -111,7 +115,7 @@ typedef struct {
 sn_status sn_cuda_cache_lookup(sn_cuda_cache *c, sn_cuda_api *a, const char *src, int arch,
                                sn_cuda_cache_slot *slot, sn_cuda_module *out, bool *hit,
                                sn_err *e);
-void sn_cuda_cache_store(const sn_cuda_cache *c, const sn_cuda_cache_slot *slot, int arch,
+void sn_cuda_cache_store(sn_cuda_cache *c, const sn_cuda_cache_slot *slot, int arch,
                          const sn_cuda_module *m);
 /* The file an entry for (src, arch) lives in (for tests); false without a cache directory. */
 bool sn_cuda_cache_path(const sn_cuda_cache *c, sn_cuda_api *a, const char *src, int arch,

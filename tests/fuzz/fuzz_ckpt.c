@@ -145,7 +145,7 @@ static void try_init(const uint8_t *b, size_t size) {
     sn_trainer *trainer = trainers[NPREC];
     sn_err e = {0};
     int fresh = -1;
-    sn_status s = sn_checkpoint_init_bytes("fuzz.ckpt", b, size, trainer, &fresh, &e);
+    sn_status s = sn_checkpoint_init_bytes("fuzz.ckpt", b, size, trainer, NULL, &fresh, &e);
     FUZZ_CHECK(s == SN_OK || e.msg[0], "status %d without a message", s);
     if (s) return;
     FUZZ_CHECK(fresh >= 0 && fresh <= 2 && sn_trainer_step_count(trainer) == 0,
@@ -158,7 +158,7 @@ static void try_init(const uint8_t *b, size_t size) {
     sn_run_meta_set(&r, "model", "fuzz");
     s = sn_checkpoint_save(path, trainer, &r, &e);
     FUZZ_CHECK(s == SN_OK, "a model started from a checkpoint does not save: %s", e.msg);
-    s = sn_checkpoint_init(path, trainer, &fresh, &e);
+    s = sn_checkpoint_init(path, trainer, &r, &fresh, &e);
     FUZZ_CHECK(s == SN_OK && fresh == 0, "a saved model does not start a run: %s", s ? e.msg : "adapters fresh");
     sn_run_state_free(&r);
     unlink(path);
