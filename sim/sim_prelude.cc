@@ -167,6 +167,23 @@ static inline sn_shared_ptr<T> sn_shared_dynamic(const char *name, int line) {
         (rows), (cols), #name, __LINE__}
 #define SN_DYNAMIC_SHARED(T, name) \
     const sn_shared_ptr<T> name = sn_shared_dynamic<T>(#name, __LINE__)
+/* An array carved from the dynamic shared memory at a byte offset (a multiple of 16), inside it. */
+template <typename T>
+static inline T *sn_shared_carve(const sn_shared_ptr<unsigned char> &base, long long offset,
+                                 long long bytes, const char *name, int line) {
+    if (offset < 0 || offset % 16 || offset + bytes > base.n)
+        sn_sim->out_of_bounds(name, offset + bytes, base.n, line);
+    return (T *)(base.p + offset);
+}
+#define SN_SHARED_AT(T, name, count, base, offset)                                         \
+    const sn_shared_ptr<T> name = {                                                        \
+        sn_shared_carve<T>((base), (offset), (long long)sizeof(T) * (count), #name, __LINE__), \
+        (count), #name, __LINE__}
+#define SN_SHARED2_AT(T, name, rows, cols, base, offset)                                   \
+    const sn_shared_2d<T> name = {                                                         \
+        sn_shared_carve<T>((base), (offset), (long long)sizeof(T) * (rows) * (cols), #name, \
+                           __LINE__),                                                      \
+        (rows), (cols), #name, __LINE__}
 
 /* Tensor cores, emulated as warp collectives with the fragment layouts of the PTX ISA. */
 /* (line: the caller's, for messages; the GPU forms take no such argument) */

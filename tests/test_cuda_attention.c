@@ -163,7 +163,7 @@ static void run_attention(const sn_program *p, const sn_interp *it, const sn_tar
             }
         }
         sn_cuda_dims d = sn_cuda_launch_dims(k, tg);
-        ck_assert(d.grid[0] > 0 && d.shared_bytes == 0);
+        ck_assert(d.grid[0] > 0);
         for (int order = 0; order < SN_SIM_ORDER_COUNT; order++) {
             for (int a = 0; a < k->n_out; a++) {
                 memset(buf[a].p, 0x7f, buf[a].bytes);
@@ -183,7 +183,9 @@ static void run_attention(const sn_program *p, const sn_interp *it, const sn_tar
             sn_sim_opts o = sn_sim_defaults();
             o.order = (sn_sim_order)order;
             o.seed = 7;
-            if (sn_sim_launch(m, cs.fn[ki], d.grid, d.block, 0, params, &o, &e) != SN_OK) {
+            if (d.shared_bytes) o.shared_limit = (unsigned)tg->shared_max; /* opted into */
+            if (sn_sim_launch(m, cs.fn[ki], d.grid, d.block, d.shared_bytes, params, &o, &e) !=
+                SN_OK) {
                 if (!res->failure[0]) snprintf(res->failure, sizeof res->failure, "%s", e.msg);
                 res->worst = INFINITY;
                 continue;
@@ -317,6 +319,28 @@ enum { N_CASES = sizeof cases / sizeof cases[0] };
 START_TEST(forward_and_backward) {
     run_result r = check_case(&cases[_i], false, NULL, NULL);
     ck_assert_msg(r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+    ck_assert_int_eq(r.checked, 5 * SN_SIM_ORDER_COUNT);
+}
+END_TEST
+
+/* The tensor-core kernels at the other tile configurations SN_ATT_TILES selects for tuning on a
+ * GPU: 8 warps (128 rows a block), tiles of 128 and 64 carved from dynamic shared memory (over
+ * 48 KiB), single-buffered tiles, 2 warps: each against the interpreter, bf16 on sm_90 at
+ * T = 200 (several tiles, the last cut short) and with grouped-query k and v. */
+static const char *const tile_configs[] = {
+    "fwd=8x64x2,dq=8x64x2,dkv=8x64x2", "fwd=4x128x2,dq=4x64x2,dkv=4x64x2",
+    "fwd=4x64x1,dq=2x16x2,dkv=2x64x1", "fwd=8x128x2,dq=8x128x1,dkv=8x128x2",
+};
+enum { N_TILE_CONFIGS = sizeof tile_configs / sizeof tile_configs[0] };
+
+START_TEST(tile_configs_agree) {
+    static const att_case forms[] = {{1, 2, 200, 200, 64, 64, SN_BF16, 90, 0},
+                                     {1, 4, 77, 77, 64, 64, SN_BF16, 80, 2}};
+    setenv("SN_ATT_TILES", tile_configs[_i / 2], 1);
+    run_result r = check_case(&forms[_i % 2], false, NULL, NULL);
+    unsetenv("SN_ATT_TILES");
+    ck_assert_msg(r.worst <= 1.0, "%s: error %.2f x the tolerance; %s", tile_configs[_i / 2],
+                  r.worst, r.failure);
     ck_assert_int_eq(r.checked, 5 * SN_SIM_ORDER_COUNT);
 }
 END_TEST
@@ -617,6 +641,7 @@ static Suite *suite(void) {
     tcase_set_timeout(tc, 240);
     tcase_add_loop_test(tc, forward_and_backward, 0, N_CASES);
     tcase_add_loop_test(tc, unfused_forward, 0, 3);
+    tcase_add_loop_test(tc, tile_configs_agree, 0, 2 * N_TILE_CONFIGS);
     tcase_add_loop_test(tc, qkv_layout_in_place, 0, 3);
     tcase_add_loop_test(tc, planted_bugs_are_caught, 0, N_PLANTS);
     tcase_add_test(tc, tiny_gpt2_kernels);

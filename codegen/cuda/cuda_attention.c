@@ -34,18 +34,56 @@ static int64_t fp32_shared(const sn_att_plan *p) {
     return 0;
 }
 
-/* The first candidate whose shared memory fits the target's default (48 KiB: static shared
- * memory, no opt-in attribute for the runtime to set). fp32: (warps, rows per warp, tile). mma:
- * (warps, 16 rows a warp, tile, stages): 4 warps before 2, double-buffered tiles of 64 or 32
- * (sm_80 and later: cp.async) before single-buffered ones, tiles of 16 last. At D = 64 that is
- * FWD: 64 queries over key tiles of 64, two stages (45 KiB); DQ: 64 queries over key tiles of
- * 32, two stages (36 KiB); DKV: 64 keys over query tiles of 32, two stages (45 KiB). */
+/* Blocks an SM for a double-buffered tensor-core kernel: 16 warps where the SM's shared memory
+ * (the most a block may opt into, plus 1 KiB) holds them; __launch_bounds__ then caps its
+ * registers at 64K / (blocks x threads): 128 at 16 warps (the tests read ptxas's report: no
+ * spills). */
+static int min_blocks(const sn_att_plan *p, const sn_target *tg) {
+    if (!p->mma || p->stages != 2) return 0;
+    int64_t by_warps = 16 / p->warps, by_shared = (tg->shared_max + 1024) / (p->shared_bytes + 1024);
+    return (int)(by_warps < by_shared ? by_warps : by_shared);
+}
+
+/* A tensor-core configuration "WxTxS" (warps, tile, stages) for pass `pass` from SN_ATT_TILES
+ * ("fwd=4x64x2,dq=4x32x2,dkv=4x32x2", any of the three): a tuning knob for benchmarks on a
+ * GPU (bench/gpu_check --att-time), not a user option; false when it names none. */
+static bool tiles_override(sn_att_pass pass, int c[3]) {
+    const char *env = getenv("SN_ATT_TILES");
+    static const char *const names[] = {"fwd=", "dq=", "dkv="};
+    const char *at = env ? strstr(env, names[pass]) : NULL;
+    while (at && at != env && at[-1] != ',') at = strstr(at + 1, names[pass]);
+    return at && sscanf(at + strlen(names[pass]), "%dx%dx%d", &c[0], &c[1], &c[2]) == 3 &&
+           (c[0] == 1 || c[0] == 2 || c[0] == 4 || c[0] == 8) &&
+           (c[1] == 16 || c[1] == 32 || c[1] == 64 || c[1] == 128) && (c[2] == 1 || c[2] == 2);
+}
+
+/* The first candidate whose shared memory fits: the target's default 48 KiB as static shared
+ * memory, or up to what a block may opt into (sm_80 and later) as dynamic shared memory when
+ * SN_ATT_TILES asks for such a tile. fp32: (warps, rows per warp, tile). mma: (warps, 16 rows a
+ * warp, tile, stages): 4 warps before 2, double-buffered tiles of 64 or 32 (sm_80 and later:
+ * cp.async) before single-buffered ones, tiles of 16 last. At D = 64 that is FWD: 64 queries
+ * over key tiles of 64, two stages (45 KiB); DQ: 64 queries over key tiles of 32, two stages
+ * (36 KiB); DKV: 64 keys over query tiles of 32, two stages (45 KiB). */
 static bool fit(sn_att_plan *p, const sn_target *tg) {
     static const int fp32[][3] = {{4, 4, 32}, {4, 2, 32}, {4, 1, 32}, {2, 1, 32}, {1, 1, 32}};
     static const int mma[][4] = {{4, 16, 64, 2}, {4, 16, 32, 2}, {4, 16, 64, 1}, {4, 16, 32, 1},
                                  {4, 16, 16, 2}, {4, 16, 16, 1}, {2, 16, 64, 2}, {2, 16, 32, 2},
                                  {2, 16, 64, 1}, {2, 16, 32, 1}, {2, 16, 16, 2}, {2, 16, 16, 1},
                                  {1, 16, 16, 1}};
+    int o[3];
+    if (p->mma && tiles_override(p->pass, o) && (o[2] == 1 || tg->sm >= 80)) {
+        p->warps = o[0];
+        p->rows = 16;
+        p->tile = o[1];
+        p->stages = o[2];
+        p->shared_bytes = sn_att_mma_shared(p);
+        p->dynamic = p->shared_bytes > tg->shared_default;
+        p->min_blocks = min_blocks(p, tg);
+        bool tile_ok = p->pass != SN_ATT_DKV || p->tile <= 32 * p->warps;
+        if (tile_ok && p->shared_bytes <= (tg->sm >= 80 ? tg->shared_max : tg->shared_default))
+            return true;
+    }
+    p->dynamic = false;
     int n = p->mma ? (int)(sizeof mma / sizeof mma[0]) : (int)(sizeof fp32 / sizeof fp32[0]);
     for (int i = 0; i < n; i++) {
         const int *c = p->mma ? mma[i] : fp32[i];
@@ -55,9 +93,7 @@ static bool fit(sn_att_plan *p, const sn_target *tg) {
         p->stages = p->mma ? c[3] : 1;
         if (p->stages == 2 && tg->sm < 80) continue; /* cp.async is sm_80's */
         p->shared_bytes = p->mma ? sn_att_mma_shared(p) : fp32_shared(p);
-        /* double-buffered tensor-core tiles of 4 warps: 4 blocks (16 warps) an SM, registers
-         * capped at 128 a thread (ptxas's report in the tests shows no spills) */
-        p->min_blocks = p->mma && p->stages == 2 && p->warps == 4 ? 4 : 0;
+        p->min_blocks = min_blocks(p, tg);
         if (p->shared_bytes <= tg->shared_default) return true;
     }
     return false;
@@ -477,7 +513,8 @@ sn_cuda_dims sn_cu_attention_dims(const sn_kernel *k, const sn_target *t) {
     if (sn_att_plan_make(k, t, &p, &e)) return (sn_cuda_dims){0}; /* the renderer says why */
     int64_t per = (int64_t)p.warps * p.rows, n = p.pass == SN_ATT_DKV ? p.S : p.T;
     return (sn_cuda_dims){.grid = {(unsigned)((n + per - 1) / per), (unsigned)p.items, 1},
-                          .block = {(unsigned)p.warps * 32, 1, 1}};
+                          .block = {(unsigned)p.warps * 32, 1, 1},
+                          .shared_bytes = p.dynamic ? (unsigned)p.shared_bytes : 0};
 }
 
 void sn_cu_emit_attention(sn_cu_text *t, const sn_kernel *k, const sn_target *tg,

@@ -36,7 +36,8 @@ typedef struct {
     int tile;      /* the other side's tile: keys (FWD, DQ) or queries (DKV) */
     int stages;    /* mma: 2 when the streamed tiles are double-buffered (cp.async, sm_80+) */
     int min_blocks; /* __launch_bounds__'s blocks an SM (a register cap), 0: none */
-    int64_t shared_bytes; /* static shared memory */
+    bool dynamic;   /* mma: the tiles carved from dynamic shared memory (over 48 KiB) */
+    int64_t shared_bytes; /* shared memory: static, or dynamic where `dynamic` says */
 } sn_att_plan;
 
 /* cuda_attention.c */

@@ -69,6 +69,44 @@ static ops emit_helpers(sn_cu_text *t, const sn_att_plan *p) {
     return o;
 }
 
+/* Shared-memory arrays: static (SN_SHARED, SN_SHARED2) when the plan fits 48 KiB, else carved
+ * in order from the dynamic shared memory, `at` bytes in; sn_att_mma_shared counts the same. */
+typedef struct {
+    const sn_att_plan *p;
+    int64_t at;
+} carve;
+
+static carve carve_begin(sn_cu_text *t, const sn_att_plan *p) {
+    if (p->dynamic)
+        sn_cu_emitf(t, "SN_DYNAMIC_SHARED(unsigned char, att_smem); /* %lld bytes, opted into */",
+                    (long long)p->shared_bytes);
+    return (carve){p, 0};
+}
+
+/* A tile of rows x cols 16-bit values (rows_text, cols_text: the same in the kernel's names). */
+static void tile2(sn_cu_text *t, carve *c, const char *name, int64_t rows, int64_t cols,
+                  const char *rows_text, const char *cols_text, const char *note) {
+    if (!c->p->dynamic) {
+        sn_cu_emitf(t, "SN_SHARED2(unsigned short, %s, %s, %s);%s", name, rows_text, cols_text, note);
+        return;
+    }
+    sn_cu_emitf(t, "SN_SHARED2_AT(unsigned short, %s, %s, %s, att_smem, %lld);%s", name, rows_text,
+                cols_text, (long long)c->at, note);
+    c->at += 2 * rows * cols;
+}
+
+/* An array of count floats. */
+static void floats(sn_cu_text *t, carve *c, const char *name, int64_t count,
+                   const char *count_text, const char *note) {
+    if (!c->p->dynamic) {
+        sn_cu_emitf(t, "SN_SHARED(float, %s, %s);%s", name, count_text, note);
+        return;
+    }
+    sn_cu_emitf(t, "SN_SHARED_AT(float, %s, %s, att_smem, %lld);%s", name, count_text,
+                (long long)c->at, note);
+    c->at += 4 * count;
+}
+
 /* Rows [row0, row0 + count) of src (`cols` 16-bit values wide, rows src_row apart, `limit` rows
  * in all) into rows trow .. of tile as 16-byte chunks (rows past limit: zeros), by every thread
  * of the block: cp.async copies still to be waited for (async), or loads and stores. */
@@ -260,10 +298,12 @@ static void emit_enum(sn_cu_text *t, const sn_att_plan *p, const char *own, cons
 }
 
 static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
+    int64_t own = 16LL * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8, LDV = p->Dv + 8;
     emit_enum(t, p, "BQ", "BK");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, q_tile, BQ, LD);");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, k_tile, STAGES * BK, LD);");
-    if (p->out_o) sn_cu_emitf(t, "SN_SHARED2(unsigned short, v_tile, STAGES * BK, LDV);");
+    carve c = carve_begin(t, p);
+    tile2(t, &c, "q_tile", own, LD, "BQ", "LD", "");
+    tile2(t, &c, "k_tile", W, LD, "STAGES * BK", "LD", "");
+    if (p->out_o) tile2(t, &c, "v_tile", W, LDV, "STAGES * BK", "LDV", "");
     static const char *const qside[][3] = {{"q_tile", "q", "HEAD_D"}};
     key_side_setup(t, p, p->out_o, qside, 1);
     sn_cu_emitf(t, "float row_max[2], row_sum[2] = {0.0f, 0.0f}; /* base 2: of s scale log2 e */");
@@ -349,12 +389,14 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
 }
 
 static void emit_dq(sn_cu_text *t, const sn_att_plan *p, ops o) {
+    int64_t own = 16LL * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8, LDV = p->Dv + 8;
     emit_enum(t, p, "BQ", "BK");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, q_tile, BQ, LD);");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, do_tile, BQ, LDV);");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, k_tile, STAGES * BK, LD);");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, v_tile, STAGES * BK, LDV);");
-    sn_cu_emitf(t, "SN_SHARED(float, dot_rows, BQ); /* dout_i . o_i of the block's rows */");
+    carve c = carve_begin(t, p);
+    tile2(t, &c, "q_tile", own, LD, "BQ", "LD", "");
+    tile2(t, &c, "do_tile", own, LDV, "BQ", "LDV", "");
+    tile2(t, &c, "k_tile", W, LD, "STAGES * BK", "LD", "");
+    tile2(t, &c, "v_tile", W, LDV, "STAGES * BK", "LDV", "");
+    floats(t, &c, "dot_rows", own, "BQ", " /* dout_i . o_i of the block's rows */");
     static const char *const qside[][3] = {{"q_tile", "q", "HEAD_D"}, {"do_tile", "dout", "HEAD_DV"}};
     key_side_setup(t, p, true, qside, 2);
     tile_dots(t, p, "dot_rows", "BQ", "q0", "dout + (long long)i * dout_row + c",
@@ -419,13 +461,15 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
     sn_cu_emitf(t, "const int grp = lane / 4, tig = lane %% 4; /* a fragment's row group, "
                 "thread in group */");
     sn_cu_emitf(t, "const int key0 = k0 + warp * 16 + grp; /* this thread's keys: key0, key0 + 8 */");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, k_tile, BK, LD);");
-    if (dk) sn_cu_emitf(t, "SN_SHARED2(unsigned short, v_tile, BK, LDV);");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, q_tile, STAGES * BQ, LD);");
-    sn_cu_emitf(t, "SN_SHARED2(unsigned short, do_tile, STAGES * BQ, LDV);");
-    if (dk) sn_cu_emitf(t, "SN_SHARED2(unsigned short, o_tile, STAGES * BQ, LDV); /* for the dots */");
-    sn_cu_emitf(t, "SN_SHARED(float, lse_tile, BQ); /* base 2 */");
-    if (dk) sn_cu_emitf(t, "SN_SHARED(float, dot_tile, BQ); /* dout_i . o_i */");
+    int64_t own = 16LL * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8, LDV = p->Dv + 8;
+    carve c = carve_begin(t, p);
+    tile2(t, &c, "k_tile", own, LD, "BK", "LD", "");
+    if (dk) tile2(t, &c, "v_tile", own, LDV, "BK", "LDV", "");
+    tile2(t, &c, "q_tile", W, LD, "STAGES * BQ", "LD", "");
+    tile2(t, &c, "do_tile", W, LDV, "STAGES * BQ", "LDV", "");
+    if (dk) tile2(t, &c, "o_tile", W, LDV, "STAGES * BQ", "LDV", " /* for the dots */");
+    floats(t, &c, "lse_tile", p->tile, "BQ", " /* base 2 */");
+    if (dk) floats(t, &c, "dot_tile", p->tile, "BQ", " /* dout_i . o_i */");
     sn_cu_emitf(t, "/* causal: query i sees key j when i >= j - (SEQ_K - SEQ_Q); the query tiles "
                 "from q_begin, of each query head of the group in order */");
     sn_cu_emitf(t, "const int q_begin = max(0, k0 - (SEQ_K - SEQ_Q)) / BQ * BQ;");
