@@ -28,9 +28,13 @@ static const char usage[] =
     "                 [--gemm-f32]\n"
     "                 [--tiny-model M --tiny-steps N] [--att-T T]\n"
     "                 [--att-time BxHxTxD]... [--att-reps N] [--anchors DIR]\n"
+    "                 [--att-tiles 'fwd=WxTxS,dq=..,dkv=..;...'] [--only attention]\n"
     "       gpu_check --device cpu --write-golden FILE [--train-precision fp32|bf16]\n"
     "                 [--train-model M --train-batch B ...]\n"
     "  --out DIR   gpu_check_report.md and gpu_check.json (default: $OUT, else .)\n"
+    "  --att-tiles tile configurations (warps x tile x stages a pass, as SN_ATT_TILES) timed\n"
+    "              one by one at the first --att-time shape, split into forward, dq and dk/dv\n"
+    "  --only attention  the device step and the attention timings alone (a tuning run)\n"
     "  --small     sizes for a stand-in driver or the CPU: tiny models, a 256^3 GEMM, 16 MiB copies\n"
     "  --anchors DIR  bench/torch_gpt2.py's and torch_sdpa.py's JSON lines (torch_gpt2.jsonl,\n"
     "              torch_sdpa.jsonl) or torch_skip.txt, to report sinter's times as ratios of them\n";
@@ -112,6 +116,11 @@ static int parse(int argc, char **argv, gc_opts *o) {
         else if (!strcmp(k, "--tiny-steps")) o->tiny_steps = atoi(v);
         else if (!strcmp(k, "--att-T")) o->att_T = atoi(v);
         else if (!strcmp(k, "--att-reps")) o->att_reps = atoi(v);
+        else if (!strcmp(k, "--att-tiles")) o->att_tiles = v;
+        else if (!strcmp(k, "--only")) {
+            if (strcmp(v, "attention")) return bad("--only takes attention");
+            o->only_attention = true;
+        }
         else if (!strcmp(k, "--anchors")) o->anchors_dir = v;
         else if (!strcmp(k, "--att-time")) {
             if (!att_given) o->n_att_shapes = 0;
@@ -181,13 +190,15 @@ int main(int argc, char **argv) {
         gc_num(s, "sm", cs.sm);
         gc_num(s, "memory_in_use_at_start", (double)r->mem_baseline);
         gc_end(r, s, GC_PASS, "%s", r->dev->name);
-        gc_measure_ceilings(r);
-        gc_check_kernels(r);
-        gc_check_tiny(r);
-        gc_check_losses(r);
-        gc_time_steps(r);
+        if (!r->o.only_attention) {
+            gc_measure_ceilings(r);
+            gc_check_kernels(r);
+            gc_check_tiny(r);
+            gc_check_losses(r);
+            gc_time_steps(r);
+        }
         gc_time_attention(r);
-        gc_compare_anchors(r);
+        if (!r->o.only_attention) gc_compare_anchors(r);
         sn_device_free(r->dev);
     }
     bool wrote = gc_write_reports(r);

@@ -40,6 +40,8 @@ typedef struct {
     int copy_mib;
     int att_shapes[4][4], n_att_shapes; /* attention timed alone: (B, H, T, D), bf16 */
     int att_reps;            /* timed runs per attention program (median) */
+    const char *att_tiles;   /* --att-tiles: SN_ATT_TILES configurations to compare, ';' apart */
+    bool only_attention;     /* --only attention: the device and the attention timings alone */
     const char *anchors_dir; /* torch_gpt2.jsonl, torch_sdpa.jsonl (bench/torch_*.py), or
                                 torch_skip.txt with the reason there are none; NULL: none */
 } gc_opts;

@@ -23,9 +23,13 @@ static uint16_t bf16_bits(float f) { /* round to nearest even (the inputs are fi
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-/* q, k, v, dout (B, H, T, D) bf16 -> o (B, H, T, D) bf16, lse (B, H, T) f32 and, with bwd, dq,
- * dk, dv (B, H, T, D) bf16, all outputs; in[] the four inputs. */
-static sn_graph *attention_graph(int B, int H, int T, int D, bool bwd, sn_node **in) {
+/* What a timed program computes: the forward, the forward and dq, or the forward and the whole
+ * backward (the difference of the last two is the dk/dv kernel's time). */
+typedef enum { ATT_FWD, ATT_FWD_DQ, ATT_FWD_BWD } att_what;
+
+/* q, k, v, dout (B, H, T, D) bf16 -> o (B, H, T, D) bf16, lse (B, H, T) f32 and, as `what`
+ * says, dq, dk, dv (B, H, T, D) bf16, all outputs; in[] the four inputs. */
+static sn_graph *attention_graph(int B, int H, int T, int D, att_what what, sn_node **in) {
     sn_graph *g = sn_graph_new();
     if (!g) return NULL;
     const char *names[4] = {"q", "k", "v", "dout"};
@@ -36,8 +40,8 @@ static sn_graph *attention_graph(int B, int H, int T, int D, bool bwd, sn_node *
     sn_node *o = sn_attention(g, q, k, v, lse, f);
     sn_graph_add_output(g, o);
     sn_graph_add_output(g, lse);
-    if (bwd) { /* bwd_k before bwd_v: the fuse pass gives both to one kernel */
-        sn_graph_add_output(g, sn_attention_bwd_q(g, q, k, v, o, dout, lse, f));
+    if (what != ATT_FWD) sn_graph_add_output(g, sn_attention_bwd_q(g, q, k, v, o, dout, lse, f));
+    if (what == ATT_FWD_BWD) { /* bwd_k before bwd_v: the fuse pass gives both to one kernel */
         sn_graph_add_output(g, sn_attention_bwd_k(g, q, k, v, o, dout, lse, f));
         sn_graph_add_output(g, sn_attention_bwd_v(g, q, k, v, o, dout, lse, f));
     }
@@ -55,11 +59,12 @@ typedef struct {
 } att_time;
 
 /* Compiles and times one program; SN_OK with *t filled. */
-static sn_status time_program(gc_run *r, int B, int H, int T, int D, bool bwd, uint64_t seed,
-                              att_time *t, sn_err *e) {
+static sn_status time_program(gc_run *r, int B, int H, int T, int D, att_what what,
+                              uint64_t seed, att_time *t, sn_err *e) {
     sn_device *d = r->dev;
     sn_node *in[4];
-    sn_graph *g = attention_graph(B, H, T, D, bwd, in);
+    bool bwd = what != ATT_FWD;
+    sn_graph *g = attention_graph(B, H, T, D, what, in);
     if (!g) return sn_fail(e, SN_ERR_OOM, "out of memory for a graph");
     sn_program *p = NULL;
     sn_exec *x = NULL;
@@ -101,44 +106,68 @@ static sn_status time_program(gc_run *r, int B, int H, int T, int D, bool bwd, u
     return st;
 }
 
-void gc_time_attention(gc_run *r) {
-    for (int a = 0; a < r->o.n_att_shapes; a++) {
-        const int *sh = r->o.att_shapes[a];
-        int B = sh[0], H = sh[1], T = sh[2], D = sh[3];
-        char name[96];
-        snprintf(name, sizeof name, "time: attention B=%d H=%d T=%d D=%d bf16", B, H, T, D);
-        gc_step *s = gc_begin(r, name);
-        sn_err e = {0};
-        att_time f = {0}, fb = {0};
-        sn_status st = time_program(r, B, H, T, D, false, r->o.seed + 100 + (uint64_t)a, &f, &e);
-        if (!st) st = time_program(r, B, H, T, D, true, r->o.seed + 200 + (uint64_t)a, &fb, &e);
-        if (st) {
-            gc_end(r, s, st == SN_ERR_UNSUPPORTED ? GC_SKIP : GC_FAIL, "%s%s",
-                   st == SN_ERR_UNSUPPORTED ? "not supported yet: " : "", e.msg);
-            continue;
-        }
-        double mm = 2.0 * B * H * (double)T * T * D / 2; /* one causal product's FLOPs */
-        gc_num(s, "B", B);
-        gc_num(s, "H", H);
-        gc_num(s, "T", T);
-        gc_num(s, "D", D);
-        gc_num(s, "fwd_ms", f.med * 1e3);
-        gc_num(s, "fwd_ms_min", f.min * 1e3);
-        gc_num(s, "fwd_ms_max", f.max * 1e3);
-        gc_num(s, "fwd_tflops", 2 * mm / f.med / 1e12);
-        gc_num(s, "fwd_bwd_ms", fb.med * 1e3);
-        gc_num(s, "fwd_bwd_ms_min", fb.min * 1e3);
-        gc_num(s, "fwd_bwd_ms_max", fb.max * 1e3);
-        gc_num(s, "fwd_bwd_tflops", 7 * mm / fb.med / 1e12);
-        gc_num(s, "bwd_ms", (fb.med - f.med) * 1e3);
-        gc_num(s, "fwd_kernels", f.kernels);
-        gc_num(s, "fwd_bwd_kernels", fb.kernels);
-        int reps = r->o.att_reps < MAX_REPS ? r->o.att_reps : MAX_REPS;
-        gc_end(r, s, GC_PASS, "a layer's causal attention: forward (o, lse; %d kernel%s) %.4f ms "
-               "(median of %d; %.4f to %.4f) = %.3g TFLOP/s; forward + backward (dq, dk, dv; %d "
-               "kernels) %.4f ms (%.4f to %.4f) = %.3g TFLOP/s; the backward alone about %.4f ms",
-               f.kernels, f.kernels == 1 ? "" : "s", f.med * 1e3, reps, f.min * 1e3, f.max * 1e3,
-               2 * mm / f.med / 1e12, fb.kernels, fb.med * 1e3, fb.min * 1e3, fb.max * 1e3,
-               7 * mm / fb.med / 1e12, (fb.med - f.med) * 1e3);
+/* One shape at the tiles SN_ATT_TILES names (tiles: NULL, the plan's own; else config `ti` of
+ * --att-tiles, its timings split into forward, dq and dk/dv). */
+static void time_shape(gc_run *r, int a, const char *tiles, int ti) {
+    const int *sh = r->o.att_shapes[a];
+    int B = sh[0], H = sh[1], T = sh[2], D = sh[3];
+    char name[64];
+    if (tiles) snprintf(name, sizeof name, "time: attention B=%d H=%d T=%d D=%d tiles #%d", B, H, T, D, ti);
+    else snprintf(name, sizeof name, "time: attention B=%d H=%d T=%d D=%d bf16", B, H, T, D);
+    gc_step *s = gc_begin(r, name);
+    if (tiles) setenv("SN_ATT_TILES", tiles, 1);
+    sn_err e = {0};
+    att_time f = {0}, fq = {0}, fb = {0};
+    sn_status st = time_program(r, B, H, T, D, ATT_FWD, r->o.seed + 100 + (uint64_t)a, &f, &e);
+    if (!st && tiles)
+        st = time_program(r, B, H, T, D, ATT_FWD_DQ, r->o.seed + 300 + (uint64_t)a, &fq, &e);
+    if (!st) st = time_program(r, B, H, T, D, ATT_FWD_BWD, r->o.seed + 200 + (uint64_t)a, &fb, &e);
+    if (tiles) unsetenv("SN_ATT_TILES");
+    if (st) {
+        gc_end(r, s, st == SN_ERR_UNSUPPORTED ? GC_SKIP : GC_FAIL, "%s%s",
+               st == SN_ERR_UNSUPPORTED ? "not supported yet: " : "", e.msg);
+        return;
     }
+    double mm = 2.0 * B * H * (double)T * T * D / 2; /* one causal product's FLOPs */
+    gc_num(s, "B", B);
+    gc_num(s, "H", H);
+    gc_num(s, "T", T);
+    gc_num(s, "D", D);
+    gc_num(s, "fwd_ms", f.med * 1e3);
+    gc_num(s, "fwd_ms_min", f.min * 1e3);
+    gc_num(s, "fwd_ms_max", f.max * 1e3);
+    gc_num(s, "fwd_tflops", 2 * mm / f.med / 1e12);
+    gc_num(s, "fwd_bwd_ms", fb.med * 1e3);
+    gc_num(s, "fwd_bwd_ms_min", fb.min * 1e3);
+    gc_num(s, "fwd_bwd_ms_max", fb.max * 1e3);
+    gc_num(s, "fwd_bwd_tflops", 7 * mm / fb.med / 1e12);
+    gc_num(s, "bwd_ms", (fb.med - f.med) * 1e3);
+    gc_num(s, "fwd_kernels", f.kernels);
+    gc_num(s, "fwd_bwd_kernels", fb.kernels);
+    int reps = r->o.att_reps < MAX_REPS ? r->o.att_reps : MAX_REPS;
+    if (tiles) {
+        gc_num(s, "dq_ms", (fq.med - f.med) * 1e3);
+        gc_num(s, "dkv_ms", (fb.med - fq.med) * 1e3);
+        gc_end(r, s, GC_PASS, "%s: forward %.4f ms, dq about %.4f ms, dk/dv about %.4f ms, "
+               "forward + backward %.4f ms (medians of %d)", tiles, f.med * 1e3,
+               (fq.med - f.med) * 1e3, (fb.med - fq.med) * 1e3, fb.med * 1e3, reps);
+        return;
+    }
+    gc_end(r, s, GC_PASS, "a layer's causal attention: forward (o, lse; %d kernel%s) %.4f ms "
+           "(median of %d; %.4f to %.4f) = %.3g TFLOP/s; forward + backward (dq, dk, dv; %d "
+           "kernels) %.4f ms (%.4f to %.4f) = %.3g TFLOP/s; the backward alone about %.4f ms",
+           f.kernels, f.kernels == 1 ? "" : "s", f.med * 1e3, reps, f.min * 1e3, f.max * 1e3,
+           2 * mm / f.med / 1e12, fb.kernels, fb.med * 1e3, fb.min * 1e3, fb.max * 1e3,
+           7 * mm / fb.med / 1e12, (fb.med - f.med) * 1e3);
+}
+
+void gc_time_attention(gc_run *r) {
+    for (int a = 0; a < r->o.n_att_shapes; a++) time_shape(r, a, NULL, 0);
+    /* --att-tiles: the tile configurations to compare (a tuning run), at the first shape */
+    char list[512];
+    snprintf(list, sizeof list, "%s", r->o.att_tiles ? r->o.att_tiles : "");
+    int ti = 0;
+    for (char *save = NULL, *c = strtok_r(list, ";", &save); c && r->o.n_att_shapes;
+         c = strtok_r(NULL, ";", &save))
+        time_shape(r, 0, c, ++ti);
 }
