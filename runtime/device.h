@@ -90,7 +90,6 @@ sn_status sn_exec_compile(sn_exec *x, sn_kernel *const *ks, int n, void **handle
 /* Launches such a kernel on bufs (sn_kernel_n_bufs(k) of them), in stream order. */
 sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_exec_ref *bufs,
                          sn_err *e);
-sn_status sn_exec_sync(sn_exec *x, sn_err *e);
 /* The device the executor runs on. */
 sn_device *sn_exec_device(const sn_exec *x);
 

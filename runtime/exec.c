@@ -227,7 +227,6 @@ sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_
     return x->d->launch(x->d, k, handle, p, e);
 }
 
-sn_status sn_exec_sync(sn_exec *x, sn_err *e) { return x->d->sync(x->d, e); }
 sn_device *sn_exec_device(const sn_exec *x) { return x->d; }
 
 sn_status sn_exec_run(sn_exec *x, sn_err *e) {

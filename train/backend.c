@@ -216,7 +216,6 @@ const sn_program *sn_backend_program(const sn_backend *b) { return b->prog; }
 sn_exec *sn_backend_exec(const sn_backend *b) { return b->x; }
 int64_t sn_backend_state_bytes(const sn_backend *b) { return b->state_bytes; }
 int64_t sn_backend_host_state_bytes(const sn_backend *b) { return b->host_bytes; }
-bool sn_backend_offloaded(const sn_backend *b) { return b->offload; }
 
 /* The host weights of parameter i (interpreter). */
 static float *host_weights(sn_backend *b, int i) {

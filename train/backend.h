@@ -57,6 +57,5 @@ sn_exec *sn_backend_exec(const sn_backend *b);
  * moments, sums, one chunk of gradients). */
 int64_t sn_backend_state_bytes(const sn_backend *b);
 int64_t sn_backend_host_state_bytes(const sn_backend *b);
-bool sn_backend_offloaded(const sn_backend *b);
 
 #endif

@@ -631,13 +631,6 @@ int sn_ll_input_index(const sn_kernel *k, const sn_node *n) {
     return -1;
 }
 
-sn_status sn_ll_input(sn_ll *L, const sn_kernel *k, const sn_node *n, LLVMValueRef *ptr,
-                      sn_err *e) {
-    char name[32];
-    snprintf(name, sizeof name, "arg%d", sn_ll_input_index(k, n));
-    return sn_ll_input_named(L, k, n, name, ptr, e);
-}
-
 sn_status sn_ll_input_named(sn_ll *L, const sn_kernel *k, const sn_node *n, const char *name,
                             LLVMValueRef *ptr, sn_err *e) {
     int i = sn_ll_input_index(k, n);

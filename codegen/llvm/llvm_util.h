@@ -176,11 +176,9 @@ const char *sn_ll_kname(const sn_kernel *k, char *buf, size_t len);
 sn_status sn_ll_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e);
 /* The index of n among k's inputs (args[n_out..]), or -1. */
 int sn_ll_input_index(const sn_kernel *k, const sn_node *n);
-/* The typed pointer to input n (via sn_ll_input_index), named "arg<i>" in the IR; fails with
- * SN_ERR_INVALID when k does not have n among its args, or with sn_ll_check_dtype's failure. */
-sn_status sn_ll_input(sn_ll *L, const sn_kernel *k, const sn_node *n, LLVMValueRef *ptr,
-                      sn_err *e);
-/* The same, named `name` in the IR ("x", "dy" ...). */
+/* The typed pointer to input n (via sn_ll_input_index), named `name` in the IR ("x", "dy" ...);
+ * fails with SN_ERR_INVALID when k does not have n among its args, or with sn_ll_check_dtype's
+ * failure. */
 sn_status sn_ll_input_named(sn_ll *L, const sn_kernel *k, const sn_node *n, const char *name,
                             LLVMValueRef *ptr, sn_err *e);
 
