@@ -1,7 +1,7 @@
-/* backend.h: how the trainer executes its graph and its optimizer step: on the reference
- * interpreter (host memory), or compiled (fuse, memplan) and run by a device's executor.
- * Convention: the backend owns every parameter's fp32 weights and the optimizer state (in the
- * compiled case: device memory, reached only through the executor); trainable parameters,
+/* backend.h: how the trainer executes its graph and its optimizer step: compiled (fuse,
+ * memplan) and run by a device's executor, the reference interpreter's included.
+ * Convention: the backend owns every parameter's fp32 weights and the optimizer state (device
+ * memory, reached only through the executor); trainable parameters,
  * their gradients, gradient sums and moments m, v are flat ranges of one layout (kernel.h,
  * "the optimizer step"), so each piece of the step is one kernel launch. */
 #ifndef SN_BACKEND_H
@@ -13,7 +13,8 @@
 
 typedef struct sn_backend sn_backend;
 
-/* device NULL: the reference interpreter. g: loss, backward, i32 inputs idx and targets;
+/* device NULL: the reference interpreter (a device the backend makes and owns). g: loss,
+ * backward, i32 inputs idx and targets;
  * params: every PARAM of g (frozen ones included), the order the trainer numbers them.
  * compile: sn_compile's options for the device (NULL: zeroed). offload (with a device): the
  * moments, the gradient sums and the master weights in host memory, AdamW on the CPU
@@ -49,11 +50,11 @@ sn_status sn_backend_norm(sn_backend *b, bool sums, const float scal[SN_OPT_SCAL
  * last sn_backend_norm. */
 sn_status sn_backend_adamw(sn_backend *b, bool sums, sn_err *e);
 
-/* The compiled program and its executor (NULL on the interpreter), for reports. */
+/* The compiled program and its executor, for reports. */
 const sn_program *sn_backend_program(const sn_backend *b);
 sn_exec *sn_backend_exec(const sn_backend *b);
 /* Bytes of optimizer state (moments, gradient sums, scalars) held besides the program's: on
- * the device (the interpreter's host arrays count here), and offloaded to the host (masters,
+ * the device (the interpreter's memory counts here), and offloaded to the host (masters,
  * moments, sums, one chunk of gradients). */
 int64_t sn_backend_state_bytes(const sn_backend *b);
 int64_t sn_backend_host_state_bytes(const sn_backend *b);
