@@ -36,6 +36,8 @@ typedef struct {
     int64_t arena_budget; /* --arena-budget: the budget policy's arena (what sinter plan chose) */
     bool offload;   /* --offload: the optimizer state in host memory (sn_train_opts.offload) */
     bool compare_interp;
+    const sn_target *target; /* the device's, which every compile names (NULL: --model-only, the
+                                host CPU's) */
     int lora;       /* --lora R: LoRA adapters of rank R on every linear layer (alpha R), the
                        base frozen; the full fine-tuning step is timed too, in the same run */
     sn_precision precision;
@@ -71,6 +73,7 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = SN_GPT2_LORA_ALL};
     if (sn_gpt2_build_lora(g, &c, a->batch, a->seq, a->lora ? &l : NULL, &m, &e)) die("model", &e);
     sn_pipeline_opts o = sn_pipeline_defaults();
+    o.target = a->target;
     o.backward = backward;
     o.checkpoint = backward ? a->checkpoint : 0;
     o.checkpoint_budget = a->arena_budget;
@@ -276,6 +279,7 @@ int main(int argc, char **argv) {
     sn_err e;
     bool cuda;
     sn_device *d = open_device(&a, &cuda);
+    a.target = &d->target;
     double peak;
     char isa[96];
     sn_bench_peak pb;

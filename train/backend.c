@@ -124,8 +124,9 @@ static sn_status offload_new(sn_backend *b, sn_err *e) {
 
 static sn_status backend_init(sn_backend *b, const sn_pipeline_opts *compile, sn_err *e) {
     sn_status s;
-    sn_pipeline_opts none = {0};
-    if ((s = sn_compile(b->g, compile ? compile : &none, &b->prog, NULL, e)) ||
+    sn_pipeline_opts o = compile ? *compile : (sn_pipeline_opts){0};
+    if (!o.target) o.target = &b->d->target; /* the device's, unless the caller named one */
+    if ((s = sn_compile(b->g, &o, &b->prog, NULL, e)) ||
         (s = sn_exec_new(b->d, b->prog, &b->x, e)) ||
         (s = flat_layout(b, e)))
         return s;

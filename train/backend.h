@@ -16,7 +16,8 @@ typedef struct sn_backend sn_backend;
 /* device NULL: the reference interpreter (a device the backend makes and owns). g: loss,
  * backward, i32 inputs idx and targets;
  * params: every PARAM of g (frozen ones included), the order the trainer numbers them.
- * compile: sn_compile's options for the device (NULL: zeroed). offload (with a device): the
+ * compile: sn_compile's options for the device (NULL: zeroed; a NULL target: the device's).
+ * offload (with a device): the
  * moments, the gradient sums and the master weights in host memory, AdamW on the CPU
  * (offload.h); the device keeps the step's scalars and computes the norm. */
 sn_status sn_backend_new(sn_graph *g, sn_node *const *params, int n_params, sn_device *device,

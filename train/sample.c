@@ -54,10 +54,11 @@ sn_sampler *sn_sampler_new(sn_graph *g, const sn_node *idx, const sn_node *logit
     s->window = sn_calloc((size_t)s->T, sizeof(int32_t), "the sampler's window", e);
     s->row64 = sn_malloc(sizeof(double) * (size_t)s->V, "the sampler's logits", e);
     s->row32 = sn_malloc(sizeof(float) * (size_t)s->V, "the sampler's logits", e);
-    sn_pipeline_opts none = {0}; /* the caller ran the forward rewrites */
     bool ok = s->window && s->row64 && s->row32;
     if (ok && !device && (ok = !sn_interp_device_new(&s->own, e))) device = s->own;
-    if (!ok || sn_compile(g, &none, &s->prog, NULL, e) || sn_exec_new(device, s->prog, &s->x, e)) {
+    /* the caller ran the forward rewrites: only the kernel passes, for the device */
+    if (!ok || sn_compile(g, &(sn_pipeline_opts){.target = &device->target}, &s->prog, NULL, e) ||
+        sn_exec_new(device, s->prog, &s->x, e)) {
         sn_sampler_free(s);
         return NULL;
     }
