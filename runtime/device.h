@@ -69,7 +69,8 @@ sn_status sn_checked_device_new(sn_device *inner, sn_device **out, sn_err *e);
 
 typedef struct sn_exec sn_exec;
 
-/* Allocates the arena and persistent block, fills constants, compiles the kernels. */
+/* Allocates the arena and persistent block, fills constants, compiles the kernels.
+ * SN_ERR_INVALID when p was compiled for another target than d's (its kind or architecture). */
 sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *e);
 void sn_exec_free(sn_exec *x);
 

@@ -78,6 +78,10 @@ void sn_exec_free(sn_exec *x) {
 
 sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *e) {
     *out = NULL;
+    if (p->target.kind != d->target.kind || p->target.sm != d->target.sm)
+        return sn_fail(e, SN_ERR_INVALID, "executor: the program was compiled for %s, but the "
+                       "device is %s (%s): compile it with sn_pipeline_opts.target = "
+                       "&device->target", p->target.name, d->target.name, d->name);
     sn_exec *x = sn_calloc(1, sizeof *x, "the executor", e);
     if (!x) return SN_ERR_OOM;
     x->d = d;
