@@ -356,7 +356,7 @@ sn_status sn_session_sample(sn_session *r, const sn_session_sample_opts *o, char
 
 void sn_session_info_get(const sn_session *r, sn_session_info *out) {
     *out = (sn_session_info){.model = r->m.name, .tokenizer = r->tk->name,
-                             .device = sn_trainer_backend(r->t), .vocab = r->tk->vocab,
+                             .device = sn_trainer_device_name(r->t), .vocab = r->tk->vocab,
                              .batch = r->B, .seq = r->T, .micro = r->micro,
                              .tokens_per_step = (long)r->micro * r->B * r->T,
                              .params = sn_graph_param_count(r->g), .init_fresh = r->init_fresh,

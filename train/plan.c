@@ -31,14 +31,14 @@ static int64_t flat_floats(const sn_program *p) {
     return p0 < 0 ? 0 : (g0 - p0) / 4;
 }
 
-/* The step's scalars and the norm's partials (backend.c). */
+/* The step's scalars and the norm's partials (runner.c). */
 static int64_t scalar_bytes(int64_t n_flat) {
     return 4 * (SN_OPT_SCALARS + (n_flat + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK);
 }
 
 int64_t sn_train_state_bytes(const sn_program *p, bool sums) {
     int64_t n_flat = flat_floats(p);
-    /* the trainer's buffers (backend.c): m, v, the scalars with the norm's partials, sums */
+    /* the trainer's buffers (runner.c): m, v, the scalars with the norm's partials, sums */
     return n_flat ? 4 * 2 * n_flat + scalar_bytes(n_flat) + (sums ? 4 * n_flat : 0) : 0;
 }
 
@@ -101,7 +101,7 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     pl->opt_device = sn_train_state_bytes(p, accum > 1);
     pl->opt_host = 0;
     if (offload) { /* the device keeps the step's scalars; the host the masters, the moments,
-                      the sums, the scalars and one chunk of gradients (backend.c) */
+                      the sums, the scalars and one chunk of gradients (runner.c) */
         int64_t n = flat_floats(p);
         pl->opt_device = scalar_bytes(n);
         pl->opt_host = 4 * (3 * n + (accum > 1 ? n : 0) + SN_OPT_SCALARS +

@@ -1,11 +1,11 @@
-/* backend.c: how the trainer runs its graph and its optimizer step on a device (backend.h); the
+/* runner.c: how the trainer runs its graph and its optimizer step on a device (runner.h); the
  * reference interpreter is one (sn_interp_device_new).
  * Convention: the optimizer's buffers are named by FB_*, each an executor ref (the program's
  * parameters and gradients, or an extra device buffer); its kernels are launched through the
  * executor. With offload, the moments, the gradient sums and a copy of the weights (the
  * masters) are host arrays instead, and AdamW runs on the CPU (offload.h) in chunks: gradients
  * down, weights up. */
-#include "backend.h"
+#include "runner.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -19,7 +19,7 @@ enum { FB_PARAMS, FB_GRADS, FB_SUMS, FB_M, FB_V, FB_SCAL, FB_PART, FB_COUNT };
 /* its kernels */
 enum { OK_ACC, OK_SQNORM, OK_CLIP, OK_ADAMW, OK_COUNT };
 
-struct sn_backend {
+struct sn_runner {
     sn_graph *g;
     sn_node *const *params;
     int n_params;
@@ -44,7 +44,7 @@ struct sn_backend {
     char name[160];
 };
 
-void sn_backend_free(sn_backend *b) {
+void sn_runner_free(sn_runner *b) {
     if (!b) return;
     for (int i = 0; i < FB_COUNT; i++) free(b->host[i]);
     free(b->off);
@@ -57,7 +57,7 @@ void sn_backend_free(sn_backend *b) {
 static bool trainable(const sn_node *p) { return !p->a.frozen && p->grad; }
 
 /* The kernels of the step over [0, n_flat). */
-static void make_kernels(sn_backend *b) {
+static void make_kernels(sn_runner *b) {
     static const sn_kernel_kind kinds[OK_COUNT] = {SN_KER_GRAD_ACC, SN_KER_SQNORM, SN_KER_CLIP, SN_KER_ADAMW};
     static const char *const names[OK_COUNT] = {"opt_grad_acc", "opt_sqnorm", "opt_clip", "opt_adamw"};
     b->n_blocks = (b->n_flat + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK;
@@ -71,26 +71,26 @@ static void make_kernels(sn_backend *b) {
 
 /* The flat layout the planner gave the program (memplan.c): parameters then gradients, in the
  * same order and spacing. */
-static sn_status flat_layout(sn_backend *b, sn_err *e) {
+static sn_status flat_layout(sn_runner *b, sn_err *e) {
     int64_t p0 = -1, g0 = -1, first_plain = -1;
     for (int i = 0; i < b->n_params; i++) {
         const sn_node *p = b->params[i];
         if (!trainable(p)) continue;
         int64_t po = sn_exec_persistent_offset(b->x, p), go = sn_exec_persistent_offset(b->x, p->grad);
         if (po < 0 || go < 0)
-            return sn_fail(e, SN_ERR_INVALID, "backend: parameter %s or its gradient is not kept "
+            return sn_fail(e, SN_ERR_INVALID, "trainer: parameter %s or its gradient is not kept "
                            "by the compiled program", p->name);
         if (p0 < 0 || po < p0) p0 = po, g0 = go;
         if (p->rank < 2 && (first_plain < 0 || po < first_plain)) first_plain = po;
     }
-    if (p0 < 0) return sn_fail(e, SN_ERR_INVALID, "backend: the graph has no trainable parameter");
+    if (p0 < 0) return sn_fail(e, SN_ERR_INVALID, "trainer: the graph has no trainable parameter");
     int64_t span = g0 - p0;
     for (int i = 0; i < b->n_params; i++) {
         const sn_node *p = b->params[i];
         if (!trainable(p)) continue;
         int64_t po = sn_exec_persistent_offset(b->x, p), go = sn_exec_persistent_offset(b->x, p->grad);
         if (go - po != span || po < p0 || po + 4 * sn_numel(p) > p0 + span || (po - p0) % 4)
-            return sn_fail(e, SN_ERR_INVALID, "backend: the program's parameters and gradients are "
+            return sn_fail(e, SN_ERR_INVALID, "trainer: the program's parameters and gradients are "
                            "not two flat ranges of one layout (parameter %s): the memory plan must "
                            "place them so (passes/memplan.c)", p->name);
         b->off[i] = (po - p0) / 4;
@@ -107,7 +107,7 @@ static sn_status flat_layout(sn_backend *b, sn_err *e) {
 }
 
 /* Offload's host arrays (zeroed; the masters are set with the weights). */
-static sn_status offload_new(sn_backend *b, sn_err *e) {
+static sn_status offload_new(sn_runner *b, sn_err *e) {
     static const int fb[] = {FB_PARAMS, FB_M, FB_V, FB_SCAL, FB_GRADS};
     for (int i = 0; i < 5; i++) {
         int64_t n = fb[i] == FB_SCAL ? SN_OPT_SCALARS : fb[i] == FB_GRADS ? SN_OFFLOAD_CHUNK : b->n_flat;
@@ -122,7 +122,7 @@ static sn_status offload_new(sn_backend *b, sn_err *e) {
     return SN_OK;
 }
 
-static sn_status backend_init(sn_backend *b, const sn_pipeline_opts *compile, sn_err *e) {
+static sn_status runner_init(sn_runner *b, const sn_pipeline_opts *compile, sn_err *e) {
     sn_status s;
     sn_pipeline_opts o = compile ? *compile : (sn_pipeline_opts){0};
     if (!o.target) o.target = &b->d->target; /* the device's, unless the caller named one */
@@ -156,13 +156,13 @@ static sn_status backend_init(sn_backend *b, const sn_pipeline_opts *compile, sn
     return SN_OK;
 }
 
-sn_status sn_backend_new(sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
-                         const sn_pipeline_opts *compile, bool offload, sn_backend **out,
-                         sn_err *e) {
+sn_status sn_runner_new(sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
+                        const sn_pipeline_opts *compile, bool offload, sn_runner **out,
+                        sn_err *e) {
     *out = NULL;
-    sn_backend *b = sn_calloc(1, sizeof *b, "the trainer's backend", e);
+    sn_runner *b = sn_calloc(1, sizeof *b, "the trainer's runner", e);
     if (!b) return SN_ERR_OOM;
-    *b = (sn_backend){.g = g, .params = params, .n_params = n_params, .d = device,
+    *b = (sn_runner){.g = g, .params = params, .n_params = n_params, .d = device,
                       .offload = offload && device};
     b->off = sn_calloc((size_t)n_params + 1, sizeof *b->off, "the trainer's parameter offsets", e);
     if (!b->off) {
@@ -172,23 +172,23 @@ sn_status sn_backend_new(sn_graph *g, sn_node *const *params, int n_params, sn_d
     for (int i = 0; i < n_params; i++) b->off[i] = -1;
     sn_status s = device ? SN_OK : sn_interp_device_new(&b->own, e);
     if (!device) b->d = b->own;
-    if (!s) s = backend_init(b, compile, e);
+    if (!s) s = runner_init(b, compile, e);
     if (s) {
-        sn_backend_free(b);
+        sn_runner_free(b);
         return s;
     }
     *out = b;
     return SN_OK;
 }
 
-const char *sn_backend_name(const sn_backend *b) { return b->name; }
-const sn_program *sn_backend_program(const sn_backend *b) { return b->prog; }
-sn_exec *sn_backend_exec(const sn_backend *b) { return b->x; }
-int64_t sn_backend_state_bytes(const sn_backend *b) { return b->state_bytes; }
-int64_t sn_backend_host_state_bytes(const sn_backend *b) { return b->host_bytes; }
+const char *sn_runner_name(const sn_runner *b) { return b->name; }
+const sn_program *sn_runner_program(const sn_runner *b) { return b->prog; }
+sn_exec *sn_runner_exec(const sn_runner *b) { return b->x; }
+int64_t sn_runner_state_bytes(const sn_runner *b) { return b->state_bytes; }
+int64_t sn_runner_host_state_bytes(const sn_runner *b) { return b->host_bytes; }
 
-sn_status sn_backend_run(sn_backend *b, const sn_node *idx, const sn_node *targets,
-                         const int32_t *x, const int32_t *y, double *loss, sn_err *e) {
+sn_status sn_runner_run(sn_runner *b, const sn_node *idx, const sn_node *targets,
+                        const int32_t *x, const int32_t *y, double *loss, sn_err *e) {
     sn_status s;
     float l;
     if ((s = sn_exec_set(b->x, idx, x, e)) || (s = sn_exec_set(b->x, targets, y, e)) ||
@@ -198,12 +198,12 @@ sn_status sn_backend_run(sn_backend *b, const sn_node *idx, const sn_node *targe
     return SN_OK;
 }
 
-sn_status sn_backend_set_scalar(sn_backend *b, const sn_node *input, float v, sn_err *e) {
+sn_status sn_runner_set_scalar(sn_runner *b, const sn_node *input, float v, sn_err *e) {
     return sn_exec_set(b->x, input, &v, e);
 }
 
 /* The gradient sums exist from their first use on (one micro-batch a step needs none). */
-static sn_status need_sums(sn_backend *b, sn_err *e) {
+static sn_status need_sums(sn_runner *b, sn_err *e) {
     if (!b->offload ? b->has_sums : b->host[FB_SUMS] != NULL) return SN_OK;
     if (b->offload) {
         if (!(b->host[FB_SUMS] = calloc((size_t)b->n_flat, sizeof(float))))
@@ -222,7 +222,7 @@ static sn_status need_sums(sn_backend *b, sn_err *e) {
 }
 
 /* Flat buffer f of the optimizer, element `at`, `n` elements, to or from the host. */
-static sn_status move(sn_backend *b, int f, int64_t at, int64_t n, float *host, bool up, sn_err *e) {
+static sn_status move(sn_runner *b, int f, int64_t at, int64_t n, float *host, bool up, sn_err *e) {
     if (!(b->offload && (f == FB_M || f == FB_V || f == FB_SUMS))) {
         sn_exec_ref r = b->ref[f];
         r.offset += 4 * at;
@@ -245,7 +245,7 @@ static int buffer_of(sn_param_which which, bool sums) {
     return -1;
 }
 
-sn_status sn_backend_get(sn_backend *b, int i, sn_param_which which, bool sums, float *host, sn_err *e) {
+sn_status sn_runner_get(sn_runner *b, int i, sn_param_which which, bool sums, float *host, sn_err *e) {
     SN_ASSERT(i >= 0 && i < b->n_params);
     int64_t n = sn_numel(b->params[i]);
     if (which == SN_PARAM_WEIGHTS) return sn_exec_get(b->x, b->params[i], host, e);
@@ -260,7 +260,7 @@ sn_status sn_backend_get(sn_backend *b, int i, sn_param_which which, bool sums, 
     return move(b, buffer_of(which, sums), b->off[i], n, host, false, e);
 }
 
-sn_status sn_backend_set(sn_backend *b, int i, sn_param_which which, const float *host, sn_err *e) {
+sn_status sn_runner_set(sn_runner *b, int i, sn_param_which which, const float *host, sn_err *e) {
     SN_ASSERT(i >= 0 && i < b->n_params && which != SN_PARAM_GRAD);
     int64_t n = sn_numel(b->params[i]);
     if (which == SN_PARAM_WEIGHTS && b->offload && b->off[i] >= 0) /* the master too */
@@ -271,7 +271,7 @@ sn_status sn_backend_set(sn_backend *b, int i, sn_param_which which, const float
 }
 
 /* Launches optimizer kernel `which` on the flat buffers fb[]. */
-static sn_status launch(sn_backend *b, int which, const int *fb, sn_err *e) {
+static sn_status launch(sn_runner *b, int which, const int *fb, sn_err *e) {
     const sn_kernel *k = &b->k[which];
     int n = sn_kernel_n_bufs(k);
     sn_exec_ref r[SN_KER_MAX_ARGS];
@@ -280,7 +280,7 @@ static sn_status launch(sn_backend *b, int which, const int *fb, sn_err *e) {
 }
 
 /* Offload: the device's gradients [lo, lo + n) to the host, into the sums (add: added). */
-static sn_status offload_grads(sn_backend *b, int64_t lo, int64_t n, bool add, float *dst, sn_err *e) {
+static sn_status offload_grads(sn_runner *b, int64_t lo, int64_t n, bool add, float *dst, sn_err *e) {
     sn_exec_ref r = b->ref[FB_GRADS];
     r.offset += 4 * lo;
     if (!add) return sn_exec_download(b->x, dst, r, 4 * n, e);
@@ -289,7 +289,7 @@ static sn_status offload_grads(sn_backend *b, int64_t lo, int64_t n, bool add, f
     return s;
 }
 
-sn_status sn_backend_sum_grads(sn_backend *b, bool add, sn_err *e) {
+sn_status sn_runner_sum_grads(sn_runner *b, bool add, sn_err *e) {
     sn_status s = need_sums(b, e);
     if (s) return s;
     for (int64_t lo = 0; b->offload && lo < b->n_flat && !s; lo += SN_OFFLOAD_CHUNK) {
@@ -301,8 +301,8 @@ sn_status sn_backend_sum_grads(sn_backend *b, bool add, sn_err *e) {
     return sn_exec_copy(b->x, b->ref[FB_SUMS], b->ref[FB_GRADS], 4 * b->n_flat, e);
 }
 
-sn_status sn_backend_norm(sn_backend *b, bool sums, const float scal[SN_OPT_SCALARS], double *norm,
-                          sn_err *e) {
+sn_status sn_runner_norm(sn_runner *b, bool sums, const float scal[SN_OPT_SCALARS], double *norm,
+                         sn_err *e) {
     int g = sums ? FB_SUMS : FB_GRADS;
     float got;
     sn_status s = move(b, FB_SCAL, 0, SN_OPT_SCALARS, (float *)scal, true, e);
@@ -325,7 +325,7 @@ sn_status sn_backend_norm(sn_backend *b, bool sums, const float scal[SN_OPT_SCAL
 
 /* Offload: AdamW by the CPU on the masters, chunk by chunk: the gradients of a chunk come down
  * (unless the sums, already on the host, are used), the updated weights go up. */
-static sn_status offload_adamw(sn_backend *b, bool sums, sn_err *e) {
+static sn_status offload_adamw(sn_runner *b, bool sums, sn_err *e) {
     sn_status s = SN_OK;
     float **h = b->host;
     for (int64_t lo = 0; lo < b->n_flat && !s; lo += SN_OFFLOAD_CHUNK) {
@@ -342,7 +342,7 @@ static sn_status offload_adamw(sn_backend *b, bool sums, sn_err *e) {
     return s;
 }
 
-sn_status sn_backend_adamw(sn_backend *b, bool sums, sn_err *e) {
+sn_status sn_runner_adamw(sn_runner *b, bool sums, sn_err *e) {
     if (b->offload) return offload_adamw(b, sums, e);
     int g = sums ? FB_SUMS : FB_GRADS;
     return launch(b, OK_ADAMW, (const int[]){FB_PARAMS, FB_M, FB_V, g, FB_SCAL}, e);
