@@ -42,7 +42,7 @@ struct sn_session {
 };
 
 /* session.h's checkpoint_policy numbers are passes.h's policies */
-_Static_assert(SN_CKPT_NONE == 0 && SN_CKPT_BLOCK == 1 && SN_CKPT_SQRT == 2,
+_Static_assert(SN_RECOMPUTE_NONE == 0 && SN_RECOMPUTE_BLOCK == 1 && SN_RECOMPUTE_SQRT == 2,
                "session.h documents checkpoint_policy 0, 1, 2 as none, block, sqrt");
 
 sn_session_opts sn_session_defaults(void) {
@@ -171,7 +171,7 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
     if (m->ctx < 1 && o->seq < 1)
         return sn_fail(e, SN_ERR_INVALID, "model %s: ctx %d: give the model's longest sequence "
                        "(sn_model.ctx) or a seq", m->name, m->ctx);
-    if (o->checkpoint_policy < -1 || o->checkpoint_policy > SN_CKPT_SQRT)
+    if (o->checkpoint_policy < -1 || o->checkpoint_policy > SN_RECOMPUTE_SQRT)
         return sn_fail(e, SN_ERR_INVALID, "session: checkpoint_policy %d: give -1 (none, or the "
                        "plan's), 0 (none), 1 (block) or 2 (sqrt)", o->checkpoint_policy);
     if (o->mem < 0 || (o->mem && o->tokens_per_step))
@@ -217,7 +217,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
     /* the graph passes here; the trainer compiles the rest (fuse, memplan) with the same options */
     r->po = sn_pipeline_defaults();
     r->po.precision = (sn_precision)sn_precision_parse(o->precision ? o->precision : "fp32");
-    r->po.checkpoint = o->checkpoint_policy > 0 ? o->checkpoint_policy : SN_CKPT_NONE;
+    r->po.checkpoint = o->checkpoint_policy > 0 ? o->checkpoint_policy : SN_RECOMPUTE_NONE;
     /* the device first: its target is the plan's and the program's (CUDA: its kernels, its
        fusion decisions, cuBLASLt's workspace) */
     if ((s = open_device(o, &r->dev, e))) return s;
@@ -360,7 +360,7 @@ sn_status sn_session_sample(sn_session *r, const sn_session_sample_opts *o, char
 
 void sn_session_info_get(const sn_session *r, sn_session_info *out) {
     *out = (sn_session_info){.model = r->m.name, .tokenizer = r->tk->name,
-                             .device = sn_trainer_backend(r->t), .vocab = r->tk->vocab,
+                             .device = sn_trainer_device_name(r->t), .vocab = r->tk->vocab,
                              .batch = r->B, .seq = r->T, .micro = r->micro,
                              .tokens_per_step = (long)r->micro * r->B * r->T,
                              .params = sn_graph_param_count(r->g), .init_fresh = r->init_fresh,

@@ -32,10 +32,12 @@
 typedef struct {
     const char *model;
     int batch, seq, steps, threads;
-    int checkpoint; /* an sn_ckpt_policy (--checkpoint-policy; budget with --arena-budget) */
+    int checkpoint; /* an sn_recompute_policy (--checkpoint-policy; budget with --arena-budget) */
     int64_t arena_budget; /* --arena-budget: the budget policy's arena (what sinter plan chose) */
     bool offload;   /* --offload: the optimizer state in host memory (sn_train_opts.offload) */
     bool compare_interp;
+    const sn_target *target; /* the device's, which every compile names (NULL: --model-only, the
+                                host CPU's) */
     int lora;       /* --lora R: LoRA adapters of rank R on every linear layer (alpha R), the
                        base frozen; the full fine-tuning step is timed too, in the same run */
     sn_precision precision;
@@ -71,6 +73,7 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = SN_GPT2_LORA_ALL};
     if (sn_gpt2_build_lora(g, &c, a->batch, a->seq, a->lora ? &l : NULL, &m, &e)) die("model", &e);
     sn_pipeline_opts o = sn_pipeline_defaults();
+    o.target = a->target;
     o.backward = backward;
     o.checkpoint = backward ? a->checkpoint : 0;
     o.checkpoint_budget = a->arena_budget;
@@ -94,7 +97,7 @@ static void emit(const args *a, const char *device, const char *phase, double s_
            "\"batch\": %d, \"seq\": %d, \"lora\": %d, \"checkpoint\": \"%s\", \"offload\": %s, \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, "
            "\"precision\": \"%s\", \"gflops\": %.1f, \"peak_gflops\": %.1f, \"peak_isa\": \"%s\", "
            "\"f32_peak_gflops\": %.1f, \"bf16_peak_gflops\": %.1f, \"mfu\": %.4f%s}\n",
-           phase, device, a->model, a->batch, a->seq, a->lora, sn_ckpt_policy_name((sn_ckpt_policy)a->checkpoint),
+           phase, device, a->model, a->batch, a->seq, a->lora, sn_recompute_policy_name((sn_recompute_policy)a->checkpoint),
            a->offload ? "true" : "false", 1e3 * s_per_step, tokens / s_per_step, sn_precision_name(a->precision),
            flops / s_per_step / 1e9, peak, a->isa, a->peak_f32, a->peak_bf16,
            flops / s_per_step / 1e9 / peak, extra ? extra : "");
@@ -200,7 +203,7 @@ static void parse(int argc, char **argv, args *a) {
             if (!sn_roofline_machine_find(v)) usage_fail("--roofline knows h100, not '%s'", v);
             a->roofline = v;
         } else if (!strcmp(k, "--checkpoint-policy")) {
-            if ((a->checkpoint = sn_ckpt_policy_parse(v)) < 0 || a->checkpoint == SN_CKPT_BUDGET)
+            if ((a->checkpoint = sn_recompute_policy_parse(v)) < 0 || a->checkpoint == SN_RECOMPUTE_BUDGET)
                 usage_fail("--checkpoint-policy is none, block or sqrt, not '%s'", v);
         } else if (!strcmp(k, "--arena-budget")) {
             char *end;
@@ -208,7 +211,7 @@ static void parse(int argc, char **argv, args *a) {
             if (end == v || *end || !(b >= 1) || b > 1e15)
                 usage_fail("--arena-budget wants a number of bytes, not '%s'", v);
             a->arena_budget = (int64_t)b;
-            a->checkpoint = SN_CKPT_BUDGET;
+            a->checkpoint = SN_RECOMPUTE_BUDGET;
         } else if (!strcmp(k, "--precision")) {
             int p = sn_precision_parse(v);
             if (p < 0 || p == SN_PRECISION_TF32)
@@ -276,6 +279,7 @@ int main(int argc, char **argv) {
     sn_err e;
     bool cuda;
     sn_device *d = open_device(&a, &cuda);
+    a.target = &d->target;
     double peak;
     char isa[96];
     sn_bench_peak pb;

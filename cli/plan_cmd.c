@@ -119,7 +119,7 @@ int cli_plan(int argc, char **argv) {
             targets_given = true;
         }
         else if (!strcmp(k, "--mem")) ok = cli_bytes(v, &mem);
-        else if (!strcmp(k, "--checkpoint-policy")) ok = (policy = sn_ckpt_policy_parse(v)) >= 0;
+        else if (!strcmp(k, "--checkpoint-policy")) ok = (policy = sn_recompute_policy_parse(v)) >= 0;
         else return cli_fail("plan: unknown option '%s' (see sinter plan --help)", k);
         if (!ok) return cli_fail("plan: bad value '%s' (see sinter plan --help)", v);
     }
@@ -128,7 +128,7 @@ int cli_plan(int argc, char **argv) {
                         "(the rank, e.g. 8)%s", "");
     if (!model) return cli_fail("plan: which model? add --model NAME%s", "");
     if (!mem) return cli_fail("plan: how much memory? add --mem N (6GiB, 500MiB)%s", "");
-    if (policy == SN_CKPT_BUDGET) policy = -1;
+    if (policy == SN_RECOMPUTE_BUDGET) policy = -1;
     int prec = sn_precision_parse(precision);
     if (prec < 0) return cli_fail("plan: --precision is fp32, bf16, fp16 or tf32, not '%s'", precision);
     sn_target t;

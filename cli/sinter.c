@@ -104,7 +104,7 @@ static int cmd_graph(int argc, char **argv) {
         }
         else if (!strcmp(a, "--model") && v) model = argv[++i];
         else if (!strcmp(a, "--checkpoint-policy") && v) {
-            if ((o.checkpoint = sn_ckpt_policy_parse(argv[++i])) < 0)
+            if ((o.checkpoint = sn_recompute_policy_parse(argv[++i])) < 0)
                 return cli_fail("--checkpoint-policy is none, block, sqrt or budget, not '%s'", v);
         } else if (!strcmp(a, "--arena-budget") && v) {
             long long b;
@@ -163,7 +163,7 @@ static int cmd_graph(int argc, char **argv) {
                st.vocab_padded, sn_precision_name(o.precision), st.casts);
         if (o.checkpoint)
             printf("; checkpoint %s: %d nodes recomputed, %.1f%% extra FLOPs",
-                   sn_ckpt_policy_name((sn_ckpt_policy)o.checkpoint), st.checkpoint_recomputed,
+                   sn_recompute_policy_name((sn_recompute_policy)o.checkpoint), st.checkpoint_recomputed,
                    st.step_flops > 0 ? 100 * st.checkpoint_extra_flops / st.step_flops : 0.0);
         if (o.schedule)
             printf("; schedule: %d kernels moved, live arena bytes at most %lld -> %lld", st.schedule_moved,

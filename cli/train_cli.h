@@ -23,7 +23,7 @@ typedef struct {
     long steps, batch, seq, seed, eval_every, tokens_per_step, save_every;
     long sample_every, sample_len, top_k;
     double lr, temperature;
-    int checkpoint_policy;  /* an sn_ckpt_policy (passes.h): --checkpoint-policy; -1: not given */
+    int checkpoint_policy;  /* an sn_recompute_policy (passes.h): --checkpoint-policy; -1: not given */
     long long mem;          /* --mem: device bytes to plan the run for (0: no plan) */
     int offload;            /* --offload: 1 optimizer, 0 none, -1 not given (the plan's) */
     double diverge_nats;     /* a loss this far above the recent median stops the run; 0: off */

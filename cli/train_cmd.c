@@ -157,7 +157,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         else if (!strcmp(k, "--prompt")) a->prompt = v;
         else if (!strcmp(k, "--dump-after")) a->dump_after = v;
         else if (!strcmp(k, "--checkpoint-policy")) {
-            if ((a->checkpoint_policy = sn_ckpt_policy_parse(v)) < 0 || a->checkpoint_policy == SN_CKPT_BUDGET)
+            if ((a->checkpoint_policy = sn_recompute_policy_parse(v)) < 0 || a->checkpoint_policy == SN_RECOMPUTE_BUDGET)
                 return cli_fail("train: --checkpoint-policy is none, block or sqrt (--mem chooses "
                                 "for itself), not '%s'", v);
         } else if (!strcmp(k, "--mem")) {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "interp.h"
-#include "interp_attention.h"
+#include "interp_int.h"
 
 _Static_assert(SN_OP_COUNT == 49, "a new op needs its kernel in eval()");
 
@@ -87,10 +87,7 @@ static void split_at(const sn_node *x, int axis, int64_t *outer, int64_t *inner)
     *inner = sn_shape_numel(x->rank - axis - 1, x->shape + axis + 1);
 }
 
-static int64_t last_dim(const sn_node *x) { return x->rank ? x->shape[x->rank - 1] : 1; }
-
-/* "[1,2]": the multi-index of flat position i in shape, for messages. */
-static char *index_str(int64_t i, int rank, const int64_t *shape, char *buf, size_t len) {
+char *sn_interp_index_str(int64_t i, int rank, const int64_t *shape, char *buf, size_t len) {
     int64_t idx[SN_MAX_RANK];
     for (int k = rank - 1; k >= 0; k--) {
         idx[k] = i % shape[k];
@@ -133,7 +130,7 @@ static void eval_binary(const sn_node *n, const double *a, const double *b, doub
     int64_t sa[SN_MAX_RANK], sb[SN_MAX_RANK];
     bcast_strides(n->in[0], r, n->shape, sa);
     bcast_strides(n->in[1], r, n->shape, sb);
-    int64_t len = last_dim(n), rows = sn_numel(n) / len;
+    int64_t len = sn_interp_last_dim(n), rows = sn_numel(n) / len;
     int64_t ja = r ? sa[r - 1] : 0, jb = r ? sb[r - 1] : 0;
     for (int64_t row = 0; row < rows; row++) {
         const double *pa = a + row_offset(row, r, n->shape, sa);
@@ -181,197 +178,6 @@ static void eval_reduce(const sn_node *n, const double *x, double *y) {
         if (n->op == SN_OP_MEAN)
             for (int64_t i = 0; i < inner; i++) yo[i] /= (double)d;
     }
-}
-
-/* ---- row ops: a row is the last axis, C elements ---- */
-
-static double row_max(const double *x, int64_t C) {
-    double m = -INFINITY;
-    for (int64_t j = 0; j < C; j++)
-        if (x[j] > m) m = x[j];
-    return m;
-}
-
-/* y (C) = softmax(x (C)), max-subtracted */
-static void softmax_row(const double *x, double *y, int64_t C) {
-    double m = row_max(x, C), s = 0;
-    for (int64_t j = 0; j < C; j++) s += y[j] = exp(x[j] - m);
-    for (int64_t j = 0; j < C; j++) y[j] /= s;
-}
-
-static double logsumexp_row(const double *x, int64_t C) {
-    double m = row_max(x, C), s = 0;
-    for (int64_t j = 0; j < C; j++) s += exp(x[j] - m);
-    return m + log(s);
-}
-
-/* mean and 1/sqrt(biased variance + eps) of x (C) */
-static void ln_stats(const double *x, int64_t C, double eps, double *mean, double *rstd) {
-    double m = 0, v = 0;
-    for (int64_t j = 0; j < C; j++) m += x[j];
-    m /= (double)C;
-    for (int64_t j = 0; j < C; j++) v += (x[j] - m) * (x[j] - m);
-    *mean = m;
-    *rstd = 1 / sqrt(v / (double)C + eps);
-}
-
-/* 1/sqrt(mean(x^2) + eps) of x (C) */
-static double rms_rstd(const double *x, int64_t C, double eps) {
-    double s = 0;
-    for (int64_t j = 0; j < C; j++) s += x[j] * x[j];
-    return 1 / sqrt(s / (double)C + eps);
-}
-
-/* The row ops with one output row per input row. in: (x (R, C), then w (C) / b (C) / dy (R, C)
- * as the op takes them); the _BWD_W ops accumulate into y (C). */
-static void eval_rows(const sn_node *n, double *const *in, double *y) {
-    const sn_node *xn = n->in[0];
-    int64_t C = last_dim(xn), R = sn_numel(xn) / C;
-    double eps = n->a.f;
-    if (n->op == SN_OP_LAYERNORM_BWD_W || n->op == SN_OP_RMSNORM_BWD_W)
-        memset(y, 0, sizeof(double) * (size_t)C);
-    for (int64_t r = 0; r < R; r++) {
-        const double *x = in[0] + r * C;
-        double *yr = y + r * C, mean, rstd;
-        switch (n->op) {
-        case SN_OP_SOFTMAX: softmax_row(x, yr, C); break;
-        case SN_OP_SOFTMAX_BWD: { /* (y, dy) */
-            const double *dy = in[1] + r * C;
-            double s = 0;
-            for (int64_t j = 0; j < C; j++) s += dy[j] * x[j];
-            for (int64_t j = 0; j < C; j++) yr[j] = x[j] * (dy[j] - s);
-            break;
-        }
-        case SN_OP_LAYERNORM: { /* (x, w, b) */
-            ln_stats(x, C, eps, &mean, &rstd);
-            for (int64_t j = 0; j < C; j++) yr[j] = (x[j] - mean) * rstd * in[1][j] + in[2][j];
-            break;
-        }
-        case SN_OP_LAYERNORM_BWD: { /* (x, w, dy): dx = rstd (g - mean g - xhat mean(g xhat)) */
-            const double *w = in[1], *dy = in[2] + r * C;
-            ln_stats(x, C, eps, &mean, &rstd);
-            double mg = 0, mgx = 0;
-            for (int64_t j = 0; j < C; j++) {
-                mg += dy[j] * w[j];
-                mgx += dy[j] * w[j] * (x[j] - mean) * rstd;
-            }
-            mg /= (double)C;
-            mgx /= (double)C;
-            for (int64_t j = 0; j < C; j++)
-                yr[j] = rstd * (dy[j] * w[j] - mg - (x[j] - mean) * rstd * mgx);
-            break;
-        }
-        case SN_OP_LAYERNORM_BWD_W: { /* (x, dy) -> y (C) += dy xhat */
-            const double *dy = in[1] + r * C;
-            ln_stats(x, C, eps, &mean, &rstd);
-            for (int64_t j = 0; j < C; j++) y[j] += dy[j] * (x[j] - mean) * rstd;
-            break;
-        }
-        case SN_OP_RMSNORM: { /* (x, w) */
-            rstd = rms_rstd(x, C, eps);
-            for (int64_t j = 0; j < C; j++) yr[j] = x[j] * rstd * in[1][j];
-            break;
-        }
-        case SN_OP_RMSNORM_BWD: { /* (x, w, dy): dx = rstd (g - x rstd^2 mean(g x)) */
-            const double *w = in[1], *dy = in[2] + r * C;
-            rstd = rms_rstd(x, C, eps);
-            double mgx = 0;
-            for (int64_t j = 0; j < C; j++) mgx += dy[j] * w[j] * x[j];
-            mgx /= (double)C;
-            for (int64_t j = 0; j < C; j++)
-                yr[j] = rstd * (dy[j] * w[j] - x[j] * rstd * rstd * mgx);
-            break;
-        }
-        case SN_OP_RMSNORM_BWD_W: { /* (x, dy) -> y (C) += dy x rstd */
-            const double *dy = in[1] + r * C;
-            rstd = rms_rstd(x, C, eps);
-            for (int64_t j = 0; j < C; j++) y[j] += dy[j] * x[j] * rstd;
-            break;
-        }
-        case SN_OP_CAUSAL_MASK: { /* row r is query i of a (T, S) matrix */
-            int64_t T = xn->shape[xn->rank - 2], i = r % T;
-            for (int64_t j = 0; j < C; j++) yr[j] = j > i + (C - T) ? (double)n->a.f : x[j];
-            break;
-        }
-        default: SN_ASSERT(0);
-        }
-    }
-}
-
-/* ---- ids and targets ---- */
-
-/* Checks every id of `ids` (values v) is in [0, limit) or equals `ignore` (when has_ignore). */
-static sn_status check_ids(const sn_node *n, const sn_node *ids, const double *v, int64_t limit,
-                           bool has_ignore, int ignore, sn_err *e) {
-    int64_t count = sn_numel(ids);
-    for (int64_t p = 0; p < count; p++) {
-        if ((has_ignore && v[p] == ignore) || (v[p] >= 0 && v[p] < (double)limit)) continue;
-        char at[64], ty[96];
-        index_str(p, ids->rank, ids->shape, at, sizeof at);
-        sn_type_str(ids, ty, sizeof ty);
-        if (n->op == SN_OP_CROSS_ENTROPY || n->op == SN_OP_CROSS_ENTROPY_BWD)
-            return sn_fail(e, SN_ERR_INVALID,
-                           "%s %%%d: target %.0f at %s of targets %s is outside the vocabulary "
-                           "[0, %lld) and is not the ignore index %d",
-                           sn_op_name(n->op), n->id, v[p], at, ty, (long long)limit, ignore);
-        return sn_fail(e, SN_ERR_INVALID,
-                       "%s %%%d: id %.0f at %s of ids %s is outside [0, %lld), the table's rows",
-                       sn_op_name(n->op), n->id, v[p], at, ty, (long long)limit);
-    }
-    return SN_OK;
-}
-
-/* logits (R, V), targets (R) -> scalar mean loss, or (R, V) gradient (with dloss); only the
- * first Vr = a.end classes take part when a.end > 0 (padded vocabulary) */
-static sn_status eval_cross_entropy(const sn_node *n, double *const *in, double *y, sn_err *e) {
-    const sn_node *lg = n->in[0];
-    int64_t V = last_dim(lg), R = sn_numel(lg) / V, Vr = n->a.end > 0 ? n->a.end : V;
-    const double *logits = in[0], *tg = in[1];
-    int ign = n->a.ignore_index;
-    sn_status st = check_ids(n, n->in[1], tg, Vr, true, ign, e);
-    if (st) return st;
-    int64_t count = 0;
-    for (int64_t r = 0; r < R; r++) count += tg[r] != ign;
-    if (n->op == SN_OP_CROSS_ENTROPY) {
-        double loss = 0;
-        for (int64_t r = 0; r < R; r++)
-            if (tg[r] != ign)
-                loss += logsumexp_row(logits + r * V, Vr) - logits[r * V + (int64_t)tg[r]];
-        y[0] = count ? loss / (double)count : 0;
-        return SN_OK;
-    }
-    double k = count ? in[2][0] / (double)count : 0;
-    for (int64_t r = 0; r < R; r++) {
-        double *yr = y + r * V;
-        memset(yr, 0, sizeof(double) * (size_t)V);
-        if (tg[r] == ign) continue;
-        softmax_row(logits + r * V, yr, Vr);
-        yr[(int64_t)tg[r]] -= 1;
-        for (int64_t j = 0; j < Vr; j++) yr[j] *= k;
-    }
-    return SN_OK;
-}
-
-/* EMBEDDING: table (V, C), ids (..) -> (.., C); EMBEDDING_BWD: ids (..), dy (.., C) -> (V, C) */
-static sn_status eval_embedding(const sn_node *n, double *const *in, double *y, sn_err *e) {
-    bool fwd = n->op == SN_OP_EMBEDDING;
-    const sn_node *ids = n->in[fwd ? 1 : 0];
-    const double *id = in[fwd ? 1 : 0];
-    int64_t V = fwd ? n->in[0]->shape[0] : n->shape[0], C = last_dim(n), count = sn_numel(ids);
-    sn_status st = check_ids(n, ids, id, V, false, 0, e);
-    if (st) return st;
-    if (fwd) {
-        for (int64_t p = 0; p < count; p++)
-            memcpy(y + p * C, in[0] + (int64_t)id[p] * C, sizeof(double) * (size_t)C);
-        return SN_OK;
-    }
-    memset(y, 0, sizeof(double) * (size_t)(V * C));
-    for (int64_t p = 0; p < count; p++) {
-        double *row = y + (int64_t)id[p] * C;
-        const double *dy = in[1] + p * C;
-        for (int64_t j = 0; j < C; j++) row[j] += dy[j];
-    }
-    return SN_OK;
 }
 
 /* ---- matmul ---- */
@@ -498,9 +304,9 @@ static sn_status eval(const sn_interp *it, const sn_node *n, double *y, sn_err *
     case SN_OP_SOFTMAX: case SN_OP_SOFTMAX_BWD: case SN_OP_LAYERNORM: case SN_OP_LAYERNORM_BWD:
     case SN_OP_LAYERNORM_BWD_W: case SN_OP_RMSNORM: case SN_OP_RMSNORM_BWD:
     case SN_OP_RMSNORM_BWD_W: case SN_OP_CAUSAL_MASK:
-        eval_rows(n, in, y);
+        sn_interp_rows(n, in, y);
         return SN_OK;
-    case SN_OP_CROSS_ENTROPY: case SN_OP_CROSS_ENTROPY_BWD: return eval_cross_entropy(n, in, y, e);
+    case SN_OP_CROSS_ENTROPY: case SN_OP_CROSS_ENTROPY_BWD: return sn_interp_cross_entropy(n, in, y, e);
     case SN_OP_MATMUL:
         eval_matmul(n, in[0], in[1], y);
         return SN_OK;
@@ -508,7 +314,7 @@ static sn_status eval(const sn_interp *it, const sn_node *n, double *y, sn_err *
     case SN_OP_PAD: case SN_OP_CONCAT:
         eval_layout(n, in, y);
         return SN_OK;
-    case SN_OP_EMBEDDING: case SN_OP_EMBEDDING_BWD: return eval_embedding(n, in, y, e);
+    case SN_OP_EMBEDDING: case SN_OP_EMBEDDING_BWD: return sn_interp_embedding(n, in, y, e);
     case SN_OP_ATTENTION_LSE: case SN_OP_ATTENTION: case SN_OP_ATTENTION_BWD_Q:
     case SN_OP_ATTENTION_BWD_K: case SN_OP_ATTENTION_BWD_V:
         return sn_interp_attention(n, in, y, e);
@@ -602,7 +408,7 @@ static sn_status set_values(sn_interp *it, const sn_node *n, const float *f, con
             return sn_fail(e, SN_ERR_INVALID, "sn_interp_set: %s '%s' (%%%d) is i32 but element "
                            "%s is %g, not an integer in the i32 range", sn_op_name(n->op),
                            n->name ? n->name : "?", n->id,
-                           index_str(k, n->rank, n->shape, at, sizeof at), v);
+                           sn_interp_index_str(k, n->rank, n->shape, at, sizeof at), v);
         }
     double *v = it->val[n->id];
     if (!v && !(v = it->val[n->id] = alloc_value(n, e))) return SN_ERR_OOM;

@@ -1,7 +1,7 @@
 /* interp_attention.c: the reference kernels of the fused causal attention ops, one query row
  * at a time. Convention: no (T, S) matrix is ever formed; a row's scores live in one buffer of S
  * and are recomputed from q, k and the saved log-sum-exp wherever the backward needs them. */
-#include "interp_attention.h"
+#include "interp_int.h"
 
 #include <math.h>
 #include <stdlib.h>

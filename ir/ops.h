@@ -1,7 +1,8 @@
 /* ops.h: the op table, the one place every op of the IR is defined.
  * Expanded (X-macro) into the op enum, the name table, the property tables and, through
  * `switch` statements pinned by static_assert(SN_OP_COUNT == N), the shape rules, the
- * interpreter and the gradient rules. Add an op here first; the asserts name what else to touch. */
+ * interpreter and the gradient rules (and the pointwise formulas of the code generators by
+ * static_assert(SN_OP_POINTWISE_COUNT == N)). Add an op here first; the asserts name what else to touch. */
 #ifndef SN_OPS_H
 #define SN_OPS_H
 
@@ -107,6 +108,14 @@ typedef enum {
 #undef SN_X
         SN_OP_COUNT
 } sn_op;
+
+/* How many ops are SN_K_POINTWISE: it pins the code generators' formula switches (cuda_expr.c,
+ * llvm_fused.c), so that a new pointwise op fails to compile there until it has its formula. */
+enum {
+#define SN_X(name, text, lo, hi, kind, grad, attrs) +((kind) == SN_K_POINTWISE)
+    SN_OP_POINTWISE_COUNT = 0 SN_OPS(SN_X)
+#undef SN_X
+};
 
 
 

@@ -525,6 +525,7 @@ sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_er
         sn_program_free(s.p);
         return st;
     }
+    s.p->target = *t; /* what it is for: the executor refuses another device */
     *out = s.p;
     return SN_OK;
 }

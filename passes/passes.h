@@ -68,26 +68,26 @@ sn_status sn_pass_attention(const sn_graph *in, bool unrepeat_kv, sn_graph **out
 sn_status sn_pass_autocast(const sn_graph *in, sn_precision prec, sn_graph **out, int *n_casts,
                            sn_err *e);
 
-/* ---- checkpoint.c ---- */
+/* ---- recompute.c ---- */
 
 /* What the backward keeps of the forward. Sub-blocks are the segments between the separators
  * of the forward (activations no other activation's edge jumps over: GPT-2's residual stream);
  * blocks are their repeating units (attention + MLP), both found from the graph's structure. */
 typedef enum {
-    SN_CKPT_NONE,   /* keep everything the backward reads */
-    SN_CKPT_BLOCK,  /* keep block inputs, recompute the rest of each block */
-    SN_CKPT_SQRT,   /* Chen et al.: keep every round(sqrt(n))-th of n sub-block boundaries */
-    SN_CKPT_BUDGET, /* nothing if the plan fits the budget; else the boundary spacing with the
-                       smallest plan, then the values that save most recompute per byte kept,
-                       as many as the planned arena allows */
-    SN_CKPT_COUNT
-} sn_ckpt_policy;
+    SN_RECOMPUTE_NONE,   /* keep everything the backward reads */
+    SN_RECOMPUTE_BLOCK,  /* keep block inputs, recompute the rest of each block */
+    SN_RECOMPUTE_SQRT,   /* Chen et al.: keep every round(sqrt(n))-th of n sub-block boundaries */
+    SN_RECOMPUTE_BUDGET, /* nothing if the plan fits the budget; else the boundary spacing with
+                            the smallest plan, then the values that save most recompute per byte
+                            kept, as many as the planned arena allows */
+    SN_RECOMPUTE_COUNT
+} sn_recompute_policy;
 
-const char *sn_ckpt_policy_name(sn_ckpt_policy p); /* "none", "block", "sqrt", "budget" */
-int sn_ckpt_policy_parse(const char *s);           /* -1 if unknown */
+const char *sn_recompute_policy_name(sn_recompute_policy p); /* "none", "block", "sqrt", "budget" */
+int sn_recompute_policy_parse(const char *s);                /* -1 if unknown */
 
 typedef struct {
-    sn_ckpt_policy policy;
+    sn_recompute_policy policy;
     int blocks, sub_blocks; /* repeating units found, and their segments */
     int every;              /* budget: the boundary spacing chosen (0: no checkpointing) */
     int extra_kept;         /* budget: values kept besides the boundaries */
@@ -97,17 +97,17 @@ typedef struct {
     double extra_flops;     /* the recomputed nodes' */
     int64_t full_arena;     /* budget: the planned arena without checkpointing */
     int64_t min_arena;      /* budget: the smallest planned arena it found */
-} sn_ckpt_stats;
+} sn_recompute_stats;
 
 /* requires: a verified graph with its backward (after autodiff). Rewrites it so that forward
  * values the policy drops are recomputed: each is copied (with the dropped values it reads)
  * just before its first backward reader, which then reads the copy. Values after the last kept
  * boundary, outputs, leaves and what depends only on weights are never recomputed. The loss
  * and every gradient are unchanged to the bit (the same ops on the same values). budget: the
- * arena bytes SN_CKPT_BUDGET must fit (the planner's arena, through fuse and memplan for t);
+ * arena bytes SN_RECOMPUTE_BUDGET must fit (the planner's arena, through fuse and memplan for t);
  * when no choice fits, SN_ERR_OOM names the smallest arena found. */
-sn_status sn_pass_checkpoint(const sn_graph *in, sn_ckpt_policy policy, int64_t budget,
-                             const sn_target *t, sn_graph **out, sn_ckpt_stats *st, sn_err *e);
+sn_status sn_pass_recompute(const sn_graph *in, sn_recompute_policy policy, int64_t budget,
+                            const sn_target *t, sn_graph **out, sn_recompute_stats *st, sn_err *e);
 
 /* ---- fuse.c ---- */
 

@@ -121,9 +121,10 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
     if ((s = sn_backward(g, g->loss, e))) return s;
     if ((s = after(g, "autodiff", o, e)) || !o->checkpoint) return s;
 
-    sn_ckpt_stats cs;
+    sn_recompute_stats cs;
     sn_target t = o->target ? *o->target : sn_target_cpu();
-    s = sn_pass_checkpoint(g, (sn_ckpt_policy)o->checkpoint, o->checkpoint_budget, &t, &next, &cs, e);
+    s = sn_pass_recompute(g, (sn_recompute_policy)o->checkpoint, o->checkpoint_budget, &t, &next,
+                          &cs, e);
     st->checkpoint_min_arena = cs.min_arena;
     if (s) return s;
     replace(g, next);

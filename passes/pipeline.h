@@ -28,7 +28,7 @@ typedef struct {
     sn_precision precision;  /* bf16/fp16: the autocast pass (mixed precision); fp32 (0, the
                                 default) and tf32: none */
     bool backward;           /* append the backward of g->loss (autodiff) */
-    int checkpoint;          /* an sn_ckpt_policy (passes.h) applied right after autodiff (so
+    int checkpoint;          /* an sn_recompute_policy (passes.h) applied right after autodiff (so
                                 with the call that differentiates); 0: none */
     int64_t checkpoint_budget; /* arena bytes for the budget policy */
     int schedule;            /* an sn_schedule_mode: the schedule pass, kernels reordered so

@@ -126,9 +126,9 @@ struct sn_kernel {
      * (bufs[n_out + n_in]).
      *   SN_SUM_PARTIAL: item i is chunk p = i / (1 + tiles) of SN_SUM_CHUNK rows (the last may
      *     be short), part i % (1 + tiles): part 0 sums the anchor over the chunk's rows into
-     *     scratch[p][0, C); part 1 + t sums column-sum tile t (sn_colsum_tile) over them into
-     *     its columns of scratch[p]. Args as a one-kernel version would have them: it stores
-     *     the prologue's outputs, not the sums.
+     *     scratch[p][0, C); part 1 + t sums column-sum tile t (the tiles of column sum 1, then 2 ...,
+     *     SN_COLSUM_TILE columns each) over them into its columns of scratch[p]. Args as a
+     *     one-kernel version would have them: it stores the prologue's outputs, not the sums.
      *   SN_SUM_FINISH: the next kernel: args are the sums alone (the anchor's, then the column
      *     sums', n_in 0); item i: columns [i SN_SUM_FINISH_COLS, ..) of W, each the sum of the
      *     P partials in order p = 0, 1, ... (cross-entropy: one item, the loss sums and the
@@ -215,8 +215,6 @@ void sn_sum_finish_fill(const sn_kernel *k, sn_kernel *f);
 bool sn_kernel_writes(const sn_kernel *k, int o);
 /* Tiles of k's column sums (0 without). */
 int64_t sn_colsum_tiles(const sn_kernel *k);
-/* Tile t (0-based, item t + 1) of k's column sums: its output *o and first column *c0. */
-void sn_colsum_tile(const sn_kernel *k, int64_t t, int *o, int64_t *c0);
 
 /* Whether output o of k writes only part of its buffer args[o] (attention outputs written
  * into a concatenation, above); then sets mask[i] (numel(args[o]) flags) for the elements it

@@ -146,20 +146,6 @@ int64_t sn_colsum_tiles(const sn_kernel *k) {
     return n;
 }
 
-void sn_colsum_tile(const sn_kernel *k, int64_t t, int *o, int64_t *c0) {
-    SN_ASSERT(t >= 0);
-    for (int i = 1; i <= k->n_colsum; i++) {
-        int64_t tiles = (sn_numel(k->args[i]) + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
-        if (t < tiles) {
-            *o = i;
-            *c0 = t * SN_COLSUM_TILE;
-            return;
-        }
-        t -= tiles;
-    }
-    SN_ASSERT(!"a column-sum tile past the last");
-}
-
 bool sn_kernel_out_part(const sn_kernel *k, int o, bool *mask) {
     const sn_node *a = k->anchor;
     if (k->kind != SN_KER_ATTENTION || o >= k->n_access - a->n_in) return false;

@@ -6,6 +6,7 @@
 #define SN_PROGRAM_H
 
 #include "kernel.h"
+#include "target.h"
 
 typedef struct {
     const sn_node *node; /* the materialised node; NULL for a kernel's scratch (kernel.h: the
@@ -19,6 +20,8 @@ typedef struct {
 
 typedef struct sn_program {
     const sn_graph *g;   /* the compiled graph: must outlive the program */
+    sn_target target;    /* what it was compiled for (sn_pipeline_opts.target): a device whose
+                            target is of another kind or architecture does not run it */
     sn_arena arena;      /* kernels and their arrays */
     int n_kernels;
     sn_kernel **kernels; /* in execution order */

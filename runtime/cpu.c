@@ -4,13 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/sysinfo.h>
 
 #include "codegen/llvm/llvm.h"
-#include "support/clock.h"
 #include "device.h"
 #include "gemm.h"
 #include "gemm_lowp.h"
+#include "host.h"
 #include "pool.h"
 
 typedef struct {
@@ -18,74 +17,6 @@ typedef struct {
     sn_jit *jit;
     char name[96];
 } cpu_impl;
-
-/* RAM + swap: Linux overcommits, so a malloc larger than this can succeed and the process dies
- * when it touches the pages; the device refuses such a block before touching it. */
-static uint64_t host_memory_bytes(void) {
-    struct sysinfo si;
-    if (sysinfo(&si)) return UINT64_MAX;
-    return ((uint64_t)si.totalram + (uint64_t)si.totalswap) * si.mem_unit;
-}
-
-static void *cpu_alloc(sn_device *d, size_t bytes, sn_err *e) {
-    (void)d;
-    uint64_t have = host_memory_bytes();
-    void *p = bytes <= have && bytes <= SIZE_MAX - 63 ? aligned_alloc(64, (bytes + 63) / 64 * 64) : NULL;
-    if (!p) {
-        char need[32], h[32];
-        sn_fail(e, SN_ERR_OOM, "out of memory: the CPU device cannot allocate %s (%zu bytes); this "
-                "machine has %s of RAM and swap: use a smaller --batch or --seq, or a smaller model",
-                sn_bytes_str((int64_t)bytes, need, sizeof need), bytes,
-                sn_bytes_str((int64_t)(have > INT64_MAX ? INT64_MAX : have), h, sizeof h));
-    }
-    return p;
-}
-
-static void cpu_free(sn_device *d, void *p) {
-    (void)d;
-    free(p);
-}
-
-static sn_status cpu_copy(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e) {
-    (void)d;
-    (void)e;
-    memcpy(dst, src, bytes);
-    return SN_OK;
-}
-
-static sn_status cpu_memset(sn_device *d, void *dst, int value, size_t bytes, sn_err *e) {
-    (void)d;
-    (void)e;
-    memset(dst, value, bytes);
-    return SN_OK;
-}
-
-/* Work is done when a call returns, so an event is the host clock when it is recorded. */
-static void *cpu_event_new(sn_device *d, sn_err *e) {
-    (void)d;
-    double *t = calloc(1, sizeof *t);
-    if (!t) sn_fail(e, SN_ERR_OOM, "out of host memory for a timing event");
-    return t;
-}
-
-static sn_status cpu_event_record(sn_device *d, void *ev, sn_err *e) {
-    (void)d;
-    (void)e;
-    *(double *)ev = sn_clock_s();
-    return SN_OK;
-}
-
-static sn_status cpu_event_elapsed(sn_device *d, void *from, void *to, double *seconds, sn_err *e) {
-    (void)d;
-    (void)e;
-    *seconds = *(double *)to - *(double *)from;
-    return SN_OK;
-}
-
-static void cpu_event_free(sn_device *d, void *ev) {
-    (void)d;
-    free(ev);
-}
 
 static sn_status cpu_compile(sn_device *d, sn_kernel *const *all, int n_all, void **handles, sn_err *e) {
     cpu_impl *c = d->impl;
@@ -174,12 +105,6 @@ static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, s
     return SN_OK;
 }
 
-static sn_status cpu_sync(sn_device *d, sn_err *e) {
-    (void)d;
-    (void)e;
-    return SN_OK;
-}
-
 static void cpu_destroy(sn_device *d) {
     cpu_impl *c = d->impl;
     sn_jit_free(c->jit);
@@ -204,12 +129,9 @@ sn_status sn_cpu_device_new(int threads, sn_device **out, sn_err *e) {
     }
     snprintf(c->name, sizeof c->name, "cpu (LLVM JIT, %d threads, GEMM: %s)", sn_pool_threads(c->pool),
              sn_gemm_library());
-    *d = (sn_device){.name = c->name, .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy,
-                     .download = cpu_copy, .copy = cpu_copy, .memset = cpu_memset,
-                     .compile = cpu_compile, .launch = cpu_launch, .gemm = cpu_gemm, .sync = cpu_sync,
-                     .event_new = cpu_event_new, .event_record = cpu_event_record,
-                     .event_elapsed = cpu_event_elapsed, .event_free = cpu_event_free,
+    *d = (sn_device){.name = c->name, .compile = cpu_compile, .launch = cpu_launch, .gemm = cpu_gemm,
                      .destroy = cpu_destroy, .impl = c, .target = sn_target_cpu()};
+    sn_host_device_hooks(d);
     *out = d;
     return SN_OK;
 }

@@ -1,4 +1,4 @@
-/* device.h: the one interface every device implements (cpu today; cuda later), and the
+/* device.h: the one interface every device implements (cpu, cuda, the interpreter), and the
  * executor that runs a compiled program on one. Convention: the executor owns two blocks of
  * device memory, the reusable arena (sized by the planner) and the persistent block, and hands
  * kernels pointers carved from them by the plan's offsets; it never allocates during a run.
@@ -38,6 +38,14 @@ struct sn_device {
     sn_status (*event_record)(sn_device *d, void *ev, sn_err *e);
     sn_status (*event_elapsed)(sn_device *d, void *from, void *to, double *seconds, sn_err *e);
     void (*event_free)(sn_device *d, void *ev);
+    /* A device that evaluates the program's graph itself instead of launching its kernels (the
+     * reference interpreter) sets these; NULL on the others. run_graph evaluates p->g on the
+     * values in p's persistent block (inputs and parameters in; every persistent value it
+     * computes out: outputs, the loss, gradients); *state is the executor's (NULL at first),
+     * freed with run_free. */
+    sn_status (*run_graph)(sn_device *d, const sn_program *p, void *persistent, void **state,
+                           sn_err *e);
+    void (*run_free)(sn_device *d, void *state);
     void (*destroy)(sn_device *d);
     void *impl;
 };
@@ -45,6 +53,12 @@ struct sn_device {
 /* The CPU device: LLVM-JIT kernels, a GEMM library, a thread pool of `threads` (0: all cores). */
 sn_status sn_cpu_device_new(int threads, sn_device **out, sn_err *e);
 void sn_device_free(sn_device *d);
+
+/* The reference interpreter as a device (interp_device.c): host memory; a run evaluates the
+ * program's graph in double precision, rounded to each node's dtype (interp/interp.h); the
+ * optimizer kernels run as their references (sn_interp_optim). Programs for it are compiled
+ * for the host CPU (its target). */
+sn_status sn_interp_device_new(sn_device **out, sn_err *e);
 
 /* A device wrapping `inner` (which it owns) whose pointers are opaque handles that fault if the
  * host dereferences them, translated to inner's pointers at every call: the memory contract's
@@ -55,11 +69,13 @@ sn_status sn_checked_device_new(sn_device *inner, sn_device **out, sn_err *e);
 
 typedef struct sn_exec sn_exec;
 
-/* Allocates the arena and persistent block, fills constants, compiles the kernels. */
+/* Allocates the arena and persistent block, fills constants, compiles the kernels.
+ * SN_ERR_INVALID when p was compiled for another target than d's (its kind or architecture). */
 sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *e);
 void sn_exec_free(sn_exec *x);
 
-/* Host data into an INPUT or PARAM value (f32 for float nodes, int32 for i32 nodes). */
+/* Host data into an INPUT or PARAM value (f32 for float nodes, int32 for i32 nodes); nothing
+ * for an INPUT or PARAM of the graph that the program never reads. */
 sn_status sn_exec_set(sn_exec *x, const sn_node *n, const void *data, sn_err *e);
 /* A persistent value (inputs, params, outputs) to the host. */
 sn_status sn_exec_get(sn_exec *x, const sn_node *n, void *data, sn_err *e);
@@ -90,7 +106,6 @@ sn_status sn_exec_compile(sn_exec *x, sn_kernel *const *ks, int n, void **handle
 /* Launches such a kernel on bufs (sn_kernel_n_bufs(k) of them), in stream order. */
 sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_exec_ref *bufs,
                          sn_err *e);
-sn_status sn_exec_sync(sn_exec *x, sn_err *e);
 /* The device the executor runs on. */
 sn_device *sn_exec_device(const sn_exec *x);
 

@@ -19,11 +19,14 @@ struct sn_exec {
     char **buffers;
     int64_t *buffer_bytes;
     bool whole_run_only; /* sn_exec_time_kernels(x, false): events around the run only */
+    void *graph_state;   /* a device that runs the graph whole (run_graph): its state */
     sn_exec_stats st;
 };
 
+static bool in_graph(const sn_exec *x, const sn_node *n);
+
 static const sn_value *value_of(const sn_exec *x, const sn_node *n) {
-    if (!n || n->id < 0 || n->id >= x->p->g->n_nodes || x->p->g->nodes[n->id] != n) return NULL;
+    if (!in_graph(x, n)) return NULL;
     int v = x->p->value_of[n->id];
     return v < 0 ? NULL : &x->p->values[v];
 }
@@ -61,6 +64,7 @@ void sn_exec_free(sn_exec *x) {
     if (!x) return;
     if (x->arena) x->d->free(x->d, x->arena);
     if (x->persistent) x->d->free(x->d, x->persistent);
+    if (x->graph_state) x->d->run_free(x->d, x->graph_state);
     for (int i = 0; i < x->n_buffers; i++) x->d->free(x->d, x->buffers[i]);
     for (int k = 0; x->events && k <= x->p->n_kernels; k++)
         if (x->events[k]) x->d->event_free(x->d, x->events[k]);
@@ -74,6 +78,10 @@ void sn_exec_free(sn_exec *x) {
 
 sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *e) {
     *out = NULL;
+    if (p->target.kind != d->target.kind || p->target.sm != d->target.sm)
+        return sn_fail(e, SN_ERR_INVALID, "executor: the program was compiled for %s, but the "
+                       "device is %s (%s): compile it with sn_pipeline_opts.target = "
+                       "&device->target", p->target.name, d->target.name, d->name);
     sn_exec *x = sn_calloc(1, sizeof *x, "the executor", e);
     if (!x) return SN_ERR_OOM;
     x->d = d;
@@ -104,7 +112,7 @@ sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *
     double t0 = sn_clock_s();
     if (!s) s = d->compile(d, p->kernels, p->n_kernels, x->handles, e);
     x->st.compile_s = sn_clock_s() - t0;
-    if (!s) s = fill_constants(x, e);
+    if (!s && !d->run_graph) s = fill_constants(x, e); /* a graph run fills its own */
     if (s) {
         sn_exec_free(x);
         return s;
@@ -113,8 +121,15 @@ sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *
     return SN_OK;
 }
 
+/* Whether n is a node of x's graph. */
+static bool in_graph(const sn_exec *x, const sn_node *n) {
+    return n && n->id >= 0 && n->id < x->p->g->n_nodes && x->p->g->nodes[n->id] == n;
+}
+
 sn_status sn_exec_set(sn_exec *x, const sn_node *n, const void *data, sn_err *e) {
     const sn_value *v = value_of(x, n);
+    if (!v && in_graph(x, n) && (n->op == SN_OP_INPUT || n->op == SN_OP_PARAM))
+        return SN_OK; /* a leaf the program never reads (the targets of a loss without them) */
     if (!v || (n->op != SN_OP_INPUT && n->op != SN_OP_PARAM))
         return sn_fail(e, SN_ERR_INVALID, "sn_exec_set: node %%%d is not an input or parameter "
                        "of the compiled program", n ? n->id : -1);
@@ -227,7 +242,6 @@ sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_
     return x->d->launch(x->d, k, handle, p, e);
 }
 
-sn_status sn_exec_sync(sn_exec *x, sn_err *e) { return x->d->sync(x->d, e); }
 sn_device *sn_exec_device(const sn_exec *x) { return x->d; }
 
 sn_status sn_exec_run(sn_exec *x, sn_err *e) {
@@ -235,6 +249,13 @@ sn_status sn_exec_run(sn_exec *x, sn_err *e) {
     sn_device *d = x->d;
     memset(x->st.kind_s, 0, sizeof x->st.kind_s);
     sn_status s = d->event_record(d, x->events[0], e);
+    if (d->run_graph) { /* the whole graph at once: timed as a whole */
+        if (!s) s = d->run_graph(d, p, x->persistent, &x->graph_state, e);
+        if (!s) s = d->event_record(d, x->events[p->n_kernels], e);
+        if (!s) s = d->sync(d, e);
+        if (!s) s = d->event_elapsed(d, x->events[0], x->events[p->n_kernels], &x->st.run_s, e);
+        return s;
+    }
     for (int k = 0; !s && k < p->n_kernels; k++) {
         const sn_kernel *ker = p->kernels[k];
         void *bufs[SN_KER_MAX_ARGS];

@@ -60,10 +60,6 @@ sn_status sn_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const f
     return SN_OK;
 }
 
-sn_status sn_gemm_matmul(const sn_node *mm, float *c, const float *a, const float *b, sn_err *e) {
-    return sn_gemm_matmul_part(mm, c, a, b, NULL, 0, 1, e);
-}
-
 void sn_gemm_part_of(const sn_node *mm, int part, int parts, sn_gemm_part *p) {
     const sn_node *A = mm->in[0], *B = mm->in[1];
     bool ta = mm->a.ta;

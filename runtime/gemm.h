@@ -10,11 +10,9 @@ sn_status sn_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const f
                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
                       sn_err *e);
 
-/* The whole (batched) product of matmul node mm on contiguous buffers c = a @ b; a rank-2
- * operand shared across the other's batch is folded into one large GEMM where the layout allows. */
-sn_status sn_gemm_matmul(const sn_node *mm, float *c, const float *a, const float *b, sn_err *e);
-
-/* Part `part` of `parts` of that product: a share of the rows of every batch's output, or of
+/* Part `part` of `parts` of the (batched) product c = a @ b of matmul node mm on contiguous
+ * buffers (a rank-2 operand shared across the other's batch is folded into one large GEMM where
+ * the layout allows): a share of the rows of every batch's output, or of
  * the batches; the parts together compute the whole product, each on its own thread, with the
  * library itself single-threaded (one thread pool for the whole device). With `bias` (N
  * floats; NULL: none), each part adds it to every row it computed while they are in cache (the

@@ -132,6 +132,51 @@ START_TEST(impossible_arena_is_a_status) {
 }
 END_TEST
 
+/* A program records the target it was compiled for, and a device of another kind refuses it
+ * with a message naming both and the fix; the reference interpreter is a device of its own. */
+START_TEST(program_for_another_target_is_refused) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(4, 8));
+    sn_graph_add_output(g, sn_sum(g, sn_exp(g, x), 1, false));
+    sn_err e = {0};
+    sn_target gpu = sn_target_cuda(80);
+    sn_program *p;
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){.target = &gpu}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(p->target.kind, SN_TARGET_CUDA);
+    ck_assert_int_eq(p->target.sm, 80);
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(1, &d, &e) == SN_OK, "%s", e.msg);
+    sn_exec *xe = (sn_exec *)&e; /* overwritten: NULL on failure */
+    ck_assert_int_eq(sn_exec_new(d, p, &xe, &e), SN_ERR_INVALID);
+    ck_assert_ptr_null(xe);
+    ck_assert_msg(strstr(e.msg, "the program was compiled for cuda sm_80, but the device is cpu") &&
+                  strstr(e.msg, "compile it with sn_pipeline_opts.target = &device->target"), "%s", e.msg);
+    sn_program_free(p);
+    /* for the device's target it runs; the interpreter's program likewise on the interpreter */
+    sn_device *it;
+    ck_assert_msg(sn_interp_device_new(&it, &e) == SN_OK, "%s", e.msg);
+    float in[32], y[2][4];
+    for (int i = 0; i < 32; i++) in[i] = (float)i / 32;
+    sn_device *devs[2] = {d, it};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){.target = &devs[k]->target}, &p, NULL, &e) == SN_OK,
+                      "%s", e.msg);
+        sn_exec *xk;
+        ck_assert_msg(sn_exec_new(devs[k], p, &xk, &e) == SN_OK, "%s", e.msg);
+        ck_assert_msg(sn_exec_set(xk, x, in, &e) == SN_OK && sn_exec_run(xk, &e) == SN_OK, "%s", e.msg);
+        ck_assert_msg(sn_exec_get(xk, g->outputs[0], y[k], &e) == SN_OK, "%s", e.msg);
+        sn_exec_free(xk);
+        sn_program_free(p);
+    }
+    for (int r = 0; r < 4; r++) /* sums of 8 exponentials near 1..2.7 */
+        ck_assert_msg(fabsf(y[0][r] - y[1][r]) <= 1e-5f * fabsf(y[1][r]), "row %d: cpu %.9g, "
+                      "interpreter %.9g", r, y[0][r], y[1][r]);
+    sn_device_free(it);
+    sn_device_free(d);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* Small graphs whose kernels exercise fuse's accesses: concat parts, a padded view, a FULL
  * read by a concat; compiled vs interpreter. */
 START_TEST(views_and_concat) {
@@ -180,6 +225,7 @@ int main(void) {
     tcase_add_test(tc, trainer_on_both_backends);
     tcase_add_test(tc, trainer_dumps_the_program_it_runs);
     tcase_add_test(tc, impossible_arena_is_a_status);
+    tcase_add_test(tc, program_for_another_target_is_refused);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }

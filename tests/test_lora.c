@@ -291,7 +291,7 @@ START_TEST(plan_counts_adapters_only) {
         ck_assert(sn_gpt2_build_lora(g, &c, B, T, k ? &l : NULL, &m, &e) == SN_OK);
         sn_pipeline_opts po = sn_pipeline_defaults();
         sn_program *p;
-        ck_assert_msg(sn_plan_measure(g, &po, SN_CKPT_NONE, 0, 1, false, k ? &lora : &full, &p, &e) == SN_OK, "%s", e.msg);
+        ck_assert_msg(sn_plan_measure(g, &po, SN_RECOMPUTE_NONE, 0, 1, false, k ? &lora : &full, &p, &e) == SN_OK, "%s", e.msg);
         int64_t grads = 0;
         for (int i = 0; i < g->n_nodes; i++) {
             const sn_node *n = g->nodes[i];

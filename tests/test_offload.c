@@ -125,7 +125,7 @@ static void plan_is_the_trainer(sn_precision prec) {
     sn_err e;
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.precision = prec;
-    sn_plan_opts o = {.batch = 2 * B, .micro_batch = B, .policy = SN_CKPT_NONE, .compile = &po,
+    sn_plan_opts o = {.batch = 2 * B, .micro_batch = B, .policy = SN_RECOMPUTE_NONE, .compile = &po,
                       .offload = SN_PLAN_OFFLOAD_ALWAYS};
     sn_plan pl, on_device;
     ck_assert_msg(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &pl, &e) == SN_OK, "%s", e.msg);
@@ -170,7 +170,7 @@ START_TEST(bf16_plan_is_the_trainer) {
     sn_err e;
     sn_pipeline_opts p32 = sn_pipeline_defaults(), p16 = p32;
     p16.precision = SN_PRECISION_BF16;
-    sn_plan_opts o = {.batch = B, .policy = SN_CKPT_NONE, .compile = &p32};
+    sn_plan_opts o = {.batch = B, .policy = SN_RECOMPUTE_NONE, .compile = &p32};
     sn_plan a, b;
     ck_assert_msg(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &a, &e) == SN_OK, "%s", e.msg);
     o.compile = &p16;

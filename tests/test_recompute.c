@@ -1,4 +1,4 @@
-/* test_recompute.c: the checkpoint pass (passes/checkpoint.c): the blocks it finds from the
+/* test_recompute.c: the recompute pass (passes/recompute.c): the blocks it finds from the
  * graph's structure, losses and gradients bit-identical with and without recompute (compiled CPU
  * device and the reference interpreter), planned arenas that fall, and the budget's choices and
  * refusals. Convention: "identical" is memcmp of the values, never a tolerance. */
@@ -19,7 +19,7 @@
 enum { MAX_PARAMS = 64 };
 
 /* The tiny GPT-2 (tiny_gpt2.h's shape) through the pipeline with a checkpoint policy. */
-static sn_graph *tiny_graph(sn_ckpt_policy policy, int64_t budget, sn_pipeline_stats *st) {
+static sn_graph *tiny_graph(sn_recompute_policy policy, int64_t budget, sn_pipeline_stats *st) {
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
     o.checkpoint = policy;
@@ -28,7 +28,7 @@ static sn_graph *tiny_graph(sn_ckpt_policy policy, int64_t budget, sn_pipeline_s
 }
 
 /* gpt2 124M at B x T through fuse and memplan: the planned arena. */
-static int64_t gpt2_arena(const char *model, int B, int T, sn_ckpt_policy policy, int64_t budget,
+static int64_t gpt2_arena(const char *model, int B, int T, sn_recompute_policy policy, int64_t budget,
                           sn_pipeline_stats *st, sn_status *status, sn_err *e) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find(model, &c));
@@ -143,7 +143,7 @@ static double *run_interp(sn_graph *g, int64_t *n_out) {
 
 /* the budget twice: just under the full arena (a few values dropped), and at three quarters of
  * it (boundaries and a mix of kept values) */
-static const sn_ckpt_policy policies[] = {SN_CKPT_BLOCK, SN_CKPT_SQRT, SN_CKPT_BUDGET, SN_CKPT_BUDGET};
+static const sn_recompute_policy policies[] = {SN_RECOMPUTE_BLOCK, SN_RECOMPUTE_SQRT, SN_RECOMPUTE_BUDGET, SN_RECOMPUTE_BUDGET};
 
 /* ---- tests ---- */
 
@@ -151,7 +151,7 @@ START_TEST(finds_blocks) {
     sn_err e;
     sn_status s;
     sn_pipeline_stats st;
-    sn_graph *g = tiny_graph(SN_CKPT_BLOCK, 0, &st);
+    sn_graph *g = tiny_graph(SN_RECOMPUTE_BLOCK, 0, &st);
     ck_assert_int_gt(st.checkpoint_recomputed, 0);
     sn_graph_free(g);
     /* gpt2: 12 blocks of two sub-blocks, so block keeps 13 boundaries and sqrt(24) ~ 5 */
@@ -163,17 +163,17 @@ START_TEST(finds_blocks) {
     o.backward = true;
     ck_assert(sn_compile(h, &o, NULL, NULL, &e) == SN_OK);
     sn_graph *out;
-    sn_ckpt_stats cs;
+    sn_recompute_stats cs;
     sn_target t = sn_target_cpu();
-    ck_assert_msg(sn_pass_checkpoint(h, SN_CKPT_BLOCK, 0, &t, &out, &cs, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pass_recompute(h, SN_RECOMPUTE_BLOCK, 0, &t, &out, &cs, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(cs.blocks, 12);
     ck_assert_int_eq(cs.sub_blocks, 24);
     ck_assert_int_eq(cs.kept, 13);
     sn_graph_free(out);
-    ck_assert(sn_pass_checkpoint(h, SN_CKPT_SQRT, 0, &t, &out, &cs, &e) == SN_OK);
+    ck_assert(sn_pass_recompute(h, SN_RECOMPUTE_SQRT, 0, &t, &out, &cs, &e) == SN_OK);
     ck_assert_int_eq(cs.kept, 6); /* boundaries 0, 5, 10, 15, 20 and the last */
     sn_graph_free(out);
-    ck_assert(sn_pass_checkpoint(h, SN_CKPT_NONE, 0, &t, &out, &cs, &e) == SN_OK);
+    ck_assert(sn_pass_recompute(h, SN_RECOMPUTE_NONE, 0, &t, &out, &cs, &e) == SN_OK);
     ck_assert_int_eq(cs.recomputed, 0);
     ck_assert_int_eq(out->n_nodes, h->n_nodes);
     sn_graph_free(out);
@@ -187,26 +187,26 @@ END_TEST
  * checkpointing is checked against the interpreter by test_compiled, so identity is enough. */
 START_TEST(recompute_is_bit_identical) {
     sn_pipeline_stats st;
-    sn_graph *g0 = tiny_graph(SN_CKPT_NONE, 0, &st);
+    sn_graph *g0 = tiny_graph(SN_RECOMPUTE_NONE, 0, &st);
     int64_t n0, n1, plan0, meas0, plan1, meas1;
     float *c0 = run_compiled(g0, &n0, &plan0, &meas0);
     double *i0 = run_interp(g0, &n0);
     for (size_t k = 0; k < sizeof policies / sizeof policies[0]; k++) {
-        sn_ckpt_policy policy = policies[k];
-        int64_t budget = policy != SN_CKPT_BUDGET ? 0 : k == 2 ? plan0 - 1 : plan0 * 3 / 4;
+        sn_recompute_policy policy = policies[k];
+        int64_t budget = policy != SN_RECOMPUTE_BUDGET ? 0 : k == 2 ? plan0 - 1 : plan0 * 3 / 4;
         sn_graph *g1 = tiny_graph(policy, budget, &st);
         ck_assert_int_gt(st.checkpoint_recomputed, 0);
         ck_assert_int_gt(g1->n_nodes, g0->n_nodes);
         float *c1 = run_compiled(g1, &n1, &plan1, &meas1);
         ck_assert_int_eq(n0, n1);
         ck_assert_msg(!memcmp(c0, c1, sizeof(float) * (size_t)n0), "%s: compiled loss %.9g vs %.9g "
-                      "or a gradient differs", sn_ckpt_policy_name(policy), c1[0], c0[0]);
+                      "or a gradient differs", sn_recompute_policy_name(policy), c1[0], c0[0]);
         ck_assert_int_eq(plan1, meas1); /* the planner's arena is the device's */
         ck_assert_int_lt(plan1, plan0);
-        if (policy == SN_CKPT_BUDGET) ck_assert_int_le(plan1, budget);
+        if (policy == SN_RECOMPUTE_BUDGET) ck_assert_int_le(plan1, budget);
         double *i1 = run_interp(g1, &n1);
         ck_assert_msg(!memcmp(i0, i1, sizeof(double) * (size_t)n0), "%s: interpreted loss %.17g vs "
-                      "%.17g or a gradient differs", sn_ckpt_policy_name(policy), i1[0], i0[0]);
+                      "%.17g or a gradient differs", sn_recompute_policy_name(policy), i1[0], i0[0]);
         free(c1);
         free(i1);
         sn_graph_free(g1);
@@ -223,7 +223,7 @@ END_TEST
  * every gradient of fuse's order bit for bit; with SN_SCHEDULE_ON the order is kept only when
  * its peak is lower, and on GPT-2 it is not (the peak is the head's logits gradient). */
 START_TEST(schedule_is_bit_identical) {
-    static const sn_ckpt_policy pol[] = {SN_CKPT_NONE, SN_CKPT_BLOCK};
+    static const sn_recompute_policy pol[] = {SN_RECOMPUTE_NONE, SN_RECOMPUTE_BLOCK};
     for (int k = 0; k < 2; k++) {
         sn_pipeline_stats st, s0, s1;
         sn_graph *g0 = tiny_graph(pol[k], 0, &st), *g1 = tiny_graph(pol[k], 0, &st);
@@ -234,10 +234,10 @@ START_TEST(schedule_is_bit_identical) {
         ck_assert_int_gt(s1.schedule_moved, 10);
         ck_assert_int_eq(n0, n1);
         ck_assert_msg(!memcmp(c0, c1, sizeof(float) * (size_t)n0), "%s: scheduled loss %.9g vs "
-                      "%.9g or a gradient differs", sn_ckpt_policy_name(pol[k]), c1[0], c0[0]);
+                      "%.9g or a gradient differs", sn_recompute_policy_name(pol[k]), c1[0], c0[0]);
         ck_assert_int_eq(plan1, meas1);
         printf("test_recompute: schedule (%s): %d of the tiny step's kernels moved, bit-identical; "
-               "live arena peak %lld -> %lld bytes, arena %lld -> %lld\n", sn_ckpt_policy_name(pol[k]),
+               "live arena peak %lld -> %lld bytes, arena %lld -> %lld\n", sn_recompute_policy_name(pol[k]),
                s1.schedule_moved, (long long)s1.schedule_peak_before, (long long)s1.schedule_peak_after,
                (long long)plan0, (long long)plan1);
         free(c0);
@@ -246,7 +246,7 @@ START_TEST(schedule_is_bit_identical) {
         sn_graph_free(g1);
     }
     sn_pipeline_stats st, s2;
-    sn_graph *g2 = tiny_graph(SN_CKPT_NONE, 0, &st);
+    sn_graph *g2 = tiny_graph(SN_RECOMPUTE_NONE, 0, &st);
     int64_t n2, plan2, meas2;
     free(run_scheduled(g2, SN_SCHEDULE_ON, &s2, &n2, &plan2, &meas2));
     ck_assert_int_le(s2.schedule_peak_after, s2.schedule_peak_before);
@@ -309,22 +309,22 @@ START_TEST(gpt2_arenas) {
     sn_err e;
     sn_status s;
     sn_pipeline_stats st;
-    int64_t none = gpt2_arena("gpt2", 4, 256, SN_CKPT_NONE, 0, &st, &s, &e);
-    int64_t block = gpt2_arena("gpt2", 4, 256, SN_CKPT_BLOCK, 0, &st, &s, &e);
+    int64_t none = gpt2_arena("gpt2", 4, 256, SN_RECOMPUTE_NONE, 0, &st, &s, &e);
+    int64_t block = gpt2_arena("gpt2", 4, 256, SN_RECOMPUTE_BLOCK, 0, &st, &s, &e);
     double block_extra = st.checkpoint_extra_flops / st.step_flops;
-    int64_t sqrtn = gpt2_arena("gpt2", 4, 256, SN_CKPT_SQRT, 0, &st, &s, &e);
+    int64_t sqrtn = gpt2_arena("gpt2", 4, 256, SN_RECOMPUTE_SQRT, 0, &st, &s, &e);
     ck_assert_msg(block < none / 2 && sqrtn < none / 2, "arenas: none %lld block %lld sqrt %lld",
                   (long long)none, (long long)block, (long long)sqrtn);
     ck_assert(block_extra > 0.05 && block_extra < 0.34); /* at most one forward again */
     int64_t budget = (none + block) / 2;
-    int64_t got = gpt2_arena("gpt2", 4, 256, SN_CKPT_BUDGET, budget, &st, &s, &e);
+    int64_t got = gpt2_arena("gpt2", 4, 256, SN_RECOMPUTE_BUDGET, budget, &st, &s, &e);
     ck_assert_msg(!s, "%s", e.msg);
     ck_assert_int_le(got, budget);
     ck_assert(st.checkpoint_extra_flops / st.step_flops < block_extra); /* it keeps more */
-    got = gpt2_arena("gpt2", 4, 256, SN_CKPT_BUDGET, none, &st, &s, &e); /* fits as it is */
+    got = gpt2_arena("gpt2", 4, 256, SN_RECOMPUTE_BUDGET, none, &st, &s, &e); /* fits as it is */
     ck_assert_int_eq(got, none);
     ck_assert_int_eq(st.checkpoint_recomputed, 0);
-    got = gpt2_arena("gpt2", 4, 256, SN_CKPT_BUDGET, 1 << 20, &st, &s, &e);
+    got = gpt2_arena("gpt2", 4, 256, SN_RECOMPUTE_BUDGET, 1 << 20, &st, &s, &e);
     ck_assert_int_eq(s, SN_ERR_OOM);
     ck_assert_msg(strstr(e.msg, "no choice fits the activation budget of 1.0 MiB") &&
                   strstr(e.msg, "needs an arena of"), "%s", e.msg);
@@ -445,11 +445,11 @@ START_TEST(plan_refusals) {
     ck_assert_int_eq(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &pl, &e), SN_ERR_OOM);
     /* micro-batch 8 asked for with room for 2 (and 4 accumulation steps' gradient sums) */
     sn_plan two;
-    sn_plan_opts o2 = {.batch = 8, .micro_batch = 2, .policy = SN_CKPT_NONE, .compile = &po};
+    sn_plan_opts o2 = {.batch = 8, .micro_batch = 2, .policy = SN_RECOMPUTE_NONE, .compile = &po};
     ck_assert(sn_plan_make(&o2, sn_test_tiny_loss_graph, &tiny_shape, &two, &e) == SN_OK);
     o.budget = two.total + 1024;
     o.micro_batch = 8;
-    o.policy = SN_CKPT_NONE;
+    o.policy = SN_RECOMPUTE_NONE;
     ck_assert_int_eq(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &pl, &e), SN_ERR_OOM);
     ck_assert_msg(strstr(e.msg, "micro-batch 8 does not fit in") &&
                   strstr(e.msg, "the largest micro-batch that fits is 2 (4 accumulation steps)"),
@@ -463,26 +463,26 @@ END_TEST
 
 START_TEST(errors_say_what_to_do) {
     sn_err e;
-    sn_graph *g = tiny_graph(SN_CKPT_NONE, 0, NULL);
+    sn_graph *g = tiny_graph(SN_RECOMPUTE_NONE, 0, NULL);
     sn_graph *out;
-    sn_ckpt_stats cs;
+    sn_recompute_stats cs;
     sn_target t = sn_target_cpu();
-    ck_assert_int_eq(sn_pass_checkpoint(g, SN_CKPT_BUDGET, 0, &t, &out, &cs, &e), SN_ERR_INVALID);
+    ck_assert_int_eq(sn_pass_recompute(g, SN_RECOMPUTE_BUDGET, 0, &t, &out, &cs, &e), SN_ERR_INVALID);
     ck_assert_msg(strstr(e.msg, "needs a memory budget (give --mem)"), "%s", e.msg);
     sn_graph_free(g);
     sn_gpt2_config c;
     sn_gpt2 m;
     g = sn_graph_new();
     ck_assert(sn_gpt2_config_find("tiny", &c) && !sn_gpt2_build(g, &c, 1, 8, &m, &e));
-    ck_assert_int_eq(sn_pass_checkpoint(g, SN_CKPT_BLOCK, 0, &t, &out, &cs, &e), SN_ERR_INVALID);
+    ck_assert_int_eq(sn_pass_recompute(g, SN_RECOMPUTE_BLOCK, 0, &t, &out, &cs, &e), SN_ERR_INVALID);
     ck_assert_msg(strstr(e.msg, "no backward part"), "%s", e.msg);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.dump_after = "checkpoint";
     o.backward = true;
     ck_assert_int_eq(sn_compile(g, &o, NULL, NULL, &e), SN_ERR_INVALID);
     ck_assert_msg(strstr(e.msg, "no checkpoint policy is on"), "%s", e.msg);
-    ck_assert_int_eq(sn_ckpt_policy_parse("block"), SN_CKPT_BLOCK);
-    ck_assert_int_eq(sn_ckpt_policy_parse("blocks"), -1);
+    ck_assert_int_eq(sn_recompute_policy_parse("block"), SN_RECOMPUTE_BLOCK);
+    ck_assert_int_eq(sn_recompute_policy_parse("blocks"), -1);
     sn_graph_free(g);
 }
 END_TEST

@@ -31,14 +31,14 @@ static int64_t flat_floats(const sn_program *p) {
     return p0 < 0 ? 0 : (g0 - p0) / 4;
 }
 
-/* The step's scalars and the norm's partials (backend.c). */
+/* The step's scalars and the norm's partials (runner.c). */
 static int64_t scalar_bytes(int64_t n_flat) {
     return 4 * (SN_OPT_SCALARS + (n_flat + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK);
 }
 
 int64_t sn_train_state_bytes(const sn_program *p, bool sums) {
     int64_t n_flat = flat_floats(p);
-    /* the trainer's buffers (backend.c): m, v, the scalars with the norm's partials, sums */
+    /* the trainer's buffers (runner.c): m, v, the scalars with the norm's partials, sums */
     return n_flat ? 4 * 2 * n_flat + scalar_bytes(n_flat) + (sums ? 4 * n_flat : 0) : 0;
 }
 
@@ -101,7 +101,7 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     pl->opt_device = sn_train_state_bytes(p, accum > 1);
     pl->opt_host = 0;
     if (offload) { /* the device keeps the step's scalars; the host the masters, the moments,
-                      the sums, the scalars and one chunk of gradients (backend.c) */
+                      the sums, the scalars and one chunk of gradients (runner.c) */
         int64_t n = flat_floats(p);
         pl->opt_device = scalar_bytes(n);
         pl->opt_host = 4 * (3 * n + (accum > 1 ? n : 0) + SN_OPT_SCALARS +
@@ -121,7 +121,7 @@ static sn_status try_micro(const sn_plan_opts *o, sn_plan_graph_fn build, void *
                            bool offload, sn_plan *pl, int64_t *min_total, sn_err *e) {
     sn_graph *g;
     int accum = o->batch / m;
-    int first = o->policy >= 0 ? o->policy : SN_CKPT_NONE;
+    int first = o->policy >= 0 ? o->policy : SN_RECOMPUTE_NONE;
     sn_status s = build(ctx, m, &g, e);
     if (!s) s = sn_plan_measure(g, o->compile, first, o->budget, accum, offload, pl, NULL, e);
     sn_graph_free(g);
@@ -134,7 +134,7 @@ static sn_status try_micro(const sn_plan_opts *o, sn_plan_graph_fn build, void *
     sn_plan c = *pl;
     if ((s = build(ctx, m, &g, e))) return s;
     int64_t left = o->budget - fixed > 0 ? o->budget - fixed : 1;
-    s = sn_plan_measure(g, o->compile, SN_CKPT_BUDGET, left, accum, offload, &c, NULL, e);
+    s = sn_plan_measure(g, o->compile, SN_RECOMPUTE_BUDGET, left, accum, offload, &c, NULL, e);
     sn_graph_free(g);
     if (s == SN_ERR_OOM && c.arena > 0) {
         *min_total = fixed + c.arena;
@@ -196,7 +196,7 @@ sn_status sn_plan_make(const sn_plan_opts *o, sn_plan_graph_fn build, void *ctx,
                    "is %s (micro-batch %d, %s%s); no micro-batch fits the budget given: give more "
                    "memory, a shorter --seq or a smaller model", have, need,
                    o->micro_batch ? o->micro_batch : 1,
-                   o->policy >= 0 ? sn_ckpt_policy_name((sn_ckpt_policy)o->policy) : "checkpointing as needed",
+                   o->policy >= 0 ? sn_recompute_policy_name((sn_recompute_policy)o->policy) : "checkpointing as needed",
                    o->offload ? ", optimizer state offloaded" : "");
 }
 
@@ -224,7 +224,7 @@ void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f) {
     row(f, "inputs and outputs", pl->io, "token ids, targets, loss");
     int at = snprintf(n, sizeof n, "recompute +%.1f%% FLOPs, %d forward nodes again",
                       100 * pl->extra_flops, pl->recomputed);
-    if (pl->policy == SN_CKPT_BUDGET && at > 0 && (size_t)at < sizeof n)
+    if (pl->policy == SN_RECOMPUTE_BUDGET && at > 0 && (size_t)at < sizeof n)
         snprintf(n + at, sizeof n - (size_t)at, " (arena budget %lld)", (long long)pl->arena_budget);
     row(f, "activations (arena)", pl->arena, pl->recomputed ? n : "no recompute");
     row(f, "workspace", pl->workspace, pl->workspace ? "cuBLASLt" : NULL);
@@ -233,6 +233,6 @@ void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f) {
     if (pl->recomputed) row(f, "without checkpointing", pl->total_without, NULL);
     fprintf(f, "choice: micro-batch %d x %d accumulation step%s, checkpoint policy %s, precision "
             "%s, offload %s\n", pl->micro_batch, pl->accum, pl->accum > 1 ? "s" : "",
-            sn_ckpt_policy_name((sn_ckpt_policy)pl->policy), sn_precision_name(pl->precision),
+            sn_recompute_policy_name((sn_recompute_policy)pl->policy), sn_precision_name(pl->precision),
             pl->offload ? "optimizer state to the host" : "none");
 }

@@ -19,7 +19,7 @@ typedef struct {
     int batch;          /* sequences per optimizer step */
     int64_t budget;     /* device bytes (0: none: plan the batch as one micro-batch) */
     int micro_batch;    /* 0: the largest divisor of batch that fits; else this one */
-    int policy;         /* an sn_ckpt_policy, or -1: none when it fits, else budget */
+    int policy;         /* an sn_recompute_policy, or -1: none when it fits, else budget */
     const sn_pipeline_opts *compile; /* target and forward rewrites (backward is implied) */
     int offload;        /* an sn_plan_offload: AdamW's moments, the gradient sums and the
                            master weights in host memory (ZeRO-Offload, sn_train_opts.offload) */
@@ -33,7 +33,7 @@ typedef enum {
 
 typedef struct {
     int micro_batch, accum; /* accum micro-batches of micro_batch sequences per step */
-    int policy;             /* the sn_ckpt_policy applied */
+    int policy;             /* the sn_recompute_policy applied */
     sn_precision precision; /* the compile options' (bf16/fp16: the autocast pass ran) */
     int recomputed;         /* forward nodes recomputed */
     int64_t params, trained; /* parameter elements; those trained (not frozen: LoRA trains few) */

@@ -1,6 +1,6 @@
 /* sample.c: generation (sample.h): one full forward per new token over a window of the last T
  * ids, padded with zeros after the last (causal attention keeps the padding from reaching the
- * position read), run compiled on a device or on the reference interpreter. */
+ * position read), run compiled on a device (the reference interpreter is one). */
 #include "sample.h"
 
 #include <math.h>
@@ -9,35 +9,33 @@
 
 #include "passes/pipeline.h"
 #include "runtime/device.h"
-#include "interp/interp.h"
 
 struct sn_sampler {
     const sn_graph *g;
     const sn_node *idx, *logits;
     int T, V;
-    sn_interp *it;     /* the reference interpreter, or */
+    sn_device *own;    /* the reference interpreter, made here when no device was given */
     sn_program *prog;  /* the compiled forward and its executor */
     sn_exec *x;
     int32_t *window;   /* (T,) */
-    double *row64;     /* (V,) the device's logits at the position read */
+    double *row64;     /* (V,) the logits at the position read */
     float *row32;      /* (V,) the same, as they come down */
 };
 
 void sn_sampler_free(sn_sampler *s) {
     if (!s) return;
-    sn_interp_free(s->it);
     sn_exec_free(s->x);
     sn_program_free(s->prog);
+    sn_device_free(s->own);
     free(s->window);
     free(s->row64);
     free(s->row32);
     free(s);
 }
 
-/* Sets an INPUT or PARAM on whichever runs the graph. */
+/* Sets an INPUT or PARAM of the graph. */
 static sn_status set(sn_sampler *s, const sn_node *n, const void *data, sn_err *e) {
-    if (s->x) return sn_exec_set(s->x, n, data, e);
-    return n->dtype == SN_I32 ? sn_interp_set_i32(s->it, n, data, e) : sn_interp_set(s->it, n, data, e);
+    return sn_exec_set(s->x, n, data, e);
 }
 
 sn_sampler *sn_sampler_new(sn_graph *g, const sn_node *idx, const sn_node *logits,
@@ -56,11 +54,11 @@ sn_sampler *sn_sampler_new(sn_graph *g, const sn_node *idx, const sn_node *logit
     s->window = sn_calloc((size_t)s->T, sizeof(int32_t), "the sampler's window", e);
     s->row64 = sn_malloc(sizeof(double) * (size_t)s->V, "the sampler's logits", e);
     s->row32 = sn_malloc(sizeof(float) * (size_t)s->V, "the sampler's logits", e);
-    sn_pipeline_opts none = {0}; /* the caller ran the forward rewrites */
     bool ok = s->window && s->row64 && s->row32;
-    if (ok && !device && !(ok = (s->it = sn_interp_new(g, false))))
-        sn_fail_oom(e, sizeof(double) * (size_t)g->n_nodes, "the reference interpreter");
-    if (!ok || (device && (sn_compile(g, &none, &s->prog, NULL, e) || sn_exec_new(device, s->prog, &s->x, e)))) {
+    if (ok && !device && (ok = !sn_interp_device_new(&s->own, e))) device = s->own;
+    /* the caller ran the forward rewrites: only the kernel passes, for the device */
+    if (!ok || sn_compile(g, &(sn_pipeline_opts){.target = &device->target}, &s->prog, NULL, e) ||
+        sn_exec_new(device, s->prog, &s->x, e)) {
         sn_sampler_free(s);
         return NULL;
     }
@@ -151,19 +149,14 @@ sn_status sn_sampler_generate(sn_sampler *s, const int32_t *prompt, int n_prompt
             s->window[i] = i >= n ? 0 : p < n_prompt ? prompt[p] : out[p - n_prompt];
         }
         sn_status st = set(s, s->idx, s->window, e);
-        if (st || (st = s->x ? sn_exec_run(s->x, e) : sn_interp_run(s->it, e))) return st;
+        if (st || (st = sn_exec_run(s->x, e))) return st;
         size_t at = (size_t)(n - 1) * (size_t)s->V;
-        const double *lg;
-        if (s->x) { /* the one row read comes down from the device's logits */
-            st = sn_exec_download(s->x, s->row32, sn_exec_node_ref(s->logits, 4 * (int64_t)at),
-                                  4 * (int64_t)s->V, e);
-            if (st) return st;
-            for (int i = 0; i < s->V; i++) s->row64[i] = s->row32[i];
-            lg = s->row64;
-        } else {
-            lg = sn_interp_value(s->it, s->logits) + at;
-        }
-        out[k] = sn_sample_logits(lg, V, o->temperature, o->top_k, &rng);
+        /* the one row read comes down from the device's logits */
+        st = sn_exec_download(s->x, s->row32, sn_exec_node_ref(s->logits, 4 * (int64_t)at),
+                              4 * (int64_t)s->V, e);
+        if (st) return st;
+        for (int i = 0; i < s->V; i++) s->row64[i] = s->row32[i];
+        out[k] = sn_sample_logits(s->row64, V, o->temperature, o->top_k, &rng);
         if (out[k] < 0) return sn_fail_oom(e, sizeof(double) * 2 * (size_t)V, "the sampler's sorted logits");
     }
     return SN_OK;

@@ -1,7 +1,7 @@
 /* train.c: the trainer of train.h.
  * Convention: a step either applies its whole update or, on a bad number, none of it: the
  * norm comes back to the host and is checked before the AdamW launch. How the graph and the
- * optimizer run (interpreter or device) is the backend's business (backend.h). */
+ * optimizer run (interpreter or device) is the runner's business (runner.h). */
 #include "train.h"
 
 #include <math.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "frontend/sinter.h"
-#include "backend.h"
+#include "runner.h"
 #include "passes/passes.h"
 #include "support/rng.h"
 
@@ -57,7 +57,7 @@ static sn_node *find_input(const sn_graph *g, const char *name) {
 struct sn_trainer {
     sn_graph *g;
     sn_train_opts o;
-    sn_backend *be;
+    sn_runner *run;
     sn_node *idx, *targets;
     int n_params;
     sn_node **params;    /* every PARAM, graph order */
@@ -73,7 +73,7 @@ struct sn_trainer {
 void sn_trainer_free(sn_trainer *t) {
     if (!t) return;
     free(t->params);
-    sn_backend_free(t->be);
+    sn_runner_free(t->run);
     free(t);
 }
 
@@ -105,7 +105,7 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
         return NULL;
     }
     sn_graph_params(g, t->params, t->n_params);
-    if (sn_backend_new(g, t->params, t->n_params, o->device, o->compile, o->offload, &t->be, e)) {
+    if (sn_runner_new(g, t->params, t->n_params, o->device, o->compile, o->offload, &t->run, e)) {
         sn_trainer_free(t);
         return NULL;
     }
@@ -121,7 +121,7 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     sn_status s = SN_OK;
     for (int i = 0; i < t->n_params && !s; i++) {
         sn_param_init(t->params[i], w, o->seed);
-        s = sn_backend_set(t->be, i, SN_PARAM_WEIGHTS, w, e);
+        s = sn_runner_set(t->run, i, SN_PARAM_WEIGHTS, w, e);
     }
     free(w);
     if (s) {
@@ -131,19 +131,19 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     return t;
 }
 
-/* Before the backend runs again: the pending gradients move to the gradient sums. */
+/* Before the runner runs again: the pending gradients move to the gradient sums. */
 static sn_status keep_pending(sn_trainer *t, sn_err *e) {
     if (!t->in_grads) return SN_OK;
     t->in_grads = false;
-    return sn_backend_sum_grads(t->be, false, e);
+    return sn_runner_sum_grads(t->run, false, e);
 }
 
 /* One forward and backward; *loss unscaled (the graph's loss is loss * scale with scaling). */
 static sn_status run(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                      sn_err *e) {
     sn_status s = SN_OK;
-    if (t->loss_scale) s = sn_backend_set_scalar(t->be, t->loss_scale, t->sc.scale, e);
-    if (!s) s = sn_backend_run(t->be, t->idx, t->targets, idx, targets, loss, e);
+    if (t->loss_scale) s = sn_runner_set_scalar(t->run, t->loss_scale, t->sc.scale, e);
+    if (!s) s = sn_runner_run(t->run, t->idx, t->targets, idx, targets, loss, e);
     if (!s) *loss /= t->sc.scale;
     return s;
 }
@@ -175,7 +175,7 @@ sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t
                        t->step + 1, l, k + 1);
     }
     if (t->pending == 0) t->in_grads = true;
-    else if ((s = sn_backend_sum_grads(t->be, true, e))) return s;
+    else if ((s = sn_runner_sum_grads(t->run, true, e))) return s;
     t->pending++;
     t->loss_sum += l;
     if (loss) *loss = l;
@@ -200,7 +200,7 @@ sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e) {
         [SN_OPT_INV_MICRO] = 1.0f / ((float)t->pending * scale),
         [SN_OPT_CLIP] = o->grad_clip > 0 ? o->grad_clip : 0};
     bool sums = !t->in_grads;
-    sn_status s = sn_backend_norm(t->be, sums, scal, &norm, e);
+    sn_status s = sn_runner_norm(t->run, sums, scal, &norm, e);
     if (s) return s;
     if (!isfinite(norm) && t->loss_scale && scale / 2 < SN_MIN_LOSS_SCALE) {
         /* halving again cannot help: the gradients are not finite at any scale. No test reaches
@@ -230,7 +230,7 @@ sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e) {
                        "the parameters are unchanged (lower the learning rate or raise warm-up)",
                        step, loss, norm);
     }
-    if ((s = sn_backend_adamw(t->be, sums, e))) return s;
+    if ((s = sn_runner_adamw(t->run, sums, e))) return s;
     t->step = step;
     drop_pending(t);
     if (t->loss_scale && ++t->sc.clean >= (o->scale_interval > 0 ? o->scale_interval : 2000)) {
@@ -255,11 +255,11 @@ sn_loss_scaler sn_trainer_scaler(const sn_trainer *t) { return t->sc; }
 void sn_trainer_set_scaler(sn_trainer *t, sn_loss_scaler s) { t->sc = s; }
 const sn_train_opts *sn_trainer_opts(const sn_trainer *t) { return &t->o; }
 int sn_trainer_param_count(const sn_trainer *t) { return t->n_params; }
-const char *sn_trainer_backend(const sn_trainer *t) { return sn_backend_name(t->be); }
-const sn_program *sn_trainer_program(const sn_trainer *t) { return sn_backend_program(t->be); }
-sn_exec *sn_trainer_exec(const sn_trainer *t) { return sn_backend_exec(t->be); }
-int64_t sn_trainer_state_bytes(const sn_trainer *t) { return sn_backend_state_bytes(t->be); }
-int64_t sn_trainer_host_state_bytes(const sn_trainer *t) { return sn_backend_host_state_bytes(t->be); }
+const char *sn_trainer_device_name(const sn_trainer *t) { return sn_runner_name(t->run); }
+const sn_program *sn_trainer_program(const sn_trainer *t) { return sn_runner_program(t->run); }
+sn_exec *sn_trainer_exec(const sn_trainer *t) { return sn_runner_exec(t->run); }
+int64_t sn_trainer_state_bytes(const sn_trainer *t) { return sn_runner_state_bytes(t->run); }
+int64_t sn_trainer_host_state_bytes(const sn_trainer *t) { return sn_runner_host_state_bytes(t->run); }
 struct sn_device *sn_trainer_device(const sn_trainer *t) { return t->o.device; }
 
 const sn_node *sn_trainer_param_node(const sn_trainer *t, int i) {
@@ -273,7 +273,7 @@ sn_status sn_trainer_get_param(const sn_trainer *t, int i, sn_param_which which,
         memset(host, 0, sizeof(float) * (size_t)sn_numel(t->params[i]));
         return SN_OK;
     }
-    return sn_backend_get(t->be, i, which, !t->in_grads, host, e);
+    return sn_runner_get(t->run, i, which, !t->in_grads, host, e);
 }
 
 sn_status sn_trainer_set_param(sn_trainer *t, int i, sn_param_which which, const float *host, sn_err *e) {
@@ -281,7 +281,7 @@ sn_status sn_trainer_set_param(sn_trainer *t, int i, sn_param_which which, const
     if (which == SN_PARAM_GRAD)
         return sn_fail(e, SN_ERR_INVALID, "trainer: gradients are computed, not set: set the "
                        "weights or the moments of parameter %s", t->params[i]->name);
-    return sn_backend_set(t->be, i, which, host, e);
+    return sn_runner_set(t->run, i, which, host, e);
 }
 
 int sn_trainer_find_param(const sn_trainer *t, const char *name) {

@@ -2,7 +2,7 @@
  * with decoupled weight decay, global gradient-norm clipping and a cosine learning rate with
  * linear warm-up. Convention: parameters, gradients and the optimizer state live where the
  * graph runs (a device, or the reference interpreter's host memory) and the whole step runs
- * there (backend.h); per step only token ids go up, the step's few scalars go up, and the loss
+ * there (runner.h); per step only token ids go up, the step's few scalars go up, and the loss
  * and the gradient norm come down. The host reaches weights and moments only through
  * sn_trainer_get_param / sn_trainer_set_param. Frozen parameters (sn_param_freeze) keep their
  * values and have no gradient or optimizer state.
@@ -96,7 +96,7 @@ sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targ
 int sn_trainer_step_count(const sn_trainer *t);
 const sn_train_opts *sn_trainer_opts(const sn_trainer *t);
 /* "reference interpreter" or the device and program that run the steps. */
-const char *sn_trainer_backend(const sn_trainer *t);
+const char *sn_trainer_device_name(const sn_trainer *t);
 /* The compiled program and its executor, or NULL on the interpreter (benchmarks, reports). */
 const struct sn_program *sn_trainer_program(const sn_trainer *t);
 struct sn_exec *sn_trainer_exec(const sn_trainer *t);

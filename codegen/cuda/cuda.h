@@ -93,9 +93,6 @@ sn_status sn_cuda_render(const sn_kernel *const *ks, int n, const sn_target *t,
  * shares a function must be in its leader's part). *src is malloc'd. */
 sn_status sn_cuda_render_part(const sn_kernel *const *ks, const sn_cuda_source *s,
                               const sn_target *tg, const int *part, int p, char **src, sn_err *e);
-/* Every kernel of program p but its GEMMs, as above (out->fn indexed like p->kernels). */
-sn_status sn_cuda_render_program(const sn_program *p, const sn_target *t,
-                                 sn_cuda_source *out, sn_err *e);
 void sn_cuda_source_free(sn_cuda_source *s);
 
 /* ---- nvrtc.c: compiling with NVRTC ---- */

@@ -69,6 +69,9 @@ void sn_cu_describe(const sn_kernel *k, const sn_ref *r, char *buf, size_t len) 
     if (strlen(buf) + 8 >= len) strcpy(buf + len - 8, "...");
 }
 
+_Static_assert(SN_OP_POINTWISE_COUNT == 17, "a new pointwise op needs its formula in sn_cu_emit_instr "
+               "(and llvm_fused.c's sn_ll_pw_op, and the prelude's function if it calls one)");
+
 void sn_cu_emit_instr(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx) {
     const sn_pw_instr *in = &k->instr[i];
     const sn_node *n = in->node;

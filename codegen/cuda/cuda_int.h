@@ -45,9 +45,8 @@ void sn_cu_emit_pointwise(sn_cu_text *t, const sn_kernel *k, const char *fname);
 /* The comment above a pointwise kernel (the fused expression with node ids, the shape). */
 void sn_cu_header_pointwise(sn_cu_text *t, const sn_kernel *k);
 /* Elements a pointwise kernel's step does: 8 (16-byte loads of 8 bf16/f16 values), 4 (float4)
- * or 1; and whether that is more than one. */
+ * or 1. */
 int sn_cu_pointwise_lanes(const sn_kernel *k);
-bool sn_cu_pointwise_vector(const sn_kernel *k);
 
 sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);

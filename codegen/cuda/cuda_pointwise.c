@@ -74,8 +74,6 @@ int sn_cu_pointwise_lanes(const sn_kernel *k) {
     return lanes_of(k, &s);
 }
 
-bool sn_cu_pointwise_vector(const sn_kernel *k) { return sn_cu_pointwise_lanes(k) > 1; }
-
 void sn_cu_header_pointwise(sn_cu_text *t, const sn_kernel *k) {
     sn_pw_space s;
     sn_pw_space_fill(&s, k);

@@ -181,8 +181,3 @@ done:
     if (st) sn_cuda_source_free(out);
     return st;
 }
-
-sn_status sn_cuda_render_program(const sn_program *p, const sn_target *t, sn_cuda_source *out,
-                                 sn_err *e) {
-    return sn_cuda_render((const sn_kernel *const *)p->kernels, p->n_kernels, t, out, e);
-}

@@ -1,5 +1,6 @@
-/* cuda_row.h: what the row-kernel renderers share (cuda_row.c: the passes over a row and the
- * ops a block per row; cuda_row_sums.c: the ops that sum over every row, PARTIAL and FINISH).
+/* cuda_row.h: what the row-kernel renderers share (cuda_row_pass.c: the passes over a row;
+ * cuda_row.c: the ops a block per row; cuda_row_sums.c: the ops that sum over every row,
+ * PARTIAL and FINISH).
  * Convention: a renderer fills one `row` from its kernel (cuda_row.c's setup) and writes the
  * kernel's body through it; E() appends a line of CUDA C to w->t. */
 #ifndef SN_CUDA_ROW_H
@@ -30,7 +31,7 @@ typedef struct {
  * every output (the pass that writes the row op's result). */
 enum { STORES_NONE, STORES_PROLOGUE, STORES_ALL };
 
-/* cuda_row.c: the passes over a row (each documented there) */
+/* cuda_row_pass.c: the passes over a row (each documented there) */
 const char *sn_cu_row_opnd(const row *w, int i, char *b, size_t len);
 void sn_cu_row_coords(row *w);
 void sn_cu_row_vector_loads(row *w);
@@ -38,6 +39,9 @@ void sn_cu_row_element(row *w);
 void sn_cu_row_store_prologue(row *w);
 void sn_cu_row_open_pass(row *w, const char *first, int64_t end, unsigned threads, int stores);
 void sn_cu_row_close_pass(row *w);
+/* In an element block: the row op's result at (r, j) is `val`; the epilogue follows it and
+ * every output is stored. */
+void sn_cu_row_store(row *w, const char *val);
 
 /* cuda_row_sums.c: a PARTIAL kernel's chunk of rows (and its column-sum parts), the ops that
  * sum over every row, and the FINISH kernel */

@@ -1,7 +1,8 @@
 /* llvm_row.c: row kernels: softmax, layernorm, rmsnorm, causal mask, cross-entropy and their
  * backwards, over rows of the last axis (C elements, known when the kernel is built), with the
  * pointwise instructions fused around the row op (kernel.h): a prologue computing its operands
- * and an epilogue applied to what it stores (llvm_fused.h evaluates them).
+ * and an epilogue applied to what it stores (llvm_fused.h evaluates them). The PARTIAL and
+ * FINISH kernels of the ops that sum over every row are llvm_row_sums.c's.
  * Convention: items are rows; every pass over a row is a vector loop with a constant-mask tail,
  * and row statistics are summed lane-wise, then across lanes by a shuffle tree. The ops read
  * operands through ld() and write results through st(): without fused neighbours these are
@@ -14,29 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llvm_fused.h"
+#include "llvm_row.h"
 #include "program/pointwise.h"
-
-typedef struct {
-    sn_ll *L;
-    const sn_kernel *k;
-    const sn_node *n;     /* the row op */
-    int64_t C;            /* row length */
-    LLVMValueRef y;       /* the buffer of the row op's result (softmax reads it back), or NULL */
-    LLVMValueRef in[3];   /* inputs read as they are, in the op's order (NULL: computed) */
-    LLVMValueRef off;     /* r * C: the current row's first element */
-    LLVMValueRef y0;      /* a norm weight gradient: where its chunk's partial sums start in y */
-    /* fused neighbours (fx NULL without): */
-    sn_ll_fx *fx;
-    LLVMValueRef ptr[SN_KER_MAX_ARGS];
-    bool *dep;                      /* [n_instr] depends on the row op's value */
-    bool whole;                     /* every pass of the op covers every row unconditionally */
-    bool full;                      /* the current pass covers the row and may store values */
-    bool have[SN_KER_MAX_ARGS];     /* output o holds this row's values (read back, not again) */
-    bool pending[SN_KER_MAX_ARGS];  /* stored by the current pass */
-    bool stepped[SN_KER_MAX_ARGS];  /* stored in the current step */
-    bool written[SN_KER_MAX_ARGS];  /* stored somewhere (checked at the end) */
-} row;
 
 #define B (w->L->b)
 
@@ -287,7 +267,7 @@ static LLVMValueRef valid_target(row *w, LLVMValueRef t, int64_t V) {
 
 /* (logits, targets) -> over the rows [r0, r1) whose target is not ignore_index: the sum of
  * lse - logit[t] in f64 and their count, stored as two f64 at part (kernel.h: PARTIAL). */
-static void cross_entropy(row *w, LLVMValueRef r0, LLVMValueRef r1, LLVMValueRef part) {
+void sn_ll_row_cross_entropy(row *w, LLVMValueRef r0, LLVMValueRef r1, LLVMValueRef part) {
     sn_ll *L = w->L;
     int64_t Vr = real_classes(w->n, w->C);
     LLVMValueRef loss = sn_ll_var(L, L->t_f64, LLVMConstReal(L->t_f64, 0), "loss");
@@ -373,7 +353,7 @@ static void cross_entropy_bwd(row *w, int64_t R) {
 
 
 /* One row of a per-row op at w->off (row r). */
-static void one_row(row *w, LLVMValueRef r) {
+void sn_ll_row_one(row *w, LLVMValueRef r) {
     switch (w->n->op) {
     case SN_OP_SOFTMAX: softmax(w); break;
     case SN_OP_SOFTMAX_BWD: softmax_bwd(w); break;
@@ -386,101 +366,6 @@ static void one_row(row *w, LLVMValueRef r) {
     case SN_OP_CAUSAL_MASK: causal_mask(w, r); break;
     default: SN_ASSERT(0);
     }
-}
-
-/* Tile t (runtime) of the column sums that joined a norm weight-gradient kernel (kernel.h:
- * n_colsum), over the chunk's rows [r0, r1): part[at_o + c] = sum over r in row order of
- * src_o[r C_o + c], a vector of adjacent columns walking down the rows. */
-static void colsum_tile(sn_ll *L, const sn_kernel *k, LLVMValueRef part, LLVMValueRef t,
-                        LLVMValueRef r0, LLVMValueRef r1) {
-    LLVMBuilderRef b = L->b;
-    int64_t first = 0, at = sn_numel(k->anchor); /* the output's first tile, its partials */
-    for (int o = 1; o <= k->n_colsum; o++) {
-        int64_t C = sn_numel(k->args[o]), tiles = (C + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
-        LLVMValueRef x = sn_ll_buf(L, k->colsum_src[o], SN_F32, "colsum_src");
-        LLVMValueRef in = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSGE, t, sn_ll_i64(L, first), ""),
-                                       LLVMBuildICmp(b, LLVMIntSLT, t, sn_ll_i64(L, first + tiles), ""), "");
-        sn_ll_if mine;
-        sn_ll_if_begin(L, &mine, in, "tile");
-        LLVMValueRef c0 = LLVMBuildMul(b, LLVMBuildSub(b, t, sn_ll_i64(L, first), ""),
-                                       sn_ll_i64(L, SN_COLSUM_TILE), "c0");
-        LLVMValueRef c1 = sn_ll_imin(L, sn_ll_add(L, c0, sn_ll_i64(L, SN_COLSUM_TILE)),
-                                     sn_ll_i64(L, C), "c1");
-        sn_ll_vloop v;
-        for (sn_ll_vloop_range(L, &v, c0, c1, "c"); sn_ll_vloop_next(L, &v);) {
-            LLVMValueRef acc = sn_ll_var(L, L->t_vf, sn_ll_vf32(L, 0), "acc");
-            sn_ll_loop rs;
-            LLVMValueRef r = sn_ll_for(L, &rs, r0, r1, sn_ll_i64(L, 1), "r");
-            LLVMValueRef xv = sn_ll_vload(L, x, sn_ll_add(L, LLVMBuildMul(b, r, sn_ll_i64(L, C), ""), v.j),
-                                          v.mask, "x");
-            sn_ll_set(L, acc, LLVMBuildFAdd(b, sn_ll_get(L, acc, ""), xv, "sum"));
-            sn_ll_for_end(L, &rs);
-            sn_ll_vstore(L, part, sn_ll_add(L, sn_ll_i64(L, at), v.j), sn_ll_get(L, acc, "s"), v.mask);
-        }
-        sn_ll_if_end(L, &mine);
-        first += tiles;
-        at += C;
-    }
-}
-
-/* kernel.h's FINISH for the items [begin, end): each column of the partial sums added over the
- * chunks in chunk order, into the output that holds it. */
-static sn_status emit_finish(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
-    char kn[96];
-    int64_t P = sn_sum_chunks(k), W = sn_sum_width(k), at = 0;
-    for (int o = 0; o < k->n_out; o++)
-        if (k->args[o]->dtype != SN_F32 || k->n_in)
-            return sn_fail(e, SN_ERR_INVALID, "%s: a FINISH kernel writes f32 sums and reads only "
-                           "its partial sums", sn_ll_kname(k, kn, sizeof kn));
-    sn_ll_fn_begin(L, fname);
-    LLVMBuilderRef b = L->b;
-    LLVMValueRef part = sn_ll_buf(L, k->n_out, SN_F32, "partials");
-    if (k->anchor->op == SN_OP_CROSS_ENTROPY) { /* the mean loss from the chunks' f64 sums */
-        sn_ll_if any;
-        sn_ll_if_begin(L, &any, LLVMBuildICmp(b, LLVMIntSLT, L->begin, L->end, ""), "any");
-        LLVMValueRef zero = LLVMConstReal(L->t_f64, 0);
-        LLVMValueRef loss = sn_ll_var(L, L->t_f64, zero, "loss"), rows = sn_ll_var(L, L->t_f64, zero, "rows");
-        sn_ll_loop ps;
-        LLVMValueRef p = sn_ll_for(L, &ps, sn_ll_i64(L, 0), sn_ll_i64(L, P), sn_ll_i64(L, 1), "p");
-        LLVMValueRef i = LLVMBuildMul(b, p, sn_ll_i64(L, 2), "");
-        LLVMValueRef at_loss = LLVMBuildGEP2(b, L->t_f64, part, &i, 1, "");
-        LLVMValueRef one = sn_ll_i64(L, 1);
-        LLVMValueRef at_rows = LLVMBuildGEP2(b, L->t_f64, at_loss, &one, 1, "");
-        sn_ll_set(L, loss, LLVMBuildFAdd(b, sn_ll_get(L, loss, ""), LLVMBuildLoad2(b, L->t_f64, at_loss, ""), ""));
-        sn_ll_set(L, rows, LLVMBuildFAdd(b, sn_ll_get(L, rows, ""), LLVMBuildLoad2(b, L->t_f64, at_rows, ""), ""));
-        sn_ll_for_end(L, &ps);
-        LLVMValueRef c = sn_ll_get(L, rows, "rows");
-        LLVMValueRef mean = LLVMBuildFDiv(b, sn_ll_get(L, loss, ""), c, "");
-        LLVMValueRef some = LLVMBuildFCmp(b, LLVMRealOGT, c, zero, "");
-        LLVMValueRef out = LLVMBuildSelect(b, some, LLVMBuildFPTrunc(b, mean, L->t_f32, ""), sn_ll_f32(L, 0), "mean_loss");
-        sn_ll_store(L, sn_ll_buf(L, 0, SN_F32, "loss"), sn_ll_i64(L, 0), out);
-        sn_ll_if_end(L, &any);
-        sn_ll_fn_end(L);
-        return SN_OK;
-    }
-    LLVMValueRef lo = LLVMBuildMul(b, L->begin, sn_ll_i64(L, SN_SUM_FINISH_COLS), "lo");
-    LLVMValueRef hi = sn_ll_imin(L, LLVMBuildMul(b, L->end, sn_ll_i64(L, SN_SUM_FINISH_COLS), ""),
-                                 sn_ll_i64(L, W), "hi");
-    for (int o = 0; o < k->n_out; o++) { /* output o holds columns [at, at + C) */
-        int64_t C = sn_numel(k->args[o]);
-        LLVMValueRef y = sn_ll_buf(L, o, SN_F32, "sum");
-        LLVMValueRef c0 = sn_ll_imax(L, lo, sn_ll_i64(L, at), "c0");
-        LLVMValueRef c1 = sn_ll_imin(L, hi, sn_ll_i64(L, at + C), "c1");
-        sn_ll_vloop v;
-        for (sn_ll_vloop_range(L, &v, c0, c1, "c"); sn_ll_vloop_next(L, &v);) {
-            LLVMValueRef acc = sn_ll_var(L, L->t_vf, sn_ll_vload(L, part, v.j, v.mask, "p0"), "acc");
-            sn_ll_loop ps;
-            LLVMValueRef p = sn_ll_for(L, &ps, sn_ll_i64(L, 1), sn_ll_i64(L, P), sn_ll_i64(L, 1), "p");
-            LLVMValueRef x = sn_ll_vload(L, part, sn_ll_add(L, LLVMBuildMul(b, p, sn_ll_i64(L, W), ""), v.j),
-                                         v.mask, "x");
-            sn_ll_set(L, acc, LLVMBuildFAdd(b, sn_ll_get(L, acc, ""), x, "sum"));
-            sn_ll_for_end(L, &ps);
-            sn_ll_vstore(L, y, LLVMBuildSub(b, v.j, sn_ll_i64(L, at), ""), sn_ll_get(L, acc, "s"), v.mask);
-        }
-        at += C;
-    }
-    sn_ll_fn_end(L);
-    return SN_OK;
 }
 
 static const char *input_name(sn_op op, int i) {
@@ -602,7 +487,7 @@ static sn_status fused_check(row *w, sn_err *e) {
 }
 
 sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
-    if (k->stage == SN_SUM_FINISH) return emit_finish(L, k, fname, e);
+    if (k->stage == SN_SUM_FINISH) return sn_ll_emit_row_finish(L, k, fname, e);
     const sn_node *n = k->anchor;
     const sn_node *x = n->in[0];
     char kn[96];
@@ -648,53 +533,16 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
     sn_ll_if any; /* the serial kernels write their sums even for no rows: not for an empty call */
     if (!st) {
         sn_ll_if_begin(L, &any, LLVMBuildICmp(L->b, LLVMIntSLT, L->begin, L->end, ""), "any");
-        if (n->op == SN_OP_CROSS_ENTROPY) { /* PARTIAL: item i is chunk i */
-            LLVMBuilderRef b = L->b;
-            LLVMValueRef part = sn_ll_buf(L, k->n_out + k->n_in, SN_F32, "partials");
-            sn_ll_loop items;
-            LLVMValueRef i = sn_ll_for(L, &items, L->begin, L->end, sn_ll_i64(L, 1), "chunk");
-            LLVMValueRef r0 = LLVMBuildMul(b, i, sn_ll_i64(L, SN_SUM_CHUNK), "r0");
-            LLVMValueRef r1 = sn_ll_imin(L, sn_ll_add(L, r0, sn_ll_i64(L, SN_SUM_CHUNK)), sn_ll_i64(L, R), "r1");
-            LLVMValueRef at = LLVMBuildMul(b, i, sn_ll_i64(L, 2), "");
-            cross_entropy(&w, r0, r1, LLVMBuildGEP2(b, L->t_f64, part, &at, 1, "chunk_sums"));
-            sn_ll_for_end(L, &items);
+        if (n->op == SN_OP_CROSS_ENTROPY || bwd_w) {
+            sn_ll_row_partial(&w, R);
         } else if (n->op == SN_OP_CROSS_ENTROPY_BWD) {
             cross_entropy_bwd(&w, R);
-        } else if (bwd_w) { /* PARTIAL: item i is part i % parts of chunk i / parts */
-            LLVMBuilderRef b = L->b;
-            LLVMValueRef parts = sn_ll_i64(L, 1 + sn_colsum_tiles(k)), W = sn_ll_i64(L, sn_sum_width(k));
-            w.y = sn_ll_buf(L, k->n_out + k->n_in, SN_F32, "partials");
-            sn_ll_loop items;
-            LLVMValueRef i = sn_ll_for(L, &items, L->begin, L->end, sn_ll_i64(L, 1), "item");
-            LLVMValueRef chunk = LLVMBuildSDiv(b, i, parts, "chunk");
-            LLVMValueRef part = LLVMBuildSRem(b, i, parts, "part");
-            LLVMValueRef r0 = LLVMBuildMul(b, chunk, sn_ll_i64(L, SN_SUM_CHUNK), "r0");
-            LLVMValueRef r1 = sn_ll_imin(L, sn_ll_add(L, r0, sn_ll_i64(L, SN_SUM_CHUNK)), sn_ll_i64(L, R), "r1");
-            w.y0 = LLVMBuildMul(b, chunk, W, "y0");
-            sn_ll_if anchor;
-            sn_ll_if_begin(L, &anchor, LLVMBuildICmp(b, LLVMIntEQ, part, sn_ll_i64(L, 0), ""), "anchor");
-            sn_ll_vloop v; /* zero the chunk's partial sums, then add its rows */
-            for (sn_ll_vloop_static(L, &v, w.C, "j"); sn_ll_vloop_next(L, &v);)
-                sn_ll_vstore(L, w.y, sn_ll_add(L, w.y0, v.j), sn_ll_vf32(L, 0), v.mask);
-            sn_ll_loop rows;
-            LLVMValueRef r = sn_ll_for(L, &rows, r0, r1, sn_ll_i64(L, 1), "r");
-            w.off = LLVMBuildMul(b, r, sn_ll_i64(L, w.C), "off");
-            if (w.fx) sn_ll_fx_row(w.fx, r);
-            one_row(&w, r);
-            sn_ll_for_end(L, &rows);
-            if (k->n_colsum) {
-                sn_ll_if_else(L, &anchor);
-                LLVMValueRef pp = LLVMBuildGEP2(b, L->t_f32, w.y, &w.y0, 1, "part_row");
-                colsum_tile(L, k, pp, LLVMBuildSub(b, part, sn_ll_i64(L, 1), "t"), r0, r1);
-            }
-            sn_ll_if_end(L, &anchor);
-            sn_ll_for_end(L, &items);
         } else {
             sn_ll_loop rows;
             LLVMValueRef r = sn_ll_for(L, &rows, L->begin, L->end, sn_ll_i64(L, 1), "r");
             w.off = LLVMBuildMul(L->b, r, sn_ll_i64(L, w.C), "off");
             if (w.fx) sn_ll_fx_row(w.fx, r);
-            one_row(&w, r);
+            sn_ll_row_one(&w, r);
             sn_ll_for_end(L, &rows);
         }
         sn_ll_if_end(L, &any);

@@ -68,6 +68,9 @@ LLVMValueRef sn_ll_f32(sn_ll *L, float v);
 LLVMValueRef sn_ll_vf32(sn_ll *L, float v);  /* splat constant vector */
 /* The f32 constant v with the shape of `like` (a scalar or a vector of f32). */
 LLVMValueRef sn_ll_fc(sn_ll *L, LLVMValueRef like, float v);
+/* The i32 constant v, a scalar or a vector like `like`. */
+LLVMValueRef sn_ll_ic(sn_ll *L, LLVMValueRef like, int32_t v);
+bool sn_ll_is_vec(LLVMValueRef x); /* a vector value (not a scalar) */
 LLVMValueRef sn_ll_splat(sn_ll *L, LLVMValueRef scalar, const char *name);
 LLVMValueRef sn_ll_lane_ids(sn_ll *L);                   /* <0, 1, .., lanes-1> (i64) */
 LLVMValueRef sn_ll_first_lanes(sn_ll *L, LLVMValueRef n); /* mask: lane < n (i64, runtime) */
@@ -143,8 +146,11 @@ void sn_ll_vstore(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, LLVMValueRef v, LL
 LLVMValueRef sn_ll_vgather(sn_ll *L, LLVMValueRef p, LLVMValueRef idxv, LLVMValueRef mask,
                            const char *name);
 
-/* ---- llvm_util.c: arithmetic on f32 scalars or vectors ---- */
+/* ---- llvm_math.c: arithmetic on f32 scalars or vectors ---- */
 
+/* An intrinsic overloaded on the nt types `types`: sn_ll_call_typed(L, "llvm.masked.load", ...) */
+LLVMValueRef sn_ll_call_typed(sn_ll *L, const char *intrinsic, LLVMTypeRef *types, int nt,
+                              LLVMValueRef *args, int n, const char *name);
 /* An intrinsic overloaded on its first argument's type: sn_ll_call(L, "llvm.sqrt", &x, 1, "s") */
 LLVMValueRef sn_ll_call(sn_ll *L, const char *intrinsic, LLVMValueRef *args, int n,
                         const char *name);
@@ -176,11 +182,9 @@ const char *sn_ll_kname(const sn_kernel *k, char *buf, size_t len);
 sn_status sn_ll_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e);
 /* The index of n among k's inputs (args[n_out..]), or -1. */
 int sn_ll_input_index(const sn_kernel *k, const sn_node *n);
-/* The typed pointer to input n (via sn_ll_input_index), named "arg<i>" in the IR; fails with
- * SN_ERR_INVALID when k does not have n among its args, or with sn_ll_check_dtype's failure. */
-sn_status sn_ll_input(sn_ll *L, const sn_kernel *k, const sn_node *n, LLVMValueRef *ptr,
-                      sn_err *e);
-/* The same, named `name` in the IR ("x", "dy" ...). */
+/* The typed pointer to input n (via sn_ll_input_index), named `name` in the IR ("x", "dy" ...);
+ * fails with SN_ERR_INVALID when k does not have n among its args, or with sn_ll_check_dtype's
+ * failure. */
 sn_status sn_ll_input_named(sn_ll *L, const sn_kernel *k, const sn_node *n, const char *name,
                             LLVMValueRef *ptr, sn_err *e);
 

@@ -1,4 +1,4 @@
-/* checkpoint.c: activation checkpointing (sn_pass_checkpoint): which forward values the backward
+/* recompute.c: activation checkpointing (sn_pass_recompute): which forward values the backward
  * reads as the forward left them ("available") and which it recomputes, and the rewrite. A
  * recomputed value is a copy of its forward node over available or recomputed inputs, emitted
  * once, just before the first backward node that reads it (kernels run in graph order). */
@@ -32,7 +32,7 @@ typedef struct {
     int *cover;       /* [nf + 1] scratch of fill_structure */
     sn_node **rmap;   /* [nf] the recomputed copy of a forward node (rewrite) */
     sn_err *e;
-} ck_state;
+} rc_state;
 
 /* ---- costs ---- */
 
@@ -66,7 +66,7 @@ static int64_t node_bytes(const sn_node *n) { return sn_numel(n) * sn_dtype_bits
 /* ---- structure: separators and repeating units ---- */
 
 /* Activations, readers from the backward, separators. */
-static void fill_structure(ck_state *s) {
+static void fill_structure(rc_state *s) {
     const sn_graph *g = s->g;
     int nf = s->nf, *cover = s->cover;
     for (int i = 0; i < nf; i++) {
@@ -100,7 +100,7 @@ static void fill_structure(ck_state *s) {
 }
 
 /* A segment's shape: its nodes' ops and types, in order (names and ids left out). */
-static uint64_t segment_sig(const ck_state *s, int from, int to) {
+static uint64_t segment_sig(const rc_state *s, int from, int to) {
     uint64_t h = 1469598103934665603ull;
     for (int i = from; i <= to; i++) {
         const sn_node *n = s->g->nodes[i];
@@ -116,7 +116,7 @@ static uint64_t segment_sig(const ck_state *s, int from, int to) {
  * the shift under which most segments look alike (a transformer block: attention and MLP
  * sub-blocks, period 2); the units run from the first segment that repeats for as long as the
  * segments repeat. s->bound gets the separators around the run's segments. */
-static void fill_units(ck_state *s, uint64_t *sig) {
+static void fill_units(rc_state *s, uint64_t *sig) {
     int n = s->n_sep;
     for (int k = 0; k < n; k++) sig[k] = segment_sig(s, k ? s->sep[k - 1] + 1 : 0, s->sep[k]);
     int best = 0, p = 0;
@@ -145,7 +145,7 @@ static void fill_units(ck_state *s, uint64_t *sig) {
 /* ---- what is available, what must be recomputed ---- */
 
 /* Keeps every `every`-th boundary (counting from the first) and the last; clears the rest. */
-static void keep_boundaries(ck_state *s, int every) {
+static void keep_boundaries(rc_state *s, int every) {
     memset(s->keep, 0, (size_t)s->nf);
     s->last_kept = -1;
     for (int b = 0; b < s->n_bound; b++)
@@ -157,7 +157,7 @@ static void keep_boundaries(ck_state *s, int every) {
 
 /* avail: what the backward reads from the forward; need: what it recomputes. Returns the
  * recompute FLOPs. */
-static double fill_need(ck_state *s) {
+static double fill_need(rc_state *s) {
     const sn_graph *g = s->g;
     for (int i = 0; i < s->nf; i++) {
         const sn_node *n = g->nodes[i];
@@ -185,15 +185,15 @@ static double fill_need(ck_state *s) {
 
 /* ---- the rewrite ---- */
 
-static sn_node *recompute(ck_state *s, sn_rewrite *r, const sn_node *x);
+static sn_node *recompute(rc_state *s, sn_rewrite *r, const sn_node *x);
 
 /* The new node a backward (or recomputed) node reads for forward-or-backward node x. */
-static sn_node *operand(ck_state *s, sn_rewrite *r, const sn_node *x) {
+static sn_node *operand(rc_state *s, sn_rewrite *r, const sn_node *x) {
     if (x->id >= s->nf || s->avail[x->id]) return r->map[x->id];
     return recompute(s, r, x);
 }
 
-static sn_node *recompute(ck_state *s, sn_rewrite *r, const sn_node *x) {
+static sn_node *recompute(rc_state *s, sn_rewrite *r, const sn_node *x) {
     if (s->rmap[x->id]) return s->rmap[x->id];
     sn_node *in[SN_MAX_INPUTS];
     sn_node p = sn_rewrite_proto(r, x, in);
@@ -204,7 +204,7 @@ static sn_node *recompute(ck_state *s, sn_rewrite *r, const sn_node *x) {
 }
 
 /* The graph with the current choice applied (fill_need first); *n_recomputed counts copies. */
-static sn_status rewrite(ck_state *s, sn_graph **out, int *n_recomputed) {
+static sn_status rewrite(rc_state *s, sn_graph **out, int *n_recomputed) {
     const sn_graph *g = s->g;
     sn_rewrite r;
     sn_status st = sn_rewrite_begin(&r, g, s->e);
@@ -226,7 +226,7 @@ static sn_status rewrite(ck_state *s, sn_graph **out, int *n_recomputed) {
 }
 
 /* The planned arena of the current choice (rewrite, fuse, memplan). */
-static sn_status plan_arena(ck_state *s, int64_t *arena) {
+static sn_status plan_arena(rc_state *s, int64_t *arena) {
     sn_graph *h;
     sn_status st = rewrite(s, &h, NULL);
     if (st) return st;
@@ -245,7 +245,7 @@ static sn_status plan_arena(ck_state *s, int64_t *arena) {
 
 /* Every `every`-th boundary, for the spacing whose plan is smallest (the arena falls and then
  * rises with the spacing: fewer kept boundaries, longer recomputed stretches). */
-static sn_status smallest_spacing(ck_state *s, int *every, int64_t *arena) {
+static sn_status smallest_spacing(rc_state *s, int *every, int64_t *arena) {
     int64_t best = INT64_MAX;
     int worse = 0;
     *every = 1;
@@ -263,7 +263,7 @@ static sn_status smallest_spacing(ck_state *s, int *every, int64_t *arena) {
 }
 
 /* Recompute FLOPs saved per byte by keeping node i as well. */
-static double keep_ratio(ck_state *s, int i, double base) {
+static double keep_ratio(rc_state *s, int i, double base) {
     s->keep[i] = true;
     double f = fill_need(s);
     s->keep[i] = false;
@@ -273,7 +273,7 @@ static double keep_ratio(ck_state *s, int i, double base) {
 /* Candidates in the order they are worth keeping: most recompute FLOPs saved per byte kept,
  * each measured against the ones chosen before it (lazily: a candidate's last ratio is an
  * estimate until it is the best, then it is measured again). Returns how many (order[]). */
-static int rank_candidates(ck_state *s, int *order) {
+static int rank_candidates(rc_state *s, int *order) {
     int n = 0, n_cand = 0;
     double base = fill_need(s);
     for (int i = 0; i < s->nf; i++)
@@ -302,7 +302,7 @@ static int rank_candidates(ck_state *s, int *order) {
 
 /* The budget: no checkpointing if it fits; else the spacing with the smallest plan, then
  * candidates kept in rank order while the plan fits (binary search over how many). */
-static sn_status choose_budget(ck_state *s, int64_t budget, sn_ckpt_stats *st) {
+static sn_status choose_budget(rc_state *s, int64_t budget, sn_recompute_stats *st) {
     sn_status r;
     int64_t a;
     keep_boundaries(s, 1);
@@ -346,19 +346,19 @@ static sn_status choose_budget(ck_state *s, int64_t budget, sn_ckpt_stats *st) {
 
 /* ---- the pass ---- */
 
-const char *sn_ckpt_policy_name(sn_ckpt_policy p) {
+const char *sn_recompute_policy_name(sn_recompute_policy p) {
     static const char *names[] = {"none", "block", "sqrt", "budget"};
-    _Static_assert(sizeof names / sizeof names[0] == SN_CKPT_COUNT, "a policy without a name");
-    return (unsigned)p < SN_CKPT_COUNT ? names[p] : "?";
+    _Static_assert(sizeof names / sizeof names[0] == SN_RECOMPUTE_COUNT, "a policy without a name");
+    return (unsigned)p < SN_RECOMPUTE_COUNT ? names[p] : "?";
 }
 
-int sn_ckpt_policy_parse(const char *s) {
-    for (int i = 0; i < SN_CKPT_COUNT; i++)
-        if (!strcmp(s, sn_ckpt_policy_name((sn_ckpt_policy)i))) return i;
+int sn_recompute_policy_parse(const char *s) {
+    for (int i = 0; i < SN_RECOMPUTE_COUNT; i++)
+        if (!strcmp(s, sn_recompute_policy_name((sn_recompute_policy)i))) return i;
     return -1;
 }
 
-static void state_free(ck_state *s) {
+static void state_free(rc_state *s) {
     free(s->act);
     free(s->out);
     free(s->bwd_read);
@@ -375,21 +375,21 @@ static void state_free(ck_state *s) {
     free(s->order);
 }
 
-sn_status sn_pass_checkpoint(const sn_graph *in, sn_ckpt_policy policy, int64_t budget,
-                             const sn_target *t, sn_graph **out, sn_ckpt_stats *st, sn_err *e) {
+sn_status sn_pass_recompute(const sn_graph *in, sn_recompute_policy policy, int64_t budget,
+                            const sn_target *t, sn_graph **out, sn_recompute_stats *st, sn_err *e) {
     *out = NULL;
-    *st = (sn_ckpt_stats){.policy = policy};
+    *st = (sn_recompute_stats){.policy = policy};
     if (!in->has_backward)
         return sn_fail(e, SN_ERR_INVALID, "checkpoint: the graph has no backward part (it runs "
                        "after autodiff: compile with the backward)");
-    if ((unsigned)policy >= SN_CKPT_COUNT)
+    if ((unsigned)policy >= SN_RECOMPUTE_COUNT)
         return sn_fail(e, SN_ERR_INVALID, "checkpoint: unknown policy %d", (int)policy);
-    if (policy == SN_CKPT_BUDGET && budget <= 0)
+    if (policy == SN_RECOMPUTE_BUDGET && budget <= 0)
         return sn_fail(e, SN_ERR_INVALID, "checkpoint: the budget policy needs a memory budget "
                        "(give --mem)");
     int nf = in->n_forward, n = in->n_nodes;
     const char *what = "the checkpoint pass's per-node tables";
-    ck_state s = {.g = in, .t = t, .nf = nf, .e = e};
+    rc_state s = {.g = in, .t = t, .nf = nf, .e = e};
     s.act = sn_calloc((size_t)nf + 1, 1, what, e);
     s.out = s.act ? sn_calloc((size_t)nf + 1, 1, what, e) : NULL;
     s.bwd_read = s.out ? sn_calloc((size_t)nf + 1, 1, what, e) : NULL;
@@ -417,13 +417,13 @@ sn_status sn_pass_checkpoint(const sn_graph *in, sn_ckpt_policy policy, int64_t 
     st->sub_blocks = s.n_bound ? s.n_bound - 1 : 0;
     sn_status r = SN_OK;
     switch (policy) {
-    case SN_CKPT_NONE: s.last_kept = -1; break;
-    case SN_CKPT_BLOCK: keep_boundaries(&s, s.period ? s.period : 1); break;
-    case SN_CKPT_SQRT: /* Chen et al. 2016: every sqrt(n)-th of n sub-blocks */
+    case SN_RECOMPUTE_NONE: s.last_kept = -1; break;
+    case SN_RECOMPUTE_BLOCK: keep_boundaries(&s, s.period ? s.period : 1); break;
+    case SN_RECOMPUTE_SQRT: /* Chen et al. 2016: every sqrt(n)-th of n sub-blocks */
         keep_boundaries(&s, st->sub_blocks ? (int)lround(sqrt((double)st->sub_blocks)) : 1);
         break;
-    case SN_CKPT_BUDGET: r = choose_budget(&s, budget, st); break;
-    case SN_CKPT_COUNT: break;
+    case SN_RECOMPUTE_BUDGET: r = choose_budget(&s, budget, st); break;
+    case SN_RECOMPUTE_COUNT: break;
     }
     if (!r) {
         st->extra_flops = fill_need(&s);

@@ -1,0 +1,300 @@
+/* cuda_row_pass.c: the passes over a row that every row kernel is written with (cuda_row.h):
+ * operands, coordinates, loads, the prologue per element, stores. Where the row length divides by
+ * 4 (f32) or 8 (a 16-bit buffer takes part), a pass takes `lanes` columns a step: each aligned
+ * contiguous access one 16-byte load (sn_load8/sn_load4) before an unrolled loop over the
+ * lanes, each output one 16-byte store after it; other accesses read one value a lane.
+ * Convention: every pass evaluates, per element, the accesses and the prologue (computing again
+ * what an earlier pass computed: the compiler drops what a pass does not read); the pass that
+ * writes the row op's result also runs the epilogue and stores every output, prologue values
+ * included (the LLVM emitter's st(), llvm_row.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_row.h"
+#include "program/pointwise.h"
+
+static const char *arg(const row *w, int i, char *b, size_t len) {
+    return sn_cu_arg_name(w->k, i, b, len);
+}
+
+/* ---- 16-byte vectors ---- */
+
+/* Values of type t in one 16-byte load (f32 4, bf16/f16 8; 0: i32, never a vector). */
+static int per_vector(sn_dtype t) { return t == SN_F32 ? 4 : t == SN_BF16 || t == SN_F16 ? 8 : 0; }
+
+static int64_t row_length(const sn_kernel *k) {
+    const sn_node *x = k->anchor->in[0];
+    return x->rank ? x->shape[x->rank - 1] : 1;
+}
+
+int sn_cu_row_lanes(const sn_kernel *k) {
+    if (k->stage == SN_SUM_FINISH) return 1;
+    int64_t C = row_length(k);
+    bool half = false, f32 = false; /* f32: a float4 to load or store */
+    for (int i = 0; i < k->n_out + k->n_in; i++) {
+        half = half || sn_dtype_bits(k->args[i]->dtype) == 16;
+        f32 = f32 || (k->args[i]->dtype == SN_F32 && sn_numel(k->args[i]) > 1);
+    }
+    return half && C % 8 == 0 ? 8 : f32 && C % 4 == 0 ? 4 : 1;
+}
+
+/* Whether a buffer of type t, read or written at a multiple of `lanes` (row + j0, or j0: rows
+ * start at multiples of lanes, buffers 64-byte aligned), takes one vector a step. */
+static bool vector_type(const row *w, sn_dtype t) {
+    int g = per_vector(t);
+    return w->lanes > 1 && g && w->lanes % g == 0;
+}
+
+/* Whether access x of a fused kernel can be vector loads: contiguous along the row, each
+ * step's first element 16-byte aligned, the mask (if any) on another axis. */
+static bool access_vector(const row *w, const sn_access *x) {
+    int last = w->k->rank - 1, g = per_vector(w->k->args[x->arg]->dtype);
+    if (!vector_type(w, w->k->args[x->arg]->dtype) || x->stride[last] != 1 || x->offset % g)
+        return false;
+    for (int d = 0; d < last; d++)
+        if (x->stride[d] % g) return false;
+    return !x->masked || x->mask_axis != last;
+}
+
+/* How the row op reads operand i when it comes from a buffer (w->buf[i] >= 0). */
+enum { OP_COMPUTED, OP_ELEMENT, OP_COLUMN, OP_ROW, OP_SCALAR };
+static int operand_kind(const row *w, int i) {
+    if (w->buf[i] < 0) return OP_COMPUTED;
+    if (sn_row_operand_per_element(w->n->op, i)) return OP_ELEMENT; /* at row + j */
+    if (sn_row_facts_of(w->n->op)->per_row & (1u << i)) return OP_ROW; /* at r */
+    return sn_numel(w->n->in[i]) == 1 ? OP_SCALAR : OP_COLUMN;     /* at 0; at j (w, b) */
+}
+
+/* Operand i of the row op at element (r, j) of the current pass, as C: op<i> for a buffer
+ * read per element or per column (sn_cu_row_element() defines it), else the value itself. */
+const char *sn_cu_row_opnd(const row *w, int i, char *b, size_t len) {
+    char a[16];
+    switch (operand_kind(w, i)) {
+    case OP_ELEMENT: case OP_COLUMN: snprintf(b, len, "op%d", i); return b;
+    case OP_ROW: snprintf(b, len, "%s[r]", arg(w, w->buf[i], a, sizeof a)); return b;
+    case OP_SCALAR: snprintf(b, len, "sn_load(%s[0])", arg(w, w->buf[i], a, sizeof a)); return b;
+    }
+    return sn_cu_operand(w->k, &w->k->instr[w->k->row_instr].in[i], "", b, len);
+}
+
+/* Whether access a is read per element: by an instruction, or as a per-element operand of the
+ * row op (w, b and targets are read from their buffers directly). */
+static bool access_used(const row *w, int a) {
+    const sn_kernel *k = w->k;
+    for (int i = 0; i < k->n_instr; i++)
+        for (int t = 0; t < k->instr[i].n_in; t++) {
+            const sn_ref *r = &k->instr[i].in[t];
+            if (r->kind == SN_REF_ACCESS && r->index == a &&
+                (i != k->row_instr || sn_row_operand_per_element(w->n->op, t)))
+                return true;
+        }
+    return false;
+}
+
+/* Where `r` is defined: the coordinates of row r in the index space that the accesses read. */
+void sn_cu_row_coords(row *w) {
+    const sn_kernel *k = w->k;
+    if (!w->fused) return;
+    int last = k->rank - 1;
+    bool need[SN_MAX_RANK] = {0};
+    for (int a = 0; a < k->n_access; a++) {
+        const sn_access *x = &k->access[a];
+        for (int d = 0; d < last && access_used(w, a); d++)
+            need[d] = need[d] || x->stride[d] || (x->masked && x->mask_axis == d);
+    }
+    int64_t inner = 1;
+    for (int d = last - 1; d >= 0; d--) {
+        if (need[d] && inner == 1) E("const %s i%d = r %% %lld;", w->ix, d, (long long)k->shape[d]);
+        else if (need[d] && d == 0) E("const %s i0 = r / %lld;", w->ix, (long long)inner);
+        else if (need[d]) E("const %s i%d = r / %lld %% %lld;", w->ix, d, (long long)inner, (long long)k->shape[d]);
+        inner *= k->shape[d];
+    }
+}
+
+/* The index access x reads at column `col` of row r (malloc'd; NULL: out of memory, noted). */
+static char *access_index(row *w, const sn_access *x, const char *col) {
+    int last = w->k->rank - 1;
+    sn_cu_text ix = {0};
+    for (int d = 0; d < last; d++)
+        if (x->stride[d]) sn_cu_appendf(&ix, "%si%d * %lld", ix.len ? " + " : "", d, (long long)x->stride[d]);
+    if (x->stride[last])
+        sn_cu_appendf(&ix, "%s%s%s", ix.len ? " + " : "", col, x->stride[last] == 1 ? "" : " * ");
+    if (x->stride[last] && x->stride[last] != 1) sn_cu_appendf(&ix, "%lld", (long long)x->stride[last]);
+    if (!ix.len || x->offset) sn_cu_appendf(&ix, "%s%lld", ix.len ? " + " : "", (long long)x->offset);
+    size_t oom = ix.oom;
+    char *idx = sn_cu_finish(&ix);
+    if (!idx) w->t->oom = oom;
+    return idx;
+}
+
+/* The condition under which masked access x reads (on another axis than the row's when
+ * `vector`), as "cond ? ", or "". */
+static void mask_cond(const row *w, const sn_access *x, char *cond, size_t len) {
+    cond[0] = '\0';
+    if (!x->masked) return;
+    char c[16];
+    snprintf(c, sizeof c, x->mask_axis == w->k->rank - 1 ? "j" : "i%d", x->mask_axis);
+    snprintf(cond, len, "%s >= %lld && %s < %lld ? ", c, (long long)x->mask_lo, c,
+             (long long)x->mask_hi);
+}
+
+/* "sn_load8" / "sn_store4": the prelude's vector function for `lanes` values. */
+static const char *vfn(const row *w, const char *what, char *b, size_t len) {
+    snprintf(b, len, "sn_%s%d", what, w->lanes);
+    return b;
+}
+
+/* Before a vector step's lane loop, with j0 (its first column) defined: the vector loads of
+ * the accesses and operand buffers that take them, into <name>_v[lanes]. */
+void sn_cu_row_vector_loads(row *w) {
+    const sn_kernel *k = w->k;
+    char an[16], fn[16], cond[128];
+    for (int a = 0; w->fused && a < k->n_access; a++) {
+        const sn_access *x = &k->access[a];
+        if (!access_used(w, a) || !access_vector(w, x)) continue;
+        char *idx = access_index(w, x, "j0");
+        if (!idx) return;
+        mask_cond(w, x, cond, sizeof cond);
+        if (cond[0]) {
+            cond[strlen(cond) - 3] = '\0'; /* drop " ? " */
+            E("float x%d_v[%d] = {0};", a, w->lanes);
+            E("if (%s) %s(&%s[%s], x%d_v);", cond, vfn(w, "load", fn, sizeof fn),
+              arg(w, x->arg, an, sizeof an), idx, a);
+        } else {
+            E("float x%d_v[%d];", a, w->lanes);
+            E("%s(&%s[%s], x%d_v);", vfn(w, "load", fn, sizeof fn), arg(w, x->arg, an, sizeof an),
+              idx, a);
+        }
+        free(idx);
+    }
+    for (int i = 0; i < w->n->n_in; i++) {
+        int kind = operand_kind(w, i);
+        if ((kind != OP_ELEMENT && kind != OP_COLUMN) || !vector_type(w, w->k->args[w->buf[i]]->dtype))
+            continue;
+        E("float op%d_v[%d];", i, w->lanes);
+        E("%s(&%s[%sj0], op%d_v);", vfn(w, "load", fn, sizeof fn), arg(w, w->buf[i], an, sizeof an),
+          kind == OP_ELEMENT ? "row + " : "", i);
+    }
+}
+
+/* Inside a loop body with `r`, `row` (= r * C), the coordinates and column `j` defined: the
+ * accesses, the row op's buffer operands and the prologue at element (r, j) (in a vector
+ * step's lane loop, lane l of the vectors loaded). */
+void sn_cu_row_element(row *w) {
+    const sn_kernel *k = w->k;
+    char an[16], cond[128];
+    for (int a = 0; w->fused && a < k->n_access; a++) {
+        const sn_access *x = &k->access[a];
+        if (!access_used(w, a)) continue;
+        if (w->vec && access_vector(w, x)) {
+            E("const float x%d = x%d_v[l];", a, a);
+            continue;
+        }
+        char *idx = access_index(w, x, "j");
+        if (!idx) return;
+        mask_cond(w, x, cond, sizeof cond);
+        E("const float x%d = %ssn_load(%s[%s])%s;", a, cond, arg(w, x->arg, an, sizeof an), idx,
+          cond[0] ? " : 0.0f" : "");
+        free(idx);
+    }
+    for (int i = 0; i < w->n->n_in; i++) {
+        int kind = operand_kind(w, i);
+        if (kind != OP_ELEMENT && kind != OP_COLUMN) continue;
+        if (w->vec && vector_type(w, w->k->args[w->buf[i]]->dtype)) E("const float op%d = op%d_v[l];", i, i);
+        else E("const float op%d = sn_load(%s[%sj]);", i, arg(w, w->buf[i], an, sizeof an),
+               kind == OP_ELEMENT ? "row + " : "");
+    }
+    for (int i = 0; w->fused && i < k->n_instr; i++)
+        if (!w->dep[i]) sn_cu_emit_instr(w->t, k, i, "");
+}
+
+/* Output o at (r, j) is `v`: into out<o>_v[l] in a vector step that collects it, else stored. */
+static void put(row *w, int o, const char *v) {
+    char a[16];
+    arg(w, o, a, sizeof a);
+    if (w->vec && (w->declared & (1u << o))) {
+        E("%s_v[l] = %s;", a, v);
+        w->pending |= 1u << o;
+    } else {
+        E("sn_store(&%s[row + j], %s);", a, v);
+    }
+}
+
+/* The outputs a pass stores (STORES_*, cuda_row.h). */
+static unsigned stored_outputs(const row *w, int stores) {
+    unsigned m = 0;
+    for (int o = 0; o < w->k->n_out; o++)
+        if (stores == STORES_ALL || (stores == STORES_PROLOGUE && w->fused && !w->dep[w->k->store[o]]))
+            m |= 1u << o;
+    return stores == STORES_ALL && !w->fused ? 1u : m;
+}
+
+/* Stores the outputs that do not depend on the row op at element (r, j). */
+void sn_cu_row_store_prologue(row *w) {
+    char v[48];
+    for (int o = 0; w->fused && o < w->k->n_out; o++)
+        if (!w->dep[w->k->store[o]]) put(w, o, sn_cu_var_name(w->k, w->k->store[o], "", v, sizeof v));
+}
+
+/* In an element block: the row op's result at (r, j) is `val`; the epilogue follows it and
+ * every output is stored. */
+void sn_cu_row_store(row *w, const char *val) {
+    const sn_kernel *k = w->k;
+    char v[48];
+    const char *name = w->fused ? sn_cu_var_name(k, k->row_instr, "", v, sizeof v) : "y";
+    E(w->n->dtype == SN_BF16 ? "const float %s = sn_round_bf16(%s);"
+      : w->n->dtype == SN_F16 ? "const float %s = sn_round_f16(%s);" : "const float %s = %s;", name, val);
+    if (!w->fused) {
+        put(w, 0, "y");
+        return;
+    }
+    for (int i = 0; i < k->n_instr; i++)
+        if (w->dep[i] && i != k->row_instr) sn_cu_emit_instr(w->t, k, i, "");
+    for (int o = 0; o < k->n_out; o++) put(w, o, sn_cu_var_name(k, k->store[o], "", v, sizeof v));
+}
+
+/* A pass over columns [0, end) of row r by `threads` threads, this one `first`, storing
+ * `stores` (STORES_*): one column a step, for (int j = first; j < end; j += threads)
+ * { element ...; or `lanes` columns a step: vector loads at j0 = lanes * first + lanes *
+ * threads * step, then an unrolled loop over the lanes, each `const int j = j0 + l;` and
+ * element, lanes past `end` skipped (a pass that stores covers whole vectors). */
+void sn_cu_row_open_pass(row *w, const char *first, int64_t end, unsigned threads, int stores) {
+    if (w->lanes == 1) {
+        E("for (int j = %s; j < %lld; j += %u) {", first, (long long)end, threads);
+        sn_cu_row_element(w);
+        return;
+    }
+    char a[16];
+    SN_ASSERT(!w->vec && (stores == STORES_NONE || end % w->lanes == 0));
+    E("/* %d columns a step */", w->lanes);
+    E("for (int j0 = %d * %s; j0 < %lld; j0 += %u) {", w->lanes, first, (long long)end,
+      w->lanes * threads);
+    sn_cu_row_vector_loads(w);
+    w->declared = w->pending = 0;
+    unsigned out = stored_outputs(w, stores);
+    for (int o = 0; o < w->k->n_out; o++)
+        if ((out & (1u << o)) && vector_type(w, w->k->args[o]->dtype)) {
+            E("float %s_v[%d];", arg(w, o, a, sizeof a), w->lanes);
+            w->declared |= 1u << o;
+        }
+    E("#pragma unroll");
+    E("for (int l = 0; l < %d; l++) {", w->lanes);
+    E("const int j = j0 + l;");
+    if (end % w->lanes) E("if (j >= %lld) break;", (long long)end);
+    w->vec = true;
+    sn_cu_row_element(w);
+}
+
+void sn_cu_row_close_pass(row *w) {
+    E("}");
+    if (!w->vec) return;
+    char a[16], fn[16];
+    SN_ASSERT(w->pending == w->declared); /* open_pass was told what the pass stores */
+    for (int o = 0; o < w->k->n_out; o++)
+        if (w->declared & (1u << o))
+            E("%s(&%s[row + j0], %s_v);", vfn(w, "store", fn, sizeof fn), arg(w, o, a, sizeof a), a);
+    E("}");
+    w->vec = false;
+    w->declared = w->pending = 0;
+}

@@ -1,0 +1,63 @@
+/* runner.h: how the trainer executes its graph and its optimizer step: compiled (fuse,
+ * memplan) and run by a device's executor, the reference interpreter's included.
+ * Convention: the runner owns every parameter's fp32 weights and the optimizer state (device
+ * memory, reached only through the executor); trainable parameters, their gradients, gradient
+ * sums and moments m, v are flat ranges of one layout (kernel.h,
+ * "the optimizer step"), so each piece of the step is one kernel launch. */
+#ifndef SN_RUNNER_H
+#define SN_RUNNER_H
+
+#include "passes/pipeline.h"
+#include "runtime/device.h"
+#include "train.h"
+
+typedef struct sn_runner sn_runner;
+
+/* device NULL: the reference interpreter (a device the runner makes and owns). g: loss,
+ * backward, i32 inputs idx and targets;
+ * params: every PARAM of g (frozen ones included), the order the trainer numbers them.
+ * compile: sn_compile's options for the device (NULL: zeroed; a NULL target: the device's).
+ * offload (with a device): the
+ * moments, the gradient sums and the master weights in host memory, AdamW on the CPU
+ * (offload.h); the device keeps the step's scalars and computes the norm. */
+sn_status sn_runner_new(sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
+                        const sn_pipeline_opts *compile, bool offload, sn_runner **out,
+                        sn_err *e);
+void sn_runner_free(sn_runner *b);
+const char *sn_runner_name(const sn_runner *b);
+
+/* Forward and backward on one batch (B*T ids each); *loss gets the loss. The gradients stay
+ * on the device until the next run. */
+sn_status sn_runner_run(sn_runner *b, const sn_node *idx, const sn_node *targets,
+                        const int32_t *x, const int32_t *y, double *loss, sn_err *e);
+
+/* Sets an f32 scalar INPUT of g (the loss scale) for the runs that follow. */
+sn_status sn_runner_set_scalar(sn_runner *b, const sn_node *input, float v, sn_err *e);
+
+/* Parameter i's weights, moments, or gradient (sums: the gradient sums, else the last run's)
+ * to or from the host (numel floats). A frozen parameter has no moments or gradient: they
+ * read as zeros and setting them does nothing. */
+sn_status sn_runner_get(sn_runner *b, int i, sn_param_which which, bool sums, float *host, sn_err *e);
+sn_status sn_runner_set(sn_runner *b, int i, sn_param_which which, const float *host, sn_err *e);
+
+/* The gradient sums: = the last run's gradients (add false), or += them (add true). */
+sn_status sn_runner_sum_grads(sn_runner *b, bool add, sn_err *e);
+
+/* Uploads the step's scalars (kernel.h SN_OPT_*), then the global norm of (gradients or sums)
+ * * scal[SN_OPT_INV_MICRO] and the clip scale on the device; *norm comes back. */
+sn_status sn_runner_norm(sn_runner *b, bool sums, const float scal[SN_OPT_SCALARS], double *norm,
+                         sn_err *e);
+/* AdamW on every trainable parameter from the gradients or sums, with the scalars of the
+ * last sn_runner_norm. */
+sn_status sn_runner_adamw(sn_runner *b, bool sums, sn_err *e);
+
+/* The compiled program and its executor, for reports. */
+const sn_program *sn_runner_program(const sn_runner *b);
+sn_exec *sn_runner_exec(const sn_runner *b);
+/* Bytes of optimizer state (moments, gradient sums, scalars) held besides the program's: on
+ * the device (the interpreter's memory counts here), and offloaded to the host (masters,
+ * moments, sums, one chunk of gradients). */
+int64_t sn_runner_state_bytes(const sn_runner *b);
+int64_t sn_runner_host_state_bytes(const sn_runner *b);
+
+#endif
