@@ -440,15 +440,28 @@ static sn_status emit_finish(sn_ll *L, const sn_kernel *k, const char *fname, sn
         sn_ll_if_begin(L, &any, LLVMBuildICmp(b, LLVMIntSLT, L->begin, L->end, ""), "any");
         LLVMValueRef zero = LLVMConstReal(L->t_f64, 0);
         LLVMValueRef loss = sn_ll_var(L, L->t_f64, zero, "loss"), rows = sn_ll_var(L, L->t_f64, zero, "rows");
-        sn_ll_loop ps;
-        LLVMValueRef p = sn_ll_for(L, &ps, sn_ll_i64(L, 0), sn_ll_i64(L, P), sn_ll_i64(L, 1), "p");
+        /* the classifier's partials are rows: each chunk of SN_SUM_CHUNK of them added in
+         * order first (kernel.h), then the chunks; else the partials are the chunks' */
+        int64_t per = k->anchor2 ? SN_SUM_CHUNK : 1, chunks = (P + per - 1) / per;
+        LLVMValueRef cl = sn_ll_var(L, L->t_f64, zero, "chunk_loss"), cr = sn_ll_var(L, L->t_f64, zero, "chunk_rows");
+        sn_ll_loop cs, ps;
+        LLVMValueRef ch = sn_ll_for(L, &cs, sn_ll_i64(L, 0), sn_ll_i64(L, chunks), sn_ll_i64(L, 1), "chunk");
+        sn_ll_set(L, cl, zero);
+        sn_ll_set(L, cr, zero);
+        LLVMValueRef p0 = LLVMBuildMul(b, ch, sn_ll_i64(L, per), "p0");
+        LLVMValueRef p1 = sn_ll_imin(L, sn_ll_add(L, p0, sn_ll_i64(L, per)), sn_ll_i64(L, P), "p1");
+        LLVMValueRef p = sn_ll_for(L, &ps, p0, p1, sn_ll_i64(L, 1), "p");
         LLVMValueRef i = LLVMBuildMul(b, p, sn_ll_i64(L, 2), "");
         LLVMValueRef at_loss = LLVMBuildGEP2(b, L->t_f64, part, &i, 1, "");
         LLVMValueRef one = sn_ll_i64(L, 1);
         LLVMValueRef at_rows = LLVMBuildGEP2(b, L->t_f64, at_loss, &one, 1, "");
-        sn_ll_set(L, loss, LLVMBuildFAdd(b, sn_ll_get(L, loss, ""), LLVMBuildLoad2(b, L->t_f64, at_loss, ""), ""));
-        sn_ll_set(L, rows, LLVMBuildFAdd(b, sn_ll_get(L, rows, ""), LLVMBuildLoad2(b, L->t_f64, at_rows, ""), ""));
+        sn_ll_set(L, cl, LLVMBuildFAdd(b, sn_ll_get(L, cl, ""), LLVMBuildLoad2(b, L->t_f64, at_loss, ""), ""));
+        sn_ll_set(L, cr, LLVMBuildFAdd(b, sn_ll_get(L, cr, ""), LLVMBuildLoad2(b, L->t_f64, at_rows, ""), ""));
         sn_ll_for_end(L, &ps);
+        /* a chunk's own partial (per 1) arrives as 0 + x, which is x */
+        sn_ll_set(L, loss, LLVMBuildFAdd(b, sn_ll_get(L, loss, ""), sn_ll_get(L, cl, ""), ""));
+        sn_ll_set(L, rows, LLVMBuildFAdd(b, sn_ll_get(L, rows, ""), sn_ll_get(L, cr, ""), ""));
+        sn_ll_for_end(L, &cs);
         LLVMValueRef c = sn_ll_get(L, rows, "rows");
         LLVMValueRef mean = LLVMBuildFDiv(b, sn_ll_get(L, loss, ""), c, "");
         LLVMValueRef some = LLVMBuildFCmp(b, LLVMRealOGT, c, zero, "");
@@ -620,7 +633,14 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: targets %%%d are %s; the LLVM backend reads i32 "
                        "targets", sn_ll_kname(k, kn, sizeof kn), n->in[1]->id, sn_dtype_name(n->in[1]->dtype));
     bool bwd_w = n->op == SN_OP_LAYERNORM_BWD_W || n->op == SN_OP_RMSNORM_BWD_W;
-    if (sn_row_facts_of(n->op)->serial != (k->stage == SN_SUM_PARTIAL))
+    if (k->anchor2 && (n->op != SN_OP_CROSS_ENTROPY_BWD || k->anchor2->op != SN_OP_CROSS_ENTROPY ||
+                       k->anchor2->in[0] != x || k->anchor2->in[1] != n->in[1] ||
+                       k->anchor2->a.end != n->a.end ||
+                       k->anchor2->a.ignore_index != n->a.ignore_index))
+        return sn_fail(e, SN_ERR_INVALID, "%s: a classifier is a cross_entropy_bwd with the "
+                       "cross_entropy of the same logits, targets and attributes",
+                       sn_ll_kname(k, kn, sizeof kn));
+    if ((sn_row_facts_of(n->op)->serial || k->anchor2) != (k->stage == SN_SUM_PARTIAL))
         return sn_fail(e, SN_ERR_INVALID, "%s: a row op that sums over every row, and only it, "
                        "runs as the PARTIAL and FINISH kernels of kernel.h",
                        sn_ll_kname(k, kn, sizeof kn));
@@ -660,6 +680,17 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
             sn_ll_for_end(L, &items);
         } else if (n->op == SN_OP_CROSS_ENTROPY_BWD) {
             cross_entropy_bwd(&w, R);
+            if (k->anchor2) { /* the classifier: each row's loss and count (kernel.h), as the
+                                 forward's chunk of that one row */
+                LLVMBuilderRef b = L->b;
+                LLVMValueRef part = sn_ll_buf(L, k->n_out + k->n_in, SN_F32, "partials");
+                sn_ll_loop rows;
+                LLVMValueRef r = sn_ll_for(L, &rows, L->begin, L->end, sn_ll_i64(L, 1), "r");
+                LLVMValueRef at = LLVMBuildMul(b, r, sn_ll_i64(L, 2), "");
+                cross_entropy(&w, r, sn_ll_add(L, r, sn_ll_i64(L, 1)),
+                              LLVMBuildGEP2(b, L->t_f64, part, &at, 1, "row_sums"));
+                sn_ll_for_end(L, &rows);
+            }
         } else if (bwd_w) { /* PARTIAL: item i is part i % parts of chunk i / parts */
             LLVMBuilderRef b = L->b;
             LLVMValueRef parts = sn_ll_i64(L, 1 + sn_colsum_tiles(k)), W = sn_ll_i64(L, sn_sum_width(k));
