@@ -486,7 +486,8 @@ static void cross_entropy_bwd(row *w) {
     sn_cu_row_close_pass(w);
     E("} else {");
     if (loss) {
-        E("if (target != %d && threadIdx.x == 0) { /* a bad target: NaN, counted */", ign);
+        E("/* a bad target: NaN, counted */");
+        E("if (target != %d && threadIdx.x == 0) {", ign);
         E("row_sums[0] = (double)(SN_INF - SN_INF);");
         E("row_sums[1] = 1.0;");
         E("}");
