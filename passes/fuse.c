@@ -156,6 +156,29 @@ static const sn_node *dv_owner(const fuse_state *s, const sn_node *x) {
     return NULL;
 }
 
+/* The cross_entropy_bwd whose kernel also computes cross_entropy x (kernel.h: the
+ * classifier), or NULL: a live one of the same logits, targets and attributes, in a kernel of
+ * its own as its row op, and nothing reads x before that kernel runs (not its dloss). */
+static const sn_node *loss_owner(const fuse_state *s, const sn_node *x) {
+    if (x->op != SN_OP_CROSS_ENTROPY) return NULL;
+    const sn_node *lg = x->in[0];
+    for (int k = 0; k < s->n_users[lg->id]; k++) {
+        const sn_node *n = s->g->nodes[s->users[lg->id][k]];
+        if (n->op != SN_OP_CROSS_ENTROPY_BWD || !s->live[n->id] || n->in[0] != lg ||
+            n->in[1] != x->in[1] || n->a.end != x->a.end || n->a.ignore_index != x->a.ignore_index)
+            continue;
+        int G = s->home[n->id];
+        if (G < 0 || (G != n->id && s->anchor[G] != n)) continue;
+        bool later = true;
+        for (int j = 0; j < s->n_users[x->id] && later; j++) {
+            const sn_node *u = s->g->nodes[s->users[x->id][j]];
+            later = !s->live[u->id] || read_pos(s, u) > G;
+        }
+        if (later) return n;
+    }
+    return NULL;
+}
+
 /* Whether compute op u may read operand x through a strided view of x's buffer instead of a
  * copy: q, k, v, o and dout of the attention ops (not lse), which the attention kernels index
  * by (item, row) strides (kernel.h). */
@@ -405,6 +428,11 @@ static void decide(fuse_state *s) {
             s->home[i] = owner->id;
             continue;
         }
+        if ((owner = loss_owner(s, x))) { /* the classifier: computed by its backward's kernel */
+            s->mat[i] = true;
+            s->home[i] = s->home[owner->id];
+            continue;
+        }
         join_or_root(s, x);
     }
     settle_into(s);
@@ -449,6 +477,9 @@ static sn_status build(fuse_state *s) {
         sn_kernel *k = st ? NULL : p->kernels[p->n_kernels - 1];
         if (k && k->kind == SN_KER_ROW && sn_fuse_sums_rows(k->anchor->op))
             st = sn_fuse_split_sum(s, k); /* and its FINISH kernel */
+        for (int j = 0; k && !st && k->anchor && k->anchor->op == SN_OP_CROSS_ENTROPY_BWD && j < i; j++)
+            if (s->live[j] && s->home[j] == i && g->nodes[j]->op == SN_OP_CROSS_ENTROPY)
+                st = sn_fuse_classifier(s, k, g->nodes[j]); /* and its FINISH kernel */
     }
     if (!st) st = sn_fuse_check_order(s);
     return st;

@@ -115,6 +115,9 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n);
 /* The kernel k of a row op that sums over every row becomes kernel.h's PARTIAL kernel, and
  * the FINISH kernel follows it, with their scratch value. */
 sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k);
+/* The cross_entropy_bwd kernel k also computes the loss `loss` (kernel.h: the classifier):
+ * it becomes a PARTIAL kernel of a partial sum a row, and the FINISH kernel follows it. */
+sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss);
 /* Whether op's kernel runs as PARTIAL and FINISH: a row op that sums over every row (the
  * norm weight gradients, cross-entropy's mean loss). */
 static inline bool sn_fuse_sums_rows(sn_op op) {

@@ -211,7 +211,8 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
     }
     for (int j = 0; j < s->g->n_nodes && k->kind == SN_KER_ROW; j++) { /* column sums */
         const sn_node *x = s->g->nodes[j];
-        if (j == n->id || s->home[j] != n->id) continue;
+        if (j == n->id || s->home[j] != n->id || x->op == SN_OP_CROSS_ENTROPY) continue; /* the
+                                                                   classifier's loss: not a sum */
         SN_ASSERT(x->op == SN_OP_SUM && k->n_out < SN_KER_MAX_ARGS / 2);
         k->args[k->n_out++] = x;
         k->n_colsum++;
@@ -308,6 +309,29 @@ sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k) {
     return SN_OK;
 }
 
+sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss) {
+    sn_program *p = s->p;
+    SN_ASSERT(k->stage == SN_SUM_WHOLE && k->anchor->op == SN_OP_CROSS_ENTROPY_BWD && !k->anchor2);
+    if (k->n_out + k->n_in + 1 > SN_KER_MAX_ARGS)
+        return sn_fail(s->e, SN_ERR_UNSUPPORTED, "fuse: kernel %s reads and writes %d buffers and "
+                       "its partial sums would make one more than %d; not supported yet", k->name,
+                       k->n_out + k->n_in, SN_KER_MAX_ARGS);
+    k->anchor2 = loss;
+    k->stage = SN_SUM_PARTIAL;
+    const char *op = strstr(k->name, "cross_entropy_bwd");
+    char rest[40]; /* the epilogue's ops, named after the row op */
+    snprintf(rest, sizeof rest, "%s", op ? op + strlen("cross_entropy_bwd") : "");
+    snprintf(k->name, sizeof k->name, "k%d_classifier%s", k->id, rest);
+    k->scratch = p->n_values;
+    p->values[p->n_values++] = (sn_value){.bytes = sn_sum_chunks(k) * sn_sum_width(k) * 4,
+                                          .alias = -1, .first = -1, .last = -1};
+    sn_kernel_work(k, &k->n_items, &k->serial);
+    sn_kernel *f = new_kernel(s, SN_KER_ROW, loss);
+    if (!f) return SN_ERR_OOM;
+    sn_sum_finish_fill(k, f);
+    return SN_OK;
+}
+
 /* Every kernel reads only values written before it (or loaded with the program). */
 sn_status sn_fuse_check_order(const fuse_state *s) {
     const sn_program *p = s->p;
@@ -349,7 +373,8 @@ sn_status sn_fuse_make_values(fuse_state *s) {
     const sn_graph *g = s->g;
     sn_program *p = s->p;
     size_t room = (size_t)g->n_nodes;
-    for (int i = 0; i < g->n_nodes; i++) room += sn_fuse_sums_rows(g->nodes[i]->op);
+    for (int i = 0; i < g->n_nodes; i++) /* scratch values: sums over rows, classifiers */
+        room += sn_fuse_sums_rows(g->nodes[i]->op) || g->nodes[i]->op == SN_OP_CROSS_ENTROPY_BWD;
     p->values = sn_calloc(room, sizeof *p->values, "the fuse pass's values", s->e);
     if (!p->values) return SN_ERR_OOM;
     for (int i = 0; i < g->n_nodes; i++) {

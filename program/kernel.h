@@ -69,6 +69,9 @@ struct sn_kernel {
     const sn_node *anchor;                /* every kind but POINTWISE: the node computed */
     const sn_node *anchor2;               /* ATTENTION: the second output: the forward's lse node,
                                              or attention_bwd_k's attention_bwd_v (same inputs) */
+                                          /* ROW: the classifier (below): a cross_entropy_bwd's
+                                             PARTIAL kernel's cross_entropy, and its FINISH
+                                             kernel's cross_entropy_bwd */
 
     /* POINTWISE: index space, instructions, accesses, and which instruction each output stores
      * (contiguously over the index space; an output's numel equals the index space's).
@@ -132,7 +135,15 @@ struct sn_kernel {
      *   SN_SUM_FINISH: the next kernel: args are the sums alone (the anchor's, then the column
      *     sums', n_in 0); item i: columns [i SN_SUM_FINISH_COLS, ..) of W, each the sum of the
      *     P partials in order p = 0, 1, ... (cross-entropy: one item, the loss sums and the
-     *     counts added in that order in f64, their quotient the mean loss) */
+     *     counts added in that order in f64, their quotient the mean loss)
+     * The classifier: a cross_entropy_bwd kernel (anchor) that also computes the loss of the
+     * cross_entropy of the same logits, targets and attributes (anchor2) in its one pass over
+     * each row. It is a PARTIAL kernel whose item i is row i, as a one-kernel version would
+     * have it (it stores the gradient and its epilogue), and whose partial sums are a row
+     * each (P = R, W = 4): the row's loss, lse - logit[t] rounded to f32, and 1 as two f64,
+     * or 0 and 0 for an ignored row (NaN and 1 for a bad target). Its FINISH (anchor the
+     * cross_entropy, anchor2 the cross_entropy_bwd) adds the rows in chunks of SN_SUM_CHUNK
+     * in order from 0, then the chunks' sums in chunk order: the order of the unfused pair. */
     int stage;
     int scratch; /* the scratch value (an index into the program's values) */
 

@@ -107,12 +107,13 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
 
 int64_t sn_sum_chunks(const sn_kernel *k) {
     SN_ASSERT(k->stage != SN_SUM_WHOLE);
+    if (k->anchor2) return rows_of(k->anchor->in[0]); /* the classifier: a partial a row */
     return (rows_of(k->anchor->in[0]) + SN_SUM_CHUNK - 1) / SN_SUM_CHUNK;
 }
 
 int64_t sn_sum_width(const sn_kernel *k) {
     SN_ASSERT(k->stage != SN_SUM_WHOLE);
-    if (k->anchor->op == SN_OP_CROSS_ENTROPY) return 4; /* the loss sum and the count, two f64 */
+    if (k->anchor->op == SN_OP_CROSS_ENTROPY || k->anchor2) return 4; /* loss sum, count: two f64 */
     int64_t w = 0;
     if (k->stage == SN_SUM_FINISH)
         for (int o = 0; o < k->n_out; o++) w += sn_numel(k->args[o]);
@@ -124,19 +125,21 @@ int64_t sn_sum_width(const sn_kernel *k) {
 void sn_sum_finish_fill(const sn_kernel *k, sn_kernel *f) {
     SN_ASSERT(k->stage == SN_SUM_PARTIAL);
     f->kind = SN_KER_ROW;
-    f->anchor = k->anchor;
+    f->anchor = k->anchor2 ? k->anchor2 : k->anchor; /* the classifier's: its cross_entropy */
+    f->anchor2 = k->anchor2 ? k->anchor : NULL;
     f->stage = SN_SUM_FINISH;
     f->scratch = k->scratch;
     f->n_out = 1 + k->n_colsum;
     f->n_in = 0;
-    f->args[0] = k->anchor;
+    f->args[0] = f->anchor;
     for (int o = 1; o <= k->n_colsum; o++) f->args[o] = k->args[o];
-    snprintf(f->name, sizeof f->name, "k%d_%s_finish", f->id, sn_op_name(k->anchor->op));
+    snprintf(f->name, sizeof f->name, "k%d_%s_finish", f->id, sn_op_name(f->anchor->op));
     sn_kernel_work(f, &f->n_items, &f->serial);
 }
 
 bool sn_kernel_writes(const sn_kernel *k, int o) {
-    return k->stage != SN_SUM_PARTIAL || (k->args[o] != k->anchor && (o < 1 || o > k->n_colsum));
+    return k->stage != SN_SUM_PARTIAL || k->anchor2 ||
+           (k->args[o] != k->anchor && (o < 1 || o > k->n_colsum));
 }
 
 int64_t sn_colsum_tiles(const sn_kernel *k) {

@@ -332,8 +332,9 @@ START_TEST(memory_plan_gpt2) {
     sn_program *p = compile(g);
     check_plan(p);
     /* 25 a layer; embedding, ln_f, logits, loss, their backwards and the embeddings' gradients
-     * (ln_f's weight gradient and the loss in two kernels each, PARTIAL and FINISH) */
-    ck_assert_int_eq(p->n_kernels, 12 * 25 + 15);
+     * (ln_f's weight gradient in two kernels, PARTIAL and FINISH; the loss and its gradient
+     * in two, the classifier and the loss's FINISH) */
+    ck_assert_int_eq(p->n_kernels, 12 * 25 + 14);
     int bias = 0;
     for (int k = 0; k < p->n_kernels; k++) /* the qkv GEMMs: matmul + bias, args y, A, B, b */
         if (p->kernels[k]->kind == SN_KER_GEMM && p->kernels[k]->n_in == 3) {
@@ -445,7 +446,8 @@ START_TEST(row_facts_and_work_split) {
         colsum_kernels += ker->n_colsum > 0;
         colsums += ker->n_colsum;
         if (ker->n_colsum) ck_assert_int_eq(n, sn_sum_chunks(ker) * (1 + sn_colsum_tiles(ker)));
-        if (ker->kind == SN_KER_ROW && sn_row_facts_of(ker->anchor->op)->serial) { /* two stages */
+        if (ker->kind == SN_KER_ROW && (sn_row_facts_of(ker->anchor->op)->serial || ker->anchor2) &&
+            ker->stage != SN_SUM_FINISH) { /* two stages */
             ck_assert_int_eq(ker->stage, SN_SUM_PARTIAL);
             ck_assert_int_eq(p->kernels[k + 1]->stage, SN_SUM_FINISH);
             ck_assert_int_eq(p->kernels[k + 1]->scratch, ker->scratch);
@@ -458,7 +460,23 @@ START_TEST(row_facts_and_work_split) {
             k++;
         }
     }
-    ck_assert_int_eq(finish, 1 + 1 + 2 * 2); /* the loss, ln_f, 2 a layer */
+    ck_assert_int_eq(finish, 1 + 1 + 2 * 2); /* the loss (the classifier's), ln_f, 2 a layer */
+    int classifiers = 0; /* the loss and its gradient: one pass, a partial a row */
+    for (int k = 0; k < p->n_kernels; k++) {
+        const sn_kernel *ker = p->kernels[k];
+        if (ker->kind != SN_KER_ROW || !ker->anchor2) continue;
+        classifiers++;
+        ck_assert_int_eq(ker->anchor->op, SN_OP_CROSS_ENTROPY_BWD);
+        ck_assert_int_eq(ker->anchor2->op, SN_OP_CROSS_ENTROPY);
+        ck_assert_int_eq(ker->n_items, 2 * 16);
+        ck_assert_int_eq(sn_sum_chunks(ker), 2 * 16);
+        ck_assert(sn_kernel_writes(ker, 0));
+        const sn_kernel *f = p->kernels[k + 1];
+        ck_assert(f->stage == SN_SUM_FINISH && f->anchor == ker->anchor2 && f->anchor2 == ker->anchor);
+        ck_assert(f->args[0] == ker->anchor2 && f->n_in == 0 && f->n_items == 1);
+        k++;
+    }
+    ck_assert_int_eq(classifiers, 1);
     ck_assert_int_eq(serial, 0); /* the loss: PARTIAL and FINISH */
     /* ln_1, ln_2 weight grads per layer and ln_f's carry the column sums: each its dbeta and
      * the bias gradient of the residual gradient it follows (the projection before it; none

@@ -46,6 +46,7 @@ const char *sn_cuda_prelude(void);
 /* ---- cuda_launch.c: launch dimensions ---- */
 
 enum { SN_CUDA_PW_BLOCK = 256, SN_CUDA_PW_MAX_GRID = 4096 };
+enum { SN_CUDA_CE_FINISH_THREADS = 256 }; /* the classifier's FINISH: a chunk of rows a thread */
 
 typedef struct {
     unsigned grid[3], block[3];
@@ -56,8 +57,9 @@ typedef struct {
  * that decides them, read by the runtime, the stand-in driver and the simulator's tests alike
  * (the rendered text is written for exactly these: __launch_bounds__, shared sizes). GEMMs have
  * none (all zero). Pointwise: blocks of SN_CUDA_PW_BLOCK threads, at most SN_CUDA_PW_MAX_GRID
- * of them (a grid-stride loop covers the rest); row ops: a block per row (cross-entropy's loss
- * and the norm weight gradients: one block); reductions: a block per output tile; gathers: a
+ * of them (a grid-stride loop covers the rest); row ops: a block per row (the classifier's
+ * too), the sums over every row (cross-entropy's loss, the norm weight gradients) a block per
+ * chunk of rows, then a finishing block; reductions: a block per output tile; gathers: a
  * block per id (forward) or per table row (backward); the optimizer: grid-stride blocks (the
  * squared norm: a block per SN_SQNORM_BLOCK elements; the clip: one block). */
 sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t);

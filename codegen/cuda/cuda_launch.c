@@ -36,7 +36,9 @@ sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
         int64_t items;
         bool serial;
         sn_kernel_work(k, &items, &serial);
-        if (k->stage == SN_SUM_PARTIAL) /* a block per chunk and part, a warp per row */
+        if (k->anchor2 && k->stage == SN_SUM_FINISH) /* the classifier's: one block */
+            return dims1(1, SN_CUDA_CE_FINISH_THREADS);
+        if (k->stage == SN_SUM_PARTIAL && !k->anchor2) /* a block per chunk and part, a warp per row */
             return dims1(items, 8 * 32);
         if (k->stage == SN_SUM_FINISH) /* a thread per column of the partial sums */
             return dims1(items, SN_SUM_FINISH_COLS);

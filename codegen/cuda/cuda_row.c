@@ -128,9 +128,13 @@ static void causal_mask(row *w) {
 
 /* (logits, targets, dloss) -> (softmax - onehot(t)) dloss / count for counted rows, 0 for
  * ignored rows and padded classes, NaN for a bad target. The passes that store cover the
- * whole row, padded classes included (whole vectors); the statistics only the real classes. */
+ * whole row, padded classes included (whole vectors); the statistics only the real classes.
+ * The classifier (kernel.h: anchor2, the loss too) takes the row's max and sum of
+ * exponentials in one online pass (one read of the row for them, one for the gradient) and
+ * writes the row's loss and count into its row of the partial sums. */
 static void cross_entropy_bwd(row *w) {
     char x[64], t[16], dl[64], val[160];
+    bool loss = w->k->anchor2 != NULL;
     sn_cu_row_opnd(w, 0, x, sizeof x);
     sn_cu_arg_name(w->k, w->buf[1], t, sizeof t);
     sn_cu_row_opnd(w, 2, dl, sizeof dl);
@@ -142,17 +146,48 @@ static void cross_entropy_bwd(row *w) {
     E("const float count = sn_block_sum(counted);");
     E("const float scale = count > 0.0f ? %s / count : 0.0f;", dl);
     E("const int target = %s[r];", t);
+    if (loss) {
+        E("double *row_sums = (double *)scratch + 2 * r; /* this row's loss and count */");
+        E("if (target == %d && threadIdx.x == 0) row_sums[0] = row_sums[1] = 0.0;", ign);
+    }
     E("if (target != %d && target >= 0 && target < %lld) {", ign, (long long)w->Vr);
-    E("float mx = -SN_INF;");
-    sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
-    E("mx = fmaxf(mx, %s);", x);
-    sn_cu_row_close_pass(w);
-    E("mx = sn_block_max(mx);");
-    E("float se = 0.0f;");
-    sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
-    E("se += expf(%s - mx);", x);
-    sn_cu_row_close_pass(w);
-    E("const float k = scale / sn_block_sum(se);");
+    if (loss) {
+        E("float mx = -SN_INF, se = 0.0f; /* online: se is the sum of exp(x - mx) so far */");
+        sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
+        E("const float xv = %s;", x);
+        E("if (xv > mx) {");
+        E("se = se * expf(mx - xv) + 1.0f;");
+        E("mx = xv;");
+        E("} else {");
+        E("se += expf(xv - mx);");
+        E("}");
+        sn_cu_row_close_pass(w);
+        E("const float row_mx = sn_block_max(mx);");
+        E("se = sn_block_sum(mx == -SN_INF ? 0.0f : se * expf(mx - row_mx));");
+        E("mx = row_mx;");
+        E("if (threadIdx.x == 0) {");
+        E("float logit_t;");
+        E("{");
+        E("const int j = target;");
+        sn_cu_row_element(w);
+        E("logit_t = %s;", x);
+        E("}");
+        E("row_sums[0] = (double)(mx + logf(se) - logit_t);");
+        E("row_sums[1] = 1.0;");
+        E("}");
+    } else {
+        E("float mx = -SN_INF;");
+        sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
+        E("mx = fmaxf(mx, %s);", x);
+        sn_cu_row_close_pass(w);
+        E("mx = sn_block_max(mx);");
+        E("float se = 0.0f;");
+        sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
+        E("se += expf(%s - mx);", x);
+        sn_cu_row_close_pass(w);
+        E("se = sn_block_sum(se);");
+    }
+    E("const float k = scale / se;");
     sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     E("const float p = expf(%s - mx) * k;", x);
     snprintf(val, sizeof val, padded ? "j < %lld ? (j == target ? p - scale : p) : 0.0f"
@@ -160,6 +195,13 @@ static void cross_entropy_bwd(row *w) {
     sn_cu_row_store(w, val);
     sn_cu_row_close_pass(w);
     E("} else {");
+    if (loss) {
+        E("/* a bad target: NaN, counted */");
+        E("if (target != %d && threadIdx.x == 0) {", ign);
+        E("row_sums[0] = (double)(SN_INF - SN_INF);");
+        E("row_sums[1] = 1.0;");
+        E("}");
+    }
     E("const float fill = target == %d ? 0.0f : (SN_INF - SN_INF); /* NaN: a bad target */", ign);
     sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     snprintf(val, sizeof val, padded ? "j < %lld ? fill : 0.0f" : "fill", (long long)w->Vr);
@@ -198,6 +240,13 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: causal_mask needs a (.., T, S) input", k->name);
     for (int i = 0; i < 3; i++) w->buf[i] = -1;
     bool sums = sn_row_facts_of(n->op)->serial; /* over every row */
+    if (k->anchor2 && (n->op != SN_OP_CROSS_ENTROPY_BWD || k->anchor2->op != SN_OP_CROSS_ENTROPY ||
+                       k->anchor2->in[0] != x || k->anchor2->in[1] != n->in[1] ||
+                       k->anchor2->a.end != n->a.end ||
+                       k->anchor2->a.ignore_index != n->a.ignore_index))
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a classifier is a cross_entropy_bwd "
+                       "with the cross_entropy of the same logits, targets and attributes", k->name);
+    sums = sums || k->anchor2; /* the classifier's loss */
     if (sums != (k->stage == SN_SUM_PARTIAL))
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a row op that sums over every row, "
                        "and only it, runs as the PARTIAL and FINISH kernels of kernel.h", k->name);
@@ -276,9 +325,10 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
     w.threads = d->block[0];
     sn_cu_emit_signature(t, k, fname, (int)w.threads);
     sn_cu_emitf(t, "/* %s over %lld rows of %lld%s */", sn_op_name(k->anchor->op), (long long)w.R,
-                (long long)w.C, k->stage ? ": partial sums, a warp per row" : "");
-    if (k->stage == SN_SUM_PARTIAL) sn_cu_row_partial_open(&w);
-    if (k->stage == SN_SUM_WHOLE) {
+                (long long)w.C, k->anchor2 ? ": the classifier, the loss a row into the partial sums"
+                                : k->stage ? ": partial sums, a warp per row" : "");
+    if (k->stage == SN_SUM_PARTIAL && !k->anchor2) sn_cu_row_partial_open(&w);
+    if (k->stage == SN_SUM_WHOLE || k->anchor2) { /* a block per row (the classifier too) */
         sn_cu_emitf(t, "const %s r = blockIdx.x; /* this block's row */", w.ix);
         sn_cu_emitf(t, "const %s row = r * %lld;", w.ix, (long long)w.C);
         sn_cu_row_coords(&w);

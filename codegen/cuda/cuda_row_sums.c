@@ -207,6 +207,39 @@ void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, 
     const char *ix = sn_cu_index_type(P * W + 1024 * 1024);
     char a[16];
     sn_cu_emit_signature(t, k, fname, (int)d->block[0]);
+    if (k->anchor2) { /* the classifier's: a row's loss and count a partial (kernel.h) */
+        unsigned T = d->block[0];
+        int64_t chunks = (P + SN_SUM_CHUNK - 1) / SN_SUM_CHUNK;
+        sn_cu_emitf(t, "/* cross_entropy: the mean loss from %lld rows' losses and counts: each thread "
+                    "adds a chunk of %d rows in order, thread 0 the chunks' sums in order */",
+                    (long long)P, SN_SUM_CHUNK);
+        sn_cu_emitf(t, "const double *row_sums = (const double *)scratch;");
+        sn_cu_emitf(t, "SN_SHARED(double, chunk_loss, %u);", T);
+        sn_cu_emitf(t, "SN_SHARED(double, chunk_rows, %u);", T);
+        sn_cu_emitf(t, "double sum = 0.0, rows = 0.0; /* thread 0's */");
+        sn_cu_emitf(t, "for (%s c0 = 0; c0 < %lld; c0 += %u) {", ix, (long long)chunks, T);
+        sn_cu_emitf(t, "const %s c = c0 + threadIdx.x;", ix);
+        sn_cu_emitf(t, "double cl = 0.0, cr = 0.0;");
+        sn_cu_emitf(t, "for (%s r = c * %d; c < %lld && r < (c + 1) * %d && r < %lld; r++) {", ix,
+                    SN_SUM_CHUNK, (long long)chunks, SN_SUM_CHUNK, (long long)P);
+        sn_cu_emitf(t, "cl += row_sums[2 * r];");
+        sn_cu_emitf(t, "cr += row_sums[2 * r + 1];");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "chunk_loss[threadIdx.x] = cl;");
+        sn_cu_emitf(t, "chunk_rows[threadIdx.x] = cr;");
+        sn_cu_emitf(t, "__syncthreads();");
+        sn_cu_emitf(t, "if (threadIdx.x == 0)");
+        sn_cu_emitf(t, "for (int v = 0; v < %u && c0 + v < %lld; v++) {", T, (long long)chunks);
+        sn_cu_emitf(t, "sum += chunk_loss[v];");
+        sn_cu_emitf(t, "rows += chunk_rows[v];");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "__syncthreads();");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "if (threadIdx.x == 0) sn_store(&%s[0], rows > 0.0 ? (float)(sum / rows) : 0.0f);",
+                    sn_cu_arg_name(k, 0, a, sizeof a));
+        sn_cu_emitf(t, "}");
+        return;
+    }
     if (k->anchor->op == SN_OP_CROSS_ENTROPY) { /* the mean loss from the chunks' sums, in order */
         sn_cu_emitf(t, "/* cross_entropy: the mean loss from %lld chunks' sums and counts */", (long long)P);
         sn_cu_emitf(t, "if (blockIdx.x > 0 || threadIdx.x > 0) return;");

@@ -505,7 +505,14 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: targets %%%d are %s; the LLVM backend reads i32 "
                        "targets", sn_ll_kname(k, kn, sizeof kn), n->in[1]->id, sn_dtype_name(n->in[1]->dtype));
     bool bwd_w = n->op == SN_OP_LAYERNORM_BWD_W || n->op == SN_OP_RMSNORM_BWD_W;
-    if (sn_row_facts_of(n->op)->serial != (k->stage == SN_SUM_PARTIAL))
+    if (k->anchor2 && (n->op != SN_OP_CROSS_ENTROPY_BWD || k->anchor2->op != SN_OP_CROSS_ENTROPY ||
+                       k->anchor2->in[0] != x || k->anchor2->in[1] != n->in[1] ||
+                       k->anchor2->a.end != n->a.end ||
+                       k->anchor2->a.ignore_index != n->a.ignore_index))
+        return sn_fail(e, SN_ERR_INVALID, "%s: a classifier is a cross_entropy_bwd with the "
+                       "cross_entropy of the same logits, targets and attributes",
+                       sn_ll_kname(k, kn, sizeof kn));
+    if ((sn_row_facts_of(n->op)->serial || k->anchor2) != (k->stage == SN_SUM_PARTIAL))
         return sn_fail(e, SN_ERR_INVALID, "%s: a row op that sums over every row, and only it, "
                        "runs as the PARTIAL and FINISH kernels of kernel.h",
                        sn_ll_kname(k, kn, sizeof kn));
@@ -537,6 +544,17 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
             sn_ll_row_partial(&w, R);
         } else if (n->op == SN_OP_CROSS_ENTROPY_BWD) {
             cross_entropy_bwd(&w, R);
+            if (k->anchor2) { /* the classifier: each row's loss and count (kernel.h), as the
+                                 forward's chunk of that one row */
+                LLVMBuilderRef b = L->b;
+                LLVMValueRef part = sn_ll_buf(L, k->n_out + k->n_in, SN_F32, "partials");
+                sn_ll_loop rows;
+                LLVMValueRef r = sn_ll_for(L, &rows, L->begin, L->end, sn_ll_i64(L, 1), "r");
+                LLVMValueRef at = LLVMBuildMul(b, r, sn_ll_i64(L, 2), "");
+                sn_ll_row_cross_entropy(&w, r, sn_ll_add(L, r, sn_ll_i64(L, 1)),
+                                        LLVMBuildGEP2(b, L->t_f64, part, &at, 1, "row_sums"));
+                sn_ll_for_end(L, &rows);
+            }
         } else {
             sn_ll_loop rows;
             LLVMValueRef r = sn_ll_for(L, &rows, L->begin, L->end, sn_ll_i64(L, 1), "r");

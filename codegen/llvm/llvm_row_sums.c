@@ -59,15 +59,28 @@ sn_status sn_ll_emit_row_finish(sn_ll *L, const sn_kernel *k, const char *fname,
         sn_ll_if_begin(L, &any, LLVMBuildICmp(b, LLVMIntSLT, L->begin, L->end, ""), "any");
         LLVMValueRef zero = LLVMConstReal(L->t_f64, 0);
         LLVMValueRef loss = sn_ll_var(L, L->t_f64, zero, "loss"), rows = sn_ll_var(L, L->t_f64, zero, "rows");
-        sn_ll_loop ps;
-        LLVMValueRef p = sn_ll_for(L, &ps, sn_ll_i64(L, 0), sn_ll_i64(L, P), sn_ll_i64(L, 1), "p");
+        /* the classifier's partials are rows: each chunk of SN_SUM_CHUNK of them added in
+         * order first (kernel.h), then the chunks; else the partials are the chunks' */
+        int64_t per = k->anchor2 ? SN_SUM_CHUNK : 1, chunks = (P + per - 1) / per;
+        LLVMValueRef cl = sn_ll_var(L, L->t_f64, zero, "chunk_loss"), cr = sn_ll_var(L, L->t_f64, zero, "chunk_rows");
+        sn_ll_loop cs, ps;
+        LLVMValueRef ch = sn_ll_for(L, &cs, sn_ll_i64(L, 0), sn_ll_i64(L, chunks), sn_ll_i64(L, 1), "chunk");
+        sn_ll_set(L, cl, zero);
+        sn_ll_set(L, cr, zero);
+        LLVMValueRef p0 = LLVMBuildMul(b, ch, sn_ll_i64(L, per), "p0");
+        LLVMValueRef p1 = sn_ll_imin(L, sn_ll_add(L, p0, sn_ll_i64(L, per)), sn_ll_i64(L, P), "p1");
+        LLVMValueRef p = sn_ll_for(L, &ps, p0, p1, sn_ll_i64(L, 1), "p");
         LLVMValueRef i = LLVMBuildMul(b, p, sn_ll_i64(L, 2), "");
         LLVMValueRef at_loss = LLVMBuildGEP2(b, L->t_f64, part, &i, 1, "");
         LLVMValueRef one = sn_ll_i64(L, 1);
         LLVMValueRef at_rows = LLVMBuildGEP2(b, L->t_f64, at_loss, &one, 1, "");
-        sn_ll_set(L, loss, LLVMBuildFAdd(b, sn_ll_get(L, loss, ""), LLVMBuildLoad2(b, L->t_f64, at_loss, ""), ""));
-        sn_ll_set(L, rows, LLVMBuildFAdd(b, sn_ll_get(L, rows, ""), LLVMBuildLoad2(b, L->t_f64, at_rows, ""), ""));
+        sn_ll_set(L, cl, LLVMBuildFAdd(b, sn_ll_get(L, cl, ""), LLVMBuildLoad2(b, L->t_f64, at_loss, ""), ""));
+        sn_ll_set(L, cr, LLVMBuildFAdd(b, sn_ll_get(L, cr, ""), LLVMBuildLoad2(b, L->t_f64, at_rows, ""), ""));
         sn_ll_for_end(L, &ps);
+        /* a chunk's own partial (per 1) arrives as 0 + x, which is x */
+        sn_ll_set(L, loss, LLVMBuildFAdd(b, sn_ll_get(L, loss, ""), sn_ll_get(L, cl, ""), ""));
+        sn_ll_set(L, rows, LLVMBuildFAdd(b, sn_ll_get(L, rows, ""), sn_ll_get(L, cr, ""), ""));
+        sn_ll_for_end(L, &cs);
         LLVMValueRef c = sn_ll_get(L, rows, "rows");
         LLVMValueRef mean = LLVMBuildFDiv(b, sn_ll_get(L, loss, ""), c, "");
         LLVMValueRef some = LLVMBuildFCmp(b, LLVMRealOGT, c, zero, "");
