@@ -161,7 +161,7 @@ static void product_abt(sn_cu_text *t, ops o, const char *acc, const char *a, co
  * as the A operand of k-step kk, B the rows brow + kk * 16 .. of tile b (row-major (k, n):
  * ldmatrix .trans), dt < ntiles. */
 static void product_xb(sn_cu_text *t, ops o, const char *acc, const char *x, const char *b,
-                       const char *brow, const char *ksteps, const char *ntiles) {
+                       const char *brow, const char *ksteps, const char *ntiles, bool pairs) {
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int kk = 0; kk < %s; kk++) {", ksteps);
     sn_cu_emitf(t, "/* accumulator (row g, cols 2t, 2t+1 | row g+8) of n-tiles 2kk, 2kk+1 = A "
@@ -171,10 +171,21 @@ static void product_xb(sn_cu_text *t, ops o, const char *acc, const char *x, con
     sn_cu_emitf(t, "                       %s(%s[2 * kk + 1][0], %s[2 * kk + 1][1]), %s(%s[2 * "
                 "kk + 1][2], %s[2 * kk + 1][3])};", o.pack, x, x, o.pack, x, x);
     sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int dt = 0; dt < %s; dt++) {", ntiles);
-    sn_cu_emitf(t, "unsigned b[2];");
-    sn_cu_emitf(t, "sn_ldmatrix_x2_trans(b, &%s[%s + kk * 16 + lane %% 16][dt * 8]);", b, brow);
-    sn_cu_emitf(t, "%s(%s[dt], a, b);", o.mma, acc);
+    if (pairs) { /* fewer shared-memory instructions, more registers live (dk/dv spilled) */
+        sn_cu_emitf(t, "/* B of n-tiles dt and dt + 1 in one ldmatrix x4 .trans: lanes 0-15 "
+                    "address the k rows at column dt * 8, lanes 16-31 at (dt + 1) * 8 */");
+        sn_cu_emitf(t, "for (int dt = 0; dt < %s; dt += 2) {", ntiles);
+        sn_cu_emitf(t, "unsigned b[4];");
+        sn_cu_emitf(t, "sn_ldmatrix_x4_trans(b, &%s[%s + kk * 16 + lane %% 16][dt * 8 + lane / 16 "
+                    "* 8]);", b, brow);
+        sn_cu_emitf(t, "%s(%s[dt], a, b);", o.mma, acc);
+        sn_cu_emitf(t, "%s(%s[dt + 1], a, b + 2);", o.mma, acc);
+    } else {
+        sn_cu_emitf(t, "for (int dt = 0; dt < %s; dt++) {", ntiles);
+        sn_cu_emitf(t, "unsigned b[2];");
+        sn_cu_emitf(t, "sn_ldmatrix_x2_trans(b, &%s[%s + kk * 16 + lane %% 16][dt * 8]);", b, brow);
+        sn_cu_emitf(t, "%s(%s[dt], a, b);", o.mma, acc);
+    }
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
 }
@@ -368,7 +379,7 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
     }
     if (p->out_o) {
         sn_cu_emitf(t, "/* o += P V */");
-        product_xb(t, o, "o_acc", "s", "v_tile", "st", "BK / 16", "HEAD_DV / 8");
+        product_xb(t, o, "o_acc", "s", "v_tile", "st", "BK / 16", "HEAD_DV / 8", true);
     }
     sn_cu_emitf(t, "}");
     if (p->stages == 2) sn_cu_emitf(t, "sn_cp_async_wait_all(); /* none left in flight */");
@@ -427,7 +438,7 @@ static void emit_dq(sn_cu_text *t, const sn_att_plan *p, ops o) {
     elements(t, "BK / 8", NULL, true, u, 1);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "/* dq += ds K */");
-    product_xb(t, o, "acc", "s", "k_tile", "st", "BK / 16", "HEAD_D / 8");
+    product_xb(t, o, "acc", "s", "k_tile", "st", "BK / 16", "HEAD_D / 8", true);
     sn_cu_emitf(t, "}");
     if (p->stages == 2) sn_cu_emitf(t, "sn_cp_async_wait_all(); /* none left in flight */");
     sn_cu_emitf(t, "#pragma unroll");
@@ -560,11 +571,11 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
     sn_cu_emitf(t, "}");
     if (dv) {
         sn_cu_emitf(t, "/* dv += P dout */");
-        product_xb(t, o, "acc_v", "s", "do_tile", "st", "BQ / 16", "HEAD_DV / 8");
+        product_xb(t, o, "acc_v", "s", "do_tile", "st", "BQ / 16", "HEAD_DV / 8", false);
     }
     if (dk) {
         sn_cu_emitf(t, "/* dk += ds Q */");
-        product_xb(t, o, "acc_k", "dp", "q_tile", "st", "BQ / 16", "HEAD_D / 8");
+        product_xb(t, o, "acc_k", "dp", "q_tile", "st", "BQ / 16", "HEAD_D / 8", false);
     }
     sn_cu_emitf(t, "}");
     if (async) sn_cu_emitf(t, "sn_cp_async_wait_all(); /* none left in flight */");
