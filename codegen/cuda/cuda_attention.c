@@ -41,23 +41,27 @@ static int64_t fp32_shared(const sn_att_plan *p) {
  * read ptxas's report: no spills). */
 static int min_blocks(const sn_att_plan *p, const sn_target *tg) {
     if (!p->mma || p->stages != 2) return 0;
-    int64_t by_warps = (p->pass == SN_ATT_DKV ? 12 : 16) / p->warps;
+    /* a warp of MT m-tiles holds MT times the accumulators: counted as MT warps */
+    int64_t by_warps = (p->pass == SN_ATT_DKV ? 12 : 16) / (p->warps * (p->rows / 16));
     int64_t by_shared = (tg->shared_max + 1024) / (p->shared_bytes + 1024);
     if (by_warps < 1) by_warps = 1;
     return (int)(by_warps < by_shared ? by_warps : by_shared);
 }
 
-/* A tensor-core configuration "WxTxS" (warps, tile, stages) for pass `pass` from SN_ATT_TILES
- * ("fwd=4x64x2,dq=4x32x2,dkv=4x32x2", any of the three): a tuning knob for benchmarks on a
- * GPU (bench/gpu_check --att-time), not a user option; false when it names none. */
-static bool tiles_override(sn_att_pass pass, int c[3]) {
+/* A tensor-core configuration "WxTxS" (warps, tile, stages; the forward also "WxTxSxM": M
+ * m-tiles of 16 query rows a warp) for pass `pass` from SN_ATT_TILES
+ * ("fwd=4x64x2x2,dq=4x32x2,dkv=4x32x2", any of the three): a tuning knob for benchmarks on a
+ * GPU (bench/gpu_check --att-tiles), not a user option; false when it names none. */
+static bool tiles_override(sn_att_pass pass, int c[4]) {
     const char *env = getenv("SN_ATT_TILES");
     static const char *const names[] = {"fwd=", "dq=", "dkv="};
     const char *at = env ? strstr(env, names[pass]) : NULL;
     while (at && at != env && at[-1] != ',') at = strstr(at + 1, names[pass]);
-    return at && sscanf(at + strlen(names[pass]), "%dx%dx%d", &c[0], &c[1], &c[2]) == 3 &&
-           (c[0] == 1 || c[0] == 2 || c[0] == 4 || c[0] == 8) &&
-           (c[1] == 16 || c[1] == 32 || c[1] == 64 || c[1] == 128) && (c[2] == 1 || c[2] == 2);
+    c[3] = 1;
+    int n = at ? sscanf(at + strlen(names[pass]), "%dx%dx%dx%d", &c[0], &c[1], &c[2], &c[3]) : 0;
+    return n >= 3 && (c[0] == 1 || c[0] == 2 || c[0] == 4 || c[0] == 8) &&
+           (c[1] == 16 || c[1] == 32 || c[1] == 64 || c[1] == 128) && (c[2] == 1 || c[2] == 2) &&
+           (c[3] == 1 || (c[3] == 2 && pass == SN_ATT_FWD));
 }
 
 /* The first candidate whose shared memory fits: the target's default 48 KiB as static shared
@@ -73,10 +77,10 @@ static bool fit(sn_att_plan *p, const sn_target *tg) {
                                  {4, 16, 16, 2}, {4, 16, 16, 1}, {2, 16, 64, 2}, {2, 16, 32, 2},
                                  {2, 16, 64, 1}, {2, 16, 32, 1}, {2, 16, 16, 2}, {2, 16, 16, 1},
                                  {1, 16, 16, 1}};
-    int o[3];
+    int o[4];
     if (p->mma && tiles_override(p->pass, o) && (o[2] == 1 || tg->sm >= 80)) {
         p->warps = o[0];
-        p->rows = 16;
+        p->rows = 16 * o[3];
         p->tile = o[1];
         p->stages = o[2];
         p->shared_bytes = sn_att_mma_shared(p);

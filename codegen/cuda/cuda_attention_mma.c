@@ -16,7 +16,7 @@
 #include "cuda_attention.h"
 
 int64_t sn_att_mma_shared(const sn_att_plan *p) {
-    int64_t own = 16LL * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8,
+    int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8,
             LDV = p->Dv + 8;
     switch (p->pass) {
     case SN_ATT_FWD: return 2 * (own * LD + W * LD + (p->out_o ? W * LDV : 0));
@@ -136,6 +136,9 @@ static void zero(sn_cu_text *t, const char *acc, const char *n) {
                 n, acc, acc, acc, acc);
 }
 
+static void product_b_pairs(sn_cu_text *t, ops o, const char *acc, const char *b, const char *brow,
+                            const char *ntiles);
+
 /* acc[nt] += A B^T over a k of `kdim`: A the 16 rows from `arow` of tile a (ldmatrix x4), B the
  * rows brow + nt * 8 .. of tile b (row-major (n, k): the col layout, ldmatrix x2), nt < ntiles. */
 static void product_abt(sn_cu_text *t, ops o, const char *acc, const char *a, const char *arow,
@@ -144,6 +147,38 @@ static void product_abt(sn_cu_text *t, ops o, const char *acc, const char *a, co
     sn_cu_emitf(t, "for (int kd = 0; kd < %s / 16; kd++) {", kdim);
     sn_cu_emitf(t, "unsigned a[4];");
     sn_cu_emitf(t, "sn_ldmatrix_x4(a, &%s[%s + lane %% 16][kd * 16 + lane / 16 * 8]);", a, arow);
+    product_b_pairs(t, o, acc, b, brow, ntiles);
+    sn_cu_emitf(t, "}");
+}
+
+/* The forward's S = Q K^T with MT m-tiles (16 rows each) a warp: acc[m][nt], A of m-tile m from
+ * rows arow + m * 16 of tile a; each B fragment (two n-tiles, one ldmatrix x4) feeds MT pairs
+ * of mma instructions. */
+static void product_abt_m(sn_cu_text *t, ops o, const char *acc, const char *a, const char *arow,
+                          const char *b, const char *brow, const char *kdim, const char *ntiles) {
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int kd = 0; kd < %s / 16; kd++) {", kdim);
+    sn_cu_emitf(t, "unsigned a[MT][4];");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int m = 0; m < MT; m++)");
+    sn_cu_emitf(t, "    sn_ldmatrix_x4(a[m], &%s[%s + m * 16 + lane %% 16][kd * 16 + lane / 16 * 8]);",
+                a, arow);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int nt = 0; nt < %s; nt += 2) {", ntiles);
+    sn_cu_emitf(t, "unsigned b[4];");
+    sn_cu_emitf(t, "sn_ldmatrix_x4(b, &%s[%s + nt * 8 + lane / 16 * 8 + lane %% 8][kd * 16 + "
+                "lane / 8 %% 2 * 8]);", b, brow);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int m = 0; m < MT; m++) {");
+    sn_cu_emitf(t, "%s(%s[m][nt], a[m], b);", o.mma, acc);
+    sn_cu_emitf(t, "%s(%s[m][nt + 1], a[m], b + 2);", o.mma, acc);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+}
+
+static void product_b_pairs(sn_cu_text *t, ops o, const char *acc, const char *b, const char *brow,
+                            const char *ntiles) {
     sn_cu_emitf(t, "/* B of n-tiles nt and nt + 1 in one ldmatrix x4: lanes 0-15 address tile "
                 "nt's rows (k halves 0, 1), lanes 16-31 tile nt + 1's */");
     sn_cu_emitf(t, "#pragma unroll");
@@ -153,7 +188,6 @@ static void product_abt(sn_cu_text *t, ops o, const char *acc, const char *a, co
                 "lane / 8 %% 2 * 8]);", b, brow);
     sn_cu_emitf(t, "%s(%s[nt], a, b);", o.mma, acc);
     sn_cu_emitf(t, "%s(%s[nt + 1], a, b + 2);", o.mma, acc);
-    sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
 }
 
@@ -187,6 +221,45 @@ static void product_xb(sn_cu_text *t, ops o, const char *acc, const char *x, con
         sn_cu_emitf(t, "%s(%s[dt], a, b);", o.mma, acc);
     }
     sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+}
+
+/* The forward's O += P V with MT m-tiles a warp: acc[m][dt], P from x[m]; each B fragment (two
+ * n-tiles, one ldmatrix x4 .trans) feeds MT pairs of mma instructions. */
+static void product_xb_m(sn_cu_text *t, ops o, const char *acc, const char *x, const char *b,
+                         const char *brow, const char *ksteps, const char *ntiles) {
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int kk = 0; kk < %s; kk++) {", ksteps);
+    sn_cu_emitf(t, "unsigned a[MT][4];");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int m = 0; m < MT; m++) {");
+    sn_cu_emitf(t, "a[m][0] = %s(%s[m][2 * kk][0], %s[m][2 * kk][1]);", o.pack, x, x);
+    sn_cu_emitf(t, "a[m][1] = %s(%s[m][2 * kk][2], %s[m][2 * kk][3]);", o.pack, x, x);
+    sn_cu_emitf(t, "a[m][2] = %s(%s[m][2 * kk + 1][0], %s[m][2 * kk + 1][1]);", o.pack, x, x);
+    sn_cu_emitf(t, "a[m][3] = %s(%s[m][2 * kk + 1][2], %s[m][2 * kk + 1][3]);", o.pack, x, x);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int dt = 0; dt < %s; dt += 2) {", ntiles);
+    sn_cu_emitf(t, "unsigned b[4];");
+    sn_cu_emitf(t, "sn_ldmatrix_x4_trans(b, &%s[%s + kk * 16 + lane %% 16][dt * 8 + lane / 16 * 8]);",
+                b, brow);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int m = 0; m < MT; m++) {");
+    sn_cu_emitf(t, "%s(%s[m][dt], a[m], b);", o.mma, acc);
+    sn_cu_emitf(t, "%s(%s[m][dt + 1], a[m], b + 2);", o.mma, acc);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+}
+
+/* acc[m][n][0..4) = 0 for MT m-tiles */
+static void zero_m(sn_cu_text *t, const char *acc, const char *n) {
+    sn_cu_emitf(t, "float %s[MT][%s][4];", acc, n);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int m = 0; m < MT; m++) {");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int x = 0; x < %s; x++) %s[m][x][0] = %s[m][x][1] = %s[m][x][2] = %s[m][x][3] = "
+                "0.0f;", n, acc, acc, acc, acc);
     sn_cu_emitf(t, "}");
 }
 
@@ -281,12 +354,13 @@ static void key_side_setup(sn_cu_text *t, const sn_att_plan *p, bool with_v,
     sn_cu_emitf(t, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* the longest rows first */");
     sn_cu_emitf(t, "const int grp = lane / 4, tig = lane %% 4; /* a fragment's row group, "
                 "thread in group */");
-    sn_cu_emitf(t, "const int row0 = q0 + warp * 16 + grp; /* this thread's rows: row0, row0 + 8 */");
+    sn_cu_emitf(t, "const int row0 = q0 + warp * 16 * MT + grp; /* this thread's rows: row0, row0 + "
+                "8 (and 16 more an m-tile) */");
     sn_cu_emitf(t, "/* causal: the block's last query sees keys up to q_last + SEQ_K - SEQ_Q */");
     sn_cu_emitf(t, "const int q_last = min(q0 + BQ, (int)SEQ_Q) - 1;");
     sn_cu_emitf(t, "const int key_end = min((int)SEQ_K, q_last + SEQ_K - SEQ_Q + 1);");
     sn_cu_emitf(t, "/* the warp's first row sees keys up to warp_keys: a tile past it is masked */");
-    sn_cu_emitf(t, "const int warp_keys = q0 + warp * 16 + (SEQ_K - SEQ_Q);");
+    sn_cu_emitf(t, "const int warp_keys = q0 + warp * 16 * MT + (SEQ_K - SEQ_Q);");
     for (int i = 0; i < n_qside; i++) {
         char row[32];
         snprintf(row, sizeof row, "%s_row", qside[i][1]);
@@ -304,12 +378,14 @@ static void key_side_setup(sn_cu_text *t, const sn_att_plan *p, bool with_v,
 }
 
 static void emit_enum(sn_cu_text *t, const sn_att_plan *p, const char *own, const char *streamed) {
-    sn_cu_emitf(t, "enum { %s = 16 * WARPS, %s = %d, STAGES = %d, LD = HEAD_D + 8, LDV = HEAD_DV "
-                "+ 8 }; /* rows padded by 16 bytes */", own, streamed, p->tile, p->stages);
+    sn_cu_emitf(t, "enum { MT = %d, %s = 16 * MT * WARPS, %s = %d, STAGES = %d, LD = HEAD_D + 8, "
+                "LDV = HEAD_DV + 8 }; /* MT m-tiles of 16 rows a warp; rows padded by 16 bytes */",
+                p->rows / 16, own, streamed, p->tile, p->stages);
 }
 
 static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
-    int64_t own = 16LL * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8, LDV = p->Dv + 8;
+    int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8,
+            LDV = p->Dv + 8;
     emit_enum(t, p, "BQ", "BK");
     carve c = carve_begin(t, p);
     tile2(t, &c, "q_tile", own, LD, "BQ", "LD", "");
@@ -317,90 +393,116 @@ static void emit_fwd(sn_cu_text *t, const sn_att_plan *p, ops o) {
     if (p->out_o) tile2(t, &c, "v_tile", W, LDV, "STAGES * BK", "LDV", "");
     static const char *const qside[][3] = {{"q_tile", "q", "HEAD_D"}};
     key_side_setup(t, p, p->out_o, qside, 1);
-    sn_cu_emitf(t, "float row_max[2], row_sum[2] = {0.0f, 0.0f}; /* base 2: of s scale log2 e */");
+    sn_cu_emitf(t, "/* m-tile m's rows of this thread: row0 + 16 m, row0 + 16 m + 8 (h = 1) */");
+    sn_cu_emitf(t, "float row_max[MT][2], row_sum[MT][2]; /* base 2: of s scale log2 e */");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int m = 0; m < MT; m++) {");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
+    sn_cu_emitf(t, "row_sum[m][h] = 0.0f;");
     if (p->in_lse)
-        sn_cu_emitf(t, "row_max[h] = row0 + 8 * h < SEQ_Q ? sn_load(lse[row0 + 8 * h]) * "
-                    "1.44269504f : 0.0f; /* given: p = 2^(s scale log2 e - lse log2 e) */");
+        sn_cu_emitf(t, "row_max[m][h] = row0 + 16 * m + 8 * h < SEQ_Q ? sn_load(lse[row0 + 16 * "
+                    "m + 8 * h]) * 1.44269504f : 0.0f; /* given: p = 2^(s scale log2 e - lse "
+                    "log2 e) */");
     else
-        sn_cu_emitf(t, "row_max[h] = -SN_INF;");
+        sn_cu_emitf(t, "row_max[m][h] = -SN_INF;");
     sn_cu_emitf(t, "}");
-    if (p->out_o) zero(t, "o_acc", "HEAD_DV / 8");
+    sn_cu_emitf(t, "}");
+    if (p->out_o) zero_m(t, "o_acc", "HEAD_DV / 8");
     open_key_loop(t, p, p->out_o);
-    zero(t, "s", "BK / 8");
-    product_abt(t, o, "s", "q_tile", "warp * 16", "k_tile", "st", "HEAD_D", "BK / 8");
-    sn_cu_emitf(t, "/* scale (and mask): s[nt][e] is row row0 + 8 (e / 2), key k0 + nt * 8 + 2 "
-                "tig + e %% 2 */");
-    const char *coords = "const int i = row0 + e / 2 * 8, j = k0 + nt * 8 + 2 * tig + e % 2;";
-    if (!p->in_lse) sn_cu_emitf(t, "float tile_max[2] = {-SN_INF, -SN_INF};");
+    zero_m(t, "s", "BK / 8");
+    product_abt_m(t, o, "s", "q_tile", "warp * 16 * MT", "k_tile", "st", "HEAD_D", "BK / 8");
+    sn_cu_emitf(t, "/* scale (and mask): s[m][nt][e] is row row0 + 16 m + 8 (e / 2), key k0 + nt * "
+                "8 + 2 tig + e %% 2 */");
+    if (!p->in_lse) {
+        sn_cu_emitf(t, "float tile_max[MT][2];");
+        sn_cu_emitf(t, "#pragma unroll");
+        sn_cu_emitf(t, "for (int m = 0; m < MT; m++) tile_max[m][0] = tile_max[m][1] = -SN_INF;");
+    }
+    const char *coords = "const int i = row0 + 16 * m + e / 2 * 8, j = k0 + nt * 8 + 2 * tig + e % 2;";
     sn_cu_emitf(t, "/* masked: a diagonal or last tile */");
     sn_cu_emitf(t, "if (k0 + BK - 1 > warp_keys || k0 + BK > SEQ_K) {");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int m = 0; m < MT; m++) {");
     if (p->in_lse) {
-        const char *m[] = {"s[nt][e] = seen ? exp2f(s[nt][e] * scale_log2 - row_max[e / 2]) : 0.0f;"};
+        const char *m[] = {"s[m][nt][e] = seen ? exp2f(s[m][nt][e] * scale_log2 - row_max[m][e / 2]) : 0.0f;"};
         elements(t, "BK / 8", coords, false, m, 1);
+        sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "} else {");
-        const char *u[] = {"s[nt][e] = exp2f(s[nt][e] * scale_log2 - row_max[e / 2]);"};
+        sn_cu_emitf(t, "#pragma unroll");
+        sn_cu_emitf(t, "for (int m = 0; m < MT; m++) {");
+        const char *u[] = {"s[m][nt][e] = exp2f(s[m][nt][e] * scale_log2 - row_max[m][e / 2]);"};
         elements(t, "BK / 8", NULL, false, u, 1);
     } else {
-        const char *m[] = {"s[nt][e] = seen ? s[nt][e] * scale_log2 : -SN_INF;",
-                           "tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);"};
+        const char *m[] = {"s[m][nt][e] = seen ? s[m][nt][e] * scale_log2 : -SN_INF;",
+                           "tile_max[m][e / 2] = fmaxf(tile_max[m][e / 2], s[m][nt][e]);"};
         elements(t, "BK / 8", coords, false, m, 2);
+        sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "} else {");
-        const char *u[] = {"s[nt][e] *= scale_log2;",
-                           "tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);"};
+        sn_cu_emitf(t, "#pragma unroll");
+        sn_cu_emitf(t, "for (int m = 0; m < MT; m++) {");
+        const char *u[] = {"s[m][nt][e] *= scale_log2;",
+                           "tile_max[m][e / 2] = fmaxf(tile_max[m][e / 2], s[m][nt][e]);"};
         elements(t, "BK / 8", NULL, false, u, 2);
     }
     sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
     if (!p->in_lse) {
         sn_cu_emitf(t, "/* online softmax: a row spans the 4 threads of a quad */");
-        sn_cu_emitf(t, "float m_ref[2];");
+        sn_cu_emitf(t, "float m_ref[MT][2];");
+        sn_cu_emitf(t, "#pragma unroll");
+        sn_cu_emitf(t, "for (int m = 0; m < MT; m++) {");
         sn_cu_emitf(t, "#pragma unroll");
         sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
-        sn_cu_emitf(t, "tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));");
-        sn_cu_emitf(t, "tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));");
-        sn_cu_emitf(t, "const float m_new = fmaxf(row_max[h], tile_max[h]);");
-        sn_cu_emitf(t, "m_ref[h] = m_new == -SN_INF ? 0.0f : m_new; /* no key seen yet */");
-        sn_cu_emitf(t, "const float alpha = exp2f(row_max[h] - m_ref[h]);");
-        sn_cu_emitf(t, "row_max[h] = m_new;");
-        sn_cu_emitf(t, "row_sum[h] *= alpha;");
+        sn_cu_emitf(t, "float tm = fmaxf(tile_max[m][h], __shfl_xor_sync(0xffffffffu, tile_max[m][h], 1));");
+        sn_cu_emitf(t, "tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));");
+        sn_cu_emitf(t, "const float m_new = fmaxf(row_max[m][h], tm);");
+        sn_cu_emitf(t, "m_ref[m][h] = m_new == -SN_INF ? 0.0f : m_new; /* no key seen yet */");
+        sn_cu_emitf(t, "const float alpha = exp2f(row_max[m][h] - m_ref[m][h]);");
+        sn_cu_emitf(t, "row_max[m][h] = m_new;");
+        sn_cu_emitf(t, "row_sum[m][h] *= alpha;");
         if (p->out_o) {
             sn_cu_emitf(t, "#pragma unroll");
             sn_cu_emitf(t, "for (int dt = 0; dt < HEAD_DV / 8; dt++) {");
-            sn_cu_emitf(t, "o_acc[dt][2 * h] *= alpha;");
-            sn_cu_emitf(t, "o_acc[dt][2 * h + 1] *= alpha;");
+            sn_cu_emitf(t, "o_acc[m][dt][2 * h] *= alpha;");
+            sn_cu_emitf(t, "o_acc[m][dt][2 * h + 1] *= alpha;");
             sn_cu_emitf(t, "}");
         }
         sn_cu_emitf(t, "}");
-        const char *x[] = {"s[nt][e] = exp2f(s[nt][e] - m_ref[e / 2]);",
-                           "row_sum[e / 2] += s[nt][e]; /* this thread's columns; the quad sums "
-                           "at the end */"};
+        const char *x[] = {"s[m][nt][e] = exp2f(s[m][nt][e] - m_ref[m][e / 2]);",
+                           "row_sum[m][e / 2] += s[m][nt][e]; /* this thread's columns; the quad "
+                           "sums at the end */"};
         elements(t, "BK / 8", NULL, false, x, 2);
+        sn_cu_emitf(t, "}");
     }
     if (p->out_o) {
         sn_cu_emitf(t, "/* o += P V */");
-        product_xb(t, o, "o_acc", "s", "v_tile", "st", "BK / 16", "HEAD_DV / 8", true);
+        product_xb_m(t, o, "o_acc", "s", "v_tile", "st", "BK / 16", "HEAD_DV / 8");
     }
     sn_cu_emitf(t, "}");
     if (p->stages == 2) sn_cu_emitf(t, "sn_cp_async_wait_all(); /* none left in flight */");
     sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int m = 0; m < MT; m++) {");
+    sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
-    sn_cu_emitf(t, "row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);");
-    sn_cu_emitf(t, "row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);");
-    sn_cu_emitf(t, "const int i = row0 + 8 * h;");
+    sn_cu_emitf(t, "float sum = row_sum[m][h] + __shfl_xor_sync(0xffffffffu, row_sum[m][h], 1);");
+    sn_cu_emitf(t, "sum += __shfl_xor_sync(0xffffffffu, sum, 2);");
+    sn_cu_emitf(t, "const int i = row0 + 16 * m + 8 * h;");
     sn_cu_emitf(t, "if (i >= SEQ_Q) continue;");
     if (p->out_o) {
-        sn_att_emit_fwd_inv(t, p, "h");
-        store_row(t, o, "o_out", "o_acc", "HEAD_DV / 8", "o_out_row", "inv");
+        if (p->in_lse) sn_cu_emitf(t, "const float inv = 1.0f;");
+        else sn_cu_emitf(t, "const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;");
+        store_row(t, o, "o_out", "o_acc[m]", "HEAD_DV / 8", "o_out_row", "inv");
     }
     if (p->out_lse)
-        sn_cu_emitf(t, "if (tig == 0) sn_store(&lse_out[i], row_sum[h] > 0.0f ? (row_max[h] + "
-                    "log2f(row_sum[h])) * 0.693147181f : -SN_INF);");
+        sn_cu_emitf(t, "if (tig == 0) sn_store(&lse_out[i], sum > 0.0f ? (row_max[m][h] + "
+                    "log2f(sum)) * 0.693147181f : -SN_INF);");
+    sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
 }
 
 static void emit_dq(sn_cu_text *t, const sn_att_plan *p, ops o) {
-    int64_t own = 16LL * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8, LDV = p->Dv + 8;
+    int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8, LDV = p->Dv + 8;
     emit_enum(t, p, "BQ", "BK");
     carve c = carve_begin(t, p);
     tile2(t, &c, "q_tile", own, LD, "BQ", "LD", "");
@@ -472,7 +574,7 @@ static void emit_dkv(sn_cu_text *t, const sn_att_plan *p, ops o) {
     sn_cu_emitf(t, "const int grp = lane / 4, tig = lane %% 4; /* a fragment's row group, "
                 "thread in group */");
     sn_cu_emitf(t, "const int key0 = k0 + warp * 16 + grp; /* this thread's keys: key0, key0 + 8 */");
-    int64_t own = 16LL * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8, LDV = p->Dv + 8;
+    int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8, LDV = p->Dv + 8;
     carve c = carve_begin(t, p);
     tile2(t, &c, "k_tile", own, LD, "BK", "LD", "");
     if (dk) tile2(t, &c, "v_tile", own, LDV, "BK", "LDV", "");
