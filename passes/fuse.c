@@ -449,6 +449,8 @@ static sn_status build(fuse_state *s) {
         sn_kernel *k = st ? NULL : p->kernels[p->n_kernels - 1];
         if (k && k->kind == SN_KER_ROW && sn_fuse_sums_rows(k->anchor->op))
             st = sn_fuse_split_sum(s, k); /* and its FINISH kernel */
+        else if (k && k->kind == SN_KER_GATHER && k->anchor->op == SN_OP_EMBEDDING_BWD)
+            st = sn_fuse_split_gather(s, k); /* and its ROWS kernel */
     }
     if (!st) st = sn_fuse_check_order(s);
     return st;

@@ -115,6 +115,9 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n);
 /* The kernel k of a row op that sums over every row becomes kernel.h's PARTIAL kernel, and
  * the FINISH kernel follows it, with their scratch value. */
 sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k);
+/* The kernel k of embedding_bwd becomes kernel.h's BUCKET kernel, and the ROWS kernel
+ * follows it, with their scratch value. */
+sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k);
 /* Whether op's kernel runs as PARTIAL and FINISH: a row op that sums over every row (the
  * norm weight gradients, cross-entropy's mean loss). */
 static inline bool sn_fuse_sums_rows(sn_op op) {

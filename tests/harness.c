@@ -52,7 +52,7 @@ float *sn_test_scratch(const sn_kernel *k) {
     static int used;
     int at = 0;
     while (at < used && slot[at].scratch != k->scratch) at++;
-    int64_t n = sn_sum_chunks(k) * sn_sum_width(k);
+    int64_t n = sn_kernel_scratch_bytes(k) / 4;
     if (k->stage == SN_SUM_FINISH) {
         ck_assert_msg(at < used && slot[at].n == n, "%s: a FINISH kernel before its PARTIAL kernel",
                       k->name);
