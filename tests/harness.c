@@ -68,6 +68,8 @@ float *sn_test_scratch(const sn_kernel *k) {
     slot[at].buf = malloc(sizeof(float) * (size_t)n + 64);
     ck_assert(slot[at].buf);
     for (int64_t i = 0; i < n; i++) slot[at].buf[i] = NAN;
+    if (k->kind == SN_KER_GATHER) /* buckets: an entry left unwritten is a run of one */
+        for (int64_t i = 0; i < n; i++) memcpy(&slot[at].buf[i], &(uint32_t){0x00010001u}, 4);
     return slot[at].buf;
 }
 

@@ -85,8 +85,9 @@ static void embedding_bwd_bucket(sn_cu_text *t, const sn_kernel *k, unsigned thr
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "for (int v = threadIdx.x; v < %lld; v += %u) table[v] = 0u;", (long long)V, threads);
     sn_cu_emitf(t, "__syncthreads();");
-    sn_cu_emitf(t, "/* bitonic sort, ascending: thread x compares key[i] with key[i + stride] */");
-    sn_cu_emitf(t, "for (int size = 2; size <= %lld; size <<= 1)", (long long)S);
+    sn_cu_emitf(t, "/* bitonic sort, ascending: a step's thread t orders key[i] and key[i + stride] "
+                "(i: t with a 0 inserted at bit stride), up in blocks of size where i & size is 0 */");
+    sn_cu_emitf(t, "for (int size = 2; size <= %lld; size <<= 1) {", (long long)S);
     sn_cu_emitf(t, "for (int stride = size >> 1; stride > 0; stride >>= 1) {");
     sn_cu_emitf(t, "const int i = 2 * threadIdx.x - (threadIdx.x & (stride - 1)), j = i + stride;");
     sn_cu_emitf(t, "const unsigned long long a = key[i], b = key[j];");
@@ -95,6 +96,7 @@ static void embedding_bwd_bucket(sn_cu_text *t, const sn_kernel *k, unsigned thr
     sn_cu_emitf(t, "key[j] = a;");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "__syncthreads();");
+    sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "for (int i = threadIdx.x; i < %lld; i += %u) {", (long long)S, threads);
     sn_cu_emitf(t, "const unsigned id = (unsigned)(key[i] >> 32);");
