@@ -65,7 +65,7 @@ static double kernel_bytes(const sn_kernel *k) {
         for (int j = 0; j < a; j++) seen |= k->args[j] == k->args[a];
         if (!seen) b += node_bytes(k->args[a]);
     }
-    if (k->stage != SN_SUM_WHOLE) b += 4.0 * (double)(sn_sum_chunks(k) * sn_sum_width(k)); /* partials */
+    b += (double)sn_kernel_scratch_bytes(k); /* partial sums, or embedding_bwd's buckets */
     return b;
 }
 

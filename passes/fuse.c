@@ -480,6 +480,8 @@ static sn_status build(fuse_state *s) {
         for (int j = 0; k && !st && k->anchor && k->anchor->op == SN_OP_CROSS_ENTROPY_BWD && j < i; j++)
             if (s->live[j] && s->home[j] == i && g->nodes[j]->op == SN_OP_CROSS_ENTROPY)
                 st = sn_fuse_classifier(s, k, g->nodes[j]); /* and its FINISH kernel */
+        if (k && !st && k->kind == SN_KER_GATHER && k->anchor->op == SN_OP_EMBEDDING_BWD)
+            st = sn_fuse_split_gather(s, k); /* and its ROWS kernel */
     }
     if (!st) st = sn_fuse_check_order(s);
     return st;

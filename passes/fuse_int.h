@@ -118,6 +118,9 @@ sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k);
 /* The cross_entropy_bwd kernel k also computes the loss `loss` (kernel.h: the classifier):
  * it becomes a PARTIAL kernel of a partial sum a row, and the FINISH kernel follows it. */
 sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss);
+/* The kernel k of embedding_bwd becomes kernel.h's BUCKET kernel, and the ROWS kernel
+ * follows it, with their scratch value. */
+sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k);
 /* Whether op's kernel runs as PARTIAL and FINISH: a row op that sums over every row (the
  * norm weight gradients, cross-entropy's mean loss). */
 static inline bool sn_fuse_sums_rows(sn_op op) {

@@ -300,8 +300,8 @@ sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k) {
     k->stage = SN_SUM_PARTIAL;
     SN_ASSERT(k->args[y] == k->anchor);
     k->scratch = p->n_values;
-    p->values[p->n_values++] = (sn_value){.bytes = sn_sum_chunks(k) * sn_sum_width(k) * 4,
-                                          .alias = -1, .first = -1, .last = -1};
+    p->values[p->n_values++] = (sn_value){.bytes = sn_kernel_scratch_bytes(k), .alias = -1,
+                                          .first = -1, .last = -1};
     sn_kernel_work(k, &k->n_items, &k->serial);
     sn_kernel *f = new_kernel(s, SN_KER_ROW, k->anchor);
     if (!f) return SN_ERR_OOM;
@@ -329,6 +329,33 @@ sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss) {
     sn_kernel *f = new_kernel(s, SN_KER_ROW, loss);
     if (!f) return SN_ERR_OOM;
     sn_sum_finish_fill(k, f);
+    return SN_OK;
+}
+
+/* The kernel k of embedding_bwd becomes its BUCKET kernel (kernel.h), reading the ids alone,
+ * followed by its ROWS kernel, with their scratch value. */
+sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k) {
+    sn_program *p = s->p;
+    const sn_node *n = k->anchor;
+    SN_ASSERT(k->kind == SN_KER_GATHER && n->op == SN_OP_EMBEDDING_BWD && k->n_out == 1 &&
+              k->args[0] == n);
+    sn_kernel *f = new_kernel(s, SN_KER_GATHER, n);
+    if (!f) return SN_ERR_OOM;
+    f->anchor = n;
+    f->n_in = k->n_in;
+    memcpy(f->args + 1, k->args + 1, sizeof *k->args * (size_t)k->n_in);
+    f->stage = SN_GATHER_ROWS;
+    snprintf(f->name, sizeof f->name, "k%d_embedding_bwd_rows", f->id);
+    k->stage = SN_GATHER_BUCKET;
+    k->n_in = 1;
+    k->args[1] = n->in[0]; /* the ids */
+    size_t len = strlen(k->name);
+    if (len + 8 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_bucket");
+    f->scratch = k->scratch = p->n_values;
+    p->values[p->n_values++] = (sn_value){.bytes = sn_kernel_scratch_bytes(k), .alias = -1,
+                                          .first = -1, .last = -1};
+    sn_kernel_work(k, &k->n_items, &k->serial);
+    sn_kernel_work(f, &f->n_items, &f->serial);
     return SN_OK;
 }
 
@@ -368,13 +395,14 @@ sn_status sn_fuse_check_order(const fuse_state *s) {
 static int dtype_bytes(sn_dtype t) { return sn_dtype_bits(t) / 8; }
 
 /* One value per node with a buffer, in graph order; a reshape of a buffer that is not an
- * output aliases it. Room after them for the scratch of each norm weight gradient. */
+ * output aliases it. Room after them for the scratch of each two-stage kernel. */
 sn_status sn_fuse_make_values(fuse_state *s) {
     const sn_graph *g = s->g;
     sn_program *p = s->p;
     size_t room = (size_t)g->n_nodes;
-    for (int i = 0; i < g->n_nodes; i++) /* scratch values: sums over rows, classifiers */
-        room += sn_fuse_sums_rows(g->nodes[i]->op) || g->nodes[i]->op == SN_OP_CROSS_ENTROPY_BWD;
+    for (int i = 0; i < g->n_nodes; i++) /* scratch values: sums over rows, classifiers, */
+        room += sn_fuse_sums_rows(g->nodes[i]->op) ||          /* embedding gradients */
+                g->nodes[i]->op == SN_OP_CROSS_ENTROPY_BWD || g->nodes[i]->op == SN_OP_EMBEDDING_BWD;
     p->values = sn_calloc(room, sizeof *p->values, "the fuse pass's values", s->e);
     if (!p->values) return SN_ERR_OOM;
     for (int i = 0; i < g->n_nodes; i++) {

@@ -107,9 +107,10 @@ struct sn_kernel {
 
     /* Work is split over threads (CPU) or blocks (GPU) as items [0, n_items): pointwise:
      * elements; ROW: rows; REDUCE: output elements; GATHER: ids (or column blocks of 64 for
-     * the scatter); ATTENTION: (batch x head) pairs of q (of k and v for dk and dv, which
-     * have fewer under grouped-query attention). `serial`: must run as one range. Fuse
-     * sets both from sn_kernel_work; code generators check them against it. */
+     * the scatter, chunks for its BUCKET stage); ATTENTION: (batch x head) pairs of q (of k
+     * and v for dk and dv, which have fewer under grouped-query attention). `serial`: must
+     * run as one range. Fuse sets both from sn_kernel_work; code generators check them
+     * against it. */
     int64_t n_items;
     bool serial;
 
@@ -144,6 +145,19 @@ struct sn_kernel {
      * or 0 and 0 for an ignored row (NaN and 1 for a bad target). Its FINISH (anchor the
      * cross_entropy, anchor2 the cross_entropy_bwd) adds the rows in chunks of SN_SUM_CHUNK
      * in order from 0, then the chunks' sums in chunk order: the order of the unfused pair. */
+    /* embedding_bwd (GATHER) runs as two kernels too, so that no block scans every id (the
+     * CUDA algorithm; codegen/cuda/cuda_gather.c), with a scratch value of
+     * sn_kernel_scratch_bytes: the ids in G = ceil(N / S) chunks of S = sn_gather_chunk
+     * positions, and for them
+     *   table (G, V) u32: (first << 16) | count of id v's positions in chunk g (0: none);
+     *   order (G, S) i32: chunk g's positions sorted by (id, position); id v's are
+     *                     order[g][first .. first + count).
+     *   SN_GATHER_BUCKET (stage PARTIAL): item g fills chunk g's table row and order row;
+     *     args (y; ids): it writes no y (sn_kernel_writes).
+     *   SN_GATHER_ROWS (stage FINISH): the next kernel: args (y; ids, dy); row v of y is the
+     *     sum of dy's rows at id v's positions in increasing order (chunk by chunk), 0 for an
+     *     id without positions. Items as a one-kernel embedding_bwd has them (CPU: column
+     *     blocks; the LLVM backend keeps the one-kernel algorithm, its BUCKET does nothing). */
     int stage;
     int scratch; /* the scratch value (an index into the program's values) */
 
@@ -222,6 +236,15 @@ int64_t sn_sum_chunks(const sn_kernel *k);
 int64_t sn_sum_width(const sn_kernel *k);
 /* f (zeroed, its id set) as the FINISH kernel of PARTIAL kernel k. */
 void sn_sum_finish_fill(const sn_kernel *k, sn_kernel *f);
+/* embedding_bwd's two stages (above) */
+enum { SN_GATHER_BUCKET = SN_SUM_PARTIAL, SN_GATHER_ROWS = SN_SUM_FINISH };
+enum { SN_GATHER_CHUNK_MAX = 2048 };
+/* Positions S a chunk of an embedding_bwd kernel: the power of two at least N (at least 64),
+ * at most SN_GATHER_CHUNK_MAX; and its chunks G = ceil(N / S). */
+int64_t sn_gather_chunk(const sn_kernel *k);
+int64_t sn_gather_chunks(const sn_kernel *k);
+/* Bytes of the scratch value of a two-stage kernel (0 for stage WHOLE). */
+int64_t sn_kernel_scratch_bytes(const sn_kernel *k);
 /* Whether k writes its output o: not a PARTIAL kernel's sums (its FINISH kernel does). */
 bool sn_kernel_writes(const sn_kernel *k, int o);
 /* Tiles of k's column sums (0 without). */

@@ -86,8 +86,11 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
         *serial = sn_row_facts_of(a->op) && sn_row_facts_of(a->op)->serial;
         return;
     case SN_KER_REDUCE: *n_items = sn_numel(a); return;
-    case SN_KER_GATHER: /* embedding: one item per id; its backward: column blocks of 64 */
-        *n_items = a->op == SN_OP_EMBEDDING ? sn_numel(a->in[1]) : (a->shape[a->rank - 1] + 63) / 64;
+    case SN_KER_GATHER: /* embedding: one item per id; its backward: column blocks of 64, its
+                           BUCKET stage chunks of ids */
+        *n_items = a->op == SN_OP_EMBEDDING ? sn_numel(a->in[1])
+                   : k->stage == SN_GATHER_BUCKET ? sn_gather_chunks(k)
+                   : (a->shape[a->rank - 1] + 63) / 64;
         return;
     case SN_KER_ATTENTION: { /* q's (batch x head) slices; dk and dv: k's (grouped-query
                                 attention: fewer), each summing its group of query heads */
@@ -120,6 +123,25 @@ int64_t sn_sum_width(const sn_kernel *k) {
     else
         for (int o = 0; o <= k->n_colsum; o++) w += sn_numel(o ? k->args[o] : k->anchor);
     return w;
+}
+
+int64_t sn_gather_chunk(const sn_kernel *k) {
+    SN_ASSERT(k->kind == SN_KER_GATHER && k->anchor->op == SN_OP_EMBEDDING_BWD);
+    int64_t N = sn_numel(k->anchor->in[0]), S = 64;
+    while (S < N && S < SN_GATHER_CHUNK_MAX) S *= 2;
+    return S;
+}
+
+int64_t sn_gather_chunks(const sn_kernel *k) {
+    int64_t N = sn_numel(k->anchor->in[0]), S = sn_gather_chunk(k);
+    return N > 0 ? (N + S - 1) / S : 1;
+}
+
+int64_t sn_kernel_scratch_bytes(const sn_kernel *k) {
+    if (k->stage == SN_SUM_WHOLE) return 0;
+    if (k->kind == SN_KER_GATHER) /* the table (G, V) and the order (G, S), 4 bytes each */
+        return 4 * sn_gather_chunks(k) * (k->anchor->shape[0] + sn_gather_chunk(k));
+    return 4 * sn_sum_chunks(k) * sn_sum_width(k);
 }
 
 void sn_sum_finish_fill(const sn_kernel *k, sn_kernel *f) {

@@ -52,7 +52,7 @@ float *sn_test_scratch(const sn_kernel *k) {
     static int used;
     int at = 0;
     while (at < used && slot[at].scratch != k->scratch) at++;
-    int64_t n = sn_sum_chunks(k) * sn_sum_width(k);
+    int64_t n = sn_kernel_scratch_bytes(k) / 4;
     if (k->stage == SN_SUM_FINISH) {
         ck_assert_msg(at < used && slot[at].n == n, "%s: a FINISH kernel before its PARTIAL kernel",
                       k->name);
@@ -68,6 +68,8 @@ float *sn_test_scratch(const sn_kernel *k) {
     slot[at].buf = malloc(sizeof(float) * (size_t)n + 64);
     ck_assert(slot[at].buf);
     for (int64_t i = 0; i < n; i++) slot[at].buf[i] = NAN;
+    if (k->kind == SN_KER_GATHER) /* buckets: an entry left unwritten is a run of one */
+        for (int64_t i = 0; i < n; i++) memcpy(&slot[at].buf[i], &(uint32_t){0x00010001u}, 4);
     return slot[at].buf;
 }
 

@@ -21,7 +21,8 @@ const char *sn_shared_data(const char *name);
 
 /* The partial sums between a PARTIAL kernel and its FINISH kernel (kernel.h), as a test runs
  * them on the host one after the other: a PARTIAL kernel gets a fresh buffer of NaNs, its
- * FINISH kernel the same buffer (by the scratch value's index). */
+ * FINISH kernel the same buffer (by the scratch value's index). embedding_bwd's buckets are
+ * poisoned with words 0x00010001 instead (an entry left unwritten adds a row). */
 float *sn_test_scratch(const sn_kernel *k);
 
 /* The plan's graph callback (train/plan.h) for tests: tiny GPT-2 at micro-batch b with the

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include "codegen/cuda/cuda.h"
 #include "sim/sim.h"
@@ -478,10 +479,13 @@ static double host_check(sn_sim_module *h, const sn_kernel *k, const char *fn, c
             }
             ck_assert_msg(st == SN_OK, "%s", e.msg);
             if (scratch) { /* partial sums: the same bits in either thread order */
-                size_t bytes = sizeof(float) * (size_t)(sn_sum_chunks(k) * sn_sum_width(k));
+                size_t bytes = (size_t)sn_kernel_scratch_bytes(k);
                 if (!reversed) first_order = realloc(first_order, bytes), memcpy(first_order, scratch, bytes);
-                else ck_assert_msg(!memcmp(first_order, scratch, bytes), "%s: the partial sums differ "
-                                   "between thread orders", k->name);
+                else if (caught && memcmp(first_order, scratch, bytes)) {
+                    printf("test_cuda: %s: its scratch differs between thread orders\n", k->name);
+                    worst = INFINITY;
+                } else ck_assert_msg(!memcmp(first_order, scratch, bytes), "%s: the partial sums differ "
+                                     "between thread orders", k->name);
             }
             for (int o = 0; o < k->n_out; o++) {
                 const sn_node *n = k->args[o];
@@ -744,8 +748,9 @@ static void gpt2_tiny_kernels(bool fuse_attention, sn_precision precision) {
                   n, counts[SN_KER_POINTWISE], counts[SN_KER_ROW], counts[SN_KER_REDUCE],
                   counts[SN_KER_GATHER], counts[SN_KER_ATTENTION], now() - t0);
     /* the bias gradients are column sums in the norm weight-gradient kernels (ROW); the
-     * position embedding's gradient (a sum over the batch) is the one reduce left */
-    ck_assert(!n || (counts[SN_KER_ROW] > 5 && counts[SN_KER_REDUCE] >= 1 && counts[SN_KER_GATHER] == 2));
+     * position embedding's gradient (a sum over the batch) is the one reduce left; the
+     * embedding and its gradient's BUCKET and ROWS kernels */
+    ck_assert(!n || (counts[SN_KER_ROW] > 5 && counts[SN_KER_REDUCE] >= 1 && counts[SN_KER_GATHER] == 3));
     sn_graph_free(g);
 }
 
@@ -998,6 +1003,166 @@ START_TEST(cpu_row_vector_lane_bug_caught) {
 }
 END_TEST
 
+/* embedding_bwd (ids (N), dy (N, C) -> (V, C)) with ids that repeat and ids never used: dtype
+ * dt; with `chunks`, N = 5000 over three chunks of 2048 (the last short) whose first chunk is
+ * one id alone (a run of 2048), else N = 300 ids, uniform below 40 of V = 50 rows and a
+ * few of the last row. Sets *it to the interpreter's values. */
+static sn_graph *embedding_bwd_graph(bool chunks, sn_dtype dt, int64_t C, sn_interp **it) {
+    int64_t N = chunks ? 5000 : 300, V = chunks ? 300 : 50;
+    sn_graph *g = sn_graph_new();
+    sn_node *ids = sn_input(g, "ids", SN_I32, SN_SHAPE(N));
+    sn_node *dy = sn_input(g, "dy", dt, SN_SHAPE(N, C));
+    sn_graph_add_output(g, sn_embedding_bwd(g, ids, dy, V));
+    int32_t *id = malloc(sizeof(int32_t) * (size_t)N);
+    float *v = malloc(sizeof(float) * (size_t)(N * C));
+    sn_rng r = sn_rng_seed(99);
+    for (int64_t p = 0; p < N; p++) {
+        uint64_t u = sn_rng_below(&r, 10);
+        if (chunks) id[p] = p < 2100 ? 7 : u < 3 ? 3 : u < 4 ? 299 : (int32_t)sn_rng_below(&r, 100);
+        else id[p] = u < 1 ? (int32_t)V - 1 : (int32_t)sn_rng_below(&r, 40);
+    }
+    for (int64_t i = 0; i < N * C; i++) v[i] = (float)sn_rng_normal(&r);
+    sn_err e;
+    *it = sn_interp_new(g, false);
+    sn_interp_keep_all(*it, true);
+    ck_assert_msg(sn_interp_set_i32(*it, ids, id, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_interp_set(*it, dy, v, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_interp_run(*it, &e) == SN_OK, "%s", e.msg);
+    free(id);
+    free(v);
+    return g;
+}
+
+/* Runs embedding_bwd's two kernels (BUCKET, then ROWS) of g's program on the simulator, source
+ * src (the rendering of them, perhaps with a planted bug); returns the worst error of ROWS
+ * (host_check's caught mode: INFINITY for a NaN, an unwritten row or a scratch that differs
+ * between thread orders). */
+static double embedding_bwd_on_host(const char *src, const sn_kernel *const *ks,
+                                    const sn_cuda_source *cs, const sn_interp *it) {
+    sn_sim_module *h = host_compile(src);
+    if (!h) return -1;
+    /* in a child: a planted bug may index out of bounds, and a crash is caught too */
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(fd[0]);
+        double bucket = host_check(h, ks[0], cs->fn[0], it, 1e-6, true);
+        double rows = host_check(h, ks[1], cs->fn[1], it, 1e-6, true);
+        double worst = bucket > rows ? bucket : rows;
+        ssize_t w = write(fd[1], &worst, sizeof worst);
+        fflush(stdout);
+        _exit(w == sizeof worst ? 0 : 1);
+    }
+    close(fd[1]);
+    double worst = INFINITY;
+    int status;
+    ssize_t got = read(fd[0], &worst, sizeof worst);
+    close(fd[0]);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) || got != sizeof worst) {
+        printf("test_cuda: embedding_bwd: the simulator's child %s\n",
+               WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "failed");
+        worst = INFINITY;
+    }
+    sn_sim_module_free(h);
+    return worst;
+}
+
+/* The bucketed embedding gradient against the interpreter, many ids repeated and most rows
+ * never used (their rows written as zeros over a NaN poison), over several chunks and in one,
+ * in f32 and bf16; the f32 rows have the bits of an f32 sum in position order (the order the
+ * interpreter adds in). Then bugs planted in the rendered text are caught: a count one short,
+ * a run's first position one off, the chunk offset of the order forgotten, the sort's
+ * direction taken from the wrong bit, the table not zeroed, and the sort's barrier deleted. */
+START_TEST(cpu_embedding_bwd_buckets) {
+    static const struct {
+        bool chunks;
+        sn_dtype dt;
+        int64_t C;
+    } cases[] = {{true, SN_F32, 37}, {false, SN_F32, 300}, {false, SN_BF16, 20}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sn_interp *it;
+        sn_graph *g = embedding_bwd_graph(cases[c].chunks, cases[c].dt, cases[c].C, &it);
+        sn_program *p = fuse(g);
+        const sn_kernel *ks[4];
+        ck_assert_int_eq(kernels_of(p, SN_KER_GATHER, ks), 2);
+        ck_assert(ks[0]->stage == SN_GATHER_BUCKET && ks[1]->stage == SN_GATHER_ROWS);
+        ck_assert_int_eq(sn_gather_chunks(ks[0]), cases[c].chunks ? 3 : 1);
+        sn_cuda_source cs = render(ks, 2);
+        if (c == 0) printf("test_cuda: the embedding gradient's kernels:\n%s", cs.src);
+        double tol = cases[c].dt == SN_BF16 ? 8e-3 : 1e-5;
+        double err = embedding_bwd_on_host(cs.src, ks, &cs, it);
+        if (err < 0) goto done; /* no g++ */
+        printf("test_cuda: embedding_bwd N=%lld V=%lld C=%lld %s: error %.3g\n",
+               (long long)sn_numel(ks[0]->anchor->in[0]), (long long)ks[0]->anchor->shape[0],
+               (long long)cases[c].C, sn_dtype_name(cases[c].dt), err);
+        ck_assert_msg(err <= tol, "embedding_bwd: error %g", err);
+        if (cases[c].dt == SN_F32) { /* the bits of an f32 sum in position order */
+            const sn_node *n = ks[0]->anchor;
+            int64_t N = sn_numel(n->in[0]), V = n->shape[0], C = cases[c].C;
+            const double *id = sn_interp_value(it, n->in[0]), *dy = sn_interp_value(it, n->in[1]);
+            float *want = calloc((size_t)(V * C), sizeof(float)), *got = malloc(sizeof(float) * (size_t)(V * C));
+            int32_t *ib = malloc(sizeof(int32_t) * (size_t)N);
+            float *db = malloc(sizeof(float) * (size_t)(N * C));
+            for (int64_t q = 0; q < N; q++) {
+                ib[q] = (int32_t)id[q];
+                for (int64_t j = 0; j < C; j++) {
+                    db[q * C + j] = (float)dy[q * C + j];
+                    want[ib[q] * C + j] += db[q * C + j];
+                }
+            }
+            sn_sim_module *h = host_compile(cs.src);
+            void *bufs[3] = {got, ib, db}, *scratch = sn_test_scratch(ks[0]);
+            sn_target t = sm(80);
+            for (int k = 0; k < 2; k++) {
+                void *params[4] = {&bufs[0], &bufs[1], k ? (void *)&bufs[2] : (void *)&scratch, &scratch};
+                sn_cuda_dims d = sn_cuda_launch_dims(ks[k], &t);
+                sn_sim_opts so = sn_sim_defaults();
+                sn_err e;
+                ck_assert_msg(sn_sim_launch(h, cs.fn[k], d.grid, d.block, d.shared_bytes, params, &so,
+                                            &e) == SN_OK, "%s", e.msg);
+            }
+            ck_assert_msg(!memcmp(got, want, sizeof(float) * (size_t)(V * C)),
+                          "embedding_bwd: not the bits of an f32 sum in position order");
+            sn_sim_module_free(h);
+            free(want), free(got), free(ib), free(db);
+        }
+        if (c == 0) { /* planted bugs */
+            static const struct {
+                const char *what, *find, *put;
+            } bugs[] = {
+                {"a count one short", "(unsigned)(lo - i)", "(unsigned)(lo - i - 1)"},
+                {"a run's first position one off", "first + c]", "first + c + 1]"},
+                {"the order's chunk offset forgotten", "order[g * 2048 + first", "order[0 * 2048 + first"},
+                {"the sort's direction from the stride", "((i & size) == 0)", "((i & stride) == 0)"},
+                {"the table not zeroed", "table[v] = 0u;", "{}"},
+                {"the sort's barrier deleted", "}\n            __syncthreads();\n        }", "}\n        }"},
+            };
+            for (size_t b = 0; b < sizeof bugs / sizeof bugs[0]; b++) {
+                char *src = malloc(strlen(cs.src) + 64), *at = strstr(cs.src, bugs[b].find);
+                ck_assert_msg(at, "no \"%s\" in the rendered text", bugs[b].find);
+                size_t head = (size_t)(at - cs.src);
+                memcpy(src, cs.src, head);
+                strcpy(src + head, bugs[b].put);
+                strcat(src, at + strlen(bugs[b].find));
+                double e2 = embedding_bwd_on_host(src, ks, &cs, it);
+                printf("test_cuda: embedding_bwd with %s: error %.3g (caught)\n", bugs[b].what, e2);
+                ck_assert_msg(!(e2 <= tol), "the planted bug (%s) went unnoticed: error %g", bugs[b].what, e2);
+                free(src);
+            }
+        }
+    done:
+        sn_cuda_source_free(&cs);
+        sn_program_free(p);
+        sn_graph_free(g);
+        sn_interp_free(it);
+    }
+}
+END_TEST
+
 /* The kernels of the graph above at 64 and 60 columns through NVRTC for sm_75, 80 and 90 (one
  * arch a test: about 80 functions each): no spills. The gpt2 programs above take the same
  * paths at full size (rows of 768: f32 4 a step, 16-bit 8; the 50304 padded classes). */
@@ -1179,6 +1344,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_deleted_barrier_caught);
     tcase_add_test(cpu, cpu_row_vectors);
     tcase_add_test(cpu, cpu_row_vector_lane_bug_caught);
+    tcase_add_test(cpu, cpu_embedding_bwd_buckets);
     tcase_add_test(cpu, cpu_optimizer_step);
     suite_add_tcase(s, cpu);
     return sn_test_main(s);

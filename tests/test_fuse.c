@@ -333,8 +333,8 @@ START_TEST(memory_plan_gpt2) {
     check_plan(p);
     /* 25 a layer; embedding, ln_f, logits, loss, their backwards and the embeddings' gradients
      * (ln_f's weight gradient in two kernels, PARTIAL and FINISH; the loss and its gradient
-     * in two, the classifier and the loss's FINISH) */
-    ck_assert_int_eq(p->n_kernels, 12 * 25 + 14);
+     * in two, the classifier and the loss's FINISH; the embedding's, BUCKET and ROWS) */
+    ck_assert_int_eq(p->n_kernels, 12 * 25 + 15);
     int bias = 0;
     for (int k = 0; k < p->n_kernels; k++) /* the qkv GEMMs: matmul + bias, args y, A, B, b */
         if (p->kernels[k]->kind == SN_KER_GEMM && p->kernels[k]->n_in == 3) {
@@ -459,8 +459,23 @@ START_TEST(row_facts_and_work_split) {
             finish++;
             k++;
         }
+        if (ker->kind == SN_KER_GATHER && ker->anchor->op == SN_OP_EMBEDDING_BWD) { /* two too */
+            const sn_kernel *rows = p->kernels[k + 1];
+            ck_assert_int_eq(ker->stage, SN_GATHER_BUCKET);
+            ck_assert(ker->n_in == 1 && ker->args[1] == ker->anchor->in[0] && !sn_kernel_writes(ker, 0));
+            ck_assert_int_eq(n, sn_gather_chunks(ker));
+            ck_assert(rows->kind == SN_KER_GATHER && rows->stage == SN_GATHER_ROWS &&
+                      rows->anchor == ker->anchor && rows->n_in == 2 && sn_kernel_writes(rows, 0));
+            ck_assert_int_eq(rows->scratch, ker->scratch);
+            ck_assert(p->values[ker->scratch].node == NULL);
+            ck_assert_int_eq(p->values[ker->scratch].bytes, sn_kernel_scratch_bytes(ker));
+            ck_assert_int_eq(p->values[ker->scratch].first, k);
+            ck_assert_int_eq(p->values[ker->scratch].last, k + 1);
+            finish++;
+            k++;
+        }
     }
-    ck_assert_int_eq(finish, 1 + 1 + 2 * 2); /* the loss (the classifier's), ln_f, 2 a layer */
+    ck_assert_int_eq(finish, 1 + 1 + 2 * 2 + 1); /* the loss (the classifier's), ln_f, 2 a layer; embedding_bwd */
     int classifiers = 0; /* the loss and its gradient: one pass, a partial a row */
     for (int k = 0; k < p->n_kernels; k++) {
         const sn_kernel *ker = p->kernels[k];

@@ -150,8 +150,13 @@ void sn_cu_emit_signature(sn_cu_text *t, const sn_kernel *k, const char *fname, 
     if (scratch) {
         snprintf(decl, sizeof decl, "%sfloat *__restrict__ scratch)",
                  k->stage == SN_SUM_FINISH ? "const " : "");
-        sn_cu_emitf(t, "%-*s%-36s /* f32[%lld,%lld]: partial sums */", indent, "", decl,
-                    (long long)sn_sum_chunks(k), (long long)sn_sum_width(k));
+        if (k->kind == SN_KER_GATHER) /* embedding_bwd's buckets (kernel.h) */
+            sn_cu_emitf(t, "%-*s%-36s /* u32[%lld,%lld] table, i32[%lld,%lld] order */", indent,
+                        "", decl, (long long)sn_gather_chunks(k), (long long)k->anchor->shape[0],
+                        (long long)sn_gather_chunks(k), (long long)sn_gather_chunk(k));
+        else
+            sn_cu_emitf(t, "%-*s%-36s /* f32[%lld,%lld]: partial sums */", indent, "", decl,
+                        (long long)sn_sum_chunks(k), (long long)sn_sum_width(k));
     }
     sn_cu_emitf(t, "{");
 }

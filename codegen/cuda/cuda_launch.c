@@ -59,6 +59,8 @@ sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
         int64_t C = n->shape[n->rank - 1];
         if (n->op == SN_OP_EMBEDDING) /* a block per id, float4 columns where they fit */
             return dims1(sn_numel(n->in[1]), (int)clampu(round_up(C % 4 ? C : C / 4, 32), 32, 256));
+        if (k->stage == SN_GATHER_BUCKET) /* a block per chunk, a thread per two positions */
+            return dims1(sn_gather_chunks(k), (int)(sn_gather_chunk(k) / 2));
         return dims1(n->shape[0], (int)clampu(round_up(C, 32), 32, 256)); /* a block per row */
     }
     case SN_KER_GRAD_ACC:

@@ -30,6 +30,8 @@
  *              owning ceil(C / n_items) columns of the (V, C) output, which it zeroes and then
  *              scatter-adds into, so threads never collide: n_items may be anything in
  *              [1, C] (ceil(C / 64) spreads it over threads; 1 is one serial pass).
+ *              Split in stages (kernel.h), its ROWS kernel is that kernel (the scratch
+ *              unread) and its BUCKET kernel does nothing: the CPU needs no buckets.
  *   GRAD_ACC, ADAMW  items = elements of the flat range [0, flat_n); SQNORM: items = blocks
  *              of SN_SQNORM_BLOCK elements; CLIP: one item (kernel.h lists their buffers).
  *   ATTENTION  see llvm_attention.c. GEMM is a library call: SN_ERR_UNSUPPORTED.

@@ -1,5 +1,5 @@
 /* llvm_gather.c: embedding (rows of a table picked by ids) and its backward (the rows of dy
- * scatter-added into a zeroed (V, C) gradient).
+ * scatter-added into a zeroed (V, C) gradient; of its two stages, the ROWS kernel).
  * Convention: forward items are ids; backward items are column blocks of ceil(C / n_items)
  * columns, each zeroed and summed into by one item, so threads never write the same element. */
 #ifdef SN_HAVE_LLVM
@@ -81,6 +81,10 @@ sn_status sn_ll_emit_gather(sn_ll *L, const sn_kernel *k, const char *fname, sn_
     sn_status st = sn_ll_check_dtype(k, n, e);
     if (st) return st;
     sn_ll_fn_begin(L, fname);
+    if (k->stage == SN_GATHER_BUCKET) { /* the CPU sums by column blocks: no buckets (llvm.h) */
+        sn_ll_fn_end(L);
+        return SN_OK;
+    }
     LLVMValueRef y = sn_ll_buf(L, 0, n->dtype, "y"), idp, rp;
     if ((st = sn_ll_input_named(L, k, ids, "ids", &idp, e)) || (st = sn_ll_input_named(L, k, rows, fwd ? "table" : "dy", &rp, e))) return st;
     if (fwd) embedding(L, y, rp, idp, V, C);

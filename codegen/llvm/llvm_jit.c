@@ -213,7 +213,7 @@ static sn_status check_items(const sn_kernel *k, sn_err *e) {
         return SN_OK; /* emit() checks or rejects these */
     if (k->kind == SN_KER_GATHER && a->op == SN_OP_EMBEDDING_BWD) { /* any number of column blocks */
         int64_t C = a->shape[a->rank - 1];
-        if (k->n_items >= 1 && k->n_items <= C) return SN_OK;
+        if (k->stage == SN_GATHER_BUCKET || (k->n_items >= 1 && k->n_items <= C)) return SN_OK;
         return sn_fail(e, SN_ERR_INVALID, "%s: embedding_bwd splits its %lld columns into "
                        "n_items blocks, so n_items must be in [1, %lld], not %lld",
                        sn_ll_kname(k, kn, sizeof kn), (long long)C, (long long)C,
