@@ -124,6 +124,10 @@ sn_node *sn_scale(sn_graph *g, sn_node *x, float f) {
 
 sn_node *sn_cast(sn_graph *g, sn_node *x, sn_dtype t) {
     if (x && x->dtype == t) return x;
+    /* a 16-bit value widened to f32 and narrowed back is itself (f32 holds it exactly) */
+    if (x && x->op == SN_OP_CAST && x->in[0]->dtype == t && x->dtype == SN_F32 &&
+        (t == SN_BF16 || t == SN_F16))
+        return x->in[0];
     sn_node p = proto(SN_OP_CAST, 1, &x);
     p.dtype = t;
     return append(g, &p);

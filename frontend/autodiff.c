@@ -139,7 +139,13 @@ static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
         return SN_OK;
     case SN_OP_GELU: accumulate(s, x, sn_gelu_bwd(g, x, dy)); return SN_OK;
     case SN_OP_SILU: accumulate(s, x, sn_silu_bwd(g, x, dy)); return SN_OK;
-    case SN_OP_CAST: accumulate(s, x, sn_cast(g, dy, x->dtype)); return SN_OK;
+    case SN_OP_CAST:
+        /* a parameter's low-precision copy read back in f32 (autocast's bias): rounding is the
+         * identity to the gradient, which goes to the f32 master unrounded */
+        if (x->op == SN_OP_CAST && x->in[0]->op == SN_OP_PARAM && x->in[0]->dtype == n->dtype)
+            accumulate(s, x->in[0], dy);
+        else accumulate(s, x, sn_cast(g, dy, x->dtype));
+        return SN_OK;
     case SN_OP_SUM: accumulate(s, x, expand_reduced(g, dy, n, x)); return SN_OK;
     case SN_OP_MEAN:
         accumulate(s, x, sn_scale(g, expand_reduced(g, dy, n, x), 1.0f / (float)x->shape[n->a.axis]));

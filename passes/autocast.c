@@ -1,7 +1,10 @@
 /* autocast.c: the autocast pass: mixed precision as a forward rewrite, driven by one policy
  * table (torch.autocast's op lists): products take bf16 (or f16) operands, everything else f32.
  * Convention: a value is cast at most once per dtype (a parameter's low-precision copy is made
- * once per step however many products read it); casts to the low dtype move above views. */
+ * once per step however many products read it); casts to the low dtype move above views.
+ * Linear layers store what a GEMM epilogue stores (cuBLASLt: bias and GELU input of the
+ * output's type): a bias added to a product is read through its low-precision copy, and a
+ * GELU of a biased product reads its input rounded to the low dtype (the saved activation). */
 #include <stdlib.h>
 
 #include "frontend/sinter.h"
@@ -93,8 +96,39 @@ static sn_node *cast(ac_state *s, sn_node *x, sn_dtype t) {
     return y;
 }
 
+/* Whether x (new graph) is a product: a matmul, or a vector added to one (a linear layer). */
+static bool is_product(const sn_node *x) { return x->op == SN_OP_MATMUL && x->dtype == SN_F32; }
+static bool is_linear(const sn_node *x) {
+    return x->op == SN_OP_ADD && (is_product(x->in[0]) || is_product(x->in[1]));
+}
+
+/* Whether every reader of old node x rounds it to the low dtype anyway: products, GELU (read
+ * rounded, below) and views read so; not an output. Then a bias added into x may be rounded. */
+static bool read_low(const sn_graph *in, const sn_node *x) {
+    int readers = 0;
+    for (int k = 0; k < in->n_outputs; k++)
+        if (in->outputs[k] == x) return false;
+    if (in->loss == x) return false;
+    for (int i = x->id + 1; i < in->n_nodes; i++) {
+        const sn_node *u = in->nodes[i];
+        for (int j = 0; j < u->n_in; j++) {
+            if (u->in[j] != x) continue;
+            readers++;
+            bool view = u->op == SN_OP_RESHAPE || u->op == SN_OP_PERMUTE ||
+                        u->op == SN_OP_SLICE || u->op == SN_OP_BROADCAST;
+            if (policy_of(u->op) != POL_LOW && u->op != SN_OP_GELU && !(view && read_low(in, u)))
+                return false;
+        }
+    }
+    return readers > 0;
+}
+
+/* x (new graph, f32) as the low dtype read back in f32: what an epilogue of the low output
+ * type stores (a bias, a GELU's input) and a reader then computes with. */
+static sn_node *rounded(ac_state *s, sn_node *x) { return cast(s, cast(s, x, s->low), SN_F32); }
+
 /* Copies old node n with its float inputs in the dtypes its policy asks for. */
-static sn_status rewrite_node(ac_state *s, const sn_node *n) {
+static sn_status rewrite_node(ac_state *s, const sn_graph *in, const sn_node *n) {
     sn_node *ins[SN_MAX_INPUTS], p = sn_rewrite_proto(&s->r, n, ins);
     switch (policy_of(n->op)) {
     case POL_REFUSE:
@@ -107,6 +141,14 @@ static sn_status rewrite_node(ac_state *s, const sn_node *n) {
         break;
     case POL_F32:
         for (int i = 0; i < n->n_in; i++) ins[i] = cast(s, ins[i], SN_F32);
+        if (n->op == SN_OP_ADD && read_low(in, n)) /* a linear layer's bias, a vector (N) */
+            for (int i = 0; i < 2; i++) {
+                const sn_node *b = ins[i];
+                if (is_product(ins[1 - i]) && b->op == SN_OP_PARAM && b->rank == 1 &&
+                    b->shape[0] == ins[1 - i]->shape[ins[1 - i]->rank - 1])
+                    ins[i] = rounded(s, ins[i]);
+            }
+        if (n->op == SN_OP_GELU && is_linear(ins[0])) ins[0] = rounded(s, ins[0]);
         break;
     case POL_FOLLOW:
         if (n->op == SN_OP_CONCAT || n->op == SN_OP_PAD) { /* mixed inputs meet in f32 */
@@ -165,7 +207,7 @@ sn_status sn_pass_autocast(const sn_graph *in, sn_precision prec, sn_graph **out
                        "the pass before autodiff so the gradients come from the cast graph");
     ac_state s = {.low = prec == SN_PRECISION_BF16 ? SN_BF16 : SN_F16, .e = e};
     if ((st = sn_rewrite_begin(&s.r, in, e))) return st;
-    for (int i = 0; !st && i < in->n_nodes; i++) st = rewrite_node(&s, in->nodes[i]);
+    for (int i = 0; !st && i < in->n_nodes; i++) st = rewrite_node(&s, in, in->nodes[i]);
     /* outputs and the loss keep the dtypes the model gave them */
     for (int i = 0; !st && i < in->n_nodes; i++) {
         const sn_node *n = in->nodes[i];

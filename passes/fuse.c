@@ -234,25 +234,71 @@ static const sn_node *colsum_host(const fuse_state *s, const sn_node *x) {
     return NULL;
 }
 
-/* The matmul whose GEMM kernel computes x = matmul + bias as its bias epilogue (kernel.h), or
- * NULL: x adds an (N) f32 vector with a buffer to a matmul read by nothing else, whose
- * product is one GEMM (a rank-2 B shared by A's rows, A not transposed), and x's own kernel
- * computes nothing else. */
-static const sn_node *bias_gemm(const fuse_state *s, const sn_node *x) {
-    if (x->op != SN_OP_ADD || x->dtype != SN_F32 || s->home[x->id] != x->id || s->members[x->id])
-        return NULL;
-    for (int i = 0; i < 2; i++) {
-        const sn_node *mm = x->in[i], *b = x->in[1 - i];
-        if (mm->op != SN_OP_MATMUL || mm->dtype != SN_F32 || mm->rank != x->rank ||
-            s->home[mm->id] != mm->id || sn_fuse_only_reader(s, mm) != x || mm->a.ta ||
-            mm->in[1]->rank != 2 || b->rank != 1 || b->dtype != SN_F32 || !s->mat[b->id] ||
-            b->shape[0] != x->shape[x->rank - 1] || mm == b)
-            continue;
-        bool same = true;
-        for (int d = 0; d < x->rank; d++) same = same && mm->shape[d] == x->shape[d];
-        if (same) return mm;
+/* A GEMM's bias epilogue (kernel.h: BIAS) found from its matmul: the nodes the GEMM kernel
+ * computes besides it (the bias's f32 cast, the add, the cast of the add) and its inputs. */
+typedef struct {
+    const sn_node *mm, *bias, *y; /* bias: the (N) vector read; y: the stored result */
+    const sn_node *nodes[3];      /* with home at mm: y last */
+    int n;
+} epi_match;
+
+/* Whether n joined nothing but the nodes of m (when it roots a group, every member of it is one
+ * of them). */
+static bool only_epilogue(const fuse_state *s, const epi_match *m, const sn_node *n) {
+    for (int j = 0; j < s->g->n_nodes; j++) {
+        if (!s->live[j] || s->home[j] != n->id) continue;
+        bool in = j == m->bias->id; /* a bias grouped with its cast roots a kernel instead */
+        for (int i = 0; i < m->n; i++) in = in || m->nodes[i]->id == j;
+        if (!in) return false;
     }
-    return NULL;
+    for (int i = 0; i < m->n; i++) /* and it joined one of them */
+        if (s->home[n->id] == m->nodes[i]->id) return true;
+    return false;
+}
+
+/* The bias epilogue of matmul mm, false when there is none: mm (f32, one GEMM: a rank-2 B
+ * shared by A's rows, A not transposed) read by nothing but x = mm + b, b an (N) vector with a
+ * buffer: f32 (then y = x), or the f32 cast of a bf16 or f16 vector read by nothing else (then
+ * y is the one reader of x, its cast to that dtype); the kernels x, y and the cast were
+ * grouped into hold nothing else. */
+static bool bias_epilogue(const fuse_state *s, const sn_node *mm, epi_match *m) {
+    *m = (epi_match){.mm = mm};
+    const sn_node *x = sn_fuse_only_reader(s, mm);
+    if (mm->op != SN_OP_MATMUL || mm->dtype != SN_F32 || s->home[mm->id] != mm->id || mm->a.ta ||
+        mm->in[1]->rank != 2 || !x || x->op != SN_OP_ADD || x->rank != mm->rank)
+        return false;
+    for (int d = 0; d < x->rank; d++)
+        if (mm->shape[d] != x->shape[d]) return false;
+    const sn_node *b = x->in[0] == mm ? x->in[1] : x->in[0];
+    if (b == mm || b->rank != 1 || b->shape[0] != x->shape[x->rank - 1]) return false;
+    if (b->op == SN_OP_CAST && b->dtype == SN_F32 && sn_fuse_only_reader(s, b) == x) {
+        const sn_node *y = sn_fuse_only_reader(s, x), *lo = b->in[0];
+        if (!y || y->op != SN_OP_CAST || y->dtype != lo->dtype || lo->dtype == SN_F32 ||
+            s->is_out[x->id])
+            return false;
+        *m = (epi_match){.mm = mm, .bias = lo, .y = y, .nodes = {b, x, y}, .n = 3};
+    } else {
+        if (b->dtype != SN_F32 || !s->mat[b->id]) return false;
+        *m = (epi_match){.mm = mm, .bias = b, .y = x, .nodes = {x}, .n = 1};
+    }
+    for (int i = 0; i < m->n; i++)
+        if (!only_epilogue(s, m, m->nodes[i])) return false;
+    return true;
+}
+
+/* The epilogue's nodes join mm's GEMM kernel: y keeps its buffer, the others none; the bias
+ * has a buffer (a low-precision bias its own kernel, the cast of its f32 master). */
+static void join_epilogue(fuse_state *s, const epi_match *m) {
+    for (int i = 0; i < m->n; i++) {
+        s->home[m->nodes[i]->id] = m->mm->id;
+        s->mat[m->nodes[i]->id] = m->nodes[i] == m->y;
+    }
+    s->mat[m->mm->id] = false;
+    const sn_node *b = m->bias;
+    if (!s->mat[b->id] || s->home[b->id] != b->id) {
+        if (is_leaf(b->op)) s->mat[b->id] = true;
+        else make_root(s, b);
+    }
 }
 
 /* ---- attention outputs written into a concatenation ---- */
@@ -439,10 +485,8 @@ static void decide(fuse_state *s) {
     for (int i = 0; i < n; i++) /* the attention forward's o written into its permute */
         if (s->live[i]) fwd_into(s, g->nodes[i]);
     for (int i = 0; i < n; i++) { /* a bias add joins the GEMM before it as its epilogue */
-        const sn_node *mm = s->live[i] ? bias_gemm(s, g->nodes[i]) : NULL;
-        if (!mm) continue;
-        s->home[i] = mm->id;
-        s->mat[mm->id] = false;
+        epi_match m;
+        if (s->live[i] && bias_epilogue(s, g->nodes[i], &m)) join_epilogue(s, &m);
     }
     /* column sums join a norm weight-gradient kernel over the same rows (kernel.h) */
     for (int i = 0; i < n; i++) {
@@ -467,7 +511,19 @@ static sn_status build(fuse_state *s) {
         return SN_ERR_OOM;
     p->g = g;
     sn_status st = sn_fuse_make_values(s);
-    for (int i = 0; i < n && !st; i++) {
+    /* a GEMM kernel with an epilogue is made where its last node is: it reads the epilogue's
+     * inputs (a bias cast after the matmul) */
+    int *last = sn_malloc(sizeof(int) * 2 * (size_t)n, what, s->e), *ends = last + n;
+    if (!last) return SN_ERR_OOM;
+    for (int i = 0; i < n; i++) last[i] = i, ends[i] = -1;
+    for (int i = 0; i < n; i++)
+        if (s->live[i] && s->home[i] >= 0 && g->nodes[s->home[i]]->op == SN_OP_MATMUL)
+            last[s->home[i]] = i;
+    for (int i = 0; i < n; i++)
+        if (last[i] != i) ends[last[i]] = i;
+    for (int at = 0; at < n && !st; at++) {
+        int i = ends[at] >= 0 ? ends[at] : at; /* the GEMM whose epilogue ends here */
+        if (ends[at] < 0 && last[at] != at) continue; /* made at its epilogue's last node */
         const sn_node *x = g->nodes[i];
         if (!s->live[i] || s->home[i] != i) continue; /* not the root of a kernel */
         if (is_view(x->op)) st = sn_fuse_copy_kernel(s, x);
@@ -483,6 +539,7 @@ static sn_status build(fuse_state *s) {
         if (k && !st && k->kind == SN_KER_GATHER && k->anchor->op == SN_OP_EMBEDDING_BWD)
             st = sn_fuse_split_gather(s, k); /* and its ROWS kernel */
     }
+    free(last);
     if (!st) st = sn_fuse_check_order(s);
     return st;
 }

@@ -261,10 +261,17 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
     }
     for (int j = n->id + 1; k->kind == SN_KER_GEMM && j < s->g->n_nodes; j++) { /* a bias */
         const sn_node *x = s->g->nodes[j];
-        if (s->home[j] != n->id) continue;
-        SN_ASSERT(x->op == SN_OP_ADD && k->n_in == 2);
-        k->args[0] = x; /* the epilogue's result */
-        k->args[k->n_out + k->n_in++] = x->in[0] == n ? x->in[1] : x->in[0];
+        if (s->home[j] != n->id || x->op != SN_OP_ADD) continue;
+        SN_ASSERT(k->n_in == 2);
+        const sn_node *b = x->in[0] == n ? x->in[1] : x->in[0], *y = x;
+        if (b->op == SN_OP_CAST) { /* autocast's linear layer: rnd(v + f32(bias)) */
+            b = b->in[0];
+            y = sn_fuse_only_reader(s, x);
+        }
+        SN_ASSERT(s->mat[y->id] && s->mat[b->id] && b->dtype == y->dtype);
+        k->epilogue = SN_EPI_BIAS;
+        k->args[0] = y; /* the epilogue's result */
+        k->args[k->n_out + k->n_in++] = b;
         snprintf(k->name, sizeof k->name, "k%d_matmul_bias", k->id);
         break;
     }

@@ -14,8 +14,7 @@ typedef enum {
     SN_KER_ROW,       /* anchor is a row op (softmax, norms, causal mask, cross-entropy, bwds) */
     SN_KER_REDUCE,    /* anchor is sum/mean/max over one axis */
     SN_KER_GEMM,      /* anchor is a matmul: a GEMM library call, not generated; args: y, A, B
-                         and, with a bias epilogue (n_in 3), an (N) vector added to every row
-                         of the product (y is then the add node the matmul fed) */
+                         and what its epilogue (below) reads */
     SN_KER_ATTENTION, /* anchor is an attention op (forward: lse + o; backward: dq, dk, dv) */
     SN_KER_GATHER,    /* anchor is embedding (gather) or embedding_bwd (scatter-add) */
     /* the optimizer step over the flat parameter range (made by the trainer, not fuse; below) */
@@ -27,6 +26,16 @@ typedef enum {
 } sn_kernel_kind;
 
 const char *sn_kernel_kind_name(sn_kernel_kind k);
+
+/* What a GEMM kernel does with its f32 product v (M, N) = A @ B before storing it (cuBLASLt's
+ * epilogues; rnd() rounds to y's dtype, exact when y is f32):
+ *   NONE  args y, A, B:       y = v (y is the matmul)
+ *   BIAS  args y, A, B, bias: y = rnd(v + bias), bias an (N) vector of y's dtype; y is the
+ *         add node the matmul fed (f32), or the cast of that add to bias's dtype, whose f32
+ *         operand is the cast of bias (autocast's linear layer)
+ * The nodes the epilogue stands for have home at the matmul; sn_gemm_epilogue_of finds them. */
+typedef enum { SN_EPI_NONE, SN_EPI_BIAS, SN_EPI_COUNT } sn_epilogue;
+const char *sn_epilogue_name(sn_epilogue e);
 
 #define SN_KER_MAX_ARGS 16
 
@@ -67,6 +76,7 @@ struct sn_kernel {
     int n_out, n_in;
     const sn_node *args[SN_KER_MAX_ARGS]; /* n_out outputs then n_in inputs, all materialised */
     const sn_node *anchor;                /* every kind but POINTWISE: the node computed */
+    sn_epilogue epilogue;                 /* GEMM: above */
     const sn_node *anchor2;               /* ATTENTION: the second output: the forward's lse node,
                                              or attention_bwd_k's attention_bwd_v (same inputs) */
                                           /* ROW: the classifier (below): a cross_entropy_bwd's

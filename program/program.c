@@ -7,6 +7,12 @@
 
 #include "program.h"
 
+const char *sn_epilogue_name(sn_epilogue e) {
+    static const char *names[] = {"none", "bias"};
+    _Static_assert(sizeof names / sizeof *names == SN_EPI_COUNT, "a name per epilogue");
+    return e >= 0 && e < SN_EPI_COUNT ? names[e] : "?";
+}
+
 const char *sn_kernel_kind_name(sn_kernel_kind k) {
     static const char *names[] = {"pointwise", "row", "reduce", "gemm", "attention", "gather",
                                   "grad_acc", "sqnorm", "clip", "adamw"};

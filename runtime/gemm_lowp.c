@@ -169,3 +169,32 @@ sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, c
     }
     return SN_OK;
 }
+
+/* The bits of v in dtype t, rounded to nearest even (sn_dtype_round); NaN stays NaN. */
+static uint16_t to_bits(sn_dtype t, float v) {
+    float r = (float)sn_dtype_round(t, v);
+    uint32_t u;
+    memcpy(&u, &r, sizeof u);
+    if (t == SN_BF16) return isnan(v) ? (uint16_t)((u >> 16) | 0x40) : (uint16_t)(u >> 16);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    float a = fabsf(r);
+    if (isnan(v)) return 0x7e00;
+    if (isinf(a) || a >= 65520.0f) return sign | 0x7c00;
+    if (a < ldexpf(1, -14)) return sign | (uint16_t)(a * ldexpf(1, 24)); /* subnormal: exact */
+    int ex;
+    float m = frexpf(a, &ex); /* a = m 2^ex, m in [0.5, 1) */
+    return sign | (uint16_t)((ex + 14) << 10) | (uint16_t)((m * 2048.0f) - 1024.0f);
+}
+
+void sn_gemm_store_lowp(sn_dtype t, void *y, const float *c, const void *bias, int64_t N,
+                        int64_t r0, int64_t r1) {
+    SN_ASSERT(t == SN_BF16 || t == SN_F16);
+    uint16_t *y16 = y;
+    const uint16_t *b16 = bias;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t j = 0; j < N; j++) {
+            float v = c[r * N + j];
+            if (b16) v += t == SN_BF16 ? bf16_to_f32(b16[j]) : f16_to_f32(b16[j]);
+            y16[r * N + j] = to_bits(t, v);
+        }
+}

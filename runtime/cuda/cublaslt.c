@@ -2,8 +2,9 @@
  * descriptor, layouts, preference, the heuristic's algorithm), run with no setup per call. A and
  * B are f32 (fp32 or TF32 compute), or both bf16 or both f16 (autocast; CUBLAS_COMPUTE_32F, f32
  * accumulation); D is f32 or A's type. The epilogues set: CUBLASLT_EPILOGUE_DEFAULT, and
- * CUBLASLT_EPILOGUE_BIAS (the bias of D's type, cuBLASLt's rule for BIAS_DATA_TYPE; its pointer
- * set before each run) for GEMM kernels with a bias (program/kernel.h); no others.
+ * CUBLASLT_EPILOGUE_BIAS (the bias of D's type, cuBLASLt's rule for BIAS_DATA_TYPE outside fp8
+ * and IMMA kernels: f32 with an f32 D, bf16 with a bf16 D; its pointer set before each run) for
+ * GEMM kernels with a bias (program/kernel.h: SN_EPI_BIAS); no others.
  * Convention: the row-major problem D (M, N) = op(A) @ op(B) is handed to cuBLASLt as its
  * column-major transpose D^T (N, M) = op(B)^T @ op(A)^T, so no layout needs a row order and an
  * (N) bias is cuBLASLt's per-row bias of D^T. */
@@ -43,10 +44,10 @@ sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k) {
     s.stride_a = A->rank > 2 ? s.M * s.K : 0;
     s.stride_b = B->rank > 2 ? s.K * s.N : 0;
     s.stride_d = s.M * s.N;
-    s.bias = k->n_in == 3; /* the bias epilogue (kernel.h): args[3], an (N) vector */
+    s.bias = k->epilogue == SN_EPI_BIAS; /* the bias epilogue (kernel.h): args[3], an (N) vector */
     s.ab = A->dtype;
-    s.d = mm->dtype;
-    s.bias_t = s.bias ? k->args[3]->dtype : mm->dtype;
+    s.d = k->args[0]->dtype; /* the matmul's f32, or (with a bias) the cast of its sum */
+    s.bias_t = s.bias ? k->args[3]->dtype : s.d;
     return s;
 }
 
