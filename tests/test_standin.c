@@ -646,43 +646,54 @@ typedef struct {
  * x @ w + b): fuse makes one GEMM kernel with the BIAS epilogue, and it agrees with the
  * interpreter on the CPU device and on the stand-in's cuBLASLt (one rounding of the output:
  * half a unit in the last place, and the f32 sums' own error). */
+/* The linear layer's graph in storage type t: inputs x, w, b; y the output; bt the bias cast. */
+static sn_graph *linear_graph(sn_dtype t, sn_node **x, sn_node **w, sn_node **b, sn_node **bt,
+                              sn_node **y) {
+    sn_graph *g = sn_graph_new();
+    *x = sn_input(g, "x", SN_F32, SN_SHAPE(2, 8, 16));
+    *w = sn_input(g, "w", SN_F32, SN_SHAPE(16, 24)), *b = sn_input(g, "b", SN_F32, SN_SHAPE(24));
+    *bt = sn_cast(g, *b, t); /* the epilogue's bias, of the output's dtype */
+    *y = sn_cast(g, sn_add(g, sn_matmul(g, sn_cast(g, *x, t), sn_cast(g, *w, t)),
+                           sn_cast(g, *bt, SN_F32)), t);
+    sn_graph_add_output(g, *y);
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    return g;
+}
+
 START_TEST(bias_epilogue_matches_the_interpreter) {
     if (!have_nvrtc()) return;
     sn_dtype t = _i == 0 ? SN_BF16 : _i == 1 ? SN_F16 : SN_F32;
     double tol = t == SN_BF16 ? 0x1p-8 : t == SN_F16 ? 0x1p-10 : 1e-5;
-    sn_graph *g = sn_graph_new();
-    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(2, 8, 16));
-    sn_node *w = sn_input(g, "w", SN_F32, SN_SHAPE(16, 24)), *b = sn_input(g, "b", SN_F32, SN_SHAPE(24));
-    sn_node *bt = sn_cast(g, b, t); /* the epilogue's bias, of the output's dtype */
-    sn_node *y = sn_cast(g, sn_add(g, sn_matmul(g, sn_cast(g, x, t), sn_cast(g, w, t)),
-                                   sn_cast(g, bt, SN_F32)), t);
-    sn_graph_add_output(g, y);
-    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    sn_node *x, *w, *b, *bt, *y;
+    sn_graph *ref = linear_graph(t, &x, &w, &b, &bt, &y);
     sn_err e;
-    sn_program *p;
-    ck_assert_msg(!sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e), "%s", e.msg);
-    int gemms = 0;
-    for (int k = 0; k < p->n_kernels; k++) {
-        const sn_kernel *ker = p->kernels[k];
-        if (ker->kind != SN_KER_GEMM) {
-            ck_assert_msg(ker->kind == SN_KER_POINTWISE && ker->args[0]->op == SN_OP_CAST,
-                          "%s: only the operands' casts besides the GEMM", ker->name);
-            continue;
-        }
-        ck_assert_int_eq(ker->epilogue, SN_EPI_BIAS);
-        ck_assert(ker->args[0] == y && ker->args[3] == bt);
-        gemms++;
-    }
-    ck_assert_int_eq(gemms, 1);
     float xv[256], wv[384], bv[24];
     fill(xv, 256, 1), fill(wv, 384, 2), fill(bv, 24, 3);
-    sn_interp *it = sn_interp_new(g, false);
+    sn_interp *it = sn_interp_new(ref, false);
     ck_assert(!sn_interp_set(it, x, xv, &e) && !sn_interp_set(it, w, wv, &e) &&
               !sn_interp_set(it, b, bv, &e) && !sn_interp_run(it, &e));
-    for (int d = 0; d < 2; d++) {
+    const double *want = sn_interp_value(it, y);
+    for (int d = 0; d < 2; d++) { /* each device's program, compiled for its target */
         sn_device *dev = NULL;
         if (d == 0) ck_assert_msg(sn_cpu_device_new(2, &dev, &e) == SN_OK, "%s", e.msg);
         else dev = cuda(NULL);
+        sn_graph *g = linear_graph(t, &x, &w, &b, &bt, &y);
+        sn_program *p;
+        ck_assert_msg(!sn_compile(g, &(sn_pipeline_opts){.target = &dev->target}, &p, NULL, &e),
+                      "%s", e.msg);
+        int gemms = 0;
+        for (int k = 0; k < p->n_kernels; k++) {
+            const sn_kernel *ker = p->kernels[k];
+            if (ker->kind != SN_KER_GEMM) {
+                ck_assert_msg(ker->kind == SN_KER_POINTWISE && ker->args[0]->op == SN_OP_CAST,
+                              "%s: only the operands' casts besides the GEMM", ker->name);
+                continue;
+            }
+            ck_assert_int_eq(ker->epilogue, SN_EPI_BIAS);
+            ck_assert(ker->args[0] == y && ker->args[3] == bt);
+            gemms++;
+        }
+        ck_assert_int_eq(gemms, 1);
         sn_exec *ex;
         ck_assert_msg(!sn_exec_new(dev, p, &ex, &e), "%s", e.msg);
         ck_assert(!sn_exec_set(ex, x, xv, &e) && !sn_exec_set(ex, w, wv, &e) &&
@@ -693,14 +704,14 @@ START_TEST(bias_epilogue_matches_the_interpreter) {
         ck_assert_msg(!sn_exec_get(ex, y, raw, &e), "%s", e.msg);
         from_dtype(t, raw, 384, got);
         for (int i = 0; i < 384; i++) gd[i] = got[i];
-        sn_check_close(d ? "linear, stand-in" : "linear, cpu", gd, sn_interp_value(it, y), 384,
-                       tol, tol);
+        sn_check_close(d ? "linear, stand-in" : "linear, cpu", gd, want, 384, tol, tol);
         sn_exec_free(ex);
+        sn_program_free(p);
+        sn_graph_free(g);
         sn_device_free(dev);
     }
     sn_interp_free(it);
-    sn_program_free(p);
-    sn_graph_free(g);
+    sn_graph_free(ref);
 }
 END_TEST
 
