@@ -47,7 +47,7 @@ int sn_kernel_n_bufs(const sn_kernel *k) {
     switch (k->kind) {
     case SN_KER_GRAD_ACC: case SN_KER_CLIP: return 2;
     case SN_KER_SQNORM: return 3;
-    case SN_KER_ADAMW: return 5;
+    case SN_KER_ADAMW: return k->flat_low == SN_F32 ? 5 : 6;
     default: return k->n_out + k->n_in + (k->stage != SN_SUM_WHOLE);
     }
 }
