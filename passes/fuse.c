@@ -399,6 +399,10 @@ static void decide(fuse_state *s) {
             }
             continue;
         }
+        if (is_shadow(s, x)) { /* its own cast kernel, set apart from the step's (build) */
+            make_root(s, x);
+            continue;
+        }
         if ((owner = lse_owner(s, x)) || (owner = dv_owner(s, x))) { /* written by its
                                                                         attention node's kernel */
             s->mat[i] = true;
@@ -441,7 +445,8 @@ static sn_status build(fuse_state *s) {
     sn_status st = sn_fuse_make_values(s);
     for (int i = 0; i < n && !st; i++) {
         const sn_node *x = g->nodes[i];
-        if (!s->live[i] || s->home[i] != i) continue; /* not the root of a kernel */
+        if (!s->live[i] || s->home[i] != i || is_shadow(s, x)) continue; /* not the root of a
+                                                                          kernel of the step */
         if (is_view(x->op)) st = sn_fuse_copy_kernel(s, x);
         else if (is_compute(x->op) && (!is_row(x->op) || !s->members[i]))
             st = sn_fuse_compute_kernel(s, x);
@@ -450,6 +455,13 @@ static sn_status build(fuse_state *s) {
         if (k && k->kind == SN_KER_ROW && sn_fuse_sums_rows(k->anchor->op))
             st = sn_fuse_split_sum(s, k); /* and its FINISH kernel */
     }
+    /* the weight shadows' cast kernels, after the step's and set apart from them */
+    int n_step = p->n_kernels;
+    for (int i = 0; i < n && !st; i++)
+        if (s->live[i] && is_shadow(s, g->nodes[i])) st = sn_fuse_group_kernel(s, g->nodes[i]);
+    p->shadows = p->kernels + n_step;
+    p->n_shadows = p->n_kernels - n_step;
+    p->n_kernels = n_step;
     if (!st) st = sn_fuse_check_order(s);
     return st;
 }
@@ -471,11 +483,11 @@ static void free_tables(fuse_state *s, int n) {
     free(s->into);
 }
 
-sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_err *e) {
+sn_status sn_fuse(const sn_graph *g, const sn_target *t, bool shadows, sn_program **out, sn_err *e) {
     (void)t; /* the same kernels for every target today */
     *out = NULL;
     int n = g->n_nodes;
-    fuse_state s = {.g = g, .e = e};
+    fuse_state s = {.g = g, .e = e, .shadows = shadows};
     const char *what = "the fuse pass's per-node tables";
     s.users = sn_calloc((size_t)n, sizeof *s.users, what, e);
     s.n_users = sn_calloc((size_t)n, sizeof *s.n_users, what, e);

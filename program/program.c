@@ -207,6 +207,10 @@ void sn_program_print(const sn_program *p, FILE *f) {
     for (int i = 0; i < SN_KER_KIND_COUNT; i++)
         if (count[i]) fprintf(f, " %d %s", count[i], sn_kernel_kind_name((sn_kernel_kind)i));
     fprintf(f, "\n");
+    for (int k = 0; k < p->n_shadows; k++) { /* run when their parameters are set, not per step */
+        sn_kernel_describe(p->shadows[k], line, sizeof line);
+        fprintf(f, "# weight copy: %s\n", line);
+    }
     if (!p->sum_bytes && !p->persistent_bytes) return; /* not planned yet */
     print_bytes(f, "arena (planned peak)", p->arena_bytes);
     print_bytes(f, "arena values without reuse", p->sum_bytes);
