@@ -232,6 +232,24 @@ static const sn_node *bias_gemm(const fuse_state *s, const sn_node *x) {
     return NULL;
 }
 
+/* The root of the kernel that computes x, a cast with a kernel of its own, as one more output
+ * (its epilogue), or -1: x's operand is computed by a pointwise or row kernel over x's elements
+ * whose row op gives one result per element (the residual gradient after layernorm_bwd, the
+ * GELU gradient: their bf16 copies for the products then cost no pass of their own). */
+static int cast_host(const fuse_state *s, const sn_node *x) {
+    if (x->op != SN_OP_CAST || s->home[x->id] != x->id || s->members[x->id] || is_shadow(s, x) ||
+        s->into[x->id])
+        return -1;
+    const sn_node *v = x->in[0];
+    int R = is_view(v->op) || is_leaf(v->op) ? -1 : s->home[v->id];
+    if (R < 0 || R >= x->id || s->solo[R] || s->into[R]) return -1;
+    const sn_node *r = s->g->nodes[R], *a = s->anchor[R];
+    if (!is_pw(r->op) && !is_row(r->op)) return -1; /* a GEMM, attention, reduction, copy */
+    if (r->op == SN_OP_CONCAT || (a && (!sn_row_result_per_element(a->op) || a->op == SN_OP_CROSS_ENTROPY)))
+        return -1;
+    return s->space[R] && same_squeezed(x, s->space[R]) ? R : -1;
+}
+
 /* ---- attention outputs written into a concatenation ---- */
 
 enum { MAX_PARTS = 8 };
@@ -424,6 +442,15 @@ static void decide(fuse_state *s) {
     for (int i = 0; i < n; i++) {
         const sn_node *h = s->live[i] ? colsum_host(s, g->nodes[i]) : NULL;
         if (h) s->home[i] = h->id;
+    }
+    /* casts join the kernel that computes their operand (in graph order: a cast of such a
+       cast follows it there too) */
+    for (int i = 0; i < n; i++) {
+        int R = s->live[i] ? cast_host(s, g->nodes[i]) : -1;
+        if (R < 0) continue;
+        s->home[i] = R;
+        s->members[R]++;
+        s->extra[R] = true;
     }
 }
 

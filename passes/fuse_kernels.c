@@ -157,6 +157,8 @@ sn_status sn_fuse_group_kernel(fuse_state *s, const sn_node *root) {
     if (!b) return SN_ERR_OOM;
     sn_ref top;
     sn_status st = add_value(s, b, root, &top);
+    for (int j = root->id + 1; !st && j < s->g->n_nodes; j++) /* casts after it (fuse.c) */
+        if (s->home[j] == root->id && s->live[j]) st = add_value(s, b, s->g->nodes[j], &top);
     if (!st) st = finish(s, k, b, anchor);
     free(b);
     return st;
