@@ -263,6 +263,8 @@ static void nvrtc_program(sn_graph *g, const char *model, int B, int T, const in
     for (int i = 0; i < 4; i++) {
         int64_t params = sn_graph_param_count(g);
         opt[i] = (sn_kernel){.kind = kinds[i], .flat_n = params, .flat_decay = params / 2};
+        if (kinds[i] == SN_KER_ADAMW && p->n_shadows) /* and the weights' 16-bit copies */
+            opt[i].flat_low = p->shadows[0]->args[0]->dtype;
         snprintf(opt[i].name, sizeof opt[i].name, "opt_%d", i);
         ks[n++] = &opt[i];
     }
