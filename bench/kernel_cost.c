@@ -109,6 +109,8 @@ int main(int argc, char **argv) {
     int n_prog = n; /* ks[0..n_prog) are the program's */
     for (int i = 0; i < N_OPT; i++) {
         opt[i] = (sn_kernel){.kind = opt_kinds[i], .flat_n = n_params, .flat_decay = n_params / 2};
+        if (opt_kinds[i] == SN_KER_ADAMW && p->n_shadows) /* it writes the weights' copies */
+            opt[i].flat_low = p->shadows[0]->args[0]->dtype;
         snprintf(opt[i].name, sizeof opt[i].name, "optimizer_%s", sn_kernel_kind_name(opt_kinds[i]));
         if (want(&a, &opt[i])) ks[n++] = &opt[i];
     }

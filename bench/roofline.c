@@ -2,7 +2,7 @@
  * once (views that fuse folded read their whole buffer: an upper bound for those, the fewest
  * bytes for the rest); the optimizer step (not in the program: the trainer adds it) is modeled
  * from the parameter count as SQNORM (read g), CLIP (tiny) and ADAMW (read g, p, m, v; write
- * p, m, v), all f32. */
+ * p, m, v), all f32, and the weights' 16-bit copies AdamW writes where the program has them. */
 #include "roofline.h"
 
 #include <string.h>
@@ -133,8 +133,9 @@ sn_roofline_step sn_roofline_program(const sn_program *p, int64_t n_params,
         s.kind_bytes[k->kind] += r.bytes;
         s.kind_flops[k->kind] += r.flops;
     }
-    /* SQNORM reads g; ADAMW reads g, p, m, v and writes p, m, v: 8 f32 per parameter */
-    s.optimizer_bytes = 8.0 * 4.0 * (double)n_params;
+    /* SQNORM reads g; ADAMW reads g, p, m, v and writes p, m, v: 8 f32 per parameter, and
+       with weight shadows (program.h) the 16-bit copies: 2 bytes more */
+    s.optimizer_bytes = (8.0 * 4.0 + (p->n_shadows ? 2.0 : 0.0)) * (double)n_params;
     double opt_flops = 14.0 * (double)n_params;
     double tc = opt_flops / (m->fp32_tflops * 1e12), tm = s.optimizer_bytes / (m->tb_per_s * 1e12);
     s.optimizer_s = tc > tm ? tc : tm;

@@ -301,6 +301,26 @@ static void join_epilogue(fuse_state *s, const epi_match *m) {
     }
 }
 
+/* The root of the kernel that computes x, a cast with a kernel of its own, as one more output
+ * (its epilogue), or -1: x's operand is computed by a pointwise or row kernel over x's elements
+ * whose row op gives one result per element (the residual gradient after layernorm_bwd, the
+ * GELU gradient: their bf16 copies for the products then cost no pass of their own). */
+static int cast_host(const fuse_state *s, const sn_node *x) {
+    if (x->op != SN_OP_CAST || s->home[x->id] != x->id || s->members[x->id] || is_shadow(s, x) ||
+        s->into[x->id])
+        return -1;
+    const sn_node *v = x->in[0];
+    int R = is_view(v->op) || is_leaf(v->op) ? -1 : s->home[v->id];
+    /* not into a weight shadow's kernel: it runs apart from the step (f32(bf16(bias)), the BIAS
+     * epilogue's reading of a bias, must be computed in the step) */
+    if (R < 0 || R >= x->id || s->solo[R] || s->into[R] || is_shadow(s, s->g->nodes[R])) return -1;
+    const sn_node *r = s->g->nodes[R], *a = s->anchor[R];
+    if (!is_pw(r->op) && !is_row(r->op)) return -1; /* a GEMM, attention, reduction, copy */
+    if (r->op == SN_OP_CONCAT || (a && (!sn_row_result_per_element(a->op) || a->op == SN_OP_CROSS_ENTROPY)))
+        return -1;
+    return s->space[R] && same_squeezed(x, s->space[R]) ? R : -1;
+}
+
 /* ---- attention outputs written into a concatenation ---- */
 
 enum { MAX_PARTS = 8 };
@@ -468,6 +488,10 @@ static void decide(fuse_state *s) {
             }
             continue;
         }
+        if (is_shadow(s, x)) { /* its own cast kernel, set apart from the step's (build) */
+            make_root(s, x);
+            continue;
+        }
         if ((owner = lse_owner(s, x)) || (owner = dv_owner(s, x))) { /* written by its
                                                                         attention node's kernel */
             s->mat[i] = true;
@@ -492,6 +516,15 @@ static void decide(fuse_state *s) {
     for (int i = 0; i < n; i++) {
         const sn_node *h = s->live[i] ? colsum_host(s, g->nodes[i]) : NULL;
         if (h) s->home[i] = h->id;
+    }
+    /* casts join the kernel that computes their operand (in graph order: a cast of such a
+       cast follows it there too) */
+    for (int i = 0; i < n; i++) {
+        int R = s->live[i] ? cast_host(s, g->nodes[i]) : -1;
+        if (R < 0) continue;
+        s->home[i] = R;
+        s->members[R]++;
+        s->extra[R] = true;
     }
 }
 
@@ -525,7 +558,8 @@ static sn_status build(fuse_state *s) {
         int i = ends[at] >= 0 ? ends[at] : at; /* the GEMM whose epilogue ends here */
         if (ends[at] < 0 && last[at] != at) continue; /* made at its epilogue's last node */
         const sn_node *x = g->nodes[i];
-        if (!s->live[i] || s->home[i] != i) continue; /* not the root of a kernel */
+        if (!s->live[i] || s->home[i] != i || is_shadow(s, x)) continue; /* not the root of a
+                                                                          kernel of the step */
         if (is_view(x->op)) st = sn_fuse_copy_kernel(s, x);
         else if (is_compute(x->op) && (!is_row(x->op) || !s->members[i]))
             st = sn_fuse_compute_kernel(s, x);
@@ -539,6 +573,13 @@ static sn_status build(fuse_state *s) {
         if (k && !st && k->kind == SN_KER_GATHER && k->anchor->op == SN_OP_EMBEDDING_BWD)
             st = sn_fuse_split_gather(s, k); /* and its ROWS kernel */
     }
+    /* the weight shadows' cast kernels, after the step's and set apart from them */
+    int n_step = p->n_kernels;
+    for (int i = 0; i < n && !st; i++)
+        if (s->live[i] && is_shadow(s, g->nodes[i])) st = sn_fuse_group_kernel(s, g->nodes[i]);
+    p->shadows = p->kernels + n_step;
+    p->n_shadows = p->n_kernels - n_step;
+    p->n_kernels = n_step;
     free(last);
     if (!st) st = sn_fuse_check_order(s);
     return st;
@@ -561,11 +602,11 @@ static void free_tables(fuse_state *s, int n) {
     free(s->into);
 }
 
-sn_status sn_fuse(const sn_graph *g, const sn_target *t, sn_program **out, sn_err *e) {
+sn_status sn_fuse(const sn_graph *g, const sn_target *t, bool shadows, sn_program **out, sn_err *e) {
     (void)t; /* the same kernels for every target today */
     *out = NULL;
     int n = g->n_nodes;
-    fuse_state s = {.g = g, .e = e};
+    fuse_state s = {.g = g, .e = e, .shadows = shadows};
     const char *what = "the fuse pass's per-node tables";
     s.users = sn_calloc((size_t)n, sizeof *s.users, what, e);
     s.n_users = sn_calloc((size_t)n, sizeof *s.n_users, what, e);

@@ -31,6 +31,7 @@ typedef struct {
     bool *extra;            /* a node joined it as a stored value or as its row op */
     bool *solo;             /* takes only single-reader chains (its kernel overflowed before) */
     int overflowed;         /* the root whose kernel ran out of args or instructions, or -1 */
+    bool shadows;           /* parameters' 16-bit casts are weight shadows (program.h) */
     sn_err *e;
 } fuse_state;
 
@@ -40,6 +41,11 @@ static inline bool is_view(sn_op op) {
 static inline bool is_row(sn_op op) { return sn_op_kind(op) == SN_K_ROW; }
 static inline bool is_leaf(sn_op op) {
     return op == SN_OP_INPUT || op == SN_OP_PARAM || op == SN_OP_CONST;
+}
+/* Whether x is a weight shadow (program.h): a 16-bit float cast of a parameter. */
+static inline bool is_shadow(const fuse_state *s, const sn_node *x) {
+    return s->shadows && x->op == SN_OP_CAST && x->in[0]->op == SN_OP_PARAM &&
+           (x->dtype == SN_BF16 || x->dtype == SN_F16);
 }
 
 /* ---- fuse_access.c: views folded into strided, masked accesses ---- */

@@ -157,6 +157,8 @@ sn_status sn_fuse_group_kernel(fuse_state *s, const sn_node *root) {
     if (!b) return SN_ERR_OOM;
     sn_ref top;
     sn_status st = add_value(s, b, root, &top);
+    for (int j = root->id + 1; !st && j < s->g->n_nodes; j++) /* casts after it (fuse.c) */
+        if (s->home[j] == root->id && s->live[j]) st = add_value(s, b, s->g->nodes[j], &top);
     if (!st) st = finish(s, k, b, anchor);
     free(b);
     return st;
@@ -373,7 +375,7 @@ sn_status sn_fuse_check_order(const fuse_state *s) {
     if (!written) return SN_ERR_OOM;
     for (int v = 0; v < p->n_values; v++) {
         const sn_node *n = p->values[v].node; /* NULL: a scratch value */
-        written[v] = n && (is_leaf(n->op) || n->op == SN_OP_FULL);
+        written[v] = n && (is_leaf(n->op) || n->op == SN_OP_FULL || is_shadow(s, n));
     }
     for (int k = 0; k < p->n_kernels; k++) {
         const sn_kernel *ker = p->kernels[k];
@@ -420,7 +422,7 @@ sn_status sn_fuse_make_values(fuse_state *s) {
         p->value_of[i] = p->n_values++;
         *v = (sn_value){.node = n, .bytes = sn_numel(n) * dtype_bytes(n->dtype), .alias = -1,
                         .first = -1, .last = -1};
-        v->persistent = sn_op_kind(n->op) == SN_K_LEAF || s->is_out[i];
+        v->persistent = sn_op_kind(n->op) == SN_K_LEAF || s->is_out[i] || is_shadow(s, n);
         if (n->op == SN_OP_RESHAPE && s->mat[n->in[0]->id] && !s->is_out[i])
             v->alias = p->value_of[n->in[0]->id];
     }    return SN_OK;

@@ -4,7 +4,8 @@
  * already-placed values whose live ranges overlap its own; 64-byte alignment.
  * The persistent block starts with the trainable parameters (rank >= 2 first, the ones weight
  * decay applies to), then their gradients in the same order, so that an optimizer sees each as
- * one flat range of the same layout (kernel.h, "the optimizer step"). */
+ * one flat range of the same layout (kernel.h, "the optimizer step"), and their 16-bit copies
+ * (weight shadows) after them in that layout at half the size. */
 #include <inttypes.h>
 #include <stdlib.h>
 
@@ -110,10 +111,15 @@ static int unplaced(const sn_program *p, const sn_node *n, const bool *placed) {
     return v >= 0 && p->values[v].alias < 0 && p->values[v].persistent && !placed[v] ? v : -1;
 }
 
-/* The persistent order: trainable parameters (decayed first), their gradients, the rest. */
+/* The persistent order: trainable parameters (decayed first), their gradients, the rest. The
+ * 16-bit copies of trainable parameters (program.h: weight shadows) follow the gradients in a
+ * range of half the parameters' bytes, each at half its parameter's offset, so that AdamW
+ * writes copy element i with parameter element i (kernel.h: flat_low). */
 static void place_persistent(sn_program *p, bool *placed) {
     const sn_graph *g = p->g;
-    for (int pass = 0; pass < 4; pass++)
+    int64_t params_end = 0;
+    for (int pass = 0; pass < 4; pass++) {
+        if (pass == 2) params_end = p->persistent_bytes;
         for (int i = 0; i < g->n_nodes; i++) {
             const sn_node *n = g->nodes[i];
             if (n->op != SN_OP_PARAM || !n->grad || (pass % 2 == 0) != (n->rank >= 2)) continue;
@@ -123,6 +129,20 @@ static void place_persistent(sn_program *p, bool *placed) {
             p->values[v].offset = p->persistent_bytes;
             p->persistent_bytes += align_up(p->values[v].bytes);
         }
+    }
+    int64_t copies = p->persistent_bytes;
+    bool any = false;
+    sn_dtype low = p->n_shadows ? p->shadows[0]->args[0]->dtype : SN_F32; /* one dtype a range */
+    for (int k = 0; k < p->n_shadows; k++) {
+        const sn_kernel *c = p->shadows[k];
+        int v = unplaced(p, c->args[0], placed), pv = p->value_of[c->args[1]->id];
+        if (v < 0 || pv < 0 || !placed[pv] || !p->values[pv].persistent ||
+            p->values[pv].offset >= params_end || c->args[0]->dtype != low)
+            continue; /* not a trainable parameter's */
+        placed[v] = any = true;
+        p->values[v].offset = copies + p->values[pv].offset / 2;
+    }
+    if (any) p->persistent_bytes = copies + align_up(params_end / 2);
 }
 
 sn_status sn_memplan(sn_program *p, const sn_target *t, sn_err *e) {

@@ -149,7 +149,7 @@ sn_status sn_compile(sn_graph *g, const sn_pipeline_opts *o, sn_program **prog,
     if ((s = graph_passes(g, o, stats, e)) || !prog) return s;
 
     sn_program *p;
-    if ((s = sn_fuse(g, t, &p, e))) return s;
+    if ((s = sn_fuse(g, t, !o->weight_casts_per_step, &p, e))) return s;
     after_program(p, "fuse", o);
 
     if (o->schedule) {

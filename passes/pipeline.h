@@ -34,6 +34,9 @@ typedef struct {
     int schedule;            /* an sn_schedule_mode: the schedule pass, kernels reordered so
                                 that large values die earlier (off by default: it saves nothing
                                 on GPT-2, docs/memory.md) */
+    bool weight_casts_per_step; /* fuse: the parameters' 16-bit casts run as kernels of every
+                                   step instead of as weight shadows written with the weights
+                                   (program.h); off by default, on for comparison */
     const char *dump_after;  /* a pass name from sn_pipeline_pass_names(), or NULL */
     FILE *dump;              /* where the dump goes (stdout if NULL) */
 } sn_pipeline_opts;

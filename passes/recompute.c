@@ -233,7 +233,7 @@ static sn_status plan_arena(rc_state *s, int64_t *arena) {
     sn_target t = *s->t;
     t.memory_bytes = 0; /* measuring, not refusing */
     sn_program *p;
-    if (!(st = sn_fuse(h, &t, &p, s->e))) {
+    if (!(st = sn_fuse(h, &t, true, &p, s->e))) {
         if (!(st = sn_memplan(p, &t, s->e))) *arena = p->arena_bytes;
         sn_program_free(p);
     }

@@ -21,7 +21,8 @@ typedef enum {
     SN_KER_GRAD_ACC,  /* sum[i] += g[i] */
     SN_KER_SQNORM,    /* partial[b] = sum over block b of (g[i] * inv_micro)^2 */
     SN_KER_CLIP,      /* norm = sqrt(sum of partials); scale = clip / norm when norm > clip */
-    SN_KER_ADAMW,     /* p, m, v updated from g (weight decay on [0, flat_decay)) */
+    SN_KER_ADAMW,     /* p, m, v updated from g (weight decay on [0, flat_decay)); with
+                         flat_low, the weights' 16-bit copies written from the new p */
     SN_KER_KIND_COUNT
 } sn_kernel_kind;
 
@@ -172,8 +173,11 @@ struct sn_kernel {
     int scratch; /* the scratch value (an index into the program's values) */
 
     /* The optimizer kinds: the flat range [0, flat_n) of f32 elements they cover, and (ADAMW)
-     * the first flat_decay of them, which get weight decay. */
+     * the first flat_decay of them, which get weight decay. flat_low (ADAMW): SN_F32 (zero)
+     * for none, else the dtype (bf16, f16) of the weights' 16-bit copies (program.h: the weight
+     * shadows) that AdamW writes in the same pass, rounded from the updated f32 weights. */
     int64_t flat_n, flat_decay;
+    sn_dtype flat_low;
 };
 
 /* ---- the optimizer step ----
@@ -189,9 +193,12 @@ struct sn_kernel {
  *             ceil(flat_n / SN_SQNORM_BLOCK) partials in f64: norm = sqrt(sum);
  *             scal[NORM] = norm; scal[SCALE] = clip / norm if clip > 0 and norm > clip, else 1
  *   ADAMW     p, m, v (updated), g (read), scal (read) items: elements;
+ *             [, low (written) with flat_low]
  *             g' = (g * scal[INV_MICRO]) * scal[SCALE]; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
  *             p -= lr * ((m / bc1) / (sqrt(v / bc2) + eps) + wd * p), wd = scal[WD] for
- *             i < flat_decay and 0 after (bc1 = 1 - beta1^t, bc2 = 1 - beta2^t).
+ *             i < flat_decay and 0 after (bc1 = 1 - beta1^t, bc2 = 1 - beta2^t);
+ *             low[i] = the new p[i] in flat_low, rounded to nearest even (what a cast kernel
+ *             of p would write: the same bits, made without a second pass over p).
  * g is the gradient of the last micro-batch, or the sums of several (inv_micro = 1/count). */
 enum {
     SN_OPT_LR, SN_OPT_BETA1, SN_OPT_BETA2, SN_OPT_EPS, SN_OPT_WD, SN_OPT_BC1, SN_OPT_BC2,

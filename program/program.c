@@ -53,7 +53,7 @@ int sn_kernel_n_bufs(const sn_kernel *k) {
     switch (k->kind) {
     case SN_KER_GRAD_ACC: case SN_KER_CLIP: return 2;
     case SN_KER_SQNORM: return 3;
-    case SN_KER_ADAMW: return 5;
+    case SN_KER_ADAMW: return k->flat_low == SN_F32 ? 5 : 6;
     default: return k->n_out + k->n_in + (k->stage != SN_SUM_WHOLE);
     }
 }
@@ -224,6 +224,10 @@ void sn_program_print(const sn_program *p, FILE *f) {
     for (int i = 0; i < SN_KER_KIND_COUNT; i++)
         if (count[i]) fprintf(f, " %d %s", count[i], sn_kernel_kind_name((sn_kernel_kind)i));
     fprintf(f, "\n");
+    for (int k = 0; k < p->n_shadows; k++) { /* run when their parameters are set, not per step */
+        sn_kernel_describe(p->shadows[k], line, sizeof line);
+        fprintf(f, "# weight copy: %s\n", line);
+    }
     if (!p->sum_bytes && !p->persistent_bytes) return; /* not planned yet */
     print_bytes(f, "arena (planned peak)", p->arena_bytes);
     print_bytes(f, "arena values without reuse", p->sum_bytes);

@@ -28,6 +28,15 @@ typedef struct sn_program {
     int n_values;
     sn_value *values;
     int *value_of;       /* [g->n_nodes]: node id -> value index, -1 if not materialised */
+    /* Weight shadows: the 16-bit copy of a parameter that products read (the autocast pass's
+     * cast of it) is a persistent value that no step computes. The trainer's AdamW writes it
+     * in the pass that updates the weights (kernel.h: flat_low); the executor runs its cast
+     * kernel here before the next step whenever the parameter was written from the host
+     * (sn_exec_set, uploads: initialisation, checkpoints, offload's host AdamW). The copies of
+     * the trainable parameters lie in one flat range parallel to theirs (memplan.c). */
+    int n_shadows;
+    sn_kernel **shadows; /* pointwise casts, args[0] the copy and args[1] the parameter; after
+                            the step's kernels in `kernels`' array */
     int64_t arena_bytes;      /* the planner's predicted peak of the reusable arena */
     int64_t persistent_bytes; /* the persistent block */
     int64_t sum_bytes;        /* every arena value's size added up (what no reuse would take) */

@@ -75,7 +75,9 @@ sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *
 void sn_exec_free(sn_exec *x);
 
 /* Host data into an INPUT or PARAM value (f32 for float nodes, int32 for i32 nodes); nothing
- * for an INPUT or PARAM of the graph that the program never reads. */
+ * for an INPUT or PARAM of the graph that the program never reads. Writing a parameter (here,
+ * or through a ref below: upload, copy, memset, AdamW without flat_low) makes its weight shadow
+ * (program.h) stale; sn_exec_run makes it again first. */
 sn_status sn_exec_set(sn_exec *x, const sn_node *n, const void *data, sn_err *e);
 /* A persistent value (inputs, params, outputs) to the host. */
 sn_status sn_exec_get(sn_exec *x, const sn_node *n, void *data, sn_err *e);
@@ -109,7 +111,7 @@ sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_
 /* The device the executor runs on. */
 sn_device *sn_exec_device(const sn_exec *x);
 
-/* Runs every kernel in order. */
+/* Runs every kernel in order (after the stale weight shadows' casts). */
 sn_status sn_exec_run(sn_exec *x, sn_err *e);
 
 typedef struct {
@@ -120,6 +122,8 @@ typedef struct {
     int64_t arena_bytes;      /* allocated (the planner's prediction) */
     int64_t persistent_bytes; /* the persistent block */
     int64_t buffer_bytes;     /* extra buffers (sn_exec_buffer_new: optimizer state) */
+    int64_t shadow_casts;     /* weight shadows made again from their parameters (program.h),
+                                 counted since sn_exec_new */
 } sn_exec_stats;
 void sn_exec_stats_get(const sn_exec *x, sn_exec_stats *s);
 /* Whether a run records an event after every kernel (the default: kind_s is filled) or only

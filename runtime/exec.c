@@ -1,7 +1,9 @@
 /* exec.c: the executor: runs a compiled program's kernels in order on one device.
  * Convention: buffers are carved from two device blocks by the memory plan; the measured
  * arena peak is the highest arena byte a kernel was handed, which must equal the plan's.
- * Device pointers stay in here and in the device: callers name memory by sn_exec_ref. */
+ * Device pointers stay in here and in the device: callers name memory by sn_exec_ref. A weight
+ * shadow (program.h) whose parameter was written from outside the program is made again by its
+ * cast kernel before the next run. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +14,9 @@ struct sn_exec {
     sn_device *d;
     const sn_program *p;
     char *arena, *persistent;
-    void **handles;    /* per kernel, from the device's compile */
+    void **handles;    /* per kernel, from the device's compile, then per weight shadow */
+    bool *stale;       /* per weight shadow (program.h): its parameter was written since its
+                          copy was made; the copy is made again before the next run */
     double *kernel_s;  /* per kernel: time of the last run */
     void **events;     /* n_kernels + 1: before the first kernel and after each */
     int n_buffers;     /* extra buffers (sn_exec_buffer_new) */
@@ -72,6 +76,7 @@ void sn_exec_free(sn_exec *x) {
     free(x->buffers);
     free(x->buffer_bytes);
     free(x->handles);
+    free(x->stale);
     free(x->kernel_s);
     free(x);
 }
@@ -86,10 +91,12 @@ sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *
     if (!x) return SN_ERR_OOM;
     x->d = d;
     x->p = p;
-    x->handles = sn_calloc((size_t)p->n_kernels + 1, sizeof *x->handles, "the executor's kernels", e);
+    int n_all = p->n_kernels + p->n_shadows; /* the shadows' kernels follow the step's */
+    x->handles = sn_calloc((size_t)n_all + 1, sizeof *x->handles, "the executor's kernels", e);
+    x->stale = sn_calloc((size_t)p->n_shadows + 1, sizeof *x->stale, "the executor's kernels", e);
     x->kernel_s = sn_calloc((size_t)p->n_kernels + 1, sizeof *x->kernel_s, "the executor's kernels", e);
     x->events = sn_calloc((size_t)p->n_kernels + 1, sizeof *x->events, "the executor's events", e);
-    if (!x->handles || !x->kernel_s || !x->events) {
+    if (!x->handles || !x->stale || !x->kernel_s || !x->events) {
         sn_exec_free(x);
         return SN_ERR_OOM;
     }
@@ -110,7 +117,8 @@ sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *
     for (int k = 0; !s && k <= p->n_kernels; k++)
         if (!(x->events[k] = d->event_new(d, e))) s = e->code ? e->code : SN_ERR_DEVICE;
     double t0 = sn_clock_s();
-    if (!s) s = d->compile(d, p->kernels, p->n_kernels, x->handles, e);
+    if (!s) s = d->compile(d, p->kernels, n_all, x->handles, e); /* one array (program.h) */
+    for (int k = 0; k < p->n_shadows; k++) x->stale[k] = true;
     x->st.compile_s = sn_clock_s() - t0;
     if (!s && !d->run_graph) s = fill_constants(x, e); /* a graph run fills its own */
     if (s) {
@@ -126,6 +134,38 @@ static bool in_graph(const sn_exec *x, const sn_node *n) {
     return n && n->id >= 0 && n->id < x->p->g->n_nodes && x->p->g->nodes[n->id] == n;
 }
 
+/* Bytes [at, at + bytes) of the persistent block are being written from outside the program:
+ * the weight shadows of the parameters there are stale. */
+static void written(sn_exec *x, int64_t at, int64_t bytes) {
+    const sn_program *p = x->p;
+    for (int k = 0; k < p->n_shadows; k++) {
+        const sn_value *v = value_of(x, p->shadows[k]->args[1]);
+        if (v && v->persistent && v->offset < at + bytes && at < v->offset + v->bytes) x->stale[k] = true;
+    }
+}
+
+/* The same for what a ref names in the persistent block (other buffers hold no parameter). */
+static void written_ref(sn_exec *x, sn_exec_ref r, int64_t bytes) {
+    const sn_value *v = r.node ? value_of(x, r.node) : NULL;
+    if (v && v->persistent) written(x, v->offset + r.offset, bytes);
+}
+
+/* Makes the stale weight shadows again from their parameters, with their cast kernels. */
+static sn_status refresh_shadows(sn_exec *x, sn_err *e) {
+    const sn_program *p = x->p;
+    for (int k = 0; k < p->n_shadows; k++) {
+        if (!x->stale[k]) continue;
+        const sn_kernel *c = p->shadows[k];
+        void *bufs[2] = {ptr_of(x, value_of(x, c->args[0])), ptr_of(x, value_of(x, c->args[1]))};
+        SN_ASSERT(sn_kernel_n_bufs(c) == 2);
+        sn_status s = x->d->launch(x->d, c, x->handles[p->n_kernels + k], bufs, e);
+        if (s) return s;
+        x->stale[k] = false;
+        x->st.shadow_casts++;
+    }
+    return SN_OK;
+}
+
 sn_status sn_exec_set(sn_exec *x, const sn_node *n, const void *data, sn_err *e) {
     const sn_value *v = value_of(x, n);
     if (!v && in_graph(x, n) && (n->op == SN_OP_INPUT || n->op == SN_OP_PARAM))
@@ -136,6 +176,7 @@ sn_status sn_exec_set(sn_exec *x, const sn_node *n, const void *data, sn_err *e)
     if (n->dtype != SN_F32 && n->dtype != SN_I32)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "sn_exec_set: %s values are not supported yet",
                        sn_dtype_name(n->dtype));
+    written(x, v->offset, v->bytes);
     return x->d->upload(x->d, ptr_of(x, v), data, (size_t)v->bytes, e);
 }
 
@@ -202,6 +243,7 @@ int64_t sn_exec_persistent_offset(const sn_exec *x, const sn_node *n) {
 sn_status sn_exec_upload(sn_exec *x, sn_exec_ref dst, const void *src, int64_t bytes, sn_err *e) {
     char *p;
     sn_status s = resolve(x, dst, bytes, &p, e);
+    if (!s) written_ref(x, dst, bytes);
     return s ? s : x->d->upload(x->d, p, src, (size_t)bytes, e);
 }
 
@@ -215,12 +257,14 @@ sn_status sn_exec_copy(sn_exec *x, sn_exec_ref dst, sn_exec_ref src, int64_t byt
     char *a, *b;
     sn_status s = resolve(x, dst, bytes, &a, e);
     if (!s) s = resolve(x, src, bytes, &b, e);
+    if (!s) written_ref(x, dst, bytes);
     return s ? s : x->d->copy(x->d, a, b, (size_t)bytes, e);
 }
 
 sn_status sn_exec_memset(sn_exec *x, sn_exec_ref dst, int value, int64_t bytes, sn_err *e) {
     char *p;
     sn_status s = resolve(x, dst, bytes, &p, e);
+    if (!s) written_ref(x, dst, bytes);
     return s ? s : x->d->memset(x->d, p, value, (size_t)bytes, e);
 }
 
@@ -239,6 +283,8 @@ sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_
         if (s) return s;
         p[i] = q;
     }
+    if (k->kind == SN_KER_ADAMW && k->flat_low == SN_F32) /* new weights without their copies */
+        written_ref(x, bufs[0], 4 * k->flat_n);
     return x->d->launch(x->d, k, handle, p, e);
 }
 
@@ -248,7 +294,10 @@ sn_status sn_exec_run(sn_exec *x, sn_err *e) {
     const sn_program *p = x->p;
     sn_device *d = x->d;
     memset(x->st.kind_s, 0, sizeof x->st.kind_s);
-    sn_status s = d->event_record(d, x->events[0], e);
+    /* the stale weight shadows first, before the step's first event (not its time); a graph
+     * run computes the casts itself */
+    sn_status s = d->run_graph ? SN_OK : refresh_shadows(x, e);
+    if (!s) s = d->event_record(d, x->events[0], e);
     if (d->run_graph) { /* the whole graph at once: timed as a whole */
         if (!s) s = d->run_graph(d, p, x->persistent, &x->graph_state, e);
         if (!s) s = d->event_record(d, x->events[p->n_kernels], e);

@@ -10,6 +10,8 @@
 #include "models/gpt2.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
+#include "program/program.h"
+#include "runtime/device.h"
 #include "support/rng.h"
 #include "train/train.h"
 #include "harness.h"
@@ -361,6 +363,101 @@ START_TEST(compiled_matches_interpreter) {
 }
 END_TEST
 
+/* ---- weight shadows: the 16-bit copies AdamW writes ---- */
+
+/* On the CPU device (through the checked device, whose pointers fault on the host), the
+ * parameters' 16-bit copies written by AdamW in its pass, and made again after the weights are
+ * set from the host, give the losses and weights of casts run every step to the bit: bf16 and
+ * fp16 (loss scaling from 2^22: the first steps are skipped), AdamW on the device and offloaded
+ * to the host. The program has one kernel fewer per weight product operand; the copies' cast
+ * kernels run at the first step, for the one parameter the host wrote, and (offload: the
+ * weights come up from the host) after every update, never after a step on the device. */
+START_TEST(weight_copies_keep_losses) {
+    enum { STEPS = 8, SET_AT = 4 };
+    sn_precision p = _i % 2 ? SN_PRECISION_FP16 : SN_PRECISION_BF16;
+    bool offload = _i / 2;
+    sn_err e;
+    sn_device *cpu, *dev;
+    ck_assert_msg(sn_cpu_device_new(2, &cpu, &e) == SN_OK, "%s", e.msg);
+    ck_assert(sn_checked_device_new(cpu, &dev, &e) == SN_OK);
+    double loss[2][STEPS];
+    int n_kernels[2], n_shadows[2], skipped = 0;
+    float *final[2];
+    int32_t x[B * T], y[B * T];
+    sn_rng r = sn_rng_seed(42);
+    for (int i = 0; i < B * T; i++) x[i] = (int32_t)sn_rng_below(&r, V), y[i] = (int32_t)sn_rng_below(&r, V);
+    for (int run = 0; run < 2; run++) {
+        sn_graph *g = tiny(p, true);
+        sn_pipeline_opts co = {.weight_casts_per_step = run == 1};
+        sn_train_opts o;
+        sn_train_opts_default(&o, STEPS);
+        o.lr = 1e-2f;
+        o.device = dev;
+        o.compile = &co;
+        o.offload = offload;
+        o.init_scale = 0x1p22f;
+        sn_trainer *t = sn_trainer_new(g, &o, &e);
+        ck_assert_msg(t, "%s", e.msg);
+        const sn_program *prog = sn_trainer_program(t);
+        n_kernels[run] = prog->n_kernels;
+        n_shadows[run] = prog->n_shadows;
+        int wi = sn_trainer_find_param(t, "h.0.mlp.c_fc.w"), np = sn_trainer_param_count(t);
+        int64_t n = sn_numel(sn_trainer_param_node(t, wi)), total = 0;
+        float *w = malloc(sizeof(float) * (size_t)n);
+        bool updated = false;
+        for (int step = 0; step < STEPS; step++) {
+            if (step == SET_AT) { /* a host write: the copy is made again before the step */
+                ck_assert(sn_trainer_get_param(t, wi, SN_PARAM_WEIGHTS, w, &e) == SN_OK);
+                for (int64_t k = 0; k < n; k++) w[k] = -1.5f * w[k];
+                ck_assert(sn_trainer_set_param(t, wi, SN_PARAM_WEIGHTS, w, &e) == SN_OK);
+            }
+            sn_step_stats st;
+            sn_exec_stats xs0, xs1;
+            sn_exec_stats_get(sn_trainer_exec(t), &xs0);
+            ck_assert_msg(sn_trainer_step(t, x, y, &st, &e) == SN_OK, "%s", e.msg);
+            sn_exec_stats_get(sn_trainer_exec(t), &xs1);
+            loss[run][step] = st.loss;
+            skipped += st.skipped;
+            /* copies made by their casts: all at first, and after each offloaded update; the
+               host write's one; none after a step on the device */
+            int64_t want = step == 0 || (offload && updated) ? prog->n_shadows
+                         : step == SET_AT && prog->n_shadows ? 1 : 0;
+            ck_assert_msg(xs1.shadow_casts - xs0.shadow_casts == want, "step %d: %lld copies made "
+                          "by their casts, want %lld", step, (long long)(xs1.shadow_casts -
+                          xs0.shadow_casts), (long long)want);
+            updated = !st.skipped;
+        }
+        for (int i = 0; i < np; i++) total += sn_numel(sn_trainer_param_node(t, i));
+        float *all = final[run] = malloc(sizeof(float) * (size_t)total);
+        for (int i = 0; i < np; i++) {
+            ck_assert(sn_trainer_get_param(t, i, SN_PARAM_WEIGHTS, all, &e) == SN_OK);
+            all += sn_numel(sn_trainer_param_node(t, i));
+        }
+        if (run == 1) ck_assert(!memcmp(final[0], final[1], sizeof(float) * (size_t)total));
+        free(w);
+        sn_trainer_free(t);
+        sn_graph_free(g);
+    }
+    for (int step = 0; step < STEPS; step++)
+        ck_assert_msg(loss[0][step] == loss[1][step], "%s%s step %d: loss %.9g with the copies, "
+                      "%.9g with casts every step", sn_precision_name(p), offload ? " offload" : "",
+                      step, loss[0][step], loss[1][step]);
+    ck_assert_msg(loss[0][SET_AT] != loss[0][SET_AT - 1], "the host write changed nothing");
+    if (p == SN_PRECISION_FP16) /* steps skipped, and then AdamW's copies read */
+        ck_assert_msg(skipped > 0 && skipped <= 2 * (STEPS - 3), "%d of %d steps skipped", skipped, 2 * STEPS);
+    ck_assert_int_eq(n_shadows[1], 0);
+    /* 6 a layer (4 weights, the qkv and fc biases the BIAS epilogue reads in 16 bits) and the
+     * tied LM head */
+    ck_assert_int_eq(n_shadows[0], 13);
+    /* the 9 weights' casts (not the biases': their f32 reading stays a kernel of the step, see
+     * test_fuse) leave the step */
+    ck_assert_int_ge(n_kernels[1], n_kernels[0] + 9);
+    free(final[0]);
+    free(final[1]);
+    sn_device_free(dev);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("autocast");
     TCase *tc = tcase_create("autocast");
@@ -372,6 +469,10 @@ int main(void) {
     tcase_add_test(tc, tiny_gpt2_trains_in_bf16);
     tcase_add_loop_test(tc, compiled_matches_interpreter, 0, 4);
     tcase_add_test(tc, fp16_scaler_skips_and_recovers);
+    TCase *copies = tcase_create("weight copies"); /* trainers on the CPU device */
+    tcase_set_timeout(copies, 120);
+    suite_add_tcase(s, copies);
+    tcase_add_loop_test(copies, weight_copies_keep_losses, 0, 4);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }

@@ -467,6 +467,58 @@ static void check_floats(const char *what, const float *got, const float *want, 
     free(b);
 }
 
+/* The value of 16-bit dtype t's bits u. */
+static double low_value(sn_dtype t, uint16_t u) {
+    if (t == SN_BF16) {
+        uint32_t w = (uint32_t)u << 16;
+        float f;
+        memcpy(&f, &w, sizeof f);
+        return f;
+    }
+    int ex = u >> 10 & 0x1f, man = u & 0x3ff;
+    double a = ex == 0x1f ? (man ? NAN : INFINITY) : ex ? ldexp(1024 + man, ex - 25) : ldexp(man, -24);
+    return u & 0x8000 ? -a : a;
+}
+
+/* AdamW k writing the weights' bf16 and f16 copies (flat_low) from (p, m, v): its p, m, v are
+ * those of k to the bit, each copy is its p rounded to nearest even (a cast kernel's bits), in
+ * the generated kernel (over three ranges) and in sn_interp_optim. */
+static void adamw_low(sn_jit *j, const sn_kernel *k, const float *p, const float *m, const float *v,
+                      const float *g, const float *h) {
+    int64_t n = k->flat_n;
+    size_t bytes = sizeof(float) * (size_t)n;
+    float *b[2][3];
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < 3; i++) memcpy(b[c][i] = malloc(bytes), i == 0 ? p : i == 1 ? m : v, bytes);
+    uint16_t *low = malloc(2 * (size_t)n);
+    compile_one(j, (sn_kernel *)k)((void *[]){b[0][0], b[0][1], b[0][2], (void *)g, (void *)h}, 0, n);
+    for (int t = 0; t < 2; t++) {
+        sn_dtype dt = t ? SN_F16 : SN_BF16;
+        sn_kernel kl = *k;
+        kl.flat_low = dt;
+        snprintf(kl.name, sizeof kl.name, "k9_adamw_%s", sn_dtype_name(dt));
+        ck_assert_int_eq(sn_kernel_n_bufs(&kl), 6);
+        sn_cpu_kernel_fn fn = compile_one(j, &kl);
+        for (int i = 0; i < 3; i++) memcpy(b[1][i], i == 0 ? p : i == 1 ? m : v, bytes);
+        void *bufs[6] = {b[1][0], b[1][1], b[1][2], (void *)g, (void *)h, low};
+        fn(bufs, 0, 401);
+        fn(bufs, 401, k->flat_decay + 3);
+        fn(bufs, k->flat_decay + 3, n);
+        for (int i = 0; i < 3; i++) ck_assert(!memcmp(b[0][i], b[1][i], bytes));
+        for (int64_t i = 0; i < n; i++)
+            ck_assert_msg(low_value(dt, low[i]) == sn_dtype_round(dt, b[1][0][i]),
+                          "adamw %s copy %lld: %g, want %g", sn_dtype_name(dt), (long long)i,
+                          low_value(dt, low[i]), sn_dtype_round(dt, b[1][0][i]));
+        for (int i = 0; i < 3; i++) memcpy(b[1][i], i == 0 ? p : i == 1 ? m : v, bytes);
+        sn_interp_optim(&kl, bufs, 0, n);
+        for (int64_t i = 0; i < n; i++)
+            ck_assert(low_value(dt, low[i]) == sn_dtype_round(dt, b[1][0][i]));
+    }
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < 3; i++) free(b[c][i]);
+    free(low);
+}
+
 START_TEST(test_optim) {
     /* three norm blocks, the last partial; the decay split not on a vector boundary */
     enum { N = 2 * SN_SQNORM_BLOCK + 1003, DECAY = 5003, NB = 3, BYTES = sizeof(float) * N };
@@ -520,6 +572,7 @@ START_TEST(test_optim) {
     memcpy(ref[1], p, BYTES);
     memcpy(ref[2], m, BYTES);
     memcpy(ref[3], v, BYTES);
+    adamw_low(j, &ks[3], p, m, v, sum, h);
     sn_interp_optim(&ks[3], (void *[]){ref[1], ref[2], ref[3], sum, h}, 0, N);
     fn[3]((void *[]){p, m, v, sum, h}, 0, 400);
     fn[3]((void *[]){p, m, v, sum, h}, 400, DECAY + 1);

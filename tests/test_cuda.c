@@ -264,6 +264,8 @@ static void nvrtc_program(sn_graph *g, const char *model, int B, int T, const in
     for (int i = 0; i < 4; i++) {
         int64_t params = sn_graph_param_count(g);
         opt[i] = (sn_kernel){.kind = kinds[i], .flat_n = params, .flat_decay = params / 2};
+        if (kinds[i] == SN_KER_ADAMW && p->n_shadows) /* and the weights' 16-bit copies */
+            opt[i].flat_low = p->shadows[0]->args[0]->dtype;
         snprintf(opt[i].name, sizeof opt[i].name, "opt_%d", i);
         ks[n++] = &opt[i];
     }
@@ -1304,6 +1306,84 @@ START_TEST(cpu_optimizer_step) {
 }
 END_TEST
 
+/* The value of 16-bit dtype t's bits u. */
+static double low_value(sn_dtype t, uint16_t u) {
+    if (t == SN_BF16) {
+        uint32_t w = (uint32_t)u << 16;
+        float f;
+        memcpy(&f, &w, sizeof f);
+        return f;
+    }
+    int ex = u >> 10 & 0x1f, man = u & 0x3ff;
+    double a = ex == 0x1f ? (man ? NAN : INFINITY) : ex ? ldexp(1024 + man, ex - 25) : ldexp(man, -24);
+    return u & 0x8000 ? -a : a;
+}
+
+/* AdamW writing the weights' 16-bit copies (flat_low: bf16, f16) on 1003 elements (float4 steps
+ * and a tail of 3), on the simulator in two thread orders: p, m, v to the bit those of AdamW
+ * without copies, each copy the new p rounded to nearest even. */
+START_TEST(cpu_adamw_low_copies) {
+    enum { N = 1003, DECAY = 501 };
+    sn_kernel k[3];
+    const sn_kernel *kp[3];
+    for (int i = 0; i < 3; i++) {
+        k[i] = (sn_kernel){.kind = SN_KER_ADAMW, .flat_n = N, .flat_decay = DECAY,
+                           .flat_low = i == 0 ? SN_F32 : i == 1 ? SN_BF16 : SN_F16};
+        snprintf(k[i].name, sizeof k[i].name, "opt_adamw_%s", sn_dtype_name(k[i].flat_low));
+        kp[i] = &k[i];
+    }
+    sn_cuda_source cs = render(kp, 3);
+    ck_assert_int_eq(cs.n_functions, 3);
+    ck_assert(strstr(cs.src, "make_uint2(sn_pack_bf16x2(p4.x, p4.y)") &&
+              strstr(cs.src, "low[i] = sn_f32_to_f16(p[i]);"));
+    sn_sim_module *h = host_compile(cs.src);
+    if (!h) {
+        sn_cuda_source_free(&cs);
+        return;
+    }
+    float *st[2][3], *g = aligned_alloc(64, 4096 * 2), *scal = aligned_alloc(64, 64 * 2);
+    uint16_t *low = aligned_alloc(64, 4096);
+    float init[3][N];
+    sn_rng r = sn_rng_seed(11);
+    for (int i = 0; i < N; i++) {
+        init[0][i] = (float)sn_rng_normal(&r);
+        init[1][i] = 0.1f * (float)sn_rng_normal(&r);
+        init[2][i] = 0.01f * (float)fabs(sn_rng_normal(&r));
+        g[i] = (float)sn_rng_normal(&r);
+    }
+    float h0[SN_OPT_SCALARS] = {[SN_OPT_LR] = 3e-3f, [SN_OPT_BETA1] = 0.9f, [SN_OPT_BETA2] = 0.95f,
+                                [SN_OPT_EPS] = 1e-8f, [SN_OPT_WD] = 0.1f, [SN_OPT_BC1] = 0.19f,
+                                [SN_OPT_BC2] = 0.0975f, [SN_OPT_INV_MICRO] = 0.5f, [SN_OPT_SCALE] = 0.7f};
+    memcpy(scal, h0, sizeof h0);
+    for (int c = 0; c < 2; c++)
+        for (int j = 0; j < 3; j++) st[c][j] = aligned_alloc(64, 4096 * 2);
+    sn_target t = sm(80);
+    for (int i = 0; i < 3; i++)
+        for (int reversed = 0; reversed < 2; reversed++) {
+            float **b = st[i > 0];
+            for (int j = 0; j < 3; j++) memcpy(b[j], init[j], sizeof init[j]);
+            void *params[6] = {&b[0], &b[1], &b[2], &g, &scal, &low};
+            sn_sim_opts so = sn_sim_defaults();
+            so.order = reversed ? SN_SIM_REVERSE : SN_SIM_FORWARD;
+            sn_cuda_dims d = sn_cuda_launch_dims(&k[i], &t);
+            sn_err e;
+            ck_assert_msg(sn_sim_launch(h, cs.fn[i], d.grid, d.block, d.shared_bytes, params, &so,
+                                        &e) == SN_OK, "%s", e.msg);
+            if (i == 0) continue;
+            for (int j = 0; j < 3; j++) ck_assert(!memcmp(st[0][j], st[1][j], sizeof init[j]));
+            for (int x = 0; x < N; x++)
+                ck_assert_msg(low_value(k[i].flat_low, low[x]) == sn_dtype_round(k[i].flat_low, b[0][x]),
+                              "%s copy %d: %g, want %g", k[i].name, x, low_value(k[i].flat_low, low[x]),
+                              sn_dtype_round(k[i].flat_low, b[0][x]));
+        }
+    for (int c = 0; c < 2; c++)
+        for (int j = 0; j < 3; j++) free(st[c][j]);
+    free(g), free(scal), free(low);
+    sn_sim_module_free(h);
+    sn_cuda_source_free(&cs);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cuda");
     TCase *tc = tcase_create("codegen");
@@ -1346,6 +1426,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_row_vector_lane_bug_caught);
     tcase_add_test(cpu, cpu_embedding_bwd_buckets);
     tcase_add_test(cpu, cpu_optimizer_step);
+    tcase_add_test(cpu, cpu_adamw_low_copies);
     suite_add_tcase(s, cpu);
     return sn_test_main(s);
 }

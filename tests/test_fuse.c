@@ -567,6 +567,74 @@ START_TEST(kernels_per_gpt2_layer) {
 }
 END_TEST
 
+/* bf16 tiny GPT-2 (one layer): each 16-bit cast of a parameter is a weight shadow (its cast
+ * kernel set apart, its copy persistent, the trainable ones at half their parameters' offsets
+ * after the gradients); every other cast joins the kernel of its operand (the layernorm_bwd and
+ * GELU gradient kernels store the bf16 copies too) unless a GEMM computes it. With
+ * weight_casts_per_step the shadows are kernels of the step again. */
+START_TEST(casts_fold_and_weights_are_copies) {
+    int n_kernels[2];
+    for (int per_step = 0; per_step < 2; per_step++) {
+        sn_gpt2_config c;
+        ck_assert(sn_gpt2_config_find("tiny", &c));
+        c.n_layer = 1;
+        sn_graph *g = sn_graph_new();
+        sn_gpt2 m;
+        sn_err e;
+        ck_assert_msg(sn_gpt2_build(g, &c, 2, 16, &m, &e) == SN_OK, "%s", e.msg);
+        sn_pipeline_opts o = sn_pipeline_defaults();
+        o.backward = true;
+        o.precision = SN_PRECISION_BF16;
+        o.weight_casts_per_step = per_step;
+        sn_program *p;
+        ck_assert_msg(sn_compile(g, &o, &p, NULL, &e) == SN_OK, "%s", e.msg);
+        n_kernels[per_step] = p->n_kernels;
+        /* qkv, proj, fc, fc proj, wte; the qkv and fc biases (the GEMMs' bf16 BIAS epilogue) */
+        ck_assert_int_eq(p->n_shadows, per_step ? 0 : 7);
+        int64_t base = -1;
+        for (int k = 0; k < p->n_shadows; k++) {
+            const sn_kernel *sh = p->shadows[k];
+            const sn_value *cv = &p->values[p->value_of[sh->args[0]->id]];
+            const sn_value *pv = &p->values[p->value_of[sh->args[1]->id]];
+            ck_assert(sh->kind == SN_KER_POINTWISE && sh->args[1]->op == SN_OP_PARAM &&
+                      sh->args[0]->op == SN_OP_CAST && sh->args[0]->dtype == SN_BF16);
+            ck_assert(cv->persistent && pv->persistent);
+            if (base < 0) base = cv->offset - pv->offset / 2;
+            ck_assert_int_eq(cv->offset - pv->offset / 2, base);
+        }
+        int ln_bwd_cast = 0, gelu_bwd_cast = 0;
+        for (int k = 0; k < p->n_kernels; k++) {
+            const sn_kernel *ker = p->kernels[k];
+            for (int i = 0; i < ker->n_instr; i++) {
+                const sn_node *x = ker->instr[i].node;
+                if (x->op != SN_OP_CAST) continue;
+                ck_assert_msg(per_step || x->in[0]->op != SN_OP_PARAM, "%s casts a weight", ker->name);
+                /* a cast alone: of a GEMM's output; or f32 of a bias's 16-bit copy (a weight
+                 * shadow), the value the BIAS epilogue's graph adds: a small kernel a bias that
+                 * a later change should fold into its reader (not yet) */
+                bool of_shadow = !per_step && x->in[0]->op == SN_OP_CAST &&
+                                 x->in[0]->in[0]->op == SN_OP_PARAM && x->in[0]->rank == 1;
+                /* or of the QKV gradient the attention kernels write in place (an add of pads:
+                 * no kernel of its own to join) */
+                bool of_concat = x->in[0]->op == SN_OP_ADD && x->in[0]->in[1]->op == SN_OP_PAD;
+                if (ker->n_instr == 1)
+                    ck_assert_msg(x->in[0]->op == SN_OP_MATMUL || of_shadow || of_concat ||
+                                  (per_step && x->in[0]->op == SN_OP_PARAM),
+                                  "%s: a cast of %s alone", ker->name, sn_op_name(x->in[0]->op));
+                if (ker->anchor && ker->anchor->op == SN_OP_LAYERNORM_BWD) ln_bwd_cast++;
+                if (!ker->anchor && x->in[0]->op == SN_OP_GELU_BWD) gelu_bwd_cast++;
+            }
+        }
+        ck_assert_int_eq(ln_bwd_cast, 2);
+        ck_assert_int_eq(gelu_bwd_cast, 1);
+        sn_program_free(p);
+        sn_graph_free(g);
+    }
+    /* at least the 5 weights' casts leave the step (the biases' f32 readings stay: above) */
+    ck_assert_int_ge(n_kernels[1], n_kernels[0] + 5);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("fuse");
     TCase *tc = tcase_create("fuse");
@@ -584,6 +652,7 @@ int main(void) {
     tcase_add_test(tc, kernels_per_gpt2_layer);
     tcase_add_test(tc, attention_writes_into_concatenation);
     tcase_add_test(tc, row_facts_and_work_split);
+    tcase_add_test(tc, casts_fold_and_weights_are_copies);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }

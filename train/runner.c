@@ -15,7 +15,7 @@
 #include "offload.h"
 
 /* the flat buffers of the optimizer step */
-enum { FB_PARAMS, FB_GRADS, FB_SUMS, FB_M, FB_V, FB_SCAL, FB_PART, FB_COUNT };
+enum { FB_PARAMS, FB_GRADS, FB_SUMS, FB_M, FB_V, FB_SCAL, FB_PART, FB_LOW, FB_COUNT };
 /* its kernels */
 enum { OK_ACC, OK_SQNORM, OK_CLIP, OK_ADAMW, OK_COUNT };
 
@@ -27,6 +27,8 @@ struct sn_runner {
     int64_t n_flat;   /* N: the flat range (with the layout's padding) */
     int64_t n_decay;  /* its first n_decay elements get weight decay */
     int64_t n_blocks; /* SQNORM blocks */
+    sn_dtype low;     /* compiled: the dtype of the weights' 16-bit copies that AdamW writes
+                         into FB_LOW (program.h: weight shadows), or SN_F32: none */
     sn_kernel k[OK_COUNT];
     void *handle[OK_COUNT];
     int64_t state_bytes;
@@ -64,13 +66,35 @@ static void make_kernels(sn_runner *b) {
     int64_t items[OK_COUNT] = {b->n_flat, b->n_blocks, 1, b->n_flat};
     for (int i = 0; i < OK_COUNT; i++) {
         b->k[i] = (sn_kernel){.kind = kinds[i], .id = i, .n_items = items[i], .flat_n = b->n_flat,
-                              .flat_decay = b->n_decay};
+                              .flat_decay = b->n_decay, .flat_low = i == OK_ADAMW ? b->low : SN_F32};
         snprintf(b->k[i].name, sizeof b->k[i].name, "%s", names[i]);
     }
 }
 
+/* The trainable parameters' 16-bit copies (program.h: weight shadows), which AdamW writes: one
+ * range at half the parameters' spacing (memplan.c), b->low their dtype; none: SN_F32. */
+static sn_status shadow_layout(sn_runner *b, sn_err *e) {
+    const sn_program *p = b->prog;
+    int64_t base = -1;
+    b->low = SN_F32;
+    for (int k = 0; k < p->n_shadows; k++) {
+        const sn_node *c = p->shadows[k]->args[0], *w = p->shadows[k]->args[1];
+        int i = 0;
+        while (i < b->n_params && b->params[i] != w) i++;
+        if (i == b->n_params || b->off[i] < 0) continue; /* frozen: its kernel makes it */
+        int64_t at = sn_exec_persistent_offset(b->x, c) - 2 * b->off[i];
+        if (b->low == SN_F32) base = at, b->low = c->dtype;
+        if (at != base || c->dtype != b->low || at % 64)
+            return sn_fail(e, SN_ERR_INVALID, "trainer: the 16-bit copies of the parameters are "
+                           "not one range at half their layout (copy of %s): the memory plan must "
+                           "place them so (passes/memplan.c)", w->name);
+        b->ref[FB_LOW] = sn_exec_node_ref(c, -2 * b->off[i]);
+    }
+    return SN_OK;
+}
+
 /* The flat layout the planner gave the program (memplan.c): parameters then gradients, in the
- * same order and spacing. */
+ * same order and spacing; then the parameters' 16-bit copies. */
 static sn_status flat_layout(sn_runner *b, sn_err *e) {
     int64_t p0 = -1, g0 = -1, first_plain = -1;
     for (int i = 0; i < b->n_params; i++) {
@@ -103,7 +127,7 @@ static sn_status flat_layout(sn_runner *b, sn_err *e) {
     SN_ASSERT(first);
     b->ref[FB_PARAMS] = sn_exec_node_ref(first, 0);
     b->ref[FB_GRADS] = sn_exec_node_ref(first->grad, 0);
-    return SN_OK;
+    return shadow_layout(b, e);
 }
 
 /* Offload's host arrays (zeroed; the masters are set with the weights). */
@@ -345,5 +369,5 @@ static sn_status offload_adamw(sn_runner *b, bool sums, sn_err *e) {
 sn_status sn_runner_adamw(sn_runner *b, bool sums, sn_err *e) {
     if (b->offload) return offload_adamw(b, sums, e);
     int g = sums ? FB_SUMS : FB_GRADS;
-    return launch(b, OK_ADAMW, (const int[]){FB_PARAMS, FB_M, FB_V, g, FB_SCAL}, e);
+    return launch(b, OK_ADAMW, (const int[]){FB_PARAMS, FB_M, FB_V, g, FB_SCAL, FB_LOW}, e);
 }

@@ -53,8 +53,9 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
 /* Threads of a block-per-row kernel for rows of C elements taken `lanes` a step. */
 int sn_cu_row_threads(int64_t C, int lanes);
 /* Columns a row kernel's pass takes a step: 8 (16-byte loads of 8 bf16/f16 values; f32 as two
- * float4) where a 16-bit buffer takes part and the row length divides by 8, 4 (float4) where
- * an f32 buffer does and it divides by 4, else 1; FINISH kernels 1. */
+ * float4) where a 16-bit buffer takes part, the row length divides by 8 and at most three f32
+ * buffers are read or written element by element (more spill on sm_80), 4 (float4) where an
+ * f32 buffer takes part and it divides by 4, else 1; FINISH kernels 1. */
 int sn_cu_row_lanes(const sn_kernel *k);
 
 sn_status sn_cu_check_reduce(const sn_kernel *k, sn_err *e);

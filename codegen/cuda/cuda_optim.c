@@ -1,7 +1,8 @@
 /* cuda_optim.c: the optimizer step over the flat parameter range as CUDA C (kernel.h: GRAD_ACC,
  * SQNORM, CLIP, ADAMW and their buffers): one launch of each does every parameter at once (the
  * multi-tensor launch), in place, f32 weights and moments, four elements a step (float4) and a
- * scalar tail. The squared norm is deterministic: a block per SN_SQNORM_BLOCK elements writes
+ * scalar tail; AdamW with flat_low also stores the new weights' 16-bit copies, four a step in
+ * one 8-byte store. The squared norm is deterministic: a block per SN_SQNORM_BLOCK elements writes
  * its partial sum (a tree in the block), and CLIP adds the partials in f64 in a fixed tree.
  * Convention: every hyper-parameter is read from the device's scalar buffer at each launch, so
  * one compiled kernel serves every step; flat_n and flat_decay are fixed in the text. */
@@ -10,6 +11,9 @@
 #include "cuda_int.h"
 
 sn_status sn_cu_check_optim(const sn_kernel *k, sn_err *e) {
+    if (k->flat_low != SN_F32 && (k->kind != SN_KER_ADAMW || (k->flat_low != SN_BF16 && k->flat_low != SN_F16)))
+        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: 16-bit copies (%s) are written by AdamW "
+                       "only, in bf16 or f16", k->name, sn_dtype_name(k->flat_low));
     if (k->flat_n < 1 || k->flat_decay < 0 || k->flat_decay > k->flat_n)
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: the flat range is [0, %lld) with "
                        "%lld decayed elements: set flat_n >= 1 and 0 <= flat_decay <= flat_n",
@@ -94,17 +98,27 @@ static void adamw(sn_cu_text *t, const sn_kernel *k, const char *ix) {
     E("reinterpret_cast<float4 *>(p)[i] = p4;");
     E("reinterpret_cast<float4 *>(m)[i] = m4;");
     E("reinterpret_cast<float4 *>(v)[i] = v4;");
+    const char *pack = k->flat_low == SN_BF16 ? "sn_pack_bf16x2" : "sn_pack_f16x2";
+    if (k->flat_low != SN_F32) /* the 16-bit copies of the four */
+        E("reinterpret_cast<uint2 *>(low)[i] = make_uint2(%s(p4.x, p4.y), %s(p4.z, p4.w));", pack, pack);
     E("}");
-    E("for (%s i = 4 * n4 + sn_thread_index(); i < %lld; i += sn_thread_count()) /* the tail */", ix,
+    E("/* the tail */");
+    E("for (%s i = 4 * n4 + sn_thread_index(); i < %lld; i += sn_thread_count()) {", ix,
       (long long)k->flat_n);
-    E("    sn_adamw_step(&p[i], &m[i], &v[i], g[i] * inv_micro * gscale, i < %lld ? wd : 0.0f, lr, "
+    E("sn_adamw_step(&p[i], &m[i], &v[i], g[i] * inv_micro * gscale, i < %lld ? wd : 0.0f, lr, "
       "beta1, beta2, eps, bc1, bc2);", (long long)k->flat_decay);
+    if (k->flat_low != SN_F32)
+        E("low[i] = %s(p[i]);", k->flat_low == SN_BF16 ? "sn_f32_to_bf16" : "sn_f32_to_f16");
+    E("}");
 }
 
 void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname) {
     const char *ix = sn_cu_index_type(k->flat_n + 4LL * SN_CUDA_PW_BLOCK * SN_CUDA_PW_MAX_GRID);
     unsigned threads = d->block[0];
-    if (k->kind == SN_KER_ADAMW) { /* its one element's update, before the kernel */
+    if (k->kind == SN_KER_ADAMW) { /* its one element's update, before the kernel (once in a
+                                      module of several AdamW kernels) */
+        E("#ifndef SN_ADAMW_STEP");
+        E("#define SN_ADAMW_STEP");
         E("SN_DEVICE void sn_adamw_step(float *p, float *m, float *v, float g, float wd, float lr,");
         E("                            float beta1, float beta2, float eps, float bc1, float bc2) {");
         E("const float m1 = beta1 * *m + (1.0f - beta1) * g;");
@@ -114,6 +128,7 @@ void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, 
         E("*m = m1;");
         E("*v = v1;");
         E("}");
+        E("#endif");
     }
     E("extern \"C\" __global__ void __launch_bounds__(%u)", threads);
     switch (k->kind) {
@@ -134,7 +149,12 @@ void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, 
         break;
     case SN_KER_ADAMW:
         E("%s(float *__restrict__ p, float *__restrict__ m, float *__restrict__ v,", fname);
-        E("    const float *__restrict__ g, const float *__restrict__ scal) /* [%lld] */", (long long)k->flat_n);
+        if (k->flat_low == SN_F32)
+            E("    const float *__restrict__ g, const float *__restrict__ scal) /* [%lld] */",
+              (long long)k->flat_n);
+        else
+            E("    const float *__restrict__ g, const float *__restrict__ scal, %s *__restrict__ low) "
+              "/* [%lld] */", k->flat_low == SN_BF16 ? "sn_bf16" : "sn_f16", (long long)k->flat_n);
         E("{");
         adamw(t, k, ix);
         break;

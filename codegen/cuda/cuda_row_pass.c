@@ -30,13 +30,18 @@ static int64_t row_length(const sn_kernel *k) {
 
 int sn_cu_row_lanes(const sn_kernel *k) {
     if (k->stage == SN_SUM_FINISH) return 1;
-    int64_t C = row_length(k);
+    int64_t C = row_length(k), elements = sn_numel(k->anchor->in[0]);
     bool half = false, f32 = false; /* f32: a float4 to load or store */
+    int f32_streams = 0;            /* f32 buffers read or written element by element */
     for (int i = 0; i < k->n_out + k->n_in; i++) {
         half = half || sn_dtype_bits(k->args[i]->dtype) == 16;
         f32 = f32 || (k->args[i]->dtype == SN_F32 && sn_numel(k->args[i]) > 1);
+        f32_streams += k->args[i]->dtype == SN_F32 && sn_numel(k->args[i]) >= elements;
     }
-    return half && C % 8 == 0 ? 8 : f32 && C % 4 == 0 ? 4 : 1;
+    /* 8 lanes of four f32 streams (layernorm_bwd with its residual add and bf16 copy) need
+       more than the 40 registers ptxas gives a 96-thread block on sm_80: they spill; 4 lanes
+       (192 threads) do not */
+    return half && C % 8 == 0 && f32_streams <= 3 ? 8 : f32 && C % 4 == 0 ? 4 : 1;
 }
 
 /* Whether a buffer of type t, read or written at a multiple of `lanes` (row + j0, or j0: rows

@@ -1,5 +1,6 @@
 /* llvm_optim.c: the optimizer step over the flat parameter range (kernel.h: GRAD_ACC, SQNORM,
- * CLIP, ADAMW and their buffers).
+ * CLIP, ADAMW and their buffers); AdamW with flat_low also stores the new weights' 16-bit
+ * copies.
  * Convention: every hyper-parameter is read from the scalar buffer at each call, so one compiled
  * kernel serves every step; only flat_n and flat_decay are fixed when it is generated. */
 #ifdef SN_HAVE_LLVM
@@ -56,11 +57,14 @@ static void emit_clip(sn_ll *L, int64_t n) {
     sn_ll_store(L, scal, sn_ll_i64(L, SN_OPT_SCALE), LLVMBuildFPTrunc(b, scale, L->t_f32, "scale32"));
 }
 
-/* AdamW on the elements [lo, hi) with weight decay wd (a vector) */
-static void adamw_range(sn_ll *L, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef *h, LLVMValueRef wd) {
+/* AdamW on the elements [lo, hi) with weight decay wd (a vector); low: SN_F32, or the dtype of
+ * the 16-bit copies of the new weights stored into buffer 5 */
+static void adamw_range(sn_ll *L, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef *h, LLVMValueRef wd,
+                        sn_dtype low) {
     LLVMBuilderRef b = L->b;
     LLVMValueRef p = sn_ll_buf(L, 0, SN_F32, "p"), m = sn_ll_buf(L, 1, SN_F32, "m");
     LLVMValueRef v2 = sn_ll_buf(L, 2, SN_F32, "v"), g = sn_ll_buf(L, 3, SN_F32, "g");
+    LLVMValueRef lowp = low == SN_F32 ? NULL : sn_ll_buf(L, 5, low, "low");
     LLVMValueRef one = sn_ll_vf32(L, 1);
     LLVMValueRef c1 = LLVMBuildFSub(b, one, h[SN_OPT_BETA1], "1-beta1");
     LLVMValueRef c2 = LLVMBuildFSub(b, one, h[SN_OPT_BETA2], "1-beta2");
@@ -77,13 +81,15 @@ static void adamw_range(sn_ll *L, LLVMValueRef lo, LLVMValueRef hi, LLVMValueRef
         LLVMValueRef den = LLVMBuildFAdd(b, sn_ll_sqrt(L, LLVMBuildFDiv(b, vi, h[SN_OPT_BC2], "vhat"), ""),
                                          h[SN_OPT_EPS], "den");
         LLVMValueRef upd = LLVMBuildFAdd(b, LLVMBuildFDiv(b, mhat, den, ""), LLVMBuildFMul(b, wd, pi, ""), "upd");
-        sn_ll_vstore(L, p, v.j, LLVMBuildFSub(b, pi, LLVMBuildFMul(b, h[SN_OPT_LR], upd, ""), "p1"), v.mask);
+        LLVMValueRef p1 = LLVMBuildFSub(b, pi, LLVMBuildFMul(b, h[SN_OPT_LR], upd, ""), "p1");
+        sn_ll_vstore(L, p, v.j, p1, v.mask);
+        if (lowp) sn_ll_vstore(L, lowp, v.j, p1, v.mask); /* rounded to nearest even */
         sn_ll_vstore(L, m, v.j, mi, v.mask);
         sn_ll_vstore(L, v2, v.j, vi, v.mask);
     }
 }
 
-static void emit_adamw(sn_ll *L, int64_t n_decay) {
+static void emit_adamw(sn_ll *L, int64_t n_decay, sn_dtype low) {
     static const char *const hname[SN_OPT_SCALARS] = {"lr", "beta1", "beta2", "eps", "wd", "bc1",
                                                       "bc2", "scale", "inv_micro"};
     LLVMValueRef hp = sn_ll_buf(L, 4, SN_F32, "scal"), h[SN_OPT_SCALARS] = {0};
@@ -91,9 +97,9 @@ static void emit_adamw(sn_ll *L, int64_t n_decay) {
         h[i] = sn_ll_splat(L, sn_ll_load(L, hp, sn_ll_i64(L, i), hname[i]), hname[i]);
     LLVMValueRef split = sn_ll_i64(L, n_decay);
     LLVMValueRef mid_lo = sn_ll_imin(L, L->end, split, "decay_end");
-    adamw_range(L, L->begin, mid_lo, h, h[SN_OPT_WD]);
+    adamw_range(L, L->begin, mid_lo, h, h[SN_OPT_WD], low);
     LLVMValueRef mid_hi = sn_ll_imax(L, L->begin, split, "plain_begin");
-    adamw_range(L, mid_hi, L->end, h, sn_ll_vf32(L, 0));
+    adamw_range(L, mid_hi, L->end, h, sn_ll_vf32(L, 0), low);
 }
 
 sn_status sn_ll_emit_optim(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
@@ -102,12 +108,15 @@ sn_status sn_ll_emit_optim(sn_ll *L, const sn_kernel *k, const char *fname, sn_e
         return sn_fail(e, SN_ERR_INVALID, "%s: the flat range is [0, %lld) with %lld decayed "
                        "elements: set flat_n >= 1 and 0 <= flat_decay <= flat_n",
                        sn_ll_kname(k, kn, sizeof kn), (long long)k->flat_n, (long long)k->flat_decay);
+    if (k->flat_low != SN_F32 && (k->kind != SN_KER_ADAMW || (k->flat_low != SN_BF16 && k->flat_low != SN_F16)))
+        return sn_fail(e, SN_ERR_INVALID, "%s: 16-bit copies (%s) are written by AdamW only, in "
+                       "bf16 or f16", sn_ll_kname(k, kn, sizeof kn), sn_dtype_name(k->flat_low));
     sn_ll_fn_begin(L, fname);
     switch (k->kind) {
     case SN_KER_GRAD_ACC: emit_grad_acc(L); break;
     case SN_KER_SQNORM: emit_sqnorm(L, k->flat_n); break;
     case SN_KER_CLIP: emit_clip(L, k->flat_n); break;
-    case SN_KER_ADAMW: emit_adamw(L, k->flat_decay); break;
+    case SN_KER_ADAMW: emit_adamw(L, k->flat_decay, k->flat_low); break;
     default: SN_ASSERT(0);
     }
     sn_ll_fn_end(L);
