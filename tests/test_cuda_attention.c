@@ -468,7 +468,7 @@ static const plant_case plants[] = {
      "bf16 mma: dk/dv's causal mask skipped on a warp's diagonal tile"},
     {3, 0, "log2f(sum)) * 0.693147181f", "log2f(sum)) * 0.69f",
      "bf16 mma: forward's lse out of base 2 with a wrong ln 2"},
-    {3, 0, "sn_load(lse[qn + r]) * 1.44269504f", "sn_load(lse[qn + r])",
+    {3, 128, "sn_load(lse[qn + r]) * 1.44269504f", "sn_load(lse[qn + r])",
      "bf16 mma: dk/dv read lse without the base-2 factor"},
 };
 enum { N_PLANTS = sizeof plants / sizeof plants[0] };

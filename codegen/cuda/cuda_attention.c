@@ -34,15 +34,16 @@ static int64_t fp32_shared(const sn_att_plan *p) {
     return 0;
 }
 
-/* Blocks an SM for a double-buffered tensor-core kernel: 16 warps (dk/dv: 12) where the SM's
+/* Blocks an SM for a double-buffered tensor-core kernel: 16 warps (dq 12, dk/dv 8) where the SM's
  * shared memory (the most a block may opt into, plus 1 KiB) holds them; __launch_bounds__ then
- * caps its registers at 64K / (blocks x threads): 128 at 16 warps, 170 at 12 (dk/dv at 128
- * spilled in gpt2's f16 program on sm_90, where q, k, v are views of the QKV product; the tests
- * read ptxas's report: no spills). */
+ * caps its registers at 64K / (blocks x threads): 128 at 16 warps, 170 at 12, 255 at 8 (dq at
+ * 128 and dk/dv's 64-query tiles at 170 spilled in gpt2's f16 program on sm_90, where q, k, v
+ * are views of the QKV product; the tests read ptxas's report: no spills). */
 static int min_blocks(const sn_att_plan *p, const sn_target *tg) {
     if (!p->mma || p->stages != 2) return 0;
     /* a warp of MT m-tiles holds MT times the accumulators: counted as MT warps */
-    int64_t by_warps = (p->pass == SN_ATT_DKV ? 12 : 16) / (p->warps * (p->rows / 16));
+    int64_t by_warps = (p->pass == SN_ATT_FWD ? 16 : p->pass == SN_ATT_DQ ? 12 : 8) /
+                       (p->warps * (p->rows / 16));
     int64_t by_shared = (tg->shared_max + 1024) / (p->shared_bytes + 1024);
     if (by_warps < 1) by_warps = 1;
     return (int)(by_warps < by_shared ? by_warps : by_shared);
@@ -68,9 +69,9 @@ static bool tiles_override(sn_att_pass pass, int c[4]) {
  * memory, or up to what a block may opt into (sm_80 and later) as dynamic shared memory when
  * SN_ATT_TILES asks for such a tile. fp32: (warps, rows per warp, tile). mma: (warps, 16 rows a
  * warp, tile, stages): 4 warps before 2, double-buffered tiles of 64 or 32 (sm_80 and later:
- * cp.async) before single-buffered ones, tiles of 16 last. At D = 64 that is FWD: 64 queries
- * over key tiles of 64, two stages (45 KiB); DQ: 64 queries over key tiles of 32, two stages
- * (36 KiB); DKV: 64 keys over query tiles of 32, two stages (45 KiB). */
+ * cp.async) before single-buffered ones, tiles of 16 last. At D = 64 on sm_80 and later the
+ * forward takes 64 queries over key tiles of 64, two stages (45 KiB, static); dq and dk/dv the
+ * measured tiles of 64 (below: dynamic shared memory). */
 static bool fit(sn_att_plan *p, const sn_target *tg) {
     static const int fp32[][3] = {{4, 4, 32}, {4, 2, 32}, {4, 1, 32}, {2, 1, 32}, {1, 1, 32}};
     static const int mma[][4] = {{4, 16, 64, 2}, {4, 16, 32, 2}, {4, 16, 64, 1}, {4, 16, 32, 1},
@@ -89,6 +90,22 @@ static bool fit(sn_att_plan *p, const sn_target *tg) {
         bool tile_ok = p->pass != SN_ATT_DKV || p->tile <= 32 * p->warps;
         if (tile_ok && p->shared_bytes <= (tg->sm >= 80 ? tg->shared_max : tg->shared_default))
             return true;
+    }
+    /* Measured on an H200 (docs/gpu.md, 2026-11-27 15:31, bf16 B=16 H=12 T=1024 D=64): dq over
+     * key tiles of 64 and dk/dv over query tiles of 64, 4 warps, double-buffered in dynamic
+     * shared memory (55 and 73 KiB), took 0.186 and 0.290 ms a layer against 0.206 and 0.362
+     * for the static tiles of 32 below; the forward's static 64-key tiles were as fast as any.
+     * Head sizes up to 64 on sm_80 and later take them; larger heads keep the static list
+     * (not measured there). */
+    if (p->mma && tg->sm >= 80 && p->pass != SN_ATT_FWD && p->D <= 64 && p->Dv <= 64) {
+        p->warps = 4;
+        p->rows = 16;
+        p->tile = 64;
+        p->stages = 2;
+        p->shared_bytes = sn_att_mma_shared(p);
+        p->dynamic = p->shared_bytes > tg->shared_default;
+        p->min_blocks = min_blocks(p, tg);
+        if (p->shared_bytes <= tg->shared_max) return true;
     }
     p->dynamic = false;
     int n = p->mma ? (int)(sizeof mma / sizeof mma[0]) : (int)(sizeof fp32 / sizeof fp32[0]);
