@@ -1,0 +1,69 @@
+/* cuda_attention_mma.h: what the tensor-core attention kernels share (cuda_attention_mma.c:
+ * the operations, shared-memory tiles, copies and products; cuda_attention_mma_pass.c: the
+ * forward, dq and dk/dv kernels written with them). Every function emits CUDA C text. */
+#ifndef SN_CUDA_ATTENTION_MMA_H
+#define SN_CUDA_ATTENTION_MMA_H
+
+#include "cuda_attention.h"
+
+/* The names this kernel's text multiplies and packs with. */
+typedef struct {
+    const char *mma, *pack;
+} sn_attm_ops;
+
+/* Shared-memory arrays: static (SN_SHARED, SN_SHARED2) when the plan fits 48 KiB, else carved
+ * in order from the dynamic shared memory, `at` bytes in; sn_att_mma_shared counts the same. */
+typedef struct {
+    const sn_att_plan *p;
+    int64_t at;
+} sn_attm_carve;
+
+sn_attm_carve sn_attm_carve_begin(sn_cu_text *t, const sn_att_plan *p);
+/* A tile of rows x cols 16-bit values (rows_text, cols_text: the same in the kernel's names). */
+void sn_attm_tile2(sn_cu_text *t, sn_attm_carve *c, const char *name, int64_t rows, int64_t cols,
+                   const char *rows_text, const char *cols_text, const char *note);
+/* An array of count floats. */
+void sn_attm_floats(sn_cu_text *t, sn_attm_carve *c, const char *name, int64_t count,
+                    const char *count_text, const char *note);
+/* Rows [row0, row0 + count) of src (`cols` 16-bit values wide, rows src_row apart, `limit` rows
+ * in all) into rows trow .. of tile as 16-byte chunks (rows past limit: zeros), by every thread
+ * of the block: cp.async copies still to be waited for (async), or loads and stores. */
+void sn_attm_copy_rows(sn_cu_text *t, bool async, const char *tile, const char *trow,
+                       const char *src, const char *src_row, const char *row0, const char *count,
+                       const char *cols, const char *limit);
+/* acc[n][0..4) = 0; sn_attm_zero_m: acc[MT][n][0..4) */
+void sn_attm_zero(sn_cu_text *t, const char *acc, const char *n);
+void sn_attm_zero_m(sn_cu_text *t, const char *acc, const char *n);
+/* acc[nt] += A B^T over a k of `kdim`: A the 16 rows from `arow` of tile a, B the rows brow +
+ * nt * 8 .. of tile b (row-major (n, k)), two n-tiles an ldmatrix x4; _m: MT m-tiles a warp,
+ * acc[m][nt], each B fragment feeding MT mma pairs. */
+void sn_attm_abt(sn_cu_text *t, sn_attm_ops o, const char *acc, const char *a, const char *arow,
+                 const char *b, const char *brow, const char *kdim, const char *ntiles);
+void sn_attm_abt_m(sn_cu_text *t, sn_attm_ops o, const char *acc, const char *a, const char *arow,
+                   const char *b, const char *brow, const char *kdim, const char *ntiles);
+/* acc[dt] += X B over k = 16 * ksteps: X the accumulator fragments x[2 kk], x[2 kk + 1] as the
+ * A operand, B the rows brow + kk * 16 .. of tile b (row-major (k, n): ldmatrix .trans; pairs:
+ * two n-tiles an ldmatrix x4); _m: MT m-tiles, acc[m][dt], x[m]. */
+void sn_attm_xb(sn_cu_text *t, sn_attm_ops o, const char *acc, const char *x, const char *b,
+                const char *brow, const char *ksteps, const char *ntiles, bool pairs);
+void sn_attm_xb_m(sn_cu_text *t, sn_attm_ops o, const char *acc, const char *x, const char *b,
+                  const char *brow, const char *ksteps, const char *ntiles);
+/* Stores row `i` of accumulators acc[0 .. ntiles) (this thread's half `h`) times `mul` to dst
+ * (rows `cols` apart) as packed pairs. */
+void sn_attm_store_row(sn_cu_text *t, sn_attm_ops o, const char *dst, const char *acc,
+                       const char *ntiles, const char *cols, const char *mul);
+/* dst[r] = dout_i . o_i for the `rows` rows i = first + r (0 past SEQ_Q), THREADS / rows
+ * threads a row: dout's row from `dout_at`, o's from `o_at` (addresses of 8 16-bit values). */
+void sn_attm_tile_dots(sn_cu_text *t, const sn_att_plan *p, const char *dst, const char *rows,
+                       const char *first, const char *dout_at, const char *o_at);
+/* The fragment loop over s[nt][e] (ntiles n-tiles) with body[0 .. n_body); with coords first
+ * the element's coordinates and `seen` (query_checked: i < SEQ_Q too). */
+void sn_attm_elements(sn_cu_text *t, const char *ntiles, const char *coords, bool query_checked,
+                      const char *const *body, int n_body);
+
+/* cuda_attention_mma_pass.c: the kernels of each pass */
+void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
+void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
+void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
+
+#endif
