@@ -48,6 +48,17 @@ static inline bool is_shadow(const fuse_state *s, const sn_node *x) {
            (x->dtype == SN_BF16 || x->dtype == SN_F16);
 }
 
+/* ---- fuse_into.c: values written straight into another's buffer ---- */
+
+bool sn_fuse_is_att_out(sn_op op); /* attention_bwd_q, _k or _v */
+/* y, a concatenation (add of pads) of attention backward outputs each read by nothing else:
+ * marks it and its parts written into (into[]); false when y is something else. */
+bool sn_fuse_concat_into(fuse_state *s, const sn_node *y);
+/* After the other decisions: the parts keep no buffer, the concatenation one and no kernel. */
+void sn_fuse_settle_into(fuse_state *s);
+/* Attention forward x writes o straight into the permute that reads it (kernel.h). */
+bool sn_fuse_fwd_into(fuse_state *s, const sn_node *x);
+
 /* ---- fuse_access.c: views folded into strided, masked accesses ---- */
 
 typedef struct pw_build pw_build; /* a kernel being built (fuse_kernels.c) */
