@@ -72,52 +72,55 @@ static bool tiles_override(sn_att_pass pass, int c[4]) {
  * cp.async) before single-buffered ones, tiles of 16 last. At D = 64 on sm_80 and later the
  * forward takes 64 queries over key tiles of 64, two stages (45 KiB, static); dq and dk/dv the
  * measured tiles of 64 (below: dynamic shared memory). */
+/* Sets p to a tensor-core configuration; true when its shared memory fits `limit`. */
+static bool try_mma(sn_att_plan *p, const sn_target *tg, int warps, int rows, int tile, int stages,
+                    int64_t limit) {
+    p->warps = warps;
+    p->rows = rows;
+    p->tile = tile;
+    p->stages = stages;
+    p->shared_bytes = sn_att_mma_shared(p);
+    p->dynamic = p->shared_bytes > tg->shared_default;
+    p->min_blocks = min_blocks(p, tg);
+    return p->shared_bytes <= limit;
+}
+
 static bool fit(sn_att_plan *p, const sn_target *tg) {
     static const int fp32[][3] = {{4, 4, 32}, {4, 2, 32}, {4, 1, 32}, {2, 1, 32}, {1, 1, 32}};
     static const int mma[][4] = {{4, 16, 64, 2}, {4, 16, 32, 2}, {4, 16, 64, 1}, {4, 16, 32, 1},
                                  {4, 16, 16, 2}, {4, 16, 16, 1}, {2, 16, 64, 2}, {2, 16, 32, 2},
                                  {2, 16, 64, 1}, {2, 16, 32, 1}, {2, 16, 16, 2}, {2, 16, 16, 1},
                                  {1, 16, 16, 1}};
+    int64_t opt_in = tg->sm >= 80 ? tg->shared_max : tg->shared_default;
     int o[4];
-    if (p->mma && tiles_override(p->pass, o) && (o[2] == 1 || tg->sm >= 80)) {
-        p->warps = o[0];
-        p->rows = 16 * o[3];
-        p->tile = o[1];
-        p->stages = o[2];
-        p->shared_bytes = sn_att_mma_shared(p);
-        p->dynamic = p->shared_bytes > tg->shared_default;
-        p->min_blocks = min_blocks(p, tg);
-        bool tile_ok = p->pass != SN_ATT_DKV || p->tile <= 32 * p->warps;
-        if (tile_ok && p->shared_bytes <= (tg->sm >= 80 ? tg->shared_max : tg->shared_default))
-            return true;
-    }
+    if (p->mma && tiles_override(p->pass, o) && (o[2] == 1 || tg->sm >= 80) &&
+        (p->pass != SN_ATT_DKV || o[1] <= 32 * o[0]) &&
+        try_mma(p, tg, o[0], 16 * o[3], o[1], o[2], opt_in))
+        return true;
     /* Measured on an H200 (docs/gpu.md, 2026-11-27 15:31, bf16 B=16 H=12 T=1024 D=64): dq over
      * key tiles of 64 and dk/dv over query tiles of 64, 4 warps, double-buffered in dynamic
      * shared memory (55 and 73 KiB), took 0.186 and 0.290 ms a layer against 0.206 and 0.362
      * for the static tiles of 32 below; the forward's static 64-key tiles were as fast as any.
      * Head sizes up to 64 on sm_80 and later take them; larger heads keep the static list
      * (not measured there). */
-    if (p->mma && tg->sm >= 80 && p->pass != SN_ATT_FWD && p->D <= 64 && p->Dv <= 64) {
-        p->warps = 4;
-        p->rows = 16;
-        p->tile = 64;
-        p->stages = 2;
-        p->shared_bytes = sn_att_mma_shared(p);
-        p->dynamic = p->shared_bytes > tg->shared_default;
-        p->min_blocks = min_blocks(p, tg);
-        if (p->shared_bytes <= tg->shared_max) return true;
-    }
-    p->dynamic = false;
+    if (p->mma && tg->sm >= 80 && p->pass != SN_ATT_FWD && p->D <= 64 && p->Dv <= 64 &&
+        try_mma(p, tg, 4, 16, 64, 2, opt_in))
+        return true;
     int n = p->mma ? (int)(sizeof mma / sizeof mma[0]) : (int)(sizeof fp32 / sizeof fp32[0]);
     for (int i = 0; i < n; i++) {
-        const int *c = p->mma ? mma[i] : fp32[i];
-        p->warps = c[0];
-        p->rows = c[1];
-        p->tile = c[2];
-        p->stages = p->mma ? c[3] : 1;
-        if (p->stages == 2 && tg->sm < 80) continue; /* cp.async is sm_80's */
-        p->shared_bytes = p->mma ? sn_att_mma_shared(p) : fp32_shared(p);
-        p->min_blocks = min_blocks(p, tg);
+        if (p->mma) {
+            const int *c = mma[i];
+            if (c[3] == 2 && tg->sm < 80) continue; /* cp.async is sm_80's */
+            if (try_mma(p, tg, c[0], c[1], c[2], c[3], tg->shared_default)) return true;
+            continue;
+        }
+        p->warps = fp32[i][0];
+        p->rows = fp32[i][1];
+        p->tile = fp32[i][2];
+        p->stages = 1;
+        p->dynamic = false;
+        p->min_blocks = 0;
+        p->shared_bytes = fp32_shared(p);
         if (p->shared_bytes <= tg->shared_default) return true;
     }
     return false;

@@ -48,9 +48,11 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
 void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, const char *fname);
 const char *sn_att_ctype(sn_dtype dt);
 
-/* What both paths write alike, in the names both use: i (a query), j (a key), q0/BQ (FWD, DQ)
- * or k0/BK (DKV), qs (DKV's query tile), row_max, row_sum, row_lse, row_dot, lse_tile,
- * dot_tile. A path names its own element of the scores (s[r], s[nt][e]) and of the per-row
+/* What the paths write alike (since the tensor-core rework of 2026-11-27, whose base-2
+ * exponents, per-warp masking and streamed loops are its own, the fp32 path uses all of these
+ * and the tensor-core path sn_att_emit_seen alone), in the names both use: i (a query), j (a
+ * key), q0/BQ (FWD, DQ) or k0/BK (DKV), qs (DKV's query tile), row_max, row_sum, row_lse,
+ * row_dot, lse_tile, dot_tile. A path names its own element of the scores (s[r], s[nt][e]) and of the per-row
  * state (x: "r" in the SIMT path, "h" or "e / 2" on tensor cores). */
 /* The loop over the key tiles (FWD, DQ) or query tiles (DKV) the block's rows see (causal),
  * its body opened with the barrier that lets the previous tiles go. DKV with G > 1: inside a

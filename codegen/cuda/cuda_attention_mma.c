@@ -62,7 +62,6 @@ static sn_attm_ops emit_helpers(sn_cu_text *t, const sn_att_plan *p) {
     }
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "#endif");
-    sn_cu_emit_att_warp_helpers(t);
     return o;
 }
 
