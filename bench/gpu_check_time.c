@@ -138,6 +138,29 @@ static void compile_times(gc_run *r) {
            nvrtc[0], dev_s[1], hits[1], nvrtc[1], wall[0], wall[1]);
 }
 
+/* Appends every kernel of the profiled step to gpu_check_kernels.tsv in the output folder: its
+ * measured time (device events) beside the roofline's bytes and modeled time, and the bandwidth
+ * it reached; the table that says which kernels of a kind hold its time. */
+static void write_kernel_table(gc_run *r, const char *run, const sn_program *p, const sn_exec *x,
+                               const sn_roofline_machine *m, const sn_roofline_opts *ro) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/gpu_check_kernels.tsv", r->o.out_dir);
+    FILE *f = fopen(path, "a");
+    if (!f) return; /* the report still holds the kinds; nothing to fail */
+    fseek(f, 0, SEEK_END);
+    if (ftell(f) == 0)
+        fprintf(f, "run\tindex\tkernel\tkind\tmeasured_us\tmodeled_us\tMB\tGB_per_s\tGFLOP\n");
+    for (int k = 0; k < p->n_kernels; k++) {
+        const sn_kernel *ker = p->kernels[k];
+        sn_roofline_kernel mk = sn_roofline_kernel_model(ker, m, ro);
+        double t = sn_exec_kernel_time(x, k);
+        fprintf(f, "%s\t%d\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.1f\t%.3f\n", run, k, ker->name,
+                sn_kernel_kind_name(ker->kind), t * 1e6, mk.time_s * 1e6, mk.bytes / 1e6,
+                t > 0 ? mk.bytes / t / 1e9 : 0, mk.flops / 1e9);
+    }
+    fclose(f);
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -224,6 +247,9 @@ static void time_size(gc_run *r, sn_device *d, const char *mode, bool tf32, sn_p
                model.time_s * 1e3);
         fprintf(r->details, "%s: kernels by kind (device events, one profiled step after the timed ones) beside the model\n", name);
         sn_roofline_print(r->details, p, param_count(g), tokens, m, &ro, xs.kind_s, med);
+        char run[64];
+        snprintf(run, sizeof run, "%dx%d-%s", B, T, mode);
+        write_kernel_table(r, run, p, sn_trainer_exec(tr), m, &ro);
     }
     for (int i = 0; i < 2; i++)
         if (ev[i]) d->event_free(d, ev[i]);
@@ -235,6 +261,9 @@ static void time_size(gc_run *r, sn_device *d, const char *mode, bool tf32, sn_p
 
 void gc_time_steps(gc_run *r) {
     const gc_opts *o = &r->o;
+    char table[1100];
+    snprintf(table, sizeof table, "%s/gpu_check_kernels.tsv", o->out_dir);
+    remove(table); /* this run's table, appended to by each timed size */
     compile_times(r);
     for (int i = 0; i < o->n_time_sizes; i++)
         time_size(r, r->dev, "fp32", false, SN_PRECISION_FP32, o->time_sizes[i][0], o->time_sizes[i][1]);

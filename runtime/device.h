@@ -126,6 +126,8 @@ typedef struct {
                                  counted since sn_exec_new */
 } sn_exec_stats;
 void sn_exec_stats_get(const sn_exec *x, sn_exec_stats *s);
+/* The last run's time of kernel k (device events; 0 when the run was timed as a whole). */
+double sn_exec_kernel_time(const sn_exec *x, int k);
 /* Whether a run records an event after every kernel (the default: kind_s is filled) or only
  * around the whole run (kind_s stays zero). On a CUDA device the events join the step's CUDA
  * Graph, and inside a replayed graph they read 0 (runtime/cuda/graph.c): time steps with

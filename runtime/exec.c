@@ -337,4 +337,8 @@ sn_status sn_exec_run(sn_exec *x, sn_err *e) {
 
 void sn_exec_stats_get(const sn_exec *x, sn_exec_stats *s) { *s = x->st; }
 
+double sn_exec_kernel_time(const sn_exec *x, int k) {
+    return k >= 0 && k < x->p->n_kernels && !x->whole_run_only ? x->kernel_s[k] : 0;
+}
+
 void sn_exec_time_kernels(sn_exec *x, bool per_kernel) { x->whole_run_only = !per_kernel; }

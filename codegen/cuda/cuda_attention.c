@@ -51,15 +51,21 @@ static int min_blocks(const sn_att_plan *p, const sn_target *tg) {
 
 /* A tensor-core configuration "WxTxS" (warps, tile, stages; the forward also "WxTxSxM": M
  * m-tiles of 16 query rows a warp) for pass `pass` from SN_ATT_TILES
- * ("fwd=4x64x2x2,dq=4x32x2,dkv=4x32x2", any of the three): a tuning knob for benchmarks on a
- * GPU (bench/gpu_check --att-tiles), not a user option; false when it names none. */
-static bool tiles_override(sn_att_pass pass, int c[4]) {
+ * ("fwd=4x64x2x2,dq=4x32x2,dkv=4x32x2", any of the three), each optionally followed by "@N":
+ * __launch_bounds__' blocks an SM (the register cap; "@0" none), else min_blocks decides: a
+ * tuning knob for benchmarks on a GPU (bench/gpu_check --att-tiles), not a user option; false
+ * when it names none. c[4] is the blocks asked for, or -1. */
+static bool tiles_override(sn_att_pass pass, int c[5]) {
     const char *env = getenv("SN_ATT_TILES");
     static const char *const names[] = {"fwd=", "dq=", "dkv="};
     const char *at = env ? strstr(env, names[pass]) : NULL;
     while (at && at != env && at[-1] != ',') at = strstr(at + 1, names[pass]);
     c[3] = 1;
     int n = at ? sscanf(at + strlen(names[pass]), "%dx%dx%dx%d", &c[0], &c[1], &c[2], &c[3]) : 0;
+    c[4] = -1;
+    const char *blocks = at ? at + strcspn(at, "@,") : NULL;
+    if (blocks && *blocks == '@' && (sscanf(blocks + 1, "%d", &c[4]) != 1 || c[4] < 0 || c[4] > 32))
+        return false;
     return n >= 3 && (c[0] == 1 || c[0] == 2 || c[0] == 4 || c[0] == 8) &&
            (c[1] == 16 || c[1] == 32 || c[1] == 64 || c[1] == 128) && (c[2] == 1 || c[2] == 2) &&
            (c[3] == 1 || (c[3] == 2 && pass == SN_ATT_FWD));
@@ -92,11 +98,13 @@ static bool fit(sn_att_plan *p, const sn_target *tg) {
                                  {2, 16, 64, 1}, {2, 16, 32, 1}, {2, 16, 16, 2}, {2, 16, 16, 1},
                                  {1, 16, 16, 1}};
     int64_t opt_in = tg->sm >= 80 ? tg->shared_max : tg->shared_default;
-    int o[4];
+    int o[5];
     if (p->mma && tiles_override(p->pass, o) && (o[2] == 1 || tg->sm >= 80) &&
         (p->pass != SN_ATT_DKV || o[1] <= 32 * o[0]) &&
-        try_mma(p, tg, o[0], 16 * o[3], o[1], o[2], opt_in))
+        try_mma(p, tg, o[0], 16 * o[3], o[1], o[2], opt_in)) {
+        if (o[4] >= 0) p->min_blocks = o[4];
         return true;
+    }
     /* Measured on an H200 (docs/gpu.md, 2026-11-27 15:31, bf16 B=16 H=12 T=1024 D=64): dq over
      * key tiles of 64 and dk/dv over query tiles of 64, 4 warps, double-buffered in dynamic
      * shared memory (55 and 73 KiB), took 0.186 and 0.290 ms a layer against 0.206 and 0.362
