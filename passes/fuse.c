@@ -234,6 +234,48 @@ static const sn_node *colsum_host(const fuse_state *s, const sn_node *x) {
     return NULL;
 }
 
+/* Column sum x, which joined a norm weight-gradient kernel, of the f32 cast of a 16-bit value v
+ * with a buffer (through reshapes), where nothing else reads the cast or the reshapes: the
+ * kernel reads v and widens each element as it loads it (exact: the same sums), so the cast
+ * is never stored. A bias gradient is the column sum of the cast of the 16-bit gradient the
+ * products read (the GELU's, the QKV concatenation's): half the bytes, one pass fewer. */
+static void colsum_widens(fuse_state *s, const sn_node *x) {
+    const sn_node *b = x->in[0];
+    for (;; b = b->in[0]) {
+        int readers = 0;
+        for (int k = 0; k < s->n_users[b->id]; k++) readers += s->live[s->users[b->id][k]];
+        if (readers != 1 || s->is_out[b->id]) return;
+        if (b->op != SN_OP_RESHAPE) break;
+    }
+    const sn_node *v = b->in[0];
+    if (b->op != SN_OP_CAST || b->dtype != SN_F32 || (v->dtype != SN_BF16 && v->dtype != SN_F16) ||
+        is_view(v->op) || !s->mat[v->id] || s->home[b->id] != b->id)
+        return;
+    if (s->members[b->id]) { /* b roots the pointwise kernel that stores v: v roots it instead */
+        if (s->home[v->id] != b->id || s->anchor[b->id]) return;
+        for (int j = v->id + 1; j < b->id; j++)
+            if (s->home[j] == b->id) return; /* a member after v */
+        bool extra = false;
+        for (int j = 0; j < v->id; j++)
+            if (s->home[j] == b->id) {
+                s->home[j] = v->id;
+                extra |= s->mat[j];
+            }
+        s->home[v->id] = v->id;
+        s->members[v->id] = s->members[b->id] - 1;
+        s->extra[v->id] = extra;
+        s->space[v->id] = v;
+        s->anchor[v->id] = NULL;
+        s->members[b->id] = 0;
+    }
+    for (const sn_node *c = x->in[0];; c = c->in[0]) {
+        s->mat[c->id] = false;
+        s->home[c->id] = -1;
+        if (c == b) break;
+    }
+    s->read_as[x->id] = v;
+}
+
 /* A GEMM's bias epilogue (kernel.h: BIAS) found from its matmul: the nodes the GEMM kernel
  * computes besides it (the bias's f32 cast, the add, the cast of the add) and its inputs. */
 typedef struct {
@@ -336,6 +378,7 @@ static void decide(fuse_state *s) {
         s->members[i] = 0;
         s->extra[i] = false;
         s->into[i] = NULL;
+        s->read_as[i] = NULL;
     }
     for (int i = 0; i < n; i++) {
         const sn_node *x = g->nodes[i];
@@ -409,6 +452,7 @@ static void decide(fuse_state *s) {
     for (int i = 0; i < n; i++) {
         const sn_node *h = s->live[i] ? colsum_host(s, g->nodes[i]) : NULL;
         if (h) s->home[i] = h->id;
+        if (h) colsum_widens(s, g->nodes[i]);
     }
     /* casts join the kernel that computes their operand (in graph order: a cast of such a
        cast follows it there too) */
@@ -493,6 +537,7 @@ static void free_tables(fuse_state *s, int n) {
     free(s->extra);
     free(s->solo);
     free(s->into);
+    free(s->read_as);
 }
 
 sn_status sn_fuse(const sn_graph *g, const sn_target *t, bool shadows, sn_program **out, sn_err *e) {
@@ -513,8 +558,9 @@ sn_status sn_fuse(const sn_graph *g, const sn_target *t, bool shadows, sn_progra
     s.extra = sn_calloc((size_t)n, 1, what, e);
     s.solo = sn_calloc((size_t)n, 1, what, e);
     s.into = sn_calloc((size_t)n, sizeof *s.into, what, e);
+    s.read_as = sn_calloc((size_t)n, sizeof *s.read_as, what, e);
     bool ok = s.users && s.n_users && s.live && s.mat && s.is_out && s.home && s.anchor && s.space &&
-              s.members && s.extra && s.solo && s.into;
+              s.members && s.extra && s.solo && s.into && s.read_as;
     for (int i = 0; ok && i < n; i++)
         for (int j = 0; j < g->nodes[i]->n_in; j++) s.n_users[g->nodes[i]->in[j]->id]++;
     for (int i = 0; ok && i < n; i++) {

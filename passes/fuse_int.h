@@ -31,6 +31,9 @@ typedef struct {
     bool *extra;            /* a node joined it as a stored value or as its row op */
     bool *solo;             /* takes only single-reader chains (its kernel overflowed before) */
     int overflowed;         /* the root whose kernel ran out of args or instructions, or -1 */
+    const sn_node **read_as; /* a column sum that reads, in place of its operand (an f32 cast
+                                of a 16-bit value, through reshapes, with no buffer), that
+                                value, widened as it is loaded (fuse.c: colsum_widens) */
     bool shadows;           /* parameters' 16-bit casts are weight shadows (program.h) */
     sn_err *e;
 } fuse_state;

@@ -278,7 +278,7 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
         break;
     }
     for (int o = 1; o <= k->n_colsum; o++) { /* their operands, after the anchor's */
-        const sn_node *src = k->args[o]->in[0];
+        const sn_node *x = k->args[o], *src = s->read_as[x->id] ? s->read_as[x->id] : x->in[0];
         SN_ASSERT(s->mat[src->id]);
         int at = -1;
         for (int j = k->n_out; j < k->n_out + k->n_in && at < 0; j++)

@@ -128,7 +128,9 @@ struct sn_kernel {
     /* ROW whose anchor sums over every row (layernorm_bwd_w, rmsnorm_bwd_w), with column sums
      * (n_colsum > 0): outputs 1 .. n_colsum are `sum` nodes over the same R rows (bias
      * gradients, layernorm's dbeta) that joined the kernel: output o is the sum over r of
-     * args[colsum_src[o]] read as a contiguous (R, C_o) matrix, C_o = numel(args[o]). */
+     * args[colsum_src[o]] read as a contiguous (R, C_o) matrix, C_o = numel(args[o]): the sum's
+     * operand, or a bf16 / f16 value whose f32 cast that operand is (through reshapes), each
+     * element widened to f32 as it is loaded (the same sums: the cast has no buffer). */
     int n_colsum;
     int colsum_src[SN_KER_MAX_ARGS];
 

@@ -256,9 +256,9 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     for (int o = 1; o <= k->n_colsum; o++) {
         const sn_node *src = k->args[k->colsum_src[o]];
         if (k->colsum_src[o] < k->n_out || k->colsum_src[o] >= k->n_out + k->n_in ||
-            src->dtype != SN_F32 || k->args[o]->dtype != SN_F32 ||
+            !sn_dtype_is_float(src->dtype) || k->args[o]->dtype != SN_F32 ||
             sn_numel(src) != w->R * sn_numel(k->args[o]))
-            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: column sum %d must read an f32 "
+            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: column sum %d must read a float "
                            "input of %lld rows of its %lld columns", k->name, o, (long long)w->R,
                            (long long)sn_numel(k->args[o]));
     }

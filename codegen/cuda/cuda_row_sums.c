@@ -156,24 +156,25 @@ static void colsums(row *w) {
     E("/* column sums: %d columns a part after the first */", SN_COLSUM_TILE);
     E("if (chunk_part > 0) {");
     E("const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32, t = chunk_part - 1;");
-    E("const float *src;");
-    E("%s C, c0, at; /* columns, the tile's first, where its output starts in `part` */", w->ix);
+    E("%s C, c, at; /* columns, this lane's, where the output starts in `part` */", w->ix);
+    E("float acc = 0.0f;");
     int64_t first = 0, at = w->C;
-    for (int o = 1; o <= k->n_colsum; o++) {
+    for (int o = 1; o <= k->n_colsum; o++) { /* each source its own loop: its own element type */
         int64_t C = sn_numel(k->args[o]), tiles = (C + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
         sn_cu_arg_name(w->k, k->colsum_src[o], src, sizeof src);
         const char *cond = o == k->n_colsum ? "" : "if (t < %lld) ";
         char c[48];
         snprintf(c, sizeof c, cond, (long long)(first + tiles));
-        E("%s%s{ src = %s; C = %lld; c0 = (t - %lld) * %d; at = %lld; }", o > 1 ? "else " : "", c,
-          src, (long long)C, (long long)first, SN_COLSUM_TILE, (long long)at);
+        E("%s%s{", o > 1 ? "else " : "", c);
+        E("C = %lld; c = (t - %lld) * %d + lane; at = %lld;", (long long)C, (long long)first,
+          SN_COLSUM_TILE, (long long)at);
+        E("if (c < C)");
+        E("for (%s r = r0 + warp; r < r1; r += %u) acc += sn_load(%s[r * C + c]);", w->ix, warps,
+          src);
+        E("}");
         first += tiles;
         at += C;
     }
-    E("const %s c = c0 + lane;", w->ix);
-    E("float acc = 0.0f;");
-    E("if (c < C)");
-    E("for (%s r = r0 + warp; r < r1; r += %u) acc += sn_load(src[r * C + c]);", w->ix, warps);
     E("SN_SHARED2(float, colsum_part, %u, %d);", warps, SN_COLSUM_TILE);
     E("colsum_part[warp][lane] = acc;");
     E("__syncthreads();");

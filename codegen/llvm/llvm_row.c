@@ -523,9 +523,9 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
     for (int o = 1; o <= k->n_colsum; o++) {
         const sn_node *src = k->args[k->colsum_src[o]];
         if (k->colsum_src[o] < k->n_out || k->colsum_src[o] >= k->n_out + k->n_in ||
-            src->dtype != SN_F32 || k->args[o]->dtype != SN_F32 ||
+            !sn_dtype_is_float(src->dtype) || k->args[o]->dtype != SN_F32 ||
             sn_numel(src) != R * sn_numel(k->args[o]))
-            return sn_fail(e, SN_ERR_INVALID, "%s: column sum %d must read an f32 input of %lld "
+            return sn_fail(e, SN_ERR_INVALID, "%s: column sum %d must read a float input of %lld "
                            "rows of its %lld columns", sn_ll_kname(k, kn, sizeof kn), o,
                            (long long)R, (long long)sn_numel(k->args[o]));
     }

@@ -16,7 +16,8 @@ static void colsum_tile(sn_ll *L, const sn_kernel *k, LLVMValueRef part, LLVMVal
     int64_t first = 0, at = sn_numel(k->anchor); /* the output's first tile, its partials */
     for (int o = 1; o <= k->n_colsum; o++) {
         int64_t C = sn_numel(k->args[o]), tiles = (C + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
-        LLVMValueRef x = sn_ll_buf(L, k->colsum_src[o], SN_F32, "colsum_src");
+        LLVMValueRef x = sn_ll_buf(L, k->colsum_src[o], k->args[k->colsum_src[o]]->dtype,
+                                   "colsum_src"); /* 16-bit elements widened as loaded */
         LLVMValueRef in = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSGE, t, sn_ll_i64(L, first), ""),
                                        LLVMBuildICmp(b, LLVMIntSLT, t, sn_ll_i64(L, first + tiles), ""), "");
         sn_ll_if mine;
