@@ -36,15 +36,17 @@ static int64_t fp32_shared(const sn_att_plan *p) {
 
 /* Blocks an SM for a double-buffered tensor-core kernel: 16 warps (dq 12) where the SM's shared
  * memory (the most a block may opt into, plus 1 KiB) holds them; __launch_bounds__ then caps its
- * registers at 64K / (blocks x threads): 128 at 16 warps, 170 at 12. dk/dv gets no cap (0):
- * measured on an H200 (docs/gpu.md, 2026-11-27 16:30, bf16 B=16 H=12 T=1024 D=64, tiles of 64),
- * its kernel took 0.293 ms uncapped, 0.294 at 3 blocks (170 registers, which spilled 24 bytes in
- * gpt2's f16 program on sm_90) and 0.337 at 2 blocks (255); dq at 3 blocks 0.186 ms, at 2
- * blocks 0.212. The tests read ptxas's report: no spills. */
+ * registers at 64K / (blocks x threads): 128 at 16 warps, 170 at 12; dk/dv 8 warps (255) before
+ * sm_90, no cap (0) on sm_90: measured on an H200 (docs/gpu.md, 2026-11-27 16:30, bf16 B=16
+ * H=12 T=1024 D=64, tiles of 64), its kernel took 0.293 ms uncapped, 0.294 at 3 blocks (170
+ * registers, which spilled 24 bytes in gpt2's f16 program on sm_90) and 0.337 at 2 blocks
+ * (255); uncapped it spills 16 bytes on sm_80 (not measured there). dq at 3 blocks 0.186 ms,
+ * at 2 blocks 0.212. The tests read ptxas's report: no spills. */
 static int min_blocks(const sn_att_plan *p, const sn_target *tg) {
-    if (!p->mma || p->stages != 2 || p->pass == SN_ATT_DKV) return 0;
+    if (!p->mma || p->stages != 2 || (p->pass == SN_ATT_DKV && tg->sm >= 90)) return 0;
     /* a warp of MT m-tiles holds MT times the accumulators: counted as MT warps */
-    int64_t by_warps = (p->pass == SN_ATT_FWD ? 16 : 12) / (p->warps * (p->rows / 16));
+    int64_t by_warps = (p->pass == SN_ATT_FWD ? 16 : p->pass == SN_ATT_DQ ? 12 : 8) /
+                       (p->warps * (p->rows / 16));
     int64_t by_shared = (tg->shared_max + 1024) / (p->shared_bytes + 1024);
     if (by_warps < 1) by_warps = 1;
     return (int)(by_warps < by_shared ? by_warps : by_shared);
