@@ -298,6 +298,27 @@ static bool only_epilogue(const fuse_state *s, const epi_match *m, const sn_node
     return false;
 }
 
+/* Whether y is what a 16-bit BIAS epilogue would store (bias_epilogue below, before any
+ * grouping): y = cast(mm + f32(bias)) to bias's 16-bit dtype, mm an f32 matmul read only by the
+ * add, the add and the bias's cast read by nothing else. Such a y roots its own kernel (the
+ * GEMM's, once the epilogue joins it) rather than joining its readers' pointwise kernel, which
+ * would read the f32 product (twice the bytes) and the GEMM store it (twice again). */
+static bool bias_result(const fuse_state *s, const sn_node *y) {
+    const sn_node *x = y->op == SN_OP_CAST ? y->in[0] : NULL;
+    if (!x || (y->dtype != SN_BF16 && y->dtype != SN_F16) || x->op != SN_OP_ADD ||
+        s->is_out[x->id] || sn_fuse_only_reader(s, x) != y)
+        return false;
+    for (int i = 0; i < 2; i++) {
+        const sn_node *mm = x->in[i], *b = x->in[1 - i];
+        if (mm->op == SN_OP_MATMUL && mm->dtype == SN_F32 && !mm->a.ta && mm->in[1]->rank == 2 &&
+            mm->rank == x->rank && sn_fuse_only_reader(s, mm) == x && b->op == SN_OP_CAST &&
+            b->dtype == SN_F32 && b->rank == 1 && b->in[0]->dtype == y->dtype &&
+            sn_fuse_only_reader(s, b) == x)
+            return true;
+    }
+    return false;
+}
+
 /* The bias epilogue of matmul mm, false when there is none: mm (f32, one GEMM: a rank-2 B
  * shared by A's rows, A not transposed) read by nothing but x = mm + b, b an (N) vector with a
  * buffer: f32 (then y = x), or the f32 cast of a bf16 or f16 vector read by nothing else (then
@@ -341,6 +362,20 @@ static void join_epilogue(fuse_state *s, const epi_match *m) {
         if (is_leaf(b->op)) s->mat[b->id] = true;
         else make_root(s, b);
     }
+}
+
+/* Matmul mm's GEMM stores its cast y instead (kernel.h: NONE, y = rnd(v)): y, to the operands'
+ * 16-bit dtype, is mm's only reader and a kernel alone (the backward's dx of the attention's
+ * projection, which the attention kernels read in bf16). */
+static void gemm_stores_cast(fuse_state *s, const sn_node *mm) {
+    const sn_node *y = sn_fuse_only_reader(s, mm);
+    if (mm->op != SN_OP_MATMUL || mm->dtype != SN_F32 || s->home[mm->id] != mm->id ||
+        s->is_out[mm->id] || !y || y->op != SN_OP_CAST || y->dtype != mm->in[0]->dtype ||
+        y->dtype != mm->in[1]->dtype || (y->dtype != SN_BF16 && y->dtype != SN_F16) ||
+        s->home[y->id] != y->id || s->members[y->id] || s->into[y->id] || is_shadow(s, y))
+        return;
+    s->home[y->id] = mm->id;
+    s->mat[mm->id] = false;
 }
 
 /* The root of the kernel that computes x, a cast with a kernel of its own, as one more output
@@ -439,7 +474,8 @@ static void decide(fuse_state *s) {
             s->home[i] = s->home[owner->id];
             continue;
         }
-        join_or_root(s, x);
+        if (bias_result(s, x)) make_root(s, x); /* a GEMM epilogue's result */
+        else join_or_root(s, x);
     }
     sn_fuse_settle_into(s);
     for (int i = 0; i < n; i++) /* the attention forward's o written into its permute */
@@ -447,6 +483,7 @@ static void decide(fuse_state *s) {
     for (int i = 0; i < n; i++) { /* a bias add joins the GEMM before it as its epilogue */
         epi_match m;
         if (s->live[i] && bias_epilogue(s, g->nodes[i], &m)) join_epilogue(s, &m);
+        else if (s->live[i]) gemm_stores_cast(s, g->nodes[i]);
     }
     /* column sums join a norm weight-gradient kernel over the same rows (kernel.h) */
     for (int i = 0; i < n; i++) {

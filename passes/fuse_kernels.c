@@ -263,6 +263,10 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
     }
     for (int j = n->id + 1; k->kind == SN_KER_GEMM && j < s->g->n_nodes; j++) { /* a bias */
         const sn_node *x = s->g->nodes[j];
+        if (s->home[j] == n->id && x->op == SN_OP_CAST && x->in[0] == n) {
+            k->args[0] = x; /* the product's 16-bit cast, stored in its place (fuse.c) */
+            break;
+        }
         if (s->home[j] != n->id || x->op != SN_OP_ADD) continue;
         SN_ASSERT(k->n_in == 2);
         const sn_node *b = x->in[0] == n ? x->in[1] : x->in[0], *y = x;

@@ -28,6 +28,15 @@ int64_t sn_pad_vocab_size(int64_t V, int64_t multiple);
 sn_status sn_pass_pad_vocab(const sn_graph *in, int64_t multiple, sn_graph **out, int *n_padded,
                             sn_err *e);
 
+/* ---- upcast.c ---- */
+
+/* Each f32 cast of a bf16 or f16 value that only pointwise ops read, two or more times, and that
+ * is no output, loss or gradient, becomes one cast per reader (fuse then widens the 16-bit value
+ * inside each reader's kernel instead of storing an f32 copy). Exact. requires: a verified graph
+ * (forward, or with its backward). *n_split: how many casts were split; none: *out is NULL (the
+ * graph and its nodes stay as they are). */
+sn_status sn_pass_upcast(const sn_graph *in, sn_graph **out, int *n_split, sn_err *e);
+
 /* ---- attention.c ---- */
 
 /* Replaces each causal self-attention written out as

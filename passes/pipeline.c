@@ -8,11 +8,12 @@
 #include "passes.h"
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autocast", "autodiff",
-                                        "checkpoint", "fuse", "schedule", "memplan"};
+                                        "checkpoint", "upcast", "fuse", "schedule", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, autocast, autodiff, checkpoint, fuse, schedule, memplan";
+    return "frontend, pad_vocab, attention, autocast, autodiff, checkpoint, upcast, fuse, schedule, "
+           "memplan";
 }
 
 sn_pipeline_opts sn_pipeline_defaults(void) {
@@ -146,7 +147,12 @@ sn_status sn_compile(sn_graph *g, const sn_pipeline_opts *o, sn_program **prog,
     if (o->dump_after && (s = check_dump(o, e))) return s;
     if (sn_graph_error(g))
         return sn_fail(e, g->err.code, "the model graph has an error: %s", sn_graph_error(g));
-    if ((s = graph_passes(g, o, stats, e)) || !prog) return s;
+    if ((s = graph_passes(g, o, stats, e))) return s;
+
+    sn_graph *next; /* 16-bit values widened by each pointwise reader, not stored in f32 */
+    if ((s = sn_pass_upcast(g, &next, &stats->upcasts_split, e))) return s;
+    if (next) replace(g, next);
+    if ((s = after(g, "upcast", o, e)) || !prog) return s;
 
     sn_program *p;
     if ((s = sn_fuse(g, t, !o->weight_casts_per_step, &p, e))) return s;

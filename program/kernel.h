@@ -30,7 +30,8 @@ const char *sn_kernel_kind_name(sn_kernel_kind k);
 
 /* What a GEMM kernel does with its f32 product v (M, N) = A @ B before storing it (cuBLASLt's
  * epilogues; rnd() rounds to y's dtype, exact when y is f32):
- *   NONE  args y, A, B:       y = v (y is the matmul)
+ *   NONE  args y, A, B:       y = v (y is the matmul), or y = rnd(v) where y is the matmul's
+ *         one reader, its cast to A's and B's 16-bit dtype
  *   BIAS  args y, A, B, bias: y = rnd(v + bias), bias an (N) vector of y's dtype; y is the
  *         add node the matmul fed (f32), or the cast of that add to bias's dtype, whose f32
  *         operand is the cast of bias (autocast's linear layer)
