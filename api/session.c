@@ -13,6 +13,7 @@
 #include "program/target.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/device.h"
+#include "support/hash.h"
 #include "support/plot.h"
 #include "train/checkpoint.h"
 #include "train/plan.h"
@@ -121,8 +122,8 @@ static sn_status load_data(const sn_session_opts *o, sn_session *r, sn_err *e) {
 }
 
 static uint64_t tokens_hash(const sn_tokens *t) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < t->n; i++) h = (h ^ (uint64_t)sn_tokens_get(t, i)) * 0x100000001b3ull;
+    uint64_t h = SN_HASH_INIT;
+    for (size_t i = 0; i < t->n; i++) h = sn_hash_word(h, (uint64_t)sn_tokens_get(t, i));
     return h;
 }
 
