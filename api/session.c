@@ -107,7 +107,7 @@ static sn_status load_data(const sn_session_opts *o, sn_session *r, sn_err *e) {
             (s = sn_shard_read(o->val_bin, r->tk->vocab, &r->bin_val, e))) {
             if (!o->bpe && s == SN_ERR_PARSE && strstr(e->msg, "vocab"))
                 snprintf(e->msg + strlen(e->msg), sizeof e->msg - strlen(e->msg),
-                         " (shards of GPT-2 tokens need --bpe DIR)");
+                         " (shards of GPT-2 tokens need the GPT-2 tokenizer: --tokenizer gpt2)");
             return s;
         }
         r->train = r->toks;
