@@ -194,6 +194,25 @@ int cli_parse(const cli_command *c, int argc, char **argv, void *out) {
     return -1;
 }
 
+/* Prints words (space-separated) after column col, wrapping at HELP_WIDTH to HELP_COL. */
+static void wrap(FILE *f, const char *words, int col) {
+    for (const char *w = words; *w;) {
+        const char *end = strchr(w, ' ');
+        int n = end ? (int)(end - w) : (int)strlen(w);
+        if (col + 1 + n > HELP_WIDTH && col > HELP_COL) {
+            fprintf(f, "\n%*s", HELP_COL, "");
+            col = HELP_COL;
+        } else if (col > HELP_COL) {
+            fputc(' ', f);
+            col++;
+        }
+        fprintf(f, "%.*s", n, w);
+        col += n;
+        w += n;
+        while (*w == ' ') w++;
+    }
+}
+
 void cli_help(const cli_command *c, FILE *f) {
     fprintf(f, "usage: sinter %s%s%s\n", c->name, *c->synopsis ? " " : "", c->synopsis);
     if (c->summary) fprintf(f, "%s\n", c->summary);
@@ -217,12 +236,12 @@ void cli_help(const cli_command *c, FILE *f) {
                 col++;
             }
         }
-        range(o, r, sizeof r);
-        if (*r && o->type != CLI_BYTES) {
-            const char *what = o->type == CLI_CHOICE ? "one of" : o->type == CLI_INT ? "from" : "";
-            int len = (int)(strlen(r) + strlen(what) + 4);
-            if (col + len > HELP_WIDTH - 2) fprintf(f, "\n%*s(%s%s%s)", HELP_COL, "", what, *what ? " " : "", r);
-            else fprintf(f, " (%s%s%s)", what, *what ? " " : "", r);
+        if (o->type != CLI_FLAG && o->type != CLI_STR && o->type != CLI_BYTES) {
+            const char *what = o->type == CLI_CHOICE ? "one of " : o->type == CLI_INT ? "from " : "";
+            snprintf(r, sizeof r, "(%s", what);
+            range(o, r + strlen(r), sizeof r - strlen(r) - 1);
+            strcat(r, ")");
+            wrap(f, r, col);
         }
         fputc('\n', f);
     }

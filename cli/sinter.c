@@ -42,7 +42,8 @@ static void usage(FILE *f) {
         fprintf(f, "  %-9s %s\n", commands[i]->name, commands[i]->summary);
     fprintf(f, "  %-9s %s\n", "help", "Prints a command's options (also sinter COMMAND --help).");
     fprintf(f, "  %-9s %s\n", "version", "Prints the version (also --version, -V).");
-    fprintf(f, "\nOptions: long (--steps 5, --steps=5) and, for some, short (-s 5); -- ends them.\n"
+    fprintf(f, "\nOptions: long (--steps 5, --steps=5; a unique prefix will do: --temp 0.8) and, for\n"
+               "some, short (-s 5); -- ends them.\n"
                "Exit status: 0 done; 1 a failure (the message says what and what to do); 2 a usage\n"
                "error (an unknown option, a missing or out-of-range value); sinter train stopped by\n"
                "SIGINT or SIGTERM: 130 or 143.\n\nmodels: %s\n", sn_gpt2_config_names());
