@@ -13,6 +13,7 @@
 #include "program/target.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/device.h"
+#include "support/hash.h"
 #include "support/plot.h"
 #include "train/checkpoint.h"
 #include "train/plan.h"
@@ -106,7 +107,7 @@ static sn_status load_data(const sn_session_opts *o, sn_session *r, sn_err *e) {
             (s = sn_shard_read(o->val_bin, r->tk->vocab, &r->bin_val, e))) {
             if (!o->bpe && s == SN_ERR_PARSE && strstr(e->msg, "vocab"))
                 snprintf(e->msg + strlen(e->msg), sizeof e->msg - strlen(e->msg),
-                         " (shards of GPT-2 tokens need --bpe DIR)");
+                         " (shards of GPT-2 tokens need the GPT-2 tokenizer: --tokenizer gpt2)");
             return s;
         }
         r->train = r->toks;
@@ -121,8 +122,8 @@ static sn_status load_data(const sn_session_opts *o, sn_session *r, sn_err *e) {
 }
 
 static uint64_t tokens_hash(const sn_tokens *t) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < t->n; i++) h = (h ^ (uint64_t)sn_tokens_get(t, i)) * 0x100000001b3ull;
+    uint64_t h = SN_HASH_INIT;
+    for (size_t i = 0; i < t->n; i++) h = sn_hash_word(h, (uint64_t)sn_tokens_get(t, i));
     return h;
 }
 

@@ -1,17 +1,27 @@
-/* cli.h: helpers shared by the command files of the `sinter` program. */
+/* cli.h: what the command files of the `sinter` program share: the commands (each a table of
+ * options, opts.h), the tokenizer a model uses, the checks of the files a command names.
+ * Exit status of every command: 0 done, 1 a failure (the message says which), 2 a usage error.
+ *
+ * Adding a command: write its options table and a `const cli_command cli_NAME_cmd` (opts.h) in
+ * its own file, with a run function that starts with cli_parse; declare it below; add it to
+ * `commands` in sinter.c; `sinter help` and `sinter NAME --help` follow from the table. */
 #ifndef SN_CLI_H
 #define SN_CLI_H
 
 #include <stdbool.h>
 #include <stdio.h>
 
-void cli_usage(FILE *f);
-/* Prints "sinter: <fmt with arg>" and a usage hint to stderr; returns the exit code 2. */
-int cli_fail(const char *fmt, const char *arg);
-/* Parses a whole decimal integer in [lo, hi]. */
-bool cli_int(const char *s, long lo, long hi, long *out);
-/* Parses a whole decimal real number in [lo, hi). */
-bool cli_real(const char *s, double lo, double hi, double *out);
+#include "opts.h"
+
+/* ---- the commands (sinter.c dispatches; their help and parse come from their tables) ---- */
+
+extern const cli_command cli_info_cmd;    /* sinter.c */
+extern const cli_command cli_graph_cmd;   /* graph_cmd.c */
+extern const cli_command cli_train_cmd;   /* train_opts.c; runs train_cmd.c's cli_train */
+extern const cli_command cli_plan_cmd;    /* plan_cmd.c */
+extern const cli_command cli_prepare_cmd; /* prepare_cmd.c */
+int cli_train(int argc, char **argv);
+
 /* Parses a size: "6GiB", "6G", "512MiB", "100000000" (bytes), "1.5GiB"; > 0. */
 bool cli_bytes(const char *s, long long *out);
 
@@ -36,8 +46,6 @@ int cli_check_paths(const char *cmd, const cli_path *p, int n);
 sn_status cli_check_kind(const char *opt, const char *path, const char *what, const void *magic,
                          size_t len, bool overwrite, sn_err *e);
 
-int cli_train(int argc, char **argv);
-int cli_plan(int argc, char **argv);
 /* plan_cmd.c: the training graph `sinter plan` and `sinter train` compile: the model at B x T
  * with the loss as its one output (training reads no logits). */
 #include "models/gpt2.h"
@@ -48,10 +56,27 @@ sn_status cli_training_graph(const sn_gpt2_config *c, const sn_gpt2_lora *lora, 
  * returns the exit code (1: nothing fits). */
 int cli_plan_run(const sn_gpt2_config *c, const sn_gpt2_lora *lora, int T, const sn_plan_opts *o,
                  sn_plan *pl, FILE *f);
-int cli_prepare(int argc, char **argv);
 struct sn_program;
 /* Writes p's CUDA C (DIR/program.cu) and, NVRTC permitting, its ptxas report for sm_arch
  * (DIR/ptxas.txt); returns the exit code. */
 int cli_emit_cuda(const struct sn_program *p, const char *dir, int arch);
+
+
+/* ---- tokenizer.c: the tokenizer and vocabulary of a model, GPT-2's files ---- */
+
+/* Whether the run uses GPT-2's BPE: --tokenizer when given, else --bpe given or c (NULL: no
+ * model) is one of GPT-2's configurations. */
+bool cli_tokenizer_is_gpt2(const sn_gpt2_config *c, const char *tokenizer, const char *bpe);
+/* The vocabulary model c has with that --tokenizer (NULL: not given): 50257 or 256. */
+int cli_vocab(const sn_gpt2_config *c, const char *tokenizer);
+/* The folder of GPT-2's encoder.json and vocab.bpe: $SINTER_ASSETS/gpt2 (only it, when set), the installed
+ * share/sinter/gpt2 beside the program's bin/, the source tree's assets/gpt2; false when none
+ * holds them, with the folders looked in, ", "-separated, in tried (may be NULL). */
+bool cli_gpt2_bpe_dir(char dir[4096], char *tried, size_t len);
+/* The BPE folder a command reads into *out (NULL: bytes): --bpe when given, GPT-2's assets
+ * (found into dir) when the tokenizer is gpt2. Returns 0, or the exit status after printing
+ * why: 2 for --bpe with --tokenizer bytes, 1 when GPT-2's files are nowhere. */
+int cli_tokenizer(const cli_command *cmd, const sn_gpt2_config *c, const char *tokenizer,
+                  const char *bpe, char dir[4096], const char **out);
 
 #endif

@@ -2,6 +2,7 @@
  * and the micro-batch, accumulation and checkpoint policy that fit a budget (train/plan.h); and
  * the training graph that `sinter plan` and `sinter train` both compile. Convention: the numbers
  * printed are the compiled program's, the ones `sinter train --mem` then runs with. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,27 +11,6 @@
 #include "passes/passes.h"
 #include "train/plan.h"
 #include "cli.h"
-
-static const char plan_usage[] =
-    "usage: sinter plan --model NAME --batch B --seq T --mem N [options]\n"
-    "  --model NAME          gpt2, gpt2-medium, gpt2-large, gpt2-xl, demo, tiny\n"
-    "  --batch B             sequences per optimizer step (default 16)\n"
-    "  --seq T               tokens per sequence (default: the model's context)\n"
-    "  --mem N               device memory to fit in: 6GiB, 500MiB, 8e9 (bytes)\n"
-    "  --device D            cpu (default) or cuda (adds cuBLASLt's workspace)\n"
-    "  --precision P         fp32 (default), bf16 or fp16 (the autocast pass: fp32 master\n"
-    "                        weights, 16-bit products and the activations it casts), tf32\n"
-    "  --micro-batch M       this micro-batch only (default: the largest divisor of B that fits)\n"
-    "  --checkpoint-policy P none, block or sqrt only (default: none when it fits, else the\n"
-    "                        budgeted choice)\n"
-    "  --no-offload          never plan the optimizer state in host memory (by default it is\n"
-    "                        when nothing else fits; sinter train --offload optimizer runs it)\n"
-    "  --offload optimizer   always plan it in host memory\n"
-    "  --lora R              LoRA fine-tuning of rank R (sinter train --lora): the base frozen,\n"
-    "  --lora-alpha ALPHA    no gradients or optimizer state for it (the scale ALPHA/R,\n"
-    "  --lora-targets T      default R; targets all (default), attn or mlp)\n"
-    "Exits 1 when nothing fits, naming the smallest budget that would and the largest\n"
-    "micro-batch that fits.\n";
 
 sn_status cli_training_graph(const sn_gpt2_config *c, const sn_gpt2_lora *lora, int B, int T,
                              sn_graph **out, sn_err *e) {
@@ -76,76 +56,92 @@ int cli_plan_run(const sn_gpt2_config *c, const sn_gpt2_lora *lora, int T, const
     return 0;
 }
 
-int cli_plan(int argc, char **argv) {
-    const char *model = NULL, *device = "cpu", *precision = "fp32";
-    long B = 16, T = -1, micro = 0, rank = 0;
-    double alpha = 0;
-    unsigned targets = SN_GPT2_LORA_ALL;
-    bool targets_given = false;
-    long long mem = 0;
+typedef struct {
+    const char *model, *tokenizer, *device, *precision, *policy, *offload, *lora_targets;
+    long batch, seq, micro, lora;
+    double lora_alpha;
+    long long mem;
+    bool no_offload;
+} plan_args;
+
+#define O(field) offsetof(plan_args, field)
+
+static const cli_opt plan_opts[] = {
+    {"model", 'm', CLI_CHOICE, "NAME", O(model), .choices_fn = sn_gpt2_config_names,
+     .help = "the model (required)"},
+    {"tokenizer", 0, CLI_CHOICE, "T", O(tokenizer), .choices = "gpt2, bytes",
+     .help = "the vocabulary as sinter train has it: gpt2 50257 (the gpt2\n"
+             "models' default), bytes 256 (demo's and tiny's)"},
+    {"batch", 'b', CLI_INT, "B", O(batch), 1, 1 << 16, .help = "sequences per optimizer step (default 16)"},
+    {"seq", 't', CLI_INT, "T", O(seq), 1, 1 << 20, .help = "tokens per sequence (default: the model's context)"},
+    {"mem", 0, CLI_BYTES, "N", O(mem), .help = "device memory to fit in: 6GiB, 500MiB, 8e9 (bytes); required"},
+    {"device", 0, CLI_CHOICE, "D", O(device), .choices = "cpu, cuda",
+     .help = "cpu (default) or cuda (sm_80; adds cuBLASLt's workspace)"},
+    {"precision", 0, CLI_CHOICE, "P", O(precision), .choices = "fp32, bf16, fp16, tf32",
+     .help = "fp32 (default), bf16 or fp16 (the autocast pass: fp32 master\n"
+             "weights, 16-bit products and the activations it casts), tf32"},
+    {"micro-batch", 0, CLI_INT, "M", O(micro), 1, 1 << 16,
+     .help = "this micro-batch only (default: the largest divisor of B that fits)"},
+    {"checkpoint-policy", 0, CLI_CHOICE, "P", O(policy), .choices = "none, block, sqrt, budget",
+     .help = "this policy only (default and budget: none when it fits, else the\n"
+             "budgeted choice)"},
+    {"no-offload", 0, CLI_FLAG, NULL, O(no_offload),
+     .help = "never plan the optimizer state in host memory (by default it is\n"
+             "when nothing else fits; sinter train --offload optimizer runs it)"},
+    {"offload", 0, CLI_CHOICE, "WHAT", O(offload), .choices = "optimizer, none",
+     .help = "optimizer: always plan it in host memory; none: as --no-offload"},
+    {"lora", 0, CLI_INT, "R", O(lora), 1, 4096,
+     .help = "LoRA fine-tuning of rank R (sinter train --lora): the base frozen,\n"
+             "no gradients or optimizer state for it"},
+    {"lora-alpha", 0, CLI_REAL, "ALPHA", O(lora_alpha), 0, 1e6, .lo_open = true,
+     .help = "the adapters' scale ALPHA/R (default ALPHA = R)"},
+    {"lora-targets", 0, CLI_CHOICE, "T", O(lora_targets), .choices = "attn, mlp, all",
+     .help = "the layers adapted (default all)"},
+};
+
+static int cli_plan(int argc, char **argv);
+
+const cli_command cli_plan_cmd = {
+    .name = "plan",
+    .synopsis = "--model NAME --mem N [options]",
+    .summary = "Plans a training run's memory: what fits in N bytes (sinter train --mem runs it).",
+    .opts = CLI_OPTS(plan_opts),
+    .notes = "Exit status 1 when nothing fits, naming the smallest budget that would and the\n"
+             "largest micro-batch that fits; 2: a usage error.\n",
+    .run = cli_plan,
+};
+
+static int cli_plan(int argc, char **argv) {
+    const cli_command *cmd = &cli_plan_cmd;
+    plan_args a = {.device = "cpu", .precision = "fp32", .batch = 16, .seq = -1};
+    int rc = cli_parse(cmd, argc, argv, &a);
+    if (rc >= 0) return rc;
+    if (!a.lora && (a.lora_alpha > 0 || a.lora_targets)) /* as sinter train refuses them */
+        return cli_usage_error(cmd, "--lora-alpha and --lora-targets shape LoRA adapters: add --lora R "
+                               "(the rank, e.g. 8)");
+    if (!a.model) return cli_usage_error(cmd, "which model? add --model NAME");
+    if (!a.mem) return cli_usage_error(cmd, "how much memory? add --mem N (6GiB, 500MiB)");
+    if (a.micro && a.batch % a.micro) return cli_usage_error(cmd, "--micro-batch must divide --batch");
     int offload = SN_PLAN_OFFLOAD_AS_NEEDED;
-    int policy = -1;
-    for (int i = 0; i < argc; i++) {
-        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
-            fputs(plan_usage, stdout);
-            return 0;
-        }
-        if (!strcmp(k, "--no-offload")) {
-            offload = SN_PLAN_OFFLOAD_NEVER;
-            continue;
-        }
-        if (!v) return cli_fail("plan: option '%s' needs a value (see sinter plan --help)", k);
-        i++;
-        bool ok = true;
-        if (!strcmp(k, "--model")) model = v;
-        else if (!strcmp(k, "--device")) device = v;
-        else if (!strcmp(k, "--precision")) precision = v;
-        else if (!strcmp(k, "--offload")) {
-            if (strcmp(v, "optimizer") && strcmp(v, "none"))
-                return cli_fail("plan: --offload is optimizer or none, not '%s'", v);
-            offload = strcmp(v, "none") ? SN_PLAN_OFFLOAD_ALWAYS : SN_PLAN_OFFLOAD_NEVER;
-        }
-        else if (!strcmp(k, "--batch")) ok = cli_int(v, 1, 1 << 16, &B);
-        else if (!strcmp(k, "--seq")) ok = cli_int(v, 1, 1 << 20, &T);
-        else if (!strcmp(k, "--micro-batch")) ok = cli_int(v, 1, 1 << 16, &micro);
-        else if (!strcmp(k, "--lora")) ok = cli_int(v, 1, 4096, &rank);
-        else if (!strcmp(k, "--lora-alpha")) {
-            if (!cli_real(v, 1e-6, 1e6, &alpha)) /* as sinter train reads it */
-                return cli_fail("plan: --lora-alpha wants a number > 0 and < 1e6, not '%s'", v);
-        } else if (!strcmp(k, "--lora-targets")) {
-            if (!sn_gpt2_lora_targets_parse(v, &targets))
-                return cli_fail("plan: --lora-targets is attn, mlp or all, not '%s'", v);
-            targets_given = true;
-        }
-        else if (!strcmp(k, "--mem")) ok = cli_bytes(v, &mem);
-        else if (!strcmp(k, "--checkpoint-policy")) ok = (policy = sn_recompute_policy_parse(v)) >= 0;
-        else return cli_fail("plan: unknown option '%s' (see sinter plan --help)", k);
-        if (!ok) return cli_fail("plan: bad value '%s' (see sinter plan --help)", v);
-    }
-    if (!rank && (alpha > 0 || targets_given)) /* as sinter train refuses them */
-        return cli_fail("plan: --lora-alpha and --lora-targets shape LoRA adapters: add --lora R "
-                        "(the rank, e.g. 8)%s", "");
-    if (!model) return cli_fail("plan: which model? add --model NAME%s", "");
-    if (!mem) return cli_fail("plan: how much memory? add --mem N (6GiB, 500MiB)%s", "");
+    if (a.offload) offload = strcmp(a.offload, "none") ? SN_PLAN_OFFLOAD_ALWAYS : SN_PLAN_OFFLOAD_NEVER;
+    if (a.no_offload) offload = SN_PLAN_OFFLOAD_NEVER;
+    int policy = a.policy ? sn_recompute_policy_parse(a.policy) : -1;
     if (policy == SN_RECOMPUTE_BUDGET) policy = -1;
-    int prec = sn_precision_parse(precision);
-    if (prec < 0) return cli_fail("plan: --precision is fp32, bf16, fp16 or tf32, not '%s'", precision);
-    sn_target t;
-    if (!strcmp(device, "cpu")) t = sn_target_cpu();
-    else if (!strcmp(device, "cuda")) t = sn_target_cuda(80);
-    else return cli_fail("plan: --device is cpu or cuda, not '%s'", device);
+    sn_target t = strcmp(a.device, "cuda") ? sn_target_cpu() : sn_target_cuda(80);
     sn_gpt2_config c;
-    if (!sn_gpt2_config_find(model, &c)) return cli_fail("unknown model '%s'", model);
-    if (T < 0) T = c.ctx;
-    if (micro && B % micro) return cli_fail("plan: --micro-batch must divide --batch%s", "");
+    sn_gpt2_config_find(a.model, &c); /* the table checked the name */
+    c.vocab = cli_vocab(&c, a.tokenizer); /* as sinter train's tokenizer makes it */
+    long T = a.seq < 0 ? c.ctx : a.seq;
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.target = &t;
-    po.precision = (sn_precision)prec; /* as the session compiles it (api/session.c) */
-    sn_plan_opts o = {.batch = (int)B, .budget = mem, .micro_batch = (int)micro, .policy = policy,
-                      .compile = &po, .offload = offload};
+    po.precision = (sn_precision)sn_precision_parse(a.precision); /* as the session compiles it */
+    sn_plan_opts o = {.batch = (int)a.batch, .budget = a.mem, .micro_batch = (int)a.micro,
+                      .policy = policy, .compile = &po, .offload = offload};
     sn_plan pl;
-    sn_gpt2_lora lora = {.lora = {.rank = (int)rank, .alpha = alpha > 0 ? (float)alpha : (float)rank},
+    unsigned targets = SN_GPT2_LORA_ALL;
+    if (a.lora_targets) sn_gpt2_lora_targets_parse(a.lora_targets, &targets);
+    sn_gpt2_lora lora = {.lora = {.rank = (int)a.lora,
+                                  .alpha = a.lora_alpha > 0 ? (float)a.lora_alpha : (float)a.lora},
                          .targets = targets};
-    return cli_plan_run(&c, rank ? &lora : NULL, (int)T, &o, &pl, stdout);
+    return cli_plan_run(&c, a.lora ? &lora : NULL, (int)T, &o, &pl, stdout);
 }

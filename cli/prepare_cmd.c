@@ -2,6 +2,7 @@
  * PREFIX_train.bin and PREFIX_val.bin (the last --val-frac of the tokens), for
  * `sinter train --train-bin PREFIX_train.bin --val-bin PREFIX_val.bin`. */
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,16 +12,40 @@
 #include "support/savefile.h"
 #include "cli.h"
 
-static const char prepare_usage[] =
-    "usage: sinter prepare --out PREFIX [options]\n"
-    "  --data PATH       text file or directory (default " SN_DEFAULT_CORPUS ")\n"
-    "  --bpe DIR         GPT-2 BPE tokenizer from DIR/encoder.json and DIR/vocab.bpe\n"
-    "                    (default: byte-level)\n"
-    "  --val-frac X      the share of tokens (at the end) for validation (default 0.1)\n"
-    "  --out PREFIX      writes PREFIX_train.bin and PREFIX_val.bin (both replaced, or neither)\n"
-    "  --overwrite       let them replace existing files that are not token shards\n"
-    "An output may not be an input (compared as files). SIGINT or SIGTERM stops at once, the\n"
-    "old shards unchanged and no temporary files left.\n";
+typedef struct {
+    const char *data, *tokenizer, *bpe, *out;
+    double val_frac;
+    bool overwrite;
+} prepare_args;
+
+#define O(field) offsetof(prepare_args, field)
+
+static const cli_opt prepare_opts[] = {
+    {"data", 'd', CLI_STR, "PATH", O(data), .help = "text file or directory (default " SN_DEFAULT_CORPUS ")"},
+    {"tokenizer", 0, CLI_CHOICE, "T", O(tokenizer), .choices = "bytes, gpt2",
+     .help = "bytes (default: one token a byte, for demo and tiny) or gpt2\n"
+             "(GPT-2's BPE from the assets installed with sinter, for the gpt2 models)"},
+    {"bpe", 0, CLI_STR, "DIR", O(bpe),
+     .help = "GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe"},
+    {"val-frac", 0, CLI_REAL, "X", O(val_frac), 0, 1, .lo_open = true,
+     .help = "the share of tokens (at the end) for validation (default 0.1)"},
+    {"out", 'o', CLI_STR, "PREFIX", O(out),
+     .help = "writes PREFIX_train.bin and PREFIX_val.bin (both replaced, or neither)"},
+    {"overwrite", 0, CLI_FLAG, NULL, O(overwrite),
+     .help = "let them replace existing files that are not token shards"},
+};
+
+static int cli_prepare(int argc, char **argv);
+
+const cli_command cli_prepare_cmd = {
+    .name = "prepare",
+    .synopsis = "--out PREFIX [options]",
+    .summary = "Tokenizes a corpus once into llm.c token shards (sinter train --train-bin).",
+    .opts = CLI_OPTS(prepare_opts),
+    .notes = "An output may not be an input (compared as files). SIGINT or SIGTERM stops at once, the\n"
+             "old shards unchanged and no temporary files left.\n",
+    .run = cli_prepare,
+};
 
 /* Fewer validation tokens than this draws a warning: `sinter train` needs batch x seq + 1 of them
  * (1025 for --batch 4 --seq 256). */
@@ -98,31 +123,15 @@ static sn_status prepare(const char *data, const char *bpe, double val_frac, cha
     return s;
 }
 
-int cli_prepare(int argc, char **argv) {
-    const char *data = SN_DEFAULT_CORPUS, *bpe = NULL, *out = NULL;
-    double val_frac = 0.1;
-    bool overwrite = false;
-    for (int i = 0; i < argc; i++) {
-        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
-            fputs(prepare_usage, stdout);
-            return 0;
-        }
-        if (!strcmp(k, "--overwrite")) {
-            overwrite = true;
-            continue;
-        }
-        if (!v) return cli_fail("prepare: option '%s' needs a value (see sinter prepare --help)", k);
-        i++;
-        if (!strcmp(k, "--data")) data = v;
-        else if (!strcmp(k, "--bpe")) bpe = v;
-        else if (!strcmp(k, "--out")) out = v;
-        else if (!strcmp(k, "--val-frac")) {
-            if (!cli_real(v, 0, 1, &val_frac) || !(val_frac > 0))
-                return cli_fail("prepare: --val-frac wants a fraction between 0 and 1, not '%s'", v);
-        } else return cli_fail("prepare: unknown option '%s' (see sinter prepare --help)", k);
-    }
-    if (!out) return cli_fail("prepare: where to? add --out PREFIX%s", "");
+static int cli_prepare(int argc, char **argv) {
+    const cli_command *cmd = &cli_prepare_cmd;
+    prepare_args a = {.data = SN_DEFAULT_CORPUS, .val_frac = 0.1};
+    int rc = cli_parse(cmd, argc, argv, &a);
+    if (rc >= 0) return rc;
+    if (!a.out) return cli_usage_error(cmd, "where to? add --out PREFIX");
+    char bpe_dir[4096];
+    const char *data = a.data, *out = a.out, *bpe;
+    if ((rc = cli_tokenizer(cmd, NULL, a.tokenizer, a.bpe, bpe_dir, &bpe))) return rc;
     char path[2][4096], enc[4200] = "", merges[4200] = "";
     snprintf(path[0], sizeof path[0], "%s_train.bin", out);
     snprintf(path[1], sizeof path[1], "%s_val.bin", out);
@@ -137,11 +146,10 @@ int cli_prepare(int argc, char **argv) {
         {"--bpe", bpe ? enc : NULL, "tokenizer's encoder.json", false, NULL},
         {"--bpe", bpe ? merges : NULL, "tokenizer's vocab.bpe", false, NULL},
     };
-    int rc = cli_check_paths("prepare", paths, (int)(sizeof paths / sizeof paths[0]));
-    if (rc) return rc;
+    if ((rc = cli_check_paths("prepare", paths, (int)(sizeof paths / sizeof paths[0])))) return rc;
     catch_stop_signals();
     sn_err e = {0};
-    if (prepare(data, bpe, val_frac, path, overwrite, &e)) {
+    if (prepare(data, bpe, a.val_frac, path, a.overwrite, &e)) {
         fprintf(stderr, "sinter prepare: %s\n", e.msg);
         return 1;
     }

@@ -8,9 +8,11 @@
 
 #include "data/data.h"
 #include "support/savefile.h"
+#include "cli.h"
 
 typedef struct {
     const char *model, *device, *data, *bpe, *train_bin, *val_bin; /* model, device and data */
+    const char *tokenizer;  /* --tokenizer gpt2 or bytes; NULL: the model's (cli_tokenizer) */
     bool no_cache, tf32;     /* CUDA: compile without the kernel cache; TF32 GEMMs */
     bool overwrite;          /* --overwrite: an output may replace a file of another kind */
     const char *precision;  /* fp32, bf16, fp16 (the autocast pass), tf32 (CUDA GEMMs) */
@@ -23,11 +25,18 @@ typedef struct {
     long steps, batch, seq, seed, eval_every, tokens_per_step, save_every;
     long sample_every, sample_len, top_k;
     double lr, temperature;
+    const char *policy;     /* --checkpoint-policy as given (NULL: not given) */
     int checkpoint_policy;  /* an sn_recompute_policy (passes.h): --checkpoint-policy; -1: not given */
     long long mem;          /* --mem: device bytes to plan the run for (0: no plan) */
+    const char *offload_what; /* --offload as given (NULL: not given) */
     int offload;            /* --offload: 1 optimizer, 0 none, -1 not given (the plan's) */
     double diverge_nats;     /* a loss this far above the recent median stops the run; 0: off */
 } train_args;
+
+/* Parses and checks train's options (train_opts.c) into a; the GPT-2 BPE folder found, when
+ * a->bpe comes from the assets, is kept in bpe_dir. Returns -1 to go on, else the exit status
+ * (0 after --help, 2 a usage error, 1 a failure), the message printed. */
+int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]);
 
 /* ---- the progress line (train_out.c) ---- */
 

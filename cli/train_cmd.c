@@ -1,6 +1,7 @@
 /* train_cmd.c: `sinter train`: a GPT-2 trained on a text corpus or llm.c token shards through a
  * training session (api/session.h: data, device, gradient accumulation, validation, samples,
- * exact checkpoints); this file parses the options and prints the progress, CSV log and plot. */
+ * exact checkpoints); this file runs it and prints the progress, CSV log and plot (its options:
+ * train_opts.c). */
 #include <inttypes.h>
 #include <signal.h>
 #include <stddef.h>
@@ -22,220 +23,6 @@
 #include "support/rng.h"
 #include "cli.h"
 #include "train_cli.h"
-
-static const char train_usage[] =
-    "usage: sinter train [options]\n"
-    "  --model NAME          demo (default), tiny, gpt2 ... (sinter help lists them)\n"
-    "  --device D            auto (default): the CUDA GPU when there is one, else cpu;\n"
-    "                        cuda: CUDA GPU 0 (an error without one); cpu: compiled kernels on\n"
-    "                        the CPU; interp: the reference interpreter\n"
-    "  --no-cache            CUDA: compile every kernel, read and write no kernel cache\n"
-    "                        ($XDG_CACHE_HOME/sinter or ~/.cache/sinter)\n"
-    "  --tf32                CUDA: TF32 tensor-core GEMMs (sm_80 and newer)\n"
-    "  --precision P         fp32 (default), bf16 or fp16: products (matmuls, attention) on\n"
-    "                        16-bit operands with f32 accumulation, f32 master weights, the\n"
-    "                        rest f32 (the autocast pass; fp16 with loss scaling); tf32: --tf32\n"
-    "  --data PATH           text file or directory (default " SN_DEFAULT_CORPUS ")\n"
-    "  --train-bin FILE      llm.c token shard to train on (with --val-bin; see sinter prepare)\n"
-    "  --val-bin FILE        llm.c token shard to validate on\n"
-    "  --bpe DIR             GPT-2 BPE tokenizer from DIR/encoder.json and DIR/vocab.bpe\n"
-    "                        (default: byte-level, vocabulary 256)\n"
-    "  --steps N             optimizer steps (default 600)\n"
-    "  --batch B             sequences per micro-batch (default 16)\n"
-    "  --seq T               tokens per sequence (default: the model's context)\n"
-    "  --tokens-per-step N   tokens per optimizer step, a multiple of B*T: gradients of N/(B*T)\n"
-    "                        micro-batches are averaged (default B*T)\n"
-    "  --lr X                peak learning rate (default 3e-3)\n"
-    "  --diverge-nats X      stop when a step's loss is more than X nats above the median of\n"
-    "                        the last 50 steps' (default 4; 0: never; from the second step).\n"
-    "                        A NaN or infinite loss or gradient norm always stops the run\n"
-    "  --seed N              initialisation, data and sampling seed (default 1337)\n"
-    "  --eval-every N        validation every N steps (default 100; 0: only at the end)\n"
-    "  --log FILE            write step,loss,val_loss,lr,grad_norm,tokens_per_s as CSV\n"
-    "  --plot FILE.png       draw the train and validation loss curves (at each validation)\n"
-    "  --checkpoint FILE     save the whole run every --save-every steps and at the end\n"
-    "  --save-every N        (default 100; 0: only at the end)\n"
-    "  --resume FILE         continue the run saved in FILE exactly (same model, data and\n"
-    "                        options); saves go on to FILE unless --checkpoint says otherwise\n"
-    "  --init FILE           start a new run (fresh optimizer, step 0, this run's data and\n"
-    "                        options) from the model weights in checkpoint FILE, written by\n"
-    "                        --checkpoint of any run of the same --model (docs/finetune.md)\n"
-    "  --lora R              LoRA fine-tuning: beside each targeted layer's x @ w, a path\n"
-    "                        (x @ A) @ B * alpha/R with A (in, R) random and B (R, out) zeros, so\n"
-    "                        step 0 is the base model; only A and B train, every other weight\n"
-    "                        (embeddings, layer norms, biases too) is frozen\n"
-    "  --lora-alpha ALPHA    the path's scale is ALPHA/R (default ALPHA = R: scale 1; keep\n"
-    "                        ALPHA fixed when comparing ranks, as the LoRA paper does)\n"
-    "  --lora-targets T      all (default: attention's c_attn and c_proj, the MLP's c_fc and\n"
-    "                        c_proj), attn or mlp\n"
-    "  --sample-len N        tokens to generate after training (default 200; 0: no samples)\n"
-    "  --sample-every N      also sample every N steps (default 0: only at the end)\n"
-    "  --prompt TEXT         the samples' prompt (default: the validation text's first token)\n"
-    "  --temperature X       sampling temperature (default 1.0; 0: greedy)\n"
-    "  --top-k K             sample among the K most likely tokens (default 40; 0: all)\n"
-    "  --checkpoint-policy P recompute activations in the backward instead of keeping them:\n"
-    "                        none (default), block (keep transformer block inputs), sqrt (Chen\n"
-    "                        et al.: every sqrt(n)-th sub-block boundary)\n"
-    "  --mem N               fit the run in N bytes of device memory (6GiB, 500MiB): --batch is\n"
-    "                        then the sequences per step, and the plan (sinter plan) picks the\n"
-    "                        micro-batch, accumulation steps and checkpointing; the planned and\n"
-    "                        measured memory are printed after the first step; it offloads\n"
-    "                        the optimizer state when nothing fits without\n"
-    "  --offload WHAT        optimizer: AdamW's moments, gradient sums and fp32 master weights in\n"
-    "                        host memory, updated there by the CPU (the device keeps weights,\n"
-    "                        gradients and activations); none: on the device (default without\n"
-    "                        --mem)\n"
-    "  --dump-after PASS     print the IR (or, after fuse and memplan, the program) the trainer\n"
-    "                        runs, after PASS (%s)\n"
-    "  --overwrite           let --checkpoint, --log and --plot replace an existing file that\n"
-    "                        is not a checkpoint, a CSV log or a PNG (refused by default)\n"
-    "Every output path is checked writable before training and every file is replaced whole,\n"
-    "keeping its mode; an output that is a symbolic link replaces the file it names. An output\n"
-    "may not be an input or another output (compared as files, not names).\n"
-    "SIGINT or SIGTERM: the current step finishes, a checkpoint is saved when --checkpoint (or\n"
-    "--resume) is given, and sinter exits with status 130 (SIGINT) or 143 (SIGTERM); a second\n"
-    "signal stops at once without saving. Exit status 1: an error (the message says which).\n";
-
-/* The integer options: name, valid range and where the value goes. */
-typedef struct {
-    const char *name;
-    long lo, hi;
-    size_t offset; /* of a long in train_args */
-} int_opt;
-
-#define INT_OPT(NAME, LO, HI, FIELD) {NAME, LO, HI, offsetof(train_args, FIELD)}
-static const int_opt int_opts[] = {
-    INT_OPT("--steps", 1, 100000000, steps),         INT_OPT("--batch", 1, 1 << 16, batch),
-    INT_OPT("--seq", 1, 1 << 20, seq),               INT_OPT("--tokens-per-step", 1, 1L << 40, tokens_per_step),
-    INT_OPT("--seed", 0, 0x7fffffff, seed),          INT_OPT("--eval-every", 0, 100000000, eval_every),
-    INT_OPT("--save-every", 0, 100000000, save_every), INT_OPT("--sample-every", 0, 100000000, sample_every),
-    INT_OPT("--sample-len", 0, 1 << 20, sample_len), INT_OPT("--top-k", 0, 1 << 24, top_k),
-    INT_OPT("--lora", 1, 4096, lora),
-};
-
-static int parse_args(int argc, char **argv, train_args *a) {
-    *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
-                      .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
-                      .sample_len = 200, .top_k = 40, .temperature = 1.0, .checkpoint_policy = -1,
-                      .precision = "fp32", .diverge_nats = 4, .offload = -1};
-    for (int i = 0; i < argc; i++) {
-        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
-            printf(train_usage, sn_pipeline_pass_names());
-            return 0;
-        }
-        if (!strcmp(k, "--no-cache") || !strcmp(k, "--tf32") || !strcmp(k, "--overwrite")) {
-            *(!strcmp(k, "--tf32") ? &a->tf32 : !strcmp(k, "--overwrite") ? &a->overwrite : &a->no_cache) = true;
-            continue;
-        }
-        if (!v) return cli_fail("train: option '%s' needs a value (see sinter train --help)", k);
-        i++;
-        if (!strcmp(k, "--model")) a->model = v;
-        else if (!strcmp(k, "--data")) a->data = v;
-        else if (!strcmp(k, "--device")) {
-            if (strcmp(v, "auto") && strcmp(v, "cuda") && strcmp(v, "cpu") && strcmp(v, "interp"))
-                return cli_fail("train: --device is auto, cuda, cpu or interp, not '%s'", v);
-            a->device = v;
-        }
-        else if (!strcmp(k, "--bpe")) a->bpe = v;
-        else if (!strcmp(k, "--train-bin")) a->train_bin = v;
-        else if (!strcmp(k, "--val-bin")) a->val_bin = v;
-        else if (!strcmp(k, "--log")) a->log = v;
-        else if (!strcmp(k, "--plot")) a->plot = v;
-        else if (!strcmp(k, "--checkpoint")) a->checkpoint = v;
-        else if (!strcmp(k, "--resume")) a->resume = v;
-        else if (!strcmp(k, "--init")) a->init = v;
-        else if (!strcmp(k, "--lora-targets")) {
-            unsigned t;
-            if (!sn_gpt2_lora_targets_parse(v, &t))
-                return cli_fail("train: --lora-targets is attn, mlp or all, not '%s'", v);
-            a->lora_targets = v;
-        } else if (!strcmp(k, "--lora-alpha")) {
-            if (!cli_real(v, 1e-6, 1e6, &a->lora_alpha))
-                return cli_fail("train: --lora-alpha wants a number > 0 and < 1e6, not '%s'", v);
-        }
-        else if (!strcmp(k, "--prompt")) a->prompt = v;
-        else if (!strcmp(k, "--dump-after")) a->dump_after = v;
-        else if (!strcmp(k, "--checkpoint-policy")) {
-            if ((a->checkpoint_policy = sn_recompute_policy_parse(v)) < 0 || a->checkpoint_policy == SN_RECOMPUTE_BUDGET)
-                return cli_fail("train: --checkpoint-policy is none, block or sqrt (--mem chooses "
-                                "for itself), not '%s'", v);
-        } else if (!strcmp(k, "--mem")) {
-            if (!cli_bytes(v, &a->mem) || a->mem <= 0)
-                return cli_fail("train: --mem wants a size such as 6GiB or 500MiB, not '%s'", v);
-        } else if (!strcmp(k, "--offload")) {
-            if (strcmp(v, "optimizer") && strcmp(v, "none"))
-                return cli_fail("train: --offload is optimizer or none, not '%s'", v);
-            a->offload = !strcmp(v, "optimizer");
-        } else if (!strcmp(k, "--precision")) {
-            if (sn_precision_parse(v) < 0)
-                return cli_fail("train: --precision is fp32, bf16, fp16 or tf32, not '%s'", v);
-            a->precision = v;
-        }
-        else if (!strcmp(k, "--lr")) {
-            if (!cli_real(v, 1e-30, 10, &a->lr))
-                return cli_fail("train: --lr wants a number > 0 and < 10, not '%s'", v);
-        } else if (!strcmp(k, "--temperature")) {
-            if (!cli_real(v, 0, 100, &a->temperature))
-                return cli_fail("train: --temperature wants a number >= 0 and < 100, not '%s'", v);
-        } else if (!strcmp(k, "--diverge-nats")) {
-            if (!cli_real(v, 0, 1e6, &a->diverge_nats))
-                return cli_fail("train: --diverge-nats wants a number >= 0 and < 1e6, not '%s'", v);
-        } else {
-            const int_opt *o = NULL;
-            for (size_t j = 0; j < sizeof int_opts / sizeof int_opts[0] && !o; j++)
-                if (!strcmp(k, int_opts[j].name)) o = &int_opts[j];
-            if (!o) return cli_fail("train: unknown option '%s' (see sinter train --help)", k);
-            if (!cli_int(v, o->lo, o->hi, (long *)((char *)a + o->offset))) {
-                char fmt[160];
-                snprintf(fmt, sizeof fmt, "train: %s wants a whole number from %ld to %ld, not '%%s'",
-                         k, o->lo, o->hi);
-                return cli_fail(fmt, v);
-            }
-        }
-    }
-    if (!a->train_bin != !a->val_bin)
-        return cli_fail("train: token shards come in pairs: give both --train-bin and --val-bin%s", "");
-    if (a->resume && !a->checkpoint) a->checkpoint = a->resume;
-    if (!a->lora && (a->lora_alpha > 0 || a->lora_targets))
-        return cli_fail("train: --lora-alpha and --lora-targets shape LoRA adapters: add --lora R "
-                        "(the rank, e.g. 8)%s", "");
-    if (a->mem && a->tokens_per_step)
-        return cli_fail("train: --mem chooses the micro-batches itself: give the sequences per step "
-                        "as --batch, not --tokens-per-step%s", "");
-    if (a->offload == 1 && !strcmp(a->device, "interp"))
-        return cli_fail("train: --offload optimizer moves the optimizer state off a device; the "
-                        "interpreter has none (use --device cpu or cuda)%s", "");
-    if (a->mem && !strcmp(a->device, "interp"))
-        return cli_fail("train: --mem plans device memory; the interpreter has none (use --device "
-                        "cpu)%s", "");
-    if (!strcmp(a->precision, "tf32")) a->tf32 = true;
-    /* no output may be an input or another output: checked before anything is read */
-    char enc[4200] = "", merges[4200] = "";
-    if (a->bpe) {
-        snprintf(enc, sizeof enc, "%s/encoder.json", a->bpe);
-        snprintf(merges, sizeof merges, "%s/vocab.bpe", a->bpe);
-    }
-    const cli_path paths[] = {
-        {"--checkpoint", a->checkpoint, "checkpoint", true, "--resume"},
-        {"--log", a->log, "log", true, NULL},
-        {"--plot", a->plot, "plot", true, NULL},
-        {"--data", a->train_bin ? NULL : a->data, "training corpus", false, NULL},
-        {"--train-bin", a->train_bin, "training shard", false, NULL},
-        {"--val-bin", a->val_bin, "validation shard", false, NULL},
-        {"--bpe", a->bpe ? enc : NULL, "tokenizer's encoder.json", false, NULL},
-        {"--bpe", a->bpe ? merges : NULL, "tokenizer's vocab.bpe", false, NULL},
-        {"--resume", a->resume, "checkpoint resumed", false, "--checkpoint"},
-        {"--init", a->init, "checkpoint the run starts from", false, NULL},
-    };
-    int rc = cli_check_paths("train", paths, (int)(sizeof paths / sizeof paths[0]));
-    if (rc) return rc;
-    if (a->dump_after && !strcmp(a->device, "interp") &&
-        (!strcmp(a->dump_after, "fuse") || !strcmp(a->dump_after, "memplan")))
-        return cli_fail("train: --dump-after %s shows the compiled program, and --device interp "
-                        "compiles none (use --device cpu)", a->dump_after);
-    return -1; /* go on */
-}
 
 /* The model a session builds: a GPT-2 configuration, with LoRA adapters or not. */
 typedef struct {
@@ -582,7 +369,8 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
 int cli_train(int argc, char **argv) {
     time_t started = time(NULL);
     train_args a;
-    int rc = parse_args(argc, argv, &a);
+    char bpe_dir[4096];
+    int rc = train_parse(argc, argv, &a, bpe_dir);
     if (rc >= 0) return rc;
     run r = {.saved_step = -1};
     sn_err e = {0};

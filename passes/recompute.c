@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ir/rewrite.h"
+#include "support/hash.h"
 #include "passes.h"
 
 static bool is_view(sn_op op) { return sn_op_kind(op) == SN_K_LAYOUT && op != SN_OP_CONCAT; }
@@ -101,13 +102,13 @@ static void fill_structure(rc_state *s) {
 
 /* A segment's shape: its nodes' ops and types, in order (names and ids left out). */
 static uint64_t segment_sig(const rc_state *s, int from, int to) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = SN_HASH_INIT;
     for (int i = from; i <= to; i++) {
         const sn_node *n = s->g->nodes[i];
         if (!s->act[i]) continue;
         uint64_t w[2 + SN_MAX_RANK] = {(uint64_t)n->op, (uint64_t)n->rank};
         for (int d = 0; d < n->rank; d++) w[2 + d] = (uint64_t)n->shape[d];
-        for (int k = 0; k < 2 + n->rank; k++) h = (h ^ w[k]) * 1099511628211ull;
+        for (int k = 0; k < 2 + n->rank; k++) h = sn_hash_word(h, w[k]);
     }
     return h;
 }

@@ -14,6 +14,7 @@
 #include "sim_internal.h" /* first: it makes ir.h readable as C++ */
 extern "C" {
 #include "codegen/cuda/cuda.h"
+#include "support/hash.h"
 }
 
 static const char *flags = "-std=gnu++17 -O1 -fPIC -shared -w -fstack-clash-protection -x c++"; /* the
@@ -21,8 +22,7 @@ static const char *flags = "-std=gnu++17 -O1 -fPIC -shared -w -fstack-clash-prot
     * stack instead of jumping over it */;
 
 static unsigned long long fnv1a(unsigned long long h, const char *s) {
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return (h ^ 0xff) * 0x100000001b3ull; /* a separator between the parts */
+    return sn_hash_word(sn_hash_str(s, h), 0xff); /* a separator between the parts */
 }
 
 static bool write_file(const std::string &path, const char *text) {
@@ -91,7 +91,7 @@ sn_status sn_sim_module_load(const char *src, sn_sim_module **out, sn_err *e) {
     std::string cache = std::string(tmp && *tmp ? tmp : "/tmp") + "/sinter_sim_" +
                         std::to_string((long)getuid());
     mkdir(cache.c_str(), 0700);
-    unsigned long long h = 0xcbf29ce484222325ull;
+    unsigned long long h = SN_HASH_INIT;
     h = fnv1a(fnv1a(fnv1a(fnv1a(h, flags), sn_cuda_prelude()), sn_sim_header()), src);
     char name[40];
     snprintf(name, sizeof name, "/%016llx.so", h);

@@ -7,6 +7,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "hash.h" /* sn_hash_str: per-name seeds */
+
 typedef struct {
     uint64_t s[4];
 } sn_rng;
@@ -22,14 +24,6 @@ static inline sn_rng sn_rng_seed(uint64_t seed) {
     sn_rng r;
     for (int i = 0; i < 4; i++) r.s[i] = sn_splitmix64(&seed);
     return r;
-}
-
-/* FNV-1a of a string, to derive per-name streams (a parameter's init does not depend on the
- * order parameters are created in). */
-static inline uint64_t sn_hash_str(const char *s, uint64_t h) {
-    if (!h) h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
 }
 
 static inline uint64_t sn_rng_next(sn_rng *r) {

@@ -28,7 +28,7 @@ grep -q "= cast .* : bf16\[" "$dir/ac.out" && grep -q "= matmul .* : f32\[" "$di
 "$sinter" train $tiny --precision bf16 | grep -q "^precision: bf16" || { echo "FAIL: train --precision"; exit 1; }
 status=0
 "$sinter" graph --model tiny --precision fp8 2> "$dir/prec.err" > /dev/null || status=$?
-[ "$status" = 2 ] && grep -q "wants fp32, bf16, fp16 or tf32, not 'fp8'" "$dir/prec.err" ||
+[ "$status" = 2 ] && grep -q "graph: --precision is fp32, bf16, fp16 or tf32, not 'fp8'" "$dir/prec.err" ||
     { echo "FAIL: --precision fp8 ($status)"; cat "$dir/prec.err"; exit 1; }
 status=0
 "$sinter" graph --model tiny --dump-after autocast 2> "$dir/prec.err" > /dev/null || status=$?

@@ -35,10 +35,14 @@ void sn_check_close(const char *what, const double *got, const double *want, siz
                   what, worst, tol, at, n ? got[at] : 0.0, n ? want[at] : 0.0);
 }
 
-const char *sn_shared_data(const char *name) {
+#ifndef SN_TEST_ASSETS
+#define SN_TEST_ASSETS "../assets" /* run by hand from build/; meson test sets SN_ASSETS */
+#endif
+
+const char *sn_test_asset(const char *name) {
     static char buf[4096];
-    const char *root = getenv("SN_SHARED");
-    snprintf(buf, sizeof buf, "%s/data/%s", root ? root : "../shared", name);
+    const char *root = getenv("SN_ASSETS");
+    snprintf(buf, sizeof buf, "%s/%s", root ? root : SN_TEST_ASSETS, name);
     return buf;
 }
 

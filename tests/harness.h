@@ -1,5 +1,5 @@
 /* harness.h: shared helpers for the Check suites: running a suite, comparing arrays by
- * normalized error (NaN fails) and trainers' states bit for bit, finding ../shared/data. */
+ * normalized error (NaN fails) and trainers' states bit for bit, finding the repository's assets/. */
 #ifndef SN_TEST_HARNESS_H
 #define SN_TEST_HARNESS_H
 
@@ -16,8 +16,8 @@ int sn_test_main(Suite *s);
 void sn_check_close(const char *what, const double *got, const double *want, size_t n,
                     double tol, double floor);
 
-/* Path of a file under ../shared/data (env SN_SHARED overrides ../shared); static buffer. */
-const char *sn_shared_data(const char *name);
+/* Path of a file under the source tree's assets/ (env SN_ASSETS overrides it); static buffer. */
+const char *sn_test_asset(const char *name);
 
 /* The partial sums between a PARTIAL kernel and its FINISH kernel (kernel.h), as a test runs
  * them on the host one after the other: a PARTIAL kernel gets a fresh buffer of NaNs, its

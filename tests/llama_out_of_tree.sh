@@ -26,6 +26,11 @@ done
 so=$(find "$dir/stage" -name 'libsinter.so.*.*.*')
 [ -n "$so" ] && [ -n "$(find "$dir/stage" -name libsinter.a)" ] || { echo "FAIL: libsinter.so/.a"; exit 1; }
 readelf -d "$so" | grep -q 'SONAME.*\[libsinter\.so\.0\]' || { echo "FAIL: soname"; readelf -d "$so"; exit 1; }
+# GPT-2's tokenizer beside the installed sinter (bin/../share/sinter/gpt2: cli/tokenizer.c)
+bin=$(find "$dir/stage" -path '*/bin/sinter')
+for f in encoder.json vocab.bpe LICENSE; do
+  [ -f "$(dirname "$bin")/../share/sinter/gpt2/$f" ] || { echo "FAIL: share/sinter/gpt2/$f not installed beside $bin"; exit 1; }
+done
 
 # Only the staged pkg-config file: its paths rebased on the staging directory.
 export PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_LIBDIR="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$dir/stage"

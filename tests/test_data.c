@@ -12,16 +12,17 @@
 #include "data/data.h"
 #include "runtime/info.h"
 #include "runtime/cuda/cuda_device.h"
+#include "support/hash.h"
 
 #define ck_assert_has(msg, sub)                                                                    \
     ck_assert_msg(strstr((msg), (sub)), "message\n  \"%s\"\nlacks\n  \"%s\"", (msg), (sub))
 
 static sn_tokenizer *load_gpt2(void) {
     char enc[4096];
-    snprintf(enc, sizeof enc, "%s", sn_shared_data("gpt2/encoder.json"));
+    snprintf(enc, sizeof enc, "%s", sn_test_asset("gpt2/encoder.json"));
     sn_tokenizer *tk = NULL;
     sn_err e = {0};
-    sn_status st = sn_tokenizer_gpt2_load(enc, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
+    sn_status st = sn_tokenizer_gpt2_load(enc, sn_test_asset("gpt2/vocab.bpe"), &tk, &e);
     ck_assert_msg(st == SN_OK, "loading GPT-2's tokenizer: %s", e.msg);
     return tk;
 }
@@ -97,7 +98,7 @@ START_TEST(test_bpe_shakespeare) {
     size_t len;
     char *text = NULL;
     sn_err e = {0};
-    ck_assert_msg(sn_file_read(sn_shared_data("tinyshakespeare.txt"), "see shared/data/README.md",
+    ck_assert_msg(sn_file_read(sn_test_asset("tinyshakespeare.txt"), "see assets/README.md",
                                &text, &len, &e) == SN_OK, "%s", e.msg);
     sn_tokenizer *tk = load_gpt2();
     struct timespec t0, t1;
@@ -107,8 +108,8 @@ START_TEST(test_bpe_shakespeare) {
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     printf("test_data: GPT-2 BPE encoded tinyshakespeare (%zu bytes -> %zu tokens) in %.3f s\n",
            len, t.n, secs);
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < t.n; i++) h = (h ^ (uint64_t)sn_tokens_get(&t, i)) * 0x100000001b3ull;
+    uint64_t h = SN_HASH_INIT;
+    for (size_t i = 0; i < t.n; i++) h = sn_hash_word(h, (uint64_t)sn_tokens_get(&t, i));
     ck_assert_uint_eq(t.n, 338025);
     ck_assert_msg(h == 0xb547ad363c19676eull, "ids differ from GPT-2's encoder.py (hash %llx)",
                   (unsigned long long)h);
@@ -145,7 +146,7 @@ START_TEST(test_bpe_load_errors) {
     sn_tokenizer *tk = (sn_tokenizer *)1;
     sn_err e = {0};
     sn_status st = sn_tokenizer_gpt2_load("/nonexistent/encoder.json",
-                                          sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
+                                          sn_test_asset("gpt2/vocab.bpe"), &tk, &e);
     ck_assert_int_eq(st, SN_ERR_IO);
     ck_assert_ptr_null(tk);
     ck_assert_has(e.msg, "/nonexistent/encoder.json");
@@ -155,34 +156,34 @@ START_TEST(test_bpe_load_errors) {
     ck_assert_int_ge(fd, 0);
     close(fd);
     write_file(path, "{\"a\": 0, \"b\": }", 15);
-    st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
+    st = sn_tokenizer_gpt2_load(path, sn_test_asset("gpt2/vocab.bpe"), &tk, &e);
     ck_assert_int_eq(st, SN_ERR_PARSE);
     ck_assert_has(e.msg, "byte 14: unexpected character"); /* json-c's words */
     write_file(path, "{\"a\": 0, \"b\"", 12);
-    st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
+    st = sn_tokenizer_gpt2_load(path, sn_test_asset("gpt2/vocab.bpe"), &tk, &e);
     ck_assert_int_eq(st, SN_ERR_PARSE);
     ck_assert_has(e.msg, "the JSON ends early (truncated file?)");
     write_file(path, "{\"a\": 0, \"b\": \"1\"}", 18);
-    st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
+    st = sn_tokenizer_gpt2_load(path, sn_test_asset("gpt2/vocab.bpe"), &tk, &e);
     ck_assert_int_eq(st, SN_ERR_PARSE);
     ck_assert_has(e.msg, "token \"b\": its id is a JSON string, not an integer");
     write_file(path, "{\"a\": 0, \"b\": 2}", 16);
-    st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
+    st = sn_tokenizer_gpt2_load(path, sn_test_asset("gpt2/vocab.bpe"), &tk, &e);
     ck_assert_int_eq(st, SN_ERR_PARSE);
     ck_assert_has(e.msg, "2 tokens but ids go up to 2");
     /* an empty key (undefined behaviour on a NULL buffer, found by tests/fuzz/fuzz_bpe) */
     write_file(path, "{\"a\": 0, \"\": 1}", 15);
-    st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
+    st = sn_tokenizer_gpt2_load(path, sn_test_asset("gpt2/vocab.bpe"), &tk, &e);
     ck_assert_int_eq(st, SN_ERR_PARSE);
     ck_assert_has(e.msg, "token 1 is the empty string");
     /* a NUL escape in a key: json-c's C-string key was cut short at it, silently (issue 19);
      * an escaped backslash before "u0000" is no escape */
     write_file(path, "{\"a\": 0, \"b\\u0000c\": 1}", 23);
-    st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
+    st = sn_tokenizer_gpt2_load(path, sn_test_asset("gpt2/vocab.bpe"), &tk, &e);
     ck_assert_int_eq(st, SN_ERR_PARSE);
     ck_assert_has(e.msg, "byte 11: a \\u0000 (NUL) escape");
     write_file(path, "{\"a\": 0, \"b\\\\u0000\": 2}", 23);
-    st = sn_tokenizer_gpt2_load(path, sn_shared_data("gpt2/vocab.bpe"), &tk, &e);
+    st = sn_tokenizer_gpt2_load(path, sn_test_asset("gpt2/vocab.bpe"), &tk, &e);
     ck_assert_int_eq(st, SN_ERR_PARSE);
     ck_assert_msg(!strstr(e.msg, "NUL"), "%s", e.msg);
     unlink(path);
@@ -195,7 +196,7 @@ static void merges_refused(const char *what, size_t cut, bool swap, const char *
     char *text;
     size_t len;
     sn_err e = {0};
-    ck_assert_msg(sn_file_read(sn_shared_data("gpt2/vocab.bpe"), "", &text, &len, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_file_read(sn_test_asset("gpt2/vocab.bpe"), "", &text, &len, &e) == SN_OK, "%s", e.msg);
     if (cut) len = cut;
     if (swap) { /* exchange the 3rd and 4th merges (lines 4 and 5) */
         char *l3 = strchr(strchr(strchr(text, '\n') + 1, '\n') + 1, '\n') + 1;
@@ -213,7 +214,7 @@ static void merges_refused(const char *what, size_t cut, bool swap, const char *
     write_file(path, text, len);
     free(text);
     sn_tokenizer *tk = (sn_tokenizer *)1;
-    sn_status st = sn_tokenizer_gpt2_load(sn_shared_data("gpt2/encoder.json"), path, &tk, &e);
+    sn_status st = sn_tokenizer_gpt2_load(sn_test_asset("gpt2/encoder.json"), path, &tk, &e);
     unlink(path);
     ck_assert_msg(st == SN_ERR_PARSE, "%s vocab.bpe: status %d, want SN_ERR_PARSE", what, st);
     ck_assert_ptr_null(tk);

@@ -176,7 +176,7 @@ static sn_status bad_shape(sn_graph *g, int B, int T, int V, void *user, sn_err 
 /* A session's errors say what is wrong with the model or the options. */
 START_TEST(session_reports_model_mistakes) {
     sn_session_opts o = sn_session_defaults();
-    o.data = sn_shared_data("tinyshakespeare.txt");
+    o.data = sn_test_asset("tinyshakespeare.txt");
     o.device = "interp";
     o.batch = 2;
     sn_session *s = (sn_session *)&o;

@@ -8,6 +8,7 @@
 
 #include "cuda_int.h"
 #include "program/program.h"
+#include "support/hash.h"
 
 #define PLACEHOLDER "sn_kernel_fn"
 
@@ -50,12 +51,6 @@ static void emit_body(sn_cu_text *t, const sn_kernel *k, const sn_target *tg, co
     case SN_KER_ATTENTION: sn_cu_emit_attention(t, k, tg, fname); break;
     default: SN_ASSERT(0);
     }
-}
-
-static uint64_t hash(const char *s) { /* FNV-1a */
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
 }
 
 /* Kernel i's function as the translation unit has it: a blank line, its description, the
@@ -161,7 +156,7 @@ sn_status sn_cuda_render(const sn_kernel *const *ks, int n, const sn_target *tg,
             st = sn_fail_oom(e, oom, "the CUDA C source of a kernel");
             goto done;
         }
-        h[i] = hash(body[i]);
+        h[i] = sn_hash_str(body[i], SN_HASH_INIT);
         leader[i] = i;
         for (int j = 0; j < i && leader[i] == i; j++)
             if (leader[j] == j && h[j] == h[i] && strcmp(body[j], body[i]) == 0) leader[i] = j;

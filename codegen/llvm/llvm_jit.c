@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "support/hash.h"
 #include "llvm_util.h"
 
 /* A function this JIT linked, by its IR text from the '(' after its name. */
@@ -268,12 +269,6 @@ static void symbol_name(const sn_kernel *k, int batch, char *buf, size_t len) {
 
 /* ---- sharing identical kernels ---- */
 
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 /* If function `name` of mod is identical to one linked before (j->fns[0, n_done)) or added
  * earlier in this batch (j->fns[n_done, n_fns)), deletes it and sets name to that symbol;
  * else records it as pending. Returns true when it was shared. Out of memory only costs the
@@ -301,7 +296,7 @@ static bool share_or_record(sn_jit *j, LLVMModuleRef mod, char *name, size_t len
     }
     *o = 0;
     LLVMDisposeMessage(text);
-    uint64_t h = fnv1a(body);
+    uint64_t h = sn_hash_str(body, SN_HASH_INIT);
     for (int i = 0; i < j->n_fns; i++)
         if (j->fns[i].hash == h && !strcmp(j->fns[i].body, body)) {
             free(body);

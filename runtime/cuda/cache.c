@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "support/hash.h"
 #include "support/savefile.h"
 #include "cuda_rt.h"
 
@@ -52,31 +53,15 @@ typedef struct {
 } hasher;
 
 static void hash_bytes(hasher *s, const void *p, size_t n) {
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++) {
-        s->h[0] = (s->h[0] ^ c[i]) * 0x100000001b3ull;
-        s->h[1] = (s->h[1] ^ c[i]) * 0x100000001b3ull;
-    }
-    uint64_t len = n; /* field boundaries matter: "ab","c" != "a","bc" */
-    for (int k = 0; k < 8; k++) {
-        s->h[0] = (s->h[0] ^ (len >> (8 * k) & 0xff)) * 0x100000001b3ull;
-        s->h[1] = (s->h[1] ^ (len >> (8 * k) & 0xff)) * 0x100000001b3ull;
-    }
-}
-
-static uint64_t mix(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
+    s->h[0] = sn_hash_field(s->h[0], p, n); /* field boundaries matter: "ab","c" != "a","bc" */
+    s->h[1] = sn_hash_field(s->h[1], p, n);
 }
 
 static sn_status cache_key(sn_cuda_api *a, const char *src, int arch, uint8_t key[16], sn_err *e) {
     int major = 0, minor = 0;
     sn_status st = sn_nvrtc_version(&a->nvrtc, &major, &minor, e);
     if (st) return st;
-    hasher s = {{0xcbf29ce484222325ull, 0x84222325cbf29ce4ull}};
+    hasher s = {{SN_HASH_INIT, 0x84222325cbf29ce4ull}};
     char head[96], gpu[48];
     snprintf(head, sizeof head, "sinter cubin %d; nvrtc %d.%d; sm_%d", CACHE_VERSION, major, minor,
              arch);
@@ -88,7 +73,8 @@ static sn_status cache_key(sn_cuda_api *a, const char *src, int arch, uint8_t ke
     for (int i = 0; i < n; i++) hash_bytes(&s, opts[i], strlen(opts[i]));
     hash_bytes(&s, sn_cuda_prelude(), strlen(sn_cuda_prelude()));
     hash_bytes(&s, src, strlen(src));
-    uint64_t k0 = mix(s.h[0] ^ mix(s.h[1])), k1 = mix(s.h[1] + 0x9e3779b97f4a7c15ull * k0);
+    uint64_t k0 = sn_hash_mix(s.h[0] ^ sn_hash_mix(s.h[1]));
+    uint64_t k1 = sn_hash_mix(s.h[1] + 0x9e3779b97f4a7c15ull * k0);
     memcpy(key, &k0, 8);
     memcpy(key + 8, &k1, 8);
     return SN_OK;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/hash.h"
 #include "cuda_rt.h"
 
 enum { MAX_SEQS = 8 }; /* sequences remembered (train step, eval step, sampling ...) */
@@ -83,10 +84,7 @@ sn_status sn_cuda_graphs_add(sn_cuda_graphs *g, const sn_cuda_op *op, sn_err *e)
 }
 
 static uint64_t queue_hash(const sn_cuda_op *q, int n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    const unsigned char *c = (const unsigned char *)q;
-    for (size_t i = 0; i < (size_t)n * sizeof *q; i++) h = (h ^ c[i]) * 0x100000001b3ull;
-    return h;
+    return sn_hash_bytes(SN_HASH_INIT, q, (size_t)n * sizeof *q);
 }
 
 /* Issues the queue's ops [from, to); launches only (events skipped) when `launches_only`. */

@@ -1,0 +1,159 @@
+/* graph_cmd.c: `sinter graph`: a model's IR through the compile pipeline, as text; with
+ * --dump-after, the IR (or the program) after one pass; with --emit-cuda, the kernels' CUDA C.
+ * Convention: the pipeline is the one `sinter train` compiles with (passes/pipeline.h). */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/gpt2.h"
+#include "passes/passes.h"
+#include "passes/pipeline.h"
+#include "program/program.h"
+#include "cli.h"
+
+typedef struct {
+    const char *model, *tokenizer, *pad_vocab, *policy, *precision, *dump_after, *emit_cuda;
+    bool backward, no_fuse_attention, schedule;
+    long long arena_budget;
+    long batch, seq, arch;
+} graph_args;
+
+#define O(field) offsetof(graph_args, field)
+
+static const cli_opt graph_opts[] = {
+    {"model", 'm', CLI_CHOICE, "NAME", O(model), .choices_fn = sn_gpt2_config_names,
+     .help = "the model (required)"},
+    {"tokenizer", 0, CLI_CHOICE, "T", O(tokenizer), .choices = "gpt2, bytes",
+     .help = "the vocabulary as sinter train has it: gpt2 50257 (the gpt2\n"
+             "models' default), bytes 256 (demo's and tiny's)"},
+    {"backward", 0, CLI_FLAG, NULL, O(backward), .help = "with the backward graph appended (autodiff)"},
+    {"dump-after", 0, CLI_CHOICE, "PASS", O(dump_after), .choices_fn = sn_pipeline_pass_names,
+     .help = "print the IR (after fuse, schedule and memplan: the program)\n"
+             "after PASS instead of the final graph"},
+    {"no-fuse-attention", 0, CLI_FLAG, NULL, O(no_fuse_attention),
+     .help = "keep attention written out (matmul, mask, softmax, matmul)"},
+    {"schedule", 0, CLI_FLAG, NULL, O(schedule),
+     .help = "reorder kernels so that large values die earlier (schedule pass)"},
+    {"pad-vocab", 0, CLI_STR, "N", O(pad_vocab),
+     .help = "pad the vocabulary to a multiple of N (default 64; pow2: the\n"
+             "next power of two; 0: no padding)"},
+    {"checkpoint-policy", 0, CLI_CHOICE, "P", O(policy), .choices = "none, block, sqrt, budget",
+     .help = "recompute activations in the backward (budget: within\n"
+             "--arena-budget)"},
+    {"arena-budget", 0, CLI_BYTES, "N", O(arena_budget),
+     .help = "the activation arena --checkpoint-policy budget fits in (2GiB)"},
+    {"batch", 'b', CLI_INT, "B", O(batch), 1, 1 << 20, .help = "input batch (default 4)"},
+    {"seq", 't', CLI_INT, "T", O(seq), 1, 1 << 20, .help = "input length (default: the model's context)"},
+    {"precision", 0, CLI_CHOICE, "P", O(precision), .choices = "fp32, bf16, fp16, tf32",
+     .help = "fp32 (default), bf16, fp16 (the autocast pass) or tf32"},
+    {"emit-cuda", 0, CLI_STR, "DIR", O(emit_cuda),
+     .help = "write the kernels' CUDA C (DIR/program.cu) and ptxas report"},
+    {"arch", 0, CLI_INT, "N", O(arch), 75, 200, .help = "the compute capability for --emit-cuda (default 80)"},
+};
+
+static int cmd_graph(int argc, char **argv);
+
+const cli_command cli_graph_cmd = {
+    .name = "graph",
+    .synopsis = "--model NAME [options]",
+    .summary = "Prints the model's IR after the compile pipeline (or after one pass).",
+    .opts = CLI_OPTS(graph_opts),
+    .run = cmd_graph,
+};
+
+static void print_count(FILE *f, long long n) {
+    char digits[32], out[48];
+    int len = snprintf(digits, sizeof digits, "%lld", n), k = 0;
+    for (int i = 0; i < len; i++) {
+        if (i && (len - i) % 3 == 0) out[k++] = ',';
+        out[k++] = digits[i];
+    }
+    out[k] = 0;
+    fputs(out, f);
+}
+
+/* The pipeline's options from the parsed ones; 2 after a usage error. */
+static int pipeline_opts(const graph_args *a, sn_pipeline_opts *o) {
+    const cli_command *cmd = &cli_graph_cmd;
+    *o = sn_pipeline_defaults();
+    o->backward = a->backward;
+    if (a->no_fuse_attention) o->fuse_attention = false;
+    if (a->schedule) o->schedule = SN_SCHEDULE_ON;
+    long pad = 0;
+    char *end;
+    if (a->pad_vocab && !strcmp(a->pad_vocab, "pow2")) o->pad_vocab = SN_PAD_VOCAB_POW2;
+    else if (a->pad_vocab) {
+        pad = strtol(a->pad_vocab, &end, 10);
+        if (!*a->pad_vocab || *end || pad < 0 || pad > 1 << 20)
+            return cli_usage_error(cmd, "--pad-vocab wants a multiple from 0 to 1048576 (0: no "
+                                   "padding) or pow2, not '%s'", a->pad_vocab);
+        o->pad_vocab = (int)pad;
+    }
+    if (a->policy) o->checkpoint = sn_recompute_policy_parse(a->policy);
+    if (a->arena_budget) o->checkpoint_budget = a->arena_budget;
+    if (a->precision) o->precision = (sn_precision)sn_precision_parse(a->precision);
+    o->dump_after = a->dump_after;
+    return 0;
+}
+
+static int cmd_graph(int argc, char **argv) {
+    graph_args a = {.batch = 4, .seq = -1, .arch = 80};
+    int rc = cli_parse(&cli_graph_cmd, argc, argv, &a);
+    if (rc >= 0) return rc;
+    if (!a.model) return cli_usage_error(&cli_graph_cmd, "which model? add --model NAME");
+    sn_pipeline_opts o;
+    if ((rc = pipeline_opts(&a, &o))) return rc;
+    sn_gpt2_config c;
+    sn_gpt2_config_find(a.model, &c); /* the table checked the name */
+    c.vocab = cli_vocab(&c, a.tokenizer); /* as sinter train's tokenizer makes it */
+    long B = a.batch, T = a.seq < 0 ? c.ctx : a.seq;
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    sn_status s = g ? sn_gpt2_build(g, &c, (int)B, (int)T, &m, &e) : sn_fail_oom(&e, sizeof *g, "the graph");
+    sn_pipeline_stats st;
+    if (!s) {
+        printf("# model %s: vocab %d, context %d, %d layers, %d heads, %d channels; input %ld x %ld\n",
+               c.name, c.vocab, c.ctx, c.n_layer, c.n_head, c.n_embd, B, T);
+        printf("# parameters: ");
+        print_count(stdout, (long long)sn_graph_param_count(g));
+        printf("\n");
+        /* the kernels and the memory plan only when asked for: the graph passes are quick */
+        bool program = a.emit_cuda || (o.dump_after && (!strcmp(o.dump_after, "fuse") || !strcmp(o.dump_after, "schedule") ||
+                                           !strcmp(o.dump_after, "memplan")));
+        sn_program *p = NULL;
+        s = sn_compile(g, &o, program ? &p : NULL, &st, &e);
+        rc = !s && a.emit_cuda ? cli_emit_cuda(p, a.emit_cuda, (int)a.arch) : 0;
+        sn_program_free(p);
+        if (rc) {
+            sn_graph_free(g);
+            return rc;
+        }
+    }
+    if (!s && !o.dump_after && !a.emit_cuda) {
+        printf("# after the pipeline\n");
+        sn_graph_print(g, stdout);
+    }
+    if (!s) {
+        printf("# %d nodes (%d forward); attention blocks fused: %d; vocabulary tables padded: %d; "
+               "precision %s, casts added: %d", g->n_nodes, g->n_forward, st.attention_fused,
+               st.vocab_padded, sn_precision_name(o.precision), st.casts);
+        if (o.checkpoint)
+            printf("; checkpoint %s: %d nodes recomputed, %.1f%% extra FLOPs",
+                   sn_recompute_policy_name((sn_recompute_policy)o.checkpoint), st.checkpoint_recomputed,
+                   st.step_flops > 0 ? 100 * st.checkpoint_extra_flops / st.step_flops : 0.0);
+        if (o.schedule)
+            printf("; schedule: %d kernels moved, live arena bytes at most %lld -> %lld", st.schedule_moved,
+                   (long long)st.schedule_peak_before, (long long)st.schedule_peak_after);
+        printf(" (parameters now ");
+        print_count(stdout, (long long)sn_graph_param_count(g));
+        printf(")\n");
+    }
+    sn_graph_free(g);
+    if (s) {
+        fprintf(stderr, "sinter graph: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,187 @@
+/* train_opts.c: the options of `sinter train` (one table: parse and help) and the checks
+ * between them, before any work. Convention: a default lives in train_defaults, a range in the
+ * table; what the table cannot say (pairs of options, outputs that are inputs) is checked here
+ * after the parse. */
+#include <stddef.h>
+#include <string.h>
+
+#include "models/gpt2.h"
+#include "passes/passes.h"
+#include "passes/pipeline.h"
+#include "cli.h"
+#include "train_cli.h"
+
+#define O(field) offsetof(train_args, field)
+#define STEPS_MAX 100000000
+
+static const cli_opt train_opts[] = {
+    {"model", 'm', CLI_CHOICE, "NAME", O(model), .choices_fn = sn_gpt2_config_names,
+     .help = "the GPT-2 configuration (default demo)"},
+    {"device", 0, CLI_CHOICE, "D", O(device), .choices = "auto, cuda, cpu, interp",
+     .help = "auto (default): the CUDA GPU when there is one, else cpu;\n"
+             "cuda: CUDA GPU 0 (an error without one); cpu: compiled kernels on\n"
+             "the CPU; interp: the reference interpreter"},
+    {"no-cache", 0, CLI_FLAG, NULL, O(no_cache),
+     .help = "CUDA: compile every kernel, read and write no kernel cache\n"
+             "($XDG_CACHE_HOME/sinter or ~/.cache/sinter)"},
+    {"tf32", 0, CLI_FLAG, NULL, O(tf32), .help = "CUDA: TF32 tensor-core GEMMs (sm_80 and newer)"},
+    {"precision", 0, CLI_CHOICE, "P", O(precision), .choices = "fp32, bf16, fp16, tf32",
+     .help = "fp32 (default), bf16 or fp16: products (matmuls, attention) on\n"
+             "16-bit operands with f32 accumulation, f32 master weights, the\n"
+             "rest f32 (the autocast pass; fp16 with loss scaling); tf32: --tf32"},
+    {"data", 'd', CLI_STR, "PATH", O(data),
+     .help = "text file or directory (default " SN_DEFAULT_CORPUS ")"},
+    {"train-bin", 0, CLI_STR, "FILE", O(train_bin),
+     .help = "llm.c token shard to train on (with --val-bin; see sinter prepare)"},
+    {"val-bin", 0, CLI_STR, "FILE", O(val_bin), .help = "llm.c token shard to validate on"},
+    {"tokenizer", 0, CLI_CHOICE, "T", O(tokenizer), .choices = "gpt2, bytes",
+     .help = "gpt2: GPT-2's BPE (vocabulary 50257; the default of the gpt2\n"
+             "models, from the assets installed with sinter); bytes: one token\n"
+             "a byte (vocabulary 256; the default of demo and tiny)"},
+    {"bpe", 0, CLI_STR, "DIR", O(bpe),
+     .help = "GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe (--tokenizer gpt2\n"
+             "from other files)"},
+    {"steps", 's', CLI_INT, "N", O(steps), 1, STEPS_MAX, .help = "optimizer steps (default 600)"},
+    {"batch", 'b', CLI_INT, "B", O(batch), 1, 1 << 16, .help = "sequences per micro-batch (default 16)"},
+    {"seq", 't', CLI_INT, "T", O(seq), 1, 1 << 20,
+     .help = "tokens per sequence (default: the model's context)"},
+    {"tokens-per-step", 0, CLI_INT, "N", O(tokens_per_step), 1, (double)(1LL << 40),
+     .help = "tokens per optimizer step, a multiple of B*T: gradients of N/(B*T)\n"
+             "micro-batches are averaged (default B*T)"},
+    {"lr", 0, CLI_REAL, "X", O(lr), 0, 10, .lo_open = true, .help = "peak learning rate (default 3e-3)"},
+    {"diverge-nats", 0, CLI_REAL, "X", O(diverge_nats), 0, 1e6,
+     .help = "stop when a step's loss is more than X nats above the median of\n"
+             "the last 50 steps' (default 4; 0: never; from the second step).\n"
+             "A NaN or infinite loss or gradient norm always stops the run"},
+    {"seed", 0, CLI_INT, "N", O(seed), 0, 0x7fffffff,
+     .help = "initialisation, data and sampling seed (default 1337)"},
+    {"eval-every", 0, CLI_INT, "N", O(eval_every), 0, STEPS_MAX,
+     .help = "validation every N steps (default 100; 0: only at the end)"},
+    {"log", 0, CLI_STR, "FILE", O(log),
+     .help = "write step,loss,val_loss,lr,grad_norm,tokens_per_s as CSV"},
+    {"plot", 0, CLI_STR, "FILE.png", O(plot),
+     .help = "draw the train and validation loss curves (at each validation)"},
+    {"checkpoint", 'c', CLI_STR, "FILE", O(checkpoint),
+     .help = "save the whole run every --save-every steps and at the end"},
+    {"save-every", 0, CLI_INT, "N", O(save_every), 0, STEPS_MAX, .help = "(default 100; 0: only at the end)"},
+    {"resume", 'r', CLI_STR, "FILE", O(resume),
+     .help = "continue the run saved in FILE exactly (same model, data and\n"
+             "options); saves go on to FILE unless --checkpoint says otherwise"},
+    {"init", 0, CLI_STR, "FILE", O(init),
+     .help = "start a new run (fresh optimizer, step 0, this run's data and\n"
+             "options) from the model weights in checkpoint FILE, written by\n"
+             "--checkpoint of any run of the same --model (docs/finetune.md)"},
+    {"lora", 0, CLI_INT, "R", O(lora), 1, 4096,
+     .help = "LoRA fine-tuning: beside each targeted layer's x @ w, a path\n"
+             "(x @ A) @ B * alpha/R with A (in, R) random and B (R, out) zeros, so\n"
+             "step 0 is the base model; only A and B train, every other weight\n"
+             "(embeddings, layer norms, biases too) is frozen"},
+    {"lora-alpha", 0, CLI_REAL, "ALPHA", O(lora_alpha), 0, 1e6, .lo_open = true,
+     .help = "the path's scale is ALPHA/R (default ALPHA = R: scale 1; keep\n"
+             "ALPHA fixed when comparing ranks, as the LoRA paper does)"},
+    {"lora-targets", 0, CLI_CHOICE, "T", O(lora_targets), .choices = "attn, mlp, all",
+     .help = "all (default: attention's c_attn and c_proj, the MLP's c_fc and\n"
+             "c_proj), attn or mlp"},
+    {"sample-len", 0, CLI_INT, "N", O(sample_len), 0, 1 << 20,
+     .help = "tokens to generate after training (default 200; 0: no samples)"},
+    {"sample-every", 0, CLI_INT, "N", O(sample_every), 0, STEPS_MAX,
+     .help = "also sample every N steps (default 0: only at the end)"},
+    {"prompt", 0, CLI_STR, "TEXT", O(prompt),
+     .help = "the samples' prompt (default: the validation text's first token)"},
+    {"temperature", 0, CLI_REAL, "X", O(temperature), 0, 100,
+     .help = "sampling temperature (default 1.0; 0: greedy)"},
+    {"top-k", 0, CLI_INT, "K", O(top_k), 0, 1 << 24,
+     .help = "sample among the K most likely tokens (default 40; 0: all)"},
+    {"checkpoint-policy", 0, CLI_CHOICE, "P", O(policy), .choices = "none, block, sqrt",
+     .help = "recompute activations in the backward instead of keeping them:\n"
+             "none (default), block (keep transformer block inputs), sqrt (Chen\n"
+             "et al.: every sqrt(n)-th sub-block boundary); --mem chooses for itself"},
+    {"mem", 0, CLI_BYTES, "N", O(mem),
+     .help = "fit the run in N bytes of device memory (6GiB, 500MiB): --batch is\n"
+             "then the sequences per step, and the plan (sinter plan) picks the\n"
+             "micro-batch, accumulation steps and checkpointing; the planned and\n"
+             "measured memory are printed after the first step; it offloads\n"
+             "the optimizer state when nothing fits without"},
+    {"offload", 0, CLI_CHOICE, "WHAT", O(offload_what), .choices = "optimizer, none",
+     .help = "optimizer: AdamW's moments, gradient sums and fp32 master weights in\n"
+             "host memory, updated there by the CPU (the device keeps weights,\n"
+             "gradients and activations); none: on the device (default without\n"
+             "--mem)"},
+    {"dump-after", 0, CLI_CHOICE, "PASS", O(dump_after), .choices_fn = sn_pipeline_pass_names,
+     .help = "print the IR (or, after fuse and memplan, the program) the trainer\n"
+             "runs, after PASS"},
+    {"overwrite", 0, CLI_FLAG, NULL, O(overwrite),
+     .help = "let --checkpoint, --log and --plot replace an existing file that\n"
+             "is not a checkpoint, a CSV log or a PNG (refused by default)"},
+};
+
+const cli_command cli_train_cmd = {
+    .name = "train",
+    .synopsis = "[options]",
+    .summary = "Trains a GPT on a text corpus or on llm.c token shards.",
+    .opts = CLI_OPTS(train_opts),
+    .notes =
+        "Every output path is checked writable before training and every file is replaced whole,\n"
+        "keeping its mode; an output that is a symbolic link replaces the file it names. An output\n"
+        "may not be an input or another output (compared as files, not names).\n"
+        "SIGINT or SIGTERM: the current step finishes, a checkpoint is saved when --checkpoint (or\n"
+        "--resume) is given, and sinter exits with status 130 (SIGINT) or 143 (SIGTERM); a second\n"
+        "signal stops at once without saving. Exit status 2: a usage error; 1: a failure (the\n"
+        "message says which).\n",
+    .run = cli_train,
+};
+
+int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
+    const cli_command *cmd = &cli_train_cmd;
+    *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
+                      .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
+                      .sample_len = 200, .top_k = 40, .temperature = 1.0, .checkpoint_policy = -1,
+                      .precision = "fp32", .diverge_nats = 4, .offload = -1};
+    int rc = cli_parse(cmd, argc, argv, a);
+    if (rc >= 0) return rc;
+    if (a->policy) a->checkpoint_policy = sn_recompute_policy_parse(a->policy);
+    if (a->offload_what) a->offload = !strcmp(a->offload_what, "optimizer");
+    if (!a->train_bin != !a->val_bin)
+        return cli_usage_error(cmd, "token shards come in pairs: give both --train-bin and --val-bin");
+    if (a->resume && !a->checkpoint) a->checkpoint = a->resume;
+    if (!a->lora && (a->lora_alpha > 0 || a->lora_targets))
+        return cli_usage_error(cmd, "--lora-alpha and --lora-targets shape LoRA adapters: add --lora R "
+                               "(the rank, e.g. 8)");
+    if (a->mem && a->tokens_per_step)
+        return cli_usage_error(cmd, "--mem chooses the micro-batches itself: give the sequences per "
+                               "step as --batch, not --tokens-per-step");
+    if (a->offload == 1 && !strcmp(a->device, "interp"))
+        return cli_usage_error(cmd, "--offload optimizer moves the optimizer state off a device; the "
+                               "interpreter has none (use --device cpu or cuda)");
+    if (a->mem && !strcmp(a->device, "interp"))
+        return cli_usage_error(cmd, "--mem plans device memory; the interpreter has none (use "
+                               "--device cpu)");
+    if (!strcmp(a->precision, "tf32")) a->tf32 = true;
+    sn_gpt2_config c;
+    sn_gpt2_config_find(a->model, &c); /* the table checked the name */
+    if ((rc = cli_tokenizer(cmd, &c, a->tokenizer, a->bpe, bpe_dir, &a->bpe))) return rc;
+    /* no output may be an input or another output: checked before anything is read */
+    char enc[4200] = "", merges[4200] = "";
+    if (a->bpe) {
+        snprintf(enc, sizeof enc, "%s/encoder.json", a->bpe);
+        snprintf(merges, sizeof merges, "%s/vocab.bpe", a->bpe);
+    }
+    const cli_path paths[] = {
+        {"--checkpoint", a->checkpoint, "checkpoint", true, "--resume"},
+        {"--log", a->log, "log", true, NULL},
+        {"--plot", a->plot, "plot", true, NULL},
+        {"--data", a->train_bin ? NULL : a->data, "training corpus", false, NULL},
+        {"--train-bin", a->train_bin, "training shard", false, NULL},
+        {"--val-bin", a->val_bin, "validation shard", false, NULL},
+        {"--bpe", a->bpe ? enc : NULL, "tokenizer's encoder.json", false, NULL},
+        {"--bpe", a->bpe ? merges : NULL, "tokenizer's vocab.bpe", false, NULL},
+        {"--resume", a->resume, "checkpoint resumed", false, "--checkpoint"},
+        {"--init", a->init, "checkpoint the run starts from", false, NULL},
+    };
+    if ((rc = cli_check_paths("train", paths, (int)(sizeof paths / sizeof paths[0])))) return rc;
+    if (a->dump_after && !strcmp(a->device, "interp") &&
+        (!strcmp(a->dump_after, "fuse") || !strcmp(a->dump_after, "memplan")))
+        return cli_usage_error(cmd, "--dump-after %s shows the compiled program, and --device interp "
+                               "compiles none (use --device cpu)", a->dump_after);
+    return -1; /* go on */
+}

@@ -1,0 +1,93 @@
+#!/bin/sh
+# options.sh SINTER: every command's options from its one table (cli/opts.h): --help, -h and
+# `sinter help COMMAND` print the same text; --version; the malformed forms are refused with a
+# message naming what was wrong and exit status 2 (unknown option, operand, missing value, out of
+# range with the range), --opt=value and short options accepted; GPT-2 models take GPT-2's
+# tokenizer (the repository's assets) by default and plan, graph and train agree on it.
+set -eu
+sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
+dir=$(mktemp -d /tmp/sn_options_XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+cd "$dir"
+fail() { echo "FAIL: $*"; [ -f err.txt ] && cat err.txt; exit 1; }
+# refused CODE NEEDLE ARGS...: sinter ARGS exits with CODE and its stderr holds NEEDLE
+refused() {
+    code=$1 needle=$2; shift 2
+    status=0
+    timeout 60 "$sinter" "$@" > out.txt 2> err.txt || status=$?
+    [ "$status" = "$code" ] || fail "sinter $* exited with $status, not $code"
+    grep -qF -- "$needle" err.txt || fail "sinter $* did not say: $needle"
+}
+
+for cmd in info graph train plan prepare; do
+    "$sinter" "$cmd" --help > help.txt || fail "$cmd --help"
+    grep -q "^usage: sinter $cmd" help.txt || fail "$cmd --help: no usage line"
+    grep -q -- "-h, --help" help.txt || fail "$cmd --help: no --help line"
+    "$sinter" "$cmd" -h | cmp -s - help.txt || fail "$cmd -h differs from --help"
+    "$sinter" help "$cmd" | cmp -s - help.txt || fail "help $cmd differs from $cmd --help"
+    refused 2 "$cmd: unknown option '--bogus'" "$cmd" --bogus
+    refused 2 "$cmd: unexpected argument 'foo'" "$cmd" foo
+done
+"$sinter" graph --help | grep -q -- "--checkpoint-policy P" || fail "graph --help lacks --checkpoint-policy"
+"$sinter" graph --help | grep -q -- "--arena-budget N" || fail "graph --help lacks --arena-budget"
+"$sinter" train --help | grep -q -- "-s, --steps N .*(from 1 to 100000000)" || fail "train --help: --steps' range"
+"$sinter" --help | grep -q "^Exit status: 0 done; 1 a failure" || fail "--help: exit statuses"
+for v in --version -V version; do
+    "$sinter" $v | grep -q "^sinter [0-9]*\.[0-9]*\.[0-9]*$" || fail "$v"
+done
+refused 2 "unknown command 'bogus'" bogus
+refused 2 "help: unknown command 'bogus'" help bogus
+echo "help of every command from its table, --version"
+
+refused 2 "train: unknown option '--bogus'" train --bogus 1
+refused 2 "train: unexpected argument 'foo'" train foo
+refused 2 "train: unexpected argument 'x'" train --steps 5 -- x
+refused 2 "train: --seq wants a whole number from 1 to 1048576, not '99999999'" train --seq 99999999
+refused 2 "train: --steps wants a whole number from 1 to 100000000, not '0'" train --steps=0
+refused 2 "train: option '--steps' needs a value (N)" train --steps
+refused 2 "train: option '--steps' needs a value (N)" train -s
+refused 2 "train: option '--tf32' takes no value" train --tf32=yes
+refused 2 "train: option '--sample' is ambiguous: --sample-len, --sample-every" train --sample 5
+refused 2 "train: unknown option '-x'" train -x
+refused 2 "train: --device is auto, cuda, cpu or interp, not 'gpu'" train --device=gpu
+refused 2 "train: --model is gpt2, gpt2-medium, gpt2-large, gpt2-xl, demo or tiny, not 'gpt5'" train --model gpt5
+refused 2 "plan: --mem wants a size such as 6GiB or 500MiB, not 'lots'" plan --model tiny --mem lots
+refused 2 "graph: --pad-vocab wants a multiple from 0 to 1048576 (0: no padding) or pow2, not 'x'" graph --model tiny --pad-vocab x
+refused 2 "prepare: --val-frac wants a number > 0 and < 1, not '1'" prepare --out x --val-frac 1
+refused 2 "train: --bpe DIR is a GPT-2 tokenizer and --tokenizer bytes asks for another" train --tokenizer bytes --bpe x
+echo "malformed options: exit 2, named"
+
+# accepted forms: --opt=value, short options, "--" at the end
+seq 1 400 | awk '{ print "line " $1 }' > corpus.txt
+"$sinter" train --model=tiny -d corpus.txt -b 2 -t 16 --steps=2 --sample-len=0 --eval-every 0 -- \
+    > ok.txt 2> err.txt || fail "--opt=value and short options refused"
+grep -q "^step  *2/2" ok.txt || fail "the run did not take --steps=2"
+grep -q "byte tokenizer (vocab 256)\|bytes tokenizer (vocab 256)\|(vocab 256)" ok.txt || fail "tiny is not byte-level"
+echo "--opt=value, short options and -- accepted"
+
+# GPT-2's vocabulary by default for the gpt2 models, bytes when asked; plan, graph, train agree
+"$sinter" graph --model gpt2 --seq 8 --batch 1 --dump-after frontend | grep -q "^# model gpt2: vocab 50257" || fail "graph gpt2 vocab"
+"$sinter" graph --model gpt2 --seq 8 --batch 1 --tokenizer bytes --dump-after frontend | grep -q "^# model gpt2: vocab 256" || fail "graph gpt2 bytes"
+# the smallest budget of train's plan and of sinter plan's are the same, and the vocabulary's
+# difference (38.6M embedding parameters) shows in it
+smallest() { sed -n 's/.*the smallest budget that would fit is \([^(]*\) (.*/\1/p' err.txt; }
+for tok in "" "--tokenizer bytes"; do
+    # shellcheck disable=SC2086
+    refused 1 "plan: nothing fits in 1.0 KiB" train --model gpt2 $tok --device cpu --mem 1KiB --batch 1 --seq 8 --data corpus.txt
+    train=$(smallest)
+    # shellcheck disable=SC2086
+    refused 1 "plan: nothing fits in 1.0 KiB" plan --model gpt2 $tok --mem 1KiB --batch 1 --seq 8
+    plan=$(smallest)
+    [ -n "$train" ] && [ "$train" = "$plan" ] || fail "train's plan ($train) and sinter plan's ($plan) differ for '$tok'"
+    if [ -z "$tok" ]; then budget_gpt2=$plan; else budget_bytes=$plan; fi
+done
+[ "$budget_gpt2" != "$budget_bytes" ] || fail "the tokenizer changed no budget ($budget_gpt2)"
+# train gpt2 --tokenizer bytes reads bytes: shards of GPT-2 tokens are refused naming the fix
+"$sinter" prepare --tokenizer gpt2 --data corpus.txt --out g > prep.txt || fail "prepare --tokenizer gpt2"
+grep -q "(gpt2 tokenizer)" prep.txt || fail "prepare --tokenizer gpt2: $(cat prep.txt)"
+refused 1 "need the GPT-2 tokenizer: --tokenizer gpt2" train --model gpt2 --tokenizer bytes --train-bin g_train.bin --val-bin g_val.bin
+# the files missing: an error naming where it looked and what to do (exit 1)
+mkdir empty
+(export SINTER_ASSETS="$dir/empty"; refused 1 "none were found in $dir/empty/gpt2: give --bpe DIR" prepare --tokenizer gpt2 --data corpus.txt --out x)
+(export SINTER_ASSETS="$dir/empty"; refused 1 "GPT-2's tokenizer (the default of --model gpt2)" train --model gpt2 --data corpus.txt)
+echo "gpt2 models on GPT-2's tokenizer by default; plan, graph and train agree"
