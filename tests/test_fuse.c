@@ -609,15 +609,12 @@ START_TEST(casts_fold_and_weights_are_copies) {
                 const sn_node *x = ker->instr[i].node;
                 if (x->op != SN_OP_CAST) continue;
                 ck_assert_msg(per_step || x->in[0]->op != SN_OP_PARAM, "%s casts a weight", ker->name);
-                /* a cast alone: of a GEMM's output; or f32 of a bias's 16-bit copy (a weight
-                 * shadow), the value the BIAS epilogue's graph adds: a small kernel a bias that
-                 * a later change should fold into its reader (not yet) */
-                bool of_shadow = !per_step && x->in[0]->op == SN_OP_CAST &&
-                                 x->in[0]->in[0]->op == SN_OP_PARAM && x->in[0]->rank == 1;
+                /* no cast is a kernel alone but a parameter's per step: a GEMM stores its
+                 * product's cast, a bias epilogue reads the bias's 16-bit copy, every other cast
+                 * joins the kernel that computes or reads its operand */
                 if (ker->n_instr == 1)
-                    ck_assert_msg(x->in[0]->op == SN_OP_MATMUL || of_shadow ||
-                                  (per_step && x->in[0]->op == SN_OP_PARAM),
-                                  "%s: a cast of %s alone", ker->name, sn_op_name(x->in[0]->op));
+                    ck_assert_msg(per_step && x->in[0]->op == SN_OP_PARAM, "%s: a cast of %s alone",
+                                  ker->name, sn_op_name(x->in[0]->op));
                 if (ker->anchor && ker->anchor->op == SN_OP_LAYERNORM_BWD) ln_bwd_cast++;
                 if (!ker->anchor && x->in[0]->op == SN_OP_GELU_BWD) gelu_bwd_cast++;
             }
@@ -640,8 +637,8 @@ START_TEST(casts_fold_and_weights_are_copies) {
         sn_program_free(p);
         sn_graph_free(g);
     }
-    /* at least the 5 weights' casts leave the step (the biases' f32 readings stay: above) */
-    ck_assert_int_ge(n_kernels[1], n_kernels[0] + 5);
+    /* the 7 parameters' casts (5 weights, 2 biases) are kernels of the step, or none */
+    ck_assert_int_eq(n_kernels[1], n_kernels[0] + 7);
 }
 END_TEST
 
