@@ -49,6 +49,8 @@ sn_status cli_training_graph(const sn_gpt2_config *c, const sn_gpt2_lora *lora, 
 int cli_plan_run(const sn_gpt2_config *c, const sn_gpt2_lora *lora, int T, const sn_plan_opts *o,
                  sn_plan *pl, FILE *f);
 int cli_prepare(int argc, char **argv);
+/* export_cmd.c (issue 23): sinter export CHECKPOINT --to DIR | --to-llmc FILE */
+int cli_export(int argc, char **argv);
 struct sn_program;
 /* Writes p's CUDA C (DIR/program.cu) and, NVRTC permitting, its ptxas report for sm_arch
  * (DIR/ptxas.txt); returns the exit code. */

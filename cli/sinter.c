@@ -30,6 +30,8 @@ static const char usage_text[] =
     "  plan --model NAME --mem N  the memory a training run needs and the choice that fits N\n"
     "                             (sinter plan --help)\n"
     "  prepare --out PREFIX       tokenize a corpus into llm.c token shards (sinter prepare --help)\n"
+    "  export CKPT --to DIR       a GPT-2 checkpoint as a Hugging Face model (or --to-llmc FILE:\n"
+    "                             llm.c's .bin) (sinter export --help)\n"
     "\n"
     "models: %s\n";
 
@@ -199,5 +201,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) return cli_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cli_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "prepare")) return cli_prepare(argc - 2, argv + 2);
+    if (!strcmp(cmd, "export")) return cli_export(argc - 2, argv + 2); /* issue 23 */
     return cli_fail("unknown command '%s'", cmd);
 }

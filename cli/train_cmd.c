@@ -13,6 +13,7 @@
 
 #include "api/session.h"
 #include "data/data.h"
+#include "io/weights.h"
 #include "models/gpt2.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
@@ -60,6 +61,11 @@ static const char train_usage[] =
     "  --init FILE           start a new run (fresh optimizer, step 0, this run's data and\n"
     "                        options) from the model weights in checkpoint FILE, written by\n"
     "                        --checkpoint of any run of the same --model (docs/finetune.md)\n"
+    "  --init-hf PATH        start a new run from pretrained GPT-2 weights: a Hugging Face\n"
+    "                        directory (config.json and model.safetensors, or a sharded\n"
+    "                        model.safetensors.index.json) or llm.c's gpt2_124M.bin; the model's\n"
+    "                        shape is the file's (--model is not used); give the tokenizer it\n"
+    "                        was trained with (--bpe DIR for GPT-2's 50257 ids)\n"
     "  --lora R              LoRA fine-tuning: beside each targeted layer's x @ w, a path\n"
     "                        (x @ A) @ B * alpha/R with A (in, R) random and B (R, out) zeros, so\n"
     "                        step 0 is the base model; only A and B train, every other weight\n"
@@ -145,6 +151,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         else if (!strcmp(k, "--checkpoint")) a->checkpoint = v;
         else if (!strcmp(k, "--resume")) a->resume = v;
         else if (!strcmp(k, "--init")) a->init = v;
+        else if (!strcmp(k, "--init-hf")) a->init_hf = v; /* issue 23: pretrained weights */
         else if (!strcmp(k, "--lora-targets")) {
             unsigned t;
             if (!sn_gpt2_lora_targets_parse(v, &t))
@@ -227,6 +234,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         {"--bpe", a->bpe ? merges : NULL, "tokenizer's vocab.bpe", false, NULL},
         {"--resume", a->resume, "checkpoint resumed", false, "--checkpoint"},
         {"--init", a->init, "checkpoint the run starts from", false, NULL},
+        {"--init-hf", a->init_hf, "pretrained model the run starts from", false, NULL},
     };
     int rc = cli_check_paths("train", paths, (int)(sizeof paths / sizeof paths[0]));
     if (rc) return rc;
@@ -270,7 +278,9 @@ typedef struct {
 static sn_status build(const train_args *a, run *r, sn_err *e) {
     sn_status s;
     sn_gpt2_config *c = &r->gm.c;
-    if (!sn_gpt2_config_find(a->model, c))
+    /* --init-hf (issue 23): the model is the pretrained file's GPT-2 */
+    if (a->init_hf && (s = sn_weights_read_config(a->init_hf, c, e))) return s;
+    if (!a->init_hf && !sn_gpt2_config_find(a->model, c))
         return sn_fail(e, SN_ERR_INVALID, "unknown model '%s' (models: %s)", a->model, sn_gpt2_config_names());
     int at = snprintf(r->desc, sizeof r->desc, "ctx %d, %d layers, %d heads, %d channels", c->ctx,
                       c->n_layer, c->n_head, c->n_embd);
@@ -300,6 +310,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.seed = (uint64_t)a->seed;
     o.resume = a->resume;
     o.init = a->init;
+    o.init_pretrained = a->init_hf;
     o.dump_after = a->dump_after;
     o.checkpoint_policy = a->checkpoint_policy;
     o.mem = a->mem;
@@ -477,6 +488,9 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
            in.micro, in.micro > 1 ? "es" : "", tps);
     if (a->resume) printf("resumed from %s at step %ld\n", a->resume, start);
     if (a->resume && a->init) printf("--init %s not read: the resumed checkpoint holds every weight\n", a->init);
+    else if (a->init_hf && !a->resume)
+        printf("initialised from the pretrained %s (%d LoRA adapter parameter%s start as usual: A "
+               "random, B zeros)\n", a->init_hf, in.init_fresh, in.init_fresh == 1 ? "" : "s");
     else if (a->init)
         printf("initialised from %s (its weights; %d LoRA adapter parameter%s it lacks start as "
                "usual: A random, B zeros)\n", a->init, in.init_fresh, in.init_fresh == 1 ? "" : "s");
