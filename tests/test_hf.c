@@ -425,6 +425,61 @@ START_TEST(bad_files) {
 }
 END_TEST
 
+/* Files as the hub's original GPT-2 holds them: names without "transformer.", the attention
+ * masks as tensors h.N.attn.bias (skipped), and lm_head.weight (read only when equal to wte). */
+static void write_legacy(const sn_weights *w, const char *dir, bool head_differs) {
+    char path[4200], name[40][96];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    sn_st_out t[40];
+    int n = 0;
+    static float mask[32 * 32];
+    static const int64_t mask_shape[4] = {1, 1, 32, 32};
+    float *head = malloc(4 * 96 * 32);
+    for (int i = 0; i < w->n; i++) {
+        const char *x = w->w[i].name;
+        size_t len = strlen(x);
+        if (!strcmp(x, "wte") || !strcmp(x, "wpe")) snprintf(name[n], sizeof name[n], "%s.weight", x);
+        else snprintf(name[n], sizeof name[n], "%.*s.%s", (int)(len - 2), x, x[len - 1] == 'w' ? "weight" : "bias");
+        t[n] = (sn_st_out){name[n], w->w[i].rank, w->w[i].shape, w->w[i].data};
+        n++;
+        if (!strcmp(x, "wte")) {
+            memcpy(head, w->w[i].data, 4 * 96 * 32);
+            head[5] += head_differs;
+            t[n++] = (sn_st_out){"lm_head.weight", 2, w->w[i].shape, head};
+        }
+    }
+    for (int l = 0; l < 2; l++) {
+        snprintf(name[n], sizeof name[n], "h.%d.attn.bias", l);
+        t[n] = (sn_st_out){name[n], 4, mask_shape, mask};
+        n++;
+    }
+    sn_err e;
+    ck_assert_msg(sn_st_write(path, t, n, &e) == SN_OK, "%s", e.msg);
+    free(head);
+}
+
+START_TEST(legacy_names) {
+    if (!sn_st_supported()) return;
+    sn_weights a = read_ok(fixture("tiny"));
+    for (int differs = 0; differs < 2; differs++) {
+        char *d = bad_copy("tiny", NULL, NULL, NULL, 0), path[4200];
+        snprintf(path, sizeof path, "%s/model.safetensors", d);
+        ck_assert_int_eq(unlink(path), 0);
+        write_legacy(&a, d, differs);
+        if (differs) {
+            refused(d, SN_ERR_UNSUPPORTED, "lm_head.weight differs from transformer.wte.weight", NULL);
+            continue;
+        }
+        sn_weights b = read_ok(d);
+        same_weights(&a, &b);
+        sn_weights_free(&b);
+        rm_rf(d);
+        free(d);
+    }
+    sn_weights_free(&a);
+}
+END_TEST
+
 /* A header parsed from bytes: offsets past the end, overlapping tensors, sizes that do not fit. */
 static void header_refused(const char *json, size_t data, const char *m) {
     size_t n = strlen(json);
@@ -491,6 +546,7 @@ int main(void) {
     tcase_add_test(tc, checkpoint_round_trip);
     tcase_add_test(tc, lora_merge);
     tcase_add_test(tc, bad_files);
+    tcase_add_test(tc, legacy_names);
     tcase_add_test(tc, header_checks);
     tcase_add_test(tc, half_dtypes);
     suite_add_tcase(s, tc);
