@@ -140,12 +140,7 @@ sn_status sn_hf_gpt2_read_config(const char *dir, sn_gpt2_config *c, sn_err *e) 
     s = parse_config(path, root, &got, e);
     json_object_put(root);
     if (s) return s;
-    sn_weights w;
-    sn_weights_init(&w, &got); /* for the published name */
-    static const char *const names[] = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "demo", "tiny"};
-    got.name = "gpt2-custom";
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(w.name, names[i])) got.name = names[i];
+    got.name = sn_gpt2_published_name(&got);
     *c = got;
     return SN_OK;
 #endif
@@ -158,7 +153,12 @@ sn_status sn_hf_gpt2_read_config(const char *dir, sn_gpt2_config *c, sn_err *e) 
 static void sinter_name(const char *hf, char *out, size_t len) {
     if (!strncmp(hf, "transformer.", 12)) hf += 12;
     size_t n = strlen(hf);
-    const char *rest = !strncmp(hf, "h.", 2) && strchr(hf + 2, '.') ? strchr(hf + 2, '.') + 1 : "";
+    const char *rest = ""; /* after "h.N." */
+    if (hf[0] == 'h' && hf[1] == '.') {
+        size_t k = 2;
+        while (hf[k] >= '0' && hf[k] <= '9') k++;
+        if (k > 2 && hf[k] == '.') rest = hf + k + 1;
+    }
     if (!strcmp(hf, "lm_head.weight")) snprintf(out, len, "lm_head");
     else if (!strcmp(rest, "attn.bias") || !strcmp(rest, "attn.masked_bias")) out[0] = 0;
     else if (!strcmp(hf, "wte.weight") || !strcmp(hf, "wpe.weight")) snprintf(out, len, "%.3s", hf);

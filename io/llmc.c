@@ -71,16 +71,6 @@ static sn_status open_file(const char *path, int *fd, uint64_t *size, sn_err *e)
     return SN_OK;
 }
 
-/* The published name of a configuration (static storage). */
-static const char *published(const sn_gpt2_config *c) {
-    sn_weights w;
-    sn_weights_init(&w, c);
-    static const char *const names[] = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "demo", "tiny"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(w.name, names[i])) return names[i];
-    return "gpt2-custom";
-}
-
 sn_status sn_llmc_read_config(const char *path, sn_gpt2_config *c, sn_err *e) {
     int fd;
     uint64_t size;
@@ -91,7 +81,7 @@ sn_status sn_llmc_read_config(const char *path, sn_gpt2_config *c, sn_err *e) {
     close(fd);
     if (!s) {
         *c = h.c;
-        c->name = published(c);
+        c->name = sn_gpt2_published_name(c);
     }
     return s;
 }

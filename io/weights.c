@@ -60,16 +60,20 @@ int sn_gpt2_param_at(const sn_gpt2_config *c, int i, char *buf, size_t len, int6
     return 2;
 }
 
-void sn_weights_init(sn_weights *w, const sn_gpt2_config *c) {
-    *w = (sn_weights){.config = *c};
-    snprintf(w->name, sizeof w->name, "gpt2-custom");
+const char *sn_gpt2_published_name(const sn_gpt2_config *c) {
     static const char *const names[] = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "demo", "tiny"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         sn_gpt2_config p;
         if (sn_gpt2_config_find(names[i], &p) && p.vocab == c->vocab && p.ctx == c->ctx &&
             p.n_layer == c->n_layer && p.n_head == c->n_head && p.n_embd == c->n_embd)
-            snprintf(w->name, sizeof w->name, "%s", names[i]);
+            return names[i];
     }
+    return "gpt2-custom";
+}
+
+void sn_weights_init(sn_weights *w, const sn_gpt2_config *c) {
+    *w = (sn_weights){.config = *c};
+    snprintf(w->name, sizeof w->name, "%s", sn_gpt2_published_name(c));
     w->config.name = w->name;
 }
 

@@ -39,7 +39,10 @@ const sn_weight *sn_weights_find(const sn_weights *w, const char *name);
 int sn_gpt2_param_count(const sn_gpt2_config *c);
 int sn_gpt2_param_at(const sn_gpt2_config *c, int i, char *buf, size_t len, int64_t shape[2]);
 
-/* An empty set for config c (name: a published configuration's when c has its shape). */
+/* The published configuration's name (models/gpt2.h) when c has its shape, else "gpt2-custom";
+ * static storage. */
+const char *sn_gpt2_published_name(const sn_gpt2_config *c);
+/* An empty set for config c (name: sn_gpt2_published_name). */
 void sn_weights_init(sn_weights *w, const sn_gpt2_config *c);
 /* Appends a tensor (copies name; takes data, which the set frees, also on failure). */
 sn_status sn_weights_add(sn_weights *w, const char *name, int rank, const int64_t *shape,
