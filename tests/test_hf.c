@@ -14,6 +14,8 @@
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "passes/pipeline.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/cuda_rt.h"
 #include "runtime/device.h"
 #include "support/rng.h"
 #include "train/checkpoint.h"
@@ -63,6 +65,8 @@ static sn_weights read_ok(const char *path) {
     ck_assert_msg(sn_weights_read(path, &w, &e) == SN_OK, "%s: %s", path, e.msg);
     return w;
 }
+
+static void rm_rf(const char *d);
 
 /* Where a forward's parameters come from: a weight set, or a trainer. */
 typedef struct {
@@ -148,6 +152,41 @@ START_TEST(logits_interp) { check_logits("tiny", "tiny_logits.bin", false); }
 END_TEST
 
 START_TEST(logits_cpu) { check_logits("tiny", "tiny_logits.bin", true); }
+END_TEST
+
+/* On the stand-in CUDA driver (tests/standin: libcuda over host memory, the kernels' CUDA C run
+ * by the SIMT simulator) when meson gives its paths and the real NVRTC it wraps is here. */
+START_TEST(logits_standin) {
+#ifdef SN_TEST_STANDIN_CUDA
+    setenv("SN_LIBCUDA", SN_TEST_STANDIN_CUDA, 1);
+    setenv("SN_LIBNVRTC", SN_TEST_STANDIN_NVRTC, 1);
+    setenv("SN_LIBCUBLASLT", SN_TEST_STANDIN_CUBLASLT, 1);
+    sn_cuda_api a = {0};
+    sn_err e;
+    int major = 0, minor = 0;
+    bool ok = sn_nvrtc_version(&a.nvrtc, &major, &minor, &e) == SN_OK;
+    sn_cuda_api_unload(&a);
+    if (!ok) {
+        printf("test_hf: logits_standin skipped: no NVRTC for the stand-in to wrap\n");
+        return;
+    }
+    char cache[] = "/tmp/sn_test_hf_cache_XXXXXX";
+    ck_assert(mkdtemp(cache));
+    sn_cuda_opts o = {.cache_dir = cache};
+    sn_device *dev = NULL;
+    ck_assert_msg(sn_cuda_device_new_opts(0, &o, &dev, &e) == SN_OK, "%s", e.msg);
+    sn_weights w = read_ok(fixture("tiny"));
+    golden gd = read_golden("tiny_logits.bin");
+    double *got = malloc(sizeof(double) * (size_t)(gd.T * gd.V));
+    forward(&w.config, NULL, &(source){.w = &w}, gd.tokens, gd.T, dev, got);
+    sn_check_close("stand-in CUDA", got, gd.logits, (size_t)(gd.T * gd.V), 1e-4, 1.0);
+    free(got);
+    free(gd.logits);
+    sn_weights_free(&w);
+    sn_device_free(dev);
+    rm_rf(cache);
+#endif
+}
 END_TEST
 
 START_TEST(llmc_bf16_logits) { check_logits("tiny_bf16.bin", "tiny_bf16_logits.bin", true); }
@@ -540,6 +579,7 @@ int main(void) {
     TCase *tc = tcase_create("hf");
     tcase_add_test(tc, logits_interp);
     tcase_add_test(tc, logits_cpu);
+    tcase_add_test(tc, logits_standin);
     tcase_add_test(tc, llmc_bf16_logits);
     tcase_add_test(tc, sharded_equals_single);
     tcase_add_test(tc, round_trip);
