@@ -8,6 +8,7 @@
 
 #include "data/data.h"
 #include "frontend/sinter.h"
+#include "io/weights.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "program/target.h"
@@ -178,6 +179,9 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
     if (o->mem < 0 || (o->mem && o->tokens_per_step))
         return sn_fail(e, SN_ERR_INVALID, "session: with mem the plan chooses the micro-batches: "
                        "give the sequences per step as batch and tokens_per_step 0");
+    if (o->init && o->init_pretrained)
+        return sn_fail(e, SN_ERR_INVALID, "session: a run starts from a checkpoint (init) or from "
+                       "pretrained weights (init_pretrained), not both");
     if (o->offload < -1 || o->offload > 1)
         return sn_fail(e, SN_ERR_INVALID, "session: offload %d: give -1 (none, or the plan's), 0 "
                        "(none) or 1 (the optimizer state in host memory)", o->offload);
@@ -195,6 +199,20 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
         return sn_fail(e, SN_ERR_INVALID, "session: precision '%s': use fp32, bf16, fp16 or tf32",
                        o->precision);
     return SN_OK;
+}
+
+/* A new run from pretrained weights (io/weights.h), set by name into the trainer. */
+static sn_status init_pretrained(sn_session *r, const char *path, sn_err *e) {
+    sn_weights w;
+    sn_status s = sn_weights_read(path, &w, e);
+    if (s) return s;
+    if (w.config.vocab != r->tk->vocab)
+        s = sn_fail(e, SN_ERR_INVALID, "%s: a vocabulary of %d ids, the %s tokenizer has %d: give "
+                    "the tokenizer the model was trained with (--bpe DIR for GPT-2's)", path,
+                    w.config.vocab, r->tk->name, r->tk->vocab);
+    else s = sn_weights_init_trainer(&w, r->t, r->tk->vocab, &r->init_fresh, e);
+    sn_weights_free(&w);
+    return s;
 }
 
 static sn_status setup(sn_session *r, sn_err *e) {
@@ -255,6 +273,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
     set_meta(r);
     r->run.data_rng = sn_rng_seed(o->seed ^ 0x5eedull);
     if (o->resume) return sn_checkpoint_load(o->resume, r->t, &r->run, e);
+    if (o->init_pretrained) return init_pretrained(r, o->init_pretrained, e);
     return o->init ? sn_checkpoint_init(o->init, r->t, &r->run, &r->init_fresh, e) : SN_OK;
 }
 

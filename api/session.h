@@ -70,6 +70,11 @@ typedef struct {
     int offload;          /* AdamW's moments, the gradient sums and fp32 master weights in host
                              memory, updated there by the CPU (ZeRO-Offload): 1 yes, 0 no; -1:
                              no, or the plan's choice with mem (when nothing fits without) */
+    const char *init_pretrained; /* a new run from pretrained GPT-2 weights: a Hugging Face
+                             directory (config.json, model.safetensors) or llm.c's .bin
+                             (io/weights.h); the model must be the GPT-2 they describe, with the
+                             tokenizer's vocabulary; its LoRA adapters keep their initialisation.
+                             Not with init; not read with resume */
 } sn_session_opts;
 
 /* device "auto", the default corpus, B 16, T the model's, 600 steps, lr 3e-3, seed 1337,

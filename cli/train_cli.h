@@ -19,6 +19,7 @@ typedef struct {
     const char *dump_after; /* a pass whose IR or program to print (sinter train --dump-after) */
     const char *log, *plot, *checkpoint, *resume, *prompt; /* files and the sampling prompt */
     const char *init;       /* --init: a new run from this checkpoint's weights */
+    const char *init_hf;    /* --init-hf (issue 23): a new run from pretrained GPT-2 weights */
     long lora;              /* --lora R: LoRA adapters of rank R (0: none) */
     double lora_alpha;      /* --lora-alpha (0: not given: R) */
     const char *lora_targets; /* --lora-targets attn, mlp or all (NULL: not given: all) */

@@ -14,6 +14,7 @@
 
 #include "api/session.h"
 #include "data/data.h"
+#include "io/weights.h"
 #include "models/gpt2.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
@@ -57,7 +58,9 @@ typedef struct {
 static sn_status build(const train_args *a, run *r, sn_err *e) {
     sn_status s;
     sn_gpt2_config *c = &r->gm.c;
-    if (!sn_gpt2_config_find(a->model, c))
+    /* --init-hf (issue 23): the model is the pretrained file's GPT-2 */
+    if (a->init_hf && (s = sn_weights_read_config(a->init_hf, c, e))) return s;
+    if (!a->init_hf && !sn_gpt2_config_find(a->model, c))
         return sn_fail(e, SN_ERR_INVALID, "unknown model '%s' (models: %s)", a->model, sn_gpt2_config_names());
     int at = snprintf(r->desc, sizeof r->desc, "ctx %d, %d layers, %d heads, %d channels", c->ctx,
                       c->n_layer, c->n_head, c->n_embd);
@@ -87,6 +90,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.seed = (uint64_t)a->seed;
     o.resume = a->resume;
     o.init = a->init;
+    o.init_pretrained = a->init_hf;
     o.dump_after = a->dump_after;
     o.checkpoint_policy = a->checkpoint_policy;
     o.mem = a->mem;
@@ -264,6 +268,9 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
            in.micro, in.micro > 1 ? "es" : "", tps);
     if (a->resume) printf("resumed from %s at step %ld\n", a->resume, start);
     if (a->resume && a->init) printf("--init %s not read: the resumed checkpoint holds every weight\n", a->init);
+    else if (a->init_hf && !a->resume)
+        printf("initialised from the pretrained %s (%d LoRA adapter parameter%s start as usual: A "
+               "random, B zeros)\n", a->init_hf, in.init_fresh, in.init_fresh == 1 ? "" : "s");
     else if (a->init)
         printf("initialised from %s (its weights; %d LoRA adapter parameter%s it lacks start as "
                "usual: A random, B zeros)\n", a->init, in.init_fresh, in.init_fresh == 1 ? "" : "s");

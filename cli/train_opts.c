@@ -3,8 +3,10 @@
  * table; what the table cannot say (pairs of options, outputs that are inputs) is checked here
  * after the parse. */
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "io/weights.h"
 #include "models/gpt2.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
@@ -71,6 +73,12 @@ static const cli_opt train_opts[] = {
      .help = "start a new run (fresh optimizer, step 0, this run's data and\n"
              "options) from the model weights in checkpoint FILE, written by\n"
              "--checkpoint of any run of the same --model (docs/finetune.md)"},
+    {"init-hf", 0, CLI_STR, "PATH", O(init_hf),
+     .help = "start a new run from pretrained GPT-2 weights: a Hugging Face\n"
+             "directory (config.json and model.safetensors, or a sharded\n"
+             "model.safetensors.index.json) or llm.c's gpt2_124M.bin; the model's\n"
+             "shape is the file's (--model is not used; the tokenizer defaults to\n"
+             "GPT-2's when its vocabulary is 50257)"},
     {"lora", 0, CLI_INT, "R", O(lora), 1, 4096,
      .help = "LoRA fine-tuning: beside each targeted layer's x @ w, a path\n"
              "(x @ A) @ B * alpha/R with A (in, R) random and B (R, out) zeros, so\n"
@@ -158,7 +166,15 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
                                "--device cpu)");
     if (!strcmp(a->precision, "tf32")) a->tf32 = true;
     sn_gpt2_config c;
-    sn_gpt2_config_find(a->model, &c); /* the table checked the name */
+    if (a->init_hf) { /* issue 23: the pretrained file's shape, and so its tokenizer */
+        sn_err e = {0};
+        if (sn_weights_read_config(a->init_hf, &c, &e)) {
+            fprintf(stderr, "sinter train: --init-hf %s: %s\n", a->init_hf, e.msg);
+            return 1;
+        }
+    } else {
+        sn_gpt2_config_find(a->model, &c); /* the table checked the name */
+    }
     if ((rc = cli_tokenizer(cmd, &c, a->tokenizer, a->bpe, bpe_dir, &a->bpe))) return rc;
     /* no output may be an input or another output: checked before anything is read */
     char enc[4200] = "", merges[4200] = "";
@@ -177,6 +193,7 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
         {"--bpe", a->bpe ? merges : NULL, "tokenizer's vocab.bpe", false, NULL},
         {"--resume", a->resume, "checkpoint resumed", false, "--checkpoint"},
         {"--init", a->init, "checkpoint the run starts from", false, NULL},
+        {"--init-hf", a->init_hf, "pretrained model the run starts from", false, NULL},
     };
     if ((rc = cli_check_paths("train", paths, (int)(sizeof paths / sizeof paths[0])))) return rc;
     if (a->dump_after && !strcmp(a->device, "interp") &&

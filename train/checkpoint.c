@@ -2,6 +2,7 @@
  * into a temporary file and writes the header last; loading checks the whole file first, then
  * the metadata and shapes, and only then copies into the trainer. */
 #include "checkpoint.h"
+#include "checkpoint_int.h"
 
 #include <errno.h>
 #include <float.h>
@@ -23,7 +24,6 @@
 
 static const char MAGIC[8] = "SNCKPT\x1a\n";
 enum { HEADER_BYTES = 32 };
-enum { REC_META = 1, REC_STEP, REC_RNG, REC_SERIES, REC_PARAM };
 
 /* ---- metadata ----------------------------------------------------------------------------- */
 
@@ -212,33 +212,9 @@ sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run
 
 /* ---- loading ------------------------------------------------------------------------------ */
 
-typedef struct {
-    uint32_t kind;
-    char name[128];
-    const uint8_t *body;
-    uint64_t size;
-} rec;
-
-typedef struct {
-    const char *path;
-    rec *recs;
-    int n;
-} parsed;
-
-static uint32_t get_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
 /* Checks the header, the size and the CRC, and splits the payload into records. out->recs is
  * the caller's to free, whatever this returns. */
-static sn_status parse(const char *path, const uint8_t *b, size_t len, parsed *out, sn_err *e) {
+sn_status sn_ckpt_parse(const char *path, const uint8_t *b, size_t len, sn_ckpt_parsed *out, sn_err *e) {
     if (len < HEADER_BYTES || memcmp(b, MAGIC, 8))
         return sn_fail(e, SN_ERR_PARSE, len >= 8 && !memcmp(b, MAGIC, 8)
                        ? "checkpoint %s is truncated: %zu bytes, less than its header: the save was interrupted; use an older checkpoint"
@@ -259,7 +235,7 @@ static sn_status parse(const char *path, const uint8_t *b, size_t len, parsed *o
                        sum, crc);
     const uint8_t *p = b + HEADER_BYTES, *end = b + len;
     int cap = 0;
-    *out = (parsed){.path = path};
+    *out = (sn_ckpt_parsed){.path = path};
     while (p < end) {
         uint64_t name_len = end - p >= 8 ? get_u32(p + 4) : UINT64_MAX;
         if (name_len >= sizeof out->recs[0].name || (uint64_t)(end - p) < 16 + name_len ||
@@ -268,11 +244,11 @@ static sn_status parse(const char *path, const uint8_t *b, size_t len, parsed *o
                            "file: use an older checkpoint", path, out->n + 1);
         if (out->n == cap) {
             cap = cap ? 2 * cap : 64;
-            rec *recs = sn_realloc(out->recs, sizeof(rec) * (size_t)cap, "a checkpoint's record list", e);
+            sn_ckpt_rec *recs = sn_realloc(out->recs, sizeof(sn_ckpt_rec) * (size_t)cap, "a checkpoint's record list", e);
             if (!recs) return SN_ERR_OOM; /* out->recs is the caller's to free */
             out->recs = recs;
         }
-        rec *r = &out->recs[out->n++];
+        sn_ckpt_rec *r = &out->recs[out->n++];
         r->kind = get_u32(p);
         memcpy(r->name, p + 8, name_len);
         r->name[name_len] = 0;
@@ -283,21 +259,21 @@ static sn_status parse(const char *path, const uint8_t *b, size_t len, parsed *o
     return SN_OK;
 }
 
-static const rec *find(const parsed *f, uint32_t kind, const char *name) {
+const sn_ckpt_rec *sn_ckpt_find(const sn_ckpt_parsed *f, uint32_t kind, const char *name) {
     for (int i = 0; i < f->n; i++)
         if (f->recs[i].kind == kind && !strcmp(f->recs[i].name, name)) return &f->recs[i];
     return NULL;
 }
 
 /* Compares this run's metadata (r's and t's options) with the file's, both ways. */
-static sn_status check_meta(const parsed *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
+static sn_status check_meta(const sn_ckpt_parsed *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     sn_run_state want = {.n_meta = r->n_meta};
     memcpy(want.meta, r->meta, sizeof r->meta);
     opts_meta(sn_trainer_opts(t), &want);
     static const char hint[] = "resume with the model, data and options it was saved with, or "
                                "start afresh without --resume";
     for (int i = 0; i < want.n_meta; i++) {
-        const rec *m = find(f, REC_META, want.meta[i].key);
+        const sn_ckpt_rec *m = sn_ckpt_find(f, REC_META, want.meta[i].key);
         if (!m)
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this run: it has no "
                            "%s (here %s): %s", f->path, want.meta[i].key, want.meta[i].value, hint);
@@ -324,7 +300,7 @@ static void shape_text(char *buf, size_t len, uint32_t rank, const uint8_t *shap
 
 /* Parameter p's record r: a well-formed shape record equal to p's shape, then 3 x numel floats
  * (weights, m, v). verb: "match" (resume) or "fit" (a new run), as the messages say it. */
-static sn_status check_param_record(const parsed *f, const rec *r, const sn_node *p, const char *verb,
+static sn_status check_param_record(const sn_ckpt_parsed *f, const sn_ckpt_rec *r, const sn_node *p, const char *verb,
                                     const char *hint, uint32_t *rank_out, sn_err *e) {
     uint32_t rank = r->size >= 4 ? get_u32(r->body) : UINT32_MAX;
     if (rank > SN_MAX_RANK || r->size < 4 + 8 * (uint64_t)rank)
@@ -345,11 +321,11 @@ static sn_status check_param_record(const parsed *f, const rec *r, const sn_node
 }
 
 /* Every parameter of t is in the file with its shape, and the file has no other. */
-static sn_status check_params(const parsed *f, const sn_trainer *t, sn_err *e) {
+static sn_status check_params(const sn_ckpt_parsed *f, const sn_trainer *t, sn_err *e) {
     static const char hint[] = "it was saved from another model: resume with the same --model";
     for (int i = 0; i < sn_trainer_param_count(t); i++) {
         const sn_node *p = sn_trainer_param_node(t, i);
-        const rec *r = find(f, REC_PARAM, p->name);
+        const sn_ckpt_rec *r = sn_ckpt_find(f, REC_PARAM, p->name);
         if (!r)
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this model: it has no "
                            "parameter %s: %s", f->path, p->name, hint);
@@ -364,8 +340,8 @@ static sn_status check_params(const parsed *f, const sn_trainer *t, sn_err *e) {
     return SN_OK;
 }
 
-static sn_status check_series(const parsed *f, const char *name, sn_err *e) {
-    const rec *r = find(f, REC_SERIES, name);
+static sn_status check_series(const sn_ckpt_parsed *f, const char *name, sn_err *e) {
+    const sn_ckpt_rec *r = sn_ckpt_find(f, REC_SERIES, name);
     uint64_t bytes;
     if (!r || r->size < 8 || !sn_muladd_u64(get_u64(r->body), 16, 8, &bytes) || r->size != bytes)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its %s curve is %s: use an "
@@ -373,8 +349,8 @@ static sn_status check_series(const parsed *f, const char *name, sn_err *e) {
     return SN_OK;
 }
 
-static sn_status load_series(const parsed *f, const char *name, sn_series *s, sn_err *e) {
-    const rec *r = find(f, REC_SERIES, name);
+static sn_status load_series(const sn_ckpt_parsed *f, const char *name, sn_series *s, sn_err *e) {
+    const sn_ckpt_rec *r = sn_ckpt_find(f, REC_SERIES, name);
     uint64_t n = get_u64(r->body);
     sn_series_free(s);
     for (uint64_t i = 0; i < n; i++) {
@@ -389,9 +365,9 @@ static sn_status load_series(const parsed *f, const char *name, sn_series *s, sn
 /* A trainer with dynamic loss scaling needs the file's scaler (the writer always saves one): a
  * scale that is a positive float (a 0, NaN or infinite scale would skip every step from here on
  * without a word; a double past FLT_MAX has no float), and counts of skipped and clean steps within the steps run. */
-static sn_status check_scaler(const parsed *f, const sn_trainer *t, uint64_t step, sn_err *e) {
+static sn_status check_scaler(const sn_ckpt_parsed *f, const sn_trainer *t, uint64_t step, sn_err *e) {
     if (!sn_trainer_loss_scaling(t)) return SN_OK;
-    const rec *ls = find(f, REC_STEP, "loss_scaler");
+    const sn_ckpt_rec *ls = sn_ckpt_find(f, REC_STEP, "loss_scaler");
     if (!ls || ls->size != 24)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its loss scaler record is "
                        "missing or %s: use an older checkpoint", f->path, ls ? "the wrong size" : "absent");
@@ -406,10 +382,10 @@ static sn_status check_scaler(const parsed *f, const sn_trainer *t, uint64_t ste
     return SN_OK;
 }
 
-static sn_status check_all(const parsed *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
+static sn_status check_all(const sn_ckpt_parsed *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     sn_status s = check_meta(f, t, r, e);
     if (s || (s = check_params(f, t, e))) return s;
-    const rec *step = find(f, REC_STEP, "step"), *rng = find(f, REC_RNG, "data");
+    const sn_ckpt_rec *step = sn_ckpt_find(f, REC_STEP, "step"), *rng = sn_ckpt_find(f, REC_RNG, "data");
     if (!step || step->size != 8 || !rng || rng->size != 32)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its step or RNG record is "
                        "missing: use an older checkpoint", f->path);
@@ -422,7 +398,7 @@ static sn_status check_all(const parsed *f, const sn_trainer *t, const sn_run_st
 
 /* The first non-finite value among the weights and moments of the parameter record r (whose
  * size check_params has checked), as an index into the 3 x numel floats; -1 when all are finite. */
-static int64_t first_non_finite(const rec *r, uint32_t rank, int64_t numel) {
+static int64_t first_non_finite(const sn_ckpt_rec *r, uint32_t rank, int64_t numel) {
     const uint8_t *data = r->body + 4 + 8 * (size_t)rank;
     for (int64_t i = 0; i < 3 * numel; i++) {
         float v;
@@ -432,11 +408,11 @@ static int64_t first_non_finite(const rec *r, uint32_t rank, int64_t numel) {
     return -1;
 }
 
-static sn_status check_finite(const parsed *f, const sn_trainer *t, sn_err *e) {
+static sn_status check_finite(const sn_ckpt_parsed *f, const sn_trainer *t, sn_err *e) {
     static const char *const part[3] = {"weights", "first moments", "second moments"};
     for (int i = 0; i < sn_trainer_param_count(t); i++) {
         const sn_node *p = sn_trainer_param_node(t, i);
-        int64_t bad = first_non_finite(find(f, REC_PARAM, p->name), (uint32_t)p->rank, sn_numel(p));
+        int64_t bad = first_non_finite(sn_ckpt_find(f, REC_PARAM, p->name), (uint32_t)p->rank, sn_numel(p));
         if (bad >= 0)
             return sn_fail(e, SN_ERR_NUMERIC, "checkpoint %s holds a NaN or infinite value in the "
                            "%s of parameter %s (element %" PRId64 "): it was saved from a run that "
@@ -447,7 +423,7 @@ static sn_status check_finite(const parsed *f, const sn_trainer *t, sn_err *e) {
 }
 
 /* Parameter i of t from its checked record rc: the weights, then (to `last`) m and v. */
-static sn_status set_param(const rec *rc, sn_trainer *t, int i, sn_param_which last, sn_err *e) {
+static sn_status set_param(const sn_ckpt_rec *rc, sn_trainer *t, int i, sn_param_which last, sn_err *e) {
     const sn_node *p = sn_trainer_param_node(t, i);
     size_t n = (size_t)sn_numel(p);
     const uint8_t *data = rc->body + 4 + 8 * (size_t)p->rank;
@@ -467,18 +443,18 @@ sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t l
     if (sn_trainer_pending(t))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: the trainer has accumulated gradients: "
                        "load before the first step", path);
-    parsed f = {0};
+    sn_ckpt_parsed f = {0};
     sn_status s;
-    if (!(s = parse(path, bytes, len, &f, e)) && !(s = check_all(&f, t, r, e)) &&
+    if (!(s = sn_ckpt_parse(path, bytes, len, &f, e)) && !(s = check_all(&f, t, r, e)) &&
         !(s = check_finite(&f, t, e))) {
         for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
             const sn_node *p = sn_trainer_param_node(t, i);
-            s = set_param(find(&f, REC_PARAM, p->name), t, i, SN_PARAM_V, e);
+            s = set_param(sn_ckpt_find(&f, REC_PARAM, p->name), t, i, SN_PARAM_V, e);
         }
     }
     if (!s) {
-        sn_trainer_set_step_count(t, (int)get_u64(find(&f, REC_STEP, "step")->body));
-        const rec *ls = find(&f, REC_STEP, "loss_scaler"); /* checked by check_scaler */
+        sn_trainer_set_step_count(t, (int)get_u64(sn_ckpt_find(&f, REC_STEP, "step")->body));
+        const sn_ckpt_rec *ls = sn_ckpt_find(&f, REC_STEP, "loss_scaler"); /* checked by check_scaler */
         if (sn_trainer_loss_scaling(t)) {
             uint64_t bits = get_u64(ls->body);
             double scale;
@@ -487,7 +463,7 @@ sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t l
                                                       .skipped = (int64_t)get_u64(ls->body + 8),
                                                       .clean = (int64_t)get_u64(ls->body + 16)});
         }
-        memcpy(r->data_rng.s, find(&f, REC_RNG, "data")->body, 32);
+        memcpy(r->data_rng.s, sn_ckpt_find(&f, REC_RNG, "data")->body, 32);
         if (!(s = load_series(&f, "train_loss", &r->train_loss, e))) s = load_series(&f, "val_loss", &r->val_loss, e);
     }
     free(f.recs);
@@ -510,8 +486,8 @@ sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, s
 /* ---- a new run from a checkpoint's weights ------------------------------------------------- */
 
 /* The file's "model" and "model.shape" metadata as a hint ("model tiny (ctx 32, ...)"). */
-static void file_model(const parsed *f, char *buf, size_t len) {
-    const rec *m = find(f, REC_META, "model"), *shape = find(f, REC_META, "model.shape");
+static void file_model(const sn_ckpt_parsed *f, char *buf, size_t len) {
+    const sn_ckpt_rec *m = sn_ckpt_find(f, REC_META, "model"), *shape = sn_ckpt_find(f, REC_META, "model.shape");
     if (!m) {
         snprintf(buf, len, "a model this sinter does not name");
         return;
@@ -522,7 +498,7 @@ static void file_model(const parsed *f, char *buf, size_t len) {
 }
 
 /* check_params for a new run: adapters may be absent (counted in *fresh), shapes must match. */
-static sn_status check_init_params(const parsed *f, const sn_trainer *t, int *fresh, sn_err *e) {
+static sn_status check_init_params(const sn_ckpt_parsed *f, const sn_trainer *t, int *fresh, sn_err *e) {
     char model[200], hint[320];
     file_model(f, model, sizeof model);
     snprintf(hint, sizeof hint, "the checkpoint holds %s: start from it with the same --model "
@@ -530,7 +506,7 @@ static sn_status check_init_params(const parsed *f, const sn_trainer *t, int *fr
     *fresh = 0;
     for (int i = 0; i < sn_trainer_param_count(t); i++) {
         const sn_node *p = sn_trainer_param_node(t, i);
-        const rec *r = find(f, REC_PARAM, p->name);
+        const sn_ckpt_rec *r = sn_ckpt_find(f, REC_PARAM, p->name);
         if (!r && sn_lora_is_adapter(p->name)) {
             (*fresh)++;
             continue;
@@ -560,7 +536,7 @@ static sn_status check_init_params(const parsed *f, const sn_trainer *t, int *fr
 
 /* The file's adapters are read only into a model of the same shape and scale: its "model.shape"
  * is run's (the LoRA rank, alpha and targets are in it). */
-static sn_status check_init_adapters(const parsed *f, const sn_trainer *t, const sn_run_state *run,
+static sn_status check_init_adapters(const sn_ckpt_parsed *f, const sn_trainer *t, const sn_run_state *run,
                                      sn_err *e) {
     const char *want = run ? sn_run_meta_get(run, "model.shape") : NULL;
     if (!want) return SN_OK;
@@ -568,7 +544,7 @@ static sn_status check_init_adapters(const parsed *f, const sn_trainer *t, const
     for (int i = 0; i < f->n && !adapters; i++)
         adapters = f->recs[i].kind == REC_PARAM && sn_lora_is_adapter(f->recs[i].name) &&
                    sn_trainer_find_param(t, f->recs[i].name) >= 0;
-    const rec *m = find(f, REC_META, "model.shape");
+    const sn_ckpt_rec *m = sn_ckpt_find(f, REC_META, "model.shape");
     if (!adapters || (m && m->size == strlen(want) && !memcmp(m->body, want, m->size))) return SN_OK;
     return sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds LoRA adapters trained as %.*s; this run "
                    "is %s: the adapters would start at another scale (alpha/R), so the run would "
@@ -582,14 +558,14 @@ sn_status sn_checkpoint_init_bytes(const char *path, const void *bytes, size_t l
     if (sn_trainer_pending(t) || sn_trainer_step_count(t))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: a run starts from a checkpoint's "
                        "weights before its first step", path);
-    parsed f = {0};
+    sn_ckpt_parsed f = {0};
     int n_fresh = 0;
     sn_status s;
-    if (!(s = parse(path, bytes, len, &f, e)) && !(s = check_init_params(&f, t, &n_fresh, e)) &&
+    if (!(s = sn_ckpt_parse(path, bytes, len, &f, e)) && !(s = check_init_params(&f, t, &n_fresh, e)) &&
         !(s = check_init_adapters(&f, t, run, e))) {
         for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
             const sn_node *p = sn_trainer_param_node(t, i);
-            const rec *rc = find(&f, REC_PARAM, p->name);
+            const sn_ckpt_rec *rc = sn_ckpt_find(&f, REC_PARAM, p->name);
             if (rc) s = set_param(rc, t, i, SN_PARAM_WEIGHTS, e); /* none: an adapter keeps its init */
         }
     }

@@ -71,4 +71,23 @@ sn_status sn_checkpoint_init(const char *path, sn_trainer *t, const sn_run_state
 sn_status sn_checkpoint_init_bytes(const char *path, const void *bytes, size_t len, sn_trainer *t,
                                    const sn_run_state *run, int *fresh, sn_err *e);
 
+/* A checkpoint's weights without a trainer (sinter export): the file checked whole (size,
+ * CRC-32, records), then its metadata and each parameter's name, shape and weights (the moments
+ * are not read). A NaN or infinite weight is SN_ERR_NUMERIC naming the parameter. */
+typedef struct {
+    char name[128];
+    int rank;
+    int64_t shape[SN_MAX_RANK];
+    float *w; /* numel floats */
+} sn_ckpt_param;
+typedef struct {
+    sn_run_state run; /* the file's metadata (keys and values that fit sn_ckpt_kv; others cut) */
+    int n;
+    sn_ckpt_param *params; /* in the file's order */
+} sn_ckpt_weights;
+sn_status sn_checkpoint_read_weights(const char *path, sn_ckpt_weights *out, sn_err *e);
+sn_status sn_checkpoint_read_weights_bytes(const char *path, const void *bytes, size_t len,
+                                           sn_ckpt_weights *out, sn_err *e);
+void sn_ckpt_weights_free(sn_ckpt_weights *w);
+
 #endif

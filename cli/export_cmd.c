@@ -1,0 +1,110 @@
+/* export_cmd.c: `sinter export`: a GPT-2 checkpoint of `sinter train` (or pretrained weights:
+ * a Hugging Face directory, an llm.c .bin) written as a Hugging Face model directory that
+ * transformers' GPT2LMHeadModel loads, or as llm.c's model file. The library does the work
+ * (io/weights.h); this file parses the options. Outputs are new files: nothing is replaced. */
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/weights.h"
+#include "cli.h"
+
+typedef struct {
+    const char *to, *to_llmc;
+    bool merge_lora;
+    double lora_alpha;
+    long vocab;
+} export_args;
+
+#define O(field) offsetof(export_args, field)
+
+static const cli_opt export_opts[] = {
+    {"to", 't', CLI_STR, "DIR", O(to),
+     .help = "write DIR/config.json and DIR/model.safetensors (f32) for\n"
+             "transformers' GPT2LMHeadModel.from_pretrained(DIR); DIR is made\n"
+             "when missing, and files in it are never replaced"},
+    {"to-llmc", 0, CLI_STR, "FILE", O(to_llmc),
+     .help = "write llm.c's model file (version 3, f32; FILE must not exist)"},
+    {"merge-lora", 0, CLI_FLAG, NULL, O(merge_lora),
+     .help = "merge LoRA adapters into the weights they adapt, W + A @ B *\n"
+             "alpha/r (the default, and the only way: the formats have no adapters)"},
+    {"lora-alpha", 0, CLI_REAL, "A", O(lora_alpha), 0, 1e6, .lo_open = true,
+     .help = "LoRA's alpha when the checkpoint does not say it"},
+    {"vocab", 0, CLI_INT, "N", O(vocab), 1, 1 << 24,
+     .help = "the real vocabulary size when the checkpoint's tokenizer does not\n"
+             "say it (the padding rows of wte past N are dropped)"},
+};
+
+static int cli_export(int argc, char **argv);
+
+const cli_command cli_export_cmd = {
+    .name = "export",
+    .synopsis = "CHECKPOINT (--to DIR | --to-llmc FILE) [options]",
+    .summary = "Writes a GPT-2 checkpoint as a Hugging Face model or llm.c's .bin.",
+    .opts = CLI_OPTS(export_opts),
+    .notes = "CHECKPOINT (first) is a checkpoint of sinter train --checkpoint, or a Hugging Face\n"
+             "model directory or llm.c's .bin (converted). Nothing is replaced.\n",
+    .run = cli_export,
+};
+
+/* A checkpoint, or pretrained weights converted (a directory, or a file with llm.c's magic). */
+static sn_status load(const char *path, const sn_export_opts *o, sn_weights *w, int *merged,
+                      sn_err *e) {
+    struct stat st;
+    int32_t magic = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &magic, 4) != 4) magic = 0;
+        close(fd);
+    }
+    *merged = 0;
+    if ((stat(path, &st) == 0 && S_ISDIR(st.st_mode)) || magic == 20240326)
+        return sn_weights_read(path, w, e);
+    return sn_weights_from_checkpoint(path, o, w, merged, e);
+}
+
+static int cli_export(int argc, char **argv) {
+    const char *in = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
+    if (in) { /* the operand, first: the rest are options */
+        argv[1] = argv[0];
+        argv++;
+        argc--;
+    }
+    export_args a = {0};
+    int rc = cli_parse(&cli_export_cmd, argc, argv, &a);
+    if (rc >= 0) return rc;
+    if (!in) return cli_usage_error(&cli_export_cmd, "give the CHECKPOINT to export, first");
+    if (!a.to == !a.to_llmc)
+        return cli_usage_error(&cli_export_cmd, "give one of --to DIR and --to-llmc FILE");
+    sn_export_opts o = {.vocab = (int)a.vocab, .lora_alpha = (float)a.lora_alpha};
+    const char *to = a.to, *to_llmc = a.to_llmc;
+    const cli_path paths[] = {
+        {"CHECKPOINT", in, "checkpoint", false, NULL},
+        {"--to", to, "model directory", true, NULL},
+        {"--to-llmc", to_llmc, "llm.c model file", true, NULL},
+    };
+    rc = cli_check_paths("export", paths, 3);
+    if (rc) return rc;
+    sn_err e = {0};
+    sn_weights w;
+    int merged;
+    sn_status s = load(in, &o, &w, &merged, &e);
+    if (!s) {
+        s = to ? sn_weights_write_hf(&w, to, &e) : sn_weights_write_llmc(&w, to_llmc, &e);
+        if (!s)
+            printf("exported %s (%s: %d layers, %d heads, %d channels, context %d, vocabulary %d%s) "
+                   "to %s\n", in, w.name, w.config.n_layer, w.config.n_head, w.config.n_embd,
+                   w.config.ctx, w.config.vocab, merged ? ", LoRA adapters merged" : "",
+                   to ? to : to_llmc);
+        sn_weights_free(&w);
+    }
+    if (s) {
+        fprintf(stderr, "sinter export: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,33 @@
+/* io_int.h: what the readers and writers of io/ share, one section per file.
+ * Convention: an output of io/ is a new file: it appears whole (written to a temporary file,
+ * fsync'd, then linked to its name) and never replaces a file that is there. */
+#ifndef SN_IO_INT_H
+#define SN_IO_INT_H
+
+#include <stdbool.h>
+
+#include "ir/ir.h"
+#include "support/savefile.h"
+
+/* ---- newfile.c ---- */
+
+typedef struct {
+    sn_savefile s;
+    bool ok;  /* every put so far succeeded */
+    int err;  /* errno of the first failed put */
+} sn_newfile;
+
+/* Refuses (SN_ERR_IO, naming path) when path exists; else starts its temporary file. */
+sn_status sn_newfile_open(sn_newfile *f, const char *path, const char *what, sn_err *e);
+void sn_newfile_put(sn_newfile *f, const void *p, size_t n);
+/* fsync, then link to path (a file that appeared there meanwhile is not replaced: SN_ERR_IO). */
+sn_status sn_newfile_commit(sn_newfile *f, sn_err *e);
+void sn_newfile_abort(sn_newfile *f);
+
+/* ---- newfile.c: 16-bit floats ---- */
+
+float sn_bf16_to_f32(uint16_t h);
+float sn_f16_to_f32(uint16_t h);
+uint16_t sn_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
+
+#endif
