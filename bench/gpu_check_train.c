@@ -49,7 +49,12 @@ sn_graph *gc_train_graph(const char *model, int B, int T, sn_precision prec, int
         sn_fail(e, SN_ERR_OOM, "out of memory for a graph");
         return NULL;
     }
-    if (sn_gpt2_build(g, &c, B, T, &m, e) || sn_compile(g, &o, NULL, NULL, e)) {
+    sn_status st = sn_gpt2_build(g, &c, B, T, &m, e);
+    if (!st) { /* the loss alone, as sinter train's session keeps it: no logits to store */
+        g->n_outputs = 0;
+        sn_graph_add_output(g, g->loss);
+    }
+    if (st || sn_compile(g, &o, NULL, NULL, e)) {
         sn_graph_free(g);
         return NULL;
     }

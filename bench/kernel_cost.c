@@ -94,8 +94,10 @@ int main(int argc, char **argv) {
     o.precision = (sn_precision)prec;
     o.target = &tg;
     sn_program *p = NULL;
-    if (!g || sn_gpt2_build(g, &c, a.batch, a.seq, &m, &e) || sn_compile(g, &o, &p, NULL, &e))
-        return fail("the program", &e);
+    if (!g || sn_gpt2_build(g, &c, a.batch, a.seq, &m, &e)) return fail("the program", &e);
+    g->n_outputs = 0; /* the loss alone, as sinter train keeps it: no logits to store */
+    sn_graph_add_output(g, m.loss);
+    if (sn_compile(g, &o, &p, NULL, &e)) return fail("the program", &e);
     int64_t n_params = sn_graph_param_count(g);
 
     /* the kernels asked for, plus the trainer's optimizer kernels over every parameter */

@@ -112,6 +112,10 @@ static int cmd_graph(int argc, char **argv) {
     sn_gpt2 m;
     sn_err e;
     sn_status s = g ? sn_gpt2_build(g, &c, (int)B, (int)T, &m, &e) : sn_fail_oom(&e, sizeof *g, "the graph");
+    if (!s && a.backward) { /* a training graph: the loss alone, as sinter train keeps it */
+        g->n_outputs = 0;
+        sn_graph_add_output(g, m.loss);
+    }
     sn_pipeline_stats st;
     if (!s) {
         printf("# model %s: vocab %d, context %d, %d layers, %d heads, %d channels; input %ld x %ld\n",

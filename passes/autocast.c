@@ -3,8 +3,10 @@
  * Convention: a value is cast at most once per dtype (a parameter's low-precision copy is made
  * once per step however many products read it); casts to the low dtype move above views.
  * Linear layers store what a GEMM epilogue stores (cuBLASLt: bias and GELU input of the
- * output's type): a bias added to a product is read through its low-precision copy, and a
- * GELU of a biased product reads its input rounded to the low dtype (the saved activation). */
+ * output's type): a bias added to a product is read through its low-precision copy, a GELU
+ * of a biased product reads its input rounded to the low dtype (the saved activation), and a
+ * cross-entropy of a product (the LM head) its logits rounded so (torch.autocast's bf16
+ * logits). */
 #include <stdlib.h>
 
 #include "frontend/sinter.h"
@@ -149,6 +151,10 @@ static sn_status rewrite_node(ac_state *s, const sn_graph *in, const sn_node *n)
                     ins[i] = rounded(s, ins[i]);
             }
         if (n->op == SN_OP_GELU && is_linear(ins[0])) ins[0] = rounded(s, ins[0]);
+        /* a product's logits in the low dtype, as torch.autocast's linear layer leaves them
+           (cross-entropy widens them): the LM head stores them in 16 bits, the classifier
+           reads half the bytes */
+        if (n->op == SN_OP_CROSS_ENTROPY && is_product(ins[0])) ins[0] = rounded(s, ins[0]);
         break;
     case POL_FOLLOW:
         if (n->op == SN_OP_CONCAT || n->op == SN_OP_PAD) { /* mixed inputs meet in f32 */

@@ -62,6 +62,10 @@ static int read_pos(const fuse_state *s, const sn_node *u) {
 static bool inline_reader(const fuse_state *s, int G, const sn_node *u, const sn_node *n) {
     if (is_view(u->op) || u->op == SN_OP_CONCAT) return false; /* they read n's buffer */
     if (is_pw(u->op)) return same_squeezed(u, n);
+    const sn_node *a = s->anchor[G]; /* the classifier's loss reads its logits as its anchor does */
+    if (u->op == SN_OP_CROSS_ENTROPY && a && a->op == SN_OP_CROSS_ENTROPY_BWD &&
+        s->home[u->id] == G && u->in[0] == n && a->in[0] == n)
+        u = a;
     if (!is_row(u->op) || s->anchor[G] != u || !same_squeezed(n, u->in[0])) return false;
     for (int i = 0; i < u->n_in; i++)
         if (u->in[i] == n && !sn_row_operand_per_element(u->op, i)) return false;
@@ -298,6 +302,16 @@ static bool only_epilogue(const fuse_state *s, const epi_match *m, const sn_node
     return false;
 }
 
+/* Whether y is the 16-bit cast of an f32 product read by nothing else (in the operands' dtype):
+ * the GEMM stores it (gemm_stores_cast below), so it roots its own kernel rather than joining
+ * its readers', which would read the f32 product. */
+static bool product_cast(const fuse_state *s, const sn_node *y) {
+    const sn_node *mm = y->op == SN_OP_CAST ? y->in[0] : NULL;
+    return mm && mm->op == SN_OP_MATMUL && mm->dtype == SN_F32 &&
+           (y->dtype == SN_BF16 || y->dtype == SN_F16) && y->dtype == mm->in[0]->dtype &&
+           y->dtype == mm->in[1]->dtype && sn_fuse_only_reader(s, mm) == y;
+}
+
 /* Whether y is what a 16-bit BIAS epilogue would store (bias_epilogue below, before any
  * grouping): y = cast(mm + f32(bias)) to bias's 16-bit dtype, mm an f32 matmul read only by the
  * add, the add and the bias's cast read by nothing else. Such a y roots its own kernel (the
@@ -474,7 +488,7 @@ static void decide(fuse_state *s) {
             s->home[i] = s->home[owner->id];
             continue;
         }
-        if (bias_result(s, x)) make_root(s, x); /* a GEMM epilogue's result */
+        if (bias_result(s, x) || product_cast(s, x)) make_root(s, x); /* a GEMM stores it */
         else join_or_root(s, x);
     }
     sn_fuse_settle_into(s);

@@ -34,7 +34,7 @@ static char *autocast_text(const char *in, sn_precision p, int expect_casts) {
 }
 
 /* A weight read by two products is cast once; layernorm, gelu and the loss stay f32; the
- * products return f32. */
+ * products return f32; the loss reads the logits rounded to bf16 (torch.autocast's). */
 START_TEST(text_mlp) {
     char *got = autocast_text("graph {\n"
                               "  %0 = input \"x\" : f32[2,3,4]\n"
@@ -50,7 +50,7 @@ START_TEST(text_mlp) {
                               "  output %8\n"
                               "  loss %9\n"
                               "}\n",
-                              SN_PRECISION_BF16, 3);
+                              SN_PRECISION_BF16, 5);
     ck_assert_str_eq(got, "graph {\n"
                           "  %0 = input \"x\" : f32[2,3,4]\n"
                           "  %1 = input \"targets\" : i32[2,3]\n"
@@ -64,9 +64,11 @@ START_TEST(text_mlp) {
                           "  %9 = gelu %8 : f32[2,3,4]\n"
                           "  %10 = cast %9 : bf16[2,3,4]\n"
                           "  %11 = matmul %10, %7 ta=0 tb=1 : f32[2,3,4]\n"
-                          "  %12 = cross_entropy %11, %1 start=0 end=0 ignore_index=-1 : f32[]\n"
+                          "  %12 = cast %11 : bf16[2,3,4]\n"
+                          "  %13 = cast %12 : f32[2,3,4]\n"
+                          "  %14 = cross_entropy %13, %1 start=0 end=0 ignore_index=-1 : f32[]\n"
                           "  output %11\n"
-                          "  loss %12\n"
+                          "  loss %14\n"
                           "}\n");
     free(got);
 }
