@@ -168,9 +168,12 @@ static void colsums(row *w) {
         E("%s%s{", o > 1 ? "else " : "", c);
         E("C = %lld; c = (t - %lld) * %d + lane; at = %lld;", (long long)C, (long long)first,
           SN_COLSUM_TILE, (long long)at);
-        E("if (c < C)");
+        E("if (c < C) {");
+        E("#pragma unroll %d /* a chunk's rows: their loads issued together, added in order */",
+          SN_SUM_CHUNK / (int)warps > 1 ? SN_SUM_CHUNK / (int)warps : 1);
         E("for (%s r = r0 + warp; r < r1; r += %u) acc += sn_load(%s[r * C + c]);", w->ix, warps,
           src);
+        E("}");
         E("}");
         first += tiles;
         at += C;
@@ -260,6 +263,7 @@ void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, 
     sn_cu_emitf(t, "const %s c = (%s)blockIdx.x * %u + threadIdx.x;", ix, ix, d->block[0]);
     sn_cu_emitf(t, "if (c >= %lld) return;", (long long)W);
     sn_cu_emitf(t, "float sum = 0.0f;");
+    sn_cu_emitf(t, "#pragma unroll 16 /* the loads issued ahead; the sums in chunk order */");
     sn_cu_emitf(t, "for (%s p = 0; p < %lld; p++) sum += scratch[p * %lld + c];", ix, (long long)P,
                 (long long)W);
     int64_t at = 0;
