@@ -50,7 +50,9 @@ _Static_assert(SN_RECOMPUTE_NONE == 0 && SN_RECOMPUTE_BLOCK == 1 && SN_RECOMPUTE
 sn_session_opts sn_session_defaults(void) {
     return (sn_session_opts){.device = "auto", .data = SN_DEFAULT_CORPUS, .batch = 16, .steps = 600,
                              .lr = 3e-3, .seed = 1337, .val_batches = 8,
-                             .checkpoint_policy = -1, .offload = -1};
+                             .checkpoint_policy = -1, .offload = -1, .warmup = -1,
+                             .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .grad_clip = 1.0,
+                             .min_lr_frac = 0.1};
 }
 
 void sn_session_free(sn_session *s) {
@@ -191,6 +193,13 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
     if (o->mem && o->device && !strcmp(o->device, "interp"))
         return sn_fail(e, SN_ERR_INVALID, "session: mem plans device memory and the interpreter "
                        "has none: use device cpu or cuda");
+    if (o->warmup < -1 || o->warmup > o->steps || !(o->weight_decay >= 0) || !(o->beta1 >= 0) ||
+        !(o->beta1 < 1) || !(o->beta2 >= 0) || !(o->beta2 < 1) || !(o->grad_clip >= 0) ||
+        !(o->min_lr_frac >= 0) || !(o->min_lr_frac <= 1))
+        return sn_fail(e, SN_ERR_INVALID, "session: warmup %d (-1 .. steps %d), weight_decay %g "
+                       "(>= 0), betas %g, %g (each in [0, 1)), grad_clip %g (>= 0, 0: none), "
+                       "min_lr_frac %g (in [0, 1]): one is out of its range", o->warmup, o->steps,
+                       o->weight_decay, o->beta1, o->beta2, o->grad_clip, o->min_lr_frac);
     if (o->batch < 1 || o->steps < 1 || o->seq < 0 || o->tokens_per_step < 0 || !(o->lr > 0))
         return sn_fail(e, SN_ERR_INVALID, "session: batch %d, seq %d, steps %d, lr %g: batch, "
                        "steps and lr must be positive, seq 0 (the model's) or more", o->batch,
@@ -261,6 +270,12 @@ static sn_status setup(sn_session *r, sn_err *e) {
     sn_train_opts to;
     sn_train_opts_default(&to, o->steps);
     to.lr = (float)o->lr;
+    if (o->warmup >= 0) to.warmup = o->warmup;
+    to.weight_decay = (float)o->weight_decay;
+    to.beta1 = (float)o->beta1;
+    to.beta2 = (float)o->beta2;
+    to.grad_clip = (float)o->grad_clip;
+    to.min_lr_frac = (float)o->min_lr_frac;
     to.seed = o->seed;
     to.device = r->dev;
     to.compile = &r->po;

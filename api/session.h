@@ -75,10 +75,18 @@ typedef struct {
                              (io/weights.h); the model must be the GPT-2 they describe, with the
                              tokenizer's vocabulary; its LoRA adapters keep their initialisation.
                              Not with init; not read with resume */
+    /* The optimizer's knobs (sn_session_defaults gives train/train.h's defaults); saved in the
+     * checkpoint and checked on resume like the rest. */
+    int warmup;           /* linear warm-up steps, at most steps; -1: 10% of the steps */
+    double weight_decay;  /* AdamW's decoupled decay, on parameters of rank >= 2; >= 0 */
+    double beta1, beta2;  /* AdamW's moment decays, in [0, 1) */
+    double grad_clip;     /* the cap of the gradients' global norm; 0: none */
+    double min_lr_frac;   /* the cosine schedule ends at lr * min_lr_frac, in [0, 1] */
 } sn_session_opts;
 
 /* device "auto", the default corpus, B 16, T the model's, 600 steps, lr 3e-3, seed 1337,
- * 8 validation batches, checkpoint_policy -1, offload -1, no memory plan. */
+ * 8 validation batches, checkpoint_policy -1, offload -1, no memory plan; warm-up 10% of the
+ * steps, weight decay 0.1, betas (0.9, 0.95), clip 1.0, min_lr_frac 0.1. */
 sn_session_opts sn_session_defaults(void);
 
 typedef struct sn_session sn_session;

@@ -26,6 +26,8 @@ typedef struct {
     long steps, batch, seq, seed, eval_every, tokens_per_step, save_every;
     long sample_every, sample_len, top_k;
     double lr, temperature;
+    long warmup;            /* --warmup N (-1: 10% of the steps) */
+    double weight_decay, beta1, beta2, grad_clip, min_lr_frac; /* the optimizer's knobs */
     const char *policy;     /* --checkpoint-policy as given (NULL: not given) */
     int checkpoint_policy;  /* an sn_recompute_policy (passes.h): --checkpoint-policy; -1: not given */
     long long mem;          /* --mem: device bytes to plan the run for (0: no plan) */

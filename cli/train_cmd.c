@@ -87,6 +87,12 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.tokens_per_step = a->tokens_per_step;
     o.steps = (int)a->steps;
     o.lr = a->lr;
+    o.warmup = (int)a->warmup;
+    o.weight_decay = a->weight_decay;
+    o.beta1 = a->beta1;
+    o.beta2 = a->beta2;
+    o.grad_clip = a->grad_clip;
+    o.min_lr_frac = a->min_lr_frac;
     o.seed = (uint64_t)a->seed;
     o.resume = a->resume;
     o.init = a->init;

@@ -51,6 +51,16 @@ static const cli_opt train_opts[] = {
      .help = "tokens per optimizer step, a multiple of B*T: gradients of N/(B*T)\n"
              "micro-batches are averaged (default B*T)"},
     {"lr", 0, CLI_REAL, "X", O(lr), 0, 10, .lo_open = true, .help = "peak learning rate (default 3e-3)"},
+    {"warmup", 0, CLI_INT, "N", O(warmup), 0, STEPS_MAX,
+     .help = "linear warm-up steps (default 10% of --steps)"},
+    {"weight-decay", 0, CLI_REAL, "X", O(weight_decay), 0, 10,
+     .help = "AdamW's decoupled weight decay on matrices (default 0.1)"},
+    {"beta1", 0, CLI_REAL, "X", O(beta1), 0, 1, .help = "AdamW's first moment decay (default 0.9)"},
+    {"beta2", 0, CLI_REAL, "X", O(beta2), 0, 1, .help = "AdamW's second moment decay (default 0.95)"},
+    {"grad-clip", 0, CLI_REAL, "X", O(grad_clip), 0, 1e6,
+     .help = "cap of the gradients' global norm (default 1.0; 0: no clipping)"},
+    {"min-lr-frac", 0, CLI_REAL, "X", O(min_lr_frac), 0, 1.01,
+     .help = "the cosine schedule ends at lr times this (default 0.1; 1: no decay)"},
     {"diverge-nats", 0, CLI_REAL, "X", O(diverge_nats), 0, 1e6,
      .help = "stop when a step's loss is more than X nats above the median of\n"
              "the last 50 steps' (default 4; 0: never; from the second step).\n"
@@ -144,7 +154,9 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
     *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
                       .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
                       .sample_len = 200, .top_k = 40, .temperature = 1.0, .checkpoint_policy = -1,
-                      .precision = "fp32", .diverge_nats = 4, .offload = -1};
+                      .precision = "fp32", .diverge_nats = 4, .offload = -1, .warmup = -1,
+                      .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .grad_clip = 1.0,
+                      .min_lr_frac = 0.1};
     int rc = cli_parse(cmd, argc, argv, a);
     if (rc >= 0) return rc;
     if (a->policy) a->checkpoint_policy = sn_recompute_policy_parse(a->policy);

@@ -19,13 +19,14 @@ refused() {
     grep -qF -- "$needle" err.txt || fail "sinter $* did not say: $needle"
 }
 
-for cmd in info graph train plan prepare; do
+for cmd in info graph train plan prepare export; do
     "$sinter" "$cmd" --help > help.txt || fail "$cmd --help"
     grep -q "^usage: sinter $cmd" help.txt || fail "$cmd --help: no usage line"
     grep -q -- "-h, --help" help.txt || fail "$cmd --help: no --help line"
     "$sinter" "$cmd" -h | cmp -s - help.txt || fail "$cmd -h differs from --help"
     "$sinter" help "$cmd" | cmp -s - help.txt || fail "help $cmd differs from $cmd --help"
     refused 2 "$cmd: unknown option '--bogus'" "$cmd" --bogus
+    [ "$cmd" = export ] && refused 2 "export: unexpected argument 'bar'" export foo --to d bar && continue
     refused 2 "$cmd: unexpected argument 'foo'" "$cmd" foo
 done
 "$sinter" graph --help | grep -q -- "--checkpoint-policy P" || fail "graph --help lacks --checkpoint-policy"
@@ -91,3 +92,18 @@ mkdir empty
 (export SINTER_ASSETS="$dir/empty"; refused 1 "none were found in $dir/empty/gpt2: give --bpe DIR" prepare --tokenizer gpt2 --data corpus.txt --out x)
 (export SINTER_ASSETS="$dir/empty"; refused 1 "GPT-2's tokenizer (the default of --model gpt2)" train --model gpt2 --data corpus.txt)
 echo "gpt2 models on GPT-2's tokenizer by default; plan, graph and train agree"
+
+# the optimizer's knobs: taken, saved in the checkpoint, checked on resume; out of range refused
+k="--model tiny -d corpus.txt -b 2 -t 16 --sample-len 0 --eval-every 0 --device cpu"
+# shellcheck disable=SC2086
+"$sinter" train $k --steps 3 --warmup 1 --weight-decay 0 --beta1 0.8 --beta2 0.99 --grad-clip 0 \
+    --min-lr-frac 1 --checkpoint knobs.ckpt > knobs.txt 2>&1 || fail "the knobs: $(cat knobs.txt)"
+grep -q "lr 3.00e-03" knobs.txt || fail "--warmup 1 --min-lr-frac 1: the lr is not the peak at every step"
+# shellcheck disable=SC2086
+refused 1 "train.beta1 is 0.8" train $k --steps 3 --warmup 1 --weight-decay 0 --beta1 0.9 --beta2 0.99 \
+    --grad-clip 0 --min-lr-frac 1 --resume knobs.ckpt
+# shellcheck disable=SC2086
+refused 2 "--beta1 wants" train $k --beta1 1
+# shellcheck disable=SC2086
+refused 1 "warmup 9 (-1 .. steps 3)" train $k --steps 3 --warmup 9
+echo "the optimizer's knobs: taken, checked on resume, their ranges said"
