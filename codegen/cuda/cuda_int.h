@@ -57,14 +57,6 @@ int sn_cu_row_threads(int64_t C, int lanes);
  * buffers are read or written element by element (more spill on sm_80), 4 (float4) where an
  * f32 buffer takes part and it divides by 4, else 1; FINISH kernels 1. */
 int sn_cu_row_lanes(const sn_kernel *k);
-/* The classifier's row cache (kernel.h: a cross_entropy_bwd with its cross_entropy): the pass
- * that takes the row's max and sum keeps each logit it reads in dynamic shared memory, and the
- * gradient's pass reads it there rather than from global memory again. Its element type: the
- * logits' 16-bit type where the row op reads a 16-bit buffer widened (exact), else f32. The
- * launch (sn_cuda_launch_dims) gives it the row's real classes where they fit the shared memory
- * a block may opt into (with 1 KiB to spare), else none: the renderer reads shared_bytes. */
-sn_dtype sn_cu_ce_cache_type(const sn_kernel *k);
-unsigned sn_cu_ce_cache_bytes(const sn_kernel *k, const sn_target *t);
 
 sn_status sn_cu_check_reduce(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_reduce(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);

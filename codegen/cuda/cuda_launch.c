@@ -42,9 +42,7 @@ sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
             return dims1(items, 8 * 32);
         if (k->stage == SN_SUM_FINISH) /* a thread per column of the partial sums */
             return dims1(items, SN_SUM_FINISH_COLS);
-        sn_cuda_dims d = dims1(R, sn_cu_row_threads(C, sn_cu_row_lanes(k)));
-        if (k->anchor2) d.shared_bytes = sn_cu_ce_cache_bytes(k, t); /* the classifier's row */
-        return d;
+        return dims1(R, sn_cu_row_threads(C, sn_cu_row_lanes(k)));
     }
     case SN_KER_REDUCE: {
         const sn_node *x = n->in[0];

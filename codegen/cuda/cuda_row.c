@@ -126,35 +126,15 @@ static void causal_mask(row *w) {
     sn_cu_row_close_pass(w);
 }
 
-sn_dtype sn_cu_ce_cache_type(const sn_kernel *k) {
-    const sn_node *x = k->anchor->in[0];
-    bool arg = false; /* x read as a buffer, or computed in the kernel (a prologue) */
-    for (int a = k->n_out; a < k->n_out + k->n_in; a++) arg = arg || k->args[a] == x;
-    if (arg && sn_dtype_bits(x->dtype) == 16) return x->dtype;
-    if (!arg && x->op == SN_OP_CAST && sn_dtype_bits(x->in[0]->dtype) == 16) /* widened only */
-        for (int a = k->n_out; a < k->n_out + k->n_in; a++)
-            if (k->args[a] == x->in[0]) return x->in[0]->dtype;
-    return SN_F32;
-}
-
-unsigned sn_cu_ce_cache_bytes(const sn_kernel *k, const sn_target *t) {
-    const sn_node *n = k->anchor, *x = n->in[0];
-    int64_t C = x->rank ? x->shape[x->rank - 1] : 1;
-    int64_t Vr = n->a.end > 0 && n->a.end < C ? n->a.end : C;
-    int64_t bytes = (Vr * sn_dtype_bits(sn_cu_ce_cache_type(k)) / 8 + 15) / 16 * 16;
-    return k->anchor2 && t->sm >= 80 && bytes + 1024 <= t->shared_max ? (unsigned)bytes : 0;
-}
-
 /* (logits, targets, dloss) -> (softmax - onehot(t)) dloss / count for counted rows, 0 for
  * ignored rows and padded classes, NaN for a bad target. The passes that store cover the
  * whole row, padded classes included (whole vectors); the statistics only the real classes.
  * The classifier (kernel.h: anchor2, the loss too) takes the row's max and sum of
  * exponentials in one online pass (one read of the row for them, one for the gradient) and
  * writes the row's loss and count into its row of the partial sums. */
-static void cross_entropy_bwd(row *w, bool cache) {
-    char x[64], t[16], dl[64], val[160], cached[96];
+static void cross_entropy_bwd(row *w) {
+    char x[64], t[16], dl[64], val[160];
     bool loss = w->k->anchor2 != NULL;
-    sn_dtype ct = sn_cu_ce_cache_type(w->k);
     sn_cu_row_opnd(w, 0, x, sizeof x);
     sn_cu_arg_name(w->k, w->buf[1], t, sizeof t);
     sn_cu_row_opnd(w, 2, dl, sizeof dl);
@@ -172,16 +152,9 @@ static void cross_entropy_bwd(row *w, bool cache) {
     }
     E("if (target != %d && target >= 0 && target < %lld) {", ign, (long long)w->Vr);
     if (loss) {
-        if (cache) { /* the row's logits, kept by the first pass for the gradient's */
-            E("SN_DYNAMIC_SHARED(%s, row_cache);", ct == SN_F32 ? "float" : ct == SN_BF16 ? "sn_bf16" : "sn_f16");
-            snprintf(cached, sizeof cached, ct == SN_F32 ? "row_cache[j]" : ct == SN_BF16 ?
-                     "sn_bf16_to_f32(row_cache[j])" : "sn_f16_to_f32(row_cache[j])");
-        }
         E("float mx = -SN_INF, se = 0.0f; /* online: se is the sum of exp(x - mx) so far */");
         sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
         E("const float xv = %s;", x);
-        if (cache)
-            E("row_cache[j] = %s;", ct == SN_F32 ? "xv" : ct == SN_BF16 ? "sn_f32_to_bf16(xv)" : "sn_f32_to_f16(xv)");
         E("if (xv > mx) {");
         E("se = se * expf(mx - xv) + 1.0f;");
         E("mx = xv;");
@@ -216,10 +189,7 @@ static void cross_entropy_bwd(row *w, bool cache) {
     }
     E("const float k = scale / se;");
     sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
-    if (cache) /* the same thread kept column j in the first pass (the same lanes and stride) */
-        E("const float p = j < %lld ? expf(%s - mx) * k : 0.0f;", (long long)w->Vr, cached);
-    else
-        E("const float p = expf(%s - mx) * k;", x);
+    E("const float p = expf(%s - mx) * k;", x);
     snprintf(val, sizeof val, padded ? "j < %lld ? (j == target ? p - scale : p) : 0.0f"
                                      : "j == target ? p - scale : p", (long long)w->Vr);
     sn_cu_row_store(w, val);
@@ -374,7 +344,7 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
     case SN_OP_RMSNORM_BWD_W: sn_cu_row_norm_bwd_w(&w, true); break;
     case SN_OP_CAUSAL_MASK: causal_mask(&w); break;
     case SN_OP_CROSS_ENTROPY: sn_cu_row_cross_entropy(&w); break;
-    case SN_OP_CROSS_ENTROPY_BWD: cross_entropy_bwd(&w, d->shared_bytes > 0); break;
+    case SN_OP_CROSS_ENTROPY_BWD: cross_entropy_bwd(&w); break;
     default: SN_ASSERT(0);
     }
     sn_cu_emitf(t, "}");
