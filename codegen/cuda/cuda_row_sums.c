@@ -263,7 +263,6 @@ void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, 
     sn_cu_emitf(t, "const %s c = (%s)blockIdx.x * %u + threadIdx.x;", ix, ix, d->block[0]);
     sn_cu_emitf(t, "if (c >= %lld) return;", (long long)W);
     sn_cu_emitf(t, "float sum = 0.0f;");
-    sn_cu_emitf(t, "#pragma unroll 16 /* the loads issued ahead; the sums in chunk order */");
     sn_cu_emitf(t, "for (%s p = 0; p < %lld; p++) sum += scratch[p * %lld + c];", ix, (long long)P,
                 (long long)W);
     int64_t at = 0;
