@@ -57,9 +57,10 @@ void progress_show(progress *p, long step, long steps, double loss, float lr, do
 /* Ends a redrawn line so that other output starts on a fresh one. */
 void progress_break(progress *p);
 
-/* ---- the CSV log (train_out.c) ---- */
+/* ---- the log (train_out.c): CSV, or JSON lines when its name ends in .jsonl ---- */
 
-/* Rows "step,loss,val_loss,lr,grad_norm,tokens_per_s" written to a temporary file beside the
+/* Rows "step,loss,val_loss,lr,grad_norm,tokens_per_s" (or one JSON object a line with those
+ * keys, val_loss null where none was measured, made by json-c) written to a temporary file beside the
  * log (savefile.h) and flushed row by row (write errors reported). It replaces the old log at
  * the first train_log_sync (the run's first checkpoint, its end, or a stop by a signal) and is
  * fsync'd at each later one, so a run that fails before then leaves an existing log as it was. */
@@ -67,6 +68,7 @@ typedef struct {
     sn_savefile f;
     bool open;
     long rows;               /* rows this run wrote */
+    bool jsonl;              /* JSON lines (the name ends in .jsonl), else CSV */
     char failed_path[4200];  /* PATH.failed (or PATH.failed.N): a failed run's unpublished rows */
 } train_log;
 

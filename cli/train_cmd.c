@@ -240,7 +240,11 @@ static sn_status check_outputs(const train_args *a, time_t started, sn_err *e) {
     if (!s) s = check_input("--init", a->init, e);
     if (!s && a->checkpoint)
         s = cli_check_kind("--checkpoint", a->checkpoint, "checkpoint", "SNCKPT\x1a\n", 8, a->overwrite, e);
-    if (!s && a->log) s = cli_check_kind("--log", a->log, "log", "step,", 5, a->overwrite, e);
+    size_t ll = a->log ? strlen(a->log) : 0;
+    bool jsonl = ll >= 6 && !strcmp(a->log + ll - 6, ".jsonl"); /* JSON lines: {"step":... */
+    if (!s && a->log)
+        s = cli_check_kind("--log", a->log, "log", jsonl ? "{\"step\":" : "step,", jsonl ? 8 : 5,
+                           a->overwrite, e);
     if (!s && a->plot) s = cli_check_kind("--plot", a->plot, "PNG plot", png, 8, a->overwrite, e);
     if (s) return s;
     remove_stale("--checkpoint", a->checkpoint, started);

@@ -70,7 +70,8 @@ static const cli_opt train_opts[] = {
     {"eval-every", 0, CLI_INT, "N", O(eval_every), 0, STEPS_MAX,
      .help = "validation every N steps (default 100; 0: only at the end)"},
     {"log", 0, CLI_STR, "FILE", O(log),
-     .help = "write step,loss,val_loss,lr,grad_norm,tokens_per_s as CSV"},
+     .help = "write step,loss,val_loss,lr,grad_norm,tokens_per_s as CSV, or as one\n"
+             "JSON object a line when FILE ends in .jsonl"},
     {"plot", 0, CLI_STR, "FILE.png", O(plot),
      .help = "draw the train and validation loss curves (at each validation)"},
     {"checkpoint", 'c', CLI_STR, "FILE", O(checkpoint),

@@ -1,10 +1,15 @@
 /* train_out.c: the output of `sinter train` (train_cli.h): the live progress line, the CSV
- * log (cut back to the checkpoint's step on resume), and printed samples.
+ * log or JSON lines (cut back to the checkpoint's step on resume), and printed samples.
  * Convention: only lines on a terminal are redrawn with \r; files and pipes get whole lines. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#ifdef SN_HAVE_JSONC
+#include <json-c/json.h>
+#endif
 
 #include "support/clock.h"
 #include "support/savefile.h"
@@ -36,9 +41,31 @@ void progress_break(progress *p) {
     p->open = false;
 }
 
+/* The step of a log line: CSV's first field, or a JSON line's "step" (-1: neither, or a
+ * header). */
+static long line_step(const char *line, size_t len, bool jsonl) {
+    char *end;
+    if (!jsonl) {
+        long step = strtol(line, &end, 10);
+        return end != line && *end == ',' ? step : -1;
+    }
+    static const char key[] = "{\"step\":"; /* json-c writes the keys in the order added */
+    if (len < sizeof key || strncmp(line, key, sizeof key - 1)) return -1;
+    long step = strtol(line + sizeof key - 1, &end, 10);
+    return end != line + sizeof key - 1 && *end == ',' ? step : -1;
+}
+
 sn_status train_log_open(train_log *l, const char *path, long resume_step, sn_err *e) {
     static const char header[] = "step,loss,val_loss,lr,grad_norm,tokens_per_s\n";
     *l = (train_log){0};
+    size_t n = strlen(path);
+    l->jsonl = n >= 6 && !strcmp(path + n - 6, ".jsonl");
+#ifndef SN_HAVE_JSONC
+    if (l->jsonl)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "--log %s: JSON lines need json-c, which this build "
+                       "lacks (apt-get install libjson-c-dev, then build again), or name a .csv "
+                       "log", path);
+#endif
     char *old = NULL;
     size_t len = 0;
     if (resume_step > 0 && access(path, F_OK) == 0) {
@@ -50,12 +77,12 @@ sn_status train_log_open(train_log *l, const char *path, long resume_step, sn_er
         free(old);
         return s;
     }
-    if (!old) fputs(header, l->f.f);
+    if (!old && !l->jsonl) fputs(header, l->f.f);
     for (char *line = old; old && line < old + len;) { /* the header and rows up to resume_step */
         char *nl = memchr(line, '\n', (size_t)(old + len - line)), *next = nl ? nl + 1 : old + len;
-        char *end;
-        long step = strtol(line, &end, 10);
-        bool keep = line == old ? !strncmp(line, "step,", 5) : end != line && *end == ',' && step <= resume_step;
+        long step = line_step(line, (size_t)(next - line), l->jsonl);
+        bool keep = line == old && !l->jsonl ? !strncmp(line, "step,", 5)
+                                             : step >= 0 && step <= resume_step;
         if (keep) fwrite(line, 1, (size_t)(next - line), l->f.f);
         if (keep && !nl) fputc('\n', l->f.f);
         line = next;
@@ -68,9 +95,24 @@ sn_status train_log_open(train_log *l, const char *path, long resume_step, sn_er
 sn_status train_log_row(train_log *l, long step, double loss, double val, float lr,
                         double grad_norm, double tok_s, sn_err *e) {
     FILE *f = l->f.f;
-    fprintf(f, "%ld,%.6f,", step, loss);
-    if (val >= 0) fprintf(f, "%.6f", val);
-    fprintf(f, ",%.6g,%.6f,%.1f\n", lr, grad_norm, tok_s);
+    if (l->jsonl) {
+#ifdef SN_HAVE_JSONC
+        json_object *o = json_object_new_object();
+        if (!o) return sn_fail_oom(e, 256, "a log row");
+        json_object_object_add(o, "step", json_object_new_int64(step));
+        json_object_object_add(o, "loss", json_object_new_double(loss));
+        json_object_object_add(o, "val_loss", val >= 0 ? json_object_new_double(val) : NULL);
+        json_object_object_add(o, "lr", json_object_new_double(lr));
+        json_object_object_add(o, "grad_norm", isfinite(grad_norm) ? json_object_new_double(grad_norm) : NULL);
+        json_object_object_add(o, "tokens_per_s", json_object_new_double(tok_s));
+        fprintf(f, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+        json_object_put(o);
+#endif
+    } else {
+        fprintf(f, "%ld,%.6f,", step, loss);
+        if (val >= 0) fprintf(f, "%.6f", val);
+        fprintf(f, ",%.6g,%.6f,%.1f\n", lr, grad_norm, tok_s);
+    }
     if (fflush(f) != 0 || ferror(f)) {
         int err = errno ? errno : EIO;
         return sn_fail(e, SN_ERR_IO, "cannot write the log %s: %s: free disk space (or give "

@@ -73,6 +73,25 @@ grep -q "stopped by SIGINT after step" out.txt || fail "SIGINT message"
 no_tmp
 echo "SIGTERM and SIGINT: step finished, checkpoint saved at step $step and resumed, exit 143 / 130"
 
+# the log as JSON lines (--log FILE.jsonl): kept up to the checkpoint's step on resume, as the
+# CSV is; every line an object, the steps 1, 2, ... without a gap or a repeat
+bg --steps 100000 --save-every 100000 --checkpoint j.ckpt --log j.jsonl
+wait_for "^step  *11/"
+kill -TERM $pid
+wait $pid || true
+pid=
+jstep=$(sed -n 's/.*after step \([0-9]*\) of.*/\1/p' out.txt)
+bg --steps 100000 --save-every 100000 --resume j.ckpt --log j.jsonl
+wait_for "resumed from j.ckpt at step $jstep"
+wait_for "^step  *$(( (jstep / 10 + 1) * 10 + 1 ))/"
+kill -TERM $pid
+wait $pid || true
+pid=
+awk -F'[:,]' '$1 != "{\"step\"" || $2 != NR { bad = 1 } END { exit bad || NR <= '"$jstep"' }' j.jsonl ||
+    fail "j.jsonl: not the steps 1 .. $(wc -l < j.jsonl) in order after the resume at $jstep: $(head -c 300 j.jsonl)"
+no_tmp
+echo "the JSON-lines log kept through the resume (step $jstep) and continued without a gap"
+
 # a second SIGINT stops at once: the first one's save is held before its rename
 # (SN_SAVEFILE_DELAY_MS) and the second arrives meanwhile: exit 130, the temporary checkpoint
 # removed by the handler, nothing saved, the old log kept
