@@ -92,15 +92,21 @@ static void random_batch(const args *a, int vocab, int32_t *x, int32_t *y, uint6
 
 static void emit(const args *a, const char *device, const char *phase, double s_per_step,
                  double flops, double peak, const char *extra) {
-    double tokens = (double)a->batch * a->seq;
+    double tokens = (double)a->batch * a->seq, mfu = flops / s_per_step / 1e9 / peak;
+    if (mfu > 1) /* the step outran the peak: that measurement is wrong, not the step */
+        fprintf(stderr, "train_bench: %s: MFU %.2f is above 1: the step reached %.1f GFLOP/s, more "
+                "than the peak measured (%.1f, %s): the machine was busy or its clock lower when "
+                "the peak was measured; measure again on an idle machine (\"mfu_suspect\" in the "
+                "JSON)\n", phase, mfu, flops / s_per_step / 1e9, peak, a->isa);
     printf("{\"bench\": \"train\", \"phase\": \"%s\", \"device\": \"%s\", \"model\": \"%s\", "
            "\"batch\": %d, \"seq\": %d, \"lora\": %d, \"checkpoint\": \"%s\", \"offload\": %s, \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, "
            "\"precision\": \"%s\", \"gflops\": %.1f, \"peak_gflops\": %.1f, \"peak_isa\": \"%s\", "
-           "\"f32_peak_gflops\": %.1f, \"bf16_peak_gflops\": %.1f, \"mfu\": %.4f%s}\n",
+           "\"f32_peak_gflops\": %.1f, \"bf16_peak_gflops\": %.1f, \"mfu\": %.4f, "
+           "\"mfu_suspect\": %s%s}\n",
            phase, device, a->model, a->batch, a->seq, a->lora, sn_recompute_policy_name((sn_recompute_policy)a->checkpoint),
            a->offload ? "true" : "false", 1e3 * s_per_step, tokens / s_per_step, sn_precision_name(a->precision),
            flops / s_per_step / 1e9, peak, a->isa, a->peak_f32, a->peak_bf16,
-           flops / s_per_step / 1e9 / peak, extra ? extra : "");
+           mfu, mfu > 1 ? "true" : "false", extra ? extra : "");
     fflush(stdout);
 }
 
