@@ -25,6 +25,7 @@ typedef enum {
     SN_ERR_NUMERIC,     /* NaN or Inf where a number was expected */
     SN_ERR_UNSUPPORTED, /* not supported yet */
     SN_ERR_DEVICE,      /* device, driver or toolkit failure */
+    SN_ERR_INTERNAL,    /* a bug in sinter: a pass broke a contract the next one relies on */
 } sn_status;
 
 /* A failure the caller can cause comes back as a status plus this message. */

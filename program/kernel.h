@@ -246,6 +246,12 @@ bool sn_row_result_per_element(sn_op op);
  * anchor keeps its n_items. */
 void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial);
 
+/* kernel_check.c: the contract above, checked once for every code generator. An attention
+ * kernel's anchors, outputs (args, accesses written through), inputs' accesses (input args,
+ * unmasked, unit stride along the last axis) and n_items (the (batch x head) slices of q, of k
+ * for dk and dv); SN_ERR_INTERNAL naming what is wrong (the maker's bug). */
+sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e);
+
 /* The column sums of a ROW kernel (n_colsum above) are split in tiles of this many columns. */
 enum { SN_COLSUM_TILE = 32 };
 /* The stages of a sum over every row (`stage` above), rows a chunk, columns a finishing item. */

@@ -139,16 +139,14 @@ static bool fit(sn_att_plan *p, const sn_target *tg) {
 
 sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan *p, sn_err *e) {
     memset(p, 0, sizeof *p);
+    sn_status st = sn_kernel_check_attention(k, e); /* the contract (program/kernel_check.c) */
+    if (st) return st;
     const sn_node *n = k->anchor;
-    if (k->kind != SN_KER_ATTENTION || !n || sn_op_kind(n->op) != SN_K_ATTENTION)
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: an attention kernel needs an "
-                       "attention op as anchor", k->name);
     p->k = k;
     p->n = n;
     p->a_q = p->a_k = p->a_v = p->a_o = p->a_do = p->a_lse = -1;
     p->a_out_o = p->a_out_lse = p->a_dq = p->a_dk = p->a_dv = -1;
     const sn_node *a2 = k->anchor2;
-    int n_out = 1;
     switch (n->op) {
     case SN_OP_ATTENTION_LSE:
         p->pass = SN_ATT_FWD;
@@ -159,13 +157,9 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
         p->pass = SN_ATT_FWD;
         p->out_o = true;
         p->a_out_o = 0;
-        if (a2) {
-            if (a2->op != SN_OP_ATTENTION_LSE || a2 != n->in[3])
-                return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: anchor2 must be the "
-                               "attention_lse the attention reads", k->name);
+        if (a2) { /* the attention_lse it reads (checked) */
             p->out_lse = true;
             p->a_out_lse = 1;
-            n_out = 2;
         } else {
             p->in_lse = true;
         }
@@ -180,54 +174,21 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
         p->out_dk = n->op == SN_OP_ATTENTION_BWD_K;
         p->out_dv = !p->out_dk;
         *(p->out_dk ? &p->a_dk : &p->a_dv) = 0;
-        if (a2) { /* dk and dv in one pass: the same six inputs */
-            bool same = a2->op == SN_OP_ATTENTION_BWD_V && n->op == SN_OP_ATTENTION_BWD_K &&
-                        a2->a.f == n->a.f;
-            for (int i = 0; same && i < 6; i++) same = a2->in[i] == n->in[i];
-            if (!same)
-                return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: anchor2 of attention_bwd_k "
-                               "must be the attention_bwd_v of the same inputs", k->name);
+        if (a2) { /* dk and dv in one pass: the same six inputs (checked) */
             p->out_dv = true;
             p->a_dv = 1;
-            n_out = 2;
         }
         break;
     default: SN_ASSERT(0);
-    }
-    /* outputs written through accesses: every backward output, or the forward's o alone */
-    int n_into = k->n_access - n->n_in;
-    bool into = n_into > 0;
-    if (into && n_into != (p->pass == SN_ATT_FWD ? 1 : n_out))
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: an attention kernel writes every "
-                       "backward output, or the forward's o alone, through an access", k->name);
-    if (k->n_out != n_out || (!into && (k->args[0] != n || (n_out == 2 && k->args[1] != a2))) ||
-        (into && p->pass == SN_ATT_FWD && n_out == 2 && k->args[1] != a2))
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: outputs must be args[0] = %s%s",
-                       k->name, sn_op_name(n->op), n_out == 2 ? ", args[1] = anchor2" : "");
-    for (int o = 0; o < n_into; o++) {
-        const sn_access *x = &k->access[n->n_in + o];
-        if (x->arg != o || x->masked || x->stride[n->rank - 1] != 1)
-            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: output %d is written through an "
-                           "access to args[%d] with unit stride along its last axis", k->name, o, o);
     }
     int *role[] = {&p->a_q, &p->a_k, &p->a_v, p->in_lse ? &p->a_lse : &p->a_o, &p->a_do,
                    &p->a_lse};
     int *index[] = {&p->i_q, &p->i_k, &p->i_v, p->in_lse ? &p->i_lse : &p->i_o, &p->i_do,
                     &p->i_lse};
     p->i_q = p->i_k = p->i_v = p->i_o = p->i_do = p->i_lse = -1;
-    if (n_into < 0)
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: an attention kernel has an access "
-                       "per input of its anchor (%d) and maybe one per output, not %d", k->name,
-                       n->n_in, k->n_access);
-    for (int i = 0; i < n->n_in; i++) {
+    for (int i = 0; i < n->n_in; i++) { /* each read from an input arg (checked) */
         if (n->in[i] == a2) continue;
-        const sn_access *x = &k->access[i];
-        if (x->arg < k->n_out || x->arg >= k->n_out + k->n_in || x->masked ||
-            x->stride[n->in[i]->rank - 1] != 1)
-            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: input %%%d of %s must be read "
-                           "from an input arg with unit stride along its last axis", k->name,
-                           n->in[i]->id, sn_op_name(n->op));
-        *role[i] = x->arg;
+        *role[i] = k->access[i].arg;
         *index[i] = i;
     }
     const sn_node *q = n->in[0], *kk = n->in[1];

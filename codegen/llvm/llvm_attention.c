@@ -67,65 +67,19 @@ static sn_status check_kernel(const sn_ll *L, const sn_kernel *k, sn_err *e) {
     char kn[96];
     const sn_node *n = k->anchor;
     sn_ll_kname(k, kn, sizeof kn);
-    if (!n || sn_op_kind(n->op) != SN_K_ATTENTION)
-        return sn_fail(e, SN_ERR_INVALID, "%s: an attention kernel needs an attention op as "
-                       "anchor", kn);
-    const sn_node *a2 = k->anchor2;
-    bool kv = a2 && n->op == SN_OP_ATTENTION_BWD_K && a2->op == SN_OP_ATTENTION_BWD_V &&
-              a2->a.f == n->a.f;
-    for (int i = 0; kv && i < 6; i++) kv = a2->in[i] == n->in[i];
-    if (a2 && !kv && (n->op != SN_OP_ATTENTION || a2->op != SN_OP_ATTENTION_LSE || a2 != n->in[3]))
-        return sn_fail(e, SN_ERR_INVALID, "%s: anchor2 must be the attention_lse node that the "
-                       "attention anchor reads, or the attention_bwd_v of attention_bwd_k's "
-                       "inputs", kn);
-    int n_out = a2 ? 2 : 1;
-    /* outputs written through accesses: every backward output, or the forward's o alone */
-    int n_into = k->n_access - n->n_in;
-    bool into = n_into > 0;
-    if (into && n_into != (n->op == SN_OP_ATTENTION ? 1 : n_out))
-        return sn_fail(e, SN_ERR_INVALID, "%s: an attention kernel writes every backward output, "
-                       "or the forward's o alone, through an access", kn);
-    if (k->n_out != n_out || (!into && (k->args[0] != n || (a2 && k->args[1] != a2))) ||
-        (into && n->op == SN_OP_ATTENTION && a2 && k->args[1] != a2))
-        return sn_fail(e, SN_ERR_INVALID, "%s: outputs must be args[0] = %s%s", kn,
-                       sn_op_name(n->op), a2 ? ", args[1] = anchor2" : "");
-    for (int o = 0; o < n_into; o++) {
-        const sn_access *ac = &k->access[n->n_in + o];
-        const sn_node *y = o ? a2 : n;
-        if (ac->arg != o || ac->masked || ac->stride[y->rank - 1] != 1 ||
-            (n->op == SN_OP_ATTENTION && o == 1))
-            return sn_fail(e, SN_ERR_INVALID, "%s: output %d of %s %%%d is written through an "
-                           "access to args[%d] with unit stride along its last axis (lse: "
-                           "contiguous, no access)", kn, o, sn_op_name(n->op), n->id, o);
-    }
+    sn_status cs = sn_kernel_check_attention(k, e); /* the contract (program/kernel_check.c) */
+    if (cs) return cs;
     for (int i = 0; i < k->n_out; i++) { /* f32, or bf16 / f16 converted by the loads */
         sn_status st = sn_ll_check_dtype(k, k->args[i], e);
         if (st) return st;
     }
-    if (n_into < 0)
-        return sn_fail(e, SN_ERR_INVALID, "%s: an attention kernel has an access per input of "
-                       "its anchor (%d) and maybe one per output, not %d", kn, n->n_in,
-                       k->n_access);
-    for (int i = 0; i < n->n_in; i++) {
-        const sn_node *x = n->in[i];
-        if (x == k->anchor2) continue;
-        const sn_access *ac = &k->access[i];
-        if (ac->arg < k->n_out || ac->arg >= k->n_out + k->n_in || ac->masked ||
-            ac->stride[x->rank - 1] != 1)
-            return sn_fail(e, SN_ERR_INVALID, "%s: input %%%d (%s) of %s %%%d must be read from "
-                           "an input arg with unit stride along its last axis (passes/fuse.c)",
-                           kn, x->id, sn_op_name(x->op), sn_op_name(n->op), n->id);
-        sn_status st = sn_ll_check_dtype(k, x, e);
+    for (int i = 0; i < n->n_in; i++) { /* read from input args (checked): their dtypes */
+        if (n->in[i] == k->anchor2) continue;
+        sn_status st = sn_ll_check_dtype(k, n->in[i], e);
         if (st) return st;
     }
     const sn_node *q = n->in[0];
     int r = q->rank;
-    bool by_kv = n->op == SN_OP_ATTENTION_BWD_K || n->op == SN_OP_ATTENTION_BWD_V;
-    int64_t batch = sn_shape_numel(r - 2, (by_kv ? n->in[1] : q)->shape);
-    if (k->n_items != batch)
-        return sn_fail(e, SN_ERR_INVALID, "%s: n_items is %lld but attention kernels are "
-                       "generated for one item per (batch x head) slice of %s: %lld", kn,
-                       (long long)k->n_items, by_kv ? "k" : "q", (long long)batch);
     int64_t D = q->shape[r - 1], Dv = n->n_in > 2 ? n->in[2]->shape[r - 1] : D;
     if (sn_ll_att_chunks(L, D) > MAX_CHUNKS || sn_ll_att_chunks(L, Dv) > MAX_CHUNKS)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: head sizes D = %lld, Dv = %lld exceed the %d "
