@@ -251,6 +251,15 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial);
  * unmasked, unit stride along the last axis) and n_items (the (batch x head) slices of q, of k
  * for dk and dv); SN_ERR_INTERNAL naming what is wrong (the maker's bug). */
 sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e);
+/* A fused ROW kernel's (n_instr > 0) instructions: dep[i] (n_instr flags) whether instruction i
+ * reads the row op's value (the epilogue) or not (the prologue); *y the output that stores the
+ * row op's own result, or -1. Checks the contract: the anchor is instruction row_instr with its
+ * inputs, every other instruction pointwise, references backwards and to accesses of input
+ * args, the row op's per-row operands (weights, targets) read from buffers, outputs storing
+ * instructions of the index space, an epilogue only after a row op with a result per element,
+ * whose result is stored when it is not. SN_ERR_INTERNAL when broken; SN_ERR_UNSUPPORTED for a
+ * cross_entropy asked to store its prologue's values (it reads only the counted rows). */
+sn_status sn_kernel_row_deps(const sn_kernel *k, bool *dep, int *y, sn_err *e);
 
 /* The column sums of a ROW kernel (n_colsum above) are split in tiles of this many columns. */
 enum { SN_COLSUM_TILE = 32 };

@@ -2,9 +2,9 @@
  * what the fuse pass promises about a kernel's anchors, outputs and accesses. The fuse pass
  * checks each kernel it makes; the CUDA and LLVM generators check the kernels they are given
  * (a test may build one by hand) and then rely on the contract instead of checking it again.
- * A kernel that breaks it is a bug in whatever made it: SN_ERR_INTERNAL. Only the attention
- * kernels' contract lives here so far; the row kernels' (fused prologue and epilogue
- * dependencies) is still checked by each generator. */
+ * A kernel that breaks it is a bug in whatever made it: SN_ERR_INTERNAL. The attention kernels'
+ * contract, and the fused row kernels' (their prologue and epilogue). */
+#include "pointwise.h"
 #include "program.h"
 
 /* Whether attention kernel k's anchor2 is what it may be: the attention_lse the forward reads
@@ -66,5 +66,63 @@ sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e) {
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: n_items is %lld, not the %lld (batch x "
                        "head) slices of %s (a bug in the fuse pass)", k->name,
                        (long long)k->n_items, (long long)slices, by_kv ? "k" : "q");
+    return SN_OK;
+}
+
+sn_status sn_kernel_row_deps(const sn_kernel *k, bool *dep, int *y, sn_err *e) {
+    const sn_node *n = k->anchor;
+    int nargs = k->n_out + k->n_in;
+    *y = -1;
+    if (k->kind != SN_KER_ROW || !n || k->n_instr < 1 || k->row_instr < 0 ||
+        k->row_instr >= k->n_instr || k->instr[k->row_instr].node != n ||
+        k->instr[k->row_instr].n_in != n->n_in || k->n_out < 1 || nargs > SN_KER_MAX_ARGS)
+        return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: a fused row kernel computes its anchor as "
+                       "one of its instructions, with the anchor's inputs (a bug in the fuse "
+                       "pass)", k->name);
+    for (int a = 0; a < k->n_access; a++)
+        if (k->access[a].arg < k->n_out || k->access[a].arg >= nargs)
+            return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: access %d reads args[%d], not an "
+                           "input (a bug in the fuse pass)", k->name, a, k->access[a].arg);
+    for (int i = 0; i < k->n_instr; i++) {
+        const sn_pw_instr *in = &k->instr[i];
+        sn_op op = in->node->op;
+        if (i != k->row_instr && sn_op_kind(op) != SN_K_POINTWISE && !sn_pw_is_identity(op))
+            return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: instruction %d is %s (%%%d), not a "
+                           "pointwise op (a bug in the fuse pass)", k->name, i, sn_op_name(op),
+                           in->node->id);
+        dep[i] = i == k->row_instr;
+        for (int t = 0; t < in->n_in; t++) {
+            const sn_ref *r = &in->in[t];
+            bool ok = r->kind == SN_REF_INSTR ? r->index >= 0 && r->index < i
+                    : r->kind == SN_REF_ACCESS ? r->index >= 0 && r->index < k->n_access : true;
+            /* the row op's per-row operands (weights, biases, targets): read from their buffers */
+            if (i == k->row_instr && !sn_row_operand_per_element(n->op, t))
+                ok = ok && r->kind == SN_REF_ACCESS;
+            if (!ok)
+                return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: operand %d of instruction %d "
+                               "refers to no earlier instruction or access it may (a bug in the "
+                               "fuse pass)", k->name, t, i);
+            if (r->kind == SN_REF_INSTR) dep[i] = dep[i] || dep[r->index];
+        }
+    }
+    for (int o = 0; o < k->n_out; o++) {
+        int i = k->store[o];
+        if (i < 0 || i >= k->n_instr ||
+            (i != k->row_instr && sn_numel(k->args[o]) != sn_shape_numel(k->rank, k->shape)))
+            return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: output %d stores no instruction of the "
+                           "kernel's index space (a bug in the fuse pass)", k->name, o);
+        if (i == k->row_instr) *y = o;
+        if (dep[i] && i != k->row_instr && !sn_row_result_per_element(n->op))
+            return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: an epilogue after %s, whose result is "
+                           "not one element per element of its input (a bug in the fuse pass)",
+                           k->name, sn_op_name(n->op));
+        if (!dep[i] && n->op == SN_OP_CROSS_ENTROPY)
+            return sn_fail(e, SN_ERR_UNSUPPORTED, "kernel %s: cross_entropy reads only the counted "
+                           "rows, so it cannot store the values of its prologue (%%%d)", k->name,
+                           k->args[o]->id);
+    }
+    if (*y < 0 && !sn_row_result_per_element(n->op))
+        return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: %s's result is not stored (a bug in the "
+                       "fuse pass)", k->name, sn_op_name(n->op));
     return SN_OK;
 }

@@ -212,12 +212,6 @@ static void cross_entropy_bwd(row *w) {
 
 /* ---- the kernel ---- */
 
-static sn_status not_pointwise(const sn_kernel *k, int i, sn_err *e) {
-    const sn_node *n = k->instr[i].node;
-    return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: instruction %d is %s (%%%d), which "
-                   "is not a pointwise op", k->name, i, sn_op_name(n->op), n->id);
-}
-
 /* Fills w from k; the checks of sn_cu_check_row. */
 static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     const sn_node *n = k->anchor, *x = n->in[0];
@@ -273,38 +267,12 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     if (k->n_instr > (int)(sizeof w->dep / sizeof w->dep[0]))
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: %d fused instructions; the CUDA "
                        "backend takes at most 64 around a row op", k->name, k->n_instr);
-    SN_ASSERT(k->row_instr >= 0 && k->row_instr < k->n_instr && k->instr[k->row_instr].node == n);
-    for (int i = 0; i < k->n_instr; i++) {
-        const sn_pw_instr *in = &k->instr[i];
-        if (i != k->row_instr) {
-            if ((st = sn_cu_check_dtype(k, in->node, e))) return st;
-            if (sn_op_kind(in->node->op) != SN_K_POINTWISE && !sn_pw_is_identity(in->node->op))
-                return not_pointwise(k, i, e);
-        }
-        w->dep[i] = i == k->row_instr;
-        for (int t = 0; t < in->n_in; t++)
-            if (in->in[t].kind == SN_REF_INSTR) w->dep[i] = w->dep[i] || w->dep[in->in[t].index];
-    }
+    if ((st = sn_kernel_row_deps(k, w->dep, &w->y, e))) return st; /* program/kernel_check.c */
+    for (int i = 0; i < k->n_instr; i++)
+        if (i != k->row_instr && (st = sn_cu_check_dtype(k, k->instr[i].node, e))) return st;
     const sn_pw_instr *ri = &k->instr[k->row_instr];
-    for (int t = 0; t < ri->n_in; t++)
-        if (!sn_row_operand_per_element(n->op, t)) {
-            SN_ASSERT(ri->in[t].kind == SN_REF_ACCESS); /* w, b, targets: their buffers */
-            w->buf[t] = k->access[ri->in[t].index].arg;
-        }
-    for (int o = 0; o < k->n_out; o++) {
-        int i = k->store[o];
-        if (i == k->row_instr) w->y = o;
-        if (w->dep[i] && i != k->row_instr && !sn_row_result_per_element(n->op))
-            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: an epilogue after %s, whose result "
-                           "is not one element per element of its input", k->name, sn_op_name(n->op));
-        if (!w->dep[i] && n->op == SN_OP_CROSS_ENTROPY)
-            return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: cross_entropy reads only the "
-                           "counted rows, so it cannot store the values of its prologue (%%%d)",
-                           k->name, k->args[o]->id);
-    }
-    if (w->y < 0 && !sn_row_result_per_element(n->op))
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: %s's result is not stored", k->name,
-                       sn_op_name(n->op));
+    for (int t = 0; t < ri->n_in; t++) /* w, b, targets: their buffers (checked) */
+        if (!sn_row_operand_per_element(n->op, t)) w->buf[t] = k->access[ri->in[t].index].arg;
     return SN_OK;
 }
 

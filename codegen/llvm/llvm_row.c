@@ -393,64 +393,24 @@ static bool plain_access(const sn_kernel *k, const sn_access *a) {
     return true;
 }
 
-static sn_status not_pointwise(const sn_kernel *k, int i, sn_err *e) {
-    char kn[96];
-    const sn_node *n = k->instr[i].node;
-    return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: instruction %d is %s (%%%d), which is not a "
-                   "pointwise op", sn_ll_kname(k, kn, sizeof kn), i, sn_op_name(n->op), n->id);
-}
-
 /* Checks a ROW kernel with fused neighbours and sets w up for it (after sn_ll_fn_begin): the
  * args' pointers, the operands read as they are, the result buffer, what depends on the row op. */
 static sn_status fused_setup(row *w, sn_err *e) {
     sn_ll *L = w->L;
     const sn_kernel *k = w->k;
     const sn_node *n = w->n;
-    char kn[96], name[32];
+    char name[32];
     int nargs = k->n_out + k->n_in;
-    SN_ASSERT(k->row_instr >= 0 && k->row_instr < k->n_instr && k->instr[k->row_instr].node == n);
-    SN_ASSERT(k->n_out >= 1 && nargs <= SN_KER_MAX_ARGS && k->rank >= 1);
+    SN_ASSERT(k->rank >= 1);
     sn_status st;
     for (int i = 0; i < nargs; i++)
         if ((st = sn_ll_check_dtype(k, k->args[i], e))) return st;
-    for (int a = 0; a < k->n_access; a++)
-        SN_ASSERT(k->access[a].arg >= k->n_out && k->access[a].arg < nargs);
     if (!(w->dep = sn_calloc((size_t)k->n_instr, sizeof *w->dep, "a row kernel's code generator", e)))
         return SN_ERR_OOM;
-    for (int i = 0; i < k->n_instr; i++) {
-        const sn_pw_instr *in = &k->instr[i];
-        sn_op op = in->node->op;
-        if (i != k->row_instr) {
-            if ((st = sn_ll_check_dtype(k, in->node, e))) return st;
-            if (sn_op_kind(op) != SN_K_POINTWISE && !sn_pw_is_identity(op)) return not_pointwise(k, i, e);
-        } else {
-            SN_ASSERT(in->n_in == n->n_in);
-        }
-        w->dep[i] = i == k->row_instr;
-        for (int t = 0; t < in->n_in; t++) {
-            const sn_ref *r = &in->in[t];
-            if (r->kind == SN_REF_INSTR) {
-                SN_ASSERT(r->index >= 0 && r->index < i);
-                w->dep[i] = w->dep[i] || w->dep[r->index];
-            }
-            if (r->kind == SN_REF_ACCESS) SN_ASSERT(r->index >= 0 && r->index < k->n_access);
-            if (i == k->row_instr && !sn_row_operand_per_element(n->op, t))
-                SN_ASSERT(r->kind == SN_REF_ACCESS); /* w, b, targets: their buffers */
-        }
-    }
-    for (int o = 0; o < k->n_out; o++) {
-        int i = k->store[o];
-        SN_ASSERT(i >= 0 && i < k->n_instr);
-        if (i != k->row_instr) SN_ASSERT(sn_numel(k->args[o]) == sn_shape_numel(k->rank, k->shape));
-        if (w->dep[i] && i != k->row_instr && !sn_row_result_per_element(n->op))
-            return sn_fail(e, SN_ERR_INVALID, "%s: an epilogue after %s, whose result is not one "
-                           "element per element of its input", sn_ll_kname(k, kn, sizeof kn),
-                           sn_op_name(n->op));
-        if (!w->dep[i] && n->op == SN_OP_CROSS_ENTROPY)
-            return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: cross_entropy reads only the counted rows, "
-                           "so it cannot store the values of its prologue (%%%d)",
-                           sn_ll_kname(k, kn, sizeof kn), k->args[o]->id);
-    }
+    int y;
+    if ((st = sn_kernel_row_deps(k, w->dep, &y, e))) return st; /* program/kernel_check.c */
+    for (int i = 0; i < k->n_instr; i++)
+        if (i != k->row_instr && (st = sn_ll_check_dtype(k, k->instr[i].node, e))) return st;
     const sn_pw_instr *ri = &k->instr[k->row_instr];
     for (int i = 0; i < nargs; i++) {
         int opnd = -1;
@@ -466,8 +426,7 @@ static sn_status fused_setup(row *w, sn_err *e) {
                                                   plain_access(k, &k->access[r->index]));
         w->in[t] = plain ? w->ptr[k->access[r->index].arg] : NULL;
     }
-    for (int o = 0; o < k->n_out && !w->y; o++)
-        if (k->store[o] == k->row_instr) w->y = w->ptr[o];
+    if (y >= 0) w->y = w->ptr[y];
     for (int o = 0; o < k->n_out && !w->y && n->op == SN_OP_SOFTMAX; o++) /* softmax's scratch */
         if (w->dep[k->store[o]] && k->args[o]->dtype == SN_F32) w->y = w->ptr[o];
     SN_ASSERT(w->y || sn_row_result_per_element(n->op)); /* a sum or a loss is always stored */
