@@ -1,7 +1,7 @@
 /* generate.c: generation with a KV cache (generate.h): the decode program and its cache live as
- * long as the generator; a prefill program per padded prompt length is compiled on demand and
- * run on an allocation of its own, freed before decoding, so the weights are on the device once
- * while tokens are generated. Positions are per row: row b's token i sits at lens[b] + i. */
+ * long as the generator; the prefill program of the last padded prompt length is compiled on
+ * demand and kept, allocated, for the next call. Positions are per row: row b's token i sits at
+ * lens[b] + i. */
 #include "generate.h"
 
 #include <math.h>
@@ -22,8 +22,9 @@ struct sn_generator {
     const sn_node **kc, **vc;  /* n_layer each: the cache INPUTs (B, Hkv, S, D) */
     const sn_node **k, **v;    /* n_layer each: the new token's outputs (B, Hkv, 1, D) */
     int64_t H, D, V;           /* Hkv, head size, the logits' width */
-    sn_graph *pg;              /* the last prefill graph (B, pT), compiled, and its program */
-    sn_program *pp;
+    sn_graph *pg;              /* the last prefill graph (B, pT), compiled, its program and */
+    sn_program *pp;            /* executor (with its own copy of the weights: w's when made) */
+    sn_exec *px;
     int pT;
     sn_weights w;
     bool loaded;
@@ -36,24 +37,6 @@ struct sn_generator {
 };
 
 /* ---- weights --------------------------------------------------------------------------------- */
-
-static sn_status trainer_get(void *src, const sn_node *p, float *data, sn_err *e) {
-    const sn_trainer *t = src;
-    int k = sn_trainer_find_param(t, p->name);
-    if (k < 0)
-        return sn_fail(e, SN_ERR_INVALID, "generate: parameter %s of the model is not in the "
-                       "trainer: build both graphs from the same model", p->name);
-    const sn_node *tp = sn_trainer_param_node(t, k);
-    if (tp->rank != p->rank || memcmp(tp->shape, p->shape, sizeof(int64_t) * (size_t)p->rank)) {
-        char a[96], b[96];
-        return sn_fail(e, SN_ERR_INVALID, "generate: parameter %s is %s in the model but %s in the "
-                       "trainer: build both graphs from the same model", p->name,
-                       sn_type_str(p, a, sizeof a), sn_type_str(tp, b, sizeof b));
-    }
-    return sn_trainer_get_param(t, k, SN_PARAM_WEIGHTS, data, e);
-}
-
-sn_weights sn_trainer_weights(const sn_trainer *t) { return (sn_weights){trainer_get, (void *)t}; }
 
 /* Every PARAM of g into x, from w. */
 static sn_status load_params(const sn_graph *g, sn_exec *x, sn_weights w, sn_err *e) {
@@ -107,6 +90,7 @@ static sn_status compile(sn_generator *gen, int T, bool decode, sn_graph **g, sn
 void sn_generator_free(sn_generator *g) {
     if (!g) return;
     sn_exec_free(g->dx);
+    sn_exec_free(g->px);
     sn_program_free(g->dp);
     sn_program_free(g->pp);
     sn_graph_free(g->dg);
@@ -181,6 +165,7 @@ sn_status sn_generator_new(const sn_generator_opts *o, sn_device *device, sn_gen
 sn_status sn_generator_load(sn_generator *g, sn_weights w, sn_err *e) {
     g->loaded = false;
     sn_status s = load_params(g->dg, g->dx, w, e);
+    if (!s && g->px) s = load_params(g->pg, g->px, w, e);
     if (s) return s;
     g->w = w;
     g->loaded = true;
@@ -207,21 +192,22 @@ static sn_status prefill(sn_generator *g, const int32_t *const *prompts, const i
     while (T < longest) T *= 2;
     T = T < S ? T : S;
     sn_status s = SN_OK;
-    if (T != g->pT) {
+    if (T != g->pT) { /* a prompt of another size: its program, compiled and allocated */
+        sn_exec_free(g->px);
         sn_program_free(g->pp);
         sn_graph_free(g->pg);
-        g->pp = NULL, g->pg = NULL, g->pT = 0;
-        if ((s = compile(g, T, false, &g->pg, &g->pp, e))) return s;
+        g->px = NULL, g->pp = NULL, g->pg = NULL, g->pT = 0;
+        if ((s = compile(g, T, false, &g->pg, &g->pp, e)) || (s = sn_exec_new(g->dev, g->pp, &g->px, e)) ||
+            (s = load_params(g->pg, g->px, g->w, e)))
+            return s;
         g->pT = T;
     }
     int64_t HD = g->H * g->D, per = HD * T; /* one row's k (or v) of one layer */
     int32_t *idx = sn_calloc((size_t)B * (size_t)T, sizeof *idx, "the prefill's tokens", e);
     float *host = sn_malloc(sizeof(float) * (size_t)(B * per), "the prompt's keys and values", e);
-    sn_exec *x = NULL;
+    sn_exec *x = g->px;
     if (!idx || !host) s = SN_ERR_OOM;
     for (int b = 0; !s && b < B; b++) memcpy(idx + (size_t)b * T, prompts[b], sizeof *idx * (size_t)lens[b]);
-    if (!s) s = sn_exec_new(g->dev, g->pp, &x, e);
-    if (!s) s = load_params(g->pg, x, g->w, e);
     if (!s) s = sn_exec_set(x, input(g->pg, "idx"), idx, e);
     if (!s) s = sn_exec_run(x, e);
     const sn_node *logits = s ? NULL : g->pg->outputs[2 * L];
@@ -238,7 +224,6 @@ static sn_status prefill(sn_generator *g, const int32_t *const *prompts, const i
                                host + r * T * g->D, 4 * n * g->D, e);
         }
     }
-    sn_exec_free(x);
     free(idx);
     free(host);
     return s;

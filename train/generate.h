@@ -38,15 +38,6 @@ typedef struct {
     int batch;   /* B: prompts generated together */
 } sn_generator_opts;
 
-/* Where weights come from: get fills numel(p) floats of the parameter named p->name, whose
- * shape must be p's (a mismatch or a missing name: SN_ERR_INVALID naming it). */
-typedef struct {
-    sn_status (*get)(void *src, const sn_node *p, float *data, sn_err *e);
-    void *src;
-} sn_weights;
-/* A trainer's current weights (sn_trainer_get_param). t must outlive the uses of the result. */
-sn_weights sn_trainer_weights(const sn_trainer *t);
-
 typedef struct sn_generator sn_generator;
 
 struct sn_device;
@@ -56,8 +47,9 @@ sn_status sn_generator_new(const sn_generator_opts *o, struct sn_device *device,
                            sn_generator **out, sn_err *e);
 void sn_generator_free(sn_generator *g);
 
-/* Copies every parameter of the decode program from w; the prefill reads w again at each
- * generate call, so w's source must outlive the generator (or the next load). */
+/* Copies every parameter of the decode program (and of a kept prefill program) from w; a
+ * prefill program compiled later reads w then, so w's source must outlive the generator (or
+ * the next load). */
 sn_status sn_generator_load(sn_generator *g, sn_weights w, sn_err *e);
 
 /* Called after each generated step with the B new ids (ids[b]: prompt b's), step from 0. */
@@ -65,18 +57,20 @@ typedef void (*sn_generate_cb)(void *user, int step, const int32_t *ids);
 
 /* Per prompt b of the batch (opts.batch of them): prompts[b][0, lens[b]), lens[b] >= 1, then
  * o->n_new ids into out[b * n_new ...], each drawn as sn_sampler_generate draws (the same seed
- * and logits give the same ids; a row's draws do not depend on the other rows'). The prompt
- * runs once through a prefill program compiled for the longest prompt rounded up to a power of
- * two (kept for the next call of the same size) and executed on a device allocation of its own
- * that is freed before decoding: the prompt's keys and values come down to the host and go up
- * into the cache once. A prompt and its new tokens must fit the context: longer is
- * SN_ERR_INVALID saying how many new tokens fit. on_step (may be NULL) streams the ids. */
+ * and logits give the same ids); row b draws with seed + b, so a row's ids do not depend on the
+ * other rows'. The prompts run once through a prefill program compiled for the longest prompt
+ * rounded up to a power of two; it is kept, with its own device copy of the weights, for the
+ * next call of that size (so the device holds the weights twice). The prompts' keys and values
+ * come down to the host and go up into the cache once per call (no device-to-device path
+ * between two programs yet). A prompt and its new tokens must fit the context (the last new
+ * token is never fed: lens[b] + n_new - 1 <= ctx): longer is SN_ERR_INVALID saying what to
+ * shorten. on_step (may be NULL) gets each step's ids as they are drawn. */
 sn_status sn_generator_generate(sn_generator *g, const int32_t *const *prompts, const int *lens,
                                 const sn_sample_opts *o, int32_t *out, sn_generate_cb on_step,
                                 void *user, sn_err *e);
 
-/* Time spent by the last generate call: the prefill (its compile when it was not cached, its
- * allocation, weights, run and the cache's upload), and each decode step's (n_new - 1 of them:
+/* Time spent by the last generate call: the prefill (its compile, allocation and weights when
+ * the prompt's size was not the last call's; its run; the cache's upload), and each decode step's (n_new - 1 of them:
  * the first token comes from the prefill's logits). step_s[i] is the step that generated token
  * i + 1 (its row's position lens[b] + i). NULL until a call has run. */
 typedef struct {
