@@ -16,14 +16,12 @@
 #include "frontend/lora.h"
 #include "ir/checked.h"
 #include "support/savefile.h"
+#include "checkpoint_int.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoint.c writes host-order numbers and assumes a little-endian host"
 #endif
 
-static const char MAGIC[8] = "SNCKPT\x1a\n";
-enum { HEADER_BYTES = 32 };
-enum { REC_META = 1, REC_STEP, REC_RNG, REC_SERIES, REC_PARAM };
 
 /* ---- metadata ----------------------------------------------------------------------------- */
 
@@ -148,7 +146,7 @@ static sn_status put_payload(writer *w, const sn_trainer *t, const sn_run_state 
 static void header(uint8_t h[HEADER_BYTES], uint64_t payload, uint32_t crc) {
     uint32_t version = SN_CKPT_VERSION, size = HEADER_BYTES;
     memset(h, 0, HEADER_BYTES);
-    memcpy(h, MAGIC, 8);
+    memcpy(h, SN_CKPT_MAGIC, 8);
     memcpy(h + 8, &version, 4);
     memcpy(h + 12, &size, 4);
     memcpy(h + 16, &payload, 8);
@@ -212,92 +210,15 @@ sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run
 
 /* ---- loading ------------------------------------------------------------------------------ */
 
-typedef struct {
-    uint32_t kind;
-    char name[128];
-    const uint8_t *body;
-    uint64_t size;
-} rec;
-
-typedef struct {
-    const char *path;
-    rec *recs;
-    int n;
-} parsed;
-
-static uint32_t get_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
-/* Checks the header, the size and the CRC, and splits the payload into records. out->recs is
- * the caller's to free, whatever this returns. */
-static sn_status parse(const char *path, const uint8_t *b, size_t len, parsed *out, sn_err *e) {
-    if (len < HEADER_BYTES || memcmp(b, MAGIC, 8))
-        return sn_fail(e, SN_ERR_PARSE, len >= 8 && !memcmp(b, MAGIC, 8)
-                       ? "checkpoint %s is truncated: %zu bytes, less than its header: the save was interrupted; use an older checkpoint"
-                       : "%s is not a sinter checkpoint (%zu bytes, no magic number \"SNCKPT\"): check the path", path, len);
-    uint32_t version = get_u32(b + 8), hsize = get_u32(b + 12), crc = get_u32(b + 24);
-    uint64_t payload = get_u64(b + 16);
-    if (version != SN_CKPT_VERSION || hsize != HEADER_BYTES)
-        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s has version %u; this sinter reads version %d: "
-                       "resume with the sinter that wrote it", path, version, SN_CKPT_VERSION);
-    if (len - HEADER_BYTES != payload)
-        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is %s: %zu bytes, its header says %" PRIu64
-                       ": use an older checkpoint", path, len - HEADER_BYTES < payload ? "truncated"
-                       : "longer than written", len, payload + HEADER_BYTES);
-    uint32_t sum = (uint32_t)crc32_z(0, b + HEADER_BYTES, payload);
-    if (sum != crc)
-        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: the CRC-32 of its contents is "
-                       "%08x, its header says %08x: use an older checkpoint", path,
-                       sum, crc);
-    const uint8_t *p = b + HEADER_BYTES, *end = b + len;
-    int cap = 0;
-    *out = (parsed){.path = path};
-    while (p < end) {
-        uint64_t name_len = end - p >= 8 ? get_u32(p + 4) : UINT64_MAX;
-        if (name_len >= sizeof out->recs[0].name || (uint64_t)(end - p) < 16 + name_len ||
-            get_u64(p + 8 + name_len) > (uint64_t)(end - p) - 16 - name_len)
-            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: record %d overruns the "
-                           "file: use an older checkpoint", path, out->n + 1);
-        if (out->n == cap) {
-            cap = cap ? 2 * cap : 64;
-            rec *recs = sn_realloc(out->recs, sizeof(rec) * (size_t)cap, "a checkpoint's record list", e);
-            if (!recs) return SN_ERR_OOM; /* out->recs is the caller's to free */
-            out->recs = recs;
-        }
-        rec *r = &out->recs[out->n++];
-        r->kind = get_u32(p);
-        memcpy(r->name, p + 8, name_len);
-        r->name[name_len] = 0;
-        r->size = get_u64(p + 8 + name_len);
-        r->body = p + 16 + name_len;
-        p = r->body + r->size;
-    }
-    return SN_OK;
-}
-
-static const rec *find(const parsed *f, uint32_t kind, const char *name) {
-    for (int i = 0; i < f->n; i++)
-        if (f->recs[i].kind == kind && !strcmp(f->recs[i].name, name)) return &f->recs[i];
-    return NULL;
-}
-
 /* Compares this run's metadata (r's and t's options) with the file's, both ways. */
-static sn_status check_meta(const parsed *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
+static sn_status check_meta(const sn_ckpt_file *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     sn_run_state want = {.n_meta = r->n_meta};
     memcpy(want.meta, r->meta, sizeof r->meta);
     opts_meta(sn_trainer_opts(t), &want);
     static const char hint[] = "resume with the model, data and options it was saved with, or "
                                "start afresh without --resume";
     for (int i = 0; i < want.n_meta; i++) {
-        const rec *m = find(f, REC_META, want.meta[i].key);
+        const sn_ckpt_rec *m = sn_ckpt_find(f, REC_META, want.meta[i].key);
         if (!m)
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this run: it has no "
                            "%s (here %s): %s", f->path, want.meta[i].key, want.meta[i].value, hint);
@@ -318,15 +239,15 @@ static sn_status check_meta(const parsed *f, const sn_trainer *t, const sn_run_s
 static void shape_text(char *buf, size_t len, uint32_t rank, const uint8_t *shape) {
     int k = snprintf(buf, len, "[");
     for (uint32_t d = 0; d < rank && k < (int)len; d++)
-        k += snprintf(buf + k, len - (size_t)k, "%s%" PRId64, d ? "," : "", (int64_t)get_u64(shape + 8 * d));
+        k += snprintf(buf + k, len - (size_t)k, "%s%" PRId64, d ? "," : "", (int64_t)sn_ckpt_u64(shape + 8 * d));
     if (k < (int)len) snprintf(buf + k, len - (size_t)k, "]");
 }
 
 /* Parameter p's record r: a well-formed shape record equal to p's shape, then 3 x numel floats
  * (weights, m, v). verb: "match" (resume) or "fit" (a new run), as the messages say it. */
-static sn_status check_param_record(const parsed *f, const rec *r, const sn_node *p, const char *verb,
+static sn_status check_param_record(const sn_ckpt_file *f, const sn_ckpt_rec *r, const sn_node *p, const char *verb,
                                     const char *hint, uint32_t *rank_out, sn_err *e) {
-    uint32_t rank = r->size >= 4 ? get_u32(r->body) : UINT32_MAX;
+    uint32_t rank = r->size >= 4 ? sn_ckpt_u32(r->body) : UINT32_MAX;
     if (rank > SN_MAX_RANK || r->size < 4 + 8 * (uint64_t)rank)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s has a bad "
                        "shape record: use an older checkpoint", f->path, p->name);
@@ -345,11 +266,11 @@ static sn_status check_param_record(const parsed *f, const rec *r, const sn_node
 }
 
 /* Every parameter of t is in the file with its shape, and the file has no other. */
-static sn_status check_params(const parsed *f, const sn_trainer *t, sn_err *e) {
+static sn_status check_params(const sn_ckpt_file *f, const sn_trainer *t, sn_err *e) {
     static const char hint[] = "it was saved from another model: resume with the same --model";
     for (int i = 0; i < sn_trainer_param_count(t); i++) {
         const sn_node *p = sn_trainer_param_node(t, i);
-        const rec *r = find(f, REC_PARAM, p->name);
+        const sn_ckpt_rec *r = sn_ckpt_find(f, REC_PARAM, p->name);
         if (!r)
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this model: it has no "
                            "parameter %s: %s", f->path, p->name, hint);
@@ -364,18 +285,18 @@ static sn_status check_params(const parsed *f, const sn_trainer *t, sn_err *e) {
     return SN_OK;
 }
 
-static sn_status check_series(const parsed *f, const char *name, sn_err *e) {
-    const rec *r = find(f, REC_SERIES, name);
+static sn_status check_series(const sn_ckpt_file *f, const char *name, sn_err *e) {
+    const sn_ckpt_rec *r = sn_ckpt_find(f, REC_SERIES, name);
     uint64_t bytes;
-    if (!r || r->size < 8 || !sn_muladd_u64(get_u64(r->body), 16, 8, &bytes) || r->size != bytes)
+    if (!r || r->size < 8 || !sn_muladd_u64(sn_ckpt_u64(r->body), 16, 8, &bytes) || r->size != bytes)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its %s curve is %s: use an "
                        "older checkpoint", f->path, name, r ? "malformed" : "missing");
     return SN_OK;
 }
 
-static sn_status load_series(const parsed *f, const char *name, sn_series *s, sn_err *e) {
-    const rec *r = find(f, REC_SERIES, name);
-    uint64_t n = get_u64(r->body);
+static sn_status load_series(const sn_ckpt_file *f, const char *name, sn_series *s, sn_err *e) {
+    const sn_ckpt_rec *r = sn_ckpt_find(f, REC_SERIES, name);
+    uint64_t n = sn_ckpt_u64(r->body);
     sn_series_free(s);
     for (uint64_t i = 0; i < n; i++) {
         double x, y;
@@ -389,13 +310,13 @@ static sn_status load_series(const parsed *f, const char *name, sn_series *s, sn
 /* A trainer with dynamic loss scaling needs the file's scaler (the writer always saves one): a
  * scale that is a positive float (a 0, NaN or infinite scale would skip every step from here on
  * without a word; a double past FLT_MAX has no float), and counts of skipped and clean steps within the steps run. */
-static sn_status check_scaler(const parsed *f, const sn_trainer *t, uint64_t step, sn_err *e) {
+static sn_status check_scaler(const sn_ckpt_file *f, const sn_trainer *t, uint64_t step, sn_err *e) {
     if (!sn_trainer_loss_scaling(t)) return SN_OK;
-    const rec *ls = find(f, REC_STEP, "loss_scaler");
+    const sn_ckpt_rec *ls = sn_ckpt_find(f, REC_STEP, "loss_scaler");
     if (!ls || ls->size != 24)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its loss scaler record is "
                        "missing or %s: use an older checkpoint", f->path, ls ? "the wrong size" : "absent");
-    uint64_t bits = get_u64(ls->body), skipped = get_u64(ls->body + 8), clean = get_u64(ls->body + 16);
+    uint64_t bits = sn_ckpt_u64(ls->body), skipped = sn_ckpt_u64(ls->body + 8), clean = sn_ckpt_u64(ls->body + 16);
     double scale;
     memcpy(&scale, &bits, 8);
     if (!(scale > 0 && scale <= FLT_MAX && (float)scale > 0) || skipped > step || clean > step)
@@ -406,23 +327,23 @@ static sn_status check_scaler(const parsed *f, const sn_trainer *t, uint64_t ste
     return SN_OK;
 }
 
-static sn_status check_all(const parsed *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
+static sn_status check_all(const sn_ckpt_file *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     sn_status s = check_meta(f, t, r, e);
     if (s || (s = check_params(f, t, e))) return s;
-    const rec *step = find(f, REC_STEP, "step"), *rng = find(f, REC_RNG, "data");
+    const sn_ckpt_rec *step = sn_ckpt_find(f, REC_STEP, "step"), *rng = sn_ckpt_find(f, REC_RNG, "data");
     if (!step || step->size != 8 || !rng || rng->size != 32)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its step or RNG record is "
                        "missing: use an older checkpoint", f->path);
-    if (get_u64(step->body) > (uint64_t)sn_trainer_opts(t)->steps)
+    if (sn_ckpt_u64(step->body) > (uint64_t)sn_trainer_opts(t)->steps)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: step %" PRIu64 " is past the "
-                       "run's %d steps", f->path, get_u64(step->body), sn_trainer_opts(t)->steps);
+                       "run's %d steps", f->path, sn_ckpt_u64(step->body), sn_trainer_opts(t)->steps);
     if ((s = check_series(f, "train_loss", e)) || (s = check_series(f, "val_loss", e))) return s;
-    return check_scaler(f, t, get_u64(step->body), e);
+    return check_scaler(f, t, sn_ckpt_u64(step->body), e);
 }
 
 /* The first non-finite value among the weights and moments of the parameter record r (whose
  * size check_params has checked), as an index into the 3 x numel floats; -1 when all are finite. */
-static int64_t first_non_finite(const rec *r, uint32_t rank, int64_t numel) {
+static int64_t first_non_finite(const sn_ckpt_rec *r, uint32_t rank, int64_t numel) {
     const uint8_t *data = r->body + 4 + 8 * (size_t)rank;
     for (int64_t i = 0; i < 3 * numel; i++) {
         float v;
@@ -432,11 +353,11 @@ static int64_t first_non_finite(const rec *r, uint32_t rank, int64_t numel) {
     return -1;
 }
 
-static sn_status check_finite(const parsed *f, const sn_trainer *t, sn_err *e) {
+static sn_status check_finite(const sn_ckpt_file *f, const sn_trainer *t, sn_err *e) {
     static const char *const part[3] = {"weights", "first moments", "second moments"};
     for (int i = 0; i < sn_trainer_param_count(t); i++) {
         const sn_node *p = sn_trainer_param_node(t, i);
-        int64_t bad = first_non_finite(find(f, REC_PARAM, p->name), (uint32_t)p->rank, sn_numel(p));
+        int64_t bad = first_non_finite(sn_ckpt_find(f, REC_PARAM, p->name), (uint32_t)p->rank, sn_numel(p));
         if (bad >= 0)
             return sn_fail(e, SN_ERR_NUMERIC, "checkpoint %s holds a NaN or infinite value in the "
                            "%s of parameter %s (element %" PRId64 "): it was saved from a run that "
@@ -447,7 +368,7 @@ static sn_status check_finite(const parsed *f, const sn_trainer *t, sn_err *e) {
 }
 
 /* Parameter i of t from its checked record rc: the weights, then (to `last`) m and v. */
-static sn_status set_param(const rec *rc, sn_trainer *t, int i, sn_param_which last, sn_err *e) {
+static sn_status set_param(const sn_ckpt_rec *rc, sn_trainer *t, int i, sn_param_which last, sn_err *e) {
     const sn_node *p = sn_trainer_param_node(t, i);
     size_t n = (size_t)sn_numel(p);
     const uint8_t *data = rc->body + 4 + 8 * (size_t)p->rank;
@@ -467,27 +388,27 @@ sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t l
     if (sn_trainer_pending(t))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: the trainer has accumulated gradients: "
                        "load before the first step", path);
-    parsed f = {0};
+    sn_ckpt_file f = {0};
     sn_status s;
-    if (!(s = parse(path, bytes, len, &f, e)) && !(s = check_all(&f, t, r, e)) &&
+    if (!(s = sn_ckpt_parse(path, bytes, len, &f, e)) && !(s = check_all(&f, t, r, e)) &&
         !(s = check_finite(&f, t, e))) {
         for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
             const sn_node *p = sn_trainer_param_node(t, i);
-            s = set_param(find(&f, REC_PARAM, p->name), t, i, SN_PARAM_V, e);
+            s = set_param(sn_ckpt_find(&f, REC_PARAM, p->name), t, i, SN_PARAM_V, e);
         }
     }
     if (!s) {
-        sn_trainer_set_step_count(t, (int)get_u64(find(&f, REC_STEP, "step")->body));
-        const rec *ls = find(&f, REC_STEP, "loss_scaler"); /* checked by check_scaler */
+        sn_trainer_set_step_count(t, (int)sn_ckpt_u64(sn_ckpt_find(&f, REC_STEP, "step")->body));
+        const sn_ckpt_rec *ls = sn_ckpt_find(&f, REC_STEP, "loss_scaler"); /* checked by check_scaler */
         if (sn_trainer_loss_scaling(t)) {
-            uint64_t bits = get_u64(ls->body);
+            uint64_t bits = sn_ckpt_u64(ls->body);
             double scale;
             memcpy(&scale, &bits, 8);
             sn_trainer_set_scaler(t, (sn_loss_scaler){.scale = (float)scale,
-                                                      .skipped = (int64_t)get_u64(ls->body + 8),
-                                                      .clean = (int64_t)get_u64(ls->body + 16)});
+                                                      .skipped = (int64_t)sn_ckpt_u64(ls->body + 8),
+                                                      .clean = (int64_t)sn_ckpt_u64(ls->body + 16)});
         }
-        memcpy(r->data_rng.s, find(&f, REC_RNG, "data")->body, 32);
+        memcpy(r->data_rng.s, sn_ckpt_find(&f, REC_RNG, "data")->body, 32);
         if (!(s = load_series(&f, "train_loss", &r->train_loss, e))) s = load_series(&f, "val_loss", &r->val_loss, e);
     }
     free(f.recs);
@@ -510,8 +431,8 @@ sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, s
 /* ---- a new run from a checkpoint's weights ------------------------------------------------- */
 
 /* The file's "model" and "model.shape" metadata as a hint ("model tiny (ctx 32, ...)"). */
-static void file_model(const parsed *f, char *buf, size_t len) {
-    const rec *m = find(f, REC_META, "model"), *shape = find(f, REC_META, "model.shape");
+static void file_model(const sn_ckpt_file *f, char *buf, size_t len) {
+    const sn_ckpt_rec *m = sn_ckpt_find(f, REC_META, "model"), *shape = sn_ckpt_find(f, REC_META, "model.shape");
     if (!m) {
         snprintf(buf, len, "a model this sinter does not name");
         return;
@@ -522,7 +443,7 @@ static void file_model(const parsed *f, char *buf, size_t len) {
 }
 
 /* check_params for a new run: adapters may be absent (counted in *fresh), shapes must match. */
-static sn_status check_init_params(const parsed *f, const sn_trainer *t, int *fresh, sn_err *e) {
+static sn_status check_init_params(const sn_ckpt_file *f, const sn_trainer *t, int *fresh, sn_err *e) {
     char model[200], hint[320];
     file_model(f, model, sizeof model);
     snprintf(hint, sizeof hint, "the checkpoint holds %s: start from it with the same --model "
@@ -530,7 +451,7 @@ static sn_status check_init_params(const parsed *f, const sn_trainer *t, int *fr
     *fresh = 0;
     for (int i = 0; i < sn_trainer_param_count(t); i++) {
         const sn_node *p = sn_trainer_param_node(t, i);
-        const rec *r = find(f, REC_PARAM, p->name);
+        const sn_ckpt_rec *r = sn_ckpt_find(f, REC_PARAM, p->name);
         if (!r && sn_lora_is_adapter(p->name)) {
             (*fresh)++;
             continue;
@@ -560,7 +481,7 @@ static sn_status check_init_params(const parsed *f, const sn_trainer *t, int *fr
 
 /* The file's adapters are read only into a model of the same shape and scale: its "model.shape"
  * is run's (the LoRA rank, alpha and targets are in it). */
-static sn_status check_init_adapters(const parsed *f, const sn_trainer *t, const sn_run_state *run,
+static sn_status check_init_adapters(const sn_ckpt_file *f, const sn_trainer *t, const sn_run_state *run,
                                      sn_err *e) {
     const char *want = run ? sn_run_meta_get(run, "model.shape") : NULL;
     if (!want) return SN_OK;
@@ -568,7 +489,7 @@ static sn_status check_init_adapters(const parsed *f, const sn_trainer *t, const
     for (int i = 0; i < f->n && !adapters; i++)
         adapters = f->recs[i].kind == REC_PARAM && sn_lora_is_adapter(f->recs[i].name) &&
                    sn_trainer_find_param(t, f->recs[i].name) >= 0;
-    const rec *m = find(f, REC_META, "model.shape");
+    const sn_ckpt_rec *m = sn_ckpt_find(f, REC_META, "model.shape");
     if (!adapters || (m && m->size == strlen(want) && !memcmp(m->body, want, m->size))) return SN_OK;
     return sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds LoRA adapters trained as %.*s; this run "
                    "is %s: the adapters would start at another scale (alpha/R), so the run would "
@@ -582,14 +503,14 @@ sn_status sn_checkpoint_init_bytes(const char *path, const void *bytes, size_t l
     if (sn_trainer_pending(t) || sn_trainer_step_count(t))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: a run starts from a checkpoint's "
                        "weights before its first step", path);
-    parsed f = {0};
+    sn_ckpt_file f = {0};
     int n_fresh = 0;
     sn_status s;
-    if (!(s = parse(path, bytes, len, &f, e)) && !(s = check_init_params(&f, t, &n_fresh, e)) &&
+    if (!(s = sn_ckpt_parse(path, bytes, len, &f, e)) && !(s = check_init_params(&f, t, &n_fresh, e)) &&
         !(s = check_init_adapters(&f, t, run, e))) {
         for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
             const sn_node *p = sn_trainer_param_node(t, i);
-            const rec *rc = find(&f, REC_PARAM, p->name);
+            const sn_ckpt_rec *rc = sn_ckpt_find(&f, REC_PARAM, p->name);
             if (rc) s = set_param(rc, t, i, SN_PARAM_WEIGHTS, e); /* none: an adapter keeps its init */
         }
     }
