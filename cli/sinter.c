@@ -27,6 +27,7 @@ const cli_command cli_info_cmd = {
 /* Every command, in the order `sinter help` lists them. A new command: one line here (cli.h). */
 static const cli_command *const commands[] = {
     &cli_info_cmd, &cli_graph_cmd, &cli_train_cmd, &cli_plan_cmd, &cli_prepare_cmd,
+    &cli_generate_cmd,
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

@@ -195,10 +195,12 @@ START_TEST(batch_rows_are_independent) {
 END_TEST
 
 static int streamed[64], n_streamed;
-static void on_step(void *user, int step, const int32_t *ids) {
+static int stop_after; /* steps */
+static bool on_step(void *user, int step, const int32_t *ids) {
     (void)user;
     ck_assert_int_eq(step, n_streamed);
     streamed[n_streamed++] = ids[0];
+    return n_streamed < stop_after;
 }
 
 /* What does not fit is refused by a message that says what to change; tokens stream in order. */
@@ -222,10 +224,16 @@ START_TEST(refusals_and_streaming) {
     ck_assert_int_eq(sn_generator_generate(gen, &pp, &n, &o, out, NULL, NULL, &e), SN_ERR_INVALID);
     ck_assert_msg(strstr(e.msg, "empty"), "%s", e.msg);
     n = 10, o.n_new = 23;
-    n_streamed = 0;
+    n_streamed = 0, stop_after = 100;
     ck_assert_msg(sn_generator_generate(gen, &pp, &n, &o, out, on_step, NULL, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(n_streamed, 23);
     ck_assert(!memcmp(streamed, out, sizeof(int32_t) * 23));
+    n_streamed = 0, stop_after = 5; /* a stop token: no more steps */
+    ck_assert_msg(sn_generator_generate(gen, &pp, &n, &o, out, on_step, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(n_streamed, 5);
+    sn_generate_stats st;
+    sn_generator_stats(gen, &st);
+    ck_assert_int_eq(st.n_steps, 4);
     sn_generator_free(gen);
 
     /* weights of another model: the parameter named, with both shapes */

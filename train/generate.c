@@ -294,7 +294,7 @@ sn_status sn_generator_generate(sn_generator *g, const int32_t *const *prompts, 
             s = draw(g, g->row32 + (size_t)b * (size_t)g->V, o, &rngs[b], &out[(size_t)b * (size_t)o->n_new + i], e);
         if (!s && on_step) {
             for (int b = 0; b < B; b++) g->ids[b] = out[(size_t)b * (size_t)o->n_new + i];
-            on_step(user, i, g->ids);
+            if (!on_step(user, i, g->ids)) break;
         }
     }
     free(rngs);

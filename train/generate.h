@@ -52,8 +52,9 @@ void sn_generator_free(sn_generator *g);
  * the next load). */
 sn_status sn_generator_load(sn_generator *g, sn_weights w, sn_err *e);
 
-/* Called after each generated step with the B new ids (ids[b]: prompt b's), step from 0. */
-typedef void (*sn_generate_cb)(void *user, int step, const int32_t *ids);
+/* Called after each generated step with the B new ids (ids[b]: prompt b's), step from 0;
+ * returns false to stop there (a stop token): out's later entries are then left as they were. */
+typedef bool (*sn_generate_cb)(void *user, int step, const int32_t *ids);
 
 /* Per prompt b of the batch (opts.batch of them): prompts[b][0, lens[b]), lens[b] >= 1, then
  * o->n_new ids into out[b * n_new ...], each drawn as sn_sampler_generate draws (the same seed
@@ -64,7 +65,7 @@ typedef void (*sn_generate_cb)(void *user, int step, const int32_t *ids);
  * come down to the host and go up into the cache once per call (no device-to-device path
  * between two programs yet). A prompt and its new tokens must fit the context (the last new
  * token is never fed: lens[b] + n_new - 1 <= ctx): longer is SN_ERR_INVALID saying what to
- * shorten. on_step (may be NULL) gets each step's ids as they are drawn. */
+ * shorten. on_step (may be NULL) gets each step's ids as they are drawn, and may stop. */
 sn_status sn_generator_generate(sn_generator *g, const int32_t *const *prompts, const int *lens,
                                 const sn_sample_opts *o, int32_t *out, sn_generate_cb on_step,
                                 void *user, sn_err *e);
