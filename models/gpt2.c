@@ -85,9 +85,10 @@ static sn_node *layernorm(builder *m, sn_node *x, const char *prefix) {
     return sn_layernorm(m->g, x, vec(m, w, C, SN_INIT_ONES), vec(m, b, C, SN_INIT_ZEROS), 1e-5f);
 }
 
-/* (B, T, C) -> (B, H, T, D) */
+/* (B, T, C) -> (B, H, T, D); with one token (decode) a reshape, which moves nothing */
 static sn_node *heads(builder *m, sn_node *x) {
     int64_t H = m->c->n_head, D = m->c->n_embd / m->c->n_head;
+    if (m->kv == KV_DECODE && m->T == 1) return sn_reshape(m->g, x, SN_SHAPE(m->B, H, 1, D));
     sn_node *r = sn_reshape(m->g, x, SN_SHAPE(m->B, m->T, H, D));
     return sn_permute(m->g, r, (const int[]){0, 2, 1, 3});
 }
@@ -136,7 +137,8 @@ static sn_node *attention(builder *m, sn_node *x, int layer, float proj_std) {
         sn_graph_add_output(g, k);
         sn_graph_add_output(g, v);
     }
-    y = sn_reshape(g, sn_permute(g, y, (const int[]){0, 2, 1, 3}), SN_SHAPE(m->B, m->T, C));
+    if (m->kv != KV_DECODE || m->T != 1) y = sn_permute(g, y, (const int[]){0, 2, 1, 3});
+    y = sn_reshape(g, y, SN_SHAPE(m->B, m->T, C));
     snprintf(p, sizeof p, "h.%d.attn.c_proj", layer);
     return linear(m, y, p, C, C, proj_std, SN_GPT2_LORA_ATTN);
 }

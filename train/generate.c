@@ -321,4 +321,5 @@ void sn_generator_stats(const sn_generator *g, sn_generate_stats *s) {
 }
 
 const sn_graph *sn_generator_decode_graph(const sn_generator *g) { return g->dg; }
+const sn_program *sn_generator_decode_program(const sn_generator *g) { return g->dp; }
 sn_exec *sn_generator_decode_exec(const sn_generator *g) { return g->dx; }

@@ -91,6 +91,7 @@ sn_status sn_generator_forced(sn_generator *g, const int32_t *tokens, int n, int
 /* The decode program's compiled graph and executor, for tests and benchmarks (its logits: the
  * last output). */
 const sn_graph *sn_generator_decode_graph(const sn_generator *g);
+const struct sn_program *sn_generator_decode_program(const sn_generator *g);
 struct sn_exec *sn_generator_decode_exec(const sn_generator *g);
 
 #endif
