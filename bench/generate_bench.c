@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "models/gpt2.h"
+#include "program/program.h"
 #include "passes/pipeline.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/device.h"
@@ -126,16 +127,23 @@ int main(int argc, char **argv) {
            "\"new\":%d,\"tokens_per_s\":%.3f,\"decode_tokens_per_s\":%.3f,\"prefill_s\":%.4f,"
            "\"setup_s\":%.3f,\"first_call_s\":%.3f}\n", a.model, dev, a.prompt_len, a.n_new,
            cached_tps, decode_tps, prefill_s, setup_s, first_s);
-    /* the last decode step's time by kernel kind (the device's events) */
+    /* a decode step's time by kernel kind: a short run with an event after every kernel (which
+     * costs time of its own, so the runs above have events around the whole step only) */
+    sn_exec *dx = sn_generator_decode_exec(gen);
+    sn_exec_time_kernels(dx, true);
+    so.n_new = 4;
+    if (sn_generator_generate(gen, &pp, &a.prompt_len, &so, out, NULL, NULL, &e)) die("generate", &e);
+    so.n_new = a.n_new;
+    sn_exec_time_kernels(dx, false);
     sn_exec_stats xs;
-    sn_exec_stats_get(sn_generator_decode_exec(gen), &xs);
+    sn_exec_stats_get(dx, &xs);
     char kinds[512] = "";
     for (int k = 0, at = 0; k < SN_KER_KIND_COUNT; k++)
         if (xs.kind_s[k] > 0)
             at += snprintf(kinds + at, sizeof kinds - (size_t)at, "%s%s %.2f ms", at ? ", " : "",
                            sn_kernel_kind_name((sn_kernel_kind)k), 1e3 * xs.kind_s[k]);
-    printf("{\"bench\":\"generate_kinds\",\"decode_step\":\"%s\",\"persistent_bytes\":%lld,\"arena_bytes\":%lld}\n",
-           kinds, (long long)xs.persistent_bytes, (long long)xs.arena_bytes);
+    printf("{\"bench\":\"generate_kinds\",\"decode_step\":\"%s\",\"kernels\":%d,\"persistent_bytes\":%lld,\"arena_bytes\":%lld}\n",
+           kinds, sn_generator_decode_program(gen)->n_kernels, (long long)xs.persistent_bytes, (long long)xs.arena_bytes);
     fflush(stdout);
 
     /* one decode step at each position P (1-based): the 8 steps up to it, the median */
@@ -198,7 +206,7 @@ int main(int argc, char **argv) {
         printf("  without (recompute):  %8.2f tokens/s (a window of %d, %d tokens timed): %.1fx\n",
                plain_tps, a.prompt_len + a.n_new, a.baseline_tokens, cached_tps / plain_tps);
     for (int i = 0; i < n_pos; i++) printf("  one decode step at position %4d: %.2f ms\n", pos_at[i], pos_ms[i]);
-    printf("  a decode step by kernel kind: %s\n", kinds);
+    printf("  a decode step by kernel kind (timed kernel by kernel, which adds time): %s\n", kinds);
     free(prompt);
     free(out);
     sn_device_free(d);

@@ -154,6 +154,7 @@ sn_status sn_generator_new(const sn_generator_opts *o, sn_device *device, sn_gen
         else g->at = g->ids + B;
     }
     if (!s) s = sn_exec_new(device, g->dp, &g->dx, e);
+    if (!s) sn_exec_time_kernels(g->dx, false); /* events around the run only: a step is short */
     if (s) {
         sn_generator_free(g);
         return s;
@@ -200,6 +201,7 @@ static sn_status prefill(sn_generator *g, const int32_t *const *prompts, const i
         if ((s = compile(g, T, false, &g->pg, &g->pp, e)) || (s = sn_exec_new(g->dev, g->pp, &g->px, e)) ||
             (s = load_params(g->pg, g->px, g->w, e)))
             return s;
+        sn_exec_time_kernels(g->px, false);
         g->pT = T;
     }
     int64_t HD = g->H * g->D, per = HD * T; /* one row's k (or v) of one layer */
