@@ -102,6 +102,7 @@ int main(int argc, char **argv) {
     sn_weights w = {init_weights, &a.seed};
     sn_err e;
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)c.ctx), *out = malloc(sizeof(int32_t) * (size_t)c.ctx);
+    if (!prompt || !out) die("out of memory for the tokens", NULL);
     sn_rng r = sn_rng_seed(a.seed);
     for (int i = 0; i < c.ctx; i++) prompt[i] = (int32_t)sn_rng_below(&r, (uint64_t)c.vocab);
 
