@@ -96,9 +96,10 @@ static sn_status model_of(const sn_ckpt_model *ck, const char *path, gen_model *
                        sn_ckpt_model_meta(ck, "model", name, sizeof name) ? name : "",
                        sn_ckpt_model_meta(ck, "model", name, sizeof name) ? "'" : "", sn_gpt2_config_names());
     int64_t wte[SN_MAX_RANK];
-    if (sn_ckpt_model_shape(ck, "wte", wte) != 2)
-        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds no parameter wte (V, C): it is not "
-                       "a GPT-2 checkpoint", path);
+    if (sn_ckpt_model_shape(ck, "wte", wte) != 2 || wte[0] < 1 || wte[0] > (1 << 24) || wte[1] != m->c.n_embd)
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds no parameter wte of (V, %d) with "
+                       "1 <= V <= %d, which its model %s has: it is not a checkpoint of that model",
+                       path, m->c.n_embd, 1 << 24, m->c.name);
     m->c.vocab = (int)wte[0];
     const char *lora = sn_ckpt_model_meta(ck, "model.shape", shape, sizeof shape) ? strstr(shape, ", LoRA rank ") : NULL;
     if (lora) {

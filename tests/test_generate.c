@@ -7,10 +7,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "interp/interp.h"
 #include "models/gpt2.h"
 #include "runtime/device.h"
+#include "train/checkpoint.h"
 #include "train/generate.h"
 #include "harness.h"
 
@@ -254,6 +256,83 @@ START_TEST(refusals_and_streaming) {
 }
 END_TEST
 
+/* A checkpoint's model read without a trainer (train/checkpoint.h): its metadata, shapes and
+ * weights are the trainer's, bit for bit, and generate the same tokens; a model of another width
+ * or with fewer layers than the file is refused naming the parameter. */
+START_TEST(checkpoint_model) {
+    sn_graph *tg;
+    sn_trainer *t = trained(&tg);
+    sn_gpt2_config c = tiny_config();
+    char path[256];
+    snprintf(path, sizeof path, "%s/sn_generate_%d.ckpt", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+    sn_run_state run = {0};
+    sn_run_meta_set(&run, "model", "tiny");
+    sn_run_meta_set(&run, "seq", "16");
+    sn_err e;
+    ck_assert_msg(sn_checkpoint_save(path, t, &run, &e) == SN_OK, "%s", e.msg);
+    sn_ckpt_model *ck;
+    ck_assert_msg(sn_ckpt_model_read(path, &ck, &e) == SN_OK, "%s", e.msg);
+    char buf[32];
+    ck_assert_str_eq(sn_ckpt_model_meta(ck, "model", buf, sizeof buf), "tiny");
+    ck_assert_ptr_null(sn_ckpt_model_meta(ck, "nothing", buf, sizeof buf));
+    int64_t shape[SN_MAX_RANK];
+    ck_assert_int_eq(sn_ckpt_model_shape(ck, "wte", shape), 2);
+    ck_assert(shape[0] == V && shape[1] == 32);
+    ck_assert_int_eq(sn_ckpt_model_shape(ck, "nothing", shape), -1);
+    ck_assert_str_eq(sn_ckpt_model_param_name(ck, 0), sn_trainer_param_node(t, 0)->name);
+    ck_assert_ptr_null(sn_ckpt_model_param_name(ck, sn_trainer_param_count(t)));
+    sn_weights fw = sn_ckpt_model_weights(ck), tw = sn_trainer_weights(t);
+    for (int i = 0; i < sn_trainer_param_count(t); i++) {
+        const sn_node *p = sn_trainer_param_node(t, i);
+        size_t n = (size_t)sn_numel(p);
+        float *a = malloc(4 * n), *b = malloc(4 * n);
+        ck_assert(fw.get(fw.src, p, a, &e) == SN_OK && tw.get(tw.src, p, b, &e) == SN_OK);
+        ck_assert_msg(!memcmp(a, b, 4 * n), "%s differs", p->name);
+        free(a);
+        free(b);
+    }
+    /* the same greedy tokens from the file's weights as from the trainer's */
+    sn_generator *g1 = generator(&c, 1, NULL, t), *g2;
+    sn_generator_opts go = {.build = build_kv, .user = &c, .ctx = c.ctx, .n_layer = c.n_layer, .batch = 1};
+    ck_assert_msg(sn_generator_new(&go, NULL, &g2, &e) == SN_OK && sn_generator_load(g2, fw, &e) == SN_OK &&
+                  sn_ckpt_model_covers(ck, sn_generator_decode_graph(g2), &e) == SN_OK, "%s", e.msg);
+    int32_t prompt[2] = {4, 9}, a[10], b[10];
+    const int32_t *pp = prompt;
+    int n = 2;
+    sn_sample_opts o = {.n_new = 10};
+    ck_assert(sn_generator_generate(g1, &pp, &n, &o, a, NULL, NULL, &e) == SN_OK);
+    ck_assert(sn_generator_generate(g2, &pp, &n, &o, b, NULL, NULL, &e) == SN_OK);
+    ck_assert(!memcmp(a, b, sizeof a));
+    sn_generator_free(g1);
+    sn_generator_free(g2);
+    /* another width: the parameter and both shapes; fewer layers: the file's extra parameter */
+    sn_gpt2_config narrow = c, shallow = c;
+    narrow.n_embd = 16;
+    go.user = &narrow;
+    ck_assert_msg(sn_generator_new(&go, NULL, &g2, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(sn_generator_load(g2, fw, &e), SN_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "wte is [64,32] there, [64,16] here") && strstr(e.msg, "model tiny"), "%s", e.msg);
+    sn_generator_free(g2);
+    shallow.n_layer = 1;
+    go.user = &shallow, go.n_layer = 1;
+    ck_assert_msg(sn_generator_new(&go, NULL, &g2, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(sn_ckpt_model_covers(ck, sn_generator_decode_graph(g2), &e), SN_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "parameter h.1.") && strstr(e.msg, "lacks"), "%s", e.msg);
+    sn_generator_free(g2);
+    sn_ckpt_model_free(ck);
+    /* not a checkpoint */
+    FILE *f = fopen(path, "wb");
+    fputs("hello", f);
+    fclose(f);
+    ck_assert_int_eq(sn_ckpt_model_read(path, &ck, &e), SN_ERR_PARSE);
+    ck_assert_msg(strstr(e.msg, "not a sinter checkpoint"), "%s", e.msg);
+    remove(path);
+    sn_run_state_free(&run);
+    sn_trainer_free(t);
+    sn_graph_free(tg);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("generate");
     TCase *tc = tcase_create("generate");
@@ -262,6 +341,7 @@ int main(void) {
     tcase_add_loop_test(tc, decode_logits_equal_forward, 0, 2);
     tcase_add_loop_test(tc, batch_rows_are_independent, 0, 2);
     tcase_add_test(tc, refusals_and_streaming);
+    tcase_add_test(tc, checkpoint_model);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }
