@@ -21,6 +21,7 @@ extern const cli_command cli_train_cmd;   /* train_opts.c; runs train_cmd.c's cl
 extern const cli_command cli_plan_cmd;    /* plan_cmd.c */
 extern const cli_command cli_prepare_cmd; /* prepare_cmd.c */
 extern const cli_command cli_export_cmd;  /* export_cmd.c */
+extern const cli_command cli_generate_cmd; /* generate_cmd.c */
 int cli_train(int argc, char **argv);
 
 /* Parses a size: "6GiB", "6G", "512MiB", "100000000" (bytes), "1.5GiB"; > 0. */

@@ -28,6 +28,7 @@ const cli_command cli_info_cmd = {
 static const cli_command *const commands[] = {
     &cli_info_cmd, &cli_graph_cmd, &cli_train_cmd, &cli_plan_cmd, &cli_prepare_cmd,
     &cli_export_cmd,
+    &cli_generate_cmd,
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

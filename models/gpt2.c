@@ -51,7 +51,11 @@ typedef struct {
     const sn_gpt2_config *c;
     int B, T;
     const sn_gpt2_lora *lora; /* NULL: no adapters */
+    int kv;                   /* 0: training; KV_PREFILL, KV_DECODE: generation (gpt2.h) */
+    sn_node *mask;            /* KV_DECODE: (B, 1, 1, ctx), added to the scores over the cache */
 } builder;
+
+enum { KV_PREFILL = 1, KV_DECODE };
 
 static sn_node *weight(builder *m, const char *name, int64_t rows, int64_t cols, float std) {
     return sn_param(m->g, name, SN_F32, SN_SHAPE(rows, cols), SN_INIT_NORMAL, std);
@@ -81,11 +85,34 @@ static sn_node *layernorm(builder *m, sn_node *x, const char *prefix) {
     return sn_layernorm(m->g, x, vec(m, w, C, SN_INIT_ONES), vec(m, b, C, SN_INIT_ZEROS), 1e-5f);
 }
 
-/* (B, T, C) -> (B, H, T, D) */
+/* (B, T, C) -> (B, H, T, D); with one token (decode) a reshape, which moves nothing */
 static sn_node *heads(builder *m, sn_node *x) {
     int64_t H = m->c->n_head, D = m->c->n_embd / m->c->n_head;
+    if (m->kv == KV_DECODE && m->T == 1) return sn_reshape(m->g, x, SN_SHAPE(m->B, H, 1, D));
     sn_node *r = sn_reshape(m->g, x, SN_SHAPE(m->B, m->T, H, D));
     return sn_permute(m->g, r, (const int[]){0, 2, 1, 3});
+}
+
+/* Decode: T new queries q (B, H, T, D) over the cached keys and values of this layer (INPUTs
+ * k_cache.N, v_cache.N, (B, H, ctx, D): positions before the row's first new token are
+ * valid, the rest masked by m->mask) and over their own keys k and values v (B, H, T, D),
+ * causally: one softmax over both score blocks, side by side. Written out (matmul, mask,
+ * softmax, matmul), so every device runs it with the kernels it has; the attention pass matches
+ * causal self-attention only and leaves this alone. A fused single-query kernel over the cache
+ * is not done yet: this reads the whole cache, masked, at every position. */
+static sn_node *attend_cache(builder *m, sn_node *q, sn_node *k, sn_node *v, int layer) {
+    sn_graph *g = m->g;
+    int64_t H = m->c->n_head, D = m->c->n_embd / H, S = m->c->ctx;
+    char name[64];
+    snprintf(name, sizeof name, "k_cache.%d", layer);
+    sn_node *kc = sn_input(g, name, SN_F32, SN_SHAPE(m->B, H, S, D));
+    snprintf(name, sizeof name, "v_cache.%d", layer);
+    sn_node *vc = sn_input(g, name, SN_F32, SN_SHAPE(m->B, H, S, D));
+    float f = 1.0f / sqrtf((float)D);
+    sn_node *old = sn_add(g, sn_scale(g, sn_matmul_t(g, q, kc, false, true), f), m->mask); /* (B,H,T,S) */
+    sn_node *now = sn_causal_mask(g, sn_scale(g, sn_matmul_t(g, q, k, false, true), f)); /* (B,H,T,T) */
+    sn_node *p = sn_softmax(g, sn_concat(g, 2, (sn_node *[]){old, now}, -1)); /* (B, H, T, S + T) */
+    return sn_add(g, sn_matmul(g, sn_slice(g, p, -1, 0, S), vc), sn_matmul(g, sn_slice(g, p, -1, S, S + m->T), v));
 }
 
 static sn_node *attention(builder *m, sn_node *x, int layer, float proj_std) {
@@ -97,11 +124,21 @@ static sn_node *attention(builder *m, sn_node *x, int layer, float proj_std) {
     sn_node *part[3];
     sn_split(g, qkv, -1, 3, part);
     sn_node *q = heads(m, part[0]), *k = heads(m, part[1]), *v = heads(m, part[2]);
-    sn_node *att = sn_matmul_t(g, q, k, false, true); /* (B, H, T, T) */
-    att = sn_scale(g, att, 1.0f / sqrtf((float)D));
-    att = sn_softmax(g, sn_causal_mask(g, att));
-    sn_node *y = sn_matmul(g, att, v); /* (B, H, T, D) */
-    y = sn_reshape(g, sn_permute(g, y, (const int[]){0, 2, 1, 3}), SN_SHAPE(m->B, m->T, C));
+    sn_node *y;
+    if (m->kv == KV_DECODE) {
+        y = attend_cache(m, q, k, v, layer);
+    } else {
+        sn_node *att = sn_matmul_t(g, q, k, false, true); /* (B, H, T, T) */
+        att = sn_scale(g, att, 1.0f / sqrtf((float)D));
+        att = sn_softmax(g, sn_causal_mask(g, att));
+        y = sn_matmul(g, att, v); /* (B, H, T, D) */
+    }
+    if (m->kv) { /* this layer's keys and values go to the cache */
+        sn_graph_add_output(g, k);
+        sn_graph_add_output(g, v);
+    }
+    if (m->kv != KV_DECODE || m->T != 1) y = sn_permute(g, y, (const int[]){0, 2, 1, 3});
+    y = sn_reshape(g, y, SN_SHAPE(m->B, m->T, C));
     snprintf(p, sizeof p, "h.%d.attn.c_proj", layer);
     return linear(m, y, p, C, C, proj_std, SN_GPT2_LORA_ATTN);
 }
@@ -119,8 +156,7 @@ sn_status sn_gpt2_build(sn_graph *g, const sn_gpt2_config *c, int B, int T, sn_g
     return sn_gpt2_build_lora(g, c, B, T, NULL, out, e);
 }
 
-sn_status sn_gpt2_build_lora(sn_graph *g, const sn_gpt2_config *c, int B, int T,
-                             const sn_gpt2_lora *lora, sn_gpt2 *out, sn_err *e) {
+static sn_status check(const sn_gpt2_config *c, int B, int T, const sn_gpt2_lora *lora, sn_err *e) {
     if (lora && (lora->lora.rank < 1 || !(lora->lora.alpha > 0) || !lora->targets ||
                  lora->targets & ~(unsigned)SN_GPT2_LORA_ALL))
         return sn_fail(e, SN_ERR_INVALID, "gpt2 %s: LoRA rank %d, alpha %g, targets %u: need a "
@@ -132,29 +168,61 @@ sn_status sn_gpt2_build_lora(sn_graph *g, const sn_gpt2_config *c, int B, int T,
     if (c->n_embd % c->n_head)
         return sn_fail(e, SN_ERR_INVALID, "gpt2 %s: n_embd %d is not a multiple of n_head %d",
                        c->name, c->n_embd, c->n_head);
-    builder m = {g, c, B, T, lora};
-    int64_t V = c->vocab, C = c->n_embd;
-    /* residual projections scaled by 1/sqrt(2 L) (GPT-2 paper, section 2.3) */
-    float proj_std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+    return SN_OK;
+}
 
+/* The blocks and the tied head over the embedded tokens x (B, T, C): the logits (B, T, V). */
+static sn_node *body(builder *m, sn_node *x, sn_node *wte) {
+    sn_graph *g = m->g;
+    /* residual projections scaled by 1/sqrt(2 L) (GPT-2 paper, section 2.3) */
+    float proj_std = 0.02f / sqrtf(2.0f * (float)m->c->n_layer);
+    for (int l = 0; l < m->c->n_layer; l++) {
+        char p[64];
+        snprintf(p, sizeof p, "h.%d.ln_1", l);
+        x = sn_add(g, x, attention(m, layernorm(m, x, p), l, proj_std));
+        snprintf(p, sizeof p, "h.%d.ln_2", l);
+        x = sn_add(g, x, mlp(m, layernorm(m, x, p), l, proj_std));
+    }
+    x = layernorm(m, x, "ln_f");
+    return sn_matmul_t(g, x, wte, false, true); /* (B, T, V), tied head */
+}
+
+sn_status sn_gpt2_build_lora(sn_graph *g, const sn_gpt2_config *c, int B, int T,
+                             const sn_gpt2_lora *lora, sn_gpt2 *out, sn_err *e) {
+    sn_status s = check(c, B, T, lora, e);
+    if (s) return s;
+    builder m = {g, c, B, T, lora, 0, NULL};
+    int64_t V = c->vocab, C = c->n_embd;
     out->idx = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
     out->targets = sn_input(g, "targets", SN_I32, SN_SHAPE(B, T));
     sn_node *wte = weight(&m, "wte", V, C, 0.02f);
     sn_node *wpe = weight(&m, "wpe", c->ctx, C, 0.02f);
     sn_node *x = sn_add(g, sn_embedding(g, wte, out->idx), sn_slice(g, wpe, 0, 0, T)); /* (B,T,C) */
-    for (int l = 0; l < c->n_layer; l++) {
-        char p[64];
-        snprintf(p, sizeof p, "h.%d.ln_1", l);
-        x = sn_add(g, x, attention(&m, layernorm(&m, x, p), l, proj_std));
-        snprintf(p, sizeof p, "h.%d.ln_2", l);
-        x = sn_add(g, x, mlp(&m, layernorm(&m, x, p), l, proj_std));
-    }
-    x = layernorm(&m, x, "ln_f");
-    out->logits = sn_matmul_t(g, x, wte, false, true); /* (B, T, V), tied head */
+    out->logits = body(&m, x, wte);
     out->loss = sn_cross_entropy(g, out->logits, out->targets, -1);
     sn_graph_add_output(g, out->logits);
     g->loss = out->loss;
     sn_graph_add_output(g, out->loss);
+    if (lora && !sn_graph_error(g)) sn_lora_freeze_base(g);
+    if (sn_graph_error(g))
+        return sn_fail(e, g->err.code, "gpt2 %s: %s", c->name, sn_graph_error(g));
+    return SN_OK;
+}
+
+sn_status sn_gpt2_build_kv(sn_graph *g, const sn_gpt2_config *c, int B, int T, bool decode,
+                           const sn_gpt2_lora *lora, sn_err *e) {
+    sn_status s = check(c, B, T, lora, e);
+    if (s) return s;
+    builder m = {g, c, B, T, lora, decode ? KV_DECODE : KV_PREFILL, NULL};
+    int64_t V = c->vocab, C = c->n_embd;
+    sn_node *idx = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
+    sn_node *pos = decode ? sn_input(g, "pos", SN_I32, SN_SHAPE(B, T)) : NULL;
+    if (decode) m.mask = sn_input(g, "mask", SN_F32, SN_SHAPE(B, 1, 1, c->ctx));
+    sn_node *wte = weight(&m, "wte", V, C, 0.02f);
+    sn_node *wpe = weight(&m, "wpe", c->ctx, C, 0.02f);
+    sn_node *x = sn_add(g, sn_embedding(g, wte, idx), /* (B, T, C) */
+                        decode ? sn_embedding(g, wpe, pos) : sn_slice(g, wpe, 0, 0, T));
+    sn_graph_add_output(g, body(&m, x, wte)); /* the logits, after each layer's k and v */
     if (lora && !sn_graph_error(g)) sn_lora_freeze_base(g);
     if (sn_graph_error(g))
         return sn_fail(e, g->err.code, "gpt2 %s: %s", c->name, sn_graph_error(g));

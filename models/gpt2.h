@@ -53,4 +53,13 @@ const char *sn_gpt2_lora_targets_name(unsigned targets);
 sn_status sn_gpt2_build_lora(sn_graph *g, const sn_gpt2_config *c, int B, int T,
                              const sn_gpt2_lora *lora, sn_gpt2 *out, sn_err *e);
 
+/* The two graphs of generation with a KV cache, as train/generate.h describes them, with the
+ * parameters of sn_gpt2_build_lora (lora may be NULL). decode false: the prefill, B sequences of
+ * T tokens at positions 0..T-1 (INPUT "idx"); decode true: T new tokens per row (INPUT "idx")
+ * at positions "pos" (i32 (B, T)), reading each layer N's cache "k_cache.N" and "v_cache.N"
+ * (f32 (B, H, ctx, D), D = C / H) where "mask" (f32 (B, 1, 1, ctx)) is 0, and each other. The
+ * outputs: h.0's k and v (B, H, T, D), h.1's ..., then the logits (B, T, V). No loss. */
+sn_status sn_gpt2_build_kv(sn_graph *g, const sn_gpt2_config *c, int B, int T, bool decode,
+                           const sn_gpt2_lora *lora, sn_err *e);
+
 #endif

@@ -73,22 +73,26 @@ void sn_gemm_part_of(const sn_node *mm, int part, int parts, sn_gemm_part *p) {
     *p = (sn_gemm_part){.ta = ta, .tb = mm->a.tb, .M = M, .N = N, .K = K,
                         .lda = A->shape[A->rank - 1], .ldb = B->shape[B->rank - 1],
                         .sa = A->rank > 2 ? M * K : 0, .sb = B->rank > 2 ? K * N : 0,
-                        .b0 = 0, .b1 = batch, .r0 = 0, .r1 = M};
+                        .b0 = 0, .b1 = batch, .r0 = 0, .r1 = M, .c0 = 0, .c1 = N};
+    int64_t blocks = (M + 15) / 16, cols = (N + 15) / 16;
     if (batch >= parts) { /* whole batches per part */
         p->b0 = batch * part / parts;
         p->b1 = batch * (part + 1) / parts;
-    } else { /* rows of every batch, in multiples of 16 */
-        int64_t blocks = (M + 15) / 16;
+    } else if (blocks >= parts || cols < parts) { /* rows of every batch, in multiples of 16 */
         p->r0 = blocks * part / parts * 16;
         p->r1 = blocks * (part + 1) / parts * 16;
         if (p->r1 > M) p->r1 = M;
+    } else { /* a few rows (a decode step's one): columns, in multiples of 16 */
+        p->c0 = cols * part / parts * 16;
+        p->c1 = cols * (part + 1) / parts * 16;
+        if (p->c1 > N) p->c1 = N;
     }
 }
 
 void sn_gemm_part_bias(const sn_gemm_part *p, float *c, const float *bias, int64_t i) {
     for (int64_t r = p->r0; bias && r < p->r1; r++) { /* rows still in cache */
         float *row = c + i * p->M * p->N + r * p->N;
-        for (int64_t j = 0; j < p->N; j++) row[j] += bias[j];
+        for (int64_t j = p->c0; j < p->c1; j++) row[j] += bias[j];
     }
 }
 
@@ -96,10 +100,11 @@ sn_status sn_gemm_matmul_part(const sn_node *mm, float *c, const float *a, const
                               const float *bias, int part, int parts, sn_err *e) {
     sn_gemm_part p;
     sn_gemm_part_of(mm, part, parts, &p);
-    for (int64_t i = p.b0; i < p.b1 && p.r0 < p.r1; i++) {
+    for (int64_t i = p.b0; i < p.b1 && p.r0 < p.r1 && p.c0 < p.c1; i++) {
         const float *ai = a + i * p.sa + (p.ta ? p.r0 : p.r0 * p.lda);
-        sn_status s = sn_gemm_f32(p.ta, p.tb, p.r1 - p.r0, p.N, p.K, ai, p.lda, b + i * p.sb,
-                                  p.ldb, 0, c + i * p.M * p.N + p.r0 * p.N, p.N, e);
+        const float *bi = b + i * p.sb + (p.tb ? p.c0 * p.ldb : p.c0);
+        sn_status s = sn_gemm_f32(p.ta, p.tb, p.r1 - p.r0, p.c1 - p.c0, p.K, ai, p.lda, bi, p.ldb,
+                                  0, c + i * p.M * p.N + p.r0 * p.N + p.c0, p.N, e);
         if (s) return s;
         sn_gemm_part_bias(&p, c, bias, i); /* the bias epilogue */
     }

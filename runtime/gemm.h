@@ -22,14 +22,17 @@ sn_status sn_gemm_matmul_part(const sn_node *mm, float *c, const float *a, const
 
 /* The share of a matmul node's product that part `part` of `parts` computes (the one work
  * split of sn_gemm_matmul_part and the 16-bit GEMMs): batches [b0, b1) and, of each, output rows
- * [r0, r1); operands' strides between batches sa, sb (0: shared) and leading dims lda, ldb. */
+ * [r0, r1) and columns [c0, c1) (columns are split only when the rows are fewer than one block
+ * of 16 per part: a decode step's single row); operands' strides between batches sa, sb (0:
+ * shared) and leading dims lda, ldb. */
 typedef struct {
     bool ta, tb;
     int64_t M, N, K, lda, ldb, sa, sb;
-    int64_t b0, b1, r0, r1;
+    int64_t b0, b1, r0, r1, c0, c1;
 } sn_gemm_part;
 void sn_gemm_part_of(const sn_node *mm, int part, int parts, sn_gemm_part *p);
-/* Adds bias (N floats; NULL: nothing) to rows [r0, r1) of batch i's output c (M x N). */
+/* Adds bias (N floats; NULL: nothing) to rows [r0, r1), columns [c0, c1) of batch i's output
+ * c (M x N). */
 void sn_gemm_part_bias(const sn_gemm_part *p, float *c, const float *bias, int64_t i);
 
 /* Makes the calling thread's library calls single-threaded (call once per pool thread). */

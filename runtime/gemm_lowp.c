@@ -160,10 +160,11 @@ sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, c
     sn_gemm_part p;
     sn_gemm_part_of(mm, part, parts, &p);
     const uint16_t *a16 = a, *b16 = b;
-    for (int64_t i = p.b0; i < p.b1 && p.r0 < p.r1; i++) {
+    for (int64_t i = p.b0; i < p.b1 && p.r0 < p.r1 && p.c0 < p.c1; i++) {
         const uint16_t *ai = a16 + i * p.sa + (p.ta ? p.r0 : p.r0 * p.lda);
-        sn_status s = sn_gemm_lowp(mm->in[0]->dtype, p.ta, p.tb, p.r1 - p.r0, p.N, p.K, ai, p.lda,
-                                   b16 + i * p.sb, p.ldb, c + i * p.M * p.N + p.r0 * p.N, p.N, e);
+        const uint16_t *bi = b16 + i * p.sb + (p.tb ? p.c0 * p.ldb : p.c0);
+        sn_status s = sn_gemm_lowp(mm->in[0]->dtype, p.ta, p.tb, p.r1 - p.r0, p.c1 - p.c0, p.K, ai,
+                                   p.lda, bi, p.ldb, c + i * p.M * p.N + p.r0 * p.N + p.c0, p.N, e);
         if (s) return s;
         sn_gemm_part_bias(&p, c, bias, i); /* the bias epilogue (f32 output) */
     }

@@ -2,7 +2,6 @@
  * into a temporary file and writes the header last; loading checks the whole file first, then
  * the metadata and shapes, and only then copies into the trainer. */
 #include "checkpoint.h"
-#include "checkpoint_int.h"
 
 #include <errno.h>
 #include <float.h>
@@ -17,13 +16,12 @@
 #include "frontend/lora.h"
 #include "ir/checked.h"
 #include "support/savefile.h"
+#include "checkpoint_int.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoint.c writes host-order numbers and assumes a little-endian host"
 #endif
 
-static const char MAGIC[8] = "SNCKPT\x1a\n";
-enum { HEADER_BYTES = 32 };
 
 /* ---- metadata ----------------------------------------------------------------------------- */
 
@@ -148,7 +146,7 @@ static sn_status put_payload(writer *w, const sn_trainer *t, const sn_run_state 
 static void header(uint8_t h[HEADER_BYTES], uint64_t payload, uint32_t crc) {
     uint32_t version = SN_CKPT_VERSION, size = HEADER_BYTES;
     memset(h, 0, HEADER_BYTES);
-    memcpy(h, MAGIC, 8);
+    memcpy(h, SN_CKPT_MAGIC, 8);
     memcpy(h + 8, &version, 4);
     memcpy(h + 12, &size, 4);
     memcpy(h + 16, &payload, 8);
@@ -212,61 +210,8 @@ sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run
 
 /* ---- loading ------------------------------------------------------------------------------ */
 
-/* Checks the header, the size and the CRC, and splits the payload into records. out->recs is
- * the caller's to free, whatever this returns. */
-sn_status sn_ckpt_parse(const char *path, const uint8_t *b, size_t len, sn_ckpt_parsed *out, sn_err *e) {
-    if (len < HEADER_BYTES || memcmp(b, MAGIC, 8))
-        return sn_fail(e, SN_ERR_PARSE, len >= 8 && !memcmp(b, MAGIC, 8)
-                       ? "checkpoint %s is truncated: %zu bytes, less than its header: the save was interrupted; use an older checkpoint"
-                       : "%s is not a sinter checkpoint (%zu bytes, no magic number \"SNCKPT\"): check the path", path, len);
-    uint32_t version = get_u32(b + 8), hsize = get_u32(b + 12), crc = get_u32(b + 24);
-    uint64_t payload = get_u64(b + 16);
-    if (version != SN_CKPT_VERSION || hsize != HEADER_BYTES)
-        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s has version %u; this sinter reads version %d: "
-                       "resume with the sinter that wrote it", path, version, SN_CKPT_VERSION);
-    if (len - HEADER_BYTES != payload)
-        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is %s: %zu bytes, its header says %" PRIu64
-                       ": use an older checkpoint", path, len - HEADER_BYTES < payload ? "truncated"
-                       : "longer than written", len, payload + HEADER_BYTES);
-    uint32_t sum = (uint32_t)crc32_z(0, b + HEADER_BYTES, payload);
-    if (sum != crc)
-        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: the CRC-32 of its contents is "
-                       "%08x, its header says %08x: use an older checkpoint", path,
-                       sum, crc);
-    const uint8_t *p = b + HEADER_BYTES, *end = b + len;
-    int cap = 0;
-    *out = (sn_ckpt_parsed){.path = path};
-    while (p < end) {
-        uint64_t name_len = end - p >= 8 ? get_u32(p + 4) : UINT64_MAX;
-        if (name_len >= sizeof out->recs[0].name || (uint64_t)(end - p) < 16 + name_len ||
-            get_u64(p + 8 + name_len) > (uint64_t)(end - p) - 16 - name_len)
-            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: record %d overruns the "
-                           "file: use an older checkpoint", path, out->n + 1);
-        if (out->n == cap) {
-            cap = cap ? 2 * cap : 64;
-            sn_ckpt_rec *recs = sn_realloc(out->recs, sizeof(sn_ckpt_rec) * (size_t)cap, "a checkpoint's record list", e);
-            if (!recs) return SN_ERR_OOM; /* out->recs is the caller's to free */
-            out->recs = recs;
-        }
-        sn_ckpt_rec *r = &out->recs[out->n++];
-        r->kind = get_u32(p);
-        memcpy(r->name, p + 8, name_len);
-        r->name[name_len] = 0;
-        r->size = get_u64(p + 8 + name_len);
-        r->body = p + 16 + name_len;
-        p = r->body + r->size;
-    }
-    return SN_OK;
-}
-
-const sn_ckpt_rec *sn_ckpt_find(const sn_ckpt_parsed *f, uint32_t kind, const char *name) {
-    for (int i = 0; i < f->n; i++)
-        if (f->recs[i].kind == kind && !strcmp(f->recs[i].name, name)) return &f->recs[i];
-    return NULL;
-}
-
 /* Compares this run's metadata (r's and t's options) with the file's, both ways. */
-static sn_status check_meta(const sn_ckpt_parsed *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
+static sn_status check_meta(const sn_ckpt_file *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     sn_run_state want = {.n_meta = r->n_meta};
     memcpy(want.meta, r->meta, sizeof r->meta);
     opts_meta(sn_trainer_opts(t), &want);
@@ -294,15 +239,15 @@ static sn_status check_meta(const sn_ckpt_parsed *f, const sn_trainer *t, const 
 static void shape_text(char *buf, size_t len, uint32_t rank, const uint8_t *shape) {
     int k = snprintf(buf, len, "[");
     for (uint32_t d = 0; d < rank && k < (int)len; d++)
-        k += snprintf(buf + k, len - (size_t)k, "%s%" PRId64, d ? "," : "", (int64_t)get_u64(shape + 8 * d));
+        k += snprintf(buf + k, len - (size_t)k, "%s%" PRId64, d ? "," : "", (int64_t)sn_ckpt_u64(shape + 8 * d));
     if (k < (int)len) snprintf(buf + k, len - (size_t)k, "]");
 }
 
 /* Parameter p's record r: a well-formed shape record equal to p's shape, then 3 x numel floats
  * (weights, m, v). verb: "match" (resume) or "fit" (a new run), as the messages say it. */
-static sn_status check_param_record(const sn_ckpt_parsed *f, const sn_ckpt_rec *r, const sn_node *p, const char *verb,
+static sn_status check_param_record(const sn_ckpt_file *f, const sn_ckpt_rec *r, const sn_node *p, const char *verb,
                                     const char *hint, uint32_t *rank_out, sn_err *e) {
-    uint32_t rank = r->size >= 4 ? get_u32(r->body) : UINT32_MAX;
+    uint32_t rank = r->size >= 4 ? sn_ckpt_u32(r->body) : UINT32_MAX;
     if (rank > SN_MAX_RANK || r->size < 4 + 8 * (uint64_t)rank)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s has a bad "
                        "shape record: use an older checkpoint", f->path, p->name);
@@ -321,7 +266,7 @@ static sn_status check_param_record(const sn_ckpt_parsed *f, const sn_ckpt_rec *
 }
 
 /* Every parameter of t is in the file with its shape, and the file has no other. */
-static sn_status check_params(const sn_ckpt_parsed *f, const sn_trainer *t, sn_err *e) {
+static sn_status check_params(const sn_ckpt_file *f, const sn_trainer *t, sn_err *e) {
     static const char hint[] = "it was saved from another model: resume with the same --model";
     for (int i = 0; i < sn_trainer_param_count(t); i++) {
         const sn_node *p = sn_trainer_param_node(t, i);
@@ -340,18 +285,18 @@ static sn_status check_params(const sn_ckpt_parsed *f, const sn_trainer *t, sn_e
     return SN_OK;
 }
 
-static sn_status check_series(const sn_ckpt_parsed *f, const char *name, sn_err *e) {
+static sn_status check_series(const sn_ckpt_file *f, const char *name, sn_err *e) {
     const sn_ckpt_rec *r = sn_ckpt_find(f, REC_SERIES, name);
     uint64_t bytes;
-    if (!r || r->size < 8 || !sn_muladd_u64(get_u64(r->body), 16, 8, &bytes) || r->size != bytes)
+    if (!r || r->size < 8 || !sn_muladd_u64(sn_ckpt_u64(r->body), 16, 8, &bytes) || r->size != bytes)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its %s curve is %s: use an "
                        "older checkpoint", f->path, name, r ? "malformed" : "missing");
     return SN_OK;
 }
 
-static sn_status load_series(const sn_ckpt_parsed *f, const char *name, sn_series *s, sn_err *e) {
+static sn_status load_series(const sn_ckpt_file *f, const char *name, sn_series *s, sn_err *e) {
     const sn_ckpt_rec *r = sn_ckpt_find(f, REC_SERIES, name);
-    uint64_t n = get_u64(r->body);
+    uint64_t n = sn_ckpt_u64(r->body);
     sn_series_free(s);
     for (uint64_t i = 0; i < n; i++) {
         double x, y;
@@ -365,13 +310,13 @@ static sn_status load_series(const sn_ckpt_parsed *f, const char *name, sn_serie
 /* A trainer with dynamic loss scaling needs the file's scaler (the writer always saves one): a
  * scale that is a positive float (a 0, NaN or infinite scale would skip every step from here on
  * without a word; a double past FLT_MAX has no float), and counts of skipped and clean steps within the steps run. */
-static sn_status check_scaler(const sn_ckpt_parsed *f, const sn_trainer *t, uint64_t step, sn_err *e) {
+static sn_status check_scaler(const sn_ckpt_file *f, const sn_trainer *t, uint64_t step, sn_err *e) {
     if (!sn_trainer_loss_scaling(t)) return SN_OK;
     const sn_ckpt_rec *ls = sn_ckpt_find(f, REC_STEP, "loss_scaler");
     if (!ls || ls->size != 24)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its loss scaler record is "
                        "missing or %s: use an older checkpoint", f->path, ls ? "the wrong size" : "absent");
-    uint64_t bits = get_u64(ls->body), skipped = get_u64(ls->body + 8), clean = get_u64(ls->body + 16);
+    uint64_t bits = sn_ckpt_u64(ls->body), skipped = sn_ckpt_u64(ls->body + 8), clean = sn_ckpt_u64(ls->body + 16);
     double scale;
     memcpy(&scale, &bits, 8);
     if (!(scale > 0 && scale <= FLT_MAX && (float)scale > 0) || skipped > step || clean > step)
@@ -382,18 +327,18 @@ static sn_status check_scaler(const sn_ckpt_parsed *f, const sn_trainer *t, uint
     return SN_OK;
 }
 
-static sn_status check_all(const sn_ckpt_parsed *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
+static sn_status check_all(const sn_ckpt_file *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     sn_status s = check_meta(f, t, r, e);
     if (s || (s = check_params(f, t, e))) return s;
     const sn_ckpt_rec *step = sn_ckpt_find(f, REC_STEP, "step"), *rng = sn_ckpt_find(f, REC_RNG, "data");
     if (!step || step->size != 8 || !rng || rng->size != 32)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its step or RNG record is "
                        "missing: use an older checkpoint", f->path);
-    if (get_u64(step->body) > (uint64_t)sn_trainer_opts(t)->steps)
+    if (sn_ckpt_u64(step->body) > (uint64_t)sn_trainer_opts(t)->steps)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: step %" PRIu64 " is past the "
-                       "run's %d steps", f->path, get_u64(step->body), sn_trainer_opts(t)->steps);
+                       "run's %d steps", f->path, sn_ckpt_u64(step->body), sn_trainer_opts(t)->steps);
     if ((s = check_series(f, "train_loss", e)) || (s = check_series(f, "val_loss", e))) return s;
-    return check_scaler(f, t, get_u64(step->body), e);
+    return check_scaler(f, t, sn_ckpt_u64(step->body), e);
 }
 
 /* The first non-finite value among the weights and moments of the parameter record r (whose
@@ -408,7 +353,7 @@ static int64_t first_non_finite(const sn_ckpt_rec *r, uint32_t rank, int64_t num
     return -1;
 }
 
-static sn_status check_finite(const sn_ckpt_parsed *f, const sn_trainer *t, sn_err *e) {
+static sn_status check_finite(const sn_ckpt_file *f, const sn_trainer *t, sn_err *e) {
     static const char *const part[3] = {"weights", "first moments", "second moments"};
     for (int i = 0; i < sn_trainer_param_count(t); i++) {
         const sn_node *p = sn_trainer_param_node(t, i);
@@ -443,7 +388,7 @@ sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t l
     if (sn_trainer_pending(t))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: the trainer has accumulated gradients: "
                        "load before the first step", path);
-    sn_ckpt_parsed f = {0};
+    sn_ckpt_file f = {0};
     sn_status s;
     if (!(s = sn_ckpt_parse(path, bytes, len, &f, e)) && !(s = check_all(&f, t, r, e)) &&
         !(s = check_finite(&f, t, e))) {
@@ -453,15 +398,15 @@ sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t l
         }
     }
     if (!s) {
-        sn_trainer_set_step_count(t, (int)get_u64(sn_ckpt_find(&f, REC_STEP, "step")->body));
+        sn_trainer_set_step_count(t, (int)sn_ckpt_u64(sn_ckpt_find(&f, REC_STEP, "step")->body));
         const sn_ckpt_rec *ls = sn_ckpt_find(&f, REC_STEP, "loss_scaler"); /* checked by check_scaler */
         if (sn_trainer_loss_scaling(t)) {
-            uint64_t bits = get_u64(ls->body);
+            uint64_t bits = sn_ckpt_u64(ls->body);
             double scale;
             memcpy(&scale, &bits, 8);
             sn_trainer_set_scaler(t, (sn_loss_scaler){.scale = (float)scale,
-                                                      .skipped = (int64_t)get_u64(ls->body + 8),
-                                                      .clean = (int64_t)get_u64(ls->body + 16)});
+                                                      .skipped = (int64_t)sn_ckpt_u64(ls->body + 8),
+                                                      .clean = (int64_t)sn_ckpt_u64(ls->body + 16)});
         }
         memcpy(r->data_rng.s, sn_ckpt_find(&f, REC_RNG, "data")->body, 32);
         if (!(s = load_series(&f, "train_loss", &r->train_loss, e))) s = load_series(&f, "val_loss", &r->val_loss, e);
@@ -486,7 +431,7 @@ sn_status sn_checkpoint_load(const char *path, sn_trainer *t, sn_run_state *r, s
 /* ---- a new run from a checkpoint's weights ------------------------------------------------- */
 
 /* The file's "model" and "model.shape" metadata as a hint ("model tiny (ctx 32, ...)"). */
-static void file_model(const sn_ckpt_parsed *f, char *buf, size_t len) {
+static void file_model(const sn_ckpt_file *f, char *buf, size_t len) {
     const sn_ckpt_rec *m = sn_ckpt_find(f, REC_META, "model"), *shape = sn_ckpt_find(f, REC_META, "model.shape");
     if (!m) {
         snprintf(buf, len, "a model this sinter does not name");
@@ -498,7 +443,7 @@ static void file_model(const sn_ckpt_parsed *f, char *buf, size_t len) {
 }
 
 /* check_params for a new run: adapters may be absent (counted in *fresh), shapes must match. */
-static sn_status check_init_params(const sn_ckpt_parsed *f, const sn_trainer *t, int *fresh, sn_err *e) {
+static sn_status check_init_params(const sn_ckpt_file *f, const sn_trainer *t, int *fresh, sn_err *e) {
     char model[200], hint[320];
     file_model(f, model, sizeof model);
     snprintf(hint, sizeof hint, "the checkpoint holds %s: start from it with the same --model "
@@ -536,7 +481,7 @@ static sn_status check_init_params(const sn_ckpt_parsed *f, const sn_trainer *t,
 
 /* The file's adapters are read only into a model of the same shape and scale: its "model.shape"
  * is run's (the LoRA rank, alpha and targets are in it). */
-static sn_status check_init_adapters(const sn_ckpt_parsed *f, const sn_trainer *t, const sn_run_state *run,
+static sn_status check_init_adapters(const sn_ckpt_file *f, const sn_trainer *t, const sn_run_state *run,
                                      sn_err *e) {
     const char *want = run ? sn_run_meta_get(run, "model.shape") : NULL;
     if (!want) return SN_OK;
@@ -558,7 +503,7 @@ sn_status sn_checkpoint_init_bytes(const char *path, const void *bytes, size_t l
     if (sn_trainer_pending(t) || sn_trainer_step_count(t))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: a run starts from a checkpoint's "
                        "weights before its first step", path);
-    sn_ckpt_parsed f = {0};
+    sn_ckpt_file f = {0};
     int n_fresh = 0;
     sn_status s;
     if (!(s = sn_ckpt_parse(path, bytes, len, &f, e)) && !(s = check_init_params(&f, t, &n_fresh, e)) &&

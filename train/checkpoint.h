@@ -7,6 +7,7 @@
 #include "ir/ir.h"
 #include "support/plot.h"
 #include "support/rng.h"
+#include "sample.h"
 #include "train.h"
 
 /* The file (little-endian): a 32-byte header (magic "SNCKPT\x1a\n", u32 version, u32 header
@@ -89,5 +90,27 @@ sn_status sn_checkpoint_read_weights(const char *path, sn_ckpt_weights *out, sn_
 sn_status sn_checkpoint_read_weights_bytes(const char *path, const void *bytes, size_t len,
                                            sn_ckpt_weights *out, sn_err *e);
 void sn_ckpt_weights_free(sn_ckpt_weights *w);
+
+/* ---- a checkpoint's model without a trainer (checkpoint_read.c: generation) ---- */
+
+typedef struct sn_ckpt_model sn_ckpt_model;
+/* Reads path whole and checks it (size, CRC, records); the weights are checked when read. */
+sn_status sn_ckpt_model_read(const char *path, sn_ckpt_model **out, sn_err *e);
+void sn_ckpt_model_free(sn_ckpt_model *m);
+/* A metadata value ("model", "model.shape", "tokenizer", "seq" ...), NUL-terminated in buf
+ * (cut to len - 1 bytes); NULL when the file has none. */
+const char *sn_ckpt_model_meta(const sn_ckpt_model *m, const char *key, char *buf, size_t len);
+/* The rank of the parameter called name with its shape in shape; -1 when there is none (or
+ * its record is malformed). */
+int sn_ckpt_model_shape(const sn_ckpt_model *m, const char *name, int64_t shape[SN_MAX_RANK]);
+/* The name of the file's i-th parameter, NULL past the last. */
+const char *sn_ckpt_model_param_name(const sn_ckpt_model *m, int i);
+/* The weights as a source (sample.h; m must outlive its uses): a parameter the file lacks or
+ * holds with another shape is SN_ERR_INVALID naming it and the file's model; a malformed
+ * record SN_ERR_PARSE; a NaN or infinite weight SN_ERR_NUMERIC. */
+sn_weight_source sn_ckpt_model_weights(const sn_ckpt_model *m);
+/* Every parameter of the file is one of g's (by name), else SN_ERR_INVALID naming the first
+ * that is not: a model built without some part of the file's (LoRA adapters) is refused. */
+sn_status sn_ckpt_model_covers(const sn_ckpt_model *m, const sn_graph *g, sn_err *e);
 
 #endif

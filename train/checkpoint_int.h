@@ -1,15 +1,17 @@
-/* checkpoint_int.h: the checkpoint file's records as the readers of train/ share them
- * (checkpoint.c resumes and starts runs; checkpoint_weights.c reads weights for export).
- * Convention: sn_ckpt_parse checks the header, size and CRC-32 and bounds every record before
- * any caller reads one; a record's body is then within the bytes parsed. */
+/* checkpoint_int.h: the checkpoint file's records, shared by checkpoint.c (a run saved and
+ * resumed) and checkpoint_read.c (a model read without a trainer). Internal to train/.
+ * Convention: a parsed file is a list of views into the caller's bytes, checked for size and
+ * CRC before any record is looked at. */
 #ifndef SN_CHECKPOINT_INT_H
 #define SN_CHECKPOINT_INT_H
 
 #include <stdint.h>
 #include <string.h>
 
-#include "ir/ir.h"
+#include "checkpoint.h"
 
+static const char SN_CKPT_MAGIC[8] = "SNCKPT\x1a\n";
+enum { HEADER_BYTES = 32 };
 enum { REC_META = 1, REC_STEP, REC_RNG, REC_SERIES, REC_PARAM };
 
 typedef struct {
@@ -23,14 +25,14 @@ typedef struct {
     const char *path;
     sn_ckpt_rec *recs;
     int n;
-} sn_ckpt_parsed;
+} sn_ckpt_file;
 
-static inline uint32_t get_u32(const uint8_t *p) {
+static inline uint32_t sn_ckpt_u32(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, 4);
     return v;
 }
-static inline uint64_t get_u64(const uint8_t *p) {
+static inline uint64_t sn_ckpt_u64(const uint8_t *p) {
     uint64_t v;
     memcpy(&v, p, 8);
     return v;
@@ -38,8 +40,8 @@ static inline uint64_t get_u64(const uint8_t *p) {
 
 /* Checks the header, the size and the CRC, and splits the payload into records. out->recs is
  * the caller's to free, whatever this returns. */
-sn_status sn_ckpt_parse(const char *path, const uint8_t *b, size_t len, sn_ckpt_parsed *out, sn_err *e);
-/* The first record of kind named name, or NULL. */
-const sn_ckpt_rec *sn_ckpt_find(const sn_ckpt_parsed *f, uint32_t kind, const char *name);
+sn_status sn_ckpt_parse(const char *path, const uint8_t *b, size_t len, sn_ckpt_file *out, sn_err *e);
+/* The record of that kind and name, or NULL. */
+const sn_ckpt_rec *sn_ckpt_find(const sn_ckpt_file *f, uint32_t kind, const char *name);
 
 #endif

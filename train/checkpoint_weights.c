@@ -18,12 +18,12 @@ void sn_ckpt_weights_free(sn_ckpt_weights *w) {
 }
 
 /* A PARAM record: u32 rank, i64 shape[rank], f32 w, m, v [numel]. */
-static sn_status check_param(const sn_ckpt_parsed *f, const sn_ckpt_rec *r, sn_ckpt_param *p, sn_err *e) {
-    uint32_t rank = r->size >= 4 ? get_u32(r->body) : UINT32_MAX;
+static sn_status check_param(const sn_ckpt_file *f, const sn_ckpt_rec *r, sn_ckpt_param *p, sn_err *e) {
+    uint32_t rank = r->size >= 4 ? sn_ckpt_u32(r->body) : UINT32_MAX;
     uint64_t numel = 1, bytes;
     bool ok = rank <= SN_MAX_RANK && r->size >= 4 + 8 * (uint64_t)rank;
     for (uint32_t d = 0; ok && d < rank; d++) {
-        int64_t n = (int64_t)get_u64(r->body + 4 + 8 * d);
+        int64_t n = (int64_t)sn_ckpt_u64(r->body + 4 + 8 * d);
         ok = n > 0 && sn_mul_u64(numel, (uint64_t)n, &numel) && numel < ((uint64_t)1 << 40);
         if (ok) p->shape[d] = n;
     }
@@ -38,7 +38,7 @@ static sn_status check_param(const sn_ckpt_parsed *f, const sn_ckpt_rec *r, sn_c
 sn_status sn_checkpoint_read_weights_bytes(const char *path, const void *bytes, size_t len,
                                            sn_ckpt_weights *out, sn_err *e) {
     *out = (sn_ckpt_weights){0};
-    sn_ckpt_parsed f = {0};
+    sn_ckpt_file f = {0};
     sn_status s = sn_ckpt_parse(path, bytes, len, &f, e);
     int n = 0;
     for (int i = 0; i < f.n && !s; i++) n += f.recs[i].kind == REC_PARAM;

@@ -73,29 +73,40 @@ sn_sampler *sn_sampler_new(sn_graph *g, const sn_node *idx, const sn_node *logit
     return s;
 }
 
-sn_status sn_sampler_load(sn_sampler *s, const sn_trainer *t, sn_err *e) {
+static sn_status trainer_get(void *src, const sn_node *p, float *data, sn_err *e) {
+    const sn_trainer *t = src;
+    int k = sn_trainer_find_param(t, p->name);
+    if (k < 0)
+        return sn_fail(e, SN_ERR_INVALID, "parameter %s of the model to run is not in the "
+                       "trainer: build both graphs from the same model", p->name);
+    const sn_node *tp = sn_trainer_param_node(t, k);
+    if (tp->rank != p->rank || memcmp(tp->shape, p->shape, sizeof(int64_t) * (size_t)p->rank)) {
+        char a[96], b[96];
+        return sn_fail(e, SN_ERR_INVALID, "parameter %s is %s in the model to run but %s in "
+                       "the trainer: build both graphs from the same model", p->name,
+                       sn_type_str(p, a, sizeof a), sn_type_str(tp, b, sizeof b));
+    }
+    return sn_trainer_get_param(t, k, SN_PARAM_WEIGHTS, data, e);
+}
+
+sn_weight_source sn_trainer_weights(const sn_trainer *t) { return (sn_weight_source){trainer_get, (void *)t}; }
+
+sn_status sn_sampler_load_weights(sn_sampler *s, sn_weight_source w, sn_err *e) {
     for (int i = 0; i < s->g->n_nodes; i++) {
         const sn_node *p = s->g->nodes[i];
         if (p->op != SN_OP_PARAM) continue;
-        int k = sn_trainer_find_param(t, p->name);
-        if (k < 0)
-            return sn_fail(e, SN_ERR_INVALID, "sampler: parameter %s of the sampling graph is not "
-                           "in the trainer: build both graphs from the same model", p->name);
-        const sn_node *tp = sn_trainer_param_node(t, k);
-        if (tp->rank != p->rank || memcmp(tp->shape, p->shape, sizeof(int64_t) * (size_t)p->rank)) {
-            char a[96], b[96];
-            return sn_fail(e, SN_ERR_INVALID, "sampler: parameter %s is %s in the sampling graph "
-                           "but %s in the trainer: build both graphs from the same model", p->name,
-                           sn_type_str(p, a, sizeof a), sn_type_str(tp, b, sizeof b));
-        }
-        float *w = malloc(sizeof(float) * (size_t)sn_numel(p) + 4);
-        if (!w) return sn_fail(e, SN_ERR_OOM, "sampler: out of host memory for parameter %s", p->name);
-        sn_status st = sn_trainer_get_param(t, k, SN_PARAM_WEIGHTS, w, e);
-        if (!st) st = set(s, p, w, e);
-        free(w);
+        float *data = malloc(sizeof(float) * (size_t)sn_numel(p) + 4);
+        if (!data) return sn_fail(e, SN_ERR_OOM, "sampler: out of host memory for parameter %s", p->name);
+        sn_status st = w.get(w.src, p, data, e);
+        if (!st) st = set(s, p, data, e);
+        free(data);
         if (st) return st;
     }
     return SN_OK;
+}
+
+sn_status sn_sampler_load(sn_sampler *s, const sn_trainer *t, sn_err *e) {
+    return sn_sampler_load_weights(s, sn_trainer_weights(t), e);
 }
 
 typedef struct {

@@ -32,10 +32,21 @@ sn_sampler *sn_sampler_new(sn_graph *g, const sn_node *idx, const sn_node *logit
                            struct sn_device *device, sn_err *e);
 void sn_sampler_free(sn_sampler *s);
 
+/* Where a model's weights come from: get fills numel(p) floats of the parameter named p->name,
+ * whose shape must be p's (a name it lacks or a mismatched shape: SN_ERR_INVALID naming it). */
+typedef struct {
+    sn_status (*get)(void *src, const sn_node *p, float *data, sn_err *e);
+    void *src;
+} sn_weight_source;
+/* A trainer's current weights (sn_trainer_get_param); t must outlive the uses of the result. */
+sn_weight_source sn_trainer_weights(const sn_trainer *t);
+
 /* Copies every PARAM of the sampling graph from the trainer's weights by name, through
  * sn_trainer_get_param (the batch-1 forward is its own program on the trainer's device); a
  * parameter the trainer lacks or holds with another shape is SN_ERR_INVALID naming it. */
 sn_status sn_sampler_load(sn_sampler *s, const sn_trainer *t, sn_err *e);
+/* The same from any source of weights. */
+sn_status sn_sampler_load_weights(sn_sampler *s, sn_weight_source w, sn_err *e);
 
 /* Generates o->n_new ids after prompt[0, n_prompt) (n_prompt >= 1) into out. The model sees
  * the last T ids of prompt and output so far; each new id is drawn from the softmax of the

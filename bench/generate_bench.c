@@ -1,0 +1,215 @@
+/* generate_bench.c: text generation speed of a GPT-2 configuration (random weights, batch 1,
+ * fp32, greedy) with the KV cache (train/generate.h: prefill once, then one decode step per
+ * token) and without it (train/sample.h: the whole window recomputed for every token, the path
+ * sinter train's samples take); and the time of one decode step at given positions, which must
+ * not grow with the position beyond the attention's read of the cache. One JSON object per
+ * measurement per line, then a summary. Not a test: numbers for docs/generate.md.
+ *
+ *     bench/generate_bench --model gpt2 --prompt-len 32 --new 256 --positions 64,1024
+ *     bench/generate_bench --model demo --baseline-tokens 0          (the cache only) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/gpt2.h"
+#include "program/program.h"
+#include "passes/pipeline.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/device.h"
+#include "support/clock.h"
+#include "support/rng.h"
+#include "train/generate.h"
+
+typedef struct {
+    const char *model, *device, *positions;
+    int prompt_len, n_new, threads, baseline_tokens;
+    uint64_t seed;
+} args;
+
+static void die(const char *what, const sn_err *e) {
+    fprintf(stderr, "generate_bench: %s%s%s\n", what, e ? ": " : "", e ? e->msg : "");
+    exit(1);
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: generate_bench [--model NAME] [--prompt-len N] [--new N] [--device auto|cpu|cuda|interp]\n"
+                    "         [--threads N] [--baseline-tokens N (0: no run without the cache)]\n"
+                    "         [--positions P,P,... (1-based; each timed over the 8 steps up to it)] [--seed N]\n");
+    exit(2);
+}
+
+static long num(const char *s, long lo, long hi) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < lo || v > hi) usage();
+    return v;
+}
+
+static args parse(int argc, char **argv) {
+    args a = {.model = "gpt2", .device = "cpu", .positions = "64,1024", .prompt_len = 32,
+              .n_new = 256, .baseline_tokens = 8, .seed = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) usage();
+        if (!strcmp(o, "--model")) a.model = v;
+        else if (!strcmp(o, "--device")) a.device = v;
+        else if (!strcmp(o, "--positions")) a.positions = v;
+        else if (!strcmp(o, "--prompt-len")) a.prompt_len = (int)num(v, 1, 1 << 20);
+        else if (!strcmp(o, "--new")) a.n_new = (int)num(v, 1, 1 << 20);
+        else if (!strcmp(o, "--threads")) a.threads = (int)num(v, 0, 1024);
+        else if (!strcmp(o, "--baseline-tokens")) a.baseline_tokens = (int)num(v, 0, 1 << 20);
+        else if (!strcmp(o, "--seed")) a.seed = (uint64_t)num(v, 0, 1L << 62);
+        else usage();
+        i++;
+    }
+    return a;
+}
+
+static sn_device *open_device(const args *a) {
+    sn_device *d = NULL;
+    sn_err e;
+    char why[512];
+    bool cuda = !strcmp(a->device, "cuda") || (!strcmp(a->device, "auto") && sn_cuda_device_count(why, sizeof why) > 0);
+    if (cuda && sn_cuda_device_new(0, &d, &e)) die("cuda device", &e);
+    if (!cuda && !strcmp(a->device, "interp")) return NULL;
+    if (!cuda && sn_cpu_device_new(a->threads, &d, &e)) die("cpu device", &e);
+    return d;
+}
+
+/* Random weights: each parameter's init rule, seeded (train.h's sn_param_init). */
+static sn_status init_weights(void *src, const sn_node *p, float *data, sn_err *e) {
+    (void)e;
+    sn_param_init(p, data, *(const uint64_t *)src);
+    return SN_OK;
+}
+
+static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn_err *e) {
+    return sn_gpt2_build_kv(g, user, B, T, decode, NULL, e);
+}
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    args a = parse(argc, argv);
+    sn_gpt2_config c;
+    if (!sn_gpt2_config_find(a.model, &c)) die("unknown model (gpt2, gpt2-medium, ..., demo, tiny)", NULL);
+    if (a.prompt_len + a.n_new - 1 > c.ctx) die("the prompt and the new tokens do not fit the context", NULL);
+    sn_device *d = open_device(&a);
+    const char *dev = d ? d->name : "reference interpreter";
+    sn_weight_source w = {init_weights, &a.seed};
+    sn_err e;
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)c.ctx), *out = malloc(sizeof(int32_t) * (size_t)c.ctx);
+    if (!prompt || !out) die("out of memory for the tokens", NULL);
+    sn_rng r = sn_rng_seed(a.seed);
+    for (int i = 0; i < c.ctx; i++) prompt[i] = (int32_t)sn_rng_below(&r, (uint64_t)c.vocab);
+
+    /* with the cache: a first call compiles the prefill program, the second is timed */
+    double t0 = sn_clock_s();
+    sn_generator *gen;
+    sn_generator_opts go = {.build = build_kv, .user = &c, .ctx = c.ctx, .n_layer = c.n_layer, .batch = 1};
+    if (sn_generator_new(&go, d, &gen, &e) || sn_generator_load(gen, w, &e)) die("generator", &e);
+    double setup_s = sn_clock_s() - t0;
+    sn_sample_opts so = {.n_new = a.n_new, .temperature = 0, .seed = a.seed};
+    const int32_t *pp = prompt;
+    t0 = sn_clock_s();
+    if (sn_generator_generate(gen, &pp, &a.prompt_len, &so, out, NULL, NULL, &e)) die("generate", &e);
+    double first_s = sn_clock_s() - t0;
+    t0 = sn_clock_s();
+    if (sn_generator_generate(gen, &pp, &a.prompt_len, &so, out, NULL, NULL, &e)) die("generate", &e);
+    double total_s = sn_clock_s() - t0;
+    sn_generate_stats st;
+    sn_generator_stats(gen, &st);
+    double cached_tps = a.n_new / total_s, decode_tps = st.n_steps ? st.n_steps / st.decode_s : 0;
+    double prefill_s = st.prefill_s;
+    printf("{\"bench\":\"generate\",\"cache\":true,\"model\":\"%s\",\"device\":\"%s\",\"prompt\":%d,"
+           "\"new\":%d,\"tokens_per_s\":%.3f,\"decode_tokens_per_s\":%.3f,\"prefill_s\":%.4f,"
+           "\"setup_s\":%.3f,\"first_call_s\":%.3f}\n", a.model, dev, a.prompt_len, a.n_new,
+           cached_tps, decode_tps, prefill_s, setup_s, first_s);
+    /* a decode step's time by kernel kind: a short run with an event after every kernel (which
+     * costs time of its own, so the runs above have events around the whole step only) */
+    sn_exec *dx = sn_generator_decode_exec(gen);
+    sn_exec_time_kernels(dx, true);
+    so.n_new = 4;
+    if (sn_generator_generate(gen, &pp, &a.prompt_len, &so, out, NULL, NULL, &e)) die("generate", &e);
+    so.n_new = a.n_new;
+    sn_exec_time_kernels(dx, false);
+    sn_exec_stats xs;
+    sn_exec_stats_get(dx, &xs);
+    char kinds[512] = "";
+    for (int k = 0, at = 0; k < SN_KER_KIND_COUNT; k++)
+        if (xs.kind_s[k] > 0)
+            at += snprintf(kinds + at, sizeof kinds - (size_t)at, "%s%s %.2f ms", at ? ", " : "",
+                           sn_kernel_kind_name((sn_kernel_kind)k), 1e3 * xs.kind_s[k]);
+    printf("{\"bench\":\"generate_kinds\",\"decode_step\":\"%s\",\"kernels\":%d,\"persistent_bytes\":%lld,\"arena_bytes\":%lld}\n",
+           kinds, sn_generator_decode_program(gen)->n_kernels, (long long)xs.persistent_bytes, (long long)xs.arena_bytes);
+    fflush(stdout);
+
+    /* one decode step at each position P (1-based): the 8 steps up to it, the median */
+    double pos_ms[8] = {0};
+    int pos_at[8], n_pos = 0;
+    for (const char *p = a.positions; *p && n_pos < 8;) {
+        char *end;
+        long P = strtol(p, &end, 10);
+        if (end == p || P < 10 || P > c.ctx) die("--positions: each between 10 and the context", NULL);
+        int np = (int)P - 8, nn = 9; /* steps feed positions P-8 .. P-1 (0-based) */
+        const int32_t *q = prompt;
+        sn_sample_opts po = {.n_new = nn, .temperature = 0, .seed = a.seed};
+        if (sn_generator_generate(gen, &q, &np, &po, out, NULL, NULL, &e)) die("generate", &e);
+        sn_generator_stats(gen, &st);
+        double s[8];
+        memcpy(s, st.step_s, sizeof s);
+        qsort(s, 8, sizeof s[0], by_value);
+        pos_at[n_pos] = (int)P, pos_ms[n_pos] = 1e3 * (s[3] + s[4]) / 2;
+        printf("{\"bench\":\"generate_step\",\"model\":\"%s\",\"device\":\"%s\",\"position\":%d,"
+               "\"ms\":%.3f}\n", a.model, dev, pos_at[n_pos], pos_ms[n_pos]);
+        fflush(stdout);
+        n_pos++;
+        p = *end == ',' ? end + 1 : end;
+    }
+    sn_generator_free(gen);
+
+    /* without the cache: the sampler over a window of prompt + new tokens, the trainer's
+     * forward rewrites (attention fused); every token costs the same, so a few are timed */
+    double plain_tps = 0;
+    if (a.baseline_tokens > 0) {
+        int T = a.prompt_len + a.n_new, n = a.baseline_tokens < a.n_new ? a.baseline_tokens : a.n_new;
+        sn_graph *g = sn_graph_new();
+        sn_gpt2 m;
+        sn_pipeline_opts po = sn_pipeline_defaults();
+        po.target = d ? &d->target : NULL;
+        po.pad_vocab = 0;
+        if (sn_gpt2_build(g, &c, 1, T, &m, &e) || sn_compile(g, &po, NULL, NULL, &e)) die("sampler graph", &e);
+        const sn_node *idx = NULL;
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i]->op == SN_OP_INPUT && !strcmp(g->nodes[i]->name, "idx")) idx = g->nodes[i];
+        sn_sampler *s = sn_sampler_new(g, idx, g->outputs[0], d, &e);
+        if (!s || sn_sampler_load_weights(s, w, &e)) die("sampler", &e);
+        so.n_new = 1; /* warm-up */
+        if (sn_sampler_generate(s, prompt, a.prompt_len, &so, out, &e)) die("sample", &e);
+        so.n_new = n;
+        t0 = sn_clock_s();
+        if (sn_sampler_generate(s, prompt, a.prompt_len, &so, out, &e)) die("sample", &e);
+        plain_tps = n / (sn_clock_s() - t0);
+        printf("{\"bench\":\"generate\",\"cache\":false,\"model\":\"%s\",\"device\":\"%s\",\"window\":%d,"
+               "\"timed_tokens\":%d,\"tokens_per_s\":%.3f}\n", a.model, dev, T, n, plain_tps);
+        sn_sampler_free(s);
+        sn_graph_free(g);
+    }
+
+    printf("\n%s on %s, batch 1, fp32, %d-token prompt, %d new tokens (greedy):\n", a.model, dev,
+           a.prompt_len, a.n_new);
+    printf("  with the KV cache:    %8.2f tokens/s (prefill %.3f s, decode steps %.2f tokens/s)\n",
+           cached_tps, prefill_s, decode_tps);
+    if (plain_tps > 0)
+        printf("  without (recompute):  %8.2f tokens/s (a window of %d, %d tokens timed): %.1fx\n",
+               plain_tps, a.prompt_len + a.n_new, a.baseline_tokens, cached_tps / plain_tps);
+    for (int i = 0; i < n_pos; i++) printf("  one decode step at position %4d: %.2f ms\n", pos_at[i], pos_ms[i]);
+    printf("  a decode step by kernel kind (timed kernel by kernel, which adds time): %s\n", kinds);
+    free(prompt);
+    free(out);
+    sn_device_free(d);
+    return 0;
+}

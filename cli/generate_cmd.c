@@ -1,0 +1,302 @@
+/* generate_cmd.c: `sinter generate CHECKPOINT`: text from a checkpoint's model with the KV cache
+ * (train/generate.h): the prompts through the model's tokenizer, one prefill, then one decode
+ * step per token; the text streamed to stdout as it comes (a batch of prompts: each printed when
+ * done), the speed to stderr. Convention: the model, its LoRA adapters and its tokenizer are the
+ * checkpoint's (its metadata); only the prompts and the sampling are asked for. */
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/data.h"
+#include "models/gpt2.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/device.h"
+#include "train/checkpoint.h"
+#include "train/generate.h"
+#include "cli.h"
+
+enum { MAX_PROMPTS = 64 };
+
+typedef struct {
+    const char *prompt, *device, *bpe;
+    long max_new, top_k, seed;
+    double temperature;
+    bool ignore_eot, no_cache;
+    /* not options: */
+    const char *checkpoint;
+    const char *prompts[MAX_PROMPTS];
+    int n_prompts;
+} gen_args;
+
+#define O(field) offsetof(gen_args, field)
+
+static const cli_opt gen_opts[] = {
+    {"prompt", 'p', CLI_STR, "TEXT", O(prompt),
+     .help = "the text to continue (default: a newline); given again, each\n"
+             "prompt is a row of one batch, generated together"},
+    {"max-new-tokens", 'n', CLI_INT, "N", O(max_new), 1, 1 << 20,
+     .help = "new tokens per prompt (default 200); a prompt and its\n"
+             "new tokens must fit the length the model was trained on"},
+    {"temperature", 't', CLI_REAL, "X", O(temperature), 0, 100,
+     .help = "sampling temperature (default 1.0; 0: greedy)"},
+    {"top-k", 'k', CLI_INT, "K", O(top_k), 0, 1 << 24,
+     .help = "sample among the K most likely tokens (default 40; 0: all)"},
+    {"seed", 's', CLI_INT, "N", O(seed), 0, 0x7fffffff,
+     .help = "sampling seed (default 1337); prompt b of a batch\n"
+             "draws with N + b"},
+    {"device", 0, CLI_CHOICE, "D", O(device), .choices = "auto, cuda, cpu, interp",
+     .help = "auto (default): the CUDA GPU when there is one, else cpu;\n"
+             "cuda: CUDA GPU 0; cpu: compiled kernels on the CPU;\n"
+             "interp: the reference interpreter"},
+    {"no-cache", 0, CLI_FLAG, NULL, O(no_cache),
+     .help = "CUDA: compile every kernel, read and write no kernel cache"},
+    {"bpe", 0, CLI_STR, "DIR", O(bpe),
+     .help = "GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe (for a model\n"
+             "trained with --tokenizer gpt2; default: the installed assets)"},
+    {"ignore-eot", 0, CLI_FLAG, NULL, O(ignore_eot),
+     .help = "go on past <|endoftext|> (default: a prompt's text ends there)"},
+};
+
+static int cmd_generate(int argc, char **argv);
+
+const cli_command cli_generate_cmd = {
+    .name = "generate",
+    .synopsis = "CHECKPOINT [options]",
+    .summary = "Generates text from a checkpoint's model, with a KV cache.",
+    .opts = CLI_OPTS(gen_opts),
+    .notes = "The model, its LoRA adapters and its tokenizer are the checkpoint's. The text goes to\n"
+             "stdout as it is generated (the prompt first); tokens/s and the prefill's time to\n"
+             "stderr. Exit status 2: a usage error; 1: a failure (the message says which).\n",
+    .run = cmd_generate,
+};
+
+/* ---- the model from the checkpoint's metadata ---------------------------------------------- */
+
+typedef struct {
+    sn_gpt2_config c;
+    bool has_lora;
+    sn_gpt2_lora lora;
+} gen_model;
+
+static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn_err *e) {
+    gen_model *m = user;
+    return sn_gpt2_build_kv(g, &m->c, B, T, decode, m->has_lora ? &m->lora : NULL, e);
+}
+
+/* The GPT-2 configuration, vocabulary (the rows of wte, padding included) and adapters the
+ * checkpoint holds. */
+static sn_status model_of(const sn_ckpt_model *ck, const char *path, gen_model *m, sn_err *e) {
+    char name[100], shape[200], targets[16];
+    if (!sn_ckpt_model_meta(ck, "model", name, sizeof name) || !sn_gpt2_config_find(name, &m->c))
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds %s%s%s, not one of sinter's GPT-2 "
+                       "models (%s): generate from a checkpoint that `sinter train` wrote", path,
+                       sn_ckpt_model_meta(ck, "model", name, sizeof name) ? "model '" : "no model name",
+                       sn_ckpt_model_meta(ck, "model", name, sizeof name) ? name : "",
+                       sn_ckpt_model_meta(ck, "model", name, sizeof name) ? "'" : "", sn_gpt2_config_names());
+    int64_t wte[SN_MAX_RANK];
+    if (sn_ckpt_model_shape(ck, "wte", wte) != 2 || wte[0] < 1 || wte[0] > (1 << 24) || wte[1] != m->c.n_embd)
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds no parameter wte of (V, %d) with "
+                       "1 <= V <= %d, which its model %s has: it is not a checkpoint of that model",
+                       path, m->c.n_embd, 1 << 24, m->c.name);
+    m->c.vocab = (int)wte[0];
+    const char *lora = sn_ckpt_model_meta(ck, "model.shape", shape, sizeof shape) ? strstr(shape, ", LoRA rank ") : NULL;
+    if (lora) {
+        double alpha;
+        if (sscanf(lora, ", LoRA rank %d alpha %lg on %15s", &m->lora.lora.rank, &alpha, targets) != 3 ||
+            !sn_gpt2_lora_targets_parse(targets, &m->lora.targets))
+            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: its model shape '%s' names LoRA "
+                           "adapters this sinter cannot read", path, shape);
+        m->lora.lora.alpha = (float)alpha;
+        m->has_lora = true;
+    }
+    return SN_OK;
+}
+
+/* ---- running ---------------------------------------------------------------------------- */
+
+typedef struct {
+    const sn_tokenizer *tk;
+    int n_new, B;
+    bool stream;     /* batch 1: each token printed as it comes */
+    bool stop_eot;
+    bool done[MAX_PROMPTS];
+    int n_done;
+    long generated;  /* tokens drawn, stopped rows' left out */
+} stream_state;
+
+static bool on_step(void *user, int step, const int32_t *ids) {
+    stream_state *st = user;
+    (void)step;
+    for (int b = 0; b < st->B; b++) {
+        if (st->done[b]) continue;
+        st->generated++;
+        if (st->stop_eot && ids[b] == st->tk->eot) {
+            st->done[b] = true;
+            st->n_done++;
+            continue;
+        }
+        if (st->stream) {
+            size_t len;
+            const char *bytes = sn_tokenizer_decode(st->tk, ids[b], &len);
+            if (bytes) fwrite(bytes, 1, len, stdout);
+            fflush(stdout);
+        }
+    }
+    return st->n_done < st->B;
+}
+
+static sn_status open_device(const gen_args *a, sn_device **d, sn_err *e) {
+    *d = NULL;
+    sn_cuda_opts co = {.no_cache = a->no_cache};
+    if (!strcmp(a->device, "interp")) return SN_OK;
+    if (!strcmp(a->device, "cuda")) return sn_cuda_device_new_opts(0, &co, d, e);
+    char why[512];
+    if (!strcmp(a->device, "auto") && sn_cuda_device_count(why, sizeof why) > 0)
+        return sn_cuda_device_new_opts(0, &co, d, e);
+    if (!strcmp(a->device, "auto")) fprintf(stderr, "no CUDA device (%s): using cpu\n", why);
+    return sn_cpu_device_new(0, d, e);
+}
+
+/* Prints prompt b and its new tokens (to its stop) after a batch. */
+static void print_row(const stream_state *st, const char *prompt, const int32_t *ids, int b) {
+    printf("%s--- prompt %d ---\n%s", b ? "\n" : "", b + 1, prompt);
+    for (int i = 0; i < st->n_new; i++) {
+        if (st->stop_eot && ids[i] == st->tk->eot) break;
+        size_t len;
+        const char *bytes = sn_tokenizer_decode(st->tk, ids[i], &len);
+        if (bytes) fwrite(bytes, 1, len, stdout);
+    }
+    printf("\n");
+}
+
+static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
+    sn_ckpt_model *ck = NULL;
+    sn_tokenizer *tk = NULL;
+    sn_device *dev = NULL;
+    sn_generator *gen = NULL;
+    sn_tokens toks[MAX_PROMPTS] = {0};
+    int32_t *out = NULL;
+    gen_model m = {0};
+    char name[32], seq_text[32];
+    sn_status s = sn_ckpt_model_read(a->checkpoint, &ck, e);
+    if (!s) s = model_of(ck, a->checkpoint, &m, e);
+    if (!s && sn_ckpt_model_meta(ck, "tokenizer", name, sizeof name) && !strcmp(name, "gpt2")) {
+        char enc[4200], merges[4200];
+        snprintf(enc, sizeof enc, "%s/encoder.json", bpe);
+        snprintf(merges, sizeof merges, "%s/vocab.bpe", bpe);
+        s = sn_tokenizer_gpt2_load(enc, merges, &tk, e);
+    } else if (!s && !(tk = sn_tokenizer_bytes_new())) {
+        s = sn_fail_oom(e, 512, "the byte tokenizer");
+    }
+    int B = a->n_prompts, lens[MAX_PROMPTS];
+    const int32_t *ps[MAX_PROMPTS];
+    int trained = !s && sn_ckpt_model_meta(ck, "seq", seq_text, sizeof seq_text) ? atoi(seq_text) : m.c.ctx;
+    if (trained < 1 || trained > m.c.ctx) trained = m.c.ctx;
+    for (int b = 0; !s && b < B; b++) {
+        s = sn_tokenizer_encode(tk, a->prompts[b], strlen(a->prompts[b]), &toks[b], e);
+        lens[b] = (int)toks[b].n;
+        if (!s && lens[b] > trained)
+            s = sn_fail(e, SN_ERR_INVALID, "prompt %d is %d tokens, longer than the sequences of %d "
+                        "tokens the model was trained on: shorten it", b + 1, lens[b], trained);
+        else if (!s && lens[b] + a->max_new - 1 > trained)
+            s = sn_fail(e, SN_ERR_INVALID, "prompt %d is %d tokens and %ld new ones are asked for, "
+                        "but the model was trained on sequences of %d tokens (positions past them "
+                        "were never trained): give --max-new-tokens %d or less (sliding the window "
+                        "past them is not supported with the KV cache yet)", b + 1, lens[b],
+                        a->max_new, trained, trained - lens[b] + 1);
+    }
+    int32_t *ids[MAX_PROMPTS] = {0};
+    for (int b = 0; !s && b < B; b++) {
+        if (!(ids[b] = sn_malloc(sizeof(int32_t) * (toks[b].n + 1), "the prompt", e))) s = SN_ERR_OOM;
+        for (size_t i = 0; !s && i < toks[b].n; i++) ids[b][i] = sn_tokens_get(&toks[b], i);
+        ps[b] = ids[b];
+    }
+    if (!s) s = open_device(a, &dev, e);
+    sn_generator_opts go = {.build = build_kv, .user = &m, .ctx = m.c.ctx, .n_layer = m.c.n_layer, .batch = B};
+    if (!s) s = sn_generator_new(&go, dev, &gen, e);
+    if (!s) s = sn_ckpt_model_covers(ck, sn_generator_decode_graph(gen), e);
+    if (!s) s = sn_generator_load(gen, sn_ckpt_model_weights(ck), e);
+    if (!s && !(out = sn_malloc(sizeof(int32_t) * (size_t)B * (size_t)a->max_new, "the new tokens", e)))
+        s = SN_ERR_OOM;
+    stream_state st = {.tk = tk, .n_new = (int)a->max_new, .B = B, .stream = B == 1,
+                       .stop_eot = !a->ignore_eot && tk && tk->eot >= 0};
+    sn_sample_opts so = {.n_new = (int)a->max_new, .temperature = (float)a->temperature,
+                         .top_k = (int)a->top_k, .vocab = tk ? tk->vocab : 0, .seed = (uint64_t)a->seed};
+    if (!s && B == 1) {
+        fputs(a->prompts[0], stdout);
+        fflush(stdout);
+    }
+    if (!s) s = sn_generator_generate(gen, ps, lens, &so, out, on_step, &st, e);
+    if (!s && B == 1) printf("\n");
+    for (int b = 0; !s && b < B && B > 1; b++) print_row(&st, a->prompts[b], out + (size_t)b * (size_t)a->max_new, b);
+    if (!s) {
+        fflush(stdout);
+        sn_generate_stats gs;
+        sn_generator_stats(gen, &gs);
+        int n_prompt = 0;
+        for (int b = 0; b < B; b++) n_prompt += lens[b];
+        double total = gs.prefill_s + gs.decode_s;
+        fprintf(stderr, "generate: %ld tokens in %.2f s: %.2f tokens/s (batch %d on %s; prefill of "
+                "%d prompt tokens %.3f s, then %.2f tokens/s)\n", st.generated, total,
+                total > 0 ? st.generated / total : 0, B, dev ? dev->name : "the reference interpreter",
+                n_prompt, gs.prefill_s, gs.decode_s > 0 ? gs.n_steps * B / gs.decode_s : 0);
+    }
+    for (int b = 0; b < B; b++) {
+        sn_tokens_free(&toks[b]);
+        free(ids[b]);
+    }
+    free(out);
+    sn_generator_free(gen);
+    sn_device_free(dev);
+    if (tk) sn_tokenizer_free(tk);
+    sn_ckpt_model_free(ck);
+    return s;
+}
+
+/* Every --prompt (-p, --prompt=) of argv in order: the table's parse keeps the last only. */
+static void collect_prompts(int argc, char **argv, gen_args *a) {
+    for (int i = 1; i < argc && a->n_prompts < MAX_PROMPTS; i++) {
+        if (!strcmp(argv[i], "--")) break;
+        if ((!strcmp(argv[i], "--prompt") || !strcmp(argv[i], "-p")) && i + 1 < argc)
+            a->prompts[a->n_prompts++] = argv[++i];
+        else if (!strncmp(argv[i], "--prompt=", 9))
+            a->prompts[a->n_prompts++] = argv[i] + 9;
+    }
+}
+
+static int cmd_generate(int argc, char **argv) {
+    const cli_command *cmd = &cli_generate_cmd;
+    gen_args a = {.device = "auto", .max_new = 200, .top_k = 40, .seed = 1337, .temperature = 1.0};
+    if (argc >= 2 && argv[1][0] != '-') { /* the checkpoint comes first */
+        a.checkpoint = argv[1];
+        argv[1] = argv[0];
+        argc--, argv++;
+    }
+    int rc = cli_parse(cmd, argc, argv, &a);
+    if (rc >= 0) return rc;
+    if (!a.checkpoint)
+        return cli_usage_error(cmd, "no checkpoint: give it first, `sinter generate CHECKPOINT [options]`");
+    collect_prompts(argc, argv, &a);
+    if (a.n_prompts <= 1) { /* none, or one spelled as a prefix of --prompt */
+        a.prompts[0] = a.prompt ? a.prompt : "\n";
+        a.n_prompts = 1;
+    }
+    for (int b = 0; b < a.n_prompts; b++)
+        if (!*a.prompts[b])
+            return cli_usage_error(cmd, "--prompt %d is empty: give some text (or leave --prompt out "
+                                   "to start from a newline)", b + 1);
+    char dir[4096];
+    const char *bpe = NULL;
+    if (a.bpe) bpe = a.bpe;
+    else if (!cli_gpt2_bpe_dir(dir, NULL, 0)) bpe = "assets/gpt2"; /* read only for a gpt2 tokenizer */
+    else bpe = dir;
+    sn_err e;
+    if (run(&a, bpe, &e)) {
+        fflush(stdout);
+        fprintf(stderr, "sinter generate: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}

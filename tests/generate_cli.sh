@@ -1,0 +1,55 @@
+#!/bin/sh
+# generate_cli.sh SINTER: `sinter generate CHECKPOINT` on a tiny model trained here: the same greedy
+# text on the CPU device and on the interpreter, a batch of two prompts whose rows are what each
+# prompt gives alone, a LoRA checkpoint, the speed on stderr; and the refusals, each with exit
+# status and message: no checkpoint, not a checkpoint, a truncated one, an empty prompt, a prompt
+# or a generation longer than the model was trained on.
+set -eu
+sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
+dir=$(mktemp -d /tmp/sn_generate_XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+cd "$dir"
+fail() { echo "FAIL: $*"; [ -f err.txt ] && cat err.txt; exit 1; }
+# refused CODE NEEDLE ARGS...: sinter ARGS exits with CODE and its stderr holds NEEDLE
+refused() {
+    code=$1 needle=$2; shift 2
+    status=0
+    timeout 60 "$sinter" "$@" > out.txt 2> err.txt || status=$?
+    [ "$status" = "$code" ] || fail "sinter $* exited with $status, not $code"
+    grep -qF -- "$needle" err.txt || fail "sinter $* did not say: $needle"
+}
+
+"$sinter" train --model tiny --steps 40 --batch 8 --device cpu --checkpoint t.ckpt --sample-len 0 \
+    --eval-every 0 > train.txt 2>&1 || { cat train.txt; fail "train"; }
+
+g="generate t.ckpt --temperature 0 -n 20"
+"$sinter" $g --prompt "ROMEO:" --device cpu > cpu.txt 2> err.txt || fail "generate on cpu"
+grep -q "tokens/s" err.txt || fail "no tokens/s on stderr"
+head -c 6 cpu.txt | grep -q "^ROMEO:" || fail "the prompt is not printed first"
+[ "$(wc -c < cpu.txt)" -gt 7 ] || fail "nothing generated"
+"$sinter" $g --prompt "ROMEO:" --device interp > interp.txt 2> err.txt || fail "generate on interp"
+cmp -s cpu.txt interp.txt || fail "greedy text differs between cpu and interp"
+echo "greedy generation: the same text on cpu and interp"
+
+"$sinter" $g --prompt "JULIET:" --device cpu > alone.txt 2> err.txt || fail "second prompt alone"
+"$sinter" $g -p "ROMEO:" -p "JULIET:" --device cpu > batch.txt 2> err.txt || fail "a batch of two"
+grep -q "^--- prompt 2 ---$" batch.txt || fail "batch: no second row"
+sed -n '/^--- prompt 2 ---$/,$p' batch.txt | tail -n +2 | cmp -s - alone.txt || fail "batch row 2 differs from the prompt alone"
+echo "a batch of two prompts: each row is its prompt's text alone"
+
+"$sinter" train --model tiny --steps 4 --batch 8 --device cpu --init t.ckpt --lora 4 --checkpoint l.ckpt \
+    --sample-len 0 --eval-every 0 > train.txt 2>&1 || { cat train.txt; fail "LoRA train"; }
+"$sinter" generate l.ckpt -n 10 --device cpu > out.txt 2> err.txt || fail "generate from a LoRA checkpoint"
+echo "a LoRA checkpoint generates"
+
+refused 2 "no checkpoint: give it first" generate --prompt x
+refused 2 "unknown option '--bogus'" generate t.ckpt --bogus
+refused 2 "--prompt 1 is empty" generate t.ckpt --prompt ""
+refused 1 "is not a sinter checkpoint" generate train.txt
+head -c 1000 t.ckpt > trunc.ckpt
+refused 1 "is truncated" generate trunc.ckpt
+refused 1 "cannot read" generate missing.ckpt
+refused 1 "give --max-new-tokens 27 or less" generate t.ckpt --prompt "ROMEO:" -n 40 --device cpu
+refused 1 "longer than the sequences of 32 tokens the model was trained on: shorten it" \
+    generate t.ckpt --prompt "0123456789012345678901234567890123456789" --device cpu
+echo "refused with a message: no checkpoint, not one, truncated, empty prompt, too long"

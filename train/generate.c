@@ -1,0 +1,327 @@
+/* generate.c: generation with a KV cache (generate.h): the decode program and its cache live as
+ * long as the generator; the prefill program of the last padded prompt length is compiled on
+ * demand and kept, allocated, for the next call. Positions are per row: row b's token i sits at
+ * lens[b] + i. */
+#include "generate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/pipeline.h"
+#include "runtime/device.h"
+#include "support/clock.h"
+
+struct sn_generator {
+    sn_generator_opts o;
+    sn_device *dev, *own;      /* own: the reference interpreter, made here when none was given */
+    sn_graph *dg;              /* the decode graph (B, 1), compiled */
+    sn_program *dp;
+    sn_exec *dx;
+    const sn_node *idx, *pos, *mask, *logits; /* of the decode graph */
+    const sn_node **kc, **vc;  /* n_layer each: the cache INPUTs (B, Hkv, S, D) */
+    const sn_node **k, **v;    /* n_layer each: the new token's outputs (B, Hkv, 1, D) */
+    int64_t H, D, V;           /* Hkv, head size, the logits' width */
+    sn_graph *pg;              /* the last prefill graph (B, pT), compiled, its program and */
+    sn_program *pp;            /* executor (with its own copy of the weights: w's when made) */
+    sn_exec *px;
+    int pT;
+    sn_weight_source w;
+    bool loaded;
+    float *mask_h;             /* (B, S) */
+    float *row32;              /* (B, V) */
+    double *row64;             /* (V) */
+    int32_t *ids, *at;         /* (B): the tokens fed and their positions */
+    double prefill_s, decode_s, *step_s;
+    int n_steps;
+};
+
+/* ---- weights --------------------------------------------------------------------------------- */
+
+/* Every PARAM of g into x, from w. */
+static sn_status load_params(const sn_graph *g, sn_exec *x, sn_weight_source w, sn_err *e) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const sn_node *p = g->nodes[i];
+        if (p->op != SN_OP_PARAM) continue;
+        float *data = sn_malloc(sizeof(float) * (size_t)sn_numel(p) + 4, "a parameter's host copy", e);
+        if (!data) return SN_ERR_OOM;
+        sn_status s = w.get(w.src, p, data, e);
+        if (!s) s = sn_exec_set(x, p, data, e);
+        free(data);
+        if (s) return s;
+    }
+    return SN_OK;
+}
+
+/* ---- the graphs ------------------------------------------------------------------------------ */
+
+static const sn_node *input(const sn_graph *g, const char *name) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_INPUT && !strcmp(g->nodes[i]->name, name)) return g->nodes[i];
+    return NULL;
+}
+
+/* Builds and compiles the model's graph for (B, T) into *g and *p, and checks its outputs: L
+ * pairs of (B, Hkv, T, D) then the logits (B, T, V). */
+static sn_status compile(sn_generator *gen, int T, bool decode, sn_graph **g, sn_program **p, sn_err *e) {
+    const sn_generator_opts *o = &gen->o;
+    if (!(*g = sn_graph_new())) return sn_fail_oom(e, sizeof(sn_graph), "the generation graph");
+    sn_status s = o->build(*g, o->batch, T, decode, o->user, e);
+    if (s) return s;
+    sn_graph *G = *g;
+    int L = o->n_layer;
+    const sn_node *lg = G->n_outputs == 2 * L + 1 ? G->outputs[2 * L] : NULL;
+    bool ok = lg && lg->rank == 3 && lg->shape[0] == o->batch && lg->shape[1] == T;
+    for (int i = 0; ok && i < 2 * L; i++) {
+        const sn_node *kv = G->outputs[i], *k0 = G->outputs[0];
+        ok = kv->rank == 4 && kv->dtype == SN_F32 && kv->shape[0] == o->batch && kv->shape[2] == T &&
+             kv->shape[1] == k0->shape[1] && kv->shape[3] == k0->shape[3];
+    }
+    if (!ok)
+        return sn_fail(e, SN_ERR_INVALID, "generate: the model's %s graph has %d outputs, not %d "
+                       "layers' keys and values (B, Hkv, T, D) then the logits (B, T, V): build it "
+                       "as train/generate.h describes", decode ? "decode" : "prefill",
+                       G->n_outputs, L);
+    /* fp32, no rewrite but flash attention in the prefill (the decode's matches nothing) */
+    sn_pipeline_opts po = {.target = &gen->dev->target, .fuse_attention = !decode};
+    return sn_compile(G, &po, p, NULL, e);
+}
+
+void sn_generator_free(sn_generator *g) {
+    if (!g) return;
+    sn_exec_free(g->dx);
+    sn_exec_free(g->px);
+    sn_program_free(g->dp);
+    sn_program_free(g->pp);
+    sn_graph_free(g->dg);
+    sn_graph_free(g->pg);
+    sn_device_free(g->own);
+    free(g->kc);
+    free(g->mask_h);
+    free(g->row32);
+    free(g->row64);
+    free(g->ids);
+    free(g->step_s);
+    free(g);
+}
+
+sn_status sn_generator_new(const sn_generator_opts *o, sn_device *device, sn_generator **out,
+                           sn_err *e) {
+    *out = NULL;
+    if (o->batch < 1 || o->ctx < 1 || o->n_layer < 1 || !o->build)
+        return sn_fail(e, SN_ERR_INVALID, "generate: batch %d, context %d, %d layers: need a model "
+                       "builder and each at least 1", o->batch, o->ctx, o->n_layer);
+    sn_generator *g = sn_calloc(1, sizeof *g, "the generator", e);
+    if (!g) return SN_ERR_OOM;
+    g->o = *o;
+    int L = o->n_layer, B = o->batch, S = o->ctx;
+    sn_status s = SN_OK;
+    if (!device && !(s = sn_interp_device_new(&g->own, e))) device = g->own;
+    g->dev = device;
+    if (!s) s = compile(g, 1, true, &g->dg, &g->dp, e);
+    if (!s && !(g->kc = sn_calloc(4 * (size_t)L, sizeof *g->kc, "the generator's cache nodes", e)))
+        s = SN_ERR_OOM;
+    if (!s) {
+        g->vc = g->kc + L, g->k = g->kc + 2 * L, g->v = g->kc + 3 * L;
+        g->idx = input(g->dg, "idx"), g->pos = input(g->dg, "pos"), g->mask = input(g->dg, "mask");
+        g->logits = g->dg->outputs[2 * L];
+        g->H = g->dg->outputs[0]->shape[1], g->D = g->dg->outputs[0]->shape[3];
+        g->V = g->logits->shape[2];
+        bool ok = g->idx && g->pos && g->mask && g->mask->dtype == SN_F32 &&
+                  sn_numel(g->mask) == (int64_t)B * S;
+        for (int l = 0; ok && l < L; l++) {
+            char name[32];
+            snprintf(name, sizeof name, "k_cache.%d", l);
+            g->kc[l] = input(g->dg, name);
+            snprintf(name, sizeof name, "v_cache.%d", l);
+            g->vc[l] = input(g->dg, name);
+            g->k[l] = g->dg->outputs[2 * l], g->v[l] = g->dg->outputs[2 * l + 1];
+            ok = g->kc[l] && g->vc[l] && sn_numel(g->kc[l]) == B * g->H * S * g->D &&
+                 sn_numel(g->vc[l]) == B * g->H * S * g->D;
+        }
+        if (!ok)
+            s = sn_fail(e, SN_ERR_INVALID, "generate: the model's decode graph lacks the inputs "
+                        "idx, pos, mask (B, 1, 1, %d) or a layer's k_cache.N / v_cache.N "
+                        "(B, Hkv, %d, D): build it as train/generate.h describes", S, S);
+    }
+    if (!s) {
+        g->mask_h = sn_malloc(sizeof(float) * (size_t)B * (size_t)S, "the attention mask", e);
+        g->row32 = sn_malloc(sizeof(float) * (size_t)B * (size_t)g->V, "the generator's logits", e);
+        g->row64 = sn_malloc(sizeof(double) * (size_t)g->V, "the generator's logits", e);
+        g->ids = sn_malloc(sizeof(int32_t) * 2 * (size_t)B, "the generator's ids", e);
+        g->step_s = sn_malloc(sizeof(double) * (size_t)S, "the generator's timings", e);
+        if (!g->mask_h || !g->row32 || !g->row64 || !g->ids || !g->step_s) s = SN_ERR_OOM;
+        else g->at = g->ids + B;
+    }
+    if (!s) s = sn_exec_new(device, g->dp, &g->dx, e);
+    if (!s) sn_exec_time_kernels(g->dx, false); /* events around the run only: a step is short */
+    if (s) {
+        sn_generator_free(g);
+        return s;
+    }
+    *out = g;
+    return SN_OK;
+}
+
+sn_status sn_generator_load(sn_generator *g, sn_weight_source w, sn_err *e) {
+    g->loaded = false;
+    sn_status s = load_params(g->dg, g->dx, w, e);
+    if (!s && g->px) s = load_params(g->pg, g->px, w, e);
+    if (s) return s;
+    g->w = w;
+    g->loaded = true;
+    return SN_OK;
+}
+
+/* ---- generating ------------------------------------------------------------------------------ */
+
+/* Row b's draw from its logits row (float, V of them) into out. */
+static sn_status draw(sn_generator *g, const float *row, const sn_sample_opts *o, sn_rng *rng,
+                      int32_t *out, sn_err *e) {
+    int V = o->vocab > 0 && o->vocab < g->V ? o->vocab : (int)g->V;
+    for (int i = 0; i < g->V; i++) g->row64[i] = row[i];
+    *out = sn_sample_logits(g->row64, V, o->temperature, o->top_k, rng);
+    return *out < 0 ? sn_fail_oom(e, sizeof(double) * 2 * (size_t)V, "the sampler's sorted logits") : SN_OK;
+}
+
+/* The prompts through the prefill program: each row's logits at its last prompt token into
+ * g->row32 (B, V), the prompts' keys and values into the decode program's cache. */
+static sn_status prefill(sn_generator *g, const int32_t *const *prompts, const int *lens, sn_err *e) {
+    int B = g->o.batch, S = g->o.ctx, L = g->o.n_layer, longest = 0;
+    for (int b = 0; b < B; b++) longest = lens[b] > longest ? lens[b] : longest;
+    int T = 1;
+    while (T < longest) T *= 2;
+    T = T < S ? T : S;
+    sn_status s = SN_OK;
+    if (T != g->pT) { /* a prompt of another size: its program, compiled and allocated */
+        sn_exec_free(g->px);
+        sn_program_free(g->pp);
+        sn_graph_free(g->pg);
+        g->px = NULL, g->pp = NULL, g->pg = NULL, g->pT = 0;
+        if ((s = compile(g, T, false, &g->pg, &g->pp, e)) || (s = sn_exec_new(g->dev, g->pp, &g->px, e)) ||
+            (s = load_params(g->pg, g->px, g->w, e)))
+            return s;
+        sn_exec_time_kernels(g->px, false);
+        g->pT = T;
+    }
+    int64_t HD = g->H * g->D, per = HD * T; /* one row's k (or v) of one layer */
+    int32_t *idx = sn_calloc((size_t)B * (size_t)T, sizeof *idx, "the prefill's tokens", e);
+    float *host = sn_malloc(sizeof(float) * (size_t)(B * per), "the prompt's keys and values", e);
+    sn_exec *x = g->px;
+    if (!idx || !host) s = SN_ERR_OOM;
+    for (int b = 0; !s && b < B; b++) memcpy(idx + (size_t)b * T, prompts[b], sizeof *idx * (size_t)lens[b]);
+    if (!s) s = sn_exec_set(x, input(g->pg, "idx"), idx, e);
+    if (!s) s = sn_exec_run(x, e);
+    const sn_node *logits = s ? NULL : g->pg->outputs[2 * L];
+    for (int b = 0; !s && b < B; b++) { /* row b's logits at its last prompt token */
+        int64_t at = ((int64_t)b * T + lens[b] - 1) * g->V;
+        s = sn_exec_download(x, g->row32 + b * g->V, sn_exec_node_ref(logits, 4 * at), 4 * g->V, e);
+    }
+    for (int i = 0; !s && i < 2 * L; i++) { /* (B, Hkv, T, D) -> the cache's (B, Hkv, S, D) */
+        const sn_node *cache = i % 2 ? g->vc[i / 2] : g->kc[i / 2];
+        s = sn_exec_get(x, g->pg->outputs[i], host, e);
+        for (int64_t r = 0; !s && r < B * g->H; r++) {
+            int n = lens[r / g->H];
+            s = sn_exec_upload(g->dx, sn_exec_node_ref(cache, 4 * r * S * g->D),
+                               host + r * T * g->D, 4 * n * g->D, e);
+        }
+    }
+    free(idx);
+    free(host);
+    return s;
+}
+
+/* Row b reads cache positions [0, at[b]): 0 there, -inf from there on. */
+static void mask_rows(sn_generator *g) {
+    int S = g->o.ctx;
+    for (int b = 0; b < g->o.batch; b++)
+        for (int j = 0; j < S; j++) g->mask_h[(size_t)b * S + j] = j < g->at[b] ? 0.0f : -INFINITY;
+}
+
+/* One decode step: ids[b] at positions at[b] in, their logits into g->row32 (B, V); then the
+ * step's keys and values into the cache at at[b]. */
+static sn_status decode(sn_generator *g, sn_err *e) {
+    int B = g->o.batch, S = g->o.ctx, L = g->o.n_layer;
+    mask_rows(g);
+    sn_status s = sn_exec_set(g->dx, g->idx, g->ids, e);
+    if (!s) s = sn_exec_set(g->dx, g->pos, g->at, e);
+    if (!s) s = sn_exec_set(g->dx, g->mask, g->mask_h, e);
+    if (!s) s = sn_exec_run(g->dx, e);
+    if (!s) s = sn_exec_get(g->dx, g->logits, g->row32, e);
+    int64_t D = g->D;
+    for (int l = 0; !s && l < L; l++)
+        for (int64_t r = 0; !s && r < B * g->H; r++) {
+            int64_t to = 4 * (r * S + g->at[r / g->H]) * D;
+            s = sn_exec_copy(g->dx, sn_exec_node_ref(g->kc[l], to), sn_exec_node_ref(g->k[l], 4 * r * D), 4 * D, e);
+            if (!s) s = sn_exec_copy(g->dx, sn_exec_node_ref(g->vc[l], to), sn_exec_node_ref(g->v[l], 4 * r * D), 4 * D, e);
+        }
+    return s;
+}
+
+sn_status sn_generator_generate(sn_generator *g, const int32_t *const *prompts, const int *lens,
+                                const sn_sample_opts *o, int32_t *out, sn_generate_cb on_step,
+                                void *user, sn_err *e) {
+    int B = g->o.batch, S = g->o.ctx;
+    if (!g->loaded)
+        return sn_fail(e, SN_ERR_INVALID, "generate: no weights: call sn_generator_load first");
+    for (int b = 0; b < B; b++) {
+        if (lens[b] < 1)
+            return sn_fail(e, SN_ERR_INVALID, "generate: prompt %d is empty: give at least one token", b + 1);
+        if (lens[b] > S || (o->n_new > 0 && lens[b] + o->n_new - 1 > S))
+            return sn_fail(e, SN_ERR_INVALID, "generate: prompt %d has %d tokens and %d new ones are "
+                           "asked for: the model's context is %d tokens, so %s", b + 1, lens[b],
+                           o->n_new, S, lens[b] > S ? "shorten the prompt" : "ask for fewer new tokens");
+    }
+    g->n_steps = 0;
+    g->prefill_s = g->decode_s = 0;
+    if (o->n_new < 1) return SN_OK;
+    sn_rng *rngs = sn_malloc(sizeof *rngs * (size_t)B, "the generator's random streams", e);
+    if (!rngs) return SN_ERR_OOM;
+    for (int b = 0; b < B; b++) rngs[b] = sn_rng_seed(o->seed + (uint64_t)b);
+    double t0 = sn_clock_s();
+    sn_status s = prefill(g, prompts, lens, e);
+    g->prefill_s = sn_clock_s() - t0;
+    for (int i = 0; !s && i < o->n_new; i++) {
+        if (i > 0) {
+            double t = sn_clock_s();
+            for (int b = 0; b < B; b++) {
+                g->ids[b] = out[(size_t)b * (size_t)o->n_new + i - 1];
+                g->at[b] = lens[b] + i - 1;
+            }
+            s = decode(g, e);
+            g->step_s[g->n_steps++] = sn_clock_s() - t;
+            g->decode_s += g->step_s[g->n_steps - 1];
+        }
+        for (int b = 0; !s && b < B; b++)
+            s = draw(g, g->row32 + (size_t)b * (size_t)g->V, o, &rngs[b], &out[(size_t)b * (size_t)o->n_new + i], e);
+        if (!s && on_step) {
+            for (int b = 0; b < B; b++) g->ids[b] = out[(size_t)b * (size_t)o->n_new + i];
+            if (!on_step(user, i, g->ids)) break;
+        }
+    }
+    free(rngs);
+    return s;
+}
+
+sn_status sn_generator_forced(sn_generator *g, const int32_t *tokens, int n, int n_prompt,
+                              float *logits, sn_err *e) {
+    if (g->o.batch != 1 || !g->loaded || n_prompt < 1 || n_prompt > n || n > g->o.ctx)
+        return sn_fail(e, SN_ERR_INVALID, "generate: forced decoding takes batch 1, loaded weights "
+                       "and 1 <= prompt <= %d tokens <= the context %d", n, g->o.ctx);
+    sn_status s = prefill(g, &tokens, &n_prompt, e);
+    if (!s) memcpy(logits, g->row32, sizeof(float) * (size_t)g->V);
+    for (int i = n_prompt; !s && i < n; i++) {
+        g->ids[0] = tokens[i], g->at[0] = i;
+        if (!(s = decode(g, e))) memcpy(logits + (i - n_prompt + 1) * g->V, g->row32, sizeof(float) * (size_t)g->V);
+    }
+    return s;
+}
+
+void sn_generator_stats(const sn_generator *g, sn_generate_stats *s) {
+    *s = (sn_generate_stats){.prefill_s = g->prefill_s, .decode_s = g->decode_s,
+                             .n_steps = g->n_steps, .step_s = g->n_steps ? g->step_s : NULL};
+}
+
+const sn_graph *sn_generator_decode_graph(const sn_generator *g) { return g->dg; }
+const sn_program *sn_generator_decode_program(const sn_generator *g) { return g->dp; }
+sn_exec *sn_generator_decode_exec(const sn_generator *g) { return g->dx; }

@@ -1,0 +1,97 @@
+/* generate.h: generation with a KV cache: a prefill program runs the prompt once and leaves
+ * each layer's keys and values in a cache of the model's context length; a one-token decode
+ * program then reads the cache up to the current position and appends its own, so a new token
+ * costs one token's forward (plus the attention read of the cache), not the whole context's.
+ * Convention: the cache lives in the decode program's device memory across steps and calls;
+ * only token ids, the rows of logits sampled and the prompt's keys and values (once per call,
+ * see below) cross to the host. sample.c's sn_sample_logits chooses the tokens.
+ *
+ * The model's two graphs (models/gpt2.h's sn_gpt2_build_kv builds GPT-2's), built by a callback
+ * for a batch B and T tokens, decode false or true:
+ *   prefill (B, T): INPUT "idx" i32 (B, T), the tokens at positions 0..T-1. Outputs: layer 0's
+ *     keys and values (B, Hkv, T, D), layer 1's, ..., then the logits (B, T, V), last.
+ *   decode (B, 1): INPUTs "idx" and "pos" i32 (B, 1), the new token and its position; "mask" f32
+ *     (B, 1, 1, S), 0 at the cache positions the row reads and -inf at the others; for each
+ *     layer N, "k_cache.N" and "v_cache.N" f32 (B, Hkv, S, D). Outputs as the prefill's (T = 1).
+ *
+ *     sn_generator *gen;
+ *     sn_generator_new(&(sn_generator_opts){.build = build, .user = &cfg, .ctx = 1024,
+ *                      .n_layer = 12, .batch = 1}, device, &gen, &e);
+ *     sn_generator_load(gen, sn_trainer_weights(trainer), &e);   // or a checkpoint's
+ *     sn_generator_generate(gen, &prompt, &n_prompt, &sample_opts, out, NULL, NULL, &e);
+ */
+#ifndef SN_GENERATE_H
+#define SN_GENERATE_H
+
+#include "ir/ir.h"
+#include "sample.h"
+#include "train.h"
+
+/* Builds the model's prefill (decode false) or decode graph into g (above). */
+typedef sn_status (*sn_kv_build)(sn_graph *g, int B, int T, bool decode, void *user, sn_err *e);
+
+typedef struct {
+    sn_kv_build build;
+    void *user;  /* passed to build */
+    int ctx;     /* S: positions the cache holds (the model's context length) */
+    int n_layer; /* layers, each with its k and v */
+    int batch;   /* B: prompts generated together */
+} sn_generator_opts;
+
+typedef struct sn_generator sn_generator;
+
+struct sn_device;
+/* Builds and compiles the decode program for device (NULL: the reference interpreter) and
+ * allocates it with the cache: 2 n_layer B Hkv S D floats. */
+sn_status sn_generator_new(const sn_generator_opts *o, struct sn_device *device,
+                           sn_generator **out, sn_err *e);
+void sn_generator_free(sn_generator *g);
+
+/* Copies every parameter of the decode program (and of a kept prefill program) from w; a
+ * prefill program compiled later reads w then, so w's source must outlive the generator (or
+ * the next load). */
+sn_status sn_generator_load(sn_generator *g, sn_weight_source w, sn_err *e);
+
+/* Called after each generated step with the B new ids (ids[b]: prompt b's), step from 0;
+ * returns false to stop there (a stop token): out's later entries are then left as they were. */
+typedef bool (*sn_generate_cb)(void *user, int step, const int32_t *ids);
+
+/* Per prompt b of the batch (opts.batch of them): prompts[b][0, lens[b]), lens[b] >= 1, then
+ * o->n_new ids into out[b * n_new ...], each drawn as sn_sampler_generate draws (the same seed
+ * and logits give the same ids); row b draws with seed + b, so a row's ids do not depend on the
+ * other rows'. The prompts run once through a prefill program compiled for the longest prompt
+ * rounded up to a power of two; it is kept, with its own device copy of the weights, for the
+ * next call of that size (so the device holds the weights twice). The prompts' keys and values
+ * come down to the host and go up into the cache once per call (no device-to-device path
+ * between two programs yet). A prompt and its new tokens must fit the context (the last new
+ * token is never fed: lens[b] + n_new - 1 <= ctx): longer is SN_ERR_INVALID saying what to
+ * shorten. on_step (may be NULL) gets each step's ids as they are drawn, and may stop. */
+sn_status sn_generator_generate(sn_generator *g, const int32_t *const *prompts, const int *lens,
+                                const sn_sample_opts *o, int32_t *out, sn_generate_cb on_step,
+                                void *user, sn_err *e);
+
+/* Time spent by the last generate call: the prefill (its compile, allocation and weights when
+ * the prompt's size was not the last call's; its run; the cache's upload), and each decode step's (n_new - 1 of them:
+ * the first token comes from the prefill's logits). step_s[i] is the step that generated token
+ * i + 1 (its row's position lens[b] + i). NULL until a call has run. */
+typedef struct {
+    double prefill_s, decode_s;
+    int n_steps;
+    const double *step_s;
+} sn_generate_stats;
+void sn_generator_stats(const sn_generator *g, sn_generate_stats *s);
+
+/* Teacher forcing, for checks (batch 1): tokens[0, n_prompt) through the prefill, then each of
+ * tokens[n_prompt, n) through one decode step; logits ((n - n_prompt + 1), V) gets the logits
+ * after tokens[n_prompt - 1], ..., tokens[n - 1], the last n - n_prompt of them the decode
+ * program's. n <= the context. */
+sn_status sn_generator_forced(sn_generator *g, const int32_t *tokens, int n, int n_prompt,
+                              float *logits, sn_err *e);
+
+/* The decode program's compiled graph and executor, for tests and benchmarks (its logits: the
+ * last output). */
+const sn_graph *sn_generator_decode_graph(const sn_generator *g);
+const struct sn_program *sn_generator_decode_program(const sn_generator *g);
+struct sn_exec *sn_generator_decode_exec(const sn_generator *g);
+
+#endif
