@@ -70,6 +70,10 @@ LLVMValueRef sn_ll_pw_op(sn_ll *L, const sn_node *n, LLVMValueRef *x, int nx) {
     }
 #undef C
     if (n->dtype == SN_I32) v = sn_ll_call(L, "llvm.trunc", &v, 1, name);
+    /* an op whose value is 16-bit holds it rounded (the interpreter's rule, and the CUDA
+       generator's): bf16(gelu(x)) + bf16(x * x) rounded again, not the f32 sum rounded once */
+    if (n->op != SN_OP_CAST && (n->dtype == SN_BF16 || n->dtype == SN_F16))
+        v = sn_ll_round_to(L, v, n->dtype);
     return v;
 }
 
