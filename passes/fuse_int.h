@@ -51,6 +51,20 @@ static inline bool is_shadow(const fuse_state *s, const sn_node *x) {
            (x->dtype == SN_BF16 || x->dtype == SN_F16);
 }
 
+/* A node roots a kernel of its own: it has a buffer, and is its kernel's index space (a row op
+ * its anchor). */
+void sn_fuse_make_root(fuse_state *s, const sn_node *n);
+
+/* ---- fuse_epilogue.c: what a GEMM stores besides its product ---- */
+
+/* Before the grouping: whether y is what a GEMM will store (a biased product's 16-bit cast, the
+ * BIAS epilogue's result; a product's 16-bit cast): y then roots a kernel of its own rather than
+ * joining its readers'. */
+bool sn_fuse_gemm_result(const fuse_state *s, const sn_node *y);
+/* After it: the bias add (and its casts) or the cast that reads matmul mm join mm's GEMM kernel
+ * (kernel.h: BIAS, or NONE storing the cast) where they can; nothing for another node. */
+void sn_fuse_gemm_epilogue(fuse_state *s, const sn_node *mm);
+
 /* ---- fuse_into.c: values written straight into another's buffer ---- */
 
 bool sn_fuse_is_att_out(sn_op op); /* attention_bwd_q, _k or _v */
