@@ -38,6 +38,16 @@ static inline uint64_t sn_ckpt_u64(const uint8_t *p) {
     return v;
 }
 
+/* A PARAM record's rank with its shape in shape (u32 rank, i64 shape[rank], then f32 w, m, v),
+ * or -1 when the record is too short for them or the rank is past SN_MAX_RANK. The sizes of
+ * the floats are the caller's to check against the shape. */
+static inline int sn_ckpt_param_rank(const sn_ckpt_rec *r, int64_t shape[SN_MAX_RANK]) {
+    uint32_t rank = r->size >= 4 ? sn_ckpt_u32(r->body) : UINT32_MAX;
+    if (rank > SN_MAX_RANK || r->size < 4 + 8 * (uint64_t)rank) return -1;
+    for (uint32_t d = 0; d < rank; d++) shape[d] = (int64_t)sn_ckpt_u64(r->body + 4 + 8 * d);
+    return (int)rank;
+}
+
 /* Checks the header, the size and the CRC, and splits the payload into records. out->recs is
  * the caller's to free, whatever this returns. */
 sn_status sn_ckpt_parse(const char *path, const uint8_t *b, size_t len, sn_ckpt_file *out, sn_err *e);

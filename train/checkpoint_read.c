@@ -104,17 +104,9 @@ const char *sn_ckpt_model_meta(const sn_ckpt_model *m, const char *key, char *bu
     return buf;
 }
 
-/* The parameter record's rank, or -1 when the record is malformed. */
-static int record_rank(const sn_ckpt_rec *r) {
-    uint32_t rank = r->size >= 4 ? sn_ckpt_u32(r->body) : UINT32_MAX;
-    return rank > SN_MAX_RANK || r->size < 4 + 8 * (uint64_t)rank ? -1 : (int)rank;
-}
-
 int sn_ckpt_model_shape(const sn_ckpt_model *m, const char *name, int64_t shape[SN_MAX_RANK]) {
     const sn_ckpt_rec *r = sn_ckpt_find(&m->f, REC_PARAM, name);
-    int rank = r ? record_rank(r) : -1;
-    for (int d = 0; d < rank; d++) shape[d] = (int64_t)sn_ckpt_u64(r->body + 4 + 8 * d);
-    return rank;
+    return r ? sn_ckpt_param_rank(r, shape) : -1;
 }
 
 const char *sn_ckpt_model_param_name(const sn_ckpt_model *m, int i) {
@@ -140,9 +132,8 @@ static sn_status model_get(void *src, const sn_node *p, float *data, sn_err *e) 
     if (!r)
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s has no parameter %s: it holds %s, not "
                        "the model asked for", m->path, p->name, model);
-    int rank = record_rank(r);
     int64_t shape[SN_MAX_RANK] = {0};
-    for (int d = 0; d < rank; d++) shape[d] = (int64_t)sn_ckpt_u64(r->body + 4 + 8 * d);
+    int rank = sn_ckpt_param_rank(r, shape);
     if (rank < 0)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s has a bad shape "
                        "record: use an older checkpoint", m->path, p->name);

@@ -19,19 +19,17 @@ void sn_ckpt_weights_free(sn_ckpt_weights *w) {
 
 /* A PARAM record: u32 rank, i64 shape[rank], f32 w, m, v [numel]. */
 static sn_status check_param(const sn_ckpt_file *f, const sn_ckpt_rec *r, sn_ckpt_param *p, sn_err *e) {
-    uint32_t rank = r->size >= 4 ? sn_ckpt_u32(r->body) : UINT32_MAX;
+    int rank = sn_ckpt_param_rank(r, p->shape);
     uint64_t numel = 1, bytes;
-    bool ok = rank <= SN_MAX_RANK && r->size >= 4 + 8 * (uint64_t)rank;
-    for (uint32_t d = 0; ok && d < rank; d++) {
-        int64_t n = (int64_t)sn_ckpt_u64(r->body + 4 + 8 * d);
-        ok = n > 0 && sn_mul_u64(numel, (uint64_t)n, &numel) && numel < ((uint64_t)1 << 40);
-        if (ok) p->shape[d] = n;
-    }
+    bool ok = rank >= 0;
+    for (int d = 0; ok && d < rank; d++) /* sizes > 0, their product within reach */
+        ok = p->shape[d] > 0 && sn_mul_u64(numel, (uint64_t)p->shape[d], &numel) &&
+             numel < ((uint64_t)1 << 40);
     if (!ok || !sn_muladd_u64(numel, 12, 4 + 8 * (uint64_t)rank, &bytes) || bytes != r->size)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s has a bad shape "
                        "or size: use an older checkpoint", f->path, r->name);
     snprintf(p->name, sizeof p->name, "%s", r->name);
-    p->rank = (int)rank;
+    p->rank = rank;
     return SN_OK;
 }
 
