@@ -19,14 +19,15 @@ refused() {
     grep -qF -- "$needle" err.txt || fail "sinter $* did not say: $needle"
 }
 
-for cmd in info graph train plan prepare export; do
+for cmd in info graph train plan prepare export generate; do
     "$sinter" "$cmd" --help > help.txt || fail "$cmd --help"
     grep -q "^usage: sinter $cmd" help.txt || fail "$cmd --help: no usage line"
     grep -q -- "-h, --help" help.txt || fail "$cmd --help: no --help line"
     "$sinter" "$cmd" -h | cmp -s - help.txt || fail "$cmd -h differs from --help"
     "$sinter" help "$cmd" | cmp -s - help.txt || fail "help $cmd differs from $cmd --help"
     refused 2 "$cmd: unknown option '--bogus'" "$cmd" --bogus
-    [ "$cmd" = export ] && refused 2 "export: unexpected argument 'bar'" export foo --to d bar && continue
+    # export and generate take their CHECKPOINT first, then options only
+    case $cmd in export|generate) refused 2 "$cmd: unexpected argument 'bar'" "$cmd" foo bar; continue ;; esac
     refused 2 "$cmd: unexpected argument 'foo'" "$cmd" foo
 done
 "$sinter" graph --help | grep -q -- "--checkpoint-policy P" || fail "graph --help lacks --checkpoint-policy"
