@@ -188,9 +188,14 @@ int cli_parse(const cli_command *c, int argc, char **argv, void *out) {
         int rc = store(c, o, optarg, out);
         if (rc) return rc;
     }
+    /* a command whose synopsis starts with an operand (export, generate: CHECKPOINT) took it
+       before the options */
+    const char *operand = c->synopsis && c->synopsis[0] >= 'A' && c->synopsis[0] <= 'Z' ? c->synopsis : NULL;
     if (optind < argc)
-        return cli_usage_error(c, "unexpected argument '%s': `sinter %s` takes options only "
-                               "(--name value or --name=value)", argv[optind], c->name);
+        return cli_usage_error(c, "unexpected argument '%s': `sinter %s` takes %.*s%soptions only "
+                               "(--name value or --name=value)", argv[optind], c->name,
+                               operand ? (int)strcspn(operand, " ") : 0, operand ? operand : "",
+                               operand ? " first, then " : "");
     return -1;
 }
 
