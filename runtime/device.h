@@ -113,6 +113,9 @@ sn_device *sn_exec_device(const sn_exec *x);
 
 /* Runs every kernel in order (after the stale weight shadows' casts). */
 sn_status sn_exec_run(sn_exec *x, sn_err *e);
+/* Runs the first n kernels only (a forward-only evaluation: n ends at the kernel writing the
+ * loss); a device that evaluates the graph whole (the interpreter) runs all of it. */
+sn_status sn_exec_run_first(sn_exec *x, int n, sn_err *e);
 
 typedef struct {
     double compile_s;         /* sn_exec_new's code generation and JIT */

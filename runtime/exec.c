@@ -290,7 +290,8 @@ sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_
 
 sn_device *sn_exec_device(const sn_exec *x) { return x->d; }
 
-sn_status sn_exec_run(sn_exec *x, sn_err *e) {
+/* Runs kernels [0, end): every one, or the first end of them (sn_exec_run_first). */
+static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
     const sn_program *p = x->p;
     sn_device *d = x->d;
     memset(x->st.kind_s, 0, sizeof x->st.kind_s);
@@ -305,7 +306,7 @@ sn_status sn_exec_run(sn_exec *x, sn_err *e) {
         if (!s) s = d->event_elapsed(d, x->events[0], x->events[p->n_kernels], &x->st.run_s, e);
         return s;
     }
-    for (int k = 0; !s && k < p->n_kernels; k++) {
+    for (int k = 0; !s && k < end; k++) {
         const sn_kernel *ker = p->kernels[k];
         void *bufs[SN_KER_MAX_ARGS];
         for (int a = 0; a < ker->n_out + ker->n_in; a++) {
@@ -322,17 +323,23 @@ sn_status sn_exec_run(sn_exec *x, sn_err *e) {
                 x->st.arena_peak_bytes = v->offset + v->bytes;
         }
         s = ker->kind == SN_KER_GEMM ? d->gemm(d, ker, bufs, e) : d->launch(d, ker, x->handles[k], bufs, e);
-        if (!s && (!x->whole_run_only || k + 1 == p->n_kernels))
+        if (!s && (!x->whole_run_only || k + 1 == end))
             s = d->event_record(d, x->events[k + 1], e);
     }
     if (!s) s = d->sync(d, e);
-    for (int k = 0; !s && !x->whole_run_only && k < p->n_kernels; k++) {
+    for (int k = 0; !s && !x->whole_run_only && k < end; k++) {
         const sn_kernel *ker = p->kernels[k];
         s = d->event_elapsed(d, x->events[k], x->events[k + 1], &x->kernel_s[k], e);
         x->st.kind_s[ker->kind] += x->kernel_s[k];
     }
-    if (!s) s = d->event_elapsed(d, x->events[0], x->events[p->n_kernels], &x->st.run_s, e);
+    if (!s && end > 0) s = d->event_elapsed(d, x->events[0], x->events[end], &x->st.run_s, e);
     return s;
+}
+
+sn_status sn_exec_run(sn_exec *x, sn_err *e) { return run_kernels(x, x->p->n_kernels, e); }
+
+sn_status sn_exec_run_first(sn_exec *x, int n, sn_err *e) {
+    return run_kernels(x, n < 0 ? 0 : n > x->p->n_kernels ? x->p->n_kernels : n, e);
 }
 
 void sn_exec_stats_get(const sn_exec *x, sn_exec_stats *s) { *s = x->st; }

@@ -53,7 +53,9 @@ static void train(sn_trainer *t, double *loss, double *norm) {
             double l;
             batch(x, y, 1000 + (uint64_t)s);
             ck_assert_msg(sn_trainer_eval(t, x, y, &l, &e) == SN_OK, "%s", e.msg);
-            ck_assert_msg(sn_trainer_accumulate(t, x, y, NULL, &e) == SN_OK, "%s", e.msg);
+            double la; /* the forward-only evaluation's loss is the full run's, to the bit */
+            ck_assert_msg(sn_trainer_accumulate(t, x, y, &la, &e) == SN_OK, "%s", e.msg);
+            ck_assert_msg(l == la, "step %d: eval %.9g, the forward and backward %.9g", s, l, la);
         }
         sn_step_stats st;
         ck_assert_msg(sn_trainer_update(t, &st, &e) == SN_OK, "%s", e.msg);

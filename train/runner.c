@@ -211,15 +211,35 @@ sn_exec *sn_runner_exec(const sn_runner *b) { return b->x; }
 int64_t sn_runner_state_bytes(const sn_runner *b) { return b->state_bytes; }
 int64_t sn_runner_host_state_bytes(const sn_runner *b) { return b->host_bytes; }
 
-sn_status sn_runner_run(sn_runner *b, const sn_node *idx, const sn_node *targets,
-                        const int32_t *x, const int32_t *y, double *loss, sn_err *e) {
+/* The program's kernels up to the one that writes the loss (its FINISH kernel where it sums
+ * over rows): what a forward-only evaluation runs. */
+static int loss_end(const sn_program *p, const sn_node *loss) {
+    int end = p->n_kernels; /* no kernel writes it (the loss an input): all of them */
+    for (int k = 0; k < p->n_kernels; k++)
+        for (int o = 0; o < p->kernels[k]->n_out; o++)
+            if (p->kernels[k]->args[o] == loss && sn_kernel_writes(p->kernels[k], o)) end = k + 1;
+    return end;
+}
+
+static sn_status run_to(sn_runner *b, const sn_node *idx, const sn_node *targets, const int32_t *x,
+                        const int32_t *y, int end, double *loss, sn_err *e) {
     sn_status s;
     float l;
     if ((s = sn_exec_set(b->x, idx, x, e)) || (s = sn_exec_set(b->x, targets, y, e)) ||
-        (s = sn_exec_run(b->x, e)) || (s = sn_exec_get(b->x, b->g->loss, &l, e)))
+        (s = sn_exec_run_first(b->x, end, e)) || (s = sn_exec_get(b->x, b->g->loss, &l, e)))
         return s;
     *loss = l;
     return SN_OK;
+}
+
+sn_status sn_runner_run(sn_runner *b, const sn_node *idx, const sn_node *targets,
+                        const int32_t *x, const int32_t *y, double *loss, sn_err *e) {
+    return run_to(b, idx, targets, x, y, b->prog->n_kernels, loss, e);
+}
+
+sn_status sn_runner_eval(sn_runner *b, const sn_node *idx, const sn_node *targets,
+                         const int32_t *x, const int32_t *y, double *loss, sn_err *e) {
+    return run_to(b, idx, targets, x, y, loss_end(b->prog, b->g->loss), loss, e);
 }
 
 sn_status sn_runner_set_scalar(sn_runner *b, const sn_node *input, float v, sn_err *e) {

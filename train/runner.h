@@ -31,6 +31,13 @@ const char *sn_runner_name(const sn_runner *b);
 sn_status sn_runner_run(sn_runner *b, const sn_node *idx, const sn_node *targets,
                         const int32_t *x, const int32_t *y, double *loss, sn_err *e);
 
+/* The loss alone: the program's kernels up to the one that writes it, no backward after it
+ * (the gradients on the device are left as they were, or partly overwritten by backward
+ * kernels scheduled before the loss: the caller keeps them first). The whole graph on a device
+ * that runs it whole (the interpreter). */
+sn_status sn_runner_eval(sn_runner *b, const sn_node *idx, const sn_node *targets,
+                         const int32_t *x, const int32_t *y, double *loss, sn_err *e);
+
 /* Sets an f32 scalar INPUT of g (the loss scale) for the runs that follow. */
 sn_status sn_runner_set_scalar(sn_runner *b, const sn_node *input, float v, sn_err *e);
 

@@ -150,8 +150,11 @@ static sn_status run(sn_trainer *t, const int32_t *idx, const int32_t *targets, 
 
 sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                           sn_err *e) {
-    sn_status s = keep_pending(t, e);
-    return s ? s : run(t, idx, targets, loss, e);
+    sn_status s = keep_pending(t, e); /* the pending gradients summed first: kept whatever runs */
+    if (!s && t->loss_scale) s = sn_runner_set_scalar(t->run, t->loss_scale, t->sc.scale, e);
+    if (!s) s = sn_runner_eval(t->run, t->idx, t->targets, idx, targets, loss, e); /* forward */
+    if (!s) *loss /= t->sc.scale;
+    return s;
 }
 
 /* Forgets the pending micro-batches (the next one starts the sums afresh). */
