@@ -76,6 +76,8 @@ typedef struct {
  * steps up to resume_step and drops the later ones (written after the checkpoint by the run
  * that stopped). */
 sn_status train_log_open(train_log *l, const char *path, long resume_step, sn_err *e);
+/* Whether the log at path is JSON lines (its name ends in .jsonl), else CSV. */
+bool train_log_is_jsonl(const char *path);
 /* Appends a row (val < 0: none) and flushes it. */
 sn_status train_log_row(train_log *l, long step, double loss, double val, float lr,
                         double grad_norm, double tok_s, sn_err *e);

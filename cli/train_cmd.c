@@ -240,8 +240,7 @@ static sn_status check_outputs(const train_args *a, time_t started, sn_err *e) {
     if (!s) s = check_input("--init", a->init, e);
     if (!s && a->checkpoint)
         s = cli_check_kind("--checkpoint", a->checkpoint, "checkpoint", "SNCKPT\x1a\n", 8, a->overwrite, e);
-    size_t ll = a->log ? strlen(a->log) : 0;
-    bool jsonl = ll >= 6 && !strcmp(a->log + ll - 6, ".jsonl"); /* JSON lines: {"step":... */
+    bool jsonl = a->log && train_log_is_jsonl(a->log); /* JSON lines start {"step":... */
     if (!s && a->log)
         s = cli_check_kind("--log", a->log, "log", jsonl ? "{\"step\":" : "step,", jsonl ? 8 : 5,
                            a->overwrite, e);

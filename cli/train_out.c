@@ -55,11 +55,15 @@ static long line_step(const char *line, size_t len, bool jsonl) {
     return end != line + sizeof key - 1 && *end == ',' ? step : -1;
 }
 
+bool train_log_is_jsonl(const char *path) {
+    size_t n = strlen(path);
+    return n >= 6 && !strcmp(path + n - 6, ".jsonl");
+}
+
 sn_status train_log_open(train_log *l, const char *path, long resume_step, sn_err *e) {
     static const char header[] = "step,loss,val_loss,lr,grad_norm,tokens_per_s\n";
     *l = (train_log){0};
-    size_t n = strlen(path);
-    l->jsonl = n >= 6 && !strcmp(path + n - 6, ".jsonl");
+    l->jsonl = train_log_is_jsonl(path);
 #ifndef SN_HAVE_JSONC
     if (l->jsonl)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "--log %s: JSON lines need json-c, which this build "

@@ -5,19 +5,7 @@
 # status and message: no checkpoint, not a checkpoint, a truncated one, an empty prompt, a prompt
 # or a generation longer than the model was trained on.
 set -eu
-sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
-dir=$(mktemp -d /tmp/sn_generate_XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-fail() { echo "FAIL: $*"; [ -f err.txt ] && cat err.txt; exit 1; }
-# refused CODE NEEDLE ARGS...: sinter ARGS exits with CODE and its stderr holds NEEDLE
-refused() {
-    code=$1 needle=$2; shift 2
-    status=0
-    timeout 60 "$sinter" "$@" > out.txt 2> err.txt || status=$?
-    [ "$status" = "$code" ] || fail "sinter $* exited with $status, not $code"
-    grep -qF -- "$needle" err.txt || fail "sinter $* did not say: $needle"
-}
+. "$(dirname "$0")/cli_lib.sh" # $sinter, $dir (the working directory), fail, refused
 
 "$sinter" train --model tiny --steps 40 --batch 8 --device cpu --checkpoint t.ckpt --sample-len 0 \
     --eval-every 0 > train.txt 2>&1 || { cat train.txt; fail "train"; }

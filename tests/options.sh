@@ -5,19 +5,7 @@
 # range with the range), --opt=value and short options accepted; GPT-2 models take GPT-2's
 # tokenizer (the repository's assets) by default and plan, graph and train agree on it.
 set -eu
-sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
-dir=$(mktemp -d /tmp/sn_options_XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir"
-fail() { echo "FAIL: $*"; [ -f err.txt ] && cat err.txt; exit 1; }
-# refused CODE NEEDLE ARGS...: sinter ARGS exits with CODE and its stderr holds NEEDLE
-refused() {
-    code=$1 needle=$2; shift 2
-    status=0
-    timeout 60 "$sinter" "$@" > out.txt 2> err.txt || status=$?
-    [ "$status" = "$code" ] || fail "sinter $* exited with $status, not $code"
-    grep -qF -- "$needle" err.txt || fail "sinter $* did not say: $needle"
-}
+. "$(dirname "$0")/cli_lib.sh" # $sinter, $dir (the working directory), fail, refused
 
 for cmd in info graph train plan prepare export generate; do
     "$sinter" "$cmd" --help > help.txt || fail "$cmd --help"

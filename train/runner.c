@@ -35,6 +35,7 @@ struct sn_runner {
     sn_device *d;
     sn_device *own;   /* the reference interpreter, made here when no device was given */
     sn_program *prog;
+    int loss_end;     /* kernels a forward-only evaluation runs (sn_runner_eval) */
     sn_exec *x;
     sn_exec_ref ref[FB_COUNT];
     bool has_sums;
@@ -146,6 +147,16 @@ static sn_status offload_new(sn_runner *b, sn_err *e) {
     return SN_OK;
 }
 
+/* The program's kernels up to the one that writes the loss (its FINISH kernel where it sums
+ * over rows): what a forward-only evaluation runs. */
+static int loss_end(const sn_program *p, const sn_node *loss) {
+    int end = p->n_kernels; /* no kernel writes it (the loss an input): all of them */
+    for (int k = 0; k < p->n_kernels; k++)
+        for (int o = 0; o < p->kernels[k]->n_out; o++)
+            if (p->kernels[k]->args[o] == loss && sn_kernel_writes(p->kernels[k], o)) end = k + 1;
+    return end;
+}
+
 static sn_status runner_init(sn_runner *b, const sn_pipeline_opts *compile, sn_err *e) {
     sn_status s;
     sn_pipeline_opts o = compile ? *compile : (sn_pipeline_opts){0};
@@ -155,6 +166,7 @@ static sn_status runner_init(sn_runner *b, const sn_pipeline_opts *compile, sn_e
         (s = flat_layout(b, e)))
         return s;
     make_kernels(b);
+    b->loss_end = loss_end(b->prog, b->g->loss);
     int id[3];
     int64_t bytes[3] = {4 * b->n_flat, 4 * b->n_flat, 4 * (SN_OPT_SCALARS + b->n_blocks)};
     for (int i = b->offload ? 2 : 0; i < 3; i++)
@@ -211,16 +223,6 @@ sn_exec *sn_runner_exec(const sn_runner *b) { return b->x; }
 int64_t sn_runner_state_bytes(const sn_runner *b) { return b->state_bytes; }
 int64_t sn_runner_host_state_bytes(const sn_runner *b) { return b->host_bytes; }
 
-/* The program's kernels up to the one that writes the loss (its FINISH kernel where it sums
- * over rows): what a forward-only evaluation runs. */
-static int loss_end(const sn_program *p, const sn_node *loss) {
-    int end = p->n_kernels; /* no kernel writes it (the loss an input): all of them */
-    for (int k = 0; k < p->n_kernels; k++)
-        for (int o = 0; o < p->kernels[k]->n_out; o++)
-            if (p->kernels[k]->args[o] == loss && sn_kernel_writes(p->kernels[k], o)) end = k + 1;
-    return end;
-}
-
 static sn_status run_to(sn_runner *b, const sn_node *idx, const sn_node *targets, const int32_t *x,
                         const int32_t *y, int end, double *loss, sn_err *e) {
     sn_status s;
@@ -239,7 +241,7 @@ sn_status sn_runner_run(sn_runner *b, const sn_node *idx, const sn_node *targets
 
 sn_status sn_runner_eval(sn_runner *b, const sn_node *idx, const sn_node *targets,
                          const int32_t *x, const int32_t *y, double *loss, sn_err *e) {
-    return run_to(b, idx, targets, x, y, loss_end(b->prog, b->g->loss), loss, e);
+    return run_to(b, idx, targets, x, y, b->loss_end, loss, e);
 }
 
 sn_status sn_runner_set_scalar(sn_runner *b, const sn_node *input, float v, sn_err *e) {
