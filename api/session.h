@@ -107,7 +107,12 @@ typedef struct {
 } sn_session_step_stats;
 
 /* One optimizer step on batches drawn at random from the training tokens. A diverged run
- * (NaN or infinite loss or gradient) is SN_ERR_NUMERIC and leaves the parameters as they were. */
+ * (NaN or infinite loss or gradient) is SN_ERR_NUMERIC and leaves the parameters as they were.
+ * Signals: on the CPU device the calling thread runs part of every GEMM, some in oneDNN's JIT
+ * sgemm, which (libdnnl before 3.11) points rsp at a heap workspace: a signal handler run on
+ * this thread meanwhile pushes its frame over the heap. Block the signals you handle in the
+ * thread that steps (take them with sigwait on another, as `sinter train` does) or install the
+ * handler with SA_ONSTACK on an alternate stack. sinter's own worker threads block them. */
 sn_status sn_session_step(sn_session *s, sn_session_step_stats *st, sn_err *e);
 /* The mean loss over the first val_batches validation batches, recorded in the run's
  * validation curve at the current step (checkpoints carry the curves). */

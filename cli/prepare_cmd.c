@@ -1,7 +1,7 @@
 /* prepare_cmd.c: `sinter prepare`: tokenizes a text corpus once into llm.c token shards,
  * PREFIX_train.bin and PREFIX_val.bin (the last --val-frac of the tokens), for
  * `sinter train --train-bin PREFIX_train.bin --val-bin PREFIX_val.bin`. */
-#include <signal.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +11,7 @@
 #include "data/data.h"
 #include "support/savefile.h"
 #include "cli.h"
+#include "stop_signals.h"
 
 typedef struct {
     const char *data, *tokenizer, *bpe, *out;
@@ -51,24 +52,14 @@ const cli_command cli_prepare_cmd = {
  * (1025 for --batch 4 --seq 256). */
 #define FEW_VAL_TOKENS 1025
 
-/* SIGINT or SIGTERM: the temporary files removed, exit 128 + the signal (a prepare is short:
- * nothing is worth finishing). */
-static void on_stop_signal(int sig) {
-    static const char msg[] = "\nsinter prepare: interrupted: stopping; the shards are unchanged "
-                              "(temporary files removed)\n";
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)w;
-    sn_savefile_unlink_all();
-    _exit(128 + sig);
-}
-
+/* SIGINT or SIGTERM (stop_signals.h): the temporary files removed, exit 128 + the signal (a
+ * prepare is short: nothing is worth finishing). */
 static void catch_stop_signals(void) {
-    struct sigaction sa = {.sa_handler = on_stop_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaddset(&sa.sa_mask, SIGINT); /* no nesting: see sn_savefile_unlink_all */
-    sigaddset(&sa.sa_mask, SIGTERM);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    if (!cli_stop_signals_start("\nsinter prepare: interrupted: stopping; the shards are "
+                                "unchanged (temporary files removed)\n", NULL, true))
+        fprintf(stderr, "sinter prepare: warning: cannot start the signal thread (%s): SIGINT and "
+                "SIGTERM may leave temporary files (the next prepare removes them)\n",
+                strerror(errno));
 }
 
 /* Both shards are written to temporary files opened before the corpus is read (an unwritable

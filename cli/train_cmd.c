@@ -2,6 +2,7 @@
  * training session (api/session.h: data, device, gradient accumulation, validation, samples,
  * exact checkpoints); this file runs it and prints the progress, CSV log and plot (its options:
  * train_opts.c). */
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stddef.h>
@@ -23,6 +24,7 @@
 #include "support/plot.h"
 #include "support/rng.h"
 #include "cli.h"
+#include "stop_signals.h"
 #include "train_cli.h"
 
 /* The model a session builds: a GPT-2 configuration, with LoRA adapters or not. */
@@ -161,38 +163,17 @@ static bool diverged(const train_args *a, run *r, double loss, double *median, i
     return loss > *median + a->diverge_nats;
 }
 
-/* ---- signals: SIGINT and SIGTERM finish the step; a second one stops at once ----
- * The handler may run on any thread (the CPU device's pool threads do not block signals), even
- * on two at once: the first signal is claimed by one atomic exchange, and the second one's
- * sn_savefile_unlink_all waits for any file another thread is creating or renaming (savefile.c),
- * so no temporary file outlives the exit, and a final file only ever appears by a whole rename. */
-
-static int stop_signal; /* the first stop signal, 0 before; atomic */
-
-static int first_stop_signal(void) { return __atomic_load_n(&stop_signal, __ATOMIC_ACQUIRE); }
-
-static void on_stop_signal(int sig) {
-    if (__atomic_exchange_n(&stop_signal, sig, __ATOMIC_ACQ_REL)) {
-        static const char msg[] = "\nsinter train: second interrupt: stopping now; nothing more "
-                                  "is saved (temporary files removed)\n";
-        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-        (void)w;
-        sn_savefile_unlink_all();
-        _exit(128 + sig);
-    }
-    static const char msg[] = "\nsinter train: interrupted: finishing the current step, then "
-                              "saving and stopping (interrupt again to stop at once)\n";
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)w;
-}
+/* ---- signals (stop_signals.h): SIGINT and SIGTERM finish the step, save and stop; a second
+ * one stops at once, the temporary files removed, so no temporary file outlives the exit and a
+ * final file only ever appears by a whole rename. */
 
 static void catch_stop_signals(void) {
-    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
-    sigemptyset(&sa.sa_mask);
-    sigaddset(&sa.sa_mask, SIGINT); /* no nesting on one thread: see sn_savefile_unlink_all */
-    sigaddset(&sa.sa_mask, SIGTERM);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    if (!cli_stop_signals_start("\nsinter train: interrupted: finishing the current step, then "
+                                "saving and stopping (interrupt again to stop at once)\n",
+                                "\nsinter train: second interrupt: stopping now; nothing more is "
+                                "saved (temporary files removed)\n", false))
+        fprintf(stderr, "sinter train: warning: cannot start the signal thread (%s): SIGINT and "
+                "SIGTERM stop the run at once, without a checkpoint\n", strerror(errno));
 }
 
 /* After a signal: the checkpoint saved (unless this step's was), the log synced, a message. */
@@ -201,8 +182,8 @@ static sn_status stop_now(const train_args *a, run *r, long step, sn_err *e) {
     sn_status s = a->checkpoint && r->saved_step != step ? save(a, r, step, e) : SN_OK;
     if (!s) s = train_log_sync(&r->log, e);
     if (s) return s;
-    r->stopped_by = first_stop_signal();
-    const char *name = first_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM";
+    r->stopped_by = cli_stop_signal();
+    const char *name = cli_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM";
     if (a->checkpoint)
         printf("stopped by %s after step %ld of %ld: checkpoint %s saved; continue with the same "
                "options and --resume %s\n", name, step, a->steps, a->checkpoint, a->checkpoint);
@@ -265,8 +246,8 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
     sn_session_info in;
     sn_session_info_get(r->s, &in);
     long start = in.step, steps = a->steps, tps = in.tokens_per_step;
-    if (first_stop_signal()) {
-        r->stopped_by = first_stop_signal();
+    if (cli_stop_signal()) {
+        r->stopped_by = cli_stop_signal();
         printf("stopped by a signal before the first step: nothing to save\n");
         return SN_OK;
     }
@@ -364,7 +345,7 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
             (s = save(a, r, step + 1, e)))
             return s;
         if (r->saved_step == step + 1 && (s = train_log_sync(&r->log, e))) return s;
-        if (first_stop_signal()) return stop_now(a, r, step + 1, e);
+        if (cli_stop_signal()) return stop_now(a, r, step + 1, e);
         if (a->sample_len && a->sample_every && (step + 1) % a->sample_every == 0 && !last &&
             (s = sample(a, r, step + 1, e)))
             return s;

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -85,6 +86,14 @@ sn_pool *sn_pool_new(int threads) {
     p->n = threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
+    /* The workers take no asynchronous signal (they start with them blocked): a handler's frame
+     * pushed while a worker runs oneDNN's JIT sgemm, whose rsp points into a heap workspace,
+     * would land on the heap (cli/stop_signals.h). The faults a worker causes itself stay. */
+    sigset_t async, old;
+    sigfillset(&async);
+    static const int own[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) sigdelset(&async, own[i]);
+    pthread_sigmask(SIG_BLOCK, &async, &old);
     for (int i = 1; i < threads; i++) {
         worker_arg *w = malloc(sizeof *w);
         if (w) *w = (worker_arg){p, i};
@@ -94,6 +103,7 @@ sn_pool *sn_pool_new(int threads) {
             break;
         }
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     return p;
 }
 

@@ -52,6 +52,15 @@ wait_for() {
 # SIGTERM after some steps: the step finishes, a checkpoint is saved, exit 143
 bg --steps 100000 --save-every 100000 --checkpoint t.ckpt --log t.csv
 wait_for "^step  *11/"
+# no computing thread takes SIGINT or SIGTERM (cli/stop_signals.h: a signal frame pushed while
+# oneDNN's sgemm runs with rsp on the heap corrupts it): every thread but the signal thread has
+# both blocked (SigBlk bits 1 and 14), and that one thread waits for them
+takers=0
+for st in /proc/$pid/task/*/status; do
+    blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' "$st")
+    [ $(( 0x$blk & 0x4002 )) = $((0x4002)) ] || takers=$((takers + 1))
+done
+[ $takers = 1 ] || fail "$takers threads of $(ls /proc/$pid/task | wc -l) take SIGINT/SIGTERM, not only the signal thread"
 kill -TERM $pid
 status=0
 wait $pid || status=$?
