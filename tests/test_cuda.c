@@ -792,15 +792,15 @@ END_TEST
 START_TEST(cpu_gpt2_tiny_f16) { gpt2_tiny_kernels(true, SN_PRECISION_FP16); }
 END_TEST
 
-/* Row ops over rows of 300 (blocks of three warps), cross-entropy with ignored targets (class
- * 3), rmsnorm, a max and a mean reduction, with their backwards. */
-static sn_graph *row_ops_graph(void) {
+/* Row ops over rows of C, cross-entropy with ignored targets (class 3), rmsnorm, a max and a
+ * mean reduction, with their backwards. */
+static sn_graph *row_ops_graph(int64_t C) {
     sn_graph *g = sn_graph_new();
-    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(24, 300));
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(24, C));
     sn_node *y = sn_input(g, "y", SN_I32, SN_SHAPE(24));
-    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(300), SN_INIT_NORMAL, 1);
-    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(300), SN_INIT_NORMAL, 1);
-    sn_node *v = sn_param(g, "v", SN_F32, SN_SHAPE(300), SN_INIT_NORMAL, 1);
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(C), SN_INIT_NORMAL, 1);
+    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(C), SN_INIT_NORMAL, 1);
+    sn_node *v = sn_param(g, "v", SN_F32, SN_SHAPE(C), SN_INIT_NORMAL, 1);
     sn_node *h = sn_layernorm(g, sn_add(g, x, b), w, b, 1e-5f);
     sn_node *r = sn_rmsnorm(g, sn_gelu(g, h), v, 1e-5f);
     sn_node *s = sn_softmax(g, sn_scale(g, r, 0.5f));
@@ -813,14 +813,38 @@ static sn_graph *row_ops_graph(void) {
     return g;
 }
 
-START_TEST(cpu_row_ops_several_warps) {
-    sn_graph *g = row_ops_graph();
+/* ... on the simulator against the interpreter; every whole-row kernel (the norms, softmax and
+ * their backwards) a warp per row at C = 300 (3 steps of 32 lanes x 4), a block per row (of 9
+ * warps) at C = 1100 (too long for a warp: 9 steps). */
+static void row_ops(int64_t C, bool warp_rows) {
+    sn_graph *g = row_ops_graph(C);
+    sn_program *p = fuse(g);
+    const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
+    int n = kernels_of(p, SN_KER_ROW, ks), whole = 0;
+    for (int i = 0; i < n; i++) {
+        if (ks[i]->stage != SN_SUM_WHOLE || ks[i]->anchor->op == SN_OP_CROSS_ENTROPY_BWD) continue;
+        sn_cuda_source cs = render(&ks[i], 1);
+        ck_assert_msg(!strstr(cs.src, ": a warp per row */") == !warp_rows, "%s at C = %lld: %s "
+                      "warp per row expected in\n%s", ks[i]->name, (long long)C,
+                      warp_rows ? "a" : "no", cs.src);
+        sn_cuda_source_free(&cs);
+        whole++;
+    }
+    ck_assert_int_ge(whole, 4);
+    free(ks);
+    sn_program_free(p);
     int counts[SN_KER_KIND_COUNT] = {0};
-    int n = run_on_host(g, 8, false, 1e-5, counts);
-    if (n) printf("test_cuda: row ops over rows of 300: %d kernels (%d row, %d reduce) match\n",
-                  n, counts[SN_KER_ROW], counts[SN_KER_REDUCE]);
+    int ran = run_on_host(g, 8, false, 1e-5, counts);
+    if (ran) printf("test_cuda: row ops over rows of %lld (%s): %d kernels (%d row, %d reduce) "
+                    "match\n", (long long)C, warp_rows ? "a warp per row" : "a block per row",
+                    ran, counts[SN_KER_ROW], counts[SN_KER_REDUCE]);
     sn_graph_free(g);
 }
+
+START_TEST(cpu_row_ops_several_warps) { row_ops(1100, false); }
+END_TEST
+
+START_TEST(cpu_row_ops_warp_per_row) { row_ops(300, true); }
 END_TEST
 
 /* A layernorm over 200 rows after a linear layer with a bias: its weight gradient, dbeta and
@@ -1179,12 +1203,13 @@ START_TEST(nvrtc_row_vectors) {
 END_TEST
 
 /* A barrier deleted from the block sum (by editing the rendered text, as a generator bug would
- * leave it) makes the layernorm kernel over rows of 300 fail the comparison: each of the two. */
+ * leave it) makes the layernorm kernel over rows of 1100 (a block per row: longer than a warp
+ * takes) fail the comparison: each of the two. */
 START_TEST(cpu_deleted_barrier_caught) {
     sn_graph *g = sn_graph_new();
-    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(24, 300));
-    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(300), SN_INIT_NORMAL, 1);
-    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(300), SN_INIT_NORMAL, 1);
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(24, 1100));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(1100), SN_INIT_NORMAL, 1);
+    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(1100), SN_INIT_NORMAL, 1);
     sn_graph_add_output(g, sn_layernorm(g, x, w, b, 1e-5f));
     sn_program *p = fuse(g);
     const sn_kernel *ks[4];
@@ -1424,6 +1449,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_gpt2_tiny_bf16);
     tcase_add_test(cpu, cpu_gpt2_tiny_f16);
     tcase_add_test(cpu, cpu_row_ops_several_warps);
+    tcase_add_test(cpu, cpu_row_ops_warp_per_row);
     tcase_add_test(cpu, cpu_chunked_weight_gradient);
     tcase_add_test(cpu, cpu_deleted_barrier_caught);
     tcase_add_test(cpu, cpu_row_vectors);

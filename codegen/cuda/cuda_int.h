@@ -57,6 +57,10 @@ int sn_cu_row_threads(int64_t C, int lanes);
  * buffers are read or written element by element (more spill on sm_80), 4 (float4) where an
  * f32 buffer takes part and it divides by 4, else 1; FINISH kernels 1. */
 int sn_cu_row_lanes(const sn_kernel *k);
+/* Whether a whole-row kernel takes a warp per row, SN_CUDA_ROW_WARPS rows a block (short
+ * rows), rather than a block per row (cuda_row_pass.c). */
+bool sn_cu_row_warp_per_row(const sn_kernel *k);
+enum { SN_CUDA_ROW_WARPS = 8 };
 
 sn_status sn_cu_check_reduce(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_reduce(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);

@@ -42,6 +42,8 @@ sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
             return dims1(items, 8 * 32);
         if (k->stage == SN_SUM_FINISH) /* a thread per column of the partial sums */
             return dims1(items, SN_SUM_FINISH_COLS);
+        if (sn_cu_row_warp_per_row(k)) /* a warp per row */
+            return dims1((R + SN_CUDA_ROW_WARPS - 1) / SN_CUDA_ROW_WARPS, 32 * SN_CUDA_ROW_WARPS);
         return dims1(R, sn_cu_row_threads(C, sn_cu_row_lanes(k)));
     }
     case SN_KER_REDUCE: {

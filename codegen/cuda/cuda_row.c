@@ -2,7 +2,7 @@
  * their backwards) with the pointwise instructions fused around them (kernel.h): a block per row,
  * each pass over the row (cuda_row_pass.c) strided by the block's threads, the row's statistics
  * summed by warp shuffles, then across warps through shared memory (sn_block_sum, written once
- * per unit). The ops that sum over every row (cross-entropy's mean loss, the norm weight
+ * per unit); short rows a warp each (sn_cu_row_warp_per_row), their statistics warp shuffles. The ops that sum over every row (cross-entropy's mean loss, the norm weight
  * gradients) are cuda_row_sums.c's.
  * Convention: the pass that writes the row op's result stores it through sn_cu_row_store, which
  * runs the epilogue and stores every output. */
@@ -27,16 +27,16 @@ static void softmax(row *w) {
     char x[64];
     sn_cu_row_opnd(w, 0, x, sizeof x);
     E("float mx = -SN_INF; /* the row's max (NaN ignored, as the reference does) */");
-    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
+    sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_NONE);
     E("mx = fmaxf(mx, %s);", x);
     sn_cu_row_close_pass(w);
-    E("mx = sn_block_max(mx);");
+    E("mx = %s(mx);", w->bmax);
     E("float se = 0.0f;");
-    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
+    sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_NONE);
     E("se += expf(%s - mx);", x);
     sn_cu_row_close_pass(w);
-    E("const float inv = 1.0f / sn_block_sum(se);");
-    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
+    E("const float inv = 1.0f / %s(se);", w->bsum);
+    sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_ALL);
     store_with(w, "expf(%s - mx) * inv", x, "", "");
     sn_cu_row_close_pass(w);
 }
@@ -46,11 +46,11 @@ static void softmax_bwd(row *w) { /* (y, dy) -> y (dy - sum(dy y)) */
     sn_cu_row_opnd(w, 0, y, sizeof y);
     sn_cu_row_opnd(w, 1, dy, sizeof dy);
     E("float sdy = 0.0f;");
-    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
+    sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_NONE);
     E("sdy += %s * %s;", y, dy);
     sn_cu_row_close_pass(w);
-    E("const float s = sn_block_sum(sdy);");
-    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
+    E("const float s = %s(sdy);", w->bsum);
+    sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_ALL);
     store_with(w, "%s * (%s - s)", y, dy, "");
     sn_cu_row_close_pass(w);
 }
@@ -62,20 +62,20 @@ static void norm_stats(row *w, bool rms, bool prologue_here) {
     sn_cu_row_opnd(w, 0, x, sizeof x);
     if (!rms) {
         E("float sx = 0.0f;");
-        sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, prologue_here ? STORES_PROLOGUE : STORES_NONE);
+        sn_cu_row_open_pass(w, w->first, w->C, w->stride, prologue_here ? STORES_PROLOGUE : STORES_NONE);
         E("sx += %s;", x);
         if (prologue_here) sn_cu_row_store_prologue(w);
         sn_cu_row_close_pass(w);
-        E("const float mean = sn_block_sum(sx) / %lld.0f;", (long long)w->C);
+        E("const float mean = %s(sx) / %lld.0f;", w->bsum, (long long)w->C);
     }
     E("float sq = 0.0f;");
-    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads,
+    sn_cu_row_open_pass(w, w->first, w->C, w->stride,
               prologue_here && rms ? STORES_PROLOGUE : STORES_NONE);
     E(rms ? "sq += %s * %s;" : "sq += (%s - mean) * (%s - mean);", x, x);
     if (prologue_here && rms) sn_cu_row_store_prologue(w);
     sn_cu_row_close_pass(w);
     char eps[32];
-    E("const float rstd = 1.0f / sqrtf(sn_block_sum(sq) / %lld.0f + %s);", (long long)w->C,
+    E("const float rstd = 1.0f / sqrtf(%s(sq) / %lld.0f + %s);", w->bsum, (long long)w->C,
       sn_cu_float_lit(w->n->a.f, eps, sizeof eps));
 }
 
@@ -84,7 +84,7 @@ static void norm(row *w, bool rms) { /* layernorm (x, w, b), rmsnorm (x, w) */
     sn_cu_row_opnd(w, 0, x, sizeof x);
     sn_cu_row_opnd(w, 1, wt, sizeof wt);
     norm_stats(w, rms, false);
-    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
+    sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_ALL);
     if (rms) store_with(w, "%s * rstd * %s", x, wt, "");
     else store_with(w, "fmaf((%s - mean) * rstd, %s, %s)", x, wt, sn_cu_row_opnd(w, 2, b, sizeof b));
     sn_cu_row_close_pass(w);
@@ -99,15 +99,15 @@ static void norm_bwd(row *w, bool rms) {
     snprintf(h, sizeof h, rms ? "%s * rstd" : "(%s - mean) * rstd", x);
     norm_stats(w, rms, false);
     E("float sg = 0.0f, sgx = 0.0f;");
-    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_NONE);
+    sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_NONE);
     E("const float g = %s * %s;", dy, wt);
     if (!rms) E("sg += g;");
     E("sgx += g * (%s);", h);
     sn_cu_row_close_pass(w);
     if (rms) E("const float mg = 0.0f;");
-    else E("const float mg = sn_block_sum(sg) / %lld.0f;", (long long)w->C);
-    E("const float mgx = sn_block_sum(sgx) / %lld.0f;", (long long)w->C);
-    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
+    else E("const float mg = %s(sg) / %lld.0f;", w->bsum, (long long)w->C);
+    E("const float mgx = %s(sgx) / %lld.0f;", w->bsum, (long long)w->C);
+    sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_ALL);
     E("const float g = %s * %s;", dy, wt);
     store_with(w, "(g - mg - (%s) * mgx) * rstd", h, "", "");
     sn_cu_row_close_pass(w);
@@ -119,7 +119,7 @@ static void causal_mask(row *w) {
     char xs[64], f[32], val[160];
     sn_cu_row_opnd(w, 0, xs, sizeof xs);
     E("const int query = (int)(r %% %lld);", (long long)x->shape[x->rank - 2]);
-    sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
+    sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_ALL);
     snprintf(val, sizeof val, "j > query + %lld ? %s : %s", (long long)(w->C - x->shape[x->rank - 2]),
              sn_cu_float_lit(w->n->a.f, f, sizeof f), xs);
     sn_cu_row_store(w, val);
@@ -291,12 +291,27 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
     SN_ASSERT(setup(&w, k, &e) == SN_OK); /* the renderer checked it */
     w.t = t;
     w.threads = d->block[0];
+    bool warp_rows = sn_cu_row_warp_per_row(k);
+    w.first = warp_rows ? "lane" : "threadIdx.x";
+    w.stride = warp_rows ? 32 : w.threads;
+    w.bsum = warp_rows ? "sn_warp_sum" : "sn_block_sum";
+    w.bmax = warp_rows ? "sn_warp_max" : "sn_block_max";
     sn_cu_emit_signature(t, k, fname, (int)w.threads);
     sn_cu_emitf(t, "/* %s over %lld rows of %lld%s */", sn_op_name(k->anchor->op), (long long)w.R,
                 (long long)w.C, k->anchor2 ? ": the classifier, the loss a row into the partial sums"
-                                : k->stage ? ": partial sums, a warp per row" : "");
+                                : k->stage ? ": partial sums, a warp per row"
+                                : warp_rows ? ": a warp per row" : "");
     if (k->stage == SN_SUM_PARTIAL && !k->anchor2) sn_cu_row_partial_open(&w);
-    if (k->stage == SN_SUM_WHOLE || k->anchor2) { /* a block per row (the classifier too) */
+    if (warp_rows) {
+        SN_ASSERT(w.threads == 32 * SN_CUDA_ROW_WARPS);
+        sn_cu_emitf(t, "const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;");
+        sn_cu_emitf(t, "const %s r = (%s)blockIdx.x * %d + warp; /* this warp's row */", w.ix, w.ix,
+                    SN_CUDA_ROW_WARPS);
+        sn_cu_emitf(t, "if (r >= %lld) return; /* no barrier follows: the warp is alone */",
+                    (long long)w.R);
+        sn_cu_emitf(t, "const %s row = r * %lld;", w.ix, (long long)w.C);
+        sn_cu_row_coords(&w);
+    } else if (k->stage == SN_SUM_WHOLE || k->anchor2) { /* a block per row (the classifier too) */
         sn_cu_emitf(t, "const %s r = blockIdx.x; /* this block's row */", w.ix);
         sn_cu_emitf(t, "const %s row = r * %lld;", w.ix, (long long)w.C);
         sn_cu_row_coords(&w);

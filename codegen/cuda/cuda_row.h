@@ -18,6 +18,10 @@ typedef struct {
     int buf[3];         /* arg read as is for operand i (-1: computed per element) */
     int y;              /* the output holding the row op's own result, or -1 */
     unsigned threads;
+    /* a pass's first column step and stride (in steps), the row's sum and max: a block per row
+       ("threadIdx.x", threads, sn_block_sum, sn_block_max) or a warp ("lane", 32, sn_warp_...) */
+    const char *first, *bsum, *bmax;
+    unsigned stride;
     const char *ix;     /* the index type */
     int lanes;          /* columns a step of a pass (sn_cu_row_lanes): 8, 4, or 1 */
     bool vec;           /* inside the lane loop of a vector step */

@@ -44,6 +44,17 @@ int sn_cu_row_lanes(const sn_kernel *k) {
     return half && C % 8 == 0 && f32_streams <= 3 ? 8 : f32 && C % 4 == 0 ? 4 : 1;
 }
 
+/* Short rows (at most 8 steps of 32 lanes: GPT-2's 768 channels take 3 in 16-bit vectors, 6 in
+ * f32 ones) take a warp each, their statistics warp shuffles without a barrier: with a block per
+ * row (96 threads at C = 768) the norms and their backwards were latency-bound, four block sums
+ * of two barriers each a row (ncu, docs/gpu.md). The classifier's rows stay a block each. */
+bool sn_cu_row_warp_per_row(const sn_kernel *k) {
+    if (k->kind != SN_KER_ROW || k->stage != SN_SUM_WHOLE || k->anchor2 ||
+        k->anchor->op == SN_OP_CROSS_ENTROPY_BWD)
+        return false;
+    return row_length(k) <= 32LL * sn_cu_row_lanes(k) * 8;
+}
+
 /* Whether a buffer of type t, read or written at a multiple of `lanes` (row + j0, or j0: rows
  * start at multiples of lanes, buffers 64-byte aligned), takes one vector a step. */
 static bool vector_type(const row *w, sn_dtype t) {
