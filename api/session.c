@@ -41,6 +41,7 @@ struct sn_session {
     bool planned;            /* o.mem: the run follows plan */
     int init_fresh;          /* o.init: adapters the file lacked */
     sn_plan plan;
+    const int *stop;         /* sn_session_set_stop's flag, read atomically; NULL: none */
 };
 
 /* session.h's checkpoint_policy numbers are passes.h's policies */
@@ -330,6 +331,10 @@ sn_status sn_session_validate(sn_session *r, double *out, sn_err *e) {
     while (n < most && sn_val_iter_next(&r->vi, r->x, r->y)) {
         sn_status s;
         double l;
+        if (r->stop && __atomic_load_n(r->stop, __ATOMIC_ACQUIRE)) {
+            *out = -1;
+            return SN_OK;
+        }
         if ((s = sn_trainer_eval(r->t, r->x, r->y, &l, e))) return s;
         sum += l;
         n++;
@@ -337,6 +342,8 @@ sn_status sn_session_validate(sn_session *r, double *out, sn_err *e) {
     *out = n ? sum / n : 0;
     return sn_series_push(&r->run.val_loss, (double)sn_trainer_step_count(r->t), *out, e);
 }
+
+void sn_session_set_stop(sn_session *r, const int *stop) { r->stop = stop; }
 
 sn_status sn_session_save(sn_session *r, const char *path, sn_err *e) {
     return sn_checkpoint_save(path, r->t, &r->run, e);

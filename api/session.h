@@ -115,8 +115,13 @@ typedef struct {
  * handler with SA_ONSTACK on an alternate stack. sinter's own worker threads block them. */
 sn_status sn_session_step(sn_session *s, sn_session_step_stats *st, sn_err *e);
 /* The mean loss over the first val_batches validation batches, recorded in the run's
- * validation curve at the current step (checkpoints carry the curves). */
+ * validation curve at the current step (checkpoints carry the curves). With a stop flag set
+ * (sn_session_set_stop) and raised before the last batch, it stops between batches: *loss is
+ * then -1 and nothing is recorded. */
 sn_status sn_session_validate(sn_session *s, double *loss, sn_err *e);
+/* A flag (read atomically; NULL: none) that a signal handler or another thread raises to make
+ * the long calls that loop over batches (sn_session_validate) stop early; a step is never cut. */
+void sn_session_set_stop(sn_session *s, const int *stop);
 /* Saves the whole run (weights, moments, step, data RNG, curves) to path, atomically; resuming
  * it with the same options repeats the same losses bit for bit. */
 sn_status sn_session_save(sn_session *s, const char *path, sn_err *e);

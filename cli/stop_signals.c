@@ -53,3 +53,5 @@ bool cli_stop_signals_start(const char *first_msg, const char *second_msg, bool 
 }
 
 int cli_stop_signal(void) { return __atomic_load_n(&first_signal, __ATOMIC_ACQUIRE); }
+
+const int *cli_stop_flag(void) { return &first_signal; }

@@ -23,5 +23,7 @@ bool cli_stop_signals_start(const char *first_msg, const char *second_msg, bool 
 
 /* The first stop signal received (SIGINT or SIGTERM), 0 before. */
 int cli_stop_signal(void);
+/* The same as a flag to read atomically (sn_session_set_stop). */
+const int *cli_stop_flag(void);
 
 #endif

@@ -105,6 +105,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.offload = a->offload;
     o.precision = a->precision;
     if ((s = sn_session_new(&m, &o, &r->s, e))) return s;
+    sn_session_set_stop(r->s, cli_stop_flag()); /* a signal cuts a validation short */
     sn_session_info in;
     sn_session_info_get(r->s, &in);
     r->saved_step = a->resume ? in.step : -1;

@@ -205,6 +205,35 @@ START_TEST(session_reports_model_mistakes) {
 }
 END_TEST
 
+/* Validation stops between batches once the session's stop flag is raised (a signal's, in
+ * `sinter train`): -1, nothing run; lowered, the same loss as before. */
+START_TEST(session_validation_stops_on_flag) {
+    sn_session_opts o = sn_session_defaults();
+    o.data = sn_test_asset("tinyshakespeare.txt");
+    o.device = "interp";
+    o.batch = 2;
+    o.steps = 2;
+    llama_config c = tiny_config(1);
+    sn_model m = {.name = "llama", .ctx = c.ctx, .build = llama_build, .user = &c};
+    sn_session *s;
+    sn_err e;
+    ck_assert_msg(sn_session_new(&m, &o, &s, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_session_step(s, NULL, &e) == SN_OK, "%s", e.msg);
+    int stop = 0;
+    sn_session_set_stop(s, &stop);
+    double full = -1, cut = 0, again = -1;
+    ck_assert_msg(sn_session_validate(s, &full, &e) == SN_OK, "%s", e.msg);
+    ck_assert(full > 0);
+    stop = 1;
+    ck_assert_msg(sn_session_validate(s, &cut, &e) == SN_OK, "%s", e.msg);
+    ck_assert(cut == -1);
+    stop = 0;
+    ck_assert_msg(sn_session_validate(s, &again, &e) == SN_OK, "%s", e.msg);
+    ck_assert(again == full);
+    sn_session_free(s);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("llama");
     TCase *tc = tcase_create("llama");
@@ -215,6 +244,7 @@ int main(void) {
     tcase_add_test(tc, llama_bf16_matches_interpreter);
     tcase_add_test(tc, llama_kernels_per_layer);
     tcase_add_test(tc, session_reports_model_mistakes);
+    tcase_add_test(tc, session_validation_stops_on_flag);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }
