@@ -104,11 +104,11 @@ sn_status sn_val_iter_init(sn_val_iter *it, const sn_tokens *t, int B, int T, sn
 bool sn_val_iter_next(sn_val_iter *it, int32_t *inputs, int32_t *targets);
 static inline void sn_val_iter_reset(sn_val_iter *it) { it->next = 0; }
 
-/* ---- tokenizers (data.c: bytes; bpe.c: GPT-2) ------------------------------------------- */
+/* ---- tokenizers (data.c: bytes; bpe*.c: byte-level BPE) ------------------------------------------- */
 
 typedef struct sn_tokenizer sn_tokenizer;
 struct sn_tokenizer {
-    const char *name;  /* "bytes" | "gpt2" */
+    const char *name;  /* "bytes" | "gpt2" | "hf" */
     int vocab;         /* ids are in [0, vocab) */
     int eot;           /* the <|endoftext|> id, or -1 when the tokenizer has none */
     /* Appends the ids of text[0, len) to out. May update caches inside tk: one thread at a time. */
@@ -125,6 +125,10 @@ sn_tokenizer *sn_tokenizer_bytes_new(void);
  * The text "<|endoftext|>" encodes to the special id (50256). */
 sn_status sn_tokenizer_gpt2_load(const char *encoder_json, const char *vocab_bpe,
                                  sn_tokenizer **out, sn_err *e);
+/* A Hugging Face tokenizer.json of a byte-level BPE model (GPT-2, SmolLM, Llama 3: bpe_hf.c
+ * says what else is refused); its added tokens encode from their text. eot: <|endoftext|> or
+ * <|end_of_text|> when it has one. */
+sn_status sn_tokenizer_hf_load(const char *tokenizer_json, sn_tokenizer **out, sn_err *e);
 void sn_tokenizer_free(sn_tokenizer *tk);
 
 static inline sn_status sn_tokenizer_encode(sn_tokenizer *tk, const char *text, size_t len,

@@ -4,8 +4,7 @@
  * decode to the very same bytes (byte-level BPE loses nothing). */
 #include <string.h>
 
-#include "data/data.h"
-#include "fuzz_util.h"
+#include "fuzz_tokenizer.h"
 
 static const char sample[] = "Hello world, the <|endoftext|> 123 don't\n\tcaf\xc3\xa9 \xff\xfe!";
 
@@ -35,21 +34,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(!tk && (e.msg[0] || s == SN_ERR_IO), "status %d, tokenizer %p", s, (void *)tk);
         return 0;
     }
-    sn_tokens ids = {0};
-    s = sn_tokenizer_encode(tk, text, n_text, &ids, &e);
-    if (!s) {
-        for (size_t i = 0; i < ids.n; i++)
-            FUZZ_CHECK(sn_tokens_get(&ids, i) >= 0 && sn_tokens_get(&ids, i) < tk->vocab,
-                       "id %d outside the vocabulary of %d", sn_tokens_get(&ids, i), tk->vocab);
-        char *back = NULL;
-        size_t n_back = 0;
-        s = sn_tokenizer_decode_all(tk, &ids, 0, ids.n, &back, &n_back, &e);
-        FUZZ_CHECK(s == SN_OK, "decoding what was encoded failed: %s", e.msg);
-        FUZZ_CHECK(n_back == n_text && !memcmp(back, text, n_text), "decode(encode(text)) is %zu "
-                   "bytes, the text %zu", n_back, n_text);
-        free(back);
-    }
-    sn_tokens_free(&ids);
-    sn_tokenizer_free(tk);
+    fuzz_tokenizer_roundtrip(tk, text, n_text);
     return 0;
 }

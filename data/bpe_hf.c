@@ -1,0 +1,260 @@
+/* bpe_hf.c: Hugging Face's tokenizer.json for the BPE engine (bpe_int.h), read by json-c: the
+ * byte-level BPE models of GPT-2, SmolLM and Llama 3 (model.vocab, model.merges as "a b"
+ * strings or [a, b] pairs, added_tokens). What the engine cannot reproduce exactly is refused
+ * by name: normalizers, byte-fallback models (SentencePiece's, as TinyLlama's), other
+ * pre-tokenizers and patterns. The post-processor (a BOS token before each text) is not
+ * applied: training text is a stream. */
+#include "bpe_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#ifdef SN_HAVE_JSONC
+#include <json-c/json.h>
+#endif
+
+#define HF_HINT "expected a Hugging Face tokenizer.json of a byte-level BPE model (GPT-2, SmolLM, Llama 3)"
+
+#ifdef SN_HAVE_JSONC
+/* Llama 3's pre-tokenizer pattern, as its tokenizer.json spells it */
+static const char llama3_pattern[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static json_object *field(json_object *o, const char *key) {
+    json_object *v = NULL;
+    return o && json_object_object_get_ex(o, key, &v) ? v : NULL;
+}
+
+static const char *str_field(json_object *o, const char *key) {
+    json_object *v = field(o, key);
+    return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+}
+
+static bool bool_field(json_object *o, const char *key, bool dflt) {
+    json_object *v = field(o, key);
+    return v && json_object_is_type(v, json_type_boolean) ? json_object_get_boolean(v) : dflt;
+}
+
+/* A ByteLevel pre-tokenizer without a prefix space; *regex: whether it splits by GPT-2's
+ * pattern itself. */
+static sn_status byte_level(const char *path, json_object *p, bool *regex, sn_err *e) {
+    const char *type = str_field(p, "type");
+    if (!type || strcmp(type, "ByteLevel"))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: pre-tokenizer %s is not supported yet (a "
+                       "byte-level BPE ends with ByteLevel): " HF_HINT, path, type ? type : "(none)");
+    if (bool_field(p, "add_prefix_space", false))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: ByteLevel with add_prefix_space is not "
+                       "supported yet: " HF_HINT, path);
+    *regex = bool_field(p, "use_regex", true);
+    return SN_OK;
+}
+
+/* The pre-tokenizer: ByteLevel (GPT-2's pattern), Digits (individual) then ByteLevel (SmolLM),
+ * or Llama 3's Split then ByteLevel without its pattern. */
+static sn_status pre_tokenizer(const char *path, json_object *root, sn_pretok *out, sn_err *e) {
+    json_object *p = field(root, "pre_tokenizer");
+    const char *type = str_field(p, "type");
+    bool regex;
+    sn_status st;
+    if (type && !strcmp(type, "ByteLevel")) {
+        if ((st = byte_level(path, p, &regex, e))) return st;
+        *out = SN_PRETOK_GPT2;
+        if (regex) return SN_OK;
+    } else if (type && !strcmp(type, "Sequence")) {
+        json_object *seq = field(p, "pretokenizers");
+        if (seq && json_object_is_type(seq, json_type_array) && json_object_array_length(seq) == 2) {
+            json_object *a = json_object_array_get_idx(seq, 0), *b = json_object_array_get_idx(seq, 1);
+            const char *ta = str_field(a, "type");
+            if ((st = byte_level(path, b, &regex, e))) return st;
+            if (ta && !strcmp(ta, "Digits") && bool_field(a, "individual_digits", false) && regex) {
+                *out = SN_PRETOK_DIGITS;
+                return SN_OK;
+            }
+            const char *pat = str_field(field(a, "pattern"), "Regex"), *beh = str_field(a, "behavior");
+            if (ta && !strcmp(ta, "Split") && !regex && pat && !strcmp(pat, llama3_pattern) && beh &&
+                !strcmp(beh, "Isolated") && !bool_field(a, "invert", false)) {
+                *out = SN_PRETOK_LLAMA3;
+                return SN_OK;
+            }
+            if (ta && !strcmp(ta, "Split") && pat)
+                return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: the pre-tokenizer's pattern \"%.200s\" "
+                               "is not supported yet (GPT-2's and Llama 3's are): " HF_HINT, path, pat);
+        }
+    }
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: pre-tokenizer %s is not supported yet (ByteLevel, "
+                   "Digits + ByteLevel, or Llama 3's Split + ByteLevel are): " HF_HINT, path,
+                   type ? type : "(none)");
+}
+
+/* Adds every token of model.vocab and added_tokens (spelled in bytes), indexes them. */
+static sn_status tokens(sn_bpe *g, const char *path, json_object *root, sn_err *e) {
+    json_object *vocab = field(field(root, "model"), "vocab");
+    if (!vocab || !json_object_is_type(vocab, json_type_object))
+        return sn_fail(e, SN_ERR_PARSE, "%s: no model.vocab object: " HF_HINT, path);
+    sn_status st = SN_OK;
+    json_object_object_foreach(vocab, key, val) {
+        size_t klen = strlen(key);
+        int64_t id = json_object_is_type(val, json_type_int) ? json_object_get_int64(val) : -1;
+        if (id < 0 || id >= 10000000 || klen == 0) {
+            st = sn_fail(e, SN_ERR_PARSE, "%s: model.vocab: token \"%.40s\" has no id in "
+                         "0..9999999 or is empty: " HF_HINT, path, key);
+            break;
+        }
+        bool spelled;
+        if ((st = sn_bpe_add_spelled(g, (int32_t)id, key, klen, &spelled, e))) break;
+        if (!spelled) {
+            st = sn_fail(e, SN_ERR_PARSE, "%s: model.vocab: token %lld (\"%.40s\") is not spelled "
+                         "in the byte-level alphabet: " HF_HINT, path, (long long)id, key);
+            break;
+        }
+    }
+    if (st) return st;
+    /* added tokens outside model.vocab (Llama 3's specials): their content as it is */
+    json_object *added = field(root, "added_tokens");
+    size_t n_added = added && json_object_is_type(added, json_type_array) ? json_object_array_length(added) : 0;
+    for (size_t k = 0; k < n_added && !st; k++) {
+        json_object *t = json_object_array_get_idx(added, k), *idv = field(t, "id");
+        const char *content = str_field(t, "content");
+        bool in_vocab = content && field(vocab, content);
+        if (!content || !*content || !idv || !json_object_is_type(idv, json_type_int))
+            st = sn_fail(e, SN_ERR_PARSE, "%s: added_tokens[%zu]: no id or content: " HF_HINT, path, k);
+        else if (!in_vocab)
+            st = sn_bpe_add_token(g, (int32_t)json_object_get_int64(idv), content, strlen(content), e);
+    }
+    if (!st) st = sn_bpe_index(g, path, HF_HINT, e);
+    for (size_t k = 0; k < n_added && !st; k++) { /* then each is matched as a whole */
+        json_object *t = json_object_array_get_idx(added, k);
+        const char *content = str_field(t, "content");
+        int32_t id = (int32_t)json_object_get_int64(field(t, "id"));
+        int32_t at = sn_bpe_find(g, content, strlen(content));
+        if (at != id)
+            st = sn_fail(e, SN_ERR_PARSE, "%s: added token \"%.40s\" has id %d, but its text is "
+                         "token %d: " HF_HINT, path, content, id, at);
+        else if (bool_field(t, "normalized", false) && field(root, "normalizer") &&
+                 !json_object_is_type(field(root, "normalizer"), json_type_null))
+            st = sn_fail(e, SN_ERR_UNSUPPORTED, "%s: added token \"%.40s\" is normalized: not "
+                         "supported yet: " HF_HINT, path, content);
+        else st = sn_bpe_add_special(g, id, e);
+    }
+    return st;
+}
+
+/* One merge's two tokens, from "a b" or ["a", "b"], in the byte-level spelling. */
+static bool merge_pair(json_object *m, const char **a, size_t *la, const char **b, size_t *lb) {
+    if (json_object_is_type(m, json_type_string)) {
+        const char *s = json_object_get_string(m), *sp = strchr(s, ' ');
+        if (!sp || strchr(sp + 1, ' ')) return false;
+        *a = s, *la = (size_t)(sp - s), *b = sp + 1, *lb = strlen(sp + 1);
+        return *la && *lb;
+    }
+    if (!json_object_is_type(m, json_type_array) || json_object_array_length(m) != 2) return false;
+    json_object *x = json_object_array_get_idx(m, 0), *y = json_object_array_get_idx(m, 1);
+    if (!json_object_is_type(x, json_type_string) || !json_object_is_type(y, json_type_string)) return false;
+    *a = json_object_get_string(x), *la = strlen(*a), *b = json_object_get_string(y), *lb = strlen(*b);
+    return *la && *lb;
+}
+
+static sn_status merges(sn_bpe *g, const char *path, json_object *root, sn_err *e) {
+    json_object *list = field(field(root, "model"), "merges");
+    if (!list || !json_object_is_type(list, json_type_array))
+        return sn_fail(e, SN_ERR_PARSE, "%s: no model.merges list: " HF_HINT, path);
+    size_t n = json_object_array_length(list);
+    sn_status st = sn_bpe_merges_reserve(g, n, e);
+    uint32_t b2u[256];
+    int16_t u2b[324];
+    sn_bpe_unicode_maps(b2u, u2b);
+    char *buf = NULL;
+    size_t cap = 0;
+    for (size_t r = 0; r < n && !st; r++) {
+        const char *a, *b;
+        size_t la, lb, ba, bb;
+        if (!merge_pair(json_object_array_get_idx(list, r), &a, &la, &b, &lb)) {
+            st = sn_fail(e, SN_ERR_PARSE, "%s: model.merges[%zu] is not \"a b\" or [\"a\", \"b\"]: "
+                         HF_HINT, path, r);
+            break;
+        }
+        if (la + lb > cap) {
+            char *nb = realloc(buf, la + lb);
+            if (!nb) {
+                st = sn_fail_oom(e, la + lb, "the BPE tokenizer's tables");
+                break;
+            }
+            buf = nb;
+            cap = la + lb;
+        }
+        bool ok = sn_bpe_unspell(u2b, a, la, buf, &ba) && sn_bpe_unspell(u2b, b, lb, buf + ba, &bb);
+        int32_t x = ok ? sn_bpe_find(g, buf, ba) : -1, y = ok ? sn_bpe_find(g, buf + ba, bb) : -1;
+        int32_t m = ok ? sn_bpe_find(g, buf, ba + bb) : -1;
+        if (x < 0 || y < 0 || m < 0)
+            st = sn_fail(e, SN_ERR_PARSE, "%s: model.merges[%zu] (\"%.*s\" + \"%.*s\") names a "
+                         "token model.vocab lacks: " HF_HINT, path, r, (int)(la > 40 ? 40 : la), a,
+                         (int)(lb > 40 ? 40 : lb), b);
+        else sn_bpe_add_merge(g, x, y, m, (int32_t)r);
+    }
+    free(buf);
+    return st;
+}
+
+static sn_status load(sn_bpe *g, const char *path, json_object *root, sn_err *e) {
+    json_object *model = field(root, "model"), *norm = field(root, "normalizer");
+    const char *type = str_field(model, "type");
+    if (!type || strcmp(type, "BPE"))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: model type %s is not supported yet (BPE is): "
+                       HF_HINT, path, type ? type : "(none)");
+    if (bool_field(model, "byte_fallback", false))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: a byte-fallback BPE (SentencePiece's, as "
+                       "TinyLlama's or Llama 2's) is not supported yet: " HF_HINT, path);
+    if (norm && !json_object_is_type(norm, json_type_null))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: normalizer %s is not supported yet (none is): "
+                       HF_HINT, path, str_field(norm, "type") ? str_field(norm, "type") : "(?)");
+    sn_pretok pt;
+    sn_status st = pre_tokenizer(path, root, &pt, e);
+    if (st) return st;
+    sn_bpe_set_ignore_merges(g, bool_field(model, "ignore_merges", false));
+    if ((st = tokens(g, path, root, e)) || (st = merges(g, path, root, e))) return st;
+    /* the pre-tokenizer was read before the engine existed: set it now */
+    return sn_bpe_set_pretok(g, pt), sn_bpe_finish(g, e);
+}
+#endif
+
+sn_status sn_tokenizer_hf_load(const char *tokenizer_json, sn_tokenizer **out, sn_err *e) {
+    *out = NULL;
+#ifdef SN_HAVE_JSONC
+    char *text;
+    size_t n;
+    sn_status st = sn_file_read(tokenizer_json, HF_HINT, &text, &n, e);
+    if (st) return st;
+    json_tokener *tok = json_tokener_new();
+    if (!tok) {
+        free(text);
+        return sn_fail_oom(e, 4096, "the JSON parser");
+    }
+    json_object *root = json_tokener_parse_ex(tok, text, n > INT32_MAX ? INT32_MAX : (int)n);
+    enum json_tokener_error jerr = json_tokener_get_error(tok);
+    json_tokener_free(tok);
+    free(text);
+    if (!root || !json_object_is_type(root, json_type_object)) {
+        json_object_put(root);
+        return sn_fail(e, SN_ERR_PARSE, "%s: not a JSON object (%s): " HF_HINT, tokenizer_json,
+                       root ? "another JSON value" : jerr == json_tokener_continue
+                       ? "the JSON ends early" : json_tokener_error_desc(jerr));
+    }
+    sn_bpe *g = sn_bpe_new("hf", SN_PRETOK_GPT2, e);
+    if (!g) st = SN_ERR_OOM;
+    if (!st) st = load(g, tokenizer_json, root, e);
+    json_object_put(root);
+    if (st) {
+        if (g) sn_tokenizer_free(sn_bpe_tokenizer(g));
+        return st;
+    }
+    sn_tokenizer *tk = sn_bpe_tokenizer(g);
+    static const char *const eots[] = {"<|endoftext|>", "<|end_of_text|>"};
+    for (size_t k = 0; k < 2 && tk->eot < 0; k++) tk->eot = sn_bpe_find(g, eots[k], strlen(eots[k]));
+    *out = tk;
+    return SN_OK;
+#else
+    (void)out;
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: this build of sinter reads no JSON, so no "
+                   "tokenizer.json: install libjson-c-dev and rebuild (./setup)", tokenizer_json);
+#endif
+}
