@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "data/data.h"
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "io/weights.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
@@ -154,8 +154,13 @@ static sn_status build_graph(sn_session *r, int B, int T, bool training, sn_grap
     if (sn_graph_error(g))
         return sn_fail(e, g->err.code, "model %s: %s", r->m.name, sn_graph_error(g));
     if (!g->loss)
-        return sn_fail(e, SN_ERR_INVALID, "model %s: its build set no loss: set g->loss to the "
-                       "mean cross-entropy of the logits and \"targets\"", r->m.name);
+        return sn_fail(e, SN_ERR_INVALID, "model %s: its build set no loss: call sn_graph_set_loss "
+                       "with the mean cross-entropy of the logits and the targets", r->m.name);
+    const char *need = !sn_graph_input(g, SN_ROLE_TOKENS)  ? "tokens (sn_input_tokens)"
+                       : !sn_graph_input(g, SN_ROLE_TARGETS) ? "targets (sn_input_targets)" : NULL;
+    if (need)
+        return sn_fail(e, SN_ERR_INVALID, "model %s: its build made no input of the role %s",
+                       r->m.name, need);
     if (training) {
         g->n_outputs = 0;
         sn_graph_add_output(g, g->loss);
@@ -354,11 +359,7 @@ static sn_status build_sampler(sn_session *r, sn_err *e) {
     po.precision = r->po.precision;
     po.target = r->po.target;
     if (s || (s = sn_compile(r->sg, &po, NULL, NULL, e))) return s;
-    const sn_node *idx = NULL, *logits = NULL;
-    for (int i = 0; i < r->sg->n_nodes; i++) {
-        const sn_node *n = r->sg->nodes[i];
-        if (n->op == SN_OP_INPUT && !strcmp(n->name, "idx")) idx = n;
-    }
+    const sn_node *idx = sn_graph_input(r->sg, SN_ROLE_TOKENS), *logits = NULL;
     for (int i = 0; i < r->sg->n_outputs && !logits; i++)
         if (r->sg->outputs[i]->rank == 3) logits = r->sg->outputs[i];
     r->sampler = sn_sampler_new(r->sg, idx, logits, r->dev, e);

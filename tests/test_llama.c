@@ -184,7 +184,7 @@ START_TEST(session_reports_model_mistakes) {
     sn_model m = {.name = "noloss", .ctx = 8, .build = no_loss};
     ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_INVALID);
     ck_assert_ptr_null(s);
-    ck_assert_has(e.msg, "model noloss: its build set no loss: set g->loss");
+    ck_assert_has(e.msg, "model noloss: its build set no loss: call sn_graph_set_loss");
     m = (sn_model){.name = "badshape", .ctx = 8, .build = bad_shape};
     ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_SHAPE);
     ck_assert_has(e.msg, "model badshape: ");

@@ -12,7 +12,7 @@
 
 #include "data/data.h"
 #include "frontend/lora.h"
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "passes/pipeline.h"
 #include "train/checkpoint.h"
 #include "fuzz_util.h"
