@@ -57,6 +57,18 @@ const char *sn_dtype_name(sn_dtype t);
 int sn_dtype_bits(sn_dtype t);
 bool sn_dtype_is_float(sn_dtype t);
 
+/* How a program stores and multiplies its floats. fp32: everything f32. bf16 / fp16: products
+ * (matmul, attention) take 16-bit operands with f32 accumulation, parameters stay f32 masters,
+ * everything else f32 (fp16 needs loss scaling). tf32: f32 storage, CUDA GEMMs on tf32 tensor
+ * cores (no graph rewrite; on the CPU the same as fp32). */
+typedef enum {
+    SN_PRECISION_FP32,
+    SN_PRECISION_BF16,
+    SN_PRECISION_FP16,
+    SN_PRECISION_TF32,
+    SN_PRECISION_COUNT
+} sn_precision;
+
 /* ---- leaves ---------------------------------------------------------------------------- */
 
 #define SN_MAX_RANK 4
