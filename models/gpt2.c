@@ -204,7 +204,7 @@ sn_status sn_gpt2_build_lora(sn_graph *g, const sn_gpt2_config *c, int B, int T,
     sn_graph_set_loss(g, out->loss);
     if (lora && !sn_graph_error(g)) sn_lora_freeze_base(g);
     if (sn_graph_error(g))
-        return sn_fail(e, g->err.code, "gpt2 %s: %s", c->name, sn_graph_error(g));
+        return sn_fail(e, sn_graph_status(g), "gpt2 %s: %s", c->name, sn_graph_error(g));
     return SN_OK;
 }
 
@@ -224,6 +224,6 @@ sn_status sn_gpt2_build_kv(sn_graph *g, const sn_gpt2_config *c, int B, int T, b
     sn_graph_add_output(g, body(&m, x, wte)); /* the logits, after each layer's k and v */
     if (lora && !sn_graph_error(g)) sn_lora_freeze_base(g);
     if (sn_graph_error(g))
-        return sn_fail(e, g->err.code, "gpt2 %s: %s", c->name, sn_graph_error(g));
+        return sn_fail(e, sn_graph_status(g), "gpt2 %s: %s", c->name, sn_graph_error(g));
     return SN_OK;
 }
