@@ -28,7 +28,6 @@
  * padding allowed) as the graph's first rank-3 output; the mean cross-entropy given to
  * sn_graph_set_loss. Parameters are matched by name between the two graphs the session
  * builds, so the same names must come out for every B and T. */
-
 typedef struct {
     const char *name; /* in messages and checkpoints: "llama-mini" */
     const char *desc; /* its shape in words ("4 layers, 128 channels"), checked on resume; may be NULL */
