@@ -116,11 +116,9 @@ sn_node *sn_input_role(sn_graph *g, const char *name, sn_role r, sn_dtype t, sn_
                       sn_role_name(r), had->name);
         return NULL;
     }
-    bool ids = r == SN_ROLE_TOKENS || r == SN_ROLE_TARGETS || r == SN_ROLE_POSITIONS;
-    if (r != SN_ROLE_NONE && ((unsigned)t >= SN_DTYPE_COUNT || (ids ? t != SN_I32 : !sn_dtype_is_float(t)) ||
-                              (r == SN_ROLE_LOSS_SCALE && s.rank != 0))) {
-        sn_graph_fail(g, SN_ERR_DTYPE, "input \"%s\" of the role %s must be %s", name, sn_role_name(r),
-                      ids ? "i32" : r == SN_ROLE_LOSS_SCALE ? "a float scalar" : "float");
+    if (!sn_role_fits(r, t, s.rank)) {
+        sn_graph_fail(g, SN_ERR_DTYPE, "input \"%s\" of the role %s must be %s", name,
+                      sn_role_name(r), sn_role_needs(r));
         return NULL;
     }
     sn_node *n = leaf(g, SN_OP_INPUT, name, t, s);

@@ -127,6 +127,19 @@ const char *sn_role_name(sn_role r) {
     SN_ASSERT((unsigned)r < SN_ROLE_COUNT);
     return role_names[r];
 }
+static bool role_is_ids(sn_role r) {
+    return r == SN_ROLE_TOKENS || r == SN_ROLE_TARGETS || r == SN_ROLE_POSITIONS;
+}
+const char *sn_role_needs(sn_role r) {
+    if (r == SN_ROLE_NONE) return NULL;
+    return role_is_ids(r) ? "i32" : r == SN_ROLE_LOSS_SCALE ? "a float scalar" : "float";
+}
+bool sn_role_fits(sn_role r, sn_dtype t, int rank) {
+    if (r == SN_ROLE_NONE) return true;
+    if ((unsigned)t >= SN_DTYPE_COUNT) return false;
+    if (role_is_ids(r)) return t == SN_I32;
+    return sn_dtype_is_float(t) && (r != SN_ROLE_LOSS_SCALE || rank == 0);
+}
 int sn_role_parse(const char *s, size_t len) {
     for (int i = 0; i < SN_ROLE_COUNT; i++)
         if (strlen(role_names[i]) == len && !memcmp(role_names[i], s, len)) return i;

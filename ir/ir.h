@@ -111,6 +111,10 @@ struct sn_graph {
 /* The INPUT of g with role r, or NULL (at most one has it: the verifier checks). */
 sn_node *sn_graph_input(const sn_graph *g, sn_role r);
 const char *sn_role_name(sn_role r); /* "tokens" */
+/* What an input of role r must be, in words ("i32", "a float scalar", "float"; NULL for none),
+ * and whether dtype t and rank fit it: one rule for the constructor and the verifier. */
+const char *sn_role_needs(sn_role r);
+bool sn_role_fits(sn_role r, sn_dtype t, int rank);
 int sn_role_parse(const char *s, size_t len); /* -1 if unknown */
 
 /* Appends a node after checking it with the shape rules. For ops whose output shape or dtype

@@ -72,13 +72,9 @@ static sn_status check_roles(const sn_graph *g, sn_err *e) {
                            "%s; a graph has one input of each role", seen[r]->id, seen[r]->name, i,
                            n->name, sn_role_name(r));
         seen[r] = n;
-        bool ids = r == SN_ROLE_TOKENS || r == SN_ROLE_TARGETS || r == SN_ROLE_POSITIONS;
-        bool ok = ids ? n->dtype == SN_I32
-                      : sn_dtype_is_float(n->dtype) && (r != SN_ROLE_LOSS_SCALE || n->rank == 0);
-        if (!ok)
+        if (!sn_role_fits(r, n->dtype, n->rank))
             return sn_fail(e, SN_ERR_DTYPE, "input %%%d \"%s\" has the role %s but is %s; it must be %s",
-                           i, n->name, sn_role_name(r), sn_type_str(n, t, sizeof t),
-                           ids ? "i32" : r == SN_ROLE_LOSS_SCALE ? "a float scalar" : "float");
+                           i, n->name, sn_role_name(r), sn_type_str(n, t, sizeof t), sn_role_needs(r));
     }
     return SN_OK;
 }
