@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "data/data.h"
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "io/weights.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
@@ -44,14 +44,22 @@ struct sn_session {
     const int *stop;         /* sn_session_set_stop's flag, read atomically; NULL: none */
 };
 
-/* session.h's checkpoint_policy numbers are passes.h's policies */
-_Static_assert(SN_RECOMPUTE_NONE == 0 && SN_RECOMPUTE_BLOCK == 1 && SN_RECOMPUTE_SQRT == 2,
-               "session.h documents checkpoint_policy 0, 1, 2 as none, block, sqrt");
+/* session.h's checkpoint policies as passes.h's (-1: none, or the plan's choice). */
+static int recompute_policy(sn_checkpoint_policy p) {
+    switch (p) {
+    case SN_CHECKPOINT_AUTO: return -1;
+    case SN_CHECKPOINT_NONE: return SN_RECOMPUTE_NONE;
+    case SN_CHECKPOINT_BLOCK: return SN_RECOMPUTE_BLOCK;
+    case SN_CHECKPOINT_SQRT: return SN_RECOMPUTE_SQRT;
+    case SN_CHECKPOINT_COUNT: break;
+    }
+    SN_ASSERT(0);
+}
 
 sn_session_opts sn_session_defaults(void) {
-    return (sn_session_opts){.device = "auto", .data = SN_DEFAULT_CORPUS, .batch = 16, .steps = 600,
-                             .lr = 3e-3, .seed = 1337, .val_batches = 8,
-                             .checkpoint_policy = -1, .offload = -1, .warmup = -1,
+    return (sn_session_opts){.device = SN_DEVICE_AUTO, .data = SN_DEFAULT_CORPUS, .batch = 16, .steps = 600,
+                             .lr = 3e-3, .seed = 1337, .val_batches = 8, .precision = SN_PRECISION_FP32,
+                             .checkpoint_policy = SN_CHECKPOINT_AUTO, .offload = SN_OFFLOAD_AUTO, .warmup = -1,
                              .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .grad_clip = 1.0,
                              .min_lr_frac = 0.1};
 }
@@ -77,18 +85,19 @@ void sn_session_free(sn_session *s) {
  * reports a device, else cpu, saying why in one line); NULL for interp. */
 static sn_status open_device(const sn_session_opts *o, sn_device **dev, sn_err *e) {
     *dev = NULL;
-    const char *d = o->device ? o->device : "auto";
-    sn_cuda_opts co = {.tf32 = o->tf32, .no_cache = o->no_cache};
-    if (!strcmp(d, "cuda")) return sn_cuda_device_new_opts(0, &co, dev, e);
-    if (!strcmp(d, "auto")) {
+    sn_cuda_opts co = {.tf32 = o->tf32 || o->precision == SN_PRECISION_TF32, .no_cache = o->no_cache};
+    switch (o->device) {
+    case SN_DEVICE_CUDA: return sn_cuda_device_new_opts(0, &co, dev, e);
+    case SN_DEVICE_AUTO: {
         char why[512];
         if (sn_cuda_device_count(why, sizeof why) > 0) return sn_cuda_device_new_opts(0, &co, dev, e);
         printf("no CUDA device (%s): using cpu\n", why);
         fflush(stdout);
-    } else if (!strcmp(d, "interp")) {
-        return SN_OK;
-    } else if (strcmp(d, "cpu")) {
-        return sn_fail(e, SN_ERR_INVALID, "device '%s': use auto, cuda, cpu or interp", d);
+        break;
+    }
+    case SN_DEVICE_INTERP: return SN_OK;
+    case SN_DEVICE_CPU: break;
+    case SN_DEVICE_COUNT: SN_ASSERT(0); /* check_opts refused it */
     }
     return sn_cpu_device_new(0, dev, e);
 }
@@ -155,8 +164,13 @@ static sn_status build_graph(sn_session *r, int B, int T, bool training, sn_grap
     if (sn_graph_error(g))
         return sn_fail(e, g->err.code, "model %s: %s", r->m.name, sn_graph_error(g));
     if (!g->loss)
-        return sn_fail(e, SN_ERR_INVALID, "model %s: its build set no loss: set g->loss to the "
-                       "mean cross-entropy of the logits and \"targets\"", r->m.name);
+        return sn_fail(e, SN_ERR_INVALID, "model %s: its build set no loss: call sn_graph_set_loss "
+                       "with the mean cross-entropy of the logits and the targets", r->m.name);
+    const char *need = !sn_graph_input(g, SN_ROLE_TOKENS)  ? "tokens (sn_input_tokens)"
+                       : !sn_graph_input(g, SN_ROLE_TARGETS) ? "targets (sn_input_targets)" : NULL;
+    if (need)
+        return sn_fail(e, SN_ERR_INVALID, "model %s: its build made no input of the role %s",
+                       r->m.name, need);
     if (training) {
         g->n_outputs = 0;
         sn_graph_add_output(g, g->loss);
@@ -176,22 +190,26 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
     if (m->ctx < 1 && o->seq < 1)
         return sn_fail(e, SN_ERR_INVALID, "model %s: ctx %d: give the model's longest sequence "
                        "(sn_model.ctx) or a seq", m->name, m->ctx);
-    if (o->checkpoint_policy < -1 || o->checkpoint_policy > SN_RECOMPUTE_SQRT)
-        return sn_fail(e, SN_ERR_INVALID, "session: checkpoint_policy %d: give -1 (none, or the "
-                       "plan's), 0 (none), 1 (block) or 2 (sqrt)", o->checkpoint_policy);
+    if ((unsigned)o->device >= SN_DEVICE_COUNT)
+        return sn_fail(e, SN_ERR_INVALID, "session: device %d: give SN_DEVICE_AUTO, SN_DEVICE_CUDA, "
+                       "SN_DEVICE_CPU or SN_DEVICE_INTERP", (int)o->device);
+    if ((unsigned)o->checkpoint_policy >= SN_CHECKPOINT_COUNT)
+        return sn_fail(e, SN_ERR_INVALID, "session: checkpoint_policy %d: give SN_CHECKPOINT_AUTO "
+                       "(none, or the plan's), _NONE, _BLOCK or _SQRT", (int)o->checkpoint_policy);
     if (o->mem < 0 || (o->mem && o->tokens_per_step))
         return sn_fail(e, SN_ERR_INVALID, "session: with mem the plan chooses the micro-batches: "
                        "give the sequences per step as batch and tokens_per_step 0");
     if (o->init && o->init_pretrained)
         return sn_fail(e, SN_ERR_INVALID, "session: a run starts from a checkpoint (init) or from "
                        "pretrained weights (init_pretrained), not both");
-    if (o->offload < -1 || o->offload > 1)
-        return sn_fail(e, SN_ERR_INVALID, "session: offload %d: give -1 (none, or the plan's), 0 "
-                       "(none) or 1 (the optimizer state in host memory)", o->offload);
-    if (o->offload == 1 && o->device && !strcmp(o->device, "interp"))
+    if ((unsigned)o->offload >= SN_OFFLOAD_COUNT)
+        return sn_fail(e, SN_ERR_INVALID, "session: offload %d: give SN_OFFLOAD_AUTO (none, or the "
+                       "plan's), SN_OFFLOAD_NONE or SN_OFFLOAD_OPTIMIZER (the optimizer state in "
+                       "host memory)", (int)o->offload);
+    if (o->offload == SN_OFFLOAD_OPTIMIZER && o->device == SN_DEVICE_INTERP)
         return sn_fail(e, SN_ERR_INVALID, "session: offload moves the optimizer state off a device "
                        "and the interpreter has none: use device cpu or cuda");
-    if (o->mem && o->device && !strcmp(o->device, "interp"))
+    if (o->mem && o->device == SN_DEVICE_INTERP)
         return sn_fail(e, SN_ERR_INVALID, "session: mem plans device memory and the interpreter "
                        "has none: use device cpu or cuda");
     if (o->warmup < -1 || o->warmup > o->steps || !(o->weight_decay >= 0) || !(o->beta1 >= 0) ||
@@ -205,9 +223,9 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
         return sn_fail(e, SN_ERR_INVALID, "session: batch %d, seq %d, steps %d, lr %g: batch, "
                        "steps and lr must be positive, seq 0 (the model's) or more", o->batch,
                        o->seq, o->steps, o->lr);
-    if (o->precision && sn_precision_parse(o->precision) < 0)
-        return sn_fail(e, SN_ERR_INVALID, "session: precision '%s': use fp32, bf16, fp16 or tf32",
-                       o->precision);
+    if ((unsigned)o->precision >= SN_PRECISION_COUNT)
+        return sn_fail(e, SN_ERR_INVALID, "session: precision %d: give SN_PRECISION_FP32, _BF16, "
+                       "_FP16 or _TF32", (int)o->precision);
     return SN_OK;
 }
 
@@ -245,17 +263,18 @@ static sn_status setup(sn_session *r, sn_err *e) {
 
     /* the graph passes here; the trainer compiles the rest (fuse, memplan) with the same options */
     r->po = sn_pipeline_defaults();
-    r->po.precision = (sn_precision)sn_precision_parse(o->precision ? o->precision : "fp32");
-    r->po.checkpoint = o->checkpoint_policy > 0 ? o->checkpoint_policy : SN_RECOMPUTE_NONE;
+    r->po.precision = o->precision;
+    int policy = recompute_policy(o->checkpoint_policy);
+    r->po.checkpoint = policy > 0 ? (sn_recompute_policy)policy : SN_RECOMPUTE_NONE;
     /* the device first: its target is the plan's and the program's (CUDA: its kernels, its
        fusion decisions, cuBLASLt's workspace) */
     if ((s = open_device(o, &r->dev, e))) return s;
     if (r->dev) r->po.target = &r->dev->target;
     if (o->mem) { /* the plan's micro-batch, accumulation steps and checkpointing */
-        sn_plan_opts plo = {.batch = r->B, .budget = o->mem, .policy = o->checkpoint_policy,
-                            .compile = &r->po,
-                            .offload = o->offload < 0 ? SN_PLAN_OFFLOAD_AS_NEEDED
-                                       : o->offload ? SN_PLAN_OFFLOAD_ALWAYS : SN_PLAN_OFFLOAD_NEVER};
+        sn_plan_opts plo = {.batch = r->B, .budget = o->mem, .policy = policy, .compile = &r->po,
+                            .offload = o->offload == SN_OFFLOAD_AUTO   ? SN_PLAN_OFFLOAD_AS_NEEDED
+                                       : o->offload == SN_OFFLOAD_NONE ? SN_PLAN_OFFLOAD_NEVER
+                                                                       : SN_PLAN_OFFLOAD_ALWAYS};
         if ((s = sn_plan_make(&plo, plan_graph, r, &r->plan, e))) return s;
         r->planned = true;
         r->B = r->plan.micro_batch;
@@ -280,7 +299,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
     to.seed = o->seed;
     to.device = r->dev;
     to.compile = &r->po;
-    to.offload = r->planned ? r->plan.offload : o->offload == 1;
+    to.offload = r->planned ? r->plan.offload : o->offload == SN_OFFLOAD_OPTIMIZER;
     if (!(r->t = sn_trainer_new(r->g, &to, e))) return e->code;
     if ((s = sn_val_iter_init(&r->vi, &r->val, r->B, r->T, e))) return s;
     r->x = sn_malloc(sizeof(int32_t) * (size_t)bt, "a batch of token ids", e);
@@ -361,11 +380,7 @@ static sn_status build_sampler(sn_session *r, sn_err *e) {
     po.precision = r->po.precision;
     po.target = r->po.target;
     if (s || (s = sn_compile(r->sg, &po, NULL, NULL, e))) return s;
-    const sn_node *idx = NULL, *logits = NULL;
-    for (int i = 0; i < r->sg->n_nodes; i++) {
-        const sn_node *n = r->sg->nodes[i];
-        if (n->op == SN_OP_INPUT && !strcmp(n->name, "idx")) idx = n;
-    }
+    const sn_node *idx = sn_graph_input(r->sg, SN_ROLE_TOKENS), *logits = NULL;
     for (int i = 0; i < r->sg->n_outputs && !logits; i++)
         if (r->sg->outputs[i]->rank == 3) logits = r->sg->outputs[i];
     r->sampler = sn_sampler_new(r->sg, idx, logits, r->dev, e);

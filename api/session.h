@@ -17,16 +17,17 @@
 
 #include <stdio.h>
 
-#include "ir/ir.h"
+#include "base/graph.h"
 
-/* A model: builds its forward graph into g for batches of B sequences of T tokens (T <= ctx)
- * over a vocabulary of V ids (the tokenizer's): i32 INPUTs named "idx" and "targets", both
- * (B, T); the logits (B, T, Vp >= V, padding allowed) as the graph's first rank-3 output; the
- * mean cross-entropy as g->loss. Parameters are matched by name between the two graphs the
- * session builds, so the same names must come out for every B and T. */
 /* The most micro-batches one optimizer step accumulates (--tokens-per-step / (B x T)). */
 #define SN_SESSION_MAX_MICRO (1 << 20)
 
+/* A model: builds its forward graph into g for batches of B sequences of T tokens (T <= ctx)
+ * over a vocabulary of V ids (the tokenizer's): the inputs sn_input_tokens and
+ * sn_input_targets, both (B, T) and named as the model likes; the logits (B, T, Vp >= V,
+ * padding allowed) as the graph's first rank-3 output; the mean cross-entropy given to
+ * sn_graph_set_loss. Parameters are matched by name between the two graphs the session
+ * builds, so the same names must come out for every B and T. */
 typedef struct {
     const char *name; /* in messages and checkpoints: "llama-mini" */
     const char *desc; /* its shape in words ("4 layers, 128 channels"), checked on resume; may be NULL */
@@ -35,11 +36,38 @@ typedef struct {
     void *user;       /* passed to build */
 } sn_model;
 
+/* What runs the steps. */
+typedef enum {
+    SN_DEVICE_AUTO,   /* the CUDA GPU when the driver reports one, else the CPU (saying why in one
+                         line on stdout) */
+    SN_DEVICE_CUDA,   /* the first CUDA GPU; an error without one */
+    SN_DEVICE_CPU,    /* the CPU: kernels compiled by LLVM, GEMMs by oneDNN */
+    SN_DEVICE_INTERP, /* the reference interpreter (slow, exact: for tests) */
+    SN_DEVICE_COUNT
+} sn_device_kind;
+
+/* Activation checkpointing: which activations the backward recomputes instead of keeping. */
+typedef enum {
+    SN_CHECKPOINT_AUTO,  /* none; with mem, the plan's choice */
+    SN_CHECKPOINT_NONE,  /* keep every activation */
+    SN_CHECKPOINT_BLOCK, /* keep each transformer block's input, recompute the rest */
+    SN_CHECKPOINT_SQRT,  /* keep every sqrt(n)-th sub-block boundary */
+    SN_CHECKPOINT_COUNT
+} sn_checkpoint_policy;
+
+/* Where AdamW's moments, the gradient sums and the fp32 master weights live (ZeRO-Offload). */
+typedef enum {
+    SN_OFFLOAD_AUTO,      /* on the device; with mem, the plan's choice (host when nothing fits) */
+    SN_OFFLOAD_NONE,      /* on the device */
+    SN_OFFLOAD_OPTIMIZER, /* in host memory, updated there by the CPU */
+    SN_OFFLOAD_COUNT
+} sn_offload;
+
+/* The zero of each enum above is its AUTO (and precision's fp32): a zeroed field is the default. */
 typedef struct {
-    const char *device;   /* "auto": the CUDA GPU when the driver reports one, else "cpu" (saying
-                             why in one line on stdout); "cuda", "cpu", or "interp": the
-                             reference interpreter */
-    bool tf32, no_cache;  /* CUDA: TF32 GEMMs; compile without the kernel cache */
+    sn_device_kind device;
+    bool tf32, no_cache;  /* CUDA: TF32 GEMMs for the f32 products (SN_PRECISION_TF32 sets it);
+                             compile without the kernel cache */
     const char *data;     /* a text file or directory, split 90/10 into train and validation */
     const char *train_bin, *val_bin; /* instead of data: two llm.c token shards */
     const char *bpe;      /* GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe; NULL: bytes */
@@ -57,19 +85,13 @@ typedef struct {
                              (frontend/lora.h) the file lacks keep their initialisation. Not
                              read with resume (the resumed checkpoint holds every weight) */
     const char *dump_after; /* print the IR or program after this pass (sinter train --help) */
-    int checkpoint_policy; /* recompute activations in the backward instead of keeping them:
-                              0 none, 1 block (keep transformer block inputs), 2 sqrt (every
-                              sqrt(n)-th sub-block boundary); -1: none, or the plan's choice
-                              with mem */
+    sn_checkpoint_policy checkpoint_policy;
     int64_t mem;          /* device bytes to fit the run in (0: no plan): batch is then the
                              sequences per step, and the planner (sinter plan) picks the
                              micro-batch, the accumulation steps and the checkpointing */
-    const char *precision;  /* "fp32" (NULL: the default); "bf16", "fp16": the autocast pass
-                               (fp16 with dynamic loss scaling); "tf32": f32 storage (set tf32
-                               for CUDA GEMMs) */
-    int offload;          /* AdamW's moments, the gradient sums and fp32 master weights in host
-                             memory, updated there by the CPU (ZeRO-Offload): 1 yes, 0 no; -1:
-                             no, or the plan's choice with mem (when nothing fits without) */
+    sn_precision precision; /* base/graph.h: bf16 and fp16 run the autocast pass (fp16 with
+                               dynamic loss scaling) */
+    sn_offload offload;
     const char *init_pretrained; /* a new run from pretrained GPT-2 weights: a Hugging Face
                              directory (config.json, model.safetensors) or llm.c's .bin
                              (io/weights.h); the model must be the GPT-2 they describe, with the
@@ -84,8 +106,8 @@ typedef struct {
     double min_lr_frac;   /* the cosine schedule ends at lr * min_lr_frac, in [0, 1] */
 } sn_session_opts;
 
-/* device "auto", the default corpus, B 16, T the model's, 600 steps, lr 3e-3, seed 1337,
- * 8 validation batches, checkpoint_policy -1, offload -1, no memory plan; warm-up 10% of the
+/* device auto, fp32, the default corpus, B 16, T the model's, 600 steps, lr 3e-3, seed 1337,
+ * 8 validation batches, checkpointing and offload auto, no memory plan; warm-up 10% of the
  * steps, weight decay 0.1, betas (0.9, 0.95), clip 1.0, min_lr_frac 0.1. */
 sn_session_opts sn_session_defaults(void);
 

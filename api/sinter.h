@@ -1,6 +1,7 @@
 /* sinter.h: the installed library's one header (`#include <sinter.h>`, `pkg-config --cflags
- * --libs sinter`): the graph API a model is written against (frontend/sinter.h, over the IR of
- * ir/ir.h) and the training session that trains it (session.h). Nothing else is installed.
+ * --libs sinter`): the graph API a model is written against (frontend/sinter.h, with the graph
+ * and its nodes as opaque handles, base/graph.h) and the training session that trains it
+ * (session.h). Nothing else is installed: the IR, the passes and the devices stay inside.
  *
  * A model is a C function that builds its forward graph; sinter differentiates it, fuses and
  * compiles it for the device (a CUDA GPU, or the CPU through LLVM) and trains it with AdamW.
@@ -12,15 +13,15 @@
  *
  *     // the next byte from the current one: an embedding, silu, a projection
  *     static sn_status build(sn_graph *g, int B, int T, int V, void *user, sn_err *e) {
- *         sn_node *idx = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
- *         sn_node *tgt = sn_input(g, "targets", SN_I32, SN_SHAPE(B, T));
+ *         sn_node *idx = sn_input_tokens(g, "idx", SN_SHAPE(B, T));
+ *         sn_node *tgt = sn_input_targets(g, "targets", SN_SHAPE(B, T));
  *         sn_node *wte = sn_param(g, "wte", SN_F32, SN_SHAPE(V, 64), SN_INIT_NORMAL, 0.02f);
  *         sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(64, V), SN_INIT_NORMAL, 0.02f);
  *         sn_node *h = sn_silu(g, sn_embedding(g, wte, idx));          // (B, T, 64)
  *         sn_node *logits = sn_matmul(g, h, w);                          // (B, T, V)
  *         sn_graph_add_output(g, logits);
- *         g->loss = sn_cross_entropy(g, logits, tgt, -1);
- *         return sn_graph_error(g) ? sn_fail(e, g->err.code, "%s", sn_graph_error(g)) : SN_OK;
+ *         sn_graph_set_loss(g, sn_cross_entropy(g, logits, tgt, -1));
+ *         return sn_graph_error(g) ? sn_fail(e, sn_graph_status(g), "%s", sn_graph_error(g)) : SN_OK;
  *     }
  *
  *     int main(int argc, char **argv) {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "passes/pipeline.h"
 #include "support/rng.h"
 #include "gpu_check.h"

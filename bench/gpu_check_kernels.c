@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "interp/interp.h"
 #include "passes/pipeline.h"
 #include "support/rng.h"

@@ -57,6 +57,21 @@ typedef struct {
     int n_recent;            /* steps in it so far */
 } run;
 
+/* The command line's words as the session's enums (the option table has checked the words):
+ * --device, --precision (and --tf32), --checkpoint-policy (-1: not given), --offload. */
+static void session_enums(const train_args *a, sn_session_opts *o) {
+    const char *d = a->device;
+    o->device = !strcmp(d, "cuda") ? SN_DEVICE_CUDA : !strcmp(d, "cpu") ? SN_DEVICE_CPU
+              : !strcmp(d, "interp") ? SN_DEVICE_INTERP : SN_DEVICE_AUTO;
+    o->precision = (sn_precision)sn_precision_parse(a->precision);
+    o->tf32 = a->tf32;
+    o->checkpoint_policy = a->checkpoint_policy == SN_RECOMPUTE_NONE    ? SN_CHECKPOINT_NONE
+                           : a->checkpoint_policy == SN_RECOMPUTE_BLOCK ? SN_CHECKPOINT_BLOCK
+                           : a->checkpoint_policy == SN_RECOMPUTE_SQRT  ? SN_CHECKPOINT_SQRT
+                                                                        : SN_CHECKPOINT_AUTO;
+    o->offload = a->offload < 0 ? SN_OFFLOAD_AUTO : a->offload ? SN_OFFLOAD_OPTIMIZER : SN_OFFLOAD_NONE;
+}
+
 static sn_status build(const train_args *a, run *r, sn_err *e) {
     sn_status s;
     sn_gpt2_config *c = &r->gm.c;
@@ -77,8 +92,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     }
     sn_model m = {.name = c->name, .desc = r->desc, .ctx = c->ctx, .build = build_gpt2, .user = &r->gm};
     sn_session_opts o = sn_session_defaults();
-    o.device = a->device;
-    o.tf32 = a->tf32;
+    session_enums(a, &o);
     o.no_cache = a->no_cache;
     o.data = a->data;
     o.train_bin = a->train_bin;
@@ -100,10 +114,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.init = a->init;
     o.init_pretrained = a->init_hf;
     o.dump_after = a->dump_after;
-    o.checkpoint_policy = a->checkpoint_policy;
     o.mem = a->mem;
-    o.offload = a->offload;
-    o.precision = a->precision;
     if ((s = sn_session_new(&m, &o, &r->s, e))) return s;
     sn_session_set_stop(r->s, cli_stop_flag()); /* a signal cuts a validation short */
     sn_session_info in;

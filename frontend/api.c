@@ -3,14 +3,50 @@
  * the caller chooses it) and hands it to sn_graph_append, where the op's shape rule checks it;
  * a NULL input (an earlier error) makes the constructor return NULL without a new message. */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
-#include "sinter.h"
+#include "frontend.h"
 
 sn_shape sn_shape_of(const sn_node *n) {
     sn_shape s = {.rank = n->rank};
     memcpy(s.d, n->shape, sizeof s.d);
     return s;
+}
+sn_dtype sn_node_dtype(const sn_node *n) { return n->dtype; }
+int64_t sn_node_dim(const sn_node *n, int axis) {
+    if (axis < 0) axis += n->rank;
+    return axis >= 0 && axis < n->rank ? n->shape[axis] : 0;
+}
+const char *sn_node_name(const sn_node *n) { return n->name; }
+sn_role sn_node_role(const sn_node *n) { return n->role; }
+
+sn_status sn_graph_fail(sn_graph *g, sn_status code, const char *fmt, ...) {
+    if (g->err.code) return g->err.code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->err.msg, sizeof g->err.msg, fmt, ap);
+    va_end(ap);
+    g->err.code = code;
+    return code;
+}
+
+void sn_graph_set_loss(sn_graph *g, sn_node *loss) {
+    char t[96];
+    if (g->err.code) return;
+    if (!loss) {
+        sn_graph_fail(g, SN_ERR_INVALID, "sn_graph_set_loss: the loss is NULL");
+        return;
+    }
+    if (loss->rank != 0 || !sn_dtype_is_float(loss->dtype)) {
+        sn_graph_fail(g, SN_ERR_SHAPE, "sn_graph_set_loss: the loss %%%d (%s) is %s; it must be a "
+                      "float scalar (reduce it with sn_mean or sn_sum)", loss->id,
+                      sn_op_name(loss->op), sn_type_str(loss, t, sizeof t));
+        return;
+    }
+    g->loss = loss;
+    sn_graph_add_output(g, loss);
 }
 
 static sn_node proto(sn_op op, int n_in, sn_node **in) {
@@ -65,6 +101,35 @@ static sn_node *leaf(sn_graph *g, sn_op op, const char *name, sn_dtype t, sn_sha
 
 sn_node *sn_input(sn_graph *g, const char *name, sn_dtype t, sn_shape s) {
     return leaf(g, SN_OP_INPUT, name, t, s);
+}
+
+sn_node *sn_input_role(sn_graph *g, const char *name, sn_role r, sn_dtype t, sn_shape s) {
+    if (g->err.code) return NULL;
+    if ((unsigned)r >= SN_ROLE_COUNT) {
+        sn_graph_fail(g, SN_ERR_INVALID, "input \"%s\": unknown role %d", name, (int)r);
+        return NULL;
+    }
+    const sn_node *had = r != SN_ROLE_NONE ? sn_graph_input(g, r) : NULL;
+    if (had) {
+        sn_graph_fail(g, SN_ERR_INVALID, "input \"%s\" would be a second input of the role %s "
+                      "(the first is \"%s\"): a graph has one input of each role", name,
+                      sn_role_name(r), had->name);
+        return NULL;
+    }
+    if (!sn_role_fits(r, t, s.rank)) {
+        sn_graph_fail(g, SN_ERR_DTYPE, "input \"%s\" of the role %s must be %s", name,
+                      sn_role_name(r), sn_role_needs(r));
+        return NULL;
+    }
+    sn_node *n = leaf(g, SN_OP_INPUT, name, t, s);
+    if (n) n->role = r;
+    return n;
+}
+sn_node *sn_input_tokens(sn_graph *g, const char *name, sn_shape s) {
+    return sn_input_role(g, name, SN_ROLE_TOKENS, SN_I32, s);
+}
+sn_node *sn_input_targets(sn_graph *g, const char *name, sn_shape s) {
+    return sn_input_role(g, name, SN_ROLE_TARGETS, SN_I32, s);
 }
 
 sn_node *sn_param(sn_graph *g, const char *name, sn_dtype t, sn_shape s, sn_init init, float std) {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sinter.h"
+#include "frontend.h"
 
 _Static_assert(SN_OP_COUNT == 49, "a new op needs its gradient rule in grad_rule");
 

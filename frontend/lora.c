@@ -1,5 +1,6 @@
 /* lora.c: LoRA adapters (lora.h). Convention: the adapter's names are the layer's prefix with
  * ".lora_a" and ".lora_b", so checkpoints say which layer an adapter belongs to. */
+#include "frontend.h"
 #include "lora.h"
 
 #include <math.h>

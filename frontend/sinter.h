@@ -1,4 +1,5 @@
-/* sinter.h: the API a model author writes against.
+/* sinter.h: the API a model author writes against (installed; the graph and its nodes are
+ * opaque handles, base/graph.h).
  *
  * A model is a graph of nodes built by the constructors below. Constructors check shapes and
  * dtypes and record the node; they compute nothing. The first mistake is recorded in the graph
@@ -6,21 +7,23 @@
  * model can be built without checking each call and checked once at the end.
  *
  *     sn_graph *g = sn_graph_new();
- *     sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(8, 16));          // (B, Cin)
- *     sn_node *y = sn_input(g, "y", SN_I32, SN_SHAPE(8));              // (B)
- *     sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(16, 4), SN_INIT_NORMAL, 0.02f);
- *     sn_node *loss = sn_cross_entropy(g, sn_matmul(g, x, w), y, -1);  // scalar
+ *     sn_node *x = sn_input_tokens(g, "x", SN_SHAPE(8, 16));           // (B, T) token ids
+ *     sn_node *y = sn_input_targets(g, "y", SN_SHAPE(8, 16));          // (B, T) the next ids
+ *     sn_node *wte = sn_param(g, "wte", SN_F32, SN_SHAPE(256, 32), SN_INIT_NORMAL, 0.02f);
+ *     sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(32, 256), SN_INIT_NORMAL, 0.02f);
+ *     sn_node *logits = sn_matmul(g, sn_embedding(g, wte, x), w);      // (B, T, 256)
+ *     sn_graph_add_output(g, logits);
+ *     sn_graph_set_loss(g, sn_cross_entropy(g, logits, y, -1));        // scalar
  *     if (sn_graph_error(g)) { fprintf(stderr, "%s\n", sn_graph_error(g)); ... }
- *     sn_err e;
- *     if (sn_backward(g, loss, &e) != SN_OK) ...                       // appends d loss / d w
- *     // w->grad is now the gradient node; train with session.h (installed through sinter.h),
- *     // or, in the tree, run the graph with interp/interp.h
+ *     // train it with session.h (installed through sinter.h): the session differentiates it
  *
- * Axes may be negative (-1 is the last). Binary pointwise ops broadcast like numpy. */
+ * The trainer feeds inputs by their role (sn_input_tokens, sn_input_targets), not their name;
+ * names are for messages. Axes may be negative (-1 is the last). Binary pointwise ops broadcast
+ * like numpy. */
 #ifndef SINTER_H
 #define SINTER_H
 
-#include "ir/ir.h"
+#include "base/graph.h"
 
 /* A shape literal: SN_SHAPE(B, T, C); SN_SCALAR for rank 0. */
 typedef struct {
@@ -31,12 +34,36 @@ typedef struct {
 #define SN_NARGS(...) SN_NARGS_(__VA_ARGS__, 4, 3, 2, 1, 0)
 #define SN_SHAPE(...) ((sn_shape){.rank = SN_NARGS(__VA_ARGS__), .d = {__VA_ARGS__}})
 #define SN_SCALAR ((sn_shape){.rank = 0})
-sn_shape sn_shape_of(const sn_node *n);
 
-/* leaves */
+/* ---- what a node is ---- */
+sn_shape sn_shape_of(const sn_node *n);
+sn_dtype sn_node_dtype(const sn_node *n);
+/* The size of axis (negative from the end: -1 is the last); 0 when n has no such axis. */
+int64_t sn_node_dim(const sn_node *n, int axis);
+const char *sn_node_name(const sn_node *n); /* an input's or parameter's; NULL for the others */
+sn_role sn_node_role(const sn_node *n);
+
+/* ---- the graph's roles ---- */
+/* Makes loss (a float scalar, usually sn_cross_entropy's) the value the session minimises and
+ * keeps it as an output. A NULL loss after an earlier error leaves that error; a NULL or
+ * non-scalar loss otherwise is recorded as the graph's error. */
+void sn_graph_set_loss(sn_graph *g, sn_node *loss);
+/* Records a failure of the model's own making (printf-style message) as g's error, unless g
+ * already has one; returns g's status. For helpers built from the constructors, so that their
+ * callers check the graph once. */
+sn_status sn_graph_fail(sn_graph *g, sn_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- leaves ---- */
+/* An input fed each step; sn_input_role gives it a role (SN_ROLE_TOKENS ...: what the trainer
+ * feeds it), which at most one input of g may have (a second is recorded as the graph's error). */
 sn_node *sn_input(sn_graph *g, const char *name, sn_dtype t, sn_shape s);
+sn_node *sn_input_role(sn_graph *g, const char *name, sn_role r, sn_dtype t, sn_shape s);
+/* The token ids a language model reads and the ids it should predict: i32, (B, T). */
+sn_node *sn_input_tokens(sn_graph *g, const char *name, sn_shape s);
+sn_node *sn_input_targets(sn_graph *g, const char *name, sn_shape s);
 sn_node *sn_param(sn_graph *g, const char *name, sn_dtype t, sn_shape s, sn_init init, float std);
-/* Marks parameter p frozen (before sn_backward): it gets no gradient and no optimizer state,
+/* Marks parameter p frozen (before training): it gets no gradient and no optimizer state,
  * and keeps its values through training (checkpoints still save it). Returns p. */
 sn_node *sn_param_freeze(sn_node *p);
 sn_node *sn_const(sn_graph *g, sn_dtype t, sn_shape s, const float *data); /* data copied */
@@ -58,8 +85,6 @@ sn_node *sn_sqrt(sn_graph *g, sn_node *x);
 sn_node *sn_rsqrt(sn_graph *g, sn_node *x);
 sn_node *sn_gelu(sn_graph *g, sn_node *x);
 sn_node *sn_silu(sn_graph *g, sn_node *x);
-sn_node *sn_gelu_bwd(sn_graph *g, sn_node *x, sn_node *dy);
-sn_node *sn_silu_bwd(sn_graph *g, sn_node *x, sn_node *dy);
 sn_node *sn_cast(sn_graph *g, sn_node *x, sn_dtype t);
 
 /* reductions over one axis */
@@ -69,26 +94,17 @@ sn_node *sn_max(sn_graph *g, sn_node *x, int axis, bool keepdim);
 
 /* row ops, over the last axis */
 sn_node *sn_softmax(sn_graph *g, sn_node *x);
-sn_node *sn_softmax_bwd(sn_graph *g, sn_node *y, sn_node *dy);
 sn_node *sn_layernorm(sn_graph *g, sn_node *x, sn_node *w, sn_node *b, float eps);
-sn_node *sn_layernorm_bwd(sn_graph *g, sn_node *x, sn_node *w, sn_node *dy, float eps);
-sn_node *sn_layernorm_bwd_w(sn_graph *g, sn_node *x, sn_node *dy, float eps);
 sn_node *sn_rmsnorm(sn_graph *g, sn_node *x, sn_node *w, float eps);
-sn_node *sn_rmsnorm_bwd(sn_graph *g, sn_node *x, sn_node *w, sn_node *dy, float eps);
-sn_node *sn_rmsnorm_bwd_w(sn_graph *g, sn_node *x, sn_node *dy, float eps);
 /* x (.., T, S): entries with key j > query i + (S - T) become -inf (attention scores). */
 sn_node *sn_causal_mask(sn_graph *g, sn_node *x);
 sn_node *sn_causal_mask_fill(sn_graph *g, sn_node *x, float fill);
 /* logits (.., V) float, targets (..) i32 -> f32 scalar: mean over targets != ignore_index. */
 sn_node *sn_cross_entropy(sn_graph *g, sn_node *logits, sn_node *targets, int ignore_index);
-sn_node *sn_cross_entropy_bwd(sn_graph *g, sn_node *logits, sn_node *targets, sn_node *dloss,
-                              int ignore_index);
 /* The same over a padded vocabulary: only the first `classes` entries of the last axis are
  * classes; the others take no part in the softmax and get zero gradient (0: all are classes). */
 sn_node *sn_cross_entropy_padded(sn_graph *g, sn_node *logits, sn_node *targets, int ignore_index,
                                  int64_t classes);
-sn_node *sn_cross_entropy_bwd_padded(sn_graph *g, sn_node *logits, sn_node *targets,
-                                     sn_node *dloss, int ignore_index, int64_t classes);
 
 /* a (.., M, K) @ b (.., K, N) -> (.., M, N); batch dims equal, or b of rank 2 (a shared
  * weight). ta/tb: use the transpose of a/b's last two axes. */
@@ -103,14 +119,6 @@ sn_node *sn_causal_attention(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, fl
 sn_node *sn_attention_lse(sn_graph *g, sn_node *q, sn_node *k, float scale);
 /* lse must be sn_attention_lse(q, k, scale): the gradient rule assumes it. */
 sn_node *sn_attention(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *lse, float scale);
-/* The backward: o = sn_attention(q, k, v, lse), dout = d loss / d o (.., T, Dv) -> d loss / d q,
- * k or v. dv reads only q, k, dout and lse. */
-sn_node *sn_attention_bwd_q(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *o,
-                            sn_node *dout, sn_node *lse, float scale);
-sn_node *sn_attention_bwd_k(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *o,
-                            sn_node *dout, sn_node *lse, float scale);
-sn_node *sn_attention_bwd_v(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *o,
-                            sn_node *dout, sn_node *lse, float scale);
 
 /* layout */
 sn_node *sn_reshape(sn_graph *g, sn_node *x, sn_shape s); /* one dim may be -1 */
@@ -125,15 +133,8 @@ sn_node *sn_concat(sn_graph *g, int n, sn_node *const *xs, int axis);
 
 /* table (V, C) float, ids (..) i32 -> (.., C) */
 sn_node *sn_embedding(sn_graph *g, sn_node *table, sn_node *ids);
-sn_node *sn_embedding_bwd(sn_graph *g, sn_node *ids, sn_node *dy, int64_t vocab);
 
-/* ---- autodiff (autodiff.c) ---- */
-
-/* Appends the backward graph of the scalar `loss` to g: afterwards every PARAM p that loss
- * depends on has p->grad (same shape and dtype as p); the others get a zero gradient; a
- * frozen parameter (sn_param_freeze) gets none (grad NULL, and nothing is computed for it).
- * Marks loss and the gradients as outputs. */
-sn_status sn_backward(sn_graph *g, sn_node *loss, sn_err *e);
+/* ---- parameters ---- */
 
 /* Parameters of g in graph order; returns their count (out may be NULL to count only). */
 int sn_graph_params(const sn_graph *g, sn_node **out, int cap);

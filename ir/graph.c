@@ -30,7 +30,7 @@ const char *sn_status_name(sn_status s) {
     static const char *names[] = {"ok",          "shape error",  "dtype error",
                                   "invalid",     "parse error",  "I/O error",
                                   "out of memory", "numeric error", "not supported yet",
-                                  "device error"};
+                                  "device error", "internal error"};
     SN_ASSERT((unsigned)s < sizeof names / sizeof names[0]);
     return names[s];
 }
@@ -120,6 +120,32 @@ const char *sn_init_name(sn_init i) {
     return names[i];
 }
 
+static const char *const role_names[] = {"none", "tokens", "targets", "loss_scale", "positions", "mask"};
+_Static_assert(sizeof role_names / sizeof role_names[0] == SN_ROLE_COUNT, "a name for every role");
+
+const char *sn_role_name(sn_role r) {
+    SN_ASSERT((unsigned)r < SN_ROLE_COUNT);
+    return role_names[r];
+}
+static bool role_is_ids(sn_role r) {
+    return r == SN_ROLE_TOKENS || r == SN_ROLE_TARGETS || r == SN_ROLE_POSITIONS;
+}
+const char *sn_role_needs(sn_role r) {
+    if (r == SN_ROLE_NONE) return NULL;
+    return role_is_ids(r) ? "i32" : r == SN_ROLE_LOSS_SCALE ? "a float scalar" : "float";
+}
+bool sn_role_fits(sn_role r, sn_dtype t, int rank) {
+    if (r == SN_ROLE_NONE) return true;
+    if ((unsigned)t >= SN_DTYPE_COUNT) return false;
+    if (role_is_ids(r)) return t == SN_I32;
+    return sn_dtype_is_float(t) && (r != SN_ROLE_LOSS_SCALE || rank == 0);
+}
+int sn_role_parse(const char *s, size_t len) {
+    for (int i = 0; i < SN_ROLE_COUNT; i++)
+        if (strlen(role_names[i]) == len && !memcmp(role_names[i], s, len)) return i;
+    return -1;
+}
+
 /* ---- arena ---- */
 
 struct sn_arena_block {
@@ -177,6 +203,14 @@ void sn_graph_free(sn_graph *g) {
 }
 
 const char *sn_graph_error(const sn_graph *g) { return g->err.code ? g->err.msg : NULL; }
+sn_status sn_graph_status(const sn_graph *g) { return g->err.code; }
+
+sn_node *sn_graph_input(const sn_graph *g, sn_role r) {
+    SN_ASSERT(r != SN_ROLE_NONE);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_INPUT && g->nodes[i]->role == r) return g->nodes[i];
+    return NULL;
+}
 
 /* Doubles the array *p of *cap elements; false (g->err set, *p kept) when out of memory. */
 static bool grow(sn_graph *g, void *p, int *cap, size_t elem) {

@@ -10,34 +10,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/graph.h"
 #include "ops.h"
 
-/* ---- errors ---------------------------------------------------------------------------- */
-
-typedef enum {
-    SN_OK = 0,
-    SN_ERR_SHAPE,       /* shapes do not fit the op */
-    SN_ERR_DTYPE,       /* dtypes do not fit the op */
-    SN_ERR_INVALID,     /* bad argument or malformed graph */
-    SN_ERR_PARSE,       /* IR text or a file's contents could not be read */
-    SN_ERR_IO,          /* open/read/write failed */
-    SN_ERR_OOM,         /* out of memory */
-    SN_ERR_NUMERIC,     /* NaN or Inf where a number was expected */
-    SN_ERR_UNSUPPORTED, /* not supported yet */
-    SN_ERR_DEVICE,      /* device, driver or toolkit failure */
-    SN_ERR_INTERNAL,    /* a bug in sinter: a pass broke a contract the next one relies on */
-} sn_status;
-
-/* A failure the caller can cause comes back as a status plus this message. */
-typedef struct {
-    sn_status code;
-    char msg[768];
-} sn_err;
-
-/* Records a failure in e (if e is not NULL) and returns its code. */
-sn_status sn_fail(sn_err *e, sn_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-const char *sn_status_name(sn_status s);
+/* ---- errors (sn_status, sn_err, sn_fail: base/graph.h) ----------------------------------- */
 
 /* A bug, not a user error: print file:line and the condition, abort. */
 #define SN_ASSERT(c)                                                                              \
@@ -61,23 +37,7 @@ char *sn_bytes_str(int64_t bytes, char *buf, size_t len);
 
 /* ---- dtypes ---------------------------------------------------------------------------- */
 
-/*   X(NAME, "text", bits, is_float) */
-#define SN_DTYPES(X)                                                                               \
-    X(F32, "f32", 32, 1)                                                                           \
-    X(BF16, "bf16", 16, 1)                                                                         \
-    X(F16, "f16", 16, 1)                                                                           \
-    X(I32, "i32", 32, 0)
-
-typedef enum {
-#define SN_X(name, text, bits, isf) SN_##name,
-    SN_DTYPES(SN_X)
-#undef SN_X
-        SN_DTYPE_COUNT
-} sn_dtype;
-
-const char *sn_dtype_name(sn_dtype t);
-int sn_dtype_bits(sn_dtype t);
-bool sn_dtype_is_float(sn_dtype t);
+/* sn_dtype, its names and sizes: base/graph.h */
 int sn_dtype_parse(const char *s, size_t len); /* -1 if unknown */
 /* Rounds v to the nearest value representable in t (round-to-nearest-even). */
 double sn_dtype_round(sn_dtype t, double v);
@@ -94,9 +54,8 @@ unsigned sn_op_attrs(sn_op op);
 
 /* ---- nodes and graphs ------------------------------------------------------------------ */
 
-#define SN_MAX_RANK 4
+/* SN_MAX_RANK, sn_init, sn_role, and the handles sn_graph and sn_node: base/graph.h */
 
-typedef enum { SN_INIT_ZEROS, SN_INIT_ONES, SN_INIT_NORMAL, SN_INIT_COUNT } sn_init;
 const char *sn_init_name(sn_init i);
 
 typedef struct {
@@ -111,7 +70,6 @@ typedef struct {
     int frozen;           /* SN_A_INIT (PARAM): 1 = not trained (no gradient, no optimizer state) */
 } sn_attrs;
 
-typedef struct sn_node sn_node;
 struct sn_node {
     int id;       /* index in graph->nodes */
     sn_op op;
@@ -122,6 +80,7 @@ struct sn_node {
     sn_node **in; /* n_in inputs, all earlier in the graph */
     sn_attrs a;
     const char *name; /* INPUT and PARAM; NULL elsewhere */
+    sn_role role;     /* INPUT: what it is fed with (found by it, not by name); NONE elsewhere */
     float *data;      /* CONST: numel values */
     sn_node *grad;    /* PARAM after autodiff: d loss / d param */
 };
@@ -136,7 +95,7 @@ void *sn_arena_alloc(sn_arena *a, size_t size); /* zeroed, 16-byte aligned; NULL
 char *sn_arena_strdup(sn_arena *a, const char *s);
 void sn_arena_free(sn_arena *a);
 
-typedef struct {
+struct sn_graph {
     sn_arena arena;
     sn_node **nodes; /* n_nodes, topological order */
     int n_nodes, cap_nodes;
@@ -146,13 +105,17 @@ typedef struct {
     int n_forward; /* nodes before autodiff appended the backward; n_nodes if none */
     bool has_backward;
     sn_err err; /* sticky: the first construction error; later constructors return NULL */
-} sn_graph;
+};
 
-sn_graph *sn_graph_new(void); /* NULL when out of memory */
-void sn_graph_free(sn_graph *g);
-/* The first error recorded while building g, or NULL if none. */
-const char *sn_graph_error(const sn_graph *g);
-void sn_graph_add_output(sn_graph *g, sn_node *n);
+/* sn_graph_new, sn_graph_free, sn_graph_error, sn_graph_status, sn_graph_add_output: base/graph.h */
+/* The INPUT of g with role r, or NULL (at most one has it: the verifier checks). */
+sn_node *sn_graph_input(const sn_graph *g, sn_role r);
+const char *sn_role_name(sn_role r); /* "tokens" */
+/* What an input of role r must be, in words ("i32", "a float scalar", "float"; NULL for none),
+ * and whether dtype t and rank fit it: one rule for the constructor and the verifier. */
+const char *sn_role_needs(sn_role r);
+bool sn_role_fits(sn_role r, sn_dtype t, int rank);
+int sn_role_parse(const char *s, size_t len); /* -1 if unknown */
 
 /* Appends a node after checking it with the shape rules. For ops whose output shape or dtype
  * is chosen by the caller (leaves, reshape, broadcast, pad, cast, embedding_bwd), set dtype,

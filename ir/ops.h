@@ -30,6 +30,7 @@ enum {
     SN_A_NAME = 1 << 7,   /* name */
     SN_A_INIT = 1 << 8,   /* init, f = init scale */
     SN_A_DATA = 1 << 9,   /* data[numel] */
+    SN_A_ROLE = 1 << 10,  /* role (an sn_node field; printed when not none) */
 };
 
 #define SN_MAX_INPUTS 64 /* concat's limit; every other op takes at most 6 */
@@ -38,7 +39,7 @@ enum {
  * grad: 1 if the op has a gradient rule (0: integer or constant valued, gradient is zero). */
 #define SN_OPS(X)                                                                                  \
     /* leaves */                                                                                   \
-    X(INPUT, "input", 0, 0, SN_K_LEAF, 0, SN_A_NAME)            /* fed each step: tokens, targets */ \
+    X(INPUT, "input", 0, 0, SN_K_LEAF, 0, SN_A_NAME | SN_A_ROLE) /* fed each step: tokens, targets */ \
     X(PARAM, "param", 0, 0, SN_K_LEAF, 0, SN_A_NAME | SN_A_INIT) /* trained weight, init rule */   \
     X(CONST, "const", 0, 0, SN_K_LEAF, 0, SN_A_DATA)            /* literal tensor */               \
     X(FULL, "full", 0, 0, SN_K_LEAF, 0, SN_A_F)                 /* every element = f */            \

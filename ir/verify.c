@@ -50,6 +50,32 @@ static sn_status check_form(const sn_graph *g, const sn_node *n, int i, sn_err *
                        "carry one (the text form would drop it)", i, op);
     if (n->data && !(cols & SN_A_DATA))
         return sn_fail(e, SN_ERR_INVALID, "node %%%d (%s) has data; only const nodes carry it", i, op);
+    if ((unsigned)n->role >= SN_ROLE_COUNT)
+        return sn_fail(e, SN_ERR_INVALID, "node %%%d (%s): unknown role %d", i, op, (int)n->role);
+    if (n->role != SN_ROLE_NONE && !(cols & SN_A_ROLE))
+        return sn_fail(e, SN_ERR_INVALID, "node %%%d (%s) has the role %s; only input nodes carry one",
+                       i, op, sn_role_name(n->role));
+    return SN_OK;
+}
+
+/* Each role but none on one input at most, of the dtype (and for the loss scale the shape) its
+ * readers feed. */
+static sn_status check_roles(const sn_graph *g, sn_err *e) {
+    const sn_node *seen[SN_ROLE_COUNT] = {0};
+    char t[96];
+    for (int i = 0; i < g->n_nodes; i++) {
+        const sn_node *n = g->nodes[i];
+        sn_role r = n->role;
+        if (r == SN_ROLE_NONE) continue;
+        if (seen[r])
+            return sn_fail(e, SN_ERR_INVALID, "inputs %%%d \"%s\" and %%%d \"%s\" both have the role "
+                           "%s; a graph has one input of each role", seen[r]->id, seen[r]->name, i,
+                           n->name, sn_role_name(r));
+        seen[r] = n;
+        if (!sn_role_fits(r, n->dtype, n->rank))
+            return sn_fail(e, SN_ERR_DTYPE, "input %%%d \"%s\" has the role %s but is %s; it must be %s",
+                           i, n->name, sn_role_name(r), sn_type_str(n, t, sizeof t), sn_role_needs(r));
+    }
     return SN_OK;
 }
 
@@ -95,6 +121,8 @@ sn_status sn_verify(const sn_graph *g, sn_err *e) {
         sn_status st = check_node(g, i, e);
         if (st) return st;
     }
+    sn_status st = check_roles(g, e);
+    if (st) return st;
     if (g->n_forward < 0 || g->n_forward > g->n_nodes)
         return sn_fail(e, SN_ERR_INVALID, "n_forward is %d but the graph has %d nodes", g->n_forward,
                        g->n_nodes);

@@ -193,19 +193,18 @@ sn_status sn_gpt2_build_lora(sn_graph *g, const sn_gpt2_config *c, int B, int T,
     if (s) return s;
     builder m = {g, c, B, T, lora, 0, NULL};
     int64_t V = c->vocab, C = c->n_embd;
-    out->idx = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
-    out->targets = sn_input(g, "targets", SN_I32, SN_SHAPE(B, T));
+    out->idx = sn_input_tokens(g, "idx", SN_SHAPE(B, T));
+    out->targets = sn_input_targets(g, "targets", SN_SHAPE(B, T));
     sn_node *wte = weight(&m, "wte", V, C, 0.02f);
     sn_node *wpe = weight(&m, "wpe", c->ctx, C, 0.02f);
     sn_node *x = sn_add(g, sn_embedding(g, wte, out->idx), sn_slice(g, wpe, 0, 0, T)); /* (B,T,C) */
     out->logits = body(&m, x, wte);
     out->loss = sn_cross_entropy(g, out->logits, out->targets, -1);
     sn_graph_add_output(g, out->logits);
-    g->loss = out->loss;
-    sn_graph_add_output(g, out->loss);
+    sn_graph_set_loss(g, out->loss);
     if (lora && !sn_graph_error(g)) sn_lora_freeze_base(g);
     if (sn_graph_error(g))
-        return sn_fail(e, g->err.code, "gpt2 %s: %s", c->name, sn_graph_error(g));
+        return sn_fail(e, sn_graph_status(g), "gpt2 %s: %s", c->name, sn_graph_error(g));
     return SN_OK;
 }
 
@@ -215,9 +214,9 @@ sn_status sn_gpt2_build_kv(sn_graph *g, const sn_gpt2_config *c, int B, int T, b
     if (s) return s;
     builder m = {g, c, B, T, lora, decode ? KV_DECODE : KV_PREFILL, NULL};
     int64_t V = c->vocab, C = c->n_embd;
-    sn_node *idx = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
-    sn_node *pos = decode ? sn_input(g, "pos", SN_I32, SN_SHAPE(B, T)) : NULL;
-    if (decode) m.mask = sn_input(g, "mask", SN_F32, SN_SHAPE(B, 1, 1, c->ctx));
+    sn_node *idx = sn_input_tokens(g, "idx", SN_SHAPE(B, T));
+    sn_node *pos = decode ? sn_input_role(g, "pos", SN_ROLE_POSITIONS, SN_I32, SN_SHAPE(B, T)) : NULL;
+    if (decode) m.mask = sn_input_role(g, "mask", SN_ROLE_MASK, SN_F32, SN_SHAPE(B, 1, 1, c->ctx));
     sn_node *wte = weight(&m, "wte", V, C, 0.02f);
     sn_node *wpe = weight(&m, "wpe", c->ctx, C, 0.02f);
     sn_node *x = sn_add(g, sn_embedding(g, wte, idx), /* (B, T, C) */
@@ -225,6 +224,6 @@ sn_status sn_gpt2_build_kv(sn_graph *g, const sn_gpt2_config *c, int B, int T, b
     sn_graph_add_output(g, body(&m, x, wte)); /* the logits, after each layer's k and v */
     if (lora && !sn_graph_error(g)) sn_lora_freeze_base(g);
     if (sn_graph_error(g))
-        return sn_fail(e, g->err.code, "gpt2 %s: %s", c->name, sn_graph_error(g));
+        return sn_fail(e, sn_graph_status(g), "gpt2 %s: %s", c->name, sn_graph_error(g));
     return SN_OK;
 }

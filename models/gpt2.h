@@ -5,7 +5,7 @@
 #define SN_GPT2_H
 
 #include "frontend/lora.h"
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 
 typedef struct {
     const char *name;

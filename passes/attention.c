@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "ir/rewrite.h"
 #include "passes.h"
 

@@ -9,7 +9,7 @@
  * logits). */
 #include <stdlib.h>
 
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "ir/rewrite.h"
 #include "passes.h"
 
@@ -238,7 +238,7 @@ sn_status sn_pass_autocast(const sn_graph *in, sn_precision prec, sn_graph **out
     }
     if (prec == SN_PRECISION_FP16 && (*out)->loss) { /* dynamic loss scaling (train.h) */
         sn_graph *g = *out;
-        sn_node *scale = sn_input(g, SN_LOSS_SCALE_INPUT, SN_F32, SN_SCALAR);
+        sn_node *scale = sn_input_role(g, SN_LOSS_SCALE_INPUT, SN_ROLE_LOSS_SCALE, SN_F32, SN_SCALAR);
         g->loss = sn_mul(g, g->loss, scale);
         if (sn_graph_error(g)) {
             st = sn_fail(e, g->err.code, "autocast: scaling the loss: %s", sn_graph_error(g));

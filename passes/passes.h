@@ -71,8 +71,9 @@ sn_status sn_pass_attention(const sn_graph *in, bool unrepeat_kv, sn_graph **out
  * requires: a verified forward graph (before autodiff; after the attention pass, so the fused
  * attention reads bf16). *n_casts: the cast nodes added.
  * fp16 (5 exponent bits: small gradients flush to zero) also scales the loss for dynamic loss
- * scaling: g->loss becomes loss * s, s a new f32 scalar INPUT named SN_LOSS_SCALE_INPUT that the
- * trainer sets each step (a power of two: the scaled loss and gradients are exact multiples). */
+ * scaling: g->loss becomes loss * s, s a new f32 scalar INPUT of the role SN_ROLE_LOSS_SCALE (named
+ * SN_LOSS_SCALE_INPUT in messages) that the trainer finds by its role and sets each step (a power
+ * of two: the scaled loss and gradients are exact multiples). */
 #define SN_LOSS_SCALE_INPUT "loss_scale"
 sn_status sn_pass_autocast(const sn_graph *in, sn_precision prec, sn_graph **out, int *n_casts,
                            sn_err *e);

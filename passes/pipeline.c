@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "passes.h"
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autocast", "autodiff",

@@ -7,7 +7,7 @@
  * gelu_bwd. Exact: widening a bf16 or f16 value to f32 loses nothing. */
 #include <stdlib.h>
 
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "ir/rewrite.h"
 #include "passes.h"
 

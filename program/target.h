@@ -27,17 +27,8 @@ typedef struct {
     int64_t memory_bytes;   /* device memory; 0: unknown */
 } sn_target;
 
-/* How a program stores and multiplies its floats (sn_compile's precision; the autocast pass).
- * fp32: everything f32. bf16 / fp16: products (matmul, attention) take 16-bit operands with f32
- * accumulation, parameters stay f32 masters, everything else f32 (fp16 needs loss scaling).
- * tf32: f32 storage, CUDA GEMMs on tf32 tensor cores (no graph rewrite). */
-typedef enum {
-    SN_PRECISION_FP32,
-    SN_PRECISION_BF16,
-    SN_PRECISION_FP16,
-    SN_PRECISION_TF32,
-    SN_PRECISION_COUNT
-} sn_precision;
+/* sn_precision, how a program stores and multiplies its floats (sn_compile's precision; the
+ * autocast pass): base/graph.h, since the session's options name it too. */
 
 const char *sn_precision_name(sn_precision p); /* "fp32", "bf16", "fp16", "tf32" */
 int sn_precision_parse(const char *s);         /* the precision named s, or -1 */

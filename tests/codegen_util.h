@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "codegen/llvm/llvm.h"
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "interp/interp.h"
 #include "harness.h"
 

@@ -1,6 +1,6 @@
 /* harness.c: see harness.h. */
 #include "harness.h"
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "models/gpt2.h"
 #include "train/train.h"
 

@@ -5,7 +5,7 @@
 # process per file is slow on a loaded machine, and slower under tools/sanitize's preload).
 set -u
 cd "$(dirname "$0")/.."
-order="ir support frontend program passes interp codegen/llvm codegen/cuda sim runtime data train models io api cli examples/llama bench tests"
+order="base ir support frontend program passes interp codegen/llvm codegen/cuda sim runtime data train models io api cli examples/llama bench tests"
 find $order runtime/cuda -maxdepth 1 \( -name '*.[ch]' -o -name '*.cc' \) 2>/dev/null | sort -u |
 awk -v order="$order" '
 function dir(p) { sub(/\/[^\/]*$/, "", p); return p }

@@ -2,7 +2,8 @@
 # llama_out_of_tree.sh: the installed library as a user gets it: `meson install --destdir` of the
 # build under test into a staging directory, then examples/llama (copied alone out of the tree)
 # built by its Makefile with only the staged sinter.pc, trained for a few steps on
-# tinyshakespeare (byte-level): the loss must fall, and the versions must agree; then linked
+# tinyshakespeare (byte-level): the loss must fall, and the versions must agree; a program that
+# reads a field of the opaque graph must not compile; then linked
 # statically with libsinter.a and run for two steps; and the example at the top of sinter.h.
 # usage: llama_out_of_tree.sh BUILD_DIR EXAMPLE_DIR CORPUS [CC SANITIZE]: with SANITIZE (meson's
 # b_sanitize, e.g. address,undefined; "none" for none) the programs are built by CC with
@@ -20,9 +21,11 @@ meson install -C "$build" --destdir "$dir/stage" --no-rebuild --quiet >"$dir/ins
   { echo "FAIL: meson install"; cat "$dir/install.log"; exit 1; }
 pc=$(find "$dir/stage" -name sinter.pc)
 [ -n "$pc" ] || { echo "FAIL: no sinter.pc installed"; find "$dir/stage"; exit 1; }
-for h in sinter.h session.h frontend/sinter.h ir/ir.h ir/ops.h; do
+for h in sinter.h session.h frontend/sinter.h frontend/lora.h base/graph.h; do
   [ -n "$(find "$dir/stage" -path "*/include/sinter/$h")" ] || { echo "FAIL: $h not installed"; exit 1; }
 done
+# The IR stays inside: a program sees the graph and its nodes only through functions.
+[ -z "$(find "$dir/stage" -path '*/include/sinter/ir*')" ] || { echo "FAIL: the IR's headers are installed"; find "$dir/stage" -path '*/include/sinter/ir*'; exit 1; }
 so=$(find "$dir/stage" -name 'libsinter.so.*.*.*')
 [ -n "$so" ] && [ -n "$(find "$dir/stage" -name libsinter.a)" ] || { echo "FAIL: libsinter.so/.a"; exit 1; }
 readelf -d "$so" | grep -q 'SONAME.*\[libsinter\.so\.0\]' || { echo "FAIL: soname"; readelf -d "$so"; exit 1; }
@@ -62,6 +65,29 @@ awk '/^ \*     #include <stdio.h>/{on=1} on{l=$0; sub(/^ \*( {5})?/, "", l); pri
 (cd "$dir" && ./first "$corpus" >"$dir/first.out" 2>&1) && grep -q "^loss [0-9.]*, val [0-9.]*$" "$dir/first.out" ||
   { echo "FAIL: the example in sinter.h"; cat "$dir/first.out"; exit 1; }
 grep "^loss" "$dir/first.out"
+
+# The graph and its nodes are opaque: a program that reads a field does not compile, and the
+# same program through the calls does (and reads the first error back by a call).
+cat >"$dir/opaque.c" <<'END'
+#include <sinter.h>
+int main(void) {
+    sn_graph *g = sn_graph_new();
+    sn_node *a = sn_param(g, "a", SN_F32, SN_SHAPE(3, 4), SN_INIT_ZEROS, 0);
+#ifdef FIELD
+    return a->rank + g->n_nodes;
+#else
+    sn_matmul(g, a, a);
+    int ok = sn_graph_status(g) == SN_ERR_SHAPE && sn_node_dim(a, -1) == 4 && sn_graph_error(g);
+    sn_graph_free(g);
+    return !ok;
+#endif
+}
+END
+! "$cc" -std=c11 -DFIELD $(pkg-config --cflags sinter) -c -o "$dir/opaque.o" "$dir/opaque.c" >"$dir/opaque.log" 2>&1 ||
+  { echo "FAIL: a program outside the tree reads a field of sn_graph or sn_node"; exit 1; }
+grep -q "incomplete" "$dir/opaque.log" || { echo "FAIL: opaque.c failed for another reason"; cat "$dir/opaque.log"; exit 1; }
+"$cc" $san -std=c11 $(pkg-config --cflags sinter) -o "$dir/opaque" "$dir/opaque.c" $(pkg-config --libs sinter) >"$dir/opaque.log" 2>&1 &&
+  "$dir/opaque" || { echo "FAIL: the same program through the calls"; cat "$dir/opaque.log"; exit 1; }
 
 # The static library: the same program linked with libsinter.a and the private libraries sinter.pc
 # names (the prefix moved to the staging directory: a sysroot would also move the toolkit's paths).

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "codegen/llvm/llvm.h"
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "program/program.h"
 #include "support/clock.h"
 #include "interp/interp.h"

@@ -177,9 +177,11 @@ static sn_interp *start(const sn_graph *g, bool exact) {
     for (int i = 0; i < B * T; i++) x[i] = (int32_t)sn_rng_below(&r, V), y[i] = (int32_t)sn_rng_below(&r, V);
     ck_assert(sn_interp_set_i32(it, input(g, "idx"), x, &e) == SN_OK);
     ck_assert(sn_interp_set_i32(it, input(g, "targets"), y, &e) == SN_OK);
-    for (int i = 0; i < g->n_nodes; i++) /* fp16's loss scale: 1 (the loss as fp32's) */
-        if (g->nodes[i]->op == SN_OP_INPUT && !strcmp(g->nodes[i]->name, SN_LOSS_SCALE_INPUT))
-            ck_assert(sn_interp_set(it, g->nodes[i], (const float[]){1}, &e) == SN_OK);
+    const sn_node *scale = sn_graph_input(g, SN_ROLE_LOSS_SCALE); /* fp16's: 1 (the loss as fp32's) */
+    if (scale) {
+        ck_assert_str_eq(scale->name, SN_LOSS_SCALE_INPUT);
+        ck_assert(sn_interp_set(it, scale, (const float[]){1}, &e) == SN_OK);
+    }
     return it;
 }
 

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "models/gpt2.h"
 #include "runtime/device.h"
 #include "train/checkpoint.h"

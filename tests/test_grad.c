@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "interp/interp.h"
 #include "support/rng.h"
 #include "harness.h"

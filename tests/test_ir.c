@@ -34,8 +34,8 @@ static const float const_data[] = {1, 2.5f, -INFINITY, INFINITY, NAN, 0.1f, 10.0
 static sn_graph *build_all_ops(void) {
     sn_graph *g = sn_graph_new();
     sn_node *x = NODE(g, INPUT, .name = "x", T(F32, 2, 3, 8));
-    sn_node *ids = NODE(g, INPUT, .name = "ids \"q\" \\ \n#\x01", T(I32, 2, 3));
-    sn_node *tg = NODE(g, INPUT, .name = "targets", T(I32, 2, 3));
+    sn_node *ids = NODE(g, INPUT, .name = "ids \"q\" \\ \n#\x01", .role = SN_ROLE_TOKENS, T(I32, 2, 3));
+    sn_node *tg = NODE(g, INPUT, .name = "targets", .role = SN_ROLE_TARGETS, T(I32, 2, 3));
     sn_node *wte = NODE(g, PARAM, .name = "wte", .a = {.init = SN_INIT_NORMAL, .f = 0.02f},
                         T(F32, 10, 8));
     sn_node *lw = NODE(g, PARAM, .name = "ln.w", .a = {.init = SN_INIT_ONES}, T(F32, 8));
@@ -131,6 +131,7 @@ static void check_same_graph(const sn_graph *a, const sn_graph *b) {
                       !memcmp(p->perm, q->perm, sizeof p->perm), "node %d: attributes differ", i);
         ck_assert_msg((x->name == NULL) == (y->name == NULL), "node %d: name presence differs", i);
         if (x->name) ck_assert_str_eq(x->name, y->name);
+        ck_assert_msg(x->role == y->role, "node %d: role %d vs %d", i, (int)x->role, (int)y->role);
         ck_assert_msg((x->data == NULL) == (y->data == NULL), "node %d: data presence differs", i);
         for (int64_t k = 0; x->data && k < sn_numel(x); k++)
             ck_assert_msg(same_float(x->data[k], y->data[k]), "node %d data[%lld]: %.9g vs %.9g", i,
@@ -160,7 +161,8 @@ START_TEST(test_roundtrip_all_ops) {
     ck_assert_msg(sn_verify(g, &e) == SN_OK, "verify: %s", e.msg);
 
     char *s1 = sn_graph_to_string(g);
-    ck_assert_has(s1, "  %1 = input \"ids \\\"q\\\" \\\\ \\n#\\x01\" : i32[2,3]\n");
+    ck_assert_has(s1, "  %1 = input \"ids \\\"q\\\" \\\\ \\n#\\x01\" role=tokens : i32[2,3]\n");
+    ck_assert_has(s1, "  %2 = input \"targets\" role=targets : i32[2,3]\n");
     ck_assert_has(s1, "  %3 = param \"wte\" init=normal f=0.02 : f32[10,8]\n");
     ck_assert_has(s1, "  %6 = const data=[1, 2.5, -inf, inf, nan, 0.1, 10.0000105, -0] : f32[8]\n");
     ck_assert_has(s1, " = causal_mask %31 f=-inf : f32[2,3,3]\n");
@@ -435,6 +437,41 @@ START_TEST(test_verify_other) {
 }
 END_TEST
 
+/* Input roles: printed as role=NAME when not none, parsed back, found by sn_graph_input; the
+ * verifier takes one input of each role, of the dtype its readers feed, and roles on inputs only. */
+START_TEST(test_roles) {
+    const char *text = "graph {\n"
+                       "  %0 = input \"tokens\" role=tokens : i32[2,3]\n"
+                       "  %1 = input \"labels\" role=targets : i32[2,3]\n"
+                       "  %2 = input \"s\" role=loss_scale : f32[]\n"
+                       "  %3 = input \"plain\" : f32[2]\n"
+                       "}\n";
+    sn_graph *g = parse_ok(text);
+    char *s = sn_graph_to_string(g);
+    ck_assert_str_eq(s, text);
+    free(s);
+    ck_assert_ptr_eq(sn_graph_input(g, SN_ROLE_TOKENS), g->nodes[0]);
+    ck_assert_ptr_eq(sn_graph_input(g, SN_ROLE_TARGETS), g->nodes[1]);
+    ck_assert_ptr_eq(sn_graph_input(g, SN_ROLE_LOSS_SCALE), g->nodes[2]);
+    ck_assert_ptr_null(sn_graph_input(g, SN_ROLE_MASK));
+    g->nodes[1]->role = SN_ROLE_TOKENS;
+    verify_fails(g, SN_ERR_INVALID, "inputs %0 \"tokens\" and %1 \"labels\" both have the role tokens; "
+                                    "a graph has one input of each role");
+    g = parse_ok(text);
+    g->nodes[3]->role = SN_ROLE_TARGETS;
+    g->nodes[1]->role = SN_ROLE_NONE;
+    verify_fails(g, SN_ERR_DTYPE, "input %3 \"plain\" has the role targets but is f32[2]; it must be i32");
+    g = small_graph();
+    g->nodes[2]->role = SN_ROLE_MASK;
+    verify_fails(g, SN_ERR_INVALID, "node %2 (matmul) has the role mask; only input nodes carry one");
+    sn_err e = {0};
+    ck_assert_int_eq(sn_graph_parse("graph {\n  %0 = input \"a\" role=idx : i32[2]\n}\n", &g, &e), SN_ERR_PARSE);
+    ck_assert_has(e.msg, "expected a role (tokens, targets, loss_scale, positions or mask), found 'idx'");
+    ck_assert_int_eq(sn_graph_parse("graph {\n  %0 = param \"a\" role=tokens : f32[2]\n}\n", &g, &e), SN_ERR_PARSE);
+    ck_assert_has(e.msg, "expected an attribute of param");
+}
+END_TEST
+
 /* ---- shape-rule messages at construction ---- */
 
 static void append_fails(sn_graph *g, const sn_node *proto, const char *want) {
@@ -551,6 +588,7 @@ Suite *ir_suite(void) {
     tcase_add_test(tc, test_verify_loss_not_scalar);
     tcase_add_test(tc, test_verify_shape_rule);
     tcase_add_test(tc, test_verify_other);
+    tcase_add_test(tc, test_roles);
     tcase_add_test(tc, test_append_errors);
     tcase_add_test(tc, test_out_of_memory_is_a_status);
     suite_add_tcase(s, tc);

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "codegen/cuda/cuda.h"
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "passes/pipeline.h"
 #include "program/program.h"
 #include "tiny_gpt2.h"

@@ -173,28 +173,110 @@ static sn_status bad_shape(sn_graph *g, int B, int T, int V, void *user, sn_err 
     return SN_OK;
 }
 
+/* Inputs named as the trainer once wanted, but with no role. */
+static sn_status no_roles(sn_graph *g, int B, int T, int V, void *user, sn_err *e) {
+    sn_node *idx = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
+    sn_node *tgt = sn_input(g, "targets", SN_I32, SN_SHAPE(B, T));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(V, V), SN_INIT_NORMAL, 0.02f);
+    sn_node *logits = sn_embedding(g, w, idx);
+    sn_graph_add_output(g, logits);
+    sn_graph_set_loss(g, sn_cross_entropy(g, logits, tgt, -1));
+    return SN_OK;
+}
+
+/* The model author's calls (sinter.h, opaque handles): a bad op's error read back through
+ * sn_graph_error and sn_graph_status, with both shapes and the op; later constructors return
+ * NULL and keep the first error; a second tokens input, a non-scalar loss and a helper's own
+ * failure (sn_graph_fail) are errors by a call too; the accessors read a node. */
+START_TEST(public_graph_errors) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input_tokens(g, "tokens", SN_SHAPE(2, 5));
+    ck_assert_int_eq(sn_node_role(x), SN_ROLE_TOKENS);
+    ck_assert_int_eq(sn_node_dtype(x), SN_I32);
+    ck_assert_int_eq(sn_node_dim(x, -1), 5);
+    ck_assert_int_eq(sn_node_dim(x, 0), 2);
+    ck_assert_int_eq(sn_node_dim(x, 2), 0);
+    ck_assert_str_eq(sn_node_name(x), "tokens");
+    sn_node *a = sn_param(g, "a", SN_F32, SN_SHAPE(3, 4), SN_INIT_ZEROS, 0);
+    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(5, 6), SN_INIT_ZEROS, 0);
+    ck_assert_int_eq(sn_graph_status(g), SN_OK);
+    ck_assert_ptr_null(sn_graph_error(g));
+    ck_assert_ptr_null(sn_matmul(g, a, b));
+    ck_assert_int_eq(sn_graph_status(g), SN_ERR_SHAPE);
+    ck_assert_has(sn_graph_error(g), "matmul");
+    ck_assert_has(sn_graph_error(g), "f32[3,4]");
+    ck_assert_has(sn_graph_error(g), "f32[5,6]");
+    ck_assert_ptr_null(sn_add(g, a, a)); /* later constructors: NULL, the first error kept */
+    sn_graph_set_loss(g, NULL);
+    ck_assert_int_eq(sn_graph_fail(g, SN_ERR_OOM, "later"), SN_ERR_SHAPE);
+    ck_assert_has(sn_graph_error(g), "matmul");
+    sn_graph_free(g);
+
+    g = sn_graph_new();
+    sn_input_tokens(g, "idx", SN_SHAPE(2, 5));
+    ck_assert_ptr_null(sn_input_tokens(g, "tokens", SN_SHAPE(2, 5)));
+    ck_assert_int_eq(sn_graph_status(g), SN_ERR_INVALID);
+    ck_assert_has(sn_graph_error(g), "input \"tokens\" would be a second input of the role tokens "
+                                     "(the first is \"idx\")");
+    sn_graph_free(g);
+    g = sn_graph_new();
+    ck_assert_ptr_null(sn_input_role(g, "scale", SN_ROLE_LOSS_SCALE, SN_I32, SN_SCALAR));
+    ck_assert_int_eq(sn_graph_status(g), SN_ERR_DTYPE);
+    ck_assert_has(sn_graph_error(g), "input \"scale\" of the role loss_scale must be a float scalar");
+    sn_graph_free(g);
+    g = sn_graph_new();
+    sn_graph_set_loss(g, sn_param(g, "w", SN_F32, SN_SHAPE(3), SN_INIT_ZEROS, 0));
+    ck_assert_int_eq(sn_graph_status(g), SN_ERR_SHAPE);
+    ck_assert_has(sn_graph_error(g), "sn_graph_set_loss: the loss %0 (param) is f32[3]; it must be a float scalar");
+    sn_graph_free(g);
+    g = sn_graph_new();
+    ck_assert_int_eq(sn_graph_fail(g, SN_ERR_OOM, "rope: %d tables", 2), SN_ERR_OOM);
+    ck_assert_str_eq(sn_graph_error(g), "rope: 2 tables");
+    ck_assert_ptr_null(sn_input_tokens(g, "idx", SN_SHAPE(2)));
+    sn_graph_free(g);
+}
+END_TEST
+
 /* A session's errors say what is wrong with the model or the options. */
 START_TEST(session_reports_model_mistakes) {
     sn_session_opts o = sn_session_defaults();
     o.data = sn_test_asset("tinyshakespeare.txt");
-    o.device = "interp";
+    o.device = SN_DEVICE_INTERP;
     o.batch = 2;
     sn_session *s = (sn_session *)&o;
     sn_err e;
     sn_model m = {.name = "noloss", .ctx = 8, .build = no_loss};
     ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_INVALID);
     ck_assert_ptr_null(s);
-    ck_assert_has(e.msg, "model noloss: its build set no loss: set g->loss");
+    ck_assert_has(e.msg, "model noloss: its build set no loss: call sn_graph_set_loss");
     m = (sn_model){.name = "badshape", .ctx = 8, .build = bad_shape};
     ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_SHAPE);
     ck_assert_has(e.msg, "model badshape: ");
     ck_assert_has(e.msg, "matmul");
+    m = (sn_model){.name = "noroles", .ctx = 8, .build = no_roles};
+    ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_INVALID);
+    ck_assert_has(e.msg, "model noroles: its build made no input of the role tokens (sn_input_tokens)");
     llama_config c = tiny_config(1);
     m = (sn_model){.name = "llama", .ctx = c.ctx, .build = llama_build, .user = &c};
-    o.device = "tpu";
+    o.device = (sn_device_kind)7;
     ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_INVALID);
-    ck_assert_has(e.msg, "device 'tpu': use auto, cuda, cpu or interp");
-    o.device = "interp";
+    ck_assert_has(e.msg, "session: device 7: give SN_DEVICE_AUTO, SN_DEVICE_CUDA, SN_DEVICE_CPU or SN_DEVICE_INTERP");
+    o.device = SN_DEVICE_INTERP;
+    o.precision = SN_PRECISION_COUNT;
+    ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_INVALID);
+    ck_assert_has(e.msg, "session: precision 4: give SN_PRECISION_FP32, _BF16, _FP16 or _TF32");
+    o.precision = SN_PRECISION_FP32;
+    o.checkpoint_policy = (sn_checkpoint_policy)-1;
+    ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_INVALID);
+    ck_assert_has(e.msg, "session: checkpoint_policy -1: give SN_CHECKPOINT_AUTO");
+    o.checkpoint_policy = SN_CHECKPOINT_AUTO;
+    o.offload = SN_OFFLOAD_COUNT;
+    ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_INVALID);
+    ck_assert_has(e.msg, "session: offload 3: give SN_OFFLOAD_AUTO");
+    o.offload = SN_OFFLOAD_OPTIMIZER;
+    ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_INVALID);
+    ck_assert_has(e.msg, "session: offload moves the optimizer state off a device and the interpreter has none");
+    o.offload = SN_OFFLOAD_AUTO;
     o.seq = 200;
     ck_assert_int_eq(sn_session_new(&m, &o, &s, &e), SN_ERR_INVALID);
     ck_assert_has(e.msg, "llama: batch 2 x sequence 200: need B >= 1 and 1 <= T <= ctx = 24");
@@ -210,7 +292,7 @@ END_TEST
 START_TEST(session_validation_stops_on_flag) {
     sn_session_opts o = sn_session_defaults();
     o.data = sn_test_asset("tinyshakespeare.txt");
-    o.device = "interp";
+    o.device = SN_DEVICE_INTERP;
     o.batch = 2;
     o.steps = 2;
     llama_config c = tiny_config(1);
@@ -239,6 +321,7 @@ int main(void) {
     TCase *tc = tcase_create("llama");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, rope_rotates_pairs);
+    tcase_add_test(tc, public_graph_errors);
     tcase_add_test(tc, repeat_kv_maps_heads);
     tcase_add_test(tc, llama_matches_interpreter);
     tcase_add_test(tc, llama_bf16_matches_interpreter);

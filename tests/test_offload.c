@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "models/gpt2.h"
 #include "passes/passes.h"
 #include "runtime/device.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "interp/interp.h"
 #include "harness.h"
 

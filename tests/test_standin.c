@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "interp/interp.h"
 #include "models/gpt2.h"
 #include "passes/pipeline.h"

@@ -85,8 +85,8 @@ END_TEST
 /* loss = sum(log(w)) with some w < 0: NaN; the step fails and the weights stay. */
 START_TEST(nan_loss_is_reported) {
     sn_graph *g = sn_graph_new();
-    sn_node *x = sn_input(g, "idx", SN_I32, SN_SHAPE(1, 2));
-    sn_input(g, "targets", SN_I32, SN_SHAPE(1, 2));
+    sn_node *x = sn_input_tokens(g, "idx", SN_SHAPE(1, 2));
+    sn_input_targets(g, "targets", SN_SHAPE(1, 2));
     sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(8), SN_INIT_NORMAL, 1.0f);
     sn_node *tab = sn_param(g, "tab", SN_F32, SN_SHAPE(4, 8), SN_INIT_NORMAL, 1.0f);
     sn_node *loss = sn_sum(g, sn_add(g, sn_log(g, w), sn_sum(g, sn_embedding(g, tab, x), 1, false)), -1, false);
@@ -122,6 +122,67 @@ static sn_trainer *tiny_trainer(sn_graph *g, int B, int T, int n_embd, sn_gpt2 *
 }
 
 /* Two micro-batches of B rows give the gradients, loss and norm of one batch of 2B rows. */
+/* A bigram model (embedding, matmul, cross-entropy) whose token and target inputs have the
+ * given names; labels_first declares the targets before the tokens. */
+static sn_graph *bigram(const char *tokens, const char *labels, bool labels_first) {
+    enum { B = 2, T = 8, V = 16 };
+    sn_graph *g = sn_graph_new();
+    sn_node *y = labels_first ? sn_input_targets(g, labels, SN_SHAPE(B, T)) : NULL;
+    sn_node *x = sn_input_tokens(g, tokens, SN_SHAPE(B, T));
+    if (!labels_first) y = sn_input_targets(g, labels, SN_SHAPE(B, T));
+    sn_node *wte = sn_param(g, "wte", SN_F32, SN_SHAPE(V, 8), SN_INIT_NORMAL, 0.5f);
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(8, V), SN_INIT_NORMAL, 0.5f);
+    sn_graph_set_loss(g, sn_cross_entropy(g, sn_matmul(g, sn_embedding(g, wte, x), w), y, -1));
+    sn_err e;
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    ck_assert_msg(sn_backward(g, g->loss, &e) == SN_OK, "%s", e.msg);
+    return g;
+}
+
+/* The trainer feeds inputs by role: inputs named "tokens" and "labels" (declared in the other
+ * order) train exactly as "idx" and "targets" do; a graph whose "idx" and "targets" have no
+ * role is refused, saying which roles it needs. */
+START_TEST(inputs_fed_by_role_not_name) {
+    sn_graph *g[2] = {bigram("idx", "targets", false), bigram("tokens", "labels", true)};
+    double loss[2][5];
+    int32_t x[16], y[16];
+    for (int i = 0; i < 16; i++) x[i] = (int32_t)(i * 5 % 16), y[i] = (int32_t)((i * 5 + 3) % 16);
+    for (int k = 0; k < 2; k++) {
+        sn_train_opts o;
+        sn_train_opts_default(&o, 5);
+        o.lr = 0.1f;
+        sn_err e;
+        sn_trainer *t = sn_trainer_new(g[k], &o, &e);
+        ck_assert_msg(t, "%s", e.msg);
+        sn_step_stats st;
+        for (int s = 0; s < 5; s++) {
+            ck_assert_msg(sn_trainer_step(t, x, y, &st, &e) == SN_OK, "%s", e.msg);
+            loss[k][s] = st.loss;
+        }
+        sn_trainer_free(t);
+        sn_graph_free(g[k]);
+    }
+    for (int s = 0; s < 5; s++)
+        ck_assert_msg(loss[0][s] == loss[1][s], "step %d: loss %.17g (idx, targets) against %.17g "
+                      "(tokens, labels)", s, loss[0][s], loss[1][s]);
+    ck_assert_msg(loss[0][4] < loss[0][0] - 0.1, "the loss did not fall: %g -> %g", loss[0][0], loss[0][4]);
+
+    sn_graph *h = sn_graph_new();
+    sn_node *x2 = sn_input(h, "idx", SN_I32, SN_SHAPE(2, 8));
+    sn_node *y2 = sn_input(h, "targets", SN_I32, SN_SHAPE(2, 8));
+    sn_node *w = sn_param(h, "wte", SN_F32, SN_SHAPE(16, 16), SN_INIT_NORMAL, 0.5f);
+    sn_graph_set_loss(h, sn_cross_entropy(h, sn_embedding(h, w, x2), y2, -1));
+    sn_err e;
+    ck_assert_msg(sn_backward(h, h->loss, &e) == SN_OK, "%s", e.msg);
+    sn_train_opts o;
+    sn_train_opts_default(&o, 5);
+    ck_assert_ptr_null(sn_trainer_new(h, &o, &e));
+    ck_assert_int_eq(e.code, SN_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "the graph needs i32 inputs of the roles tokens and targets"), "%s", e.msg);
+    sn_graph_free(h);
+}
+END_TEST
+
 START_TEST(accumulation_matches_big_batch) {
     enum { B = 2, T = 8 };
     sn_graph *g1 = sn_graph_new(), *g2 = sn_graph_new();
@@ -278,6 +339,7 @@ int main(void) {
     tcase_add_test(tc, overfit_one_batch);
     tcase_add_test(tc, nan_loss_is_reported);
     tcase_add_test(tc, accumulation_matches_big_batch);
+    tcase_add_test(tc, inputs_fed_by_role_not_name);
     tcase_add_test(tc, sample_logits_rules);
     tcase_add_test(tc, sampling);
     suite_add_tcase(s, tc);

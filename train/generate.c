@@ -55,6 +55,7 @@ static sn_status load_params(const sn_graph *g, sn_exec *x, sn_weight_source w, 
 
 /* ---- the graphs ------------------------------------------------------------------------------ */
 
+/* The cache input of that name ("k_cache.3"); the tokens, positions and mask are found by role. */
 static const sn_node *input(const sn_graph *g, const char *name) {
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i]->op == SN_OP_INPUT && !strcmp(g->nodes[i]->name, name)) return g->nodes[i];
@@ -123,7 +124,8 @@ sn_status sn_generator_new(const sn_generator_opts *o, sn_device *device, sn_gen
         s = SN_ERR_OOM;
     if (!s) {
         g->vc = g->kc + L, g->k = g->kc + 2 * L, g->v = g->kc + 3 * L;
-        g->idx = input(g->dg, "idx"), g->pos = input(g->dg, "pos"), g->mask = input(g->dg, "mask");
+        g->idx = sn_graph_input(g->dg, SN_ROLE_TOKENS), g->pos = sn_graph_input(g->dg, SN_ROLE_POSITIONS);
+        g->mask = sn_graph_input(g->dg, SN_ROLE_MASK);
         g->logits = g->dg->outputs[2 * L];
         g->H = g->dg->outputs[0]->shape[1], g->D = g->dg->outputs[0]->shape[3];
         g->V = g->logits->shape[2];
@@ -210,7 +212,7 @@ static sn_status prefill(sn_generator *g, const int32_t *const *prompts, const i
     sn_exec *x = g->px;
     if (!idx || !host) s = SN_ERR_OOM;
     for (int b = 0; !s && b < B; b++) memcpy(idx + (size_t)b * T, prompts[b], sizeof *idx * (size_t)lens[b]);
-    if (!s) s = sn_exec_set(x, input(g->pg, "idx"), idx, e);
+    if (!s) s = sn_exec_set(x, sn_graph_input(g->pg, SN_ROLE_TOKENS), idx, e);
     if (!s) s = sn_exec_run(x, e);
     const sn_node *logits = s ? NULL : g->pg->outputs[2 * L];
     for (int b = 0; !s && b < B; b++) { /* row b's logits at its last prompt token */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "runner.h"
 #include "passes/passes.h"
 #include "support/rng.h"
@@ -46,12 +46,6 @@ void sn_param_init(const sn_node *p, float *dst, uint64_t seed) {
     SN_ASSERT(0);
 }
 
-static sn_node *find_input(const sn_graph *g, const char *name) {
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i]->op == SN_OP_INPUT && !strcmp(g->nodes[i]->name, name)) return g->nodes[i];
-    return NULL;
-}
-
 /* ---- the trainer ---------------------------------------------------------------------------- */
 
 struct sn_trainer {
@@ -82,11 +76,11 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
         sn_fail(e, SN_ERR_INVALID, "trainer: the graph needs a loss and its backward (call sn_backward)");
         return NULL;
     }
-    sn_node *idx = find_input(g, "idx"), *targets = find_input(g, "targets");
+    sn_node *idx = sn_graph_input(g, SN_ROLE_TOKENS), *targets = sn_graph_input(g, SN_ROLE_TARGETS);
     if (!idx || !targets || idx->dtype != SN_I32 || targets->dtype != SN_I32 ||
         sn_numel(idx) != sn_numel(targets)) {
-        sn_fail(e, SN_ERR_INVALID, "trainer: the graph needs i32 inputs \"idx\" and \"targets\" "
-                "of the same shape");
+        sn_fail(e, SN_ERR_INVALID, "trainer: the graph needs i32 inputs of the roles tokens and "
+                "targets, of the same shape (sn_input_tokens, sn_input_targets)");
         return NULL;
     }
     if (sn_verify(g, e) != SN_OK) return NULL;
@@ -96,7 +90,7 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     t->o = *o;
     t->idx = idx;
     t->targets = targets;
-    t->loss_scale = find_input(g, SN_LOSS_SCALE_INPUT);
+    t->loss_scale = sn_graph_input(g, SN_ROLE_LOSS_SCALE);
     t->sc = (sn_loss_scaler){.scale = t->loss_scale ? (o->init_scale > 0 ? o->init_scale : 65536) : 1};
     t->n_params = sn_graph_params(g, NULL, 0);
     t->params = sn_calloc((size_t)t->n_params + 1, sizeof *t->params, "the trainer's parameter list", e);

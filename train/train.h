@@ -64,8 +64,8 @@ typedef struct {
 
 typedef struct sn_trainer sn_trainer;
 
-/* g must have a loss and a backward (sn_backward), and two i32 INPUTs named "idx" and
- * "targets" of the same shape (B, T). */
+/* g must have a loss and a backward (sn_backward), and two i32 INPUTs of the same shape (B, T)
+ * with the roles SN_ROLE_TOKENS and SN_ROLE_TARGETS (their names do not matter). */
 sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e);
 void sn_trainer_free(sn_trainer *t);
 

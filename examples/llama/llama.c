@@ -38,12 +38,12 @@ static sn_node *rmsnorm(builder *m, sn_node *x, const char *name) {
  * i < D/2 at angle a = t * theta^(-2i/D). */
 sn_node *llama_rope(sn_graph *g, sn_node *x, float theta) {
     if (!x || sn_graph_error(g)) return NULL;
-    int64_t T = x->shape[x->rank - 2], D = x->shape[x->rank - 1], half = D / 2;
+    int64_t T = sn_node_dim(x, -2), D = sn_node_dim(x, -1), half = D / 2;
     float *c = malloc(sizeof(float) * (size_t)(T * D)), *s = malloc(sizeof(float) * (size_t)(T * D));
     if (!c || !s) {
         free(c);
         free(s);
-        sn_fail(&g->err, SN_ERR_OOM, "llama: out of memory for the rotary tables (%lld x %lld)",
+        sn_graph_fail(g, SN_ERR_OOM, "llama: out of memory for the rotary tables (%lld x %lld)",
                 (long long)T, (long long)D);
         return NULL;
     }
@@ -73,7 +73,7 @@ static sn_node *heads(builder *m, sn_node *x, const char *name, int h) {
 
 sn_node *llama_repeat_kv(sn_graph *g, sn_node *kv, int groups) {
     if (!kv || groups == 1) return kv;
-    int64_t B = kv->shape[0], Hkv = kv->shape[1], T = kv->shape[2], D = kv->shape[3];
+    int64_t B = sn_node_dim(kv, 0), Hkv = sn_node_dim(kv, 1), T = sn_node_dim(kv, 2), D = sn_node_dim(kv, 3);
     sn_node *r = sn_reshape(g, kv, SN_SHAPE(B, Hkv, 1, T * D));
     r = sn_broadcast(g, r, SN_SHAPE(B, Hkv, groups, T * D));
     return sn_reshape(g, r, SN_SHAPE(B, Hkv * groups, T, D));
@@ -123,8 +123,8 @@ sn_status llama_build(sn_graph *g, int B, int T, int V, void *user, sn_err *e) {
                        c->n_head, c->n_kv_head, c->dim);
     builder m = {g, c, B, T};
     float out_std = 0.02f / sqrtf(2.0f * (float)c->n_layer); /* residual projections */
-    sn_node *idx = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
-    sn_node *targets = sn_input(g, "targets", SN_I32, SN_SHAPE(B, T));
+    sn_node *idx = sn_input_tokens(g, "idx", SN_SHAPE(B, T));
+    sn_node *targets = sn_input_targets(g, "targets", SN_SHAPE(B, T));
     sn_node *emb = sn_param(g, "tok_embeddings", SN_F32, SN_SHAPE(V, c->dim), SN_INIT_NORMAL, 0.02f);
     sn_node *x = sn_embedding(g, emb, idx); /* (B, T, C) */
     for (int l = 0; l < c->n_layer; l++) {
@@ -137,8 +137,7 @@ sn_status llama_build(sn_graph *g, int B, int T, int V, void *user, sn_err *e) {
     x = rmsnorm(&m, x, "norm");
     sn_node *logits = sn_matmul(g, x, weight(&m, "output", c->dim, V, 0.02f)); /* untied */
     sn_graph_add_output(g, logits);
-    g->loss = sn_cross_entropy(g, logits, targets, -1);
-    sn_graph_add_output(g, g->loss);
-    if (sn_graph_error(g)) return sn_fail(e, g->err.code, "llama: %s", sn_graph_error(g));
+    sn_graph_set_loss(g, sn_cross_entropy(g, logits, targets, -1));
+    if (sn_graph_error(g)) return sn_fail(e, sn_graph_status(g), "llama: %s", sn_graph_error(g));
     return SN_OK;
 }

@@ -22,7 +22,7 @@ typedef struct {
 llama_config llama_config_small(void);
 
 /* sn_model's build: the forward graph of B sequences of T tokens over V ids into g, with inputs
- * "idx" and "targets" (B, T), the logits (B, T, V) as output and g->loss. user: llama_config. */
+ * the tokens and the targets (B, T), the logits (B, T, V) as output and the loss. user: llama_config. */
 sn_status llama_build(sn_graph *g, int B, int T, int V, void *user, sn_err *e);
 
 /* Rotary position embeddings: x (.., T, D), D even, with each pair (x[i], x[i + D/2]) turned

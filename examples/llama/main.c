@@ -57,7 +57,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--seq")) o.seq = atoi(v);
         else if (!strcmp(k, "--lr")) o.lr = atof(v);
         else if (!strcmp(k, "--layers")) c.n_layer = atoi(v);
-        else if (!strcmp(k, "--device")) o.device = v;
+        else if (!strcmp(k, "--device")) {
+            static const char *const devices[SN_DEVICE_COUNT] = {"auto", "cuda", "cpu", "interp"};
+            int d = 0;
+            while (d < SN_DEVICE_COUNT && strcmp(v, devices[d])) d++;
+            if (d == SN_DEVICE_COUNT) {
+                fprintf(stderr, "llama: --device %s: use auto, cuda, cpu or interp\n", v);
+                return 2;
+            }
+            o.device = (sn_device_kind)d;
+        }
         else if (!strcmp(k, "--every")) every = atoi(v);
         else if (!strcmp(k, "--checkpoint")) checkpoint = v;
         else if (!strcmp(k, "--resume")) o.resume = v;

@@ -12,7 +12,7 @@
 
 #include "data/data.h"
 #include "frontend/lora.h"
-#include "frontend/sinter.h"
+#include "frontend/frontend.h"
 #include "passes/pipeline.h"
 #include "train/checkpoint.h"
 #include "fuzz_util.h"
@@ -32,8 +32,8 @@ static sn_trainer *trainers[NPREC + 1]; /* [NPREC]: fp32 with a LoRA adapter, fo
 static sn_status build(int k, sn_err *e) {
     sn_graph *graph = graphs[k] = sn_graph_new();
     if (!graph) return SN_ERR_OOM;
-    sn_node *idx = sn_input(graph, "idx", SN_I32, SN_SHAPE(B, T));
-    sn_node *tg = sn_input(graph, "targets", SN_I32, SN_SHAPE(B, T));
+    sn_node *idx = sn_input_tokens(graph, "idx", SN_SHAPE(B, T));
+    sn_node *tg = sn_input_targets(graph, "targets", SN_SHAPE(B, T));
     sn_node *wte = sn_param(graph, "wte", SN_F32, SN_SHAPE(V, C), SN_INIT_NORMAL, 0.5f);
     sn_node *w = sn_param(graph, "w", SN_F32, SN_SHAPE(C, V), SN_INIT_NORMAL, 0.5f);
     sn_node *b = sn_param(graph, "b", SN_F32, SN_SHAPE(V), SN_INIT_ZEROS, 0);
