@@ -12,6 +12,12 @@ const sn_param_slot *sn_param_layout_find(const sn_param_layout *l, const sn_nod
     return NULL;
 }
 
+int64_t sn_param_layout_trained(const sn_param_layout *l) {
+    int64_t n = 0;
+    for (int i = 0; i < l->n; i++) n += l->slots[i].frozen ? 0 : l->slots[i].numel;
+    return n;
+}
+
 /* The persistent offset of node n's value, or -1. */
 static int64_t offset_of(const sn_program *p, const sn_node *n) {
     int v = n ? p->value_of[n->id] : -1;

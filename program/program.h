@@ -86,6 +86,8 @@ void sn_program_free(sn_program *p);
 
 /* param_layout.c: the slot of PARAM n in p's layout, or NULL. */
 const sn_param_slot *sn_param_layout_find(const sn_param_layout *l, const sn_node *n);
+/* The elements of the trained parameters (LoRA trains few of them). */
+int64_t sn_param_layout_trained(const sn_param_layout *l);
 /* Whether p->layout says what the program's values and graph say: every PARAM once, in graph
  * order, at its value's offset (gradient, shadow too); trained slots at their flat element in
  * the parameters', gradients' and shadows' ranges, without overlap, the decayed ones first.
