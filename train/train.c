@@ -92,15 +92,16 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     if (!t) return NULL;
     t->g = g;
     t->o = *o;
-    t->idx = idx;
-    t->targets = targets;
-    t->loss_scale = find_input(g, SN_LOSS_SCALE_INPUT);
-    t->sc = (sn_loss_scaler){.scale = t->loss_scale ? (o->init_scale > 0 ? o->init_scale : 65536) : 1};
     if (sn_runner_new(g, o->device, o->compile, o->offload, &t->run, e)) {
         sn_trainer_free(t);
         return NULL;
     }
     t->lay = sn_runner_layout(t->run);
+    /* found in the compiled graph: the kernel passes may have replaced g's nodes (upcast) */
+    t->idx = find_input(g, "idx");
+    t->targets = find_input(g, "targets");
+    t->loss_scale = find_input(g, SN_LOSS_SCALE_INPUT);
+    t->sc = (sn_loss_scaler){.scale = t->loss_scale ? (o->init_scale > 0 ? o->init_scale : 65536) : 1};
     int64_t most = 0;
     for (int i = 0; i < t->lay->n; i++)
         if (t->lay->slots[i].numel > most) most = t->lay->slots[i].numel;
