@@ -53,9 +53,10 @@ START_TEST(trainer_on_both_backends) {
 }
 END_TEST
 
-/* One entry, called twice with the same options (as `sinter train --dump-after fuse` does): the
- * caller's call runs the graph passes and dumps nothing of fuse; the trainer's call (the graph
- * now has its backward) runs fuse and memplan and dumps the program the trainer runs, once. */
+/* The same options given to both entries (as `sinter train --dump-after fuse` does): the
+ * caller's sn_compile without a program runs the graph passes and dumps nothing of fuse; the
+ * trainer's sn_pipeline_kernels (the graph now has its backward) runs fuse and memplan and
+ * dumps the program the trainer runs, once. */
 START_TEST(trainer_dumps_the_program_it_runs) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
