@@ -12,7 +12,7 @@
 
 #include "passes.h"
 
-enum { ALIGN = 64 };
+enum { ALIGN = 64, F32_BYTES = sizeof(float) }; /* F32_BYTES: a trained parameter's element */
 
 static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
@@ -152,18 +152,18 @@ static void place_persistent(sn_program *p, sn_param_order order, bool *placed) 
     int64_t params_end = 0;
     for (int pass = 0; pass < 4; pass++) {
         if (pass == 2) params_end = p->persistent_bytes;
-        if (pass == 1) l->flat_decay = p->persistent_bytes / 4;
+        if (pass == 1) l->flat_decay = p->persistent_bytes / F32_BYTES;
         for (int j = 0; j < l->n; j++) {
             sn_param_slot *s = &l->slots[order == SN_PARAM_ORDER_REVERSED ? l->n - 1 - j : j];
             if (s->frozen || (pass % 2 == 0) != decays(s->node)) continue;
             int v = p->value_of[(pass < 2 ? s->node : s->node->grad)->id];
             placed[v] = true;
             p->values[v].offset = p->persistent_bytes;
-            if (pass < 2) s->flat = p->persistent_bytes / 4, s->decay = pass == 0;
+            if (pass < 2) s->flat = p->persistent_bytes / F32_BYTES, s->decay = pass == 0;
             p->persistent_bytes += align_up(p->values[v].bytes);
         }
     }
-    if (params_end) l->params = 0, l->grads = params_end, l->flat_n = params_end / 4;
+    if (params_end) l->params = 0, l->grads = params_end, l->flat_n = params_end / F32_BYTES;
     int64_t copies = p->persistent_bytes;
     bool any = false;
     sn_dtype low = p->n_shadows ? p->shadows[0]->args[0]->dtype : SN_F32; /* one dtype a range */
@@ -190,12 +190,11 @@ static void fill_slots(sn_program *p) {
         int v = p->value_of[s->node->id];
         if (v >= 0 && p->values[v].persistent) s->value = p->values[v].offset;
         if (!s->frozen) s->grad = p->values[p->value_of[s->node->grad->id]].offset;
-    }
-    for (int k = 0; k < p->n_shadows; k++) {
-        const sn_kernel *c = p->shadows[k];
-        sn_param_slot *s = (sn_param_slot *)sn_param_layout_find(l, c->args[1]);
-        int v = p->value_of[c->args[0]->id];
-        if (s && v >= 0 && p->values[v].persistent) s->shadow = p->values[v].offset;
+        for (int k = 0; k < p->n_shadows; k++) { /* its weight shadow: its cast kernel's output */
+            const sn_kernel *c = p->shadows[k];
+            int cv = c->args[1] == s->node ? p->value_of[c->args[0]->id] : -1;
+            if (cv >= 0 && p->values[cv].persistent) s->shadow = p->values[cv].offset;
+        }
     }
 }
 
