@@ -44,7 +44,8 @@ static sn_status check_flat(const sn_param_layout *l, const sn_param_slot *s, co
     if (s->flat < 0 || s->flat + s->numel > l->flat_n)
         return broken(e, s, "its flat element (beyond the range's end)", s->flat, l->flat_n - s->numel);
     if (s->value != l->params + 4 * s->flat)
-        return broken(e, s, "its weights' offset in the parameters' range", s->value, l->params + 4 * s->flat);
+        return broken(e, s, "its weights' offset in the parameters' range", s->value,
+                      l->params + 4 * s->flat);
     if (s->grad != l->grads + 4 * s->flat)
         return broken(e, s, "its gradient's offset in the gradients' range", s->grad, l->grads + 4 * s->flat);
     int64_t end = s->flat + s->numel;
@@ -56,7 +57,8 @@ static sn_status check_flat(const sn_param_layout *l, const sn_param_slot *s, co
     int64_t at = l->shadows + sn_dtype_bits(l->low) / 8 * s->flat;
     if (l->low == SN_F32 || shadow->dtype != l->low)
         return broken(e, s, "its weight shadow's dtype", shadow->dtype, l->low);
-    return s->shadow == at ? SN_OK : broken(e, s, "its weight shadow's offset in the shadows' range", s->shadow, at);
+    if (s->shadow != at) return broken(e, s, "its weight shadow's offset in the shadows' range", s->shadow, at);
+    return SN_OK;
 }
 
 /* No two trained slots share a flat element. */
@@ -89,7 +91,8 @@ sn_status sn_param_layout_check(const sn_program *p, sn_err *e) {
         const sn_node *shadow = shadow_of(p, n);
         if (s->numel != sn_numel(n)) return broken(e, s, "its element count", s->numel, sn_numel(n));
         if (s->dtype != n->dtype) return broken(e, s, "its dtype", s->dtype, n->dtype);
-        if (s->value != offset_of(p, n)) return broken(e, s, "its weights' offset", s->value, offset_of(p, n));
+        if (s->value != offset_of(p, n))
+            return broken(e, s, "its weights' offset", s->value, offset_of(p, n));
         if (s->shadow != offset_of(p, shadow))
             return broken(e, s, "its weight shadow's offset", s->shadow, offset_of(p, shadow));
         bool trains = !n->a.frozen && n->grad && s->value >= 0 && offset_of(p, n->grad) >= 0;

@@ -1,6 +1,7 @@
-/* program.c: the compiled program's printout (its parameter layout's too) and its release, and what kernel.h says of row
- * ops (one table pinned to the op count) and of a kernel's work split (sn_kernel_work, shared
- * by fuse and the code generators); the program's passes are passes/fuse.c and memplan.c. */
+/* program.c: the compiled program's printout (its parameter layout's too) and its release, and
+ * what kernel.h says of row ops (one table pinned to the op count) and of a kernel's work split
+ * (sn_kernel_work, shared by fuse and the code generators); the program's passes are
+ * passes/fuse.c and memplan.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -3,9 +3,10 @@
  * Convention: the optimizer's buffers are named by FB_*, each an executor ref (the program's
  * parameters, gradients and weight shadows where its parameter layout says, or an extra device
  * buffer); its kernels are launched through the executor. Where a parameter lies, whether it
- * trains, and which part of the range decays is read from the layout, never worked out here. With offload, the moments, the gradient sums and a copy of the weights (the
- * masters) are host arrays instead, and AdamW runs on the CPU (offload.h) in chunks: gradients
- * down, weights up. */
+ * trains and which part of the range decays are read from the layout, never worked out here.
+ * With offload, the moments, the gradient sums and a copy of the weights (the masters) are
+ * host arrays instead, and AdamW runs on the CPU (offload.h) in chunks: gradients down,
+ * weights up. */
 #include "runner.h"
 
 #include <math.h>
@@ -82,8 +83,9 @@ static sn_status flat_layout(sn_runner *b, sn_err *e) {
 static sn_status offload_new(sn_runner *b, sn_err *e) {
     static const int fb[] = {FB_PARAMS, FB_M, FB_V, FB_SCAL, FB_GRADS};
     for (int i = 0; i < 5; i++) {
-        int64_t n = fb[i] == FB_SCAL ? SN_OPT_SCALARS : fb[i] == FB_GRADS ? SN_OFFLOAD_CHUNK : b->lay->flat_n;
-        if (fb[i] == FB_GRADS && n > b->lay->flat_n) n = b->lay->flat_n;
+        int64_t all = b->lay->flat_n;
+        int64_t n = fb[i] == FB_SCAL ? SN_OPT_SCALARS : fb[i] == FB_GRADS ? SN_OFFLOAD_CHUNK : all;
+        if (fb[i] == FB_GRADS && n > all) n = all;
         if (!(b->host[fb[i]] = calloc((size_t)n, sizeof(float))))
             return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the offloaded optimizer "
                            "state (%.1f MiB for the %s): free host memory or train without "
@@ -213,7 +215,8 @@ static sn_status move(sn_runner *b, int f, int64_t at, int64_t n, float *host, b
     if (!(b->offload && (f == FB_M || f == FB_V || f == FB_SUMS))) {
         sn_exec_ref r = b->ref[f];
         r.offset += F32_BYTES * at;
-        return up ? sn_exec_upload(b->x, r, host, F32_BYTES * n, e) : sn_exec_download(b->x, host, r, F32_BYTES * n, e);
+        int64_t bytes = F32_BYTES * n;
+        return up ? sn_exec_upload(b->x, r, host, bytes, e) : sn_exec_download(b->x, host, r, bytes, e);
     }
     if (up) memcpy(b->host[f] + at, host, F32_BYTES * (size_t)n);
     else memcpy(host, b->host[f] + at, F32_BYTES * (size_t)n);
