@@ -6,6 +6,8 @@
 
 #include "program.h"
 
+enum { F32_BYTES = sizeof(float) }; /* a trained parameter's element */
+
 const sn_param_slot *sn_param_layout_find(const sn_param_layout *l, const sn_node *n) {
     for (int i = 0; i < l->n; i++)
         if (l->slots[i].node == n) return &l->slots[i];
@@ -43,21 +45,22 @@ static sn_status check_flat(const sn_param_layout *l, const sn_param_slot *s, co
     if (s->dtype != SN_F32) return broken(e, s, "a trained parameter's dtype", s->dtype, SN_F32);
     if (s->flat < 0 || s->flat + s->numel > l->flat_n)
         return broken(e, s, "its flat element (beyond the range's end)", s->flat, l->flat_n - s->numel);
-    if (s->value != l->params + 4 * s->flat)
-        return broken(e, s, "its weights' offset in the parameters' range", s->value,
-                      l->params + 4 * s->flat);
-    if (s->grad != l->grads + 4 * s->flat)
-        return broken(e, s, "its gradient's offset in the gradients' range", s->grad, l->grads + 4 * s->flat);
+    int64_t at = F32_BYTES * s->flat; /* bytes into the parameters' and gradients' ranges */
+    if (s->value != l->params + at)
+        return broken(e, s, "its weights' offset in the parameters' range", s->value, l->params + at);
+    if (s->grad != l->grads + at)
+        return broken(e, s, "its gradient's offset in the gradients' range", s->grad, l->grads + at);
     int64_t end = s->flat + s->numel;
     if (s->decay ? end > l->flat_decay : s->flat < l->flat_decay)
         return broken(e, s, s->decay ? "the end of a decayed parameter (past the decayed prefix)"
                                      : "the start of a parameter without decay (in the decayed prefix)",
                       s->decay ? end : s->flat, l->flat_decay);
     if (!shadow) return SN_OK;
-    int64_t at = l->shadows + sn_dtype_bits(l->low) / 8 * s->flat;
+    at = l->shadows + sn_dtype_bits(l->low) / 8 * s->flat;
     if (l->low == SN_F32 || shadow->dtype != l->low)
         return broken(e, s, "its weight shadow's dtype", shadow->dtype, l->low);
-    if (s->shadow != at) return broken(e, s, "its weight shadow's offset in the shadows' range", s->shadow, at);
+    if (s->shadow != at)
+        return broken(e, s, "its weight shadow's offset in the shadows' range", s->shadow, at);
     return SN_OK;
 }
 
@@ -110,9 +113,10 @@ sn_status sn_param_layout_check(const sn_program *p, sn_err *e) {
     if (i != l->n)
         return sn_fail(e, SN_ERR_INTERNAL, "the parameter layout is broken: %d slots for the "
                        "graph's %d parameters (a bug in sinter: passes/memplan.c)", l->n, i);
+    int64_t range = F32_BYTES * l->flat_n;
     if (!any ? l->flat_n || l->params >= 0 || l->grads >= 0
              : l->flat_decay < 0 || l->flat_decay > l->flat_n || l->params % 64 || l->grads % 64 ||
-                   (l->params < l->grads + 4 * l->flat_n && l->grads < l->params + 4 * l->flat_n))
+                   (l->params < l->grads + range && l->grads < l->params + range))
         return sn_fail(e, SN_ERR_INTERNAL, "the parameter layout is broken: its flat ranges "
                        "(parameters at %" PRId64 ", gradients at %" PRId64 ", %" PRId64 " elements, "
                        "%" PRId64 " decayed) are misplaced or overlap (a bug in sinter: "
