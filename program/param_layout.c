@@ -56,11 +56,11 @@ static sn_status check_flat(const sn_param_layout *l, const sn_param_slot *s, co
                                      : "the start of a parameter without decay (in the decayed prefix)",
                       s->decay ? end : s->flat, l->flat_decay);
     if (!shadow) return SN_OK;
-    at = l->shadows + sn_dtype_bits(l->low) / 8 * s->flat;
+    int64_t copy = l->shadows + sn_dtype_bits(l->low) / 8 * s->flat;
     if (l->low == SN_F32 || shadow->dtype != l->low)
         return broken(e, s, "its weight shadow's dtype", shadow->dtype, l->low);
-    if (s->shadow != at)
-        return broken(e, s, "its weight shadow's offset in the shadows' range", s->shadow, at);
+    if (s->shadow != copy)
+        return broken(e, s, "its weight shadow's offset in the shadows' range", s->shadow, copy);
     return SN_OK;
 }
 
