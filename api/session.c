@@ -428,10 +428,7 @@ void sn_session_info_get(const sn_session *r, sn_session_info *out) {
                              .steps_skipped = sn_trainer_scaler(r->t).skipped,
                              .host_measured = sn_trainer_host_state_bytes(r->t)};
     out->offload = out->host_measured > 0;
-    for (int i = 0; i < r->g->n_nodes; i++) {
-        const sn_node *n = r->g->nodes[i];
-        if (n->op == SN_OP_PARAM && n->grad && !n->a.frozen) out->trained += sn_numel(n);
-    }
+    out->trained = sn_param_layout_trained(sn_trainer_layout(r->t));
     if (!r->planned) return;
     out->mem_planned = r->plan.total;
     out->host_planned = r->plan.opt_host;

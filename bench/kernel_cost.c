@@ -110,9 +110,10 @@ int main(int argc, char **argv) {
         if (want(&a, p->kernels[i])) ks[n++] = p->kernels[i];
     int n_prog = n; /* ks[0..n_prog) are the program's */
     for (int i = 0; i < N_OPT; i++) {
-        opt[i] = (sn_kernel){.kind = opt_kinds[i], .flat_n = n_params, .flat_decay = n_params / 2};
-        if (opt_kinds[i] == SN_KER_ADAMW && p->n_shadows) /* it writes the weights' copies */
-            opt[i].flat_low = p->shadows[0]->args[0]->dtype;
+        /* over the program's parameter layout, as the trainer launches them (runner.c) */
+        const sn_param_layout *l = &p->layout;
+        opt[i] = (sn_kernel){.kind = opt_kinds[i], .flat_n = l->flat_n, .flat_decay = l->flat_decay};
+        if (opt_kinds[i] == SN_KER_ADAMW) opt[i].flat_low = l->low; /* it writes the weights' copies */
         snprintf(opt[i].name, sizeof opt[i].name, "optimizer_%s", sn_kernel_kind_name(opt_kinds[i]));
         if (want(&a, &opt[i])) ks[n++] = &opt[i];
     }

@@ -46,7 +46,7 @@ static void kernels(const args *a, int layers, bool keep, int sign, int *n) {
     sn_graph *g = training_graph(a, layers, keep, NULL);
     sn_program *p;
     sn_err e;
-    if (sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e)) die("compile", &e);
+    if (sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e)) die("compile", &e);
     for (int i = 0; i < p->n_kernels; i++) n[p->kernels[i]->kind] += sign;
     sn_program_free(p);
     sn_graph_free(g);

@@ -255,15 +255,6 @@ static int64_t param_count(const sn_graph *g) {
     return total;
 }
 
-/* The parameter elements the optimizer updates (LoRA freezes the rest). */
-static int64_t trained_count(const sn_graph *g) {
-    int64_t total = 0;
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i]->op == SN_OP_PARAM && g->nodes[i]->grad && !g->nodes[i]->a.frozen)
-            total += sn_numel(g->nodes[i]);
-    return total;
-}
-
 /* --model-only: the training program's roofline, nothing run. */
 static int model_only(const args *a, const sn_roofline_machine *m) {
     sn_program *p;
@@ -358,7 +349,7 @@ int main(int argc, char **argv) {
              "\"arena_planned_bytes\": %lld, \"arena_measured_bytes\": %lld, \"arena_no_reuse_bytes\": %lld, "
              "\"persistent_bytes\": %lld, \"optimizer_state_bytes\": %lld, \"gemm_s\": %.3f, "
              "\"attention_s\": %.3f, \"pointwise_s\": %.3f, \"row_s\": %.3f, \"reduce_s\": %.3f, \"gather_s\": %.3f",
-             (long long)trained_count(g), compile_s, p->n_kernels, 3, (long long)p->arena_bytes,
+             (long long)sn_param_layout_trained(sn_trainer_layout(t)), compile_s, p->n_kernels, 3, (long long)p->arena_bytes,
              (long long)st.arena_peak_bytes, (long long)p->sum_bytes, (long long)p->persistent_bytes,
              (long long)sn_trainer_state_bytes(t),
              st.kind_s[SN_KER_GEMM], st.kind_s[SN_KER_ATTENTION], st.kind_s[SN_KER_POINTWISE],
@@ -391,7 +382,7 @@ int main(int argc, char **argv) {
                  "\"arena_planned_bytes\": %lld, \"persistent_bytes\": %lld, "
                  "\"optimizer_state_bytes\": %lld, \"gemm_s\": %.3f, \"attention_s\": %.3f, "
                  "\"pointwise_s\": %.3f, \"row_s\": %.3f, \"reduce_s\": %.3f, \"gather_s\": %.3f, "
-                 "\"lora_step_ms\": %.2f, \"lora_speedup\": %.3f", (long long)trained_count(full),
+                 "\"lora_step_ms\": %.2f, \"lora_speedup\": %.3f", (long long)sn_param_layout_trained(sn_trainer_layout(ft)),
                  fprog->n_kernels, (long long)fprog->arena_bytes, (long long)fprog->persistent_bytes,
                  (long long)sn_trainer_state_bytes(ft), fs.kind_s[SN_KER_GEMM],
                  fs.kind_s[SN_KER_ATTENTION], fs.kind_s[SN_KER_POINTWISE], fs.kind_s[SN_KER_ROW],

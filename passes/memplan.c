@@ -2,16 +2,17 @@
  * persistent (and values written in place into the persistent value computed from them).
  * Convention: greedy by size (largest first), each value placed in the lowest gap among the
  * already-placed values whose live ranges overlap its own; 64-byte alignment.
- * The persistent block starts with the trainable parameters (rank >= 2 first, the ones weight
- * decay applies to), then their gradients in the same order, so that an optimizer sees each as
- * one flat range of the same layout (kernel.h, "the optimizer step"), and their 16-bit copies
- * (weight shadows) after them in that layout at half the size. */
+ * The persistent block starts with the trained parameters (the ones weight decay applies to
+ * first), then their gradients in the same order, so that an optimizer sees each as one flat
+ * range of the same layout (kernel.h, "the optimizer step"), and their 16-bit copies (weight
+ * shadows) after them in that layout at half the size; what it placed is written down in the
+ * program's parameter layout (program.h), which is how everyone else finds it. */
 #include <inttypes.h>
 #include <stdlib.h>
 
 #include "passes.h"
 
-enum { ALIGN = 64 };
+enum { ALIGN = 64, F32_BYTES = sizeof(float) }; /* F32_BYTES: a trained parameter's element */
 
 static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
@@ -111,25 +112,58 @@ static int unplaced(const sn_program *p, const sn_node *n, const bool *placed) {
     return v >= 0 && p->values[v].alias < 0 && p->values[v].persistent && !placed[v] ? v : -1;
 }
 
-/* The persistent order: trainable parameters (decayed first), their gradients, the rest. The
- * 16-bit copies of trainable parameters (program.h: weight shadows) follow the gradients in a
- * range of half the parameters' bytes, each at half its parameter's offset, so that AdamW
- * writes copy element i with parameter element i (kernel.h: flat_low). */
-static void place_persistent(sn_program *p, bool *placed) {
+/* The weight-decay rule, here only (the layout carries it to the trainer): matrices and
+ * embeddings decay, biases and norm gains (rank 1) do not (GPT-2's, llm.c's). */
+static bool decays(const sn_node *n) { return n->rank >= 2; }
+
+/* Whether memplan gives PARAM n a place in the flat ranges: it trains (not frozen, a gradient
+ * reaches it) and the program keeps it and its gradient. */
+static bool trains(const sn_program *p, const sn_node *n) {
+    int v = p->value_of[n->id], gv = n->grad ? p->value_of[n->grad->id] : -1;
+    return !n->a.frozen && v >= 0 && gv >= 0 && p->values[v].alias < 0 && p->values[gv].alias < 0 &&
+           p->values[v].persistent && p->values[gv].persistent;
+}
+
+/* The layout's slots, one a PARAM in graph order, frozen until placed. */
+static sn_status new_slots(sn_program *p, sn_err *e) {
     const sn_graph *g = p->g;
+    sn_param_layout *l = &p->layout;
+    *l = (sn_param_layout){.params = -1, .grads = -1, .low = SN_F32, .shadows = -1};
+    for (int i = 0; i < g->n_nodes; i++) l->n += g->nodes[i]->op == SN_OP_PARAM;
+    l->slots = sn_arena_alloc(&p->arena, sizeof *l->slots * (size_t)(l->n + 1));
+    if (!l->slots) return sn_fail(e, SN_ERR_OOM, "out of memory for the parameter layout");
+    for (int i = 0, k = 0; i < g->n_nodes; i++) {
+        const sn_node *n = g->nodes[i];
+        if (n->op != SN_OP_PARAM) continue;
+        l->slots[k++] = (sn_param_slot){.node = n, .dtype = n->dtype, .numel = sn_numel(n),
+                                        .value = -1, .grad = -1, .shadow = -1, .flat = -1,
+                                        .frozen = !trains(p, n)};
+    }
+    return SN_OK;
+}
+
+/* The persistent order: trained parameters (decayed first; in graph order, or reversed), their
+ * gradients in the same order and spacing, then the 16-bit copies of the trained parameters
+ * (program.h: weight shadows) in a range of half the parameters' bytes, each at half its
+ * parameter's offset, so that AdamW writes copy element i with parameter element i (kernel.h:
+ * flat_low). The layout's flat ranges are written here; the rest of its offsets at the end. */
+static void place_persistent(sn_program *p, sn_param_order order, bool *placed) {
+    sn_param_layout *l = &p->layout;
     int64_t params_end = 0;
     for (int pass = 0; pass < 4; pass++) {
         if (pass == 2) params_end = p->persistent_bytes;
-        for (int i = 0; i < g->n_nodes; i++) {
-            const sn_node *n = g->nodes[i];
-            if (n->op != SN_OP_PARAM || !n->grad || (pass % 2 == 0) != (n->rank >= 2)) continue;
-            int v = unplaced(p, pass < 2 ? n : n->grad, placed);
-            if (v < 0) continue;
+        if (pass == 1) l->flat_decay = p->persistent_bytes / F32_BYTES;
+        for (int j = 0; j < l->n; j++) {
+            sn_param_slot *s = &l->slots[order == SN_PARAM_ORDER_REVERSED ? l->n - 1 - j : j];
+            if (s->frozen || (pass % 2 == 0) != decays(s->node)) continue;
+            int v = p->value_of[(pass < 2 ? s->node : s->node->grad)->id];
             placed[v] = true;
             p->values[v].offset = p->persistent_bytes;
+            if (pass < 2) s->flat = p->persistent_bytes / F32_BYTES, s->decay = pass == 0;
             p->persistent_bytes += align_up(p->values[v].bytes);
         }
     }
+    if (params_end) l->params = 0, l->grads = params_end, l->flat_n = params_end / F32_BYTES;
     int64_t copies = p->persistent_bytes;
     bool any = false;
     sn_dtype low = p->n_shadows ? p->shadows[0]->args[0]->dtype : SN_F32; /* one dtype a range */
@@ -138,14 +172,35 @@ static void place_persistent(sn_program *p, bool *placed) {
         int v = unplaced(p, c->args[0], placed), pv = p->value_of[c->args[1]->id];
         if (v < 0 || pv < 0 || !placed[pv] || !p->values[pv].persistent ||
             p->values[pv].offset >= params_end || c->args[0]->dtype != low)
-            continue; /* not a trainable parameter's */
+            continue; /* not a trained parameter's */
         placed[v] = any = true;
         p->values[v].offset = copies + p->values[pv].offset / 2;
     }
-    if (any) p->persistent_bytes = copies + align_up(params_end / 2);
+    if (any) {
+        p->persistent_bytes = copies + align_up(params_end / 2);
+        l->low = low, l->shadows = copies;
+    }
 }
 
-sn_status sn_memplan(sn_program *p, const sn_target *t, sn_err *e) {
+/* The layout's offsets, once every value has its place. */
+static void fill_slots(sn_program *p) {
+    sn_param_layout *l = &p->layout;
+    for (int j = 0; j < l->n; j++) {
+        sn_param_slot *s = &l->slots[j];
+        int v = p->value_of[s->node->id];
+        if (v >= 0 && p->values[v].persistent) s->value = p->values[v].offset;
+        if (!s->frozen) s->grad = p->values[p->value_of[s->node->grad->id]].offset;
+        for (int k = 0; k < p->n_shadows; k++) { /* its weight shadow: its cast kernel's output */
+            const sn_kernel *c = p->shadows[k];
+            int cv = c->args[1] == s->node ? p->value_of[c->args[0]->id] : -1;
+            if (cv >= 0 && p->values[cv].persistent) s->shadow = p->values[cv].offset;
+        }
+    }
+}
+
+sn_status sn_memplan(sn_program *p, const sn_target *t, sn_param_order param_order, sn_err *e) {
+    sn_status s = new_slots(p, e);
+    if (s) return s;
     size_t n_bytes = sizeof(int) * (size_t)(p->n_values + 1);
     int *order = sn_malloc(n_bytes, "the memory planner's value order", e);
     int *near = order ? sn_malloc(n_bytes, "the memory planner's value order", e) : NULL;
@@ -159,7 +214,7 @@ sn_status sn_memplan(sn_program *p, const sn_target *t, sn_err *e) {
     }
     int n = 0;
     p->persistent_bytes = p->arena_bytes = p->sum_bytes = 0;
-    place_persistent(p, placed);
+    place_persistent(p, param_order, placed);
     for (int v = 0; v < p->n_values; v++) {
         sn_value *val = &p->values[v];
         if (val->alias >= 0 || placed[v]) continue;
@@ -204,6 +259,8 @@ sn_status sn_memplan(sn_program *p, const sn_target *t, sn_err *e) {
     free(order);
     free(near);
     free(placed);
+    fill_slots(p);
+    if ((s = sn_param_layout_check(p, e))) return s;
     int64_t total = p->arena_bytes + p->persistent_bytes;
     if (t->memory_bytes > 0 && total > t->memory_bytes) {
         char need[32], have[32];

@@ -163,8 +163,10 @@ sn_status sn_schedule(sn_program *p, sn_schedule_mode mode, sn_schedule_stats *s
  * writing a persistent value (a gradient) from an arena value of the same size that nothing
  * else reads, element for element, writes over it: that value becomes an alias of the output
  * (the tied LM head's gradient GEMM writes into wte's gradient). Sets arena_bytes,
- * persistent_bytes and sum_bytes. A plan larger than t->memory_bytes (when known) is
- * SN_ERR_OOM, naming both sizes and what to do. */
-sn_status sn_memplan(sn_program *p, const sn_target *t, sn_err *e);
+ * persistent_bytes and sum_bytes, and writes the parameter layout (program.h; the trained
+ * parameters in param_order), checked (sn_param_layout_check: SN_ERR_INTERNAL when broken).
+ * A plan larger than t->memory_bytes (when known) is SN_ERR_OOM, naming both sizes and what
+ * to do. */
+sn_status sn_memplan(sn_program *p, const sn_target *t, sn_param_order param_order, sn_err *e);
 
 #endif

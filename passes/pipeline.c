@@ -1,5 +1,6 @@
-/* pipeline.c: the passes in the order they run (sn_compile). Read top to bottom: each step is
- * one pass, followed by the verifier and, if asked for, a dump of the IR or of the program. */
+/* pipeline.c: the passes in the order they run: the graph passes (sn_pipeline_graph), then the
+ * kernel passes (sn_pipeline_kernels); sn_compile is the two calls. Read top to bottom: each
+ * step is one pass, followed by the verifier and, if asked for, a dump of the IR or program. */
 #include "pipeline.h"
 
 #include <string.h>
@@ -90,10 +91,8 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     return SN_OK;
 }
 
-/* The graph passes: forward rewrites, then autodiff (each only on a graph without a backward). */
+/* The forward rewrites, then autodiff and checkpoint (each only on a graph without a backward). */
 static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *st, sn_err *e) {
-    if (g->has_backward) return verify(g, "frontend", e); /* differentiated by its author or
-                                                             an earlier call: on to fuse */
     sn_status s;
     if ((s = after(g, "frontend", o, e))) return s;
 
@@ -135,22 +134,46 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
     return after(g, "checkpoint", o, e);
 }
 
-sn_status sn_compile(sn_graph *g, const sn_pipeline_opts *o, sn_program **prog,
-                     sn_pipeline_stats *stats, sn_err *e) {
-    sn_pipeline_stats st0;
-    if (!stats) stats = &st0;
-    *stats = (sn_pipeline_stats){0};
-    if (prog) *prog = NULL;
-    sn_target target = o->target ? *o->target : sn_target_cpu();
-    const sn_target *t = &target;
+/* What both entries check first: the dump's pass name, the graph's recorded error. */
+static sn_status check_entry(const sn_graph *g, const sn_pipeline_opts *o, sn_err *e) {
     sn_status s;
     if (o->dump_after && (s = check_dump(o, e))) return s;
     if (sn_graph_error(g))
         return sn_fail(e, g->err.code, "the model graph has an error: %s", sn_graph_error(g));
-    if ((s = graph_passes(g, o, stats, e))) return s;
+    return SN_OK;
+}
+
+sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *st,
+                            sn_err *e) {
+    sn_pipeline_stats st0;
+    if (!st) st = &st0;
+    sn_status s = check_entry(g, o, e);
+    if (s) return s;
+    if (g->has_backward)
+        return sn_fail(e, SN_ERR_INVALID, "the graph passes run on a forward graph, but this one "
+                       "has its backward already (sn_backward, or an earlier sn_pipeline_graph): "
+                       "go on with sn_pipeline_kernels");
+    st->attention_fused = st->kv_unrepeated = st->vocab_padded = st->casts = 0;
+    st->checkpoint_recomputed = 0;
+    st->checkpoint_extra_flops = st->step_flops = 0;
+    st->checkpoint_min_arena = 0;
+    return graph_passes(g, o, st, e);
+}
+
+sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program **prog,
+                              sn_pipeline_stats *st, sn_err *e) {
+    sn_pipeline_stats st0;
+    if (!st) st = &st0;
+    if (prog) *prog = NULL;
+    sn_status s = check_entry(g, o, e);
+    if (s || (s = verify(g, "frontend", e))) return s;
+    st->upcasts_split = st->schedule_moved = 0;
+    st->schedule_peak_before = st->schedule_peak_after = 0;
+    sn_target target = o->target ? *o->target : sn_target_cpu();
+    const sn_target *t = &target;
 
     sn_graph *next; /* 16-bit values widened by each pointwise reader, not stored in f32 */
-    if ((s = sn_pass_upcast(g, &next, &stats->upcasts_split, e))) return s;
+    if ((s = sn_pass_upcast(g, &next, &st->upcasts_split, e))) return s;
     if (next) replace(g, next);
     if ((s = after(g, "upcast", o, e)) || !prog) return s;
 
@@ -164,17 +187,27 @@ sn_status sn_compile(sn_graph *g, const sn_pipeline_opts *o, sn_program **prog,
             sn_program_free(p);
             return s;
         }
-        stats->schedule_peak_before = ss.peak_before;
-        stats->schedule_peak_after = ss.peak_after;
-        stats->schedule_moved = ss.moved;
+        st->schedule_peak_before = ss.peak_before;
+        st->schedule_peak_after = ss.peak_after;
+        st->schedule_moved = ss.moved;
         after_program(p, "schedule", o);
     }
 
-    if ((s = sn_memplan(p, t, e))) {
+    if ((s = sn_memplan(p, t, (sn_param_order)o->param_order, e))) {
         sn_program_free(p);
         return s;
     }
     after_program(p, "memplan", o);
     *prog = p;
     return SN_OK;
+}
+
+sn_status sn_compile(sn_graph *g, const sn_pipeline_opts *o, sn_program **prog,
+                     sn_pipeline_stats *stats, sn_err *e) {
+    sn_pipeline_stats st0;
+    if (!stats) stats = &st0;
+    *stats = (sn_pipeline_stats){0};
+    if (prog) *prog = NULL;
+    sn_status s = sn_pipeline_graph(g, o, stats, e);
+    return s ? s : sn_pipeline_kernels(g, o, prog, stats, e);
 }

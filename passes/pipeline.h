@@ -1,7 +1,7 @@
-/* pipeline.h: the one compile entry, straight-line from a model's forward graph to the program a
- * device runs: forward rewrites, autodiff, fuse, memplan, with the verifier after every graph
- * pass and a dump after any named pass. The CLI, the trainer, the sampler, the bench and the
- * tests all compile through sn_compile.
+/* pipeline.h: the compile entries, straight-line from a model's forward graph to the program a
+ * device runs: the graph passes (forward rewrites, autodiff, checkpoint), then the kernel passes
+ * (upcast, fuse, schedule, memplan), with the verifier after every graph pass and a dump after
+ * any named pass. sn_compile runs both; the trainer, given a differentiated graph, the second.
  *
  *     sn_pipeline_opts o = sn_pipeline_defaults();   // attention fused, vocabulary padded
  *     o.backward = true;                             // append d loss / d params
@@ -37,6 +37,9 @@ typedef struct {
     bool weight_casts_per_step; /* fuse: the parameters' 16-bit casts run as kernels of every
                                    step instead of as weight shadows written with the weights
                                    (program.h); off by default, on for comparison */
+    int param_order;         /* an sn_param_order (program.h): how memplan orders the trained
+                                parameters (0: graph order; reversed for the tests: readers
+                                find them through the program's parameter layout) */
     const char *dump_after;  /* a pass name from sn_pipeline_pass_names(), or NULL */
     FILE *dump;              /* where the dump goes (stdout if NULL) */
 } sn_pipeline_opts;
@@ -61,18 +64,32 @@ sn_pipeline_opts sn_pipeline_defaults(void);
 /* The pass names, in pipeline order, comma-separated. */
 const char *sn_pipeline_pass_names(void);
 
-/* Compiles g for o->target. The graph passes (pad_vocab, attention, autocast, autodiff) run on a graph
- * without a backward only (their precondition); a graph that already has one (its author called
- * sn_backward, or an earlier sn_compile with prog NULL ran autodiff) goes straight to fuse, so
- * the trainer compiles the graph its caller differentiated, with the caller's options, through
- * this same call. A forward rewrite replaces g's contents in place: nodes of the old graph held
- * by the caller are gone (find inputs by name, the loss as g->loss, outputs in g->outputs,
- * which keep their order). prog NULL: stop after the graph passes (the reference interpreter
- * runs the graph itself); otherwise *prog gets the fused, planned program (g must outlive it).
- * An unknown dump_after name, or one of a pass that is off, is SN_ERR_INVALID and names the
- * passes; a pass that leaves a graph the verifier rejects is reported with its name; a program
- * larger than the target's memory is SN_ERR_OOM. stats may be NULL. On failure g is still a
- * graph the caller frees. */
+/* The two entries, each a straight line of passes (a caller runs both, or the second alone on
+ * a graph it differentiated itself). A forward rewrite replaces g's contents in place: nodes of
+ * the old graph held by the caller are gone (find inputs by name, the loss as g->loss, outputs
+ * in g->outputs, which keep their order). An unknown dump_after name, or one of a pass that is
+ * off, is SN_ERR_INVALID and names the passes (a pass of the other entry dumps nothing here); a
+ * pass that leaves a graph the verifier rejects is reported with its name. stats may be NULL;
+ * each entry sets the fields of its own passes. On failure g is still a graph the caller frees.
+ *
+ * The graph passes: pad_vocab, attention, autocast, autodiff (o->backward), checkpoint.
+ * requires: a forward graph (no backward yet: the forward rewrites must come before autodiff,
+ * so that gradients come from the rewritten ops); a graph with a backward is SN_ERR_INVALID. */
+sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *stats,
+                            sn_err *e);
+
+/* The kernel passes for o->target: upcast, then (prog not NULL) fuse, schedule, memplan; *prog
+ * gets the fused, planned program (g must outlive it). prog NULL: upcast only, the graph the
+ * reference interpreter runs. Of o it reads target, weight_casts_per_step, schedule,
+ * param_order and the dump; the graph passes' options are not its business. A program larger
+ * than the target's memory is SN_ERR_OOM.
+ * requires: a verified graph, after sn_pipeline_graph or differentiated by its author (the
+ * trainer compiles the graph its caller differentiated this way). */
+sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program **prog,
+                              sn_pipeline_stats *stats, sn_err *e);
+
+/* A forward graph to its program: sn_pipeline_graph, then sn_pipeline_kernels (prog NULL: the
+ * graph passes and upcast). */
 sn_status sn_compile(sn_graph *g, const sn_pipeline_opts *o, sn_program **prog,
                      sn_pipeline_stats *stats, sn_err *e);
 

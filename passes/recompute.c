@@ -235,7 +235,7 @@ static sn_status plan_arena(rc_state *s, int64_t *arena) {
     t.memory_bytes = 0; /* measuring, not refusing */
     sn_program *p;
     if (!(st = sn_fuse(h, &t, true, &p, s->e))) {
-        if (!(st = sn_memplan(p, &t, s->e))) *arena = p->arena_bytes;
+        if (!(st = sn_memplan(p, &t, SN_PARAM_ORDER_GRAPH, s->e))) *arena = p->arena_bytes;
         sn_program_free(p);
     }
     sn_graph_free(h);

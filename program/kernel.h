@@ -184,11 +184,12 @@ struct sn_kernel {
 };
 
 /* ---- the optimizer step ----
- * The trainer keeps every trainable parameter in one flat f32 range [0, N) (decayed ones, rank
- * >= 2, first: [0, flat_decay)), their gradients, gradient sums and AdamW moments m, v in flat
- * ranges of the same layout, and the step's scalars in a small f32 buffer `scal` (the indices
- * below), so that one launch of each kernel does the whole step and nothing but the loss and
- * the norm need come back to the host. Buffers, in order, and items:
+ * The trainer keeps every trained parameter in one flat f32 range [0, N) (decayed ones first:
+ * [0, flat_decay); the program's parameter layout, program.h, says which), their gradients,
+ * gradient sums and AdamW moments m, v in flat ranges of the same layout, and the step's
+ * scalars in a small f32 buffer `scal` (the indices below), so that one launch of each kernel
+ * does the whole step and nothing but the loss and the norm need come back to the host.
+ * Buffers, in order, and items:
  *   GRAD_ACC  sum (updated), g (read)                  items: elements; sum[i] += g[i]
  *   SQNORM    partial (written), g (read), scal (read) items: blocks of SN_SQNORM_BLOCK
  *             elements; partial[b] = f32 sum over i in block b of (g[i] * scal[INV_MICRO])^2

@@ -1,6 +1,7 @@
-/* program.c: the compiled program's printout and its release, and what kernel.h says of row
- * ops (one table pinned to the op count) and of a kernel's work split (sn_kernel_work, shared
- * by fuse and the code generators); the program's passes are passes/fuse.c and memplan.c. */
+/* program.c: the compiled program's printout (its parameter layout's too) and its release, and
+ * what kernel.h says of row ops (one table pinned to the op count) and of a kernel's work split
+ * (sn_kernel_work, shared by fuse and the code generators); the program's passes are
+ * passes/fuse.c and memplan.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,6 +213,22 @@ static void print_bytes(FILE *f, const char *what, int64_t b) {
     fprintf(f, "# %s %.2f MiB (%lld bytes)\n", what, (double)b / (1 << 20), (long long)b);
 }
 
+/* The parameter layout (program.h), one line a parameter. */
+static void print_layout(const sn_param_layout *l, FILE *f) {
+    if (!l->slots) return;
+    fprintf(f, "# parameter layout: %lld flat elements (%lld decayed), parameters at %lld, "
+            "gradients at %lld, weight shadows %s at %lld\n", (long long)l->flat_n,
+            (long long)l->flat_decay, (long long)l->params, (long long)l->grads,
+            sn_dtype_name(l->low), (long long)l->shadows);
+    for (int i = 0; i < l->n; i++) {
+        const sn_param_slot *s = &l->slots[i];
+        fprintf(f, "#   %-32s %s %10lld: weights %lld, gradient %lld, shadow %lld, flat %lld%s\n",
+                s->node->name ? s->node->name : "?", sn_dtype_name(s->dtype), (long long)s->numel,
+                (long long)s->value, (long long)s->grad, (long long)s->shadow, (long long)s->flat,
+                s->frozen ? ", frozen" : s->decay ? ", decay" : "");
+    }
+}
+
 void sn_program_print(const sn_program *p, FILE *f) {
     int count[SN_KER_KIND_COUNT] = {0};
     char line[512];
@@ -232,6 +249,7 @@ void sn_program_print(const sn_program *p, FILE *f) {
     print_bytes(f, "arena (planned peak)", p->arena_bytes);
     print_bytes(f, "arena values without reuse", p->sum_bytes);
     print_bytes(f, "persistent (inputs, parameters, outputs)", p->persistent_bytes);
+    print_layout(&p->layout, f);
 }
 
 void sn_program_free(sn_program *p) {

@@ -18,6 +18,45 @@ typedef struct {
     int first, last;     /* steps that write it first and read it last (-1: before the program) */
 } sn_value;
 
+/* ---- the parameter layout ----
+ * Where every parameter of the graph and its training state lie: written by memplan, read by
+ * the trainer (runner.c), through it by the optimizer kernels (kernel.h: flat_n, flat_decay,
+ * flat_low) and the checkpoints (parameters by name in this order), and by the plan (plan.c).
+ * Nothing else works out a parameter's place, its decay or whether it trains.
+ * Convention: byte offsets are into the persistent block. The trained parameters form one flat
+ * f32 range of flat_n elements (padding included) at `params`, their gradients the same range
+ * at `grads`, and the trainer's own buffers (moments m, v, gradient sums) the same range from
+ * their byte 0: a trained slot's `flat` is its first element in all of them, the decayed ones
+ * are [0, flat_decay). Where trained parameters have weight shadows (the 16-bit copies AdamW
+ * writes), those are a range of flat_n elements of dtype `low` at `shadows`, element `flat`
+ * for each. sn_param_layout_check (param_layout.c) checks all of this against the program. */
+typedef struct {
+    const sn_node *node; /* the PARAM (its name and shape) */
+    sn_dtype dtype;      /* its weights' dtype */
+    int64_t numel;
+    int64_t value;       /* its weights, or -1: the program does not keep them (never read) */
+    int64_t grad;        /* its gradient; -1 when frozen */
+    int64_t shadow;      /* its weight shadow (program.h), or -1: none */
+    int64_t flat;        /* its first element in the flat ranges; -1 when frozen */
+    bool decay;          /* AdamW's weight decay applies (the rule is memplan's: rank >= 2) */
+    bool frozen;         /* not trained (sn_param_freeze, or no gradient reaches it): no
+                            gradient, moments or decay */
+} sn_param_slot;
+
+typedef struct {
+    int n;                 /* every PARAM of the graph, in graph order (sn_graph_params') */
+    sn_param_slot *slots;  /* [n], in the program's arena */
+    int64_t flat_n;        /* elements of the flat range (0: nothing is trained) */
+    int64_t flat_decay;    /* its decayed prefix */
+    int64_t params, grads; /* element 0 of the parameters' and the gradients' ranges (-1: none) */
+    sn_dtype low;          /* the trained parameters' weight shadows' dtype; SN_F32: none */
+    int64_t shadows;       /* their element 0 (-1: none) */
+} sn_param_layout;
+
+/* The order of the trained parameters within each part (decayed, not) of the flat range:
+ * memplan's choice, which readers of the layout never assume (reversed: for the tests). */
+typedef enum { SN_PARAM_ORDER_GRAPH, SN_PARAM_ORDER_REVERSED, SN_PARAM_ORDER_COUNT } sn_param_order;
+
 typedef struct sn_program {
     const sn_graph *g;   /* the compiled graph: must outlive the program */
     sn_target target;    /* what it was compiled for (sn_pipeline_opts.target): a device whose
@@ -33,16 +72,27 @@ typedef struct sn_program {
      * in the pass that updates the weights (kernel.h: flat_low); the executor runs its cast
      * kernel here before the next step whenever the parameter was written from the host
      * (sn_exec_set, uploads: initialisation, checkpoints, offload's host AdamW). The copies of
-     * the trainable parameters lie in one flat range parallel to theirs (memplan.c). */
+     * the trained parameters lie in one flat range parallel to theirs (the layout below). */
     int n_shadows;
     sn_kernel **shadows; /* pointwise casts, args[0] the copy and args[1] the parameter; after
                             the step's kernels in `kernels`' array */
+    sn_param_layout layout;   /* the parameters' places (memplan) */
     int64_t arena_bytes;      /* the planner's predicted peak of the reusable arena */
     int64_t persistent_bytes; /* the persistent block */
     int64_t sum_bytes;        /* every arena value's size added up (what no reuse would take) */
 } sn_program;
 
 void sn_program_free(sn_program *p);
+
+/* param_layout.c: the slot of PARAM n in p's layout, or NULL. */
+const sn_param_slot *sn_param_layout_find(const sn_param_layout *l, const sn_node *n);
+/* The elements of the trained parameters (LoRA trains few of them). */
+int64_t sn_param_layout_trained(const sn_param_layout *l);
+/* Whether p->layout says what the program's values and graph say: every PARAM once, in graph
+ * order, at its value's offset (gradient, shadow too); trained slots at their flat element in
+ * the parameters', gradients' and shadows' ranges, without overlap, the decayed ones first.
+ * A broken layout is SN_ERR_INTERNAL naming the parameter (a bug in memplan). */
+sn_status sn_param_layout_check(const sn_program *p, sn_err *e);
 
 /* Prints the kernels and the memory plan (sinter graph --dump-after memplan). */
 void sn_program_print(const sn_program *p, FILE *f);

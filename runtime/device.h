@@ -83,7 +83,8 @@ sn_status sn_exec_set(sn_exec *x, const sn_node *n, const void *data, sn_err *e)
 sn_status sn_exec_get(sn_exec *x, const sn_node *n, void *data, sn_err *e);
 
 /* Device memory named without pointers, for work the program does not hold (the optimizer):
- * a persistent value (node) or an extra buffer (buffer >= 0, node NULL), bytes in. */
+ * a persistent value (node), an extra buffer (buffer >= 0, node NULL) or the persistent block
+ * (buffer SN_EXEC_BLOCK), bytes in. */
 typedef struct {
     const sn_node *node;
     int buffer;
@@ -94,6 +95,11 @@ static inline sn_exec_ref sn_exec_node_ref(const sn_node *n, int64_t offset) {
 }
 static inline sn_exec_ref sn_exec_buffer_ref(int buffer, int64_t offset) {
     return (sn_exec_ref){NULL, buffer, offset};
+}
+/* Bytes into the persistent block itself (the program's parameter layout, program.h). */
+enum { SN_EXEC_BLOCK = -2 };
+static inline sn_exec_ref sn_exec_block_ref(int64_t offset) {
+    return (sn_exec_ref){NULL, SN_EXEC_BLOCK, offset};
 }
 /* A zeroed extra device buffer owned by the executor; *id names it. */
 sn_status sn_exec_buffer_new(sn_exec *x, int64_t bytes, int *id, sn_err *e);

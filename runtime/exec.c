@@ -148,6 +148,7 @@ static void written(sn_exec *x, int64_t at, int64_t bytes) {
 static void written_ref(sn_exec *x, sn_exec_ref r, int64_t bytes) {
     const sn_value *v = r.node ? value_of(x, r.node) : NULL;
     if (v && v->persistent) written(x, v->offset + r.offset, bytes);
+    else if (!r.node && r.buffer == SN_EXEC_BLOCK) written(x, r.offset, bytes);
 }
 
 /* Makes the stale weight shadows again from their parameters, with their cast kernels. */
@@ -200,6 +201,9 @@ static sn_status resolve(sn_exec *x, sn_exec_ref r, int64_t bytes, char **out, s
         base = x->persistent;
         size = x->p->persistent_bytes;
         at += v->offset;
+    } else if (r.buffer == SN_EXEC_BLOCK) {
+        base = x->persistent;
+        size = x->p->persistent_bytes;
     } else if (r.buffer >= 0 && r.buffer < x->n_buffers) {
         base = x->buffers[r.buffer];
         size = x->buffer_bytes[r.buffer];

@@ -109,7 +109,7 @@ static int check_kernels(sn_graph *g, const sn_interp *it, int want, const char 
     sn_err e;
     sn_program *p;
     ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     sn_kernel *ks[8];
     int n = 0;
     for (int i = 0; i < p->n_kernels; i++)
@@ -269,7 +269,7 @@ START_TEST(bad_items_and_ir_dump) {
     sn_graph_add_output(g, o);
     sn_err e;
     sn_program *p;
-    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(p->n_kernels, 1);
     sn_kernel *k = p->kernels[0];
     ck_assert_int_eq(k->n_in, 1); /* q, k and v are one node */
@@ -321,7 +321,7 @@ static void time_graph(sn_graph *g, sn_node *const *inputs, int n_inputs, const 
     sn_interp_free(it);
 
     sn_program *p;
-    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     double total = 0;
     char line[512];
     int at = 0;

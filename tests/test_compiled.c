@@ -53,9 +53,10 @@ START_TEST(trainer_on_both_backends) {
 }
 END_TEST
 
-/* One entry, called twice with the same options (as `sinter train --dump-after fuse` does): the
- * caller's call runs the graph passes and dumps nothing of fuse; the trainer's call (the graph
- * now has its backward) runs fuse and memplan and dumps the program the trainer runs, once. */
+/* The same options given to both entries (as `sinter train --dump-after fuse` does): the
+ * caller's sn_compile without a program runs the graph passes and dumps nothing of fuse; the
+ * trainer's sn_pipeline_kernels (the graph now has its backward) runs fuse and memplan and
+ * dumps the program the trainer runs, once. */
 START_TEST(trainer_dumps_the_program_it_runs) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
@@ -116,7 +117,7 @@ START_TEST(impossible_arena_is_a_status) {
     ck_assert_msg(strstr(e.msg, "out of memory: the program needs 2048.0 GiB") &&
                   strstr(e.msg, "but cuda sm_75 has 16.0 GiB: use a smaller --batch or --seq"), "%s", e.msg);
 
-    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     sn_device *d;
     ck_assert_msg(sn_cpu_device_new(1, &d, &e) == SN_OK, "%s", e.msg);
     sn_exec *xe = (sn_exec *)&e; /* overwritten: NULL on failure */
@@ -141,7 +142,7 @@ START_TEST(program_for_another_target_is_refused) {
     sn_err e = {0};
     sn_target gpu = sn_target_cuda(80);
     sn_program *p;
-    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){.target = &gpu}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &gpu}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(p->target.kind, SN_TARGET_CUDA);
     ck_assert_int_eq(p->target.sm, 80);
     sn_device *d;
@@ -159,7 +160,7 @@ START_TEST(program_for_another_target_is_refused) {
     for (int i = 0; i < 32; i++) in[i] = (float)i / 32;
     sn_device *devs[2] = {d, it};
     for (int k = 0; k < 2; k++) {
-        ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){.target = &devs[k]->target}, &p, NULL, &e) == SN_OK,
+        ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &devs[k]->target}, &p, NULL, &e) == SN_OK,
                       "%s", e.msg);
         sn_exec *xk;
         ck_assert_msg(sn_exec_new(devs[k], p, &xk, &e) == SN_OK, "%s", e.msg);
@@ -193,7 +194,7 @@ START_TEST(views_and_concat) {
     ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
     sn_program *p;
     sn_exec *x;
-    ck_assert_msg(!sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) && !sn_exec_new(d, p, &x, &e), "%s", e.msg);
+    ck_assert_msg(!sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) && !sn_exec_new(d, p, &x, &e), "%s", e.msg);
     sn_interp *it = sn_interp_new(g, false);
     float av[6] = {1, 2, 3, 4, 5, 6}, bv[8] = {-1, -2, -3, -4, -5, -6, -7, -8};
     ck_assert(!sn_exec_set(x, a, av, &e) && !sn_exec_set(x, b, bv, &e));
@@ -233,7 +234,7 @@ START_TEST(sixteen_bit_ops_round) {
     ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
     sn_program *p;
     sn_exec *ex;
-    ck_assert_msg(!sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) && !sn_exec_new(d, p, &ex, &e), "%s", e.msg);
+    ck_assert_msg(!sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) && !sn_exec_new(d, p, &ex, &e), "%s", e.msg);
     sn_interp *it = sn_interp_new(g, false);
     float xv[335], yv[335];
     sn_rng r = sn_rng_seed(3);

@@ -134,7 +134,7 @@ START_TEST(tiny_gpt2_every_kind) {
         sn_graph *g = tiny_training_graph_at(true, precs[pi]);
         sn_program *p;
         sn_err e;
-        ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+        ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
         const sn_kernel **ks = calloc((size_t)p->n_kernels + 4, sizeof *ks);
         ck_assert(ks);
         int n = program_kernels(p, ks);
@@ -179,7 +179,7 @@ static sn_program *attention_program(sn_dtype dt, int64_t D, sn_graph **gp) {
     for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
     sn_program *p;
     sn_err e;
-    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     *gp = g;
     return p;
 }

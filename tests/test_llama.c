@@ -81,7 +81,7 @@ START_TEST(llama_kernels_per_layer) {
         sn_graph *g = llama_training(l + 1, TINY_B, TINY_T, NULL);
         sn_program *p;
         sn_err e;
-        ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+        ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
         for (int i = 0; i < p->n_kernels; i++) per_kind[l][p->kernels[i]->kind]++;
         total[l] = p->n_kernels;
         sn_program_free(p);

@@ -70,7 +70,7 @@ static float *run_scheduled(sn_graph *g, sn_schedule_mode mode, sn_pipeline_stat
     sn_device *d;
     ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
     sn_program *p;
-    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){.schedule = mode}, &p, ps, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.schedule = mode}, &p, ps, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_gt(sum_stages_in_order(p), 0);
     sn_exec *x;
     ck_assert_msg(sn_exec_new(d, p, &x, &e) == SN_OK, "%s", e.msg);

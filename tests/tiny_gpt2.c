@@ -65,7 +65,7 @@ tiny_memory tiny_check_compiled_tol(sn_graph *g, uint64_t seed, const char *labe
     sn_device *d;
     ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
     sn_program *p;
-    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     sn_exec *x;
     ck_assert_msg(sn_exec_new(d, p, &x, &e) == SN_OK, "%s", e.msg);
     sn_interp *it = sn_interp_new(g, false);

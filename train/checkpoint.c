@@ -22,6 +22,8 @@
 #error "checkpoint.c writes host-order numbers and assumes a little-endian host"
 #endif
 
+enum { F32 = sizeof(float) }; /* a weight or moment in the file: f32, whatever the program keeps */
+
 
 /* ---- metadata ----------------------------------------------------------------------------- */
 
@@ -99,7 +101,8 @@ static void put_series(writer *w, const char *name, const sn_series *s) {
     put(w, s->y, sizeof(double) * (size_t)s->n);
 }
 
-/* The payload; the parameters come from the trainer through sn_trainer_get_param. */
+/* The payload; the parameters are the trainer's layout's (names, counts, in its order), their
+ * weights and moments come from the trainer through sn_trainer_get_param. */
 static sn_status put_payload(writer *w, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     sn_run_state all = {.n_meta = r->n_meta};
     memcpy(all.meta, r->meta, sizeof r->meta);
@@ -125,19 +128,20 @@ static sn_status put_payload(writer *w, const sn_trainer *t, const sn_run_state 
     put_series(w, "train_loss", &r->train_loss);
     put_series(w, "val_loss", &r->val_loss);
     sn_status s = SN_OK;
-    for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
-        const sn_node *p = sn_trainer_param_node(t, i);
-        size_t n = (size_t)sn_numel(p);
-        float *host = malloc(4 * n + 4);
+    for (int i = 0; i < sn_trainer_layout(t)->n && !s; i++) {
+        const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
+        const sn_node *p = ps->node;
+        size_t n = (size_t)ps->numel;
+        float *host = malloc(F32 * n + F32);
         if (!host)
             return sn_fail(e, SN_ERR_OOM, "checkpoint: out of host memory for parameter %s (%.1f "
-                           "MiB)", p->name, 4.0 * (double)n / (1 << 20));
-        record(w, REC_PARAM, p->name, 4 + 8 * (uint64_t)p->rank + 12 * (uint64_t)n);
+                           "MiB)", p->name, F32 * (double)n / (1 << 20));
+        record(w, REC_PARAM, p->name, 4 + 8 * (uint64_t)p->rank + 3 * F32 * (uint64_t)n);
         put_u32(w, (uint32_t)p->rank);
         put(w, p->shape, 8 * (size_t)p->rank);
         /* weights, m, v (a frozen parameter's moments are zeros) */
         for (int which = SN_PARAM_WEIGHTS; which <= SN_PARAM_V && !s; which++)
-            if (!(s = sn_trainer_get_param(t, i, (sn_param_which)which, host, e))) put(w, host, 4 * n);
+            if (!(s = sn_trainer_get_param(t, i, (sn_param_which)which, host, e))) put(w, host, F32 * n);
         free(host);
     }
     return s;
@@ -156,10 +160,11 @@ static void header(uint8_t h[HEADER_BYTES], uint64_t payload, uint32_t crc) {
 /* A checkpoint is "good" when its weights and moments are finite: a diverged state is never
  * written, so the last checkpoint saved is one to resume from. */
 static sn_status check_state_finite(const char *path, const sn_trainer *t, sn_err *e) {
-    for (int i = 0; i < sn_trainer_param_count(t); i++) {
-        const sn_node *p = sn_trainer_param_node(t, i);
-        size_t n = (size_t)sn_numel(p);
-        float *host = sn_malloc(4 * n, "a checkpoint's finiteness check", e);
+    for (int i = 0; i < sn_trainer_layout(t)->n; i++) {
+        const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
+        const sn_node *p = ps->node;
+        size_t n = (size_t)ps->numel;
+        float *host = sn_malloc(F32 * n, "a checkpoint's finiteness check", e);
         if (!host) return SN_ERR_OOM;
         bool finite = true;
         for (int which = SN_PARAM_WEIGHTS; which <= SN_PARAM_V && finite; which++) {
@@ -245,8 +250,9 @@ static void shape_text(char *buf, size_t len, uint32_t rank, const uint8_t *shap
 
 /* Parameter p's record r: a well-formed shape record equal to p's shape, then 3 x numel floats
  * (weights, m, v). verb: "match" (resume) or "fit" (a new run), as the messages say it. */
-static sn_status check_param_record(const sn_ckpt_file *f, const sn_ckpt_rec *r, const sn_node *p, const char *verb,
-                                    const char *hint, uint32_t *rank_out, sn_err *e) {
+static sn_status check_param_record(const sn_ckpt_file *f, const sn_ckpt_rec *r, const sn_param_slot *ps,
+                                    const char *verb, const char *hint, uint32_t *rank_out, sn_err *e) {
+    const sn_node *p = ps->node;
     uint32_t rank = r->size >= 4 ? sn_ckpt_u32(r->body) : UINT32_MAX;
     if (rank > SN_MAX_RANK || r->size < 4 + 8 * (uint64_t)rank)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s has a bad "
@@ -257,10 +263,10 @@ static sn_status check_param_record(const sn_ckpt_file *f, const sn_ckpt_rec *r,
     if (strcmp(there, here))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not %s this model: parameter "
                        "%s is %s there, %s here: %s", f->path, verb, p->name, there, here, hint);
-    if (r->size != 4 + 8 * (uint64_t)rank + 12 * (uint64_t)sn_numel(p))
+    if (r->size != 4 + 8 * (uint64_t)rank + 3 * F32 * (uint64_t)ps->numel)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s holds %" PRIu64
                        " bytes, not 3 x %" PRId64 " floats: use an older checkpoint", f->path,
-                       p->name, r->size, sn_numel(p));
+                       p->name, r->size, ps->numel);
     *rank_out = rank;
     return SN_OK;
 }
@@ -268,14 +274,15 @@ static sn_status check_param_record(const sn_ckpt_file *f, const sn_ckpt_rec *r,
 /* Every parameter of t is in the file with its shape, and the file has no other. */
 static sn_status check_params(const sn_ckpt_file *f, const sn_trainer *t, sn_err *e) {
     static const char hint[] = "it was saved from another model: resume with the same --model";
-    for (int i = 0; i < sn_trainer_param_count(t); i++) {
-        const sn_node *p = sn_trainer_param_node(t, i);
+    for (int i = 0; i < sn_trainer_layout(t)->n; i++) {
+        const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
+        const sn_node *p = ps->node;
         const sn_ckpt_rec *r = sn_ckpt_find(f, REC_PARAM, p->name);
         if (!r)
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this model: it has no "
                            "parameter %s: %s", f->path, p->name, hint);
         uint32_t rank;
-        sn_status s = check_param_record(f, r, p, "match", hint, &rank, e);
+        sn_status s = check_param_record(f, r, ps, "match", hint, &rank, e);
         if (s) return s;
     }
     for (int i = 0; i < f->n; i++)
@@ -347,7 +354,7 @@ static int64_t first_non_finite(const sn_ckpt_rec *r, uint32_t rank, int64_t num
     const uint8_t *data = r->body + 4 + 8 * (size_t)rank;
     for (int64_t i = 0; i < 3 * numel; i++) {
         float v;
-        memcpy(&v, data + 4 * i, 4);
+        memcpy(&v, data + F32 * i, F32);
         if (!isfinite(v)) return i;
     }
     return -1;
@@ -355,28 +362,30 @@ static int64_t first_non_finite(const sn_ckpt_rec *r, uint32_t rank, int64_t num
 
 static sn_status check_finite(const sn_ckpt_file *f, const sn_trainer *t, sn_err *e) {
     static const char *const part[3] = {"weights", "first moments", "second moments"};
-    for (int i = 0; i < sn_trainer_param_count(t); i++) {
-        const sn_node *p = sn_trainer_param_node(t, i);
-        int64_t bad = first_non_finite(sn_ckpt_find(f, REC_PARAM, p->name), (uint32_t)p->rank, sn_numel(p));
+    for (int i = 0; i < sn_trainer_layout(t)->n; i++) {
+        const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
+        const sn_node *p = ps->node;
+        int64_t bad = first_non_finite(sn_ckpt_find(f, REC_PARAM, p->name), (uint32_t)p->rank, ps->numel);
         if (bad >= 0)
             return sn_fail(e, SN_ERR_NUMERIC, "checkpoint %s holds a NaN or infinite value in the "
                            "%s of parameter %s (element %" PRId64 "): it was saved from a run that "
-                           "diverged; use an older checkpoint", f->path, part[bad / sn_numel(p)],
-                           p->name, bad % sn_numel(p));
+                           "diverged; use an older checkpoint", f->path, part[bad / ps->numel],
+                           p->name, bad % ps->numel);
     }
     return SN_OK;
 }
 
 /* Parameter i of t from its checked record rc: the weights, then (to `last`) m and v. */
 static sn_status set_param(const sn_ckpt_rec *rc, sn_trainer *t, int i, sn_param_which last, sn_err *e) {
-    const sn_node *p = sn_trainer_param_node(t, i);
-    size_t n = (size_t)sn_numel(p);
+    const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
+    const sn_node *p = ps->node;
+    size_t n = (size_t)ps->numel;
     const uint8_t *data = rc->body + 4 + 8 * (size_t)p->rank;
-    float *host = sn_malloc(4 * n + 4, "a checkpoint's parameter", e); /* the floats may be unaligned */
+    float *host = sn_malloc(F32 * n + F32, "a checkpoint's parameter", e); /* the floats may be unaligned */
     if (!host) return SN_ERR_OOM;
     sn_status s = SN_OK;
     for (int which = SN_PARAM_WEIGHTS; which <= (int)last && !s; which++) {
-        memcpy(host, data + 4 * n * (size_t)which, 4 * n);
+        memcpy(host, data + F32 * n * (size_t)which, F32 * n);
         s = sn_trainer_set_param(t, i, (sn_param_which)which, host, e);
     }
     free(host);
@@ -392,8 +401,9 @@ sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t l
     sn_status s;
     if (!(s = sn_ckpt_parse(path, bytes, len, &f, e)) && !(s = check_all(&f, t, r, e)) &&
         !(s = check_finite(&f, t, e))) {
-        for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
-            const sn_node *p = sn_trainer_param_node(t, i);
+        for (int i = 0; i < sn_trainer_layout(t)->n && !s; i++) {
+            const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
+        const sn_node *p = ps->node;
             s = set_param(sn_ckpt_find(&f, REC_PARAM, p->name), t, i, SN_PARAM_V, e);
         }
     }
@@ -449,8 +459,9 @@ static sn_status check_init_params(const sn_ckpt_file *f, const sn_trainer *t, i
     snprintf(hint, sizeof hint, "the checkpoint holds %s: start from it with the same --model "
              "(and the same --lora, if it was a LoRA run)", model);
     *fresh = 0;
-    for (int i = 0; i < sn_trainer_param_count(t); i++) {
-        const sn_node *p = sn_trainer_param_node(t, i);
+    for (int i = 0; i < sn_trainer_layout(t)->n; i++) {
+        const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
+        const sn_node *p = ps->node;
         const sn_ckpt_rec *r = sn_ckpt_find(f, REC_PARAM, p->name);
         if (!r && sn_lora_is_adapter(p->name)) {
             (*fresh)++;
@@ -460,10 +471,10 @@ static sn_status check_init_params(const sn_ckpt_file *f, const sn_trainer *t, i
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not fit this model: it has no "
                            "parameter %s: %s", f->path, p->name, hint);
         uint32_t rank;
-        sn_status s = check_param_record(f, r, p, "fit", hint, &rank, e);
+        sn_status s = check_param_record(f, r, ps, "fit", hint, &rank, e);
         if (s) return s;
-        int64_t bad = first_non_finite(r, rank, sn_numel(p));
-        if (bad >= 0 && bad < sn_numel(p)) /* only the weights are read */
+        int64_t bad = first_non_finite(r, rank, ps->numel);
+        if (bad >= 0 && bad < ps->numel) /* only the weights are read */
             return sn_fail(e, SN_ERR_NUMERIC, "checkpoint %s holds a NaN or infinite value in the "
                            "weights of parameter %s (element %" PRId64 "): it was saved from a run "
                            "that diverged; use an older checkpoint", f->path, p->name, bad);
@@ -508,8 +519,9 @@ sn_status sn_checkpoint_init_bytes(const char *path, const void *bytes, size_t l
     sn_status s;
     if (!(s = sn_ckpt_parse(path, bytes, len, &f, e)) && !(s = check_init_params(&f, t, &n_fresh, e)) &&
         !(s = check_init_adapters(&f, t, run, e))) {
-        for (int i = 0; i < sn_trainer_param_count(t) && !s; i++) {
-            const sn_node *p = sn_trainer_param_node(t, i);
+        for (int i = 0; i < sn_trainer_layout(t)->n && !s; i++) {
+            const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
+        const sn_node *p = ps->node;
             const sn_ckpt_rec *rc = sn_ckpt_find(&f, REC_PARAM, p->name);
             if (rc) s = set_param(rc, t, i, SN_PARAM_WEIGHTS, e); /* none: an adapter keeps its init */
         }

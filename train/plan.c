@@ -9,37 +9,22 @@
 #include "offload.h"
 
 enum { ALIGN = 64 }; /* memplan's persistent alignment */
+enum { F32_BYTES = sizeof(float) }; /* the optimizer state's elements */
 
 /* cuBLASLt's workspace, allocated once by the CUDA device (runtime/cuda/device.c). */
 static int64_t workspace_of(const sn_target *t) { return t->kind == SN_TARGET_CUDA ? 32 << 20 : 0; }
 
 static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
-static bool trainable(const sn_node *n) { return n->op == SN_OP_PARAM && n->grad && !n->a.frozen; }
-
-/* The flat range's length in floats (parameters with the layout's padding). */
-static int64_t flat_floats(const sn_program *p) {
-    const sn_graph *g = p->g;
-    int64_t p0 = -1, g0 = -1;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const sn_node *n = g->nodes[i];
-        int v = trainable(n) ? p->value_of[n->id] : -1;
-        if (v < 0 || p->value_of[n->grad->id] < 0) continue;
-        if (p0 < 0 || p->values[v].offset < p0)
-            p0 = p->values[v].offset, g0 = p->values[p->value_of[n->grad->id]].offset;
-    }
-    return p0 < 0 ? 0 : (g0 - p0) / 4;
-}
-
 /* The step's scalars and the norm's partials (runner.c). */
 static int64_t scalar_bytes(int64_t n_flat) {
-    return 4 * (SN_OPT_SCALARS + (n_flat + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK);
+    return F32_BYTES * (SN_OPT_SCALARS + (n_flat + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK);
 }
 
 int64_t sn_train_state_bytes(const sn_program *p, bool sums) {
-    int64_t n_flat = flat_floats(p);
+    int64_t n_flat = p->layout.flat_n;
     /* the trainer's buffers (runner.c): m, v, the scalars with the norm's partials, sums */
-    return n_flat ? 4 * 2 * n_flat + scalar_bytes(n_flat) + (sums ? 4 * n_flat : 0) : 0;
+    return n_flat ? F32_BYTES * (2 * n_flat + (sums ? n_flat : 0)) + scalar_bytes(n_flat) : 0;
 }
 
 /* The persistent block split into weights, gradients and the rest (inputs, outputs). */
@@ -84,12 +69,9 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     }
     pl->accum = accum;
     pl->policy = policy;
-    pl->params = pl->trained = 0;
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i]->op == SN_OP_PARAM) {
-            pl->params += sn_numel(g->nodes[i]);
-            if (trainable(g->nodes[i])) pl->trained += sn_numel(g->nodes[i]);
-        }
+    pl->params = 0;
+    for (int i = 0; i < p->layout.n; i++) pl->params += p->layout.slots[i].numel;
+    pl->trained = sn_param_layout_trained(&p->layout);
     pl->precision = o.precision;
     pl->recomputed = st.checkpoint_recomputed;
     pl->extra_flops = st.step_flops > 0 ? st.checkpoint_extra_flops / st.step_flops : 0;
@@ -102,9 +84,9 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     pl->opt_host = 0;
     if (offload) { /* the device keeps the step's scalars; the host the masters, the moments,
                       the sums, the scalars and one chunk of gradients (runner.c) */
-        int64_t n = flat_floats(p);
+        int64_t n = p->layout.flat_n;
         pl->opt_device = scalar_bytes(n);
-        pl->opt_host = 4 * (3 * n + (accum > 1 ? n : 0) + SN_OPT_SCALARS +
+        pl->opt_host = F32_BYTES * (3 * n + (accum > 1 ? n : 0) + SN_OPT_SCALARS +
                             (n < SN_OFFLOAD_CHUNK ? n : SN_OFFLOAD_CHUNK));
     }
     pl->arena = p->arena_bytes;

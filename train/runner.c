@@ -1,10 +1,12 @@
 /* runner.c: how the trainer runs its graph and its optimizer step on a device (runner.h); the
  * reference interpreter is one (sn_interp_device_new).
  * Convention: the optimizer's buffers are named by FB_*, each an executor ref (the program's
- * parameters and gradients, or an extra device buffer); its kernels are launched through the
- * executor. With offload, the moments, the gradient sums and a copy of the weights (the
- * masters) are host arrays instead, and AdamW runs on the CPU (offload.h) in chunks: gradients
- * down, weights up. */
+ * parameters, gradients and weight shadows where its parameter layout says, or an extra device
+ * buffer); its kernels are launched through the executor. Where a parameter lies, whether it
+ * trains and which part of the range decays are read from the layout, never worked out here.
+ * With offload, the moments, the gradient sums and a copy of the weights (the masters) are
+ * host arrays instead, and AdamW runs on the CPU (offload.h) in chunks: gradients down,
+ * weights up. */
 #include "runner.h"
 
 #include <math.h>
@@ -19,16 +21,12 @@ enum { FB_PARAMS, FB_GRADS, FB_SUMS, FB_M, FB_V, FB_SCAL, FB_PART, FB_LOW, FB_CO
 /* its kernels */
 enum { OK_ACC, OK_SQNORM, OK_CLIP, OK_ADAMW, OK_COUNT };
 
+enum { F32_BYTES = sizeof(float) }; /* the flat ranges' elements */
+
 struct sn_runner {
     sn_graph *g;
-    sn_node *const *params;
-    int n_params;
-    int64_t *off;     /* [n_params] element offset of a trainable parameter in the flat range */
-    int64_t n_flat;   /* N: the flat range (with the layout's padding) */
-    int64_t n_decay;  /* its first n_decay elements get weight decay */
+    const sn_param_layout *lay; /* the program's (program.h): where everything below lies */
     int64_t n_blocks; /* SQNORM blocks */
-    sn_dtype low;     /* compiled: the dtype of the weights' 16-bit copies that AdamW writes
-                         into FB_LOW (program.h: weight shadows), or SN_F32: none */
     sn_kernel k[OK_COUNT];
     void *handle[OK_COUNT];
     int64_t state_bytes;
@@ -50,99 +48,50 @@ struct sn_runner {
 void sn_runner_free(sn_runner *b) {
     if (!b) return;
     for (int i = 0; i < FB_COUNT; i++) free(b->host[i]);
-    free(b->off);
     sn_exec_free(b->x);
     sn_program_free(b->prog);
     sn_device_free(b->own);
     free(b);
 }
 
-static bool trainable(const sn_node *p) { return !p->a.frozen && p->grad; }
-
-/* The kernels of the step over [0, n_flat). */
+/* The kernels of the step over the layout's flat range. */
 static void make_kernels(sn_runner *b) {
     static const sn_kernel_kind kinds[OK_COUNT] = {SN_KER_GRAD_ACC, SN_KER_SQNORM, SN_KER_CLIP, SN_KER_ADAMW};
     static const char *const names[OK_COUNT] = {"opt_grad_acc", "opt_sqnorm", "opt_clip", "opt_adamw"};
-    b->n_blocks = (b->n_flat + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK;
-    int64_t items[OK_COUNT] = {b->n_flat, b->n_blocks, 1, b->n_flat};
+    const sn_param_layout *l = b->lay;
+    b->n_blocks = (l->flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK;
+    int64_t items[OK_COUNT] = {l->flat_n, b->n_blocks, 1, l->flat_n};
     for (int i = 0; i < OK_COUNT; i++) {
-        b->k[i] = (sn_kernel){.kind = kinds[i], .id = i, .n_items = items[i], .flat_n = b->n_flat,
-                              .flat_decay = b->n_decay, .flat_low = i == OK_ADAMW ? b->low : SN_F32};
+        b->k[i] = (sn_kernel){.kind = kinds[i], .id = i, .n_items = items[i], .flat_n = l->flat_n,
+                              .flat_decay = l->flat_decay, .flat_low = i == OK_ADAMW ? l->low : SN_F32};
         snprintf(b->k[i].name, sizeof b->k[i].name, "%s", names[i]);
     }
 }
 
-/* The trainable parameters' 16-bit copies (program.h: weight shadows), which AdamW writes: one
- * range at half the parameters' spacing (memplan.c), b->low their dtype; none: SN_F32. */
-static sn_status shadow_layout(sn_runner *b, sn_err *e) {
-    const sn_program *p = b->prog;
-    int64_t base = -1;
-    b->low = SN_F32;
-    for (int k = 0; k < p->n_shadows; k++) {
-        const sn_node *c = p->shadows[k]->args[0], *w = p->shadows[k]->args[1];
-        int i = 0;
-        while (i < b->n_params && b->params[i] != w) i++;
-        if (i == b->n_params || b->off[i] < 0) continue; /* frozen: its kernel makes it */
-        int64_t at = sn_exec_persistent_offset(b->x, c) - 2 * b->off[i];
-        if (b->low == SN_F32) base = at, b->low = c->dtype;
-        if (at != base || c->dtype != b->low || at % 64)
-            return sn_fail(e, SN_ERR_INVALID, "trainer: the 16-bit copies of the parameters are "
-                           "not one range at half their layout (copy of %s): the memory plan must "
-                           "place them so (passes/memplan.c)", w->name);
-        b->ref[FB_LOW] = sn_exec_node_ref(c, -2 * b->off[i]);
-    }
-    return SN_OK;
-}
-
-/* The flat layout the planner gave the program (memplan.c): parameters then gradients, in the
- * same order and spacing; then the parameters' 16-bit copies. */
+/* The flat ranges of the program's parameter layout (memplan.c wrote it, sn_param_layout_check
+ * checked it): the parameters, their gradients and their 16-bit copies. */
 static sn_status flat_layout(sn_runner *b, sn_err *e) {
-    int64_t p0 = -1, g0 = -1, first_plain = -1;
-    for (int i = 0; i < b->n_params; i++) {
-        const sn_node *p = b->params[i];
-        if (!trainable(p)) continue;
-        int64_t po = sn_exec_persistent_offset(b->x, p), go = sn_exec_persistent_offset(b->x, p->grad);
-        if (po < 0 || go < 0)
-            return sn_fail(e, SN_ERR_INVALID, "trainer: parameter %s or its gradient is not kept "
-                           "by the compiled program", p->name);
-        if (p0 < 0 || po < p0) p0 = po, g0 = go;
-        if (p->rank < 2 && (first_plain < 0 || po < first_plain)) first_plain = po;
-    }
-    if (p0 < 0) return sn_fail(e, SN_ERR_INVALID, "trainer: the graph has no trainable parameter");
-    int64_t span = g0 - p0;
-    for (int i = 0; i < b->n_params; i++) {
-        const sn_node *p = b->params[i];
-        if (!trainable(p)) continue;
-        int64_t po = sn_exec_persistent_offset(b->x, p), go = sn_exec_persistent_offset(b->x, p->grad);
-        if (go - po != span || po < p0 || po + 4 * sn_numel(p) > p0 + span || (po - p0) % 4)
-            return sn_fail(e, SN_ERR_INVALID, "trainer: the program's parameters and gradients are "
-                           "not two flat ranges of one layout (parameter %s): the memory plan must "
-                           "place them so (passes/memplan.c)", p->name);
-        b->off[i] = (po - p0) / 4;
-    }
-    b->n_flat = span / 4;
-    b->n_decay = first_plain < 0 ? b->n_flat : (first_plain - p0) / 4;
-    const sn_node *first = NULL;
-    for (int i = 0; i < b->n_params && !first; i++)
-        if (trainable(b->params[i]) && b->off[i] == 0) first = b->params[i];
-    SN_ASSERT(first);
-    b->ref[FB_PARAMS] = sn_exec_node_ref(first, 0);
-    b->ref[FB_GRADS] = sn_exec_node_ref(first->grad, 0);
-    return shadow_layout(b, e);
+    const sn_param_layout *l = b->lay = &b->prog->layout;
+    if (!l->flat_n) return sn_fail(e, SN_ERR_INVALID, "trainer: the graph has no trainable parameter");
+    b->ref[FB_PARAMS] = sn_exec_block_ref(l->params);
+    b->ref[FB_GRADS] = sn_exec_block_ref(l->grads);
+    if (l->low != SN_F32) b->ref[FB_LOW] = sn_exec_block_ref(l->shadows);
+    return SN_OK;
 }
 
 /* Offload's host arrays (zeroed; the masters are set with the weights). */
 static sn_status offload_new(sn_runner *b, sn_err *e) {
     static const int fb[] = {FB_PARAMS, FB_M, FB_V, FB_SCAL, FB_GRADS};
     for (int i = 0; i < 5; i++) {
-        int64_t n = fb[i] == FB_SCAL ? SN_OPT_SCALARS : fb[i] == FB_GRADS ? SN_OFFLOAD_CHUNK : b->n_flat;
-        if (fb[i] == FB_GRADS && n > b->n_flat) n = b->n_flat;
+        int64_t all = b->lay->flat_n;
+        int64_t n = fb[i] == FB_SCAL ? SN_OPT_SCALARS : fb[i] == FB_GRADS ? SN_OFFLOAD_CHUNK : all;
+        if (fb[i] == FB_GRADS && n > all) n = all;
         if (!(b->host[fb[i]] = calloc((size_t)n, sizeof(float))))
             return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the offloaded optimizer "
                            "state (%.1f MiB for the %s): free host memory or train without "
-                           "--offload", 4.0 * (double)n / (1 << 20),
+                           "--offload", (double)F32_BYTES * (double)n / (1 << 20),
                            fb[i] == FB_PARAMS ? "master weights" : "moments");
-        b->host_bytes += 4 * n;
+        b->host_bytes += F32_BYTES * n;
     }
     return SN_OK;
 }
@@ -161,14 +110,15 @@ static sn_status runner_init(sn_runner *b, const sn_pipeline_opts *compile, sn_e
     sn_status s;
     sn_pipeline_opts o = compile ? *compile : (sn_pipeline_opts){0};
     if (!o.target) o.target = &b->d->target; /* the device's, unless the caller named one */
-    if ((s = sn_compile(b->g, &o, &b->prog, NULL, e)) ||
+    if ((s = sn_pipeline_kernels(b->g, &o, &b->prog, NULL, e)) ||
         (s = sn_exec_new(b->d, b->prog, &b->x, e)) ||
         (s = flat_layout(b, e)))
         return s;
     make_kernels(b);
     b->loss_end = loss_end(b->prog, b->g->loss);
     int id[3];
-    int64_t bytes[3] = {4 * b->n_flat, 4 * b->n_flat, 4 * (SN_OPT_SCALARS + b->n_blocks)};
+    int64_t n = b->lay->flat_n;
+    int64_t bytes[3] = {F32_BYTES * n, F32_BYTES * n, F32_BYTES * (SN_OPT_SCALARS + b->n_blocks)};
     for (int i = b->offload ? 2 : 0; i < 3; i++)
         if ((s = sn_exec_buffer_new(b->x, bytes[i], &id[i], e))) return s;
     if (b->offload) { /* the moments and the masters on the host; the scalars stay */
@@ -179,7 +129,7 @@ static sn_status runner_init(sn_runner *b, const sn_pipeline_opts *compile, sn_e
         b->state_bytes = bytes[0] + bytes[1];
     }
     b->ref[FB_SCAL] = sn_exec_buffer_ref(id[2], 0);
-    b->ref[FB_PART] = sn_exec_buffer_ref(id[2], 4 * SN_OPT_SCALARS);
+    b->ref[FB_PART] = sn_exec_buffer_ref(id[2], F32_BYTES * SN_OPT_SCALARS);
     b->state_bytes += bytes[2];
     sn_kernel *ks[OK_COUNT];
     for (int i = 0; i < OK_COUNT; i++) ks[i] = &b->k[i];
@@ -192,20 +142,12 @@ static sn_status runner_init(sn_runner *b, const sn_pipeline_opts *compile, sn_e
     return SN_OK;
 }
 
-sn_status sn_runner_new(sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
-                        const sn_pipeline_opts *compile, bool offload, sn_runner **out,
-                        sn_err *e) {
+sn_status sn_runner_new(sn_graph *g, sn_device *device, const sn_pipeline_opts *compile,
+                        bool offload, sn_runner **out, sn_err *e) {
     *out = NULL;
     sn_runner *b = sn_calloc(1, sizeof *b, "the trainer's runner", e);
     if (!b) return SN_ERR_OOM;
-    *b = (sn_runner){.g = g, .params = params, .n_params = n_params, .d = device,
-                      .offload = offload && device};
-    b->off = sn_calloc((size_t)n_params + 1, sizeof *b->off, "the trainer's parameter offsets", e);
-    if (!b->off) {
-        free(b);
-        return SN_ERR_OOM;
-    }
-    for (int i = 0; i < n_params; i++) b->off[i] = -1;
+    *b = (sn_runner){.g = g, .d = device, .offload = offload && device};
     sn_status s = device ? SN_OK : sn_interp_device_new(&b->own, e);
     if (!device) b->d = b->own;
     if (!s) s = runner_init(b, compile, e);
@@ -219,6 +161,7 @@ sn_status sn_runner_new(sn_graph *g, sn_node *const *params, int n_params, sn_de
 
 const char *sn_runner_name(const sn_runner *b) { return b->name; }
 const sn_program *sn_runner_program(const sn_runner *b) { return b->prog; }
+const sn_param_layout *sn_runner_layout(const sn_runner *b) { return b->lay; }
 sn_exec *sn_runner_exec(const sn_runner *b) { return b->x; }
 int64_t sn_runner_state_bytes(const sn_runner *b) { return b->state_bytes; }
 int64_t sn_runner_host_state_bytes(const sn_runner *b) { return b->host_bytes; }
@@ -252,18 +195,18 @@ sn_status sn_runner_set_scalar(sn_runner *b, const sn_node *input, float v, sn_e
 static sn_status need_sums(sn_runner *b, sn_err *e) {
     if (!b->offload ? b->has_sums : b->host[FB_SUMS] != NULL) return SN_OK;
     if (b->offload) {
-        if (!(b->host[FB_SUMS] = calloc((size_t)b->n_flat, sizeof(float))))
+        if (!(b->host[FB_SUMS] = calloc((size_t)b->lay->flat_n, sizeof(float))))
             return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the offloaded gradient "
-                           "sums (%.1f MiB)", 4.0 * (double)b->n_flat / (1 << 20));
-        b->host_bytes += 4 * b->n_flat;
+                           "sums (%.1f MiB)", (double)F32_BYTES * (double)b->lay->flat_n / (1 << 20));
+        b->host_bytes += F32_BYTES * b->lay->flat_n;
         return SN_OK;
     }
     int id;
-    sn_status s = sn_exec_buffer_new(b->x, 4 * b->n_flat, &id, e);
+    sn_status s = sn_exec_buffer_new(b->x, F32_BYTES * b->lay->flat_n, &id, e);
     if (s) return s;
     b->ref[FB_SUMS] = sn_exec_buffer_ref(id, 0);
     b->has_sums = true;
-    b->state_bytes += 4 * b->n_flat;
+    b->state_bytes += F32_BYTES * b->lay->flat_n;
     return SN_OK;
 }
 
@@ -271,11 +214,12 @@ static sn_status need_sums(sn_runner *b, sn_err *e) {
 static sn_status move(sn_runner *b, int f, int64_t at, int64_t n, float *host, bool up, sn_err *e) {
     if (!(b->offload && (f == FB_M || f == FB_V || f == FB_SUMS))) {
         sn_exec_ref r = b->ref[f];
-        r.offset += 4 * at;
-        return up ? sn_exec_upload(b->x, r, host, 4 * n, e) : sn_exec_download(b->x, host, r, 4 * n, e);
+        r.offset += F32_BYTES * at;
+        int64_t bytes = F32_BYTES * n;
+        return up ? sn_exec_upload(b->x, r, host, bytes, e) : sn_exec_download(b->x, host, r, bytes, e);
     }
-    if (up) memcpy(b->host[f] + at, host, 4 * (size_t)n);
-    else memcpy(host, b->host[f] + at, 4 * (size_t)n);
+    if (up) memcpy(b->host[f] + at, host, F32_BYTES * (size_t)n);
+    else memcpy(host, b->host[f] + at, F32_BYTES * (size_t)n);
     return SN_OK;
 }
 
@@ -292,28 +236,28 @@ static int buffer_of(sn_param_which which, bool sums) {
 }
 
 sn_status sn_runner_get(sn_runner *b, int i, sn_param_which which, bool sums, float *host, sn_err *e) {
-    SN_ASSERT(i >= 0 && i < b->n_params);
-    int64_t n = sn_numel(b->params[i]);
-    if (which == SN_PARAM_WEIGHTS) return sn_exec_get(b->x, b->params[i], host, e);
-    if (b->off[i] < 0) { /* frozen: no state */
-        memset(host, 0, 4 * (size_t)n);
+    SN_ASSERT(i >= 0 && i < b->lay->n);
+    const sn_param_slot *p = &b->lay->slots[i];
+    if (which == SN_PARAM_WEIGHTS) return sn_exec_get(b->x, p->node, host, e);
+    if (p->frozen) { /* no state */
+        memset(host, 0, F32_BYTES * (size_t)p->numel);
         return SN_OK;
     }
     if (which == SN_PARAM_GRAD && sums) {
         sn_status s = need_sums(b, e);
         if (s) return s;
     }
-    return move(b, buffer_of(which, sums), b->off[i], n, host, false, e);
+    return move(b, buffer_of(which, sums), p->flat, p->numel, host, false, e);
 }
 
 sn_status sn_runner_set(sn_runner *b, int i, sn_param_which which, const float *host, sn_err *e) {
-    SN_ASSERT(i >= 0 && i < b->n_params && which != SN_PARAM_GRAD);
-    int64_t n = sn_numel(b->params[i]);
-    if (which == SN_PARAM_WEIGHTS && b->offload && b->off[i] >= 0) /* the master too */
-        memcpy(b->host[FB_PARAMS] + b->off[i], host, 4 * (size_t)n);
-    if (which == SN_PARAM_WEIGHTS) return sn_exec_set(b->x, b->params[i], host, e);
-    if (b->off[i] < 0) return SN_OK; /* frozen: no moments */
-    return move(b, buffer_of(which, false), b->off[i], n, (float *)host, true, e);
+    SN_ASSERT(i >= 0 && i < b->lay->n && which != SN_PARAM_GRAD);
+    const sn_param_slot *p = &b->lay->slots[i];
+    if (which == SN_PARAM_WEIGHTS && b->offload && !p->frozen) /* the master too */
+        memcpy(b->host[FB_PARAMS] + p->flat, host, F32_BYTES * (size_t)p->numel);
+    if (which == SN_PARAM_WEIGHTS) return sn_exec_set(b->x, p->node, host, e);
+    if (p->frozen) return SN_OK; /* no moments */
+    return move(b, buffer_of(which, false), p->flat, p->numel, (float *)host, true, e);
 }
 
 /* Launches optimizer kernel `which` on the flat buffers fb[]. */
@@ -328,9 +272,9 @@ static sn_status launch(sn_runner *b, int which, const int *fb, sn_err *e) {
 /* Offload: the device's gradients [lo, lo + n) to the host, into the sums (add: added). */
 static sn_status offload_grads(sn_runner *b, int64_t lo, int64_t n, bool add, float *dst, sn_err *e) {
     sn_exec_ref r = b->ref[FB_GRADS];
-    r.offset += 4 * lo;
-    if (!add) return sn_exec_download(b->x, dst, r, 4 * n, e);
-    sn_status s = sn_exec_download(b->x, b->host[FB_GRADS], r, 4 * n, e);
+    r.offset += F32_BYTES * lo;
+    if (!add) return sn_exec_download(b->x, dst, r, F32_BYTES * n, e);
+    sn_status s = sn_exec_download(b->x, b->host[FB_GRADS], r, F32_BYTES * n, e);
     if (!s) sn_offload_acc(dst, b->host[FB_GRADS], n);
     return s;
 }
@@ -338,13 +282,13 @@ static sn_status offload_grads(sn_runner *b, int64_t lo, int64_t n, bool add, fl
 sn_status sn_runner_sum_grads(sn_runner *b, bool add, sn_err *e) {
     sn_status s = need_sums(b, e);
     if (s) return s;
-    for (int64_t lo = 0; b->offload && lo < b->n_flat && !s; lo += SN_OFFLOAD_CHUNK) {
-        int64_t n = b->n_flat - lo < SN_OFFLOAD_CHUNK ? b->n_flat - lo : SN_OFFLOAD_CHUNK;
+    for (int64_t lo = 0; b->offload && lo < b->lay->flat_n && !s; lo += SN_OFFLOAD_CHUNK) {
+        int64_t n = b->lay->flat_n - lo < SN_OFFLOAD_CHUNK ? b->lay->flat_n - lo : SN_OFFLOAD_CHUNK;
         s = offload_grads(b, lo, n, add, b->host[FB_SUMS] + lo, e);
     }
     if (b->offload) return s;
     if (add) return launch(b, OK_ACC, (const int[]){FB_SUMS, FB_GRADS}, e);
-    return sn_exec_copy(b->x, b->ref[FB_SUMS], b->ref[FB_GRADS], 4 * b->n_flat, e);
+    return sn_exec_copy(b->x, b->ref[FB_SUMS], b->ref[FB_GRADS], F32_BYTES * b->lay->flat_n, e);
 }
 
 sn_status sn_runner_norm(sn_runner *b, bool sums, const float scal[SN_OPT_SCALARS], double *norm,
@@ -354,7 +298,7 @@ sn_status sn_runner_norm(sn_runner *b, bool sums, const float scal[SN_OPT_SCALAR
     sn_status s = move(b, FB_SCAL, 0, SN_OPT_SCALARS, (float *)scal, true, e);
     if (!s && b->offload && sums) { /* the sums go up into the gradients' (spent) buffer, so that
                                        the norm is the device's own reduction, bit for bit */
-        s = sn_exec_upload(b->x, b->ref[FB_GRADS], b->host[FB_SUMS], 4 * b->n_flat, e);
+        s = sn_exec_upload(b->x, b->ref[FB_GRADS], b->host[FB_SUMS], F32_BYTES * b->lay->flat_n, e);
         g = FB_GRADS;
     }
     if (!s) s = launch(b, OK_SQNORM, (const int[]){FB_PART, g, FB_SCAL}, e);
@@ -374,16 +318,16 @@ sn_status sn_runner_norm(sn_runner *b, bool sums, const float scal[SN_OPT_SCALAR
 static sn_status offload_adamw(sn_runner *b, bool sums, sn_err *e) {
     sn_status s = SN_OK;
     float **h = b->host;
-    for (int64_t lo = 0; lo < b->n_flat && !s; lo += SN_OFFLOAD_CHUNK) {
-        int64_t n = b->n_flat - lo < SN_OFFLOAD_CHUNK ? b->n_flat - lo : SN_OFFLOAD_CHUNK;
+    for (int64_t lo = 0; lo < b->lay->flat_n && !s; lo += SN_OFFLOAD_CHUNK) {
+        int64_t n = b->lay->flat_n - lo < SN_OFFLOAD_CHUNK ? b->lay->flat_n - lo : SN_OFFLOAD_CHUNK;
         const float *g = sums ? h[FB_SUMS] + lo : h[FB_GRADS];
         if (!sums) s = offload_grads(b, lo, n, false, h[FB_GRADS], e);
         if (s) break;
         sn_offload_adamw(h[FB_SCAL], h[FB_PARAMS] + lo, h[FB_M] + lo, h[FB_V] + lo, g, n,
-                         b->n_decay - lo);
+                         b->lay->flat_decay - lo);
         sn_exec_ref r = b->ref[FB_PARAMS];
-        r.offset += 4 * lo;
-        s = sn_exec_upload(b->x, r, h[FB_PARAMS] + lo, 4 * n, e);
+        r.offset += F32_BYTES * lo;
+        s = sn_exec_upload(b->x, r, h[FB_PARAMS] + lo, F32_BYTES * n, e);
     }
     return s;
 }

@@ -1,9 +1,9 @@
 /* runner.h: how the trainer executes its graph and its optimizer step: compiled (fuse,
  * memplan) and run by a device's executor, the reference interpreter's included.
  * Convention: the runner owns every parameter's fp32 weights and the optimizer state (device
- * memory, reached only through the executor); trainable parameters, their gradients, gradient
- * sums and moments m, v are flat ranges of one layout (kernel.h,
- * "the optimizer step"), so each piece of the step is one kernel launch. */
+ * memory, reached only through the executor); trained parameters, their gradients, gradient
+ * sums and moments m, v are flat ranges of one layout (kernel.h, "the optimizer step"), the
+ * program's parameter layout (program.h), so each piece of the step is one kernel launch. */
 #ifndef SN_RUNNER_H
 #define SN_RUNNER_H
 
@@ -14,15 +14,15 @@
 typedef struct sn_runner sn_runner;
 
 /* device NULL: the reference interpreter (a device the runner makes and owns). g: loss,
- * backward, i32 inputs idx and targets;
- * params: every PARAM of g (frozen ones included), the order the trainer numbers them.
- * compile: sn_compile's options for the device (NULL: zeroed; a NULL target: the device's).
+ * backward, i32 inputs idx and targets; compiled by the kernel passes (sn_pipeline_kernels)
+ * with compile's options for the device (NULL: zeroed; a NULL target: the device's). The
+ * parameters are the program's parameter layout's (program.h: every PARAM of g, frozen ones
+ * included, in graph order): parameter i below is its slot i.
  * offload (with a device): the
  * moments, the gradient sums and the master weights in host memory, AdamW on the CPU
  * (offload.h); the device keeps the step's scalars and computes the norm. */
-sn_status sn_runner_new(sn_graph *g, sn_node *const *params, int n_params, sn_device *device,
-                        const sn_pipeline_opts *compile, bool offload, sn_runner **out,
-                        sn_err *e);
+sn_status sn_runner_new(sn_graph *g, sn_device *device, const sn_pipeline_opts *compile,
+                        bool offload, sn_runner **out, sn_err *e);
 void sn_runner_free(sn_runner *b);
 const char *sn_runner_name(const sn_runner *b);
 
@@ -58,8 +58,9 @@ sn_status sn_runner_norm(sn_runner *b, bool sums, const float scal[SN_OPT_SCALAR
  * last sn_runner_norm. */
 sn_status sn_runner_adamw(sn_runner *b, bool sums, sn_err *e);
 
-/* The compiled program and its executor, for reports. */
+/* The compiled program and its executor, for reports; the program's parameter layout. */
 const sn_program *sn_runner_program(const sn_runner *b);
+const sn_param_layout *sn_runner_layout(const sn_runner *b);
 sn_exec *sn_runner_exec(const sn_runner *b);
 /* Bytes of optimizer state (moments, gradient sums, scalars) held besides the program's: on
  * the device (the interpreter's memory counts here), and offloaded to the host (masters,

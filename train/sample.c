@@ -57,7 +57,7 @@ sn_sampler *sn_sampler_new(sn_graph *g, const sn_node *idx, const sn_node *logit
     bool ok = s->window && s->row64 && s->row32;
     if (ok && !device && (ok = !sn_interp_device_new(&s->own, e))) device = s->own;
     /* the caller ran the forward rewrites: only the kernel passes, for the device */
-    if (!ok || sn_compile(g, &(sn_pipeline_opts){.target = &device->target}, &s->prog, NULL, e) ||
+    if (!ok || sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &device->target}, &s->prog, NULL, e) ||
         sn_exec_new(device, s->prog, &s->x, e)) {
         sn_sampler_free(s);
         return NULL;

@@ -52,9 +52,8 @@ struct sn_trainer {
     sn_graph *g;
     sn_train_opts o;
     sn_runner *run;
+    const sn_param_layout *lay; /* the parameters: the program's layout (runner.h), graph order */
     sn_node *idx, *targets;
-    int n_params;
-    sn_node **params;    /* every PARAM, graph order */
     int pending;         /* micro-batches accumulated */
     bool in_grads;       /* the one pending micro-batch's gradients are still the program's own
                             (no copy is made for steps of one micro-batch) */
@@ -66,7 +65,6 @@ struct sn_trainer {
 
 void sn_trainer_free(sn_trainer *t) {
     if (!t) return;
-    free(t->params);
     sn_runner_free(t->run);
     free(t);
 }
@@ -88,24 +86,19 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     if (!t) return NULL;
     t->g = g;
     t->o = *o;
-    t->idx = idx;
-    t->targets = targets;
+    if (sn_runner_new(g, o->device, o->compile, o->offload, &t->run, e)) {
+        sn_trainer_free(t);
+        return NULL;
+    }
+    t->lay = sn_runner_layout(t->run);
+    /* found in the compiled graph, by role: the kernel passes may have replaced g's nodes */
+    t->idx = sn_graph_input(g, SN_ROLE_TOKENS);
+    t->targets = sn_graph_input(g, SN_ROLE_TARGETS);
     t->loss_scale = sn_graph_input(g, SN_ROLE_LOSS_SCALE);
     t->sc = (sn_loss_scaler){.scale = t->loss_scale ? (o->init_scale > 0 ? o->init_scale : 65536) : 1};
-    t->n_params = sn_graph_params(g, NULL, 0);
-    t->params = sn_calloc((size_t)t->n_params + 1, sizeof *t->params, "the trainer's parameter list", e);
-    if (!t->params) {
-        sn_trainer_free(t);
-        return NULL;
-    }
-    sn_graph_params(g, t->params, t->n_params);
-    if (sn_runner_new(g, t->params, t->n_params, o->device, o->compile, o->offload, &t->run, e)) {
-        sn_trainer_free(t);
-        return NULL;
-    }
     int64_t most = 0;
-    for (int i = 0; i < t->n_params; i++)
-        if (sn_numel(t->params[i]) > most) most = sn_numel(t->params[i]);
+    for (int i = 0; i < t->lay->n; i++)
+        if (t->lay->slots[i].numel > most) most = t->lay->slots[i].numel;
     float *w = malloc(sizeof(float) * (size_t)(most + 1));
     if (!w) {
         sn_trainer_free(t);
@@ -113,8 +106,8 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
         return NULL;
     }
     sn_status s = SN_OK;
-    for (int i = 0; i < t->n_params && !s; i++) {
-        sn_param_init(t->params[i], w, o->seed);
+    for (int i = 0; i < t->lay->n && !s; i++) {
+        sn_param_init(t->lay->slots[i].node, w, o->seed);
         s = sn_runner_set(t->run, i, SN_PARAM_WEIGHTS, w, e);
     }
     free(w);
@@ -251,7 +244,8 @@ bool sn_trainer_loss_scaling(const sn_trainer *t) { return t->loss_scale != NULL
 sn_loss_scaler sn_trainer_scaler(const sn_trainer *t) { return t->sc; }
 void sn_trainer_set_scaler(sn_trainer *t, sn_loss_scaler s) { t->sc = s; }
 const sn_train_opts *sn_trainer_opts(const sn_trainer *t) { return &t->o; }
-int sn_trainer_param_count(const sn_trainer *t) { return t->n_params; }
+int sn_trainer_param_count(const sn_trainer *t) { return t->lay->n; }
+const sn_param_layout *sn_trainer_layout(const sn_trainer *t) { return t->lay; }
 const char *sn_trainer_device_name(const sn_trainer *t) { return sn_runner_name(t->run); }
 const sn_program *sn_trainer_program(const sn_trainer *t) { return sn_runner_program(t->run); }
 sn_exec *sn_trainer_exec(const sn_trainer *t) { return sn_runner_exec(t->run); }
@@ -260,29 +254,29 @@ int64_t sn_trainer_host_state_bytes(const sn_trainer *t) { return sn_runner_host
 struct sn_device *sn_trainer_device(const sn_trainer *t) { return t->o.device; }
 
 const sn_node *sn_trainer_param_node(const sn_trainer *t, int i) {
-    SN_ASSERT(i >= 0 && i < t->n_params);
-    return t->params[i];
+    SN_ASSERT(i >= 0 && i < t->lay->n);
+    return t->lay->slots[i].node;
 }
 
 sn_status sn_trainer_get_param(const sn_trainer *t, int i, sn_param_which which, float *host, sn_err *e) {
-    SN_ASSERT(i >= 0 && i < t->n_params && (unsigned)which < SN_PARAM_WHICH_COUNT);
+    SN_ASSERT(i >= 0 && i < t->lay->n && (unsigned)which < SN_PARAM_WHICH_COUNT);
     if (which == SN_PARAM_GRAD && !t->pending) {
-        memset(host, 0, sizeof(float) * (size_t)sn_numel(t->params[i]));
+        memset(host, 0, sizeof(float) * (size_t)t->lay->slots[i].numel);
         return SN_OK;
     }
     return sn_runner_get(t->run, i, which, !t->in_grads, host, e);
 }
 
 sn_status sn_trainer_set_param(sn_trainer *t, int i, sn_param_which which, const float *host, sn_err *e) {
-    SN_ASSERT(i >= 0 && i < t->n_params && (unsigned)which < SN_PARAM_WHICH_COUNT);
+    SN_ASSERT(i >= 0 && i < t->lay->n && (unsigned)which < SN_PARAM_WHICH_COUNT);
     if (which == SN_PARAM_GRAD)
         return sn_fail(e, SN_ERR_INVALID, "trainer: gradients are computed, not set: set the "
-                       "weights or the moments of parameter %s", t->params[i]->name);
+                       "weights or the moments of parameter %s", t->lay->slots[i].node->name);
     return sn_runner_set(t->run, i, which, host, e);
 }
 
 int sn_trainer_find_param(const sn_trainer *t, const char *name) {
-    for (int i = 0; i < t->n_params; i++)
-        if (!strcmp(t->params[i]->name, name)) return i;
+    for (int i = 0; i < t->lay->n; i++)
+        if (!strcmp(t->lay->slots[i].node->name, name)) return i;
     return -1;
 }

@@ -21,7 +21,8 @@ typedef struct {
     float lr;           /* peak learning rate */
     float min_lr_frac;  /* the cosine ends at lr * min_lr_frac */
     int warmup;         /* linear warm-up steps */
-    float weight_decay; /* decoupled; applied only to parameters of rank >= 2 */
+    float weight_decay; /* decoupled; applied to the parameters the program's layout says
+                           decay (program.h: memplan's rule, rank >= 2) */
     float beta1, beta2, eps;
     float grad_clip;    /* global L2 norm; 0 disables */
     uint64_t seed;      /* parameter initialisation */
@@ -101,8 +102,11 @@ const char *sn_trainer_device_name(const sn_trainer *t);
 const struct sn_program *sn_trainer_program(const sn_trainer *t);
 struct sn_exec *sn_trainer_exec(const sn_trainer *t);
 
-/* Parameters are numbered 0 .. count-1 in graph order (frozen ones included). */
+/* Parameters are numbered 0 .. count-1 in graph order (frozen ones included): parameter i is
+ * slot i of the compiled program's parameter layout (program.h), which says where its weights,
+ * gradient and moments lie, whether it trains and whether it decays. */
 int sn_trainer_param_count(const sn_trainer *t);
+const sn_param_layout *sn_trainer_layout(const sn_trainer *t);
 const sn_node *sn_trainer_param_node(const sn_trainer *t, int i); /* the PARAM (name, shape) */
 /* The index of the parameter named name, or -1. */
 int sn_trainer_find_param(const sn_trainer *t, const char *name);
