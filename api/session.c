@@ -107,7 +107,12 @@ static sn_status load_data(const sn_session_opts *o, sn_session *r, sn_err *e) {
     sn_status s;
     if (!o->train_bin != !o->val_bin)
         return sn_fail(e, SN_ERR_INVALID, "token shards come in pairs: give both --train-bin and --val-bin");
-    if (o->bpe) {
+    if (o->bpe && o->tokenizer_file)
+        return sn_fail(e, SN_ERR_INVALID, "two tokenizers: GPT-2's files (--bpe) and %s: give one",
+                       o->tokenizer_file);
+    if (o->tokenizer_file) {
+        if ((s = sn_tokenizer_hf_load(o->tokenizer_file, &r->tk, e))) return s;
+    } else if (o->bpe) {
         char enc[4096], merges[4096];
         snprintf(enc, sizeof enc, "%s/encoder.json", o->bpe);
         snprintf(merges, sizeof merges, "%s/vocab.bpe", o->bpe);
@@ -118,7 +123,7 @@ static sn_status load_data(const sn_session_opts *o, sn_session *r, sn_err *e) {
     if (o->train_bin) {
         if ((s = sn_shard_read(o->train_bin, r->tk->vocab, &r->toks, e)) ||
             (s = sn_shard_read(o->val_bin, r->tk->vocab, &r->bin_val, e))) {
-            if (!o->bpe && s == SN_ERR_PARSE && strstr(e->msg, "vocab"))
+            if (!o->bpe && !o->tokenizer_file && s == SN_ERR_PARSE && strstr(e->msg, "vocab"))
                 snprintf(e->msg + strlen(e->msg), sizeof e->msg - strlen(e->msg),
                          " (shards of GPT-2 tokens need the GPT-2 tokenizer: --tokenizer gpt2)");
             return s;
@@ -145,7 +150,11 @@ static void set_meta(sn_session *r) {
     sn_run_state *m = &r->run;
     sn_run_meta_set(m, "model", "%s", r->m.name);
     if (r->m.desc) sn_run_meta_set(m, "model.shape", "%s", r->m.desc);
-    sn_run_meta_set(m, "tokenizer", "%s", r->tk->name);
+    if (r->tk->source_hash) /* a tokenizer.json: its vocabulary and the file's hash */
+        sn_run_meta_set(m, "tokenizer", "%s %d %016" PRIx64, r->tk->name, r->tk->vocab,
+                        r->tk->source_hash);
+    else
+        sn_run_meta_set(m, "tokenizer", "%s", r->tk->name);
     sn_run_meta_set(m, "precision", "%s", sn_precision_name(r->po.precision));
     sn_run_meta_set(m, "batch", "%d", r->B);
     sn_run_meta_set(m, "seq", "%d", r->T);

@@ -71,6 +71,8 @@ typedef struct {
     const char *data;     /* a text file or directory, split 90/10 into train and validation */
     const char *train_bin, *val_bin; /* instead of data: two llm.c token shards */
     const char *bpe;      /* GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe; NULL: bytes */
+    const char *tokenizer_file; /* instead of bpe: a Hugging Face tokenizer.json (a byte-level
+                             BPE: data.h sn_tokenizer_hf_load); checkpoints record its hash */
     int batch;            /* B, sequences per micro-batch */
     int seq;              /* T, tokens per sequence; 0: the model's ctx */
     long tokens_per_step; /* a multiple of B*T: that many tokens per optimizer step (at most

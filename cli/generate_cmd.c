@@ -20,7 +20,7 @@
 enum { MAX_PROMPTS = 64 };
 
 typedef struct {
-    const char *prompt, *device, *bpe;
+    const char *prompt, *device, *bpe, *tokenizer_file;
     long max_new, top_k, seed;
     double temperature;
     bool ignore_eot, no_cache;
@@ -55,6 +55,9 @@ static const cli_opt gen_opts[] = {
     {"bpe", 0, CLI_STR, "DIR", O(bpe),
      .help = "GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe (for a model\n"
              "trained with --tokenizer gpt2; default: the installed assets)"},
+    {"tokenizer-file", 0, CLI_STR, "FILE", O(tokenizer_file),
+     .help = "the Hugging Face tokenizer.json a model was trained with\n"
+             "(sinter train --tokenizer-file; checked against its hash)"},
     {"ignore-eot", 0, CLI_FLAG, NULL, O(ignore_eot),
      .help = "go on past <|endoftext|> (default: a prompt's text ends there)"},
 };
@@ -179,10 +182,26 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
     sn_tokens toks[MAX_PROMPTS] = {0};
     int32_t *out = NULL;
     gen_model m = {0};
-    char name[32], seq_text[32];
+    char name[64] = "", seq_text[32];
     sn_status s = sn_ckpt_model_read(a->checkpoint, &ck, e);
     if (!s) s = model_of(ck, a->checkpoint, &m, e);
-    if (!s && sn_ckpt_model_meta(ck, "tokenizer", name, sizeof name) && !strcmp(name, "gpt2")) {
+    if (!s) sn_ckpt_model_meta(ck, "tokenizer", name, sizeof name);
+    bool hf = !strncmp(name, "hf ", 3); /* "hf VOCAB HASH": a tokenizer.json (api/session.c) */
+    if (!s && a->tokenizer_file && !hf) {
+        s = sn_fail(e, SN_ERR_INVALID, "%s was trained with the %s tokenizer, not a tokenizer.json: "
+                    "leave out --tokenizer-file", a->checkpoint, name[0] ? name : "bytes");
+    } else if (!s && hf && !a->tokenizer_file) {
+        s = sn_fail(e, SN_ERR_INVALID, "%s was trained with a Hugging Face tokenizer.json (vocabulary "
+                    "and hash: %s): give that file with --tokenizer-file FILE", a->checkpoint, name + 3);
+    } else if (!s && hf) {
+        char here[64];
+        if (!(s = sn_tokenizer_hf_load(a->tokenizer_file, &tk, e)) &&
+            (snprintf(here, sizeof here, "hf %d %016" PRIx64, tk->vocab, tk->source_hash),
+             strcmp(here, name)))
+            s = sn_fail(e, SN_ERR_INVALID, "--tokenizer-file %s is not the tokenizer %s was trained "
+                        "with (vocabulary and hash: %s there, %s here)", a->tokenizer_file,
+                        a->checkpoint, name + 3, here + 3);
+    } else if (!s && !strcmp(name, "gpt2")) {
         char enc[4200], merges[4200];
         snprintf(enc, sizeof enc, "%s/encoder.json", bpe);
         snprintf(merges, sizeof merges, "%s/vocab.bpe", bpe);

@@ -14,7 +14,7 @@
 #include "stop_signals.h"
 
 typedef struct {
-    const char *data, *tokenizer, *bpe, *out;
+    const char *data, *tokenizer, *bpe, *tokenizer_file, *out;
     double val_frac;
     bool overwrite;
 } prepare_args;
@@ -28,6 +28,9 @@ static const cli_opt prepare_opts[] = {
              "(GPT-2's BPE from the assets installed with sinter, for the gpt2 models)"},
     {"bpe", 0, CLI_STR, "DIR", O(bpe),
      .help = "GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe"},
+    {"tokenizer-file", 0, CLI_STR, "FILE", O(tokenizer_file),
+     .help = "a Hugging Face tokenizer.json (a byte-level BPE: GPT-2's,\n"
+             "SmolLM's, Llama 3's); train with the same --tokenizer-file"},
     {"val-frac", 0, CLI_REAL, "X", O(val_frac), 0, 1, .lo_open = true,
      .help = "the share of tokens (at the end) for validation (default 0.1)"},
     {"out", 'o', CLI_STR, "PREFIX", O(out),
@@ -65,8 +68,8 @@ static void catch_stop_signals(void) {
 /* Both shards are written to temporary files opened before the corpus is read (an unwritable
  * --out fails at once) and renamed over PREFIX_*.bin only when both are complete (the second
  * rename failing puts the first shard back): a failure leaves the old shards as they were. */
-static sn_status prepare(const char *data, const char *bpe, double val_frac, char path[2][4096],
-                         bool overwrite, sn_err *e) {
+static sn_status prepare(const char *data, const char *bpe, const char *tokfile, double val_frac,
+                         char path[2][4096], bool overwrite, sn_err *e) {
     sn_savefile f[2] = {{0}, {0}};
     int32_t magic = SN_SHARD_MAGIC; /* the shards are little-endian, as is every host sinter runs on */
     for (int i = 0; i < 2; i++) {
@@ -80,7 +83,9 @@ static sn_status prepare(const char *data, const char *bpe, double val_frac, cha
     sn_tokenizer *tk = NULL;
     sn_tokens toks = {0}, train = {0}, val = {0};
     s = sn_text_load(data, &text, e);
-    if (!s && bpe) {
+    if (!s && tokfile) {
+        s = sn_tokenizer_hf_load(tokfile, &tk, e);
+    } else if (!s && bpe) {
         char enc[4096], merges[4096];
         snprintf(enc, sizeof enc, "%s/encoder.json", bpe);
         snprintf(merges, sizeof merges, "%s/vocab.bpe", bpe);
@@ -122,7 +127,12 @@ static int cli_prepare(int argc, char **argv) {
     if (!a.out) return cli_usage_error(cmd, "where to? add --out PREFIX");
     char bpe_dir[4096];
     const char *data = a.data, *out = a.out, *bpe;
-    if ((rc = cli_tokenizer(cmd, NULL, a.tokenizer, a.bpe, bpe_dir, &bpe))) return rc;
+    if (a.tokenizer_file && (a.tokenizer || a.bpe))
+        return cli_usage_error(cmd, "--tokenizer-file is the tokenizer: leave out %s",
+                               a.tokenizer ? "--tokenizer" : "--bpe");
+    bpe = NULL;
+    if (!a.tokenizer_file && (rc = cli_tokenizer(cmd, NULL, a.tokenizer, a.bpe, bpe_dir, &bpe)))
+        return rc;
     char path[2][4096], enc[4200] = "", merges[4200] = "";
     snprintf(path[0], sizeof path[0], "%s_train.bin", out);
     snprintf(path[1], sizeof path[1], "%s_val.bin", out);
@@ -136,11 +146,12 @@ static int cli_prepare(int argc, char **argv) {
         {"--data", data, "corpus", false, NULL},
         {"--bpe", bpe ? enc : NULL, "tokenizer's encoder.json", false, NULL},
         {"--bpe", bpe ? merges : NULL, "tokenizer's vocab.bpe", false, NULL},
+        {"--tokenizer-file", a.tokenizer_file, "tokenizer", false, NULL},
     };
     if ((rc = cli_check_paths("prepare", paths, (int)(sizeof paths / sizeof paths[0])))) return rc;
     catch_stop_signals();
     sn_err e = {0};
-    if (prepare(data, bpe, a.val_frac, path, a.overwrite, &e)) {
+    if (prepare(data, bpe, a.tokenizer_file, a.val_frac, path, a.overwrite, &e)) {
         fprintf(stderr, "sinter prepare: %s\n", e.msg);
         return 1;
     }

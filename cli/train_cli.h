@@ -13,6 +13,7 @@
 typedef struct {
     const char *model, *device, *data, *bpe, *train_bin, *val_bin; /* model, device and data */
     const char *tokenizer;  /* --tokenizer gpt2 or bytes; NULL: the model's (cli_tokenizer) */
+    const char *tokenizer_file; /* --tokenizer-file: a Hugging Face tokenizer.json */
     bool no_cache, tf32;     /* CUDA: compile without the kernel cache; TF32 GEMMs */
     bool overwrite;          /* --overwrite: an output may replace a file of another kind */
     const char *precision;  /* fp32, bf16, fp16 (the autocast pass), tf32 (CUDA GEMMs) */

@@ -94,6 +94,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     sn_session_opts o = sn_session_defaults();
     session_enums(a, &o);
     o.no_cache = a->no_cache;
+    o.tokenizer_file = a->tokenizer_file;
     o.data = a->data;
     o.train_bin = a->train_bin;
     o.val_bin = a->val_bin;

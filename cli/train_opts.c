@@ -43,6 +43,9 @@ static const cli_opt train_opts[] = {
     {"bpe", 0, CLI_STR, "DIR", O(bpe),
      .help = "GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe (--tokenizer gpt2\n"
              "from other files)"},
+    {"tokenizer-file", 0, CLI_STR, "FILE", O(tokenizer_file),
+     .help = "a Hugging Face tokenizer.json (a byte-level BPE: GPT-2's,\n"
+             "SmolLM's, Llama 3's); the model's vocabulary is its size"},
     {"steps", 's', CLI_INT, "N", O(steps), 1, STEPS_MAX, .help = "optimizer steps (default 600)"},
     {"batch", 'b', CLI_INT, "B", O(batch), 1, 1 << 16, .help = "sequences per micro-batch (default 16)"},
     {"seq", 't', CLI_INT, "T", O(seq), 1, 1 << 20,
@@ -188,7 +191,11 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
     } else {
         sn_gpt2_config_find(a->model, &c); /* the table checked the name */
     }
-    if ((rc = cli_tokenizer(cmd, &c, a->tokenizer, a->bpe, bpe_dir, &a->bpe))) return rc;
+    if (a->tokenizer_file && (a->tokenizer || a->bpe))
+        return cli_usage_error(cmd, "--tokenizer-file is the run's tokenizer: leave out %s",
+                               a->tokenizer ? "--tokenizer" : "--bpe");
+    if (!a->tokenizer_file && (rc = cli_tokenizer(cmd, &c, a->tokenizer, a->bpe, bpe_dir, &a->bpe)))
+        return rc;
     /* no output may be an input or another output: checked before anything is read */
     char enc[4200] = "", merges[4200] = "";
     if (a->bpe) {
@@ -204,6 +211,7 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
         {"--val-bin", a->val_bin, "validation shard", false, NULL},
         {"--bpe", a->bpe ? enc : NULL, "tokenizer's encoder.json", false, NULL},
         {"--bpe", a->bpe ? merges : NULL, "tokenizer's vocab.bpe", false, NULL},
+        {"--tokenizer-file", a->tokenizer_file, "tokenizer", false, NULL},
         {"--resume", a->resume, "checkpoint resumed", false, "--checkpoint"},
         {"--init", a->init, "checkpoint the run starts from", false, NULL},
         {"--init-hf", a->init_hf, "pretrained model the run starts from", false, NULL},

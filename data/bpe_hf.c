@@ -12,6 +12,8 @@
 #include <json-c/json.h>
 #endif
 
+#include "support/hash.h"
+
 #define HF_HINT "expected a Hugging Face tokenizer.json of a byte-level BPE model (GPT-2, SmolLM, Llama 3)"
 
 #ifdef SN_HAVE_JSONC
@@ -224,6 +226,7 @@ sn_status sn_tokenizer_hf_load(const char *tokenizer_json, sn_tokenizer **out, s
     size_t n;
     sn_status st = sn_file_read(tokenizer_json, HF_HINT, &text, &n, e);
     if (st) return st;
+    uint64_t file_hash = sn_hash_bytes(SN_HASH_INIT, text, n);
     json_tokener *tok = json_tokener_new();
     if (!tok) {
         free(text);
@@ -248,6 +251,7 @@ sn_status sn_tokenizer_hf_load(const char *tokenizer_json, sn_tokenizer **out, s
         return st;
     }
     sn_tokenizer *tk = sn_bpe_tokenizer(g);
+    tk->source_hash = file_hash;
     static const char *const eots[] = {"<|endoftext|>", "<|end_of_text|>"};
     for (size_t k = 0; k < 2 && tk->eot < 0; k++) tk->eot = sn_bpe_find(g, eots[k], strlen(eots[k]));
     *out = tk;

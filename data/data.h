@@ -111,6 +111,8 @@ struct sn_tokenizer {
     const char *name;  /* "bytes" | "gpt2" | "hf" */
     int vocab;         /* ids are in [0, vocab) */
     int eot;           /* the <|endoftext|> id, or -1 when the tokenizer has none */
+    uint64_t source_hash; /* the file it was read from (a tokenizer.json), FNV-1a of its bytes;
+                             0: built in (bytes, GPT-2's) */
     /* Appends the ids of text[0, len) to out. May update caches inside tk: one thread at a time. */
     sn_status (*encode)(sn_tokenizer *tk, const char *text, size_t len, sn_tokens *out, sn_err *e);
     /* The bytes of one id (not NUL-terminated), their count in *len; NULL for an unknown id. */

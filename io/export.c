@@ -34,7 +34,9 @@ static sn_status config_of(const char *path, const sn_ckpt_weights *cw, const sn
     if (lora && !(*alpha > 0) && sscanf(lora, "LoRA rank %d alpha %f", &r, alpha) != 2) *alpha = 0;
     int64_t rows = wte->shape[0];
     int vocab = o->vocab ? o->vocab : tok && !strcmp(tok, "bytes") ? 256
-                : tok && !strcmp(tok, "gpt2") ? 50257 : rows % 64 ? (int)rows : 0;
+                : tok && !strcmp(tok, "gpt2") ? 50257
+                : tok && !strncmp(tok, "hf ", 3) ? atoi(tok + 3) /* "hf VOCAB HASH" */
+                : rows % 64 ? (int)rows : 0;
     if (!vocab || vocab > rows)
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: the vocabulary of its tokenizer (\"%s\") "
                        "is not known and wte has %lld rows: give the vocabulary size (sinter "
