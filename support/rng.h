@@ -50,4 +50,14 @@ static inline double sn_rng_normal(sn_rng *r) {
     return sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v);
 }
 
+/* Jumps ahead (rng_jump.c): sn_rng_jump advances a generator as 2^log2_steps sn_rng_next calls
+ * would, so that parts of one stream can be drawn at once, each from its own start, giving the
+ * very numbers the stream gives one by one. The table is 8 KiB; building it takes about 2^24
+ * word operations a doubling. */
+typedef struct {
+    uint64_t m[256][4];
+} sn_rng_jumper;
+void sn_rng_jump_init(sn_rng_jumper *j, int log2_steps);
+void sn_rng_jump(const sn_rng_jumper *j, sn_rng *r);
+
 #endif

@@ -47,6 +47,33 @@ START_TEST(param_init) {
 }
 END_TEST
 
+/* A jump of 2^k steps is 2^k steps; a pool's chunked initialisation (train.c: chunks of 65536
+ * draws, each from a jumped start) gives the numbers of the one-by-one stream, across chunk
+ * edges and a short last chunk. */
+START_TEST(param_init_parallel) {
+    sn_rng a = sn_rng_seed(99), b = a;
+    sn_rng_jumper j;
+    sn_rng_jump_init(&j, 10);
+    for (int i = 0; i < 1024; i++) (void)sn_rng_next(&a);
+    sn_rng_jump(&j, &b);
+    ck_assert(!memcmp(&a, &b, sizeof a));
+    enum { N = 3 * 65536 + 17 };
+    sn_graph *g = sn_graph_new();
+    sn_node *w = sn_param(g, "wte", SN_F32, SN_SHAPE(N), SN_INIT_NORMAL, 0.02f);
+    float *v = malloc(sizeof(float) * N), *v2 = malloc(sizeof(float) * N);
+    sn_pool *pool = sn_pool_new(3);
+    ck_assert_ptr_nonnull(pool);
+    sn_param_init(w, v, 1337);
+    memset(v2, 0xff, sizeof(float) * N);
+    sn_param_init_pool(w, v2, 1337, pool);
+    for (int i = 0; i < N; i++) ck_assert_msg(v[i] == v2[i], "draw %d: %g one by one, %g by the pool", i, v[i], v2[i]);
+    sn_pool_free(pool);
+    free(v);
+    free(v2);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* The tiny model memorises one batch of random tokens: loss below 0.1 in a few hundred steps. */
 START_TEST(overfit_one_batch) {
     sn_gpt2_config c;
@@ -336,6 +363,7 @@ int main(void) {
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, lr_schedule);
     tcase_add_test(tc, param_init);
+    tcase_add_test(tc, param_init_parallel);
     tcase_add_test(tc, overfit_one_batch);
     tcase_add_test(tc, nan_loss_is_reported);
     tcase_add_test(tc, accumulation_matches_big_batch);

@@ -5,6 +5,7 @@
 #include "train.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +30,32 @@ float sn_train_lr(const sn_train_opts *o, int step) {
     return (float)(min_lr + 0.5 * (o->lr - min_lr) * (1 + cos(M_PI * t)));
 }
 
-void sn_param_init(const sn_node *p, float *dst, uint64_t seed) {
+/* A normal initialisation is one stream of draws (two sn_rng_next calls each) from a seed of
+ * the parameter's name. A pool fills it in chunks of 2^INIT_CHUNK_LOG2 draws at once, each chunk
+ * from its own start reached by jumps (rng.h): the same numbers as one by one. */
+enum { INIT_CHUNK_LOG2 = 16 };
+
+static sn_rng_jumper init_jump; /* 2 * 2^INIT_CHUNK_LOG2 steps: one chunk */
+static pthread_once_t init_jump_once = PTHREAD_ONCE_INIT;
+static void init_jump_build(void) { sn_rng_jump_init(&init_jump, INIT_CHUNK_LOG2 + 1); }
+
+typedef struct {
+    float *dst;
+    int64_t n;
+    double std;
+    const sn_rng *starts; /* each chunk's */
+} init_job;
+
+static void init_chunks(void *ctx, int64_t begin, int64_t end) {
+    const init_job *j = ctx;
+    for (int64_t c = begin; c < end; c++) {
+        sn_rng r = j->starts[c];
+        int64_t i = c << INIT_CHUNK_LOG2, last = i + (1 << INIT_CHUNK_LOG2);
+        for (; i < last && i < j->n; i++) j->dst[i] = (float)(j->std * sn_rng_normal(&r));
+    }
+}
+
+void sn_param_init_pool(const sn_node *p, float *dst, uint64_t seed, sn_pool *pool) {
     int64_t n = sn_numel(p);
     switch (p->a.init) {
     case SN_INIT_ZEROS: memset(dst, 0, sizeof(float) * (size_t)n); return;
@@ -38,13 +64,28 @@ void sn_param_init(const sn_node *p, float *dst, uint64_t seed) {
         return;
     case SN_INIT_NORMAL: {
         sn_rng r = sn_rng_seed(sn_hash_str(p->name ? p->name : "", seed));
-        for (int64_t i = 0; i < n; i++) dst[i] = (float)(p->a.f * sn_rng_normal(&r));
+        int64_t chunks = (n + (1 << INIT_CHUNK_LOG2) - 1) >> INIT_CHUNK_LOG2;
+        sn_rng *starts = pool && chunks > 1 ? malloc(sizeof *starts * (size_t)chunks) : NULL;
+        if (!starts) { /* one by one */
+            for (int64_t i = 0; i < n; i++) dst[i] = (float)(p->a.f * sn_rng_normal(&r));
+            return;
+        }
+        pthread_once(&init_jump_once, init_jump_build);
+        for (int64_t c = 0; c < chunks; c++) {
+            starts[c] = r;
+            sn_rng_jump(&init_jump, &r);
+        }
+        init_job j = {dst, n, p->a.f, starts};
+        sn_pool_run(pool, chunks, init_chunks, &j);
+        free(starts);
         return;
     }
     case SN_INIT_COUNT: break;
     }
     SN_ASSERT(0);
 }
+
+void sn_param_init(const sn_node *p, float *dst, uint64_t seed) { sn_param_init_pool(p, dst, seed, NULL); }
 
 /* ---- the trainer ---------------------------------------------------------------------------- */
 
@@ -106,10 +147,12 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
         return NULL;
     }
     sn_status s = SN_OK;
+    sn_pool *pool = sn_pool_new(0); /* NULL: one by one */
     for (int i = 0; i < t->lay->n && !s; i++) {
-        sn_param_init(t->lay->slots[i].node, w, o->seed);
+        sn_param_init_pool(t->lay->slots[i].node, w, o->seed, pool);
         s = sn_runner_set(t->run, i, SN_PARAM_WEIGHTS, w, e);
     }
+    sn_pool_free(pool);
     free(w);
     if (s) {
         sn_trainer_free(t);

@@ -15,6 +15,7 @@
 #define SN_TRAIN_H
 
 #include "passes/pipeline.h"
+#include "runtime/pool.h"
 
 typedef struct {
     int steps;          /* optimizer steps in the run (for the schedule) */
@@ -54,6 +55,8 @@ float sn_train_lr(const sn_train_opts *o, int step);
 
 /* Fills dst (numel) from p's init rule; the stream depends on seed and p's name only. */
 void sn_param_init(const sn_node *p, float *dst, uint64_t seed);
+/* The same numbers, drawn by the pool's threads at once (NULL: one by one). */
+void sn_param_init_pool(const sn_node *p, float *dst, uint64_t seed, sn_pool *pool);
 
 typedef struct {
     double loss;      /* before the update */
