@@ -14,7 +14,7 @@
 #include "cli.h"
 
 typedef struct {
-    const char *to, *to_llmc;
+    const char *to, *to_llmc, *adapter;
     bool merge_lora;
     double lora_alpha;
     long vocab;
@@ -29,9 +29,13 @@ static const cli_opt export_opts[] = {
              "when missing, and files in it are never replaced"},
     {"to-llmc", 0, CLI_STR, "FILE", O(to_llmc),
      .help = "write llm.c's model file (version 3, f32; FILE must not exist)"},
+    {"adapter", 0, CLI_STR, "DIR", O(adapter),
+     .help = "a LoRA checkpoint's adapters alone, not merged, as PEFT's\n"
+             "DIR/adapter_config.json and DIR/adapter_model.safetensors (for\n"
+             "peft's PeftModel.from_pretrained on the base GPT-2)"},
     {"merge-lora", 0, CLI_FLAG, NULL, O(merge_lora),
      .help = "merge LoRA adapters into the weights they adapt, W + A @ B *\n"
-             "alpha/r (the default, and the only way: the formats have no adapters)"},
+             "alpha/r (the default of --to and --to-llmc)"},
     {"lora-alpha", 0, CLI_REAL, "A", O(lora_alpha), 0, 1e6, .lo_open = true,
      .help = "LoRA's alpha when the checkpoint does not say it"},
     {"vocab", 0, CLI_INT, "N", O(vocab), 1, 1 << 24,
@@ -78,18 +82,30 @@ static int cli_export(int argc, char **argv) {
     int rc = cli_parse(&cli_export_cmd, argc, argv, &a);
     if (rc >= 0) return rc;
     if (!in) return cli_usage_error(&cli_export_cmd, "give the CHECKPOINT to export, first");
-    if (!a.to == !a.to_llmc)
-        return cli_usage_error(&cli_export_cmd, "give one of --to DIR and --to-llmc FILE");
+    if ((a.to != NULL) + (a.to_llmc != NULL) + (a.adapter != NULL) != 1)
+        return cli_usage_error(&cli_export_cmd, "give one of --to DIR, --to-llmc FILE and --adapter DIR");
+    if (a.adapter && a.merge_lora)
+        return cli_usage_error(&cli_export_cmd, "--adapter writes the adapters unmerged: leave out --merge-lora");
     sn_export_opts o = {.vocab = (int)a.vocab, .lora_alpha = (float)a.lora_alpha};
     const char *to = a.to, *to_llmc = a.to_llmc;
     const cli_path paths[] = {
         {"CHECKPOINT", in, "checkpoint", false, NULL},
         {"--to", to, "model directory", true, NULL},
         {"--to-llmc", to_llmc, "llm.c model file", true, NULL},
+        {"--adapter", a.adapter, "adapter directory", true, NULL},
     };
-    rc = cli_check_paths("export", paths, 3);
+    rc = cli_check_paths("export", paths, 4);
     if (rc) return rc;
     sn_err e = {0};
+    if (a.adapter) {
+        int n = 0;
+        if (sn_lora_write_peft(in, a.adapter, &o, &n, &e)) {
+            fprintf(stderr, "sinter export: %s\n", e.msg);
+            return 1;
+        }
+        printf("exported the LoRA adapters of %s (%d layers) to %s (PEFT)\n", in, n, a.adapter);
+        return 0;
+    }
     sn_weights w;
     int merged;
     sn_status s = load(in, &o, &w, &merged, &e);

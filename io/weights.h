@@ -105,4 +105,11 @@ typedef struct {
 sn_status sn_weights_from_checkpoint(const char *path, const sn_export_opts *o, sn_weights *out,
                                      int *merged, sn_err *e);
 
+/* A LoRA checkpoint's adapters, not merged, as a PEFT LoRA adapter in dir (made when missing;
+ * files never replaced): adapter_config.json (r, lora_alpha, the adapted modules by name,
+ * fan_in_fan_out for GPT-2's Conv1D) and adapter_model.safetensors (f32); *n_adapted (may be
+ * NULL): the layers adapted. */
+sn_status sn_lora_write_peft(const char *path, const char *dir, const sn_export_opts *o,
+                             int *n_adapted, sn_err *e);
+
 #endif

@@ -48,6 +48,11 @@ done
 grep -q "^LoRA: rank 4" out.txt || fail "no LoRA line"
 "$sinter" export lora.ckpt --to merged --merge-lora > out.txt 2> err.txt || fail "export LoRA"
 grep -q "LoRA adapters merged) to merged" out.txt || fail "not merged"
+"$sinter" export lora.ckpt --adapter adapter > out.txt 2> err.txt || fail "export the adapters (PEFT)"
+[ -s adapter/adapter_config.json ] && [ -s adapter/adapter_model.safetensors ] || fail "no PEFT adapter files"
+status=0
+"$sinter" export lora.ckpt --adapter adapter2 --merge-lora > out.txt 2> err.txt || status=$?
+[ "$status" = 2 ] && grep -q "leave out --merge-lora" err.txt || fail "--adapter with --merge-lora: exit $status"
 cmp -s hf/model.safetensors merged/model.safetensors && fail "the merged weights are the base's"
 
 # refused: another vocabulary than the tokenizer's, a field sinter's GPT-2 cannot express

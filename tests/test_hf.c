@@ -20,6 +20,7 @@
 #include "support/rng.h"
 #include "train/checkpoint.h"
 #include "harness.h"
+#include "peft_check.h"
 
 #ifndef SN_TEST_FIXTURES
 #define SN_TEST_FIXTURES "tests/fixtures"
@@ -360,6 +361,9 @@ START_TEST(lora_merge) {
     int merged = 0;
     ck_assert_msg(sn_weights_from_checkpoint(ck, &(sn_export_opts){.vocab = 96}, &m, &merged, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(merged, 8);
+    char ad[4200];
+    snprintf(ad, sizeof ad, "%s/adapter", d);
+    peft_check(ck, &m, ad, 4, 8, 8); /* the same adapters unmerged, as PEFT's */
     golden gd = read_golden("tiny_logits.bin");
     double *want = malloc(sizeof(double) * (size_t)(gd.T * gd.V)), *got = malloc(sizeof(double) * (size_t)(gd.T * gd.V));
     forward(&a.config, &lora, &(source){.t = t}, gd.tokens, gd.T, NULL, want);

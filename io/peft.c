@@ -1,0 +1,154 @@
+/* peft.c: a LoRA checkpoint's adapters as a PEFT LoRA adapter (weights.h, sn_lora_write_peft):
+ * adapter_config.json and adapter_model.safetensors, for peft's PeftModel.from_pretrained on
+ * transformers' GPT2LMHeadModel of the base weights (sinter export --to DIR of the same run
+ * before its LoRA, or the model it started from with --init-hf). Convention: sinter's adapter of
+ * a Conv1D weight W (in, out) is A (in, r) and B (r, out): W + A B alpha/r. PEFT's is
+ * lora_A.weight (r, in) and lora_B.weight (out, r), Linear layouts, and with fan_in_fan_out
+ * (GPT-2's Conv1D) W + (lora_B lora_A)^T alpha/r: the same map, A and B transposed. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifdef SN_HAVE_JSONC
+#include <json-c/json.h>
+#endif
+
+#include "frontend/lora.h"
+#include "train/checkpoint.h"
+#include "io_int.h"
+#include "safetensors.h"
+#include "weights.h"
+
+enum { MAX_ADAPTED = 1024 };
+
+static const sn_ckpt_param *find(const sn_ckpt_weights *cw, const char *name) {
+    for (int i = 0; i < cw->n; i++)
+        if (!strcmp(cw->params[i].name, name)) return &cw->params[i];
+    return NULL;
+}
+
+/* m (rows, cols) transposed into a new array (cols, rows); NULL when out of memory */
+static float *transposed(const float *m, int64_t rows, int64_t cols) {
+    float *t = malloc(sizeof(float) * (size_t)(rows * cols) + 4);
+    for (int64_t i = 0; t && i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) t[j * rows + i] = m[i * cols + j];
+    return t;
+}
+
+#ifdef SN_HAVE_JSONC
+static sn_status write_config(const char *path, int r, float alpha, char (*modules)[160], int n,
+                              sn_err *e) {
+    json_object *c = json_object_new_object(), *t = json_object_new_array();
+    for (int i = 0; i < n; i++) json_object_array_add(t, json_object_new_string(modules[i]));
+    json_object_object_add(c, "peft_type", json_object_new_string("LORA"));
+    json_object_object_add(c, "task_type", json_object_new_string("CAUSAL_LM"));
+    json_object_object_add(c, "base_model_name_or_path", NULL);
+    json_object_object_add(c, "r", json_object_new_int(r));
+    json_object_object_add(c, "lora_alpha", json_object_new_double(alpha));
+    json_object_object_add(c, "lora_dropout", json_object_new_double(0.0));
+    json_object_object_add(c, "fan_in_fan_out", json_object_new_boolean(1)); /* GPT-2's Conv1D */
+    json_object_object_add(c, "bias", json_object_new_string("none"));
+    json_object_object_add(c, "target_modules", t);
+    json_object_object_add(c, "inference_mode", json_object_new_boolean(1));
+    const char *text = json_object_to_json_string_ext(c, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED);
+    sn_newfile f;
+    sn_status s = sn_newfile_open(&f, path, "adapter_config.json", e);
+    if (!s) {
+        sn_newfile_put(&f, text, strlen(text));
+        sn_newfile_put(&f, "\n", 1);
+        s = sn_newfile_commit(&f, e);
+    }
+    json_object_put(c);
+    return s;
+}
+#endif
+
+/* The adapters of cw, transposed, named as PEFT names them; their modules; the rank. */
+static sn_status adapters(const char *path, const sn_ckpt_weights *cw, sn_st_out *t, char (*names)[192],
+                          int64_t (*shapes)[2], char (*modules)[160], int *n, int *rank, sn_err *e) {
+    *n = 0;
+    for (int i = 0; i < cw->n; i++) {
+        const char *an = cw->params[i].name;
+        size_t len = strlen(an);
+        if (len < 8 || len > 120 || strcmp(an + len - 7, ".lora_a")) continue;
+        char prefix[128], bn[136];
+        snprintf(prefix, sizeof prefix, "%.*s", (int)(len - 7), an);
+        snprintf(bn, sizeof bn, "%s.lora_b", prefix);
+        const sn_ckpt_param *a = &cw->params[i], *b = find(cw, bn);
+        if (!b || a->rank != 2 || b->rank != 2 || a->shape[1] != b->shape[0] ||
+            (*rank && a->shape[1] != *rank))
+            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: the LoRA adapter of %s is not an A "
+                           "(in, r) and a B (r, out) of the run's one rank: the file is damaged",
+                           path, prefix);
+        if (*n == MAX_ADAPTED)
+            return sn_fail(e, SN_ERR_UNSUPPORTED, "checkpoint %s: more than %d adapted layers",
+                           path, MAX_ADAPTED);
+        *rank = (int)a->shape[1];
+        int k = *n;
+        snprintf(modules[k], sizeof modules[k], "transformer.%s", prefix);
+        const sn_ckpt_param *ab[2] = {a, b};
+        for (int h = 0; h < 2; h++) { /* lora_A (r, in) = A^T; lora_B (out, r) = B^T */
+            int j = 2 * k + h;
+            snprintf(names[j], sizeof names[j], "base_model.model.transformer.%s.lora_%c.weight",
+                     prefix, h ? 'B' : 'A');
+            shapes[j][0] = ab[h]->shape[1];
+            shapes[j][1] = ab[h]->shape[0];
+            float *d = transposed(ab[h]->w, ab[h]->shape[0], ab[h]->shape[1]);
+            if (!d) return sn_fail_oom(e, sizeof(float) * (size_t)(shapes[j][0] * shapes[j][1]), "an adapter");
+            t[j] = (sn_st_out){.name = names[j], .rank = 2, .shape = shapes[j], .data = d};
+        }
+        (*n)++;
+    }
+    return *n ? SN_OK : sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds no LoRA adapters: export "
+                                "its model with --to DIR", path);
+}
+
+sn_status sn_lora_write_peft(const char *path, const char *dir, const sn_export_opts *o,
+                             int *n_adapted, sn_err *e) {
+#ifndef SN_HAVE_JSONC
+    (void)path, (void)o, (void)n_adapted;
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: this build of sinter has no json-c, so it writes no "
+                   "PEFT adapters: install libjson-c-dev and rebuild (./setup)", dir);
+#else
+    char config[4200], model[4200];
+    snprintf(config, sizeof config, "%s/adapter_config.json", dir);
+    snprintf(model, sizeof model, "%s/adapter_model.safetensors", dir);
+    sn_ckpt_weights cw;
+    sn_status s = sn_checkpoint_read_weights(path, &cw, e);
+    if (s) return s;
+    const char *shape = sn_run_meta_get(&cw.run, "model.shape"), *lora = shape ? strstr(shape, "LoRA rank ") : NULL;
+    float alpha = o && o->lora_alpha > 0 ? o->lora_alpha : 0;
+    int r_meta;
+    if (!(alpha > 0) && lora && sscanf(lora, "LoRA rank %d alpha %f", &r_meta, &alpha) != 2) alpha = 0;
+    sn_st_out *t = sn_calloc(2 * MAX_ADAPTED, sizeof *t, "the adapters", e);
+    char (*names)[192] = sn_calloc(2 * MAX_ADAPTED, sizeof *names, "the adapters' names", e);
+    int64_t (*shapes)[2] = sn_calloc(2 * MAX_ADAPTED, sizeof *shapes, "the adapters' shapes", e);
+    char (*modules)[160] = sn_calloc(MAX_ADAPTED, sizeof *modules, "the adapted modules", e);
+    int n = 0, rank = 0;
+    if (!t || !names || !shapes || !modules) s = SN_ERR_OOM;
+    if (!s) s = adapters(path, &cw, t, names, shapes, modules, &n, &rank, e);
+    if (!s && !(alpha > 0))
+        s = sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds LoRA adapters and does not say their "
+                    "alpha: give it (sinter export --lora-alpha ALPHA, as given to --lora-alpha in "
+                    "training; R when it was not)", path);
+    struct stat st;
+    if (!s && mkdir(dir, 0777) != 0 && (errno != EEXIST || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+        s = sn_fail(e, SN_ERR_IO, "cannot make the directory %s: %s: give a directory whose parent "
+                    "exists", dir, errno == EEXIST ? "a file of that name exists" : strerror(errno));
+    if (!s && (lstat(config, &st) == 0 || lstat(model, &st) == 0))
+        s = sn_fail(e, SN_ERR_IO, "%s exists: it is not replaced: export to a new directory",
+                    lstat(config, &st) == 0 ? config : model);
+    if (!s && !(s = write_config(config, rank, alpha, modules, n, e)) && (s = sn_st_write(model, t, 2 * n, e)))
+        unlink(config); /* this call made it: no half-written adapter stays */
+    for (int j = 0; t && j < 2 * n; j++) free((void *)t[j].data);
+    free(t);
+    free(names);
+    free(shapes);
+    free(modules);
+    sn_ckpt_weights_free(&cw);
+    if (!s && n_adapted) *n_adapted = n;
+    return s;
+#endif
+}
