@@ -282,8 +282,9 @@ sn_status sn_bpe_finish(sn_bpe *g, sn_err *e) {
 enum { C_SPACE, C_LETTER, C_DIGIT, C_OTHER };
 
 /* Class of the character at s[i] for GPT-2's regex, its length in *len. ASCII and Latin-1 are
- * exact; general punctuation is punctuation; any other non-ASCII character (or stray byte)
- * counts as a letter. */
+ * exact; general punctuation, symbols (arrows to dingbats), CJK punctuation, format characters
+ * and emoji are "other"; any other non-ASCII character (or stray byte) counts as a letter (a
+ * table, not Unicode's: a rare script's digits or marks may split differently). */
 static int char_class(const unsigned char *s, size_t n, size_t i, size_t *len) {
     unsigned c = s[i];
     *len = 1;
@@ -308,6 +309,13 @@ static int char_class(const unsigned char *s, size_t n, size_t i, size_t *len) {
     }
     if (cp == 0xd7 || cp == 0xf7) return C_OTHER;
     if ((cp >= 0x2010 && cp <= 0x2027) || (cp >= 0x2030 && cp <= 0x205e)) return C_OTHER;
+    /* not letters either: format characters (zero-width joiners), arrows to dingbats and
+     * other symbols, CJK punctuation, variation selectors, emoji and pictographs */
+    if ((cp >= 0x200b && cp <= 0x200f) || (cp >= 0x2060 && cp <= 0x206f) ||
+        (cp >= 0x2190 && cp <= 0x2bff) || (cp >= 0x3001 && cp <= 0x3004) ||
+        (cp >= 0x3008 && cp <= 0x3020) || (cp >= 0xfe00 && cp <= 0xfe0f) ||
+        (cp >= 0x1f000 && cp <= 0x1faff) || (cp >= 0xe0000 && cp <= 0xe007f))
+        return C_OTHER;
     return C_LETTER;
 }
 

@@ -19,6 +19,8 @@ SAMPLE = ("First Citizen:\nWe're all resolved rather to die than to famish? You'
           "Numbers: 1, 12, 123, 1234, 12345 and 3.14159; 2026-11-27 at 19:45.\n"
           "Caf\u00e9 na\u00efve r\u00e9sum\u00e9 \u00c5ngstr\u00f6m \u03a9mega \u4e2d\u6587 "
           "\u2014 dash \u2026 quotes \u201cso\u201d.\n"
+          "Emoji \U0001F600\U0001F44D\U0001F3FD ok \u2764\ufe0f \U0001F468\u200d\U0001F469 \u2192 arrows \u2713, "
+          "\u3001\u300c\u5f15\u7528\u300d\u3002\n"
           "<|endoftext|>Second document<|endoftext|><|endoftext|> after two.\n"
           "Odd: ((brackets)) !!! ??? ... ''' \"quoted\" end   \n\n")
 
