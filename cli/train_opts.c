@@ -215,7 +215,11 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
         {"--init", a->init, "checkpoint the run starts from", false, NULL},
         {"--init-hf", a->init_hf, "pretrained model the run starts from", false, NULL},
     };
-    if ((rc = cli_check_paths("train", paths, (int)(sizeof paths / sizeof paths[0])))) return rc;
+    int n_paths = (int)(sizeof paths / sizeof paths[0]);
+    rc = cli_check_paths("train", paths, n_paths);
+    for (int i = 0; i < n_paths && !rc; i++) /* --train-bin and --val-bin may be patterns */
+        if (strstr(paths[i].opt, "-bin")) rc = cli_check_pattern("train", &paths[i], paths, n_paths);
+    if (rc) return rc;
     if (a->dump_after && !strcmp(a->device, "interp") &&
         (!strcmp(a->dump_after, "fuse") || !strcmp(a->dump_after, "memplan")))
         return cli_usage_error(cmd, "--dump-after %s shows the compiled program, and --device interp "

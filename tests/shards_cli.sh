@@ -1,9 +1,10 @@
 #!/bin/sh
 # shards_cli.sh SINTER: --train-bin and --val-bin as glob patterns over many llm.c shards: three
 # shards by pattern train to the same losses, bit for bit, as one shard of their concatenation;
-# the startup line counts the shards; a pattern matching nothing, a match that is no shard and an
-# id outside the vocabulary are refused naming the pattern or the shard; a resume with a shard
-# removed or changed is refused, naming the shards' count; the help shows the pattern form.
+# the startup line counts the shards; a pattern matching nothing, a match that is no shard, an id
+# outside the vocabulary and an output that is one of the matches are refused naming the pattern
+# or the shard; a resume with a shard removed or changed is refused, naming the shards' count;
+# the help shows the pattern form.
 set -eu
 . "$(dirname "$0")/cli_lib.sh" # $sinter, $dir (the working directory), fail, refused
 
@@ -49,7 +50,9 @@ mkdir wide
 cp parts/train_000001.bin wide/train_1.bin
 refused 1 "wide/train_2.bin: token 1: expected an id < vocab 256, found 65535" \
     train --model tiny --train-bin 'wide/train_*.bin' --val-bin all_val.bin
-echo "refused: a pattern matching nothing, a directory matched, an id outside the vocabulary"
+refused 2 "--checkpoint parts/train_000002.bin and --train-bin parts/train_*.bin (its match parts/train_000002.bin) are the same file: the checkpoint would replace the training shard" \
+    train --model tiny --train-bin 'parts/train_*.bin' --val-bin all_val.bin --checkpoint parts/train_000002.bin
+echo "refused: a pattern matching nothing, a directory matched, an id outside the vocabulary, an output among the matches"
 
 run --train-bin 'parts/train_*.bin' --val-bin all_val.bin --steps 20 --checkpoint run.ckpt > /dev/null
 mv parts/train_000002.bin kept.bin
