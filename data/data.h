@@ -89,7 +89,7 @@ sn_status sn_shard_read(const char *path, int vocab, sn_tokens *out, sn_err *e);
  * names (data/train_000001.bin before data/train_000002.bin). A pattern that matches nothing is
  * SN_ERR_IO naming it; a match that is not a shard (a directory, another file) fails as
  * sn_shard_read does, naming the file and the pattern. The whole stream is held in memory (two
- * bytes a token). */
+ * bytes a token; mapping the files instead is a later step). */
 sn_status sn_shards_read(const char *path, int vocab, sn_tokens *out, int *n_shards, sn_err *e);
 
 /* ---- batches (data.c) ------------------------------------------------------------------ */
