@@ -29,7 +29,7 @@ struct sn_session {
     int B, T, micro;         /* micro-batches of (B, T) per optimizer step */
     sn_text text;
     sn_tokenizer *tk;
-    sn_tokens toks, bin_val; /* what owns the ids: the encoded text, or the two shards */
+    sn_tokens toks, bin_val; /* what owns the ids: the encoded text, or the two splits' shards */
     sn_tokens train, val;
     int train_shards, val_shards; /* shards read into toks and bin_val; 0: a text */
     sn_val_iter vi;
