@@ -29,8 +29,9 @@ struct sn_session {
     int B, T, micro;         /* micro-batches of (B, T) per optimizer step */
     sn_text text;
     sn_tokenizer *tk;
-    sn_tokens toks, bin_val; /* what owns the ids: the encoded text, or the two shards */
+    sn_tokens toks, bin_val; /* what owns the ids: the encoded text, or the two splits' shards */
     sn_tokens train, val;
+    int train_shards, val_shards; /* shards read into toks and bin_val; 0: a text */
     sn_val_iter vi;
     sn_graph *g, *sg;        /* training graph; sampling graph (1, T), built at the first sample */
     sn_device *dev;          /* NULL: the reference interpreter */
@@ -121,8 +122,8 @@ static sn_status load_data(const sn_session_opts *o, sn_session *r, sn_err *e) {
         if (!(r->tk = sn_tokenizer_bytes_new())) return sn_fail_oom(e, 512, "the byte tokenizer");
     }
     if (o->train_bin) {
-        if ((s = sn_shard_read(o->train_bin, r->tk->vocab, &r->toks, e)) ||
-            (s = sn_shard_read(o->val_bin, r->tk->vocab, &r->bin_val, e))) {
+        if ((s = sn_shards_read(o->train_bin, r->tk->vocab, &r->toks, &r->train_shards, e)) ||
+            (s = sn_shards_read(o->val_bin, r->tk->vocab, &r->bin_val, &r->val_shards, e))) {
             if (!o->bpe && !o->tokenizer_file && s == SN_ERR_PARSE && strstr(e->msg, "vocab"))
                 snprintf(e->msg + strlen(e->msg), sizeof e->msg - strlen(e->msg),
                          " (shards of GPT-2 tokens need the GPT-2 tokenizer: --tokenizer gpt2)");
@@ -139,10 +140,13 @@ static sn_status load_data(const sn_session_opts *o, sn_session *r, sn_err *e) {
     return sn_tokens_split(&r->toks, 0.1, &r->train, &r->val, e);
 }
 
-static uint64_t tokens_hash(const sn_tokens *t) {
+/* A stream's identity: its length and the hash of its ids (the shards' concatenation), with the
+ * count of shards when there are several (one shard reads as a text of the same ids did). */
+static void data_meta(sn_run_state *m, const char *key, const sn_tokens *t, int shards) {
     uint64_t h = SN_HASH_INIT;
     for (size_t i = 0; i < t->n; i++) h = sn_hash_word(h, (uint64_t)sn_tokens_get(t, i));
-    return h;
+    if (shards > 1) sn_run_meta_set(m, key, "%d shards, %zu tokens, hash %016" PRIx64, shards, t->n, h);
+    else sn_run_meta_set(m, key, "%zu tokens, hash %016" PRIx64, t->n, h);
 }
 
 /* What a checkpoint of this run must agree with to be resumed (the trainer adds its options). */
@@ -159,8 +163,8 @@ static void set_meta(sn_session *r) {
     sn_run_meta_set(m, "batch", "%d", r->B);
     sn_run_meta_set(m, "seq", "%d", r->T);
     sn_run_meta_set(m, "tokens_per_step", "%ld", (long)r->micro * r->B * r->T);
-    sn_run_meta_set(m, "train_data", "%zu tokens, hash %016" PRIx64, r->train.n, tokens_hash(&r->train));
-    sn_run_meta_set(m, "val_data", "%zu tokens, hash %016" PRIx64, r->val.n, tokens_hash(&r->val));
+    data_meta(m, "train_data", &r->train, r->train_shards);
+    data_meta(m, "val_data", &r->val, r->val_shards);
 }
 
 /* Calls the model's build for (B, T) into a new graph and checks what the session relies on.
@@ -431,7 +435,8 @@ void sn_session_info_get(const sn_session *r, sn_session_info *out) {
                              .tokens_per_step = (long)r->micro * r->B * r->T,
                              .params = sn_graph_param_count(r->g), .init_fresh = r->init_fresh,
                              .train_tokens = r->train.n,
-                             .val_tokens = r->val.n, .step = sn_trainer_step_count(r->t),
+                             .val_tokens = r->val.n, .train_shards = r->train_shards,
+                             .val_shards = r->val_shards, .step = sn_trainer_step_count(r->t),
                              .steps = r->o.steps, .loss_scaling = sn_trainer_loss_scaling(r->t),
                              .loss_scale = sn_trainer_scaler(r->t).scale,
                              .steps_skipped = sn_trainer_scaler(r->t).skipped,

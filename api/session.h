@@ -69,7 +69,8 @@ typedef struct {
     bool tf32, no_cache;  /* CUDA: TF32 GEMMs for the f32 products (SN_PRECISION_TF32 sets it);
                              compile without the kernel cache */
     const char *data;     /* a text file or directory, split 90/10 into train and validation */
-    const char *train_bin, *val_bin; /* instead of data: two llm.c token shards */
+    const char *train_bin, *val_bin; /* instead of data: llm.c token shards, each a path or a glob(3)
+                                        pattern of several read in name order (sn_shards_read) */
     const char *bpe;      /* GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe; NULL: bytes */
     const char *tokenizer_file; /* instead of bpe: a Hugging Face tokenizer.json (a byte-level
                              BPE: data.h sn_tokenizer_hf_load); checkpoints record its hash */
@@ -174,6 +175,7 @@ typedef struct {
     int64_t trained;                        /* the trained ones (not frozen) */
     int init_fresh;                         /* with init: adapters the file lacked (initialised) */
     size_t train_tokens, val_tokens;
+    int train_shards, val_shards;           /* the llm.c shards read; 0: a text corpus */
     int step, steps;                        /* taken so far (a resumed run starts later) */
     /* With mem: the plan's device bytes, and after a step the device's own count of the same
      * (arena peak + persistent block + optimizer state + workspace); zeros otherwise. */

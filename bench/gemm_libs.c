@@ -44,24 +44,24 @@ static void loadavg(char *buf, size_t len) { /* "1.23 0.80 0.50": other work com
     }
 }
 
-void json_str(FILE *f, const char *key, const char *s) {
-    fprintf(f, "\"%s\":\"", key);
-    for (; s && *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', f), fputc(*s, f);
-        else if ((unsigned char)*s < 0x20) fputc(' ', f);
-        else fputc(*s, f);
+bj *record_open(const Run *r, const char *scope, double ms, double flop, double peak_gflops) {
+    bj *o = bj_new();
+    bj_str(o, "bench", "gemm_libs");
+    bj_str(o, "scope", scope);
+    bj_str(o, "device", "cpu");
+    bj_str(o, "model", r->model);
+    bj_int(o, "batch", r->batch);
+    bj_int(o, "seq", r->seq);
+    if (ms > 0) {
+        bj_num(o, "ms_per_step", "%.3f", ms);
+        bj_num(o, "tokens_per_s", "%.1f", (double)r->batch * r->seq / (ms * 1e-3));
+    } else {
+        bj_null(o, "ms_per_step");
+        bj_null(o, "tokens_per_s");
     }
-    fputc('"', f);
-}
-
-void json_open(const Run *r, const char *scope, double ms, double flop, double peak_gflops) {
-    printf("{\"bench\":\"gemm_libs\",\"scope\":\"%s\",\"device\":\"cpu\",", scope);
-    json_str(stdout, "model", r->model);
-    printf(",\"batch\":%d,\"seq\":%d,", r->batch, r->seq);
-    if (ms > 0) printf("\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,", ms, (double)r->batch * r->seq / (ms * 1e-3));
-    else printf("\"ms_per_step\":null,\"tokens_per_s\":null,");
-    if (ms > 0 && peak_gflops > 0) printf("\"mfu\":%.4f,", flop / (ms * 1e6) / peak_gflops);
-    else printf("\"mfu\":null,");
+    if (ms > 0 && peak_gflops > 0) bj_num(o, "mfu", "%.4f", flop / (ms * 1e6) / peak_gflops);
+    else bj_null(o, "mfu");
+    return o;
 }
 
 /* ---- the peak ---------------------------------------------------------------------------------- */
@@ -76,10 +76,15 @@ static void measure_peaks(const Run *r, const char *when, double pk[2]) {
         for (int nt = 1; nt <= r->threads; nt += r->threads > 1 ? r->threads - 1 : 1) {
             sn_bench_peak p;
             sn_bench_peak_measure(dt, nt, 5, &p);
-            json_open(r, "peak", 0, 0, 0);
-            printf("\"when\":\"%s\",\"dtype\":\"%s\",\"instr\":\"%s\",\"threads\":%d,\"reps\":5,"
-                   "\"gflops_per_core\":%.1f,\"gflops\":%.1f}\n",
-                   when, d ? "bf16" : "f32", p.instr, p.threads, p.gflops_per_core, p.gflops);
+            bj *o = record_open(r, "peak", 0, 0, 0);
+            bj_str(o, "when", when);
+            bj_str(o, "dtype", d ? "bf16" : "f32");
+            bj_str(o, "instr", p.instr);
+            bj_int(o, "threads", p.threads);
+            bj_int(o, "reps", 5);
+            bj_num(o, "gflops_per_core", "%.1f", p.gflops_per_core);
+            bj_num(o, "gflops", "%.1f", p.gflops);
+            bj_print(o, stdout);
             if (nt == 1 && p.gflops * r->threads > pk[d]) pk[d] = p.gflops * r->threads;
             if (nt == r->threads && p.gflops > pk[d]) pk[d] = p.gflops;
         }
@@ -105,13 +110,17 @@ typedef struct { /* one (worker, variant) column of the results */
     char impl[NSHAPE][96];
 } Slot;
 
-static void print_gemm_head(const Run *r, const Slot *s, const Shape *sh, double ms, double peak) {
+/* A "gemm" record's fields up to impl (the caller adds the rest and prints it). */
+static bj *gemm_record(const Run *r, const Slot *s, const Shape *sh, double ms, double peak, const char *impl) {
     const Variant *v = &variants[s->var];
-    json_open(r, "gemm", ms, 2.0 * sh->m * sh->n * sh->k, peak);
-    printf("\"pass\":\"%s\",\"op\":\"%s\",", sh->pass, sh->op);
-    json_str(stdout, "lib", s->w->spec->group), putchar(',');
-    json_str(stdout, "api", v->api), putchar(',');
-    json_str(stdout, "env", env_label(s->w->spec)), putchar(',');
+    bj *o = record_open(r, "gemm", ms, 2.0 * sh->m * sh->n * sh->k, peak);
+    bj_str(o, "pass", sh->pass);
+    bj_str(o, "op", sh->op);
+    bj_str(o, "lib", s->w->spec->group);
+    bj_str(o, "api", v->api);
+    bj_str(o, "env", env_label(s->w->spec));
+    bj_str(o, "impl", impl);
+    return o;
 }
 
 /* Times shape si on every active slot: a warm-up call that is also checked, then r->reps rounds
@@ -155,12 +164,16 @@ static void measure_shape(const Run *r, int si, Slot *slots, int nslot, double g
             s->err[si] = rs.err, s->measured[si] = rs.ok, warm[j] = rs.ms;
             if (!rs.ok) {
                 const Variant *v = &variants[s->var];
-                print_gemm_head(r, s, sh, 0, 0);
-                json_str(stdout, "impl", rs.impl), putchar(',');
-                printf("\"dtype\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"transa\":\"%c\",\"transb\":\"%c\",\"ok\":false,",
-                       v->bf16 ? "bf16" : "f32", sh->m, sh->n, sh->k, sh->ta, sh->tb);
-                json_str(stdout, "error", rs.msg);
-                printf("}\n");
+                bj *o = gemm_record(r, s, sh, 0, 0, rs.impl);
+                bj_str(o, "dtype", v->bf16 ? "bf16" : "f32");
+                bj_int(o, "m", sh->m);
+                bj_int(o, "n", sh->n);
+                bj_int(o, "k", sh->k);
+                bj_char(o, "transa", sh->ta);
+                bj_char(o, "transb", sh->tb);
+                bj_bool(o, "ok", false);
+                bj_str(o, "error", rs.msg);
+                bj_print(o, stdout);
             }
         }
     }
@@ -187,16 +200,25 @@ static void print_gemms(const Run *r, const Slot *slots, int nslot, const double
             if (!s->measured[si]) continue;
             const Variant *v = &variants[s->var];
             double peak = pk[v->bf16];
-            print_gemm_head(r, s, sh, s->best[si], peak);
-            json_str(stdout, "impl", s->impl[si]), putchar(',');
-            printf("\"dtype\":\"%s\",\"out\":\"f32\",\"epilogue\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,"
-                   "\"transa\":\"%c\",\"transb\":\"%c\",\"threads\":%d,\"reps\":%d,\"median_ms\":%.3f,"
-                   "\"gflops\":%.1f,",
-                   v->bf16 ? "bf16" : "f32", v->epilogue ? "bias+gelu_tanh" : "none", sh->m, sh->n, sh->k, sh->ta,
-                   sh->tb, r->threads, s->reps[si], s->median[si], 2.0 * sh->m * sh->n * sh->k / (s->best[si] * 1e6));
-            if (peak > 0) printf("\"peak_gflops\":%.1f,", peak);
-            else printf("\"peak_gflops\":null,");
-            printf("\"cpu_share\":%.2f,\"max_err\":%.2g,\"ok\":true}\n", s->share[si], s->err[si]);
+            bj *o = gemm_record(r, s, sh, s->best[si], peak, s->impl[si]);
+            bj_str(o, "dtype", v->bf16 ? "bf16" : "f32");
+            bj_str(o, "out", "f32");
+            bj_str(o, "epilogue", v->epilogue ? "bias+gelu_tanh" : "none");
+            bj_int(o, "m", sh->m);
+            bj_int(o, "n", sh->n);
+            bj_int(o, "k", sh->k);
+            bj_char(o, "transa", sh->ta);
+            bj_char(o, "transb", sh->tb);
+            bj_int(o, "threads", r->threads);
+            bj_int(o, "reps", s->reps[si]);
+            bj_num(o, "median_ms", "%.3f", s->median[si]);
+            bj_num(o, "gflops", "%.1f", 2.0 * sh->m * sh->n * sh->k / (s->best[si] * 1e6));
+            if (peak > 0) bj_num(o, "peak_gflops", "%.1f", peak);
+            else bj_null(o, "peak_gflops");
+            bj_num(o, "cpu_share", "%.2f", s->share[si]);
+            bj_num(o, "max_err", "%.2g", s->err[si]);
+            bj_bool(o, "ok", true);
+            bj_print(o, stdout);
         }
     }
 }
@@ -225,14 +247,17 @@ static double print_steps(const Run *r, const Slot *slots, int nslot, const doub
         if (v->epilogue) snprintf(covers, sizeof covers, "forward layer GEMMs x%d", r->layers);
         else if (r->quick) snprintf(covers, sizeof covers, "all layer GEMMs x%d (no LM head)", r->layers);
         else snprintf(covers, sizeof covers, "all GEMMs of one step (%d layers + LM head)", r->layers);
-        json_open(r, v->epilogue || r->quick ? "step_part" : "step", ms, flop, pk[v->bf16]);
-        json_str(stdout, "lib", s->w->spec->group), putchar(',');
-        json_str(stdout, "api", v->api), putchar(',');
-        json_str(stdout, "env", env_label(s->w->spec)), putchar(',');
-        printf("\"dtype\":\"%s\",\"epilogue\":\"%s\",\"covers\":\"%s\",\"threads\":%d,\"gflop\":%.4g,"
-               "\"gflops\":%.1f}\n",
-               v->bf16 ? "bf16" : "f32", v->epilogue ? "bias+gelu_tanh" : "none", covers, r->threads, flop / 1e9,
-               flop / (ms * 1e6));
+        bj *o = record_open(r, v->epilogue || r->quick ? "step_part" : "step", ms, flop, pk[v->bf16]);
+        bj_str(o, "lib", s->w->spec->group);
+        bj_str(o, "api", v->api);
+        bj_str(o, "env", env_label(s->w->spec));
+        bj_str(o, "dtype", v->bf16 ? "bf16" : "f32");
+        bj_str(o, "epilogue", v->epilogue ? "bias+gelu_tanh" : "none");
+        bj_str(o, "covers", covers);
+        bj_int(o, "threads", r->threads);
+        bj_num(o, "gflop", "%.4g", flop / 1e9);
+        bj_num(o, "gflops", "%.1f", flop / (ms * 1e6));
+        bj_print(o, stdout);
     }
     return best_step;
 }
@@ -342,12 +367,19 @@ int main(int argc, char **argv) {
     int has512 = __builtin_cpu_supports("avx512f"), hasbf16 = sn_bench_peak_supported(SN_PEAK_BF16);
     char load[64];
     loadavg(load, sizeof load);
-    json_open(r, "machine", 0, 0, 0);
-    json_str(stdout, "cpu", cpu), putchar(','), json_str(stdout, "loadavg", load);
-    printf(",\"online_cpus\":%ld,\"avx512f\":%s,\"avx512_bf16\":%s,\"threads\":%d,\"reps\":%d,\"quick\":%s,"
-           "\"n_embd\":%d,\"n_layer\":%d,\"vocab_padded\":%d}\n",
-           sysconf(_SC_NPROCESSORS_ONLN), has512 ? "true" : "false", hasbf16 ? "true" : "false", r->threads, r->reps,
-           r->quick ? "true" : "false", r->c, r->layers, r->vp);
+    bj *o = record_open(r, "machine", 0, 0, 0);
+    bj_str(o, "cpu", cpu);
+    bj_str(o, "loadavg", load);
+    bj_int(o, "online_cpus", sysconf(_SC_NPROCESSORS_ONLN));
+    bj_bool(o, "avx512f", has512);
+    bj_bool(o, "avx512_bf16", hasbf16);
+    bj_int(o, "threads", r->threads);
+    bj_int(o, "reps", r->reps);
+    bj_bool(o, "quick", r->quick);
+    bj_int(o, "n_embd", r->c);
+    bj_int(o, "n_layer", r->layers);
+    bj_int(o, "vocab_padded", r->vp);
+    bj_print(o, stdout);
 
     /* peak: measured before the workers start and again after they finish (they sleep in read()
      * by then); the larger counts, since neighbours on a shared machine only ever lower it */
@@ -374,10 +406,11 @@ int main(int argc, char **argv) {
             continue;
         }
         nworker++;
-        json_open(r, "lib", 0, 0, 0);
-        json_str(stdout, "lib", ws->group), putchar(','), json_str(stdout, "env", env_label(ws)), putchar(',');
-        json_str(stdout, "info", w->hello.info);
-        printf("}\n");
+        o = record_open(r, "lib", 0, 0, 0);
+        bj_str(o, "lib", ws->group);
+        bj_str(o, "env", env_label(ws));
+        bj_str(o, "info", w->hello.info);
+        bj_print(o, stdout);
         for (int j = 0; j < w->hello.nvar; j++) {
             Slot *s = &slots[nslot++];
             memset(s, 0, sizeof *s);
@@ -398,11 +431,13 @@ int main(int argc, char **argv) {
 
     if (peak && nslot) sleep_ms(gap + 200), measure_peaks(r, "end", pk);
     if (peak) {
-        json_open(r, "peak_used", 0, 0, 0);
-        printf("\"threads\":%d,\"f32_gflops\":%.1f,\"bf16_gflops\":%.1f,"
-               "\"note\":\"denominator of mfu (f32 or bf16 by the GEMM's input dtype): max over start and end of "
-               "max(concurrent total, threads x one core alone)\"}\n",
-               r->threads, pk[0], pk[1]);
+        o = record_open(r, "peak_used", 0, 0, 0);
+        bj_int(o, "threads", r->threads);
+        bj_num(o, "f32_gflops", "%.1f", pk[0]);
+        bj_num(o, "bf16_gflops", "%.1f", pk[1]);
+        bj_str(o, "note", "denominator of mfu (f32 or bf16 by the GEMM's input dtype): max over start and "
+               "end of max(concurrent total, threads x one core alone)");
+        bj_print(o, stdout);
     }
     print_gemms(r, slots, nslot, pk);
     double step_ms[NVAR * NSPEC];
@@ -410,9 +445,9 @@ int main(int argc, char **argv) {
     if (nslot) print_table(r, slots, nslot, pk, step_ms, best_step);
 
     loadavg(load, sizeof load);
-    json_open(r, "end", 0, 0, 0);
-    json_str(stdout, "loadavg", load);
-    printf("}\n");
+    o = record_open(r, "end", 0, 0, 0);
+    bj_str(o, "loadavg", load);
+    bj_print(o, stdout);
     for (int i = 0; i < nworker; i++) {
         Req quit = {-1, 0, 0};
         if (workers[i].alive) write_all(workers[i].wfd, &quit, sizeof quit);

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <sys/types.h>
 
+#include "bench_json.h"
+
 #ifdef SN_HAVE_DNNL
 #include <dnnl.h>
 #endif
@@ -98,11 +100,11 @@ typedef struct {
 
 /* ---- gemm_libs.c: the driver ---- */
 double now_ms(void);
-void json_str(FILE *f, const char *key, const char *s);
-/* Prints `{"bench":"gemm_libs","scope":scope,"device":"cpu","model":..,"batch":..,"seq":..,
- * "ms_per_step":..,"tokens_per_s":..,"mfu":..,`: tokens are batch*seq, mfu is flop / ms over
- * peak_gflops; each null where ms or peak_gflops is not positive. The caller ends the object. */
-void json_open(const Run *r, const char *scope, double ms, double flop, double peak_gflops);
+/* A record {"bench":"gemm_libs","scope":scope,"device":"cpu","model":..,"batch":..,"seq":..,
+ * "ms_per_step":..,"tokens_per_s":..,"mfu":..}: tokens are batch*seq, mfu is flop / ms over
+ * peak_gflops; each null where ms or peak_gflops is not positive. The caller adds its fields
+ * and prints it (bj_print). */
+bj *record_open(const Run *r, const char *scope, double ms, double flop, double peak_gflops);
 
 /* ---- gemm_libs_lib.c: the libraries ---- */
 extern const Variant variants[NVAR];

@@ -143,17 +143,24 @@ static int small_check(const Run *r, int var, const char *env) {
         }
         int ok = err <= TOL;
         all_ok &= ok;
-        json_open(r, "check", 0, 0, 0);
-        json_str(stdout, "lib", v->group), putchar(','), json_str(stdout, "api", v->api), putchar(',');
-        json_str(stdout, "env", env), putchar(',');
-        printf("\"dtype\":\"%s\",\"epilogue\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"transa\":\"%c\",\"transb\":\"%c\","
-               "\"threads\":%d,\"max_err\":%.3g,\"tol\":%g,\"ok\":%s",
-               v->bf16 ? "bf16" : "f32", v->epilogue ? "bias+gelu_tanh" : "none", SM, SN, SK, g.ta, g.tb, r->threads,
-               isnan(err) ? -1.0 : err, TOL, ok ? "true" : "false");
-        if (msg[0]) putchar(','), json_str(stdout, "error", msg);
-        printf("}\n");
+        bj *o = record_open(r, "check", 0, 0, 0);
+        bj_str(o, "lib", v->group);
+        bj_str(o, "api", v->api);
+        bj_str(o, "env", env);
+        bj_str(o, "dtype", v->bf16 ? "bf16" : "f32");
+        bj_str(o, "epilogue", v->epilogue ? "bias+gelu_tanh" : "none");
+        bj_int(o, "m", SM);
+        bj_int(o, "n", SN);
+        bj_int(o, "k", SK);
+        bj_char(o, "transa", g.ta);
+        bj_char(o, "transb", g.tb);
+        bj_int(o, "threads", r->threads);
+        bj_num(o, "max_err", "%.3g", isnan(err) ? -1.0 : err);
+        bj_num(o, "tol", "%g", TOL);
+        bj_bool(o, "ok", ok);
+        if (msg[0]) bj_str(o, "error", msg);
+        bj_print(o, stdout);
     }
-    fflush(stdout);
     return all_ok;
 }
 

@@ -19,6 +19,7 @@
 #include "support/clock.h"
 #include "support/rng.h"
 #include "train/generate.h"
+#include "bench_json.h"
 
 typedef struct {
     const char *model, *device, *positions;
@@ -124,10 +125,19 @@ int main(int argc, char **argv) {
     sn_generator_stats(gen, &st);
     double cached_tps = a.n_new / total_s, decode_tps = st.n_steps ? st.n_steps / st.decode_s : 0;
     double prefill_s = st.prefill_s;
-    printf("{\"bench\":\"generate\",\"cache\":true,\"model\":\"%s\",\"device\":\"%s\",\"prompt\":%d,"
-           "\"new\":%d,\"tokens_per_s\":%.3f,\"decode_tokens_per_s\":%.3f,\"prefill_s\":%.4f,"
-           "\"setup_s\":%.3f,\"first_call_s\":%.3f}\n", a.model, dev, a.prompt_len, a.n_new,
-           cached_tps, decode_tps, prefill_s, setup_s, first_s);
+    bj *rec = bj_new();
+    bj_str(rec, "bench", "generate");
+    bj_bool(rec, "cache", true);
+    bj_str(rec, "model", a.model);
+    bj_str(rec, "device", dev);
+    bj_int(rec, "prompt", a.prompt_len);
+    bj_int(rec, "new", a.n_new);
+    bj_num(rec, "tokens_per_s", "%.3f", cached_tps);
+    bj_num(rec, "decode_tokens_per_s", "%.3f", decode_tps);
+    bj_num(rec, "prefill_s", "%.4f", prefill_s);
+    bj_num(rec, "setup_s", "%.3f", setup_s);
+    bj_num(rec, "first_call_s", "%.3f", first_s);
+    bj_print(rec, stdout);
     /* a decode step's time by kernel kind: a short run with an event after every kernel (which
      * costs time of its own, so the runs above have events around the whole step only) */
     sn_exec *dx = sn_generator_decode_exec(gen);
@@ -143,9 +153,13 @@ int main(int argc, char **argv) {
         if (xs.kind_s[k] > 0)
             at += snprintf(kinds + at, sizeof kinds - (size_t)at, "%s%s %.2f ms", at ? ", " : "",
                            sn_kernel_kind_name((sn_kernel_kind)k), 1e3 * xs.kind_s[k]);
-    printf("{\"bench\":\"generate_kinds\",\"decode_step\":\"%s\",\"kernels\":%d,\"persistent_bytes\":%lld,\"arena_bytes\":%lld}\n",
-           kinds, sn_generator_decode_program(gen)->n_kernels, (long long)xs.persistent_bytes, (long long)xs.arena_bytes);
-    fflush(stdout);
+    rec = bj_new();
+    bj_str(rec, "bench", "generate_kinds");
+    bj_str(rec, "decode_step", kinds);
+    bj_int(rec, "kernels", sn_generator_decode_program(gen)->n_kernels);
+    bj_int(rec, "persistent_bytes", (long long)xs.persistent_bytes);
+    bj_int(rec, "arena_bytes", (long long)xs.arena_bytes);
+    bj_print(rec, stdout);
 
     /* one decode step at each position P (1-based): the 8 steps up to it, the median */
     double pos_ms[8] = {0};
@@ -163,9 +177,13 @@ int main(int argc, char **argv) {
         memcpy(s, st.step_s, sizeof s);
         qsort(s, 8, sizeof s[0], by_value);
         pos_at[n_pos] = (int)P, pos_ms[n_pos] = 1e3 * (s[3] + s[4]) / 2;
-        printf("{\"bench\":\"generate_step\",\"model\":\"%s\",\"device\":\"%s\",\"position\":%d,"
-               "\"ms\":%.3f}\n", a.model, dev, pos_at[n_pos], pos_ms[n_pos]);
-        fflush(stdout);
+        rec = bj_new();
+        bj_str(rec, "bench", "generate_step");
+        bj_str(rec, "model", a.model);
+        bj_str(rec, "device", dev);
+        bj_int(rec, "position", pos_at[n_pos]);
+        bj_num(rec, "ms", "%.3f", pos_ms[n_pos]);
+        bj_print(rec, stdout);
         n_pos++;
         p = *end == ',' ? end + 1 : end;
     }
@@ -193,8 +211,15 @@ int main(int argc, char **argv) {
         t0 = sn_clock_s();
         if (sn_sampler_generate(s, prompt, a.prompt_len, &so, out, &e)) die("sample", &e);
         plain_tps = n / (sn_clock_s() - t0);
-        printf("{\"bench\":\"generate\",\"cache\":false,\"model\":\"%s\",\"device\":\"%s\",\"window\":%d,"
-               "\"timed_tokens\":%d,\"tokens_per_s\":%.3f}\n", a.model, dev, T, n, plain_tps);
+        rec = bj_new();
+        bj_str(rec, "bench", "generate");
+        bj_bool(rec, "cache", false);
+        bj_str(rec, "model", a.model);
+        bj_str(rec, "device", dev);
+        bj_int(rec, "window", T);
+        bj_int(rec, "timed_tokens", n);
+        bj_num(rec, "tokens_per_s", "%.3f", plain_tps);
+        bj_print(rec, stdout);
         sn_sampler_free(s);
         sn_graph_free(g);
     }

@@ -17,6 +17,7 @@
 #include "ir/ir.h"
 #include "models/gpt2.h"
 #include "passes/pipeline.h"
+#include "bench_json.h"
 #include "roofline.h"
 
 enum { MAX_ARCH = 3, N_OPT = 4 };
@@ -56,6 +57,38 @@ static const char *kind_of(const sn_kernel *k) {
 static bool want(const args *a, const sn_kernel *k) {
     if (!a->kind) return true;
     return !strcmp(a->kind, sn_kernel_kind_name(k->kind)) || !strcmp(a->kind, kind_of(k));
+}
+
+/* One kernel's record: its launch, the model's cost (r), and ptxas's report for each of the n_arch
+ * architectures (rep: n reports an architecture; i: this kernel's index). */
+static void kernel_record(bj *o, const sn_kernel *k, const char *grid, const char *block,
+                          const sn_roofline_kernel *r, const sn_cuda_kernel_report *rep, int n,
+                          int i, int n_arch) {
+    bj_str(o, "name", k->name);
+    bj_str(o, "kind", kind_of(k));
+    bj_str(o, "grid", grid);
+    bj_str(o, "block", block);
+    bj_num(o, "gflop", "%.4f", r->flops / 1e9);
+    bj_num(o, "mb", "%.3f", r->bytes / 1e6);
+    bj_num(o, "modeled_us", "%.3f", r->time_s * 1e6);
+    bj *archs = bj_obj(o, "arch");
+    for (int ai = 0; ai < n_arch; ai++) {
+        const sn_cuda_kernel_report *x = &rep[(size_t)ai * n + i];
+        if (!x->has_info) continue;
+        char name[16];
+        snprintf(name, sizeof name, "sm_%d", x->arch);
+        bj *ar = bj_obj(archs, name);
+        bj_int(ar, "registers", x->info.registers);
+        bj_int(ar, "static_smem", x->info.shared_bytes);
+        bj_int(ar, "dynamic_smem", x->dims.shared_bytes);
+        bj_int(ar, "spill_stores", x->info.spill_store_bytes);
+        bj_int(ar, "spill_loads", x->info.spill_load_bytes);
+        bj_int(ar, "stack", x->info.stack_bytes);
+        bj_int(ar, "blocks_per_sm", x->occ.blocks);
+        bj_int(ar, "warps_per_sm", x->occ.warps);
+        bj_num(ar, "occupancy", "%.4f", x->occ.occupancy);
+        bj_str(ar, "limiter", x->occ.limiter);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -139,13 +172,19 @@ int main(int argc, char **argv) {
     double kind_s[SN_KER_KIND_COUNT] = {0}, kind_b[SN_KER_KIND_COUNT] = {0},
            kind_f[SN_KER_KIND_COUNT] = {0}, sum_s = 0;
     int kind_n[SN_KER_KIND_COUNT] = {0};
-    const char *sep = "";
-    if (a.json)
-        printf("{\"model\": \"%s\", \"batch\": %d, \"seq\": %d, \"precision\": \"%s\", "
-               "\"machine\": {\"name\": \"%s\", \"bf16_tflops\": %.1f, \"tb_per_s\": %.2f}, "
-               "\"kernels\": [", a.model, a.batch, a.seq, a.precision, mach->name,
-               mach->bf16_tflops, mach->tb_per_s);
-    else {
+    bj *rec = NULL, *kernels = NULL;
+    if (a.json) {
+        rec = bj_new();
+        bj_str(rec, "model", a.model);
+        bj_int(rec, "batch", a.batch);
+        bj_int(rec, "seq", a.seq);
+        bj_str(rec, "precision", a.precision);
+        bj *m = bj_obj(rec, "machine");
+        bj_str(m, "name", mach->name);
+        bj_num(m, "bf16_tflops", "%.1f", mach->bf16_tflops);
+        bj_num(m, "tb_per_s", "%.2f", mach->tb_per_s);
+        kernels = bj_arr(rec, "kernels");
+    } else {
         printf("kernel_cost: %s B=%d T=%d %s: %d kernels (%d shown with the optimizer's), "
                "modeled on %s (%.0f TFLOP/s bf16, %.2f TB/s)\n", a.model, a.batch, a.seq,
                a.precision, p->n_kernels, n, mach->name, mach->bf16_tflops, mach->tb_per_s);
@@ -171,22 +210,7 @@ int main(int argc, char **argv) {
             snprintf(block, sizeof block, "%ux%ux%u", r0->dims.block[0], r0->dims.block[1], r0->dims.block[2]);
         }
         if (a.json) {
-            printf("%s\n  {\"name\": \"%s\", \"kind\": \"%s\", \"grid\": \"%s\", \"block\": \"%s\", "
-                   "\"gflop\": %.4f, \"mb\": %.3f, \"modeled_us\": %.3f, \"arch\": {", sep, k->name,
-                   kind_of(k), grid, block, r.flops / 1e9, r.bytes / 1e6, r.time_s * 1e6);
-            sep = ",";
-            for (int ai = 0; ai < a.n_arch; ai++) {
-                const sn_cuda_kernel_report *x = &rep[(size_t)ai * n + i];
-                if (!x->has_info) continue;
-                printf("%s\"sm_%d\": {\"registers\": %d, \"static_smem\": %d, \"dynamic_smem\": %u, "
-                       "\"spill_stores\": %d, \"spill_loads\": %d, \"stack\": %d, \"blocks_per_sm\": %d, "
-                       "\"warps_per_sm\": %d, \"occupancy\": %.4f, \"limiter\": \"%s\"}",
-                       ai ? ", " : "", x->arch, x->info.registers, x->info.shared_bytes,
-                       x->dims.shared_bytes, x->info.spill_store_bytes, x->info.spill_load_bytes,
-                       x->info.stack_bytes, x->occ.blocks, x->occ.warps, x->occ.occupancy,
-                       x->occ.limiter);
-            }
-            printf("}}");
+            kernel_record(bj_push_obj(kernels), k, grid, block, &r, rep, n, i, a.n_arch);
             continue;
         }
         printf("%-34.34s %-9s %-13s %-8s", k->name, kind_of(k), grid, block);
@@ -209,19 +233,24 @@ int main(int argc, char **argv) {
      * optimizer, whatever --kind shows) */
     double attn_layer = kind_s[SN_KER_ATTENTION] / c.n_layer;
     if (a.json) {
-        printf("\n], \"kinds\": {");
-        sep = "";
+        bj *kinds = bj_obj(rec, "kinds");
         for (int k = 0; k < SN_KER_KIND_COUNT; k++) {
             if (!kind_n[k]) continue;
-            printf("%s\"%s\": {\"kernels\": %d, \"gflop\": %.3f, \"mb\": %.2f, \"modeled_ms\": %.4f}",
-                   sep, sn_kernel_kind_name((sn_kernel_kind)k), kind_n[k], kind_f[k] / 1e9,
-                   kind_b[k] / 1e6, kind_s[k] * 1e3);
-            sep = ", ";
+            bj *kr = bj_obj(kinds, sn_kernel_kind_name((sn_kernel_kind)k));
+            bj_int(kr, "kernels", kind_n[k]);
+            bj_num(kr, "gflop", "%.3f", kind_f[k] / 1e9);
+            bj_num(kr, "mb", "%.2f", kind_b[k] / 1e6);
+            bj_num(kr, "modeled_ms", "%.4f", kind_s[k] * 1e3);
         }
-        printf("}, \"attention_per_layer_ms\": %.4f, \"shown_ms\": %.4f, \"step\": {\"kernels\": %d, "
-               "\"gflop\": %.3f, \"mb\": %.2f, \"optimizer_ms\": %.4f, \"modeled_ms\": %.4f}}\n",
-               attn_layer * 1e3, sum_s * 1e3, p->n_kernels, step.flops / 1e9, step.bytes / 1e6,
-               step.optimizer_s * 1e3, step.time_s * 1e3);
+        bj_num(rec, "attention_per_layer_ms", "%.4f", attn_layer * 1e3);
+        bj_num(rec, "shown_ms", "%.4f", sum_s * 1e3);
+        bj *sr = bj_obj(rec, "step");
+        bj_int(sr, "kernels", p->n_kernels);
+        bj_num(sr, "gflop", "%.3f", step.flops / 1e9);
+        bj_num(sr, "mb", "%.2f", step.bytes / 1e6);
+        bj_num(sr, "optimizer_ms", "%.4f", step.optimizer_s * 1e3);
+        bj_num(sr, "modeled_ms", "%.4f", step.time_s * 1e3);
+        bj_print(rec, stdout);
     } else {
         printf("totals by kind (modeled on %s):\n", mach->name);
         for (int k = 0; k < SN_KER_KIND_COUNT; k++) {

@@ -14,6 +14,7 @@
 #include "support/clock.h"
 #include "support/rng.h"
 #include "train/train.h"
+#include "bench_json.h"
 
 typedef struct {
     llama_config c;
@@ -131,21 +132,24 @@ int main(int argc, char **argv) {
         }
     for (int i = 0; i < 2; i++) {
         const sn_program *p = sn_trainer_program(v[i].t);
-        char kinds[256];
-        int total = 0, at = 0;
-        for (int k = 0; k < SN_KER_KIND_COUNT; k++) {
-            total += v[i].per_layer[k];
-            if (v[i].per_layer[k])
-                at += snprintf(kinds + at, sizeof kinds - (size_t)at, "%s\"%s\": %d", at ? ", " : "",
-                               sn_kernel_kind_name((sn_kernel_kind)k), v[i].per_layer[k]);
-        }
-        printf("{\"bench\": \"llama_gqa\", \"model\": \"%s\", \"batch\": %d, \"seq\": %d, "
-               "\"kv\": \"%s\", \"attention_unrepeated\": %d, \"kernels_per_step\": %d, "
-               "\"kernels_per_layer\": %d, \"by_kind\": {%s}, \"arena_planned_bytes\": %lld, \"ms_per_step\": %.1f, "
-               "\"ratio_to_repeated\": %.3f}\n",
-               desc, a.batch, a.seq, v[i].keep ? "repeated" : "unrepeated", v[i].unrepeated,
-               p->n_kernels, total, kinds, (long long)p->arena_bytes, v[i].best * 1e3,
-               v[i].best / v[0].best);
+        bj *rec = bj_new();
+        bj_str(rec, "bench", "llama_gqa");
+        bj_str(rec, "model", desc);
+        bj_int(rec, "batch", a.batch);
+        bj_int(rec, "seq", a.seq);
+        bj_str(rec, "kv", v[i].keep ? "repeated" : "unrepeated");
+        bj_int(rec, "attention_unrepeated", v[i].unrepeated);
+        bj_int(rec, "kernels_per_step", p->n_kernels);
+        int total = 0;
+        for (int k = 0; k < SN_KER_KIND_COUNT; k++) total += v[i].per_layer[k];
+        bj_int(rec, "kernels_per_layer", total);
+        bj *kinds = bj_obj(rec, "by_kind");
+        for (int k = 0; k < SN_KER_KIND_COUNT; k++)
+            if (v[i].per_layer[k]) bj_int(kinds, sn_kernel_kind_name((sn_kernel_kind)k), v[i].per_layer[k]);
+        bj_int(rec, "arena_planned_bytes", (long long)p->arena_bytes);
+        bj_num(rec, "ms_per_step", "%.1f", v[i].best * 1e3);
+        bj_num(rec, "ratio_to_repeated", "%.3f", v[i].best / v[0].best);
+        bj_print(rec, stdout);
     }
     for (int i = 0; i < 2; i++) {
         sn_trainer_free(v[i].t);

@@ -26,6 +26,7 @@
 #include "runtime/cuda/cuda_device.h"
 #include "support/rng.h"
 #include "train/train.h"
+#include "bench_json.h"
 #include "peak.h"
 #include "roofline.h"
 
@@ -90,24 +91,46 @@ static void random_batch(const args *a, int vocab, int32_t *x, int32_t *y, uint6
     }
 }
 
-static void emit(const args *a, const char *device, const char *phase, double s_per_step,
-                 double flops, double peak, const char *extra) {
+/* The record of one phase's timing; the caller adds its own fields and prints it (bj_print). */
+static bj *record(const args *a, const char *device, const char *phase, double s_per_step,
+                  double flops, double peak) {
     double tokens = (double)a->batch * a->seq, mfu = flops / s_per_step / 1e9 / peak;
     if (mfu > 1) /* the step outran the peak: that measurement is wrong, not the step */
         fprintf(stderr, "train_bench: %s: MFU %.2f is above 1: the step reached %.1f GFLOP/s, more "
                 "than the peak measured (%.1f, %s): the machine was busy or its clock lower when "
                 "the peak was measured; measure again on an idle machine (\"mfu_suspect\" in the "
                 "JSON)\n", phase, mfu, flops / s_per_step / 1e9, peak, a->isa);
-    printf("{\"bench\": \"train\", \"phase\": \"%s\", \"device\": \"%s\", \"model\": \"%s\", "
-           "\"batch\": %d, \"seq\": %d, \"lora\": %d, \"checkpoint\": \"%s\", \"offload\": %s, \"ms_per_step\": %.2f, \"tokens_per_s\": %.1f, "
-           "\"precision\": \"%s\", \"gflops\": %.1f, \"peak_gflops\": %.1f, \"peak_isa\": \"%s\", "
-           "\"f32_peak_gflops\": %.1f, \"bf16_peak_gflops\": %.1f, \"mfu\": %.4f, "
-           "\"mfu_suspect\": %s%s}\n",
-           phase, device, a->model, a->batch, a->seq, a->lora, sn_recompute_policy_name((sn_recompute_policy)a->checkpoint),
-           a->offload ? "true" : "false", 1e3 * s_per_step, tokens / s_per_step, sn_precision_name(a->precision),
-           flops / s_per_step / 1e9, peak, a->isa, a->peak_f32, a->peak_bf16,
-           mfu, mfu > 1 ? "true" : "false", extra ? extra : "");
-    fflush(stdout);
+    bj *r = bj_new();
+    bj_str(r, "bench", "train");
+    bj_str(r, "phase", phase);
+    bj_str(r, "device", device);
+    bj_str(r, "model", a->model);
+    bj_int(r, "batch", a->batch);
+    bj_int(r, "seq", a->seq);
+    bj_int(r, "lora", a->lora);
+    bj_str(r, "checkpoint", sn_recompute_policy_name((sn_recompute_policy)a->checkpoint));
+    bj_bool(r, "offload", a->offload);
+    bj_num(r, "ms_per_step", "%.2f", 1e3 * s_per_step);
+    bj_num(r, "tokens_per_s", "%.1f", tokens / s_per_step);
+    bj_str(r, "precision", sn_precision_name(a->precision));
+    bj_num(r, "gflops", "%.1f", flops / s_per_step / 1e9);
+    bj_num(r, "peak_gflops", "%.1f", peak);
+    bj_str(r, "peak_isa", a->isa);
+    bj_num(r, "f32_peak_gflops", "%.1f", a->peak_f32);
+    bj_num(r, "bf16_peak_gflops", "%.1f", a->peak_bf16);
+    bj_num(r, "mfu", "%.4f", mfu);
+    bj_bool(r, "mfu_suspect", mfu > 1);
+    return r;
+}
+
+/* A profiled step's seconds by kernel kind. */
+static void kind_fields(bj *r, const double *kind_s) {
+    bj_num(r, "gemm_s", "%.3f", kind_s[SN_KER_GEMM]);
+    bj_num(r, "attention_s", "%.3f", kind_s[SN_KER_ATTENTION]);
+    bj_num(r, "pointwise_s", "%.3f", kind_s[SN_KER_POINTWISE]);
+    bj_num(r, "row_s", "%.3f", kind_s[SN_KER_ROW]);
+    bj_num(r, "reduce_s", "%.3f", kind_s[SN_KER_REDUCE]);
+    bj_num(r, "gather_s", "%.3f", kind_s[SN_KER_GATHER]);
 }
 
 /* Best time of `steps` calls of fn (after one warm-up call). */
@@ -332,9 +355,8 @@ int main(int argc, char **argv) {
     }
     run_ctx r = {t, x, y, fx};
     const char *dev = cuda ? "cuda" : "cpu";
-    char extra[512];
     double fwd_s = time_best(a.steps, run_forward, &r);
-    emit(&a, dev, "forward", fwd_s, program_flops(fp), peak, NULL);
+    bj_print(record(&a, dev, "forward", fwd_s, program_flops(fp), peak), stdout);
     double eval_s = time_best(a.steps, run_eval, &r);
     /* timed with events around each run only, then one profiled step for the time by kind (on
      * CUDA its sequence differs, so it runs eagerly and its per-kernel events read true times) */
@@ -344,20 +366,22 @@ int main(int argc, char **argv) {
     if (run_step(&r, &e)) die("profiled step", &e);
     sn_exec_stats st;
     sn_exec_stats_get(sn_trainer_exec(t), &st);
-    snprintf(extra, sizeof extra,
-             ", \"trained_params\": %lld, \"compile_s\": %.2f, \"kernels_per_step\": %d, \"optimizer_launches\": %d, "
-             "\"arena_planned_bytes\": %lld, \"arena_measured_bytes\": %lld, \"arena_no_reuse_bytes\": %lld, "
-             "\"persistent_bytes\": %lld, \"optimizer_state_bytes\": %lld, \"gemm_s\": %.3f, "
-             "\"attention_s\": %.3f, \"pointwise_s\": %.3f, \"row_s\": %.3f, \"reduce_s\": %.3f, \"gather_s\": %.3f",
-             (long long)sn_param_layout_trained(sn_trainer_layout(t)), compile_s, p->n_kernels, 3, (long long)p->arena_bytes,
-             (long long)st.arena_peak_bytes, (long long)p->sum_bytes, (long long)p->persistent_bytes,
-             (long long)sn_trainer_state_bytes(t),
-             st.kind_s[SN_KER_GEMM], st.kind_s[SN_KER_ATTENTION], st.kind_s[SN_KER_POINTWISE],
-             st.kind_s[SN_KER_ROW], st.kind_s[SN_KER_REDUCE], st.kind_s[SN_KER_GATHER]);
-    emit(&a, dev, "train_step", step_s, train_flops, peak, extra);
+    bj *rec = record(&a, dev, "train_step", step_s, train_flops, peak);
+    bj_int(rec, "trained_params", (long long)sn_param_layout_trained(sn_trainer_layout(t)));
+    bj_num(rec, "compile_s", "%.2f", compile_s);
+    bj_int(rec, "kernels_per_step", p->n_kernels);
+    bj_int(rec, "optimizer_launches", 3);
+    bj_int(rec, "arena_planned_bytes", (long long)p->arena_bytes);
+    bj_int(rec, "arena_measured_bytes", (long long)st.arena_peak_bytes);
+    bj_int(rec, "arena_no_reuse_bytes", (long long)p->sum_bytes);
+    bj_int(rec, "persistent_bytes", (long long)p->persistent_bytes);
+    bj_int(rec, "optimizer_state_bytes", (long long)sn_trainer_state_bytes(t));
+    kind_fields(rec, st.kind_s);
+    bj_print(rec, stdout);
     /* issue 24: a validation batch costs at most 0.4 of a step (the forward is about a third) */
-    snprintf(extra, sizeof extra, ", \"over_step\": %.3f", eval_s / step_s);
-    emit(&a, dev, "validation", eval_s, program_flops(fp), peak, extra);
+    rec = record(&a, dev, "validation", eval_s, program_flops(fp), peak);
+    bj_num(rec, "over_step", "%.3f", eval_s / step_s);
+    bj_print(rec, stdout);
     if (a.roofline) { /* the model beside the last step's measured times by kind */
         sn_roofline_opts ro = {.tf32 = a.tf32};
         sn_roofline_print(stdout, p, param_count(g), (double)a.batch * a.seq, machine, &ro,
@@ -378,16 +402,16 @@ int main(int argc, char **argv) {
         sn_exec_stats fs;
         sn_exec_stats_get(sn_trainer_exec(ft), &fs);
         const sn_program *fprog = sn_trainer_program(ft);
-        snprintf(extra, sizeof extra, ", \"trained_params\": %lld, \"kernels_per_step\": %d, "
-                 "\"arena_planned_bytes\": %lld, \"persistent_bytes\": %lld, "
-                 "\"optimizer_state_bytes\": %lld, \"gemm_s\": %.3f, \"attention_s\": %.3f, "
-                 "\"pointwise_s\": %.3f, \"row_s\": %.3f, \"reduce_s\": %.3f, \"gather_s\": %.3f, "
-                 "\"lora_step_ms\": %.2f, \"lora_speedup\": %.3f", (long long)sn_param_layout_trained(sn_trainer_layout(ft)),
-                 fprog->n_kernels, (long long)fprog->arena_bytes, (long long)fprog->persistent_bytes,
-                 (long long)sn_trainer_state_bytes(ft), fs.kind_s[SN_KER_GEMM],
-                 fs.kind_s[SN_KER_ATTENTION], fs.kind_s[SN_KER_POINTWISE], fs.kind_s[SN_KER_ROW],
-                 fs.kind_s[SN_KER_REDUCE], fs.kind_s[SN_KER_GATHER], 1e3 * step_s, full_s / step_s);
-        emit(&fa, dev, "train_step_full", full_s, program_flops(sn_trainer_program(ft)), peak, extra);
+        bj *fr_rec = record(&fa, dev, "train_step_full", full_s, program_flops(fprog), peak);
+        bj_int(fr_rec, "trained_params", (long long)sn_param_layout_trained(sn_trainer_layout(ft)));
+        bj_int(fr_rec, "kernels_per_step", fprog->n_kernels);
+        bj_int(fr_rec, "arena_planned_bytes", (long long)fprog->arena_bytes);
+        bj_int(fr_rec, "persistent_bytes", (long long)fprog->persistent_bytes);
+        bj_int(fr_rec, "optimizer_state_bytes", (long long)sn_trainer_state_bytes(ft));
+        kind_fields(fr_rec, fs.kind_s);
+        bj_num(fr_rec, "lora_step_ms", "%.2f", 1e3 * step_s);
+        bj_num(fr_rec, "lora_speedup", "%.3f", full_s / step_s);
+        bj_print(fr_rec, stdout);
         sn_trainer_free(ft);
         sn_graph_free(full);
     }
@@ -400,8 +424,9 @@ int main(int argc, char **argv) {
         if (!it) die("interpreter trainer", &e);
         run_ctx ir = {it, x, y, NULL};
         double is = time_best(1, run_step, &ir);
-        snprintf(extra, sizeof extra, ", \"compiled_speedup\": %.1f", is / step_s);
-        emit(&a, "interp", "train_step", is, train_flops, peak, extra);
+        bj *ir_rec = record(&a, "interp", "train_step", is, train_flops, peak);
+        bj_num(ir_rec, "compiled_speedup", "%.1f", is / step_s);
+        bj_print(ir_rec, stdout);
         sn_trainer_free(it);
         sn_graph_free(ig);
     }

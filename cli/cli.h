@@ -43,6 +43,9 @@ bool cli_same_file(const char *a, const char *b);
 /* Refuses (message naming both options, exit code 2) when an output is the same file as another
  * path of p; 0 when none is. */
 int cli_check_paths(const char *cmd, const cli_path *p, int n);
+/* The same for in, an input that may be a glob(3) pattern of several files (sn_shards_read's
+ * rule: a name that exists is a file): refused when an output of p is one of its matches. */
+int cli_check_pattern(const char *cmd, const cli_path *in, const cli_path *p, int n);
 /* An existing non-empty regular file at path must start with magic (len <= 16 bytes: the file
  * is of the output's kind) unless overwrite (--overwrite); otherwise SN_ERR_INVALID. */
 sn_status cli_check_kind(const char *opt, const char *path, const char *what, const void *magic,

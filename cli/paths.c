@@ -5,6 +5,7 @@
  * does not exist yet), so "a", "./a", "dir/../a" and a link to a are all the same file. */
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,21 @@ bool cli_same_file(const char *a, const char *b) {
     return !strcmp(ca, cb);
 }
 
+/* Says that a and b are the same file (b's match of its pattern, when match) and returns 2. */
+static int same_file_refused(const char *cmd, const cli_path *a, const cli_path *b, const char *match) {
+    const cli_path *out = a->output ? a : b, *other = out == a ? b : a;
+    fprintf(stderr, "sinter: %s: %s %s and %s %s", cmd, a->opt, a->path, b->opt, b->path);
+    if (match) fprintf(stderr, " (its match %s)", match);
+    fprintf(stderr, " are the same file: ");
+    if (other->output)
+        fprintf(stderr, "one output would overwrite the other: give each its own path\n");
+    else
+        fprintf(stderr, "the %s would replace the %s read from it: give %s another "
+                "path\n", out->what, other->what, out->opt);
+    fprintf(stderr, "(run `sinter help` for usage)\n");
+    return 2;
+}
+
 int cli_check_paths(const char *cmd, const cli_path *p, int n) {
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++) {
@@ -48,18 +64,23 @@ int cli_check_paths(const char *cmd, const cli_path *p, int n) {
             if ((a->may_equal && !strcmp(a->may_equal, b->opt)) ||
                 (b->may_equal && !strcmp(b->may_equal, a->opt)) || !cli_same_file(a->path, b->path))
                 continue;
-            const cli_path *out = a->output ? a : b, *other = out == a ? b : a;
-            fprintf(stderr, "sinter: %s: %s %s and %s %s are the same file: ", cmd, a->opt, a->path,
-                    b->opt, b->path);
-            if (other->output)
-                fprintf(stderr, "one output would overwrite the other: give each its own path\n");
-            else
-                fprintf(stderr, "the %s would replace the %s read from it: give %s another "
-                        "path\n", out->what, other->what, out->opt);
-            fprintf(stderr, "(run `sinter help` for usage)\n");
-            return 2;
+            return same_file_refused(cmd, a, b, NULL);
         }
     return 0;
+}
+
+int cli_check_pattern(const char *cmd, const cli_path *in, const cli_path *p, int n) {
+    struct stat st;
+    if (!in->path || !strpbrk(in->path, "*?[") || stat(in->path, &st) == 0) return 0;
+    glob_t g;
+    int rc = 0;
+    if (glob(in->path, 0, NULL, &g) != 0) return 0; /* no match: the reader says so */
+    for (size_t i = 0; i < g.gl_pathc && !rc; i++)
+        for (int j = 0; j < n && !rc; j++)
+            if (p[j].path && p[j].output && cli_same_file(g.gl_pathv[i], p[j].path))
+                rc = same_file_refused(cmd, &p[j], in, g.gl_pathv[i]);
+    globfree(&g);
+    return rc;
 }
 
 sn_status cli_check_kind(const char *opt, const char *path, const char *what, const void *magic,

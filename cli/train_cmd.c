@@ -264,9 +264,14 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
         printf("stopped by a signal before the first step: nothing to save\n");
         return SN_OK;
     }
-    printf("sinter train: model %s (%lld parameters), %s tokenizer (vocab %d), %zu training / "
-           "%zu validation tokens from %s\n", in.model, (long long)in.params, in.tokenizer,
-           in.vocab, in.train_tokens, in.val_tokens, a->train_bin ? a->train_bin : a->data);
+    printf("sinter train: model %s (%lld parameters), %s tokenizer (vocab %d), ", in.model,
+           (long long)in.params, in.tokenizer, in.vocab);
+    if (a->train_bin)
+        printf("%zu training tokens from %d shard%s (%s) / %zu validation tokens from %d shard%s "
+               "(%s)\n", in.train_tokens, in.train_shards, in.train_shards == 1 ? "" : "s",
+               a->train_bin, in.val_tokens, in.val_shards, in.val_shards == 1 ? "" : "s", a->val_bin);
+    else
+        printf("%zu training / %zu validation tokens from %s\n", in.train_tokens, in.val_tokens, a->data);
     printf("batch %d x %d tokens, %d micro-batch%s per step (%ld tokens)\n", in.batch, in.seq,
            in.micro, in.micro > 1 ? "es" : "", tps);
     if (a->resume) printf("resumed from %s at step %ld\n", a->resume, start);

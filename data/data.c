@@ -1,10 +1,8 @@
-/* data.c: corpora read from a file or a directory, token streams, llm.c .bin shards, batch
- * sampling and the byte-level tokenizer (GPT-2's BPE is in bpe.c).
+/* data.c: corpora read from a file or a directory, token streams, batch sampling and the
+ * byte-level tokenizer (llm.c .bin shards are in shard.c, GPT-2's BPE in bpe.c).
  * Convention: buffers sized by the data (corpus, streams, shards) report SN_ERR_OOM; every
  * file error names the path and the fix. */
 #include "data.h"
-
-#include "support/savefile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -25,9 +23,9 @@ static const char *file_kind(mode_t m) {
          : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
 }
 
-/* Opens path for reading only when it is a regular file: opened without blocking (a FIFO with no
- * writer would hang fopen) and checked with fstat before a byte is read. NULL with a message. */
-static FILE *open_regular(const char *path, const char *what, const char *hint, sn_err *e) {
+/* Opened without blocking (a FIFO with no writer would hang fopen) and checked with fstat before
+ * a byte is read. */
+FILE *sn_file_open(const char *path, const char *what, const char *hint, sn_err *e) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         sn_fail(e, SN_ERR_IO, "cannot read %s%s: %s: %s", what, path, strerror(errno), hint);
@@ -52,7 +50,7 @@ static FILE *open_regular(const char *path, const char *what, const char *hint, 
 /* Appends the whole file at path to *buf (length *len, capacity *cap), keeping a NUL after it. */
 static sn_status append_file(const char *path, char **buf, size_t *len, size_t *cap,
                              const char *hint, sn_err *e) {
-    FILE *f = open_regular(path, "", hint, e);
+    FILE *f = sn_file_open(path, "", hint, e);
     if (!f) return e->code;
     struct stat st;
     if (fstat(fileno(f), &st) != 0) {
@@ -236,86 +234,6 @@ int32_t sn_tokens_max(const sn_tokens *t) {
         if (v > m) m = v;
     }
     return m;
-}
-
-/* ---- llm.c shards ---------------------------------------------------------------------- */
-
-sn_status sn_shard_put(FILE *f, const char *path, const sn_tokens *t, sn_err *e) {
-    if (t->n > INT32_MAX)
-        return sn_fail(e, SN_ERR_INVALID, "%s: %zu tokens do not fit one shard (at most %d): "
-                       "split the data into several shards", path, t->n, INT32_MAX);
-    int32_t top = sn_tokens_max(t);
-    if (top > 65535)
-        return sn_fail(e, SN_ERR_INVALID, "%s: token id %d does not fit a shard's uint16 ids: "
-                       "use a tokenizer with at most 65536 ids", path, top);
-    int32_t header[256] = {SN_SHARD_MAGIC, SN_SHARD_VERSION, (int32_t)t->n};
-    bool ok = fwrite(header, sizeof header, 1, f) == 1;
-    uint16_t chunk[4096];
-    for (size_t i = 0; ok && i < t->n; i += 4096) {
-        size_t k = t->n - i < 4096 ? t->n - i : 4096;
-        for (size_t j = 0; j < k; j++) chunk[j] = (uint16_t)sn_tokens_get(t, i + j);
-        ok = fwrite(chunk, sizeof *chunk, k, f) == k;
-    }
-    if (!ok) return sn_fail(e, SN_ERR_IO, "cannot write shard %s: %s: check free disk space",
-                            path, strerror(errno));
-    return SN_OK;
-}
-
-sn_status sn_shard_write(const char *path, const sn_tokens *t, sn_err *e) {
-    sn_savefile f;
-    sn_status s = sn_savefile_open(&f, path, "shard", e);
-    if (s) return s;
-    if ((s = sn_shard_put(f.f, path, t, e))) {
-        sn_savefile_abort(&f);
-        return s;
-    }
-    return sn_savefile_commit(&f, e);
-}
-
-sn_status sn_shard_read(const char *path, int vocab, sn_tokens *out, sn_err *e) {
-    memset(out, 0, sizeof *out);
-    FILE *f = open_regular(path, "shard ", "check the path, or make it with `sinter prepare`", e);
-    if (!f) return e->code;
-    struct stat sb;
-    int32_t h[256];
-    sn_status st = SN_OK;
-    long long size = fstat(fileno(f), &sb) == 0 ? (long long)sb.st_size : -1;
-    if (size < SN_SHARD_HEADER_BYTES || fread(h, sizeof h, 1, f) != 1) {
-        st = sn_fail(e, SN_ERR_PARSE, "%s: header: expected %d bytes, found %lld: not an llm.c "
-                     "token shard", path, SN_SHARD_HEADER_BYTES, size);
-    } else if (h[0] != SN_SHARD_MAGIC) {
-        st = sn_fail(e, SN_ERR_PARSE, "%s: bad magic: expected %d, found %d: not an llm.c token "
-                     "shard (make one with `sinter prepare`)", path, SN_SHARD_MAGIC, h[0]);
-    } else if (h[1] != SN_SHARD_VERSION) {
-        st = sn_fail(e, SN_ERR_PARSE, "%s: unsupported version: expected %d, found %d: "
-                     "regenerate the shard with `sinter prepare`", path, SN_SHARD_VERSION, h[1]);
-    } else if (h[2] < 0 || size != SN_SHARD_HEADER_BYTES + 2LL * h[2]) {
-        st = sn_fail(e, SN_ERR_PARSE, "%s: file size: expected %lld bytes (%d-byte header + 2 x "
-                     "%d tokens), found %lld: the file is truncated or corrupt; regenerate it",
-                     path, SN_SHARD_HEADER_BYTES + 2LL * h[2], SN_SHARD_HEADER_BYTES, h[2], size);
-    }
-    if (st == SN_OK) {
-        size_t n = (size_t)h[2];
-        out->width = 2;
-        out->ids = malloc(n ? n * 2 : 1);
-        if (!out->ids) {
-            st = sn_fail(e, SN_ERR_OOM, "%s: out of memory for %zu tokens", path, n);
-        } else {
-            out->cap = n ? n : 1;
-            out->n = n;
-            if (fread(out->ids, 2, n, f) != n)
-                st = sn_fail(e, SN_ERR_IO, "cannot read shard %s: %s", path, strerror(errno));
-        }
-    }
-    fclose(f);
-    for (size_t i = 0; st == SN_OK && vocab > 0 && i < out->n; i++) {
-        uint16_t id = ((uint16_t *)out->ids)[i];
-        if (id >= vocab)
-            st = sn_fail(e, SN_ERR_PARSE, "%s: token %zu: expected an id < vocab %d, found %u: "
-                         "the shard was made with another tokenizer", path, i, vocab, id);
-    }
-    if (st != SN_OK) sn_tokens_free(out);
-    return st;
 }
 
 /* ---- batches --------------------------------------------------------------------------- */

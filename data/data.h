@@ -41,6 +41,9 @@ void sn_text_free(sn_text *t);
 /* Reads one whole file into a malloc'd, NUL-terminated buffer; SN_ERR_IO names the path, the
  * system's reason and then hint (what the user should do). */
 sn_status sn_file_read(const char *path, const char *hint, char **bytes, size_t *len, sn_err *e);
+/* Opens path for reading only when it is a regular file; NULL with SN_ERR_IO in e, naming what
+ * (e.g. "shard "), path, the reason (a FIFO, a directory ...) and hint. */
+FILE *sn_file_open(const char *path, const char *what, const char *hint, sn_err *e);
 
 /* ---- token streams (data.c) ------------------------------------------------------------ */
 
@@ -66,7 +69,7 @@ sn_status sn_tokens_split(const sn_tokens *t, double val_frac, sn_tokens *train,
 /* The largest id in t, or -1 when t is empty. */
 int32_t sn_tokens_max(const sn_tokens *t);
 
-/* ---- llm.c token shards (data.c) -------------------------------------------------------- */
+/* ---- llm.c token shards (shard.c) ------------------------------------------------------- */
 
 /* A header of 256 int32 (magic, version, token count, zeros) then count uint16 ids. */
 #define SN_SHARD_MAGIC 20240520
@@ -80,6 +83,14 @@ sn_status sn_shard_put(FILE *f, const char *path, const sn_tokens *t, sn_err *e)
 /* Reads a shard into out (width 2), checking the magic, the version, that the file holds
  * exactly the count of ids the header says, and, when vocab > 0, that every id < vocab. */
 sn_status sn_shard_read(const char *path, int vocab, sn_tokens *out, sn_err *e);
+/* Reads the shards path names into out (width 2), concatenated in order, each checked as
+ * sn_shard_read checks one; *n_shards: how many. path is one file when it exists or holds none
+ * of glob(3)'s * ? [; else a pattern, and every file it matches is read, in strcmp order of the
+ * names (data/train_000001.bin before data/train_000002.bin). A pattern that matches nothing is
+ * SN_ERR_IO naming it; a match that is not a shard (a directory, another file) fails as
+ * sn_shard_read does, naming the file and the pattern. The whole stream is held in memory (two
+ * bytes a token; mapping the files instead is a later step). */
+sn_status sn_shards_read(const char *path, int vocab, sn_tokens *out, int *n_shards, sn_err *e);
 
 /* ---- batches (data.c) ------------------------------------------------------------------ */
 
