@@ -80,11 +80,17 @@ void sn_llama_inv_freq(const sn_llama_config *c, double *inv_freq) {
     }
 }
 
+enum { KV_PREFILL = 1, KV_DECODE };
+
 typedef struct {
     sn_graph *g;
     const sn_llama_config *c;
     int B, T;
-    sn_node *cos2, *sin2; /* (T, D): [cos a, cos a] and [-sin a, sin a] of each position */
+    int kv;               /* 0: training; KV_PREFILL, KV_DECODE: generation (llama.h) */
+    sn_node *pos;         /* KV_DECODE: (B, T) i32 positions */
+    sn_node *mask;        /* KV_DECODE: (B, 1, 1, ctx), added to the scores over the cache */
+    sn_node *cos2, *sin2; /* [cos a, cos a] and [-sin a, sin a] of each position: (T, D), or
+                             (B, 1, T, D) gathered at pos when decoding */
 } builder;
 
 static sn_node *param(builder *m, const char *name, sn_shape s, sn_init init, float std) {
@@ -108,7 +114,7 @@ static sn_node *rmsnorm(builder *m, sn_node *x, const char *name) {
 
 /* The rotary tables for positions 0..T-1, as sn_const nodes (made once, read by every layer). */
 static sn_status rope_tables(builder *m, sn_err *e) {
-    int64_t T = m->T, D = m->c->head_dim, half = D / 2;
+    int64_t T = m->kv == KV_DECODE ? m->c->ctx : m->T, D = m->c->head_dim, half = D / 2;
     double *inv = malloc(sizeof(double) * (size_t)half);
     float *c = malloc(sizeof(float) * (size_t)(T * D)), *s = malloc(sizeof(float) * (size_t)(T * D));
     if (!inv || !c || !s) {
@@ -128,6 +134,11 @@ static sn_status rope_tables(builder *m, sn_err *e) {
         }
     m->cos2 = sn_const(m->g, SN_F32, SN_SHAPE(T, D), c);
     m->sin2 = sn_const(m->g, SN_F32, SN_SHAPE(T, D), s);
+    if (m->kv == KV_DECODE) { /* the rows of each token's position, over every head */
+        sn_shape rows = SN_SHAPE(m->B, 1, m->T, D);
+        m->cos2 = sn_reshape(m->g, sn_embedding(m->g, m->cos2, m->pos), rows);
+        m->sin2 = sn_reshape(m->g, sn_embedding(m->g, m->sin2, m->pos), rows);
+    }
     free(inv);
     free(c);
     free(s);
@@ -143,8 +154,9 @@ static sn_node *rope(builder *m, sn_node *x) {
     return sn_add(g, sn_mul(g, x, m->cos2), sn_mul(g, sn_concat(g, 2, halves, -1), m->sin2));
 }
 
-/* (B, T, h * D) -> (B, h, T, D) */
+/* (B, T, h * D) -> (B, h, T, D); with one token (decode) a reshape, which moves nothing */
 static sn_node *heads(builder *m, sn_node *x, int h) {
+    if (m->kv == KV_DECODE && m->T == 1) return sn_reshape(m->g, x, SN_SHAPE(m->B, h, 1, m->c->head_dim));
     sn_node *y = sn_reshape(m->g, x, SN_SHAPE(m->B, m->T, h, m->c->head_dim));
     return sn_permute(m->g, y, (const int[]){0, 2, 1, 3});
 }
@@ -158,6 +170,27 @@ static sn_node *repeat_kv(sn_graph *g, sn_node *kv, int groups) {
     return sn_reshape(g, r, SN_SHAPE(B, Hkv * groups, T, D));
 }
 
+/* Decode: T new queries q (B, H, T, D) over layer l's cached keys and values (INPUTs
+ * k_cache.l, v_cache.l, (B, Hkv, ctx, D), rotated keys; positions masked by m->mask) and over
+ * their own k and v (B, H, T, D, repeated), causally: one softmax over both score blocks, side
+ * by side, written out as GPT-2's is (models/gpt2.c). */
+static sn_node *attend_cache(builder *m, sn_node *q, sn_node *k, sn_node *v, int l) {
+    sn_graph *g = m->g;
+    const sn_llama_config *c = m->c;
+    int64_t D = c->head_dim, S = c->ctx;
+    int groups = c->n_head / c->n_kv_head;
+    char name[64];
+    snprintf(name, sizeof name, "k_cache.%d", l);
+    sn_node *kc = repeat_kv(g, sn_input(g, name, SN_F32, SN_SHAPE(m->B, c->n_kv_head, S, D)), groups);
+    snprintf(name, sizeof name, "v_cache.%d", l);
+    sn_node *vc = repeat_kv(g, sn_input(g, name, SN_F32, SN_SHAPE(m->B, c->n_kv_head, S, D)), groups);
+    float f = 1.0f / sqrtf((float)D);
+    sn_node *old = sn_add(g, sn_scale(g, sn_matmul_t(g, q, kc, false, true), f), m->mask); /* (B,H,T,S) */
+    sn_node *now = sn_causal_mask(g, sn_scale(g, sn_matmul_t(g, q, k, false, true), f)); /* (B,H,T,T) */
+    sn_node *p = sn_softmax(g, sn_concat(g, 2, (sn_node *[]){old, now}, -1));
+    return sn_add(g, sn_matmul(g, sn_slice(g, p, -1, 0, S), vc), sn_matmul(g, sn_slice(g, p, -1, S, S + m->T), v));
+}
+
 static sn_node *attention(builder *m, sn_node *x, int l) {
     sn_graph *g = m->g;
     const sn_llama_config *c = m->c;
@@ -169,12 +202,22 @@ static sn_node *attention(builder *m, sn_node *x, int l) {
     sn_node *k = rope(m, heads(m, linear(m, x, p, C, Hkv * D, c->qkv_bias), (int)Hkv));
     snprintf(p, sizeof p, "model.layers.%d.self_attn.v_proj", l);
     sn_node *v = heads(m, linear(m, x, p, C, Hkv * D, c->qkv_bias), (int)Hkv);
+    if (m->kv) { /* this layer's rotated keys and values go to the cache, unrepeated */
+        sn_graph_add_output(g, k);
+        sn_graph_add_output(g, v);
+    }
     int groups = (int)(H / Hkv);
     k = repeat_kv(g, k, groups);
     v = repeat_kv(g, v, groups);
-    sn_node *s = sn_scale(g, sn_matmul_t(g, q, k, false, true), 1.0f / sqrtf((float)D)); /* (B,H,T,T) */
-    sn_node *y = sn_matmul(g, sn_softmax(g, sn_causal_mask(g, s)), v);                 /* (B,H,T,D) */
-    y = sn_reshape(g, sn_permute(g, y, (const int[]){0, 2, 1, 3}), SN_SHAPE(m->B, m->T, H * D));
+    sn_node *y;
+    if (m->kv == KV_DECODE) {
+        y = attend_cache(m, q, k, v, l);
+    } else {
+        sn_node *s = sn_scale(g, sn_matmul_t(g, q, k, false, true), 1.0f / sqrtf((float)D)); /* (B,H,T,T) */
+        y = sn_matmul(g, sn_softmax(g, sn_causal_mask(g, s)), v);                          /* (B,H,T,D) */
+    }
+    if (m->kv != KV_DECODE || m->T != 1) y = sn_permute(g, y, (const int[]){0, 2, 1, 3});
+    y = sn_reshape(g, y, SN_SHAPE(m->B, m->T, H * D));
     snprintf(p, sizeof p, "model.layers.%d.self_attn.o_proj", l);
     return linear(m, y, p, H * D, C, false);
 }
@@ -192,35 +235,62 @@ static sn_node *mlp(builder *m, sn_node *x, int l) {
     return linear(m, sn_mul(g, gate, up), p, F, C, false);
 }
 
-sn_status sn_llama_build(sn_graph *g, const sn_llama_config *c, int B, int T, sn_llama *out, sn_err *e) {
+static sn_status check(const sn_llama_config *c, int B, int T, sn_err *e) {
     sn_status s = sn_llama_config_check(c, e);
     if (s) return s;
-    const char *name = c->name ? c->name : "llama";
     if (B < 1 || T < 1 || T > c->ctx)
         return sn_fail(e, SN_ERR_INVALID, "%s: batch %d x sequence %d: need B >= 1 and 1 <= T <= "
-                       "ctx = %d", name, B, T, c->ctx);
-    builder m = {g, c, B, T, NULL, NULL};
-    if ((s = rope_tables(&m, e))) return s;
+                       "ctx = %d", c->name ? c->name : "llama", B, T, c->ctx);
+    return SN_OK;
+}
+
+/* The embedding, the blocks, the norm and the head over tokens idx (B, T): the logits (B, T, V). */
+static sn_node *body(builder *m, sn_node *idx) {
+    sn_graph *g = m->g;
+    const sn_llama_config *c = m->c;
     int64_t V = c->vocab, C = c->hidden;
-    out->idx = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
-    out->targets = sn_input(g, "targets", SN_I32, SN_SHAPE(B, T));
-    sn_node *emb = param(&m, "model.embed_tokens.weight", SN_SHAPE(V, C), SN_INIT_NORMAL, 0.02f);
-    sn_node *x = sn_embedding(g, emb, out->idx); /* (B, T, C) */
+    sn_node *emb = param(m, "model.embed_tokens.weight", SN_SHAPE(V, C), SN_INIT_NORMAL, 0.02f);
+    sn_node *x = sn_embedding(g, emb, idx); /* (B, T, C) */
     for (int l = 0; l < c->n_layer; l++) {
         char p[96];
         snprintf(p, sizeof p, "model.layers.%d.input_layernorm.weight", l);
-        x = sn_add(g, x, attention(&m, rmsnorm(&m, x, p), l));
+        x = sn_add(g, x, attention(m, rmsnorm(m, x, p), l));
         snprintf(p, sizeof p, "model.layers.%d.post_attention_layernorm.weight", l);
-        x = sn_add(g, x, mlp(&m, rmsnorm(&m, x, p), l));
+        x = sn_add(g, x, mlp(m, rmsnorm(m, x, p), l));
     }
-    x = rmsnorm(&m, x, "model.norm.weight");
+    x = rmsnorm(m, x, "model.norm.weight");
     sn_node *head = c->tie_word_embeddings ? emb
-                    : param(&m, "lm_head.weight", SN_SHAPE(V, C), SN_INIT_NORMAL, 0.02f);
-    out->logits = sn_matmul_t(g, x, head, false, true); /* (B, T, V) */
+                    : param(m, "lm_head.weight", SN_SHAPE(V, C), SN_INIT_NORMAL, 0.02f);
+    return sn_matmul_t(g, x, head, false, true); /* (B, T, V) */
+}
+
+sn_status sn_llama_build(sn_graph *g, const sn_llama_config *c, int B, int T, sn_llama *out, sn_err *e) {
+    sn_status s = check(c, B, T, e);
+    if (s) return s;
+    builder m = {.g = g, .c = c, .B = B, .T = T};
+    if ((s = rope_tables(&m, e))) return s;
+    out->idx = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
+    out->targets = sn_input(g, "targets", SN_I32, SN_SHAPE(B, T));
+    out->logits = body(&m, out->idx);
     out->loss = sn_cross_entropy(g, out->logits, out->targets, -1);
     sn_graph_add_output(g, out->logits);
     g->loss = out->loss;
     sn_graph_add_output(g, out->loss);
-    if (sn_graph_error(g)) return sn_fail(e, g->err.code, "%s: %s", name, sn_graph_error(g));
+    if (sn_graph_error(g)) return sn_fail(e, g->err.code, "%s: %s", c->name ? c->name : "llama", sn_graph_error(g));
+    return SN_OK;
+}
+
+sn_status sn_llama_build_kv(sn_graph *g, const sn_llama_config *c, int B, int T, bool decode, sn_err *e) {
+    sn_status s = check(c, B, T, e);
+    if (s) return s;
+    builder m = {.g = g, .c = c, .B = B, .T = T, .kv = decode ? KV_DECODE : KV_PREFILL};
+    sn_node *idx = sn_input(g, "idx", SN_I32, SN_SHAPE(B, T));
+    if (decode) {
+        m.pos = sn_input(g, "pos", SN_I32, SN_SHAPE(B, T));
+        m.mask = sn_input(g, "mask", SN_F32, SN_SHAPE(B, 1, 1, c->ctx));
+    }
+    if ((s = rope_tables(&m, e))) return s;
+    sn_graph_add_output(g, body(&m, idx)); /* the logits, after each layer's k and v */
+    if (sn_graph_error(g)) return sn_fail(e, g->err.code, "%s: %s", c->name ? c->name : "llama", sn_graph_error(g));
     return SN_OK;
 }

@@ -47,6 +47,14 @@ typedef struct {
  * as outputs and loss as g->loss. */
 sn_status sn_llama_build(sn_graph *g, const sn_llama_config *c, int B, int T, sn_llama *out, sn_err *e);
 
+/* The two graphs of generation with a KV cache, as train/generate.h describes them. decode
+ * false: the prefill, B sequences of T tokens at positions 0..T-1 (INPUT "idx"); decode true: T
+ * new tokens per row (INPUT "idx") at positions "pos" (i32 (B, T)), reading each layer N's cache
+ * "k_cache.N" and "v_cache.N" (f32 (B, Hkv, ctx, D), keys rotated) where "mask" (f32
+ * (B, 1, 1, ctx)) is 0, and each other. The outputs: layer 0's rotated k and v (B, Hkv, T, D),
+ * layer 1's ..., then the logits (B, T, V). No loss. */
+sn_status sn_llama_build_kv(sn_graph *g, const sn_llama_config *c, int B, int T, bool decode, sn_err *e);
+
 /* The rotary angles' frequencies: inv_freq[i] for the pair (i, i + D/2), i < D/2, with the
  * llama3 scaling when c has it (as transformers' rope initialisation computes them). */
 void sn_llama_inv_freq(const sn_llama_config *c, double *inv_freq);

@@ -2,7 +2,7 @@
  * (io/hf_llama.h) against fixtures transformers made (tools/make_llama_fixtures.py,
  * tests/fixtures/llama): the imported model's logits equal transformers' on the interpreter and
  * the CPU device (untied LLaMA; tied LLaMA with llama3 rope scaling; sharded Qwen2 with q/k/v
- * biases); the whole graph's gradient against finite differences; the imported model trains;
+ * biases), and so do the KV cache's prefill and one-token decode programs; the whole graph's gradient against finite differences; the imported model trains;
  * bad configs and tensors refused, each message naming the field or tensor. */
 #include <math.h>
 #include <stdlib.h>
@@ -15,6 +15,7 @@
 #include "passes/pipeline.h"
 #include "runtime/device.h"
 #include "support/rng.h"
+#include "train/generate.h"
 #include "train/train.h"
 #include "harness.h"
 
@@ -135,6 +136,63 @@ START_TEST(logits_interp) { check_logits(models[_i], false); }
 END_TEST
 
 START_TEST(logits_cpu) { check_logits(models[_i], true); }
+END_TEST
+
+/* sn_weights as a generator's source of weights */
+typedef struct {
+    const sn_weights *w;
+    int64_t vocab;
+} weights_src;
+
+static sn_status get_weight(void *src, const sn_node *p, float *data, sn_err *e) {
+    const weights_src *s = src;
+    return sn_weights_fill(s->w, p, s->vocab, data, e);
+}
+
+static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn_err *e) {
+    return sn_llama_build_kv(g, user, B, T, decode, e);
+}
+
+/* Generation with the KV cache (train/generate.h): a 3-token prefill, then one token at a time
+ * through the decode program reading the cache; its logits at every position equal
+ * transformers' to 1e-4, on the interpreter and the CPU device. */
+static void check_cached(const char *model, bool cpu) {
+    enum { P = 3 };
+    sn_llama_config c;
+    sn_weights w;
+    read_ok(model, &c, &w);
+    char name[64];
+    snprintf(name, sizeof name, "%s_logits.bin", model);
+    golden gd = read_golden(name);
+    sn_err e;
+    sn_device *dev = NULL;
+    if (cpu) ck_assert_msg(sn_cpu_device_new(0, &dev, &e) == SN_OK, "%s", e.msg);
+    sn_generator *gen;
+    sn_generator_opts o = {.build = build_kv, .user = &c, .ctx = c.ctx, .n_layer = c.n_layer, .batch = 1};
+    ck_assert_msg(sn_generator_new(&o, dev, &gen, &e) == SN_OK, "%s", e.msg);
+    weights_src src = {&w, c.vocab};
+    ck_assert_msg(sn_generator_load(gen, (sn_weight_source){get_weight, &src}, &e) == SN_OK, "%s", e.msg);
+    float *got = malloc(sizeof(float) * (size_t)((gd.T - P + 1) * gd.V));
+    ck_assert_msg(sn_generator_forced(gen, gd.tokens, gd.T, P, got, &e) == SN_OK, "%s", e.msg);
+    double *row = malloc(sizeof(double) * (size_t)gd.V);
+    for (int i = P - 1; i < gd.T; i++) {
+        for (int v = 0; v < gd.V; v++) row[v] = got[(i - P + 1) * gd.V + v];
+        char what[96];
+        snprintf(what, sizeof what, "%s: %s logits at position %d", model, i < P ? "prefill" : "decode", i);
+        sn_check_close(what, row, gd.logits + (size_t)i * gd.V, (size_t)gd.V, 1e-4, 1.0);
+    }
+    free(row);
+    free(got);
+    free(gd.logits);
+    sn_generator_free(gen);
+    sn_device_free(dev);
+    sn_weights_free(&w);
+}
+
+START_TEST(cached_interp) { check_cached(models[_i], false); }
+END_TEST
+
+START_TEST(cached_cpu) { check_cached(models[_i], true); }
 END_TEST
 
 /* What each fixture's config.json says, and the built-in shape it matches. */
@@ -363,6 +421,8 @@ int main(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, logits_interp, 0, 3);
     tcase_add_loop_test(tc, logits_cpu, 0, 3);
+    tcase_add_loop_test(tc, cached_interp, 0, 3);
+    tcase_add_loop_test(tc, cached_cpu, 0, 3);
     tcase_add_test(tc, configs);
     tcase_add_loop_test(tc, gradient, 0, 2);
     tcase_add_test(tc, trains);
