@@ -13,6 +13,8 @@
 #include "interp/interp.h"
 #include "io/hf_llama.h"
 #include "passes/pipeline.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/cuda_rt.h"
 #include "runtime/device.h"
 #include "support/rng.h"
 #include "train/generate.h"
@@ -59,9 +61,11 @@ static golden read_golden(const char *name) {
     return g;
 }
 
+/* dir: a fixture's name, or a path (with a slash) */
 static void read_ok(const char *dir, sn_llama_config *c, sn_weights *w) {
     sn_err e;
-    ck_assert_msg(sn_hf_llama_read(fixture(dir), c, w, &e) == SN_OK, "%s: %s", dir, e.msg);
+    const char *path = strchr(dir, '/') ? dir : fixture(dir);
+    ck_assert_msg(sn_hf_llama_read(path, c, w, &e) == SN_OK, "%s: %s", path, e.msg);
 }
 
 /* The logits (T, V) of c with weights w on tokens, compiled with the default rewrites
@@ -112,30 +116,66 @@ static void forward(const sn_llama_config *c, const sn_weights *w, const int32_t
 
 static const char *const models[3] = {"llama", "llama3", "qwen2"};
 
-static void check_logits(const char *model, bool cpu) {
+/* The logits of model (its directory dir: NULL for the fixture's) on dev (NULL: the
+ * interpreter) against transformers'. */
+static void check_logits_on(const char *model, const char *dir, sn_device *dev) {
     sn_llama_config c;
     sn_weights w;
-    read_ok(model, &c, &w);
+    read_ok(dir ? dir : model, &c, &w);
     char name[64];
     snprintf(name, sizeof name, "%s_logits.bin", model);
     golden gd = read_golden(name);
     ck_assert_int_eq(gd.V, c.vocab);
-    sn_err e;
-    sn_device *dev = NULL;
-    if (cpu) ck_assert_msg(sn_cpu_device_new(0, &dev, &e) == SN_OK, "%s", e.msg);
     double *got = malloc(sizeof(double) * (size_t)(gd.T * gd.V));
     forward(&c, &w, gd.tokens, gd.T, dev, got);
     sn_check_close(name, got, gd.logits, (size_t)(gd.T * gd.V), 1e-4, 1.0);
     free(got);
     free(gd.logits);
-    sn_device_free(dev);
     sn_weights_free(&w);
+}
+
+static void check_logits(const char *model, bool cpu) {
+    sn_err e;
+    sn_device *dev = NULL;
+    if (cpu) ck_assert_msg(sn_cpu_device_new(0, &dev, &e) == SN_OK, "%s", e.msg);
+    check_logits_on(model, NULL, dev);
+    sn_device_free(dev);
 }
 
 START_TEST(logits_interp) { check_logits(models[_i], false); }
 END_TEST
 
 START_TEST(logits_cpu) { check_logits(models[_i], true); }
+END_TEST
+
+static void rm_rf(const char *d);
+
+/* On the stand-in CUDA driver (tests/standin: libcuda over host memory, the kernels' CUDA C run
+ * by the SIMT simulator) when meson gives its paths and the real NVRTC it wraps is here. */
+START_TEST(logits_standin) {
+#ifdef SN_TEST_STANDIN_CUDA
+    setenv("SN_LIBCUDA", SN_TEST_STANDIN_CUDA, 1);
+    setenv("SN_LIBNVRTC", SN_TEST_STANDIN_NVRTC, 1);
+    setenv("SN_LIBCUBLASLT", SN_TEST_STANDIN_CUBLASLT, 1);
+    sn_cuda_api a = {0};
+    sn_err e;
+    int major = 0, minor = 0;
+    bool ok = sn_nvrtc_version(&a.nvrtc, &major, &minor, &e) == SN_OK;
+    sn_cuda_api_unload(&a);
+    if (!ok) {
+        printf("test_hf_llama: logits_standin skipped: no NVRTC for the stand-in to wrap\n");
+        return;
+    }
+    char cache[] = "/tmp/sn_test_hf_llama_cache_XXXXXX";
+    ck_assert(mkdtemp(cache));
+    sn_cuda_opts o = {.cache_dir = cache};
+    sn_device *dev = NULL;
+    ck_assert_msg(sn_cuda_device_new_opts(0, &o, &dev, &e) == SN_OK, "%s", e.msg);
+    check_logits_on(models[_i], NULL, dev);
+    sn_device_free(dev);
+    rm_rf(cache);
+#endif
+}
 END_TEST
 
 /* sn_weights as a generator's source of weights */
@@ -415,12 +455,39 @@ START_TEST(missing_shard) {
 }
 END_TEST
 
+/* The hub's files are transformers 4's: rope_theta beside rope_scaling, not rope_parameters.
+ * The llama3 fixture written that way computes the same logits. */
+START_TEST(transformers4_config) {
+    char *d = tmp_dir(), cmd[8400];
+    snprintf(cmd, sizeof cmd, "cp '%s'/* '%s'/ && sed -i -e '/\"rope_theta\": 500000.0,/d' -e "
+             "'s/\"rope_parameters\"/\"rope_theta\": 500000.0, \"rope_scaling\"/' '%s/config.json'",
+             fixture("llama3"), d, d);
+    ck_assert_int_eq(system(cmd), 0);
+    char path[4300], text[4096];
+    snprintf(path, sizeof path, "%s/config.json", d);
+    FILE *f = fopen(path, "rb");
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    ck_assert_has(text, "\"rope_theta\": 500000.0, \"rope_scaling\": {");
+    ck_assert(!strstr(text, "rope_parameters"));
+    sn_llama_config c;
+    sn_err e;
+    ck_assert_msg(sn_hf_llama_read_config(d, &c, &e) == SN_OK, "%s", e.msg);
+    ck_assert(c.rope_theta == 500000 && c.rope_factor == 8 && c.rope_original_ctx == 16);
+    check_logits_on("llama3", d, NULL);
+    rm_rf(d);
+    free(d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hf_llama");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, logits_interp, 0, 3);
     tcase_add_loop_test(tc, logits_cpu, 0, 3);
+    tcase_add_loop_test(tc, logits_standin, 0, 3);
     tcase_add_loop_test(tc, cached_interp, 0, 3);
     tcase_add_loop_test(tc, cached_cpu, 0, 3);
     tcase_add_test(tc, configs);
@@ -428,6 +495,7 @@ int main(void) {
     tcase_add_test(tc, trains);
     tcase_add_test(tc, bad_configs);
     tcase_add_test(tc, missing_shard);
+    tcase_add_test(tc, transformers4_config);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }
