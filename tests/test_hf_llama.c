@@ -2,7 +2,8 @@
  * (io/hf_llama.h) against fixtures transformers made (tools/make_llama_fixtures.py,
  * tests/fixtures/llama): the imported model's logits equal transformers' on the interpreter and
  * the CPU device (untied LLaMA; tied LLaMA with llama3 rope scaling; sharded Qwen2 with q/k/v
- * biases), and so do the KV cache's prefill and one-token decode programs; the whole graph's gradient against finite differences; the imported model trains;
+ * biases), and so do the KV cache's prefill and one-token decode programs, whose greedy
+ * generation is transformers' token for token; the whole graph's gradient against finite differences; the imported model trains;
  * bad configs and tensors refused, each message naming the field or tensor. */
 #include <math.h>
 #include <stdlib.h>
@@ -233,6 +234,46 @@ START_TEST(cached_interp) { check_cached(models[_i], false); }
 END_TEST
 
 START_TEST(cached_cpu) { check_cached(models[_i], true); }
+END_TEST
+
+/* Greedy generation with the cache (prefill, then decode steps) gives transformers' greedy
+ * generate token for token (NAME_greedy.bin: "SNGR", version 1, P, N, P prompt ids, N new). */
+static void check_greedy(const char *model, bool cpu) {
+    sn_llama_config c;
+    sn_weights w;
+    read_ok(model, &c, &w);
+    char name[64];
+    snprintf(name, sizeof name, "%s_greedy.bin", model);
+    FILE *f = fopen(fixture(name), "rb");
+    ck_assert_msg(f, "cannot open %s", fixture(name));
+    int32_t h[4], ids[128];
+    ck_assert(fread(h, 4, 4, f) == 4 && h[0] == 0x52474e53 && h[1] == 1 && h[2] > 0 && h[3] > 0 && h[2] + h[3] <= 128);
+    int P = h[2], N = h[3];
+    ck_assert(fread(ids, 4, (size_t)(P + N), f) == (size_t)(P + N));
+    fclose(f);
+    sn_err e;
+    sn_device *dev = NULL;
+    if (cpu) ck_assert_msg(sn_cpu_device_new(0, &dev, &e) == SN_OK, "%s", e.msg);
+    sn_generator *gen;
+    sn_generator_opts o = {.build = build_kv, .user = &c, .ctx = c.ctx, .n_layer = c.n_layer, .batch = 1};
+    ck_assert_msg(sn_generator_new(&o, dev, &gen, &e) == SN_OK, "%s", e.msg);
+    weights_src src = {&w, c.vocab};
+    ck_assert_msg(sn_generator_load(gen, (sn_weight_source){get_weight, &src}, &e) == SN_OK, "%s", e.msg);
+    sn_sample_opts so = {.n_new = N, .temperature = 0, .vocab = c.vocab, .seed = 1};
+    int32_t out[128];
+    const int32_t *prompt = ids;
+    ck_assert_msg(sn_generator_generate(gen, &prompt, &P, &so, out, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(out[i] == ids[P + i], "%s: new token %d is %d, transformers' %d", model, i, out[i], ids[P + i]);
+    sn_generator_free(gen);
+    sn_device_free(dev);
+    sn_weights_free(&w);
+}
+
+START_TEST(greedy_interp) { check_greedy(models[_i], false); }
+END_TEST
+
+START_TEST(greedy_cpu) { check_greedy(models[_i], true); }
 END_TEST
 
 /* What each fixture's config.json says, and the built-in shape it matches. */
@@ -490,6 +531,8 @@ int main(void) {
     tcase_add_loop_test(tc, logits_standin, 0, 3);
     tcase_add_loop_test(tc, cached_interp, 0, 3);
     tcase_add_loop_test(tc, cached_cpu, 0, 3);
+    tcase_add_loop_test(tc, greedy_interp, 0, 3);
+    tcase_add_loop_test(tc, greedy_cpu, 0, 3);
     tcase_add_test(tc, configs);
     tcase_add_loop_test(tc, gradient, 0, 2);
     tcase_add_test(tc, trains);

@@ -11,7 +11,9 @@ by save_pretrained, and the logits transformers computes on a fixed token sequen
     v/bin/python tools/make_llama_fixtures.py tests/fixtures/llama
 
 Logits files as tools/make_hf_fixtures.py writes them: int32 magic 0x474c4e53 ("SNLG"),
-version 1, T, V, tokens[T], then f32 logits (T, V), little-endian.
+version 1, T, V, tokens[T], then f32 logits (T, V), little-endian. Greedy files (NAME_greedy.bin):
+int32 magic 0x52474e53 ("SNGR"), version 1, P, N, the prompt's P ids, then the N ids of
+transformers' greedy generate (do_sample=False, use_cache=True), little-endian.
 """
 import os
 import struct
@@ -44,6 +46,14 @@ def save(name, model, vocab, **kw):
         f.write(struct.pack("<4i", 0x474C4E53, 1, T, vocab))
         f.write(struct.pack(f"<{T}i", *ids))
         f.write(logits.contiguous().numpy().astype("<f4").tobytes())
+    P, N = 4, 24
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids[:P]]), max_new_tokens=N, min_new_tokens=N, do_sample=False,
+                             use_cache=True, pad_token_id=0)[0].tolist()
+    assert out[:P] == ids[:P] and len(out) == P + N
+    with open(os.path.join(OUT, name + "_greedy.bin"), "wb") as f:
+        f.write(struct.pack("<4i", 0x52474E53, 1, P, N))
+        f.write(struct.pack(f"<{P + N}i", *out))
 
 
 def main():
