@@ -1,7 +1,7 @@
 #!/bin/sh
 # hf_llama_cli.sh SINTER FIXTURES: a LLaMA-family model from the command line (issue 23): a run
 # started with --init-hf from transformers' tiny LLaMA (tests/fixtures/llama) is that model and
-# lowers its loss; --model llama-tiny trains from scratch on the interpreter and the CPU device;
+# lowers its loss and generates from its checkpoint; --model llama-tiny trains from scratch on the interpreter and the CPU device;
 # a vocabulary that is not the tokenizer's, LoRA (GPT-2's only) and a config.json sinter cannot
 # express are refused with messages that say why.
 set -eu
@@ -15,12 +15,19 @@ seq 1 3000 | awk '{ print "line " $1 ": the quick brown fox jumps over " ($1 * 7
 common="--data corpus.txt --batch 4 --seq 16 --sample-len 0 --eval-every 0"
 
 # shellcheck disable=SC2086
-"$sinter" train $common --device cpu --steps 30 --lr 1e-2 --init-hf "$fixtures/llama" --log run.csv > out.txt 2> err.txt || fail "--init-hf llama"
+"$sinter" train $common --device cpu --steps 30 --lr 1e-2 --init-hf "$fixtures/llama" --log run.csv --checkpoint l.ckpt > out.txt 2> err.txt || fail "--init-hf llama"
 grep -q "^initialised from the pretrained $fixtures/llama" out.txt || fail "no init line"
 grep -q "^sinter train: model llama-tiny (34976 parameters), bytes tokenizer" out.txt || fail "not llama-tiny"
 first=$(sed -n 2p run.csv | cut -d, -f2)
 last=$(tail -n 1 run.csv | cut -d, -f2)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' || fail "loss $first -> $last"
+
+# sinter generate from its checkpoint with the KV cache: the same greedy text on both devices
+for d in interp cpu; do
+    "$sinter" generate l.ckpt --device $d -p "line 1" -n 10 -t 0 > gen_$d.txt 2> err.txt || fail "generate on $d"
+    grep -q "^generate: 10 tokens in" err.txt || fail "no generate line on $d"
+done
+cmp gen_interp.txt gen_cpu.txt || fail "greedy text differs between interp and cpu"
 
 for d in interp cpu; do
     # shellcheck disable=SC2086
