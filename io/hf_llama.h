@@ -1,6 +1,7 @@
 /* hf_llama.h: Hugging Face LLaMA-family checkpoints (LlamaForCausalLM, Qwen2ForCausalLM) into
- * sinter: config.json into models/llama.h's configuration, model.safetensors or a sharded
- * model.safetensors.index.json into a weight set (weights.h) under the model's parameter names.
+ * sinter and back: config.json into models/llama.h's configuration, model.safetensors or a
+ * sharded model.safetensors.index.json into a weight set (weights.h) under the model's parameter
+ * names; and the same files written from a configuration and a weight set.
  * Convention: the model's parameters carry transformers' names and layouts, so the import
  * renames and transposes nothing; every name and shape is checked against the model built from
  * config.json, and anything missing, extra or misshapen is refused naming the tensor.
@@ -28,5 +29,12 @@ sn_status sn_hf_llama_read_config(const char *dir, sn_llama_config *c, sn_err *e
 /* The configuration and every tensor, checked whole; out's GPT-2 config is unused (zero). A tied
  * model's file may hold lm_head.weight only equal to embed_tokens. */
 sn_status sn_hf_llama_read(const char *dir, sn_llama_config *c, sn_weights *out, sn_err *e);
+
+/* dir/config.json (transformers 4's fields: rope_theta and rope_scaling, which transformers 5
+ * reads too) and dir/model.safetensors (F32, the model's parameters in its order, no lm_head
+ * when tied) for transformers' LlamaForCausalLM or Qwen2ForCausalLM. w must hold exactly the
+ * parameters of c's model with their shapes (the real vocabulary, no padding). dir is made when
+ * missing; files in it are never replaced (SN_ERR_IO naming the file). */
+sn_status sn_hf_llama_write(const sn_llama_config *c, const sn_weights *w, const char *dir, sn_err *e);
 
 #endif

@@ -3,7 +3,7 @@
  * tests/fixtures/llama): the imported model's logits equal transformers' on the interpreter and
  * the CPU device (untied LLaMA; tied LLaMA with llama3 rope scaling; sharded Qwen2 with q/k/v
  * biases), and so do the KV cache's prefill and one-token decode programs, whose greedy
- * generation is transformers' token for token; the whole graph's gradient against finite differences; the imported model trains;
+ * generation is transformers' token for token; import, export, import is bit-identical; the whole graph's gradient against finite differences; the imported model trains;
  * bad configs and tensors refused, each message naming the field or tensor. */
 #include <math.h>
 #include <stdlib.h>
@@ -496,6 +496,46 @@ START_TEST(missing_shard) {
 }
 END_TEST
 
+static bool same_config(const sn_llama_config *a, const sn_llama_config *b) {
+    return a->vocab == b->vocab && a->ctx == b->ctx && a->n_layer == b->n_layer && a->n_head == b->n_head &&
+           a->n_kv_head == b->n_kv_head && a->head_dim == b->head_dim && a->hidden == b->hidden &&
+           a->intermediate == b->intermediate && a->rms_norm_eps == b->rms_norm_eps &&
+           a->rope_theta == b->rope_theta && a->rope_factor == b->rope_factor &&
+           a->rope_low_freq_factor == b->rope_low_freq_factor &&
+           a->rope_high_freq_factor == b->rope_high_freq_factor &&
+           a->rope_original_ctx == b->rope_original_ctx &&
+           a->tie_word_embeddings == b->tie_word_embeddings && a->qkv_bias == b->qkv_bias;
+}
+
+/* Import, export (sn_hf_llama_write), import: the same configuration and every tensor bit for
+ * bit; the export never replaces a file. */
+START_TEST(round_trip) {
+    sn_llama_config a, b;
+    sn_weights wa, wb;
+    sn_err e;
+    read_ok(models[_i], &a, &wa);
+    char *d = tmp_dir(), out[4200];
+    snprintf(out, sizeof out, "%s/hf", d);
+    ck_assert_msg(sn_hf_llama_write(&a, &wa, out, &e) == SN_OK, "%s", e.msg);
+    read_ok(out, &b, &wb);
+    ck_assert(same_config(&a, &b));
+    ck_assert_str_eq(a.name, b.name);
+    ck_assert_int_eq(wa.n, wb.n);
+    for (int i = 0; i < wa.n; i++) {
+        const sn_weight *x = &wa.w[i], *y = sn_weights_find(&wb, x->name);
+        ck_assert_msg(y, "%s missing", x->name);
+        ck_assert(x->rank == y->rank && x->shape[0] == y->shape[0] && x->shape[1] == y->shape[1]);
+        ck_assert_msg(!memcmp(x->data, y->data, 4 * (size_t)(x->shape[0] * x->shape[1])), "%s differs", x->name);
+    }
+    ck_assert_int_eq(sn_hf_llama_write(&a, &wa, out, &e), SN_ERR_IO);
+    ck_assert_has(e.msg, "exists: it is not replaced");
+    sn_weights_free(&wa);
+    sn_weights_free(&wb);
+    rm_rf(d);
+    free(d);
+}
+END_TEST
+
 /* The hub's files are transformers 4's: rope_theta beside rope_scaling, not rope_parameters.
  * The llama3 fixture written that way computes the same logits. */
 START_TEST(transformers4_config) {
@@ -539,6 +579,7 @@ int main(void) {
     tcase_add_test(tc, bad_configs);
     tcase_add_test(tc, missing_shard);
     tcase_add_test(tc, transformers4_config);
+    tcase_add_loop_test(tc, round_trip, 0, 3);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }
