@@ -226,6 +226,8 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
     const int32_t *ps[MAX_PROMPTS];
     int trained = !s && sn_ckpt_model_meta(ck, "seq", seq_text, sizeof seq_text) ? atoi(seq_text) : m.ctx;
     if (trained < 1 || trained > m.ctx) trained = m.ctx;
+    if (m.llama) /* no position table: the cache holds the positions it was trained on, no more */
+        m.ctx = m.lc.ctx = trained;
     for (int b = 0; !s && b < B; b++) {
         s = sn_tokenizer_encode(tk, a->prompts[b], strlen(a->prompts[b]), &toks[b], e);
         lens[b] = (int)toks[b].n;
