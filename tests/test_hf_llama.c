@@ -1,10 +1,11 @@
-/* test_hf_llama.c: the LLaMA-family model (models/llama.h) and its Hugging Face import
- * (io/hf_llama.h) against fixtures transformers made (tools/make_llama_fixtures.py,
- * tests/fixtures/llama): the imported model's logits equal transformers' on the interpreter and
- * the CPU device (untied LLaMA; tied LLaMA with llama3 rope scaling; sharded Qwen2 with q/k/v
- * biases), and so do the KV cache's prefill and one-token decode programs, whose greedy
- * generation is transformers' token for token; import, export, import is bit-identical; the whole graph's gradient against finite differences; the imported model trains;
- * bad configs and tensors refused, each message naming the field or tensor. */
+/* test_hf_llama.c: the LLaMA-family model (models/llama.h) and its Hugging Face import and
+ * export (io/hf_llama.h) against fixtures transformers made (tools/make_llama_fixtures.py,
+ * tests/fixtures/llama): the imported model's logits equal transformers' on the interpreter, the
+ * CPU device and the stand-in CUDA driver (untied LLaMA; tied LLaMA with llama3 rope scaling;
+ * sharded Qwen2 with q/k/v biases), and so do the KV cache's prefill and decode programs, whose
+ * greedy generation is transformers' token for token; import, export, import is bit-identical;
+ * the whole graph's gradient against finite differences; the imported model trains; bad configs
+ * and tensors refused, each message naming the field or tensor. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
