@@ -144,10 +144,8 @@ static void check_logits(const char *model, bool cpu) {
     sn_device_free(dev);
 }
 
-START_TEST(logits_interp) { check_logits(models[_i], false); }
-END_TEST
-
-START_TEST(logits_cpu) { check_logits(models[_i], true); }
+/* _i: model _i % 3, on the interpreter (_i < 3) or the CPU device */
+START_TEST(logits) { check_logits(models[_i % 3], _i >= 3); }
 END_TEST
 
 static void rm_rf(const char *d);
@@ -231,10 +229,8 @@ static void check_cached(const char *model, bool cpu) {
     sn_weights_free(&w);
 }
 
-START_TEST(cached_interp) { check_cached(models[_i], false); }
-END_TEST
-
-START_TEST(cached_cpu) { check_cached(models[_i], true); }
+/* _i: model _i % 3, on the interpreter (_i < 3) or the CPU device */
+START_TEST(cached) { check_cached(models[_i % 3], _i >= 3); }
 END_TEST
 
 /* Greedy generation with the cache (prefill, then decode steps) gives transformers' greedy
@@ -271,10 +267,8 @@ static void check_greedy(const char *model, bool cpu) {
     sn_weights_free(&w);
 }
 
-START_TEST(greedy_interp) { check_greedy(models[_i], false); }
-END_TEST
-
-START_TEST(greedy_cpu) { check_greedy(models[_i], true); }
+/* _i: model _i % 3, on the interpreter (_i < 3) or the CPU device */
+START_TEST(greedy) { check_greedy(models[_i % 3], _i >= 3); }
 END_TEST
 
 /* What each fixture's config.json says, and the built-in shape it matches. */
@@ -328,13 +322,11 @@ START_TEST(gradient) {
     double *vals[64];
     for (int p = 0; p < np; p++) {
         int64_t n = sn_numel(params[p]);
-        float *f = malloc(sizeof(float) * (size_t)n);
         sn_rng r = sn_rng_seed(100 + (uint64_t)p);
         vals[p] = malloc(sizeof(double) * (size_t)n);
         for (int64_t i = 0; i < n; i++) /* norms near 1, the rest of scale 0.3 */
             vals[p][i] = (params[p]->rank == 1 && !strstr(params[p]->name, "bias") ? 1.0 : 0.0) +
                          0.3 * ((double)sn_rng_below(&r, 2001) / 1000.0 - 1.0);
-        free(f);
         ck_assert(sn_interp_set_f64(it, params[p], vals[p], &e) == SN_OK);
     }
     int32_t x[16], y[16];
@@ -368,6 +360,25 @@ START_TEST(gradient) {
     }
     for (int p = 0; p < np; p++) free(vals[p]);
     sn_interp_free(it);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* The training graph through the pipeline: every layer's written-out attention is fused into a
+ * flash-attention op reading its key/value heads unrepeated (grouped-query). */
+START_TEST(attention_fused) {
+    sn_llama_config c;
+    ck_assert(sn_llama_config_find("llama-tiny", &c));
+    sn_graph *g = sn_graph_new();
+    sn_llama m;
+    sn_err e;
+    ck_assert_msg(sn_llama_build(g, &c, 2, 16, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    sn_pipeline_stats st = {0};
+    ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(st.attention_fused, c.n_layer);
+    ck_assert_int_eq(st.kv_unrepeated, c.n_layer);
     sn_graph_free(g);
 }
 END_TEST
@@ -567,15 +578,13 @@ int main(void) {
     Suite *s = suite_create("hf_llama");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, logits_interp, 0, 3);
-    tcase_add_loop_test(tc, logits_cpu, 0, 3);
+    tcase_add_loop_test(tc, logits, 0, 6);
     tcase_add_loop_test(tc, logits_standin, 0, 3);
-    tcase_add_loop_test(tc, cached_interp, 0, 3);
-    tcase_add_loop_test(tc, cached_cpu, 0, 3);
-    tcase_add_loop_test(tc, greedy_interp, 0, 3);
-    tcase_add_loop_test(tc, greedy_cpu, 0, 3);
+    tcase_add_loop_test(tc, cached, 0, 6);
+    tcase_add_loop_test(tc, greedy, 0, 6);
     tcase_add_test(tc, configs);
     tcase_add_loop_test(tc, gradient, 0, 2);
+    tcase_add_test(tc, attention_fused);
     tcase_add_test(tc, trains);
     tcase_add_test(tc, bad_configs);
     tcase_add_test(tc, missing_shard);
