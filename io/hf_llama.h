@@ -37,4 +37,11 @@ sn_status sn_hf_llama_read(const char *dir, sn_llama_config *c, sn_weights *out,
  * missing; files in it are never replaced (SN_ERR_IO naming the file). */
 sn_status sn_hf_llama_write(const sn_llama_config *c, const sn_weights *w, const char *dir, sn_err *e);
 
+/* A checkpoint of `sinter train` (hf_llama_ckpt.c): when its metadata names a built-in
+ * LLaMA-family shape, *is_llama is set and *c, *out are that model (vocab: the real vocabulary,
+ * 0: its tokenizer's) with the padding rows dropped; else *is_llama is false and nothing is
+ * read into out. */
+sn_status sn_hf_llama_from_checkpoint(const char *path, int vocab, bool *is_llama, sn_llama_config *c,
+                                      sn_weights *out, sn_err *e);
+
 #endif

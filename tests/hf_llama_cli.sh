@@ -1,7 +1,8 @@
 #!/bin/sh
 # hf_llama_cli.sh SINTER FIXTURES: a LLaMA-family model from the command line (issue 23): a run
 # started with --init-hf from transformers' tiny LLaMA (tests/fixtures/llama) is that model and
-# lowers its loss and generates from its checkpoint; --model llama-tiny trains from scratch on the interpreter and the CPU device;
+# lowers its loss, generates from its checkpoint and exports it (a run from the export has the
+# losses of one from the checkpoint); --model llama-tiny trains from scratch on the interpreter and the CPU device;
 # a vocabulary that is not the tokenizer's, LoRA (GPT-2's only) and a config.json sinter cannot
 # express are refused with messages that say why.
 set -eu
@@ -28,6 +29,20 @@ for d in interp cpu; do
     grep -q "^generate: 10 tokens in" err.txt || fail "no generate line on $d"
 done
 cmp gen_interp.txt gen_cpu.txt || fail "greedy text differs between interp and cpu"
+
+# sinter export to a Hugging Face directory; a run from it (--init-hf) has the losses of a run
+# from the checkpoint itself (--init)
+"$sinter" export l.ckpt --to ex > out.txt 2> err.txt || fail "export"
+grep -q "^exported l.ckpt (llama-tiny: 2 layers, 4/2 heads, hidden 32, context 64, vocabulary 256) to ex" out.txt || fail "export line"
+if "$sinter" export l.ckpt --to-llmc l.bin > out.txt 2> err.txt; then fail "llm.c export of llama"; fi
+grep -q "llm.c's file holds GPT-2 only" err.txt || fail "no llm.c refusal"
+# shellcheck disable=SC2086
+"$sinter" train $common --device cpu --steps 5 --model llama-tiny --init l.ckpt --log a.csv > out.txt 2> err.txt || fail "--init l.ckpt"
+# shellcheck disable=SC2086
+"$sinter" train $common --device cpu --steps 5 --init-hf ex --log b.csv > out.txt 2> err.txt || fail "--init-hf ex"
+cut -d, -f1-5 a.csv > a.cut
+cut -d, -f1-5 b.csv > b.cut
+cmp a.cut b.cut || { diff a.cut b.cut | head; fail "--init-hf of the export: not the losses of --init"; }
 
 for d in interp cpu; do
     # shellcheck disable=SC2086
