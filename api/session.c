@@ -8,6 +8,7 @@
 
 #include "data/data.h"
 #include "frontend/frontend.h"
+#include "io/hf_llama.h"
 #include "io/weights.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
@@ -245,12 +246,15 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
 /* A new run from pretrained weights (io/weights.h), set by name into the trainer. */
 static sn_status init_pretrained(sn_session *r, const char *path, sn_err *e) {
     sn_weights w;
-    sn_status s = sn_weights_read(path, &w, e);
+    sn_llama_config lc;
+    bool llama = sn_hf_is_llama(path); /* else GPT-2 (Hugging Face or llm.c) */
+    sn_status s = llama ? sn_hf_llama_read(path, &lc, &w, e) : sn_weights_read(path, &w, e);
     if (s) return s;
-    if (w.config.vocab != r->tk->vocab)
+    int vocab = llama ? lc.vocab : w.config.vocab;
+    if (vocab != r->tk->vocab)
         s = sn_fail(e, SN_ERR_INVALID, "%s: a vocabulary of %d ids, the %s tokenizer has %d: give "
                     "the tokenizer the model was trained with (--bpe DIR for GPT-2's)", path,
-                    w.config.vocab, r->tk->name, r->tk->vocab);
+                    vocab, r->tk->name, r->tk->vocab);
     else s = sn_weights_init_trainer(&w, r->t, r->tk->vocab, &r->init_fresh, e);
     sn_weights_free(&w);
     return s;

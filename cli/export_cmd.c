@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/hf_llama.h"
 #include "io/weights.h"
 #include "cli.h"
 
@@ -71,6 +72,16 @@ static sn_status load(const char *path, const sn_export_opts *o, sn_weights *w, 
     return sn_weights_from_checkpoint(path, o, w, merged, e);
 }
 
+/* A file that is not llm.c's model file: a checkpoint (its reader says when it is not). */
+static bool checkpoint_file(const char *path) {
+    int32_t magic = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    if (read(fd, &magic, 4) != 4) magic = 0;
+    close(fd);
+    return magic != 20240326;
+}
+
 static int cli_export(int argc, char **argv) {
     const char *in = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
     if (in) { /* the operand, first: the rest are options */
@@ -108,7 +119,23 @@ static int cli_export(int argc, char **argv) {
     }
     sn_weights w;
     int merged;
-    sn_status s = load(in, &o, &w, &merged, &e);
+    struct stat st;
+    bool llama = false;
+    sn_llama_config lc;
+    sn_status s = stat(in, &st) == 0 && S_ISREG(st.st_mode) && checkpoint_file(in)
+                  ? sn_hf_llama_from_checkpoint(in, o.vocab, &llama, &lc, &w, &e) : SN_OK;
+    if (!s && llama) { /* a LLaMA-family checkpoint: Hugging Face only */
+        s = to ? sn_hf_llama_write(&lc, &w, to, &e)
+               : sn_fail(&e, SN_ERR_UNSUPPORTED, "%s is a %s checkpoint: llm.c's file holds GPT-2 "
+                         "only: export it with --to DIR", in, lc.name);
+        if (!s)
+            printf("exported %s (%s: %d layers, %d/%d heads, hidden %d, context %d, vocabulary %d) to "
+                   "%s\n", in, lc.name, lc.n_layer, lc.n_head, lc.n_kv_head, lc.hidden, lc.ctx, lc.vocab, to);
+        sn_weights_free(&w);
+        if (s) fprintf(stderr, "sinter export: %s\n", e.msg);
+        return s ? 1 : 0;
+    }
+    if (!s) s = load(in, &o, &w, &merged, &e);
     if (!s) {
         s = to ? sn_weights_write_hf(&w, to, &e) : sn_weights_write_llmc(&w, to_llmc, &e);
         if (!s)

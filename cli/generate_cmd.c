@@ -11,6 +11,7 @@
 
 #include "data/data.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/device.h"
 #include "train/checkpoint.h"
@@ -78,20 +79,49 @@ const cli_command cli_generate_cmd = {
 /* ---- the model from the checkpoint's metadata ---------------------------------------------- */
 
 typedef struct {
+    bool llama;          /* a LLaMA-family model (lc), else GPT-2 (c) */
     sn_gpt2_config c;
+    sn_llama_config lc;
+    int ctx, n_layer;    /* the model's, either family */
     bool has_lora;
     sn_gpt2_lora lora;
 } gen_model;
 
 static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn_err *e) {
     gen_model *m = user;
+    if (m->llama) return sn_llama_build_kv(g, &m->lc, B, T, decode, e);
     return sn_gpt2_build_kv(g, &m->c, B, T, decode, m->has_lora ? &m->lora : NULL, e);
+}
+
+/* A LLaMA-family checkpoint of a built-in shape (models/llama.h): its vocabulary is the rows of
+ * model.embed_tokens.weight (padding included). A run from a config.json of another shape
+ * ("llama-custom") keeps no configuration in its checkpoint yet. */
+static sn_status llama_of(const sn_ckpt_model *ck, const char *path, const char *name, gen_model *m,
+                          sn_err *e) {
+    if (!sn_llama_config_find(name, &m->lc))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "checkpoint %s holds model '%s': sinter generate "
+                       "knows the built-in LLaMA-family shapes (%s) only, not a config.json's", path,
+                       name, sn_llama_config_names());
+    int64_t emb[SN_MAX_RANK];
+    if (sn_ckpt_model_shape(ck, "model.embed_tokens.weight", emb) != 2 || emb[0] < 1 || emb[0] > (1 << 24) ||
+        emb[1] != m->lc.hidden)
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds no parameter model.embed_tokens.weight "
+                       "of (V, %d), which its model %s has: it is not a checkpoint of that model",
+                       path, m->lc.hidden, name);
+    m->lc.vocab = (int)emb[0];
+    m->llama = true;
+    m->ctx = m->lc.ctx;
+    m->n_layer = m->lc.n_layer;
+    return SN_OK;
 }
 
 /* The GPT-2 configuration, vocabulary (the rows of wte, padding included) and adapters the
  * checkpoint holds. */
 static sn_status model_of(const sn_ckpt_model *ck, const char *path, gen_model *m, sn_err *e) {
     char name[100], shape[200], targets[16];
+    if (sn_ckpt_model_meta(ck, "model", name, sizeof name) &&
+        (sn_llama_config_find(name, &m->lc) || !strcmp(name, "llama-custom")))
+        return llama_of(ck, path, name, m, e);
     if (!sn_ckpt_model_meta(ck, "model", name, sizeof name) || !sn_gpt2_config_find(name, &m->c))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds %s%s%s, not one of sinter's GPT-2 "
                        "models (%s): generate from a checkpoint that `sinter train` wrote", path,
@@ -104,6 +134,8 @@ static sn_status model_of(const sn_ckpt_model *ck, const char *path, gen_model *
                        "1 <= V <= %d, which its model %s has: it is not a checkpoint of that model",
                        path, m->c.n_embd, 1 << 24, m->c.name);
     m->c.vocab = (int)wte[0];
+    m->ctx = m->c.ctx;
+    m->n_layer = m->c.n_layer;
     const char *lora = sn_ckpt_model_meta(ck, "model.shape", shape, sizeof shape) ? strstr(shape, ", LoRA rank ") : NULL;
     if (lora) {
         double alpha;
@@ -211,8 +243,10 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
     }
     int B = a->n_prompts, lens[MAX_PROMPTS];
     const int32_t *ps[MAX_PROMPTS];
-    int trained = !s && sn_ckpt_model_meta(ck, "seq", seq_text, sizeof seq_text) ? atoi(seq_text) : m.c.ctx;
-    if (trained < 1 || trained > m.c.ctx) trained = m.c.ctx;
+    int trained = !s && sn_ckpt_model_meta(ck, "seq", seq_text, sizeof seq_text) ? atoi(seq_text) : m.ctx;
+    if (trained < 1 || trained > m.ctx) trained = m.ctx;
+    if (m.llama) /* no position table: the cache holds the positions it was trained on, no more */
+        m.ctx = m.lc.ctx = trained;
     for (int b = 0; !s && b < B; b++) {
         s = sn_tokenizer_encode(tk, a->prompts[b], strlen(a->prompts[b]), &toks[b], e);
         lens[b] = (int)toks[b].n;
@@ -233,7 +267,7 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
         ps[b] = ids[b];
     }
     if (!s) s = open_device(a, &dev, e);
-    sn_generator_opts go = {.build = build_kv, .user = &m, .ctx = m.c.ctx, .n_layer = m.c.n_layer, .batch = B};
+    sn_generator_opts go = {.build = build_kv, .user = &m, .ctx = m.ctx, .n_layer = m.n_layer, .batch = B};
     if (!s) s = sn_generator_new(&go, dev, &gen, e);
     if (!s) s = sn_ckpt_model_covers(ck, sn_generator_decode_graph(gen), e);
     if (!s) s = sn_generator_load(gen, sn_ckpt_model_weights(ck), e);

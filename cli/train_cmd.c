@@ -16,7 +16,9 @@
 #include "api/session.h"
 #include "data/data.h"
 #include "io/weights.h"
+#include "io/hf_llama.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "program/target.h"
@@ -43,9 +45,19 @@ static sn_status build_gpt2(sn_graph *g, int B, int T, int V, void *user, sn_err
     return sn_gpt2_build_lora(g, &c, B, T, gm->has_lora ? &gm->lora : NULL, &m, e);
 }
 
+/* The LLaMA-family model of the configuration in user (an sn_llama_config), as a session's model. */
+static sn_status build_llama(sn_graph *g, int B, int T, int V, void *user, sn_err *e) {
+    sn_llama_config c = *(const sn_llama_config *)user;
+    c.vocab = V;
+    sn_llama m;
+    return sn_llama_build(g, &c, B, T, &m, e);
+}
+
 /* Everything one `sinter train` holds beside the session. */
 typedef struct {
     gpt2_model gm;
+    sn_llama_config lc; /* the model when llama */
+    bool llama;
     char desc[160];
     sn_session *s;
     train_log log;           /* --log; log.open when there is one */
@@ -72,7 +84,24 @@ static void session_enums(const train_args *a, sn_session_opts *o) {
     o->offload = a->offload < 0 ? SN_OFFLOAD_AUTO : a->offload ? SN_OFFLOAD_OPTIMIZER : SN_OFFLOAD_NONE;
 }
 
-static sn_status build(const train_args *a, run *r, sn_err *e) {
+/* A LLaMA-family model: --model's built-in shape, or --init-hf's config.json. */
+static sn_status build_llama_model(const train_args *a, run *r, sn_model *m, sn_err *e) {
+    sn_llama_config *c = &r->lc;
+    sn_status s;
+    if (a->init_hf && (s = sn_hf_llama_read_config(a->init_hf, c, e))) return s;
+    if (!a->init_hf) sn_llama_config_find(a->model, c);
+    if (a->lora)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: LoRA adapters are GPT-2's only so far: train "
+                       "the whole model (leave out --lora)", c->name);
+    snprintf(r->desc, sizeof r->desc, "ctx %d, %d layers, %d/%d heads of %d, hidden %d, MLP %d%s",
+             c->ctx, c->n_layer, c->n_head, c->n_kv_head, c->head_dim, c->hidden, c->intermediate,
+             c->tie_word_embeddings ? ", tied" : "");
+    *m = (sn_model){.name = c->name, .desc = r->desc, .ctx = c->ctx, .build = build_llama, .user = c};
+    return SN_OK;
+}
+
+/* A GPT-2: --model's configuration, or --init-hf's (config.json or llm.c's header). */
+static sn_status build_gpt2_model(const train_args *a, run *r, sn_model *m, sn_err *e) {
     sn_status s;
     sn_gpt2_config *c = &r->gm.c;
     /* --init-hf (issue 23): the model is the pretrained file's GPT-2 */
@@ -90,7 +119,16 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
                  r->gm.lora.lora.rank, (double)r->gm.lora.lora.alpha,
                  sn_gpt2_lora_targets_name(r->gm.lora.targets));
     }
-    sn_model m = {.name = c->name, .desc = r->desc, .ctx = c->ctx, .build = build_gpt2, .user = &r->gm};
+    *m = (sn_model){.name = c->name, .desc = r->desc, .ctx = c->ctx, .build = build_gpt2, .user = &r->gm};
+    return SN_OK;
+}
+
+static sn_status build(const train_args *a, run *r, sn_err *e) {
+    sn_status s;
+    sn_model m;
+    sn_llama_config probe;
+    r->llama = a->init_hf ? sn_hf_is_llama(a->init_hf) : sn_llama_config_find(a->model, &probe);
+    if ((s = r->llama ? build_llama_model(a, r, &m, e) : build_gpt2_model(a, r, &m, e))) return s;
     sn_session_opts o = sn_session_defaults();
     session_enums(a, &o);
     o.no_cache = a->no_cache;
@@ -149,7 +187,8 @@ static sn_status save(const train_args *a, run *r, long step, sn_err *e) {
 
 static sn_status plot(const train_args *a, run *r, long tps, sn_err *e) {
     char title[128];
-    snprintf(title, sizeof title, "sinter train: %s, %ld tokens per step", r->gm.c.name, tps);
+    snprintf(title, sizeof title, "sinter train: %s, %ld tokens per step",
+             r->llama ? r->lc.name : r->gm.c.name, tps);
     return sn_session_plot(r->s, a->plot, title, e);
 }
 

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "io/weights.h"
+#include "io/hf_llama.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "cli.h"
@@ -16,9 +18,16 @@
 #define O(field) offsetof(train_args, field)
 #define STEPS_MAX 100000000
 
+/* GPT-2's configurations, then the LLaMA family's (models/llama.h) */
+static const char *model_names(void) {
+    static char names[512];
+    if (!names[0]) snprintf(names, sizeof names, "%s, %s", sn_gpt2_config_names(), sn_llama_config_names());
+    return names;
+}
+
 static const cli_opt train_opts[] = {
-    {"model", 'm', CLI_CHOICE, "NAME", O(model), .choices_fn = sn_gpt2_config_names,
-     .help = "the GPT-2 configuration (default demo)"},
+    {"model", 'm', CLI_CHOICE, "NAME", O(model), .choices_fn = model_names,
+     .help = "the GPT-2 or LLaMA-family configuration (default demo)"},
     {"device", 0, CLI_CHOICE, "D", O(device), .choices = "auto, cuda, cpu, interp",
      .help = "auto (default): the CUDA GPU when there is one, else cpu;\n"
              "cuda: CUDA GPU 0 (an error without one); cpu: compiled kernels on\n"
@@ -91,9 +100,9 @@ static const cli_opt train_opts[] = {
              "options) from the model weights in checkpoint FILE, written by\n"
              "--checkpoint of any run of the same --model (docs/finetune.md)"},
     {"init-hf", 0, CLI_STR, "PATH", O(init_hf),
-     .help = "start a new run from pretrained GPT-2 weights: a Hugging Face\n"
-             "directory (config.json and model.safetensors, or a sharded\n"
-             "model.safetensors.index.json) or llm.c's gpt2_124M.bin; the model's\n"
+     .help = "start a new run from pretrained weights: a Hugging Face GPT-2,\n"
+             "LLaMA or Qwen2 directory (config.json and model.safetensors, or a\n"
+             "sharded model.safetensors.index.json) or llm.c's gpt2_124M.bin; the model's\n"
              "shape is the file's (--model is not used; the tokenizer defaults to\n"
              "GPT-2's when its vocabulary is 50257)"},
     {"lora", 0, CLI_INT, "R", O(lora), 1, 4096,
@@ -188,8 +197,20 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
         return cli_usage_error(cmd, "--mem plans device memory; the interpreter has none (use "
                                "--device cpu)");
     if (!strcmp(a->precision, "tf32")) a->tf32 = true;
-    sn_gpt2_config c;
-    if (a->init_hf) { /* issue 23: the pretrained file's shape, and so its tokenizer */
+    sn_gpt2_config c = {0};
+    sn_llama_config lc;
+    if (a->init_hf && sn_hf_is_llama(a->init_hf)) { /* its vocabulary chooses the tokenizer */
+        sn_err e = {0};
+        if (sn_hf_llama_read_config(a->init_hf, &lc, &e)) {
+            fprintf(stderr, "sinter train: --init-hf %s: %s\n", a->init_hf, e.msg);
+            return 1;
+        }
+        c.name = lc.name;
+        c.vocab = lc.vocab;
+    } else if (!a->init_hf && sn_llama_config_find(a->model, &lc)) {
+        c.name = lc.name;
+        c.vocab = lc.vocab;
+    } else if (a->init_hf) { /* issue 23: the pretrained file's shape, and so its tokenizer */
         sn_err e = {0};
         if (sn_weights_read_config(a->init_hf, &c, &e)) {
             fprintf(stderr, "sinter train: --init-hf %s: %s\n", a->init_hf, e.msg);

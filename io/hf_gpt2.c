@@ -24,8 +24,7 @@
 
 #ifdef SN_HAVE_JSONC
 
-/* Reads dir/name as a JSON object into *root. */
-static sn_status read_json(const char *path, json_object **root, sn_err *e) {
+sn_status sn_hf_read_json(const char *path, json_object **root, sn_err *e) {
     char *text;
     size_t n;
     *root = NULL;
@@ -134,7 +133,7 @@ sn_status sn_hf_gpt2_read_config(const char *dir, sn_gpt2_config *c, sn_err *e) 
                    "Hugging Face models: install libjson-c-dev and rebuild (./setup)", path);
 #else
     json_object *root;
-    sn_status s = read_json(path, &root, e);
+    sn_status s = sn_hf_read_json(path, &root, e);
     if (s) return s;
     sn_gpt2_config got = {0};
     s = parse_config(path, root, &got, e);
@@ -240,7 +239,7 @@ static bool plain_name(const char *s) {
  * index says. */
 static sn_status read_index(const char *dir, const char *index, sn_weights *out, float **head, sn_err *e) {
     json_object *root, *map;
-    sn_status s = read_json(index, &root, e);
+    sn_status s = sn_hf_read_json(index, &root, e);
     if (s) return s;
     if (!json_object_object_get_ex(root, "weight_map", &map) || !json_object_is_type(map, json_type_object)) {
         json_object_put(root);

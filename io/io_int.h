@@ -30,4 +30,10 @@ float sn_bf16_to_f32(uint16_t h);
 float sn_f16_to_f32(uint16_t h);
 uint16_t sn_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 
+/* ---- hf_gpt2.c: JSON files of a Hugging Face directory ---- */
+
+struct json_object;
+/* Reads path as a JSON object into *root (json-c builds only; SN_ERR_PARSE naming path). */
+sn_status sn_hf_read_json(const char *path, struct json_object **root, sn_err *e);
+
 #endif

@@ -1,0 +1,65 @@
+#!/bin/sh
+# hf_llama_cli.sh SINTER FIXTURES: a LLaMA-family model from the command line (issue 23): a run
+# started with --init-hf from transformers' tiny LLaMA (tests/fixtures/llama) is that model and
+# lowers its loss, generates from its checkpoint and exports it (a run from the export has the
+# losses of one from the checkpoint); --model llama-tiny trains from scratch on the interpreter and the CPU device;
+# a vocabulary that is not the tokenizer's, LoRA (GPT-2's only) and a config.json sinter cannot
+# express are refused with messages that say why.
+set -eu
+sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
+fixtures=$(cd "$2" && pwd)
+dir=$(mktemp -d /tmp/sn_hf_llama_cli_XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+cd "$dir"
+fail() { echo "FAIL: $*"; for f in out.txt err.txt; do [ -f $f ] && { echo "--- $f"; tail -n 8 $f; }; done; exit 1; }
+seq 1 3000 | awk '{ print "line " $1 ": the quick brown fox jumps over " ($1 * 7) % 13 " lazy dogs" }' > corpus.txt
+common="--data corpus.txt --batch 4 --seq 16 --sample-len 0 --eval-every 0"
+
+# shellcheck disable=SC2086
+"$sinter" train $common --device cpu --steps 30 --lr 1e-2 --init-hf "$fixtures/llama" --log run.csv --checkpoint l.ckpt > out.txt 2> err.txt || fail "--init-hf llama"
+grep -q "^initialised from the pretrained $fixtures/llama" out.txt || fail "no init line"
+grep -q "^sinter train: model llama-tiny (34976 parameters), bytes tokenizer" out.txt || fail "not llama-tiny"
+first=$(sed -n 2p run.csv | cut -d, -f2)
+last=$(tail -n 1 run.csv | cut -d, -f2)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' || fail "loss $first -> $last"
+
+# sinter generate from its checkpoint with the KV cache: the same greedy text on both devices
+for d in interp cpu; do
+    "$sinter" generate l.ckpt --device $d -p "line 1" -n 10 -t 0 > gen_$d.txt 2> err.txt || fail "generate on $d"
+    grep -q "^generate: 10 tokens in" err.txt || fail "no generate line on $d"
+done
+cmp gen_interp.txt gen_cpu.txt || fail "greedy text differs between interp and cpu"
+
+# sinter export to a Hugging Face directory; a run from it (--init-hf) has the losses of a run
+# from the checkpoint itself (--init)
+"$sinter" export l.ckpt --to ex > out.txt 2> err.txt || fail "export"
+grep -q "^exported l.ckpt (llama-tiny: 2 layers, 4/2 heads, hidden 32, context 64, vocabulary 256) to ex" out.txt || fail "export line"
+if "$sinter" export l.ckpt --to-llmc l.bin > out.txt 2> err.txt; then fail "llm.c export of llama"; fi
+grep -q "llm.c's file holds GPT-2 only" err.txt || fail "no llm.c refusal"
+# shellcheck disable=SC2086
+"$sinter" train $common --device cpu --steps 5 --model llama-tiny --init l.ckpt --log a.csv > out.txt 2> err.txt || fail "--init l.ckpt"
+# shellcheck disable=SC2086
+"$sinter" train $common --device cpu --steps 5 --init-hf ex --log b.csv > out.txt 2> err.txt || fail "--init-hf ex"
+cut -d, -f1-5 a.csv > a.cut
+cut -d, -f1-5 b.csv > b.cut
+cmp a.cut b.cut || { diff a.cut b.cut | head; fail "--init-hf of the export: not the losses of --init"; }
+
+for d in interp cpu; do
+    # shellcheck disable=SC2086
+    "$sinter" train $common --device $d --steps 3 --model llama-tiny > out.txt 2> err.txt || fail "--model llama-tiny on $d"
+    grep -q "^step     3/3 | loss" out.txt || fail "no third step on $d"
+done
+
+# refusals
+# shellcheck disable=SC2086
+if "$sinter" train $common --steps 1 --init-hf "$fixtures/llama3" > out.txt 2> err.txt; then fail "vocabulary 128 taken"; fi
+grep -q "a vocabulary of 128 ids, the bytes tokenizer has 256" err.txt || fail "no vocabulary refusal"
+# shellcheck disable=SC2086
+if "$sinter" train $common --steps 1 --model llama-tiny --lora 4 > out.txt 2> err.txt; then fail "LoRA taken"; fi
+grep -q "LoRA adapters are GPT-2's only so far" err.txt || fail "no LoRA refusal"
+mkdir bad && cp "$fixtures/llama/"* bad/
+sed 's/"rope_type": "default"/"rope_type": "dynamic"/' "$fixtures/llama/config.json" > bad/config.json
+# shellcheck disable=SC2086
+if "$sinter" train $common --steps 1 --init-hf bad > out.txt 2> err.txt; then fail "dynamic rope taken"; fi
+grep -q "rope_parameters.rope_type is dynamic" err.txt || fail "no rope refusal"
+echo "hf_llama_cli: ok (--init-hf loss $first -> $last)"

@@ -1,0 +1,595 @@
+/* test_hf_llama.c: the LLaMA-family model (models/llama.h) and its Hugging Face import and
+ * export (io/hf_llama.h) against fixtures transformers made (tools/make_llama_fixtures.py,
+ * tests/fixtures/llama): the imported model's logits equal transformers' on the interpreter, the
+ * CPU device and the stand-in CUDA driver (untied LLaMA; tied LLaMA with llama3 rope scaling;
+ * sharded Qwen2 with q/k/v biases), and so do the KV cache's prefill and decode programs, whose
+ * greedy generation is transformers' token for token; import, export, import is bit-identical;
+ * the whole graph's gradient against finite differences; the imported model trains; bad configs
+ * and tensors refused, each message naming the field or tensor. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "interp/interp.h"
+#include "io/hf_llama.h"
+#include "passes/pipeline.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/cuda_rt.h"
+#include "runtime/device.h"
+#include "support/rng.h"
+#include "train/generate.h"
+#include "train/train.h"
+#include "harness.h"
+
+#ifndef SN_TEST_FIXTURES
+#define SN_TEST_FIXTURES "tests/fixtures"
+#endif
+
+#define ck_assert_has(s, sub) ck_assert_msg(strstr((s), (sub)), "'%s' lacks '%s'", (s), (sub))
+
+static const char *fixture(const char *name) {
+    static char buf[4][4096];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/llama/%s", SN_TEST_FIXTURES, name);
+    return buf[k];
+}
+
+/* The fixture's logits file: magic "SNLG", version 1, T, V, tokens[T], f32 logits (T, V). */
+typedef struct {
+    int T, V;
+    int32_t tokens[64];
+    double *logits;
+} golden;
+
+static golden read_golden(const char *name) {
+    FILE *f = fopen(fixture(name), "rb");
+    ck_assert_msg(f, "cannot open %s", fixture(name));
+    int32_t h[4];
+    ck_assert(fread(h, 4, 4, f) == 4);
+    ck_assert_int_eq(h[0], 0x474c4e53);
+    ck_assert_int_eq(h[1], 1);
+    golden g = {.T = h[2], .V = h[3]};
+    ck_assert(g.T > 0 && g.T <= 64);
+    ck_assert(fread(g.tokens, 4, (size_t)g.T, f) == (size_t)g.T);
+    float *l = malloc(4 * (size_t)(g.T * g.V));
+    ck_assert(fread(l, 4, (size_t)(g.T * g.V), f) == (size_t)(g.T * g.V));
+    fclose(f);
+    g.logits = malloc(sizeof(double) * (size_t)(g.T * g.V));
+    for (int i = 0; i < g.T * g.V; i++) g.logits[i] = l[i];
+    free(l);
+    return g;
+}
+
+/* dir: a fixture's name, or a path (with a slash) */
+static void read_ok(const char *dir, sn_llama_config *c, sn_weights *w) {
+    sn_err e;
+    const char *path = strchr(dir, '/') ? dir : fixture(dir);
+    ck_assert_msg(sn_hf_llama_read(path, c, w, &e) == SN_OK, "%s: %s", path, e.msg);
+}
+
+/* The logits (T, V) of c with weights w on tokens, compiled with the default rewrites
+ * (vocabulary padded, attention fused) for dev (NULL: the interpreter). */
+static void forward(const sn_llama_config *c, const sn_weights *w, const int32_t *tokens, int T,
+                    sn_device *dev, double *out) {
+    sn_err e;
+    sn_device *own = NULL;
+    if (!dev) {
+        ck_assert_msg(sn_interp_device_new(&own, &e) == SN_OK, "%s", e.msg);
+        dev = own;
+    }
+    sn_graph *g = sn_graph_new();
+    sn_llama m;
+    ck_assert_msg(sn_llama_build(g, c, 1, T, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.target = &dev->target;
+    sn_program *p;
+    sn_exec *x;
+    ck_assert_msg(sn_compile(g, &o, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_exec_new(dev, p, &x, &e) == SN_OK, "%s", e.msg);
+    int32_t zeros[64] = {0};
+    for (int i = 0; i < g->n_nodes; i++) {
+        const sn_node *n = g->nodes[i];
+        if (n->op == SN_OP_INPUT) {
+            ck_assert_msg(sn_exec_set(x, n, strcmp(n->name, "idx") ? zeros : tokens, &e) == SN_OK, "%s", e.msg);
+        } else if (n->op == SN_OP_PARAM) {
+            float *v = malloc(4 * (size_t)sn_numel(n));
+            ck_assert_msg(sn_weights_fill(w, n, c->vocab, v, &e) == SN_OK, "%s", e.msg);
+            ck_assert_msg(sn_exec_set(x, n, v, &e) == SN_OK, "%s", e.msg);
+            free(v);
+        }
+    }
+    ck_assert_msg(sn_exec_run(x, &e) == SN_OK, "%s", e.msg);
+    const sn_node *logits = g->outputs[0];
+    int64_t vp = logits->shape[2];
+    ck_assert_int_ge(vp, c->vocab);
+    float *l = malloc(4 * (size_t)(T * vp));
+    ck_assert_msg(sn_exec_get(x, logits, l, &e) == SN_OK, "%s", e.msg);
+    for (int t = 0; t < T; t++)
+        for (int v = 0; v < c->vocab; v++) out[t * c->vocab + v] = l[t * vp + v];
+    free(l);
+    sn_exec_free(x);
+    sn_program_free(p);
+    sn_graph_free(g);
+    sn_device_free(own);
+}
+
+static const char *const models[3] = {"llama", "llama3", "qwen2"};
+
+/* The logits of model (its directory dir: NULL for the fixture's) on dev (NULL: the
+ * interpreter) against transformers'. */
+static void check_logits_on(const char *model, const char *dir, sn_device *dev) {
+    sn_llama_config c;
+    sn_weights w;
+    read_ok(dir ? dir : model, &c, &w);
+    char name[64];
+    snprintf(name, sizeof name, "%s_logits.bin", model);
+    golden gd = read_golden(name);
+    ck_assert_int_eq(gd.V, c.vocab);
+    double *got = malloc(sizeof(double) * (size_t)(gd.T * gd.V));
+    forward(&c, &w, gd.tokens, gd.T, dev, got);
+    sn_check_close(name, got, gd.logits, (size_t)(gd.T * gd.V), 1e-4, 1.0);
+    free(got);
+    free(gd.logits);
+    sn_weights_free(&w);
+}
+
+static void check_logits(const char *model, bool cpu) {
+    sn_err e;
+    sn_device *dev = NULL;
+    if (cpu) ck_assert_msg(sn_cpu_device_new(0, &dev, &e) == SN_OK, "%s", e.msg);
+    check_logits_on(model, NULL, dev);
+    sn_device_free(dev);
+}
+
+/* _i: model _i % 3, on the interpreter (_i < 3) or the CPU device */
+START_TEST(logits) { check_logits(models[_i % 3], _i >= 3); }
+END_TEST
+
+static void rm_rf(const char *d);
+
+/* On the stand-in CUDA driver (tests/standin: libcuda over host memory, the kernels' CUDA C run
+ * by the SIMT simulator) when meson gives its paths and the real NVRTC it wraps is here. */
+START_TEST(logits_standin) {
+#ifdef SN_TEST_STANDIN_CUDA
+    setenv("SN_LIBCUDA", SN_TEST_STANDIN_CUDA, 1);
+    setenv("SN_LIBNVRTC", SN_TEST_STANDIN_NVRTC, 1);
+    setenv("SN_LIBCUBLASLT", SN_TEST_STANDIN_CUBLASLT, 1);
+    sn_cuda_api a = {0};
+    sn_err e;
+    int major = 0, minor = 0;
+    bool ok = sn_nvrtc_version(&a.nvrtc, &major, &minor, &e) == SN_OK;
+    sn_cuda_api_unload(&a);
+    if (!ok) {
+        printf("test_hf_llama: logits_standin skipped: no NVRTC for the stand-in to wrap\n");
+        return;
+    }
+    char cache[] = "/tmp/sn_test_hf_llama_cache_XXXXXX";
+    ck_assert(mkdtemp(cache));
+    sn_cuda_opts o = {.cache_dir = cache};
+    sn_device *dev = NULL;
+    ck_assert_msg(sn_cuda_device_new_opts(0, &o, &dev, &e) == SN_OK, "%s", e.msg);
+    check_logits_on(models[_i], NULL, dev);
+    sn_device_free(dev);
+    rm_rf(cache);
+#endif
+}
+END_TEST
+
+/* sn_weights as a generator's source of weights */
+typedef struct {
+    const sn_weights *w;
+    int64_t vocab;
+} weights_src;
+
+static sn_status get_weight(void *src, const sn_node *p, float *data, sn_err *e) {
+    const weights_src *s = src;
+    return sn_weights_fill(s->w, p, s->vocab, data, e);
+}
+
+static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn_err *e) {
+    return sn_llama_build_kv(g, user, B, T, decode, e);
+}
+
+/* Generation with the KV cache (train/generate.h): a 3-token prefill, then one token at a time
+ * through the decode program reading the cache; its logits at every position equal
+ * transformers' to 1e-4, on the interpreter and the CPU device. */
+static void check_cached(const char *model, bool cpu) {
+    enum { P = 3 };
+    sn_llama_config c;
+    sn_weights w;
+    read_ok(model, &c, &w);
+    char name[64];
+    snprintf(name, sizeof name, "%s_logits.bin", model);
+    golden gd = read_golden(name);
+    sn_err e;
+    sn_device *dev = NULL;
+    if (cpu) ck_assert_msg(sn_cpu_device_new(0, &dev, &e) == SN_OK, "%s", e.msg);
+    sn_generator *gen;
+    sn_generator_opts o = {.build = build_kv, .user = &c, .ctx = c.ctx, .n_layer = c.n_layer, .batch = 1};
+    ck_assert_msg(sn_generator_new(&o, dev, &gen, &e) == SN_OK, "%s", e.msg);
+    weights_src src = {&w, c.vocab};
+    ck_assert_msg(sn_generator_load(gen, (sn_weight_source){get_weight, &src}, &e) == SN_OK, "%s", e.msg);
+    float *got = malloc(sizeof(float) * (size_t)((gd.T - P + 1) * gd.V));
+    ck_assert_msg(sn_generator_forced(gen, gd.tokens, gd.T, P, got, &e) == SN_OK, "%s", e.msg);
+    double *row = malloc(sizeof(double) * (size_t)gd.V);
+    for (int i = P - 1; i < gd.T; i++) {
+        for (int v = 0; v < gd.V; v++) row[v] = got[(i - P + 1) * gd.V + v];
+        char what[96];
+        snprintf(what, sizeof what, "%s: %s logits at position %d", model, i < P ? "prefill" : "decode", i);
+        sn_check_close(what, row, gd.logits + (size_t)i * gd.V, (size_t)gd.V, 1e-4, 1.0);
+    }
+    free(row);
+    free(got);
+    free(gd.logits);
+    sn_generator_free(gen);
+    sn_device_free(dev);
+    sn_weights_free(&w);
+}
+
+/* _i: model _i % 3, on the interpreter (_i < 3) or the CPU device */
+START_TEST(cached) { check_cached(models[_i % 3], _i >= 3); }
+END_TEST
+
+/* Greedy generation with the cache (prefill, then decode steps) gives transformers' greedy
+ * generate token for token (NAME_greedy.bin: "SNGR", version 1, P, N, P prompt ids, N new). */
+static void check_greedy(const char *model, bool cpu) {
+    sn_llama_config c;
+    sn_weights w;
+    read_ok(model, &c, &w);
+    char name[64];
+    snprintf(name, sizeof name, "%s_greedy.bin", model);
+    FILE *f = fopen(fixture(name), "rb");
+    ck_assert_msg(f, "cannot open %s", fixture(name));
+    int32_t h[4], ids[128];
+    ck_assert(fread(h, 4, 4, f) == 4 && h[0] == 0x52474e53 && h[1] == 1 && h[2] > 0 && h[3] > 0 && h[2] + h[3] <= 128);
+    int P = h[2], N = h[3];
+    ck_assert(fread(ids, 4, (size_t)(P + N), f) == (size_t)(P + N));
+    fclose(f);
+    sn_err e;
+    sn_device *dev = NULL;
+    if (cpu) ck_assert_msg(sn_cpu_device_new(0, &dev, &e) == SN_OK, "%s", e.msg);
+    sn_generator *gen;
+    sn_generator_opts o = {.build = build_kv, .user = &c, .ctx = c.ctx, .n_layer = c.n_layer, .batch = 1};
+    ck_assert_msg(sn_generator_new(&o, dev, &gen, &e) == SN_OK, "%s", e.msg);
+    weights_src src = {&w, c.vocab};
+    ck_assert_msg(sn_generator_load(gen, (sn_weight_source){get_weight, &src}, &e) == SN_OK, "%s", e.msg);
+    sn_sample_opts so = {.n_new = N, .temperature = 0, .vocab = c.vocab, .seed = 1};
+    int32_t out[128];
+    const int32_t *prompt = ids;
+    ck_assert_msg(sn_generator_generate(gen, &prompt, &P, &so, out, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(out[i] == ids[P + i], "%s: new token %d is %d, transformers' %d", model, i, out[i], ids[P + i]);
+    sn_generator_free(gen);
+    sn_device_free(dev);
+    sn_weights_free(&w);
+}
+
+/* _i: model _i % 3, on the interpreter (_i < 3) or the CPU device */
+START_TEST(greedy) { check_greedy(models[_i % 3], _i >= 3); }
+END_TEST
+
+/* What each fixture's config.json says, and the built-in shape it matches. */
+START_TEST(configs) {
+    sn_llama_config c;
+    sn_err e;
+    ck_assert_msg(sn_hf_llama_read_config(fixture("llama"), &c, &e) == SN_OK, "%s", e.msg);
+    sn_llama_config tiny;
+    ck_assert(sn_llama_config_find("llama-tiny", &tiny));
+    ck_assert_str_eq(c.name, "llama-tiny"); /* the built-in test shape is the fixture's */
+    ck_assert(c.n_kv_head == 2 && c.head_dim == 8 && !c.tie_word_embeddings && !c.qkv_bias && c.rope_factor == 0);
+    ck_assert_msg(sn_hf_llama_read_config(fixture("llama3"), &c, &e) == SN_OK, "%s", e.msg);
+    ck_assert_str_eq(c.name, "llama-custom");
+    ck_assert(c.tie_word_embeddings && c.rope_factor == 8 && c.rope_original_ctx == 16 && c.rope_theta == 500000);
+    ck_assert_msg(sn_hf_llama_read_config(fixture("qwen2"), &c, &e) == SN_OK, "%s", e.msg);
+    ck_assert(c.qkv_bias && c.tie_word_embeddings && c.rope_theta == 1e6f);
+    ck_assert(sn_hf_is_llama(fixture("qwen2")) && sn_hf_is_llama(fixture("llama")));
+    ck_assert(!sn_hf_is_llama(SN_TEST_FIXTURES "/hf/tiny")); /* GPT-2 */
+    const char *names[] = {"smollm2-135m", "smollm2-360m", "tinyllama-1.1b", "llama-3.2-1b", "qwen2.5-0.5b"};
+    static const long long params[] = {134515008LL, 361821120LL, 1100048384LL, 1235814400LL, 494032768LL};
+    for (int i = 0; i < 5; i++) { /* the published parameter counts */
+        ck_assert(sn_llama_config_find(names[i], &c));
+        sn_graph *g = sn_graph_new();
+        sn_llama m;
+        ck_assert_msg(sn_llama_build(g, &c, 1, 4, &m, &e) == SN_OK, "%s", e.msg);
+        ck_assert_msg(sn_graph_param_count(g) == params[i], "%s: %lld parameters", names[i],
+                      (long long)sn_graph_param_count(g));
+        sn_graph_free(g);
+    }
+}
+END_TEST
+
+/* d loss / d param of the whole tiny model (tied, llama3 rope, q/k/v biases, grouped heads)
+ * against central differences, three elements of every parameter, in the exact interpreter. */
+START_TEST(gradient) {
+    sn_llama_config c;
+    ck_assert(sn_llama_config_find("llama-tiny", &c));
+    c.vocab = 32;
+    c.tie_word_embeddings = _i;
+    c.qkv_bias = _i;
+    if (_i) c.rope_factor = 8, c.rope_low_freq_factor = 1, c.rope_high_freq_factor = 4, c.rope_original_ctx = 4;
+    sn_graph *g = sn_graph_new();
+    sn_llama m;
+    sn_err e;
+    ck_assert_msg(sn_llama_build(g, &c, 2, 8, &m, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_backward(g, m.loss, &e) == SN_OK, "%s", e.msg);
+    sn_interp *it = sn_interp_new(g, true);
+    sn_node *params[64];
+    int np = sn_graph_params(g, params, 64);
+    ck_assert_int_eq(np, 2 + 9 * 2 + !_i + (_i ? 3 * 2 : 0));
+    double *vals[64];
+    for (int p = 0; p < np; p++) {
+        int64_t n = sn_numel(params[p]);
+        sn_rng r = sn_rng_seed(100 + (uint64_t)p);
+        vals[p] = malloc(sizeof(double) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) /* norms near 1, the rest of scale 0.3 */
+            vals[p][i] = (params[p]->rank == 1 && !strstr(params[p]->name, "bias") ? 1.0 : 0.0) +
+                         0.3 * ((double)sn_rng_below(&r, 2001) / 1000.0 - 1.0);
+        ck_assert(sn_interp_set_f64(it, params[p], vals[p], &e) == SN_OK);
+    }
+    int32_t x[16], y[16];
+    for (int i = 0; i < 16; i++) x[i] = (i * 7 + 3) % 32, y[i] = (i * 5 + 1) % 32;
+    ck_assert(sn_interp_set_i32(it, m.idx, x, &e) == SN_OK && sn_interp_set_i32(it, m.targets, y, &e) == SN_OK);
+    sn_rng r = sn_rng_seed(99);
+    for (int p = 0; p < np; p++) {
+        int64_t n = sn_numel(params[p]);
+        ck_assert(sn_interp_run(it, &e) == SN_OK);
+        const double *grad = sn_interp_value(it, params[p]->grad);
+        for (int k = 0; k < 3; k++) {
+            int64_t at = (int64_t)sn_rng_below(&r, (uint64_t)n);
+            double analytic = grad[at], h = 1e-5, keep = vals[p][at], up, down;
+            vals[p][at] = keep + h;
+            sn_interp_set_f64(it, params[p], vals[p], &e);
+            ck_assert(sn_interp_run(it, &e) == SN_OK);
+            up = sn_interp_value(it, m.loss)[0];
+            vals[p][at] = keep - h;
+            sn_interp_set_f64(it, params[p], vals[p], &e);
+            ck_assert(sn_interp_run(it, &e) == SN_OK);
+            down = sn_interp_value(it, m.loss)[0];
+            vals[p][at] = keep;
+            sn_interp_set_f64(it, params[p], vals[p], &e);
+            double numeric = (up - down) / (2 * h);
+            ck_assert_msg(fabs(analytic - numeric) <= 1e-6 + 1e-4 * fabs(numeric),
+                          "%s[%lld]: autodiff %.9g, finite differences %.9g", params[p]->name,
+                          (long long)at, analytic, numeric);
+            ck_assert(sn_interp_run(it, &e) == SN_OK);
+            grad = sn_interp_value(it, params[p]->grad);
+        }
+    }
+    for (int p = 0; p < np; p++) free(vals[p]);
+    sn_interp_free(it);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* The training graph through the pipeline: every layer's written-out attention is fused into a
+ * flash-attention op reading its key/value heads unrepeated (grouped-query). */
+START_TEST(attention_fused) {
+    sn_llama_config c;
+    ck_assert(sn_llama_config_find("llama-tiny", &c));
+    sn_graph *g = sn_graph_new();
+    sn_llama m;
+    sn_err e;
+    ck_assert_msg(sn_llama_build(g, &c, 2, 16, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    sn_pipeline_stats st = {0};
+    ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(st.attention_fused, c.n_layer);
+    ck_assert_int_eq(st.kv_unrepeated, c.n_layer);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* The imported model trains on the CPU device: ten steps on one batch lower its loss, and the
+ * first step's loss is the imported model's. */
+START_TEST(trains) {
+    sn_llama_config c;
+    sn_weights w;
+    read_ok("llama", &c, &w);
+    enum { B = 2, T = 16 };
+    sn_graph *g = sn_graph_new();
+    sn_llama m;
+    sn_err e;
+    ck_assert_msg(sn_llama_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_backward(g, m.loss, &e) == SN_OK, "%s", e.msg);
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(0, &d, &e) == SN_OK, "%s", e.msg);
+    sn_train_opts o;
+    sn_train_opts_default(&o, 10);
+    o.lr = 1e-2f;
+    o.warmup = 0;
+    o.device = d;
+    sn_trainer *t = sn_trainer_new(g, &o, &e);
+    ck_assert_msg(t, "%s", e.msg);
+    ck_assert_msg(sn_weights_init_trainer(&w, t, c.vocab, NULL, &e) == SN_OK, "%s", e.msg);
+    int32_t x[B * T], y[B * T];
+    for (int i = 0; i < B * T; i++) x[i] = (i * 37 + 5) % 256, y[i] = (x[i] * 3 + 1) % 256;
+    double first = 0, last = 0;
+    for (int s = 0; s < 10; s++) {
+        sn_step_stats st;
+        ck_assert_msg(sn_trainer_step(t, x, y, &st, &e) == SN_OK, "%s", e.msg);
+        if (!s) first = st.loss;
+        last = st.loss;
+    }
+    ck_assert_msg(last < first - 0.5, "loss %.4f -> %.4f after 10 steps", first, last);
+    sn_trainer_free(t);
+    sn_device_free(d);
+    sn_graph_free(g);
+    sn_weights_free(&w);
+}
+END_TEST
+
+/* ---- refusals ---- */
+
+static char *tmp_dir(void) {
+    char *d = strdup("/tmp/sn_test_llama_XXXXXX");
+    ck_assert(mkdtemp(d));
+    return d;
+}
+
+static void rm_rf(const char *d) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* A copy of fixture model's directory whose config.json has `from` replaced by `to`; the
+ * error reading it. */
+static sn_status read_edited(const char *model, const char *from, const char *to, sn_err *e) {
+    char *d = tmp_dir(), cmd[8400], path[4300];
+    snprintf(cmd, sizeof cmd, "cp '%s'/* '%s'/", fixture(model), d);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/config.json", d);
+    FILE *f = fopen(path, "rb");
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    char *at = strstr(text, from), out[8400];
+    ck_assert_msg(at, "config.json of %s lacks %s", model, from);
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    f = fopen(path, "wb");
+    ck_assert(fputs(out, f) >= 0 && fclose(f) == 0);
+    sn_llama_config c;
+    sn_weights w;
+    sn_status s = sn_hf_llama_read(d, &c, &w, e);
+    if (!s) sn_weights_free(&w);
+    rm_rf(d);
+    free(d);
+    return s;
+}
+
+START_TEST(bad_configs) {
+    static const struct {
+        const char *model, *from, *to, *says;
+        sn_status code;
+    } cases[] = {
+        {"llama", "\"model_type\": \"llama\"", "\"model_type\": \"mistral\"", "\"mistral\"", SN_ERR_UNSUPPORTED},
+        {"llama", "\"LlamaForCausalLM\"", "\"LlamaForSequenceClassification\"", "architectures", SN_ERR_UNSUPPORTED},
+        {"llama", "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"", "rope_parameters.rope_type is yarn", SN_ERR_UNSUPPORTED},
+        {"llama", "\"attention_bias\": false", "\"attention_bias\": true", "attention_bias", SN_ERR_UNSUPPORTED},
+        {"llama", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "hidden_act is gelu", SN_ERR_UNSUPPORTED},
+        {"qwen2", "\"use_sliding_window\": false", "\"use_sliding_window\": true", "use_sliding_window", SN_ERR_UNSUPPORTED},
+        {"llama", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", "key/value heads must divide", SN_ERR_INVALID},
+        {"llama", "\"hidden_size\": 32", "\"hidden_size\": \"32\"", "hidden_size is not a whole number", SN_ERR_INVALID},
+        /* the weights of another model */
+        {"llama", "\"intermediate_size\": 64", "\"intermediate_size\": 48",
+         "tensor model.layers.0.mlp.down_proj.weight is [32,64]; config.json", SN_ERR_INVALID},
+        {"llama", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3", "no tensor model.layers.2.", SN_ERR_INVALID},
+        {"llama", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1", "tensor model.layers.1.", SN_ERR_INVALID},
+        {"llama", "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true", "lm_head.weight differs", SN_ERR_UNSUPPORTED},
+        {"llama3", "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false", "no tensor lm_head.weight", SN_ERR_INVALID},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sn_err e;
+        sn_status s = read_edited(cases[i].model, cases[i].from, cases[i].to, &e);
+        ck_assert_msg(s == cases[i].code, "case %zu (%s): status %d: %s", i, cases[i].to, s, s ? e.msg : "");
+        ck_assert_has(e.msg, cases[i].says);
+    }
+}
+END_TEST
+
+/* A shard the index names is missing: the shard and a tensor it holds are named. */
+START_TEST(missing_shard) {
+    char *d = tmp_dir(), cmd[8400];
+    snprintf(cmd, sizeof cmd, "cp '%s'/* '%s'/ && rm '%s/model-00002-of-00003.safetensors'", fixture("qwen2"), d, d);
+    ck_assert_int_eq(system(cmd), 0);
+    sn_llama_config c;
+    sn_weights w;
+    sn_err e;
+    ck_assert_int_eq(sn_hf_llama_read(d, &c, &w, &e), SN_ERR_IO);
+    ck_assert_has(e.msg, "model-00002-of-00003.safetensors");
+    ck_assert_has(e.msg, "download every shard");
+    rm_rf(d);
+    free(d);
+}
+END_TEST
+
+static bool same_config(const sn_llama_config *a, const sn_llama_config *b) {
+    return a->vocab == b->vocab && a->ctx == b->ctx && a->n_layer == b->n_layer && a->n_head == b->n_head &&
+           a->n_kv_head == b->n_kv_head && a->head_dim == b->head_dim && a->hidden == b->hidden &&
+           a->intermediate == b->intermediate && a->rms_norm_eps == b->rms_norm_eps &&
+           a->rope_theta == b->rope_theta && a->rope_factor == b->rope_factor &&
+           a->rope_low_freq_factor == b->rope_low_freq_factor &&
+           a->rope_high_freq_factor == b->rope_high_freq_factor &&
+           a->rope_original_ctx == b->rope_original_ctx &&
+           a->tie_word_embeddings == b->tie_word_embeddings && a->qkv_bias == b->qkv_bias;
+}
+
+/* Import, export (sn_hf_llama_write), import: the same configuration and every tensor bit for
+ * bit; the export never replaces a file. */
+START_TEST(round_trip) {
+    sn_llama_config a, b;
+    sn_weights wa, wb;
+    sn_err e;
+    read_ok(models[_i], &a, &wa);
+    char *d = tmp_dir(), out[4200];
+    snprintf(out, sizeof out, "%s/hf", d);
+    ck_assert_msg(sn_hf_llama_write(&a, &wa, out, &e) == SN_OK, "%s", e.msg);
+    read_ok(out, &b, &wb);
+    ck_assert(same_config(&a, &b));
+    ck_assert_str_eq(a.name, b.name);
+    ck_assert_int_eq(wa.n, wb.n);
+    for (int i = 0; i < wa.n; i++) {
+        const sn_weight *x = &wa.w[i], *y = sn_weights_find(&wb, x->name);
+        ck_assert_msg(y, "%s missing", x->name);
+        ck_assert(x->rank == y->rank && x->shape[0] == y->shape[0] && x->shape[1] == y->shape[1]);
+        ck_assert_msg(!memcmp(x->data, y->data, 4 * (size_t)(x->shape[0] * x->shape[1])), "%s differs", x->name);
+    }
+    ck_assert_int_eq(sn_hf_llama_write(&a, &wa, out, &e), SN_ERR_IO);
+    ck_assert_has(e.msg, "exists: it is not replaced");
+    sn_weights_free(&wa);
+    sn_weights_free(&wb);
+    rm_rf(d);
+    free(d);
+}
+END_TEST
+
+/* The hub's files are transformers 4's: rope_theta beside rope_scaling, not rope_parameters.
+ * The llama3 fixture written that way computes the same logits. */
+START_TEST(transformers4_config) {
+    char *d = tmp_dir(), cmd[8400];
+    snprintf(cmd, sizeof cmd, "cp '%s'/* '%s'/ && sed -i -e '/\"rope_theta\": 500000.0,/d' -e "
+             "'s/\"rope_parameters\"/\"rope_theta\": 500000.0, \"rope_scaling\"/' '%s/config.json'",
+             fixture("llama3"), d, d);
+    ck_assert_int_eq(system(cmd), 0);
+    char path[4300], text[4096];
+    snprintf(path, sizeof path, "%s/config.json", d);
+    FILE *f = fopen(path, "rb");
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    ck_assert_has(text, "\"rope_theta\": 500000.0, \"rope_scaling\": {");
+    ck_assert(!strstr(text, "rope_parameters"));
+    sn_llama_config c;
+    sn_err e;
+    ck_assert_msg(sn_hf_llama_read_config(d, &c, &e) == SN_OK, "%s", e.msg);
+    ck_assert(c.rope_theta == 500000 && c.rope_factor == 8 && c.rope_original_ctx == 16);
+    check_logits_on("llama3", d, NULL);
+    rm_rf(d);
+    free(d);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("hf_llama");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, logits, 0, 6);
+    tcase_add_loop_test(tc, logits_standin, 0, 3);
+    tcase_add_loop_test(tc, cached, 0, 6);
+    tcase_add_loop_test(tc, greedy, 0, 6);
+    tcase_add_test(tc, configs);
+    tcase_add_loop_test(tc, gradient, 0, 2);
+    tcase_add_test(tc, attention_fused);
+    tcase_add_test(tc, trains);
+    tcase_add_test(tc, bad_configs);
+    tcase_add_test(tc, missing_shard);
+    tcase_add_test(tc, transformers4_config);
+    tcase_add_loop_test(tc, round_trip, 0, 3);
+    suite_add_tcase(s, tc);
+    return sn_test_main(s);
+}
