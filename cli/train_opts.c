@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/weights.h"
 #include "io/hf_llama.h"
@@ -104,7 +105,8 @@ static const cli_opt train_opts[] = {
              "LLaMA or Qwen2 directory (config.json and model.safetensors, or a\n"
              "sharded model.safetensors.index.json) or llm.c's gpt2_124M.bin; the model's\n"
              "shape is the file's (--model is not used; the tokenizer defaults to\n"
-             "GPT-2's when its vocabulary is 50257)"},
+             "a LLaMA directory's tokenizer.json, else GPT-2's when its vocabulary\n"
+             "is 50257)"},
     {"lora", 0, CLI_INT, "R", O(lora), 1, 4096,
      .help = "LoRA fine-tuning: beside each targeted layer's x @ w, a path\n"
              "(x @ A) @ B * alpha/R with A (in, R) random and B (R, out) zeros, so\n"
@@ -199,7 +201,12 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
     if (!strcmp(a->precision, "tf32")) a->tf32 = true;
     sn_gpt2_config c = {0};
     sn_llama_config lc;
+    static char hf_tokenizer[4200];
     if (a->init_hf && sn_hf_is_llama(a->init_hf)) { /* its vocabulary chooses the tokenizer */
+        /* and its own tokenizer.json, when it has one and no tokenizer was asked for */
+        snprintf(hf_tokenizer, sizeof hf_tokenizer, "%s/tokenizer.json", a->init_hf);
+        if (!a->tokenizer_file && !a->tokenizer && !a->bpe && access(hf_tokenizer, R_OK) == 0)
+            a->tokenizer_file = hf_tokenizer;
         sn_err e = {0};
         if (sn_hf_llama_read_config(a->init_hf, &lc, &e)) {
             fprintf(stderr, "sinter train: --init-hf %s: %s\n", a->init_hf, e.msg);

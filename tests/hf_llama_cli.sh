@@ -62,4 +62,12 @@ sed 's/"rope_type": "default"/"rope_type": "dynamic"/' "$fixtures/llama/config.j
 # shellcheck disable=SC2086
 if "$sinter" train $common --steps 1 --init-hf bad > out.txt 2> err.txt; then fail "dynamic rope taken"; fi
 grep -q "rope_parameters.rope_type is dynamic" err.txt || fail "no rope refusal"
+# the directory's own tokenizer.json is the run's tokenizer unless one is asked for (here one of
+# 700 tokens beside a model of 256: refused, naming it; --tokenizer bytes takes the bytes)
+mkdir withtok && cp "$fixtures/llama/"* withtok/ && cp "$fixtures/../tokenizers/gpt2/tokenizer.json" withtok/
+# shellcheck disable=SC2086
+if "$sinter" train $common --steps 1 --init-hf withtok > out.txt 2> err.txt; then fail "a 700-token tokenizer.json taken"; fi
+grep -q "a vocabulary of 256 ids, the hf tokenizer has 700" err.txt || fail "the directory's tokenizer.json was not read: $(cat err.txt)"
+# shellcheck disable=SC2086
+"$sinter" train $common --steps 1 --init-hf withtok --tokenizer bytes > out.txt 2> err.txt || fail "--tokenizer bytes beside a tokenizer.json"
 echo "hf_llama_cli: ok (--init-hf loss $first -> $last)"
