@@ -50,6 +50,7 @@ struct sn_bpe {
     size_t cvals_len, cvals_cap;
     int32_t *work;     /* scratch for one word */
     size_t work_cap;
+    int16_t u2b[324];  /* the files' spelling, unicode -> byte (sn_bpe_add_spelled) */
 };
 
 typedef sn_bpe gpt2; /* the word functions below */
@@ -126,6 +127,8 @@ sn_bpe *sn_bpe_new(const char *name, sn_pretok pretok, sn_err *e) {
     g->tk = (sn_tokenizer){.name = name, .eot = -1, .encode = bpe_encode, .decode = bpe_decode,
                            .destroy = bpe_destroy, .impl = g};
     g->pretok = pretok;
+    uint32_t b2u[256];
+    sn_bpe_unicode_maps(b2u, g->u2b);
     return g;
 }
 
@@ -156,13 +159,10 @@ sn_status sn_bpe_add_token(sn_bpe *g, int32_t id, const char *s, size_t n, sn_er
 }
 
 sn_status sn_bpe_add_spelled(sn_bpe *g, int32_t id, const char *s, size_t n, bool *spelled, sn_err *e) {
-    uint32_t b2u[256];
-    int16_t u2b[324];
-    sn_bpe_unicode_maps(b2u, u2b);
     size_t len;
     char stack[256], *buf = n <= sizeof stack ? stack : malloc(n); /* bytes: at most n */
     if (!buf) return tables_oom(g, e, n);
-    *spelled = n > 0 && sn_bpe_unspell(u2b, s, n, buf, &len);
+    *spelled = n > 0 && sn_bpe_unspell(g->u2b, s, n, buf, &len);
     sn_status st = *spelled ? sn_bpe_add_token(g, id, buf, len, e) : SN_OK;
     if (buf != stack) free(buf);
     return st;
