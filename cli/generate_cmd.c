@@ -89,7 +89,7 @@ typedef struct {
 
 static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn_err *e) {
     gen_model *m = user;
-    if (m->llama) return sn_llama_build_kv(g, &m->lc, B, T, decode, e);
+    if (m->llama) return sn_llama_build_kv_lora(g, &m->lc, B, T, decode, m->has_lora ? &m->lora : NULL, e);
     return sn_gpt2_build_kv(g, &m->c, B, T, decode, m->has_lora ? &m->lora : NULL, e);
 }
 
@@ -115,13 +115,29 @@ static sn_status llama_of(const sn_ckpt_model *ck, const char *path, const char 
     return SN_OK;
 }
 
+/* The LoRA adapters the checkpoint's model shape names (", LoRA rank R alpha A on T"), if any. */
+static sn_status lora_of(const sn_ckpt_model *ck, const char *path, gen_model *m, sn_err *e) {
+    char shape[200], targets[16];
+    const char *lora = sn_ckpt_model_meta(ck, "model.shape", shape, sizeof shape) ? strstr(shape, ", LoRA rank ") : NULL;
+    if (!lora) return SN_OK;
+    double alpha;
+    if (sscanf(lora, ", LoRA rank %d alpha %lg on %15s", &m->lora.lora.rank, &alpha, targets) != 3 ||
+        !sn_gpt2_lora_targets_parse(targets, &m->lora.targets))
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: its model shape '%s' names LoRA "
+                       "adapters this sinter cannot read", path, shape);
+    m->lora.lora.alpha = (float)alpha;
+    m->has_lora = true;
+    return SN_OK;
+}
+
 /* The GPT-2 configuration, vocabulary (the rows of wte, padding included) and adapters the
  * checkpoint holds. */
 static sn_status model_of(const sn_ckpt_model *ck, const char *path, gen_model *m, sn_err *e) {
-    char name[100], shape[200], targets[16];
+    char name[100];
+    sn_status s;
     if (sn_ckpt_model_meta(ck, "model", name, sizeof name) &&
         (sn_llama_config_find(name, &m->lc) || !strcmp(name, "llama-custom")))
-        return llama_of(ck, path, name, m, e);
+        return (s = llama_of(ck, path, name, m, e)) ? s : lora_of(ck, path, m, e);
     if (!sn_ckpt_model_meta(ck, "model", name, sizeof name) || !sn_gpt2_config_find(name, &m->c))
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds %s%s%s, not one of sinter's GPT-2 "
                        "models (%s): generate from a checkpoint that `sinter train` wrote", path,
@@ -136,17 +152,7 @@ static sn_status model_of(const sn_ckpt_model *ck, const char *path, gen_model *
     m->c.vocab = (int)wte[0];
     m->ctx = m->c.ctx;
     m->n_layer = m->c.n_layer;
-    const char *lora = sn_ckpt_model_meta(ck, "model.shape", shape, sizeof shape) ? strstr(shape, ", LoRA rank ") : NULL;
-    if (lora) {
-        double alpha;
-        if (sscanf(lora, ", LoRA rank %d alpha %lg on %15s", &m->lora.lora.rank, &alpha, targets) != 3 ||
-            !sn_gpt2_lora_targets_parse(targets, &m->lora.targets))
-            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: its model shape '%s' names LoRA "
-                           "adapters this sinter cannot read", path, shape);
-        m->lora.lora.alpha = (float)alpha;
-        m->has_lora = true;
-    }
-    return SN_OK;
+    return lora_of(ck, path, m, e);
 }
 
 /* ---- running ---------------------------------------------------------------------------- */

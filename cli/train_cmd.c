@@ -45,18 +45,35 @@ static sn_status build_gpt2(sn_graph *g, int B, int T, int V, void *user, sn_err
     return sn_gpt2_build_lora(g, &c, B, T, gm->has_lora ? &gm->lora : NULL, &m, e);
 }
 
-/* The LLaMA-family model of the configuration in user (an sn_llama_config), as a session's model. */
+/* The model a session builds: a LLaMA-family configuration, with LoRA adapters or not. */
+typedef struct {
+    sn_llama_config c;
+    bool has_lora;
+    sn_llama_lora lora;
+} llama_model;
+
+/* The LLaMA-family model of the configuration in user (a llama_model), as a session's model. */
 static sn_status build_llama(sn_graph *g, int B, int T, int V, void *user, sn_err *e) {
-    sn_llama_config c = *(const sn_llama_config *)user;
+    const llama_model *lm = user;
+    sn_llama_config c = lm->c;
     c.vocab = V;
     sn_llama m;
-    return sn_llama_build(g, &c, B, T, &m, e);
+    return sn_llama_build_lora(g, &c, B, T, lm->has_lora ? &lm->lora : NULL, &m, e);
+}
+
+/* --lora R (--lora-alpha, --lora-targets) as adapters, and their words after desc's at: the
+ * same for both families, checked on resume with the rest of the shape. */
+static void lora_of(const train_args *a, sn_gpt2_lora *l, char *desc, size_t len, int at) {
+    l->lora = (sn_lora){.rank = (int)a->lora, .alpha = a->lora_alpha > 0 ? (float)a->lora_alpha : (float)a->lora};
+    sn_gpt2_lora_targets_parse(a->lora_targets ? a->lora_targets : "all", &l->targets);
+    snprintf(desc + at, len - (size_t)at, ", LoRA rank %d alpha %.9g on %s", l->lora.rank,
+             (double)l->lora.alpha, sn_gpt2_lora_targets_name(l->targets));
 }
 
 /* Everything one `sinter train` holds beside the session. */
 typedef struct {
     gpt2_model gm;
-    sn_llama_config lc; /* the model when llama */
+    llama_model lm;     /* the model when llama */
     bool llama;
     char desc[160];
     sn_session *s;
@@ -86,17 +103,18 @@ static void session_enums(const train_args *a, sn_session_opts *o) {
 
 /* A LLaMA-family model: --model's built-in shape, or --init-hf's config.json. */
 static sn_status build_llama_model(const train_args *a, run *r, sn_model *m, sn_err *e) {
-    sn_llama_config *c = &r->lc;
+    sn_llama_config *c = &r->lm.c;
     sn_status s;
     if (a->init_hf && (s = sn_hf_llama_read_config(a->init_hf, c, e))) return s;
     if (!a->init_hf) sn_llama_config_find(a->model, c);
-    if (a->lora)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: LoRA adapters are GPT-2's only so far: train "
-                       "the whole model (leave out --lora)", c->name);
-    snprintf(r->desc, sizeof r->desc, "ctx %d, %d layers, %d/%d heads of %d, hidden %d, MLP %d%s",
-             c->ctx, c->n_layer, c->n_head, c->n_kv_head, c->head_dim, c->hidden, c->intermediate,
-             c->tie_word_embeddings ? ", tied" : "");
-    *m = (sn_model){.name = c->name, .desc = r->desc, .ctx = c->ctx, .build = build_llama, .user = c};
+    int at = snprintf(r->desc, sizeof r->desc, "ctx %d, %d layers, %d/%d heads of %d, hidden %d, MLP %d%s",
+                      c->ctx, c->n_layer, c->n_head, c->n_kv_head, c->head_dim, c->hidden,
+                      c->intermediate, c->tie_word_embeddings ? ", tied" : "");
+    if (a->lora) {
+        r->lm.has_lora = true;
+        lora_of(a, &r->lm.lora, r->desc, sizeof r->desc, at);
+    }
+    *m = (sn_model){.name = c->name, .desc = r->desc, .ctx = c->ctx, .build = build_llama, .user = &r->lm};
     return SN_OK;
 }
 
@@ -112,12 +130,7 @@ static sn_status build_gpt2_model(const train_args *a, run *r, sn_model *m, sn_e
                       c->n_layer, c->n_head, c->n_embd);
     if (a->lora) { /* the adapters' shape and scale: checked on resume with the rest */
         r->gm.has_lora = true;
-        r->gm.lora.lora = (sn_lora){.rank = (int)a->lora,
-                                    .alpha = a->lora_alpha > 0 ? (float)a->lora_alpha : (float)a->lora};
-        sn_gpt2_lora_targets_parse(a->lora_targets ? a->lora_targets : "all", &r->gm.lora.targets);
-        snprintf(r->desc + at, sizeof r->desc - (size_t)at, ", LoRA rank %d alpha %.9g on %s",
-                 r->gm.lora.lora.rank, (double)r->gm.lora.lora.alpha,
-                 sn_gpt2_lora_targets_name(r->gm.lora.targets));
+        lora_of(a, &r->gm.lora, r->desc, sizeof r->desc, at);
     }
     *m = (sn_model){.name = c->name, .desc = r->desc, .ctx = c->ctx, .build = build_gpt2, .user = &r->gm};
     return SN_OK;
@@ -188,7 +201,7 @@ static sn_status save(const train_args *a, run *r, long step, sn_err *e) {
 static sn_status plot(const train_args *a, run *r, long tps, sn_err *e) {
     char title[128];
     snprintf(title, sizeof title, "sinter train: %s, %ld tokens per step",
-             r->llama ? r->lc.name : r->gm.c.name, tps);
+             r->llama ? r->lm.c.name : r->gm.c.name, tps);
     return sn_session_plot(r->s, a->plot, title, e);
 }
 
@@ -321,19 +334,19 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
     else if (a->init)
         printf("initialised from %s (its weights; %d LoRA adapter parameter%s it lacks start as "
                "usual: A random, B zeros)\n", a->init, in.init_fresh, in.init_fresh == 1 ? "" : "s");
-    if (r->gm.has_lora)
+    const sn_gpt2_lora *lo = r->llama ? (r->lm.has_lora ? &r->lm.lora : NULL) : (r->gm.has_lora ? &r->gm.lora : NULL);
+    if (lo)
         printf("LoRA: rank %d, alpha %g (scale %g), on %s: %lld of %lld parameters trained "
-               "(%.2f%%), the rest frozen\n", r->gm.lora.lora.rank, (double)r->gm.lora.lora.alpha,
-               (double)(r->gm.lora.lora.alpha / (float)r->gm.lora.lora.rank),
-               sn_gpt2_lora_targets_name(r->gm.lora.targets), (long long)in.trained,
-               (long long)in.params, 100.0 * (double)in.trained / (double)in.params);
-    /* every targeted layer (c_attn, c_proj, c_fc) has n_embd as its smaller side */
-    if (r->gm.has_lora && r->gm.lora.lora.rank >= r->gm.c.n_embd)
+               "(%.2f%%), the rest frozen\n", lo->lora.rank, (double)lo->lora.alpha,
+               (double)(lo->lora.alpha / (float)lo->lora.rank), sn_gpt2_lora_targets_name(lo->targets),
+               (long long)in.trained, (long long)in.params, 100.0 * (double)in.trained / (double)in.params);
+    /* every targeted layer has the hidden size (n_embd) as its smaller side, or larger */
+    int side = r->llama ? r->lm.c.hidden : r->gm.c.n_embd;
+    if (lo && lo->lora.rank >= side)
         fprintf(stderr, "sinter train: warning: --lora %d is at least the adapted layers' smaller "
                 "side (%d channels): the adapters are as large as the weights they adapt (%.0f%% "
                 "of the parameters train): use a rank well below %d\n",
-                r->gm.lora.lora.rank, r->gm.c.n_embd, 100.0 * (double)in.trained / (double)in.params,
-                r->gm.c.n_embd);
+                lo->lora.rank, side, 100.0 * (double)in.trained / (double)in.params, side);
     printf("device: %s\n", in.device);
     sn_target cpu = sn_target_cpu();
     bool on_cpu = !strncmp(in.device, "cpu", 3) || !strncmp(in.device, "reference interpreter", 21);

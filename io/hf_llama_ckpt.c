@@ -1,11 +1,14 @@
 /* hf_llama_ckpt.c: a sinter checkpoint of a LLaMA-family model as a weight set (hf_llama.h), for
  * `sinter export --to DIR`. The configuration is the built-in shape the run's metadata names
  * ("model"), the vocabulary its tokenizer's; the vocabulary's padding rows are dropped.
- * Convention: every parameter of the model is in the file with its shape, and nothing else. */
+ * Convention: every parameter of the model is in the file with its shape, and nothing else but
+ * the run's LoRA adapters, merged into the weights they adapt: x W^T + (x A) B alpha/r is
+ * x (W + (A B)^T alpha/r)^T, each sum in double. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "hf_llama.h"
+#include "frontend/lora.h"
 #include "train/checkpoint.h"
 
 static const sn_ckpt_param *find(const sn_ckpt_weights *cw, const char *name) {
@@ -14,10 +17,42 @@ static const sn_ckpt_param *find(const sn_ckpt_weights *cw, const char *name) {
     return NULL;
 }
 
-/* The parameters of c's model from cw, the embedding's and head's first c->vocab rows. */
+/* W (out, in) += (A (in, r) B (r, out))^T * scale, the adapters of prefix when cw has them. */
+static sn_status merge(const char *path, const sn_ckpt_weights *cw, const char *prefix, float *w,
+                       int64_t out, int64_t in, double alpha, int *merged, sn_err *e) {
+    char an[176], bn[176];
+    snprintf(an, sizeof an, "%s.lora_a", prefix);
+    snprintf(bn, sizeof bn, "%s.lora_b", prefix);
+    const sn_ckpt_param *a = find(cw, an), *b = find(cw, bn);
+    if (!a && !b) return SN_OK;
+    if (!a || !b || a->rank != 2 || b->rank != 2 || a->shape[0] != in || b->shape[1] != out ||
+        a->shape[1] != b->shape[0])
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: the LoRA adapter of %s is not an A (%lld, "
+                       "r) and a B (r, %lld): the file is damaged", path, prefix, (long long)in, (long long)out);
+    if (!(alpha > 0))
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds LoRA adapters and its metadata does "
+                       "not say their alpha: the file is damaged", path);
+    int64_t r = a->shape[1];
+    double scale = alpha / (double)r;
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t i = 0; i < in; i++) {
+            double sum = 0;
+            for (int64_t k = 0; k < r; k++) sum += (double)a->w[i * r + k] * b->w[k * out + o];
+            w[o * in + i] = (float)(w[o * in + i] + sum * scale);
+        }
+    (*merged)++;
+    return SN_OK;
+}
+
+/* The parameters of c's model from cw, the embedding's and head's first c->vocab rows, the
+ * run's adapters merged. */
 static sn_status copy_params(const char *path, const sn_ckpt_weights *cw, const sn_llama_config *c,
                              const sn_graph *g, sn_weights *out, sn_err *e) {
-    int n_params = 0;
+    int n_params = 0, merged = 0, adapters = 0;
+    const char *shape = sn_run_meta_get(&cw->run, "model.shape"), *lora = shape ? strstr(shape, "LoRA rank ") : NULL;
+    int r_meta;
+    double alpha = 0;
+    if (lora && sscanf(lora, "LoRA rank %d alpha %lg", &r_meta, &alpha) != 2) alpha = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const sn_node *p = g->nodes[i];
         if (p->op != SN_OP_PARAM) continue;
@@ -32,15 +67,26 @@ static sn_status copy_params(const char *path, const sn_ckpt_weights *cw, const 
         float *data = sn_malloc(4 * (size_t)sn_numel(p), "a checkpoint's tensor", e);
         if (!data) return SN_ERR_OOM;
         memcpy(data, q->w, 4 * (size_t)sn_numel(p)); /* the first rows: the padding is after them */
-        sn_status s = sn_weights_add(out, p->name, p->rank, p->shape, data, e);
+        size_t len = strlen(p->name);
+        sn_status s = SN_OK;
+        if (p->rank == 2 && len > 7 && !strcmp(p->name + len - 7, ".weight") && len < 150) {
+            char prefix[160];
+            snprintf(prefix, sizeof prefix, "%.*s", (int)(len - 7), p->name);
+            s = merge(path, cw, prefix, data, p->shape[0], p->shape[1], alpha, &merged, e);
+        }
+        if (!s) s = sn_weights_add(out, p->name, p->rank, p->shape, data, e);
+        else free(data);
         if (s) return s;
     }
-    if (cw->n != n_params)
+    for (int i = 0; i < cw->n; i++) adapters += sn_lora_is_adapter(cw->params[i].name);
+    if (adapters != 2 * merged)
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: %d LoRA adapter parameters, of which %d "
+                       "adapt a weight of %s: the file is damaged", path, adapters, 2 * merged, c->name);
+    if (cw->n != n_params + adapters)
         for (int i = 0; i < cw->n; i++)
-            if (!sn_weights_find(out, cw->params[i].name))
+            if (!sn_weights_find(out, cw->params[i].name) && !sn_lora_is_adapter(cw->params[i].name))
                 return sn_fail(e, SN_ERR_UNSUPPORTED, "checkpoint %s has a parameter %s, which %s "
-                               "lacks (LoRA adapters on LLaMA are not exported yet)", path,
-                               cw->params[i].name, c->name);
+                               "lacks", path, cw->params[i].name, c->name);
     return SN_OK;
 }
 
@@ -56,7 +102,8 @@ sn_status sn_hf_llama_from_checkpoint(const char *path, int vocab, bool *is_llam
         return SN_OK; /* not a LLaMA-family checkpoint */
     }
     *is_llama = true;
-    c->vocab = vocab ? vocab : tok && !strcmp(tok, "bytes") ? 256 : tok && !strcmp(tok, "gpt2") ? 50257 : 0;
+    c->vocab = vocab ? vocab : tok && !strcmp(tok, "bytes") ? 256 : tok && !strcmp(tok, "gpt2") ? 50257
+             : tok && !strncmp(tok, "hf ", 3) ? atoi(tok + 3) /* "hf VOCAB HASH" */ : 0;
     if (!c->vocab) s = sn_fail(e, SN_ERR_INVALID, "checkpoint %s: the vocabulary of its tokenizer "
                                "(\"%s\") is not known: give it (sinter export --vocab N)", path, tok ? tok : "none");
     *out = (sn_weights){0};

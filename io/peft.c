@@ -1,10 +1,10 @@
 /* peft.c: a LoRA checkpoint's adapters as a PEFT LoRA adapter (weights.h, sn_lora_write_peft):
  * adapter_config.json and adapter_model.safetensors, for peft's PeftModel.from_pretrained on
- * transformers' GPT2LMHeadModel of the base weights (sinter export --to DIR of the same run
- * before its LoRA, or the model it started from with --init-hf). Convention: sinter's adapter of
- * a Conv1D weight W (in, out) is A (in, r) and B (r, out): W + A B alpha/r. PEFT's is
- * lora_A.weight (r, in) and lora_B.weight (out, r), Linear layouts, and with fan_in_fan_out
- * (GPT-2's Conv1D) W + (lora_B lora_A)^T alpha/r: the same map, A and B transposed. */
+ * transformers' model of the base weights (GPT2LMHeadModel, LlamaForCausalLM: the model the run
+ * started from with --init-hf). Convention: sinter's adapter of a layer is A (in, r) and
+ * B (r, out), the layer's output gaining x A B alpha/r. PEFT's is lora_A.weight (r, in) and
+ * lora_B.weight (out, r), Linear layouts: A and B transposed; GPT-2's Conv1D weights (in, out)
+ * take fan_in_fan_out (W + (lora_B lora_A)^T alpha/r), LLaMA's Linear (out, in) do not. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +39,7 @@ static float *transposed(const float *m, int64_t rows, int64_t cols) {
 
 #ifdef SN_HAVE_JSONC
 static sn_status write_config(const char *path, int r, float alpha, char (*modules)[160], int n,
-                              sn_err *e) {
+                              bool conv1d, sn_err *e) {
     json_object *c = json_object_new_object(), *t = json_object_new_array();
     for (int i = 0; i < n; i++) json_object_array_add(t, json_object_new_string(modules[i]));
     json_object_object_add(c, "peft_type", json_object_new_string("LORA"));
@@ -48,7 +48,7 @@ static sn_status write_config(const char *path, int r, float alpha, char (*modul
     json_object_object_add(c, "r", json_object_new_int(r));
     json_object_object_add(c, "lora_alpha", json_object_new_double(alpha));
     json_object_object_add(c, "lora_dropout", json_object_new_double(0.0));
-    json_object_object_add(c, "fan_in_fan_out", json_object_new_boolean(1)); /* GPT-2's Conv1D */
+    json_object_object_add(c, "fan_in_fan_out", json_object_new_boolean(conv1d)); /* GPT-2's Conv1D */
     json_object_object_add(c, "bias", json_object_new_string("none"));
     json_object_object_add(c, "target_modules", t);
     json_object_object_add(c, "inference_mode", json_object_new_boolean(1));
@@ -87,12 +87,15 @@ static sn_status adapters(const char *path, const sn_ckpt_weights *cw, sn_st_out
                            path, MAX_ADAPTED);
         *rank = (int)a->shape[1];
         int k = *n;
-        snprintf(modules[k], sizeof modules[k], "transformer.%s", prefix);
+        /* GPT-2's names are the transformer's ("h.0.attn.c_attn"); the LLaMA family's are
+           transformers' own ("model.layers.0.self_attn.q_proj") */
+        const char *under = strncmp(prefix, "model.", 6) ? "transformer." : "";
+        snprintf(modules[k], sizeof modules[k], "%s%s", under, prefix);
         const sn_ckpt_param *ab[2] = {a, b};
         for (int h = 0; h < 2; h++) { /* lora_A (r, in) = A^T; lora_B (out, r) = B^T */
             int j = 2 * k + h;
-            snprintf(names[j], sizeof names[j], "base_model.model.transformer.%s.lora_%c.weight",
-                     prefix, h ? 'B' : 'A');
+            snprintf(names[j], sizeof names[j], "base_model.model.%s.lora_%c.weight", modules[k],
+                     h ? 'B' : 'A');
             shapes[j][0] = ab[h]->shape[1];
             shapes[j][1] = ab[h]->shape[0];
             float *d = transposed(ab[h]->w, ab[h]->shape[0], ab[h]->shape[1]);
@@ -140,7 +143,8 @@ sn_status sn_lora_write_peft(const char *path, const char *dir, const sn_export_
     if (!s && (lstat(config, &st) == 0 || lstat(model, &st) == 0))
         s = sn_fail(e, SN_ERR_IO, "%s exists: it is not replaced: export to a new directory",
                     lstat(config, &st) == 0 ? config : model);
-    if (!s && !(s = write_config(config, rank, alpha, modules, n, e)) && (s = sn_st_write(model, t, 2 * n, e)))
+    bool conv1d = n && !strncmp(modules[0], "transformer.", 12); /* GPT-2's; LLaMA's are Linear */
+    if (!s && !(s = write_config(config, rank, alpha, modules, n, conv1d, e)) && (s = sn_st_write(model, t, 2 * n, e)))
         unlink(config); /* this call made it: no half-written adapter stays */
     for (int j = 0; t && j < 2 * n; j++) free((void *)t[j].data);
     free(t);

@@ -91,17 +91,23 @@ typedef struct {
     sn_node *mask;        /* KV_DECODE: (B, 1, 1, ctx), added to the scores over the cache */
     sn_node *cos2, *sin2; /* [cos a, cos a] and [-sin a, sin a] of each position: (T, D), or
                              (B, 1, T, D) gathered at pos when decoding */
+    const sn_llama_lora *lora; /* adapters beside the targeted projections; NULL: none */
 } builder;
 
 static sn_node *param(builder *m, const char *name, sn_shape s, sn_init init, float std) {
     return sn_param(m->g, name, SN_F32, s, init, std);
 }
 
-/* x (B, T, in) @ w^T, w (out, in) named prefix.weight, plus prefix.bias (out) when bias */
-static sn_node *linear(builder *m, sn_node *x, const char *prefix, int64_t in, int64_t out, bool bias) {
+/* x (B, T, in) @ w^T, w (out, in) named prefix.weight, plus LoRA's path (frontend/lora.h:
+ * prefix.lora_a (in, r), prefix.lora_b (r, out)) when the adapters target this projection
+ * (SN_GPT2_LORA_ATTN: q, k, v, o; SN_GPT2_LORA_MLP: gate, up, down), plus prefix.bias (out) */
+static sn_node *linear(builder *m, sn_node *x, const char *prefix, int64_t in, int64_t out, bool bias,
+                       unsigned target) {
     char n[112];
     snprintf(n, sizeof n, "%s.weight", prefix);
     sn_node *y = sn_matmul_t(m->g, x, param(m, n, SN_SHAPE(out, in), SN_INIT_NORMAL, 0.02f), false, true);
+    if (m->lora && (m->lora->targets & target))
+        y = sn_add(m->g, y, sn_lora_path(m->g, x, prefix, in, out, &m->lora->lora));
     if (!bias) return y;
     snprintf(n, sizeof n, "%s.bias", prefix);
     return sn_add(m->g, y, param(m, n, SN_SHAPE(out), SN_INIT_ZEROS, 0));
@@ -210,11 +216,11 @@ static sn_node *attention(builder *m, sn_node *x, int l) {
     int64_t C = c->hidden, D = c->head_dim, H = c->n_head, Hkv = c->n_kv_head;
     char p[96];
     snprintf(p, sizeof p, "model.layers.%d.self_attn.q_proj", l);
-    sn_node *q = rope(m, heads(m, linear(m, x, p, C, H * D, c->qkv_bias), (int)H));
+    sn_node *q = rope(m, heads(m, linear(m, x, p, C, H * D, c->qkv_bias, SN_GPT2_LORA_ATTN), (int)H));
     snprintf(p, sizeof p, "model.layers.%d.self_attn.k_proj", l);
-    sn_node *k = rope(m, heads(m, linear(m, x, p, C, Hkv * D, c->qkv_bias), (int)Hkv));
+    sn_node *k = rope(m, heads(m, linear(m, x, p, C, Hkv * D, c->qkv_bias, SN_GPT2_LORA_ATTN), (int)Hkv));
     snprintf(p, sizeof p, "model.layers.%d.self_attn.v_proj", l);
-    sn_node *v = heads(m, linear(m, x, p, C, Hkv * D, c->qkv_bias), (int)Hkv);
+    sn_node *v = heads(m, linear(m, x, p, C, Hkv * D, c->qkv_bias, SN_GPT2_LORA_ATTN), (int)Hkv);
     if (m->kv) { /* this layer's rotated keys and values go to the cache, unrepeated */
         sn_graph_add_output(g, k);
         sn_graph_add_output(g, v);
@@ -232,7 +238,7 @@ static sn_node *attention(builder *m, sn_node *x, int l) {
     if (m->kv != KV_DECODE || m->T != 1) y = sn_permute(g, y, (const int[]){0, 2, 1, 3});
     y = sn_reshape(g, y, SN_SHAPE(m->B, m->T, H * D));
     snprintf(p, sizeof p, "model.layers.%d.self_attn.o_proj", l);
-    return linear(m, y, p, H * D, C, false);
+    return linear(m, y, p, H * D, C, false, SN_GPT2_LORA_ATTN);
 }
 
 /* SwiGLU: down(silu(gate(x)) * up(x)) */
@@ -241,11 +247,11 @@ static sn_node *mlp(builder *m, sn_node *x, int l) {
     int64_t C = m->c->hidden, F = m->c->intermediate;
     char p[96];
     snprintf(p, sizeof p, "model.layers.%d.mlp.gate_proj", l);
-    sn_node *gate = sn_silu(g, linear(m, x, p, C, F, false));
+    sn_node *gate = sn_silu(g, linear(m, x, p, C, F, false, SN_GPT2_LORA_MLP));
     snprintf(p, sizeof p, "model.layers.%d.mlp.up_proj", l);
-    sn_node *up = linear(m, x, p, C, F, false);
+    sn_node *up = linear(m, x, p, C, F, false, SN_GPT2_LORA_MLP);
     snprintf(p, sizeof p, "model.layers.%d.mlp.down_proj", l);
-    return linear(m, sn_mul(g, gate, up), p, F, C, false);
+    return linear(m, sn_mul(g, gate, up), p, F, C, false, SN_GPT2_LORA_MLP);
 }
 
 static sn_status check(const sn_llama_config *c, int B, int T, sn_err *e) {
@@ -278,9 +284,14 @@ static sn_node *body(builder *m, sn_node *idx) {
 }
 
 sn_status sn_llama_build(sn_graph *g, const sn_llama_config *c, int B, int T, sn_llama *out, sn_err *e) {
+    return sn_llama_build_lora(g, c, B, T, NULL, out, e);
+}
+
+sn_status sn_llama_build_lora(sn_graph *g, const sn_llama_config *c, int B, int T,
+                              const sn_llama_lora *lora, sn_llama *out, sn_err *e) {
     sn_status s = check(c, B, T, e);
     if (s) return s;
-    builder m = {.g = g, .c = c, .B = B, .T = T};
+    builder m = {.g = g, .c = c, .B = B, .T = T, .lora = lora};
     if ((s = rope_tables(&m, e))) return s;
     out->idx = sn_input_tokens(g, "idx", SN_SHAPE(B, T));
     out->targets = sn_input_targets(g, "targets", SN_SHAPE(B, T));
@@ -288,15 +299,21 @@ sn_status sn_llama_build(sn_graph *g, const sn_llama_config *c, int B, int T, sn
     out->loss = sn_cross_entropy(g, out->logits, out->targets, -1);
     sn_graph_add_output(g, out->logits);
     sn_graph_set_loss(g, out->loss);
+    if (lora && !sn_graph_error(g)) sn_lora_freeze_base(g);
     if (sn_graph_error(g))
         return sn_fail(e, sn_graph_status(g), "%s: %s", c->name ? c->name : "llama", sn_graph_error(g));
     return SN_OK;
 }
 
 sn_status sn_llama_build_kv(sn_graph *g, const sn_llama_config *c, int B, int T, bool decode, sn_err *e) {
+    return sn_llama_build_kv_lora(g, c, B, T, decode, NULL, e);
+}
+
+sn_status sn_llama_build_kv_lora(sn_graph *g, const sn_llama_config *c, int B, int T, bool decode,
+                                 const sn_llama_lora *lora, sn_err *e) {
     sn_status s = check(c, B, T, e);
     if (s) return s;
-    builder m = {.g = g, .c = c, .B = B, .T = T, .kv = decode ? KV_DECODE : KV_PREFILL};
+    builder m = {.g = g, .c = c, .B = B, .T = T, .kv = decode ? KV_DECODE : KV_PREFILL, .lora = lora};
     sn_node *idx = sn_input_tokens(g, "idx", SN_SHAPE(B, T));
     if (decode) {
         m.pos = sn_input_role(g, "pos", SN_ROLE_POSITIONS, SN_I32, SN_SHAPE(B, T));

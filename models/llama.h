@@ -7,6 +7,7 @@
 #define SN_LLAMA_H
 
 #include "frontend/sinter.h"
+#include "gpt2.h" /* sn_gpt2_lora: LoRA's shape and targets, shared */
 
 typedef struct {
     const char *name;
@@ -47,6 +48,15 @@ typedef struct {
  * as outputs and loss as g->loss. */
 sn_status sn_llama_build(sn_graph *g, const sn_llama_config *c, int B, int T, sn_llama *out, sn_err *e);
 
+/* LoRA adapters (frontend/lora.h) beside the projections of targets: SN_GPT2_LORA_ATTN (q, k, v,
+ * o_proj), SN_GPT2_LORA_MLP (gate, up, down_proj), both (SN_GPT2_LORA_ALL); the words of
+ * sn_gpt2_lora_targets_parse. Adapter names: the projection's prefix (".lora_a", ".lora_b"),
+ * e.g. model.layers.0.self_attn.q_proj.lora_a (in, r). */
+typedef sn_gpt2_lora sn_llama_lora;
+/* sn_llama_build with adapters (NULL: none); every other parameter frozen. */
+sn_status sn_llama_build_lora(sn_graph *g, const sn_llama_config *c, int B, int T,
+                              const sn_llama_lora *lora, sn_llama *out, sn_err *e);
+
 /* The two graphs of generation with a KV cache, as train/generate.h describes them. decode
  * false: the prefill, B sequences of T tokens at positions 0..T-1 (INPUT "idx"); decode true: T
  * new tokens per row (INPUT "idx") at positions "pos" (i32 (B, T)), reading each layer N's cache
@@ -54,6 +64,9 @@ sn_status sn_llama_build(sn_graph *g, const sn_llama_config *c, int B, int T, sn
  * (B, 1, 1, ctx)) is 0, and each other. The outputs: layer 0's rotated k and v (B, Hkv, T, D),
  * layer 1's ..., then the logits (B, T, V). No loss. */
 sn_status sn_llama_build_kv(sn_graph *g, const sn_llama_config *c, int B, int T, bool decode, sn_err *e);
+/* The same with a run's LoRA adapters (unmerged) beside the projections they target. */
+sn_status sn_llama_build_kv_lora(sn_graph *g, const sn_llama_config *c, int B, int T, bool decode,
+                                 const sn_llama_lora *lora, sn_err *e);
 
 /* The rotary angles' frequencies: inv_freq[i] for the pair (i, i + D/2), i < D/2, with the
  * llama3 scaling when c has it (as transformers' rope initialisation computes them). */
