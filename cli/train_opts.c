@@ -116,8 +116,8 @@ static const cli_opt train_opts[] = {
      .help = "the path's scale is ALPHA/R (default ALPHA = R: scale 1; keep\n"
              "ALPHA fixed when comparing ranks, as the LoRA paper does)"},
     {"lora-targets", 0, CLI_CHOICE, "T", O(lora_targets), .choices = "attn, mlp, all",
-     .help = "all (default: attention's c_attn and c_proj, the MLP's c_fc and\n"
-             "c_proj), attn or mlp"},
+     .help = "all (default), attn or mlp: GPT-2's c_attn and c_proj, c_fc and\n"
+             "c_proj; the LLaMA family's q, k, v, o_proj, gate, up, down_proj"},
     {"sample-len", 0, CLI_INT, "N", O(sample_len), 0, 1 << 20,
      .help = "tokens to generate after training (default 200; 0: no samples)"},
     {"sample-every", 0, CLI_INT, "N", O(sample_every), 0, STEPS_MAX,
