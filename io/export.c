@@ -28,10 +28,7 @@ static sn_status config_of(const char *path, const sn_ckpt_weights *cw, const sn
         return sn_fail(e, SN_ERR_UNSUPPORTED, "checkpoint %s is not of sinter's GPT-2 (no wte and "
                        "wpe, or no \"model.shape\" naming its heads): sinter exports GPT-2 "
                        "checkpoints of sinter train", path);
-    const char *lora = strstr(shape, "LoRA rank ");
-    int r;
-    *alpha = o->lora_alpha;
-    if (lora && !(*alpha > 0) && sscanf(lora, "LoRA rank %d alpha %f", &r, alpha) != 2) *alpha = 0;
+    *alpha = o->lora_alpha > 0 ? o->lora_alpha : (float)sn_run_lora_alpha(&cw->run);
     int64_t rows = wte->shape[0];
     int vocab = o->vocab ? o->vocab : tok && !strcmp(tok, "bytes") ? 256
                 : tok && !strcmp(tok, "gpt2") ? 50257

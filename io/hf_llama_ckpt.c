@@ -49,10 +49,7 @@ static sn_status merge(const char *path, const sn_ckpt_weights *cw, const char *
 static sn_status copy_params(const char *path, const sn_ckpt_weights *cw, const sn_llama_config *c,
                              const sn_graph *g, sn_weights *out, sn_err *e) {
     int n_params = 0, merged = 0, adapters = 0;
-    const char *shape = sn_run_meta_get(&cw->run, "model.shape"), *lora = shape ? strstr(shape, "LoRA rank ") : NULL;
-    int r_meta;
-    double alpha = 0;
-    if (lora && sscanf(lora, "LoRA rank %d alpha %lg", &r_meta, &alpha) != 2) alpha = 0;
+    double alpha = sn_run_lora_alpha(&cw->run);
     for (int i = 0; i < g->n_nodes; i++) {
         const sn_node *p = g->nodes[i];
         if (p->op != SN_OP_PARAM) continue;

@@ -121,10 +121,7 @@ sn_status sn_lora_write_peft(const char *path, const char *dir, const sn_export_
     sn_ckpt_weights cw;
     sn_status s = sn_checkpoint_read_weights(path, &cw, e);
     if (s) return s;
-    const char *shape = sn_run_meta_get(&cw.run, "model.shape"), *lora = shape ? strstr(shape, "LoRA rank ") : NULL;
-    float alpha = o && o->lora_alpha > 0 ? o->lora_alpha : 0;
-    int r_meta;
-    if (!(alpha > 0) && lora && sscanf(lora, "LoRA rank %d alpha %f", &r_meta, &alpha) != 2) alpha = 0;
+    float alpha = o && o->lora_alpha > 0 ? o->lora_alpha : (float)sn_run_lora_alpha(&cw.run);
     sn_st_out *t = sn_calloc(2 * MAX_ADAPTED, sizeof *t, "the adapters", e);
     char (*names)[192] = sn_calloc(2 * MAX_ADAPTED, sizeof *names, "the adapters' names", e);
     int64_t (*shapes)[2] = sn_calloc(2 * MAX_ADAPTED, sizeof *shapes, "the adapters' shapes", e);

@@ -47,6 +47,13 @@ const char *sn_run_meta_get(const sn_run_state *r, const char *key) {
     return NULL;
 }
 
+double sn_run_lora_alpha(const sn_run_state *r) {
+    const char *shape = sn_run_meta_get(r, "model.shape"), *lora = shape ? strstr(shape, "LoRA rank ") : NULL;
+    int rank;
+    double alpha;
+    return lora && sscanf(lora, "LoRA rank %d alpha %lg", &rank, &alpha) == 2 && alpha > 0 ? alpha : 0;
+}
+
 void sn_run_state_free(sn_run_state *r) {
     sn_series_free(&r->train_loss);
     sn_series_free(&r->val_loss);

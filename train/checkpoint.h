@@ -38,6 +38,9 @@ typedef struct {
 void sn_run_meta_set(sn_run_state *r, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 const char *sn_run_meta_get(const sn_run_state *r, const char *key);
+/* The alpha of the LoRA adapters the run's "model.shape" names ("..., LoRA rank R alpha A on T");
+ * 0 when it names none. */
+double sn_run_lora_alpha(const sn_run_state *r);
 void sn_run_state_free(sn_run_state *r); /* frees the curves */
 
 /* Writes t (between optimizer steps: nothing accumulated) and r to path atomically; the old
