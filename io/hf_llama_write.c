@@ -3,10 +3,8 @@
  * already carry transformers' names and layouts, so the tensors are written as they are.
  * Convention: the weights are checked whole against the model c builds before any file is made;
  * outputs are new files (io_int.h), never replacing one. */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef SN_HAVE_JSONC
@@ -69,14 +67,7 @@ static sn_status write_config(const sn_llama_config *c, const char *path, sn_err
     }
     json_object_object_add(r, "tie_word_embeddings", json_object_new_boolean(c->tie_word_embeddings));
     json_object_object_add(r, "torch_dtype", json_object_new_string("float32"));
-    const char *text = json_object_to_json_string_ext(r, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED);
-    sn_newfile f;
-    sn_status s = sn_newfile_open(&f, path, "config.json", e);
-    if (!s) {
-        sn_newfile_put(&f, text, strlen(text));
-        sn_newfile_put(&f, "\n", 1);
-        s = sn_newfile_commit(&f, e);
-    }
+    sn_status s = sn_newfile_json(path, "config.json", r, e);
     json_object_put(r);
     return s;
 }
@@ -124,13 +115,7 @@ sn_status sn_hf_llama_write(const sn_llama_config *c, const sn_weights *w, const
     char config[4200], model[4200];
     snprintf(config, sizeof config, "%s/config.json", dir);
     snprintf(model, sizeof model, "%s/model.safetensors", dir);
-    struct stat st;
-    if (!s && mkdir(dir, 0777) != 0 && (errno != EEXIST || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
-        s = sn_fail(e, SN_ERR_IO, "cannot make the directory %s: %s: give a directory whose parent "
-                    "exists", dir, errno == EEXIST ? "a file of that name exists" : strerror(errno));
-    if (!s && (lstat(config, &st) == 0 || lstat(model, &st) == 0))
-        s = sn_fail(e, SN_ERR_IO, "%s exists: it is not replaced: export to a new directory",
-                    lstat(config, &st) == 0 ? config : model);
+    if (!s) s = sn_newfile_dir(dir, config, model, e);
 #ifndef SN_HAVE_JSONC
     if (!s)
         s = sn_fail(e, SN_ERR_UNSUPPORTED, "%s: this build of sinter has no json-c, so it writes no "

@@ -23,6 +23,13 @@ void sn_newfile_put(sn_newfile *f, const void *p, size_t n);
 /* fsync, then link to path (a file that appeared there meanwhile is not replaced: SN_ERR_IO). */
 sn_status sn_newfile_commit(sn_newfile *f, sn_err *e);
 void sn_newfile_abort(sn_newfile *f);
+/* An export's directory: dir made when missing (its parent must exist), refused (SN_ERR_IO, naming
+ * the file) when file a or b is in it already: an export never replaces a file. */
+sn_status sn_newfile_dir(const char *dir, const char *a, const char *b, sn_err *e);
+struct json_object;
+/* A new file holding the JSON object o, pretty-printed, and a newline (json-c builds only; o is
+ * not released). */
+sn_status sn_newfile_json(const char *path, const char *what, struct json_object *o, sn_err *e);
 
 /* ---- newfile.c: 16-bit floats ---- */
 
@@ -32,7 +39,6 @@ uint16_t sn_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 
 /* ---- hf_gpt2.c: JSON files of a Hugging Face directory ---- */
 
-struct json_object;
 /* Reads path as a JSON object into *root (json-c builds only; SN_ERR_PARSE naming path). */
 sn_status sn_hf_read_json(const char *path, struct json_object **root, sn_err *e);
 

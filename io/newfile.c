@@ -4,6 +4,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef SN_HAVE_JSONC
+#include <json-c/json.h>
+#endif
 
 #include "io_int.h"
 
@@ -76,4 +79,33 @@ uint16_t sn_f32_to_bf16(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
     u += 0x7fffu + ((u >> 16) & 1);
     return (uint16_t)(u >> 16);
+}
+
+sn_status sn_newfile_dir(const char *dir, const char *a, const char *b, sn_err *e) {
+    struct stat st;
+    if (mkdir(dir, 0777) != 0 && (errno != EEXIST || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+        return sn_fail(e, SN_ERR_IO, "cannot make the directory %s: %s: give a directory whose "
+                       "parent exists", dir, errno == EEXIST ? "a file of that name exists" : strerror(errno));
+    if (lstat(a, &st) == 0 || lstat(b, &st) == 0)
+        return sn_fail(e, SN_ERR_IO, "%s exists: it is not replaced: export to a new directory",
+                       lstat(a, &st) == 0 ? a : b);
+    return SN_OK;
+}
+
+sn_status sn_newfile_json(const char *path, const char *what, struct json_object *o, sn_err *e) {
+#ifndef SN_HAVE_JSONC
+    (void)o;
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: this build of sinter has no json-c, so it writes no "
+                   "%s: install libjson-c-dev and rebuild (./setup)", path, what);
+#else
+    const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED);
+    sn_newfile f;
+    sn_status s = sn_newfile_open(&f, path, what, e);
+    if (!s) {
+        sn_newfile_put(&f, text, strlen(text));
+        sn_newfile_put(&f, "\n", 1);
+        s = sn_newfile_commit(&f, e);
+    }
+    return s;
+#endif
 }

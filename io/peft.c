@@ -5,11 +5,9 @@
  * B (r, out), the layer's output gaining x A B alpha/r. PEFT's is lora_A.weight (r, in) and
  * lora_B.weight (out, r), Linear layouts: A and B transposed; GPT-2's Conv1D weights (in, out)
  * take fan_in_fan_out (W + (lora_B lora_A)^T alpha/r), LLaMA's Linear (out, in) do not. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #ifdef SN_HAVE_JSONC
 #include <json-c/json.h>
@@ -52,14 +50,7 @@ static sn_status write_config(const char *path, int r, float alpha, char (*modul
     json_object_object_add(c, "bias", json_object_new_string("none"));
     json_object_object_add(c, "target_modules", t);
     json_object_object_add(c, "inference_mode", json_object_new_boolean(1));
-    const char *text = json_object_to_json_string_ext(c, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED);
-    sn_newfile f;
-    sn_status s = sn_newfile_open(&f, path, "adapter_config.json", e);
-    if (!s) {
-        sn_newfile_put(&f, text, strlen(text));
-        sn_newfile_put(&f, "\n", 1);
-        s = sn_newfile_commit(&f, e);
-    }
+    sn_status s = sn_newfile_json(path, "adapter_config.json", c, e);
     json_object_put(c);
     return s;
 }
@@ -133,13 +124,7 @@ sn_status sn_lora_write_peft(const char *path, const char *dir, const sn_export_
         s = sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds LoRA adapters and does not say their "
                     "alpha: give it (sinter export --lora-alpha ALPHA, as given to --lora-alpha in "
                     "training; R when it was not)", path);
-    struct stat st;
-    if (!s && mkdir(dir, 0777) != 0 && (errno != EEXIST || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
-        s = sn_fail(e, SN_ERR_IO, "cannot make the directory %s: %s: give a directory whose parent "
-                    "exists", dir, errno == EEXIST ? "a file of that name exists" : strerror(errno));
-    if (!s && (lstat(config, &st) == 0 || lstat(model, &st) == 0))
-        s = sn_fail(e, SN_ERR_IO, "%s exists: it is not replaced: export to a new directory",
-                    lstat(config, &st) == 0 ? config : model);
+    if (!s) s = sn_newfile_dir(dir, config, model, e);
     bool conv1d = n && !strncmp(modules[0], "transformer.", 12); /* GPT-2's; LLaMA's are Linear */
     if (!s && !(s = write_config(config, rank, alpha, modules, n, conv1d, e)) && (s = sn_st_write(model, t, 2 * n, e)))
         unlink(config); /* this call made it: no half-written adapter stays */
