@@ -228,55 +228,25 @@ static sn_status read_shard(const sn_st_file *f, sn_weights *out, float **head, 
     return SN_OK;
 }
 
-/* A shard's file name from the index: a plain name in the model's directory. */
-static bool plain_name(const char *s) {
-    return s[0] && s[0] != '.' && !strchr(s, '/') && strlen(s) < 256;
-}
+typedef struct {
+    const char *index;
+    sn_weights *out;
+    float **head;
+} shard_ctx;
 
-#ifdef SN_HAVE_JSONC
-/* Reads every shard the index names (each once), then checks that each tensor is where the
- * index says. */
-static sn_status read_index(const char *dir, const char *index, sn_weights *out, float **head, sn_err *e) {
-    json_object *root, *map;
-    sn_status s = sn_hf_read_json(index, &root, e);
+/* sn_hf_index_walk's call: the shard holds the tensor the index says; its tensors read once. */
+static sn_status index_shard(void *ctx, const char *path, const char *name, bool first, sn_err *e) {
+    shard_ctx *x = ctx;
+    sn_st_file f;
+    sn_status s = sn_st_open(path, &f, e);
     if (s) return s;
-    if (!json_object_object_get_ex(root, "weight_map", &map) || !json_object_is_type(map, json_type_object)) {
-        json_object_put(root);
-        return sn_fail(e, SN_ERR_PARSE, "%s has no \"weight_map\" object of tensor -> shard file: "
-                       "download it again", index);
-    }
-    char path[4400];
-    json_object_object_foreach(map, name, file) {
-        const char *shard = json_object_is_type(file, json_type_string) ? json_object_get_string(file) : "";
-        if (!plain_name(shard)) {
-            s = sn_fail(e, SN_ERR_PARSE, "%s: tensor %s's shard \"%.80s\" is not a file name in the "
-                        "model's directory: download the index again", index, name, shard);
-            break;
-        }
-        bool done = false; /* a shard read for an earlier tensor */
-        json_object_object_foreach(map, before, bfile) {
-            if (!strcmp(before, name)) break;
-            done = done || (json_object_is_type(bfile, json_type_string) && !strcmp(json_object_get_string(bfile), shard));
-        }
-        snprintf(path, sizeof path, "%s/%s", dir, shard);
-        sn_st_file f;
-        if (access(path, F_OK) != 0) {
-            s = sn_fail(e, SN_ERR_IO, "%s names shard %s (for tensor %s), which is not in %s: "
-                        "download every shard of the model", index, shard, name, dir);
-            break;
-        }
-        if ((s = sn_st_open(path, &f, e))) break;
-        if (!sn_st_find(&f, name))
-            s = sn_fail(e, SN_ERR_PARSE, "%s says shard %s holds tensor %s; it does not: download "
-                        "the model again", index, shard, name);
-        if (!s && !done) s = read_shard(&f, out, head, e);
-        sn_st_close(&f);
-        if (s) break;
-    }
-    json_object_put(root);
+    if (!sn_st_find(&f, name))
+        s = sn_fail(e, SN_ERR_PARSE, "%s says shard %s holds tensor %s; it does not: download "
+                    "the model again", x->index, strrchr(path, '/') + 1, name);
+    if (!s && first) s = read_shard(&f, x->out, x->head, e);
+    sn_st_close(&f);
     return s;
 }
-#endif
 
 sn_status sn_hf_gpt2_read(const char *dir, sn_weights *out, sn_err *e) {
     sn_gpt2_config c;
@@ -292,9 +262,7 @@ sn_status sn_hf_gpt2_read(const char *dir, sn_weights *out, sn_err *e) {
         if (!(s = sn_st_open(single, &f, e))) s = read_shard(&f, out, &head, e);
         sn_st_close(&f);
     } else if (access(index, F_OK) == 0) {
-#ifdef SN_HAVE_JSONC
-        s = read_index(dir, index, out, &head, e);
-#endif
+        s = sn_hf_index_walk(dir, index, index_shard, &(shard_ctx){index, out, &head}, e);
     } else {
         s = sn_fail(e, SN_ERR_IO, "%s has no model.safetensors or model.safetensors.index.json: "
                     "sinter reads safetensors (a pytorch_model.bin is a Python pickle: save the "

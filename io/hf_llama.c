@@ -287,44 +287,19 @@ static sn_status read_path(const char *path, const sn_graph *g, const sn_llama_c
     return s;
 }
 
-#ifdef SN_HAVE_JSONC
-/* Every shard the index's weight_map names, each read once, in the order first named. */
-static sn_status read_index(const char *dir, const char *index, const sn_graph *g,
-                            const sn_llama_config *c, sn_weights *out, float **head, sn_err *e) {
-    json_object *root, *map;
-    sn_status s = sn_hf_read_json(index, &root, e);
-    if (s) return s;
-    if (!json_object_object_get_ex(root, "weight_map", &map) || !json_object_is_type(map, json_type_object)) {
-        json_object_put(root);
-        return sn_fail(e, SN_ERR_PARSE, "%s has no \"weight_map\" object of tensor -> shard file: "
-                       "download it again", index);
-    }
-    char path[4400];
-    json_object_object_foreach(map, name, file) {
-        const char *shard = json_object_is_type(file, json_type_string) ? json_object_get_string(file) : "";
-        if (!shard[0] || shard[0] == '.' || strchr(shard, '/') || strlen(shard) > 255) {
-            s = sn_fail(e, SN_ERR_PARSE, "%s: tensor %s's shard \"%.80s\" is not a file name in the "
-                        "model's directory: download the index again", index, name, shard);
-            break;
-        }
-        bool done = false; /* a shard read for an earlier tensor */
-        json_object_object_foreach(map, before, bfile) {
-            if (!strcmp(before, name)) break;
-            done = done || (json_object_is_type(bfile, json_type_string) && !strcmp(json_object_get_string(bfile), shard));
-        }
-        if (done) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, shard);
-        if (access(path, F_OK) != 0) {
-            s = sn_fail(e, SN_ERR_IO, "%s names shard %s (for tensor %s), which is not in %s: "
-                        "download every shard of the model", index, shard, name, dir);
-            break;
-        }
-        if ((s = read_path(path, g, c, out, head, e))) break;
-    }
-    json_object_put(root);
-    return s;
+typedef struct {
+    const sn_graph *g;
+    const sn_llama_config *c;
+    sn_weights *out;
+    float **head;
+} shard_ctx;
+
+/* sn_hf_index_walk's call: every shard read once, in the order first named. */
+static sn_status index_shard(void *ctx, const char *path, const char *name, bool first, sn_err *e) {
+    (void)name;
+    shard_ctx *x = ctx;
+    return first ? read_path(path, x->g, x->c, x->out, x->head, e) : SN_OK;
 }
-#endif
 
 sn_status sn_hf_llama_read(const char *dir, sn_llama_config *c, sn_weights *out, sn_err *e) {
     sn_status s = sn_hf_llama_read_config(dir, c, e);
@@ -345,9 +320,7 @@ sn_status sn_hf_llama_read(const char *dir, sn_llama_config *c, sn_weights *out,
     if (access(single, F_OK) == 0) {
         s = read_path(single, g, c, out, &head, e);
     } else if (access(index, F_OK) == 0) {
-#ifdef SN_HAVE_JSONC
-        s = read_index(dir, index, g, c, out, &head, e);
-#endif
+        s = sn_hf_index_walk(dir, index, index_shard, &(shard_ctx){g, c, out, &head}, e);
     } else {
         s = sn_fail(e, SN_ERR_IO, "%s has no model.safetensors or model.safetensors.index.json: "
                     "sinter reads safetensors (a pytorch_model.bin is a Python pickle: save the "

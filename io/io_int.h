@@ -39,6 +39,13 @@ uint16_t sn_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 
 /* ---- hf_gpt2.c: JSON files of a Hugging Face directory ---- */
 
+/* ---- hf_index.c: a sharded model's index ---- */
+
+/* Called for each tensor `name` of the index in its order, with its shard's path (checked to be
+ * a file of dir) and whether no earlier tensor named that shard. */
+typedef sn_status (*sn_hf_shard_fn)(void *ctx, const char *path, const char *name, bool first, sn_err *e);
+sn_status sn_hf_index_walk(const char *dir, const char *index, sn_hf_shard_fn fn, void *ctx, sn_err *e);
+
 /* Reads path as a JSON object into *root (json-c builds only; SN_ERR_PARSE naming path). */
 sn_status sn_hf_read_json(const char *path, struct json_object **root, sn_err *e);
 
