@@ -260,10 +260,11 @@ static double mean_rel(const double *got, const double *want, int n) {
 
 /* The train model at precision prec on the device against the CPU device's losses. fp32: the
  * first loss within 1e-4 and every loss within 5e-3 of fp32's (summation orders). bf16 (issue
- * 21): every loss within 0.3% of the CPU device's bf16 losses (the same program: its roundings
- * should agree), and the mean over the steps of the relative difference to fp32's at most 0.5%
- * (bf16 itself: a single step may differ by more where the loss spikes, 1.05% at step 7 on the
- * first GPU run and 1.11% on the CPU device). */
+ * 21): the first four losses within 0.1% of the CPU device's bf16 losses (the same program, its
+ * roundings not yet compounded: 2.8e-4 at most on an H100), every loss within 1% of them (two
+ * bf16 runs drift apart like bf16 and fp32 do: 3.8e-3 at step 17 on an H100, whose cuBLASLt
+ * picks other GEMM algorithms than the CPU's, while bf16 and fp32 differ by 1.2% at step 7),
+ * and the mean over the steps of the relative difference to fp32's at most 0.5%. */
 static void check_losses(gc_run *r, sn_precision prec) {
     const gc_opts *o = &r->o;
     int steps = o->train_steps < MAX_STEPS ? o->train_steps : MAX_STEPS;
@@ -299,16 +300,20 @@ static void check_losses(gc_run *r, sn_precision prec) {
                "step within %.1e (tolerance 1e-04), every step within %.1e (step %d; 5e-03)", got[0],
                got[steps - 1], ref[0], ref[steps - 1], src32, first, worst, at);
     } else {
+        int early_at, early_n = steps < 4 ? steps : 4;
         double worst16 = worst_rel(got, ref16, steps, &at16), mean32 = mean_rel(got, ref, steps);
+        double early16 = worst_rel(got, ref16, early_n, &early_at);
         gc_num(s, "ref_bf16_loss_last", ref16[steps - 1]);
         gc_num(s, "max_rel_err_vs_bf16", worst16);
         gc_num(s, "mean_rel_err_vs_fp32", mean32);
-        bool ok = worst16 <= 3e-3 && mean32 <= 5e-3;
+        gc_num(s, "max_rel_err_vs_bf16_first4", early16);
+        bool ok = early16 <= 1e-3 && worst16 <= 1e-2 && mean32 <= 5e-3;
         gc_end(r, s, ok ? GC_PASS : GC_FAIL, "loss %.4f -> %.4f; the CPU device's %s %.4f -> %.4f "
-               "(%.120s): every step within %.1e (step %d; tolerance 3e-03); fp32's %.4f -> %.4f "
-               "(%.120s): mean over the steps %.1e (tolerance 5e-03), the largest %.1e at step %d",
-               got[0], got[steps - 1], pn, ref16[0], ref16[steps - 1], src16, worst16, at16,
-               ref[0], ref[steps - 1], src32, mean32, worst, at);
+               "(%.120s): the first %d steps within %.1e (step %d; tolerance 1e-03), every step "
+               "within %.1e (step %d; 1e-02); fp32's %.4f -> %.4f (%.120s): mean over the steps "
+               "%.1e (tolerance 5e-03), the largest %.1e at step %d",
+               got[0], got[steps - 1], pn, ref16[0], ref16[steps - 1], src16, early_n, early16,
+               early_at, worst16, at16, ref[0], ref[steps - 1], src32, mean32, worst, at);
     }
     fprintf(r->details, "%s: step, loss on the device, the CPU device's fp32 loss%s\n", name,
             f32 ? "" : ", its bf16 loss");
