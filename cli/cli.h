@@ -61,6 +61,8 @@ sn_status cli_training_graph(const sn_gpt2_config *c, const sn_gpt2_lora *lora, 
  * returns the exit code (1: nothing fits). */
 int cli_plan_run(const sn_gpt2_config *c, const sn_gpt2_lora *lora, int T, const sn_plan_opts *o,
                  sn_plan *pl, FILE *f);
+/* The models --model names: GPT-2's configurations, then the LLaMA family's (train_opts.c). */
+const char *cli_model_names(void);
 struct sn_program;
 /* Writes p's CUDA C (DIR/program.cu) and, NVRTC permitting, its ptxas report for sm_arch
  * (DIR/ptxas.txt); returns the exit code. */

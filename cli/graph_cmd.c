@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "program/program.h"
@@ -14,19 +15,25 @@
 
 typedef struct {
     const char *model, *tokenizer, *pad_vocab, *policy, *precision, *dump_after, *emit_cuda;
+    const char *lora_targets;
     bool backward, no_fuse_attention, schedule;
     long long arena_budget;
-    long batch, seq, arch;
+    long batch, seq, arch, lora;
 } graph_args;
 
 #define O(field) offsetof(graph_args, field)
 
 static const cli_opt graph_opts[] = {
-    {"model", 'm', CLI_CHOICE, "NAME", O(model), .choices_fn = sn_gpt2_config_names,
-     .help = "the model (required)"},
+    {"model", 'm', CLI_CHOICE, "NAME", O(model), .choices_fn = cli_model_names,
+     .help = "the model (required): GPT-2's or the LLaMA family's"},
     {"tokenizer", 0, CLI_CHOICE, "T", O(tokenizer), .choices = "gpt2, bytes",
      .help = "the vocabulary as sinter train has it: gpt2 50257 (the gpt2\n"
-             "models' default), bytes 256 (demo's and tiny's)"},
+             "models' default), bytes 256 (demo's and tiny's; a LLaMA\n"
+             "model's default is its own)"},
+    {"lora", 0, CLI_INT, "R", O(lora), 1, 4096,
+     .help = "LoRA adapters of rank R (sinter train --lora), the base frozen"},
+    {"lora-targets", 0, CLI_CHOICE, "T", O(lora_targets), .choices = "attn, mlp, all",
+     .help = "the layers adapted (default all)"},
     {"backward", 0, CLI_FLAG, NULL, O(backward), .help = "with the backward graph appended (autodiff)"},
     {"dump-after", 0, CLI_CHOICE, "PASS", O(dump_after), .choices_fn = sn_pipeline_pass_names,
      .help = "print the IR (after fuse, schedule and memplan: the program)\n"
@@ -104,22 +111,44 @@ static int cmd_graph(int argc, char **argv) {
     if (!a.model) return cli_usage_error(&cli_graph_cmd, "which model? add --model NAME");
     sn_pipeline_opts o;
     if ((rc = pipeline_opts(&a, &o))) return rc;
-    sn_gpt2_config c;
-    sn_gpt2_config_find(a.model, &c); /* the table checked the name */
-    c.vocab = cli_vocab(&c, a.tokenizer); /* as sinter train's tokenizer makes it */
-    long B = a.batch, T = a.seq < 0 ? c.ctx : a.seq;
+    if (!a.lora && a.lora_targets) return cli_usage_error(&cli_graph_cmd, "--lora-targets needs --lora R");
+    unsigned targets = SN_GPT2_LORA_ALL;
+    if (a.lora_targets) sn_gpt2_lora_targets_parse(a.lora_targets, &targets);
+    sn_gpt2_lora lora = {.lora = {.rank = (int)a.lora, .alpha = (float)a.lora}, .targets = targets};
     sn_graph *g = sn_graph_new();
-    sn_gpt2 m;
     sn_err e;
-    sn_status s = g ? sn_gpt2_build(g, &c, (int)B, (int)T, &m, &e) : sn_fail_oom(&e, sizeof *g, "the graph");
+    sn_node *loss = NULL;
+    long B = a.batch, T = a.seq;
+    char head[256];
+    sn_status s = g ? SN_OK : sn_fail_oom(&e, sizeof *g, "the graph");
+    sn_llama_config lc;
+    if (!s && sn_llama_config_find(a.model, &lc)) { /* the LLaMA family */
+        if (a.tokenizer) lc.vocab = cli_vocab(NULL, a.tokenizer);
+        if (T < 0) T = lc.ctx;
+        sn_llama m;
+        s = sn_llama_build_lora(g, &lc, (int)B, (int)T, a.lora ? &lora : NULL, &m, &e);
+        loss = m.loss;
+        snprintf(head, sizeof head, "vocab %d, context %d, %d layers, %d/%d heads of %d, hidden %d, "
+                 "MLP %d", lc.vocab, lc.ctx, lc.n_layer, lc.n_head, lc.n_kv_head, lc.head_dim,
+                 lc.hidden, lc.intermediate);
+    } else if (!s) {
+        sn_gpt2_config c;
+        sn_gpt2_config_find(a.model, &c); /* the table checked the name */
+        c.vocab = cli_vocab(&c, a.tokenizer); /* as sinter train's tokenizer makes it */
+        if (T < 0) T = c.ctx;
+        sn_gpt2 m;
+        s = sn_gpt2_build_lora(g, &c, (int)B, (int)T, a.lora ? &lora : NULL, &m, &e);
+        loss = m.loss;
+        snprintf(head, sizeof head, "vocab %d, context %d, %d layers, %d heads, %d channels", c.vocab,
+                 c.ctx, c.n_layer, c.n_head, c.n_embd);
+    }
     if (!s && a.backward) { /* a training graph: the loss alone, as sinter train keeps it */
         g->n_outputs = 0;
-        sn_graph_add_output(g, m.loss);
+        sn_graph_add_output(g, loss);
     }
     sn_pipeline_stats st;
     if (!s) {
-        printf("# model %s: vocab %d, context %d, %d layers, %d heads, %d channels; input %ld x %ld\n",
-               c.name, c.vocab, c.ctx, c.n_layer, c.n_head, c.n_embd, B, T);
+        printf("# model %s: %s; input %ld x %ld%s\n", a.model, head, B, T, a.lora ? "; LoRA" : "");
         printf("# parameters: ");
         print_count(stdout, (long long)sn_graph_param_count(g));
         printf("\n");

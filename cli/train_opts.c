@@ -20,14 +20,14 @@
 #define STEPS_MAX 100000000
 
 /* GPT-2's configurations, then the LLaMA family's (models/llama.h) */
-static const char *model_names(void) {
+const char *cli_model_names(void) {
     static char names[512];
     if (!names[0]) snprintf(names, sizeof names, "%s, %s", sn_gpt2_config_names(), sn_llama_config_names());
     return names;
 }
 
 static const cli_opt train_opts[] = {
-    {"model", 'm', CLI_CHOICE, "NAME", O(model), .choices_fn = model_names,
+    {"model", 'm', CLI_CHOICE, "NAME", O(model), .choices_fn = cli_model_names,
      .help = "the GPT-2 or LLaMA-family configuration (default demo)"},
     {"device", 0, CLI_CHOICE, "D", O(device), .choices = "auto, cuda, cpu, interp",
      .help = "auto (default): the CUDA GPU when there is one, else cpu;\n"
