@@ -144,6 +144,12 @@ static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
          * identity to the gradient, which goes to the f32 master unrounded */
         if (x->op == SN_OP_CAST && x->in[0]->op == SN_OP_PARAM && x->in[0]->dtype == n->dtype)
             accumulate(s, x->in[0], dy);
+        else if (x->op != SN_OP_PARAM && sn_dtype_is_float(n->dtype) &&
+                 sn_dtype_bits(n->dtype) < sn_dtype_bits(x->dtype))
+            /* an activation rounded to 16 bits (autocast's operand of a product): its gradient
+             * is rounded likewise, once, after its readers' contributions are summed, as
+             * torch.autocast's cast rounds it (a weight's gradient, above and below, is not) */
+            accumulate(s, x, sn_cast(g, sn_cast(g, dy, n->dtype), x->dtype));
         else accumulate(s, x, sn_cast(g, dy, x->dtype));
         return SN_OK;
     case SN_OP_SUM: accumulate(s, x, expand_reduced(g, dy, n, x)); return SN_OK;

@@ -207,10 +207,45 @@ static bool read_by_attention(const fuse_state *s, const sn_node *v) {
 /* The rows of a row op's first input. */
 static int64_t rows_of(const sn_node *x) { return x->rank ? sn_numel(x) / x->shape[x->rank - 1] : 1; }
 
+/* Whether the members of kernel h (fuse state) are only f32 casts of 16-bit values that h alone
+ * reads, no result of theirs stored: the prologue of a norm weight gradient widening its bf16
+ * dy (the upcast pass), whose kernel stores nothing but the sum. */
+static bool only_widening(const fuse_state *s, int h) {
+    int casts = 0;
+    for (int j = 0; j < s->g->n_nodes && casts < s->members[h]; j++) {
+        const sn_node *c = s->g->nodes[j];
+        if (j == h || s->home[j] != h || !s->live[j] || c->op == SN_OP_SUM) continue;
+        if (c->op != SN_OP_CAST || c->dtype != SN_F32 || sn_dtype_bits(c->in[0]->dtype) != 16 ||
+            s->mat[j] || s->n_users[j] != 1 || s->users[j][0] != h)
+            return false;
+        casts++;
+    }
+    return casts == s->members[h];
+}
+
+/* The 16-bit value v whose f32 cast (*cast) a column sum x reads through reshapes that
+ * nothing else reads, where the sum can load v and widen it (colsum_widens), or NULL. */
+static const sn_node *widened(const fuse_state *s, const sn_node *x, const sn_node **cast) {
+    const sn_node *b = x->in[0];
+    for (;; b = b->in[0]) {
+        int readers = 0;
+        for (int k = 0; k < s->n_users[b->id]; k++) readers += s->live[s->users[b->id][k]];
+        if (readers != 1 || s->is_out[b->id]) return NULL;
+        if (b->op != SN_OP_RESHAPE) break;
+    }
+    const sn_node *v = b->in[0];
+    if (b->op != SN_OP_CAST || b->dtype != SN_F32 || (v->dtype != SN_BF16 && v->dtype != SN_F16) ||
+        is_view(v->op) || !s->mat[v->id] || s->home[b->id] != b->id)
+        return NULL;
+    *cast = b;
+    return v;
+}
+
 /* The norm weight-gradient kernel (kernel.h: n_colsum) that also computes x, a column sum over
  * axis 0 of a buffer (R, C) (a bias gradient, a layernorm's dbeta), or NULL: the first such
- * kernel, over the same R rows and with nothing fused into it, that runs after x's operand is
- * written and before anything reads x, with room for one more output and input. */
+ * kernel, over the same R rows and with nothing fused into it but casts widening its operands
+ * (only_widening), that runs after x's operand is written and before anything reads x, with
+ * room for one more output and input. */
 static const sn_node *colsum_host(const fuse_state *s, const sn_node *x) {
     if (x->op != SN_OP_SUM) return NULL;
     const sn_node *src = x->in[0], *b = src;
@@ -218,6 +253,8 @@ static const sn_node *colsum_host(const fuse_state *s, const sn_node *x) {
         src->dtype != SN_F32 || s->home[x->id] != x->id || !s->mat[src->id])
         return NULL;
     while (is_alias(s, b)) b = b->in[0];
+    const sn_node *cast, *v = widened(s, x, &cast);
+    if (v && !s->members[cast->id]) b = v; /* read widened: ready once v is (its kernel) */
     int ready = is_leaf(b->op) || b->op == SN_OP_FULL ? -1 : s->home[b->id];
     if (ready < 0 && !is_leaf(b->op) && b->op != SN_OP_FULL) return NULL;
     int first_read = s->g->n_nodes;
@@ -229,10 +266,11 @@ static const sn_node *colsum_host(const fuse_state *s, const sn_node *x) {
     for (int h = ready + 1; h < first_read; h++) {
         const sn_node *H = s->g->nodes[h];
         if (!s->live[h] || (H->op != SN_OP_LAYERNORM_BWD_W && H->op != SN_OP_RMSNORM_BWD_W) ||
-            s->home[h] != h || s->members[h] || rows_of(H->in[0]) != src->shape[0])
+            s->home[h] != h || !only_widening(s, h) || rows_of(H->in[0]) != src->shape[0])
             continue;
         int sums = 0; /* outputs 1 + sums, inputs at most 2 + sums */
-        for (int j = 0; j < s->g->n_nodes; j++) sums += j != h && s->home[j] == h;
+        for (int j = 0; j < s->g->n_nodes; j++)
+            sums += j != h && s->home[j] == h && s->g->nodes[j]->op == SN_OP_SUM;
         if (3 + 2 * (sums + 1) <= SN_KER_MAX_ARGS) return H;
     }
     return NULL;
@@ -244,17 +282,8 @@ static const sn_node *colsum_host(const fuse_state *s, const sn_node *x) {
  * is never stored. A bias gradient is the column sum of the cast of the 16-bit gradient the
  * products read (the GELU's, the QKV concatenation's): half the bytes, one pass fewer. */
 static void colsum_widens(fuse_state *s, const sn_node *x) {
-    const sn_node *b = x->in[0];
-    for (;; b = b->in[0]) {
-        int readers = 0;
-        for (int k = 0; k < s->n_users[b->id]; k++) readers += s->live[s->users[b->id][k]];
-        if (readers != 1 || s->is_out[b->id]) return;
-        if (b->op != SN_OP_RESHAPE) break;
-    }
-    const sn_node *v = b->in[0];
-    if (b->op != SN_OP_CAST || b->dtype != SN_F32 || (v->dtype != SN_BF16 && v->dtype != SN_F16) ||
-        is_view(v->op) || !s->mat[v->id] || s->home[b->id] != b->id)
-        return;
+    const sn_node *b, *v = widened(s, x, &b);
+    if (!v) return;
     if (s->members[b->id]) { /* b roots the pointwise kernel that stores v: v roots it instead */
         if (s->home[v->id] != b->id || s->anchor[b->id]) return;
         for (int j = v->id + 1; j < b->id; j++)

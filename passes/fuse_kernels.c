@@ -149,6 +149,45 @@ static pw_build *new_build(fuse_state *s, const sn_node *root, const sn_node *sp
     return b;
 }
 
+/* The column sums that joined the row kernel k of row op n (fuse.c colsum_host), as its
+ * outputs 1 .. n_colsum (kernel.h): k has one output so far, the row op's; inputs it already
+ * has move up, with the accesses that read them. */
+static void add_colsums(fuse_state *s, sn_kernel *k, const sn_node *n) {
+    int c = 0;
+    for (int j = 0; j < s->g->n_nodes; j++)
+        c += j != n->id && s->home[j] == n->id && s->g->nodes[j]->op == SN_OP_SUM;
+    if (!c) return;
+    SN_ASSERT(k->n_out == 1 && k->n_out + k->n_in + 2 * c <= SN_KER_MAX_ARGS);
+    for (int i = k->n_out + k->n_in - 1; i >= k->n_out; i--) k->args[i + c] = k->args[i];
+    for (int a = 0; a < k->n_access; a++)
+        if (k->access[a].arg >= k->n_out) k->access[a].arg += c;
+    for (int j = 0; j < s->g->n_nodes; j++) {
+        const sn_node *x = s->g->nodes[j];
+        if (j == n->id || s->home[j] != n->id || x->op != SN_OP_SUM) continue;
+        k->store[k->n_out] = k->n_instr ? k->row_instr : 0; /* a sum: FINISH stores it */
+        k->args[k->n_out++] = x;
+        k->n_colsum++;
+        size_t len = strlen(k->name);
+        if (len + 5 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_sum");
+    }
+}
+
+/* The operands of k's column sums, read as inputs (after those k has). */
+static void colsum_operands(fuse_state *s, sn_kernel *k) {
+    for (int o = 1; o <= k->n_colsum; o++) {
+        const sn_node *x = k->args[o], *src = s->read_as[x->id] ? s->read_as[x->id] : x->in[0];
+        SN_ASSERT(s->mat[src->id]);
+        int at = -1;
+        for (int j = k->n_out; j < k->n_out + k->n_in && at < 0; j++)
+            if (k->args[j] == src) at = j;
+        if (at < 0) {
+            at = k->n_out + k->n_in++;
+            k->args[at] = src;
+        }
+        k->colsum_src[o] = at;
+    }
+}
+
 /* The kernel rooted at `root`: a pointwise group, or a row op with its prologue and epilogue. */
 sn_status sn_fuse_group_kernel(fuse_state *s, const sn_node *root) {
     const sn_node *anchor = s->anchor[root->id];
@@ -157,9 +196,15 @@ sn_status sn_fuse_group_kernel(fuse_state *s, const sn_node *root) {
     if (!b) return SN_ERR_OOM;
     sn_ref top;
     sn_status st = add_value(s, b, root, &top);
-    for (int j = root->id + 1; !st && j < s->g->n_nodes; j++) /* casts after it (fuse.c) */
-        if (s->home[j] == root->id && s->live[j]) st = add_value(s, b, s->g->nodes[j], &top);
+    for (int j = root->id + 1; !st && j < s->g->n_nodes; j++) /* casts after it (fuse.c); not */
+        if (s->home[j] == root->id && s->live[j] && s->g->nodes[j]->op != SN_OP_SUM) /* the */
+            st = add_value(s, b, s->g->nodes[j], &top); /* column sums (add_colsums) */
     if (!st) st = finish(s, k, b, anchor);
+    if (!st && anchor && is_row(anchor->op)) { /* a norm weight gradient widening its dy */
+        add_colsums(s, k, anchor);
+        colsum_operands(s, k);
+        sn_kernel_work(k, &k->n_items, &k->serial);
+    }
     free(b);
     return st;
 }
@@ -211,16 +256,7 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
         k->args[k->n_out++] = dv;
         snprintf(k->name, sizeof k->name, "k%d_attention_bwd_kv", k->id);
     }
-    for (int j = 0; j < s->g->n_nodes && k->kind == SN_KER_ROW; j++) { /* column sums */
-        const sn_node *x = s->g->nodes[j];
-        if (j == n->id || s->home[j] != n->id || x->op == SN_OP_CROSS_ENTROPY) continue; /* the
-                                                                   classifier's loss: not a sum */
-        SN_ASSERT(x->op == SN_OP_SUM && k->n_out < SN_KER_MAX_ARGS / 2);
-        k->args[k->n_out++] = x;
-        k->n_colsum++;
-        size_t len = strlen(k->name);
-        if (len + 5 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_sum");
-    }
+    if (k->kind == SN_KER_ROW) add_colsums(s, k, n);
     bool att = k->kind == SN_KER_ATTENTION;
     bool into = att && s->into[n->id];
     /* outputs written through accesses: dq, or dk and dv, into a concatenation; the forward's
@@ -281,18 +317,7 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
         snprintf(k->name, sizeof k->name, "k%d_matmul_bias", k->id);
         break;
     }
-    for (int o = 1; o <= k->n_colsum; o++) { /* their operands, after the anchor's */
-        const sn_node *x = k->args[o], *src = s->read_as[x->id] ? s->read_as[x->id] : x->in[0];
-        SN_ASSERT(s->mat[src->id]);
-        int at = -1;
-        for (int j = k->n_out; j < k->n_out + k->n_in && at < 0; j++)
-            if (k->args[j] == src) at = j;
-        if (at < 0) {
-            at = k->n_out + k->n_in++;
-            k->args[at] = src;
-        }
-        k->colsum_src[o] = at;
-    }
+    colsum_operands(s, k);
     sn_kernel_work(k, &k->n_items, &k->serial);
     return SN_OK;
 }

@@ -1,10 +1,14 @@
-/* upcast.c: the upcast pass: an f32 cast of a 16-bit value that several pointwise ops read
- * becomes one cast per reader. Fuse joins a cast with one pointwise reader into that reader's
- * kernel, which then loads the 16-bit value and widens it there; a cast with several readers
- * would instead be stored once in f32 for all of them (twice the bytes written, and each
- * reader loading twice the bytes). The case that matters: a GELU's input, which autocast keeps
- * in bf16 (what a GEMM's epilogue stores), read by the forward's GELU and by the backward's
- * gelu_bwd. Exact: widening a bf16 or f16 value to f32 loses nothing. */
+/* upcast.c: the upcast pass: an f32 cast of a 16-bit value that several readers widen where
+ * they load it becomes one cast per reader. Fuse joins a cast with one reader into that
+ * reader's kernel, which then loads the 16-bit value and widens it there; a cast with several
+ * readers would instead be stored once in f32 for all of them (twice the bytes written, and
+ * each reader loading twice the bytes). The readers that widen: pointwise ops, the norms and
+ * their input gradients (a row kernel's prologue), and a column sum through reshapes (fuse's
+ * colsum_widens). The cases that matter: a GELU's input, which autocast keeps in bf16 (what a
+ * GEMM's epilogue stores), read by the forward's GELU and by the backward's gelu_bwd; the bf16
+ * gradient of a norm's rounded output (autodiff), read by the norm's backward, its weight
+ * gradient and its bias gradient (the column sum that joins the weight gradient's kernel).
+ * Exact: widening a bf16 or f16 value to f32 loses nothing. */
 #include <stdlib.h>
 
 #include "frontend/frontend.h"
@@ -21,8 +25,29 @@ static bool kept(const sn_graph *g, const sn_node *n) {
     return false;
 }
 
-/* Whether n, read `uses` times, is an f32 cast of a bf16 or f16 value read only by pointwise
- * ops, at least twice, and not kept: one cast per reader instead. */
+/* Whether reader u of a value loads it element by element in a kernel that can widen it: a
+ * pointwise op, a norm or its backward (row kernels' prologues), or a reshape read only by a
+ * column sum over axis 0, through further reshapes. */
+static bool widens(const sn_graph *g, const sn_node *u, const int *uses) {
+    switch (u->op) {
+    case SN_OP_LAYERNORM: case SN_OP_LAYERNORM_BWD: case SN_OP_LAYERNORM_BWD_W:
+    case SN_OP_RMSNORM: case SN_OP_RMSNORM_BWD: case SN_OP_RMSNORM_BWD_W:
+        return true;
+    case SN_OP_RESHAPE:
+        if (uses[u->id] != 1 || kept(g, u)) return false;
+        for (int i = u->id + 1; i < g->n_nodes; i++) {
+            const sn_node *v = g->nodes[i];
+            for (int j = 0; j < v->n_in; j++)
+                if (v->in[j] == u)
+                    return (v->op == SN_OP_SUM && v->a.axis == 0) || widens(g, v, uses);
+        }
+        return false;
+    default: return sn_op_kind(u->op) == SN_K_POINTWISE;
+    }
+}
+
+/* Whether n, read `uses` times, is an f32 cast of a bf16 or f16 value read only by readers
+ * that widen it (widens), at least twice, and not kept: one cast per reader instead. */
 static bool splits(const sn_graph *g, const sn_node *n, const int *uses, bool *pw_only) {
     if (n->op != SN_OP_CAST || n->dtype != SN_F32 ||
         (n->in[0]->dtype != SN_BF16 && n->in[0]->dtype != SN_F16) || uses[n->id] < 2 ||
@@ -49,7 +74,7 @@ sn_status sn_pass_upcast(const sn_graph *in, sn_graph **out, int *n_split, sn_er
     for (int i = 0; i < n; i++) {
         const sn_node *u = in->nodes[i];
         for (int j = 0; j < u->n_in; j++)
-            if (sn_op_kind(u->op) != SN_K_POINTWISE) pw_only[u->in[j]->id] = false;
+            if (!widens(in, u, uses)) pw_only[u->in[j]->id] = false;
     }
     for (int i = 0; i < n; i++) *n_split += split[i] = splits(in, in->nodes[i], uses, pw_only);
     if (!*n_split) { /* nothing to split: the graph stays as it is (its nodes too) */

@@ -131,7 +131,9 @@ struct sn_kernel {
      * gradients, layernorm's dbeta) that joined the kernel: output o is the sum over r of
      * args[colsum_src[o]] read as a contiguous (R, C_o) matrix, C_o = numel(args[o]): the sum's
      * operand, or a bf16 / f16 value whose f32 cast that operand is (through reshapes), each
-     * element widened to f32 as it is loaded (the same sums: the cast has no buffer). */
+     * element widened to f32 as it is loaded (the same sums: the cast has no buffer). Such a
+     * kernel stores nothing but its sums; its row op may read dy through a prologue that
+     * widens a 16-bit value (n_instr 2: the cast, the row op). */
     int n_colsum;
     int colsum_src[SN_KER_MAX_ARGS];
 

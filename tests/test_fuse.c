@@ -619,13 +619,23 @@ START_TEST(casts_fold_and_weights_are_copies) {
                 if (!ker->anchor && x->in[0]->op == SN_OP_GELU_BWD) gelu_bwd_cast++;
             }
         }
-        ck_assert_int_eq(ln_bwd_cast, 2);
+        /* each layernorm_bwd kernel widens its bf16 dy (the products' dX: the layer's two and
+           ln_f's), and the layer's two store the bf16 cast of their result for the products */
+        ck_assert_int_eq(ln_bwd_cast, 5);
         ck_assert_int_eq(gelu_bwd_cast, 1);
-        /* the QKV and fc bias gradients sum the bf16 gradients the products read, widened as
-           loaded (no f32 copy of either is stored); proj's and fc proj's sum f32 ones */
-        int widened = 0, colsums = 0;
+        /* the QKV and fc bias gradients, and the layernorms' dbeta, sum the bf16 gradients the
+           products read and write, widened as loaded (no f32 copy of any is stored); proj's and
+           fc proj's sum f32 ones (the residual's); each layernorm_bwd_w kernel widens its bf16
+           dy in its prologue and hosts column sums all the same */
+        int widened = 0, colsums = 0, bwd_w_widening = 0;
         for (int k = 0; k < p->n_kernels; k++) {
             const sn_kernel *ker = p->kernels[k];
+            if (ker->anchor && ker->anchor->op == SN_OP_LAYERNORM_BWD_W && ker->stage == SN_SUM_PARTIAL) {
+                bool widens = ker->n_instr == 2 && ker->instr[0].node->op == SN_OP_CAST &&
+                              ker->instr[0].node->in[0]->dtype == SN_BF16;
+                bwd_w_widening += widens;
+                ck_assert_msg(widens && ker->n_colsum > 0, "%s", ker->name);
+            }
             for (int o = 1; o <= ker->n_colsum; o++, colsums++) {
                 if (ker->args[ker->colsum_src[o]]->dtype != SN_BF16) continue;
                 widened++;
@@ -633,7 +643,8 @@ START_TEST(casts_fold_and_weights_are_copies) {
             }
         }
         ck_assert_int_eq(colsums, 7); /* the 4 biases, the 3 layernorms' dbeta */
-        ck_assert_int_eq(widened, 2);
+        ck_assert_int_eq(widened, 5);
+        ck_assert_int_eq(bwd_w_widening, 3);
         sn_program_free(p);
         sn_graph_free(g);
     }

@@ -244,9 +244,9 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     if (sums != (k->stage == SN_SUM_PARTIAL))
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a row op that sums over every row, "
                        "and only it, runs as the PARTIAL and FINISH kernels of kernel.h", k->name);
-    if (k->n_colsum && (!sums || ce || w->fused || k->n_colsum + 1 != k->n_out))
+    if (k->n_colsum && (!sums || ce || k->n_colsum + 1 != k->n_out))
         return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: column sums join only a norm weight "
-                       "gradient without fused neighbours, as its outputs 1 .. n_out - 1", k->name);
+                       "gradient that stores nothing else, as its outputs 1 .. n_out - 1", k->name);
     for (int o = 1; o <= k->n_colsum; o++) {
         const sn_node *src = k->args[k->colsum_src[o]];
         if (k->colsum_src[o] < k->n_out || k->colsum_src[o] >= k->n_out + k->n_in ||

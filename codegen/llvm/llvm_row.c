@@ -475,9 +475,9 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
         return sn_fail(e, SN_ERR_INVALID, "%s: a row op that sums over every row, and only it, "
                        "runs as the PARTIAL and FINISH kernels of kernel.h",
                        sn_ll_kname(k, kn, sizeof kn));
-    if (k->n_colsum && (!bwd_w || k->n_instr || k->n_colsum + 1 != k->n_out))
+    if (k->n_colsum && (!bwd_w || k->n_colsum + 1 != k->n_out))
         return sn_fail(e, SN_ERR_INVALID, "%s: column sums join only a norm weight gradient "
-                       "without fused neighbours, as its outputs 1 .. n_out - 1",
+                       "that stores nothing else, as its outputs 1 .. n_out - 1",
                        sn_ll_kname(k, kn, sizeof kn));
     for (int o = 1; o <= k->n_colsum; o++) {
         const sn_node *src = k->args[k->colsum_src[o]];
