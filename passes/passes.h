@@ -30,12 +30,20 @@ sn_status sn_pass_pad_vocab(const sn_graph *in, int64_t multiple, sn_graph **out
 
 /* ---- upcast.c ---- */
 
-/* Each f32 cast of a bf16 or f16 value that only pointwise ops read, two or more times, and that
- * is no output, loss or gradient, becomes one cast per reader (fuse then widens the 16-bit value
- * inside each reader's kernel instead of storing an f32 copy). Exact. requires: a verified graph
+/* Each f32 cast of a bf16 or f16 value read two or more times, only by ops that widen it as
+ * they load it (pointwise ops, the norms and their backward ops, column sums through reshapes),
+ * and that is no output, loss or gradient, becomes one cast per reader (fuse then widens the
+ * 16-bit value inside each reader's kernel instead of storing an f32 copy). Exact. requires: a verified graph
  * (forward, or with its backward). *n_split: how many casts were split; none: *out is NULL (the
  * graph and its nodes stay as they are). */
 sn_status sn_pass_upcast(const sn_graph *in, sn_graph **out, int *n_split, sn_err *e);
+
+/* sink_views.c: a slice, pad or permute of a pointwise value read by pointwise ops moves onto
+ * the value's operands, down to values with buffers (a pad only onto cast, add, sub and mul
+ * whose operands all have the padded axis), so that one pointwise kernel reads those buffers
+ * through the views: rotary embeddings' backward. *out is NULL when nothing moves (the graph
+ * stays as it is); *n_sunk counts the pointwise ops made again over views. */
+sn_status sn_pass_sink_views(const sn_graph *in, sn_graph **out, int *n_sunk, sn_err *e);
 
 /* ---- attention.c ---- */
 

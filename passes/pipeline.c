@@ -9,11 +9,11 @@
 #include "passes.h"
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autocast", "autodiff",
-                                        "checkpoint", "upcast", "fuse", "schedule", "memplan"};
+                                        "checkpoint", "sink_views", "upcast", "fuse", "schedule", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, autocast, autodiff, checkpoint, upcast, fuse, schedule, "
+    return "frontend, pad_vocab, attention, autocast, autodiff, checkpoint, sink_views, upcast, fuse, schedule, "
            "memplan";
 }
 
@@ -167,12 +167,16 @@ sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program
     if (prog) *prog = NULL;
     sn_status s = check_entry(g, o, e);
     if (s || (s = verify(g, "frontend", e))) return s;
-    st->upcasts_split = st->schedule_moved = 0;
+    st->upcasts_split = st->views_sunk = st->schedule_moved = 0;
     st->schedule_peak_before = st->schedule_peak_after = 0;
     sn_target target = o->target ? *o->target : sn_target_cpu();
     const sn_target *t = &target;
 
-    sn_graph *next; /* 16-bit values widened by each pointwise reader, not stored in f32 */
+    sn_graph *next; /* views of pointwise values read through by one pointwise kernel */
+    if ((s = sn_pass_sink_views(g, &next, &st->views_sunk, e))) return s;
+    if (next) replace(g, next);
+    if ((s = after(g, "sink_views", o, e))) return s;
+    /* 16-bit values widened by each pointwise reader, not stored in f32 */
     if ((s = sn_pass_upcast(g, &next, &st->upcasts_split, e))) return s;
     if (next) replace(g, next);
     if ((s = after(g, "upcast", o, e)) || !prog) return s;

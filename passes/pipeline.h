@@ -54,6 +54,7 @@ typedef struct {
     int64_t checkpoint_min_arena; /* budget policy: the smallest arena it found (also on failure) */
     int casts;           /* cast nodes the autocast pass added */
     int upcasts_split;   /* f32 casts of 16-bit values the upcast pass made one per reader */
+    int views_sunk;      /* pointwise ops the sink_views pass made again over views */
     int64_t schedule_peak_before, schedule_peak_after; /* live arena bytes at most (no packing) */
     int schedule_moved;  /* kernels the schedule pass moved */
 } sn_pipeline_stats;

@@ -561,6 +561,94 @@ START_TEST(dump_after_attention) {
 }
 END_TEST
 
+/* ---- sink_views: the rotary embedding's backward, one pointwise kernel ---- */
+
+/* x (2, 3, 5, 8) rotated as models/llama.c does it, its heads permuted back to (2, 5, 24), the
+ * sum of its bf16 cast times w: the graph with its backward. f: the op under the pad (the
+ * planted case: exp, whose value at a padded position is not 0, must keep its pad). */
+static sn_graph *rotary_graph(sn_op f, sn_node **x_out) {
+    sn_graph *g = sn_graph_new();
+    float c[40], sv[40];
+    for (int i = 0; i < 40; i++) c[i] = 0.1f * (float)(i % 7) - 0.3f, sv[i] = 0.05f * (float)(i % 5) + 0.2f;
+    sn_node *cs = sn_const(g, SN_F32, SN_SHAPE(5, 8), c), *sn = sn_const(g, SN_F32, SN_SHAPE(5, 8), sv);
+    sn_node *x = sn_param(g, "x", SN_F32, SN_SHAPE(2, 3, 5, 8), SN_INIT_NORMAL, 1);
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(2, 5, 24), SN_INIT_NORMAL, 1);
+    sn_node *xs = f == SN_OP_EXP ? sn_exp(g, x) : x;
+    sn_node *halves[2] = {sn_slice(g, xs, -1, 4, 8), sn_slice(g, xs, -1, 0, 4)};
+    sn_node *y = sn_add(g, sn_mul(g, xs, cs), sn_mul(g, sn_concat(g, 2, halves, -1), sn));
+    y = sn_reshape(g, sn_permute(g, y, (const int[]){0, 2, 1, 3}), SN_SHAPE(2, 5, 24));
+    if (f == SN_OP_EXP) y = sn_add(g, y, sn_pad(g, sn_exp(g, sn_slice(g, w, -1, 0, 12)), -1, 12, 24));
+    sn_node *loss = sn_sum(g, sn_reshape(g, sn_mul(g, sn_cast(g, sn_cast(g, y, SN_BF16), SN_F32), w),
+                                         SN_SHAPE(-1)), 0, false);
+    sn_graph_set_loss(g, loss);
+    sn_err e;
+    ck_assert_msg(sn_backward(g, loss, &e) == SN_OK, "%s", e.msg);
+    *x_out = x;
+    return g;
+}
+
+START_TEST(sink_views_rotary_backward) {
+    sn_node *x;
+    sn_graph *g0 = rotary_graph(SN_OP_COUNT, &x), *g1;
+    int sunk;
+    sn_err e;
+    ck_assert_msg(sn_pass_sink_views(g0, &g1, &sunk, &e) == SN_OK, "%s", e.msg);
+    ck_assert_ptr_nonnull(g1);
+    ck_assert_int_gt(sunk, 4);
+    /* the same gradient, bit for bit: the same ops on the same values in the same order */
+    const sn_node *x1 = NULL;
+    for (int i = 0; i < g1->n_nodes && !x1; i++)
+        if (g1->nodes[i]->op == SN_OP_PARAM && !strcmp(g1->nodes[i]->name, "x")) x1 = g1->nodes[i];
+    ck_assert_ptr_nonnull(x1);
+    sn_interp *i0 = sn_interp_new(g0, false), *i1 = sn_interp_new(g1, false);
+    sn_rng r0 = sn_rng_seed(7), r1 = sn_rng_seed(7);
+    for (int i = 0, k = 0; i < g0->n_nodes; i++) /* the params in the same order in both */
+        if (g0->nodes[i]->op == SN_OP_PARAM) {
+            const sn_node *p1 = NULL;
+            for (int j = 0, m = 0; j < g1->n_nodes; j++)
+                if (g1->nodes[j]->op == SN_OP_PARAM && m++ == k) p1 = g1->nodes[j];
+            fill(i0, g0->nodes[i], &r0);
+            fill(i1, p1, &r1);
+            k++;
+        }
+    ck_assert_msg(sn_interp_run(i0, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_interp_run(i1, &e) == SN_OK, "%s", e.msg);
+    const double *d0 = sn_interp_value(i0, x->grad), *d1 = sn_interp_value(i1, x1->grad);
+    for (int64_t i = 0; i < sn_numel(x); i++)
+        ck_assert_msg(d0[i] == d1[i], "dx[%lld]: %.17g sunk, %.17g before", (long long)i, d1[i], d0[i]);
+    sn_interp_free(i0);
+    sn_interp_free(i1);
+    sn_graph_free(g1);
+    /* compiled: x's gradient in one pointwise kernel, no copy of a view */
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    sn_program *p;
+    ck_assert_msg(sn_pipeline_kernels(g0, &o, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    const sn_kernel *dx = NULL;
+    for (int k = 0; k < p->n_kernels; k++) {
+        const sn_kernel *ker = p->kernels[k];
+        ck_assert_msg(!strstr(ker->name, "permute") && !strstr(ker->name, "pad") &&
+                      !strstr(ker->name, "slice"), "%s copies a view", ker->name);
+        for (int o = 0; o < ker->n_out; o++)
+            if (ker->args[o] == x->grad) dx = ker;
+    }
+    /* the rotation transposed from dy and the two tables alone, every view an access */
+    ck_assert_ptr_nonnull(dx);
+    ck_assert_msg(dx->kind == SN_KER_POINTWISE && dx->n_in <= 3 && dx->n_instr >= 5,
+                  "%s: %d inputs, %d instructions", dx->name, dx->n_in, dx->n_instr);
+    sn_program_free(p);
+    sn_graph_free(g0);
+    /* a pad never moves onto exp (exp(0) = 1): the planted case keeps that pad */
+    sn_graph *g2 = rotary_graph(SN_OP_EXP, &x), *g3;
+    ck_assert_msg(sn_pass_sink_views(g2, &g3, &sunk, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; g3 && i < g3->n_nodes; i++) {
+        const sn_node *n = g3->nodes[i];
+        ck_assert_msg(!(n->op == SN_OP_EXP && n->in[0]->op == SN_OP_PAD), "a pad moved onto exp");
+    }
+    if (g3) sn_graph_free(g3);
+    sn_graph_free(g2);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("passes");
     TCase *tc = tcase_create("passes");
@@ -577,6 +665,7 @@ int main(void) {
     tcase_add_test(tc, pad_vocab_text);
     tcase_add_test(tc, errors_say_what_to_do);
     tcase_add_test(tc, dump_after_attention);
+    tcase_add_test(tc, sink_views_rotary_backward);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }
