@@ -64,7 +64,8 @@ SP_CASES = ["Hello world", "First Citizen:\nBefore we proceed any further, hear 
             "\u4e2d\u6587 \u6c49\u5b57 \u65e5\u672c\u8a9e", "Emoji \U0001F600\U0001F44D\U0001F3FD ok \u2764\ufe0f \U0001F468\u200d\U0001F469",
             "zebra quartz \U0001D518 \x01 control \u00ff\u0100", "", "<s>Hello</s>", "<s> Hello", "x<unk>y",
             "</s></s> after", "Hello</s>world", "\u2581already marked", "ALL CAPS SHOUTING, THOU KNAVE!",
-            "Greek \u03a9\u03bc\u03ad\u03b3\u03b1, Cyrillic \u041f\u0440\u0438\u0432\u0435\u0442"]
+            "Greek \u03a9\u03bc\u03ad\u03b3\u03b1, Cyrillic \u041f\u0440\u0438\u0432\u0435\u0442",
+            "\U0001F600\ud55c\U0001F600x \U0001F600\u4e2d\U0001F600 \U0001F600\U0001F600\u00e9\U0001F44D zebra\U0001F600"]
 
 
 def sp_train():
@@ -91,10 +92,12 @@ def sp_train():
     return learned, merges
 
 
-def sp_make(name, learned, merges, normalizer, pre, decoder, byte_fallback=True, fuse_unk=True):
+def sp_make(name, learned, merges, normalizer, pre, decoder, byte_fallback=True, fuse_unk=True,
+            missing_byte=None):
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
     for b in range(256):
-        vocab["<0x%02X>" % b] = len(vocab)
+        if b != missing_byte:
+            vocab["<0x%02X>" % b] = len(vocab)
     for t in learned:
         vocab.setdefault(t, len(vocab))
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
@@ -119,7 +122,7 @@ def sp_make(name, learned, merges, normalizer, pre, decoder, byte_fallback=True,
     ids_of = {t: i for t, i in vocab.items()}
     # decoding alone: a BOS, byte runs that are not UTF-8, a lone SP, unk, EOS
     hello = tok.encode("Hello", add_special_tokens=False).ids
-    b = lambda x: 3 + x
+    b = lambda x: vocab["<0x%02X>" % x]
     dec_only = [[1] + hello, [b(0xE4), b(0xB8)], [b(0xE4), b(0xB8), b(0xAD), b(0x41), b(0x80)],
                 [ids_of[SP]] * 2, [0, 0, 2], hello + [b(0xC3)] + hello, [2, ids_of[SP]] + hello]
     with open(os.path.join(d, "cases.txt"), "w", encoding="utf-8") as f:
@@ -163,6 +166,11 @@ def main():
     # no byte fallback: characters outside the vocabulary are one fused <unk>; no SP prepended
     sp_make("unk", learned, merges, None, meta("never", True), {"type": "Sequence", "decoders": dec},
             byte_fallback=False)
+    # byte fallback without <0xF0>: an emoji is unk, and (as in tokenizers) byte tokens between
+    # two unknown characters do not end the fused unk
+    sp_make("gaps", learned, merges, {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": SP}, replace]}, None, {"type": "Sequence", "decoders": dec},
+        missing_byte=0xF0)
 
 
 if __name__ == "__main__":
