@@ -432,8 +432,9 @@ START_TEST(byte_fallback_refusals) {
 }
 END_TEST
 
-/* A long text is one word to the normalizer form: Shakespeare (1 MB) encodes in linear-ish time
- * and decodes back (every character has a token or bytes). */
+/* A long text is one word to the normalizer form: all of Shakespeare (1 MB) encodes to the ids
+ * Hugging Face's gives (their count and the FNV-1a of their decimal text, shakespeare.txt) and
+ * decodes back (every character has a token or bytes). */
 START_TEST(byte_fallback_long_text) {
     char path[4096];
     size_t slen;
@@ -443,11 +444,24 @@ START_TEST(byte_fallback_long_text) {
     sn_tokens t = {0};
     sn_err e = {0};
     ck_assert_msg(sn_tokenizer_encode(tk, text, slen, &t, &e) == SN_OK, "%s", e.msg);
+    size_t wlen, want_n;
+    snprintf(path, sizeof path, "%s/tokenizers/tinyllama/shakespeare.txt", SN_TEST_FIXTURES);
+    char *want = slurp(path, &wlen), digits[16];
+    unsigned long long want_hash, h = 0xcbf29ce484222325ull;
+    ck_assert(sscanf(want, "%zu %llx", &want_n, &want_hash) == 2);
+    for (size_t i = 0; i < t.n; i++) {
+        int k = snprintf(digits, sizeof digits, i ? " %d" : "%d", sn_tokens_get(&t, i));
+        for (int c = 0; c < k; c++) h = (h ^ (unsigned char)digits[c]) * 0x100000001b3ull;
+    }
+    ck_assert_uint_eq(t.n, want_n);
+    ck_assert_msg(h == want_hash, "the ids' hash %016llx, the library's %016llx", h, want_hash);
+    free(want);
     char *back;
     size_t blen;
     ck_assert(sn_tokenizer_decode_all(tk, &t, 0, t.n, &back, &blen, &e) == SN_OK);
     ck_assert(blen == slen && !memcmp(back, text, slen));
-    printf("test_tokenizer_hf: tinyllama: Shakespeare's %zu bytes are %zu ids and back\n", slen, t.n);
+    printf("test_tokenizer_hf: tinyllama: Shakespeare's %zu bytes are the library's %zu ids and back\n",
+           slen, t.n);
     free(back);
     sn_tokens_free(&t);
     sn_tokenizer_free(tk);

@@ -135,6 +135,14 @@ def sp_make(name, learned, merges, normalizer, pre, decoder, byte_fallback=True,
             f.write("T %s\n" % (text.encode().hex() if text is not None else "-"))
             f.write("I %s\n" % " ".join(map(str, ids)))
             f.write("D %s\n" % dec.encode().hex())
+    if name == "tinyllama":  # all of Shakespeare as one text: its id count and a hash of the ids
+        with open(os.path.join(ROOT, "assets", "tinyshakespeare.txt"), encoding="utf-8") as f:
+            ids = tok.encode(f.read(), add_special_tokens=False).ids
+        h = 0xcbf29ce484222325
+        for c in " ".join(map(str, ids)).encode():
+            h = ((h ^ c) * 0x100000001b3) & 0xffffffffffffffff
+        with open(os.path.join(d, "shakespeare.txt"), "w") as f:
+            f.write("%d %016x\n" % (len(ids), h))
     print(f"{name}: {tok.get_vocab_size()} tokens, {len(cases)} texts")
 
 
