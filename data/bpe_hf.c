@@ -133,9 +133,14 @@ static sn_status tokens(sn_bpe *g, const char *path, json_object *root, sn_err *
         const char *content = str_field(t, "content");
         int32_t id = (int32_t)json_object_get_int64(field(t, "id"));
         int32_t at = sn_bpe_find(g, content, strlen(content));
+        const char *flag = bool_field(t, "lstrip", false) ? "lstrip" : bool_field(t, "rstrip", false)
+                         ? "rstrip" : bool_field(t, "single_word", false) ? "single_word" : NULL;
         if (at != id)
             st = sn_fail(e, SN_ERR_PARSE, "%s: added token \"%.40s\" has id %d, but its text is "
                          "token %d: " HF_HINT, path, content, id, at);
+        else if (flag) /* they change where the token matches */
+            st = sn_fail(e, SN_ERR_UNSUPPORTED, "%s: added token \"%.40s\" with %s: not supported "
+                         "yet (it is matched as its text alone): " HF_HINT, path, content, flag);
         else if (bool_field(t, "normalized", false) && field(root, "normalizer") &&
                  !json_object_is_type(field(root, "normalizer"), json_type_null))
             st = sn_fail(e, SN_ERR_UNSUPPORTED, "%s: added token \"%.40s\" is normalized: not "

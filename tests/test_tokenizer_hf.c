@@ -412,6 +412,7 @@ START_TEST(byte_fallback_refusals) {
         {"\"end_of_word_suffix\":null", "\"end_of_word_suffix\":\"</w>\"", "model.end_of_word_suffix \"</w>\" is not supported yet"},
         {"\"dropout\":null", "\"dropout\":0.1", "model.dropout 0.1 is not supported yet"},
         {"\"normalized\":false", "\"normalized\":true", "is normalized: not supported yet"},
+        {"\"lstrip\":false", "\"lstrip\":true", "added token \"<unk>\" with lstrip: not supported yet"},
         {"\"content\":\" \",\"start\":1", "\"content\":\"x\",\"start\":1", "decoder Strip is not supported yet"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
