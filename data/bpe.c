@@ -77,6 +77,9 @@ struct sn_bpe {
     size_t sym_cap, heap_cap;
     char *norm;            /* a piece of text with its spaces as SP */
     size_t norm_cap;
+    uint32_t *cross;       /* sorted: the last characters of merges' left sides whose right side
+                              starts with SP (sp_cuts) */
+    size_t n_cross;
 };
 
 typedef sn_bpe gpt2; /* the word functions below */
@@ -317,10 +320,12 @@ static void cache_clear(gpt2 *g) {
 }
 
 static sn_status sp_decoded(sn_bpe *g, sn_err *e);
+static sn_status sp_cuts(sn_bpe *g, sn_err *e);
 
 sn_status sn_bpe_finish(sn_bpe *g, sn_err *e) {
     if (g->is_sp) {
         sn_status st = sp_decoded(g, e);
+        if (!st) st = sp_cuts(g, e);
         if (st) return st;
     }
     return cache_grow(g) ? SN_OK : tables_oom(g, e, 4096 * sizeof(cache_slot));
@@ -645,9 +650,57 @@ static bool sp_merge_word(gpt2 *g, const char *w, size_t n, int32_t *ids, size_t
     return true;
 }
 
+/* The character ending at s[end) (end > 0) as up to 4 bytes in a number; its length in *len. */
+static uint32_t last_char(const char *s, size_t end, size_t *len) {
+    size_t at = end - 1;
+    while (at > 0 && end - at < 4 && ((unsigned char)s[at] & 0xc0) == 0x80) at--;
+    if (((unsigned char)s[at] & 0xc0) == 0x80) at = end - 1; /* no lead byte: the byte alone */
+    uint32_t v = 0;
+    for (size_t k = at; k < end; k++) v = v << 8 | (unsigned char)s[k];
+    *len = end - at;
+    return v;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Where a word without a pre-tokenizer may be cut without changing its ids: a merge that joins
+ * across "c|SP" has a left side ending in c and a right side starting with SP (the token's
+ * merge tree splits there at some level), so the c of no such merge is a safe cut. */
+static sn_status sp_cuts(sn_bpe *g, sn_err *e) {
+    size_t n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        n = 0;
+        for (uint32_t i = 0; g->ptab && i <= g->pmask; i++) {
+            if (g->ptab[i].key == UINT64_MAX) continue;
+            const span *a = &g->tok[g->ptab[i].key >> 32], *b = &g->tok[(uint32_t)g->ptab[i].key];
+            if (b->len < 3 || memcmp(g->pool + b->off, SP, 3)) continue;
+            size_t len;
+            uint32_t c = last_char(g->pool + a->off, a->len, &len);
+            if (pass) g->cross[n] = c;
+            n++;
+        }
+        if (!pass && !resize(&g->cross, n * sizeof *g->cross)) return tables_oom(g, e, n * 4);
+    }
+    qsort(g->cross, n, sizeof *g->cross, cmp_u32);
+    g->n_cross = n;
+    return SN_OK;
+}
+
+/* Whether word t[i, m) may be cut before the SP at p (i < p < m): no merge joins across it, and
+ * the character before it and SP are tokens of their own (no byte fallback or unk there). */
+static bool sp_cut_ok(const gpt2 *g, const char *t, size_t p) {
+    size_t len;
+    uint32_t c = last_char(t, p, &len);
+    return !g->ignore_merges && !bsearch(&c, g->cross, g->n_cross, sizeof c, cmp_u32) &&
+           sn_bpe_find(g, t + p - len, len) >= 0 && sn_bpe_find(g, SP, 3) >= 0;
+}
+
 /* Encodes one piece of text (between special tokens; at the text's start when first): its
- * spaces as SP, SP before it as sp.prepend says, then each word (the whole, or from each SP on
- * when sp.split). */
+ * spaces as SP, SP before it as sp.prepend says, then each word: from each SP on when sp.split;
+ * else the whole, cut only where that changes no id (sp_cut_ok), as a long text is one word. */
 static sn_status sp_encode_piece(gpt2 *g, const char *s, size_t n, bool first, sn_tokens *out,
                                  sn_err *e) {
     if (n == 0) return SN_OK;
@@ -670,9 +723,12 @@ static sn_status sp_encode_piece(gpt2 *g, const char *s, size_t n, bool first, s
     }
     for (size_t i = 0; i < m;) {
         size_t j = m;
-        if (g->sp.split && i + 1 < m) { /* up to the next SP that is not at i */
-            const char *nx = memmem(t + i + 1, m - i - 1, SP, 3);
+        for (size_t from = i + 1; from < m;) { /* up to the next SP after i where it may be cut */
+            const char *nx = memmem(t + from, m - from, SP, 3);
             j = nx ? (size_t)(nx - t) : m;
+            if (!nx || g->sp.split || sp_cut_ok(g, t, j)) break;
+            from = j + 3;
+            j = m;
         }
         uint32_t count;
         const int32_t *ids = encode_word(g, t + i, j - i, &count);
@@ -853,5 +909,6 @@ static void bpe_destroy(sn_tokenizer *tk) {
     free(g->sym);
     free(g->heap);
     free(g->norm);
+    free(g->cross);
     free(g);
 }
