@@ -824,6 +824,13 @@ static sn_status sp_decode_text(const sn_tokenizer *tk, const sn_tokens *t, size
         }
         nrun = 0;
         if (id < 0) break;
+        const char *tok = g->pool + g->tok[id].off;
+        size_t tlen = g->tok[id].len;
+        for (size_t k = 0; i == 0 && g->sp.dec_first_sp && k < tlen; k++) { /* Metaspace's */
+            if (k + 3 <= tlen && !memcmp(tok + k, SP, 3)) k += 2;
+            else out[used++] = tok[k];
+        }
+        if (i == 0 && g->sp.dec_first_sp) continue;
         memcpy(out + used, g->dpool + g->dtok[id].off, g->dtok[id].len);
         used += g->dtok[id].len;
     }

@@ -290,13 +290,21 @@ static bool small_int(json_object *v) {
 
 /* The decoder: Replace(SP -> " "), then ByteFallback, Fuse and Strip(" ", start, stop) as
  * Hugging Face's conversions write them (Strip only after Fuse: before it, it would strip every
- * token). */
+ * token); or Metaspace's (no byte fallback: <0xXX> stays as it is spelled). */
 static sn_status sp_decoder(const char *path, json_object *d, sn_bpe_sp *sp, sn_err *e) {
     const char *type = str_field(d, "type");
     json_object *seq = field(d, "decoders");
     size_t n = seq && json_object_is_type(seq, json_type_array) ? json_object_array_length(seq) : 0;
     bool fuse = false;
     const char *bad = type ? type : "(none)";
+    if (type && !strcmp(type, "Metaspace")) { /* SP to a space, but dropped from the first token */
+        sn_bpe_sp m = *sp;
+        sn_status st = sp_metaspace(path, d, &m, e);
+        if (st) return st;
+        sp->dec_replace = true;
+        sp->dec_first_sp = m.prepend != SN_SP_PREPEND_NEVER;
+        return SN_OK;
+    }
     if (type && !strcmp(type, "Sequence") && n) {
         bad = NULL;
         for (size_t k = 0; k < n && !bad; k++) {
@@ -315,8 +323,8 @@ static sn_status sp_decoder(const char *path, json_object *d, sn_bpe_sp *sp, sn_
     }
     if (!bad) return SN_OK;
     return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: decoder %s is not supported yet (a Sequence of "
-                   "Replace(\"\\u2581\" -> \" \"), ByteFallback, Fuse, Strip(\" \") is): " SP_HINT,
-                   path, bad);
+                   "Replace(\"\\u2581\" -> \" \"), ByteFallback, Fuse, Strip(\" \") is, or "
+                   "Metaspace): " SP_HINT, path, bad);
 }
 
 /* The SentencePiece kind's settings: model, normalizer, pre-tokenizer, decoder. */

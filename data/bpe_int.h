@@ -52,6 +52,8 @@ typedef struct {
      * strip_stop trailing spaces of the whole text dropped (Fuse, Strip) */
     bool dec_replace, dec_bytes;
     int strip_start, strip_stop;
+    bool dec_first_sp; /* Metaspace's decoder (prepend_scheme not never): every SP of the first
+                          token dropped, not decoded to a space */
 } sn_bpe_sp;
 
 /* Makes g a byte-fallback tokenizer (before its first sn_bpe_add_token). */

@@ -4,9 +4,10 @@
  * contractions, digit runs, tabs, CRLF, Latin-1, Greek, CJK, punctuation runs and special
  * tokens); GPT-2's own files rewritten as a tokenizer.json encoding Shakespeare the same as the
  * GPT-2 reader; the files it refuses, each by what it lacks. SentencePiece's byte-fallback kind
- * (TinyLlama's layout, the Metaspace forms, unk without byte fallback, a byte token missing):
- * each case of cases.txt encodes to the library's ids and its ids decode to the library's text;
- * mutants of each file (one setting changed as a wrong reading of it would) fail some case. */
+ * (TinyLlama's layout, the Metaspace forms and decoder, unk without byte fallback, a byte token
+ * missing): each case of cases.txt encodes to the library's ids and its ids decode to the
+ * library's text; mutants of each file (one setting changed as a wrong reading of it would)
+ * fail some case. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,6 +394,17 @@ START_TEST(unk_without_byte_fallback) {
 }
 END_TEST
 
+/* Metaspace's own decoder: every SP of the first token dropped (as prepend_scheme is not never),
+ * <0xXX> left as spelled. */
+START_TEST(byte_fallback_metaspace_decoder) {
+    static const char *const m[][2] = {
+        {"\"decoder\":{\"type\":\"Metaspace\",\"replacement\":\"" SPC "\",\"prepend_scheme\":\"first\"",
+         "\"decoder\":{\"type\":\"Metaspace\",\"replacement\":\"" SPC "\",\"prepend_scheme\":\"never\""},
+    };
+    sp_fixture("metaspace_decoder", 880, m, sizeof m / sizeof m[0]);
+}
+END_TEST
+
 /* Byte fallback with a byte token missing (<0xF0>: emoji are unk): as in Hugging Face's, the
  * byte tokens of a character between two unknown ones do not end the fused unk. */
 START_TEST(byte_fallback_with_gaps) {
@@ -406,7 +418,7 @@ START_TEST(byte_fallback_refusals) {
     static const char *const bad[][3] = {
         {"\"type\":\"Prepend\"", "\"type\":\"NFKC\"", "normalizer NFKC is not supported yet"},
         {"\"type\":\"ByteFallback\"", "\"type\":\"CTC\"", "decoder CTC is not supported yet"},
-        {"\"decoder\":{\"type\":\"Sequence\"", "\"decoder\":{\"type\":\"Metaspace\"", "decoder Metaspace is not supported yet"},
+        {"\"decoder\":{\"type\":\"Sequence\"", "\"decoder\":{\"type\":\"WordPiece\"", "decoder WordPiece is not supported yet"},
         {"\"pre_tokenizer\":null", "\"pre_tokenizer\":{\"type\":\"Whitespace\"}", "pre-tokenizer Whitespace is not supported yet"},
         {"\"unk_token\":\"<unk>\"", "\"unk_token\":\"<nope>\"", "model.unk_token \"<nope>\" is not a token of model.vocab"},
         {"\"end_of_word_suffix\":null", "\"end_of_word_suffix\":\"</w>\"", "model.end_of_word_suffix \"</w>\" is not supported yet"},
@@ -483,6 +495,7 @@ int main(void) {
     tcase_add_test(tc, byte_fallback_metaspace_split);
     tcase_add_test(tc, unk_without_byte_fallback);
     tcase_add_test(tc, byte_fallback_with_gaps);
+    tcase_add_test(tc, byte_fallback_metaspace_decoder);
     tcase_add_test(tc, byte_fallback_refusals);
     tcase_add_test(tc, byte_fallback_long_text);
     suite_add_tcase(s, tc);

@@ -174,6 +174,8 @@ def main():
     # no byte fallback: characters outside the vocabulary are one fused <unk>; no SP prepended
     sp_make("unk", learned, merges, None, meta("never", True), {"type": "Sequence", "decoders": dec},
             byte_fallback=False)
+    # Metaspace's own decoder: the first token's SP dropped, byte tokens left as they are spelled
+    sp_make("metaspace_decoder", learned, merges, None, meta("first", False), meta("first", False))
     # byte fallback without <0xF0>: an emoji is unk, and (as in tokenizers) byte tokens between
     # two unknown characters do not end the fused unk
     sp_make("gaps", learned, merges, {"type": "Sequence", "normalizers": [
