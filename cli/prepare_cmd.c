@@ -29,8 +29,8 @@ static const cli_opt prepare_opts[] = {
     {"bpe", 0, CLI_STR, "DIR", O(bpe),
      .help = "GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe"},
     {"tokenizer-file", 0, CLI_STR, "FILE", O(tokenizer_file),
-     .help = "a Hugging Face tokenizer.json (a byte-level BPE: GPT-2's,\n"
-             "SmolLM's, Llama 3's); train with the same --tokenizer-file"},
+     .help = "a Hugging Face tokenizer.json (a BPE: GPT-2's, SmolLM's,\n"
+             "Llama 3's, TinyLlama's byte fallback); train with the same --tokenizer-file"},
     {"val-frac", 0, CLI_REAL, "X", O(val_frac), 0, 1, .lo_open = true,
      .help = "the share of tokens (at the end) for validation (default 0.1)"},
     {"out", 'o', CLI_STR, "PREFIX", O(out),

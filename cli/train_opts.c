@@ -57,8 +57,8 @@ static const cli_opt train_opts[] = {
      .help = "GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe (--tokenizer gpt2\n"
              "from other files)"},
     {"tokenizer-file", 0, CLI_STR, "FILE", O(tokenizer_file),
-     .help = "a Hugging Face tokenizer.json (a byte-level BPE: GPT-2's,\n"
-             "SmolLM's, Llama 3's); the model's vocabulary is its size"},
+     .help = "a Hugging Face tokenizer.json (a BPE: GPT-2's, SmolLM's,\n"
+             "Llama 3's, TinyLlama's byte fallback); the model's vocabulary is its size"},
     {"steps", 's', CLI_INT, "N", O(steps), 1, STEPS_MAX, .help = "optimizer steps (default 600)"},
     {"batch", 'b', CLI_INT, "B", O(batch), 1, 1 << 16, .help = "sequences per micro-batch (default 16)"},
     {"seq", 't', CLI_INT, "T", O(seq), 1, 1 << 20,

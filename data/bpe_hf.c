@@ -1,9 +1,10 @@
 /* bpe_hf.c: Hugging Face's tokenizer.json for the BPE engine (bpe_int.h), read by json-c: the
- * byte-level BPE models of GPT-2, SmolLM and Llama 3 (model.vocab, model.merges as "a b"
- * strings or [a, b] pairs, added_tokens). What the engine cannot reproduce exactly is refused
- * by name: normalizers, byte-fallback models (SentencePiece's, as TinyLlama's), other
- * pre-tokenizers and patterns. The post-processor (a BOS token before each text) is not
- * applied: training text is a stream. */
+ * byte-level BPE models of GPT-2, SmolLM and Llama 3, and SentencePiece's byte-fallback BPE as
+ * converted for TinyLlama and Llama 2 (model.vocab, model.merges as "a b" strings or [a, b]
+ * pairs, added_tokens; the byte-fallback kind's normalizer or Metaspace, unk_token, fuse_unk and
+ * decoder). What the engine cannot reproduce exactly is refused by name: other normalizers,
+ * pre-tokenizers, patterns and decoders. The post-processor (a BOS token before each text) is
+ * not applied: training text is a stream. */
 #include "bpe_int.h"
 
 #include <stdlib.h>
@@ -14,7 +15,8 @@
 
 #include "support/hash.h"
 
-#define HF_HINT "expected a Hugging Face tokenizer.json of a byte-level BPE model (GPT-2, SmolLM, Llama 3)"
+#define HF_HINT "expected a Hugging Face tokenizer.json of a BPE model, byte-level (GPT-2, " \
+                "SmolLM, Llama 3) or byte-fallback (TinyLlama, Llama 2)"
 
 #ifdef SN_HAVE_JSONC
 /* Llama 3's pre-tokenizer pattern, as its tokenizer.json spells it */
@@ -102,8 +104,10 @@ static sn_status tokens(sn_bpe *g, const char *path, json_object *root, sn_err *
                          "0..9999999 or is empty: " HF_HINT, path, key);
             break;
         }
-        bool spelled;
-        if ((st = sn_bpe_add_spelled(g, (int32_t)id, key, klen, &spelled, e))) break;
+        bool spelled = true; /* a byte-fallback model's tokens are as they are */
+        if (sn_bpe_is_sp(g)) st = sn_bpe_add_token(g, (int32_t)id, key, klen, e);
+        else st = sn_bpe_add_spelled(g, (int32_t)id, key, klen, &spelled, e);
+        if (st) break;
         if (!spelled) {
             st = sn_fail(e, SN_ERR_PARSE, "%s: model.vocab: token %lld (\"%.40s\") is not spelled "
                          "in the byte-level alphabet: " HF_HINT, path, (long long)id, key);
@@ -129,9 +133,14 @@ static sn_status tokens(sn_bpe *g, const char *path, json_object *root, sn_err *
         const char *content = str_field(t, "content");
         int32_t id = (int32_t)json_object_get_int64(field(t, "id"));
         int32_t at = sn_bpe_find(g, content, strlen(content));
+        const char *flag = bool_field(t, "lstrip", false) ? "lstrip" : bool_field(t, "rstrip", false)
+                         ? "rstrip" : bool_field(t, "single_word", false) ? "single_word" : NULL;
         if (at != id)
             st = sn_fail(e, SN_ERR_PARSE, "%s: added token \"%.40s\" has id %d, but its text is "
                          "token %d: " HF_HINT, path, content, id, at);
+        else if (flag) /* they change where the token matches */
+            st = sn_fail(e, SN_ERR_UNSUPPORTED, "%s: added token \"%.40s\" with %s: not supported "
+                         "yet (it is matched as its text alone): " HF_HINT, path, content, flag);
         else if (bool_field(t, "normalized", false) && field(root, "normalizer") &&
                  !json_object_is_type(field(root, "normalizer"), json_type_null))
             st = sn_fail(e, SN_ERR_UNSUPPORTED, "%s: added token \"%.40s\" is normalized: not "
@@ -184,7 +193,13 @@ static sn_status merges(sn_bpe *g, const char *path, json_object *root, sn_err *
             buf = nb;
             cap = la + lb;
         }
-        bool ok = sn_bpe_unspell(u2b, a, la, buf, &ba) && sn_bpe_unspell(u2b, b, lb, buf + ba, &bb);
+        bool ok = true;
+        if (sn_bpe_is_sp(g)) { /* spelled as they are */
+            memcpy(buf, a, la), memcpy(buf + la, b, lb);
+            ba = la, bb = lb;
+        } else {
+            ok = sn_bpe_unspell(u2b, a, la, buf, &ba) && sn_bpe_unspell(u2b, b, lb, buf + ba, &bb);
+        }
         int32_t x = ok ? sn_bpe_find(g, buf, ba) : -1, y = ok ? sn_bpe_find(g, buf + ba, bb) : -1;
         int32_t m = ok ? sn_bpe_find(g, buf, ba + bb) : -1;
         if (x < 0 || y < 0 || m < 0)
@@ -197,21 +212,174 @@ static sn_status merges(sn_bpe *g, const char *path, json_object *root, sn_err *
     return st;
 }
 
-static sn_status load(sn_bpe *g, const char *path, json_object *root, sn_err *e) {
+/* ---- SentencePiece's byte-fallback kind (TinyLlama, Llama 2) -------------------------------- */
+
+#define SP_HINT "expected a Hugging Face tokenizer.json of SentencePiece's BPE as TinyLlama's or " \
+                "Llama 2's: a normalizer Prepend(\"\\u2581\") + Replace(\" \" -> \"\\u2581\") or a " \
+                "Metaspace pre-tokenizer, the decoder Replace, ByteFallback, Fuse, Strip"
+#define SP_UTF8 "\xe2\x96\x81" /* U+2581, SentencePiece's space */
+
+/* Whether o is Replace of the string `from` by `to`. */
+static bool is_replace(json_object *o, const char *from, const char *to) {
+    const char *type = str_field(o, "type"), *pat = str_field(field(o, "pattern"), "String");
+    const char *content = str_field(o, "content");
+    return type && !strcmp(type, "Replace") && pat && !strcmp(pat, from) && content && !strcmp(content, to);
+}
+
+/* Whether this file is of the SentencePiece kind: byte fallback, a normalizer, or Metaspace. */
+static bool is_sp_kind(json_object *root) {
+    json_object *norm = field(root, "normalizer");
+    const char *pre = str_field(field(root, "pre_tokenizer"), "type");
+    return bool_field(field(root, "model"), "byte_fallback", false) ||
+           (norm && !json_object_is_type(norm, json_type_null)) || (pre && !strcmp(pre, "Metaspace"));
+}
+
+/* The normalizer: Sequence [Prepend(SP), Replace(" " -> SP)], or Replace alone. */
+static sn_status sp_normalizer(const char *path, json_object *norm, sn_bpe_sp *sp, sn_err *e) {
+    const char *type = str_field(norm, "type");
+    json_object *seq = field(norm, "normalizers");
+    size_t n = seq && json_object_is_type(seq, json_type_array) ? json_object_array_length(seq) : 0;
+    json_object *first = n ? json_object_array_get_idx(seq, 0) : NULL;
+    json_object *last = n ? json_object_array_get_idx(seq, n - 1) : NULL;
+    const char *ft = str_field(first, "type"), *prep = str_field(first, "prepend");
+    if (type && !strcmp(type, "Replace") && is_replace(norm, " ", SP_UTF8)) {
+        sp->prepend = SN_SP_PREPEND_NEVER;
+        return SN_OK;
+    }
+    if (type && !strcmp(type, "Sequence") && (n == 1 || n == 2) && is_replace(last, " ", SP_UTF8) &&
+        (n == 1 || (ft && !strcmp(ft, "Prepend") && prep && !strcmp(prep, SP_UTF8)))) {
+        sp->prepend = n == 2 ? SN_SP_PREPEND_EACH : SN_SP_PREPEND_NEVER;
+        return SN_OK;
+    }
+    const char *what = type ? type : "(no type)";
+    if (type && !strcmp(type, "Sequence")) /* name the first step that is not one of these */
+        for (size_t k = 0; k < n; k++) {
+            json_object *s = json_object_array_get_idx(seq, k);
+            const char *st = str_field(s, "type");
+            if (!st || (strcmp(st, "Prepend") && strcmp(st, "Replace"))) {
+                what = st ? st : "(no type)";
+                break;
+            }
+        }
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: normalizer %s is not supported yet (Sequence of "
+                   "Prepend(\"\\u2581\") and Replace(\" \" -> \"\\u2581\") is, or none): " SP_HINT,
+                   path, what);
+}
+
+/* The Metaspace pre-tokenizer: replacement SP, prepend_scheme (or the older add_prefix_space),
+ * split. */
+static sn_status sp_metaspace(const char *path, json_object *p, sn_bpe_sp *sp, sn_err *e) {
+    const char *rep = str_field(p, "replacement"), *scheme = str_field(p, "prepend_scheme");
+    if (!rep || strcmp(rep, SP_UTF8))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: Metaspace with replacement \"%.20s\" is not "
+                       "supported yet (\"\\u2581\" is): " SP_HINT, path, rep ? rep : "(none)");
+    if (!scheme) scheme = bool_field(p, "add_prefix_space", true) ? "always" : "never";
+    if (!strcmp(scheme, "first")) sp->prepend = SN_SP_PREPEND_FIRST;
+    else if (!strcmp(scheme, "always")) sp->prepend = SN_SP_PREPEND_MISSING;
+    else if (!strcmp(scheme, "never")) sp->prepend = SN_SP_PREPEND_NEVER;
+    else return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: Metaspace prepend_scheme \"%.20s\" is not "
+                        "supported yet (first, always, never are): " SP_HINT, path, scheme);
+    sp->split = bool_field(p, "split", true);
+    return SN_OK;
+}
+
+static bool small_int(json_object *v) {
+    return v && json_object_is_type(v, json_type_int) && json_object_get_int64(v) >= 0 &&
+           json_object_get_int64(v) <= 1000;
+}
+
+/* The decoder: Replace(SP -> " "), then ByteFallback, Fuse and Strip(" ", start, stop) as
+ * Hugging Face's conversions write them (Strip only after Fuse: before it, it would strip every
+ * token); or Metaspace's (no byte fallback: <0xXX> stays as it is spelled). */
+static sn_status sp_decoder(const char *path, json_object *d, sn_bpe_sp *sp, sn_err *e) {
+    const char *type = str_field(d, "type");
+    json_object *seq = field(d, "decoders");
+    size_t n = seq && json_object_is_type(seq, json_type_array) ? json_object_array_length(seq) : 0;
+    bool fuse = false;
+    const char *bad = type ? type : "(none)";
+    if (type && !strcmp(type, "Metaspace")) { /* SP to a space, but dropped from the first token */
+        sn_bpe_sp m = *sp;
+        sn_status st = sp_metaspace(path, d, &m, e);
+        if (st) return st;
+        sp->dec_replace = true;
+        sp->dec_first_sp = m.prepend != SN_SP_PREPEND_NEVER;
+        return SN_OK;
+    }
+    if (type && !strcmp(type, "Sequence") && n) {
+        bad = NULL;
+        for (size_t k = 0; k < n && !bad; k++) {
+            json_object *s = json_object_array_get_idx(seq, k), *a = field(s, "start"), *b = field(s, "stop");
+            const char *st = str_field(s, "type"), *content = str_field(s, "content");
+            if (k == 0 && is_replace(s, SP_UTF8, " ")) sp->dec_replace = true;
+            else if (st && !strcmp(st, "ByteFallback") && !sp->dec_bytes) sp->dec_bytes = true;
+            else if (st && !strcmp(st, "Fuse") && !fuse) fuse = true;
+            else if (st && !strcmp(st, "Strip") && fuse && k == n - 1 && content &&
+                     !strcmp(content, " ") && small_int(a) && small_int(b)) {
+                sp->strip_start = (int)json_object_get_int64(a);
+                sp->strip_stop = (int)json_object_get_int64(b);
+            } else bad = st ? st : "(no type)";
+        }
+        if (!bad && !sp->dec_replace) bad = "Sequence without Replace(\"\\u2581\" -> \" \") first";
+    }
+    if (!bad) return SN_OK;
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: decoder %s is not supported yet (a Sequence of "
+                   "Replace(\"\\u2581\" -> \" \"), ByteFallback, Fuse, Strip(\" \") is, or "
+                   "Metaspace): " SP_HINT, path, bad);
+}
+
+/* The SentencePiece kind's settings: model, normalizer, pre-tokenizer, decoder. */
+static sn_status sp_settings(const char *path, json_object *root, sn_bpe_sp *sp, sn_err *e) {
     json_object *model = field(root, "model"), *norm = field(root, "normalizer");
+    json_object *pre = field(root, "pre_tokenizer"), *unk = field(model, "unk_token");
+    const char *pt = str_field(pre, "type");
+    bool has_norm = norm && !json_object_is_type(norm, json_type_null);
+    sn_status st;
+    *sp = (sn_bpe_sp){.byte_fallback = bool_field(model, "byte_fallback", false), .unk = -1,
+                      .fuse_unk = bool_field(model, "fuse_unk", false)};
+    if (unk && !json_object_is_type(unk, json_type_null)) {
+        json_object *id = json_object_is_type(unk, json_type_string)
+                        ? field(field(model, "vocab"), json_object_get_string(unk)) : NULL;
+        if (!id || !json_object_is_type(id, json_type_int))
+            return sn_fail(e, SN_ERR_PARSE, "%s: model.unk_token \"%.40s\" is not a token of model.vocab: "
+                           SP_HINT, path, json_object_get_string(unk));
+        int64_t v = json_object_get_int64(id);
+        sp->unk = v >= 0 && v < 10000000 ? (int32_t)v : 10000000;
+    }
+    if (has_norm && pre && !json_object_is_type(pre, json_type_null))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: a normalizer with pre-tokenizer %s is not "
+                       "supported yet (one or the other is): " SP_HINT, path, pt ? pt : "(?)");
+    if (has_norm) st = sp_normalizer(path, norm, sp, e);
+    else if (pt && !strcmp(pt, "Metaspace")) st = sp_metaspace(path, pre, sp, e);
+    else st = sn_fail(e, SN_ERR_UNSUPPORTED, "%s: a byte-fallback BPE with pre-tokenizer %s and "
+                      "no normalizer is not supported yet (spaces must become \"\\u2581\"): "
+                      SP_HINT, path, pt ? pt : "(none)");
+    return st ? st : sp_decoder(path, field(root, "decoder"), sp, e);
+}
+
+static sn_status load(sn_bpe *g, const char *path, json_object *root, sn_err *e) {
+    json_object *model = field(root, "model"), *drop = field(model, "dropout");
     const char *type = str_field(model, "type");
     if (!type || strcmp(type, "BPE"))
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: model type %s is not supported yet (BPE is): "
                        HF_HINT, path, type ? type : "(none)");
-    if (bool_field(model, "byte_fallback", false))
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: a byte-fallback BPE (SentencePiece's, as "
-                       "TinyLlama's or Llama 2's) is not supported yet: " HF_HINT, path);
-    if (norm && !json_object_is_type(norm, json_type_null))
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: normalizer %s is not supported yet (none is): "
-                       HF_HINT, path, str_field(norm, "type") ? str_field(norm, "type") : "(?)");
-    sn_pretok pt;
-    sn_status st = pre_tokenizer(path, root, &pt, e);
-    if (st) return st;
+    static const char *const affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    for (int k = 0; k < 2; k++)
+        if (str_field(model, affixes[k]) && *str_field(model, affixes[k]))
+            return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: model.%s \"%.20s\" is not supported yet "
+                           "(null is): " HF_HINT, path, affixes[k], str_field(model, affixes[k]));
+    if (drop && (json_object_is_type(drop, json_type_double) || json_object_is_type(drop, json_type_int)) &&
+        json_object_get_double(drop) > 0)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: model.dropout %g is not supported yet (null "
+                       "is: encoding must not be random): " HF_HINT, path, json_object_get_double(drop));
+    sn_pretok pt = SN_PRETOK_GPT2;
+    sn_status st;
+    if (is_sp_kind(root)) {
+        sn_bpe_sp sp;
+        if ((st = sp_settings(path, root, &sp, e))) return st;
+        sn_bpe_set_sp(g, &sp);
+    } else if ((st = pre_tokenizer(path, root, &pt, e))) {
+        return st;
+    }
     sn_bpe_set_ignore_merges(g, bool_field(model, "ignore_merges", false));
     if ((st = tokens(g, path, root, e)) || (st = merges(g, path, root, e))) return st;
     /* the pre-tokenizer was read before the engine existed: set it now */
@@ -252,8 +420,8 @@ sn_status sn_tokenizer_hf_load(const char *tokenizer_json, sn_tokenizer **out, s
     }
     sn_tokenizer *tk = sn_bpe_tokenizer(g);
     tk->source_hash = file_hash;
-    static const char *const eots[] = {"<|endoftext|>", "<|end_of_text|>"};
-    for (size_t k = 0; k < 2 && tk->eot < 0; k++) tk->eot = sn_bpe_find(g, eots[k], strlen(eots[k]));
+    static const char *const eots[] = {"<|endoftext|>", "<|end_of_text|>", "</s>"};
+    for (size_t k = 0; k < 3 && tk->eot < 0; k++) tk->eot = sn_bpe_find(g, eots[k], strlen(eots[k]));
     *out = tk;
     return SN_OK;
 #else

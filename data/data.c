@@ -327,6 +327,20 @@ void sn_tokenizer_free(sn_tokenizer *tk) {
 sn_status sn_tokenizer_decode_all(const sn_tokenizer *tk, const sn_tokens *t, size_t start,
                                   size_t n, char **text, size_t *len, sn_err *e) {
     SN_ASSERT(start + n <= t->n);
+    for (size_t i = 0; i < n && tk->decode_text; i++) {
+        int id = sn_tokens_get(t, start + i);
+        size_t k;
+        if (!sn_tokenizer_decode(tk, id, &k))
+            return sn_fail(e, SN_ERR_INVALID, "token %zu has id %d, not in the %s tokenizer's "
+                           "vocabulary of %d: were these ids made by another tokenizer?",
+                           start + i, id, tk->name, tk->vocab);
+    }
+    if (tk->decode_text) {
+        size_t used;
+        sn_status st = tk->decode_text(tk, t, start, n, text, &used, e);
+        if (!st && len) *len = used;
+        return st;
+    }
     size_t cap = n * 2 + 16, used = 0;
     char *buf = malloc(cap);
     if (!buf) return sn_fail(e, SN_ERR_OOM, "out of memory decoding %zu tokens", n);

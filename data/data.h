@@ -115,7 +115,7 @@ sn_status sn_val_iter_init(sn_val_iter *it, const sn_tokens *t, int B, int T, sn
 bool sn_val_iter_next(sn_val_iter *it, int32_t *inputs, int32_t *targets);
 static inline void sn_val_iter_reset(sn_val_iter *it) { it->next = 0; }
 
-/* ---- tokenizers (data.c: bytes; bpe*.c: byte-level BPE) ------------------------------------------- */
+/* ---- tokenizers (data.c: bytes; bpe*.c: BPE) ------------------------------------------- */
 
 typedef struct sn_tokenizer sn_tokenizer;
 struct sn_tokenizer {
@@ -128,6 +128,12 @@ struct sn_tokenizer {
     sn_status (*encode)(sn_tokenizer *tk, const char *text, size_t len, sn_tokens *out, sn_err *e);
     /* The bytes of one id (not NUL-terminated), their count in *len; NULL for an unknown id. */
     const char *(*decode)(const sn_tokenizer *tk, int id, size_t *len);
+    /* NULL, or the text of ids t[start, start+n) (all known) when it is not their bytes one
+     * after another (SentencePiece's: the leading space dropped, a broken UTF-8 byte as U+FFFD):
+     * sn_tokenizer_decode_all's. */
+    sn_status (*decode_text)(const sn_tokenizer *tk, const sn_tokens *t, size_t start,
+                             size_t n, char **text, size_t *len, sn_err *e);
+    bool lossy; /* decode(encode(text)) may differ from text (SentencePiece's spaces, unk) */
     void (*destroy)(sn_tokenizer *tk);
     void *impl;
 };
@@ -138,9 +144,9 @@ sn_tokenizer *sn_tokenizer_bytes_new(void);
  * The text "<|endoftext|>" encodes to the special id (50256). */
 sn_status sn_tokenizer_gpt2_load(const char *encoder_json, const char *vocab_bpe,
                                  sn_tokenizer **out, sn_err *e);
-/* A Hugging Face tokenizer.json of a byte-level BPE model (GPT-2, SmolLM, Llama 3: bpe_hf.c
- * says what else is refused); its added tokens encode from their text. eot: <|endoftext|> or
- * <|end_of_text|> when it has one. */
+/* A Hugging Face tokenizer.json of a BPE model, byte-level (GPT-2, SmolLM, Llama 3) or
+ * SentencePiece's byte-fallback kind (TinyLlama, Llama 2; bpe_hf.c says what else is refused);
+ * its added tokens encode from their text. eot: <|endoftext|>, <|end_of_text|> or </s>. */
 sn_status sn_tokenizer_hf_load(const char *tokenizer_json, sn_tokenizer **out, sn_err *e);
 void sn_tokenizer_free(sn_tokenizer *tk);
 

@@ -94,4 +94,9 @@ if "$sinter" train $common --steps 1 --init-hf withtok > out.txt 2> err.txt; the
 grep -q "a vocabulary of 256 ids, the hf tokenizer has 700" err.txt || fail "the directory's tokenizer.json was not read: $(cat err.txt)"
 # shellcheck disable=SC2086
 "$sinter" train $common --steps 1 --init-hf withtok --tokenizer bytes > out.txt 2> err.txt || fail "--tokenizer bytes beside a tokenizer.json"
+# TinyLlama's kind (byte fallback) is read the same way: 880 tokens, refused beside 256
+cp "$fixtures/../tokenizers/tinyllama/tokenizer.json" withtok/
+# shellcheck disable=SC2086
+if "$sinter" train $common --steps 1 --init-hf withtok > out.txt 2> err.txt; then fail "an 880-token tokenizer.json taken"; fi
+grep -q "a vocabulary of 256 ids, the hf tokenizer has 880" err.txt || fail "a byte-fallback tokenizer.json was not read: $(cat err.txt)"
 echo "hf_llama_cli: ok (--init-hf loss $first -> $last)"

@@ -4,7 +4,9 @@
 # tokenizer (vocabulary 700) on a text and on the shards `sinter prepare` made with it (the same
 # losses); the checkpoint records the file's hash: a resume or a generate with another
 # tokenizer.json, or without one, is refused naming what to give; --tokenizer-file beside
-# --tokenizer or --bpe is a usage error.
+# --tokenizer or --bpe is a usage error. Then SentencePiece's byte-fallback kind (the fixture laid
+# out as TinyLlama's, vocabulary 880) on a text with characters it has no token for: trains,
+# its hash recorded, generates.
 set -eu
 . "$(dirname "$0")/cli_lib.sh" # $sinter, $dir (the working directory), fail, refused
 tok=$2/tokenizers/gpt2/tokenizer.json
@@ -37,3 +39,15 @@ refused 2 "leave out --tokenizer" $t --data corpus.txt --tokenizer-file "$tok" -
 refused 2 "leave out --bpe" prepare --data corpus.txt --tokenizer-file "$tok" --bpe . --out x
 refused 1 "not a JSON object" $t --data corpus.txt --tokenizer-file corpus.txt
 echo "--tokenizer-file with --tokenizer or --bpe refused; a file that is not one named"
+
+sp=$2/tokenizers/tinyllama/tokenizer.json
+awk '{ print $0 " Caf\303\251 \344\270\255\346\226\207 \360\237\230\200" }' corpus.txt > uni.txt
+"$sinter" $t --data uni.txt --tokenizer-file "$sp" --checkpoint sp.ckpt --log sp.csv > out.txt 2> err.txt ||
+    fail "train with a byte-fallback tokenizer.json"
+grep -q "hf tokenizer (vocab 880)" out.txt || fail "the startup line does not name the tokenizer: $(head -3 out.txt)"
+refused 1 "tokenizer is hf 880" $t --data uni.txt --tokenizer-file "$tok" --resume sp.ckpt
+refused 1 "is not the tokenizer sp.ckpt was trained with" generate sp.ckpt -n 4 --device cpu --tokenizer-file "$tok"
+"$sinter" generate sp.ckpt -n 8 --device cpu --prompt "$(printf 'Line 7 Caf\303\251')" --tokenizer-file "$sp" > gen.txt 2> err.txt ||
+    fail "generate with the byte-fallback tokenizer.json"
+head -c 6 gen.txt | grep -q "^Line 7" || fail "generate: the prompt is not printed first"
+echo "a byte-fallback tokenizer.json (TinyLlama's layout): trains, its hash in the checkpoint, generates"

@@ -1,12 +1,14 @@
 /* fuzz_tokjson.c: libFuzzer harness for Hugging Face's tokenizer.json (sn_tokenizer_hf_load). The
  * input is the file, and optionally a NUL byte and a text; without a text a fixed one is used. A
  * tokenizer that loads must encode the text to ids in its vocabulary that decode to the very
- * same bytes (byte-level BPE loses nothing). Seeds: tests/fixtures/tokenizers' three models. */
+ * same bytes (byte-level BPE loses nothing; a byte-fallback one only decodes). Seeds:
+ * tests/fixtures/tokenizers' byte-level models and TinyLlama's layout. */
 #include <string.h>
 
 #include "fuzz_tokenizer.h"
 
-static const char sample[] = "Hello world, the <|endoftext|> 12345 don't YOU'LL\r\n\tcaf\xc3\xa9 \xff\xfe!";
+static const char sample[] = "Hello world, the <|endoftext|> 12345 don't YOU'LL\r\n\tcaf\xc3\xa9 \xff\xfe!"
+                             "  <s>x</s> \xe4\xb8\xad \xf0\x9f\x98\x80";
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
