@@ -16,6 +16,7 @@
 #include "codegen/cuda/cuda.h"
 #include "ir/ir.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "passes/pipeline.h"
 #include "bench_json.h"
 #include "roofline.h"
@@ -25,13 +26,14 @@ enum { MAX_ARCH = 3, N_OPT = 4 };
 typedef struct {
     const char *model, *precision, *kind, *machine;
     int batch, seq;
+    int lora; /* --lora R: adapters of rank R on every linear layer (alpha R), the base frozen */
     int arch[MAX_ARCH], n_arch;
     bool json;
 } args;
 
 static int usage(void) {
-    fprintf(stderr, "usage: kernel_cost [--model gpt2] [--batch B] [--seq T] [--precision "
-                    "fp32|bf16|fp16|tf32] [--arch sm_80|sm_90|sm_75 (repeatable; default sm_80 "
+    fprintf(stderr, "usage: kernel_cost [--model gpt2|smollm2-135m|...] [--batch B] [--seq T] "
+                    "[--lora R] [--precision fp32|bf16|fp16|tf32] [--arch sm_80|sm_90|sm_75 (repeatable; default sm_80 "
                     "and sm_90)] [--kind KIND (attention, row, pointwise, ...)] [--machine "
                     "h200|h100] [--json]\n");
     return 2;
@@ -91,6 +93,34 @@ static void kernel_record(bj *o, const sn_kernel *k, const char *grid, const cha
     }
 }
 
+/* The model's graph with its loss as the only output, as sinter train keeps it (no logits to
+ * store): a GPT-2 or a LLaMA-family shape, with LoRA adapters of rank a->lora on every linear
+ * layer (alpha = rank, the base frozen) when a->lora > 0. */
+static sn_status model_loss(sn_graph *g, const args *a, int *n_layer, sn_err *e) {
+    sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = SN_GPT2_LORA_ALL};
+    const sn_gpt2_lora *lp = a->lora ? &l : NULL;
+    sn_gpt2_config c;
+    sn_llama_config lc;
+    sn_node *loss;
+    sn_status s;
+    if (sn_gpt2_config_find(a->model, &c)) {
+        sn_gpt2 m;
+        s = sn_gpt2_build_lora(g, &c, a->batch, a->seq, lp, &m, e);
+        loss = m.loss, *n_layer = c.n_layer;
+    } else if (sn_llama_config_find(a->model, &lc)) {
+        sn_llama m;
+        s = sn_llama_build_lora(g, &lc, a->batch, a->seq, lp, &m, e);
+        loss = m.loss, *n_layer = lc.n_layer;
+    } else {
+        return sn_fail(e, SN_ERR_INVALID, "unknown model '%s' (%s; %s)", a->model,
+                       sn_gpt2_config_names(), sn_llama_config_names());
+    }
+    if (s) return s;
+    g->n_outputs = 0;
+    sn_graph_add_output(g, loss);
+    return SN_OK;
+}
+
 int main(int argc, char **argv) {
     args a = {.model = "gpt2", .precision = "bf16", .machine = "h200", .batch = 16, .seq = 1024};
     for (int i = 1; i < argc; i++) {
@@ -100,6 +130,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--model")) a.model = v;
         else if (!strcmp(argv[i], "--batch")) a.batch = atoi(v);
         else if (!strcmp(argv[i], "--seq")) a.seq = atoi(v);
+        else if (!strcmp(argv[i], "--lora")) a.lora = atoi(v);
         else if (!strcmp(argv[i], "--precision")) a.precision = v;
         else if (!strcmp(argv[i], "--kind")) a.kind = v;
         else if (!strcmp(argv[i], "--machine")) a.machine = v;
@@ -113,25 +144,21 @@ int main(int argc, char **argv) {
         if (!sn_cuda_sm_limits_of(a.arch[i])) return usage();
     int prec = sn_precision_parse(a.precision);
     const sn_roofline_machine *mach = sn_roofline_machine_find(a.machine);
-    sn_gpt2_config c;
-    if (a.batch < 1 || a.seq < 1 || prec < 0 || !mach || !sn_gpt2_config_find(a.model, &c))
-        return usage();
+    if (a.batch < 1 || a.seq < 1 || a.lora < 0 || prec < 0 || !mach) return usage();
 
     /* the training program for a CUDA target, as the CUDA device compiles it */
     sn_err e = {0};
     sn_graph *g = sn_graph_new();
-    sn_gpt2 m;
+    int n_layer = 1;
+    if (!g || model_loss(g, &a, &n_layer, &e)) return fail("the program", &e);
     sn_target tg = sn_target_cuda(a.arch[a.n_arch - 1]);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
     o.precision = (sn_precision)prec;
     o.target = &tg;
     sn_program *p = NULL;
-    if (!g || sn_gpt2_build(g, &c, a.batch, a.seq, &m, &e)) return fail("the program", &e);
-    g->n_outputs = 0; /* the loss alone, as sinter train keeps it: no logits to store */
-    sn_graph_add_output(g, m.loss);
     if (sn_compile(g, &o, &p, NULL, &e)) return fail("the program", &e);
-    int64_t n_params = sn_graph_param_count(g);
+    int64_t n_params = p->layout.flat_n; /* the trained ones: the optimizer's */
 
     /* the kernels asked for, plus the trainer's optimizer kernels over every parameter */
     int n = 0;
@@ -179,15 +206,16 @@ int main(int argc, char **argv) {
         bj_int(rec, "batch", a.batch);
         bj_int(rec, "seq", a.seq);
         bj_str(rec, "precision", a.precision);
+        bj_int(rec, "lora", a.lora);
         bj *m = bj_obj(rec, "machine");
         bj_str(m, "name", mach->name);
         bj_num(m, "bf16_tflops", "%.1f", mach->bf16_tflops);
         bj_num(m, "tb_per_s", "%.2f", mach->tb_per_s);
         kernels = bj_arr(rec, "kernels");
     } else {
-        printf("kernel_cost: %s B=%d T=%d %s: %d kernels (%d shown with the optimizer's), "
+        printf("kernel_cost: %s B=%d T=%d %s%s: %d kernels (%d shown with the optimizer's), "
                "modeled on %s (%.0f TFLOP/s bf16, %.2f TB/s)\n", a.model, a.batch, a.seq,
-               a.precision, p->n_kernels, n, mach->name, mach->bf16_tflops, mach->tb_per_s);
+               a.precision, a.lora ? " LoRA" : "", p->n_kernels, n, mach->name, mach->bf16_tflops, mach->tb_per_s);
         printf("%-34s %-9s %-13s %-8s", "kernel", "kind", "grid", "block");
         for (int ai = 0; ai < a.n_arch; ai++)
             printf(" | sm_%d: %4s %6s %5s %5s %6s %4s", a.arch[ai], "regs", "smem", "spill",
@@ -231,7 +259,7 @@ int main(int argc, char **argv) {
 
     /* totals: per kind (the kernels shown), attention per layer, the step (every kernel and the
      * optimizer, whatever --kind shows) */
-    double attn_layer = kind_s[SN_KER_ATTENTION] / c.n_layer;
+    double attn_layer = kind_s[SN_KER_ATTENTION] / n_layer;
     if (a.json) {
         bj *kinds = bj_obj(rec, "kinds");
         for (int k = 0; k < SN_KER_KIND_COUNT; k++) {
@@ -261,7 +289,7 @@ int main(int argc, char **argv) {
         }
         if (kind_n[SN_KER_ATTENTION])
             printf("  attention per layer (%d layers): %.3f ms (FlashAttention-2 measured 0.671 ms, "
-                   "cuDNN 0.568 ms on the H200)\n", c.n_layer, attn_layer * 1e3);
+                   "cuDNN 0.568 ms on the H200)\n", n_layer, attn_layer * 1e3);
         printf("step: %d kernels + optimizer, %.1f GFLOP, %.1f MB; modeled %.3f ms (optimizer "
                "%.3f ms); the kernels shown %.3f ms\n", p->n_kernels, step.flops / 1e9,
                step.bytes / 1e6, step.time_s * 1e3, step.optimizer_s * 1e3, sum_s * 1e3);

@@ -285,7 +285,7 @@ static int model_only(const args *a, const sn_roofline_machine *m) {
     printf("%s, B=%d, T=%d: %d kernels, %lld parameters\n", a->model, a->batch, a->seq, p->n_kernels,
            (long long)param_count(g));
     sn_roofline_opts ro = {.tf32 = a->tf32};
-    sn_roofline_print(stdout, p, param_count(g), (double)a->batch * a->seq, m, &ro, NULL, 0);
+    sn_roofline_print(stdout, p, p->layout.flat_n, (double)a->batch * a->seq, m, &ro, NULL, 0);
     sn_program_free(p);
     sn_graph_free(g);
     return 0;
@@ -384,7 +384,7 @@ int main(int argc, char **argv) {
     bj_print(rec, stdout);
     if (a.roofline) { /* the model beside the last step's measured times by kind */
         sn_roofline_opts ro = {.tf32 = a.tf32};
-        sn_roofline_print(stdout, p, param_count(g), (double)a.batch * a.seq, machine, &ro,
+        sn_roofline_print(stdout, p, p->layout.flat_n, (double)a.batch * a.seq, machine, &ro,
                           st.kind_s, step_s);
     }
 

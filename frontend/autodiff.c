@@ -25,6 +25,18 @@ static void accumulate(ad_state *s, sn_node *x, sn_node *contrib) {
     s->adj[x->id] = s->adj[x->id] ? sn_add(s->g, s->adj[x->id], contrib) : contrib;
 }
 
+/* x in dtype t, reusing a cast of x to t made earlier: a gradient read by a product and by the
+ * cast rule below (a LoRA adapter's sum: the base's product and the adapter's rounded one) is
+ * rounded once, one kernel, not two. */
+static sn_node *cast_once(ad_state *s, sn_node *x, sn_dtype t) {
+    if (!x || x->dtype == t) return x;
+    for (int i = x->id + 1; i < s->g->n_nodes; i++) {
+        sn_node *c = s->g->nodes[i];
+        if (c->op == SN_OP_CAST && c->in[0] == x && c->dtype == t) return c;
+    }
+    return sn_cast(s->g, x, t);
+}
+
 /* Sums the gradient dy (shape of a broadcast result) down to the shape of x. */
 static sn_node *unbroadcast(sn_graph *g, sn_node *dy, const sn_node *x) {
     if (dy && dy->rank > x->rank + 1) { /* fold the extra leading axes into one, sum it once */
@@ -67,7 +79,7 @@ static sn_node *sum_batch(sn_graph *g, sn_node *x) {
 static void matmul_rule(ad_state *s, sn_node *n, sn_node *dc) {
     sn_graph *g = s->g;
     sn_node *a = n->in[0], *b = n->in[1];
-    dc = sn_cast(g, dc, a->dtype);
+    dc = cast_once(s, dc, a->dtype);
     bool ta = n->a.ta, tb = n->a.tb;
     if (s->needs[a->id]) {
         sn_node *da = ta ? sn_matmul_t(g, b, dc, tb, true) : sn_matmul_t(g, dc, b, false, !tb);
@@ -149,8 +161,8 @@ static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
             /* an activation rounded to 16 bits (autocast's operand of a product): its gradient
              * is rounded likewise, once, after its readers' contributions are summed, as
              * torch.autocast's cast rounds it (a weight's gradient, above and below, is not) */
-            accumulate(s, x, sn_cast(g, sn_cast(g, dy, n->dtype), x->dtype));
-        else accumulate(s, x, sn_cast(g, dy, x->dtype));
+            accumulate(s, x, cast_once(s, cast_once(s, dy, n->dtype), x->dtype));
+        else accumulate(s, x, cast_once(s, dy, x->dtype));
         return SN_OK;
     case SN_OP_SUM: accumulate(s, x, expand_reduced(g, dy, n, x)); return SN_OK;
     case SN_OP_MEAN:

@@ -20,6 +20,22 @@ typedef struct {
 sn_node *sn_lora_path(sn_graph *g, sn_node *x, const char *prefix, int64_t in, int64_t out,
                       const sn_lora *l);
 
+/* The adapter's parameters of the layer named prefix, as sn_lora_path makes them: *a (in, r),
+ * N(0, 1/sqrt(in)), and *b (r, out), zeros. false (NULLs, the graph's error set) when the prefix
+ * is too long for the names. */
+bool sn_lora_params(sn_graph *g, const char *prefix, int64_t in, int64_t out, const sn_lora *l,
+                    sn_node **a, sn_node **b);
+
+enum { SN_LORA_MAX_PATHS = 8 };
+
+/* The low-rank paths of n (<= SN_LORA_MAX_PATHS) layers that read the same x (..., in), with
+ * adapters a[i] (in, r) and b[i] (r, out_i) from sn_lora_params: out[i] = (x @ a[i]) @ b[i] *
+ * alpha/r, (..., out_i). The n products x @ a[i] are one, x @ [a_0 ... a_{n-1}] (..., n r), sliced:
+ * one GEMM reads x instead of n, and in the backward one GEMM makes x's gradient from all n
+ * adapters (q, k and v of a LLaMA layer; its gate and up). */
+void sn_lora_paths(sn_graph *g, sn_node *x, int n, sn_node *const a[], sn_node *const b[],
+                   const sn_lora *l, sn_node *out[]);
+
 /* Whether name is an adapter's ("... .lora_a" or "... .lora_b"). */
 bool sn_lora_is_adapter(const char *name);
 

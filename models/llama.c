@@ -98,19 +98,51 @@ static sn_node *param(builder *m, const char *name, sn_shape s, sn_init init, fl
     return sn_param(m->g, name, SN_F32, s, init, std);
 }
 
-/* x (B, T, in) @ w^T, w (out, in) named prefix.weight, plus LoRA's path (frontend/lora.h:
- * prefix.lora_a (in, r), prefix.lora_b (r, out)) when the adapters target this projection
- * (SN_GPT2_LORA_ATTN: q, k, v, o; SN_GPT2_LORA_MLP: gate, up, down), plus prefix.bias (out) */
+/* A projection's parameters: prefix.weight w (out, in), LoRA's prefix.lora_a (in, r) and
+ * prefix.lora_b (r, out) when the adapters target it (SN_GPT2_LORA_ATTN: q, k, v, o;
+ * SN_GPT2_LORA_MLP: gate, up, down; frontend/lora.h), prefix.bias (out) when it has one; made in
+ * that order. */
+typedef struct {
+    sn_node *w, *a, *b, *bias; /* a, b, bias: NULL when none */
+} proj;
+
+static proj proj_params(builder *m, const char *prefix, int64_t in, int64_t out, bool bias,
+                        unsigned target) {
+    char n[112];
+    proj pr = {0};
+    snprintf(n, sizeof n, "%s.weight", prefix);
+    pr.w = param(m, n, SN_SHAPE(out, in), SN_INIT_NORMAL, 0.02f);
+    if (m->lora && (m->lora->targets & target))
+        sn_lora_params(m->g, prefix, in, out, &m->lora->lora, &pr.a, &pr.b);
+    if (bias) {
+        snprintf(n, sizeof n, "%s.bias", prefix);
+        pr.bias = param(m, n, SN_SHAPE(out), SN_INIT_ZEROS, 0);
+    }
+    return pr;
+}
+
+/* The n projections pr[i] of the same x (B, T, in): y[i] = x @ w^T (+ LoRA's path) (+ bias). The
+ * adapted ones share one product x @ [A ...] (sn_lora_paths). */
+static void projections(builder *m, sn_node *x, int n, const proj *pr, sn_node **y) {
+    sn_node *a[SN_LORA_MAX_PATHS], *b[SN_LORA_MAX_PATHS], *path[SN_LORA_MAX_PATHS];
+    int adapted = 0;
+    for (int i = 0; i < n; i++)
+        if (pr[i].a && pr[i].b) a[adapted] = pr[i].a, b[adapted++] = pr[i].b;
+    if (adapted) sn_lora_paths(m->g, x, adapted, a, b, &m->lora->lora, path);
+    for (int i = 0, k = 0; i < n; i++) {
+        y[i] = sn_matmul_t(m->g, x, pr[i].w, false, true);
+        if (pr[i].a && pr[i].b) y[i] = sn_add(m->g, y[i], path[k++]);
+        if (pr[i].bias) y[i] = sn_add(m->g, y[i], pr[i].bias);
+    }
+}
+
+/* One projection of x (B, T, in) to (B, T, out), named prefix (proj_params). */
 static sn_node *linear(builder *m, sn_node *x, const char *prefix, int64_t in, int64_t out, bool bias,
                        unsigned target) {
-    char n[112];
-    snprintf(n, sizeof n, "%s.weight", prefix);
-    sn_node *y = sn_matmul_t(m->g, x, param(m, n, SN_SHAPE(out, in), SN_INIT_NORMAL, 0.02f), false, true);
-    if (m->lora && (m->lora->targets & target))
-        y = sn_add(m->g, y, sn_lora_path(m->g, x, prefix, in, out, &m->lora->lora));
-    if (!bias) return y;
-    snprintf(n, sizeof n, "%s.bias", prefix);
-    return sn_add(m->g, y, param(m, n, SN_SHAPE(out), SN_INIT_ZEROS, 0));
+    proj pr = proj_params(m, prefix, in, out, bias, target);
+    sn_node *y;
+    projections(m, x, 1, &pr, &y);
+    return y;
 }
 
 static sn_node *rmsnorm(builder *m, sn_node *x, const char *name) {
@@ -215,12 +247,17 @@ static sn_node *attention(builder *m, sn_node *x, int l) {
     const sn_llama_config *c = m->c;
     int64_t C = c->hidden, D = c->head_dim, H = c->n_head, Hkv = c->n_kv_head;
     char p[96];
-    snprintf(p, sizeof p, "model.layers.%d.self_attn.q_proj", l);
-    sn_node *q = rope(m, heads(m, linear(m, x, p, C, H * D, c->qkv_bias, SN_GPT2_LORA_ATTN), (int)H));
-    snprintf(p, sizeof p, "model.layers.%d.self_attn.k_proj", l);
-    sn_node *k = rope(m, heads(m, linear(m, x, p, C, Hkv * D, c->qkv_bias, SN_GPT2_LORA_ATTN), (int)Hkv));
-    snprintf(p, sizeof p, "model.layers.%d.self_attn.v_proj", l);
-    sn_node *v = heads(m, linear(m, x, p, C, Hkv * D, c->qkv_bias, SN_GPT2_LORA_ATTN), (int)Hkv);
+    static const char *const names[3] = {"q_proj", "k_proj", "v_proj"};
+    proj pr[3];
+    sn_node *qkv[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "model.layers.%d.self_attn.%s", l, names[i]);
+        pr[i] = proj_params(m, p, C, (i ? Hkv : H) * D, c->qkv_bias, SN_GPT2_LORA_ATTN);
+    }
+    projections(m, x, 3, pr, qkv); /* (B, T, H D), (B, T, Hkv D) twice */
+    sn_node *q = rope(m, heads(m, qkv[0], (int)H));
+    sn_node *k = rope(m, heads(m, qkv[1], (int)Hkv));
+    sn_node *v = heads(m, qkv[2], (int)Hkv);
     if (m->kv) { /* this layer's rotated keys and values go to the cache, unrepeated */
         sn_graph_add_output(g, k);
         sn_graph_add_output(g, v);
@@ -246,10 +283,14 @@ static sn_node *mlp(builder *m, sn_node *x, int l) {
     sn_graph *g = m->g;
     int64_t C = m->c->hidden, F = m->c->intermediate;
     char p[96];
+    proj pr[2];
+    sn_node *gu[2];
     snprintf(p, sizeof p, "model.layers.%d.mlp.gate_proj", l);
-    sn_node *gate = sn_silu(g, linear(m, x, p, C, F, false, SN_GPT2_LORA_MLP));
+    pr[0] = proj_params(m, p, C, F, false, SN_GPT2_LORA_MLP);
     snprintf(p, sizeof p, "model.layers.%d.mlp.up_proj", l);
-    sn_node *up = linear(m, x, p, C, F, false, SN_GPT2_LORA_MLP);
+    pr[1] = proj_params(m, p, C, F, false, SN_GPT2_LORA_MLP);
+    projections(m, x, 2, pr, gu); /* (B, T, F) each */
+    sn_node *gate = sn_silu(g, gu[0]), *up = gu[1];
     snprintf(p, sizeof p, "model.layers.%d.mlp.down_proj", l);
     return linear(m, sn_mul(g, gate, up), p, F, C, false, SN_GPT2_LORA_MLP);
 }

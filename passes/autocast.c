@@ -6,10 +6,14 @@
  * output's type): a bias added to a product is read through its low-precision copy, a GELU
  * of a biased product reads its input rounded to the low dtype (the saved activation), and a
  * cross-entropy of a product (the LM head) its logits rounded so (torch.autocast's bf16
- * logits). */
+ * logits). A LoRA adapter's sum (frontend/lora.h: base + (x @ A) @ B) is stored as full training
+ * stores the base: the base linear is rounded where its readers would round it, and the adapter's
+ * product (..., out) is always read through its low-precision copy (what PEFT's lora_B returns
+ * under torch.autocast), so no f32 tensor of the layer's width is written for it. */
 #include <stdlib.h>
 
 #include "frontend/frontend.h"
+#include "frontend/lora.h"
 #include "ir/rewrite.h"
 #include "passes.h"
 
@@ -104,6 +108,20 @@ static bool is_linear(const sn_node *x) {
     return x->op == SN_OP_ADD && (is_product(x->in[0]) || is_product(x->in[1]));
 }
 
+/* Whether old node x is a LoRA adapter's product (..., r) @ B, B the PARAM "P.lora_b". */
+static bool adapter_product(const sn_node *x) {
+    return x->op == SN_OP_MATMUL && x->in[1]->op == SN_OP_PARAM && sn_lora_is_adapter(x->in[1]->name);
+}
+
+/* The base operand of an adapted layer's sum u (old graph): u = base + adapter product; NULL
+ * when u is something else. */
+static const sn_node *adapter_base(const sn_node *u) {
+    if (u->op != SN_OP_ADD) return NULL;
+    if (adapter_product(u->in[1]) && !adapter_product(u->in[0])) return u->in[0];
+    if (adapter_product(u->in[0]) && !adapter_product(u->in[1])) return u->in[1];
+    return NULL;
+}
+
 /* Whether every reader of old node x rounds it to the low dtype anyway: products, GELU (read
  * rounded, below) and views read so; not an output. Then a bias added into x may be rounded. */
 static bool read_low(const sn_graph *in, const sn_node *x) {
@@ -118,7 +136,8 @@ static bool read_low(const sn_graph *in, const sn_node *x) {
             readers++;
             bool view = u->op == SN_OP_RESHAPE || u->op == SN_OP_PERMUTE ||
                         u->op == SN_OP_SLICE || u->op == SN_OP_BROADCAST;
-            if (policy_of(u->op) != POL_LOW && u->op != SN_OP_GELU && !(view && read_low(in, u)))
+            bool through = view || adapter_base(u) == x; /* an adapter's sum is read as its base */
+            if (policy_of(u->op) != POL_LOW && u->op != SN_OP_GELU && !(through && read_low(in, u)))
                 return false;
         }
     }
@@ -150,7 +169,14 @@ static sn_status rewrite_node(ac_state *s, const sn_graph *in, const sn_node *n)
                     b->shape[0] == ins[1 - i]->shape[ins[1 - i]->rank - 1])
                     ins[i] = rounded(s, ins[i]);
             }
-        if (n->op == SN_OP_GELU && is_linear(ins[0])) ins[0] = rounded(s, ins[0]);
+        const sn_node *base = adapter_base(n);
+        if (base) { /* the adapter's product rounded; the base as its readers read it */
+            int a = n->in[0] == base; /* the product's operand */
+            ins[a] = rounded(s, ins[a]);
+            if (read_low(in, n)) ins[1 - a] = rounded(s, ins[1 - a]);
+        }
+        if (n->op == SN_OP_GELU && (is_linear(ins[0]) || adapter_base(n->in[0])))
+            ins[0] = rounded(s, ins[0]);
         /* a product's logits in the low dtype, as torch.autocast's linear layer leaves them
            (cross-entropy widens them): the LM head stores them in 16 bits, the classifier
            reads half the bytes */

@@ -110,6 +110,80 @@ START_TEST(text_attention) {
 }
 END_TEST
 
+/* A LoRA adapter's sum (frontend/lora.h): the adapter's product (..., out) is read through its
+ * bf16 copy (the GEMM stores it in 16 bits, as PEFT's lora_B under torch.autocast returns it);
+ * the base is what full training stores: read by a GELU, the biased product rounded (the BIAS
+ * epilogue, bias in bf16); read by a residual add (an f32 reader), the product kept in f32. */
+START_TEST(text_lora) {
+    char *got = autocast_text("graph {\n"
+                              "  %0 = input \"x\" : f32[2,3,4]\n"
+                              "  %1 = param \"fc.w\" init=normal f=0.02 : f32[4,8]\n"
+                              "  %2 = param \"fc.b\" init=zeros f=0 : f32[8]\n"
+                              "  %3 = param \"fc.lora_a\" init=normal f=0.5 : f32[4,2]\n"
+                              "  %4 = param \"fc.lora_b\" init=zeros f=0 : f32[2,8]\n"
+                              "  %5 = matmul %0, %1 ta=0 tb=0 : f32[2,3,8]\n"
+                              "  %6 = add %5, %2 : f32[2,3,8]\n"
+                              "  %7 = matmul %0, %3 ta=0 tb=0 : f32[2,3,2]\n"
+                              "  %8 = matmul %7, %4 ta=0 tb=0 : f32[2,3,8]\n"
+                              "  %9 = add %6, %8 : f32[2,3,8]\n"
+                              "  %10 = gelu %9 : f32[2,3,8]\n"
+                              "  %11 = param \"proj.w\" init=normal f=0.02 : f32[8,4]\n"
+                              "  %12 = param \"proj.lora_a\" init=normal f=0.5 : f32[8,2]\n"
+                              "  %13 = param \"proj.lora_b\" init=zeros f=0 : f32[2,4]\n"
+                              "  %14 = matmul %10, %11 ta=0 tb=0 : f32[2,3,4]\n"
+                              "  %15 = matmul %10, %12 ta=0 tb=0 : f32[2,3,2]\n"
+                              "  %16 = matmul %15, %13 ta=0 tb=0 : f32[2,3,4]\n"
+                              "  %17 = add %14, %16 : f32[2,3,4]\n"
+                              "  %18 = add %0, %17 : f32[2,3,4]\n"
+                              "  output %18\n"
+                              "}\n",
+                              SN_PRECISION_BF16, 20);
+    ck_assert_str_eq(got, "graph {\n"
+                          "  %0 = input \"x\" : f32[2,3,4]\n"
+                          "  %1 = param \"fc.w\" init=normal f=0.02 : f32[4,8]\n"
+                          "  %2 = param \"fc.b\" init=zeros f=0 : f32[8]\n"
+                          "  %3 = param \"fc.lora_a\" init=normal f=0.5 : f32[4,2]\n"
+                          "  %4 = param \"fc.lora_b\" init=zeros f=0 : f32[2,8]\n"
+                          "  %5 = cast %0 : bf16[2,3,4]\n"
+                          "  %6 = cast %1 : bf16[4,8]\n"
+                          "  %7 = matmul %5, %6 ta=0 tb=0 : f32[2,3,8]\n"
+                          "  %8 = cast %2 : bf16[8]\n"
+                          "  %9 = cast %8 : f32[8]\n"
+                          "  %10 = add %7, %9 : f32[2,3,8]\n"
+                          "  %11 = cast %3 : bf16[4,2]\n"
+                          "  %12 = matmul %5, %11 ta=0 tb=0 : f32[2,3,2]\n"
+                          "  %13 = cast %12 : bf16[2,3,2]\n"
+                          "  %14 = cast %4 : bf16[2,8]\n"
+                          "  %15 = matmul %13, %14 ta=0 tb=0 : f32[2,3,8]\n"
+                          "  %16 = cast %15 : bf16[2,3,8]\n"
+                          "  %17 = cast %16 : f32[2,3,8]\n"
+                          "  %18 = cast %10 : bf16[2,3,8]\n"
+                          "  %19 = cast %18 : f32[2,3,8]\n"
+                          "  %20 = add %19, %17 : f32[2,3,8]\n"
+                          "  %21 = cast %20 : bf16[2,3,8]\n"
+                          "  %22 = cast %21 : f32[2,3,8]\n"
+                          "  %23 = gelu %22 : f32[2,3,8]\n"
+                          "  %24 = param \"proj.w\" init=normal f=0.02 : f32[8,4]\n"
+                          "  %25 = param \"proj.lora_a\" init=normal f=0.5 : f32[8,2]\n"
+                          "  %26 = param \"proj.lora_b\" init=zeros f=0 : f32[2,4]\n"
+                          "  %27 = cast %23 : bf16[2,3,8]\n"
+                          "  %28 = cast %24 : bf16[8,4]\n"
+                          "  %29 = matmul %27, %28 ta=0 tb=0 : f32[2,3,4]\n"
+                          "  %30 = cast %25 : bf16[8,2]\n"
+                          "  %31 = matmul %27, %30 ta=0 tb=0 : f32[2,3,2]\n"
+                          "  %32 = cast %31 : bf16[2,3,2]\n"
+                          "  %33 = cast %26 : bf16[2,4]\n"
+                          "  %34 = matmul %32, %33 ta=0 tb=0 : f32[2,3,4]\n"
+                          "  %35 = cast %34 : bf16[2,3,4]\n"
+                          "  %36 = cast %35 : f32[2,3,4]\n"
+                          "  %37 = add %29, %36 : f32[2,3,4]\n"
+                          "  %38 = add %0, %37 : f32[2,3,4]\n"
+                          "  output %38\n"
+                          "}\n");
+    free(got);
+}
+END_TEST
+
 START_TEST(errors_say_what_to_do) {
     sn_graph *g = sn_graph_new(), *out;
     sn_node *x = sn_param(g, "x", SN_F32, SN_SHAPE(2, 2), SN_INIT_NORMAL, 1);
@@ -467,6 +541,7 @@ int main(void) {
     TCase *tc = tcase_create("autocast");
     tcase_add_test(tc, text_mlp);
     tcase_add_test(tc, text_attention);
+    tcase_add_test(tc, text_lora);
     tcase_add_test(tc, errors_say_what_to_do);
     tcase_add_loop_test(tc, tiny_gpt2_tracks_fp32, 0, 2);
     tcase_add_test(tc, gradients_of_cast_graph);

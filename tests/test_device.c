@@ -12,6 +12,7 @@
 #include "frontend/frontend.h"
 #include "models/gpt2.h"
 #include "runtime/device.h"
+#include "runtime/gemm_lowp.h"
 #include "train/checkpoint.h"
 #include "train/train.h"
 #include "harness.h"
@@ -224,6 +225,39 @@ START_TEST(frozen_round_trips) {
 }
 END_TEST
 
+/* A GEMM's bf16 output on the CPU device (rounded on the bits) is sn_dtype_round's, the
+ * interpreter's: f32 patterns at a stride prime to 2^16 (every rounding case of the 16 dropped
+ * bits, at every exponent), and the edges: ties both ways, the largest finite, overflow to
+ * infinity, zeros, subnormals, infinities. */
+START_TEST(gemm_bf16_store_rounds_as_interpreter) {
+    enum { N = 4096 };
+    static const uint32_t edges[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x00008000u, 0x00018000u,
+                                     0x007fffffu, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x7f7f7fffu,
+                                     0x7f7f8000u, 0x7f7fffffu, 0xff7f8000u, 0x7f800000u, 0xff800000u};
+    float c[N];
+    uint16_t y[N];
+    int64_t checked = 0;
+    uint32_t u = 0;
+    for (int round = 0; round < 256; round++) {
+        for (int j = 0; j < N; j++, u += 4099u) {
+            uint32_t bits = round == 0 && j < (int)(sizeof edges / sizeof edges[0]) ? edges[j] : u;
+            memcpy(&c[j], &bits, sizeof bits);
+            if (isnan(c[j])) c[j] = 1.0f;
+        }
+        sn_gemm_store_lowp(SN_BF16, y, c, NULL, N, 0, 1);
+        for (int j = 0; j < N; j++) {
+            float r = (float)sn_dtype_round(SN_BF16, c[j]);
+            uint32_t rb;
+            memcpy(&rb, &r, sizeof rb);
+            ck_assert_msg(y[j] == (uint16_t)(rb >> 16), "%a: stored 0x%04x, sn_dtype_round 0x%04x",
+                          (double)c[j], y[j], (unsigned)(rb >> 16));
+            checked++;
+        }
+    }
+    ck_assert_int_eq(checked, 256 * N);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("device");
     TCase *tc = tcase_create("contract");
@@ -232,6 +266,7 @@ static Suite *suite(void) {
     tcase_add_test_raise_signal(tc, checked_pointer_faults, SIGSEGV);
     tcase_add_loop_test(tc, frozen_parameter, 0, 2);
     tcase_add_test(tc, frozen_round_trips);
+    tcase_add_test(tc, gemm_bf16_store_rounds_as_interpreter);
     suite_add_tcase(s, tc);
     return s;
 }

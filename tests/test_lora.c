@@ -13,6 +13,7 @@
 #include "frontend/lora.h"
 #include "interp/interp.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "passes/passes.h"
 #include "runtime/device.h"
 #include "support/rng.h"
@@ -88,9 +89,28 @@ static int check_frozen_base(const sn_graph *g) {
 
 /* ---- the adapters' gradients against central finite differences (exact interpreter) ---- */
 
+/* llama-tiny with one layer, adapters of rank 2 (alpha 3) on its seven projections: q, k and v
+ * share one product x @ [A_q A_k A_v], gate and up another (sn_lora_paths) */
+static sn_graph *tiny_llama_lora(void) {
+    sn_llama_config c;
+    ck_assert(sn_llama_config_find("llama-tiny", &c));
+    c.n_layer = 1;
+    sn_graph *g = sn_graph_new();
+    sn_llama m;
+    sn_err e;
+    sn_llama_lora l = {.lora = {.rank = 2, .alpha = 3.0f}, .targets = SN_GPT2_LORA_ALL};
+    ck_assert_msg(sn_llama_build_lora(g, &c, B, T, &l, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    return g;
+}
+
+/* _i 0: tiny GPT-2 (one layer, 8 adapters); 1: llama-tiny (one layer, 14) */
 START_TEST(adapter_gradients) {
-    sn_graph *g = tiny_lora(2, 3.0f, SN_GPT2_LORA_ALL, 1); /* alpha/r = 1.5: the scale op runs */
-    ck_assert_int_eq(check_frozen_base(g), 8);
+    sn_graph *g = _i ? tiny_llama_lora() : tiny_lora(2, 3.0f, SN_GPT2_LORA_ALL, 1); /* alpha/r = 1.5: the scale op runs */
+    int adapters = _i ? 14 : 8;
+    ck_assert_int_eq(check_frozen_base(g), adapters);
     sn_interp *it = sn_interp_new(g, true);
     sn_err e;
     int32_t x[B * T], y[B * T];
@@ -141,7 +161,7 @@ START_TEST(adapter_gradients) {
         sn_check_close(what, an, fd, (size_t)k, 1e-6, 1e-3);
         checked++;
     }
-    ck_assert_int_eq(checked, 8);
+    ck_assert_int_eq(checked, adapters);
     for (int p = 0; p < np; p++) free(vals[p]);
     sn_interp_free(it);
     sn_graph_free(g);
@@ -456,7 +476,7 @@ END_TEST
 int main(void) {
     Suite *s = suite_create("lora");
     TCase *tc = tcase_create("lora");
-    tcase_add_test(tc, adapter_gradients);
+    tcase_add_loop_test(tc, adapter_gradients, 0, 2);
     tcase_add_test(tc, targets_and_names);
     tcase_add_test(tc, lora_run_cpu_matches_interp);
     tcase_add_test(tc, plan_counts_adapters_only);
