@@ -26,6 +26,11 @@ sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e) {
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: anchor2 must be the attention_lse the "
                        "attention reads, or the attention_bwd_v of attention_bwd_k's inputs (a bug "
                        "in the fuse pass)", k->name);
+    if (k->stage != SN_SUM_WHOLE && n->op != SN_OP_ATTENTION_BWD_Q &&
+        !(k->stage == SN_SUM_PARTIAL && n->op == SN_OP_ATTENTION_BWD_K))
+        return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: only the atomic dq's kernels (kernel.h: "
+                       "attention_bwd_q's zero and store, attention_bwd_k's PARTIAL) have a stage "
+                       "(a bug in the fuse pass)", k->name);
     int n_out = a2 ? 2 : 1, n_into = k->n_access - n->n_in;
     if (n_into < 0)
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: an attention kernel has an access per "
