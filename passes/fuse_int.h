@@ -157,7 +157,7 @@ sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss);
  * follows it, with their scratch value. */
 sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k);
 /* The atomic dq (kernel.h; sn_target.att_dq_atomic): each dq kernel whose six inputs and scale
- * are a dk/dv kernel's becomes its DQ_STORE kernel, and a DQ_ZERO kernel precedes that dk/dv
+ * are a tensor-core dk/dv kernel's (sn_kernel_att_tensor_cores) becomes its DQ_STORE kernel, and a DQ_ZERO kernel precedes that dk/dv
  * kernel, with their scratch value; the three run where the first of the two kernels was. */
 sn_status sn_fuse_att_dq_atomic(fuse_state *s);
 /* Whether op's kernel runs as PARTIAL and FINISH: a row op that sums over every row (the

@@ -387,8 +387,8 @@ sn_status sn_fuse_att_dq_atomic(fuse_state *s) {
     for (int j = 0; j < p->n_kernels; j++) {
         sn_kernel *kv = p->kernels[j];
         if (kv->kind != SN_KER_ATTENTION || kv->anchor->op != SN_OP_ATTENTION_BWD_K ||
-            kv->stage != SN_SUM_WHOLE)
-            continue;
+            kv->stage != SN_SUM_WHOLE || !sn_kernel_att_tensor_cores(kv, s->t))
+            continue; /* the atomic dq is the tensor-core dk/dv kernel's alone */
         int i = 0;
         for (; i < p->n_kernels; i++) {
             const sn_kernel *q = p->kernels[i];

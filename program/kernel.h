@@ -174,7 +174,7 @@ struct sn_kernel {
      *     blocks; the LLVM backend keeps the one-kernel algorithm, its BUCKET does nothing). */
     /* The atomic dq of the attention backward (sn_target.att_dq_atomic: CUDA, a tuning knob;
      * off by default): an attention_bwd_q whose six inputs and scale are those of a dk/dv
-     * kernel is computed by that kernel, in three kernels around a scratch value (no node) of
+     * kernel on tensor cores (sn_kernel_att_tensor_cores) is computed by that kernel, in three kernels around a scratch value (no node) of
      * f32 dq, contiguous (q's batch x head slices, T, D), in this order:
      *   SN_ATT_DQ_ZERO (stage PARTIAL), anchor attention_bwd_q, args as the dq kernel has them:
      *     sets the scratch to 0; writes no dq (sn_kernel_writes);

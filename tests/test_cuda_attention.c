@@ -626,7 +626,7 @@ static const plant_case atomic_plants[] = {
     {3, 0, "__syncthreads(); /* every warp's keys of dS are in */", "/* no barrier */",
      "bf16: the barrier after dS's stores missing"},
     {3, 0, "[mt * 16 + lane / 8 % 2 * 8]);", "[mt * 16]);", "bf16: dS^T fragments of one query half"},
-    {12, 0, "(long long)g * SEQ_Q * HEAD_D; /* head g */", "0; /* head g */",
+    {12, 0, "(long long)item * 2 + g) * SEQ_Q * HEAD_D;", "(long long)item * 2) * SEQ_Q * HEAD_D;",
      "bf16 gqa: every query head's dq into the first's"},
     {6, 0, "acc_q[dt][2 * h + 1] * scale);", "acc_q[dt][2 * h] * scale);",
      "f16 sm_75: dq's odd columns from the even"},

@@ -64,7 +64,9 @@ static int min_blocks(const sn_att_plan *p, const sn_target *tg) {
  * ("fwd=4x64x2x2,dq=4x32x2,dkv=4x32x2", any of the three), each optionally followed by "@N":
  * __launch_bounds__' blocks an SM (the register cap; "@0" none), else min_blocks decides: a
  * tuning knob for benchmarks on a GPU (bench/gpu_check --att-tiles), not a user option; false
- * when it names none. c[4] is the blocks asked for, or -1. */
+ * when it names none. c[4] is the blocks asked for, or -1. The entry "dq=atomic" names no dq
+ * tile: it asks for the atomic dq (sn_target_att_dq_atomic_asked, read by sn_pipeline_kernels;
+ * kernel.h), whose dk/dv kernel "dkv=" still tiles. */
 static bool tiles_override(sn_att_pass pass, int c[5]) {
     const char *env = getenv("SN_ATT_TILES");
     static const char *const names[] = {"fwd=", "dq=", "dkv="};
@@ -224,19 +226,7 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
     if (p->batch > 65535)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: %lld (batch x head) slices "
                        "exceed the 65535 of grid.y", k->name, (long long)p->batch);
-    /* 16-byte loads of 16-bit rows: every offset and stride a multiple of 8 elements */
-    bool aligned = true;
-    for (int i = 0; i < n->n_in; i++) {
-        if (n->in[i] == a2 || i == p->i_lse) continue;
-        aligned = aligned && k->access[i].offset % 8 == 0;
-        for (int d = 0; d + 1 < n->in[i]->rank; d++) aligned = aligned && k->access[i].stride[d] % 8 == 0;
-    }
-    for (int i = n->n_in; i < k->n_access; i++) { /* and the outputs' (pairs stored) */
-        aligned = aligned && k->access[i].offset % 8 == 0;
-        for (int d = 0; d + 1 < n->rank; d++) aligned = aligned && k->access[i].stride[d] % 8 == 0;
-    }
-    p->mma = aligned && p->D % 16 == 0 && p->Dv % 16 == 0 &&
-             ((p->dt == SN_BF16 && tg->mma_bf16) || (p->dt == SN_F16 && tg->mma_f16));
+    p->mma = sn_kernel_att_tensor_cores(k, tg); /* program/kernel_check.c */
     p->k8 = p->mma && p->dt == SN_F16 && tg->sm < 80;
     p->dq_atomic = p->pass == SN_ATT_DKV && k->stage == SN_SUM_PARTIAL;
     p->dq_stage = p->pass == SN_ATT_DQ ? k->stage : SN_SUM_WHOLE;
