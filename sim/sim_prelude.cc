@@ -221,6 +221,8 @@ SN_SIM_LDMATRIX(sn_ldmatrix_x4_trans, 4, 1)
 /* Atomics: fibers are cooperative, so a read-modify-write is never interrupted. */
 template <typename T>
 static inline T atomicAdd(T *p, T v) { T old = *p; *p = old + v; return old; }
+/* sn_red_add_f32x2 (the GPU's vector reduction on sm_90): two adds, never interrupted */
+static inline void sn_red_add_f32x2(float *p, float a, float b) { p[0] += a; p[1] += b; }
 template <typename T>
 static inline T atomicSub(T *p, T v) { T old = *p; *p = old - v; return old; }
 template <typename T>

@@ -620,7 +620,7 @@ END_TEST
  * block's dS dropped from the product, the barrier after dS's stores missing, dS^T's
  * ldmatrix addresses of the wrong query half, the group's query head g ignored. */
 static const plant_case atomic_plants[] = {
-    {3, 0, "acc_q[dt][2 * h] * scale);", "acc_q[dt][2 * h]);", "bf16: dq's scale left out"},
+    {3, 0, "acc_q[dt][2 * h] * scale,", "acc_q[dt][2 * h],", "bf16: dq's scale left out"},
     {3, 128, "kk < BK / 16; kk++) {\n", "kk < BK / 16 - 1; kk++) {\n",
      "bf16: the block's last 16 keys dropped from dq"},
     {3, 0, "__syncthreads(); /* every warp's keys of dS are in */", "/* no barrier */",

@@ -43,12 +43,14 @@ static int64_t fp32_shared(const sn_att_plan *p) {
  * (255); uncapped it spills 16 bytes on sm_80 (not measured there). dq at 3 blocks 0.186 ms,
  * at 2 blocks 0.212. The tests read ptxas's report: no spills. */
 static int min_blocks(const sn_att_plan *p, const sn_target *tg) {
-    /* The atomic dq's dk/dv kernel on sm_90 keeps the 3 blocks an SM that the two-kernel one
-     * has uncapped (167 registers at D = 64, 166 at 128): 170 registers; uncapped it took 226
-     * and 255 (2 blocks). Before sm_90 the cap below holds for both. */
+    /* The atomic dq's dk/dv kernel on sm_90 keeps the 3 blocks of 4 warps an SM that the
+     * two-kernel one has uncapped (167 registers at D = 64, 166 at 128): 170 registers (12
+     * warps' worth); uncapped it took 226 and 255 (2 blocks). Before sm_90 the cap below
+     * holds for both. */
     if (p->dq_atomic && tg->sm >= 90) {
-        int64_t by_shared = (tg->shared_max + 1024) / (p->shared_bytes + 1024);
-        return (int)(by_shared < 3 ? by_shared : 3);
+        int64_t by_shared = (tg->shared_max + 1024) / (p->shared_bytes + 1024),
+                by_warps = 12 / p->warps > 1 ? 12 / p->warps : 1;
+        return (int)(by_shared < by_warps ? by_shared : by_warps);
     }
     if (!p->mma || p->stages != 2 || (p->pass == SN_ATT_DKV && tg->sm >= 90)) return 0;
     /* a warp of MT m-tiles holds MT times the accumulators: counted as MT warps */

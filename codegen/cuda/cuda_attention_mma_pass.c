@@ -254,7 +254,8 @@ static void copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, con
 
 /* DKV's atomic dq, after dk's product of the query tile (qs, head g): dS (dp, keys x queries
  * in accumulator fragments) into ds_tile, then dq(tile) += scale dS^T K by the block, a warp an
- * m-tile of 16 queries, its fragments added to dq's f32 sums with atomic adds. ds_tile is the
+ * m-tile of 16 queries, its fragments added to dq's f32 sums with atomic adds (pairs:
+ * sn_red_add_f32x2, one vector reduction on sm_90). ds_tile is the
  * current stage of o_tile (ds_alias: its dots are taken, and the next copies into that stage
  * are issued after the next tile's first barrier) or a tile of its own. */
 static void emit_dq_atomic(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, int64_t o_at) {
@@ -311,9 +312,8 @@ static void emit_dq_atomic(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, i
     sn_cu_emitf(t, "if (i >= SEQ_Q) continue;");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int dt = 0; dt < DQ_COLS / 8; dt++) {");
-    sn_cu_emitf(t, "float *const at = dq_sums + (long long)i * HEAD_D + d0 + dt * 8 + 2 * tig;");
-    sn_cu_emitf(t, "atomicAdd(at, acc_q[dt][2 * h] * scale);");
-    sn_cu_emitf(t, "atomicAdd(at + 1, acc_q[dt][2 * h + 1] * scale);");
+    sn_cu_emitf(t, "sn_red_add_f32x2(dq_sums + (long long)i * HEAD_D + d0 + dt * 8 + 2 * tig, "
+                "acc_q[dt][2 * h] * scale, acc_q[dt][2 * h + 1] * scale);");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
