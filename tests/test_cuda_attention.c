@@ -618,9 +618,10 @@ END_TEST
 
 /* Planted bugs in the atomic dq, each caught: the scale left out, the last 16 keys of the
  * block's dS dropped from the product, the barrier after dS's stores missing, dS^T's
- * ldmatrix addresses of the wrong query half, the group's query head g ignored. */
+ * ldmatrix addresses of the wrong query half, the group's query head g ignored, a column
+ * taken for its neighbour, the pairs traded with the wrong thread. */
 static const plant_case atomic_plants[] = {
-    {3, 0, "acc_q[dt][2 * h] * scale,", "acc_q[dt][2 * h],", "bf16: dq's scale left out"},
+    {3, 0, "v0 = acc_q[dt][0] * scale,", "v0 = acc_q[dt][0],", "bf16: dq's scale left out"},
     {3, 128, "kk < BK / 16; kk++) {\n", "kk < BK / 16 - 1; kk++) {\n",
      "bf16: the block's last 16 keys dropped from dq"},
     {3, 0, "__syncthreads(); /* every warp's keys of dS are in */", "/* no barrier */",
@@ -628,8 +629,9 @@ static const plant_case atomic_plants[] = {
     {3, 0, "[mt * 16 + lane / 8 % 2 * 8]);", "[mt * 16]);", "bf16: dS^T fragments of one query half"},
     {12, 0, "(long long)item * 2 + g) * SEQ_Q * HEAD_D;", "(long long)item * 2) * SEQ_Q * HEAD_D;",
      "bf16 gqa: every query head's dq into the first's"},
-    {6, 0, "acc_q[dt][2 * h + 1] * scale);", "acc_q[dt][2 * h] * scale);",
+    {6, 0, "v1 = acc_q[dt][1] * scale;", "v1 = acc_q[dt][0] * scale;",
      "f16 sm_75: dq's odd columns from the even"},
+    {3, 0, "odd ? v0 : v2, 1);", "odd ? v0 : v2, 2);", "bf16: a row's pair traded with the wrong thread"},
 };
 enum { N_ATOMIC_PLANTS = sizeof atomic_plants / sizeof atomic_plants[0] };
 
