@@ -116,10 +116,14 @@ static void time_shape(gc_run *r, int a, const char *tiles, int ti) {
     else snprintf(name, sizeof name, "time: attention B=%d H=%d T=%d D=%d bf16", B, H, T, D);
     gc_step *s = gc_begin(r, name);
     if (tiles) setenv("SN_ATT_TILES", tiles, 1);
+    /* "dq=atomic": dq comes from the dk/dv kernel (program/kernel.h), so a program of the
+     * forward and dq alone would time the dq kernel the variant does without: the backward
+     * (zero, dk/dv with dq, store) is timed whole */
+    bool atomic = tiles && sn_target_att_dq_atomic_asked();
     sn_err e = {0};
     att_time f = {0}, fq = {0}, fb = {0};
     sn_status st = time_program(r, B, H, T, D, ATT_FWD, r->o.seed + 100 + (uint64_t)a, &f, &e);
-    if (!st && tiles)
+    if (!st && tiles && !atomic)
         st = time_program(r, B, H, T, D, ATT_FWD_DQ, r->o.seed + 300 + (uint64_t)a, &fq, &e);
     if (!st) st = time_program(r, B, H, T, D, ATT_FWD_BWD, r->o.seed + 200 + (uint64_t)a, &fb, &e);
     if (tiles) unsetenv("SN_ATT_TILES");
@@ -145,6 +149,14 @@ static void time_shape(gc_run *r, int a, const char *tiles, int ti) {
     gc_num(s, "fwd_kernels", f.kernels);
     gc_num(s, "fwd_bwd_kernels", fb.kernels);
     int reps = r->o.att_reps < MAX_REPS ? r->o.att_reps : MAX_REPS;
+    if (atomic) {
+        gc_num(s, "atomic_dq", 1);
+        gc_end(r, s, GC_PASS, "%s: forward %.4f ms, backward with the atomic dq (zero, dk/dv "
+               "with dq, store; %d kernels in all) about %.4f ms, forward + backward %.4f ms "
+               "(medians of %d)", tiles, f.med * 1e3, fb.kernels, (fb.med - f.med) * 1e3,
+               fb.med * 1e3, reps);
+        return;
+    }
     if (tiles) {
         gc_num(s, "dq_ms", (fq.med - f.med) * 1e3);
         gc_num(s, "dkv_ms", (fb.med - fq.med) * 1e3);

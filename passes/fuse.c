@@ -477,6 +477,7 @@ static sn_status build(fuse_state *s) {
         if (k && !st && k->kind == SN_KER_ATTENTION) /* kernel.h's contract, checked once here */
             st = sn_kernel_check_attention(k, s->e);
     }
+    if (!st && s->t->att_dq_atomic) st = sn_fuse_att_dq_atomic(s); /* dq with dk and dv */
     /* the weight shadows' cast kernels, after the step's and set apart from them */
     int n_step = p->n_kernels;
     for (int i = 0; i < n && !st; i++)
@@ -508,10 +509,9 @@ static void free_tables(fuse_state *s, int n) {
 }
 
 sn_status sn_fuse(const sn_graph *g, const sn_target *t, bool shadows, sn_program **out, sn_err *e) {
-    (void)t; /* the same kernels for every target today */
     *out = NULL;
     int n = g->n_nodes;
-    fuse_state s = {.g = g, .e = e, .shadows = shadows};
+    fuse_state s = {.g = g, .e = e, .shadows = shadows, .t = t};
     const char *what = "the fuse pass's per-node tables";
     s.users = sn_calloc((size_t)n, sizeof *s.users, what, e);
     s.n_users = sn_calloc((size_t)n, sizeof *s.n_users, what, e);

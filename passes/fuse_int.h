@@ -35,6 +35,7 @@ typedef struct {
                                 of a 16-bit value, through reshapes, with no buffer), that
                                 value, widened as it is loaded (fuse.c: colsum_widens) */
     bool shadows;           /* parameters' 16-bit casts are weight shadows (program.h) */
+    const sn_target *t;     /* what the kernels are for */
     sn_err *e;
 } fuse_state;
 
@@ -155,6 +156,10 @@ sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss);
 /* The kernel k of embedding_bwd becomes kernel.h's BUCKET kernel, and the ROWS kernel
  * follows it, with their scratch value. */
 sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k);
+/* The atomic dq (kernel.h; sn_target.att_dq_atomic): each dq kernel whose six inputs and scale
+ * are a tensor-core dk/dv kernel's (sn_kernel_att_tensor_cores) becomes its DQ_STORE kernel, and a DQ_ZERO kernel precedes that dk/dv
+ * kernel, with their scratch value; the three run where the first of the two kernels was. */
+sn_status sn_fuse_att_dq_atomic(fuse_state *s);
 /* Whether op's kernel runs as PARTIAL and FINISH: a row op that sums over every row (the
  * norm weight gradients, cross-entropy's mean loss). */
 static inline bool sn_fuse_sums_rows(sn_op op) {

@@ -397,6 +397,65 @@ sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k) {
     return SN_OK;
 }
 
+/* Whether dq kernel q's anchor and dk/dv kernel kv's read the same six inputs through the same
+ * accesses, with the same scale. */
+static bool same_att_inputs(const sn_kernel *q, const sn_kernel *kv) {
+    const sn_node *a = q->anchor, *b = kv->anchor;
+    if (a->a.f != b->a.f || a->n_in != b->n_in) return false;
+    for (int i = 0; i < a->n_in; i++)
+        if (a->in[i] != b->in[i]) return false;
+    return true;
+}
+
+sn_status sn_fuse_att_dq_atomic(fuse_state *s) {
+    sn_program *p = s->p;
+    for (int j = 0; j < p->n_kernels; j++) {
+        sn_kernel *kv = p->kernels[j];
+        if (kv->kind != SN_KER_ATTENTION || kv->anchor->op != SN_OP_ATTENTION_BWD_K ||
+            kv->stage != SN_SUM_WHOLE || !sn_kernel_att_tensor_cores(kv, s->t))
+            continue; /* the atomic dq is the tensor-core dk/dv kernel's alone */
+        int i = 0;
+        for (; i < p->n_kernels; i++) {
+            const sn_kernel *q = p->kernels[i];
+            if (q->kind == SN_KER_ATTENTION && q->anchor->op == SN_OP_ATTENTION_BWD_Q &&
+                q->stage == SN_SUM_WHOLE && same_att_inputs(q, kv))
+                break;
+        }
+        if (i == p->n_kernels) continue;
+        sn_kernel *q = p->kernels[i], *z = new_kernel(s, SN_KER_ATTENTION, q->anchor);
+        if (!z) return SN_ERR_OOM;
+        int id = z->id;
+        *z = *q; /* the dq kernel's args and accesses (the accesses are the arena's, shared) */
+        z->id = id;
+        z->stage = SN_ATT_DQ_ZERO;
+        snprintf(z->name, sizeof z->name, "k%d_attention_dq_zero", z->id);
+        q->stage = SN_ATT_DQ_STORE;
+        snprintf(q->name, sizeof q->name, "k%d_attention_dq_store", q->id);
+        kv->stage = SN_SUM_PARTIAL;
+        size_t len = strlen(kv->name);
+        if (len + 4 < sizeof kv->name) snprintf(kv->name + len, sizeof kv->name - len, "_dq");
+        z->scratch = kv->scratch = q->scratch = p->n_values;
+        p->values[p->n_values++] = (sn_value){.bytes = sn_kernel_scratch_bytes(q), .alias = -1,
+                                              .first = -1, .last = -1};
+        /* zero, dk/dv, store at the first of the two places: the inputs of both are written
+         * before either, and what reads dq, dk or dv comes after both */
+        int at = i < j ? i : j, n = p->n_kernels - 1; /* z is the last */
+        sn_kernel **ks = p->kernels;
+        int w = 0;
+        sn_kernel **order = sn_malloc(sizeof *order * (size_t)(n + 1), "the fuse pass's atomic dq", s->e);
+        if (!order) return SN_ERR_OOM;
+        for (int k = 0; k < n; k++) {
+            if (k == at) order[w++] = z, order[w++] = kv, order[w++] = q;
+            if (k != i && k != j) order[w++] = ks[k];
+        }
+        SN_ASSERT(w == n + 1);
+        memcpy(ks, order, sizeof *order * (size_t)w);
+        free(order);
+        j = at + 1; /* kv's new place; the loop goes on after it */
+    }
+    return SN_OK;
+}
+
 /* Every kernel reads only values written before it (or loaded with the program). */
 sn_status sn_fuse_check_order(const fuse_state *s) {
     const sn_program *p = s->p;
@@ -439,8 +498,9 @@ sn_status sn_fuse_make_values(fuse_state *s) {
     sn_program *p = s->p;
     size_t room = (size_t)g->n_nodes;
     for (int i = 0; i < g->n_nodes; i++) /* scratch values: sums over rows, classifiers, */
-        room += sn_fuse_sums_rows(g->nodes[i]->op) ||          /* embedding gradients */
-                g->nodes[i]->op == SN_OP_CROSS_ENTROPY_BWD || g->nodes[i]->op == SN_OP_EMBEDDING_BWD;
+        room += sn_fuse_sums_rows(g->nodes[i]->op) ||          /* embedding gradients, */
+                g->nodes[i]->op == SN_OP_CROSS_ENTROPY_BWD || g->nodes[i]->op == SN_OP_EMBEDDING_BWD ||
+                g->nodes[i]->op == SN_OP_ATTENTION_BWD_Q;     /* the atomic dq */
     p->values = sn_calloc(room, sizeof *p->values, "the fuse pass's values", s->e);
     if (!p->values) return SN_ERR_OOM;
     for (int i = 0; i < g->n_nodes; i++) {

@@ -138,7 +138,8 @@ sn_status sn_pass_recompute(const sn_graph *in, sn_recompute_policy policy, int6
  * compute it (a pointwise op over the same elements, or the row op's per-element operand) and
  * stored there as an extra output; every other reader runs after that kernel. Produces
  * p->kernels in graph order (each at the last node it computes) and p->values with sizes and
- * aliases. t: the target (the same kernels for every target today). shadows: a 16-bit cast of
+ * aliases. t: the target (the same kernels for every target, but for the atomic dq of the
+ * attention backward where t->att_dq_atomic: kernel.h). shadows: a 16-bit cast of
  * a parameter is a weight shadow (program.h), computed when the parameter is written instead
  * of every step; false: a kernel of the step like any cast. */
 sn_status sn_fuse(const sn_graph *g, const sn_target *t, bool shadows, sn_program **out, sn_err *e);

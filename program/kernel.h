@@ -174,6 +174,19 @@ struct sn_kernel {
      *     sum of dy's rows at id v's positions in increasing order (chunk by chunk), 0 for an
      *     id without positions. Items as a one-kernel embedding_bwd has them (CPU: column
      *     blocks; the LLVM backend keeps the one-kernel algorithm, its BUCKET does nothing). */
+    /* The atomic dq of the attention backward (sn_target.att_dq_atomic: CUDA, a tuning knob;
+     * off by default): an attention_bwd_q whose six inputs and scale are those of a dk/dv
+     * kernel on tensor cores (sn_kernel_att_tensor_cores) is computed by that kernel, in three kernels around a scratch value (no node) of
+     * f32 dq, contiguous (q's batch x head slices, T, D), in this order:
+     *   SN_ATT_DQ_ZERO (stage PARTIAL), anchor attention_bwd_q, args as the dq kernel has them:
+     *     sets the scratch to 0; writes no dq (sn_kernel_writes);
+     *   the dk/dv kernel (stage PARTIAL): also adds each of its key blocks' share of dq,
+     *     scale ds K, into the scratch with atomic adds: the order of the adds varies from run
+     *     to run, so dq is not bit-deterministic (dk and dv are);
+     *   SN_ATT_DQ_STORE (stage FINISH), anchor attention_bwd_q, args as the dq kernel has them:
+     *     dq = the scratch, rounded to dq's dtype (through its access when it has one); reads
+     *     no input but the scratch.
+     * The scratch's buffer follows the args (bufs[n_out + n_in]) in all three. */
     int stage;
     int scratch; /* the scratch value (an index into the program's values) */
 
@@ -274,6 +287,8 @@ int64_t sn_sum_chunks(const sn_kernel *k);
 int64_t sn_sum_width(const sn_kernel *k);
 /* f (zeroed, its id set) as the FINISH kernel of PARTIAL kernel k. */
 void sn_sum_finish_fill(const sn_kernel *k, sn_kernel *f);
+/* the atomic dq's kernels around the dk/dv kernel (above) */
+enum { SN_ATT_DQ_ZERO = SN_SUM_PARTIAL, SN_ATT_DQ_STORE = SN_SUM_FINISH };
 /* embedding_bwd's two stages (above) */
 enum { SN_GATHER_BUCKET = SN_SUM_PARTIAL, SN_GATHER_ROWS = SN_SUM_FINISH };
 enum { SN_GATHER_CHUNK_MAX = 2048 };

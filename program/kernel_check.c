@@ -26,6 +26,11 @@ sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e) {
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: anchor2 must be the attention_lse the "
                        "attention reads, or the attention_bwd_v of attention_bwd_k's inputs (a bug "
                        "in the fuse pass)", k->name);
+    if (k->stage != SN_SUM_WHOLE && n->op != SN_OP_ATTENTION_BWD_Q &&
+        !(k->stage == SN_SUM_PARTIAL && n->op == SN_OP_ATTENTION_BWD_K))
+        return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: only the atomic dq's kernels (kernel.h: "
+                       "attention_bwd_q's zero and store, attention_bwd_k's PARTIAL) have a stage "
+                       "(a bug in the fuse pass)", k->name);
     int n_out = a2 ? 2 : 1, n_into = k->n_access - n->n_in;
     if (n_into < 0)
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: an attention kernel has an access per "
@@ -67,6 +72,25 @@ sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e) {
                        "head) slices of %s (a bug in the fuse pass)", k->name,
                        (long long)k->n_items, (long long)slices, by_kv ? "k" : "q");
     return SN_OK;
+}
+
+bool sn_kernel_att_tensor_cores(const sn_kernel *k, const sn_target *t) {
+    const sn_node *n = k->anchor, *a2 = k->anchor2, *q = n->in[0];
+    int r = q->rank;
+    int64_t D = q->shape[r - 1], Dv = n->n_in > 2 ? n->in[2]->shape[r - 1] : D;
+    bool ok = D % 16 == 0 && Dv % 16 == 0 &&
+              ((q->dtype == SN_BF16 && t->mma_bf16) || (q->dtype == SN_F16 && t->mma_f16));
+    /* 16-byte loads of 16-bit rows: every offset and stride a multiple of 8 elements */
+    for (int i = 0; ok && i < n->n_in; i++) {
+        if (n->in[i] == a2 || n->in[i]->rank < r) continue; /* written here, or lse (f32) */
+        ok = k->access[i].offset % 8 == 0;
+        for (int d = 0; ok && d + 1 < n->in[i]->rank; d++) ok = k->access[i].stride[d] % 8 == 0;
+    }
+    for (int i = n->n_in; ok && i < k->n_access; i++) { /* and the outputs' (pairs stored) */
+        ok = k->access[i].offset % 8 == 0;
+        for (int d = 0; ok && d + 1 < n->rank; d++) ok = k->access[i].stride[d] % 8 == 0;
+    }
+    return ok;
 }
 
 sn_status sn_kernel_row_deps(const sn_kernel *k, bool *dep, int *y, sn_err *e) {

@@ -146,6 +146,8 @@ int64_t sn_gather_chunks(const sn_kernel *k) {
 
 int64_t sn_kernel_scratch_bytes(const sn_kernel *k) {
     if (k->stage == SN_SUM_WHOLE) return 0;
+    if (k->kind == SN_KER_ATTENTION) /* the atomic dq: f32 dq, (q's slices, T, D) */
+        return 4 * sn_numel(k->anchor->op == SN_OP_ATTENTION_BWD_Q ? k->anchor : k->anchor->in[0]);
     if (k->kind == SN_KER_GATHER) /* the table (G, V) and the order (G, S), 4 bytes each */
         return 4 * sn_gather_chunks(k) * (k->anchor->shape[0] + sn_gather_chunk(k));
     return 4 * sn_sum_chunks(k) * sn_sum_width(k);
@@ -167,6 +169,8 @@ void sn_sum_finish_fill(const sn_kernel *k, sn_kernel *f) {
 }
 
 bool sn_kernel_writes(const sn_kernel *k, int o) {
+    if (k->kind == SN_KER_ATTENTION) /* the atomic dq's zeroing kernel writes its scratch alone */
+        return !(k->stage == SN_ATT_DQ_ZERO && k->anchor->op == SN_OP_ATTENTION_BWD_Q);
     return k->stage != SN_SUM_PARTIAL || k->anchor2 ||
            (k->args[o] != k->anchor && (o < 1 || o > k->n_colsum));
 }

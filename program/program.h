@@ -84,6 +84,12 @@ typedef struct sn_program {
 
 void sn_program_free(sn_program *p);
 
+/* kernel_check.c: whether attention kernel k (its contract checked) runs on target t's tensor
+ * cores: bf16 or f16 that t multiplies, head sizes multiples of 16, every 16-bit input's and
+ * output's offset and strides multiples of 8 elements (16-byte loads). The CUDA kernels take
+ * the mma path exactly then; fuse gives the atomic dq only to such dk/dv kernels. */
+bool sn_kernel_att_tensor_cores(const sn_kernel *k, const sn_target *t);
+
 /* param_layout.c: the slot of PARAM n in p's layout, or NULL. */
 const sn_param_slot *sn_param_layout_find(const sn_param_layout *l, const sn_node *n);
 /* The elements of the trained parameters (LoRA trains few of them). */

@@ -3,6 +3,7 @@
 #include "target.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 sn_target sn_target_cuda(int sm) {
@@ -13,6 +14,13 @@ sn_target sn_target_cuda(int sm) {
     t.shared_max = sm == 75 ? 64 << 10 : sm == 80 || sm == 87 ? 163 << 10 : sm >= 90 ? 227 << 10 : 99 << 10;
     snprintf(t.name, sizeof t.name, "cuda sm_%d", sm);
     return t;
+}
+
+bool sn_target_att_dq_atomic_asked(void) {
+    const char *env = getenv("SN_ATT_TILES");
+    for (const char *at = env ? strstr(env, "dq=atomic") : NULL; at; at = strstr(at + 1, "dq=atomic"))
+        if ((at == env || at[-1] == ',') && (at[9] == 0 || at[9] == ',' || at[9] == '@')) return true;
+    return false;
 }
 
 static bool cpu_has_avx512_bf16(void) {

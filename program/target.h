@@ -25,6 +25,11 @@ typedef struct {
                                sm_86/89 99 KiB, sm_90 227 KiB); 0 on the CPU */
     int sm_count;           /* multiprocessors (CUDA) or cores (CPU); 0: unknown */
     int64_t memory_bytes;   /* device memory; 0: unknown */
+    bool att_dq_atomic;     /* CUDA: the attention backward's dq accumulated in f32 with atomic
+                               adds by the dk/dv kernel (fuse.c; kernel.h), not by a dq kernel of
+                               its own: not bit-deterministic (the order of the adds varies).
+                               Off by default; sn_pipeline_kernels sets it for a CUDA target
+                               when SN_ATT_TILES says "dq=atomic" (a tuning knob) */
 } sn_target;
 
 /* sn_precision, how a program stores and multiplies its floats (sn_compile's precision; the
@@ -38,6 +43,9 @@ sn_precision sn_target_default_precision(const sn_target *t);
 /* A CUDA target for compute capability sm (75 and up) with the published per-arch limits;
  * sm_count and memory_bytes unknown (a real device fills them in). */
 sn_target sn_target_cuda(int sm);
+/* Whether SN_ATT_TILES (the attention kernels' tuning knob, codegen/cuda/cuda_attention.c)
+ * asks for the atomic dq: its entry "dq=atomic". */
+bool sn_target_att_dq_atomic_asked(void);
 /* The CPU this process runs on (its bf16 dot-product support read from cpuid). */
 sn_target sn_target_cpu(void);
 

@@ -221,6 +221,11 @@ SN_SIM_LDMATRIX(sn_ldmatrix_x4_trans, 4, 1)
 /* Atomics: fibers are cooperative, so a read-modify-write is never interrupted. */
 template <typename T>
 static inline T atomicAdd(T *p, T v) { T old = *p; *p = old + v; return old; }
+/* sn_red_add_f32x2 (the GPU's vector reduction on sm_90): two adds, never interrupted */
+static inline void sn_red_add_f32x2(float *p, float a, float b) { p[0] += a; p[1] += b; }
+static inline void sn_red_add_f32x4(float *p, float a, float b, float c, float d) {
+    p[0] += a; p[1] += b; p[2] += c; p[3] += d;
+}
 template <typename T>
 static inline T atomicSub(T *p, T v) { T old = *p; *p = old - v; return old; }
 template <typename T>

@@ -124,15 +124,18 @@ static char *replace_first(const char *src, const char *needle, const char *by) 
     return out;
 }
 
-/* Renders p's attention kernels (want of them) for tg, runs each in every thread order on the
- * interpreter's values of its inputs and compares its outputs with the interpreter's. */
+/* Renders p's attention kernels (want of them) for tg, runs them in every thread order on the
+ * interpreter's values of their inputs, in the program's order (the atomic dq's three kernels
+ * share a scratch, poisoned before each order's first), and compares each output a kernel
+ * writes with the interpreter's. */
 static void run_attention(const sn_program *p, const sn_interp *it, const sn_target *tg, int want,
                           const char *label, run_result *res) {
-    const sn_kernel *ks[8];
+    enum { MAX_K = 8 };
+    const sn_kernel *ks[MAX_K];
     int n = 0;
     for (int i = 0; i < p->n_kernels; i++)
         if (p->kernels[i]->kind == SN_KER_ATTENTION) {
-            ck_assert_int_lt(n, 8);
+            ck_assert_int_lt(n, MAX_K);
             ks[n++] = p->kernels[i];
         }
     ck_assert_int_eq(n, want);
@@ -147,26 +150,40 @@ static void run_attention(const sn_program *p, const sn_interp *it, const sn_tar
     }
     sn_sim_module *m;
     ck_assert_msg(sn_sim_module_load(src, &m, &e) == SN_OK, "%s", e.msg);
+    tbuf buf[MAX_K][SN_KER_MAX_ARGS];
+    void *ptrs[MAX_K][SN_KER_MAX_ARGS + 1];
+    void *scratch[MAX_K] = {0}; /* by kernel: its scratch (shared: the first kernel's) */
+    size_t scratch_bytes[MAX_K] = {0};
     for (int ki = 0; ki < n; ki++) {
         const sn_kernel *k = ks[ki];
-        int nargs = k->n_out + k->n_in;
-        tbuf buf[SN_KER_MAX_ARGS];
-        void *ptrs[SN_KER_MAX_ARGS], *params[SN_KER_MAX_ARGS];
-        for (int a = 0; a < nargs; a++) {
-            tbuf_new(&buf[a], k->args[a]);
-            ptrs[a] = buf[a].p;
-            params[a] = &ptrs[a];
+        for (int a = 0; a < k->n_out + k->n_in; a++) {
+            tbuf_new(&buf[ki][a], k->args[a]);
+            ptrs[ki][a] = buf[ki][a].p;
             if (a >= k->n_out) {
                 const double *v = sn_interp_value(it, k->args[a]);
                 ck_assert_msg(v, "no reference value of %%%d", k->args[a]->id);
-                tbuf_put(&buf[a], v);
+                tbuf_put(&buf[ki][a], v);
             }
         }
-        sn_cuda_dims d = sn_cuda_launch_dims(k, tg);
-        ck_assert(d.grid[0] > 0);
-        for (int order = 0; order < SN_SIM_ORDER_COUNT; order++) {
+        if (k->stage == SN_SUM_WHOLE) continue;
+        for (int kj = 0; kj < ki && !scratch[ki]; kj++)
+            if (ks[kj]->stage != SN_SUM_WHOLE && ks[kj]->scratch == k->scratch) scratch[ki] = scratch[kj];
+        if (!scratch[ki]) {
+            scratch_bytes[ki] = (size_t)p->values[k->scratch].bytes;
+            ck_assert(scratch[ki] = aligned_alloc(64, (scratch_bytes[ki] + 63) / 64 * 64));
+        }
+        ptrs[ki][k->n_out + k->n_in] = scratch[ki];
+    }
+    for (int order = 0; order < SN_SIM_ORDER_COUNT; order++) {
+        for (int ki = 0; ki < n; ki++)
+            if (scratch_bytes[ki]) memset(scratch[ki], 0x7f, scratch_bytes[ki]);
+        for (int ki = 0; ki < n; ki++) {
+            const sn_kernel *k = ks[ki];
+            void *params[SN_KER_MAX_ARGS + 1];
+            for (int a = 0; a < k->n_out + k->n_in + (k->stage != SN_SUM_WHOLE); a++)
+                params[a] = &ptrs[ki][a];
             for (int a = 0; a < k->n_out; a++) {
-                memset(buf[a].p, 0x7f, buf[a].bytes);
+                memset(buf[ki][a].p, 0x7f, buf[ki][a].bytes);
                 int64_t numel = sn_numel(k->args[a]);
                 bool *part = malloc((size_t)numel + 1);
                 if (sn_kernel_out_part(k, a, part)) { /* the rest of a shared buffer as it was */
@@ -175,11 +192,13 @@ static void run_attention(const sn_program *p, const sn_interp *it, const sn_tar
                     tbuf_put(&ref, sn_interp_value(it, k->args[a]));
                     size_t eb = ref.bytes / (size_t)numel;
                     for (int64_t i = 0; i < numel; i++)
-                        if (!part[i]) memcpy((char *)buf[a].p + eb * (size_t)i, (char *)ref.p + eb * (size_t)i, eb);
+                        if (!part[i]) memcpy((char *)buf[ki][a].p + eb * (size_t)i, (char *)ref.p + eb * (size_t)i, eb);
                     free(ref.p);
                 }
                 free(part);
             }
+            sn_cuda_dims d = sn_cuda_launch_dims(k, tg);
+            ck_assert(d.grid[0] > 0);
             sn_sim_opts o = sn_sim_defaults();
             o.order = (sn_sim_order)order;
             o.seed = 7;
@@ -191,18 +210,22 @@ static void run_attention(const sn_program *p, const sn_interp *it, const sn_tar
                 continue;
             }
             for (int a = 0; a < k->n_out; a++) {
+                if (!sn_kernel_writes(k, a)) continue; /* the atomic dq's zero */
                 const sn_node *x = k->args[a];
-                double err = norm_err(&buf[a], sn_interp_value(it, x));
-                double ratio = err / tolerance(buf[a].dt);
+                double err = norm_err(&buf[ki][a], sn_interp_value(it, x));
+                double ratio = err / tolerance(buf[ki][a].dt);
                 if (!(ratio <= res->worst)) res->worst = isnan(ratio) ? INFINITY : ratio;
                 res->checked++;
                 if (order == 0 && !res->needle)
                     printf("%s: %s %s (%s): error %.2e (tolerance %.1e)\n", label,
                            sn_op_name(x->op), k->name, sn_dtype_name(x->dtype), err,
-                           tolerance(buf[a].dt));
+                           tolerance(buf[ki][a].dt));
             }
         }
-        for (int a = 0; a < nargs; a++) free(buf[a].p);
+    }
+    for (int ki = 0; ki < n; ki++) {
+        for (int a = 0; a < ks[ki]->n_out + ks[ki]->n_in; a++) free(buf[ki][a].p);
+        if (scratch_bytes[ki]) free(scratch[ki]);
     }
     sn_sim_module_free(m);
     sn_cuda_source_free(&cs);
@@ -239,11 +262,18 @@ static void set_random(sn_interp *it, const sn_node *n, double amp) {
     free(x);
 }
 
+/* The kernels of g; with atomic_dq, for a CUDA target whose dk/dv kernel accumulates dq
+ * (sn_target.att_dq_atomic: the dq kernel becomes a zero and a store around it). */
+static bool atomic_dq;
+
 static sn_program *fuse(sn_graph *g) {
     sn_err e;
     sn_program *p;
     ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_target tg = sn_target_cuda(80);
+    tg.att_dq_atomic = true;
+    sn_pipeline_opts o = {.target = atomic_dq ? &tg : NULL};
+    ck_assert_msg(sn_pipeline_kernels(g, &o, &p, NULL, &e) == SN_OK, "%s", e.msg);
     return p;
 }
 
@@ -289,6 +319,17 @@ static run_result check_case(const att_case *c, bool unfused, const char *needle
     sn_program *p = fuse(g);
     sn_target tg = sn_target_cuda(c->sm);
     run_result r = {.needle = needle, .plant = plant};
+    if (atomic_dq && !unfused) { /* zero, dk/dv with dq, store: in that order */
+        want = 4;
+        for (int i = 0, at = 0; i < p->n_kernels; i++) {
+            const sn_kernel *ker = p->kernels[i];
+            if (ker->kind != SN_KER_ATTENTION || ker->anchor->op == SN_OP_ATTENTION) continue;
+            static const int stages[] = {SN_ATT_DQ_ZERO, SN_SUM_PARTIAL, SN_ATT_DQ_STORE};
+            ck_assert_int_lt(at, 3);
+            ck_assert_int_eq(ker->stage, stages[at++]);
+        }
+        strncat(label, " atomic dq", sizeof label - strlen(label) - 1);
+    }
     run_attention(p, it, &tg, want, label, &r);
     sn_program_free(p);
     sn_interp_free(it);
@@ -487,6 +528,129 @@ START_TEST(planted_bugs_are_caught) {
 }
 END_TEST
 
+/* ---- the atomic dq (sn_target.att_dq_atomic; kernel.h) ---- */
+
+/* The tensor-core cases above (bf16 on sm_80 and sm_90, f16 as m16n8k8 on sm_75 and as
+ * m16n8k16 on sm_80; head sizes 32, 64 and 128; S > T; grouped-query k and v; several
+ * double-buffered tiles), with dq from the dk/dv kernel's atomic adds. */
+static const int atomic_cases[] = {3, 4, 5, 6, 7, 8, 12, 13, 14, 15};
+enum { N_ATOMIC_CASES = sizeof atomic_cases / sizeof atomic_cases[0] };
+
+START_TEST(atomic_dq_agrees) {
+    atomic_dq = true;
+    run_result r = check_case(&cases[atomic_cases[_i]], false, NULL, NULL);
+    atomic_dq = false;
+    ck_assert_msg(r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+    ck_assert_int_eq(r.checked, 5 * SN_SIM_ORDER_COUNT);
+}
+END_TEST
+
+/* At the tile configurations SN_ATT_TILES selects: dk/dv over query tiles of 64 (dS in o_tile's
+ * stage, dynamic shared memory), 32 (a tile of its own, static), 128 over 8 warps (two query
+ * m-tiles a warp), single-buffered over 2 warps; "dq=atomic" itself turning it on. */
+static const char *const atomic_tiles[] = {
+    "dq=atomic,dkv=4x64x2", "dq=atomic,dkv=4x32x2", "fwd=8x64x2,dq=atomic,dkv=8x128x2",
+    "dkv=2x64x1,dq=atomic",
+};
+enum { N_ATOMIC_TILES = sizeof atomic_tiles / sizeof atomic_tiles[0] };
+
+START_TEST(atomic_dq_tile_configs) {
+    static const att_case forms[] = {{1, 2, 200, 200, 64, 64, SN_BF16, 90, 0},
+                                     {1, 4, 77, 77, 64, 64, SN_BF16, 80, 2}};
+    setenv("SN_ATT_TILES", atomic_tiles[_i / 2], 1);
+    ck_assert(sn_target_att_dq_atomic_asked());
+    atomic_dq = true;
+    run_result r = check_case(&forms[_i % 2], false, NULL, NULL);
+    atomic_dq = false;
+    unsetenv("SN_ATT_TILES");
+    ck_assert_msg(r.worst <= 1.0, "%s: error %.2f x the tolerance; %s", atomic_tiles[_i / 2],
+                  r.worst, r.failure);
+    ck_assert_int_eq(r.checked, 5 * SN_SIM_ORDER_COUNT);
+}
+END_TEST
+
+/* Only the entry "dq=atomic" asks for it; the pipeline turns it on for CUDA targets alone. */
+START_TEST(atomic_dq_asked) {
+    static const struct {
+        const char *env;
+        bool asked;
+    } c[] = {{"dq=atomic", true},        {"fwd=4x64x2,dq=atomic", true}, {"dq=atomic,dkv=4x64x2", true},
+             {"dq=4x64x2", false},       {"xdq=atomic", false},          {"dq=atomically", false},
+             {"dkv=4x64x2", false}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        setenv("SN_ATT_TILES", c[i].env, 1);
+        ck_assert_msg(sn_target_att_dq_atomic_asked() == c[i].asked, "%s", c[i].env);
+    }
+    unsetenv("SN_ATT_TILES");
+    ck_assert(!sn_target_att_dq_atomic_asked());
+    att_case ac = {1, 2, 37, 37, 64, 64, SN_BF16, 80, 0};
+    for (int cuda = 0; cuda < 2; cuda++) {
+        setenv("SN_ATT_TILES", "dq=atomic", 1);
+        sn_graph *g;
+        sn_program *p;
+        sn_err e;
+        sn_target tg = cuda ? sn_target_cuda(80) : sn_target_cpu();
+        {
+            g = sn_graph_new();
+            float scale = 0.125f;
+            sn_node *q = sn_input(g, "q", SN_BF16, SN_SHAPE(1, 2, ac.T, 64));
+            sn_node *k = sn_input(g, "k", SN_BF16, SN_SHAPE(1, 2, ac.T, 64));
+            sn_node *v = sn_input(g, "v", SN_BF16, SN_SHAPE(1, 2, ac.T, 64));
+            sn_node *dout = sn_input(g, "dout", SN_BF16, SN_SHAPE(1, 2, ac.T, 64));
+            sn_node *lse = sn_attention_lse(g, q, k, scale);
+            sn_node *o = sn_attention(g, q, k, v, lse, scale);
+            sn_graph_add_output(g, sn_attention_bwd_q(g, q, k, v, o, dout, lse, scale));
+            sn_graph_add_output(g, sn_attention_bwd_k(g, q, k, v, o, dout, lse, scale));
+            sn_graph_add_output(g, sn_attention_bwd_v(g, q, k, v, o, dout, lse, scale));
+        }
+        sn_pipeline_opts po = {.target = &tg};
+        ck_assert_msg(sn_pipeline_kernels(g, &po, &p, NULL, &e) == SN_OK, "%s", e.msg);
+        unsetenv("SN_ATT_TILES");
+        int staged = 0;
+        for (int i = 0; i < p->n_kernels; i++) staged += p->kernels[i]->stage != SN_SUM_WHOLE;
+        ck_assert_int_eq(staged, cuda ? 3 : 0);
+        ck_assert(p->target.att_dq_atomic == (cuda == 1));
+        sn_program_free(p);
+        sn_graph_free(g);
+    }
+}
+END_TEST
+
+/* Planted bugs in the atomic dq, each caught: the scale left out, the last 16 keys of the
+ * block's dS dropped from the product, the barrier after dS's stores missing, dS^T's
+ * ldmatrix addresses of the wrong query half, the group's query head g ignored, a column
+ * taken for its neighbour, the pairs traded with the wrong thread. */
+static const plant_case atomic_plants[] = {
+    {3, 0, "v0 = acc_q[dt][0] * scale,", "v0 = acc_q[dt][0],", "bf16: dq's scale left out"},
+    {3, 128, "kk < BK / 16; kk++) {\n", "kk < BK / 16 - 1; kk++) {\n",
+     "bf16: the block's last 16 keys dropped from dq"},
+    {3, 0, "__syncthreads(); /* every warp's keys of dS are in */", "/* no barrier */",
+     "bf16: the barrier after dS's stores missing"},
+    {3, 0, "[mt * 16 + lane / 8 % 2 * 8]);", "[mt * 16]);", "bf16: dS^T fragments of one query half"},
+    {12, 0, "(long long)item * 2 + g) * SEQ_Q * HEAD_D;", "(long long)item * 2) * SEQ_Q * HEAD_D;",
+     "bf16 gqa: every query head's dq into the first's"},
+    {6, 0, "v1 = acc_q[dt][1] * scale;", "v1 = acc_q[dt][0] * scale;",
+     "f16 sm_75: dq's odd columns from the even"},
+    {3, 0, "odd ? v0 : v2, 1);", "odd ? v0 : v2, 2);", "bf16: a row's pair traded with the wrong thread"},
+};
+enum { N_ATOMIC_PLANTS = sizeof atomic_plants / sizeof atomic_plants[0] };
+
+START_TEST(atomic_dq_planted_bugs_are_caught) {
+    const plant_case *pc = &atomic_plants[_i];
+    att_case c = cases[pc->which];
+    c.b0 = 1;
+    if (!c.hkv) c.b1 = 1;
+    if (pc->T) c.T = c.S = pc->T;
+    atomic_dq = true;
+    run_result r = check_case(&c, false, pc->needle, pc->plant);
+    atomic_dq = false;
+    printf("planted (%s): %s\n", pc->what, r.failure[0] ? r.failure : "");
+    printf("planted (%s): worst error %.3g x the tolerance: %s\n", pc->what, r.worst,
+           r.worst > 1.0 ? "caught" : "MISSED");
+    ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
+}
+END_TEST
+
 /* ---- the tiny GPT-2's attention kernels, from the real pipeline ---- */
 
 START_TEST(tiny_gpt2_kernels) {
@@ -635,6 +799,29 @@ START_TEST(nvrtc_gqa_no_spills) {
 }
 END_TEST
 
+/* The atomic dq's kernels (zero, dk/dv with dq, store) at D = 64 and 128, bf16 on sm_80 and
+ * sm_90, f16 on sm_75 (m16n8k8) and sm_80, grouped-query (sm_80 D = 128, sm_90 D = 64): no
+ * spills, and the dk/dv
+ * kernel's registers within its cap (__launch_bounds__: the same blocks an SM as without). */
+START_TEST(nvrtc_atomic_dq_no_spills) {
+    static const att_case forms[] = {
+        {4, 12, 1024, 1024, 64, 64, SN_BF16, 80, 0},  {4, 12, 1024, 1024, 64, 64, SN_BF16, 90, 0},
+        {4, 12, 1024, 1024, 128, 128, SN_BF16, 80, 0}, {4, 12, 1024, 1024, 128, 128, SN_BF16, 90, 0},
+        {4, 12, 1024, 1024, 64, 64, SN_F16, 75, 0},   {4, 12, 1024, 1024, 64, 64, SN_F16, 80, 0},
+        {4, 12, 1024, 1024, 128, 128, SN_BF16, 80, 4}, {4, 12, 1024, 1024, 64, 64, SN_BF16, 90, 4},
+    };
+    int bad = 0;
+    atomic_dq = true;
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+        int b = nvrtc_check(&forms[f]);
+        if (b < 0) break;
+        bad += b;
+    }
+    atomic_dq = false;
+    ck_assert_msg(bad == 0, "%d kernels spill, use a stack frame or more than 48 KiB of shared "
+                  "memory (the lines above)", bad);
+}
+END_TEST
 
 static Suite *suite(void) {
     Suite *s = suite_create("cuda_attention");
@@ -647,10 +834,18 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, planted_bugs_are_caught, 0, N_PLANTS);
     tcase_add_test(tc, tiny_gpt2_kernels);
     suite_add_tcase(s, tc);
+    TCase *at = tcase_create("atomic_dq");
+    tcase_set_timeout(at, 240);
+    tcase_add_loop_test(at, atomic_dq_agrees, 0, N_ATOMIC_CASES);
+    tcase_add_loop_test(at, atomic_dq_tile_configs, 0, 2 * N_ATOMIC_TILES);
+    tcase_add_test(at, atomic_dq_asked);
+    tcase_add_loop_test(at, atomic_dq_planted_bugs_are_caught, 0, N_ATOMIC_PLANTS);
+    suite_add_tcase(s, at);
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 240);
     tcase_add_test(nv, nvrtc_no_spills);
     tcase_add_test(nv, nvrtc_gqa_no_spills);
+    tcase_add_test(nv, nvrtc_atomic_dq_no_spills);
     suite_add_tcase(s, nv);
     return s;
 }

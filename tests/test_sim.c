@@ -650,9 +650,11 @@ static const char warp_src[] =
     "    __syncwarp();\n"
     "}\n"
     "SN_HOST_STUB(warp_ops)\n"
-    "extern \"C\" __global__ void atomics(float *sum, int *count) {\n"
+    "extern \"C\" __global__ void atomics(float *sum, int *count, float *red) {\n"
     "    SN_SHARED(int, block_count, 1);\n"
     "    atomicAdd(sum, 0.5f);\n"
+    "    sn_red_add_f32x2(red, 0.25f, 0.5f); /* the attention's atomic dq: vector reductions */\n"
+    "    sn_red_add_f32x4(red + 4, 1.0f, 2.0f, 3.0f, 4.0f);\n"
     "    atomicAdd(count, 1);\n"
     "    if (threadIdx.x == 0) block_count[0] = 0;\n"
     "    __syncthreads();\n"
@@ -707,13 +709,16 @@ START_TEST(warp_primitives_as_documented) {
     /* atomics from every thread of 3 blocks, in global and shared memory */
     float sum = 0;
     int count[3] = {0, 0, 0};
-    float *ps = &sum;
+    _Alignas(16) float red[8] = {0};
+    float *ps = &sum, *pr = red;
     int *pc = count;
-    void *aparams[] = {&ps, &pc};
+    void *aparams[] = {&ps, &pc, &pr};
     unsigned agrid[3] = {3, 1, 1}, ablock[3] = {40, 1, 1};
     ck_assert_msg(sn_sim_launch(m, "atomics", agrid, ablock, 0, aparams, NULL, &e) == SN_OK, "%s",
                   e.msg);
     ck_assert(sum == 60.0f);
+    static const float red_want[8] = {30, 60, 0, 0, 120, 240, 360, 480};
+    for (int i = 0; i < 8; i++) ck_assert_msg(red[i] == red_want[i], "red[%d] %g", i, red[i]);
     ck_assert_int_eq(count[0], 120);
     ck_assert_int_eq(count[1], 40);
     ck_assert_int_eq(count[2], 3 * (20 + 100 + 1000)); /* 20 odd of 40, per block */

@@ -43,6 +43,15 @@ static int64_t fp32_shared(const sn_att_plan *p) {
  * (255); uncapped it spills 16 bytes on sm_80 (not measured there). dq at 3 blocks 0.186 ms,
  * at 2 blocks 0.212. The tests read ptxas's report: no spills. */
 static int min_blocks(const sn_att_plan *p, const sn_target *tg) {
+    /* The atomic dq's dk/dv kernel on sm_90 keeps the 3 blocks of 4 warps an SM that the
+     * two-kernel one has uncapped (167 registers at D = 64, 166 at 128): 170 registers (12
+     * warps' worth); uncapped it took 226 and 255 (2 blocks). Before sm_90 the cap below
+     * holds for both. */
+    if (p->dq_atomic && tg->sm >= 90) {
+        int64_t by_shared = (tg->shared_max + 1024) / (p->shared_bytes + 1024),
+                by_warps = 12 / p->warps > 1 ? 12 / p->warps : 1;
+        return (int)(by_shared < by_warps ? by_shared : by_warps);
+    }
     if (!p->mma || p->stages != 2 || (p->pass == SN_ATT_DKV && tg->sm >= 90)) return 0;
     /* a warp of MT m-tiles holds MT times the accumulators: counted as MT warps */
     int64_t by_warps = (p->pass == SN_ATT_FWD ? 16 : p->pass == SN_ATT_DQ ? 12 : 8) /
@@ -57,7 +66,9 @@ static int min_blocks(const sn_att_plan *p, const sn_target *tg) {
  * ("fwd=4x64x2x2,dq=4x32x2,dkv=4x32x2", any of the three), each optionally followed by "@N":
  * __launch_bounds__' blocks an SM (the register cap; "@0" none), else min_blocks decides: a
  * tuning knob for benchmarks on a GPU (bench/gpu_check --att-tiles), not a user option; false
- * when it names none. c[4] is the blocks asked for, or -1. */
+ * when it names none. c[4] is the blocks asked for, or -1. The entry "dq=atomic" names no dq
+ * tile: it asks for the atomic dq (sn_target_att_dq_atomic_asked, read by sn_pipeline_kernels;
+ * kernel.h), whose dk/dv kernel "dkv=" still tiles. */
 static bool tiles_override(sn_att_pass pass, int c[5]) {
     const char *env = getenv("SN_ATT_TILES");
     static const char *const names[] = {"fwd=", "dq=", "dkv="};
@@ -88,8 +99,8 @@ static bool try_mma(sn_att_plan *p, const sn_target *tg, int warps, int rows, in
     p->rows = rows;
     p->tile = tile;
     p->stages = stages;
-    p->shared_bytes = sn_att_mma_shared(p);
-    p->dynamic = p->shared_bytes > tg->shared_default;
+    p->shared_bytes = sn_att_mma_shared_ds(p, tg->shared_default);
+    p->dynamic = p->shared_bytes > tg->shared_default || p->ds_alias; /* carved: aliased */
     p->min_blocks = min_blocks(p, tg);
     return p->shared_bytes <= limit;
 }
@@ -217,20 +228,15 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
     if (p->batch > 65535)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: %lld (batch x head) slices "
                        "exceed the 65535 of grid.y", k->name, (long long)p->batch);
-    /* 16-byte loads of 16-bit rows: every offset and stride a multiple of 8 elements */
-    bool aligned = true;
-    for (int i = 0; i < n->n_in; i++) {
-        if (n->in[i] == a2 || i == p->i_lse) continue;
-        aligned = aligned && k->access[i].offset % 8 == 0;
-        for (int d = 0; d + 1 < n->in[i]->rank; d++) aligned = aligned && k->access[i].stride[d] % 8 == 0;
-    }
-    for (int i = n->n_in; i < k->n_access; i++) { /* and the outputs' (pairs stored) */
-        aligned = aligned && k->access[i].offset % 8 == 0;
-        for (int d = 0; d + 1 < n->rank; d++) aligned = aligned && k->access[i].stride[d] % 8 == 0;
-    }
-    p->mma = aligned && p->D % 16 == 0 && p->Dv % 16 == 0 &&
-             ((p->dt == SN_BF16 && tg->mma_bf16) || (p->dt == SN_F16 && tg->mma_f16));
+    p->mma = sn_kernel_att_tensor_cores(k, tg); /* program/kernel_check.c */
     p->k8 = p->mma && p->dt == SN_F16 && tg->sm < 80;
+    p->dq_atomic = p->pass == SN_ATT_DKV && k->stage == SN_SUM_PARTIAL;
+    p->dq_stage = p->pass == SN_ATT_DQ ? k->stage : SN_SUM_WHOLE;
+    if (p->dq_atomic && !p->mma)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: the atomic dq (SN_ATT_TILES "
+                       "\"dq=atomic\") is written for the tensor-core kernels (bf16 or f16, head "
+                       "sizes and strides multiples of 16 and 8); leave it out for this graph",
+                       k->name);
     if (!fit(p, tg))
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: no tile of D = %lld, Dv = %lld "
                        "fits %lld bytes of shared memory", k->name, (long long)p->D,
@@ -357,13 +363,16 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
                     p->min_blocks, fname);
     else
         sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", threads, fname);
-    for (int i = 0; i < k->n_out + k->n_in; i++) {
+    int nargs = k->n_out + k->n_in, all = nargs + (k->stage != SN_SUM_WHOLE);
+    for (int i = 0; i < nargs; i++) {
         char roles[64];
         arg_roles(p, i, roles, sizeof roles);
         sn_cu_emitf(t, "    %s%s *__restrict__ a%d%s /* %s */", i < k->n_out ? "" : "const ",
-                    sn_att_ctype(k->args[i]->dtype), i, i + 1 < k->n_out + k->n_in ? "," : ") {",
-                    roles);
+                    sn_att_ctype(k->args[i]->dtype), i, i + 1 < all ? "," : ") {", roles);
     }
+    if (all > nargs) /* the atomic dq's scratch (kernel.h) */
+        sn_cu_emitf(t, "    float *__restrict__ a%d) { /* dq's f32 sums (q's slices, SEQ_Q, "
+                    "HEAD_D), added to atomically */", nargs);
     t->depth++; /* the signature's last line opened the body */
     sn_cu_emitf(t, "enum { SEQ_Q = %lld, SEQ_K = %lld, HEAD_D = %lld, HEAD_DV = %lld, "
                 "WARPS = %d, THREADS = %d };", (long long)p->T, (long long)p->S, (long long)p->D,
@@ -499,6 +508,45 @@ void sn_att_emit_lse_out(sn_cu_text *t, const sn_att_plan *p, const char *x, con
                     "logf(row_sum[%s]) : -SN_INF);", who, x, x, x);
 }
 
+/* ---- the atomic dq's zero and store kernels (kernel.h) ---- */
+
+enum { DQ_THREADS = 256 };
+
+/* Item blockIdx.y's dq sums (SEQ_Q x HEAD_D f32, contiguous), two elements a thread: set to 0
+ * (SN_ATT_DQ_ZERO), or rounded into dq (SN_ATT_DQ_STORE, through its access where it has one). */
+static void emit_dq_scratch(sn_cu_text *t, const sn_att_plan *p, const char *fname) {
+    const sn_kernel *k = p->k;
+    bool zero = p->dq_stage == SN_ATT_DQ_ZERO;
+    int nargs = k->n_out + k->n_in;
+    sn_cu_emitf(t, "/* attention backward, the atomic dq (%s): %s dq's f32 sums, which the dk/dv "
+                "kernel adds to; q (%lld, T %lld, D %lld), dq %s */", sn_op_name(p->n->op),
+                zero ? "zeroes" : "stores, rounded,", (long long)p->batch, (long long)p->T,
+                (long long)p->D, sn_dtype_name(k->args[p->a_dq]->dtype));
+    sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", DQ_THREADS, fname);
+    for (int i = 0; i < nargs; i++)
+        sn_cu_emitf(t, "    %s%s *__restrict__ a%d,%s", i < k->n_out ? "" : "const ",
+                    sn_att_ctype(k->args[i]->dtype), i,
+                    i == p->a_dq ? zero ? " /* dq: not written */" : " /* dq */" : " /* not read */");
+    sn_cu_emitf(t, "    float *__restrict__ a%d) { /* dq's f32 sums (q's slices, SEQ_Q, HEAD_D) */",
+                nargs);
+    t->depth++;
+    sn_cu_emitf(t, "enum { SEQ_Q = %lld, HEAD_D = %lld };", (long long)p->T, (long long)p->D);
+    sn_cu_emitf(t, "const int item = blockIdx.y; /* q's (batch x head) slice */");
+    sn_cu_emitf(t, "float *sums = a%d + (long long)item * SEQ_Q * HEAD_D;", nargs);
+    if (!zero) role(t, p, "dq", p->a_dq, "SEQ_Q * HEAD_D", "HEAD_D");
+    sn_cu_emitf(t, "const int e = 2 * (blockIdx.x * blockDim.x + threadIdx.x); /* HEAD_D is even */");
+    sn_cu_emitf(t, "if (e >= SEQ_Q * HEAD_D) return;");
+    if (zero) {
+        sn_cu_emitf(t, "*reinterpret_cast<float2 *>(sums + e) = make_float2(0.0f, 0.0f);");
+    } else {
+        sn_cu_emitf(t, "const float2 x = *reinterpret_cast<const float2 *>(sums + e);");
+        sn_cu_emitf(t, "const int i = e / HEAD_D, d = e %% HEAD_D;");
+        sn_cu_emitf(t, "sn_store(&dq[i * dq_row + d], x.x);");
+        sn_cu_emitf(t, "sn_store(&dq[i * dq_row + d + 1], x.y);");
+    }
+    sn_cu_emitf(t, "}");
+}
+
 /* ---- the entries (cuda_int.h) ---- */
 
 sn_status sn_cu_check_attention(const sn_kernel *k, const sn_target *t, sn_err *e) {
@@ -510,6 +558,10 @@ sn_cuda_dims sn_cu_attention_dims(const sn_kernel *k, const sn_target *t) {
     sn_att_plan p;
     sn_err e;
     if (sn_att_plan_make(k, t, &p, &e)) return (sn_cuda_dims){0}; /* the renderer says why */
+    if (p.dq_stage != SN_SUM_WHOLE) /* the atomic dq's zero or store: pairs, 256 threads */
+        return (sn_cuda_dims){.grid = {(unsigned)((p.T * p.D / 2 + DQ_THREADS - 1) / DQ_THREADS),
+                                       (unsigned)p.items, 1},
+                              .block = {DQ_THREADS, 1, 1}};
     int64_t per = (int64_t)p.warps * p.rows, n = p.pass == SN_ATT_DKV ? p.S : p.T;
     return (sn_cuda_dims){.grid = {(unsigned)((n + per - 1) / per), (unsigned)p.items, 1},
                           .block = {(unsigned)p.warps * 32, 1, 1},
@@ -522,6 +574,7 @@ void sn_cu_emit_attention(sn_cu_text *t, const sn_kernel *k, const sn_target *tg
     sn_err e;
     sn_status st = sn_att_plan_make(k, tg, &p, &e);
     SN_ASSERT(st == SN_OK); /* the renderer checked the kernel first */
-    if (p.mma) sn_att_emit_mma(t, &p, fname);
+    if (p.dq_stage != SN_SUM_WHOLE) emit_dq_scratch(t, &p, fname);
+    else if (p.mma) sn_att_emit_mma(t, &p, fname);
     else sn_att_emit_simt(t, &p, fname);
 }

@@ -37,6 +37,13 @@ typedef struct {
     int stages;    /* mma: 2 when the streamed tiles are double-buffered (cp.async, sm_80+) */
     int min_blocks; /* __launch_bounds__'s blocks an SM (a register cap), 0: none */
     bool dynamic;   /* mma: the tiles carved from dynamic shared memory (over 48 KiB) */
+    /* The atomic dq (program/kernel.h): DKV also adds scale dS K into dq's f32 sums (the
+     * scratch, the arg after the others) with atomic adds; dS goes through a shared tile of
+     * keys x queries, ds_tile, which is the current stage of o_tile (free once the tile's dots
+     * are taken) where that holds it in dynamic shared memory (ds_alias), else a tile of its own. */
+    bool dq_atomic, ds_alias;
+    int dq_stage;   /* the atomic dq's zero (SN_ATT_DQ_ZERO) or store (SN_ATT_DQ_STORE) kernel,
+                       a pass of its own over the scratch; SN_SUM_WHOLE: any other kernel */
     int64_t shared_bytes; /* shared memory: static, or dynamic where `dynamic` says */
 } sn_att_plan;
 
@@ -87,8 +94,11 @@ void sn_att_emit_lse_out(sn_cu_text *t, const sn_att_plan *p, const char *x, con
 /* cuda_attention_simt.c: the kernel of plan p (p->mma false) as fp32 FMA tiles. */
 void sn_att_emit_simt(sn_cu_text *t, const sn_att_plan *p, const char *fname);
 
-/* cuda_attention_mma.c */
+/* cuda_attention_mma.c: shared memory of p's tiles; _ds: with the atomic dq's tile for dS,
+ * unless it aliases o_tile's stage (ds_alias: where it fits there and a tile of its own would
+ * take p past `limit`, the default shared memory; dynamic shared memory then) */
 int64_t sn_att_mma_shared(const sn_att_plan *p);
+int64_t sn_att_mma_shared_ds(sn_att_plan *p, int64_t limit);
 void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p, const char *fname);
 
 #endif

@@ -29,6 +29,16 @@ int64_t sn_att_mma_shared(const sn_att_plan *p) {
     return 0;
 }
 
+int64_t sn_att_mma_shared_ds(sn_att_plan *p, int64_t limit) {
+    int64_t base = sn_att_mma_shared(p);
+    p->ds_alias = false;
+    if (!p->dq_atomic) return base;
+    int64_t own = (int64_t)p->rows * p->warps, ds = 2 * own * (p->tile + 8);
+    /* o_tile's current stage: tile rows of Dv + 8, carved at a multiple of 16 bytes */
+    p->ds_alias = base + ds > limit && ds <= 2 * (int64_t)p->tile * (p->Dv + 8);
+    return p->ds_alias ? base : base + ds;
+}
+
 
 static sn_attm_ops emit_helpers(sn_cu_text *t, const sn_att_plan *p) {
     sn_attm_ops o;

@@ -252,6 +252,80 @@ static void copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, con
     }
 }
 
+/* DKV's atomic dq, after dk's product of the query tile (qs, head g): dS (dp, keys x queries
+ * in accumulator fragments) into ds_tile, then dq(tile) += scale dS^T K by the block, a warp an
+ * m-tile of 16 queries, its fragments added to dq's f32 sums with atomic adds: 4 columns a
+ * thread, from a trade with its neighbour, as one sn_red_add_f32x4 (one vector reduction on
+ * sm_90; on an H200 the backward took 0.603 ms with a scalar atomicAdd an element, 0.479 with
+ * pairs, 0.474-0.478 so). ds_tile is the current stage of o_tile (ds_alias: its dots are
+ * taken, and the next copies into that stage are issued after the next tile's first barrier)
+ * or a tile of its own. */
+static void emit_dq_atomic(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, int64_t o_at) {
+    sn_cu_emitf(t, "/* dq += scale dS^T K: dS through shared memory (keys x queries), then "
+                "transposed by ldmatrix .trans */");
+    sn_cu_emitf(t, "{");
+    if (p->ds_alias)
+        sn_cu_emitf(t, "SN_SHARED2_AT(unsigned short, ds_tile, BK, LDS, att_smem, %lld + st * LDV * "
+                    "2); /* o_tile's current stage, its dots taken */", (long long)o_at);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int nt = 0; nt < BQ / 8; nt++) {");
+    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&ds_tile[warp * 16 + grp][nt * 8 + 2 * tig]) = "
+                "%s(dp[nt][0], dp[nt][1]);", o.pack);
+    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&ds_tile[warp * 16 + grp + 8][nt * 8 + 2 * tig]) = "
+                "%s(dp[nt][2], dp[nt][3]);", o.pack);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "__syncthreads(); /* every warp's keys of dS are in */");
+    sn_cu_emitf(t, "/* dq's f32 sums of query head g of the group (not bit-deterministic: the "
+                "order of the adds varies) */");
+    if (p->G > 1)
+        sn_cu_emitf(t, "float *const dq_sums = a%d + ((long long)item * %lld + g) * SEQ_Q * HEAD_D;",
+                    p->k->n_out + p->k->n_in, (long long)p->G);
+    else /* g is 0: not kept live for this */
+        sn_cu_emitf(t, "float *const dq_sums = a%d + (long long)item * SEQ_Q * HEAD_D;",
+                    p->k->n_out + p->k->n_in);
+    sn_cu_emitf(t, "/* an m-tile of 16 queries a warp */");
+    sn_cu_emitf(t, "for (int mt = warp; mt < BQ / 16; mt += WARPS) {");
+    sn_cu_emitf(t, "/* DQ_COLS columns of dq at a time: few accumulators live beside dk's and dv's */");
+    sn_cu_emitf(t, "#pragma unroll 1");
+    sn_cu_emitf(t, "for (int d0 = 0; d0 < HEAD_D; d0 += DQ_COLS) {");
+    sn_attm_zero(t, "acc_q", "DQ_COLS / 8");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int kk = 0; kk < BK / 16; kk++) {");
+    sn_cu_emitf(t, "/* A = dS^T (queries mt * 16 .., keys kk * 16 ..) from ds_tile, stored (keys, "
+                "queries): matrices (queries 0-7 | 8-15) x (keys 0-7 | 8-15), transposed */");
+    sn_cu_emitf(t, "unsigned a[4];");
+    sn_cu_emitf(t, "sn_ldmatrix_x4_trans(a, &ds_tile[kk * 16 + lane / 16 * 8 + lane %% 8][mt * 16 + "
+                "lane / 8 %% 2 * 8]);");
+    sn_cu_emitf(t, "/* B = K (keys kk * 16 .., columns dt * 8 ..), row-major (k, n): two n-tiles "
+                "an ldmatrix x4 .trans */");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int dt = 0; dt < DQ_COLS / 8; dt += 2) {");
+    sn_cu_emitf(t, "unsigned b[4];");
+    sn_cu_emitf(t, "sn_ldmatrix_x4_trans(b, &k_tile[kk * 16 + lane %% 16][d0 + dt * 8 + lane / 16 * 8]);");
+    sn_cu_emitf(t, "%s(acc_q[dt], a, b);", o.mma);
+    sn_cu_emitf(t, "%s(acc_q[dt + 1], a, b + 2);", o.mma);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "/* acc_q[dt][e]: query qs + mt * 16 + grp + 8 (e / 2), column d0 + dt * 8 + "
+                "2 tig + e %% 2; threads tig and tig ^ 1 trade a row's pair, so that the even one "
+                "adds 4 columns of row grp, the odd one 4 of row grp + 8, as one reduction */");
+    sn_cu_emitf(t, "const bool odd = tig & 1;");
+    sn_cu_emitf(t, "const int i = qs + mt * 16 + grp + (odd ? 8 : 0);");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int dt = 0; dt < DQ_COLS / 8; dt++) {");
+    sn_cu_emitf(t, "const float v0 = acc_q[dt][0] * scale, v1 = acc_q[dt][1] * scale;");
+    sn_cu_emitf(t, "const float v2 = acc_q[dt][2] * scale, v3 = acc_q[dt][3] * scale;");
+    sn_cu_emitf(t, "const float got0 = __shfl_xor_sync(0xffffffffu, odd ? v0 : v2, 1);");
+    sn_cu_emitf(t, "const float got1 = __shfl_xor_sync(0xffffffffu, odd ? v1 : v3, 1);");
+    sn_cu_emitf(t, "if (i < SEQ_Q)");
+    sn_cu_emitf(t, "    sn_red_add_f32x4(dq_sums + (long long)i * HEAD_D + d0 + dt * 8 + 2 * (tig & 2), "
+                "odd ? got0 : v0, odd ? got1 : v1, odd ? v2 : got0, odd ? v3 : got1);");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+}
+
 void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     bool dk = p->out_dk, dv = p->out_dv, async = p->stages == 2, group = p->G > 1;
     SN_ASSERT(p->tile <= 32 * p->warps); /* a thread per query of the tile holds its lse */
@@ -267,9 +341,17 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     if (dk) sn_attm_tile2(t, &c, "v_tile", own, LDV, "BK", "LDV", "");
     sn_attm_tile2(t, &c, "q_tile", W, LD, "STAGES * BQ", "LD", "");
     sn_attm_tile2(t, &c, "do_tile", W, LDV, "STAGES * BQ", "LDV", "");
+    int64_t o_at = c.at; /* o_tile's offset in the dynamic shared memory */
     if (dk) sn_attm_tile2(t, &c, "o_tile", W, LDV, "STAGES * BQ", "LDV", " /* for the dots */");
     sn_attm_floats(t, &c, "lse_tile", p->tile, "BQ", " /* base 2 */");
     if (dk) sn_attm_floats(t, &c, "dot_tile", p->tile, "BQ", " /* dout_i . o_i */");
+    if (p->dq_atomic) {
+        SN_ASSERT(dk); /* dS is dk's */
+        sn_cu_emitf(t, "enum { LDS = BQ + 8, DQ_COLS = %d }; /* ds_tile's rows: queries, padded by "
+                    "16 bytes; dq's columns a pass */", p->D % 32 == 0 && p->D <= 64 ? 32 : 16);
+        if (!p->ds_alias)
+            sn_attm_tile2(t, &c, "ds_tile", own, p->tile + 8, "BK", "LDS", " /* dS, keys x queries */");
+    }
     sn_cu_emitf(t, "/* causal: query i sees key j when i >= j - (SEQ_K - SEQ_Q); the query tiles "
                 "from q_begin, of each query head of the group in order */");
     sn_cu_emitf(t, "const int q_begin = max(0, k0 - (SEQ_K - SEQ_Q)) / BQ * BQ;");
@@ -366,6 +448,7 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_cu_emitf(t, "/* dk += ds Q */");
         sn_attm_xb(t, o, "acc_k", "dp", "q_tile", "st", "BQ / 16", "HEAD_D / 8", false);
     }
+    if (p->dq_atomic) emit_dq_atomic(t, p, o, o_at);
     sn_cu_emitf(t, "}");
     if (async) sn_cu_emitf(t, "sn_cp_async_wait_all(); /* none left in flight */");
     sn_cu_emitf(t, "#pragma unroll");

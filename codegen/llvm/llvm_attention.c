@@ -69,6 +69,9 @@ static sn_status check_kernel(const sn_ll *L, const sn_kernel *k, sn_err *e) {
     sn_ll_kname(k, kn, sizeof kn);
     sn_status cs = sn_kernel_check_attention(k, e); /* the contract (program/kernel_check.c) */
     if (cs) return cs;
+    if (k->stage != SN_SUM_WHOLE)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: the atomic dq (kernel.h) is the CUDA kernels' "
+                       "alone; compile for the CPU without sn_target.att_dq_atomic", kn);
     for (int i = 0; i < k->n_out; i++) { /* f32, or bf16 / f16 converted by the loads */
         sn_status st = sn_ll_check_dtype(k, k->args[i], e);
         if (st) return st;
