@@ -30,6 +30,7 @@ bool cli_bytes(const char *s, long long *out);
 /* ---- paths.c: the files a command names, checked before any work ---- */
 
 #include "ir/ir.h"
+#include "models/gpt2.h"
 typedef struct {
     const char *opt;       /* "--checkpoint" */
     const char *path;      /* NULL: not given */
@@ -51,16 +52,6 @@ int cli_check_pattern(const char *cmd, const cli_path *in, const cli_path *p, in
 sn_status cli_check_kind(const char *opt, const char *path, const char *what, const void *magic,
                          size_t len, bool overwrite, sn_err *e);
 
-/* plan_cmd.c: the training graph `sinter plan` and `sinter train` compile: the model at B x T
- * with the loss as its one output (training reads no logits). */
-#include "models/gpt2.h"
-#include "train/plan.h"
-sn_status cli_training_graph(const sn_gpt2_config *c, const sn_gpt2_lora *lora, int B, int T,
-                             sn_graph **out, sn_err *e);
-/* Plans (sn_plan_make) and prints the table to f, or the reason nothing fits to stderr;
- * returns the exit code (1: nothing fits). */
-int cli_plan_run(const sn_gpt2_config *c, const sn_gpt2_lora *lora, int T, const sn_plan_opts *o,
-                 sn_plan *pl, FILE *f);
 /* The models --model names: GPT-2's configurations, then the LLaMA family's (train_opts.c). */
 const char *cli_model_names(void);
 struct sn_program;

@@ -8,44 +8,55 @@
 #include <string.h>
 
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "passes/passes.h"
 #include "train/plan.h"
 #include "cli.h"
 
-sn_status cli_training_graph(const sn_gpt2_config *c, const sn_gpt2_lora *lora, int B, int T,
-                             sn_graph **out, sn_err *e) {
-    *out = sn_graph_new();
-    if (!*out) return sn_fail_oom(e, sizeof(sn_graph), "the training graph");
-    sn_gpt2 m;
-    sn_status s = sn_gpt2_build_lora(*out, c, B, T, lora, &m, e);
-    if (s) return s;
-    (*out)->n_outputs = 0; /* training reads the loss and the gradients, not the logits */
-    sn_graph_add_output(*out, m.loss);
-    return SN_OK;
-}
-
+/* The model a plan is made for: a GPT-2 or a LLaMA-family configuration, adapters or none. */
 typedef struct {
+    const char *name;
+    bool llama;
     sn_gpt2_config c;
+    sn_llama_config lc;
     const sn_gpt2_lora *lora;
     int T;
 } plan_model;
 
+/* The training graph sinter train compiles: the model at B x T with the loss as its one output
+ * (training reads no logits). */
 static sn_status build(void *ctx, int B, sn_graph **out, sn_err *e) {
     const plan_model *m = ctx;
-    return cli_training_graph(&m->c, m->lora, B, m->T, out, e);
+    *out = sn_graph_new();
+    if (!*out) return sn_fail_oom(e, sizeof(sn_graph), "the training graph");
+    sn_node *loss;
+    sn_status s;
+    if (m->llama) {
+        sn_llama lm;
+        s = sn_llama_build_lora(*out, &m->lc, B, m->T, m->lora, &lm, e);
+        loss = lm.loss;
+    } else {
+        sn_gpt2 gm;
+        s = sn_gpt2_build_lora(*out, &m->c, B, m->T, m->lora, &gm, e);
+        loss = gm.loss;
+    }
+    if (s) return s;
+    (*out)->n_outputs = 0;
+    sn_graph_add_output(*out, loss);
+    return SN_OK;
 }
 
-int cli_plan_run(const sn_gpt2_config *c, const sn_gpt2_lora *lora, int T, const sn_plan_opts *o,
-                 sn_plan *pl, FILE *f) {
-    plan_model m = {*c, lora, T};
+/* Plans (sn_plan_make) and prints the table to f, or the reason nothing fits to stderr;
+ * returns the exit code (1: nothing fits). */
+static int plan_run(const plan_model *m, const sn_plan_opts *o, sn_plan *pl, FILE *f) {
     sn_err e;
-    sn_status s = sn_plan_make(o, build, &m, pl, &e);
+    sn_status s = sn_plan_make(o, build, (void *)m, pl, &e);
     char b[32];
     char l[96] = "";
-    if (lora)
-        snprintf(l, sizeof l, ", LoRA rank %d alpha %g on %s", lora->lora.rank,
-                 (double)lora->lora.alpha, sn_gpt2_lora_targets_name(lora->targets));
-    fprintf(f, "plan: %s%s, batch %d x seq %d, budget %s, %s\n", c->name, l, o->batch, T,
+    if (m->lora)
+        snprintf(l, sizeof l, ", LoRA rank %d alpha %g on %s", m->lora->lora.rank,
+                 (double)m->lora->lora.alpha, sn_gpt2_lora_targets_name(m->lora->targets));
+    fprintf(f, "plan: %s%s, batch %d x seq %d, budget %s, %s\n", m->name, l, o->batch, m->T,
             o->budget ? sn_bytes_str(o->budget, b, sizeof b) : "none",
             o->compile->target ? o->compile->target->name : "cpu");
     if (s) {
@@ -67,11 +78,12 @@ typedef struct {
 #define O(field) offsetof(plan_args, field)
 
 static const cli_opt plan_opts[] = {
-    {"model", 'm', CLI_CHOICE, "NAME", O(model), .choices_fn = sn_gpt2_config_names,
-     .help = "the model (required)"},
+    {"model", 'm', CLI_CHOICE, "NAME", O(model), .choices_fn = cli_model_names,
+     .help = "the model (required): GPT-2's or the LLaMA family's"},
     {"tokenizer", 0, CLI_CHOICE, "T", O(tokenizer), .choices = "gpt2, bytes",
      .help = "the vocabulary as sinter train has it: gpt2 50257 (the gpt2\n"
-             "models' default), bytes 256 (demo's and tiny's)"},
+             "models' default), bytes 256 (demo's and tiny's; a LLaMA\n"
+             "model's default is its own)"},
     {"batch", 'b', CLI_INT, "B", O(batch), 1, 1 << 16, .help = "sequences per optimizer step (default 16)"},
     {"seq", 't', CLI_INT, "T", O(seq), 1, 1 << 20, .help = "tokens per sequence (default: the model's context)"},
     {"mem", 0, CLI_BYTES, "N", O(mem), .help = "device memory to fit in: 6GiB, 500MiB, 8e9 (bytes); required"},
@@ -128,10 +140,18 @@ static int cli_plan(int argc, char **argv) {
     int policy = a.policy ? sn_recompute_policy_parse(a.policy) : -1;
     if (policy == SN_RECOMPUTE_BUDGET) policy = -1;
     sn_target t = strcmp(a.device, "cuda") ? sn_target_cpu() : sn_target_cuda(80);
-    sn_gpt2_config c;
-    sn_gpt2_config_find(a.model, &c); /* the table checked the name */
-    c.vocab = cli_vocab(&c, a.tokenizer); /* as sinter train's tokenizer makes it */
-    long T = a.seq < 0 ? c.ctx : a.seq;
+    plan_model m = {.name = a.model};
+    int ctx;
+    if ((m.llama = sn_llama_config_find(a.model, &m.lc))) {
+        if (a.tokenizer) m.lc.vocab = cli_vocab(NULL, a.tokenizer);
+        ctx = m.lc.ctx;
+    } else {
+        sn_gpt2_config_find(a.model, &m.c); /* the table checked the name */
+        m.c.vocab = cli_vocab(&m.c, a.tokenizer); /* as sinter train's tokenizer makes it */
+        ctx = m.c.ctx;
+    }
+    long T = a.seq < 0 ? ctx : a.seq;
+    m.T = (int)T;
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.target = &t;
     po.precision = (sn_precision)sn_precision_parse(a.precision); /* as the session compiles it */
@@ -143,5 +163,6 @@ static int cli_plan(int argc, char **argv) {
     sn_gpt2_lora lora = {.lora = {.rank = (int)a.lora,
                                   .alpha = a.lora_alpha > 0 ? (float)a.lora_alpha : (float)a.lora},
                          .targets = targets};
-    return cli_plan_run(&c, a.lora ? &lora : NULL, (int)T, &o, &pl, stdout);
+    m.lora = a.lora ? &lora : NULL;
+    return plan_run(&m, &o, &pl, stdout);
 }

@@ -64,6 +64,16 @@ grep -q "^choice: .*precision bf16" "$dir/bf16.out" && grep -q "^  workspace .* 
     grep -q "^plan: tiny, .*, cuda sm_80" "$dir/bf16.out" || { echo "FAIL: plan bf16 cuda"; cat "$dir/bf16.out"; exit 1; }
 "$sinter" plan --model tiny --mem 1GiB --precision fp8 2> "$dir/bf16.err" && exit 1
 grep -q "plan: --precision is fp32, bf16, fp16 or tf32, not 'fp8'" "$dir/bf16.err" || { echo "FAIL: fp8"; cat "$dir/bf16.err"; exit 1; }
+# the LLaMA family: sinter plan's total for llama-tiny with LoRA is what train --mem then plans
+"$sinter" plan --model llama-tiny --tokenizer bytes --batch 4 --seq 16 --mem 600KiB --lora 4 > "$dir/llama.out" ||
+    { echo "FAIL: plan llama-tiny"; cat "$dir/llama.out"; exit 1; }
+grep -q "^plan: llama-tiny, LoRA rank 4 alpha 4 on all, batch 4 x seq 16" "$dir/llama.out" ||
+    { echo "FAIL: plan llama-tiny header"; cat "$dir/llama.out"; exit 1; }
+ltotal=$(awk '/^  total \(device\)/ {print $NF}' "$dir/llama.out")
+"$sinter" train --model llama-tiny --tokenizer bytes --data "$dir/corpus.txt" --batch 4 --seq 16 --steps 1 \
+    --sample-len 0 --lora 4 --mem 600KiB > "$dir/llama_mem.out" || { echo "FAIL: train llama --mem"; cat "$dir/llama_mem.out"; exit 1; }
+grep -q "^memory: planned [^(]*($ltotal bytes), measured [^(]*($ltotal bytes" "$dir/llama_mem.out" ||
+    { echo "FAIL: llama plan $ltotal"; cat "$dir/llama_mem.out"; exit 1; }
 # train --mem: the plan's total is what the device holds after the first step, to the byte
 # shellcheck disable=SC2086
 "$sinter" train $tiny --batch 4 --mem 760KiB > "$dir/mem.out" || { echo "FAIL: train --mem"; cat "$dir/mem.out"; exit 1; }
