@@ -254,7 +254,8 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
     if (m.llama) /* no position table: the cache holds the positions it was trained on, no more */
         m.ctx = m.lc.ctx = trained;
     for (int b = 0; !s && b < B; b++) {
-        s = sn_tokenizer_encode(tk, a->prompts[b], strlen(a->prompts[b]), &toks[b], e);
+        if (tk->bos >= 0) s = sn_tokens_push(&toks[b], tk->bos, e); /* the post-processor's <s> */
+        if (!s) s = sn_tokenizer_encode(tk, a->prompts[b], strlen(a->prompts[b]), &toks[b], e);
         lens[b] = (int)toks[b].n;
         if (!s && lens[b] > trained)
             s = sn_fail(e, SN_ERR_INVALID, "prompt %d is %d tokens, longer than the sequences of %d "

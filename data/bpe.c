@@ -155,7 +155,7 @@ static sn_status sp_decode_text(const sn_tokenizer *tk, const sn_tokens *t, size
 sn_bpe *sn_bpe_new(const char *name, sn_pretok pretok, sn_err *e) {
     sn_bpe *g = sn_calloc(1, sizeof *g, "the BPE tokenizer", e);
     if (!g) return NULL;
-    g->tk = (sn_tokenizer){.name = name, .eot = -1, .encode = bpe_encode, .decode = bpe_decode,
+    g->tk = (sn_tokenizer){.name = name, .eot = -1, .bos = -1, .encode = bpe_encode, .decode = bpe_decode,
                            .destroy = bpe_destroy, .impl = g};
     g->pretok = pretok;
     uint32_t b2u[256];

@@ -3,8 +3,9 @@
  * converted for TinyLlama and Llama 2 (model.vocab, model.merges as "a b" strings or [a, b]
  * pairs, added_tokens; the byte-fallback kind's normalizer or Metaspace, unk_token, fuse_unk and
  * decoder). What the engine cannot reproduce exactly is refused by name: other normalizers,
- * pre-tokenizers, patterns and decoders. The post-processor (a BOS token before each text) is
- * not applied: training text is a stream. */
+ * pre-tokenizers, patterns and decoders. The post-processor's BOS (a special token before each
+ * text) is read for sinter generate, which puts it before each prompt; training text is a stream
+ * and gets none. */
 #include "bpe_int.h"
 
 #include <stdlib.h>
@@ -327,6 +328,49 @@ static sn_status sp_decoder(const char *path, json_object *d, sn_bpe_sp *sp, sn_
                    "Metaspace): " SP_HINT, path, bad);
 }
 
+/* The BOS id of the post-processor, a TemplateProcessing (alone, or in a Sequence beside
+ * ByteLevel): the special token its "single" template puts before the text ($A), or -1 when
+ * there is none (no post-processor, another kind, or a template that starts with the text).
+ * Tokens after the text (an EOS) are not added: sinter generate continues a prompt. */
+static sn_status post_processor(const char *path, json_object *root, int *bos, sn_err *e) {
+    *bos = -1;
+    json_object *p = field(root, "post_processor"), *tp = NULL;
+    const char *type = str_field(p, "type");
+    if (type && !strcmp(type, "TemplateProcessing")) tp = p;
+    json_object *seq = type && !strcmp(type, "Sequence") ? field(p, "processors") : NULL;
+    for (size_t k = 0; seq && json_object_is_type(seq, json_type_array) &&
+                       k < json_object_array_length(seq); k++) {
+        json_object *q = json_object_array_get_idx(seq, k);
+        const char *qt = str_field(q, "type");
+        if (qt && !strcmp(qt, "TemplateProcessing")) tp = q;
+    }
+    json_object *single = field(tp, "single");
+    if (!single || !json_object_is_type(single, json_type_array)) return SN_OK;
+    const char *name = NULL;
+    for (size_t k = 0; k < json_object_array_length(single); k++) {
+        json_object *it = json_object_array_get_idx(single, k);
+        if (field(it, "Sequence")) break; /* the text: what follows it is not added */
+        const char *id = str_field(field(it, "SpecialToken"), "id");
+        if (!id || name)
+            return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: post_processor: a template with %s before "
+                           "the text is not supported yet (one special token, a BOS, is): " HF_HINT,
+                           path, id ? "two special tokens" : "something other than a special token");
+        name = id;
+    }
+    if (!name) return SN_OK;
+    json_object *ids = field(field(field(tp, "special_tokens"), name), "ids");
+    if (!ids || !json_object_is_type(ids, json_type_array) || json_object_array_length(ids) != 1 ||
+        !json_object_is_type(json_object_array_get_idx(ids, 0), json_type_int))
+        return sn_fail(e, SN_ERR_PARSE, "%s: post_processor: special token \"%.40s\" needs one id "
+                       "in special_tokens: " HF_HINT, path, name);
+    int64_t id = json_object_get_int64(json_object_array_get_idx(ids, 0));
+    if (id < 0 || id > INT32_MAX)
+        return sn_fail(e, SN_ERR_PARSE, "%s: post_processor: special token \"%.40s\" has id %lld: "
+                       HF_HINT, path, name, (long long)id);
+    *bos = (int)id;
+    return SN_OK;
+}
+
 /* The SentencePiece kind's settings: model, normalizer, pre-tokenizer, decoder. */
 static sn_status sp_settings(const char *path, json_object *root, sn_bpe_sp *sp, sn_err *e) {
     json_object *model = field(root, "model"), *norm = field(root, "normalizer");
@@ -381,7 +425,9 @@ static sn_status load(sn_bpe *g, const char *path, json_object *root, sn_err *e)
         return st;
     }
     sn_bpe_set_ignore_merges(g, bool_field(model, "ignore_merges", false));
-    if ((st = tokens(g, path, root, e)) || (st = merges(g, path, root, e))) return st;
+    if ((st = tokens(g, path, root, e)) || (st = merges(g, path, root, e)) ||
+        (st = post_processor(path, root, &sn_bpe_tokenizer(g)->bos, e)))
+        return st;
     /* the pre-tokenizer was read before the engine existed: set it now */
     return sn_bpe_set_pretok(g, pt), sn_bpe_finish(g, e);
 }

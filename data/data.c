@@ -315,7 +315,7 @@ sn_tokenizer *sn_tokenizer_bytes_new(void) {
     byte_tokenizer *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     for (int i = 0; i < 256; i++) b->bytes[i] = (char)i;
-    b->tk = (sn_tokenizer){.name = "bytes", .vocab = 256, .eot = -1, .encode = bytes_encode,
+    b->tk = (sn_tokenizer){.name = "bytes", .vocab = 256, .eot = -1, .bos = -1, .encode = bytes_encode,
                            .decode = bytes_decode, .destroy = bytes_destroy, .impl = b};
     return &b->tk;
 }

@@ -122,6 +122,8 @@ struct sn_tokenizer {
     const char *name;  /* "bytes" | "gpt2" | "hf" */
     int vocab;         /* ids are in [0, vocab) */
     int eot;           /* the <|endoftext|> id, or -1 when the tokenizer has none */
+    int bos;           /* the id a tokenizer.json's post-processor puts before each text (<s>,
+                          <|begin_of_text|>), or -1: generate puts it before each prompt */
     uint64_t source_hash; /* the file it was read from (a tokenizer.json), FNV-1a of its bytes;
                              0: built in (bytes, GPT-2's) */
     /* Appends the ids of text[0, len) to out. May update caches inside tk: one thread at a time. */

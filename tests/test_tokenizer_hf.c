@@ -445,6 +445,39 @@ START_TEST(byte_fallback_refusals) {
 }
 END_TEST
 
+/* The post-processor's BOS, which sinter generate puts before each prompt: TinyLlama's template
+ * (<s>, id 1), none where there is no post-processor, a TemplateProcessing inside a Sequence
+ * (Llama 3's form), and templates it cannot follow refused by name. */
+START_TEST(post_processor_bos) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizers/tinyllama/tokenizer.json", SN_TEST_FIXTURES);
+    sn_tokenizer *tk = load(path);
+    ck_assert_int_eq(tk->bos, 1);
+    sn_tokenizer_free(tk);
+    snprintf(path, sizeof path, "%s/tokenizers/gpt2/tokenizer.json", SN_TEST_FIXTURES);
+    tk = load(path);
+    ck_assert_int_eq(tk->bos, -1);
+    sn_tokenizer_free(tk);
+    sn_err e = {0};
+    tk = load_edited("tinyllama", "\"post_processor\":",
+                     "\"post_processor\":{\"type\":\"Sequence\",\"processors\":[{\"type\":\"ByteLevel\"},"
+                     "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"</s>\"}},"
+                     "{\"Sequence\":{\"id\":\"A\"}},{\"SpecialToken\":{\"id\":\"<s>\"}}],\"special_tokens\":"
+                     "{\"</s>\":{\"id\":\"</s>\",\"ids\":[2],\"tokens\":[\"</s>\"]}}}]},\"unused\":", &e);
+    ck_assert_msg(tk, "%s", e.msg);
+    ck_assert_int_eq(tk->bos, 2); /* before the text; the token after it is not a BOS */
+    sn_tokenizer_free(tk);
+    tk = load_edited("tinyllama", "\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},",
+                     "\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},"
+                     "{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},", &e);
+    ck_assert(!tk);
+    ck_assert_has(e.msg, "a template with two special tokens before the text is not supported yet");
+    tk = load_edited("tinyllama", "\"ids\":[1],\"tokens\":[\"<s>\"]", "\"ids\":[],\"tokens\":[]", &e);
+    ck_assert(!tk);
+    ck_assert_has(e.msg, "special token \"<s>\" needs one id in special_tokens");
+}
+END_TEST
+
 /* A long text is one word to the normalizer form: all of Shakespeare (1 MB) encodes to the ids
  * Hugging Face's gives (their count and the FNV-1a of their decimal text, shakespeare.txt) and
  * decodes back (every character has a token or bytes). */
@@ -497,6 +530,7 @@ int main(void) {
     tcase_add_test(tc, byte_fallback_with_gaps);
     tcase_add_test(tc, byte_fallback_metaspace_decoder);
     tcase_add_test(tc, byte_fallback_refusals);
+    tcase_add_test(tc, post_processor_bos);
     tcase_add_test(tc, byte_fallback_long_text);
     suite_add_tcase(s, tc);
     return sn_test_main(s);

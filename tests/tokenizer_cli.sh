@@ -50,4 +50,8 @@ refused 1 "is not the tokenizer sp.ckpt was trained with" generate sp.ckpt -n 4 
 "$sinter" generate sp.ckpt -n 8 --device cpu --prompt "$(printf 'Line 7 Caf\303\251')" --tokenizer-file "$sp" > gen.txt 2> err.txt ||
     fail "generate with the byte-fallback tokenizer.json"
 head -c 6 gen.txt | grep -q "^Line 7" || fail "generate: the prompt is not printed first"
-echo "a byte-fallback tokenizer.json (TinyLlama's layout): trains, its hash in the checkpoint, generates"
+# the post-processor's <s> goes before the prompt: "the" is one token ("\u2581the"), the prefill two
+"$sinter" generate sp.ckpt -n 2 --device cpu --prompt the --tokenizer-file "$sp" > /dev/null 2> err.txt ||
+    fail "generate --prompt the"
+grep -q "prefill of 2 prompt tokens" err.txt || fail "generate: no BOS before the prompt: $(tail -1 err.txt)"
+echo "a byte-fallback tokenizer.json (TinyLlama's layout): trains, its hash in the checkpoint, generates, <s> before the prompt"
