@@ -155,6 +155,7 @@ static void set_meta(sn_session *r) {
     sn_run_state *m = &r->run;
     sn_run_meta_set(m, "model", "%s", r->m.name);
     if (r->m.desc) sn_run_meta_set(m, "model.shape", "%s", r->m.desc);
+    if (r->m.config) sn_run_meta_set(m, "model.config", "%s", r->m.config);
     if (r->tk->source_hash) /* a tokenizer.json: its vocabulary and the file's hash */
         sn_run_meta_set(m, "tokenizer", "%s %d %016" PRIx64, r->tk->name, r->tk->vocab,
                         r->tk->source_hash);

@@ -31,6 +31,8 @@
 typedef struct {
     const char *name; /* in messages and checkpoints: "llama-mini" */
     const char *desc; /* its shape in words ("4 layers, 128 channels"), checked on resume; may be NULL */
+    const char *config; /* the checkpoints' "model.config": what rebuilds a shape no name holds
+                           (sn_llama_config_format), checked on resume; may be NULL */
     int ctx;          /* the longest sequence it takes: the default seq */
     sn_status (*build)(sn_graph *g, int B, int T, int V, void *user, sn_err *e);
     void *user;       /* passed to build */

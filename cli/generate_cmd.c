@@ -93,15 +93,25 @@ static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn
     return sn_gpt2_build_kv(g, &m->c, B, T, decode, m->has_lora ? &m->lora : NULL, e);
 }
 
-/* A LLaMA-family checkpoint of a built-in shape (models/llama.h): its vocabulary is the rows of
- * model.embed_tokens.weight (padding included). A run from a config.json of another shape
- * ("llama-custom") keeps no configuration in its checkpoint yet. */
+/* A LLaMA-family checkpoint of a built-in shape (models/llama.h), or of a config.json's own
+ * ("llama-custom", its "model.config"): its vocabulary is the rows of model.embed_tokens.weight
+ * (padding included). */
 static sn_status llama_of(const sn_ckpt_model *ck, const char *path, const char *name, gen_model *m,
                           sn_err *e) {
-    if (!sn_llama_config_find(name, &m->lc))
+    char config[512];
+    if (!strcmp(name, "llama-custom")) {
+        sn_status s = sn_llama_config_parse(sn_ckpt_model_meta(ck, "model.config", config, sizeof config)
+                                            ? config : NULL, &m->lc, e);
+        if (s) {
+            char why[sizeof e->msg];
+            snprintf(why, sizeof why, "%s", e->msg);
+            return sn_fail(e, s, "checkpoint %s: %s", path, why);
+        }
+    } else if (!sn_llama_config_find(name, &m->lc)) {
         return sn_fail(e, SN_ERR_UNSUPPORTED, "checkpoint %s holds model '%s': sinter generate "
-                       "knows the built-in LLaMA-family shapes (%s) only, not a config.json's", path,
-                       name, sn_llama_config_names());
+                       "knows the built-in LLaMA-family shapes (%s) and the llama-custom ones "
+                       "sinter train writes", path, name, sn_llama_config_names());
+    }
     int64_t emb[SN_MAX_RANK];
     if (sn_ckpt_model_shape(ck, "model.embed_tokens.weight", emb) != 2 || emb[0] < 1 || emb[0] > (1 << 24) ||
         emb[1] != m->lc.hidden)

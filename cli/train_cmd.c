@@ -76,6 +76,7 @@ typedef struct {
     llama_model lm;     /* the model when llama */
     bool llama;
     char desc[160];
+    char config[512];   /* a config.json's own LLaMA shape as the checkpoint keeps it */
     sn_session *s;
     train_log log;           /* --log; log.open when there is one */
     progress prog;
@@ -115,6 +116,10 @@ static sn_status build_llama_model(const train_args *a, run *r, sn_model *m, sn_
         lora_of(a, &r->lm.lora, r->desc, sizeof r->desc, at);
     }
     *m = (sn_model){.name = c->name, .desc = r->desc, .ctx = c->ctx, .build = build_llama, .user = &r->lm};
+    if (!sn_llama_config_find(c->name, &(sn_llama_config){0})) { /* no built-in name holds it */
+        sn_llama_config_format(c, r->config, sizeof r->config);
+        m->config = r->config;
+    }
     return SN_OK;
 }
 

@@ -1,6 +1,7 @@
 /* hf_llama_ckpt.c: a sinter checkpoint of a LLaMA-family model as a weight set (hf_llama.h), for
  * `sinter export --to DIR`. The configuration is the built-in shape the run's metadata names
- * ("model"), the vocabulary its tokenizer's; the vocabulary's padding rows are dropped.
+ * ("model"), or a config.json's own ("llama-custom": its "model.config"), the vocabulary its
+ * tokenizer's; the vocabulary's padding rows are dropped.
  * Convention: every parameter of the model is in the file with its shape, and nothing else but
  * the run's LoRA adapters, merged into the weights they adapt: x W^T + (x A) B alpha/r is
  * x (W + (A B)^T alpha/r)^T, each sum in double. */
@@ -94,7 +95,16 @@ sn_status sn_hf_llama_from_checkpoint(const char *path, int vocab, bool *is_llam
     sn_status s = sn_checkpoint_read_weights(path, &cw, e);
     if (s) return s;
     const char *model = sn_run_meta_get(&cw.run, "model"), *tok = sn_run_meta_get(&cw.run, "tokenizer");
-    if (!model || !sn_llama_config_find(model, c)) {
+    if (model && !strcmp(model, "llama-custom")) { /* a config.json's own shape */
+        s = sn_llama_config_parse(sn_run_meta_get(&cw.run, "model.config"), c, e);
+        if (s) {
+            char why[sizeof e->msg];
+            snprintf(why, sizeof why, "%s", e->msg);
+            sn_fail(e, s, "checkpoint %s: %s", path, why);
+            sn_ckpt_weights_free(&cw);
+            return s;
+        }
+    } else if (!model || !sn_llama_config_find(model, c)) {
         sn_ckpt_weights_free(&cw);
         return SN_OK; /* not a LLaMA-family checkpoint */
     }

@@ -59,6 +59,45 @@ sn_status sn_llama_config_check(const sn_llama_config *c, sn_err *e) {
     return SN_OK;
 }
 
+/* ---- a configuration as text: a checkpoint's "model.config" ---- */
+
+/* F: the floats' conversion, "a" to print and "la" to read (doubles) */
+#define CONFIG_FMT(F) "vocab=%d ctx=%d layers=%d heads=%d kv_heads=%d head_dim=%d hidden=%d " \
+                      "intermediate=%d rms_norm_eps=%" F " rope_theta=%" F " rope_factor=%" F " " \
+                      "rope_low_freq_factor=%" F " rope_high_freq_factor=%" F " " \
+                      "rope_original_ctx=%d tied=%d qkv_bias=%d"
+
+int sn_llama_config_format(const sn_llama_config *c, char *buf, size_t len) {
+    return snprintf(buf, len, CONFIG_FMT("a"), c->vocab, c->ctx, c->n_layer, c->n_head, c->n_kv_head,
+                    c->head_dim, c->hidden, c->intermediate, (double)c->rms_norm_eps,
+                    (double)c->rope_theta, (double)c->rope_factor, (double)c->rope_low_freq_factor,
+                    (double)c->rope_high_freq_factor, c->rope_original_ctx, c->tie_word_embeddings,
+                    c->qkv_bias);
+}
+
+sn_status sn_llama_config_parse(const char *text, sn_llama_config *out, sn_err *e) {
+    sn_llama_config c = {.name = "llama-custom"};
+    double eps, theta, factor, low, high;
+    int tied, bias, end = 0;
+    int got = text ? sscanf(text, CONFIG_FMT("la") "%n", &c.vocab, &c.ctx, &c.n_layer, &c.n_head,
+                            &c.n_kv_head, &c.head_dim, &c.hidden, &c.intermediate, &eps, &theta,
+                            &factor, &low, &high, &c.rope_original_ctx, &tied, &bias, &end) : 0;
+    if (got != 16 || text[end] || (tied != 0 && tied != 1) || (bias != 0 && bias != 1))
+        return sn_fail(e, SN_ERR_INVALID, "a LLaMA-family configuration \"%.200s\" is not the text "
+                       "sinter writes (\"vocab=V ctx=N layers=L ...\"): the file is damaged",
+                       text ? text : "(none)");
+    c.rms_norm_eps = (float)eps;
+    c.rope_theta = (float)theta;
+    c.rope_factor = (float)factor;
+    c.rope_low_freq_factor = (float)low;
+    c.rope_high_freq_factor = (float)high;
+    c.tie_word_embeddings = tied;
+    c.qkv_bias = bias;
+    sn_status s = sn_llama_config_check(&c, e);
+    if (!s) *out = c;
+    return s;
+}
+
 void sn_llama_inv_freq(const sn_llama_config *c, double *inv_freq) {
     int half = c->head_dim / 2;
     for (int i = 0; i < half; i++) {

@@ -36,6 +36,13 @@ const char *sn_llama_config_names(void);
 /* SN_OK when the model can be built from c (heads divide, head_dim even, sizes positive), else
  * SN_ERR_INVALID naming the field. */
 sn_status sn_llama_config_check(const sn_llama_config *c, sn_err *e);
+/* c as text, every field but the name ("vocab=V ctx=N layers=L ... qkv_bias=0", floats exact
+ * in hexadecimal): a checkpoint's "model.config" for a config.json's own shape (no built-in
+ * name holds it). Returns snprintf's count. */
+int sn_llama_config_format(const sn_llama_config *c, char *buf, size_t len);
+/* The configuration of such a text, named "llama-custom" and checked (sn_llama_config_check);
+ * SN_ERR_INVALID saying the file is damaged when the text is not one sinter writes. */
+sn_status sn_llama_config_parse(const char *text, sn_llama_config *out, sn_err *e);
 
 typedef struct {
     sn_node *idx;     /* (B, T) i32 input tokens */

@@ -24,6 +24,25 @@ last=$(tail -n 1 run.csv | cut -d, -f2)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' || fail "loss $first -> $last"
 
 # sinter generate from its checkpoint with the KV cache: the same greedy text on both devices
+# a config.json of no built-in shape (llama-custom): its configuration is kept in the checkpoint
+# (model.config), so generate and export rebuild it, and the export's config.json is its own
+mkdir custom && cp "$fixtures/llama/"* custom/
+sed -e 's/"rope_theta": 10000.0/"rope_theta": 20000.0/' -e 's/"rms_norm_eps": 1e-05/"rms_norm_eps": 1e-06/' \
+    "$fixtures/llama/config.json" > custom/config.json
+# shellcheck disable=SC2086
+"$sinter" train $common --device cpu --steps 3 --init-hf custom --checkpoint c.ckpt > out.txt 2> err.txt || fail "--init-hf custom"
+grep -q "model llama-custom" out.txt || fail "the custom shape is not named llama-custom"
+"$sinter" generate c.ckpt -n 4 --device cpu --prompt line > out.txt 2> err.txt || fail "generate llama-custom"
+"$sinter" export c.ckpt --to cex > out.txt 2> err.txt || fail "export llama-custom"
+grep -q '"rope_theta": 20000.0' cex/config.json && grep -q '"rms_norm_eps": 1e-06' cex/config.json ||
+    fail "the export's config.json is not the custom one: $(cat cex/config.json)"
+cp -r custom custom2 && sed -i 's/"rope_theta": 20000.0/"rope_theta": 30000.0/' custom2/config.json
+# shellcheck disable=SC2086
+if "$sinter" train $common --device cpu --steps 3 --init-hf custom2 --resume c.ckpt > out.txt 2> err.txt; then
+    fail "resumed with another rope_theta"; fi
+grep -q "model.config is vocab=256" err.txt || fail "no model.config mismatch: $(cat err.txt)"
+echo "llama-custom: trains, generates, exports its own config.json, refuses another on resume"
+
 for d in interp cpu; do
     "$sinter" generate l.ckpt --device $d -p "line 1" -n 10 -t 0 > gen_$d.txt 2> err.txt || fail "generate on $d"
     grep -q "^generate: 10 tokens in" err.txt || fail "no generate line on $d"

@@ -236,7 +236,7 @@ static sn_status check_meta(const sn_ckpt_file *f, const sn_trainer *t, const sn
                            "%s (here %s): %s", f->path, want.meta[i].key, want.meta[i].value, hint);
         if (m->size != strlen(want.meta[i].value) || memcmp(m->body, want.meta[i].value, m->size))
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this run: %s is %.*s "
-                           "there, %s here: %s", f->path, want.meta[i].key, (int)(m->size < 96 ? m->size : 96),
+                           "there, %s here: %s", f->path, want.meta[i].key, (int)(m->size < 400 ? m->size : 400),
                            (const char *)m->body, want.meta[i].value, hint);
     }
     for (int i = 0; i < f->n; i++)

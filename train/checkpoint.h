@@ -23,7 +23,7 @@ enum { SN_CKPT_VERSION = 1, SN_CKPT_MAX_META = 48 };
 
 typedef struct {
     char key[32];
-    char value[96];
+    char value[512]; /* a LLaMA configuration (model.config) is the longest, ~330 */
 } sn_ckpt_kv;
 
 /* A run's state beside the trainer. */

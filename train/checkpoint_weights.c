@@ -50,7 +50,8 @@ sn_status sn_checkpoint_read_weights_bytes(const char *path, const void *bytes, 
         if (r->kind == REC_META && out->run.n_meta < SN_CKPT_MAX_META) {
             sn_ckpt_kv *kv = &out->run.meta[out->run.n_meta++];
             snprintf(kv->key, sizeof kv->key, "%.31s", r->name);
-            snprintf(kv->value, sizeof kv->value, "%.*s", (int)(r->size < 95 ? r->size : 95),
+            size_t most = sizeof kv->value - 1;
+            snprintf(kv->value, sizeof kv->value, "%.*s", (int)(r->size < most ? r->size : most),
                      (const char *)r->body);
         }
         if (r->kind != REC_PARAM) continue;
