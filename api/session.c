@@ -156,6 +156,7 @@ static void set_meta(sn_session *r) {
     sn_run_meta_set(m, "model", "%s", r->m.name);
     if (r->m.desc) sn_run_meta_set(m, "model.shape", "%s", r->m.desc);
     if (r->m.config) sn_run_meta_set(m, "model.config", "%s", r->m.config);
+    if (r->o.data_in_order) sn_run_meta_set(m, "data.order", "in order"); /* random: no key */
     if (r->tk->source_hash) /* a tokenizer.json: its vocabulary and the file's hash */
         sn_run_meta_set(m, "tokenizer", "%s %d %016" PRIx64, r->tk->name, r->tk->vocab,
                         r->tk->source_hash);
@@ -349,7 +350,9 @@ sn_status sn_session_new(const sn_model *m, const sn_session_opts *o, sn_session
 sn_status sn_session_step(sn_session *r, sn_session_step_stats *st, sn_err *e) {
     sn_status s = SN_OK;
     for (int k = 0; k < r->micro && !s; k++)
-        if (!(s = sn_batch_sample(&r->train, r->B, r->T, &r->run.data_rng, r->x, r->y, e)))
+        if (!(s = r->o.data_in_order
+                      ? sn_batch_next(&r->train, r->B, r->T, &r->run.data_pos, r->x, r->y, e)
+                      : sn_batch_sample(&r->train, r->B, r->T, &r->run.data_rng, r->x, r->y, e)))
             s = sn_trainer_accumulate(r->t, r->x, r->y, NULL, e);
     sn_step_stats ss;
     if (s || (s = sn_trainer_update(r->t, &ss, e))) return s;

@@ -73,6 +73,9 @@ typedef struct {
     const char *data;     /* a text file or directory, split 90/10 into train and validation */
     const char *train_bin, *val_bin; /* instead of data: llm.c token shards, each a path or a glob(3)
                                         pattern of several read in name order (sn_shards_read) */
+    bool data_in_order;   /* read the training tokens in order (as llm.c reads its shards),
+                             each batch B*T tokens on, again from the start at the end, the
+                             position in the checkpoint; false: windows at random starts */
     const char *bpe;      /* GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe; NULL: bytes */
     const char *tokenizer_file; /* instead of bpe: a Hugging Face tokenizer.json (a byte-level
                              BPE: data.h sn_tokenizer_hf_load); checkpoints record its hash */

@@ -15,6 +15,7 @@ typedef struct {
     const char *tokenizer;  /* --tokenizer gpt2 or bytes; NULL: the model's (cli_tokenizer) */
     const char *tokenizer_file; /* --tokenizer-file: a Hugging Face tokenizer.json */
     bool no_cache, tf32;     /* CUDA: compile without the kernel cache; TF32 GEMMs */
+    bool in_order;           /* --in-order: the training tokens read in order */
     bool overwrite;          /* --overwrite: an output may replace a file of another kind */
     const char *precision;  /* fp32, bf16, fp16 (the autocast pass), tf32 (CUDA GEMMs) */
     const char *dump_after; /* a pass whose IR or program to print (sinter train --dump-after) */

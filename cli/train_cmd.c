@@ -153,6 +153,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.tokenizer_file = a->tokenizer_file;
     o.data = a->data;
     o.train_bin = a->train_bin;
+    o.data_in_order = a->in_order;
     o.val_bin = a->val_bin;
     o.bpe = a->bpe;
     o.batch = (int)a->batch;

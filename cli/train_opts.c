@@ -49,6 +49,10 @@ static const cli_opt train_opts[] = {
              "--train-bin 'data/fineweb_train_*.bin'"},
     {"val-bin", 0, CLI_STR, "FILE", O(val_bin),
      .help = "llm.c token shard, or a quoted pattern of shards, to validate on"},
+    {"in-order", 0, CLI_FLAG, NULL, O(in_order),
+     .help = "read the training tokens in order, each batch B*T tokens on (as\n"
+             "llm.c reads its shards), from the start again at the end; the\n"
+             "position is saved in the checkpoint (default: windows at random)"},
     {"tokenizer", 0, CLI_CHOICE, "T", O(tokenizer), .choices = "gpt2, bytes",
      .help = "gpt2: GPT-2's BPE (vocabulary 50257; the default of the gpt2\n"
              "models, from the assets installed with sinter); bytes: one token\n"

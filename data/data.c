@@ -261,6 +261,23 @@ sn_status sn_batch_sample(const sn_tokens *t, int B, int T, sn_rng *rng, int32_t
     return SN_OK;
 }
 
+sn_status sn_batch_next(const sn_tokens *t, int B, int T, uint64_t *pos, int32_t *inputs,
+                        int32_t *targets, sn_err *e) {
+    if (B <= 0 || T <= 0)
+        return sn_fail(e, SN_ERR_INVALID, "batch size B=%d and sequence length T=%d must be "
+                       "positive", B, T);
+    size_t need = (size_t)B * (size_t)T + 1;
+    if (t->n < need)
+        return sn_fail(e, SN_ERR_INVALID, "too little data to read in order: %zu tokens, but a "
+                       "batch needs B*T+1 = %zu: use a larger corpus, a smaller batch or the "
+                       "random order", t->n, need);
+    if (*pos > t->n - need) *pos = 0; /* the epoch's end */
+    for (int b = 0; b < B; b++)
+        fill_row(t, (size_t)*pos + (size_t)b * (size_t)T, T, inputs + (size_t)b * T, targets + (size_t)b * T);
+    *pos += (uint64_t)B * (uint64_t)T;
+    return SN_OK;
+}
+
 sn_status sn_val_iter_init(sn_val_iter *it, const sn_tokens *t, int B, int T, sn_err *e) {
     memset(it, 0, sizeof *it);
     if (B <= 0 || T <= 0)

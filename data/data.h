@@ -99,6 +99,13 @@ sn_status sn_shards_read(const char *path, int vocab, sn_tokens *out, int *n_sha
  * Fewer than T+1 tokens is SN_ERR_INVALID. */
 sn_status sn_batch_sample(const sn_tokens *t, int B, int T, sn_rng *rng, int32_t *inputs,
                           int32_t *targets, sn_err *e);
+/* The next B rows of the token stream read in order, as llm.c's loader reads its shards: row b
+ * is the window of T+1 tokens at *pos + b T (inputs[b][i] = t[*pos + b T + i], targets one
+ * later), then *pos += B T; when fewer than B T + 1 tokens are left at *pos the stream starts
+ * again at 0 (the rest is skipped: an epoch ends). Fewer than B T + 1 tokens in all is
+ * SN_ERR_INVALID. */
+sn_status sn_batch_next(const sn_tokens *t, int B, int T, uint64_t *pos, int32_t *inputs,
+                        int32_t *targets, sn_err *e);
 
 /* Validation in order over non-overlapping windows: window w holds t[w*T, w*T + T] (targets
  * read one past the inputs), B windows a batch; a last partial batch is left out. */

@@ -64,6 +64,14 @@ grep -q "^choice: .*precision bf16" "$dir/bf16.out" && grep -q "^  workspace .* 
     grep -q "^plan: tiny, .*, cuda sm_80" "$dir/bf16.out" || { echo "FAIL: plan bf16 cuda"; cat "$dir/bf16.out"; exit 1; }
 "$sinter" plan --model tiny --mem 1GiB --precision fp8 2> "$dir/bf16.err" && exit 1
 grep -q "plan: --precision is fp32, bf16, fp16 or tf32, not 'fp8'" "$dir/bf16.err" || { echo "FAIL: fp8"; cat "$dir/bf16.err"; exit 1; }
+# --in-order: the training tokens read in order; a resume must read them so too
+# shellcheck disable=SC2086
+"$sinter" train $tiny --in-order --checkpoint "$dir/order.ckpt" > "$dir/order.out" || { echo "FAIL: --in-order"; exit 1; }
+# shellcheck disable=SC2086
+if "$sinter" train $tiny --resume "$dir/order.ckpt" > "$dir/order2.out" 2> "$dir/order.err"; then
+    echo "FAIL: resumed an in-order run at random"; exit 1; fi
+grep -q "data.order = in order, which this run does not set" "$dir/order.err" ||
+    { echo "FAIL: no data.order refusal"; cat "$dir/order.err"; exit 1; }
 # the LLaMA family: sinter plan's total for llama-tiny with LoRA is what train --mem then plans
 "$sinter" plan --model llama-tiny --tokenizer bytes --batch 4 --seq 16 --mem 600KiB --lora 4 > "$dir/llama.out" ||
     { echo "FAIL: plan llama-tiny"; cat "$dir/llama.out"; exit 1; }

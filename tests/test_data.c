@@ -533,6 +533,32 @@ START_TEST(test_info_report) {
 }
 END_TEST
 
+/* In order: row b is the window at pos + b T, the position moves B T on, and a batch that
+ * would run past the end starts again at 0; too little data for one batch is refused. */
+START_TEST(batches_in_order) {
+    sn_tokens t = {0};
+    sn_err e;
+    for (int i = 0; i < 50; i++) ck_assert(sn_tokens_push(&t, 100 + i, &e) == SN_OK);
+    enum { B = 2, T = 8 };
+    int32_t in[B * T], tg[B * T];
+    uint64_t pos = 0;
+    int starts[] = {0, 16, 32, 0}; /* 50 tokens: three batches of 16 + 1, then the epoch ends */
+    for (int k = 0; k < 4; k++) {
+        ck_assert(sn_batch_next(&t, B, T, &pos, in, tg, &e) == SN_OK);
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < T; i++) {
+                ck_assert_int_eq(in[b * T + i], 100 + starts[k] + b * T + i);
+                ck_assert_int_eq(tg[b * T + i], 100 + starts[k] + b * T + i + 1);
+            }
+        ck_assert_int_eq(pos, (uint64_t)(starts[k] + B * T));
+    }
+    pos = 0;
+    ck_assert_int_eq(sn_batch_next(&t, 4, 16, &pos, in, tg, &e), SN_ERR_INVALID);
+    ck_assert_has(e.msg, "B*T+1 = 65");
+    sn_tokens_free(&t);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("data");
     TCase *tc = tcase_create("data");
@@ -552,6 +578,7 @@ int main(void) {
     tcase_add_test(tc, test_corpus_fortunes);
     tcase_add_test(tc, test_batch_sample);
     tcase_add_test(tc, test_batch_too_short);
+    tcase_add_test(tc, batches_in_order);
     tcase_add_test(tc, test_val_iter);
     tcase_add_test(tc, test_info_report);
     suite_add_tcase(s, tc);

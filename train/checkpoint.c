@@ -132,6 +132,8 @@ static sn_status put_payload(writer *w, const sn_trainer *t, const sn_run_state 
     }
     record(w, REC_RNG, "data", 32);
     put(w, r->data_rng.s, 32);
+    record(w, REC_STEP, "data_pos", 8);
+    put_u64(w, r->data_pos);
     put_series(w, "train_loss", &r->train_loss);
     put_series(w, "val_loss", &r->val_loss);
     sn_status s = SN_OK;
@@ -345,9 +347,10 @@ static sn_status check_all(const sn_ckpt_file *f, const sn_trainer *t, const sn_
     sn_status s = check_meta(f, t, r, e);
     if (s || (s = check_params(f, t, e))) return s;
     const sn_ckpt_rec *step = sn_ckpt_find(f, REC_STEP, "step"), *rng = sn_ckpt_find(f, REC_RNG, "data");
-    if (!step || step->size != 8 || !rng || rng->size != 32)
-        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its step or RNG record is "
-                       "missing: use an older checkpoint", f->path);
+    const sn_ckpt_rec *pos = sn_ckpt_find(f, REC_STEP, "data_pos");
+    if (!step || step->size != 8 || !rng || rng->size != 32 || (pos && pos->size != 8))
+        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: its step, RNG or data position "
+                       "record is missing or damaged: use an older checkpoint", f->path);
     if (sn_ckpt_u64(step->body) > (uint64_t)sn_trainer_opts(t)->steps)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: step %" PRIu64 " is past the "
                        "run's %d steps", f->path, sn_ckpt_u64(step->body), sn_trainer_opts(t)->steps);
@@ -426,6 +429,8 @@ sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t l
                                                       .clean = (int64_t)sn_ckpt_u64(ls->body + 16)});
         }
         memcpy(r->data_rng.s, sn_ckpt_find(&f, REC_RNG, "data")->body, 32);
+        const sn_ckpt_rec *pos = sn_ckpt_find(&f, REC_STEP, "data_pos"); /* checked by check_all */
+        r->data_pos = pos ? sn_ckpt_u64(pos->body) : 0;
         if (!(s = load_series(&f, "train_loss", &r->train_loss, e))) s = load_series(&f, "val_loss", &r->val_loss, e);
     }
     free(f.recs);

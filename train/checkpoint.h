@@ -16,6 +16,7 @@
  *   META   value text                   the run's and the optimizer's settings ("train.lr" ...)
  *   STEP   i64                          optimizer steps taken
  *   RNG    u64[4]                       xoshiro256** state of the batch sampler ("data")
+ *   STEP   u64 ("data_pos")             the in-order reader's next token (0 in older files)
  *   SERIES u64 n, f64 x[n], f64 y[n]    a loss curve ("train_loss", "val_loss")
  *   PARAM  u32 rank, i64 shape[rank], f32 w[numel], f32 m[numel], f32 v[numel]
  * Readers skip kinds they do not know. */
@@ -31,6 +32,7 @@ typedef struct {
     int n_meta;
     sn_ckpt_kv meta[SN_CKPT_MAX_META]; /* what must be equal to resume: model, data, batch ... */
     sn_rng data_rng;                   /* the batch sampler's state after the last step */
+    uint64_t data_pos;                 /* the in-order reader's next token (sn_batch_next) */
     sn_series train_loss, val_loss;    /* x: the step, y: the loss */
 } sn_run_state;
 
