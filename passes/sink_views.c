@@ -1,5 +1,7 @@
-/* sink_views.c: the sink_views pass: a slice, pad or permute of a pointwise value that nothing
- * else reads moves onto the value's operands, down to values with buffers, so that one
+/* sink_views.c: the sink_views pass: a slice, pad or permute of a pointwise value read by
+ * pointwise ops moves onto the value's operands, down to values with buffers (the value read
+ * by that view alone, or only by views, each then making its own, or a cast, which is cheap to
+ * make again), so that one
  * pointwise kernel reads those buffers through the views (fuse: accesses with offsets, strides
  * and pad masks) instead of storing the value and copying it. The case that matters: rotary
  * embeddings' backward (models/llama.c), whose rotate_half transposed is pads of slices of
@@ -47,9 +49,9 @@ static bool pads_pass(const chain *c, sn_op op) {
 }
 
 /* Operand o of pointwise x (rank R, o aligned to x's trailing axes) as the chain c of views of
- * x sees it: c adapted (axes renumbered for o), or false when a pad falls on an axis o
- * broadcasts, or a permute needs o's rank raised (*lift: reshape o to rank R first). A slice
- * on an axis o broadcasts is dropped: o is the same at every position of it. */
+ * x sees it: c adapted in out (the views o takes), or false when a pad falls on an axis o
+ * broadcasts. *lift: a permute needs o at rank R (apply reshapes it first). A slice on an axis
+ * o broadcasts is dropped: o is the same at every position of it. */
 static bool adapt(const chain *c, const sn_node *x, const sn_node *o, chain *out, bool *lift) {
     int R = x->rank, lead = R - o->rank;
     *lift = false;
