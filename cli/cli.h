@@ -52,8 +52,25 @@ int cli_check_pattern(const char *cmd, const cli_path *in, const cli_path *p, in
 sn_status cli_check_kind(const char *opt, const char *path, const char *what, const void *magic,
                          size_t len, bool overwrite, sn_err *e);
 
-/* The models --model names: GPT-2's configurations, then the LLaMA family's (train_opts.c). */
+/* ---- model.c: the models --model names (sinter graph, plan) ---- */
+#include "models/llama.h"
+/* The models --model names: GPT-2's configurations, then the LLaMA family's. */
 const char *cli_model_names(void);
+/* A model by name: GPT-2's configuration or a LLaMA-family shape. */
+typedef struct {
+    bool llama;
+    sn_gpt2_config c;   /* GPT-2's, when not llama */
+    sn_llama_config lc; /* the LLaMA family's, when llama */
+} cli_model;
+/* The model name names (the option table checked it), with the vocabulary --tokenizer gives it
+ * (NULL: GPT-2's for the gpt2 models, else bytes; a LLaMA shape's own). */
+void cli_model_find(const char *name, const char *tokenizer, cli_model *m);
+int cli_model_ctx(const cli_model *m); /* its longest sequence: the default --seq */
+/* Its shape in words: "vocab 256, context 1024, 12 layers, 12 heads, 768 channels". */
+void cli_model_describe(const cli_model *m, char *buf, size_t len);
+/* m at B x T (LoRA adapters when lora is not NULL) into g; *loss its loss. */
+sn_status cli_model_build(const cli_model *m, const sn_gpt2_lora *lora, int B, int T, sn_graph *g,
+                          sn_node **loss, sn_err *e);
 struct sn_program;
 /* Writes p's CUDA C (DIR/program.cu) and, NVRTC permitting, its ptxas report for sm_arch
  * (DIR/ptxas.txt); returns the exit code. */

@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/gpt2.h"
-#include "models/llama.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "program/program.h"
@@ -121,27 +119,11 @@ static int cmd_graph(int argc, char **argv) {
     long B = a.batch, T = a.seq;
     char head[256];
     sn_status s = g ? SN_OK : sn_fail_oom(&e, sizeof *g, "the graph");
-    sn_llama_config lc;
-    if (!s && sn_llama_config_find(a.model, &lc)) { /* the LLaMA family */
-        if (a.tokenizer) lc.vocab = cli_vocab(NULL, a.tokenizer);
-        if (T < 0) T = lc.ctx;
-        sn_llama m;
-        s = sn_llama_build_lora(g, &lc, (int)B, (int)T, a.lora ? &lora : NULL, &m, &e);
-        loss = m.loss;
-        snprintf(head, sizeof head, "vocab %d, context %d, %d layers, %d/%d heads of %d, hidden %d, "
-                 "MLP %d", lc.vocab, lc.ctx, lc.n_layer, lc.n_head, lc.n_kv_head, lc.head_dim,
-                 lc.hidden, lc.intermediate);
-    } else if (!s) {
-        sn_gpt2_config c;
-        sn_gpt2_config_find(a.model, &c); /* the table checked the name */
-        c.vocab = cli_vocab(&c, a.tokenizer); /* as sinter train's tokenizer makes it */
-        if (T < 0) T = c.ctx;
-        sn_gpt2 m;
-        s = sn_gpt2_build_lora(g, &c, (int)B, (int)T, a.lora ? &lora : NULL, &m, &e);
-        loss = m.loss;
-        snprintf(head, sizeof head, "vocab %d, context %d, %d layers, %d heads, %d channels", c.vocab,
-                 c.ctx, c.n_layer, c.n_head, c.n_embd);
-    }
+    cli_model md;
+    cli_model_find(a.model, a.tokenizer, &md);
+    if (T < 0) T = cli_model_ctx(&md);
+    cli_model_describe(&md, head, sizeof head);
+    if (!s) s = cli_model_build(&md, a.lora ? &lora : NULL, (int)B, (int)T, g, &loss, &e);
     if (!s && a.backward) { /* a training graph: the loss alone, as sinter train keeps it */
         g->n_outputs = 0;
         sn_graph_add_output(g, loss);

@@ -7,18 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/gpt2.h"
-#include "models/llama.h"
 #include "passes/passes.h"
 #include "train/plan.h"
 #include "cli.h"
 
-/* The model a plan is made for: a GPT-2 or a LLaMA-family configuration, adapters or none. */
+/* The model a plan is made for, its adapters (or NULL) and sequence length. */
 typedef struct {
     const char *name;
-    bool llama;
-    sn_gpt2_config c;
-    sn_llama_config lc;
+    cli_model m;
     const sn_gpt2_lora *lora;
     int T;
 } plan_model;
@@ -30,16 +26,7 @@ static sn_status build(void *ctx, int B, sn_graph **out, sn_err *e) {
     *out = sn_graph_new();
     if (!*out) return sn_fail_oom(e, sizeof(sn_graph), "the training graph");
     sn_node *loss;
-    sn_status s;
-    if (m->llama) {
-        sn_llama lm;
-        s = sn_llama_build_lora(*out, &m->lc, B, m->T, m->lora, &lm, e);
-        loss = lm.loss;
-    } else {
-        sn_gpt2 gm;
-        s = sn_gpt2_build_lora(*out, &m->c, B, m->T, m->lora, &gm, e);
-        loss = gm.loss;
-    }
+    sn_status s = cli_model_build(&m->m, m->lora, B, m->T, *out, &loss, e);
     if (s) return s;
     (*out)->n_outputs = 0;
     sn_graph_add_output(*out, loss);
@@ -141,16 +128,8 @@ static int cli_plan(int argc, char **argv) {
     if (policy == SN_RECOMPUTE_BUDGET) policy = -1;
     sn_target t = strcmp(a.device, "cuda") ? sn_target_cpu() : sn_target_cuda(80);
     plan_model m = {.name = a.model};
-    int ctx;
-    if ((m.llama = sn_llama_config_find(a.model, &m.lc))) {
-        if (a.tokenizer) m.lc.vocab = cli_vocab(NULL, a.tokenizer);
-        ctx = m.lc.ctx;
-    } else {
-        sn_gpt2_config_find(a.model, &m.c); /* the table checked the name */
-        m.c.vocab = cli_vocab(&m.c, a.tokenizer); /* as sinter train's tokenizer makes it */
-        ctx = m.c.ctx;
-    }
-    long T = a.seq < 0 ? ctx : a.seq;
+    cli_model_find(a.model, a.tokenizer, &m.m);
+    long T = a.seq < 0 ? cli_model_ctx(&m.m) : a.seq;
     m.T = (int)T;
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.target = &t;

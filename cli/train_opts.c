@@ -19,13 +19,6 @@
 #define O(field) offsetof(train_args, field)
 #define STEPS_MAX 100000000
 
-/* GPT-2's configurations, then the LLaMA family's (models/llama.h) */
-const char *cli_model_names(void) {
-    static char names[512];
-    if (!names[0]) snprintf(names, sizeof names, "%s, %s", sn_gpt2_config_names(), sn_llama_config_names());
-    return names;
-}
-
 static const cli_opt train_opts[] = {
     {"model", 'm', CLI_CHOICE, "NAME", O(model), .choices_fn = cli_model_names,
      .help = "the GPT-2 or LLaMA-family configuration (default demo)"},
