@@ -177,12 +177,9 @@ static bool same_shape(const sn_llama_config *a, const sn_llama_config *b) {
 
 /* The built-in name with c's shape, else "llama-custom" */
 static const char *builtin_name(const sn_llama_config *c) {
-    static const char *const names[] = {"smollm2-135m", "smollm2-360m", "tinyllama-1.1b",
-                                        "llama-3.2-1b", "qwen2.5-0.5b", "llama-tiny"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        sn_llama_config p;
-        if (sn_llama_config_find(names[i], &p) && same_shape(&p, c)) return names[i];
-    }
+    sn_llama_config p;
+    for (int i = 0; sn_llama_config_at(i, &p); i++)
+        if (same_shape(&p, c)) return p.name;
     return "llama-custom";
 }
 

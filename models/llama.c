@@ -30,8 +30,18 @@ bool sn_llama_config_find(const char *name, sn_llama_config *out) {
     return false;
 }
 
+bool sn_llama_config_at(int i, sn_llama_config *out) {
+    if (i < 0 || (size_t)i >= sizeof configs / sizeof configs[0]) return false;
+    *out = configs[i];
+    return true;
+}
+
 const char *sn_llama_config_names(void) {
-    return "smollm2-135m, smollm2-360m, tinyllama-1.1b, llama-3.2-1b, qwen2.5-0.5b, llama-tiny";
+    static char names[256];
+    if (names[0]) return names;
+    for (size_t i = 0, at = 0; i < sizeof configs / sizeof configs[0]; i++)
+        at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", i ? ", " : "", configs[i].name);
+    return names;
 }
 
 sn_status sn_llama_config_check(const sn_llama_config *c, sn_err *e) {

@@ -31,6 +31,8 @@ typedef struct {
 /* Looks up a built-in shape: "smollm2-135m", "smollm2-360m", "tinyllama-1.1b", "llama-3.2-1b",
  * "qwen2.5-0.5b", "llama-tiny" (tests); false if unknown. */
 bool sn_llama_config_find(const char *name, sn_llama_config *out);
+/* The i-th built-in shape (from 0); false past the last. */
+bool sn_llama_config_at(int i, sn_llama_config *out);
 /* The known names, comma-separated, for usage messages. */
 const char *sn_llama_config_names(void);
 /* SN_OK when the model can be built from c (heads divide, head_dim even, sizes positive), else
