@@ -172,9 +172,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N_OPT; i++) {
         /* over the program's parameter layout, as the trainer launches them (runner.c) */
         const sn_param_layout *l = &p->layout;
-        opt[i] = (sn_kernel){.kind = opt_kinds[i], .flat_n = l->flat_n, .flat_decay = l->flat_decay};
-        if (opt_kinds[i] == SN_KER_ADAMW) opt[i].flat_low = l->low; /* it writes the weights' copies */
-        snprintf(opt[i].name, sizeof opt[i].name, "optimizer_%s", sn_kernel_kind_name(opt_kinds[i]));
+        char name[64]; /* AdamW writes the weights' copies */
+        snprintf(name, sizeof name, "optimizer_%s", sn_kernel_kind_name(opt_kinds[i]));
+        opt[i] = sn_optim_kernel(opt_kinds[i], l->flat_n, l->flat_decay, l->low, name);
         if (want(&a, &opt[i])) ks[n++] = &opt[i];
     }
     if (!n) {

@@ -17,7 +17,7 @@ static void sqnorm(const sn_kernel *k, float *part, const float *g, const float 
                    int64_t end) {
     float inv = scal[SN_OPT_INV_MICRO];
     for (int64_t b = begin; b < end; b++) {
-        int64_t lo = b * SN_SQNORM_BLOCK, hi = lo + SN_SQNORM_BLOCK < k->flat_n ? lo + SN_SQNORM_BLOCK : k->flat_n;
+        int64_t lo = b * SN_SQNORM_BLOCK, hi = lo + SN_SQNORM_BLOCK < k->opt.flat_n ? lo + SN_SQNORM_BLOCK : k->opt.flat_n;
         float s = 0;
         for (int64_t i = lo; i < hi; i++) {
             float x = g[i] * inv;
@@ -28,7 +28,7 @@ static void sqnorm(const sn_kernel *k, float *part, const float *g, const float 
 }
 
 static void clip(const sn_kernel *k, float *scal, const float *part) {
-    int64_t nb = (k->flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK;
+    int64_t nb = (k->opt.flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK;
     double sum = 0;
     for (int64_t b = 0; b < nb; b++) sum += part[b];
     double norm = sqrt(sum), c = scal[SN_OPT_CLIP];
@@ -63,12 +63,12 @@ static void adamw(const sn_kernel *k, float *p, float *m, float *v, const float 
     double bc1 = h[SN_OPT_BC1], bc2 = h[SN_OPT_BC2];
     for (int64_t i = begin; i < end; i++) {
         float gi = g[i] * h[SN_OPT_INV_MICRO] * h[SN_OPT_SCALE];
-        float wd = i < k->flat_decay ? h[SN_OPT_WD] : 0;
+        float wd = i < k->opt.flat_decay ? h[SN_OPT_WD] : 0;
         m[i] = b1 * m[i] + (1 - b1) * gi;
         v[i] = b2 * v[i] + (1 - b2) * gi * gi;
         double mhat = m[i] / bc1, vhat = v[i] / bc2;
         p[i] -= (float)(lr * (mhat / (sqrt(vhat) + eps) + wd * p[i]));
-        if (low) low[i] = low_bits(k->flat_low, p[i]);
+        if (low) low[i] = low_bits(k->opt.flat_low, p[i]);
     }
 }
 
@@ -78,7 +78,7 @@ void sn_interp_optim(const sn_kernel *k, void *const *bufs, int64_t begin, int64
     case SN_KER_SQNORM: sqnorm(k, bufs[0], bufs[1], bufs[2], begin, end); return;
     case SN_KER_CLIP: clip(k, bufs[0], bufs[1]); return;
     case SN_KER_ADAMW:
-        adamw(k, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], k->flat_low == SN_F32 ? NULL : bufs[5],
+        adamw(k, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], k->opt.flat_low == SN_F32 ? NULL : bufs[5],
               begin, end);
         return;
     default: SN_ASSERT(0);

@@ -474,8 +474,6 @@ static sn_status build(fuse_state *s) {
                 st = sn_fuse_classifier(s, k, g->nodes[j]); /* and its FINISH kernel */
         if (k && !st && k->kind == SN_KER_GATHER && k->anchor->op == SN_OP_EMBEDDING_BWD)
             st = sn_fuse_split_gather(s, k); /* and its ROWS kernel */
-        if (k && !st && k->kind == SN_KER_ATTENTION) /* kernel.h's contract, checked once here */
-            st = sn_kernel_check_attention(k, s->e);
     }
     if (!st && s->t->att_dq_atomic) st = sn_fuse_att_dq_atomic(s); /* dq with dk and dv */
     /* the weight shadows' cast kernels, after the step's and set apart from them */

@@ -117,7 +117,7 @@ sn_status sn_fuse_not_strided(fuse_state *s, const sn_node *x);
 
 /* ---- fuse_kernels.c: the kernels and values built from the decisions ---- */
 
-enum { MAX_INSTR = 64 }; /* instructions in one fused kernel */
+enum { MAX_INSTR = SN_KER_MAX_INSTR }; /* instructions in one fused kernel (kernel.h) */
 
 /* A kernel being built: its instructions and accesses over an index space, its inputs (the
  * accesses' `arg` counts inputs until the outputs are known) and the values it stores. */

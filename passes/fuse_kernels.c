@@ -132,7 +132,7 @@ static sn_status finish(fuse_state *s, sn_kernel *k, pw_build *b, const sn_node 
     }
     if (anchor) {
         k->anchor = anchor;
-        k->row_instr = b->row_instr;
+        k->row.instr = b->row_instr;
     }
     sn_kernel_work(k, &k->n_items, &k->serial);
     return SN_OK;
@@ -164,9 +164,9 @@ static void add_colsums(fuse_state *s, sn_kernel *k, const sn_node *n) {
     for (int j = 0; j < s->g->n_nodes; j++) {
         const sn_node *x = s->g->nodes[j];
         if (j == n->id || s->home[j] != n->id || x->op != SN_OP_SUM) continue;
-        k->store[k->n_out] = k->n_instr ? k->row_instr : 0; /* a sum: FINISH stores it */
+        k->store[k->n_out] = k->n_instr ? k->row.instr : 0; /* a sum: FINISH stores it */
         k->args[k->n_out++] = x;
-        k->n_colsum++;
+        k->row.n_colsum++;
         size_t len = strlen(k->name);
         if (len + 5 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_sum");
     }
@@ -174,7 +174,7 @@ static void add_colsums(fuse_state *s, sn_kernel *k, const sn_node *n) {
 
 /* The operands of k's column sums, read as inputs (after those k has). */
 static void colsum_operands(fuse_state *s, sn_kernel *k) {
-    for (int o = 1; o <= k->n_colsum; o++) {
+    for (int o = 1; o <= k->row.n_colsum; o++) {
         const sn_node *x = k->args[o], *src = s->read_as[x->id] ? s->read_as[x->id] : x->in[0];
         SN_ASSERT(s->mat[src->id]);
         int at = -1;
@@ -184,7 +184,7 @@ static void colsum_operands(fuse_state *s, sn_kernel *k) {
             at = k->n_out + k->n_in++;
             k->args[at] = src;
         }
-        k->colsum_src[o] = at;
+        k->row.colsum_src[o] = at;
     }
 }
 
@@ -311,7 +311,7 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
             y = sn_fuse_only_reader(s, x);
         }
         SN_ASSERT(s->mat[y->id] && s->mat[b->id] && b->dtype == y->dtype);
-        k->epilogue = SN_EPI_BIAS;
+        k->gemm.epilogue = SN_EPI_BIAS;
         k->args[0] = y; /* the epilogue's result */
         k->args[k->n_out + k->n_in++] = b;
         snprintf(k->name, sizeof k->name, "k%d_matmul_bias", k->id);
@@ -329,8 +329,8 @@ sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k) {
     sn_program *p = s->p;
     int y = -1; /* the arg the row op's sum is stored into */
     for (int o = 0; o < k->n_out && y < 0; o++)
-        if (k->n_instr == 0 ? o == 0 : k->store[o] == k->row_instr) y = o;
-    SN_ASSERT(y >= 0 && (k->n_colsum == 0 || y == 0));
+        if (k->n_instr == 0 ? o == 0 : k->store[o] == k->row.instr) y = o;
+    SN_ASSERT(y >= 0 && (k->row.n_colsum == 0 || y == 0));
     if (k->n_out + k->n_in + 1 > SN_KER_MAX_ARGS)
         return sn_fail(s->e, SN_ERR_UNSUPPORTED, "fuse: kernel %s reads and writes %d buffers and "
                        "its partial sums would make one more than %d; not supported yet", k->name,

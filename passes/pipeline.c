@@ -45,9 +45,15 @@ static sn_status after(const sn_graph *g, const char *pass, const sn_pipeline_op
     return s;
 }
 
-/* Dumps the program after `pass` if that pass was asked for. */
-static void after_program(const sn_program *p, const char *pass, const sn_pipeline_opts *o) {
+/* Checks every kernel of p after `pass` (program/kernel_check.c: a broken contract is the
+ * pass's bug) and dumps the program if that pass was asked for. */
+static sn_status after_program(const sn_program *p, const char *pass, const sn_pipeline_opts *o,
+                               sn_err *e) {
+    sn_err ce;
+    if (sn_program_check(p, &ce) != SN_OK)
+        return sn_fail(e, ce.code, "after pass %s: %s", pass, ce.msg);
     if (dumps(o, pass)) sn_program_print(p, dump_file(o, pass));
+    return SN_OK;
 }
 
 /* Puts a pass's result in place of g's contents (g itself stays the caller's object) and frees
@@ -184,25 +190,24 @@ sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program
 
     sn_program *p;
     if ((s = sn_fuse(g, t, !o->weight_casts_per_step, &p, e))) return s;
-    after_program(p, "fuse", o);
+    s = after_program(p, "fuse", o, e);
 
-    if (o->schedule) {
+    if (!s && o->schedule) {
         sn_schedule_stats ss;
-        if ((s = sn_schedule(p, (sn_schedule_mode)o->schedule, &ss, e))) {
-            sn_program_free(p);
-            return s;
+        if (!(s = sn_schedule(p, (sn_schedule_mode)o->schedule, &ss, e))) {
+            st->schedule_peak_before = ss.peak_before;
+            st->schedule_peak_after = ss.peak_after;
+            st->schedule_moved = ss.moved;
+            s = after_program(p, "schedule", o, e);
         }
-        st->schedule_peak_before = ss.peak_before;
-        st->schedule_peak_after = ss.peak_after;
-        st->schedule_moved = ss.moved;
-        after_program(p, "schedule", o);
     }
 
-    if ((s = sn_memplan(p, t, (sn_param_order)o->param_order, e))) {
+    if (!s && !(s = sn_memplan(p, t, (sn_param_order)o->param_order, e)))
+        s = after_program(p, "memplan", o, e);
+    if (s) {
         sn_program_free(p);
         return s;
     }
-    after_program(p, "memplan", o);
     *prog = p;
     return SN_OK;
 }

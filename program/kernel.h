@@ -70,6 +70,38 @@ typedef struct {
     sn_ref in[3];
 } sn_pw_instr;
 
+/* ---- the parts of one kind (sn_kernel's union) ---- */
+
+/* ROW: the row op among its fused instructions, and the column sums that joined it.
+ * instr: with n_instr > 0, the row op's instruction (below).
+ * A ROW kernel whose anchor sums over every row (layernorm_bwd_w, rmsnorm_bwd_w), with column
+ * sums (n_colsum > 0): outputs 1 .. n_colsum are `sum` nodes over the same R rows (bias
+ * gradients, layernorm's dbeta) that joined the kernel: output o is the sum over r of
+ * args[colsum_src[o]] read as a contiguous (R, C_o) matrix, C_o = numel(args[o]): the sum's
+ * operand, or a bf16 / f16 value whose f32 cast that operand is (through reshapes), each
+ * element widened to f32 as it is loaded (the same sums: the cast has no buffer). Such a
+ * kernel stores nothing but its sums; its row op may read dy through a prologue that widens
+ * a 16-bit value (n_instr 2: the cast, the row op). */
+typedef struct {
+    int instr;
+    int n_colsum;
+    int colsum_src[SN_KER_MAX_ARGS];
+} sn_kernel_row_part;
+
+/* GEMM: what it does with its product before storing it (sn_epilogue above). */
+typedef struct {
+    sn_epilogue epilogue;
+} sn_kernel_gemm_part;
+
+/* The optimizer kinds: the flat range [0, flat_n) of f32 elements they cover, and (ADAMW) the
+ * first flat_decay of them, which get weight decay. flat_low (ADAMW): SN_F32 (zero) for none,
+ * else the dtype (bf16, f16) of the weights' 16-bit copies (program.h: the weight shadows) that
+ * AdamW writes in the same pass, rounded from the updated f32 weights. */
+typedef struct {
+    int64_t flat_n, flat_decay;
+    sn_dtype flat_low;
+} sn_kernel_optim_part;
+
 typedef struct sn_kernel sn_kernel;
 struct sn_kernel {
     sn_kernel_kind kind;
@@ -78,7 +110,6 @@ struct sn_kernel {
     int n_out, n_in;
     const sn_node *args[SN_KER_MAX_ARGS]; /* n_out outputs then n_in inputs, all materialised */
     const sn_node *anchor;                /* every kind but POINTWISE: the node computed */
-    sn_epilogue epilogue;                 /* GEMM: above */
     const sn_node *anchor2;               /* ATTENTION: the second output: the forward's lse node,
                                              or attention_bwd_k's attention_bwd_v (same inputs) */
                                           /* ROW: the classifier (below): a cross_entropy_bwd's
@@ -89,7 +120,7 @@ struct sn_kernel {
      * (contiguously over the index space; an output's numel equals the index space's).
      * ROW with fused neighbours (n_instr > 0; a ROW kernel without them has n_instr 0, reads
      * its row op's inputs as args and stores the row op into args[0]): the same over `shape`,
-     * the shape of the row op's first input, whose last axis is the row. instr[row_instr] is
+     * the shape of the row op's first input, whose last axis is the row. instr[row.instr] is
      * the row op itself (node == anchor); its in[] say how it reads each operand: an
      * instruction before it (the prologue, evaluated per element of the row as the op reads
      * it), or an access (an arg read as is; operands that are not per element of the row,
@@ -115,27 +146,15 @@ struct sn_kernel {
     int n_access;
     sn_access *access;
     int store[SN_KER_MAX_ARGS];
-    int row_instr; /* ROW with n_instr > 0: the row op's instruction */
 
     /* Work is split over threads (CPU) or blocks (GPU) as items [0, n_items): pointwise:
      * elements; ROW: rows; REDUCE: output elements; GATHER: ids (or column blocks of 64 for
      * the scatter, chunks for its BUCKET stage); ATTENTION: (batch x head) pairs of q (of k
      * and v for dk and dv, which have fewer under grouped-query attention). `serial`: must
-     * run as one range. Fuse sets both from sn_kernel_work; code generators check them
+     * run as one range. Fuse sets both from sn_kernel_work; the contract checks them
      * against it. */
     int64_t n_items;
     bool serial;
-
-    /* ROW whose anchor sums over every row (layernorm_bwd_w, rmsnorm_bwd_w), with column sums
-     * (n_colsum > 0): outputs 1 .. n_colsum are `sum` nodes over the same R rows (bias
-     * gradients, layernorm's dbeta) that joined the kernel: output o is the sum over r of
-     * args[colsum_src[o]] read as a contiguous (R, C_o) matrix, C_o = numel(args[o]): the sum's
-     * operand, or a bf16 / f16 value whose f32 cast that operand is (through reshapes), each
-     * element widened to f32 as it is loaded (the same sums: the cast has no buffer). Such a
-     * kernel stores nothing but its sums; its row op may read dy through a prologue that
-     * widens a 16-bit value (n_instr 2: the cast, the row op). */
-    int n_colsum;
-    int colsum_src[SN_KER_MAX_ARGS];
 
     /* A row op that sums over every row (row facts `serial`: a norm weight gradient with its
      * column sums, cross-entropy's mean loss) runs as two kernels, so that every SM takes a
@@ -190,12 +209,12 @@ struct sn_kernel {
     int stage;
     int scratch; /* the scratch value (an index into the program's values) */
 
-    /* The optimizer kinds: the flat range [0, flat_n) of f32 elements they cover, and (ADAMW)
-     * the first flat_decay of them, which get weight decay. flat_low (ADAMW): SN_F32 (zero)
-     * for none, else the dtype (bf16, f16) of the weights' 16-bit copies (program.h: the weight
-     * shadows) that AdamW writes in the same pass, rounded from the updated f32 weights. */
-    int64_t flat_n, flat_decay;
-    sn_dtype flat_low;
+    /* what one kind alone has (the kind says which part is meaningful) */
+    union {
+        sn_kernel_row_part row;     /* ROW */
+        sn_kernel_gemm_part gemm;   /* GEMM */
+        sn_kernel_optim_part opt;   /* GRAD_ACC, SQNORM, CLIP, ADAMW */
+    };
 };
 
 /* ---- the optimizer step ----
@@ -228,6 +247,12 @@ enum {
     SN_OPT_SCALARS = 16
 };
 enum { SN_SQNORM_BLOCK = 4096 };
+
+/* An optimizer kernel of `kind` (GRAD_ACC .. ADAMW) over the flat range [0, flat_n), its first
+ * flat_decay decayed, AdamW writing 16-bit copies in `low` (SN_F32: none), its work split set:
+ * how the trainer (and a test or bench that launches them as it does) makes them. */
+sn_kernel sn_optim_kernel(sn_kernel_kind kind, int64_t flat_n, int64_t flat_decay, sn_dtype low,
+                          const char *name);
 
 /* How many buffers a launch of k passes (args for the kinds fuse makes; fixed for the
  * optimizer kinds); devices that translate buffers (a checked device) read it. */
@@ -262,22 +287,41 @@ bool sn_row_result_per_element(sn_op op);
  * anchor keeps its n_items. */
 void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial);
 
-/* kernel_check.c: the contract above, checked once for every code generator. An attention
- * kernel's anchors, outputs (args, accesses written through), inputs' accesses (input args,
- * unmasked, unit stride along the last axis) and n_items (the (batch x head) slices of q, of k
- * for dk and dv); SN_ERR_INTERNAL naming what is wrong (the maker's bug). */
-sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e);
-/* A fused ROW kernel's (n_instr > 0) instructions: dep[i] (n_instr flags) whether instruction i
- * reads the row op's value (the epilogue) or not (the prologue); *y the output that stores the
- * row op's own result, or -1. Checks the contract: the anchor is instruction row_instr with its
- * inputs, every other instruction pointwise, references backwards and to accesses of input
- * args, the row op's per-row operands (weights, targets) read from buffers, outputs storing
- * instructions of the index space, an epilogue only after a row op with a result per element,
- * whose result is stored when it is not. SN_ERR_INTERNAL when broken; SN_ERR_UNSUPPORTED for a
+/* kernel_check.c: the contract above, checked once for every code generator and after every
+ * kernel pass: the kind, the args, the anchor, the work split (sn_kernel_work) and what each
+ * kind promises (an attention kernel's anchors, outputs and accesses; a pointwise kernel's
+ * instructions; a row kernel's plan below; the optimizer's flat range). SN_ERR_INTERNAL naming
+ * the kernel when broken (a bug in the pass that made it); SN_ERR_UNSUPPORTED for a
  * cross_entropy asked to store its prologue's values (it reads only the counted rows). */
-sn_status sn_kernel_row_deps(const sn_kernel *k, bool *dep, int *y, sn_err *e);
+sn_status sn_kernel_check(const sn_kernel *k, sn_err *e);
+sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e);
+/* The message of a broken contract (printf-style): SN_ERR_INTERNAL. */
+sn_status sn_kernel_bug(const sn_kernel *k, sn_err *e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-/* The column sums of a ROW kernel (n_colsum above) are split in tiles of this many columns. */
+/* Instructions one kernel may have (the fuse pass's bound). */
+enum { SN_KER_MAX_INSTR = 64 };
+
+/* kernel_row.c: what both code generators render a ROW kernel from, computed from the kernel
+ * and its contract checked (the kernel's row facts, the classifier's pair, the stages of a sum
+ * over every row, the column sums; a fused kernel's instructions: references backwards and to
+ * accesses of input args, the row op's per-row operands read from buffers, outputs storing
+ * instructions of the index space, an epilogue only after a row op with a result per element,
+ * whose result is stored when it is not). */
+typedef struct {
+    int64_t R, C;  /* rows and row length of the row op's first input */
+    int64_t Vr;    /* the real classes of cross-entropy over padded logits (a.end), else C */
+    bool sums;     /* a PARTIAL kernel: the op sums over every row, or the classifier's loss */
+    bool fused;    /* instructions around the row op (n_instr > 0) */
+    bool dep[SN_KER_MAX_INSTR]; /* [n_instr] instruction i reads the row op's value: the
+                                   epilogue (else the prologue) */
+    int y;         /* the output storing the row op's own result, or -1 */
+    int buf[3];    /* the arg the row op reads operand i from as it is, or -1 (computed per
+                      element by the prologue) */
+} sn_row_plan;
+sn_status sn_kernel_row_plan(const sn_kernel *k, sn_row_plan *p, sn_err *e);
+
+/* The column sums of a ROW kernel (row.n_colsum above) are split in tiles of this many columns. */
 enum { SN_COLSUM_TILE = 32 };
 /* The stages of a sum over every row (`stage` above), rows a chunk, columns a finishing item. */
 enum { SN_SUM_WHOLE, SN_SUM_PARTIAL, SN_SUM_FINISH };

@@ -1,11 +1,28 @@
 /* kernel_check.c: the contract of kernel.h checked once, for every code generator (issue 20):
- * what the fuse pass promises about a kernel's anchors, outputs and accesses. The fuse pass
- * checks each kernel it makes; the CUDA and LLVM generators check the kernels they are given
- * (a test may build one by hand) and then rely on the contract instead of checking it again.
- * A kernel that breaks it is a bug in whatever made it: SN_ERR_INTERNAL. The attention kernels'
- * contract, and the fused row kernels' (their prologue and epilogue). */
+ * what the pass that made a kernel promises about its kind, anchors, args, accesses and work
+ * split. The fuse pass checks each kernel it makes, the pipeline every kernel of the program
+ * after each kernel pass (passes/pipeline.c), and the CUDA and LLVM generators the kernels they
+ * are given (a test may build one by hand), then render from the per-kind plans instead of
+ * checking again. A kernel that breaks the contract is a bug in whatever made it:
+ * SN_ERR_INTERNAL. The row kernels' contract and plan are kernel_row.c's. */
+#include <stdarg.h>
+#include <stdio.h>
+
 #include "pointwise.h"
 #include "program.h"
+
+#define BUG(...) sn_kernel_bug(k, e, __VA_ARGS__)
+
+sn_status sn_kernel_bug(const sn_kernel *k, sn_err *e, const char *fmt, ...) {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: %s (a bug in the pass that made it)", k->name, msg);
+}
+
+/* ---- attention ---- */
 
 /* Whether attention kernel k's anchor2 is what it may be: the attention_lse the forward reads
  * (both written), or the attention_bwd_v of attention_bwd_k's six inputs (dk and dv in one). */
@@ -93,60 +110,146 @@ bool sn_kernel_att_tensor_cores(const sn_kernel *k, const sn_target *t) {
     return ok;
 }
 
-sn_status sn_kernel_row_deps(const sn_kernel *k, bool *dep, int *y, sn_err *e) {
-    const sn_node *n = k->anchor;
-    int nargs = k->n_out + k->n_in;
-    *y = -1;
-    if (k->kind != SN_KER_ROW || !n || k->n_instr < 1 || k->row_instr < 0 ||
-        k->row_instr >= k->n_instr || k->instr[k->row_instr].node != n ||
-        k->instr[k->row_instr].n_in != n->n_in || k->n_out < 1 || nargs > SN_KER_MAX_ARGS)
-        return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: a fused row kernel computes its anchor as "
-                       "one of its instructions, with the anchor's inputs (a bug in the fuse "
-                       "pass)", k->name);
-    for (int a = 0; a < k->n_access; a++)
-        if (k->access[a].arg < k->n_out || k->access[a].arg >= nargs)
-            return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: access %d reads args[%d], not an "
-                           "input (a bug in the fuse pass)", k->name, a, k->access[a].arg);
+/* ---- the other kinds ---- */
+
+/* A pointwise kernel: instructions pointwise ops or identities referring back only, accesses
+ * reading input args, each output storing an instruction over the whole index space. */
+static sn_status check_pointwise(const sn_kernel *k, sn_err *e) {
+    if (k->n_instr < 1 || k->n_instr > SN_KER_MAX_INSTR || !k->instr || k->rank < 0 ||
+        k->rank > SN_MAX_RANK || k->n_access > SN_KER_MAX_ARGS)
+        return BUG("a pointwise kernel has 1 .. %d instructions and an index space of rank 0 .. %d",
+                   SN_KER_MAX_INSTR, SN_MAX_RANK);
     for (int i = 0; i < k->n_instr; i++) {
         const sn_pw_instr *in = &k->instr[i];
         sn_op op = in->node->op;
-        if (i != k->row_instr && sn_op_kind(op) != SN_K_POINTWISE && !sn_pw_is_identity(op))
-            return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: instruction %d is %s (%%%d), not a "
-                           "pointwise op (a bug in the fuse pass)", k->name, i, sn_op_name(op),
-                           in->node->id);
-        dep[i] = i == k->row_instr;
-        for (int t = 0; t < in->n_in; t++) {
-            const sn_ref *r = &in->in[t];
-            bool ok = r->kind == SN_REF_INSTR ? r->index >= 0 && r->index < i
-                    : r->kind == SN_REF_ACCESS ? r->index >= 0 && r->index < k->n_access : true;
-            /* the row op's per-row operands (weights, biases, targets): read from their buffers */
-            if (i == k->row_instr && !sn_row_operand_per_element(n->op, t))
-                ok = ok && r->kind == SN_REF_ACCESS;
-            if (!ok)
-                return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: operand %d of instruction %d "
-                               "refers to no earlier instruction or access it may (a bug in the "
-                               "fuse pass)", k->name, t, i);
-            if (r->kind == SN_REF_INSTR) dep[i] = dep[i] || dep[r->index];
+        if (sn_op_kind(op) != SN_K_POINTWISE && !sn_pw_is_identity(op))
+            return BUG("instruction %d is %s (%%%d), not a pointwise op", i, sn_op_name(op), in->node->id);
+        if (sn_op_kind(op) == SN_K_POINTWISE && in->n_in != sn_op_min_inputs(op))
+            return BUG("instruction %d (%s) has %d operands", i, sn_op_name(op), in->n_in);
+        for (int j = 0; j < in->n_in; j++) {
+            const sn_ref *r = &in->in[j];
+            if ((r->kind == SN_REF_INSTR && (r->index < 0 || r->index >= i)) ||
+                (r->kind == SN_REF_ACCESS && (r->index < 0 || r->index >= k->n_access)))
+                return BUG("operand %d of instruction %d refers to no earlier instruction or access", j, i);
         }
     }
-    for (int o = 0; o < k->n_out; o++) {
-        int i = k->store[o];
-        if (i < 0 || i >= k->n_instr ||
-            (i != k->row_instr && sn_numel(k->args[o]) != sn_shape_numel(k->rank, k->shape)))
-            return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: output %d stores no instruction of the "
-                           "kernel's index space (a bug in the fuse pass)", k->name, o);
-        if (i == k->row_instr) *y = o;
-        if (dep[i] && i != k->row_instr && !sn_row_result_per_element(n->op))
-            return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: an epilogue after %s, whose result is "
-                           "not one element per element of its input (a bug in the fuse pass)",
-                           k->name, sn_op_name(n->op));
-        if (!dep[i] && n->op == SN_OP_CROSS_ENTROPY)
-            return sn_fail(e, SN_ERR_UNSUPPORTED, "kernel %s: cross_entropy reads only the counted "
-                           "rows, so it cannot store the values of its prologue (%%%d)", k->name,
-                           k->args[o]->id);
-    }
-    if (*y < 0 && !sn_row_result_per_element(n->op))
-        return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: %s's result is not stored (a bug in the "
-                       "fuse pass)", k->name, sn_op_name(n->op));
+    for (int a = 0; a < k->n_access; a++)
+        if (k->access[a].arg < k->n_out || k->access[a].arg >= k->n_out + k->n_in)
+            return BUG("access %d reads args[%d], not an input", a, k->access[a].arg);
+    for (int o = 0; o < k->n_out; o++)
+        if (k->store[o] < 0 || k->store[o] >= k->n_instr ||
+            sn_numel(k->args[o]) != sn_shape_numel(k->rank, k->shape))
+            return BUG("output %d stores no instruction over the kernel's index space", o);
     return SN_OK;
+}
+
+/* Whether x is one of k's input args. */
+static bool reads(const sn_kernel *k, const sn_node *x) {
+    for (int i = k->n_out; i < k->n_out + k->n_in; i++)
+        if (k->args[i] == x) return true;
+    return false;
+}
+
+static sn_status check_reduce(const sn_kernel *k, sn_err *e) {
+    const sn_node *n = k->anchor;
+    if (n->op != SN_OP_SUM && n->op != SN_OP_MEAN && n->op != SN_OP_MAX)
+        return BUG("%s is not a reduction (sum, mean, max)", sn_op_name(n->op));
+    if (n->a.axis < 0 || n->a.axis >= n->in[0]->rank || !reads(k, n->in[0]))
+        return BUG("a reduction reads its input arg over an axis of it");
+    return SN_OK;
+}
+
+static sn_status check_gather(const sn_kernel *k, sn_err *e) {
+    const sn_node *n = k->anchor;
+    bool fwd = n->op == SN_OP_EMBEDDING;
+    if (!fwd && n->op != SN_OP_EMBEDDING_BWD)
+        return BUG("%s is not a gather (embedding, embedding_bwd)", sn_op_name(n->op));
+    if (n->n_in < 2) return BUG("a gather needs (table, ids) or (ids, dy)");
+    const sn_node *ids = n->in[fwd ? 1 : 0];
+    if (ids->dtype != SN_I32) /* the IR's rule, which the generators rely on */
+        return BUG("ids %%%d are %s, not i32", ids->id, sn_dtype_name(ids->dtype));
+    if (fwd && k->stage != SN_SUM_WHOLE) return BUG("embedding runs as one kernel");
+    return SN_OK;
+}
+
+static sn_status check_gemm(const sn_kernel *k, sn_err *e) {
+    const sn_node *n = k->anchor;
+    if (n->op != SN_OP_MATMUL || k->gemm.epilogue < 0 || k->gemm.epilogue >= SN_EPI_COUNT || k->n_out != 1 ||
+        !reads(k, n->in[0]) || !reads(k, n->in[1]) || (k->gemm.epilogue == SN_EPI_BIAS && k->n_in < 2))
+        return BUG("a GEMM kernel is a matmul with args (y, A, B) and its epilogue's bias");
+    return SN_OK;
+}
+
+/* The optimizer kinds (made by the trainer): their flat range and 16-bit copies. */
+static sn_status check_optim(const sn_kernel *k, sn_err *e) {
+    if (k->opt.flat_low != SN_F32 && (k->kind != SN_KER_ADAMW || (k->opt.flat_low != SN_BF16 && k->opt.flat_low != SN_F16)))
+        return BUG("16-bit copies (%s) are written by AdamW only, in bf16 or f16",
+                   sn_dtype_name(k->opt.flat_low));
+    if (k->opt.flat_n < 1 || k->opt.flat_decay < 0 || k->opt.flat_decay > k->opt.flat_n)
+        return BUG("the flat range is [0, %lld) with %lld decayed elements: flat_n >= 1 and 0 <= "
+                   "flat_decay <= flat_n", (long long)k->opt.flat_n, (long long)k->opt.flat_decay);
+    return SN_OK;
+}
+
+/* The work split (sn_kernel_work); embedding_bwd's one-kernel version (the CPU's) takes any
+ * number of column blocks. */
+static sn_status check_work(const sn_kernel *k, sn_err *e) {
+    const sn_node *a = k->anchor;
+    if (k->kind == SN_KER_GATHER && a->op == SN_OP_EMBEDDING_BWD && k->stage == SN_SUM_WHOLE) {
+        int64_t C = a->shape[a->rank - 1];
+        if (k->n_items >= 1 && k->n_items <= C) return SN_OK;
+        return BUG("embedding_bwd splits its %lld columns into n_items blocks, so n_items must be "
+                   "in [1, %lld], not %lld", (long long)C, (long long)C, (long long)k->n_items);
+    }
+    int64_t want;
+    bool serial;
+    sn_kernel_work(k, &want, &serial);
+    if (k->n_items != want)
+        return BUG("n_items is %lld, not the %lld items of its work split (sn_kernel_work)",
+                   (long long)k->n_items, (long long)want);
+    if (serial && !k->serial)
+        return BUG("%s sums over all rows into one output, so the kernel must be marked serial "
+                   "(one call over [0, n_items))", a ? sn_op_name(a->op) : sn_kernel_kind_name(k->kind));
+    return SN_OK;
+}
+
+sn_status sn_kernel_check(const sn_kernel *k, sn_err *e) {
+    if ((unsigned)k->kind >= SN_KER_KIND_COUNT) return BUG("kind %d is no kernel kind", (int)k->kind);
+    bool optim = k->kind == SN_KER_GRAD_ACC || k->kind == SN_KER_SQNORM || k->kind == SN_KER_CLIP ||
+                 k->kind == SN_KER_ADAMW;
+    sn_status st;
+    if (optim) return (st = check_optim(k, e)) ? st : check_work(k, e);
+    if (k->n_out < 1 || k->n_in < 0 || k->n_out + k->n_in > SN_KER_MAX_ARGS)
+        return BUG("%d outputs and %d inputs (1 .. %d args)", k->n_out, k->n_in, SN_KER_MAX_ARGS);
+    for (int i = 0; i < k->n_out + k->n_in; i++)
+        if (!k->args[i]) return BUG("args[%d] is no node", i);
+    if (k->kind == SN_KER_ATTENTION) /* its anchors first, its work split there too */
+        return sn_kernel_check_attention(k, e);
+    if (k->kind != SN_KER_POINTWISE && !k->anchor)
+        return BUG("a %s kernel without its anchor", sn_kernel_kind_name(k->kind));
+    if ((st = check_work(k, e))) return st;
+    switch (k->kind) {
+    case SN_KER_POINTWISE: return check_pointwise(k, e);
+    case SN_KER_ROW: {
+        sn_row_plan p;
+        return sn_kernel_row_plan(k, &p, e);
+    }
+    case SN_KER_REDUCE: return check_reduce(k, e);
+    case SN_KER_GEMM: return check_gemm(k, e);
+    case SN_KER_GATHER: return check_gather(k, e);
+    default: break;
+    }
+    SN_ASSERT(!"a kernel kind without its check");
+    return SN_ERR_INTERNAL;
+}
+
+sn_status sn_program_check(const sn_program *p, sn_err *e) {
+    sn_status st = SN_OK;
+    for (int i = 0; i < p->n_kernels + p->n_shadows && !st; i++) {
+        const sn_kernel *k = i < p->n_kernels ? p->kernels[i] : p->shadows[i - p->n_kernels];
+        st = sn_kernel_check(k, e);
+        if (!st && k->stage != SN_SUM_WHOLE && (k->scratch < 0 || k->scratch >= p->n_values))
+            st = BUG("its scratch value %d is none of the program's %d", k->scratch, p->n_values);
+    }
+    return st;
 }

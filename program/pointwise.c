@@ -12,35 +12,11 @@ bool sn_pw_is_identity(sn_op op) {
     }
 }
 
-sn_status sn_pw_check(const sn_kernel *k, const char *who, sn_pw_dtype_check dtype_ok, sn_err *e) {
-    SN_ASSERT(k->n_instr >= 1 && k->instr && k->n_out >= 1);
-    SN_ASSERT(k->rank >= 0 && k->rank <= SN_MAX_RANK);
-    for (int i = 0; i < k->n_out + k->n_in; i++) {
-        sn_status st = dtype_ok(k, k->args[i], e);
-        if (st) return st;
-    }
-    for (int i = 0; i < k->n_instr; i++) {
-        const sn_pw_instr *in = &k->instr[i];
-        const sn_node *n = in->node;
-        sn_status st = dtype_ok(k, n, e);
-        if (st) return st;
-        if (sn_op_kind(n->op) != SN_K_POINTWISE && !sn_pw_is_identity(n->op))
-            return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: instruction %d is %s (%%%d), which is not "
-                           "a pointwise op", who, i, sn_op_name(n->op), n->id);
-        if (sn_op_kind(n->op) == SN_K_POINTWISE) SN_ASSERT(in->n_in == sn_op_min_inputs(n->op));
-        for (int j = 0; j < in->n_in; j++) {
-            const sn_ref *r = &in->in[j];
-            if (r->kind == SN_REF_INSTR) SN_ASSERT(r->index >= 0 && r->index < i);
-            if (r->kind == SN_REF_ACCESS) SN_ASSERT(r->index >= 0 && r->index < k->n_access);
-        }
-    }
-    for (int a = 0; a < k->n_access; a++)
-        SN_ASSERT(k->access[a].arg >= k->n_out && k->access[a].arg < k->n_out + k->n_in);
-    for (int o = 0; o < k->n_out; o++) {
-        SN_ASSERT(k->store[o] >= 0 && k->store[o] < k->n_instr);
-        SN_ASSERT(sn_numel(k->args[o]) == sn_shape_numel(k->rank, k->shape));
-    }
-    return SN_OK;
+sn_status sn_kernel_dtypes(const sn_kernel *k, sn_pw_dtype_check dtype_ok, sn_err *e) {
+    sn_status st = k->anchor ? dtype_ok(k, k->anchor, e) : SN_OK;
+    for (int i = 0; i < k->n_out + k->n_in && !st; i++) st = dtype_ok(k, k->args[i], e);
+    for (int i = 0; i < k->n_instr && !st; i++) st = dtype_ok(k, k->instr[i].node, e);
+    return st;
 }
 
 /* ---- the index space ---- */

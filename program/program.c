@@ -50,11 +50,20 @@ const sn_row_facts *sn_row_facts_of(sn_op op) {
     return f;
 }
 
+sn_kernel sn_optim_kernel(sn_kernel_kind kind, int64_t flat_n, int64_t flat_decay, sn_dtype low,
+                          const char *name) {
+    sn_kernel k = {.kind = kind, .opt = {.flat_n = flat_n, .flat_decay = flat_decay,
+                                         .flat_low = kind == SN_KER_ADAMW ? low : SN_F32}};
+    snprintf(k.name, sizeof k.name, "%s", name);
+    sn_kernel_work(&k, &k.n_items, &k.serial);
+    return k;
+}
+
 int sn_kernel_n_bufs(const sn_kernel *k) {
     switch (k->kind) {
     case SN_KER_GRAD_ACC: case SN_KER_CLIP: return 2;
     case SN_KER_SQNORM: return 3;
-    case SN_KER_ADAMW: return k->flat_low == SN_F32 ? 5 : 6;
+    case SN_KER_ADAMW: return k->opt.flat_low == SN_F32 ? 5 : 6;
     default: return k->n_out + k->n_in + (k->stage != SN_SUM_WHOLE);
     }
 }
@@ -68,6 +77,9 @@ bool sn_row_result_per_element(sn_op op) {
     const sn_row_facts *f = sn_row_facts_of(op);
     return f && f->result_per_element;
 }
+
+/* The column sums of k (a ROW kernel's part; none for the other kinds). */
+static int colsums(const sn_kernel *k) { return k->kind == SN_KER_ROW ? k->row.n_colsum : 0; }
 
 static int64_t rows_of(const sn_node *x) { return x->rank ? sn_numel(x) / x->shape[x->rank - 1] : 1; }
 
@@ -85,7 +97,7 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
             *n_items = (sn_sum_width(k) + SN_SUM_FINISH_COLS - 1) / SN_SUM_FINISH_COLS;
             return;
         }
-        if (k->n_colsum > 0) { /* the anchor, then the column sums' tiles */
+        if (colsums(k) > 0) { /* the anchor, then the column sums' tiles */
             *n_items = 1 + sn_colsum_tiles(k);
             return;
         }
@@ -106,8 +118,8 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
         *n_items = x->rank >= 2 ? sn_shape_numel(x->rank - 2, x->shape) : 1;
         return;
     }
-    case SN_KER_GRAD_ACC: case SN_KER_ADAMW: *n_items = k->flat_n; return; /* the optimizer's flat range */
-    case SN_KER_SQNORM: *n_items = (k->flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK; return;
+    case SN_KER_GRAD_ACC: case SN_KER_ADAMW: *n_items = k->opt.flat_n; return; /* the optimizer's flat range */
+    case SN_KER_SQNORM: *n_items = (k->opt.flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK; return;
     case SN_KER_CLIP: *n_items = 1; return;
     case SN_KER_GEMM: case SN_KER_KIND_COUNT: break;
     }
@@ -128,7 +140,7 @@ int64_t sn_sum_width(const sn_kernel *k) {
     if (k->stage == SN_SUM_FINISH)
         for (int o = 0; o < k->n_out; o++) w += sn_numel(k->args[o]);
     else
-        for (int o = 0; o <= k->n_colsum; o++) w += sn_numel(o ? k->args[o] : k->anchor);
+        for (int o = 0; o <= colsums(k); o++) w += sn_numel(o ? k->args[o] : k->anchor);
     return w;
 }
 
@@ -160,10 +172,10 @@ void sn_sum_finish_fill(const sn_kernel *k, sn_kernel *f) {
     f->anchor2 = k->anchor2 ? k->anchor : NULL;
     f->stage = SN_SUM_FINISH;
     f->scratch = k->scratch;
-    f->n_out = 1 + k->n_colsum;
+    f->n_out = 1 + colsums(k);
     f->n_in = 0;
     f->args[0] = f->anchor;
-    for (int o = 1; o <= k->n_colsum; o++) f->args[o] = k->args[o];
+    for (int o = 1; o <= colsums(k); o++) f->args[o] = k->args[o];
     snprintf(f->name, sizeof f->name, "k%d_%s_finish", f->id, sn_op_name(f->anchor->op));
     sn_kernel_work(f, &f->n_items, &f->serial);
 }
@@ -172,12 +184,12 @@ bool sn_kernel_writes(const sn_kernel *k, int o) {
     if (k->kind == SN_KER_ATTENTION) /* the atomic dq's zeroing kernel writes its scratch alone */
         return !(k->stage == SN_ATT_DQ_ZERO && k->anchor->op == SN_OP_ATTENTION_BWD_Q);
     return k->stage != SN_SUM_PARTIAL || k->anchor2 ||
-           (k->args[o] != k->anchor && (o < 1 || o > k->n_colsum));
+           (k->args[o] != k->anchor && (o < 1 || o > colsums(k)));
 }
 
 int64_t sn_colsum_tiles(const sn_kernel *k) {
     int64_t n = 0;
-    for (int o = 1; o <= k->n_colsum; o++)
+    for (int o = 1; o <= colsums(k); o++)
         n += (sn_numel(k->args[o]) + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
     return n;
 }

@@ -84,6 +84,11 @@ typedef struct sn_program {
 
 void sn_program_free(sn_program *p);
 
+/* kernel_check.c: every kernel of p (the step's and the weight shadows') keeps kernel.h's
+ * contract (sn_kernel_check), and a two-stage kernel's scratch is one of p's values; the
+ * pipeline checks it after each kernel pass. */
+sn_status sn_program_check(const sn_program *p, sn_err *e);
+
 /* kernel_check.c: whether attention kernel k (its contract checked) runs on target t's tensor
  * cores: bf16 or f16 that t multiplies, head sizes multiples of 16, every 16-bit input's and
  * output's offset and strides multiples of 8 elements (16-byte loads). The CUDA kernels take

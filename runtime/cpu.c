@@ -97,7 +97,7 @@ static void store_rows(void *ctx, int64_t begin, int64_t end) {
     store_ctx *s = ctx;
     const sn_kernel *k = s->k;
     sn_gemm_store_lowp(k->args[0]->dtype, s->bufs[0], s->c,
-                       k->epilogue == SN_EPI_BIAS ? s->bufs[3] : NULL, s->N, begin, end);
+                       k->gemm.epilogue == SN_EPI_BIAS ? s->bufs[3] : NULL, s->N, begin, end);
 }
 
 static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, sn_err *e) {
@@ -105,11 +105,11 @@ static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, s
     const sn_node *mm = k->anchor;
     sn_dtype in = mm->in[0]->dtype, out = k->args[0]->dtype;
     if (mm->dtype != SN_F32 || (in != SN_F32 && in != SN_BF16 && in != SN_F16) ||
-        (out != SN_F32 && out != in) || k->epilogue > SN_EPI_BIAS)
+        (out != SN_F32 && out != in) || k->gemm.epilogue > SN_EPI_BIAS)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "GEMM kernel %s multiplies %s operands into %s "
                        "with epilogue %s: the CPU device multiplies f32, bf16 and f16 operands "
                        "into f32 or their own type, with a bias or none", k->name,
-                       sn_dtype_name(in), sn_dtype_name(out), sn_epilogue_name(k->epilogue));
+                       sn_dtype_name(in), sn_dtype_name(out), sn_epilogue_name(k->gemm.epilogue));
     int parts = sn_pool_threads(c->pool);
     if (parts > 64) parts = 64;
     /* a 16-bit output: the f32 product into a scratch, then the epilogue as its own loop */
@@ -121,7 +121,7 @@ static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, s
         prod[0] = scratch;
     }
     gemm_ctx g = {.mm = mm, .bufs = prod, .parts = parts,
-                  .bias = k->epilogue == SN_EPI_BIAS && out == SN_F32 ? bufs[3] : NULL};
+                  .bias = k->gemm.epilogue == SN_EPI_BIAS && out == SN_F32 ? bufs[3] : NULL};
     sn_pool_run(c->pool, parts, gemm_part, &g);
     for (int p = 0; p < parts; p++)
         if (g.status[p]) {

@@ -287,8 +287,8 @@ sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_
         if (s) return s;
         p[i] = q;
     }
-    if (k->kind == SN_KER_ADAMW && k->flat_low == SN_F32) /* new weights without their copies */
-        written_ref(x, bufs[0], 4 * k->flat_n);
+    if (k->kind == SN_KER_ADAMW && k->opt.flat_low == SN_F32) /* new weights without their copies */
+        written_ref(x, bufs[0], 4 * k->opt.flat_n);
     return x->d->launch(x->d, k, handle, p, e);
 }
 

@@ -485,7 +485,7 @@ static double low_value(sn_dtype t, uint16_t u) {
  * the generated kernel (over three ranges) and in sn_interp_optim. */
 static void adamw_low(sn_jit *j, const sn_kernel *k, const float *p, const float *m, const float *v,
                       const float *g, const float *h) {
-    int64_t n = k->flat_n;
+    int64_t n = k->opt.flat_n;
     size_t bytes = sizeof(float) * (size_t)n;
     float *b[2][3];
     for (int c = 0; c < 2; c++)
@@ -495,15 +495,15 @@ static void adamw_low(sn_jit *j, const sn_kernel *k, const float *p, const float
     for (int t = 0; t < 2; t++) {
         sn_dtype dt = t ? SN_F16 : SN_BF16;
         sn_kernel kl = *k;
-        kl.flat_low = dt;
+        kl.opt.flat_low = dt;
         snprintf(kl.name, sizeof kl.name, "k9_adamw_%s", sn_dtype_name(dt));
         ck_assert_int_eq(sn_kernel_n_bufs(&kl), 6);
         sn_cpu_kernel_fn fn = compile_one(j, &kl);
         for (int i = 0; i < 3; i++) memcpy(b[1][i], i == 0 ? p : i == 1 ? m : v, bytes);
         void *bufs[6] = {b[1][0], b[1][1], b[1][2], (void *)g, (void *)h, low};
         fn(bufs, 0, 401);
-        fn(bufs, 401, k->flat_decay + 3);
-        fn(bufs, k->flat_decay + 3, n);
+        fn(bufs, 401, k->opt.flat_decay + 3);
+        fn(bufs, k->opt.flat_decay + 3, n);
         for (int i = 0; i < 3; i++) ck_assert(!memcmp(b[0][i], b[1][i], bytes));
         for (int64_t i = 0; i < n; i++)
             ck_assert_msg(low_value(dt, low[i]) == sn_dtype_round(dt, b[1][0][i]),
@@ -544,7 +544,7 @@ START_TEST(test_optim) {
     sn_jit *j = new_jit(LANES);
     sn_cpu_kernel_fn fn[4];
     for (int i = 0; i < 4; i++) {
-        ks[i] = (sn_kernel){.kind = kinds[i], .n_items = items[i], .flat_n = N, .flat_decay = DECAY};
+        ks[i] = (sn_kernel){.kind = kinds[i], .n_items = items[i], .opt = {.flat_n = N, .flat_decay = DECAY}};
         snprintf(ks[i].name, sizeof ks[i].name, "k%d_%s", i, sn_kernel_kind_name(kinds[i]));
         fn[i] = compile_one(j, &ks[i]);
     }

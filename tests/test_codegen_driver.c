@@ -69,12 +69,12 @@ START_TEST(test_errors) {
     expect_fail(j, &k, SN_ERR_UNSUPPORTED, "library");
     node_kernel(&k, SN_KER_ROW, lse);
     k.n_items = 3;
-    expect_fail(j, &k, SN_ERR_INVALID, "n_items is 3");
+    expect_fail(j, &k, SN_ERR_INTERNAL, "n_items is 3"); /* kernel_check.c */
     node_kernel(&k, SN_KER_ROW, loss); /* the loss in one kernel (fuse makes two stages) */
     k.stage = SN_SUM_WHOLE;
     sn_kernel_work(&k, &k.n_items, &k.serial);
     k.serial = false;
-    expect_fail(j, &k, SN_ERR_INVALID, "serial");
+    expect_fail(j, &k, SN_ERR_INTERNAL, "serial");
     sn_kernel k2;
     node_kernel(&k, SN_KER_ROW, lse);
     node_kernel(&k2, SN_KER_ROW, lse);

@@ -264,10 +264,10 @@ static void nvrtc_program(sn_graph *g, const char *model, int B, int T, const in
     sn_kernel opt[4]; /* the trainer's optimizer step over every parameter */
     for (int i = 0; i < 4; i++) {
         int64_t params = sn_graph_param_count(g);
-        opt[i] = (sn_kernel){.kind = kinds[i], .flat_n = params, .flat_decay = params / 2};
-        if (kinds[i] == SN_KER_ADAMW && p->n_shadows) /* and the weights' 16-bit copies */
-            opt[i].flat_low = p->shadows[0]->args[0]->dtype;
-        snprintf(opt[i].name, sizeof opt[i].name, "opt_%d", i);
+        char name[16];
+        snprintf(name, sizeof name, "opt_%d", i); /* AdamW writes the weights' 16-bit copies */
+        opt[i] = sn_optim_kernel(kinds[i], params, params / 2,
+                                 p->n_shadows ? p->shadows[0]->args[0]->dtype : SN_F32, name);
         ks[n++] = &opt[i];
     }
     for (int a = 0; a < n_arch; a++) {
@@ -879,7 +879,7 @@ START_TEST(cpu_chunked_weight_gradient) {
         /* the classifier (the loss with its gradient): a partial a row */
         ck_assert_int_eq(sn_sum_chunks(ker), ker->anchor2 ? 200 : 4);
         bool ce = ker->anchor->op == SN_OP_CROSS_ENTROPY || ker->anchor2; /* the loss */
-        ck_assert_int_eq(ker->n_colsum, ce ? 0 : 2); /* dbeta and the bias gradient */
+        ck_assert_int_eq(ker->row.n_colsum, ce ? 0 : 2); /* dbeta and the bias gradient */
     }
     ck_assert_int_eq(partial, 2);
     sn_program_free(p);
@@ -1255,8 +1255,7 @@ START_TEST(cpu_optimizer_step) {
     sn_kernel k[4];
     const sn_kernel *kp[4];
     for (int i = 0; i < 4; i++) {
-        k[i] = (sn_kernel){.kind = kinds[i], .flat_n = N, .flat_decay = DECAY};
-        snprintf(k[i].name, sizeof k[i].name, "%s", names[i]);
+        k[i] = sn_optim_kernel(kinds[i], N, DECAY, SN_F32, names[i]);
         kp[i] = &k[i];
     }
     sn_cuda_source cs = render(kp, 4);
@@ -1356,9 +1355,10 @@ START_TEST(cpu_adamw_low_copies) {
     sn_kernel k[3];
     const sn_kernel *kp[3];
     for (int i = 0; i < 3; i++) {
-        k[i] = (sn_kernel){.kind = SN_KER_ADAMW, .flat_n = N, .flat_decay = DECAY,
-                           .flat_low = i == 0 ? SN_F32 : i == 1 ? SN_BF16 : SN_F16};
-        snprintf(k[i].name, sizeof k[i].name, "opt_adamw_%s", sn_dtype_name(k[i].flat_low));
+        sn_dtype low = i == 0 ? SN_F32 : i == 1 ? SN_BF16 : SN_F16;
+        char name[32];
+        snprintf(name, sizeof name, "opt_adamw_%s", sn_dtype_name(low));
+        k[i] = sn_optim_kernel(SN_KER_ADAMW, N, DECAY, low, name);
         kp[i] = &k[i];
     }
     sn_cuda_source cs = render(kp, 3);
@@ -1401,9 +1401,9 @@ START_TEST(cpu_adamw_low_copies) {
             if (i == 0) continue;
             for (int j = 0; j < 3; j++) ck_assert(!memcmp(st[0][j], st[1][j], sizeof init[j]));
             for (int x = 0; x < N; x++)
-                ck_assert_msg(low_value(k[i].flat_low, low[x]) == sn_dtype_round(k[i].flat_low, b[0][x]),
-                              "%s copy %d: %g, want %g", k[i].name, x, low_value(k[i].flat_low, low[x]),
-                              sn_dtype_round(k[i].flat_low, b[0][x]));
+                ck_assert_msg(low_value(k[i].opt.flat_low, low[x]) == sn_dtype_round(k[i].opt.flat_low, b[0][x]),
+                              "%s copy %d: %g, want %g", k[i].name, x, low_value(k[i].opt.flat_low, low[x]),
+                              sn_dtype_round(k[i].opt.flat_low, b[0][x]));
         }
     for (int c = 0; c < 2; c++)
         for (int j = 0; j < 3; j++) free(st[c][j]);

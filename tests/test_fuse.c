@@ -182,9 +182,9 @@ START_TEST(residual_into_layernorm) {
     ck_assert_ptr_eq(kernel_of(p, x1, &o), k);
     ck_assert_int_eq(o, 1);
     ck_assert_int_eq(k->n_instr, 3);
-    ck_assert_int_eq(k->row_instr, 2); /* the adds come first: a prologue */
+    ck_assert_int_eq(k->row.instr, 2); /* the adds come first: a prologue */
     ck_assert_ptr_eq(k->instr[k->store[1]].node, x1);
-    ck_assert_int_eq(k->instr[k->row_instr].in[0].kind, SN_REF_INSTR);
+    ck_assert_int_eq(k->instr[k->row.instr].in[0].kind, SN_REF_INSTR);
     ck_assert(reads(k, x) && reads(k, y) && reads(k, c) && reads(k, w) && reads(k, b));
     ck_assert_int_eq(k->n_items, 15);
     ck_assert(reads(kernel_of(p, x2, NULL), x1));
@@ -212,7 +212,7 @@ START_TEST(layernorm_bwd_into_residual) {
     ck_assert_ptr_eq(k->args[0], dx);
     ck_assert_int_eq(k->n_out, 1);
     ck_assert_int_eq(k->n_instr, 2);
-    ck_assert_int_eq(k->row_instr, 0); /* the add comes after: an epilogue */
+    ck_assert_int_eq(k->row.instr, 0); /* the add comes after: an epilogue */
     ck_assert_ptr_eq(k->instr[k->store[0]].node, dx);
     ck_assert_int_eq(p->value_of[lb->id], -1);
     sn_program_free(p);
@@ -242,20 +242,20 @@ START_TEST(row_ops_with_neighbours) {
     ck_assert_int_eq(p->n_kernels, 5);
     const sn_kernel *k = kernel_of(p, y, NULL);
     ck_assert(k && k->kind == SN_KER_ROW && k->anchor == s);
-    ck_assert_int_eq(k->row_instr, 2); /* scale, add | softmax | mul */
+    ck_assert_int_eq(k->row.instr, 2); /* scale, add | softmax | mul */
     ck_assert_int_eq(k->n_instr, 4);
     ck_assert_int_eq(k->access[k->instr[1].in[1].index].stride[2], 0); /* r along the row */
     k = kernel_of(p, sb, NULL);
     ck_assert(k != kernel_of(p, y, NULL) && k->kind == SN_KER_ROW && k->anchor == sb);
-    ck_assert_int_eq(k->row_instr, 3); /* exp, tanh, neg | softmax_bwd */
+    ck_assert_int_eq(k->row.instr, 3); /* exp, tanh, neg | softmax_bwd */
     ck_assert_int_eq(k->instr[3].in[0].kind, SN_REF_INSTR);
     ck_assert_int_eq(k->instr[3].in[1].kind, SN_REF_INSTR);
     k = kernel_of(p, ce, NULL);
-    ck_assert(k->kind == SN_KER_ROW && k->anchor->op == SN_OP_CROSS_ENTROPY_BWD && k->row_instr == 0);
+    ck_assert(k->kind == SN_KER_ROW && k->anchor->op == SN_OP_CROSS_ENTROPY_BWD && k->row.instr == 0);
     k = kernel_of(p, cm, NULL);
-    ck_assert(k->kind == SN_KER_ROW && k->anchor == cm && k->row_instr == 1);
+    ck_assert(k->kind == SN_KER_ROW && k->anchor == cm && k->row.instr == 1);
     k = kernel_of(p, cb, NULL);
-    ck_assert(k->kind == SN_KER_ROW && k->anchor->op == SN_OP_CAUSAL_MASK && k->row_instr == 0);
+    ck_assert(k->kind == SN_KER_ROW && k->anchor->op == SN_OP_CAUSAL_MASK && k->row.instr == 0);
     sn_program_free(p);
     sn_graph_free(g);
 }
@@ -443,9 +443,9 @@ START_TEST(row_facts_and_work_split) {
         ck_assert_msg(n == ker->n_items && s == ker->serial, "%s", ker->name);
         ck_assert_int_ge(n, 1);
         serial += ker->kind == SN_KER_ROW && s;
-        colsum_kernels += ker->n_colsum > 0;
-        colsums += ker->n_colsum;
-        if (ker->n_colsum) ck_assert_int_eq(n, sn_sum_chunks(ker) * (1 + sn_colsum_tiles(ker)));
+        colsum_kernels += ker->row.n_colsum > 0;
+        colsums += ker->row.n_colsum;
+        if (ker->row.n_colsum) ck_assert_int_eq(n, sn_sum_chunks(ker) * (1 + sn_colsum_tiles(ker)));
         if (ker->kind == SN_KER_ROW && (sn_row_facts_of(ker->anchor->op)->serial || ker->anchor2) &&
             ker->stage != SN_SUM_FINISH) { /* two stages */
             ck_assert_int_eq(ker->stage, SN_SUM_PARTIAL);
@@ -634,10 +634,10 @@ START_TEST(casts_fold_and_weights_are_copies) {
                 bool widens = ker->n_instr == 2 && ker->instr[0].node->op == SN_OP_CAST &&
                               ker->instr[0].node->in[0]->dtype == SN_BF16;
                 bwd_w_widening += widens;
-                ck_assert_msg(widens && ker->n_colsum > 0, "%s", ker->name);
+                ck_assert_msg(widens && ker->row.n_colsum > 0, "%s", ker->name);
             }
-            for (int o = 1; o <= ker->n_colsum; o++, colsums++) {
-                if (ker->args[ker->colsum_src[o]]->dtype != SN_BF16) continue;
+            for (int o = 1; o <= ker->row.n_colsum; o++, colsums++) {
+                if (ker->args[ker->row.colsum_src[o]]->dtype != SN_BF16) continue;
                 widened++;
                 ck_assert_int_eq(p->value_of[ker->args[o]->in[0]->id], -1); /* the f32 cast */
             }

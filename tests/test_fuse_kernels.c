@@ -243,7 +243,7 @@ START_TEST(norm_backwards) {
     ck_assert_int_eq(kernel_of(p, dw)->n_instr, 0); /* reads x and dy's buffer as they are */
     ck_assert_int_eq(st.row_fused, 3);
     const sn_kernel *kw = kernel_of(p, dw); /* over 3 chunks of rows, the last one short */
-    ck_assert(kw->stage == SN_SUM_PARTIAL && sn_sum_chunks(kw) == 3 && kw->n_colsum == 1);
+    ck_assert(kw->stage == SN_SUM_PARTIAL && sn_sum_chunks(kw) == 3 && kw->row.n_colsum == 1);
     sn_program_free(p);
     sn_graph_free(g);
 }

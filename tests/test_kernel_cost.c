@@ -143,8 +143,9 @@ START_TEST(tiny_gpt2_every_kind) {
         sn_kernel opt[4];
         int64_t params = sn_graph_param_count(g);
         for (int i = 0; i < 4; i++) {
-            opt[i] = (sn_kernel){.kind = opt_kinds[i], .flat_n = params, .flat_decay = params / 2};
-            snprintf(opt[i].name, sizeof opt[i].name, "opt_%d", i);
+            char name[16];
+            snprintf(name, sizeof name, "opt_%d", i);
+            opt[i] = sn_optim_kernel(opt_kinds[i], params, params / 2, SN_F32, name);
             ks[n++] = &opt[i];
         }
         bool kinds[SN_KER_KIND_COUNT] = {0};

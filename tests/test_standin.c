@@ -689,7 +689,7 @@ START_TEST(bias_epilogue_matches_the_interpreter) {
                               "%s: only the operands' casts besides the GEMM", ker->name);
                 continue;
             }
-            ck_assert_int_eq(ker->epilogue, SN_EPI_BIAS);
+            ck_assert_int_eq(ker->gemm.epilogue, SN_EPI_BIAS);
             ck_assert(ker->args[0] == y && ker->args[3] == bt);
             gemms++;
         }

@@ -59,13 +59,11 @@ static void make_kernels(sn_runner *b) {
     static const sn_kernel_kind kinds[OK_COUNT] = {SN_KER_GRAD_ACC, SN_KER_SQNORM, SN_KER_CLIP, SN_KER_ADAMW};
     static const char *const names[OK_COUNT] = {"opt_grad_acc", "opt_sqnorm", "opt_clip", "opt_adamw"};
     const sn_param_layout *l = b->lay;
-    b->n_blocks = (l->flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK;
-    int64_t items[OK_COUNT] = {l->flat_n, b->n_blocks, 1, l->flat_n};
     for (int i = 0; i < OK_COUNT; i++) {
-        b->k[i] = (sn_kernel){.kind = kinds[i], .id = i, .n_items = items[i], .flat_n = l->flat_n,
-                              .flat_decay = l->flat_decay, .flat_low = i == OK_ADAMW ? l->low : SN_F32};
-        snprintf(b->k[i].name, sizeof b->k[i].name, "%s", names[i]);
+        b->k[i] = sn_optim_kernel(kinds[i], l->flat_n, l->flat_decay, l->low, names[i]);
+        b->k[i].id = i;
     }
+    b->n_blocks = b->k[OK_SQNORM].n_items;
 }
 
 /* The flat ranges of the program's parameter layout (memplan.c wrote it, sn_param_layout_check

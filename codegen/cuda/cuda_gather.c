@@ -13,19 +13,11 @@
 
 sn_status sn_cu_check_gather(const sn_kernel *k, sn_err *e) {
     const sn_node *n = k->anchor;
-    bool fwd = n->op == SN_OP_EMBEDDING;
-    if (!fwd && n->op != SN_OP_EMBEDDING_BWD)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: %s is not a gather the CUDA "
-                       "backend knows", k->name, sn_op_name(n->op));
-    if (!fwd && k->stage == SN_SUM_WHOLE)
+    if (n->op == SN_OP_EMBEDDING_BWD && k->stage == SN_SUM_WHOLE)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: embedding_bwd in one kernel; the "
                        "CUDA backend runs it as its BUCKET and ROWS kernels (program/kernel.h), "
                        "which the fuse pass makes", k->name);
-    const sn_node *ids = n->in[fwd ? 1 : 0];
-    if (ids->dtype != SN_I32)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: ids %%%d are %s; the CUDA backend "
-                       "reads i32 ids", k->name, ids->id, sn_dtype_name(ids->dtype));
-    return sn_cu_check_dtype(k, n, e);
+    return sn_kernel_dtypes(k, sn_cu_check_dtype, e);
 }
 
 /* The name of the arg holding node x. */

@@ -8,6 +8,7 @@
 #define SN_CUDA_INT_H
 
 #include "cuda.h"
+#include "program/pointwise.h"
 
 /* ---- cuda_expr.c: names, literals, instructions ---- */
 
@@ -37,10 +38,10 @@ void sn_cu_emit_signature(sn_cu_text *t, const sn_kernel *k, const char *fname, 
 /* "int" when every index below `reach` fits in 32 bits, else "long long". */
 const char *sn_cu_index_type(int64_t reach);
 
-/* ---- the emitters: each checks its kernel (SN_ERR_UNSUPPORTED with a message naming it) and
- * writes it; dims from cuda_launch.c ---- */
+/* ---- the emitters: each writes a kernel that passed kernel.h's contract (sn_kernel_check)
+ * and, where it has one, the backend's check (SN_ERR_UNSUPPORTED with a message naming the
+ * kernel: what this backend does not generate); dims from cuda_launch.c ---- */
 
-sn_status sn_cu_check_pointwise(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_pointwise(sn_cu_text *t, const sn_kernel *k, const char *fname);
 /* The comment above a pointwise kernel (the fused expression with node ids, the shape). */
 void sn_cu_header_pointwise(sn_cu_text *t, const sn_kernel *k);
@@ -62,13 +63,11 @@ int sn_cu_row_lanes(const sn_kernel *k);
 bool sn_cu_row_warp_per_row(const sn_kernel *k);
 enum { SN_CUDA_ROW_WARPS = 8 };
 
-sn_status sn_cu_check_reduce(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_reduce(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 
 sn_status sn_cu_check_gather(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_gather(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 
-sn_status sn_cu_check_optim(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 
 /* Flash attention (cuda_attention.c: the plan and what both paths share; cuda_attention_simt.c,

@@ -67,11 +67,11 @@ sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
     }
     case SN_KER_GRAD_ACC:
     case SN_KER_ADAMW: { /* grid-stride over float4 steps */
-        int64_t blocks = (k->flat_n / 4 + SN_CUDA_PW_BLOCK - 1) / SN_CUDA_PW_BLOCK;
+        int64_t blocks = (k->opt.flat_n / 4 + SN_CUDA_PW_BLOCK - 1) / SN_CUDA_PW_BLOCK;
         return dims1(blocks > SN_CUDA_PW_MAX_GRID ? SN_CUDA_PW_MAX_GRID : blocks, SN_CUDA_PW_BLOCK);
     }
     case SN_KER_SQNORM: /* a block per SN_SQNORM_BLOCK elements */
-        return dims1((k->flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK, 256);
+        return dims1((k->opt.flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK, 256);
     case SN_KER_CLIP: return dims1(1, 256);
     case SN_KER_ATTENTION: return sn_cu_attention_dims(k, t); /* cuda_attention.c */
     case SN_KER_GEMM:

@@ -10,23 +10,12 @@
 
 #include "cuda_int.h"
 
-sn_status sn_cu_check_optim(const sn_kernel *k, sn_err *e) {
-    if (k->flat_low != SN_F32 && (k->kind != SN_KER_ADAMW || (k->flat_low != SN_BF16 && k->flat_low != SN_F16)))
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: 16-bit copies (%s) are written by AdamW "
-                       "only, in bf16 or f16", k->name, sn_dtype_name(k->flat_low));
-    if (k->flat_n < 1 || k->flat_decay < 0 || k->flat_decay > k->flat_n)
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: the flat range is [0, %lld) with "
-                       "%lld decayed elements: set flat_n >= 1 and 0 <= flat_decay <= flat_n",
-                       k->name, (long long)k->flat_n, (long long)k->flat_decay);
-    return SN_OK;
-}
-
 #define E(...) sn_cu_emitf(t, __VA_ARGS__)
 
 /* sum[i] += g[i] */
 static void grad_acc(sn_cu_text *t, const sn_kernel *k, const char *ix) {
-    E("const %s n4 = %lld; /* float4 steps; then %lld elements */", ix, (long long)(k->flat_n / 4),
-      (long long)(k->flat_n % 4));
+    E("const %s n4 = %lld; /* float4 steps; then %lld elements */", ix, (long long)(k->opt.flat_n / 4),
+      (long long)(k->opt.flat_n % 4));
     E("for (%s i = sn_thread_index(); i < n4; i += sn_thread_count()) {", ix);
     E("float4 s = reinterpret_cast<float4 *>(sum)[i];");
     E("const float4 x = reinterpret_cast<const float4 *>(g)[i];");
@@ -37,15 +26,15 @@ static void grad_acc(sn_cu_text *t, const sn_kernel *k, const char *ix) {
     E("reinterpret_cast<float4 *>(sum)[i] = s;");
     E("}");
     E("for (%s i = 4 * n4 + sn_thread_index(); i < %lld; i += sn_thread_count()) sum[i] += g[i];",
-      ix, (long long)k->flat_n);
+      ix, (long long)k->opt.flat_n);
 }
 
 /* partial[b] = sum over block b's elements of (g * inv_micro)^2 */
 static void sqnorm(sn_cu_text *t, const sn_kernel *k, const char *ix, unsigned threads) {
     E("const float inv_micro = scal[%d];", SN_OPT_INV_MICRO);
     E("const %s lo = (%s)blockIdx.x * %d;", ix, ix, SN_SQNORM_BLOCK);
-    E("const %s hi = lo + %d < %lld ? lo + %d : %lld;", ix, SN_SQNORM_BLOCK, (long long)k->flat_n,
-      SN_SQNORM_BLOCK, (long long)k->flat_n);
+    E("const %s hi = lo + %d < %lld ? lo + %d : %lld;", ix, SN_SQNORM_BLOCK, (long long)k->opt.flat_n,
+      SN_SQNORM_BLOCK, (long long)k->opt.flat_n);
     E("float acc = 0.0f;");
     E("for (%s i = lo + threadIdx.x; i < hi; i += %u) {", ix, threads);
     E("const float x = g[i] * inv_micro;");
@@ -57,7 +46,7 @@ static void sqnorm(sn_cu_text *t, const sn_kernel *k, const char *ix, unsigned t
 
 /* the norm from the partials (f64), and the clip scale */
 static void clip(sn_cu_text *t, const sn_kernel *k, unsigned threads) {
-    int64_t nb = (k->flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK;
+    int64_t nb = (k->opt.flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK;
     E("double acc = 0.0;");
     E("for (int b = threadIdx.x; b < %lld; b += %u) acc += (double)partial[b];", (long long)nb, threads);
     E("SN_SHARED(double, tree, %u);", threads);
@@ -78,13 +67,13 @@ static void clip(sn_cu_text *t, const sn_kernel *k, unsigned threads) {
 static void adamw(sn_cu_text *t, const sn_kernel *k, const char *ix) {
     E("/* g' = g inv_micro scale; m = b1 m + (1 - b1) g'; v = b2 v + (1 - b2) g'^2;");
     E(" * p -= lr ((m / bc1) / (sqrt(v / bc2) + eps) + wd p), wd on the first %lld elements */",
-      (long long)k->flat_decay);
+      (long long)k->opt.flat_decay);
     E("const float lr = scal[%d], beta1 = scal[%d], beta2 = scal[%d], eps = scal[%d];", SN_OPT_LR,
       SN_OPT_BETA1, SN_OPT_BETA2, SN_OPT_EPS);
     E("const float wd = scal[%d], bc1 = scal[%d], bc2 = scal[%d];", SN_OPT_WD, SN_OPT_BC1, SN_OPT_BC2);
     E("const float gscale = scal[%d], inv_micro = scal[%d];", SN_OPT_SCALE, SN_OPT_INV_MICRO);
-    E("const %s n4 = %lld; /* float4 steps; then %lld elements */", ix, (long long)(k->flat_n / 4),
-      (long long)(k->flat_n % 4));
+    E("const %s n4 = %lld; /* float4 steps; then %lld elements */", ix, (long long)(k->opt.flat_n / 4),
+      (long long)(k->opt.flat_n % 4));
     E("for (%s i = sn_thread_index(); i < n4; i += sn_thread_count()) {", ix);
     E("const float4 g4 = reinterpret_cast<const float4 *>(g)[i];");
     E("float4 p4 = reinterpret_cast<float4 *>(p)[i];");
@@ -94,26 +83,26 @@ static void adamw(sn_cu_text *t, const sn_kernel *k, const char *ix) {
     for (int l = 0; l < 4; l++)
         E("sn_adamw_step(&p4.%c, &m4.%c, &v4.%c, g4.%c * inv_micro * gscale, 4 * i + %d < %lld ? wd : "
           "0.0f, lr, beta1, beta2, eps, bc1, bc2);", lane[l], lane[l], lane[l], lane[l], l,
-          (long long)k->flat_decay);
+          (long long)k->opt.flat_decay);
     E("reinterpret_cast<float4 *>(p)[i] = p4;");
     E("reinterpret_cast<float4 *>(m)[i] = m4;");
     E("reinterpret_cast<float4 *>(v)[i] = v4;");
-    const char *pack = k->flat_low == SN_BF16 ? "sn_pack_bf16x2" : "sn_pack_f16x2";
-    if (k->flat_low != SN_F32) /* the 16-bit copies of the four */
+    const char *pack = k->opt.flat_low == SN_BF16 ? "sn_pack_bf16x2" : "sn_pack_f16x2";
+    if (k->opt.flat_low != SN_F32) /* the 16-bit copies of the four */
         E("reinterpret_cast<uint2 *>(low)[i] = make_uint2(%s(p4.x, p4.y), %s(p4.z, p4.w));", pack, pack);
     E("}");
     E("/* the tail */");
     E("for (%s i = 4 * n4 + sn_thread_index(); i < %lld; i += sn_thread_count()) {", ix,
-      (long long)k->flat_n);
+      (long long)k->opt.flat_n);
     E("sn_adamw_step(&p[i], &m[i], &v[i], g[i] * inv_micro * gscale, i < %lld ? wd : 0.0f, lr, "
-      "beta1, beta2, eps, bc1, bc2);", (long long)k->flat_decay);
-    if (k->flat_low != SN_F32)
-        E("low[i] = %s(p[i]);", k->flat_low == SN_BF16 ? "sn_f32_to_bf16" : "sn_f32_to_f16");
+      "beta1, beta2, eps, bc1, bc2);", (long long)k->opt.flat_decay);
+    if (k->opt.flat_low != SN_F32)
+        E("low[i] = %s(p[i]);", k->opt.flat_low == SN_BF16 ? "sn_f32_to_bf16" : "sn_f32_to_f16");
     E("}");
 }
 
 void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname) {
-    const char *ix = sn_cu_index_type(k->flat_n + 4LL * SN_CUDA_PW_BLOCK * SN_CUDA_PW_MAX_GRID);
+    const char *ix = sn_cu_index_type(k->opt.flat_n + 4LL * SN_CUDA_PW_BLOCK * SN_CUDA_PW_MAX_GRID);
     unsigned threads = d->block[0];
     if (k->kind == SN_KER_ADAMW) { /* its one element's update, before the kernel (once in a
                                       module of several AdamW kernels) */
@@ -133,7 +122,7 @@ void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, 
     E("extern \"C\" __global__ void __launch_bounds__(%u)", threads);
     switch (k->kind) {
     case SN_KER_GRAD_ACC:
-        E("%s(float *__restrict__ sum, const float *__restrict__ g) /* [%lld] */", fname, (long long)k->flat_n);
+        E("%s(float *__restrict__ sum, const float *__restrict__ g) /* [%lld] */", fname, (long long)k->opt.flat_n);
         E("{");
         grad_acc(t, k, ix);
         break;
@@ -149,12 +138,12 @@ void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, 
         break;
     case SN_KER_ADAMW:
         E("%s(float *__restrict__ p, float *__restrict__ m, float *__restrict__ v,", fname);
-        if (k->flat_low == SN_F32)
+        if (k->opt.flat_low == SN_F32)
             E("    const float *__restrict__ g, const float *__restrict__ scal) /* [%lld] */",
-              (long long)k->flat_n);
+              (long long)k->opt.flat_n);
         else
             E("    const float *__restrict__ g, const float *__restrict__ scal, %s *__restrict__ low) "
-              "/* [%lld] */", k->flat_low == SN_BF16 ? "sn_bf16" : "sn_f16", (long long)k->flat_n);
+              "/* [%lld] */", k->opt.flat_low == SN_BF16 ? "sn_bf16" : "sn_f16", (long long)k->opt.flat_n);
         E("{");
         adamw(t, k, ix);
         break;

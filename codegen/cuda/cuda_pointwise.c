@@ -275,14 +275,3 @@ void sn_cu_emit_pointwise(sn_cu_text *t, const sn_kernel *k, const char *fname) 
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
 }
-
-static sn_status check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
-    return sn_cu_check_dtype(k, n, e);
-}
-
-sn_status sn_cu_check_pointwise(const sn_kernel *k, sn_err *e) {
-    SN_ASSERT(k->kind == SN_KER_POINTWISE && k->n_access <= SN_KER_MAX_ARGS);
-    char who[80];
-    snprintf(who, sizeof who, "cuda: kernel %s", k->name);
-    return sn_pw_check(k, who, check_dtype, e);
-}

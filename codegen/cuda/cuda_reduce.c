@@ -8,18 +8,6 @@
 
 #include "cuda_int.h"
 
-sn_status sn_cu_check_reduce(const sn_kernel *k, sn_err *e) {
-    const sn_node *n = k->anchor;
-    if (n->op != SN_OP_SUM && n->op != SN_OP_MEAN && n->op != SN_OP_MAX)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: %s is not a reduction the CUDA "
-                       "backend knows", k->name, sn_op_name(n->op));
-    SN_ASSERT(n->a.axis >= 0 && n->a.axis < n->in[0]->rank);
-    bool found = false;
-    for (int i = k->n_out; i < k->n_out + k->n_in; i++) found = found || k->args[i] == n->in[0];
-    SN_ASSERT(found);
-    return sn_cu_check_dtype(k, n, e);
-}
-
 /* acc = acc op v: a sum, or a max with NaN propagating (the reference's) */
 static void combine(sn_cu_text *t, bool max, const char *v) {
     if (max) sn_cu_emitf(t, "acc = sn_max_nan(acc, %s);", v);

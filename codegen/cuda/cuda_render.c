@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cuda_int.h"
+#include "program/pointwise.h"
 #include "program/program.h"
 #include "support/hash.h"
 
@@ -14,24 +15,16 @@
 
 static sn_status check(const sn_kernel *k, const sn_target *tg, sn_err *e) {
     sn_cu_check_name(k);
-    if (k->kind == SN_KER_ATTENTION) return sn_cu_check_attention(k, tg, e); /* f16 too */
-    if (k->kind >= SN_KER_KIND_COUNT)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s is a %s kernel, which the CUDA "
-                       "backend does not generate yet", k->name, sn_kernel_kind_name(k->kind));
-    if (k->kind == SN_KER_GEMM) return SN_OK; /* skipped: a library call */
-    int nargs = k->n_out + k->n_in;
-    SN_ASSERT(nargs <= SN_KER_MAX_ARGS);
-    for (int i = 0; i < nargs; i++) {
-        sn_status st = sn_cu_check_dtype(k, k->args[i], e);
-        if (st) return st;
-    }
+    sn_status st = sn_kernel_check(k, e); /* the contract (program/kernel_check.c) */
+    if (st) return st;
+    /* what the CUDA backend generates of a kernel that keeps it */
     switch (k->kind) {
-    case SN_KER_POINTWISE: return sn_cu_check_pointwise(k, e);
+    case SN_KER_ATTENTION: return sn_cu_check_attention(k, tg, e); /* f16 too */
+    case SN_KER_GEMM: return SN_OK; /* skipped: a library call */
+    case SN_KER_POINTWISE: case SN_KER_REDUCE: return sn_kernel_dtypes(k, sn_cu_check_dtype, e);
     case SN_KER_ROW: return sn_cu_check_row(k, e);
-    case SN_KER_REDUCE: return sn_cu_check_reduce(k, e);
     case SN_KER_GATHER: return sn_cu_check_gather(k, e);
-    case SN_KER_GRAD_ACC: case SN_KER_SQNORM: case SN_KER_CLIP:
-    case SN_KER_ADAMW: return sn_cu_check_optim(k, e);
+    case SN_KER_GRAD_ACC: case SN_KER_SQNORM: case SN_KER_CLIP: case SN_KER_ADAMW: return SN_OK;
     default: break;
     }
     return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s is a %s kernel, which the CUDA "

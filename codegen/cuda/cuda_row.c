@@ -212,73 +212,24 @@ static void cross_entropy_bwd(row *w) {
 
 /* ---- the kernel ---- */
 
-/* Fills w from k; the checks of sn_cu_check_row. */
+/* Fills w from k and its plan (program/kernel_row.c: the contract checked there); what the
+ * CUDA backend generates: its dtypes. */
 static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
-    const sn_node *n = k->anchor, *x = n->in[0];
-    *w = (row){.k = k, .n = n, .y = -1, .fused = k->n_instr > 0};
-    if (!sn_row_facts_of(n->op))
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: %s is not a row op the CUDA "
-                       "backend knows", k->name, sn_op_name(n->op));
-    w->C = x->rank ? x->shape[x->rank - 1] : 1;
-    w->R = x->rank ? sn_numel(x) / w->C : 1;
-    w->Vr = n->a.end > 0 && n->a.end < w->C ? n->a.end : w->C;
+    const sn_node *n = k->anchor;
+    sn_row_plan p;
+    sn_status st = sn_kernel_row_plan(k, &p, e);
+    if (st) return st;
+    *w = (row){.k = k, .n = n, .y = p.y, .fused = p.fused, .C = p.C, .R = p.R, .Vr = p.Vr};
+    memcpy(w->dep, p.dep, sizeof w->dep);
+    memcpy(w->buf, p.buf, sizeof w->buf);
     w->ix = sn_cu_index_type(w->R * w->C + 1024 * 1024);
     w->lanes = sn_cu_row_lanes(k);
-    sn_status st = sn_cu_check_dtype(k, n, e);
-    if (st) return st;
-    bool ce = n->op == SN_OP_CROSS_ENTROPY || n->op == SN_OP_CROSS_ENTROPY_BWD;
-    if (ce && n->in[1]->dtype != SN_I32)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: targets %%%d are %s; the CUDA "
-                       "backend reads i32 targets", k->name, n->in[1]->id, sn_dtype_name(n->in[1]->dtype));
-    if (n->op == SN_OP_CAUSAL_MASK && x->rank < 2)
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: causal_mask needs a (.., T, S) input", k->name);
-    for (int i = 0; i < 3; i++) w->buf[i] = -1;
-    bool sums = sn_row_facts_of(n->op)->serial; /* over every row */
-    if (k->anchor2 && (n->op != SN_OP_CROSS_ENTROPY_BWD || k->anchor2->op != SN_OP_CROSS_ENTROPY ||
-                       k->anchor2->in[0] != x || k->anchor2->in[1] != n->in[1] ||
-                       k->anchor2->a.end != n->a.end ||
-                       k->anchor2->a.ignore_index != n->a.ignore_index))
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a classifier is a cross_entropy_bwd "
-                       "with the cross_entropy of the same logits, targets and attributes", k->name);
-    sums = sums || k->anchor2; /* the classifier's loss */
-    if (sums != (k->stage == SN_SUM_PARTIAL))
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a row op that sums over every row, "
-                       "and only it, runs as the PARTIAL and FINISH kernels of kernel.h", k->name);
-    if (k->n_colsum && (!sums || ce || k->n_colsum + 1 != k->n_out))
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: column sums join only a norm weight "
-                       "gradient that stores nothing else, as its outputs 1 .. n_out - 1", k->name);
-    for (int o = 1; o <= k->n_colsum; o++) {
-        const sn_node *src = k->args[k->colsum_src[o]];
-        if (k->colsum_src[o] < k->n_out || k->colsum_src[o] >= k->n_out + k->n_in ||
-            !sn_dtype_is_float(src->dtype) || k->args[o]->dtype != SN_F32 ||
-            sn_numel(src) != w->R * sn_numel(k->args[o]))
-            return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: column sum %d must read a float "
-                           "input of %lld rows of its %lld columns", k->name, o, (long long)w->R,
-                           (long long)sn_numel(k->args[o]));
-    }
-    if (!w->fused) {
-        for (int i = 0; i < n->n_in; i++)
-            for (int a = k->n_out; a < k->n_out + k->n_in && w->buf[i] < 0; a++)
-                if (k->args[a] == n->in[i]) w->buf[i] = a;
-        for (int i = 0; i < n->n_in; i++) SN_ASSERT(w->buf[i] >= 0);
-        w->y = 0;
-        return SN_OK;
-    }
-    if (k->n_instr > (int)(sizeof w->dep / sizeof w->dep[0]))
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: %d fused instructions; the CUDA "
-                       "backend takes at most 64 around a row op", k->name, k->n_instr);
-    if ((st = sn_kernel_row_deps(k, w->dep, &w->y, e))) return st; /* program/kernel_check.c */
-    for (int i = 0; i < k->n_instr; i++)
-        if (i != k->row_instr && (st = sn_cu_check_dtype(k, k->instr[i].node, e))) return st;
-    const sn_pw_instr *ri = &k->instr[k->row_instr];
-    for (int t = 0; t < ri->n_in; t++) /* w, b, targets: their buffers (checked) */
-        if (!sn_row_operand_per_element(n->op, t)) w->buf[t] = k->access[ri->in[t].index].arg;
-    return SN_OK;
+    return sn_kernel_dtypes(k, sn_cu_check_dtype, e);
 }
 
 sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e) {
     row w;
-    return k->stage == SN_SUM_FINISH ? sn_cu_row_check_finish(k, e) : setup(&w, k, e);
+    return setup(&w, k, e);
 }
 
 void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname) {

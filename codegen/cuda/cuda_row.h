@@ -14,7 +14,7 @@ typedef struct {
     const sn_node *n;   /* the row op */
     int64_t C, R, Vr;   /* row length, rows, real classes (cross-entropy) */
     bool fused;         /* prologue/epilogue instructions (k->n_instr > 0) */
-    bool dep[64];       /* [n_instr]: depends on the row op's value */
+    bool dep[SN_KER_MAX_INSTR]; /* [n_instr]: depends on the row op's value (the plan's) */
     int buf[3];         /* arg read as is for operand i (-1: computed per element) */
     int y;              /* the output holding the row op's own result, or -1 */
     unsigned threads;
@@ -53,6 +53,5 @@ void sn_cu_row_partial_open(row *w);
 void sn_cu_row_cross_entropy(row *w);
 void sn_cu_row_norm_bwd_w(row *w, bool rms);
 void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
-sn_status sn_cu_row_check_finish(const sn_kernel *k, sn_err *e);
 
 #endif

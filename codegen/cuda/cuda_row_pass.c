@@ -91,7 +91,7 @@ const char *sn_cu_row_opnd(const row *w, int i, char *b, size_t len) {
     case OP_ROW: snprintf(b, len, "%s[r]", arg(w, w->buf[i], a, sizeof a)); return b;
     case OP_SCALAR: snprintf(b, len, "sn_load(%s[0])", arg(w, w->buf[i], a, sizeof a)); return b;
     }
-    return sn_cu_operand(w->k, &w->k->instr[w->k->row_instr].in[i], "", b, len);
+    return sn_cu_operand(w->k, &w->k->instr[w->k->row.instr].in[i], "", b, len);
 }
 
 /* Whether access a is read per element: by an instruction, or as a per-element operand of the
@@ -102,7 +102,7 @@ static bool access_used(const row *w, int a) {
         for (int t = 0; t < k->instr[i].n_in; t++) {
             const sn_ref *r = &k->instr[i].in[t];
             if (r->kind == SN_REF_ACCESS && r->index == a &&
-                (i != k->row_instr || sn_row_operand_per_element(w->n->op, t)))
+                (i != k->row.instr || sn_row_operand_per_element(w->n->op, t)))
                 return true;
         }
     return false;
@@ -258,7 +258,7 @@ void sn_cu_row_store_prologue(row *w) {
 void sn_cu_row_store(row *w, const char *val) {
     const sn_kernel *k = w->k;
     char v[48];
-    const char *name = w->fused ? sn_cu_var_name(k, k->row_instr, "", v, sizeof v) : "y";
+    const char *name = w->fused ? sn_cu_var_name(k, k->row.instr, "", v, sizeof v) : "y";
     E(w->n->dtype == SN_BF16 ? "const float %s = sn_round_bf16(%s);"
       : w->n->dtype == SN_F16 ? "const float %s = sn_round_f16(%s);" : "const float %s = %s;", name, val);
     if (!w->fused) {
@@ -266,7 +266,7 @@ void sn_cu_row_store(row *w, const char *val) {
         return;
     }
     for (int i = 0; i < k->n_instr; i++)
-        if (w->dep[i] && i != k->row_instr) sn_cu_emit_instr(w->t, k, i, "");
+        if (w->dep[i] && i != k->row.instr) sn_cu_emit_instr(w->t, k, i, "");
     for (int o = 0; o < k->n_out; o++) put(w, o, sn_cu_var_name(k, k->store[o], "", v, sizeof v));
 }
 

@@ -159,10 +159,10 @@ static void colsums(row *w) {
     E("%s C, c, at; /* columns, this lane's, where the output starts in `part` */", w->ix);
     E("float acc = 0.0f;");
     int64_t first = 0, at = w->C;
-    for (int o = 1; o <= k->n_colsum; o++) { /* each source its own loop: its own element type */
+    for (int o = 1; o <= k->row.n_colsum; o++) { /* each source its own loop: its own element type */
         int64_t C = sn_numel(k->args[o]), tiles = (C + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
-        sn_cu_arg_name(w->k, k->colsum_src[o], src, sizeof src);
-        const char *cond = o == k->n_colsum ? "" : "if (t < %lld) ";
+        sn_cu_arg_name(w->k, k->row.colsum_src[o], src, sizeof src);
+        const char *cond = o == k->row.n_colsum ? "" : "if (t < %lld) ";
         char c[48];
         snprintf(c, sizeof c, cond, (long long)(first + tiles));
         E("%s%s{", o > 1 ? "else " : "", c);
@@ -201,7 +201,7 @@ void sn_cu_row_partial_open(row *w) {
     E("const %s r0 = chunk * %d, r1 = r0 + %d < %lld ? r0 + %d : %lld;", w->ix, SN_SUM_CHUNK,
       SN_SUM_CHUNK, (long long)w->R, SN_SUM_CHUNK, (long long)w->R);
     E("float *part = scratch + chunk * %lld; /* this chunk's partial sums */", (long long)sn_sum_width(k));
-    if (k->n_colsum) colsums(w);
+    if (k->row.n_colsum) colsums(w);
 }
 
 /* kernel.h's FINISH: column c of the partial sums, added over the chunks in chunk order, into
@@ -275,14 +275,3 @@ void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, 
     sn_cu_emitf(t, "}");
 }
 
-/* FINISH: outputs the sums alone, f32 (the partials' width is fuse's: sn_fuse_split_sum). */
-sn_status sn_cu_row_check_finish(const sn_kernel *k, sn_err *e) {
-    bool f32 = true;
-    for (int o = 0; o < k->n_out; o++) f32 = f32 && k->args[o]->dtype == SN_F32;
-    const sn_row_facts *f = sn_row_facts_of(k->anchor->op);
-    if (k->n_in || !f32 || k->args[0] != k->anchor || !f || !f->serial)
-        return sn_fail(e, SN_ERR_INVALID, "cuda: kernel %s: a FINISH kernel writes the f32 sums "
-                       "of a row op that sums over every row and reads only its partial sums",
-                       k->name);
-    return SN_OK;
-}

@@ -238,7 +238,7 @@ LLVMValueRef sn_ll_fx_value(sn_ll_fx *f, int i) {
     SN_ASSERT(i >= 0 && i < f->k->n_instr);
     if (f->val[i]) return f->val[i];
     const sn_pw_instr *in = &f->k->instr[i];
-    SN_ASSERT(i != f->k->row_instr); /* the row op's value is given by sn_ll_fx_set */
+    SN_ASSERT(i != f->k->row.instr); /* the row op's value is given by sn_ll_fx_set */
     if (f->reuse[i]) {
         LLVMValueRef idx = sn_ll_add(f->L, f->rowoff, f->j);
         return f->val[i] = f->scalar ? sn_ll_load(f->L, f->reuse[i], idx, "")

@@ -9,7 +9,7 @@
  *     sn_ll_fx *f = sn_ll_fx_new(L, k, ptrs, e);          // ptrs: the kernel's args, typed
  *     ... per row r:  sn_ll_fx_row(f, r);
  *     ... per vector: sn_ll_fx_step(f, v.j, v.mask, false);
- *                     LLVMValueRef x = sn_ll_fx_ref(f, &k->instr[k->row_instr].in[0]);
+ *                     LLVMValueRef x = sn_ll_fx_ref(f, &k->instr[k->row.instr].in[0]);
  *     sn_ll_fx_free(f); */
 #ifndef SN_LLVM_FUSED_H
 #define SN_LLVM_FUSED_H

@@ -67,15 +67,8 @@ static void embedding_bwd(sn_ll *L, LLVMValueRef y, LLVMValueRef ids, LLVMValueR
 
 sn_status sn_ll_emit_gather(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
     const sn_node *n = k->anchor;
-    char kn[96];
     bool fwd = n->op == SN_OP_EMBEDDING;
-    if (!fwd && n->op != SN_OP_EMBEDDING_BWD)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: %s is not a gather the LLVM backend knows",
-                       sn_ll_kname(k, kn, sizeof kn), sn_op_name(n->op));
     const sn_node *ids = n->in[fwd ? 1 : 0], *rows = n->in[fwd ? 0 : 1];
-    if (ids->dtype != SN_I32)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: ids %%%d are %s; the LLVM backend reads i32 ids",
-                       sn_ll_kname(k, kn, sizeof kn), ids->id, sn_dtype_name(ids->dtype));
     int64_t C = n->shape[n->rank - 1];
     int64_t V = fwd ? rows->shape[0] : n->shape[0];
     sn_status st = sn_ll_check_dtype(k, n, e);

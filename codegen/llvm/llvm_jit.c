@@ -201,44 +201,13 @@ fail:
 
 /* ---- kernels ---- */
 
-/* The work split each kind is generated for (llvm.h), checked against what the kernel says. */
-static sn_status check_items(const sn_kernel *k, sn_err *e) {
-    char kn[96];
-    const sn_node *a = k->anchor;
-    bool optim = k->kind == SN_KER_GRAD_ACC || k->kind == SN_KER_SQNORM || k->kind == SN_KER_CLIP ||
-                 k->kind == SN_KER_ADAMW;
-    if (k->kind != SN_KER_POINTWISE && !optim && !a)
-        return sn_fail(e, SN_ERR_INVALID, "%s: no anchor node", sn_ll_kname(k, kn, sizeof kn));
-    if (k->kind == SN_KER_GEMM || k->kind == SN_KER_ATTENTION || k->kind >= SN_KER_KIND_COUNT ||
-        (k->kind == SN_KER_ROW && !sn_row_facts_of(a->op)))
-        return SN_OK; /* emit() checks or rejects these */
-    if (k->kind == SN_KER_GATHER && a->op == SN_OP_EMBEDDING_BWD) { /* any number of column blocks */
-        int64_t C = a->shape[a->rank - 1];
-        if (k->stage == SN_GATHER_BUCKET || (k->n_items >= 1 && k->n_items <= C)) return SN_OK;
-        return sn_fail(e, SN_ERR_INVALID, "%s: embedding_bwd splits its %lld columns into "
-                       "n_items blocks, so n_items must be in [1, %lld], not %lld",
-                       sn_ll_kname(k, kn, sizeof kn), (long long)C, (long long)C,
-                       (long long)k->n_items);
-    }
-    if (k->kind == SN_KER_GATHER && a->n_in < 2)
-        return sn_fail(e, SN_ERR_INVALID, "%s: a gather needs (table, ids)", sn_ll_kname(k, kn, sizeof kn));
-    int64_t want;
-    bool serial;
-    sn_kernel_work(k, &want, &serial); /* what fuse sets (program/kernel.h) */
-    if (k->n_items != want)
-        return sn_fail(e, SN_ERR_INVALID, "%s: n_items is %lld but the LLVM backend generates it "
-                       "for %lld items (codegen/llvm.h lists each kind's split)",
-                       sn_ll_kname(k, kn, sizeof kn), (long long)k->n_items, (long long)want);
-    if (serial && !k->serial)
-        return sn_fail(e, SN_ERR_INVALID, "%s: %s sums over all rows into one output, so the "
-                       "kernel must be marked serial (one call over [0, n_items))",
-                       sn_ll_kname(k, kn, sizeof kn), sn_op_name(a->op));
-    return SN_OK;
-}
-
 static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
     char kn[96];
-    sn_status st = check_items(k, e);
+    if (k->kind == SN_KER_GEMM)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s is a matrix product: GEMMs are library calls "
+                       "(runtime/gemm.h), not generated; leave them out of sn_jit_compile",
+                       sn_ll_kname(k, kn, sizeof kn));
+    sn_status st = sn_kernel_check(k, e); /* the contract (program/kernel_check.c) */
     if (st) return st;
     switch (k->kind) {
     case SN_KER_POINTWISE: return sn_ll_emit_pointwise(L, k, fname, e);
@@ -247,15 +216,12 @@ static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e
     case SN_KER_GATHER: return sn_ll_emit_gather(L, k, fname, e);
     case SN_KER_GRAD_ACC: case SN_KER_SQNORM: case SN_KER_CLIP: case SN_KER_ADAMW:
         return sn_ll_emit_optim(L, k, fname, e);
-    case SN_KER_GEMM:
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s is a matrix product: GEMMs are library calls "
-                       "(runtime/gemm.h), not generated; leave them out of sn_jit_compile",
-                       sn_ll_kname(k, kn, sizeof kn));
+    case SN_KER_GEMM: break;
     case SN_KER_ATTENTION: return sn_ll_emit_attention(L, k, fname, e);
     case SN_KER_KIND_COUNT: break;
     }
-    return sn_fail(e, SN_ERR_INVALID, "%s: unknown kernel kind %d", sn_ll_kname(k, kn, sizeof kn),
-                   (int)k->kind);
+    SN_ASSERT(!"a kernel kind without its emitter");
+    return SN_ERR_INTERNAL;
 }
 
 /* The symbol of kernel k in batch `batch` (batch < 0: the plain kernel name). */

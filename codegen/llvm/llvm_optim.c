@@ -103,20 +103,12 @@ static void emit_adamw(sn_ll *L, int64_t n_decay, sn_dtype low) {
 }
 
 sn_status sn_ll_emit_optim(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
-    char kn[96];
-    if (k->flat_n < 1 || k->flat_decay < 0 || k->flat_decay > k->flat_n)
-        return sn_fail(e, SN_ERR_INVALID, "%s: the flat range is [0, %lld) with %lld decayed "
-                       "elements: set flat_n >= 1 and 0 <= flat_decay <= flat_n",
-                       sn_ll_kname(k, kn, sizeof kn), (long long)k->flat_n, (long long)k->flat_decay);
-    if (k->flat_low != SN_F32 && (k->kind != SN_KER_ADAMW || (k->flat_low != SN_BF16 && k->flat_low != SN_F16)))
-        return sn_fail(e, SN_ERR_INVALID, "%s: 16-bit copies (%s) are written by AdamW only, in "
-                       "bf16 or f16", sn_ll_kname(k, kn, sizeof kn), sn_dtype_name(k->flat_low));
     sn_ll_fn_begin(L, fname);
     switch (k->kind) {
     case SN_KER_GRAD_ACC: emit_grad_acc(L); break;
-    case SN_KER_SQNORM: emit_sqnorm(L, k->flat_n); break;
-    case SN_KER_CLIP: emit_clip(L, k->flat_n); break;
-    case SN_KER_ADAMW: emit_adamw(L, k->flat_decay, k->flat_low); break;
+    case SN_KER_SQNORM: emit_sqnorm(L, k->opt.flat_n); break;
+    case SN_KER_CLIP: emit_clip(L, k->opt.flat_n); break;
+    case SN_KER_ADAMW: emit_adamw(L, k->opt.flat_decay, k->opt.flat_low); break;
     default: SN_ASSERT(0);
     }
     sn_ll_fn_end(L);

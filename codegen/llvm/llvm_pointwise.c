@@ -130,8 +130,7 @@ static void free_arrays(pw *P, LLVMValueRef *vals) {
 }
 
 sn_status sn_ll_emit_pointwise(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
-    char kn[96];
-    sn_status st = sn_pw_check(k, sn_ll_kname(k, kn, sizeof kn), sn_ll_check_dtype, e);
+    sn_status st = sn_kernel_dtypes(k, sn_ll_check_dtype, e);
     if (st) return st;
     int na = k->n_access + 1, nargs = k->n_out + k->n_in;
     pw P = {.L = L, .k = k};

@@ -63,7 +63,7 @@ static void store_prologue(row *w, const sn_ll_vloop *v, bool all) {
 /* x[row, j ..] for input i (a full row): loaded, read back, or computed by the prologue. */
 static LLVMValueRef ld(row *w, int i, const sn_ll_vloop *v, const char *name) {
     if (w->in[i]) return sn_ll_vload(w->L, w->in[i], at(w, v->j), v->mask, name);
-    LLVMValueRef x = sn_ll_fx_ref(w->fx, &w->k->instr[w->k->row_instr].in[i]);
+    LLVMValueRef x = sn_ll_fx_ref(w->fx, &w->k->instr[w->k->row.instr].in[i]);
     if (w->full) store_prologue(w, v, false);
     return x;
 }
@@ -72,7 +72,7 @@ static LLVMValueRef ld(row *w, int i, const sn_ll_vloop *v, const char *name) {
 static LLVMValueRef ld_one(row *w, int i, LLVMValueRef j, const char *name) {
     if (w->in[i]) return sn_ll_load(w->L, w->in[i], at(w, j), name);
     sn_ll_fx_step(w->fx, j, NULL, true);
-    return sn_ll_fx_ref(w->fx, &w->k->instr[w->k->row_instr].in[i]);
+    return sn_ll_fx_ref(w->fx, &w->k->instr[w->k->row.instr].in[i]);
 }
 
 /* w[j ..] for a per-column input (w, b). */
@@ -88,7 +88,7 @@ static void st(row *w, const sn_ll_vloop *v, LLVMValueRef val) {
         return;
     }
     const sn_kernel *k = w->k;
-    sn_ll_fx_set(w->fx, k->row_instr, val);
+    sn_ll_fx_set(w->fx, k->row.instr, val);
     for (int o = 0; o < k->n_out; o++) {
         int i = k->store[o];
         if (!w->dep[i] || w->stepped[o]) continue;
@@ -393,25 +393,15 @@ static bool plain_access(const sn_kernel *k, const sn_access *a) {
     return true;
 }
 
-/* Checks a ROW kernel with fused neighbours and sets w up for it (after sn_ll_fn_begin): the
- * args' pointers, the operands read as they are, the result buffer, what depends on the row op. */
+/* Sets w up for a ROW kernel with fused neighbours (after sn_ll_fn_begin): the args' pointers,
+ * the operands read as they are, the result buffer (what depends on the row op: the plan's). */
 static sn_status fused_setup(row *w, sn_err *e) {
     sn_ll *L = w->L;
     const sn_kernel *k = w->k;
     const sn_node *n = w->n;
     char name[32];
-    int nargs = k->n_out + k->n_in;
-    SN_ASSERT(k->rank >= 1);
-    sn_status st;
-    for (int i = 0; i < nargs; i++)
-        if ((st = sn_ll_check_dtype(k, k->args[i], e))) return st;
-    if (!(w->dep = sn_calloc((size_t)k->n_instr, sizeof *w->dep, "a row kernel's code generator", e)))
-        return SN_ERR_OOM;
-    int y;
-    if ((st = sn_kernel_row_deps(k, w->dep, &y, e))) return st; /* program/kernel_check.c */
-    for (int i = 0; i < k->n_instr; i++)
-        if (i != k->row_instr && (st = sn_ll_check_dtype(k, k->instr[i].node, e))) return st;
-    const sn_pw_instr *ri = &k->instr[k->row_instr];
+    int nargs = k->n_out + k->n_in, y = w->plan.y;
+    const sn_pw_instr *ri = &k->instr[k->row.instr];
     for (int i = 0; i < nargs; i++) {
         int opnd = -1;
         for (int t = 0; t < ri->n_in && i >= k->n_out; t++)
@@ -446,48 +436,15 @@ static sn_status fused_check(row *w, sn_err *e) {
 }
 
 sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
-    if (k->stage == SN_SUM_FINISH) return sn_ll_emit_row_finish(L, k, fname, e);
     const sn_node *n = k->anchor;
-    const sn_node *x = n->in[0];
-    char kn[96];
-    row w = {.L = L, .k = k, .n = n, .C = x->rank ? x->shape[x->rank - 1] : 1};
-    int64_t R = x->rank ? sn_numel(x) / w.C : 1;
-    bool ce = n->op == SN_OP_CROSS_ENTROPY || n->op == SN_OP_CROSS_ENTROPY_BWD;
-    if (!sn_row_facts_of(n->op))
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: %s is not a row op the LLVM backend knows",
-                       sn_ll_kname(k, kn, sizeof kn), sn_op_name(n->op));
-    sn_status st = sn_ll_check_dtype(k, n, e);
-    if (st) return st;
-    if (n->op == SN_OP_CAUSAL_MASK && x->rank < 2)
-        return sn_fail(e, SN_ERR_INVALID, "%s: causal_mask needs a (.., T, S) input", sn_ll_kname(k, kn, sizeof kn));
-    if (ce && n->in[1]->dtype != SN_I32)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: targets %%%d are %s; the LLVM backend reads i32 "
-                       "targets", sn_ll_kname(k, kn, sizeof kn), n->in[1]->id, sn_dtype_name(n->in[1]->dtype));
+    row w = {.L = L, .k = k, .n = n};
+    sn_status st = sn_kernel_row_plan(k, &w.plan, e); /* the contract (program/kernel_row.c) */
+    if (st || (st = sn_kernel_dtypes(k, sn_ll_check_dtype, e))) return st;
+    if (k->stage == SN_SUM_FINISH) return sn_ll_emit_row_finish(L, k, fname);
+    w.C = w.plan.C;
+    w.dep = w.plan.dep;
+    int64_t R = w.plan.R;
     bool bwd_w = n->op == SN_OP_LAYERNORM_BWD_W || n->op == SN_OP_RMSNORM_BWD_W;
-    if (k->anchor2 && (n->op != SN_OP_CROSS_ENTROPY_BWD || k->anchor2->op != SN_OP_CROSS_ENTROPY ||
-                       k->anchor2->in[0] != x || k->anchor2->in[1] != n->in[1] ||
-                       k->anchor2->a.end != n->a.end ||
-                       k->anchor2->a.ignore_index != n->a.ignore_index))
-        return sn_fail(e, SN_ERR_INVALID, "%s: a classifier is a cross_entropy_bwd with the "
-                       "cross_entropy of the same logits, targets and attributes",
-                       sn_ll_kname(k, kn, sizeof kn));
-    if ((sn_row_facts_of(n->op)->serial || k->anchor2) != (k->stage == SN_SUM_PARTIAL))
-        return sn_fail(e, SN_ERR_INVALID, "%s: a row op that sums over every row, and only it, "
-                       "runs as the PARTIAL and FINISH kernels of kernel.h",
-                       sn_ll_kname(k, kn, sizeof kn));
-    if (k->n_colsum && (!bwd_w || k->n_colsum + 1 != k->n_out))
-        return sn_fail(e, SN_ERR_INVALID, "%s: column sums join only a norm weight gradient "
-                       "that stores nothing else, as its outputs 1 .. n_out - 1",
-                       sn_ll_kname(k, kn, sizeof kn));
-    for (int o = 1; o <= k->n_colsum; o++) {
-        const sn_node *src = k->args[k->colsum_src[o]];
-        if (k->colsum_src[o] < k->n_out || k->colsum_src[o] >= k->n_out + k->n_in ||
-            !sn_dtype_is_float(src->dtype) || k->args[o]->dtype != SN_F32 ||
-            sn_numel(src) != R * sn_numel(k->args[o]))
-            return sn_fail(e, SN_ERR_INVALID, "%s: column sum %d must read a float input of %lld "
-                           "rows of its %lld columns", sn_ll_kname(k, kn, sizeof kn), o,
-                           (long long)R, (long long)sn_numel(k->args[o]));
-    }
     sn_ll_fn_begin(L, fname);
     if (k->n_instr > 0) {
         st = fused_setup(&w, e);
@@ -527,7 +484,6 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
         if (w.fx) st = fused_check(&w, e);
     }
     sn_ll_fx_free(w.fx);
-    free(w.dep);
     return st;
 }
 

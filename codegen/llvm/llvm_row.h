@@ -21,7 +21,8 @@ typedef struct {
     /* fused neighbours (fx NULL without): */
     sn_ll_fx *fx;
     LLVMValueRef ptr[SN_KER_MAX_ARGS];
-    bool *dep;                      /* [n_instr] depends on the row op's value */
+    sn_row_plan plan;               /* program/kernel_row.c */
+    bool *dep;                      /* [n_instr] depends on the row op's value: plan.dep */
     bool whole;                     /* every pass of the op covers every row unconditionally */
     bool full;                      /* the current pass covers the row and may store values */
     bool have[SN_KER_MAX_ARGS];     /* output o holds this row's values (read back, not again) */
@@ -43,8 +44,8 @@ void sn_ll_row_cross_entropy(row *w, LLVMValueRef r0, LLVMValueRef r1, LLVMValue
 /* The PARTIAL kernel's items [begin, end) of w's op (cross-entropy or a norm weight gradient)
  * over R rows, inside the function sn_ll_emit_row began. */
 void sn_ll_row_partial(row *w, int64_t R);
-/* kernel.h's FINISH kernel k as function fname. */
-sn_status sn_ll_emit_row_finish(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
+/* kernel.h's FINISH kernel k (its plan made) as function fname. */
+sn_status sn_ll_emit_row_finish(sn_ll *L, const sn_kernel *k, const char *fname);
 
 #endif /* SN_HAVE_LLVM */
 #endif

@@ -14,9 +14,9 @@ static void colsum_tile(sn_ll *L, const sn_kernel *k, LLVMValueRef part, LLVMVal
                         LLVMValueRef r0, LLVMValueRef r1) {
     LLVMBuilderRef b = L->b;
     int64_t first = 0, at = sn_numel(k->anchor); /* the output's first tile, its partials */
-    for (int o = 1; o <= k->n_colsum; o++) {
+    for (int o = 1; o <= k->row.n_colsum; o++) {
         int64_t C = sn_numel(k->args[o]), tiles = (C + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
-        LLVMValueRef x = sn_ll_buf(L, k->colsum_src[o], k->args[k->colsum_src[o]]->dtype,
+        LLVMValueRef x = sn_ll_buf(L, k->row.colsum_src[o], k->args[k->row.colsum_src[o]]->dtype,
                                    "colsum_src"); /* 16-bit elements widened as loaded */
         LLVMValueRef in = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSGE, t, sn_ll_i64(L, first), ""),
                                        LLVMBuildICmp(b, LLVMIntSLT, t, sn_ll_i64(L, first + tiles), ""), "");
@@ -45,13 +45,8 @@ static void colsum_tile(sn_ll *L, const sn_kernel *k, LLVMValueRef part, LLVMVal
 
 /* kernel.h's FINISH for the items [begin, end): each column of the partial sums added over the
  * chunks in chunk order, into the output that holds it. */
-sn_status sn_ll_emit_row_finish(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
-    char kn[96];
+sn_status sn_ll_emit_row_finish(sn_ll *L, const sn_kernel *k, const char *fname) {
     int64_t P = sn_sum_chunks(k), W = sn_sum_width(k), at = 0;
-    for (int o = 0; o < k->n_out; o++)
-        if (k->args[o]->dtype != SN_F32 || k->n_in)
-            return sn_fail(e, SN_ERR_INVALID, "%s: a FINISH kernel writes f32 sums and reads only "
-                           "its partial sums", sn_ll_kname(k, kn, sizeof kn));
     sn_ll_fn_begin(L, fname);
     LLVMBuilderRef b = L->b;
     LLVMValueRef part = sn_ll_buf(L, k->n_out, SN_F32, "partials");
@@ -156,7 +151,7 @@ void sn_ll_row_partial(row *w, int64_t R) {
     if (w->fx) sn_ll_fx_row(w->fx, r);
     sn_ll_row_one(w, r);
     sn_ll_for_end(L, &rows);
-    if (k->n_colsum) {
+    if (k->row.n_colsum) {
         sn_ll_if_else(L, &anchor);
         LLVMValueRef pp = LLVMBuildGEP2(b, L->t_f32, w->y, &w->y0, 1, "part_row");
         colsum_tile(L, k, pp, LLVMBuildSub(b, part, sn_ll_i64(L, 1), "t"), r0, r1);

@@ -44,7 +44,7 @@ sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k) {
     s.stride_a = A->rank > 2 ? s.M * s.K : 0;
     s.stride_b = B->rank > 2 ? s.K * s.N : 0;
     s.stride_d = s.M * s.N;
-    s.bias = k->epilogue == SN_EPI_BIAS; /* the bias epilogue (kernel.h): args[3], an (N) vector */
+    s.bias = k->gemm.epilogue == SN_EPI_BIAS; /* the bias epilogue (kernel.h): args[3], an (N) vector */
     s.ab = A->dtype;
     s.d = k->args[0]->dtype; /* the matmul's f32, or its 16-bit cast (with a bias: of its sum) */
     s.bias_t = s.bias ? k->args[3]->dtype : s.d;

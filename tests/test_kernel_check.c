@@ -1,0 +1,198 @@
+/* test_kernel_check.c: kernel.h's contract, checked once in program/ (kernel_check.c,
+ * kernel_row.c): every kernel of tiny GPT-2's programs (f32 and bf16, attention fused or not)
+ * keeps it; a row kernel's plan says which instructions form the epilogue exactly as the graph
+ * does (an instruction is in the epilogue when its node depends on the row op); and planted
+ * bugs, one a case, are SN_ERR_INTERNAL naming the kernel, from sn_kernel_check and from both
+ * code generators alike. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cuda/cuda.h"
+#include "codegen/llvm/llvm.h"
+#include "program/program.h"
+#include "harness.h"
+#include "tiny_gpt2.h"
+
+static sn_program *compile(bool fuse_attention, sn_precision precision) {
+    sn_graph *g = tiny_training_graph_at(fuse_attention, precision);
+    sn_program *p;
+    sn_err e;
+    sn_pipeline_opts o = {.precision = precision};
+    ck_assert_msg(sn_pipeline_kernels(g, &o, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    return p;
+}
+
+static void free_program(sn_program *p) {
+    sn_graph *g = (sn_graph *)p->g;
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+
+/* Whether node x depends on node a through its inputs (x == a included). */
+static bool depends(const sn_node *x, const sn_node *a) {
+    if (x == a) return true;
+    for (int i = 0; i < x->n_in; i++)
+        if (x->in[i]->id >= a->id && depends(x->in[i], a)) return true;
+    return false;
+}
+
+/* Each kernel passes; each row kernel's plan agrees with the graph. */
+static void check_program(const sn_program *p, int *fused_rows) {
+    sn_err e;
+    ck_assert_msg(sn_program_check(p, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; i < p->n_kernels; i++) {
+        const sn_kernel *k = p->kernels[i];
+        if (k->kind != SN_KER_ROW) continue;
+        sn_row_plan pl;
+        ck_assert_msg(sn_kernel_row_plan(k, &pl, &e) == SN_OK, "%s", e.msg);
+        const sn_node *x = k->anchor->in[0];
+        ck_assert_int_eq(pl.C, x->shape[x->rank - 1]);
+        ck_assert_int_eq(pl.R * pl.C, sn_numel(x));
+        ck_assert_int_eq(pl.fused, k->n_instr > 0);
+        if (k->stage == SN_SUM_FINISH) continue;
+        ck_assert_int_eq(pl.sums, k->stage == SN_SUM_PARTIAL);
+        if (!pl.fused) {
+            ck_assert_int_eq(pl.y, 0);
+            for (int t = 0; t < k->anchor->n_in; t++) ck_assert(k->args[pl.buf[t]] == k->anchor->in[t]);
+            continue;
+        }
+        ++*fused_rows;
+        for (int t = 0; t < k->n_instr; t++)
+            ck_assert_msg(pl.dep[t] == depends(k->instr[t].node, k->anchor), "%s: instruction %d (%s)",
+                          k->name, t, sn_op_name(k->instr[t].node->op));
+        if (pl.y >= 0) ck_assert_int_eq(k->store[pl.y], k->row.instr);
+        for (int t = 0; t < k->anchor->n_in; t++) /* per-row operands: their args */
+            if (!sn_row_operand_per_element(k->anchor->op, t))
+                ck_assert(pl.buf[t] >= k->n_out && k->args[pl.buf[t]] == k->anchor->in[t]);
+    }
+}
+
+START_TEST(test_programs_keep_the_contract) {
+    int fused_rows = 0;
+    for (int c = 0; c < 4; c++) {
+        sn_program *p = compile(c & 1, c & 2 ? SN_PRECISION_BF16 : SN_PRECISION_FP32);
+        check_program(p, &fused_rows);
+        free_program(p);
+    }
+    ck_assert_int_gt(fused_rows, 8); /* prologues and epilogues were there to check */
+}
+END_TEST
+
+/* ---- planted bugs ---- */
+
+/* A copy of k whose arrays are its own (a planted bug must not reach the program's). */
+typedef struct {
+    sn_kernel k;
+    sn_pw_instr instr[SN_KER_MAX_INSTR];
+    sn_access access[SN_KER_MAX_ARGS + 4];
+} kcopy;
+
+static void copy_of(kcopy *c, const sn_kernel *k) {
+    c->k = *k;
+    ck_assert(k->n_instr <= SN_KER_MAX_INSTR && k->n_access <= SN_KER_MAX_ARGS + 4);
+    if (k->n_instr) memcpy(c->instr, k->instr, sizeof *k->instr * (size_t)k->n_instr);
+    if (k->n_access) memcpy(c->access, k->access, sizeof *k->access * (size_t)k->n_access);
+    c->k.instr = k->n_instr ? c->instr : NULL;
+    c->k.access = k->n_access ? c->access : NULL;
+}
+
+/* The broken kernel is refused as the maker's bug, naming it and `what`; by the check and by
+ * both code generators. */
+static void refused(const sn_kernel *k, const char *what) {
+    sn_err e;
+    ck_assert_int_eq(sn_kernel_check(k, &e), SN_ERR_INTERNAL);
+    ck_assert_msg(strstr(e.msg, k->name) && strstr(e.msg, what) && strstr(e.msg, "a bug in"),
+                  "want '%s': %s", what, e.msg);
+    char first[sizeof e.msg];
+    memcpy(first, e.msg, sizeof first);
+    sn_target t = sn_target_cuda(80);
+    sn_cuda_source cs;
+    ck_assert_int_eq(sn_cuda_render(&k, 1, &t, &cs, &e), SN_ERR_INTERNAL);
+    ck_assert_str_eq(e.msg, first);
+    sn_jit *j;
+    if (sn_jit_new(&j, &e) != SN_OK) return; /* a build without LLVM */
+    sn_cpu_kernel_fn fn;
+    sn_kernel *mk = (sn_kernel *)k; /* the JIT takes non-const kernels; it does not change them */
+    ck_assert_int_eq(sn_jit_compile(j, &mk, 1, &fn, &e), SN_ERR_INTERNAL);
+    ck_assert_str_eq(e.msg, first);
+    sn_jit_free(j);
+}
+
+/* The first kernel of p that `want` accepts. */
+static const sn_kernel *find(const sn_program *p, bool (*want)(const sn_kernel *)) {
+    for (int i = 0; i < p->n_kernels; i++)
+        if (want(p->kernels[i])) return p->kernels[i];
+    ck_abort_msg("no such kernel");
+    return NULL;
+}
+
+static bool classifier(const sn_kernel *k) {
+    return k->kind == SN_KER_ROW && k->anchor2 && k->stage == SN_SUM_PARTIAL;
+}
+static bool fused_norm(const sn_kernel *k) {
+    return k->kind == SN_KER_ROW && k->anchor->op == SN_OP_LAYERNORM && k->n_instr > 1;
+}
+static bool norm_sums(const sn_kernel *k) {
+    return k->kind == SN_KER_ROW && k->row.n_colsum > 0 && k->stage == SN_SUM_PARTIAL;
+}
+static bool pointwise(const sn_kernel *k) { return k->kind == SN_KER_POINTWISE && k->n_instr > 1; }
+
+START_TEST(test_planted_bugs_are_internal) {
+    sn_program *p = compile(true, SN_PRECISION_BF16);
+    kcopy c;
+    /* the classifier's pair: the loss of other logits */
+    copy_of(&c, find(p, classifier));
+    c.k.anchor2 = find(p, fused_norm)->anchor;
+    refused(&c.k, "a classifier is a cross_entropy_bwd");
+    /* a row op that sums over every row in one kernel */
+    copy_of(&c, find(p, norm_sums));
+    c.k.stage = SN_SUM_WHOLE;
+    refused(&c.k, "runs as the PARTIAL and FINISH kernels");
+    /* a column sum read from an output */
+    copy_of(&c, find(p, norm_sums));
+    c.k.row.colsum_src[1] = 0;
+    refused(&c.k, "column sum 1 must read");
+    /* a prologue instruction referring to a later one */
+    copy_of(&c, find(p, fused_norm));
+    ck_assert_int_gt(c.k.row.instr, 0);
+    c.instr[0].in[0] = (sn_ref){.kind = SN_REF_INSTR, .index = c.k.n_instr - 1};
+    refused(&c.k, "refers to no earlier instruction");
+    /* an epilogue stored where no instruction is */
+    copy_of(&c, find(p, pointwise));
+    c.k.store[0] = c.k.n_instr;
+    refused(&c.k, "output 0 stores no instruction");
+    /* a work split other than sn_kernel_work's */
+    copy_of(&c, find(p, fused_norm));
+    c.k.n_items += 1;
+    refused(&c.k, "n_items is");
+    /* an access reading an output */
+    copy_of(&c, find(p, pointwise));
+    c.access[0].arg = 0;
+    refused(&c.k, "access 0 reads args[0], not an input");
+    /* the optimizer's flat range */
+    sn_kernel adam = sn_optim_kernel(SN_KER_ADAMW, 100, 101, SN_BF16, "planted_adamw");
+    refused(&adam, "flat range is [0, 100) with 101 decayed");
+    adam = sn_optim_kernel(SN_KER_ADAMW, 100, 50, SN_I32, "planted_adamw_low");
+    refused(&adam, "16-bit copies (i32)");
+    /* a program whose two-stage kernel lost its scratch */
+    sn_err e;
+    sn_kernel *k = (sn_kernel *)find(p, norm_sums);
+    int keep = k->scratch;
+    k->scratch = p->n_values;
+    ck_assert_int_eq(sn_program_check(p, &e), SN_ERR_INTERNAL);
+    ck_assert_msg(strstr(e.msg, k->name) && strstr(e.msg, "scratch"), "%s", e.msg);
+    k->scratch = keep;
+    ck_assert_msg(sn_program_check(p, &e) == SN_OK, "%s", e.msg);
+    free_program(p);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("kernel_check");
+    TCase *tc = tcase_create("contract");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_programs_keep_the_contract);
+    tcase_add_test(tc, test_planted_bugs_are_internal);
+    suite_add_tcase(s, tc);
+    return sn_test_main(s);
+}
