@@ -188,7 +188,7 @@ static sn_status build_graph(sn_session *r, int B, int T, bool training, sn_grap
         return sn_fail(e, SN_ERR_INVALID, "model %s: its build made no input of the role %s",
                        r->m.name, need);
     if (training) {
-        g->n_outputs = 0;
+        sn_graph_clear_outputs(g);
         sn_graph_add_output(g, g->loss);
     }
     return SN_OK;
@@ -401,9 +401,10 @@ static sn_status build_sampler(sn_session *r, sn_err *e) {
     po.precision = r->po.precision;
     po.target = r->po.target;
     if (s || (s = sn_compile(r->sg, &po, NULL, NULL, e))) return s;
-    const sn_node *idx = sn_graph_input(r->sg, SN_ROLE_TOKENS), *logits = NULL;
-    for (int i = 0; i < r->sg->n_outputs && !logits; i++)
-        if (r->sg->outputs[i]->rank == 3) logits = r->sg->outputs[i];
+    const sn_node *idx = sn_graph_input(r->sg, SN_ROLE_TOKENS), *logits = r->sg->logits;
+    if (!logits)
+        return sn_fail(e, SN_ERR_INVALID, "sample: the model marks no logits: call "
+                       "sn_graph_set_logits(g, logits) where it builds them");
     r->sampler = sn_sampler_new(r->sg, idx, logits, r->dev, e);
     return r->sampler ? SN_OK : e->code;
 }

@@ -19,7 +19,7 @@
  *         sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(64, V), SN_INIT_NORMAL, 0.02f);
  *         sn_node *h = sn_silu(g, sn_embedding(g, wte, idx));          // (B, T, 64)
  *         sn_node *logits = sn_matmul(g, h, w);                          // (B, T, V)
- *         sn_graph_add_output(g, logits);
+ *         sn_graph_set_logits(g, logits);                               // what sampling reads
  *         sn_graph_set_loss(g, sn_cross_entropy(g, logits, tgt, -1));
  *         return sn_graph_error(g) ? sn_fail(e, sn_graph_status(g), "%s", sn_graph_error(g)) : SN_OK;
  *     }

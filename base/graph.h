@@ -103,5 +103,8 @@ const char *sn_graph_error(const sn_graph *g);
 sn_status sn_graph_status(const sn_graph *g);
 /* Marks n as a value a run must keep (the logits ...). */
 void sn_graph_add_output(sn_graph *g, sn_node *n);
+/* Keeps no value of g after a run (a training graph keeps its loss alone: add it again); the
+ * logits' mark goes with them. */
+void sn_graph_clear_outputs(sn_graph *g);
 
 #endif

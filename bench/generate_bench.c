@@ -200,10 +200,7 @@ int main(int argc, char **argv) {
         po.target = d ? &d->target : NULL;
         po.pad_vocab = 0;
         if (sn_gpt2_build(g, &c, 1, T, &m, &e) || sn_compile(g, &po, NULL, NULL, &e)) die("sampler graph", &e);
-        const sn_node *idx = NULL;
-        for (int i = 0; i < g->n_nodes; i++)
-            if (g->nodes[i]->op == SN_OP_INPUT && !strcmp(g->nodes[i]->name, "idx")) idx = g->nodes[i];
-        sn_sampler *s = sn_sampler_new(g, idx, g->outputs[0], d, &e);
+        sn_sampler *s = sn_sampler_new(g, sn_graph_input(g, SN_ROLE_TOKENS), g->logits, d, &e);
         if (!s || sn_sampler_load_weights(s, w, &e)) die("sampler", &e);
         so.n_new = 1; /* warm-up */
         if (sn_sampler_generate(s, prompt, a.prompt_len, &so, out, &e)) die("sample", &e);

@@ -51,7 +51,7 @@ sn_graph *gc_train_graph(const char *model, int B, int T, sn_precision prec, int
     }
     sn_status st = sn_gpt2_build(g, &c, B, T, &m, e);
     if (!st) { /* the loss alone, as sinter train's session keeps it: no logits to store */
-        g->n_outputs = 0;
+        sn_graph_clear_outputs(g);
         sn_graph_add_output(g, g->loss);
     }
     if (st || sn_compile(g, &o, NULL, NULL, e)) {

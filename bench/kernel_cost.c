@@ -116,7 +116,7 @@ static sn_status model_loss(sn_graph *g, const args *a, int *n_layer, sn_err *e)
                        sn_gpt2_config_names(), sn_llama_config_names());
     }
     if (s) return s;
-    g->n_outputs = 0;
+    sn_graph_clear_outputs(g);
     sn_graph_add_output(g, loss);
     return SN_OK;
 }

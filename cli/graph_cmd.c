@@ -125,7 +125,7 @@ static int cmd_graph(int argc, char **argv) {
     cli_model_describe(&md, head, sizeof head);
     if (!s) s = cli_model_build(&md, a.lora ? &lora : NULL, (int)B, (int)T, g, &loss, &e);
     if (!s && a.backward) { /* a training graph: the loss alone, as sinter train keeps it */
-        g->n_outputs = 0;
+        sn_graph_clear_outputs(g);
         sn_graph_add_output(g, loss);
     }
     sn_pipeline_stats st;

@@ -28,7 +28,7 @@ static sn_status build(void *ctx, int B, sn_graph **out, sn_err *e) {
     sn_node *loss;
     sn_status s = cli_model_build(&m->m, m->lora, B, m->T, *out, &loss, e);
     if (s) return s;
-    (*out)->n_outputs = 0;
+    sn_graph_clear_outputs((*out));
     sn_graph_add_output(*out, loss);
     return SN_OK;
 }

@@ -49,6 +49,18 @@ void sn_graph_set_loss(sn_graph *g, sn_node *loss) {
     sn_graph_add_output(g, loss);
 }
 
+void sn_graph_set_logits(sn_graph *g, sn_node *logits) {
+    char t[96];
+    if (g->err.code) return;
+    if (!logits || logits->rank < 2 || !sn_dtype_is_float(logits->dtype)) {
+        sn_graph_fail(g, SN_ERR_SHAPE, "sn_graph_set_logits: the logits %s; they must be a float "
+                      "(.., V) value", logits ? sn_type_str(logits, t, sizeof t) : "are NULL");
+        return;
+    }
+    g->logits = logits;
+    sn_graph_add_output(g, logits);
+}
+
 static sn_node proto(sn_op op, int n_in, sn_node **in) {
     sn_node p;
     memset(&p, 0, sizeof p);

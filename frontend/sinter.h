@@ -48,6 +48,10 @@ sn_role sn_node_role(const sn_node *n);
  * keeps it as an output. A NULL loss after an earlier error leaves that error; a NULL or
  * non-scalar loss otherwise is recorded as the graph's error. */
 void sn_graph_set_loss(sn_graph *g, sn_node *loss);
+/* Marks logits (float, (.., V): a language model's next-token scores) as what sampling and
+ * generation read, and keeps them as an output. NULL or a non-float value of rank < 2 is
+ * recorded as the graph's error (after an earlier error: nothing). */
+void sn_graph_set_logits(sn_graph *g, sn_node *logits);
 /* Records a failure of the model's own making (printf-style message) as g's error, unless g
  * already has one; returns g's status. For helpers built from the constructors, so that their
  * callers check the graph once. */

@@ -222,6 +222,11 @@ static bool grow(sn_graph *g, void *p, int *cap, size_t elem) {
     return true;
 }
 
+void sn_graph_clear_outputs(sn_graph *g) {
+    g->n_outputs = 0;
+    g->logits = NULL;
+}
+
 void sn_graph_add_output(sn_graph *g, sn_node *n) {
     if (!n) return;
     for (int i = 0; i < g->n_outputs; i++)

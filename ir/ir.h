@@ -101,7 +101,9 @@ struct sn_graph {
     int n_nodes, cap_nodes;
     sn_node **outputs; /* nodes a run must keep (logits, loss ...) */
     int n_outputs, cap_outputs;
-    sn_node *loss; /* scalar loss, if any */
+    sn_node *loss;   /* scalar loss, if any */
+    sn_node *logits; /* a language model's next-token scores (.., V), if marked: the sampler
+                        and the generator read them (sn_graph_set_logits) */
     int n_forward; /* nodes before autodiff appended the backward; n_nodes if none */
     bool has_backward;
     sn_err err; /* sticky: the first construction error; later constructors return NULL */

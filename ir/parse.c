@@ -381,7 +381,7 @@ static sn_status parse_node(parser *p) {
     return SN_OK;
 }
 
-/* backward | output %k | loss %k | grad %p = %g */
+/* backward | output %k | loss %k | logits %k | grad %p = %g */
 static sn_status parse_statement(parser *p, const char *w, size_t len) {
     sn_graph *g = p->g;
     char t[96], u[96];
@@ -401,6 +401,16 @@ static sn_status parse_statement(parser *p, const char *w, size_t len) {
             return perr(p, "the loss %%%d is %s; it must be a float scalar", a->id,
                         sn_type_str(a, t, sizeof t));
         g->loss = a;
+    } else if (len == 6 && !memcmp(w, "logits", 6)) {
+        if (g->logits) return perr(p, "a second 'logits' line (there is one per graph)");
+        if (parse_ref(p, "the logits node", &a)) return SN_ERR_PARSE;
+        if (a->rank < 2 || !sn_dtype_is_float(a->dtype))
+            return perr(p, "the logits %%%d are %s; they must be a float (.., V) value", a->id,
+                        sn_type_str(a, t, sizeof t));
+        bool out = false;
+        for (int i = 0; i < g->n_outputs; i++) out = out || g->outputs[i] == a;
+        if (!out) return perr(p, "the logits %%%d are no output (an 'output' line before it)", a->id);
+        g->logits = a;
     } else if (len == 4 && !memcmp(w, "grad", 4)) {
         if (parse_ref(p, "the param", &a)) return SN_ERR_PARSE;
         if (expect(p, '=', "'=' after 'grad %N'") || parse_ref(p, "the gradient node", &b))
@@ -415,7 +425,7 @@ static sn_status parse_statement(parser *p, const char *w, size_t len) {
         a->grad = b;
     } else {
         p->s = w;
-        return perr(p, "expected a node '%%N = ...', backward, output, loss, grad or '}', found %s",
+        return perr(p, "expected a node '%%N = ...', backward, output, loss, logits, grad or '}', found %s",
                     found(p));
     }
     return expect_eol(p);
@@ -445,7 +455,7 @@ static sn_status parse_graph(parser *p) {
         if (*p->s == '%') st = parse_node(p);
         else st = (len = word(p, &w)) ? parse_statement(p, w, len)
                                       : perr(p, "expected a node '%%N = ...', backward, output, "
-                                             "loss, grad or '}', found %s", found(p));
+                                             "loss, logits, grad or '}', found %s", found(p));
         if (st) return st;
     }
     if (expect_eol(p)) return SN_ERR_PARSE;

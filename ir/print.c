@@ -113,6 +113,7 @@ void sn_graph_print(const sn_graph *g, FILE *f) {
     if (g->has_backward && g->n_forward >= g->n_nodes) fputs("  backward\n", f);
     for (int i = 0; i < g->n_outputs; i++) fprintf(f, "  output %%%d\n", ref_id(g->outputs[i]));
     if (g->loss) fprintf(f, "  loss %%%d\n", g->loss->id);
+    if (g->logits) fprintf(f, "  logits %%%d\n", g->logits->id);
     for (int i = 0; i < g->n_nodes; i++) {
         const sn_node *n = g->nodes[i];
         if (n->grad) fprintf(f, "  grad %%%d = %%%d\n", i, n->grad->id);

@@ -62,6 +62,8 @@ sn_status sn_rewrite_end(sn_rewrite *r, const char *pass, sn_graph **out, sn_err
         else st = SN_ERR_INVALID;
     }
     if (!st && old->loss && !(g->loss = mapped(r, old->loss, pass, "the loss", e))) st = SN_ERR_INVALID;
+    if (!st && old->logits && !(g->logits = mapped(r, old->logits, pass, "the logits", e)))
+        st = SN_ERR_INVALID;
     for (int i = 0; !st && i < old->n_nodes; i++) {
         const sn_node *n = old->nodes[i];
         if (!n->grad) continue;
@@ -91,5 +93,6 @@ int *sn_graph_use_counts(const sn_graph *g, sn_err *e) {
     }
     for (int i = 0; i < g->n_outputs; i++) uses[g->outputs[i]->id]++;
     if (g->loss) uses[g->loss->id]++;
+    if (g->logits) uses[g->logits->id]++;
     return uses;
 }

@@ -141,5 +141,16 @@ sn_status sn_verify(const sn_graph *g, sn_err *e) {
                            "(reduce it with mean or sum)", g->loss->id, sn_op_name(g->loss->op),
                            sn_type_str(g->loss, t, sizeof t));
     }
+    if (g->logits) {
+        char t[96];
+        bool out = false;
+        for (int i = 0; i < g->n_outputs; i++) out = out || g->outputs[i] == g->logits;
+        if (!in_graph(g, g->logits) || !out)
+            return sn_fail(e, SN_ERR_INVALID, "the logits are not an output node of this graph");
+        if (g->logits->rank < 2 || !sn_dtype_is_float(g->logits->dtype))
+            return sn_fail(e, SN_ERR_SHAPE, "the logits %%%d (%s) are %s; they must be a float "
+                           "(.., V) value", g->logits->id, sn_op_name(g->logits->op),
+                           sn_type_str(g->logits, t, sizeof t));
+    }
     return SN_OK;
 }

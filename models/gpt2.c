@@ -200,7 +200,7 @@ sn_status sn_gpt2_build_lora(sn_graph *g, const sn_gpt2_config *c, int B, int T,
     sn_node *x = sn_add(g, sn_embedding(g, wte, out->idx), sn_slice(g, wpe, 0, 0, T)); /* (B,T,C) */
     out->logits = body(&m, x, wte);
     out->loss = sn_cross_entropy(g, out->logits, out->targets, -1);
-    sn_graph_add_output(g, out->logits);
+    sn_graph_set_logits(g, out->logits);
     sn_graph_set_loss(g, out->loss);
     if (lora && !sn_graph_error(g)) sn_lora_freeze_base(g);
     if (sn_graph_error(g))
@@ -221,7 +221,7 @@ sn_status sn_gpt2_build_kv(sn_graph *g, const sn_gpt2_config *c, int B, int T, b
     sn_node *wpe = weight(&m, "wpe", c->ctx, C, 0.02f);
     sn_node *x = sn_add(g, sn_embedding(g, wte, idx), /* (B, T, C) */
                         decode ? sn_embedding(g, wpe, pos) : sn_slice(g, wpe, 0, 0, T));
-    sn_graph_add_output(g, body(&m, x, wte)); /* the logits, after each layer's k and v */
+    sn_graph_set_logits(g, body(&m, x, wte)); /* an output after each layer's k and v */
     if (lora && !sn_graph_error(g)) sn_lora_freeze_base(g);
     if (sn_graph_error(g))
         return sn_fail(e, sn_graph_status(g), "gpt2 %s: %s", c->name, sn_graph_error(g));

@@ -387,7 +387,7 @@ sn_status sn_llama_build_lora(sn_graph *g, const sn_llama_config *c, int B, int 
     out->targets = sn_input_targets(g, "targets", SN_SHAPE(B, T));
     out->logits = body(&m, out->idx);
     out->loss = sn_cross_entropy(g, out->logits, out->targets, -1);
-    sn_graph_add_output(g, out->logits);
+    sn_graph_set_logits(g, out->logits);
     sn_graph_set_loss(g, out->loss);
     if (lora && !sn_graph_error(g)) sn_lora_freeze_base(g);
     if (sn_graph_error(g))
@@ -410,7 +410,7 @@ sn_status sn_llama_build_kv_lora(sn_graph *g, const sn_llama_config *c, int B, i
         m.mask = sn_input_role(g, "mask", SN_ROLE_MASK, SN_F32, SN_SHAPE(B, 1, 1, c->ctx));
     }
     if ((s = rope_tables(&m, e))) return s;
-    sn_graph_add_output(g, body(&m, idx)); /* the logits, after each layer's k and v */
+    sn_graph_set_logits(g, body(&m, idx)); /* an output after each layer's k and v */
     if (sn_graph_error(g))
         return sn_fail(e, sn_graph_status(g), "%s: %s", c->name ? c->name : "llama", sn_graph_error(g));
     return SN_OK;

@@ -85,7 +85,7 @@ sn_status sn_test_tiny_loss_graph(void *ctx, int b, sn_graph **out, sn_err *e) {
     *out = sn_graph_new();
     sn_gpt2 m;
     sn_status s = sn_gpt2_build(*out, &c, b, sh->seq, &m, e);
-    (*out)->n_outputs = 0;
+    sn_graph_clear_outputs((*out));
     sn_graph_add_output(*out, m.loss);
     return s;
 }

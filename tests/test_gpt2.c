@@ -1,11 +1,13 @@
 /* test_gpt2.c: the GPT-2 model: published parameter counts, the full 124M forward+backward
  * graph, loss at initialisation, the whole tiny model's gradient against finite differences,
- * and the IR round trip of a real training graph. */
+ * the IR round trip of a real training graph, and the logits it marks (what sampling and
+ * generation read, carried by the IR text and every pass). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "models/gpt2.h"
+#include "passes/pipeline.h"
 #include "interp/interp.h"
 #include "support/rng.h"
 #include "train/train.h"
@@ -165,10 +167,39 @@ START_TEST(training_graph_round_trips) {
     ck_assert_msg(sn_verify(back, &e) == SN_OK, "%s", e.msg);
     char *again = sn_graph_to_string(back);
     ck_assert_str_eq(text, again);
+    ck_assert(g->logits == m.logits && back->logits && back->logits->id == m.logits->id);
+    char line[32];
+    snprintf(line, sizeof line, "\n  logits %%%d\n", m.logits->id);
+    ck_assert_msg(strstr(text, line), "%s", line);
     free(text);
     free(again);
     sn_graph_free(back);
     sn_graph_free(g);
+}
+END_TEST
+
+/* The logits survive the pipeline's rewrites; a bad mark is the graph's error or refused. */
+START_TEST(logits_marked) {
+    sn_gpt2 m;
+    sn_graph *g = build("tiny", 2, 8, 250, false, &m);
+    sn_err e;
+    sn_pipeline_opts o = sn_pipeline_defaults(); /* pads the vocabulary: a new logits node */
+    o.backward = true;
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert(g->logits && g->logits->rank == 3 && g->logits->shape[2] == 256); /* padded */
+    bool out = false;
+    for (int i = 0; i < g->n_outputs; i++) out = out || g->outputs[i] == g->logits;
+    ck_assert(out);
+    sn_graph_free(g);
+    g = sn_graph_new();
+    sn_graph_set_logits(g, sn_input(g, "v", SN_F32, SN_SHAPE(7)));
+    ck_assert_msg(sn_graph_error(g) && strstr(sn_graph_error(g), "must be a float (.., V) value"),
+                  "%s", sn_graph_error(g) ? sn_graph_error(g) : "no error");
+    sn_graph_free(g);
+    sn_graph *p = NULL;
+    const char *text = "graph {\n  %0 = input \"x\" : f32[2,3]\n  logits %0\n}\n";
+    ck_assert_int_eq(sn_graph_parse(text, &p, &e), SN_ERR_PARSE);
+    ck_assert_msg(strstr(e.msg, "the logits %0 are no output"), "%s", e.msg);
 }
 END_TEST
 
@@ -194,6 +225,7 @@ int main(void) {
     tcase_add_test(tc, loss_at_init_is_log_vocab);
     tcase_add_test(tc, tiny_gpt2_gradient);
     tcase_add_test(tc, training_graph_round_trips);
+    tcase_add_test(tc, logits_marked);
     tcase_add_test(tc, bad_sequence_length);
     suite_add_tcase(s, tc);
     return sn_test_main(s);

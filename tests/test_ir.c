@@ -313,7 +313,7 @@ static const struct {
      "line 4: the grad %1 is f32[3] but the param %0 is f32[2]; they must agree"},
     {H "  loss %0\n}\n", "line 3: the loss %0 is f32[2,3]; it must be a float scalar"},
     {H "  backward\n  backward\n}\n", "line 4: a second 'backward' line"},
-    {H "  outptu %0\n}\n", "line 3: expected a node '%N = ...', backward, output, loss, grad or '}', found 'outptu'"},
+    {H "  outptu %0\n}\n", "line 3: expected a node '%N = ...', backward, output, loss, logits, grad or '}', found 'outptu'"},
     {H, "line 3: expected '}' closing the graph, found end of text"},
     {H "}\n  output %0\n", "line 4: expected nothing after the closing '}', found 'output'"},
     {"graf {\n}\n", "line 1: expected 'graph {', found 'graf'"},

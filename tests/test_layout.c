@@ -34,7 +34,7 @@ static sn_graph *tiny(int rank, sn_precision prec) {
     sn_err e;
     sn_gpt2_lora l = {.lora = {.rank = rank, .alpha = (float)rank}, .targets = SN_GPT2_LORA_ALL};
     ck_assert_msg(sn_gpt2_build_lora(g, &c, B, T, rank ? &l : NULL, &m, &e) == SN_OK, "%s", e.msg);
-    g->n_outputs = 0;
+    sn_graph_clear_outputs(g);
     sn_graph_add_output(g, m.loss);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
@@ -212,7 +212,7 @@ START_TEST(pipeline_entries) {
     c.vocab = V;
     sn_gpt2 m;
     ck_assert(sn_gpt2_build(h, &c, B, T, &m, &e) == SN_OK);
-    h->n_outputs = 0;
+    sn_graph_clear_outputs(h);
     sn_graph_add_output(h, m.loss);
     o.backward = true;
     sn_program *b;

@@ -63,7 +63,7 @@ static const sn_node *input(const sn_graph *g, const char *name) {
 }
 
 /* Builds and compiles the model's graph for (B, T) into *g and *p, and checks its outputs: L
- * pairs of (B, Hkv, T, D) then the logits (B, T, V). */
+ * pairs of (B, Hkv, T, D) then the logits (B, T, V), marked as such (sn_graph_set_logits). */
 static sn_status compile(sn_generator *gen, int T, bool decode, sn_graph **g, sn_program **p, sn_err *e) {
     const sn_generator_opts *o = &gen->o;
     if (!(*g = sn_graph_new())) return sn_fail_oom(e, sizeof(sn_graph), "the generation graph");
@@ -71,7 +71,7 @@ static sn_status compile(sn_generator *gen, int T, bool decode, sn_graph **g, sn
     if (s) return s;
     sn_graph *G = *g;
     int L = o->n_layer;
-    const sn_node *lg = G->n_outputs == 2 * L + 1 ? G->outputs[2 * L] : NULL;
+    const sn_node *lg = G->n_outputs == 2 * L + 1 && G->outputs[2 * L] == G->logits ? G->logits : NULL;
     bool ok = lg && lg->rank == 3 && lg->shape[0] == o->batch && lg->shape[1] == T;
     for (int i = 0; ok && i < 2 * L; i++) {
         const sn_node *kv = G->outputs[i], *k0 = G->outputs[0];
@@ -80,7 +80,8 @@ static sn_status compile(sn_generator *gen, int T, bool decode, sn_graph **g, sn
     }
     if (!ok)
         return sn_fail(e, SN_ERR_INVALID, "generate: the model's %s graph has %d outputs, not %d "
-                       "layers' keys and values (B, Hkv, T, D) then the logits (B, T, V): build it "
+                       "layers' keys and values (B, Hkv, T, D) then the logits (B, T, V, marked by "
+                       "sn_graph_set_logits): build it "
                        "as train/generate.h describes", decode ? "decode" : "prefill",
                        G->n_outputs, L);
     /* fp32, no rewrite but flash attention in the prefill (the decode's matches nothing) */
@@ -126,7 +127,7 @@ sn_status sn_generator_new(const sn_generator_opts *o, sn_device *device, sn_gen
         g->vc = g->kc + L, g->k = g->kc + 2 * L, g->v = g->kc + 3 * L;
         g->idx = sn_graph_input(g->dg, SN_ROLE_TOKENS), g->pos = sn_graph_input(g->dg, SN_ROLE_POSITIONS);
         g->mask = sn_graph_input(g->dg, SN_ROLE_MASK);
-        g->logits = g->dg->outputs[2 * L];
+        g->logits = g->dg->logits;
         g->H = g->dg->outputs[0]->shape[1], g->D = g->dg->outputs[0]->shape[3];
         g->V = g->logits->shape[2];
         bool ok = g->idx && g->pos && g->mask && g->mask->dtype == SN_F32 &&
@@ -214,7 +215,7 @@ static sn_status prefill(sn_generator *g, const int32_t *const *prompts, const i
     for (int b = 0; !s && b < B; b++) memcpy(idx + (size_t)b * T, prompts[b], sizeof *idx * (size_t)lens[b]);
     if (!s) s = sn_exec_set(x, sn_graph_input(g->pg, SN_ROLE_TOKENS), idx, e);
     if (!s) s = sn_exec_run(x, e);
-    const sn_node *logits = s ? NULL : g->pg->outputs[2 * L];
+    const sn_node *logits = s ? NULL : g->pg->logits;
     for (int b = 0; !s && b < B; b++) { /* row b's logits at its last prompt token */
         int64_t at = ((int64_t)b * T + lens[b] - 1) * g->V;
         s = sn_exec_download(x, g->row32 + b * g->V, sn_exec_node_ref(logits, 4 * at), 4 * g->V, e);

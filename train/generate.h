@@ -9,7 +9,8 @@
  * The model's two graphs (models/gpt2.h's sn_gpt2_build_kv builds GPT-2's), built by a callback
  * for a batch B and T tokens, decode false or true:
  *   prefill (B, T): INPUT "idx" i32 (B, T), the tokens at positions 0..T-1. Outputs: layer 0's
- *     keys and values (B, Hkv, T, D), layer 1's, ..., then the logits (B, T, V), last.
+ *     keys and values (B, Hkv, T, D), layer 1's, ..., then the logits (B, T, V), last, marked
+ *     by sn_graph_set_logits.
  *   decode (B, 1): INPUTs "idx" and "pos" i32 (B, 1), the new token and its position; "mask" f32
  *     (B, 1, 1, S), 0 at the cache positions the row reads and -inf at the others; for each
  *     layer N, "k_cache.N" and "v_cache.N" f32 (B, Hkv, S, D). Outputs as the prefill's (T = 1).

@@ -136,7 +136,7 @@ sn_status llama_build(sn_graph *g, int B, int T, int V, void *user, sn_err *e) {
     }
     x = rmsnorm(&m, x, "norm");
     sn_node *logits = sn_matmul(g, x, weight(&m, "output", c->dim, V, 0.02f)); /* untied */
-    sn_graph_add_output(g, logits);
+    sn_graph_set_logits(g, logits); /* what sampling reads */
     sn_graph_set_loss(g, sn_cross_entropy(g, logits, targets, -1));
     if (sn_graph_error(g)) return sn_fail(e, sn_graph_status(g), "llama: %s", sn_graph_error(g));
     return SN_OK;
