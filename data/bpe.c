@@ -1,97 +1,23 @@
 /* bpe.c: the BPE engine of bpe_int.h: the vocabulary and merges in hash tables, the
  * pre-tokenizers' patterns written by hand, merges applied by rank, a word cache, special tokens
- * matched verbatim; SentencePiece's byte-fallback kind beside the byte-level one (its words from
- * characters, merged by a heap as Hugging Face's do). The readers of the model files are
- * bpe_gpt2.c and bpe_hf.c. */
-#include "bpe_int.h"
+ * matched verbatim. SentencePiece's byte-fallback kind (its words from characters, merged by a
+ * heap as Hugging Face's do) is bpe_sp.c's; the state both share is bpe_engine.h's. The readers
+ * of the model files are bpe_gpt2.c and bpe_hf.c. */
+#include "bpe_engine.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CACHE_MAX_WORDS (1u << 20) /* the word cache is emptied when it grows past this */
-#define CACHE_MAX_LEN 1024         /* longer words are not kept (a byte-fallback text is one) */
-#define SP "\xe2\x96\x81"          /* U+2581, SentencePiece's space */
-
-typedef struct {
-    uint32_t off, len; /* bytes in the pool */
-} span;
-
-typedef struct {
-    uint64_t key; /* (a << 32) | b; UINT64_MAX when empty */
-    int32_t rank, id;
-} pair_slot;
-
-typedef struct {
-    int32_t id, prev, next; /* neighbours in the word; -1: none */
-    bool gone;              /* merged into its left neighbour */
-} sp_sym;
-
-typedef struct {
-    int32_t rank, pos, id; /* merge the symbol at pos with its right neighbour into id */
-} sp_merge;
-
-typedef struct {
-    uint32_t hash, klen; /* klen 0: empty */
-    size_t koff;         /* key bytes in ckeys */
-    size_t voff;         /* ids in cvals */
-    uint32_t vlen;
-} cache_slot;
-
-struct sn_bpe {
-    sn_tokenizer tk;
-    sn_pretok pretok;
-    bool ignore_merges;
-    char *pool;        /* every token's bytes */
-    size_t pool_len, pool_cap;
-    span *added;       /* sn_bpe_add_token's, in order, with their ids */
-    int32_t *added_id;
-    size_t n_added, added_cap;
-    span *tok;         /* (vocab,) */
-    int32_t *vtab;     /* bytes -> id, open addressing; -1 empty */
-    uint32_t vmask;
-    pair_slot *ptab;   /* merges */
-    uint32_t pmask;
-    int32_t byte_id[256];
-    int32_t *special;  /* special token ids, matched in the text before the words */
-    int n_special;
-    cache_slot *ctab;  /* word cache: bytes -> ids */
-    uint32_t cmask, cn;
-    char *ckeys;
-    size_t ckeys_len, ckeys_cap;
-    int32_t *cvals;
-    size_t cvals_len, cvals_cap;
-    int32_t *work;     /* scratch for one word */
-    size_t work_cap;
-    int16_t u2b[324];  /* the files' spelling, unicode -> byte (sn_bpe_add_spelled) */
-    /* byte fallback (sn_bpe_set_sp) */
-    bool is_sp;
-    sn_bpe_sp sp;
-    int32_t fallback[256]; /* <0xXX> ids, -1 where the vocabulary lacks one */
-    char *dpool;           /* each token's decoded bytes */
-    span *dtok;            /* (vocab,) */
-    int16_t *dbyte;        /* (vocab,) the byte a <0xXX> token decodes to, or -1 */
-    sp_sym *sym;           /* scratch for one word */
-    sp_merge *heap;
-    size_t sym_cap, heap_cap;
-    char *norm;            /* a piece of text with its spaces as SP */
-    size_t norm_cap;
-    uint32_t *cross;       /* sorted: the last characters of merges' left sides whose right side
-                              starts with SP (sp_cuts) */
-    size_t n_cross;
-};
-
-typedef sn_bpe gpt2; /* the word functions below */
-
 /* Resizes the array at *pp to n bytes; false (*pp kept) when out of memory. */
-static bool resize(void *pp, size_t n) {
+bool sn_bpe_resize(void *pp, size_t n) {
     void *q = realloc(*(void **)pp, n ? n : 1);
     if (q) *(void **)pp = q;
     return q != NULL;
 }
 
-static sn_status tables_oom(const sn_bpe *g, sn_err *e, size_t n) {
+sn_status sn_bpe_tables_oom(const sn_bpe *g, sn_err *e, size_t n) {
     return sn_fail_oom(e, n, g->tk.name && !strcmp(g->tk.name, "gpt2") ? "the GPT-2 tokenizer's tables"
                                                                           : "the BPE tokenizer's tables");
 }
@@ -121,7 +47,7 @@ static uint32_t table_size(size_t n) {
 }
 
 /* Decodes one UTF-8 code point at s[*i] (advancing *i); -1 if malformed. */
-static int32_t utf8_next(const unsigned char *s, size_t n, size_t *i) {
+int32_t sn_bpe_utf8_next(const unsigned char *s, size_t n, size_t *i) {
     unsigned c = s[*i];
     int extra = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : -1;
     if (extra < 0 || *i + (size_t)extra >= n) return -1;
@@ -137,7 +63,7 @@ static int32_t utf8_next(const unsigned char *s, size_t n, size_t *i) {
 bool sn_bpe_unspell(const int16_t u2b[324], const char *s, size_t n, char *out, size_t *len) {
     *len = 0;
     for (size_t i = 0; i < n;) {
-        int32_t cp = utf8_next((const unsigned char *)s, n, &i);
+        int32_t cp = sn_bpe_utf8_next((const unsigned char *)s, n, &i);
         if (cp < 0 || cp >= 324 || u2b[cp] < 0) return false;
         out[(*len)++] = (char)u2b[cp];
     }
@@ -149,8 +75,6 @@ bool sn_bpe_unspell(const int16_t u2b[324], const char *s, size_t n, char *out, 
 static sn_status bpe_encode(sn_tokenizer *tk, const char *text, size_t len, sn_tokens *out, sn_err *e);
 static const char *bpe_decode(const sn_tokenizer *tk, int id, size_t *len);
 static void bpe_destroy(sn_tokenizer *tk);
-static sn_status sp_decode_text(const sn_tokenizer *tk, const sn_tokens *t, size_t start,
-                                size_t n, char **text, size_t *len, sn_err *e);
 
 sn_bpe *sn_bpe_new(const char *name, sn_pretok pretok, sn_err *e) {
     sn_bpe *g = sn_calloc(1, sizeof *g, "the BPE tokenizer", e);
@@ -173,7 +97,7 @@ void sn_bpe_set_sp(sn_bpe *g, const sn_bpe_sp *sp) {
     g->is_sp = true;
     g->sp = *sp;
     g->tk.lossy = true;
-    g->tk.decode_text = sp_decode_text;
+    g->tk.decode_text = sn_bpe_sp_decode_text;
 }
 
 bool sn_bpe_is_sp(const sn_bpe *g) { return g->is_sp; }
@@ -182,13 +106,13 @@ sn_status sn_bpe_add_token(sn_bpe *g, int32_t id, const char *s, size_t n, sn_er
     SN_ASSERT(n > 0 && n < UINT32_MAX);
     if (g->pool_len + n > g->pool_cap) {
         size_t cap = (g->pool_len + n) * 2 + 4096;
-        if (cap > UINT32_MAX || !resize(&g->pool, cap)) return tables_oom(g, e, cap);
+        if (cap > UINT32_MAX || !sn_bpe_resize(&g->pool, cap)) return sn_bpe_tables_oom(g, e, cap);
         g->pool_cap = cap;
     }
     if (g->n_added == g->added_cap) {
         size_t cap = g->added_cap ? 2 * g->added_cap : 1024;
-        if (!resize(&g->added, cap * sizeof *g->added) || !resize(&g->added_id, cap * sizeof *g->added_id))
-            return tables_oom(g, e, cap * (sizeof *g->added + sizeof *g->added_id));
+        if (!sn_bpe_resize(&g->added, cap * sizeof *g->added) || !sn_bpe_resize(&g->added_id, cap * sizeof *g->added_id))
+            return sn_bpe_tables_oom(g, e, cap * (sizeof *g->added + sizeof *g->added_id));
         g->added_cap = cap;
     }
     memcpy(g->pool + g->pool_len, s, n);
@@ -201,7 +125,7 @@ sn_status sn_bpe_add_token(sn_bpe *g, int32_t id, const char *s, size_t n, sn_er
 sn_status sn_bpe_add_spelled(sn_bpe *g, int32_t id, const char *s, size_t n, bool *spelled, sn_err *e) {
     size_t len;
     char stack[256], *buf = n <= sizeof stack ? stack : malloc(n); /* bytes: at most n */
-    if (!buf) return tables_oom(g, e, n);
+    if (!buf) return sn_bpe_tables_oom(g, e, n);
     *spelled = n > 0 && sn_bpe_unspell(g->u2b, s, n, buf, &len);
     sn_status st = *spelled ? sn_bpe_add_token(g, id, buf, len, e) : SN_OK;
     if (buf != stack) free(buf);
@@ -226,7 +150,7 @@ sn_status sn_bpe_index(sn_bpe *g, const char *file, const char *hint, sn_err *e)
                        "each once: %s", file, cnt, max_id, cnt ? cnt - 1 : 0, hint);
     if (cnt > INT32_MAX / 2) return sn_fail(e, SN_ERR_PARSE, "%s: %zu tokens: too many: %s", file, cnt, hint);
     g->tk.vocab = (int)cnt;
-    if (!resize(&g->tok, cnt * sizeof *g->tok)) return tables_oom(g, e, cnt * sizeof *g->tok);
+    if (!sn_bpe_resize(&g->tok, cnt * sizeof *g->tok)) return sn_bpe_tables_oom(g, e, cnt * sizeof *g->tok);
     memset(g->tok, 0xff, cnt * sizeof *g->tok);
     for (size_t k = 0; k < cnt; k++) {
         int32_t id = g->added_id[k];
@@ -236,7 +160,7 @@ sn_status sn_bpe_index(sn_bpe *g, const char *file, const char *hint, sn_err *e)
     }
     uint32_t size = table_size(cnt);
     g->vmask = size - 1;
-    if (!resize(&g->vtab, size * sizeof *g->vtab)) return tables_oom(g, e, size * sizeof *g->vtab);
+    if (!sn_bpe_resize(&g->vtab, size * sizeof *g->vtab)) return sn_bpe_tables_oom(g, e, size * sizeof *g->vtab);
     memset(g->vtab, 0xff, size * sizeof *g->vtab);
     for (int32_t id = 0; id < (int32_t)cnt; id++) {
         const char *s = g->pool + g->tok[id].off;
@@ -265,7 +189,7 @@ sn_status sn_bpe_index(sn_bpe *g, const char *file, const char *hint, sn_err *e)
 sn_status sn_bpe_merges_reserve(sn_bpe *g, size_t n, sn_err *e) {
     uint32_t size = table_size(n);
     g->pmask = size - 1;
-    if (!resize(&g->ptab, size * sizeof *g->ptab)) return tables_oom(g, e, size * sizeof *g->ptab);
+    if (!sn_bpe_resize(&g->ptab, size * sizeof *g->ptab)) return sn_bpe_tables_oom(g, e, size * sizeof *g->ptab);
     for (uint32_t i = 0; i < size; i++) g->ptab[i].key = UINT64_MAX;
     return SN_OK;
 }
@@ -277,7 +201,7 @@ void sn_bpe_add_merge(sn_bpe *g, int32_t a, int32_t b, int32_t merged, int32_t r
     if (g->ptab[i].key == UINT64_MAX) g->ptab[i] = (pair_slot){key, rank, merged};
 }
 
-static const pair_slot *pair_find(const gpt2 *g, int32_t a, int32_t b) {
+const pair_slot *sn_bpe_pair_find(const gpt2 *g, int32_t a, int32_t b) {
     if (!g->ptab) return NULL;
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     for (uint32_t i = hash_pair(key) & g->pmask;; i = (i + 1) & g->pmask) {
@@ -290,8 +214,8 @@ sn_status sn_bpe_add_special(sn_bpe *g, int32_t id, sn_err *e) {
     SN_ASSERT(id >= 0 && id < g->tk.vocab);
     for (int k = 0; k < g->n_special; k++)
         if (g->special[k] == id) return SN_OK;
-    if (!resize(&g->special, (size_t)(g->n_special + 1) * sizeof *g->special))
-        return tables_oom(g, e, (size_t)(g->n_special + 1) * sizeof *g->special);
+    if (!sn_bpe_resize(&g->special, (size_t)(g->n_special + 1) * sizeof *g->special))
+        return sn_bpe_tables_oom(g, e, (size_t)(g->n_special + 1) * sizeof *g->special);
     g->special[g->n_special++] = id;
     return SN_OK;
 }
@@ -319,16 +243,14 @@ static void cache_clear(gpt2 *g) {
     g->ckeys_len = g->cvals_len = 0;
 }
 
-static sn_status sp_decoded(sn_bpe *g, sn_err *e);
-static sn_status sp_cuts(sn_bpe *g, sn_err *e);
 
 sn_status sn_bpe_finish(sn_bpe *g, sn_err *e) {
     if (g->is_sp) {
-        sn_status st = sp_decoded(g, e);
-        if (!st) st = sp_cuts(g, e);
+        sn_status st = sn_bpe_sp_decoded(g, e);
+        if (!st) st = sn_bpe_sp_cuts(g, e);
         if (st) return st;
     }
-    return cache_grow(g) ? SN_OK : tables_oom(g, e, 4096 * sizeof(cache_slot));
+    return cache_grow(g) ? SN_OK : sn_bpe_tables_oom(g, e, 4096 * sizeof(cache_slot));
 }
 
 /* ---- the pre-tokenizers ---------------------------------------------------------------- */
@@ -349,7 +271,7 @@ static int char_class(const unsigned char *s, size_t n, size_t i, size_t *len) {
         return C_OTHER;
     }
     size_t j = i;
-    int32_t cp = utf8_next(s, n, &j);
+    int32_t cp = sn_bpe_utf8_next(s, n, &j);
     if (cp < 0) return C_LETTER;
     *len = j - i;
     if (cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) ||
@@ -463,11 +385,10 @@ static size_t pretok_next(const gpt2 *g, const unsigned char *s, size_t n, size_
 
 /* ---- encoding -------------------------------------------------------------------------- */
 
-static bool sp_merge_word(gpt2 *g, const char *w, size_t n, int32_t *ids, size_t *count);
 
 /* The ids of one pre-tokenized word, from the cache or by merging its bytes by rank; NULL when
  * out of memory. */
-static const int32_t *encode_word(gpt2 *g, const char *w, size_t n, uint32_t *count) {
+const int32_t *sn_bpe_encode_word(gpt2 *g, const char *w, size_t n, uint32_t *count) {
     uint32_t h = hash_bytes(w, n), i = h & g->cmask;
     for (; n <= CACHE_MAX_LEN && g->ctab[i].klen; i = (i + 1) & g->cmask) {
         cache_slot *c = &g->ctab[i];
@@ -477,17 +398,17 @@ static const int32_t *encode_word(gpt2 *g, const char *w, size_t n, uint32_t *co
         }
     }
     if (n > g->work_cap) {
-        if (!resize(&g->work, 2 * n * sizeof *g->work)) return NULL;
+        if (!sn_bpe_resize(&g->work, 2 * n * sizeof *g->work)) return NULL;
         g->work_cap = 2 * n;
     }
     int32_t *ids = g->work;
     size_t m = n;
-    if (g->is_sp && !sp_merge_word(g, w, n, ids, &m)) return NULL;
+    if (g->is_sp && !sn_bpe_sp_merge_word(g, w, n, ids, &m)) return NULL;
     for (size_t k = 0; k < n && !g->is_sp; k++) ids[k] = g->byte_id[(unsigned char)w[k]];
     while (m > 1 && !g->is_sp) { /* byte-level: the best pair merged everywhere, repeatedly */
         const pair_slot *best = NULL;
         for (size_t k = 0; k + 1 < m; k++) {
-            const pair_slot *p = pair_find(g, ids[k], ids[k + 1]);
+            const pair_slot *p = sn_bpe_pair_find(g, ids[k], ids[k + 1]);
             if (p && (!best || p->rank < best->rank)) best = p;
         }
         if (!best) break;
@@ -510,11 +431,11 @@ static const int32_t *encode_word(gpt2 *g, const char *w, size_t n, uint32_t *co
     if (g->cn >= CACHE_MAX_WORDS) cache_clear(g);
     if (2 * (g->cn + 1) > g->cmask + 1 && !cache_grow(g)) return NULL;
     if (g->ckeys_len + n > g->ckeys_cap) {
-        if (!resize(&g->ckeys, (g->ckeys_len + n) * 2 + 4096)) return NULL;
+        if (!sn_bpe_resize(&g->ckeys, (g->ckeys_len + n) * 2 + 4096)) return NULL;
         g->ckeys_cap = (g->ckeys_len + n) * 2 + 4096;
     }
     if (g->cvals_len + m > g->cvals_cap) {
-        if (!resize(&g->cvals, ((g->cvals_len + m) * 2 + 4096) * sizeof *g->cvals)) return NULL;
+        if (!sn_bpe_resize(&g->cvals, ((g->cvals_len + m) * 2 + 4096) * sizeof *g->cvals)) return NULL;
         g->cvals_cap = (g->cvals_len + m) * 2 + 4096;
     }
     for (i = h & g->cmask; g->ctab[i].klen; i = (i + 1) & g->cmask) {}
@@ -534,7 +455,7 @@ static sn_status encode_plain(gpt2 *g, const unsigned char *s, size_t n, sn_toke
         size_t j = pretok_next(g, s, n, i);
         uint32_t count;
         int32_t whole = g->ignore_merges ? sn_bpe_find(g, (const char *)s + i, j - i) : -1;
-        const int32_t *ids = whole >= 0 ? &whole : encode_word(g, (const char *)s + i, j - i, &count);
+        const int32_t *ids = whole >= 0 ? &whole : sn_bpe_encode_word(g, (const char *)s + i, j - i, &count);
         if (whole >= 0) count = 1;
         if (!ids) return sn_fail_oom(e, 2 * (j - i) * sizeof *ids + 4096, "the BPE tokenizer's word cache");
         for (uint32_t k = 0; k < count; k++) {
@@ -543,304 +464,6 @@ static sn_status encode_plain(gpt2 *g, const unsigned char *s, size_t n, sn_toke
         }
         i = j;
     }
-    return SN_OK;
-}
-
-/* ---- byte fallback: SentencePiece's BPE as Hugging Face's tokenizers runs it -------------- */
-
-/* Room for n symbols (and 3n heap entries: the first pairs, then two a merge); false when out of
- * memory. */
-static bool sp_room(sn_bpe *g, size_t n) {
-    if (n > g->sym_cap) {
-        if (!resize(&g->sym, 2 * n * sizeof *g->sym)) return false;
-        g->sym_cap = 2 * n;
-    }
-    if (3 * n + 1 > g->heap_cap) {
-        if (!resize(&g->heap, (6 * n + 2) * sizeof *g->heap)) return false;
-        g->heap_cap = 6 * n + 2;
-    }
-    return true;
-}
-
-static bool merge_before(const sp_merge *a, const sp_merge *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
-}
-
-static void heap_push(sp_merge *h, size_t *n, sp_merge m) {
-    size_t i = (*n)++;
-    for (; i > 0 && merge_before(&m, &h[(i - 1) / 2]); i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
-    h[i] = m;
-}
-
-static sp_merge heap_pop(sp_merge *h, size_t *n) {
-    sp_merge top = h[0], last = h[--*n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && merge_before(&h[c + 1], &h[c])) c++;
-        if (!merge_before(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n) h[i] = last;
-    return top;
-}
-
-/* Pushes the merge of symbol a with its right neighbour, if the pair is a merge. */
-static void sp_pair(const gpt2 *g, sp_merge *h, size_t *nh, const sp_sym *sym, int32_t a) {
-    if (a < 0 || sym[a].next < 0) return;
-    const pair_slot *p = pair_find(g, sym[a].id, sym[sym[a].next].id);
-    if (p) heap_push(h, nh, (sp_merge){p->rank, a, p->id});
-}
-
-/* The ids of word w[0, n) (at most n) in ids: each character its token, else its bytes' <0xXX>
- * tokens, else unk (consecutive ones fused when sp.fuse_unk; as in Hugging Face's, byte tokens
- * do not end a pending unk), else nothing; then merges by rank, the leftmost first. A byte that
- * is not UTF-8 is a character of its own. */
-static bool sp_merge_word(gpt2 *g, const char *w, size_t n, int32_t *ids, size_t *count) {
-    int32_t whole = g->ignore_merges ? sn_bpe_find(g, w, n) : -1;
-    if (whole >= 0) {
-        ids[0] = whole;
-        *count = 1;
-        return true;
-    }
-    if (!sp_room(g, n)) return false;
-    sp_sym *sym = g->sym;
-    int32_t m = 0;
-    bool unk = false; /* an unk pending */
-    for (size_t i = 0; i < n;) {
-        size_t j = i;
-        if (utf8_next((const unsigned char *)w, n, &j) < 0) j = i + 1;
-        int32_t id = sn_bpe_find(g, w + i, j - i);
-        bool bytes = id < 0 && g->sp.byte_fallback;
-        for (size_t k = i; k < j && bytes; k++) bytes = g->fallback[(unsigned char)w[k]] >= 0;
-        if (id >= 0) {
-            if (unk) sym[m++].id = g->sp.unk, unk = false;
-            sym[m++].id = id;
-        } else if (bytes) {
-            for (size_t k = i; k < j; k++) sym[m++].id = g->fallback[(unsigned char)w[k]];
-        } else if (g->sp.unk >= 0) {
-            if (unk && !g->sp.fuse_unk) sym[m++].id = g->sp.unk;
-            unk = true;
-        }
-        i = j;
-    }
-    if (unk) sym[m++].id = g->sp.unk;
-    size_t nh = 0;
-    for (int32_t k = 0; k < m; k++) sym[k] = (sp_sym){sym[k].id, k - 1, k + 1 < m ? k + 1 : -1, false};
-    for (int32_t k = 0; k + 1 < m; k++) sp_pair(g, g->heap, &nh, sym, k);
-    while (nh) {
-        sp_merge top = heap_pop(g->heap, &nh);
-        sp_sym *a = &sym[top.pos];
-        if (a->gone || a->next < 0) continue;
-        const pair_slot *p = pair_find(g, a->id, sym[a->next].id);
-        if (!p || p->id != top.id) continue; /* the pair changed since it was pushed */
-        sp_sym *b = &sym[a->next];
-        a->id = top.id;
-        b->gone = true;
-        a->next = b->next;
-        if (a->next >= 0) sym[a->next].prev = top.pos;
-        sp_pair(g, g->heap, &nh, sym, a->prev);
-        sp_pair(g, g->heap, &nh, sym, top.pos);
-    }
-    size_t out = 0;
-    for (int32_t k = m ? 0 : -1; k >= 0; k = sym[k].next) ids[out++] = sym[k].id;
-    *count = out;
-    return true;
-}
-
-/* The character ending at s[end) (end > 0) as up to 4 bytes in a number; its length in *len. */
-static uint32_t last_char(const char *s, size_t end, size_t *len) {
-    size_t at = end - 1;
-    while (at > 0 && end - at < 4 && ((unsigned char)s[at] & 0xc0) == 0x80) at--;
-    if (((unsigned char)s[at] & 0xc0) == 0x80) at = end - 1; /* no lead byte: the byte alone */
-    uint32_t v = 0;
-    for (size_t k = at; k < end; k++) v = v << 8 | (unsigned char)s[k];
-    *len = end - at;
-    return v;
-}
-
-static int cmp_u32(const void *a, const void *b) {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Where a word without a pre-tokenizer may be cut without changing its ids: a merge that joins
- * across "c|SP" has a left side ending in c and a right side starting with SP (the token's
- * merge tree splits there at some level), so the c of no such merge is a safe cut. */
-static sn_status sp_cuts(sn_bpe *g, sn_err *e) {
-    size_t n = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        n = 0;
-        for (uint32_t i = 0; g->ptab && i <= g->pmask; i++) {
-            if (g->ptab[i].key == UINT64_MAX) continue;
-            const span *a = &g->tok[g->ptab[i].key >> 32], *b = &g->tok[(uint32_t)g->ptab[i].key];
-            if (b->len < 3 || memcmp(g->pool + b->off, SP, 3)) continue;
-            size_t len;
-            uint32_t c = last_char(g->pool + a->off, a->len, &len);
-            if (pass) g->cross[n] = c;
-            n++;
-        }
-        if (!pass && !resize(&g->cross, n * sizeof *g->cross)) return tables_oom(g, e, n * 4);
-    }
-    qsort(g->cross, n, sizeof *g->cross, cmp_u32);
-    g->n_cross = n;
-    return SN_OK;
-}
-
-/* Whether word t[i, m) may be cut before the SP at p (i < p < m): no merge joins across it, and
- * the character before it and SP are tokens of their own (no byte fallback or unk there). */
-static bool sp_cut_ok(const gpt2 *g, const char *t, size_t p) {
-    size_t len;
-    uint32_t c = last_char(t, p, &len);
-    return !g->ignore_merges && !bsearch(&c, g->cross, g->n_cross, sizeof c, cmp_u32) &&
-           sn_bpe_find(g, t + p - len, len) >= 0 && sn_bpe_find(g, SP, 3) >= 0;
-}
-
-/* Encodes one piece of text (between special tokens; at the text's start when first): its
- * spaces as SP, SP before it as sp.prepend says, then each word: from each SP on when sp.split;
- * else the whole, cut only where that changes no id (sp_cut_ok), as a long text is one word. */
-static sn_status sp_encode_piece(gpt2 *g, const char *s, size_t n, bool first, sn_tokens *out,
-                                 sn_err *e) {
-    if (n == 0) return SN_OK;
-    if (3 * n + 3 > g->norm_cap) {
-        if (!resize(&g->norm, 6 * n + 6)) return sn_fail_oom(e, 6 * n + 6, "the BPE tokenizer's text buffer");
-        g->norm_cap = 6 * n + 6;
-    }
-    char *t = g->norm;
-    size_t m = 0;
-    bool starts_sp = s[0] == ' ' || (n >= 3 && !memcmp(s, SP, 3));
-    sn_sp_prepend pre = g->sp.prepend;
-    if (pre == SN_SP_PREPEND_EACH || (pre == SN_SP_PREPEND_MISSING && !starts_sp) ||
-        (pre == SN_SP_PREPEND_FIRST && first && !starts_sp)) {
-        memcpy(t, SP, 3);
-        m = 3;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != ' ') t[m++] = s[i];
-        else memcpy(t + m, SP, 3), m += 3;
-    }
-    for (size_t i = 0; i < m;) {
-        size_t j = m;
-        for (size_t from = i + 1; from < m;) { /* up to the next SP after i where it may be cut */
-            const char *nx = memmem(t + from, m - from, SP, 3);
-            j = nx ? (size_t)(nx - t) : m;
-            if (!nx || g->sp.split || sp_cut_ok(g, t, j)) break;
-            from = j + 3;
-            j = m;
-        }
-        uint32_t count;
-        const int32_t *ids = encode_word(g, t + i, j - i, &count);
-        if (!ids) return sn_fail_oom(e, 16 * (j - i) + 4096, "the BPE tokenizer's word buffers");
-        for (uint32_t k = 0; k < count; k++) {
-            sn_status st = sn_tokens_push(out, ids[k], e);
-            if (st) return st;
-        }
-        i = j;
-    }
-    return SN_OK;
-}
-
-/* "<0xHH>" as Hugging Face's ByteFallback decoder reads it: its byte, else -1. */
-static int hex_token(const char *s, size_t n) {
-    if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return -1;
-    int v = 0;
-    for (int k = 3; k < 5; k++) {
-        int c = (unsigned char)s[k], lc = c | 0x20;
-        int d = c >= '0' && c <= '9' ? c - '0' : lc >= 'a' && lc <= 'f' ? lc - 'a' + 10
-              : k == 3 && c == '+' ? 0 : -1; /* Rust's from_str_radix takes a sign */
-        if (d < 0) return -1;
-        v = v * 16 + d;
-    }
-    return v;
-}
-
-/* Each token's decoded bytes: the decoder's Replace and ByteFallback applied to it alone. */
-static sn_status sp_decoded(sn_bpe *g, sn_err *e) {
-    size_t nv = (size_t)g->tk.vocab;
-    if (!resize(&g->dpool, g->pool_len + 1) || !resize(&g->dtok, nv * sizeof *g->dtok) ||
-        !resize(&g->dbyte, nv * sizeof *g->dbyte))
-        return tables_oom(g, e, g->pool_len + nv * (sizeof *g->dtok + sizeof *g->dbyte));
-    size_t used = 0;
-    for (size_t id = 0; id < nv; id++) {
-        const char *s = g->pool + g->tok[id].off;
-        size_t n = g->tok[id].len, at = used;
-        int b = g->sp.dec_bytes ? hex_token(s, n) : -1;
-        g->dbyte[id] = (int16_t)b;
-        if (b >= 0) g->dpool[used++] = (char)b;
-        for (size_t i = 0; i < n && b < 0; i++) {
-            if (g->sp.dec_replace && i + 3 <= n && !memcmp(s + i, SP, 3)) g->dpool[used++] = ' ', i += 2;
-            else g->dpool[used++] = s[i];
-        }
-        g->dtok[id] = (span){(uint32_t)at, (uint32_t)(used - at)};
-    }
-    return SN_OK;
-}
-
-/* Whether s[0, n) is UTF-8 as Rust's String::from_utf8 takes it (no overlong forms, surrogates
- * or code points past U+10FFFF). */
-static bool utf8_valid(const unsigned char *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        size_t k = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
-                 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-        if (!k || i + k > n) return false;
-        for (size_t j = 1; j < k; j++)
-            if ((s[i + j] & 0xc0) != 0x80) return false;
-        unsigned c1 = k > 1 ? s[i + 1] : 0;
-        if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 > 0x9f) || (c == 0xf0 && c1 < 0x90) ||
-            (c == 0xf4 && c1 > 0x8f))
-            return false;
-        i += k;
-    }
-    return true;
-}
-
-/* The text of t[start, start+n) (ids checked by the caller) as Hugging Face decodes it: each
- * token's bytes, a run of byte tokens that is not UTF-8 as one U+FFFD a byte, then the Strip. */
-static sn_status sp_decode_text(const sn_tokenizer *tk, const sn_tokens *t, size_t start,
-                                size_t n, char **text, size_t *len, sn_err *e) {
-    const gpt2 *g = tk->impl;
-    size_t cap = 1; /* the text's bound, then the run of byte tokens' bytes */
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = sn_tokens_get(t, start + i);
-        cap += g->dbyte[id] >= 0 ? 3 : g->dtok[id].len; /* a byte may become U+FFFD */
-    }
-    char *out = malloc(cap + n), *run = out + cap;
-    if (!out) return sn_fail(e, SN_ERR_OOM, "out of memory decoding %zu tokens", n);
-    size_t used = 0, nrun = 0;
-    for (size_t i = 0; i <= n; i++) {
-        int32_t id = i < n ? sn_tokens_get(t, start + i) : -1;
-        if (id >= 0 && g->dbyte[id] >= 0) {
-            run[nrun++] = (char)g->dbyte[id];
-            continue;
-        }
-        if (nrun && utf8_valid((const unsigned char *)run, nrun)) {
-            memcpy(out + used, run, nrun);
-            used += nrun;
-        } else {
-            for (size_t k = 0; k < nrun; k++) memcpy(out + used, "\xef\xbf\xbd", 3), used += 3;
-        }
-        nrun = 0;
-        if (id < 0) break;
-        const char *tok = g->pool + g->tok[id].off;
-        size_t tlen = g->tok[id].len;
-        for (size_t k = 0; i == 0 && g->sp.dec_first_sp && k < tlen; k++) { /* Metaspace's */
-            if (k + 3 <= tlen && !memcmp(tok + k, SP, 3)) k += 2;
-            else out[used++] = tok[k];
-        }
-        if (i == 0 && g->sp.dec_first_sp) continue;
-        memcpy(out + used, g->dpool + g->dtok[id].off, g->dtok[id].len);
-        used += g->dtok[id].len;
-    }
-    size_t a = 0, b = used;
-    for (int k = 0; k < g->sp.strip_start && a < b && out[a] == ' '; k++) a++;
-    for (int k = 0; k < g->sp.strip_stop && b > a && out[b - 1] == ' '; k++) b--;
-    memmove(out, out + a, b - a);
-    out[b - a] = 0;
-    *text = out;
-    *len = b - a;
     return SN_OK;
 }
 
@@ -879,7 +502,7 @@ static sn_status bpe_encode(sn_tokenizer *tk, const char *text, size_t len, sn_t
     for (size_t i = 0; i <= len && !st;) {
         size_t at;
         int32_t sp = next_special(g, text, len, i, pos, &at);
-        st = g->is_sp ? sp_encode_piece(g, text + i, at - i, i == 0, out, e)
+        st = g->is_sp ? sn_bpe_sp_encode_piece(g, text + i, at - i, i == 0, out, e)
                       : encode_plain(g, (const unsigned char *)text + i, at - i, out, e);
         if (st || sp < 0) break;
         st = sn_tokens_push(out, sp, e);
