@@ -9,14 +9,20 @@
 
 #include <stdint.h>
 
+#include "ir/ir.h"
+#include "runtime/pool.h"
+
 enum { SN_OFFLOAD_CHUNK = 1 << 20 }; /* elements per copy (4 MiB of f32) */
 
 /* AdamW on n elements: p, m, v updated from g with the step's scalars h (kernel.h SN_OPT_*,
- * after CLIP wrote the clip scale); the first n_decay elements get weight decay. */
-void sn_offload_adamw(const float *h, float *p, float *m, float *v, const float *g, int64_t n,
-                      int64_t n_decay);
+ * after CLIP wrote the clip scale); the first n_decay elements get weight decay. With low_dtype
+ * SN_BF16 or SN_F16, low[i] gets the new p[i]'s bits in that dtype, rounded to nearest even
+ * (kernel.h's flat_low: the weight shadows); SN_F32: low is not touched. The work is split over
+ * the pool's threads (NULL: the calling thread alone); the bits do not depend on how. */
+void sn_offload_adamw(sn_pool *pool, const float *h, float *p, float *m, float *v, const float *g,
+                      void *low, sn_dtype low_dtype, int64_t n, int64_t n_decay);
 
-/* sum[i] += g[i] (kernel.h's GRAD_ACC) on n elements. */
-void sn_offload_acc(float *sum, const float *g, int64_t n);
+/* sum[i] += g[i] (kernel.h's GRAD_ACC) on n elements, over the pool's threads (or NULL). */
+void sn_offload_acc(sn_pool *pool, float *sum, const float *g, int64_t n);
 
 #endif

@@ -42,12 +42,14 @@ struct sn_runner {
     bool offload;
     float *host[FB_COUNT];
     int64_t host_bytes; /* what those hold */
+    sn_pool *pool;      /* the host AdamW's threads (one per CPU) */
     char name[160];
 };
 
 void sn_runner_free(sn_runner *b) {
     if (!b) return;
     for (int i = 0; i < FB_COUNT; i++) free(b->host[i]);
+    sn_pool_free(b->pool);
     sn_exec_free(b->x);
     sn_program_free(b->prog);
     sn_device_free(b->own);
@@ -79,8 +81,11 @@ static sn_status flat_layout(sn_runner *b, sn_err *e) {
     return SN_OK;
 }
 
-/* Offload's host arrays (zeroed; the masters are set with the weights). */
+/* Offload's host arrays (zeroed; the masters are set with the weights) and threads. */
 static sn_status offload_new(sn_runner *b, sn_err *e) {
+    if (!(b->pool = sn_pool_new(0)))
+        return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the offloaded optimizer's "
+                       "threads");
     static const int fb[] = {FB_PARAMS, FB_M, FB_V, FB_SCAL, FB_GRADS};
     for (int i = 0; i < 5; i++) {
         int64_t all = b->lay->flat_n;
@@ -275,7 +280,7 @@ static sn_status offload_grads(sn_runner *b, int64_t lo, int64_t n, bool add, fl
     r.offset += F32_BYTES * lo;
     if (!add) return sn_exec_download(b->x, dst, r, F32_BYTES * n, e);
     sn_status s = sn_exec_download(b->x, b->host[FB_GRADS], r, F32_BYTES * n, e);
-    if (!s) sn_offload_acc(dst, b->host[FB_GRADS], n);
+    if (!s) sn_offload_acc(b->pool, dst, b->host[FB_GRADS], n);
     return s;
 }
 
@@ -323,8 +328,8 @@ static sn_status offload_adamw(sn_runner *b, bool sums, sn_err *e) {
         const float *g = sums ? h[FB_SUMS] + lo : h[FB_GRADS];
         if (!sums) s = offload_grads(b, lo, n, false, h[FB_GRADS], e);
         if (s) break;
-        sn_offload_adamw(h[FB_SCAL], h[FB_PARAMS] + lo, h[FB_M] + lo, h[FB_V] + lo, g, n,
-                         b->lay->flat_decay - lo);
+        sn_offload_adamw(b->pool, h[FB_SCAL], h[FB_PARAMS] + lo, h[FB_M] + lo, h[FB_V] + lo, g,
+                         NULL, SN_F32, n, b->lay->flat_decay - lo);
         sn_exec_ref r = b->ref[FB_PARAMS];
         r.offset += F32_BYTES * lo;
         s = sn_exec_upload(b->x, r, h[FB_PARAMS] + lo, F32_BYTES * n, e);
