@@ -233,8 +233,7 @@ sn_roofline_offload sn_roofline_offload_model(const sn_program *p, int64_t n_par
     r.up_s = 4.0 * n / bw;
     r.host_s = 28.0 * n / (host_gb_s * 1e9);
     r.serial_s = r.down_s + r.host_s + r.up_s;
-    double slowest = r.down_s > r.host_s ? r.down_s : r.host_s, share = n > 0 ? (double)chunk / n : 0;
-    slowest = slowest > r.up_s ? slowest : r.up_s;
+    double slowest = fmax(fmax(r.down_s, r.host_s), r.up_s), share = n > 0 ? (double)chunk / n : 0;
     r.overlapped_s = slowest + share * (r.down_s + r.host_s + r.up_s - slowest);
     r.step_s = r.device_s + r.overlapped_s;
     return r;
@@ -257,5 +256,6 @@ void sn_roofline_offload_print(FILE *f, const sn_roofline_offload *r, double tok
     if (room <= fmax(r->down_s, r->up_s))
         fprintf(f, "  1.5x is out of reach: the copies alone take more than %.3f ms\n", room * 1e3);
     else
-        fprintf(f, "  1.5x needs the host AdamW at %.0f GB/s or more\n", r->host_s * host_gb_s / room);
+        fprintf(f, "  1.5x needs the host AdamW at %.0f GB/s or more\n",
+                r->host_s * host_gb_s / room);
 }

@@ -43,7 +43,8 @@ struct sn_device {
      * copies below need to run asynchronously. copy_async: `bytes` between device memory and
      * host_alloc's memory (up: to the device), queued on a copy stream of that direction (so
      * that copies up and down run at once) after everything queued on the device's stream so
-     * far; returns at once, and `done` (an event_new event) is recorded after the copy. event_wait blocks the host until `done` happened. */
+     * far; returns at once, and `done` (an event_new event) is recorded after the copy.
+     * event_wait blocks the host until `done` happened. */
     void *(*host_alloc)(sn_device *d, size_t bytes, sn_err *e);
     void (*host_free)(sn_device *d, void *p);
     sn_status (*copy_async)(sn_device *d, void *dst, const void *src, size_t bytes, bool up,
