@@ -100,7 +100,8 @@ static sn_status offload_new(sn_runner *b, sn_err *e) {
     static const int fb[] = {FB_PARAMS, FB_M, FB_V, FB_SCAL, FB_GRADS};
     for (int i = 0; i < 5; i++) {
         int64_t all = b->lay->flat_n;
-        int64_t n = fb[i] == FB_SCAL ? SN_OPT_SCALARS : fb[i] == FB_GRADS ? sn_offload_staging(all) : all;
+        int64_t n = fb[i] == FB_SCAL    ? SN_OPT_SCALARS
+                    : fb[i] == FB_GRADS ? sn_offload_staging(all) : all;
         if (!(b->host[fb[i]] = pinned(fb[i]) ? sn_exec_host_alloc(b->x, F32_BYTES * n, e)
                                              : calloc((size_t)n, sizeof(float))))
             return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the offloaded optimizer "
@@ -287,7 +288,8 @@ static sn_status launch(sn_runner *b, int which, const int *fb, sn_err *e) {
 
 /* Offload's copies: the slots (device.h) of the staging chunks' downloads and of the uploads. */
 enum { SLOT_UP = SN_OFFLOAD_RING };
-static_assert((int)SLOT_UP < (int)SN_EXEC_COPY_SLOTS, "a copy slot for each staging chunk and the uploads");
+static_assert((int)SLOT_UP < (int)SN_EXEC_COPY_SLOTS,
+              "a copy slot for each staging chunk and one for the uploads");
 
 /* What the host does with chunk [lo, lo + n) once its gradients g (NULL: none came down) are on
  * the host. */
@@ -313,14 +315,16 @@ static sn_status grads_down(sn_runner *b, int64_t k, sn_err *e) {
 static sn_status pipeline(sn_runner *b, bool down, bool up, chunk_fn fn, sn_err *e) {
     int64_t chunks = (b->lay->flat_n + b->chunk - 1) / b->chunk;
     sn_status s = SN_OK;
-    for (int64_t k = 0; down && k < SN_OFFLOAD_RING && k < chunks && !s; k++) s = grads_down(b, k, e);
+    for (int64_t k = 0; down && k < SN_OFFLOAD_RING && k < chunks && !s; k++)
+        s = grads_down(b, k, e);
     for (int64_t k = 0; k < chunks && !s; k++) {
         int64_t lo = k * b->chunk, n = chunk_len(b, k);
         if (down && (s = sn_exec_copy_wait(b->x, (int)(k % SN_OFFLOAD_RING), e))) break;
         fn(b, lo, n, down ? b->host[FB_GRADS] + (k % SN_OFFLOAD_RING) * b->chunk : NULL);
         sn_exec_ref r = b->ref[FB_PARAMS];
         r.offset += F32_BYTES * lo;
-        if (up) s = sn_exec_copy_async(b->x, true, r, b->host[FB_PARAMS] + lo, F32_BYTES * n, SLOT_UP, e);
+        if (up)
+            s = sn_exec_copy_async(b->x, true, r, b->host[FB_PARAMS] + lo, F32_BYTES * n, SLOT_UP, e);
         if (!s && down && k + SN_OFFLOAD_RING < chunks) s = grads_down(b, k + SN_OFFLOAD_RING, e);
     }
     /* the last upload done is every upload done: the masters may change again, the device's
