@@ -18,8 +18,9 @@ typedef struct {
 } adamw_scalars;
 
 /* The clones: the one best for the CPU is picked at load time (an ifunc), so a binary built for
- * the x86-64 baseline still runs 512-bit vectors where the CPU has them. GCC only, and not under
- * ASan (whose runtime is not up when ifunc resolvers run); elsewhere the baseline's vectors. */
+ * the x86-64 baseline still runs 512-bit vectors where the CPU has them. GCC builds without
+ * ASan only (ifuncs under tools/sanitize are untried): elsewhere the baseline's vectors, the
+ * same bits. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__SANITIZE_ADDRESS__)
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
