@@ -1,7 +1,8 @@
 /* offload_bench.c: the offloaded optimizer's host AdamW (train/offload.c) in GB/s against this
  * machine's memory bandwidth, measured in the same run by a STREAM-like copy and triad on the
  * same arrays and threads (sinter's pool), for 1..N threads; and against the scalar one-thread
- * loop it replaced (the baseline, here). One JSON record per thread count (bench_json.h).
+ * loop it replaced (the baseline, here). One JSON record per thread count (bench_json.h), with
+ * the CPU's name from /proc/cpuinfo.
  * Convention: bytes are what each element's arithmetic must read and write (AdamW: p, m, v, g
  * read, p, m, v written, 28 bytes, + 2 with the bf16 shadow; copy 8, triad 12), as STREAM counts
  * them (write-allocate traffic not counted: a triad moves 16 bytes where it counts 12, so
@@ -67,6 +68,22 @@ static void scalar_adamw(const float *h, float *p, float *m, float *v, const flo
 
 static double best(double t, double *b) { return *b = t < *b ? t : *b; }
 
+/* /proc/cpuinfo's first "model name" (the CPU the numbers are from), or "unknown". */
+static void cpu_name(char *out, size_t len) {
+    snprintf(out, len, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !colon) continue;
+        colon += strspn(colon + 1, " \t") + 1;
+        colon[strcspn(colon, "\n")] = 0;
+        snprintf(out, len, "%s", colon);
+        break;
+    }
+    if (f) fclose(f);
+}
+
 int main(int argc, char **argv) {
     int64_t n = 124475904;
     int max_threads = (int)sysconf(_SC_NPROCESSORS_ONLN), reps = 5;
@@ -103,6 +120,8 @@ int main(int argc, char **argv) {
     h[SN_OPT_WD] = 0.1f, h[SN_OPT_BC1] = 0.1f, h[SN_OPT_BC2] = 0.05f, h[SN_OPT_SCALE] = 1;
     h[SN_OPT_INV_MICRO] = 1;
     double per = 28 + (shadow ? 2 : 0), gb = 1e-9 * (double)n;
+    char cpu[256];
+    cpu_name(cpu, sizeof cpu);
     double scalar_s = 1e30;
     for (int r = 0; r < (reps < 3 ? reps : 3); r++) {
         double t0 = sn_clock_s();
@@ -133,6 +152,7 @@ int main(int argc, char **argv) {
         sn_pool_free(pool);
         bj *o = bj_new();
         bj_str(o, "bench", "offload_adamw");
+        bj_str(o, "cpu", cpu);
         bj_int(o, "n", n);
         bj_int(o, "threads", t);
         bj_bool(o, "bf16_shadow", shadow);
