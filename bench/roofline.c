@@ -5,6 +5,7 @@
  * p, m, v), all f32, and the weights' 16-bit copies AdamW writes where the program has them. */
 #include "roofline.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "codegen/cuda/cuda.h"
@@ -12,10 +13,10 @@
 #include "program/target.h"
 
 static const sn_roofline_machine machines[] = {
-    {"h100", 989.0, 494.5, 67.0, 3.35, 132}, /* H100 SXM, dense (no sparsity) */
+    {"h100", 989.0, 494.5, 67.0, 3.35, 132, 55.0}, /* H100 SXM, dense (no sparsity) */
     /* H200: bf16 GEMM and copy bandwidth as gpu_check measured them on 2026-11-27 (cuBLASLt
      * 8192^3; a 1 GiB device copy); TF32 and fp32 the published (H100 SXM's) numbers */
-    {"h200", 773.0, 494.5, 67.0, 4.22, 132},
+    {"h200", 773.0, 494.5, 67.0, 4.22, 132, 55.0},
 };
 
 const sn_roofline_machine *sn_roofline_machine_find(const char *name) {
@@ -219,4 +220,42 @@ void sn_roofline_print(FILE *f, const sn_program *p, int64_t n_params, double to
         fprintf(f, "  measured step %.3f ms: %.2fx the modeled time, MFU %.1f%% of the bf16 peak\n",
                 measured_step_s * 1e3, measured_step_s / s.time_s,
                 100 * s.model_flops / measured_step_s / (m->bf16_tflops * 1e12));
+}
+
+sn_roofline_offload sn_roofline_offload_model(const sn_program *p, int64_t n_params, int64_t chunk,
+                                              const sn_roofline_machine *m,
+                                              const sn_roofline_opts *o, double host_gb_s) {
+    sn_roofline_step s = sn_roofline_program(p, n_params, m, o);
+    double n = (double)n_params, bw = m->pcie_gb_s * 1e9;
+    sn_roofline_offload r = {.on_device_s = s.time_s};
+    r.device_s = s.time_s - s.optimizer_s + 4.0 * n / (m->tb_per_s * 1e12); /* SQNORM reads g */
+    r.down_s = 4.0 * n / bw;
+    r.up_s = 4.0 * n / bw;
+    r.host_s = 28.0 * n / (host_gb_s * 1e9);
+    r.serial_s = r.down_s + r.host_s + r.up_s;
+    double slowest = fmax(fmax(r.down_s, r.host_s), r.up_s), share = n > 0 ? (double)chunk / n : 0;
+    r.overlapped_s = slowest + share * (r.down_s + r.host_s + r.up_s - slowest);
+    r.step_s = r.device_s + r.overlapped_s;
+    return r;
+}
+
+void sn_roofline_offload_print(FILE *f, const sn_roofline_offload *r, double tokens,
+                               double host_gb_s, const sn_roofline_machine *m) {
+    char t[6][32];
+    const double v[6] = {r->device_s, r->down_s, r->up_s, r->host_s, r->serial_s, r->overlapped_s};
+    for (int i = 0; i < 6; i++) fmt_s(t[i], sizeof t[i], v[i]);
+    fprintf(f, "offloaded (the optimizer state on the host; PCIe %.0f GB/s each way, host AdamW "
+            "%.1f GB/s):\n", m->pcie_gb_s, host_gb_s);
+    fprintf(f, "  device kernels and SQNORM %s; gradients down %s, weights up %s, host AdamW %s\n",
+            t[0], t[1], t[2], t[3]);
+    fprintf(f, "  optimizer phase: serial %s, overlapped %s\n", t[4], t[5]);
+    fprintf(f, "  step: modeled %.3f ms = %.0f tokens/s, %.2fx the step without offload "
+            "(serial copies: %.2fx)\n", r->step_s * 1e3, tokens / r->step_s,
+            r->step_s / r->on_device_s, (r->device_s + r->serial_s) / r->on_device_s);
+    double room = 1.5 * r->on_device_s - r->device_s; /* what 1.5x leaves the optimizer phase */
+    if (room <= fmax(r->down_s, r->up_s))
+        fprintf(f, "  1.5x is out of reach: the copies alone take more than %.3f ms\n", room * 1e3);
+    else
+        fprintf(f, "  1.5x needs the host AdamW at %.0f GB/s or more\n",
+                r->host_s * host_gb_s / room);
 }

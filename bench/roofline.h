@@ -20,6 +20,8 @@ typedef struct {
     double fp32_tflops; /* CUDA cores, FMA counted as 2 */
     double tb_per_s;    /* device memory bandwidth */
     int sms;            /* multiprocessors: a block runs on one */
+    double pcie_gb_s;   /* host <-> device copies of page-locked memory, each direction at once
+                           (PCIe 5.0 x16: 64 GB/s raw; assumed 55, to be measured) */
 } sn_roofline_machine;
 
 /* "h100": H100 SXM (989 bf16 dense, 494.5 TF32, 67 fp32, 3.35 TB/s); "h200": the H200's measured
@@ -64,5 +66,25 @@ sn_roofline_step sn_roofline_program(const sn_program *p, int64_t n_params,
 void sn_roofline_print(FILE *f, const sn_program *p, int64_t n_params, double tokens,
                        const sn_roofline_machine *m, const sn_roofline_opts *o,
                        const double *measured_kind_s, double measured_step_s);
+
+/* An offloaded step (sn_train_opts.offload, train/runner.c): the program's kernels and SQNORM
+ * on the device, then AdamW on the host over n_params in chunks of `chunk` elements, f32
+ * gradients down and f32 weights up over PCIe (both directions at once), the host's work at
+ * host_gb_s (28 bytes an element: p, m, v, g read, p, m, v written). Serial: the three one after
+ * another (the copies synchronous); overlapped: the pipeline, the slowest of the three plus one
+ * chunk of each of the other two (filling and draining it). */
+typedef struct {
+    double on_device_s;          /* the step without offload (sn_roofline_program) */
+    double device_s;             /* its kernels without AdamW, with SQNORM */
+    double down_s, up_s, host_s; /* the optimizer's three streams of work */
+    double serial_s, overlapped_s; /* the optimizer phase */
+    double step_s;               /* device_s + overlapped_s */
+} sn_roofline_offload;
+
+sn_roofline_offload sn_roofline_offload_model(const sn_program *p, int64_t n_params, int64_t chunk,
+                                              const sn_roofline_machine *m,
+                                              const sn_roofline_opts *o, double host_gb_s);
+void sn_roofline_offload_print(FILE *f, const sn_roofline_offload *r, double tokens,
+                               double host_gb_s, const sn_roofline_machine *m);
 
 #endif

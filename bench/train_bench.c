@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "models/gpt2.h"
 #include "passes/pipeline.h"
@@ -25,6 +26,7 @@
 #include "runtime/device.h"
 #include "runtime/cuda/cuda_device.h"
 #include "support/rng.h"
+#include "train/offload.h"
 #include "train/train.h"
 #include "bench_json.h"
 #include "peak.h"
@@ -47,6 +49,7 @@ typedef struct {
     const char *roofline; /* a machine (roofline.h) or NULL */
     bool model_only;      /* print the roofline model and run nothing */
     bool tf32;            /* CUDA: TF32 GEMMs (and the model's f32 GEMMs at the TF32 rate) */
+    double host_gbs;      /* --host-gbs: the offload model's host AdamW (0: measured here) */
     double peak_f32, peak_bf16; /* GFLOP/s measured in this run (bf16: 0 without the instruction) */
 } args;
 
@@ -171,9 +174,12 @@ static const char usage_text[] =
     "                   [--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]]\n"
     "                   [--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16]\n"
     "                   [--compare-interp] [--arena-budget BYTES] [--offload] [--lora R]\n"
+    "                   [--host-gbs G]\n"
     "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
     "  --threads 0: all cores; --lora R: the step with LoRA adapters of rank R (all linear\n"
-    "  layers, alpha R, the base frozen), and the full fine-tuning step timed in the same run\n";
+    "  layers, alpha R, the base frozen), and the full fine-tuning step timed in the same run;\n"
+    "  --model-only --offload: the offloaded step modeled too, the host AdamW at G GB/s (by\n"
+    "  default as measured on this machine, --threads of it)\n";
 
 static void usage_fail(const char *fmt, const char *arg) {
     fprintf(stderr, "train_bench: ");
@@ -214,7 +220,8 @@ static void parse(int argc, char **argv, args *a) {
         }
         static const char *const valued[] = {"--model", "--batch", "--seq", "--steps", "--threads",
                                              "--device", "--roofline", "--checkpoint-policy",
-                                             "--precision", "--arena-budget", "--lora"};
+                                             "--precision", "--arena-budget", "--lora",
+                                             "--host-gbs"};
         bool known = false;
         for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(k, valued[j]);
         if (!known) usage_fail("unknown option '%s'", k);
@@ -242,6 +249,11 @@ static void parse(int argc, char **argv, args *a) {
                 usage_fail("--arena-budget wants a number of bytes, not '%s'", v);
             a->arena_budget = (int64_t)b;
             a->checkpoint = SN_RECOMPUTE_BUDGET;
+        } else if (!strcmp(k, "--host-gbs")) {
+            char *end;
+            a->host_gbs = strtod(v, &end);
+            if (end == v || *end || !(a->host_gbs > 0) || a->host_gbs > 1e6)
+                usage_fail("--host-gbs wants GB/s, a positive number, not '%s'", v);
         } else if (!strcmp(k, "--precision")) {
             int p = sn_precision_parse(v);
             if (p < 0 || p == SN_PRECISION_TF32)
@@ -278,6 +290,28 @@ static int64_t param_count(const sn_graph *g) {
     return total;
 }
 
+/* The host AdamW's GB/s on this machine (train/offload.c over n elements, the best of 3). */
+static double host_adamw_gbs(int64_t n, int threads) {
+    float *a = calloc((size_t)n * 4, sizeof(float)), h[SN_OPT_SCALARS] = {0};
+    sn_pool *pool = sn_pool_new(threads);
+    if (!a || !pool) {
+        fprintf(stderr, "train_bench: out of memory measuring the host AdamW: give --host-gbs\n");
+        exit(1);
+    }
+    h[SN_OPT_BETA1] = 0.9f, h[SN_OPT_BETA2] = 0.95f, h[SN_OPT_BC1] = h[SN_OPT_BC2] = 0.5f;
+    h[SN_OPT_EPS] = 1e-8f, h[SN_OPT_LR] = 1e-4f, h[SN_OPT_SCALE] = h[SN_OPT_INV_MICRO] = 1;
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        double t0 = sn_clock_s();
+        sn_offload_adamw(pool, h, a, a + n, a + 2 * n, a + 3 * n, NULL, SN_F32, n, n);
+        double t = sn_clock_s() - t0;
+        best = t < best ? t : best;
+    }
+    sn_pool_free(pool);
+    free(a);
+    return 28.0 * (double)n / best / 1e9;
+}
+
 /* --model-only: the training program's roofline, nothing run. */
 static int model_only(const args *a, const sn_roofline_machine *m) {
     sn_program *p;
@@ -286,6 +320,15 @@ static int model_only(const args *a, const sn_roofline_machine *m) {
            (long long)param_count(g));
     sn_roofline_opts ro = {.tf32 = a->tf32};
     sn_roofline_print(stdout, p, p->layout.flat_n, (double)a->batch * a->seq, m, &ro, NULL, 0);
+    if (a->offload) {
+        int64_t n = p->layout.flat_n;
+        double gbs = a->host_gbs > 0 ? a->host_gbs : host_adamw_gbs(n, a->threads);
+        if (a->host_gbs <= 0)
+            printf("host AdamW measured on this machine: %.1f GB/s (%d threads)\n", gbs,
+                   a->threads ? a->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+        sn_roofline_offload r = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro, gbs);
+        sn_roofline_offload_print(stdout, &r, (double)a->batch * a->seq, gbs, m);
+    }
     sn_program_free(p);
     sn_graph_free(g);
     return 0;

@@ -126,6 +126,30 @@ static void checked_event_free(sn_device *d, void *ev) {
     c->inner->event_free(c->inner, ev);
 }
 
+/* The asynchronous copies (where inner has them): host memory is inner's, device memory
+ * translated. */
+static void *checked_host_alloc(sn_device *d, size_t bytes, sn_err *e) {
+    checked_impl *c = d->impl;
+    return c->inner->host_alloc(c->inner, bytes, e);
+}
+
+static void checked_host_free(sn_device *d, void *p) {
+    checked_impl *c = d->impl;
+    c->inner->host_free(c->inner, p);
+}
+
+static sn_status checked_copy_async(sn_device *d, void *dst, const void *src, size_t bytes, bool up,
+                                    void *done, sn_err *e) {
+    checked_impl *c = d->impl;
+    return c->inner->copy_async(c->inner, up ? real_of(d, dst) : dst, up ? src : real_of(d, src),
+                                bytes, up, done, e);
+}
+
+static sn_status checked_event_wait(sn_device *d, void *done, sn_err *e) {
+    checked_impl *c = d->impl;
+    return c->inner->event_wait(c->inner, done, e);
+}
+
 static void checked_destroy(sn_device *d) {
     checked_impl *c = d->impl;
     for (int i = 0; i < c->n; i++) SN_ASSERT(!c->real[i]); /* every block freed */
@@ -152,6 +176,10 @@ sn_status sn_checked_device_new(sn_device *inner, sn_device **out, sn_err *e) {
                      .event_record = checked_event_record, .event_elapsed = checked_event_elapsed,
                      .event_free = checked_event_free, .destroy = checked_destroy, .impl = c,
                      .target = inner->target};
+    if (inner->copy_async) {
+        d->host_alloc = checked_host_alloc, d->host_free = checked_host_free;
+        d->copy_async = checked_copy_async, d->event_wait = checked_event_wait;
+    }
     *out = d;
     return SN_OK;
 }

@@ -38,6 +38,18 @@ struct sn_device {
     sn_status (*event_record)(sn_device *d, void *ev, sn_err *e);
     sn_status (*event_elapsed)(sn_device *d, void *from, void *to, double *seconds, sn_err *e);
     void (*event_free)(sn_device *d, void *ev);
+    /* Copies that overlap the host's work (offload; NULL where the device has none, and the
+     * executor copies synchronously instead). host_alloc: page-locked host memory, which the
+     * copies below need to run asynchronously. copy_async: `bytes` between device memory and
+     * host_alloc's memory (up: to the device), queued on a copy stream of that direction (so
+     * that copies up and down run at once) after everything queued on the device's stream so
+     * far; returns at once, and `done` (an event_new event) is recorded after the copy.
+     * event_wait blocks the host until `done` happened. */
+    void *(*host_alloc)(sn_device *d, size_t bytes, sn_err *e);
+    void (*host_free)(sn_device *d, void *p);
+    sn_status (*copy_async)(sn_device *d, void *dst, const void *src, size_t bytes, bool up,
+                            void *done, sn_err *e);
+    sn_status (*event_wait)(sn_device *d, void *done, sn_err *e);
     /* A device that evaluates the program's graph itself instead of launching its kernels (the
      * reference interpreter) sets these; NULL on the others. run_graph evaluates p->g on the
      * values in p's persistent block (inputs and parameters in; every persistent value it
@@ -109,6 +121,19 @@ sn_status sn_exec_upload(sn_exec *x, sn_exec_ref dst, const void *src, int64_t b
 sn_status sn_exec_download(sn_exec *x, void *dst, sn_exec_ref src, int64_t bytes, sn_err *e);
 sn_status sn_exec_copy(sn_exec *x, sn_exec_ref dst, sn_exec_ref src, int64_t bytes, sn_err *e);
 sn_status sn_exec_memset(sn_exec *x, sn_exec_ref dst, int value, int64_t bytes, sn_err *e);
+/* Copies that overlap the host's work (device.h copy_async), each named by a `slot`:
+ * sn_exec_copy_async queues a copy between a ref and host memory from sn_exec_host_alloc (up: to
+ * the device) after the work queued so far and returns at once; sn_exec_copy_wait(slot) returns
+ * when the slot's latest copy is done (the host may read or reuse its memory), and with it every
+ * copy in the same direction queued before (each direction runs in order). On a device without
+ * asynchronous copies each copy is done before sn_exec_copy_async returns. Host memory is
+ * page-locked where the device has it (plain memory elsewhere); zeroed. */
+enum { SN_EXEC_COPY_SLOTS = 4 };
+void *sn_exec_host_alloc(sn_exec *x, int64_t bytes, sn_err *e);
+void sn_exec_host_free(sn_exec *x, void *p);
+sn_status sn_exec_copy_async(sn_exec *x, bool up, sn_exec_ref ref, void *host, int64_t bytes,
+                             int slot, sn_err *e);
+sn_status sn_exec_copy_wait(sn_exec *x, int slot, sn_err *e);
 /* Compiles kernels that are not the program's (the optimizer's) on the executor's device. */
 sn_status sn_exec_compile(sn_exec *x, sn_kernel *const *ks, int n, void **handles, sn_err *e);
 /* Launches such a kernel on bufs (sn_kernel_n_bufs(k) of them), in stream order. */

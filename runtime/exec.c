@@ -24,6 +24,7 @@ struct sn_exec {
     int64_t *buffer_bytes;
     bool whole_run_only; /* sn_exec_time_kernels(x, false): events around the run only */
     void *graph_state;   /* a device that runs the graph whole (run_graph): its state */
+    void *copy_done[SN_EXEC_COPY_SLOTS]; /* the asynchronous copies' events, made at first use */
     sn_exec_stats st;
 };
 
@@ -69,6 +70,8 @@ void sn_exec_free(sn_exec *x) {
     if (x->arena) x->d->free(x->d, x->arena);
     if (x->persistent) x->d->free(x->d, x->persistent);
     if (x->graph_state) x->d->run_free(x->d, x->graph_state);
+    for (int i = 0; i < SN_EXEC_COPY_SLOTS; i++)
+        if (x->copy_done[i]) x->d->event_free(x->d, x->copy_done[i]);
     for (int i = 0; i < x->n_buffers; i++) x->d->free(x->d, x->buffers[i]);
     for (int k = 0; x->events && k <= x->p->n_kernels; k++)
         if (x->events[k]) x->d->event_free(x->d, x->events[k]);
@@ -255,6 +258,38 @@ sn_status sn_exec_download(sn_exec *x, void *dst, sn_exec_ref src, int64_t bytes
     char *p;
     sn_status s = resolve(x, src, bytes, &p, e);
     return s ? s : x->d->download(x->d, dst, p, (size_t)bytes, e);
+}
+
+void *sn_exec_host_alloc(sn_exec *x, int64_t bytes, sn_err *e) {
+    if (!x->d->host_alloc) return sn_calloc((size_t)bytes, 1, "host memory", e);
+    void *p = x->d->host_alloc(x->d, (size_t)bytes, e);
+    if (p) memset(p, 0, (size_t)bytes);
+    return p;
+}
+
+void sn_exec_host_free(sn_exec *x, void *p) {
+    if (!x->d->host_alloc) free(p);
+    else if (p) x->d->host_free(x->d, p);
+}
+
+sn_status sn_exec_copy_async(sn_exec *x, bool up, sn_exec_ref ref, void *host, int64_t bytes,
+                             int slot, sn_err *e) {
+    SN_ASSERT(slot >= 0 && slot < SN_EXEC_COPY_SLOTS);
+    if (!x->d->copy_async) return up ? sn_exec_upload(x, ref, host, bytes, e)
+                                     : sn_exec_download(x, host, ref, bytes, e);
+    char *p;
+    sn_status s = resolve(x, ref, bytes, &p, e);
+    if (s) return s;
+    if (!x->copy_done[slot] && !(x->copy_done[slot] = x->d->event_new(x->d, e))) return e->code;
+    if (up) written_ref(x, ref, bytes);
+    return x->d->copy_async(x->d, up ? p : host, up ? host : p, (size_t)bytes, up,
+                            x->copy_done[slot], e);
+}
+
+sn_status sn_exec_copy_wait(sn_exec *x, int slot, sn_err *e) {
+    SN_ASSERT(slot >= 0 && slot < SN_EXEC_COPY_SLOTS);
+    if (!x->d->copy_async || !x->copy_done[slot]) return SN_OK; /* nothing in flight */
+    return x->d->event_wait(x->d, x->copy_done[slot], e);
 }
 
 sn_status sn_exec_copy(sn_exec *x, sn_exec_ref dst, sn_exec_ref src, int64_t bytes, sn_err *e) {

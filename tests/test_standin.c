@@ -316,6 +316,41 @@ START_TEST(offload_trains_like_the_device) {
 }
 END_TEST
 
+/* The copies offload overlaps with its AdamW (device.h copy_async) on the stand-in, which
+ * defers a copy on a stream until something orders it (standin_stream.c): a download's host
+ * memory holds the old bytes until its event is waited on, and an upload reads its host memory
+ * late, so a host that writes it before the wait is caught (on a GPU either may happen); the
+ * same through the checked device (_i 1), which translates the device pointer. */
+START_TEST(async_copies_land_at_their_event) {
+    enum { N = 4096 };
+    sn_err e;
+    sn_device *d = cuda(NULL);
+    if (_i) ck_assert(sn_checked_device_new(d, &d, &e) == SN_OK);
+    ck_assert(d->copy_async && d->host_alloc && d->event_wait);
+    float *h = d->host_alloc(d, 4 * N, &e), want[N];
+    ck_assert_msg(h, "%s", e.msg);
+    void *dev = d->alloc(d, 4 * N, &e), *done = d->event_new(d, &e);
+    ck_assert(dev && done);
+    for (int i = 0; i < N; i++) want[i] = (float)i;
+    ck_assert(d->upload(d, dev, want, 4 * N, &e) == SN_OK);
+    memset(h, 0, 4 * N);
+    ck_assert_msg(d->copy_async(d, h, dev, 4 * N, false, done, &e) == SN_OK, "%s", e.msg);
+    ck_assert(h[5] == 0); /* not yet */
+    ck_assert_msg(d->event_wait(d, done, &e) == SN_OK, "%s", e.msg);
+    ck_assert(!memcmp(h, want, sizeof want));
+    ck_assert(d->copy_async(d, dev, h, 4 * N, true, done, &e) == SN_OK);
+    h[7] = -1; /* a host writing what is still being copied up */
+    ck_assert(d->event_wait(d, done, &e) == SN_OK);
+    float got[N];
+    ck_assert(d->download(d, got, dev, 4 * N, &e) == SN_OK);
+    ck_assert(got[7] == -1 && got[8] == 8);
+    d->event_free(d, done);
+    d->free(d, dev);
+    d->host_free(d, h);
+    sn_device_free(d);
+}
+END_TEST
+
 static sn_test_tiny_shape tiny_shape = {V, T};
 
 /* The plan for the CUDA device is made with its target (the session passes the device's): the
@@ -922,6 +957,7 @@ static Suite *suite(void) {
     TCase *off = tcase_create("offload");
     tcase_set_timeout(off, 240);
     tcase_add_test(off, offload_trains_like_the_device);
+    tcase_add_loop_test(off, async_copies_land_at_their_event, 0, 2);
     tcase_add_test(off, cuda_plan_is_the_trainer);
     suite_add_tcase(s, off);
     return s;

@@ -2,21 +2,42 @@
  * (sn_train_opts.offload, ZeRO-Offload's idea for one device): kernel.h's ADAMW over host
  * arrays. Convention: f32 arithmetic, operation for operation the order of the generated
  * kernels (codegen/llvm/llvm_optim.c), so that on the CPU device an offloaded step is the
- * device's step bit for bit; the work goes in chunks of SN_OFFLOAD_CHUNK elements, each one
- * copy down (gradients) and one up (weights). */
+ * device's step bit for bit; the work goes in chunks (sn_offload_chunk), each one
+ * copy down (gradients) and one up (weights), the copies of one chunk overlapping the host's
+ * work on another where the device copies asynchronously (runner.c). */
 #ifndef SN_OFFLOAD_H
 #define SN_OFFLOAD_H
 
 #include <stdint.h>
 
-enum { SN_OFFLOAD_CHUNK = 1 << 20 }; /* elements per copy (4 MiB of f32) */
+#include "ir/ir.h"
+#include "runtime/pool.h"
+
+enum { SN_OFFLOAD_CHUNK = 1 << 20 }; /* the most elements a copy moves (4 MiB of f32) */
+enum { SN_OFFLOAD_RING = 2 };         /* gradient chunks in flight: one copied while one is used */
+
+/* The elements of a chunk for a flat range of n: a 16th of it, at least 4096 and at most
+ * SN_OFFLOAD_CHUNK, whole cache lines (so that small models, the tests', pipeline too). */
+static inline int64_t sn_offload_chunk(int64_t n) {
+    int64_t c = n / 16 < 4096 ? 4096 : n / 16 > SN_OFFLOAD_CHUNK ? SN_OFFLOAD_CHUNK : n / 16;
+    return (c + 63) / 64 * 64;
+}
+
+/* The f32 elements of the gradients' staging chunks in host memory for a range of n. */
+static inline int64_t sn_offload_staging(int64_t n) {
+    int64_t c = sn_offload_chunk(n);
+    return n <= c ? n : SN_OFFLOAD_RING * c;
+}
 
 /* AdamW on n elements: p, m, v updated from g with the step's scalars h (kernel.h SN_OPT_*,
- * after CLIP wrote the clip scale); the first n_decay elements get weight decay. */
-void sn_offload_adamw(const float *h, float *p, float *m, float *v, const float *g, int64_t n,
-                      int64_t n_decay);
+ * after CLIP wrote the clip scale); the first n_decay elements get weight decay. With low_dtype
+ * SN_BF16 or SN_F16, low[i] gets the new p[i]'s bits in that dtype, rounded to nearest even
+ * (kernel.h's flat_low: the weight shadows); SN_F32: low is not touched. The work is split over
+ * the pool's threads (NULL: the calling thread alone); the bits do not depend on how. */
+void sn_offload_adamw(sn_pool *pool, const float *h, float *p, float *m, float *v, const float *g,
+                      void *low, sn_dtype low_dtype, int64_t n, int64_t n_decay);
 
-/* sum[i] += g[i] (kernel.h's GRAD_ACC) on n elements. */
-void sn_offload_acc(float *sum, const float *g, int64_t n);
+/* sum[i] += g[i] (kernel.h's GRAD_ACC) on n elements, over the pool's threads (or NULL). */
+void sn_offload_acc(sn_pool *pool, float *sum, const float *g, int64_t n);
 
 #endif

@@ -83,11 +83,11 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     pl->opt_device = sn_train_state_bytes(p, accum > 1);
     pl->opt_host = 0;
     if (offload) { /* the device keeps the step's scalars; the host the masters, the moments,
-                      the sums, the scalars and one chunk of gradients (runner.c) */
+                      the sums, the scalars and the gradients' staging chunks (runner.c) */
         int64_t n = p->layout.flat_n;
         pl->opt_device = scalar_bytes(n);
         pl->opt_host = F32_BYTES * (3 * n + (accum > 1 ? n : 0) + SN_OPT_SCALARS +
-                            (n < SN_OFFLOAD_CHUNK ? n : SN_OFFLOAD_CHUNK));
+                                    sn_offload_staging(n));
     }
     pl->arena = p->arena_bytes;
     pl->workspace = workspace_of(&t);

@@ -6,9 +6,11 @@
  * trains and which part of the range decays are read from the layout, never worked out here.
  * With offload, the moments, the gradient sums and a copy of the weights (the masters) are
  * host arrays instead, and AdamW runs on the CPU (offload.h) in chunks: gradients down,
- * weights up. */
+ * weights up, chunk k+1's gradients coming down while the CPU updates chunk k and chunk k-1's
+ * weights go up (sn_exec_copy_async; in turn where the device has no asynchronous copies). */
 #include "runner.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,16 +40,26 @@ struct sn_runner {
     sn_exec_ref ref[FB_COUNT];
     bool has_sums;
     /* offload: host[FB_PARAMS] the masters, host[FB_M], host[FB_V], host[FB_SUMS] the state,
-     * host[FB_SCAL] the step's scalars after CLIP, host[FB_GRADS] one chunk */
+     * host[FB_SCAL] the step's scalars after CLIP, host[FB_GRADS] the staging chunks (RING);
+     * those the device copies from or to asynchronously are its page-locked memory (pinned) */
     bool offload;
     float *host[FB_COUNT];
     int64_t host_bytes; /* what those hold */
+    sn_pool *pool;      /* the host AdamW's threads (one per CPU) */
+    int64_t chunk;      /* elements a copy moves (sn_offload_chunk) */
     char name[160];
 };
 
+/* The host arrays the copies read or write: page-locked memory. */
+static bool pinned(int f) { return f == FB_PARAMS || f == FB_GRADS || f == FB_SUMS; }
+
 void sn_runner_free(sn_runner *b) {
     if (!b) return;
-    for (int i = 0; i < FB_COUNT; i++) free(b->host[i]);
+    for (int i = 0; i < FB_COUNT; i++) {
+        if (pinned(i) && b->host[i]) sn_exec_host_free(b->x, b->host[i]);
+        else free(b->host[i]);
+    }
+    sn_pool_free(b->pool);
     sn_exec_free(b->x);
     sn_program_free(b->prog);
     sn_device_free(b->own);
@@ -77,14 +89,19 @@ static sn_status flat_layout(sn_runner *b, sn_err *e) {
     return SN_OK;
 }
 
-/* Offload's host arrays (zeroed; the masters are set with the weights). */
+/* Offload's host arrays (zeroed; the masters are set with the weights) and threads. */
 static sn_status offload_new(sn_runner *b, sn_err *e) {
+    b->chunk = sn_offload_chunk(b->lay->flat_n);
+    if (!(b->pool = sn_pool_new(0)))
+        return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the offloaded optimizer's "
+                       "threads");
     static const int fb[] = {FB_PARAMS, FB_M, FB_V, FB_SCAL, FB_GRADS};
     for (int i = 0; i < 5; i++) {
         int64_t all = b->lay->flat_n;
-        int64_t n = fb[i] == FB_SCAL ? SN_OPT_SCALARS : fb[i] == FB_GRADS ? SN_OFFLOAD_CHUNK : all;
-        if (fb[i] == FB_GRADS && n > all) n = all;
-        if (!(b->host[fb[i]] = calloc((size_t)n, sizeof(float))))
+        int64_t n = fb[i] == FB_SCAL    ? SN_OPT_SCALARS
+                    : fb[i] == FB_GRADS ? sn_offload_staging(all) : all;
+        if (!(b->host[fb[i]] = pinned(fb[i]) ? sn_exec_host_alloc(b->x, F32_BYTES * n, e)
+                                             : calloc((size_t)n, sizeof(float))))
             return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the offloaded optimizer "
                            "state (%.1f MiB for the %s): free host memory or train without "
                            "--offload", (double)F32_BYTES * (double)n / (1 << 20),
@@ -193,7 +210,7 @@ sn_status sn_runner_set_scalar(sn_runner *b, const sn_node *input, float v, sn_e
 static sn_status need_sums(sn_runner *b, sn_err *e) {
     if (!b->offload ? b->has_sums : b->host[FB_SUMS] != NULL) return SN_OK;
     if (b->offload) {
-        if (!(b->host[FB_SUMS] = calloc((size_t)b->lay->flat_n, sizeof(float))))
+        if (!(b->host[FB_SUMS] = sn_exec_host_alloc(b->x, F32_BYTES * b->lay->flat_n, e)))
             return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the offloaded gradient "
                            "sums (%.1f MiB)", (double)F32_BYTES * (double)b->lay->flat_n / (1 << 20));
         b->host_bytes += F32_BYTES * b->lay->flat_n;
@@ -267,24 +284,69 @@ static sn_status launch(sn_runner *b, int which, const int *fb, sn_err *e) {
     return sn_exec_launch(b->x, k, b->handle[which], r, e);
 }
 
-/* Offload: the device's gradients [lo, lo + n) to the host, into the sums (add: added). */
-static sn_status offload_grads(sn_runner *b, int64_t lo, int64_t n, bool add, float *dst, sn_err *e) {
+/* Offload's copies: the slots (device.h) of the staging chunks' downloads and of the uploads. */
+enum { SLOT_UP = SN_OFFLOAD_RING };
+static_assert((int)SLOT_UP < (int)SN_EXEC_COPY_SLOTS,
+              "a copy slot for each staging chunk and one for the uploads");
+
+/* What the host does with chunk [lo, lo + n) once its gradients g (NULL: none came down) are on
+ * the host. */
+typedef void (*chunk_fn)(sn_runner *b, int64_t lo, int64_t n, const float *g);
+
+static int64_t chunk_len(const sn_runner *b, int64_t k) {
+    int64_t rest = b->lay->flat_n - k * b->chunk;
+    return rest < b->chunk ? rest : b->chunk;
+}
+
+static sn_status grads_down(sn_runner *b, int64_t k, sn_err *e) {
     sn_exec_ref r = b->ref[FB_GRADS];
-    r.offset += F32_BYTES * lo;
-    if (!add) return sn_exec_download(b->x, dst, r, F32_BYTES * n, e);
-    sn_status s = sn_exec_download(b->x, b->host[FB_GRADS], r, F32_BYTES * n, e);
-    if (!s) sn_offload_acc(dst, b->host[FB_GRADS], n);
-    return s;
+    r.offset += F32_BYTES * k * b->chunk;
+    float *stage = b->host[FB_GRADS] + (k % SN_OFFLOAD_RING) * b->chunk;
+    return sn_exec_copy_async(b->x, false, r, stage, F32_BYTES * chunk_len(b, k),
+                              (int)(k % SN_OFFLOAD_RING), e);
+}
+
+/* The flat range chunk by chunk: chunk k's gradients (down) come into staging chunk k % RING,
+ * fn works on it, its masters go up (up) into the device's weights, and chunk k + RING's
+ * gradients come into the staging chunk fn has finished with; so while the host works on one
+ * chunk the next comes down and the one before goes up. Returns when every copy is done. */
+static sn_status pipeline(sn_runner *b, bool down, bool up, chunk_fn fn, sn_err *e) {
+    int64_t chunks = (b->lay->flat_n + b->chunk - 1) / b->chunk;
+    sn_status s = SN_OK;
+    for (int64_t k = 0; down && k < SN_OFFLOAD_RING && k < chunks && !s; k++)
+        s = grads_down(b, k, e);
+    for (int64_t k = 0; k < chunks && !s; k++) {
+        int64_t lo = k * b->chunk, n = chunk_len(b, k);
+        if (down && (s = sn_exec_copy_wait(b->x, (int)(k % SN_OFFLOAD_RING), e))) break;
+        fn(b, lo, n, down ? b->host[FB_GRADS] + (k % SN_OFFLOAD_RING) * b->chunk : NULL);
+        sn_exec_ref r = b->ref[FB_PARAMS];
+        r.offset += F32_BYTES * lo;
+        if (up)
+            s = sn_exec_copy_async(b->x, true, r, b->host[FB_PARAMS] + lo, F32_BYTES * n, SLOT_UP, e);
+        if (!s && down && k + SN_OFFLOAD_RING < chunks) s = grads_down(b, k + SN_OFFLOAD_RING, e);
+    }
+    /* the last upload done is every upload done: the masters may change again, the device's
+       next work reads the weights (after a failure, what is in flight is let finish) */
+    sn_status w = up ? sn_exec_copy_wait(b->x, SLOT_UP, e) : SN_OK;
+    for (int i = 0; down && i < SN_OFFLOAD_RING; i++) {
+        sn_err ignored;
+        sn_exec_copy_wait(b->x, i, s || w ? &ignored : e);
+    }
+    return s ? s : w;
+}
+
+static void acc_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
+    sn_offload_acc(b->pool, b->host[FB_SUMS] + lo, g, n);
+}
+
+static void set_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
+    memcpy(b->host[FB_SUMS] + lo, g, F32_BYTES * (size_t)n);
 }
 
 sn_status sn_runner_sum_grads(sn_runner *b, bool add, sn_err *e) {
     sn_status s = need_sums(b, e);
     if (s) return s;
-    for (int64_t lo = 0; b->offload && lo < b->lay->flat_n && !s; lo += SN_OFFLOAD_CHUNK) {
-        int64_t n = b->lay->flat_n - lo < SN_OFFLOAD_CHUNK ? b->lay->flat_n - lo : SN_OFFLOAD_CHUNK;
-        s = offload_grads(b, lo, n, add, b->host[FB_SUMS] + lo, e);
-    }
-    if (b->offload) return s;
+    if (b->offload) return pipeline(b, true, false, add ? acc_chunk : set_chunk, e);
     if (add) return launch(b, OK_ACC, (const int[]){FB_SUMS, FB_GRADS}, e);
     return sn_exec_copy(b->x, b->ref[FB_SUMS], b->ref[FB_GRADS], F32_BYTES * b->lay->flat_n, e);
 }
@@ -311,27 +373,15 @@ sn_status sn_runner_norm(sn_runner *b, bool sums, const float scal[SN_OPT_SCALAR
     return s;
 }
 
-/* Offload: AdamW by the CPU on the masters, chunk by chunk: the gradients of a chunk come down
- * (unless the sums, already on the host, are used), the updated weights go up. */
-static sn_status offload_adamw(sn_runner *b, bool sums, sn_err *e) {
-    sn_status s = SN_OK;
+/* Offload: AdamW by the CPU on a chunk of the masters, with its gradients (NULL: the sums). */
+static void adamw_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
     float **h = b->host;
-    for (int64_t lo = 0; lo < b->lay->flat_n && !s; lo += SN_OFFLOAD_CHUNK) {
-        int64_t n = b->lay->flat_n - lo < SN_OFFLOAD_CHUNK ? b->lay->flat_n - lo : SN_OFFLOAD_CHUNK;
-        const float *g = sums ? h[FB_SUMS] + lo : h[FB_GRADS];
-        if (!sums) s = offload_grads(b, lo, n, false, h[FB_GRADS], e);
-        if (s) break;
-        sn_offload_adamw(h[FB_SCAL], h[FB_PARAMS] + lo, h[FB_M] + lo, h[FB_V] + lo, g, n,
-                         b->lay->flat_decay - lo);
-        sn_exec_ref r = b->ref[FB_PARAMS];
-        r.offset += F32_BYTES * lo;
-        s = sn_exec_upload(b->x, r, h[FB_PARAMS] + lo, F32_BYTES * n, e);
-    }
-    return s;
+    sn_offload_adamw(b->pool, h[FB_SCAL], h[FB_PARAMS] + lo, h[FB_M] + lo, h[FB_V] + lo,
+                     g ? g : h[FB_SUMS] + lo, NULL, SN_F32, n, b->lay->flat_decay - lo);
 }
 
 sn_status sn_runner_adamw(sn_runner *b, bool sums, sn_err *e) {
-    if (b->offload) return offload_adamw(b, sums, e);
+    if (b->offload) return pipeline(b, !sums, true, adamw_chunk, e);
     int g = sums ? FB_SUMS : FB_GRADS;
     return launch(b, OK_ADAMW, (const int[]){FB_PARAMS, FB_M, FB_V, g, FB_SCAL, FB_LOW}, e);
 }

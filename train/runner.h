@@ -64,7 +64,7 @@ const sn_param_layout *sn_runner_layout(const sn_runner *b);
 sn_exec *sn_runner_exec(const sn_runner *b);
 /* Bytes of optimizer state (moments, gradient sums, scalars) held besides the program's: on
  * the device (the interpreter's memory counts here), and offloaded to the host (masters,
- * moments, sums, one chunk of gradients). */
+ * moments, sums, the staging chunks of gradients). */
 int64_t sn_runner_state_bytes(const sn_runner *b);
 int64_t sn_runner_host_state_bytes(const sn_runner *b);
 

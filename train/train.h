@@ -122,7 +122,8 @@ sn_status sn_trainer_get_param(const sn_trainer *t, int i, sn_param_which which,
 sn_status sn_trainer_set_param(sn_trainer *t, int i, sn_param_which which, const float *host, sn_err *e);
 /* Bytes of optimizer state (moments, gradient sums, the step's scalars) besides the program. */
 int64_t sn_trainer_state_bytes(const sn_trainer *t);
-/* With offload: the optimizer state in host memory (masters, moments, sums, one chunk); 0 else. */
+/* With offload: the optimizer state in host memory (masters, moments, sums, the staging
+ * chunks); 0 else. */
 int64_t sn_trainer_host_state_bytes(const sn_trainer *t);
 /* The device the trainer runs on (NULL: the reference interpreter). */
 struct sn_device *sn_trainer_device(const sn_trainer *t);

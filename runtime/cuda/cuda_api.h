@@ -54,7 +54,7 @@ enum {
 };
 enum { CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8 };
 enum { CU_STREAM_DEFAULT = 0, CU_STREAM_NON_BLOCKING = 1 };
-enum { CU_EVENT_DEFAULT = 0 };
+enum { CU_EVENT_DEFAULT = 0, CU_EVENT_DISABLE_TIMING = 2 };
 enum {
     CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
     CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
@@ -80,6 +80,8 @@ enum {
     X(CUresult, cuMemGetInfo, "cuMemGetInfo_v2", (size_t *free, size_t *total))                    \
     X(CUresult, cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr *dptr, size_t bytesize))                 \
     X(CUresult, cuMemFree, "cuMemFree_v2", (CUdeviceptr dptr))                                     \
+    X(CUresult, cuMemHostAlloc, "cuMemHostAlloc", (void **pp, size_t bytesize, unsigned int Flags)) \
+    X(CUresult, cuMemFreeHost, "cuMemFreeHost", (void *p))                                         \
     X(CUresult, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2",                                         \
       (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream))            \
     X(CUresult, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2",                                         \
@@ -91,6 +93,8 @@ enum {
     X(CUresult, cuStreamCreate, "cuStreamCreate", (CUstream *phStream, unsigned int Flags))        \
     X(CUresult, cuStreamDestroy, "cuStreamDestroy_v2", (CUstream hStream))                         \
     X(CUresult, cuStreamSynchronize, "cuStreamSynchronize", (CUstream hStream))                    \
+    X(CUresult, cuStreamWaitEvent, "cuStreamWaitEvent",                                            \
+      (CUstream hStream, CUevent hEvent, unsigned int Flags))                                      \
     X(CUresult, cuEventCreate, "cuEventCreate", (CUevent *phEvent, unsigned int Flags))            \
     X(CUresult, cuEventRecord, "cuEventRecord", (CUevent hEvent, CUstream hStream))                \
     X(CUresult, cuEventSynchronize, "cuEventSynchronize", (CUevent hEvent))                        \

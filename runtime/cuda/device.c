@@ -36,6 +36,8 @@ typedef struct {
     CUdevice dev;
     CUcontext ctx;
     CUstream stream;
+    CUstream copies[2]; /* copy_async's streams, down and up (made at first use) */
+    CUevent order;   /* recorded on one stream for the other to wait on */
     int sm;
     int shared_optin;
     char name[256];
@@ -172,6 +174,39 @@ static sn_status cu_event_elapsed(sn_device *d, void *from, void *to,
 static void cu_event_free(sn_device *d, void *ev) {
     cuda_dev *c = d->impl;
     if (ev) c->api.cuEventDestroy((CUevent)ev);
+}
+
+/* ---- copies on a second stream (offload: they overlap the host's AdamW) ---- */
+
+static void *cu_host_alloc(sn_device *d, size_t bytes, sn_err *e) {
+    cuda_dev *c = d->impl;
+    void *p = NULL;
+    return SN_CUDA_CHECK(API, e, cuMemHostAlloc, &p, bytes ? bytes : 1, 0) ? NULL : p;
+}
+
+static void cu_host_free(sn_device *d, void *p) {
+    cuda_dev *c = d->impl;
+    if (p) c->api.cuMemFreeHost(p);
+}
+
+
+static sn_status cu_copy_async(sn_device *d, void *dst, const void *src, size_t bytes, bool up,
+                               void *done, sn_err *e) {
+    cuda_dev *c = d->impl;
+    sn_status st = flush(c, e); /* the queued launches issued: the copy comes after them */
+    CUstream *s = &c->copies[up];
+    if (!st && !*s) st = SN_CUDA_CHECK(API, e, cuStreamCreate, s, CU_STREAM_NON_BLOCKING);
+    if (!st && !c->order) st = SN_CUDA_CHECK(API, e, cuEventCreate, &c->order, CU_EVENT_DISABLE_TIMING);
+    if (!st) st = SN_CUDA_CHECK(API, e, cuEventRecord, c->order, c->stream);
+    if (!st) st = SN_CUDA_CHECK(API, e, cuStreamWaitEvent, *s, c->order, 0);
+    if (!st) st = up ? SN_CUDA_CHECK(API, e, cuMemcpyHtoDAsync, DP(dst), src, bytes, *s)
+                     : SN_CUDA_CHECK(API, e, cuMemcpyDtoHAsync, dst, DP(src), bytes, *s);
+    return st ? st : SN_CUDA_CHECK(API, e, cuEventRecord, (CUevent)done, *s);
+}
+
+static sn_status cu_event_wait(sn_device *d, void *done, sn_err *e) {
+    cuda_dev *c = d->impl;
+    return SN_CUDA_CHECK(API, e, cuEventSynchronize, (CUevent)done);
 }
 
 /* ---- compiling: GEMM plans, then the program's parts, a module each ---- */
@@ -354,6 +389,12 @@ static void cu_destroy(sn_device *d) {
     for (int i = 0; i < c->n_modules; i++) c->api.cuModuleUnload(c->modules[i]);
     if (c->workspace) c->api.cuMemFree(c->workspace);
     if (c->lt) c->api.cublasLtDestroy(c->lt);
+    for (int i = 0; i < 2; i++)
+        if (c->copies[i]) {
+            c->api.cuStreamSynchronize(c->copies[i]);
+            c->api.cuStreamDestroy(c->copies[i]);
+        }
+    if (c->order) c->api.cuEventDestroy(c->order);
     if (c->stream) c->api.cuStreamDestroy(c->stream);
     if (c->ctx) c->api.cuDevicePrimaryCtxRelease(c->dev);
     free(c->modules);
@@ -433,8 +474,10 @@ sn_status sn_cuda_device_new_opts(int ordinal, const sn_cuda_opts *o, sn_device 
                           .launch = cu_launch, .gemm = cu_gemm, .sync = cu_sync,
                           .copy = cu_copy, .memset = cu_memset, .event_new = cu_event_new,
                           .event_record = cu_event_record, .event_elapsed = cu_event_elapsed,
-                          .event_free = cu_event_free, .destroy = cu_destroy, .impl = c,
-                          .target = sn_target_cuda(c->sm)};
+                          .event_free = cu_event_free, .host_alloc = cu_host_alloc,
+                          .host_free = cu_host_free, .copy_async = cu_copy_async,
+                          .event_wait = cu_event_wait,
+                          .destroy = cu_destroy, .impl = c, .target = sn_target_cuda(c->sm)};
     *out = &c->base;
     return SN_OK;
 }

@@ -266,6 +266,7 @@ CUresult cuMemFree(CUdeviceptr dptr) {
         sn_standin_say("cuMemFree while a stream is capturing");
         return SI_CAPTURE_UNSUPPORTED;
     }
+    si_drain_all(); /* cuMemFree synchronises: no copy runs on freed memory */
     allocation *a = find(dptr);
     if (!a || !a->live || a->dev != dptr) {
         sn_standin_say("cuMemFree(0x%llx): %s", (unsigned long long)dptr,
@@ -290,8 +291,7 @@ static CUresult host_copy(void *dst, const void *src, size_t n, CUstream s, cons
         return SI_CAPTURE_UNSUPPORTED;
     }
     if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
-    memcpy(dst, src, n);
-    return CUDA_SUCCESS;
+    return si_stream_defer(s, dst, src, n); /* standin_stream.c: run when something orders it */
 }
 
 CUresult cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
@@ -330,6 +330,8 @@ CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUst
 struct CUevent_st {
     double t; /* seconds */
     bool recorded;
+    CUstream stream; /* where it was last recorded, and that stream's deferred host copies */
+    uint64_t copies; /* then: synchronising it runs those */
 };
 
 void si_event_stamp(CUevent ev) {
@@ -350,14 +352,53 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
     CUresult r = si_need_ctx("cuEventRecord");
     if (r) return r;
     if (!hEvent) return SI_INVALID_HANDLE;
+    /* not si_stream_do, which would run the deferred copies: the event is stamped now, after
+       the work before it but for those */
+    if ((r = si_stream_check(hStream, "cuEventRecord"))) return r;
     si_op op = {.kind = SI_EVENT, .event = hEvent};
-    return si_stream_do(hStream, &op, "cuEventRecord");
+    hEvent->stream = hStream;
+    hEvent->copies = si_stream_issued(hStream);
+    if (si_capturing()) return si_stream_do(hStream, &op, "cuEventRecord");
+    si_event_stamp(hEvent);
+    return CUDA_SUCCESS;
 }
 
 CUresult cuEventSynchronize(CUevent hEvent) {
     CUresult r = si_need_ctx("cuEventSynchronize");
     if (r) return r;
-    return hEvent ? CUDA_SUCCESS : SI_INVALID_HANDLE;
+    if (!hEvent) return SI_INVALID_HANDLE;
+    si_stream_drain(hEvent->stream, hEvent->copies);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+    CUresult r = si_need_ctx("cuStreamWaitEvent");
+    if (!r) r = si_stream_check(hStream, "cuStreamWaitEvent");
+    if (r) return r;
+    if (!hEvent) return SI_INVALID_HANDLE;
+    if (Flags) return CUDA_ERROR_INVALID_VALUE;
+    if (si_capturing()) {
+        sn_standin_say("cuStreamWaitEvent while a stream is capturing is not supported by the stand-in");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    si_stream_drain(hEvent->stream, hEvent->copies); /* hStream's later work runs at its call */
+    return CUDA_SUCCESS;
+}
+
+/* Page-locked host memory: plain host memory here. */
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) {
+    CUresult r = si_need_ctx("cuMemHostAlloc");
+    if (r) return r;
+    if (!pp || Flags) return CUDA_ERROR_INVALID_VALUE;
+    return (*pp = malloc(bytesize ? bytesize : 1)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuMemFreeHost(void *p) {
+    CUresult r = si_need_ctx("cuMemFreeHost");
+    if (r) return r;
+    si_drain_all(); /* as the driver synchronises */
+    free(p);
+    return CUDA_SUCCESS;
 }
 
 CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {

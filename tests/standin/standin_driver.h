@@ -78,6 +78,13 @@ CUresult si_stream_do(CUstream s, const si_op *op, const char *call);
 CUresult si_stream_check(CUstream s, const char *call);
 /* Whether any stream is capturing (allocation and synchronisation are refused then). */
 bool si_capturing(void);
+/* Deferred host copies (the file's header): s's copies up to the upto-th issued run now (s
+ * NULL or no longer live: nothing); every stream's; how many s has issued; one more deferred
+ * (run at once on the NULL stream). */
+void si_stream_drain(CUstream s, uint64_t upto);
+void si_drain_all(void);
+uint64_t si_stream_issued(CUstream s);
+CUresult si_stream_defer(CUstream s, void *dst, const void *src, size_t n);
 /* Records a clock reading in ev (standin_driver.c). */
 void si_event_stamp(CUevent ev);
 

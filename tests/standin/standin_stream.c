@@ -1,5 +1,9 @@
 /* standin_stream.c: the stand-in libcuda's streams, stream capture and CUDA Graphs. Streams are
- * synchronous: an operation runs before its call returns. Capture records operations (kernel
+ * synchronous: an operation runs before its call returns, except a host copy on a stream, which
+ * is deferred (as a GPU's asynchronous copy may be) until something orders it: the stream's next
+ * operation, its synchronisation, an event recorded after it and then synchronised or waited on
+ * by a stream, cuMemFree or cuMemFreeHost; so a host that reads a copy's destination, or a
+ * kernel that reads it on another stream, before that order sees the old bytes. Capture records operations (kernel
  * parameters and host-op data copied at the call, as the driver does) and a graph replays them
  * in order. Convention: what the driver refuses during capture is refused here (allocation,
  * host copies, synchronisation), and a refused call invalidates the capture. */
@@ -8,7 +12,16 @@
 
 #include "standin_driver.h"
 
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t n;
+} si_pending;
+
 struct CUstream_st {
+    si_pending *pend; /* deferred host copies, in order; pend[done - base ...] not yet run */
+    size_t n_pend, cap_pend;
+    uint64_t issued, done; /* host copies deferred and run so far */
     bool capturing, invalidated;
     int mode;
     si_op *ops; /* recorded during capture */
@@ -85,9 +98,49 @@ static CUresult run(const si_op *op) {
     return CUDA_ERROR_INVALID_VALUE;
 }
 
+static bool live(CUstream s) {
+    for (struct CUstream_st *t = streams; t; t = t->next)
+        if (t == s) return true;
+    return false;
+}
+
+void si_stream_drain(CUstream s, uint64_t upto) {
+    if (!s || !live(s)) return;
+    while (s->done < upto && s->done < s->issued) {
+        si_pending *p = &s->pend[s->n_pend - (size_t)(s->issued - s->done)];
+        memcpy(p->dst, p->src, p->n);
+        s->done++;
+    }
+    if (s->done == s->issued) s->n_pend = 0;
+}
+
+void si_drain_all(void) {
+    for (struct CUstream_st *t = streams; t; t = t->next) si_stream_drain(t, t->issued);
+}
+
+uint64_t si_stream_issued(CUstream s) { return s ? s->issued : 0; }
+
+CUresult si_stream_defer(CUstream s, void *dst, const void *src, size_t n) {
+    if (!s) {
+        memcpy(dst, src, n);
+        return CUDA_SUCCESS;
+    }
+    if (s->n_pend == s->cap_pend) {
+        size_t cap = s->cap_pend ? 2 * s->cap_pend : 16;
+        si_pending *t = realloc(s->pend, cap * sizeof *t);
+        if (!t) return CUDA_ERROR_OUT_OF_MEMORY;
+        s->pend = t;
+        s->cap_pend = cap;
+    }
+    s->pend[s->n_pend++] = (si_pending){dst, src, n};
+    s->issued++;
+    return CUDA_SUCCESS;
+}
+
 CUresult si_stream_do(CUstream s, const si_op *op, const char *call) {
     CUresult r = si_stream_check(s, call);
     if (r) return r;
+    if (s && !s->capturing) si_stream_drain(s, s->issued); /* in stream order */
     if (!s || !s->capturing) return run(op);
     if (s->invalidated) return SI_CAPTURE_INVALIDATED;
     if (s->n == s->cap) {
@@ -121,12 +174,14 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags) {
 
 CUresult cuStreamDestroy(CUstream hStream) {
     if (!hStream || si_stream_check(hStream, "cuStreamDestroy")) return SI_INVALID_HANDLE;
+    si_stream_drain(hStream, hStream->issued); /* its deferred copies, before it goes */
     for (struct CUstream_st **p = &streams; *p; p = &(*p)->next)
         if (*p == hStream) {
             *p = hStream->next;
             break;
         }
     if (hStream->capturing) n_capturing--;
+    free(hStream->pend);
     ops_free(hStream->ops, hStream->n);
     free(hStream);
     return CUDA_SUCCESS;
@@ -147,7 +202,8 @@ CUresult cuStreamSynchronize(CUstream hStream) {
         invalidate_captures();
         return SI_CAPTURE_UNSUPPORTED;
     }
-    return CUDA_SUCCESS; /* the work is done already */
+    si_stream_drain(hStream, si_stream_issued(hStream)); /* the rest is done already */
+    return CUDA_SUCCESS;
 }
 
 CUresult cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode) {
@@ -224,6 +280,7 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
         sn_standin_say("cuGraphLaunch into a capturing stream is not supported by the stand-in");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
+    si_stream_drain(hStream, si_stream_issued(hStream));
     for (size_t i = 0; i < hGraphExec->n; i++)
         if ((r = run(&hGraphExec->ops[i]))) {
             sn_standin_say("cuGraphLaunch: node %zu of %zu failed", i, hGraphExec->n);
