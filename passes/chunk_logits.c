@@ -185,10 +185,7 @@ static void emit_chunk(chunker *s, int64_t r0, int64_t r1, sn_node *count, sn_no
     ins[0] = chunk_of(s, s->loss->in[0], r0, r1);
     ins[1] = rows_outside(s, s->tg, r0, r1);
     sn_node *n_c = counted(g, ins[1], s->loss->a.ignore_index);
-    sn_node *l = sn_mul(g, again(s, s->loss, 2, ins), n_c);
-    /* through a reshape as dW's sums (emit_chunk's end): one small kernel a chunk, not one kernel
-       reading every chunk's loss and count (fuse's kernels read at most 16 buffers) */
-    *loss_sum = *loss_sum ? sn_add(g, sn_reshape(g, *loss_sum, SN_SCALAR), l) : l;
+    sn_node *loss_c = again(s, s->loss, 2, ins);
     for (int i = s->head->id; i < old->n_nodes; i++) { /* cross_entropy_bwd, in the old order */
         const sn_node *n = old->nodes[i];
         if (s->role[i] != ROW || n->op != SN_OP_CROSS_ENTROPY_BWD) continue;
@@ -209,6 +206,12 @@ static void emit_chunk(chunker *s, int64_t r0, int64_t r1, sn_node *count, sn_no
            and memplan writes it over the previous one (in place, down to the gradient) */
         s->r.map[s->dw[i]->id] = acc ? sn_add(g, sn_reshape(g, acc, sn_shape_of(acc)), d) : d;
     }
+    /* last, so that nothing reads the chunk's loss before the kernel of its
+       cross_entropy_bwd, which computes it too (fuse's classifier: one pass over the logits);
+       through a reshape as dW's sums (above): one small kernel a chunk, not one kernel reading
+       every chunk's loss and count (fuse's kernels read at most 16 buffers) */
+    sn_node *l = sn_mul(g, loss_c, n_c);
+    *loss_sum = *loss_sum ? sn_add(g, sn_reshape(g, *loss_sum, SN_SCALAR), l) : l;
 }
 
 /* Every old node the region reads from outside, in the new graph. */
