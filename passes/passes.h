@@ -143,8 +143,8 @@ sn_status sn_pass_recompute(const sn_graph *in, sn_recompute_policy policy, int6
 sn_status sn_pass_chunk_logits(const sn_graph *in, int64_t rows, sn_graph **out, int *n_chunks,
                                sn_err *e);
 /* rows = SN_CHUNK_LOGITS_AUTO: the pass's choice, R / SN_CHUNK_LOGITS_PARTS rounded up to a
- * multiple of SN_SUM_CHUNK (the classifier's loss chunks; 2048 of gpt2's 16 x 1024 rows). */
-enum { SN_CHUNK_LOGITS_AUTO = -1, SN_CHUNK_LOGITS_PARTS = 8 };
+ * multiple of SN_SUM_CHUNK (the classifier's loss chunks; 4096 of gpt2's 16 x 1024 rows: docs/memory.md). */
+enum { SN_CHUNK_LOGITS_AUTO = -1, SN_CHUNK_LOGITS_PARTS = 4 };
 /* The rows a chunk for `rows` (a count, or SN_CHUNK_LOGITS_AUTO) of R rows. */
 int64_t sn_chunk_logits_rows(int64_t rows, int64_t R);
 

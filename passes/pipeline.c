@@ -9,11 +9,11 @@
 #include "passes.h"
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autocast", "autodiff",
-                                        "checkpoint", "chunk_logits", "sink_views", "upcast", "fuse", "schedule", "memplan"};
+                                        "chunk_logits", "checkpoint", "sink_views", "upcast", "fuse", "schedule", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, autocast, autodiff, checkpoint, chunk_logits, sink_views, upcast, "
+    return "frontend, pad_vocab, attention, autocast, autodiff, chunk_logits, checkpoint, sink_views, upcast, "
            "fuse, schedule, memplan";
 }
 
@@ -110,7 +110,7 @@ static sn_status checkpoint(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_
     return after(g, "checkpoint", o, e);
 }
 
-/* The forward rewrites, then autodiff, checkpoint and chunk_logits (each only on a graph
+/* The forward rewrites, then autodiff, chunk_logits and checkpoint (each only on a graph
  * without a backward). */
 static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *st, sn_err *e) {
     sn_status s;
@@ -140,11 +140,12 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
     if (!g->loss) return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph has no loss");
     if ((s = sn_backward(g, g->loss, e))) return s;
     if ((s = after(g, "autodiff", o, e))) return s;
-    if (o->checkpoint && (s = checkpoint(g, o, st, e))) return s;
-    if (!o->chunk_logits) return SN_OK;
-    if ((s = sn_pass_chunk_logits(g, o->chunk_logits, &next, &st->logits_chunks, e))) return s;
-    if (next) replace(g, next);
-    return after(g, "chunk_logits", o, e);
+    if (o->chunk_logits) { /* before checkpoint, whose budget then plans the chunked arena */
+        if ((s = sn_pass_chunk_logits(g, o->chunk_logits, &next, &st->logits_chunks, e))) return s;
+        if (next) replace(g, next);
+        if ((s = after(g, "chunk_logits", o, e))) return s;
+    }
+    return o->checkpoint ? checkpoint(g, o, st, e) : SN_OK;
 }
 
 /* What both entries check first: the dump's pass name, the graph's recorded error. */

@@ -374,7 +374,8 @@ static sn_test_tiny_shape chunk_shape = {TINY_VOCAB, TINY_T};
 
 /* Tiny GPT-2 (llama: llama-tiny) at TINY_B x TINY_T, the loss its one output, through the graph
  * passes at precision p with the LM head in chunks of `rows` (0: whole). */
-static sn_graph *chunk_graph(bool llama, sn_precision p, int64_t rows, sn_pipeline_stats *st) {
+static sn_graph *chunk_graph_policy(bool llama, sn_precision p, int64_t rows, sn_recompute_policy policy,
+                                    sn_pipeline_stats *st) {
     sn_err e;
     sn_graph *g;
     if (llama) {
@@ -392,8 +393,13 @@ static sn_graph *chunk_graph(bool llama, sn_precision p, int64_t rows, sn_pipeli
     o.backward = true;
     o.precision = p;
     o.chunk_logits = rows;
+    o.checkpoint = policy;
     ck_assert_msg(sn_compile(g, &o, NULL, st, &e) == SN_OK, "%s", e.msg);
     return g;
+}
+
+static sn_graph *chunk_graph(bool llama, sn_precision p, int64_t rows, sn_pipeline_stats *st) {
+    return chunk_graph_policy(llama, p, rows, SN_RECOMPUTE_NONE, st);
 }
 
 /* The largest difference of b from a, the loss and each gradient (as run_compiled lays them
@@ -460,6 +466,26 @@ START_TEST(chunked_logits_match_whole) {
             sn_graph_free(g0);
             sn_graph_free(g1);
         }
+}
+END_TEST
+
+/* Checkpointing runs after the chunks (its budget plans the chunked arena): block
+ * checkpointing of the chunked step changes no bit of its loss or gradients. */
+START_TEST(chunked_logits_then_recompute) {
+    sn_pipeline_stats st;
+    sn_graph *g0 = chunk_graph(false, SN_PRECISION_FP32, 16, &st);
+    sn_graph *g1 = chunk_graph_policy(false, SN_PRECISION_FP32, 16, SN_RECOMPUTE_BLOCK, &st);
+    ck_assert_int_eq(st.logits_chunks, 3);
+    ck_assert_int_gt(st.checkpoint_recomputed, 0);
+    int64_t n0, n1, plan, meas;
+    float *c0 = run_compiled(g0, &n0, &plan, &meas), *c1 = run_compiled(g1, &n1, &plan, &meas);
+    ck_assert_int_eq(n0, n1);
+    ck_assert_msg(!memcmp(c0, c1, sizeof(float) * (size_t)n0), "loss %.9g vs %.9g or a gradient", c1[0], c0[0]);
+    double *i0 = run_interp(g0, &n0), *i1 = run_interp(g1, &n1);
+    ck_assert(!memcmp(i0, i1, sizeof(double) * (size_t)n0));
+    free(c0), free(c1), free(i0), free(i1);
+    sn_graph_free(g0);
+    sn_graph_free(g1);
 }
 END_TEST
 
@@ -690,6 +716,7 @@ int main(void) {
     tcase_add_test(tc, gpt2_arenas);
     tcase_add_test(tc, tied_head_gradient_in_place);
     tcase_add_test(tc, chunked_logits_match_whole);
+    tcase_add_test(tc, chunked_logits_then_recompute);
     tcase_add_test(tc, chunked_logits_planted_overlap);
     tcase_add_test(tc, chunked_logits_plan);
     tcase_add_test(tc, chunked_logits_refusals);
