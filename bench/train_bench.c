@@ -175,6 +175,20 @@ static sn_status run_step(void *ctx, sn_err *e) {
     return sn_trainer_step(r->t, r->x, r->y, NULL, e);
 }
 
+/* A baseline in the same run: ba's training graph (the caller's graph *g, to free) and its
+ * trainer (to free), its best step time over ba->steps in *s. */
+static sn_trainer *baseline(const args *ba, const sn_train_opts *o, int32_t *x, int32_t *y,
+                            const char *what, sn_graph **g, double *s) {
+    sn_err e;
+    *g = model_graph(ba, true, NULL);
+    sn_trainer *t = sn_trainer_new(*g, o, &e);
+    if (!t) die(what, &e);
+    run_ctx r = {t, x, y, NULL};
+    sn_exec_time_kernels(sn_trainer_exec(t), false);
+    *s = time_best(ba->steps, run_step, &r);
+    return t;
+}
+
 static const char usage_text[] =
     "usage: train_bench [--model NAME] [--batch B] [--seq T] [--steps N] [--threads N]\n"
     "                   [--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]]\n"
@@ -419,12 +433,10 @@ int main(int argc, char **argv) {
     if (a.lora) { /* the baseline: full fine-tuning of the same model, same batch, same device */
         args fa = a;
         fa.lora = 0;
-        sn_graph *full = model_graph(&fa, true, NULL);
-        sn_trainer *ft = sn_trainer_new(full, &o, &e);
-        if (!ft) die("full fine-tuning trainer", &e);
+        sn_graph *full;
+        double full_s;
+        sn_trainer *ft = baseline(&fa, &o, x, y, "full fine-tuning trainer", &full, &full_s);
         run_ctx fr = {ft, x, y, NULL};
-        sn_exec_time_kernels(sn_trainer_exec(ft), false);
-        double full_s = time_best(a.steps, run_step, &fr);
         sn_exec_time_kernels(sn_trainer_exec(ft), true);
         if (run_step(&fr, &e)) die("profiled full step", &e);
         sn_exec_stats fs;
@@ -447,11 +459,9 @@ int main(int argc, char **argv) {
     if (a.chunk_logits) { /* the baseline: the LM head whole, same batch, same device */
         args wa = a;
         wa.chunk_logits = 0;
-        sn_graph *whole = model_graph(&wa, true, NULL);
-        sn_trainer *wt = sn_trainer_new(whole, &o, &e);
-        if (!wt) die("trainer with the head whole", &e);
-        run_ctx wr = {wt, x, y, NULL};
-        double whole_s = time_best(a.steps, run_step, &wr);
+        sn_graph *whole;
+        double whole_s;
+        sn_trainer *wt = baseline(&wa, &o, x, y, "trainer with the head whole", &whole, &whole_s);
         const sn_program *wprog = sn_trainer_program(wt);
         bj *w_rec = record(&wa, dev, "train_step_head_whole", whole_s, program_flops(wprog), peak);
         bj_int(w_rec, "kernels_per_step", wprog->n_kernels);
