@@ -280,18 +280,32 @@ int64_t sn_chunk_logits_rows(int64_t rows, int64_t R) {
     return (n + SN_SUM_CHUNK - 1) / SN_SUM_CHUNK * SN_SUM_CHUNK;
 }
 
+/* The graph's one cross_entropy: its loss, or what fp16's loss scale multiplies; NULL when
+ * there is none or more than one. */
+static const sn_node *cross_entropy_of(const sn_graph *g) {
+    if (g->loss && g->loss->op == SN_OP_CROSS_ENTROPY) return g->loss;
+    const sn_node *ce = NULL;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_CROSS_ENTROPY) {
+            if (ce) return NULL;
+            ce = g->nodes[i];
+        }
+    return ce;
+}
+
 sn_status sn_pass_chunk_logits(const sn_graph *in, int64_t rows, sn_graph **out, int *n_chunks,
                                sn_err *e) {
     *out = NULL;
     *n_chunks = 0;
     if (rows < 1 && rows != SN_CHUNK_LOGITS_AUTO) return sn_fail(e, SN_ERR_INVALID, "chunk_logits: %lld rows a chunk: give at least 1",
                                  (long long)rows);
-    if (!in->has_backward || !in->loss || in->loss->op != SN_OP_CROSS_ENTROPY)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "chunk_logits: the graph needs its backward and a "
-                       "cross_entropy loss: not supported yet for other graphs");
-    chunker s = {.old = in, .loss = in->loss, .tg = in->loss->in[1], .rows = rows};
-    if (!(s.head = find_head(in->loss->in[0])))
-        return unsupported(in->loss, "reads no matmul through row-wise ops (the LM head)", e);
+    const sn_node *ce = cross_entropy_of(in);
+    if (!in->has_backward || !ce)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "chunk_logits: the graph needs its backward and one "
+                       "cross_entropy (the loss, or scaled into it): not supported yet for other graphs");
+    chunker s = {.old = in, .loss = ce, .tg = ce->in[1], .rows = rows};
+    if (!(s.head = find_head(ce->in[0])))
+        return unsupported(ce, "reads no matmul through row-wise ops (the LM head)", e);
     s.R = rows_of(s.head);
     s.rows = rows = sn_chunk_logits_rows(rows, s.R);
     if (rows >= s.R) return SN_OK; /* one chunk: nothing to do */

@@ -130,7 +130,7 @@ sn_status sn_pass_recompute(const sn_graph *in, sn_recompute_policy policy, int6
 /* ---- chunk_logits.c ---- */
 
 /* requires: a verified graph with its backward whose loss is a cross_entropy of a product
- * (the LM head, through casts and reshapes). Rewrites the head, the loss and their backward
+ * (the LM head, through casts and reshapes), or fp16's loss scale times it. Rewrites the head, the loss and their backward
  * into chunks of `rows` rows of the R = B T tokens, one after the other: per chunk the head's
  * product, its loss (the chunk's mean times its counted rows), its dlogits (dloss times
  * count_c / count) and the products reading them, dX_c = dlogits_c W (concatenated after the

@@ -790,9 +790,13 @@ static void gpt2_tiny_kernels(bool fuse_attention, sn_precision precision) {
     gpt2_tiny_kernels_chunked(fuse_attention, precision, 0);
 }
 
-/* The step with the LM head in 4 chunks of 8 rows (passes/chunk_logits.c), bf16: every kernel
- * of it on the simulator against the interpreter. */
-START_TEST(cpu_gpt2_tiny_chunked_logits) { gpt2_tiny_kernels_chunked(true, SN_PRECISION_BF16, 8); }
+/* The step with the LM head in 4 chunks of 8 rows (passes/chunk_logits.c), bf16 and fp16 (its
+ * loss scale times the chunks' loss): every kernel of it on the simulator against the
+ * interpreter. */
+START_TEST(cpu_gpt2_tiny_chunked_logits) {
+    gpt2_tiny_kernels_chunked(true, SN_PRECISION_BF16, 8);
+    gpt2_tiny_kernels_chunked(true, SN_PRECISION_FP16, 8);
+}
 END_TEST
 
 START_TEST(cpu_gpt2_tiny_kernels) { gpt2_tiny_kernels(true, SN_PRECISION_FP32); }
