@@ -469,6 +469,40 @@ START_TEST(chunked_logits_match_whole) {
 }
 END_TEST
 
+/* The memory plan sees each chunk's logits and dlogits die before the next chunk's are made:
+ * the (rows, V) values of the chunked step (tiny GPT-2, 3 chunks of 16 rows) live in disjoint
+ * ranges of kernels, chunk after chunk, and the planned arena is what the CPU device measures. */
+START_TEST(chunked_logits_live_one_at_a_time) {
+    sn_err e;
+    sn_pipeline_stats st;
+    sn_graph *g = chunk_graph(false, SN_PRECISION_FP32, 16, &st);
+    sn_program *p;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    int seen[8], n = 0;
+    for (int v = 0; v < p->n_values; v++) {
+        const sn_node *x = p->values[v].node;
+        if (!x || x->rank != 2 || x->shape[0] != 16 || x->shape[1] != 256 || p->values[v].alias >= 0) continue;
+        ck_assert_int_lt(n, 8);
+        seen[n++] = v;
+    }
+    ck_assert_int_ge(n, 3); /* each chunk's logits (and dlogits, where they are not one value) */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            const sn_value *a = &p->values[seen[i]], *b = &p->values[seen[j]];
+            bool same_chunk = a->node->in[0] == b->node || b->node->in[0] == a->node ||
+                              a->node->in[0] == b->node->in[0];
+            if (i != j && !same_chunk)
+                ck_assert_msg(a->last < b->first || b->last < a->first, "%%%d [%d, %d] and %%%d [%d, %d] "
+                              "live at once", a->node->id, a->first, a->last, b->node->id, b->first, b->last);
+        }
+    sn_program_free(p);
+    int64_t n0, plan, meas;
+    free(run_compiled(g, &n0, &plan, &meas));
+    ck_assert_int_eq(plan, meas);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* Checkpointing runs after the chunks (its budget plans the chunked arena): block
  * checkpointing of the chunked step changes no bit of its loss or gradients. */
 START_TEST(chunked_logits_then_recompute) {
@@ -717,6 +751,7 @@ int main(void) {
     tcase_add_test(tc, tied_head_gradient_in_place);
     tcase_add_test(tc, chunked_logits_match_whole);
     tcase_add_test(tc, chunked_logits_then_recompute);
+    tcase_add_test(tc, chunked_logits_live_one_at_a_time);
     tcase_add_test(tc, chunked_logits_planted_overlap);
     tcase_add_test(tc, chunked_logits_plan);
     tcase_add_test(tc, chunked_logits_refusals);
