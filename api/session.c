@@ -62,6 +62,7 @@ sn_session_opts sn_session_defaults(void) {
     return (sn_session_opts){.device = SN_DEVICE_AUTO, .data = SN_DEFAULT_CORPUS, .batch = 16, .steps = 600,
                              .lr = 3e-3, .seed = 1337, .val_batches = 8, .precision = SN_PRECISION_FP32,
                              .checkpoint_policy = SN_CHECKPOINT_AUTO, .offload = SN_OFFLOAD_AUTO, .warmup = -1,
+                             .chunk_logits = -1,
                              .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .grad_clip = 1.0,
                              .min_lr_frac = 0.1};
 }
@@ -215,6 +216,9 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
     if (o->mem < 0 || (o->mem && o->tokens_per_step))
         return sn_fail(e, SN_ERR_INVALID, "session: with mem the plan chooses the micro-batches: "
                        "give the sequences per step as batch and tokens_per_step 0");
+    if (o->chunk_logits < -1)
+        return sn_fail(e, SN_ERR_INVALID, "session: chunk_logits %lld: give rows a chunk, 0 (the "
+                       "logits whole) or -1 (the plan's choice)", (long long)o->chunk_logits);
     if (o->init && o->init_pretrained)
         return sn_fail(e, SN_ERR_INVALID, "session: a run starts from a checkpoint (init) or from "
                        "pretrained weights (init_pretrained), not both");
@@ -285,6 +289,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
     r->po.precision = o->precision;
     int policy = recompute_policy(o->checkpoint_policy);
     r->po.checkpoint = policy > 0 ? (sn_recompute_policy)policy : SN_RECOMPUTE_NONE;
+    r->po.chunk_logits = o->chunk_logits > 0 ? o->chunk_logits : 0;
     /* the device first: its target is the plan's and the program's (CUDA: its kernels, its
        fusion decisions, cuBLASLt's workspace) */
     if ((s = open_device(o, &r->dev, e))) return s;
@@ -293,7 +298,8 @@ static sn_status setup(sn_session *r, sn_err *e) {
         sn_plan_opts plo = {.batch = r->B, .budget = o->mem, .policy = policy, .compile = &r->po,
                             .offload = o->offload == SN_OFFLOAD_AUTO   ? SN_PLAN_OFFLOAD_AS_NEEDED
                                        : o->offload == SN_OFFLOAD_NONE ? SN_PLAN_OFFLOAD_NEVER
-                                                                       : SN_PLAN_OFFLOAD_ALWAYS};
+                                                                       : SN_PLAN_OFFLOAD_ALWAYS,
+                            .chunk_logits = o->chunk_logits < 0 ? SN_CHUNK_LOGITS_AUTO : o->chunk_logits};
         if ((s = sn_plan_make(&plo, plan_graph, r, &r->plan, e))) return s;
         r->planned = true;
         r->B = r->plan.micro_batch;
@@ -301,6 +307,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
         bt = (long)r->B * r->T;
         r->po.checkpoint = r->plan.policy;
         r->po.checkpoint_budget = r->plan.arena_budget;
+        r->po.chunk_logits = r->plan.chunk_logits;
     }
     if ((s = build_graph(r, r->B, r->T, true, &r->g, e))) return s;
     r->po.backward = true;

@@ -100,6 +100,10 @@ typedef struct {
     sn_precision precision; /* base/graph.h: bf16 and fp16 run the autocast pass (fp16 with
                                dynamic loss scaling) */
     sn_offload offload;
+    int64_t chunk_logits; /* the LM head and its loss in chunks of this many rows (tokens), the
+                             logits never whole (passes.h: the chunk_logits pass); 0: whole;
+                             -1 (the default): whole, or with mem in chunks when the plan does
+                             not fit with them whole */
     const char *init_pretrained; /* a new run from pretrained GPT-2 weights: a Hugging Face
                              directory (config.json, model.safetensors) or llm.c's .bin
                              (io/weights.h); the model must be the GPT-2 they describe, with the

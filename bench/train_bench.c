@@ -38,6 +38,10 @@ typedef struct {
     int checkpoint; /* an sn_recompute_policy (--checkpoint-policy; budget with --arena-budget) */
     int64_t arena_budget; /* --arena-budget: the budget policy's arena (what sinter plan chose) */
     bool offload;   /* --offload: the optimizer state in host memory (sn_train_opts.offload) */
+    int64_t chunk_logits; /* --chunk-logits N: the LM head in chunks of N rows (passes.h); the
+                             step with the head whole is timed too, in the same run */
+    bool loss_only; /* with --chunk-logits, both steps: the loss the training graph's one output,
+                       as sinter train has it (else the logits are one too, and persistent) */
     bool compare_interp;
     const sn_target *target; /* the device's, which every compile names (NULL: --model-only, the
                                 host CPU's) */
@@ -76,12 +80,17 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     if (!g) die("out of memory for the graph", NULL);
     sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = SN_GPT2_LORA_ALL};
     if (sn_gpt2_build_lora(g, &c, a->batch, a->seq, a->lora ? &l : NULL, &m, &e)) die("model", &e);
+    if (backward && a->loss_only) { /* the loss alone (the chunked head has no whole logits) */
+        sn_graph_clear_outputs(g);
+        sn_graph_add_output(g, m.loss);
+    }
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.target = a->target;
     o.backward = backward;
     o.checkpoint = backward ? a->checkpoint : 0;
     o.checkpoint_budget = a->arena_budget;
     o.precision = a->precision;
+    o.chunk_logits = backward ? a->chunk_logits : 0;
     if (sn_compile(g, &o, prog, NULL, &e)) die("pipeline", &e);
     return g;
 }
@@ -169,17 +178,33 @@ static sn_status run_step(void *ctx, sn_err *e) {
     return sn_trainer_step(r->t, r->x, r->y, NULL, e);
 }
 
+/* A baseline in the same run: ba's training graph (the caller's graph *g, to free) and its
+ * trainer (to free), its best step time over ba->steps in *s. */
+static sn_trainer *baseline(const args *ba, const sn_train_opts *o, int32_t *x, int32_t *y,
+                            const char *what, sn_graph **g, double *s) {
+    sn_err e;
+    *g = model_graph(ba, true, NULL);
+    sn_trainer *t = sn_trainer_new(*g, o, &e);
+    if (!t) die(what, &e);
+    run_ctx r = {t, x, y, NULL};
+    sn_exec_time_kernels(sn_trainer_exec(t), false);
+    *s = time_best(ba->steps, run_step, &r);
+    return t;
+}
+
 static const char usage_text[] =
     "usage: train_bench [--model NAME] [--batch B] [--seq T] [--steps N] [--threads N]\n"
     "                   [--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]]\n"
     "                   [--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16]\n"
     "                   [--compare-interp] [--arena-budget BYTES] [--offload] [--lora R]\n"
-    "                   [--host-gbs G]\n"
+    "                   [--host-gbs G] [--chunk-logits N]\n"
     "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
     "  --threads 0: all cores; --lora R: the step with LoRA adapters of rank R (all linear\n"
     "  layers, alpha R, the base frozen), and the full fine-tuning step timed in the same run;\n"
     "  --model-only --offload: the offloaded step modeled too, the host AdamW at G GB/s (by\n"
-    "  default as measured on this machine, --threads of it)\n";
+    "  default as measured on this machine, --threads of it);\n"
+    "  --chunk-logits N: the LM head and its loss in chunks of N rows, and the step with the\n"
+    "  head whole timed (or, with --model-only, modeled) in the same run\n";
 
 static void usage_fail(const char *fmt, const char *arg) {
     fprintf(stderr, "train_bench: ");
@@ -221,7 +246,7 @@ static void parse(int argc, char **argv, args *a) {
         static const char *const valued[] = {"--model", "--batch", "--seq", "--steps", "--threads",
                                              "--device", "--roofline", "--checkpoint-policy",
                                              "--precision", "--arena-budget", "--lora",
-                                             "--host-gbs"};
+                                             "--host-gbs", "--chunk-logits"};
         bool known = false;
         for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(k, valued[j]);
         if (!known) usage_fail("unknown option '%s'", k);
@@ -232,6 +257,7 @@ static void parse(int argc, char **argv, args *a) {
         else if (!strcmp(k, "--steps")) a->steps = int_arg(k, v, 1, 1000000);
         else if (!strcmp(k, "--threads")) a->threads = int_arg(k, v, 0, 4096);
         else if (!strcmp(k, "--lora")) a->lora = int_arg(k, v, 1, 4096);
+        else if (!strcmp(k, "--chunk-logits")) a->chunk_logits = int_arg(k, v, 1, 1 << 30), a->loss_only = true;
         else if (!strcmp(k, "--device")) {
             if (strcmp(v, "auto") && strcmp(v, "cuda") && strcmp(v, "cpu"))
                 usage_fail("--device is auto, cuda or cpu, not '%s'", v);
@@ -328,6 +354,21 @@ static int model_only(const args *a, const sn_roofline_machine *m) {
                    a->threads ? a->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
         sn_roofline_offload r = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro, gbs);
         sn_roofline_offload_print(stdout, &r, (double)a->batch * a->seq, gbs, m);
+    }
+    if (a->chunk_logits) { /* against the head whole, modeled the same way */
+        args wa = *a;
+        wa.chunk_logits = 0;
+        sn_program *wp;
+        sn_graph *wg = model_graph(&wa, true, &wp);
+        sn_roofline_step c = sn_roofline_program(p, p->layout.flat_n, m, &ro);
+        sn_roofline_step w = sn_roofline_program(wp, wp->layout.flat_n, m, &ro);
+        printf("LM head in chunks of %lld rows: modeled step %.3f ms against %.3f ms whole (%.3fx), "
+               "%d kernels against %d, planned arena %lld bytes against %lld (%lld less)\n",
+               (long long)a->chunk_logits, 1e3 * c.time_s, 1e3 * w.time_s, c.time_s / w.time_s,
+               p->n_kernels, wp->n_kernels, (long long)p->arena_bytes, (long long)wp->arena_bytes,
+               (long long)(wp->arena_bytes - p->arena_bytes));
+        sn_program_free(wp);
+        sn_graph_free(wg);
     }
     sn_program_free(p);
     sn_graph_free(g);
@@ -434,12 +475,10 @@ int main(int argc, char **argv) {
     if (a.lora) { /* the baseline: full fine-tuning of the same model, same batch, same device */
         args fa = a;
         fa.lora = 0;
-        sn_graph *full = model_graph(&fa, true, NULL);
-        sn_trainer *ft = sn_trainer_new(full, &o, &e);
-        if (!ft) die("full fine-tuning trainer", &e);
+        sn_graph *full;
+        double full_s;
+        sn_trainer *ft = baseline(&fa, &o, x, y, "full fine-tuning trainer", &full, &full_s);
         run_ctx fr = {ft, x, y, NULL};
-        sn_exec_time_kernels(sn_trainer_exec(ft), false);
-        double full_s = time_best(a.steps, run_step, &fr);
         sn_exec_time_kernels(sn_trainer_exec(ft), true);
         if (run_step(&fr, &e)) die("profiled full step", &e);
         sn_exec_stats fs;
@@ -457,6 +496,25 @@ int main(int argc, char **argv) {
         bj_print(fr_rec, stdout);
         sn_trainer_free(ft);
         sn_graph_free(full);
+    }
+
+    if (a.chunk_logits) { /* the baseline: the LM head whole, same batch, same device */
+        args wa = a;
+        wa.chunk_logits = 0;
+        sn_graph *whole;
+        double whole_s;
+        sn_trainer *wt = baseline(&wa, &o, x, y, "trainer with the head whole", &whole, &whole_s);
+        const sn_program *wprog = sn_trainer_program(wt);
+        bj *w_rec = record(&wa, dev, "train_step_head_whole", whole_s, program_flops(wprog), peak);
+        bj_int(w_rec, "kernels_per_step", wprog->n_kernels);
+        bj_int(w_rec, "arena_planned_bytes", (long long)wprog->arena_bytes);
+        bj_int(w_rec, "chunk_logits", (long long)a.chunk_logits);
+        bj_int(w_rec, "chunked_arena_planned_bytes", (long long)p->arena_bytes);
+        bj_num(w_rec, "chunked_step_ms", "%.2f", 1e3 * step_s);
+        bj_num(w_rec, "chunked_over_whole", "%.3f", step_s / whole_s);
+        bj_print(w_rec, stdout);
+        sn_trainer_free(wt);
+        sn_graph_free(whole);
     }
 
     if (a.compare_interp) { /* the reference interpreter on the same step, once */

@@ -16,7 +16,7 @@ typedef struct {
     const char *lora_targets;
     bool backward, no_fuse_attention, schedule;
     long long arena_budget;
-    long batch, seq, arch, lora;
+    long batch, seq, arch, lora, chunk_logits;
 } graph_args;
 
 #define O(field) offsetof(graph_args, field)
@@ -48,6 +48,9 @@ static const cli_opt graph_opts[] = {
              "--arena-budget)"},
     {"arena-budget", 0, CLI_BYTES, "N", O(arena_budget),
      .help = "the activation arena --checkpoint-policy budget fits in (2GiB)"},
+    {"chunk-logits", 0, CLI_INT, "N", O(chunk_logits), 0, 1 << 30,
+     .help = "the LM head and its loss in chunks of N rows (tokens), the\n"
+             "logits never whole (0: off, the default; needs --backward)"},
     {"batch", 'b', CLI_INT, "B", O(batch), 1, 1 << 20, .help = "input batch (default 4)"},
     {"seq", 't', CLI_INT, "T", O(seq), 1, 1 << 20, .help = "input length (default: the model's context)"},
     {"precision", 0, CLI_CHOICE, "P", O(precision), .choices = "fp32, bf16, fp16, tf32",
@@ -97,6 +100,9 @@ static int pipeline_opts(const graph_args *a, sn_pipeline_opts *o) {
     }
     if (a->policy) o->checkpoint = sn_recompute_policy_parse(a->policy);
     if (a->arena_budget) o->checkpoint_budget = a->arena_budget;
+    if (a->chunk_logits && !a->backward)
+        return cli_usage_error(cmd, "--chunk-logits splits the loss's backward too: add --backward");
+    o->chunk_logits = a->chunk_logits;
     if (a->precision) o->precision = (sn_precision)sn_precision_parse(a->precision);
     o->dump_after = a->dump_after;
     return 0;
@@ -158,6 +164,7 @@ static int cmd_graph(int argc, char **argv) {
             printf("; checkpoint %s: %d nodes recomputed, %.1f%% extra FLOPs",
                    sn_recompute_policy_name((sn_recompute_policy)o.checkpoint), st.checkpoint_recomputed,
                    st.step_flops > 0 ? 100 * st.checkpoint_extra_flops / st.step_flops : 0.0);
+        if (st.logits_chunks) printf("; LM head in %d chunks", st.logits_chunks);
         if (o.schedule)
             printf("; schedule: %d kernels moved, live arena bytes at most %lld -> %lld", st.schedule_moved,
                    (long long)st.schedule_peak_before, (long long)st.schedule_peak_after);

@@ -56,7 +56,7 @@ static int plan_run(const plan_model *m, const sn_plan_opts *o, sn_plan *pl, FIL
 
 typedef struct {
     const char *model, *tokenizer, *device, *precision, *policy, *offload, *lora_targets;
-    long batch, seq, micro, lora;
+    long batch, seq, micro, lora, chunk_logits;
     double lora_alpha;
     long long mem;
     bool no_offload;
@@ -84,6 +84,10 @@ static const cli_opt plan_opts[] = {
     {"checkpoint-policy", 0, CLI_CHOICE, "P", O(policy), .choices = "none, block, sqrt, budget",
      .help = "this policy only (default and budget: none when it fits, else the\n"
              "budgeted choice)"},
+    {"chunk-logits", 0, CLI_INT, "N", O(chunk_logits), 0, 1 << 30,
+     .help = "the LM head and its loss in chunks of N rows (tokens), the logits\n"
+             "never whole; 0: whole (default: chunks when nothing fits with them\n"
+             "whole, before checkpointing)"},
     {"no-offload", 0, CLI_FLAG, NULL, O(no_offload),
      .help = "never plan the optimizer state in host memory (by default it is\n"
              "when nothing else fits; sinter train --offload optimizer runs it)"},
@@ -112,7 +116,7 @@ const cli_command cli_plan_cmd = {
 
 static int cli_plan(int argc, char **argv) {
     const cli_command *cmd = &cli_plan_cmd;
-    plan_args a = {.device = "cpu", .precision = "fp32", .batch = 16, .seq = -1};
+    plan_args a = {.device = "cpu", .precision = "fp32", .batch = 16, .seq = -1, .chunk_logits = -1};
     int rc = cli_parse(cmd, argc, argv, &a);
     if (rc >= 0) return rc;
     if (!a.lora && (a.lora_alpha > 0 || a.lora_targets)) /* as sinter train refuses them */
@@ -135,7 +139,8 @@ static int cli_plan(int argc, char **argv) {
     po.target = &t;
     po.precision = (sn_precision)sn_precision_parse(a.precision); /* as the session compiles it */
     sn_plan_opts o = {.batch = (int)a.batch, .budget = a.mem, .micro_batch = (int)a.micro,
-                      .policy = policy, .compile = &po, .offload = offload};
+                      .policy = policy, .compile = &po, .offload = offload,
+                      .chunk_logits = a.chunk_logits < 0 ? SN_CHUNK_LOGITS_AUTO : a.chunk_logits};
     sn_plan pl;
     unsigned targets = SN_GPT2_LORA_ALL;
     if (a.lora_targets) sn_gpt2_lora_targets_parse(a.lora_targets, &targets);

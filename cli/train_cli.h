@@ -33,6 +33,8 @@ typedef struct {
     const char *policy;     /* --checkpoint-policy as given (NULL: not given) */
     int checkpoint_policy;  /* an sn_recompute_policy (passes.h): --checkpoint-policy; -1: not given */
     long long mem;          /* --mem: device bytes to plan the run for (0: no plan) */
+    long chunk_logits;      /* --chunk-logits N: rows a chunk of the LM head; 0 whole; -1 not
+                               given (with --mem: the plan's choice) */
     const char *offload_what; /* --offload as given (NULL: not given) */
     int offload;            /* --offload: 1 optimizer, 0 none, -1 not given (the plan's) */
     double diverge_nats;     /* a loss this far above the recent median stops the run; 0: off */

@@ -173,6 +173,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.init_pretrained = a->init_hf;
     o.dump_after = a->dump_after;
     o.mem = a->mem;
+    o.chunk_logits = a->chunk_logits;
     if ((s = sn_session_new(&m, &o, &r->s, e))) return s;
     sn_session_set_stop(r->s, cli_stop_flag()); /* a signal cuts a validation short */
     sn_session_info in;

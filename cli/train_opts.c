@@ -135,6 +135,10 @@ static const cli_opt train_opts[] = {
              "micro-batch, accumulation steps and checkpointing; the planned and\n"
              "measured memory are printed after the first step; it offloads\n"
              "the optimizer state when nothing fits without"},
+    {"chunk-logits", 0, CLI_INT, "N", O(chunk_logits), 0, 1 << 30,
+     .help = "the LM head and its loss in chunks of N rows (tokens), the logits\n"
+             "never whole; 0: whole (default; with --mem: chunks when the plan\n"
+             "does not fit with them whole)"},
     {"offload", 0, CLI_CHOICE, "WHAT", O(offload_what), .choices = "optimizer, none",
      .help = "optimizer: AdamW's moments, gradient sums and fp32 master weights in\n"
              "host memory, updated there by the CPU (the device keeps weights,\n"
@@ -173,7 +177,7 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
     *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
                       .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
                       .sample_len = 200, .top_k = 40, .temperature = 1.0, .checkpoint_policy = -1,
-                      .precision = "fp32", .diverge_nats = 4, .offload = -1, .warmup = -1,
+                      .chunk_logits = -1, .precision = "fp32", .diverge_nats = 4, .offload = -1, .warmup = -1,
                       .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .grad_clip = 1.0,
                       .min_lr_frac = 0.1};
     int rc = cli_parse(cmd, argc, argv, a);

@@ -43,7 +43,10 @@ static bool reads_in_step(const sn_kernel *k, int a) {
  * of the same size that no other kernel reads, read element for element, writes over it: the
  * arena value becomes an alias of the output, so its writer writes the output's buffer (the
  * tied LM head's (V, C) weight gradient goes straight into the gradient that the embedding
- * backward's part is added to). Of several such inputs, the one written first. */
+ * backward's part is added to). Of several such inputs, the one written first. Chains too: a
+ * sum added up kernel after kernel into the persistent value (chunk_logits' weight gradient,
+ * dW = dW_0 + dW_1 + ...) writes every partial sum over it, so it takes one buffer, not one a
+ * chunk (kernels are visited last first, and an output that became an alias counts as its root). */
 static void share_in_place(sn_program *p, int *readers, int *writer) {
     for (int v = 0; v < p->n_values; v++) readers[v] = 0, writer[v] = -1;
     for (int k = 0; k < p->n_kernels; k++) {
@@ -54,13 +57,13 @@ static void share_in_place(sn_program *p, int *readers, int *writer) {
             else if (writer[v] < 0) writer[v] = k;
         }
     }
-    for (int k = 0; k < p->n_kernels; k++) {
+    for (int k = p->n_kernels - 1; k >= 0; k--) { /* last first: a chain ends in the persistent value */
         const sn_kernel *ker = p->kernels[k];
         if (ker->kind != SN_KER_POINTWISE) continue;
         for (int o = 0; o < ker->n_out; o++) {
-            int w = p->value_of[ker->args[o]->id], best = -1;
+            int w = root_of(p, p->value_of[ker->args[o]->id]), best = -1;
             const sn_value *out = &p->values[w];
-            if (out->alias >= 0 || !out->persistent || sn_op_kind(out->node->op) == SN_K_LEAF) continue;
+            if (!out->persistent || sn_op_kind(out->node->op) == SN_K_LEAF) continue;
             for (int a = ker->n_out; a < ker->n_out + ker->n_in; a++) {
                 int v = p->value_of[ker->args[a]->id];
                 const sn_value *in = &p->values[v];

@@ -127,6 +127,27 @@ typedef struct {
 sn_status sn_pass_recompute(const sn_graph *in, sn_recompute_policy policy, int64_t budget,
                             const sn_target *t, sn_graph **out, sn_recompute_stats *st, sn_err *e);
 
+/* ---- chunk_logits.c ---- */
+
+/* requires: a verified graph with its backward whose loss is a cross_entropy of a product
+ * (the LM head, through casts and reshapes), or fp16's loss scale times it. Rewrites the head, the loss and their backward
+ * into chunks of `rows` rows of the R = B T tokens, one after the other: per chunk the head's
+ * product, its loss (the chunk's mean times its counted rows), its dlogits (dloss times
+ * count_c / count) and the products reading them, dX_c = dlogits_c W (concatenated after the
+ * last chunk) and dW += dlogits_c^T X_c (added in chunk order), so that no chunk's logits
+ * outlive it. Not bit-exact: the loss adds the chunks' means (about 1e-7 relative); the dW
+ * sum adds each chunk's product in f32 (the GEMM's own order within a chunk); dlogits are
+ * exact where count and the chunk's counted rows are powers of two. An LM head read in another
+ * way (the logits an output, another reader) is SN_ERR_UNSUPPORTED; more than 64 chunks is
+ * SN_ERR_INVALID. *n_chunks: 0 when rows >= R (*out NULL: the graph stays as it is). */
+sn_status sn_pass_chunk_logits(const sn_graph *in, int64_t rows, sn_graph **out, int *n_chunks,
+                               sn_err *e);
+/* rows = SN_CHUNK_LOGITS_AUTO: the pass's choice, R / SN_CHUNK_LOGITS_PARTS rounded up to a
+ * multiple of SN_SUM_CHUNK (the classifier's loss chunks; 4096 of gpt2's 16 x 1024 rows: docs/memory.md). */
+enum { SN_CHUNK_LOGITS_AUTO = -1, SN_CHUNK_LOGITS_PARTS = 4 };
+/* The rows a chunk for `rows` (a count, or SN_CHUNK_LOGITS_AUTO) of R rows. */
+int64_t sn_chunk_logits_rows(int64_t rows, int64_t R);
+
 /* ---- fuse.c ---- */
 
 /* requires: a verified graph (after autodiff, or a forward graph for inference). Decides which

@@ -9,12 +9,12 @@
 #include "passes.h"
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autocast", "autodiff",
-                                        "checkpoint", "sink_views", "upcast", "fuse", "schedule", "memplan"};
+                                        "chunk_logits", "checkpoint", "sink_views", "upcast", "fuse", "schedule", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, autocast, autodiff, checkpoint, sink_views, upcast, fuse, schedule, "
-           "memplan";
+    return "frontend, pad_vocab, attention, autocast, autodiff, chunk_logits, checkpoint, sink_views, upcast, "
+           "fuse, schedule, memplan";
 }
 
 sn_pipeline_opts sn_pipeline_defaults(void) {
@@ -83,6 +83,9 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     if (!strcmp(d, "schedule") && !o->schedule)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after schedule, but the schedule pass is off "
                        "(add --schedule)");
+    if (!strcmp(d, "chunk_logits") && !o->chunk_logits)
+        return sn_fail(e, SN_ERR_INVALID, "--dump-after chunk_logits, but the chunk_logits pass is off "
+                       "(add --chunk-logits N)");
     if (!strcmp(d, "autodiff") && !o->backward)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after autodiff needs the backward (add --backward)");
     if (!strcmp(d, "attention") && !o->fuse_attention)
@@ -97,7 +100,24 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     return SN_OK;
 }
 
-/* The forward rewrites, then autodiff and checkpoint (each only on a graph without a backward). */
+/* The checkpoint pass (recompute) with its statistics. */
+static sn_status checkpoint(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *st, sn_err *e) {
+    sn_graph *next;
+    sn_recompute_stats cs;
+    sn_target t = o->target ? *o->target : sn_target_cpu();
+    sn_status s = sn_pass_recompute(g, (sn_recompute_policy)o->checkpoint, o->checkpoint_budget, &t, &next,
+                          &cs, e);
+    st->checkpoint_min_arena = cs.min_arena;
+    if (s) return s;
+    replace(g, next);
+    st->checkpoint_recomputed = cs.recomputed;
+    st->checkpoint_extra_flops = cs.extra_flops;
+    st->step_flops = cs.step_flops;
+    return after(g, "checkpoint", o, e);
+}
+
+/* The forward rewrites, then autodiff, chunk_logits and checkpoint (each only on a graph
+ * without a backward). */
 static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *st, sn_err *e) {
     sn_status s;
     if ((s = after(g, "frontend", o, e))) return s;
@@ -125,19 +145,13 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
     if (!o->backward) return SN_OK;
     if (!g->loss) return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph has no loss");
     if ((s = sn_backward(g, g->loss, e))) return s;
-    if ((s = after(g, "autodiff", o, e)) || !o->checkpoint) return s;
-
-    sn_recompute_stats cs;
-    sn_target t = o->target ? *o->target : sn_target_cpu();
-    s = sn_pass_recompute(g, (sn_recompute_policy)o->checkpoint, o->checkpoint_budget, &t, &next,
-                          &cs, e);
-    st->checkpoint_min_arena = cs.min_arena;
-    if (s) return s;
-    replace(g, next);
-    st->checkpoint_recomputed = cs.recomputed;
-    st->checkpoint_extra_flops = cs.extra_flops;
-    st->step_flops = cs.step_flops;
-    return after(g, "checkpoint", o, e);
+    if ((s = after(g, "autodiff", o, e))) return s;
+    if (o->chunk_logits) { /* before checkpoint, whose budget then plans the chunked arena */
+        if ((s = sn_pass_chunk_logits(g, o->chunk_logits, &next, &st->logits_chunks, e))) return s;
+        if (next) replace(g, next);
+        if ((s = after(g, "chunk_logits", o, e))) return s;
+    }
+    return o->checkpoint ? checkpoint(g, o, st, e) : SN_OK;
 }
 
 /* What both entries check first: the dump's pass name, the graph's recorded error. */
@@ -160,7 +174,7 @@ sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_
                        "has its backward already (sn_backward, or an earlier sn_pipeline_graph): "
                        "go on with sn_pipeline_kernels");
     st->attention_fused = st->kv_unrepeated = st->vocab_padded = st->casts = 0;
-    st->checkpoint_recomputed = 0;
+    st->checkpoint_recomputed = st->logits_chunks = 0;
     st->checkpoint_extra_flops = st->step_flops = 0;
     st->checkpoint_min_arena = 0;
     return graph_passes(g, o, st, e);

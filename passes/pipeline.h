@@ -31,6 +31,9 @@ typedef struct {
     int checkpoint;          /* an sn_recompute_policy (passes.h) applied right after autodiff (so
                                 with the call that differentiates); 0: none */
     int64_t checkpoint_budget; /* arena bytes for the budget policy */
+    int64_t chunk_logits;    /* the chunk_logits pass after autodiff: the LM head and its
+                                loss in chunks of this many rows (0: off; SN_CHUNK_LOGITS_AUTO:
+                                the pass's choice, passes.h) */
     int schedule;            /* an sn_schedule_mode: the schedule pass, kernels reordered so
                                 that large values die earlier (off by default: it saves nothing
                                 on GPT-2, docs/memory.md) */
@@ -50,6 +53,7 @@ typedef struct {
     int kv_unrepeated;   /* of those, how many read k and v unrepeated (grouped-query) */
     int vocab_padded;    /* tables the pad_vocab pass padded */
     int checkpoint_recomputed; /* forward nodes the checkpoint pass recomputes */
+    int logits_chunks;   /* chunks the chunk_logits pass split the head into (0: none) */
     double checkpoint_extra_flops, step_flops; /* its extra FLOPs, the step's without them */
     int64_t checkpoint_min_arena; /* budget policy: the smallest arena it found (also on failure) */
     int casts;           /* cast nodes the autocast pass added */
@@ -73,7 +77,8 @@ const char *sn_pipeline_pass_names(void);
  * pass that leaves a graph the verifier rejects is reported with its name. stats may be NULL;
  * each entry sets the fields of its own passes. On failure g is still a graph the caller frees.
  *
- * The graph passes: pad_vocab, attention, autocast, autodiff (o->backward), checkpoint.
+ * The graph passes: pad_vocab, attention, autocast, autodiff (o->backward), chunk_logits,
+ * checkpoint.
  * requires: a forward graph (no backward yet: the forward rewrites must come before autodiff,
  * so that gradients come from the rewritten ops); a graph with a backward is SN_ERR_INVALID. */
 sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *stats,

@@ -47,10 +47,26 @@ grep -q "extern \"C\" __global__" "$dir/cuda/program.cu" || { echo "FAIL: no pro
 if [ -f "$dir/cuda/ptxas.txt" ]; then
     grep -q "^k0_embedding k0_embedding [0-9]" "$dir/cuda/ptxas.txt" || { echo "FAIL: ptxas.txt"; cat "$dir/cuda/ptxas.txt"; exit 1; }
 fi
-# sinter plan: gpt2 B=16 T=1024 in 6 GiB; nothing fits in 2 GiB: exit 1 naming the smallest budget
+# sinter plan: gpt2 B=16 T=1024 in 6 GiB (the LM head in chunks, then checkpointing); with the
+# head whole, a smaller micro-batch; nothing fits in 2 GiB: exit 1 naming the smallest budget
 "$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 6GiB > "$dir/plan.out" || { echo "FAIL: plan"; exit 1; }
-grep -q "^choice: micro-batch 8 x 2 accumulation steps, checkpoint policy budget" "$dir/plan.out" &&
-    grep -q "^  activations (arena) .* recompute +" "$dir/plan.out" || { echo "FAIL: plan table"; cat "$dir/plan.out"; exit 1; }
+grep -q "^choice: micro-batch 16 x 1 accumulation step, checkpoint policy budget, .*, LM head in 4 chunks$" "$dir/plan.out" &&
+    grep -q "^  activations (arena) .* recompute +.*; LM head in 4 chunks" "$dir/plan.out" || { echo "FAIL: plan table"; cat "$dir/plan.out"; exit 1; }
+"$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 6GiB --chunk-logits 0 > "$dir/plan0.out" || { echo "FAIL: plan whole"; exit 1; }
+grep -q "^choice: micro-batch 8 x 2 accumulation steps, checkpoint policy budget, [a-z0-9, ]*none$" "$dir/plan0.out" ||
+    { echo "FAIL: plan with the head whole"; cat "$dir/plan0.out"; exit 1; }
+# sinter train --chunk-logits: the same losses and norms as printed (within 1e-6: test_recompute)
+# shellcheck disable=SC2086
+"$sinter" train $tiny --chunk-logits 8 | grep "^step" | cut -d'|' -f2,4 > "$dir/chunked.steps"
+# shellcheck disable=SC2086
+"$sinter" train $tiny | grep "^step" | cut -d'|' -f2,4 > "$dir/whole.steps"
+[ -s "$dir/whole.steps" ] && cmp -s "$dir/chunked.steps" "$dir/whole.steps" ||
+    { echo "FAIL: train --chunk-logits"; cat "$dir/chunked.steps" "$dir/whole.steps"; exit 1; }
+# sinter graph --chunk-logits: the chunks in the IR; refused without the backward
+"$sinter" graph --model tiny --backward --seq 16 --chunk-logits 8 | grep -q "; LM head in 8 chunks" ||
+    { echo "FAIL: graph --chunk-logits"; exit 1; }
+if "$sinter" graph --model tiny --chunk-logits 8 2> "$dir/chunk.err" > /dev/null; then echo "FAIL: chunks without backward"; exit 1; fi
+grep -q "chunk-logits splits the loss's backward too: add --backward" "$dir/chunk.err" || { echo "FAIL: chunk message"; cat "$dir/chunk.err"; exit 1; }
 status=0
 "$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 2GiB --no-offload > /dev/null 2> "$dir/plan.err" || status=$?
 [ "$status" = 1 ] && grep -q "plan: nothing fits in 2.0 GiB: the smallest budget that would fit is 2.[0-9] GiB" "$dir/plan.err" ||

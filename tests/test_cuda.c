@@ -63,18 +63,32 @@ static sn_cuda_source render(const sn_kernel *const *ks, int n) {
     return s;
 }
 
-static sn_graph *gpt2_training_at(const char *name, int B, int T, sn_precision precision) {
+/* GPT-2 `name`'s training graph at B x T; with the LM head in chunks of chunk_rows rows (0:
+ * whole), the loss its one output (training reads no logits). */
+static sn_graph *gpt2_training_chunked(const char *name, int B, int T, sn_precision precision,
+                                       int64_t chunk_rows) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find(name, &c));
     sn_graph *g = sn_graph_new();
     sn_gpt2 m;
     sn_err e;
     ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
+    if (chunk_rows) {
+        sn_graph_clear_outputs(g);
+        sn_graph_add_output(g, m.loss);
+    }
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
     o.precision = precision;
-    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    o.chunk_logits = chunk_rows;
+    sn_pipeline_stats st;
+    ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
+    ck_assert(!chunk_rows || st.logits_chunks > 1);
     return g;
+}
+
+static sn_graph *gpt2_training_at(const char *name, int B, int T, sn_precision precision) {
+    return gpt2_training_chunked(name, B, T, precision, 0);
 }
 
 static sn_graph *gpt2_training(const char *name, int B, int T) {
@@ -328,6 +342,16 @@ START_TEST(nvrtc_gpt2_124m_bf16) {
     if (have_nvrtc())
         nvrtc_program(gpt2_training_at("gpt2", 4, 256, SN_PRECISION_BF16), "gpt2-bf16", 4, 256,
                       (const int[]){75, 80}, 2);
+}
+END_TEST
+
+/* The LM head in chunks (passes/chunk_logits.c): gpt2 bf16 at 4 x 256 in 4 chunks of 256 rows
+ * (the chunk's slices, the classifier on a chunk, the count and loss-sum kernels, the dW sums,
+ * the dX concatenations) compiles for sm_80 without spills. */
+START_TEST(nvrtc_gpt2_chunked_logits) {
+    if (have_nvrtc())
+        nvrtc_program(gpt2_training_chunked("gpt2", 4, 256, SN_PRECISION_BF16, 256), "gpt2-bf16-chunked",
+                      4, 256, (const int[]){80}, 1);
 }
 END_TEST
 
@@ -729,17 +753,22 @@ END_TEST
  * reductions, gathers, pointwise, attention), each from the interpreter's inputs; attention
  * fused (flash attention kernels, tests/test_cuda_attention.c has more) and written out (softmax, causal mask and their
  * backwards as row kernels). */
-static void gpt2_tiny_kernels(bool fuse_attention, sn_precision precision) {
+static void gpt2_tiny_kernels_chunked(bool fuse_attention, sn_precision precision, int64_t chunk_rows) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
     sn_graph *g = sn_graph_new();
     sn_gpt2 m;
     sn_err e;
     ck_assert_msg(sn_gpt2_build(g, &c, 2, 16, &m, &e) == SN_OK, "%s", e.msg);
+    if (chunk_rows) { /* the loss alone, as training has it */
+        sn_graph_clear_outputs(g);
+        sn_graph_add_output(g, m.loss);
+    }
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = true;
     o.fuse_attention = fuse_attention;
     o.precision = precision;
+    o.chunk_logits = chunk_rows;
     ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     double t0 = now();
     int counts[SN_KER_KIND_COUNT] = {0};
@@ -756,6 +785,19 @@ static void gpt2_tiny_kernels(bool fuse_attention, sn_precision precision) {
     ck_assert(!n || (counts[SN_KER_ROW] > 5 && counts[SN_KER_REDUCE] >= 1 && counts[SN_KER_GATHER] == 3));
     sn_graph_free(g);
 }
+
+static void gpt2_tiny_kernels(bool fuse_attention, sn_precision precision) {
+    gpt2_tiny_kernels_chunked(fuse_attention, precision, 0);
+}
+
+/* The step with the LM head in 4 chunks of 8 rows (passes/chunk_logits.c), bf16 and fp16 (its
+ * loss scale times the chunks' loss): every kernel of it on the simulator against the
+ * interpreter. */
+START_TEST(cpu_gpt2_tiny_chunked_logits) {
+    gpt2_tiny_kernels_chunked(true, SN_PRECISION_BF16, 8);
+    gpt2_tiny_kernels_chunked(true, SN_PRECISION_FP16, 8);
+}
+END_TEST
 
 START_TEST(cpu_gpt2_tiny_kernels) { gpt2_tiny_kernels(true, SN_PRECISION_FP32); }
 END_TEST
@@ -1430,6 +1472,7 @@ int main(void) {
     tcase_set_timeout(nv, 120);
     tcase_add_test(nv, nvrtc_gpt2_124m);
     tcase_add_test(nv, nvrtc_gpt2_124m_bf16);
+    tcase_add_test(nv, nvrtc_gpt2_chunked_logits);
     tcase_add_test(nv, nvrtc_gpt2_124m_f16);
     tcase_add_test(nv, nvrtc_llama_small);
     tcase_add_loop_test(nv, nvrtc_row_vectors, 0, 3);
@@ -1447,6 +1490,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_llama_tiny_kernels);
     tcase_add_test(cpu, cpu_gpt2_tiny_unfused_attention);
     tcase_add_test(cpu, cpu_gpt2_tiny_bf16);
+    tcase_add_test(cpu, cpu_gpt2_tiny_chunked_logits);
     tcase_add_test(cpu, cpu_gpt2_tiny_f16);
     tcase_add_test(cpu, cpu_row_ops_several_warps);
     tcase_add_test(cpu, cpu_row_ops_warp_per_row);

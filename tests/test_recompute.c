@@ -2,11 +2,13 @@
  * graph's structure, losses and gradients bit-identical with and without recompute (compiled CPU
  * device and the reference interpreter), planned arenas that fall, and the budget's choices and
  * refusals. Convention: "identical" is memcmp of the values, never a tolerance. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "runtime/device.h"
@@ -366,6 +368,256 @@ START_TEST(tied_head_gradient_in_place) {
 }
 END_TEST
 
+/* ---- the LM head in chunks (passes/chunk_logits.c) ---- */
+
+static sn_test_tiny_shape chunk_shape = {TINY_VOCAB, TINY_T};
+
+/* Tiny GPT-2 (llama: llama-tiny) at TINY_B x TINY_T, the loss its one output, through the graph
+ * passes at precision p with the LM head in chunks of `rows` (0: whole). */
+static sn_graph *chunk_graph_policy(bool llama, sn_precision p, int64_t rows, sn_recompute_policy policy,
+                                    sn_pipeline_stats *st) {
+    sn_err e;
+    sn_graph *g;
+    if (llama) {
+        sn_llama_config c;
+        sn_llama m;
+        ck_assert(sn_llama_config_find("llama-tiny", &c));
+        g = sn_graph_new();
+        ck_assert_msg(sn_llama_build(g, &c, TINY_B, TINY_T, &m, &e) == SN_OK, "%s", e.msg);
+        sn_graph_clear_outputs(g);
+        sn_graph_add_output(g, m.loss);
+    } else {
+        ck_assert(sn_test_tiny_loss_graph(&chunk_shape, TINY_B, &g, &e) == SN_OK);
+    }
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.precision = p;
+    o.chunk_logits = rows;
+    o.checkpoint = policy;
+    ck_assert_msg(sn_compile(g, &o, NULL, st, &e) == SN_OK, "%s", e.msg);
+    return g;
+}
+
+static sn_graph *chunk_graph(bool llama, sn_precision p, int64_t rows, sn_pipeline_stats *st) {
+    return chunk_graph_policy(llama, p, rows, SN_RECOMPUTE_NONE, st);
+}
+
+/* The largest difference of b from a, the loss and each gradient (as run_compiled lays them
+ * out) relative to that value's largest magnitude in a. */
+static double worst(const sn_graph *g, const double *a, const double *b) {
+    sn_node *params[MAX_PARAMS];
+    int np = sn_graph_params(g, params, MAX_PARAMS);
+    double w = fabs(a[0] - b[0]) / fabs(a[0]);
+    int64_t at = 1;
+    for (int i = 0; i < np; i++) {
+        double d = 0, m = 0;
+        for (int64_t j = at; j < at + sn_numel(params[i]); j++) {
+            d = fmax(d, fabs(a[j] - b[j]));
+            m = fmax(m, fabs(a[j]));
+        }
+        if (m > 0 && !(d / m <= w)) w = d / m; /* NaN propagates */
+        at += sn_numel(params[i]);
+    }
+    return w;
+}
+
+static double *widen(const float *x, int64_t n) {
+    double *y = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i];
+    return y;
+}
+
+/* The loss and every gradient of g1 against g0's, compiled (CPU device) and interpreted: the
+ * worse of the two relative differences. */
+static double chunk_error(sn_graph *g0, sn_graph *g1, double *compiled, double *interpreted) {
+    int64_t n0, n1, plan, meas;
+    float *f0 = run_compiled(g0, &n0, &plan, &meas), *f1 = run_compiled(g1, &n1, &plan, &meas);
+    ck_assert_int_eq(n0, n1);
+    double *c0 = widen(f0, n0), *c1 = widen(f1, n1);
+    double *i0 = run_interp(g0, &n0), *i1 = run_interp(g1, &n1);
+    *compiled = worst(g0, c0, c1);
+    *interpreted = worst(g0, i0, i1);
+    free(f0), free(f1), free(c0), free(c1), free(i0), free(i1);
+    return fmax(*compiled, *interpreted);
+}
+
+/* The loss and every gradient with the LM head in chunks, against the head whole: tiny GPT-2 in
+ * f32 and bf16, three chunks of 16 rows and three of 20, 20, 8 (every ninth target ignored, so
+ * the chunks' counts are not powers of two), compiled and interpreted; and llama-tiny (its own
+ * lm_head, untied). Within 1e-6 in f32: the loss adds the chunks' means, dloss / count is
+ * rounded once more, dW adds the chunks' products (passes.h). bf16 stores dlogits in 16 bits, so
+ * an element whose scale moved by an ulp may round the other way: within 1e-3 there. */
+START_TEST(chunked_logits_match_whole) {
+    static const struct { bool llama; sn_precision p; double tol; } cases[] = {
+        {false, SN_PRECISION_FP32, 1e-6}, {false, SN_PRECISION_BF16, 1e-3}, {true, SN_PRECISION_FP32, 1e-6}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int64_t rows = 16; rows <= 20; rows += 4) {
+            sn_pipeline_stats st;
+            sn_graph *g0 = chunk_graph(cases[k].llama, cases[k].p, 0, &st);
+            ck_assert_int_eq(st.logits_chunks, 0);
+            sn_graph *g1 = chunk_graph(cases[k].llama, cases[k].p, rows, &st);
+            ck_assert_int_eq(st.logits_chunks, 3);
+            double c, i, err = chunk_error(g0, g1, &c, &i);
+            printf("test_recompute: %s %s, LM head in chunks of %lld rows: loss and gradients within "
+                   "%.3g (compiled) and %.3g (interpreted) of the head whole\n",
+                   cases[k].llama ? "llama-tiny" : "tiny GPT-2", sn_precision_name(cases[k].p),
+                   (long long)rows, c, i);
+            ck_assert_msg(err <= cases[k].tol, "chunks of %lld: %.3g", (long long)rows, err);
+            sn_graph_free(g0);
+            sn_graph_free(g1);
+        }
+}
+END_TEST
+
+/* The memory plan sees each chunk's logits and dlogits die before the next chunk's are made:
+ * the (rows, V) values of the chunked step (tiny GPT-2, 3 chunks of 16 rows) live in disjoint
+ * ranges of kernels, chunk after chunk, and the planned arena is what the CPU device measures. */
+START_TEST(chunked_logits_live_one_at_a_time) {
+    sn_err e;
+    sn_pipeline_stats st;
+    sn_graph *g = chunk_graph(false, SN_PRECISION_FP32, 16, &st);
+    sn_program *p;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    int seen[8], n = 0;
+    for (int v = 0; v < p->n_values; v++) {
+        const sn_node *x = p->values[v].node;
+        if (!x || x->rank != 2 || x->shape[0] != 16 || x->shape[1] != 256 || p->values[v].alias >= 0) continue;
+        ck_assert_int_lt(n, 8);
+        seen[n++] = v;
+    }
+    ck_assert_int_ge(n, 3); /* each chunk's logits (and dlogits, where they are not one value) */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            const sn_value *a = &p->values[seen[i]], *b = &p->values[seen[j]];
+            bool same_chunk = a->node->in[0] == b->node || b->node->in[0] == a->node ||
+                              a->node->in[0] == b->node->in[0];
+            if (i != j && !same_chunk)
+                ck_assert_msg(a->last < b->first || b->last < a->first, "%%%d [%d, %d] and %%%d [%d, %d] "
+                              "live at once", a->node->id, a->first, a->last, b->node->id, b->first, b->last);
+        }
+    sn_program_free(p);
+    int64_t n0, plan, meas;
+    free(run_compiled(g, &n0, &plan, &meas));
+    ck_assert_int_eq(plan, meas);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* Checkpointing runs after the chunks (its budget plans the chunked arena): block
+ * checkpointing of the chunked step changes no bit of its loss or gradients. */
+START_TEST(chunked_logits_then_recompute) {
+    sn_pipeline_stats st;
+    sn_graph *g0 = chunk_graph(false, SN_PRECISION_FP32, 16, &st);
+    sn_graph *g1 = chunk_graph_policy(false, SN_PRECISION_FP32, 16, SN_RECOMPUTE_BLOCK, &st);
+    ck_assert_int_eq(st.logits_chunks, 3);
+    ck_assert_int_gt(st.checkpoint_recomputed, 0);
+    int64_t n0, n1, plan, meas;
+    float *c0 = run_compiled(g0, &n0, &plan, &meas), *c1 = run_compiled(g1, &n1, &plan, &meas);
+    ck_assert_int_eq(n0, n1);
+    ck_assert_msg(!memcmp(c0, c1, sizeof(float) * (size_t)n0), "loss %.9g vs %.9g or a gradient", c1[0], c0[0]);
+    double *i0 = run_interp(g0, &n0), *i1 = run_interp(g1, &n1);
+    ck_assert(!memcmp(i0, i1, sizeof(double) * (size_t)n0));
+    free(c0), free(c1), free(i0), free(i1);
+    sn_graph_free(g0);
+    sn_graph_free(g1);
+}
+END_TEST
+
+/* Planted bugs: chunk 1 reading chunk 0's rows of the head's input (its own never multiplied:
+ * a chunk skipped, one overlapped), or its targets, is caught by the comparison above. */
+START_TEST(chunked_logits_planted_overlap) {
+    for (int which = 0; which < 2; which++) {
+        sn_pipeline_stats st;
+        sn_graph *g0 = chunk_graph(false, SN_PRECISION_FP32, 0, &st);
+        sn_graph *g1 = chunk_graph(false, SN_PRECISION_FP32, 16, &st);
+        int planted = 0;
+        for (int i = 0; i < g1->n_nodes; i++) {
+            sn_node *n = g1->nodes[i];
+            bool targets = n->dtype == SN_I32;
+            if (n->op != SN_OP_SLICE || n->a.start != 16 || targets != (which == 1)) continue;
+            n->a.start = 0, n->a.end = 16;
+            planted++;
+        }
+        ck_assert_int_gt(planted, 0);
+        double c, i, err = chunk_error(g0, g1, &c, &i);
+        ck_assert_msg(c > 1e-3 && i > 1e-3, "the planted %s overlap went unseen: %.3g, %.3g",
+                      which ? "targets" : "rows", c, i);
+        (void)err;
+        sn_graph_free(g0);
+        sn_graph_free(g1);
+    }
+}
+END_TEST
+
+/* gpt2 124M at B = 4, T = 256 (micro-batch 4) for the plan's graph callback. */
+static sn_status gpt2_loss_graph(void *ctx, int b, sn_graph **out, sn_err *e) {
+    (void)ctx;
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("gpt2", &c));
+    *out = sn_graph_new();
+    sn_gpt2 m;
+    sn_status s = sn_gpt2_build(*out, &c, b, 256, &m, e);
+    sn_graph_clear_outputs(*out);
+    sn_graph_add_output(*out, m.loss);
+    return s;
+}
+
+/* The planned arena of gpt2 at 4 x 256 (1024 rows, V = 50304) falls by the logits' share with
+ * the head in chunks of 256 rows: the f32 logits and their gradient, 2 x 206 MB whole, are
+ * 2 x 52 MB a chunk, against one more (V, C) product for the weight gradient (155 MB); and
+ * under a budget between the two totals the plan takes the chunks, without checkpointing. */
+START_TEST(chunked_logits_plan) {
+    sn_err e;
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    sn_plan_opts o = {.batch = 4, .micro_batch = 4, .policy = -1, .compile = &po};
+    sn_plan whole, chunked;
+    ck_assert_msg(sn_plan_make(&o, gpt2_loss_graph, NULL, &whole, &e) == SN_OK, "%s", e.msg);
+    o.chunk_logits = 256;
+    ck_assert_msg(sn_plan_make(&o, gpt2_loss_graph, NULL, &chunked, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(whole.logits_chunks, 0);
+    ck_assert_int_eq(chunked.logits_chunks, 4);
+    int64_t R = 1024, V = 50304, C = 768, share = 2 * (R - 256) * V * 4 - V * C * 4;
+    printf("test_recompute: gpt2 4 x 256 f32: arena %lld whole, %lld in 4 chunks (%lld less; the "
+           "logits' share %lld)\n", (long long)whole.arena, (long long)chunked.arena,
+           (long long)(whole.arena - chunked.arena), (long long)share);
+    ck_assert_int_le(chunked.arena, whole.arena - share);
+    o.chunk_logits = SN_CHUNK_LOGITS_AUTO;
+    o.budget = (whole.total + chunked.total) / 2;
+    sn_plan pl;
+    ck_assert_msg(sn_plan_make(&o, gpt2_loss_graph, NULL, &pl, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(pl.logits_chunks, SN_CHUNK_LOGITS_PARTS);
+    ck_assert_int_eq(pl.chunk_logits, SN_CHUNK_LOGITS_AUTO);
+    ck_assert_int_eq(pl.recomputed, 0);
+    ck_assert_int_le(pl.total, o.budget);
+    o.budget = whole.total; /* fits whole: no chunks */
+    ck_assert_msg(sn_plan_make(&o, gpt2_loss_graph, NULL, &pl, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(pl.logits_chunks, 0);
+}
+END_TEST
+
+/* What the pass does not split is refused by name: the logits an output of the graph, more
+ * than 64 chunks. */
+START_TEST(chunked_logits_refusals) {
+    sn_err e;
+    sn_gpt2_config c;
+    sn_gpt2 m;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.chunk_logits = 16;
+    sn_graph *g = sn_graph_new();
+    ck_assert(sn_gpt2_build(g, &c, TINY_B, TINY_T, &m, &e) == SN_OK); /* the logits an output */
+    ck_assert_int_eq(sn_compile(g, &o, NULL, NULL, &e), SN_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "is an output of the graph") && strstr(e.msg, "not supported yet"), "%s", e.msg);
+    sn_graph_free(g);
+    o.chunk_logits = 1;
+    ck_assert(sn_test_tiny_loss_graph(&chunk_shape, 4, &g, &e) == SN_OK); /* 96 rows */
+    ck_assert_int_eq(sn_compile(g, &o, NULL, NULL, &e), SN_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "make 96 chunks") && strstr(e.msg, "give at least 2 rows"), "%s", e.msg);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* ---- the plan (train/plan.c) ---- */
 
 /* The plan's training graph: tiny GPT-2, T = TINY_T, the loss its one output. */
@@ -497,6 +749,12 @@ int main(void) {
     tcase_add_test(tc, schedule_lowers_a_peak);
     tcase_add_test(tc, gpt2_arenas);
     tcase_add_test(tc, tied_head_gradient_in_place);
+    tcase_add_test(tc, chunked_logits_match_whole);
+    tcase_add_test(tc, chunked_logits_then_recompute);
+    tcase_add_test(tc, chunked_logits_live_one_at_a_time);
+    tcase_add_test(tc, chunked_logits_planted_overlap);
+    tcase_add_test(tc, chunked_logits_plan);
+    tcase_add_test(tc, chunked_logits_refusals);
     tcase_add_test(tc, plan_is_the_program);
     tcase_add_test(tc, plan_refusals);
     tcase_add_test(tc, errors_say_what_to_do);

@@ -74,6 +74,8 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     pl->trained = sn_param_layout_trained(&p->layout);
     pl->precision = o.precision;
     pl->recomputed = st.checkpoint_recomputed;
+    pl->logits_chunks = st.logits_chunks;
+    pl->chunk_logits = st.logits_chunks ? o.chunk_logits : 0;
     pl->extra_flops = st.step_flops > 0 ? st.checkpoint_extra_flops / st.step_flops : 0;
     if ((s = split_persistent(p, pl, e))) {
         sn_program_free(p);
@@ -97,17 +99,35 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     return SN_OK;
 }
 
-/* One micro-batch size: without checkpointing, then (policy -1) with the budget policy on what
- * the budget leaves. *min_total: the smallest total found for it. */
+/* Measures micro-batch m with compile options co (first the policy asked for, or none). */
+static sn_status measure_first(const sn_plan_opts *o, const sn_pipeline_opts *co, sn_plan_graph_fn build,
+                               void *ctx, int m, bool offload, sn_plan *pl, sn_err *e) {
+    sn_graph *g;
+    int first = o->policy >= 0 ? o->policy : SN_RECOMPUTE_NONE;
+    sn_status s = build(ctx, m, &g, e);
+    if (!s) s = sn_plan_measure(g, co, first, o->budget, o->batch / m, offload, pl, NULL, e);
+    sn_graph_free(g);
+    return s;
+}
+
+/* One micro-batch size: without checkpointing, then (chunk_logits auto) with the LM head in
+ * chunks, then (policy -1) with the budget policy on what the budget leaves. *min_total: the
+ * smallest total found for it. */
 static sn_status try_micro(const sn_plan_opts *o, sn_plan_graph_fn build, void *ctx, int m,
                            bool offload, sn_plan *pl, int64_t *min_total, sn_err *e) {
     sn_graph *g;
     int accum = o->batch / m;
-    int first = o->policy >= 0 ? o->policy : SN_RECOMPUTE_NONE;
-    sn_status s = build(ctx, m, &g, e);
-    if (!s) s = sn_plan_measure(g, o->compile, first, o->budget, accum, offload, pl, NULL, e);
-    sn_graph_free(g);
+    sn_pipeline_opts co = *o->compile;
+    if (o->chunk_logits > 0) co.chunk_logits = o->chunk_logits;
+    sn_status s = measure_first(o, &co, build, ctx, m, offload, pl, e);
     if (s) return s;
+    if (o->chunk_logits == SN_CHUNK_LOGITS_AUTO && o->budget && pl->total > o->budget && !co.chunk_logits) {
+        sn_plan c;
+        co.chunk_logits = SN_CHUNK_LOGITS_AUTO;
+        if ((s = measure_first(o, &co, build, ctx, m, offload, &c, e))) return s;
+        if (c.logits_chunks && c.total < pl->total) *pl = c; /* else the head stays whole */
+        else co.chunk_logits = 0;
+    }
     pl->micro_batch = m;
     pl->total_without = pl->total;
     *min_total = pl->total;
@@ -116,7 +136,7 @@ static sn_status try_micro(const sn_plan_opts *o, sn_plan_graph_fn build, void *
     sn_plan c = *pl;
     if ((s = build(ctx, m, &g, e))) return s;
     int64_t left = o->budget - fixed > 0 ? o->budget - fixed : 1;
-    s = sn_plan_measure(g, o->compile, SN_RECOMPUTE_BUDGET, left, accum, offload, &c, NULL, e);
+    s = sn_plan_measure(g, &co, SN_RECOMPUTE_BUDGET, left, accum, offload, &c, NULL, e);
     sn_graph_free(g);
     if (s == SN_ERR_OOM && c.arena > 0) {
         *min_total = fixed + c.arena;
@@ -204,17 +224,25 @@ void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f) {
     snprintf(n, sizeof n, "fp32 masters, AdamW m and v%s (not in the total)", sums);
     row(f, "optimizer state (host)", pl->opt_host, pl->offload ? n : NULL);
     row(f, "inputs and outputs", pl->io, "token ids, targets, loss");
-    int at = snprintf(n, sizeof n, "recompute +%.1f%% FLOPs, %d forward nodes again",
-                      100 * pl->extra_flops, pl->recomputed);
+    int at = 0;
+    if (pl->recomputed)
+        at = snprintf(n, sizeof n, "recompute +%.1f%% FLOPs, %d forward nodes again%s",
+                      100 * pl->extra_flops, pl->recomputed, pl->logits_chunks ? "; " : "");
+    else if (!pl->logits_chunks)
+        at = snprintf(n, sizeof n, "no recompute");
+    if (pl->logits_chunks && at >= 0 && (size_t)at < sizeof n)
+        at += snprintf(n + at, sizeof n - (size_t)at, "LM head in %d chunks", pl->logits_chunks);
     if (pl->policy == SN_RECOMPUTE_BUDGET && at > 0 && (size_t)at < sizeof n)
         snprintf(n + at, sizeof n - (size_t)at, " (arena budget %lld)", (long long)pl->arena_budget);
-    row(f, "activations (arena)", pl->arena, pl->recomputed ? n : "no recompute");
+    row(f, "activations (arena)", pl->arena, n);
     row(f, "workspace", pl->workspace, pl->workspace ? "cuBLASLt" : NULL);
     row(f, "total (device)", pl->total, NULL);
     if (budget) row(f, "budget", budget, pl->total <= budget ? "fits" : "does not fit");
     if (pl->recomputed) row(f, "without checkpointing", pl->total_without, NULL);
     fprintf(f, "choice: micro-batch %d x %d accumulation step%s, checkpoint policy %s, precision "
-            "%s, offload %s\n", pl->micro_batch, pl->accum, pl->accum > 1 ? "s" : "",
+            "%s, offload %s", pl->micro_batch, pl->accum, pl->accum > 1 ? "s" : "",
             sn_recompute_policy_name((sn_recompute_policy)pl->policy), sn_precision_name(pl->precision),
             pl->offload ? "optimizer state to the host" : "none");
+    if (pl->logits_chunks) fprintf(f, ", LM head in %d chunks", pl->logits_chunks);
+    fputc('\n', f);
 }

@@ -23,6 +23,9 @@ typedef struct {
     const sn_pipeline_opts *compile; /* target and forward rewrites (backward is implied) */
     int offload;        /* an sn_plan_offload: AdamW's moments, the gradient sums and the
                            master weights in host memory (ZeRO-Offload, sn_train_opts.offload) */
+    int64_t chunk_logits; /* the LM head in chunks (the chunk_logits pass): 0: as compile has it;
+                             SN_CHUNK_LOGITS_AUTO: the pass's choice when the plan does not fit
+                             with the logits whole (before checkpointing); N > 0: N rows always */
 } sn_plan_opts;
 
 typedef enum {
@@ -36,6 +39,8 @@ typedef struct {
     int policy;             /* the sn_recompute_policy applied */
     sn_precision precision; /* the compile options' (bf16/fp16: the autocast pass ran) */
     int recomputed;         /* forward nodes recomputed */
+    int64_t chunk_logits;   /* the compile option that gave the plan's program (0: head whole) */
+    int logits_chunks;      /* the chunks it made */
     int64_t params, trained; /* parameter elements; those trained (not frozen: LoRA trains few) */
     double extra_flops;     /* recompute FLOPs over the step's FLOPs without it */
     /* the persistent block, split */
@@ -68,7 +73,8 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
                           sn_program **prog, sn_err *e);
 
 /* Chooses: micro-batches from the largest divisor of o->batch down, each without checkpointing
- * if it fits, else with the budget policy on what the budget leaves for the arena; the first
+ * if it fits, else (o->chunk_logits SN_CHUNK_LOGITS_AUTO) with the LM head in chunks if that
+ * fits, else with the budget policy on what the budget leaves for the arena; the first
  * that fits is the plan; when none does and o->offload, the same again with offload (with
  * SN_PLAN_OFFLOAD_ALWAYS only with offload). Nothing fits: SN_ERR_OOM naming the smallest budget that would and
  * the largest micro-batch that fits (with *out's min_budget and max_micro_batch set). */
