@@ -511,6 +511,11 @@ static void free_tables(fuse_state *s, int n) {
 sn_status sn_fuse(const sn_graph *g, const sn_target *t, bool shadows, sn_program **out, sn_err *e) {
     *out = NULL;
     int n = g->n_nodes;
+    for (int i = 0; i < n; i++)
+        if (g->nodes[i]->op == SN_OP_DEQUANT_NF4)
+            return sn_fail(e, SN_ERR_UNSUPPORTED, "fuse: node %%%d (dequant_nf4): NF4 weights "
+                           "(QLoRA) have no CPU or CUDA kernel yet, only the reference "
+                           "interpreter runs them: not supported yet (issue 25 item 3)", i);
     fuse_state s = {.g = g, .e = e, .shadows = shadows, .t = t};
     const char *what = "the fuse pass's per-node tables";
     s.users = sn_calloc((size_t)n, sizeof *s.users, what, e);

@@ -8,12 +8,12 @@
 #include "frontend/frontend.h"
 #include "passes.h"
 
-static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autocast", "autodiff",
+static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "nf4", "autocast", "autodiff",
                                         "checkpoint", "sink_views", "upcast", "fuse", "schedule", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, autocast, autodiff, checkpoint, sink_views, upcast, fuse, schedule, "
+    return "frontend, pad_vocab, attention, nf4, autocast, autodiff, checkpoint, sink_views, upcast, fuse, schedule, "
            "memplan";
 }
 
@@ -85,6 +85,9 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     if (!strcmp(d, "autocast") && !autocasts(o))
         return sn_fail(e, SN_ERR_INVALID, "--dump-after autocast, but the precision is %s (the "
                        "pass runs for bf16 and fp16)", sn_precision_name(o->precision));
+    if (!strcmp(d, "nf4") && !o->nf4)
+        return sn_fail(e, SN_ERR_INVALID, "--dump-after nf4, but the nf4 pass is off (it runs "
+                       "with --qlora)");
     if (!strcmp(d, "pad_vocab") && !o->pad_vocab)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after pad_vocab, but the pad_vocab pass is off "
                        "(give --pad-vocab a multiple, not 0)");
@@ -108,6 +111,12 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
                                    &st->kv_unrepeated, e))) return s;
         replace(g, next);
         if ((s = after(g, "attention", o, e))) return s;
+    }
+
+    if (o->nf4) { /* before autocast, which makes the dequantized weights bf16 */
+        if ((s = sn_pass_nf4(g, &next, &st->nf4_stored, e))) return s;
+        replace(g, next);
+        if ((s = after(g, "nf4", o, e))) return s;
     }
 
     if (autocasts(o)) { /* before autodiff, so gradients come from the cast graph */

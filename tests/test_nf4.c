@@ -1,12 +1,20 @@
-/* test_nf4.c: NF4 with double quantization (support/nf4.h) against references written here from
+/* test_nf4.c: NF4 with double quantization (ir/nf4.h) against references written here from
  * the format's definition: the levels from the paper's construction, every code against a
  * brute-force nearest-level search with the block's own absmax, the double-quantized scales
- * within half their 8-bit step, the packed layout read through its documented offsets. */
+ * within half their 8-bit step, the packed layout read through its documented offsets. Then the
+ * IR's dequant_nf4 (shape rule, interpreter, autodiff, autocast) and the nf4 pass on a small
+ * QLoRA model: its first loss is the dequantized base model's, its adapters' gradients agree
+ * with finite differences through the dequantized weights. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "support/nf4.h"
+#include "frontend/frontend.h"
+#include "frontend/lora.h"
+#include "interp/interp.h"
+#include "ir/nf4.h"
+#include "passes/passes.h"
+#include "passes/pipeline.h"
 #include "support/rng.h"
 #include "harness.h"
 
@@ -215,6 +223,293 @@ START_TEST(refuses_non_finite) {
 }
 END_TEST
 
+/* ---- the dequant_nf4 op ---- */
+
+/* quantizes n normal weights (std 0.05) into fresh bytes; *w gets the f32 weights (may be NULL) */
+static uint8_t *packed_normal(int64_t n, uint64_t seed) {
+    float *w = malloc(n * sizeof *w);
+    sn_rng r = sn_rng_seed(seed);
+    for (int64_t i = 0; i < n; i++) w[i] = (float)(0.05 * sn_rng_normal(&r));
+    uint8_t *q = malloc(sn_nf4_layout_of(n).bytes);
+    sn_err e;
+    ck_assert(sn_nf4_quantize(w, n, q, &e) == SN_OK);
+    free(w);
+    return q;
+}
+
+static void set_bytes(sn_interp *it, const sn_node *p, const uint8_t *q) {
+    int64_t n = sn_numel(p);
+    double *d = malloc(n * sizeof *d);
+    for (int64_t i = 0; i < n; i++) d[i] = q[i];
+    sn_err e;
+    ck_assert_msg(sn_interp_set_f64(it, p, d, &e) == SN_OK, "%s", e.msg);
+    free(d);
+}
+
+/* The interpreter's dequant_nf4 is sn_nf4_dequantize bit for bit in f32, rounded once in bf16. */
+START_TEST(interp_dequant) {
+    sn_graph *g = sn_graph_new();
+    sn_node *w = sn_param_nf4(g, "w", SN_F32, SN_SHAPE(37, 50)); /* 1850 weights: a short block */
+    ck_assert_msg(w, "%s", sn_graph_error(g));
+    sn_node *packed = w->in[0], *wb = sn_dequant_nf4(g, packed, SN_BF16, SN_SHAPE(50, 37));
+    ck_assert(packed->op == SN_OP_PARAM && packed->dtype == SN_U8 && packed->a.frozen);
+    ck_assert_int_eq(sn_numel(packed), sn_nf4_layout_of(1850).bytes);
+    sn_graph_add_output(g, w);
+    sn_graph_add_output(g, wb);
+    sn_err e;
+    ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
+    uint8_t *q = packed_normal(1850, 3);
+    float want[1850];
+    sn_nf4_dequantize(q, 1850, want);
+    sn_interp *it = sn_interp_new(g, false);
+    set_bytes(it, packed, q);
+    ck_assert(sn_interp_run(it, &e) == SN_OK);
+    const double *f = sn_interp_value(it, w), *b = sn_interp_value(it, wb);
+    for (int i = 0; i < 1850; i++) {
+        ck_assert_msg(f[i] == want[i], "weight %d: %.9g, want %.9g", i, f[i], (double)want[i]);
+        ck_assert(b[i] == sn_dtype_round(SN_BF16, want[i]));
+    }
+    /* a byte out of range is refused */
+    double bad[8] = {0, 1, 256};
+    sn_node *small = sn_param_nf4(g, "s", SN_F32, SN_SHAPE(2)); /* 4 + 4 + 1 + 1 bytes */
+    ck_assert_int_eq(sn_numel(small->in[0]), 10);
+    sn_interp_free(it);
+    it = sn_interp_new(g, false);
+    ck_assert(sn_interp_set_f64(it, small->in[0], bad, &e) == SN_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "is u8 but element") && strstr(e.msg, "256"), "%s", e.msg);
+    sn_interp_free(it);
+    sn_graph_free(g);
+    free(q);
+}
+END_TEST
+
+/* The shape rule: the byte count for the output's numel, u8 storage, frozen zeros. */
+START_TEST(shape_rule) {
+    sn_graph *g = sn_graph_new();
+    sn_node *p = sn_param(g, "p", SN_U8, SN_SHAPE(69), SN_INIT_ZEROS, 0);
+    ck_assert(!p);
+    ck_assert_msg(strstr(sn_graph_error(g), "must be frozen"), "%s", sn_graph_error(g));
+    sn_graph_free(g);
+    g = sn_graph_new();
+    sn_node *w = sn_param_nf4(g, "w", SN_F32, SN_SHAPE(3, 40)); /* 70 bytes */
+    ck_assert(w && sn_numel(w->in[0]) == 70);
+    ck_assert(!sn_dequant_nf4(g, w->in[0], SN_F32, SN_SHAPE(3, 41)));
+    ck_assert_msg(strstr(sn_graph_error(g), "NF4 storage of 123 weights is u8[72]"), "%s", sn_graph_error(g));
+    sn_graph_free(g);
+    g = sn_graph_new();
+    sn_node *f = sn_param(g, "f", SN_F32, SN_SHAPE(70), SN_INIT_ZEROS, 0);
+    ck_assert(!sn_dequant_nf4(g, f, SN_F32, SN_SHAPE(3, 40)));
+    ck_assert_msg(strstr(sn_graph_error(g), "packed is f32[70]"), "%s", sn_graph_error(g));
+    sn_graph_free(g);
+    g = sn_graph_new();
+    w = sn_param_nf4(g, "w", SN_F32, SN_SHAPE(3, 40));
+    ck_assert(!sn_dequant_nf4(g, w->in[0], SN_I32, SN_SHAPE(3, 40)));
+    ck_assert_msg(strstr(sn_graph_error(g), "must be a float type"), "%s", sn_graph_error(g));
+    sn_graph_free(g);
+}
+END_TEST
+
+/* ---- a small QLoRA model ---- */
+
+enum { QB = 4, QC = 64, QH = 96, QV = 10 };
+
+/* x (QB, QC) -> gelu(x @ w1) @ w2 -> cross-entropy against 10 classes; w1 (QC, QH) and w2 (QH,
+ * QV) frozen base weights, with LoRA adapters of rank 4 (alpha 8) when lora. */
+static sn_graph *mlp(bool lora) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(QB, QC));
+    sn_node *y = sn_input_targets(g, "y", SN_SHAPE(QB));
+    sn_node *w1 = sn_param(g, "w1", SN_F32, SN_SHAPE(QC, QH), SN_INIT_NORMAL, 0.05f);
+    sn_node *w2 = sn_param(g, "w2", SN_F32, SN_SHAPE(QH, QV), SN_INIT_NORMAL, 0.05f);
+    sn_lora l = {.rank = 4, .alpha = 8};
+    sn_node *h = sn_matmul(g, x, w1);
+    if (lora) h = sn_add(g, h, sn_lora_path(g, x, "w1", QC, QH, &l));
+    h = sn_gelu(g, h);
+    sn_node *logits = sn_matmul(g, h, w2);
+    if (lora) logits = sn_add(g, logits, sn_lora_path(g, h, "w2", QH, QV, &l));
+    sn_graph_set_loss(g, sn_cross_entropy(g, logits, y, -1));
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    if (lora) sn_lora_freeze_base(g);
+    else {
+        sn_param_freeze(w1);
+        sn_param_freeze(w2);
+    }
+    return g;
+}
+
+static sn_node *find(const sn_graph *g, sn_op op, const char *name) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == op && g->nodes[i]->name && !strcmp(g->nodes[i]->name, name))
+            return g->nodes[i];
+    ck_abort_msg("no %s '%s'", sn_op_name(op), name);
+    return NULL;
+}
+
+/* Feeds x, y, the base weights (NF4 bytes into a u8 parameter, their dequantized values into an
+ * f32 one) and the adapters (A normal, B zeros or normal). */
+static void feed(sn_interp *it, const sn_graph *g, uint8_t *const q[2], bool b_zero) {
+    sn_err e;
+    sn_rng r = sn_rng_seed(11);
+    float x[QB * QC];
+    int32_t y[QB] = {3, 7, 0, 9};
+    for (int i = 0; i < QB * QC; i++) x[i] = (float)sn_rng_normal(&r);
+    ck_assert(sn_interp_set(it, find(g, SN_OP_INPUT, "x"), x, &e) == SN_OK);
+    ck_assert(sn_interp_set_i32(it, find(g, SN_OP_INPUT, "y"), y, &e) == SN_OK);
+    const char *names[2] = {"w1", "w2"};
+    int64_t n[2] = {QC * QH, QH * QV};
+    for (int k = 0; k < 2; k++) {
+        sn_node *p = find(g, SN_OP_PARAM, names[k]);
+        if (p->dtype == SN_U8) {
+            set_bytes(it, p, q[k]);
+            continue;
+        }
+        float *w = malloc(n[k] * sizeof *w);
+        sn_nf4_dequantize(q[k], n[k], w);
+        ck_assert(sn_interp_set(it, p, w, &e) == SN_OK);
+        free(w);
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        sn_node *p = g->nodes[i];
+        if (p->op != SN_OP_PARAM || !sn_lora_is_adapter(p->name)) continue;
+        bool b = strstr(p->name, ".lora_b") != NULL;
+        double *v = malloc(sn_numel(p) * sizeof *v);
+        for (int64_t j = 0; j < sn_numel(p); j++) v[j] = b && b_zero ? 0 : 0.3 * sn_rng_normal(&r);
+        ck_assert(sn_interp_set_f64(it, p, v, &e) == SN_OK);
+        free(v);
+    }
+}
+
+static sn_graph *compiled(bool lora, bool nf4, sn_precision prec) {
+    sn_graph *g = mlp(lora);
+    sn_pipeline_opts o = {.nf4 = nf4, .precision = prec, .backward = true};
+    sn_err e;
+    sn_pipeline_stats st;
+    ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(st.nf4_stored, nf4 ? 2 : 0);
+    return g;
+}
+
+/* The nf4 pass stores both base weights, the dequantized weights reach only the products (bf16
+ * from autocast: no f32 copy, no cast), no gradient reaches the storage; the first loss (B
+ * zeros) equals, bit for bit, the same LoRA model's with the dequantized weights as f32
+ * parameters, in f32 and in bf16, and in f32 the base model's without adapters too (in bf16 the
+ * adapted layers' sums are rounded as PEFT's, autocast.c, so there the plain base differs). */
+START_TEST(qlora_first_loss) {
+    uint8_t *q[2] = {packed_normal(QC * QH, 21), packed_normal(QH * QV, 22)};
+    for (int prec = 0; prec < 2; prec++) {
+        sn_precision pr = prec ? SN_PRECISION_BF16 : SN_PRECISION_FP32;
+        sn_graph *g = compiled(true, true, pr), *base = compiled(true, false, pr);
+        sn_graph *plain = prec ? NULL : compiled(false, false, pr);
+        int dequants = 0;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const sn_node *n = g->nodes[i];
+            if (n->op == SN_OP_PARAM && n->dtype == SN_U8) ck_assert_msg(!n->grad, "%s has a gradient", n->name);
+            if (n->op == SN_OP_PARAM && sn_lora_is_adapter(n->name)) ck_assert(n->grad);
+            if (n->op != SN_OP_DEQUANT_NF4) continue;
+            dequants++;
+            ck_assert_int_eq(n->dtype, prec ? SN_BF16 : SN_F32);
+            for (int j = i + 1; j < g->n_nodes; j++)
+                for (int k = 0; k < g->nodes[j]->n_in; k++)
+                    if (g->nodes[j]->in[k] == n) ck_assert_msg(g->nodes[j]->op == SN_OP_MATMUL,
+                        "%%%d reads the dequantized weights: %s", j, sn_op_name(g->nodes[j]->op));
+        }
+        ck_assert_int_eq(dequants, 2);
+        sn_interp *it = sn_interp_new(g, false), *ib = sn_interp_new(base, false);
+        feed(it, g, q, true);
+        feed(ib, base, q, true);
+        sn_err e;
+        ck_assert(sn_interp_run(it, &e) == SN_OK && sn_interp_run(ib, &e) == SN_OK);
+        double l = sn_interp_value(it, g->loss)[0], lb = sn_interp_value(ib, base->loss)[0];
+        ck_assert_msg(l == lb, "%s: QLoRA's first loss %.17g, LoRA's on the dequantized weights "
+                      "%.17g", sn_precision_name(pr), l, lb);
+        ck_assert(l > 1 && l < 5);
+        if (plain) {
+            sn_interp *ip = sn_interp_new(plain, false);
+            feed(ip, plain, q, true);
+            ck_assert(sn_interp_run(ip, &e) == SN_OK);
+            double lp = sn_interp_value(ip, plain->loss)[0];
+            ck_assert_msg(l == lp, "QLoRA's first loss %.17g, the dequantized base's %.17g", l, lp);
+            sn_interp_free(ip);
+            sn_graph_free(plain);
+        }
+        sn_interp_free(it), sn_interp_free(ib);
+        sn_graph_free(g), sn_graph_free(base);
+    }
+    free(q[0]), free(q[1]);
+}
+END_TEST
+
+/* The adapters' gradients against central finite differences (exact interpreter, B not zero),
+ * through the dequantized base weights. */
+START_TEST(qlora_gradients) {
+    uint8_t *q[2] = {packed_normal(QC * QH, 31), packed_normal(QH * QV, 32)};
+    sn_graph *g = compiled(true, true, SN_PRECISION_FP32);
+    sn_interp *it = sn_interp_new(g, true);
+    feed(it, g, q, false);
+    sn_err e;
+    int checked = 0;
+    for (int pi = 0; pi < g->n_nodes; pi++) {
+        sn_node *p = g->nodes[pi];
+        if (p->op != SN_OP_PARAM || !sn_lora_is_adapter(p->name)) continue;
+        ck_assert(sn_interp_run(it, &e) == SN_OK);
+        int64_t n = sn_numel(p), stride = n / 12 + 1;
+        double *v = malloc(n * sizeof *v), an[16], fd[16];
+        memcpy(v, sn_interp_value(it, p), n * sizeof *v);
+        const double *grad = sn_interp_value(it, p->grad);
+        int k = 0;
+        for (int64_t i = 0; i < n && k < 16; i += stride) an[k++] = grad[i];
+        k = 0;
+        for (int64_t i = 0; i < n && k < 16; i += stride) {
+            const double h = 1e-5, keep = v[i];
+            v[i] = keep + h;
+            ck_assert(!sn_interp_set_f64(it, p, v, &e) && !sn_interp_run(it, &e));
+            double up = sn_interp_value(it, g->loss)[0];
+            v[i] = keep - h;
+            ck_assert(!sn_interp_set_f64(it, p, v, &e) && !sn_interp_run(it, &e));
+            double down = sn_interp_value(it, g->loss)[0];
+            v[i] = keep;
+            ck_assert(!sn_interp_set_f64(it, p, v, &e));
+            fd[k++] = (up - down) / (2 * h);
+        }
+        double mx = 0;
+        for (int j = 0; j < k; j++) mx = fmax(mx, fabs(an[j]));
+        ck_assert_msg(mx > 1e-4, "%s: gradient %g is about zero: the check would prove nothing", p->name, mx);
+        sn_check_close(p->name, an, fd, (size_t)k, 1e-6, 1e-3);
+        checked++;
+        free(v);
+    }
+    ck_assert_int_eq(checked, 4);
+    sn_interp_free(it);
+    sn_graph_free(g);
+    free(q[0]), free(q[1]);
+}
+END_TEST
+
+/* The pass leaves trained weights, embeddings and tables read otherwise alone; the kernel passes
+ * refuse a dequantize they have no kernel for, saying so. */
+START_TEST(pass_scope_and_refusal) {
+    sn_graph *g = mlp(false);
+    sn_node *w1 = find(g, SN_OP_PARAM, "w1");
+    w1->a.frozen = 0; /* trained: stays f32 */
+    sn_graph *out;
+    int n;
+    sn_err e;
+    ck_assert(sn_pass_nf4(g, &out, &n, &e) == SN_OK);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(find(out, SN_OP_PARAM, "w1")->dtype, SN_F32);
+    ck_assert_int_eq(find(out, SN_OP_PARAM, "w2")->dtype, SN_U8);
+    sn_graph_free(out);
+    sn_graph_free(g);
+    g = mlp(true);
+    sn_pipeline_opts o = {.nf4 = true, .backward = true};
+    sn_program *prog;
+    ck_assert(sn_compile(g, &o, &prog, NULL, &e) == SN_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "dequant_nf4") && strstr(e.msg, "not supported yet"), "%s", e.msg);
+    sn_graph_free(g);
+}
+END_TEST
+
+
 int main(void) {
     Suite *s = suite_create("nf4");
     TCase *t = tcase_create("nf4");
@@ -224,6 +519,11 @@ int main(void) {
     tcase_add_test(t, round_trips);
     tcase_add_test(t, scales);
     tcase_add_test(t, refuses_non_finite);
+    tcase_add_test(t, interp_dequant);
+    tcase_add_test(t, shape_rule);
+    tcase_add_test(t, qlora_first_loss);
+    tcase_add_test(t, qlora_gradients);
+    tcase_add_test(t, pass_scope_and_refusal);
     suite_add_tcase(s, t);
     return sn_test_main(s);
 }

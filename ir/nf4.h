@@ -1,5 +1,7 @@
 /* nf4.h: 4-bit NormalFloat weights with double quantization (QLoRA: Dettmers et al. 2023,
- * "QLoRA: Efficient Finetuning of Quantized LLMs"), as one packed byte buffer.
+ * "QLoRA: Efficient Finetuning of Quantized LLMs"), as one packed byte buffer: the storage of a
+ * frozen parameter in u8, which a dequant_nf4 node unpacks (the IR's shape rule and the
+ * interpreter need the layout, so it lives beside the dtypes).
  * Convention: an array of n weights is cut into blocks of 64 consecutive elements in its flat
  * (row-major) order, so a block may straddle two rows and the last block may be short: any n
  * >= 1 is accepted, a row length need not be a multiple of 64. A block stores each weight as the
@@ -27,7 +29,7 @@
 
 #include <stdint.h>
 
-#include "ir/ir.h"
+#include "ir.h"
 
 enum {
     SN_NF4_BLOCK = 64,        /* weights a block, one absmax each */
