@@ -9,11 +9,11 @@
 #include "passes.h"
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "nf4", "autocast", "autodiff",
-                                        "checkpoint", "sink_views", "upcast", "fuse", "schedule", "memplan"};
+                                        "checkpoint", "nf4_per_reader", "sink_views", "upcast", "fuse", "schedule", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, nf4, autocast, autodiff, checkpoint, sink_views, upcast, fuse, schedule, "
+    return "frontend, pad_vocab, attention, nf4, autocast, autodiff, checkpoint, nf4_per_reader, sink_views, upcast, fuse, schedule, "
            "memplan";
 }
 
@@ -176,13 +176,21 @@ sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program
     if (prog) *prog = NULL;
     sn_status s = check_entry(g, o, e);
     if (s || (s = verify(g, "frontend", e))) return s;
-    st->upcasts_split = st->views_sunk = st->schedule_moved = 0;
+    st->upcasts_split = st->views_sunk = st->schedule_moved = st->nf4_dequants = 0;
     st->schedule_peak_before = st->schedule_peak_after = 0;
     sn_target target = o->target ? *o->target : sn_target_cpu();
     if (target.kind == SN_TARGET_CUDA && sn_target_att_dq_atomic_asked()) target.att_dq_atomic = true;
     const sn_target *t = &target;
 
-    sn_graph *next; /* views of pointwise values read through by one pointwise kernel */
+    sn_graph *next;
+    bool nf4 = false;
+    for (int i = 0; i < g->n_nodes && !nf4; i++) nf4 = g->nodes[i]->op == SN_OP_DEQUANT_NF4;
+    if (nf4) { /* NF4 weights unpacked right before each product that reads them */
+        if ((s = sn_pass_nf4_per_reader(g, &next, &st->nf4_dequants, e))) return s;
+        replace(g, next);
+        if ((s = after(g, "nf4_per_reader", o, e))) return s;
+    }
+    /* views of pointwise values read through by one pointwise kernel */
     if ((s = sn_pass_sink_views(g, &next, &st->views_sunk, e))) return s;
     if (next) replace(g, next);
     if ((s = after(g, "sink_views", o, e))) return s;

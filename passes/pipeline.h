@@ -54,6 +54,7 @@ typedef struct {
     double checkpoint_extra_flops, step_flops; /* its extra FLOPs, the step's without them */
     int64_t checkpoint_min_arena; /* budget policy: the smallest arena it found (also on failure) */
     int nf4_stored;      /* weights the nf4 pass stored as NF4 */
+    int nf4_dequants;    /* dequantizes nf4_per_reader made, one per product reading a weight */
     int casts;           /* cast nodes the autocast pass added */
     int upcasts_split;   /* f32 casts of 16-bit values the upcast pass made one per reader */
     int views_sunk;      /* pointwise ops the sink_views pass made again over views */
@@ -81,7 +82,8 @@ const char *sn_pipeline_pass_names(void);
 sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *stats,
                             sn_err *e);
 
-/* The kernel passes for o->target: upcast, then (prog not NULL) fuse, schedule, memplan; *prog
+/* The kernel passes for o->target: nf4_per_reader (a graph with NF4 weights), sink_views,
+ * upcast, then (prog not NULL) fuse, schedule, memplan; *prog
  * gets the fused, planned program (g must outlive it). prog NULL: upcast only, the graph the
  * reference interpreter runs. Of o it reads target, weight_casts_per_step, schedule,
  * param_order and the dump; the graph passes' options are not its business. A program larger

@@ -408,12 +408,20 @@ START_TEST(qlora_first_loss) {
             if (n->op != SN_OP_DEQUANT_NF4) continue;
             dequants++;
             ck_assert_int_eq(n->dtype, prec ? SN_BF16 : SN_F32);
+            int readers = 0;
             for (int j = i + 1; j < g->n_nodes; j++)
-                for (int k = 0; k < g->nodes[j]->n_in; k++)
-                    if (g->nodes[j]->in[k] == n) ck_assert_msg(g->nodes[j]->op == SN_OP_MATMUL,
-                        "%%%d reads the dequantized weights: %s", j, sn_op_name(g->nodes[j]->op));
+                for (int k = 0; k < g->nodes[j]->n_in; k++) {
+                    if (g->nodes[j]->in[k] != n) continue;
+                    ck_assert_msg(g->nodes[j]->op == SN_OP_MATMUL, "%%%d reads the dequantized "
+                                  "weights: %s", j, sn_op_name(g->nodes[j]->op));
+                    ck_assert_msg(j == i + 1, "%%%d's reader is %%%d, not the next node", i, j);
+                    readers++;
+                }
+            ck_assert_int_eq(readers, 1);
         }
-        ck_assert_int_eq(dequants, 2);
+        /* w1 and w2 in the forward; w2 again for the gradient of gelu's output (x is an input:
+           w1's product makes no gradient) */
+        ck_assert_int_eq(dequants, 3);
         sn_interp *it = sn_interp_new(g, false), *ib = sn_interp_new(base, false);
         feed(it, g, q, true);
         feed(ib, base, q, true);
@@ -485,9 +493,11 @@ START_TEST(qlora_gradients) {
 }
 END_TEST
 
-/* The pass leaves trained weights, embeddings and tables read otherwise alone; the kernel passes
- * refuse a dequantize they have no kernel for, saying so. */
-START_TEST(pass_scope_and_refusal) {
+/* The pass leaves trained weights, embeddings and tables read otherwise alone. In the program
+ * each dequantize is a kernel of its own right before the GEMM that reads it, its weights an
+ * arena value live over those two steps only; the packed storage is persistent, its size the
+ * layout's. */
+START_TEST(pass_scope_and_program) {
     sn_graph *g = mlp(false);
     sn_node *w1 = find(g, SN_OP_PARAM, "w1");
     w1->a.frozen = 0; /* trained: stays f32 */
@@ -501,10 +511,30 @@ START_TEST(pass_scope_and_refusal) {
     sn_graph_free(out);
     sn_graph_free(g);
     g = mlp(true);
-    sn_pipeline_opts o = {.nf4 = true, .backward = true};
-    sn_program *prog;
-    ck_assert(sn_compile(g, &o, &prog, NULL, &e) == SN_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(e.msg, "dequant_nf4") && strstr(e.msg, "not supported yet"), "%s", e.msg);
+    sn_pipeline_opts o = {.nf4 = true, .precision = SN_PRECISION_BF16, .backward = true};
+    sn_program *p;
+    ck_assert_msg(sn_compile(g, &o, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    int dequants = 0;
+    for (int k = 0; k < p->n_kernels; k++) {
+        const sn_kernel *d = p->kernels[k];
+        if (d->kind != SN_KER_DEQUANT) continue;
+        dequants++;
+        ck_assert(d->anchor->op == SN_OP_DEQUANT_NF4 && d->n_out == 1 && d->n_in == 1);
+        ck_assert_int_eq(d->n_items, (sn_numel(d->anchor) + 63) / 64);
+        const sn_kernel *gemm = p->kernels[k + 1];
+        ck_assert_msg(gemm->kind == SN_KER_GEMM, "kernel %d after %s is %s", k + 1, d->name,
+                      sn_kernel_kind_name(gemm->kind));
+        bool reads = false;
+        for (int a = gemm->n_out; a < gemm->n_out + gemm->n_in; a++) reads |= gemm->args[a] == d->args[0];
+        ck_assert(reads);
+        const sn_value *w = &p->values[p->value_of[d->args[0]->id]];
+        const sn_value *q = &p->values[p->value_of[d->args[1]->id]];
+        ck_assert(!w->persistent && w->first == k && w->last == k + 1);
+        ck_assert_int_eq(w->bytes, 2 * sn_numel(d->anchor)); /* bf16 */
+        ck_assert(q->persistent && q->bytes == sn_nf4_layout_of(sn_numel(d->anchor)).bytes);
+    }
+    ck_assert_int_eq(dequants, 3);
+    sn_program_free(p);
     sn_graph_free(g);
 }
 END_TEST
@@ -523,7 +553,7 @@ int main(void) {
     tcase_add_test(t, shape_rule);
     tcase_add_test(t, qlora_first_loss);
     tcase_add_test(t, qlora_gradients);
-    tcase_add_test(t, pass_scope_and_refusal);
+    tcase_add_test(t, pass_scope_and_program);
     suite_add_tcase(s, t);
     return sn_test_main(s);
 }

@@ -19,6 +19,9 @@ static sn_status check(const sn_kernel *k, const sn_target *tg, sn_err *e) {
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s is a %s kernel, which the CUDA "
                        "backend does not generate yet", k->name, sn_kernel_kind_name(k->kind));
     if (k->kind == SN_KER_GEMM) return SN_OK; /* skipped: a library call */
+    if (k->kind == SN_KER_DEQUANT)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s dequantizes NF4 weights (QLoRA): "
+                       "its CUDA kernel is not supported yet (issue 25 item 3)", k->name);
     int nargs = k->n_out + k->n_in;
     SN_ASSERT(nargs <= SN_KER_MAX_ARGS);
     for (int i = 0; i < nargs; i++) {
