@@ -3,17 +3,18 @@
  * step is one pass, followed by the verifier and, if asked for, a dump of the IR or program. */
 #include "pipeline.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/frontend.h"
 #include "passes.h"
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "nf4", "autocast", "autodiff",
-                                        "checkpoint", "nf4_per_reader", "sink_views", "upcast", "fuse", "schedule", "memplan"};
+                                        "nf4_per_reader", "checkpoint", "sink_views", "upcast", "fuse", "schedule", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, nf4, autocast, autodiff, checkpoint, nf4_per_reader, sink_views, upcast, fuse, schedule, "
+    return "frontend, pad_vocab, attention, nf4, autocast, autodiff, nf4_per_reader, checkpoint, sink_views, upcast, fuse, schedule, "
            "memplan";
 }
 
@@ -94,6 +95,32 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     return SN_OK;
 }
 
+/* Whether a dequant_nf4 node of g has more than one reader. */
+static bool shared_dequant(const sn_graph *g) {
+    int *uses = calloc((size_t)g->n_nodes, sizeof *uses);
+    bool shared = false;
+    for (int i = 0; uses && i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i]->n_in; j++) {
+            const sn_node *x = g->nodes[i]->in[j];
+            if (x->op == SN_OP_DEQUANT_NF4 && (j == 0 || g->nodes[i]->in[j - 1] != x))
+                shared |= ++uses[x->id] > 1;
+        }
+    free(uses);
+    return shared || !uses; /* out of memory: the pass reports it */
+}
+
+/* NF4 weights unpacked right before each product that reads them: after autodiff (its products
+ * read the forward's dequantize), before checkpoint (whose arena model must not see them live
+ * from the forward to the backward). */
+static sn_status nf4_per_reader(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *st,
+                                sn_err *e) {
+    sn_graph *next;
+    sn_status s = sn_pass_nf4_per_reader(g, &next, &st->nf4_dequants, e);
+    if (s) return s;
+    replace(g, next);
+    return after(g, "nf4_per_reader", o, e);
+}
+
 /* The forward rewrites, then autodiff and checkpoint (each only on a graph without a backward). */
 static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *st, sn_err *e) {
     sn_status s;
@@ -128,7 +155,9 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
     if (!o->backward) return SN_OK;
     if (!g->loss) return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph has no loss");
     if ((s = sn_backward(g, g->loss, e))) return s;
-    if ((s = after(g, "autodiff", o, e)) || !o->checkpoint) return s;
+    if ((s = after(g, "autodiff", o, e))) return s;
+    if (shared_dequant(g) && (s = nf4_per_reader(g, o, st, e))) return s;
+    if (!o->checkpoint) return s;
 
     sn_recompute_stats cs;
     sn_target t = o->target ? *o->target : sn_target_cpu();
@@ -166,6 +195,7 @@ sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_
     st->checkpoint_recomputed = 0;
     st->checkpoint_extra_flops = st->step_flops = 0;
     st->checkpoint_min_arena = 0;
+    st->nf4_stored = st->nf4_dequants = 0;
     return graph_passes(g, o, st, e);
 }
 
@@ -176,20 +206,15 @@ sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program
     if (prog) *prog = NULL;
     sn_status s = check_entry(g, o, e);
     if (s || (s = verify(g, "frontend", e))) return s;
-    st->upcasts_split = st->views_sunk = st->schedule_moved = st->nf4_dequants = 0;
+    st->upcasts_split = st->views_sunk = st->schedule_moved = 0;
     st->schedule_peak_before = st->schedule_peak_after = 0;
     sn_target target = o->target ? *o->target : sn_target_cpu();
     if (target.kind == SN_TARGET_CUDA && sn_target_att_dq_atomic_asked()) target.att_dq_atomic = true;
     const sn_target *t = &target;
 
     sn_graph *next;
-    bool nf4 = false;
-    for (int i = 0; i < g->n_nodes && !nf4; i++) nf4 = g->nodes[i]->op == SN_OP_DEQUANT_NF4;
-    if (nf4) { /* NF4 weights unpacked right before each product that reads them */
-        if ((s = sn_pass_nf4_per_reader(g, &next, &st->nf4_dequants, e))) return s;
-        replace(g, next);
-        if ((s = after(g, "nf4_per_reader", o, e))) return s;
-    }
+    if (shared_dequant(g) && (s = nf4_per_reader(g, o, st, e))) return s; /* differentiated by
+                                                                             its author */
     /* views of pointwise values read through by one pointwise kernel */
     if ((s = sn_pass_sink_views(g, &next, &st->views_sunk, e))) return s;
     if (next) replace(g, next);

@@ -76,13 +76,15 @@ const char *sn_pipeline_pass_names(void);
  * pass that leaves a graph the verifier rejects is reported with its name. stats may be NULL;
  * each entry sets the fields of its own passes. On failure g is still a graph the caller frees.
  *
- * The graph passes: pad_vocab, attention, nf4, autocast, autodiff (o->backward), checkpoint.
+ * The graph passes: pad_vocab, attention, nf4, autocast, autodiff (o->backward), nf4_per_reader
+ * (a dequantize of two readers), checkpoint.
  * requires: a forward graph (no backward yet: the forward rewrites must come before autodiff,
  * so that gradients come from the rewritten ops); a graph with a backward is SN_ERR_INVALID. */
 sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *stats,
                             sn_err *e);
 
-/* The kernel passes for o->target: nf4_per_reader (a graph with NF4 weights), sink_views,
+/* The kernel passes for o->target: nf4_per_reader (when a dequantize has two readers: a graph
+ * its author differentiated), sink_views,
  * upcast, then (prog not NULL) fuse, schedule, memplan; *prog
  * gets the fused, planned program (g must outlive it). prog NULL: upcast only, the graph the
  * reference interpreter runs. Of o it reads target, weight_casts_per_step, schedule,
