@@ -209,8 +209,7 @@ static sn_status check_items(const sn_kernel *k, sn_err *e) {
                  k->kind == SN_KER_ADAMW;
     if (k->kind != SN_KER_POINTWISE && !optim && !a)
         return sn_fail(e, SN_ERR_INVALID, "%s: no anchor node", sn_ll_kname(k, kn, sizeof kn));
-    if (k->kind == SN_KER_GEMM || k->kind == SN_KER_ATTENTION || k->kind == SN_KER_DEQUANT ||
-        k->kind >= SN_KER_KIND_COUNT ||
+    if (k->kind == SN_KER_GEMM || k->kind == SN_KER_ATTENTION || k->kind >= SN_KER_KIND_COUNT ||
         (k->kind == SN_KER_ROW && !sn_row_facts_of(a->op)))
         return SN_OK; /* emit() checks or rejects these */
     if (k->kind == SN_KER_GATHER && a->op == SN_OP_EMBEDDING_BWD) { /* any number of column blocks */
@@ -253,9 +252,7 @@ static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e
                        "(runtime/gemm.h), not generated; leave them out of sn_jit_compile",
                        sn_ll_kname(k, kn, sizeof kn));
     case SN_KER_ATTENTION: return sn_ll_emit_attention(L, k, fname, e);
-    case SN_KER_DEQUANT:
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s dequantizes NF4 weights (QLoRA): its CPU kernel "
-                       "is not supported yet (issue 25 item 3)", sn_ll_kname(k, kn, sizeof kn));
+    case SN_KER_DEQUANT: return sn_ll_emit_dequant(L, k, fname, e);
     case SN_KER_KIND_COUNT: break;
     }
     return sn_fail(e, SN_ERR_INVALID, "%s: unknown kernel kind %d", sn_ll_kname(k, kn, sizeof kn),
