@@ -44,7 +44,8 @@ const char *sn_status_name(sn_status s);
     X(F32, "f32", 32, 1)                                                                           \
     X(BF16, "bf16", 16, 1)                                                                         \
     X(F16, "f16", 16, 1)                                                                           \
-    X(I32, "i32", 32, 0)
+    X(I32, "i32", 32, 0)                                                                           \
+    X(U8, "u8", 8, 0) /* bytes: packed storage (an NF4 parameter's, ir/nf4.h), read by dequant_nf4 */
 
 typedef enum {
 #define SN_X(name, text, bits, isf) SN_##name,

@@ -16,6 +16,7 @@ typedef struct {
     const char *name;
     cli_model m;
     const sn_gpt2_lora *lora;
+    bool qlora;               /* the base's linear weights stored as NF4 (the nf4 pass) */
     int T;
 } plan_model;
 
@@ -41,7 +42,8 @@ static int plan_run(const plan_model *m, const sn_plan_opts *o, sn_plan *pl, FIL
     char b[32];
     char l[96] = "";
     if (m->lora)
-        snprintf(l, sizeof l, ", LoRA rank %d alpha %g on %s", m->lora->lora.rank,
+        snprintf(l, sizeof l, ", %s rank %d alpha %g on %s", m->qlora ? "QLoRA (NF4 base)" : "LoRA",
+                 m->lora->lora.rank,
                  (double)m->lora->lora.alpha, sn_gpt2_lora_targets_name(m->lora->targets));
     fprintf(f, "plan: %s%s, batch %d x seq %d, budget %s, %s\n", m->name, l, o->batch, m->T,
             o->budget ? sn_bytes_str(o->budget, b, sizeof b) : "none",
@@ -56,7 +58,7 @@ static int plan_run(const plan_model *m, const sn_plan_opts *o, sn_plan *pl, FIL
 
 typedef struct {
     const char *model, *tokenizer, *device, *precision, *policy, *offload, *lora_targets;
-    long batch, seq, micro, lora, chunk_logits;
+    long batch, seq, micro, lora, qlora, chunk_logits;
     double lora_alpha;
     long long mem;
     bool no_offload;
@@ -96,6 +98,10 @@ static const cli_opt plan_opts[] = {
     {"lora", 0, CLI_INT, "R", O(lora), 1, 4096,
      .help = "LoRA fine-tuning of rank R (sinter train --lora): the base frozen,\n"
              "no gradients or optimizer state for it"},
+    {"qlora", 0, CLI_INT, "R", O(qlora), 1, 4096,
+     .help = "QLoRA of rank R: --lora R with the base's linear weights stored\n"
+             "as NF4 (0.5 + 1/64 + 1/4096 bytes a weight), each unpacked into a\n"
+             "scratch right before its product"},
     {"lora-alpha", 0, CLI_REAL, "ALPHA", O(lora_alpha), 0, 1e6, .lo_open = true,
      .help = "the adapters' scale ALPHA/R (default ALPHA = R)"},
     {"lora-targets", 0, CLI_CHOICE, "T", O(lora_targets), .choices = "attn, mlp, all",
@@ -119,6 +125,9 @@ static int cli_plan(int argc, char **argv) {
     plan_args a = {.device = "cpu", .precision = "fp32", .batch = 16, .seq = -1, .chunk_logits = -1};
     int rc = cli_parse(cmd, argc, argv, &a);
     if (rc >= 0) return rc;
+    if (a.lora && a.qlora)
+        return cli_usage_error(cmd, "--qlora R is --lora R with an NF4 base: give one of them");
+    if (a.qlora) a.lora = a.qlora;
     if (!a.lora && (a.lora_alpha > 0 || a.lora_targets)) /* as sinter train refuses them */
         return cli_usage_error(cmd, "--lora-alpha and --lora-targets shape LoRA adapters: add --lora R "
                                "(the rank, e.g. 8)");
@@ -138,6 +147,7 @@ static int cli_plan(int argc, char **argv) {
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.target = &t;
     po.precision = (sn_precision)sn_precision_parse(a.precision); /* as the session compiles it */
+    po.nf4 = m.qlora = a.qlora > 0;
     sn_plan_opts o = {.batch = (int)a.batch, .budget = a.mem, .micro_batch = (int)a.micro,
                       .policy = policy, .compile = &po, .offload = offload,
                       .chunk_logits = a.chunk_logits < 0 ? SN_CHUNK_LOGITS_AUTO : a.chunk_logits};

@@ -109,6 +109,9 @@ static const cli_opt train_opts[] = {
              "(x @ A) @ B * alpha/R with A (in, R) random and B (R, out) zeros, so\n"
              "step 0 is the base model; only A and B train, every other weight\n"
              "(embeddings, layer norms, biases too) is frozen"},
+    {"qlora", 0, CLI_INT, "R", O(qlora), 1, 4096,
+     .help = "QLoRA (--lora R over an NF4 base): not supported yet (no NF4\n"
+             "kernels); sinter plan --qlora R plans its memory"},
     {"lora-alpha", 0, CLI_REAL, "ALPHA", O(lora_alpha), 0, 1e6, .lo_open = true,
      .help = "the path's scale is ALPHA/R (default ALPHA = R: scale 1; keep\n"
              "ALPHA fixed when comparing ranks, as the LoRA paper does)"},
@@ -187,6 +190,13 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
     if (!a->train_bin != !a->val_bin)
         return cli_usage_error(cmd, "token shards come in pairs: give both --train-bin and --val-bin");
     if (a->resume && !a->checkpoint) a->checkpoint = a->resume;
+    if (a->qlora) {
+        fprintf(stderr, "sinter: train --qlora is not supported yet: the NF4 weights' dequantize "
+                "has no CPU or CUDA kernel yet, and checkpoints and weight files cannot fill NF4 "
+                "storage (issue 25 items 3-4); sinter plan --qlora %ld plans the run's memory; "
+                "--lora %ld trains the same adapters over a 32-bit base\n", a->qlora, a->qlora);
+        return 1;
+    }
     if (!a->lora && (a->lora_alpha > 0 || a->lora_targets))
         return cli_usage_error(cmd, "--lora-alpha and --lora-targets shape LoRA adapters: add --lora R "
                                "(the rank, e.g. 8)");

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "frontend.h"
+#include "ir/nf4.h"
 
 sn_shape sn_shape_of(const sn_node *n) {
     sn_shape s = {.rank = n->rank};
@@ -428,6 +429,31 @@ sn_node *sn_embedding_bwd(sn_graph *g, sn_node *ids, sn_node *dy, int64_t vocab)
     sn_node p = proto(SN_OP_EMBEDDING_BWD, 2, in);
     set_shape(&p, dy->dtype, SN_SHAPE(vocab, dy->rank ? dy->shape[dy->rank - 1] : 0));
     return append(g, &p);
+}
+
+/* ---- quantized storage ---- */
+
+sn_node *sn_dequant_nf4(sn_graph *g, sn_node *packed, sn_dtype t, sn_shape s) {
+    if (!packed) return NULL;
+    sn_node p = proto(SN_OP_DEQUANT_NF4, 1, &packed);
+    set_shape(&p, t, s);
+    return append(g, &p);
+}
+
+sn_node *sn_param_nf4(sn_graph *g, const char *name, sn_dtype t, sn_shape s) {
+    int64_t n;
+    if (g->err.code) return NULL;
+    if (!sn_shape_numel_checked(s.rank, s.d, &n) || n < 1) {
+        sn_fail(&g->err, SN_ERR_SHAPE, "sn_param_nf4 '%s': the weights' shape needs positive "
+                "dimensions", name ? name : "?");
+        return NULL;
+    }
+    sn_node p = proto(SN_OP_PARAM, 0, NULL);
+    set_shape(&p, SN_U8, SN_SHAPE(sn_nf4_layout_of(n).bytes));
+    p.name = name;
+    p.a.init = SN_INIT_ZEROS; /* all-zero storage decodes to zeros (ir/nf4.h) */
+    p.a.frozen = 1;
+    return sn_dequant_nf4(g, sn_graph_append(g, &p), t, s);
 }
 
 /* ---- queries ---- */

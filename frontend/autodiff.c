@@ -7,7 +7,7 @@
 
 #include "frontend.h"
 
-_Static_assert(SN_OP_COUNT == 49, "a new op needs its gradient rule in grad_rule");
+_Static_assert(SN_OP_COUNT == 50, "a new op needs its gradient rule in grad_rule");
 
 typedef struct {
     sn_graph *g;
@@ -120,6 +120,7 @@ static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
     sn_node *x = n->n_in ? n->in[0] : NULL, *b = n->n_in > 1 ? n->in[1] : NULL;
     switch (n->op) {
     case SN_OP_INPUT: case SN_OP_PARAM: case SN_OP_CONST: case SN_OP_FULL: case SN_OP_EQ:
+    case SN_OP_DEQUANT_NF4: /* its input is a frozen parameter's packed storage: no gradient */
         return SN_OK;
     case SN_OP_ADD:
         accumulate(s, x, unbroadcast(g, dy, x));

@@ -70,6 +70,13 @@ sn_node *sn_param(sn_graph *g, const char *name, sn_dtype t, sn_shape s, sn_init
 /* Marks parameter p frozen (before training): it gets no gradient and no optimizer state,
  * and keeps its values through training (checkpoints still save it). Returns p. */
 sn_node *sn_param_freeze(sn_node *p);
+/* A frozen weight of shape s stored as NF4 with double quantization (QLoRA's storage: 0.5 +
+ * 1/64 + 1/4096 bytes a weight): a u8 parameter named name holding the packed bytes, and the
+ * returned node, its weights dequantized to t (bf16 for a bf16 product, or f32). The storage
+ * starts as zeros (weights 0); the base's values come quantized from a weight file. No gradient
+ * reaches it. sn_dequant_nf4 reads such storage (packed: u8 of the size the layout gives). */
+sn_node *sn_param_nf4(sn_graph *g, const char *name, sn_dtype t, sn_shape s);
+sn_node *sn_dequant_nf4(sn_graph *g, sn_node *packed, sn_dtype t, sn_shape s);
 sn_node *sn_const(sn_graph *g, sn_dtype t, sn_shape s, const float *data); /* data copied */
 sn_node *sn_full(sn_graph *g, sn_dtype t, sn_shape s, float value);
 sn_node *sn_scalar(sn_graph *g, sn_dtype t, float value); /* rank-0 full */

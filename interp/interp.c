@@ -8,8 +8,9 @@
 
 #include "interp.h"
 #include "interp_int.h"
+#include "ir/nf4.h"
 
-_Static_assert(SN_OP_COUNT == 49, "a new op needs its kernel in eval()");
+_Static_assert(SN_OP_COUNT == 50, "a new op needs its kernel in eval()");
 
 struct sn_interp {
     const sn_graph *g;
@@ -27,7 +28,7 @@ struct sn_interp {
 /* Rounds v[0..n) to t: float types to the nearest representable value (not in exact mode),
  * i32 toward zero. */
 static void round_to(const sn_interp *it, sn_dtype t, double *v, int64_t n) {
-    if (t == SN_I32) {
+    if (t == SN_I32 || t == SN_U8) {
         for (int64_t i = 0; i < n; i++) v[i] = trunc(v[i]);
     } else if (it->exact) {
         return;
@@ -279,6 +280,24 @@ static void eval_layout(const sn_node *n, double *const *in, double *y) {
 
 /* ---- one node ---- */
 
+/* y = the NF4 weights packed in the bytes q (ir/nf4.h; u8 values held as doubles), in f32 as
+ * sn_nf4_dequantize defines them; rounded to n's dtype afterwards. */
+static sn_status eval_dequant_nf4(const sn_node *n, const double *q, double *y, sn_err *e) {
+    int64_t numel = sn_numel(n), bytes = sn_numel(n->in[0]);
+    uint8_t *packed = sn_malloc((size_t)bytes, "the interpreter's NF4 bytes", e);
+    float *w = packed ? sn_malloc(sizeof *w * (size_t)numel, "the interpreter's NF4 weights", e) : NULL;
+    if (!w) {
+        free(packed);
+        return SN_ERR_OOM;
+    }
+    for (int64_t i = 0; i < bytes; i++) packed[i] = (uint8_t)q[i];
+    sn_nf4_dequantize(packed, numel, w);
+    for (int64_t i = 0; i < numel; i++) y[i] = w[i];
+    free(packed);
+    free(w);
+    return SN_OK;
+}
+
 /* y (n's shape) = n applied to its inputs' values; fails only on a bad id or target. */
 static sn_status eval(const sn_interp *it, const sn_node *n, double *y, sn_err *e) {
     double *in[SN_MAX_INPUTS];
@@ -318,6 +337,7 @@ static sn_status eval(const sn_interp *it, const sn_node *n, double *y, sn_err *
     case SN_OP_ATTENTION_LSE: case SN_OP_ATTENTION: case SN_OP_ATTENTION_BWD_Q:
     case SN_OP_ATTENTION_BWD_K: case SN_OP_ATTENTION_BWD_V:
         return sn_interp_attention(n, in, y, e);
+    case SN_OP_DEQUANT_NF4: return eval_dequant_nf4(n, in[0], y, e);
     case SN_OP_COUNT: break;
     }
     SN_ASSERT(0);
@@ -400,15 +420,17 @@ static sn_status set_values(sn_interp *it, const sn_node *n, const float *f, con
                        "nodes take values (the others are computed by sn_interp_run)",
                        n->id, sn_op_name(n->op));
     int64_t numel = sn_numel(n);
-    if (n->dtype == SN_I32 && !i32) /* i32 setters need no check */
+    bool u8 = n->dtype == SN_U8;
+    if ((n->dtype == SN_I32 && !i32) || u8) /* i32 setters of i32 need no check */
         for (int64_t k = 0; k < numel; k++) {
-            double v = f ? (double)f[k] : d[k];
-            if (v == trunc(v) && v >= INT32_MIN && v <= INT32_MAX) continue;
+            double v = f ? (double)f[k] : d ? d[k] : (double)i32[k];
+            if (v == trunc(v) && v >= (u8 ? 0 : INT32_MIN) && v <= (u8 ? 255 : INT32_MAX)) continue;
             char at[64];
-            return sn_fail(e, SN_ERR_INVALID, "sn_interp_set: %s '%s' (%%%d) is i32 but element "
-                           "%s is %g, not an integer in the i32 range", sn_op_name(n->op),
-                           n->name ? n->name : "?", n->id,
-                           sn_interp_index_str(k, n->rank, n->shape, at, sizeof at), v);
+            return sn_fail(e, SN_ERR_INVALID, "sn_interp_set: %s '%s' (%%%d) is %s but element "
+                           "%s is %g, not an integer in the %s range", sn_op_name(n->op),
+                           n->name ? n->name : "?", n->id, sn_dtype_name(n->dtype),
+                           sn_interp_index_str(k, n->rank, n->shape, at, sizeof at), v,
+                           sn_dtype_name(n->dtype));
         }
     double *v = it->val[n->id];
     if (!v && !(v = it->val[n->id] = alloc_value(n, e))) return SN_ERR_OOM;

@@ -79,7 +79,7 @@ double sn_dtype_round(sn_dtype t, double v) {
     case SN_F32: return (double)(float)v;
     case SN_BF16: return round_to_format(v, 7, -126, 127);
     case SN_F16: return round_to_format(v, 10, -14, 15);
-    case SN_I32: return v;
+    case SN_I32: case SN_U8: return v;
     case SN_DTYPE_COUNT: break;
     }
     SN_ASSERT(0);

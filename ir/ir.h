@@ -120,7 +120,7 @@ bool sn_role_fits(sn_role r, sn_dtype t, int rank);
 int sn_role_parse(const char *s, size_t len); /* -1 if unknown */
 
 /* Appends a node after checking it with the shape rules. For ops whose output shape or dtype
- * is chosen by the caller (leaves, reshape, broadcast, pad, cast, embedding_bwd), set dtype,
+ * is chosen by the caller (leaves, reshape, broadcast, pad, cast, embedding_bwd, dequant_nf4), set dtype,
  * rank and shape in proto; otherwise they are inferred. On a shape or dtype error, records a
  * message naming the op and the shapes in g->err and returns NULL (as it does when g->err is
  * already set or an input is NULL, and with SN_ERR_OOM in g->err when memory runs out). */

@@ -16,6 +16,7 @@ typedef enum {
     SN_K_LAYOUT,    /* moves data, computes nothing: reshape, permute, slice, pad, concat, broadcast */
     SN_K_GATHER,    /* indexed reads and their scatter-add backward */
     SN_K_ATTENTION, /* fused causal attention and its backward: no (T, S) matrix in memory */
+    SN_K_DEQUANT,   /* unpacks quantized storage into floats */
 } sn_kind;
 
 /* Attribute columns: which fields of sn_attrs an op uses (printed and parsed). */
@@ -101,7 +102,10 @@ enum {
     X(ATTENTION, "attention", 4, 4, SN_K_ATTENTION, 1, SN_A_F)  /* (q,k,v,lse) -> O (..,T,Dv) */    \
     X(ATTENTION_BWD_Q, "attention_bwd_q", 6, 6, SN_K_ATTENTION, 0, SN_A_F) /* (q,k,v,o,do,lse) -> dq */ \
     X(ATTENTION_BWD_K, "attention_bwd_k", 6, 6, SN_K_ATTENTION, 0, SN_A_F) /* same inputs -> dk */  \
-    X(ATTENTION_BWD_V, "attention_bwd_v", 6, 6, SN_K_ATTENTION, 0, SN_A_F) /* -> dv (q,k,do,lse) */
+    X(ATTENTION_BWD_V, "attention_bwd_v", 6, 6, SN_K_ATTENTION, 0, SN_A_F) /* -> dv (q,k,do,lse) */ \
+    /* quantized storage: packed u8 (ir/nf4.h's layout for the node's numel) -> the node's shape  \
+     * and float dtype; no gradient (the packed base is frozen) */                                 \
+    X(DEQUANT_NF4, "dequant_nf4", 1, 1, SN_K_DEQUANT, 0, 0)     /* NF4 bytes -> weights */
 
 typedef enum {
 #define SN_X(name, text, lo, hi, kind, grad, attrs) SN_OP_##name,

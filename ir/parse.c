@@ -293,7 +293,7 @@ static sn_status parse_type(parser *p, sn_node *n) {
     int t = sn_dtype_parse(w, len);
     if (t < 0) {
         if (len) p->s = w;
-        return perr(p, "expected a dtype (f32, bf16, f16 or i32), found %s", found(p));
+        return perr(p, "expected a dtype (f32, bf16, f16, i32 or u8), found %s", found(p));
     }
     n->dtype = (sn_dtype)t;
     p->s = w + len;

@@ -7,8 +7,9 @@
 #include <string.h>
 
 #include "ir.h"
+#include "nf4.h"
 
-_Static_assert(SN_OP_COUNT == 49, "a new op needs its shape rule in sn_infer");
+_Static_assert(SN_OP_COUNT == 50, "a new op needs its shape rule in sn_infer");
 
 static int bad(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int bad(char *msg, size_t len, const char *fmt, ...) {
@@ -333,7 +334,11 @@ static int infer_op(sn_node *n, char *msg, size_t len) {
         return check_leaf(n, msg, len);
     case SN_OP_PARAM:
         if (check_leaf(n, msg, len)) return -1;
-        if (!sn_dtype_is_float(n->dtype))
+        if (n->dtype == SN_U8 && (!n->a.frozen || n->a.init != SN_INIT_ZEROS || n->rank != 1))
+            return bad(msg, len, "a u8 parameter is packed storage (an NF4 weight's, read by "
+                       "dequant_nf4): it must be frozen, of rank 1 and start as zeros "
+                       "(sn_param_nf4 makes one)");
+        if (!sn_dtype_is_float(n->dtype) && n->dtype != SN_U8)
             return bad(msg, len, "parameters must have a float dtype, not %s", sn_dtype_name(n->dtype));
         return 0;
     case SN_OP_CONST:
@@ -438,6 +443,19 @@ static int infer_op(sn_node *n, char *msg, size_t len) {
     case SN_OP_ATTENTION_LSE: case SN_OP_ATTENTION: case SN_OP_ATTENTION_BWD_Q:
     case SN_OP_ATTENTION_BWD_K: case SN_OP_ATTENTION_BWD_V:
         return infer_attention(n, msg, len);
+    case SN_OP_DEQUANT_NF4: {
+        if (check_leaf(n, msg, len)) return -1;
+        if (!sn_dtype_is_float(n->dtype))
+            return bad(msg, len, "the output must be a float type, not %s", sn_dtype_name(n->dtype));
+        int64_t want = sn_nf4_layout_of(sn_numel(n)).bytes;
+        if (x->dtype != SN_U8 || x->rank != 1 || x->shape[0] != want) {
+            char out[96];
+            return bad(msg, len, "packed is %s, the output %s: NF4 storage of %lld weights is "
+                       "u8[%lld] (ir/nf4.h)", t.s[0], sn_type_str(n, out, sizeof out),
+                       (long long)sn_numel(n), (long long)want);
+        }
+        return 0;
+    }
     case SN_OP_COUNT: break;
     }
     SN_ASSERT(0);

@@ -17,7 +17,7 @@
 #include "ir/rewrite.h"
 #include "passes.h"
 
-_Static_assert(SN_OP_COUNT == 49, "a new op needs its autocast policy in policy()");
+_Static_assert(SN_OP_COUNT == 50, "a new op needs its autocast policy in policy()");
 
 /* What autocast does with an op's float inputs. */
 typedef enum {
@@ -28,6 +28,8 @@ typedef enum {
                    a bf16 view) */
     POL_LEAF,   /* inputs, parameters (f32 masters), constants: unchanged */
     POL_REFUSE, /* backward ops: the pass runs before autodiff */
+    POL_DEQUANT, /* quantized weights: unpacked straight to the low dtype when only products read
+                    them (no f32 copy, no cast), else to f32 */
 } policy;
 
 static policy policy_of(sn_op op) {
@@ -39,6 +41,7 @@ static policy policy_of(sn_op op) {
     case SN_OP_EMBEDDING_BWD: case SN_OP_GELU_BWD: case SN_OP_SILU_BWD:
         return POL_REFUSE;
     case SN_OP_CAST: return POL_FOLLOW;
+    case SN_OP_DEQUANT_NF4: return POL_DEQUANT;
     default: break;
     }
     switch (sn_op_kind(op)) {
@@ -156,6 +159,9 @@ static sn_status rewrite_node(ac_state *s, const sn_graph *in, const sn_node *n)
         return sn_fail(s->e, SN_ERR_INVALID, "autocast: node %%%d (%s) is a backward op; run the "
                        "pass on the forward graph, before autodiff", n->id, sn_op_name(n->op));
     case POL_LEAF: break;
+    case POL_DEQUANT:
+        p.dtype = read_low(in, n) ? s->low : SN_F32;
+        break;
     case POL_LOW:
         for (int i = 0; i < n->n_in; i++) /* attention's lse (input 3) stays f32 */
             if (!(n->op == SN_OP_ATTENTION && i == 3)) ins[i] = cast(s, ins[i], s->low);

@@ -432,6 +432,16 @@ static void decide(fuse_state *s) {
 
 /* ---- the driver ---- */
 
+/* Whether x is a dequantize read only by matmuls: its kernel is made right before theirs
+ * (after the kernels of the GEMM's epilogue's position), so the unpacked weights live over the
+ * two kernels alone. */
+static bool dequant_for_gemm(const fuse_state *s, const sn_node *x) {
+    if (x->op != SN_OP_DEQUANT_NF4 || s->is_out[x->id] || !s->n_users[x->id]) return false;
+    for (int k = 0; k < s->n_users[x->id]; k++)
+        if (s->g->nodes[s->users[x->id][k]]->op != SN_OP_MATMUL) return false;
+    return true;
+}
+
 /* Decides, then makes the kernels in graph order. SN_OK, or the failure of a kernel that
  * cannot be built (s->overflowed names it when it ran out of room). */
 static sn_status build(fuse_state *s) {
@@ -462,6 +472,12 @@ static sn_status build(fuse_state *s) {
         const sn_node *x = g->nodes[i];
         if (!s->live[i] || s->home[i] != i || is_shadow(s, x)) continue; /* not the root of a
                                                                           kernel of the step */
+        if (dequant_for_gemm(s, x)) continue; /* made with its GEMM, below */
+        for (int j = 0; x->op == SN_OP_MATMUL && j < x->n_in && !st; j++)
+            if (dequant_for_gemm(s, x->in[j]) && s->users[x->in[j]->id][0] == i &&
+                (j == 0 || x->in[0] != x->in[1])) /* before its first reader */
+                st = sn_fuse_compute_kernel(s, x->in[j]);
+        if (st) break;
         if (is_view(x->op)) st = sn_fuse_copy_kernel(s, x);
         else if (is_compute(x->op) && (!is_row(x->op) || !s->members[i]))
             st = sn_fuse_compute_kernel(s, x);

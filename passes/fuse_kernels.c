@@ -234,6 +234,7 @@ static sn_kernel_kind compute_kind(sn_op op) {
     case SN_K_REDUCE: return SN_KER_REDUCE;
     case SN_K_MATMUL: return SN_KER_GEMM;
     case SN_K_GATHER: return SN_KER_GATHER;
+    case SN_K_DEQUANT: return SN_KER_DEQUANT;
     default: return SN_KER_ATTENTION;
     }
 }

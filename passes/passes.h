@@ -65,6 +65,24 @@ sn_status sn_pass_sink_views(const sn_graph *in, sn_graph **out, int *n_sunk, sn
 sn_status sn_pass_attention(const sn_graph *in, bool unrepeat_kv, sn_graph **out, int *n_fused,
                             int *n_unrepeated, sn_err *e);
 
+/* ---- nf4.c ---- */
+
+/* QLoRA's storage: each frozen float matrix read only as the right operand of matmuls (a linear
+ * layer's weight: x @ W) becomes a u8 parameter of the same name holding its NF4 bytes (ir/nf4.h:
+ * 0.5 + 1/64 + 1/4096 bytes a weight, starting as zeros: the base's values come quantized from
+ * a weight file) and a dequant_nf4 node (the weight's shape and dtype) that the products read.
+ * Trained parameters, embeddings, norms, biases, and a table that is also an embedding (GPT-2's
+ * tied LM head) stay as they are. requires: a verified forward graph (before autodiff; before
+ * autocast, which makes a dequantize read only by products bf16). *n_stored: weights stored so. */
+sn_status sn_pass_nf4(const sn_graph *in, sn_graph **out, int *n_stored, sn_err *e);
+
+/* Each reader of a dequant_nf4 node (its product in the forward, the product making x's
+ * gradient in the backward) gets a dequantize of its own, made right before it, so that the
+ * planner keeps each unpacked weight only from its dequantize to its product (one scratch
+ * reused across layers, not every layer's 16-bit copy live until its backward). requires: a
+ * verified graph, after autodiff and checkpoint. *n_made: the dequantizes made. */
+sn_status sn_pass_nf4_per_reader(const sn_graph *in, sn_graph **out, int *n_made, sn_err *e);
+
 /* ---- autocast.c ---- */
 
 /* Mixed precision (prec bf16 or fp16, target.h): by the policy table in autocast.c, matmul and

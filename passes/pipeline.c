@@ -3,18 +3,20 @@
  * step is one pass, followed by the verifier and, if asked for, a dump of the IR or program. */
 #include "pipeline.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/frontend.h"
 #include "passes.h"
 
-static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "autocast", "autodiff",
-                                        "chunk_logits", "checkpoint", "sink_views", "upcast", "fuse", "schedule", "memplan"};
+static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "nf4", "autocast",
+                                        "autodiff", "nf4_per_reader", "chunk_logits", "checkpoint",
+                                        "sink_views", "upcast", "fuse", "schedule", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, autocast, autodiff, chunk_logits, checkpoint, sink_views, upcast, "
-           "fuse, schedule, memplan";
+    return "frontend, pad_vocab, attention, nf4, autocast, autodiff, nf4_per_reader, chunk_logits, "
+           "checkpoint, sink_views, upcast, fuse, schedule, memplan";
 }
 
 sn_pipeline_opts sn_pipeline_defaults(void) {
@@ -94,6 +96,9 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     if (!strcmp(d, "autocast") && !autocasts(o))
         return sn_fail(e, SN_ERR_INVALID, "--dump-after autocast, but the precision is %s (the "
                        "pass runs for bf16 and fp16)", sn_precision_name(o->precision));
+    if (!strcmp(d, "nf4") && !o->nf4)
+        return sn_fail(e, SN_ERR_INVALID, "--dump-after nf4, but the nf4 pass is off (it runs "
+                       "with --qlora)");
     if (!strcmp(d, "pad_vocab") && !o->pad_vocab)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after pad_vocab, but the pad_vocab pass is off "
                        "(give --pad-vocab a multiple, not 0)");
@@ -116,8 +121,34 @@ static sn_status checkpoint(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_
     return after(g, "checkpoint", o, e);
 }
 
-/* The forward rewrites, then autodiff, chunk_logits and checkpoint (each only on a graph
- * without a backward). */
+/* Whether a dequant_nf4 node of g has more than one reader. */
+static bool shared_dequant(const sn_graph *g) {
+    int *uses = calloc((size_t)g->n_nodes, sizeof *uses);
+    bool shared = false;
+    for (int i = 0; uses && i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i]->n_in; j++) {
+            const sn_node *x = g->nodes[i]->in[j];
+            if (x->op == SN_OP_DEQUANT_NF4 && (j == 0 || g->nodes[i]->in[j - 1] != x))
+                shared |= ++uses[x->id] > 1;
+        }
+    free(uses);
+    return shared || !uses; /* out of memory: the pass reports it */
+}
+
+/* NF4 weights unpacked right before each product that reads them: after autodiff (its products
+ * read the forward's dequantize), before checkpoint (whose arena model must not see them live
+ * from the forward to the backward). */
+static sn_status nf4_per_reader(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *st,
+                                sn_err *e) {
+    sn_graph *next;
+    sn_status s = sn_pass_nf4_per_reader(g, &next, &st->nf4_dequants, e);
+    if (s) return s;
+    replace(g, next);
+    return after(g, "nf4_per_reader", o, e);
+}
+
+/* The forward rewrites, then autodiff, nf4_per_reader, chunk_logits and checkpoint (each only on
+ * a graph without a backward). */
 static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *st, sn_err *e) {
     sn_status s;
     if ((s = after(g, "frontend", o, e))) return s;
@@ -136,6 +167,12 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
         if ((s = after(g, "attention", o, e))) return s;
     }
 
+    if (o->nf4) { /* before autocast, which makes the dequantized weights bf16 */
+        if ((s = sn_pass_nf4(g, &next, &st->nf4_stored, e))) return s;
+        replace(g, next);
+        if ((s = after(g, "nf4", o, e))) return s;
+    }
+
     if (autocasts(o)) { /* before autodiff, so gradients come from the cast graph */
         if ((s = sn_pass_autocast(g, o->precision, &next, &st->casts, e))) return s;
         replace(g, next);
@@ -146,6 +183,7 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
     if (!g->loss) return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph has no loss");
     if ((s = sn_backward(g, g->loss, e))) return s;
     if ((s = after(g, "autodiff", o, e))) return s;
+    if (shared_dequant(g) && (s = nf4_per_reader(g, o, st, e))) return s;
     if (o->chunk_logits) { /* before checkpoint, whose budget then plans the chunked arena */
         if ((s = sn_pass_chunk_logits(g, o->chunk_logits, &next, &st->logits_chunks, e))) return s;
         if (next) replace(g, next);
@@ -177,6 +215,7 @@ sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_
     st->checkpoint_recomputed = st->logits_chunks = 0;
     st->checkpoint_extra_flops = st->step_flops = 0;
     st->checkpoint_min_arena = 0;
+    st->nf4_stored = st->nf4_dequants = 0;
     return graph_passes(g, o, st, e);
 }
 
@@ -193,7 +232,10 @@ sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program
     if (target.kind == SN_TARGET_CUDA && sn_target_att_dq_atomic_asked()) target.att_dq_atomic = true;
     const sn_target *t = &target;
 
-    sn_graph *next; /* views of pointwise values read through by one pointwise kernel */
+    sn_graph *next;
+    if (shared_dequant(g) && (s = nf4_per_reader(g, o, st, e))) return s; /* differentiated by
+                                                                             its author */
+    /* views of pointwise values read through by one pointwise kernel */
     if ((s = sn_pass_sink_views(g, &next, &st->views_sunk, e))) return s;
     if (next) replace(g, next);
     if ((s = after(g, "sink_views", o, e))) return s;

@@ -25,6 +25,7 @@ typedef struct {
                                 read them unrepeated; on: for comparison) */
     int64_t pad_vocab;       /* the pad_vocab pass's multiple (0: off; SN_PAD_VOCAB_POW2: the
                                 next power of two) */
+    bool nf4;                /* the nf4 pass: frozen linear weights stored as NF4 (QLoRA) */
     sn_precision precision;  /* bf16/fp16: the autocast pass (mixed precision); fp32 (0, the
                                 default) and tf32: none */
     bool backward;           /* append the backward of g->loss (autodiff) */
@@ -56,6 +57,8 @@ typedef struct {
     int logits_chunks;   /* chunks the chunk_logits pass split the head into (0: none) */
     double checkpoint_extra_flops, step_flops; /* its extra FLOPs, the step's without them */
     int64_t checkpoint_min_arena; /* budget policy: the smallest arena it found (also on failure) */
+    int nf4_stored;      /* weights the nf4 pass stored as NF4 */
+    int nf4_dequants;    /* dequantizes nf4_per_reader made, one per product reading a weight */
     int casts;           /* cast nodes the autocast pass added */
     int upcasts_split;   /* f32 casts of 16-bit values the upcast pass made one per reader */
     int views_sunk;      /* pointwise ops the sink_views pass made again over views */
@@ -77,14 +80,16 @@ const char *sn_pipeline_pass_names(void);
  * pass that leaves a graph the verifier rejects is reported with its name. stats may be NULL;
  * each entry sets the fields of its own passes. On failure g is still a graph the caller frees.
  *
- * The graph passes: pad_vocab, attention, autocast, autodiff (o->backward), chunk_logits,
- * checkpoint.
+ * The graph passes: pad_vocab, attention, nf4, autocast, autodiff (o->backward), nf4_per_reader
+ * (a dequantize of two readers), chunk_logits, checkpoint.
  * requires: a forward graph (no backward yet: the forward rewrites must come before autodiff,
  * so that gradients come from the rewritten ops); a graph with a backward is SN_ERR_INVALID. */
 sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *stats,
                             sn_err *e);
 
-/* The kernel passes for o->target: upcast, then (prog not NULL) fuse, schedule, memplan; *prog
+/* The kernel passes for o->target: nf4_per_reader (when a dequantize has two readers: a graph
+ * its author differentiated), sink_views,
+ * upcast, then (prog not NULL) fuse, schedule, memplan; *prog
  * gets the fused, planned program (g must outlive it). prog NULL: upcast only, the graph the
  * reference interpreter runs. Of o it reads target, weight_casts_per_step, schedule,
  * param_order and the dump; the graph passes' options are not its business. A program larger

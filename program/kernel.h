@@ -17,6 +17,8 @@ typedef enum {
                          and what its epilogue (below) reads */
     SN_KER_ATTENTION, /* anchor is an attention op (forward: lse + o; backward: dq, dk, dv) */
     SN_KER_GATHER,    /* anchor is embedding (gather) or embedding_bwd (scatter-add) */
+    SN_KER_DEQUANT,   /* anchor is dequant_nf4: args y, packed (ir/nf4.h); an item per block of
+                         64 weights */
     /* the optimizer step over the flat parameter range (made by the trainer, not fuse; below) */
     SN_KER_GRAD_ACC,  /* sum[i] += g[i] */
     SN_KER_SQNORM,    /* partial[b] = sum over block b of (g[i] * inv_micro)^2 */

@@ -180,6 +180,14 @@ static sn_status check_gemm(const sn_kernel *k, sn_err *e) {
     return SN_OK;
 }
 
+/* An NF4 weight unpacked (ir/nf4.h): args (y; packed). */
+static sn_status check_dequant(const sn_kernel *k, sn_err *e) {
+    const sn_node *n = k->anchor;
+    if (n->op != SN_OP_DEQUANT_NF4 || k->n_out != 1 || k->n_in != 1 || k->args[1] != n->in[0])
+        return BUG("a dequantize kernel unpacks a dequant_nf4's packed input into its one output");
+    return SN_OK;
+}
+
 /* The optimizer kinds (made by the trainer): their flat range and 16-bit copies. */
 static sn_status check_optim(const sn_kernel *k, sn_err *e) {
     if (k->opt.flat_low != SN_F32 && (k->kind != SN_KER_ADAMW || (k->opt.flat_low != SN_BF16 && k->opt.flat_low != SN_F16)))
@@ -237,6 +245,7 @@ sn_status sn_kernel_check(const sn_kernel *k, sn_err *e) {
     case SN_KER_REDUCE: return check_reduce(k, e);
     case SN_KER_GEMM: return check_gemm(k, e);
     case SN_KER_GATHER: return check_gather(k, e);
+    case SN_KER_DEQUANT: return check_dequant(k, e);
     default: break;
     }
     SN_ASSERT(!"a kernel kind without its check");

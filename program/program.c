@@ -15,7 +15,7 @@ const char *sn_epilogue_name(sn_epilogue e) {
 }
 
 const char *sn_kernel_kind_name(sn_kernel_kind k) {
-    static const char *names[] = {"pointwise", "row", "reduce", "gemm", "attention", "gather",
+    static const char *names[] = {"pointwise", "row", "reduce", "gemm", "attention", "gather", "dequant",
                                   "grad_acc", "sqnorm", "clip", "adamw"};
     _Static_assert(sizeof names / sizeof names[0] == SN_KER_KIND_COUNT, "a kernel kind without a name");
     SN_ASSERT((unsigned)k < SN_KER_KIND_COUNT);
@@ -25,7 +25,7 @@ const char *sn_kernel_kind_name(sn_kernel_kind k) {
 /* The row ops (ops.h kind SN_K_ROW), their facts (kernel.h). A new op: if it is a row op, give
  * it a line here (row_facts_complete checks that every SN_K_ROW op has one), then move the
  * count below. */
-_Static_assert(SN_OP_COUNT == 49, "a new op: if it is a row op, add its row facts to this table");
+_Static_assert(SN_OP_COUNT == 50, "a new op: if it is a row op, add its row facts to this table");
 enum { EL0 = 1 << 0, EL1 = 1 << 1, EL2 = 1 << 2 };
 static const sn_row_facts row_facts[SN_OP_COUNT] = {
     /*                      per_element  per_row  result/el  serial  whole rows */
@@ -118,6 +118,7 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
         *n_items = x->rank >= 2 ? sn_shape_numel(x->rank - 2, x->shape) : 1;
         return;
     }
+    case SN_KER_DEQUANT: *n_items = (sn_numel(a) + 63) / 64; return; /* NF4 blocks */
     case SN_KER_GRAD_ACC: case SN_KER_ADAMW: *n_items = k->opt.flat_n; return; /* the optimizer's flat range */
     case SN_KER_SQNORM: *n_items = (k->opt.flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK; return;
     case SN_KER_CLIP: *n_items = 1; return;

@@ -94,6 +94,9 @@ static sn_graph *build_all_ops(void) {
     NODE(g, ATTENTION_BWD_Q, IN(x, y, y, o, dy, lse), .a = {.f = 0.353553391f});
     NODE(g, ATTENTION_BWD_K, IN(x, y, y, o, dy, lse), .a = {.f = 0.353553391f});
     NODE(g, ATTENTION_BWD_V, IN(x, y, y, o, dy, lse), .a = {.f = 0.353553391f});
+    /* NF4 storage of 3 x 40 weights: 4 + 4 + 2 blocks + 60 bytes of codes (ir/nf4.h) */
+    sn_node *q = NODE(g, PARAM, .name = "w.nf4", .a = {.init = SN_INIT_ZEROS, .frozen = 1}, T(U8, 70));
+    NODE(g, DEQUANT_NF4, IN(q), T(BF16, 3, 40));
     wte->grad = dwte;
     lw->grad = dlw;
     lb->grad = dlb;
@@ -288,7 +291,7 @@ static const struct {
     const char *text, *want;
 } parse_errors[] = {
     {H "  %1 = frobnicate %0 : f32[2,3]\n}\n", "line 3: unknown op 'frobnicate'"},
-    {"graph {\n  %0 = input \"x\" : f64[2]\n}\n", "line 2: expected a dtype (f32, bf16, f16 or i32), found 'f64[2]'"},
+    {"graph {\n  %0 = input \"x\" : f64[2]\n}\n", "line 2: expected a dtype (f32, bf16, f16, i32 or u8), found 'f64[2]'"},
     {H "  %1 = neg %4 : f32[2,3]\n}\n", "line 3: %4 is not defined here (this line may refer to %0..%0)"},
     {H "  %2 = neg %0 : f32[2,3]\n}\n", "line 3: expected node %1, found %2"},
     {H "  %1 = neg %0\n}\n", "line 3: expected ':' and the node's type (e.g. ': f32[4,8]'), found end of line"},

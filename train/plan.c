@@ -27,6 +27,17 @@ int64_t sn_train_state_bytes(const sn_program *p, bool sums) {
     return n_flat ? F32_BYTES * (2 * n_flat + (sums ? n_flat : 0)) + scalar_bytes(n_flat) : 0;
 }
 
+/* The weights a parameter slot stands for: its elements, or for NF4 storage (u8 bytes) the
+ * weights its dequantize unpacks. */
+static int64_t slot_weights(const sn_program *p, const sn_param_slot *s) {
+    if (s->dtype != SN_U8) return s->numel;
+    for (int i = 0; i < p->g->n_nodes; i++) {
+        const sn_node *n = p->g->nodes[i];
+        if (n->op == SN_OP_DEQUANT_NF4 && n->in[0] == s->node) return sn_numel(n);
+    }
+    return 0;
+}
+
 /* The persistent block split into weights, gradients and the rest (inputs, outputs). */
 static sn_status split_persistent(const sn_program *p, sn_plan *pl, sn_err *e) {
     const sn_graph *g = p->g;
@@ -70,7 +81,7 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     pl->accum = accum;
     pl->policy = policy;
     pl->params = 0;
-    for (int i = 0; i < p->layout.n; i++) pl->params += p->layout.slots[i].numel;
+    for (int i = 0; i < p->layout.n; i++) pl->params += slot_weights(p, &p->layout.slots[i]);
     pl->trained = sn_param_layout_trained(&p->layout);
     pl->precision = o.precision;
     pl->recomputed = st.checkpoint_recomputed;

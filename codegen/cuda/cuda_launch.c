@@ -74,7 +74,7 @@ sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
         return dims1((k->opt.flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK, 256);
     case SN_KER_CLIP: return dims1(1, 256);
     case SN_KER_ATTENTION: return sn_cu_attention_dims(k, t); /* cuda_attention.c */
-    case SN_KER_GEMM:
+    case SN_KER_GEMM: case SN_KER_DEQUANT: /* not generated yet (cuda_render.c refuses it) */
     case SN_KER_KIND_COUNT: break;
     }
     return (sn_cuda_dims){0};

@@ -195,6 +195,7 @@ sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err
 sn_status sn_ll_emit_reduce(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 sn_status sn_ll_emit_gather(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 sn_status sn_ll_emit_optim(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e); /* GRAD_ACC .. ADAMW */
+sn_status sn_ll_emit_dequant(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e); /* NF4 */
 /* llvm_attention.c */
 sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 
