@@ -13,6 +13,7 @@
 #include <json-c/json.h>
 #endif
 
+#include "frontend/ia3.h"
 #include "frontend/lora.h"
 #include "train/checkpoint.h"
 #include "io_int.h"
@@ -112,6 +113,12 @@ sn_status sn_lora_write_peft(const char *path, const char *dir, const sn_export_
     sn_ckpt_weights cw;
     sn_status s = sn_checkpoint_read_weights(path, &cw, e);
     if (s) return s;
+    for (int i = 0; i < cw.n; i++)
+        if (sn_ia3_is_vector(cw.params[i].name)) { /* a run of --ia3: PEFT's IA3 adapter */
+            s = sn_ia3_write_peft(path, &cw, dir, n_adapted, e);
+            sn_ckpt_weights_free(&cw);
+            return s;
+        }
     float alpha = o && o->lora_alpha > 0 ? o->lora_alpha : (float)sn_run_lora_alpha(&cw.run);
     sn_st_out *t = sn_calloc(2 * MAX_ADAPTED, sizeof *t, "the adapters", e);
     char (*names)[192] = sn_calloc(2 * MAX_ADAPTED, sizeof *names, "the adapters' names", e);
