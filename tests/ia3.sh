@@ -55,6 +55,14 @@ for model in tiny llama-tiny; do
     echo "$model: --ia3 from a base checkpoint trains, resumes, refuses another choice, generates and exports"
 done
 
+# the plan: 2 layers of 2C (c_attn's k and v) and 4C (the MLP's) channels, C = 32, trained
+"$sinter" plan --model tiny --mem 1GiB --batch 2 --seq 16 --ia3 > out.txt 2> err.txt || fail "plan --ia3"
+grep -q "^plan: tiny, IA3, batch 2 x seq 16" out.txt && grep -q "^parameters: 35072, trained 384 (1.09%)" out.txt ||
+    fail "plan --ia3's counts"
+status=0
+"$sinter" plan --model tiny --mem 1GiB --ia3 --lora 4 > out.txt 2> err.txt || status=$?
+[ "$status" = 2 ] && grep -q "\-\-ia3 and --lora are two ways to fine-tune: choose one" err.txt || fail "plan --ia3 with --lora ($status)"
+
 status=0
 "$sinter" train --model tiny --data corpus.txt --steps 2 --ia3 --lora 4 > out.txt 2> err.txt || status=$?
 [ "$status" = 2 ] && grep -q "\-\-ia3 and --lora are two ways to fine-tune: choose one" err.txt || fail "--ia3 with --lora ($status)"
