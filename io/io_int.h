@@ -9,6 +9,7 @@
 #include "ir/ir.h"
 #include "support/savefile.h"
 #include "train/checkpoint.h"
+#include "safetensors.h"
 #include "weights.h"
 
 /* ---- newfile.c ---- */
@@ -47,7 +48,13 @@ uint16_t sn_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 sn_status sn_ia3_merge(const char *path, const sn_ckpt_weights *cw, sn_weights *out, bool in_out,
                        int *merged, sn_err *e);
 
-/* ---- peft_ia3.c: IA3 vectors as a PEFT adapter ---- */
+/* ---- peft.c, peft_ia3.c: PEFT adapters ---- */
+
+/* dir (made when missing) with new files adapter_config.json (config) and
+ * adapter_model.safetensors (the n tensors t); the config removed again when the tensors fail,
+ * so no half-written adapter stays (json-c builds only). */
+sn_status sn_peft_write_files(const char *dir, struct json_object *config, const sn_st_out *t, int n,
+                              sn_err *e);
 
 /* The IA3 vectors of checkpoint cw (read from path) as PEFT's IA3 adapter in dir, as
  * sn_lora_write_peft writes LoRA's; *n_vectors (may be NULL): the vectors written. */

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #ifdef SN_HAVE_JSONC
 #include <json-c/json.h>
 #endif
@@ -26,7 +25,8 @@ typedef struct {
     bool ff;          /* scales the module's input */
 } vec;
 
-static sn_status write_config(const char *path, const vec *v, int n, bool conv1d, sn_err *e) {
+/* IA3's adapter_config.json */
+static json_object *ia3_config(const vec *v, int n, bool conv1d) {
     json_object *c = json_object_new_object(), *t = json_object_new_array(), *f = json_object_new_array();
     for (int i = 0; i < n; i++) {
         json_object_array_add(t, json_object_new_string(v[i].module));
@@ -40,9 +40,7 @@ static sn_status write_config(const char *path, const vec *v, int n, bool conv1d
     json_object_object_add(c, "fan_in_fan_out", json_object_new_boolean(conv1d)); /* GPT-2's Conv1D */
     json_object_object_add(c, "init_ia3_weights", json_object_new_boolean(1));
     json_object_object_add(c, "inference_mode", json_object_new_boolean(1));
-    sn_status s = sn_newfile_json(path, "adapter_config.json", c, e);
-    json_object_put(c);
-    return s;
+    return c;
 }
 
 /* The vectors of cw in PEFT's layout into v and t (data allocated); *n of them. */
@@ -91,17 +89,16 @@ sn_status sn_ia3_write_peft(const char *path, const sn_ckpt_weights *cw, const c
     return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: this build of sinter has no json-c, so it writes no "
                    "PEFT adapters: install libjson-c-dev and rebuild (./setup)", dir);
 #else
-    char config[4200], model[4200];
-    snprintf(config, sizeof config, "%s/adapter_config.json", dir);
-    snprintf(model, sizeof model, "%s/adapter_model.safetensors", dir);
     vec *v = sn_calloc(MAX_VECTORS, sizeof *v, "the IA3 vectors", e);
     sn_st_out *t = sn_calloc(MAX_VECTORS, sizeof *t, "the IA3 vectors", e);
     int n = 0;
     sn_status s = v && t ? vectors(path, cw, v, t, &n, e) : SN_ERR_OOM;
-    if (!s) s = sn_newfile_dir(dir, config, model, e);
-    bool conv1d = n && !strncmp(v[0].module, "transformer.", 12); /* GPT-2's; LLaMA's are Linear */
-    if (!s && !(s = write_config(config, v, n, conv1d, e)) && (s = sn_st_write(model, t, n, e)))
-        unlink(config); /* this call made it: no half-written adapter stays */
+    if (!s) {
+        bool conv1d = !strncmp(v[0].module, "transformer.", 12); /* GPT-2's; LLaMA's are Linear */
+        json_object *config = ia3_config(v, n, conv1d);
+        s = sn_peft_write_files(dir, config, t, n, e);
+        json_object_put(config);
+    }
     for (int j = 0; t && j < n; j++) free((void *)t[j].data);
     free(t);
     free(v);
