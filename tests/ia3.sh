@@ -1,11 +1,14 @@
 #!/bin/sh
-# ia3.sh SINTER: IA3 fine-tuning from the command line. A base run's checkpoint starts a run of
+# ia3.sh SINTER CUDA NVRTC CUBLASLT: IA3 fine-tuning from the command line. A base run's checkpoint starts a run of
 # --ia3 (its vectors ones: the first loss is the base's), which trains the vectors alone and
 # records IA3 in its metadata; a resume with --lora or without --ia3 is refused, --ia3 with --lora
 # is a usage error; generate reads the checkpoint; export merges the vectors (--to) or writes
-# PEFT's IA3 adapter (--adapter); llama-tiny the same.
+# PEFT's IA3 adapter (--adapter); llama-tiny the same; on the stand-in CUDA driver (tests/standin:
+# the generated CUDA kernels compiled by NVRTC and run by the simulator) tiny's IA3 run has the
+# CPU device's losses.
 set -eu
 sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
+standin_cuda=$2 standin_nvrtc=$3 standin_cublaslt=$4
 dir=$(mktemp -d /tmp/sn_ia3_XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir"
@@ -51,6 +54,17 @@ for model in tiny llama-tiny; do
     grep -q "exported the adapters of ia3.ckpt ($vectors modules) to peft (PEFT)" out.txt || fail "$model: PEFT line"
     grep -q '"peft_type": "IA3"' peft/adapter_config.json || fail "$model: peft_type"
     grep -q '"feedforward_modules"' peft/adapter_config.json || fail "$model: feedforward_modules"
+    if [ $model = tiny ]; then # the stand-in CUDA device: the CPU device's losses within 1e-5
+        short="$(echo "$common" | sed 's/--device cpu//') --steps 4 --lr 3e-2 --init base.ckpt --ia3"
+        # shellcheck disable=SC2086
+        "$sinter" train $short --device cpu --log cpu.csv > out.txt 2> err.txt || fail "short run"
+        # shellcheck disable=SC2086
+        XDG_CACHE_HOME="$dir/cache" SN_LIBCUDA="$standin_cuda" SN_LIBNVRTC="$standin_nvrtc" SN_LIBCUBLASLT="$standin_cublaslt" \
+            "$sinter" train $short --device cuda --log cuda.csv > out.txt 2> err.txt || fail "the stand-in CUDA device"
+        grep -q "^device: cuda 0: sinter stand-in driver" out.txt || fail "not the stand-in"
+        awk -F, 'NR == FNR { l[$1] = $2; next } FNR > 1 { d = $2 - l[$1]; if (d < 0) d = -d; if (d > 1e-5 * l[$1]) bad = 1 }
+                 END { exit bad }' cpu.csv cuda.csv || { paste -d' ' cpu.csv cuda.csv; fail "the stand-in's losses differ"; }
+    fi
     rm -rf merged peft ./*.ckpt ./*.csv
     echo "$model: --ia3 from a base checkpoint trains, resumes, refuses another choice, generates and exports"
 done
