@@ -73,6 +73,8 @@ done
 "$sinter" plan --model tiny --mem 1GiB --batch 2 --seq 16 --ia3 > out.txt 2> err.txt || fail "plan --ia3"
 grep -q "^plan: tiny, IA3, batch 2 x seq 16" out.txt && grep -q "^parameters: 35072, trained 384 (1.09%)" out.txt ||
     fail "plan --ia3's counts"
+"$sinter" graph --model tiny --ia3 --backward --batch 1 --seq 8 > out.txt 2> err.txt || fail "graph --ia3"
+grep -q "; IA3$" out.txt && grep -q "h.0.attn.c_attn.ia3_l" out.txt || fail "graph --ia3's model"
 status=0
 "$sinter" plan --model tiny --mem 1GiB --ia3 --lora 4 > out.txt 2> err.txt || status=$?
 [ "$status" = 2 ] && grep -q "\-\-ia3 and --lora are two ways to fine-tune: choose one" err.txt || fail "plan --ia3 with --lora ($status)"
