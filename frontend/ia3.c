@@ -29,13 +29,4 @@ bool sn_ia3_is_vector(const char *name) {
 
 bool sn_is_adapter(const char *name) { return sn_ia3_is_vector(name) || sn_lora_is_adapter(name); }
 
-int64_t sn_ia3_freeze_base(sn_graph *g) {
-    int64_t trained = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        sn_node *n = g->nodes[i];
-        if (n->op != SN_OP_PARAM) continue;
-        if (sn_ia3_is_vector(n->name)) trained += sn_numel(n);
-        else sn_param_freeze(n);
-    }
-    return trained;
-}
+int64_t sn_ia3_freeze_base(sn_graph *g) { return sn_freeze_unless(g, sn_ia3_is_vector); }
