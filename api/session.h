@@ -90,7 +90,8 @@ typedef struct {
     const char *resume;   /* a checkpoint of the same model, data and options to go on from */
     const char *init;     /* a new run (fresh optimizer, step 0) from the weights of a checkpoint
                              of the same model, saved by any run; the model's LoRA adapters
-                             (frontend/lora.h) the file lacks keep their initialisation. Not
+                             (frontend/lora.h) or IA3 vectors (frontend/ia3.h) the file lacks
+                             keep their initialisation. Not
                              read with resume (the resumed checkpoint holds every weight) */
     const char *dump_after; /* print the IR or program after this pass (sinter train --help) */
     sn_checkpoint_policy checkpoint_policy;
@@ -107,7 +108,8 @@ typedef struct {
     const char *init_pretrained; /* a new run from pretrained GPT-2 weights: a Hugging Face
                              directory (config.json, model.safetensors) or llm.c's .bin
                              (io/weights.h); the model must be the GPT-2 they describe, with the
-                             tokenizer's vocabulary; its LoRA adapters keep their initialisation.
+                             tokenizer's vocabulary; its LoRA adapters and IA3 vectors keep
+                             their initialisation.
                              Not with init; not read with resume */
     /* The optimizer's knobs (sn_session_defaults gives train/train.h's defaults); saved in the
      * checkpoint and checked on resume like the rest. */

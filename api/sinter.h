@@ -59,6 +59,7 @@
 
 #include "frontend/sinter.h"
 #include "frontend/lora.h"
+#include "frontend/ia3.h"
 #include "session.h"
 
 /* The version of the library linked at run time ("0.1.0"), to compare with SINTER_VERSION. */

@@ -27,13 +27,14 @@ typedef struct {
     const char *model, *precision, *kind, *machine;
     int batch, seq;
     int lora; /* --lora R: adapters of rank R on every linear layer (alpha R), the base frozen */
+    bool ia3; /* --ia3: IA3 vectors (frontend/ia3.h), the base frozen */
     int arch[MAX_ARCH], n_arch;
     bool json;
 } args;
 
 static int usage(void) {
     fprintf(stderr, "usage: kernel_cost [--model gpt2|smollm2-135m|...] [--batch B] [--seq T] "
-                    "[--lora R] [--precision fp32|bf16|fp16|tf32] [--arch sm_80|sm_90|sm_75 (repeatable; default sm_80 "
+                    "[--lora R | --ia3] [--precision fp32|bf16|fp16|tf32] [--arch sm_80|sm_90|sm_75 (repeatable; default sm_80 "
                     "and sm_90)] [--kind KIND (attention, row, pointwise, ...)] [--machine "
                     "h200|h100] [--json]\n");
     return 2;
@@ -95,10 +96,11 @@ static void kernel_record(bj *o, const sn_kernel *k, const char *grid, const cha
 
 /* The model's graph with its loss as the only output, as sinter train keeps it (no logits to
  * store): a GPT-2 or a LLaMA-family shape, with LoRA adapters of rank a->lora on every linear
- * layer (alpha = rank, the base frozen) when a->lora > 0. */
+ * layer (alpha = rank, the base frozen) when a->lora > 0, or IA3 vectors when a->ia3. */
 static sn_status model_loss(sn_graph *g, const args *a, int *n_layer, sn_err *e) {
     sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = SN_GPT2_LORA_ALL};
-    const sn_gpt2_lora *lp = a->lora ? &l : NULL;
+    if (a->ia3) l = (sn_gpt2_lora){.ia3 = true};
+    const sn_gpt2_lora *lp = a->lora || a->ia3 ? &l : NULL;
     sn_gpt2_config c;
     sn_llama_config lc;
     sn_node *loss;
@@ -126,6 +128,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--json")) { a.json = true; continue; }
+        if (!strcmp(argv[i], "--ia3")) { a.ia3 = true; continue; }
         if (!v) return usage();
         if (!strcmp(argv[i], "--model")) a.model = v;
         else if (!strcmp(argv[i], "--batch")) a.batch = atoi(v);
@@ -144,7 +147,7 @@ int main(int argc, char **argv) {
         if (!sn_cuda_sm_limits_of(a.arch[i])) return usage();
     int prec = sn_precision_parse(a.precision);
     const sn_roofline_machine *mach = sn_roofline_machine_find(a.machine);
-    if (a.batch < 1 || a.seq < 1 || a.lora < 0 || prec < 0 || !mach) return usage();
+    if (a.batch < 1 || a.seq < 1 || a.lora < 0 || (a.lora && a.ia3) || prec < 0 || !mach) return usage();
 
     /* the training program for a CUDA target, as the CUDA device compiles it */
     sn_err e = {0};
@@ -207,6 +210,7 @@ int main(int argc, char **argv) {
         bj_int(rec, "seq", a.seq);
         bj_str(rec, "precision", a.precision);
         bj_int(rec, "lora", a.lora);
+        bj_int(rec, "ia3", a.ia3);
         bj *m = bj_obj(rec, "machine");
         bj_str(m, "name", mach->name);
         bj_num(m, "bf16_tflops", "%.1f", mach->bf16_tflops);
@@ -215,7 +219,7 @@ int main(int argc, char **argv) {
     } else {
         printf("kernel_cost: %s B=%d T=%d %s%s: %d kernels (%d shown with the optimizer's), "
                "modeled on %s (%.0f TFLOP/s bf16, %.2f TB/s)\n", a.model, a.batch, a.seq,
-               a.precision, a.lora ? " LoRA" : "", p->n_kernels, n, mach->name, mach->bf16_tflops, mach->tb_per_s);
+               a.precision, a.lora ? " LoRA" : a.ia3 ? " IA3" : "", p->n_kernels, n, mach->name, mach->bf16_tflops, mach->tb_per_s);
         printf("%-34s %-9s %-13s %-8s", "kernel", "kind", "grid", "block");
         for (int ai = 0; ai < a.n_arch; ai++)
             printf(" | sm_%d: %4s %6s %5s %5s %6s %4s", a.arch[ai], "regs", "smem", "spill",

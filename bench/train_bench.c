@@ -47,6 +47,7 @@ typedef struct {
                                 host CPU's) */
     int lora;       /* --lora R: LoRA adapters of rank R on every linear layer (alpha R), the
                        base frozen; the full fine-tuning step is timed too, in the same run */
+    bool ia3;       /* --ia3: IA3 vectors instead (frontend/ia3.h), the full step timed too */
     sn_precision precision;
     const char *isa; /* of the measured peak */
     const char *device;   /* auto, cuda or cpu */
@@ -79,7 +80,8 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     sn_err e;
     if (!g) die("out of memory for the graph", NULL);
     sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = SN_GPT2_LORA_ALL};
-    if (sn_gpt2_build_lora(g, &c, a->batch, a->seq, a->lora ? &l : NULL, &m, &e)) die("model", &e);
+    if (a->ia3) l = (sn_gpt2_lora){.ia3 = true};
+    if (sn_gpt2_build_lora(g, &c, a->batch, a->seq, a->lora || a->ia3 ? &l : NULL, &m, &e)) die("model", &e);
     if (backward && a->loss_only) { /* the loss alone (the chunked head has no whole logits) */
         sn_graph_clear_outputs(g);
         sn_graph_add_output(g, m.loss);
@@ -120,6 +122,7 @@ static bj *record(const args *a, const char *device, const char *phase, double s
     bj_int(r, "batch", a->batch);
     bj_int(r, "seq", a->seq);
     bj_int(r, "lora", a->lora);
+    bj_bool(r, "ia3", a->ia3);
     bj_str(r, "checkpoint", sn_recompute_policy_name((sn_recompute_policy)a->checkpoint));
     bj_bool(r, "offload", a->offload);
     bj_num(r, "ms_per_step", "%.2f", 1e3 * s_per_step);
@@ -196,11 +199,12 @@ static const char usage_text[] =
     "usage: train_bench [--model NAME] [--batch B] [--seq T] [--steps N] [--threads N]\n"
     "                   [--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]]\n"
     "                   [--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16]\n"
-    "                   [--compare-interp] [--arena-budget BYTES] [--offload] [--lora R]\n"
+    "                   [--compare-interp] [--arena-budget BYTES] [--offload] [--lora R | --ia3]\n"
     "                   [--host-gbs G] [--chunk-logits N]\n"
     "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
     "  --threads 0: all cores; --lora R: the step with LoRA adapters of rank R (all linear\n"
     "  layers, alpha R, the base frozen), and the full fine-tuning step timed in the same run;\n"
+    "  --ia3: the same with IA3 vectors (keys, values, the MLP's activation);\n"
     "  --model-only --offload: the offloaded step modeled too, the host AdamW at G GB/s (by\n"
     "  default as measured on this machine, --threads of it);\n"
     "  --chunk-logits N: the LM head and its loss in chunks of N rows, and the step with the\n"
@@ -238,7 +242,8 @@ static void parse(int argc, char **argv, args *a) {
         bool *flag = !strcmp(k, "--compare-interp") ? &a->compare_interp
                      : !strcmp(k, "--model-only")   ? &a->model_only
                      : !strcmp(k, "--tf32")         ? &a->tf32
-                     : !strcmp(k, "--offload")      ? &a->offload : NULL;
+                     : !strcmp(k, "--offload")      ? &a->offload
+                     : !strcmp(k, "--ia3")          ? &a->ia3 : NULL;
         if (flag) {
             *flag = true;
             continue;
@@ -289,6 +294,7 @@ static void parse(int argc, char **argv, args *a) {
         i++;
     }
     if (a->model_only && !a->roofline) usage_fail("%s needs --roofline h100", "--model-only");
+    if (a->ia3 && a->lora) usage_fail("%s: --ia3 and --lora are two ways to fine-tune: choose one", "--ia3");
 }
 
 /* The device --device names; auto: CUDA when the driver reports a GPU, else the CPU. */
@@ -472,9 +478,10 @@ int main(int argc, char **argv) {
                           st.kind_s, step_s);
     }
 
-    if (a.lora) { /* the baseline: full fine-tuning of the same model, same batch, same device */
+    if (a.lora || a.ia3) { /* the baseline: full fine-tuning of the same model, batch and device */
         args fa = a;
         fa.lora = 0;
+        fa.ia3 = false;
         sn_graph *full;
         double full_s;
         sn_trainer *ft = baseline(&fa, &o, x, y, "full fine-tuning trainer", &full, &full_s);
@@ -491,8 +498,8 @@ int main(int argc, char **argv) {
         bj_int(fr_rec, "persistent_bytes", (long long)fprog->persistent_bytes);
         bj_int(fr_rec, "optimizer_state_bytes", (long long)sn_trainer_state_bytes(ft));
         kind_fields(fr_rec, fs.kind_s);
-        bj_num(fr_rec, "lora_step_ms", "%.2f", 1e3 * step_s);
-        bj_num(fr_rec, "lora_speedup", "%.3f", full_s / step_s);
+        bj_num(fr_rec, a.ia3 ? "ia3_step_ms" : "lora_step_ms", "%.2f", 1e3 * step_s);
+        bj_num(fr_rec, a.ia3 ? "ia3_speedup" : "lora_speedup", "%.3f", full_s / step_s);
         bj_print(fr_rec, stdout);
         sn_trainer_free(ft);
         sn_graph_free(full);

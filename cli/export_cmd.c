@@ -31,12 +31,13 @@ static const cli_opt export_opts[] = {
     {"to-llmc", 0, CLI_STR, "FILE", O(to_llmc),
      .help = "write llm.c's model file (version 3, f32; FILE must not exist)"},
     {"adapter", 0, CLI_STR, "DIR", O(adapter),
-     .help = "a LoRA checkpoint's adapters alone, not merged, as PEFT's\n"
+     .help = "a LoRA or IA3 checkpoint's adapters alone, not merged, as PEFT's\n"
              "DIR/adapter_config.json and DIR/adapter_model.safetensors (for\n"
              "peft's PeftModel.from_pretrained on the base GPT-2)"},
     {"merge-lora", 0, CLI_FLAG, NULL, O(merge_lora),
      .help = "merge LoRA adapters into the weights they adapt, W + A @ B *\n"
-             "alpha/r (the default of --to and --to-llmc)"},
+             "alpha/r, and IA3 vectors into the weights they scale (the\n"
+             "default of --to and --to-llmc)"},
     {"lora-alpha", 0, CLI_REAL, "A", O(lora_alpha), 0, 1e6, .lo_open = true,
      .help = "LoRA's alpha when the checkpoint does not say it"},
     {"vocab", 0, CLI_INT, "N", O(vocab), 1, 1 << 24,
@@ -114,7 +115,7 @@ static int cli_export(int argc, char **argv) {
             fprintf(stderr, "sinter export: %s\n", e.msg);
             return 1;
         }
-        printf("exported the LoRA adapters of %s (%d layers) to %s (PEFT)\n", in, n, a.adapter);
+        printf("exported the adapters of %s (%d modules) to %s (PEFT)\n", in, n, a.adapter);
         return 0;
     }
     sn_weights w;
@@ -141,7 +142,7 @@ static int cli_export(int argc, char **argv) {
         if (!s)
             printf("exported %s (%s: %d layers, %d heads, %d channels, context %d, vocabulary %d%s) "
                    "to %s\n", in, w.name, w.config.n_layer, w.config.n_head, w.config.n_embd,
-                   w.config.ctx, w.config.vocab, merged ? ", LoRA adapters merged" : "",
+                   w.config.ctx, w.config.vocab, merged ? ", adapters merged" : "",
                    to ? to : to_llmc);
         sn_weights_free(&w);
     }

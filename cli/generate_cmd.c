@@ -125,10 +125,18 @@ static sn_status llama_of(const sn_ckpt_model *ck, const char *path, const char 
     return SN_OK;
 }
 
-/* The LoRA adapters the checkpoint's model shape names (", LoRA rank R alpha A on T"), if any. */
+/* The LoRA adapters the checkpoint's model shape names (", LoRA rank R alpha A on T"), or its
+ * IA3 vectors (", IA3" at the end), if any. */
 static sn_status lora_of(const sn_ckpt_model *ck, const char *path, gen_model *m, sn_err *e) {
     char shape[200], targets[16];
-    const char *lora = sn_ckpt_model_meta(ck, "model.shape", shape, sizeof shape) ? strstr(shape, ", LoRA rank ") : NULL;
+    bool meta = sn_ckpt_model_meta(ck, "model.shape", shape, sizeof shape);
+    const char *lora = meta ? strstr(shape, ", LoRA rank ") : NULL;
+    size_t len = meta ? strlen(shape) : 0;
+    if (len > 5 && !strcmp(shape + len - 5, ", IA3")) {
+        m->lora = (sn_gpt2_lora){.ia3 = true};
+        m->has_lora = true;
+        return SN_OK;
+    }
     if (!lora) return SN_OK;
     double alpha;
     if (sscanf(lora, ", LoRA rank %d alpha %lg on %15s", &m->lora.lora.rank, &alpha, targets) != 3 ||

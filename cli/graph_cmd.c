@@ -14,7 +14,7 @@
 typedef struct {
     const char *model, *tokenizer, *pad_vocab, *policy, *precision, *dump_after, *emit_cuda;
     const char *lora_targets;
-    bool backward, no_fuse_attention, schedule;
+    bool backward, no_fuse_attention, schedule, ia3;
     long long arena_budget;
     long batch, seq, arch, lora, chunk_logits;
 } graph_args;
@@ -32,6 +32,7 @@ static const cli_opt graph_opts[] = {
      .help = "LoRA adapters of rank R (sinter train --lora), the base frozen"},
     {"lora-targets", 0, CLI_CHOICE, "T", O(lora_targets), .choices = "attn, mlp, all",
      .help = "the layers adapted (default all)"},
+    {"ia3", 0, CLI_FLAG, NULL, O(ia3), .help = "IA3 vectors (sinter train --ia3), the base frozen"},
     {"backward", 0, CLI_FLAG, NULL, O(backward), .help = "with the backward graph appended (autodiff)"},
     {"dump-after", 0, CLI_CHOICE, "PASS", O(dump_after), .choices_fn = sn_pipeline_pass_names,
      .help = "print the IR (after fuse, schedule and memplan: the program)\n"
@@ -118,7 +119,9 @@ static int cmd_graph(int argc, char **argv) {
     if (!a.lora && a.lora_targets) return cli_usage_error(&cli_graph_cmd, "--lora-targets needs --lora R");
     unsigned targets = SN_GPT2_LORA_ALL;
     if (a.lora_targets) sn_gpt2_lora_targets_parse(a.lora_targets, &targets);
+    if (a.lora && a.ia3) return cli_usage_error(&cli_graph_cmd, "--ia3 and --lora are two ways to fine-tune: choose one");
     sn_gpt2_lora lora = {.lora = {.rank = (int)a.lora, .alpha = (float)a.lora}, .targets = targets};
+    if (a.ia3) lora = (sn_gpt2_lora){.ia3 = true};
     sn_graph *g = sn_graph_new();
     sn_err e;
     sn_node *loss = NULL;
@@ -129,14 +132,14 @@ static int cmd_graph(int argc, char **argv) {
     cli_model_find(a.model, a.tokenizer, &md);
     if (T < 0) T = cli_model_ctx(&md);
     cli_model_describe(&md, head, sizeof head);
-    if (!s) s = cli_model_build(&md, a.lora ? &lora : NULL, (int)B, (int)T, g, &loss, &e);
+    if (!s) s = cli_model_build(&md, a.lora || a.ia3 ? &lora : NULL, (int)B, (int)T, g, &loss, &e);
     if (!s && a.backward) { /* a training graph: the loss alone, as sinter train keeps it */
         sn_graph_clear_outputs(g);
         sn_graph_add_output(g, loss);
     }
     sn_pipeline_stats st;
     if (!s) {
-        printf("# model %s: %s; input %ld x %ld%s\n", a.model, head, B, T, a.lora ? "; LoRA" : "");
+        printf("# model %s: %s; input %ld x %ld%s\n", a.model, head, B, T, a.lora ? "; LoRA" : a.ia3 ? "; IA3" : "");
         printf("# parameters: ");
         print_count(stdout, (long long)sn_graph_param_count(g));
         printf("\n");

@@ -41,7 +41,9 @@ static int plan_run(const plan_model *m, const sn_plan_opts *o, sn_plan *pl, FIL
     sn_status s = sn_plan_make(o, build, (void *)m, pl, &e);
     char b[32];
     char l[96] = "";
-    if (m->lora)
+    if (m->lora && m->lora->ia3)
+        snprintf(l, sizeof l, ", IA3");
+    else if (m->lora)
         snprintf(l, sizeof l, ", %s rank %d alpha %g on %s", m->qlora ? "QLoRA (NF4 base)" : "LoRA",
                  m->lora->lora.rank,
                  (double)m->lora->lora.alpha, sn_gpt2_lora_targets_name(m->lora->targets));
@@ -60,6 +62,7 @@ typedef struct {
     const char *model, *tokenizer, *device, *precision, *policy, *offload, *lora_targets;
     long batch, seq, micro, lora, qlora, chunk_logits;
     double lora_alpha;
+    bool ia3;
     long long mem;
     bool no_offload;
 } plan_args;
@@ -106,6 +109,9 @@ static const cli_opt plan_opts[] = {
      .help = "the adapters' scale ALPHA/R (default ALPHA = R)"},
     {"lora-targets", 0, CLI_CHOICE, "T", O(lora_targets), .choices = "attn, mlp, all",
      .help = "the layers adapted (default all)"},
+    {"ia3", 0, CLI_FLAG, NULL, O(ia3),
+     .help = "IA3 fine-tuning (sinter train --ia3): the base frozen, gradients\n"
+             "and optimizer state for the vectors alone"},
 };
 
 static int cli_plan(int argc, char **argv);
@@ -131,6 +137,8 @@ static int cli_plan(int argc, char **argv) {
     if (!a.lora && (a.lora_alpha > 0 || a.lora_targets)) /* as sinter train refuses them */
         return cli_usage_error(cmd, "--lora-alpha and --lora-targets shape LoRA adapters: add --lora R "
                                "(the rank, e.g. 8)");
+    if (a.ia3 && a.lora)
+        return cli_usage_error(cmd, "--ia3 and --lora are two ways to fine-tune: choose one");
     if (!a.model) return cli_usage_error(cmd, "which model? add --model NAME");
     if (!a.mem) return cli_usage_error(cmd, "how much memory? add --mem N (6GiB, 500MiB)");
     if (a.micro && a.batch % a.micro) return cli_usage_error(cmd, "--micro-batch must divide --batch");
@@ -157,6 +165,7 @@ static int cli_plan(int argc, char **argv) {
     sn_gpt2_lora lora = {.lora = {.rank = (int)a.lora,
                                   .alpha = a.lora_alpha > 0 ? (float)a.lora_alpha : (float)a.lora},
                          .targets = targets};
-    m.lora = a.lora ? &lora : NULL;
+    if (a.ia3) lora = (sn_gpt2_lora){.ia3 = true};
+    m.lora = a.lora || a.ia3 ? &lora : NULL;
     return plan_run(&m, &o, &pl, stdout);
 }

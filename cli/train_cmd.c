@@ -61,9 +61,14 @@ static sn_status build_llama(sn_graph *g, int B, int T, int V, void *user, sn_er
     return sn_llama_build_lora(g, &c, B, T, lm->has_lora ? &lm->lora : NULL, &m, e);
 }
 
-/* --lora R (--lora-alpha, --lora-targets) as adapters, and their words after desc's at: the
- * same for both families, checked on resume with the rest of the shape. */
+/* --lora R (--lora-alpha, --lora-targets) as adapters, or --ia3's vectors, and their words after
+ * desc's at: the same for both families, checked on resume with the rest of the shape. */
 static void lora_of(const train_args *a, sn_gpt2_lora *l, char *desc, size_t len, int at) {
+    if (a->ia3) {
+        *l = (sn_gpt2_lora){.ia3 = true};
+        snprintf(desc + at, len - (size_t)at, ", IA3");
+        return;
+    }
     l->lora = (sn_lora){.rank = (int)a->lora, .alpha = a->lora_alpha > 0 ? (float)a->lora_alpha : (float)a->lora};
     sn_gpt2_lora_targets_parse(a->lora_targets ? a->lora_targets : "all", &l->targets);
     snprintf(desc + at, len - (size_t)at, ", LoRA rank %d alpha %.9g on %s", l->lora.rank,
@@ -111,7 +116,7 @@ static sn_status build_llama_model(const train_args *a, run *r, sn_model *m, sn_
     int at = snprintf(r->desc, sizeof r->desc, "ctx %d, %d layers, %d/%d heads of %d, hidden %d, MLP %d%s",
                       c->ctx, c->n_layer, c->n_head, c->n_kv_head, c->head_dim, c->hidden,
                       c->intermediate, c->tie_word_embeddings ? ", tied" : "");
-    if (a->lora) {
+    if (a->lora || a->ia3) {
         r->lm.has_lora = true;
         lora_of(a, &r->lm.lora, r->desc, sizeof r->desc, at);
     }
@@ -133,7 +138,7 @@ static sn_status build_gpt2_model(const train_args *a, run *r, sn_model *m, sn_e
         return sn_fail(e, SN_ERR_INVALID, "unknown model '%s' (models: %s)", a->model, sn_gpt2_config_names());
     int at = snprintf(r->desc, sizeof r->desc, "ctx %d, %d layers, %d heads, %d channels", c->ctx,
                       c->n_layer, c->n_head, c->n_embd);
-    if (a->lora) { /* the adapters' shape and scale: checked on resume with the rest */
+    if (a->lora || a->ia3) { /* the adapters' shape and scale: checked on resume with the rest */
         r->gm.has_lora = true;
         lora_of(a, &r->gm.lora, r->desc, sizeof r->desc, at);
     }
@@ -334,15 +339,22 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
     printf("batch %d x %d tokens, %d micro-batch%s per step (%ld tokens)\n", in.batch, in.seq,
            in.micro, in.micro > 1 ? "es" : "", tps);
     if (a->resume) printf("resumed from %s at step %ld\n", a->resume, start);
-    if (a->resume && a->init) printf("--init %s not read: the resumed checkpoint holds every weight\n", a->init);
-    else if (a->init_hf && !a->resume)
-        printf("initialised from the pretrained %s (%d LoRA adapter parameter%s start as usual: A "
-               "random, B zeros)\n", a->init_hf, in.init_fresh, in.init_fresh == 1 ? "" : "s");
-    else if (a->init)
-        printf("initialised from %s (its weights; %d LoRA adapter parameter%s it lacks start as "
-               "usual: A random, B zeros)\n", a->init, in.init_fresh, in.init_fresh == 1 ? "" : "s");
     const sn_gpt2_lora *lo = r->llama ? (r->lm.has_lora ? &r->lm.lora : NULL) : (r->gm.has_lora ? &r->gm.lora : NULL);
-    if (lo)
+    bool ia3 = lo && lo->ia3;
+    const char *fresh = ia3 ? "IA3 vector" : "LoRA adapter parameter", *as = ia3 ? "ones" : "A random, B zeros";
+    if (a->resume && a->init)
+        printf("--init %s not read: the resumed checkpoint holds every weight\n", a->init);
+    else if (a->init_hf && !a->resume)
+        printf("initialised from the pretrained %s (%d %s%s start as usual: %s)\n", a->init_hf,
+               in.init_fresh, fresh, in.init_fresh == 1 ? "" : "s", as);
+    else if (a->init)
+        printf("initialised from %s (its weights; %d %s%s it lacks start as usual: %s)\n", a->init,
+               in.init_fresh, fresh, in.init_fresh == 1 ? "" : "s", as);
+    if (lo && lo->ia3)
+        printf("IA3: keys, values and the MLP's inner activation scaled by learned vectors: %lld "
+               "of %lld parameters trained (%.3f%%), the rest frozen\n", (long long)in.trained,
+               (long long)in.params, 100.0 * (double)in.trained / (double)in.params);
+    else if (lo)
         printf("LoRA: rank %d, alpha %g (scale %g), on %s: %lld of %lld parameters trained "
                "(%.2f%%), the rest frozen\n", lo->lora.rank, (double)lo->lora.alpha,
                (double)(lo->lora.alpha / (float)lo->lora.rank), sn_gpt2_lora_targets_name(lo->targets),

@@ -118,6 +118,10 @@ static const cli_opt train_opts[] = {
     {"lora-targets", 0, CLI_CHOICE, "T", O(lora_targets), .choices = "attn, mlp, all",
      .help = "all (default), attn or mlp: GPT-2's c_attn and c_proj, c_fc and\n"
              "c_proj; the LLaMA family's q, k, v, o_proj, gate, up, down_proj"},
+    {"ia3", 0, CLI_FLAG, NULL, O(ia3),
+     .help = "(IA)^3 fine-tuning: learned vectors, ones at first, scale each\n"
+             "layer's keys, values and the MLP's inner activation channel by\n"
+             "channel; only they train, every weight is frozen (not with --lora)"},
     {"sample-len", 0, CLI_INT, "N", O(sample_len), 0, 1 << 20,
      .help = "tokens to generate after training (default 200; 0: no samples)"},
     {"sample-every", 0, CLI_INT, "N", O(sample_every), 0, STEPS_MAX,
@@ -200,6 +204,8 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
     if (!a->lora && (a->lora_alpha > 0 || a->lora_targets))
         return cli_usage_error(cmd, "--lora-alpha and --lora-targets shape LoRA adapters: add --lora R "
                                "(the rank, e.g. 8)");
+    if (a->ia3 && a->lora)
+        return cli_usage_error(cmd, "--ia3 and --lora are two ways to fine-tune: choose one");
     if (a->mem && a->tokens_per_step)
         return cli_usage_error(cmd, "--mem chooses the micro-batches itself: give the sequences per "
                                "step as --batch, not --tokens-per-step");

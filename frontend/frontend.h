@@ -39,4 +39,10 @@ sn_node *sn_embedding_bwd(sn_graph *g, sn_node *ids, sn_node *dy, int64_t vocab)
  * Marks loss and the gradients as outputs. */
 sn_status sn_backward(sn_graph *g, sn_node *loss, sn_err *e);
 
+/* ---- fine-tuning (lora.c, ia3.c) ---- */
+
+/* Freezes (sn_param_freeze) every PARAM of g whose name trained() refuses; returns the elements of
+ * those it accepts (what is left to train). */
+int64_t sn_freeze_unless(sn_graph *g, bool (*trained)(const char *name));
+
 #endif

@@ -55,13 +55,15 @@ bool sn_lora_is_adapter(const char *name) {
     return name && (ends_with(name, SUFFIX_A) || ends_with(name, SUFFIX_B));
 }
 
-int64_t sn_lora_freeze_base(sn_graph *g) {
-    int64_t trained = 0;
+int64_t sn_freeze_unless(sn_graph *g, bool (*trained)(const char *name)) {
+    int64_t n_trained = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         sn_node *n = g->nodes[i];
         if (n->op != SN_OP_PARAM) continue;
-        if (sn_lora_is_adapter(n->name)) trained += sn_numel(n);
+        if (trained(n->name)) n_trained += sn_numel(n);
         else sn_param_freeze(n);
     }
-    return trained;
+    return n_trained;
 }
+
+int64_t sn_lora_freeze_base(sn_graph *g) { return sn_freeze_unless(g, sn_lora_is_adapter); }

@@ -1,12 +1,14 @@
 /* export.c: a sinter GPT-2 checkpoint as a weight set (weights.h, sn_weights_from_checkpoint),
  * for `sinter export`: the configuration from the checkpoint's metadata and shapes, the padded
- * vocabulary rows dropped, LoRA adapters merged. Convention: LoRA's path (x @ A) @ B * alpha/r
+ * vocabulary rows dropped, LoRA adapters and IA3 vectors (ia3_merge.c) merged. Convention: LoRA's path (x @ A) @ B * alpha/r
  * beside x @ W is the same map as x @ (W + A @ B * alpha/r), so merging changes no logit beyond
  * rounding; the merge is summed in double. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "frontend/ia3.h"
 #include "frontend/lora.h"
+#include "io_int.h"
 #include "train/checkpoint.h"
 #include "weights.h"
 
@@ -100,7 +102,7 @@ sn_status sn_weights_from_checkpoint(const char *path, const sn_export_opts *o, 
     for (int i = 0; i < cw.n && !s; i++) { /* nothing the model does not have */
         char name[96];
         int64_t shape[2];
-        bool known = sn_lora_is_adapter(cw.params[i].name);
+        bool known = sn_is_adapter(cw.params[i].name);
         for (int k = 0; k < sn_gpt2_param_count(&c) && !known; k++) {
             sn_gpt2_param_at(&c, k, name, sizeof name, shape);
             known = !strcmp(name, cw.params[i].name);
@@ -136,6 +138,8 @@ sn_status sn_weights_from_checkpoint(const char *path, const sn_export_opts *o, 
             s = merge_adapters(path, &cw, name, &out->w[out->n - 1], alpha, &n_merged, e);
         }
     }
+    int n_ia3 = 0;
+    if (!s) s = sn_ia3_merge(path, &cw, out, true, &n_ia3, e);
     int adapters = 0;
     for (int i = 0; i < cw.n; i++) adapters += sn_lora_is_adapter(cw.params[i].name);
     if (!s && adapters != 2 * n_merged)
@@ -144,6 +148,6 @@ sn_status sn_weights_from_checkpoint(const char *path, const sn_export_opts *o, 
     sn_ckpt_weights_free(&cw);
     if (!s) s = sn_weights_check(out, path, e);
     if (s) sn_weights_free(out);
-    else if (merged) *merged = n_merged;
+    else if (merged) *merged = n_merged + n_ia3;
     return s;
 }

@@ -4,12 +4,15 @@
  * tokenizer's; the vocabulary's padding rows are dropped.
  * Convention: every parameter of the model is in the file with its shape, and nothing else but
  * the run's LoRA adapters, merged into the weights they adapt: x W^T + (x A) B alpha/r is
- * x (W + (A B)^T alpha/r)^T, each sum in double. */
+ * x (W + (A B)^T alpha/r)^T, each sum in double; or its IA3 vectors, merged into the weights
+ * they scale (ia3_merge.c). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "hf_llama.h"
+#include "frontend/ia3.h"
 #include "frontend/lora.h"
+#include "io_int.h"
 #include "train/checkpoint.h"
 
 static const sn_ckpt_param *find(const sn_ckpt_weights *cw, const char *name) {
@@ -80,9 +83,12 @@ static sn_status copy_params(const char *path, const sn_ckpt_weights *cw, const 
     if (adapters != 2 * merged)
         return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: %d LoRA adapter parameters, of which %d "
                        "adapt a weight of %s: the file is damaged", path, adapters, 2 * merged, c->name);
-    if (cw->n != n_params + adapters)
+    int vectors = 0;
+    sn_status s = sn_ia3_merge(path, cw, out, false, &vectors, e);
+    if (s) return s;
+    if (cw->n != n_params + adapters + vectors)
         for (int i = 0; i < cw->n; i++)
-            if (!sn_weights_find(out, cw->params[i].name) && !sn_lora_is_adapter(cw->params[i].name))
+            if (!sn_weights_find(out, cw->params[i].name) && !sn_is_adapter(cw->params[i].name))
                 return sn_fail(e, SN_ERR_UNSUPPORTED, "checkpoint %s has a parameter %s, which %s "
                                "lacks", path, cw->params[i].name, c->name);
     return SN_OK;

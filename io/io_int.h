@@ -8,6 +8,9 @@
 
 #include "ir/ir.h"
 #include "support/savefile.h"
+#include "train/checkpoint.h"
+#include "safetensors.h"
+#include "weights.h"
 
 /* ---- newfile.c ---- */
 
@@ -36,6 +39,27 @@ sn_status sn_newfile_json(const char *path, const char *what, struct json_object
 float sn_bf16_to_f32(uint16_t h);
 float sn_f16_to_f32(uint16_t h);
 uint16_t sn_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
+
+/* ---- ia3_merge.c: IA3 vectors merged into the weights they scale ---- */
+
+/* Every IA3 vector of checkpoint cw (read from path) merged into out's weights (in_out: GPT-2's
+ * (in, out) "P.w" and "P.b"; else LLaMA's (out, in) "P.weight" and "P.bias"); *merged counts
+ * them. SN_ERR_INVALID when a vector scales no weight of out. */
+sn_status sn_ia3_merge(const char *path, const sn_ckpt_weights *cw, sn_weights *out, bool in_out,
+                       int *merged, sn_err *e);
+
+/* ---- peft.c, peft_ia3.c: PEFT adapters ---- */
+
+/* dir (made when missing) with new files adapter_config.json (config) and
+ * adapter_model.safetensors (the n tensors t); the config removed again when the tensors fail,
+ * so no half-written adapter stays (json-c builds only). */
+sn_status sn_peft_write_files(const char *dir, struct json_object *config, const sn_st_out *t, int n,
+                              sn_err *e);
+
+/* The IA3 vectors of checkpoint cw (read from path) as PEFT's IA3 adapter in dir, as
+ * sn_lora_write_peft writes LoRA's; *n_vectors (may be NULL): the vectors written. */
+sn_status sn_ia3_write_peft(const char *path, const sn_ckpt_weights *cw, const char *dir,
+                            int *n_vectors, sn_err *e);
 
 /* ---- hf_gpt2.c: JSON files of a Hugging Face directory ---- */
 

@@ -13,6 +13,7 @@
 #include <json-c/json.h>
 #endif
 
+#include "frontend/ia3.h"
 #include "frontend/lora.h"
 #include "train/checkpoint.h"
 #include "io_int.h"
@@ -36,8 +37,19 @@ static float *transposed(const float *m, int64_t rows, int64_t cols) {
 }
 
 #ifdef SN_HAVE_JSONC
-static sn_status write_config(const char *path, int r, float alpha, char (*modules)[160], int n,
-                              bool conv1d, sn_err *e) {
+sn_status sn_peft_write_files(const char *dir, struct json_object *config, const sn_st_out *t, int n,
+                              sn_err *e) {
+    char cpath[4200], mpath[4200];
+    snprintf(cpath, sizeof cpath, "%s/adapter_config.json", dir);
+    snprintf(mpath, sizeof mpath, "%s/adapter_model.safetensors", dir);
+    sn_status s = sn_newfile_dir(dir, cpath, mpath, e);
+    if (!s && !(s = sn_newfile_json(cpath, "adapter_config.json", config, e)) && (s = sn_st_write(mpath, t, n, e)))
+        unlink(cpath); /* this call made it: no half-written adapter stays */
+    return s;
+}
+
+/* LoRA's adapter_config.json */
+static json_object *lora_config(int r, float alpha, char (*modules)[160], int n, bool conv1d) {
     json_object *c = json_object_new_object(), *t = json_object_new_array();
     for (int i = 0; i < n; i++) json_object_array_add(t, json_object_new_string(modules[i]));
     json_object_object_add(c, "peft_type", json_object_new_string("LORA"));
@@ -50,9 +62,7 @@ static sn_status write_config(const char *path, int r, float alpha, char (*modul
     json_object_object_add(c, "bias", json_object_new_string("none"));
     json_object_object_add(c, "target_modules", t);
     json_object_object_add(c, "inference_mode", json_object_new_boolean(1));
-    sn_status s = sn_newfile_json(path, "adapter_config.json", c, e);
-    json_object_put(c);
-    return s;
+    return c;
 }
 #endif
 
@@ -106,12 +116,15 @@ sn_status sn_lora_write_peft(const char *path, const char *dir, const sn_export_
     return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: this build of sinter has no json-c, so it writes no "
                    "PEFT adapters: install libjson-c-dev and rebuild (./setup)", dir);
 #else
-    char config[4200], model[4200];
-    snprintf(config, sizeof config, "%s/adapter_config.json", dir);
-    snprintf(model, sizeof model, "%s/adapter_model.safetensors", dir);
     sn_ckpt_weights cw;
     sn_status s = sn_checkpoint_read_weights(path, &cw, e);
     if (s) return s;
+    for (int i = 0; i < cw.n; i++)
+        if (sn_ia3_is_vector(cw.params[i].name)) { /* a run of --ia3: PEFT's IA3 adapter */
+            s = sn_ia3_write_peft(path, &cw, dir, n_adapted, e);
+            sn_ckpt_weights_free(&cw);
+            return s;
+        }
     float alpha = o && o->lora_alpha > 0 ? o->lora_alpha : (float)sn_run_lora_alpha(&cw.run);
     sn_st_out *t = sn_calloc(2 * MAX_ADAPTED, sizeof *t, "the adapters", e);
     char (*names)[192] = sn_calloc(2 * MAX_ADAPTED, sizeof *names, "the adapters' names", e);
@@ -124,10 +137,12 @@ sn_status sn_lora_write_peft(const char *path, const char *dir, const sn_export_
         s = sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds LoRA adapters and does not say their "
                     "alpha: give it (sinter export --lora-alpha ALPHA, as given to --lora-alpha in "
                     "training; R when it was not)", path);
-    if (!s) s = sn_newfile_dir(dir, config, model, e);
     bool conv1d = n && !strncmp(modules[0], "transformer.", 12); /* GPT-2's; LLaMA's are Linear */
-    if (!s && !(s = write_config(config, rank, alpha, modules, n, conv1d, e)) && (s = sn_st_write(model, t, 2 * n, e)))
-        unlink(config); /* this call made it: no half-written adapter stays */
+    if (!s) {
+        json_object *config = lora_config(rank, alpha, modules, n, conv1d);
+        s = sn_peft_write_files(dir, config, t, 2 * n, e);
+        json_object_put(config);
+    }
     for (int j = 0; t && j < 2 * n; j++) free((void *)t[j].data);
     free(t);
     free(names);

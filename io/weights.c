@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "frontend/lora.h"
+#include "frontend/ia3.h"
 #include "weights.h"
 
 void sn_weights_free(sn_weights *w) {
@@ -181,7 +181,7 @@ sn_status sn_weights_init_trainer(const sn_weights *w, sn_trainer *t, int64_t vo
     if (!buf) return SN_ERR_OOM;
     for (int i = 0; i < np && !s; i++) {
         const sn_node *p = sn_trainer_param_node(t, i);
-        if (!sn_weights_find(w, p->name) && sn_lora_is_adapter(p->name)) n_fresh++;
+        if (!sn_weights_find(w, p->name) && sn_is_adapter(p->name)) n_fresh++;
         else s = sn_weights_fill(w, p, vocab, buf, e);
     }
     for (int i = 0; i < w->n && !s; i++)

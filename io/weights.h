@@ -101,14 +101,16 @@ typedef struct {
 
 /* A GPT-2 checkpoint's weights (sinter train --checkpoint): the configuration from its
  * metadata and shapes, the padded vocabulary rows dropped, LoRA adapters merged into the
- * weights they adapt (W += A @ B * alpha / r); *merged (may be NULL): adapters merged. */
+ * weights they adapt (W += A @ B * alpha / r), IA3 vectors into the weights they scale (io_int.h,
+ * sn_ia3_merge); *merged (may be NULL): adapters and vectors merged. */
 sn_status sn_weights_from_checkpoint(const char *path, const sn_export_opts *o, sn_weights *out,
                                      int *merged, sn_err *e);
 
 /* A LoRA checkpoint's adapters, not merged, as a PEFT LoRA adapter in dir (made when missing;
  * files never replaced): adapter_config.json (r, lora_alpha, the adapted modules by name,
  * fan_in_fan_out for GPT-2's Conv1D) and adapter_model.safetensors (f32); *n_adapted (may be
- * NULL): the layers adapted. */
+ * NULL): the layers adapted. A checkpoint of IA3 vectors (frontend/ia3.h) is written as PEFT's
+ * IA3 adapter (peft_type "IA3", the vectors "...M.ia3_l"); *n_adapted: the vectors. */
 sn_status sn_lora_write_peft(const char *path, const char *dir, const sn_export_opts *o,
                              int *n_adapted, sn_err *e);
 

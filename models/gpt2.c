@@ -123,6 +123,11 @@ static sn_node *attention(builder *m, sn_node *x, int layer, float proj_std) {
     sn_node *qkv = linear(m, x, p, C, 3 * C, 0.02f, SN_GPT2_LORA_ATTN); /* (B, T, 3C) */
     sn_node *part[3];
     sn_split(g, qkv, -1, 3, part);
+    if (m->lora && m->lora->ia3) { /* IA3: l_k and l_v, one vector beside c_attn (gpt2.h) */
+        sn_node *l = sn_ia3_vector(g, p, 2 * C);
+        part[1] = sn_ia3_scale(g, part[1], sn_slice(g, l, 0, 0, C));
+        part[2] = sn_ia3_scale(g, part[2], sn_slice(g, l, 0, C, 2 * C));
+    }
     sn_node *q = heads(m, part[0]), *k = heads(m, part[1]), *v = heads(m, part[2]);
     sn_node *y;
     if (m->kv == KV_DECODE) {
@@ -149,6 +154,7 @@ static sn_node *mlp(builder *m, sn_node *x, int layer, float proj_std) {
     snprintf(p, sizeof p, "h.%d.mlp.c_fc", layer);
     sn_node *h = sn_gelu(m->g, linear(m, x, p, C, 4 * C, 0.02f, SN_GPT2_LORA_MLP)); /* (B, T, 4C) */
     snprintf(p, sizeof p, "h.%d.mlp.c_proj", layer);
+    if (m->lora && m->lora->ia3) h = sn_ia3_scale(m->g, h, sn_ia3_vector(m->g, p, 4 * C)); /* l_ff */
     return linear(m, h, p, 4 * C, C, proj_std, SN_GPT2_LORA_MLP);
 }
 
@@ -157,7 +163,10 @@ sn_status sn_gpt2_build(sn_graph *g, const sn_gpt2_config *c, int B, int T, sn_g
 }
 
 static sn_status check(const sn_gpt2_config *c, int B, int T, const sn_gpt2_lora *lora, sn_err *e) {
-    if (lora && (lora->lora.rank < 1 || !(lora->lora.alpha > 0) || !lora->targets ||
+    if (lora && lora->ia3 && (lora->lora.rank || lora->targets))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "gpt2 %s: IA3 vectors together with LoRA adapters "
+                       "(rank %d) are not supported: choose one", c->name, lora->lora.rank);
+    if (lora && !lora->ia3 && (lora->lora.rank < 1 || !(lora->lora.alpha > 0) || !lora->targets ||
                  lora->targets & ~(unsigned)SN_GPT2_LORA_ALL))
         return sn_fail(e, SN_ERR_INVALID, "gpt2 %s: LoRA rank %d, alpha %g, targets %u: need a "
                        "rank >= 1, alpha > 0 and targets attn, mlp or all", c->name,
@@ -202,7 +211,7 @@ sn_status sn_gpt2_build_lora(sn_graph *g, const sn_gpt2_config *c, int B, int T,
     out->loss = sn_cross_entropy(g, out->logits, out->targets, -1);
     sn_graph_set_logits(g, out->logits);
     sn_graph_set_loss(g, out->loss);
-    if (lora && !sn_graph_error(g)) sn_lora_freeze_base(g);
+    if (lora && !sn_graph_error(g)) lora->ia3 ? sn_ia3_freeze_base(g) : sn_lora_freeze_base(g);
     if (sn_graph_error(g))
         return sn_fail(e, sn_graph_status(g), "gpt2 %s: %s", c->name, sn_graph_error(g));
     return SN_OK;
@@ -222,7 +231,7 @@ sn_status sn_gpt2_build_kv(sn_graph *g, const sn_gpt2_config *c, int B, int T, b
     sn_node *x = sn_add(g, sn_embedding(g, wte, idx), /* (B, T, C) */
                         decode ? sn_embedding(g, wpe, pos) : sn_slice(g, wpe, 0, 0, T));
     sn_graph_set_logits(g, body(&m, x, wte)); /* an output after each layer's k and v */
-    if (lora && !sn_graph_error(g)) sn_lora_freeze_base(g);
+    if (lora && !sn_graph_error(g)) lora->ia3 ? sn_ia3_freeze_base(g) : sn_lora_freeze_base(g);
     if (sn_graph_error(g))
         return sn_fail(e, sn_graph_status(g), "gpt2 %s: %s", c->name, sn_graph_error(g));
     return SN_OK;

@@ -4,6 +4,7 @@
 #ifndef SN_GPT2_H
 #define SN_GPT2_H
 
+#include "frontend/ia3.h"
 #include "frontend/lora.h"
 #include "frontend/frontend.h"
 
@@ -41,6 +42,7 @@ enum {
 typedef struct {
     sn_lora lora;     /* rank and alpha */
     unsigned targets; /* SN_GPT2_LORA_* bits */
+    bool ia3;         /* (IA)^3 vectors (frontend/ia3.h) instead of LoRA: lora and targets zero */
 } sn_gpt2_lora;
 
 /* "attn", "mlp" or "all" into *targets; false for anything else. */
@@ -49,7 +51,10 @@ const char *sn_gpt2_lora_targets_name(unsigned targets);
 
 /* sn_gpt2_build with LoRA adapters (lora != NULL): each targeted layer's x @ w + b gains
  * (x @ A) @ B * alpha/r, and every other parameter (embeddings, layer norms, weights and
- * biases) is frozen, so only the adapters train and the model starts equal to the base. */
+ * biases) is frozen, so only the adapters train and the model starts equal to the base.
+ * With lora->ia3, IA3 vectors instead: each layer's keys and values (c_attn's outputs C..3C) are
+ * scaled by "h.N.attn.c_attn.ia3_l" (2C: the keys' C, then the values'), the MLP's GELU output by
+ * "h.N.mlp.c_proj.ia3_l" (4C), all ones at first; the rest frozen. */
 sn_status sn_gpt2_build_lora(sn_graph *g, const sn_gpt2_config *c, int B, int T,
                              const sn_gpt2_lora *lora, sn_gpt2 *out, sn_err *e);
 

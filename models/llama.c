@@ -149,14 +149,14 @@ static sn_node *param(builder *m, const char *name, sn_shape s, sn_init init, fl
 
 /* A projection's parameters: prefix.weight w (out, in), LoRA's prefix.lora_a (in, r) and
  * prefix.lora_b (r, out) when the adapters target it (SN_GPT2_LORA_ATTN: q, k, v, o;
- * SN_GPT2_LORA_MLP: gate, up, down; frontend/lora.h), prefix.bias (out) when it has one; made in
- * that order. */
+ * SN_GPT2_LORA_MLP: gate, up, down; frontend/lora.h), prefix.bias (out) when it has one, IA3's
+ * prefix.ia3_l (out) when ia3 (frontend/ia3.h: k_proj, v_proj); made in that order. */
 typedef struct {
-    sn_node *w, *a, *b, *bias; /* a, b, bias: NULL when none */
+    sn_node *w, *a, *b, *bias, *l; /* a, b, bias, l: NULL when none */
 } proj;
 
 static proj proj_params(builder *m, const char *prefix, int64_t in, int64_t out, bool bias,
-                        unsigned target) {
+                        unsigned target, bool ia3) {
     char n[112];
     proj pr = {0};
     snprintf(n, sizeof n, "%s.weight", prefix);
@@ -167,10 +167,11 @@ static proj proj_params(builder *m, const char *prefix, int64_t in, int64_t out,
         snprintf(n, sizeof n, "%s.bias", prefix);
         pr.bias = param(m, n, SN_SHAPE(out), SN_INIT_ZEROS, 0);
     }
+    if (ia3 && m->lora && m->lora->ia3) pr.l = sn_ia3_vector(m->g, prefix, out);
     return pr;
 }
 
-/* The n projections pr[i] of the same x (B, T, in): y[i] = x @ w^T (+ LoRA's path) (+ bias). The
+/* The n projections pr[i] of the same x (B, T, in): y[i] = (x @ w^T (+ LoRA's path) (+ bias)) (* l). The
  * adapted ones share one product x @ [A ...] (sn_lora_paths). */
 static void projections(builder *m, sn_node *x, int n, const proj *pr, sn_node **y) {
     sn_node *a[SN_LORA_MAX_PATHS], *b[SN_LORA_MAX_PATHS], *path[SN_LORA_MAX_PATHS];
@@ -182,13 +183,14 @@ static void projections(builder *m, sn_node *x, int n, const proj *pr, sn_node *
         y[i] = sn_matmul_t(m->g, x, pr[i].w, false, true);
         if (pr[i].a && pr[i].b) y[i] = sn_add(m->g, y[i], path[k++]);
         if (pr[i].bias) y[i] = sn_add(m->g, y[i], pr[i].bias);
+        if (pr[i].l) y[i] = sn_ia3_scale(m->g, y[i], pr[i].l);
     }
 }
 
 /* One projection of x (B, T, in) to (B, T, out), named prefix (proj_params). */
 static sn_node *linear(builder *m, sn_node *x, const char *prefix, int64_t in, int64_t out, bool bias,
                        unsigned target) {
-    proj pr = proj_params(m, prefix, in, out, bias, target);
+    proj pr = proj_params(m, prefix, in, out, bias, target, false);
     sn_node *y;
     projections(m, x, 1, &pr, &y);
     return y;
@@ -301,7 +303,7 @@ static sn_node *attention(builder *m, sn_node *x, int l) {
     sn_node *qkv[3];
     for (int i = 0; i < 3; i++) {
         snprintf(p, sizeof p, "model.layers.%d.self_attn.%s", l, names[i]);
-        pr[i] = proj_params(m, p, C, (i ? Hkv : H) * D, c->qkv_bias, SN_GPT2_LORA_ATTN);
+        pr[i] = proj_params(m, p, C, (i ? Hkv : H) * D, c->qkv_bias, SN_GPT2_LORA_ATTN, i > 0);
     }
     projections(m, x, 3, pr, qkv); /* (B, T, H D), (B, T, Hkv D) twice */
     sn_node *q = rope(m, heads(m, qkv[0], (int)H));
@@ -335,18 +337,23 @@ static sn_node *mlp(builder *m, sn_node *x, int l) {
     proj pr[2];
     sn_node *gu[2];
     snprintf(p, sizeof p, "model.layers.%d.mlp.gate_proj", l);
-    pr[0] = proj_params(m, p, C, F, false, SN_GPT2_LORA_MLP);
+    pr[0] = proj_params(m, p, C, F, false, SN_GPT2_LORA_MLP, false);
     snprintf(p, sizeof p, "model.layers.%d.mlp.up_proj", l);
-    pr[1] = proj_params(m, p, C, F, false, SN_GPT2_LORA_MLP);
+    pr[1] = proj_params(m, p, C, F, false, SN_GPT2_LORA_MLP, false);
     projections(m, x, 2, pr, gu); /* (B, T, F) each */
     sn_node *gate = sn_silu(g, gu[0]), *up = gu[1];
+    sn_node *h = sn_mul(g, gate, up); /* (B, T, F) */
     snprintf(p, sizeof p, "model.layers.%d.mlp.down_proj", l);
-    return linear(m, sn_mul(g, gate, up), p, F, C, false, SN_GPT2_LORA_MLP);
+    if (m->lora && m->lora->ia3) h = sn_ia3_scale(g, h, sn_ia3_vector(g, p, F)); /* l_ff: down's input */
+    return linear(m, h, p, F, C, false, SN_GPT2_LORA_MLP);
 }
 
-static sn_status check(const sn_llama_config *c, int B, int T, sn_err *e) {
+static sn_status check(const sn_llama_config *c, int B, int T, const sn_llama_lora *lora, sn_err *e) {
     sn_status s = sn_llama_config_check(c, e);
     if (s) return s;
+    if (lora && lora->ia3 && (lora->lora.rank || lora->targets))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: IA3 vectors together with LoRA adapters (rank %d) "
+                       "are not supported: choose one", c->name ? c->name : "llama", lora->lora.rank);
     if (B < 1 || T < 1 || T > c->ctx)
         return sn_fail(e, SN_ERR_INVALID, "%s: batch %d x sequence %d: need B >= 1 and 1 <= T <= "
                        "ctx = %d", c->name ? c->name : "llama", B, T, c->ctx);
@@ -379,7 +386,7 @@ sn_status sn_llama_build(sn_graph *g, const sn_llama_config *c, int B, int T, sn
 
 sn_status sn_llama_build_lora(sn_graph *g, const sn_llama_config *c, int B, int T,
                               const sn_llama_lora *lora, sn_llama *out, sn_err *e) {
-    sn_status s = check(c, B, T, e);
+    sn_status s = check(c, B, T, lora, e);
     if (s) return s;
     builder m = {.g = g, .c = c, .B = B, .T = T, .lora = lora};
     if ((s = rope_tables(&m, e))) return s;
@@ -389,7 +396,7 @@ sn_status sn_llama_build_lora(sn_graph *g, const sn_llama_config *c, int B, int 
     out->loss = sn_cross_entropy(g, out->logits, out->targets, -1);
     sn_graph_set_logits(g, out->logits);
     sn_graph_set_loss(g, out->loss);
-    if (lora && !sn_graph_error(g)) sn_lora_freeze_base(g);
+    if (lora && !sn_graph_error(g)) lora->ia3 ? sn_ia3_freeze_base(g) : sn_lora_freeze_base(g);
     if (sn_graph_error(g))
         return sn_fail(e, sn_graph_status(g), "%s: %s", c->name ? c->name : "llama", sn_graph_error(g));
     return SN_OK;
@@ -401,7 +408,7 @@ sn_status sn_llama_build_kv(sn_graph *g, const sn_llama_config *c, int B, int T,
 
 sn_status sn_llama_build_kv_lora(sn_graph *g, const sn_llama_config *c, int B, int T, bool decode,
                                  const sn_llama_lora *lora, sn_err *e) {
-    sn_status s = check(c, B, T, e);
+    sn_status s = check(c, B, T, lora, e);
     if (s) return s;
     builder m = {.g = g, .c = c, .B = B, .T = T, .kv = decode ? KV_DECODE : KV_PREFILL, .lora = lora};
     sn_node *idx = sn_input_tokens(g, "idx", SN_SHAPE(B, T));

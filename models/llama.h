@@ -62,7 +62,11 @@ sn_status sn_llama_build(sn_graph *g, const sn_llama_config *c, int B, int T, sn
  * sn_gpt2_lora_targets_parse. Adapter names: the projection's prefix (".lora_a", ".lora_b"),
  * e.g. model.layers.0.self_attn.q_proj.lora_a (in, r). */
 typedef sn_gpt2_lora sn_llama_lora;
-/* sn_llama_build with adapters (NULL: none); every other parameter frozen. */
+/* With lora->ia3, IA3 vectors (frontend/ia3.h) instead of adapters: k_proj's and v_proj's
+ * outputs (Hkv D, before the rotation: what merging into their weights gives) scaled by
+ * "model.layers.N.self_attn.k_proj.ia3_l" and "...v_proj.ia3_l", down_proj's input
+ * act(gate) * up (F) by "model.layers.N.mlp.down_proj.ia3_l", as PEFT's IA3 scales them.
+ * sn_llama_build with adapters or vectors (NULL: none); every other parameter frozen. */
 sn_status sn_llama_build_lora(sn_graph *g, const sn_llama_config *c, int B, int T,
                               const sn_llama_lora *lora, sn_llama *out, sn_err *e);
 

@@ -9,10 +9,12 @@
  * logits). A LoRA adapter's sum (frontend/lora.h: base + (x @ A) @ B) is stored as full training
  * stores the base: the base linear is rounded where its readers would round it, and the adapter's
  * product (..., out) is always read through its low-precision copy (what PEFT's lora_B returns
- * under torch.autocast), so no f32 tensor of the layer's width is written for it. */
+ * under torch.autocast), so no f32 tensor of the layer's width is written for it. An IA3 scaling
+ * (frontend/ia3.h) is read through as a view is, so a model at ones rounds as its base does. */
 #include <stdlib.h>
 
 #include "frontend/frontend.h"
+#include "frontend/ia3.h"
 #include "frontend/lora.h"
 #include "ir/rewrite.h"
 #include "passes.h"
@@ -125,6 +127,15 @@ static const sn_node *adapter_base(const sn_node *u) {
     return NULL;
 }
 
+/* Whether old node u is x scaled by an IA3 vector (frontend/ia3.h: x * l, l a "P.ia3_l" PARAM or
+ * a view of one): read as x is, so that at l = 1 the model rounds where the base model does. */
+static bool ia3_scaling(const sn_node *u, const sn_node *x) {
+    if (u->op != SN_OP_MUL) return false;
+    const sn_node *l = u->in[0] == x ? u->in[1] : u->in[0];
+    while (l->op == SN_OP_SLICE || l->op == SN_OP_RESHAPE || l->op == SN_OP_BROADCAST) l = l->in[0];
+    return l->op == SN_OP_PARAM && sn_ia3_is_vector(l->name);
+}
+
 /* Whether every reader of old node x rounds it to the low dtype anyway: products, GELU (read
  * rounded, below) and views read so; not an output. Then a bias added into x may be rounded. */
 static bool read_low(const sn_graph *in, const sn_node *x) {
@@ -139,7 +150,8 @@ static bool read_low(const sn_graph *in, const sn_node *x) {
             readers++;
             bool view = u->op == SN_OP_RESHAPE || u->op == SN_OP_PERMUTE ||
                         u->op == SN_OP_SLICE || u->op == SN_OP_BROADCAST;
-            bool through = view || adapter_base(u) == x; /* an adapter's sum is read as its base */
+            /* an adapter's sum is read as its base, an IA3 scaling as what it scales */
+            bool through = view || adapter_base(u) == x || ia3_scaling(u, x);
             if (policy_of(u->op) != POL_LOW && u->op != SN_OP_GELU && !(through && read_low(in, u)))
                 return false;
         }

@@ -1,6 +1,7 @@
 /* harness.c: see harness.h. */
 #include "harness.h"
 #include "frontend/frontend.h"
+#include "interp/interp.h"
 #include "models/gpt2.h"
 #include "train/train.h"
 
@@ -33,6 +34,39 @@ void sn_check_close(const char *what, const double *got, const double *want, siz
     }
     ck_assert_msg(worst <= tol, "%s: normalized error %.3g > %.3g at [%zu]: got %.9g, want %.9g",
                   what, worst, tol, at, n ? got[at] : 0.0, n ? want[at] : 0.0);
+}
+
+void sn_check_param_grad(sn_interp *it, const sn_graph *g, const sn_node *p, double *vals,
+                         int points, double min_grad, double tol) {
+    sn_err e;
+    ck_assert(points >= 4 && points <= 64);
+    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
+    const double *grad = sn_interp_value(it, p->grad);
+    ck_assert_msg(grad, "%s: gradient not kept", p->name);
+    int64_t n = sn_numel(p), stride = n / (points * 3 / 4) + 1;
+    double an[64], fd[64];
+    int k = 0;
+    for (int64_t i = 0; i < n && k < points; i += stride, k++) an[k] = grad[i];
+    k = 0;
+    for (int64_t i = 0; i < n && k < points; i += stride, k++) {
+        const double h = 1e-5, keep = vals[i];
+        double up, down;
+        vals[i] = keep + h;
+        ck_assert(!sn_interp_set_f64(it, p, vals, &e) && !sn_interp_run(it, &e));
+        up = sn_interp_value(it, g->loss)[0];
+        vals[i] = keep - h;
+        ck_assert(!sn_interp_set_f64(it, p, vals, &e) && !sn_interp_run(it, &e));
+        down = sn_interp_value(it, g->loss)[0];
+        vals[i] = keep;
+        ck_assert(!sn_interp_set_f64(it, p, vals, &e));
+        fd[k] = (up - down) / (2 * h);
+    }
+    char what[160];
+    snprintf(what, sizeof what, "d loss / d %s", p->name);
+    double mx = 0;
+    for (int j = 0; j < k; j++) mx = fmax(mx, fabs(an[j]));
+    ck_assert_msg(mx > min_grad, "%s: gradient %g is about zero: the check would prove nothing", what, mx);
+    sn_check_close(what, an, fd, (size_t)k, tol, 1e-3);
 }
 
 #ifndef SN_TEST_ASSETS

@@ -16,6 +16,14 @@ int sn_test_main(Suite *s);
 void sn_check_close(const char *what, const double *got, const double *want, size_t n,
                     double tol, double floor);
 
+/* The loss gradient of parameter p of g, as interpreter it computes it (its values vals, already
+ * set in it; restored), against central finite differences (h = 1e-5) at up to `points`
+ * elements spread over p, to tol (floor 1e-3); fails when the largest gradient checked is not
+ * above min_grad (a check of zeros proves nothing). */
+struct sn_interp;
+void sn_check_param_grad(struct sn_interp *it, const sn_graph *g, const sn_node *p, double *vals,
+                         int points, double min_grad, double tol);
+
 /* Path of a file under the source tree's assets/ (env SN_ASSETS overrides it); static buffer. */
 const char *sn_test_asset(const char *name);
 

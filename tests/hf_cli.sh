@@ -47,7 +47,7 @@ done
 "$sinter" train $common --steps 5 --lr 1e-2 --init-hf hf --lora 4 --lora-alpha 8 --checkpoint lora.ckpt > out.txt 2> err.txt || fail "LoRA run"
 grep -q "^LoRA: rank 4" out.txt || fail "no LoRA line"
 "$sinter" export lora.ckpt --to merged --merge-lora > out.txt 2> err.txt || fail "export LoRA"
-grep -q "LoRA adapters merged) to merged" out.txt || fail "not merged"
+grep -q "adapters merged) to merged" out.txt || fail "not merged"
 "$sinter" export lora.ckpt --adapter adapter > out.txt 2> err.txt || fail "export the adapters (PEFT)"
 [ -s adapter/adapter_config.json ] && [ -s adapter/adapter_model.safetensors ] || fail "no PEFT adapter files"
 status=0

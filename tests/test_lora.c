@@ -132,33 +132,7 @@ START_TEST(adapter_gradients) {
     int checked = 0;
     for (int p = 0; p < np; p++) {
         if (!sn_lora_is_adapter(ps[p]->name)) continue;
-        ck_assert(sn_interp_run(it, &e) == SN_OK);
-        const double *grad = sn_interp_value(it, ps[p]->grad);
-        ck_assert_msg(grad, "%s: gradient not kept", ps[p]->name);
-        int64_t n = sn_numel(ps[p]), stride = n / 12 + 1;
-        double an[16], fd[16];
-        int k = 0;
-        for (int64_t i = 0; i < n && k < 16; i += stride, k++) an[k] = grad[i];
-        k = 0;
-        for (int64_t i = 0; i < n && k < 16; i += stride, k++) {
-            const double h = 1e-5, keep = vals[p][i];
-            double up, down;
-            vals[p][i] = keep + h;
-            ck_assert(!sn_interp_set_f64(it, ps[p], vals[p], &e) && !sn_interp_run(it, &e));
-            up = sn_interp_value(it, g->loss)[0];
-            vals[p][i] = keep - h;
-            ck_assert(!sn_interp_set_f64(it, ps[p], vals[p], &e) && !sn_interp_run(it, &e));
-            down = sn_interp_value(it, g->loss)[0];
-            vals[p][i] = keep;
-            ck_assert(!sn_interp_set_f64(it, ps[p], vals[p], &e));
-            fd[k] = (up - down) / (2 * h);
-        }
-        char what[128];
-        snprintf(what, sizeof what, "d loss / d %s", ps[p]->name);
-        double mx = 0;
-        for (int j = 0; j < k; j++) mx = fmax(mx, fabs(an[j]));
-        ck_assert_msg(mx > 1e-4, "%s: gradient %g is about zero: the check would prove nothing", what, mx);
-        sn_check_close(what, an, fd, (size_t)k, 1e-6, 1e-3);
+        sn_check_param_grad(it, g, ps[p], vals[p], 16, 1e-4, 1e-6);
         checked++;
     }
     ck_assert_int_eq(checked, adapters);

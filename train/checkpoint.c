@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "data/data.h"
+#include "frontend/ia3.h"
 #include "frontend/lora.h"
 #include "ir/checked.h"
 #include "support/savefile.h"
@@ -469,13 +470,13 @@ static sn_status check_init_params(const sn_ckpt_file *f, const sn_trainer *t, i
     char model[200], hint[320];
     file_model(f, model, sizeof model);
     snprintf(hint, sizeof hint, "the checkpoint holds %s: start from it with the same --model "
-             "(and the same --lora, if it was a LoRA run)", model);
+             "(and the same --lora or --ia3, if it was a fine-tuning run)", model);
     *fresh = 0;
     for (int i = 0; i < sn_trainer_layout(t)->n; i++) {
         const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
         const sn_node *p = ps->node;
         const sn_ckpt_rec *r = sn_ckpt_find(f, REC_PARAM, p->name);
-        if (!r && sn_lora_is_adapter(p->name)) {
+        if (!r && sn_is_adapter(p->name)) {
             (*fresh)++;
             continue;
         }
@@ -498,6 +499,9 @@ static sn_status check_init_params(const sn_ckpt_file *f, const sn_trainer *t, i
                            sn_lora_is_adapter(f->recs[i].name)
                                ? " (a LoRA adapter: merging adapters into the weights is not "
                                  "supported yet; add --lora with the rank and targets it was trained with)"
+                           : sn_ia3_is_vector(f->recs[i].name)
+                               ? " (an IA3 vector: add --ia3, or start from the weights sinter "
+                                 "export merges them into)"
                                : "", hint);
     return SN_OK;
 }
@@ -510,7 +514,7 @@ static sn_status check_init_adapters(const sn_ckpt_file *f, const sn_trainer *t,
     if (!want) return SN_OK;
     bool adapters = false;
     for (int i = 0; i < f->n && !adapters; i++)
-        adapters = f->recs[i].kind == REC_PARAM && sn_lora_is_adapter(f->recs[i].name) &&
+        adapters = f->recs[i].kind == REC_PARAM && sn_is_adapter(f->recs[i].name) &&
                    sn_trainer_find_param(t, f->recs[i].name) >= 0;
     const sn_ckpt_rec *m = sn_ckpt_find(f, REC_META, "model.shape");
     if (!adapters || (m && m->size == strlen(want) && !memcmp(m->body, want, m->size))) return SN_OK;

@@ -20,7 +20,7 @@ static sn_status check(const sn_kernel *k, const sn_target *tg, sn_err *e) {
     /* what the CUDA backend generates of a kernel that keeps it */
     if (k->kind == SN_KER_DEQUANT)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s dequantizes NF4 weights (QLoRA): "
-                       "its CUDA kernel is not supported yet (issue 25 item 3)", k->name);
+                       "its CUDA kernel is not supported yet (issue 25 item 2)", k->name);
     switch (k->kind) {
     case SN_KER_ATTENTION: return sn_cu_check_attention(k, tg, e); /* f16 too */
     case SN_KER_GEMM: return SN_OK; /* skipped: a library call */
