@@ -16,6 +16,7 @@ const char *sn_cu_ctype(sn_dtype t) {
     case SN_BF16: return "sn_bf16";
     case SN_F16: return "sn_f16";
     case SN_I32: return "int";
+    case SN_U8: return "unsigned char"; /* packed NF4 storage (cuda_dequant.c) */
     default: SN_ASSERT(0);
     }
 }

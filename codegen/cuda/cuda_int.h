@@ -68,6 +68,10 @@ void sn_cu_emit_reduce(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
 sn_status sn_cu_check_gather(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_gather(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 
+/* cuda_dequant.c: NF4 weights unpacked (f32 or bf16 out), a thread a weight. */
+sn_status sn_cu_check_dequant(const sn_kernel *k, sn_err *e);
+void sn_cu_emit_dequant(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+
 void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 
 /* Flash attention (cuda_attention.c: the plan and what both paths share; cuda_attention_simt.c,

@@ -74,7 +74,11 @@ sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
         return dims1((k->opt.flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK, 256);
     case SN_KER_CLIP: return dims1(1, 256);
     case SN_KER_ATTENTION: return sn_cu_attention_dims(k, t); /* cuda_attention.c */
-    case SN_KER_GEMM: case SN_KER_DEQUANT: /* not generated yet (cuda_render.c refuses it) */
+    case SN_KER_DEQUANT: { /* a thread a weight, grid-stride */
+        int64_t blocks = (sn_numel(n) + SN_CUDA_PW_BLOCK - 1) / SN_CUDA_PW_BLOCK;
+        return dims1(blocks > SN_CUDA_PW_MAX_GRID ? SN_CUDA_PW_MAX_GRID : blocks, SN_CUDA_PW_BLOCK);
+    }
+    case SN_KER_GEMM: /* a library call */
     case SN_KER_KIND_COUNT: break;
     }
     return (sn_cuda_dims){0};

@@ -18,15 +18,13 @@ static sn_status check(const sn_kernel *k, const sn_target *tg, sn_err *e) {
     sn_status st = sn_kernel_check(k, e); /* the contract (program/kernel_check.c) */
     if (st) return st;
     /* what the CUDA backend generates of a kernel that keeps it */
-    if (k->kind == SN_KER_DEQUANT)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s dequantizes NF4 weights (QLoRA): "
-                       "its CUDA kernel is not supported yet (issue 25 item 2)", k->name);
     switch (k->kind) {
     case SN_KER_ATTENTION: return sn_cu_check_attention(k, tg, e); /* f16 too */
     case SN_KER_GEMM: return SN_OK; /* skipped: a library call */
     case SN_KER_POINTWISE: case SN_KER_REDUCE: return sn_kernel_dtypes(k, sn_cu_check_dtype, e);
     case SN_KER_ROW: return sn_cu_check_row(k, e);
     case SN_KER_GATHER: return sn_cu_check_gather(k, e);
+    case SN_KER_DEQUANT: return sn_cu_check_dequant(k, e);
     case SN_KER_GRAD_ACC: case SN_KER_SQNORM: case SN_KER_CLIP: case SN_KER_ADAMW: return SN_OK;
     default: break;
     }
@@ -42,6 +40,7 @@ static void emit_body(sn_cu_text *t, const sn_kernel *k, const sn_target *tg, co
     case SN_KER_ROW: sn_cu_emit_row(t, k, &d, fname); break;
     case SN_KER_REDUCE: sn_cu_emit_reduce(t, k, &d, fname); break;
     case SN_KER_GATHER: sn_cu_emit_gather(t, k, &d, fname); break;
+    case SN_KER_DEQUANT: sn_cu_emit_dequant(t, k, &d, fname); break;
     case SN_KER_GRAD_ACC: case SN_KER_SQNORM: case SN_KER_CLIP:
     case SN_KER_ADAMW: sn_cu_emit_optim(t, k, &d, fname); break;
     case SN_KER_ATTENTION: sn_cu_emit_attention(t, k, tg, fname); break;
