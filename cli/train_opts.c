@@ -110,8 +110,8 @@ static const cli_opt train_opts[] = {
              "step 0 is the base model; only A and B train, every other weight\n"
              "(embeddings, layer norms, biases too) is frozen"},
     {"qlora", 0, CLI_INT, "R", O(qlora), 1, 4096,
-     .help = "QLoRA (--lora R over an NF4 base): not supported yet (no NF4\n"
-             "kernels); sinter plan --qlora R plans its memory"},
+     .help = "QLoRA (--lora R over an NF4 base): not supported yet (nothing\n"
+             "fills NF4 storage from weights); sinter plan --qlora R plans it"},
     {"lora-alpha", 0, CLI_REAL, "ALPHA", O(lora_alpha), 0, 1e6, .lo_open = true,
      .help = "the path's scale is ALPHA/R (default ALPHA = R: scale 1; keep\n"
              "ALPHA fixed when comparing ranks, as the LoRA paper does)"},
@@ -195,9 +195,9 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
         return cli_usage_error(cmd, "token shards come in pairs: give both --train-bin and --val-bin");
     if (a->resume && !a->checkpoint) a->checkpoint = a->resume;
     if (a->qlora) {
-        fprintf(stderr, "sinter: train --qlora is not supported yet: the NF4 weights' dequantize "
-                "has no CPU or CUDA kernel yet, and checkpoints and weight files cannot fill NF4 "
-                "storage (issue 25 items 3-4); sinter plan --qlora %ld plans the run's memory; "
+        fprintf(stderr, "sinter: train --qlora is not supported yet: checkpoints and weight files "
+                "cannot fill NF4 storage yet (the dequantize's CPU and CUDA kernels exist; issue "
+                "25); sinter plan --qlora %ld plans the run's memory; "
                 "--lora %ld trains the same adapters over a 32-bit base\n", a->qlora, a->qlora);
         return 1;
     }

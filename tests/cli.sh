@@ -99,7 +99,7 @@ ltotal=$(awk '/^  total \(device\)/ {print $NF}' "$dir/llama.out")
 grep -q "^memory: planned [^(]*($ltotal bytes), measured [^(]*($ltotal bytes" "$dir/llama_mem.out" ||
     { echo "FAIL: llama plan $ltotal"; cat "$dir/llama_mem.out"; exit 1; }
 # QLoRA (issue 25): plan --qlora stores the base's linear weights as NF4: fewer weight bytes than
-# --lora's; --lora with --qlora, and train --qlora (no NF4 kernels yet), refused by name
+# --lora's; --lora with --qlora, and train --qlora (nothing fills NF4 storage yet), refused by name
 "$sinter" plan --model llama-tiny --tokenizer bytes --batch 4 --seq 16 --mem 600KiB --qlora 4 > "$dir/qlora.out" ||
     { echo "FAIL: plan --qlora"; cat "$dir/qlora.out"; exit 1; }
 grep -q "^plan: llama-tiny, QLoRA (NF4 base) rank 4 alpha 4 on all, batch 4 x seq 16" "$dir/qlora.out" ||

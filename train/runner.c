@@ -163,8 +163,8 @@ sn_status sn_runner_new(sn_graph *g, sn_device *device, const sn_pipeline_opts *
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i]->op == SN_OP_PARAM && g->nodes[i]->dtype == SN_U8)
             return sn_fail(e, SN_ERR_UNSUPPORTED, "training '%s', an NF4 weight (QLoRA), is not "
-                           "supported yet: nothing fills NF4 storage from weights or checkpoints, "
-                           "and its dequantize has no CUDA kernel (issue 25 items 3-4)",
+                           "supported yet: nothing fills NF4 storage from weights or checkpoints "
+                           "(issue 25 item 1; its dequantize kernels exist)",
                            g->nodes[i]->name ? g->nodes[i]->name : "?");
     sn_runner *b = sn_calloc(1, sizeof *b, "the trainer's runner", e);
     if (!b) return SN_ERR_OOM;
