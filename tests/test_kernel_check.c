@@ -2,13 +2,15 @@
  * kernel_row.c): every kernel of tiny GPT-2's programs (f32 and bf16, attention fused or not)
  * keeps it; a row kernel's plan says which instructions form the epilogue exactly as the graph
  * does (an instruction is in the epilogue when its node depends on the row op); and planted
- * bugs, one a case, are SN_ERR_INTERNAL naming the kernel, from sn_kernel_check and from both
- * code generators alike. */
+ * bugs, one a case (a row kernel's, a pointwise kernel's, the optimizer's, an NF4 dequantize's,
+ * a program's scratch), are SN_ERR_INTERNAL naming the kernel, from sn_kernel_check and from
+ * both code generators alike. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "codegen/cuda/cuda.h"
 #include "codegen/llvm/llvm.h"
+#include "frontend/sinter.h"
 #include "program/program.h"
 #include "harness.h"
 #include "tiny_gpt2.h"
@@ -174,8 +176,18 @@ START_TEST(test_planted_bugs_are_internal) {
     refused(&adam, "flat range is [0, 100) with 101 decayed");
     adam = sn_optim_kernel(SN_KER_ADAMW, 100, 50, SN_I32, "planted_adamw_low");
     refused(&adam, "16-bit copies (i32)");
-    /* a program whose two-stage kernel lost its scratch */
+    /* an NF4 dequantize reading its own output, not its packed bytes */
+    sn_graph *q = sn_graph_new();
+    sn_node *w = sn_param_nf4(q, "w", SN_F32, SN_SHAPE(8, 40));
+    sn_kernel dq = {.kind = SN_KER_DEQUANT, .n_out = 1, .n_in = 1, .anchor = w, .args = {w, w->in[0]}};
+    snprintf(dq.name, sizeof dq.name, "planted_dequant");
+    sn_kernel_work(&dq, &dq.n_items, &dq.serial);
     sn_err e;
+    ck_assert_msg(sn_kernel_check(&dq, &e) == SN_OK, "%s", e.msg);
+    dq.args[1] = w;
+    refused(&dq, "unpacks a dequant_nf4's packed input");
+    sn_graph_free(q);
+    /* a program whose two-stage kernel lost its scratch */
     sn_kernel *k = (sn_kernel *)find(p, norm_sums);
     int keep = k->scratch;
     k->scratch = p->n_values;
