@@ -25,7 +25,7 @@
 /* A model: builds its forward graph into g for batches of B sequences of T tokens (T <= ctx)
  * over a vocabulary of V ids (the tokenizer's): the inputs sn_input_tokens and
  * sn_input_targets, both (B, T) and named as the model likes; the logits (B, T, Vp >= V,
- * padding allowed) as the graph's first rank-3 output; the mean cross-entropy given to
+ * padding allowed) given to sn_graph_set_logits; the mean cross-entropy given to
  * sn_graph_set_loss. Parameters are matched by name between the two graphs the session
  * builds, so the same names must come out for every B and T. */
 typedef struct {
