@@ -221,6 +221,21 @@ static sn_status check_work(const sn_kernel *k, sn_err *e) {
     return SN_OK;
 }
 
+/* Whether k's anchor is of its kind's ops (a pointwise kernel: its index space's rank in range),
+ * so that its work split can be worked out. */
+static bool anchor_fits(const sn_kernel *k) {
+    const sn_node *a = k->anchor;
+    switch (k->kind) {
+    case SN_KER_POINTWISE: return k->rank >= 0 && k->rank <= SN_MAX_RANK;
+    case SN_KER_ROW: return sn_row_facts_of(a->op) != NULL;
+    case SN_KER_REDUCE: return sn_op_kind(a->op) == SN_K_REDUCE;
+    case SN_KER_GEMM: return a->op == SN_OP_MATMUL;
+    case SN_KER_GATHER: return a->op == SN_OP_EMBEDDING || a->op == SN_OP_EMBEDDING_BWD;
+    case SN_KER_DEQUANT: return a->op == SN_OP_DEQUANT_NF4;
+    default: return false;
+    }
+}
+
 sn_status sn_kernel_check(const sn_kernel *k, sn_err *e) {
     if ((unsigned)k->kind >= SN_KER_KIND_COUNT) return BUG("kind %d is no kernel kind", (int)k->kind);
     bool optim = k->kind == SN_KER_GRAD_ACC || k->kind == SN_KER_SQNORM || k->kind == SN_KER_CLIP ||
@@ -235,6 +250,10 @@ sn_status sn_kernel_check(const sn_kernel *k, sn_err *e) {
         return sn_kernel_check_attention(k, e);
     if (k->kind != SN_KER_POINTWISE && !k->anchor)
         return BUG("a %s kernel without its anchor", sn_kernel_kind_name(k->kind));
+    if (!anchor_fits(k))
+        return k->anchor ? BUG("its anchor is %s, no op of a %s kernel", sn_op_name(k->anchor->op),
+                               sn_kernel_kind_name(k->kind))
+                         : BUG("its index space has rank %d", k->rank);
     if ((st = check_work(k, e))) return st;
     switch (k->kind) {
     case SN_KER_POINTWISE: return check_pointwise(k, e);
