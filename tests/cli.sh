@@ -106,6 +106,12 @@ grep -q "^plan: llama-tiny, QLoRA (NF4 base) rank 4 alpha 4 on all, batch 4 x se
     { echo "FAIL: plan --qlora header"; cat "$dir/qlora.out"; exit 1; }
 lw=$(awk '/^  weights/ {print $4}' "$dir/llama.out"); qw=$(awk '/^  weights/ {print $4}' "$dir/qlora.out")
 [ -n "$qw" ] && [ "$qw" -lt "$lw" ] || { echo "FAIL: QLoRA's weights $qw bytes, LoRA's $lw"; cat "$dir/qlora.out"; exit 1; }
+# issue 25's target: gpt2-xl QLoRA rank 16 at B=4 T=1024 planned within 3 GiB; the budget policy
+# alone stops at 3.6 GiB, the block policy (the plan's last resort) fits it
+"$sinter" plan --model gpt2-xl --qlora 16 --batch 4 --seq 1024 --device cuda --precision bf16 \
+    --mem 3GiB > "$dir/qlora_xl.out" || { echo "FAIL: gpt2-xl QLoRA in 3 GiB"; cat "$dir/qlora_xl.out"; exit 1; }
+grep -q "^choice: .*checkpoint policy block" "$dir/qlora_xl.out" ||
+    { echo "FAIL: gpt2-xl QLoRA's plan took no block policy"; cat "$dir/qlora_xl.out"; exit 1; }
 if "$sinter" plan --model llama-tiny --mem 1MiB --lora 4 --qlora 4 2> "$dir/qlora.err"; then
     echo "FAIL: plan took --lora with --qlora"; exit 1; fi
 grep -q "give one of them" "$dir/qlora.err" || { echo "FAIL: no --lora/--qlora refusal"; cat "$dir/qlora.err"; exit 1; }
