@@ -139,3 +139,34 @@ void sn_test_same_state(const sn_trainer *a, const sn_trainer *b) {
         free(y);
     }
 }
+
+float **sn_param_snapshot(sn_trainer *t) {
+    sn_err e;
+    int np = sn_trainer_param_count(t);
+    float **w = malloc(sizeof *w * (size_t)np + 1);
+    ck_assert(w);
+    for (int i = 0; i < np; i++) {
+        w[i] = malloc(4 * (size_t)sn_numel(sn_trainer_param_node(t, i)));
+        ck_assert_msg(w[i] && sn_trainer_get_param(t, i, SN_PARAM_WEIGHTS, w[i], &e) == SN_OK, "%s", e.msg);
+    }
+    return w;
+}
+
+int sn_check_trained_only(sn_trainer *t, float **before, bool (*trained)(const char *name),
+                          const char *what) {
+    sn_err e;
+    int changed = 0;
+    for (int i = 0; i < sn_trainer_param_count(t); i++) {
+        const sn_node *p = sn_trainer_param_node(t, i);
+        size_t n = (size_t)sn_numel(p);
+        float *now = malloc(4 * n);
+        ck_assert_msg(now && sn_trainer_get_param(t, i, SN_PARAM_WEIGHTS, now, &e) == SN_OK, "%s", e.msg);
+        bool same = !memcmp(now, before[i], 4 * n);
+        if (trained(p->name)) changed += !same;
+        else ck_assert_msg(same, "base parameter %s changed in %s", p->name, what);
+        free(now);
+        free(before[i]);
+    }
+    free(before);
+    return changed;
+}

@@ -24,6 +24,14 @@ struct sn_interp;
 void sn_check_param_grad(struct sn_interp *it, const sn_graph *g, const sn_node *p, double *vals,
                          int points, double min_grad, double tol);
 
+/* Every parameter's weights of trainer t (freed by sn_check_trained_only). */
+struct sn_trainer;
+float **sn_param_snapshot(struct sn_trainer *t);
+/* Against snapshot `before` (freed): every parameter whose name `trained` accepts changed, every
+ * other one is bit for bit as it was (a failure names it and `what`); returns how many changed. */
+int sn_check_trained_only(struct sn_trainer *t, float **before, bool (*trained)(const char *name),
+                          const char *what);
+
 /* Path of a file under the source tree's assets/ (env SN_ASSETS overrides it); static buffer. */
 const char *sn_test_asset(const char *name);
 

@@ -196,12 +196,7 @@ START_TEST(lora_run_cpu_matches_interp) {
     sn_graph *gc = tiny_lora(4, 8, SN_GPT2_LORA_ALL, 0), *gi = tiny_lora(4, 8, SN_GPT2_LORA_ALL, 0);
     sn_trainer *tc = trainer(gc, d, 11, STEPS), *ti = trainer(gi, NULL, 11, STEPS);
     int np = sn_trainer_param_count(tc);
-    float *before[64];
-    for (int i = 0; i < np; i++) {
-        const sn_node *p = sn_trainer_param_node(tc, i);
-        before[i] = malloc(4 * (size_t)sn_numel(p));
-        ck_assert(sn_trainer_get_param(tc, i, SN_PARAM_WEIGHTS, before[i], &e) == SN_OK);
-    }
+    float **before = sn_param_snapshot(tc);
     int32_t x[B * T], y[B * T];
     batch(x, y, 3);
     /* the first step's gradients: B is zero, so A's are zero and B's are not */
@@ -244,19 +239,7 @@ START_TEST(lora_run_cpu_matches_interp) {
     }
     ck_assert_msg(losses[STEPS - 1] < losses[0] - 0.3, "loss %g -> %g: the adapters do not learn",
                   losses[0], losses[STEPS - 1]);
-    int changed = 0;
-    for (int i = 0; i < np; i++) {
-        const sn_node *p = sn_trainer_param_node(tc, i);
-        size_t n = (size_t)sn_numel(p);
-        float *now = malloc(4 * n);
-        ck_assert(sn_trainer_get_param(tc, i, SN_PARAM_WEIGHTS, now, &e) == SN_OK);
-        bool same = !memcmp(now, before[i], 4 * n);
-        if (sn_lora_is_adapter(p->name)) changed += !same;
-        else ck_assert_msg(same, "base parameter %s changed in a LoRA run", p->name);
-        free(now);
-        free(before[i]);
-    }
-    ck_assert_int_eq(changed, 16);
+    ck_assert_int_eq(sn_check_trained_only(tc, before, sn_lora_is_adapter, "a LoRA run"), 16);
     printf("LoRA tiny on the CPU device: loss %.4f -> %.4f in %d steps, within 1e-4 of the "
            "interpreter; 16 adapters trained, the base bit-identical\n", losses[0], losses[STEPS - 1], STEPS);
     sn_trainer_free(tc);
