@@ -39,9 +39,9 @@ double sn_roofline_kernel_flops(const sn_kernel *k) {
         const sn_node *q = n->in[0], *kk = n->in[1];
         double T = (double)q->shape[q->rank - 2], S = (double)kk->shape[kk->rank - 2];
         double D = (double)q->shape[q->rank - 1], bh = (double)sn_numel(q) / (T * D);
-        double pairs = T * (T + 1) / 2 + T * (S - T);
+        double pairs = T * (T + 1) / 2 + T * (n->op == SN_OP_ATTENTION_CACHE ? S : S - T);
         /* products per pair: forward q.k and p.v; dq: s, dp, ds.k; dk with dv: s, dp, ds.q, p.do */
-        int products = n->op == SN_OP_ATTENTION ? 2 : n->op == SN_OP_ATTENTION_BWD_V ? 2 : 3;
+        int products = n->op == SN_OP_ATTENTION || n->op == SN_OP_ATTENTION_CACHE ? 2 : n->op == SN_OP_ATTENTION_BWD_V ? 2 : 3;
         if (n->op == SN_OP_ATTENTION_BWD_K && k->anchor2) products = 4;
         return bh * pairs * D * 2.0 * products;
     }

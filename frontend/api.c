@@ -315,6 +315,10 @@ sn_node *sn_attention_lse(sn_graph *g, sn_node *q, sn_node *k, float scale) {
 sn_node *sn_attention(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *lse, float scale) {
     return with_f(g, SN_OP_ATTENTION, 4, (sn_node *[]){q, k, v, lse}, scale);
 }
+sn_node *sn_attention_cache(sn_graph *g, sn_node *q, sn_node *k_cache, sn_node *v_cache,
+                            sn_node *mask, sn_node *k, sn_node *v, float scale) {
+    return with_f(g, SN_OP_ATTENTION_CACHE, 6, (sn_node *[]){q, k_cache, v_cache, mask, k, v}, scale);
+}
 sn_node *sn_attention_bwd_q(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *o,
                             sn_node *dout, sn_node *lse, float scale) {
     return with_f(g, SN_OP_ATTENTION_BWD_Q, 6, (sn_node *[]){q, k, v, o, dout, lse}, scale);

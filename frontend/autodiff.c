@@ -7,7 +7,7 @@
 
 #include "frontend.h"
 
-_Static_assert(SN_OP_COUNT == 50, "a new op needs its gradient rule in grad_rule");
+_Static_assert(SN_OP_COUNT == 51, "a new op needs its gradient rule in grad_rule");
 
 typedef struct {
     sn_graph *g;
@@ -227,6 +227,10 @@ static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
         if (s->needs[v->id]) accumulate(s, v, sn_attention_bwd_v(g, x, k, v, n, dy, lse, f));
         return SN_OK; /* and nothing to lse: the rule above already differentiates through it */
     }
+    case SN_OP_ATTENTION_CACHE:
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "autodiff: node %%%d (attention_cache) decodes over "
+                       "a KV cache, which has no gradient (inference only): train on the model's "
+                       "graph without a cache", n->id);
     case SN_OP_GELU_BWD: case SN_OP_SILU_BWD: case SN_OP_SOFTMAX_BWD: case SN_OP_LAYERNORM_BWD:
     case SN_OP_LAYERNORM_BWD_W: case SN_OP_RMSNORM_BWD: case SN_OP_RMSNORM_BWD_W:
     case SN_OP_CROSS_ENTROPY_BWD: case SN_OP_EMBEDDING_BWD: case SN_OP_ATTENTION_BWD_Q:

@@ -131,6 +131,17 @@ sn_node *sn_attention_lse(sn_graph *g, sn_node *q, sn_node *k, float scale);
 /* lse must be sn_attention_lse(q, k, scale): the gradient rule assumes it. */
 sn_node *sn_attention(sn_graph *g, sn_node *q, sn_node *k, sn_node *v, sn_node *lse, float scale);
 
+/* Decoding over a KV cache (inference only: no gradient), scale = f: q (B, H, T, D) the new
+ * tokens' queries, k_cache and v_cache (B, Hkv, S, D|Dv) the keys and values cached so far,
+ * mask (B, 1, 1, S) f32 added to the scores over the cache (0 where a position holds a cached
+ * token of that row, -inf where not), k and v (B, Hkv, T, D|Dv) the new tokens' own. Query t
+ * sees every cached key and the new keys 0..t, one softmax over both -> (B, H, T, Dv). Hkv
+ * divides H (grouped-query: query head h reads kv head h / (H / Hkv)). It is
+ * softmax(concat(f q k_cache^T + mask, causal_mask(f q k^T))) concat(v_cache, v), without the
+ * scores in memory; the whole cache is one kernel's read. */
+sn_node *sn_attention_cache(sn_graph *g, sn_node *q, sn_node *k_cache, sn_node *v_cache,
+                            sn_node *mask, sn_node *k, sn_node *v, float scale);
+
 /* layout */
 sn_node *sn_reshape(sn_graph *g, sn_node *x, sn_shape s); /* one dim may be -1 */
 sn_node *sn_permute(sn_graph *g, sn_node *x, const int *perm); /* x's rank entries */

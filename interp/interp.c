@@ -10,7 +10,7 @@
 #include "interp_int.h"
 #include "ir/nf4.h"
 
-_Static_assert(SN_OP_COUNT == 50, "a new op needs its kernel in eval()");
+_Static_assert(SN_OP_COUNT == 51, "a new op needs its kernel in eval()");
 
 struct sn_interp {
     const sn_graph *g;
@@ -335,7 +335,7 @@ static sn_status eval(const sn_interp *it, const sn_node *n, double *y, sn_err *
         return SN_OK;
     case SN_OP_EMBEDDING: case SN_OP_EMBEDDING_BWD: return sn_interp_embedding(n, in, y, e);
     case SN_OP_ATTENTION_LSE: case SN_OP_ATTENTION: case SN_OP_ATTENTION_BWD_Q:
-    case SN_OP_ATTENTION_BWD_K: case SN_OP_ATTENTION_BWD_V:
+    case SN_OP_ATTENTION_BWD_K: case SN_OP_ATTENTION_BWD_V: case SN_OP_ATTENTION_CACHE:
         return sn_interp_attention(n, in, y, e);
     case SN_OP_DEQUANT_NF4: return eval_dequant_nf4(n, in[0], y, e);
     case SN_OP_COUNT: break;

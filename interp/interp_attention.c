@@ -79,7 +79,40 @@ static void backward(const sn_node *n, const dims *d, double *const *in, double 
     }
 }
 
+/* attention_cache (ops.h): in q, kc, vc, mask, k, v; y (B, H, T, Dv). Query t of slice b h
+ * scores the S cached keys (plus the row's mask) and the new keys 0..t, in that order. */
+static sn_status cache_attention(const sn_node *n, double *const *in, double *y, sn_err *e) {
+    const sn_node *q = n->in[0], *kc = n->in[1];
+    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
+    int64_t Hkv = kc->shape[1], S = kc->shape[2], Dv = n->in[2]->shape[3], G = H / Hkv;
+    double *s = sn_malloc(sizeof(double) * (size_t)(S + T), "the interpreter's attention scores", e);
+    if (!s) return SN_ERR_OOM;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t kv = b * Hkv + h / G;
+            const double *kcb = in[1] + kv * S * D, *vcb = in[2] + kv * S * Dv;
+            const double *kb = in[4] + kv * T * D, *vb = in[5] + kv * T * Dv, *mask = in[3] + b * S;
+            for (int64_t t = 0; t < T; t++) {
+                const double *qt = in[0] + ((b * H + h) * T + t) * D;
+                double *o = y + ((b * H + h) * T + t) * Dv, m = -INFINITY, sum = 0;
+                int64_t n_s = S + t + 1;
+                for (int64_t j = 0; j < S; j++) s[j] = (double)n->a.f * dot(qt, kcb + j * D, D) + mask[j];
+                for (int64_t u = 0; u <= t; u++) s[S + u] = (double)n->a.f * dot(qt, kb + u * D, D);
+                for (int64_t j = 0; j < n_s; j++) m = s[j] > m ? s[j] : m;
+                for (int64_t j = 0; j < n_s; j++) sum += (s[j] = exp(s[j] - m));
+                memset(o, 0, sizeof(double) * (size_t)Dv);
+                for (int64_t j = 0; j < n_s; j++) {
+                    const double *vj = j < S ? vcb + j * Dv : vb + (j - S) * Dv;
+                    for (int64_t c = 0; c < Dv; c++) o[c] += s[j] / sum * vj[c];
+                }
+            }
+        }
+    free(s);
+    return SN_OK;
+}
+
 sn_status sn_interp_attention(const sn_node *n, double *const *in, double *y, sn_err *e) {
+    if (n->op == SN_OP_ATTENTION_CACHE) return cache_attention(n, in, y, e);
     dims d = dims_of(n);
     double *s = sn_malloc(sizeof(double) * (size_t)d.S, "the interpreter's attention scores", e); /* one row */
     if (!s) return SN_ERR_OOM;

@@ -103,6 +103,12 @@ enum {
     X(ATTENTION_BWD_Q, "attention_bwd_q", 6, 6, SN_K_ATTENTION, 0, SN_A_F) /* (q,k,v,o,do,lse) -> dq */ \
     X(ATTENTION_BWD_K, "attention_bwd_k", 6, 6, SN_K_ATTENTION, 0, SN_A_F) /* same inputs -> dk */  \
     X(ATTENTION_BWD_V, "attention_bwd_v", 6, 6, SN_K_ATTENTION, 0, SN_A_F) /* -> dv (q,k,do,lse) */ \
+    /* decode over a KV cache, scale f: q (B, H, T, D), kc and vc (B, Hkv, S, D|Dv) the cached    \
+     * keys and values, mask (B, 1, 1, S) f32 added to the scores over the cache (0 or -inf: the  \
+     * valid positions of each row), k and v (B, Hkv, T, D|Dv) the new tokens' own; query t sees \
+     * every cached key (masked) and the new keys u <= t: one softmax over both, O (B, H, T, Dv). \
+     * Grouped-query as above. Inference only: no gradient. */                                    \
+    X(ATTENTION_CACHE, "attention_cache", 6, 6, SN_K_ATTENTION, 0, SN_A_F)                         \
     /* quantized storage: packed u8 (ir/nf4.h's layout for the node's numel) -> the node's shape  \
      * and float dtype; no gradient (the packed base is frozen) */                                 \
     X(DEQUANT_NF4, "dequant_nf4", 1, 1, SN_K_DEQUANT, 0, 0)     /* NF4 bytes -> weights */

@@ -9,7 +9,7 @@
 #include "ir.h"
 #include "nf4.h"
 
-_Static_assert(SN_OP_COUNT == 50, "a new op needs its shape rule in sn_infer");
+_Static_assert(SN_OP_COUNT == 51, "a new op needs its shape rule in sn_infer");
 
 static int bad(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int bad(char *msg, size_t len, const char *fmt, ...) {
@@ -320,6 +320,42 @@ static int infer_attention(sn_node *n, char *msg, size_t len) {
     return 0;
 }
 
+/* attention_cache (ops.h): q (B, H, T, D), kc (B, Hkv, S, D), vc (B, Hkv, S, Dv), mask
+ * (B, 1, 1, S) f32, k (B, Hkv, T, D), v (B, Hkv, T, Dv), Hkv dividing H; all but mask of q's
+ * float dtype; -> (B, H, T, Dv). */
+static int infer_attention_cache(sn_node *n, char *msg, size_t len) {
+    const sn_node *q = n->in[0], *kc = n->in[1], *vc = n->in[2], *mask = n->in[3];
+    const sn_node *k = n->in[4], *v = n->in[5];
+    char all[600], s[96];
+    static const char *names[] = {"q", "k_cache", "v_cache", "mask", "k", "v"};
+    size_t at = 0;
+    for (int i = 0; i < 6 && at < sizeof all; i++)
+        at += (size_t)snprintf(all + at, sizeof all - at, "%s%s is %s", i ? ", " : "", names[i],
+                               sn_type_str(n->in[i], s, sizeof s));
+    bool ok = q->rank == 4 && kc->rank == 4 && vc->rank == 4 && mask->rank == 4 && k->rank == 4 &&
+              v->rank == 4;
+    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
+    int64_t Hkv = ok ? kc->shape[1] : 0, S = ok ? kc->shape[2] : 0, Dv = ok ? vc->shape[3] : 0;
+    ok = ok && kc->shape[0] == B && kc->shape[3] == D && vc->shape[0] == B && vc->shape[1] == Hkv &&
+         vc->shape[2] == S && k->shape[0] == B && k->shape[1] == Hkv && k->shape[2] == T &&
+         k->shape[3] == D && v->shape[0] == B && v->shape[1] == Hkv && v->shape[2] == T &&
+         v->shape[3] == Dv && mask->shape[0] == B && mask->shape[1] == 1 && mask->shape[2] == 1 &&
+         mask->shape[3] == S && Hkv >= 1 && H % Hkv == 0;
+    if (!ok)
+        return bad(msg, len, "%s: need q (B, H, T, D), k_cache (B, Hkv, S, D), v_cache (B, Hkv, "
+                   "S, Dv), mask (B, 1, 1, S), k (B, Hkv, T, D) and v (B, Hkv, T, Dv), Hkv "
+                   "dividing H", all);
+    if (need_float(n, 0, msg, len)) return -1;
+    for (int i = 1; i < 6; i++)
+        if (i != 3 && need_same_dtype(n, 0, i, msg, len)) return -1;
+    if (mask->dtype != SN_F32) return bad(msg, len, "%s: the mask must be f32", all);
+    n->dtype = q->dtype;
+    n->rank = 4;
+    memset(n->shape, 0, sizeof n->shape);
+    n->shape[0] = B, n->shape[1] = H, n->shape[2] = T, n->shape[3] = Dv;
+    return 0;
+}
+
 static int infer_op(sn_node *n, char *msg, size_t len) {
     sn_op op = n->op;
     if ((unsigned)op >= SN_OP_COUNT) return bad(msg, len, "unknown op %d", op);
@@ -443,6 +479,7 @@ static int infer_op(sn_node *n, char *msg, size_t len) {
     case SN_OP_ATTENTION_LSE: case SN_OP_ATTENTION: case SN_OP_ATTENTION_BWD_Q:
     case SN_OP_ATTENTION_BWD_K: case SN_OP_ATTENTION_BWD_V:
         return infer_attention(n, msg, len);
+    case SN_OP_ATTENTION_CACHE: return infer_attention_cache(n, msg, len);
     case SN_OP_DEQUANT_NF4: {
         if (check_leaf(n, msg, len)) return -1;
         if (!sn_dtype_is_float(n->dtype))

@@ -96,10 +96,7 @@ static sn_node *heads(builder *m, sn_node *x) {
 /* Decode: T new queries q (B, H, T, D) over the cached keys and values of this layer (INPUTs
  * k_cache.N, v_cache.N, (B, H, ctx, D): positions before the row's first new token are
  * valid, the rest masked by m->mask) and over their own keys k and values v (B, H, T, D),
- * causally: one softmax over both score blocks, side by side. Written out (matmul, mask,
- * softmax, matmul), so every device runs it with the kernels it has; the attention pass matches
- * causal self-attention only and leaves this alone. A fused single-query kernel over the cache
- * is not done yet: this reads the whole cache, masked, at every position. */
+ * causally: one softmax over both (sn_attention_cache: one kernel, no scores in memory). */
 static sn_node *attend_cache(builder *m, sn_node *q, sn_node *k, sn_node *v, int layer) {
     sn_graph *g = m->g;
     int64_t H = m->c->n_head, D = m->c->n_embd / H, S = m->c->ctx;
@@ -108,11 +105,7 @@ static sn_node *attend_cache(builder *m, sn_node *q, sn_node *k, sn_node *v, int
     sn_node *kc = sn_input(g, name, SN_F32, SN_SHAPE(m->B, H, S, D));
     snprintf(name, sizeof name, "v_cache.%d", layer);
     sn_node *vc = sn_input(g, name, SN_F32, SN_SHAPE(m->B, H, S, D));
-    float f = 1.0f / sqrtf((float)D);
-    sn_node *old = sn_add(g, sn_scale(g, sn_matmul_t(g, q, kc, false, true), f), m->mask); /* (B,H,T,S) */
-    sn_node *now = sn_causal_mask(g, sn_scale(g, sn_matmul_t(g, q, k, false, true), f)); /* (B,H,T,T) */
-    sn_node *p = sn_softmax(g, sn_concat(g, 2, (sn_node *[]){old, now}, -1)); /* (B, H, T, S + T) */
-    return sn_add(g, sn_matmul(g, sn_slice(g, p, -1, 0, S), vc), sn_matmul(g, sn_slice(g, p, -1, S, S + m->T), v));
+    return sn_attention_cache(g, q, kc, vc, m->mask, k, v, 1.0f / sqrtf((float)D));
 }
 
 static sn_node *attention(builder *m, sn_node *x, int layer, float proj_std) {

@@ -261,36 +261,18 @@ static sn_node *repeat_kv(sn_graph *g, sn_node *kv, int groups) {
 
 /* Decode: T new queries q (B, H, T, D) over layer l's cached keys and values (INPUTs
  * k_cache.l, v_cache.l, (B, Hkv, ctx, D), rotated keys; positions masked by m->mask) and over
- * their own k and v (B, Hkv, T, D), causally: one softmax over both score blocks, side by side,
- * written out as GPT-2's is (models/gpt2.c). With one token, each kv head's queries are rows of
- * one product (q reshaped to (B, Hkv, H / Hkv, D)), so no key or value is repeated. */
+ * their own k and v (B, Hkv, T, D), causally: one softmax over both (sn_attention_cache: one
+ * kernel, grouped-query, so no key or value is repeated). */
 static sn_node *attend_cache(builder *m, sn_node *q, sn_node *k, sn_node *v, int l) {
     sn_graph *g = m->g;
     const sn_llama_config *c = m->c;
-    int64_t D = c->head_dim, S = c->ctx, H = c->n_head, Hkv = c->n_kv_head;
-    int groups = (int)(H / Hkv);
+    int64_t D = c->head_dim, S = c->ctx, Hkv = c->n_kv_head;
     char name[64];
     snprintf(name, sizeof name, "k_cache.%d", l);
     sn_node *kc = sn_input(g, name, SN_F32, SN_SHAPE(m->B, Hkv, S, D));
     snprintf(name, sizeof name, "v_cache.%d", l);
     sn_node *vc = sn_input(g, name, SN_F32, SN_SHAPE(m->B, Hkv, S, D));
-    float f = 1.0f / sqrtf((float)D);
-    if (m->T == 1) { /* one query per head: a kv head's group of queries as rows, nothing repeated */
-        sn_node *qg = sn_reshape(g, q, SN_SHAPE(m->B, Hkv, groups, D));
-        sn_node *old = sn_add(g, sn_scale(g, sn_matmul_t(g, qg, kc, false, true), f), m->mask); /* (B,Hkv,G,S) */
-        sn_node *now = sn_scale(g, sn_matmul_t(g, qg, k, false, true), f); /* (B, Hkv, G, 1): itself */
-        sn_node *p = sn_softmax(g, sn_concat(g, 2, (sn_node *[]){old, now}, -1));
-        sn_node *y = sn_add(g, sn_matmul(g, sn_slice(g, p, -1, 0, S), vc), sn_matmul(g, sn_slice(g, p, -1, S, S + 1), v));
-        return sn_reshape(g, y, SN_SHAPE(m->B, H, 1, D));
-    }
-    kc = repeat_kv(g, kc, groups);
-    vc = repeat_kv(g, vc, groups);
-    k = repeat_kv(g, k, groups);
-    v = repeat_kv(g, v, groups);
-    sn_node *old = sn_add(g, sn_scale(g, sn_matmul_t(g, q, kc, false, true), f), m->mask); /* (B,H,T,S) */
-    sn_node *now = sn_causal_mask(g, sn_scale(g, sn_matmul_t(g, q, k, false, true), f)); /* (B,H,T,T) */
-    sn_node *p = sn_softmax(g, sn_concat(g, 2, (sn_node *[]){old, now}, -1));
-    return sn_add(g, sn_matmul(g, sn_slice(g, p, -1, 0, S), vc), sn_matmul(g, sn_slice(g, p, -1, S, S + m->T), v));
+    return sn_attention_cache(g, q, kc, vc, m->mask, k, v, 1.0f / sqrtf((float)D));
 }
 
 static sn_node *attention(builder *m, sn_node *x, int l) {

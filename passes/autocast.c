@@ -19,7 +19,7 @@
 #include "ir/rewrite.h"
 #include "passes.h"
 
-_Static_assert(SN_OP_COUNT == 50, "a new op needs its autocast policy in policy()");
+_Static_assert(SN_OP_COUNT == 51, "a new op needs its autocast policy in policy()");
 
 /* What autocast does with an op's float inputs. */
 typedef enum {
@@ -43,6 +43,7 @@ static policy policy_of(sn_op op) {
     case SN_OP_EMBEDDING_BWD: case SN_OP_GELU_BWD: case SN_OP_SILU_BWD:
         return POL_REFUSE;
     case SN_OP_CAST: return POL_FOLLOW;
+    case SN_OP_ATTENTION_CACHE: return POL_F32; /* the f32 cache is read where it is, not copied */
     case SN_OP_DEQUANT_NF4: return POL_DEQUANT;
     default: break;
     }

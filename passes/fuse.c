@@ -189,7 +189,7 @@ static const sn_node *loss_owner(const fuse_state *s, const sn_node *x) {
 static bool in_place_operand(const sn_node *u, const sn_node *x) {
     if (sn_op_kind(u->op) != SN_K_ATTENTION || !is_view(x->op)) return false;
     for (int i = 0; i < u->n_in; i++) {
-        bool lse = (u->op == SN_OP_ATTENTION && i == 3) || i == 5;
+        bool lse = (u->op == SN_OP_ATTENTION && i == 3) || (u->op != SN_OP_ATTENTION_CACHE && i == 5);
         if (u->in[i] == x && lse) return false;
     }
     return true;

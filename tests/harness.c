@@ -170,3 +170,64 @@ int sn_check_trained_only(sn_trainer *t, float **before, bool (*trained)(const c
     free(before);
     return changed;
 }
+
+/* ---- decoding over a KV cache ---- */
+
+static uint64_t cache_rng = 0x2545f4914f6cdd1dull;
+static double cache_uniform(double lo, double hi) {
+    cache_rng ^= cache_rng >> 12, cache_rng ^= cache_rng << 25, cache_rng ^= cache_rng >> 27;
+    return lo + (hi - lo) * (double)((cache_rng * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+}
+
+/* (B, Hkv, N, d) -> (B, Hkv G, N, d), each kv head repeated for its G query heads */
+static sn_node *repeat_heads(sn_graph *g, sn_node *x, int G) {
+    int64_t B = sn_node_dim(x, 0), Hkv = sn_node_dim(x, 1), N = sn_node_dim(x, 2), d = sn_node_dim(x, 3);
+    sn_node *r = sn_broadcast(g, sn_reshape(g, x, SN_SHAPE(B, Hkv, 1, N * d)), SN_SHAPE(B, Hkv, G, N * d));
+    return sn_reshape(g, r, SN_SHAPE(B, Hkv * G, N, d));
+}
+
+sn_graph *sn_test_cache_attention(int B, int H, int Hkv, int T, int S, int D, int Dv, sn_dtype dt,
+                                  struct sn_interp **it, const sn_node **fused, const sn_node **written) {
+    sn_graph *g = sn_graph_new();
+    sn_node *q = sn_input(g, "q", dt, SN_SHAPE(B, H, T, D));
+    sn_node *kc = sn_input(g, "k_cache", dt, SN_SHAPE(B, Hkv, S, D));
+    sn_node *vc = sn_input(g, "v_cache", dt, SN_SHAPE(B, Hkv, S, Dv));
+    sn_node *mask = sn_input(g, "mask", SN_F32, SN_SHAPE(B, 1, 1, S));
+    sn_node *k = sn_input(g, "k", dt, SN_SHAPE(B, Hkv, T, D));
+    sn_node *v = sn_input(g, "v", dt, SN_SHAPE(B, Hkv, T, Dv));
+    float f = 1.0f / sqrtf((float)D);
+    sn_node *y = sn_attention_cache(g, q, kc, vc, mask, k, v, f);
+    int G = H / Hkv;
+    if (dt != SN_F32) { /* written out in f32 (the mask is f32) */
+        q = sn_cast(g, q, SN_F32), kc = sn_cast(g, kc, SN_F32), vc = sn_cast(g, vc, SN_F32);
+        k = sn_cast(g, k, SN_F32), v = sn_cast(g, v, SN_F32);
+    }
+    sn_node *old = sn_add(g, sn_scale(g, sn_matmul_t(g, q, repeat_heads(g, kc, G), false, true), f), mask);
+    sn_node *now = sn_causal_mask(g, sn_scale(g, sn_matmul_t(g, q, repeat_heads(g, k, G), false, true), f));
+    sn_node *p = sn_softmax(g, sn_concat(g, 2, (sn_node *[]){old, now}, -1));
+    sn_node *w = sn_add(g, sn_matmul(g, sn_slice(g, p, -1, 0, S), repeat_heads(g, vc, G)),
+                        sn_matmul(g, sn_slice(g, p, -1, S, S + T), repeat_heads(g, v, G)));
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    sn_graph_add_output(g, y);
+    sn_graph_add_output(g, w);
+    *it = sn_interp_new(g, false);
+    sn_interp_keep_all(*it, true);
+    sn_err e;
+    sn_node *ins[6];
+    for (int i = 0; i < 6; i++) ins[i] = y->in[i]; /* the inputs, not their casts */
+    for (int i = 0; i < 6; i++) {
+        int64_t n = sn_numel(ins[i]);
+        double *x = malloc(sizeof(double) * (size_t)n);
+        ck_assert(x);
+        for (int64_t j = 0; j < n; j++) {
+            if (ins[i] != mask) x[j] = sn_dtype_round(dt, cache_uniform(-2, 2));
+            else x[j] = j < S || cache_uniform(0, 1) < 0.3 ? -INFINITY : (float)cache_uniform(-1, 0);
+        }
+        ck_assert_msg(sn_interp_set_f64(*it, ins[i], x, &e) == SN_OK, "%s", e.msg);
+        free(x);
+    }
+    ck_assert_msg(sn_interp_run(*it, &e) == SN_OK, "%s", e.msg);
+    *fused = y;
+    *written = w;
+    return g;
+}

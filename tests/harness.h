@@ -32,6 +32,15 @@ float **sn_param_snapshot(struct sn_trainer *t);
 int sn_check_trained_only(struct sn_trainer *t, float **before, bool (*trained)(const char *name),
                           const char *what);
 
+/* Decoding over a KV cache (sn_attention_cache) as a test graph: inputs q (B, H, T, D), k_cache,
+ * v_cache (B, Hkv, S, D|Dv), mask (B, 1, 1, S) and k, v (B, Hkv, T, D|Dv) of dtype dt (the mask
+ * f32) set to random values in interpreter *it (keeping every value), about a third of the mask
+ * -inf (at least one row wholly so) and the rest in (-1, 0]; outputs the op (*fused) and its
+ * written-out form (*written: matmuls, mask, causal mask, softmax over the two score blocks,
+ * k and v repeated for grouped-query attention), both run. */
+sn_graph *sn_test_cache_attention(int B, int H, int Hkv, int T, int S, int D, int Dv, sn_dtype dt,
+                                  struct sn_interp **it, const sn_node **fused, const sn_node **written);
+
 /* Path of a file under the source tree's assets/ (env SN_ASSETS overrides it); static buffer. */
 const char *sn_test_asset(const char *name);
 

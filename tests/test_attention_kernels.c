@@ -385,12 +385,37 @@ START_TEST(timing) {
 }
 END_TEST
 
+/* ---- decoding over a KV cache (attention_cache) ---- */
+
+/* Shapes: grouped-query (2 and 8 query heads a kv head) and not, one new token and three, head
+ * sizes that fill no vector (40, 24) and 128, masked cache positions (row 0 wholly). */
+static const int cache_cases[][7] = { /* B, H, Hkv, T, S, D, Dv */
+    {2, 4, 2, 1, 37, 40, 24}, {2, 3, 3, 3, 70, 64, 64}, {3, 8, 1, 1, 129, 128, 128},
+};
+
+START_TEST(cache_decode) {
+    const int *c = cache_cases[_i];
+    sn_interp *it;
+    const sn_node *y, *w;
+    sn_graph *g = sn_test_cache_attention(c[0], c[1], c[2], c[3], c[4], c[5], c[6], SN_F32, &it, &y, &w);
+    char what[128];
+    snprintf(what, sizeof what, "attention_cache B=%d H=%d Hkv=%d T=%d S=%d D=%d Dv=%d", c[0], c[1],
+             c[2], c[3], c[4], c[5], c[6]);
+    /* the op is its written-out form (the interpreter, in double precision) */
+    sn_check_close(what, sn_interp_value(it, y), sn_interp_value(it, w), (size_t)sn_numel(y), 1e-6, 1e-3);
+    check_kernels(g, it, 1, what);
+    sn_interp_free(it);
+    sn_graph_free(g);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("attention_kernels");
     TCase *tc = tcase_create("llvm");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, forward_and_backward, 0, N_CASES);
     tcase_add_loop_test(tc, unfused_forward, 0, N_CASES);
+    tcase_add_loop_test(tc, cache_decode, 0, 3);
     tcase_add_test(tc, bad_items_and_ir_dump);
     tcase_add_test(tc, timing);
     suite_add_tcase(s, tc);

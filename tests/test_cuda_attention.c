@@ -687,6 +687,94 @@ START_TEST(tiny_gpt2_kernels) {
 }
 END_TEST
 
+/* ---- decoding over a KV cache (attention_cache; codegen/cuda/cuda_attention_cache.c) ---- */
+
+static const int cache_cases[][7] = { /* B, H, Hkv, T, S, D, Dv: as test_attention_kernels' */
+    {2, 4, 2, 1, 37, 40, 24}, {2, 3, 3, 3, 70, 64, 64}, {3, 8, 1, 1, 129, 128, 128},
+};
+
+static run_result check_cache(const int *c, sn_dtype dt, int sm, const char *needle, const char *plant) {
+    sn_interp *it;
+    const sn_node *y, *w;
+    sn_graph *g = sn_test_cache_attention(c[0], c[1], c[2], c[3], c[4], c[5], c[6], dt, &it, &y, &w);
+    char label[128];
+    snprintf(label, sizeof label, "attention_cache %s sm_%d B=%d H=%d Hkv=%d T=%d S=%d D=%d Dv=%d",
+             sn_dtype_name(dt), sm, c[0], c[1], c[2], c[3], c[4], c[5], c[6]);
+    sn_program *p = fuse(g);
+    sn_target tg = sn_target_cuda(sm);
+    run_result r = {.needle = needle, .plant = plant};
+    run_attention(p, it, &tg, 1, label, &r);
+    sn_program_free(p);
+    sn_interp_free(it);
+    sn_graph_free(g);
+    return r;
+}
+
+START_TEST(cache_decode) {
+    run_result r = check_cache(cache_cases[_i % 3], _i < 3 ? SN_F32 : SN_BF16, 80, NULL, NULL);
+    ck_assert_msg(r.checked > 0 && r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+}
+END_TEST
+
+static const plant_case cache_plants[] = { /* which: a cache case; T unused */
+    {0, 0, "hk = h / ", "hk = h % ", "kv head h % G instead of h / G"},
+    {0, 0, "const float add = cached ? mask[r] : 0.0f;", "const float add = cached ? 0.0f : 0.0f;",
+     "the mask not added"},
+    {1, 0, "const bool cached = j > t;", "const bool cached = j > t + 1;", "a new key from the future"},
+    {2, 0, "__syncthreads(); /* every warp's state is in */", "", "the barrier before the warps' states meet"},
+    {1, 0, "for (int v = 0; v < 4; v++) {", "for (int v = 0; v < 3; v++) {", "the last warp's share left out"},
+};
+
+START_TEST(cache_planted_bugs_are_caught) {
+    const plant_case *pc = &cache_plants[_i];
+    run_result r = check_cache(cache_cases[pc->which], SN_F32, 80, pc->needle, pc->plant);
+    printf("planted (%s): worst error %.3g x the tolerance: %s %s\n", pc->what, r.worst,
+           r.worst > 1.0 ? "caught" : "MISSED", r.failure);
+    ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
+}
+END_TEST
+
+/* Every cache case in f32 and bf16 for sm_75, sm_80 and sm_90: compiled, no spills, no stack. */
+START_TEST(nvrtc_cache_no_spills) {
+    static const int arch[] = {75, 80, 90};
+    for (int i = 0; i < 6; i++)
+        for (int a = 0; a < 3; a++) {
+            const int *c = cache_cases[i % 3];
+            sn_interp *it;
+            const sn_node *y, *w;
+            sn_graph *g = sn_test_cache_attention(c[0], c[1], c[2], c[3], c[4], c[5], c[6],
+                                                  i < 3 ? SN_F32 : SN_BF16, &it, &y, &w);
+            sn_program *p = fuse(g);
+            const sn_kernel *k = NULL;
+            for (int j = 0; j < p->n_kernels; j++)
+                if (p->kernels[j]->kind == SN_KER_ATTENTION) k = p->kernels[j];
+            ck_assert(k && k->anchor->op == SN_OP_ATTENTION_CACHE);
+            sn_target tg = sn_target_cuda(arch[a]);
+            sn_cuda_source cs;
+            sn_cuda_module m;
+            sn_err e;
+            ck_assert_msg(sn_cuda_render(&k, 1, &tg, &cs, &e) == SN_OK, "%s", e.msg);
+            sn_status st = sn_nvrtc_compile(cs.src, "cache.cu", arch[a], &m, &e);
+            if (st == SN_ERR_UNSUPPORTED) { /* no NVRTC here */
+                printf("nvrtc_cache_no_spills: %s: skipped\n", e.msg);
+                sn_cuda_source_free(&cs), sn_program_free(p), sn_interp_free(it), sn_graph_free(g);
+                return;
+            }
+            ck_assert_msg(st == SN_OK, "%s", e.msg);
+            const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs.fn[0]);
+            ck_assert(in);
+            printf("attention_cache case %d sm_%d: %d registers, spills %d/%d, stack %d\n", i, arch[a],
+                   in->registers, in->spill_store_bytes, in->spill_load_bytes, in->stack_bytes);
+            ck_assert(in->spill_store_bytes == 0 && in->spill_load_bytes == 0 && in->stack_bytes == 0);
+            sn_cuda_module_free(&m);
+            sn_cuda_source_free(&cs);
+            sn_program_free(p);
+            sn_interp_free(it);
+            sn_graph_free(g);
+        }
+}
+END_TEST
+
 /* ---- NVRTC: every form for sm_75, sm_80, sm_90, no spills (f32 at D = 32 spilled on sm_90
  * until the forward unrolled its value loop whole there) ---- */
 
@@ -833,6 +921,8 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, qkv_layout_in_place, 0, 3);
     tcase_add_loop_test(tc, planted_bugs_are_caught, 0, N_PLANTS);
     tcase_add_test(tc, tiny_gpt2_kernels);
+    tcase_add_loop_test(tc, cache_decode, 0, 6);
+    tcase_add_loop_test(tc, cache_planted_bugs_are_caught, 0, 5);
     suite_add_tcase(s, tc);
     TCase *at = tcase_create("atomic_dq");
     tcase_set_timeout(at, 240);
@@ -846,6 +936,7 @@ static Suite *suite(void) {
     tcase_add_test(nv, nvrtc_no_spills);
     tcase_add_test(nv, nvrtc_gqa_no_spills);
     tcase_add_test(nv, nvrtc_atomic_dq_no_spills);
+    tcase_add_test(nv, nvrtc_cache_no_spills);
     suite_add_tcase(s, nv);
     return s;
 }

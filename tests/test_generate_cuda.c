@@ -61,12 +61,18 @@ START_TEST(nvrtc_gpt2_generation_programs) {
                     attention += p->kernels[i]->kind == SN_KER_ATTENTION;
                     ks[n++] = p->kernels[i];
                 }
-            ck_assert_int_eq(attention > 0, !decode); /* the prefill's flash attention */
+            /* the prefill's flash attention; the decode's attention over the cache, a kernel a layer */
+            ck_assert_int_gt(attention, 0);
+            int cache = 0;
+            for (int i = 0; i < n; i++) cache += ks[i]->kind == SN_KER_ATTENTION && ks[i]->anchor->op == SN_OP_ATTENTION_CACHE;
+            ck_assert_int_eq(cache, decode ? 12 : 0);
+            if (decode) ck_assert_int_eq(attention, 12);
             sn_cuda_source cs;
             sn_cuda_module m;
             sn_err e;
             ck_assert_msg(sn_cuda_render(ks, n, &t, &cs, &e) == SN_OK, "%s", e.msg);
             sn_status st = sn_nvrtc_compile(cs.src, decode ? "decode.cu" : "prefill.cu", arch[a], &m, &e);
+            if (st) printf("%s\n", m.log ? m.log : "");
             ck_assert_msg(st == SN_OK, "%s\n%s", e.msg, m.log ? m.log : "");
             ck_assert_int_eq(m.n_info, cs.n_functions);
             for (int i = 0; i < n; i++) {

@@ -97,6 +97,11 @@ static sn_graph *build_all_ops(void) {
     /* NF4 storage of 3 x 40 weights: 4 + 4 + 2 blocks + 60 bytes of codes (ir/nf4.h) */
     sn_node *q = NODE(g, PARAM, .name = "w.nf4", .a = {.init = SN_INIT_ZEROS, .frozen = 1}, T(U8, 70));
     NODE(g, DEQUANT_NF4, IN(q), T(BF16, 3, 40));
+    sn_node *q4 = NODE(g, RESHAPE, IN(x), T(F32, 2, 3, 1, 8)); /* decoding (no gradient; last, so no id above moves): 3 heads, 1 token */
+    sn_node *kv4 = NODE(g, RESHAPE, IN(y), T(F32, 2, 1, 3, 8)); /* a cache of 3 */
+    sn_node *m4 = NODE(g, INPUT, .name = "mask", .role = SN_ROLE_MASK, T(F32, 2, 1, 1, 3));
+    sn_node *kn = NODE(g, SLICE, IN(kv4), .a = {.axis = 2, .start = 0, .end = 1});
+    NODE(g, ATTENTION_CACHE, IN(q4, kv4, kv4, m4, kn, kn), .a = {.f = 0.353553391f});
     wte->grad = dwte;
     lw->grad = dlw;
     lb->grad = dlb;

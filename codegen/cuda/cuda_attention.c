@@ -550,11 +550,13 @@ static void emit_dq_scratch(sn_cu_text *t, const sn_att_plan *p, const char *fna
 /* ---- the entries (cuda_int.h) ---- */
 
 sn_status sn_cu_check_attention(const sn_kernel *k, const sn_target *t, sn_err *e) {
+    if (k->anchor && k->anchor->op == SN_OP_ATTENTION_CACHE) return sn_cu_check_attention_cache(k, e);
     sn_att_plan p;
     return sn_att_plan_make(k, t, &p, e);
 }
 
 sn_cuda_dims sn_cu_attention_dims(const sn_kernel *k, const sn_target *t) {
+    if (k->anchor->op == SN_OP_ATTENTION_CACHE) return sn_cu_attention_cache_dims(k);
     sn_att_plan p;
     sn_err e;
     if (sn_att_plan_make(k, t, &p, &e)) return (sn_cuda_dims){0}; /* the renderer says why */
@@ -570,6 +572,10 @@ sn_cuda_dims sn_cu_attention_dims(const sn_kernel *k, const sn_target *t) {
 
 void sn_cu_emit_attention(sn_cu_text *t, const sn_kernel *k, const sn_target *tg,
                           const char *fname) {
+    if (k->anchor->op == SN_OP_ATTENTION_CACHE) {
+        sn_cu_emit_attention_cache(t, k, fname);
+        return;
+    }
     sn_att_plan p;
     sn_err e;
     sn_status st = sn_att_plan_make(k, tg, &p, &e);

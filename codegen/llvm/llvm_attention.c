@@ -98,7 +98,8 @@ static sn_status check_kernel(const sn_ll *L, const sn_kernel *k, sn_err *e) {
 
 sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
     sn_status st = check_kernel(L, k, e);
-    if (st) return st;
+    if (st || k->anchor->op == SN_OP_ATTENTION_CACHE)
+        return st ? st : sn_ll_emit_attention_cache(L, k, fname, e); /* llvm_attention_cache.c */
     const sn_node *n = k->anchor, *q = n->in[0], *kk = n->in[1];
     int r = q->rank;
     att a = {.L = L, .n = n, .T = q->shape[r - 2], .S = kk->shape[r - 2], .D = q->shape[r - 1]};

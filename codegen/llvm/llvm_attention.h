@@ -50,6 +50,10 @@ static inline LLVMValueRef sn_ll_att_at(sn_ll *L, LLVMValueRef p, LLVMValueRef i
 void sn_ll_att_forward_step(att *a, LLVMValueRef i);
 void sn_ll_att_bwd_q_step(att *a, LLVMValueRef i);
 void sn_ll_att_bwd_kv_step(att *a, LLVMValueRef j);
+/* ---- llvm_attention_cache.c: attention_cache (decoding over a KV cache), checked ---- */
+
+sn_status sn_ll_emit_attention_cache(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
+
 /* dsum[i] = dout_i . o_i for the item's T queries (of each head of its group: G T). */
 void sn_ll_att_fill_dsum(att *a);
 
