@@ -2,7 +2,8 @@
  * RMSNorm, rotary embeddings, grouped-query attention, a SwiGLU MLP, no biases but Qwen2's.
  * Convention: attention is written out (matmul, scale, causal mask, softmax, matmul) on rotated
  * q and k, each key/value head repeated for its query heads by reshape and broadcast; the
- * attention pass fuses it and reads the key/value heads unrepeated. */
+ * attention pass fuses it and reads the key/value heads unrepeated. Decoding over a KV cache is
+ * sn_attention_cache, which reads the key/value heads unrepeated too. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
