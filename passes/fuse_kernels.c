@@ -348,6 +348,65 @@ sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k) {
     return SN_OK;
 }
 
+/* The value whose buffer node x's is (through aliases), or -1. */
+static int buffer_of(const sn_program *p, const sn_node *x) {
+    int v = p->value_of[x->id];
+    while (v >= 0 && p->values[v].alias >= 0) v = p->values[v].alias;
+    return v;
+}
+
+sn_status sn_fuse_norm_pair(fuse_state *s, int at) {
+    sn_program *p = s->p;
+    if (at < 1) return SN_OK;
+    sn_kernel *D = p->kernels[at - 1], *W = p->kernels[at];
+    const sn_node *n = W->anchor, *dx = D->anchor;
+    sn_op want = n->op == SN_OP_RMSNORM_BWD_W ? SN_OP_RMSNORM_BWD : SN_OP_LAYERNORM_BWD;
+    if (D->kind != SN_KER_ROW || D->stage != SN_SUM_WHOLE || D->anchor2 || D->n_instr == 0 ||
+        dx->op != want || dx->a.f != n->a.f || !sn_same_value(dx->in[0], n->in[0]) ||
+        !sn_same_value(dx->in[2], n->in[1]) || W->n_out != 1 + W->row.n_colsum ||
+        dx->in[0]->shape[dx->in[0]->rank - 1] > SN_PAIR_MAX_C)
+        return SN_OK; /* not the pair, or dx unfused (no instructions to carry the sum's x, dy) */
+    int c = W->row.n_colsum, nd = D->n_out, sums = 1 + c;
+    const sn_node *args[SN_KER_MAX_ARGS];
+    int store[SN_KER_MAX_ARGS], src[SN_KER_MAX_ARGS], n_in = D->n_in;
+    if (sums + nd + n_in + 1 > SN_KER_MAX_ARGS) return SN_OK; /* + the scratch */
+    for (int o = 0; o < sums; o++) args[o] = W->args[o], store[o] = D->row.instr;
+    for (int o = 0; o < nd; o++) args[sums + o] = D->args[o], store[sums + o] = D->store[o];
+    for (int i = 0; i < n_in; i++) args[sums + nd + i] = D->args[nd + i];
+    for (int o = 1; o <= c; o++) { /* a column sum of dx's output reads it there */
+        const sn_node *x = W->args[W->row.colsum_src[o]];
+        int v = buffer_of(p, x);
+        src[o] = -1;
+        for (int a = sums; a < sums + nd + n_in && src[o] < 0; a++)
+            if (args[a] == x || (a < sums + nd && v >= 0 && buffer_of(p, args[a]) == v)) src[o] = a;
+        if (src[o] < 0) {
+            if (sums + nd + n_in + 1 == SN_KER_MAX_ARGS) return SN_OK;
+            src[o] = sums + nd + n_in;
+            args[sums + nd + n_in++] = x;
+        }
+    }
+    /* D becomes the pair, in its place; W leaves the program (its FINISH stays after D) */
+    memcpy(D->args, args, sizeof *args * (size_t)(sums + nd + n_in));
+    memcpy(D->store, store, sizeof *store * (size_t)(sums + nd));
+    for (int a = 0; a < D->n_access; a++) D->access[a].arg += sums;
+    for (int o = 1; o <= c; o++) D->row.colsum_src[o] = src[o];
+    D->n_out = sums + nd;
+    D->n_in = n_in;
+    D->anchor = n;
+    D->stage = SN_SUM_PARTIAL;
+    D->scratch = W->scratch;
+    D->row.n_colsum = c;
+    D->row.pair = true;
+    const char *rest = D->name + strcspn(D->name, "_") + 1 + strlen(sn_op_name(dx->op));
+    char name[sizeof D->name];
+    snprintf(name, sizeof name, "k%d_%s_pair%s", D->id, sn_op_name(dx->op), rest);
+    memcpy(D->name, name, sizeof name);
+    sn_kernel_work(D, &D->n_items, &D->serial);
+    memmove(p->kernels + at, p->kernels + at + 1, sizeof *p->kernels * (size_t)(p->n_kernels - at - 1));
+    p->n_kernels--;
+    return sn_kernel_check(D, s->e);
+}
+
 sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss) {
     sn_program *p = s->p;
     SN_ASSERT(k->stage == SN_SUM_WHOLE && k->anchor->op == SN_OP_CROSS_ENTROPY_BWD && !k->anchor2);

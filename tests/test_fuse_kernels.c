@@ -239,11 +239,15 @@ START_TEST(norm_backwards) {
     kernel_stats st;
     sn_program *p = fuse_and_check(g, 1, NULL, &st);
     ck_assert_ptr_eq(kernel_of(p, dy), kernel_of(p, dx)); /* the earliest reader stores dy */
-    ck_assert_int_eq(kernel_of(p, dx)->n_out, 2);
-    ck_assert_int_eq(kernel_of(p, dw)->n_instr, 0); /* reads x and dy's buffer as they are */
+    /* the norm backward pair (kernel.h): dx, dw's partial sums and db's in one pass over each
+     * of 3 chunks of rows, the last one short; outputs dw, db, then dx and dy */
+    const sn_kernel *kw = kernel_of(p, dw);
+    ck_assert_ptr_eq(kernel_of(p, dx), kw);
+    ck_assert(kw->stage == SN_SUM_PARTIAL && kw->row.pair && sn_sum_chunks(kw) == 3 &&
+              kw->row.n_colsum == 1 && kw->n_items == 3);
+    ck_assert_int_eq(kw->n_out, 4);
+    ck_assert_ptr_eq(kw->args[2], dx);
     ck_assert_int_eq(st.row_fused, 3);
-    const sn_kernel *kw = kernel_of(p, dw); /* over 3 chunks of rows, the last one short */
-    ck_assert(kw->stage == SN_SUM_PARTIAL && sn_sum_chunks(kw) == 3 && kw->row.n_colsum == 1);
     sn_program_free(p);
     sn_graph_free(g);
 }
