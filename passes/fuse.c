@@ -485,14 +485,13 @@ static sn_status build(fuse_state *s) {
         sn_kernel *k = st ? NULL : p->kernels[p->n_kernels - 1];
         if (k && k->kind == SN_KER_ROW && sn_fuse_sums_rows(k->anchor->op))
             st = sn_fuse_split_sum(s, k); /* and its FINISH kernel */
-        if (k && !st && k->stage == SN_SUM_PARTIAL && !k->anchor2 && k->anchor->op != SN_OP_CROSS_ENTROPY)
-            st = sn_fuse_norm_pair(s, p->n_kernels - 2); /* with the dx kernel before it */
         for (int j = 0; k && !st && k->anchor && k->anchor->op == SN_OP_CROSS_ENTROPY_BWD && j < i; j++)
             if (s->live[j] && s->home[j] == i && g->nodes[j]->op == SN_OP_CROSS_ENTROPY)
                 st = sn_fuse_classifier(s, k, g->nodes[j]); /* and its FINISH kernel */
         if (k && !st && k->kind == SN_KER_GATHER && k->anchor->op == SN_OP_EMBEDDING_BWD)
             st = sn_fuse_split_gather(s, k); /* and its ROWS kernel */
     }
+    if (!st) st = sn_fuse_norm_pairs(s); /* a norm's dx with its weight gradient's sums */
     if (!st && s->t->att_dq_atomic) st = sn_fuse_att_dq_atomic(s); /* dq with dk and dv */
     /* the weight shadows' cast kernels, after the step's and set apart from them */
     int n_step = p->n_kernels;

@@ -198,7 +198,12 @@ struct sn_kernel {
  * dx's row statistics as the dx kernel's, so dx, the partial sums and FINISH's results are
  * bit-identical to the dx kernel's and the PARTIAL kernel's where both take the same columns a
  * step (sn_cu_row_lanes). On CUDA a chunk is a block: 256 blocks at B=16 T=1024 (16,384 rows),
- * more than the 132 SMs of an H100/H200, each block 8 warps, one row a warp at a time. */
+ * more than the 132 SMs of an H100/H200 (3 blocks fit an SM: one wave), each block 8 warps,
+ * one row a warp at a time, each warp's dy xhat sums in shared memory (a lane its own slots),
+ * added in warp order after a barrier that also makes the block's stored rows visible to its
+ * column sums (8 tiles of 32 columns at a time, a lane a column, the warps down the rows). The
+ * fuse pass pairs a dx kernel right before the PARTIAL kernel or right after its FINISH (the
+ * pair then runs in the PARTIAL kernel's place); the FINISH kernel stays. */
     /* embedding_bwd (GATHER) runs as two kernels too, so that no block scans every id (the
      * CUDA algorithm; codegen/cuda/cuda_gather.c), with a scratch value of
      * sn_kernel_scratch_bytes: the ids in G = ceil(N / S) chunks of S = sn_gather_chunk
