@@ -150,10 +150,6 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n);
 /* The kernel k of a row op that sums over every row becomes kernel.h's PARTIAL kernel, and
  * the FINISH kernel follows it, with their scratch value. */
 sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k);
-/* After the kernels are made: each norm weight gradient's PARTIAL kernel and the kernel of its
- * dx, right before it or right after its FINISH, become the norm backward pair (kernel.h) in the
- * first one's place, where they can (the other kernels as they were). */
-sn_status sn_fuse_norm_pairs(fuse_state *s);
 /* The cross_entropy_bwd kernel k also computes the loss `loss` (kernel.h: the classifier):
  * it becomes a PARTIAL kernel of a partial sum a row, and the FINISH kernel follows it. */
 sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss);
@@ -172,5 +168,12 @@ static inline bool sn_fuse_sums_rows(sn_op op) {
 }
 /* Asserts that every kernel reads only values written before it (or loaded with the program). */
 sn_status sn_fuse_check_order(const fuse_state *s);
+
+/* ---- fuse_pair.c: a norm's dx with its weight gradient's sums ---- */
+
+/* After the kernels are made: each norm weight gradient's PARTIAL kernel and the kernel of its
+ * dx, right before it or right after its FINISH, become the norm backward pair (kernel.h) in the
+ * first one's place, where they can (the other kernels as they were). */
+sn_status sn_fuse_norm_pairs(fuse_state *s);
 
 #endif
