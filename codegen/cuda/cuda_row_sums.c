@@ -74,36 +74,6 @@ void sn_cu_row_cross_entropy(row *w) {
 
 int64_t sn_cu_row_steps(const row *w) { return (w->C + 32 * w->lanes - 1) / (32 * w->lanes); }
 
-/* float name[steps x lanes]: a lane's sums of its columns over its warp's rows, zeroed. */
-static void declare_sums(row *w, const char *name) {
-    int64_t n = sn_cu_row_steps(w) * w->lanes;
-    E("float %s[%lld];", name, (long long)n);
-    E("#pragma unroll");
-    E("for (int q = 0; q < %lld; q++) %s[q] = 0.0f;", (long long)n, name);
-}
-
-/* The warps' sums `name` (declare_sums) added in warp order into part[0, C): lane l's step q,
- * lane i holds column lanes l + 32 lanes q + i. */
-static void add_warps(row *w, const char *name) {
-    int V = w->lanes;
-    int64_t n = sn_cu_row_steps(w) * V;
-    E("SN_SHARED(float, column_sum, %lld);", (long long)w->C);
-    E("/* the warps' sums added in warp order */");
-    E("for (int v = 0; v < %u; v++) {", w->threads / 32);
-    E("if (warp == v) {");
-    E("#pragma unroll");
-    E("for (int q = 0; q < %lld; q++) {", (long long)n);
-    if (V == 1) E("const int j = lane + 32 * q;");
-    else E("const int j = %d * lane + %d * (q / %d) + q %% %d; /* %s[q]'s column */", V, 32 * V, V, V, name);
-    E("if (j < %lld) column_sum[j] = v == 0 ? %s[q] : column_sum[j] + %s[q];", (long long)w->C, name, name);
-    E("}");
-    E("}");
-    E("__syncthreads();");
-    E("}");
-    E("for (int j = threadIdx.x; j < %lld; j += %u) part[j] = column_sum[j];", (long long)w->C,
-      w->threads);
-}
-
 /* (x, dy) -> the partial sum over this block's chunk of rows [r0, r1) of dy xhat, into the
  * chunk's row of the partial sums (C columns from `part`); each lane owns the columns
  * lanes * lane + 32 lanes q + l (l < lanes), the warps' sums added in warp order */
@@ -112,8 +82,10 @@ void sn_cu_row_norm_bwd_w(row *w, bool rms) {
     sn_cu_row_opnd(w, 0, x, sizeof x);
     sn_cu_row_opnd(w, 1, dy, sizeof dy);
     int V = w->lanes;
-    int64_t nq = sn_cu_row_steps(w);
-    declare_sums(w, "acc");
+    int64_t nq = sn_cu_row_steps(w); /* steps of 32 lanes x V columns */
+    E("float acc[%lld];", (long long)(nq * V));
+    E("#pragma unroll");
+    E("for (int q = 0; q < %lld; q++) acc[q] = 0.0f;", (long long)(nq * V));
     open_rows(w, "r0", "r1");
     const char *js = "lane";
     if (!rms) {
@@ -157,7 +129,21 @@ void sn_cu_row_norm_bwd_w(row *w, bool rms) {
     }
     E("}");
     E("}");
-    add_warps(w, "acc");
+    E("SN_SHARED(float, column_sum, %lld);", (long long)w->C);
+    E("/* the warps' sums added in warp order */");
+    E("for (int v = 0; v < %u; v++) {", w->threads / 32);
+    E("if (warp == v) {");
+    E("#pragma unroll");
+    E("for (int q = 0; q < %lld; q++) {", (long long)(nq * V));
+    if (V == 1) E("const int j = lane + 32 * q;");
+    else E("const int j = %d * lane + %d * (q / %d) + q %% %d; /* acc[q]'s column */", V, 32 * V, V, V);
+    E("if (j < %lld) column_sum[j] = v == 0 ? acc[q] : column_sum[j] + acc[q];", (long long)w->C);
+    E("}");
+    E("}");
+    E("__syncthreads();");
+    E("}");
+    E("for (int j = threadIdx.x; j < %lld; j += %u) part[j] = column_sum[j];", (long long)w->C,
+      w->threads);
 }
 
 /* The norm backward pair's head: chunk blockIdx.x of SN_SUM_CHUNK rows, its partial sums
