@@ -491,6 +491,7 @@ static sn_status build(fuse_state *s) {
         if (k && !st && k->kind == SN_KER_GATHER && k->anchor->op == SN_OP_EMBEDDING_BWD)
             st = sn_fuse_split_gather(s, k); /* and its ROWS kernel */
     }
+    if (!st) st = sn_fuse_norm_pairs(s); /* a norm's dx with its weight gradient's sums */
     if (!st && s->t->att_dq_atomic) st = sn_fuse_att_dq_atomic(s); /* dq with dk and dv */
     /* the weight shadows' cast kernels, after the step's and set apart from them */
     int n_step = p->n_kernels;

@@ -169,4 +169,11 @@ static inline bool sn_fuse_sums_rows(sn_op op) {
 /* Asserts that every kernel reads only values written before it (or loaded with the program). */
 sn_status sn_fuse_check_order(const fuse_state *s);
 
+/* ---- fuse_pair.c: a norm's dx with its weight gradient's sums ---- */
+
+/* After the kernels are made: each norm weight gradient's PARTIAL kernel and the kernel of its
+ * dx, right before it or right after its FINISH, become the norm backward pair (kernel.h) in the
+ * first one's place, where they can (the other kernels as they were). */
+sn_status sn_fuse_norm_pairs(fuse_state *s);
+
 #endif

@@ -88,6 +88,7 @@ typedef struct {
     int instr;
     int n_colsum;
     int colsum_src[SN_KER_MAX_ARGS];
+    bool pair; /* the norm backward pair (below: a PARTIAL kernel that computes dx too) */
 } sn_kernel_row_part;
 
 /* GEMM: what it does with its product before storing it (sn_epilogue above). */
@@ -181,7 +182,28 @@ struct sn_kernel {
      * each (P = R, W = 4): the row's loss, lse - logit[t] rounded to f32, and 1 as two f64,
      * or 0 and 0 for an ignored row (NaN and 1 for a bad target). Its FINISH (anchor the
      * cross_entropy, anchor2 the cross_entropy_bwd) adds the rows in chunks of SN_SUM_CHUNK
-     * in order from 0, then the chunks' sums in chunk order: the order of the unfused pair. */
+     * in order from 0, then the chunks' sums in chunk order: the order of the unfused pair.
+ * The norm backward pair (row.pair): a norm weight gradient's PARTIAL kernel (anchor
+ * layernorm_bwd_w or rmsnorm_bwd_w, outputs 0 .. n_colsum its sums as above) that also computes
+ * the norm's dx (layernorm_bwd, rmsnorm_bwd of the same eps) with its fused neighbours: n_instr >
+ * 0, instr[row.instr] is the dx op, whose x and dy (operands 0 and 2) are the anchor's x and dy
+ * (the same node, or f32 casts of one value), read once for both; the instructions are the dx
+ * op's prologue and epilogue, and outputs n_colsum + 1 .. store them as a fused row kernel's do.
+ * A column sum may read one of those outputs (colsum_src an output after the sums: the
+ * residual gradient's bias gradient), after the chunk's rows are stored. Item i is chunk i of
+ * SN_SUM_CHUNK rows: dx of each row, the chunk's dy xhat into scratch[p][0, C), then every
+ * column-sum tile over the chunk's rows into its columns. The sums keep the orders of the
+ * unfused kernels: each chunk's rows in row order per thread (CPU) or per warp (CUDA: a block
+ * of 8 warps per chunk, warp w takes rows w, w + 8, ..; the warps' sums added in warp order),
+ * dx's row statistics as the dx kernel's, so dx, the partial sums and FINISH's results are
+ * bit-identical to the dx kernel's and the PARTIAL kernel's where both take the same columns a
+ * step (sn_cu_row_lanes). On CUDA a chunk is a block: 256 blocks at B=16 T=1024 (16,384 rows),
+ * more than the 132 SMs of an H100/H200 (3 blocks fit an SM: one wave), each block 8 warps,
+ * one row a warp at a time, each warp's dy xhat sums in shared memory (a lane its own slots),
+ * added in warp order after a barrier that also makes the block's stored rows visible to its
+ * column sums (8 tiles of 32 columns at a time, a lane a column, the warps down the rows). The
+ * fuse pass pairs a dx kernel right before the PARTIAL kernel or right after its FINISH (the
+ * pair then runs in the PARTIAL kernel's place); the FINISH kernel stays. */
     /* embedding_bwd (GATHER) runs as two kernels too, so that no block scans every id (the
      * CUDA algorithm; codegen/cuda/cuda_gather.c), with a scratch value of
      * sn_kernel_scratch_bytes: the ids in G = ceil(N / S) chunks of S = sn_gather_chunk
@@ -313,6 +335,8 @@ enum { SN_KER_MAX_INSTR = 64 };
 typedef struct {
     int64_t R, C;  /* rows and row length of the row op's first input */
     int64_t Vr;    /* the real classes of cross-entropy over padded logits (a.end), else C */
+    const sn_node *op; /* the row op rendered a row at a time: the anchor, or the norm backward
+                          pair's dx (instr[row.instr]) */
     bool sums;     /* a PARTIAL kernel: the op sums over every row, or the classifier's loss */
     bool fused;    /* instructions around the row op (n_instr > 0) */
     bool dep[SN_KER_MAX_INSTR]; /* [n_instr] instruction i reads the row op's value: the
@@ -322,12 +346,18 @@ typedef struct {
                       element by the prologue) */
 } sn_row_plan;
 sn_status sn_kernel_row_plan(const sn_kernel *k, sn_row_plan *p, sn_err *e);
+/* Whether a and b are one value: the same node, or casts to one dtype of one value (the norm
+ * backward pair's x and dy). */
+bool sn_same_value(const sn_node *a, const sn_node *b);
 
 /* The column sums of a ROW kernel (row.n_colsum above) are split in tiles of this many columns. */
 enum { SN_COLSUM_TILE = 32 };
 /* The stages of a sum over every row (`stage` above), rows a chunk, columns a finishing item. */
 enum { SN_SUM_WHOLE, SN_SUM_PARTIAL, SN_SUM_FINISH };
 enum { SN_SUM_CHUNK = 64, SN_SUM_FINISH_COLS = 64 };
+/* The longest rows of a norm backward pair (its CUDA block keeps 8 warps' sums of a row's
+ * columns in shared memory: 32 KiB); longer rows keep the dx and PARTIAL kernels apart. */
+enum { SN_PAIR_MAX_C = 1024 };
 /* Chunks P and partial-sum columns W of a PARTIAL or FINISH kernel. */
 int64_t sn_sum_chunks(const sn_kernel *k);
 int64_t sn_sum_width(const sn_kernel *k);

@@ -42,10 +42,37 @@ static sn_status plain_plan(const sn_kernel *k, sn_row_plan *p, sn_err *e) {
     return SN_OK;
 }
 
+bool sn_same_value(const sn_node *a, const sn_node *b) {
+    while (a != b && a->op == SN_OP_CAST && b->op == SN_OP_CAST && a->dtype == b->dtype)
+        a = a->in[0], b = b->in[0];
+    return a == b;
+}
+
+/* The norm backward pair (kernel.h): a norm weight gradient's PARTIAL kernel whose row op, a row
+ * at a time, is its dx, of the same x, dy and eps. */
+static sn_status pair_plan(const sn_kernel *k, sn_row_plan *p, sn_err *e) {
+    const sn_node *n = k->anchor;
+    bool rms = n->op == SN_OP_RMSNORM_BWD_W;
+    if (k->stage != SN_SUM_PARTIAL || (n->op != SN_OP_LAYERNORM_BWD_W && !rms) || k->n_instr < 1 ||
+        k->row.instr < 0 || k->row.instr >= k->n_instr)
+        return BUG("the norm backward pair is the PARTIAL kernel of a norm weight gradient whose "
+                   "fused instructions compute its dx");
+    const sn_node *dx = k->instr[k->row.instr].node;
+    if (dx->op != (rms ? SN_OP_RMSNORM_BWD : SN_OP_LAYERNORM_BWD) || dx->a.f != n->a.f ||
+        !sn_same_value(dx->in[0], n->in[0]) || !sn_same_value(dx->in[2], n->in[1]))
+        return BUG("the pair's row op (%s %%%d) is not the dx of %s %%%d's x, dy and eps",
+                   sn_op_name(dx->op), dx->id, sn_op_name(n->op), n->id);
+    if (k->n_out <= 1 + k->row.n_colsum || p->C > SN_PAIR_MAX_C)
+        return BUG("the norm backward pair stores dx's values after its sums, over rows of at most "
+                   "%d", SN_PAIR_MAX_C);
+    p->op = dx;
+    return SN_OK;
+}
+
 /* A fused kernel's instructions: the epilogue (dep), the output of the row op's own result, the
  * per-row operands' buffers. */
 static sn_status fused_plan(const sn_kernel *k, sn_row_plan *p, sn_err *e) {
-    const sn_node *n = k->anchor;
+    const sn_node *n = p->op;
     int nargs = k->n_out + k->n_in;
     if (k->n_instr > SN_KER_MAX_INSTR || k->row.instr < 0 || k->row.instr >= k->n_instr ||
         k->instr[k->row.instr].node != n || k->instr[k->row.instr].n_in != n->n_in || k->rank < 1)
@@ -74,7 +101,7 @@ static sn_status fused_plan(const sn_kernel *k, sn_row_plan *p, sn_err *e) {
             if (r->kind == SN_REF_INSTR) dep[i] = dep[i] || dep[r->index];
         }
     }
-    for (int o = 0; o < k->n_out; o++) {
+    for (int o = k->row.pair ? 1 + k->row.n_colsum : 0; o < k->n_out; o++) { /* not the pair's sums */
         int i = k->store[o];
         if (i < 0 || i >= k->n_instr ||
             (i != k->row.instr && sn_numel(k->args[o]) != sn_shape_numel(k->rank, k->shape)))
@@ -98,7 +125,7 @@ static sn_status fused_plan(const sn_kernel *k, sn_row_plan *p, sn_err *e) {
 
 sn_status sn_kernel_row_plan(const sn_kernel *k, sn_row_plan *p, sn_err *e) {
     const sn_node *n = k->anchor;
-    *p = (sn_row_plan){.y = -1, .buf = {-1, -1, -1}, .fused = k->n_instr > 0};
+    *p = (sn_row_plan){.y = -1, .buf = {-1, -1, -1}, .fused = k->n_instr > 0, .op = n};
     if (k->kind != SN_KER_ROW || !n || !sn_row_facts_of(n->op) || n->n_in > 3)
         return BUG("a row kernel's anchor is a row op");
     const sn_node *x = n->in[0];
@@ -118,12 +145,15 @@ sn_status sn_kernel_row_plan(const sn_kernel *k, sn_row_plan *p, sn_err *e) {
         return BUG("a row op that sums over every row, and only it, runs as the PARTIAL and FINISH "
                    "kernels of kernel.h");
     bool bwd_w = n->op == SN_OP_LAYERNORM_BWD_W || n->op == SN_OP_RMSNORM_BWD_W;
-    if (k->row.n_colsum && (!bwd_w || k->row.n_colsum + 1 != k->n_out))
-        return BUG("column sums join only a norm weight gradient that stores nothing else, as its "
-                   "outputs 1 .. n_out - 1");
+    sn_status st;
+    if (k->row.pair && (st = pair_plan(k, p, e))) return st;
+    if (k->row.n_colsum && (!bwd_w || (!k->row.pair && k->row.n_colsum + 1 != k->n_out)))
+        return BUG("column sums join only a norm weight gradient that stores nothing else (or its "
+                   "dx's values, the norm backward pair), as its outputs 1 .. n_colsum");
     for (int o = 1; o <= k->row.n_colsum; o++) {
-        int s = k->row.colsum_src[o];
-        if (s < k->n_out || s >= k->n_out + k->n_in || !sn_dtype_is_float(k->args[s]->dtype) ||
+        int s = k->row.colsum_src[o]; /* the pair's: one of its dx's outputs too */
+        bool src = s >= (k->row.pair ? 1 + k->row.n_colsum : k->n_out);
+        if (!src || s >= k->n_out + k->n_in || !sn_dtype_is_float(k->args[s]->dtype) ||
             k->args[o]->dtype != SN_F32 || sn_numel(k->args[s]) != p->R * sn_numel(k->args[o]))
             return BUG("column sum %d must read a float input of %lld rows of its %lld columns", o,
                        (long long)p->R, (long long)sn_numel(k->args[o]));

@@ -89,8 +89,9 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
     switch (k->kind) {
     case SN_KER_POINTWISE: *n_items = sn_shape_numel(k->rank, k->shape); return;
     case SN_KER_ROW:
-        if (k->stage == SN_SUM_PARTIAL) { /* per chunk: the anchor, then the column sums' tiles */
-            *n_items = sn_sum_chunks(k) * (1 + sn_colsum_tiles(k));
+        if (k->stage == SN_SUM_PARTIAL) { /* per chunk: the anchor, then the column sums' tiles
+                                             (the norm backward pair: all in one item) */
+            *n_items = sn_sum_chunks(k) * (k->row.pair ? 1 : 1 + sn_colsum_tiles(k));
             return;
         }
         if (k->stage == SN_SUM_FINISH) {

@@ -933,6 +933,158 @@ START_TEST(cpu_chunked_weight_gradient) {
 }
 END_TEST
 
+/* The norm backward pair (kernel.h: a norm weight gradient's PARTIAL kernel computing its dx
+ * too) over 3 chunks and 8 rows (the last chunk short): dx with a prologue (dy, widened from
+ * d0's dtype) and an epilogue (a residual add), dw, dbeta (the column sum of dy) and the
+ * residual's bias gradient (the column sum of dx, read from the pair's own output after the
+ * block's rows are stored), f32 rows of 40 (4 columns a step) and bf16 d0 with rows of 64 (8).
+ * Against the interpreter through its FINISH kernel, in both thread orders; then bugs planted
+ * in the rendered text are caught: the barrier before the sums deleted, a warp's dy xhat sums
+ * read from another lane's slots. */
+static sn_graph *norm_pair_graph(sn_dtype dt, int64_t C, bool apart) {
+    enum { R = 3 * SN_SUM_CHUNK + 8 };
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(R, C));
+    sn_node *d0 = sn_input(g, "d0", dt, SN_SHAPE(R, C));
+    sn_node *gr = sn_input(g, "g", SN_F32, SN_SHAPE(R, C));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(C), SN_INIT_NORMAL, 1);
+    /* f32: dy computed and stored (the column sum reads it); bf16: each reader its own cast
+     * of d0, as the upcast pass leaves them (dx's and dw's x and dy are one value) */
+    sn_node *dy = dt == SN_F32 ? sn_mul(g, d0, sn_exp(g, x)) : sn_cast(g, d0, SN_F32);
+    sn_node *dx = sn_add(g, gr, sn_layernorm_bwd(g, x, w, dy, 1e-5f));
+    if (apart) sn_graph_add_output(g, sn_exp(g, gr)); /* a kernel between dx's and dw's */
+    if (dt != SN_F32) dy = sn_cast(g, d0, SN_F32);
+    sn_node *dw = sn_layernorm_bwd_w(g, x, dy, 1e-5f);
+    if (dt != SN_F32) dy = sn_cast(g, d0, SN_F32);
+    sn_node *outs[] = {dx, dw, sn_sum(g, dy, 0, false), sn_sum(g, dx, 0, false)};
+    for (int i = 0; i < 4; i++) sn_graph_add_output(g, outs[i]);
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    return g;
+}
+
+/* The worst error of the pair ks[0] and its FINISH ks[1] rendered as src (caught mode). */
+static double pair_on_host(const char *src, const sn_kernel *const *ks, const sn_cuda_source *cs,
+                           const sn_interp *it) {
+    sn_sim_module *h = host_compile(src);
+    if (!h) return -1;
+    double a = host_check(h, ks[0], cs->fn[0], it, 1e-5, true);
+    double b = host_check(h, ks[1], cs->fn[1], it, 1e-5, true);
+    sn_sim_module_free(h);
+    return a > b ? a : b;
+}
+
+/* Runs every kernel of p on the simulator (forward order) with the interpreter's values of the
+ * graph's inputs, a buffer a node (out[id], malloc'd) and one per scratch value. */
+static void program_on_host(const sn_program *p, const sn_interp *it, void **out) {
+    const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
+    ck_assert(ks);
+    int n = kernels_of(p, SN_KER_KIND_COUNT, ks);
+    sn_cuda_source cs = render(ks, n);
+    sn_sim_module *h = host_compile(cs.src);
+    float *scratch[64] = {0};
+    for (int i = 0; h && i < n; i++) {
+        const sn_kernel *k = ks[i];
+        void *params[SN_KER_MAX_ARGS + 1], *buf[SN_KER_MAX_ARGS + 1];
+        for (int a = 0; a < k->n_out + k->n_in; a++) {
+            const sn_node *x = k->args[a];
+            if (!out[x->id]) {
+                out[x->id] = calloc(1, dtype_bytes(x->dtype) * (size_t)sn_numel(x) + 64);
+                if (x->op == SN_OP_INPUT || x->op == SN_OP_PARAM)
+                    to_buffer(x->dtype, sn_interp_value(it, x), sn_numel(x), out[x->id]);
+            }
+            buf[a] = out[x->id];
+            params[a] = &buf[a];
+        }
+        if (k->stage != SN_SUM_WHOLE) {
+            ck_assert(k->scratch >= 0 && k->scratch < 64);
+            if (!scratch[k->scratch]) scratch[k->scratch] = calloc(1, (size_t)sn_kernel_scratch_bytes(k));
+            buf[k->n_out + k->n_in] = scratch[k->scratch];
+            params[k->n_out + k->n_in] = &buf[k->n_out + k->n_in];
+        }
+        sn_target t = sm(80);
+        sn_cuda_dims d = sn_cuda_launch_dims(k, &t);
+        sn_sim_opts so = sn_sim_defaults();
+        sn_err e;
+        ck_assert_msg(sn_sim_launch(h, cs.fn[i], d.grid, d.block, d.shared_bytes, params, &so, &e) == SN_OK,
+                      "%s", e.msg);
+    }
+    for (int i = 0; i < 64; i++) free(scratch[i]);
+    if (h) sn_sim_module_free(h);
+    sn_cuda_source_free(&cs);
+    free(ks);
+}
+
+START_TEST(cpu_norm_pair) {
+    static const struct { sn_dtype dt; int64_t C; } cases[2] = {{SN_F32, 40}, {SN_BF16, 64}};
+    /* first the same bits as the dx kernel and the PARTIAL kernel apart (the same columns a
+     * step: the sums keep their order) */
+    sn_graph *ga = norm_pair_graph(cases[_i].dt, cases[_i].C, true);
+    sn_graph *g = norm_pair_graph(cases[_i].dt, cases[_i].C, false);
+    sn_program *pa = fuse(ga), *p = fuse(g);
+    ck_assert_int_eq(pa->n_kernels, 4); /* dx, exp, dw's PARTIAL and FINISH */
+    sn_interp *ita = interp_run(ga, 1, false), *it = interp_run(g, 1, false);
+    void **va = calloc((size_t)ga->n_nodes, sizeof *va), **v = calloc((size_t)g->n_nodes, sizeof *v);
+    program_on_host(pa, ita, va);
+    program_on_host(p, it, v);
+    for (int o = 0; o < g->n_outputs; o++) {
+        const sn_node *x = g->outputs[o], *xa = ga->outputs[o + 1]; /* after exp */
+        ck_assert_int_eq(sn_numel(x), sn_numel(xa));
+        if (va[xa->id] && v[x->id]) /* (a build without the simulator runs nothing) */
+            ck_assert_msg(!memcmp(va[xa->id], v[x->id], 4 * (size_t)sn_numel(x)),
+                          "output %d (%s) differs from the unpaired kernels' bits", o,
+                          sn_op_name(x->op));
+    }
+    for (int i = 0; i < ga->n_nodes; i++) free(va[i]);
+    for (int i = 0; i < g->n_nodes; i++) free(v[i]);
+    free(va);
+    free(v);
+    sn_interp_free(ita);
+    sn_program_free(pa);
+    sn_graph_free(ga);
+    /* then the pair and its FINISH against the interpreter, and planted bugs */
+    const sn_kernel *ks[2] = {NULL, NULL};
+    for (int i = 0; i < p->n_kernels; i++) {
+        const sn_kernel *k = p->kernels[i];
+        if (k->kind == SN_KER_ROW && k->row.pair) ks[0] = k;
+        if (ks[0] && k->stage == SN_SUM_FINISH && k->scratch == ks[0]->scratch) ks[1] = k;
+    }
+    ck_assert_msg(ks[0] && ks[1], "no norm backward pair and its FINISH");
+    ck_assert_int_eq(p->n_kernels, 2); /* dx, dw and both column sums: two kernels */
+    ck_assert_int_eq(ks[0]->row.n_colsum, 2);
+    ck_assert_int_lt(ks[0]->row.colsum_src[2], ks[0]->n_out); /* dx's own output */
+    sn_cuda_source cs = render(ks, 2);
+    char want[32];
+    snprintf(want, sizeof want, "/* %d columns a step */", cases[_i].C == 64 ? 8 : 4);
+    ck_assert_msg(strstr(cs.src, want), "%s: no \"%s\" in its source", ks[0]->name, want);
+    double ok = pair_on_host(cs.src, ks, &cs, it);
+    if (ok >= 0) ck_assert_msg(ok <= 1e-5, "the pair's error %g", ok);
+    static const struct { const char *what, *at, *from, *to; } bugs[2] = {
+        {"the barrier before the sums deleted", "__syncthreads(); /* the warps' sums",
+         "__syncthreads();", "                "},
+        {"a warp's sums read from another lane's slots", "float sum = dw[0][s];", "[s]", "[s ^ 1]"},
+    };
+    for (int b = 0; b < 2 && ok >= 0; b++) {
+        const char *at = strstr(cs.src, bugs[b].at);
+        ck_assert_msg(at, "%s: no \"%s\" in its source", ks[0]->name, bugs[b].at);
+        const char *from = strstr(at, bugs[b].from);
+        size_t head = (size_t)(from - cs.src), len = strlen(cs.src);
+        char *bad = malloc(len + 16);
+        memcpy(bad, cs.src, head);
+        strcpy(bad + head, bugs[b].to);
+        strcat(bad, from + strlen(bugs[b].from));
+        double err = pair_on_host(bad, ks, &cs, it);
+        printf("test_cuda: the norm backward pair (%s, C=%lld) with %s: error %.3g (caught)\n",
+               sn_dtype_name(cases[_i].dt), (long long)cases[_i].C, bugs[b].what, err);
+        ck_assert_msg(!(err <= 1e-5), "%s went unnoticed (error %g)", bugs[b].what, err);
+        free(bad);
+    }
+    sn_interp_free(it);
+    sn_cuda_source_free(&cs);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* Row kernels in 16-byte vectors: one graph holding, for each of f32, bf16 and f16 and each
  * row length of 64 (every pass 8 columns a step where a 16-bit buffer takes part, else 4: f32
  * as float4), 60 (4 a step where an f32 buffer takes part: f32 accesses float4, 16-bit ones a
@@ -1572,6 +1724,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_row_ops_warp_per_row);
     tcase_add_test(cpu, cpu_chunked_weight_gradient);
     tcase_add_test(cpu, cpu_deleted_barrier_caught);
+    tcase_add_loop_test(cpu, cpu_norm_pair, 0, 2);
     tcase_add_test(cpu, cpu_row_vectors);
     tcase_add_test(cpu, cpu_row_vector_lane_bug_caught);
     tcase_add_test(cpu, cpu_embedding_bwd_buckets);

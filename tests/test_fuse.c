@@ -331,10 +331,11 @@ START_TEST(memory_plan_gpt2) {
     sn_graph *g = gpt2_training("gpt2", 0, 4, 64);
     sn_program *p = compile(g);
     check_plan(p);
-    /* 25 a layer; embedding, ln_f, logits, loss, their backwards and the embeddings' gradients
-     * (ln_f's weight gradient in two kernels, PARTIAL and FINISH; the loss and its gradient
-     * in two, the classifier and the loss's FINISH; the embedding's, BUCKET and ROWS) */
-    ck_assert_int_eq(p->n_kernels, 12 * 25 + 15);
+    /* 23 a layer; embedding, ln_f, logits, loss, their backwards and the embeddings' gradients
+     * (ln_f's weight gradient in two kernels, PARTIAL and FINISH, its dx (unfused) apart; the
+     * loss and its gradient in two, the classifier and the loss's FINISH; the embedding's,
+     * BUCKET and ROWS) */
+    ck_assert_int_eq(p->n_kernels, 12 * 23 + 15);
     int bias = 0;
     for (int k = 0; k < p->n_kernels; k++) /* the qkv GEMMs: matmul + bias, args y, A, B, b */
         if (p->kernels[k]->kind == SN_KER_GEMM && p->kernels[k]->n_in == 3) {
@@ -445,7 +446,8 @@ START_TEST(row_facts_and_work_split) {
         serial += ker->kind == SN_KER_ROW && s;
         colsum_kernels += ker->row.n_colsum > 0;
         colsums += ker->row.n_colsum;
-        if (ker->row.n_colsum) ck_assert_int_eq(n, sn_sum_chunks(ker) * (1 + sn_colsum_tiles(ker)));
+        if (ker->row.n_colsum) /* the norm backward pair (kernel.h): an item a chunk */
+            ck_assert_int_eq(n, sn_sum_chunks(ker) * (ker->row.pair ? 1 : 1 + sn_colsum_tiles(ker)));
         if (ker->kind == SN_KER_ROW && (sn_row_facts_of(ker->anchor->op)->serial || ker->anchor2) &&
             ker->stage != SN_SUM_FINISH) { /* two stages */
             ck_assert_int_eq(ker->stage, SN_SUM_PARTIAL);
@@ -525,12 +527,14 @@ START_TEST(kernels_per_gpt2_layer) {
      * copies fewer) and writes dq, dk, dv into the qkv gradient's concatenation (3 permutes
      * and the concatenation fewer) */
     ck_assert_int_eq(per[SN_KER_POINTWISE], 2);
-    /* 2 x (residual + layernorm), 2 x (layernorm_bwd + residual gradient), 2 layernorm_bwd_w
-     * in two kernels each (partial sums over chunks of rows, then their sums) */
-    ck_assert_int_eq(per[SN_KER_ROW], 8);
+    /* 2 x (residual + layernorm), 2 x the norm backward pair (kernel.h: layernorm_bwd +
+     * residual gradient with layernorm_bwd_w's partial sums over chunks of rows) and its FINISH
+     * (their sums) */
+    ck_assert_int_eq(per[SN_KER_ROW], 6);
     /* 4 bias gradients, 2 layernorm bias gradients: column sums of the weight-gradient kernels */
     ck_assert_int_eq(per[SN_KER_REDUCE], 0);
-    ck_assert_int_eq(total[1] - total[0], 25); /* with attention fused (45 before fusing around
+    ck_assert_int_eq(total[1] - total[0], 23); /* with attention fused (25 before the norm
+                                                  backward pair, 45 before fusing around
                                                   rows, 40 before dk and dv shared a kernel, 39
                                                   before attention read q, k, v, dout in place,
                                                   35 before the column sums joined, 29 before
@@ -615,7 +619,9 @@ START_TEST(casts_fold_and_weights_are_copies) {
                 if (ker->n_instr == 1)
                     ck_assert_msg(per_step && x->in[0]->op == SN_OP_PARAM, "%s: a cast of %s alone",
                                   ker->name, sn_op_name(x->in[0]->op));
-                if (ker->anchor && ker->anchor->op == SN_OP_LAYERNORM_BWD) ln_bwd_cast++;
+                const sn_node *row_op = ker->kind == SN_KER_ROW && ker->row.pair
+                                            ? ker->instr[ker->row.instr].node : ker->anchor;
+                if (row_op && row_op->op == SN_OP_LAYERNORM_BWD) ln_bwd_cast++;
                 if (!ker->anchor && x->in[0]->op == SN_OP_GELU_BWD) gelu_bwd_cast++;
             }
         }
@@ -631,7 +637,8 @@ START_TEST(casts_fold_and_weights_are_copies) {
         for (int k = 0; k < p->n_kernels; k++) {
             const sn_kernel *ker = p->kernels[k];
             if (ker->anchor && ker->anchor->op == SN_OP_LAYERNORM_BWD_W && ker->stage == SN_SUM_PARTIAL) {
-                bool widens = ker->n_instr == 2 && ker->instr[0].node->op == SN_OP_CAST &&
+                /* the norm backward pair's dx prologue widens dy for dx and dw alike */
+                bool widens = (ker->n_instr == 2 || ker->row.pair) && ker->instr[0].node->op == SN_OP_CAST &&
                               ker->instr[0].node->in[0]->dtype == SN_BF16;
                 bwd_w_widening += widens;
                 ck_assert_msg(widens && ker->row.n_colsum > 0, "%s", ker->name);

@@ -239,13 +239,107 @@ START_TEST(norm_backwards) {
     kernel_stats st;
     sn_program *p = fuse_and_check(g, 1, NULL, &st);
     ck_assert_ptr_eq(kernel_of(p, dy), kernel_of(p, dx)); /* the earliest reader stores dy */
-    ck_assert_int_eq(kernel_of(p, dx)->n_out, 2);
-    ck_assert_int_eq(kernel_of(p, dw)->n_instr, 0); /* reads x and dy's buffer as they are */
+    /* the norm backward pair (kernel.h): dx, dw's partial sums and db's in one pass over each
+     * of 3 chunks of rows, the last one short; outputs dw, db, then dx and dy */
+    const sn_kernel *kw = kernel_of(p, dw);
+    ck_assert_ptr_eq(kernel_of(p, dx), kw);
+    ck_assert(kw->stage == SN_SUM_PARTIAL && kw->row.pair && sn_sum_chunks(kw) == 3 &&
+              kw->row.n_colsum == 1 && kw->n_items == 3);
+    ck_assert_int_eq(kw->n_out, 4);
+    ck_assert_ptr_eq(kw->args[2], dx);
     ck_assert_int_eq(st.row_fused, 3);
-    const sn_kernel *kw = kernel_of(p, dw); /* over 3 chunks of rows, the last one short */
-    ck_assert(kw->stage == SN_SUM_PARTIAL && sn_sum_chunks(kw) == 3 && kw->row.n_colsum == 1);
     sn_program_free(p);
     sn_graph_free(g);
+}
+END_TEST
+
+/* Runs every kernel of p but GEMMs on the CPU, in program order, each in 3 calls (the last
+ * first), with the interpreter's values of the graph's leaves: a buffer a node (out[id],
+ * malloc'd), one a scratch value. */
+static void program_on_cpu(const sn_program *p, const sn_interp *it, void **out) {
+    sn_err e;
+    sn_jit *j;
+    ck_assert_msg(sn_jit_new(&j, &e) == SN_OK, "%s", e.msg);
+    sn_kernel **ks = calloc((size_t)p->n_kernels + 1, sizeof *ks);
+    sn_cpu_kernel_fn *fns = calloc((size_t)p->n_kernels + 1, sizeof *fns);
+    float *scratch[64] = {0};
+    ck_assert(ks && fns);
+    for (int k = 0; k < p->n_kernels; k++) ks[k] = p->kernels[k];
+    ck_assert_msg(sn_jit_compile(j, ks, p->n_kernels, fns, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; i < p->n_kernels; i++) {
+        const sn_kernel *k = ks[i];
+        void *bufs[SN_KER_MAX_ARGS + 1];
+        for (int a = 0; a < k->n_out + k->n_in; a++) {
+            const sn_node *x = k->args[a];
+            if (!out[x->id])
+                out[x->id] = x->op == SN_OP_INPUT || x->op == SN_OP_PARAM
+                                 ? to_buffer(x, sn_interp_value(it, x))
+                                 : calloc(1, 4 * (size_t)sn_numel(x) + 4);
+            bufs[a] = out[x->id];
+        }
+        if (k->stage != SN_SUM_WHOLE) {
+            ck_assert(k->scratch >= 0 && k->scratch < 64);
+            if (!scratch[k->scratch]) scratch[k->scratch] = calloc(1, (size_t)sn_kernel_scratch_bytes(k));
+            bufs[k->n_out + k->n_in] = scratch[k->scratch];
+        }
+        int parts = k->serial ? 1 : 3;
+        for (int q = parts - 1; q >= 0; q--)
+            fns[i](bufs, k->n_items * q / parts, k->n_items * (q + 1) / parts);
+    }
+    for (int i = 0; i < 64; i++) free(scratch[i]);
+    free(ks);
+    free(fns);
+    sn_jit_free(j);
+}
+
+/* The norm backward pair (kernel.h) of a residual block's layernorm: dx (the prologue dy, the
+ * residual add), dw, dbeta and the residual's bias gradient (a column sum of dx, the pair's own
+ * output), 200 rows in 4 chunks (the last short); `apart`: a kernel between dx's and dw's, so
+ * that they stay two kernels. */
+static sn_graph *norm_pair_graph(bool apart) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(200, 48));
+    sn_node *d0 = sn_input(g, "d0", SN_F32, SN_SHAPE(200, 48));
+    sn_node *gr = sn_input(g, "g", SN_F32, SN_SHAPE(200, 48));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(48), SN_INIT_NORMAL, 1);
+    sn_node *dy = sn_mul(g, d0, sn_tanh(g, x));
+    sn_node *dx = sn_add(g, gr, sn_layernorm_bwd(g, x, w, dy, 1e-5f));
+    sn_node *other = apart ? sn_exp(g, gr) : NULL;
+    sn_node *outs[] = {dx, sn_layernorm_bwd_w(g, x, dy, 1e-5f), sn_sum(g, dy, 0, false),
+                       sn_sum(g, dx, 0, false)};
+    for (int i = 0; i < 4; i++) sn_graph_add_output(g, outs[i]);
+    if (other) sn_graph_add_output(g, other);
+    return g;
+}
+
+/* On the CPU the pair's results have the bits of the dx and PARTIAL kernels apart (its sums
+ * keep their order), and match the interpreter. */
+START_TEST(norm_pair_bits) {
+    sn_graph *g = norm_pair_graph(false), *ga = norm_pair_graph(true);
+    kernel_stats st;
+    sn_program *p = fuse_and_check(g, 1, NULL, &st), *pa = fuse(ga);
+    ck_assert_int_eq(p->n_kernels, 2);  /* the pair and its FINISH */
+    ck_assert_int_eq(pa->n_kernels, 4); /* dx, exp, dw's PARTIAL and FINISH */
+    ck_assert(p->kernels[0]->row.pair && p->kernels[0]->n_items == 4);
+    sn_interp *it = reference(g, 7, 1, NULL, false), *ita = reference(ga, 7, 1, NULL, false);
+    void **v = calloc((size_t)g->n_nodes, sizeof *v), **va = calloc((size_t)ga->n_nodes, sizeof *va);
+    program_on_cpu(p, it, v);
+    program_on_cpu(pa, ita, va);
+    for (int o = 0; o < 4; o++) {
+        const sn_node *x = g->outputs[o], *xa = ga->outputs[o];
+        ck_assert_msg(v[x->id] && va[xa->id] && !memcmp(v[x->id], va[xa->id], 4 * (size_t)sn_numel(x)),
+                      "output %d (%s) differs from the unpaired kernels' bits", o, sn_op_name(x->op));
+    }
+    for (int i = 0; i < g->n_nodes; i++) free(v[i]);
+    for (int i = 0; i < ga->n_nodes; i++) free(va[i]);
+    free(v);
+    free(va);
+    sn_interp_free(it);
+    sn_interp_free(ita);
+    sn_program_free(p);
+    sn_program_free(pa);
+    sn_graph_free(g);
+    sn_graph_free(ga);
 }
 END_TEST
 
@@ -386,6 +480,7 @@ int main(void) {
     tcase_add_test(tc, bias_gelu_two_outputs);
     tcase_add_test(tc, residual_norms);
     tcase_add_test(tc, norm_backwards);
+    tcase_add_test(tc, norm_pair_bits);
     tcase_add_test(tc, softmaxes);
     tcase_add_test(tc, cross_entropies);
     tcase_add_test(tc, causal_masks);

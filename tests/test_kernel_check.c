@@ -59,13 +59,15 @@ static void check_program(const sn_program *p, int *fused_rows) {
             continue;
         }
         ++*fused_rows;
+        /* the row op: the anchor, or the norm backward pair's dx */
+        ck_assert_ptr_eq(pl.op, k->row.pair ? k->instr[k->row.instr].node : k->anchor);
         for (int t = 0; t < k->n_instr; t++)
-            ck_assert_msg(pl.dep[t] == depends(k->instr[t].node, k->anchor), "%s: instruction %d (%s)",
+            ck_assert_msg(pl.dep[t] == depends(k->instr[t].node, pl.op), "%s: instruction %d (%s)",
                           k->name, t, sn_op_name(k->instr[t].node->op));
         if (pl.y >= 0) ck_assert_int_eq(k->store[pl.y], k->row.instr);
-        for (int t = 0; t < k->anchor->n_in; t++) /* per-row operands: their args */
-            if (!sn_row_operand_per_element(k->anchor->op, t))
-                ck_assert(pl.buf[t] >= k->n_out && k->args[pl.buf[t]] == k->anchor->in[t]);
+        for (int t = 0; t < pl.op->n_in; t++) /* per-row operands: their args */
+            if (!sn_row_operand_per_element(pl.op->op, t))
+                ck_assert(pl.buf[t] >= k->n_out && k->args[pl.buf[t]] == pl.op->in[t]);
     }
 }
 
@@ -137,6 +139,7 @@ static bool fused_norm(const sn_kernel *k) {
 static bool norm_sums(const sn_kernel *k) {
     return k->kind == SN_KER_ROW && k->row.n_colsum > 0 && k->stage == SN_SUM_PARTIAL;
 }
+static bool norm_pair(const sn_kernel *k) { return k->kind == SN_KER_ROW && k->row.pair; }
 static bool pointwise(const sn_kernel *k) { return k->kind == SN_KER_POINTWISE && k->n_instr > 1; }
 
 START_TEST(test_planted_bugs_are_internal) {
@@ -149,11 +152,27 @@ START_TEST(test_planted_bugs_are_internal) {
     /* a row op that sums over every row in one kernel */
     copy_of(&c, find(p, norm_sums));
     c.k.stage = SN_SUM_WHOLE;
+    sn_kernel_work(&c.k, &c.k.n_items, &c.k.serial);
     refused(&c.k, "runs as the PARTIAL and FINISH kernels");
     /* a column sum read from an output */
     copy_of(&c, find(p, norm_sums));
     c.k.row.colsum_src[1] = 0;
     refused(&c.k, "column sum 1 must read");
+    /* the norm backward pair: the weight gradient of another layernorm's x; a column sum read
+     * from a sum; a pair whose dx is no instruction */
+    const sn_kernel *pair = find(p, norm_pair);
+    copy_of(&c, pair);
+    for (int i = 0; i < p->n_kernels; i++)
+        if (norm_pair(p->kernels[i]) && p->kernels[i]->anchor->in[0] != pair->anchor->in[0])
+            c.k.anchor = p->kernels[i]->anchor;
+    ck_assert_ptr_ne(c.k.anchor, pair->anchor);
+    refused(&c.k, "is not the dx of");
+    copy_of(&c, pair);
+    c.k.row.colsum_src[1] = 1 + c.k.row.n_colsum - 1;
+    refused(&c.k, "column sum 1 must read");
+    copy_of(&c, pair);
+    c.k.row.instr = c.k.n_instr;
+    refused(&c.k, "the PARTIAL kernel of a norm weight gradient");
     /* a prologue instruction referring to a later one */
     copy_of(&c, find(p, fused_norm));
     ck_assert_int_gt(c.k.row.instr, 0);

@@ -110,6 +110,10 @@ static void norm_bwd(row *w, bool rms) {
     sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_ALL);
     E("const float g = %s * %s;", dy, wt);
     store_with(w, "(g - mg - (%s) * mgx) * rstd", h, "", "");
+    if (w->k->row.pair && w->lanes == 1) /* the row's dy xhat into its warp's sums: */
+        E("dw[warp][j] += %s * (%s);", dy, h); /* lane's slot of column j (sn_cu_row_pair_open) */
+    else if (w->k->row.pair)
+        E("dw[warp][(%d * (j0 / %d) + l) * 32 + lane] += %s * (%s);", w->lanes, 32 * w->lanes, dy, h);
     sn_cu_row_close_pass(w);
 }
 
@@ -215,11 +219,11 @@ static void cross_entropy_bwd(row *w) {
 /* Fills w from k and its plan (program/kernel_row.c: the contract checked there); what the
  * CUDA backend generates: its dtypes. */
 static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
-    const sn_node *n = k->anchor;
     sn_row_plan p;
     sn_status st = sn_kernel_row_plan(k, &p, e);
     if (st) return st;
-    *w = (row){.k = k, .n = n, .y = p.y, .fused = p.fused, .C = p.C, .R = p.R, .Vr = p.Vr};
+    *w = (row){.k = k, .n = p.op, .y = p.y, .fused = p.fused, .C = p.C, .R = p.R, .Vr = p.Vr,
+               .out0 = k->row.pair ? 1 + k->row.n_colsum : 0}; /* the pair: n is its dx */
     memcpy(w->dep, p.dep, sizeof w->dep);
     memcpy(w->buf, p.buf, sizeof w->buf);
     w->ix = sn_cu_index_type(w->R * w->C + 1024 * 1024);
@@ -242,7 +246,7 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
     SN_ASSERT(setup(&w, k, &e) == SN_OK); /* the renderer checked it */
     w.t = t;
     w.threads = d->block[0];
-    bool warp_rows = sn_cu_row_warp_per_row(k);
+    bool warp_rows = sn_cu_row_warp_per_row(k) || k->row.pair; /* the pair: a warp a row too */
     w.first = warp_rows ? "lane" : "threadIdx.x";
     w.stride = warp_rows ? 32 : w.threads;
     w.bsum = warp_rows ? "sn_warp_sum" : "sn_block_sum";
@@ -250,8 +254,17 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
     sn_cu_emit_signature(t, k, fname, (int)w.threads);
     sn_cu_emitf(t, "/* %s over %lld rows of %lld%s */", sn_op_name(k->anchor->op), (long long)w.R,
                 (long long)w.C, k->anchor2 ? ": the classifier, the loss a row into the partial sums"
+                                : k->row.pair ? ": dx of each row and the partial sums, a block a "
+                                                "chunk of rows, a warp a row"
                                 : k->stage ? ": partial sums, a warp per row"
                                 : warp_rows ? ": a warp per row" : "");
+    if (k->row.pair) {
+        sn_cu_row_pair_open(&w);
+        norm_bwd(&w, k->anchor->op == SN_OP_RMSNORM_BWD_W);
+        sn_cu_row_pair_close(&w);
+        sn_cu_emitf(t, "}");
+        return;
+    }
     if (k->stage == SN_SUM_PARTIAL && !k->anchor2) sn_cu_row_partial_open(&w);
     if (warp_rows) {
         SN_ASSERT(w.threads == 32 * SN_CUDA_ROW_WARPS);

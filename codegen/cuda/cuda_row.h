@@ -27,6 +27,7 @@ typedef struct {
     bool vec;           /* inside the lane loop of a vector step */
     unsigned declared;  /* in a vector step: the outputs collected in out<o>_v[] */
     unsigned pending;   /* those of them the step has stored into */
+    int out0;           /* the first output the passes store (after the norm backward pair's sums) */
 } row;
 
 #define E(...) sn_cu_emitf(w->t, __VA_ARGS__)
@@ -52,6 +53,13 @@ void sn_cu_row_store(row *w, const char *val);
 void sn_cu_row_partial_open(row *w);
 void sn_cu_row_cross_entropy(row *w);
 void sn_cu_row_norm_bwd_w(row *w, bool rms);
+/* The norm backward pair (kernel.h): its head (a block per chunk, the rows a warp at a time: the
+ * loop over the warp's rows opened, each warp's dy xhat sums `dw` in shared memory), and its
+ * tail (the warps' sums and the column sums into the chunk's partial sums). */
+void sn_cu_row_pair_open(row *w);
+void sn_cu_row_pair_close(row *w);
+/* Steps of 32 lanes x w->lanes columns a row takes. */
+int64_t sn_cu_row_steps(const row *w);
 void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 
 #endif

@@ -240,7 +240,7 @@ static void put(row *w, int o, const char *v) {
 /* The outputs a pass stores (STORES_*, cuda_row.h). */
 static unsigned stored_outputs(const row *w, int stores) {
     unsigned m = 0;
-    for (int o = 0; o < w->k->n_out; o++)
+    for (int o = w->out0; o < w->k->n_out; o++)
         if (stores == STORES_ALL || (stores == STORES_PROLOGUE && w->fused && !w->dep[w->k->store[o]]))
             m |= 1u << o;
     return stores == STORES_ALL && !w->fused ? 1u : m;
@@ -267,7 +267,7 @@ void sn_cu_row_store(row *w, const char *val) {
     }
     for (int i = 0; i < k->n_instr; i++)
         if (w->dep[i] && i != k->row.instr) sn_cu_emit_instr(w->t, k, i, "");
-    for (int o = 0; o < k->n_out; o++) put(w, o, sn_cu_var_name(k, k->store[o], "", v, sizeof v));
+    for (int o = w->out0; o < k->n_out; o++) put(w, o, sn_cu_var_name(k, k->store[o], "", v, sizeof v));
 }
 
 /* A pass over columns [0, end) of row r by `threads` threads, this one `first`, storing

@@ -72,6 +72,8 @@ void sn_cu_row_cross_entropy(row *w) {
     E("}");
 }
 
+int64_t sn_cu_row_steps(const row *w) { return (w->C + 32 * w->lanes - 1) / (32 * w->lanes); }
+
 /* (x, dy) -> the partial sum over this block's chunk of rows [r0, r1) of dy xhat, into the
  * chunk's row of the partial sums (C columns from `part`); each lane owns the columns
  * lanes * lane + 32 lanes q + l (l < lanes), the warps' sums added in warp order */
@@ -80,7 +82,7 @@ void sn_cu_row_norm_bwd_w(row *w, bool rms) {
     sn_cu_row_opnd(w, 0, x, sizeof x);
     sn_cu_row_opnd(w, 1, dy, sizeof dy);
     int V = w->lanes;
-    int64_t nq = (w->C + 32 * V - 1) / (32 * V); /* steps of 32 lanes x V columns */
+    int64_t nq = sn_cu_row_steps(w); /* steps of 32 lanes x V columns */
     E("float acc[%lld];", (long long)(nq * V));
     E("#pragma unroll");
     E("for (int q = 0; q < %lld; q++) acc[q] = 0.0f;", (long long)(nq * V));
@@ -142,6 +144,85 @@ void sn_cu_row_norm_bwd_w(row *w, bool rms) {
     E("}");
     E("for (int j = threadIdx.x; j < %lld; j += %u) part[j] = column_sum[j];", (long long)w->C,
       w->threads);
+}
+
+/* The norm backward pair's head: chunk blockIdx.x of SN_SUM_CHUNK rows, its partial sums
+ * (`part`), the warps' dy xhat sums dw[warp][] zeroed, and the loop over this warp's rows opened
+ * (the order of sn_cu_row_norm_bwd_w's: warp w takes rows r0 + w, r0 + w + warps ..). Lane i
+ * adds column j (step q = j / 32 lanes of its pass, lane i of the step) in slot (lanes q + j %
+ * lanes) 32 + i: its own slots alone (no barrier), a warp's 32 lanes on 32 banks. */
+void sn_cu_row_pair_open(row *w) {
+    const sn_kernel *k = w->k;
+    int64_t slots = sn_cu_row_steps(w) * w->lanes * 32;
+    E("/* partial sums: %lld chunks of %d rows, a block each */", (long long)sn_sum_chunks(k), SN_SUM_CHUNK);
+    E("const %s chunk = blockIdx.x;", w->ix);
+    E("const %s r0 = chunk * %d, r1 = r0 + %d < %lld ? r0 + %d : %lld;", w->ix, SN_SUM_CHUNK,
+      SN_SUM_CHUNK, (long long)w->R, SN_SUM_CHUNK, (long long)w->R);
+    E("float *part = scratch + chunk * %lld; /* this chunk's partial sums */", (long long)sn_sum_width(k));
+    E("const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;");
+    E("SN_SHARED2(float, dw, %u, %lld); /* each warp's sums of dy xhat over its rows */",
+      w->threads / 32, (long long)slots);
+    E("for (int s = lane; s < %lld; s += 32) dw[warp][s] = 0.0f;", (long long)slots);
+    E("for (%s r = r0 + warp; r < r1; r += %u) {", w->ix, w->threads / 32);
+    E("const %s row = r * %lld;", w->ix, (long long)w->C);
+    sn_cu_row_coords(w);
+}
+
+/* The pair's tail: the loop over the warp's rows closed; the warps' dw added in warp order into
+ * the chunk's partial sums; then every column-sum tile over the chunk's rows, which the block's
+ * warps stored (the barrier makes them visible), as colsums() adds them: a lane per column, the
+ * warps down the rows, their sums added in warp order, PAIR_TILES tiles at a time. */
+enum { PAIR_TILES = 8 };
+void sn_cu_row_pair_close(row *w) {
+    const sn_kernel *k = w->k;
+    unsigned warps = w->threads / 32;
+    int V = w->lanes;
+    E("}");
+    E("__syncthreads(); /* the warps' sums and the chunk's rows stored */");
+    E("/* column j's sums added in warp order */");
+    E("for (int j = threadIdx.x; j < %lld; j += %u) {", (long long)w->C, w->threads);
+    if (V == 1) E("const int s = j;");
+    else E("const int s = (%d * (j / %d) + j %% %d) * 32 + j %% %d / %d; /* its slot */", V, 32 * V, V,
+           32 * V, V);
+    E("float sum = dw[0][s];");
+    E("for (int v = 1; v < %u; v++) sum += dw[v][s];", warps);
+    E("part[j] = sum;");
+    E("}");
+    E("SN_SHARED2(float, colsum_part, %u, %d);", warps, PAIR_TILES * SN_COLSUM_TILE);
+    int64_t at = w->C;
+    char src[16];
+    for (int o = 1; o <= k->row.n_colsum; o++) {
+        int64_t C = sn_numel(k->args[o]), tiles = (C + SN_COLSUM_TILE - 1) / SN_COLSUM_TILE;
+        sn_cu_arg_name(k, k->row.colsum_src[o], src, sizeof src);
+        E("/* column sum %d: %lld columns of %s into the partial sums' [%lld, %lld) */", o,
+          (long long)C, src, (long long)at, (long long)(at + C));
+        E("for (int t0 = 0; t0 < %lld; t0 += %d) {", (long long)tiles, PAIR_TILES);
+        E("float acc[%d];", PAIR_TILES);
+        E("#pragma unroll");
+        E("for (int u = 0; u < %d; u++) acc[u] = 0.0f;", PAIR_TILES);
+        E("for (%s r = r0 + warp; r < r1; r += %u) {", w->ix, warps);
+        E("#pragma unroll");
+        E("for (int u = 0; u < %d; u++) {", PAIR_TILES);
+        E("const %s c = (%s)(t0 + u) * %d + lane;", w->ix, w->ix, SN_COLSUM_TILE);
+        E("if (c < %lld) acc[u] += sn_load(%s[r * %lld + c]);", (long long)C, src, (long long)C);
+        E("}");
+        E("}");
+        E("#pragma unroll");
+        E("for (int u = 0; u < %d; u++) colsum_part[warp][u * %d + lane] = acc[u];", PAIR_TILES,
+          SN_COLSUM_TILE);
+        E("__syncthreads();");
+        E("if (warp == 0) {");
+        E("#pragma unroll");
+        E("for (int u = 0; u < %d; u++) {", PAIR_TILES);
+        E("const %s c = (%s)(t0 + u) * %d + lane;", w->ix, w->ix, SN_COLSUM_TILE);
+        E("for (int v = 1; v < %u; v++) acc[u] += colsum_part[v][u * %d + lane];", warps, SN_COLSUM_TILE);
+        E("if (c < %lld) part[%lld + c] = acc[u];", (long long)C, (long long)at);
+        E("}");
+        E("}");
+        E("__syncthreads(); /* warp 0 read colsum_part before the next tiles' sums go there */");
+        E("}");
+        at += C;
+    }
 }
 
 /* The column sums that joined a norm weight-gradient kernel (kernel.h: n_colsum): part 1 + t

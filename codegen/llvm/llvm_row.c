@@ -89,7 +89,7 @@ static void st(row *w, const sn_ll_vloop *v, LLVMValueRef val) {
     }
     const sn_kernel *k = w->k;
     sn_ll_fx_set(w->fx, k->row.instr, val);
-    for (int o = 0; o < k->n_out; o++) {
+    for (int o = w->out0; o < k->n_out; o++) {
         int i = k->store[o];
         if (!w->dep[i] || w->stepped[o]) continue;
         sn_ll_vstore(w->L, w->ptr[o], at(w, v->j), sn_ll_fx_value(w->fx, i), v->mask);
@@ -197,6 +197,13 @@ static void norm(row *w, bool rms) { /* layernorm (x, w, b), rmsnorm (x, w) */
     }
 }
 
+/* y[y0 + j ..] += d: a step of dy xhat into the chunk's partial sums */
+static void add_dw(row *w, const sn_ll_vloop *v, LLVMValueRef d) {
+    LLVMValueRef j = sn_ll_add(w->L, w->y0, v->j);
+    LLVMValueRef sum = sn_ll_vload(w->L, w->y, j, v->mask, "dw");
+    sn_ll_vstore(w->L, w->y, j, LLVMBuildFAdd(B, sum, d, "dw"), v->mask);
+}
+
 /* (x, w, dy) -> dx: layernorm rstd (g - mean g - xhat mean(g xhat)), rmsnorm rstd (g - xhat
  * mean(g xhat)), with g = dy w */
 static void norm_bwd(row *w, bool rms) {
@@ -215,26 +222,23 @@ static void norm_bwd(row *w, bool rms) {
                           : splat(w, LLVMBuildFDiv(B, sn_ll_hsum(L, sn_ll_get(L, sg, ""), ""), fC, "mg"));
     LLVMValueRef mgx = splat(w, LLVMBuildFDiv(B, sn_ll_hsum(L, sn_ll_get(L, sgx, ""), ""), fC, "mgx"));
     for (pass(w, &v, w->C, "j"); next(w, &v);) {
-        LLVMValueRef g = LLVMBuildFMul(B, ld(w, 2, &v, "dy"), ld_col(w, 1, &v, "w"), "g");
+        LLVMValueRef dy = ld(w, 2, &v, "dy");
+        LLVMValueRef g = LLVMBuildFMul(B, dy, ld_col(w, 1, &v, "w"), "g");
         LLVMValueRef h = xhat(w, ld(w, 0, &v, "x"), vmean, vrstd);
         LLVMValueRef t = LLVMBuildFSub(B, LLVMBuildFSub(B, g, mg, ""), LLVMBuildFMul(B, h, mgx, ""), "");
         st(w, &v, LLVMBuildFMul(B, t, vrstd, "dx"));
+        if (w->k->row.pair) add_dw(w, &v, LLVMBuildFMul(B, dy, h, "")); /* the pair's sum */
     }
 }
 
 /* (x, dy) -> y[y0 ..][0, C) += dy xhat over the rows: the chunk's partial sums (zeroed by the
  * caller) */
 static void norm_bwd_w(row *w, bool rms) {
-    sn_ll *L = w->L;
     LLVMValueRef vmean, vrstd;
     norm_stats(w, rms, &vmean, &vrstd);
     sn_ll_vloop v;
-    for (pass(w, &v, w->C, "j"); next(w, &v);) {
-        LLVMValueRef d = LLVMBuildFMul(B, ld(w, 1, &v, "dy"), xhat(w, ld(w, 0, &v, "x"), vmean, vrstd), "");
-        LLVMValueRef j = sn_ll_add(L, w->y0, v.j);
-        LLVMValueRef sum = sn_ll_vload(L, w->y, j, v.mask, "dw");
-        sn_ll_vstore(L, w->y, j, LLVMBuildFAdd(B, sum, d, "dw"), v.mask);
-    }
+    for (pass(w, &v, w->C, "j"); next(w, &v);)
+        add_dw(w, &v, LLVMBuildFMul(B, ld(w, 1, &v, "dy"), xhat(w, ld(w, 0, &v, "x"), vmean, vrstd), ""));
 }
 
 /* row r is query i = r % T of a (.., T, S) matrix: key j > i + S - T becomes f */
@@ -437,9 +441,11 @@ static sn_status fused_check(row *w, sn_err *e) {
 
 sn_status sn_ll_emit_row(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e) {
     const sn_node *n = k->anchor;
-    row w = {.L = L, .k = k, .n = n};
+    row w = {.L = L, .k = k};
     sn_status st = sn_kernel_row_plan(k, &w.plan, e); /* the contract (program/kernel_row.c) */
     if (st || (st = sn_kernel_dtypes(k, sn_ll_check_dtype, e))) return st;
+    w.n = w.plan.op; /* the anchor, or the pair's dx */
+    w.out0 = k->row.pair ? 1 + k->row.n_colsum : 0;
     if (k->stage == SN_SUM_FINISH) return sn_ll_emit_row_finish(L, k, fname);
     w.C = w.plan.C;
     w.dep = w.plan.dep;

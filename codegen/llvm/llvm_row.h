@@ -17,7 +17,9 @@ typedef struct {
     LLVMValueRef y;       /* the buffer of the row op's result (softmax reads it back), or NULL */
     LLVMValueRef in[3];   /* inputs read as they are, in the op's order (NULL: computed) */
     LLVMValueRef off;     /* r * C: the current row's first element */
-    LLVMValueRef y0;      /* a norm weight gradient: where its chunk's partial sums start in y */
+    LLVMValueRef y0;      /* a norm weight gradient: where its chunk's partial sums start in y
+                             (the norm backward pair's dx pass adds dy xhat there too) */
+    int out0;             /* the first output the row's passes store (after the pair's sums) */
     /* fused neighbours (fx NULL without): */
     sn_ll_fx *fx;
     LLVMValueRef ptr[SN_KER_MAX_ARGS];

@@ -111,6 +111,35 @@ sn_status sn_ll_emit_row_finish(sn_ll *L, const sn_kernel *k, const char *fname)
     return SN_OK;
 }
 
+/* The norm backward pair (kernel.h) for the items [begin, end): item i is chunk i, its rows'
+ * dx (w->n) with dy xhat added into the chunk's partial sums by the dx pass, in row order, then
+ * every column-sum tile over the chunk's rows (they may read what the rows stored). */
+static void norm_pair(row *w, int64_t R) {
+    sn_ll *L = w->L;
+    const sn_kernel *k = w->k;
+    LLVMBuilderRef b = L->b;
+    w->y = sn_ll_buf(L, k->n_out + k->n_in, SN_F32, "partials");
+    sn_ll_loop items, rows, tiles;
+    LLVMValueRef chunk = sn_ll_for(L, &items, L->begin, L->end, sn_ll_i64(L, 1), "chunk");
+    LLVMValueRef r0 = LLVMBuildMul(b, chunk, sn_ll_i64(L, SN_SUM_CHUNK), "r0");
+    LLVMValueRef r1 = sn_ll_imin(L, sn_ll_add(L, r0, sn_ll_i64(L, SN_SUM_CHUNK)), sn_ll_i64(L, R), "r1");
+    w->y0 = LLVMBuildMul(b, chunk, sn_ll_i64(L, sn_sum_width(k)), "y0");
+    sn_ll_vloop v; /* zero the chunk's partial sums of dy xhat, then the rows */
+    for (sn_ll_vloop_static(L, &v, w->C, "j"); sn_ll_vloop_next(L, &v);)
+        sn_ll_vstore(L, w->y, sn_ll_add(L, w->y0, v.j), sn_ll_vf32(L, 0), v.mask);
+    LLVMValueRef r = sn_ll_for(L, &rows, r0, r1, sn_ll_i64(L, 1), "r");
+    w->off = LLVMBuildMul(b, r, sn_ll_i64(L, w->C), "off");
+    sn_ll_fx_row(w->fx, r);
+    sn_ll_row_one(w, r);
+    sn_ll_for_end(L, &rows);
+    LLVMValueRef pp = LLVMBuildGEP2(b, L->t_f32, w->y, &w->y0, 1, "part_row");
+    LLVMValueRef t = sn_ll_for(L, &tiles, sn_ll_i64(L, 0), sn_ll_i64(L, sn_colsum_tiles(k)),
+                               sn_ll_i64(L, 1), "t");
+    colsum_tile(L, k, pp, t, r0, r1);
+    sn_ll_for_end(L, &tiles);
+    sn_ll_for_end(L, &items);
+}
+
 /* kernel.h's PARTIAL for the items [begin, end) of a row op that sums over every row: cross-
  * entropy (item i is chunk i: its loss sum and counted rows), or a norm weight gradient (item i
  * is part i % parts of chunk i / parts: part 0 the chunk's rows, part 1 + t column-sum tile t). */
@@ -128,6 +157,10 @@ void sn_ll_row_partial(row *w, int64_t R) {
         LLVMValueRef at = LLVMBuildMul(b, i, sn_ll_i64(L, 2), "");
         sn_ll_row_cross_entropy(w, r0, r1, LLVMBuildGEP2(b, L->t_f64, part, &at, 1, "chunk_sums"));
         sn_ll_for_end(L, &items);
+        return;
+    }
+    if (k->row.pair) {
+        norm_pair(w, R);
         return;
     }
     /* a norm weight gradient */
