@@ -699,6 +699,106 @@ START_TEST(gemm_plans_match_a_reference) {
 }
 END_TEST
 
+/* What cuBLASLt's documentation rules out for the GELU input matrix (the aux of GELU_AUX_BIAS
+ * and DGELU), the stand-in refuses: CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD not a multiple of 8 or
+ * less than D's rows, EPILOGUE_AUX_DATA_TYPE set outside FP8 kernels, no aux pointer, an aux
+ * less aligned at the matmul than the pointer the heuristic chose the algorithm for; and
+ * sinter's plan refuses rows of a width that is no multiple of 8 before any call. */
+START_TEST(gelu_aux_rules_are_cublaslts) {
+    use_standin();
+    sn_cuda_api a = {0};
+    sn_err e;
+    CK(sn_cuda_api_load(&a, SN_LIB_CUDA, &e));
+    CK(sn_cuda_api_load(&a, SN_LIB_CUBLASLT, &e));
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    cublasLtHandle_t lt;
+    CK(SN_CUDA_CHECK(&a, &e, cuInit, 0));
+    CK(SN_CUDA_CHECK(&a, &e, cuDeviceGet, &dev, 0));
+    CK(SN_CUDA_CHECK(&a, &e, cuDevicePrimaryCtxRetain, &ctx, dev));
+    CK(SN_CUDA_CHECK(&a, &e, cuCtxSetCurrent, ctx));
+    CK(SN_CUDA_CHECK(&a, &e, cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING));
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtCreate, &lt));
+    enum { S = 16 }; /* D (S, S) = A (S, S) B (S, S), f32 */
+    CUdeviceptr dA, dD, daux;
+    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dA, 4 * S * S));
+    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dD, 4 * S * S));
+    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &daux, 4 * S * S + 64));
+    float zeros[S * S] = {0};
+    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA, zeros, sizeof zeros, stream));
+    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, daux, zeros, sizeof zeros, stream));
+    cublasLtMatrixLayout_t lay;
+    cublasLtMatmulPreference_t pref;
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatrixLayoutCreate, &lay, CUDA_R_32F, S, S, S));
+    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulPreferenceCreate, &pref));
+    const float one = 1, zero = 0;
+    /* {epilogue, aux ld, aux data type (-2: unset), aux at the heuristic (offset into daux; -1:
+     * unset), aux at the matmul, the heuristic's status, the matmul's} */
+    const struct {
+        int32_t epi;
+        int64_t ld;
+        int32_t type;
+        int at_heur, at_run, heur, run;
+    } cases[] = {
+        {CUBLASLT_EPILOGUE_DGELU, S, -2, 0, 0, 0, 0},                        /* as documented */
+        {CUBLASLT_EPILOGUE_GELU_AUX, S, -1, 0, 0, 0, 0},                     /* -1: D's type */
+        {CUBLASLT_EPILOGUE_GELU_AUX, 12, -2, 0, 0, 7, 7},                    /* ld % 8 */
+        {CUBLASLT_EPILOGUE_DGELU, 8, -2, 0, 0, 7, 7},                        /* ld < D's rows */
+        {CUBLASLT_EPILOGUE_DGELU, S, CUDA_R_32F, 0, 0, 7, 7},                /* a type set */
+        {CUBLASLT_EPILOGUE_GELU_AUX, S, -2, -1, -1, 0, 7},                   /* no aux pointer */
+        {CUBLASLT_EPILOGUE_DGELU, S, -2, 0, 4, 0, 15},                       /* less aligned */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cublasLtMatmulDesc_t desc;
+        CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulDescCreate, &desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        ck_assert_int_eq(a.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                          &cases[i].epi, sizeof cases[i].epi), 0);
+        ck_assert_int_eq(a.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                          &cases[i].ld, sizeof cases[i].ld), 0);
+        if (cases[i].type != -2)
+            ck_assert_int_eq(a.cublasLtMatmulDescSetAttribute(
+                                 desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &cases[i].type,
+                                 sizeof cases[i].type), 0);
+        void *aux = cases[i].at_heur < 0 ? NULL : (void *)(uintptr_t)(daux + (CUdeviceptr)cases[i].at_heur);
+        ck_assert_int_eq(a.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                          &aux, sizeof aux), 0);
+        cublasLtMatmulHeuristicResult_t heur;
+        int found = 0;
+        int st = a.cublasLtMatmulAlgoGetHeuristic(lt, desc, lay, lay, lay, lay, pref, 1, &heur, &found);
+        ck_assert_msg(st == cases[i].heur, "case %zu: the heuristic's status %d, want %d", i, st,
+                      cases[i].heur);
+        if (st) {
+            memset(&heur, 0, sizeof heur);
+            heur.algo.data[0] = 0x5d; /* the matmul checks again, with the stand-in's algorithm */
+        }
+        aux = cases[i].at_run < 0 ? NULL : (void *)(uintptr_t)(daux + (CUdeviceptr)cases[i].at_run);
+        ck_assert_int_eq(a.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                          &aux, sizeof aux), 0);
+        st = a.cublasLtMatmul(lt, desc, &one, (void *)(uintptr_t)dA, lay, (void *)(uintptr_t)dA, lay,
+                              &zero, (void *)(uintptr_t)dD, lay, (void *)(uintptr_t)dD, lay,
+                              &heur.algo, NULL, 0, stream);
+        ck_assert_msg(st == cases[i].run, "case %zu: the matmul's status %d, want %d", i, st,
+                      cases[i].run);
+        a.cublasLtMatmulDescDestroy(desc);
+    }
+    CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
+    /* sinter's plan: an aux needs rows of a multiple of 8, one GEMM */
+    sn_gemm_shape s = {.M = S, .N = 12, .K = S, .batch = 1, .lda = S, .ldb = 12, .ldd = 12,
+                       .epi = SN_EPI_DGELU};
+    sn_gemm_plan *p = NULL;
+    ck_assert_int_eq(sn_gemm_plan_new(&a, lt, &s, false, 0, &p, &e), SN_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "multiple of 8") && strstr(e.msg, "EPILOGUE_AUX_LD"), "%s", e.msg);
+    ck_assert_ptr_null(p);
+    a.cublasLtMatmulPreferenceDestroy(pref);
+    a.cublasLtMatrixLayoutDestroy(lay);
+    a.cublasLtDestroy(lt);
+    a.cuStreamDestroy(stream);
+    a.cuDevicePrimaryCtxRelease(dev);
+    sn_cuda_api_unload(&a);
+}
+END_TEST
+
 /* ---- the kernel cache ---- */
 
 typedef struct {
@@ -1086,6 +1186,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, second_trainer_on_one_device);
     tcase_add_test(tc, device_pointers_fault_on_the_host);
     tcase_add_test(tc, gemm_plans_match_a_reference);
+    tcase_add_test(tc, gelu_aux_rules_are_cublaslts);
     tcase_add_loop_test(tc, bias_epilogue_matches_the_interpreter, 0, 3);
     tcase_add_loop_test(tc, gelu_epilogues_match_the_interpreter, 0, 3);
     tcase_add_test(tc, kernel_cache_cold_warm_corrupt);
