@@ -181,16 +181,23 @@ static const sn_kernel *kernel_of(const sn_program *p, const sn_node *n) {
 /* h = x @ w + b feeds gelu and, later, gelu_bwd: one kernel stores both h and gelu(h). Rows of
  * 36 (16-lane vectors and a tail; not a multiple of 8, which the GEMM's GELU epilogue would
  * need: bias_gelu_epilogues). */
-START_TEST(bias_gelu_two_outputs) {
+/* An MLP's h = x @ w + b (rows of N) and y = gelu(h) in a new graph; its output y, or (dh)
+ * gelu_bwd(h, y @ w2). */
+static sn_graph *bias_gelu(int64_t N, bool dh, sn_node **h, sn_node **y) {
     sn_graph *g = sn_graph_new();
     sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(3, 5, 24));
-    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(24, 36), SN_INIT_NORMAL, 1);
-    sn_node *w2 = sn_param(g, "w2", SN_F32, SN_SHAPE(36, 36), SN_INIT_NORMAL, 1);
-    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(36), SN_INIT_NORMAL, 1);
-    sn_node *h = sn_add(g, sn_matmul(g, x, w), b);
-    sn_node *y = sn_gelu(g, h);
-    sn_node *dh = sn_gelu_bwd(g, h, sn_matmul(g, y, w2));
-    sn_graph_add_output(g, dh);
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(24, N), SN_INIT_NORMAL, 1);
+    sn_node *w2 = sn_param(g, "w2", SN_F32, SN_SHAPE(N, N), SN_INIT_NORMAL, 1);
+    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(N), SN_INIT_NORMAL, 1);
+    *h = sn_add(g, sn_matmul(g, x, w), b);
+    *y = sn_gelu(g, *h);
+    sn_graph_add_output(g, dh ? sn_gelu_bwd(g, *h, sn_matmul(g, *y, w2)) : *y);
+    return g;
+}
+
+START_TEST(bias_gelu_two_outputs) {
+    sn_node *h, *y;
+    sn_graph *g = bias_gelu(36, true, &h, &y);
     kernel_stats st;
     sn_program *p = fuse_and_check(g, 1, NULL, &st);
     ck_assert_ptr_eq(kernel_of(p, h), kernel_of(p, y));
@@ -207,14 +214,8 @@ END_TEST
  * the interpreter. */
 START_TEST(bias_gelu_epilogues) {
     for (int aux = 0; aux < 2; aux++) {
-        sn_graph *g = sn_graph_new();
-        sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(3, 5, 24));
-        sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(24, 40), SN_INIT_NORMAL, 1);
-        sn_node *w2 = sn_param(g, "w2", SN_F32, SN_SHAPE(40, 40), SN_INIT_NORMAL, 1);
-        sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(40), SN_INIT_NORMAL, 1);
-        sn_node *h = sn_add(g, sn_matmul(g, x, w), b);
-        sn_node *y = sn_gelu(g, h);
-        sn_graph_add_output(g, aux ? sn_gelu_bwd(g, h, sn_matmul(g, y, w2)) : y);
+        sn_node *h, *y;
+        sn_graph *g = bias_gelu(40, aux, &h, &y);
         kernel_stats st;
         sn_program *p = fuse_and_check(g, 1, NULL, &st);
         ck_assert_int_eq(p->n_kernels, aux ? 2 : 1);

@@ -518,22 +518,45 @@ static void reference(const sn_gemm_shape *s, const float *A, const float *B, co
 
 #define CK(call) ck_assert_msg((call) == SN_OK, "%s", e.msg)
 
-START_TEST(gemm_plans_match_a_reference) {
-    use_standin();
-    sn_cuda_api a = {0};
-    sn_err e;
-    CK(sn_cuda_api_load(&a, SN_LIB_CUDA, &e));
-    CK(sn_cuda_api_load(&a, SN_LIB_CUBLASLT, &e));
+/* The stand-in's libcuda and cuBLASLt with a context current on device 0, a stream and a
+ * cuBLASLt handle: what the tests that call cuBLASLt themselves start from. */
+typedef struct {
+    sn_cuda_api a;
     CUdevice dev;
     CUcontext ctx;
     CUstream stream;
     cublasLtHandle_t lt;
-    CK(SN_CUDA_CHECK(&a, &e, cuInit, 0));
-    CK(SN_CUDA_CHECK(&a, &e, cuDeviceGet, &dev, 0));
-    CK(SN_CUDA_CHECK(&a, &e, cuDevicePrimaryCtxRetain, &ctx, dev));
-    CK(SN_CUDA_CHECK(&a, &e, cuCtxSetCurrent, ctx));
-    CK(SN_CUDA_CHECK(&a, &e, cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING));
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtCreate, &lt));
+} lt_setup;
+
+static void lt_open(lt_setup *L) {
+    use_standin();
+    *L = (lt_setup){0};
+    sn_cuda_api *a = &L->a;
+    sn_err e;
+    CK(sn_cuda_api_load(a, SN_LIB_CUDA, &e));
+    CK(sn_cuda_api_load(a, SN_LIB_CUBLASLT, &e));
+    CK(SN_CUDA_CHECK(a, &e, cuInit, 0));
+    CK(SN_CUDA_CHECK(a, &e, cuDeviceGet, &L->dev, 0));
+    CK(SN_CUDA_CHECK(a, &e, cuDevicePrimaryCtxRetain, &L->ctx, L->dev));
+    CK(SN_CUDA_CHECK(a, &e, cuCtxSetCurrent, L->ctx));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamCreate, &L->stream, CU_STREAM_NON_BLOCKING));
+    CK(SN_CUDA_CHECK(a, &e, cublasLtCreate, &L->lt));
+}
+
+static void lt_close(lt_setup *L) {
+    L->a.cublasLtDestroy(L->lt);
+    L->a.cuStreamDestroy(L->stream);
+    L->a.cuDevicePrimaryCtxRelease(L->dev);
+    sn_cuda_api_unload(&L->a);
+}
+
+START_TEST(gemm_plans_match_a_reference) {
+    lt_setup L;
+    lt_open(&L);
+    sn_cuda_api *a = &L.a;
+    CUstream stream = L.stream;
+    cublasLtHandle_t lt = L.lt;
+    sn_err e;
     enum { M = 5, N = 7, K = 3, NB = 3, N8 = 8, WS = 1 << 20 };
     /* plain, each transpose, both, batched, batched with B shared, the bias epilogue; the GELU
      * epilogues (rows of N8: the aux's leading dimension is a multiple of 8) */
@@ -554,12 +577,12 @@ START_TEST(gemm_plans_match_a_reference) {
          .epi = SN_EPI_DGELU},
     };
     CUdeviceptr dA, dB, dD, dbias, daux, ws;
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dA, 4 * NB * M * K));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dB, 4 * NB * K * N8));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dD, 4 * NB * M * N8));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dbias, 4 * N8));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &daux, 4 * M * N8));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &ws, WS));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dA, 4 * NB * M * K));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dB, 4 * NB * K * N8));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dD, 4 * NB * M * N8));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dbias, 4 * N8));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &daux, 4 * M * N8));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &ws, WS));
     float A[NB * M * K], Bm[NB * K * N8], bias[N8], D[NB * M * N8], aux[M * N8];
     char sA[sizeof A], sB[sizeof Bm], sbias[sizeof bias], sD[sizeof D], saux[sizeof aux];
     double want[NB * M * N8], got[NB * M * N8], want_aux[M * N8], got_aux[M * N8];
@@ -584,17 +607,17 @@ START_TEST(gemm_plans_match_a_reference) {
             to_dtype(s.d, aux, M * N8, saux);
             reference(&s, A, Bm, bias, aux, want, want_aux);
             size_t ab = s.ab == SN_F32 ? 4 : 2, db = s.d == SN_F32 ? 4 : 2;
-            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA, sA, ab * NB * M * K, stream));
-            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dB, sB, ab * NB * K * N8, stream));
-            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dbias, sbias, db * N8, stream));
-            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, daux, saux, db * M * N8, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dA, sA, ab * NB * M * K, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dB, sB, ab * NB * K * N8, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dbias, sbias, db * N8, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, daux, saux, db * M * N8, stream));
             sn_gemm_plan *p;
-            CK(sn_gemm_plan_new(&a, lt, &s, false, WS, &p, &e));
-            CK(sn_gemm_plan_run(&a, lt, p, dD, dA, dB, sn_gemm_has_bias(s.epi) ? dbias : 0,
+            CK(sn_gemm_plan_new(a, lt, &s, false, WS, &p, &e));
+            CK(sn_gemm_plan_run(a, lt, p, dD, dA, dB, sn_gemm_has_bias(s.epi) ? dbias : 0,
                                 sn_gemm_has_aux(s.epi) ? daux : 0, ws, WS, stream, &e));
-            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, sD, dD, db * (size_t)nd, stream));
-            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, saux, daux, db * M * N8, stream));
-            CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, sD, dD, db * (size_t)nd, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, saux, daux, db * M * N8, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, stream));
             from_dtype(s.d, sD, nd, D);
             for (int64_t j = 0; j < nd; j++) got[j] = D[j];
             char what[112];
@@ -610,7 +633,7 @@ START_TEST(gemm_plans_match_a_reference) {
                 for (int64_t j = 0; j < M * N8; j++) got_aux[j] = aux[j];
                 sn_check_close("the GELU's input (aux)", got_aux, want_aux, M * N8, tol, 1);
             }
-            sn_gemm_plan_free(&a, p);
+            sn_gemm_plan_free(a, p);
         }
     /* operands only 64-byte aligned (the memory planner's promise; cuBLASLt's heuristic assumes
      * 256 unless told): the plan's algorithm must take them (the stand-in refuses an operand
@@ -620,16 +643,16 @@ START_TEST(gemm_plans_match_a_reference) {
         fill(A, M * K, 1);
         fill(Bm, K * N, 100);
         reference(&s, A, Bm, NULL, NULL, want, NULL);
-        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA + 64, A, 4 * M * K, stream));
-        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dB + 64, Bm, 4 * K * N, stream));
+        CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dA + 64, A, 4 * M * K, stream));
+        CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dB + 64, Bm, 4 * K * N, stream));
         sn_gemm_plan *p;
-        CK(sn_gemm_plan_new(&a, lt, &s, false, WS, &p, &e));
-        CK(sn_gemm_plan_run(&a, lt, p, dD + 64, dA + 64, dB + 64, 0, 0, ws, WS, stream, &e));
-        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, D, dD + 64, 4 * M * N, stream));
-        CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
+        CK(sn_gemm_plan_new(a, lt, &s, false, WS, &p, &e));
+        CK(sn_gemm_plan_run(a, lt, p, dD + 64, dA + 64, dB + 64, 0, 0, ws, WS, stream, &e));
+        CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, D, dD + 64, 4 * M * N, stream));
+        CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, stream));
         for (int64_t j = 0; j < M * N; j++) got[j] = D[j];
         sn_check_close("GEMM on 64-byte aligned operands", got, want, (size_t)(M * N), 1e-6, 1);
-        sn_gemm_plan_free(&a, p);
+        sn_gemm_plan_free(a, p);
     }
     /* types cuBLASLt has no plan for here are refused by name before any call */
     sn_gemm_shape bad = shapes[6];
@@ -637,10 +660,10 @@ START_TEST(gemm_plans_match_a_reference) {
     bad.d = SN_F16;
     bad.bias_t = SN_F16;
     sn_gemm_plan *none = NULL;
-    ck_assert_int_eq(sn_gemm_plan_new(&a, lt, &bad, false, WS, &none, &e), SN_ERR_UNSUPPORTED);
+    ck_assert_int_eq(sn_gemm_plan_new(a, lt, &bad, false, WS, &none, &e), SN_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(e.msg, "bf16 operands into f16"), "%s", e.msg);
     bad.d = SN_F32; /* a bias of another type than D's */
-    ck_assert_int_eq(sn_gemm_plan_new(&a, lt, &bad, false, WS, &none, &e), SN_ERR_UNSUPPORTED);
+    ck_assert_int_eq(sn_gemm_plan_new(a, lt, &bad, false, WS, &none, &e), SN_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(e.msg, "with a bias of f16"), "%s", e.msg);
     ck_assert_ptr_null(none);
     /* bf16 in and out, fp32 accumulation, column-major (what a bf16 ceiling measures) */
@@ -668,20 +691,20 @@ START_TEST(gemm_plans_match_a_reference) {
     const float one = 1, zero = 0;
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA, hA, sizeof hA, stream));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dB, hB, sizeof hB, stream));
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulDescCreate, &desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatrixLayoutCreate, &lay, CUDA_R_16BF, S, S, S));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dA, hA, sizeof hA, stream));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dB, hB, sizeof hB, stream));
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatmulDescCreate, &desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatrixLayoutCreate, &lay, CUDA_R_16BF, S, S, S));
     cublasLtMatmulPreference_t pref;
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulPreferenceCreate, &pref));
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulAlgoGetHeuristic, lt, desc, lay, lay, lay, lay, pref, 1,
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatmulPreferenceCreate, &pref));
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatmulAlgoGetHeuristic, lt, desc, lay, lay, lay, lay, pref, 1,
                      &heur, &found));
     ck_assert_int_eq(found, 1);
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmul, lt, desc, &one, (void *)(uintptr_t)dA, lay,
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatmul, lt, desc, &one, (void *)(uintptr_t)dA, lay,
                      (void *)(uintptr_t)dB, lay, &zero, (void *)(uintptr_t)dD, lay,
                      (void *)(uintptr_t)dD, lay, &heur.algo, NULL, 0, stream));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, hD, dD, sizeof hD, stream));
-    CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, hD, dD, sizeof hD, stream));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, stream));
     for (int i = 0; i < S * S; i++) {
         uint32_t u = (uint32_t)hD[i] << 16;
         float f;
@@ -689,13 +712,10 @@ START_TEST(gemm_plans_match_a_reference) {
         got16[i] = f;
     }
     sn_check_close("bf16 GEMM", got16, want16, S * S, 1e-2, 1);
-    a.cublasLtMatmulPreferenceDestroy(pref);
-    a.cublasLtMatrixLayoutDestroy(lay);
-    a.cublasLtMatmulDescDestroy(desc);
-    a.cublasLtDestroy(lt);
-    a.cuStreamDestroy(stream);
-    a.cuDevicePrimaryCtxRelease(dev);
-    sn_cuda_api_unload(&a);
+    a->cublasLtMatmulPreferenceDestroy(pref);
+    a->cublasLtMatrixLayoutDestroy(lay);
+    a->cublasLtMatmulDescDestroy(desc);
+    lt_close(&L);
 }
 END_TEST
 
@@ -705,33 +725,24 @@ END_TEST
  * less aligned at the matmul than the pointer the heuristic chose the algorithm for; and
  * sinter's plan refuses rows of a width that is no multiple of 8 before any call. */
 START_TEST(gelu_aux_rules_are_cublaslts) {
-    use_standin();
-    sn_cuda_api a = {0};
+    lt_setup L;
+    lt_open(&L);
+    sn_cuda_api *a = &L.a;
+    CUstream stream = L.stream;
+    cublasLtHandle_t lt = L.lt;
     sn_err e;
-    CK(sn_cuda_api_load(&a, SN_LIB_CUDA, &e));
-    CK(sn_cuda_api_load(&a, SN_LIB_CUBLASLT, &e));
-    CUdevice dev;
-    CUcontext ctx;
-    CUstream stream;
-    cublasLtHandle_t lt;
-    CK(SN_CUDA_CHECK(&a, &e, cuInit, 0));
-    CK(SN_CUDA_CHECK(&a, &e, cuDeviceGet, &dev, 0));
-    CK(SN_CUDA_CHECK(&a, &e, cuDevicePrimaryCtxRetain, &ctx, dev));
-    CK(SN_CUDA_CHECK(&a, &e, cuCtxSetCurrent, ctx));
-    CK(SN_CUDA_CHECK(&a, &e, cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING));
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtCreate, &lt));
     enum { S = 16 }; /* D (S, S) = A (S, S) B (S, S), f32 */
     CUdeviceptr dA, dD, daux;
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dA, 4 * S * S));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dD, 4 * S * S));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &daux, 4 * S * S + 64));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dA, 4 * S * S));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dD, 4 * S * S));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &daux, 4 * S * S + 64));
     float zeros[S * S] = {0};
-    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA, zeros, sizeof zeros, stream));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, daux, zeros, sizeof zeros, stream));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dA, zeros, sizeof zeros, stream));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, daux, zeros, sizeof zeros, stream));
     cublasLtMatrixLayout_t lay;
     cublasLtMatmulPreference_t pref;
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatrixLayoutCreate, &lay, CUDA_R_32F, S, S, S));
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulPreferenceCreate, &pref));
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatrixLayoutCreate, &lay, CUDA_R_32F, S, S, S));
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatmulPreferenceCreate, &pref));
     const float one = 1, zero = 0;
     /* {epilogue, aux ld, aux data type (-2: unset), aux at the heuristic (offset into daux; -1:
      * unset), aux at the matmul, the heuristic's status, the matmul's} */
@@ -751,21 +762,21 @@ START_TEST(gelu_aux_rules_are_cublaslts) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         cublasLtMatmulDesc_t desc;
-        CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulDescCreate, &desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-        ck_assert_int_eq(a.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+        CK(SN_CUDA_CHECK(a, &e, cublasLtMatmulDescCreate, &desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        ck_assert_int_eq(a->cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                           &cases[i].epi, sizeof cases[i].epi), 0);
-        ck_assert_int_eq(a.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+        ck_assert_int_eq(a->cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                           &cases[i].ld, sizeof cases[i].ld), 0);
         if (cases[i].type != -2)
-            ck_assert_int_eq(a.cublasLtMatmulDescSetAttribute(
+            ck_assert_int_eq(a->cublasLtMatmulDescSetAttribute(
                                  desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &cases[i].type,
                                  sizeof cases[i].type), 0);
         void *aux = cases[i].at_heur < 0 ? NULL : (void *)(uintptr_t)(daux + (CUdeviceptr)cases[i].at_heur);
-        ck_assert_int_eq(a.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+        ck_assert_int_eq(a->cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                           &aux, sizeof aux), 0);
         cublasLtMatmulHeuristicResult_t heur;
         int found = 0;
-        int st = a.cublasLtMatmulAlgoGetHeuristic(lt, desc, lay, lay, lay, lay, pref, 1, &heur, &found);
+        int st = a->cublasLtMatmulAlgoGetHeuristic(lt, desc, lay, lay, lay, lay, pref, 1, &heur, &found);
         ck_assert_msg(st == cases[i].heur, "case %zu: the heuristic's status %d, want %d", i, st,
                       cases[i].heur);
         if (st) {
@@ -773,29 +784,26 @@ START_TEST(gelu_aux_rules_are_cublaslts) {
             heur.algo.data[0] = 0x5d; /* the matmul checks again, with the stand-in's algorithm */
         }
         aux = cases[i].at_run < 0 ? NULL : (void *)(uintptr_t)(daux + (CUdeviceptr)cases[i].at_run);
-        ck_assert_int_eq(a.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+        ck_assert_int_eq(a->cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                           &aux, sizeof aux), 0);
-        st = a.cublasLtMatmul(lt, desc, &one, (void *)(uintptr_t)dA, lay, (void *)(uintptr_t)dA, lay,
+        st = a->cublasLtMatmul(lt, desc, &one, (void *)(uintptr_t)dA, lay, (void *)(uintptr_t)dA, lay,
                               &zero, (void *)(uintptr_t)dD, lay, (void *)(uintptr_t)dD, lay,
                               &heur.algo, NULL, 0, stream);
         ck_assert_msg(st == cases[i].run, "case %zu: the matmul's status %d, want %d", i, st,
                       cases[i].run);
-        a.cublasLtMatmulDescDestroy(desc);
+        a->cublasLtMatmulDescDestroy(desc);
     }
-    CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, stream));
     /* sinter's plan: an aux needs rows of a multiple of 8, one GEMM */
     sn_gemm_shape s = {.M = S, .N = 12, .K = S, .batch = 1, .lda = S, .ldb = 12, .ldd = 12,
                        .epi = SN_EPI_DGELU};
     sn_gemm_plan *p = NULL;
-    ck_assert_int_eq(sn_gemm_plan_new(&a, lt, &s, false, 0, &p, &e), SN_ERR_UNSUPPORTED);
+    ck_assert_int_eq(sn_gemm_plan_new(a, lt, &s, false, 0, &p, &e), SN_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(e.msg, "multiple of 8") && strstr(e.msg, "EPILOGUE_AUX_LD"), "%s", e.msg);
     ck_assert_ptr_null(p);
-    a.cublasLtMatmulPreferenceDestroy(pref);
-    a.cublasLtMatrixLayoutDestroy(lay);
-    a.cublasLtDestroy(lt);
-    a.cuStreamDestroy(stream);
-    a.cuDevicePrimaryCtxRelease(dev);
-    sn_cuda_api_unload(&a);
+    a->cublasLtMatmulPreferenceDestroy(pref);
+    a->cublasLtMatrixLayoutDestroy(lay);
+    lt_close(&L);
 }
 END_TEST
 
