@@ -152,6 +152,7 @@ static bool f32_bias_add(const fuse_state *s, const sn_node *x) {
  * pointwise kernel that reads the f32 product. (In 16 bits bias_result already roots the sum's
  * cast, and the GELU's kernel holds nothing else.) */
 static bool f32_gelu_bias(const fuse_state *s, const sn_node *y) {
+    if (s->t->gelu_unfused) return false;
     if (y->op == SN_OP_GELU) return y->dtype == SN_F32 && f32_bias_add(s, y->in[0]);
     if (!f32_bias_add(s, y)) return false;
     for (int k = 0; k < s->n_users[y->id]; k++) {
@@ -290,8 +291,8 @@ void sn_fuse_gemm_epilogue(fuse_state *s, const sn_node *mm) {
     gelu_match gm = {0};
     if (bias_epilogue(s, mm, &m)) {
         join_epilogue(s, &m);
-        if (gelu_after(s, &m, &gm)) join_gelu(s, mm, &gm, m.y);
-    } else if (dgelu_epilogue(s, mm, &gm)) {
+        if (!s->t->gelu_unfused && gelu_after(s, &m, &gm)) join_gelu(s, mm, &gm, m.y);
+    } else if (!s->t->gelu_unfused && dgelu_epilogue(s, mm, &gm)) {
         join_gelu(s, mm, &gm, NULL);
     } else {
         gemm_stores_cast(s, mm);
