@@ -190,8 +190,8 @@ typedef struct {
 static int kernel_of(const fuse_state *s, const sn_node *o, const gelu_match *m) {
     int R = s->home[o->id];
     const sn_node *r = R >= 0 ? s->g->nodes[R] : NULL;
-    bool own = R == o->id, wide = r && r->op == SN_OP_CAST && r->dtype == SN_F32 && r->in[0] == o;
-    if ((!own && !wide) || s->members[R] != m->n - own || s->into[R] || s->into[o->id] ||
+    bool own = R == o->id, cast = r && r->op == SN_OP_CAST && r->dtype == SN_F32 && r->in[0] == o;
+    if ((!own && !cast) || s->members[R] != m->n - own || s->into[R] || s->into[o->id] ||
         is_shadow(s, o))
         return -1;
     for (int i = 0; i < m->n - 1; i++)
