@@ -257,6 +257,7 @@ static const sn_node *colsum_host(const fuse_state *s, const sn_node *x) {
     if (v && !s->members[cast->id]) b = v; /* read widened: ready once v is (its kernel) */
     int ready = is_leaf(b->op) || b->op == SN_OP_FULL ? -1 : s->home[b->id];
     if (ready < 0 && !is_leaf(b->op) && b->op != SN_OP_FULL) return NULL;
+    if (ready >= 0) ready = sn_fuse_kernel_pos(s, ready); /* a GEMM's: at its epilogue's end */
     int first_read = s->g->n_nodes;
     for (int k = 0; k < s->n_users[x->id]; k++) {
         const sn_node *u = s->g->nodes[s->users[x->id][k]];

@@ -62,9 +62,16 @@ void sn_fuse_make_root(fuse_state *s, const sn_node *n);
  * BIAS epilogue's result; a product's 16-bit cast): y then roots a kernel of its own rather than
  * joining its readers'. */
 bool sn_fuse_gemm_result(const fuse_state *s, const sn_node *y);
-/* After it: the bias add (and its casts) or the cast that reads matmul mm join mm's GEMM kernel
- * (kernel.h: BIAS, or NONE storing the cast) where they can; nothing for another node. */
+/* After it: the bias add (and its casts, and a GELU after them), a GELU's gradient, or the cast
+ * that reads matmul mm join mm's GEMM kernel (kernel.h: BIAS, GELU_BIAS, GELU_AUX_BIAS, DGELU,
+ * or NONE storing the cast) where they can; nothing for another node. */
 void sn_fuse_gemm_epilogue(fuse_state *s, const sn_node *mm);
+/* Where the kernel rooted at `root` is made (fuse.c build): at its root, or a GEMM's at the last
+ * node of its epilogue. */
+int sn_fuse_kernel_pos(const fuse_state *s, int root);
+/* The args of GEMM kernel k, made with its operands A, B as its inputs: its epilogue's
+ * (kernel.h), from the nodes with home at its matmul. */
+void sn_fuse_gemm_args(fuse_state *s, sn_kernel *k);
 
 /* ---- fuse_into.c: values written straight into another's buffer ---- */
 

@@ -298,26 +298,7 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
             memcpy(k->access[i].stride, m.stride, sizeof m.stride);
         }
     }
-    for (int j = n->id + 1; k->kind == SN_KER_GEMM && j < s->g->n_nodes; j++) { /* a bias */
-        const sn_node *x = s->g->nodes[j];
-        if (s->home[j] == n->id && x->op == SN_OP_CAST && x->in[0] == n) {
-            k->args[0] = x; /* the product's 16-bit cast, stored in its place (fuse.c) */
-            break;
-        }
-        if (s->home[j] != n->id || x->op != SN_OP_ADD) continue;
-        SN_ASSERT(k->n_in == 2);
-        const sn_node *b = x->in[0] == n ? x->in[1] : x->in[0], *y = x;
-        if (b->op == SN_OP_CAST) { /* autocast's linear layer: rnd(v + f32(bias)) */
-            b = b->in[0];
-            y = sn_fuse_only_reader(s, x);
-        }
-        SN_ASSERT(s->mat[y->id] && s->mat[b->id] && b->dtype == y->dtype);
-        k->gemm.epilogue = SN_EPI_BIAS;
-        k->args[0] = y; /* the epilogue's result */
-        k->args[k->n_out + k->n_in++] = b;
-        snprintf(k->name, sizeof k->name, "k%d_matmul_bias", k->id);
-        break;
-    }
+    if (k->kind == SN_KER_GEMM) sn_fuse_gemm_args(s, k); /* its epilogue (fuse_epilogue.c) */
     colsum_operands(s, k);
     sn_kernel_work(k, &k->n_items, &k->serial);
     return SN_OK;

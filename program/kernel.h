@@ -13,8 +13,8 @@ typedef enum {
     SN_KER_POINTWISE, /* out[i] = expression over accesses, i over `shape` */
     SN_KER_ROW,       /* anchor is a row op (softmax, norms, causal mask, cross-entropy, bwds) */
     SN_KER_REDUCE,    /* anchor is sum/mean/max over one axis */
-    SN_KER_GEMM,      /* anchor is a matmul: a GEMM library call, not generated; args: y, A, B
-                         and what its epilogue (below) reads */
+    SN_KER_GEMM,      /* anchor is a matmul: a GEMM library call, not generated; args: y
+                         (and an aux), A, B and what its epilogue (below) reads */
     SN_KER_ATTENTION, /* anchor is an attention op (forward: lse + o; backward: dq, dk, dv) */
     SN_KER_GATHER,    /* anchor is embedding (gather) or embedding_bwd (scatter-add) */
     SN_KER_DEQUANT,   /* anchor is dequant_nf4: args y, packed (ir/nf4.h); an item per block of
@@ -31,14 +31,35 @@ typedef enum {
 const char *sn_kernel_kind_name(sn_kernel_kind k);
 
 /* What a GEMM kernel does with its f32 product v (M, N) = A @ B before storing it (cuBLASLt's
- * epilogues; rnd() rounds to y's dtype, exact when y is f32):
+ * epilogues, evaluated in f32; rnd() rounds to y's dtype, exact when y is f32). Args: the
+ * outputs (y; GELU_AUX_BIAS: y, aux), A, B, then what the epilogue reads (a bias; DGELU's aux):
  *   NONE  args y, A, B:       y = v (y is the matmul), or y = rnd(v) where y is the matmul's
  *         one reader, its cast to A's and B's 16-bit dtype
  *   BIAS  args y, A, B, bias: y = rnd(v + bias), bias an (N) vector of y's dtype; y is the
  *         add node the matmul fed (f32), or the cast of that add to bias's dtype, whose f32
  *         operand is the cast of bias (autocast's linear layer)
- * The nodes the epilogue stands for have home at the matmul; sn_gemm_epilogue_of finds them. */
-typedef enum { SN_EPI_NONE, SN_EPI_BIAS, SN_EPI_COUNT } sn_epilogue;
+ *   GELU_BIAS  args y, A, B, bias: y = rnd(gelu(v + bias)); the graph's BIAS result s, read by
+ *         nothing but the GELU: y is gelu(s) (f32), or rnd(gelu(f32(s))) of a 16-bit s
+ *   GELU_AUX_BIAS  args y, aux, A, B, bias: aux = rnd(v + bias) (BIAS's y, s), y as GELU_BIAS
+ *         (cuBLASLt's GELU input matrix, stored for the backward; s's other readers all run
+ *         after the GEMM)
+ *   DGELU args y, A, B, aux:  y = rnd(v * gelu'(aux)), aux (M, N) of y's dtype: y is
+ *         gelu_bwd(aux, v) (f32), or rnd(gelu_bwd(f32(aux), f32(rnd(v)))) cast to A's and B's
+ *         16-bit dtype, the gradient of a GELU through the product before it
+ * In 16 bits the GELU epilogues skip one rounding of the graph they stand for: GELU's input is
+ * the f32 sum v + bias, not rnd(v + bias) (which aux stores), and DGELU multiplies the f32
+ * product v, not rnd(v); f32 programs are exact. gelu and gelu' are program/epilogue.h's f32
+ * formulas (tanh form, as cuBLASLt documents its GELU; ir's gelu and gelu_bwd). The GELU
+ * epilogues need A not transposed, B of rank 2 (one GEMM), and with aux N % 8 == 0 (cuBLASLt's
+ * EPILOGUE_AUX_LD rule). The nodes an epilogue stands for have home at the matmul (fuse). */
+typedef enum {
+    SN_EPI_NONE,
+    SN_EPI_BIAS,
+    SN_EPI_GELU_BIAS,
+    SN_EPI_GELU_AUX_BIAS,
+    SN_EPI_DGELU,
+    SN_EPI_COUNT
+} sn_epilogue;
 const char *sn_epilogue_name(sn_epilogue e);
 
 #define SN_KER_MAX_ARGS 16
@@ -319,6 +340,9 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial);
  * cross_entropy asked to store its prologue's values (it reads only the counted rows). */
 sn_status sn_kernel_check(const sn_kernel *k, sn_err *e);
 sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e);
+/* kernel_gemm.c: a GEMM kernel's epilogue (above): its args, dtypes and shapes, and the nodes it
+ * stands for. */
+sn_status sn_kernel_check_gemm(const sn_kernel *k, sn_err *e);
 /* The message of a broken contract (printf-style): SN_ERR_INTERNAL. */
 sn_status sn_kernel_bug(const sn_kernel *k, sn_err *e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -172,14 +172,6 @@ static sn_status check_gather(const sn_kernel *k, sn_err *e) {
     return SN_OK;
 }
 
-static sn_status check_gemm(const sn_kernel *k, sn_err *e) {
-    const sn_node *n = k->anchor;
-    if (n->op != SN_OP_MATMUL || k->gemm.epilogue < 0 || k->gemm.epilogue >= SN_EPI_COUNT || k->n_out != 1 ||
-        !reads(k, n->in[0]) || !reads(k, n->in[1]) || (k->gemm.epilogue == SN_EPI_BIAS && k->n_in < 2))
-        return BUG("a GEMM kernel is a matmul with args (y, A, B) and its epilogue's bias");
-    return SN_OK;
-}
-
 /* An NF4 weight unpacked (ir/nf4.h): args (y; packed). */
 static sn_status check_dequant(const sn_kernel *k, sn_err *e) {
     const sn_node *n = k->anchor;
@@ -262,7 +254,7 @@ sn_status sn_kernel_check(const sn_kernel *k, sn_err *e) {
         return sn_kernel_row_plan(k, &p, e);
     }
     case SN_KER_REDUCE: return check_reduce(k, e);
-    case SN_KER_GEMM: return check_gemm(k, e);
+    case SN_KER_GEMM: return sn_kernel_check_gemm(k, e);
     case SN_KER_GATHER: return check_gather(k, e);
     case SN_KER_DEQUANT: return check_dequant(k, e);
     default: break;

@@ -30,6 +30,11 @@ typedef struct {
                                its own: not bit-deterministic (the order of the adds varies).
                                Off by default; sn_pipeline_kernels sets it for a CUDA target
                                when SN_ATT_TILES says "dq=atomic" (a tuning knob) */
+    bool gelu_unfused;      /* the GELU and its gradient stay pointwise kernels, not the GEMM
+                               epilogues GELU_BIAS, GELU_AUX_BIAS, DGELU (kernel.h). Off by
+                               default; for comparing programs to the bit where one computes a
+                               GELU in a pointwise kernel (a recomputed one, IA3's scaled one),
+                               whose tanh is not the epilogue's */
 } sn_target;
 
 /* sn_precision, how a program stores and multiplies its floats (sn_compile's precision; the

@@ -8,6 +8,7 @@
 #include "codegen/llvm/llvm.h"
 #include "device.h"
 #include "gemm.h"
+#include "gemm_epilogue.h"
 #include "gemm_lowp.h"
 #include "host.h"
 #include "pool.h"
@@ -85,43 +86,44 @@ static void gemm_part(void *ctx, int64_t begin, int64_t end) {
                                                   (int)p, g->parts, &g->err[p]);
 }
 
-/* The epilogue into a 16-bit output, rows [begin, end) of the product. */
+/* The epilogue the product's store does not do (gemm_epilogue.h), rows [begin, end). */
 typedef struct {
     const sn_kernel *k;
     void *const *bufs;
     const float *c;
-    int64_t N;
 } store_ctx;
 
 static void store_rows(void *ctx, int64_t begin, int64_t end) {
     store_ctx *s = ctx;
-    const sn_kernel *k = s->k;
-    sn_gemm_store_lowp(k->args[0]->dtype, s->bufs[0], s->c,
-                       k->gemm.epilogue == SN_EPI_BIAS ? s->bufs[3] : NULL, s->N, begin, end);
+    sn_gemm_epilogue_rows(s->k, s->bufs, s->c, begin, end);
 }
 
 static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, sn_err *e) {
     cpu_impl *c = d->impl;
     const sn_node *mm = k->anchor;
     sn_dtype in = mm->in[0]->dtype, out = k->args[0]->dtype;
+    sn_epilogue epi = k->gemm.epilogue;
     if (mm->dtype != SN_F32 || (in != SN_F32 && in != SN_BF16 && in != SN_F16) ||
-        (out != SN_F32 && out != in) || k->gemm.epilogue > SN_EPI_BIAS)
+        (out != SN_F32 && out != in) || epi < 0 || epi >= SN_EPI_COUNT)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "GEMM kernel %s multiplies %s operands into %s "
                        "with epilogue %s: the CPU device multiplies f32, bf16 and f16 operands "
-                       "into f32 or their own type, with a bias or none", k->name,
-                       sn_dtype_name(in), sn_dtype_name(out), sn_epilogue_name(k->gemm.epilogue));
+                       "into f32 or their own type, with one of program/kernel.h's epilogues",
+                       k->name, sn_dtype_name(in), sn_dtype_name(out), sn_epilogue_name(epi));
     int parts = sn_pool_threads(c->pool);
     if (parts > 64) parts = 64;
-    /* a 16-bit output: the f32 product into a scratch, then the epilogue as its own loop */
+    int o = k->n_out; /* A, B, then the epilogue's input (kernel.h) */
+    /* an f32 y without GELU: the product (and bias) stored straight into it; else the f32
+       product into a scratch, then the epilogue as its own loop */
+    bool direct = out == SN_F32 && (epi == SN_EPI_NONE || epi == SN_EPI_BIAS);
     float *scratch = NULL;
-    void *prod[3] = {bufs[0], bufs[1], bufs[2]};
-    if (out != SN_F32) {
+    void *prod[3] = {bufs[0], bufs[o], bufs[o + 1]};
+    if (!direct) {
         if (!(scratch = sn_malloc(sizeof(float) * (size_t)sn_numel(mm), "a GEMM's f32 product", e)))
             return SN_ERR_OOM;
         prod[0] = scratch;
     }
     gemm_ctx g = {.mm = mm, .bufs = prod, .parts = parts,
-                  .bias = k->gemm.epilogue == SN_EPI_BIAS && out == SN_F32 ? bufs[3] : NULL};
+                  .bias = epi == SN_EPI_BIAS && direct ? bufs[o + 2] : NULL};
     sn_pool_run(c->pool, parts, gemm_part, &g);
     for (int p = 0; p < parts; p++)
         if (g.status[p]) {
@@ -130,9 +132,8 @@ static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, s
             return g.status[p];
         }
     if (scratch) {
-        int64_t N = mm->shape[mm->rank - 1];
-        store_ctx st = {.k = k, .bufs = bufs, .c = scratch, .N = N};
-        sn_pool_run(c->pool, sn_numel(mm) / N, store_rows, &st);
+        store_ctx st = {.k = k, .bufs = bufs, .c = scratch};
+        sn_pool_run(c->pool, sn_numel(mm) / mm->shape[mm->rank - 1], store_rows, &st);
         free(scratch);
     }
     return SN_OK;

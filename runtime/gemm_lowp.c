@@ -30,6 +30,10 @@ static float bf16_to_f32(uint16_t h) {
     return f;
 }
 
+float sn_lowp_widen(sn_dtype t, uint16_t bits) {
+    return t == SN_BF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
+}
+
 /* rows x cols of a 16-bit matrix (leading dimension ld) widened into a packed f32 copy. */
 static float *widen(sn_dtype t, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld, sn_err *e) {
     float *y = sn_malloc(sizeof(float) * (size_t)(rows * cols), "an f32 copy of a 16-bit GEMM "
@@ -171,8 +175,7 @@ sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, c
     return SN_OK;
 }
 
-/* The bits of v in dtype t, rounded to nearest even (sn_dtype_round); NaN stays NaN. */
-static uint16_t to_bits(sn_dtype t, float v) {
+uint16_t sn_lowp_round(sn_dtype t, float v) {
     uint32_t u;
     if (t == SN_BF16) { /* on the bits: adding 0x7fff plus the kept part's last bit rounds the 16
                            dropped bits to nearest even, carrying into the exponent on overflow
@@ -204,7 +207,7 @@ void sn_gemm_store_lowp(sn_dtype t, void *y, const float *c, const void *bias, i
     for (int64_t r = r0; r < r1; r++)
         for (int64_t j = 0; j < N; j++) {
             float v = c[r * N + j];
-            if (b16) v += t == SN_BF16 ? bf16_to_f32(b16[j]) : f16_to_f32(b16[j]);
-            y16[r * N + j] = to_bits(t, v);
+            if (b16) v += sn_lowp_widen(t, b16[j]);
+            y16[r * N + j] = sn_lowp_round(t, v);
         }
 }

@@ -24,4 +24,9 @@ sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, c
 void sn_gemm_store_lowp(sn_dtype t, void *y, const float *c, const void *bias, int64_t N,
                         int64_t r0, int64_t r1);
 
+/* One value of dtype t (SN_BF16 or SN_F16) widened to f32 (exact), and an f32 rounded to t's
+ * bits to nearest even (sn_dtype_round; NaN stays NaN, overflow goes to infinity). */
+float sn_lowp_widen(sn_dtype t, uint16_t bits);
+uint16_t sn_lowp_round(sn_dtype t, float v);
+
 #endif

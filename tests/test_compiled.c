@@ -19,7 +19,10 @@ START_TEST(program_matches_interpreter) {
     sn_graph *g = tiny_training_graph(true);
     tiny_memory m = tiny_check_compiled(g, 3, "attention fused");
     ck_assert_int_eq(m.arena_measured, m.arena_planned); /* the plan's peak is the real one */
-    ck_assert(2 * m.arena_planned <= m.arena_no_reuse);
+    /* reuse: the peak is at most 55% of every value added up (the GELU epilogues store no f32
+     * product of c_fc or of its dX: they shrank the sum, not the peak, 259 KiB) */
+    ck_assert_msg(20 * m.arena_planned <= 11 * m.arena_no_reuse, "planned %lld, no reuse %lld",
+                  (long long)m.arena_planned, (long long)m.arena_no_reuse);
     sn_graph_free(g);
 }
 END_TEST

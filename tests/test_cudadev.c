@@ -78,13 +78,18 @@ START_TEST(gemm_plans_build_up_to_the_handle) {
     if (!have(SN_LIB_CUBLASLT)) return;
     sn_cuda_api a = {0};
     sn_err e;
-    /* (B*T, C) @ (C, 3C) folded; a batched attention-like product with B transposed; a bias */
+    /* (B*T, C) @ (C, 3C) folded; a batched attention-like product with B transposed; a bias;
+     * c_fc's bias and GELU with the aux; its dX (B transposed) times gelu'(aux) */
     sn_gemm_shape shapes[] = {
         {.M = 1024, .N = 2304, .K = 768, .batch = 1, .lda = 768, .ldb = 2304, .ldd = 2304},
         {.tb = true, .M = 64, .N = 64, .K = 32, .batch = 12, .lda = 32, .ldb = 32, .ldd = 64,
          .stride_a = 64 * 32, .stride_b = 64 * 32, .stride_d = 64 * 64},
         {.ta = true, .M = 768, .N = 3072, .K = 1024, .batch = 1, .lda = 768, .ldb = 3072,
-         .ldd = 3072, .bias = true},
+         .ldd = 3072, .epi = SN_EPI_BIAS},
+        {.M = 1024, .N = 3072, .K = 768, .batch = 1, .lda = 768, .ldb = 3072, .ldd = 3072,
+         .epi = SN_EPI_GELU_AUX_BIAS},
+        {.tb = true, .M = 1024, .N = 3072, .K = 768, .batch = 1, .lda = 768, .ldb = 768,
+         .ldd = 3072, .epi = SN_EPI_DGELU},
     };
     /* fp32 and TF32; bf16 and f16 operands (autocast) into f32 */
     const sn_dtype types[] = {SN_F32, SN_F32, SN_BF16, SN_F16};
@@ -97,7 +102,7 @@ START_TEST(gemm_plans_build_up_to_the_handle) {
             ck_assert_msg(sn_gemm_plan_new(&a, NULL, &s, tf32, 32 << 20, &p, &e) == SN_OK,
                           "%s", e.msg);
             ck_assert_ptr_nonnull(p);
-            ck_assert_int_eq(sn_gemm_plan_run(&a, NULL, p, 0, 0, 0, 0, 0, 0, NULL, &e), SN_ERR_INVALID);
+            ck_assert_int_eq(sn_gemm_plan_run(&a, NULL, p, 0, 0, 0, 0, 0, 0, 0, NULL, &e), SN_ERR_INVALID);
             sn_gemm_plan_free(&a, p);
         }
     sn_cuda_api_unload(&a);

@@ -335,17 +335,33 @@ START_TEST(memory_plan_gpt2) {
      * (ln_f's weight gradient in two kernels, PARTIAL and FINISH, its dx (unfused) apart; the
      * loss and its gradient in two, the classifier and the loss's FINISH; the embedding's,
      * BUCKET and ROWS) */
-    ck_assert_int_eq(p->n_kernels, 12 * 23 + 15);
-    int bias = 0;
-    for (int k = 0; k < p->n_kernels; k++) /* the qkv GEMMs: matmul + bias, args y, A, B, b */
-        if (p->kernels[k]->kind == SN_KER_GEMM && p->kernels[k]->n_in == 3) {
-            const sn_kernel *ker = p->kernels[k];
+    ck_assert_int_eq(p->n_kernels, 12 * 21 + 15);
+    int epi[SN_EPI_COUNT] = {0};
+    for (int k = 0; k < p->n_kernels; k++) {
+        const sn_kernel *ker = p->kernels[k];
+        if (ker->kind != SN_KER_GEMM) continue;
+        epi[ker->gemm.epilogue]++;
+        if (ker->gemm.epilogue == SN_EPI_BIAS) { /* the qkv GEMMs: args y, A, B, b */
             ck_assert(ker->args[0]->op == SN_OP_ADD && ker->args[3]->rank == 1 &&
                       (ker->args[0]->in[0] == ker->anchor || ker->args[0]->in[1] == ker->anchor));
             ck_assert_int_eq(ker->args[3]->shape[0], 3 * 768);
-            bias++;
         }
-    ck_assert_int_eq(bias, 12);
+        if (ker->gemm.epilogue == SN_EPI_GELU_AUX_BIAS) { /* c_fc: args gelu, its input, A, B, b */
+            const sn_node *s = ker->args[1];
+            ck_assert(ker->args[0]->op == SN_OP_GELU && ker->args[0]->in[0] == s &&
+                      s->op == SN_OP_ADD && ker->args[4]->shape[0] == 4 * 768);
+            ck_assert(p->value_of[ker->anchor->id] < 0); /* no f32 product stored */
+        }
+        if (ker->gemm.epilogue == SN_EPI_DGELU) { /* c_fc's dX: args dh, dg, W_proj, h */
+            ck_assert(ker->args[0]->op == SN_OP_GELU_BWD && ker->args[0]->in[1] == ker->anchor &&
+                      ker->args[0]->in[0] == ker->args[3]);
+            ck_assert(ker->args[3]->op == SN_OP_ADD); /* the forward's aux */
+        }
+    }
+    ck_assert_int_eq(epi[SN_EPI_BIAS], 12);
+    ck_assert_int_eq(epi[SN_EPI_GELU_AUX_BIAS], 12);
+    ck_assert_int_eq(epi[SN_EPI_DGELU], 12);
+    ck_assert_int_eq(epi[SN_EPI_GELU_BIAS], 0); /* the backward reads every GELU's input */
     /* reuse: the peak is at most 55% of every arena value added up (half before the copies
      * around attention and the qkv bias went: they shrank the sum, not the peak, 351.89 MiB) */
     ck_assert_msg(20 * p->arena_bytes <= 11 * p->sum_bytes, "arena %lld bytes is more than 55%% "
@@ -522,19 +538,20 @@ START_TEST(kernels_per_gpt2_layer) {
            per[SN_KER_REDUCE], per[SN_KER_GEMM], per[SN_KER_ATTENTION]);
     ck_assert_int_eq(per[SN_KER_GEMM], 12);      /* 4 linear layers x (forward, dx, dw) */
     ck_assert_int_eq(per[SN_KER_ATTENTION], 3);  /* forward (o and lse), dq, dk and dv */
-    /* forward: bias + gelu (the qkv bias is the GEMM's epilogue; attention writes o straight
-     * into (B, T, C)); backward: gelu_bwd; attention reads q, k, v and dout in place (4
-     * copies fewer) and writes dq, dk, dv into the qkv gradient's concatenation (3 permutes
-     * and the concatenation fewer) */
-    ck_assert_int_eq(per[SN_KER_POINTWISE], 2);
+    /* none: the qkv bias is the GEMM's epilogue, c_fc's bias and GELU too (GELU_AUX_BIAS), the
+     * GELU's gradient its dX GEMM's (DGELU); attention writes o straight into (B, T, C), reads
+     * q, k, v and dout in place (4 copies fewer) and writes dq, dk, dv into the qkv gradient's
+     * concatenation (3 permutes and the concatenation fewer) */
+    ck_assert_int_eq(per[SN_KER_POINTWISE], 0);
     /* 2 x (residual + layernorm), 2 x the norm backward pair (kernel.h: layernorm_bwd +
      * residual gradient with layernorm_bwd_w's partial sums over chunks of rows) and its FINISH
      * (their sums) */
     ck_assert_int_eq(per[SN_KER_ROW], 6);
     /* 4 bias gradients, 2 layernorm bias gradients: column sums of the weight-gradient kernels */
     ck_assert_int_eq(per[SN_KER_REDUCE], 0);
-    ck_assert_int_eq(total[1] - total[0], 23); /* with attention fused (25 before the norm
-                                                  backward pair, 45 before fusing around
+    ck_assert_int_eq(total[1] - total[0], 21); /* with attention fused (23 before the GELU
+                                                  epilogues, 25 before the norm backward pair,
+                                                  45 before fusing around
                                                   rows, 40 before dk and dv shared a kernel, 39
                                                   before attention read q, k, v, dout in place,
                                                   35 before the column sums joined, 29 before
@@ -542,7 +559,9 @@ START_TEST(kernels_per_gpt2_layer) {
                                                   the qkv bias was the GEMM's epilogue; 24
                                                   before the norm weight gradients took two
                                                   kernels each to use the whole GPU, 26 before
-                                                  the forward wrote o into (B, T, C)) */
+                                                  the forward wrote o into (B, T, C), 25
+                                                  before the GELU and its gradient were
+                                                  GEMM epilogues) */
     sn_graph *g = gpt2_training("tiny", 1, 2, 16);
     sn_program *p = compile(g);
     int fwd = 0;
@@ -573,8 +592,9 @@ END_TEST
 
 /* bf16 tiny GPT-2 (one layer): each 16-bit cast of a parameter is a weight shadow (its cast
  * kernel set apart, its copy persistent, the trainable ones at half their parameters' offsets
- * after the gradients); every other cast joins the kernel of its operand (the layernorm_bwd and
- * GELU gradient kernels store the bf16 copies too) unless a GEMM computes it. With
+ * after the gradients); every other cast joins the kernel of its operand (the layernorm_bwd
+ * kernels store the bf16 copies too) unless a GEMM computes it (the GELU and its gradient, GEMM
+ * epilogues, store theirs). With
  * weight_casts_per_step the shadows are kernels of the step again. */
 START_TEST(casts_fold_and_weights_are_copies) {
     int n_kernels[2];
@@ -609,6 +629,9 @@ START_TEST(casts_fold_and_weights_are_copies) {
         int ln_bwd_cast = 0, gelu_bwd_cast = 0;
         for (int k = 0; k < p->n_kernels; k++) {
             const sn_kernel *ker = p->kernels[k];
+            if (ker->kind == SN_KER_GEMM && ker->gemm.epilogue == SN_EPI_DGELU)
+                gelu_bwd_cast += ker->args[0]->op == SN_OP_CAST && ker->args[0]->dtype == SN_BF16 &&
+                                 ker->args[0]->in[0]->op == SN_OP_GELU_BWD;
             for (int i = 0; i < ker->n_instr; i++) {
                 const sn_node *x = ker->instr[i].node;
                 if (x->op != SN_OP_CAST) continue;
@@ -622,11 +645,13 @@ START_TEST(casts_fold_and_weights_are_copies) {
                 const sn_node *row_op = ker->kind == SN_KER_ROW && ker->row.pair
                                             ? ker->instr[ker->row.instr].node : ker->anchor;
                 if (row_op && row_op->op == SN_OP_LAYERNORM_BWD) ln_bwd_cast++;
-                if (!ker->anchor && x->in[0]->op == SN_OP_GELU_BWD) gelu_bwd_cast++;
+                ck_assert_msg(x->in[0]->op != SN_OP_GELU_BWD, "%s: the GELU gradient in a "
+                              "pointwise kernel, not its GEMM's DGELU epilogue", ker->name);
             }
         }
         /* each layernorm_bwd kernel widens its bf16 dy (the products' dX: the layer's two and
-           ln_f's), and the layer's two store the bf16 cast of their result for the products */
+           ln_f's), and the layer's two store the bf16 cast of their result for the products;
+           the GELU gradient's GEMM (DGELU) stores its bf16 cast */
         ck_assert_int_eq(ln_bwd_cast, 5);
         ck_assert_int_eq(gelu_bwd_cast, 1);
         /* the QKV and fc bias gradients, and the layernorms' dbeta, sum the bf16 gradients the

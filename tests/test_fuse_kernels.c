@@ -74,13 +74,14 @@ static void *to_buffer(const sn_node *n, const double *v) {
 
 typedef struct {
     int kernels, multi_output, row_fused; /* checked; with n_out > 1; ROW with instructions */
+    int gemms[SN_EPI_COUNT];              /* GEMM kernels checked, by epilogue */
 } kernel_stats;
 
-/* Runs kernel k (fn) on its inputs' interpreter values, over [0, n_items) in `parts` calls
- * (the last part first: a row's values must not depend on another call), and compares every
- * output with the interpreter's. */
-static void run_and_compare(const sn_kernel *k, sn_cpu_kernel_fn fn, const sn_interp *it, int parts,
-                            double tol) {
+/* Runs kernel k (fn; a GEMM: the CPU device's gemm on dev) on its inputs' interpreter values,
+ * over [0, n_items) in `parts` calls (the last part first: a row's values must not depend on
+ * another call), and compares every output with the interpreter's. */
+static void run_and_compare(const sn_kernel *k, sn_cpu_kernel_fn fn, sn_device *dev,
+                            const sn_interp *it, int parts, double tol) {
     void *bufs[SN_KER_MAX_ARGS];
     int nargs = k->n_out + k->n_in;
     for (int a = 0; a < nargs; a++) {
@@ -102,7 +103,9 @@ static void run_and_compare(const sn_kernel *k, sn_cpu_kernel_fn fn, const sn_in
         }
     }
     if (k->stage != SN_SUM_WHOLE) bufs[nargs] = sn_test_scratch(k); /* the partial sums */
-    for (int p = parts - 1; p >= 0; p--)
+    sn_err e;
+    if (k->kind == SN_KER_GEMM) ck_assert_msg(dev->gemm(dev, k, bufs, &e) == SN_OK, "%s", e.msg);
+    for (int p = parts - 1; p >= 0 && k->kind != SN_KER_GEMM; p--)
         fn(bufs, k->n_items * p / parts, k->n_items * (p + 1) / parts);
     for (int o = 0; o < k->n_out; o++) {
         const sn_node *n = k->args[o];
@@ -121,11 +124,13 @@ static void run_and_compare(const sn_kernel *k, sn_cpu_kernel_fn fn, const sn_in
 }
 
 /* Every kernel of p but the GEMMs, compiled as one batch and checked whole and in 3 parts
- * (serial kernels whole only). */
+ * (serial kernels whole only); the GEMMs (with their epilogues, kernel.h) on the CPU device. */
 static kernel_stats check_kernels(const sn_program *p, const sn_interp *it, double tol) {
     sn_err e;
     sn_jit *j;
+    sn_device *dev;
     ck_assert_msg(sn_jit_new(&j, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_cpu_device_new(2, &dev, &e) == SN_OK, "%s", e.msg);
     sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
     sn_cpu_kernel_fn *fns = calloc((size_t)p->n_kernels + 1, sizeof *fns);
     int n = 0;
@@ -135,15 +140,21 @@ static kernel_stats check_kernels(const sn_program *p, const sn_interp *it, doub
     ck_assert_msg(sn_jit_compile(j, ks, n, fns, &e) == SN_OK, "%s", e.msg);
     for (int i = 0; i < n; i++) {
         const sn_kernel *k = ks[i];
-        run_and_compare(k, fns[i], it, 1, tol);
-        if (!k->serial && k->n_items >= 3) run_and_compare(k, fns[i], it, 3, tol);
+        run_and_compare(k, fns[i], dev, it, 1, tol);
+        if (!k->serial && k->n_items >= 3) run_and_compare(k, fns[i], dev, it, 3, tol);
         st.kernels++;
         st.multi_output += k->n_out > 1 && k->kind == SN_KER_POINTWISE;
         st.row_fused += k->kind == SN_KER_ROW && k->n_instr > 0;
     }
+    for (int k = 0; k < p->n_kernels; k++)
+        if (p->kernels[k]->kind == SN_KER_GEMM) {
+            run_and_compare(p->kernels[k], NULL, dev, it, 1, tol);
+            st.gemms[p->kernels[k]->gemm.epilogue]++;
+        }
     free(ks);
     free(fns);
     sn_jit_free(j);
+    sn_device_free(dev);
     return st;
 }
 
@@ -168,23 +179,54 @@ static const sn_kernel *kernel_of(const sn_program *p, const sn_node *n) {
 /* ---- small graphs, one pattern each ---- */
 
 /* h = x @ w + b feeds gelu and, later, gelu_bwd: one kernel stores both h and gelu(h). Rows of
- * 40 (16-lane vectors and a tail). */
-START_TEST(bias_gelu_two_outputs) {
+ * 36 (16-lane vectors and a tail; not a multiple of 8, which the GEMM's GELU epilogue would
+ * need: bias_gelu_epilogues). */
+/* An MLP's h = x @ w + b (rows of N) and y = gelu(h) in a new graph; its output y, or (dh)
+ * gelu_bwd(h, y @ w2). */
+static sn_graph *bias_gelu(int64_t N, bool dh, sn_node **h, sn_node **y) {
     sn_graph *g = sn_graph_new();
     sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(3, 5, 24));
-    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(24, 40), SN_INIT_NORMAL, 1);
-    sn_node *w2 = sn_param(g, "w2", SN_F32, SN_SHAPE(40, 40), SN_INIT_NORMAL, 1);
-    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(40), SN_INIT_NORMAL, 1);
-    sn_node *h = sn_add(g, sn_matmul(g, x, w), b);
-    sn_node *y = sn_gelu(g, h);
-    sn_node *dh = sn_gelu_bwd(g, h, sn_matmul(g, y, w2));
-    sn_graph_add_output(g, dh);
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(24, N), SN_INIT_NORMAL, 1);
+    sn_node *w2 = sn_param(g, "w2", SN_F32, SN_SHAPE(N, N), SN_INIT_NORMAL, 1);
+    sn_node *b = sn_param(g, "b", SN_F32, SN_SHAPE(N), SN_INIT_NORMAL, 1);
+    *h = sn_add(g, sn_matmul(g, x, w), b);
+    *y = sn_gelu(g, *h);
+    sn_graph_add_output(g, dh ? sn_gelu_bwd(g, *h, sn_matmul(g, *y, w2)) : *y);
+    return g;
+}
+
+START_TEST(bias_gelu_two_outputs) {
+    sn_node *h, *y;
+    sn_graph *g = bias_gelu(36, true, &h, &y);
     kernel_stats st;
     sn_program *p = fuse_and_check(g, 1, NULL, &st);
     ck_assert_ptr_eq(kernel_of(p, h), kernel_of(p, y));
     ck_assert_int_eq(st.multi_output, 1);
+    ck_assert_int_eq(st.gemms[SN_EPI_NONE], 2);
     sn_program_free(p);
     sn_graph_free(g);
+}
+END_TEST
+
+/* The same with rows of 40: the GEMMs carry them (kernel.h): x @ w's stores h and gelu(h)
+ * (GELU_AUX_BIAS), y @ w2's multiplies by gelu'(h) (DGELU); no other kernel. And with h read by
+ * nothing else, gelu(h) alone (GELU_BIAS, h never stored). Each GEMM on the CPU device against
+ * the interpreter. */
+START_TEST(bias_gelu_epilogues) {
+    for (int aux = 0; aux < 2; aux++) {
+        sn_node *h, *y;
+        sn_graph *g = bias_gelu(40, aux, &h, &y);
+        kernel_stats st;
+        sn_program *p = fuse_and_check(g, 1, NULL, &st);
+        ck_assert_int_eq(p->n_kernels, aux ? 2 : 1);
+        ck_assert_int_eq(st.kernels, 0);
+        ck_assert_int_eq(st.gemms[SN_EPI_GELU_AUX_BIAS], aux);
+        ck_assert_int_eq(st.gemms[SN_EPI_DGELU], aux);
+        ck_assert_int_eq(st.gemms[SN_EPI_GELU_BIAS], !aux);
+        ck_assert_int_eq(p->value_of[h->id] >= 0, aux); /* the aux, or no buffer */
+        sn_program_free(p);
+        sn_graph_free(g);
+    }
 }
 END_TEST
 
@@ -450,10 +492,14 @@ START_TEST(gpt2_kernels) {
     kernel_stats st = check_kernels(p, it, 1e-4);
     sn_interp_free(it);
     printf("test_fuse_kernels: tiny GPT-2 training: %d kernels match the interpreter, %d of them "
-           "multi-output pointwise, %d row ops with fused neighbours\n", st.kernels,
-           st.multi_output, st.row_fused);
+           "multi-output pointwise, %d row ops with fused neighbours; %d GELU_AUX_BIAS and %d "
+           "DGELU GEMMs too\n", st.kernels, st.multi_output, st.row_fused,
+           st.gemms[SN_EPI_GELU_AUX_BIAS], st.gemms[SN_EPI_DGELU]);
     ck_assert_int_ge(st.row_fused, 9); /* 2 x 2 per layer, and ln_1 of layer 0 and ln_f */
-    ck_assert_int_ge(st.multi_output, 2);
+    /* the bias and GELU (c_fc's forward, each layer's multi-output kernel before) and its
+       gradient are GEMM epilogues */
+    ck_assert_int_eq(st.gemms[SN_EPI_GELU_AUX_BIAS], 2);
+    ck_assert_int_eq(st.gemms[SN_EPI_DGELU], 2);
     sn_program_free(p);
     sn_graph_free(g);
 }
@@ -478,6 +524,7 @@ int main(void) {
     TCase *tc = tcase_create("fuse_kernels");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, bias_gelu_two_outputs);
+    tcase_add_test(tc, bias_gelu_epilogues);
     tcase_add_test(tc, residual_norms);
     tcase_add_test(tc, norm_backwards);
     tcase_add_test(tc, norm_pair_bits);

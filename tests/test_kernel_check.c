@@ -3,8 +3,8 @@
  * keeps it; a row kernel's plan says which instructions form the epilogue exactly as the graph
  * does (an instruction is in the epilogue when its node depends on the row op); and planted
  * bugs, one a case (a row kernel's, a pointwise kernel's, the optimizer's, an NF4 dequantize's,
- * a program's scratch), are SN_ERR_INTERNAL naming the kernel, from sn_kernel_check and from
- * both code generators alike. */
+ * a program's scratch, a GEMM's epilogue), are SN_ERR_INTERNAL naming the kernel, from
+ * sn_kernel_check and from both code generators alike (the CUDA one for GEMMs). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,9 +141,69 @@ static bool norm_sums(const sn_kernel *k) {
 }
 static bool norm_pair(const sn_kernel *k) { return k->kind == SN_KER_ROW && k->row.pair; }
 static bool pointwise(const sn_kernel *k) { return k->kind == SN_KER_POINTWISE && k->n_instr > 1; }
+static bool gemm_bias(const sn_kernel *k) {
+    return k->kind == SN_KER_GEMM && k->gemm.epilogue == SN_EPI_BIAS;
+}
+static bool gemm_gelu(const sn_kernel *k) {
+    return k->kind == SN_KER_GEMM && k->gemm.epilogue == SN_EPI_GELU_AUX_BIAS;
+}
+static bool gemm_dgelu(const sn_kernel *k) {
+    return k->kind == SN_KER_GEMM && k->gemm.epilogue == SN_EPI_DGELU;
+}
+
+/* A broken GEMM kernel is refused as the maker's bug by the check and by the CUDA generator
+ * (which leaves GEMMs to cuBLASLt once they keep the contract). */
+static void gemm_refused(const sn_kernel *k, const char *what) {
+    sn_err e;
+    ck_assert_int_eq(sn_kernel_check(k, &e), SN_ERR_INTERNAL);
+    ck_assert_msg(strstr(e.msg, k->name) && strstr(e.msg, what) && strstr(e.msg, "a bug in"),
+                  "want '%s': %s", what, e.msg);
+    sn_target t = sn_target_cuda(80);
+    sn_cuda_source cs;
+    ck_assert_int_eq(sn_cuda_render(&k, 1, &t, &cs, &e), SN_ERR_INTERNAL);
+    ck_assert_msg(strstr(e.msg, what), "%s", e.msg);
+}
+
+/* The GEMM epilogues (kernel.h): the bf16 and f32 programs' GELU_AUX_BIAS and DGELU kernels keep
+ * the contract; wrong epilogues planted on them, and on a BIAS kernel, are refused. */
+START_TEST(test_planted_gemm_epilogues_are_internal) {
+    for (int f32 = 0; f32 < 2; f32++) {
+        sn_program *p = compile(true, f32 ? SN_PRECISION_FP32 : SN_PRECISION_BF16);
+        sn_err e;
+        const sn_kernel *fwd = find(p, gemm_gelu), *bwd = find(p, gemm_dgelu), *qkv = find(p, gemm_bias);
+        ck_assert_msg(sn_kernel_check(fwd, &e) == SN_OK && sn_kernel_check(bwd, &e) == SN_OK, "%s", e.msg);
+        kcopy c;
+        copy_of(&c, qkv); /* a bias epilogue said to be a GELU one */
+        c.k.gemm.epilogue = SN_EPI_GELU_BIAS;
+        gemm_refused(&c.k, "stores the GELU of the bias epilogue's sum");
+        copy_of(&c, fwd); /* the aux dropped from the epilogue's name */
+        c.k.gemm.epilogue = SN_EPI_GELU_BIAS;
+        gemm_refused(&c.k, "a gelu_bias GEMM has args (y, A, B, bias)");
+        copy_of(&c, fwd); /* the aux and the GELU swapped */
+        c.k.args[0] = fwd->args[1];
+        c.k.args[1] = fwd->args[0];
+        gemm_refused(&c.k, "stores the GELU of the bias epilogue's sum");
+        copy_of(&c, fwd); /* another layer's bias */
+        c.k.args[4] = qkv->args[3];
+        gemm_refused(&c.k, "stores the GELU of the bias epilogue's sum");
+        copy_of(&c, bwd); /* the GELU's gradient said to be a GELU */
+        c.k.gemm.epilogue = SN_EPI_GELU_BIAS;
+        gemm_refused(&c.k, "stores the GELU of the bias epilogue's sum");
+        copy_of(&c, bwd); /* DGELU reading another aux than the GELU's input */
+        c.k.args[3] = fwd->args[0];
+        gemm_refused(&c.k, "a dgelu GEMM stores gelu_bwd(aux, product)");
+        copy_of(&c, bwd); /* an epilogue kernel.h does not have */
+        c.k.gemm.epilogue = SN_EPI_COUNT;
+        gemm_refused(&c.k, "one of kernel.h's epilogues");
+        free_program(p);
+    }
+}
+END_TEST
 
 START_TEST(test_planted_bugs_are_internal) {
     sn_program *p = compile(true, SN_PRECISION_BF16);
+    sn_program *pw = compile(false, SN_PRECISION_BF16); /* fused pointwise kernels: the
+                                                           concatenation of dq, dk, dv */
     kcopy c;
     /* the classifier's pair: the loss of other logits */
     copy_of(&c, find(p, classifier));
@@ -179,7 +239,7 @@ START_TEST(test_planted_bugs_are_internal) {
     c.instr[0].in[0] = (sn_ref){.kind = SN_REF_INSTR, .index = c.k.n_instr - 1};
     refused(&c.k, "refers to no earlier instruction");
     /* an epilogue stored where no instruction is */
-    copy_of(&c, find(p, pointwise));
+    copy_of(&c, find(pw, pointwise));
     c.k.store[0] = c.k.n_instr;
     refused(&c.k, "output 0 stores no instruction");
     /* a work split other than sn_kernel_work's */
@@ -187,7 +247,7 @@ START_TEST(test_planted_bugs_are_internal) {
     c.k.n_items += 1;
     refused(&c.k, "n_items is");
     /* an access reading an output */
-    copy_of(&c, find(p, pointwise));
+    copy_of(&c, find(pw, pointwise));
     c.access[0].arg = 0;
     refused(&c.k, "access 0 reads args[0], not an input");
     /* the optimizer's flat range */
@@ -215,6 +275,7 @@ START_TEST(test_planted_bugs_are_internal) {
     k->scratch = keep;
     ck_assert_msg(sn_program_check(p, &e) == SN_OK, "%s", e.msg);
     free_program(p);
+    free_program(pw);
 }
 END_TEST
 
@@ -224,6 +285,7 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_programs_keep_the_contract);
     tcase_add_test(tc, test_planted_bugs_are_internal);
+    tcase_add_test(tc, test_planted_gemm_epilogues_are_internal);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }

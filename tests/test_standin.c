@@ -491,41 +491,75 @@ static void from_dtype(sn_dtype t, const void *buf, int64_t n, float *x) {
     }
 }
 
-/* The row-major problem of s in double: D (batch, M, N) = op(A) op(B) [+ bias (N)]. */
+/* The row-major problem of s in double: D (batch, M, N) = epilogue(op(A) op(B)) (kernel.h's
+ * epilogues: + bias (N); gelu, its input into aux; times gelu'(aux)), the tanh form in double. */
 static void reference(const sn_gemm_shape *s, const float *A, const float *B, const float *bias,
-                      double *D) {
+                      const float *aux_in, double *D, double *aux) {
+    const double k = 0.7978845608028654, c = 0.044715;
     for (int64_t b = 0; b < s->batch; b++)
         for (int64_t i = 0; i < s->M; i++)
             for (int64_t j = 0; j < s->N; j++) {
                 const float *a = A + b * s->stride_a, *bb = B + b * s->stride_b;
-                double v = s->bias ? bias[j] : 0;
-                for (int64_t k = 0; k < s->K; k++)
-                    v += (double)(s->ta ? a[k * s->lda + i] : a[i * s->lda + k]) *
-                         (s->tb ? bb[j * s->ldb + k] : bb[k * s->ldb + j]);
-                D[b * s->stride_d + i * s->ldd + j] = v;
+                int64_t at = b * s->stride_d + i * s->ldd + j;
+                double v = sn_gemm_has_bias(s->epi) ? bias[j] : 0;
+                for (int64_t q = 0; q < s->K; q++)
+                    v += (double)(s->ta ? a[q * s->lda + i] : a[i * s->lda + q]) *
+                         (s->tb ? bb[j * s->ldb + q] : bb[q * s->ldb + j]);
+                if (s->epi == SN_EPI_GELU_AUX_BIAS) aux[at] = v;
+                if (s->epi == SN_EPI_GELU_BIAS || s->epi == SN_EPI_GELU_AUX_BIAS)
+                    v = 0.5 * v * (1 + tanh(k * (v + c * v * v * v)));
+                if (s->epi == SN_EPI_DGELU) {
+                    double x = aux_in[at], t = tanh(k * (x + c * x * x * x));
+                    v *= 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x);
+                }
+                D[at] = v;
             }
 }
 
 #define CK(call) ck_assert_msg((call) == SN_OK, "%s", e.msg)
 
-START_TEST(gemm_plans_match_a_reference) {
-    use_standin();
-    sn_cuda_api a = {0};
-    sn_err e;
-    CK(sn_cuda_api_load(&a, SN_LIB_CUDA, &e));
-    CK(sn_cuda_api_load(&a, SN_LIB_CUBLASLT, &e));
+/* The stand-in's libcuda and cuBLASLt with a context current on device 0, a stream and a
+ * cuBLASLt handle: what the tests that call cuBLASLt themselves start from. */
+typedef struct {
+    sn_cuda_api a;
     CUdevice dev;
     CUcontext ctx;
     CUstream stream;
     cublasLtHandle_t lt;
-    CK(SN_CUDA_CHECK(&a, &e, cuInit, 0));
-    CK(SN_CUDA_CHECK(&a, &e, cuDeviceGet, &dev, 0));
-    CK(SN_CUDA_CHECK(&a, &e, cuDevicePrimaryCtxRetain, &ctx, dev));
-    CK(SN_CUDA_CHECK(&a, &e, cuCtxSetCurrent, ctx));
-    CK(SN_CUDA_CHECK(&a, &e, cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING));
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtCreate, &lt));
-    enum { M = 5, N = 7, K = 3, NB = 3, WS = 1 << 20 };
-    /* plain, each transpose, both, batched, batched with B shared, the bias epilogue */
+} lt_setup;
+
+static void lt_open(lt_setup *L) {
+    use_standin();
+    *L = (lt_setup){0};
+    sn_cuda_api *a = &L->a;
+    sn_err e;
+    CK(sn_cuda_api_load(a, SN_LIB_CUDA, &e));
+    CK(sn_cuda_api_load(a, SN_LIB_CUBLASLT, &e));
+    CK(SN_CUDA_CHECK(a, &e, cuInit, 0));
+    CK(SN_CUDA_CHECK(a, &e, cuDeviceGet, &L->dev, 0));
+    CK(SN_CUDA_CHECK(a, &e, cuDevicePrimaryCtxRetain, &L->ctx, L->dev));
+    CK(SN_CUDA_CHECK(a, &e, cuCtxSetCurrent, L->ctx));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamCreate, &L->stream, CU_STREAM_NON_BLOCKING));
+    CK(SN_CUDA_CHECK(a, &e, cublasLtCreate, &L->lt));
+}
+
+static void lt_close(lt_setup *L) {
+    L->a.cublasLtDestroy(L->lt);
+    L->a.cuStreamDestroy(L->stream);
+    L->a.cuDevicePrimaryCtxRelease(L->dev);
+    sn_cuda_api_unload(&L->a);
+}
+
+START_TEST(gemm_plans_match_a_reference) {
+    lt_setup L;
+    lt_open(&L);
+    sn_cuda_api *a = &L.a;
+    CUstream stream = L.stream;
+    cublasLtHandle_t lt = L.lt;
+    sn_err e;
+    enum { M = 5, N = 7, K = 3, NB = 3, N8 = 8, WS = 1 << 20 };
+    /* plain, each transpose, both, batched, batched with B shared, the bias epilogue; the GELU
+     * epilogues (rows of N8: the aux's leading dimension is a multiple of 8) */
     sn_gemm_shape shapes[] = {
         {.M = M, .N = N, .K = K, .batch = 1, .lda = K, .ldb = N, .ldd = N},
         {.ta = true, .M = M, .N = N, .K = K, .batch = 1, .lda = M, .ldb = N, .ldd = N},
@@ -535,17 +569,23 @@ START_TEST(gemm_plans_match_a_reference) {
          .stride_a = M * K, .stride_b = N * K, .stride_d = M * N},
         {.ta = true, .M = M, .N = N, .K = K, .batch = NB, .lda = M, .ldb = N, .ldd = N,
          .stride_a = M * K, .stride_b = 0, .stride_d = M * N},
-        {.M = M, .N = N, .K = K, .batch = 1, .lda = K, .ldb = N, .ldd = N, .bias = true},
+        {.M = M, .N = N, .K = K, .batch = 1, .lda = K, .ldb = N, .ldd = N, .epi = SN_EPI_BIAS},
+        {.M = M, .N = N8, .K = K, .batch = 1, .lda = K, .ldb = N8, .ldd = N8, .epi = SN_EPI_GELU_BIAS},
+        {.M = M, .N = N8, .K = K, .batch = 1, .lda = K, .ldb = N8, .ldd = N8,
+         .epi = SN_EPI_GELU_AUX_BIAS},
+        {.tb = true, .M = M, .N = N8, .K = K, .batch = 1, .lda = K, .ldb = K, .ldd = N8,
+         .epi = SN_EPI_DGELU},
     };
-    CUdeviceptr dA, dB, dD, dbias, ws;
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dA, 4 * NB * M * K));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dB, 4 * NB * K * N));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dD, 4 * NB * M * N));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &dbias, 4 * N));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemAlloc, &ws, WS));
-    float A[NB * M * K], Bm[NB * K * N], bias[N], D[NB * M * N];
-    char sA[sizeof A], sB[sizeof Bm], sbias[sizeof bias], sD[sizeof D];
-    double want[NB * M * N], got[NB * M * N];
+    CUdeviceptr dA, dB, dD, dbias, daux, ws;
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dA, 4 * NB * M * K));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dB, 4 * NB * K * N8));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dD, 4 * NB * M * N8));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dbias, 4 * N8));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &daux, 4 * M * N8));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &ws, WS));
+    float A[NB * M * K], Bm[NB * K * N8], bias[N8], D[NB * M * N8], aux[M * N8];
+    char sA[sizeof A], sB[sizeof Bm], sbias[sizeof bias], sD[sizeof D], saux[sizeof aux];
+    double want[NB * M * N8], got[NB * M * N8], want_aux[M * N8], got_aux[M * N8];
     /* f32 (fp32 compute); bf16 and f16 operands (autocast) into f32 and into their own type */
     const sn_dtype types[][2] = {{SN_F32, SN_F32}, {SN_BF16, SN_F32}, {SN_F16, SN_F32},
                                  {SN_BF16, SN_BF16}, {SN_F16, SN_F16}};
@@ -553,34 +593,47 @@ START_TEST(gemm_plans_match_a_reference) {
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
             sn_gemm_shape s = shapes[i];
             s.ab = types[ti][0];
-            s.d = s.bias_t = types[ti][1];
+            s.d = s.bias_t = s.aux_t = types[ti][1];
+            int64_t nd = s.batch * s.M * s.N;
             fill(A, NB * M * K, 1 + i);
-            fill(Bm, NB * K * N, 100 + i);
-            fill(bias, N, 200 + i);
+            fill(Bm, NB * K * N8, 100 + i);
+            fill(bias, N8, 200 + i);
+            fill(aux, M * N8, 300 + i);
+            for (int j = 0; j < M * N8; j++) aux[j] *= 3; /* GELU inputs over [-3, 3] */
             /* the reference multiplies the values as stored: rounded to the operands' type */
             to_dtype(s.ab, A, NB * M * K, sA);
-            to_dtype(s.ab, Bm, NB * K * N, sB);
-            to_dtype(s.d, bias, N, sbias);
-            reference(&s, A, Bm, bias, want);
+            to_dtype(s.ab, Bm, NB * K * N8, sB);
+            to_dtype(s.d, bias, N8, sbias);
+            to_dtype(s.d, aux, M * N8, saux);
+            reference(&s, A, Bm, bias, aux, want, want_aux);
             size_t ab = s.ab == SN_F32 ? 4 : 2, db = s.d == SN_F32 ? 4 : 2;
-            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA, sA, ab * NB * M * K, stream));
-            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dB, sB, ab * NB * K * N, stream));
-            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dbias, sbias, db * N, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dA, sA, ab * NB * M * K, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dB, sB, ab * NB * K * N8, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dbias, sbias, db * N8, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, daux, saux, db * M * N8, stream));
             sn_gemm_plan *p;
-            CK(sn_gemm_plan_new(&a, lt, &s, false, WS, &p, &e));
-            CK(sn_gemm_plan_run(&a, lt, p, dD, dA, dB, s.bias ? dbias : 0, ws, WS, stream, &e));
-            CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, sD, dD, db * s.batch * M * N, stream));
-            CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
-            from_dtype(s.d, sD, s.batch * M * N, D);
-            for (int64_t j = 0; j < s.batch * M * N; j++) got[j] = D[j];
-            char what[96];
-            snprintf(what, sizeof what, "GEMM %zu (%s into %s, ta %d, tb %d, batch %lld, bias %d)",
+            CK(sn_gemm_plan_new(a, lt, &s, false, WS, &p, &e));
+            CK(sn_gemm_plan_run(a, lt, p, dD, dA, dB, sn_gemm_has_bias(s.epi) ? dbias : 0,
+                                sn_gemm_has_aux(s.epi) ? daux : 0, ws, WS, stream, &e));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, sD, dD, db * (size_t)nd, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, saux, daux, db * M * N8, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, stream));
+            from_dtype(s.d, sD, nd, D);
+            for (int64_t j = 0; j < nd; j++) got[j] = D[j];
+            char what[112];
+            snprintf(what, sizeof what, "GEMM %zu (%s into %s, ta %d, tb %d, batch %lld, %s)",
                      i, sn_dtype_name(s.ab), sn_dtype_name(s.d), s.ta, s.tb, (long long)s.batch,
-                     s.bias);
-            /* f32 D: the f32 rounding of a double sum; 16-bit D: one rounding (2^-9, 2^-12) */
+                     sn_epilogue_name(s.epi));
+            /* f32 D: the f32 rounding of a double sum (and f32 GELU); 16-bit D: one rounding
+             * (2^-9, 2^-12) */
             double tol = s.d == SN_F32 ? 1e-6 : s.d == SN_BF16 ? 4e-3 : 5e-4;
-            sn_check_close(what, got, want, (size_t)(s.batch * M * N), tol, 1);
-            sn_gemm_plan_free(&a, p);
+            sn_check_close(what, got, want, (size_t)nd, tol, 1);
+            if (s.epi == SN_EPI_GELU_AUX_BIAS) { /* the GELU input, stored in D's type */
+                from_dtype(s.d, saux, M * N8, aux);
+                for (int64_t j = 0; j < M * N8; j++) got_aux[j] = aux[j];
+                sn_check_close("the GELU's input (aux)", got_aux, want_aux, M * N8, tol, 1);
+            }
+            sn_gemm_plan_free(a, p);
         }
     /* operands only 64-byte aligned (the memory planner's promise; cuBLASLt's heuristic assumes
      * 256 unless told): the plan's algorithm must take them (the stand-in refuses an operand
@@ -589,17 +642,17 @@ START_TEST(gemm_plans_match_a_reference) {
         sn_gemm_shape s = shapes[0];
         fill(A, M * K, 1);
         fill(Bm, K * N, 100);
-        reference(&s, A, Bm, NULL, want);
-        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA + 64, A, 4 * M * K, stream));
-        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dB + 64, Bm, 4 * K * N, stream));
+        reference(&s, A, Bm, NULL, NULL, want, NULL);
+        CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dA + 64, A, 4 * M * K, stream));
+        CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dB + 64, Bm, 4 * K * N, stream));
         sn_gemm_plan *p;
-        CK(sn_gemm_plan_new(&a, lt, &s, false, WS, &p, &e));
-        CK(sn_gemm_plan_run(&a, lt, p, dD + 64, dA + 64, dB + 64, 0, ws, WS, stream, &e));
-        CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, D, dD + 64, 4 * M * N, stream));
-        CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
+        CK(sn_gemm_plan_new(a, lt, &s, false, WS, &p, &e));
+        CK(sn_gemm_plan_run(a, lt, p, dD + 64, dA + 64, dB + 64, 0, 0, ws, WS, stream, &e));
+        CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, D, dD + 64, 4 * M * N, stream));
+        CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, stream));
         for (int64_t j = 0; j < M * N; j++) got[j] = D[j];
         sn_check_close("GEMM on 64-byte aligned operands", got, want, (size_t)(M * N), 1e-6, 1);
-        sn_gemm_plan_free(&a, p);
+        sn_gemm_plan_free(a, p);
     }
     /* types cuBLASLt has no plan for here are refused by name before any call */
     sn_gemm_shape bad = shapes[6];
@@ -607,10 +660,10 @@ START_TEST(gemm_plans_match_a_reference) {
     bad.d = SN_F16;
     bad.bias_t = SN_F16;
     sn_gemm_plan *none = NULL;
-    ck_assert_int_eq(sn_gemm_plan_new(&a, lt, &bad, false, WS, &none, &e), SN_ERR_UNSUPPORTED);
+    ck_assert_int_eq(sn_gemm_plan_new(a, lt, &bad, false, WS, &none, &e), SN_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(e.msg, "bf16 operands into f16"), "%s", e.msg);
     bad.d = SN_F32; /* a bias of another type than D's */
-    ck_assert_int_eq(sn_gemm_plan_new(&a, lt, &bad, false, WS, &none, &e), SN_ERR_UNSUPPORTED);
+    ck_assert_int_eq(sn_gemm_plan_new(a, lt, &bad, false, WS, &none, &e), SN_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(e.msg, "with a bias of f16"), "%s", e.msg);
     ck_assert_ptr_null(none);
     /* bf16 in and out, fp32 accumulation, column-major (what a bf16 ceiling measures) */
@@ -638,20 +691,20 @@ START_TEST(gemm_plans_match_a_reference) {
     const float one = 1, zero = 0;
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dA, hA, sizeof hA, stream));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyHtoDAsync, dB, hB, sizeof hB, stream));
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulDescCreate, &desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatrixLayoutCreate, &lay, CUDA_R_16BF, S, S, S));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dA, hA, sizeof hA, stream));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dB, hB, sizeof hB, stream));
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatmulDescCreate, &desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatrixLayoutCreate, &lay, CUDA_R_16BF, S, S, S));
     cublasLtMatmulPreference_t pref;
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulPreferenceCreate, &pref));
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmulAlgoGetHeuristic, lt, desc, lay, lay, lay, lay, pref, 1,
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatmulPreferenceCreate, &pref));
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatmulAlgoGetHeuristic, lt, desc, lay, lay, lay, lay, pref, 1,
                      &heur, &found));
     ck_assert_int_eq(found, 1);
-    CK(SN_CUDA_CHECK(&a, &e, cublasLtMatmul, lt, desc, &one, (void *)(uintptr_t)dA, lay,
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatmul, lt, desc, &one, (void *)(uintptr_t)dA, lay,
                      (void *)(uintptr_t)dB, lay, &zero, (void *)(uintptr_t)dD, lay,
                      (void *)(uintptr_t)dD, lay, &heur.algo, NULL, 0, stream));
-    CK(SN_CUDA_CHECK(&a, &e, cuMemcpyDtoHAsync, hD, dD, sizeof hD, stream));
-    CK(SN_CUDA_CHECK(&a, &e, cuStreamSynchronize, stream));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, hD, dD, sizeof hD, stream));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, stream));
     for (int i = 0; i < S * S; i++) {
         uint32_t u = (uint32_t)hD[i] << 16;
         float f;
@@ -659,13 +712,98 @@ START_TEST(gemm_plans_match_a_reference) {
         got16[i] = f;
     }
     sn_check_close("bf16 GEMM", got16, want16, S * S, 1e-2, 1);
-    a.cublasLtMatmulPreferenceDestroy(pref);
-    a.cublasLtMatrixLayoutDestroy(lay);
-    a.cublasLtMatmulDescDestroy(desc);
-    a.cublasLtDestroy(lt);
-    a.cuStreamDestroy(stream);
-    a.cuDevicePrimaryCtxRelease(dev);
-    sn_cuda_api_unload(&a);
+    a->cublasLtMatmulPreferenceDestroy(pref);
+    a->cublasLtMatrixLayoutDestroy(lay);
+    a->cublasLtMatmulDescDestroy(desc);
+    lt_close(&L);
+}
+END_TEST
+
+/* What cuBLASLt's documentation rules out for the GELU input matrix (the aux of GELU_AUX_BIAS
+ * and DGELU), the stand-in refuses: CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD not a multiple of 8 or
+ * less than D's rows, EPILOGUE_AUX_DATA_TYPE set outside FP8 kernels, no aux pointer, an aux
+ * less aligned at the matmul than the pointer the heuristic chose the algorithm for; and
+ * sinter's plan refuses rows of a width that is no multiple of 8 before any call. */
+START_TEST(gelu_aux_rules_are_cublaslts) {
+    lt_setup L;
+    lt_open(&L);
+    sn_cuda_api *a = &L.a;
+    CUstream stream = L.stream;
+    cublasLtHandle_t lt = L.lt;
+    sn_err e;
+    enum { S = 16 }; /* D (S, S) = A (S, S) B (S, S), f32 */
+    CUdeviceptr dA, dD, daux;
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dA, 4 * S * S));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dD, 4 * S * S));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &daux, 4 * S * S + 64));
+    float zeros[S * S] = {0};
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dA, zeros, sizeof zeros, stream));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, daux, zeros, sizeof zeros, stream));
+    cublasLtMatrixLayout_t lay;
+    cublasLtMatmulPreference_t pref;
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatrixLayoutCreate, &lay, CUDA_R_32F, S, S, S));
+    CK(SN_CUDA_CHECK(a, &e, cublasLtMatmulPreferenceCreate, &pref));
+    const float one = 1, zero = 0;
+    /* {epilogue, aux ld, aux data type (-2: unset), aux at the heuristic (offset into daux; -1:
+     * unset), aux at the matmul, the heuristic's status, the matmul's} */
+    const struct {
+        int32_t epi;
+        int64_t ld;
+        int32_t type;
+        int at_heur, at_run, heur, run;
+    } cases[] = {
+        {CUBLASLT_EPILOGUE_DGELU, S, -2, 0, 0, 0, 0},                        /* as documented */
+        {CUBLASLT_EPILOGUE_GELU_AUX, S, -1, 0, 0, 0, 0},                     /* -1: D's type */
+        {CUBLASLT_EPILOGUE_GELU_AUX, 12, -2, 0, 0, 7, 7},                    /* ld % 8 */
+        {CUBLASLT_EPILOGUE_DGELU, 8, -2, 0, 0, 7, 7},                        /* ld < D's rows */
+        {CUBLASLT_EPILOGUE_DGELU, S, CUDA_R_32F, 0, 0, 7, 7},                /* a type set */
+        {CUBLASLT_EPILOGUE_GELU_AUX, S, -2, -1, -1, 0, 7},                   /* no aux pointer */
+        {CUBLASLT_EPILOGUE_DGELU, S, -2, 0, 4, 0, 15},                       /* less aligned */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cublasLtMatmulDesc_t desc;
+        CK(SN_CUDA_CHECK(a, &e, cublasLtMatmulDescCreate, &desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        ck_assert_int_eq(a->cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                          &cases[i].epi, sizeof cases[i].epi), 0);
+        ck_assert_int_eq(a->cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                          &cases[i].ld, sizeof cases[i].ld), 0);
+        if (cases[i].type != -2)
+            ck_assert_int_eq(a->cublasLtMatmulDescSetAttribute(
+                                 desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &cases[i].type,
+                                 sizeof cases[i].type), 0);
+        void *aux = cases[i].at_heur < 0 ? NULL : (void *)(uintptr_t)(daux + (CUdeviceptr)cases[i].at_heur);
+        ck_assert_int_eq(a->cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                          &aux, sizeof aux), 0);
+        cublasLtMatmulHeuristicResult_t heur;
+        int found = 0;
+        int st = a->cublasLtMatmulAlgoGetHeuristic(lt, desc, lay, lay, lay, lay, pref, 1, &heur, &found);
+        ck_assert_msg(st == cases[i].heur, "case %zu: the heuristic's status %d, want %d", i, st,
+                      cases[i].heur);
+        if (st) {
+            memset(&heur, 0, sizeof heur);
+            heur.algo.data[0] = 0x5d; /* the matmul checks again, with the stand-in's algorithm */
+        }
+        aux = cases[i].at_run < 0 ? NULL : (void *)(uintptr_t)(daux + (CUdeviceptr)cases[i].at_run);
+        ck_assert_int_eq(a->cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                          &aux, sizeof aux), 0);
+        st = a->cublasLtMatmul(lt, desc, &one, (void *)(uintptr_t)dA, lay, (void *)(uintptr_t)dA, lay,
+                              &zero, (void *)(uintptr_t)dD, lay, (void *)(uintptr_t)dD, lay,
+                              &heur.algo, NULL, 0, stream);
+        ck_assert_msg(st == cases[i].run, "case %zu: the matmul's status %d, want %d", i, st,
+                      cases[i].run);
+        a->cublasLtMatmulDescDestroy(desc);
+    }
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, stream));
+    /* sinter's plan: an aux needs rows of a multiple of 8, one GEMM */
+    sn_gemm_shape s = {.M = S, .N = 12, .K = S, .batch = 1, .lda = S, .ldb = 12, .ldd = 12,
+                       .epi = SN_EPI_DGELU};
+    sn_gemm_plan *p = NULL;
+    ck_assert_int_eq(sn_gemm_plan_new(a, lt, &s, false, 0, &p, &e), SN_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "multiple of 8") && strstr(e.msg, "EPILOGUE_AUX_LD"), "%s", e.msg);
+    ck_assert_ptr_null(p);
+    a->cublasLtMatmulPreferenceDestroy(pref);
+    a->cublasLtMatrixLayoutDestroy(lay);
+    lt_close(&L);
 }
 END_TEST
 
@@ -740,6 +878,114 @@ START_TEST(bias_epilogue_matches_the_interpreter) {
         from_dtype(t, raw, 384, got);
         for (int i = 0; i < 384; i++) gd[i] = got[i];
         sn_check_close(d ? "linear, stand-in" : "linear, cpu", gd, want, 384, tol, tol);
+        sn_exec_free(ex);
+        sn_program_free(p);
+        sn_graph_free(g);
+        sn_device_free(dev);
+    }
+    sn_interp_free(it);
+    sn_graph_free(ref);
+}
+END_TEST
+
+/* c_fc's GELU and its gradient as autocast leaves them, in storage type t (bf16, f16; f32: no
+ * casts): h = rnd(x @ w1 + f32(b1)), g = rnd(gelu(f32(h))), and the backward's
+ * dh = rnd(gelu_bwd(f32(h), f32(rnd(dy @ w2^T)))), outputs g and dh; h (the aux) is an output
+ * too when aux_out. */
+typedef struct {
+    sn_node *x, *w1, *b1, *dy, *w2, *h, *g, *dh;
+} mlp_nodes;
+
+static sn_node *as(sn_graph *g, sn_node *x, sn_dtype t) { return x->dtype == t ? x : sn_cast(g, x, t); }
+
+static sn_graph *mlp_graph(sn_dtype t, mlp_nodes *m) {
+    sn_graph *g = sn_graph_new();
+    m->x = sn_input(g, "x", SN_F32, SN_SHAPE(2, 8, 16));
+    m->w1 = sn_input(g, "w1", SN_F32, SN_SHAPE(16, 32));
+    m->b1 = sn_input(g, "b1", SN_F32, SN_SHAPE(32));
+    m->dy = sn_input(g, "dy", SN_F32, SN_SHAPE(2, 8, 8));
+    m->w2 = sn_input(g, "w2", SN_F32, SN_SHAPE(32, 8));
+    sn_node *v = sn_add(g, sn_matmul(g, as(g, m->x, t), as(g, m->w1, t)), as(g, as(g, m->b1, t), SN_F32));
+    m->h = as(g, v, t);
+    m->g = as(g, sn_gelu(g, as(g, m->h, SN_F32)), t);
+    sn_node *p = as(g, sn_matmul_t(g, as(g, m->dy, t), as(g, m->w2, t), false, true), t);
+    m->dh = as(g, sn_gelu_bwd(g, as(g, m->h, SN_F32), as(g, p, SN_F32)), t);
+    sn_graph_add_output(g, m->g);
+    sn_graph_add_output(g, m->dh);
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    return g;
+}
+
+/* Multiples of 1/den in [-1, 1] (den <= 128: exact in bf16). */
+static void dyadic(float *x, size_t n, uint64_t seed, int den) {
+    fill(x, n, seed);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(int)(x[i] * (float)den) / (float)den;
+}
+
+/* The GELU epilogues (kernel.h: GELU_AUX_BIAS, DGELU) on the CPU device and on the stand-in's
+ * cuBLASLt: one GEMM kernel each, nothing else but the operands' casts; the same bits from the
+ * two devices on operands whose products are exact in f32 (so that the epilogue alone decides:
+ * the same f32 formulas, program/epilogue.h; a CPU device that rounded GELU's input to 16 bits
+ * first, as the graph does, was caught here), and of the interpreter, which rounds GELU's input
+ * and the product where the epilogues do not, within 2^-7 (bf16), 2^-9 (f16) of the largest
+ * value: four units of roundoff. */
+START_TEST(gelu_epilogues_match_the_interpreter) {
+    if (!have_nvrtc()) return;
+    sn_dtype t = _i == 0 ? SN_BF16 : _i == 1 ? SN_F16 : SN_F32;
+    double tol = t == SN_BF16 ? 0x1p-7 : t == SN_F16 ? 0x1p-9 : 1e-6;
+    mlp_nodes r, m;
+    sn_graph *ref = mlp_graph(t, &r);
+    sn_err e;
+    float xv[256], w1v[512], b1v[32], dyv[128], w2v[256];
+    /* eighths times 64ths: sums of 16 or 8 products exact in f32, with more bits than bf16 and
+       f16 keep, so that the roundings the epilogues skip show */
+    dyadic(xv, 256, 1, 8), dyadic(w1v, 512, 2, 64), dyadic(b1v, 32, 3, 64), dyadic(dyv, 128, 4, 8);
+    dyadic(w2v, 256, 5, 64);
+    sn_interp *it = sn_interp_new(ref, false);
+    ck_assert(!sn_interp_set(it, r.x, xv, &e) && !sn_interp_set(it, r.w1, w1v, &e) &&
+              !sn_interp_set(it, r.b1, b1v, &e) && !sn_interp_set(it, r.dy, dyv, &e) &&
+              !sn_interp_set(it, r.w2, w2v, &e) && !sn_interp_run(it, &e));
+    uint16_t bits[2][2][512]; /* device, output (g, dh): the stored 16 or 32 bits, 512 values */
+    for (int d = 0; d < 2; d++) {
+        sn_device *dev = NULL;
+        if (d == 0) ck_assert_msg(sn_cpu_device_new(2, &dev, &e) == SN_OK, "%s", e.msg);
+        else dev = cuda(NULL);
+        sn_graph *g = mlp_graph(t, &m);
+        sn_program *p;
+        ck_assert_msg(!sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &dev->target}, &p, NULL, &e),
+                      "%s", e.msg);
+        int epi[SN_EPI_COUNT] = {0};
+        for (int k = 0; k < p->n_kernels; k++) {
+            const sn_kernel *ker = p->kernels[k];
+            if (ker->kind == SN_KER_GEMM) epi[ker->gemm.epilogue]++;
+            else ck_assert_msg(ker->kind == SN_KER_POINTWISE && ker->n_instr == 1 &&
+                               ker->args[0]->op == SN_OP_CAST, "%s: only the operands' casts "
+                               "besides the GEMMs", ker->name);
+        }
+        ck_assert_int_eq(epi[SN_EPI_GELU_AUX_BIAS], 1);
+        ck_assert_int_eq(epi[SN_EPI_DGELU], 1);
+        sn_exec *ex;
+        ck_assert_msg(!sn_exec_new(dev, p, &ex, &e), "%s", e.msg);
+        ck_assert(!sn_exec_set(ex, m.x, xv, &e) && !sn_exec_set(ex, m.w1, w1v, &e) &&
+                  !sn_exec_set(ex, m.b1, b1v, &e) && !sn_exec_set(ex, m.dy, dyv, &e) &&
+                  !sn_exec_set(ex, m.w2, w2v, &e));
+        ck_assert_msg(!sn_exec_run(ex, &e), "%s", e.msg);
+        const sn_node *outs[2] = {m.g, m.dh}, *want[2] = {r.g, r.dh};
+        for (int o = 0; o < 2; o++) {
+            float raw[512], got[512];
+            double gd[512];
+            ck_assert_msg(!sn_exec_get(ex, outs[o], raw, &e), "%s", e.msg);
+            memcpy(bits[d][o], raw, sizeof bits[d][o]); /* f32: the low halves of the first 256 */
+            from_dtype(t, raw, 512, got);
+            for (int i = 0; i < 512; i++) gd[i] = got[i];
+            char what[64];
+            snprintf(what, sizeof what, "%s, %s, %s", o ? "dgelu" : "gelu", sn_dtype_name(t),
+                     d ? "stand-in" : "cpu");
+            sn_check_close(what, gd, sn_interp_value(it, want[o]), 512, tol, 1);
+            if (t == SN_F32) continue;
+            if (d) ck_assert_msg(!memcmp(bits[0][o], bits[1][o], sizeof bits[0][o]),
+                                 "%s: not the cpu device's bits", what);
+        }
         sn_exec_free(ex);
         sn_program_free(p);
         sn_graph_free(g);
@@ -948,7 +1194,9 @@ static Suite *suite(void) {
     tcase_add_test(tc, second_trainer_on_one_device);
     tcase_add_test(tc, device_pointers_fault_on_the_host);
     tcase_add_test(tc, gemm_plans_match_a_reference);
+    tcase_add_test(tc, gelu_aux_rules_are_cublaslts);
     tcase_add_loop_test(tc, bias_epilogue_matches_the_interpreter, 0, 3);
+    tcase_add_loop_test(tc, gelu_epilogues_match_the_interpreter, 0, 3);
     tcase_add_test(tc, kernel_cache_cold_warm_corrupt);
     tcase_add_loop_test(tc, part_failure_names_the_part, 0, 2);
     tcase_add_loop_test(tc, injected_failure_says_what_failed, 0,

@@ -4,7 +4,11 @@
  * accumulation); D is f32 or A's type. The epilogues set: CUBLASLT_EPILOGUE_DEFAULT, and
  * CUBLASLT_EPILOGUE_BIAS (the bias of D's type, cuBLASLt's rule for BIAS_DATA_TYPE outside fp8
  * and IMMA kernels: f32 with an f32 D, bf16 with a bf16 D; its pointer set before each run) for
- * GEMM kernels with a bias (program/kernel.h: SN_EPI_BIAS); no others.
+ * GEMM kernels with a bias (program/kernel.h: SN_EPI_BIAS); CUBLASLT_EPILOGUE_GELU_BIAS,
+ * _GELU_AUX_BIAS and _DGELU for the GELU epilogues (kernel.h), whose aux (the GELU input matrix,
+ * D's type as EPILOGUE_AUX_DATA_TYPE left unset gives it; leading dimension
+ * EPILOGUE_AUX_LD = N, which cuBLASLt wants a multiple of 8 and at least D^T's N rows) has its
+ * pointer set before each run too; no others.
  * Convention: the row-major problem D (M, N) = op(A) @ op(B) is handed to cuBLASLt as its
  * column-major transpose D^T (N, M) = op(B)^T @ op(A)^T, so no layout needs a row order and an
  * (N) bias is cuBLASLt's per-row bias of D^T. */
@@ -44,11 +48,25 @@ sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k) {
     s.stride_a = A->rank > 2 ? s.M * s.K : 0;
     s.stride_b = B->rank > 2 ? s.K * s.N : 0;
     s.stride_d = s.M * s.N;
-    s.bias = k->gemm.epilogue == SN_EPI_BIAS; /* the bias epilogue (kernel.h): args[3], an (N) vector */
+    s.epi = k->gemm.epilogue;
     s.ab = A->dtype;
     s.d = k->args[0]->dtype; /* the matmul's f32, or its 16-bit cast (with a bias: of its sum) */
-    s.bias_t = s.bias ? k->args[3]->dtype : s.d;
+    int in = k->n_out + 2;   /* the epilogue's input (kernel.h): a bias, or DGELU's aux */
+    s.bias_t = sn_gemm_has_bias(s.epi) ? k->args[in]->dtype : s.d;
+    s.aux_t = s.epi == SN_EPI_GELU_AUX_BIAS ? k->args[1]->dtype
+              : s.epi == SN_EPI_DGELU ? k->args[in]->dtype : s.d;
     return s;
+}
+
+/* cuBLASLt's epilogue for ours. */
+static int32_t epilogue_of(sn_epilogue e) {
+    switch (e) {
+    case SN_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+    case SN_EPI_GELU_BIAS: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case SN_EPI_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case SN_EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+    default: return CUBLASLT_EPILOGUE_DEFAULT;
+    }
 }
 
 /* cuBLASLt's name of a storage type (f32, bf16, f16); -1 for any other. */
@@ -83,12 +101,20 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
                            bool tf32, size_t workspace_bytes, sn_gemm_plan **out, sn_err *e) {
     *out = NULL;
     /* the types the f32 and the autocast programs have; anything else is refused by name */
-    if (data_type(s->ab) < 0 || (s->d != SN_F32 && s->d != s->ab) || s->bias_t != s->d)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "a cuBLASLt GEMM of %s operands into %s%s%s: the CUDA "
-                       "device multiplies f32, bf16 or f16 operands into f32 or their own type, "
-                       "with a bias of the output's type", sn_dtype_name(s->ab),
-                       sn_dtype_name(s->d), s->bias ? " with a bias of " : "",
-                       s->bias ? sn_dtype_name(s->bias_t) : "");
+    bool bias = sn_gemm_has_bias(s->epi), aux = sn_gemm_has_aux(s->epi);
+    if (data_type(s->ab) < 0 || (s->d != SN_F32 && s->d != s->ab) || s->bias_t != s->d ||
+        s->aux_t != s->d || s->epi < 0 || s->epi >= SN_EPI_COUNT)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "a cuBLASLt GEMM of %s operands into %s%s%s%s: the "
+                       "CUDA device multiplies f32, bf16 or f16 operands into f32 or their own "
+                       "type, with a bias and an aux of the output's type", sn_dtype_name(s->ab),
+                       sn_dtype_name(s->d), bias ? " with a bias of " : "",
+                       bias ? sn_dtype_name(s->bias_t) : "", aux && s->aux_t != s->d ? " (aux "
+                       "of another type)" : "");
+    if (aux && (s->batch != 1 || s->N % 8))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "a cuBLASLt GEMM with epilogue %s of %lld batches of "
+                       "rows of %lld: its aux (the GELU input matrix) takes one GEMM whose rows are "
+                       "a multiple of 8 elements (cuBLASLt's CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD "
+                       "rule)", sn_epilogue_name(s->epi), (long long)s->batch, (long long)s->N);
     sn_status st = sn_cuda_api_load(a, SN_LIB_CUBLASLT, e);
     if (st) return st;
     sn_gemm_plan *p = sn_calloc(1, sizeof *p, "a cuBLASLt plan", e);
@@ -96,7 +122,7 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     p->s = *s;
     int32_t op_a = s->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A is our B */
     int32_t op_b = s->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    int32_t epi = s->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    int32_t epi = epilogue_of(s->epi);
     int32_t bias_type = data_type(s->d); /* cuBLASLt: the bias has D's type */
     bool fast = tf32 && s->ab == SN_F32; /* TF32 only for f32 storage */
     if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescCreate, &p->desc,
@@ -107,9 +133,13 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
                                 CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b);
     if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
                                 CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-    if (!st && s->bias)
+    if (!st && bias)
         st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
                            CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
+    int64_t aux_ld = s->N; /* our row-major (M, N) aux is D^T's column-major (N, M) */
+    if (!st && aux)
+        st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
+                           CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
     /* our row-major B (K, N) [tb: (N, K)] is column-major (N, K) [(K, N)] with ld ldb */
     if (!st) st = layout(a, &p->a, s->ab, s->tb ? s->K : s->N, s->tb ? s->N : s->K, s->ldb, s,
                          s->stride_b, e);
@@ -125,22 +155,26 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
          m <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES && !st; m++)
         st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceSetAttribute, p->pref,
                            (cublasLtMatmulPreferenceAttributes_t)m, &align, sizeof align);
-    /* the heuristic reads the bias pointer's alignment from its value (set for real per run) */
+    /* the heuristic reads the bias's and the aux's alignment from their pointers' values (set
+       for real per run) */
     void *bias_at = (void *)(uintptr_t)OPERAND_ALIGN;
-    if (!st && s->bias)
+    if (!st && bias)
         st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
                            CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_at, sizeof bias_at);
+    if (!st && aux)
+        st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
+                           CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &bias_at, sizeof bias_at);
     if (!st && handle) { /* without a handle (no GPU, in tests) the plan stops here */
         int found = 0;
         st = SN_CUDA_CHECK(a, e, cublasLtMatmulAlgoGetHeuristic, handle, p->desc, p->a, p->b,
                            p->d, p->d, p->pref, 1, &p->heur, &found);
         if (!st && found == 0)
             st = sn_fail(e, SN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for the GEMM "
-                         "(%s into %s, %lld x %lld x %lld, batch %lld%s%s%s) with a %zu-byte "
-                         "workspace", sn_dtype_name(s->ab), sn_dtype_name(s->d),
+                         "(%s into %s, %lld x %lld x %lld, batch %lld%s%s, epilogue %s) with a "
+                         "%zu-byte workspace", sn_dtype_name(s->ab), sn_dtype_name(s->d),
                          (long long)s->M, (long long)s->N, (long long)s->K, (long long)s->batch,
                          s->ta ? ", A transposed" : "", s->tb ? ", B transposed" : "",
-                         s->bias ? ", bias" : "", workspace_bytes);
+                         sn_epilogue_name(s->epi), workspace_bytes);
         p->has_algo = !st;
     }
     if (st) {
@@ -151,19 +185,25 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     return SN_OK;
 }
 
+/* Sets pointer attribute attr of the plan's descriptor to device address v. */
+static sn_status set_pointer(sn_cuda_api *a, const sn_gemm_plan *p, int attr, CUdeviceptr v,
+                             sn_err *e) {
+    void *ptr = (void *)(uintptr_t)v;
+    return SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
+                         (cublasLtMatmulDescAttributes_t)attr, &ptr, sizeof ptr);
+}
+
 sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,
                            CUdeviceptr d, CUdeviceptr A, CUdeviceptr B, CUdeviceptr bias,
-                           CUdeviceptr workspace, size_t workspace_bytes, CUstream stream,
-                           sn_err *e) {
+                           CUdeviceptr aux, CUdeviceptr workspace, size_t workspace_bytes,
+                           CUstream stream, sn_err *e) {
     if (!p->has_algo)
         return sn_fail(e, SN_ERR_INVALID, "a cuBLASLt plan built without a handle cannot run");
     sn_status st = SN_OK;
-    if (p->s.bias) {
-        void *ptr = (void *)(uintptr_t)bias;
-        st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
-                           CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr);
-        if (st) return st;
-    }
+    if (sn_gemm_has_bias(p->s.epi)) st = set_pointer(a, p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, e);
+    if (!st && sn_gemm_has_aux(p->s.epi))
+        st = set_pointer(a, p, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, e);
+    if (st) return st;
     const float one = 1.0f, zero = 0.0f;
     return SN_CUDA_CHECK(a, e, cublasLtMatmul, handle, p->desc, &one, (const void *)(uintptr_t)B,
                          p->a, (const void *)(uintptr_t)A, p->b, &zero, (const void *)(uintptr_t)d,

@@ -161,6 +161,10 @@ enum {
     CUBLASLT_MATMUL_DESC_TRANSB = 4,
     CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11, /* void *; the GELU input matrix */
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,      /* int64_t; % 8 == 0, >= D's rows */
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE = 13, /* int64_t; % 8 == 0 */
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22, /* int32_t; -1 (unset): D's type */
     CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
 };
 enum {
@@ -178,6 +182,10 @@ enum {
     CUBLASLT_EPILOGUE_BIAS = 4,
     CUBLASLT_EPILOGUE_GELU = 32,
     CUBLASLT_EPILOGUE_GELU_BIAS = 36,
+    CUBLASLT_EPILOGUE_GELU_AUX = 160,      /* GELU | 128: the GELU input stored in the aux */
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164, /* GELU_AUX | BIAS */
+    CUBLASLT_EPILOGUE_DGELU = 192,         /* 64 | 128: times gelu'(aux) */
+    CUBLASLT_EPILOGUE_DGELU_BGRAD = 208,   /* DGELU | 16: and the bias gradient */
 };
 
 #define SN_CUDA_CUBLASLT_API(X)                                                                    \

@@ -159,32 +159,45 @@ void sn_cuda_parts_free(sn_cuda_parts *p);
 
 typedef struct sn_gemm_plan sn_gemm_plan;
 
-/* The row-major problem of a GEMM kernel: D (batch, M, N) = op(A) @ op(B) [+ bias (N)]. */
+/* The row-major problem of a GEMM kernel: D (batch, M, N) = epilogue(op(A) @ op(B)) (kernel.h's
+ * epilogues: a bias (N); GELU_AUX_BIAS's aux output and DGELU's aux input (M, N), leading
+ * dimension N, of D's type). */
 typedef struct {
     bool ta, tb;
     int64_t M, N, K, batch;
     int64_t lda, ldb, ldd;             /* row-major leading dimensions */
     int64_t stride_a, stride_b, stride_d; /* batch strides in elements (0: shared) */
-    bool bias;                          /* the bias epilogue (bias: an (N) vector) */
-    sn_dtype ab, d, bias_t; /* A's and B's type, D's, the bias's (zero: SN_F32) */
+    sn_epilogue epi;
+    sn_dtype ab, d, bias_t, aux_t; /* A's and B's type, D's, the bias's and the aux's (zero:
+                                      SN_F32, or none) */
 } sn_gemm_shape;
+
+/* Whether epilogue e reads a bias vector, and whether it writes or reads an aux matrix. */
+static inline bool sn_gemm_has_bias(sn_epilogue e) {
+    return e == SN_EPI_BIAS || e == SN_EPI_GELU_BIAS || e == SN_EPI_GELU_AUX_BIAS;
+}
+static inline bool sn_gemm_has_aux(sn_epilogue e) {
+    return e == SN_EPI_GELU_AUX_BIAS || e == SN_EPI_DGELU;
+}
 
 /* The problem kernel k's matmul describes (runtime/gemm.c's layouts: a rank-2 operand shared by
  * the other's batch folds into one larger GEMM). */
 sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k);
 
-/* Builds the plan: matmul descriptor (fp32 compute, or TF32 when tf32 and the operands are f32),
- * layouts of s's types (A, B f32/bf16/f16; D f32 or A's type; the bias D's type, else
- * SN_ERR_UNSUPPORTED), a preference allowing
- * workspace_bytes, and the heuristic's best algorithm. handle may be NULL (no GPU: everything
- * up to the heuristic is built, then SN_ERR_DEVICE naming cublasLtCreate's result). */
+/* Builds the plan: matmul descriptor (fp32 compute, or TF32 when tf32 and the operands are f32)
+ * with the epilogue (cuBLASLt's BIAS, GELU_BIAS, GELU_AUX_BIAS, DGELU), layouts of s's types (A,
+ * B f32/bf16/f16; D f32 or A's type; the bias and the aux D's type; an aux only for one GEMM
+ * of N % 8 == 0, else SN_ERR_UNSUPPORTED), a preference allowing workspace_bytes, and the
+ * heuristic's best algorithm. handle may be NULL (no GPU: everything up to the heuristic is
+ * built, then SN_ERR_DEVICE naming cublasLtCreate's result). */
 sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_shape *s,
                            bool tf32, size_t workspace_bytes, sn_gemm_plan **out, sn_err *e);
-/* D = A @ B (+ bias) on stream, with the plan's algorithm. */
+/* D = epilogue(A @ B) on stream, with the plan's algorithm; bias and aux 0 where the epilogue
+ * has none. */
 sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,
                            CUdeviceptr d, CUdeviceptr A, CUdeviceptr B, CUdeviceptr bias,
-                           CUdeviceptr workspace, size_t workspace_bytes, CUstream stream,
-                           sn_err *e);
+                           CUdeviceptr aux, CUdeviceptr workspace, size_t workspace_bytes,
+                           CUstream stream, sn_err *e);
 void sn_gemm_plan_free(sn_cuda_api *a, sn_gemm_plan *p);
 
 /* ---- graph.c: the step as a CUDA Graph ---- */

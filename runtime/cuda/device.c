@@ -26,7 +26,6 @@ typedef struct {
     int tag; /* TAG_GEMM */
     const sn_kernel *k;
     sn_gemm_plan *plan;
-    bool bias;
 } cuda_gemm;
 
 typedef struct {
@@ -230,7 +229,6 @@ static sn_status gemm_plan(cuda_dev *c, const sn_kernel *k, cuda_gemm **out, sn_
     g->tag = TAG_GEMM;
     g->k = k;
     sn_gemm_shape s = sn_gemm_shape_of(k);
-    g->bias = s.bias; /* the bias epilogue: args[3] */
     st = sn_gemm_plan_new(API, c->lt, &s, c->opts.tf32 && c->sm >= 80, WORKSPACE_BYTES, &g->plan, e);
     if (st) {
         size_t len = strlen(e->msg);
@@ -337,9 +335,16 @@ static sn_status issue(void *ctx, const sn_cuda_op *op, sn_err *e) {
     cuda_dev *c = ctx;
     if (*(const int *)op->what == TAG_GEMM) {
         const cuda_gemm *g = op->what;
-        return sn_gemm_plan_run(API, c->lt, g->plan, op->bufs[0], op->bufs[1], op->bufs[2],
-                                g->bias ? op->bufs[3] : 0, c->workspace, WORKSPACE_BYTES,
-                                c->stream, e);
+        /* args (kernel.h): y [, aux], A, B [, bias or DGELU's aux] */
+        const sn_kernel *k = g->k;
+        sn_epilogue epi = k->gemm.epilogue;
+        int o = k->n_out;
+        CUdeviceptr in = o + 2 < op->n_bufs ? op->bufs[o + 2] : 0;
+        return sn_gemm_plan_run(API, c->lt, g->plan, op->bufs[0], op->bufs[o], op->bufs[o + 1],
+                                sn_gemm_has_bias(epi) ? in : 0,
+                                epi == SN_EPI_GELU_AUX_BIAS ? op->bufs[1]
+                                : epi == SN_EPI_DGELU ? in : 0,
+                                c->workspace, WORKSPACE_BYTES, c->stream, e);
     }
     const cuda_fn *f = op->what;
     void *params[SN_KER_MAX_ARGS];

@@ -4,12 +4,19 @@
  * loaded). Convention: D = epilogue(alpha op(A) op(B) + beta C [+ bias]) in cuBLASLt's own terms
  * (column-major unless a layout says CUBLASLT_ORDER_ROW; the bias runs along D's rows, one value
  * per row index); f32, f16 and bf16 operands (A and B of one type, C and D of one type); anything
- * it does not implement is CUBLAS_STATUS_NOT_SUPPORTED, said on stderr. */
+ * it does not implement is CUBLAS_STATUS_NOT_SUPPORTED, said on stderr. The GELU epilogues (GELU,
+ * GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU) work as cuBLASLt's documentation has them: the
+ * product rounded to the f32 of the compute type, then program/epilogue.h's f32 formulas, the
+ * sinter CPU device's; their aux (the GELU input matrix) is of D's type (EPILOGUE_AUX_DATA_TYPE
+ * left unset, as the documentation asks outside FP8 kernels), column-major with leading dimension
+ * EPILOGUE_AUX_LD, a multiple of 8 no less than D's rows (batch stride a multiple of 8 too),
+ * its pointer as aligned at the matmul as at the heuristic, which reads the alignment from it. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "program/epilogue.h"
 #include "standin.h"
 
 SN_CUDA_CUBLASLT_API(SN_STANDIN_DECLARE)
@@ -17,8 +24,9 @@ SN_CUDA_CUBLASLT_API(SN_STANDIN_DECLARE)
 enum { ST_OK = 0, ST_NOT_INITIALIZED = 1, ST_ALLOC_FAILED = 3, ST_INVALID_VALUE = 7,
        ST_EXECUTION_FAILED = 13, ST_NOT_SUPPORTED = 15 };
 enum { EPI_DEFAULT = 1, EPI_RELU = 2, EPI_BIAS = 4, EPI_RELU_BIAS = 6, EPI_GELU = 32,
-       EPI_GELU_BIAS = 36 };
+       EPI_GELU_BIAS = 36, EPI_GELU_AUX = 160, EPI_GELU_AUX_BIAS = 164, EPI_DGELU = 192 };
 enum { DESC_COMPUTE_TYPE = 0, DESC_SCALE_TYPE = 1, DESC_POINTER_MODE = 2, DESC_BIAS_BATCH_STRIDE = 10 };
+enum { ALGO_ALIGN_AUX = 5 }; /* algo.data[1 + i]: A, B, C, D's alignments; [5]: the aux's */
 enum { LAYOUT_TYPE = 0, LAYOUT_ROWS = 2, LAYOUT_COLS = 3, LAYOUT_LD = 4 };
 #define HANDLE_MAGIC 0x5d17c0de
 
@@ -28,10 +36,10 @@ struct cublasLtContext {
     sn_standin_enqueue_fn enqueue;
 };
 typedef struct {
-    int32_t compute, scale, transa, transb, pointer_mode, bias_type;
+    int32_t compute, scale, transa, transb, pointer_mode, bias_type, aux_type;
     uint32_t epilogue;
-    CUdeviceptr bias;
-    int64_t bias_stride;
+    CUdeviceptr bias, aux;
+    int64_t bias_stride, aux_ld, aux_stride;
 } desc;
 typedef struct {
     uint32_t type;
@@ -114,7 +122,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc,
     desc *d = calloc(1, sizeof *d);
     if (!d) return ST_ALLOC_FAILED;
     *d = (desc){.compute = computeType, .scale = scaleType, .transa = CUBLAS_OP_N,
-                .transb = CUBLAS_OP_N, .epilogue = EPI_DEFAULT, .bias_type = -1};
+                .transb = CUBLAS_OP_N, .epilogue = EPI_DEFAULT, .bias_type = -1, .aux_type = -1};
     *matmulDesc = (cublasLtMatmulDesc_t)d;
     return ST_OK;
 }
@@ -149,6 +157,11 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc,
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(&d->bias, 8, buf, sizeInBytes, w);
     case DESC_BIAS_BATCH_STRIDE: return set(&d->bias_stride, 8, buf, sizeInBytes, w);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(&d->bias_type, 4, buf, sizeInBytes, w);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set(&d->aux, 8, buf, sizeInBytes, w);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set(&d->aux_ld, 8, buf, sizeInBytes, w);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE:
+        return set(&d->aux_stride, 8, buf, sizeInBytes, w);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return set(&d->aux_type, 4, buf, sizeInBytes, w);
     }
     sn_standin_say("%s: attribute %d is not supported by the stand-in", w, attr);
     return ST_NOT_SUPPORTED;
@@ -260,7 +273,23 @@ static uint64_t span(const layout *l) {
 }
 
 static bool bias_epilogue(uint32_t e) {
-    return e == EPI_BIAS || e == EPI_RELU_BIAS || e == EPI_GELU_BIAS;
+    return e == EPI_BIAS || e == EPI_RELU_BIAS || e == EPI_GELU_BIAS || e == EPI_GELU_AUX_BIAS;
+}
+
+static bool gelu_epilogue(uint32_t e) {
+    return e == EPI_GELU || e == EPI_GELU_BIAS || e == EPI_GELU_AUX || e == EPI_GELU_AUX_BIAS;
+}
+
+/* The epilogues with a GELU input matrix: written (GELU_AUX, GELU_AUX_BIAS) or read (DGELU). */
+static bool aux_epilogue(uint32_t e) {
+    return e == EPI_GELU_AUX || e == EPI_GELU_AUX_BIAS || e == EPI_DGELU;
+}
+
+/* The alignment a pointer's value promises (its lowest set bit, at most 256; NULL: 256). */
+static uint64_t align_of(CUdeviceptr p) {
+    uint64_t a = 1;
+    while (a < 256 && !(p & a)) a <<= 1;
+    return a;
 }
 
 static cublasStatus_t check(problem *p) {
@@ -311,10 +340,30 @@ static cublasStatus_t check(problem *p) {
         return ST_NOT_SUPPORTED;
     switch (d->epilogue) {
     case EPI_DEFAULT: case EPI_RELU: case EPI_BIAS: case EPI_RELU_BIAS: case EPI_GELU:
-    case EPI_GELU_BIAS: break;
+    case EPI_GELU_BIAS: case EPI_GELU_AUX: case EPI_GELU_AUX_BIAS: case EPI_DGELU: break;
     default:
         sn_standin_say("cuBLASLt: epilogue %u is not supported by the stand-in", d->epilogue);
         return ST_NOT_SUPPORTED;
+    }
+    if (aux_epilogue(d->epilogue)) { /* the GELU input matrix's rules (cuBLASLt's documentation) */
+        if (d->aux_ld % 8 || d->aux_ld < p->m || (p->dl.batch > 1 && d->aux_stride % 8)) {
+            sn_standin_say("cuBLASLt: epilogue %u's aux has leading dimension %lld and batch "
+                           "stride %lld: CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD must be a multiple "
+                           "of 8 and no less than D's %lld rows, the batch stride a multiple of 8",
+                           d->epilogue, (long long)d->aux_ld, (long long)d->aux_stride,
+                           (long long)p->m);
+            return ST_INVALID_VALUE;
+        }
+        if (d->aux_type != -1) {
+            sn_standin_say("cuBLASLt: CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE is %d: outside "
+                           "FP8 kernels it is left unset (-1), the aux of D's type", d->aux_type);
+            return ST_INVALID_VALUE;
+        }
+        if (p->dl.order != CUBLASLT_ORDER_COL) {
+            sn_standin_say("cuBLASLt: an aux epilogue with a row-major D is not supported by the "
+                           "stand-in");
+            return ST_NOT_SUPPORTED;
+        }
     }
     if (bias_epilogue(d->epilogue) && d->bias_type != -1 && !elem_bytes((uint32_t)d->bias_type)) {
         sn_standin_say("cuBLASLt: bias data type %d is not supported by the stand-in", d->bias_type);
@@ -341,6 +390,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     heuristicResultsArray[0].algo.data[0] = 0x5d; /* the stand-in's one algorithm */
     for (int i = 0; i < 4; i++) /* chosen for operands this aligned (the preference's) */
         heuristicResultsArray[0].algo.data[1 + i] = ((pref *)preference)->align[i];
+    /* and an aux as aligned as the pointer it was given (the documentation: the heuristic
+       depends on its value to determine expected pointer alignment) */
+    if (aux_epilogue(p.d.epilogue)) heuristicResultsArray[0].algo.data[ALGO_ALIGN_AUX] = align_of(p.d.aux);
     heuristicResultsArray[0].wavesCount = 1;
     *returnAlgoCount = 1;
     return ST_OK;
@@ -368,10 +420,13 @@ static int run(const void *data) {
     const void *A = operand(p, p->A, &p->a), *B = operand(p, p->B, &p->b);
     const void *C = p->beta != 0 ? operand(p, p->C, &p->c) : NULL;
     void *D = (void *)operand(p, p->D, &p->dl);
-    bool biased = bias_epilogue(d->epilogue);
+    bool biased = bias_epilogue(d->epilogue), has_aux = aux_epilogue(d->epilogue);
     const void *bias = biased ? p->h->host(d->bias, elem_bytes(bias_type) *
                                            (uint64_t)((batch - 1) * d->bias_stride + p->m)) : NULL;
-    if (!A || !B || !D || (p->beta != 0 && !C) || (biased && !bias)) {
+    void *aux = has_aux ? p->h->host(d->aux, elem_bytes(p->dl.type) *
+                                     (uint64_t)((batch - 1) * d->aux_stride +
+                                                (p->n - 1) * d->aux_ld + p->m)) : NULL;
+    if (!A || !B || !D || (p->beta != 0 && !C) || (biased && !bias) || (has_aux && !aux)) {
         sn_standin_say("cublasLtMatmul: an operand is not (all) in device memory");
         return 700; /* CUDA_ERROR_ILLEGAL_ADDRESS */
     }
@@ -394,11 +449,23 @@ static int run(const void *data) {
                 double s = 0;
                 for (int64_t k = 0; k < p->k; k++) s += pa[i * p->k + k] * pb[j * p->k + k];
                 double v = p->alpha * s + (C ? p->beta * load(p->c.type, C, index_of(&p->c, b, i, j)) : 0);
+                int64_t at = index_of(&p->dl, b, i, j);
+                if (gelu_epilogue(d->epilogue) || d->epilogue == EPI_DGELU) {
+                    /* in f32, the compute type: the product, then epilogue.h's formulas */
+                    int64_t ax = b * d->aux_stride + i + j * d->aux_ld;
+                    float f = (float)v;
+                    if (d->epilogue == EPI_DGELU) {
+                        store(p->dl.type, D, at, f * sn_epi_gelu_grad((float)load(p->dl.type, aux, ax)));
+                        continue;
+                    }
+                    if (biased) f = f + (float)load(bias_type, bias, b * d->bias_stride + i);
+                    if (aux) store(p->dl.type, aux, ax, f);
+                    store(p->dl.type, D, at, sn_epi_gelu(f));
+                    continue;
+                }
                 if (biased) v += load(bias_type, bias, b * d->bias_stride + i);
                 if (d->epilogue == EPI_RELU || d->epilogue == EPI_RELU_BIAS) v = v > 0 ? v : 0;
-                if (d->epilogue == EPI_GELU || d->epilogue == EPI_GELU_BIAS) /* tanh form */
-                    v = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
-                store(p->dl.type, D, index_of(&p->dl, b, i, j), v);
+                store(p->dl.type, D, at, v);
             }
     }
     free(pa);
@@ -437,6 +504,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                            "ABCD"[i], (unsigned long long)(uintptr_t)ptrs[i],
                            (unsigned long long)need, "ABCD"[i]);
             return ST_NOT_SUPPORTED;
+        }
+    }
+    if (aux_epilogue(p.d.epilogue)) {
+        uint64_t need = algo ? algo->data[ALGO_ALIGN_AUX] : 256;
+        if (!p.d.aux || (need && p.d.aux % need)) {
+            sn_standin_say("cublasLtMatmul: epilogue %u's aux at 0x%llx: %s", p.d.epilogue,
+                           (unsigned long long)p.d.aux, !p.d.aux ? "CUBLASLT_MATMUL_DESC_EPILOGUE_"
+                           "AUX_POINTER is not set" : "less aligned than the pointer the "
+                           "heuristic chose the algorithm for");
+            return p.d.aux ? ST_NOT_SUPPORTED : ST_INVALID_VALUE;
         }
     }
     if (workspace && !lightHandle->host((CUdeviceptr)(uintptr_t)workspace, workspaceSizeInBytes)) {
