@@ -100,7 +100,8 @@ static sn_trainer *trainer_on(sn_graph *g, sn_device *d, sn_err *e) {
     return trainer_offload(g, d, false, e);
 }
 
-/* steps steps (every third with an evaluation and a second micro-batch); SN_OK or the failure */
+/* steps steps (every third with an evaluation, checked against the training program's loss on
+ * its batch, which is then a second micro-batch); SN_OK or the failure */
 static sn_status train(sn_trainer *t, int steps, double *loss, double *norm, sn_err *e) {
     int32_t x[B * T], y[B * T];
     sn_status st = SN_OK;
@@ -111,7 +112,9 @@ static sn_status train(sn_trainer *t, int steps, double *loss, double *norm, sn_
             double l;
             batch(x, y, 1000 + (uint64_t)s);
             st = sn_trainer_eval(t, x, y, &l, e);
-            if (!st) st = sn_trainer_accumulate(t, x, y, NULL, e);
+            double la; /* the evaluation program's loss is the training program's, to the bit */
+            if (!st) st = sn_trainer_accumulate(t, x, y, &la, e);
+            ck_assert_msg(st || l == la, "step %d: eval %.9g, the training program %.9g", s, l, la);
         }
         sn_step_stats ss;
         if (!st) st = sn_trainer_update(t, &ss, e);

@@ -180,9 +180,9 @@ static sn_status run(sn_trainer *t, const int32_t *idx, const int32_t *targets, 
 
 sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                           sn_err *e) {
-    sn_status s = keep_pending(t, e); /* the pending gradients summed first: kept whatever runs */
-    if (!s && t->loss_scale) s = sn_runner_set_scalar(t->run, t->loss_scale, t->sc.scale, e);
-    if (!s) s = sn_runner_eval(t->run, t->idx, t->targets, idx, targets, loss, e); /* forward */
+    /* the evaluation program: the forward alone, the pending gradients untouched */
+    sn_status s = t->loss_scale ? sn_runner_set_scalar(t->run, t->loss_scale, t->sc.scale, e) : SN_OK;
+    if (!s) s = sn_runner_eval(t->run, t->idx, t->targets, idx, targets, loss, e);
     if (!s) *loss /= t->sc.scale;
     return s;
 }
@@ -292,6 +292,8 @@ const sn_param_layout *sn_trainer_layout(const sn_trainer *t) { return t->lay; }
 const char *sn_trainer_device_name(const sn_trainer *t) { return sn_runner_name(t->run); }
 const sn_program *sn_trainer_program(const sn_trainer *t) { return sn_runner_program(t->run); }
 sn_exec *sn_trainer_exec(const sn_trainer *t) { return sn_runner_exec(t->run); }
+const sn_program *sn_trainer_eval_program(sn_trainer *t, sn_err *e) { return sn_runner_eval_program(t->run, e); }
+sn_exec *sn_trainer_eval_exec(const sn_trainer *t) { return sn_runner_eval_exec(t->run); }
 int64_t sn_trainer_state_bytes(const sn_trainer *t) { return sn_runner_state_bytes(t->run); }
 int64_t sn_trainer_host_state_bytes(const sn_trainer *t) { return sn_runner_host_state_bytes(t->run); }
 struct sn_device *sn_trainer_device(const sn_trainer *t) { return t->o.device; }
