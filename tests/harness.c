@@ -3,6 +3,7 @@
 #include "frontend/frontend.h"
 #include "interp/interp.h"
 #include "models/gpt2.h"
+#include "runtime/device.h"
 #include "train/train.h"
 
 #include <math.h>
@@ -169,4 +170,12 @@ int sn_check_trained_only(sn_trainer *t, float **before, bool (*trained)(const c
     }
     free(before);
     return changed;
+}
+
+int64_t sn_test_eval_bytes(sn_trainer *t) {
+    sn_err e;
+    ck_assert_msg(sn_trainer_eval_program(t, &e), "%s", e.msg);
+    sn_exec_stats st;
+    sn_exec_stats_get(sn_trainer_eval_exec(t), &st);
+    return st.persistent_bytes + (st.arena_shared ? 0 : st.arena_bytes);
 }

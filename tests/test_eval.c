@@ -16,8 +16,9 @@
 
 enum { B = 2, T = 16, V = 64 };
 
-/* tiny GPT-2 (vocabulary 64) through the pipeline with its backward at precision p */
-static sn_graph *tiny_at(sn_precision p) {
+/* tiny GPT-2 (vocabulary 64) through the pipeline with its backward at precision p, the LM head
+ * in chunks of `chunk` rows (0: whole) */
+static sn_graph *tiny_chunked(sn_precision p, int64_t chunk) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
     c.vocab = V;
@@ -30,9 +31,14 @@ static sn_graph *tiny_at(sn_precision p) {
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.precision = p;
     o.backward = true;
-    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    o.chunk_logits = chunk;
+    sn_pipeline_stats st;
+    ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
+    ck_assert(st.logits_chunks == (chunk ? B * T / chunk : 0));
     return g;
 }
+
+static sn_graph *tiny_at(sn_precision p) { return tiny_chunked(p, 0); }
 
 static void batch(int32_t *x, int32_t *y, uint64_t seed) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
@@ -69,8 +75,8 @@ END_TEST
  * equals the training program's on the same batch after AdamW steps (the shadows AdamW wrote),
  * after a parameter set from the host (the shadows made again before the evaluation), and the
  * pending micro-batch's gradients are left as they were. */
-static void eval_matches(sn_device *d, sn_precision p) {
-    sn_graph *g = tiny_at(p);
+static void eval_matches(sn_device *d, sn_precision p, int64_t chunk) {
+    sn_graph *g = tiny_chunked(p, chunk);
     sn_train_opts o;
     sn_train_opts_default(&o, 10);
     o.lr = 1e-2f;
@@ -122,9 +128,10 @@ START_TEST(eval_is_the_training_forward) {
     sn_err e;
     sn_device *d;
     ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
-    eval_matches(d, prec[_i]);
+    eval_matches(d, prec[_i], 0);
+    if (_i == 1) eval_matches(d, prec[_i], 8); /* the LM head in 4 chunks: the loss's forward too */
     sn_device_free(d);
-    if (_i == 0) eval_matches(NULL, SN_PRECISION_FP32); /* the interpreter runs the graph whole */
+    if (_i == 0) eval_matches(NULL, SN_PRECISION_FP32, 0); /* the interpreter runs the graph whole */
 }
 END_TEST
 
@@ -160,6 +167,9 @@ START_TEST(eval_memory_is_shared) {
                   "shared %d, own persistent %lld bytes (ids and loss: %lld), peak %lld", st.arena_shared,
                   (long long)st.persistent_bytes, (long long)io, (long long)st.arena_peak_bytes);
     ck_assert(st.arena_peak_bytes == ep->arena_bytes); /* the plan's peak, measured */
+    ck_assert_msg(ep->n_shadows > 0 && st.shadow_casts == 0, "%d shadows, %lld casts: the "
+                  "training program's shadows are read in place", ep->n_shadows,
+                  (long long)st.shadow_casts);
     sn_trainer_free(t);
     sn_graph_free(g);
     sn_device_free(d);
