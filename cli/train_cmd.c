@@ -398,7 +398,7 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
             char p[32], m[32];
             progress_break(&r->prog);
             printf("memory: planned %s (%lld bytes), measured %s (%lld bytes: arena peak, persistent "
-                   "block, optimizer state, workspace)\n",
+                   "block, optimizer state, workspace, validation's own)\n",
                    sn_bytes_str(mi.mem_planned, p, sizeof p), (long long)mi.mem_planned,
                    sn_bytes_str(mi.mem_measured, m, sizeof m), (long long)mi.mem_measured);
             if (mi.offload)
