@@ -85,8 +85,9 @@ typedef struct sn_exec sn_exec;
  * SN_ERR_INVALID when p was compiled for another target than d's (its kind or architecture). */
 sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *e);
 /* The same for a program that reads owner's parameters (an evaluation program beside a
- * training one, on the same device; owner must outlive it): each PARAM of p that owner's
- * layout has by name, dtype and size is owner's memory, and so is its weight shadow where owner
+ * training one, on the same device; owner must outlive it): each PARAM of p is the one of
+ * owner's layout of its name, dtype and size (none: SN_ERR_INVALID naming it), owner's memory,
+ * and so is its weight shadow where owner
  * has the same parameter's in the same dtype (owner makes its stale shadows before this one's
  * run; a shadow of p's own is made before every run). Its persistent block holds p's other
  * persistent values only (inputs, outputs, constants), packed anew: no block refs into it. It

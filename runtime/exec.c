@@ -202,8 +202,17 @@ sn_status sn_exec_new_sharing(sn_device *d, const sn_program *p, sn_exec *owner,
         sn_exec_free(x);
         return SN_ERR_OOM;
     }
+    sn_status s = SN_OK;
     if (owner) bind(x);
-    sn_status s = place(x, e);
+    for (int v = 0; owner && v < p->n_values && !s; v++) { /* its own would be zeros: refused */
+        const sn_node *n = p->values[v].node;
+        if (n && n->op == SN_OP_PARAM && p->values[v].alias < 0 && x->bound[v] < 0)
+            s = sn_fail(e, SN_ERR_INVALID, "executor: parameter %s (%s, %lld elements) of the "
+                        "program is not one of the owner's (by name, dtype and size): share "
+                        "parameters between programs of one model", n->name ? n->name : "?",
+                        sn_dtype_name(n->dtype), (long long)sn_numel(n));
+    }
+    if (!s) s = place(x, e);
     x->st.arena_bytes = p->arena_bytes;
     x->st.arena_shared = x->arena_borrowed;
     x->st.persistent_bytes = x->own_persistent;

@@ -170,6 +170,23 @@ START_TEST(eval_memory_is_shared) {
     ck_assert_msg(ep->n_shadows > 0 && st.shadow_casts == 0, "%d shadows, %lld casts: the "
                   "training program's shadows are read in place", ep->n_shadows,
                   (long long)st.shadow_casts);
+    /* another model's program does not share these parameters: refused, naming one */
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = 2 * V;
+    sn_graph *g2 = sn_graph_new(), *eg2;
+    sn_gpt2 m;
+    ck_assert_msg(sn_gpt2_build(g2, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pass_eval_graph(g2, &eg2, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts po = {.target = &d->target};
+    sn_program *p2;
+    ck_assert_msg(sn_pipeline_kernels(eg2, &po, &p2, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_exec *x2;
+    ck_assert(sn_exec_new_sharing(d, p2, sn_trainer_exec(t), &x2, &e) == SN_ERR_INVALID);
+    ck_assert_msg(strstr(e.msg, "parameter wte") && strstr(e.msg, "not one of the owner's"), "%s", e.msg);
+    sn_program_free(p2);
+    sn_graph_free(eg2);
+    sn_graph_free(g2);
     sn_trainer_free(t);
     sn_graph_free(g);
     sn_device_free(d);
