@@ -75,9 +75,10 @@ static const cli_opt train_opts[] = {
     {"min-lr-frac", 0, CLI_REAL, "X", O(min_lr_frac), 0, 1.01,
      .help = "the cosine schedule ends at lr times this (default 0.1; 1: no decay)"},
     {"dropout", 0, CLI_REAL, "P", O(dropout), 0, 1,
-     .help = "dropout probability (nanoGPT's: the embeddings' sum, the attention\n"
-             "output projection and the MLP output before each residual add;\n"
-             "default 0: off); above 0 not supported yet"},
+     .help = "GPT-2's dropout probability in training (nanoGPT's places: the\n"
+             "embeddings' sum, the attention output projection and the MLP output\n"
+             "before each residual add; default 0: off; none in validation and\n"
+             "samples; attention-probability dropout is not supported)"},
     {"diverge-nats", 0, CLI_REAL, "X", O(diverge_nats), 0, 1e6,
      .help = "stop when a step's loss is more than X nats above the median of\n"
              "the last 50 steps' (default 4; 0: never; from the second step).\n"
@@ -203,12 +204,6 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
                 "cannot fill NF4 storage yet (the dequantize's CPU and CUDA kernels exist; issue "
                 "25); sinter plan --qlora %ld plans the run's memory; "
                 "--lora %ld trains the same adapters over a 32-bit base\n", a->qlora, a->qlora);
-        return 1;
-    }
-    if (a->dropout > 0) {
-        fprintf(stderr, "sinter: train --dropout %g is not supported yet: the dropout op (its "
-                "counter-based mask, kernels and gradient) does not exist yet (issue 24 item 4); "
-                "train without --dropout (0: off)\n", a->dropout);
         return 1;
     }
     if (!a->lora && (a->lora_alpha > 0 || a->lora_targets))

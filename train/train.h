@@ -101,6 +101,12 @@ sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targ
 const struct sn_program *sn_trainer_eval_program(sn_trainer *t, sn_err *e);
 struct sn_exec *sn_trainer_eval_exec(const sn_trainer *t);
 
+/* The graph's dropout probability (the largest of its dropouts'; 0: none). The trainer sets
+ * the dropout seed input (SN_ROLE_DROPOUT_SEED) before each micro-batch from the run's seed,
+ * the step and the micro-batch (so a resumed run draws the same masks); checkpoints record
+ * the probability and a resume checks it. */
+float sn_trainer_dropout(const sn_trainer *t);
+
 /* Optimizer steps taken so far. */
 int sn_trainer_step_count(const sn_trainer *t);
 const sn_train_opts *sn_trainer_opts(const sn_trainer *t);
