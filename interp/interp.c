@@ -300,13 +300,15 @@ static sn_status eval_dequant_nf4(const sn_node *n, const double *q, double *y, 
 }
 
 /* y = dropout(x, seed): element i kept (x * the f32 scale, a product rounded to f32 as the kernels
- * make it) or 0, by ir/dropout.h's mask. */
-static void eval_dropout(const sn_node *n, const double *x, const double *seed, double *y) {
+ * make it, except in exact mode) or 0, by ir/dropout.h's mask. */
+static void eval_dropout(const sn_node *n, const double *x, const double *seed, bool exact, double *y) {
     uint32_t key = sn_dropout_key((uint32_t)seed[0], (uint32_t)n->a.site);
     uint32_t thr = sn_dropout_threshold(n->a.f);
     float s = sn_dropout_scale(n->a.f);
     for (int64_t i = 0, m = sn_numel(n); i < m; i++)
-        y[i] = sn_dropout_bits(key, (uint32_t)i) >= thr ? (double)(float)(x[i] * (double)s) : 0.0;
+        y[i] = sn_dropout_bits(key, (uint32_t)i) < thr ? 0.0
+               : exact                                  ? x[i] * (double)s
+                                                        : (double)(float)(x[i] * (double)s);
 }
 
 /* y (n's shape) = n applied to its inputs' values; fails only on a bad id or target. */
@@ -329,7 +331,7 @@ static sn_status eval(const sn_interp *it, const sn_node *n, double *y, sn_err *
         for (int64_t i = 0; i < numel; i++) y[i] = unary(n, in[0][i]);
         return SN_OK;
     case SN_OP_DROPOUT:
-        eval_dropout(n, in[0], in[1], y);
+        eval_dropout(n, in[0], in[1], it->exact, y);
         return SN_OK;
     case SN_OP_SUM: case SN_OP_MEAN: case SN_OP_MAX:
         eval_reduce(n, in[0], y);
