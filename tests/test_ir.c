@@ -170,6 +170,8 @@ START_TEST(test_roundtrip_all_ops) {
     ck_assert_has(s1, "  %2 = input \"targets\" role=targets : i32[2,3]\n");
     ck_assert_has(s1, "  %3 = param \"wte\" init=normal f=0.02 : f32[10,8]\n");
     ck_assert_has(s1, "  %6 = const data=[1, 2.5, -inf, inf, nan, 0.1, 10.0000105, -0] : f32[8]\n");
+    ck_assert_has(s1, "  %25 = input \"seed\" role=dropout_seed : f32[]\n");
+    ck_assert_has(s1, "  %26 = dropout %24, %25 f=0.25 site=3 : f32[2,3,8]\n");
     ck_assert_has(s1, " = causal_mask %33 f=-inf : f32[2,3,3]\n");
     ck_assert_has(s1, " = permute %36 perm=[0,2,1] : f32[2,8,3]\n");
     ck_assert_has(s1, " = attention %0, %36, %36, %45 f=0.35355338 : f32[2,3,8]\n");
