@@ -327,6 +327,9 @@ static sn_status setup(sn_session *r, sn_err *e) {
     to.compile = &r->po;
     to.offload = r->planned ? r->plan.offload : o->offload == SN_OFFLOAD_OPTIMIZER;
     if (!(r->t = sn_trainer_new(r->g, &to, e))) return e->code;
+    /* a planned run's evaluation program now: the plan counts its memory, measured after the
+       first step (else it is made at the first validation) */
+    if (r->planned && !sn_trainer_eval_program(r->t, e)) return e->code;
     if ((s = sn_val_iter_init(&r->vi, &r->val, r->B, r->T, e))) return s;
     r->x = sn_malloc(sizeof(int32_t) * (size_t)bt, "a batch of token ids", e);
     r->y = sn_malloc(sizeof(int32_t) * (size_t)bt, "a batch of token ids", e);
@@ -467,6 +470,11 @@ void sn_session_info_get(const sn_session *r, sn_session_info *out) {
     sn_exec_stats st;
     sn_exec_stats_get(x, &st);
     out->mem_measured = st.arena_peak_bytes + st.persistent_bytes + st.buffer_bytes + r->plan.workspace;
+    if ((x = sn_trainer_eval_exec(r->t))) { /* validation's program: its own memory */
+        sn_exec_stats es;
+        sn_exec_stats_get(x, &es);
+        out->mem_measured += es.persistent_bytes + (es.arena_shared ? 0 : es.arena_bytes);
+    }
 }
 
 void sn_session_plan_print(const sn_session *r, FILE *f) {

@@ -189,7 +189,8 @@ typedef struct {
     int train_shards, val_shards;           /* the llm.c shards read; 0: a text corpus */
     int step, steps;                        /* taken so far (a resumed run starts later) */
     /* With mem: the plan's device bytes, and after a step the device's own count of the same
-     * (arena peak + persistent block + optimizer state + workspace); zeros otherwise. */
+     * (arena peak + persistent block + optimizer state + workspace + the evaluation program's
+     * own block and arena, sn_plan.eval); zeros otherwise. */
     int64_t mem_planned, mem_measured;
     bool offload;                           /* the optimizer state is in host memory: */
     int64_t host_planned, host_measured;    /* its bytes (planned only with mem; measured always) */

@@ -87,6 +87,8 @@ typedef enum {
     SN_ROLE_LOSS_SCALE, /* f32 scalar: the dynamic loss scale (the fp16 autocast pass adds it) */
     SN_ROLE_POSITIONS,  /* i32: each token's position (a decode step's) */
     SN_ROLE_MASK,       /* f32: 0 where a key may be attended, -inf where not (a decode step's) */
+    SN_ROLE_DROPOUT_SEED, /* f32 scalar: the step's dropout seed, an integer below 2^24 (the
+                             trainer sets it each micro-batch; sn_dropout reads it) */
     SN_ROLE_COUNT
 } sn_role;
 

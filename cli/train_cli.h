@@ -32,6 +32,7 @@ typedef struct {
     double lr, temperature;
     long warmup;            /* --warmup N (-1: 10% of the steps) */
     double weight_decay, beta1, beta2, grad_clip, min_lr_frac; /* the optimizer's knobs */
+    double dropout;         /* --dropout P: GPT-2's dropout in training (0: none) */
     const char *policy;     /* --checkpoint-policy as given (NULL: not given) */
     int checkpoint_policy;  /* an sn_recompute_policy (passes.h): --checkpoint-policy; -1: not given */
     long long mem;          /* --mem: device bytes to plan the run for (0: no plan) */

@@ -111,6 +111,9 @@ static void session_enums(const train_args *a, sn_session_opts *o) {
 static sn_status build_llama_model(const train_args *a, run *r, sn_model *m, sn_err *e) {
     sn_llama_config *c = &r->lm.c;
     sn_status s;
+    if (a->dropout > 0)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "--dropout with a LLaMA-family model is not supported "
+                       "yet (GPT-2's models have it); train without --dropout");
     if (a->init_hf && (s = sn_hf_llama_read_config(a->init_hf, c, e))) return s;
     if (!a->init_hf) sn_llama_config_find(a->model, c);
     int at = snprintf(r->desc, sizeof r->desc, "ctx %d, %d layers, %d/%d heads of %d, hidden %d, MLP %d%s",
@@ -136,6 +139,7 @@ static sn_status build_gpt2_model(const train_args *a, run *r, sn_model *m, sn_e
     if (a->init_hf && (s = sn_weights_read_config(a->init_hf, c, e))) return s;
     if (!a->init_hf && !sn_gpt2_config_find(a->model, c))
         return sn_fail(e, SN_ERR_INVALID, "unknown model '%s' (models: %s)", a->model, sn_gpt2_config_names());
+    c->dropout = (float)a->dropout; /* in the checkpoint as train.dropout (the trainer's) */
     int at = snprintf(r->desc, sizeof r->desc, "ctx %d, %d layers, %d heads, %d channels", c->ctx,
                       c->n_layer, c->n_head, c->n_embd);
     if (a->lora || a->ia3) { /* the adapters' shape and scale: checked on resume with the rest */
@@ -398,7 +402,7 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
             char p[32], m[32];
             progress_break(&r->prog);
             printf("memory: planned %s (%lld bytes), measured %s (%lld bytes: arena peak, persistent "
-                   "block, optimizer state, workspace)\n",
+                   "block, optimizer state, workspace, validation's own)\n",
                    sn_bytes_str(mi.mem_planned, p, sizeof p), (long long)mi.mem_planned,
                    sn_bytes_str(mi.mem_measured, m, sizeof m), (long long)mi.mem_measured);
             if (mi.offload)

@@ -74,6 +74,11 @@ static const cli_opt train_opts[] = {
      .help = "cap of the gradients' global norm (default 1.0; 0: no clipping)"},
     {"min-lr-frac", 0, CLI_REAL, "X", O(min_lr_frac), 0, 1.01,
      .help = "the cosine schedule ends at lr times this (default 0.1; 1: no decay)"},
+    {"dropout", 0, CLI_REAL, "P", O(dropout), 0, 1,
+     .help = "GPT-2's dropout probability in training (nanoGPT's places: the\n"
+             "embeddings' sum, the attention output projection and the MLP output\n"
+             "before each residual add; default 0: off; none in validation and\n"
+             "samples; attention-probability dropout is not supported)"},
     {"diverge-nats", 0, CLI_REAL, "X", O(diverge_nats), 0, 1e6,
      .help = "stop when a step's loss is more than X nats above the median of\n"
              "the last 50 steps' (default 4; 0: never; from the second step).\n"

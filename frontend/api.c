@@ -200,6 +200,19 @@ sn_node *sn_scale(sn_graph *g, sn_node *x, float f) {
     return append(g, &p);
 }
 
+sn_node *sn_dropout(sn_graph *g, sn_node *x, sn_node *seed, float p, int site) {
+    sn_node *in[2] = {x, seed};
+    sn_node n = proto(SN_OP_DROPOUT, 2, in);
+    n.a.f = p;
+    n.a.site = site;
+    return append(g, &n);
+}
+
+sn_node *sn_input_dropout_seed(sn_graph *g) {
+    sn_node *s = sn_graph_input(g, SN_ROLE_DROPOUT_SEED);
+    return s ? s : sn_input_role(g, "dropout_seed", SN_ROLE_DROPOUT_SEED, SN_F32, SN_SCALAR);
+}
+
 sn_node *sn_cast(sn_graph *g, sn_node *x, sn_dtype t) {
     if (x && x->dtype == t) return x;
     /* a 16-bit value widened to f32 and narrowed back is itself (f32 holds it exactly) */

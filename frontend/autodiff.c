@@ -7,7 +7,7 @@
 
 #include "frontend.h"
 
-_Static_assert(SN_OP_COUNT == 51, "a new op needs its gradient rule in grad_rule");
+_Static_assert(SN_OP_COUNT == 52, "a new op needs its gradient rule in grad_rule");
 
 typedef struct {
     sn_graph *g;
@@ -141,6 +141,9 @@ static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
         return SN_OK;
     case SN_OP_NEG: accumulate(s, x, sn_neg(g, dy)); return SN_OK;
     case SN_OP_SCALE: accumulate(s, x, sn_scale(g, dy, n->a.f)); return SN_OK;
+    case SN_OP_DROPOUT: /* the same mask and scale on dy; the seed has no gradient */
+        accumulate(s, x, sn_dropout(g, dy, b, n->a.f, n->a.site));
+        return SN_OK;
     case SN_OP_EXP: accumulate(s, x, sn_mul(g, dy, n)); return SN_OK;
     case SN_OP_LOG: accumulate(s, x, sn_div(g, dy, x)); return SN_OK;
     case SN_OP_TANH: /* dy * (1 - y^2) */

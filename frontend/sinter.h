@@ -97,6 +97,13 @@ sn_node *sn_rsqrt(sn_graph *g, sn_node *x);
 sn_node *sn_gelu(sn_graph *g, sn_node *x);
 sn_node *sn_silu(sn_graph *g, sn_node *x);
 sn_node *sn_cast(sn_graph *g, sn_node *x, sn_dtype t);
+/* Dropout with probability p at site `site` (distinct per dropout of a model): x's elements
+ * kept and scaled by 1/(1-p), or zeroed, by a mask hashed from (seed, site, element) (ir/
+ * dropout.h); seed is the graph's f32 scalar input of the role SN_ROLE_DROPOUT_SEED (made by
+ * sn_input_dropout_seed), set by the trainer each micro-batch. Identity in evaluation and
+ * generation (a compile without a backward removes it). */
+sn_node *sn_dropout(sn_graph *g, sn_node *x, sn_node *seed, float p, int site);
+sn_node *sn_input_dropout_seed(sn_graph *g);
 
 /* reductions over one axis */
 sn_node *sn_sum(sn_graph *g, sn_node *x, int axis, bool keepdim);

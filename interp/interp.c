@@ -8,9 +8,10 @@
 
 #include "interp.h"
 #include "interp_int.h"
+#include "ir/dropout.h"
 #include "ir/nf4.h"
 
-_Static_assert(SN_OP_COUNT == 51, "a new op needs its kernel in eval()");
+_Static_assert(SN_OP_COUNT == 52, "a new op needs its kernel in eval()");
 
 struct sn_interp {
     const sn_graph *g;
@@ -298,6 +299,18 @@ static sn_status eval_dequant_nf4(const sn_node *n, const double *q, double *y, 
     return SN_OK;
 }
 
+/* y = dropout(x, seed): element i kept (x * the f32 scale, a product rounded to f32 as the kernels
+ * make it, except in exact mode) or 0, by ir/dropout.h's mask. */
+static void eval_dropout(const sn_node *n, const double *x, const double *seed, bool exact, double *y) {
+    uint32_t key = sn_dropout_key((uint32_t)seed[0], (uint32_t)n->a.site);
+    uint32_t thr = sn_dropout_threshold(n->a.f);
+    float s = sn_dropout_scale(n->a.f);
+    for (int64_t i = 0, m = sn_numel(n); i < m; i++)
+        y[i] = sn_dropout_bits(key, (uint32_t)i) < thr ? 0.0
+               : exact                                  ? x[i] * (double)s
+                                                        : (double)(float)(x[i] * (double)s);
+}
+
 /* y (n's shape) = n applied to its inputs' values; fails only on a bad id or target. */
 static sn_status eval(const sn_interp *it, const sn_node *n, double *y, sn_err *e) {
     double *in[SN_MAX_INPUTS];
@@ -316,6 +329,9 @@ static sn_status eval(const sn_interp *it, const sn_node *n, double *y, sn_err *
     case SN_OP_NEG: case SN_OP_SCALE: case SN_OP_EXP: case SN_OP_LOG: case SN_OP_TANH:
     case SN_OP_SQRT: case SN_OP_RSQRT: case SN_OP_GELU: case SN_OP_SILU: case SN_OP_CAST:
         for (int64_t i = 0; i < numel; i++) y[i] = unary(n, in[0][i]);
+        return SN_OK;
+    case SN_OP_DROPOUT:
+        eval_dropout(n, in[0], in[1], it->exact, y);
         return SN_OK;
     case SN_OP_SUM: case SN_OP_MEAN: case SN_OP_MAX:
         eval_reduce(n, in[0], y);

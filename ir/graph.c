@@ -120,7 +120,8 @@ const char *sn_init_name(sn_init i) {
     return names[i];
 }
 
-static const char *const role_names[] = {"none", "tokens", "targets", "loss_scale", "positions", "mask"};
+static const char *const role_names[] = {"none", "tokens", "targets", "loss_scale", "positions", "mask",
+                                           "dropout_seed"};
 _Static_assert(sizeof role_names / sizeof role_names[0] == SN_ROLE_COUNT, "a name for every role");
 
 const char *sn_role_name(sn_role r) {
@@ -132,12 +133,14 @@ static bool role_is_ids(sn_role r) {
 }
 const char *sn_role_needs(sn_role r) {
     if (r == SN_ROLE_NONE) return NULL;
+    if (r == SN_ROLE_DROPOUT_SEED) return "an f32 scalar";
     return role_is_ids(r) ? "i32" : r == SN_ROLE_LOSS_SCALE ? "a float scalar" : "float";
 }
 bool sn_role_fits(sn_role r, sn_dtype t, int rank) {
     if (r == SN_ROLE_NONE) return true;
     if ((unsigned)t >= SN_DTYPE_COUNT) return false;
     if (role_is_ids(r)) return t == SN_I32;
+    if (r == SN_ROLE_DROPOUT_SEED) return t == SN_F32 && rank == 0;
     return sn_dtype_is_float(t) && (r != SN_ROLE_LOSS_SCALE || rank == 0);
 }
 int sn_role_parse(const char *s, size_t len) {

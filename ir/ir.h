@@ -68,6 +68,7 @@ typedef struct {
     int ignore_index;     /* SN_A_IGNORE: targets equal to it add nothing to the loss */
     sn_init init;         /* SN_A_INIT */
     int frozen;           /* SN_A_INIT (PARAM): 1 = not trained (no gradient, no optimizer state) */
+    int site;             /* SN_A_SITE: a dropout's number in its model (its mask's stream) */
 } sn_attrs;
 
 struct sn_node {

@@ -32,6 +32,7 @@ enum {
     SN_A_INIT = 1 << 8,   /* init, f = init scale */
     SN_A_DATA = 1 << 9,   /* data[numel] */
     SN_A_ROLE = 1 << 10,  /* role (an sn_node field; printed when not none) */
+    SN_A_SITE = 1 << 11,  /* site: which dropout (its mask's stream) */
 };
 
 #define SN_MAX_INPUTS 64 /* concat's limit; every other op takes at most 6 */
@@ -62,6 +63,10 @@ enum {
     X(GELU_BWD, "gelu_bwd", 2, 2, SN_K_POINTWISE, 0, 0)         /* (x, dy) -> dy * gelu'(x) */     \
     X(SILU_BWD, "silu_bwd", 2, 2, SN_K_POINTWISE, 0, 0)         /* (x, dy) -> dy * silu'(x) */     \
     X(CAST, "cast", 1, 1, SN_K_POINTWISE, 1, 0)                 /* to the node's dtype */          \
+    /* (x, seed) -> x * 1/(1-f) where element i is kept, else 0: ir/dropout.h's mask of (the f32  \
+     * scalar seed, an integer below 2^24, site, i row-major in x's shape); its gradient is the   \
+     * same mask of dy */                                                                          \
+    X(DROPOUT, "dropout", 2, 2, SN_K_POINTWISE, 1, SN_A_F | SN_A_SITE)                             \
     /* reductions over one axis */                                                                 \
     X(SUM, "sum", 1, 1, SN_K_REDUCE, 1, SN_A_AXIS | SN_A_KEEP)  /* sum over axis */                \
     X(MEAN, "mean", 1, 1, SN_K_REDUCE, 1, SN_A_AXIS | SN_A_KEEP) /* mean over axis */              \

@@ -206,7 +206,7 @@ static sn_status parse_perm(parser *p, sn_attrs *a, int *n_perm) {
 /* ---- attributes: key, the column that allows it ---- */
 
 enum { K_INIT, K_F, K_AXIS, K_KEEP, K_TA, K_TB, K_PERM, K_START, K_END, K_IGNORE, K_DATA, K_FROZEN,
-       K_ROLE, K_COUNT };
+       K_ROLE, K_SITE, K_COUNT };
 static const struct {
     const char *key;
     unsigned cols;
@@ -217,7 +217,7 @@ static const struct {
     [K_PERM] = {"perm", SN_A_PERM},      [K_START] = {"start", SN_A_RANGE},
     [K_END] = {"end", SN_A_RANGE},       [K_IGNORE] = {"ignore_index", SN_A_IGNORE},
     [K_DATA] = {"data", SN_A_DATA},      [K_FROZEN] = {"frozen", SN_A_INIT},
-    [K_ROLE] = {"role", SN_A_ROLE},
+    [K_ROLE] = {"role", SN_A_ROLE},      [K_SITE] = {"site", SN_A_SITE},
 };
 
 static void allowed_keys(sn_op op, char *buf, size_t len) {
@@ -270,6 +270,7 @@ static sn_status parse_attr(parser *p, sn_node *n, unsigned *seen, int *n_perm) 
     case K_IGNORE: st = parse_int(p, INT_MIN, INT_MAX, "ignore_index", &v); a->ignore_index = (int)v; break;
     case K_DATA: return parse_data(p);
     case K_FROZEN: st = parse_int(p, 0, 1, "frozen", &v); a->frozen = (int)v; break;
+    case K_SITE: st = parse_int(p, 0, INT_MAX, "site", &v); a->site = (int)v; break;
     case K_ROLE: {
         const char *rw;
         size_t rl = word(p, &rw);

@@ -68,6 +68,7 @@ static void print_attrs(FILE *f, const sn_node *n, unsigned cols) {
     }
     if (cols & SN_A_RANGE) fprintf(f, " start=%lld end=%lld", (long long)a->start, (long long)a->end);
     if (cols & SN_A_IGNORE) fprintf(f, " ignore_index=%d", a->ignore_index);
+    if (cols & SN_A_SITE) fprintf(f, " site=%d", a->site);
     if ((cols & SN_A_ROLE) && n->role != SN_ROLE_NONE) {
         if ((unsigned)n->role < SN_ROLE_COUNT) fprintf(f, " role=%s", sn_role_name(n->role));
         else fprintf(f, " role=?%d", (int)n->role);

@@ -9,7 +9,7 @@
 #include "ir.h"
 #include "nf4.h"
 
-_Static_assert(SN_OP_COUNT == 51, "a new op needs its shape rule in sn_infer");
+_Static_assert(SN_OP_COUNT == 52, "a new op needs its shape rule in sn_infer");
 
 static int bad(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int bad(char *msg, size_t len, const char *fmt, ...) {
@@ -394,6 +394,15 @@ static int infer_op(sn_node *n, char *msg, size_t len) {
     case SN_OP_NEG: case SN_OP_SCALE: case SN_OP_EXP: case SN_OP_LOG: case SN_OP_TANH:
     case SN_OP_SQRT: case SN_OP_RSQRT: case SN_OP_GELU: case SN_OP_SILU:
         if (need_float(n, 0, msg, len)) return -1;
+        n->dtype = x->dtype;
+        copy_shape(n, x);
+        return 0;
+    case SN_OP_DROPOUT: /* x's shape: the mask's element i is x's */
+        if (need_float(n, 0, msg, len)) return -1;
+        if (n->in[1]->dtype != SN_F32 || sn_numel(n->in[1]) != 1)
+            return bad(msg, len, "the seed is %s: it must be an f32 scalar", t.s[1]);
+        if (!(n->a.f >= 0 && n->a.f < 1)) return bad(msg, len, "probability %g: give one in [0, 1)", n->a.f);
+        if (n->a.site < 0) return bad(msg, len, "site %d: give 0 or more", n->a.site);
         n->dtype = x->dtype;
         copy_shape(n, x);
         return 0;

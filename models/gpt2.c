@@ -8,13 +8,13 @@
 #include "gpt2.h"
 
 static const sn_gpt2_config configs[] = {
-    /* name           V      ctx   L   H   C */
-    {"gpt2", 50257, 1024, 12, 12, 768},
-    {"gpt2-medium", 50257, 1024, 24, 16, 1024},
-    {"gpt2-large", 50257, 1024, 36, 20, 1280},
-    {"gpt2-xl", 50257, 1024, 48, 25, 1600},
-    {"demo", 256, 128, 4, 4, 128}, /* byte-level, trains on a CPU in minutes */
-    {"tiny", 256, 32, 2, 2, 32},   /* tests; the interpreter runs a step in milliseconds */
+    /* name           V      ctx   L   H   C     dropout */
+    {"gpt2", 50257, 1024, 12, 12, 768, 0},
+    {"gpt2-medium", 50257, 1024, 24, 16, 1024, 0},
+    {"gpt2-large", 50257, 1024, 36, 20, 1280, 0},
+    {"gpt2-xl", 50257, 1024, 48, 25, 1600, 0},
+    {"demo", 256, 128, 4, 4, 128, 0}, /* byte-level, trains on a CPU in minutes */
+    {"tiny", 256, 32, 2, 2, 32, 0},   /* tests; the interpreter runs a step in milliseconds */
 };
 
 bool sn_gpt2_config_find(const char *name, sn_gpt2_config *out) {
@@ -53,7 +53,14 @@ typedef struct {
     const sn_gpt2_lora *lora; /* NULL: no adapters */
     int kv;                   /* 0: training; KV_PREFILL, KV_DECODE: generation (gpt2.h) */
     sn_node *mask;            /* KV_DECODE: (B, 1, 1, ctx), added to the scores over the cache */
+    sn_node *seed;            /* the dropout seed input, or NULL: no dropout */
 } builder;
+
+/* Dropout at `site` (0: the embeddings, 1 + 2 l and 2 + 2 l: layer l's attention and MLP
+ * outputs), when the model has it. */
+static sn_node *drop(builder *m, sn_node *x, int site) {
+    return m->seed ? sn_dropout(m->g, x, m->seed, m->c->dropout, site) : x;
+}
 
 enum { KV_PREFILL = 1, KV_DECODE };
 
@@ -164,6 +171,9 @@ static sn_status check(const sn_gpt2_config *c, int B, int T, const sn_gpt2_lora
         return sn_fail(e, SN_ERR_INVALID, "gpt2 %s: LoRA rank %d, alpha %g, targets %u: need a "
                        "rank >= 1, alpha > 0 and targets attn, mlp or all", c->name,
                        lora->lora.rank, (double)lora->lora.alpha, lora->targets);
+    if (!(c->dropout >= 0 && c->dropout < 1))
+        return sn_fail(e, SN_ERR_INVALID, "gpt2 %s: dropout %g: give a probability in [0, 1)",
+                       c->name, (double)c->dropout);
     if (B < 1 || T < 1 || T > c->ctx)
         return sn_fail(e, SN_ERR_INVALID, "gpt2 %s: batch %d x sequence %d: need B >= 1 and "
                        "1 <= T <= ctx = %d", c->name, B, T, c->ctx);
@@ -181,9 +191,9 @@ static sn_node *body(builder *m, sn_node *x, sn_node *wte) {
     for (int l = 0; l < m->c->n_layer; l++) {
         char p[64];
         snprintf(p, sizeof p, "h.%d.ln_1", l);
-        x = sn_add(g, x, attention(m, layernorm(m, x, p), l, proj_std));
+        x = sn_add(g, x, drop(m, attention(m, layernorm(m, x, p), l, proj_std), 1 + 2 * l));
         snprintf(p, sizeof p, "h.%d.ln_2", l);
-        x = sn_add(g, x, mlp(m, layernorm(m, x, p), l, proj_std));
+        x = sn_add(g, x, drop(m, mlp(m, layernorm(m, x, p), l, proj_std), 2 + 2 * l));
     }
     x = layernorm(m, x, "ln_f");
     return sn_matmul_t(g, x, wte, false, true); /* (B, T, V), tied head */
@@ -193,13 +203,14 @@ sn_status sn_gpt2_build_lora(sn_graph *g, const sn_gpt2_config *c, int B, int T,
                              const sn_gpt2_lora *lora, sn_gpt2 *out, sn_err *e) {
     sn_status s = check(c, B, T, lora, e);
     if (s) return s;
-    builder m = {g, c, B, T, lora, 0, NULL};
+    builder m = {g, c, B, T, lora, 0, NULL, NULL};
     int64_t V = c->vocab, C = c->n_embd;
     out->idx = sn_input_tokens(g, "idx", SN_SHAPE(B, T));
     out->targets = sn_input_targets(g, "targets", SN_SHAPE(B, T));
+    if (c->dropout > 0) m.seed = sn_input_dropout_seed(g);
     sn_node *wte = weight(&m, "wte", V, C, 0.02f);
     sn_node *wpe = weight(&m, "wpe", c->ctx, C, 0.02f);
-    sn_node *x = sn_add(g, sn_embedding(g, wte, out->idx), sn_slice(g, wpe, 0, 0, T)); /* (B,T,C) */
+    sn_node *x = drop(&m, sn_add(g, sn_embedding(g, wte, out->idx), sn_slice(g, wpe, 0, 0, T)), 0); /* (B,T,C) */
     out->logits = body(&m, x, wte);
     out->loss = sn_cross_entropy(g, out->logits, out->targets, -1);
     sn_graph_set_logits(g, out->logits);
@@ -214,7 +225,7 @@ sn_status sn_gpt2_build_kv(sn_graph *g, const sn_gpt2_config *c, int B, int T, b
                            const sn_gpt2_lora *lora, sn_err *e) {
     sn_status s = check(c, B, T, lora, e);
     if (s) return s;
-    builder m = {g, c, B, T, lora, decode ? KV_DECODE : KV_PREFILL, NULL};
+    builder m = {g, c, B, T, lora, decode ? KV_DECODE : KV_PREFILL, NULL, NULL}; /* no dropout */
     int64_t V = c->vocab, C = c->n_embd;
     sn_node *idx = sn_input_tokens(g, "idx", SN_SHAPE(B, T));
     sn_node *pos = decode ? sn_input_role(g, "pos", SN_ROLE_POSITIONS, SN_I32, SN_SHAPE(B, T)) : NULL;

@@ -15,6 +15,9 @@ typedef struct {
     int n_layer; /* L */
     int n_head;  /* H */
     int n_embd;  /* C */
+    float dropout; /* training's dropout probability (nanoGPT's places: the embeddings' sum, the
+                      attention's and the MLP's output before each residual add); 0: none. The
+                      generation graphs (sn_gpt2_build_kv) have none */
 } sn_gpt2_config;
 
 /* Looks up "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "demo" or "tiny"; false if unknown. */

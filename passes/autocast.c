@@ -19,7 +19,7 @@
 #include "ir/rewrite.h"
 #include "passes.h"
 
-_Static_assert(SN_OP_COUNT == 51, "a new op needs its autocast policy in policy()");
+_Static_assert(SN_OP_COUNT == 52, "a new op needs its autocast policy in policy()");
 
 /* What autocast does with an op's float inputs. */
 typedef enum {

@@ -391,6 +391,13 @@ static void decide(fuse_state *s) {
             }
             continue;
         }
+        if (x->op == SN_OP_DROPOUT) { /* roots its pointwise kernel: its index space is the
+                                         dropout's elements, whose indices its mask reads, and
+                                         no row op or stored value joins it (solo) */
+            sn_fuse_make_root(s, x);
+            s->solo[i] = true;
+            continue;
+        }
         if (is_shadow(s, x)) { /* its own cast kernel, set apart from the step's (build) */
             sn_fuse_make_root(s, x);
             continue;

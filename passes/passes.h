@@ -104,6 +104,22 @@ sn_status sn_pass_nf4_per_reader(const sn_graph *in, sn_graph **out, int *n_made
 sn_status sn_pass_autocast(const sn_graph *in, sn_precision prec, sn_graph **out, int *n_casts,
                            sn_err *e);
 
+/* ---- eval_graph.c ---- */
+
+/* The evaluation graph of g: the nodes g's loss depends on, in g's order (its forward, with any
+ * rewrite made after autodiff such as the LM head in chunks; no backward, no recompute), with
+ * the loss as its one output and no logits mark, every dropout identity (evaluation mode);
+ * parameters keep their names, so an executor
+ * can share them with g's program (sn_exec_new_sharing). requires: a verified graph with a
+ * loss, differentiated or not. */
+sn_status sn_pass_eval_graph(const sn_graph *in, sn_graph **out, sn_err *e);
+
+/* Every dropout of a forward graph replaced by its input (identity: evaluation, generation),
+ * the dropout seed input gone with them. requires: a verified forward graph (before autodiff;
+ * the pipeline runs it when it compiles without a backward). *n_removed: the dropouts; none:
+ * *out is NULL (the graph stays as it is). */
+sn_status sn_pass_no_dropout(const sn_graph *in, sn_graph **out, int *n_removed, sn_err *e);
+
 /* ---- recompute.c ---- */
 
 /* What the backward keeps of the forward. Sub-blocks are the segments between the separators

@@ -179,7 +179,12 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
         if ((s = after(g, "autocast", o, e))) return s;
     }
 
-    if (!o->backward) return SN_OK;
+    if (!o->backward) { /* inference: dropout is identity */
+        int removed;
+        if ((s = sn_pass_no_dropout(g, &next, &removed, e))) return s;
+        if (next) replace(g, next);
+        return SN_OK;
+    }
     if (!g->loss) return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph has no loss");
     if ((s = sn_backward(g, g->loss, e))) return s;
     if ((s = after(g, "autodiff", o, e))) return s;

@@ -80,7 +80,8 @@ const char *sn_pipeline_pass_names(void);
  * pass that leaves a graph the verifier rejects is reported with its name. stats may be NULL;
  * each entry sets the fields of its own passes. On failure g is still a graph the caller frees.
  *
- * The graph passes: pad_vocab, attention, nf4, autocast, autodiff (o->backward), nf4_per_reader
+ * The graph passes: pad_vocab, attention, nf4, autocast, no_dropout (without o->backward:
+ * inference), autodiff (o->backward), nf4_per_reader
  * (a dequantize of two readers), chunk_logits, checkpoint.
  * requires: a forward graph (no backward yet: the forward rewrites must come before autodiff,
  * so that gradients come from the rewritten ops); a graph with a backward is SN_ERR_INVALID. */

@@ -130,7 +130,8 @@ static bool shared_cast(const sink_state *s, const sn_node *x) {
  * (each then gets its own x, and x itself none), or a shared cast; and every pad of c passes
  * x's op. */
 static bool sinks(const sink_state *s, const chain *c, const sn_node *x) {
-    return c->n > 0 && sn_op_kind(x->op) == SN_K_POINTWISE && x->n_in > 0 &&
+    /* not a dropout: its mask is of its own elements' indices */
+    return c->n > 0 && sn_op_kind(x->op) == SN_K_POINTWISE && x->op != SN_OP_DROPOUT && x->n_in > 0 &&
            (s->uses[x->id] == 1 || s->view_only[x->id] || shared_cast(s, x)) && pads_pass(c, x->op);
 }
 

@@ -126,6 +126,10 @@ static sn_status check_pointwise(const sn_kernel *k, sn_err *e) {
             return BUG("instruction %d is %s (%%%d), not a pointwise op", i, sn_op_name(op), in->node->id);
         if (sn_op_kind(op) == SN_K_POINTWISE && in->n_in != sn_op_min_inputs(op))
             return BUG("instruction %d (%s) has %d operands", i, sn_op_name(op), in->n_in);
+        if (op == SN_OP_DROPOUT && sn_numel(in->node) != sn_shape_numel(k->rank, k->shape))
+            return BUG("instruction %d, a dropout of %lld elements, in an index space of %lld: its "
+                       "mask reads its own elements' indices", i, (long long)sn_numel(in->node),
+                       (long long)sn_shape_numel(k->rank, k->shape));
         for (int j = 0; j < in->n_in; j++) {
             const sn_ref *r = &in->in[j];
             if ((r->kind == SN_REF_INSTR && (r->index < 0 || r->index >= i)) ||

@@ -87,6 +87,8 @@ static sn_status fused_plan(const sn_kernel *k, sn_row_plan *p, sn_err *e) {
         sn_op op = in->node->op;
         if (i != k->row.instr && sn_op_kind(op) != SN_K_POINTWISE && !sn_pw_is_identity(op))
             return BUG("instruction %d is %s (%%%d), not a pointwise op", i, sn_op_name(op), in->node->id);
+        if (op == SN_OP_DROPOUT) /* its mask reads a pointwise kernel's element index (fuse) */
+            return BUG("instruction %d is a dropout (%%%d) in a row kernel", i, in->node->id);
         dep[i] = i == k->row.instr;
         for (int t = 0; t < in->n_in; t++) {
             const sn_ref *r = &in->in[t];

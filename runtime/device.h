@@ -51,11 +51,11 @@ struct sn_device {
                             void *done, sn_err *e);
     sn_status (*event_wait)(sn_device *d, void *done, sn_err *e);
     /* A device that evaluates the program's graph itself instead of launching its kernels (the
-     * reference interpreter) sets these; NULL on the others. run_graph evaluates p->g on the
-     * values in p's persistent block (inputs and parameters in; every persistent value it
+     * reference interpreter) sets these; NULL on the others. run_graph evaluates p->g on its
+     * persistent values, value i at at[i] (inputs and parameters in; every persistent value it
      * computes out: outputs, the loss, gradients); *state is the executor's (NULL at first),
      * freed with run_free. */
-    sn_status (*run_graph)(sn_device *d, const sn_program *p, void *persistent, void **state,
+    sn_status (*run_graph)(sn_device *d, const sn_program *p, char *const *at, void **state,
                            sn_err *e);
     void (*run_free)(sn_device *d, void *state);
     void (*destroy)(sn_device *d);
@@ -84,6 +84,18 @@ typedef struct sn_exec sn_exec;
 /* Allocates the arena and persistent block, fills constants, compiles the kernels.
  * SN_ERR_INVALID when p was compiled for another target than d's (its kind or architecture). */
 sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *e);
+/* The same for a program that reads owner's parameters (an evaluation program beside a
+ * training one, on the same device; owner must outlive it): each PARAM of p is the one of
+ * owner's layout of its name, dtype and size (none: SN_ERR_INVALID naming it), owner's memory,
+ * and so is its weight shadow where owner
+ * has the same parameter's in the same dtype (owner makes its stale shadows before this one's
+ * run; a shadow of p's own is made before every run). Its persistent block holds p's other
+ * persistent values only (inputs, outputs, constants), packed anew: no block refs into it. It
+ * runs in owner's arena when p's fits in it: a run of one clobbers the other's arena, so the
+ * two never run at once (nothing in an arena outlives a run). sn_exec_set and sn_exec_get on
+ * a shared parameter reach owner's. */
+sn_status sn_exec_new_sharing(sn_device *d, const sn_program *p, sn_exec *owner, sn_exec **out,
+                              sn_err *e);
 void sn_exec_free(sn_exec *x);
 
 /* Host data into an INPUT or PARAM value (f32 for float nodes, int32 for i32 nodes); nothing
@@ -144,9 +156,6 @@ sn_device *sn_exec_device(const sn_exec *x);
 
 /* Runs every kernel in order (after the stale weight shadows' casts). */
 sn_status sn_exec_run(sn_exec *x, sn_err *e);
-/* Runs the first n kernels only (a forward-only evaluation: n ends at the kernel writing the
- * loss); a device that evaluates the graph whole (the interpreter) runs all of it. */
-sn_status sn_exec_run_first(sn_exec *x, int n, sn_err *e);
 
 typedef struct {
     double compile_s;         /* sn_exec_new's code generation and JIT */
@@ -154,7 +163,8 @@ typedef struct {
     double kind_s[SN_KER_KIND_COUNT]; /* the last run's time by kernel kind (device events) */
     int64_t arena_peak_bytes; /* measured: the highest arena byte any kernel touched */
     int64_t arena_bytes;      /* allocated (the planner's prediction) */
-    int64_t persistent_bytes; /* the persistent block */
+    int64_t persistent_bytes; /* the persistent block (a sharing executor's own part) */
+    bool arena_shared;        /* the arena is the owner's (sn_exec_new_sharing) */
     int64_t buffer_bytes;     /* extra buffers (sn_exec_buffer_new: optimizer state) */
     int64_t shadow_casts;     /* weight shadows made again from their parameters (program.h),
                                  counted since sn_exec_new */

@@ -3,7 +3,10 @@
  * arena peak is the highest arena byte a kernel was handed, which must equal the plan's.
  * Device pointers stay in here and in the device: callers name memory by sn_exec_ref. A weight
  * shadow (program.h) whose parameter was written from outside the program is made again by its
- * cast kernel before the next run. */
+ * cast kernel before the next run. Every value's pointer is worked out once (at[]): a sharing
+ * executor (sn_exec_new_sharing) points its parameters and their shadows into its owner's
+ * persistent block, lays out the rest of its persistent values in a block of its own, and runs
+ * in its owner's arena when that is large enough. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,9 +17,16 @@ struct sn_exec {
     sn_device *d;
     const sn_program *p;
     char *arena, *persistent;
+    char **at;         /* per value: its device pointer (aliases their root's) */
+    sn_exec *owner;    /* a sharing executor's: whose parameters it reads; NULL: none */
+    int *bound;        /* [n_values] with an owner: the owner's value a value is, or -1 */
+    bool arena_borrowed; /* the arena is the owner's (not freed here) */
+    int64_t own_persistent; /* bytes of the persistent block allocated here */
     void **handles;    /* per kernel, from the device's compile, then per weight shadow */
     bool *stale;       /* per weight shadow (program.h): its parameter was written since its
                           copy was made; the copy is made again before the next run */
+    bool *foreign;     /* per weight shadow: its copy is the owner's (the owner makes it again);
+                          a shadow of an owner's parameter that is not is made before every run */
     double *kernel_s;  /* per kernel: time of the last run */
     void **events;     /* n_kernels + 1: before the first kernel and after each */
     int n_buffers;     /* extra buffers (sn_exec_buffer_new) */
@@ -36,9 +46,7 @@ static const sn_value *value_of(const sn_exec *x, const sn_node *n) {
     return v < 0 ? NULL : &x->p->values[v];
 }
 
-static void *ptr_of(const sn_exec *x, const sn_value *v) {
-    return (v->persistent ? x->persistent : x->arena) + v->offset;
-}
+static void *ptr_of(const sn_exec *x, const sn_value *v) { return x->at[v - x->p->values]; }
 
 /* CONST and FULL values, converted to their dtype's layout. */
 static sn_status fill_constants(sn_exec *x, sn_err *e) {
@@ -67,7 +75,7 @@ static sn_status fill_constants(sn_exec *x, sn_err *e) {
 
 void sn_exec_free(sn_exec *x) {
     if (!x) return;
-    if (x->arena) x->d->free(x->d, x->arena);
+    if (x->arena && !x->arena_borrowed) x->d->free(x->d, x->arena);
     if (x->persistent) x->d->free(x->d, x->persistent);
     if (x->graph_state) x->d->run_free(x->d, x->graph_state);
     for (int i = 0; i < SN_EXEC_COPY_SLOTS; i++)
@@ -80,48 +88,139 @@ void sn_exec_free(sn_exec *x) {
     free(x->buffer_bytes);
     free(x->handles);
     free(x->stale);
+    free(x->foreign);
+    free(x->at);
+    free(x->bound);
     free(x->kernel_s);
     free(x);
 }
 
-sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *e) {
+static int root_of(const sn_program *p, int v) {
+    while (p->values[v].alias >= 0) v = p->values[v].alias;
+    return v;
+}
+
+/* The owner's value of the parameter named as n, of n's dtype and size, or -1. */
+static int owner_param(const sn_exec *o, const sn_node *n) {
+    const sn_param_layout *l = &o->p->layout;
+    for (int i = 0; i < l->n && n->name; i++) {
+        const sn_param_slot *s = &l->slots[i];
+        int v = o->p->value_of[s->node->id];
+        if (v >= 0 && s->node->name && !strcmp(s->node->name, n->name) && s->dtype == n->dtype &&
+            s->numel == sn_numel(n))
+            return root_of(o->p, v);
+    }
+    return -1;
+}
+
+/* Which of x's values are its owner's: its parameters, by name, dtype and size, and the weight
+ * shadow of such a parameter where the owner has one of the same dtype. */
+static void bind(sn_exec *x) {
+    const sn_program *p = x->p, *op = x->owner->p;
+    for (int v = 0; v < p->n_values; v++) {
+        const sn_node *n = p->values[v].node;
+        x->bound[v] = n && n->op == SN_OP_PARAM && p->values[v].alias < 0 ? owner_param(x->owner, n) : -1;
+    }
+    for (int k = 0; k < p->n_shadows; k++) {
+        const sn_node *c = p->shadows[k]->args[0], *w = p->shadows[k]->args[1];
+        int ow = x->bound[p->value_of[w->id]];
+        for (int j = 0; ow >= 0 && j < op->n_shadows && !x->foreign[k]; j++) {
+            const sn_node *oc = op->shadows[j]->args[0];
+            if (op->value_of[op->shadows[j]->args[1]->id] != ow || oc->dtype != c->dtype) continue;
+            x->bound[p->value_of[c->id]] = root_of(op, op->value_of[oc->id]);
+            x->foreign[k] = true;
+        }
+    }
+}
+
+static int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
+
+/* The blocks and every value's pointer: an arena value at its planned offset; a persistent one
+ * at its planned offset in the persistent block, or with an owner the owner's or packed anew in
+ * a block of those that are not the owner's. Aliases point where their root does. */
+static sn_status place(sn_exec *x, sn_err *e) {
+    const sn_program *p = x->p;
+    sn_device *d = x->d;
+    int64_t *off = sn_calloc((size_t)p->n_values + 1, sizeof *off, "the executor's values", e);
+    if (!off) return SN_ERR_OOM;
+    int64_t own = x->owner ? 0 : p->persistent_bytes;
+    for (int v = 0; v < p->n_values; v++) {
+        const sn_value *val = &p->values[v];
+        if (!val->persistent || val->alias >= 0 || (x->owner && x->bound[v] >= 0)) continue;
+        off[v] = x->owner ? own : val->offset;
+        if (x->owner) own += align64(val->bytes);
+    }
+    x->own_persistent = own;
+    sn_err de = {0};
+    const char *block = "arena (the activations and gradients one step reuses)";
+    x->arena_borrowed = x->owner && p->arena_bytes <= x->owner->p->arena_bytes;
+    if (x->arena_borrowed) x->arena = x->owner->arena;
+    if (x->arena || (x->arena = d->alloc(d, (size_t)p->arena_bytes + 64, &de)))
+        block = "persistent block (parameters, inputs, outputs)";
+    if (!x->arena || !(x->persistent = d->alloc(d, (size_t)own + 64, &de))) {
+        free(off);
+        return sn_fail(e, de.code ? de.code : SN_ERR_OOM, "the program's %s does not fit on the "
+                       "device: %s", block, de.msg);
+    }
+    for (int v = 0; v < p->n_values; v++) {
+        int r = root_of(p, v);
+        const sn_value *val = &p->values[r];
+        x->at[v] = !val->persistent               ? x->arena + val->offset
+                   : x->owner && x->bound[r] >= 0 ? x->owner->at[x->bound[r]]
+                                                  : x->persistent + off[r];
+    }
+    free(off);
+    /* zeroed: the padding between values stays zero, so a kernel over a range of several
+     * values (the optimizer's flat range) reads zeros there */
+    return d->memset(d, x->persistent, 0, (size_t)own + 64, e);
+}
+
+sn_status sn_exec_new_sharing(sn_device *d, const sn_program *p, sn_exec *owner, sn_exec **out,
+                              sn_err *e) {
     *out = NULL;
     if (p->target.kind != d->target.kind || p->target.sm != d->target.sm)
         return sn_fail(e, SN_ERR_INVALID, "executor: the program was compiled for %s, but the "
                        "device is %s (%s): compile it with sn_pipeline_opts.target = "
                        "&device->target", p->target.name, d->target.name, d->name);
+    if (owner && owner->d != d)
+        return sn_fail(e, SN_ERR_INVALID, "executor: a program shares parameters with an executor "
+                       "of the same device only (%s, %s)", owner->d->name, d->name);
     sn_exec *x = sn_calloc(1, sizeof *x, "the executor", e);
     if (!x) return SN_ERR_OOM;
     x->d = d;
     x->p = p;
+    x->owner = owner;
     int n_all = p->n_kernels + p->n_shadows; /* the shadows' kernels follow the step's */
     x->handles = sn_calloc((size_t)n_all + 1, sizeof *x->handles, "the executor's kernels", e);
     x->stale = sn_calloc((size_t)p->n_shadows + 1, sizeof *x->stale, "the executor's kernels", e);
+    x->foreign = sn_calloc((size_t)p->n_shadows + 1, sizeof *x->foreign, "the executor's kernels", e);
     x->kernel_s = sn_calloc((size_t)p->n_kernels + 1, sizeof *x->kernel_s, "the executor's kernels", e);
     x->events = sn_calloc((size_t)p->n_kernels + 1, sizeof *x->events, "the executor's events", e);
-    if (!x->handles || !x->stale || !x->kernel_s || !x->events) {
+    x->at = sn_calloc((size_t)p->n_values + 1, sizeof *x->at, "the executor's values", e);
+    x->bound = sn_calloc((size_t)p->n_values + 1, sizeof *x->bound, "the executor's values", e);
+    if (!x->handles || !x->stale || !x->foreign || !x->kernel_s || !x->events || !x->at || !x->bound) {
         sn_exec_free(x);
         return SN_ERR_OOM;
     }
     sn_status s = SN_OK;
-    sn_err de = {0};
-    const char *block = "arena (the activations and gradients one step reuses)";
-    if ((x->arena = d->alloc(d, (size_t)p->arena_bytes + 64, &de)))
-        block = "persistent block (parameters, inputs, outputs)";
-    if (!x->arena || !(x->persistent = d->alloc(d, (size_t)p->persistent_bytes + 64, &de))) {
-        sn_exec_free(x);
-        return sn_fail(e, de.code ? de.code : SN_ERR_OOM, "the program's %s does not fit on the device: %s", block, de.msg);
+    if (owner) bind(x);
+    for (int v = 0; owner && v < p->n_values && !s; v++) { /* its own would be zeros: refused */
+        const sn_node *n = p->values[v].node;
+        if (n && n->op == SN_OP_PARAM && p->values[v].alias < 0 && x->bound[v] < 0)
+            s = sn_fail(e, SN_ERR_INVALID, "executor: parameter %s (%s, %lld elements) of the "
+                        "program is not one of the owner's (by name, dtype and size): share "
+                        "parameters between programs of one model", n->name ? n->name : "?",
+                        sn_dtype_name(n->dtype), (long long)sn_numel(n));
     }
+    if (!s) s = place(x, e);
     x->st.arena_bytes = p->arena_bytes;
-    x->st.persistent_bytes = p->persistent_bytes;
-    /* zeroed: the padding between values stays zero, so a kernel over a range of several
-     * values (the optimizer's flat range) reads zeros there */
-    s = d->memset(d, x->persistent, 0, (size_t)p->persistent_bytes + 64, e);
+    x->st.arena_shared = x->arena_borrowed;
+    x->st.persistent_bytes = x->own_persistent;
     for (int k = 0; !s && k <= p->n_kernels; k++)
         if (!(x->events[k] = d->event_new(d, e))) s = e->code ? e->code : SN_ERR_DEVICE;
     double t0 = sn_clock_s();
     if (!s) s = d->compile(d, p->kernels, n_all, x->handles, e); /* one array (program.h) */
-    for (int k = 0; k < p->n_shadows; k++) x->stale[k] = true;
+    for (int k = 0; k < p->n_shadows; k++) x->stale[k] = !x->foreign[k];
     x->st.compile_s = sn_clock_s() - t0;
     if (!s && !d->run_graph) s = fill_constants(x, e); /* a graph run fills its own */
     if (s) {
@@ -130,6 +229,10 @@ sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *
     }
     *out = x;
     return SN_OK;
+}
+
+sn_status sn_exec_new(sn_device *d, const sn_program *p, sn_exec **out, sn_err *e) {
+    return sn_exec_new_sharing(d, p, NULL, out, e);
 }
 
 /* Whether n is a node of x's graph. */
@@ -158,7 +261,7 @@ static void written_ref(sn_exec *x, sn_exec_ref r, int64_t bytes) {
 static sn_status refresh_shadows(sn_exec *x, sn_err *e) {
     const sn_program *p = x->p;
     for (int k = 0; k < p->n_shadows; k++) {
-        if (!x->stale[k]) continue;
+        if (!x->stale[k] || x->foreign[k]) continue;
         const sn_kernel *c = p->shadows[k];
         void *bufs[2] = {ptr_of(x, value_of(x, c->args[0])), ptr_of(x, value_of(x, c->args[1]))};
         SN_ASSERT(sn_kernel_n_bufs(c) == 2);
@@ -180,6 +283,8 @@ sn_status sn_exec_set(sn_exec *x, const sn_node *n, const void *data, sn_err *e)
     if (n->dtype != SN_F32 && n->dtype != SN_I32)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "sn_exec_set: %s values are not supported yet",
                        sn_dtype_name(n->dtype));
+    int b = x->owner ? x->bound[v - x->p->values] : -1;
+    if (b >= 0) return sn_exec_set(x->owner, x->owner->p->values[b].node, data, e);
     written(x, v->offset, v->bytes);
     return x->d->upload(x->d, ptr_of(x, v), data, (size_t)v->bytes, e);
 }
@@ -189,6 +294,8 @@ sn_status sn_exec_get(sn_exec *x, const sn_node *n, void *data, sn_err *e) {
     if (!v || !v->persistent)
         return sn_fail(e, SN_ERR_INVALID, "sn_exec_get: node %%%d is not kept by the program "
                        "(mark it as a graph output)", n ? n->id : -1);
+    int b = x->owner ? x->bound[v - x->p->values] : -1;
+    if (b >= 0) return sn_exec_get(x->owner, x->owner->p->values[b].node, data, e);
     return x->d->download(x->d, data, ptr_of(x, v), (size_t)v->bytes, e);
 }
 
@@ -204,6 +311,14 @@ static sn_status resolve(sn_exec *x, sn_exec_ref r, int64_t bytes, char **out, s
         base = x->persistent;
         size = x->p->persistent_bytes;
         at += v->offset;
+        if (x->owner) { /* the block is not the plan's: the value alone */
+            base = ptr_of(x, v);
+            size = v->bytes;
+            at = r.offset;
+        }
+    } else if (r.buffer == SN_EXEC_BLOCK && x->owner) {
+        return sn_fail(e, SN_ERR_INVALID, "executor: a sharing executor's persistent block is "
+                       "not laid out as its program's: name a value or an extra buffer");
     } else if (r.buffer == SN_EXEC_BLOCK) {
         base = x->persistent;
         size = x->p->persistent_bytes;
@@ -329,17 +444,22 @@ sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_
 
 sn_device *sn_exec_device(const sn_exec *x) { return x->d; }
 
-/* Runs kernels [0, end): every one, or the first end of them (sn_exec_run_first). */
+/* Runs kernels [0, end). */
 static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
     const sn_program *p = x->p;
     sn_device *d = x->d;
     memset(x->st.kind_s, 0, sizeof x->st.kind_s);
     /* the stale weight shadows first, before the step's first event (not its time); a graph
-     * run computes the casts itself */
-    sn_status s = d->run_graph ? SN_OK : refresh_shadows(x, e);
+     * run computes the casts itself. A sharing executor's: the owner's, and its own of the
+     * owner's parameters, which the owner may have changed since */
+    sn_status s = SN_OK;
+    for (int k = 0; x->owner && k < p->n_shadows; k++)
+        x->stale[k] |= !x->foreign[k] && x->bound[p->value_of[p->shadows[k]->args[1]->id]] >= 0;
+    if (!d->run_graph && x->owner) s = refresh_shadows(x->owner, e);
+    if (!s && !d->run_graph) s = refresh_shadows(x, e);
     if (!s) s = d->event_record(d, x->events[0], e);
     if (d->run_graph) { /* the whole graph at once: timed as a whole */
-        if (!s) s = d->run_graph(d, p, x->persistent, &x->graph_state, e);
+        if (!s) s = d->run_graph(d, p, x->at, &x->graph_state, e);
         if (!s) s = d->event_record(d, x->events[p->n_kernels], e);
         if (!s) s = d->sync(d, e);
         if (!s) s = d->event_elapsed(d, x->events[0], x->events[p->n_kernels], &x->st.run_s, e);
@@ -377,9 +497,6 @@ static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
 
 sn_status sn_exec_run(sn_exec *x, sn_err *e) { return run_kernels(x, x->p->n_kernels, e); }
 
-sn_status sn_exec_run_first(sn_exec *x, int n, sn_err *e) {
-    return run_kernels(x, n < 0 ? 0 : n > x->p->n_kernels ? x->p->n_kernels : n, e);
-}
 
 void sn_exec_stats_get(const sn_exec *x, sn_exec_stats *s) { *s = x->st; }
 

@@ -76,17 +76,16 @@ static sn_interp *interp_for(const sn_program *p, sn_err *e) {
     return it;
 }
 
-static sn_status interp_run_graph(sn_device *d, const sn_program *p, void *persistent,
+static sn_status interp_run_graph(sn_device *d, const sn_program *p, char *const *at,
                                   void **state, sn_err *e) {
     (void)d;
     sn_interp *it = *state;
     if (!it && !(it = *state = interp_for(p, e))) return e->code;
-    char *block = persistent;
     sn_status s = SN_OK;
     for (int i = 0; i < p->n_values && !s; i++) {
         const sn_value *v = &p->values[i];
         if (v->persistent && v->node && (v->node->op == SN_OP_INPUT || v->node->op == SN_OP_PARAM))
-            s = value_in(it, v->node, block + v->offset, e);
+            s = value_in(it, v->node, at[i], e);
     }
     if (s || (s = sn_interp_run(it, e))) return s;
     for (int i = 0; i < p->n_values; i++) {
@@ -94,7 +93,7 @@ static sn_status interp_run_graph(sn_device *d, const sn_program *p, void *persi
         if (!v->persistent || !v->node || v->alias >= 0 || sn_op_kind(v->node->op) == SN_K_LEAF)
             continue;
         const double *x = sn_interp_value(it, v->node);
-        if (x) value_out(v->node, x, block + v->offset); /* NULL: not kept, so never read */
+        if (x) value_out(v->node, x, at[i]); /* NULL: not kept, so never read */
     }
     return SN_OK;
 }

@@ -16,7 +16,7 @@ keys() { sed -n "${1}p" "$out" | grep -o '"[a-z_0-9]*":' | tr -d '":' | tr '\n' 
 [ "$(grep -c . "$out")" = 3 ] || fail "not 3 records"
 [ "$(keys 1)" = "$head" ] || fail "forward's fields: $(keys 1)"
 [ "$(keys 2)" = "$step" ] || fail "train_step's fields: $(keys 2)"
-[ "$(keys 3)" = "$head over_step" ] || fail "validation's fields: $(keys 3)"
+[ "$(keys 3)" = "$head over_step training_program_to_loss_over_step" ] || fail "validation's fields: $(keys 3)"
 grep -q '^{"bench":"train","phase":"forward","device":"cpu","model":"tiny","batch":2,"seq":32,"lora":0,"ia3":false,"checkpoint":"none","offload":false,"ms_per_step":[0-9]*\.[0-9][0-9],"tokens_per_s":[0-9]*\.[0-9],' "$out" ||
     fail "forward's record does not start as json-c writes it (no spaces, ms_per_step as %.2f)"
 grep -q '"mfu":[0-9]\.[0-9][0-9][0-9][0-9],"mfu_suspect":\(true\|false\)}$' "$out" || fail "mfu's text"

@@ -52,6 +52,9 @@ fi
 "$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 6GiB > "$dir/plan.out" || { echo "FAIL: plan"; exit 1; }
 grep -q "^choice: micro-batch 16 x 1 accumulation step, checkpoint policy budget, .*, LM head in 4 chunks$" "$dir/plan.out" &&
     grep -q "^  activations (arena) .* recompute +.*; LM head in 4 chunks" "$dir/plan.out" || { echo "FAIL: plan table"; cat "$dir/plan.out"; exit 1; }
+# validation's program: its row, its arena in the training one's
+grep -q "^  evaluation .* validation: forward only, arena .* (in the training arena)$" "$dir/plan.out" ||
+    { echo "FAIL: plan: no evaluation row"; cat "$dir/plan.out"; exit 1; }
 "$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 6GiB --chunk-logits 0 > "$dir/plan0.out" || { echo "FAIL: plan whole"; exit 1; }
 grep -q "^choice: micro-batch 8 x 2 accumulation steps, checkpoint policy budget, [a-z0-9, ]*none$" "$dir/plan0.out" ||
     { echo "FAIL: plan with the head whole"; cat "$dir/plan0.out"; exit 1; }

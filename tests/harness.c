@@ -3,6 +3,7 @@
 #include "frontend/frontend.h"
 #include "interp/interp.h"
 #include "models/gpt2.h"
+#include "runtime/device.h"
 #include "train/train.h"
 
 #include <math.h>
@@ -230,4 +231,12 @@ sn_graph *sn_test_cache_attention(int B, int H, int Hkv, int T, int S, int D, in
     *fused = y;
     *written = w;
     return g;
+}
+
+int64_t sn_test_eval_bytes(sn_trainer *t) {
+    sn_err e;
+    ck_assert_msg(sn_trainer_eval_program(t, &e), "%s", e.msg);
+    sn_exec_stats st;
+    sn_exec_stats_get(sn_trainer_eval_exec(t), &st);
+    return st.persistent_bytes + (st.arena_shared ? 0 : st.arena_bytes);
 }

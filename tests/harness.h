@@ -62,4 +62,8 @@ sn_status sn_test_tiny_loss_graph(void *ctx, int b, sn_graph **out, sn_err *e);
 struct sn_trainer;
 void sn_test_same_state(const struct sn_trainer *a, const struct sn_trainer *b);
 
+/* What t's evaluation program adds to the device (made now if it was not): its executor's own
+ * persistent block, and its arena when it is not the training one's (plan.h sn_plan.eval). */
+int64_t sn_test_eval_bytes(struct sn_trainer *t);
+
 #endif

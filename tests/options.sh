@@ -96,3 +96,10 @@ refused 2 "--beta1 wants" train $k --beta1 1
 # shellcheck disable=SC2086
 refused 1 "warmup 9 (-1 .. steps 3)" train $k --steps 3 --warmup 9
 echo "the optimizer's knobs: taken, checked on resume, their ranges said"
+# --dropout: in train's help, its range said, GPT-2 only (resume: tests/resume.sh)
+"$sinter" train --help | grep -q -- "--dropout P" || fail "train --help lacks --dropout"
+# shellcheck disable=SC2086
+refused 2 "--dropout wants" train $k --dropout 1
+# shellcheck disable=SC2086
+refused 1 "--dropout with a LLaMA-family model is not supported yet" train $k --model llama-tiny --tokenizer bytes --dropout 0.1
+echo "--dropout: in --help, its range, GPT-2 only"

@@ -103,3 +103,24 @@ expect_refused "batch is 2 there, 4 here" --resume run.ckpt --batch 4 --tokens-p
 expect_refused "model is tiny there, demo here" --resume run.ckpt --model demo
 expect_refused "train.lr is 0.00100000005 there, 0.00200000009 here" --resume run.ckpt --lr 2e-3
 echo "bad checkpoints refused"
+
+# dropout: its masks come from (seed, step, micro-batch), so a run with --dropout killed after a
+# save and resumed ends as the uninterrupted one (losses and checkpoint bytes); the probability
+# is in the checkpoint, and a resume with another one, or none, is refused naming it
+cp straight.cut nodrop.cut
+args="$args --dropout 0.2"
+# shellcheck disable=SC2086
+"$sinter" train $args --log straight.csv --checkpoint straight.ckpt > straight.out
+losses straight.csv > straight.cut
+cmp -s nodrop.cut straight.cut && fail "--dropout 0.2 changed no loss"
+rm -f run.ckpt run.csv
+bg --log run.csv --checkpoint run.ckpt
+kill_when '[ "$(last_step)" -ge '"$((every + 2))"' ]'
+killed=$(last_step)
+saved=$(( killed / every * every )) or=
+[ $((killed % every)) -eq 0 ] && or=$((saved - every))
+resume_to_end $saved $or
+expect_refused "train.dropout is 0.200000003 there, 0.100000001 here" --resume run.ckpt --dropout 0.1
+args=$(echo "$args" | sed 's/ --dropout 0.2//')
+expect_refused "it has train.dropout = 0.200000003, which this run does not set" --resume run.ckpt
+echo "dropout: resumed from step $at as the uninterrupted run; another probability refused"

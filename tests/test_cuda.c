@@ -337,6 +337,25 @@ static void nvrtc_gpt2(const char *model, int B, int T, const int *arch, int n_a
 START_TEST(nvrtc_gpt2_124m) { nvrtc_gpt2("gpt2", 4, 1024, (const int[]){75, 80, 90}, 3); }
 END_TEST
 
+/* GPT-2 with dropout (its pointwise kernels and their backward: sn_dropout in the prelude),
+ * bf16, for sm_75, sm_80 and sm_90. */
+START_TEST(nvrtc_gpt2_dropout) {
+    if (!have_nvrtc()) return;
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("demo", &c));
+    c.dropout = 0.1f;
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    ck_assert_msg(sn_gpt2_build(g, &c, 2, 64, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.precision = SN_PRECISION_BF16;
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    nvrtc_program(g, "demo-dropout", 2, 64, (const int[]){75, 80, 90}, 3);
+}
+END_TEST
+
 /* The autocast (bf16) program: bf16 loads and stores, casts, bf16 attention (FMA tiles on
  * sm_75, mma.sync on sm_80). */
 START_TEST(nvrtc_gpt2_124m_bf16) {
@@ -1699,6 +1718,7 @@ int main(void) {
     tcase_set_timeout(nv, 120);
     tcase_add_test(nv, nvrtc_gpt2_124m);
     tcase_add_test(nv, nvrtc_gpt2_124m_bf16);
+    tcase_add_test(nv, nvrtc_gpt2_dropout);
     tcase_add_test(nv, nvrtc_gpt2_chunked_logits);
     tcase_add_test(nv, nvrtc_gpt2_124m_f16);
     tcase_add_test(nv, nvrtc_llama_small);

@@ -229,6 +229,11 @@ static sn_node *gqa(sn_graph *g, int H, int Hkv, int T, int S) {
     sn_node *q = P(g, "q", SN_SHAPE(2, H, T, 3)), *k = P(g, "k", SN_SHAPE(2, Hkv, S, 3));
     return sn_causal_attention(g, q, k, P(g, "v", SN_SHAPE(2, Hkv, S, 2)), 0.8f);
 }
+CASE(dropout) { /* a fixed mask: piecewise linear, its gradient the same mask */
+    (void)ints;
+    sn_node *seed = sn_const(g, SN_F32, SN_SCALAR, (float[]){12345});
+    return sn_gelu(g, sn_dropout(g, P(g, "x", SN_SHAPE(4, 8)), seed, 0.3f, 2));
+}
 CASE(attention_gqa2) {
     (void)ints;
     return gqa(g, 4, 2, 3, 3);
@@ -264,6 +269,7 @@ static const struct {
     C(tied_embedding, EMBEDDING), C(attention, ATTENTION), C(attention_more_keys, ATTENTION),
     C(attention_lse, ATTENTION_LSE), C(attention_lse_read_twice, ATTENTION_LSE),
     C(attention_gqa2, ATTENTION), C(attention_gqa4, ATTENTION), C(attention_lse_gqa, ATTENTION_LSE),
+    C(dropout, DROPOUT),
 #undef C
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))

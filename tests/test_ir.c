@@ -59,6 +59,8 @@ static sn_graph *build_all_ops(void) {
     h = NODE(g, SILU, IN(h));
     h = NODE(g, GELU_BWD, IN(x, h));
     h = NODE(g, SILU_BWD, IN(x, h));
+    sn_node *seed = NODE(g, INPUT, .name = "seed", .role = SN_ROLE_DROPOUT_SEED, SCALAR(F32));
+    h = NODE(g, DROPOUT, IN(h, seed), .a = {.f = 0.25f, .site = 3});
     sn_node *hb = NODE(g, CAST, IN(h), T(BF16, 2, 3, 8));
     NODE(g, SUM, IN(hb), .a = {.axis = 2, .keepdim = 1});
     NODE(g, MEAN, IN(h), .a = {.axis = 1});
@@ -173,14 +175,16 @@ START_TEST(test_roundtrip_all_ops) {
     ck_assert_has(s1, "  %2 = input \"targets\" role=targets : i32[2,3]\n");
     ck_assert_has(s1, "  %3 = param \"wte\" init=normal f=0.02 : f32[10,8]\n");
     ck_assert_has(s1, "  %6 = const data=[1, 2.5, -inf, inf, nan, 0.1, 10.0000105, -0] : f32[8]\n");
-    ck_assert_has(s1, " = causal_mask %31 f=-inf : f32[2,3,3]\n");
-    ck_assert_has(s1, " = permute %34 perm=[0,2,1] : f32[2,8,3]\n");
-    ck_assert_has(s1, " = attention %0, %34, %34, %43 f=0.35355338 : f32[2,3,8]\n");
-    ck_assert_has(s1, " = sum %25 axis=2 keepdim=1 : bf16[2,3,1]\n");
-    ck_assert_has(s1, "%42 = cross_entropy %41, %2 start=0 end=9 ignore_index=-1 : f32[]\n");
-    ck_assert_has(s1, ": f32[2,3,8]\n  backward\n  %45 = full f=1 : f32[]\n");
-    ck_assert_has(s1, "  output %41\n  output %42\n  output %40\n");
-    ck_assert_has(s1, "  loss %42\n  grad %3 = %53\n  grad %4 = %50\n  grad %5 = %52\n}\n");
+    ck_assert_has(s1, "  %25 = input \"seed\" role=dropout_seed : f32[]\n");
+    ck_assert_has(s1, "  %26 = dropout %24, %25 f=0.25 site=3 : f32[2,3,8]\n");
+    ck_assert_has(s1, " = causal_mask %33 f=-inf : f32[2,3,3]\n");
+    ck_assert_has(s1, " = permute %36 perm=[0,2,1] : f32[2,8,3]\n");
+    ck_assert_has(s1, " = attention %0, %36, %36, %45 f=0.35355338 : f32[2,3,8]\n");
+    ck_assert_has(s1, " = sum %27 axis=2 keepdim=1 : bf16[2,3,1]\n");
+    ck_assert_has(s1, "%44 = cross_entropy %43, %2 start=0 end=9 ignore_index=-1 : f32[]\n");
+    ck_assert_has(s1, ": f32[2,3,8]\n  backward\n  %47 = full f=1 : f32[]\n");
+    ck_assert_has(s1, "  output %43\n  output %44\n  output %42\n");
+    ck_assert_has(s1, "  loss %44\n  grad %3 = %55\n  grad %4 = %52\n  grad %5 = %54\n}\n");
 
     sn_graph *g2 = parse_ok(s1);
     check_same_graph(g, g2);

@@ -669,7 +669,8 @@ START_TEST(plan_is_the_program) {
     ck_assert_msg(sn_plan_make(&o, sn_test_tiny_loss_graph, &tiny_shape, &pl, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_le(pl.total, o.budget);
     ck_assert_int_eq(pl.micro_batch * pl.accum, 8);
-    ck_assert_int_eq(pl.total, pl.weights + pl.grads + pl.io + pl.opt_device + pl.arena + pl.workspace);
+    ck_assert_int_eq(pl.total, pl.weights + pl.grads + pl.io + pl.opt_device + pl.arena + pl.workspace + pl.eval);
+    ck_assert(pl.eval > 0 && pl.eval_arena < pl.arena); /* ids and loss; in the training arena */
     /* compiled the way the trainer compiles it: the same program */
     sn_graph *g;
     ck_assert(sn_test_tiny_loss_graph(&tiny_shape, pl.micro_batch, &g, &e) == SN_OK);
@@ -697,7 +698,7 @@ START_TEST(plan_is_the_program) {
     ck_assert_int_eq(sn_trainer_state_bytes(t), pl.opt_device);
     sn_exec_stats xs;
     sn_exec_stats_get(sn_trainer_exec(t), &xs);
-    ck_assert_int_eq(xs.arena_peak_bytes + xs.persistent_bytes + xs.buffer_bytes, pl.total);
+    ck_assert_int_eq(xs.arena_peak_bytes + xs.persistent_bytes + xs.buffer_bytes + sn_test_eval_bytes(t), pl.total);
     sn_trainer_free(t);
     sn_device_free(d);
     sn_graph_free(g);

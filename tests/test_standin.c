@@ -65,11 +65,12 @@ static sn_device *cuda(const char *cache_dir) {
     return d;
 }
 
-/* tiny GPT-2 (vocabulary 64) with its backward */
-static sn_graph *tiny(void) {
+/* tiny GPT-2 (vocabulary 64) with its backward, with dropout p */
+static sn_graph *tiny_dropout(float p) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
     c.vocab = V;
+    c.dropout = p;
     sn_graph *g = sn_graph_new();
     sn_gpt2 m;
     sn_err e;
@@ -77,6 +78,8 @@ static sn_graph *tiny(void) {
     ck_assert_msg(sn_backward(g, m.loss, &e) == SN_OK, "%s", e.msg);
     return g;
 }
+
+static sn_graph *tiny(void) { return tiny_dropout(0); }
 
 static void batch(int32_t *x, int32_t *y, uint64_t seed) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
@@ -100,7 +103,8 @@ static sn_trainer *trainer_on(sn_graph *g, sn_device *d, sn_err *e) {
     return trainer_offload(g, d, false, e);
 }
 
-/* steps steps (every third with an evaluation and a second micro-batch); SN_OK or the failure */
+/* steps steps (every third with an evaluation, checked against the training program's loss on
+ * its batch, which is then a second micro-batch); SN_OK or the failure */
 static sn_status train(sn_trainer *t, int steps, double *loss, double *norm, sn_err *e) {
     int32_t x[B * T], y[B * T];
     sn_status st = SN_OK;
@@ -111,7 +115,10 @@ static sn_status train(sn_trainer *t, int steps, double *loss, double *norm, sn_
             double l;
             batch(x, y, 1000 + (uint64_t)s);
             st = sn_trainer_eval(t, x, y, &l, e);
-            if (!st) st = sn_trainer_accumulate(t, x, y, NULL, e);
+            double la; /* the evaluation program's loss is the training program's, to the bit */
+            if (!st) st = sn_trainer_accumulate(t, x, y, &la, e);
+            ck_assert_msg(st || l == la || sn_trainer_dropout(t) > 0, /* training's dropout */
+                          "step %d: eval %.9g, the training program %.9g", s, l, la);
         }
         sn_step_stats ss;
         if (!st) st = sn_trainer_update(t, &ss, e);
@@ -192,6 +199,38 @@ static sn_graph *tiny_at(sn_precision p) {
     ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     return g;
 }
+
+/* With dropout 0.2 (its kernels on the simulator, the seed set each micro-batch) the stand-in
+ * trains as the CPU device does: the losses within 1e-5 over 20 steps (a mask that differed
+ * anywhere would move them by far more), and the evaluations, which have no dropout, agree. */
+START_TEST(dropout_trains_like_the_cpu_device) {
+    if (!have_nvrtc()) return;
+    sn_err e;
+    sn_device *cpu, *gpu = cuda(NULL);
+    ck_assert_msg(sn_cpu_device_new(2, &cpu, &e) == SN_OK, "%s", e.msg);
+    sn_graph *g1 = tiny_dropout(0.2f), *g2 = tiny_dropout(0.2f), *g0 = tiny();
+    sn_trainer *a = trainer_on(g1, cpu, &e), *b = trainer_on(g2, gpu, &e), *c = trainer_on(g0, cpu, &e);
+    ck_assert_msg(a && b && c, "%s", e.msg);
+    double la[STEPS], lb[STEPS], lc[STEPS], na[STEPS], nb[STEPS], nc[STEPS];
+    ck_assert_msg(train(a, STEPS, la, na, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(train(b, STEPS, lb, nb, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(train(c, STEPS, lc, nc, &e) == SN_OK, "%s", e.msg);
+    for (int s = 0; s < STEPS; s++)
+        ck_assert_msg(fabs(la[s] - lb[s]) <= 1e-5 && fabs(na[s] - nb[s]) <= 1e-4 * fmax(1, na[s]),
+                      "step %d: loss %.9g (cpu) vs %.9g (cuda), norm %.9g vs %.9g", s, la[s], lb[s],
+                      na[s], nb[s]);
+    ck_assert_msg(fabs(la[0] - lc[0]) > 1e-4, "dropout 0.2 left the first loss as it was (%.9g)", la[0]);
+    ck_assert_msg(la[STEPS - 1] < la[0] - 0.5, "loss %g -> %g: not learning", la[0], la[STEPS - 1]);
+    sn_trainer_free(a);
+    sn_trainer_free(b);
+    sn_trainer_free(c);
+    sn_graph_free(g0);
+    sn_graph_free(g1);
+    sn_graph_free(g2);
+    sn_device_free(cpu);
+    sn_device_free(gpu);
+}
+END_TEST
 
 /* bf16 and fp16 (_i) programs train 20 steps through runtime/cuda (16-bit cuBLASLt plans, f16
  * and bf16 kernels on the simulator) with the CPU device's losses. Both devices run one program
@@ -388,7 +427,8 @@ START_TEST(cuda_plan_is_the_trainer) {
     ck_assert_msg(sn_trainer_update(t, &st, &e) == SN_OK, "%s", e.msg);
     sn_exec_stats xs;
     sn_exec_stats_get(sn_trainer_exec(t), &xs);
-    ck_assert_int_eq(xs.arena_peak_bytes + xs.persistent_bytes + xs.buffer_bytes + pl.workspace, pl.total);
+    ck_assert_int_eq(xs.arena_peak_bytes + xs.persistent_bytes + xs.buffer_bytes + pl.workspace + sn_test_eval_bytes(t),
+                     pl.total);
     ck_assert_int_eq(sn_trainer_host_state_bytes(t), pl.opt_host);
     sn_trainer_free(t);
     sn_graph_free(g);
@@ -1190,6 +1230,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("standin");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, tiny_gpt2_trains_like_the_cpu_device);
+    tcase_add_test(tc, dropout_trains_like_the_cpu_device);
     tcase_add_loop_test(tc, tiny_gpt2_16bit_trains_like_the_cpu_device, 0, 2);
     tcase_add_test(tc, second_trainer_on_one_device);
     tcase_add_test(tc, device_pointers_fault_on_the_host);

@@ -60,8 +60,11 @@ void sn_run_state_free(sn_run_state *r) {
     sn_series_free(&r->val_loss);
 }
 
-/* The optimizer options as metadata ("%.9g" prints a float so that it reads back exactly). */
-static void opts_meta(const sn_train_opts *o, sn_run_state *m) {
+/* The optimizer options and the graph's dropout (when it has one) as metadata ("%.9g" prints a
+ * float so that it reads back exactly). */
+static void opts_meta(const sn_trainer *t, sn_run_state *m) {
+    const sn_train_opts *o = sn_trainer_opts(t);
+    if (sn_trainer_dropout(t) > 0) sn_run_meta_set(m, "train.dropout", "%.9g", sn_trainer_dropout(t));
     sn_run_meta_set(m, "train.steps", "%d", o->steps);
     sn_run_meta_set(m, "train.lr", "%.9g", o->lr);
     sn_run_meta_set(m, "train.min_lr_frac", "%.9g", o->min_lr_frac);
@@ -114,7 +117,7 @@ static void put_series(writer *w, const char *name, const sn_series *s) {
 static sn_status put_payload(writer *w, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     sn_run_state all = {.n_meta = r->n_meta};
     memcpy(all.meta, r->meta, sizeof r->meta);
-    opts_meta(sn_trainer_opts(t), &all);
+    opts_meta(t, &all);
     for (int i = 0; i < all.n_meta; i++) {
         record(w, REC_META, all.meta[i].key, strlen(all.meta[i].value));
         put(w, all.meta[i].value, strlen(all.meta[i].value));
@@ -229,7 +232,7 @@ sn_status sn_checkpoint_save(const char *path, const sn_trainer *t, const sn_run
 static sn_status check_meta(const sn_ckpt_file *f, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
     sn_run_state want = {.n_meta = r->n_meta};
     memcpy(want.meta, r->meta, sizeof r->meta);
-    opts_meta(sn_trainer_opts(t), &want);
+    opts_meta(t, &want);
     static const char hint[] = "resume with the model, data and options it was saved with, or "
                                "start afresh without --resume";
     for (int i = 0; i < want.n_meta; i++) {

@@ -59,6 +59,30 @@ static sn_status split_persistent(const sn_program *p, sn_plan *pl, sn_err *e) {
     return SN_OK;
 }
 
+/* The evaluation program of training graph g (compiled by the kernel passes with o): its arena,
+ * and what it adds (runner.h): the persistent values that are not the parameters nor their
+ * weight shadows (the training program's), and the arena beyond the training one's. */
+static sn_status measure_eval(const sn_graph *g, const sn_pipeline_opts *o, sn_plan *pl, sn_err *e) {
+    sn_graph *eg;
+    sn_program *ep = NULL;
+    sn_status s = sn_pass_eval_graph(g, &eg, e);
+    if (!s) s = sn_pipeline_kernels(eg, o, &ep, NULL, e);
+    if (!s) {
+        int64_t own = 0;
+        for (int v = 0; v < ep->n_values; v++) {
+            const sn_value *x = &ep->values[v];
+            const sn_node *n = x->node;
+            bool shared = n && (n->op == SN_OP_PARAM || (n->op == SN_OP_CAST && n->in[0]->op == SN_OP_PARAM));
+            if (x->persistent && x->alias < 0 && !shared) own += align_up(x->bytes);
+        }
+        pl->eval_arena = ep->arena_bytes;
+        pl->eval = own + (ep->arena_bytes > pl->arena ? ep->arena_bytes : 0); /* as the executor counts */
+    }
+    sn_program_free(ep);
+    if (eg) sn_graph_free(eg);
+    return s;
+}
+
 sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int policy,
                           int64_t arena_budget, int accum, bool offload, sn_plan *pl,
                           sn_program **prog, sn_err *e) {
@@ -104,7 +128,11 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     }
     pl->arena = p->arena_bytes;
     pl->workspace = workspace_of(&t);
-    pl->total = pl->persistent + pl->opt_device + pl->arena + pl->workspace;
+    if ((s = measure_eval(g, &o, pl, e))) {
+        sn_program_free(p);
+        return s;
+    }
+    pl->total = pl->persistent + pl->opt_device + pl->arena + pl->workspace + pl->eval;
     if (prog) *prog = p;
     else sn_program_free(p);
     return SN_OK;
@@ -260,6 +288,10 @@ void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f) {
         snprintf(n + at, sizeof n - (size_t)at, " (arena budget %lld)", (long long)pl->arena_budget);
     row(f, "activations (arena)", pl->arena, n);
     row(f, "workspace", pl->workspace, pl->workspace ? "cuBLASLt" : NULL);
+    char ea[32];
+    snprintf(n, sizeof n, "validation: forward only, arena %s %s", sn_bytes_str(pl->eval_arena, ea, sizeof ea),
+             pl->eval_arena <= pl->arena ? "(in the training arena)" : "(its own)");
+    row(f, "evaluation", pl->eval, n);
     row(f, "total (device)", pl->total, NULL);
     if (budget) row(f, "budget", budget, pl->total <= budget ? "fits" : "does not fit");
     if (pl->recomputed) row(f, "without checkpointing", pl->total_without, NULL);

@@ -51,7 +51,12 @@ typedef struct {
     int64_t opt_device, opt_host; /* on the device; offloaded to the host (sn_trainer_host_state_bytes) */
     int64_t arena;          /* the planned arena (activations and temporaries) */
     int64_t workspace;      /* other device allocations (0 on the CPU) */
-    int64_t total;          /* persistent + opt_device + arena + workspace */
+    /* validation's evaluation program (runner.h sn_runner_eval): it reads the parameters in
+     * place and runs in the training arena while no step runs, so what it adds is its own
+     * persistent values (ids, targets, loss) and any arena beyond the training one's */
+    int64_t eval_arena;     /* its planned arena */
+    int64_t eval;           /* what it adds to the device's memory */
+    int64_t total;          /* persistent + opt_device + arena + workspace + eval */
     int64_t total_without;  /* the same micro-batch without checkpointing */
     int64_t arena_budget;   /* what the budget policy was given (compile with it again to
                                get this very program) */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "offload.h"
 
@@ -35,8 +36,15 @@ struct sn_runner {
     sn_device *d;
     sn_device *own;   /* the reference interpreter, made here when no device was given */
     sn_program *prog;
-    int loss_end;     /* kernels a forward-only evaluation runs (sn_runner_eval) */
     sn_exec *x;
+    /* the evaluation program, made at the first sn_runner_eval: g's loss alone (passes.h
+     * sn_pass_eval_graph), compiled with the same options, its parameters and arena x's */
+    sn_pipeline_opts compile;
+    sn_graph *eg;
+    sn_program *eprog;
+    sn_exec *ex;
+    struct { const sn_node *n; float v; } scal[SN_RUNNER_SCALARS]; /* set by sn_runner_set_scalar */
+    int n_scal;
     sn_exec_ref ref[FB_COUNT];
     bool has_sums;
     /* offload: host[FB_PARAMS] the masters, host[FB_M], host[FB_V], host[FB_SUMS] the state,
@@ -60,6 +68,9 @@ void sn_runner_free(sn_runner *b) {
         else free(b->host[i]);
     }
     sn_pool_free(b->pool);
+    sn_exec_free(b->ex); /* before x, whose memory it reads */
+    sn_program_free(b->eprog);
+    sn_graph_free(b->eg);
     sn_exec_free(b->x);
     sn_program_free(b->prog);
     sn_device_free(b->own);
@@ -111,26 +122,17 @@ static sn_status offload_new(sn_runner *b, sn_err *e) {
     return SN_OK;
 }
 
-/* The program's kernels up to the one that writes the loss (its FINISH kernel where it sums
- * over rows): what a forward-only evaluation runs. */
-static int loss_end(const sn_program *p, const sn_node *loss) {
-    int end = p->n_kernels; /* no kernel writes it (the loss an input): all of them */
-    for (int k = 0; k < p->n_kernels; k++)
-        for (int o = 0; o < p->kernels[k]->n_out; o++)
-            if (p->kernels[k]->args[o] == loss && sn_kernel_writes(p->kernels[k], o)) end = k + 1;
-    return end;
-}
-
 static sn_status runner_init(sn_runner *b, const sn_pipeline_opts *compile, sn_err *e) {
     sn_status s;
     sn_pipeline_opts o = compile ? *compile : (sn_pipeline_opts){0};
     if (!o.target) o.target = &b->d->target; /* the device's, unless the caller named one */
+    b->compile = o;
+    b->compile.dump_after = NULL; /* the dump is the training program's */
     if ((s = sn_pipeline_kernels(b->g, &o, &b->prog, NULL, e)) ||
         (s = sn_exec_new(b->d, b->prog, &b->x, e)) ||
         (s = flat_layout(b, e)))
         return s;
     make_kernels(b);
-    b->loss_end = loss_end(b->prog, b->g->loss);
     int id[3];
     int64_t n = b->lay->flat_n;
     int64_t bytes[3] = {F32_BYTES * n, F32_BYTES * n, F32_BYTES * (SN_OPT_SCALARS + b->n_blocks)};
@@ -187,29 +189,69 @@ sn_exec *sn_runner_exec(const sn_runner *b) { return b->x; }
 int64_t sn_runner_state_bytes(const sn_runner *b) { return b->state_bytes; }
 int64_t sn_runner_host_state_bytes(const sn_runner *b) { return b->host_bytes; }
 
-static sn_status run_to(sn_runner *b, const sn_node *idx, const sn_node *targets, const int32_t *x,
-                        const int32_t *y, int end, double *loss, sn_err *e) {
+sn_status sn_runner_run(sn_runner *b, const sn_node *idx, const sn_node *targets,
+                        const int32_t *x, const int32_t *y, double *loss, sn_err *e) {
     sn_status s;
     float l;
     if ((s = sn_exec_set(b->x, idx, x, e)) || (s = sn_exec_set(b->x, targets, y, e)) ||
-        (s = sn_exec_run_first(b->x, end, e)) || (s = sn_exec_get(b->x, b->g->loss, &l, e)))
+        (s = sn_exec_run(b->x, e)) || (s = sn_exec_get(b->x, b->g->loss, &l, e)))
         return s;
     *loss = l;
     return SN_OK;
 }
 
-sn_status sn_runner_run(sn_runner *b, const sn_node *idx, const sn_node *targets,
-                        const int32_t *x, const int32_t *y, double *loss, sn_err *e) {
-    return run_to(b, idx, targets, x, y, b->prog->n_kernels, loss, e);
+/* The evaluation graph's INPUT standing for the training graph's input n (its role, else its
+ * name), or NULL: the loss does not read it. */
+static const sn_node *eval_input(const sn_runner *b, const sn_node *n) {
+    if (n->role != SN_ROLE_NONE) return sn_graph_input(b->eg, n->role);
+    for (int i = 0; i < b->eg->n_nodes; i++) {
+        const sn_node *m = b->eg->nodes[i];
+        if (m->op == SN_OP_INPUT && m->name && n->name && !strcmp(m->name, n->name)) return m;
+    }
+    return NULL;
+}
+
+static sn_status eval_set(sn_runner *b, const sn_node *n, const void *data, sn_err *e) {
+    const sn_node *m = eval_input(b, n);
+    return m ? sn_exec_set(b->ex, m, data, e) : SN_OK;
+}
+
+/* The evaluation program and its executor, sharing x's parameters (sn_exec_new_sharing), with
+ * the scalars set so far. */
+static sn_status eval_new(sn_runner *b, sn_err *e) {
+    sn_status s = sn_pass_eval_graph(b->g, &b->eg, e);
+    if (!s) s = sn_pipeline_kernels(b->eg, &b->compile, &b->eprog, NULL, e);
+    if (!s) s = sn_exec_new_sharing(b->d, b->eprog, b->x, &b->ex, e);
+    for (int i = 0; !s && i < b->n_scal; i++) s = eval_set(b, b->scal[i].n, &b->scal[i].v, e);
+    return s;
 }
 
 sn_status sn_runner_eval(sn_runner *b, const sn_node *idx, const sn_node *targets,
                          const int32_t *x, const int32_t *y, double *loss, sn_err *e) {
-    return run_to(b, idx, targets, x, y, b->loss_end, loss, e);
+    sn_status s = b->ex ? SN_OK : eval_new(b, e);
+    float l;
+    if (s || (s = eval_set(b, idx, x, e)) || (s = eval_set(b, targets, y, e)) ||
+        (s = sn_exec_run(b->ex, e)) || (s = sn_exec_get(b->ex, b->eg->loss, &l, e)))
+        return s;
+    *loss = l;
+    return SN_OK;
 }
 
+const sn_program *sn_runner_eval_program(sn_runner *b, sn_err *e) {
+    return b->ex || !eval_new(b, e) ? b->eprog : NULL;
+}
+
+sn_exec *sn_runner_eval_exec(const sn_runner *b) { return b->ex; }
+
 sn_status sn_runner_set_scalar(sn_runner *b, const sn_node *input, float v, sn_err *e) {
-    return sn_exec_set(b->x, input, &v, e);
+    int i = 0;
+    while (i < b->n_scal && b->scal[i].n != input) i++;
+    SN_ASSERT(i < SN_RUNNER_SCALARS);
+    b->scal[i].n = input;
+    b->scal[i].v = v;
+    if (i == b->n_scal) b->n_scal++;
+    sn_status s = sn_exec_set(b->x, input, &v, e);
+    return s || !b->ex ? s : eval_set(b, input, &v, e);
 }
 
 /* The gradient sums exist from their first use on (one micro-batch a step needs none). */

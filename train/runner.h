@@ -31,14 +31,22 @@ const char *sn_runner_name(const sn_runner *b);
 sn_status sn_runner_run(sn_runner *b, const sn_node *idx, const sn_node *targets,
                         const int32_t *x, const int32_t *y, double *loss, sn_err *e);
 
-/* The loss alone: the program's kernels up to the one that writes it, no backward after it
- * (the gradients on the device are left as they were, or partly overwritten by backward
- * kernels scheduled before the loss: the caller keeps them first). The whole graph on a device
- * that runs it whole (the interpreter). */
+/* The loss alone (idx, targets: g's inputs), by the evaluation program: g's loss and what it
+ * depends on, no backward (passes.h sn_pass_eval_graph), compiled at the first call with the
+ * runner's compile options; it reads the training program's parameters and weight shadows in
+ * place and runs in its arena (device.h sn_exec_new_sharing), its own memory its inputs and
+ * loss (and an arena where the training one is smaller). The gradients on the device are left
+ * as they were. */
 sn_status sn_runner_eval(sn_runner *b, const sn_node *idx, const sn_node *targets,
                          const int32_t *x, const int32_t *y, double *loss, sn_err *e);
+/* The evaluation program (compiled now if it was not yet; NULL on failure) and its executor
+ * (NULL before the first evaluation), for reports and tests. */
+const sn_program *sn_runner_eval_program(sn_runner *b, sn_err *e);
+sn_exec *sn_runner_eval_exec(const sn_runner *b);
 
-/* Sets an f32 scalar INPUT of g (the loss scale) for the runs that follow. */
+/* Sets an f32 scalar INPUT of g (the loss scale) for the runs that follow, evaluations
+ * included (SN_RUNNER_SCALARS different inputs at most). */
+enum { SN_RUNNER_SCALARS = 4 };
 sn_status sn_runner_set_scalar(sn_runner *b, const sn_node *input, float v, sn_err *e);
 
 /* Parameter i's weights, moments, or gradient (sums: the gradient sums, else the last run's)

@@ -12,6 +12,8 @@
 #include "frontend/frontend.h"
 #include "runner.h"
 #include "passes/passes.h"
+#include "ir/dropout.h"
+#include "support/hash.h"
 #include "support/rng.h"
 
 void sn_train_opts_default(sn_train_opts *o, int steps) {
@@ -101,6 +103,7 @@ struct sn_trainer {
     double loss_sum;     /* their losses */
     int step;
     sn_node *loss_scale; /* the loss-scale INPUT (fp16 autocast), or NULL: no loss scaling */
+    sn_node *dropout_seed; /* the dropout seed INPUT, or NULL: no dropout */
     sn_loss_scaler sc;
 };
 
@@ -136,6 +139,7 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     t->idx = sn_graph_input(g, SN_ROLE_TOKENS);
     t->targets = sn_graph_input(g, SN_ROLE_TARGETS);
     t->loss_scale = sn_graph_input(g, SN_ROLE_LOSS_SCALE);
+    t->dropout_seed = sn_graph_input(g, SN_ROLE_DROPOUT_SEED);
     t->sc = (sn_loss_scaler){.scale = t->loss_scale ? (o->init_scale > 0 ? o->init_scale : 65536) : 1};
     int64_t most = 0;
     for (int i = 0; i < t->lay->n; i++)
@@ -168,11 +172,20 @@ static sn_status keep_pending(sn_trainer *t, sn_err *e) {
     return sn_runner_sum_grads(t->run, false, e);
 }
 
+/* The dropout seed of micro-batch `micro` of the next step: a hash of (the run's seed, the step,
+ * micro) below 2^24 (ir/dropout.h), so a resumed run draws the same masks. */
+static float dropout_seed(const sn_trainer *t, int micro) {
+    uint64_t h = sn_hash_word(sn_hash_word(sn_hash_word(SN_HASH_INIT, t->o.seed), (uint64_t)t->step),
+                              (uint64_t)micro);
+    return (float)((h >> 40) % SN_DROPOUT_SEED_MAX);
+}
+
 /* One forward and backward; *loss unscaled (the graph's loss is loss * scale with scaling). */
 static sn_status run(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                      sn_err *e) {
     sn_status s = SN_OK;
-    if (t->loss_scale) s = sn_runner_set_scalar(t->run, t->loss_scale, t->sc.scale, e);
+    if (t->dropout_seed) s = sn_runner_set_scalar(t->run, t->dropout_seed, dropout_seed(t, t->pending), e);
+    if (!s && t->loss_scale) s = sn_runner_set_scalar(t->run, t->loss_scale, t->sc.scale, e);
     if (!s) s = sn_runner_run(t->run, t->idx, t->targets, idx, targets, loss, e);
     if (!s) *loss /= t->sc.scale;
     return s;
@@ -180,9 +193,9 @@ static sn_status run(sn_trainer *t, const int32_t *idx, const int32_t *targets, 
 
 sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                           sn_err *e) {
-    sn_status s = keep_pending(t, e); /* the pending gradients summed first: kept whatever runs */
-    if (!s && t->loss_scale) s = sn_runner_set_scalar(t->run, t->loss_scale, t->sc.scale, e);
-    if (!s) s = sn_runner_eval(t->run, t->idx, t->targets, idx, targets, loss, e); /* forward */
+    /* the evaluation program: the forward alone, the pending gradients untouched */
+    sn_status s = t->loss_scale ? sn_runner_set_scalar(t->run, t->loss_scale, t->sc.scale, e) : SN_OK;
+    if (!s) s = sn_runner_eval(t->run, t->idx, t->targets, idx, targets, loss, e);
     if (!s) *loss /= t->sc.scale;
     return s;
 }
@@ -281,6 +294,13 @@ sn_status sn_trainer_step(sn_trainer *t, const int32_t *idx, const int32_t *targ
 }
 
 int sn_trainer_pending(const sn_trainer *t) { return t->pending; }
+
+float sn_trainer_dropout(const sn_trainer *t) {
+    float p = 0;
+    for (int i = 0; i < t->g->n_nodes; i++)
+        if (t->g->nodes[i]->op == SN_OP_DROPOUT && t->g->nodes[i]->a.f > p) p = t->g->nodes[i]->a.f;
+    return p;
+}
 int sn_trainer_step_count(const sn_trainer *t) { return t->step; }
 void sn_trainer_set_step_count(sn_trainer *t, int step) { t->step = step; }
 bool sn_trainer_loss_scaling(const sn_trainer *t) { return t->loss_scale != NULL; }
@@ -292,6 +312,8 @@ const sn_param_layout *sn_trainer_layout(const sn_trainer *t) { return t->lay; }
 const char *sn_trainer_device_name(const sn_trainer *t) { return sn_runner_name(t->run); }
 const sn_program *sn_trainer_program(const sn_trainer *t) { return sn_runner_program(t->run); }
 sn_exec *sn_trainer_exec(const sn_trainer *t) { return sn_runner_exec(t->run); }
+const sn_program *sn_trainer_eval_program(sn_trainer *t, sn_err *e) { return sn_runner_eval_program(t->run, e); }
+sn_exec *sn_trainer_eval_exec(const sn_trainer *t) { return sn_runner_eval_exec(t->run); }
 int64_t sn_trainer_state_bytes(const sn_trainer *t) { return sn_runner_state_bytes(t->run); }
 int64_t sn_trainer_host_state_bytes(const sn_trainer *t) { return sn_runner_host_state_bytes(t->run); }
 struct sn_device *sn_trainer_device(const sn_trainer *t) { return t->o.device; }

@@ -92,9 +92,20 @@ sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e);
 /* Micro-batches accumulated since the last update. */
 int sn_trainer_pending(const sn_trainer *t);
 
-/* The loss on a batch without updating anything (nor touching accumulated gradients). */
+/* The loss on a batch without updating anything (nor touching accumulated gradients): a
+ * forward by the evaluation program (runner.h sn_runner_eval), compiled at the first call. */
 sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                           sn_err *e);
+/* The evaluation program (compiled now if not yet; NULL with e set on failure) and its executor
+ * (NULL before the first evaluation). */
+const struct sn_program *sn_trainer_eval_program(sn_trainer *t, sn_err *e);
+struct sn_exec *sn_trainer_eval_exec(const sn_trainer *t);
+
+/* The graph's dropout probability (the largest of its dropouts'; 0: none). The trainer sets
+ * the dropout seed input (SN_ROLE_DROPOUT_SEED) before each micro-batch from the run's seed,
+ * the step and the micro-batch (so a resumed run draws the same masks); checkpoints record
+ * the probability and a resume checks it. */
+float sn_trainer_dropout(const sn_trainer *t);
 
 /* Optimizer steps taken so far. */
 int sn_trainer_step_count(const sn_trainer *t);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda_int.h"
+#include "ir/dropout.h"
 #include "program/pointwise.h"
 
 const char *sn_cu_ctype(sn_dtype t) {
@@ -70,10 +71,14 @@ void sn_cu_describe(const sn_kernel *k, const sn_ref *r, char *buf, size_t len) 
     if (strlen(buf) + 8 >= len) strcpy(buf + len - 8, "...");
 }
 
-_Static_assert(SN_OP_POINTWISE_COUNT == 17, "a new pointwise op needs its formula in sn_cu_emit_instr "
+_Static_assert(SN_OP_POINTWISE_COUNT == 18, "a new pointwise op needs its formula in sn_cu_emit_instr "
                "(and llvm_fused.c's sn_ll_pw_op, and the prelude's function if it calls one)");
 
 void sn_cu_emit_instr(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx) {
+    sn_cu_emit_instr_at(t, k, i, sfx, NULL);
+}
+
+void sn_cu_emit_instr_at(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx, const char *index) {
     const sn_pw_instr *in = &k->instr[i];
     const sn_node *n = in->node;
     char v[48], x[3][48], rhs[200];
@@ -107,6 +112,15 @@ void sn_cu_emit_instr(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx)
         snprintf(rhs, sizeof rhs, "%s + %s%s%s", x[0], in->n_in > 1 ? x[1] : "0.0f",
                  in->n_in > 2 ? " + " : "", in->n_in > 2 ? x[2] : "");
         break;
+    case SN_OP_DROPOUT: { /* element `index` of the kernel's space, which is the dropout's shape */
+        char sc[32];
+        SN_ASSERT(index && in->n_in == 2);
+        snprintf(rhs, sizeof rhs, "sn_dropout(%s, %s, 0x%08xu, 0x%08xu, %s, (unsigned)(%s))", x[0],
+                 x[1], (unsigned)n->a.site * 0x7feb352du + 0x68e31da4u,
+                 sn_dropout_threshold(n->a.f), sn_cu_float_lit(sn_dropout_scale(n->a.f), sc, sizeof sc),
+                 index);
+        break;
+    }
     default: /* cast to a float type, or a view's copy */
         SN_ASSERT((n->op == SN_OP_CAST || sn_pw_is_identity(n->op)) && in->n_in >= 1);
         snprintf(rhs, sizeof rhs, "%s", x[0]);

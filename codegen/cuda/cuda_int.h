@@ -26,6 +26,9 @@ const char *sn_cu_operand(const sn_kernel *k, const sn_ref *r, const char *sfx, 
 /* "const float gelu_3 = sn_gelu(add_2);": instruction i (not a row op) in f32, rounded to its
  * node's dtype. */
 void sn_cu_emit_instr(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx);
+/* The same where the element's index in the kernel's space is the C expression `index` (a
+ * pointwise kernel's: a dropout's mask reads it; NULL elsewhere, where fuse puts none). */
+void sn_cu_emit_instr_at(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx, const char *index);
 /* Appends the fused expression under r to buf, with node ids: "gelu(add(%40, %12))". */
 void sn_cu_describe(const sn_kernel *k, const sn_ref *r, char *buf, size_t len);
 /* f32, bf16, f16 and i32 values only; else SN_ERR_UNSUPPORTED naming k and n. */

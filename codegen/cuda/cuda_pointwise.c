@@ -249,8 +249,11 @@ void sn_cu_emit_pointwise(sn_cu_text *t, const sn_kernel *k, const char *fname) 
     }
     for (int a = 0; a < k->n_access; a++) emit_access(t, k, &s, a, lanes);
     static const char *const sfx[MAX_LANES] = {"_0", "_1", "_2", "_3", "_4", "_5", "_6", "_7"};
-    for (int l = 0; l < lanes; l++)
-        for (int i = 0; i < k->n_instr; i++) sn_cu_emit_instr(t, k, i, vec ? sfx[l] : "");
+    for (int l = 0; l < lanes; l++) {
+        char at[32]; /* the element's index: a dropout's mask reads it */
+        snprintf(at, sizeof at, l ? "i + %d" : "i", l);
+        for (int i = 0; i < k->n_instr; i++) sn_cu_emit_instr_at(t, k, i, vec ? sfx[l] : "", at);
+    }
     for (int o = 0; o < k->n_out; o++) {
         char arg[16], v[MAX_LANES][48];
         sn_dtype dt = k->args[o]->dtype;

@@ -13,7 +13,7 @@
 static const float GELU_K = 0.7978845608028654f; /* sqrt(2/pi) */
 static const float GELU_C = 0.044715f;
 
-_Static_assert(SN_OP_POINTWISE_COUNT == 17, "a new pointwise op needs its formula in sn_ll_pw_op "
+_Static_assert(SN_OP_POINTWISE_COUNT == 18, "a new pointwise op needs its formula in sn_ll_pw_op "
                "(and cuda_expr.c's sn_cu_emit_instr)");
 
 LLVMValueRef sn_ll_pw_op(sn_ll *L, const sn_node *n, LLVMValueRef *x, int nx) {
@@ -59,6 +59,10 @@ LLVMValueRef sn_ll_pw_op(sn_ll *L, const sn_node *n, LLVMValueRef *x, int nx) {
         break;
     case SN_OP_CAST: v = sn_ll_round_to(L, x[0], n->dtype); break; /* to i32: truncated below */
     case SN_OP_FULL: v = nx ? x[0] : sn_ll_vf32(L, n->a.f); break;
+    case SN_OP_DROPOUT: /* its mask reads the element's index: llvm_pointwise.c's, never fused
+                           into another kind of kernel (fuse) */
+        SN_ASSERT(!"a dropout outside its pointwise kernel");
+        break;
     case SN_OP_CONCAT: /* the parts are masked accesses: exactly one is not 0 */
         v = x[0];
         for (int i = 1; i < nx; i++) v = LLVMBuildFAdd(b, v, x[i], name);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/dropout.h"
 #include "llvm_fused.h"
 #include "llvm_util.h"
 #include "program/pointwise.h"
@@ -106,6 +107,35 @@ static LLVMValueRef operand(pw *P, const sn_ref *r, LLVMValueRef *vals, LLVMValu
     SN_ASSERT(0);
 }
 
+/* MurmurHash3's finaliser on a vector of i32 (ir/dropout.h). */
+static LLVMValueRef fmix(sn_ll *L, LLVMValueRef h) {
+    LLVMBuilderRef b = L->b;
+    h = LLVMBuildXor(b, h, LLVMBuildLShr(b, h, sn_ll_ic(L, h, 16), ""), "");
+    h = LLVMBuildMul(b, h, sn_ll_ic(L, h, (int32_t)0x85ebca6bu), "");
+    h = LLVMBuildXor(b, h, LLVMBuildLShr(b, h, sn_ll_ic(L, h, 13), ""), "");
+    h = LLVMBuildMul(b, h, sn_ll_ic(L, h, (int32_t)0xc2b2ae35u), "");
+    return LLVMBuildXor(b, h, LLVMBuildLShr(b, h, sn_ll_ic(L, h, 16), ""), "");
+}
+
+/* Dropout n of x (vectors) at the kernel's elements at, at + 1, ..: ir/dropout.h's mask, which
+ * is the interpreter's (the dropout's shape is the kernel's space: kernel_check.c). */
+static LLVMValueRef dropout(sn_ll *L, const sn_node *n, LLVMValueRef x, LLVMValueRef seed,
+                            LLVMValueRef at) {
+    LLVMBuilderRef b = L->b;
+    LLVMValueRef s = LLVMBuildFPToUI(b, seed, L->t_vi32, "seed");
+    uint32_t site_mix = (uint32_t)n->a.site * 0x7feb352du + 0x68e31da4u;
+    LLVMValueRef key = fmix(L, LLVMBuildAdd(b, LLVMBuildMul(b, s, sn_ll_ic(L, s, (int32_t)0x9e3779b1u), ""),
+                                            sn_ll_ic(L, s, (int32_t)site_mix), "key"));
+    LLVMValueRef i = LLVMBuildTrunc(b, LLVMBuildAdd(b, sn_ll_splat(L, at, ""), sn_ll_lane_ids(L), ""),
+                                    L->t_vi32, "i");
+    LLVMValueRef bits = fmix(L, LLVMBuildAdd(b, LLVMBuildMul(b, i, sn_ll_ic(L, i, (int32_t)0x9e3779b1u), ""), key, ""));
+    LLVMValueRef keep = LLVMBuildICmp(b, LLVMIntUGE, bits,
+                                      sn_ll_ic(L, bits, (int32_t)sn_dropout_threshold(n->a.f)), "keep");
+    LLVMValueRef y = LLVMBuildSelect(b, keep, LLVMBuildFMul(b, x, sn_ll_fc(L, x, sn_dropout_scale(n->a.f)), ""),
+                                     sn_ll_fc(L, x, 0), "dropout");
+    return n->dtype == SN_BF16 || n->dtype == SN_F16 ? sn_ll_round_to(L, y, n->dtype) : y;
+}
+
 /* One vector step: every instruction, then the stores. */
 static void vector_step(pw *P, LLVMValueRef rowstart, LLVMValueRef j, LLVMValueRef tail, LLVMValueRef *vals) {
     const sn_kernel *k = P->k;
@@ -114,7 +144,10 @@ static void vector_step(pw *P, LLVMValueRef rowstart, LLVMValueRef j, LLVMValueR
         const sn_pw_instr *in = &k->instr[i];
         LLVMValueRef x[3] = {NULL}; /* the first in->n_in are set */
         for (int t = 0; t < in->n_in; t++) x[t] = operand(P, &in->in[t], vals, j, tail);
-        vals[i] = sn_ll_pw_op(P->L, in->node, x, in->n_in);
+        if (in->node->op == SN_OP_DROPOUT)
+            vals[i] = dropout(P->L, in->node, x[0], x[1], sn_ll_add(P->L, rowstart, j));
+        else
+            vals[i] = sn_ll_pw_op(P->L, in->node, x, in->n_in);
     }
     LLVMValueRef at = sn_ll_add(P->L, rowstart, j);
     for (int o = 0; o < k->n_out; o++) sn_ll_vstore(P->L, P->ptr[o], at, vals[k->store[o]], tail);
