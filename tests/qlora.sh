@@ -5,7 +5,7 @@
 # checkpoint of the run that was not (bit for bit, same losses); a LoRA resume of it is refused;
 # --mem's plan is what the device holds; on the stand-in CUDA driver it has the CPU device's
 # losses; export merges its adapters into the dequantized base and generate reads it; --init-hf
-# quantizes a pretrained LLaMA; --qlora with --lora or --ia3 is refused.
+# quantizes a pretrained LLaMA; --qlora with --lora or --ia3, and in fp16, is refused.
 set -eu
 sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
 standin_cuda=$2 standin_nvrtc=$3 standin_cublaslt=$4 fixtures=$5
@@ -106,4 +106,8 @@ for bad in "--lora 4|--qlora R is --lora R over an NF4 base: give one of them" \
     "$sinter" train $common --qlora 4 ${bad%%|*} > out.txt 2> err.txt || status=$?
     [ "$status" = 2 ] && grep -qF -e "${bad#*|}" err.txt || fail "--qlora with ${bad%%|*} ($status)"
 done
+status=0
+# shellcheck disable=SC2086
+"$sinter" train $common --qlora 4 --precision fp16 --device cpu > out.txt 2> err.txt || status=$?
+[ "$status" = 1 ] && grep -q "QLoRA (an NF4 base) in fp16 is not supported yet" err.txt || fail "--qlora in fp16 ($status)"
 echo "QLoRA: export, generate, --init-hf; --lora and --ia3 with it refused by name"
