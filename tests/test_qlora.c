@@ -3,7 +3,8 @@
  * over the dequantized base exactly; a run on the CPU device follows the interpreter, trains the
  * adapters alone and tracks the LoRA run of the same seed; a checkpoint resumes bit for bit; a new
  * run from a checkpoint crosses kinds (f32 quantized into NF4, NF4 dequantized into f32); a resume
- * across QLoRA and LoRA is refused by name. Convention: tiny GPT-2 (vocabulary 64), adapters of
+ * across QLoRA and LoRA is refused by name; a sampler with NF4 storage (the trainer's bytes)
+ * samples as one over the dequantized weights. Convention: tiny GPT-2 (vocabulary 64), adapters of
  * rank 4 on every linear layer, whose 8 weights the nf4 pass stores as NF4. */
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include "runtime/device.h"
 #include "support/rng.h"
 #include "train/checkpoint.h"
+#include "train/sample.h"
 #include "train/train.h"
 #include "harness.h"
 
@@ -156,6 +158,14 @@ static void run(sn_trainer *t, double *loss) {
     }
 }
 
+/* n steps on the fixed batch */
+static void steps_on(sn_trainer *t, int n) {
+    int32_t x[B * T], y[B * T];
+    batch(x, y, 3);
+    sn_err e;
+    for (int s = 0; s < n; s++) ck_assert_msg(sn_trainer_step(t, x, y, NULL, &e) == SN_OK, "%s", e.msg);
+}
+
 START_TEST(first_loss_is_the_dequantized_models) {
     sn_err e;
     sn_device *d;
@@ -240,6 +250,51 @@ START_TEST(tracks_lora_bf16) {
     sn_trainer_free(tl);
     sn_graph_free(gq);
     sn_graph_free(gl);
+    sn_device_free(d);
+}
+END_TEST
+
+/* ---- samples: the sampler's NF4 storage gets the trainer's bytes ---- */
+
+/* The batch-1 forward of tiny GPT-2 with adapters (its base NF4 or not) and its sampler. */
+static sn_sampler *sampler(bool nf4, sn_device *d, sn_graph **g) {
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = V;
+    *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    sn_gpt2_lora l = {.lora = {.rank = RANK, .alpha = 8}, .targets = SN_GPT2_LORA_ALL};
+    ck_assert_msg(sn_gpt2_build_lora(*g, &c, 1, T, &l, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.nf4 = nf4;
+    ck_assert_msg(sn_compile(*g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_sampler *s = sn_sampler_new(*g, sn_graph_input(*g, SN_ROLE_TOKENS), (*g)->logits, d, &e);
+    ck_assert_msg(s, "%s", e.msg);
+    return s;
+}
+
+START_TEST(samples_read_the_packed_bytes) {
+    sn_err e;
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
+    sn_graph *g = tiny(true, SN_PRECISION_FP32), *gq, *gl;
+    sn_trainer *t = trainer(g, d, 17, STEPS);
+    steps_on(t, 4);
+    /* one sampler with the nf4 pass (the bytes), one without (the weights dequantized) */
+    sn_sampler *sq = sampler(true, d, &gq), *sl = sampler(false, d, &gl);
+    ck_assert_msg(sn_sampler_load(sq, t, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_sampler_load(sl, t, &e) == SN_OK, "%s", e.msg);
+    int32_t prompt[1] = {7}, a[12], b[12];
+    sn_sample_opts so = {.n_new = 12, .temperature = 0, .vocab = V, .seed = 1};
+    ck_assert(sn_sampler_generate(sq, prompt, 1, &so, a, &e) == SN_OK);
+    ck_assert(sn_sampler_generate(sl, prompt, 1, &so, b, &e) == SN_OK);
+    ck_assert_msg(!memcmp(a, b, sizeof a), "greedy samples differ: NF4 %d %d %d, dequantized %d %d %d",
+                  a[0], a[1], a[2], b[0], b[1], b[2]);
+    sn_sampler_free(sq), sn_sampler_free(sl);
+    sn_graph_free(gq), sn_graph_free(gl);
+    sn_trainer_free(t);
+    sn_graph_free(g);
     sn_device_free(d);
 }
 END_TEST
@@ -348,6 +403,7 @@ int main(void) {
     tcase_add_test(t, first_loss_is_the_dequantized_models);
     tcase_add_test(t, cpu_matches_interp_adapters_only);
     tcase_add_test(t, tracks_lora_bf16);
+    tcase_add_test(t, samples_read_the_packed_bytes);
     tcase_add_test(t, resume_bit_exact_and_refusals);
     suite_add_tcase(s, t);
     return sn_test_main(s);
