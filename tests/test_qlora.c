@@ -3,7 +3,7 @@
  * over the dequantized base exactly; a run on the CPU device follows the interpreter, trains the
  * adapters alone and tracks the LoRA run of the same seed; a checkpoint resumes bit for bit; a new
  * run from a checkpoint crosses kinds (f32 quantized into NF4, NF4 dequantized into f32); a resume
- * across QLoRA and LoRA is refused by name; a sampler with NF4 storage (the trainer's bytes)
+ * across QLoRA and LoRA is refused by name, an NF4 record with a NaN scale as corrupt; a sampler with NF4 storage (the trainer's bytes)
  * samples as one over the dequantized weights. Convention: tiny GPT-2 (vocabulary 64), adapters of
  * rank 4 on every linear layer, whose 8 weights the nf4 pass stores as NF4. */
 #include <math.h>
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "frontend/lora.h"
 #include "ir/nf4.h"
@@ -385,6 +386,35 @@ START_TEST(resume_bit_exact_and_refusals) {
                          "resume without --qlora R"), "%s", e.msg);
     ck_assert_msg(sn_checkpoint_init(path, t4, &r2, NULL, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(check_quantized_base(t4, tl, "--init of a LoRA checkpoint"), N_NF4);
+    /* an NF4 record whose mean is NaN (the CRC made good again): corrupt, named, t4 unchanged */
+    ck_assert_msg(sn_checkpoint_save(path, t4, &r2, &e) == SN_OK, "%s", e.msg);
+    FILE *f = fopen(path, "rb");
+    ck_assert(f);
+    static uint8_t file[1 << 20];
+    size_t len = fread(file, 1, sizeof file, f);
+    fclose(f);
+    ck_assert(len > 32 && len < sizeof file);
+    const char *name = NULL;
+    for (int i = 0; i < sn_trainer_param_count(t4) && !name; i++)
+        if (sn_trainer_param_nf4(t4, i)) name = sn_trainer_param_node(t4, i)->name;
+    uint8_t *at = memmem(file + 32, len - 32, name, strlen(name));
+    ck_assert(at);
+    uint8_t *mean = at + strlen(name) + 8 + 4 + 8 * 2; /* body size, rank, shape (2) */
+    float nan = NAN;
+    memcpy(mean, &nan, 4);
+    uint32_t crc = (uint32_t)crc32_z(0, file + 32, len - 32);
+    memcpy(file + 24, &crc, 4);
+    int k = sn_trainer_find_param(t4, name);
+    uint8_t *before = packed(t4, k);
+    meta(&r2, true);
+    ck_assert(sn_checkpoint_load_bytes(path, file, len, t4, &r2, &e) == SN_ERR_PARSE);
+    ck_assert_msg(strstr(e.msg, "is corrupt: the NF4 weights of parameter") && strstr(e.msg, name), "%s", e.msg);
+    uint8_t *after = packed(t4, k);
+    ck_assert(!memcmp(before, after, (size_t)sn_numel(sn_trainer_param_node(t4, k))));
+    free(before), free(after);
+    sn_ckpt_weights cw;
+    ck_assert(sn_checkpoint_read_weights_bytes(path, file, len, &cw, &e) == SN_ERR_PARSE);
+    ck_assert_msg(strstr(e.msg, "the NF4 weights of parameter"), "%s", e.msg);
     printf("QLoRA checkpoint: resumed bit for bit (losses, adapters, NF4 bytes); --init crosses "
            "kinds; resume across QLoRA and LoRA refused\n");
     unlink(path);
