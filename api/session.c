@@ -9,6 +9,7 @@
 #include "data/data.h"
 #include "frontend/frontend.h"
 #include "io/hf_llama.h"
+#include "ir/nf4.h"
 #include "io/weights.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
@@ -164,6 +165,9 @@ static void set_meta(sn_session *r) {
     else
         sn_run_meta_set(m, "tokenizer", "%s", r->tk->name);
     sn_run_meta_set(m, "precision", "%s", sn_precision_name(r->po.precision));
+    if (r->po.nf4) /* the adapters' rank is in model.shape */
+        sn_run_meta_set(m, "qlora", "NF4 base, blocks of %d, 8-bit absmax in groups of %d",
+                        SN_NF4_BLOCK, SN_NF4_SCALE_GROUP);
     sn_run_meta_set(m, "batch", "%d", r->B);
     sn_run_meta_set(m, "seq", "%d", r->T);
     sn_run_meta_set(m, "tokens_per_step", "%ld", (long)r->micro * r->B * r->T);
@@ -246,6 +250,9 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
     if ((unsigned)o->precision >= SN_PRECISION_COUNT)
         return sn_fail(e, SN_ERR_INVALID, "session: precision %d: give SN_PRECISION_FP32, _BF16, "
                        "_FP16 or _TF32", (int)o->precision);
+    if (o->nf4 && o->precision == SN_PRECISION_FP16)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "QLoRA (an NF4 base) in fp16 is not supported yet: "
+                       "the dequantize kernels write f32 or bf16: use --precision bf16 or fp32");
     return SN_OK;
 }
 
@@ -287,6 +294,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
     /* the graph passes here; the trainer compiles the rest (fuse, memplan) with the same options */
     r->po = sn_pipeline_defaults();
     r->po.precision = o->precision;
+    r->po.nf4 = o->nf4;
     int policy = recompute_policy(o->checkpoint_policy);
     r->po.checkpoint = policy > 0 ? (sn_recompute_policy)policy : SN_RECOMPUTE_NONE;
     r->po.chunk_logits = o->chunk_logits > 0 ? o->chunk_logits : 0;
@@ -409,6 +417,7 @@ static sn_status build_sampler(sn_session *r, sn_err *e) {
     sn_status s = build_graph(r, 1, r->T, false, &r->sg, e);
     sn_pipeline_opts po = sn_pipeline_defaults(); /* the trainer's forward rewrites, no dump */
     po.precision = r->po.precision;
+    po.nf4 = r->po.nf4; /* its NF4 storage gets the trainer's bytes (sn_sampler_load) */
     po.target = r->po.target;
     if (s || (s = sn_compile(r->sg, &po, NULL, NULL, e))) return s;
     const sn_node *idx = sn_graph_input(r->sg, SN_ROLE_TOKENS), *logits = r->sg->logits;

@@ -111,6 +111,10 @@ typedef struct {
                              tokenizer's vocabulary; its LoRA adapters and IA3 vectors keep
                              their initialisation.
                              Not with init; not read with resume */
+    bool nf4;             /* QLoRA: the model's frozen linear weights (a LoRA base) stored as
+                             NF4 (passes.h: the nf4 pass), drawn by their init rule or read from
+                             init / init_pretrained in full precision and quantized; checkpoints
+                             keep the packed bytes, and resume needs a run with nf4 alike */
     /* The optimizer's knobs (sn_session_defaults gives train/train.h's defaults); saved in the
      * checkpoint and checked on resume like the rest. */
     int warmup;           /* linear warm-up steps, at most steps; -1: 10% of the steps */

@@ -23,7 +23,7 @@ typedef struct {
     const char *init;       /* --init: a new run from this checkpoint's weights */
     const char *init_hf;    /* --init-hf (issue 23): a new run from pretrained GPT-2 weights */
     long lora;              /* --lora R: LoRA adapters of rank R (0: none) */
-    long qlora;             /* --qlora R: refused (not supported yet; sinter plan plans it) */
+    long qlora;             /* --qlora R: --lora R (lora is set too) over an NF4 base */
     bool ia3;               /* --ia3: (IA)^3 vectors (frontend/ia3.h) instead */
     double lora_alpha;      /* --lora-alpha (0: not given: R) */
     const char *lora_targets; /* --lora-targets attn, mlp or all (NULL: not given: all) */

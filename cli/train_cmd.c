@@ -183,6 +183,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.dump_after = a->dump_after;
     o.mem = a->mem;
     o.chunk_logits = a->chunk_logits;
+    o.nf4 = a->qlora > 0;
     if ((s = sn_session_new(&m, &o, &r->s, e))) return s;
     sn_session_set_stop(r->s, cli_stop_flag()); /* a signal cuts a validation short */
     sn_session_info in;
@@ -359,10 +360,11 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
                "of %lld parameters trained (%.3f%%), the rest frozen\n", (long long)in.trained,
                (long long)in.params, 100.0 * (double)in.trained / (double)in.params);
     else if (lo)
-        printf("LoRA: rank %d, alpha %g (scale %g), on %s: %lld of %lld parameters trained "
-               "(%.2f%%), the rest frozen\n", lo->lora.rank, (double)lo->lora.alpha,
+        printf("%s: rank %d, alpha %g (scale %g), on %s: %lld of %lld parameters trained "
+               "(%.2f%%), the rest frozen%s\n", a->qlora ? "QLoRA" : "LoRA", lo->lora.rank, (double)lo->lora.alpha,
                (double)(lo->lora.alpha / (float)lo->lora.rank), sn_gpt2_lora_targets_name(lo->targets),
-               (long long)in.trained, (long long)in.params, 100.0 * (double)in.trained / (double)in.params);
+               (long long)in.trained, (long long)in.params, 100.0 * (double)in.trained / (double)in.params,
+               a->qlora ? "; the targeted layers' weights stored as NF4" : "");
     /* every targeted layer has the hidden size (n_embd) as its smaller side, or larger */
     int side = r->llama ? r->lm.c.hidden : r->gm.c.n_embd;
     if (lo && lo->lora.rank >= side)

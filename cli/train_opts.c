@@ -115,8 +115,10 @@ static const cli_opt train_opts[] = {
              "step 0 is the base model; only A and B train, every other weight\n"
              "(embeddings, layer norms, biases too) is frozen"},
     {"qlora", 0, CLI_INT, "R", O(qlora), 1, 4096,
-     .help = "QLoRA (--lora R over an NF4 base): not supported yet (nothing\n"
-             "fills NF4 storage from weights); sinter plan --qlora R plans it"},
+     .help = "QLoRA: --lora R over a base whose linear weights are stored as NF4\n"
+             "(4 bits and double-quantized scales: 0.52 bytes a weight), drawn or\n"
+             "read (--init, --init-hf) in full precision and quantized; use\n"
+             "--precision bf16 for 16-bit adapters' compute (docs/finetune.md)"},
     {"lora-alpha", 0, CLI_REAL, "ALPHA", O(lora_alpha), 0, 1e6, .lo_open = true,
      .help = "the path's scale is ALPHA/R (default ALPHA = R: scale 1; keep\n"
              "ALPHA fixed when comparing ranks, as the LoRA paper does)"},
@@ -199,13 +201,12 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
     if (!a->train_bin != !a->val_bin)
         return cli_usage_error(cmd, "token shards come in pairs: give both --train-bin and --val-bin");
     if (a->resume && !a->checkpoint) a->checkpoint = a->resume;
-    if (a->qlora) {
-        fprintf(stderr, "sinter: train --qlora is not supported yet: checkpoints and weight files "
-                "cannot fill NF4 storage yet (the dequantize's CPU and CUDA kernels exist; issue "
-                "25); sinter plan --qlora %ld plans the run's memory; "
-                "--lora %ld trains the same adapters over a 32-bit base\n", a->qlora, a->qlora);
-        return 1;
-    }
+    if (a->qlora && a->lora)
+        return cli_usage_error(cmd, "--qlora R is --lora R over an NF4 base: give one of them");
+    if (a->qlora && a->ia3)
+        return cli_usage_error(cmd, "--qlora trains LoRA adapters over an NF4 base, --ia3 IA3 "
+                               "vectors: choose one");
+    if (a->qlora) a->lora = a->qlora; /* the adapters: --lora's (train_cmd.c adds the nf4 pass) */
     if (!a->lora && (a->lora_alpha > 0 || a->lora_targets))
         return cli_usage_error(cmd, "--lora-alpha and --lora-targets shape LoRA adapters: add --lora R "
                                "(the rank, e.g. 8)");

@@ -485,9 +485,19 @@ int sn_graph_params(const sn_graph *g, sn_node **out, int cap) {
     return k;
 }
 
+const sn_node *sn_nf4_weights(const sn_graph *g, const sn_node *packed) {
+    for (int i = packed->id + 1; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_DEQUANT_NF4 && g->nodes[i]->in[0] == packed) return g->nodes[i];
+    return NULL;
+}
+
 int64_t sn_graph_param_count(const sn_graph *g) {
     int64_t total = 0;
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i]->op == SN_OP_PARAM) total += sn_numel(g->nodes[i]);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const sn_node *p = g->nodes[i], *w;
+        if (p->op != SN_OP_PARAM) continue;
+        /* NF4 storage counts the weights it holds, not its bytes */
+        total += p->dtype == SN_U8 && (w = sn_nf4_weights(g, p)) ? sn_numel(w) : sn_numel(p);
+    }
     return total;
 }

@@ -72,11 +72,15 @@ sn_node *sn_param(sn_graph *g, const char *name, sn_dtype t, sn_shape s, sn_init
 sn_node *sn_param_freeze(sn_node *p);
 /* A frozen weight of shape s stored as NF4 with double quantization (QLoRA's storage: 0.5 +
  * 1/64 + 1/4096 bytes a weight): a u8 parameter named name holding the packed bytes, and the
- * returned node, its weights dequantized to t (bf16 for a bf16 product, or f32). The storage
- * starts as zeros (weights 0); the base's values come quantized from a weight file. No gradient
+ * returned node, its weights dequantized to t (bf16 for a bf16 product, or f32). The storage's
+ * init rule is the weights' (zeros here; the nf4 pass gives it the weight's own): a trainer
+ * draws the weights by it and quantizes them, or quantizes a weight file's. No gradient
  * reaches it. sn_dequant_nf4 reads such storage (packed: u8 of the size the layout gives). */
 sn_node *sn_param_nf4(sn_graph *g, const char *name, sn_dtype t, sn_shape s);
 sn_node *sn_dequant_nf4(sn_graph *g, sn_node *packed, sn_dtype t, sn_shape s);
+/* The first dequant_nf4 of g reading the NF4 storage packed: its shape and count are the
+ * weights'; NULL when none reads it. */
+const sn_node *sn_nf4_weights(const sn_graph *g, const sn_node *packed);
 sn_node *sn_const(sn_graph *g, sn_dtype t, sn_shape s, const float *data); /* data copied */
 sn_node *sn_full(sn_graph *g, sn_dtype t, sn_shape s, float value);
 sn_node *sn_scalar(sn_graph *g, sn_dtype t, float value); /* rank-0 full */
@@ -167,6 +171,6 @@ sn_node *sn_embedding(sn_graph *g, sn_node *table, sn_node *ids);
 
 /* Parameters of g in graph order; returns their count (out may be NULL to count only). */
 int sn_graph_params(const sn_graph *g, sn_node **out, int cap);
-int64_t sn_graph_param_count(const sn_graph *g); /* elements */
+int64_t sn_graph_param_count(const sn_graph *g); /* elements (NF4 storage: its weights) */
 
 #endif

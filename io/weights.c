@@ -168,6 +168,14 @@ sn_status sn_weights_fill(const sn_weights *w, const sn_node *p, int64_t vocab, 
     return SN_OK;
 }
 
+/* Parameter i of t as sn_weights_fill wants it: its name with its weights' shape (an NF4
+ * parameter's are its dequantize's: the file's floats are quantized when set). */
+static sn_node weights_of(const sn_trainer *t, int i) {
+    sn_node v = *sn_trainer_param_value(t, i);
+    v.name = sn_trainer_param_node(t, i)->name;
+    return v;
+}
+
 sn_status sn_weights_init_trainer(const sn_weights *w, sn_trainer *t, int64_t vocab, int *fresh,
                                   sn_err *e) {
     if (sn_trainer_pending(t) || sn_trainer_step_count(t))
@@ -176,22 +184,22 @@ sn_status sn_weights_init_trainer(const sn_weights *w, sn_trainer *t, int64_t vo
     int64_t most = 1;
     sn_status s = SN_OK;
     for (int i = 0; i < np; i++) /* checked whole first: shapes by filling a scratch copy */
-        if (sn_numel(sn_trainer_param_node(t, i)) > most) most = sn_numel(sn_trainer_param_node(t, i));
+        if (sn_numel(sn_trainer_param_value(t, i)) > most) most = sn_numel(sn_trainer_param_value(t, i));
     float *buf = sn_malloc(4 * (size_t)most, "a pretrained parameter", e);
     if (!buf) return SN_ERR_OOM;
     for (int i = 0; i < np && !s; i++) {
-        const sn_node *p = sn_trainer_param_node(t, i);
-        if (!sn_weights_find(w, p->name) && sn_is_adapter(p->name)) n_fresh++;
-        else s = sn_weights_fill(w, p, vocab, buf, e);
+        sn_node p = weights_of(t, i);
+        if (!sn_weights_find(w, p.name) && sn_is_adapter(p.name)) n_fresh++;
+        else s = sn_weights_fill(w, &p, vocab, buf, e);
     }
     for (int i = 0; i < w->n && !s; i++)
         if (sn_trainer_find_param(t, w->w[i].name) < 0)
             s = sn_fail(e, SN_ERR_INVALID, "the pretrained weights have %s, which the model lacks: "
                         "the model is not the GPT-2 they were read for", w->w[i].name);
     for (int i = 0; i < np && !s; i++) {
-        const sn_node *p = sn_trainer_param_node(t, i);
-        if (sn_weights_find(w, p->name) && !(s = sn_weights_fill(w, p, vocab, buf, e)))
-            s = sn_trainer_set_param(t, i, SN_PARAM_WEIGHTS, buf, e);
+        sn_node p = weights_of(t, i);
+        if (sn_weights_find(w, p.name) && !(s = sn_weights_fill(w, &p, vocab, buf, e)))
+            s = sn_trainer_set_param(t, i, SN_PARAM_WEIGHTS, buf, e); /* NF4: quantized */
     }
     free(buf);
     if (!s && fresh) *fresh = n_fresh;

@@ -88,7 +88,8 @@ sn_status sn_weights_fill(const sn_weights *w, const sn_node *p, int64_t vocab, 
 
 /* A new run from pretrained weights: every parameter of t is set from w (sn_weights_fill),
  * except LoRA adapters (frontend/lora.h), which keep their initialisation (their count in
- * *fresh, may be NULL); w may hold nothing t lacks. Checked whole before the first copy. */
+ * *fresh, may be NULL); w may hold nothing t lacks. Checked whole before the first copy. An
+ * NF4 parameter (QLoRA's base: train.h) gets the weights quantized. */
 sn_status sn_weights_init_trainer(const sn_weights *w, sn_trainer *t, int64_t vocab, int *fresh,
                                   sn_err *e);
 

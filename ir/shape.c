@@ -370,10 +370,10 @@ static int infer_op(sn_node *n, char *msg, size_t len) {
         return check_leaf(n, msg, len);
     case SN_OP_PARAM:
         if (check_leaf(n, msg, len)) return -1;
-        if (n->dtype == SN_U8 && (!n->a.frozen || n->a.init != SN_INIT_ZEROS || n->rank != 1))
+        /* its init rule is the weights' (the trainer draws them, then quantizes: train.h) */
+        if (n->dtype == SN_U8 && (!n->a.frozen || n->rank != 1))
             return bad(msg, len, "a u8 parameter is packed storage (an NF4 weight's, read by "
-                       "dequant_nf4): it must be frozen, of rank 1 and start as zeros "
-                       "(sn_param_nf4 makes one)");
+                       "dequant_nf4): it must be frozen and of rank 1 (sn_param_nf4 makes one)");
         if (!sn_dtype_is_float(n->dtype) && n->dtype != SN_U8)
             return bad(msg, len, "parameters must have a float dtype, not %s", sn_dtype_name(n->dtype));
         return 0;

@@ -46,7 +46,12 @@ sn_status sn_pass_nf4(const sn_graph *in, sn_graph **out, int *n_stored, sn_err 
         /* the storage under the weight's name (the dtype the products read comes from
            autocast: bf16 there, f32 otherwise) */
         sn_node *w = sn_param_nf4(r.g, n->name, n->dtype, sn_shape_of(n));
-        if (w) r.map[n->id] = w;
+        if (w) { /* the storage keeps the weights' init rule: the trainer draws them as the
+                    full-precision parameter's, then quantizes them (train.h) */
+            w->in[0]->a.init = n->a.init;
+            w->in[0]->a.f = n->a.f;
+            r.map[n->id] = w;
+        }
         (*n_stored)++;
     }
     return sn_rewrite_end(&r, "nf4", out, e);

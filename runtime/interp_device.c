@@ -39,8 +39,17 @@ static sn_status interp_gemm(sn_device *d, const sn_kernel *k, void *const *bufs
 static sn_status value_in(sn_interp *it, const sn_node *n, const void *src, sn_err *e) {
     if (n->dtype == SN_I32) return sn_interp_set_i32(it, n, src, e);
     if (n->dtype == SN_F32) return sn_interp_set(it, n, src, e);
-    return sn_fail(e, SN_ERR_UNSUPPORTED, "the reference interpreter device takes f32 and i32 "
-                   "inputs and parameters, not %s (%%%d)", sn_dtype_name(n->dtype), n->id);
+    if (n->dtype == SN_U8) { /* an NF4 parameter's packed bytes (ir/nf4.h) */
+        int64_t m = sn_numel(n);
+        double *v = sn_malloc(sizeof(double) * (size_t)m, "an NF4 parameter's bytes", e);
+        if (!v) return SN_ERR_OOM;
+        for (int64_t i = 0; i < m; i++) v[i] = ((const uint8_t *)src)[i];
+        sn_status s = sn_interp_set_f64(it, n, v, e);
+        free(v);
+        return s;
+    }
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "the reference interpreter device takes f32, i32 and "
+                   "u8 inputs and parameters, not %s (%%%d)", sn_dtype_name(n->dtype), n->id);
 }
 
 static void value_out(const sn_node *n, const double *v, void *dst) {

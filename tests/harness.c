@@ -147,7 +147,7 @@ float **sn_param_snapshot(sn_trainer *t) {
     float **w = malloc(sizeof *w * (size_t)np + 1);
     ck_assert(w);
     for (int i = 0; i < np; i++) {
-        w[i] = malloc(4 * (size_t)sn_numel(sn_trainer_param_node(t, i)));
+        w[i] = malloc(4 * (size_t)sn_numel(sn_trainer_param_value(t, i))); /* NF4: dequantized */
         ck_assert_msg(w[i] && sn_trainer_get_param(t, i, SN_PARAM_WEIGHTS, w[i], &e) == SN_OK, "%s", e.msg);
     }
     return w;
@@ -159,7 +159,7 @@ int sn_check_trained_only(sn_trainer *t, float **before, bool (*trained)(const c
     int changed = 0;
     for (int i = 0; i < sn_trainer_param_count(t); i++) {
         const sn_node *p = sn_trainer_param_node(t, i);
-        size_t n = (size_t)sn_numel(p);
+        size_t n = (size_t)sn_numel(sn_trainer_param_value(t, i));
         float *now = malloc(4 * n);
         ck_assert_msg(now && sn_trainer_get_param(t, i, SN_PARAM_WEIGHTS, now, &e) == SN_OK, "%s", e.msg);
         bool same = !memcmp(now, before[i], 4 * n);

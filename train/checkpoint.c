@@ -16,6 +16,7 @@
 #include "frontend/ia3.h"
 #include "frontend/lora.h"
 #include "ir/checked.h"
+#include "ir/nf4.h"
 #include "support/savefile.h"
 #include "checkpoint_int.h"
 
@@ -112,6 +113,23 @@ static void put_series(writer *w, const char *name, const sn_series *s) {
     put(w, s->y, sizeof(double) * (size_t)s->n);
 }
 
+/* An NF4 parameter (QLoRA's base): its weights' shape and packed bytes, exactly. */
+static sn_status put_nf4(writer *w, const sn_trainer *t, int i, sn_err *e) {
+    const sn_node *p = sn_trainer_param_node(t, i), *v = sn_trainer_param_value(t, i);
+    size_t bytes = (size_t)sn_nf4_layout_of(sn_numel(v)).bytes;
+    uint8_t *q = sn_malloc(bytes, "a checkpoint's NF4 weights", e);
+    if (!q) return SN_ERR_OOM;
+    sn_status s = sn_trainer_get_nf4(t, i, q, e);
+    if (!s) {
+        record(w, REC_NF4, p->name, 4 + 8 * (uint64_t)v->rank + bytes);
+        put_u32(w, (uint32_t)v->rank);
+        put(w, v->shape, 8 * (size_t)v->rank);
+        put(w, q, bytes);
+    }
+    free(q);
+    return s;
+}
+
 /* The payload; the parameters are the trainer's layout's (names, counts, in its order), their
  * weights and moments come from the trainer through sn_trainer_get_param. */
 static sn_status put_payload(writer *w, const sn_trainer *t, const sn_run_state *r, sn_err *e) {
@@ -142,6 +160,10 @@ static sn_status put_payload(writer *w, const sn_trainer *t, const sn_run_state 
     put_series(w, "val_loss", &r->val_loss);
     sn_status s = SN_OK;
     for (int i = 0; i < sn_trainer_layout(t)->n && !s; i++) {
+        if (sn_trainer_param_nf4(t, i)) {
+            s = put_nf4(w, t, i, e);
+            continue;
+        }
         const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
         const sn_node *p = ps->node;
         size_t n = (size_t)ps->numel;
@@ -177,6 +199,7 @@ static sn_status check_state_finite(const char *path, const sn_trainer *t, sn_er
         const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
         const sn_node *p = ps->node;
         size_t n = (size_t)ps->numel;
+        if (sn_trainer_param_nf4(t, i)) continue; /* frozen bytes, quantized from finite weights */
         float *host = sn_malloc(F32 * n, "a checkpoint's finiteness check", e);
         if (!host) return SN_ERR_OOM;
         bool finite = true;
@@ -235,6 +258,13 @@ static sn_status check_meta(const sn_ckpt_file *f, const sn_trainer *t, const sn
     opts_meta(t, &want);
     static const char hint[] = "resume with the model, data and options it was saved with, or "
                                "start afresh without --resume";
+    bool here = sn_run_meta_get(&want, "qlora"), there = sn_ckpt_find(f, REC_META, "qlora");
+    if (here != there)
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this run: it was saved by "
+                       "a %s run and this one is %s: resume with%s --qlora R, or start a new run "
+                       "from its weights with --init %s", f->path,
+                       there ? "QLoRA (NF4 base)" : "full-precision", here ? "QLoRA (NF4 base)" : "not",
+                       there ? "" : "out", f->path);
     for (int i = 0; i < want.n_meta; i++) {
         const sn_ckpt_rec *m = sn_ckpt_find(f, REC_META, want.meta[i].key);
         if (!m)
@@ -254,52 +284,22 @@ static sn_status check_meta(const sn_ckpt_file *f, const sn_trainer *t, const sn
     return SN_OK;
 }
 
-static void shape_text(char *buf, size_t len, uint32_t rank, const uint8_t *shape) {
-    int k = snprintf(buf, len, "[");
-    for (uint32_t d = 0; d < rank && k < (int)len; d++)
-        k += snprintf(buf + k, len - (size_t)k, "%s%" PRId64, d ? "," : "", (int64_t)sn_ckpt_u64(shape + 8 * d));
-    if (k < (int)len) snprintf(buf + k, len - (size_t)k, "]");
-}
-
-/* Parameter p's record r: a well-formed shape record equal to p's shape, then 3 x numel floats
- * (weights, m, v). verb: "match" (resume) or "fit" (a new run), as the messages say it. */
-static sn_status check_param_record(const sn_ckpt_file *f, const sn_ckpt_rec *r, const sn_param_slot *ps,
-                                    const char *verb, const char *hint, uint32_t *rank_out, sn_err *e) {
-    const sn_node *p = ps->node;
-    uint32_t rank = r->size >= 4 ? sn_ckpt_u32(r->body) : UINT32_MAX;
-    if (rank > SN_MAX_RANK || r->size < 4 + 8 * (uint64_t)rank)
-        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s has a bad "
-                       "shape record: use an older checkpoint", f->path, p->name);
-    char there[128], here[128];
-    shape_text(there, sizeof there, rank, r->body + 4);
-    sn_shape_str(p->rank, p->shape, here, sizeof here);
-    if (strcmp(there, here))
-        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not %s this model: parameter "
-                       "%s is %s there, %s here: %s", f->path, verb, p->name, there, here, hint);
-    if (r->size != 4 + 8 * (uint64_t)rank + 3 * F32 * (uint64_t)ps->numel)
-        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s holds %" PRIu64
-                       " bytes, not 3 x %" PRId64 " floats: use an older checkpoint", f->path,
-                       p->name, r->size, ps->numel);
-    *rank_out = rank;
-    return SN_OK;
-}
-
 /* Every parameter of t is in the file with its shape, and the file has no other. */
 static sn_status check_params(const sn_ckpt_file *f, const sn_trainer *t, sn_err *e) {
     static const char hint[] = "it was saved from another model: resume with the same --model";
     for (int i = 0; i < sn_trainer_layout(t)->n; i++) {
-        const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
-        const sn_node *p = ps->node;
-        const sn_ckpt_rec *r = sn_ckpt_find(f, REC_PARAM, p->name);
+        const sn_node *p = sn_trainer_param_node(t, i);
+        const sn_ckpt_rec *r = sn_ckpt_find_weights(f, p->name);
         if (!r)
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this model: it has no "
                            "parameter %s: %s", f->path, p->name, hint);
         uint32_t rank;
-        sn_status s = check_param_record(f, r, ps, "match", hint, &rank, e);
+        sn_status s = sn_ckpt_check_param(f, r, t, i, true, "match", hint, &rank, e);
         if (s) return s;
     }
     for (int i = 0; i < f->n; i++)
-        if (f->recs[i].kind == REC_PARAM && sn_trainer_find_param(t, f->recs[i].name) < 0)
+        if ((f->recs[i].kind == REC_PARAM || f->recs[i].kind == REC_NF4) &&
+            sn_trainer_find_param(t, f->recs[i].name) < 0)
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not match this model: it has a "
                            "parameter %s, which this model lacks: %s", f->path, f->recs[i].name, hint);
     return SN_OK;
@@ -362,24 +362,13 @@ static sn_status check_all(const sn_ckpt_file *f, const sn_trainer *t, const sn_
     return check_scaler(f, t, sn_ckpt_u64(step->body), e);
 }
 
-/* The first non-finite value among the weights and moments of the parameter record r (whose
- * size check_params has checked), as an index into the 3 x numel floats; -1 when all are finite. */
-static int64_t first_non_finite(const sn_ckpt_rec *r, uint32_t rank, int64_t numel) {
-    const uint8_t *data = r->body + 4 + 8 * (size_t)rank;
-    for (int64_t i = 0; i < 3 * numel; i++) {
-        float v;
-        memcpy(&v, data + F32 * i, F32);
-        if (!isfinite(v)) return i;
-    }
-    return -1;
-}
-
 static sn_status check_finite(const sn_ckpt_file *f, const sn_trainer *t, sn_err *e) {
     static const char *const part[3] = {"weights", "first moments", "second moments"};
     for (int i = 0; i < sn_trainer_layout(t)->n; i++) {
         const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
         const sn_node *p = ps->node;
-        int64_t bad = first_non_finite(sn_ckpt_find(f, REC_PARAM, p->name), (uint32_t)p->rank, ps->numel);
+        if (sn_trainer_param_nf4(t, i)) continue; /* its scales were checked with its size */
+        int64_t bad = sn_ckpt_first_non_finite(sn_ckpt_find(f, REC_PARAM, p->name), (uint32_t)p->rank, ps->numel);
         if (bad >= 0)
             return sn_fail(e, SN_ERR_NUMERIC, "checkpoint %s holds a NaN or infinite value in the "
                            "%s of parameter %s (element %" PRId64 "): it was saved from a run that "
@@ -387,23 +376,6 @@ static sn_status check_finite(const sn_ckpt_file *f, const sn_trainer *t, sn_err
                            p->name, bad % ps->numel);
     }
     return SN_OK;
-}
-
-/* Parameter i of t from its checked record rc: the weights, then (to `last`) m and v. */
-static sn_status set_param(const sn_ckpt_rec *rc, sn_trainer *t, int i, sn_param_which last, sn_err *e) {
-    const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
-    const sn_node *p = ps->node;
-    size_t n = (size_t)ps->numel;
-    const uint8_t *data = rc->body + 4 + 8 * (size_t)p->rank;
-    float *host = sn_malloc(F32 * n + F32, "a checkpoint's parameter", e); /* the floats may be unaligned */
-    if (!host) return SN_ERR_OOM;
-    sn_status s = SN_OK;
-    for (int which = SN_PARAM_WEIGHTS; which <= (int)last && !s; which++) {
-        memcpy(host, data + F32 * n * (size_t)which, F32 * n);
-        s = sn_trainer_set_param(t, i, (sn_param_which)which, host, e);
-    }
-    free(host);
-    return s;
 }
 
 sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t len, sn_trainer *t,
@@ -415,11 +387,9 @@ sn_status sn_checkpoint_load_bytes(const char *path, const void *bytes, size_t l
     sn_status s;
     if (!(s = sn_ckpt_parse(path, bytes, len, &f, e)) && !(s = check_all(&f, t, r, e)) &&
         !(s = check_finite(&f, t, e))) {
-        for (int i = 0; i < sn_trainer_layout(t)->n && !s; i++) {
-            const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
-        const sn_node *p = ps->node;
-            s = set_param(sn_ckpt_find(&f, REC_PARAM, p->name), t, i, SN_PARAM_V, e);
-        }
+        for (int i = 0; i < sn_trainer_layout(t)->n && !s; i++)
+            s = sn_ckpt_set_param(sn_ckpt_find_weights(&f, sn_trainer_param_node(t, i)->name), t, i,
+                                  SN_PARAM_V, e);
     }
     if (!s) {
         sn_trainer_set_step_count(t, (int)sn_ckpt_u64(sn_ckpt_find(&f, REC_STEP, "step")->body));
@@ -476,9 +446,8 @@ static sn_status check_init_params(const sn_ckpt_file *f, const sn_trainer *t, i
              "(and the same --lora or --ia3, if it was a fine-tuning run)", model);
     *fresh = 0;
     for (int i = 0; i < sn_trainer_layout(t)->n; i++) {
-        const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
-        const sn_node *p = ps->node;
-        const sn_ckpt_rec *r = sn_ckpt_find(f, REC_PARAM, p->name);
+        const sn_node *p = sn_trainer_param_node(t, i);
+        const sn_ckpt_rec *r = sn_ckpt_find_weights(f, p->name);
         if (!r && sn_is_adapter(p->name)) {
             (*fresh)++;
             continue;
@@ -487,16 +456,18 @@ static sn_status check_init_params(const sn_ckpt_file *f, const sn_trainer *t, i
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not fit this model: it has no "
                            "parameter %s: %s", f->path, p->name, hint);
         uint32_t rank;
-        sn_status s = check_param_record(f, r, ps, "fit", hint, &rank, e);
+        sn_status s = sn_ckpt_check_param(f, r, t, i, false, "fit", hint, &rank, e);
         if (s) return s;
-        int64_t bad = first_non_finite(r, rank, ps->numel);
-        if (bad >= 0 && bad < ps->numel) /* only the weights are read */
+        int64_t numel = sn_numel(sn_trainer_param_value(t, i));
+        int64_t bad = r->kind == REC_PARAM ? sn_ckpt_first_non_finite(r, rank, numel) : -1;
+        if (bad >= 0 && bad < numel) /* only the weights are read */
             return sn_fail(e, SN_ERR_NUMERIC, "checkpoint %s holds a NaN or infinite value in the "
                            "weights of parameter %s (element %" PRId64 "): it was saved from a run "
                            "that diverged; use an older checkpoint", f->path, p->name, bad);
     }
     for (int i = 0; i < f->n; i++)
-        if (f->recs[i].kind == REC_PARAM && sn_trainer_find_param(t, f->recs[i].name) < 0)
+        if ((f->recs[i].kind == REC_PARAM || f->recs[i].kind == REC_NF4) &&
+            sn_trainer_find_param(t, f->recs[i].name) < 0)
             return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not fit this model: it has a "
                            "parameter %s, which this model lacks%s: %s", f->path, f->recs[i].name,
                            sn_lora_is_adapter(f->recs[i].name)
@@ -539,10 +510,8 @@ sn_status sn_checkpoint_init_bytes(const char *path, const void *bytes, size_t l
     if (!(s = sn_ckpt_parse(path, bytes, len, &f, e)) && !(s = check_init_params(&f, t, &n_fresh, e)) &&
         !(s = check_init_adapters(&f, t, run, e))) {
         for (int i = 0; i < sn_trainer_layout(t)->n && !s; i++) {
-            const sn_param_slot *ps = &sn_trainer_layout(t)->slots[i];
-        const sn_node *p = ps->node;
-            const sn_ckpt_rec *rc = sn_ckpt_find(&f, REC_PARAM, p->name);
-            if (rc) s = set_param(rc, t, i, SN_PARAM_WEIGHTS, e); /* none: an adapter keeps its init */
+            const sn_ckpt_rec *rc = sn_ckpt_find_weights(&f, sn_trainer_param_node(t, i)->name);
+            if (rc) s = sn_ckpt_set_param(rc, t, i, SN_PARAM_WEIGHTS, e); /* none: an adapter keeps its init */
         }
     }
     free(f.recs);

@@ -19,6 +19,8 @@
  *   STEP   u64 ("data_pos")             the in-order reader's next token (0 in older files)
  *   SERIES u64 n, f64 x[n], f64 y[n]    a loss curve ("train_loss", "val_loss")
  *   PARAM  u32 rank, i64 shape[rank], f32 w[numel], f32 m[numel], f32 v[numel]
+ *   NF4    u32 rank, i64 shape[rank], u8 packed[sn_nf4_layout_of(numel).bytes]: a frozen
+ *          weight stored as NF4 (QLoRA's base, ir/nf4.h), its bytes exactly, no moments
  * Readers skip kinds they do not know. */
 enum { SN_CKPT_VERSION = 1, SN_CKPT_MAX_META = 48 };
 

@@ -12,7 +12,7 @@
 
 static const char SN_CKPT_MAGIC[8] = "SNCKPT\x1a\n";
 enum { HEADER_BYTES = 32 };
-enum { REC_META = 1, REC_STEP, REC_RNG, REC_SERIES, REC_PARAM };
+enum { REC_META = 1, REC_STEP, REC_RNG, REC_SERIES, REC_PARAM, REC_NF4 };
 
 typedef struct {
     uint32_t kind;
@@ -47,6 +47,30 @@ static inline int sn_ckpt_param_rank(const sn_ckpt_rec *r, int64_t shape[SN_MAX_
     for (uint32_t d = 0; d < rank; d++) shape[d] = (int64_t)sn_ckpt_u64(r->body + 4 + 8 * d);
     return (int)rank;
 }
+
+/* ---- a parameter's record (checkpoint_params.c): PARAM or NF4 ---- */
+
+/* The record of parameter name's weights: its PARAM, else its NF4 record; NULL when neither. */
+const sn_ckpt_rec *sn_ckpt_find_weights(const sn_ckpt_file *f, const char *name);
+/* An NF4 record's weights (their shape into shape), or -1 when its shape record is bad, its
+ * size is not the packed bytes of that shape or its scales (the mean, the steps) are not finite. */
+int64_t sn_ckpt_nf4_numel(const sn_ckpt_rec *r, int64_t shape[SN_MAX_RANK]);
+/* The n weights of an NF4 record (checked by sn_ckpt_nf4_numel) dequantized into out. */
+void sn_ckpt_nf4_dequantize(const sn_ckpt_rec *r, int64_t n, float *out);
+/* The first non-finite value among a PARAM record's weights and moments, as an index into its
+ * 3 x numel floats; -1 when all are finite. */
+int64_t sn_ckpt_first_non_finite(const sn_ckpt_rec *r, uint32_t rank, int64_t numel);
+/* Record r (PARAM or NF4) against parameter i of t: the weights' shape (sn_trainer_param_value)
+ * and the size its kind has for it. exact (a resume): an NF4 parameter needs an NF4 record and
+ * an f32 one a PARAM; else (a new run) either fits either. verb ("match", "fit") and hint word
+ * the messages. *rank_out: the record's rank. */
+sn_status sn_ckpt_check_param(const sn_ckpt_file *f, const sn_ckpt_rec *r, const sn_trainer *t, int i,
+                              bool exact, const char *verb, const char *hint, uint32_t *rank_out,
+                              sn_err *e);
+/* Parameter i of t from its checked record: the weights, then (to last) m and v of a PARAM
+ * record. NF4 into NF4: the bytes exactly; a PARAM's weights into NF4 storage: quantized; an
+ * NF4 record into an f32 parameter: dequantized (no moments). */
+sn_status sn_ckpt_set_param(const sn_ckpt_rec *r, sn_trainer *t, int i, sn_param_which last, sn_err *e);
 
 /* Checks the header, the size and the CRC, and splits the payload into records. out->recs is
  * the caller's to free, whatever this returns. */

@@ -105,13 +105,14 @@ const char *sn_ckpt_model_meta(const sn_ckpt_model *m, const char *key, char *bu
 }
 
 int sn_ckpt_model_shape(const sn_ckpt_model *m, const char *name, int64_t shape[SN_MAX_RANK]) {
-    const sn_ckpt_rec *r = sn_ckpt_find(&m->f, REC_PARAM, name);
+    const sn_ckpt_rec *r = sn_ckpt_find_weights(&m->f, name);
     return r ? sn_ckpt_param_rank(r, shape) : -1;
 }
 
 const char *sn_ckpt_model_param_name(const sn_ckpt_model *m, int i) {
     for (int k = 0; k < m->f.n; k++)
-        if (m->f.recs[k].kind == REC_PARAM && i-- == 0) return m->f.recs[k].name;
+        if ((m->f.recs[k].kind == REC_PARAM || m->f.recs[k].kind == REC_NF4) && i-- == 0)
+            return m->f.recs[k].name;
     return NULL;
 }
 
@@ -126,7 +127,7 @@ static void model_words(const sn_ckpt_model *m, char *buf, size_t len) {
 
 static sn_status model_get(void *src, const sn_node *p, float *data, sn_err *e) {
     const sn_ckpt_model *m = src;
-    const sn_ckpt_rec *r = sn_ckpt_find(&m->f, REC_PARAM, p->name);
+    const sn_ckpt_rec *r = sn_ckpt_find_weights(&m->f, p->name);
     char model[240];
     model_words(m, model, sizeof model);
     if (!r)
@@ -146,6 +147,14 @@ static sn_status model_get(void *src, const sn_node *p, float *data, sn_err *e) 
                        there, here, model);
     }
     uint64_t n = (uint64_t)sn_numel(p);
+    if (r->kind == REC_NF4) { /* QLoRA's base: the weights its bytes stand for */
+        if (sn_ckpt_nf4_numel(r, shape) != (int64_t)n)
+            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: the NF4 weights of "
+                           "parameter %s have a bad size or scales: use an older checkpoint",
+                           m->path, p->name);
+        sn_ckpt_nf4_dequantize(r, (int64_t)n, data);
+        return SN_OK;
+    }
     if (r->size != 4 + 8 * (uint64_t)rank + 12 * n)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s holds %" PRIu64
                        " bytes, not 3 x %" PRIu64 " floats: use an older checkpoint", m->path,
@@ -163,7 +172,7 @@ sn_weight_source sn_ckpt_model_weights(const sn_ckpt_model *m) { return (sn_weig
 
 sn_status sn_ckpt_model_covers(const sn_ckpt_model *m, const sn_graph *g, sn_err *e) {
     for (int k = 0; k < m->f.n; k++) {
-        if (m->f.recs[k].kind != REC_PARAM) continue;
+        if (m->f.recs[k].kind != REC_PARAM && m->f.recs[k].kind != REC_NF4) continue;
         bool found = false;
         for (int i = 0; i < g->n_nodes && !found; i++)
             found = g->nodes[i]->op == SN_OP_PARAM && !strcmp(g->nodes[i]->name, m->f.recs[k].name);

@@ -33,13 +33,26 @@ static sn_status check_param(const sn_ckpt_file *f, const sn_ckpt_rec *r, sn_ckp
     return SN_OK;
 }
 
+/* An NF4 record (checkpoint_params.c), dequantized into p. */
+static sn_status nf4_param(const sn_ckpt_file *f, const sn_ckpt_rec *r, sn_ckpt_param *p, sn_err *e) {
+    int64_t n = sn_ckpt_nf4_numel(r, p->shape);
+    if (n < 1)
+        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: the NF4 weights of parameter "
+                       "%s have a bad shape, size or scales: use an older checkpoint", f->path, r->name);
+    snprintf(p->name, sizeof p->name, "%s", r->name);
+    p->rank = (int)sn_ckpt_u32(r->body);
+    if (!(p->w = sn_malloc(4 * (size_t)n, "a checkpoint's parameter", e))) return SN_ERR_OOM;
+    sn_ckpt_nf4_dequantize(r, n, p->w);
+    return SN_OK;
+}
+
 sn_status sn_checkpoint_read_weights_bytes(const char *path, const void *bytes, size_t len,
                                            sn_ckpt_weights *out, sn_err *e) {
     *out = (sn_ckpt_weights){0};
     sn_ckpt_file f = {0};
     sn_status s = sn_ckpt_parse(path, bytes, len, &f, e);
     int n = 0;
-    for (int i = 0; i < f.n && !s; i++) n += f.recs[i].kind == REC_PARAM;
+    for (int i = 0; i < f.n && !s; i++) n += f.recs[i].kind == REC_PARAM || f.recs[i].kind == REC_NF4;
     if (!s && !n)
         s = sn_fail(e, SN_ERR_INVALID, "checkpoint %s holds no parameters: give a checkpoint "
                     "written by sinter train --checkpoint", path);
@@ -53,6 +66,11 @@ sn_status sn_checkpoint_read_weights_bytes(const char *path, const void *bytes, 
             size_t most = sizeof kv->value - 1;
             snprintf(kv->value, sizeof kv->value, "%.*s", (int)(r->size < most ? r->size : most),
                      (const char *)r->body);
+        }
+        if (r->kind == REC_NF4) { /* QLoRA's base: the weights its bytes stand for */
+            if ((s = nf4_param(&f, r, &out->params[out->n], e))) break;
+            out->n++;
+            continue;
         }
         if (r->kind != REC_PARAM) continue;
         sn_ckpt_param *p = &out->params[out->n];

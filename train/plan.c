@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "offload.h"
 
@@ -31,11 +32,8 @@ int64_t sn_train_state_bytes(const sn_program *p, bool sums) {
  * weights its dequantize unpacks. */
 static int64_t slot_weights(const sn_program *p, const sn_param_slot *s) {
     if (s->dtype != SN_U8) return s->numel;
-    for (int i = 0; i < p->g->n_nodes; i++) {
-        const sn_node *n = p->g->nodes[i];
-        if (n->op == SN_OP_DEQUANT_NF4 && n->in[0] == s->node) return sn_numel(n);
-    }
-    return 0;
+    const sn_node *w = sn_nf4_weights(p->g, s->node);
+    return w ? sn_numel(w) : 0;
 }
 
 /* The persistent block split into weights, gradients and the rest (inputs, outputs). */

@@ -162,12 +162,6 @@ static sn_status runner_init(sn_runner *b, const sn_pipeline_opts *compile, sn_e
 sn_status sn_runner_new(sn_graph *g, sn_device *device, const sn_pipeline_opts *compile,
                         bool offload, sn_runner **out, sn_err *e) {
     *out = NULL;
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i]->op == SN_OP_PARAM && g->nodes[i]->dtype == SN_U8)
-            return sn_fail(e, SN_ERR_UNSUPPORTED, "training '%s', an NF4 weight (QLoRA), is not "
-                           "supported yet: nothing fills NF4 storage from weights or checkpoints "
-                           "(issue 25 item 1; its dequantize kernels exist)",
-                           g->nodes[i]->name ? g->nodes[i]->name : "?");
     sn_runner *b = sn_calloc(1, sizeof *b, "the trainer's runner", e);
     if (!b) return SN_ERR_OOM;
     *b = (sn_runner){.g = g, .d = device, .offload = offload && device};

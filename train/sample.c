@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/nf4.h"
 #include "passes/pipeline.h"
 #include "runtime/device.h"
 
@@ -79,7 +80,15 @@ static sn_status trainer_get(void *src, const sn_node *p, float *data, sn_err *e
     if (k < 0)
         return sn_fail(e, SN_ERR_INVALID, "parameter %s of the model to run is not in the "
                        "trainer: build both graphs from the same model", p->name);
-    const sn_node *tp = sn_trainer_param_node(t, k);
+    if (p->dtype == SN_U8) { /* NF4 storage: the trainer's packed bytes, if it has them */
+        const sn_node *w = sn_trainer_param_nf4(t, k) ? sn_trainer_param_value(t, k) : NULL;
+        if (!w || sn_nf4_layout_of(sn_numel(w)).bytes != sn_numel(p))
+            return sn_fail(e, SN_ERR_INVALID, "parameter %s is NF4 storage in the model to run but "
+                           "not of that size in the trainer: build both graphs from the same model "
+                           "with the same nf4 pass", p->name);
+        return sn_trainer_get_nf4(t, k, (uint8_t *)data, e);
+    }
+    const sn_node *tp = sn_trainer_param_value(t, k); /* NF4: its weights, dequantized */
     if (tp->rank != p->rank || memcmp(tp->shape, p->shape, sizeof(int64_t) * (size_t)p->rank)) {
         char a[96], b[96];
         return sn_fail(e, SN_ERR_INVALID, "parameter %s is %s in the model to run but %s in "

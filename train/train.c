@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "frontend/frontend.h"
+#include "ir/nf4.h"
 #include "runner.h"
 #include "passes/passes.h"
 #include "ir/dropout.h"
@@ -57,19 +58,20 @@ static void init_chunks(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-void sn_param_init_pool(const sn_node *p, float *dst, uint64_t seed, sn_pool *pool) {
-    int64_t n = sn_numel(p);
-    switch (p->a.init) {
+/* n values of the rule init (std: a normal's) into dst, from the stream of name and seed. */
+static void init_values(const char *name, sn_init init, double std, int64_t n, float *dst,
+                        uint64_t seed, sn_pool *pool) {
+    switch (init) {
     case SN_INIT_ZEROS: memset(dst, 0, sizeof(float) * (size_t)n); return;
     case SN_INIT_ONES:
         for (int64_t i = 0; i < n; i++) dst[i] = 1.0f;
         return;
     case SN_INIT_NORMAL: {
-        sn_rng r = sn_rng_seed(sn_hash_str(p->name ? p->name : "", seed));
+        sn_rng r = sn_rng_seed(sn_hash_str(name ? name : "", seed));
         int64_t chunks = (n + (1 << INIT_CHUNK_LOG2) - 1) >> INIT_CHUNK_LOG2;
         sn_rng *starts = pool && chunks > 1 ? malloc(sizeof *starts * (size_t)chunks) : NULL;
         if (!starts) { /* one by one */
-            for (int64_t i = 0; i < n; i++) dst[i] = (float)(p->a.f * sn_rng_normal(&r));
+            for (int64_t i = 0; i < n; i++) dst[i] = (float)(std * sn_rng_normal(&r));
             return;
         }
         pthread_once(&init_jump_once, init_jump_build);
@@ -77,7 +79,7 @@ void sn_param_init_pool(const sn_node *p, float *dst, uint64_t seed, sn_pool *po
             starts[c] = r;
             sn_rng_jump(&init_jump, &r);
         }
-        init_job j = {dst, n, p->a.f, starts};
+        init_job j = {dst, n, std, starts};
         sn_pool_run(pool, chunks, init_chunks, &j);
         free(starts);
         return;
@@ -85,6 +87,10 @@ void sn_param_init_pool(const sn_node *p, float *dst, uint64_t seed, sn_pool *po
     case SN_INIT_COUNT: break;
     }
     SN_ASSERT(0);
+}
+
+void sn_param_init_pool(const sn_node *p, float *dst, uint64_t seed, sn_pool *pool) {
+    init_values(p->name, p->a.init, p->a.f, sn_numel(p), dst, seed, pool);
 }
 
 void sn_param_init(const sn_node *p, float *dst, uint64_t seed) { sn_param_init_pool(p, dst, seed, NULL); }
@@ -96,6 +102,8 @@ struct sn_trainer {
     sn_train_opts o;
     sn_runner *run;
     const sn_param_layout *lay; /* the parameters: the program's layout (runner.h), graph order */
+    const sn_node **value;      /* [lay->n] each one's weights: the PARAM, or the dequantize of
+                                   its NF4 storage (QLoRA's base: u8 bytes on the device) */
     sn_node *idx, *targets;
     int pending;         /* micro-batches accumulated */
     bool in_grads;       /* the one pending micro-batch's gradients are still the program's own
@@ -110,7 +118,43 @@ struct sn_trainer {
 void sn_trainer_free(sn_trainer *t) {
     if (!t) return;
     sn_runner_free(t->run);
+    free(t->value);
     free(t);
+}
+
+/* Each parameter's weights node (NF4 storage: its dequantize, whose shape the weights have). */
+static sn_status find_values(sn_trainer *t, sn_err *e) {
+    if (!(t->value = sn_calloc((size_t)t->lay->n + 1, sizeof *t->value, "the trainer's parameters", e)))
+        return SN_ERR_OOM;
+    for (int i = 0; i < t->lay->n; i++) {
+        const sn_node *p = t->lay->slots[i].node;
+        if (!(t->value[i] = p->dtype == SN_U8 ? sn_nf4_weights(t->g, p) : p))
+            return sn_fail(e, SN_ERR_INVALID, "trainer: parameter %s is NF4 storage that no "
+                           "dequant_nf4 reads, so nothing says how many weights it holds: "
+                           "leave it out of the model", p->name);
+    }
+    return SN_OK;
+}
+
+/* Every parameter drawn from its init rule (the same stream whether it is stored in f32 or as
+ * NF4: a QLoRA base starts as the quantization of the full-precision run's) and set; the one
+ * host buffer of weights is freed after. */
+static sn_status init_params(sn_trainer *t, sn_err *e) {
+    int64_t most = 0;
+    for (int i = 0; i < t->lay->n; i++)
+        if (sn_numel(t->value[i]) > most) most = sn_numel(t->value[i]);
+    float *w = sn_malloc(sizeof(float) * (size_t)(most + 1), "the parameters' initialisation", e);
+    if (!w) return SN_ERR_OOM;
+    sn_status s = SN_OK;
+    sn_pool *pool = sn_pool_new(0); /* NULL: one by one */
+    for (int i = 0; i < t->lay->n && !s; i++) {
+        const sn_node *p = t->lay->slots[i].node;
+        init_values(p->name, p->a.init, p->a.f, sn_numel(t->value[i]), w, t->o.seed, pool);
+        s = sn_trainer_set_param(t, i, SN_PARAM_WEIGHTS, w, e);
+    }
+    sn_pool_free(pool);
+    free(w);
+    return s;
 }
 
 sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
@@ -141,24 +185,7 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     t->loss_scale = sn_graph_input(g, SN_ROLE_LOSS_SCALE);
     t->dropout_seed = sn_graph_input(g, SN_ROLE_DROPOUT_SEED);
     t->sc = (sn_loss_scaler){.scale = t->loss_scale ? (o->init_scale > 0 ? o->init_scale : 65536) : 1};
-    int64_t most = 0;
-    for (int i = 0; i < t->lay->n; i++)
-        if (t->lay->slots[i].numel > most) most = t->lay->slots[i].numel;
-    float *w = malloc(sizeof(float) * (size_t)(most + 1));
-    if (!w) {
-        sn_trainer_free(t);
-        sn_fail(e, SN_ERR_OOM, "trainer: out of host memory initialising the parameters");
-        return NULL;
-    }
-    sn_status s = SN_OK;
-    sn_pool *pool = sn_pool_new(0); /* NULL: one by one */
-    for (int i = 0; i < t->lay->n && !s; i++) {
-        sn_param_init_pool(t->lay->slots[i].node, w, o->seed, pool);
-        s = sn_runner_set(t->run, i, SN_PARAM_WEIGHTS, w, e);
-    }
-    sn_pool_free(pool);
-    free(w);
-    if (s) {
+    if (find_values(t, e) || init_params(t, e)) {
         sn_trainer_free(t);
         return NULL;
     }
@@ -323,12 +350,52 @@ const sn_node *sn_trainer_param_node(const sn_trainer *t, int i) {
     return t->lay->slots[i].node;
 }
 
+bool sn_trainer_param_nf4(const sn_trainer *t, int i) {
+    SN_ASSERT(i >= 0 && i < t->lay->n);
+    return t->lay->slots[i].node->dtype == SN_U8;
+}
+
+const sn_node *sn_trainer_param_value(const sn_trainer *t, int i) {
+    SN_ASSERT(i >= 0 && i < t->lay->n);
+    return t->value[i];
+}
+
+sn_status sn_trainer_get_nf4(const sn_trainer *t, int i, uint8_t *bytes, sn_err *e) {
+    SN_ASSERT(sn_trainer_param_nf4(t, i));
+    return sn_runner_get(t->run, i, SN_PARAM_WEIGHTS, false, (float *)bytes, e);
+}
+
+sn_status sn_trainer_set_nf4(sn_trainer *t, int i, const uint8_t *bytes, sn_err *e) {
+    SN_ASSERT(sn_trainer_param_nf4(t, i));
+    return sn_runner_set(t->run, i, SN_PARAM_WEIGHTS, (const float *)bytes, e);
+}
+
+/* An NF4 parameter's weights to or from the host as floats: dequantized, or quantized. */
+static sn_status nf4_weights(const sn_trainer *t, int i, float *host, bool set, sn_err *e) {
+    int64_t n = sn_numel(t->value[i]);
+    uint8_t *q = sn_malloc((size_t)sn_nf4_layout_of(n).bytes, "an NF4 parameter's bytes", e);
+    if (!q) return SN_ERR_OOM;
+    sn_status s;
+    if (!set) {
+        if (!(s = sn_trainer_get_nf4(t, i, q, e))) sn_nf4_dequantize(q, n, host);
+    } else if ((s = sn_nf4_quantize(host, n, q, e))) {
+        snprintf(e->msg + strlen(e->msg), sizeof e->msg - strlen(e->msg), " (parameter %s, "
+                 "stored as NF4)", t->lay->slots[i].node->name);
+    } else {
+        s = sn_trainer_set_nf4((sn_trainer *)t, i, q, e);
+    }
+    free(q);
+    return s;
+}
+
 sn_status sn_trainer_get_param(const sn_trainer *t, int i, sn_param_which which, float *host, sn_err *e) {
     SN_ASSERT(i >= 0 && i < t->lay->n && (unsigned)which < SN_PARAM_WHICH_COUNT);
-    if (which == SN_PARAM_GRAD && !t->pending) {
-        memset(host, 0, sizeof(float) * (size_t)t->lay->slots[i].numel);
+    bool nf4 = sn_trainer_param_nf4(t, i);
+    if ((which == SN_PARAM_GRAD && !t->pending) || (nf4 && which != SN_PARAM_WEIGHTS)) {
+        memset(host, 0, sizeof(float) * (size_t)sn_numel(t->value[i]));
         return SN_OK;
     }
+    if (nf4) return nf4_weights(t, i, host, false, e);
     return sn_runner_get(t->run, i, which, !t->in_grads, host, e);
 }
 
@@ -337,6 +404,8 @@ sn_status sn_trainer_set_param(sn_trainer *t, int i, sn_param_which which, const
     if (which == SN_PARAM_GRAD)
         return sn_fail(e, SN_ERR_INVALID, "trainer: gradients are computed, not set: set the "
                        "weights or the moments of parameter %s", t->lay->slots[i].node->name);
+    if (sn_trainer_param_nf4(t, i)) /* frozen: no moments */
+        return which == SN_PARAM_WEIGHTS ? nf4_weights(t, i, (float *)host, true, e) : SN_OK;
     return sn_runner_set(t->run, i, which, host, e);
 }
 

@@ -125,12 +125,26 @@ const sn_node *sn_trainer_param_node(const sn_trainer *t, int i); /* the PARAM (
 /* The index of the parameter named name, or -1. */
 int sn_trainer_find_param(const sn_trainer *t, const char *name);
 
-/* What of a parameter moves to or from the host: numel(param) floats, row-major. GRAD is the
- * sum of the pending micro-batches' gradients (read only). A frozen parameter's M, V and GRAD
- * read as zeros, and setting its M or V does nothing. */
+/* What of a parameter moves to or from the host: numel(sn_trainer_param_value) floats,
+ * row-major. GRAD is the sum of the pending micro-batches' gradients (read only). A frozen
+ * parameter's M, V and GRAD read as zeros, and setting its M or V does nothing. An NF4
+ * parameter's weights are dequantized when read and quantized when set (a NaN or infinite
+ * weight is SN_ERR_NUMERIC naming it). */
 typedef enum { SN_PARAM_WEIGHTS, SN_PARAM_M, SN_PARAM_V, SN_PARAM_GRAD, SN_PARAM_WHICH_COUNT } sn_param_which;
 sn_status sn_trainer_get_param(const sn_trainer *t, int i, sn_param_which which, float *host, sn_err *e);
 sn_status sn_trainer_set_param(sn_trainer *t, int i, sn_param_which which, const float *host, sn_err *e);
+
+/* QLoRA's base (the nf4 pass): a frozen weight stored as NF4 (ir/nf4.h) is a u8 parameter of
+ * the weight's name whose init rule is the weight's. The trainer draws its weights by that rule
+ * from the stream a full-precision run draws them from (so a QLoRA run starts from the
+ * quantization of the LoRA run's base), quantizes them on the host and keeps only the packed
+ * bytes. sn_trainer_param_value is the node whose shape the weights have: the PARAM, or for NF4
+ * storage its dequant_nf4. sn_trainer_get_nf4 / set_nf4 move the packed bytes exactly
+ * (sn_nf4_layout_of(numel(value)).bytes; checkpoints). */
+bool sn_trainer_param_nf4(const sn_trainer *t, int i);
+const sn_node *sn_trainer_param_value(const sn_trainer *t, int i);
+sn_status sn_trainer_get_nf4(const sn_trainer *t, int i, uint8_t *bytes, sn_err *e);
+sn_status sn_trainer_set_nf4(sn_trainer *t, int i, const uint8_t *bytes, sn_err *e);
 /* Bytes of optimizer state (moments, gradient sums, the step's scalars) besides the program. */
 int64_t sn_trainer_state_bytes(const sn_trainer *t);
 /* With offload: the optimizer state in host memory (masters, moments, sums, the staging
