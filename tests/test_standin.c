@@ -116,12 +116,11 @@ static sn_status train(sn_trainer *t, int steps, double *loss, double *norm, sn_
             batch(x, y, 1000 + (uint64_t)s);
             st = sn_trainer_eval(t, x, y, &l, e);
             /* the evaluation program's loss is the training program's: to the bit on the CPU
-             * device (test_eval); here within 1e-6: at step 5 of the first run the two are 6e-8
-             * apart (the stand-in's training run differs from the CPU device's there too, with
-             * no evaluation before it, while the evaluation equals the CPU's; with the GELU
-             * unfused (target gelu_unfused) all agree). The likely cause: the evaluation's
-             * cross_entropy and training's classifier kernels on CUDA order a row's loss
-             * differently, an ulp apart on rare rows; not proven */
+             * device (test_eval); here within 1e-6, because on CUDA the two compute a row's
+             * log-sum-exp differently: training's classifier (cuda_row.c cross_entropy_bwd)
+             * in one online pass over a block, the evaluation's cross_entropy
+             * (cuda_row_sums.c) as a max then a warp-summed exp; an ulp apart on a rare row
+             * (6e-8 at step 5 of the first run, every other step equal) */
             double la;
             if (!st) st = sn_trainer_accumulate(t, x, y, &la, e);
             ck_assert_msg(st || fabs(l - la) <= 1e-6 * fabs(la) || sn_trainer_dropout(t) > 0,
