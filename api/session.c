@@ -19,6 +19,7 @@
 #include "support/hash.h"
 #include "support/plot.h"
 #include "train/checkpoint.h"
+#include "train/generate.h"
 #include "train/plan.h"
 #include "train/sample.h"
 #include "train/train.h"
@@ -39,6 +40,7 @@ struct sn_session {
     sn_device *dev;          /* NULL: the reference interpreter */
     sn_trainer *t;
     sn_sampler *sampler;
+    sn_generator *gen;       /* samples over a KV cache (the model's build_kv), made at the first */
     sn_run_state run;        /* metadata, data RNG, loss curves: what a checkpoint carries */
     int32_t *x, *y;          /* (B, T) */
     bool planned;            /* o.mem: the run follows plan */
@@ -74,6 +76,7 @@ void sn_session_free(sn_session *s) {
     free(s->y);
     sn_run_state_free(&s->run);
     sn_sampler_free(s->sampler);
+    sn_generator_free(s->gen);
     sn_trainer_free(s->t);
     sn_device_free(s->dev);
     sn_graph_free(s->sg);
@@ -428,12 +431,82 @@ static sn_status build_sampler(sn_session *r, sn_err *e) {
     return r->sampler ? SN_OK : e->code;
 }
 
+/* ---- samples over a KV cache (the model's build_kv) ---- */
+
+/* The generator's graphs: the model's, over the tokenizer's vocabulary. */
+static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn_err *e) {
+    const sn_session *r = user;
+    return r->m.build_kv(g, B, T, r->tk->vocab, decode, r->m.user, e);
+}
+
+/* The trainer's weights for the generator's graphs, which the pad_vocab pass has not padded: a
+ * table the pass grew from (V, ...) to (Vp, ...) gives its first V rows (the rest are padding,
+ * never a class); every other parameter as sn_trainer_weights gives it. */
+static sn_status unpadded_get(void *src, const sn_node *p, float *data, sn_err *e) {
+    const sn_session *r = src;
+    sn_weight_source w = sn_trainer_weights(r->t);
+    int k = sn_trainer_find_param(r->t, p->name);
+    const sn_node *tp = k < 0 ? NULL : sn_trainer_param_value(r->t, k);
+    bool padded = tp && r->po.pad_vocab && p->dtype == SN_F32 && tp->rank == p->rank && p->rank >= 1 &&
+                  tp->shape[0] == sn_pad_vocab_size(p->shape[0], r->po.pad_vocab) && tp->shape[0] > p->shape[0] &&
+                  !memcmp(tp->shape + 1, p->shape + 1, sizeof(int64_t) * (size_t)(p->rank - 1));
+    if (!padded) return w.get(w.src, p, data, e);
+    float *all = sn_malloc(sizeof(float) * (size_t)sn_numel(tp), "a padded table's host copy", e);
+    if (!all) return SN_ERR_OOM;
+    sn_status s = sn_trainer_get_param(r->t, k, SN_PARAM_WEIGHTS, all, e);
+    if (!s) memcpy(data, all, sizeof(float) * (size_t)sn_numel(p)); /* row-major: the first rows */
+    free(all);
+    return s;
+}
+
+/* Whether a sample of n_new tokens after n_prompt goes through the KV cache: the model builds
+ * the generation graphs, the sample fits the context, and the run holds no memory plan (the
+ * generator's fp32 weights and cache are not in it) nor an NF4 base (whose point is not to hold
+ * the weights in full precision). */
+static bool kv_sampling(const sn_session *r, size_t n_prompt, int n_new) {
+    return r->m.build_kv && r->m.n_layer > 0 && !r->planned && !r->po.nf4 && n_prompt >= 1 &&
+           (int64_t)n_prompt + n_new - 1 <= r->m.ctx;
+}
+
+/* Makes the generator at the first KV sample; the decode graph must hold every parameter the
+ * trainer trains (an adapter the generation graphs lack would sample from another model). */
+static sn_status kv_generator(sn_session *r, sn_err *e) {
+    if (r->gen) return SN_OK;
+    sn_generator_opts go = {.build = build_kv, .user = r, .ctx = r->m.ctx, .n_layer = r->m.n_layer, .batch = 1};
+    sn_status s = sn_generator_new(&go, r->dev, &r->gen, e);
+    const sn_graph *dg = s ? NULL : sn_generator_decode_graph(r->gen);
+    for (int i = 0; !s && i < sn_trainer_param_count(r->t); i++) {
+        const sn_node *p = sn_trainer_param_node(r->t, i);
+        bool found = false;
+        for (int j = 0; j < dg->n_nodes && !found; j++)
+            found = dg->nodes[j]->op == SN_OP_PARAM && !strcmp(dg->nodes[j]->name, p->name);
+        if (!found)
+            s = sn_fail(e, SN_ERR_INVALID, "sample: model %s's generation graph (build_kv) has no "
+                        "parameter %s, which the training graph has: build both with the same "
+                        "parameters", r->m.name, p->name);
+    }
+    if (s) {
+        sn_generator_free(r->gen);
+        r->gen = NULL;
+    }
+    return s;
+}
+
+/* n_new ids after prompt[0, n) into gen, drawn over the KV cache with the current weights. */
+static sn_status kv_sample(sn_session *r, const int32_t *prompt, int n, const sn_sample_opts *so,
+                           int32_t *gen, sn_err *e) {
+    sn_status s = kv_generator(r, e);
+    if (!s) s = sn_generator_load(r->gen, (sn_weight_source){unpadded_get, r}, e);
+    const int32_t *const prompts[1] = {prompt};
+    return s ? s : sn_generator_generate(r->gen, prompts, &n, so, gen, NULL, NULL, e);
+}
+
 sn_status sn_session_sample(sn_session *r, const sn_session_sample_opts *o, char **text,
                             size_t *len, sn_err *e) {
     *text = NULL;
     *len = 0;
     if (o->n_new < 0) return sn_fail(e, SN_ERR_INVALID, "sample: n_new %d: give 0 or more tokens", o->n_new);
-    sn_status s = r->sampler ? SN_OK : build_sampler(r, e);
+    sn_status s = SN_OK;
     sn_tokens p = {0}, all = {0};
     if (!s && o->prompt && *o->prompt) s = sn_tokenizer_encode(r->tk, o->prompt, strlen(o->prompt), &p, e);
     if (!s && !p.n) /* the validation text's first token, else a newline */
@@ -444,8 +517,11 @@ sn_status sn_session_sample(sn_session *r, const sn_session_sample_opts *o, char
     for (size_t i = 0; !s && i < p.n; i++) prompt[i] = sn_tokens_get(&p, i);
     sn_sample_opts so = {.n_new = o->n_new, .temperature = o->temperature, .top_k = o->top_k,
                          .vocab = r->tk ? r->tk->vocab : 0, .seed = o->seed};
-    if (!s) s = sn_sampler_load(r->sampler, r->t, e);
-    if (!s) s = sn_sampler_generate(r->sampler, prompt, (int)p.n, &so, gen, e);
+    bool kv = !s && kv_sampling(r, p.n, o->n_new);
+    if (!s && kv && o->n_new) s = kv_sample(r, prompt, (int)p.n, &so, gen, e);
+    if (!s && !kv && !r->sampler) s = build_sampler(r, e);
+    if (!s && !kv) s = sn_sampler_load(r->sampler, r->t, e);
+    if (!s && !kv) s = sn_sampler_generate(r->sampler, prompt, (int)p.n, &so, gen, e);
     for (size_t i = 0; !s && i < p.n + (size_t)o->n_new; i++)
         s = sn_tokens_push(&all, i < p.n ? prompt[i] : gen[i - p.n], e);
     if (!s) s = sn_tokenizer_decode_all(r->tk, &all, 0, all.n, text, len, e);

@@ -45,6 +45,14 @@ static sn_status build_gpt2(sn_graph *g, int B, int T, int V, void *user, sn_err
     return sn_gpt2_build_lora(g, &c, B, T, gm->has_lora ? &gm->lora : NULL, &m, e);
 }
 
+/* Its generation graphs (train/generate.h), the same parameters. */
+static sn_status build_gpt2_kv(sn_graph *g, int B, int T, int V, bool decode, void *user, sn_err *e) {
+    const gpt2_model *gm = user;
+    sn_gpt2_config c = gm->c;
+    c.vocab = V;
+    return sn_gpt2_build_kv(g, &c, B, T, decode, gm->has_lora ? &gm->lora : NULL, e);
+}
+
 /* The model a session builds: a LLaMA-family configuration, with LoRA adapters or not. */
 typedef struct {
     sn_llama_config c;
@@ -59,6 +67,14 @@ static sn_status build_llama(sn_graph *g, int B, int T, int V, void *user, sn_er
     c.vocab = V;
     sn_llama m;
     return sn_llama_build_lora(g, &c, B, T, lm->has_lora ? &lm->lora : NULL, &m, e);
+}
+
+/* Its generation graphs (train/generate.h), the same parameters. */
+static sn_status build_llama_kv(sn_graph *g, int B, int T, int V, bool decode, void *user, sn_err *e) {
+    const llama_model *lm = user;
+    sn_llama_config c = lm->c;
+    c.vocab = V;
+    return sn_llama_build_kv_lora(g, &c, B, T, decode, lm->has_lora ? &lm->lora : NULL, e);
 }
 
 /* --lora R (--lora-alpha, --lora-targets) as adapters, or --ia3's vectors, and their words after
@@ -123,7 +139,8 @@ static sn_status build_llama_model(const train_args *a, run *r, sn_model *m, sn_
         r->lm.has_lora = true;
         lora_of(a, &r->lm.lora, r->desc, sizeof r->desc, at);
     }
-    *m = (sn_model){.name = c->name, .desc = r->desc, .ctx = c->ctx, .build = build_llama, .user = &r->lm};
+    *m = (sn_model){.name = c->name, .desc = r->desc, .ctx = c->ctx, .build = build_llama, .user = &r->lm,
+                    .build_kv = build_llama_kv, .n_layer = c->n_layer};
     if (!sn_llama_config_find(c->name, &(sn_llama_config){0})) { /* no built-in name holds it */
         sn_llama_config_format(c, r->config, sizeof r->config);
         m->config = r->config;
@@ -146,7 +163,8 @@ static sn_status build_gpt2_model(const train_args *a, run *r, sn_model *m, sn_e
         r->gm.has_lora = true;
         lora_of(a, &r->gm.lora, r->desc, sizeof r->desc, at);
     }
-    *m = (sn_model){.name = c->name, .desc = r->desc, .ctx = c->ctx, .build = build_gpt2, .user = &r->gm};
+    *m = (sn_model){.name = c->name, .desc = r->desc, .ctx = c->ctx, .build = build_gpt2, .user = &r->gm,
+                    .build_kv = build_gpt2_kv, .n_layer = c->n_layer};
     return SN_OK;
 }
 
