@@ -424,6 +424,8 @@ int main(int argc, char **argv) {
     sn_trainer *t = sn_trainer_new(g, &o, &e);
     if (!t) die("trainer", &e);
     double compile_s = sn_clock_s() - t0;
+    sn_trainer_startup su;
+    sn_trainer_startup_get(t, &su);
     const sn_program *p = sn_trainer_program(t);
     double train_flops = program_flops(p);
 
@@ -467,7 +469,11 @@ int main(int argc, char **argv) {
     sn_exec_stats_get(sn_trainer_exec(t), &st);
     bj *rec = record(&a, dev, "train_step", step_s, train_flops, peak);
     bj_int(rec, "trained_params", (long long)sn_param_layout_trained(sn_trainer_layout(t)));
-    bj_num(rec, "compile_s", "%.2f", compile_s);
+    bj_num(rec, "compile_s", "%.2f", compile_s); /* sn_trainer_new, then its parts */
+    bj_num(rec, "startup_kernel_passes_s", "%.3f", su.kernels_s);
+    bj_num(rec, "startup_exec_new_s", "%.3f", su.exec_s);
+    bj_num(rec, "startup_optimizer_s", "%.3f", su.optimizer_s);
+    bj_num(rec, "startup_param_init_s", "%.3f", su.init_s);
     bj_int(rec, "kernels_per_step", p->n_kernels);
     bj_int(rec, "optimizer_launches", 3);
     bj_int(rec, "arena_planned_bytes", (long long)p->arena_bytes);

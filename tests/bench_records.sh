@@ -11,7 +11,7 @@ fail() { echo "FAIL: $*"; cat "$out" "$out.err"; exit 1; }
 "$bench" --model tiny --steps 1 --device cpu --batch 2 --seq 32 > "$out" 2> "$out.err" || fail "train_bench exited $?"
 if grep -q "built without json-c" "$out.err"; then echo "skipped: no json-c"; exit 77; fi
 head='bench phase device model batch seq lora ia3 checkpoint offload ms_per_step tokens_per_s precision gflops peak_gflops peak_isa f32_peak_gflops bf16_peak_gflops mfu mfu_suspect'
-step="$head trained_params compile_s kernels_per_step optimizer_launches arena_planned_bytes arena_measured_bytes arena_no_reuse_bytes persistent_bytes optimizer_state_bytes gemm_s attention_s pointwise_s row_s reduce_s gather_s"
+step="$head trained_params compile_s startup_kernel_passes_s startup_exec_new_s startup_optimizer_s startup_param_init_s kernels_per_step optimizer_launches arena_planned_bytes arena_measured_bytes arena_no_reuse_bytes persistent_bytes optimizer_state_bytes gemm_s attention_s pointwise_s row_s reduce_s gather_s"
 keys() { sed -n "${1}p" "$out" | grep -o '"[a-z_0-9]*":' | tr -d '":' | tr '\n' ' ' | sed 's/ $//'; }
 [ "$(grep -c . "$out")" = 3 ] || fail "not 3 records"
 [ "$(keys 1)" = "$head" ] || fail "forward's fields: $(keys 1)"

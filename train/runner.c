@@ -17,6 +17,7 @@
 
 #include "passes/passes.h"
 #include "passes/pipeline.h"
+#include "support/clock.h"
 #include "offload.h"
 
 /* the flat buffers of the optimizer step */
@@ -56,6 +57,7 @@ struct sn_runner {
     sn_pool *pool;      /* the host AdamW's threads (one per CPU) */
     int64_t chunk;      /* elements a copy moves (sn_offload_chunk) */
     char name[160];
+    double kernels_s, exec_s, optimizer_s; /* sn_runner_startup's */
 };
 
 /* The host arrays the copies read or write: page-locked memory. */
@@ -128,10 +130,14 @@ static sn_status runner_init(sn_runner *b, const sn_pipeline_opts *compile, sn_e
     if (!o.target) o.target = &b->d->target; /* the device's, unless the caller named one */
     b->compile = o;
     b->compile.dump_after = NULL; /* the dump is the training program's */
-    if ((s = sn_pipeline_kernels(b->g, &o, &b->prog, NULL, e)) ||
-        (s = sn_exec_new(b->d, b->prog, &b->x, e)) ||
-        (s = flat_layout(b, e)))
-        return s;
+    double t0 = sn_clock_s();
+    if ((s = sn_pipeline_kernels(b->g, &o, &b->prog, NULL, e))) return s;
+    double t1 = sn_clock_s();
+    b->kernels_s = t1 - t0;
+    s = sn_exec_new(b->d, b->prog, &b->x, e);
+    t0 = sn_clock_s();
+    b->exec_s = t0 - t1;
+    if (s || (s = flat_layout(b, e))) return s;
     make_kernels(b);
     int id[3];
     int64_t n = b->lay->flat_n;
@@ -151,6 +157,7 @@ static sn_status runner_init(sn_runner *b, const sn_pipeline_opts *compile, sn_e
     sn_kernel *ks[OK_COUNT];
     for (int i = 0; i < OK_COUNT; i++) ks[i] = &b->k[i];
     if ((s = sn_exec_compile(b->x, ks, OK_COUNT, b->handle, e))) return s;
+    b->optimizer_s = sn_clock_s() - t0;
     if (b->d->run_graph) /* it runs the graph, not the program's kernels */
         snprintf(b->name, sizeof b->name, "%s", b->d->name);
     else
@@ -182,6 +189,9 @@ const sn_param_layout *sn_runner_layout(const sn_runner *b) { return b->lay; }
 sn_exec *sn_runner_exec(const sn_runner *b) { return b->x; }
 int64_t sn_runner_state_bytes(const sn_runner *b) { return b->state_bytes; }
 int64_t sn_runner_host_state_bytes(const sn_runner *b) { return b->host_bytes; }
+void sn_runner_startup(const sn_runner *b, double *kernels_s, double *exec_s, double *optimizer_s) {
+    *kernels_s = b->kernels_s, *exec_s = b->exec_s, *optimizer_s = b->optimizer_s;
+}
 
 sn_status sn_runner_run(sn_runner *b, const sn_node *idx, const sn_node *targets,
                         const int32_t *x, const int32_t *y, double *loss, sn_err *e) {

@@ -75,5 +75,8 @@ sn_exec *sn_runner_exec(const sn_runner *b);
  * moments, sums, the staging chunks of gradients). */
 int64_t sn_runner_state_bytes(const sn_runner *b);
 int64_t sn_runner_host_state_bytes(const sn_runner *b);
+/* Seconds sn_runner_new spent in the kernel passes (sn_pipeline_kernels), the executor
+ * (sn_exec_new) and the optimizer's buffers and kernels. */
+void sn_runner_startup(const sn_runner *b, double *kernels_s, double *exec_s, double *optimizer_s);
 
 #endif

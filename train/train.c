@@ -14,6 +14,7 @@
 #include "runner.h"
 #include "passes/passes.h"
 #include "ir/dropout.h"
+#include "support/clock.h"
 #include "support/hash.h"
 #include "support/rng.h"
 
@@ -113,6 +114,7 @@ struct sn_trainer {
     sn_node *loss_scale; /* the loss-scale INPUT (fp16 autocast), or NULL: no loss scaling */
     sn_node *dropout_seed; /* the dropout seed INPUT, or NULL: no dropout */
     sn_loss_scaler sc;
+    double init_s;       /* init_params' seconds (sn_trainer_startup) */
 };
 
 void sn_trainer_free(sn_trainer *t) {
@@ -185,10 +187,12 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     t->loss_scale = sn_graph_input(g, SN_ROLE_LOSS_SCALE);
     t->dropout_seed = sn_graph_input(g, SN_ROLE_DROPOUT_SEED);
     t->sc = (sn_loss_scaler){.scale = t->loss_scale ? (o->init_scale > 0 ? o->init_scale : 65536) : 1};
+    double t0 = sn_clock_s();
     if (find_values(t, e) || init_params(t, e)) {
         sn_trainer_free(t);
         return NULL;
     }
+    t->init_s = sn_clock_s() - t0;
     return t;
 }
 
@@ -343,6 +347,10 @@ const sn_program *sn_trainer_eval_program(sn_trainer *t, sn_err *e) { return sn_
 sn_exec *sn_trainer_eval_exec(const sn_trainer *t) { return sn_runner_eval_exec(t->run); }
 int64_t sn_trainer_state_bytes(const sn_trainer *t) { return sn_runner_state_bytes(t->run); }
 int64_t sn_trainer_host_state_bytes(const sn_trainer *t) { return sn_runner_host_state_bytes(t->run); }
+void sn_trainer_startup_get(const sn_trainer *t, sn_trainer_startup *s) {
+    sn_runner_startup(t->run, &s->kernels_s, &s->exec_s, &s->optimizer_s);
+    s->init_s = t->init_s;
+}
 struct sn_device *sn_trainer_device(const sn_trainer *t) { return t->o.device; }
 
 const sn_node *sn_trainer_param_node(const sn_trainer *t, int i) {

@@ -150,6 +150,15 @@ int64_t sn_trainer_state_bytes(const sn_trainer *t);
 /* With offload: the optimizer state in host memory (masters, moments, sums, the staging
  * chunks); 0 else. */
 int64_t sn_trainer_host_state_bytes(const sn_trainer *t);
+/* Where sn_trainer_new's seconds went (issue 21's startup), in its order. */
+typedef struct {
+    double kernels_s;   /* the kernel passes: fuse, schedule, memplan (sn_pipeline_kernels) */
+    double exec_s;      /* the executor: memory, constants, the kernels compiled or read from
+                           the device's cache, the GEMMs' plans (sn_exec_new) */
+    double optimizer_s; /* the optimizer's state buffers and kernels */
+    double init_s;      /* every parameter drawn on the host and set on the device */
+} sn_trainer_startup;
+void sn_trainer_startup_get(const sn_trainer *t, sn_trainer_startup *s);
 /* The device the trainer runs on (NULL: the reference interpreter). */
 struct sn_device *sn_trainer_device(const sn_trainer *t);
 /* Sets the optimizer step count (checkpoints restore it with the moments). */
