@@ -459,20 +459,21 @@ static sn_status unpadded_get(void *src, const sn_node *p, float *data, sn_err *
     return s;
 }
 
-/* Whether a sample of n_new tokens after n_prompt goes through the KV cache: the model builds
- * the generation graphs, the sample fits the context, and the run holds no memory plan (the
- * generator's fp32 weights and cache are not in it) nor an NF4 base (whose point is not to hold
- * the weights in full precision). */
-static bool kv_sampling(const sn_session *r, size_t n_prompt, int n_new) {
+/* Whether a sample after n_prompt tokens goes through the KV cache: the model builds the
+ * generation graphs, the prompt fits the training length (past it the generator's window
+ * slides), and the run holds no memory plan (the generator's fp32 weights and cache are not in
+ * it) nor an NF4 base (whose point is not to hold the weights in full precision). */
+static bool kv_sampling(const sn_session *r, size_t n_prompt) {
     return r->m.build_kv && r->m.n_layer > 0 && !r->planned && !r->po.nf4 && n_prompt >= 1 &&
-           (int64_t)n_prompt + n_new - 1 <= r->m.ctx;
+           n_prompt <= (size_t)r->T;
 }
 
 /* Makes the generator at the first KV sample; the decode graph must hold every parameter the
  * trainer trains (an adapter the generation graphs lack would sample from another model). */
 static sn_status kv_generator(sn_session *r, sn_err *e) {
     if (r->gen) return SN_OK;
-    sn_generator_opts go = {.build = build_kv, .user = r, .ctx = r->m.ctx, .n_layer = r->m.n_layer, .batch = 1};
+    sn_generator_opts go = {.build = build_kv, .user = r, .ctx = r->m.ctx, .n_layer = r->m.n_layer,
+                            .batch = 1, .window = r->T}; /* positions past T were never trained */
     sn_status s = sn_generator_new(&go, r->dev, &r->gen, e);
     const sn_graph *dg = s ? NULL : sn_generator_decode_graph(r->gen);
     for (int i = 0; !s && i < sn_trainer_param_count(r->t); i++) {
@@ -517,7 +518,7 @@ sn_status sn_session_sample(sn_session *r, const sn_session_sample_opts *o, char
     for (size_t i = 0; !s && i < p.n; i++) prompt[i] = sn_tokens_get(&p, i);
     sn_sample_opts so = {.n_new = o->n_new, .temperature = o->temperature, .top_k = o->top_k,
                          .vocab = r->tk ? r->tk->vocab : 0, .seed = o->seed};
-    bool kv = !s && kv_sampling(r, p.n, o->n_new);
+    bool kv = !s && kv_sampling(r, p.n);
     if (!s && kv && o->n_new) s = kv_sample(r, prompt, (int)p.n, &so, gen, e);
     if (!s && !kv && !r->sampler) s = build_sampler(r, e);
     if (!s && !kv) s = sn_sampler_load(r->sampler, r->t, e);

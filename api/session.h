@@ -40,8 +40,9 @@ typedef struct {
      * generation graphs over vocabulary V, prefill (decode false) or decode, as
      * train/generate.h describes them (its n_layer layers' keys and values, then the logits),
      * with the training graph's parameter names and shapes. sn_session_sample then prefills
-     * the prompt once and decodes each new token over a KV cache, in fp32, when the prompt and
-     * the sample fit ctx, the run has no memory plan (mem) and no NF4 base. */
+     * the prompt once and decodes each new token over a KV cache, in fp32, when the prompt fits
+     * the training length T, the run has no memory plan (mem) and no NF4 base; past T the
+     * window slides by T/2 (train/generate.h). */
     sn_status (*build_kv)(sn_graph *g, int B, int T, int V, bool decode, void *user, sn_err *e);
     int n_layer;      /* with build_kv: its layers */
 } sn_model;
@@ -185,11 +186,11 @@ typedef struct {
 } sn_session_sample_opts;
 
 /* Generates o->n_new tokens after the prompt with the current weights (a batch-1 copy of the
- * model compiled at the first call: with the model's build_kv and a sample that fits, its
- * generation programs and KV cache; else its forward at the training length, run once per
- * token over a window that slides past ctx) and decodes prompt and sample into *text
- * (malloc'd, NUL-terminated, *len bytes; the caller frees it). Either way the same seed and
- * logits give the same tokens; the two differ by their arithmetic (the cache's is fp32). */
+ * model compiled at the first call: with the model's build_kv, its generation programs and KV
+ * cache; else its forward at the training length T, run once per token over the last T
+ * tokens) and decodes prompt and sample into *text (malloc'd, NUL-terminated, *len bytes; the
+ * caller frees it). Either way the same seed and logits give the same tokens; the two differ by
+ * their arithmetic (the cache's is fp32) and past T (the cache's window slides by T/2). */
 sn_status sn_session_sample(sn_session *s, const sn_session_sample_opts *o, char **text,
                             size_t *len, sn_err *e);
 

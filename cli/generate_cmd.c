@@ -38,8 +38,9 @@ static const cli_opt gen_opts[] = {
      .help = "the text to continue (default: a newline); given again, each\n"
              "prompt is a row of one batch, generated together"},
     {"max-new-tokens", 'n', CLI_INT, "N", O(max_new), 1, 1 << 20,
-     .help = "new tokens per prompt (default 200); a prompt and its\n"
-             "new tokens must fit the length the model was trained on"},
+     .help = "new tokens per prompt (default 200); past the length the\n"
+             "model was trained on, the window slides: the last half of it\n"
+             "runs again and generation goes on after it"},
     {"temperature", 't', CLI_REAL, "X", O(temperature), 0, 100,
      .help = "sampling temperature (default 1.0; 0: greedy)"},
     {"top-k", 'k', CLI_INT, "K", O(top_k), 0, 1 << 24,
@@ -278,12 +279,6 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
         if (!s && lens[b] > trained)
             s = sn_fail(e, SN_ERR_INVALID, "prompt %d is %d tokens, longer than the sequences of %d "
                         "tokens the model was trained on: shorten it", b + 1, lens[b], trained);
-        else if (!s && lens[b] + a->max_new - 1 > trained)
-            s = sn_fail(e, SN_ERR_INVALID, "prompt %d is %d tokens and %ld new ones are asked for, "
-                        "but the model was trained on sequences of %d tokens (positions past them "
-                        "were never trained): give --max-new-tokens %d or less (sliding the window "
-                        "past them is not supported with the KV cache yet)", b + 1, lens[b],
-                        a->max_new, trained, trained - lens[b] + 1);
     }
     int32_t *ids[MAX_PROMPTS] = {0};
     for (int b = 0; !s && b < B; b++) {
@@ -292,7 +287,9 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
         ps[b] = ids[b];
     }
     if (!s) s = open_device(a, &dev, e);
-    sn_generator_opts go = {.build = build_kv, .user = &m, .ctx = m.ctx, .n_layer = m.n_layer, .batch = B};
+    /* past the trained positions the windows slide (generate.h) */
+    sn_generator_opts go = {.build = build_kv, .user = &m, .ctx = m.ctx, .n_layer = m.n_layer,
+                            .batch = B, .window = trained};
     if (!s) s = sn_generator_new(&go, dev, &gen, e);
     if (!s) s = sn_ckpt_model_covers(ck, sn_generator_decode_graph(gen), e);
     if (!s) s = sn_generator_load(gen, sn_ckpt_model_weights(ck), e);

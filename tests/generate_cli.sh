@@ -3,7 +3,7 @@
 # text on the CPU device and on the interpreter, a batch of two prompts whose rows are what each
 # prompt gives alone, a LoRA checkpoint, the speed on stderr; and the refusals, each with exit
 # status and message: no checkpoint, not a checkpoint, a truncated one, an empty prompt, a prompt
-# or a generation longer than the model was trained on.
+# longer than the model was trained on; past the trained length the window slides.
 set -eu
 . "$(dirname "$0")/cli_lib.sh" # $sinter, $dir (the working directory), fail, refused
 
@@ -30,6 +30,21 @@ echo "a batch of two prompts: each row is its prompt's text alone"
 "$sinter" generate l.ckpt -n 10 --device cpu > out.txt 2> err.txt || fail "generate from a LoRA checkpoint"
 echo "a LoRA checkpoint generates"
 
+# past the 32 positions the model was trained on, the window slides: 40 new tokens after 6, the
+# same on the CPU device and the interpreter, the first 27 those of a generation that fits
+"$sinter" generate t.ckpt --temperature 0 -n 40 --prompt "ROMEO:" --device cpu > long.txt 2> err.txt ||
+    fail "generation past the context"
+"$sinter" generate t.ckpt --temperature 0 -n 40 --prompt "ROMEO:" --device interp > long_i.txt 2> err.txt ||
+    fail "generation past the context on interp"
+cmp -s long.txt long_i.txt || fail "past the context: cpu and interp differ"
+"$sinter" generate t.ckpt --temperature 0 -n 27 --prompt "ROMEO:" --device cpu > fits.txt 2> err.txt ||
+    fail "generation that fits"
+[ "$(wc -c < long.txt)" -gt "$(wc -c < fits.txt)" ] || fail "past the context: no more text"
+n=$(($(wc -c < fits.txt) - 1)) # tiny's tokens are bytes; the last byte is the newline
+head -c "$n" fits.txt > fits_n.txt
+head -c "$n" long.txt | cmp -s - fits_n.txt || fail "past the context: the first 27 tokens differ"
+echo "past the trained length the window slides (cpu = interp)"
+
 refused 2 "no checkpoint: give it first" generate --prompt x
 refused 2 "unknown option '--bogus'" generate t.ckpt --bogus
 refused 2 "--prompt 1 is empty" generate t.ckpt --prompt ""
@@ -37,7 +52,6 @@ refused 1 "is not a sinter checkpoint" generate train.txt
 head -c 1000 t.ckpt > trunc.ckpt
 refused 1 "is truncated" generate trunc.ckpt
 refused 1 "cannot read" generate missing.ckpt
-refused 1 "give --max-new-tokens 27 or less" generate t.ckpt --prompt "ROMEO:" -n 40 --device cpu
 refused 1 "longer than the sequences of 32 tokens the model was trained on: shorten it" \
     generate t.ckpt --prompt "0123456789012345678901234567890123456789" --device cpu
 echo "refused with a message: no checkpoint, not one, truncated, empty prompt, too long"

@@ -1,8 +1,8 @@
 /* test_session_sample.c: a training session's samples over a KV cache (api/session.h: the
  * model's build_kv) against the same session's samples by the recomputing sampler: greedy
  * samples of GPT-2 and a LLaMA-family model, with LoRA adapters and on a vocabulary the
- * pad_vocab pass pads, are the same text; what the KV path cannot take (a sample past the
- * context, a memory plan) falls back; a generation graph that lacks a trained parameter is
+ * pad_vocab pass pads, are the same text; what the KV path cannot take (a prompt past the
+ * training length, a memory plan) falls back; a generation graph that lacks a trained parameter is
  * refused by name. */
 #include <stdlib.h>
 #include <string.h>
@@ -136,15 +136,24 @@ START_TEST(llama_kv_equals_recomputed) {
 }
 END_TEST
 
-/* A sample past the context, or a run under a memory plan, takes the recomputing sampler. */
+/* A prompt longer than the training length, or a run under a memory plan, takes the
+ * recomputing sampler; a sample past the training length slides the cache's window. */
 START_TEST(falls_back) {
     model m = gpt2_tiny(false);
     sn_session *s = session(&m, true, 1, 0);
-    char *t = sample(s, m.g.ctx + 8); /* past ctx: the window slides */
+    char long_prompt[200];
+    memset(long_prompt, 'a', sizeof long_prompt - 1);
+    long_prompt[sizeof long_prompt - 1] = 0;
+    sn_session_sample_opts so = {.prompt = long_prompt, .n_new = 4, .temperature = 0};
+    char *t;
+    size_t len;
+    sn_err e;
+    ck_assert_msg(sn_session_sample(s, &so, &t, &len, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(m.kv_builds, 0);
     free(t);
-    t = sample(s, 4);
-    ck_assert_int_eq(m.kv_builds, 2);
+    t = sample(s, 3 * m.g.ctx); /* past the training length */
+    ck_assert_int_eq(m.kv_builds, 3); /* decode, the prompt's prefill, the slid window's */
+    ck_assert_uint_gt(strlen(t), (size_t)m.g.ctx);
     free(t);
     sn_session_free(s);
     m.kv_builds = 0;

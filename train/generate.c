@@ -12,6 +12,8 @@
 #include "runtime/device.h"
 #include "support/clock.h"
 
+enum { PREFILL_KEPT = 3 }; /* the prompt's size, the window's when it slides, one more */
+
 struct sn_generator {
     sn_generator_opts o;
     sn_device *dev, *own;      /* own: the reference interpreter, made here when none was given */
@@ -22,18 +24,19 @@ struct sn_generator {
     const sn_node **kc, **vc;  /* n_layer each: the cache INPUTs (B, Hkv, S, D) */
     const sn_node **k, **v;    /* n_layer each: the new token's outputs (B, Hkv, 1, D) */
     int64_t H, D, V;           /* Hkv, head size, the logits' width */
-    sn_graph *pg;              /* the last prefill graph (B, pT), compiled, its program and */
-    sn_program *pp;            /* executor (with its own copy of the weights: w's when made) */
-    sn_exec *px;
-    int pT;
-    sn_weight_source w;
+    struct {                   /* prefill programs (B, T) kept, the last used first: */
+        sn_graph *g;           /* its graph, compiled, its program and executor (reading the */
+        sn_program *p;         /* decode program's parameters: sn_exec_new_sharing) */
+        sn_exec *x;
+        int T;                 /* 0: none */
+    } pre[PREFILL_KEPT];
     bool loaded;
     float *mask_h;             /* (B, S) */
     float *row32;              /* (B, V) */
     double *row64;             /* (V) */
     int32_t *ids, *at;         /* (B): the tokens fed and their positions */
     double prefill_s, decode_s, *step_s;
-    int n_steps;
+    int n_steps, n_step_s, n_slides; /* n_step_s: step_s's room */
 };
 
 /* ---- weights --------------------------------------------------------------------------------- */
@@ -91,12 +94,14 @@ static sn_status compile(sn_generator *gen, int T, bool decode, sn_graph **g, sn
 
 void sn_generator_free(sn_generator *g) {
     if (!g) return;
+    for (int i = 0; i < PREFILL_KEPT; i++) { /* before the decode executor they share */
+        sn_exec_free(g->pre[i].x);
+        sn_program_free(g->pre[i].p);
+        sn_graph_free(g->pre[i].g);
+    }
     sn_exec_free(g->dx);
-    sn_exec_free(g->px);
     sn_program_free(g->dp);
-    sn_program_free(g->pp);
     sn_graph_free(g->dg);
-    sn_graph_free(g->pg);
     sn_device_free(g->own);
     free(g->kc);
     free(g->mask_h);
@@ -110,12 +115,14 @@ void sn_generator_free(sn_generator *g) {
 sn_status sn_generator_new(const sn_generator_opts *o, sn_device *device, sn_generator **out,
                            sn_err *e) {
     *out = NULL;
-    if (o->batch < 1 || o->ctx < 1 || o->n_layer < 1 || !o->build)
-        return sn_fail(e, SN_ERR_INVALID, "generate: batch %d, context %d, %d layers: need a model "
-                       "builder and each at least 1", o->batch, o->ctx, o->n_layer);
+    if (o->batch < 1 || o->ctx < 1 || o->n_layer < 1 || !o->build || o->window < 0 || o->window > o->ctx)
+        return sn_fail(e, SN_ERR_INVALID, "generate: batch %d, context %d, %d layers, window %d: need "
+                       "a model builder, each at least 1 and the window at most the context",
+                       o->batch, o->ctx, o->n_layer, o->window);
     sn_generator *g = sn_calloc(1, sizeof *g, "the generator", e);
     if (!g) return SN_ERR_OOM;
     g->o = *o;
+    if (!g->o.window) g->o.window = o->ctx;
     int L = o->n_layer, B = o->batch, S = o->ctx;
     sn_status s = SN_OK;
     if (!device && !(s = sn_interp_device_new(&g->own, e))) device = g->own;
@@ -152,8 +159,7 @@ sn_status sn_generator_new(const sn_generator_opts *o, sn_device *device, sn_gen
         g->row32 = sn_malloc(sizeof(float) * (size_t)B * (size_t)g->V, "the generator's logits", e);
         g->row64 = sn_malloc(sizeof(double) * (size_t)g->V, "the generator's logits", e);
         g->ids = sn_malloc(sizeof(int32_t) * 2 * (size_t)B, "the generator's ids", e);
-        g->step_s = sn_malloc(sizeof(double) * (size_t)S, "the generator's timings", e);
-        if (!g->mask_h || !g->row32 || !g->row64 || !g->ids || !g->step_s) s = SN_ERR_OOM;
+        if (!g->mask_h || !g->row32 || !g->row64 || !g->ids) s = SN_ERR_OOM;
         else g->at = g->ids + B;
     }
     if (!s) s = sn_exec_new(device, g->dp, &g->dx, e);
@@ -168,10 +174,8 @@ sn_status sn_generator_new(const sn_generator_opts *o, sn_device *device, sn_gen
 
 sn_status sn_generator_load(sn_generator *g, sn_weight_source w, sn_err *e) {
     g->loaded = false;
-    sn_status s = load_params(g->dg, g->dx, w, e);
-    if (!s && g->px) s = load_params(g->pg, g->px, w, e);
+    sn_status s = load_params(g->dg, g->dx, w, e); /* the prefill programs read these */
     if (s) return s;
-    g->w = w;
     g->loaded = true;
     return SN_OK;
 }
@@ -187,50 +191,92 @@ static sn_status draw(sn_generator *g, const float *row, const sn_sample_opts *o
     return *out < 0 ? sn_fail_oom(e, sizeof(double) * 2 * (size_t)V, "the sampler's sorted logits") : SN_OK;
 }
 
-/* The prompts through the prefill program: each row's logits at its last prompt token into
- * g->row32 (B, V), the prompts' keys and values into the decode program's cache. */
+/* The prefill program of T tokens a row, compiled and allocated unless kept: kept ones move to
+ * the front, a new one takes the last place (its predecessor freed). */
+static sn_status prefill_program(sn_generator *g, int T, sn_err *e) {
+    int k = 0;
+    while (k < PREFILL_KEPT - 1 && g->pre[k].T != T) k++;
+    if (g->pre[k].T != T) { /* not kept: the last place's, made anew */
+        sn_exec_free(g->pre[k].x);
+        sn_program_free(g->pre[k].p);
+        sn_graph_free(g->pre[k].g);
+        g->pre[k].x = NULL, g->pre[k].p = NULL, g->pre[k].g = NULL, g->pre[k].T = 0;
+        sn_status s = compile(g, T, false, &g->pre[k].g, &g->pre[k].p, e);
+        if (!s) s = sn_exec_new_sharing(g->dev, g->pre[k].p, g->dx, &g->pre[k].x, e);
+        if (s) return s;
+        sn_exec_time_kernels(g->pre[k].x, false);
+        g->pre[k].T = T;
+    }
+    for (; k > 0; k--) { /* to the front */
+        __typeof__(g->pre[0]) t = g->pre[k];
+        g->pre[k] = g->pre[k - 1];
+        g->pre[k - 1] = t;
+    }
+    return SN_OK;
+}
+
+/* The prompts through the prefill program (of the longest prompt rounded up to a power of two):
+ * each row's logits at its last prompt token into g->row32 (B, V), the prompts' keys and values
+ * into the decode program's cache, at[b] = lens[b]: the next position. */
 static sn_status prefill(sn_generator *g, const int32_t *const *prompts, const int *lens, sn_err *e) {
     int B = g->o.batch, S = g->o.ctx, L = g->o.n_layer, longest = 0;
     for (int b = 0; b < B; b++) longest = lens[b] > longest ? lens[b] : longest;
     int T = 1;
     while (T < longest) T *= 2;
     T = T < S ? T : S;
-    sn_status s = SN_OK;
-    if (T != g->pT) { /* a prompt of another size: its program, compiled and allocated */
-        sn_exec_free(g->px);
-        sn_program_free(g->pp);
-        sn_graph_free(g->pg);
-        g->px = NULL, g->pp = NULL, g->pg = NULL, g->pT = 0;
-        if ((s = compile(g, T, false, &g->pg, &g->pp, e)) || (s = sn_exec_new(g->dev, g->pp, &g->px, e)) ||
-            (s = load_params(g->pg, g->px, g->w, e)))
-            return s;
-        sn_exec_time_kernels(g->px, false);
-        g->pT = T;
-    }
+    sn_status s = prefill_program(g, T, e);
+    if (s) return s;
+    const sn_graph *pg = g->pre[0].g;
     int64_t HD = g->H * g->D, per = HD * T; /* one row's k (or v) of one layer */
     int32_t *idx = sn_calloc((size_t)B * (size_t)T, sizeof *idx, "the prefill's tokens", e);
     float *host = sn_malloc(sizeof(float) * (size_t)(B * per), "the prompt's keys and values", e);
-    sn_exec *x = g->px;
+    sn_exec *x = g->pre[0].x;
     if (!idx || !host) s = SN_ERR_OOM;
     for (int b = 0; !s && b < B; b++) memcpy(idx + (size_t)b * T, prompts[b], sizeof *idx * (size_t)lens[b]);
-    if (!s) s = sn_exec_set(x, sn_graph_input(g->pg, SN_ROLE_TOKENS), idx, e);
+    if (!s) s = sn_exec_set(x, sn_graph_input(pg, SN_ROLE_TOKENS), idx, e);
     if (!s) s = sn_exec_run(x, e);
-    const sn_node *logits = s ? NULL : g->pg->logits;
+    const sn_node *logits = s ? NULL : pg->logits;
     for (int b = 0; !s && b < B; b++) { /* row b's logits at its last prompt token */
         int64_t at = ((int64_t)b * T + lens[b] - 1) * g->V;
         s = sn_exec_download(x, g->row32 + b * g->V, sn_exec_node_ref(logits, 4 * at), 4 * g->V, e);
     }
     for (int i = 0; !s && i < 2 * L; i++) { /* (B, Hkv, T, D) -> the cache's (B, Hkv, S, D) */
         const sn_node *cache = i % 2 ? g->vc[i / 2] : g->kc[i / 2];
-        s = sn_exec_get(x, g->pg->outputs[i], host, e);
+        s = sn_exec_get(x, pg->outputs[i], host, e);
         for (int64_t r = 0; !s && r < B * g->H; r++) {
             int n = lens[r / g->H];
             s = sn_exec_upload(g->dx, sn_exec_node_ref(cache, 4 * r * S * g->D),
                                host + r * T * g->D, 4 * n * g->D, e);
         }
     }
+    for (int b = 0; b < B; b++) g->at[b] = lens[b];
     free(idx);
     free(host);
+    return s;
+}
+
+/* A row has used the window: every row's window slides. Row b's last window/2 tokens (its prompt's and
+ * the ones drawn, out[0, i), the one about to be fed the last) run through the prefill again at
+ * positions 0, 1, ...; their logits are the next draw's, as a decode step's would be. */
+static sn_status slide(sn_generator *g, const int32_t *const *prompts, const int *lens,
+                       const int32_t *out, int n_new, int i, sn_err *e) {
+    int B = g->o.batch, K = g->o.window / 2 > 0 ? g->o.window / 2 : 1;
+    int32_t *win = sn_malloc(sizeof *win * (size_t)B * (size_t)K, "the slid windows", e);
+    const int32_t **wp = sn_malloc(sizeof *wp * (size_t)B, "the slid windows", e);
+    int *wl = sn_malloc(sizeof *wl * (size_t)B, "the slid windows", e);
+    sn_status s = win && wp && wl ? SN_OK : SN_ERR_OOM;
+    for (int b = 0; !s && b < B; b++) {
+        int total = lens[b] + i, n = total < K ? total : K;
+        for (int j = 0; j < n; j++) {
+            int t = total - n + j;
+            win[(size_t)b * K + j] = t < lens[b] ? prompts[b][t] : out[(size_t)b * (size_t)n_new + t - lens[b]];
+        }
+        wp[b] = win + (size_t)b * K, wl[b] = n;
+    }
+    if (!s) s = prefill(g, wp, wl, e);
+    free(win);
+    free(wp);
+    free(wl);
     return s;
 }
 
@@ -264,20 +310,25 @@ static sn_status decode(sn_generator *g, sn_err *e) {
 sn_status sn_generator_generate(sn_generator *g, const int32_t *const *prompts, const int *lens,
                                 const sn_sample_opts *o, int32_t *out, sn_generate_cb on_step,
                                 void *user, sn_err *e) {
-    int B = g->o.batch, S = g->o.ctx;
+    int B = g->o.batch, S = g->o.window;
     if (!g->loaded)
         return sn_fail(e, SN_ERR_INVALID, "generate: no weights: call sn_generator_load first");
     for (int b = 0; b < B; b++) {
         if (lens[b] < 1)
             return sn_fail(e, SN_ERR_INVALID, "generate: prompt %d is empty: give at least one token", b + 1);
-        if (lens[b] > S || (o->n_new > 0 && lens[b] + o->n_new - 1 > S))
-            return sn_fail(e, SN_ERR_INVALID, "generate: prompt %d has %d tokens and %d new ones are "
-                           "asked for: the model's context is %d tokens, so %s", b + 1, lens[b],
-                           o->n_new, S, lens[b] > S ? "shorten the prompt" : "ask for fewer new tokens");
+        if (lens[b] > S)
+            return sn_fail(e, SN_ERR_INVALID, "generate: prompt %d has %d tokens: the model's context "
+                           "is %d tokens%s, so shorten the prompt", b + 1, lens[b], S,
+                           S < g->o.ctx ? " (the length it was trained on)" : "");
     }
-    g->n_steps = 0;
+    g->n_steps = g->n_slides = 0;
     g->prefill_s = g->decode_s = 0;
     if (o->n_new < 1) return SN_OK;
+    if (g->n_step_s < o->n_new) {
+        double *t = realloc(g->step_s, sizeof *t * (size_t)o->n_new);
+        if (!t) return sn_fail_oom(e, sizeof *t * (size_t)o->n_new, "the generator's timings");
+        g->step_s = t, g->n_step_s = o->n_new;
+    }
     sn_rng *rngs = sn_malloc(sizeof *rngs * (size_t)B, "the generator's random streams", e);
     if (!rngs) return SN_ERR_OOM;
     for (int b = 0; b < B; b++) rngs[b] = sn_rng_seed(o->seed + (uint64_t)b);
@@ -285,13 +336,19 @@ sn_status sn_generator_generate(sn_generator *g, const int32_t *const *prompts, 
     sn_status s = prefill(g, prompts, lens, e);
     g->prefill_s = sn_clock_s() - t0;
     for (int i = 0; !s && i < o->n_new; i++) {
-        if (i > 0) {
+        if (i > 0) { /* out[i - 1] fed at positions at[b], or the windows slid past a full row */
             double t = sn_clock_s();
+            bool full = false;
             for (int b = 0; b < B; b++) {
                 g->ids[b] = out[(size_t)b * (size_t)o->n_new + i - 1];
-                g->at[b] = lens[b] + i - 1;
+                full = full || g->at[b] >= S;
             }
-            s = decode(g, e);
+            if (full) {
+                s = slide(g, prompts, lens, out, o->n_new, i, e);
+                g->n_slides++;
+            } else if (!(s = decode(g, e))) {
+                for (int b = 0; b < B; b++) g->at[b]++;
+            }
             g->step_s[g->n_steps++] = sn_clock_s() - t;
             g->decode_s += g->step_s[g->n_steps - 1];
         }
@@ -322,7 +379,8 @@ sn_status sn_generator_forced(sn_generator *g, const int32_t *tokens, int n, int
 
 void sn_generator_stats(const sn_generator *g, sn_generate_stats *s) {
     *s = (sn_generate_stats){.prefill_s = g->prefill_s, .decode_s = g->decode_s,
-                             .n_steps = g->n_steps, .step_s = g->n_steps ? g->step_s : NULL};
+                             .n_steps = g->n_steps, .step_s = g->n_steps ? g->step_s : NULL,
+                             .n_slides = g->n_slides};
 }
 
 const sn_graph *sn_generator_decode_graph(const sn_generator *g) { return g->dg; }

@@ -37,6 +37,8 @@ typedef struct {
     int ctx;     /* S: positions the cache holds (the model's context length) */
     int n_layer; /* layers, each with its k and v */
     int batch;   /* B: prompts generated together */
+    int window;  /* positions a row uses before its window slides (below), at most ctx: the
+                    length the model was trained on; 0: ctx */
 } sn_generator_opts;
 
 typedef struct sn_generator sn_generator;
@@ -48,37 +50,41 @@ sn_status sn_generator_new(const sn_generator_opts *o, struct sn_device *device,
                            sn_generator **out, sn_err *e);
 void sn_generator_free(sn_generator *g);
 
-/* Copies every parameter of the decode program (and of a kept prefill program) from w; a
- * prefill program compiled later reads w then, so w's source must outlive the generator (or
- * the next load). */
+/* Copies every parameter of the decode program from w (the prefill programs read the decode
+ * program's: sn_exec_new_sharing, one copy of the weights on the device). */
 sn_status sn_generator_load(sn_generator *g, sn_weight_source w, sn_err *e);
 
 /* Called after each generated step with the B new ids (ids[b]: prompt b's), step from 0;
  * returns false to stop there (a stop token): out's later entries are then left as they were. */
 typedef bool (*sn_generate_cb)(void *user, int step, const int32_t *ids);
 
-/* Per prompt b of the batch (opts.batch of them): prompts[b][0, lens[b]), lens[b] >= 1, then
- * o->n_new ids into out[b * n_new ...], each drawn as sn_sampler_generate draws (the same seed
- * and logits give the same ids); row b draws with seed + b, so a row's ids do not depend on the
- * other rows'. The prompts run once through a prefill program compiled for the longest prompt
- * rounded up to a power of two; it is kept, with its own device copy of the weights, for the
- * next call of that size (so the device holds the weights twice). The prompts' keys and values
- * come down to the host and go up into the cache once per call (no device-to-device path
- * between two programs yet). A prompt and its new tokens must fit the context (the last new
- * token is never fed: lens[b] + n_new - 1 <= ctx): longer is SN_ERR_INVALID saying what to
- * shorten. on_step (may be NULL) gets each step's ids as they are drawn, and may stop. */
+/* Per prompt b of the batch (opts.batch of them): prompts[b][0, lens[b]), 1 <= lens[b] <= window,
+ * then o->n_new ids into out[b * n_new ...], each drawn as sn_sampler_generate draws (the same
+ * seed and logits give the same ids); row b draws with seed + b, so a row's ids do not depend
+ * on the other rows' (until a window slides, below). The prompts run once through a prefill
+ * program compiled for the longest prompt rounded up to a power of two; the last few such
+ * programs are kept for the next calls, each reading the decode program's weights. The prompts'
+ * keys and values come down to the host and go up into the cache once per call (no
+ * device-to-device path between two programs yet). When a row has used the window's positions
+ * (a prompt and its new tokens past it), every row's window slides: its last window/2 tokens
+ * run through the prefill again at positions from 0 (their logits the next draw's), and
+ * decoding goes on after them; so a token past the window sees at least window/2 before it (the recomputing
+ * sampler's window slides one token at a time: the two part there). on_step (may be NULL)
+ * gets each step's ids as they are drawn, and may stop. */
 sn_status sn_generator_generate(sn_generator *g, const int32_t *const *prompts, const int *lens,
                                 const sn_sample_opts *o, int32_t *out, sn_generate_cb on_step,
                                 void *user, sn_err *e);
 
-/* Time spent by the last generate call: the prefill (its compile, allocation and weights when
- * the prompt's size was not the last call's; its run; the cache's upload), and each decode step's (n_new - 1 of them:
- * the first token comes from the prefill's logits). step_s[i] is the step that generated token
- * i + 1 (its row's position lens[b] + i). NULL until a call has run. */
+/* Time spent by the last generate call: the prefill (its compile and allocation when no kept
+ * program has the prompts' size; its run; the cache's upload), and each decode step's (n_new - 1
+ * of them: the first token comes from the prefill's logits). step_s[i] is the step that
+ * generated token i + 1 (its row's position lens[b] + i until a window slides). NULL until a
+ * call has run. */
 typedef struct {
     double prefill_s, decode_s;
     int n_steps;
     const double *step_s;
+    int n_slides; /* steps that slid the windows (their prefill's time in step_s) */
 } sn_generate_stats;
 void sn_generator_stats(const sn_generator *g, sn_generate_stats *s);
 
