@@ -516,7 +516,7 @@ sn_status sn_session_sample(sn_session *r, const sn_session_sample_opts *o, char
     int32_t *gen = s ? NULL : sn_malloc(sizeof(int32_t) * ((size_t)o->n_new + 1), "the sample", e);
     if (!s && (!prompt || !gen)) s = SN_ERR_OOM;
     for (size_t i = 0; !s && i < p.n; i++) prompt[i] = sn_tokens_get(&p, i);
-    sn_sample_opts so = {.n_new = o->n_new, .temperature = o->temperature, .top_k = o->top_k,
+    sn_sample_opts so = {.n_new = o->n_new, .temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p,
                          .vocab = r->tk ? r->tk->vocab : 0, .seed = o->seed};
     bool kv = !s && kv_sampling(r, p.n);
     if (!s && kv && o->n_new) s = kv_sample(r, prompt, (int)p.n, &so, gen, e);

@@ -182,6 +182,8 @@ typedef struct {
     int n_new;          /* tokens to generate */
     float temperature;  /* <= 0: greedy */
     int top_k;          /* 0: all ids */
+    float top_p;        /* the nucleus: the fewest likeliest ids holding this much of the
+                           probability (after top_k); 0 or >= 1: all */
     uint64_t seed;      /* the same seed and weights give the same text */
 } sn_session_sample_opts;
 

@@ -23,7 +23,7 @@ enum { MAX_PROMPTS = 64 };
 typedef struct {
     const char *prompt, *device, *bpe, *tokenizer_file;
     long max_new, top_k, seed;
-    double temperature;
+    double temperature, top_p;
     bool ignore_eot, no_cache;
     /* not options: */
     const char *checkpoint;
@@ -45,6 +45,9 @@ static const cli_opt gen_opts[] = {
      .help = "sampling temperature (default 1.0; 0: greedy)"},
     {"top-k", 'k', CLI_INT, "K", O(top_k), 0, 1 << 24,
      .help = "sample among the K most likely tokens (default 40; 0: all)"},
+    {"top-p", 0, CLI_REAL, "P", O(top_p), 0, 1, .lo_open = true, .hi_closed = true,
+     .help = "then among the fewest likeliest tokens holding P of the\n"
+             "probability (nucleus sampling; default 1: all of them)"},
     {"seed", 's', CLI_INT, "N", O(seed), 0, 0x7fffffff,
      .help = "sampling seed (default 1337); prompt b of a batch\n"
              "draws with N + b"},
@@ -298,7 +301,8 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
     stream_state st = {.tk = tk, .n_new = (int)a->max_new, .B = B, .stream = B == 1,
                        .stop_eot = !a->ignore_eot && tk && tk->eot >= 0};
     sn_sample_opts so = {.n_new = (int)a->max_new, .temperature = (float)a->temperature,
-                         .top_k = (int)a->top_k, .vocab = tk ? tk->vocab : 0, .seed = (uint64_t)a->seed};
+                         .top_k = (int)a->top_k, .top_p = (float)a->top_p, .vocab = tk ? tk->vocab : 0,
+                         .seed = (uint64_t)a->seed};
     if (!s && B == 1) {
         fputs(a->prompts[0], stdout);
         fflush(stdout);
@@ -343,7 +347,7 @@ static void collect_prompts(int argc, char **argv, gen_args *a) {
 
 static int cmd_generate(int argc, char **argv) {
     const cli_command *cmd = &cli_generate_cmd;
-    gen_args a = {.device = "auto", .max_new = 200, .top_k = 40, .seed = 1337, .temperature = 1.0};
+    gen_args a = {.device = "auto", .max_new = 200, .top_k = 40, .top_p = 1.0, .seed = 1337, .temperature = 1.0};
     if (argc >= 2 && argv[1][0] != '-') { /* the checkpoint comes first */
         a.checkpoint = argv[1];
         argv[1] = argv[0];

@@ -81,8 +81,8 @@ static const char *range(const cli_opt *o, char *buf, size_t len) {
     switch (o->type) {
     case CLI_INT: snprintf(buf, len, "%lld to %lld", (long long)o->lo, (long long)o->hi); break;
     case CLI_REAL:
-        snprintf(buf, len, "%s %s and < %s", o->lo_open ? ">" : ">=", num(o->lo, a, sizeof a),
-                 num(o->hi, b, sizeof b));
+        snprintf(buf, len, "%s %s and %s %s", o->lo_open ? ">" : ">=", num(o->lo, a, sizeof a),
+                 o->hi_closed ? "<=" : "<", num(o->hi, b, sizeof b));
         break;
     case CLI_BYTES: snprintf(buf, len, "a size such as 6GiB or 500MiB"); break;
     case CLI_CHOICE: or_list(choices(o), buf, len); break;
@@ -109,7 +109,8 @@ static int store(const cli_command *c, const cli_opt *o, const char *v, void *ou
     }
     case CLI_REAL: {
         double x = strtod(v, &end);
-        if (*v && !*end && (o->lo_open ? x > o->lo : x >= o->lo) && x < o->hi) {
+        if (*v && !*end && (o->lo_open ? x > o->lo : x >= o->lo) &&
+            (o->hi_closed ? x <= o->hi : x < o->hi)) {
             *(double *)at = x;
             return 0;
         }

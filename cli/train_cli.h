@@ -29,7 +29,7 @@ typedef struct {
     const char *lora_targets; /* --lora-targets attn, mlp or all (NULL: not given: all) */
     long steps, batch, seq, seed, eval_every, tokens_per_step, save_every;
     long sample_every, sample_len, top_k;
-    double lr, temperature;
+    double lr, temperature, top_p;
     long warmup;            /* --warmup N (-1: 10% of the steps) */
     double weight_decay, beta1, beta2, grad_clip, min_lr_frac; /* the optimizer's knobs */
     double dropout;         /* --dropout P: GPT-2's dropout in training (0: none) */

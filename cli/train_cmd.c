@@ -213,14 +213,16 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
 static sn_status sample(const train_args *a, run *r, long step, sn_err *e) {
     sn_session_sample_opts so = {.prompt = a->prompt, .n_new = (int)a->sample_len,
                                  .temperature = (float)a->temperature, .top_k = (int)a->top_k,
+                                 .top_p = (float)a->top_p,
                                  .seed = sn_hash_str("sample", (uint64_t)a->seed + 1) + (uint64_t)step};
     char *text;
     size_t len;
     sn_status s = sn_session_sample(r->s, &so, &text, &len, e);
     if (s) return s;
     char heading[160];
-    snprintf(heading, sizeof heading, "sample at step %ld (temperature %g, top-k %ld)", step,
-             a->temperature, a->top_k);
+    int at = snprintf(heading, sizeof heading, "sample at step %ld (temperature %g, top-k %ld", step,
+                      a->temperature, a->top_k);
+    snprintf(heading + at, sizeof heading - (size_t)at, a->top_p < 1 ? ", top-p %g)" : ")", a->top_p);
     progress_break(&r->prog);
     train_print_sample(stdout, text, len, heading);
     free(text);

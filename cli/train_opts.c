@@ -141,6 +141,9 @@ static const cli_opt train_opts[] = {
      .help = "sampling temperature (default 1.0; 0: greedy)"},
     {"top-k", 0, CLI_INT, "K", O(top_k), 0, 1 << 24,
      .help = "sample among the K most likely tokens (default 40; 0: all)"},
+    {"top-p", 0, CLI_REAL, "P", O(top_p), 0, 1, .lo_open = true, .hi_closed = true,
+     .help = "then among the fewest likeliest tokens holding P of the\n"
+             "probability (nucleus sampling; default 1: all of them)"},
     {"checkpoint-policy", 0, CLI_CHOICE, "P", O(policy), .choices = "none, block, sqrt",
      .help = "recompute activations in the backward instead of keeping them:\n"
              "none (default), block (keep transformer block inputs), sqrt (Chen\n"
@@ -192,7 +195,7 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
     const cli_command *cmd = &cli_train_cmd;
     *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
                       .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
-                      .sample_len = 200, .top_k = 40, .temperature = 1.0, .checkpoint_policy = -1,
+                      .sample_len = 200, .top_k = 40, .temperature = 1.0, .top_p = 1.0, .checkpoint_policy = -1,
                       .chunk_logits = -1, .precision = "fp32", .diverge_nats = 4, .offload = -1, .warmup = -1,
                       .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .grad_clip = 1.0,
                       .min_lr_frac = 0.1};

@@ -45,6 +45,15 @@ head -c "$n" fits.txt > fits_n.txt
 head -c "$n" long.txt | cmp -s - fits_n.txt || fail "past the context: the first 27 tokens differ"
 echo "past the trained length the window slides (cpu = interp)"
 
+# nucleus sampling: a tiny nucleus is greedy whatever the seed; 0 is refused
+"$sinter" generate t.ckpt -n 20 --prompt "ROMEO:" --top-p 1e-6 --seed 3 --device cpu > p1.txt 2> err.txt ||
+    fail "generate --top-p"
+"$sinter" generate t.ckpt -n 20 --prompt "ROMEO:" --top-p 1e-6 --seed 4 --device cpu > p2.txt 2> err.txt ||
+    fail "generate --top-p, another seed"
+cmp -s p1.txt cpu.txt && cmp -s p2.txt cpu.txt || fail "--top-p 1e-6 is not the greedy text"
+refused 2 "--top-p wants a number > 0 and <= 1, not '0'" generate t.ckpt --top-p 0
+echo "--top-p: a tiny nucleus is greedy"
+
 refused 2 "no checkpoint: give it first" generate --prompt x
 refused 2 "unknown option '--bogus'" generate t.ckpt --bogus
 refused 2 "--prompt 1 is empty" generate t.ckpt --prompt ""

@@ -258,17 +258,29 @@ START_TEST(sample_logits_rules) {
     double lg[6] = {0.5, 2.0, -1.0, 2.0, 1.9, 0.0};
     sn_rng r = sn_rng_seed(1);
     for (int i = 0; i < 50; i++) {
-        ck_assert_int_eq(sn_sample_logits(lg, 6, 1.0f, 1, &r), 1); /* greedy: the first of the ties */
-        ck_assert_int_eq(sn_sample_logits(lg, 6, 0.0f, 0, &r), 1);
+        ck_assert_int_eq(sn_sample_logits(lg, 6, 1.0f, 1, 0, &r), 1); /* greedy: the first of the ties */
+        ck_assert_int_eq(sn_sample_logits(lg, 6, 0.0f, 0, 0, &r), 1);
     }
     int seen[6] = {0};
-    for (int i = 0; i < 3000; i++) seen[sn_sample_logits(lg, 6, 1.0f, 3, &r)]++;
+    for (int i = 0; i < 3000; i++) seen[sn_sample_logits(lg, 6, 1.0f, 3, 0, &r)]++;
     ck_assert(seen[1] && seen[3] && seen[4] && !seen[0] && !seen[2] && !seen[5]);
     double p[3] = {0, log(2.0), log(3.0)}; /* probabilities 1/6, 2/6, 3/6 */
     int n[3] = {0};
-    for (int i = 0; i < 60000; i++) n[sn_sample_logits(p, 3, 1.0f, 0, &r)]++;
+    for (int i = 0; i < 60000; i++) n[sn_sample_logits(p, 3, 1.0f, 0, 0, &r)]++;
     for (int k = 0; k < 3; k++)
         ck_assert_msg(fabs(n[k] / 60000.0 - (k + 1) / 6.0) < 0.01, "id %d: %d of 60000", k, n[k]);
+    /* top-p: 0.6 keeps ids 2 and 1 (3/6 < 0.6 <= 5/6), drawn as 3:2; 0.5 keeps id 2 alone (its
+     * 3/6 is enough); 1 keeps all; after top-k 2, 0.9 keeps both of them */
+    int q[3] = {0};
+    for (int i = 0; i < 50000; i++) q[sn_sample_logits(p, 3, 1.0f, 0, 0.6f, &r)]++;
+    ck_assert_msg(!q[0] && fabs(q[2] / 50000.0 - 0.6) < 0.01, "top-p 0.6: %d %d %d", q[0], q[1], q[2]);
+    for (int i = 0; i < 200; i++) {
+        ck_assert_int_eq(sn_sample_logits(p, 3, 1.0f, 0, 0.5f, &r), 2);
+        ck_assert_int_ne(sn_sample_logits(p, 3, 1.0f, 2, 0.9f, &r), 0);
+    }
+    int all[3] = {0};
+    for (int i = 0; i < 6000; i++) all[sn_sample_logits(p, 3, 1.0f, 0, 1.0f, &r)]++;
+    ck_assert(all[0] && all[1] && all[2]);
 }
 END_TEST
 

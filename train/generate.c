@@ -187,7 +187,7 @@ static sn_status draw(sn_generator *g, const float *row, const sn_sample_opts *o
                       int32_t *out, sn_err *e) {
     int V = o->vocab > 0 && o->vocab < g->V ? o->vocab : (int)g->V;
     for (int i = 0; i < g->V; i++) g->row64[i] = row[i];
-    *out = sn_sample_logits(g->row64, V, o->temperature, o->top_k, rng);
+    *out = sn_sample_logits(g->row64, V, o->temperature, o->top_k, o->top_p, rng);
     return *out < 0 ? sn_fail_oom(e, sizeof(double) * 2 * (size_t)V, "the sampler's sorted logits") : SN_OK;
 }
 

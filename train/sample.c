@@ -129,7 +129,8 @@ static int by_score(const void *pa, const void *pb) {
     return (a->id > b->id) - (a->id < b->id);
 }
 
-int32_t sn_sample_logits(const double *logits, int V, float temperature, int top_k, sn_rng *rng) {
+int32_t sn_sample_logits(const double *logits, int V, float temperature, int top_k, float top_p,
+                         sn_rng *rng) {
     if (temperature <= 0 || top_k == 1) { /* greedy: the first of the largest */
         int32_t best = 0;
         for (int i = 1; i < V; i++)
@@ -143,6 +144,15 @@ int32_t sn_sample_logits(const double *logits, int V, float temperature, int top
     int k = top_k > 0 && top_k < V ? top_k : V;
     double sum = 0, top = c[0].v;
     for (int i = 0; i < k; i++) sum += c[i].v = exp((c[i].v - top) / temperature);
+    if (top_p > 0 && top_p < 1) { /* the nucleus: the fewest first ids holding top_p of the mass */
+        double mass = 0;
+        for (int i = 0; i < k; i++)
+            if ((mass += c[i].v) >= top_p * sum) {
+                k = i + 1;
+                break;
+            }
+        sum = mass;
+    }
     double u = sn_rng_uniform(rng) * sum;
     int32_t pick = c[k - 1].id;
     for (int i = 0; i < k; i++) {
@@ -176,7 +186,7 @@ sn_status sn_sampler_generate(sn_sampler *s, const int32_t *prompt, int n_prompt
                               4 * (int64_t)s->V, e);
         if (st) return st;
         for (int i = 0; i < s->V; i++) s->row64[i] = s->row32[i];
-        out[k] = sn_sample_logits(s->row64, V, o->temperature, o->top_k, &rng);
+        out[k] = sn_sample_logits(s->row64, V, o->temperature, o->top_k, o->top_p, &rng);
         if (out[k] < 0) return sn_fail_oom(e, sizeof(double) * 2 * (size_t)V, "the sampler's sorted logits");
     }
     return SN_OK;

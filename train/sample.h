@@ -18,6 +18,8 @@ typedef struct {
     int n_new;         /* tokens to generate */
     float temperature; /* logits are divided by it; <= 0 is greedy (the most likely id) */
     int top_k;         /* draw among the k most likely ids; 0: all of them; 1: greedy */
+    float top_p;       /* then among the fewest most likely ids whose probabilities sum to at
+                          least top_p (nucleus sampling); 0 or >= 1: all of them */
     int vocab;         /* draw only ids < vocab (leaves out vocabulary padding); 0: all */
     uint64_t seed;
 } sn_sample_opts;
@@ -50,12 +52,14 @@ sn_status sn_sampler_load_weights(sn_sampler *s, sn_weight_source w, sn_err *e);
 
 /* Generates o->n_new ids after prompt[0, n_prompt) (n_prompt >= 1) into out. The model sees
  * the last T ids of prompt and output so far; each new id is drawn from the softmax of the
- * last position's logits / temperature over the top_k ids (ties: the lower id first). */
+ * last position's logits / temperature over the top_k ids (ties: the lower id first), then
+ * over the nucleus of top_p of them. */
 sn_status sn_sampler_generate(sn_sampler *s, const int32_t *prompt, int n_prompt,
                               const sn_sample_opts *o, int32_t *out, sn_err *e);
 
 /* Picks one id from logits (V,) as sn_sampler_generate does (exposed for tests); -1 when out
  * of memory for the sorted copy. */
-int32_t sn_sample_logits(const double *logits, int V, float temperature, int top_k, sn_rng *rng);
+int32_t sn_sample_logits(const double *logits, int V, float temperature, int top_k, float top_p,
+                         sn_rng *rng);
 
 #endif
