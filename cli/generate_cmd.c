@@ -1,8 +1,10 @@
-/* generate_cmd.c: `sinter generate CHECKPOINT`: text from a checkpoint's model with the KV cache
- * (train/generate.h): the prompts through the model's tokenizer, one prefill, then one decode
- * step per token; the text streamed to stdout as it comes (a batch of prompts: each printed when
- * done), the speed to stderr. Convention: the model, its LoRA adapters and its tokenizer are the
- * checkpoint's (its metadata); only the prompts and the sampling are asked for. */
+/* generate_cmd.c: `sinter generate CHECKPOINT` or `--hf DIR`: text from a checkpoint's model, or
+ * a pretrained one's, with the KV cache (train/generate.h): the prompts through the model's
+ * tokenizer, one prefill, then one decode step per token; the text streamed to stdout as it
+ * comes (a batch of prompts: each printed when done), the speed to stderr. Convention: the
+ * model, its LoRA adapters and its tokenizer are the checkpoint's (its metadata), or the
+ * directory's (config.json, the weights, tokenizer.json); only the prompts and the sampling are
+ * asked for. */
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -10,6 +12,8 @@
 #include <string.h>
 
 #include "data/data.h"
+#include "io/hf_llama.h"
+#include "io/weights.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
 #include "runtime/cuda/cuda_device.h"
@@ -21,8 +25,8 @@
 enum { MAX_PROMPTS = 64 };
 
 typedef struct {
-    const char *prompt, *device, *bpe, *tokenizer_file;
-    long max_new, top_k, seed;
+    const char *prompt, *device, *bpe, *tokenizer_file, *hf, *tokenizer;
+    long max_new, top_k, seed, context;
     double temperature, top_p;
     bool ignore_eot, no_cache;
     /* not options: */
@@ -63,6 +67,16 @@ static const cli_opt gen_opts[] = {
     {"tokenizer-file", 0, CLI_STR, "FILE", O(tokenizer_file),
      .help = "the Hugging Face tokenizer.json a model was trained with\n"
              "(sinter train --tokenizer-file; checked against its hash)"},
+    {"hf", 0, CLI_STR, "DIR", O(hf),
+     .help = "instead of a checkpoint: a pretrained GPT-2 or LLaMA-family model,\n"
+             "a Hugging Face directory (config.json, model.safetensors or its\n"
+             "index; tokenizer.json when there) or llm.c's .bin"},
+    {"tokenizer", 0, CLI_CHOICE, "T", O(tokenizer), .choices = "gpt2, bytes",
+     .help = "with --hf when DIR has no tokenizer.json (and no --tokenizer-file):\n"
+             "GPT-2's BPE (--bpe) or bytes"},
+    {"context", 0, CLI_INT, "N", O(context), 1, 1 << 20,
+     .help = "with --hf: positions the cache holds before the window slides\n"
+             "(default: the model's, at most 4096; GPT-2's at most its table)"},
     {"ignore-eot", 0, CLI_FLAG, NULL, O(ignore_eot),
      .help = "go on past <|endoftext|> (default: a prompt's text ends there)"},
 };
@@ -71,10 +85,11 @@ static int cmd_generate(int argc, char **argv);
 
 const cli_command cli_generate_cmd = {
     .name = "generate",
-    .synopsis = "CHECKPOINT [options]",
-    .summary = "Generates text from a checkpoint's model, with a KV cache.",
+    .synopsis = "CHECKPOINT [options] | --hf DIR [options]",
+    .summary = "Generates text from a checkpoint's model or a pretrained one, with a KV cache.",
     .opts = CLI_OPTS(gen_opts),
-    .notes = "The model, its LoRA adapters and its tokenizer are the checkpoint's. The text goes to\n"
+    .notes = "The model, its LoRA adapters and its tokenizer are the checkpoint's (or --hf DIR's).\n"
+             "The text goes to\n"
              "stdout as it is generated (the prompt first); tokens/s and the prefill's time to\n"
              "stderr. Exit status 2: a usage error; 1: a failure (the message says which).\n",
     .run = cmd_generate,
@@ -234,18 +249,37 @@ static void print_row(const stream_state *st, const char *prompt, const int32_t 
     printf("\n");
 }
 
-static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
-    sn_ckpt_model *ck = NULL;
-    sn_tokenizer *tk = NULL;
-    sn_device *dev = NULL;
-    sn_generator *gen = NULL;
-    sn_tokens toks[MAX_PROMPTS] = {0};
-    int32_t *out = NULL;
-    gen_model m = {0};
+/* Where the model comes from: its shape, tokenizer, window and weights. */
+typedef struct {
+    gen_model m;
+    sn_tokenizer *tk;
+    int window;           /* positions a row uses before its window slides */
+    sn_ckpt_model *ck;    /* a checkpoint's weights, or --hf's: */
+    sn_weights w;
+    bool has_w;
+} gen_source;
+
+static void source_free(gen_source *g) {
+    if (g->tk) sn_tokenizer_free(g->tk);
+    sn_ckpt_model_free(g->ck);
+    if (g->has_w) sn_weights_free(&g->w);
+}
+
+static sn_status gpt2_bpe(const char *bpe, sn_tokenizer **tk, sn_err *e) {
+    char enc[4200], merges[4200];
+    snprintf(enc, sizeof enc, "%s/encoder.json", bpe);
+    snprintf(merges, sizeof merges, "%s/vocab.bpe", bpe);
+    return sn_tokenizer_gpt2_load(enc, merges, tk, e);
+}
+
+/* The checkpoint's model, its tokenizer (its metadata names it) and the length it was trained
+ * on (the window). */
+static sn_status from_checkpoint(const gen_args *a, const char *bpe, gen_source *g, sn_err *e) {
+    gen_model *m = &g->m;
     char name[64] = "", seq_text[32];
-    sn_status s = sn_ckpt_model_read(a->checkpoint, &ck, e);
-    if (!s) s = model_of(ck, a->checkpoint, &m, e);
-    if (!s) sn_ckpt_model_meta(ck, "tokenizer", name, sizeof name);
+    sn_status s = sn_ckpt_model_read(a->checkpoint, &g->ck, e);
+    if (!s) s = model_of(g->ck, a->checkpoint, m, e);
+    if (!s) sn_ckpt_model_meta(g->ck, "tokenizer", name, sizeof name);
     bool hf = !strncmp(name, "hf ", 3); /* "hf VOCAB HASH": a tokenizer.json (api/session.c) */
     if (!s && a->tokenizer_file && !hf) {
         s = sn_fail(e, SN_ERR_INVALID, "%s was trained with the %s tokenizer, not a tokenizer.json: "
@@ -255,33 +289,88 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
                     "and hash: %s): give that file with --tokenizer-file FILE", a->checkpoint, name + 3);
     } else if (!s && hf) {
         char here[64];
-        if (!(s = sn_tokenizer_hf_load(a->tokenizer_file, &tk, e)) &&
-            (snprintf(here, sizeof here, "hf %d %016" PRIx64, tk->vocab, tk->source_hash),
+        if (!(s = sn_tokenizer_hf_load(a->tokenizer_file, &g->tk, e)) &&
+            (snprintf(here, sizeof here, "hf %d %016" PRIx64, g->tk->vocab, g->tk->source_hash),
              strcmp(here, name)))
             s = sn_fail(e, SN_ERR_INVALID, "--tokenizer-file %s is not the tokenizer %s was trained "
                         "with (vocabulary and hash: %s there, %s here)", a->tokenizer_file,
                         a->checkpoint, name + 3, here + 3);
     } else if (!s && !strcmp(name, "gpt2")) {
-        char enc[4200], merges[4200];
-        snprintf(enc, sizeof enc, "%s/encoder.json", bpe);
-        snprintf(merges, sizeof merges, "%s/vocab.bpe", bpe);
-        s = sn_tokenizer_gpt2_load(enc, merges, &tk, e);
-    } else if (!s && !(tk = sn_tokenizer_bytes_new())) {
+        s = gpt2_bpe(bpe, &g->tk, e);
+    } else if (!s && !(g->tk = sn_tokenizer_bytes_new())) {
         s = sn_fail_oom(e, 512, "the byte tokenizer");
     }
-    int B = a->n_prompts, lens[MAX_PROMPTS];
+    if (s) return s;
+    int trained = sn_ckpt_model_meta(g->ck, "seq", seq_text, sizeof seq_text) ? atoi(seq_text) : m->ctx;
+    g->window = trained < 1 || trained > m->ctx ? m->ctx : trained;
+    if (m->llama) /* no position table: the cache holds the positions it was trained on, no more */
+        m->ctx = m->lc.ctx = g->window;
+    return SN_OK;
+}
+
+/* A pretrained model from a->hf (a Hugging Face directory, or llm.c's .bin for GPT-2), its
+ * tokenizer (--tokenizer-file, DIR/tokenizer.json, or --tokenizer), and --context. */
+static sn_status from_hf(const gen_args *a, const char *bpe, gen_source *g, sn_err *e) {
+    gen_model *m = &g->m;
+    sn_status s;
+    int vocab;
+    if (sn_hf_is_llama(a->hf)) {
+        if ((s = sn_hf_llama_read(a->hf, &m->lc, &g->w, e))) return s;
+        g->has_w = true;
+        m->llama = true;
+        m->lc.ctx = a->context ? (int)a->context : m->lc.ctx < 4096 ? m->lc.ctx : 4096; /* no table */
+        m->ctx = g->window = m->lc.ctx, m->n_layer = m->lc.n_layer, vocab = m->lc.vocab;
+    } else {
+        if ((s = sn_weights_read(a->hf, &g->w, e))) return s;
+        g->has_w = true;
+        m->c = g->w.config;
+        if (a->context > m->c.ctx)
+            return sn_fail(e, SN_ERR_INVALID, "--context %ld: %s's position table has %d rows: give "
+                           "at most that", a->context, a->hf, m->c.ctx);
+        m->ctx = m->c.ctx, m->n_layer = m->c.n_layer, vocab = m->c.vocab;
+        g->window = a->context ? (int)a->context : m->ctx;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", a->hf);
+    FILE *f = a->tokenizer_file || a->tokenizer ? NULL : fopen(path, "rb");
+    if (f) fclose(f);
+    if (a->tokenizer_file || f) s = sn_tokenizer_hf_load(f ? path : a->tokenizer_file, &g->tk, e);
+    else if (a->tokenizer && !strcmp(a->tokenizer, "gpt2")) s = gpt2_bpe(bpe, &g->tk, e);
+    else if (a->tokenizer && !(g->tk = sn_tokenizer_bytes_new())) s = sn_fail_oom(e, 512, "the byte tokenizer");
+    else if (!a->tokenizer)
+        s = sn_fail(e, SN_ERR_INVALID, "%s has no tokenizer.json: give the model's tokenizer with "
+                    "--tokenizer-file FILE, or --tokenizer gpt2 or bytes", a->hf);
+    if (!s && g->tk->vocab > vocab)
+        s = sn_fail(e, SN_ERR_INVALID, "the tokenizer has %d ids but %s's vocabulary only %d: give "
+                    "the model's own tokenizer", g->tk->vocab, a->hf, vocab);
+    return s;
+}
+
+static sn_status weights_get(void *src, const sn_node *p, float *dst, sn_err *e) {
+    const gen_source *g = src;
+    return sn_weights_fill(&g->w, p, 0, dst, e); /* the generation graphs have no padding */
+}
+
+static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
+    gen_source src = {0};
+    sn_device *dev = NULL;
+    sn_generator *gen = NULL;
+    sn_tokens toks[MAX_PROMPTS] = {0};
+    int32_t *out = NULL;
+    sn_status s = a->hf ? from_hf(a, bpe, &src, e) : from_checkpoint(a, bpe, &src, e);
+    gen_model *m = &src.m;
+    sn_tokenizer *tk = src.tk;
+    int B = a->n_prompts, lens[MAX_PROMPTS], window = src.window;
     const int32_t *ps[MAX_PROMPTS];
-    int trained = !s && sn_ckpt_model_meta(ck, "seq", seq_text, sizeof seq_text) ? atoi(seq_text) : m.ctx;
-    if (trained < 1 || trained > m.ctx) trained = m.ctx;
-    if (m.llama) /* no position table: the cache holds the positions it was trained on, no more */
-        m.ctx = m.lc.ctx = trained;
     for (int b = 0; !s && b < B; b++) {
         if (tk->bos >= 0) s = sn_tokens_push(&toks[b], tk->bos, e); /* the post-processor's <s> */
         if (!s) s = sn_tokenizer_encode(tk, a->prompts[b], strlen(a->prompts[b]), &toks[b], e);
         lens[b] = (int)toks[b].n;
-        if (!s && lens[b] > trained)
-            s = sn_fail(e, SN_ERR_INVALID, "prompt %d is %d tokens, longer than the sequences of %d "
-                        "tokens the model was trained on: shorten it", b + 1, lens[b], trained);
+        if (!s && lens[b] > window)
+            s = a->hf ? sn_fail(e, SN_ERR_INVALID, "prompt %d is %d tokens, longer than the %d positions "
+                                "of the cache: shorten it or give a longer --context", b + 1, lens[b], window)
+                      : sn_fail(e, SN_ERR_INVALID, "prompt %d is %d tokens, longer than the sequences of %d "
+                                "tokens the model was trained on: shorten it", b + 1, lens[b], window);
     }
     int32_t *ids[MAX_PROMPTS] = {0};
     for (int b = 0; !s && b < B; b++) {
@@ -291,11 +380,11 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
     }
     if (!s) s = open_device(a, &dev, e);
     /* past the trained positions the windows slide (generate.h) */
-    sn_generator_opts go = {.build = build_kv, .user = &m, .ctx = m.ctx, .n_layer = m.n_layer,
-                            .batch = B, .window = trained};
+    sn_generator_opts go = {.build = build_kv, .user = m, .ctx = m->ctx, .n_layer = m->n_layer,
+                            .batch = B, .window = window};
     if (!s) s = sn_generator_new(&go, dev, &gen, e);
-    if (!s) s = sn_ckpt_model_covers(ck, sn_generator_decode_graph(gen), e);
-    if (!s) s = sn_generator_load(gen, sn_ckpt_model_weights(ck), e);
+    if (!s && src.ck) s = sn_ckpt_model_covers(src.ck, sn_generator_decode_graph(gen), e);
+    if (!s) s = sn_generator_load(gen, src.ck ? sn_ckpt_model_weights(src.ck) : (sn_weight_source){weights_get, &src}, e);
     if (!s && !(out = sn_malloc(sizeof(int32_t) * (size_t)B * (size_t)a->max_new, "the new tokens", e)))
         s = SN_ERR_OOM;
     stream_state st = {.tk = tk, .n_new = (int)a->max_new, .B = B, .stream = B == 1,
@@ -329,8 +418,7 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
     free(out);
     sn_generator_free(gen);
     sn_device_free(dev);
-    if (tk) sn_tokenizer_free(tk);
-    sn_ckpt_model_free(ck);
+    source_free(&src);
     return s;
 }
 
@@ -355,8 +443,14 @@ static int cmd_generate(int argc, char **argv) {
     }
     int rc = cli_parse(cmd, argc, argv, &a);
     if (rc >= 0) return rc;
-    if (!a.checkpoint)
-        return cli_usage_error(cmd, "no checkpoint: give it first, `sinter generate CHECKPOINT [options]`");
+    if (!a.checkpoint && !a.hf)
+        return cli_usage_error(cmd, "no checkpoint: give it first, `sinter generate CHECKPOINT [options]`, "
+                               "or a pretrained model with --hf DIR");
+    if (a.checkpoint && a.hf)
+        return cli_usage_error(cmd, "a checkpoint and --hf %s: give one of them", a.hf);
+    if (!a.hf && (a.tokenizer || a.context))
+        return cli_usage_error(cmd, "--%s goes with --hf (a checkpoint knows its tokenizer and length)",
+                               a.tokenizer ? "tokenizer" : "context");
     collect_prompts(argc, argv, &a);
     if (a.n_prompts <= 1) { /* none, or one spelled as a prefix of --prompt */
         a.prompts[0] = a.prompt ? a.prompt : "\n";

@@ -54,6 +54,16 @@ cmp -s p1.txt cpu.txt && cmp -s p2.txt cpu.txt || fail "--top-p 1e-6 is not the 
 refused 2 "--top-p wants a number > 0 and <= 1, not '0'" generate t.ckpt --top-p 0
 echo "--top-p: a tiny nucleus is greedy"
 
+# --hf: the checkpoint exported as a Hugging Face directory generates its greedy text
+"$sinter" export t.ckpt --to hfdir > out.txt 2> err.txt || fail "export"
+"$sinter" generate --hf hfdir --tokenizer bytes --temperature 0 -n 20 --prompt "ROMEO:" --device cpu \
+    > hf.txt 2> err.txt || fail "generate --hf"
+cmp -s hf.txt cpu.txt || fail "generate --hf differs from the checkpoint's text"
+refused 2 "a checkpoint and --hf hfdir: give one of them" generate t.ckpt --hf hfdir
+refused 2 "--context goes with --hf" generate t.ckpt --context 16
+refused 1 "--context 64: hfdir's position table has 32 rows: give at most that" generate --hf hfdir --tokenizer bytes --context 64
+echo "--hf: an exported checkpoint generates its text"
+
 refused 2 "no checkpoint: give it first" generate --prompt x
 refused 2 "unknown option '--bogus'" generate t.ckpt --bogus
 refused 2 "--prompt 1 is empty" generate t.ckpt --prompt ""

@@ -118,4 +118,19 @@ cp "$fixtures/../tokenizers/tinyllama/tokenizer.json" withtok/
 # shellcheck disable=SC2086
 if "$sinter" train $common --steps 1 --init-hf withtok > out.txt 2> err.txt; then fail "an 880-token tokenizer.json taken"; fi
 grep -q "a vocabulary of 256 ids, the hf tokenizer has 880" err.txt || fail "a byte-fallback tokenizer.json was not read: $(cat err.txt)"
+# sinter generate --hf: transformers' tiny LLaMA straight from its directory (bytes: its 256 ids
+# are the byte tokenizer's), greedy, is transformers' greedy generate token for token
+# (llama_greedy.bin: "SNGR", version, P = 4, N = 24, the prompt's ids, then the new ones)
+want=$(od -An -tu4 -j32 -N96 "$fixtures/llama_greedy.bin" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//')
+"$sinter" generate --hf "$fixtures/llama" --tokenizer bytes --temperature 0 -n 24 --device cpu \
+    --prompt "$(printf '\005*Ot')" > gen.txt 2> err.txt || fail "generate --hf"
+got=$(od -An -tu1 -j4 -N24 gen.txt | tr -s ' \n' ' ' | sed 's/^ //; s/ $//')
+[ "$got" = "$want" ] || fail "generate --hf: $got, transformers: $want"
+if "$sinter" generate --hf "$fixtures/llama3" --tokenizer bytes > out.txt 2> err.txt; then fail "a 256-id tokenizer on 128"; fi
+grep -q "the tokenizer has 256 ids but .*llama3's vocabulary only 128" err.txt || fail "no vocabulary refusal: $(cat err.txt)"
+if "$sinter" generate --hf "$fixtures/llama" > out.txt 2> err.txt; then fail "no tokenizer taken"; fi
+grep -q "has no tokenizer.json: give the model's tokenizer with --tokenizer-file FILE, or --tokenizer gpt2 or bytes" err.txt ||
+    fail "no tokenizer refusal: $(cat err.txt)"
+echo "generate --hf: transformers' greedy tokens; a tokenizer too large or missing refused"
+
 echo "hf_llama_cli: ok (--init-hf loss $first -> $last)"
