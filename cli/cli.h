@@ -65,6 +65,9 @@ typedef struct {
 /* The model name names (the option table checked it), with the vocabulary --tokenizer gives it
  * (NULL: GPT-2's for the gpt2 models, else bytes; a LLaMA shape's own). */
 void cli_model_find(const char *name, const char *tokenizer, cli_model *m);
+/* The model a pretrained directory (or llm.c's .bin) describes, as sinter train --init-hf
+ * builds it: config.json's shape and vocabulary; m->c.name or m->lc.name its name. */
+sn_status cli_model_from_hf(const char *path, cli_model *m, sn_err *e);
 int cli_model_ctx(const cli_model *m); /* its longest sequence: the default --seq */
 /* Its shape in words: "vocab 256, context 1024, 12 layers, 12 heads, 768 channels". */
 void cli_model_describe(const cli_model *m, char *buf, size_t len);

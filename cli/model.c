@@ -1,9 +1,11 @@
 /* model.c: the models --model names for sinter graph and sinter plan: GPT-2's configurations
  * and the LLaMA family's built-in shapes, found by name with the vocabulary the run's tokenizer
- * gives them, and built into a graph. (sinter train and generate build theirs through a
- * session, from --init-hf's config.json too.) */
+ * gives them, or a pretrained directory's config.json describes, and built into a graph.
+ * (sinter train and generate build theirs through a session.) */
 #include <stdio.h>
 
+#include "io/hf_llama.h"
+#include "io/weights.h"
 #include "cli.h"
 
 const char *cli_model_names(void) {
@@ -20,6 +22,12 @@ void cli_model_find(const char *name, const char *tokenizer, cli_model *m) {
         sn_gpt2_config_find(name, &m->c); /* the option table checked the name */
         m->c.vocab = cli_vocab(&m->c, tokenizer); /* as sinter train's tokenizer makes it */
     }
+}
+
+sn_status cli_model_from_hf(const char *path, cli_model *m, sn_err *e) {
+    *m = (cli_model){0};
+    if ((m->llama = sn_hf_is_llama(path))) return sn_hf_llama_read_config(path, &m->lc, e);
+    return sn_weights_read_config(path, &m->c, e);
 }
 
 int cli_model_ctx(const cli_model *m) { return m->llama ? m->lc.ctx : m->c.ctx; }

@@ -59,7 +59,7 @@ static int plan_run(const plan_model *m, const sn_plan_opts *o, sn_plan *pl, FIL
 }
 
 typedef struct {
-    const char *model, *tokenizer, *device, *precision, *policy, *offload, *lora_targets;
+    const char *model, *hf, *tokenizer, *device, *precision, *policy, *offload, *lora_targets;
     long batch, seq, micro, lora, qlora, chunk_logits;
     double lora_alpha;
     bool ia3;
@@ -71,7 +71,11 @@ typedef struct {
 
 static const cli_opt plan_opts[] = {
     {"model", 'm', CLI_CHOICE, "NAME", O(model), .choices_fn = cli_model_names,
-     .help = "the model (required): GPT-2's or the LLaMA family's"},
+     .help = "the model (or --hf): GPT-2's or the LLaMA family's"},
+    {"hf", 0, CLI_STR, "DIR", O(hf),
+     .help = "instead of --model: the model a pretrained Hugging Face directory\n"
+             "(config.json) or llm.c's .bin describes, with its vocabulary, as\n"
+             "sinter train --init-hf DIR builds it"},
     {"tokenizer", 0, CLI_CHOICE, "T", O(tokenizer), .choices = "gpt2, bytes",
      .help = "the vocabulary as sinter train has it: gpt2 50257 (the gpt2\n"
              "models' default), bytes 256 (demo's and tiny's; a LLaMA\n"
@@ -118,7 +122,7 @@ static int cli_plan(int argc, char **argv);
 
 const cli_command cli_plan_cmd = {
     .name = "plan",
-    .synopsis = "--model NAME --mem N [options]",
+    .synopsis = "--model NAME | --hf DIR --mem N [options]",
     .summary = "Plans a training run's memory: what fits in N bytes (sinter train --mem runs it).",
     .opts = CLI_OPTS(plan_opts),
     .notes = "Exit status 1 when nothing fits, naming the smallest budget that would and the\n"
@@ -139,7 +143,10 @@ static int cli_plan(int argc, char **argv) {
                                "(the rank, e.g. 8)");
     if (a.ia3 && a.lora)
         return cli_usage_error(cmd, "--ia3 and --lora are two ways to fine-tune: choose one");
-    if (!a.model) return cli_usage_error(cmd, "which model? add --model NAME");
+    if (!a.model && !a.hf) return cli_usage_error(cmd, "which model? add --model NAME or --hf DIR");
+    if (a.model && a.hf) return cli_usage_error(cmd, "--model %s and --hf %s: give one of them", a.model, a.hf);
+    if (a.hf && a.tokenizer)
+        return cli_usage_error(cmd, "--tokenizer with --hf: the vocabulary is config.json's");
     if (!a.mem) return cli_usage_error(cmd, "how much memory? add --mem N (6GiB, 500MiB)");
     if (a.micro && a.batch % a.micro) return cli_usage_error(cmd, "--micro-batch must divide --batch");
     int offload = SN_PLAN_OFFLOAD_AS_NEEDED;
@@ -149,7 +156,15 @@ static int cli_plan(int argc, char **argv) {
     if (policy == SN_RECOMPUTE_BUDGET) policy = -1;
     sn_target t = strcmp(a.device, "cuda") ? sn_target_cpu() : sn_target_cuda(80);
     plan_model m = {.name = a.model};
-    cli_model_find(a.model, a.tokenizer, &m.m);
+    sn_err e;
+    if (!a.hf) {
+        cli_model_find(a.model, a.tokenizer, &m.m);
+    } else if (cli_model_from_hf(a.hf, &m.m, &e)) {
+        fprintf(stderr, "sinter plan: %s\n", e.msg);
+        return 1;
+    } else {
+        m.name = m.m.llama ? m.m.lc.name : m.m.c.name;
+    }
     long T = a.seq < 0 ? cli_model_ctx(&m.m) : a.seq;
     m.T = (int)T;
     sn_pipeline_opts po = sn_pipeline_defaults();

@@ -133,4 +133,12 @@ grep -q "has no tokenizer.json: give the model's tokenizer with --tokenizer-file
     fail "no tokenizer refusal: $(cat err.txt)"
 echo "generate --hf: transformers' greedy tokens; a tokenizer too large or missing refused"
 
+# sinter plan --hf: the imported shape (the parameters --init-hf trained above)
+"$sinter" plan --hf "$fixtures/llama" --mem 1GiB --batch 4 --seq 16 > out.txt 2> err.txt || fail "plan --hf"
+grep -q "^plan: llama-tiny, batch 4 x seq 16" out.txt && grep -q "^parameters: 34976," out.txt ||
+    fail "plan --hf: $(head -2 out.txt)"
+if "$sinter" plan --hf "$fixtures/llama" --model tiny --mem 1GiB > out.txt 2> err.txt; then fail "--model with --hf"; fi
+grep -q "give one of them" err.txt || fail "no refusal of --model with --hf"
+echo "plan --hf: the imported model's parameters"
+
 echo "hf_llama_cli: ok (--init-hf loss $first -> $last)"
