@@ -263,6 +263,7 @@ sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program
         }
     }
 
+    if (!s && t->join_finish) s = sn_join_finish(p, e); /* a FINISH in the next pair's launch */
     if (!s && !(s = sn_memplan(p, t, (sn_param_order)o->param_order, e)))
         s = after_program(p, "memplan", o, e);
     if (s) {

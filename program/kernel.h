@@ -63,6 +63,8 @@ typedef enum {
 const char *sn_epilogue_name(sn_epilogue e);
 
 #define SN_KER_MAX_ARGS 16
+/* Buffers a launch passes at most (sn_kernel_n_bufs): the args, a scratch, a joined FINISH's. */
+#define SN_KER_MAX_BUFS (SN_KER_MAX_ARGS + 8)
 
 /* How a pointwise kernel reads an arg: at index-space coordinate (i_0 .. i_{r-1}) the element
  * is args[arg][offset + sum_d i_d * stride[d]] (stride 0 broadcasts). Views (broadcast,
@@ -253,6 +255,16 @@ struct sn_kernel {
      * The scratch's buffer follows the args (bufs[n_out + n_in]) in all three. */
     int stage;
     int scratch; /* the scratch value (an index into the program's values) */
+    /* A FINISH kernel run in this kernel's launch (horizontal fusion, passes/join_finish.c;
+     * NULL: none): a norm weight gradient's FINISH (stage FINISH, no anchor2) that is no kernel
+     * of the program's list any more. The launch's buffers are this kernel's
+     * (sn_kernel_n_bufs of it alone), then the tail's (its sums, then its scratch). On CUDA
+     * the grid is this kernel's blocks, then ceil(W / threads) blocks of the tail, each thread
+     * one of the W columns FINISH sums in chunk order (so the sums' bits are the separate
+     * FINISH kernel's: a column's order does not depend on its block). The tail reads only
+     * its scratch, written by an earlier kernel, and writes only its sums, which this kernel
+     * neither reads nor writes; this kernel does not write the tail's scratch. */
+    struct sn_kernel *tail;
 
     /* what one kind alone has (the kind says which part is meaningful) */
     union {
