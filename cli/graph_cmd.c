@@ -145,6 +145,7 @@ static int cmd_graph(int argc, char **argv) {
         printf("\n");
         /* the kernels and the memory plan only when asked for: the graph passes are quick */
         bool program = a.emit_cuda || (o.dump_after && (!strcmp(o.dump_after, "fuse") || !strcmp(o.dump_after, "schedule") ||
+                                           !strcmp(o.dump_after, "join_finish") ||
                                            !strcmp(o.dump_after, "memplan")));
         sn_program *p = NULL;
         s = sn_compile(g, &o, program ? &p : NULL, &st, &e);

@@ -57,8 +57,10 @@ sn_status sn_join_finish(sn_program *p, sn_err *e) {
         ks[h]->tail = f;
         sn_status st = sn_kernel_check(ks[h], e);
         if (st) return st;
-        memmove(ks + i, ks + i + 1, sizeof *ks * (size_t)(p->n_kernels - i - 1));
+        /* the weight shadows' kernels follow the step's in the one array (program.h) */
+        memmove(ks + i, ks + i + 1, sizeof *ks * (size_t)(p->n_kernels + p->n_shadows - i - 1));
         p->n_kernels--;
+        p->shadows = ks + p->n_kernels;
         i--;
     }
     return SN_OK;

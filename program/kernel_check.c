@@ -292,6 +292,10 @@ sn_status sn_kernel_check(const sn_kernel *k, sn_err *e) {
 
 sn_status sn_program_check(const sn_program *p, sn_err *e) {
     sn_status st = SN_OK;
+    if (p->n_shadows && p->shadows != p->kernels + p->n_kernels) /* compiled as one array */
+        return sn_fail(e, SN_ERR_INTERNAL, "the weight shadows' %d kernels are not right after the "
+                       "step's %d in one array (program.h): a pass moved one and not the other",
+                       p->n_shadows, p->n_kernels);
     for (int i = 0; i < p->n_kernels + p->n_shadows && !st; i++) {
         const sn_kernel *k = i < p->n_kernels ? p->kernels[i] : p->shadows[i - p->n_kernels];
         st = sn_kernel_check(k, e);

@@ -1143,21 +1143,25 @@ END_TEST
  * simulator; then bugs planted in the dispatch are caught: the FINISH's blocks offset by one
  * (its first 256 columns never summed), and the host's last block sent to the FINISH (its
  * last chunk of rows skipped). */
-static sn_graph *joined_finish_graph(void) {
+static sn_graph *joined_finish_graph(sn_dtype dt) {
     enum { R = 3 * SN_SUM_CHUNK + 8, C = 160 };
     sn_graph *g = sn_graph_new();
     sn_node *x1 = sn_input(g, "x1", SN_F32, SN_SHAPE(R, C));
     sn_node *x2 = sn_input(g, "x2", SN_F32, SN_SHAPE(R, C));
-    sn_node *d0 = sn_input(g, "d0", SN_F32, SN_SHAPE(R, C));
+    sn_node *d0 = sn_input(g, "d0", dt, SN_SHAPE(R, C));
     sn_node *w1 = sn_param(g, "w1", SN_F32, SN_SHAPE(C), SN_INIT_NORMAL, 1);
     sn_node *w2 = sn_param(g, "w2", SN_F32, SN_SHAPE(C), SN_INIT_NORMAL, 1);
-    sn_node *dy1 = sn_mul(g, d0, sn_exp(g, x1));
+    /* bf16: dy widened by each reader, as the upcast pass leaves it (norm_pair_graph) */
+    bool f32 = dt == SN_F32;
+    sn_node *dy1 = f32 ? sn_mul(g, d0, sn_exp(g, x1)) : sn_cast(g, d0, SN_F32);
     sn_node *dx1 = sn_layernorm_bwd(g, x1, w1, dy1, 1e-5f);
-    sn_node *dw1 = sn_layernorm_bwd_w(g, x1, dy1, 1e-5f);
-    sn_node *db1 = sn_sum(g, dy1, 0, false);
-    sn_node *dy2 = sn_mul(g, dx1, sn_exp(g, x2));
+    sn_node *dw1 = sn_layernorm_bwd_w(g, x1, f32 ? dy1 : sn_cast(g, d0, SN_F32), 1e-5f);
+    sn_node *db1 = sn_sum(g, f32 ? dy1 : sn_cast(g, d0, SN_F32), 0, false);
+    sn_node *h = f32 ? dx1 : sn_cast(g, dx1, dt); /* the residual gradient, stored in dt */
+    sn_node *dy2 = f32 ? sn_mul(g, h, sn_exp(g, x2)) : sn_cast(g, h, SN_F32);
     sn_node *dx2 = sn_layernorm_bwd(g, x2, w2, dy2, 1e-5f);
-    sn_node *outs[] = {dx2, dw1, db1, sn_layernorm_bwd_w(g, x2, dy2, 1e-5f), sn_sum(g, dy2, 0, false)};
+    sn_node *dw2 = sn_layernorm_bwd_w(g, x2, f32 ? dy2 : sn_cast(g, h, SN_F32), 1e-5f);
+    sn_node *outs[] = {dx2, dw1, db1, dw2, sn_sum(g, f32 ? dy2 : sn_cast(g, h, SN_F32), 0, false)};
     for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
     ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
     return g;
@@ -1180,7 +1184,7 @@ static void free_values(const sn_graph *g, void **v) {
 }
 
 START_TEST(cpu_joined_finish) {
-    sn_graph *g = joined_finish_graph();
+    sn_graph *g = joined_finish_graph(_i ? SN_BF16 : SN_F32);
     sn_program *p = fuse(g);
     ck_assert_int_eq(p->n_kernels, 4); /* the pairs and their FINISH kernels */
     sn_interp *it = interp_run(g, 1, false);
@@ -1869,7 +1873,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_chunked_weight_gradient);
     tcase_add_test(cpu, cpu_deleted_barrier_caught);
     tcase_add_loop_test(cpu, cpu_norm_pair, 0, 2);
-    tcase_add_test(cpu, cpu_joined_finish);
+    tcase_add_loop_test(cpu, cpu_joined_finish, 0, 2);
     tcase_add_test(cpu, cpu_row_vectors);
     tcase_add_test(cpu, cpu_row_vector_lane_bug_caught);
     tcase_add_test(cpu, cpu_embedding_bwd_buckets);
