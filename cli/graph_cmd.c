@@ -116,6 +116,8 @@ static int cmd_graph(int argc, char **argv) {
     if (!a.model) return cli_usage_error(&cli_graph_cmd, "which model? add --model NAME");
     sn_pipeline_opts o;
     if ((rc = pipeline_opts(&a, &o))) return rc;
+    sn_target cuda = sn_target_cuda((int)a.arch); /* --emit-cuda: the program a CUDA device runs */
+    if (a.emit_cuda) o.target = &cuda;
     if (!a.lora && a.lora_targets) return cli_usage_error(&cli_graph_cmd, "--lora-targets needs --lora R");
     unsigned targets = SN_GPT2_LORA_ALL;
     if (a.lora_targets) sn_gpt2_lora_targets_parse(a.lora_targets, &targets);

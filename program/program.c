@@ -227,8 +227,9 @@ void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len) {
     for (int i = 0; i < k->n_out && at < len; i++)
         at += (size_t)snprintf(buf + at, len - at, " %%%d", k->args[i]->id);
     if (k->tail && at < len) /* a joined FINISH (kernel.h) */
-        snprintf(buf + at, len - at, " + %s ->%s%%%d", k->tail->name, k->tail->n_out > 1 ? " .. " : " ",
-                 k->tail->args[k->tail->n_out - 1]->id);
+        at += (size_t)snprintf(buf + at, len - at, " + %s ->", k->tail->name);
+    for (int i = 0; k->tail && i < k->tail->n_out && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, " %%%d", k->tail->args[i]->id);
 }
 
 static void print_bytes(FILE *f, const char *what, int64_t b) {
