@@ -6,16 +6,16 @@
  * its order (a FINISH thread adds one column's chunks in chunk order whatever its block), so
  * the results are the separate kernels' bits.
  *
- * Why this host. The FINISH of the pair of layer L's second norm runs right after that pair;
- * the next generated kernel is the attention backward (or, for the first norm, the GEMMs then
- * the pair of layer L-1's second norm). Of the two designs weighed, (a) the next row kernel in
- * the order and (b) the previous layer's pair by name, (a) is the one that needs no knowledge
- * of layers: the next norm backward pair in the kernel order, found by walking forward, is the
- * pair of the same layer's first norm or of the layer below, and the walk checks what makes the
- * move safe for any program. The attention kernels (another helper's area, shared-memory
- * tiling, registers near the limit) and the GEMMs (library calls) cannot host; the pair can:
- * 256 threads a block, the FINISH's columns a thread each. The step's last FINISH has no pair
- * after it and stays a kernel. */
+ * Why this host. In a GPT-2 backward, layer L's ln_2 pair is followed by its FINISH, the MLP's
+ * GEMMs, the attention backward, the attention's GEMMs, then layer L's ln_1 pair and its FINISH,
+ * then layer L-1's MLP GEMMs and its ln_2 pair. Of the two designs weighed, (a) the next row
+ * kernel in the order that may host it and (b) the pair of the layer below by name, (a) is
+ * chosen: it needs no knowledge of layers (the walk forward finds ln_1's pair for ln_2's FINISH
+ * and the layer below's ln_2 pair for ln_1's), and it checks, for any program, what makes the
+ * move safe: no kernel up to the host touches the FINISH's sums or writes its scratch. The
+ * attention kernels (shared-memory tiling, registers near the limit) and the GEMMs (library
+ * calls) cannot host; a pair can: 256 threads a block, the FINISH's columns a thread each, no
+ * atomics. The step's last FINISH has no pair after it and stays a kernel. */
 #include <string.h>
 
 #include "passes.h"

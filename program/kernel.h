@@ -226,7 +226,8 @@ struct sn_kernel {
  * added in warp order after a barrier that also makes the block's stored rows visible to its
  * column sums (8 tiles of 32 columns at a time, a lane a column, the warps down the rows). The
  * fuse pass pairs a dx kernel right before the PARTIAL kernel or right after its FINISH (the
- * pair then runs in the PARTIAL kernel's place); the FINISH kernel stays. */
+ * pair then runs in the PARTIAL kernel's place); the FINISH kernel stays (a target with
+ * join_finish runs it in a later pair's launch: `tail` below). */
     /* embedding_bwd (GATHER) runs as two kernels too, so that no block scans every id (the
      * CUDA algorithm; codegen/cuda/cuda_gather.c), with a scratch value of
      * sn_kernel_scratch_bytes: the ids in G = ceil(N / S) chunks of S = sn_gather_chunk
