@@ -67,7 +67,7 @@ static double kernel_bytes(const sn_kernel *k) {
         if (!seen) b += node_bytes(k->args[a]);
     }
     b += (double)sn_kernel_scratch_bytes(k); /* partial sums, or embedding_bwd's buckets */
-    return b;
+    return k->tail ? b + kernel_bytes(k->tail) : b; /* a joined FINISH's (kernel.h) */
 }
 
 /* The share of a kernel's work that its busiest block does, which one SM must do alone: a

@@ -116,6 +116,8 @@ static int cmd_graph(int argc, char **argv) {
     if (!a.model) return cli_usage_error(&cli_graph_cmd, "which model? add --model NAME");
     sn_pipeline_opts o;
     if ((rc = pipeline_opts(&a, &o))) return rc;
+    sn_target cuda = sn_target_cuda((int)a.arch); /* --emit-cuda: the program a CUDA device runs */
+    if (a.emit_cuda) o.target = &cuda;
     if (!a.lora && a.lora_targets) return cli_usage_error(&cli_graph_cmd, "--lora-targets needs --lora R");
     unsigned targets = SN_GPT2_LORA_ALL;
     if (a.lora_targets) sn_gpt2_lora_targets_parse(a.lora_targets, &targets);
@@ -145,6 +147,7 @@ static int cmd_graph(int argc, char **argv) {
         printf("\n");
         /* the kernels and the memory plan only when asked for: the graph passes are quick */
         bool program = a.emit_cuda || (o.dump_after && (!strcmp(o.dump_after, "fuse") || !strcmp(o.dump_after, "schedule") ||
+                                           !strcmp(o.dump_after, "join_finish") ||
                                            !strcmp(o.dump_after, "memplan")));
         sn_program *p = NULL;
         s = sn_compile(g, &o, program ? &p : NULL, &st, &e);

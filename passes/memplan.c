@@ -49,14 +49,13 @@ static bool reads_in_step(const sn_kernel *k, int a) {
  * chunk (kernels are visited last first, and an output that became an alias counts as its root). */
 static void share_in_place(sn_program *p, int *readers, int *writer) {
     for (int v = 0; v < p->n_values; v++) readers[v] = 0, writer[v] = -1;
-    for (int k = 0; k < p->n_kernels; k++) {
-        const sn_kernel *ker = p->kernels[k];
-        for (int a = 0; a < ker->n_out + ker->n_in; a++) {
-            int v = root_of(p, p->value_of[ker->args[a]->id]);
-            if (a >= ker->n_out) readers[v]++;
-            else if (writer[v] < 0) writer[v] = k;
-        }
-    }
+    for (int k = 0; k < p->n_kernels; k++)
+        for (const sn_kernel *ker = p->kernels[k]; ker; ker = ker->tail) /* a joined FINISH too */
+            for (int a = 0; a < ker->n_out + ker->n_in; a++) {
+                int v = root_of(p, p->value_of[ker->args[a]->id]);
+                if (a >= ker->n_out) readers[v]++;
+                else if (writer[v] < 0) writer[v] = k;
+            }
     for (int k = p->n_kernels - 1; k >= 0; k--) { /* last first: a chain ends in the persistent value */
         const sn_kernel *ker = p->kernels[k];
         if (ker->kind != SN_KER_POINTWISE) continue;
@@ -77,21 +76,24 @@ static void share_in_place(sn_program *p, int *readers, int *writer) {
     }
 }
 
-static void fill_live_ranges(sn_program *p) {
-    for (int k = 0; k < p->n_kernels; k++) {
-        const sn_kernel *ker = p->kernels[k];
-        if (ker->stage != SN_SUM_WHOLE) { /* the partial sums: PARTIAL writes, FINISH reads */
-            sn_value *val = &p->values[ker->scratch];
-            if (val->first < 0) val->first = k;
-            val->last = k;
-        }
-        for (int a = 0; a < ker->n_out + ker->n_in; a++) {
-            int v = root_of(p, p->value_of[ker->args[a]->id]);
-            sn_value *val = &p->values[v];
-            if (a < ker->n_out && val->first < 0) val->first = k;
-            if (k > val->last) val->last = k;
-        }
+/* Kernel ker's values live at k: a joined FINISH's (kernel.h: tail) at its host's launch. */
+static void live_at(sn_program *p, const sn_kernel *ker, int k) {
+    if (ker->stage != SN_SUM_WHOLE) { /* the partial sums: PARTIAL writes, FINISH reads */
+        sn_value *val = &p->values[ker->scratch];
+        if (val->first < 0) val->first = k;
+        val->last = k;
     }
+    for (int a = 0; a < ker->n_out + ker->n_in; a++) {
+        int v = root_of(p, p->value_of[ker->args[a]->id]);
+        sn_value *val = &p->values[v];
+        if (a < ker->n_out && val->first < 0) val->first = k;
+        if (k > val->last) val->last = k;
+    }
+    if (ker->tail) live_at(p, ker->tail, k);
+}
+
+static void fill_live_ranges(sn_program *p) {
+    for (int k = 0; k < p->n_kernels; k++) live_at(p, p->kernels[k], k);
 }
 
 static int by_size_desc(const void *a, const void *b, void *ctx) {

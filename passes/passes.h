@@ -220,6 +220,14 @@ typedef enum {
  * results). mode ON keeps the new order only when its peak of live arena bytes is lower. */
 sn_status sn_schedule(sn_program *p, sn_schedule_mode mode, sn_schedule_stats *st, sn_err *e);
 
+/* ---- join_finish.c ---- */
+
+/* requires: fuse (and schedule), before memplan; for a target with join_finish. Each norm
+ * weight gradient's FINISH kernel joins the launch of the next norm backward pair when no
+ * kernel up to that pair touches its sums or writes its scratch (kernel.h: tail): the FINISH
+ * leaves p->kernels. SN_ERR_INTERNAL when a joined kernel breaks the contract. */
+sn_status sn_join_finish(sn_program *p, sn_err *e);
+
 /* ---- memplan.c ---- */
 
 /* requires: fuse. Computes each value's live range over the kernel order and assigns arena

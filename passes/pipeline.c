@@ -11,12 +11,12 @@
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "nf4", "autocast",
                                         "autodiff", "nf4_per_reader", "chunk_logits", "checkpoint",
-                                        "sink_views", "upcast", "fuse", "schedule", "memplan"};
+                                        "sink_views", "upcast", "fuse", "schedule", "join_finish", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
     return "frontend, pad_vocab, attention, nf4, autocast, autodiff, nf4_per_reader, chunk_logits, "
-           "checkpoint, sink_views, upcast, fuse, schedule, memplan";
+           "checkpoint, sink_views, upcast, fuse, schedule, join_finish, memplan";
 }
 
 sn_pipeline_opts sn_pipeline_defaults(void) {
@@ -263,6 +263,8 @@ sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program
         }
     }
 
+    if (!s && t->join_finish && !(s = sn_join_finish(p, e))) /* a FINISH in the next pair's launch */
+        s = after_program(p, "join_finish", o, e);
     if (!s && !(s = sn_memplan(p, t, (sn_param_order)o->param_order, e)))
         s = after_program(p, "memplan", o, e);
     if (s) {

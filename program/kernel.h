@@ -63,6 +63,8 @@ typedef enum {
 const char *sn_epilogue_name(sn_epilogue e);
 
 #define SN_KER_MAX_ARGS 16
+/* Buffers a launch passes at most (sn_kernel_n_bufs): the args, a scratch, a joined FINISH's. */
+#define SN_KER_MAX_BUFS (SN_KER_MAX_ARGS + 8)
 
 /* How a pointwise kernel reads an arg: at index-space coordinate (i_0 .. i_{r-1}) the element
  * is args[arg][offset + sum_d i_d * stride[d]] (stride 0 broadcasts). Views (broadcast,
@@ -224,7 +226,8 @@ struct sn_kernel {
  * added in warp order after a barrier that also makes the block's stored rows visible to its
  * column sums (8 tiles of 32 columns at a time, a lane a column, the warps down the rows). The
  * fuse pass pairs a dx kernel right before the PARTIAL kernel or right after its FINISH (the
- * pair then runs in the PARTIAL kernel's place); the FINISH kernel stays. */
+ * pair then runs in the PARTIAL kernel's place); the FINISH kernel stays (a target with
+ * join_finish runs it in a later pair's launch: `tail` below). */
     /* embedding_bwd (GATHER) runs as two kernels too, so that no block scans every id (the
      * CUDA algorithm; codegen/cuda/cuda_gather.c), with a scratch value of
      * sn_kernel_scratch_bytes: the ids in G = ceil(N / S) chunks of S = sn_gather_chunk
@@ -253,6 +256,16 @@ struct sn_kernel {
      * The scratch's buffer follows the args (bufs[n_out + n_in]) in all three. */
     int stage;
     int scratch; /* the scratch value (an index into the program's values) */
+    /* A FINISH kernel run in this kernel's launch (horizontal fusion, passes/join_finish.c;
+     * NULL: none): a norm weight gradient's FINISH (stage FINISH, no anchor2) that is no kernel
+     * of the program's list any more. The launch's buffers are this kernel's
+     * (sn_kernel_n_bufs of it alone), then the tail's (its sums, then its scratch). On CUDA
+     * the grid is this kernel's blocks, then ceil(W / threads) blocks of the tail, each thread
+     * one of the W columns FINISH sums in chunk order (so the sums' bits are the separate
+     * FINISH kernel's: a column's order does not depend on its block). The tail reads only
+     * its scratch, written by an earlier kernel, and writes only its sums, which this kernel
+     * neither reads nor writes; this kernel does not write the tail's scratch. */
+    struct sn_kernel *tail;
 
     /* what one kind alone has (the kind says which part is meaningful) */
     union {

@@ -232,8 +232,31 @@ static bool anchor_fits(const sn_kernel *k) {
     }
 }
 
+/* A joined FINISH (kernel.h: tail): a norm weight gradient's FINISH in a norm backward pair's
+ * launch, their buffers within one launch's, neither touching the other's sums and the pair
+ * not writing the FINISH's scratch. */
+static sn_status check_tail(const sn_kernel *k, sn_err *e) {
+    const sn_kernel *f = k->tail;
+    if (k->kind != SN_KER_ROW || !k->row.pair || f->kind != SN_KER_ROW ||
+        f->stage != SN_SUM_FINISH || f->anchor2 || f->tail || !f->anchor ||
+        (f->anchor->op != SN_OP_LAYERNORM_BWD_W && f->anchor->op != SN_OP_RMSNORM_BWD_W))
+        return BUG("only a norm backward pair carries a joined FINISH, a norm weight gradient's");
+    if (sn_kernel_n_bufs(k) > SN_KER_MAX_BUFS)
+        return BUG("with its joined FINISH %s it passes %d buffers (at most %d)", f->name,
+                   sn_kernel_n_bufs(k), SN_KER_MAX_BUFS);
+    if (f->scratch == k->scratch)
+        return BUG("it writes the scratch its joined FINISH %s reads", f->name);
+    for (int a = 0; a < k->n_out + k->n_in; a++)
+        for (int o = 0; o < f->n_out; o++)
+            if (k->args[a] == f->args[o])
+                return BUG("it touches %%%d, a sum of its joined FINISH %s", f->args[o]->id, f->name);
+    return sn_kernel_check(f, e);
+}
+
 sn_status sn_kernel_check(const sn_kernel *k, sn_err *e) {
     if ((unsigned)k->kind >= SN_KER_KIND_COUNT) return BUG("kind %d is no kernel kind", (int)k->kind);
+    sn_status st0;
+    if (k->tail && (st0 = check_tail(k, e))) return st0;
     bool optim = k->kind == SN_KER_GRAD_ACC || k->kind == SN_KER_SQNORM || k->kind == SN_KER_CLIP ||
                  k->kind == SN_KER_ADAMW;
     sn_status st;
@@ -269,11 +292,16 @@ sn_status sn_kernel_check(const sn_kernel *k, sn_err *e) {
 
 sn_status sn_program_check(const sn_program *p, sn_err *e) {
     sn_status st = SN_OK;
+    if (p->n_shadows && p->shadows != p->kernels + p->n_kernels) /* compiled as one array */
+        return sn_fail(e, SN_ERR_INTERNAL, "the weight shadows' %d kernels are not right after the "
+                       "step's %d in one array (program.h): a pass moved one and not the other",
+                       p->n_shadows, p->n_kernels);
     for (int i = 0; i < p->n_kernels + p->n_shadows && !st; i++) {
         const sn_kernel *k = i < p->n_kernels ? p->kernels[i] : p->shadows[i - p->n_kernels];
         st = sn_kernel_check(k, e);
-        if (!st && k->stage != SN_SUM_WHOLE && (k->scratch < 0 || k->scratch >= p->n_values))
-            st = BUG("its scratch value %d is none of the program's %d", k->scratch, p->n_values);
+        for (const sn_kernel *q = k; !st && q; q = q->tail) /* a joined FINISH's too */
+            if (q->stage != SN_SUM_WHOLE && (q->scratch < 0 || q->scratch >= p->n_values))
+                st = BUG("its scratch value %d is none of the program's %d", q->scratch, p->n_values);
     }
     return st;
 }

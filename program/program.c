@@ -64,7 +64,8 @@ int sn_kernel_n_bufs(const sn_kernel *k) {
     case SN_KER_GRAD_ACC: case SN_KER_CLIP: return 2;
     case SN_KER_SQNORM: return 3;
     case SN_KER_ADAMW: return k->opt.flat_low == SN_F32 ? 5 : 6;
-    default: return k->n_out + k->n_in + (k->stage != SN_SUM_WHOLE);
+    default: /* a joined FINISH's buffers follow (kernel.h: tail) */
+        return k->n_out + k->n_in + (k->stage != SN_SUM_WHOLE) + (k->tail ? sn_kernel_n_bufs(k->tail) : 0);
     }
 }
 
@@ -225,6 +226,10 @@ void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len) {
     if (at < len) at += (size_t)snprintf(buf + at, len - at, " ->");
     for (int i = 0; i < k->n_out && at < len; i++)
         at += (size_t)snprintf(buf + at, len - at, " %%%d", k->args[i]->id);
+    if (k->tail && at < len) /* a joined FINISH (kernel.h) */
+        at += (size_t)snprintf(buf + at, len - at, " + %s ->", k->tail->name);
+    for (int i = 0; k->tail && i < k->tail->n_out && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, " %%%d", k->tail->args[i]->id);
 }
 
 static void print_bytes(FILE *f, const char *what, int64_t b) {

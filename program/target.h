@@ -35,6 +35,10 @@ typedef struct {
                                default; for comparing programs to the bit where one computes a
                                GELU in a pointwise kernel (a recomputed one, IA3's scaled one),
                                whose tanh is not the epilogue's */
+    bool join_finish;       /* a norm weight gradient's FINISH kernel runs in the launch of a
+                               later norm backward pair (kernel.h: tail; passes/join_finish.c).
+                               CUDA: on (a launch less a FINISH); the CPU: off, each FINISH its
+                               own kernel (the LLVM backend does not generate the joined form) */
 } sn_target;
 
 /* sn_precision, how a program stores and multiplies its floats (sn_compile's precision; the

@@ -89,14 +89,14 @@ static sn_status checked_compile(sn_device *d, sn_kernel *const *ks, int n, void
 static sn_status checked_launch(sn_device *d, const sn_kernel *k, void *handle, void *const *bufs,
                                 sn_err *e) {
     checked_impl *c = d->impl;
-    void *real[SN_KER_MAX_ARGS];
+    void *real[SN_KER_MAX_BUFS];
     for (int i = 0; i < sn_kernel_n_bufs(k); i++) real[i] = real_of(d, bufs[i]);
     return c->inner->launch(c->inner, k, handle, real, e);
 }
 
 static sn_status checked_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, sn_err *e) {
     checked_impl *c = d->impl;
-    void *real[SN_KER_MAX_ARGS];
+    void *real[SN_KER_MAX_BUFS];
     for (int i = 0; i < sn_kernel_n_bufs(k); i++) real[i] = real_of(d, bufs[i]);
     return c->inner->gemm(c->inner, k, real, e);
 }

@@ -429,8 +429,8 @@ sn_status sn_exec_compile(sn_exec *x, sn_kernel *const *ks, int n, void **handle
 sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_exec_ref *bufs,
                          sn_err *e) {
     int n = sn_kernel_n_bufs(k);
-    SN_ASSERT(n <= SN_KER_MAX_ARGS);
-    void *p[SN_KER_MAX_ARGS];
+    SN_ASSERT(n <= SN_KER_MAX_BUFS);
+    void *p[SN_KER_MAX_BUFS];
     for (int i = 0; i < n; i++) {
         char *q;
         sn_status s = resolve(x, bufs[i], 0, &q, e);
@@ -467,20 +467,24 @@ static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
     }
     for (int k = 0; !s && k < end; k++) {
         const sn_kernel *ker = p->kernels[k];
-        void *bufs[SN_KER_MAX_ARGS];
-        for (int a = 0; a < ker->n_out + ker->n_in; a++) {
-            const sn_value *v = value_of(x, ker->args[a]);
-            SN_ASSERT(v);
-            bufs[a] = ptr_of(x, v);
-            if (!v->persistent && v->offset + v->bytes > x->st.arena_peak_bytes)
-                x->st.arena_peak_bytes = v->offset + v->bytes;
+        void *bufs[SN_KER_MAX_BUFS];
+        int at = 0;
+        for (const sn_kernel *q = ker; q; q = q->tail) { /* a joined FINISH's after (kernel.h) */
+            for (int a = 0; a < q->n_out + q->n_in; a++) {
+                const sn_value *v = value_of(x, q->args[a]);
+                SN_ASSERT(v);
+                bufs[at++] = ptr_of(x, v);
+                if (!v->persistent && v->offset + v->bytes > x->st.arena_peak_bytes)
+                    x->st.arena_peak_bytes = v->offset + v->bytes;
+            }
+            if (q->stage != SN_SUM_WHOLE) { /* the partial sums, after the args (kernel.h) */
+                const sn_value *v = &p->values[q->scratch];
+                bufs[at++] = ptr_of(x, v);
+                if (v->offset + v->bytes > x->st.arena_peak_bytes)
+                    x->st.arena_peak_bytes = v->offset + v->bytes;
+            }
         }
-        if (ker->stage != SN_SUM_WHOLE) { /* the partial sums, after the args (kernel.h) */
-            const sn_value *v = &p->values[ker->scratch];
-            bufs[ker->n_out + ker->n_in] = ptr_of(x, v);
-            if (v->offset + v->bytes > x->st.arena_peak_bytes)
-                x->st.arena_peak_bytes = v->offset + v->bytes;
-        }
+        SN_ASSERT(at == sn_kernel_n_bufs(ker));
         s = ker->kind == SN_KER_GEMM ? d->gemm(d, ker, bufs, e) : d->launch(d, ker, x->handles[k], bufs, e);
         if (!s && (!x->whole_run_only || k + 1 == end))
             s = d->event_record(d, x->events[k + 1], e);

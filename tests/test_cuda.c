@@ -14,6 +14,7 @@
 #include "codegen/cuda/cuda.h"
 #include "sim/sim.h"
 #include "models/gpt2.h"
+#include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "program/program.h"
 #include "interp/interp.h"
@@ -271,6 +272,11 @@ END_TEST
  * functions and the widest kernel. */
 static void nvrtc_program(sn_graph *g, const char *model, int B, int T, const int *arch, int n_arch) {
     sn_program *p = fuse(g);
+    sn_err ej; /* the FINISH kernels joined into the next pair's launch, as a CUDA target has them */
+    ck_assert_msg(sn_join_finish(p, &ej) == SN_OK, "%s", ej.msg);
+    int joined = 0;
+    for (int i = 0; i < p->n_kernels; i++) joined += p->kernels[i]->tail != NULL;
+    ck_assert_int_gt(joined, 0);
     const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 4));
     const sn_kernel **tmp = malloc(sizeof *ks * (size_t)(p->n_kernels + 4));
     int n = kernels_of(p, SN_KER_KIND_COUNT, ks);
@@ -312,12 +318,12 @@ static void nvrtc_program(sn_graph *g, const char *model, int B, int T, const in
             if (in->registers > max_regs) max_regs = in->registers, widest = in->name;
             if (in->shared_bytes > max_shared) max_shared = in->shared_bytes;
         }
-        printf("test_cuda: %s training (B=%d, T=%d; %d kernels in all) for sm_%d: %d generated "
-               "kernels (%d row, %d reduce, %d gather, %d pointwise, %d attention, 4 optimizer) as %d "
+        printf("test_cuda: %s training (B=%d, T=%d; %d kernels in all, %d with a joined FINISH) for "
+               "sm_%d: %d generated kernels (%d row, %d reduce, %d gather, %d pointwise, %d attention, 4 optimizer) as %d "
                "functions; "
                "rendered in %.3f s, one NVRTC compilation in %.2f s (%.2f s of CPU): no spills, no "
                "stack, at most %d registers (%s), %d bytes of shared memory\n", model, B, T,
-               p->n_kernels, arch[a], n,
+               p->n_kernels, joined, arch[a], n,
                kernels_of(p, SN_KER_ROW, tmp), kernels_of(p, SN_KER_REDUCE, tmp),
                kernels_of(p, SN_KER_GATHER, tmp), pointwise(p, tmp),
                kernels_of(p, SN_KER_ATTENTION, tmp), cs.n_functions, t1 - t0, t2 - t1, cpu, max_regs, widest, max_shared);
@@ -993,35 +999,56 @@ static double pair_on_host(const char *src, const sn_kernel *const *ks, const sn
 }
 
 /* Runs every kernel of p on the simulator (forward order) with the interpreter's values of the
- * graph's inputs, a buffer a node (out[id], malloc'd) and one per scratch value. */
-static void program_on_host(const sn_program *p, const sn_interp *it, void **out) {
+ * graph's inputs, a buffer a node (out[id], malloc'd) and one per scratch value; a joined
+ * FINISH's buffers after its host's (kernel.h: tail). edits (NULL: none): pairs of strings, the
+ * first occurrence of each `from` in the rendered text replaced by its `to` (a planted bug),
+ * ended by a NULL. */
+static void program_on_host_with(const sn_program *p, const sn_interp *it, void **out,
+                                 const char *const *edits) {
     const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
     ck_assert(ks);
     int n = kernels_of(p, SN_KER_KIND_COUNT, ks);
     sn_cuda_source cs = render(ks, n);
-    sn_sim_module *h = host_compile(cs.src);
+    char *src = strdup(cs.src);
+    for (int i = 0; edits && edits[i]; i += 2) {
+        const char *from = edits[i], *to = edits[i + 1], *at = strstr(src, from);
+        ck_assert_msg(at, "no \"%s\" in the source", from);
+        size_t head = (size_t)(at - src);
+        char *next = malloc(strlen(src) + strlen(to) + 1);
+        ck_assert(next);
+        memcpy(next, src, head);
+        strcpy(next + head, to);
+        strcat(next, at + strlen(from));
+        free(src);
+        src = next;
+    }
+    sn_sim_module *h = host_compile(src);
     float *scratch[64] = {0};
     for (int i = 0; h && i < n; i++) {
-        const sn_kernel *k = ks[i];
-        void *params[SN_KER_MAX_ARGS + 1], *buf[SN_KER_MAX_ARGS + 1];
-        for (int a = 0; a < k->n_out + k->n_in; a++) {
-            const sn_node *x = k->args[a];
-            if (!out[x->id]) {
-                out[x->id] = calloc(1, dtype_bytes(x->dtype) * (size_t)sn_numel(x) + 64);
-                if (x->op == SN_OP_INPUT || x->op == SN_OP_PARAM)
-                    to_buffer(x->dtype, sn_interp_value(it, x), sn_numel(x), out[x->id]);
+        void *params[SN_KER_MAX_BUFS], *buf[SN_KER_MAX_BUFS];
+        int at = 0;
+        for (const sn_kernel *k = ks[i]; k; k = k->tail) {
+            for (int a = 0; a < k->n_out + k->n_in; a++, at++) {
+                const sn_node *x = k->args[a];
+                if (!out[x->id]) {
+                    out[x->id] = calloc(1, dtype_bytes(x->dtype) * (size_t)sn_numel(x) + 64);
+                    if (x->op == SN_OP_INPUT || x->op == SN_OP_PARAM)
+                        to_buffer(x->dtype, sn_interp_value(it, x), sn_numel(x), out[x->id]);
+                }
+                buf[at] = out[x->id];
+                params[at] = &buf[at];
             }
-            buf[a] = out[x->id];
-            params[a] = &buf[a];
+            if (k->stage != SN_SUM_WHOLE) {
+                ck_assert(k->scratch >= 0 && k->scratch < 64);
+                if (!scratch[k->scratch]) scratch[k->scratch] = calloc(1, (size_t)sn_kernel_scratch_bytes(k));
+                buf[at] = scratch[k->scratch];
+                params[at] = &buf[at];
+                at++;
+            }
         }
-        if (k->stage != SN_SUM_WHOLE) {
-            ck_assert(k->scratch >= 0 && k->scratch < 64);
-            if (!scratch[k->scratch]) scratch[k->scratch] = calloc(1, (size_t)sn_kernel_scratch_bytes(k));
-            buf[k->n_out + k->n_in] = scratch[k->scratch];
-            params[k->n_out + k->n_in] = &buf[k->n_out + k->n_in];
-        }
+        ck_assert_int_eq(at, sn_kernel_n_bufs(ks[i]));
         sn_target t = sm(80);
-        sn_cuda_dims d = sn_cuda_launch_dims(k, &t);
+        sn_cuda_dims d = sn_cuda_launch_dims(ks[i], &t);
         sn_sim_opts so = sn_sim_defaults();
         sn_err e;
         ck_assert_msg(sn_sim_launch(h, cs.fn[i], d.grid, d.block, d.shared_bytes, params, &so, &e) == SN_OK,
@@ -1029,8 +1056,13 @@ static void program_on_host(const sn_program *p, const sn_interp *it, void **out
     }
     for (int i = 0; i < 64; i++) free(scratch[i]);
     if (h) sn_sim_module_free(h);
+    free(src);
     sn_cuda_source_free(&cs);
     free(ks);
+}
+
+static void program_on_host(const sn_program *p, const sn_interp *it, void **out) {
+    program_on_host_with(p, it, out, NULL);
 }
 
 START_TEST(cpu_norm_pair) {
@@ -1099,6 +1131,102 @@ START_TEST(cpu_norm_pair) {
     }
     sn_interp_free(it);
     sn_cuda_source_free(&cs);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* A joined FINISH (kernel.h: tail; passes/join_finish.c): two norm backward pairs in a chain
+ * (the second's dy is the first's dx), rows of 160 over 3 chunks and 8 rows: the first pair's
+ * FINISH (320 columns: dw and dbeta) joins the second pair's launch as 2 blocks of 256 threads
+ * after its 4. Its dx, sums and the second pair's are the separate kernels' bits on the
+ * simulator; then bugs planted in the dispatch are caught: the FINISH's blocks offset by one
+ * (its first 256 columns never summed), and the host's last block sent to the FINISH (its
+ * last chunk of rows skipped). */
+static sn_graph *joined_finish_graph(sn_dtype dt) {
+    enum { R = 3 * SN_SUM_CHUNK + 8, C = 160 };
+    sn_graph *g = sn_graph_new();
+    sn_node *x1 = sn_input(g, "x1", SN_F32, SN_SHAPE(R, C));
+    sn_node *x2 = sn_input(g, "x2", SN_F32, SN_SHAPE(R, C));
+    sn_node *d0 = sn_input(g, "d0", dt, SN_SHAPE(R, C));
+    sn_node *w1 = sn_param(g, "w1", SN_F32, SN_SHAPE(C), SN_INIT_NORMAL, 1);
+    sn_node *w2 = sn_param(g, "w2", SN_F32, SN_SHAPE(C), SN_INIT_NORMAL, 1);
+    /* bf16: dy widened by each reader, as the upcast pass leaves it (norm_pair_graph) */
+    bool f32 = dt == SN_F32;
+    sn_node *dy1 = f32 ? sn_mul(g, d0, sn_exp(g, x1)) : sn_cast(g, d0, SN_F32);
+    sn_node *dx1 = sn_layernorm_bwd(g, x1, w1, dy1, 1e-5f);
+    sn_node *dw1 = sn_layernorm_bwd_w(g, x1, f32 ? dy1 : sn_cast(g, d0, SN_F32), 1e-5f);
+    sn_node *db1 = sn_sum(g, f32 ? dy1 : sn_cast(g, d0, SN_F32), 0, false);
+    sn_node *h = f32 ? dx1 : sn_cast(g, dx1, dt); /* the residual gradient, stored in dt */
+    sn_node *dy2 = f32 ? sn_mul(g, h, sn_exp(g, x2)) : sn_cast(g, h, SN_F32);
+    sn_node *dx2 = sn_layernorm_bwd(g, x2, w2, dy2, 1e-5f);
+    sn_node *dw2 = sn_layernorm_bwd_w(g, x2, f32 ? dy2 : sn_cast(g, h, SN_F32), 1e-5f);
+    sn_node *outs[] = {dx2, dw1, db1, dw2, sn_sum(g, f32 ? dy2 : sn_cast(g, h, SN_F32), 0, false)};
+    for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    return g;
+}
+
+/* Whether the outputs of g in v and in w (node buffers) hold the same bits; else names one. */
+static void same_outputs(const sn_graph *g, void **v, void **w, const char *what) {
+    for (int o = 0; o < g->n_outputs; o++) {
+        const sn_node *x = g->outputs[o];
+        ck_assert_msg(v[x->id] && w[x->id], "output %d was never written", o);
+        ck_assert_msg(!memcmp(v[x->id], w[x->id], 4 * (size_t)sn_numel(x)),
+                      "output %d (%s) differs from the separate kernels' bits %s", o,
+                      sn_op_name(x->op), what);
+    }
+}
+
+static void free_values(const sn_graph *g, void **v) {
+    for (int i = 0; i < g->n_nodes; i++) free(v[i]);
+    free(v);
+}
+
+START_TEST(cpu_joined_finish) {
+    sn_graph *g = joined_finish_graph(_i ? SN_BF16 : SN_F32);
+    sn_program *p = fuse(g);
+    ck_assert_int_eq(p->n_kernels, 4); /* the pairs and their FINISH kernels */
+    sn_interp *it = interp_run(g, 1, false);
+    void **apart = calloc((size_t)g->n_nodes, sizeof *apart);
+    program_on_host(p, it, apart);
+    sn_err e;
+    ck_assert_msg(sn_join_finish(p, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(p->n_kernels, 3); /* the last FINISH has no pair after it */
+    const sn_kernel *host = p->kernels[1];
+    ck_assert_msg(host->row.pair && host->tail && host->tail->stage == SN_SUM_FINISH &&
+                  host->tail->scratch == p->kernels[0]->scratch, "the first FINISH did not join "
+                  "the second pair");
+    ck_assert_int_eq(p->kernels[2]->stage, SN_SUM_FINISH);
+    sn_target t = sm(80);
+    sn_cuda_dims d = sn_cuda_launch_dims(host, &t);
+    ck_assert_int_eq(host->n_items, 4);
+    ck_assert_int_eq(d.grid[0], 4 + 2); /* 320 columns in blocks of 256 */
+    void **joined = calloc((size_t)g->n_nodes, sizeof *joined);
+    program_on_host(p, it, joined);
+    if (apart[g->outputs[0]->id] && joined[g->outputs[0]->id]) { /* (a build without the simulator runs nothing) */
+        same_outputs(g, apart, joined, "when joined");
+        static const struct { const char *what, *edits[5]; } bugs[2] = {
+            {"the FINISH's blocks offset by one", {"(int)blockIdx.x - 4);", "(int)blockIdx.x - 3);"}},
+            {"the host's last block sent to the FINISH", {"if (blockIdx.x >= 4) {",
+             "if (blockIdx.x >= 3) {", "(int)blockIdx.x - 4);", "(int)blockIdx.x - 3);"}},
+        };
+        for (int b = 0; b < 2; b++) {
+            void **bad = calloc((size_t)g->n_nodes, sizeof *bad);
+            program_on_host_with(p, it, bad, bugs[b].edits);
+            bool same = true;
+            for (int o = 0; o < g->n_outputs; o++) {
+                const sn_node *x = g->outputs[o];
+                same = same && !memcmp(apart[x->id], bad[x->id], 4 * (size_t)sn_numel(x));
+            }
+            printf("test_cuda: the joined FINISH with %s: %s\n", bugs[b].what, same ? "unnoticed" : "caught");
+            ck_assert_msg(!same, "%s went unnoticed", bugs[b].what);
+            free_values(g, bad);
+        }
+    }
+    free_values(g, apart);
+    free_values(g, joined);
+    sn_interp_free(it);
     sn_program_free(p);
     sn_graph_free(g);
 }
@@ -1745,6 +1873,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_chunked_weight_gradient);
     tcase_add_test(cpu, cpu_deleted_barrier_caught);
     tcase_add_loop_test(cpu, cpu_norm_pair, 0, 2);
+    tcase_add_loop_test(cpu, cpu_joined_finish, 0, 2);
     tcase_add_test(cpu, cpu_row_vectors);
     tcase_add_test(cpu, cpu_row_vector_lane_bug_caught);
     tcase_add_test(cpu, cpu_embedding_bwd_buckets);

@@ -11,13 +11,16 @@
 #include "program/program.h"
 #include "harness.h"
 
-static sn_program *compile(sn_graph *g) {
+/* g's program for t (NULL: the CPU). */
+static sn_program *compile_for(sn_graph *g, const sn_target *t) {
     sn_err e;
     sn_program *p;
     ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = t}, &p, NULL, &e) == SN_OK, "%s", e.msg);
     return p;
 }
+
+static sn_program *compile(sn_graph *g) { return compile_for(g, NULL); }
 
 static sn_graph *gpt2_training(const char *name, int layers, int B, int T) {
     sn_gpt2_config c;
@@ -562,6 +565,24 @@ START_TEST(kernels_per_gpt2_layer) {
                                                   the forward wrote o into (B, T, C), 25
                                                   before the GELU and its gradient were
                                                   GEMM epilogues) */
+    /* on CUDA each FINISH but the step's last runs in the next norm backward pair's launch
+     * (kernel.h: tail; passes/join_finish.c): 19 launches a layer, 2 of them carrying the
+     * FINISH of the pair before */
+    sn_target cuda = sn_target_cuda(90);
+    int launches[2], joined[2];
+    for (int l = 0; l < 2; l++) {
+        sn_graph *g = gpt2_training("tiny", l + 1, 2, 16);
+        sn_program *p = compile_for(g, &cuda);
+        launches[l] = p->n_kernels;
+        joined[l] = 0;
+        for (int k = 0; k < p->n_kernels; k++) joined[l] += p->kernels[k]->tail != NULL;
+        sn_program_free(p);
+        sn_graph_free(g);
+    }
+    ck_assert_int_eq(joined[0], 2); /* ln_f's pair's FINISH into ln_2's pair's, ln_2's into ln_1's */
+    ck_assert_int_eq(joined[1] - joined[0], 2);
+    ck_assert_int_eq(launches[1] - launches[0], 19);
+    ck_assert_int_eq(launches[0], total[0] - 2);
     sn_graph *g = gpt2_training("tiny", 1, 2, 16);
     sn_program *p = compile(g);
     int fwd = 0;

@@ -505,6 +505,32 @@ START_TEST(gpt2_kernels) {
 }
 END_TEST
 
+/* The CPU target keeps each FINISH a kernel (sn_target join_finish); a program made for CUDA,
+ * whose norm backward pairs carry joined FINISH kernels (kernel.h: tail), is refused by the LLVM
+ * backend with a message naming the kernel and what to do. */
+START_TEST(joined_finish_not_on_the_cpu) {
+    sn_graph *g = tiny_training_graph(true);
+    sn_target cuda = sn_target_cuda(80);
+    sn_program *p;
+    sn_err e;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &cuda}, &p, NULL, &e) == SN_OK,
+                  "%s", e.msg);
+    sn_kernel *host = NULL;
+    for (int k = 0; k < p->n_kernels && !host; k++)
+        if (p->kernels[k]->tail) host = p->kernels[k];
+    ck_assert_msg(host, "no joined FINISH in the CUDA target's program");
+    sn_jit *j;
+    ck_assert_msg(sn_jit_new(&j, &e) == SN_OK, "%s", e.msg);
+    sn_cpu_kernel_fn fn;
+    ck_assert_int_eq(sn_jit_compile(j, &host, 1, &fn, &e), SN_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, host->name) && strstr(e.msg, host->tail->name) &&
+                  strstr(e.msg, "does not generate joined kernels yet"), "%s", e.msg);
+    sn_jit_free(j);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* The whole compiled program (fuse, memplan, executor on the CPU device) against the
  * interpreter: the loss and every gradient within 1e-4. */
 static void end_to_end(bool fuse_attention) {
@@ -533,6 +559,7 @@ int main(void) {
     tcase_add_test(tc, causal_masks);
     tcase_add_test(tc, masked_and_strided_prologue);
     tcase_add_test(tc, gpt2_kernels);
+    tcase_add_test(tc, joined_finish_not_on_the_cpu);
     tcase_add_test(tc, gpt2_training_attention_fused);
     tcase_add_test(tc, gpt2_training_attention_written_out);
     suite_add_tcase(s, tc);

@@ -18,11 +18,13 @@
 #include "interp/interp.h"
 #include "models/gpt2.h"
 #include "passes/pipeline.h"
+#include "program/program.h"
 #include "runtime/cuda/cuda_rt.h"
 #include "runtime/device.h"
 #include "support/clock.h"
 #include "train/plan.h"
 #include "train/train.h"
+#include "examples/llama/llama.h"
 #include "harness.h"
 
 #define ck_assert_has(s, sub) ck_assert_msg(strstr((s), (sub)), "'%s' lacks '%s'", (s), (sub))
@@ -205,6 +207,78 @@ static sn_graph *tiny_at(sn_precision p) {
     ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     return g;
 }
+
+/* A 2-layer LLaMA (examples/llama: rmsnorm, SwiGLU, grouped-query attention) with its backward,
+ * at precision p. */
+static sn_graph *llama_tiny_at(sn_precision p) {
+    llama_config c = {.ctx = T, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .dim = 32,
+                      .hidden = 48, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+    sn_graph *g = sn_graph_new();
+    sn_err e;
+    ck_assert_msg(llama_build(g, B, T, V, &c, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.precision = p;
+    o.backward = true;
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    return g;
+}
+
+/* The FINISH kernels joined into the next norm backward pair's launch (kernel.h: tail, the CUDA
+ * target's join_finish) train tiny GPT-2 and a tiny LLaMA (f32 and bf16: _i) to the bit as the
+ * separate kernels do: the same losses and gradient norms over 6 steps, the joined GPT-2
+ * program two launches fewer a layer (the step's last FINISH alone). */
+START_TEST(joined_finish_trains_to_the_bit) {
+    if (!have_nvrtc()) return;
+    enum { N = 6 };
+    sn_precision p = _i % 2 ? SN_PRECISION_BF16 : SN_PRECISION_FP32;
+    bool llama = _i >= 2;
+    sn_device *gpu = cuda(NULL);
+    double loss[2][N], norm[2][N];
+    int launches[2], joined[2];
+    for (int j = 0; j < 2; j++) {
+        sn_target t = gpu->target;
+        ck_assert(t.join_finish); /* the CUDA target's default */
+        t.join_finish = j == 1;
+        sn_pipeline_opts po = {.target = &t};
+        sn_graph *g = llama ? llama_tiny_at(p) : tiny_at(p);
+        sn_train_opts o;
+        sn_train_opts_default(&o, N);
+        o.lr = 1e-2f;
+        o.device = gpu;
+        o.compile = &po;
+        sn_err e;
+        sn_trainer *tr = sn_trainer_new(g, &o, &e);
+        ck_assert_msg(tr, "%s", e.msg);
+        const sn_program *prog = sn_trainer_program(tr);
+        launches[j] = prog->n_kernels;
+        joined[j] = 0;
+        for (int k = 0; k < prog->n_kernels; k++) joined[j] += prog->kernels[k]->tail != NULL;
+        int32_t x[B * T], y[B * T];
+        for (int s = 0; s < N; s++) {
+            sn_step_stats ss;
+            batch(x, y, (uint64_t)s);
+            ck_assert_msg(sn_trainer_step(tr, x, y, &ss, &e) == SN_OK, "%s step %d: %s",
+                          j ? "joined" : "separate", s, e.msg);
+            loss[j][s] = ss.loss;
+            norm[j][s] = ss.grad_norm;
+        }
+        sn_trainer_free(tr);
+        sn_graph_free(g);
+    }
+    ck_assert_int_eq(joined[0], 0);
+    if (!llama) ck_assert_int_eq(joined[1], 4); /* tiny's 2 layers: 5 pairs, the last FINISH alone */
+    ck_assert_int_eq(launches[0] - launches[1], joined[1]);
+    for (int s = 0; s < N; s++)
+        ck_assert_msg(loss[0][s] == loss[1][s] && norm[0][s] == norm[1][s], "%s step %d: loss "
+                      "%.9g (separate) vs %.9g (joined), norm %.9g vs %.9g", sn_precision_name(p),
+                      s, loss[0][s], loss[1][s], norm[0][s], norm[1][s]);
+    printf("test_standin: %s tiny %s, the FINISH kernels joined (%d launches, %d fewer): the "
+           "same bits over %d steps, loss %.6f -> %.6f\n", sn_precision_name(p),
+           llama ? "LLaMA" : "GPT-2", launches[1],
+           launches[0] - launches[1], N, loss[1][0], loss[1][N - 1]);
+    sn_device_free(gpu);
+}
+END_TEST
 
 /* With dropout 0.2 (its kernels on the simulator, the seed set each micro-batch) the stand-in
  * trains as the CPU device does: the losses within 1e-5 over 20 steps (a mask that differed
@@ -1237,6 +1311,7 @@ static Suite *suite(void) {
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, tiny_gpt2_trains_like_the_cpu_device);
     tcase_add_test(tc, dropout_trains_like_the_cpu_device);
+    tcase_add_loop_test(tc, joined_finish_trains_to_the_bit, 0, 4);
     tcase_add_loop_test(tc, tiny_gpt2_16bit_trains_like_the_cpu_device, 0, 2);
     tcase_add_test(tc, second_trainer_on_one_device);
     tcase_add_test(tc, device_pointers_fault_on_the_host);

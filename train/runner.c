@@ -331,7 +331,7 @@ sn_status sn_runner_set(sn_runner *b, int i, sn_param_which which, const float *
 static sn_status launch(sn_runner *b, int which, const int *fb, sn_err *e) {
     const sn_kernel *k = &b->k[which];
     int n = sn_kernel_n_bufs(k);
-    sn_exec_ref r[SN_KER_MAX_ARGS];
+    sn_exec_ref r[SN_KER_MAX_BUFS];
     for (int i = 0; i < n; i++) r[i] = b->ref[fb[i]];
     return sn_exec_launch(b->x, k, b->handle[which], r, e);
 }

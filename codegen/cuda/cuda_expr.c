@@ -151,20 +151,21 @@ void sn_cu_emit_signature(sn_cu_text *t, const sn_kernel *k, const char *fname, 
     char arg[16], type[96], decl[96], lead[80], shape[80];
     int nargs = k->n_out + k->n_in, indent = (int)strlen(fname) + 1;
     bool scratch = k->stage != SN_SUM_WHOLE; /* the partial sums, after the args (kernel.h) */
+    bool tail = k->tail != NULL;             /* a joined FINISH's buffers after those */
     snprintf(lead, sizeof lead, "%s(", fname);
     sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d)", threads);
     for (int i = 0; i < nargs; i++) { /* one parameter a line, the first after the name */
         const sn_node *n = k->args[i];
         snprintf(decl, sizeof decl, "%s%s *__restrict__ %s%s", i < k->n_out ? "" : "const ",
                  sn_cu_ctype(n->dtype), sn_cu_arg_name(k, i, arg, sizeof arg),
-                 i + 1 < nargs || scratch ? "," : ")");
+                 i + 1 < nargs || scratch || tail ? "," : ")");
         snprintf(type, sizeof type, "%s%s", sn_dtype_name(n->dtype),
                  sn_shape_str(n->rank, n->shape, shape, sizeof shape));
         sn_cu_emitf(t, "%-*s%-36s /* %s */", indent, i ? "" : lead, decl, type);
     }
     if (scratch) {
-        snprintf(decl, sizeof decl, "%sfloat *__restrict__ scratch)",
-                 k->stage == SN_SUM_FINISH ? "const " : "");
+        snprintf(decl, sizeof decl, "%sfloat *__restrict__ scratch%s",
+                 k->stage == SN_SUM_FINISH ? "const " : "", tail ? "," : ")");
         if (k->kind == SN_KER_GATHER) /* embedding_bwd's buckets (kernel.h) */
             sn_cu_emitf(t, "%-*s%-36s /* u32[%lld,%lld] table, i32[%lld,%lld] order */", indent,
                         "", decl, (long long)sn_gather_chunks(k), (long long)k->anchor->shape[0],
@@ -173,7 +174,9 @@ void sn_cu_emit_signature(sn_cu_text *t, const sn_kernel *k, const char *fname, 
             sn_cu_emitf(t, "%-*s%-36s /* f32[%lld,%lld]: partial sums */", indent, "", decl,
                         (long long)sn_sum_chunks(k), (long long)sn_sum_width(k));
     }
+    if (tail) sn_cu_tail_params(t, k, indent);
     sn_cu_emitf(t, "{");
+    if (tail) sn_cu_tail_dispatch(t, k, fname);
 }
 
 const char *sn_cu_index_type(int64_t reach) { return reach < INT32_MAX ? "int" : "long long"; }

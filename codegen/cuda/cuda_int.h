@@ -38,6 +38,15 @@ void sn_cu_check_name(const sn_kernel *k);
 /* `extern "C" __global__ void __launch_bounds__(threads) fname(` and one typed parameter a
  * line (outputs, then inputs: "float *__restrict__ out0, /+ f32[4,64] +/"), then "{". */
 void sn_cu_emit_signature(sn_cu_text *t, const sn_kernel *k, const char *fname, int threads);
+/* cuda_tail.c: a joined FINISH (kernel.h: tail) in its host's launch: the blocks it adds to
+ * the host's grid (a thread a column of its partial sums); the FINISH's device function
+ * `fname`_tail (emitted before the host); its signature; the host's parameters for it (after
+ * its own, closing the list); the host's first lines sending the blocks after its own to it. */
+int64_t sn_cu_tail_blocks(const sn_kernel *k, unsigned threads);
+void sn_cu_emit_tail_fn(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+void sn_cu_tail_signature(sn_cu_text *t, const sn_kernel *f, const char *fname);
+void sn_cu_tail_params(sn_cu_text *t, const sn_kernel *k, int indent);
+void sn_cu_tail_dispatch(sn_cu_text *t, const sn_kernel *k, const char *fname);
 /* "int" when every index below `reach` fits in 32 bits, else "long long". */
 const char *sn_cu_index_type(int64_t reach);
 

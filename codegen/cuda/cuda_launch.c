@@ -21,8 +21,8 @@ static sn_cuda_dims dims1(int64_t blocks, int threads) {
                           .block = {(unsigned)threads, 1, 1}};
 }
 
-sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
-    SN_ASSERT(t && t->kind == SN_TARGET_CUDA);
+/* k's own launch (without a joined FINISH's blocks). */
+static sn_cuda_dims own_dims(const sn_kernel *k, const sn_target *t) {
     const sn_node *n = k->anchor;
     switch (k->kind) {
     case SN_KER_POINTWISE: {
@@ -82,4 +82,14 @@ sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
     case SN_KER_KIND_COUNT: break;
     }
     return (sn_cuda_dims){0};
+}
+
+sn_cuda_dims sn_cuda_launch_dims(const sn_kernel *k, const sn_target *t) {
+    SN_ASSERT(t && t->kind == SN_TARGET_CUDA);
+    sn_cuda_dims d = own_dims(k, t);
+    if (k->tail) { /* a joined FINISH's blocks after the host's own (cuda_tail.c) */
+        SN_ASSERT(d.grid[0] == k->n_items && d.grid[1] == 1 && d.grid[2] == 1);
+        d.grid[0] += (unsigned)sn_cu_tail_blocks(k, d.block[0]);
+    }
+    return d;
 }

@@ -35,6 +35,7 @@ static sn_status check(const sn_kernel *k, const sn_target *tg, sn_err *e) {
 /* The kernel's function (no header comment, no host stub) named fname. */
 static void emit_body(sn_cu_text *t, const sn_kernel *k, const sn_target *tg, const char *fname) {
     sn_cuda_dims d = sn_cuda_launch_dims(k, tg);
+    if (k->tail) sn_cu_emit_tail_fn(t, k, &d, fname); /* a joined FINISH's body, before its host */
     switch (k->kind) {
     case SN_KER_POINTWISE: sn_cu_emit_pointwise(t, k, fname); break;
     case SN_KER_ROW: sn_cu_emit_row(t, k, &d, fname); break;

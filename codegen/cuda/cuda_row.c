@@ -240,7 +240,7 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
     row w;
     sn_err e;
     if (k->stage == SN_SUM_FINISH) {
-        sn_cu_row_finish(t, k, d, fname);
+        sn_cu_row_finish(t, k, d, fname, false);
         return;
     }
     SN_ASSERT(setup(&w, k, &e) == SN_OK); /* the renderer checked it */

@@ -60,6 +60,8 @@ void sn_cu_row_pair_open(row *w);
 void sn_cu_row_pair_close(row *w);
 /* Steps of 32 lanes x w->lanes columns a row takes. */
 int64_t sn_cu_row_steps(const row *w);
-void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+/* FINISH: a kernel, or (tail) a joined FINISH's device function (cuda_tail.c) */
+void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname,
+                      bool tail);
 
 #endif

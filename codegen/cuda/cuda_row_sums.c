@@ -286,12 +286,15 @@ void sn_cu_row_partial_open(row *w) {
 }
 
 /* kernel.h's FINISH: column c of the partial sums, added over the chunks in chunk order, into
- * the output that holds it. */
-void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname) {
+ * the output that holds it. tail: a joined FINISH's device function (not the classifier's),
+ * block `block` of d->block[0] threads. */
+void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname,
+                      bool tail) {
     int64_t P = sn_sum_chunks(k), W = sn_sum_width(k);
     const char *ix = sn_cu_index_type(P * W + 1024 * 1024);
     char a[16];
-    sn_cu_emit_signature(t, k, fname, (int)d->block[0]);
+    if (tail) sn_cu_tail_signature(t, k, fname); /* a device function of `block` (cuda_tail.c) */
+    else sn_cu_emit_signature(t, k, fname, (int)d->block[0]);
     if (k->anchor2) { /* the classifier's: a row's loss and count a partial (kernel.h) */
         unsigned T = d->block[0];
         int64_t chunks = (P + SN_SUM_CHUNK - 1) / SN_SUM_CHUNK;
@@ -341,7 +344,8 @@ void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, 
     }
     sn_cu_emitf(t, "/* %s: the sums of %lld chunks of partial sums, %lld columns */",
                 sn_op_name(k->anchor->op), (long long)P, (long long)W);
-    sn_cu_emitf(t, "const %s c = (%s)blockIdx.x * %u + threadIdx.x;", ix, ix, d->block[0]);
+    sn_cu_emitf(t, "const %s c = (%s)%s * %u + threadIdx.x;", ix, ix, tail ? "block" : "blockIdx.x",
+                d->block[0]);
     sn_cu_emitf(t, "if (c >= %lld) return;", (long long)W);
     sn_cu_emitf(t, "float sum = 0.0f;");
     sn_cu_emitf(t, "for (%s p = 0; p < %lld; p++) sum += scratch[p * %lld + c];", ix, (long long)P,

@@ -209,6 +209,10 @@ static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e
                        sn_ll_kname(k, kn, sizeof kn));
     sn_status st = sn_kernel_check(k, e); /* the contract (program/kernel_check.c) */
     if (st) return st;
+    if (k->tail) /* the CPU target keeps each FINISH a kernel (sn_target join_finish) */
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s carries a joined FINISH kernel (%s): the LLVM "
+                       "backend does not generate joined kernels yet; compile for a target "
+                       "without join_finish (the CPU's)", sn_ll_kname(k, kn, sizeof kn), k->tail->name);
     switch (k->kind) {
     case SN_KER_POINTWISE: return sn_ll_emit_pointwise(L, k, fname, e);
     case SN_KER_ROW: return sn_ll_emit_row(L, k, fname, e);

@@ -214,7 +214,7 @@ typedef struct {
                          for an event */
     CUevent event;    /* what == NULL: the event to record */
     int n_bufs;
-    CUdeviceptr bufs[SN_KER_MAX_ARGS];
+    CUdeviceptr bufs[SN_KER_MAX_BUFS];
 } sn_cuda_op;
 
 /* Issues one kernel or GEMM op on the device's stream (graph.c records events itself). */

@@ -347,7 +347,7 @@ static sn_status issue(void *ctx, const sn_cuda_op *op, sn_err *e) {
                                 c->workspace, WORKSPACE_BYTES, c->stream, e);
     }
     const cuda_fn *f = op->what;
-    void *params[SN_KER_MAX_ARGS];
+    void *params[SN_KER_MAX_BUFS];
     for (int i = 0; i < op->n_bufs; i++) params[i] = (void *)&op->bufs[i];
     sn_status st = SN_CUDA_CHECK(API, e, cuLaunchKernel, f->f, f->dims.grid[0], f->dims.grid[1],
                                  f->dims.grid[2], f->dims.block[0], f->dims.block[1],
