@@ -1,6 +1,7 @@
 /* test_wgmma.c: warpgroup MMA on the SIMT simulator (sim/sim_wgmma.cc): the wgmma GEMM kernel
  * (codegen/cuda/cuda_wgmma.c) against a plain double product in each layout it has (128-byte
- * swizzle with B K-major or MN-major, core matrices without a swizzle; bf16 and f16), its
+ * swizzle with B K-major or MN-major, core matrices without a swizzle, A from registers; bf16
+ * and f16), its
  * planted bugs each caught (a wrong descriptor stride, no wait_group, no wgmma.fence, no
  * fence.proxy.async, accumulators read before the wait), the warpgroup rules, and the text
  * compiled by NVRTC for sm_90a without spills. */
@@ -103,6 +104,8 @@ START_TEST(gemm_matches_product) {
         {"#define SWIZZLE 1\n#define TRANS_B 1\n", 0, 1},
         {"#define SWIZZLE 0\n", 0, 0},
         {"#define SWIZZLE 1\n#define SN_GEMM_F16 1\n", 1, 0},
+        {"#define A_REGS 1\n", 0, 0},
+        {"#define A_REGS 1\n#define TRANS_B 1\n#define SN_GEMM_F16 1\n", 1, 1},
         {"#define SWIZZLE 1\n#define TRANS_B 1\n#define SN_GEMM_F16 1\n", 1, 1},
     };
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
