@@ -192,6 +192,7 @@ int main(int argc, char **argv) {
         gc_num(s, "sm", cs.sm);
         gc_num(s, "memory_in_use_at_start", (double)r->mem_baseline);
         gc_end(r, s, GC_PASS, "%s", r->dev->name);
+        gc_check_wgmma(r);
         if (!r->o.only_attention) {
             gc_measure_ceilings(r);
             gc_check_kernels(r);

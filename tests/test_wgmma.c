@@ -96,26 +96,15 @@ static sn_status run_gemm(const char *defines, int f16, int trans_b, double *err
 }
 
 START_TEST(gemm_matches_product) {
-    static const struct {
-        const char *defines;
-        int f16, trans_b;
-    } forms[] = {
-        {"#define SWIZZLE 1\n", 0, 0},
-        {"#define SWIZZLE 1\n#define TRANS_B 1\n", 0, 1},
-        {"#define SWIZZLE 0\n", 0, 0},
-        {"#define SWIZZLE 1\n#define SN_GEMM_F16 1\n", 1, 0},
-        {"#define A_REGS 1\n", 0, 0},
-        {"#define A_REGS 1\n#define TRANS_B 1\n#define SN_GEMM_F16 1\n", 1, 1},
-        {"#define SWIZZLE 1\n#define TRANS_B 1\n#define SN_GEMM_F16 1\n", 1, 1},
-    };
-    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+    const sn_wgmma_form *forms = sn_wgmma_gemm_forms;
+    for (int i = 0; i < sn_wgmma_gemm_n_forms; i++) {
         double err;
         sn_err e;
         sn_status st = run_gemm(forms[i].defines, forms[i].f16, forms[i].trans_b, &err, &e);
         if (st == SN_ERR_UNSUPPORTED) return;
         ck_assert_msg(st == SN_OK, "%s", e.msg);
         /* products of multiples of 1/8 summed in f32 over K = 128: exact */
-        ck_assert_msg(err == 0, "form %zu (%s): largest error %g", i, forms[i].defines, err);
+        ck_assert_msg(err == 0, "%s: largest error %g", forms[i].name, err);
     }
 }
 END_TEST

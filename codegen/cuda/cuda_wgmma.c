@@ -118,3 +118,16 @@ static const char gemm_text[] =
     "SN_HOST_STUB(sn_wgmma_gemm)\n";
 
 const char *sn_cuda_wgmma_gemm_source(void) { return gemm_text; }
+
+const sn_wgmma_form sn_wgmma_gemm_forms[] = {
+    {"bf16, 128-byte swizzle, B K-major", "#define SWIZZLE 1\n", 0, 0},
+    {"bf16, 128-byte swizzle, B MN-major", "#define SWIZZLE 1\n#define TRANS_B 1\n", 0, 1},
+    {"bf16, core matrices, B K-major", "#define SWIZZLE 0\n", 0, 0},
+    {"f16, 128-byte swizzle, B K-major", "#define SWIZZLE 1\n#define SN_GEMM_F16 1\n", 1, 0},
+    {"f16, 128-byte swizzle, B MN-major",
+     "#define SWIZZLE 1\n#define TRANS_B 1\n#define SN_GEMM_F16 1\n", 1, 1},
+    {"bf16, A in registers, B K-major", "#define A_REGS 1\n", 0, 0},
+    {"f16, A in registers, B MN-major",
+     "#define A_REGS 1\n#define TRANS_B 1\n#define SN_GEMM_F16 1\n", 1, 1},
+};
+const int sn_wgmma_gemm_n_forms = (int)(sizeof sn_wgmma_gemm_forms / sizeof sn_wgmma_gemm_forms[0]);

@@ -9,4 +9,13 @@
 const char *sn_cuda_wgmma_gemm_source(void);
 #define SN_WGMMA_GEMM_SHARED (2 * 8192 + 1024)
 
+/* The kernel's layouts, each checked on the simulator (tests/test_wgmma.c) and on a GPU
+ * (runtime/cuda/wgmma_check.c): the #defines that select it, its input type, b's layout. */
+typedef struct {
+    const char *name, *defines;
+    int f16, trans_b;
+} sn_wgmma_form;
+extern const sn_wgmma_form sn_wgmma_gemm_forms[];
+extern const int sn_wgmma_gemm_n_forms;
+
 #endif
