@@ -159,7 +159,7 @@ void sim_wgmma(int form, float *d, const unsigned *a, unsigned long long desc_a,
     for (int j = 0; j < 32; j++) memcpy(p.a[j], all[warp0 + j].a, sizeof p.a[j]);
     for (const pending_wgmma &q : f->wgmmas)
         if (q.d == d) p.chained = true; /* its accumulators are an earlier wgmma's output */
-    if (!p.chained) p.c.assign(d, d + n / 2);
+    if (!p.chained && scale_d) p.c.assign(d, d + n / 2); /* scale-d 0: d is not read */
     memset(d, 0x7f, sizeof(float) * (size_t)(n / 2)); /* undefined until the wait */
     f->wgmmas.push_back(std::move(p));
 }

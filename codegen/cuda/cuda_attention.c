@@ -85,12 +85,6 @@ static bool tiles_override(sn_att_pass pass, int c[5]) {
            (c[3] == 1 || (c[3] == 2 && pass == SN_ATT_FWD));
 }
 
-/* SN_ATT_TILES "fwd=wgmma": sm_90's warpgroup-MMA forward, asked for but not written yet. */
-static bool wgmma_asked(void) {
-    const char *env = getenv("SN_ATT_TILES"), *at = env ? strstr(env, "fwd=wgmma") : NULL;
-    return at && (at == env || at[-1] == ',');
-}
-
 /* The first candidate whose shared memory fits: the target's default 48 KiB as static shared
  * memory, or up to what a block may opt into (sm_80 and later) as dynamic shared memory when
  * SN_ATT_TILES asks for such a tile. fp32: (warps, rows per warp, tile). mma: (warps, 16 rows a
@@ -243,10 +237,7 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
                        "\"dq=atomic\") is written for the tensor-core kernels (bf16 or f16, head "
                        "sizes and strides multiples of 16 and 8); leave it out for this graph",
                        k->name);
-    if (p->pass == SN_ATT_FWD && wgmma_asked())
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: the wgmma forward (SN_ATT_TILES "
-                       "\"fwd=wgmma\") is not supported yet: only the simulator's wgmma and a "
-                       "wgmma GEMM exist (docs/attention.md); leave it out", k->name);
+    if (p->pass == SN_ATT_FWD && sn_att_wgmma_asked()) return sn_att_wgmma_plan(p, tg, e);
     if (!fit(p, tg))
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: no tile of D = %lld, Dv = %lld "
                        "fits %lld bytes of shared memory", k->name, (long long)p->D,
