@@ -3,7 +3,7 @@
  * against a plain product, and the GPU check runs the same text on a lent H100 to confirm the
  * layouts the simulator assumes (docs/attention.md). Convention: compile-time options are
  * #defines put before the text (SWIZZLE, TRANS_B, SN_GEMM_F16, BUG). */
-#include "codegen/cuda/cuda_wgmma.h"
+#include "cuda_wgmma.h"
 
 static const char gemm_text[] =
     "/* sn_wgmma_gemm: c (M x N, f32) = a (M x K) b^T, a and b bf16 (or f16 with SN_GEMM_F16), by warpgroup\n"
