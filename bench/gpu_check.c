@@ -202,6 +202,9 @@ int main(int argc, char **argv) {
         gc_time_attention(r);
         if (!r->o.only_attention) gc_compare_anchors(r);
         sn_device_free(r->dev);
+        /* last, on its own handles: a fault of an unconfirmed layout (an illegal address
+           poisons the context) can cost no other step */
+        gc_check_wgmma(r);
     }
     bool wrote = gc_write_reports(r);
     fclose(r->details);

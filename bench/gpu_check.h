@@ -106,6 +106,8 @@ sn_graph *gc_train_graph(const char *model, int B, int T, sn_precision prec, int
 void gc_batch(int vocab, int B, int T, int step, int32_t *x, int32_t *y);
 /* gpu_check_time.c: the ceilings; step timing, compile times, kernels, memory. */
 void gc_measure_ceilings(gc_run *r);
+/* The wgmma GEMM in every layout against the exact product (sm_90 only; first, it is short). */
+void gc_check_wgmma(gc_run *r);
 void gc_time_steps(gc_run *r);
 /* gpu_check_attention.c: sinter's causal attention alone, forward and forward + backward. */
 void gc_time_attention(gc_run *r);

@@ -10,6 +10,7 @@
 
 #include "models/gpt2.h"
 #include "passes/pipeline.h"
+#include "codegen/cuda/cuda_wgmma.h"
 #include "runtime/cuda/cuda_device.h"
 #include "support/clock.h"
 #include "train/train.h"
@@ -47,6 +48,38 @@ void gc_measure_ceilings(gc_run *r) {
            "entries within %.1e of the host, tolerance 1e-2); copy of %d MiB: %.3g TB/s read + "
            "written (%.3f ms)", dt, co.gemm_n, c.bf16_tflops, c.gemm_s * 1e3, c.gemm_check_err,
            r->o.copy_mib, c.copy_tb_per_s, c.copy_s * 1e3);
+}
+
+void gc_check_wgmma(gc_run *r) {
+    const char *name = "wgmma: the simulator's warpgroup-MMA layouts on the device";
+    if (!r->cuda) {
+        gc_end(r, gc_begin(r, name), GC_SKIP, "the CPU device has no wgmma");
+        return;
+    }
+    sn_cuda_wgmma_result w;
+    sn_err e = {0};
+    sn_status st = sn_cuda_wgmma_check(0, &w, &e);
+    if (!st && w.skipped) { /* not a step on other architectures: nothing there to confirm */
+        printf("note: wgmma: sm_%d has no warpgroup MMA (sm_90 only): nothing to check\n", w.sm);
+        return;
+    }
+    gc_step *s = gc_begin(r, name);
+    if (st) {
+        gc_end(r, s, GC_FAIL, "%s", e.msg);
+        return;
+    }
+    char msg[400] = "";
+    for (int i = 0; i < w.forms; i++) {
+        char key[40];
+        snprintf(key, sizeof key, "form%d_largest_error", i);
+        gc_num(s, key, w.worst[i]);
+        if (!(w.worst[i] == 0))
+            snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "; %s: %g off",
+                     sn_wgmma_gemm_forms[i].name, w.worst[i]);
+    }
+    gc_end(r, s, w.failed ? GC_FAIL : GC_PASS, "the wgmma GEMM (256^3) equals the exact product "
+           "in %d of %d layouts%s%s", w.forms - w.failed, w.forms, w.failed ? " (the simulator's "
+           "layout model is wrong there: docs/attention.md)" : "", msg);
 }
 
 static int64_t param_count(const sn_graph *g) {

@@ -13,7 +13,8 @@
  * __syncthreads is a block barrier that every thread must reach at the same call site (a thread
  * that exits while others wait is an error, not a hang); warp shuffles, votes, __syncwarp,
  * mma.sync and ldmatrix are exchanged among the lanes named in the mask, all of which must
- * arrive; shared memory (SN_SHARED, SN_SHARED2, SN_DYNAMIC_SHARED) is poisoned with bytes 0x7f at
+ * arrive; wgmma (sm_90's warpgroup MMA) among the 128 threads of a warpgroup, computed at its
+ * wait_group (sim_wgmma.cc has its rules); shared memory (SN_SHARED, SN_SHARED2, SN_DYNAMIC_SHARED) is poisoned with bytes 0x7f at
  * every block start, bounds-checked on every indexed access, and its total held to a limit.
  * Blocks run one after another, the threads of a block round-robin between synchronisation
  * points in the order the options choose. */

@@ -13,7 +13,7 @@
 
 #include "sim.h"
 
-#define SN_SIM_ABI 6u
+#define SN_SIM_ABI 7u
 
 /* Built with AddressSanitizer (gcc defines __SANITIZE_ADDRESS__, clang has the feature). */
 #if defined(__SANITIZE_ADDRESS__)
@@ -49,6 +49,14 @@ struct sn_sim_api {
     void (*cp_async_wait)(int newest_pending, int line); /* < 0: wait_all */
     void *(*map_pointer)(void *p); /* a pointer parameter's value as the kernel sees it */
     int (*syncthreads_count)(int pred, int line);
+    unsigned (*smem_addr)(const void *p, int line); /* p's address in the shared window */
+    /* warpgroup MMA (sm_90, sim_wgmma.cc): form as SN_WGMMA_* in sim_wgmma.cc */
+    void (*wgmma)(int form, float *d, const unsigned *a, unsigned long long desc_a,
+                  unsigned long long desc_b, int scale_d, int line);
+    void (*wgmma_fence)(int line);
+    void (*wgmma_commit)(int line);
+    void (*wgmma_wait)(int newest_pending, int line);
+    void (*fence_proxy_async)(int line);
 };
 
 /* sim_module.cc */
@@ -94,6 +102,7 @@ struct warp_wait {
     unsigned bytes;
     int line;
     bool released;
+    unsigned width; /* 32: a warp (lanes named by mask); 128: a warpgroup (all its threads) */
 };
 
 /* A cp.async not yet waited for: 16 bytes to dst, src_bytes of them from src, zeros after. */
@@ -102,6 +111,19 @@ struct pending_copy {
     const void *src;
     unsigned src_bytes;
     unsigned long long group; /* the commit group it belongs to */
+};
+
+/* A wgmma issued and not yet waited for (sim_wgmma.cc): it reads shared memory and writes the
+ * accumulators when the thread waits for its group, as late as the hardware may. */
+struct pending_wgmma {
+    int form, line;
+    float *d;                      /* the accumulators, poisoned until then */
+    std::vector<float> c;          /* their values at issue (if not chained to a pending one) */
+    bool chained;                  /* d is the output of an earlier pending wgmma */
+    unsigned a[32][4];             /* the warp's A fragments (A from registers) */
+    unsigned long long desc_a, desc_b;
+    int scale_d;
+    unsigned long long group;
 };
 
 struct fiber {
@@ -116,6 +138,10 @@ struct fiber {
     warp_wait w;
     std::vector<pending_copy> copies;
     unsigned long long groups_committed;
+    std::vector<pending_wgmma> wgmmas;
+    unsigned long long wgmma_groups;
+    bool wgmma_fenced;  /* a wgmma.fence since the thread last waited for accumulators */
+    bool proxy_dirty;   /* cp.async data landed since the last fence.proxy.async */
 };
 
 struct shared_decl {
@@ -155,6 +181,9 @@ launch *sim_current(void);
 /* Waits until every lane named in mask has called sim_exchange with the same kind, then every
  * named lane's `bytes` of `in` are in `out` (32 * bytes) at its lane's place. */
 void sim_exchange(int kind, unsigned mask, const void *in, void *out, unsigned bytes, int line);
+/* The same among the 128 threads of the running thread's warpgroup (all of which must exist in
+ * the block and arrive): `out` holds 128 * bytes, by thread index within the warpgroup. */
+void sim_exchange_group(int kind, const void *in, void *out, unsigned bytes, int line);
 /* The lanes of the running thread's warp that exist in the block. */
 unsigned sim_warp_lanes(void);
 unsigned sim_lane(void);
@@ -165,6 +194,16 @@ unsigned sim_ballot(unsigned mask, int pred, int line);
 unsigned sim_activemask(void);
 void sim_mma(int shape, float *d, const unsigned *a, const unsigned *b, const float *c, int line);
 void sim_ldmatrix(int n, int trans, unsigned *r, const void *row, int line);
+
+/* sim_wgmma.cc: warpgroup MMA (the sn_sim_api entries of the same names) */
+void sim_wgmma(int form, float *d, const unsigned *a, unsigned long long desc_a,
+               unsigned long long desc_b, int scale_d, int line);
+void sim_wgmma_fence(int line);
+void sim_wgmma_commit(int line);
+void sim_wgmma_wait(int newest_pending, int line);
+void sim_fence_proxy_async(int line);
+/* At a thread's exit: a wgmma still in flight is an error. */
+void sim_wgmma_exit(fiber *f);
 
 /* The table handed to every module (sim_run.cc). */
 extern const sn_sim_api sim_api;

@@ -1,6 +1,6 @@
 // sim_prelude.cc: the text of "sinter_sim.h": what the prelude includes on the CPU, the CUDA
 // names kernels use mapped onto the simulator (threadIdx, __syncthreads, shuffles, shared memory,
-// mma.sync, ldmatrix). Convention: the kernel's shared object calls back into the simulator
+// mma.sync, ldmatrix, wgmma). Convention: the kernel's shared object calls back into the simulator
 // through one table (sn_sim_api, mirrored in sim_internal.h; SN_SIM_ABI pins the two together).
 #include "sim.h"
 
@@ -18,7 +18,7 @@ static const char header_text[] = R"SN_SIM(/* sinter_sim.h: the CPU side of the 
 #include <type_traits>
 #include <utility>
 
-#define SN_SIM_ABI 6u
+#define SN_SIM_ABI 7u
 
 struct sn_dim3 {
     unsigned x, y, z;
@@ -48,6 +48,13 @@ struct sn_sim_api {
     void (*cp_async_wait)(int newest_pending, int line); /* < 0: wait_all */
     void *(*map_pointer)(void *p); /* a pointer parameter's value as the kernel sees it */
     int (*syncthreads_count)(int pred, int line);
+    unsigned (*smem_addr)(const void *p, int line); /* p's address in the shared window */
+    void (*wgmma)(int form, float *d, const unsigned *a, unsigned long long desc_a,
+                  unsigned long long desc_b, int scale_d, int line);
+    void (*wgmma_fence)(int line);
+    void (*wgmma_commit)(int line);
+    void (*wgmma_wait)(int newest_pending, int line);
+    void (*fence_proxy_async)(int line);
 };
 static const sn_sim_api *sn_sim;
 static thread_local const sn_sim_thread *sn_sim_self;
@@ -209,6 +216,36 @@ SN_SIM_LDMATRIX(sn_ldmatrix_x4, 4, 0)
 SN_SIM_LDMATRIX(sn_ldmatrix_x1_trans, 1, 1)
 SN_SIM_LDMATRIX(sn_ldmatrix_x2_trans, 2, 1)
 SN_SIM_LDMATRIX(sn_ldmatrix_x4_trans, 4, 1)
+
+/* Warpgroup MMA (sm_90): the 128 threads of a warpgroup meet at each wgmma; it is computed when
+ * the thread waits for its group (sim_wgmma.cc). form: N | 512 f16 | 1024 A in registers |
+ * 2048 B MN-major. */
+static inline unsigned sn_smem_addr(const void *p, int line = __builtin_LINE()) {
+    return sn_sim->smem_addr(p, line);
+}
+#define SN_SIM_WGMMA_SS(name, form)                                                        \
+    static inline void name(float d[32], unsigned long long desc_a, unsigned long long desc_b, \
+                            int scale_d, int line = __builtin_LINE()) {                    \
+        sn_sim->wgmma(form, d, 0, desc_a, desc_b, scale_d, line);                          \
+    }
+#define SN_SIM_WGMMA_RS(name, form)                                                        \
+    static inline void name(float d[32], const unsigned a[4], unsigned long long desc_b,   \
+                            int scale_d, int line = __builtin_LINE()) {                    \
+        sn_sim->wgmma(form | 1024, d, a, 0, desc_b, scale_d, line);                        \
+    }
+SN_SIM_WGMMA_SS(sn_wgmma_m64n64k16_bf16_ss, 64)
+SN_SIM_WGMMA_SS(sn_wgmma_m64n64k16_bf16_ss_tb, 64 | 2048)
+SN_SIM_WGMMA_SS(sn_wgmma_m64n64k16_f16_ss, 64 | 512)
+SN_SIM_WGMMA_SS(sn_wgmma_m64n64k16_f16_ss_tb, 64 | 512 | 2048)
+SN_SIM_WGMMA_RS(sn_wgmma_m64n64k16_bf16_rs, 64)
+SN_SIM_WGMMA_RS(sn_wgmma_m64n64k16_bf16_rs_tb, 64 | 2048)
+SN_SIM_WGMMA_RS(sn_wgmma_m64n64k16_f16_rs, 64 | 512)
+SN_SIM_WGMMA_RS(sn_wgmma_m64n64k16_f16_rs_tb, 64 | 512 | 2048)
+#define sn_wgmma_fence() sn_sim->wgmma_fence(__LINE__)
+#define sn_wgmma_commit() sn_sim->wgmma_commit(__LINE__)
+#define sn_wgmma_wait(n) sn_sim->wgmma_wait((n), __LINE__)
+static inline void sn_wgmma_fence_operands(float *d, int n) {}
+#define sn_fence_proxy_async() sn_sim->fence_proxy_async(__LINE__)
 
 /* Asynchronous copies (sm_80): held back until the thread waits for them. */
 #define sn_cp_async_16(dst, src) sn_sim->cp_async((dst), (src), 16, __LINE__)

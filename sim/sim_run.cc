@@ -75,20 +75,29 @@ static int syncthreads_count(int pred, int line) {
 
 static void syncthreads(int line) { syncthreads_count(1, line); }
 
+/* Whether thread j of f's warp (or warpgroup) takes part in its collective. */
+static bool named(const warp_wait &w, unsigned j) { return w.width > 32 || (w.mask >> j & 1); }
+
 /* If every lane named by f's collective has arrived, moves the data and releases them. */
 static void try_complete(launch *l, fiber *f) {
-    unsigned base = f->linear / 32 * 32;
     const warp_wait &w = f->w;
-    for (unsigned j = 0; j < 32; j++) {
-        if (!(w.mask >> j & 1)) continue;
+    unsigned base = f->linear / w.width * w.width;
+    for (unsigned j = 0; j < w.width; j++) {
+        if (!named(w, j)) continue;
         const fiber &g = l->fibers[base + j];
         if (g.state != FIBER_WARP || g.w.released) return;
     }
-    for (unsigned j = 0; j < 32; j++) { /* all here: they must agree */
-        if (!(w.mask >> j & 1)) continue;
+    for (unsigned j = 0; j < w.width; j++) { /* all here: they must agree */
+        if (!named(w, j)) continue;
         const fiber &g = l->fibers[base + j];
-        if (g.w.kind != w.kind || g.w.mask != w.mask || g.w.bytes != w.bytes) {
+        if (g.w.kind != w.kind || g.w.mask != w.mask || g.w.bytes != w.bytes ||
+            g.w.width != w.width) {
             l->running = &l->fibers[base + j];
+            if (w.width > 32 || g.w.width > 32)
+                sim_fail(g.w.line, "threads of a warpgroup disagree at a warpgroup operation: "
+                         "thread %u (line %d) and thread %u (line %d) execute different ones "
+                         "(all 128 threads must execute the same wgmma)", j, g.w.line,
+                         f->linear % w.width, w.line);
             sim_fail(g.w.line, "lanes of a warp disagree at a warp-synchronous operation: lane %u "
                      "(line %d) names mask 0x%08x%s, lane %u (line %d) mask 0x%08x: every lane "
                      "named in a mask must execute the same operation with the same mask", j,
@@ -96,11 +105,11 @@ static void try_complete(launch *l, fiber *f) {
                      f->linear % 32, w.line, w.mask);
         }
     }
-    for (unsigned i = 0; i < 32; i++) {
-        if (!(w.mask >> i & 1)) continue;
+    for (unsigned i = 0; i < w.width; i++) {
+        if (!named(w, i)) continue;
         fiber &gi = l->fibers[base + i];
-        for (unsigned j = 0; j < 32; j++)
-            if (w.mask >> j & 1)
+        for (unsigned j = 0; j < w.width; j++)
+            if (named(w, j))
                 memcpy((char *)gi.w.out + (size_t)j * w.bytes, l->fibers[base + j].w.in, w.bytes);
         gi.w.released = true;
         gi.state = FIBER_READY;
@@ -115,7 +124,22 @@ void sim_exchange(int kind, unsigned mask, const void *in, void *out, unsigned b
     if (!(mask >> lane & 1))
         sim_fail(line, "a warp-synchronous operation's mask 0x%08x does not name the lane that "
                  "executes it (%u)", mask, lane);
-    f->w = warp_wait{kind, mask & sim_warp_lanes(), in, out, bytes, line, false};
+    f->w = warp_wait{kind, mask & sim_warp_lanes(), in, out, bytes, line, false, 32};
+    f->state = FIBER_WARP;
+    try_complete(l, f);
+    if (f->state == FIBER_WARP) yield(l);
+    SN_ASSERT(f->w.released);
+}
+
+void sim_exchange_group(int kind, const void *in, void *out, unsigned bytes, int line) {
+    launch *l = current;
+    fiber *f = l->running;
+    unsigned base = f->linear / 128 * 128;
+    if (base + 128 > l->nthreads)
+        sim_fail(line, "a warpgroup operation in a block of %u threads: threads %u to %u do not "
+                 "exist (a warpgroup is 128 threads, 4 whole warps)", l->nthreads, base,
+                 base + 127);
+    f->w = warp_wait{kind, 0xffffffffu, in, out, bytes, line, false, 128};
     f->state = FIBER_WARP;
     try_complete(l, f);
     if (f->state == FIBER_WARP) yield(l);
@@ -174,6 +198,7 @@ static void finish_copies(fiber *f, unsigned long long upto) { /* groups below u
         if (c.group < upto) {
             memset(c.dst, 0, 16);
             memcpy(c.dst, c.src, c.src_bytes);
+            f->proxy_dirty = true; /* a generic-proxy write a wgmma may not see unfenced */
         } else {
             f->copies[kept++] = c;
         }
@@ -191,6 +216,15 @@ static void cp_async_wait(int newest_pending, int line) {
     finish_copies(f, c > n ? c - n : 0);
 }
 
+static unsigned smem_addr(const void *p, int line) {
+    launch *l = current;
+    const unsigned char *q = (const unsigned char *)p;
+    if (!(q >= l->shared && q <= l->shared + l->shared_cap))
+        sim_fail(line, "the shared-memory address of %p, which is not in this block's shared "
+                 "memory", p);
+    return (unsigned)(q - l->shared);
+}
+
 static void *map_pointer(void *p) {
     const sn_sim_opts &o = current->o;
     return o.map_pointer && p ? o.map_pointer(o.map_ctx, p) : p;
@@ -199,7 +233,9 @@ static void *map_pointer(void *p) {
 const sn_sim_api sim_api = {SN_SIM_ABI, syncthreads, sim_shfl, sim_ballot, shared_static,
                             shared_dynamic, out_of_bounds, sim_mma, sim_ldmatrix,
                             sim_activemask, cp_async, cp_async_commit, cp_async_wait,
-                            map_pointer, syncthreads_count};
+                            map_pointer, syncthreads_count, smem_addr, sim_wgmma,
+                            sim_wgmma_fence, sim_wgmma_commit, sim_wgmma_wait,
+                            sim_fence_proxy_async};
 
 static void fiber_main(void) {
     launch *l = current;
@@ -207,6 +243,7 @@ static void fiber_main(void) {
     l->m->enter(&f->coords);
     l->stub(l->params);
     finish_copies(f, ~0ull); /* copies never waited for land at exit */
+    sim_wgmma_exit(f);
     f->state = FIBER_DONE;
     sim_ctx_leave(&f->ctx, &l->sched); /* a finished fiber is never resumed */
 }
@@ -240,15 +277,17 @@ static std::string stall_reason(launch *l) {
     }
     char s[700];
     if (warp) {
-        unsigned base = warp->linear / 32 * 32;
+        unsigned width = warp->w.width, base = warp->linear / width * width;
         const fiber *missing = NULL;
-        for (unsigned j = 0; j < 32 && !missing; j++)
-            if (warp->w.mask >> j & 1 && l->fibers[base + j].state != FIBER_WARP)
+        for (unsigned j = 0; j < width && !missing; j++)
+            if (named(warp->w, j) && l->fibers[base + j].state != FIBER_WARP)
                 missing = &l->fibers[base + j];
         if (missing) {
-            snprintf(s, sizeof s, "%s waits at a warp-synchronous operation (line %d, mask "
-                     "0x%08x) that lane %u never reaches: it %s%s", thread_name(l, warp).c_str(),
-                     warp->w.line, warp->w.mask, missing->linear % 32, what_waits(*missing),
+            snprintf(s, sizeof s, "%s waits at a %s operation (line %d, mask 0x%08x) that %s %u "
+                     "never reaches: it %s%s", thread_name(l, warp).c_str(),
+                     width > 32 ? "warpgroup" : "warp-synchronous", warp->w.line, warp->w.mask,
+                     width > 32 ? "thread of the warpgroup" : "lane", missing->linear % width,
+                     what_waits(*missing),
                      missing->state == FIBER_BARRIER ? " (a barrier inside divergent warp code?)"
                                                      : "");
             return s;
@@ -284,6 +323,10 @@ static bool run_block(launch *l, unsigned long long b) {
         f.state = FIBER_READY;
         f.copies.clear();
         f.groups_committed = 0;
+        f.wgmmas.clear();
+        f.wgmma_groups = 0;
+        f.wgmma_fenced = false;
+        f.proxy_dirty = false;
         f.linear = t;
         f.coords.blockIdx = bid;
         f.coords.threadIdx = sn_dim3{t % l->block[0], t / l->block[0] % l->block[1],

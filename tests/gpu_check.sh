@@ -34,6 +34,13 @@ grep -q "^SKIP anchors: torch SDPA .*skipped: no torch" "$dir/out.txt" || { echo
 if [ $device = cuda ] && grep "^SKIP" "$dir/out.txt" | grep -qv "^SKIP anchors: "; then
   echo "FAIL: a SKIP on the stand-in"; exit 1
 fi
+# on an sm_90 stand-in the wgmma step runs (the runtime's compile, launch and comparison; the
+# layouts themselves only a real H100 can confirm)
+if [ $device = cuda ]; then
+  SN_STANDIN_SM=90 "$check" --device cuda --small --only attention --seed 7 --out "$dir/sm90" \
+    --cache-dir "$dir/sm90/cache" > "$dir/sm90.txt" 2>&1 || { cat "$dir/sm90.txt"; echo "FAIL: sm_90 run"; exit 1; }
+  grep -q "^PASS wgmma: .* 7 of 7 layouts" "$dir/sm90.txt" || { cat "$dir/sm90.txt"; echo "FAIL: wgmma step"; exit 1; }
+fi
 python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert d['failures'] == 0 and len(d['steps']) > 10" \
   "$dir/gpu_check.json" || { echo "FAIL: gpu_check.json"; exit 1; }
 echo "gpu_check.sh: the check ran to its end on the $device device"

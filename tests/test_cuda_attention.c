@@ -795,6 +795,54 @@ static sn_program *case_program(const att_case *c, sn_graph **gp) {
     return fuse(g);
 }
 
+/* The sm_90 wgmma forward (SN_ATT_TILES "fwd=wgmma"): against the interpreter in every thread
+ * order (bf16 at T = 200: tiles cut short; f16 with grouped-query k and v; more keys than
+ * queries; the unfused forward: lse alone, and o from a given lse), planted bugs caught (V's
+ * descriptor a K step off, the proxy fence deleted), and refused by name where it is not
+ * written (sm_80, head size 128). */
+START_TEST(wgmma_forward) {
+    static const struct {
+        att_case c;
+        bool unfused;
+    } forms[] = {{{1, 2, 200, 200, 64, 64, SN_BF16, 90, 0}, false},
+                 {{1, 4, 77, 77, 64, 64, SN_F16, 90, 2}, false},
+                 {{1, 2, 77, 150, 64, 64, SN_BF16, 90, 0}, false},
+                 {{1, 2, 130, 130, 64, 64, SN_BF16, 90, 0}, true}};
+    setenv("SN_ATT_TILES", "fwd=wgmma", 1);
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        run_result r = check_case(&forms[i].c, forms[i].unfused, NULL, NULL);
+        ck_assert_msg(r.worst <= 1.0, "form %zu: error %.2f x the tolerance; %s", i, r.worst,
+                      r.failure);
+        ck_assert_int_eq(r.checked, (forms[i].unfused ? 2 : 5) * SN_SIM_ORDER_COUNT);
+    }
+    run_result r = check_case(&forms[0].c, false, "v_at + 2048u * kk", "v_at + 1024u * kk");
+    printf("wgmma forward, V's K step planted wrong: %.3g x the tolerance\n", r.worst);
+    ck_assert_msg(!(r.worst <= 1.0), "a wrong V descriptor not caught");
+    r = check_case(&forms[0].c, false, "sn_fence_proxy_async();", ";");
+    ck_assert_msg(strstr(r.failure, "fence.proxy.async"), "no proxy fence not caught: %s",
+                  r.failure);
+    static const att_case refused[] = {{1, 2, 64, 64, 64, 64, SN_BF16, 80, 0},
+                                       {1, 2, 64, 64, 128, 128, SN_BF16, 90, 0}};
+    for (int i = 0; i < 2; i++) {
+        sn_graph *g;
+        sn_program *p = case_program(&refused[i], &g);
+        const sn_kernel *ks[8];
+        int n = 0;
+        for (int j = 0; j < p->n_kernels; j++)
+            if (p->kernels[j]->kind == SN_KER_ATTENTION) ks[n++] = p->kernels[j];
+        sn_target tg = sn_target_cuda(refused[i].sm);
+        sn_cuda_source cs;
+        sn_err e;
+        sn_status st = sn_cuda_render(ks, n, &tg, &cs, &e);
+        ck_assert_msg(st == SN_ERR_UNSUPPORTED && strstr(e.msg, "not supported yet"), "%s",
+                      st ? e.msg : "rendered");
+        sn_program_free(p);
+        sn_graph_free(g);
+    }
+    unsetenv("SN_ATT_TILES");
+}
+END_TEST
+
 /* Compiles c's attention kernels with NVRTC for c->sm and prints ptxas's report; returns how
  * many spill, use a stack frame or more than 48 KiB of shared memory, or -1 when NVRTC is
  * missing (skipped). */
@@ -848,6 +896,20 @@ static int nvrtc_check(const att_case *c) {
     sn_graph_free(g);
     return bad;
 }
+
+/* The wgmma forward compiled for sm_90a: no spills, no stack, its registers printed. */
+START_TEST(nvrtc_wgmma_no_spills) {
+    static const att_case forms[] = {{4, 12, 1024, 1024, 64, 64, SN_BF16, 90, 0},
+                                     {4, 12, 1024, 1024, 64, 64, SN_F16, 90, 4}};
+    setenv("SN_ATT_TILES", "fwd=wgmma", 1);
+    for (int f = 0; f < 2; f++) {
+        int b = nvrtc_check(&forms[f]);
+        if (b < 0) break;
+        ck_assert_msg(b == 0, "%d kernels spill or exceed the limits", b);
+    }
+    unsetenv("SN_ATT_TILES");
+}
+END_TEST
 
 START_TEST(nvrtc_no_spills) {
     static const struct {
@@ -918,6 +980,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, forward_and_backward, 0, N_CASES);
     tcase_add_loop_test(tc, unfused_forward, 0, 3);
     tcase_add_loop_test(tc, tile_configs_agree, 0, 2 * N_TILE_CONFIGS);
+    tcase_add_test(tc, wgmma_forward);
     tcase_add_loop_test(tc, qkv_layout_in_place, 0, 3);
     tcase_add_loop_test(tc, planted_bugs_are_caught, 0, N_PLANTS);
     tcase_add_test(tc, tiny_gpt2_kernels);
@@ -934,6 +997,7 @@ static Suite *suite(void) {
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 240);
     tcase_add_test(nv, nvrtc_no_spills);
+    tcase_add_test(nv, nvrtc_wgmma_no_spills);
     tcase_add_test(nv, nvrtc_gqa_no_spills);
     tcase_add_test(nv, nvrtc_atomic_dq_no_spills);
     tcase_add_test(nv, nvrtc_cache_no_spills);

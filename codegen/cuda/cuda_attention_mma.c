@@ -19,8 +19,9 @@
 int64_t sn_att_mma_shared(const sn_att_plan *p) {
     int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8,
             LDV = p->Dv + 8;
+    if (p->wgmma) LD = p->D, LDV = p->Dv; /* swizzled rows, unpadded; 1 KiB to align them */
     switch (p->pass) {
-    case SN_ATT_FWD: return 2 * (own * LD + W * LD + (p->out_o ? W * LDV : 0));
+    case SN_ATT_FWD: return 2 * (own * LD + W * LD + (p->out_o ? W * LDV : 0)) + (p->wgmma ? 1024 : 0);
     case SN_ATT_DQ: return 2 * (own + W) * (LD + LDV) + 4 * own;
     case SN_ATT_DKV: /* k (and v), the streamed q, dout (and o for dk's dot), lse (and dot) */
         return 2 * (own * LD + (p->out_dk ? own * LDV : 0) + W * (LD + LDV) +
@@ -77,7 +78,8 @@ static sn_attm_ops emit_helpers(sn_cu_text *t, const sn_att_plan *p) {
 
 
 sn_attm_carve sn_attm_carve_begin(sn_cu_text *t, const sn_att_plan *p) {
-    if (p->dynamic)
+    if (p->wgmma) sn_attw_carve_begin(t, p);
+    else if (p->dynamic)
         sn_cu_emitf(t, "SN_DYNAMIC_SHARED(unsigned char, att_smem); /* %lld bytes, opted into */",
                     (long long)p->shared_bytes);
     return (sn_attm_carve){p, 0};
@@ -112,18 +114,21 @@ void sn_attm_floats(sn_cu_text *t, sn_attm_carve *c, const char *name, int64_t c
  * of the block: cp.async copies still to be waited for (async), or loads and stores. */
 void sn_attm_copy_rows(sn_cu_text *t, bool async, const char *tile, const char *trow,
                       const char *src, const char *src_row, const char *row0, const char *count,
-                      const char *cols, const char *limit) {
+                      const char *cols, const char *limit, bool swizzled) {
     sn_cu_emitf(t, "for (int e = threadIdx.x; e < %s * (%s / 8); e += THREADS) {", count, cols);
     sn_cu_emitf(t, "const int r = e / (%s / 8), c = e %% (%s / 8) * 8;", cols, cols);
     sn_cu_emitf(t, "const bool in = %s + r < %s;", row0, limit);
+    if (swizzled) /* rows of 128 bytes, 1024-byte aligned: chunk c / 8 XOR the row's index mod 8 */
+        sn_cu_emitf(t, "const int cs = c ^ (%s + r) %% 8 * 8;", trow);
     if (async) {
-        sn_cu_emitf(t, "sn_cp_async_16_zfill(&%s[%s + r][c], %s + (long long)(in ? %s + r : 0) * "
-                    "%s + c, in ? 16u : 0u);", tile, trow, src, row0, src_row);
+        sn_cu_emitf(t, "sn_cp_async_16_zfill(&%s[%s + r][%s], %s + (long long)(in ? %s + r : 0) * "
+                    "%s + c, in ? 16u : 0u);", tile, trow, swizzled ? "cs" : "c", src, row0, src_row);
     } else {
         sn_cu_emitf(t, "uint4 x = make_uint4(0u, 0u, 0u, 0u);");
         sn_cu_emitf(t, "if (in) x = *reinterpret_cast<const uint4 *>(%s + (long long)(%s + r) * "
                     "%s + c);", src, row0, src_row);
-        sn_cu_emitf(t, "*reinterpret_cast<uint4 *>(&%s[%s + r][c]) = x;", tile, trow);
+        sn_cu_emitf(t, "*reinterpret_cast<uint4 *>(&%s[%s + r][%s]) = x;", tile, trow,
+                    swizzled ? "cs" : "c");
     }
     sn_cu_emitf(t, "}");
 }
@@ -323,6 +328,8 @@ void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p, const char *fname) {
     sn_attm_ops o = emit_helpers(t, p);
     char path[128];
     snprintf(path, sizeof path, "tensor cores (%s, f32 accumulators, %s)",
+             p->wgmma ? (p->dt == SN_BF16 ? "bf16 wgmma m64n64k16, sm_90a"
+                                          : "f16 wgmma m64n64k16, sm_90a") :
              p->k8 ? "f16 mma.sync m16n8k8 x 2, sm_75" : p->dt == SN_BF16 ?
              "bf16 mma.sync m16n8k16" : "f16 mma.sync m16n8k16",
              p->stages == 2 ? "cp.async double-buffered" : "single-buffered");

@@ -27,10 +27,11 @@ void sn_attm_floats(sn_cu_text *t, sn_attm_carve *c, const char *name, int64_t c
                     const char *count_text, const char *note);
 /* Rows [row0, row0 + count) of src (`cols` 16-bit values wide, rows src_row apart, `limit` rows
  * in all) into rows trow .. of tile as 16-byte chunks (rows past limit: zeros), by every thread
- * of the block: cp.async copies still to be waited for (async), or loads and stores. */
+ * of the block: cp.async copies still to be waited for (async), or loads and stores;
+ * swizzled: tile's rows are 128 bytes in the 128-byte swizzle (wgmma's operands). */
 void sn_attm_copy_rows(sn_cu_text *t, bool async, const char *tile, const char *trow,
                        const char *src, const char *src_row, const char *row0, const char *count,
-                       const char *cols, const char *limit);
+                       const char *cols, const char *limit, bool swizzled);
 /* acc[n][0..4) = 0; sn_attm_zero_m: acc[MT][n][0..4) */
 void sn_attm_zero(sn_cu_text *t, const char *acc, const char *n);
 void sn_attm_zero_m(sn_cu_text *t, const char *acc, const char *n);
@@ -65,5 +66,11 @@ void sn_attm_elements(sn_cu_text *t, const char *ntiles, const char *coords, boo
 void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
+
+/* cuda_attention_wgmma.c: the wgmma forward's pieces: the aligned dynamic shared memory the
+ * tiles are carved from (att_smem), S = Q K^T into s[1][BK / 8][4], O += P V into o_acc. */
+void sn_attw_carve_begin(sn_cu_text *t, const sn_att_plan *p);
+void sn_attw_scores(sn_cu_text *t, const sn_att_plan *p);
+void sn_attw_pv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 
 #endif

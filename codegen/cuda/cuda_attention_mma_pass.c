@@ -14,6 +14,7 @@ static void open_key_loop(sn_cu_text *t, const sn_att_plan *p, bool with_v) {
     if (async) {
         sn_cu_emitf(t, "const int st = it %% 2 * BK; /* this tile's rows in the stages */");
         sn_cu_emitf(t, "sn_cp_async_wait_group(0);");
+        if (p->wgmma) sn_cu_emitf(t, "sn_fence_proxy_async(); /* the copies, before wgmma reads them */");
         sn_cu_emitf(t, "__syncthreads(); /* the tile is in for every thread; the other stage's "
                     "readers are done */");
         sn_cu_emitf(t, "/* the next tile, landing while this one is used */");
@@ -25,8 +26,8 @@ static void open_key_loop(sn_cu_text *t, const sn_att_plan *p, bool with_v) {
         sn_cu_emitf(t, "{");
         sn_cu_emitf(t, "const int kn = k0, sn = 0;");
     }
-    sn_attm_copy_rows(t, async, "k_tile", "sn", "k", "k_row", "kn", "BK", "HEAD_D", "SEQ_K");
-    if (with_v) sn_attm_copy_rows(t, async, "v_tile", "sn", "v", "v_row", "kn", "BK", "HEAD_DV", "SEQ_K");
+    sn_attm_copy_rows(t, async, "k_tile", "sn", "k", "k_row", "kn", "BK", "HEAD_D", "SEQ_K", p->wgmma);
+    if (with_v) sn_attm_copy_rows(t, async, "v_tile", "sn", "v", "v_row", "kn", "BK", "HEAD_DV", "SEQ_K", p->wgmma);
     sn_cu_emitf(t, "}");
     if (async) sn_cu_emitf(t, "sn_cp_async_commit();");
     else sn_cu_emitf(t, "__syncthreads();");
@@ -51,28 +52,29 @@ static void key_side_setup(sn_cu_text *t, const sn_att_plan *p, bool with_v,
     for (int i = 0; i < n_qside; i++) {
         char row[32];
         snprintf(row, sizeof row, "%s_row", qside[i][1]);
-        sn_attm_copy_rows(t, async, qside[i][0], "0", qside[i][1], row, "q0", "BQ", qside[i][2], "SEQ_Q");
+        sn_attm_copy_rows(t, async, qside[i][0], "0", qside[i][1], row, "q0", "BQ", qside[i][2], "SEQ_Q", p->wgmma);
     }
     if (async) {
         sn_cu_emitf(t, "/* the first key tile joins the query tiles' group */");
         sn_cu_emitf(t, "{");
         sn_cu_emitf(t, "const int kn = 0;");
-        sn_attm_copy_rows(t, true, "k_tile", "0", "k", "k_row", "kn", "BK", "HEAD_D", "SEQ_K");
-        if (with_v) sn_attm_copy_rows(t, true, "v_tile", "0", "v", "v_row", "kn", "BK", "HEAD_DV", "SEQ_K");
+        sn_attm_copy_rows(t, true, "k_tile", "0", "k", "k_row", "kn", "BK", "HEAD_D", "SEQ_K", p->wgmma);
+        if (with_v) sn_attm_copy_rows(t, true, "v_tile", "0", "v", "v_row", "kn", "BK", "HEAD_DV", "SEQ_K", p->wgmma);
         sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "sn_cp_async_commit();");
     }
 }
 
 static void sn_attm_enum(sn_cu_text *t, const sn_att_plan *p, const char *own, const char *streamed) {
-    sn_cu_emitf(t, "enum { MT = %d, %s = 16 * MT * WARPS, %s = %d, STAGES = %d, LD = HEAD_D + 8, "
-                "LDV = HEAD_DV + 8 }; /* MT m-tiles of 16 rows a warp; rows padded by 16 bytes */",
-                p->rows / 16, own, streamed, p->tile, p->stages);
+    sn_cu_emitf(t, "enum { MT = %d, %s = 16 * MT * WARPS, %s = %d, STAGES = %d, LD = HEAD_D%s, "
+                "LDV = HEAD_DV%s }; /* MT m-tiles of 16 rows a warp; %s */", p->rows / 16, own,
+                streamed, p->tile, p->stages, p->wgmma ? "" : " + 8", p->wgmma ? "" : " + 8",
+                p->wgmma ? "rows of 128 bytes, swizzled" : "rows padded by 16 bytes");
 }
 
 void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
-    int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8,
-            LDV = p->Dv + 8;
+    int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages,
+            LD = p->D + (p->wgmma ? 0 : 8), LDV = p->Dv + (p->wgmma ? 0 : 8);
     sn_attm_enum(t, p, "BQ", "BK");
     sn_attm_carve c = sn_attm_carve_begin(t, p);
     sn_attm_tile2(t, &c, "q_tile", own, LD, "BQ", "LD", "");
@@ -97,8 +99,12 @@ void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "}");
     if (p->out_o) sn_attm_zero_m(t, "o_acc", "HEAD_DV / 8");
     open_key_loop(t, p, p->out_o);
-    sn_attm_zero_m(t, "s", "BK / 8");
-    sn_attm_abt_m(t, o, "s", "q_tile", "warp * 16 * MT", "k_tile", "st", "HEAD_D", "BK / 8");
+    if (p->wgmma) {
+        sn_attw_scores(t, p);
+    } else {
+        sn_attm_zero_m(t, "s", "BK / 8");
+        sn_attm_abt_m(t, o, "s", "q_tile", "warp * 16 * MT", "k_tile", "st", "HEAD_D", "BK / 8");
+    }
     sn_cu_emitf(t, "/* scale (and mask): s[m][nt][e] is row row0 + 16 m + 8 (e / 2), key k0 + nt * "
                 "8 + 2 tig + e %% 2 */");
     if (!p->in_lse) {
@@ -164,7 +170,8 @@ void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     }
     if (p->out_o) {
         sn_cu_emitf(t, "/* o += P V */");
-        sn_attm_xb_m(t, o, "o_acc", "s", "v_tile", "st", "BK / 16", "HEAD_DV / 8");
+        if (p->wgmma) sn_attw_pv(t, p, o);
+        else sn_attm_xb_m(t, o, "o_acc", "s", "v_tile", "st", "BK / 16", "HEAD_DV / 8");
     }
     sn_cu_emitf(t, "}");
     if (p->stages == 2) sn_cu_emitf(t, "sn_cp_async_wait_all(); /* none left in flight */");
@@ -248,7 +255,7 @@ static void copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, con
         char src[64];
         if (p->G > 1) snprintf(src, sizeof src, "(%s_group + gn * %s_head)", srcs[i][1], srcs[i][1]);
         else snprintf(src, sizeof src, "%s", srcs[i][1]);
-        sn_attm_copy_rows(t, async, srcs[i][0], trow, src, srcs[i][3], "qn", "BQ", srcs[i][2], "SEQ_Q");
+        sn_attm_copy_rows(t, async, srcs[i][0], trow, src, srcs[i][3], "qn", "BQ", srcs[i][2], "SEQ_Q", false);
     }
 }
 
@@ -359,8 +366,8 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "const int n_tiles = %lld * per_head;", (long long)p->G);
     sn_cu_emitf(t, "/* a query tile whose first query misses the warp's last key is masked */");
     sn_cu_emitf(t, "const int warp_queries = k0 + warp * 16 + 15 - (SEQ_K - SEQ_Q);");
-    sn_attm_copy_rows(t, async, "k_tile", "0", "k", "k_row", "k0", "BK", "HEAD_D", "SEQ_K");
-    if (dk) sn_attm_copy_rows(t, async, "v_tile", "0", "v", "v_row", "k0", "BK", "HEAD_DV", "SEQ_K");
+    sn_attm_copy_rows(t, async, "k_tile", "0", "k", "k_row", "k0", "BK", "HEAD_D", "SEQ_K", false);
+    if (dk) sn_attm_copy_rows(t, async, "v_tile", "0", "v", "v_row", "k0", "BK", "HEAD_DV", "SEQ_K", false);
     if (async) {
         sn_cu_emitf(t, "/* the first query tile joins the key tiles' group */");
         sn_cu_emitf(t, "if (n_tiles > 0) {");

@@ -177,7 +177,9 @@ sn_status sn_nvrtc_version(sn_nvrtc *n, int *major, int *minor, sn_err *e) {
 
 int sn_nvrtc_options(int arch, char gpu[48], const char **opts) {
     int k = 0;
-    snprintf(gpu, 48, "--gpu-architecture=sm_%d", arch);
+    /* sm_90 as sm_90a: the warpgroup MMA (wgmma) is an arch-specific feature; the machine code
+     * runs on the same devices (H100, H200), not on later architectures, which get their own */
+    snprintf(gpu, 48, "--gpu-architecture=sm_%d%s", arch, arch == 90 ? "a" : "");
     opts[k++] = gpu;
 #ifdef SN_CUDA_INCLUDE
     opts[k++] = "--include-path=" SN_CUDA_INCLUDE;

@@ -84,6 +84,17 @@ typedef struct {
 } sn_cuda_ceilings;
 sn_status sn_cuda_measure_ceilings(int ordinal, const sn_cuda_ceiling_opts *o, sn_cuda_ceilings *out,
                                    sn_err *e);
+/* The wgmma GEMM (codegen/cuda/cuda_wgmma.c) on the device in each of its layouts against the
+ * host's exact product (wgmma_check.c): confirms on a first sm_90 GPU what the simulator assumes
+ * of warpgroup MMA. Another architecture: skipped (SN_OK). */
+enum { SN_WGMMA_MAX_FORMS = 16 };
+typedef struct {
+    int sm;       /* the device's compute capability, 90 for sm_90 */
+    bool skipped; /* not sm_90: nothing run */
+    int forms, failed; /* layouts run; those whose result differs from the product */
+    double worst[SN_WGMMA_MAX_FORMS]; /* per layout: the largest difference (must be 0) */
+} sn_cuda_wgmma_result;
+sn_status sn_cuda_wgmma_check(int ordinal, sn_cuda_wgmma_result *out, sn_err *e);
 /* Device memory in use (total minus free: this process's contexts and any other's), and the total. */
 sn_status sn_cuda_memory_used(int ordinal, int64_t *used, int64_t *total, sn_err *e);
 

@@ -1,0 +1,89 @@
+/* cuda_attention_wgmma.c: the forward on sm_90's warpgroup MMA, opt-in (SN_ATT_TILES entry
+ * "fwd=wgmma"; not measured on a GPU yet: docs/attention.md, "wgmma"). One warpgroup (4 warps,
+ * 64 queries) a block over key tiles of 64, double-buffered by cp.async; S = Q K^T and O += P V
+ * are wgmma m64n64k16 with Q, K and V in shared memory in the 128-byte swizzle (rows of 128
+ * bytes: head size 64) and P from registers. Convention: the accumulators of a warp's 16 rows
+ * are laid out as the mma.sync kernel's s[1][8][4] and o_acc[1][8][4] (register 4 nt + e is
+ * n-tile nt's fragment element e), so the rest of the forward (masking, online softmax, the
+ * stores) is cuda_attention_mma_pass.c's, with MT = 1. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_attention_mma.h"
+
+bool sn_att_wgmma_asked(void) {
+    const char *env = getenv("SN_ATT_TILES");
+    for (const char *at = env ? strstr(env, "fwd=wgmma") : NULL; at; at = strstr(at + 1, "fwd=wgmma"))
+        if ((at == env || at[-1] == ',') && (at[9] == 0 || at[9] == ',')) return true;
+    return false;
+}
+
+sn_status sn_att_wgmma_plan(sn_att_plan *p, const sn_target *tg, sn_err *e) {
+    if (!p->mma || p->k8 || tg->sm != 90 || p->D != 64 || p->Dv != 64 || p->dq_atomic)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: the wgmma forward (SN_ATT_TILES "
+                       "\"fwd=wgmma\") is written for sm_90, bf16 or f16 and head size 64 (here "
+                       "sm_%d, %s, D = %lld, Dv = %lld): not supported yet otherwise; leave it "
+                       "out", p->k->name, tg->sm, sn_dtype_name(p->dt), (long long)p->D,
+                       (long long)p->Dv);
+    p->wgmma = true;
+    p->warps = 4, p->rows = 16, p->tile = 64, p->stages = 2;
+    p->dynamic = true; /* the swizzled tiles start 1024-byte aligned: carved, 1 KiB to spare */
+    p->min_blocks = 0;
+    p->shared_bytes = sn_att_mma_shared(p);
+    return SN_OK;
+}
+
+void sn_attw_carve_begin(sn_cu_text *t, const sn_att_plan *p) {
+    sn_cu_emitf(t, "SN_DYNAMIC_SHARED(unsigned char, att_raw); /* %lld bytes, opted into */",
+                (long long)p->shared_bytes);
+    sn_cu_emitf(t, "/* the 128-byte swizzle is a function of the shared address: tiles from a "
+                "1024-byte boundary */");
+    sn_cu_emitf(t, "const auto att_smem = att_raw + (1024u - sn_smem_addr(att_raw) %% 1024u) %% 1024u;");
+}
+
+/* The wgmma of this kernel's type: A from shared memory (ss) or registers with B MN-major. */
+static const char *wgmma_name(const sn_att_plan *p, bool regs) {
+    if (p->dt == SN_BF16) return regs ? "sn_wgmma_m64n64k16_bf16_rs_tb" : "sn_wgmma_m64n64k16_bf16_ss";
+    return regs ? "sn_wgmma_m64n64k16_f16_rs_tb" : "sn_wgmma_m64n64k16_f16_ss";
+}
+
+void sn_attw_scores(sn_cu_text *t, const sn_att_plan *p) {
+    sn_cu_emitf(t, "/* S = Q K^T (64 x 64) by the warpgroup: 4 K steps of 16 along the head */");
+    sn_cu_emitf(t, "float s[1][BK / 8][4];");
+    sn_cu_emitf(t, "{");
+    sn_cu_emitf(t, "const unsigned q_at = sn_smem_addr(&q_tile[0][0]), k_at = sn_smem_addr(&k_tile[st][0]);");
+    sn_cu_emitf(t, "sn_wgmma_fence();");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int ks = 0; ks < HEAD_D / 16; ks++)");
+    sn_cu_emitf(t, "%s(&s[0][0][0], sn_wgmma_desc(q_at + 32u * ks, 16, 1024, 1), "
+                "sn_wgmma_desc(k_at + 32u * ks, 16, 1024, 1), ks > 0);", wgmma_name(p, false));
+    sn_cu_emitf(t, "sn_wgmma_commit();");
+    sn_cu_emitf(t, "sn_wgmma_wait(0);");
+    sn_cu_emitf(t, "sn_wgmma_fence_operands(&s[0][0][0], BK / 2);");
+    sn_cu_emitf(t, "}");
+}
+
+void sn_attw_pv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
+    sn_cu_emitf(t, "/* O += P V: P from registers (two n-tiles of s are one K step's A "
+                "fragment), V's rows of 128 bytes MN-major (16 keys a step, 2048 bytes) */");
+    sn_cu_emitf(t, "{");
+    sn_cu_emitf(t, "unsigned pa[BK / 16][4];");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int kk = 0; kk < BK / 16; kk++) {");
+    sn_cu_emitf(t, "pa[kk][0] = %s(s[0][2 * kk][0], s[0][2 * kk][1]);", o.pack);
+    sn_cu_emitf(t, "pa[kk][1] = %s(s[0][2 * kk][2], s[0][2 * kk][3]);", o.pack);
+    sn_cu_emitf(t, "pa[kk][2] = %s(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);", o.pack);
+    sn_cu_emitf(t, "pa[kk][3] = %s(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);", o.pack);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "const unsigned v_at = sn_smem_addr(&v_tile[st][0]);");
+    sn_cu_emitf(t, "sn_wgmma_fence(); /* after o_acc's rescaling and pa's packing */");
+    sn_cu_emitf(t, "sn_wgmma_fence_operands(&o_acc[0][0][0], HEAD_DV / 2);");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int kk = 0; kk < BK / 16; kk++)");
+    sn_cu_emitf(t, "%s(&o_acc[0][0][0], pa[kk], sn_wgmma_desc(v_at + 2048u * kk, 8192, 1024, 1), 1);",
+                wgmma_name(p, true));
+    sn_cu_emitf(t, "sn_wgmma_commit();");
+    sn_cu_emitf(t, "sn_wgmma_wait(0);");
+    sn_cu_emitf(t, "sn_wgmma_fence_operands(&o_acc[0][0][0], HEAD_DV / 2);");
+    sn_cu_emitf(t, "}");
+}
