@@ -8,8 +8,12 @@
  * cross-entropy of a product (the LM head) its logits rounded so (torch.autocast's bf16
  * logits). A LoRA adapter's sum (frontend/lora.h: base + (x @ A) @ B) is stored as full training
  * stores the base: the base linear is rounded where its readers would round it, and the adapter's
- * product (..., out) is always read through its low-precision copy (what PEFT's lora_B returns
- * under torch.autocast), so no f32 tensor of the layer's width is written for it. An IA3 scaling
+ * f32 product (..., out) is added to that base in f32, the sum rounded where its readers round
+ * it, so that one GEMM computes the product and the sum (cuBLASLt's D = A B + C, C the base:
+ * program/kernel.h ACCUM) and no tensor of the layer's width is written for the product. PEFT
+ * under torch.autocast rounds the product to the low dtype first (lora_B returns bf16, added to
+ * the bf16 base): the sum here skips that one rounding of the adapter's term, rnd(base + hB)
+ * against rnd(base + rnd(hB)), a difference of at most half an ulp of hB. An IA3 scaling
  * (frontend/ia3.h) is read through as a view is, so a model at ones rounds as its base does. */
 #include <stdlib.h>
 
@@ -189,9 +193,9 @@ static sn_status rewrite_node(ac_state *s, const sn_graph *in, const sn_node *n)
                     ins[i] = rounded(s, ins[i]);
             }
         const sn_node *base = adapter_base(n);
-        if (base) { /* the adapter's product rounded; the base as its readers read it */
+        if (base) { /* the base as its readers read it; the adapter's f32 product added to it
+                       (the GEMM's C, kernel.h ACCUM) */
             int a = n->in[0] == base; /* the product's operand */
-            ins[a] = rounded(s, ins[a]);
             if (read_low(in, n)) ins[1 - a] = rounded(s, ins[1 - a]);
         }
         if (n->op == SN_OP_GELU && (is_linear(ins[0]) || adapter_base(n->in[0])))
