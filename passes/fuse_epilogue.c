@@ -288,9 +288,11 @@ static void join_gelu(fuse_state *s, const sn_node *mm, const gelu_match *m, con
  * by nothing but x) and x = mm + c of mm's shape, c an f32 matrix of that shape (then y = x),
  * or the f32 cast, read by nothing else, of a matrix lo in mm's operands' 16-bit dtype (then y
  * is x's one reader, its cast to that dtype, and x is no output): cuBLASLt's C is of D's type.
- * Whether c is written before the GEMM runs is accum_epilogue's question. m->bias is the matrix read (lo or c); views are not read as C (their
- * layout is not the product's). A LoRA layer's base + adapter product, and a gradient's sum of
- * two products (x read by two GEMMs: LoRA's x @ A beside x @ W, LLaMA's q, k, v). */
+ * m->bias is the matrix read (lo or c), written before the GEMM runs (accum_epilogue's
+ * question); c may be a reshape (chunk_logits' running sum of the LM head's weight gradient: its
+ * layout is the product's), no other view (its layout is not). A LoRA layer's base + adapter
+ * product, and a gradient's sum of two products (x read by two GEMMs: LoRA's x @ A beside
+ * x @ W, LLaMA's q, k, v; the tied embedding's gradient). */
 static bool accum_nodes(const fuse_state *s, const sn_node *mm, epi_match *m) {
     const sn_node *x = sn_fuse_only_reader(s, mm);
     if (mm->op != SN_OP_MATMUL || mm->dtype != SN_F32 || mm->rank < 2 || s->is_out[mm->id] ||
@@ -301,7 +303,7 @@ static bool accum_nodes(const fuse_state *s, const sn_node *mm, epi_match *m) {
     if (c == mm || !same_shape(c, mm)) return false;
     if (c->dtype == SN_F32 && !(c->op == SN_OP_CAST && sn_fuse_only_reader(s, c) == x &&
                                 c->in[0]->dtype == mm->in[0]->dtype)) {
-        if (is_view(c->op)) return false;
+        if (is_view(c->op) && c->op != SN_OP_RESHAPE) return false;
         *m = (epi_match){.mm = mm, .bias = c, .y = x, .nodes = {x}, .n = 1};
         return true;
     }
@@ -314,11 +316,12 @@ static bool accum_nodes(const fuse_state *s, const sn_node *mm, epi_match *m) {
     return true;
 }
 
-/* Whether y is what an ACCUM epilogue would store (before any grouping), its c sure to have a
- * buffer of its own: a leaf, another product, or a 16-bit value a GEMM stores (bias_result,
- * product_cast). Then y roots its own kernel (the GEMM's, once the epilogue joins it), as
- * bias_result's sums do; an f32 linear layer's sum as c (read by nothing but y, it would join
- * y's kernel) is left to the pointwise kernel that reads both. */
+/* Whether y is what an ACCUM epilogue would store (before any grouping), its c (under a
+ * reshape) sure to have a buffer of its own: a leaf, another product, a 16-bit value a GEMM
+ * stores (bias_result, product_cast), or another ACCUM's y (a running sum). Then y roots its
+ * own kernel (the GEMM's, once the epilogue joins it), as bias_result's sums do; an f32 linear
+ * layer's sum as c (read by nothing but y, it would join y's kernel) is left to the pointwise
+ * kernel that reads both. */
 static bool accum_result(const fuse_state *s, const sn_node *y) {
     const sn_node *x = y->op == SN_OP_CAST ? y->in[0] : y;
     epi_match m;
@@ -326,17 +329,26 @@ static bool accum_result(const fuse_state *s, const sn_node *y) {
     for (int i = 0; i < 2; i++) {
         if (x->in[i]->op != SN_OP_MATMUL || !accum_nodes(s, x->in[i], &m) || m.y != y) continue;
         const sn_node *c = m.bias;
+        while (c->op == SN_OP_RESHAPE) c = c->in[0];
         if (is_leaf(c->op) || (c->op == SN_OP_MATMUL && c->dtype == SN_F32) ||
-            (c->dtype != SN_F32 && (bias_result(s, c) || product_cast(s, c))))
+            (c->dtype != SN_F32 && (bias_result(s, c) || product_cast(s, c))) ||
+            (c->op == SN_OP_ADD && accum_result(s, c)))
             return true;
     }
     return false;
 }
 
+/* The node whose buffer ACCUM reads as C for c: c, or what a reshape without a buffer of its
+ * own views (the same elements in the same order). */
+static const sn_node *c_buffer(const fuse_state *s, const sn_node *c) {
+    while (c->op == SN_OP_RESHAPE && !s->mat[c->id]) c = c->in[0];
+    return c;
+}
+
 /* ACCUM's match after the grouping: accum_nodes' nodes in kernels holding nothing else, mm a
  * kernel root, and the matrix read with a buffer of its own written by an earlier kernel. */
 static bool accum_epilogue(const fuse_state *s, const sn_node *mm, epi_match *m) {
-    if (s->home[mm->id] != mm->id || !accum_nodes(s, mm, m) || !s->mat[m->bias->id] ||
+    if (s->home[mm->id] != mm->id || !accum_nodes(s, mm, m) || !s->mat[c_buffer(s, m->bias)->id] ||
         !written_before(s, m->bias, m->y->id))
         return false;
     for (int i = 0; i < m->n; i++)
@@ -398,6 +410,7 @@ void sn_fuse_gemm_args(fuse_state *s, sn_kernel *k) {
             y = sn_fuse_only_reader(s, add);
         }
         if (same_shape(b, mm)) { /* ACCUM: args y, A, B, c */
+            b = c_buffer(s, b);
             SN_ASSERT(s->mat[b->id] && b->dtype == y->dtype && s->mat[y->id]);
             k->gemm.epilogue = SN_EPI_ACCUM;
             k->args[0] = y;

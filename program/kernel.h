@@ -51,7 +51,7 @@ const char *sn_kernel_kind_name(sn_kernel_kind k);
  *         (cuBLASLt's C with beta = 1): y is the add node the matmul fed (f32), or the cast
  *         of that add to c's 16-bit dtype, whose f32 operand is the cast of c (a LoRA layer's
  *         base + adapter product, a gradient's sum of two products); c is written before
- *         the GEMM and is never y's buffer (C != D: no in-place accumulation yet)
+ *         the GEMM, and may share y's buffer (memplan: a sum into a gradient, in place)
  * In 16 bits the GELU epilogues skip one rounding of the graph they stand for: GELU's input is
  * the f32 sum v + bias, not rnd(v + bias) (which aux stores), and DGELU multiplies the f32
  * product v, not rnd(v); f32 programs are exact. gelu and gelu' are program/epilogue.h's f32

@@ -43,16 +43,16 @@ static bool dgelu_of(const sn_node *y, const sn_node *mm, const sn_node *h) {
 }
 
 /* Whether y is ACCUM's sum of mm and c as kernel.h has it: mm + c (f32), or rnd(mm + f32(c))
- * to c's 16-bit dtype; c of mm's shape and y's dtype, not y itself. */
+ * to c's 16-bit dtype; c (or what the add's operand reshapes) of mm's element count and y's
+ * dtype, not y itself. */
 static bool accum_sum(const sn_node *y, const sn_node *mm, const sn_node *c) {
     const sn_node *x = y->dtype == SN_F32 ? y : uncast(y, y->dtype);
     if (!x || x->op != SN_OP_ADD || x->dtype != SN_F32 || y->dtype != c->dtype || y == c ||
-        c->rank != mm->rank || (y->dtype != SN_F32 && !is_16(y->dtype)))
+        sn_numel(c) != sn_numel(mm) || (y->dtype != SN_F32 && !is_16(y->dtype)))
         return false;
-    for (int d = 0; d < mm->rank; d++)
-        if (c->shape[d] != mm->shape[d]) return false;
     const sn_node *other = x->in[0] == mm ? x->in[1] : x->in[1] == mm ? x->in[0] : NULL;
     if (is_16(y->dtype)) other = uncast(other, SN_F32);
+    while (other && other != c && other->op == SN_OP_RESHAPE) other = other->in[0];
     return other == c;
 }
 

@@ -110,10 +110,11 @@ START_TEST(text_attention) {
 }
 END_TEST
 
-/* A LoRA adapter's sum (frontend/lora.h): the adapter's f32 product (..., out) is added to the
- * base in f32 (one GEMM computes both: program/kernel.h ACCUM, the base as cuBLASLt's C);
- * the base is what full training stores: read by a GELU, the biased product rounded (the BIAS
- * epilogue, bias in bf16); read by a residual add (an f32 reader), the product kept in f32. */
+/* A LoRA adapter's sum (frontend/lora.h): the base is what full training stores. Read by a
+ * GELU: the biased product rounded (the BIAS epilogue, bias in bf16), the adapter's f32 product
+ * added to it in f32 (one GEMM computes both: program/kernel.h ACCUM, the base as cuBLASLt's C),
+ * the sum rounded; read by a residual add (an f32 reader): the base product kept in f32, the
+ * adapter's product read through its bf16 copy (PEFT's). */
 START_TEST(text_lora) {
     char *got = autocast_text("graph {\n"
                               "  %0 = input \"x\" : f32[2,3,4]\n"
@@ -137,7 +138,7 @@ START_TEST(text_lora) {
                               "  %18 = add %0, %17 : f32[2,3,4]\n"
                               "  output %18\n"
                               "}\n",
-                              SN_PRECISION_BF16, 16);
+                              SN_PRECISION_BF16, 18);
     ck_assert_str_eq(got, "graph {\n"
                           "  %0 = input \"x\" : f32[2,3,4]\n"
                           "  %1 = param \"fc.w\" init=normal f=0.02 : f32[4,8]\n"
@@ -172,9 +173,11 @@ START_TEST(text_lora) {
                           "  %30 = cast %29 : bf16[2,3,2]\n"
                           "  %31 = cast %24 : bf16[2,4]\n"
                           "  %32 = matmul %30, %31 ta=0 tb=0 : f32[2,3,4]\n"
-                          "  %33 = add %27, %32 : f32[2,3,4]\n"
-                          "  %34 = add %0, %33 : f32[2,3,4]\n"
-                          "  output %34\n"
+                          "  %33 = cast %32 : bf16[2,3,4]\n"
+                          "  %34 = cast %33 : f32[2,3,4]\n"
+                          "  %35 = add %27, %34 : f32[2,3,4]\n"
+                          "  %36 = add %0, %35 : f32[2,3,4]\n"
+                          "  output %36\n"
                           "}\n");
     free(got);
 }

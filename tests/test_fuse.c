@@ -366,9 +366,12 @@ START_TEST(memory_plan_gpt2) {
     ck_assert_int_eq(epi[SN_EPI_DGELU], 12);
     ck_assert_int_eq(epi[SN_EPI_GELU_BIAS], 0); /* the backward reads every GELU's input */
     ck_assert_int_eq(epi[SN_EPI_ACCUM], 1);        /* wte's gradient */
-    /* reuse: the peak is at most 55% of every arena value added up (half before the copies
-     * around attention and the qkv bias went: they shrank the sum, not the peak, 351.89 MiB) */
-    ck_assert_msg(20 * p->arena_bytes <= 11 * p->sum_bytes, "arena %lld bytes is more than 55%% "
+    /* reuse: the peak is at most 61% of every arena value added up (half before the copies
+     * around attention and the qkv bias went: they shrank the sum, not the peak, 351.89 MiB;
+     * 55% before the embedding backward's (V, C) part of wte's gradient was written in place
+     * into that gradient, the LM head's GEMM adding to it: the sum 495.6 -> 341.1 MB, the peak
+     * 208.0 -> 205.8 MB) */
+    ck_assert_msg(100 * p->arena_bytes <= 61 * p->sum_bytes, "arena %lld bytes is more than 61%% "
                   "of %lld", (long long)p->arena_bytes, (long long)p->sum_bytes);
     sn_program_free(p);
     sn_graph_free(g);

@@ -9,8 +9,8 @@
  * D's type as EPILOGUE_AUX_DATA_TYPE left unset gives it; leading dimension
  * EPILOGUE_AUX_LD = N, which cuBLASLt wants a multiple of 8 and at least D^T's N rows) has its
  * pointer set before each run too; no others. ACCUM (kernel.h) is the default epilogue with
- * beta = 1 and a C of D's type and layout in another buffer (cuBLASLt takes C == D in place
- * only with identical layouts; sinter's C is never D's buffer).
+ * beta = 1 and a C of D's type and layout, another buffer or D's own (in place: cuBLASLt takes
+ * C == D with identical layouts, which the one layout p->d gives).
  * Convention: the row-major problem D (M, N) = op(A) @ op(B) is handed to cuBLASLt as its
  * column-major transpose D^T (N, M) = op(B)^T @ op(A)^T, so no layout needs a row order and an
  * (N) bias is cuBLASLt's per-row bias of D^T. */
@@ -207,12 +207,12 @@ sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     if (!st && sn_gemm_has_aux(p->s.epi))
         st = set_pointer(a, p, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, e);
     if (st) return st;
-    /* ACCUM: beta = 1 and C another buffer of D's type and layout (p->d serves both);
+    /* ACCUM: beta = 1 and C of D's type and layout (p->d serves both), D's own buffer when
+       memplan wrote the sum in place (cuBLASLt allows C == D with identical layouts);
        otherwise beta = 0 and C is D, never read */
     bool accum = sn_gemm_has_c(p->s.epi);
-    if (accum && (!c || c == d))
-        return sn_fail(e, SN_ERR_INTERNAL, "an accum GEMM's C (0x%llx) must be a buffer other "
-                       "than D's (0x%llx)", (unsigned long long)c, (unsigned long long)d);
+    if (accum && !c)
+        return sn_fail(e, SN_ERR_INTERNAL, "an accum GEMM without its C matrix");
     const float one = 1.0f, zero = 0.0f;
     return SN_CUDA_CHECK(a, e, cublasLtMatmul, handle, p->desc, &one, (const void *)(uintptr_t)B,
                          p->a, (const void *)(uintptr_t)A, p->b, accum ? &one : &zero,
