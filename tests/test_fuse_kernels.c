@@ -234,7 +234,8 @@ END_TEST
  * two products summed (y2 = a @ w1 + b @ w2, a gradient's two contributions), and a
  * transposed product added to an earlier sum (y3 = y2^T @ x + c2: a weight gradient
  * accumulated). Each a GEMM kernel alone, no add kernel, checked on the CPU device against the
- * interpreter; then a planted bug (C's values zeros, as beta = 0 would read them) is caught. */
+ * interpreter; then a planted bug (C's values zeros, as beta = 0 would read them) is caught, and
+ * y1 is bit for bit the plain GEMM's product plus c in f32 (the add kernel it replaces). */
 START_TEST(accum_epilogues) {
     sn_graph *g = sn_graph_new();
     sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(3, 5, 24));
@@ -274,6 +275,22 @@ START_TEST(accum_epilogues) {
     for (int64_t i = 0; i < sn_numel(y1); i++)
         off += fabs(((float *)bufs[0])[i] - want[i]) > 1e-3 * (1 + fabs(want[i]));
     ck_assert_int_gt(off, 0);
+    /* bit for bit what it replaces: the product (epilogue NONE) then the f32 add of c */
+    free(bufs[3]);
+    bufs[3] = to_buffer(c, sn_interp_value(it, c));
+    ck_assert_msg(dev->gemm(dev, k1, bufs, &e) == SN_OK, "%s", e.msg);
+    sn_kernel plain = *k1;
+    plain.gemm.epilogue = SN_EPI_NONE;
+    plain.n_in = 2;
+    float *v = calloc((size_t)sn_numel(y1), 4);
+    void *pbufs[3] = {v, bufs[1], bufs[2]};
+    ck_assert_msg(dev->gemm(dev, &plain, pbufs, &e) == SN_OK, "%s", e.msg);
+    for (int64_t i = 0; i < sn_numel(y1); i++) {
+        float sum = v[i] + ((float *)bufs[3])[i];
+        ck_assert_msg(!memcmp(&sum, (float *)bufs[0] + i, 4), "element %lld: %.9g, not %.9g",
+                      (long long)i, (double)((float *)bufs[0])[i], (double)sum);
+    }
+    free(v);
     for (int i = 0; i < 4; i++) free(bufs[i]);
     sn_device_free(dev);
     sn_interp_free(it);
