@@ -1,7 +1,8 @@
 /* fuse_epilogue.c: what a GEMM kernel stores besides its product (kernel.h: the BIAS epilogue,
  * the GELU after it, DGELU, ACCUM, a product's 16-bit cast): the decisions that give those
- * nodes their home at the matmul, made before (sn_fuse_gemm_result) and after (sn_fuse_gemm_epilogue) the
- * grouping of fuse.c, and the GEMM kernel's args made from them (sn_fuse_gemm_args). */
+ * nodes their home at the matmul, made before (sn_fuse_gemm_result) and after
+ * (sn_fuse_gemm_epilogue) the grouping of fuse.c, and the GEMM kernel's args made from them
+ * (sn_fuse_gemm_args). */
 #include "fuse_int.h"
 
 /* A GEMM's bias epilogue (kernel.h: BIAS) found from its matmul: the nodes the GEMM kernel

@@ -198,8 +198,8 @@ static sn_status set_pointer(sn_cuda_api *a, const sn_gemm_plan *p, int attr, CU
 
 sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,
                            CUdeviceptr d, CUdeviceptr A, CUdeviceptr B, CUdeviceptr bias,
-                           CUdeviceptr aux, CUdeviceptr c, CUdeviceptr workspace, size_t workspace_bytes,
-                           CUstream stream, sn_err *e) {
+                           CUdeviceptr aux, CUdeviceptr c, CUdeviceptr workspace,
+                           size_t workspace_bytes, CUstream stream, sn_err *e) {
     if (!p->has_algo)
         return sn_fail(e, SN_ERR_INVALID, "a cuBLASLt plan built without a handle cannot run");
     sn_status st = SN_OK;

@@ -198,8 +198,8 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
  * epilogue has none (c: ACCUM's C, beta = 1, of D's type and layout, may be d: in place). */
 sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,
                            CUdeviceptr d, CUdeviceptr A, CUdeviceptr B, CUdeviceptr bias,
-                           CUdeviceptr aux, CUdeviceptr c, CUdeviceptr workspace, size_t workspace_bytes,
-                           CUstream stream, sn_err *e);
+                           CUdeviceptr aux, CUdeviceptr c, CUdeviceptr workspace,
+                           size_t workspace_bytes, CUstream stream, sn_err *e);
 void sn_gemm_plan_free(sn_cuda_api *a, sn_gemm_plan *p);
 
 /* ---- graph.c: the step as a CUDA Graph ---- */
