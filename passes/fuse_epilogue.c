@@ -1,7 +1,8 @@
 /* fuse_epilogue.c: what a GEMM kernel stores besides its product (kernel.h: the BIAS epilogue,
- * the GELU after it, DGELU, a product's 16-bit cast): the decisions that give those nodes their
- * home at the matmul, made before (sn_fuse_gemm_result) and after (sn_fuse_gemm_epilogue) the
- * grouping of fuse.c, and the GEMM kernel's args made from them (sn_fuse_gemm_args). */
+ * the GELU after it, DGELU, ACCUM, a product's 16-bit cast): the decisions that give those
+ * nodes their home at the matmul, made before (sn_fuse_gemm_result) and after
+ * (sn_fuse_gemm_epilogue) the grouping of fuse.c, and the GEMM kernel's args made from them
+ * (sn_fuse_gemm_args). */
 #include "fuse_int.h"
 
 /* A GEMM's bias epilogue (kernel.h: BIAS) found from its matmul: the nodes the GEMM kernel
@@ -282,8 +283,82 @@ static void join_gelu(fuse_state *s, const sn_node *mm, const gelu_match *m, con
     if (sum && !m->aux) s->mat[sum->id] = false;
 }
 
+/* ---- ACCUM: the product added to a matrix written before it (kernel.h) ---- */
+
+/* ACCUM's nodes at matmul mm, false when there are none: mm (f32, two distinct operands, read
+ * by nothing but x) and x = mm + c of mm's shape, c an f32 matrix of that shape (then y = x),
+ * or the f32 cast, read by nothing else, of a matrix lo in mm's operands' 16-bit dtype (then y
+ * is x's one reader, its cast to that dtype, and x is no output): cuBLASLt's C is of D's type.
+ * m->bias is the matrix read (lo or c), written before the GEMM runs (accum_epilogue's
+ * question); c may be a reshape (chunk_logits' running sum of the LM head's weight gradient: its
+ * layout is the product's), no other view (its layout is not). A LoRA layer's base + adapter
+ * product, and a gradient's sum of two products (x read by two GEMMs: LoRA's x @ A beside
+ * x @ W, LLaMA's q, k, v; the tied embedding's gradient). */
+static bool accum_nodes(const fuse_state *s, const sn_node *mm, epi_match *m) {
+    const sn_node *x = sn_fuse_only_reader(s, mm);
+    if (mm->op != SN_OP_MATMUL || mm->dtype != SN_F32 || mm->rank < 2 || s->is_out[mm->id] ||
+        mm->in[0] == mm->in[1] || !x || x->op != SN_OP_ADD || x->dtype != SN_F32 ||
+        !same_shape(mm, x))
+        return false;
+    const sn_node *c = x->in[0] == mm ? x->in[1] : x->in[0];
+    if (c == mm || !same_shape(c, mm)) return false;
+    if (c->dtype == SN_F32 && !(c->op == SN_OP_CAST && sn_fuse_only_reader(s, c) == x &&
+                                c->in[0]->dtype == mm->in[0]->dtype)) {
+        if (is_view(c->op) && c->op != SN_OP_RESHAPE) return false;
+        *m = (epi_match){.mm = mm, .bias = c, .y = x, .nodes = {x}, .n = 1};
+        return true;
+    }
+    const sn_node *lo = c->op == SN_OP_CAST ? c->in[0] : NULL, *y = sn_fuse_only_reader(s, x);
+    if (!lo || c->dtype != SN_F32 || lo->dtype != mm->in[0]->dtype ||
+        (lo->dtype != SN_BF16 && lo->dtype != SN_F16) || is_view(lo->op) ||
+        !y || y->op != SN_OP_CAST || y->dtype != lo->dtype || s->is_out[x->id])
+        return false;
+    *m = (epi_match){.mm = mm, .bias = lo, .y = y, .nodes = {c, x, y}, .n = 3};
+    return true;
+}
+
+/* Whether y is what an ACCUM epilogue would store (before any grouping), its c (under a
+ * reshape) sure to have a buffer of its own: a leaf, another product, a 16-bit value a GEMM
+ * stores (bias_result, product_cast), or another ACCUM's y (a running sum). Then y roots its
+ * own kernel (the GEMM's, once the epilogue joins it), as bias_result's sums do; an f32 linear
+ * layer's sum as c (read by nothing but y, it would join y's kernel) is left to the pointwise
+ * kernel that reads both. */
+static bool accum_result(const fuse_state *s, const sn_node *y) {
+    const sn_node *x = y->op == SN_OP_CAST ? y->in[0] : y;
+    epi_match m;
+    if (x->op != SN_OP_ADD) return false;
+    for (int i = 0; i < 2; i++) {
+        if (x->in[i]->op != SN_OP_MATMUL || !accum_nodes(s, x->in[i], &m) || m.y != y) continue;
+        const sn_node *c = m.bias;
+        while (c->op == SN_OP_RESHAPE) c = c->in[0];
+        if (is_leaf(c->op) || (c->op == SN_OP_MATMUL && c->dtype == SN_F32) ||
+            (c->dtype != SN_F32 && (bias_result(s, c) || product_cast(s, c))) ||
+            (c->op == SN_OP_ADD && accum_result(s, c)))
+            return true;
+    }
+    return false;
+}
+
+/* The node whose buffer ACCUM reads as C for c: c, or what a reshape without a buffer of its
+ * own views (the same elements in the same order). */
+static const sn_node *c_buffer(const fuse_state *s, const sn_node *c) {
+    while (c->op == SN_OP_RESHAPE && !s->mat[c->id]) c = c->in[0];
+    return c;
+}
+
+/* ACCUM's match after the grouping: accum_nodes' nodes in kernels holding nothing else, mm a
+ * kernel root, and the matrix read with a buffer of its own written by an earlier kernel. */
+static bool accum_epilogue(const fuse_state *s, const sn_node *mm, epi_match *m) {
+    if (s->home[mm->id] != mm->id || !accum_nodes(s, mm, m) || !s->mat[c_buffer(s, m->bias)->id] ||
+        !written_before(s, m->bias, m->y->id))
+        return false;
+    for (int i = 0; i < m->n; i++)
+        if (!only_epilogue(s, m, m->nodes[i])) return false;
+    return true;
+}
+
 bool sn_fuse_gemm_result(const fuse_state *s, const sn_node *y) {
-    return bias_result(s, y) || product_cast(s, y) || f32_gelu_bias(s, y);
+    return bias_result(s, y) || product_cast(s, y) || f32_gelu_bias(s, y) || accum_result(s, y);
 }
 
 void sn_fuse_gemm_epilogue(fuse_state *s, const sn_node *mm) {
@@ -294,6 +369,12 @@ void sn_fuse_gemm_epilogue(fuse_state *s, const sn_node *mm) {
         if (!s->t->gelu_unfused && gelu_after(s, &m, &gm)) join_gelu(s, mm, &gm, m.y);
     } else if (!s->t->gelu_unfused && dgelu_epilogue(s, mm, &gm)) {
         join_gelu(s, mm, &gm, NULL);
+    } else if (accum_epilogue(s, mm, &m)) {
+        for (int i = 0; i < m.n; i++) {
+            s->home[m.nodes[i]->id] = mm->id;
+            s->mat[m.nodes[i]->id] = m.nodes[i] == m.y;
+        }
+        s->mat[mm->id] = false;
     } else {
         gemm_stores_cast(s, mm);
     }
@@ -324,9 +405,19 @@ void sn_fuse_gemm_args(fuse_state *s, sn_kernel *k) {
     } else if (add) { /* args y, [aux,] A, B, b */
         SN_ASSERT(k->n_in == 2);
         const sn_node *b = add->in[0] == mm ? add->in[1] : add->in[0], *y = add;
-        if (b->op == SN_OP_CAST) { /* autocast's linear layer: rnd(v + f32(bias)) */
+        if (b->op == SN_OP_CAST && s->home[b->id] == mm->id) { /* autocast's linear layer:
+                                                                   rnd(v + f32(bias)) */
             b = b->in[0];
             y = sn_fuse_only_reader(s, add);
+        }
+        if (same_shape(b, mm)) { /* ACCUM: args y, A, B, c */
+            b = c_buffer(s, b);
+            SN_ASSERT(s->mat[b->id] && b->dtype == y->dtype && s->mat[y->id]);
+            k->gemm.epilogue = SN_EPI_ACCUM;
+            k->args[0] = y;
+            k->args[k->n_out + k->n_in++] = b;
+            snprintf(k->name, sizeof k->name, "k%d_matmul_accum", k->id);
+            return;
         }
         SN_ASSERT(s->mat[b->id] && b->dtype == y->dtype && (gelu || s->mat[y->id]));
         k->gemm.epilogue = !gelu ? SN_EPI_BIAS : s->mat[y->id] ? SN_EPI_GELU_AUX_BIAS : SN_EPI_GELU_BIAS;

@@ -32,7 +32,8 @@ const char *sn_kernel_kind_name(sn_kernel_kind k);
 
 /* What a GEMM kernel does with its f32 product v (M, N) = A @ B before storing it (cuBLASLt's
  * epilogues, evaluated in f32; rnd() rounds to y's dtype, exact when y is f32). Args: the
- * outputs (y; GELU_AUX_BIAS: y, aux), A, B, then what the epilogue reads (a bias; DGELU's aux):
+ * outputs (y; GELU_AUX_BIAS: y, aux), A, B, then what the epilogue reads (a bias; DGELU's
+ * aux; ACCUM's c):
  *   NONE  args y, A, B:       y = v (y is the matmul), or y = rnd(v) where y is the matmul's
  *         one reader, its cast to A's and B's 16-bit dtype
  *   BIAS  args y, A, B, bias: y = rnd(v + bias), bias an (N) vector of y's dtype; y is the
@@ -46,6 +47,11 @@ const char *sn_kernel_kind_name(sn_kernel_kind k);
  *   DGELU args y, A, B, aux:  y = rnd(v * gelu'(aux)), aux (M, N) of y's dtype: y is
  *         gelu_bwd(aux, v) (f32), or rnd(gelu_bwd(f32(aux), f32(rnd(v)))) cast to A's and B's
  *         16-bit dtype, the gradient of a GELU through the product before it
+ *   ACCUM args y, A, B, c:    y = rnd(v + c), c a matrix of the product's shape and y's dtype
+ *         (cuBLASLt's C with beta = 1): y is the add node the matmul fed (f32), or the cast
+ *         of that add to c's 16-bit dtype, whose f32 operand is the cast of c (a LoRA layer's
+ *         base + adapter product, a gradient's sum of two products); c is written before
+ *         the GEMM, and may share y's buffer (memplan: a sum into a gradient, in place)
  * In 16 bits the GELU epilogues skip one rounding of the graph they stand for: GELU's input is
  * the f32 sum v + bias, not rnd(v + bias) (which aux stores), and DGELU multiplies the f32
  * product v, not rnd(v); f32 programs are exact. gelu and gelu' are program/epilogue.h's f32
@@ -58,6 +64,7 @@ typedef enum {
     SN_EPI_GELU_BIAS,
     SN_EPI_GELU_AUX_BIAS,
     SN_EPI_DGELU,
+    SN_EPI_ACCUM,
     SN_EPI_COUNT
 } sn_epilogue;
 const char *sn_epilogue_name(sn_epilogue e);

@@ -42,6 +42,20 @@ static bool dgelu_of(const sn_node *y, const sn_node *mm, const sn_node *h) {
     return uncast(g->in[0], SN_F32) == h && uncast(uncast(g->in[1], SN_F32), y->dtype) == mm;
 }
 
+/* Whether y is ACCUM's sum of mm and c as kernel.h has it: mm + c (f32), or rnd(mm + f32(c))
+ * to c's 16-bit dtype; c (or what the add's operand reshapes) of mm's element count and y's
+ * dtype, not y itself. */
+static bool accum_sum(const sn_node *y, const sn_node *mm, const sn_node *c) {
+    const sn_node *x = y->dtype == SN_F32 ? y : uncast(y, y->dtype);
+    if (!x || x->op != SN_OP_ADD || x->dtype != SN_F32 || y->dtype != c->dtype || y == c ||
+        sn_numel(c) != sn_numel(mm) || (y->dtype != SN_F32 && !is_16(y->dtype)))
+        return false;
+    const sn_node *other = x->in[0] == mm ? x->in[1] : x->in[1] == mm ? x->in[0] : NULL;
+    if (is_16(y->dtype)) other = uncast(other, SN_F32);
+    while (other && other != c && other->op == SN_OP_RESHAPE) other = other->in[0];
+    return other == c;
+}
+
 sn_status sn_kernel_check_gemm(const sn_kernel *k, sn_err *e) {
     const sn_node *n = k->anchor;
     sn_epilogue epi = k->gemm.epilogue;
@@ -55,6 +69,14 @@ sn_status sn_kernel_check_gemm(const sn_kernel *k, sn_err *e) {
         }
         if (k->n_out != 1 || !a || !b || (epi == SN_EPI_BIAS && k->n_in < 2))
             return BUG("a GEMM kernel is a matmul with args (y, A, B) and its epilogue's bias");
+        return SN_OK;
+    }
+    if (epi == SN_EPI_ACCUM) { /* args y, A, B, c */
+        if (k->n_out != 1 || k->n_in != 3 || k->args[1] != n->in[0] || k->args[2] != n->in[1] ||
+            n->dtype != SN_F32 || !accum_sum(k->args[0], n, k->args[3]))
+            return BUG("an accum GEMM has args (y, A, B, c), A and B the matmul's operands, and "
+                       "stores y = the f32 product + c (kernel.h), c of the product's shape and "
+                       "y's dtype in another buffer");
         return SN_OK;
     }
     /* the GELU epilogues: outputs, A, B, then the bias or the aux (kernel.h) */

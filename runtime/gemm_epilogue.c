@@ -1,6 +1,7 @@
 /* gemm_epilogue.c: the GEMM kernels' epilogues on the CPU device over rows of the f32 product
  * (program/kernel.h), the GELU ones with program/epilogue.h's f32 formulas in the order the
- * stand-in cuBLASLt evaluates them: v + bias (f32), then gelu; v * gelu'(aux widened to f32). */
+ * stand-in cuBLASLt evaluates them: v + bias (f32), then gelu; v * gelu'(aux widened to f32);
+ * ACCUM's v + c (f32), rounded once. */
 #include "gemm_epilogue.h"
 
 #include "gemm_lowp.h"
@@ -24,6 +25,11 @@ void sn_gemm_epilogue_rows(const sn_kernel *k, void *const *bufs, const float *c
     sn_epilogue epi = k->gemm.epilogue;
     if (epi == SN_EPI_NONE || epi == SN_EPI_BIAS) {
         sn_gemm_store_lowp(t, bufs[0], c, epi == SN_EPI_BIAS ? bufs[o + 2] : NULL, N, r0, r1);
+        return;
+    }
+    if (epi == SN_EPI_ACCUM) { /* y = rnd(v + c), c of y's dtype (as the add kernel it replaces) */
+        const void *in = bufs[o + 2];
+        for (int64_t i = r0 * N; i < r1 * N; i++) put(t, bufs[0], i, c[i] + load(t, in, i));
         return;
     }
     void *y = bufs[0], *aux = epi == SN_EPI_GELU_AUX_BIAS ? bufs[1] : NULL;

@@ -19,9 +19,11 @@ START_TEST(program_matches_interpreter) {
     sn_graph *g = tiny_training_graph(true);
     tiny_memory m = tiny_check_compiled(g, 3, "attention fused");
     ck_assert_int_eq(m.arena_measured, m.arena_planned); /* the plan's peak is the real one */
-    /* reuse: the peak is at most 55% of every value added up (the GELU epilogues store no f32
-     * product of c_fc or of its dX: they shrank the sum, not the peak, 259 KiB) */
-    ck_assert_msg(20 * m.arena_planned <= 11 * m.arena_no_reuse, "planned %lld, no reuse %lld",
+    /* reuse: the peak is at most 60% of every value added up (the GELU epilogues store no f32
+     * product of c_fc or of its dX: they shrank the sum, not the peak, 259 KiB; 55% before the
+     * ACCUM epilogues, whose GEMMs store no product apart from its sum and write wte's gradient
+     * in place over the embedding backward's part: the sum 457,984 bytes, the peak 271,488) */
+    ck_assert_msg(100 * m.arena_planned <= 60 * m.arena_no_reuse, "planned %lld, no reuse %lld",
                   (long long)m.arena_planned, (long long)m.arena_no_reuse);
     sn_graph_free(g);
 }

@@ -102,7 +102,7 @@ START_TEST(gemm_plans_build_up_to_the_handle) {
             ck_assert_msg(sn_gemm_plan_new(&a, NULL, &s, tf32, 32 << 20, &p, &e) == SN_OK,
                           "%s", e.msg);
             ck_assert_ptr_nonnull(p);
-            ck_assert_int_eq(sn_gemm_plan_run(&a, NULL, p, 0, 0, 0, 0, 0, 0, 0, NULL, &e), SN_ERR_INVALID);
+            ck_assert_int_eq(sn_gemm_plan_run(&a, NULL, p, 0, 0, 0, 0, 0, 0, 0, 0, NULL, &e), SN_ERR_INVALID);
             sn_gemm_plan_free(&a, p);
         }
     sn_cuda_api_unload(&a);

@@ -230,6 +230,75 @@ START_TEST(bias_gelu_epilogues) {
 }
 END_TEST
 
+/* ACCUM (kernel.h: y = v + c, cuBLASLt's C with beta = 1): a product added to an input (y1),
+ * two products summed (y2 = a @ w1 + b @ w2, a gradient's two contributions), and a
+ * transposed product added to an earlier sum (y3 = y2^T @ x + c2: a weight gradient
+ * accumulated). Each a GEMM kernel alone, no add kernel, checked on the CPU device against the
+ * interpreter; then a planted bug (C's values zeros, as beta = 0 would read them) is caught, and
+ * y1 is bit for bit the plain GEMM's product plus c in f32 (the add kernel it replaces). */
+START_TEST(accum_epilogues) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(3, 5, 24));
+    sn_node *c = sn_input(g, "c", SN_F32, SN_SHAPE(3, 5, 40));
+    sn_node *a = sn_input(g, "a", SN_F32, SN_SHAPE(15, 16));
+    sn_node *c2 = sn_input(g, "c2", SN_F32, SN_SHAPE(40, 24));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(24, 40), SN_INIT_NORMAL, 1);
+    sn_node *w1 = sn_param(g, "w1", SN_F32, SN_SHAPE(16, 40), SN_INIT_NORMAL, 1);
+    sn_node *y1 = sn_add(g, sn_matmul(g, x, w), c);
+    sn_node *x2 = sn_reshape(g, x, SN_SHAPE(15, 24));
+    sn_node *y2 = sn_add(g, sn_matmul(g, a, w1), sn_matmul(g, x2, w));
+    sn_node *y3 = sn_add(g, c2, sn_matmul_t(g, y2, x2, true, false));
+    sn_graph_add_output(g, y1);
+    sn_graph_add_output(g, y3);
+    kernel_stats st;
+    sn_program *p = fuse_and_check(g, 1, NULL, &st);
+    ck_assert_int_eq(p->n_kernels, 4);
+    ck_assert_int_eq(st.kernels, 0);
+    ck_assert_int_eq(st.gemms[SN_EPI_ACCUM], 3);
+    const sn_kernel *k1 = kernel_of(p, y1), *k3 = kernel_of(p, y3);
+    ck_assert(k1->gemm.epilogue == SN_EPI_ACCUM && k1->args[3] == c);
+    ck_assert(k3->gemm.epilogue == SN_EPI_ACCUM && k3->args[3] == c2 && k3->anchor->a.ta);
+    ck_assert(kernel_of(p, y2)->gemm.epilogue == SN_EPI_ACCUM);
+    /* planted: C's buffer holds zeros (beta = 0's result); the comparison must see it */
+    sn_interp *it = reference(g, 42, 1, NULL, false);
+    void *bufs[SN_KER_MAX_ARGS];
+    for (int i = 0; i < 4; i++) {
+        const sn_node *n = k1->args[i];
+        bufs[i] = i && i < 3 ? to_buffer(n, sn_interp_value(it, n)) : calloc((size_t)sn_numel(n), 4);
+    }
+    sn_device *dev;
+    sn_err e;
+    ck_assert_msg(sn_cpu_device_new(1, &dev, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(dev->gemm(dev, k1, bufs, &e) == SN_OK, "%s", e.msg);
+    const double *want = sn_interp_value(it, y1);
+    int off = 0;
+    for (int64_t i = 0; i < sn_numel(y1); i++)
+        off += fabs(((float *)bufs[0])[i] - want[i]) > 1e-3 * (1 + fabs(want[i]));
+    ck_assert_int_gt(off, 0);
+    /* bit for bit what it replaces: the product (epilogue NONE) then the f32 add of c */
+    free(bufs[3]);
+    bufs[3] = to_buffer(c, sn_interp_value(it, c));
+    ck_assert_msg(dev->gemm(dev, k1, bufs, &e) == SN_OK, "%s", e.msg);
+    sn_kernel plain = *k1;
+    plain.gemm.epilogue = SN_EPI_NONE;
+    plain.n_in = 2;
+    float *v = calloc((size_t)sn_numel(y1), 4);
+    void *pbufs[3] = {v, bufs[1], bufs[2]};
+    ck_assert_msg(dev->gemm(dev, &plain, pbufs, &e) == SN_OK, "%s", e.msg);
+    for (int64_t i = 0; i < sn_numel(y1); i++) {
+        float sum = v[i] + ((float *)bufs[3])[i];
+        ck_assert_msg(!memcmp(&sum, (float *)bufs[0] + i, 4), "element %lld: %.9g, not %.9g",
+                      (long long)i, (double)((float *)bufs[0])[i], (double)sum);
+    }
+    free(v);
+    for (int i = 0; i < 4; i++) free(bufs[i]);
+    sn_device_free(dev);
+    sn_interp_free(it);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* Rows of 37 (vectors and a tail at any width). The residual x1 = emb + pos (a slice broadcast
  * over the batch) + proj is layernorm's prologue; tanh and the next residual x2 its epilogue,
  * x2 stored for rmsnorm's kernel (scale its epilogue), which reads it after exp(x2), the
@@ -551,6 +620,7 @@ int main(void) {
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, bias_gelu_two_outputs);
     tcase_add_test(tc, bias_gelu_epilogues);
+    tcase_add_test(tc, accum_epilogues);
     tcase_add_test(tc, residual_norms);
     tcase_add_test(tc, norm_backwards);
     tcase_add_test(tc, norm_pair_bits);

@@ -612,7 +612,8 @@ static void from_dtype(sn_dtype t, const void *buf, int64_t n, float *x) {
 }
 
 /* The row-major problem of s in double: D (batch, M, N) = epilogue(op(A) op(B)) (kernel.h's
- * epilogues: + bias (N); gelu, its input into aux; times gelu'(aux)), the tanh form in double. */
+ * epilogues: + bias (N); gelu, its input into aux; times gelu'(aux); + C, the aux_in values),
+ * the tanh form in double. */
 static void reference(const sn_gemm_shape *s, const float *A, const float *B, const float *bias,
                       const float *aux_in, double *D, double *aux) {
     const double k = 0.7978845608028654, c = 0.044715;
@@ -621,7 +622,7 @@ static void reference(const sn_gemm_shape *s, const float *A, const float *B, co
             for (int64_t j = 0; j < s->N; j++) {
                 const float *a = A + b * s->stride_a, *bb = B + b * s->stride_b;
                 int64_t at = b * s->stride_d + i * s->ldd + j;
-                double v = sn_gemm_has_bias(s->epi) ? bias[j] : 0;
+                double v = sn_gemm_has_bias(s->epi) ? bias[j] : sn_gemm_has_c(s->epi) ? aux_in[at] : 0;
                 for (int64_t q = 0; q < s->K; q++)
                     v += (double)(s->ta ? a[q * s->lda + i] : a[i * s->lda + q]) *
                          (s->tb ? bb[j * s->ldb + q] : bb[q * s->ldb + j]);
@@ -695,6 +696,10 @@ START_TEST(gemm_plans_match_a_reference) {
          .epi = SN_EPI_GELU_AUX_BIAS},
         {.tb = true, .M = M, .N = N8, .K = K, .batch = 1, .lda = K, .ldb = K, .ldd = N8,
          .epi = SN_EPI_DGELU},
+        /* ACCUM: beta = 1, C (the aux's values, D's type) another buffer */
+        {.M = M, .N = N8, .K = K, .batch = 1, .lda = K, .ldb = N8, .ldd = N8, .epi = SN_EPI_ACCUM},
+        {.ta = true, .tb = true, .M = M, .N = N8, .K = K, .batch = 1, .lda = M, .ldb = K,
+         .ldd = N8, .epi = SN_EPI_ACCUM},
     };
     CUdeviceptr dA, dB, dD, dbias, daux, ws;
     CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dA, 4 * NB * M * K));
@@ -713,7 +718,7 @@ START_TEST(gemm_plans_match_a_reference) {
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
             sn_gemm_shape s = shapes[i];
             s.ab = types[ti][0];
-            s.d = s.bias_t = s.aux_t = types[ti][1];
+            s.d = s.bias_t = s.aux_t = s.c_t = types[ti][1];
             int64_t nd = s.batch * s.M * s.N;
             fill(A, NB * M * K, 1 + i);
             fill(Bm, NB * K * N8, 100 + i);
@@ -734,7 +739,8 @@ START_TEST(gemm_plans_match_a_reference) {
             sn_gemm_plan *p;
             CK(sn_gemm_plan_new(a, lt, &s, false, WS, &p, &e));
             CK(sn_gemm_plan_run(a, lt, p, dD, dA, dB, sn_gemm_has_bias(s.epi) ? dbias : 0,
-                                sn_gemm_has_aux(s.epi) ? daux : 0, ws, WS, stream, &e));
+                                sn_gemm_has_aux(s.epi) ? daux : 0,
+                                sn_gemm_has_c(s.epi) ? daux : 0, ws, WS, stream, &e));
             CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, sD, dD, db * (size_t)nd, stream));
             CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, saux, daux, db * M * N8, stream));
             CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, stream));
@@ -767,7 +773,7 @@ START_TEST(gemm_plans_match_a_reference) {
         CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dB + 64, Bm, 4 * K * N, stream));
         sn_gemm_plan *p;
         CK(sn_gemm_plan_new(a, lt, &s, false, WS, &p, &e));
-        CK(sn_gemm_plan_run(a, lt, p, dD + 64, dA + 64, dB + 64, 0, 0, ws, WS, stream, &e));
+        CK(sn_gemm_plan_run(a, lt, p, dD + 64, dA + 64, dB + 64, 0, 0, 0, ws, WS, stream, &e));
         CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, D, dD + 64, 4 * M * N, stream));
         CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, stream));
         for (int64_t j = 0; j < M * N; j++) got[j] = D[j];

@@ -8,7 +8,9 @@
  * _GELU_AUX_BIAS and _DGELU for the GELU epilogues (kernel.h), whose aux (the GELU input matrix,
  * D's type as EPILOGUE_AUX_DATA_TYPE left unset gives it; leading dimension
  * EPILOGUE_AUX_LD = N, which cuBLASLt wants a multiple of 8 and at least D^T's N rows) has its
- * pointer set before each run too; no others.
+ * pointer set before each run too; no others. ACCUM (kernel.h) is the default epilogue with
+ * beta = 1 and a C of D's type and layout, another buffer or D's own (in place: cuBLASLt takes
+ * C == D with identical layouts, which the one layout p->d gives).
  * Convention: the row-major problem D (M, N) = op(A) @ op(B) is handed to cuBLASLt as its
  * column-major transpose D^T (N, M) = op(B)^T @ op(A)^T, so no layout needs a row order and an
  * (N) bias is cuBLASLt's per-row bias of D^T. */
@@ -53,6 +55,7 @@ sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k) {
     s.d = k->args[0]->dtype; /* the matmul's f32, or its 16-bit cast (with a bias: of its sum) */
     int in = k->n_out + 2;   /* the epilogue's input (kernel.h): a bias, or DGELU's aux */
     s.bias_t = sn_gemm_has_bias(s.epi) ? k->args[in]->dtype : s.d;
+    s.c_t = sn_gemm_has_c(s.epi) ? k->args[in]->dtype : s.d;
     s.aux_t = s.epi == SN_EPI_GELU_AUX_BIAS ? k->args[1]->dtype
               : s.epi == SN_EPI_DGELU ? k->args[in]->dtype : s.d;
     return s;
@@ -103,13 +106,13 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     /* the types the f32 and the autocast programs have; anything else is refused by name */
     bool bias = sn_gemm_has_bias(s->epi), aux = sn_gemm_has_aux(s->epi);
     if (data_type(s->ab) < 0 || (s->d != SN_F32 && s->d != s->ab) || s->bias_t != s->d ||
-        s->aux_t != s->d || s->epi < 0 || s->epi >= SN_EPI_COUNT)
+        s->aux_t != s->d || s->c_t != s->d || s->epi < 0 || s->epi >= SN_EPI_COUNT)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "a cuBLASLt GEMM of %s operands into %s%s%s%s: the "
                        "CUDA device multiplies f32, bf16 or f16 operands into f32 or their own "
-                       "type, with a bias and an aux of the output's type", sn_dtype_name(s->ab),
-                       sn_dtype_name(s->d), bias ? " with a bias of " : "",
+                       "type, with a bias, an aux and a C of the output's type",
+                       sn_dtype_name(s->ab), sn_dtype_name(s->d), bias ? " with a bias of " : "",
                        bias ? sn_dtype_name(s->bias_t) : "", aux && s->aux_t != s->d ? " (aux "
-                       "of another type)" : "");
+                       "of another type)" : s->c_t != s->d ? " (C of another type)" : "");
     if (aux && (s->batch != 1 || s->N % 8))
         return sn_fail(e, SN_ERR_UNSUPPORTED, "a cuBLASLt GEMM with epilogue %s of %lld batches of "
                        "rows of %lld: its aux (the GELU input matrix) takes one GEMM whose rows are "
@@ -195,8 +198,8 @@ static sn_status set_pointer(sn_cuda_api *a, const sn_gemm_plan *p, int attr, CU
 
 sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,
                            CUdeviceptr d, CUdeviceptr A, CUdeviceptr B, CUdeviceptr bias,
-                           CUdeviceptr aux, CUdeviceptr workspace, size_t workspace_bytes,
-                           CUstream stream, sn_err *e) {
+                           CUdeviceptr aux, CUdeviceptr c, CUdeviceptr workspace,
+                           size_t workspace_bytes, CUstream stream, sn_err *e) {
     if (!p->has_algo)
         return sn_fail(e, SN_ERR_INVALID, "a cuBLASLt plan built without a handle cannot run");
     sn_status st = SN_OK;
@@ -204,9 +207,16 @@ sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     if (!st && sn_gemm_has_aux(p->s.epi))
         st = set_pointer(a, p, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, e);
     if (st) return st;
+    /* ACCUM: beta = 1 and C of D's type and layout (p->d serves both), D's own buffer when
+       memplan wrote the sum in place (cuBLASLt allows C == D with identical layouts);
+       otherwise beta = 0 and C is D, never read */
+    bool accum = sn_gemm_has_c(p->s.epi);
+    if (accum && !c)
+        return sn_fail(e, SN_ERR_INTERNAL, "an accum GEMM without its C matrix");
     const float one = 1.0f, zero = 0.0f;
     return SN_CUDA_CHECK(a, e, cublasLtMatmul, handle, p->desc, &one, (const void *)(uintptr_t)B,
-                         p->a, (const void *)(uintptr_t)A, p->b, &zero, (const void *)(uintptr_t)d,
-                         p->d, (void *)(uintptr_t)d, p->d, &p->heur.algo,
+                         p->a, (const void *)(uintptr_t)A, p->b, accum ? &one : &zero,
+                         (const void *)(uintptr_t)(accum ? c : d), p->d, (void *)(uintptr_t)d,
+                         p->d, &p->heur.algo,
                          (void *)(uintptr_t)workspace, workspace_bytes, stream);
 }

@@ -168,8 +168,8 @@ typedef struct {
     int64_t lda, ldb, ldd;             /* row-major leading dimensions */
     int64_t stride_a, stride_b, stride_d; /* batch strides in elements (0: shared) */
     sn_epilogue epi;
-    sn_dtype ab, d, bias_t, aux_t; /* A's and B's type, D's, the bias's and the aux's (zero:
-                                      SN_F32, or none) */
+    sn_dtype ab, d, bias_t, aux_t, c_t; /* A's and B's type, D's, the bias's, the aux's and
+                                           C's (zero: SN_F32, or none) */
 } sn_gemm_shape;
 
 /* Whether epilogue e reads a bias vector, and whether it writes or reads an aux matrix. */
@@ -179,6 +179,8 @@ static inline bool sn_gemm_has_bias(sn_epilogue e) {
 static inline bool sn_gemm_has_aux(sn_epilogue e) {
     return e == SN_EPI_GELU_AUX_BIAS || e == SN_EPI_DGELU;
 }
+/* Whether epilogue e reads a C matrix (beta = 1: kernel.h ACCUM). */
+static inline bool sn_gemm_has_c(sn_epilogue e) { return e == SN_EPI_ACCUM; }
 
 /* The problem kernel k's matmul describes (runtime/gemm.c's layouts: a rank-2 operand shared by
  * the other's batch folds into one larger GEMM). */
@@ -192,12 +194,12 @@ sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k);
  * built, then SN_ERR_DEVICE naming cublasLtCreate's result). */
 sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_shape *s,
                            bool tf32, size_t workspace_bytes, sn_gemm_plan **out, sn_err *e);
-/* D = epilogue(A @ B) on stream, with the plan's algorithm; bias and aux 0 where the epilogue
- * has none. */
+/* D = epilogue(A @ B [+ C]) on stream, with the plan's algorithm; bias, aux and c 0 where the
+ * epilogue has none (c: ACCUM's C, beta = 1, of D's type and layout, may be d: in place). */
 sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,
                            CUdeviceptr d, CUdeviceptr A, CUdeviceptr B, CUdeviceptr bias,
-                           CUdeviceptr aux, CUdeviceptr workspace, size_t workspace_bytes,
-                           CUstream stream, sn_err *e);
+                           CUdeviceptr aux, CUdeviceptr c, CUdeviceptr workspace,
+                           size_t workspace_bytes, CUstream stream, sn_err *e);
 void sn_gemm_plan_free(sn_cuda_api *a, sn_gemm_plan *p);
 
 /* ---- graph.c: the step as a CUDA Graph ---- */

@@ -3,10 +3,10 @@
  * double, in the order of the stand-in libcuda's stream (found through $SN_LIBCUDA, already
  * loaded). Convention: D = epilogue(alpha op(A) op(B) + beta C [+ bias]) in cuBLASLt's own terms
  * (column-major unless a layout says CUBLASLT_ORDER_ROW; the bias runs along D's rows, one value
- * per row index); f32, f16 and bf16 operands (A and B of one type, C and D of one type); anything
- * it does not implement is CUBLAS_STATUS_NOT_SUPPORTED, said on stderr. The GELU epilogues (GELU,
- * GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU) work as cuBLASLt's documentation has them: the
- * product rounded to the f32 of the compute type, then program/epilogue.h's f32 formulas, the
+ * per row index); f32, f16 and bf16 operands (A and B of one type, C and D of one type; C may
+ * be D, in place, only with D's layout); anything it does not implement is
+ * CUBLAS_STATUS_NOT_SUPPORTED, said on stderr. The GELU epilogues (GELU, GELU_BIAS, GELU_AUX,
+ * GELU_AUX_BIAS, DGELU) work as cuBLASLt's documentation has them: the product rounded to the f32 of the compute type, then program/epilogue.h's f32 formulas, the
  * sinter CPU device's; their aux (the GELU input matrix) is of D's type (EPILOGUE_AUX_DATA_TYPE
  * left unset, as the documentation asks outside FP8 kernels), column-major with leading dimension
  * EPILOGUE_AUX_LD, a multiple of 8 no less than D's rows (batch stride a multiple of 8 too),
@@ -515,6 +515,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                            "heuristic chose the algorithm for");
             return p.d.aux ? ST_NOT_SUPPORTED : ST_INVALID_VALUE;
         }
+    }
+    /* C == D in place only with identical layouts (cuBLASLt's documentation: Cdesc must then
+       equal Ddesc) */
+    const layout *lc = &p.c, *ld = &p.dl;
+    if (C == D && p.beta != 0 &&
+        (lc->type != ld->type || lc->rows != ld->rows || lc->cols != ld->cols ||
+         lc->ld != ld->ld || lc->order != ld->order || lc->batch != ld->batch ||
+         (lc->batch > 1 && lc->stride != ld->stride))) {
+        sn_standin_say("cublasLtMatmul: C and D are one buffer (in place) with different layouts");
+        return ST_NOT_SUPPORTED;
     }
     if (workspace && !lightHandle->host((CUdeviceptr)(uintptr_t)workspace, workspaceSizeInBytes)) {
         sn_standin_say("cublasLtMatmul: the workspace is not device memory");
