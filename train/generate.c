@@ -14,6 +14,15 @@
 
 enum { PREFILL_KEPT = 3 }; /* the prompt's size, the window's when it slides, one more */
 
+/* A prefill program (B, T): its graph, compiled, its program and executor (reading the decode
+ * program's parameters: sn_exec_new_sharing). */
+typedef struct {
+    sn_graph *g;
+    sn_program *p;
+    sn_exec *x;
+    int T; /* 0: none */
+} prefill_prog;
+
 struct sn_generator {
     sn_generator_opts o;
     sn_device *dev, *own;      /* own: the reference interpreter, made here when none was given */
@@ -24,12 +33,7 @@ struct sn_generator {
     const sn_node **kc, **vc;  /* n_layer each: the cache INPUTs (B, Hkv, S, D) */
     const sn_node **k, **v;    /* n_layer each: the new token's outputs (B, Hkv, 1, D) */
     int64_t H, D, V;           /* Hkv, head size, the logits' width */
-    struct {                   /* prefill programs (B, T) kept, the last used first: */
-        sn_graph *g;           /* its graph, compiled, its program and executor (reading the */
-        sn_program *p;         /* decode program's parameters: sn_exec_new_sharing) */
-        sn_exec *x;
-        int T;                 /* 0: none */
-    } pre[PREFILL_KEPT];
+    prefill_prog pre[PREFILL_KEPT]; /* kept, the last used first */
     bool loaded;
     float *mask_h;             /* (B, S) */
     float *row32;              /* (B, V) */
@@ -208,7 +212,7 @@ static sn_status prefill_program(sn_generator *g, int T, sn_err *e) {
         g->pre[k].T = T;
     }
     for (; k > 0; k--) { /* to the front */
-        __typeof__(g->pre[0]) t = g->pre[k];
+        prefill_prog t = g->pre[k];
         g->pre[k] = g->pre[k - 1];
         g->pre[k - 1] = t;
     }
