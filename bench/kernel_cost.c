@@ -62,11 +62,17 @@ static bool want(const args *a, const sn_kernel *k) {
     return !strcmp(a->kind, sn_kernel_kind_name(k->kind)) || !strcmp(a->kind, kind_of(k));
 }
 
+/* sn_cuda_grid_fill of x's launch on `sms` SMs. */
+static double grid_fill(const sn_cuda_kernel_report *x, int sms) {
+    return sn_cuda_grid_fill(&x->occ, (double)x->dims.grid[0] * x->dims.grid[1] * x->dims.grid[2],
+                             sms);
+}
+
 /* One kernel's record: its launch, the model's cost (r), and ptxas's report for each of the n_arch
  * architectures (rep: n reports an architecture; i: this kernel's index). */
 static void kernel_record(bj *o, const sn_kernel *k, const char *grid, const char *block,
                           const sn_roofline_kernel *r, const sn_cuda_kernel_report *rep, int n,
-                          int i, int n_arch) {
+                          int i, int n_arch, int sms) {
     bj_str(o, "name", k->name);
     bj_str(o, "kind", kind_of(k));
     bj_str(o, "grid", grid);
@@ -90,6 +96,7 @@ static void kernel_record(bj *o, const sn_kernel *k, const char *grid, const cha
         bj_int(ar, "blocks_per_sm", x->occ.blocks);
         bj_int(ar, "warps_per_sm", x->occ.warps);
         bj_num(ar, "occupancy", "%.4f", x->occ.occupancy);
+        bj_num(ar, "grid_fill", "%.4f", grid_fill(x, sms));
         bj_str(ar, "limiter", x->occ.limiter);
     }
 }
@@ -222,8 +229,8 @@ int main(int argc, char **argv) {
                a.precision, a.lora ? " LoRA" : a.ia3 ? " IA3" : "", p->n_kernels, n, mach->name, mach->bf16_tflops, mach->tb_per_s);
         printf("%-34s %-9s %-13s %-8s", "kernel", "kind", "grid", "block");
         for (int ai = 0; ai < a.n_arch; ai++)
-            printf(" | sm_%d: %4s %6s %5s %5s %6s %4s", a.arch[ai], "regs", "smem", "spill",
-                   "stack", "blk/SM", "occ");
+            printf(" | sm_%d: %4s %6s %5s %5s %6s %4s %4s", a.arch[ai], "regs", "smem", "spill",
+                   "stack", "blk/SM", "occ", "fill");
         printf(" | %9s %9s %10s\n", "GFLOP", "MB", "modeled us");
     }
     for (int i = 0; i < n; i++) {
@@ -242,20 +249,21 @@ int main(int argc, char **argv) {
             snprintf(block, sizeof block, "%ux%ux%u", r0->dims.block[0], r0->dims.block[1], r0->dims.block[2]);
         }
         if (a.json) {
-            kernel_record(bj_push_obj(kernels), k, grid, block, &r, rep, n, i, a.n_arch);
+            kernel_record(bj_push_obj(kernels), k, grid, block, &r, rep, n, i, a.n_arch, mach->sms);
             continue;
         }
         printf("%-34.34s %-9s %-13s %-8s", k->name, kind_of(k), grid, block);
         for (int ai = 0; ai < a.n_arch; ai++) {
             const sn_cuda_kernel_report *x = &rep[(size_t)ai * n + i];
             if (!x->has_info) {
-                printf(" | %-6s %4s %6s %5s %5s %6s %4s", "", "-", "-", "-", "-", "-", "-");
+                printf(" | %-6s %4s %6s %5s %5s %6s %4s %4s", "", "-", "-", "-", "-", "-", "-",
+                       "-");
                 continue;
             }
-            printf(" | %-6s %4d %6u %5d %5d %6d %3.0f%%", "", x->info.registers,
+            printf(" | %-6s %4d %6u %5d %5d %6d %3.0f%% %3.0f%%", "", x->info.registers,
                    x->info.shared_bytes + x->dims.shared_bytes,
                    x->info.spill_store_bytes + x->info.spill_load_bytes, x->info.stack_bytes,
-                   x->occ.blocks, 100 * x->occ.occupancy);
+                   x->occ.blocks, 100 * x->occ.occupancy, 100 * grid_fill(x, mach->sms));
         }
         if (i < n_prog) printf(" | %9.3f %9.2f %10.2f\n", r.flops / 1e9, r.bytes / 1e6, r.time_s * 1e6);
         else printf(" | %9s %9s %10s\n", "-", "-", "(step)");

@@ -43,6 +43,36 @@ typedef enum {
     SN_SIM_ORDER_COUNT
 } sn_sim_order;
 
+/* What profiled launches count (sim_profile.cc), added into the struct at each launch: a
+ * performance instrument for machines without a GPU. A warp-wide request is the k-th execution
+ * of one load or store in the kernel's code by each lane of a warp, taken together as the
+ * hardware issues it; requests are counted per global or shared access site. Global memory is
+ * every address that is neither shared memory, nor a thread's stack, nor the simulator's own. */
+typedef struct {
+    long long launches, blocks;
+    /* global loads and stores: requests, the 32-byte sectors they touch, the distinct bytes they
+     * use (a byte read by many lanes of one request once); cp.async copies count as loads */
+    long long ld_requests, ld_sectors, ld_bytes;
+    long long st_requests, st_sectors, st_bytes;
+    /* the distinct sectors each launch touched, added up over launches: sectors moved over this
+     * is how many times the same data went through the memory system */
+    long long footprint_sectors;
+    /* shared memory (ldmatrix rows and cp.async destinations included): requests, the
+     * wavefronts the 32 banks need for them (one per distinct 4-byte word in the busiest bank,
+     * by phase: 32 lanes for accesses of 4 bytes or less, 16 for 8, 8 for 16), and the fewest
+     * wavefronts their bytes need (a 128-byte wavefront each) */
+    long long sh_requests, sh_wavefronts, sh_ideal;
+    /* warp-wide instructions by class (wgmma: per warpgroup; barriers: per block) */
+    long long shfl, vote, mma, ldmatrix, wgmma, cp_async, barriers;
+} sn_sim_profile;
+
+/* The profile's verdicts, "" when none: loads or stores using under half the sector bytes they
+ * move (uncoalesced; when they are a tenth or more of the sectors moved), sectors moved more
+ * than 8 times the distinct ones (data read again and again by many warps or blocks), shared
+ * memory taking over 1.5 times the wavefronts its bytes need (bank conflicts); each with its
+ * number. A launch of fewer than 64 sectors and 64 shared requests is not judged. */
+void sn_sim_profile_flags(const sn_sim_profile *p, char *buf, size_t n);
+
 typedef struct {
     sn_sim_order order;
     uint64_t seed;         /* for SN_SIM_SHUFFLED */
@@ -52,6 +82,9 @@ typedef struct {
      * stand-in driver whose device pointers are not host addresses maps them here. */
     void *(*map_pointer)(void *ctx, const void *device_ptr);
     void *map_ctx;
+    /* If set, the launch's counts are added into it; the module must have been loaded by
+     * sn_sim_module_load_profiled (else SN_ERR_INVALID). */
+    sn_sim_profile *profile;
 } sn_sim_opts;
 
 /* Forward order, seed 1, 48 KiB of shared memory (the opt-in maximum of a target is larger:
@@ -63,6 +96,10 @@ sn_sim_opts sn_sim_defaults(void);
  * and loads it. A compile error is SN_ERR_DEVICE carrying g++'s message; no g++ is
  * SN_ERR_UNSUPPORTED. *out is NULL on failure. */
 sn_status sn_sim_module_load(const char *src, sn_sim_module **out, sn_err *e);
+/* The same with every load and store of the kernel's code reported to the simulator
+ * (g++ -fsanitize=thread's instrumentation, its callbacks the simulator's own: no ThreadSanitizer
+ * runtime), for sn_sim_opts.profile; a few times slower to run. Cached apart. */
+sn_status sn_sim_module_load_profiled(const char *src, sn_sim_module **out, sn_err *e);
 void sn_sim_module_free(sn_sim_module *m);
 
 /* Whether m holds kernel `name` (its text ends in SN_HOST_STUB(name)). */

@@ -13,7 +13,7 @@
 
 #include "sim.h"
 
-#define SN_SIM_ABI 7u
+#define SN_SIM_ABI 8u
 
 /* Built with AddressSanitizer (gcc defines __SANITIZE_ADDRESS__, clang has the feature). */
 #if defined(__SANITIZE_ADDRESS__)
@@ -57,12 +57,16 @@ struct sn_sim_api {
     void (*wgmma_commit)(int line);
     void (*wgmma_wait)(int newest_pending, int line);
     void (*fence_proxy_async)(int line);
+    /* a profiled module's load or store of `bytes` at p, from the code at `site` */
+    void (*access)(const void *p, unsigned bytes, int write, const void *site);
 };
 
 /* sim_module.cc */
 struct sn_sim_module {
     void *so;
     void (*enter)(const sn_sim_thread *t); /* sets the running thread's coordinates */
+    bool profiled;                         /* sn_sim_module_load_profiled */
+    uintptr_t lo, hi;                      /* a profiled one's mapped range */
 };
 
 /* The address of symbol `name` in m's shared object, or NULL. */
@@ -171,6 +175,8 @@ struct launch {
     std::vector<shared_decl> decls;
     const char *kernel;
     unsigned long long rng;
+    const char *stacks_lo, *stacks_hi; /* the fibers' stacks */
+    struct sim_prof *prof;             /* a profiled launch's records (sim_profile.cc), or NULL */
 };
 
 /* The launch running on this OS thread. */
@@ -204,6 +210,22 @@ void sim_wgmma_wait(int newest_pending, int line);
 void sim_fence_proxy_async(int line);
 /* At a thread's exit: a wgmma still in flight is an error. */
 void sim_wgmma_exit(fiber *f);
+
+/* sim_profile.cc: a profiled launch (sn_sim_opts.profile) */
+/* Starts recording for l (l->prof), false when out of memory. */
+bool sim_profile_begin(launch *l);
+/* The access callback (sn_sim_api.access). */
+void sim_profile_access(const void *p, unsigned bytes, int write, const void *site);
+/* A cp.async (its global source and shared destination) or an ldmatrix row, recorded as the
+ * access of the running lane at a site made from the line and `what`. */
+void sim_profile_copy(const void *src, unsigned src_bytes, const void *dst, int line);
+void sim_profile_ldmatrix(const void *row, int n, int line);
+/* A collective of kind `kind` (sim_warp.cc's KIND_*, sim_wgmma.cc's) completed. */
+void sim_profile_collective(launch *l, int kind);
+/* The block that just ended: its requests counted into the profile. */
+void sim_profile_block(launch *l);
+/* The launch's end: its totals added into opts.profile, the records freed. */
+void sim_profile_end(launch *l, bool ok);
 
 /* The table handed to every module (sim_run.cc). */
 extern const sn_sim_api sim_api;

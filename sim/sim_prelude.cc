@@ -18,7 +18,7 @@ static const char header_text[] = R"SN_SIM(/* sinter_sim.h: the CPU side of the 
 #include <type_traits>
 #include <utility>
 
-#define SN_SIM_ABI 7u
+#define SN_SIM_ABI 8u
 
 struct sn_dim3 {
     unsigned x, y, z;
@@ -55,6 +55,7 @@ struct sn_sim_api {
     void (*wgmma_commit)(int line);
     void (*wgmma_wait)(int newest_pending, int line);
     void (*fence_proxy_async)(int line);
+    void (*access)(const void *p, unsigned bytes, int write, const void *site);
 };
 static const sn_sim_api *sn_sim;
 static thread_local const sn_sim_thread *sn_sim_self;
@@ -63,6 +64,48 @@ extern "C" unsigned sn_sim_bind(const sn_sim_api *api) {
     return SN_SIM_ABI;
 }
 extern "C" void sn_sim_enter(const sn_sim_thread *t) { sn_sim_self = t; }
+/* Where the calling thread's sn_sim_self lives (a profile does not count reading it). */
+extern "C" const void *sn_sim_tls(void) { return &sn_sim_self; }
+
+#ifdef __SANITIZE_THREAD__
+/* A profiled module (sn_sim_module_load_profiled): g++'s ThreadSanitizer instrumentation calls
+ * these around every load and store; they report the access and its site (the code after the
+ * call) to the simulator, and there is no ThreadSanitizer runtime. Before sn_sim_bind (the
+ * module's static initialisers) they report nothing. */
+#define SN_SIM_NOTSAN __attribute__((no_sanitize("thread"), noinline))
+#define SN_SIM_ACCESS(name, bytes, write)                                                  \
+    extern "C" SN_SIM_NOTSAN void name(void *p) {                                          \
+        if (sn_sim) sn_sim->access(p, bytes, write, __builtin_return_address(0));          \
+    }
+SN_SIM_ACCESS(__tsan_read1, 1, 0)
+SN_SIM_ACCESS(__tsan_read2, 2, 0)
+SN_SIM_ACCESS(__tsan_read4, 4, 0)
+SN_SIM_ACCESS(__tsan_read8, 8, 0)
+SN_SIM_ACCESS(__tsan_read16, 16, 0)
+SN_SIM_ACCESS(__tsan_write1, 1, 1)
+SN_SIM_ACCESS(__tsan_write2, 2, 1)
+SN_SIM_ACCESS(__tsan_write4, 4, 1)
+SN_SIM_ACCESS(__tsan_write8, 8, 1)
+SN_SIM_ACCESS(__tsan_write16, 16, 1)
+SN_SIM_ACCESS(__tsan_unaligned_read2, 2, 0)
+SN_SIM_ACCESS(__tsan_unaligned_read4, 4, 0)
+SN_SIM_ACCESS(__tsan_unaligned_read8, 8, 0)
+SN_SIM_ACCESS(__tsan_unaligned_read16, 16, 0)
+SN_SIM_ACCESS(__tsan_unaligned_write2, 2, 1)
+SN_SIM_ACCESS(__tsan_unaligned_write4, 4, 1)
+SN_SIM_ACCESS(__tsan_unaligned_write8, 8, 1)
+SN_SIM_ACCESS(__tsan_unaligned_write16, 16, 1)
+extern "C" SN_SIM_NOTSAN void __tsan_read_range(void *p, long n) {
+    if (sn_sim) sn_sim->access(p, (unsigned)n, 0, __builtin_return_address(0));
+}
+extern "C" SN_SIM_NOTSAN void __tsan_write_range(void *p, long n) {
+    if (sn_sim) sn_sim->access(p, (unsigned)n, 1, __builtin_return_address(0));
+}
+extern "C" SN_SIM_NOTSAN void __tsan_init(void) {}
+extern "C" SN_SIM_NOTSAN void __tsan_func_entry(void *) {}
+extern "C" SN_SIM_NOTSAN void __tsan_func_exit(void *) {}
+extern "C" SN_SIM_NOTSAN void __tsan_vptr_update(void *, void *) {}
+#endif
 
 #define threadIdx (sn_sim_self->threadIdx)
 #define blockIdx (sn_sim_self->blockIdx)
@@ -318,24 +361,31 @@ static inline void __threadfence(void) {}
 static inline void __threadfence_block(void) {}
 
 /* Calls kernel f with the arguments the CUDA driver API would pass: params[i] points at the i-th
- * argument's value; pointer arguments go through the launch's map_pointer (sn_sim_opts). */
+ * argument's value; pointer arguments go through the launch's map_pointer (sn_sim_opts). Its
+ * reads are the launch's, not the kernel's: a profile does not count them. */
+#ifdef __SANITIZE_THREAD__
+#define SN_SIM_UNCOUNTED __attribute__((no_sanitize("thread")))
+#else
+#define SN_SIM_UNCOUNTED
+#endif
 template <typename A>
-static A sn_sim_arg(void *param) {
+SN_SIM_UNCOUNTED static A sn_sim_arg(void *param) {
     A v;
     memcpy(&v, param, sizeof v);
     if constexpr (std::is_pointer<A>::value) v = (A)sn_sim->map_pointer((void *)v);
     return v;
 }
 template <typename... A, size_t... I>
-static void sn_sim_call(void (*f)(A...), void **params, std::index_sequence<I...>) {
+SN_SIM_UNCOUNTED static void sn_sim_call(void (*f)(A...), void **params,
+                                         std::index_sequence<I...>) {
     f(sn_sim_arg<typename std::remove_cv<A>::type>(params[I])...);
 }
 template <typename... A>
-static void sn_sim_call(void (*f)(A...), void **params) {
+SN_SIM_UNCOUNTED static void sn_sim_call(void (*f)(A...), void **params) {
     sn_sim_call(f, params, std::index_sequence_for<A...>{});
 }
 #define SN_HOST_STUB(kernel)                                                               \
-    extern "C" void kernel##_host(void **params) { sn_sim_call(kernel, params); }
+    extern "C" SN_SIM_UNCOUNTED void kernel##_host(void **params) { sn_sim_call(kernel, params); }
 
 #endif /* SINTER_SIM_H */
 )SN_SIM";

@@ -105,6 +105,7 @@ static void try_complete(launch *l, fiber *f) {
                      f->linear % 32, w.line, w.mask);
         }
     }
+    if (l->prof) sim_profile_collective(l, w.kind);
     for (unsigned i = 0; i < w.width; i++) {
         if (!named(w, i)) continue;
         fiber &gi = l->fibers[base + i];
@@ -188,6 +189,7 @@ static void cp_async(void *dst, const void *src, unsigned src_bytes, int line) {
     if (src_bytes > 16) sim_fail(line, "cp.async: %u source bytes, at most 16", src_bytes);
     fiber *f = l->running;
     f->copies.push_back(pending_copy{dst, src, src_bytes, f->groups_committed});
+    if (l->prof) sim_profile_copy(src, src_bytes, dst, line);
 }
 
 static void cp_async_commit(void) { current->running->groups_committed++; }
@@ -235,7 +237,7 @@ const sn_sim_api sim_api = {SN_SIM_ABI, syncthreads, sim_shfl, sim_ballot, share
                             sim_activemask, cp_async, cp_async_commit, cp_async_wait,
                             map_pointer, syncthreads_count, smem_addr, sim_wgmma,
                             sim_wgmma_fence, sim_wgmma_commit, sim_wgmma_wait,
-                            sim_fence_proxy_async};
+                            sim_fence_proxy_async, sim_profile_access};
 
 static void fiber_main(void) {
     launch *l = current;
@@ -378,6 +380,7 @@ static bool run_block(launch *l, unsigned long long b) {
             }
             l->barrier_count = 0;
             for (fiber &f : l->fibers) f.state = FIBER_READY, l->barrier_count += f.pred;
+            if (l->prof) sim_profile_collective(l, 0); /* kind 0: a block barrier */
             l->hint = 0;
             continue;
         }
@@ -482,6 +485,9 @@ sn_status sn_sim_launch(sn_sim_module *m, const char *kernel, const unsigned gri
         return sn_fail(e, SN_ERR_INVALID, "%s: launch of grid (%u,%u,%u) x block (%u,%u,%u): a "
                        "block has 1 to 1024 threads (z at most 64), grid y and z at most 65535",
                        kernel, grid[0], grid[1], grid[2], block[0], block[1], block[2]);
+    if (o.profile && !m->profiled)
+        return sn_fail(e, SN_ERR_INVALID, "%s: a profiled launch (sn_sim_opts.profile) needs the "
+                       "module loaded by sn_sim_module_load_profiled", kernel);
     if (dynamic_shared_bytes > o.shared_limit)
         return sn_fail(e, SN_ERR_INVALID, "%s: %u bytes of dynamic shared memory, more than the "
                        "%u allowed", kernel, dynamic_shared_bytes, o.shared_limit);
@@ -510,6 +516,13 @@ sn_status sn_sim_launch(sn_sim_module *m, const char *kernel, const unsigned gri
     l.fibers.resize(l.nthreads);
     for (unsigned t = 0; t < l.nthreads; t++)
         l.fibers[t].stack = stacks + (size_t)t * l.stack_stride + 4096;
+    l.stacks_lo = stacks;
+    l.stacks_hi = stacks + (size_t)l.nthreads * l.stack_stride;
+    l.prof = NULL;
+    if (o.profile && !sim_profile_begin(&l)) {
+        free(l.shared);
+        return sn_fail(e, SN_ERR_OOM, "%s: no memory for the profile's records", kernel);
+    }
     current = &l;
     segv_guard guard;
     std::vector<unsigned long long> blocks(nblocks);
@@ -519,8 +532,11 @@ sn_status sn_sim_launch(sn_sim_module *m, const char *kernel, const unsigned gri
         for (unsigned long long i = nblocks; i > 1; i--)
             std::swap(blocks[i - 1], blocks[next_random(&l.rng) % i]);
     bool ok = true;
-    for (unsigned long long b : blocks)
+    for (unsigned long long b : blocks) {
         if (!(ok = run_block(&l, b))) break;
+        if (l.prof) sim_profile_block(&l);
+    }
+    if (l.prof) sim_profile_end(&l, ok);
     current = NULL;
     free(l.shared);
     if (!ok) return sn_fail(e, SN_ERR_DEVICE, "%s", l.error.c_str());

@@ -119,6 +119,7 @@ void sim_ldmatrix(int n, int trans, unsigned *r, const void *row, int line) {
                      rows[j]);
     }
     int lane = (int)sim_lane(), g = lane >> 2, t = lane & 3;
+    if (l->prof && lane < 8 * n) sim_profile_ldmatrix(row, n, line); /* the rows it names */
     for (int m = 0; m < n; m++) { /* matrix m: rows from lanes 8m .. 8m+7 */
         unsigned short e[2];
         for (int i = 0; i < 2; i++) {

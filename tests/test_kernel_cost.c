@@ -31,6 +31,13 @@ START_TEST(occupancy_formulas) {
     ck_assert_int_eq(o.warps, 12);
     ck_assert_double_eq_tol(o.occupancy, 0.1875, 1e-9);
     ck_assert_str_eq(o.limiter, "registers");
+    /* the grid: cross_entropy on the H200 (ncu: 256 blocks of 256 threads, 28 registers,
+       achieved occupancy 24.23%): 8 blocks an SM at 100%, 1056 slots on 132 SMs, 256 filled */
+    sn_cuda_occupancy ce = sn_cuda_occupancy_of(h, 28, 384, 0, 256);
+    ck_assert_int_eq(ce.blocks, 8);
+    ck_assert_double_eq_tol(sn_cuda_grid_fill(&ce, 256, 132), 256.0 / 1056, 1e-12);
+    ck_assert_double_eq_tol(sn_cuda_grid_fill(&ce, 16384, 132), 1.0, 1e-12); /* many waves */
+    ck_assert_double_eq_tol(sn_cuda_grid_fill(&o, 1e6, 132), 0.1875, 1e-12);
     /* attention_fwd, 105 registers: 3360 -> 3584 a warp, 4 a quarter, 16 warps: 25% */
     o = sn_cuda_occupancy_of(h, 105, 27648, 0, 128);
     ck_assert_int_eq(o.regs_per_warp, 3584);

@@ -194,6 +194,10 @@ typedef struct {
 
 sn_cuda_occupancy sn_cuda_occupancy_of(const sn_cuda_sm_limits *L, int registers, int static_smem,
                                        int dynamic_smem, int threads);
+/* The share of a GPU's resident warp slots a launch of `blocks` blocks fills on `sms` SMs: the
+ * occupancy, times the share of the SMs' resident blocks the grid has when it is smaller than
+ * one wave (the SMs it leaves idle or half-used). */
+double sn_cuda_grid_fill(const sn_cuda_occupancy *o, double blocks, int sms);
 
 /* One kernel compiled for one arch: ptxas's numbers, its launch there and its occupancy. */
 typedef struct {

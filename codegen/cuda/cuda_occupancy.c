@@ -66,6 +66,11 @@ sn_cuda_occupancy sn_cuda_occupancy_of(const sn_cuda_sm_limits *L, int registers
     return o;
 }
 
+double sn_cuda_grid_fill(const sn_cuda_occupancy *o, double blocks, int sms) {
+    double slots = (double)sms * o->blocks;
+    return slots > 0 ? o->occupancy * (blocks < slots ? blocks / slots : 1.0) : 0.0;
+}
+
 sn_status sn_cuda_ptxas_report(const sn_kernel *const *ks, int n, int arch,
                                sn_cuda_kernel_report *out, sn_err *e) {
     memset(out, 0, sizeof *out * (size_t)n);

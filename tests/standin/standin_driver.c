@@ -80,6 +80,8 @@ CUresult cuInit(unsigned int Flags) {
     si.fail_launch = sn_standin_env("SN_STANDIN_FAIL_LAUNCH", 0);
     si.no_binary = sn_standin_env("SN_STANDIN_NO_BINARY", 0) != 0;
     si.fault_launch = sn_standin_env("SN_STANDIN_FAULT_LAUNCH", 0);
+    si.profile = getenv("SN_STANDIN_PROFILE");
+    if (si.profile && !*si.profile) si.profile = NULL;
     if (si.sm < 10 || si.sm > 200) {
         sn_standin_say("SN_STANDIN_SM=%d is not a compute capability like 75, 80 or 90", si.sm);
         return CUDA_ERROR_INVALID_VALUE;

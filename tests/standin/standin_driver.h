@@ -38,6 +38,7 @@ typedef struct {
     bool no_binary;          /* SN_STANDIN_NO_BINARY=1: every module load fails */
     uint64_t fault_launch;   /* SN_STANDIN_FAULT_LAUNCH=N: the Nth kernel run faults later */
     CUresult sticky;         /* a kernel fault: every later call fails with it, as on a GPU */
+    const char *profile;     /* SN_STANDIN_PROFILE=FILE: every launch profiled, a line each */
 } si_state;
 extern si_state si;
 

@@ -178,7 +178,8 @@ CUresult cuModuleLoadData(CUmodule *module, const void *image) {
     if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
     m->arch = (int)h->arch;
     sn_err e;
-    if ((r = parse_kernels(m, src)) == CUDA_SUCCESS && sn_sim_module_load(src, &m->sim, &e)) {
+    if ((r = parse_kernels(m, src)) == CUDA_SUCCESS &&
+        (si.profile ? sn_sim_module_load_profiled : sn_sim_module_load)(src, &m->sim, &e)) {
         sn_standin_say("cuModuleLoadData: the simulator cannot load the text: %s", e.msg);
         r = SI_INVALID_IMAGE;
     }
@@ -234,6 +235,30 @@ CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int v
 
 /* ---- launches ---- */
 
+/* SN_STANDIN_PROFILE: the launch's profile (sim/sim.h) as a line of FILE, appended, after a
+ * header when the file is empty: the kernel, its grid and block, the counts, the verdicts. */
+static void profile_line(const si_function *f, const unsigned grid[3], const unsigned block[3],
+                         const sn_sim_profile *p) {
+    FILE *out = fopen(si.profile, "a");
+    if (!out) {
+        sn_standin_say("SN_STANDIN_PROFILE=%s cannot be opened for appending", si.profile);
+        return;
+    }
+    if (ftell(out) == 0)
+        fprintf(out, "kernel\tgrid\tblock\tld_requests\tld_sectors\tld_bytes\tst_requests\t"
+                "st_sectors\tst_bytes\tdistinct_sectors\tsh_requests\tsh_wavefronts\t"
+                "sh_ideal\tshfl\tvote\tmma\tldmatrix\twgmma\tcp_async\tbarriers\tflags\n");
+    char flags[512];
+    sn_sim_profile_flags(p, flags, sizeof flags);
+    fprintf(out, "%s\t%ux%ux%u\t%ux%ux%u\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t"
+            "%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%s\n", f->name, grid[0], grid[1],
+            grid[2], block[0], block[1], block[2], p->ld_requests, p->ld_sectors, p->ld_bytes,
+            p->st_requests, p->st_sectors, p->st_bytes, p->footprint_sectors, p->sh_requests,
+            p->sh_wavefronts, p->sh_ideal, p->shfl, p->vote, p->mma, p->ldmatrix, p->wgmma,
+            p->cp_async, p->barriers, *flags ? flags : "-");
+    fclose(out);
+}
+
 static void *map_pointer(void *ctx, const void *p) {
     return si_host((CUdeviceptr)(uintptr_t)p, 0, (const char *)ctx);
 }
@@ -270,12 +295,15 @@ CUresult si_launch_now(si_function *f, const unsigned grid[3], const unsigned bl
     o.map_ctx = f->name;
     uint64_t order = sn_standin_env("SN_STANDIN_ORDER", 0); /* 0 forward, 1 reverse, 2 shuffled */
     o.order = order < SN_SIM_ORDER_COUNT ? (sn_sim_order)order : SN_SIM_FORWARD;
+    sn_sim_profile prof = {0};
+    if (si.profile) o.profile = &prof;
     sn_err e;
     if (sn_sim_launch(f->m->sim, f->name, grid, block, shared, params, &o, &e)) {
         sn_standin_say("%s failed on the simulator: %s", f->name, e.msg);
         si.sticky = CUDA_ERROR_LAUNCH_FAILED; /* a fault ends the context on a GPU */
         return CUDA_ERROR_LAUNCH_FAILED;
     }
+    if (si.profile) profile_line(f, grid, block, &prof);
     return CUDA_SUCCESS;
 }
 
