@@ -354,6 +354,10 @@ static const att_case cases[] = {
     /* several double-buffered tiles in every pass (sm_90, D = 64: forward key tiles of 64, dq's
      * of 32, dk/dv's query tiles of 32) and a sequence no tile divides */
     {1, 2, 200, 200, 64, 64, SN_BF16, 90, 0},
+    /* head sizes real models use besides 64 and 128 (issue 22): 80 (5 k-steps of 16) and 96,
+     * on each tensor-core path, one with grouped-query k and v */
+    {1, 2, 45, 61, 80, 80, SN_BF16, 80, 0},    {1, 4, 77, 77, 96, 96, SN_BF16, 90, 2},
+    {1, 2, 37, 37, 80, 80, SN_F16, 75, 0},     {1, 2, 45, 45, 96, 96, SN_F16, 80, 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
@@ -916,7 +920,7 @@ START_TEST(nvrtc_no_spills) {
         sn_dtype dt;
         int64_t D;
     } forms[] = {{SN_F32, 32}, {SN_F32, 64}, {SN_F32, 128}, {SN_BF16, 64}, {SN_BF16, 128}, {SN_F16, 64},
-                 {SN_F16, 128}};
+                 {SN_F16, 128}, {SN_BF16, 80}, {SN_BF16, 96}, {SN_F16, 80}, {SN_F16, 96}};
     static const int archs[] = {75, 80, 90};
     int bad = 0;
     for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
