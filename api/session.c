@@ -462,9 +462,9 @@ static sn_status unpadded_get(void *src, const sn_node *p, float *data, sn_err *
 /* Whether a sample after n_prompt tokens goes through the KV cache: the model builds the
  * generation graphs, the prompt fits the training length (past it the generator's window
  * slides), and the run holds no memory plan (the generator's fp32 weights and cache are not in
- * it) nor an NF4 base (whose point is not to hold the weights in full precision). */
+ * it). An NF4 base stays NF4 in the generator (sn_generator_opts.nf4: the trainer's bytes). */
 static bool kv_sampling(const sn_session *r, size_t n_prompt) {
-    return r->m.build_kv && r->m.n_layer > 0 && !r->planned && !r->po.nf4 && n_prompt >= 1 &&
+    return r->m.build_kv && r->m.n_layer > 0 && !r->planned && n_prompt >= 1 &&
            n_prompt <= (size_t)r->T;
 }
 
@@ -473,7 +473,8 @@ static bool kv_sampling(const sn_session *r, size_t n_prompt) {
 static sn_status kv_generator(sn_session *r, sn_err *e) {
     if (r->gen) return SN_OK;
     sn_generator_opts go = {.build = build_kv, .user = r, .ctx = r->m.ctx, .n_layer = r->m.n_layer,
-                            .batch = 1, .window = r->T}; /* positions past T were never trained */
+                            .batch = 1, .window = r->T, /* positions past T were never trained */
+                            .nf4 = r->po.nf4};
     sn_status s = sn_generator_new(&go, r->dev, &r->gen, e);
     const sn_graph *dg = s ? NULL : sn_generator_decode_graph(r->gen);
     for (int i = 0; !s && i < sn_trainer_param_count(r->t); i++) {

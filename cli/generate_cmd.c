@@ -104,6 +104,7 @@ typedef struct {
     int ctx, n_layer;    /* the model's, either family */
     bool has_lora;
     sn_gpt2_lora lora;
+    bool nf4;            /* a QLoRA checkpoint: its base stays NF4 on the device, as trained */
 } gen_model;
 
 static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn_err *e) {
@@ -301,6 +302,8 @@ static sn_status from_checkpoint(const gen_args *a, const char *bpe, gen_source 
         s = sn_fail_oom(e, 512, "the byte tokenizer");
     }
     if (s) return s;
+    char qlora[80];
+    m->nf4 = sn_ckpt_model_meta(g->ck, "qlora", qlora, sizeof qlora) != NULL;
     int trained = sn_ckpt_model_meta(g->ck, "seq", seq_text, sizeof seq_text) ? atoi(seq_text) : m->ctx;
     g->window = trained < 1 || trained > m->ctx ? m->ctx : trained;
     if (m->llama) /* no position table: the cache holds the positions it was trained on, no more */
@@ -381,7 +384,7 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
     if (!s) s = open_device(a, &dev, e);
     /* past the trained positions the windows slide (generate.h) */
     sn_generator_opts go = {.build = build_kv, .user = m, .ctx = m->ctx, .n_layer = m->n_layer,
-                            .batch = B, .window = window};
+                            .batch = B, .window = window, .nf4 = m->nf4};
     if (!s) s = sn_generator_new(&go, dev, &gen, e);
     if (!s && src.ck) s = sn_ckpt_model_covers(src.ck, sn_generator_decode_graph(gen), e);
     if (!s) s = sn_generator_load(gen, src.ck ? sn_ckpt_model_weights(src.ck) : (sn_weight_source){weights_get, &src}, e);

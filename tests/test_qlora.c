@@ -19,7 +19,9 @@
 #include "passes/pipeline.h"
 #include "runtime/device.h"
 #include "support/rng.h"
+#include "program/program.h"
 #include "train/checkpoint.h"
+#include "train/generate.h"
 #include "train/sample.h"
 #include "train/train.h"
 #include "harness.h"
@@ -426,6 +428,93 @@ START_TEST(resume_bit_exact_and_refusals) {
 }
 END_TEST
 
+/* ---- generation: the base stays NF4 ---- */
+
+static sn_status tiny_kv(sn_graph *g, int b, int t, bool decode, void *user, sn_err *e) {
+    (void)user;
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = V;
+    sn_gpt2_lora l = {.lora = {.rank = RANK, .alpha = 8}, .targets = SN_GPT2_LORA_ALL};
+    return sn_gpt2_build_kv(g, &c, b, t, decode, &l, e);
+}
+
+/* A generator of the checkpoint at path with its base NF4 or dequantized: the logits of a
+ * forced sequence into logits ((n - n_prompt + 1) x V), the decode program's weight bytes. */
+static int64_t forced(sn_device *d, const sn_ckpt_model *ck, bool nf4, float *logits) {
+    static const int32_t toks[] = {3, 17, 42, 5, 63, 0, 9, 9, 30, 11};
+    sn_generator_opts go = {.build = tiny_kv, .ctx = 32, .n_layer = 2, .batch = 1, .nf4 = nf4};
+    sn_generator *gen;
+    sn_err e;
+    ck_assert_msg(sn_generator_new(&go, d, &gen, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_generator_load(gen, sn_ckpt_model_weights(ck), &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_generator_forced(gen, toks, 10, 4, logits, &e) == SN_OK, "%s", e.msg);
+    const sn_program *p = sn_generator_decode_program(gen);
+    int64_t bytes = 0, u8 = 0;
+    for (int i = 0; i < p->g->n_nodes; i++) {
+        const sn_node *n = p->g->nodes[i];
+        if (n->op != SN_OP_PARAM) continue;
+        bytes += sn_numel(n) * sn_dtype_bits(n->dtype) / 8;
+        u8 += n->dtype == SN_U8;
+    }
+    ck_assert_int_eq(u8, nf4 ? N_NF4 : 0);
+    sn_generator_free(gen);
+    return bytes;
+}
+
+/* sinter generate from a QLoRA checkpoint keeps the base NF4 on the device (its records' bytes
+ * exactly, each product unpacking its weights): the logits of a forced sequence are the
+ * dequantized base's bit for bit, in fewer weight bytes; an f32 checkpoint's weights are
+ * quantized on the way in. */
+START_TEST(generation_keeps_the_base_nf4) {
+    sn_err e;
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
+    char path[] = "/tmp/sn_test_qlora_gen_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    close(fd);
+    sn_graph *g = tiny(true, SN_PRECISION_FP32);
+    sn_trainer *t = trainer(g, d, 5, 8);
+    steps(t, 3, NULL);
+    sn_run_state r;
+    meta(&r, true);
+    ck_assert_msg(sn_checkpoint_save(path, t, &r, &e) == SN_OK, "%s", e.msg);
+    sn_ckpt_model *ck;
+    ck_assert_msg(sn_ckpt_model_read(path, &ck, &e) == SN_OK, "%s", e.msg);
+    enum { ROWS = 10 - 4 + 1 };
+    float *a = malloc(sizeof(float) * ROWS * V), *b = malloc(sizeof(float) * ROWS * V);
+    int64_t packed_bytes = forced(d, ck, true, a), full = forced(d, ck, false, b);
+    for (int i = 0; i < ROWS * V; i++)
+        ck_assert_msg(a[i] == b[i], "logit %d: %.9g with the NF4 base, %.9g dequantized", i, a[i], b[i]);
+    ck_assert_msg(packed_bytes < full, "NF4 weights %lld bytes, f32 %lld", (long long)packed_bytes,
+                  (long long)full);
+    printf("generation from a QLoRA checkpoint: the NF4 base's logits are the dequantized base's "
+           "bit for bit; the decode program's parameters %lld bytes against %lld\n",
+           (long long)packed_bytes, (long long)full);
+    sn_ckpt_model_free(ck);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+
+    /* a LoRA checkpoint (f32 base) generated with the base in NF4: quantized on the way in, as
+       the trainer's --init quantizes it */
+    g = tiny(false, SN_PRECISION_FP32);
+    t = trainer(g, d, 5, 8);
+    meta(&r, false);
+    ck_assert_msg(sn_checkpoint_save(path, t, &r, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_ckpt_model_read(path, &ck, &e) == SN_OK, "%s", e.msg);
+    forced(d, ck, true, a);
+    for (int i = 0; i < ROWS * V; i++) ck_assert_msg(isfinite(a[i]), "logit %d: %g", i, a[i]);
+    sn_ckpt_model_free(ck);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+    free(a);
+    free(b);
+    unlink(path);
+    sn_device_free(d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("qlora");
     TCase *t = tcase_create("qlora");
@@ -435,6 +524,7 @@ int main(void) {
     tcase_add_test(t, tracks_lora_bf16);
     tcase_add_test(t, samples_read_the_packed_bytes);
     tcase_add_test(t, resume_bit_exact_and_refusals);
+    tcase_add_test(t, generation_keeps_the_base_nf4);
     suite_add_tcase(s, t);
     return sn_test_main(s);
 }

@@ -17,7 +17,7 @@
 /* A model of either family, with LoRA or not, and how often its generation graphs were built
  * (the KV path's evidence). */
 typedef struct {
-    bool llama, lora, kv_without_lora;
+    bool llama, lora, kv_without_lora, nf4;
     sn_gpt2_config g;
     sn_llama_config l;
     int kv_builds;
@@ -64,6 +64,7 @@ static sn_session *session(model *m, bool kv, int steps, int64_t mem) {
     o.steps = steps + 3; /* three more for same_samples' second round */
     o.lr = 1e-2;
     o.mem = mem;
+    o.nf4 = m->nf4; /* QLoRA: the base NF4 in the trainer and in both samplers */
     int ctx = m->llama ? m->l.ctx : m->g.ctx, layers = m->llama ? m->l.n_layer : m->g.n_layer;
     sn_model sm = {.name = m->llama ? "llama-tiny" : "tiny", .ctx = ctx, .build = build, .user = m,
                    .build_kv = kv ? build_kv : NULL, .n_layer = kv ? layers : 0};
@@ -128,6 +129,16 @@ START_TEST(gpt2_lora_kv_equals_recomputed) {
 }
 END_TEST
 
+START_TEST(qlora_kv_equals_recomputed) {
+    model m = gpt2_tiny(true);
+    m.nf4 = true;
+    same_samples(&m);
+    m = llama_tiny(true);
+    m.nf4 = true;
+    same_samples(&m);
+}
+END_TEST
+
 START_TEST(llama_kv_equals_recomputed) {
     model m = llama_tiny(false);
     same_samples(&m);
@@ -188,6 +199,7 @@ int main(void) {
     tcase_add_test(tc, gpt2_kv_equals_recomputed);
     tcase_add_test(tc, gpt2_lora_kv_equals_recomputed);
     tcase_add_test(tc, llama_kv_equals_recomputed);
+    tcase_add_test(tc, qlora_kv_equals_recomputed);
     tcase_add_test(tc, falls_back);
     tcase_add_test(tc, missing_parameter_refused);
     suite_add_tcase(s, tc);

@@ -10,6 +10,7 @@
 
 #include "data/data.h"
 #include "checkpoint_int.h"
+#include "ir/nf4.h"
 
 /* Checks the header, the size and the CRC, and splits the payload into records. out->recs is
  * the caller's to free, whatever this returns. */
@@ -125,6 +126,37 @@ static void model_words(const sn_ckpt_model *m, char *buf, size_t len) {
              sn_ckpt_model_meta(m, "model.shape", shape, sizeof shape) ? ")" : "");
 }
 
+/* NF4 storage p (the nf4 pass's u8 parameter, passes/nf4.c) from record r of the weights of
+ * that shape: an NF4 record's packed bytes exactly (QLoRA's base as trained), an f32 record's
+ * weights quantized here. */
+static sn_status nf4_get(const sn_ckpt_model *m, const sn_ckpt_rec *r, int rank,
+                         int64_t *shape, const sn_node *p, uint8_t *out, sn_err *e) {
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++) n *= shape[d];
+    if (sn_nf4_layout_of(n).bytes != sn_numel(p))
+        return sn_fail(e, SN_ERR_INVALID, "checkpoint %s does not fit the model asked for: its "
+                       "parameter %s holds %lld weights, and the model's NF4 storage for it %lld "
+                       "bytes", m->path, p->name, (long long)n, (long long)sn_numel(p));
+    if (r->kind == REC_NF4) {
+        if (sn_ckpt_nf4_numel(r, shape) != n)
+            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: the NF4 weights of "
+                           "parameter %s have a bad size or scales: use an older checkpoint",
+                           m->path, p->name);
+        memcpy(out, r->body + 4 + 8 * (size_t)rank, (size_t)sn_numel(p));
+        return SN_OK;
+    }
+    if (r->size != 4 + 8 * (uint64_t)rank + 12 * (uint64_t)n)
+        return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s holds %" PRIu64
+                       " bytes, not 3 x %lld floats: use an older checkpoint", m->path, p->name,
+                       r->size, (long long)n);
+    float *w = sn_malloc(sizeof(float) * (size_t)n, "a weight to quantize", e);
+    if (!w) return SN_ERR_OOM;
+    memcpy(w, r->body + 4 + 8 * (size_t)rank, sizeof(float) * (size_t)n);
+    sn_status s = sn_nf4_quantize(w, n, out, e);
+    free(w);
+    return s;
+}
+
 static sn_status model_get(void *src, const sn_node *p, float *data, sn_err *e) {
     const sn_ckpt_model *m = src;
     const sn_ckpt_rec *r = sn_ckpt_find_weights(&m->f, p->name);
@@ -138,6 +170,7 @@ static sn_status model_get(void *src, const sn_node *p, float *data, sn_err *e) 
     if (rank < 0)
         return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: parameter %s has a bad shape "
                        "record: use an older checkpoint", m->path, p->name);
+    if (p->dtype == SN_U8) return nf4_get(m, r, rank, shape, p, (uint8_t *)data, e);
     if (rank != p->rank || memcmp(shape, p->shape, sizeof(int64_t) * (size_t)rank)) {
         char there[96], here[96];
         sn_shape_str(rank, shape, there, sizeof there);

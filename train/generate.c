@@ -91,8 +91,9 @@ static sn_status compile(sn_generator *gen, int T, bool decode, sn_graph **g, sn
                        "sn_graph_set_logits): build it "
                        "as train/generate.h describes", decode ? "decode" : "prefill",
                        G->n_outputs, L);
-    /* fp32, no rewrite but flash attention in the prefill (the decode's matches nothing) */
-    sn_pipeline_opts po = {.target = &gen->dev->target, .fuse_attention = !decode};
+    /* fp32, no rewrite but flash attention in the prefill (the decode's matches nothing) and,
+       when asked, the NF4 base */
+    sn_pipeline_opts po = {.target = &gen->dev->target, .fuse_attention = !decode, .nf4 = o->nf4};
     return sn_compile(G, &po, p, NULL, e);
 }
 

@@ -39,6 +39,9 @@ typedef struct {
     int batch;   /* B: prompts generated together */
     int window;  /* positions a row uses before its window slides (below), at most ctx: the
                     length the model was trained on; 0: ctx */
+    bool nf4;    /* the frozen linear weights stored as NF4 (the nf4 pass, QLoRA's base: a u8
+                    parameter of the weight's name, which the weight source fills with packed
+                    bytes), each product unpacking its own before it */
 } sn_generator_opts;
 
 typedef struct sn_generator sn_generator;
