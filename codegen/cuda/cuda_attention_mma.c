@@ -25,7 +25,8 @@ int64_t sn_att_mma_shared(const sn_att_plan *p) {
     case SN_ATT_DQ: return 2 * (own + W) * (LD + LDV) + 4 * own;
     case SN_ATT_DKV: /* k (and v), the streamed q, dout (and o for dk's dot), lse (and dot) */
         return 2 * (own * LD + (p->out_dk ? own * LDV : 0) + W * (LD + LDV) +
-                    (p->out_dk ? W * LDV : 0)) + 4 * (int64_t)p->tile * (p->out_dk ? 2 : 1);
+                    (p->out_dk ? W * LDV : 0)) + 4 * (int64_t)p->tile * (p->out_dk ? 2 : 1) +
+               (p->wgmma ? 1024 : 0);
     }
     return 0;
 }
@@ -337,7 +338,10 @@ void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p, const char *fname) {
     switch (p->pass) {
     case SN_ATT_FWD: sn_attm_emit_fwd(t, p, o); break;
     case SN_ATT_DQ: sn_attm_emit_dq(t, p, o); break;
-    case SN_ATT_DKV: sn_attm_emit_dkv(t, p, o); break;
+    case SN_ATT_DKV:
+        if (p->wgmma) sn_attw_emit_dkv(t, p, o);
+        else sn_attm_emit_dkv(t, p, o);
+        break;
     }
     sn_cu_emitf(t, "}");
 }

@@ -245,9 +245,7 @@ void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "}");
 }
 
-/* DKV: copies of query tile (gn, qn) into rows `trow` of the streamed tiles: q, dout and, with
- * dk, o (for the dots); head gn's pointers when the group has several. */
-static void copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, const char *trow) {
+void sn_attm_copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, const char *trow) {
     const char *srcs[][4] = {{"q_tile", "q", "HEAD_D", "q_row"},
                              {"do_tile", "dout", "HEAD_DV", "dout_row"},
                              {"o_tile", "o", "HEAD_DV", "o_row"}};
@@ -255,7 +253,8 @@ static void copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, con
         char src[64];
         if (p->G > 1) snprintf(src, sizeof src, "(%s_group + gn * %s_head)", srcs[i][1], srcs[i][1]);
         else snprintf(src, sizeof src, "%s", srcs[i][1]);
-        sn_attm_copy_rows(t, async, srcs[i][0], trow, src, srcs[i][3], "qn", "BQ", srcs[i][2], "SEQ_Q", false);
+        sn_attm_copy_rows(t, async, srcs[i][0], trow, src, srcs[i][3], "qn", "BQ", srcs[i][2], "SEQ_Q",
+                          p->wgmma);
     }
 }
 
@@ -373,7 +372,7 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_cu_emitf(t, "if (n_tiles > 0) {");
         sn_cu_emitf(t, "const int gn = 0, qn = q_begin;");
         if (!group) sn_cu_emitf(t, "(void)gn;");
-        copy_query_tile(t, p, true, "0");
+        sn_attm_copy_query_tile(t, p, true, "0");
         sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "sn_cp_async_commit();");
         sn_cu_emitf(t, "/* the lse (base 2) of the tile's query threadIdx.x, one tile ahead */");
@@ -401,7 +400,7 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_cu_emitf(t, "if (tq + 1 < n_tiles) {");
         sn_cu_emitf(t, "const int gn = (tq + 1) / per_head, qn = q_begin + (tq + 1) %% per_head * BQ;");
         if (!group) sn_cu_emitf(t, "(void)gn;");
-        copy_query_tile(t, p, true, "BQ - st");
+        sn_attm_copy_query_tile(t, p, true, "BQ - st");
         sn_cu_emitf(t, "const int r = threadIdx.x;");
         sn_cu_emitf(t, "if (r < BQ) lse_next = qn + r < SEQ_Q ? sn_load(%s[qn + r]) * "
                     "1.44269504f : 0.0f; /* read at the next tile: its latency hidden */",
@@ -414,7 +413,7 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_cu_emitf(t, "{");
         sn_cu_emitf(t, "const int gn = g, qn = qs;");
         if (!group) sn_cu_emitf(t, "(void)gn;");
-        copy_query_tile(t, p, false, "st");
+        sn_attm_copy_query_tile(t, p, false, "st");
         sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "__syncthreads();");
     }
