@@ -335,7 +335,9 @@ sn_program *case_program(const att_case *c, sn_graph **gp) {
 }
 
 /* Compiles c's attention kernels for c->sm; SN_ATT_DUMP names a folder to write them to. */
-int nvrtc_check(const att_case *c) {
+int nvrtc_check(const att_case *c) { return nvrtc_check_planted(c, NULL, NULL); }
+
+int nvrtc_check_planted(const att_case *c, const char *needle, const char *plant) {
     sn_graph *g;
     sn_program *p = case_program(c, &g);
     const sn_kernel *ks[8];
@@ -346,6 +348,11 @@ int nvrtc_check(const att_case *c) {
     sn_cuda_source cs;
     sn_err e;
     ck_assert_msg(sn_cuda_render(ks, n, &tg, &cs, &e) == SN_OK, "%s", e.msg);
+    if (needle) {
+        char *planted = replace_first(cs.src, needle, plant);
+        free(cs.src);
+        cs.src = planted;
+    }
     const char *src = cs.src;
     const char *dump = getenv("SN_ATT_DUMP"); /* a folder: write each source there */
     if (dump) {
@@ -376,6 +383,19 @@ int nvrtc_check(const att_case *c) {
             if (inf->spill_store_bytes || inf->spill_load_bytes || inf->stack_bytes ||
                 inf->shared_bytes > 48 << 10)
                 bad++;
+        }
+        /* ptxas's warnings and its "Potential Performance Loss" notes (wgmma serialized,
+         * waited for at every one: C7518 when a planted read of s in flight made ptxas wait)
+         * count as bad */
+        static const char *const notes[] = {"arning", "Performance Loss"};
+        for (int k = 0; k < 2; k++) {
+            for (const char *w = m.log ? strstr(m.log, notes[k]) : NULL; w;
+                 w = strstr(w + 1, notes[k])) {
+                const char *end = strchr(w, '\n');
+                printf("nvrtc sm_%d: ptxas: ...%.*s\n", c->sm,
+                       (int)(end ? end - w : (long)strlen(w)), w);
+                bad++;
+            }
         }
     }
     fflush(stdout);

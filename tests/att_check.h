@@ -60,5 +60,8 @@ sn_program *case_program(const att_case *c, sn_graph **gp);
  * many spill, use a stack frame or more than 48 KiB of shared memory, or -1 when NVRTC is
  * missing (skipped). */
 int nvrtc_check(const att_case *c);
+/* The same with the first needle in the text replaced by plant; ptxas's warnings and its
+ * "Potential Performance Loss" notes (a wgmma it serialized) count as bad too. */
+int nvrtc_check_planted(const att_case *c, const char *needle, const char *plant);
 
 #endif
