@@ -38,9 +38,10 @@ sn_status sn_att_wgmma_plan(sn_att_plan *p, const sn_target *tg, sn_err *e) {
     /* FWD: 64 queries over key tiles of 64; DKV: 64 keys over query tiles of 64 */
     p->warps = 4, p->rows = 16, p->tile = 64, p->stages = 2;
     p->dynamic = true; /* the swizzled tiles start 1024-byte aligned: carved, 1 KiB to spare */
-    /* uncapped: the dk/dv kernel takes 183 registers in gpt2's bf16 program (2 blocks an SM);
-     * capped for 3 (168) it spilled and ptxas serialized its wgmma (C7518), 2026-11-28 */
-    p->min_blocks = 0;
+    /* dk/dv: 3 blocks an SM (168 registers; the shared memory holds 3): 165 uncapped in
+     * gpt2's bf16 program since dS reads P from dv's packed A (183 with P in f32, 2 blocks; capped
+     * then, it spilled and ptxas serialized its wgmma, C7518), 2026-11-28 */
+    p->min_blocks = p->pass == SN_ATT_DKV ? 3 : 0;
     p->shared_bytes = sn_att_mma_shared(p);
     return SN_OK;
 }

@@ -155,10 +155,23 @@ void sn_attw_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_cu_emitf(t, "sn_wgmma_wait(%d); /* dp is in%s */", dv ? 1 : 0, dv ? "; dv's product may "
                     "still be in flight" : "");
         sn_cu_emitf(t, "sn_wgmma_fence_operands(&dp[0][0], BQ / 2);");
-        sn_cu_emitf(t, "/* ds = P (dp - dout_i . o_i), in dp (0 where P is) */");
-        const char *d[] = {"const int r = nt * 8 + 2 * tig + e % 2;",
-                           "dp[nt][e] = s[nt][e] * (dp[nt][e] - dot_tile[r]);"};
-        sn_attm_elements(t, "BQ / 8", NULL, true, d, 2);
+        if (dv) { /* P as packed for dv's product (s dead there: 165 registers, not 183) */
+            sn_cu_emitf(t, "/* ds = P (dp - dout_i . o_i), in dp (0 where P is), P rounded to "
+                        "%s as dv's A holds it (pa[nt / 2][2 (nt %% 2) + e / 2], half e %% 2) */",
+                        sn_dtype_name(p->dt));
+            const char *d[] = {"const int r = nt * 8 + 2 * tig + e % 2;",
+                               "const unsigned w = pa[nt / 2][nt % 2 * 2 + e / 2];",
+                               p->dt == SN_BF16
+                                   ? "const float pr = __uint_as_float(e % 2 ? w & 0xffff0000u : w << 16);"
+                                   : "const float pr = e % 2 ? sn_f16_hi(w) : sn_f16_lo(w);",
+                               "dp[nt][e] = pr * (dp[nt][e] - dot_tile[r]);"};
+            sn_attm_elements(t, "BQ / 8", NULL, true, d, 4);
+        } else {
+            sn_cu_emitf(t, "/* ds = P (dp - dout_i . o_i), in dp (0 where P is) */");
+            const char *d[] = {"const int r = nt * 8 + 2 * tig + e % 2;",
+                               "dp[nt][e] = s[nt][e] * (dp[nt][e] - dot_tile[r]);"};
+            sn_attm_elements(t, "BQ / 8", NULL, true, d, 2);
+        }
         sn_cu_emitf(t, "/* dk += ds Q */");
         sn_cu_emitf(t, "const unsigned q_at = sn_smem_addr(&q_tile[st][0]);");
         product_rs(t, p, o, "acc_k", "dp", "da", "q_at");
