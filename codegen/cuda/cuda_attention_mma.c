@@ -338,10 +338,7 @@ void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p, const char *fname) {
     switch (p->pass) {
     case SN_ATT_FWD: sn_attm_emit_fwd(t, p, o); break;
     case SN_ATT_DQ: sn_attm_emit_dq(t, p, o); break;
-    case SN_ATT_DKV:
-        if (p->wgmma) sn_attw_emit_dkv(t, p, o);
-        else sn_attm_emit_dkv(t, p, o);
-        break;
+    case SN_ATT_DKV: sn_attm_emit_dkv(t, p, o); break;
     }
     sn_cu_emitf(t, "}");
 }

@@ -69,6 +69,9 @@ void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 void sn_attm_copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, const char *trow);
+/* DKV's P of the query tile in s (with ds: and dS in dp), masked where a warp's keys cross the
+ * diagonal or a tile the sequence's end. */
+void sn_attm_dkv_p(sn_cu_text *t, bool ds);
 
 /* cuda_attention_wgmma.c: the wgmma forward's pieces: the aligned dynamic shared memory the
  * tiles are carved from (att_smem), S = Q K^T into s[1][BK / 8][4], O += P V into o_acc. */
@@ -78,7 +81,9 @@ void sn_attw_pv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 /* The wgmma of p's type: A from shared memory (ss, B K-major) or from registers (B MN-major). */
 const char *sn_attw_name(const sn_att_plan *p, bool regs);
 
-/* cuda_attention_wgmma_dkv.c: the dk/dv kernel on wgmma (p->wgmma, DKV). */
-void sn_attw_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
+/* cuda_attention_wgmma_dkv.c: the dk/dv kernel's products of one query tile on wgmma (p->wgmma,
+ * DKV), in sn_attm_emit_dkv's loop once the tile, its lse and its dots are in: acc_v += P dout,
+ * acc_k += dS Q, every wgmma waited for at its end. */
+void sn_attw_dkv_products(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 
 #endif
