@@ -255,49 +255,61 @@ sn_program *fuse(sn_graph *g) {
     return p;
 }
 
-/* Forward and backward of one case: o and lse (one kernel), dq, dk, dv. */
-run_result check_case(const att_case *c, bool unfused, const char *needle,
-                             const char *plant) {
-    char label[160];
-    snprintf(label, sizeof label, "%s sm_%d (%dx%d, kv heads %d) T=%lld S=%lld D=%lld Dv=%lld%s",
-             sn_dtype_name(c->dt), c->sm, c->b0, c->b1, kv_heads(c), (long long)c->T,
-             (long long)c->S, (long long)c->D, (long long)c->Dv, unfused ? " unfused forward" : "");
+sn_graph *case_graph(const att_case *c, int outs, sn_node *in[5]) {
     float scale = 1.0f / sqrtf((float)c->D);
     sn_graph *g = sn_graph_new();
     sn_node *q = sn_input(g, "q", c->dt, SN_SHAPE(c->b0, c->b1, c->T, c->D));
     sn_node *k = sn_input(g, "k", c->dt, SN_SHAPE(c->b0, kv_heads(c), c->S, c->D));
     sn_node *v = sn_input(g, "v", c->dt, SN_SHAPE(c->b0, kv_heads(c), c->S, c->Dv));
-    sn_node *dout = NULL, *lse_in = NULL;
-    int want;
-    if (unfused) { /* attention_lse alone, and attention reading a given lse */
-        lse_in = sn_input(g, "lse", SN_F32, SN_SHAPE(c->b0, c->b1, c->T));
+    in[0] = q, in[1] = k, in[2] = v, in[3] = in[4] = NULL;
+    if (outs == ATT_UNFUSED) { /* attention_lse alone, and attention reading a given lse */
+        in[4] = sn_input(g, "lse", SN_F32, SN_SHAPE(c->b0, c->b1, c->T));
         sn_graph_add_output(g, sn_attention_lse(g, q, k, scale));
-        sn_graph_add_output(g, sn_attention(g, q, k, v, lse_in, scale));
-        want = 2;
+        sn_graph_add_output(g, sn_attention(g, q, k, v, in[4], scale));
     } else {
-        dout = sn_input(g, "dout", c->dt, SN_SHAPE(c->b0, c->b1, c->T, c->Dv));
+        sn_node *dout = in[3] = sn_input(g, "dout", c->dt, SN_SHAPE(c->b0, c->b1, c->T, c->Dv));
         sn_node *lse = sn_attention_lse(g, q, k, scale);
         sn_node *o = sn_attention(g, q, k, v, lse, scale);
-        sn_node *outs[] = {o, lse, sn_attention_bwd_q(g, q, k, v, o, dout, lse, scale),
-                           sn_attention_bwd_k(g, q, k, v, o, dout, lse, scale),
-                           sn_attention_bwd_v(g, q, k, v, o, dout, lse, scale)};
-        for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
-        want = 3; /* o and lse; dq; dk and dv */
+        sn_node *x[] = {o, lse, outs & ATT_OUT_DQ ? sn_attention_bwd_q(g, q, k, v, o, dout, lse, scale) : NULL,
+                        outs & ATT_OUT_DK ? sn_attention_bwd_k(g, q, k, v, o, dout, lse, scale) : NULL,
+                        outs & ATT_OUT_DV ? sn_attention_bwd_v(g, q, k, v, o, dout, lse, scale) : NULL};
+        for (int i = 0; i < 5; i++)
+            if (outs & 1 << i) sn_graph_add_output(g, x[i]);
     }
     ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    return g;
+}
+
+run_result check_case(const att_case *c, bool unfused, const char *needle, const char *plant) {
+    return check_outputs(c, unfused ? ATT_UNFUSED : ATT_OUT_ALL, needle, plant);
+}
+
+run_result check_outputs(const att_case *c, int outs, const char *needle, const char *plant) {
+    char label[160];
+    snprintf(label, sizeof label, "%s sm_%d (%dx%d, kv heads %d) T=%lld S=%lld D=%lld Dv=%lld%s",
+             sn_dtype_name(c->dt), c->sm, c->b0, c->b1, kv_heads(c), (long long)c->T,
+             (long long)c->S, (long long)c->D, (long long)c->Dv,
+             outs == ATT_UNFUSED ? " unfused forward" : outs == ATT_OUT_ALL ? "" : " some outputs");
+    sn_node *in[5];
+    sn_graph *g = case_graph(c, outs, in);
     sn_interp *it = sn_interp_new(g, false);
     sn_interp_keep_all(it, true);
-    set_random(it, q, 2);
-    set_random(it, k, 2);
-    set_random(it, v, 1);
-    if (dout) set_random(it, dout, 1);
-    if (lse_in) set_random(it, lse_in, 0.5);
+    static const double amp[] = {2, 2, 1, 1, 0.5}; /* q, k, v, dout, a given lse */
+    for (int i = 0; i < 5; i++)
+        if (in[i]) set_random(it, in[i], amp[i]);
     sn_err e;
     ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
     sn_program *p = fuse(g);
     sn_target tg = sn_target_cuda(c->sm);
     run_result r = {.needle = needle, .plant = plant};
-    if (atomic_dq && !unfused) { /* zero, dk/dv with dq, store: in that order */
+    /* the attention kernels: o and lse; dq; dk and dv (the unfused forward: 2; other outputs:
+     * the program's) */
+    int want = 0;
+    if (outs == ATT_UNFUSED) want = 2;
+    else if (outs == ATT_OUT_ALL) want = 3;
+    else
+        for (int i = 0; i < p->n_kernels; i++) want += p->kernels[i]->kind == SN_KER_ATTENTION;
+    if (atomic_dq && outs == ATT_OUT_ALL) { /* zero, dk/dv with dq, store: in that order */
         want = 4;
         for (int i = 0, at = 0; i < p->n_kernels; i++) {
             const sn_kernel *ker = p->kernels[i];
@@ -318,20 +330,9 @@ run_result check_case(const att_case *c, bool unfused, const char *needle,
 /* ---- NVRTC ---- */
 
 sn_program *case_program(const att_case *c, sn_graph **gp) {
-    sn_graph *g = sn_graph_new();
-    float scale = 1.0f / sqrtf((float)c->D);
-    sn_node *q = sn_input(g, "q", c->dt, SN_SHAPE(c->b0, c->b1, c->T, c->D));
-    sn_node *k = sn_input(g, "k", c->dt, SN_SHAPE(c->b0, kv_heads(c), c->S, c->D));
-    sn_node *v = sn_input(g, "v", c->dt, SN_SHAPE(c->b0, kv_heads(c), c->S, c->Dv));
-    sn_node *dout = sn_input(g, "dout", c->dt, SN_SHAPE(c->b0, c->b1, c->T, c->Dv));
-    sn_node *lse = sn_attention_lse(g, q, k, scale);
-    sn_node *o = sn_attention(g, q, k, v, lse, scale);
-    sn_node *outs[] = {o, lse, sn_attention_bwd_q(g, q, k, v, o, dout, lse, scale),
-                       sn_attention_bwd_k(g, q, k, v, o, dout, lse, scale),
-                       sn_attention_bwd_v(g, q, k, v, o, dout, lse, scale)};
-    for (int i = 0; i < 5; i++) sn_graph_add_output(g, outs[i]);
-    *gp = g;
-    return fuse(g);
+    sn_node *in[5];
+    *gp = case_graph(c, ATT_OUT_ALL, in);
+    return fuse(*gp);
 }
 
 /* Compiles c's attention kernels for c->sm; SN_ATT_DUMP names a folder to write them to. */

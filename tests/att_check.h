@@ -51,9 +51,17 @@ sn_program *fuse(sn_graph *g);
  * (res->needle: planted first). */
 void run_attention(const sn_program *p, const sn_interp *it, const sn_target *tg, int want,
                    const char *label, run_result *res);
+/* The graph outputs a case's check compares: bits of o, lse, dq, dk, dv (from inputs q, k, v,
+ * dout, through lse and o), or ATT_UNFUSED: lse alone and o from a given lse. */
+enum { ATT_OUT_O = 1, ATT_OUT_LSE = 2, ATT_OUT_DQ = 4, ATT_OUT_DK = 8, ATT_OUT_DV = 16,
+       ATT_OUT_ALL = 31, ATT_UNFUSED = 32 };
+/* Case c's graph with outputs outs; in[] its inputs q, k, v, dout, the given lse (or NULL). */
+sn_graph *case_graph(const att_case *c, int outs, sn_node *in[5]);
 /* Forward and backward of case c (o and lse in one kernel, dq, dk, dv), or with unfused the
  * forward as lse alone and o from a given lse; needle/plant: a planted bug, or NULL. */
 run_result check_case(const att_case *c, bool unfused, const char *needle, const char *plant);
+/* The same for the outputs outs (every attention kernel of the program run and compared). */
+run_result check_outputs(const att_case *c, int outs, const char *needle, const char *plant);
 /* c's forward and backward kernels (o, lse, dq, dk, dv) with no interpreter. */
 sn_program *case_program(const att_case *c, sn_graph **gp);
 /* Compiles c's attention kernels with NVRTC for c->sm and prints ptxas's report; returns how
