@@ -1,7 +1,9 @@
 /* cuda_attention_mma_pass.c: the tensor-core attention kernels of each pass, written with the
  * pieces of cuda_attention_mma.c: the forward and dq (a block of query rows over the key tiles
  * they see, streamed), and dk/dv (a block of keys over the query tiles that see them, of each
- * query head of the group). The conventions are cuda_attention_mma.c's. */
+ * query head of the group). The conventions are cuda_attention_mma.c's. The sm_90 wgmma
+ * forward and dk/dv kernel (p->wgmma) are these kernels with their products from
+ * cuda_attention_wgmma.c and cuda_attention_wgmma_dkv.c and their tiles swizzled. */
 #include <stdio.h>
 
 #include "cuda_attention_mma.h"
