@@ -35,11 +35,15 @@ if [ $device = cuda ] && grep "^SKIP" "$dir/out.txt" | grep -qv "^SKIP anchors: 
   echo "FAIL: a SKIP on the stand-in"; exit 1
 fi
 # on an sm_90 stand-in the wgmma step runs (the runtime's compile, launch and comparison; the
-# layouts themselves only a real H100 can confirm)
+# layouts themselves only a real H100 can confirm), and the wgmma attention kernels are timed as
+# tools/gpu_next's wgmma item times them (the plumbing, not the speed)
 if [ $device = cuda ]; then
   SN_STANDIN_SM=90 "$check" --device cuda --small --only attention --seed 7 --out "$dir/sm90" \
+    --att-tiles 'dkv=wgmma;fwd=wgmma,dkv=wgmma' \
     --cache-dir "$dir/sm90/cache" > "$dir/sm90.txt" 2>&1 || { cat "$dir/sm90.txt"; echo "FAIL: sm_90 run"; exit 1; }
   grep -q "^PASS wgmma: .* 7 of 7 layouts" "$dir/sm90.txt" || { cat "$dir/sm90.txt"; echo "FAIL: wgmma step"; exit 1; }
+  grep -q "^PASS time: attention .* tiles #2: fwd=wgmma,dkv=wgmma: forward .* dk/dv about" "$dir/sm90.txt" ||
+    { cat "$dir/sm90.txt"; echo "FAIL: the wgmma kernels timed"; exit 1; }
 fi
 python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert d['failures'] == 0 and len(d['steps']) > 10" \
   "$dir/gpu_check.json" || { echo "FAIL: gpu_check.json"; exit 1; }

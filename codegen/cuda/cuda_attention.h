@@ -37,7 +37,7 @@ typedef struct {
     int stages;    /* mma: 2 when the streamed tiles are double-buffered (cp.async, sm_80+) */
     int min_blocks; /* __launch_bounds__'s blocks an SM (a register cap), 0: none */
     bool dynamic;   /* mma: the tiles carved from dynamic shared memory (over 48 KiB) */
-    bool wgmma;     /* FWD on sm_90's warpgroup MMA (cuda_attention_wgmma.c; opt-in) */
+    bool wgmma;     /* FWD or DKV on sm_90's warpgroup MMA (cuda_attention_wgmma*.c; opt-in) */
     /* The atomic dq (program/kernel.h): DKV also adds scale dS K into dq's f32 sums (the
      * scratch, the arg after the others) with atomic adds; dS goes through a shared tile of
      * keys x queries, ds_tile, which is the current stage of o_tile (free once the tile's dots
@@ -102,9 +102,10 @@ int64_t sn_att_mma_shared(const sn_att_plan *p);
 int64_t sn_att_mma_shared_ds(sn_att_plan *p, int64_t limit);
 void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p, const char *fname);
 
-/* cuda_attention_wgmma.c: whether SN_ATT_TILES names "fwd=wgmma"; the forward's plan then
- * (SN_ERR_UNSUPPORTED where the kernel is not written: not sm_90, bf16/f16, head size 64). */
-bool sn_att_wgmma_asked(void);
+/* cuda_attention_wgmma.c: whether SN_ATT_TILES names "fwd=wgmma" (FWD) or "dkv=wgmma" (DKV);
+ * the pass's wgmma plan then (SN_ERR_UNSUPPORTED where the kernel is not written: not sm_90,
+ * not bf16/f16, head size not 64, the atomic dq). */
+bool sn_att_wgmma_asked(sn_att_pass pass);
 sn_status sn_att_wgmma_plan(sn_att_plan *p, const sn_target *tg, sn_err *e);
 
 #endif

@@ -25,7 +25,8 @@ int64_t sn_att_mma_shared(const sn_att_plan *p) {
     case SN_ATT_DQ: return 2 * (own + W) * (LD + LDV) + 4 * own;
     case SN_ATT_DKV: /* k (and v), the streamed q, dout (and o for dk's dot), lse (and dot) */
         return 2 * (own * LD + (p->out_dk ? own * LDV : 0) + W * (LD + LDV) +
-                    (p->out_dk ? W * LDV : 0)) + 4 * (int64_t)p->tile * (p->out_dk ? 2 : 1);
+                    (p->out_dk ? W * LDV : 0)) + 4 * (int64_t)p->tile * (p->out_dk ? 2 : 1) +
+               (p->wgmma ? 1024 : 0);
     }
     return 0;
 }

@@ -62,15 +62,28 @@ void sn_attm_tile_dots(sn_cu_text *t, const sn_att_plan *p, const char *dst, con
 void sn_attm_elements(sn_cu_text *t, const char *ntiles, const char *coords, bool query_checked,
                       const char *const *body, int n_body);
 
-/* cuda_attention_mma_pass.c: the kernels of each pass */
+/* cuda_attention_mma_pass.c: the kernels of each pass; DKV's copies of query tile (gn, qn)
+ * into rows `trow` of the streamed tiles: q, dout and, with dk, o (for the dots), of head gn
+ * when the group has several (swizzled where p->wgmma) */
 void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
+void sn_attm_copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, const char *trow);
+/* DKV's P of the query tile in s (with ds: and dS in dp), masked where a warp's keys cross the
+ * diagonal or a tile the sequence's end. */
+void sn_attm_dkv_p(sn_cu_text *t, bool ds);
 
 /* cuda_attention_wgmma.c: the wgmma forward's pieces: the aligned dynamic shared memory the
  * tiles are carved from (att_smem), S = Q K^T into s[1][BK / 8][4], O += P V into o_acc. */
 void sn_attw_carve_begin(sn_cu_text *t, const sn_att_plan *p);
 void sn_attw_scores(sn_cu_text *t, const sn_att_plan *p);
 void sn_attw_pv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
+/* The wgmma of p's type: A from shared memory (ss, B K-major) or from registers (B MN-major). */
+const char *sn_attw_name(const sn_att_plan *p, bool regs);
+
+/* cuda_attention_wgmma_dkv.c: the dk/dv kernel's products of one query tile on wgmma (p->wgmma,
+ * DKV), in sn_attm_emit_dkv's loop once the tile, its lse and its dots are in: acc_v += P dout,
+ * acc_k += dS Q, every wgmma waited for at its end. */
+void sn_attw_dkv_products(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 
 #endif

@@ -1,7 +1,9 @@
 /* cuda_attention_mma_pass.c: the tensor-core attention kernels of each pass, written with the
  * pieces of cuda_attention_mma.c: the forward and dq (a block of query rows over the key tiles
  * they see, streamed), and dk/dv (a block of keys over the query tiles that see them, of each
- * query head of the group). The conventions are cuda_attention_mma.c's. */
+ * query head of the group). The conventions are cuda_attention_mma.c's. The sm_90 wgmma
+ * forward and dk/dv kernel (p->wgmma) are these kernels with their products from
+ * cuda_attention_wgmma.c and cuda_attention_wgmma_dkv.c and their tiles swizzled. */
 #include <stdio.h>
 
 #include "cuda_attention_mma.h"
@@ -245,9 +247,7 @@ void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "}");
 }
 
-/* DKV: copies of query tile (gn, qn) into rows `trow` of the streamed tiles: q, dout and, with
- * dk, o (for the dots); head gn's pointers when the group has several. */
-static void copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, const char *trow) {
+void sn_attm_copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, const char *trow) {
     const char *srcs[][4] = {{"q_tile", "q", "HEAD_D", "q_row"},
                              {"do_tile", "dout", "HEAD_DV", "dout_row"},
                              {"o_tile", "o", "HEAD_DV", "o_row"}};
@@ -255,7 +255,8 @@ static void copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, con
         char src[64];
         if (p->G > 1) snprintf(src, sizeof src, "(%s_group + gn * %s_head)", srcs[i][1], srcs[i][1]);
         else snprintf(src, sizeof src, "%s", srcs[i][1]);
-        sn_attm_copy_rows(t, async, srcs[i][0], trow, src, srcs[i][3], "qn", "BQ", srcs[i][2], "SEQ_Q", false);
+        sn_attm_copy_rows(t, async, srcs[i][0], trow, src, srcs[i][3], "qn", "BQ", srcs[i][2], "SEQ_Q",
+                          p->wgmma);
     }
 }
 
@@ -333,6 +334,8 @@ static void emit_dq_atomic(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, i
     sn_cu_emitf(t, "}");
 }
 
+static void close_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
+
 void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     bool dk = p->out_dk, dv = p->out_dv, async = p->stages == 2, group = p->G > 1;
     SN_ASSERT(p->tile <= 32 * p->warps); /* a thread per query of the tile holds its lse */
@@ -342,7 +345,8 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "const int grp = lane / 4, tig = lane %% 4; /* a fragment's row group, "
                 "thread in group */");
     sn_cu_emitf(t, "const int key0 = k0 + warp * 16 + grp; /* this thread's keys: key0, key0 + 8 */");
-    int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8, LDV = p->Dv + 8;
+    int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages,
+            LD = p->D + (p->wgmma ? 0 : 8), LDV = p->Dv + (p->wgmma ? 0 : 8);
     sn_attm_carve c = sn_attm_carve_begin(t, p);
     sn_attm_tile2(t, &c, "k_tile", own, LD, "BK", "LD", "");
     if (dk) sn_attm_tile2(t, &c, "v_tile", own, LDV, "BK", "LDV", "");
@@ -366,14 +370,15 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "const int n_tiles = %lld * per_head;", (long long)p->G);
     sn_cu_emitf(t, "/* a query tile whose first query misses the warp's last key is masked */");
     sn_cu_emitf(t, "const int warp_queries = k0 + warp * 16 + 15 - (SEQ_K - SEQ_Q);");
-    sn_attm_copy_rows(t, async, "k_tile", "0", "k", "k_row", "k0", "BK", "HEAD_D", "SEQ_K", false);
-    if (dk) sn_attm_copy_rows(t, async, "v_tile", "0", "v", "v_row", "k0", "BK", "HEAD_DV", "SEQ_K", false);
+    sn_attm_copy_rows(t, async, "k_tile", "0", "k", "k_row", "k0", "BK", "HEAD_D", "SEQ_K", p->wgmma);
+    if (dk)
+        sn_attm_copy_rows(t, async, "v_tile", "0", "v", "v_row", "k0", "BK", "HEAD_DV", "SEQ_K", p->wgmma);
     if (async) {
         sn_cu_emitf(t, "/* the first query tile joins the key tiles' group */");
         sn_cu_emitf(t, "if (n_tiles > 0) {");
         sn_cu_emitf(t, "const int gn = 0, qn = q_begin;");
         if (!group) sn_cu_emitf(t, "(void)gn;");
-        copy_query_tile(t, p, true, "0");
+        sn_attm_copy_query_tile(t, p, true, "0");
         sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "sn_cp_async_commit();");
         sn_cu_emitf(t, "/* the lse (base 2) of the tile's query threadIdx.x, one tile ahead */");
@@ -395,13 +400,14 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_cu_emitf(t, "const float lse_here = lse_next;");
         sn_cu_emitf(t, "const int st = tq %% 2 * BQ; /* this tile's rows in the stages */");
         sn_cu_emitf(t, "sn_cp_async_wait_group(0);");
+        if (p->wgmma) sn_cu_emitf(t, "sn_fence_proxy_async(); /* the copies, before wgmma reads them */");
         sn_cu_emitf(t, "__syncthreads(); /* the tile is in for every thread; the other stage's "
                     "readers are done */");
         sn_cu_emitf(t, "/* the next tile, landing while this one is used */");
         sn_cu_emitf(t, "if (tq + 1 < n_tiles) {");
         sn_cu_emitf(t, "const int gn = (tq + 1) / per_head, qn = q_begin + (tq + 1) %% per_head * BQ;");
         if (!group) sn_cu_emitf(t, "(void)gn;");
-        copy_query_tile(t, p, true, "BQ - st");
+        sn_attm_copy_query_tile(t, p, true, "BQ - st");
         sn_cu_emitf(t, "const int r = threadIdx.x;");
         sn_cu_emitf(t, "if (r < BQ) lse_next = qn + r < SEQ_Q ? sn_load(%s[qn + r]) * "
                     "1.44269504f : 0.0f; /* read at the next tile: its latency hidden */",
@@ -414,7 +420,7 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_cu_emitf(t, "{");
         sn_cu_emitf(t, "const int gn = g, qn = qs;");
         if (!group) sn_cu_emitf(t, "(void)gn;");
-        copy_query_tile(t, p, false, "st");
+        sn_attm_copy_query_tile(t, p, false, "st");
         sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "__syncthreads();");
     }
@@ -424,9 +430,17 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     else
         sn_cu_emitf(t, "for (int r = threadIdx.x; r < BQ; r += THREADS) lse_tile[r] = qs + r < "
                     "SEQ_Q ? sn_load(lse[qs + r]) * 1.44269504f : 0.0f;");
-    if (dk)
+    if (dk && p->wgmma) /* 16-byte chunk c / 8 of row r sits at chunk (c / 8) ^ (r % 8) */
+        sn_attm_tile_dots(t, p, "dot_tile", "BQ", "qs", "&do_tile[st + r][c ^ r % 8 * 8]",
+                          "&o_tile[st + r][c ^ r % 8 * 8]");
+    else if (dk)
         sn_attm_tile_dots(t, p, "dot_tile", "BQ", "qs", "&do_tile[st + r][c]", "&o_tile[st + r][c]");
     sn_cu_emitf(t, "__syncthreads();");
+    if (p->wgmma) {
+        sn_attw_dkv_products(t, p, o);
+        close_dkv(t, p, o);
+        return;
+    }
     sn_cu_emitf(t, "/* s = K Q^T (keys x queries)%s */", dk ? ", dp = V dout^T" : "");
     sn_attm_zero(t, "s", "BQ / 8");
     sn_attm_abt(t, o, "s", "k_tile", "warp * 16", "q_tile", "st", "HEAD_D", "BQ / 8");
@@ -434,19 +448,7 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_attm_zero(t, "dp", "BQ / 8");
         sn_attm_abt(t, o, "dp", "v_tile", "warp * 16", "do_tile", "st", "HEAD_DV", "BQ / 8");
     }
-    sn_cu_emitf(t, "/* P = 2^(s scale log2 e - lse log2 e), masked on a diagonal or last tile, "
-                "in s%s */", dk ? "; ds = P (dp - dout_i . o_i), in dp" : "");
-    sn_cu_emitf(t, "if (qs < warp_queries || qs + BQ > SEQ_Q || k0 + warp * 16 + 16 > SEQ_K) {");
-    const char *coords = "const int j = key0 + e / 2 * 8, r = nt * 8 + 2 * tig + e % 2, i = qs + r;";
-    const char *m[] = {"s[nt][e] = seen ? exp2f(s[nt][e] * scale_log2 - lse_tile[r]) : 0.0f;",
-                       "dp[nt][e] = s[nt][e] * (dp[nt][e] - dot_tile[r]);"};
-    sn_attm_elements(t, "BQ / 8", coords, true, m, dk ? 2 : 1);
-    sn_cu_emitf(t, "} else {");
-    const char *u[] = {"const int r = nt * 8 + 2 * tig + e % 2;",
-                       "s[nt][e] = exp2f(s[nt][e] * scale_log2 - lse_tile[r]);",
-                       "dp[nt][e] = s[nt][e] * (dp[nt][e] - dot_tile[r]);"};
-    sn_attm_elements(t, "BQ / 8", NULL, true, u, dk ? 3 : 2);
-    sn_cu_emitf(t, "}");
+    sn_attm_dkv_p(t, dk);
     if (dv) {
         sn_cu_emitf(t, "/* dv += P dout */");
         sn_attm_xb(t, o, "acc_v", "s", "do_tile", "st", "BQ / 16", "HEAD_DV / 8", false);
@@ -456,8 +458,30 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_attm_xb(t, o, "acc_k", "dp", "q_tile", "st", "BQ / 16", "HEAD_D / 8", false);
     }
     if (p->dq_atomic) emit_dq_atomic(t, p, o, o_at);
+    close_dkv(t, p, o);
+}
+
+void sn_attm_dkv_p(sn_cu_text *t, bool ds) {
+    sn_cu_emitf(t, "/* P = 2^(s scale log2 e - lse log2 e), masked on a diagonal or last tile, "
+                "in s%s */", ds ? "; ds = P (dp - dout_i . o_i), in dp" : "");
+    sn_cu_emitf(t, "if (qs < warp_queries || qs + BQ > SEQ_Q || k0 + warp * 16 + 16 > SEQ_K) {");
+    const char *coords = "const int j = key0 + e / 2 * 8, r = nt * 8 + 2 * tig + e % 2, i = qs + r;";
+    const char *m[] = {"s[nt][e] = seen ? exp2f(s[nt][e] * scale_log2 - lse_tile[r]) : 0.0f;",
+                       "dp[nt][e] = s[nt][e] * (dp[nt][e] - dot_tile[r]);"};
+    sn_attm_elements(t, "BQ / 8", coords, true, m, ds ? 2 : 1);
+    sn_cu_emitf(t, "} else {");
+    const char *u[] = {"const int r = nt * 8 + 2 * tig + e % 2;",
+                       "s[nt][e] = exp2f(s[nt][e] * scale_log2 - lse_tile[r]);",
+                       "dp[nt][e] = s[nt][e] * (dp[nt][e] - dot_tile[r]);"};
+    sn_attm_elements(t, "BQ / 8", NULL, true, u, ds ? 3 : 2);
     sn_cu_emitf(t, "}");
-    if (async) sn_cu_emitf(t, "sn_cp_async_wait_all(); /* none left in flight */");
+}
+
+/* DKV's end: the query-tile loop closed, dk (times the scale) and dv stored by key row. */
+static void close_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
+    bool dk = p->out_dk, dv = p->out_dv;
+    sn_cu_emitf(t, "}");
+    if (p->stages == 2) sn_cu_emitf(t, "sn_cp_async_wait_all(); /* none left in flight */");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
     sn_cu_emitf(t, "const int i = key0 + 8 * h; /* a key row */");

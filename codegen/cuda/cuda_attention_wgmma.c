@@ -1,5 +1,6 @@
-/* cuda_attention_wgmma.c: the forward on sm_90's warpgroup MMA, opt-in (SN_ATT_TILES entry
- * "fwd=wgmma"; not measured on a GPU yet: docs/attention.md, "wgmma"). One warpgroup (4 warps,
+/* cuda_attention_wgmma.c: the plan of the sm_90 warpgroup-MMA kernels, opt-in (SN_ATT_TILES
+ * entries "fwd=wgmma" and "dkv=wgmma"; not run on a GPU yet: docs/attention.md, "wgmma"), and
+ * the forward's pieces (the dk/dv kernel: cuda_attention_wgmma_dkv.c). One warpgroup (4 warps,
  * 64 queries) a block over key tiles of 64, double-buffered by cp.async; S = Q K^T and O += P V
  * are wgmma m64n64k16 with Q, K and V in shared memory in the 128-byte swizzle (rows of 128
  * bytes: head size 64) and P from registers. Convention: the accumulators of a warp's 16 rows
@@ -11,24 +12,36 @@
 
 #include "cuda_attention_mma.h"
 
-bool sn_att_wgmma_asked(void) {
-    const char *env = getenv("SN_ATT_TILES");
-    for (const char *at = env ? strstr(env, "fwd=wgmma") : NULL; at; at = strstr(at + 1, "fwd=wgmma"))
-        if ((at == env || at[-1] == ',') && (at[9] == 0 || at[9] == ',')) return true;
+/* Whether SN_ATT_TILES names "fwd=wgmma" (FWD) or "dkv=wgmma" (DKV) as an entry of its own. */
+bool sn_att_wgmma_asked(sn_att_pass pass) {
+    const char *env = getenv("SN_ATT_TILES"), *name = pass == SN_ATT_FWD ? "fwd=wgmma"
+                                                   : pass == SN_ATT_DKV ? "dkv=wgmma" : NULL;
+    size_t len = name ? strlen(name) : 0;
+    for (const char *at = env && name ? strstr(env, name) : NULL; at; at = strstr(at + 1, name))
+        if ((at == env || at[-1] == ',') && (at[len] == 0 || at[len] == ',')) return true;
     return false;
 }
 
 sn_status sn_att_wgmma_plan(sn_att_plan *p, const sn_target *tg, sn_err *e) {
-    if (!p->mma || p->k8 || tg->sm != 90 || p->D != 64 || p->Dv != 64 || p->dq_atomic)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: the wgmma forward (SN_ATT_TILES "
-                       "\"fwd=wgmma\") is written for sm_90, bf16 or f16 and head size 64 (here "
+    const char *entry = p->pass == SN_ATT_FWD ? "fwd=wgmma" : "dkv=wgmma";
+    if (p->dq_atomic) /* the atomic dq's product of dS^T K is written for mma.sync fragments */
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: the atomic dq (SN_ATT_TILES "
+                       "\"dq=atomic\") with the wgmma dk/dv kernel (\"dkv=wgmma\"): not "
+                       "supported yet; leave one of them out", p->k->name);
+    if (!p->mma || p->k8 || tg->sm != 90 || p->D != 64 || p->Dv != 64)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: the wgmma %s (SN_ATT_TILES "
+                       "\"%s\") is written for sm_90, bf16 or f16 and head size 64 (here "
                        "sm_%d, %s, D = %lld, Dv = %lld): not supported yet otherwise; leave it "
-                       "out", p->k->name, tg->sm, sn_dtype_name(p->dt), (long long)p->D,
-                       (long long)p->Dv);
+                       "out", p->k->name, p->pass == SN_ATT_FWD ? "forward" : "dk/dv kernel",
+                       entry, tg->sm, sn_dtype_name(p->dt), (long long)p->D, (long long)p->Dv);
     p->wgmma = true;
+    /* FWD: 64 queries over key tiles of 64; DKV: 64 keys over query tiles of 64 */
     p->warps = 4, p->rows = 16, p->tile = 64, p->stages = 2;
     p->dynamic = true; /* the swizzled tiles start 1024-byte aligned: carved, 1 KiB to spare */
-    p->min_blocks = 0;
+    /* dk/dv: 3 blocks an SM (168 registers; the shared memory holds 3): 165 uncapped in
+     * gpt2's bf16 program since dS reads P from dv's packed A (183 with P in f32, 2 blocks; capped
+     * then, it spilled and ptxas serialized its wgmma, C7518), 2026-11-28 */
+    p->min_blocks = p->pass == SN_ATT_DKV ? 3 : 0;
     p->shared_bytes = sn_att_mma_shared(p);
     return SN_OK;
 }
@@ -42,7 +55,7 @@ void sn_attw_carve_begin(sn_cu_text *t, const sn_att_plan *p) {
 }
 
 /* The wgmma of this kernel's type: A from shared memory (ss) or registers with B MN-major. */
-static const char *wgmma_name(const sn_att_plan *p, bool regs) {
+const char *sn_attw_name(const sn_att_plan *p, bool regs) {
     if (p->dt == SN_BF16) return regs ? "sn_wgmma_m64n64k16_bf16_rs_tb" : "sn_wgmma_m64n64k16_bf16_ss";
     return regs ? "sn_wgmma_m64n64k16_f16_rs_tb" : "sn_wgmma_m64n64k16_f16_ss";
 }
@@ -56,7 +69,7 @@ void sn_attw_scores(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int ks = 0; ks < HEAD_D / 16; ks++)");
     sn_cu_emitf(t, "%s(&s[0][0][0], sn_wgmma_desc(q_at + 32u * ks, 16, 1024, 1), "
-                "sn_wgmma_desc(k_at + 32u * ks, 16, 1024, 1), ks > 0);", wgmma_name(p, false));
+                "sn_wgmma_desc(k_at + 32u * ks, 16, 1024, 1), ks > 0);", sn_attw_name(p, false));
     sn_cu_emitf(t, "sn_wgmma_commit();");
     sn_cu_emitf(t, "sn_wgmma_wait(0);");
     sn_cu_emitf(t, "sn_wgmma_fence_operands(&s[0][0][0], BK / 2);");
@@ -81,7 +94,7 @@ void sn_attw_pv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int kk = 0; kk < BK / 16; kk++)");
     sn_cu_emitf(t, "%s(&o_acc[0][0][0], pa[kk], sn_wgmma_desc(v_at + 2048u * kk, 8192, 1024, 1), 1);",
-                wgmma_name(p, true));
+                sn_attw_name(p, true));
     sn_cu_emitf(t, "sn_wgmma_commit();");
     sn_cu_emitf(t, "sn_wgmma_wait(0);");
     sn_cu_emitf(t, "sn_wgmma_fence_operands(&o_acc[0][0][0], HEAD_DV / 2);");

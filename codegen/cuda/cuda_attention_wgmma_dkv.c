@@ -1,0 +1,108 @@
+/* cuda_attention_wgmma_dkv.c: the attention backward's dk/dv products on sm_90's warpgroup MMA,
+ * opt-in (SN_ATT_TILES entry "dkv=wgmma"; simulated, not run on a GPU yet: docs/attention.md,
+ * "wgmma"). One warpgroup (4 warps) owns 64 keys and walks the query tiles of 64 that see them
+ * (causal: from the tile holding the first query that sees the block's first key; of each query
+ * head of the group in turn), double-buffered by cp.async into the 128-byte swizzle (rows of
+ * 128 bytes: head size 64). Per query tile, as wgmma m64n64k16 with the keys as M:
+ *   S^T = K Q^T and dP^T = V dO^T   (A and B from shared memory, both K-major along the head),
+ *   P^T = 2^(S^T scale log2 e - lse log2 e), dS^T = P^T (dP^T - dout_i . o_i)   (registers),
+ *   dV += P^T dO and dK += dS^T Q   (A from registers, B MN-major: the tiles as copied).
+ * Convention: a warp's accumulators are the mma.sync kernel's fragments (s[nt][e]: key
+ * key0 + 8 (e / 2), query qs + 8 nt + 2 tig + e % 2), so the rest of the kernel (the tiles,
+ * their copies, the query-tile loop, lse and the dots, masking, the stores) is that kernel's,
+ * sn_attm_emit_dkv in cuda_attention_mma_pass.c, which calls the products here; wgmma groups are committed as soon as their operands
+ * are in registers, and waited for only where their results are read: dP^T is computed while
+ * P^T is, dV's product while dS^T is. */
+#include "cuda_attention_mma.h"
+
+/* acc (a [HEAD/8][4] array) += X Y over the query tile: X packed from the fragments x as four
+ * K steps of 16 queries (registers), Y the tile at shared address y_at (queries x 64 columns,
+ * MN-major: a K step is 16 rows, 2048 bytes). */
+static void product_rs(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, const char *acc,
+                       const char *x, const char *packed, const char *y_at) {
+    sn_cu_emitf(t, "unsigned %s[BQ / 16][4];", packed);
+    sn_cu_emitf(t, "/* n-tiles 2 kk and 2 kk + 1 of %s: K step kk's A fragment */", x);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int kk = 0; kk < BQ / 16; kk++) {");
+    sn_cu_emitf(t, "%s[kk][0] = %s(%s[2 * kk][0], %s[2 * kk][1]);", packed, o.pack, x, x);
+    sn_cu_emitf(t, "%s[kk][1] = %s(%s[2 * kk][2], %s[2 * kk][3]);", packed, o.pack, x, x);
+    sn_cu_emitf(t, "%s[kk][2] = %s(%s[2 * kk + 1][0], %s[2 * kk + 1][1]);", packed, o.pack, x, x);
+    sn_cu_emitf(t, "%s[kk][3] = %s(%s[2 * kk + 1][2], %s[2 * kk + 1][3]);", packed, o.pack, x, x);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "sn_wgmma_fence(); /* after the wait and the packing */");
+    sn_cu_emitf(t, "sn_wgmma_fence_operands(&%s[0][0], 32);", acc);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int kk = 0; kk < BQ / 16; kk++)");
+    sn_cu_emitf(t, "%s(&%s[0][0], %s[kk], sn_wgmma_desc(%s + 2048u * kk, 8192, 1024, 1), 1);",
+                sn_attw_name(p, true), acc, packed, y_at);
+    sn_cu_emitf(t, "sn_wgmma_commit();");
+}
+
+/* x (keys x queries, [BQ/8][4]) = A B^T over the head: A the block's tile a_tile (keys, K-major),
+ * B the query tile b_tile's stage st (queries, K-major); K steps of 16 are 32 bytes along the
+ * swizzled rows. Issued, not committed. */
+static void product_ss(sn_cu_text *t, const sn_att_plan *p, const char *x, const char *a_tile,
+                       const char *b_tile, const char *head) {
+    sn_cu_emitf(t, "{");
+    sn_cu_emitf(t, "const unsigned a_at = sn_smem_addr(&%s[0][0]), b_at = sn_smem_addr(&%s[st][0]);",
+                a_tile, b_tile);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int ks = 0; ks < %s / 16; ks++)", head);
+    sn_cu_emitf(t, "%s(&%s[0][0], sn_wgmma_desc(a_at + 32u * ks, 16, 1024, 1), "
+                "sn_wgmma_desc(b_at + 32u * ks, 16, 1024, 1), ks > 0);", sn_attw_name(p, false), x);
+    sn_cu_emitf(t, "}");
+}
+
+void sn_attw_dkv_products(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
+    bool dk = p->out_dk, dv = p->out_dv;
+    SN_ASSERT(p->wgmma && p->warps == 4 && p->rows == 16 && p->tile == 64 && p->stages == 2);
+    sn_cu_emitf(t, "/* s = K Q^T (keys x queries)%s: issued as %s */", dk ? ", dp = V dout^T" : "",
+                dk ? "two groups, dp's still in flight while P is computed" : "one group");
+    sn_cu_emitf(t, "float s[BQ / 8][4];");
+    if (dk) sn_cu_emitf(t, "float dp[BQ / 8][4];");
+    sn_cu_emitf(t, "sn_wgmma_fence(); /* after the last wait */");
+    product_ss(t, p, "s", "k_tile", "q_tile", "HEAD_D");
+    sn_cu_emitf(t, "sn_wgmma_commit();");
+    if (dk) {
+        product_ss(t, p, "dp", "v_tile", "do_tile", "HEAD_DV");
+        sn_cu_emitf(t, "sn_wgmma_commit();");
+        sn_cu_emitf(t, "sn_wgmma_wait(1); /* s is in; dp may still be in flight */");
+    } else {
+        sn_cu_emitf(t, "sn_wgmma_wait(0);");
+    }
+    sn_cu_emitf(t, "sn_wgmma_fence_operands(&s[0][0], BQ / 2);");
+    sn_attm_dkv_p(t, false);
+    if (dv) {
+        sn_cu_emitf(t, "/* dv += P dout, in flight while ds is computed */");
+        sn_cu_emitf(t, "const unsigned do_at = sn_smem_addr(&do_tile[st][0]);");
+        product_rs(t, p, o, "acc_v", "s", "pa", "do_at");
+    }
+    if (dk) {
+        sn_cu_emitf(t, "sn_wgmma_wait(%d); /* dp is in%s */", dv ? 1 : 0, dv ? "; dv's product may "
+                    "still be in flight" : "");
+        sn_cu_emitf(t, "sn_wgmma_fence_operands(&dp[0][0], BQ / 2);");
+        if (dv) { /* P as packed for dv's product (s dead there: 165 registers, not 183) */
+            sn_cu_emitf(t, "/* ds = P (dp - dout_i . o_i), in dp (0 where P is), P rounded to "
+                        "%s as dv's A holds it (pa[nt / 2][2 (nt %% 2) + e / 2], half e %% 2) */",
+                        sn_dtype_name(p->dt));
+            const char *d[] = {"const int r = nt * 8 + 2 * tig + e % 2;",
+                               "const unsigned w = pa[nt / 2][nt % 2 * 2 + e / 2];",
+                               p->dt == SN_BF16
+                                   ? "const float pr = __uint_as_float(e % 2 ? w & 0xffff0000u : w << 16);"
+                                   : "const float pr = e % 2 ? sn_f16_hi(w) : sn_f16_lo(w);",
+                               "dp[nt][e] = pr * (dp[nt][e] - dot_tile[r]);"};
+            sn_attm_elements(t, "BQ / 8", NULL, true, d, 4);
+        } else {
+            sn_cu_emitf(t, "/* ds = P (dp - dout_i . o_i), in dp (0 where P is) */");
+            const char *d[] = {"const int r = nt * 8 + 2 * tig + e % 2;",
+                               "dp[nt][e] = s[nt][e] * (dp[nt][e] - dot_tile[r]);"};
+            sn_attm_elements(t, "BQ / 8", NULL, true, d, 2);
+        }
+        sn_cu_emitf(t, "/* dk += ds Q */");
+        sn_cu_emitf(t, "const unsigned q_at = sn_smem_addr(&q_tile[st][0]);");
+        product_rs(t, p, o, "acc_k", "dp", "da", "q_at");
+    }
+    sn_cu_emitf(t, "sn_wgmma_wait(0); /* the products are in before the stage is refilled */");
+    if (dv) sn_cu_emitf(t, "sn_wgmma_fence_operands(&acc_v[0][0], HEAD_DV / 2);");
+    if (dk) sn_cu_emitf(t, "sn_wgmma_fence_operands(&acc_k[0][0], HEAD_D / 2);");
+}

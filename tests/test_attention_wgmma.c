@@ -1,0 +1,242 @@
+/* test_attention_wgmma.c: the sm_90 warpgroup-MMA attention kernels, opt-in through SN_ATT_TILES
+ * (the forward "fwd=wgmma", the dk/dv kernel "dkv=wgmma"; codegen/cuda/cuda_attention_wgmma*.c):
+ * the real pipeline's kernels on the simulator in every thread order against the interpreter
+ * (att_check.c), planted bugs caught, refused by name where not written, compiled by NVRTC for
+ * sm_90a without spills. None of it has run on a GPU (docs/attention.md, "wgmma on sm_90"). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cuda/cuda_attention.h"
+#include "frontend/frontend.h"
+#include "sim/sim.h"
+#include "att_check.h"
+#include "harness.h"
+
+/* c's kernels rendered for its target under SN_ATT_TILES's entry `entry`: refused as not
+ * supported yet (with atomic_dq as the caller set it). */
+static void expect_refused(const att_case *c, const char *entry) {
+    sn_graph *g;
+    sn_program *p = case_program(c, &g);
+    const sn_kernel *ks[8];
+    int n = 0;
+    for (int j = 0; j < p->n_kernels; j++)
+        if (p->kernels[j]->kind == SN_KER_ATTENTION) ks[n++] = p->kernels[j];
+    sn_target tg = sn_target_cuda(c->sm);
+    sn_cuda_source cs;
+    sn_err e;
+    sn_status st = sn_cuda_render(ks, n, &tg, &cs, &e);
+    if (st == SN_OK) sn_cuda_source_free(&cs);
+    ck_assert_msg(st == SN_ERR_UNSUPPORTED && strstr(e.msg, "not supported yet") &&
+                  strstr(e.msg, entry), "%s: %s", entry, st ? e.msg : "rendered");
+    printf("refused: %s\n", e.msg);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+
+/* ---- the forward ---- */
+
+/* The sm_90 wgmma forward (SN_ATT_TILES "fwd=wgmma"): against the interpreter in every thread
+ * order (bf16 at T = 200: tiles cut short; f16 with grouped-query k and v; more keys than
+ * queries; the unfused forward: lse alone, and o from a given lse), planted bugs caught (V's
+ * descriptor a K step off, the proxy fence deleted), and refused by name where it is not
+ * written (sm_80, head size 128). */
+START_TEST(wgmma_forward) {
+    static const struct {
+        att_case c;
+        bool unfused;
+    } forms[] = {{{1, 2, 200, 200, 64, 64, SN_BF16, 90, 0}, false},
+                 {{1, 4, 77, 77, 64, 64, SN_F16, 90, 2}, false},
+                 {{1, 2, 77, 150, 64, 64, SN_BF16, 90, 0}, false},
+                 {{1, 2, 130, 130, 64, 64, SN_BF16, 90, 0}, true}};
+    setenv("SN_ATT_TILES", "fwd=wgmma", 1);
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        run_result r = check_case(&forms[i].c, forms[i].unfused, NULL, NULL);
+        ck_assert_msg(r.worst <= 1.0, "form %zu: error %.2f x the tolerance; %s", i, r.worst,
+                      r.failure);
+        ck_assert_int_eq(r.checked, (forms[i].unfused ? 2 : 5) * SN_SIM_ORDER_COUNT);
+    }
+    run_result r = check_case(&forms[0].c, false, "v_at + 2048u * kk", "v_at + 1024u * kk");
+    printf("wgmma forward, V's K step planted wrong: %.3g x the tolerance\n", r.worst);
+    ck_assert_msg(!(r.worst <= 1.0), "a wrong V descriptor not caught");
+    r = check_case(&forms[0].c, false, "sn_fence_proxy_async();", ";");
+    ck_assert_msg(strstr(r.failure, "fence.proxy.async"), "no proxy fence not caught: %s",
+                  r.failure);
+    static const att_case refused[] = {{1, 2, 64, 64, 64, 64, SN_BF16, 80, 0},
+                                       {1, 2, 64, 64, 128, 128, SN_BF16, 90, 0}};
+    for (int i = 0; i < 2; i++) expect_refused(&refused[i], "fwd=wgmma");
+    unsetenv("SN_ATT_TILES");
+}
+END_TEST
+
+/* ---- the dk/dv kernel ---- */
+
+/* Where the dk/dv kernel is checked, each under "dkv=wgmma" (dq stays mma.sync's): bf16 at
+ * T = 200 (four key blocks, the last cut short; query tiles cut short; unmasked tiles between
+ * the diagonal and the end), T = 128 (the diagonal tiles full: no tile masked by the sequence's
+ * end), f16 with 2 query heads a kv head, more keys than queries (S = 150 > T = 77: key blocks
+ * whose first query tile is not the diagonal's), grouped-query with S > T in f16 (4 query heads
+ * on 1), and one key block of a head that sees no query tile past its first. */
+static const att_case dkv_cases[] = {
+    {1, 2, 200, 200, 64, 64, SN_BF16, 90, 0}, {1, 2, 128, 128, 64, 64, SN_BF16, 90, 0},
+    {1, 4, 77, 77, 64, 64, SN_F16, 90, 2},    {1, 2, 77, 150, 64, 64, SN_BF16, 90, 0},
+    {1, 4, 45, 130, 64, 64, SN_F16, 90, 1},   {2, 2, 20, 20, 64, 64, SN_BF16, 90, 0},
+};
+enum { N_DKV_CASES = sizeof dkv_cases / sizeof dkv_cases[0] };
+
+START_TEST(wgmma_dkv_agrees) {
+    setenv("SN_ATT_TILES", "dkv=wgmma", 1);
+    run_result r = check_case(&dkv_cases[_i], false, NULL, NULL);
+    unsetenv("SN_ATT_TILES");
+    ck_assert_msg(r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+    ck_assert_int_eq(r.checked, 5 * SN_SIM_ORDER_COUNT);
+}
+END_TEST
+
+/* Both wgmma kernels at once ("fwd=wgmma,dkv=wgmma", as the GPU check runs them), beside the
+ * other passes' tiles: bf16 at T = 200 and f16 grouped-query with S > T. */
+START_TEST(wgmma_fwd_and_dkv_agree) {
+    static const char *const env[] = {"fwd=wgmma,dkv=wgmma", "dq=4x64x2,dkv=wgmma,fwd=wgmma"};
+    setenv("SN_ATT_TILES", env[_i], 1);
+    run_result r = check_case(&dkv_cases[_i == 0 ? 0 : 4], false, NULL, NULL);
+    unsetenv("SN_ATT_TILES");
+    ck_assert_msg(r.worst <= 1.0, "%s: error %.2f x the tolerance; %s", env[_i], r.worst,
+                  r.failure);
+    ck_assert_int_eq(r.checked, 5 * SN_SIM_ORDER_COUNT);
+}
+END_TEST
+
+/* The unfused backward: dk alone (attention_bwd_k: no v tile, no dp) or dv alone
+ * (attention_bwd_v: no dots, no ds), each a kernel of its own, with the forward that makes o
+ * and lse, all compared. */
+START_TEST(wgmma_dk_or_dv_alone) {
+    setenv("SN_ATT_TILES", "dkv=wgmma", 1);
+    const att_case *c = &dkv_cases[_i / 2 ? 3 : 0];
+    int outs = _i % 2 ? ATT_OUT_DV : ATT_OUT_DK;
+    run_result r = check_outputs(c, outs, NULL, NULL);
+    unsetenv("SN_ATT_TILES");
+    ck_assert_msg(r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+    ck_assert_int_eq(r.checked, 3 * SN_SIM_ORDER_COUNT); /* o, lse; dk or dv */
+    /* one kernel of dk or dv alone */
+    sn_node *in[5];
+    sn_graph *g = case_graph(c, outs, in);
+    sn_program *p = fuse(g);
+    int alone = 0;
+    for (int i = 0; i < p->n_kernels; i++)
+        alone += p->kernels[i]->kind == SN_KER_ATTENTION && !p->kernels[i]->anchor2 &&
+                 p->kernels[i]->anchor->op == (outs == ATT_OUT_DK ? SN_OP_ATTENTION_BWD_K
+                                                                  : SN_OP_ATTENTION_BWD_V);
+    ck_assert_int_eq(alone, 1);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* Planted bugs in the wgmma dk/dv kernel, each caught (a wrong result or the simulator's error
+ * at the line): the swizzle's row XOR on the key tile's copies, S^T's K-major K step of 16
+ * bytes for 32, dout's MN-major K step of 1024 bytes for 2048 (dv's B), the dots' chunks read
+ * unswizzled, the proxy fence deleted, s read while dp's group is the one waited for (wait 2:
+ * nothing waited), the causal start a tile late, lse of the row's even neighbour on unmasked
+ * tiles, dk/dv of one query head of the group. */
+static const plant_case dkv_plants[] = {
+    {0, 0, "const int cs = c ^ (0 + r) % 8 * 8;", "const int cs = c ^ (0 + r) % 4 * 8;",
+     "the key tile copied with a wrong swizzle (row mod 4)"},
+    {0, 0, "a_at + 32u * ks", "a_at + 16u * ks", "S^T's K-major K step of 16 bytes"},
+    {0, 0, "do_at + 2048u * kk", "do_at + 1024u * kk", "dv's MN-major K step of 1024 bytes"},
+    {0, 0, "&do_tile[st + r][c ^ r % 8 * 8]", "&do_tile[st + r][c]",
+     "the dots read dout unswizzled"},
+    {0, 0, "sn_fence_proxy_async();", ";", "no fence.proxy.async after the copies"},
+    {0, 0, "sn_wgmma_wait(1); /* s is in", "sn_wgmma_wait(2); /* s is in",
+     "s read before its wgmma group is waited for"},
+    {3, 0, "/ BQ * BQ;", "/ BQ * BQ + BQ;", "the causal start a query tile late (S > T)"},
+    {0, 0, "s[nt][e] = exp2f(s[nt][e] * scale_log2 - lse_tile[r]);",
+     "s[nt][e] = exp2f(s[nt][e] * scale_log2 - lse_tile[r & ~1]);",
+     "lse of the wrong query on unmasked tiles"},
+    {2, 0, "n_tiles = 2 * per_head", "n_tiles = 1 * per_head",
+     "f16 gqa: dk, dv from one head of the group"},
+};
+enum { N_DKV_PLANTS = sizeof dkv_plants / sizeof dkv_plants[0] };
+
+START_TEST(wgmma_dkv_planted_bugs_are_caught) {
+    const plant_case *pc = &dkv_plants[_i];
+    setenv("SN_ATT_TILES", "dkv=wgmma", 1);
+    run_result r = check_case(&dkv_cases[pc->which], false, pc->needle, pc->plant);
+    unsetenv("SN_ATT_TILES");
+    printf("planted (wgmma dk/dv: %s): worst error %.3g x the tolerance: %s %s\n", pc->what,
+           r.worst, r.worst > 1.0 ? "caught" : "MISSED", r.failure);
+    ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
+}
+END_TEST
+
+/* "dkv=wgmma" only as an entry of its own; refused by name on sm_80, at head size 128 and with
+ * the atomic dq. */
+START_TEST(wgmma_dkv_asked_and_refused) {
+    static const struct {
+        const char *env;
+        bool fwd, dkv;
+    } c[] = {{"dkv=wgmma", false, true},          {"fwd=wgmma,dkv=wgmma", true, true},
+             {"dq=atomic,dkv=wgmma", false, true}, {"dkv=wgmmax", false, false},
+             {"xdkv=wgmma", false, false},         {"dkv=4x64x2", false, false},
+             {"fwd=wgmma", true, false}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        setenv("SN_ATT_TILES", c[i].env, 1);
+        ck_assert_msg(sn_att_wgmma_asked(SN_ATT_FWD) == c[i].fwd, "%s", c[i].env);
+        ck_assert_msg(sn_att_wgmma_asked(SN_ATT_DKV) == c[i].dkv, "%s", c[i].env);
+        ck_assert_msg(!sn_att_wgmma_asked(SN_ATT_DQ), "%s", c[i].env);
+    }
+    setenv("SN_ATT_TILES", "dkv=wgmma", 1);
+    static const att_case refused[] = {{1, 2, 64, 64, 64, 64, SN_BF16, 80, 0},
+                                       {1, 2, 64, 64, 128, 128, SN_BF16, 90, 0},
+                                       {1, 2, 64, 64, 64, 64, SN_F16, 75, 0}};
+    for (int i = 0; i < 3; i++) expect_refused(&refused[i], "dkv=wgmma");
+    atomic_dq = true;
+    expect_refused(&dkv_cases[0], "dq=atomic");
+    atomic_dq = false;
+    unsetenv("SN_ATT_TILES");
+}
+END_TEST
+
+/* ---- NVRTC ---- */
+
+/* The wgmma forward and dk/dv kernel compiled for sm_90a (gpt2's B = 4, H = 12, T = 1024 in bf16;
+ * f16 with 3 query heads a kv head): no spills, no stack, no wgmma serialized; registers printed. */
+START_TEST(nvrtc_wgmma_no_spills) {
+    static const att_case forms[] = {{4, 12, 1024, 1024, 64, 64, SN_BF16, 90, 0},
+                                     {4, 12, 1024, 1024, 64, 64, SN_F16, 90, 4}};
+    setenv("SN_ATT_TILES", "fwd=wgmma,dkv=wgmma", 1);
+    for (int f = 0; f < 2; f++) {
+        int b = nvrtc_check(&forms[f]);
+        if (b < 0) { /* no NVRTC here */
+            unsetenv("SN_ATT_TILES");
+            return;
+        }
+        ck_assert_msg(b == 0, "%d kernels spill or exceed the limits", b);
+    }
+    /* planted: s read while its group may be in flight (the wait deleted): ptxas serializes
+     * every wgmma of the kernel (C7518), which the check counts */
+    int b = nvrtc_check_planted(&forms[0], "sn_wgmma_wait(1); /* s is in", "/* s is in");
+    ck_assert_msg(b != 0, "a serialized wgmma not reported");
+    unsetenv("SN_ATT_TILES");
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("attention_wgmma");
+    TCase *tc = tcase_create("sim");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, wgmma_forward);
+    tcase_add_loop_test(tc, wgmma_dkv_agrees, 0, N_DKV_CASES);
+    tcase_add_loop_test(tc, wgmma_fwd_and_dkv_agree, 0, 2);
+    tcase_add_loop_test(tc, wgmma_dk_or_dv_alone, 0, 4);
+    tcase_add_loop_test(tc, wgmma_dkv_planted_bugs_are_caught, 0, N_DKV_PLANTS);
+    tcase_add_test(tc, wgmma_dkv_asked_and_refused);
+    suite_add_tcase(s, tc);
+    TCase *nv = tcase_create("nvrtc");
+    tcase_set_timeout(nv, 240);
+    tcase_add_test(nv, nvrtc_wgmma_no_spills);
+    suite_add_tcase(s, nv);
+    return s;
+}
+
+int main(void) { return sn_test_main(suite()); }
