@@ -29,6 +29,7 @@ typedef struct {
     long max_new, top_k, seed, context;
     double temperature, top_p;
     bool ignore_eot, no_cache;
+    const char *base;
     /* not options: */
     const char *checkpoint;
     const char *prompts[MAX_PROMPTS];
@@ -79,6 +80,10 @@ static const cli_opt gen_opts[] = {
              "(default: the model's, at most 4096; GPT-2's at most its table)"},
     {"ignore-eot", 0, CLI_FLAG, NULL, O(ignore_eot),
      .help = "go on past <|endoftext|> (default: a prompt's text ends there)"},
+    {"base", 0, CLI_CHOICE, "B", O(base), .choices = "nf4, f32",
+     .help = "a QLoRA checkpoint's base on the device: nf4, as trained (each\n"
+             "product unpacks its weights), or f32 (dequantized once: about 7x\n"
+             "the memory, faster tokens); default nf4 on a GPU, f32 on the CPU"},
 };
 
 static int cmd_generate(int argc, char **argv);
@@ -303,7 +308,7 @@ static sn_status from_checkpoint(const gen_args *a, const char *bpe, gen_source 
     }
     if (s) return s;
     char qlora[80];
-    m->nf4 = sn_ckpt_model_meta(g->ck, "qlora", qlora, sizeof qlora) != NULL;
+    m->nf4 = sn_ckpt_model_meta(g->ck, "qlora", qlora, sizeof qlora) != NULL; /* (run() decides) */
     int trained = sn_ckpt_model_meta(g->ck, "seq", seq_text, sizeof seq_text) ? atoi(seq_text) : m->ctx;
     g->window = trained < 1 || trained > m->ctx ? m->ctx : trained;
     if (m->llama) /* no position table: the cache holds the positions it was trained on, no more */
@@ -382,6 +387,10 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
         ps[b] = ids[b];
     }
     if (!s) s = open_device(a, &dev, e);
+    /* a QLoRA base: NF4 where memory is scarce (a GPU's), f32 where unpacking every token costs
+       more than the host's memory (the CPU: docs/finetune.md, "Generation") */
+    if (!s && m->nf4 && (a->base ? !strcmp(a->base, "f32") : !dev || dev->target.kind != SN_TARGET_CUDA))
+        m->nf4 = false;
     /* past the trained positions the windows slide (generate.h) */
     sn_generator_opts go = {.build = build_kv, .user = m, .ctx = m->ctx, .n_layer = m->n_layer,
                             .batch = B, .window = window, .nf4 = m->nf4};
@@ -409,10 +418,11 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
         int n_prompt = 0;
         for (int b = 0; b < B; b++) n_prompt += lens[b];
         double total = gs.prefill_s + gs.decode_s;
-        fprintf(stderr, "generate: %ld tokens in %.2f s: %.2f tokens/s (batch %d on %s; prefill of "
+        fprintf(stderr, "generate: %ld tokens in %.2f s: %.2f tokens/s (batch %d on %s%s; prefill of "
                 "%d prompt tokens %.3f s, then %.2f tokens/s)\n", st.generated, total,
                 total > 0 ? st.generated / total : 0, B, dev ? dev->name : "the reference interpreter",
-                n_prompt, gs.prefill_s, gs.decode_s > 0 ? gs.n_steps * B / gs.decode_s : 0);
+                m->nf4 ? ", the base NF4" : "", n_prompt, gs.prefill_s,
+                gs.decode_s > 0 ? gs.n_steps * B / gs.decode_s : 0);
     }
     for (int b = 0; b < B; b++) {
         sn_tokens_free(&toks[b]);

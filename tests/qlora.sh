@@ -88,10 +88,21 @@ awk -F, 'NR == FNR { l[$1] = $2; next } FNR > 1 { d = $2 - l[$1]; if (d < 0) d =
          END { exit bad }' cpu.csv cuda.csv || { paste -d' ' cpu.csv cuda.csv; fail "the stand-in's losses differ"; }
 echo "QLoRA on the stand-in CUDA device: the CPU device's losses within 1e-5"
 
-# export: the adapters merged into the dequantized base; generate reads the NF4 records
+# export: the adapters merged into the dequantized base
 "$sinter" export straight.ckpt --to hf > out.txt 2> err.txt || fail "export"
 grep -q "adapters merged" out.txt || fail "export did not merge"
-"$sinter" generate straight.ckpt -n 4 > out.txt 2> err.txt || fail "generate"
+# generate: the base NF4 on the device (the default on a GPU, --base nf4), or dequantized to f32
+# (the CPU's default): the same greedy text
+"$sinter" generate straight.ckpt -n 12 -t 0 --device cpu --base nf4 > nf4.txt 2> err.txt || fail "generate --base nf4"
+grep -q ", the base NF4;" err.txt || fail "generate --base nf4 did not keep the base NF4"
+"$sinter" generate straight.ckpt -n 12 -t 0 --device cpu > f32.txt 2> err.txt || fail "generate"
+grep -q "the base NF4" err.txt && fail "the CPU's default base is NF4"
+cmp nf4.txt f32.txt || fail "the NF4 and f32 bases generate different greedy text"
+XDG_CACHE_HOME="$dir/cache" SN_LIBCUDA="$standin_cuda" SN_LIBNVRTC="$standin_nvrtc" SN_LIBCUBLASLT="$standin_cublaslt" \
+    "$sinter" generate straight.ckpt -n 12 -t 0 --device cuda > cuda.txt 2> err.txt || fail "generate on the stand-in"
+grep -q ", the base NF4;" err.txt || fail "a GPU's default base is not NF4"
+cmp nf4.txt cuda.txt || fail "the stand-in CUDA device's NF4 base generates another greedy text"
+echo "QLoRA generate: the base NF4 (a GPU's default) and f32 (the CPU's): the same greedy text"
 
 # --init-hf: a pretrained LLaMA quantized into the NF4 base
 "$sinter" train --init-hf "$fixtures/llama/llama" --qlora 4 --data corpus.txt --batch 2 --seq 16 --steps 2 \
