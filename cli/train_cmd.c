@@ -202,6 +202,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.mem = a->mem;
     o.chunk_logits = a->chunk_logits;
     o.nf4 = a->qlora > 0;
+    o.base_f32 = a->base_f32;
     if ((s = sn_session_new(&m, &o, &r->s, e))) return s;
     sn_session_set_stop(r->s, cli_stop_flag()); /* a signal cuts a validation short */
     sn_session_info in;
