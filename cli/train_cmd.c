@@ -386,6 +386,11 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
                (double)(lo->lora.alpha / (float)lo->lora.rank), sn_gpt2_lora_targets_name(lo->targets),
                (long long)in.trained, (long long)in.params, 100.0 * (double)in.trained / (double)in.params,
                a->qlora ? "; the targeted layers' weights stored as NF4" : "");
+    bool low = !strcmp(a->precision, "bf16") || !strcmp(a->precision, "fp16");
+    if (lo && low && !a->qlora) /* the base16 pass (passes.h) */
+        printf("frozen base: its linear weights %s (%s)\n", a->base_f32 ? "f32, each with a "
+               "16-bit copy" : strcmp(a->precision, "bf16") ? "stored in f16" : "stored in bf16",
+               a->base_f32 ? "--base-f32" : "--base-f32 keeps them f32");
     /* every targeted layer has the hidden size (n_embd) as its smaller side, or larger */
     int side = r->llama ? r->lm.c.hidden : r->gm.c.n_embd;
     if (lo && lo->lora.rank >= side)

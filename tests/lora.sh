@@ -79,6 +79,7 @@ cmp cpu.cut off.cut || { diff cpu.cut off.cut; fail "offload's losses differ"; }
 # shellcheck disable=SC2086
 "$sinter" train $short --device cpu --precision bf16 --log bf16.csv > out.txt 2> err.txt || fail "bf16"
 [ "$(tail -n 1 bf16.csv | cut -d, -f1)" = 4 ] || fail "bf16 did not train"
+grep -q "^frozen base: its linear weights stored in bf16 (--base-f32 keeps them f32)" out.txt || fail "no base line"
 # shellcheck disable=SC2086
 XDG_CACHE_HOME="$dir/cache" SN_LIBCUDA="$standin_cuda" SN_LIBNVRTC="$standin_nvrtc" SN_LIBCUBLASLT="$standin_cublaslt" \
     "$sinter" train $short --device cuda --log cuda.csv > out.txt 2> err.txt || fail "the stand-in CUDA device"
@@ -101,6 +102,7 @@ echo "LoRA with offload (bit for bit), bf16 (on the stand-in within 0.1%), and o
 # their bf16 weight shadows): the same losses bit for bit on the CPU device and on the stand-in
 # shellcheck disable=SC2086
 "$sinter" train $short --device cpu --precision bf16 --base-f32 --log bf16f.csv > out.txt 2> err.txt || fail "bf16 --base-f32"
+grep -q "^frozen base: its linear weights f32, each with a 16-bit copy (--base-f32)" out.txt || fail "no base line"
 losses bf16.csv > bf16.cut
 losses bf16f.csv > bf16f.cut
 cmp bf16.cut bf16f.cut || { diff bf16.cut bf16f.cut; fail "the bf16 base's losses differ from the f32 base's"; }
