@@ -48,8 +48,8 @@ static int plan_run(const plan_model *m, const sn_plan_opts *o, sn_plan *pl, FIL
     if (m->lora && m->lora->ia3)
         snprintf(l, sizeof l, ", IA3%s", base);
     else if (m->lora)
-        snprintf(l, sizeof l, ", %s%s rank %d alpha %g on %s", m->qlora ? "QLoRA (NF4 base)" : "LoRA",
-                 base, m->lora->lora.rank,
+        snprintf(l, sizeof l, ", %s%s rank %d alpha %g on %s",
+                 m->qlora ? "QLoRA (NF4 base)" : "LoRA", base, m->lora->lora.rank,
                  (double)m->lora->lora.alpha, sn_gpt2_lora_targets_name(m->lora->targets));
     fprintf(f, "plan: %s%s, batch %d x seq %d, budget %s, %s\n", m->name, l, o->batch, m->T,
             o->budget ? sn_bytes_str(o->budget, b, sizeof b) : "none",

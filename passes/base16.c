@@ -8,7 +8,8 @@
 #include "ir/rewrite.h"
 #include "passes.h"
 
-sn_status sn_pass_base16(const sn_graph *in, sn_dtype low, sn_graph **out, int *n_stored, sn_err *e) {
+sn_status sn_pass_base16(const sn_graph *in, sn_dtype low, sn_graph **out, int *n_stored,
+                         sn_err *e) {
     *out = NULL;
     *n_stored = 0;
     if (low != SN_BF16 && low != SN_F16)

@@ -97,7 +97,8 @@ sn_status sn_pass_nf4_per_reader(const sn_graph *in, sn_graph **out, int *n_made
  * forward graph, before autocast (whose casts then find the low dtype already). *n_stored:
  * the weights stored so. Until autocast the products read the weight widened to f32 (a cast,
  * exact), which autocast's cast back to the low dtype folds into the 16-bit value itself. */
-sn_status sn_pass_base16(const sn_graph *in, sn_dtype low, sn_graph **out, int *n_stored, sn_err *e);
+sn_status sn_pass_base16(const sn_graph *in, sn_dtype low, sn_graph **out, int *n_stored,
+                         sn_err *e);
 
 /* ---- autocast.c ---- */
 

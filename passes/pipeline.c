@@ -9,14 +9,15 @@
 #include "frontend/frontend.h"
 #include "passes.h"
 
-static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "nf4", "base16", "autocast",
-                                        "autodiff", "nf4_per_reader", "chunk_logits", "checkpoint",
-                                        "sink_views", "upcast", "fuse", "schedule", "join_finish", "memplan"};
+static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "nf4", "base16",
+                                        "autocast", "autodiff", "nf4_per_reader", "chunk_logits",
+                                        "checkpoint", "sink_views", "upcast", "fuse", "schedule",
+                                        "join_finish", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, nf4, base16, autocast, autodiff, nf4_per_reader, chunk_logits, "
-           "checkpoint, sink_views, upcast, fuse, schedule, join_finish, memplan";
+    return "frontend, pad_vocab, attention, nf4, base16, autocast, autodiff, nf4_per_reader, "
+           "chunk_logits, checkpoint, sink_views, upcast, fuse, schedule, join_finish, memplan";
 }
 
 sn_pipeline_opts sn_pipeline_defaults(void) {

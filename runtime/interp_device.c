@@ -61,7 +61,8 @@ static sn_status value_in(sn_interp *it, const sn_node *n, const void *src, sn_e
         return s;
     }
     return sn_fail(e, SN_ERR_UNSUPPORTED, "the reference interpreter device takes f32, i32, u8, "
-                   "bf16 and f16 inputs and parameters, not %s (%%%d)", sn_dtype_name(n->dtype), n->id);
+                   "bf16 and f16 inputs and parameters, not %s (%%%d)", sn_dtype_name(n->dtype),
+                   n->id);
 }
 
 static void value_out(const sn_node *n, const double *v, void *dst) {

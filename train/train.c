@@ -441,7 +441,8 @@ sn_status sn_trainer_get_param(const sn_trainer *t, int i, sn_param_which which,
         return SN_OK;
     }
     if (nf4) return nf4_weights(t, i, host, false, e);
-    if (which == SN_PARAM_WEIGHTS && sn_trainer_param_16bit(t, i)) return half_weights(t, i, host, false, e);
+    if (which == SN_PARAM_WEIGHTS && sn_trainer_param_16bit(t, i))
+        return half_weights(t, i, host, false, e);
     return sn_runner_get(t->run, i, which, !t->in_grads, host, e);
 }
 
