@@ -298,6 +298,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
     r->po = sn_pipeline_defaults();
     r->po.precision = o->precision;
     r->po.nf4 = o->nf4;
+    r->po.base16 = !o->base_f32; /* in bf16 and fp16 only; frozen linear weights only */
     int policy = recompute_policy(o->checkpoint_policy);
     r->po.checkpoint = policy > 0 ? (sn_recompute_policy)policy : SN_RECOMPUTE_NONE;
     r->po.chunk_logits = o->chunk_logits > 0 ? o->chunk_logits : 0;
@@ -421,6 +422,7 @@ static sn_status build_sampler(sn_session *r, sn_err *e) {
     sn_pipeline_opts po = sn_pipeline_defaults(); /* the trainer's forward rewrites, no dump */
     po.precision = r->po.precision;
     po.nf4 = r->po.nf4; /* its NF4 storage gets the trainer's bytes (sn_sampler_load) */
+    po.base16 = r->po.base16; /* its 16-bit base the trainer's weights, rounded again: exact */
     po.target = r->po.target;
     if (s || (s = sn_compile(r->sg, &po, NULL, NULL, e))) return s;
     const sn_node *idx = sn_graph_input(r->sg, SN_ROLE_TOKENS), *logits = r->sg->logits;
@@ -459,12 +461,21 @@ static sn_status unpadded_get(void *src, const sn_node *p, float *data, sn_err *
     return s;
 }
 
+/* Whether the trainer holds a parameter in 16 bits (the base16 pass stored the base). */
+static bool base16(const sn_session *r) {
+    for (int i = 0; i < sn_trainer_param_count(r->t); i++)
+        if (sn_trainer_param_16bit(r->t, i)) return true;
+    return false;
+}
+
 /* Whether a sample after n_prompt tokens goes through the KV cache: the model builds the
  * generation graphs, the prompt fits the training length (past it the generator's window
  * slides), and the run holds no memory plan (the generator's fp32 weights and cache are not in
- * it). An NF4 base stays NF4 in the generator (sn_generator_opts.nf4: the trainer's bytes). */
+ * it) nor a 16-bit base (whose point is not to hold the weights in f32: the fp32 generator would
+ * keep an f32 copy of every weight from the first sample on). An NF4 base stays NF4 in the
+ * generator (sn_generator_opts.nf4: the trainer's bytes). */
 static bool kv_sampling(const sn_session *r, size_t n_prompt) {
-    return r->m.build_kv && r->m.n_layer > 0 && !r->planned && n_prompt >= 1 &&
+    return r->m.build_kv && r->m.n_layer > 0 && !r->planned && !base16(r) && n_prompt >= 1 &&
            n_prompt <= (size_t)r->T;
 }
 

@@ -124,6 +124,11 @@ typedef struct {
                              NF4 (passes.h: the nf4 pass), drawn by their init rule or read from
                              init / init_pretrained in full precision and quantized; checkpoints
                              keep the packed bytes, and resume needs a run with nf4 alike */
+    bool base_f32;        /* LoRA's and IA3's frozen linear weights kept as f32 parameters in
+                             bf16 and fp16 runs (each with its 16-bit weight shadow, 6 bytes a
+                             weight); false (the default): stored in the compute dtype itself
+                             (passes.h: the base16 pass), 2 bytes a weight, the losses the same
+                             bit for bit; checkpoints hold f32 weights either way */
     /* The optimizer's knobs (sn_session_defaults gives train/train.h's defaults); saved in the
      * checkpoint and checked on resume like the rest. */
     int warmup;           /* linear warm-up steps, at most steps; -1: 10% of the steps */

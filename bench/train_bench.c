@@ -48,6 +48,8 @@ typedef struct {
     int lora;       /* --lora R: LoRA adapters of rank R on every linear layer (alpha R), the
                        base frozen; the full fine-tuning step is timed too, in the same run */
     bool ia3;       /* --ia3: IA3 vectors instead (frontend/ia3.h), the full step timed too */
+    bool base_f32;  /* --base-f32: the frozen base f32 with weight shadows (else, in bf16/fp16,
+                       stored in the compute dtype as sinter train does; the other timed too) */
     sn_precision precision;
     const char *isa; /* of the measured peak */
     const char *device;   /* auto, cuda or cpu */
@@ -92,6 +94,7 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     o.checkpoint = backward ? a->checkpoint : 0;
     o.checkpoint_budget = a->arena_budget;
     o.precision = a->precision;
+    o.base16 = !a->base_f32;
     o.chunk_logits = backward ? a->chunk_logits : 0;
     if (sn_compile(g, &o, prog, NULL, &e)) die("pipeline", &e);
     return g;
@@ -163,6 +166,23 @@ static double time_best(int steps, step_fn fn, void *ctx) {
     return best;
 }
 
+/* The best of `steps` runs each of fn on ctx[0] and ctx[1], interleaved (the order swapped
+ * every round) so that a load that comes and goes weighs on both alike, after a warm-up each. */
+static void time_pair(int steps, step_fn fn, void *const ctx[2], double best[2]) {
+    sn_err e;
+    for (int k = 0; k < 2; k++) {
+        if (fn(ctx[k], &e)) die("warm-up", &e);
+        best[k] = 1e30;
+    }
+    for (int i = 0; i < 2 * steps; i++) {
+        int k = (i & 1) ^ ((i >> 1) & 1); /* 0 1, 1 0, 0 1, ... */
+        double t0 = sn_clock_s();
+        if (fn(ctx[k], &e)) die("step", &e);
+        double dt = sn_clock_s() - t0;
+        if (dt < best[k]) best[k] = dt;
+    }
+}
+
 typedef struct {
     sn_trainer *t;
     int32_t *x, *y;
@@ -209,11 +229,13 @@ static const char usage_text[] =
     "                   [--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]]\n"
     "                   [--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16]\n"
     "                   [--compare-interp] [--arena-budget BYTES] [--offload] [--lora R | --ia3]\n"
-    "                   [--host-gbs G] [--chunk-logits N]\n"
+    "                   [--host-gbs G] [--chunk-logits N] [--base-f32]\n"
     "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
     "  --threads 0: all cores; --lora R: the step with LoRA adapters of rank R (all linear\n"
     "  layers, alpha R, the base frozen), and the full fine-tuning step timed in the same run;\n"
-    "  --ia3: the same with IA3 vectors (keys, values, the MLP's activation);\n"
+    "  --ia3: the same with IA3 vectors (keys, values, the MLP's activation); in bf16 or\n"
+    "  fp16 their frozen base is stored in 16 bits (--base-f32: f32 with weight shadows) and\n"
+    "  the step with the other base is timed too;\n"
     "  --model-only --offload: the offloaded step modeled too, the host AdamW at G GB/s (by\n"
     "  default as measured on this machine, --threads of it);\n"
     "  --chunk-logits N: the LM head and its loss in chunks of N rows, and the step with the\n"
@@ -252,7 +274,8 @@ static void parse(int argc, char **argv, args *a) {
                      : !strcmp(k, "--model-only")   ? &a->model_only
                      : !strcmp(k, "--tf32")         ? &a->tf32
                      : !strcmp(k, "--offload")      ? &a->offload
-                     : !strcmp(k, "--ia3")          ? &a->ia3 : NULL;
+                     : !strcmp(k, "--ia3")          ? &a->ia3
+                     : !strcmp(k, "--base-f32")     ? &a->base_f32 : NULL;
         if (flag) {
             *flag = true;
             continue;
@@ -523,6 +546,33 @@ int main(int argc, char **argv) {
         bj_print(fr_rec, stdout);
         sn_trainer_free(ft);
         sn_graph_free(full);
+    }
+
+    bool low = a.precision == SN_PRECISION_BF16 || a.precision == SN_PRECISION_FP16;
+    if ((a.lora || a.ia3) && low) { /* the other base: f32 with shadows, or 16-bit */
+        args ba = a;
+        ba.base_f32 = !a.base_f32;
+        sn_graph *bg = model_graph(&ba, true, NULL);
+        sn_trainer *bt = sn_trainer_new(bg, &o, &e);
+        if (!bt) die("trainer with the other base", &e);
+        run_ctx br = {bt, x, y, NULL};
+        void *const pair[2] = {&r, &br};
+        double best[2]; /* this run's step and the other base's, timed in turn */
+        time_pair(a.steps, run_step, pair, best);
+        const sn_program *bprog = sn_trainer_program(bt);
+        bj *b_rec = record(&ba, dev, ba.base_f32 ? "train_step_base_f32" : "train_step_base16",
+                           best[1], program_flops(bprog), peak);
+        bj_int(b_rec, "kernels_per_step", bprog->n_kernels);
+        bj_int(b_rec, "persistent_bytes", (long long)bprog->persistent_bytes);
+        bj_int(b_rec, "shadows", bprog->n_shadows);
+        bj_int(b_rec, "timed_persistent_bytes", (long long)p->persistent_bytes);
+        bj_int(b_rec, "timed_shadows", p->n_shadows);
+        bj_num(b_rec, "timed_step_ms", "%.2f", 1e3 * best[0]);
+        /* the 16-bit base's speed-up over the f32 base's step (above 1: faster) */
+        bj_num(b_rec, "base16_speedup", "%.3f", a.base_f32 ? best[0] / best[1] : best[1] / best[0]);
+        bj_print(b_rec, stdout);
+        sn_trainer_free(bt);
+        sn_graph_free(bg);
     }
 
     if (a.chunk_logits) { /* the baseline: the LM head whole, same batch, same device */

@@ -14,7 +14,7 @@
 typedef struct {
     const char *model, *tokenizer, *pad_vocab, *policy, *precision, *dump_after, *emit_cuda;
     const char *lora_targets;
-    bool backward, no_fuse_attention, schedule, ia3;
+    bool backward, no_fuse_attention, schedule, ia3, base_f32;
     long long arena_budget;
     long batch, seq, arch, lora, chunk_logits;
 } graph_args;
@@ -33,6 +33,9 @@ static const cli_opt graph_opts[] = {
     {"lora-targets", 0, CLI_CHOICE, "T", O(lora_targets), .choices = "attn, mlp, all",
      .help = "the layers adapted (default all)"},
     {"ia3", 0, CLI_FLAG, NULL, O(ia3), .help = "IA3 vectors (sinter train --ia3), the base frozen"},
+    {"base-f32", 0, CLI_FLAG, NULL, O(base_f32),
+     .help = "in bf16 or fp16: the frozen base's linear weights f32 with 16-bit\n"
+             "copies (sinter train --base-f32), not in the compute dtype"},
     {"backward", 0, CLI_FLAG, NULL, O(backward), .help = "with the backward graph appended (autodiff)"},
     {"dump-after", 0, CLI_CHOICE, "PASS", O(dump_after), .choices_fn = sn_pipeline_pass_names,
      .help = "print the IR (after fuse, schedule and memplan: the program)\n"
@@ -105,6 +108,7 @@ static int pipeline_opts(const graph_args *a, sn_pipeline_opts *o) {
         return cli_usage_error(cmd, "--chunk-logits splits the loss's backward too: add --backward");
     o->chunk_logits = a->chunk_logits;
     if (a->precision) o->precision = (sn_precision)sn_precision_parse(a->precision);
+    o->base16 = !a->base_f32; /* as sinter train compiles it */
     o->dump_after = a->dump_after;
     return 0;
 }

@@ -17,6 +17,8 @@ typedef struct {
     cli_model m;
     const sn_gpt2_lora *lora;
     bool qlora;               /* the base's linear weights stored as NF4 (the nf4 pass) */
+    const char *base;         /* a LoRA or IA3 base's linear weights in 16-bit runs: "bf16" or
+                                 "f16" (the base16 pass), "f32" (--base-f32); NULL: neither */
     int T;
 } plan_model;
 
@@ -41,11 +43,13 @@ static int plan_run(const plan_model *m, const sn_plan_opts *o, sn_plan *pl, FIL
     sn_status s = sn_plan_make(o, build, (void *)m, pl, &e);
     char b[32];
     char l[96] = "";
+    char base[32] = "";
+    if (m->base) snprintf(base, sizeof base, " (%s base)", m->base);
     if (m->lora && m->lora->ia3)
-        snprintf(l, sizeof l, ", IA3");
+        snprintf(l, sizeof l, ", IA3%s", base);
     else if (m->lora)
-        snprintf(l, sizeof l, ", %s rank %d alpha %g on %s", m->qlora ? "QLoRA (NF4 base)" : "LoRA",
-                 m->lora->lora.rank,
+        snprintf(l, sizeof l, ", %s%s rank %d alpha %g on %s",
+                 m->qlora ? "QLoRA (NF4 base)" : "LoRA", base, m->lora->lora.rank,
                  (double)m->lora->lora.alpha, sn_gpt2_lora_targets_name(m->lora->targets));
     fprintf(f, "plan: %s%s, batch %d x seq %d, budget %s, %s\n", m->name, l, o->batch, m->T,
             o->budget ? sn_bytes_str(o->budget, b, sizeof b) : "none",
@@ -65,6 +69,7 @@ typedef struct {
     bool ia3;
     long long mem;
     bool no_offload;
+    bool base_f32;
 } plan_args;
 
 #define O(field) offsetof(plan_args, field)
@@ -116,6 +121,10 @@ static const cli_opt plan_opts[] = {
     {"ia3", 0, CLI_FLAG, NULL, O(ia3),
      .help = "IA3 fine-tuning (sinter train --ia3): the base frozen, gradients\n"
              "and optimizer state for the vectors alone"},
+    {"base-f32", 0, CLI_FLAG, NULL, O(base_f32),
+     .help = "with --lora or --ia3 in bf16 or fp16: the frozen base's linear\n"
+             "weights as f32 parameters with 16-bit copies (sinter train\n"
+             "--base-f32); by default stored in the compute dtype itself"},
 };
 
 static int cli_plan(int argc, char **argv);
@@ -143,6 +152,9 @@ static int cli_plan(int argc, char **argv) {
                                "(the rank, e.g. 8)");
     if (a.ia3 && a.lora)
         return cli_usage_error(cmd, "--ia3 and --lora are two ways to fine-tune: choose one");
+    if (a.base_f32 && (a.qlora || (!a.lora && !a.ia3))) /* as sinter train refuses it */
+        return cli_usage_error(cmd, "--base-f32 keeps the frozen base of --lora or --ia3 in f32: "
+                               "add one of them (not --qlora, whose base is NF4)");
     if (!a.model && !a.hf) return cli_usage_error(cmd, "which model? add --model NAME or --hf DIR");
     if (a.model && a.hf) return cli_usage_error(cmd, "--model %s and --hf %s: give one of them", a.model, a.hf);
     if (a.hf && a.tokenizer)
@@ -171,6 +183,10 @@ static int cli_plan(int argc, char **argv) {
     po.target = &t;
     po.precision = (sn_precision)sn_precision_parse(a.precision); /* as the session compiles it */
     po.nf4 = m.qlora = a.qlora > 0;
+    po.base16 = !a.base_f32; /* as the session compiles it */
+    bool low = po.precision == SN_PRECISION_BF16 || po.precision == SN_PRECISION_FP16;
+    if (low && !m.qlora && (a.lora || a.ia3))
+        m.base = a.base_f32 ? "f32" : po.precision == SN_PRECISION_BF16 ? "bf16" : "f16";
     sn_plan_opts o = {.batch = (int)a.batch, .budget = a.mem, .micro_batch = (int)a.micro,
                       .policy = policy, .compile = &po, .offload = offload,
                       .chunk_logits = a.chunk_logits < 0 ? SN_CHUNK_LOGITS_AUTO : a.chunk_logits};

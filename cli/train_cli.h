@@ -25,6 +25,7 @@ typedef struct {
     long lora;              /* --lora R: LoRA adapters of rank R (0: none) */
     long qlora;             /* --qlora R: --lora R (lora is set too) over an NF4 base */
     bool ia3;               /* --ia3: (IA)^3 vectors (frontend/ia3.h) instead */
+    bool base_f32;          /* --base-f32: the frozen base's linear weights f32 in bf16/fp16 */
     double lora_alpha;      /* --lora-alpha (0: not given: R) */
     const char *lora_targets; /* --lora-targets attn, mlp or all (NULL: not given: all) */
     long steps, batch, seq, seed, eval_every, tokens_per_step, save_every;

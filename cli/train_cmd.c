@@ -202,6 +202,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.mem = a->mem;
     o.chunk_logits = a->chunk_logits;
     o.nf4 = a->qlora > 0;
+    o.base_f32 = a->base_f32;
     if ((s = sn_session_new(&m, &o, &r->s, e))) return s;
     sn_session_set_stop(r->s, cli_stop_flag()); /* a signal cuts a validation short */
     sn_session_info in;
@@ -385,6 +386,11 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
                (double)(lo->lora.alpha / (float)lo->lora.rank), sn_gpt2_lora_targets_name(lo->targets),
                (long long)in.trained, (long long)in.params, 100.0 * (double)in.trained / (double)in.params,
                a->qlora ? "; the targeted layers' weights stored as NF4" : "");
+    bool low = !strcmp(a->precision, "bf16") || !strcmp(a->precision, "fp16");
+    if (lo && low && !a->qlora) /* the base16 pass (passes.h) */
+        printf("frozen base: its linear weights %s (%s)\n", a->base_f32 ? "f32, each with a "
+               "16-bit copy" : strcmp(a->precision, "bf16") ? "stored in f16" : "stored in bf16",
+               a->base_f32 ? "--base-f32" : "--base-f32 keeps them f32");
     /* every targeted layer has the hidden size (n_embd) as its smaller side, or larger */
     int side = r->llama ? r->lm.c.hidden : r->gm.c.n_embd;
     if (lo && lo->lora.rank >= side)

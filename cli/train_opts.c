@@ -129,10 +129,16 @@ static const cli_opt train_opts[] = {
      .help = "(IA)^3 fine-tuning: learned vectors, ones at first, scale each\n"
              "layer's keys, values and the MLP's inner activation channel by\n"
              "channel; only they train, every weight is frozen (not with --lora)"},
+    {"base-f32", 0, CLI_FLAG, NULL, O(base_f32),
+     .help = "with --lora or --ia3 in bf16 or fp16: keep the frozen base's\n"
+             "linear weights as f32 parameters, each with its 16-bit copy (6\n"
+             "bytes a weight); by default they are stored in the compute dtype\n"
+             "itself (2 bytes a weight, the same losses bit for bit)"},
     {"sample-len", 0, CLI_INT, "N", O(sample_len), 0, 1 << 20,
      .help = "tokens to generate after training (default 200; 0: no samples);\n"
              "a sample that fits the context decodes over a KV cache (not\n"
-             "with --mem or --qlora: then the whole window per token)"},
+             "with --mem, --qlora, or a 16-bit base: --lora or --ia3 in bf16 or\n"
+             "fp16 without --base-f32; then the whole window per token)"},
     {"sample-every", 0, CLI_INT, "N", O(sample_every), 0, STEPS_MAX,
      .help = "also sample every N steps (default 0: only at the end)"},
     {"prompt", 0, CLI_STR, "TEXT", O(prompt),
@@ -211,6 +217,12 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
     if (a->qlora && a->ia3)
         return cli_usage_error(cmd, "--qlora trains LoRA adapters over an NF4 base, --ia3 IA3 "
                                "vectors: choose one");
+    if (a->base_f32 && a->qlora)
+        return cli_usage_error(cmd, "--base-f32 keeps a LoRA or IA3 base in f32; --qlora stores it "
+                               "as NF4: give one of them");
+    if (a->base_f32 && !a->lora && !a->ia3)
+        return cli_usage_error(cmd, "--base-f32 keeps the frozen base of --lora or --ia3 in f32: "
+                               "add one of them (a full fine-tuning run has no frozen base)");
     if (a->qlora) a->lora = a->qlora; /* the adapters: --lora's (train_cmd.c adds the nf4 pass) */
     if (!a->lora && (a->lora_alpha > 0 || a->lora_targets))
         return cli_usage_error(cmd, "--lora-alpha and --lora-targets shape LoRA adapters: add --lora R "

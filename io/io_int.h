@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "ir/ir.h"
+#include "support/half.h" /* the readers' 16-bit floats */
 #include "support/savefile.h"
 #include "train/checkpoint.h"
 #include "safetensors.h"
@@ -33,12 +34,6 @@ struct json_object;
 /* A new file holding the JSON object o, pretty-printed, and a newline (json-c builds only; o is
  * not released). */
 sn_status sn_newfile_json(const char *path, const char *what, struct json_object *o, sn_err *e);
-
-/* ---- newfile.c: 16-bit floats ---- */
-
-float sn_bf16_to_f32(uint16_t h);
-float sn_f16_to_f32(uint16_t h);
-uint16_t sn_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 
 /* ---- ia3_merge.c: IA3 vectors merged into the weights they scale ---- */
 

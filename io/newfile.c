@@ -1,5 +1,5 @@
 /* newfile.c: new output files (io_int.h) over savefile.h, published by link(2) so that an
- * existing file is never replaced; and the 16-bit float conversions the readers share. */
+ * existing file is never replaced. */
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -45,41 +45,6 @@ sn_status sn_newfile_commit(sn_newfile *f, sn_err *e) {
 }
 
 void sn_newfile_abort(sn_newfile *f) { sn_savefile_abort(&f->s); }
-
-/* ---- 16-bit floats ---- */
-
-float sn_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-float sn_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13); /* inf, NaN */
-    else if (exp) u = sign | ((exp + 112) << 23) | (man << 13);
-    else if (!man) u = sign; /* +-0 */
-    else { /* subnormal: normalise */
-        int e = -1;
-        do {
-            man <<= 1;
-            e++;
-        } while (!(man & 0x400));
-        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t sn_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
 
 sn_status sn_newfile_dir(const char *dir, const char *a, const char *b, sn_err *e) {
     struct stat st;

@@ -92,6 +92,8 @@ static bool grow(ac_state *s) {
  * QKV product share one cast of it and attention reads them in place. */
 static sn_node *cast(ac_state *s, sn_node *x, sn_dtype t) {
     if (!x || x->dtype == t || !sn_dtype_is_float(x->dtype) || !grow(s)) return x;
+    if (x->op == SN_OP_CAST && x->dtype == SN_F32 && x->in[0]->dtype == t)
+        return x->in[0]; /* a 16-bit value widened (the base16 pass's weights): exactly itself */
     sn_node **memo = t == SN_F32 ? s->to_f32 : s->to_low;
     if (memo[x->id]) return memo[x->id];
     sn_node *y;

@@ -10,8 +10,7 @@
 #include "ir/rewrite.h"
 #include "passes.h"
 
-/* Whether old PARAM p is a frozen float matrix read only as the b of matmuls (no output). */
-static bool linear_weight(const sn_graph *g, const sn_node *p) {
+bool sn_linear_weight(const sn_graph *g, const sn_node *p) {
     if (p->op != SN_OP_PARAM || !p->a.frozen || !sn_dtype_is_float(p->dtype) || p->rank != 2)
         return false;
     for (int k = 0; k < g->n_outputs; k++)
@@ -39,7 +38,7 @@ sn_status sn_pass_nf4(const sn_graph *in, sn_graph **out, int *n_stored, sn_err 
     if (st) return st;
     for (int i = 0; i < in->n_nodes; i++) {
         const sn_node *n = in->nodes[i];
-        if (!linear_weight(in, n)) {
+        if (!sn_linear_weight(in, n)) {
             sn_rewrite_copy(&r, n);
             continue;
         }

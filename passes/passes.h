@@ -76,12 +76,29 @@ sn_status sn_pass_attention(const sn_graph *in, bool unrepeat_kv, sn_graph **out
  * autocast, which makes a dequantize read only by products bf16). *n_stored: weights stored so. */
 sn_status sn_pass_nf4(const sn_graph *in, sn_graph **out, int *n_stored, sn_err *e);
 
+/* Whether PARAM p of g is a frozen float matrix read only as the right operand of matmuls (x @
+ * W), and not an output: the weights the nf4 and base16 passes store otherwise. */
+bool sn_linear_weight(const sn_graph *g, const sn_node *p);
+
 /* Each reader of a dequant_nf4 node (its product in the forward, the product making x's
  * gradient in the backward) gets a dequantize of its own, made right before it, so that the
  * planner keeps each unpacked weight only from its dequantize to its product (one scratch
  * reused across layers, not every layer's 16-bit copy live until its backward). requires: a
  * verified graph, after autodiff and checkpoint. *n_made: the dequantizes made. */
 sn_status sn_pass_nf4_per_reader(const sn_graph *in, sn_graph **out, int *n_made, sn_err *e);
+
+/* ---- base16.c ---- */
+
+/* The frozen base in the compute dtype (low: bf16 or f16): each weight sn_linear_weight selects
+ * becomes a PARAM of dtype low with the same name, shape, init rule and frozen mark, so that the
+ * products read it as it is stored: no f32 parameter, no weight shadow, no cast. The values are
+ * the trainer's (train.h: drawn in f32 and rounded to nearest even on the host, as the shadow
+ * was made), so a run's losses are those of the f32 base's bit for bit. requires: a verified
+ * forward graph, before autocast (whose casts then find the low dtype already). *n_stored:
+ * the weights stored so. Until autocast the products read the weight widened to f32 (a cast,
+ * exact), which autocast's cast back to the low dtype folds into the 16-bit value itself. */
+sn_status sn_pass_base16(const sn_graph *in, sn_dtype low, sn_graph **out, int *n_stored,
+                         sn_err *e);
 
 /* ---- autocast.c ---- */
 

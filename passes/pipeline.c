@@ -9,14 +9,15 @@
 #include "frontend/frontend.h"
 #include "passes.h"
 
-static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "nf4", "autocast",
-                                        "autodiff", "nf4_per_reader", "chunk_logits", "checkpoint",
-                                        "sink_views", "upcast", "fuse", "schedule", "join_finish", "memplan"};
+static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "nf4", "base16",
+                                        "autocast", "autodiff", "nf4_per_reader", "chunk_logits",
+                                        "checkpoint", "sink_views", "upcast", "fuse", "schedule",
+                                        "join_finish", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, nf4, autocast, autodiff, nf4_per_reader, chunk_logits, "
-           "checkpoint, sink_views, upcast, fuse, schedule, join_finish, memplan";
+    return "frontend, pad_vocab, attention, nf4, base16, autocast, autodiff, nf4_per_reader, "
+           "chunk_logits, checkpoint, sink_views, upcast, fuse, schedule, join_finish, memplan";
 }
 
 sn_pipeline_opts sn_pipeline_defaults(void) {
@@ -99,6 +100,9 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     if (!strcmp(d, "nf4") && !o->nf4)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after nf4, but the nf4 pass is off (it runs "
                        "with --qlora)");
+    if (!strcmp(d, "base16") && !(o->base16 && autocasts(o)))
+        return sn_fail(e, SN_ERR_INVALID, "--dump-after base16, but the base16 pass is off (it "
+                       "runs with --lora or --ia3 in bf16 or fp16, without --base-f32)");
     if (!strcmp(d, "pad_vocab") && !o->pad_vocab)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after pad_vocab, but the pad_vocab pass is off "
                        "(give --pad-vocab a multiple, not 0)");
@@ -173,6 +177,13 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
         if ((s = after(g, "nf4", o, e))) return s;
     }
 
+    if (o->base16 && autocasts(o)) { /* before autocast, whose casts then find it 16-bit */
+        sn_dtype low = o->precision == SN_PRECISION_BF16 ? SN_BF16 : SN_F16;
+        if ((s = sn_pass_base16(g, low, &next, &st->base16_stored, e))) return s;
+        replace(g, next);
+        if ((s = after(g, "base16", o, e))) return s;
+    }
+
     if (autocasts(o)) { /* before autodiff, so gradients come from the cast graph */
         if ((s = sn_pass_autocast(g, o->precision, &next, &st->casts, e))) return s;
         replace(g, next);
@@ -220,7 +231,7 @@ sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_
     st->checkpoint_recomputed = st->logits_chunks = 0;
     st->checkpoint_extra_flops = st->step_flops = 0;
     st->checkpoint_min_arena = 0;
-    st->nf4_stored = st->nf4_dequants = 0;
+    st->nf4_stored = st->nf4_dequants = st->base16_stored = 0;
     return graph_passes(g, o, st, e);
 }
 

@@ -26,6 +26,8 @@ typedef struct {
     int64_t pad_vocab;       /* the pad_vocab pass's multiple (0: off; SN_PAD_VOCAB_POW2: the
                                 next power of two) */
     bool nf4;                /* the nf4 pass: frozen linear weights stored as NF4 (QLoRA) */
+    bool base16;             /* the base16 pass (bf16/fp16 only): frozen linear weights stored
+                                in the compute dtype, no f32 copy (LoRA's and IA3's base) */
     sn_precision precision;  /* bf16/fp16: the autocast pass (mixed precision); fp32 (0, the
                                 default) and tf32: none */
     bool backward;           /* append the backward of g->loss (autodiff) */
@@ -58,6 +60,7 @@ typedef struct {
     double checkpoint_extra_flops, step_flops; /* its extra FLOPs, the step's without them */
     int64_t checkpoint_min_arena; /* budget policy: the smallest arena it found (also on failure) */
     int nf4_stored;      /* weights the nf4 pass stored as NF4 */
+    int base16_stored;   /* weights the base16 pass stored in 16 bits */
     int nf4_dequants;    /* dequantizes nf4_per_reader made, one per product reading a weight */
     int casts;           /* cast nodes the autocast pass added */
     int upcasts_split;   /* f32 casts of 16-bit values the upcast pass made one per reader */
@@ -80,7 +83,7 @@ const char *sn_pipeline_pass_names(void);
  * pass that leaves a graph the verifier rejects is reported with its name. stats may be NULL;
  * each entry sets the fields of its own passes. On failure g is still a graph the caller frees.
  *
- * The graph passes: pad_vocab, attention, nf4, autocast, no_dropout (without o->backward:
+ * The graph passes: pad_vocab, attention, nf4, base16, autocast, no_dropout (without o->backward:
  * inference), autodiff (o->backward), nf4_per_reader
  * (a dequantize of two readers), chunk_logits, checkpoint.
  * requires: a forward graph (no backward yet: the forward rewrites must come before autodiff,

@@ -98,7 +98,8 @@ sn_status sn_exec_new_sharing(sn_device *d, const sn_program *p, sn_exec *owner,
                               sn_err *e);
 void sn_exec_free(sn_exec *x);
 
-/* Host data into an INPUT or PARAM value (f32 for float nodes, int32 for i32 nodes); nothing
+/* Host data into an INPUT or PARAM value, in the node's dtype (float, int32, packed u8 bytes,
+ * bf16 or f16 bits: support/half.h); nothing
  * for an INPUT or PARAM of the graph that the program never reads. Writing a parameter (here,
  * or through a ref below: upload, copy, memset, AdamW without flat_low) makes its weight shadow
  * (program.h) stale; sn_exec_run makes it again first. */

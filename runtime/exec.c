@@ -280,9 +280,6 @@ sn_status sn_exec_set(sn_exec *x, const sn_node *n, const void *data, sn_err *e)
     if (!v || (n->op != SN_OP_INPUT && n->op != SN_OP_PARAM))
         return sn_fail(e, SN_ERR_INVALID, "sn_exec_set: node %%%d is not an input or parameter "
                        "of the compiled program", n ? n->id : -1);
-    if (n->dtype != SN_F32 && n->dtype != SN_I32 && n->dtype != SN_U8) /* u8: packed NF4 bytes */
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "sn_exec_set: %s values are not supported yet",
-                       sn_dtype_name(n->dtype));
     int b = x->owner ? x->bound[v - x->p->values] : -1;
     if (b >= 0) return sn_exec_set(x->owner, x->owner->p->values[b].node, data, e);
     written(x, v->offset, v->bytes);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "interp/interp.h"
+#include "support/half.h"
 #include "device.h"
 #include "host.h"
 
@@ -48,8 +49,20 @@ static sn_status value_in(sn_interp *it, const sn_node *n, const void *src, sn_e
         free(v);
         return s;
     }
-    return sn_fail(e, SN_ERR_UNSUPPORTED, "the reference interpreter device takes f32, i32 and "
-                   "u8 inputs and parameters, not %s (%%%d)", sn_dtype_name(n->dtype), n->id);
+    if (n->dtype == SN_BF16 || n->dtype == SN_F16) { /* a 16-bit parameter (the base16 pass) */
+        int64_t m = sn_numel(n);
+        double *v = sn_malloc(sizeof(double) * (size_t)m + 1, "a 16-bit parameter's values", e);
+        if (!v) return SN_ERR_OOM;
+        const uint16_t *h = src;
+        for (int64_t i = 0; i < m; i++)
+            v[i] = n->dtype == SN_BF16 ? sn_bf16_to_f32(h[i]) : sn_f16_to_f32(h[i]);
+        sn_status s = sn_interp_set_f64(it, n, v, e);
+        free(v);
+        return s;
+    }
+    return sn_fail(e, SN_ERR_UNSUPPORTED, "the reference interpreter device takes f32, i32, u8, "
+                   "bf16 and f16 inputs and parameters, not %s (%%%d)", sn_dtype_name(n->dtype),
+                   n->id);
 }
 
 static void value_out(const sn_node *n, const double *v, void *dst) {

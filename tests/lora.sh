@@ -3,8 +3,10 @@
 # starts a LoRA run (--init base.ckpt --lora 4), which trains; interrupted by SIGINT and resumed
 # it ends with the checkpoint of the run that was not (bit for bit, same losses); with
 # --offload optimizer it has the same losses; --precision bf16 trains; on the stand-in CUDA
-# driver (tests/standin) it has the CPU device's losses; another model's checkpoint and LoRA
-# options without --lora are refused with messages that say what to do.
+# driver (tests/standin) it has the CPU device's losses; in bf16 the frozen base stored in bf16
+# (the default) has --base-f32's losses bit for bit, on the CPU device and on the stand-in;
+# another model's checkpoint and LoRA options without --lora are refused with messages that
+# say what to do.
 set -eu
 sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
 standin_cuda=$2 standin_nvrtc=$3 standin_cublaslt=$4
@@ -77,6 +79,7 @@ cmp cpu.cut off.cut || { diff cpu.cut off.cut; fail "offload's losses differ"; }
 # shellcheck disable=SC2086
 "$sinter" train $short --device cpu --precision bf16 --log bf16.csv > out.txt 2> err.txt || fail "bf16"
 [ "$(tail -n 1 bf16.csv | cut -d, -f1)" = 4 ] || fail "bf16 did not train"
+grep -q "^frozen base: its linear weights stored in bf16 (--base-f32 keeps them f32)" out.txt || fail "no base line"
 # shellcheck disable=SC2086
 XDG_CACHE_HOME="$dir/cache" SN_LIBCUDA="$standin_cuda" SN_LIBNVRTC="$standin_nvrtc" SN_LIBCUBLASLT="$standin_cublaslt" \
     "$sinter" train $short --device cuda --log cuda.csv > out.txt 2> err.txt || fail "the stand-in CUDA device"
@@ -94,6 +97,39 @@ XDG_CACHE_HOME="$dir/cache" SN_LIBCUDA="$standin_cuda" SN_LIBNVRTC="$standin_nvr
 awk -F, 'NR == FNR { l[$1] = $2; next } FNR > 1 { d = $2 - l[$1]; if (d < 0) d = -d; if (d > 1e-3 * l[$1]) bad = 1 }
          END { exit bad }' bf16.csv cuda16.csv || { paste -d' ' bf16.csv cuda16.csv; fail "the stand-in's bf16 losses differ"; }
 echo "LoRA with offload (bit for bit), bf16 (on the stand-in within 0.1%), and on the stand-in CUDA device (within 1e-5): ok"
+
+# the frozen base in bf16 (the default, the base16 pass) against --base-f32 (f32 parameters and
+# their bf16 weight shadows): the same losses bit for bit on the CPU device and on the stand-in
+# shellcheck disable=SC2086
+"$sinter" train $short --device cpu --precision bf16 --base-f32 --log bf16f.csv > out.txt 2> err.txt || fail "bf16 --base-f32"
+grep -q "^frozen base: its linear weights f32, each with a 16-bit copy (--base-f32)" out.txt || fail "no base line"
+losses bf16.csv > bf16.cut
+losses bf16f.csv > bf16f.cut
+cmp bf16.cut bf16f.cut || { diff bf16.cut bf16f.cut; fail "the bf16 base's losses differ from the f32 base's"; }
+# shellcheck disable=SC2086
+XDG_CACHE_HOME="$dir/cache" SN_LIBCUDA="$standin_cuda" SN_LIBNVRTC="$standin_nvrtc" SN_LIBCUBLASLT="$standin_cublaslt" \
+    "$sinter" train $short --device cuda --precision bf16 --base-f32 --log cuda16f.csv > out.txt 2> err.txt || fail "bf16 --base-f32 on the stand-in"
+losses cuda16.csv > cuda16.cut
+losses cuda16f.csv > cuda16f.cut
+cmp cuda16.cut cuda16f.cut || { diff cuda16.cut cuda16f.cut; fail "on the stand-in the bf16 base's losses differ from the f32 base's"; }
+# the plan: the base's weights in bf16 (its header says which)
+"$sinter" plan --model tiny --batch 2 --seq 16 --lora 4 --precision bf16 --mem 1GiB > plan16.txt 2> err.txt || fail "plan"
+"$sinter" plan --model tiny --batch 2 --seq 16 --lora 4 --precision bf16 --mem 1GiB --base-f32 > planf.txt 2> err.txt || fail "plan --base-f32"
+grep -q "^plan: tiny, LoRA (bf16 base) rank 4" plan16.txt && grep -q "^plan: tiny, LoRA (f32 base) rank 4" planf.txt ||
+    fail "the plans' headers: $(head -n 1 plan16.txt) / $(head -n 1 planf.txt)"
+w16=$(awk '$1 == "weights" { print $4 }' plan16.txt) wf=$(awk '$1 == "weights" { print $4 }' planf.txt)
+s16=$(awk '$1 == "weight" && $2 == "shadows" { print $5 }' plan16.txt)
+sf=$(awk '$1 == "weight" && $2 == "shadows" { print $5 }' planf.txt)
+[ -n "$w16" ] && [ -n "$s16" ] && [ -n "$sf" ] && [ "$w16" -lt "$wf" ] && [ "$s16" -lt "$sf" ] ||
+    fail "the plan's weights and shadows: bf16 base $w16 and $s16, f32 base $wf and $sf"
+for bad in "--base-f32|--base-f32 keeps the frozen base of --lora or --ia3 in f32: add one of them" \
+           "--base-f32 --qlora 4|--base-f32 keeps a LoRA or IA3 base in f32; --qlora stores it as NF4"; do
+    status=0
+    # shellcheck disable=SC2086
+    "$sinter" train $common --steps 2 ${bad%%|*} > out.txt 2> err.txt || status=$?
+    [ "$status" = 2 ] && grep -qF -e "${bad#*|}" err.txt || fail "${bad%%|*} ($status)"
+done
+echo "bf16 base against --base-f32: the same losses bit for bit (CPU device, stand-in), smaller weights planned, --base-f32 without --lora or --ia3 refused"
 
 # another model's checkpoint, and LoRA options without --lora
 status=0

@@ -1,8 +1,8 @@
 /* test_standin.c: runtime/cuda end to end on the stand-in driver (tests/standin: libcuda over host
  * memory and the SIMT simulator, NVRTC wrapping the real one, cuBLASLt on the CPU): tiny GPT-2
- * trains 20 steps with the CPU device's losses, the kernel cache goes cold, warm and corrupt part
- * by part, each injected failure (a part NVRTC fails on included) says what failed, device
- * pointers fault on the host. Convention: the stand-in's
+ * trains 20 steps with the CPU device's losses, LoRA over a 16-bit base as over the f32 base,
+ * the kernel cache goes cold, warm and corrupt part by part, each injected failure (a part NVRTC
+ * fails on included) says what failed, device pointers fault on the host. Convention: the stand-in's
  * settings are environment variables read at its first cuInit, so each test (a forked process)
  * sets its own before it opens the device. */
 #include <dirent.h>
@@ -1311,6 +1311,84 @@ START_TEST(injected_failure_says_what_failed) {
 }
 END_TEST
 
+/* tiny GPT-2 with LoRA adapters (rank 4, every linear layer) in precision p, its frozen linear
+ * weights in the compute dtype (the base16 pass) or f32 parameters with weight shadows */
+static sn_graph *tiny_lora_at(sn_precision p, bool base16, int *stored) {
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = V;
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    sn_gpt2_lora l = {.lora = {.rank = 4, .alpha = 8}, .targets = SN_GPT2_LORA_ALL};
+    ck_assert_msg(sn_gpt2_build_lora(g, &c, B, T, &l, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.precision = p;
+    o.backward = true;
+    o.base16 = base16;
+    sn_pipeline_stats st;
+    ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
+    *stored = st.base16_stored;
+    return g;
+}
+
+/* LoRA in bf16 and fp16 (_i) on the device with its frozen base stored in 16 bits: the 8 base
+ * weights are 16-bit device values without weight shadows, read back through the trainer as the
+ * f32 base's rounding, and the losses of 8 steps equal the f32 base's (parameters and shadows)
+ * on the same device bit for bit: the products read the same bits. */
+START_TEST(lora_16bit_base_trains_as_the_f32_base) {
+    if (!have_nvrtc()) return;
+    sn_precision p = _i ? SN_PRECISION_FP16 : SN_PRECISION_BF16;
+    enum { N = 8 };
+    sn_err e;
+    sn_device *d = cuda(NULL);
+    double loss[2][N];
+    sn_trainer *t[2];
+    sn_graph *g[2];
+    for (int k = 0; k < 2; k++) { /* k = 0: the 16-bit base */
+        int stored;
+        g[k] = tiny_lora_at(p, k == 0, &stored);
+        ck_assert_int_eq(stored, k == 0 ? 8 : 0);
+        ck_assert_msg((t[k] = trainer_on(g[k], d, &e)), "%s", e.msg);
+        int32_t x[B * T], y[B * T];
+        for (int s = 0; s < N; s++) {
+            sn_step_stats ss;
+            batch(x, y, (uint64_t)s);
+            ck_assert_msg(sn_trainer_step(t[k], x, y, &ss, &e) == SN_OK, "step %d: %s", s, e.msg);
+            loss[k][s] = ss.loss;
+        }
+    }
+    int half = 0;
+    const sn_program *pr = sn_trainer_program(t[0]);
+    for (int i = 0; i < sn_trainer_param_count(t[0]); i++) {
+        if (!sn_trainer_param_16bit(t[0], i)) continue;
+        half++;
+        const sn_param_slot *sl = &pr->layout.slots[i];
+        ck_assert_msg(sl->shadow < 0 && pr->values[pr->value_of[sl->node->id]].bytes == 2 * sl->numel,
+                      "%s: a shadow, or not 2 bytes a weight", sl->node->name);
+        int j = sn_trainer_find_param(t[1], sl->node->name);
+        float *a = malloc(4 * (size_t)sl->numel), *b = malloc(4 * (size_t)sl->numel);
+        ck_assert(sn_trainer_get_param(t[0], i, SN_PARAM_WEIGHTS, a, &e) == SN_OK);
+        ck_assert(sn_trainer_get_param(t[1], j, SN_PARAM_WEIGHTS, b, &e) == SN_OK);
+        for (int64_t k = 0; k < sl->numel; k++)
+            ck_assert_msg(a[k] == (float)sn_dtype_round(sl->dtype, b[k]), "%s[%lld]: %a, the f32 "
+                          "base's %a", sl->node->name, (long long)k, (double)a[k], (double)b[k]);
+        free(a), free(b);
+    }
+    ck_assert_int_eq(half, 8);
+    ck_assert_int_eq(pr->n_shadows, sn_trainer_program(t[1])->n_shadows - 8);
+    for (int s = 0; s < N; s++)
+        ck_assert_msg(loss[0][s] == loss[1][s], "%s step %d: loss %.17g with the 16-bit base, %.17g "
+                      "with the f32 base", sn_precision_name(p), s, loss[0][s], loss[1][s]);
+    ck_assert_msg(loss[0][N - 1] < loss[0][0], "loss %g -> %g: not learning", loss[0][0], loss[0][N - 1]);
+    printf("test_standin: LoRA %s with its base in 16 bits: %d losses bit for bit with the f32 "
+           "base's (%.6f -> %.6f), 8 weights without shadows\n", sn_precision_name(p), N,
+           loss[0][0], loss[0][N - 1]);
+    for (int k = 0; k < 2; k++) sn_trainer_free(t[k]), sn_graph_free(g[k]);
+    sn_device_free(d);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("standin");
     TCase *tc = tcase_create("standin");
@@ -1319,6 +1397,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, dropout_trains_like_the_cpu_device);
     tcase_add_loop_test(tc, joined_finish_trains_to_the_bit, 0, 4);
     tcase_add_loop_test(tc, tiny_gpt2_16bit_trains_like_the_cpu_device, 0, 2);
+    tcase_add_loop_test(tc, lora_16bit_base_trains_as_the_f32_base, 0, 2);
     tcase_add_test(tc, second_trainer_on_one_device);
     tcase_add_test(tc, device_pointers_fault_on_the_host);
     tcase_add_test(tc, gemm_plans_match_a_reference);

@@ -36,19 +36,24 @@ static int64_t slot_weights(const sn_program *p, const sn_param_slot *s) {
     return w ? sn_numel(w) : 0;
 }
 
-/* The persistent block split into weights, gradients and the rest (inputs, outputs). */
+/* The persistent block split into weights (those in 16 bits among them), weight shadows,
+ * gradients and the rest (inputs, outputs). */
 static sn_status split_persistent(const sn_program *p, sn_plan *pl, sn_err *e) {
     const sn_graph *g = p->g;
-    bool *grad = sn_calloc((size_t)g->n_nodes + 1, 1, "the plan's table of gradients", e);
+    /* per node: 1 a gradient, 2 a weight shadow */
+    uint8_t *grad = sn_calloc((size_t)g->n_nodes + 1, 1, "the plan's table of gradients", e);
     if (!grad) return SN_ERR_OOM;
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i]->grad) grad[g->nodes[i]->grad->id] = true;
-    pl->weights = pl->grads = pl->io = 0;
+    for (int k = 0; k < p->n_shadows; k++) grad[p->shadows[k]->args[0]->id] = 2; /* a copy */
+    pl->weights = pl->grads = pl->io = pl->weights16 = pl->shadows = 0;
     for (int v = 0; v < p->n_values; v++) {
         const sn_value *x = &p->values[v];
         if (!x->persistent || x->alias >= 0) continue;
         int64_t b = align_up(x->bytes);
-        if (x->node->op == SN_OP_PARAM) pl->weights += b;
+        bool half = x->node->dtype == SN_BF16 || x->node->dtype == SN_F16;
+        if (x->node->op == SN_OP_PARAM) pl->weights += b, pl->weights16 += half ? b : 0;
+        else if (grad[x->node->id] == 2) pl->shadows += b;
         else if (grad[x->node->id]) pl->grads += b;
         else pl->io += b;
     }
@@ -265,8 +270,12 @@ void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f) {
             pl->trained < pl->params ? ": frozen ones have no gradient and no optimizer state" : "");
     fprintf(f, "  %-26s %10s %14s\n", "", "", "bytes");
     bool half = pl->precision == SN_PRECISION_BF16 || pl->precision == SN_PRECISION_FP16;
-    row(f, "weights", pl->weights, half ? "parameters (fp32 masters; products cast to 16 bits)"
-                                        : "parameters (fp32)");
+    char w16[32];
+    snprintf(n, sizeof n, "parameters (%s in 16 bits: the frozen base; the rest fp32)",
+             sn_bytes_str(pl->weights16, w16, sizeof w16));
+    row(f, "weights", pl->weights, pl->weights16 ? n : half ? "parameters (fp32 masters; products "
+                                                  "cast to 16 bits)" : "parameters (fp32)");
+    if (pl->shadows) row(f, "weight shadows", pl->shadows, "16-bit copies of fp32 parameters");
     row(f, "gradients", pl->grads, NULL);
     const char *sums = pl->accum > 1 ? ", gradient sums" : "";
     snprintf(n, sizeof n, "AdamW m and v%s, step scalars", sums);

@@ -45,6 +45,8 @@ typedef struct {
     double extra_flops;     /* recompute FLOPs over the step's FLOPs without it */
     /* the persistent block, split */
     int64_t weights, grads, io; /* parameters; their gradients; inputs, outputs (loss) */
+    int64_t weights16;      /* of weights: parameters stored in 16 bits (the base16 pass) */
+    int64_t shadows;        /* the 16-bit weight shadows of f32 parameters (program.h) */
     int64_t persistent;
     /* optimizer state: AdamW moments, gradient sums (when accum > 1), the step's scalars */
     bool offload;           /* masters, moments and sums in host memory (train with offload) */

@@ -10,6 +10,7 @@
 #include "ir/nf4.h"
 #include "passes/pipeline.h"
 #include "runtime/device.h"
+#include "support/half.h"
 
 struct sn_sampler {
     const sn_graph *g;
@@ -107,7 +108,14 @@ sn_status sn_sampler_load_weights(sn_sampler *s, sn_weight_source w, sn_err *e) 
         float *data = malloc(sizeof(float) * (size_t)sn_numel(p) + 4);
         if (!data) return sn_fail(e, SN_ERR_OOM, "sampler: out of host memory for parameter %s", p->name);
         sn_status st = w.get(w.src, p, data, e);
-        if (!st) st = set(s, p, data, e);
+        uint16_t *h = NULL; /* a 16-bit parameter (the base16 pass): the floats rounded */
+        if (!st && (p->dtype == SN_BF16 || p->dtype == SN_F16)) {
+            if (!(h = malloc(2 * (size_t)sn_numel(p) + 2))) st = sn_fail(e, SN_ERR_OOM, "sampler: "
+                "out of host memory for parameter %s", p->name);
+            else sn_half_from_f32(p->dtype == SN_BF16, data, h, sn_numel(p));
+        }
+        if (!st) st = set(s, p, h ? (const void *)h : data, e);
+        free(h);
         free(data);
         if (st) return st;
     }

@@ -15,6 +15,7 @@
 #include "passes/passes.h"
 #include "ir/dropout.h"
 #include "support/clock.h"
+#include "support/half.h"
 #include "support/hash.h"
 #include "support/rng.h"
 
@@ -138,8 +139,9 @@ static sn_status find_values(sn_trainer *t, sn_err *e) {
     return SN_OK;
 }
 
-/* Every parameter drawn from its init rule (the same stream whether it is stored in f32 or as
- * NF4: a QLoRA base starts as the quantization of the full-precision run's) and set; the one
+/* Every parameter drawn from its init rule (the same stream whether it is stored in f32, 16 bits
+ * or NF4: a 16-bit base starts rounded as the f32 run's shadows are, a QLoRA base as the
+ * quantization of the full-precision run's) and set; the one
  * host buffer of weights is freed after. */
 static sn_status init_params(sn_trainer *t, sn_err *e) {
     int64_t most = 0;
@@ -396,6 +398,41 @@ static sn_status nf4_weights(const sn_trainer *t, int i, float *host, bool set, 
     return s;
 }
 
+bool sn_trainer_param_16bit(const sn_trainer *t, int i) {
+    SN_ASSERT(i >= 0 && i < t->lay->n);
+    sn_dtype d = t->lay->slots[i].node->dtype;
+    return d == SN_BF16 || d == SN_F16;
+}
+
+/* A 16-bit parameter's weights (the base16 pass) to or from the host as floats: widened
+ * exactly, or rounded to nearest even as its weight shadow was made from the f32 weights. */
+static sn_status half_weights(const sn_trainer *t, int i, float *host, bool set, sn_err *e) {
+    const sn_node *p = t->lay->slots[i].node;
+    int64_t n = sn_numel(p);
+    bool bf16 = p->dtype == SN_BF16;
+    uint16_t *h = sn_malloc(2 * (size_t)n + 2, "a 16-bit parameter's weights", e);
+    if (!h) return SN_ERR_OOM;
+    sn_status s = SN_OK;
+    if (!set) {
+        if (!(s = sn_runner_get(t->run, i, SN_PARAM_WEIGHTS, false, (float *)h, e)))
+            sn_half_to_f32(bf16, h, host, n);
+    } else {
+        sn_half_from_f32(bf16, host, h, n);
+        for (int64_t k = 0; k < n && !s; k++) {
+            float w = bf16 ? sn_bf16_to_f32(h[k]) : sn_f16_to_f32(h[k]);
+            if (!isfinite(w))
+                s = sn_fail(e, SN_ERR_NUMERIC, "parameter %s, stored in %s: weight %lld is %g, "
+                            "%s: keep the base in f32 (--base-f32)%s", p->name,
+                            sn_dtype_name(p->dtype), (long long)k, (double)host[k],
+                            isfinite(host[k]) ? "past the format's range" : "not a number",
+                            bf16 ? "" : " or train in bf16");
+        }
+        if (!s) s = sn_runner_set(t->run, i, SN_PARAM_WEIGHTS, (const float *)h, e);
+    }
+    free(h);
+    return s;
+}
+
 sn_status sn_trainer_get_param(const sn_trainer *t, int i, sn_param_which which, float *host, sn_err *e) {
     SN_ASSERT(i >= 0 && i < t->lay->n && (unsigned)which < SN_PARAM_WHICH_COUNT);
     bool nf4 = sn_trainer_param_nf4(t, i);
@@ -404,6 +441,8 @@ sn_status sn_trainer_get_param(const sn_trainer *t, int i, sn_param_which which,
         return SN_OK;
     }
     if (nf4) return nf4_weights(t, i, host, false, e);
+    if (which == SN_PARAM_WEIGHTS && sn_trainer_param_16bit(t, i))
+        return half_weights(t, i, host, false, e);
     return sn_runner_get(t->run, i, which, !t->in_grads, host, e);
 }
 
@@ -414,6 +453,8 @@ sn_status sn_trainer_set_param(sn_trainer *t, int i, sn_param_which which, const
                        "weights or the moments of parameter %s", t->lay->slots[i].node->name);
     if (sn_trainer_param_nf4(t, i)) /* frozen: no moments */
         return which == SN_PARAM_WEIGHTS ? nf4_weights(t, i, (float *)host, true, e) : SN_OK;
+    if (which == SN_PARAM_WEIGHTS && sn_trainer_param_16bit(t, i)) /* frozen: rounded */
+        return half_weights(t, i, (float *)host, true, e);
     return sn_runner_set(t->run, i, which, host, e);
 }
 

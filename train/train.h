@@ -145,6 +145,12 @@ bool sn_trainer_param_nf4(const sn_trainer *t, int i);
 const sn_node *sn_trainer_param_value(const sn_trainer *t, int i);
 sn_status sn_trainer_get_nf4(const sn_trainer *t, int i, uint8_t *bytes, sn_err *e);
 sn_status sn_trainer_set_nf4(sn_trainer *t, int i, const uint8_t *bytes, sn_err *e);
+/* LoRA's and IA3's base in 16 bits (the base16 pass): a frozen weight whose PARAM is bf16 or f16.
+ * The trainer draws it from the f32 stream a full-precision run draws it from and rounds it on
+ * the host to nearest even (so it holds the f32 run's weight shadow exactly);
+ * sn_trainer_get_param widens it exactly, sn_trainer_set_param rounds (a weight past the
+ * format's range, or not a number, is SN_ERR_NUMERIC naming it). */
+bool sn_trainer_param_16bit(const sn_trainer *t, int i);
 /* Bytes of optimizer state (moments, gradient sums, the step's scalars) besides the program. */
 int64_t sn_trainer_state_bytes(const sn_trainer *t);
 /* With offload: the optimizer state in host memory (masters, moments, sums, the staging
