@@ -115,6 +115,12 @@ lw=$(awk '/^  weights/ {print $4}' "$dir/llama.out"); qw=$(awk '/^  weights/ {pr
     --mem 3GiB > "$dir/qlora_xl.out" || { echo "FAIL: gpt2-xl QLoRA in 3 GiB"; cat "$dir/qlora_xl.out"; exit 1; }
 grep -q "^choice: .*checkpoint policy block" "$dir/qlora_xl.out" ||
     { echo "FAIL: gpt2-xl QLoRA's plan took no block policy"; cat "$dir/qlora_xl.out"; exit 1; }
+# its weights itemised (issue 25 item 6): gpt2-xl's 48 layers of 1600 x 4800, 1600 x 1600 and
+# two of 1600 x 6400 are 1474560000 NF4 weights, 4 bits each; the 19660800 trained f32
+codes=$(awk '/^    NF4 base: codes/ {print $6}' "$dir/qlora_xl.out")
+trained=$(awk '/^    trained \(fp32 masters\)/ {print $6}' "$dir/qlora_xl.out")
+[ "$codes" = 737280000 ] && [ "$trained" = 78643200 ] && grep -q "^    NF4 base: scales" "$dir/qlora_xl.out" ||
+    { echo "FAIL: gpt2-xl QLoRA's weights itemised: codes $codes, trained $trained"; cat "$dir/qlora_xl.out"; exit 1; }
 if "$sinter" plan --model llama-tiny --mem 1MiB --lora 4 --qlora 4 2> "$dir/qlora.err"; then
     echo "FAIL: plan took --lora with --qlora"; exit 1; fi
 grep -q "give one of them" "$dir/qlora.err" || { echo "FAIL: no --lora/--qlora refusal"; cat "$dir/qlora.err"; exit 1; }

@@ -47,13 +47,19 @@ static sn_status split_persistent(const sn_program *p, sn_plan *pl, sn_err *e) {
         if (g->nodes[i]->grad) grad[g->nodes[i]->grad->id] = true;
     for (int k = 0; k < p->n_shadows; k++) grad[p->shadows[k]->args[0]->id] = 2; /* a copy */
     pl->weights = pl->grads = pl->io = pl->weights16 = pl->shadows = 0;
+    pl->nf4_codes = pl->nf4_scales = pl->weights_trained = 0;
     for (int v = 0; v < p->n_values; v++) {
         const sn_value *x = &p->values[v];
         if (!x->persistent || x->alias >= 0) continue;
         int64_t b = align_up(x->bytes);
         bool half = x->node->dtype == SN_BF16 || x->node->dtype == SN_F16;
-        if (x->node->op == SN_OP_PARAM) pl->weights += b, pl->weights16 += half ? b : 0;
-        else if (grad[x->node->id] == 2) pl->shadows += b;
+        if (x->node->op == SN_OP_PARAM) {
+            pl->weights += b, pl->weights16 += half ? b : 0;
+            const sn_node *w = x->node->dtype == SN_U8 ? sn_nf4_weights(g, x->node) : NULL;
+            int64_t codes = w ? (sn_numel(w) + 1) / 2 : 0; /* two a byte (ir/nf4.h) */
+            pl->nf4_codes += codes, pl->nf4_scales += w ? b - codes : 0;
+            pl->weights_trained += !x->node->a.frozen && x->node->dtype == SN_F32 ? b : 0;
+        } else if (grad[x->node->id] == 2) pl->shadows += b;
         else if (grad[x->node->id]) pl->grads += b;
         else pl->io += b;
     }
@@ -273,8 +279,17 @@ void sn_plan_print(const sn_plan *pl, int64_t budget, FILE *f) {
     char w16[32];
     snprintf(n, sizeof n, "parameters (%s in 16 bits: the frozen base; the rest fp32)",
              sn_bytes_str(pl->weights16, w16, sizeof w16));
-    row(f, "weights", pl->weights, pl->weights16 ? n : half ? "parameters (fp32 masters; products "
-                                                  "cast to 16 bits)" : "parameters (fp32)");
+    row(f, "weights", pl->weights, pl->nf4_codes ? "parameters, of them:" : pl->weights16 ? n
+                                   : half ? "parameters (fp32 masters; products cast to 16 bits)"
+                                          : "parameters (fp32)");
+    if (pl->nf4_codes) { /* QLoRA: what the weights are made of */
+        row(f, "  NF4 base: codes", pl->nf4_codes, "4 bits a frozen weight");
+        row(f, "  NF4 base: scales", pl->nf4_scales,
+            "an 8-bit absmax a block of 64, an f32 step a group of 256 blocks, the mean");
+        row(f, "  trained (fp32 masters)", pl->weights_trained, "the adapters");
+        row(f, "  frozen, not NF4", pl->weights - pl->nf4_codes - pl->nf4_scales -
+            pl->weights_trained, "embeddings, norms, biases, a tied LM head");
+    }
     if (pl->shadows) row(f, "weight shadows", pl->shadows, "16-bit copies of fp32 parameters");
     row(f, "gradients", pl->grads, NULL);
     const char *sums = pl->accum > 1 ? ", gradient sums" : "";

@@ -46,6 +46,10 @@ typedef struct {
     /* the persistent block, split */
     int64_t weights, grads, io; /* parameters; their gradients; inputs, outputs (loss) */
     int64_t weights16;      /* of weights: parameters stored in 16 bits (the base16 pass) */
+    int64_t nf4_codes, nf4_scales; /* of weights: NF4 storage (QLoRA's base, ir/nf4.h): the 4-bit
+                                      codes, and the 8-bit block scales, their f32 group steps and
+                                      mean */
+    int64_t weights_trained; /* of weights: the trained parameters (f32 masters) */
     int64_t shadows;        /* the 16-bit weight shadows of f32 parameters (program.h) */
     int64_t persistent;
     /* optimizer state: AdamW moments, gradient sums (when accum > 1), the step's scalars */
