@@ -15,6 +15,7 @@
 #include "ir/nf4.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
+#include "runtime/gemm_lowp.h"
 #include "train/runner.h"
 #include "support/rng.h"
 #include "codegen_util.h"
@@ -555,50 +556,77 @@ END_TEST
 
 /* ---- the CPU kernel (codegen/llvm/llvm_dequant.c) ---- */
 
-/* The dequantize kernel against sn_nf4_dequantize bit for bit, in f32 and in bf16 (rounded
- * once), for a short last block and for several groups of scales, run whole and in three uneven
- * parts into NaN-poisoned outputs. */
+/* The packed bytes of n weights drawn at random (the kernels' formula holds for any bytes), with
+ * the mean 2e-5 and the steps of groups 0, 1, 2, 3, ... 1e-7, 600, 1e-3, 1, ...: group 0's
+ * weights are f16 subnormals, group 1's overflow f16 (|scale| up to 76200) and its scales take
+ * both signs. */
+static uint8_t *packed_random(int64_t n, uint64_t seed) {
+    sn_nf4_layout l = sn_nf4_layout_of(n);
+    uint8_t *q = malloc(l.bytes);
+    sn_rng r = sn_rng_seed(seed);
+    for (int64_t i = 0; i < l.bytes; i++) q[i] = (uint8_t)sn_rng_below(&r, 256);
+    if (n % 2) q[l.bytes - 1] &= 0xf0; /* an odd n's last low nibble is 0 (nf4.h) */
+    float mean = 2e-5f, steps[4] = {1e-7f, 600, 1e-3f, 1};
+    memcpy(q, &mean, 4);
+    for (int64_t g = 0; g < l.groups; g++) memcpy(q + l.off_steps + 4 * g, &steps[g % 4], 4);
+    return q;
+}
+
+/* The dequantize kernel against sn_nf4_dequantize bit for bit, in f32 and rounded once to bf16
+ * and f16 (sn_lowp_round: nearest even), for a short last block (even and odd n), several
+ * groups of scales, normal weights and random bytes (f16's subnormals and infinities); run whole and in three uneven parts
+ * into NaN-poisoned outputs. */
 START_TEST(llvm_dequant) {
     if (!have_jit("nf4")) return;
     sn_jit *j = new_jit(0);
-    const int64_t sizes[][2] = {{37, 50}, {300, 192}}; /* 29 blocks; 900 blocks in 4 groups */
-    for (int si = 0; si < 2; si++)
-        for (int bf = 0; bf < 2; bf++) {
-            int64_t n = sizes[si][0] * sizes[si][1];
-            sn_graph *g = sn_graph_new();
-            sn_node *w = sn_param_nf4(g, "w", bf ? SN_BF16 : SN_F32, SN_SHAPE(sizes[si][0], sizes[si][1]));
-            ck_assert(w);
-            sn_kernel k = {.kind = SN_KER_DEQUANT, .id = w->id, .n_out = 1, .n_in = 1, .anchor = w};
-            snprintf(k.name, sizeof k.name, "k%d_dequant_nf4", w->id);
-            k.args[0] = w;
-            k.args[1] = w->in[0];
-            sn_kernel_work(&k, &k.n_items, &k.serial);
-            ck_assert_int_eq(k.n_items, (n + 63) / 64);
-            sn_cpu_kernel_fn fn = compile_one(j, &k);
-            uint8_t *q = packed_normal(n, 40 + si);
-            float *want = malloc(n * sizeof *want);
-            sn_nf4_dequantize(q, n, want);
-            void *out = malloc(n * 4);
-            void *bufs[2] = {out, q};
-            int64_t cuts[][3] = {{0, k.n_items, k.n_items}, {0, k.n_items / 3, k.n_items - 1}};
-            for (int c = 0; c < 2; c++) {
-                memset(out, 0xff, n * 4); /* NaN in f32 and in bf16 */
-                fn(bufs, cuts[c][0], cuts[c][1]);
-                fn(bufs, cuts[c][1], cuts[c][2]);
-                fn(bufs, cuts[c][2], k.n_items);
-                for (int64_t i = 0; i < n; i++) {
-                    float r = bf ? (float)sn_dtype_round(SN_BF16, want[i]) : want[i];
-                    uint32_t rb;
-                    memcpy(&rb, &r, 4);
-                    uint32_t got = bf ? (uint32_t)((uint16_t *)out)[i] << 16 : ((uint32_t *)out)[i];
-                    ck_assert_msg(got == rb, "%s, %lld weights, split %d: weight %lld is 0x%08x, "
-                                  "want 0x%08x (%.9g)", bf ? "bf16" : "f32", (long long)n, c,
-                                  (long long)i, got, rb, (double)r);
+    /* 29 blocks, the last short; 900 full blocks in 4 groups; 30 blocks, the last of 31 (odd) */
+    const int64_t sizes[][2] = {{37, 50}, {300, 192}, {37, 51}};
+    const sn_dtype dts[] = {SN_F32, SN_BF16, SN_F16};
+    int overflowed = 0, subnormal = 0;
+    for (int si = 0; si < 3; si++)
+        for (int wide = 0; wide < 2; wide++)
+            for (int di = 0; di < 3; di++) {
+                sn_dtype dt = dts[di];
+                int64_t n = sizes[si][0] * sizes[si][1];
+                sn_graph *g = sn_graph_new();
+                sn_node *w = sn_param_nf4(g, "w", dt, SN_SHAPE(sizes[si][0], sizes[si][1]));
+                ck_assert(w);
+                sn_kernel k = {.kind = SN_KER_DEQUANT, .id = w->id, .n_out = 1, .n_in = 1, .anchor = w};
+                snprintf(k.name, sizeof k.name, "k%d_dequant_nf4", w->id);
+                k.args[0] = w;
+                k.args[1] = w->in[0];
+                sn_kernel_work(&k, &k.n_items, &k.serial);
+                ck_assert_int_eq(k.n_items, (n + 63) / 64);
+                sn_cpu_kernel_fn fn = compile_one(j, &k);
+                uint8_t *q = wide ? packed_random(n, 50 + si) : packed_normal(n, 40 + si);
+                float *want = malloc(n * sizeof *want);
+                sn_nf4_dequantize(q, n, want);
+                void *out = malloc(n * 4);
+                void *bufs[2] = {out, q};
+                int64_t cuts[][3] = {{0, k.n_items, k.n_items}, {0, k.n_items / 3, k.n_items - 1}};
+                for (int c = 0; c < 2; c++) {
+                    memset(out, 0xff, n * 4); /* NaN in f32, bf16 and f16 */
+                    fn(bufs, cuts[c][0], cuts[c][1]);
+                    fn(bufs, cuts[c][1], cuts[c][2]);
+                    fn(bufs, cuts[c][2], k.n_items);
+                    for (int64_t i = 0; i < n; i++) {
+                        uint32_t rb, got;
+                        memcpy(&rb, &want[i], 4);
+                        if (dt != SN_F32) rb = sn_lowp_round(dt, want[i]);
+                        got = dt == SN_F32 ? ((uint32_t *)out)[i] : ((uint16_t *)out)[i];
+                        ck_assert_msg(got == rb, "%s, %lld weights (%s), split %d: weight %lld is "
+                                      "0x%08x, want 0x%08x (%.9g)", sn_dtype_name(dt), (long long)n,
+                                      wide ? "random bytes" : "normal weights", c, (long long)i, got, rb,
+                                      (double)want[i]);
+                        overflowed += dt == SN_F16 && (rb & 0x7fff) == 0x7c00;
+                        subnormal += dt == SN_F16 && (rb & 0x7c00) == 0 && (rb & 0x3ff);
+                    }
                 }
+                free(out), free(want), free(q);
+                sn_graph_free(g);
             }
-            free(out), free(want), free(q);
-            sn_graph_free(g);
-        }
+    ck_assert_msg(overflowed > 0 && subnormal > 0, "the random bytes reached f16's infinity %d "
+                  "times and its subnormals %d times: both should be tested", overflowed, subnormal);
     sn_jit_free(j);
 }
 END_TEST
