@@ -16,6 +16,8 @@
 #include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "runtime/gemm_lowp.h"
+#include "runtime/pool.h"
+#include "support/hash.h"
 #include "train/runner.h"
 #include "support/rng.h"
 #include "codegen_util.h"
@@ -62,6 +64,8 @@ START_TEST(levels) {
 }
 END_TEST
 
+static int ref_code(const uint8_t *q, int64_t n, int64_t i);
+
 /* nearest level by trying all 16 (ties to the lower) */
 static int brute_nearest(float x) {
     int best = 0;
@@ -77,6 +81,22 @@ START_TEST(nearest) {
         ck_assert_msg(sn_nf4_nearest(x) == brute_nearest(x), "x = %.9g", (double)x);
     }
     for (int j = 0; j < 16; j++) ck_assert_int_eq(sn_nf4_nearest(sn_nf4_levels[j]), j);
+    /* at the midpoints, to the float: a block of absmax 1 (so the quantizer's w / absmax is w)
+       holding the three floats nearest each midpoint gets brute_nearest's codes (the packing
+       compares in float: its thresholds must round down) */
+    float w[64] = {1.0f};
+    for (int m = 0; m < 15; m++) {
+        float t = (float)(0.5 * (PAPER[m] + PAPER[m + 1]));
+        w[1 + 3 * m] = nextafterf(t, -2), w[2 + 3 * m] = t, w[3 + 3 * m] = nextafterf(t, 2);
+    }
+    uint8_t q[64];
+    sn_err e;
+    ck_assert(sn_nf4_quantize(w, 64, q, &e) == SN_OK);
+    for (int i = 0; i < 46; i++) {
+        ck_assert_int_eq(sn_nf4_nearest(w[i]), brute_nearest(w[i]));
+        ck_assert_msg(ref_code(q, 64, i) == brute_nearest(w[i]), "weight %.9g: code %d, nearest "
+                      "level %d", (double)w[i], ref_code(q, 64, i), brute_nearest(w[i]));
+    }
 }
 END_TEST
 
@@ -223,6 +243,64 @@ START_TEST(refuses_non_finite) {
     ck_assert_msg(strstr(e.msg, "weight 70 of 100") && strstr(e.msg, "finite"), "%s", e.msg);
     w[70] = INFINITY;
     ck_assert(sn_nf4_quantize(w, 100, q, &e) == SN_ERR_NUMERIC);
+}
+END_TEST
+
+/* A runner (nf4.h sn_nf4_run_fn) that calls fn on parts of 1, 2, 3, ... items, last part first. */
+static void backwards(void *runner, int64_t n, sn_nf4_range_fn fn, void *ctx) {
+    int64_t *calls = runner, cut[64], k = 0;
+    for (int64_t at = 0, len = 1; at < n && k < 63; at += len++) cut[k++] = at;
+    cut[k] = n;
+    for (int64_t p = k - 1; p >= 0; p--, (*calls)++) fn(ctx, cut[p], p == k - 1 ? n : cut[p + 1]);
+}
+
+static void on_pool(void *pool, int64_t n, sn_nf4_range_fn fn, void *ctx) { sn_pool_run(pool, n, fn, ctx); }
+
+/* Quantizing with the work split (sn_nf4_quantize_on: parts out of order, a pool of 3 threads)
+ * writes sn_nf4_quantize's bytes into a poisoned buffer, and those are the bytes the format has
+ * always had (an FNV-1a hash taken before the split: checkpoints' NF4 records stay valid); a
+ * weight that is not finite is refused by its first index either way. */
+START_TEST(quantize_split) {
+    const int64_t sizes[] = {64 * 256 * 3 + 101, 1, 63, 64 * 256}; /* 4 groups, odd, short */
+    const uint64_t golden = 0x68e02b680c2d496cull; /* sizes[0]'s bytes, hashed before the split */
+    sn_pool *pool = sn_pool_new(3);
+    ck_assert(pool);
+    for (int si = 0; si < 4; si++) {
+        int64_t n = sizes[si], bytes = sn_nf4_layout_of(n).bytes, calls = 0;
+        float *w = malloc(n * sizeof *w);
+        sn_rng r = sn_rng_seed(7);
+        for (int64_t i = 0; i < n; i++) w[i] = (float)((i / 64 % 7 + 1) * 0.01 * sn_rng_normal(&r));
+        uint8_t *want = malloc(bytes), *got = malloc(bytes);
+        sn_err e;
+        ck_assert(sn_nf4_quantize(w, n, want, &e) == SN_OK);
+        if (si == 0)
+            ck_assert_msg(sn_hash_bytes(SN_HASH_INIT, want, bytes) == golden, "the bytes of %lld "
+                          "weights hash to 0x%016llx, not 0x%016llx as before", (long long)n,
+                          (unsigned long long)sn_hash_bytes(SN_HASH_INIT, want, bytes),
+                          (unsigned long long)golden);
+        for (int how = 0; how < 2; how++) {
+            memset(got, 0xaa, bytes);
+            ck_assert(sn_nf4_quantize_on(w, n, got, how ? on_pool : backwards, how ? (void *)pool : &calls, &e) == SN_OK);
+            for (int64_t i = 0; i < bytes; i++)
+                ck_assert_msg(got[i] == want[i], "%lld weights, %s: byte %lld is 0x%02x, want 0x%02x",
+                              (long long)n, how ? "a pool" : "parts backwards", (long long)i, got[i], want[i]);
+        }
+        ck_assert(n < 64 * 256 || calls > 4); /* the large ones were split */
+        if (n > 1000) { /* two bad weights in different parts: the first is named */
+            w[n - 7] = INFINITY;
+            w[1000] = NAN;
+            for (int how = 0; how < 3; how++) {
+                sn_status s = how == 2 ? sn_nf4_quantize(w, n, got, &e)
+                                       : sn_nf4_quantize_on(w, n, got, how ? on_pool : backwards,
+                                                            how ? (void *)pool : &calls, &e);
+                char want_msg[64];
+                snprintf(want_msg, sizeof want_msg, "weight 1000 of %lld is nan", (long long)n);
+                ck_assert_msg(s == SN_ERR_NUMERIC && strstr(e.msg, want_msg), "%s", e.msg);
+            }
+        }
+        free(w), free(want), free(got);
+    }
+    sn_pool_free(pool);
 }
 END_TEST
 
@@ -640,6 +718,7 @@ int main(void) {
     tcase_add_test(t, round_trips);
     tcase_add_test(t, scales);
     tcase_add_test(t, refuses_non_finite);
+    tcase_add_test(t, quantize_split);
     tcase_add_test(t, interp_dequant);
     tcase_add_test(t, shape_rule);
     tcase_add_test(t, qlora_first_loss);
