@@ -57,6 +57,7 @@ typedef struct {
     const char *device;   /* auto, cuda or cpu */
     const char *roofline; /* a machine (roofline.h) or NULL */
     bool model_only;      /* print the roofline model and run nothing */
+    bool startup_only;    /* --startup-only: sn_trainer_new's seconds and their split, no step */
     bool tf32;            /* CUDA: TF32 GEMMs (and the model's f32 GEMMs at the TF32 rate) */
     double host_gbs;      /* --host-gbs: the offload model's host AdamW (0: measured here) */
     double peak_f32, peak_bf16; /* GFLOP/s measured in this run (bf16: 0 without the instruction) */
@@ -216,7 +217,7 @@ static const char usage_text[] =
     "                   [--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]]\n"
     "                   [--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16]\n"
     "                   [--compare-interp] [--arena-budget BYTES] [--offload] [--lora R | --ia3]\n"
-    "                   [--qlora R] [--host-gbs G] [--chunk-logits N]\n"
+    "                   [--qlora R] [--host-gbs G] [--chunk-logits N] [--startup-only]\n"
     "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
     "  --threads 0: all cores; --lora R: the step with LoRA adapters of rank R (all linear\n"
     "  layers, alpha R, the base frozen), and the full fine-tuning step timed in the same run;\n"
@@ -225,6 +226,7 @@ static const char usage_text[] =
     "  timed in the same run (qlora_over_lora);\n"
     "  --model-only --offload: the offloaded step modeled too, the host AdamW at G GB/s (by\n"
     "  default as measured on this machine, --threads of it);\n"
+    "  --startup-only: the trainer's startup (sn_trainer_new and its parts) alone, no step;\n"
     "  --chunk-logits N: the LM head and its loss in chunks of N rows, and the step with the\n"
     "  head whole timed (or, with --model-only, modeled) in the same run\n";
 
@@ -259,6 +261,7 @@ static void parse(int argc, char **argv, args *a) {
         }
         bool *flag = !strcmp(k, "--compare-interp") ? &a->compare_interp
                      : !strcmp(k, "--model-only")   ? &a->model_only
+                     : !strcmp(k, "--startup-only") ? &a->startup_only
                      : !strcmp(k, "--tf32")         ? &a->tf32
                      : !strcmp(k, "--offload")      ? &a->offload
                      : !strcmp(k, "--ia3")          ? &a->ia3 : NULL;
@@ -420,6 +423,9 @@ int main(int argc, char **argv) {
         peak = machine->bf16_tflops * 1e3;
         snprintf(isa, sizeof isa, "%s bf16 dense (published)", machine->name);
         a.isa = isa;
+    } else if (a.startup_only) { /* no MFU to report */
+        peak = 1;
+        a.isa = "none (--startup-only)";
     } else { /* measured here: the FMA peak, and the bf16 dot products' where there are any */
         a.peak_f32 = sn_bench_fma_peak(a.threads, 3, &a.isa);
         a.peak_bf16 = sn_bench_peak_measure(SN_PEAK_BF16, a.threads, 3, &pb) ? pb.gflops : 0;
@@ -441,6 +447,20 @@ int main(int argc, char **argv) {
     sn_trainer_startup_get(t, &su);
     const sn_program *p = sn_trainer_program(t);
     double train_flops = program_flops(p);
+    if (a.startup_only) {
+        bj *rec = record(&a, cuda ? "cuda" : "cpu", "startup", 1, 0, peak);
+        bj_num(rec, "compile_s", "%.2f", compile_s);
+        bj_num(rec, "startup_kernel_passes_s", "%.3f", su.kernels_s);
+        bj_num(rec, "startup_exec_new_s", "%.3f", su.exec_s);
+        bj_num(rec, "startup_optimizer_s", "%.3f", su.optimizer_s);
+        bj_num(rec, "startup_param_init_s", "%.3f", su.init_s);
+        bj_int(rec, "persistent_bytes", (long long)p->persistent_bytes);
+        bj_print(rec, stdout);
+        sn_trainer_free(t);
+        sn_graph_free(g);
+        sn_device_free(d);
+        return 0;
+    }
 
     /* the forward program alone, with the same weights */
     sn_program *fp;
