@@ -436,6 +436,9 @@ static void feed(sn_interp *it, const sn_graph *g, uint8_t *const q[2], bool b_z
     for (int i = 0; i < QB * QC; i++) x[i] = (float)sn_rng_normal(&r);
     ck_assert(sn_interp_set(it, find(g, SN_OP_INPUT, "x"), x, &e) == SN_OK);
     ck_assert(sn_interp_set_i32(it, find(g, SN_OP_INPUT, "y"), y, &e) == SN_OK);
+    sn_node *scale = sn_graph_input(g, SN_ROLE_LOSS_SCALE); /* fp16's: 1, the loss unscaled */
+    float s = 1;
+    if (scale) ck_assert(sn_interp_set(it, scale, &s, &e) == SN_OK);
     const char *names[2] = {"w1", "w2"};
     int64_t n[2] = {QC * QH, QH * QV};
     for (int k = 0; k < 2; k++) {
@@ -471,14 +474,14 @@ static sn_graph *compiled(bool lora, bool nf4, sn_precision prec) {
 }
 
 /* The nf4 pass stores both base weights, the dequantized weights reach only the products (bf16
- * from autocast: no f32 copy, no cast), no gradient reaches the storage; the first loss (B
+ * or f16 from autocast: no f32 copy, no cast), no gradient reaches the storage; the first loss (B
  * zeros) equals, bit for bit, the same LoRA model's with the dequantized weights as f32
- * parameters, in f32 and in bf16, and in f32 the base model's without adapters too (in bf16 the
- * adapted layers' sums are rounded as PEFT's, autocast.c, so there the plain base differs). */
+ * parameters, in f32, bf16 and f16, and in f32 the base model's without adapters too (in 16 bits
+ * the adapted layers' sums are rounded as PEFT's, autocast.c, so there the plain base differs). */
 START_TEST(qlora_first_loss) {
     uint8_t *q[2] = {packed_normal(QC * QH, 21), packed_normal(QH * QV, 22)};
-    for (int prec = 0; prec < 2; prec++) {
-        sn_precision pr = prec ? SN_PRECISION_BF16 : SN_PRECISION_FP32;
+    for (int prec = 0; prec < 3; prec++) {
+        sn_precision pr = (sn_precision[]){SN_PRECISION_FP32, SN_PRECISION_BF16, SN_PRECISION_FP16}[prec];
         sn_graph *g = compiled(true, true, pr), *base = compiled(true, false, pr);
         sn_graph *plain = prec ? NULL : compiled(false, false, pr);
         int dequants = 0;
@@ -488,7 +491,7 @@ START_TEST(qlora_first_loss) {
             if (n->op == SN_OP_PARAM && sn_lora_is_adapter(n->name)) ck_assert(n->grad);
             if (n->op != SN_OP_DEQUANT_NF4) continue;
             dequants++;
-            ck_assert_int_eq(n->dtype, prec ? SN_BF16 : SN_F32);
+            ck_assert_int_eq(n->dtype, prec == 0 ? SN_F32 : prec == 1 ? SN_BF16 : SN_F16);
             int readers = 0;
             for (int j = i + 1; j < g->n_nodes; j++)
                 for (int k = 0; k < g->nodes[j]->n_in; k++) {
@@ -511,7 +514,7 @@ START_TEST(qlora_first_loss) {
         double l = sn_interp_value(it, g->loss)[0], lb = sn_interp_value(ib, base->loss)[0];
         ck_assert_msg(l == lb, "%s: QLoRA's first loss %.17g, LoRA's on the dequantized weights "
                       "%.17g", sn_precision_name(pr), l, lb);
-        ck_assert(l > 1 && l < 5);
+        ck_assert_msg(l > 1 && l < 5, "%s: loss %g", sn_precision_name(pr), l);
         if (plain) {
             sn_interp *ip = sn_interp_new(plain, false);
             feed(ip, plain, q, true);
@@ -634,22 +637,6 @@ END_TEST
 
 /* ---- the CPU kernel (codegen/llvm/llvm_dequant.c) ---- */
 
-/* The packed bytes of n weights drawn at random (the kernels' formula holds for any bytes), with
- * the mean 2e-5 and the steps of groups 0, 1, 2, 3, ... 1e-7, 600, 1e-3, 1, ...: group 0's
- * weights are f16 subnormals, group 1's overflow f16 (|scale| up to 76200) and its scales take
- * both signs. */
-static uint8_t *packed_random(int64_t n, uint64_t seed) {
-    sn_nf4_layout l = sn_nf4_layout_of(n);
-    uint8_t *q = malloc(l.bytes);
-    sn_rng r = sn_rng_seed(seed);
-    for (int64_t i = 0; i < l.bytes; i++) q[i] = (uint8_t)sn_rng_below(&r, 256);
-    if (n % 2) q[l.bytes - 1] &= 0xf0; /* an odd n's last low nibble is 0 (nf4.h) */
-    float mean = 2e-5f, steps[4] = {1e-7f, 600, 1e-3f, 1};
-    memcpy(q, &mean, 4);
-    for (int64_t g = 0; g < l.groups; g++) memcpy(q + l.off_steps + 4 * g, &steps[g % 4], 4);
-    return q;
-}
-
 /* The dequantize kernel against sn_nf4_dequantize bit for bit, in f32 and rounded once to bf16
  * and f16 (sn_lowp_round: nearest even), for a short last block (even and odd n), several
  * groups of scales, normal weights and random bytes (f16's subnormals and infinities); run whole and in three uneven parts
@@ -676,7 +663,7 @@ START_TEST(llvm_dequant) {
                 sn_kernel_work(&k, &k.n_items, &k.serial);
                 ck_assert_int_eq(k.n_items, (n + 63) / 64);
                 sn_cpu_kernel_fn fn = compile_one(j, &k);
-                uint8_t *q = wide ? packed_random(n, 50 + si) : packed_normal(n, 40 + si);
+                uint8_t *q = wide ? sn_test_nf4_random(n, 50 + si) : packed_normal(n, 40 + si);
                 float *want = malloc(n * sizeof *want);
                 sn_nf4_dequantize(q, n, want);
                 void *out = malloc(n * 4);
