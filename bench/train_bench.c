@@ -198,6 +198,15 @@ static sn_status run_step(void *ctx, sn_err *e) {
     return sn_trainer_step(r->t, r->x, r->y, NULL, e);
 }
 
+/* One step of r's trainer with every kernel timed: its times by kind in *st, its program. */
+static const sn_program *profiled_step(run_ctx *r, const char *what, sn_exec_stats *st) {
+    sn_err e;
+    sn_exec_time_kernels(sn_trainer_exec(r->t), true);
+    if (run_step(r, &e)) die(what, &e);
+    sn_exec_stats_get(sn_trainer_exec(r->t), st);
+    return sn_trainer_program(r->t);
+}
+
 /* A baseline in the same run: ba's training graph (the caller's graph *g, to free) and its
  * trainer (to free), its best step time over ba->steps in *s. */
 static sn_trainer *baseline(const args *ba, const sn_train_opts *o, int32_t *x, int32_t *y,
@@ -500,10 +509,8 @@ int main(int argc, char **argv) {
      * CUDA its sequence differs, so it runs eagerly and its per-kernel events read true times) */
     sn_exec_time_kernels(sn_trainer_exec(t), false);
     double step_s = time_best(a.steps, run_step, &r);
-    sn_exec_time_kernels(sn_trainer_exec(t), true);
-    if (run_step(&r, &e)) die("profiled step", &e);
     sn_exec_stats st;
-    sn_exec_stats_get(sn_trainer_exec(t), &st);
+    profiled_step(&r, "profiled step", &st);
     bj *rec = record(&a, dev, "train_step", step_s, train_flops, peak);
     bj_int(rec, "trained_params", (long long)sn_param_layout_trained(sn_trainer_layout(t)));
     bj_num(rec, "compile_s", "%.2f", compile_s); /* sn_trainer_new, then its parts */
@@ -557,11 +564,8 @@ int main(int argc, char **argv) {
                 best[w] = dt < best[w] ? dt : best[w];
             }
         double qlora_s = best[0], lora_s = best[1];
-        sn_exec_time_kernels(sn_trainer_exec(lt), true);
-        if (run_step(&lr, &e)) die("profiled LoRA step", &e);
         sn_exec_stats ls;
-        sn_exec_stats_get(sn_trainer_exec(lt), &ls);
-        const sn_program *lprog = sn_trainer_program(lt);
+        const sn_program *lprog = profiled_step(&lr, "profiled LoRA step", &ls);
         bj *l_rec = record(&la, dev, "train_step_lora", lora_s, program_flops(lprog), peak);
         bj_int(l_rec, "kernels_per_step", lprog->n_kernels);
         bj_int(l_rec, "arena_planned_bytes", (long long)lprog->arena_bytes);
@@ -583,11 +587,8 @@ int main(int argc, char **argv) {
         double full_s;
         sn_trainer *ft = baseline(&fa, &o, x, y, "full fine-tuning trainer", &full, &full_s);
         run_ctx fr = {ft, x, y, NULL};
-        sn_exec_time_kernels(sn_trainer_exec(ft), true);
-        if (run_step(&fr, &e)) die("profiled full step", &e);
         sn_exec_stats fs;
-        sn_exec_stats_get(sn_trainer_exec(ft), &fs);
-        const sn_program *fprog = sn_trainer_program(ft);
+        const sn_program *fprog = profiled_step(&fr, "profiled full step", &fs);
         bj *fr_rec = record(&fa, dev, "train_step_full", full_s, program_flops(fprog), peak);
         bj_int(fr_rec, "trained_params", (long long)sn_param_layout_trained(sn_trainer_layout(ft)));
         bj_int(fr_rec, "kernels_per_step", fprog->n_kernels);

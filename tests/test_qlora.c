@@ -1,7 +1,7 @@
 /* test_qlora.c: training over an NF4 base (QLoRA, issue 25): the base a QLoRA trainer starts
  * from is the LoRA trainer's f32 base quantized, bit for bit; its first loss is the LoRA model's
- * over the dequantized base exactly; a run on the CPU device follows the interpreter, trains the
- * adapters alone and tracks the LoRA run of the same seed; a checkpoint resumes bit for bit; a new
+ * over the dequantized base exactly; a run on the CPU device (f32 and fp16) follows the
+ * interpreter, trains the adapters alone and tracks the LoRA run of the same seed; a checkpoint resumes bit for bit; a new
  * run from a checkpoint crosses kinds (f32 quantized into NF4, NF4 dequantized into f32); a resume
  * across QLoRA and LoRA is refused by name, an NF4 record with a NaN scale as corrupt; a sampler with NF4 storage (the trainer's bytes)
  * samples as one over the dequantized weights. Convention: tiny GPT-2 (vocabulary 64), adapters of
@@ -195,12 +195,20 @@ START_TEST(first_loss_is_the_dequantized_models) {
 }
 END_TEST
 
-START_TEST(cpu_matches_interp_adapters_only) {
+/* A run of prec (f32 or fp16: the base unpacked to f16, the loss scaled) on the CPU device
+ * against the interpreter running the same graph (16-bit rounding emulated), within tol: it
+ * learns, trains the adapters alone and leaves the packed bytes as they were. */
+static void cpu_against_interp(sn_precision prec, uint64_t seed, double tol) {
     sn_err e;
     sn_device *d;
     ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
-    sn_graph *gc = tiny(true, SN_PRECISION_FP32), *gi = tiny(true, SN_PRECISION_FP32);
-    sn_trainer *tc = trainer(gc, d, 11, STEPS), *ti = trainer(gi, NULL, 11, STEPS);
+    sn_graph *gc = tiny(true, prec), *gi = tiny(true, prec);
+    sn_dtype low = prec == SN_PRECISION_FP16 ? SN_F16 : SN_F32;
+    int unpacked = 0; /* to the products' dtype */
+    for (int i = 0; i < gc->n_nodes; i++)
+        unpacked += gc->nodes[i]->op == SN_OP_DEQUANT_NF4 && gc->nodes[i]->dtype == low;
+    ck_assert_msg(unpacked >= N_NF4, "%d dequantizes to %s", unpacked, sn_dtype_name(low));
+    sn_trainer *tc = trainer(gc, d, seed, STEPS), *ti = trainer(gi, NULL, seed, STEPS);
     float **before = sn_param_snapshot(tc);
     int np = sn_trainer_param_count(tc);
     uint8_t *bytes[64];
@@ -209,7 +217,9 @@ START_TEST(cpu_matches_interp_adapters_only) {
     double lc[STEPS], li[STEPS];
     run(tc, lc);
     run(ti, li);
-    sn_check_close("QLoRA losses, CPU device against the interpreter", lc, li, STEPS, 1e-4, 0);
+    char what[96];
+    snprintf(what, sizeof what, "QLoRA losses in %s, CPU device against the interpreter", sn_precision_name(prec));
+    sn_check_close(what, lc, li, STEPS, tol, 0);
     ck_assert_msg(lc[STEPS - 1] < lc[0] - 0.3, "loss %g -> %g: the adapters do not learn", lc[0],
                   lc[STEPS - 1]);
     ck_assert_int_eq(sn_check_trained_only(tc, before, sn_lora_is_adapter, "a QLoRA run"), N_ADAPTERS);
@@ -220,43 +230,21 @@ START_TEST(cpu_matches_interp_adapters_only) {
                       "%s's NF4 bytes changed", sn_trainer_param_node(tc, i)->name);
         free(now), free(bytes[i]);
     }
-    printf("QLoRA tiny on the CPU device: loss %.4f -> %.4f in %d steps, within 1e-4 of the "
-           "interpreter; %d adapters trained, the NF4 base's bytes unchanged\n", lc[0],
-           lc[STEPS - 1], STEPS, N_ADAPTERS);
+    printf("QLoRA tiny in %s on the CPU device: loss %.4f -> %.4f in %d steps, within %g of the "
+           "interpreter; %d adapters trained, the NF4 base's bytes unchanged\n",
+           sn_precision_name(prec), lc[0], lc[STEPS - 1], STEPS, tol, N_ADAPTERS);
     sn_trainer_free(tc);
     sn_trainer_free(ti);
     sn_graph_free(gc);
     sn_graph_free(gi);
     sn_device_free(d);
 }
+
+START_TEST(cpu_matches_interp_adapters_only) { cpu_against_interp(SN_PRECISION_FP32, 11, 1e-4); }
 END_TEST
 
-/* fp16 QLoRA (the base unpacked to f16, the loss scaled): on the CPU device it follows the
- * interpreter running the same graph (f16 rounding emulated) and trains; the adapters alone. */
-START_TEST(fp16_cpu_matches_interp) {
-    sn_err e;
-    sn_device *d;
-    ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
-    sn_graph *gc = tiny(true, SN_PRECISION_FP16), *gi = tiny(true, SN_PRECISION_FP16);
-    int f16 = 0;
-    for (int i = 0; i < gc->n_nodes; i++) f16 += gc->nodes[i]->op == SN_OP_DEQUANT_NF4 && gc->nodes[i]->dtype == SN_F16;
-    ck_assert_msg(f16 >= N_NF4, "%d dequantizes to f16", f16);
-    sn_trainer *tc = trainer(gc, d, 17, STEPS), *ti = trainer(gi, NULL, 17, STEPS);
-    float **before = sn_param_snapshot(tc);
-    double lc[STEPS], li[STEPS];
-    run(tc, lc);
-    run(ti, li);
-    sn_check_close("fp16 QLoRA losses, CPU device against the interpreter", lc, li, STEPS, 5e-4, 0);
-    ck_assert_msg(lc[STEPS - 1] < lc[0] - 0.3, "fp16 QLoRA: loss %g -> %g", lc[0], lc[STEPS - 1]);
-    ck_assert_int_eq(sn_check_trained_only(tc, before, sn_lora_is_adapter, "an fp16 QLoRA run"), N_ADAPTERS);
-    printf("fp16 QLoRA tiny on the CPU device: loss %.4f -> %.4f in %d steps (the interpreter's "
-           "%.4f -> %.4f)\n", lc[0], lc[STEPS - 1], STEPS, li[0], li[STEPS - 1]);
-    sn_trainer_free(tc);
-    sn_trainer_free(ti);
-    sn_graph_free(gc);
-    sn_graph_free(gi);
-    sn_device_free(d);
-}
+/* fp16 QLoRA (each dequantize kernel writing f16; measured 5.3e-5 from the interpreter) */
+START_TEST(fp16_cpu_matches_interp) { cpu_against_interp(SN_PRECISION_FP16, 17, 5e-4); }
 END_TEST
 
 /* The issue's target is QLoRA within 0.05 of bf16 LoRA over a long run (measured by hand,
