@@ -1,7 +1,8 @@
 /* nf4.c: NF4 with double quantization (nf4.h): packing an f32 array and unpacking it.
  * Convention: as bitsandbytes does, a block's codes are chosen against its exact absmax; only
  * then are the absmaxes double-quantized, so the stored scale differs from the one the codes
- * were chosen for by at most half a group's step. */
+ * were chosen for by at most half a group's step. Packing runs in parts a caller may run at
+ * once (sn_nf4_quantize_on); only the mean of the absmax is summed in one place, in order. */
 #include "nf4.h"
 
 #include <math.h>
@@ -107,7 +108,8 @@ static void pack_groups(void *ctx, int64_t g0, int64_t g1) {
             j->out[l->off_scale_codes + b] = (uint8_t)(int8_t)c;
             /* the codes against the exact absmax (0 for an all-zero block: level 7 is 0): each
                the number of midpoints w / a is above, sn_nf4_nearest's answer, the block's
-               weights a vector at a time (a binary search a weight took 60 ns, mispredicted) */
+               weights a vector at a time, branch-free (a binary search a weight mispredicted:
+               19 ns a weight for gpt2-xl's shapes where this takes 10, one thread) */
             int64_t i0 = b * SN_NF4_BLOCK, len = j->n - i0 < SN_NF4_BLOCK ? j->n - i0 : SN_NF4_BLOCK;
             float x[SN_NF4_BLOCK];
             int32_t q[SN_NF4_BLOCK];

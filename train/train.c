@@ -381,7 +381,8 @@ sn_status sn_trainer_set_nf4(sn_trainer *t, int i, const uint8_t *bytes, sn_err 
 static void on_pool(void *pool, int64_t n, sn_nf4_range_fn fn, void *ctx) { sn_pool_run(pool, n, fn, ctx); }
 
 /* An NF4 parameter's weights to or from the host as floats: dequantized, or quantized (over a
- * pool of a thread a core from a million weights: gpt2-xl's 1.47 B took seconds on one). */
+ * pool of a thread a core from a million weights: gpt2-xl's 1.47 B are 15 s on one thread at
+ * 10 ns a weight; the same bytes either way, nf4.h). */
 static sn_status nf4_weights(const sn_trainer *t, int i, float *host, bool set, sn_err *e) {
     int64_t n = sn_numel(t->value[i]);
     uint8_t *q = sn_malloc((size_t)sn_nf4_layout_of(n).bytes, "an NF4 parameter's bytes", e);
