@@ -482,7 +482,7 @@ int main(int argc, char **argv) {
                                         storage's packed bytes, u8 in both programs) */
         int j = sn_trainer_find_param(t, fparams[i]->name);
         bool nf4 = j >= 0 && sn_trainer_param_nf4(t, j);
-        float *w = malloc(nf4 ? (size_t)sn_numel(fparams[i]) : sizeof(float) * (size_t)sn_numel(fparams[i]));
+        float *w = malloc((nf4 ? 1 : sizeof(float)) * (size_t)sn_numel(fparams[i]));
         if (!w || j < 0 || nf4 != (fparams[i]->dtype == SN_U8) ||
             (nf4 ? sn_trainer_get_nf4(t, j, (uint8_t *)w, &e)
                  : sn_trainer_get_param(t, j, SN_PARAM_WEIGHTS, w, &e)) ||
@@ -579,7 +579,7 @@ int main(int argc, char **argv) {
         bj_print(l_rec, stdout);
         sn_trainer_free(lt);
         sn_graph_free(lg);
-    } else if (a.lora || a.ia3) { /* the baseline: full fine-tuning of the same model, batch and device */
+    } else if (a.lora || a.ia3) { /* the baseline: full fine-tuning, same model, batch, device */
         args fa = a;
         fa.lora = 0;
         fa.ia3 = false;

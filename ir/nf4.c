@@ -43,7 +43,9 @@ sn_nf4_layout sn_nf4_layout_of(int64_t n) {
 }
 
 /* Midpoint m between levels m and m + 1 (in double: no rounding). */
-static double midpoint(int m) { return 0.5 * ((double)sn_nf4_levels[m] + (double)sn_nf4_levels[m + 1]); }
+static double midpoint(int m) {
+    return 0.5 * ((double)sn_nf4_levels[m] + (double)sn_nf4_levels[m + 1]);
+}
 
 int sn_nf4_nearest(float x) { /* the number of midpoints x is above (they increase) */
     int q = 0;
@@ -99,7 +101,8 @@ static void pack_groups(void *ctx, int64_t g0, int64_t g1) {
         for (int64_t b = b0; b < b1; b++) dev = fmax(dev, fabs((double)j->amax[b] - mean));
         float step = (float)(dev / 127.0);
         put_f32(j->out + l->off_steps + 4 * g, step);
-        int64_t c0 = b0 * SN_NF4_BLOCK / 2, c1 = (b1 * SN_NF4_BLOCK < j->n ? b1 * SN_NF4_BLOCK : j->n + 1) / 2;
+        int64_t end = b1 * SN_NF4_BLOCK < j->n ? b1 * SN_NF4_BLOCK : j->n + 1; /* odd n: + 1 */
+        int64_t c0 = b0 * SN_NF4_BLOCK / 2, c1 = end / 2;
         memset(j->out + l->off_codes + c0, 0, (size_t)(c1 - c0));
         for (int64_t b = b0; b < b1; b++) {
             float a = j->amax[b];
@@ -110,7 +113,8 @@ static void pack_groups(void *ctx, int64_t g0, int64_t g1) {
                the number of midpoints w / a is above, sn_nf4_nearest's answer, the block's
                weights a vector at a time, branch-free (a binary search a weight mispredicted:
                19 ns a weight for gpt2-xl's shapes where this takes 10, one thread) */
-            int64_t i0 = b * SN_NF4_BLOCK, len = j->n - i0 < SN_NF4_BLOCK ? j->n - i0 : SN_NF4_BLOCK;
+            int64_t i0 = b * SN_NF4_BLOCK;
+            int64_t len = j->n - i0 < SN_NF4_BLOCK ? j->n - i0 : SN_NF4_BLOCK;
             float x[SN_NF4_BLOCK];
             int32_t q[SN_NF4_BLOCK];
             for (int k = 0; k < SN_NF4_BLOCK; k++) { /* a short block's rest: 0, not stored */

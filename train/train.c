@@ -378,7 +378,9 @@ sn_status sn_trainer_set_nf4(sn_trainer *t, int i, const uint8_t *bytes, sn_err 
     return sn_runner_set(t->run, i, SN_PARAM_WEIGHTS, (const float *)bytes, e);
 }
 
-static void on_pool(void *pool, int64_t n, sn_nf4_range_fn fn, void *ctx) { sn_pool_run(pool, n, fn, ctx); }
+static void on_pool(void *pool, int64_t n, sn_nf4_range_fn fn, void *ctx) {
+    sn_pool_run(pool, n, fn, ctx);
+}
 
 /* An NF4 parameter's weights to or from the host as floats: dequantized, or quantized (over a
  * pool of a thread a core from a million weights: gpt2-xl's 1.47 B are 15 s on one thread at

@@ -41,14 +41,23 @@ static LLVMValueRef f32_at(sn_ll *L, LLVMValueRef q, LLVMValueRef at, const char
 }
 
 /* block blk's scale: fma((float)scale_code[blk], step[blk / 256], mean) */
-static LLVMValueRef block_scale(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef q, LLVMValueRef mean,
-                                LLVMValueRef blk) {
+static LLVMValueRef block_scale(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef q,
+                                LLVMValueRef mean, LLVMValueRef blk) {
     LLVMBuilderRef b = L->b;
     LLVMValueRef group = LLVMBuildUDiv(b, blk, sn_ll_i64(L, SN_NF4_SCALE_GROUP), "g");
-    LLVMValueRef step = f32_at(L, q, sn_ll_add(L, sn_ll_i64(L, l->off_steps), sn_ll_mul(L, group, sn_ll_i64(L, 4))), "step");
+    LLVMValueRef at = sn_ll_mul(L, group, sn_ll_i64(L, 4));
+    LLVMValueRef step = f32_at(L, q, sn_ll_add(L, sn_ll_i64(L, l->off_steps), at), "step");
     LLVMValueRef code = byte_at(L, q, sn_ll_add(L, sn_ll_i64(L, l->off_scale_codes), blk), "code");
     LLVMValueRef fma[3] = {LLVMBuildSIToFP(b, code, L->t_f32, ""), step, mean}; /* int8: signed */
     return sn_ll_call(L, "llvm.fma", fma, 3, "scale");
+}
+
+/* scalar x in every one of n lanes */
+static LLVMValueRef splat(sn_ll *L, LLVMValueRef x, unsigned n) {
+    LLVMTypeRef t = LLVMVectorType(LLVMTypeOf(x), n);
+    LLVMValueRef v = LLVMBuildInsertElement(L->b, LLVMGetUndef(t), x, sn_ll_i32(L, 0), "");
+    LLVMValueRef zeros = LLVMConstNull(LLVMVectorType(L->t_i32, n)); /* lane 0, n times */
+    return LLVMBuildShuffleVector(L->b, v, LLVMGetUndef(t), zeros, "");
 }
 
 /* Blocks [lo, hi), all full: per block the 16 possible weights rounded to y's dtype, the 64
@@ -66,28 +75,25 @@ static void full_blocks(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef y, LLVMVa
         sh4[i] = LLVMConstInt(L->t_i8, 4, 0);
         m15[i] = LLVMConstInt(L->t_i8, 15, 0);
     }
-    LLVMTypeRef v16 = LLVMVectorType(L->t_f32, 16), vbytes = LLVMVectorType(L->t_i8, BYTES);
+    LLVMTypeRef vbytes = LLVMVectorType(L->t_i8, BYTES);
     LLVMValueRef levels = LLVMConstVector(lv, 16), interleave = LLVMConstVector(hl, W);
     sn_ll_loop blocks;
     LLVMValueRef blk = sn_ll_for(L, &blocks, lo, hi, sn_ll_i64(L, 1), "b");
-    LLVMValueRef scale = block_scale(L, l, q, mean, blk);
-    LLVMValueRef s16 = LLVMBuildInsertElement(b, LLVMGetUndef(v16), scale, sn_ll_i32(L, 0), "");
-    s16 = LLVMBuildShuffleVector(b, s16, LLVMGetUndef(v16), LLVMConstNull(LLVMVectorType(L->t_i32, 16)), "");
-    LLVMValueRef value = sn_ll_narrow(L, y, LLVMBuildFMul(b, levels, s16, "")); /* <16 x y's type> */
+    LLVMValueRef scale = splat(L, block_scale(L, l, q, mean, blk), 16);
+    LLVMValueRef value = sn_ll_narrow(L, y, LLVMBuildFMul(b, levels, scale, "")); /* <16 x y's> */
     LLVMTypeRef et = LLVMGetElementType(LLVMTypeOf(value)), vw = LLVMVectorType(et, W);
-    LLVMValueRef at = sn_ll_add(L, sn_ll_i64(L, l->off_codes), sn_ll_mul(L, blk, sn_ll_i64(L, BYTES)));
-    LLVMValueRef cp = LLVMBuildGEP2(b, L->t_i8, q, &at, 1, "");
-    LLVMValueRef codes = LLVMBuildLoad2(b, vbytes, LLVMBuildBitCast(b, cp, LLVMPointerType(vbytes, 0), ""), "codes");
+    LLVMValueRef at = sn_ll_mul(L, blk, sn_ll_i64(L, BYTES));
+    at = sn_ll_add(L, sn_ll_i64(L, l->off_codes), at);
+    LLVMValueRef cp = LLVMBuildBitCast(b, LLVMBuildGEP2(b, L->t_i8, q, &at, 1, ""),
+                                       LLVMPointerType(vbytes, 0), "");
+    LLVMValueRef codes = LLVMBuildLoad2(b, vbytes, cp, "codes");
     LLVMSetAlignment(codes, 1);
-    LLVMValueRef nib = LLVMBuildShuffleVector(b, LLVMBuildLShr(b, codes, LLVMConstVector(sh4, BYTES), "hi"),
-                                              LLVMBuildAnd(b, codes, LLVMConstVector(m15, BYTES), "lo"),
-                                              interleave, "nibbles");
+    LLVMValueRef hi4 = LLVMBuildLShr(b, codes, LLVMConstVector(sh4, BYTES), "hi");
+    LLVMValueRef lo4 = LLVMBuildAnd(b, codes, LLVMConstVector(m15, BYTES), "lo");
+    LLVMValueRef nib = LLVMBuildShuffleVector(b, hi4, lo4, interleave, "nibbles");
     LLVMValueRef w = NULL;
     for (int j = 0; j < 16; j++) { /* w = the value of nibble j where nib == j */
-        LLVMValueRef vj = LLVMBuildInsertElement(b, LLVMGetUndef(vw),
-                                                 LLVMBuildExtractElement(b, value, sn_ll_i32(L, j), ""),
-                                                 sn_ll_i32(L, 0), "");
-        vj = LLVMBuildShuffleVector(b, vj, LLVMGetUndef(vw), LLVMConstNull(LLVMVectorType(L->t_i32, W)), "");
+        LLVMValueRef vj = splat(L, LLVMBuildExtractElement(b, value, sn_ll_i32(L, j), ""), W);
         if (!w) {
             w = vj;
             continue;
@@ -112,8 +118,10 @@ static void short_block(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef y, LLVMVa
     LLVMValueRef one = sn_ll_i64(L, 1), levels = level_table(L);
     LLVMValueRef scale = block_scale(L, l, q, mean, sn_ll_i64(L, last));
     sn_ll_loop ws;
-    LLVMValueRef i = sn_ll_for(L, &ws, sn_ll_i64(L, last * SN_NF4_BLOCK), sn_ll_i64(L, l->n), one, "i");
-    LLVMValueRef byte = byte_at(L, q, sn_ll_add(L, sn_ll_i64(L, l->off_codes), LLVMBuildLShr(b, i, one, "")), "byte");
+    LLVMValueRef i = sn_ll_for(L, &ws, sn_ll_i64(L, last * SN_NF4_BLOCK), sn_ll_i64(L, l->n), one,
+                               "i");
+    LLVMValueRef half = LLVMBuildLShr(b, i, one, "");
+    LLVMValueRef byte = byte_at(L, q, sn_ll_add(L, sn_ll_i64(L, l->off_codes), half), "byte");
     LLVMValueRef odd = LLVMBuildTrunc(b, LLVMBuildAnd(b, i, one, ""), L->t_i1, "odd");
     LLVMValueRef hi = LLVMBuildLShr(b, byte, LLVMConstInt(L->t_i8, 4, 0), "hi");
     LLVMValueRef lo = LLVMBuildAnd(b, byte, LLVMConstInt(L->t_i8, 15, 0), "lo");
@@ -130,18 +138,20 @@ sn_status sn_ll_emit_dequant(sn_ll *L, const sn_kernel *k, const char *fname, sn
     char kn[96]; /* the contract (args y, packed) is kernel_check.c's */
     if (n->dtype != SN_F32 && n->dtype != SN_BF16 && n->dtype != SN_F16)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: NF4 weights dequantized to %s: the CPU kernel "
-                       "writes f32, bf16 or f16", sn_ll_kname(k, kn, sizeof kn), sn_dtype_name(n->dtype));
+                       "writes f32, bf16 or f16", sn_ll_kname(k, kn, sizeof kn),
+                       sn_dtype_name(n->dtype));
     sn_nf4_layout l = sn_nf4_layout_of(sn_numel(n));
     int64_t full = l.n / SN_NF4_BLOCK; /* blocks of 64; a short one after them when n % 64 */
     LLVMBuilderRef b = L->b;
     sn_ll_fn_begin(L, fname);
     LLVMValueRef y = sn_ll_buf(L, 0, n->dtype, "y");
     LLVMValueRef one = sn_ll_i64(L, 1);
-    LLVMValueRef q = LLVMBuildLoad2(b, LLVMPointerType(L->t_i8, 0),
-                                    LLVMBuildGEP2(b, LLVMPointerType(L->t_i8, 0), L->bufs, &one, 1, ""), "q");
+    LLVMTypeRef i8p = LLVMPointerType(L->t_i8, 0);
+    LLVMValueRef q = LLVMBuildLoad2(b, i8p, LLVMBuildGEP2(b, i8p, L->bufs, &one, 1, ""), "q");
     LLVMValueRef mean = f32_at(L, q, sn_ll_i64(L, 0), "mean");
     LLVMValueRef nfull = sn_ll_i64(L, full);
-    full_blocks(L, &l, y, q, mean, sn_ll_imin(L, L->begin, nfull, "lo"), sn_ll_imin(L, L->end, nfull, "hi"));
+    full_blocks(L, &l, y, q, mean, sn_ll_imin(L, L->begin, nfull, "lo"),
+                sn_ll_imin(L, L->end, nfull, "hi"));
     if (full < l.blocks) {
         sn_ll_if last;
         sn_ll_if_begin(L, &last, LLVMBuildICmp(b, LLVMIntSGT, L->end, nfull, ""), "short");
