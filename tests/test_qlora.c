@@ -143,6 +143,50 @@ START_TEST(base_is_the_lora_base_quantized) {
 }
 END_TEST
 
+/* A weight of a million (1024 x 1024) set into a QLoRA trainer: quantized over a thread pool
+ * (train.c, from a million weights), the bytes sn_nf4_quantize writes on one thread. */
+START_TEST(large_weight_quantized_over_a_pool) {
+    enum { K = 1024, N = 1024 };
+    sn_graph *g = sn_graph_new();
+    sn_node *idx = sn_input_tokens(g, "idx", SN_SHAPE(1, 2));
+    sn_node *y = sn_input_targets(g, "y", SN_SHAPE(1, 2));
+    sn_node *wte = sn_param(g, "wte", SN_F32, SN_SHAPE(16, K), SN_INIT_NORMAL, 0.02f);
+    sn_node *x = sn_embedding(g, wte, idx);
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(K, N), SN_INIT_NORMAL, 0.02f);
+    sn_lora l = {.rank = 1, .alpha = 1};
+    sn_node *logits = sn_add(g, sn_matmul(g, x, w), sn_lora_path(g, x, "w", K, N, &l));
+    sn_graph_set_loss(g, sn_cross_entropy(g, logits, y, -1));
+    ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
+    sn_lora_freeze_base(g);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.nf4 = true;
+    sn_err e;
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_trainer *t = trainer(g, NULL, 5, 1);
+    int i = sn_trainer_find_param(t, "w");
+    ck_assert(i >= 0 && sn_trainer_param_nf4(t, i));
+    int64_t n = K * N, bytes = sn_nf4_layout_of(n).bytes;
+    ck_assert(n >= 1 << 20); /* train.c's pool from a million weights */
+    float *v = malloc(sizeof(float) * (size_t)n);
+    sn_rng r = sn_rng_seed(9);
+    for (int64_t k = 0; k < n; k++) v[k] = (float)((k / 64 % 5 + 1) * 0.01 * sn_rng_normal(&r));
+    uint8_t *want = malloc((size_t)bytes);
+    ck_assert(sn_nf4_quantize(v, n, want, &e) == SN_OK);
+    ck_assert_msg(sn_trainer_set_param(t, i, SN_PARAM_WEIGHTS, v, &e) == SN_OK, "%s", e.msg);
+    uint8_t *got = packed(t, i);
+    ck_assert_msg(!memcmp(got, want, (size_t)bytes), "the trainer's bytes of a million weights "
+                  "differ from sn_nf4_quantize's");
+    v[n - 3] = NAN; /* refused by index, naming the parameter */
+    ck_assert(sn_trainer_set_param(t, i, SN_PARAM_WEIGHTS, v, &e) == SN_ERR_NUMERIC);
+    ck_assert_msg(strstr(e.msg, "weight 1048573 of 1048576 is nan") && strstr(e.msg, "parameter w,"),
+                  "%s", e.msg);
+    free(v), free(want), free(got);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* ---- a run: the first loss, the CPU device against the interpreter, against LoRA ---- */
 
 enum { STEPS = 12 };
@@ -446,6 +490,7 @@ int main(void) {
     Suite *s = suite_create("qlora");
     TCase *t = tcase_create("qlora");
     tcase_add_test(t, base_is_the_lora_base_quantized);
+    tcase_add_test(t, large_weight_quantized_over_a_pool);
     tcase_add_test(t, first_loss_is_the_dequantized_models);
     tcase_add_test(t, cpu_matches_interp_adapters_only);
     tcase_add_test(t, tracks_lora_bf16);
