@@ -253,9 +253,6 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
     if ((unsigned)o->precision >= SN_PRECISION_COUNT)
         return sn_fail(e, SN_ERR_INVALID, "session: precision %d: give SN_PRECISION_FP32, _BF16, "
                        "_FP16 or _TF32", (int)o->precision);
-    if (o->nf4 && o->precision == SN_PRECISION_FP16)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "QLoRA (an NF4 base) in fp16 is not supported yet: "
-                       "the dequantize kernels write f32 or bf16: use --precision bf16 or fp32");
     return SN_OK;
 }
 

@@ -12,7 +12,9 @@
  *     bench/train_bench --model gpt2 --batch 16 --seq 1024 --roofline h100 --model-only
  *     bench/train_bench --model gpt2 --batch 4 --seq 256 --steps 3 --precision bf16
  *     bench/train_bench --model demo --batch 16 --seq 128 --steps 10 --compare-interp
- *     bench/train_bench --model gpt2 --batch 4 --seq 128 --steps 3 --lora 8   (LoRA vs full step) */
+ *     bench/train_bench --model gpt2 --batch 4 --seq 128 --steps 3 --lora 8   (LoRA vs full step)
+ *     bench/train_bench --model gpt2 --batch 4 --seq 256 --steps 3 --qlora 8 --precision bf16
+ *                                                            (QLoRA vs LoRA of the same rank) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +49,8 @@ typedef struct {
                                 host CPU's) */
     int lora;       /* --lora R: LoRA adapters of rank R on every linear layer (alpha R), the
                        base frozen; the full fine-tuning step is timed too, in the same run */
+    bool nf4;       /* --qlora R: --lora R over a base stored as NF4 (the nf4 pass); the LoRA
+                       step of the same rank is the baseline timed in the same run */
     bool ia3;       /* --ia3: IA3 vectors instead (frontend/ia3.h), the full step timed too */
     bool base_f32;  /* --base-f32: the frozen base f32 with weight shadows (else, in bf16/fp16,
                        stored in the compute dtype as sinter train does; the other timed too) */
@@ -55,6 +59,7 @@ typedef struct {
     const char *device;   /* auto, cuda or cpu */
     const char *roofline; /* a machine (roofline.h) or NULL */
     bool model_only;      /* print the roofline model and run nothing */
+    bool startup_only;    /* --startup-only: sn_trainer_new's seconds and their split, no step */
     bool tf32;            /* CUDA: TF32 GEMMs (and the model's f32 GEMMs at the TF32 rate) */
     double host_gbs;      /* --host-gbs: the offload model's host AdamW (0: measured here) */
     double peak_f32, peak_bf16; /* GFLOP/s measured in this run (bf16: 0 without the instruction) */
@@ -96,6 +101,7 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     o.precision = a->precision;
     o.base16 = !a->base_f32;
     o.chunk_logits = backward ? a->chunk_logits : 0;
+    o.nf4 = a->nf4;
     if (sn_compile(g, &o, prog, NULL, &e)) die("pipeline", &e);
     return g;
 }
@@ -125,6 +131,7 @@ static bj *record(const args *a, const char *device, const char *phase, double s
     bj_int(r, "batch", a->batch);
     bj_int(r, "seq", a->seq);
     bj_int(r, "lora", a->lora);
+    bj_bool(r, "qlora", a->nf4);
     bj_bool(r, "ia3", a->ia3);
     bj_str(r, "checkpoint", sn_recompute_policy_name((sn_recompute_policy)a->checkpoint));
     bj_bool(r, "offload", a->offload);
@@ -149,6 +156,7 @@ static void kind_fields(bj *r, const double *kind_s) {
     bj_num(r, "row_s", "%.3f", kind_s[SN_KER_ROW]);
     bj_num(r, "reduce_s", "%.3f", kind_s[SN_KER_REDUCE]);
     bj_num(r, "gather_s", "%.3f", kind_s[SN_KER_GATHER]);
+    bj_num(r, "dequant_s", "%.3f", kind_s[SN_KER_DEQUANT]);
 }
 
 /* Best time of `steps` calls of fn (after one warm-up call). */
@@ -210,6 +218,15 @@ static sn_status run_step(void *ctx, sn_err *e) {
     return sn_trainer_step(r->t, r->x, r->y, NULL, e);
 }
 
+/* One step of r's trainer with every kernel timed: its times by kind in *st, its program. */
+static const sn_program *profiled_step(run_ctx *r, const char *what, sn_exec_stats *st) {
+    sn_err e;
+    sn_exec_time_kernels(sn_trainer_exec(r->t), true);
+    if (run_step(r, &e)) die(what, &e);
+    sn_exec_stats_get(sn_trainer_exec(r->t), st);
+    return sn_trainer_program(r->t);
+}
+
 /* A baseline in the same run: ba's training graph (the caller's graph *g, to free) and its
  * trainer (to free), its best step time over ba->steps in *s. */
 static sn_trainer *baseline(const args *ba, const sn_train_opts *o, int32_t *x, int32_t *y,
@@ -229,15 +246,18 @@ static const char usage_text[] =
     "                   [--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]]\n"
     "                   [--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16]\n"
     "                   [--compare-interp] [--arena-budget BYTES] [--offload] [--lora R | --ia3]\n"
-    "                   [--host-gbs G] [--chunk-logits N] [--base-f32]\n"
+    "                   [--qlora R] [--host-gbs G] [--chunk-logits N] [--base-f32] [--startup-only]\n"
     "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
     "  --threads 0: all cores; --lora R: the step with LoRA adapters of rank R (all linear\n"
     "  layers, alpha R, the base frozen), and the full fine-tuning step timed in the same run;\n"
     "  --ia3: the same with IA3 vectors (keys, values, the MLP's activation); in bf16 or\n"
     "  fp16 their frozen base is stored in 16 bits (--base-f32: f32 with weight shadows) and\n"
     "  the step with the other base is timed too;\n"
+    "  --qlora R: --lora R over a base stored as NF4, and the LoRA step of the same rank\n"
+    "  timed in the same run (qlora_over_lora);\n"
     "  --model-only --offload: the offloaded step modeled too, the host AdamW at G GB/s (by\n"
     "  default as measured on this machine, --threads of it);\n"
+    "  --startup-only: the trainer's startup (sn_trainer_new and its parts) alone, no step;\n"
     "  --chunk-logits N: the LM head and its loss in chunks of N rows, and the step with the\n"
     "  head whole timed (or, with --model-only, modeled) in the same run\n";
 
@@ -272,6 +292,7 @@ static void parse(int argc, char **argv, args *a) {
         }
         bool *flag = !strcmp(k, "--compare-interp") ? &a->compare_interp
                      : !strcmp(k, "--model-only")   ? &a->model_only
+                     : !strcmp(k, "--startup-only") ? &a->startup_only
                      : !strcmp(k, "--tf32")         ? &a->tf32
                      : !strcmp(k, "--offload")      ? &a->offload
                      : !strcmp(k, "--ia3")          ? &a->ia3
@@ -283,7 +304,7 @@ static void parse(int argc, char **argv, args *a) {
         static const char *const valued[] = {"--model", "--batch", "--seq", "--steps", "--threads",
                                              "--device", "--roofline", "--checkpoint-policy",
                                              "--precision", "--arena-budget", "--lora",
-                                             "--host-gbs", "--chunk-logits"};
+                                             "--qlora", "--host-gbs", "--chunk-logits"};
         bool known = false;
         for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(k, valued[j]);
         if (!known) usage_fail("unknown option '%s'", k);
@@ -294,6 +315,7 @@ static void parse(int argc, char **argv, args *a) {
         else if (!strcmp(k, "--steps")) a->steps = int_arg(k, v, 1, 1000000);
         else if (!strcmp(k, "--threads")) a->threads = int_arg(k, v, 0, 4096);
         else if (!strcmp(k, "--lora")) a->lora = int_arg(k, v, 1, 4096);
+        else if (!strcmp(k, "--qlora")) a->lora = int_arg(k, v, 1, 4096), a->nf4 = true;
         else if (!strcmp(k, "--chunk-logits")) a->chunk_logits = int_arg(k, v, 1, 1 << 30), a->loss_only = true;
         else if (!strcmp(k, "--device")) {
             if (strcmp(v, "auto") && strcmp(v, "cuda") && strcmp(v, "cpu"))
@@ -327,6 +349,9 @@ static void parse(int argc, char **argv, args *a) {
     }
     if (a->model_only && !a->roofline) usage_fail("%s needs --roofline h100", "--model-only");
     if (a->ia3 && a->lora) usage_fail("%s: --ia3 and --lora are two ways to fine-tune: choose one", "--ia3");
+    for (int i = 1, lora = 0; i < argc; i++) /* --qlora sets --lora's rank: not both */
+        if ((lora += !strcmp(argv[i], "--lora") + !strcmp(argv[i], "--qlora")) > 1)
+            usage_fail("%s: --qlora R is --lora R over an NF4 base: give one of them", "--qlora");
 }
 
 /* The device --device names; auto: CUDA when the driver reports a GPU, else the CPU. */
@@ -430,6 +455,9 @@ int main(int argc, char **argv) {
         peak = machine->bf16_tflops * 1e3;
         snprintf(isa, sizeof isa, "%s bf16 dense (published)", machine->name);
         a.isa = isa;
+    } else if (a.startup_only) { /* no MFU to report */
+        peak = 1;
+        a.isa = "none (--startup-only)";
     } else { /* measured here: the FMA peak, and the bf16 dot products' where there are any */
         a.peak_f32 = sn_bench_fma_peak(a.threads, 3, &a.isa);
         a.peak_bf16 = sn_bench_peak_measure(SN_PEAK_BF16, a.threads, 3, &pb) ? pb.gflops : 0;
@@ -451,6 +479,20 @@ int main(int argc, char **argv) {
     sn_trainer_startup_get(t, &su);
     const sn_program *p = sn_trainer_program(t);
     double train_flops = program_flops(p);
+    if (a.startup_only) {
+        bj *rec = record(&a, cuda ? "cuda" : "cpu", "startup", 1, 0, peak);
+        bj_num(rec, "compile_s", "%.2f", compile_s);
+        bj_num(rec, "startup_kernel_passes_s", "%.3f", su.kernels_s);
+        bj_num(rec, "startup_exec_new_s", "%.3f", su.exec_s);
+        bj_num(rec, "startup_optimizer_s", "%.3f", su.optimizer_s);
+        bj_num(rec, "startup_param_init_s", "%.3f", su.init_s);
+        bj_int(rec, "persistent_bytes", (long long)p->persistent_bytes);
+        bj_print(rec, stdout);
+        sn_trainer_free(t);
+        sn_graph_free(g);
+        sn_device_free(d);
+        return 0;
+    }
 
     /* the forward program alone, with the same weights */
     sn_program *fp;
@@ -459,10 +501,14 @@ int main(int argc, char **argv) {
     if (sn_exec_new(d, fp, &fx, &e)) die("forward program", &e);
     sn_node *fparams[512];
     int nfp = sn_graph_params(fg, fparams, 512);
-    for (int i = 0; i < nfp; i++) { /* the trainer's weights, through the host */
+    for (int i = 0; i < nfp; i++) { /* the trainer's weights, through the host (an NF4
+                                        storage's packed bytes, u8 in both programs) */
         int j = sn_trainer_find_param(t, fparams[i]->name);
-        float *w = malloc(sizeof(float) * (size_t)sn_numel(fparams[i]));
-        if (!w || j < 0 || sn_trainer_get_param(t, j, SN_PARAM_WEIGHTS, w, &e) ||
+        bool nf4 = j >= 0 && sn_trainer_param_nf4(t, j);
+        float *w = malloc((nf4 ? 1 : sizeof(float)) * (size_t)sn_numel(fparams[i]));
+        if (!w || j < 0 || nf4 != (fparams[i]->dtype == SN_U8) ||
+            (nf4 ? sn_trainer_get_nf4(t, j, (uint8_t *)w, &e)
+                 : sn_trainer_get_param(t, j, SN_PARAM_WEIGHTS, w, &e)) ||
             sn_exec_set(fx, fparams[i], w, &e))
             die("forward weights", &e);
         free(w);
@@ -486,10 +532,8 @@ int main(int argc, char **argv) {
      * CUDA its sequence differs, so it runs eagerly and its per-kernel events read true times) */
     sn_exec_time_kernels(sn_trainer_exec(t), false);
     double step_s = time_best(a.steps, run_step, &r);
-    sn_exec_time_kernels(sn_trainer_exec(t), true);
-    if (run_step(&r, &e)) die("profiled step", &e);
     sn_exec_stats st;
-    sn_exec_stats_get(sn_trainer_exec(t), &st);
+    profiled_step(&r, "profiled step", &st);
     bj *rec = record(&a, dev, "train_step", step_s, train_flops, peak);
     bj_int(rec, "trained_params", (long long)sn_param_layout_trained(sn_trainer_layout(t)));
     bj_num(rec, "compile_s", "%.2f", compile_s); /* sn_trainer_new, then its parts */
@@ -521,7 +565,44 @@ int main(int argc, char **argv) {
                           st.kind_s, step_s);
     }
 
-    if (a.lora || a.ia3) { /* the baseline: full fine-tuning of the same model, batch and device */
+    if (a.nf4) { /* the baseline: LoRA of the same rank over the full-precision base; on a
+                    shared machine the two steps alternate, a QLoRA step then a LoRA one, each
+                    the best of its own */
+        args la = a;
+        la.nf4 = false;
+        sn_graph *lg = model_graph(&la, true, NULL);
+        sn_trainer *lt = sn_trainer_new(lg, &o, &e);
+        if (!lt) die("LoRA trainer", &e);
+        run_ctx lr = {lt, x, y, NULL};
+        sn_exec_time_kernels(sn_trainer_exec(t), false);
+        sn_exec_time_kernels(sn_trainer_exec(lt), false);
+        double best[2] = {1e30, 1e30}; /* QLoRA, LoRA */
+        run_ctx *rs[2] = {&r, &lr};
+        if (run_step(&lr, &e)) die("LoRA warm-up step", &e);
+        for (int i = 0; i < a.steps; i++)
+            for (int w = 0; w < 2; w++) {
+                double t0 = sn_clock_s();
+                if (run_step(rs[w], &e)) die("step", &e);
+                double dt = sn_clock_s() - t0;
+                best[w] = dt < best[w] ? dt : best[w];
+            }
+        double qlora_s = best[0], lora_s = best[1];
+        sn_exec_stats ls;
+        const sn_program *lprog = profiled_step(&lr, "profiled LoRA step", &ls);
+        bj *l_rec = record(&la, dev, "train_step_lora", lora_s, program_flops(lprog), peak);
+        bj_int(l_rec, "kernels_per_step", lprog->n_kernels);
+        bj_int(l_rec, "arena_planned_bytes", (long long)lprog->arena_bytes);
+        bj_int(l_rec, "persistent_bytes", (long long)lprog->persistent_bytes);
+        kind_fields(l_rec, ls.kind_s);
+        bj_num(l_rec, "qlora_step_ms", "%.2f", 1e3 * qlora_s);
+        bj_num(l_rec, "lora_step_ms", "%.2f", 1e3 * lora_s);
+        bj_num(l_rec, "qlora_over_lora", "%.3f", qlora_s / lora_s);
+        bj_int(l_rec, "qlora_persistent_bytes", (long long)p->persistent_bytes);
+        bj_int(l_rec, "qlora_arena_planned_bytes", (long long)p->arena_bytes);
+        bj_print(l_rec, stdout);
+        sn_trainer_free(lt);
+        sn_graph_free(lg);
+    } else if (a.lora || a.ia3) { /* the baseline: full fine-tuning, same model, batch, device */
         args fa = a;
         fa.lora = 0;
         fa.ia3 = false;
@@ -529,11 +610,8 @@ int main(int argc, char **argv) {
         double full_s;
         sn_trainer *ft = baseline(&fa, &o, x, y, "full fine-tuning trainer", &full, &full_s);
         run_ctx fr = {ft, x, y, NULL};
-        sn_exec_time_kernels(sn_trainer_exec(ft), true);
-        if (run_step(&fr, &e)) die("profiled full step", &e);
         sn_exec_stats fs;
-        sn_exec_stats_get(sn_trainer_exec(ft), &fs);
-        const sn_program *fprog = sn_trainer_program(ft);
+        const sn_program *fprog = profiled_step(&fr, "profiled full step", &fs);
         bj *fr_rec = record(&fa, dev, "train_step_full", full_s, program_flops(fprog), peak);
         bj_int(fr_rec, "trained_params", (long long)sn_param_layout_trained(sn_trainer_layout(ft)));
         bj_int(fr_rec, "kernels_per_step", fprog->n_kernels);

@@ -118,7 +118,7 @@ static const cli_opt train_opts[] = {
      .help = "QLoRA: --lora R over a base whose linear weights are stored as NF4\n"
              "(4 bits and double-quantized scales: 0.52 bytes a weight), drawn or\n"
              "read (--init, --init-hf) in full precision and quantized; use\n"
-             "--precision bf16 for 16-bit adapters' compute (docs/finetune.md)"},
+             "--precision bf16 (or fp16) for 16-bit compute (docs/finetune.md)"},
     {"lora-alpha", 0, CLI_REAL, "ALPHA", O(lora_alpha), 0, 1e6, .lo_open = true,
      .help = "the path's scale is ALPHA/R (default ALPHA = R: scale 1; keep\n"
              "ALPHA fixed when comparing ranks, as the LoRA paper does)"},

@@ -57,8 +57,17 @@ sn_nf4_layout sn_nf4_layout_of(int64_t n);
 int sn_nf4_nearest(float x);
 
 /* Packs w[0..n) into out (sn_nf4_layout_of(n).bytes bytes). A NaN or infinite weight is refused
- * with SN_ERR_NUMERIC naming its index (out is then undefined). */
+ * with SN_ERR_NUMERIC naming its (first) index (out is then undefined); SN_ERR_OOM when the
+ * blocks' absmax (4 bytes a block) cannot be had. */
 sn_status sn_nf4_quantize(const float *w, int64_t n, uint8_t *out, sn_err *e);
+/* The same bytes with the work split: run(runner, n, fn, ctx) must call fn(ctx, begin, end) over
+ * parts covering [0, n) exactly once each, in any order or at once (a thread pool's run: the
+ * blocks' absmax, then the groups; each group's bytes are its own, and the mean of the absmax
+ * is summed in block order between the two). run NULL: in order on this thread. */
+typedef void (*sn_nf4_range_fn)(void *ctx, int64_t begin, int64_t end);
+typedef void (*sn_nf4_run_fn)(void *runner, int64_t n, sn_nf4_range_fn fn, void *ctx);
+sn_status sn_nf4_quantize_on(const float *w, int64_t n, uint8_t *out, sn_nf4_run_fn run,
+                             void *runner, sn_err *e);
 
 /* Block b's dequantized absmax (the formula above) of a buffer packed for n weights. */
 float sn_nf4_block_scale(const uint8_t *q, int64_t n, int64_t b);

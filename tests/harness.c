@@ -2,9 +2,11 @@
 #include "harness.h"
 #include "frontend/frontend.h"
 #include "interp/interp.h"
+#include "ir/nf4.h"
 #include "models/gpt2.h"
 #include "runtime/device.h"
 #include "train/train.h"
+#include "support/rng.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -73,6 +75,19 @@ void sn_check_param_grad(sn_interp *it, const sn_graph *g, const sn_node *p, dou
 #ifndef SN_TEST_ASSETS
 #define SN_TEST_ASSETS "../assets" /* run by hand from build/; meson test sets SN_ASSETS */
 #endif
+
+uint8_t *sn_test_nf4_random(int64_t n, uint64_t seed) {
+    sn_nf4_layout l = sn_nf4_layout_of(n);
+    uint8_t *q = malloc((size_t)l.bytes);
+    ck_assert(q);
+    sn_rng r = sn_rng_seed(seed);
+    for (int64_t i = 0; i < l.bytes; i++) q[i] = (uint8_t)sn_rng_below(&r, 256);
+    if (n % 2) q[l.bytes - 1] &= 0xf0; /* an odd n's last low nibble is 0 (nf4.h) */
+    float mean = 2e-5f, steps[4] = {1e-7f, 600, 1e-3f, 1};
+    memcpy(q, &mean, 4);
+    for (int64_t g = 0; g < l.groups; g++) memcpy(q + l.off_steps + 4 * g, &steps[g % 4], 4);
+    return q;
+}
 
 const char *sn_test_asset(const char *name) {
     static char buf[4096];

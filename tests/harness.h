@@ -41,6 +41,12 @@ int sn_check_trained_only(struct sn_trainer *t, float **before, bool (*trained)(
 sn_graph *sn_test_cache_attention(int B, int H, int Hkv, int T, int S, int D, int Dv, sn_dtype dt,
                                   struct sn_interp **it, const sn_node **fused, const sn_node **written);
 
+/* The packed NF4 bytes (ir/nf4.h) of n weights drawn at random from seed (the dequantize
+ * kernels' formula holds for any bytes; malloc'd), with the mean 2e-5 and the steps of groups
+ * 0, 1, 2, 3, ... 1e-7, 600, 1e-3, 1, ...: group 0's weights are f16 subnormals, group 1's
+ * overflow f16 (|scale| up to 76200) and its scales take both signs. */
+uint8_t *sn_test_nf4_random(int64_t n, uint64_t seed);
+
 /* Path of a file under the source tree's assets/ (env SN_ASSETS overrides it); static buffer. */
 const char *sn_test_asset(const char *name);
 

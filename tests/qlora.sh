@@ -5,7 +5,8 @@
 # checkpoint of the run that was not (bit for bit, same losses); a LoRA resume of it is refused;
 # --mem's plan is what the device holds; on the stand-in CUDA driver it has the CPU device's
 # losses; export merges its adapters into the dequantized base and generate reads it; --init-hf
-# quantizes a pretrained LLaMA; --qlora with --lora or --ia3, and in fp16, is refused.
+# quantizes a pretrained LLaMA; in fp16 (the base unpacked to f16, the loss scaled) the stand-in
+# has the CPU device's losses too; --qlora with --lora or --ia3 is refused.
 set -eu
 sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
 standin_cuda=$2 standin_nvrtc=$3 standin_cublaslt=$4 fixtures=$5
@@ -117,8 +118,15 @@ for bad in "--lora 4|--qlora R is --lora R over an NF4 base: give one of them" \
     "$sinter" train $common --qlora 4 ${bad%%|*} > out.txt 2> err.txt || status=$?
     [ "$status" = 2 ] && grep -qF -e "${bad#*|}" err.txt || fail "--qlora with ${bad%%|*} ($status)"
 done
-status=0
-# shellcheck disable=SC2086
-"$sinter" train $common --qlora 4 --precision fp16 --device cpu > out.txt 2> err.txt || status=$?
-[ "$status" = 1 ] && grep -q "QLoRA (an NF4 base) in fp16 is not supported yet" err.txt || fail "--qlora in fp16 ($status)"
 echo "QLoRA: export, generate, --init-hf; --lora and --ia3 with it refused by name"
+
+# fp16: the CPU device and the stand-in CUDA driver (each dequantize kernel writing f16)
+# shellcheck disable=SC2086
+"$sinter" train $short --precision fp16 --device cpu --log cpu16.csv > out.txt 2> err.txt || fail "fp16 QLoRA"
+grep -q "^loss scale 65536, 0 steps skipped" out.txt || fail "no loss scaling in fp16"
+# shellcheck disable=SC2086
+XDG_CACHE_HOME="$dir/cache" SN_LIBCUDA="$standin_cuda" SN_LIBNVRTC="$standin_nvrtc" SN_LIBCUBLASLT="$standin_cublaslt" \
+    "$sinter" train $short --precision fp16 --device cuda --log cuda16.csv > out.txt 2> err.txt || fail "fp16 on the stand-in"
+awk -F, 'NR == FNR { l[$1] = $2; next } FNR > 1 { d = $2 - l[$1]; if (d < 0) d = -d; if (d > 1e-4 * l[$1]) bad = 1 }
+         END { exit bad }' cpu16.csv cuda16.csv || { paste -d' ' cpu16.csv cuda16.csv; fail "fp16: the stand-in's losses differ"; }
+echo "QLoRA in fp16: the stand-in CUDA device within 1e-4 of the CPU device's losses"

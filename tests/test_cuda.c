@@ -19,6 +19,7 @@
 #include "program/program.h"
 #include "interp/interp.h"
 #include "ir/nf4.h"
+#include "runtime/gemm_lowp.h"
 #include "support/rng.h"
 #include "train/train.h"
 #include "examples/llama/llama.h"
@@ -1757,18 +1758,21 @@ END_TEST
 
 /* ---- NF4 weights unpacked (cuda_dequant.c) ---- */
 
-/* The dequantize kernel on the simulator against sn_nf4_dequantize bit for bit, f32 and bf16
- * out, a short last block and several groups of scales, with its launch and with a grid of 3
- * blocks (the grid-stride loop goes round), in both thread orders into NaN-poisoned outputs;
- * and NVRTC for sm_75, sm_80 and sm_90 without spills. */
+/* The dequantize kernel on the simulator against sn_nf4_dequantize bit for bit, f32 out and
+ * rounded once to bf16 and f16 (sn_lowp_round: nearest even), a short last block and several
+ * groups of scales, normal weights and random bytes (f16's subnormals and infinities), with its
+ * launch and with a grid of 3 blocks (the grid-stride loop goes round), in both thread orders
+ * into NaN-poisoned outputs; and NVRTC for sm_75, sm_80 and sm_90 without spills. */
 START_TEST(cpu_dequant_nf4) {
     const int64_t sizes[][2] = {{37, 50}, {300, 192}}; /* 29 blocks; 900 blocks in 4 groups */
+    const sn_dtype dts[] = {SN_F32, SN_BF16, SN_F16};
     bool nvrtc = have_nvrtc();
     for (int si = 0; si < 2; si++)
-        for (int bf = 0; bf < 2; bf++) {
+        for (int di = 0; di < 3; di++) {
+            sn_dtype dt = dts[di];
             int64_t n = sizes[si][0] * sizes[si][1];
             sn_graph *g = sn_graph_new();
-            sn_node *w = sn_param_nf4(g, "w", bf ? SN_BF16 : SN_F32, SN_SHAPE(sizes[si][0], sizes[si][1]));
+            sn_node *w = sn_param_nf4(g, "w", dt, SN_SHAPE(sizes[si][0], sizes[si][1]));
             ck_assert_msg(w, "%s", sn_graph_error(g));
             sn_kernel k = {.kind = SN_KER_DEQUANT, .id = w->id, .n_out = 1, .n_in = 1, .anchor = w};
             snprintf(k.name, sizeof k.name, "k%d_dequant_nf4", w->id);
@@ -1793,34 +1797,43 @@ START_TEST(cpu_dequant_nf4) {
                 sn_graph_free(g);
                 return;
             }
-            float *v = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
-            sn_rng r = sn_rng_seed(40 + (uint64_t)si);
-            for (int64_t i = 0; i < n; i++) v[i] = (float)(0.02 * sn_rng_normal(&r));
             sn_nf4_layout l = sn_nf4_layout_of(n);
+            float *v = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
             uint8_t *q = aligned_alloc(64, (size_t)(l.bytes + 63) / 64 * 64);
             void *out = aligned_alloc(64, (size_t)(4 * n + 63) / 64 * 64);
-            sn_err e;
-            ck_assert_msg(sn_nf4_quantize(v, n, q, &e) == SN_OK, "%s", e.msg);
-            sn_nf4_dequantize(q, n, want);
-            void *params[2] = {&out, &q};
-            sn_target t = sm(80);
-            sn_cuda_dims dims[2] = {sn_cuda_launch_dims(&k, &t), {.grid = {3, 1, 1}, .block = {256, 1, 1}}};
-            for (int d = 0; d < 2; d++)
-                for (int rev = 0; rev < 2; rev++) {
-                    memset(out, 0xff, (size_t)(4 * n)); /* NaN in f32 and in bf16 */
-                    sn_sim_opts so = sn_sim_defaults();
-                    so.order = rev ? SN_SIM_REVERSE : SN_SIM_FORWARD;
-                    ck_assert_msg(sn_sim_launch(h, cs.fn[0], dims[d].grid, dims[d].block,
-                                                dims[d].shared_bytes, params, &so, &e) == SN_OK, "%s", e.msg);
-                    for (int64_t i = 0; i < n; i++) {
-                        float rw = bf ? (float)sn_dtype_round(SN_BF16, want[i]) : want[i];
-                        uint32_t rb, got = bf ? (uint32_t)((uint16_t *)out)[i] << 16 : ((uint32_t *)out)[i];
-                        memcpy(&rb, &rw, 4);
-                        ck_assert_msg(got == rb, "%s, %lld weights, grid %u, %s order: weight %lld is "
-                                      "0x%08x, want 0x%08x", bf ? "bf16" : "f32", (long long)n,
-                                      dims[d].grid[0], rev ? "reversed" : "forward", (long long)i, got, rb);
-                    }
+            for (int random = 0; random < 2; random++) {
+                sn_err e;
+                if (random) {
+                    uint8_t *rq = sn_test_nf4_random(n, 50 + (uint64_t)si);
+                    memcpy(q, rq, (size_t)l.bytes);
+                    free(rq);
+                } else {
+                    sn_rng r = sn_rng_seed(40 + (uint64_t)si);
+                    for (int64_t i = 0; i < n; i++) v[i] = (float)(0.02 * sn_rng_normal(&r));
+                    ck_assert_msg(sn_nf4_quantize(v, n, q, &e) == SN_OK, "%s", e.msg);
                 }
+                sn_nf4_dequantize(q, n, want);
+                void *params[2] = {&out, &q};
+                sn_target t = sm(80);
+                sn_cuda_dims dims[2] = {sn_cuda_launch_dims(&k, &t), {.grid = {3, 1, 1}, .block = {256, 1, 1}}};
+                for (int d = 0; d < 2; d++)
+                    for (int rev = 0; rev < 2; rev++) {
+                        memset(out, 0xff, (size_t)(4 * n)); /* NaN in f32, bf16 and f16 */
+                        sn_sim_opts so = sn_sim_defaults();
+                        so.order = rev ? SN_SIM_REVERSE : SN_SIM_FORWARD;
+                        ck_assert_msg(sn_sim_launch(h, cs.fn[0], dims[d].grid, dims[d].block,
+                                                    dims[d].shared_bytes, params, &so, &e) == SN_OK, "%s", e.msg);
+                        for (int64_t i = 0; i < n; i++) {
+                            uint32_t rb, got = dt == SN_F32 ? ((uint32_t *)out)[i] : ((uint16_t *)out)[i];
+                            memcpy(&rb, &want[i], 4);
+                            if (dt != SN_F32) rb = sn_lowp_round(dt, want[i]);
+                            ck_assert_msg(got == rb, "%s, %lld weights (%s), grid %u, %s order: weight "
+                                          "%lld is 0x%08x, want 0x%08x", sn_dtype_name(dt), (long long)n,
+                                          random ? "random bytes" : "normal weights", dims[d].grid[0],
+                                          rev ? "reversed" : "forward", (long long)i, got, rb);
+                        }
+                    }
+            }
             free(v), free(want), free(q), free(out);
             sn_sim_module_free(h);
             sn_cuda_source_free(&cs);

@@ -15,6 +15,9 @@
 #include "ir/nf4.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
+#include "runtime/gemm_lowp.h"
+#include "runtime/pool.h"
+#include "support/hash.h"
 #include "train/runner.h"
 #include "support/rng.h"
 #include "codegen_util.h"
@@ -61,6 +64,8 @@ START_TEST(levels) {
 }
 END_TEST
 
+static int ref_code(const uint8_t *q, int64_t n, int64_t i);
+
 /* nearest level by trying all 16 (ties to the lower) */
 static int brute_nearest(float x) {
     int best = 0;
@@ -76,6 +81,22 @@ START_TEST(nearest) {
         ck_assert_msg(sn_nf4_nearest(x) == brute_nearest(x), "x = %.9g", (double)x);
     }
     for (int j = 0; j < 16; j++) ck_assert_int_eq(sn_nf4_nearest(sn_nf4_levels[j]), j);
+    /* at the midpoints, to the float: a block of absmax 1 (so the quantizer's w / absmax is w)
+       holding the three floats nearest each midpoint gets brute_nearest's codes (the packing
+       compares in float: its thresholds must round down) */
+    float w[64] = {1.0f};
+    for (int m = 0; m < 15; m++) {
+        float t = (float)(0.5 * (PAPER[m] + PAPER[m + 1]));
+        w[1 + 3 * m] = nextafterf(t, -2), w[2 + 3 * m] = t, w[3 + 3 * m] = nextafterf(t, 2);
+    }
+    uint8_t q[64];
+    sn_err e;
+    ck_assert(sn_nf4_quantize(w, 64, q, &e) == SN_OK);
+    for (int i = 0; i < 46; i++) {
+        ck_assert_int_eq(sn_nf4_nearest(w[i]), brute_nearest(w[i]));
+        ck_assert_msg(ref_code(q, 64, i) == brute_nearest(w[i]), "weight %.9g: code %d, nearest "
+                      "level %d", (double)w[i], ref_code(q, 64, i), brute_nearest(w[i]));
+    }
 }
 END_TEST
 
@@ -225,6 +246,64 @@ START_TEST(refuses_non_finite) {
 }
 END_TEST
 
+/* A runner (nf4.h sn_nf4_run_fn) that calls fn on parts of 1, 2, 3, ... items, last part first. */
+static void backwards(void *runner, int64_t n, sn_nf4_range_fn fn, void *ctx) {
+    int64_t *calls = runner, cut[64], k = 0;
+    for (int64_t at = 0, len = 1; at < n && k < 63; at += len++) cut[k++] = at;
+    cut[k] = n;
+    for (int64_t p = k - 1; p >= 0; p--, (*calls)++) fn(ctx, cut[p], p == k - 1 ? n : cut[p + 1]);
+}
+
+static void on_pool(void *pool, int64_t n, sn_nf4_range_fn fn, void *ctx) { sn_pool_run(pool, n, fn, ctx); }
+
+/* Quantizing with the work split (sn_nf4_quantize_on: parts out of order, a pool of 3 threads)
+ * writes sn_nf4_quantize's bytes into a poisoned buffer, and those are the bytes the format has
+ * always had (an FNV-1a hash taken before the split: checkpoints' NF4 records stay valid); a
+ * weight that is not finite is refused by its first index either way. */
+START_TEST(quantize_split) {
+    const int64_t sizes[] = {64 * 256 * 3 + 101, 1, 63, 64 * 256}; /* 4 groups, odd, short */
+    const uint64_t golden = 0x68e02b680c2d496cull; /* sizes[0]'s bytes, hashed before the split */
+    sn_pool *pool = sn_pool_new(3);
+    ck_assert(pool);
+    for (int si = 0; si < 4; si++) {
+        int64_t n = sizes[si], bytes = sn_nf4_layout_of(n).bytes, calls = 0;
+        float *w = malloc(n * sizeof *w);
+        sn_rng r = sn_rng_seed(7);
+        for (int64_t i = 0; i < n; i++) w[i] = (float)((i / 64 % 7 + 1) * 0.01 * sn_rng_normal(&r));
+        uint8_t *want = malloc(bytes), *got = malloc(bytes);
+        sn_err e;
+        ck_assert(sn_nf4_quantize(w, n, want, &e) == SN_OK);
+        if (si == 0)
+            ck_assert_msg(sn_hash_bytes(SN_HASH_INIT, want, bytes) == golden, "the bytes of %lld "
+                          "weights hash to 0x%016llx, not 0x%016llx as before", (long long)n,
+                          (unsigned long long)sn_hash_bytes(SN_HASH_INIT, want, bytes),
+                          (unsigned long long)golden);
+        for (int how = 0; how < 2; how++) {
+            memset(got, 0xaa, bytes);
+            ck_assert(sn_nf4_quantize_on(w, n, got, how ? on_pool : backwards, how ? (void *)pool : &calls, &e) == SN_OK);
+            for (int64_t i = 0; i < bytes; i++)
+                ck_assert_msg(got[i] == want[i], "%lld weights, %s: byte %lld is 0x%02x, want 0x%02x",
+                              (long long)n, how ? "a pool" : "parts backwards", (long long)i, got[i], want[i]);
+        }
+        ck_assert(n < 64 * 256 || calls > 4); /* the large ones were split */
+        if (n > 1000) { /* two bad weights in different parts: the first is named */
+            w[n - 7] = INFINITY;
+            w[1000] = NAN;
+            for (int how = 0; how < 3; how++) {
+                sn_status s = how == 2 ? sn_nf4_quantize(w, n, got, &e)
+                                       : sn_nf4_quantize_on(w, n, got, how ? on_pool : backwards,
+                                                            how ? (void *)pool : &calls, &e);
+                char want_msg[64];
+                snprintf(want_msg, sizeof want_msg, "weight 1000 of %lld is nan", (long long)n);
+                ck_assert_msg(s == SN_ERR_NUMERIC && strstr(e.msg, want_msg), "%s", e.msg);
+            }
+        }
+        free(w), free(want), free(got);
+    }
+    sn_pool_free(pool);
+}
+END_TEST
+
 /* ---- the dequant_nf4 op ---- */
 
 /* quantizes n normal weights (std 0.05) into fresh bytes; *w gets the f32 weights (may be NULL) */
@@ -357,6 +436,9 @@ static void feed(sn_interp *it, const sn_graph *g, uint8_t *const q[2], bool b_z
     for (int i = 0; i < QB * QC; i++) x[i] = (float)sn_rng_normal(&r);
     ck_assert(sn_interp_set(it, find(g, SN_OP_INPUT, "x"), x, &e) == SN_OK);
     ck_assert(sn_interp_set_i32(it, find(g, SN_OP_INPUT, "y"), y, &e) == SN_OK);
+    sn_node *scale = sn_graph_input(g, SN_ROLE_LOSS_SCALE); /* fp16's: 1, the loss unscaled */
+    float s = 1;
+    if (scale) ck_assert(sn_interp_set(it, scale, &s, &e) == SN_OK);
     const char *names[2] = {"w1", "w2"};
     int64_t n[2] = {QC * QH, QH * QV};
     for (int k = 0; k < 2; k++) {
@@ -392,14 +474,14 @@ static sn_graph *compiled(bool lora, bool nf4, sn_precision prec) {
 }
 
 /* The nf4 pass stores both base weights, the dequantized weights reach only the products (bf16
- * from autocast: no f32 copy, no cast), no gradient reaches the storage; the first loss (B
+ * or f16 from autocast: no f32 copy, no cast), no gradient reaches the storage; the first loss (B
  * zeros) equals, bit for bit, the same LoRA model's with the dequantized weights as f32
- * parameters, in f32 and in bf16, and in f32 the base model's without adapters too (in bf16 the
- * adapted layers' sums are rounded as PEFT's, autocast.c, so there the plain base differs). */
+ * parameters, in f32, bf16 and f16, and in f32 the base model's without adapters too (in 16 bits
+ * the adapted layers' sums are rounded as PEFT's, autocast.c, so there the plain base differs). */
 START_TEST(qlora_first_loss) {
     uint8_t *q[2] = {packed_normal(QC * QH, 21), packed_normal(QH * QV, 22)};
-    for (int prec = 0; prec < 2; prec++) {
-        sn_precision pr = prec ? SN_PRECISION_BF16 : SN_PRECISION_FP32;
+    for (int prec = 0; prec < 3; prec++) {
+        sn_precision pr = (sn_precision[]){SN_PRECISION_FP32, SN_PRECISION_BF16, SN_PRECISION_FP16}[prec];
         sn_graph *g = compiled(true, true, pr), *base = compiled(true, false, pr);
         sn_graph *plain = prec ? NULL : compiled(false, false, pr);
         int dequants = 0;
@@ -409,7 +491,7 @@ START_TEST(qlora_first_loss) {
             if (n->op == SN_OP_PARAM && sn_lora_is_adapter(n->name)) ck_assert(n->grad);
             if (n->op != SN_OP_DEQUANT_NF4) continue;
             dequants++;
-            ck_assert_int_eq(n->dtype, prec ? SN_BF16 : SN_F32);
+            ck_assert_int_eq(n->dtype, prec == 0 ? SN_F32 : prec == 1 ? SN_BF16 : SN_F16);
             int readers = 0;
             for (int j = i + 1; j < g->n_nodes; j++)
                 for (int k = 0; k < g->nodes[j]->n_in; k++) {
@@ -432,7 +514,7 @@ START_TEST(qlora_first_loss) {
         double l = sn_interp_value(it, g->loss)[0], lb = sn_interp_value(ib, base->loss)[0];
         ck_assert_msg(l == lb, "%s: QLoRA's first loss %.17g, LoRA's on the dequantized weights "
                       "%.17g", sn_precision_name(pr), l, lb);
-        ck_assert(l > 1 && l < 5);
+        ck_assert_msg(l > 1 && l < 5, "%s: loss %g", sn_precision_name(pr), l);
         if (plain) {
             sn_interp *ip = sn_interp_new(plain, false);
             feed(ip, plain, q, true);
@@ -555,50 +637,61 @@ END_TEST
 
 /* ---- the CPU kernel (codegen/llvm/llvm_dequant.c) ---- */
 
-/* The dequantize kernel against sn_nf4_dequantize bit for bit, in f32 and in bf16 (rounded
- * once), for a short last block and for several groups of scales, run whole and in three uneven
- * parts into NaN-poisoned outputs. */
+/* The dequantize kernel against sn_nf4_dequantize bit for bit, in f32 and rounded once to bf16
+ * and f16 (sn_lowp_round: nearest even), for a short last block (even and odd n), several
+ * groups of scales, normal weights and random bytes (f16's subnormals and infinities); run whole and in three uneven parts
+ * into NaN-poisoned outputs. */
 START_TEST(llvm_dequant) {
     if (!have_jit("nf4")) return;
     sn_jit *j = new_jit(0);
-    const int64_t sizes[][2] = {{37, 50}, {300, 192}}; /* 29 blocks; 900 blocks in 4 groups */
-    for (int si = 0; si < 2; si++)
-        for (int bf = 0; bf < 2; bf++) {
-            int64_t n = sizes[si][0] * sizes[si][1];
-            sn_graph *g = sn_graph_new();
-            sn_node *w = sn_param_nf4(g, "w", bf ? SN_BF16 : SN_F32, SN_SHAPE(sizes[si][0], sizes[si][1]));
-            ck_assert(w);
-            sn_kernel k = {.kind = SN_KER_DEQUANT, .id = w->id, .n_out = 1, .n_in = 1, .anchor = w};
-            snprintf(k.name, sizeof k.name, "k%d_dequant_nf4", w->id);
-            k.args[0] = w;
-            k.args[1] = w->in[0];
-            sn_kernel_work(&k, &k.n_items, &k.serial);
-            ck_assert_int_eq(k.n_items, (n + 63) / 64);
-            sn_cpu_kernel_fn fn = compile_one(j, &k);
-            uint8_t *q = packed_normal(n, 40 + si);
-            float *want = malloc(n * sizeof *want);
-            sn_nf4_dequantize(q, n, want);
-            void *out = malloc(n * 4);
-            void *bufs[2] = {out, q};
-            int64_t cuts[][3] = {{0, k.n_items, k.n_items}, {0, k.n_items / 3, k.n_items - 1}};
-            for (int c = 0; c < 2; c++) {
-                memset(out, 0xff, n * 4); /* NaN in f32 and in bf16 */
-                fn(bufs, cuts[c][0], cuts[c][1]);
-                fn(bufs, cuts[c][1], cuts[c][2]);
-                fn(bufs, cuts[c][2], k.n_items);
-                for (int64_t i = 0; i < n; i++) {
-                    float r = bf ? (float)sn_dtype_round(SN_BF16, want[i]) : want[i];
-                    uint32_t rb;
-                    memcpy(&rb, &r, 4);
-                    uint32_t got = bf ? (uint32_t)((uint16_t *)out)[i] << 16 : ((uint32_t *)out)[i];
-                    ck_assert_msg(got == rb, "%s, %lld weights, split %d: weight %lld is 0x%08x, "
-                                  "want 0x%08x (%.9g)", bf ? "bf16" : "f32", (long long)n, c,
-                                  (long long)i, got, rb, (double)r);
+    /* 29 blocks, the last short; 900 full blocks in 4 groups; 30 blocks, the last of 31 (odd) */
+    const int64_t sizes[][2] = {{37, 50}, {300, 192}, {37, 51}};
+    const sn_dtype dts[] = {SN_F32, SN_BF16, SN_F16};
+    int overflowed = 0, subnormal = 0;
+    for (int si = 0; si < 3; si++)
+        for (int wide = 0; wide < 2; wide++)
+            for (int di = 0; di < 3; di++) {
+                sn_dtype dt = dts[di];
+                int64_t n = sizes[si][0] * sizes[si][1];
+                sn_graph *g = sn_graph_new();
+                sn_node *w = sn_param_nf4(g, "w", dt, SN_SHAPE(sizes[si][0], sizes[si][1]));
+                ck_assert(w);
+                sn_kernel k = {.kind = SN_KER_DEQUANT, .id = w->id, .n_out = 1, .n_in = 1, .anchor = w};
+                snprintf(k.name, sizeof k.name, "k%d_dequant_nf4", w->id);
+                k.args[0] = w;
+                k.args[1] = w->in[0];
+                sn_kernel_work(&k, &k.n_items, &k.serial);
+                ck_assert_int_eq(k.n_items, (n + 63) / 64);
+                sn_cpu_kernel_fn fn = compile_one(j, &k);
+                uint8_t *q = wide ? sn_test_nf4_random(n, 50 + si) : packed_normal(n, 40 + si);
+                float *want = malloc(n * sizeof *want);
+                sn_nf4_dequantize(q, n, want);
+                void *out = malloc(n * 4);
+                void *bufs[2] = {out, q};
+                int64_t cuts[][3] = {{0, k.n_items, k.n_items}, {0, k.n_items / 3, k.n_items - 1}};
+                for (int c = 0; c < 2; c++) {
+                    memset(out, 0xff, n * 4); /* NaN in f32, bf16 and f16 */
+                    fn(bufs, cuts[c][0], cuts[c][1]);
+                    fn(bufs, cuts[c][1], cuts[c][2]);
+                    fn(bufs, cuts[c][2], k.n_items);
+                    for (int64_t i = 0; i < n; i++) {
+                        uint32_t rb, got;
+                        memcpy(&rb, &want[i], 4);
+                        if (dt != SN_F32) rb = sn_lowp_round(dt, want[i]);
+                        got = dt == SN_F32 ? ((uint32_t *)out)[i] : ((uint16_t *)out)[i];
+                        ck_assert_msg(got == rb, "%s, %lld weights (%s), split %d: weight %lld is "
+                                      "0x%08x, want 0x%08x (%.9g)", sn_dtype_name(dt), (long long)n,
+                                      wide ? "random bytes" : "normal weights", c, (long long)i, got, rb,
+                                      (double)want[i]);
+                        overflowed += dt == SN_F16 && (rb & 0x7fff) == 0x7c00;
+                        subnormal += dt == SN_F16 && (rb & 0x7c00) == 0 && (rb & 0x3ff);
+                    }
                 }
+                free(out), free(want), free(q);
+                sn_graph_free(g);
             }
-            free(out), free(want), free(q);
-            sn_graph_free(g);
-        }
+    ck_assert_msg(overflowed > 0 && subnormal > 0, "the random bytes reached f16's infinity %d "
+                  "times and its subnormals %d times: both should be tested", overflowed, subnormal);
     sn_jit_free(j);
 }
 END_TEST
@@ -612,6 +705,7 @@ int main(void) {
     tcase_add_test(t, round_trips);
     tcase_add_test(t, scales);
     tcase_add_test(t, refuses_non_finite);
+    tcase_add_test(t, quantize_split);
     tcase_add_test(t, interp_dequant);
     tcase_add_test(t, shape_rule);
     tcase_add_test(t, qlora_first_loss);

@@ -1,8 +1,8 @@
-/* cuda_dequant.c: the dequantize of NF4 weights (ir/nf4.h) as CUDA C: y (the node's shape, f32
- * or bf16) from the packed bytes, a thread a weight over a grid-stride loop.
+/* cuda_dequant.c: the dequantize of NF4 weights (ir/nf4.h) as CUDA C: y (the node's shape, f32,
+ * bf16 or f16) from the packed bytes, a thread a weight over a grid-stride loop.
  * Convention: the 16 levels go to shared memory (SN_SHARED) once a block; each weight's scale is
  * fmaf(code, step, mean) (one rounding, as ir/nf4.h defines it) and the weight one f32 product
- * of its level and the scale, stored through sn_store (bf16: rounded to nearest even), so the
+ * of its level and the scale, stored through sn_store (16-bit: rounded to nearest even), so the
  * kernel equals sn_nf4_dequantize bit for bit. Fusing the unpacking into the GEMM that reads it
  * (a prologue of a GEMM of ours) is later work: cuBLASLt reads the unpacked weights. */
 #include <stdio.h>
@@ -12,9 +12,9 @@
 
 sn_status sn_cu_check_dequant(const sn_kernel *k, sn_err *e) {
     const sn_node *n = k->anchor;
-    if (n->dtype != SN_F32 && n->dtype != SN_BF16)
+    if (n->dtype != SN_F32 && n->dtype != SN_BF16 && n->dtype != SN_F16)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: NF4 weights dequantized to %s: the "
-                       "CUDA kernel writes f32 or bf16", k->name, sn_dtype_name(n->dtype));
+                       "CUDA kernel writes f32, bf16 or f16", k->name, sn_dtype_name(n->dtype));
     return SN_OK;
 }
 

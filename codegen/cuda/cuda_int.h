@@ -80,7 +80,7 @@ void sn_cu_emit_reduce(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
 sn_status sn_cu_check_gather(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_gather(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 
-/* cuda_dequant.c: NF4 weights unpacked (f32 or bf16 out), a thread a weight. */
+/* cuda_dequant.c: NF4 weights unpacked (f32, bf16 or f16 out), a thread a weight. */
 /* cuda_attention_cache.c: attention_cache (decoding over a KV cache); cuda_attention.c's entry
  * points hand that op over */
 sn_status sn_cu_check_attention_cache(const sn_kernel *k, sn_err *e);

@@ -397,6 +397,8 @@ LLVMValueRef sn_ll_load(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, const char *
     return widen(L, p, v, name);
 }
 
+LLVMValueRef sn_ll_narrow(sn_ll *L, LLVMValueRef p, LLVMValueRef v) { return narrow(L, p, v); }
+
 void sn_ll_store(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, LLVMValueRef v) {
     LLVMSetAlignment(LLVMBuildStore(L->b, narrow(L, p, v), mem_ptr(L, p, idx, false)), elem_align(p));
 }

@@ -137,6 +137,9 @@ LLVMValueRef sn_ll_load(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, const char *
 LLVMValueRef sn_ll_load_i32(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, const char *name);
 /* Scalar store of an f32 (converted toward zero when p is i32*). */
 void sn_ll_store(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, LLVMValueRef v);
+/* f32 value v (a scalar or a vector of any width) as p's stores write it: i16 bf16 bits or half
+ * (rounded to nearest even), f32, or i32 (toward zero). */
+LLVMValueRef sn_ll_narrow(sn_ll *L, LLVMValueRef p, LLVMValueRef v);
 /* Vector of lanes elements p[idx ..]; with a mask, only those lanes are read (others 0, never
  * touched, so they may lie out of bounds). Converted to f32 when p is i32*. */
 LLVMValueRef sn_ll_vload(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, LLVMValueRef mask,
