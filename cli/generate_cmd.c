@@ -387,8 +387,8 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
         ps[b] = ids[b];
     }
     if (!s) s = open_device(a, &dev, e);
-    /* a QLoRA base: NF4 where memory is scarce (a GPU's), f32 where unpacking every token costs
-       more than the host's memory (the CPU: docs/finetune.md, "Generation") */
+    /* a QLoRA base: NF4 where memory is scarce (a GPU's), f32 where the host's memory is cheaper
+       than unpacking every token (the CPU, 1.6x faster: docs/finetune.md, "Generation") */
     if (!s && m->nf4 && (a->base ? !strcmp(a->base, "f32") : !dev || dev->target.kind != SN_TARGET_CUDA))
         m->nf4 = false;
     /* past the trained positions the windows slide (generate.h) */
