@@ -386,6 +386,9 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
         for (size_t i = 0; !s && i < toks[b].n; i++) ids[b][i] = sn_tokens_get(&toks[b], i);
         ps[b] = ids[b];
     }
+    if (!s && a->base && !m->nf4)
+        s = sn_fail(e, SN_ERR_INVALID, "--base %s: %s has no NF4 base (a QLoRA checkpoint's, sinter "
+                    "train --qlora): leave out --base", a->base, a->hf ? a->hf : a->checkpoint);
     if (!s) s = open_device(a, &dev, e);
     /* a QLoRA base: NF4 where memory is scarce (a GPU's), f32 where the host's memory is cheaper
        than unpacking every token (the CPU, 1.6x faster: docs/finetune.md, "Generation") */

@@ -99,6 +99,8 @@ grep -q ", the base NF4;" err.txt || fail "generate --base nf4 did not keep the 
 "$sinter" generate straight.ckpt -n 12 -t 0 --device cpu > f32.txt 2> err.txt || fail "generate"
 grep -q "the base NF4" err.txt && fail "the CPU's default base is NF4"
 cmp nf4.txt f32.txt || fail "the NF4 and f32 bases generate different greedy text"
+if "$sinter" generate base.ckpt -n 2 --base nf4 > out.txt 2> err.txt; then fail "--base of a checkpoint without NF4"; fi
+grep -q "has no NF4 base" err.txt || { cat err.txt; fail "--base's refusal"; }
 XDG_CACHE_HOME="$dir/cache" SN_LIBCUDA="$standin_cuda" SN_LIBNVRTC="$standin_nvrtc" SN_LIBCUBLASLT="$standin_cublaslt" \
     "$sinter" generate straight.ckpt -n 12 -t 0 --device cuda > cuda.txt 2> err.txt || fail "generate on the stand-in"
 grep -q ", the base NF4;" err.txt || fail "a GPU's default base is not NF4"
