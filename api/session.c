@@ -458,21 +458,21 @@ static sn_status unpadded_get(void *src, const sn_node *p, float *data, sn_err *
     return s;
 }
 
-/* Whether the trainer holds a parameter in 16 bits (the base16 pass stored the base). */
-static bool base16(const sn_session *r) {
-    for (int i = 0; i < sn_trainer_param_count(r->t); i++)
-        if (sn_trainer_param_16bit(r->t, i)) return true;
-    return false;
+/* The dtype the trainer holds its base in when the base16 pass stored it (bf16 or f16), else 0. */
+static sn_dtype base16(const sn_session *r) {
+    for (int i = 0; i < sn_trainer_param_count(r->t); i++) /* the pass stores the compute dtype */
+        if (sn_trainer_param_16bit(r->t, i))
+            return r->po.precision == SN_PRECISION_BF16 ? SN_BF16 : SN_F16;
+    return (sn_dtype)0;
 }
 
 /* Whether a sample after n_prompt tokens goes through the KV cache: the model builds the
  * generation graphs, the prompt fits the training length (past it the generator's window
  * slides), and the run holds no memory plan (the generator's fp32 weights and cache are not in
- * it) nor a 16-bit base (whose point is not to hold the weights in f32: the fp32 generator would
- * keep an f32 copy of every weight from the first sample on). An NF4 base stays NF4 in the
- * generator (sn_generator_opts.nf4: the trainer's bytes). */
+ * it). An NF4 base stays NF4 in the generator (sn_generator_opts.nf4: the trainer's bytes), a
+ * 16-bit base 16-bit (.base16: each product reads it widened), so no f32 copy of it appears. */
 static bool kv_sampling(const sn_session *r, size_t n_prompt) {
-    return r->m.build_kv && r->m.n_layer > 0 && !r->planned && !base16(r) && n_prompt >= 1 &&
+    return r->m.build_kv && r->m.n_layer > 0 && !r->planned && n_prompt >= 1 &&
            n_prompt <= (size_t)r->T;
 }
 
@@ -482,7 +482,7 @@ static sn_status kv_generator(sn_session *r, sn_err *e) {
     if (r->gen) return SN_OK;
     sn_generator_opts go = {.build = build_kv, .user = r, .ctx = r->m.ctx, .n_layer = r->m.n_layer,
                             .batch = 1, .window = r->T, /* positions past T were never trained */
-                            .nf4 = r->po.nf4};
+                            .nf4 = r->po.nf4, .base16 = base16(r)};
     sn_status s = sn_generator_new(&go, r->dev, &r->gen, e);
     const sn_graph *dg = s ? NULL : sn_generator_decode_graph(r->gen);
     for (int i = 0; !s && i < sn_trainer_param_count(r->t); i++) {

@@ -137,8 +137,7 @@ static const cli_opt train_opts[] = {
     {"sample-len", 0, CLI_INT, "N", O(sample_len), 0, 1 << 20,
      .help = "tokens to generate after training (default 200; 0: no samples);\n"
              "a sample that fits the context decodes over a KV cache (not\n"
-             "with --mem or a 16-bit base: --lora or --ia3 in bf16 or fp16\n"
-             "without --base-f32; then the whole window per token)"},
+             "with --mem: then the whole window per token)"},
     {"sample-every", 0, CLI_INT, "N", O(sample_every), 0, STEPS_MAX,
      .help = "also sample every N steps (default 0: only at the end)"},
     {"prompt", 0, CLI_STR, "TEXT", O(prompt),

@@ -100,7 +100,7 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     if (!strcmp(d, "nf4") && !o->nf4)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after nf4, but the nf4 pass is off (it runs "
                        "with --qlora)");
-    if (!strcmp(d, "base16") && !(o->base16 && autocasts(o)))
+    if (!strcmp(d, "base16") && !(o->base16 && autocasts(o)) && !o->base16_fp32)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after base16, but the base16 pass is off (it "
                        "runs with --lora or --ia3 in bf16 or fp16, without --base-f32)");
     if (!strcmp(d, "pad_vocab") && !o->pad_vocab)
@@ -177,8 +177,12 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
         if ((s = after(g, "nf4", o, e))) return s;
     }
 
-    if (o->base16 && autocasts(o)) { /* before autocast, whose casts then find it 16-bit */
-        sn_dtype low = o->precision == SN_PRECISION_BF16 ? SN_BF16 : SN_F16;
+    if ((o->base16 && autocasts(o)) || (o->base16_fp32 && !autocasts(o))) {
+        /* before autocast, whose casts then find it 16-bit; in an fp32 program each product
+           reads it widened (a cast kernel right before it: the builders make a weight where
+           its product reads it) */
+        sn_dtype low = !autocasts(o) ? o->base16_fp32
+                       : o->precision == SN_PRECISION_BF16 ? SN_BF16 : SN_F16;
         if ((s = sn_pass_base16(g, low, &next, &st->base16_stored, e))) return s;
         replace(g, next);
         if ((s = after(g, "base16", o, e))) return s;

@@ -28,6 +28,9 @@ typedef struct {
     bool nf4;                /* the nf4 pass: frozen linear weights stored as NF4 (QLoRA) */
     bool base16;             /* the base16 pass (bf16/fp16 only): frozen linear weights stored
                                 in the compute dtype, no f32 copy (LoRA's and IA3's base) */
+    sn_dtype base16_fp32;    /* SN_BF16 or SN_F16: the base16 pass in an fp32 program too, the
+                                base stored in that dtype and each product reading it widened
+                                (the KV generator over a 16-bit trainer's base); 0: off */
     sn_precision precision;  /* bf16/fp16: the autocast pass (mixed precision); fp32 (0, the
                                 default) and tf32: none */
     bool backward;           /* append the backward of g->loss (autodiff) */

@@ -24,6 +24,7 @@
 #include "support/half.h"
 #include "support/rng.h"
 #include "train/checkpoint.h"
+#include "train/generate.h"
 #include "train/sample.h"
 #include "train/train.h"
 #include "harness.h"
@@ -381,6 +382,68 @@ START_TEST(samples_over_the_16bit_base) {
 }
 END_TEST
 
+/* ---- the KV-cache generator over the 16-bit base ---- */
+
+static sn_status tiny_kv(sn_graph *g, int b, int t, bool decode, void *user, sn_err *e) {
+    (void)user;
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = V;
+    sn_gpt2_lora l = {.lora = {.rank = RANK, .alpha = 8}, .targets = SN_GPT2_LORA_ALL};
+    return sn_gpt2_build_kv(g, &c, b, t, decode, &l, e);
+}
+
+/* A generator over t's weights, its base 16-bit (`low`) or f32: a forced sequence's logits, and
+ * the decode program's weight bytes and 16-bit parameters. */
+static int64_t forced(sn_device *d, const sn_trainer *t, sn_dtype low, float *logits, int *n16) {
+    static const int32_t toks[] = {3, 17, 42, 5, 63, 0, 9, 9, 30, 11};
+    sn_generator_opts go = {.build = tiny_kv, .ctx = 32, .n_layer = 2, .batch = 1, .base16 = low};
+    sn_generator *gen;
+    sn_err e;
+    ck_assert_msg(sn_generator_new(&go, d, &gen, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_generator_load(gen, sn_trainer_weights(t), &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_generator_forced(gen, toks, 10, 4, logits, &e) == SN_OK, "%s", e.msg);
+    const sn_program *p = sn_generator_decode_program(gen);
+    int64_t bytes = 0;
+    *n16 = 0;
+    for (int i = 0; i < p->g->n_nodes; i++) {
+        const sn_node *n = p->g->nodes[i];
+        if (n->op != SN_OP_PARAM) continue;
+        bytes += sn_numel(n) * sn_dtype_bits(n->dtype) / 8;
+        *n16 += n->dtype == low;
+    }
+    sn_generator_free(gen);
+    return bytes;
+}
+
+/* Samples of a bf16 LoRA run go over the KV cache with the base still 16-bit: the generator
+ * stores the trainer's base in bf16 and each product reads it widened, so its logits are those
+ * of an f32 generator loaded with the same (widened) weights, bit for bit, in fewer bytes. */
+START_TEST(generator_keeps_the_16bit_base) {
+    sn_err e;
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
+    sn_graph *g = model(GPT2_LORA, B, true, SN_PRECISION_BF16, true, NULL);
+    sn_trainer *t = trainer(g, d, 3, 8);
+    steps(t, 3, NULL);
+    enum { ROWS = 10 - 4 + 1 };
+    float *a = malloc(sizeof(float) * ROWS * V), *b = malloc(sizeof(float) * ROWS * V);
+    int n16, n32;
+    int64_t low = forced(d, t, SN_BF16, a, &n16), full = forced(d, t, (sn_dtype)0, b, &n32);
+    ck_assert_int_eq(n16, 8); /* tiny GPT-2's linear weights: 4 a layer */
+    for (int i = 0; i < ROWS * V; i++)
+        ck_assert_msg(a[i] == b[i], "logit %d: %.9g over the bf16 base, %.9g over f32", i, a[i], b[i]);
+    ck_assert_msg(low < full, "bf16 base %lld bytes, f32 %lld", (long long)low, (long long)full);
+    printf("the KV generator over a bf16 base: the f32 generator's logits bit for bit, weights "
+           "%lld bytes against %lld\n", (long long)low, (long long)full);
+    free(a);
+    free(b);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+    sn_device_free(d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("base16");
     TCase *t = tcase_create("base16");
@@ -392,6 +455,7 @@ int main(void) {
     tcase_add_test(t, set_rounds_get_widens_fp16_refuses);
     tcase_add_test(t, checkpoint_resume_across);
     tcase_add_test(t, samples_over_the_16bit_base);
+    tcase_add_test(t, generator_keeps_the_16bit_base);
     suite_add_tcase(s, t);
     return sn_test_main(s);
 }

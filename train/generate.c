@@ -11,6 +11,7 @@
 #include "passes/pipeline.h"
 #include "runtime/device.h"
 #include "support/clock.h"
+#include "support/half.h"
 
 enum { PREFILL_KEPT = 3 }; /* the prompt's size, the window's when it slides, one more */
 
@@ -45,7 +46,8 @@ struct sn_generator {
 
 /* ---- weights --------------------------------------------------------------------------------- */
 
-/* Every PARAM of g into x, from w. */
+/* Every PARAM of g into x, from w; a 16-bit one (sn_generator_opts.base16) rounded from its
+ * floats (exact for a 16-bit trainer's widened values). */
 static sn_status load_params(const sn_graph *g, sn_exec *x, sn_weight_source w, sn_err *e) {
     for (int i = 0; i < g->n_nodes; i++) {
         const sn_node *p = g->nodes[i];
@@ -53,7 +55,14 @@ static sn_status load_params(const sn_graph *g, sn_exec *x, sn_weight_source w, 
         float *data = sn_malloc(sizeof(float) * (size_t)sn_numel(p) + 4, "a parameter's host copy", e);
         if (!data) return SN_ERR_OOM;
         sn_status s = w.get(w.src, p, data, e);
-        if (!s) s = sn_exec_set(x, p, data, e);
+        uint16_t *h = NULL;
+        if (!s && (p->dtype == SN_BF16 || p->dtype == SN_F16)) {
+            if ((h = sn_malloc(2 * (size_t)sn_numel(p) + 2, "a 16-bit parameter's host copy", e)))
+                sn_half_from_f32(p->dtype == SN_BF16, data, h, sn_numel(p));
+            else s = SN_ERR_OOM;
+        }
+        if (!s) s = sn_exec_set(x, p, h ? (const void *)h : data, e);
+        free(h);
         free(data);
         if (s) return s;
     }
@@ -93,7 +102,8 @@ static sn_status compile(sn_generator *gen, int T, bool decode, sn_graph **g, sn
                        G->n_outputs, L);
     /* fp32, no rewrite but flash attention in the prefill (the decode's matches nothing) and,
        when asked, the NF4 base */
-    sn_pipeline_opts po = {.target = &gen->dev->target, .fuse_attention = !decode, .nf4 = o->nf4};
+    sn_pipeline_opts po = {.target = &gen->dev->target, .fuse_attention = !decode, .nf4 = o->nf4,
+                           .base16_fp32 = o->base16};
     return sn_compile(G, &po, p, NULL, e);
 }
 

@@ -42,6 +42,9 @@ typedef struct {
     bool nf4;    /* the frozen linear weights stored as NF4 (the nf4 pass, QLoRA's base: a u8
                     parameter of the weight's name, which the weight source fills with packed
                     bytes), each product unpacking its own before it */
+    sn_dtype base16; /* SN_BF16 or SN_F16: the frozen linear weights stored so (the base16
+                    pass: a trainer's 16-bit base, its values exact), each product reading
+                    them widened; the weight source's floats are rounded to it; 0: f32 */
 } sn_generator_opts;
 
 typedef struct sn_generator sn_generator;
