@@ -287,6 +287,12 @@ static void time_size(gc_run *r, sn_device *d, const char *mode, bool tf32, sn_p
                model.time_s * 1e3);
         fprintf(r->details, "%s: kernels by kind (device events, one profiled step after the timed ones) beside the model\n", name);
         sn_roofline_print(r->details, p, param_count(g), tokens, m, &ro, xs.kind_s, med);
+        double *ks = malloc(sizeof(double) * (size_t)(p->n_kernels ? p->n_kernels : 1));
+        if (ks) { /* else the kernels' table below still has every kernel */
+            for (int k = 0; k < p->n_kernels; k++) ks[k] = sn_exec_kernel_time(sn_trainer_exec(tr), k);
+            sn_roofline_print_gaps(r->details, p, m, &ro, ks, 12);
+            free(ks);
+        }
         char run[64];
         snprintf(run, sizeof run, "%dx%d-%s", B, T, mode);
         write_kernel_table(r, run, p, sn_trainer_exec(tr), m, &ro);

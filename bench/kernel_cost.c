@@ -26,7 +26,8 @@ enum { MAX_ARCH = 3, N_OPT = 4 };
 typedef struct {
     const char *model, *precision, *kind, *machine;
     int batch, seq;
-    int lora; /* --lora R: adapters of rank R on every linear layer (alpha R), the base frozen */
+    int lora; /* --lora R: adapters of rank R (alpha R) on --lora-targets' layers, the base frozen */
+    const char *lora_targets; /* --lora-targets all|attn|mlp (default all) */
     bool ia3; /* --ia3: IA3 vectors (frontend/ia3.h), the base frozen */
     int arch[MAX_ARCH], n_arch;
     bool json;
@@ -34,7 +35,7 @@ typedef struct {
 
 static int usage(void) {
     fprintf(stderr, "usage: kernel_cost [--model gpt2|smollm2-135m|...] [--batch B] [--seq T] "
-                    "[--lora R | --ia3] [--precision fp32|bf16|fp16|tf32] [--arch sm_80|sm_90|sm_75 (repeatable; default sm_80 "
+                    "[--lora R [--lora-targets all|attn|mlp] | --ia3] [--precision fp32|bf16|fp16|tf32] [--arch sm_80|sm_90|sm_75 (repeatable; default sm_80 "
                     "and sm_90)] [--kind KIND (attention, row, pointwise, ...)] [--machine "
                     "h200|h100] [--json]\n");
     return 2;
@@ -102,10 +103,12 @@ static void kernel_record(bj *o, const sn_kernel *k, const char *grid, const cha
 }
 
 /* The model's graph with its loss as the only output, as sinter train keeps it (no logits to
- * store): a GPT-2 or a LLaMA-family shape, with LoRA adapters of rank a->lora on every linear
- * layer (alpha = rank, the base frozen) when a->lora > 0, or IA3 vectors when a->ia3. */
+ * store): a GPT-2 or a LLaMA-family shape, with LoRA adapters of rank a->lora on the linear
+ * layers a->lora_targets names (alpha = rank, the base frozen) when a->lora > 0, or IA3 vectors
+ * when a->ia3. */
 static sn_status model_loss(sn_graph *g, const args *a, int *n_layer, sn_err *e) {
     sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = SN_GPT2_LORA_ALL};
+    if (a->lora_targets) sn_gpt2_lora_targets_parse(a->lora_targets, &l.targets);
     if (a->ia3) l = (sn_gpt2_lora){.ia3 = true};
     const sn_gpt2_lora *lp = a->lora || a->ia3 ? &l : NULL;
     sn_gpt2_config c;
@@ -141,6 +144,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--batch")) a.batch = atoi(v);
         else if (!strcmp(argv[i], "--seq")) a.seq = atoi(v);
         else if (!strcmp(argv[i], "--lora")) a.lora = atoi(v);
+        else if (!strcmp(argv[i], "--lora-targets")) a.lora_targets = v;
         else if (!strcmp(argv[i], "--precision")) a.precision = v;
         else if (!strcmp(argv[i], "--kind")) a.kind = v;
         else if (!strcmp(argv[i], "--machine")) a.machine = v;
@@ -154,7 +158,10 @@ int main(int argc, char **argv) {
         if (!sn_cuda_sm_limits_of(a.arch[i])) return usage();
     int prec = sn_precision_parse(a.precision);
     const sn_roofline_machine *mach = sn_roofline_machine_find(a.machine);
-    if (a.batch < 1 || a.seq < 1 || a.lora < 0 || (a.lora && a.ia3) || prec < 0 || !mach) return usage();
+    unsigned targets;
+    if (a.batch < 1 || a.seq < 1 || a.lora < 0 || (a.lora && a.ia3) || prec < 0 || !mach ||
+        (a.lora_targets && (!a.lora || !sn_gpt2_lora_targets_parse(a.lora_targets, &targets))))
+        return usage();
 
     /* the training program for a CUDA target, as the CUDA device compiles it */
     sn_err e = {0};

@@ -67,6 +67,33 @@ void sn_roofline_print(FILE *f, const sn_program *p, int64_t n_params, double to
                        const sn_roofline_machine *m, const sn_roofline_opts *o,
                        const double *measured_kind_s, double measured_step_s);
 
+/* Where a measured step departs from the model (roofline_gap.c). A GEMM's shape as the library
+ * runs it: batch products of M x N, K deep (A's batch folded into M when B is one matrix). A
+ * skinny GEMM has M, N or K at most SN_ROOFLINE_SKINNY: LoRA's rank-r products and their
+ * gradients, which a library may tile far from the model's bytes-bound time. */
+enum { SN_ROOFLINE_SKINNY = 64 };
+typedef struct {
+    int64_t batch, m, n, k;
+} sn_roofline_gemm_shape;
+sn_roofline_gemm_shape sn_roofline_gemm_shape_of(const sn_kernel *k);
+bool sn_roofline_gemm_skinny(const sn_kernel *k);
+
+/* The program's GEMMs in two classes, [0] skinny and [1] the rest: count, FLOPs, bytes, modeled
+ * time, and the measured time (measured_kernel_s[i]: kernel i's, or NULL). */
+typedef struct {
+    int n[2];
+    double flops[2], bytes[2], modeled_s[2], measured_s[2];
+} sn_roofline_gemm_classes;
+sn_roofline_gemm_classes sn_roofline_gemm_split(const sn_program *p, const sn_roofline_machine *m,
+                                                const sn_roofline_opts *o,
+                                                const double *measured_kernel_s);
+
+/* Prints the two GEMM classes with their measured times, then the `top` kernels whose measured
+ * time (measured_kernel_s[i], one profiled step) exceeds their modeled time the most, with
+ * GEMMs' shapes, and the sum of every kernel's excess. */
+void sn_roofline_print_gaps(FILE *f, const sn_program *p, const sn_roofline_machine *m,
+                            const sn_roofline_opts *o, const double *measured_kernel_s, int top);
+
 /* An offloaded step (sn_train_opts.offload, train/runner.c): the program's kernels and SQNORM
  * on the device, then AdamW on the host over n_params in chunks of `chunk` elements, f32
  * gradients down and f32 weights up over PCIe (both directions at once), the host's work at

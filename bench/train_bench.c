@@ -49,6 +49,7 @@ typedef struct {
                                 host CPU's) */
     int lora;       /* --lora R: LoRA adapters of rank R on every linear layer (alpha R), the
                        base frozen; the full fine-tuning step is timed too, in the same run */
+    unsigned lora_targets; /* --lora-targets all|attn|mlp: the layers adapted (default all) */
     bool nf4;       /* --qlora R: --lora R over a base stored as NF4 (the nf4 pass); the LoRA
                        step of the same rank is the baseline timed in the same run */
     bool ia3;       /* --ia3: IA3 vectors instead (frontend/ia3.h), the full step timed too */
@@ -86,7 +87,7 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     sn_gpt2 m;
     sn_err e;
     if (!g) die("out of memory for the graph", NULL);
-    sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = SN_GPT2_LORA_ALL};
+    sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = a->lora_targets};
     if (a->ia3) l = (sn_gpt2_lora){.ia3 = true};
     if (sn_gpt2_build_lora(g, &c, a->batch, a->seq, a->lora || a->ia3 ? &l : NULL, &m, &e)) die("model", &e);
     if (backward && a->loss_only) { /* the loss alone (the chunked head has no whole logits) */
@@ -246,10 +247,13 @@ static const char usage_text[] =
     "                   [--device auto|cuda|cpu] [--tf32] [--roofline h100 [--model-only]]\n"
     "                   [--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16]\n"
     "                   [--compare-interp] [--arena-budget BYTES] [--offload] [--lora R | --ia3]\n"
-    "                   [--qlora R] [--host-gbs G] [--chunk-logits N] [--base-f32] [--startup-only]\n"
+    "                   [--qlora R] [--lora-targets all|attn|mlp] [--host-gbs G] [--chunk-logits N]\n"
+    "                   [--base-f32] [--startup-only]\n"
     "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
     "  --threads 0: all cores; --lora R: the step with LoRA adapters of rank R (all linear\n"
     "  layers, alpha R, the base frozen), and the full fine-tuning step timed in the same run;\n"
+    "  --lora-targets: the layers --lora or --qlora adapts (attn: the attention's two\n"
+    "  projections; mlp: the MLP's; default all);\n"
     "  --ia3: the same with IA3 vectors (keys, values, the MLP's activation); in bf16 or\n"
     "  fp16 their frozen base is stored in 16 bits (--base-f32: f32 with weight shadows) and\n"
     "  the step with the other base is timed too;\n"
@@ -283,7 +287,7 @@ static int int_arg(const char *k, const char *v, long lo, long hi) {
 static void parse(int argc, char **argv, args *a) {
     /* fp32 by default, as sinter train, until bf16 is measured faster on an AVX-512 BF16 CPU */
     *a = (args){.model = "gpt2", .batch = 4, .seq = 256, .steps = 3, .device = "auto",
-                .precision = SN_PRECISION_FP32};
+                .precision = SN_PRECISION_FP32, .lora_targets = SN_GPT2_LORA_ALL};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -304,7 +308,8 @@ static void parse(int argc, char **argv, args *a) {
         static const char *const valued[] = {"--model", "--batch", "--seq", "--steps", "--threads",
                                              "--device", "--roofline", "--checkpoint-policy",
                                              "--precision", "--arena-budget", "--lora",
-                                             "--qlora", "--host-gbs", "--chunk-logits"};
+                                             "--qlora", "--host-gbs", "--chunk-logits",
+                                             "--lora-targets"};
         bool known = false;
         for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(k, valued[j]);
         if (!known) usage_fail("unknown option '%s'", k);
@@ -316,7 +321,10 @@ static void parse(int argc, char **argv, args *a) {
         else if (!strcmp(k, "--threads")) a->threads = int_arg(k, v, 0, 4096);
         else if (!strcmp(k, "--lora")) a->lora = int_arg(k, v, 1, 4096);
         else if (!strcmp(k, "--qlora")) a->lora = int_arg(k, v, 1, 4096), a->nf4 = true;
-        else if (!strcmp(k, "--chunk-logits")) a->chunk_logits = int_arg(k, v, 1, 1 << 30), a->loss_only = true;
+        else if (!strcmp(k, "--lora-targets")) {
+            if (!sn_gpt2_lora_targets_parse(v, &a->lora_targets))
+                usage_fail("--lora-targets is all, attn or mlp, not '%s'", v);
+        } else if (!strcmp(k, "--chunk-logits")) a->chunk_logits = int_arg(k, v, 1, 1 << 30), a->loss_only = true;
         else if (!strcmp(k, "--device")) {
             if (strcmp(v, "auto") && strcmp(v, "cuda") && strcmp(v, "cpu"))
                 usage_fail("--device is auto, cuda or cpu, not '%s'", v);
@@ -348,6 +356,8 @@ static void parse(int argc, char **argv, args *a) {
         i++;
     }
     if (a->model_only && !a->roofline) usage_fail("%s needs --roofline h100", "--model-only");
+    if (a->lora_targets != SN_GPT2_LORA_ALL && !a->lora)
+        usage_fail("%s shapes LoRA adapters: add --lora R or --qlora R", "--lora-targets");
     if (a->ia3 && a->lora) usage_fail("%s: --ia3 and --lora are two ways to fine-tune: choose one", "--ia3");
     for (int i = 1, lora = 0; i < argc; i++) /* --qlora sets --lora's rank: not both */
         if ((lora += !strcmp(argv[i], "--lora") + !strcmp(argv[i], "--qlora")) > 1)
@@ -563,6 +573,11 @@ int main(int argc, char **argv) {
         sn_roofline_opts ro = {.tf32 = a.tf32};
         sn_roofline_print(stdout, p, p->layout.flat_n, (double)a.batch * a.seq, machine, &ro,
                           st.kind_s, step_s);
+        double *ks = malloc(sizeof(double) * (size_t)(p->n_kernels ? p->n_kernels : 1));
+        if (!ks) die("the kernels' times: out of memory", NULL);
+        for (int k = 0; k < p->n_kernels; k++) ks[k] = sn_exec_kernel_time(sn_trainer_exec(t), k);
+        sn_roofline_print_gaps(stdout, p, machine, &ro, ks, 12);
+        free(ks);
     }
 
     if (a.nf4) { /* the baseline: LoRA of the same rank over the full-precision base; on a

@@ -14,6 +14,7 @@
 #include "passes/pipeline.h"
 #include "program/program.h"
 #include "tiny_gpt2.h"
+#include "../bench/roofline.h"
 #include "harness.h"
 
 static const int archs[] = {75, 80, 90};
@@ -232,10 +233,69 @@ START_TEST(attention_no_spills_and_occupancy) {
 }
 END_TEST
 
+/* bench/roofline_gap.c: GEMM shapes as the library runs them, the skinny class (LoRA's rank-r
+ * products), and the kernels furthest above the model, from a measured time per kernel. */
+START_TEST(roofline_gaps) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(2, 64, 128));
+    sn_node *w = sn_input(g, "w", SN_F32, SN_SHAPE(128, 96));
+    sn_node *a = sn_input(g, "a", SN_F32, SN_SHAPE(128, 8));
+    sn_node *q = sn_input(g, "q", SN_F32, SN_SHAPE(6, 80, 72));
+    sn_node *k = sn_input(g, "k", SN_F32, SN_SHAPE(6, 72, 80));
+    sn_node *outs[] = {sn_matmul(g, x, w), sn_matmul(g, x, a), sn_matmul(g, q, k)};
+    for (int i = 0; i < 3; i++) sn_graph_add_output(g, outs[i]);
+    sn_program *p;
+    sn_err e;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(p->n_kernels, 3);
+    static const int64_t want[3][4] = {{1, 128, 96, 128}, {1, 128, 8, 128}, {6, 80, 80, 72}};
+    for (int i = 0; i < 3; i++) {
+        const sn_kernel *kk = p->kernels[i];
+        int at = kk->anchor == outs[0] ? 0 : kk->anchor == outs[1] ? 1 : 2;
+        sn_roofline_gemm_shape sh = sn_roofline_gemm_shape_of(kk);
+        ck_assert_msg(sh.batch == want[at][0] && sh.m == want[at][1] && sh.n == want[at][2] &&
+                      sh.k == want[at][3], "%s: %lld x %lldx%lldx%lld", kk->name,
+                      (long long)sh.batch, (long long)sh.m, (long long)sh.n, (long long)sh.k);
+        ck_assert(sn_roofline_gemm_skinny(kk) == (at == 1));
+    }
+    /* measured: each kernel at its model, the skinny one 10x it, the batched one at half */
+    const sn_roofline_machine *m = sn_roofline_machine_find("h100");
+    double meas[3], model[3];
+    int skinny = -1;
+    for (int i = 0; i < 3; i++) {
+        model[i] = sn_roofline_kernel_model(p->kernels[i], m, NULL).time_s;
+        bool sk = p->kernels[i]->anchor == outs[1], batched = p->kernels[i]->anchor == outs[2];
+        meas[i] = model[i] * (sk ? 10 : batched ? 0.5 : 1);
+        if (sk) skinny = i;
+    }
+    sn_roofline_gemm_classes c = sn_roofline_gemm_split(p, m, NULL, meas);
+    ck_assert_int_eq(c.n[0], 1);
+    ck_assert_int_eq(c.n[1], 2);
+    ck_assert_double_eq_tol(c.measured_s[0], 10 * c.modeled_s[0], 1e-15);
+    ck_assert_double_eq_tol(c.flops[0], 2.0 * 128 * 8 * 128, 1e-6);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    sn_roofline_print_gaps(f, p, m, NULL, meas, 12);
+    fclose(f);
+    /* only the skinny kernel is above its model: listed with its shape; the others not */
+    const char *list = strstr(text, "furthest above");
+    ck_assert_msg(list && strstr(list, p->kernels[skinny]->name) && strstr(list, "128x8x128"), "%s", text);
+    for (int i = 0; i < 3; i++)
+        if (i != skinny) ck_assert_msg(!strstr(list, p->kernels[i]->name), "%s", text);
+    ck_assert_msg(strstr(text, "skinny (a side <= 64)") && strstr(text, "10.0x"), "%s", text);
+    free(text);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("kernel_cost");
     TCase *tc = tcase_create("occupancy");
     tcase_add_test(tc, occupancy_formulas);
+    tcase_add_test(tc, roofline_gaps);
     suite_add_tcase(s, tc);
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 240);
