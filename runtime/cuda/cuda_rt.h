@@ -11,6 +11,7 @@
 
 #include "codegen/cuda/cuda.h"
 #include "runtime/device.h"
+#include "support/blobcache.h"
 #include "cuda_api.h"
 #include "cuda_device.h"
 
@@ -84,13 +85,7 @@ void sn_cuda_nvrtc_abandon(sn_nvrtc_child *c);
 
 /* ---- cache.c: the CUBIN cache on disk ---- */
 
-typedef struct {
-    char dir[512]; /* $XDG_CACHE_HOME/sinter or ~/.cache/sinter; "" disables */
-    bool disabled; /* --no-cache */
-    int hits, misses, rejected; /* this process's lookups; rejected: bad entries recompiled */
-    bool unwritable; /* a store failed (warned once): no more are tried */
-    bool foreign;    /* the folder belongs to another user: not used (warned at init) */
-} sn_cuda_cache;
+typedef sn_blobcache sn_cuda_cache; /* support/blobcache.h: dir, disabled, hits, misses, ... */
 
 /* The cache directory (dir_override, else the environment's), created on first store; one that
  * exists and belongs to another user is not used (a warning; dir left empty, foreign set). */
