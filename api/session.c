@@ -106,7 +106,7 @@ static sn_status open_device(const sn_session_opts *o, sn_device **dev, sn_err *
     case SN_DEVICE_CPU: break;
     case SN_DEVICE_COUNT: SN_ASSERT(0); /* check_opts refused it */
     }
-    return sn_cpu_device_new(0, dev, e);
+    return sn_cpu_device_new_opts(0, &(sn_cpu_opts){.no_cache = o->no_cache}, dev, e);
 }
 
 /* The tokenizer and the train / validation streams: a text split 90/10, or two shards. */

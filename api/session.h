@@ -78,7 +78,7 @@ typedef enum {
 typedef struct {
     sn_device_kind device;
     bool tf32, no_cache;  /* CUDA: TF32 GEMMs for the f32 products (SN_PRECISION_TF32 sets it);
-                             compile without the kernel cache */
+                             CUDA and CPU: compile without the kernel cache */
     const char *data;     /* a text file or directory, split 90/10 into train and validation */
     const char *train_bin, *val_bin; /* instead of data: llm.c token shards, each a path or a glob(3)
                                         pattern of several read in name order (sn_shards_read) */

@@ -180,7 +180,7 @@ int main(int argc, char **argv) {
         st = sn_cuda_memory_used(0, &r->mem_baseline, &total, &e);
         if (!st) st = sn_cuda_device_new_opts(0, &co, &r->dev, &e);
     } else {
-        st = sn_cpu_device_new(0, &r->dev, &e);
+        st = sn_cpu_device_new_opts(0, &(sn_cpu_opts){.cache_dir = cache}, &r->dev, &e);
     }
     if (st) { /* nothing else can run */
         snprintf(r->device_name, sizeof r->device_name, "none (%.200s)", e.msg);

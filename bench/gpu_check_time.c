@@ -117,16 +117,16 @@ static void compile_times(gc_run *r) {
     sn_device *d = NULL;
     if (o->cache_dir) snprintf(dir, sizeof dir, "%s-cold", o->cache_dir);
     else snprintf(dir, sizeof dir, "%s/kernel-cache-cold", o->out_dir);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) fprintf(stderr, "gpu_check: could not empty %s\n", dir);
     if (r->cuda) {
-        char cmd[700];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd)) fprintf(stderr, "gpu_check: could not empty %s\n", dir);
         sn_cuda_opts co = {.cache_dir = dir};
         if (sn_cuda_device_new_opts(0, &co, &d, &e)) {
             gc_end(r, s, GC_FAIL, "%s", e.msg);
             return;
         }
-    } else if (sn_cpu_device_new(0, &d, &e)) {
+    } else if (sn_cpu_device_new_opts(0, &(sn_cpu_opts){.cache_dir = dir}, &d, &e)) { /* its cpu/ */
         gc_end(r, s, GC_FAIL, "%s", e.msg);
         return;
     }

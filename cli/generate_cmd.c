@@ -61,7 +61,8 @@ static const cli_opt gen_opts[] = {
              "cuda: CUDA GPU 0; cpu: compiled kernels on the CPU;\n"
              "interp: the reference interpreter"},
     {"no-cache", 0, CLI_FLAG, NULL, O(no_cache),
-     .help = "CUDA: compile every kernel, read and write no kernel cache"},
+     .help = "compile every kernel, read and write no kernel cache (CUBINs for\n"
+             "CUDA, object files for the CPU)"},
     {"bpe", 0, CLI_STR, "DIR", O(bpe),
      .help = "GPT-2 BPE from DIR/encoder.json and DIR/vocab.bpe (for a model\n"
              "trained with --tokenizer gpt2; default: the installed assets)"},
@@ -240,7 +241,7 @@ static sn_status open_device(const gen_args *a, sn_device **d, sn_err *e) {
     if (!strcmp(a->device, "auto") && sn_cuda_device_count(why, sizeof why) > 0)
         return sn_cuda_device_new_opts(0, &co, d, e);
     if (!strcmp(a->device, "auto")) fprintf(stderr, "no CUDA device (%s): using cpu\n", why);
-    return sn_cpu_device_new(0, d, e);
+    return sn_cpu_device_new_opts(0, &(sn_cpu_opts){.no_cache = a->no_cache}, d, e);
 }
 
 /* Prints prompt b and its new tokens (to its stop) after a batch. */

@@ -27,8 +27,9 @@ static const cli_opt train_opts[] = {
              "cuda: CUDA GPU 0 (an error without one); cpu: compiled kernels on\n"
              "the CPU; interp: the reference interpreter"},
     {"no-cache", 0, CLI_FLAG, NULL, O(no_cache),
-     .help = "CUDA: compile every kernel, read and write no kernel cache\n"
-             "($XDG_CACHE_HOME/sinter or ~/.cache/sinter)"},
+     .help = "compile every kernel, read and write no kernel cache\n"
+             "($XDG_CACHE_HOME/sinter or ~/.cache/sinter: CUBINs, and object\n"
+             "files for the CPU under cpu/)"},
     {"tf32", 0, CLI_FLAG, NULL, O(tf32), .help = "CUDA: TF32 tensor-core GEMMs (sm_80 and newer)"},
     {"precision", 0, CLI_CHOICE, "P", O(precision), .choices = "fp32, bf16, fp16, tf32",
      .help = "fp32 (default), bf16 or fp16: products (matmuls, attention) on\n"

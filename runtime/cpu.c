@@ -16,6 +16,7 @@
 typedef struct {
     sn_pool *pool;
     sn_jit *jit;
+    sn_blobcache cache; /* the JIT's object files on disk */
     char name[96];
     /* the f32 product of a GEMM whose epilogue stores it elsewhere (cpu_gemm), kept between
      * calls: the device runs one kernel at a time, and a fresh allocation of a large product
@@ -158,10 +159,18 @@ static void cpu_destroy(sn_device *d) {
 }
 
 sn_status sn_cpu_device_new(int threads, sn_device **out, sn_err *e) {
+    return sn_cpu_device_new_opts(threads, NULL, out, e);
+}
+
+sn_status sn_cpu_device_new_opts(int threads, const sn_cpu_opts *o, sn_device **out, sn_err *e) {
     *out = NULL;
     cpu_impl *c = sn_calloc(1, sizeof *c, "the CPU device", e);
     sn_device *d = c ? sn_calloc(1, sizeof *d, "the CPU device", e) : NULL;
     sn_status s = d ? sn_jit_new(&c->jit, e) : SN_ERR_OOM;
+    if (!s) {
+        sn_blobcache_init(&c->cache, o ? o->cache_dir : NULL, "cpu", o && o->no_cache);
+        sn_jit_set_cache(c->jit, &c->cache);
+    }
     if (!s && !(c->pool = sn_pool_new(threads))) {
         sn_jit_free(c->jit);
         s = sn_fail_oom(e, 64 * (size_t)(threads > 0 ? threads : 1), "the CPU device's thread pool");

@@ -62,8 +62,16 @@ struct sn_device {
     void *impl;
 };
 
-/* The CPU device: LLVM-JIT kernels, a GEMM library, a thread pool of `threads` (0: all cores). */
+/* The CPU device: LLVM-JIT kernels, a GEMM library, a thread pool of `threads` (0: all cores).
+ * Its compiled kernels are cached on disk as object files (codegen/llvm/llvm.h: sn_jit_set_cache)
+ * in $XDG_CACHE_HOME/sinter/cpu or ~/.cache/sinter/cpu, so a second run of the same program
+ * compiles nothing; sn_cpu_device_new_opts chooses another folder or none. */
+typedef struct {
+    const char *cache_dir; /* NULL: the default folder above (with /cpu appended to this one) */
+    bool no_cache;         /* compile every kernel, read and write no cache (--no-cache) */
+} sn_cpu_opts;
 sn_status sn_cpu_device_new(int threads, sn_device **out, sn_err *e);
+sn_status sn_cpu_device_new_opts(int threads, const sn_cpu_opts *o, sn_device **out, sn_err *e);
 void sn_device_free(sn_device *d);
 
 /* The reference interpreter as a device (interp_device.c): host memory; a run evaluates the

@@ -178,6 +178,100 @@ START_TEST(test_batch) {
 }
 END_TEST
 
+/* The object cache (sn_jit_set_cache): a batch compiled once is linked from its object file
+ * by a second JIT (no O3, the same results bit for bit); a corrupted entry is refused by its
+ * checksum and compiled again; another batch has an entry of its own; a cache turned off
+ * writes nothing. */
+static void run_cached(sn_blobcache *c, sn_kernel **kp, int n, tcase *t, float *out, int *cached) {
+    sn_jit *j = new_jit(0);
+    sn_jit_set_cache(j, c);
+    sn_cpu_kernel_fn fns[4];
+    sn_err e;
+    ck_assert_msg(sn_jit_compile(j, kp, n, fns, &e) == SN_OK, "%s", e.msg);
+    *cached = sn_jit_get_stats(j).cached;
+    for (int i = 0; i < n; i++) {
+        void *bufs[SN_KER_MAX_ARGS] = {out + i * 8 * 37};
+        for (int a = 1; a < 1 + kp[i]->n_in; a++) bufs[a] = host_of(t, kp[i]->args[a]);
+        fns[i](bufs, 0, kp[i]->n_items);
+        compare_out(t->it, kp[i], 0, out + i * 8 * 37, 1e-5, "cached batch");
+    }
+    sn_jit_free(j);
+}
+
+static int entries(const char *dir, char *first, size_t len) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "ls %s/*.o 2>/dev/null", dir);
+    FILE *p = popen(cmd, "r");
+    int n = 0;
+    char line[700];
+    while (p && fgets(line, sizeof line, p))
+        if (n++ == 0 && first) snprintf(first, len, "%.*s", (int)strcspn(line, "\n"), line);
+    if (p) pclose(p);
+    return n;
+}
+
+START_TEST(test_object_cache) {
+    tcase t;
+    tc_init(&t, 0);
+    sn_node *x = in_f32(&t, "x", SN_SHAPE(8, 37), -2, 2), *w = in_f32(&t, "w", SN_SHAPE(37), 0.5f, 1);
+    sn_node *ln = sn_layernorm(t.g, x, w, w, 1e-5f), *g = sn_gelu(t.g, sn_mul(t.g, x, w));
+    tc_run(&t);
+    sn_kernel k0, k1;
+    pwk pw;
+    node_kernel(&k0, SN_KER_ROW, ln);
+    pw_of(&pw, g);
+    k1 = pw.k;
+    sn_kernel *both[2] = {&k0, &k1}, *one[1] = {&k0};
+    char dir[] = "/tmp/sn_objcache_XXXXXX";
+    ck_assert(mkdtemp(dir));
+    sn_blobcache c;
+    sn_blobcache_init(&c, dir, "cpu", false);
+    float a[2 * 8 * 37], b[2 * 8 * 37];
+    int cached;
+    run_cached(&c, both, 2, &t, a, &cached); /* compiled and stored */
+    ck_assert_int_eq(cached, 0);
+    ck_assert_int_eq(c.misses, 1);
+    char sub[600], entry[700];
+    snprintf(sub, sizeof sub, "%s/cpu", dir);
+    ck_assert_int_eq(entries(sub, entry, sizeof entry), 1);
+    run_cached(&c, both, 2, &t, b, &cached); /* linked from the object file */
+    ck_assert_int_eq(cached, 1);
+    ck_assert_int_eq(c.hits, 1);
+    ck_assert(!memcmp(a, b, sizeof a));
+    /* a flipped byte in the object: refused, compiled again, the entry replaced */
+    FILE *f = fopen(entry, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, -100, SEEK_END);
+    int ch = fgetc(f);
+    fseek(f, -100, SEEK_END);
+    fputc(ch ^ 0x40, f);
+    fclose(f);
+    run_cached(&c, both, 2, &t, b, &cached);
+    ck_assert_int_eq(cached, 0);
+    ck_assert_int_eq(c.rejected, 1);
+    ck_assert(!memcmp(a, b, sizeof a));
+    run_cached(&c, both, 2, &t, b, &cached);
+    ck_assert_int_eq(cached, 1);
+    /* another batch: its own entry */
+    run_cached(&c, one, 1, &t, b, &cached);
+    ck_assert_int_eq(cached, 0);
+    ck_assert_int_eq(entries(sub, NULL, 0), 2);
+    /* off: nothing read or written */
+    sn_blobcache off;
+    char dir2[] = "/tmp/sn_objcache_XXXXXX";
+    ck_assert(mkdtemp(dir2));
+    sn_blobcache_init(&off, dir2, "cpu", true);
+    run_cached(&off, both, 2, &t, b, &cached);
+    ck_assert_int_eq(cached, 0);
+    snprintf(sub, sizeof sub, "%s/cpu", dir2);
+    ck_assert_int_eq(entries(sub, NULL, 0), 0);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, dir2);
+    ck_assert_int_eq(system(cmd), 0);
+    tc_free(&t);
+}
+END_TEST
+
 typedef struct {
     tcase *t;
     sn_kernel *k;
@@ -455,6 +549,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_ir_text);
     tcase_add_test(tc, test_batch);
+    tcase_add_test(tc, test_object_cache);
     tcase_add_test(tc, test_two_jits);
     tcase_add_test(tc, test_gpt2_kernels);
     TCase *speed = tcase_create("speed"); /* CK_RUN_CASE=speed runs it alone */

@@ -14,7 +14,7 @@
 #include "passes/pipeline.h"
 #include "program/program.h"
 #include "tiny_gpt2.h"
-#include "../bench/roofline.h"
+#include "bench/roofline.h"
 #include "harness.h"
 
 static const int archs[] = {75, 80, 90};

@@ -44,6 +44,7 @@
 #define SN_LLVM_H
 
 #include "program/kernel.h"
+#include "support/blobcache.h"
 
 typedef struct sn_jit sn_jit;
 
@@ -51,15 +52,24 @@ typedef struct sn_jit sn_jit;
 typedef struct {
     int batches, kernels;
     int shared;       /* kernels whose IR equalled an earlier kernel's: they share its code */
-    double build_ms;  /* IR construction and verification */
-    double opt_ms;    /* the O3 pipeline for the host */
-    double link_ms;   /* machine code generation and linking (LLJIT) */
+    int cached;       /* batches whose object file came from the cache (sn_jit_set_cache) */
+    double build_ms;  /* IR construction and verification (and the cache key, with a cache) */
+    double opt_ms;    /* the O3 pipeline for the host (none for a cached batch) */
+    double link_ms;   /* machine code generation (none for a cached batch) and linking */
 } sn_jit_stats;
 
 /* A JIT for the host CPU (its features pick the vector width: 16 f32 lanes with AVX-512, 8
  * with AVX2, else 4; the environment variable SN_JIT_LANES=4|8|16 overrides it). Fails with
  * SN_ERR_UNSUPPORTED when sinter was built without LLVM. */
 sn_status sn_jit_new(sn_jit **out, sn_err *e);
+
+/* Object files on disk (support/blobcache.h, format "SNCPUOBJ"): a batch whose module (its IR
+ * text before optimisation) was compiled before for the same LLVM version and host target
+ * (triple, CPU name, features) is linked from its object file, skipping the O3 pipeline and
+ * code generation; else it is compiled and its object file stored. The same code either way:
+ * every batch is compiled to an object file by one target machine, then linked. The cache is
+ * the caller's and must outlive j; NULL (the default) turns it off. */
+void sn_jit_set_cache(sn_jit *j, sn_blobcache *c);
 void sn_jit_free(sn_jit *j); /* NULL is fine */
 
 /* Generates, verifies, optimises and links the n kernels as one module, and sets fns[i] to

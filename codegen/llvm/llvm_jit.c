@@ -18,6 +18,7 @@
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
+#include <llvm/Config/llvm-config.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -41,7 +42,11 @@ struct sn_jit {
     sn_jit_stats stats;
     jit_fn *fns; /* every function linked so far, for sharing identical kernels */
     int n_fns, cap_fns;
+    sn_blobcache *cache; /* object files on disk, or NULL */
 };
+
+/* The object cache's entries: a description of the target (for a reader), the object file. */
+static const sn_blobcache_format object_format = {"SNCPUOBJ", 1, ".o"};
 
 static sn_status llvm_error(sn_err *e, LLVMErrorRef err, const char *file, int line,
                             const char *call) {
@@ -159,6 +164,7 @@ void sn_jit_free(sn_jit *j) {
 }
 
 const char *sn_jit_target(const sn_jit *j) { return j->target; }
+void sn_jit_set_cache(sn_jit *j, sn_blobcache *c) { j->cache = c; }
 sn_jit_stats sn_jit_get_stats(const sn_jit *j) { return j->stats; }
 
 /* ---- modules ---- */
@@ -335,18 +341,56 @@ sn_status sn_jit_compile(sn_jit *j, sn_kernel *const *ks, int n, sn_cpu_kernel_f
         }
     }
     if (!st) st = sn_ll_verify(mod, e);
+    /* the cache: the module's text before optimisation names its object file */
+    uint8_t key[16];
+    char path[600] = "";
+    char *desc = NULL;
+    void *cached = NULL;
+    size_t desc_len = 0, cached_len = 0;
+    if (!st && j->cache && sn_blobcache_on(j->cache)) {
+        sn_blobcache_hasher h;
+        sn_blobcache_hash_begin(&h);
+        char head[64];
+        snprintf(head, sizeof head, "sinter cpu object %u; LLVM " LLVM_VERSION_STRING, object_format.version);
+        sn_blobcache_hash_str(&h, head);
+        sn_blobcache_hash_str(&h, j->triple);
+        sn_blobcache_hash_str(&h, j->cpu);
+        sn_blobcache_hash_str(&h, j->features);
+        char *text = LLVMPrintModuleToString(mod);
+        sn_blobcache_hash_str(&h, text);
+        LLVMDisposeMessage(text);
+        sn_blobcache_hash_end(&h, key);
+        sn_blobcache_path(j->cache, &object_format, key, path, sizeof path);
+        sn_blobcache_read(j->cache, &object_format, path, key, 0, &desc, &desc_len, &cached, &cached_len);
+        free(desc);
+    }
     t1 = now_ms();
-    if (!st) st = optimise(j, mod, e);
+    if (!st && !cached) st = optimise(j, mod, e);
     if (st) goto fail;
     t2 = now_ms();
+    /* the object file: from the cache, or made by the host machine (as LLJIT would make it from
+       the module: the same target machine) and stored */
+    LLVMMemoryBufferRef obj = NULL;
+    if (cached) {
+        obj = LLVMCreateMemoryBufferWithMemoryRangeCopy(cached, cached_len, mname);
+        free(cached);
+        j->stats.cached++;
+    } else {
+        char *msg = NULL;
+        if (LLVMTargetMachineEmitToMemoryBuffer(j->tm, mod, LLVMObjectFile, &msg, &obj))
+            LLVM_CHECK(message_error(msg));
+        if (path[0])
+            sn_blobcache_write(j->cache, &object_format, path, key, 0, j->target, strlen(j->target),
+                               LLVMGetBufferStart(obj), LLVMGetBufferSize(obj), "CPU kernels");
+    }
+    LLVMDisposeModule(mod);
+    mod = NULL;
     LLVMOrcJITDylibRef dylib = LLVMOrcLLJITGetMainJITDylib(j->lljit);
     rt = LLVMOrcJITDylibCreateResourceTracker(dylib);
-    LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, j->tsc);
-    mod = NULL; /* owned by tsm, then by the JIT */
-    LLVM_CHECK(LLVMOrcLLJITAddLLVMIRModuleWithRT(j->lljit, rt, tsm));
+    LLVM_CHECK(LLVMOrcLLJITAddObjectFileWithRT(j->lljit, rt, obj)); /* takes obj */
     for (int i = 0; i < n; i++) {
         LLVMOrcExecutorAddress addr = 0;
-        LLVM_CHECK(LLVMOrcLLJITLookup(j->lljit, &addr, names[i])); /* the first one compiles */
+        LLVM_CHECK(LLVMOrcLLJITLookup(j->lljit, &addr, names[i])); /* the first one links */
         fns[i] = (sn_cpu_kernel_fn)(uintptr_t)addr;
     }
     j->stats.batches++;
@@ -408,6 +452,7 @@ sn_status sn_jit_new(sn_jit **out, sn_err *e) {
     return no_llvm(e);
 }
 void sn_jit_free(sn_jit *j) { (void)j; }
+void sn_jit_set_cache(sn_jit *j, sn_blobcache *c) { (void)j, (void)c; }
 sn_status sn_jit_compile(sn_jit *j, sn_kernel *const *ks, int n, sn_cpu_kernel_fn *fns, sn_err *e) {
     (void)j, (void)ks, (void)n, (void)fns;
     return no_llvm(e);
