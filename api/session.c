@@ -335,6 +335,9 @@ static sn_status setup(sn_session *r, sn_err *e) {
     to.device = r->dev;
     to.compile = &r->po;
     to.offload = r->planned ? r->plan.offload : o->offload == SN_OFFLOAD_OPTIMIZER;
+    /* weights about to be loaded are not drawn first: only what the file lacks (a resumed
+       run's nothing, a fine-tuning run's new adapters) is, after it */
+    to.init_later = o->resume || o->init_pretrained || o->init;
     if (!(r->t = sn_trainer_new(r->g, &to, e))) return e->code;
     /* a planned run's evaluation program now: the plan counts its memory, measured after the
        first step (else it is made at the first validation) */
@@ -345,9 +348,10 @@ static sn_status setup(sn_session *r, sn_err *e) {
     if (!r->x || !r->y) return SN_ERR_OOM;
     set_meta(r);
     r->run.data_rng = sn_rng_seed(o->seed ^ 0x5eedull);
-    if (o->resume) return sn_checkpoint_load(o->resume, r->t, &r->run, e);
-    if (o->init_pretrained) return init_pretrained(r, o->init_pretrained, e);
-    return o->init ? sn_checkpoint_init(o->init, r->t, &r->run, &r->init_fresh, e) : SN_OK;
+    if (o->resume) s = sn_checkpoint_load(o->resume, r->t, &r->run, e);
+    else if (o->init_pretrained) s = init_pretrained(r, o->init_pretrained, e);
+    else if (o->init) s = sn_checkpoint_init(o->init, r->t, &r->run, &r->init_fresh, e);
+    return s ? s : sn_trainer_init_rest(r->t, e);
 }
 
 sn_status sn_session_new(const sn_model *m, const sn_session_opts *o, sn_session **out, sn_err *e) {

@@ -116,12 +116,22 @@ struct sn_trainer {
     sn_node *dropout_seed; /* the dropout seed INPUT, or NULL: no dropout */
     sn_loss_scaler sc;
     double init_s;       /* init_params' seconds (sn_trainer_startup) */
+    bool *unset;         /* [lay->n] with init_later: not set since sn_trainer_new */
+    bool uninit;         /* with init_later, until sn_trainer_init_rest */
 };
+
+/* Refuses what needs the parameters before sn_trainer_init_rest (train.h: init_later). */
+static sn_status need_init(const sn_trainer *t, sn_err *e) {
+    return t->uninit ? sn_fail(e, SN_ERR_INVALID, "trainer: its parameters are not initialised "
+                               "yet (init_later): set those you load, then call "
+                               "sn_trainer_init_rest") : SN_OK;
+}
 
 void sn_trainer_free(sn_trainer *t) {
     if (!t) return;
     sn_runner_free(t->run);
     free(t->value);
+    free(t->unset);
     free(t);
 }
 
@@ -139,26 +149,35 @@ static sn_status find_values(sn_trainer *t, sn_err *e) {
     return SN_OK;
 }
 
-/* Every parameter drawn from its init rule (the same stream whether it is stored in f32, 16 bits
- * or NF4: a 16-bit base starts rounded as the f32 run's shadows are, a QLoRA base as the
- * quantization of the full-precision run's) and set; the one
- * host buffer of weights is freed after. */
+/* Every parameter (or, with init_later, every one not set yet) drawn from its init rule (the
+ * same stream whether it is stored in f32, 16 bits or NF4: a 16-bit base starts rounded as the
+ * f32 run's shadows are, a QLoRA base as the quantization of the full-precision run's) and set;
+ * the one host buffer of weights is freed after. */
 static sn_status init_params(sn_trainer *t, sn_err *e) {
     int64_t most = 0;
     for (int i = 0; i < t->lay->n; i++)
-        if (sn_numel(t->value[i]) > most) most = sn_numel(t->value[i]);
+        if ((!t->unset || t->unset[i]) && sn_numel(t->value[i]) > most) most = sn_numel(t->value[i]);
     float *w = sn_malloc(sizeof(float) * (size_t)(most + 1), "the parameters' initialisation", e);
     if (!w) return SN_ERR_OOM;
     sn_status s = SN_OK;
     sn_pool *pool = sn_pool_new(0); /* NULL: one by one */
     for (int i = 0; i < t->lay->n && !s; i++) {
         const sn_node *p = t->lay->slots[i].node;
+        if (t->unset && !t->unset[i]) continue;
         init_values(p->name, p->a.init, p->a.f, sn_numel(t->value[i]), w, t->o.seed, pool);
         s = sn_trainer_set_param(t, i, SN_PARAM_WEIGHTS, w, e);
     }
     sn_pool_free(pool);
     free(w);
     return s;
+}
+
+/* init_later (train.h): every parameter unset, the trainer not ready. */
+static sn_status init_later(sn_trainer *t, sn_err *e) {
+    if (!(t->unset = sn_malloc((size_t)t->lay->n + 1, "the trainer's parameters", e))) return SN_ERR_OOM;
+    memset(t->unset, 1, (size_t)t->lay->n + 1);
+    t->uninit = true;
+    return SN_OK;
 }
 
 sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
@@ -190,12 +209,24 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
     t->dropout_seed = sn_graph_input(g, SN_ROLE_DROPOUT_SEED);
     t->sc = (sn_loss_scaler){.scale = t->loss_scale ? (o->init_scale > 0 ? o->init_scale : 65536) : 1};
     double t0 = sn_clock_s();
-    if (find_values(t, e) || init_params(t, e)) {
+    if (find_values(t, e) || (o->init_later ? init_later(t, e) : init_params(t, e))) {
         sn_trainer_free(t);
         return NULL;
     }
     t->init_s = sn_clock_s() - t0;
     return t;
+}
+
+sn_status sn_trainer_init_rest(sn_trainer *t, sn_err *e) {
+    if (!t->uninit) return SN_OK;
+    double t0 = sn_clock_s();
+    sn_status s = init_params(t, e);
+    if (s) return s;
+    t->uninit = false;
+    free(t->unset);
+    t->unset = NULL;
+    t->init_s += sn_clock_s() - t0;
+    return SN_OK;
 }
 
 /* Before the runner runs again: the pending gradients move to the gradient sums. */
@@ -216,8 +247,8 @@ static float dropout_seed(const sn_trainer *t, int micro) {
 /* One forward and backward; *loss unscaled (the graph's loss is loss * scale with scaling). */
 static sn_status run(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                      sn_err *e) {
-    sn_status s = SN_OK;
-    if (t->dropout_seed) s = sn_runner_set_scalar(t->run, t->dropout_seed, dropout_seed(t, t->pending), e);
+    sn_status s = need_init(t, e);
+    if (!s && t->dropout_seed) s = sn_runner_set_scalar(t->run, t->dropout_seed, dropout_seed(t, t->pending), e);
     if (!s && t->loss_scale) s = sn_runner_set_scalar(t->run, t->loss_scale, t->sc.scale, e);
     if (!s) s = sn_runner_run(t->run, t->idx, t->targets, idx, targets, loss, e);
     if (!s) *loss /= t->sc.scale;
@@ -227,7 +258,8 @@ static sn_status run(sn_trainer *t, const int32_t *idx, const int32_t *targets, 
 sn_status sn_trainer_eval(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
                           sn_err *e) {
     /* the evaluation program: the forward alone, the pending gradients untouched */
-    sn_status s = t->loss_scale ? sn_runner_set_scalar(t->run, t->loss_scale, t->sc.scale, e) : SN_OK;
+    sn_status s = need_init(t, e);
+    if (!s && t->loss_scale) s = sn_runner_set_scalar(t->run, t->loss_scale, t->sc.scale, e);
     if (!s) s = sn_runner_eval(t->run, t->idx, t->targets, idx, targets, loss, e);
     if (!s) *loss /= t->sc.scale;
     return s;
@@ -372,12 +404,15 @@ const sn_node *sn_trainer_param_value(const sn_trainer *t, int i) {
 
 sn_status sn_trainer_get_nf4(const sn_trainer *t, int i, uint8_t *bytes, sn_err *e) {
     SN_ASSERT(sn_trainer_param_nf4(t, i));
-    return sn_runner_get(t->run, i, SN_PARAM_WEIGHTS, false, (float *)bytes, e);
+    sn_status s = need_init(t, e);
+    return s ? s : sn_runner_get(t->run, i, SN_PARAM_WEIGHTS, false, (float *)bytes, e);
 }
 
 sn_status sn_trainer_set_nf4(sn_trainer *t, int i, const uint8_t *bytes, sn_err *e) {
     SN_ASSERT(sn_trainer_param_nf4(t, i));
-    return sn_runner_set(t->run, i, SN_PARAM_WEIGHTS, (const float *)bytes, e);
+    sn_status s = sn_runner_set(t->run, i, SN_PARAM_WEIGHTS, (const float *)bytes, e);
+    if (!s && t->unset) t->unset[i] = false;
+    return s;
 }
 
 static void on_pool(void *pool, int64_t n, sn_nf4_range_fn fn, void *ctx) {
@@ -443,6 +478,8 @@ static sn_status half_weights(const sn_trainer *t, int i, float *host, bool set,
 
 sn_status sn_trainer_get_param(const sn_trainer *t, int i, sn_param_which which, float *host, sn_err *e) {
     SN_ASSERT(i >= 0 && i < t->lay->n && (unsigned)which < SN_PARAM_WHICH_COUNT);
+    sn_status s = need_init(t, e);
+    if (s) return s;
     bool nf4 = sn_trainer_param_nf4(t, i);
     if ((which == SN_PARAM_GRAD && !t->pending) || (nf4 && which != SN_PARAM_WEIGHTS)) {
         memset(host, 0, sizeof(float) * (size_t)sn_numel(t->value[i]));
@@ -459,11 +496,15 @@ sn_status sn_trainer_set_param(sn_trainer *t, int i, sn_param_which which, const
     if (which == SN_PARAM_GRAD)
         return sn_fail(e, SN_ERR_INVALID, "trainer: gradients are computed, not set: set the "
                        "weights or the moments of parameter %s", t->lay->slots[i].node->name);
+    sn_status s;
     if (sn_trainer_param_nf4(t, i)) /* frozen: no moments */
-        return which == SN_PARAM_WEIGHTS ? nf4_weights(t, i, (float *)host, true, e) : SN_OK;
-    if (which == SN_PARAM_WEIGHTS && sn_trainer_param_16bit(t, i)) /* frozen: rounded */
-        return half_weights(t, i, (float *)host, true, e);
-    return sn_runner_set(t->run, i, which, host, e);
+        s = which == SN_PARAM_WEIGHTS ? nf4_weights(t, i, (float *)host, true, e) : SN_OK;
+    else if (which == SN_PARAM_WEIGHTS && sn_trainer_param_16bit(t, i)) /* frozen: rounded */
+        s = half_weights(t, i, (float *)host, true, e);
+    else
+        s = sn_runner_set(t->run, i, which, host, e);
+    if (!s && which == SN_PARAM_WEIGHTS && t->unset) t->unset[i] = false;
+    return s;
 }
 
 int sn_trainer_find_param(const sn_trainer *t, const char *name) {

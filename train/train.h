@@ -27,6 +27,13 @@ typedef struct {
     float beta1, beta2, eps;
     float grad_clip;    /* global L2 norm; 0 disables */
     uint64_t seed;      /* parameter initialisation */
+    /* true: sn_trainer_new draws no parameter; the caller sets those it has (a checkpoint,
+     * pretrained weights: sn_trainer_set_param, sn_trainer_set_nf4), then sn_trainer_init_rest
+     * draws the others, each from the stream sn_trainer_new would have drawn it from (its
+     * name's), so the run is the same bit for bit. Until then steps, evaluations and reads of
+     * the parameters refuse (SN_ERR_INVALID). Fine-tuning skips drawing what it loads: gpt2-xl's
+     * 1.56 B normal draws were most of its startup. */
+    bool init_later;
     struct sn_device *device; /* runs the compiled program; NULL: the reference interpreter */
     const sn_pipeline_opts *compile; /* how sn_trainer_new compiles for the device (sn_compile:
                                         target, dump_after); NULL: zeroed options */
@@ -165,6 +172,10 @@ typedef struct {
     double init_s;      /* every parameter drawn on the host and set on the device */
 } sn_trainer_startup;
 void sn_trainer_startup_get(const sn_trainer *t, sn_trainer_startup *s);
+
+/* With init_later: draws every parameter not set since sn_trainer_new (and nothing else); the
+ * trainer is then ready. Without it (or called again): nothing to do. */
+sn_status sn_trainer_init_rest(sn_trainer *t, sn_err *e);
 /* The device the trainer runs on (NULL: the reference interpreter). */
 struct sn_device *sn_trainer_device(const sn_trainer *t);
 /* Sets the optimizer step count (checkpoints restore it with the moments). */
