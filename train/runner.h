@@ -66,6 +66,16 @@ sn_status sn_runner_norm(sn_runner *b, bool sums, const float scal[SN_OPT_SCALAR
  * last sn_runner_norm. */
 sn_status sn_runner_adamw(sn_runner *b, bool sums, sn_err *e);
 
+/* The delayed parameter update (DeepSpeed's DPU; with offload only, else SN_ERR_INVALID):
+ * from here on sn_runner_adamw returns once the step's gradients are on the host and the
+ * previous update's weights on the device, the host's AdamW of this step running meanwhile (a
+ * thread of its own where the device copies asynchronously; on the CPU device at the next
+ * update, the same numbers), so the next run reads the weights one update old. Reading or
+ * setting a parameter and evaluating drain first (sn_runner_drain). The order: runner.c. */
+sn_status sn_runner_delay(sn_runner *b, sn_err *e);
+/* Finishes the update in flight and puts its weights on the device (nothing without one). */
+sn_status sn_runner_drain(sn_runner *b, sn_err *e);
+
 /* The compiled program and its executor, for reports; the program's parameter layout. */
 const sn_program *sn_runner_program(const sn_runner *b);
 const sn_param_layout *sn_runner_layout(const sn_runner *b);
