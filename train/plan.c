@@ -242,6 +242,8 @@ sn_status sn_plan_make(const sn_plan_opts *o, sn_plan_graph_fn build, void *ctx,
         }
     if (fitted) {
         *out = best;
+        if (o->offload_delay && out->offload) /* the update in flight's gradients (runner.c) */
+            out->opt_host += out->grads;
         out->max_micro_batch = max_micro;
         out->min_budget = min_budget;
         return SN_OK;
