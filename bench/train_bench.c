@@ -417,6 +417,10 @@ static int model_only(const args *a, const sn_roofline_machine *m) {
                    a->threads ? a->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
         sn_roofline_offload r = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro, gbs);
         sn_roofline_offload_print(stdout, &r, (double)a->batch * a->seq, gbs, m);
+        if (gbs != 100) { /* a GPU server's host, for comparison */
+            sn_roofline_offload r100 = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro, 100);
+            sn_roofline_offload_delay_print(stdout, &r100, 100);
+        }
     }
     if (a->chunk_logits) { /* against the head whole, modeled the same way */
         args wa = *a;
