@@ -29,15 +29,6 @@ static sn_graph *tiny(void) {
     return g;
 }
 
-static void batch(int32_t *x, int32_t *y, uint64_t seed) {
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (int i = 0; i < B * T; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (int32_t)((s >> 33) % V);
-        y[i] = (x[i] * 3 + 1) % V;
-    }
-}
-
 /* clip: the global norm's bound (small enough that the tiny model's steps are clipped) */
 static sn_trainer *trainer(sn_graph *g, sn_device *d, bool offload, bool delay, float clip) {
     sn_train_opts o;
@@ -63,7 +54,7 @@ static sn_device *cpu(void) {
 /* one step on batch `seed`: its loss */
 static double step(sn_trainer *t, uint64_t seed) {
     int32_t x[B * T], y[B * T];
-    batch(x, y, seed);
+    sn_test_delay_batch(x, y, B * T, V, seed);
     sn_step_stats st;
     sn_err e;
     ck_assert_msg(sn_trainer_step(t, x, y, &st, &e) == SN_OK, "%s", e.msg);
