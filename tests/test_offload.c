@@ -216,6 +216,53 @@ START_TEST(offload_resumes) {
 }
 END_TEST
 
+/* bf16 (the autocast pass: the linear layers read their weights through 16-bit shadows): with
+ * offload the weights read only through their shadows go up as the shadows' bits (the host
+ * AdamW's, offload.h sn_offload_segments), the rest in f32; the losses, norms, masters and
+ * moments are the device-resident run's bit for bit (evaluations included: they keep the
+ * shadows shared), and on the device the f32 weights of the first are never updated (what
+ * proves the bits went up) while wte's, which the embedding's gather reads, are. */
+START_TEST(bf16_weights_go_up_as_shadows) {
+    sn_err e;
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    po.precision = SN_PRECISION_BF16;
+    po.backward = true;
+    sn_graph *g[2];
+    sn_trainer *t[2];
+    sn_device *d = cpu();
+    double l[2][STEPS], n[2][STEPS];
+    for (int i = 0; i < 2; i++) {
+        ck_assert(sn_test_tiny_loss_graph(&tiny_shape, B, &g[i], &e) == SN_OK);
+        ck_assert_msg(sn_compile(g[i], &po, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+        t[i] = trainer(g[i], d, i == 1, &po);
+        train(t[i], 0, STEPS, l[i], n[i]);
+    }
+    same_curves(l[0], n[0], l[1], n[1], 0, STEPS);
+    sn_test_same_state(t[0], t[1]);
+    int stale = 0, wte = -1;
+    for (int i = 0; i < sn_trainer_param_count(t[1]); i++) {
+        const sn_node *p = sn_trainer_param_node(t[1], i);
+        size_t k = (size_t)sn_numel(p);
+        float *dev = malloc(4 * k), *master = malloc(4 * k);
+        ck_assert(dev && master);
+        ck_assert(sn_exec_get(sn_trainer_exec(t[1]), p, dev, &e) == SN_OK);
+        ck_assert(sn_trainer_get_param(t[1], i, SN_PARAM_WEIGHTS, master, &e) == SN_OK);
+        bool same = !memcmp(dev, master, 4 * k);
+        stale += !same;
+        if (!strcmp(p->name, "wte")) wte = same;
+        free(dev);
+        free(master);
+    }
+    ck_assert_msg(stale >= 4, "%d parameters went up as their shadows only", stale);
+    ck_assert_msg(wte == 1, "wte's f32 weights on the device are not the masters (%d)", wte);
+    for (int i = 0; i < 2; i++) {
+        sn_trainer_free(t[i]);
+        sn_graph_free(g[i]);
+    }
+    sn_device_free(d);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("offload");
     TCase *tc = tcase_create("offload");
@@ -223,6 +270,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, offload_plan_is_the_trainer);
     tcase_add_test(tc, bf16_plan_is_the_trainer);
     tcase_add_test(tc, offload_resumes);
+    tcase_add_test(tc, bf16_weights_go_up_as_shadows);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -21,16 +21,21 @@ enum { B = 2, T = 16, V = 64, STEPS = 10 };
 
 static sn_test_tiny_shape tiny_shape = {V, T};
 
-static sn_graph *tiny(void) {
+/* po: compiled with these options, the backward included (NULL: the backward alone) */
+static sn_graph *tiny_with(const sn_pipeline_opts *po) {
     sn_graph *g;
     sn_err e;
     ck_assert_msg(sn_test_tiny_loss_graph(&tiny_shape, B, &g, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_backward(g, g->loss, &e) == SN_OK, "%s", e.msg);
+    if (po) ck_assert_msg(sn_compile(g, po, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    else ck_assert_msg(sn_backward(g, g->loss, &e) == SN_OK, "%s", e.msg);
     return g;
 }
 
+static sn_graph *tiny(void) { return tiny_with(NULL); }
+
 /* clip: the global norm's bound (small enough that the tiny model's steps are clipped) */
-static sn_trainer *trainer(sn_graph *g, sn_device *d, bool offload, bool delay, float clip) {
+static sn_trainer *trainer_with(sn_graph *g, sn_device *d, bool offload, bool delay, float clip,
+                                const sn_pipeline_opts *po) {
     sn_train_opts o;
     sn_train_opts_default(&o, STEPS);
     o.lr = 1e-2f;
@@ -38,10 +43,15 @@ static sn_trainer *trainer(sn_graph *g, sn_device *d, bool offload, bool delay, 
     o.device = d;
     o.offload = offload;
     o.offload_delay = delay;
+    o.compile = po;
     sn_err e;
     sn_trainer *t = sn_trainer_new(g, &o, &e);
     ck_assert_msg(t, "%s", e.msg);
     return t;
+}
+
+static sn_trainer *trainer(sn_graph *g, sn_device *d, bool offload, bool delay, float clip) {
+    return trainer_with(g, d, offload, delay, clip, NULL);
 }
 
 static sn_device *cpu(void) {
@@ -85,17 +95,22 @@ START_TEST(steps_read_the_weights_one_update_old) {
 END_TEST
 
 /* The schedule of delay_ref.h (accumulation every third step, an evaluation between two
- * micro-batches of step 4, steps clipped) with the delay, through the checked device (whose
+ * micro-batches of step 5, steps clipped) with the delay, through the checked device (whose
  * pointers fault on the host), against the same written out: every loss, norm, the
- * evaluation's loss, and after a drain every weight and moment bit for bit. */
+ * evaluation's loss, and after a drain every weight and moment bit for bit; in fp32 (_i 0) and
+ * bf16 (1: the linear layers' weights go up as their shadows' bits). */
 START_TEST(delay_is_the_schedule_written_out) {
     sn_err e;
     sn_device *plain = cpu(), *checked;
     ck_assert(sn_checked_device_new(cpu(), &checked, &e) == SN_OK);
-    sn_graph *g1 = tiny(), *g2 = tiny();
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    po.precision = SN_PRECISION_BF16;
+    po.backward = true;
+    const sn_pipeline_opts *pp = _i ? &po : NULL;
+    sn_graph *g1 = tiny_with(pp), *g2 = tiny_with(pp);
     float clip = 0.5f;
-    sn_trainer *dpu = trainer(g1, checked, true, true, clip);
-    sn_trainer *r = trainer(g2, plain, false, false, clip);
+    sn_trainer *dpu = trainer_with(g1, checked, true, true, clip, pp);
+    sn_trainer *r = trainer_with(g2, plain, false, false, clip, pp);
     sn_test_delay ref;
     sn_test_delay_new(&ref, r);
     double la[STEPS], na[STEPS], lb[STEPS], nb[STEPS], ea = 0, eb = 1;
@@ -205,7 +220,7 @@ static Suite *suite(void) {
     Suite *s = suite_create("offload_delay");
     TCase *tc = tcase_create("offload_delay");
     tcase_add_test(tc, steps_read_the_weights_one_update_old);
-    tcase_add_test(tc, delay_is_the_schedule_written_out);
+    tcase_add_loop_test(tc, delay_is_the_schedule_written_out, 0, 2);
     tcase_add_test(tc, a_drain_makes_the_next_step_read_the_newest_weights);
     tcase_add_test(tc, delay_resumes);
     tcase_add_test(tc, delay_needs_offload);

@@ -6,7 +6,7 @@
 #include <string.h>
 
 static void run_job(sn_offload_job *j) {
-    sn_offload_adamw(j->pool, j->h, j->p, j->m, j->v, j->g, NULL, SN_F32, j->n, j->n_decay);
+    sn_offload_adamw(j->pool, j->h, j->p, j->m, j->v, j->g, j->low, j->low_dtype, j->n, j->n_decay);
 }
 
 static void *job_main(void *arg) {
@@ -15,10 +15,12 @@ static void *job_main(void *arg) {
 }
 
 void sn_offload_job_start(sn_offload_job *j, const float *h, float *p, float *m, float *v,
-                          const float *g, int64_t n, int64_t n_decay) {
+                          const float *g, void *low, sn_dtype low_dtype, int64_t n,
+                          int64_t n_decay) {
     SN_ASSERT(!j->pending);
     memcpy(j->h, h, sizeof j->h);
     j->p = p, j->m = m, j->v = v, j->g = g, j->n = n, j->n_decay = n_decay;
+    j->low = low, j->low_dtype = low_dtype;
     j->pending = true;
     j->on_thread = j->threaded && !pthread_create(&j->thread, NULL, job_main, j);
     if (j->threaded && !j->on_thread) { /* no thread: now, on this one */
