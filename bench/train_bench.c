@@ -483,10 +483,18 @@ static int model_only(const args *a, const sn_roofline_machine *m) {
         if (a->host_gbs <= 0)
             printf("host AdamW measured on this machine: %.1f GB/s (%d threads)\n", gbs,
                    a->threads ? a->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
-        sn_roofline_offload r = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro, gbs);
+        sn_offload_seg *seg; /* what goes up as 16-bit shadows */
+        int n_seg;
+        int64_t low_n = 0;
+        sn_err e;
+        if (sn_offload_segments(p, NULL, &seg, &n_seg, &e)) die("offload segments", &e);
+        for (int i = 0; seg && i < n_seg; i++) low_n += seg[i].low ? seg[i].n : 0;
+        free(seg);
+        sn_roofline_offload r = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro, gbs, low_n);
         sn_roofline_offload_print(stdout, &r, (double)a->batch * a->seq, gbs, m);
         if (gbs != 100) { /* a GPU server's host, for comparison */
-            sn_roofline_offload r100 = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro, 100);
+            sn_roofline_offload r100 = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro,
+                                                                 100, low_n);
             sn_roofline_offload_delay_print(stdout, &r100, 100);
         }
     }
