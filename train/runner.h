@@ -50,7 +50,9 @@ enum { SN_RUNNER_SCALARS = 4 };
 sn_status sn_runner_set_scalar(sn_runner *b, const sn_node *input, float v, sn_err *e);
 
 /* Parameter i's weights, moments, or gradient (sums: the gradient sums, else the last run's)
- * to or from the host (numel floats; an NF4 parameter's weights: its numel packed bytes). A frozen parameter has no moments or gradient: they
+ * to or from the host (numel floats; an NF4 parameter's weights: its numel packed bytes; with
+ * offload a trained parameter's weights are the host's masters, which the device's f32 copy
+ * may lag where only its weight shadow goes up). A frozen parameter has no moments or gradient: they
  * read as zeros and setting them does nothing. */
 sn_status sn_runner_get(sn_runner *b, int i, sn_param_which which, bool sums, float *host, sn_err *e);
 sn_status sn_runner_set(sn_runner *b, int i, sn_param_which which, const float *host, sn_err *e);
