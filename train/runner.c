@@ -512,8 +512,8 @@ static void adamw_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
  *   2. its weights go up while step k+1's gradients come down, both directions at once: the
  *      device is idle (sn_exec_run returned after its sync, the norm's scalars came down
  *      through its stream), so neither copy races its work;
- *   3. both copies done before returning: the next run reads the weights and its backward
- *      overwrites the gradients;
+ *   3. both copies done before returning: the next run reads the weights and overwrites the
+ *      gradients;
  *   4. update k+1 starts on the host, on its own copy of the scalars and its own gradients
  *      (host[FB_JOB]: with accumulation the sums themselves, swapped with a second buffer so
  *      that the next step's sums do not write them).
