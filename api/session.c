@@ -236,6 +236,9 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
     if (o->offload == SN_OFFLOAD_OPTIMIZER && o->device == SN_DEVICE_INTERP)
         return sn_fail(e, SN_ERR_INVALID, "session: offload moves the optimizer state off a device "
                        "and the interpreter has none: use device cpu or cuda");
+    if (o->offload_delay && o->offload != SN_OFFLOAD_OPTIMIZER)
+        return sn_fail(e, SN_ERR_INVALID, "session: offload_delay overlaps the host's AdamW with the "
+                       "device's next step: give offload SN_OFFLOAD_OPTIMIZER with it");
     if (o->mem && o->device == SN_DEVICE_INTERP)
         return sn_fail(e, SN_ERR_INVALID, "session: mem plans device memory and the interpreter "
                        "has none: use device cpu or cuda");
@@ -308,6 +311,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
                             .offload = o->offload == SN_OFFLOAD_AUTO   ? SN_PLAN_OFFLOAD_AS_NEEDED
                                        : o->offload == SN_OFFLOAD_NONE ? SN_PLAN_OFFLOAD_NEVER
                                                                        : SN_PLAN_OFFLOAD_ALWAYS,
+                            .offload_delay = o->offload_delay,
                             .chunk_logits = o->chunk_logits < 0 ? SN_CHUNK_LOGITS_AUTO : o->chunk_logits};
         if ((s = sn_plan_make(&plo, plan_graph, r, &r->plan, e))) return s;
         r->planned = true;
@@ -338,6 +342,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
     /* weights about to be loaded are not drawn first: only what the file lacks (a resumed
        run's nothing, a fine-tuning run's new adapters) is, after it */
     to.init_later = o->resume || o->init_pretrained || o->init;
+    to.offload_delay = o->offload_delay;
     if (!(r->t = sn_trainer_new(r->g, &to, e))) return e->code;
     /* a planned run's evaluation program now: the plan counts its memory, measured after the
        first step (else it is made at the first validation) */

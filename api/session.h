@@ -110,6 +110,10 @@ typedef struct {
     sn_precision precision; /* base/graph.h: bf16 and fp16 run the autocast pass (fp16 with
                                dynamic loss scaling) */
     sn_offload offload;
+    bool offload_delay;   /* with offload SN_OFFLOAD_OPTIMIZER: the delayed parameter update
+                             (train.h sn_train_opts.offload_delay: the steps read the weights
+                             one update old; validation, samples and saves see every update);
+                             refused with any other offload */
     int64_t chunk_logits; /* the LM head and its loss in chunks of this many rows (tokens), the
                              logits never whole (passes.h: the chunk_logits pass); 0: whole;
                              -1 (the default): whole, or with mem in chunks when the plan does

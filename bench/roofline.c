@@ -224,18 +224,24 @@ void sn_roofline_print(FILE *f, const sn_program *p, int64_t n_params, double to
 
 sn_roofline_offload sn_roofline_offload_model(const sn_program *p, int64_t n_params, int64_t chunk,
                                               const sn_roofline_machine *m,
-                                              const sn_roofline_opts *o, double host_gb_s) {
+                                              const sn_roofline_opts *o, double host_gb_s,
+                                              int64_t low_n) {
     sn_roofline_step s = sn_roofline_program(p, n_params, m, o);
     double n = (double)n_params, bw = m->pcie_gb_s * 1e9;
     sn_roofline_offload r = {.on_device_s = s.time_s};
     r.device_s = s.time_s - s.optimizer_s + 4.0 * n / (m->tb_per_s * 1e12); /* SQNORM reads g */
     r.down_s = 4.0 * n / bw;
-    r.up_s = 4.0 * n / bw;
-    r.host_s = 28.0 * n / (host_gb_s * 1e9);
+    r.low_frac = n > 0 ? (double)low_n / n : 0;
+    r.up_s = (4.0 * (n - (double)low_n) + 2.0 * (double)low_n) / bw;
+    r.host_s = (28.0 * n + 2.0 * (double)low_n) / (host_gb_s * 1e9); /* + the shadows' bits */
     r.serial_s = r.down_s + r.host_s + r.up_s;
     double slowest = fmax(fmax(r.down_s, r.host_s), r.up_s), share = n > 0 ? (double)chunk / n : 0;
     r.overlapped_s = slowest + share * (r.down_s + r.host_s + r.up_s - slowest);
     r.step_s = r.device_s + r.overlapped_s;
+    r.delayed_serial_s = fmax(r.down_s, r.up_s) + fmax(0, r.host_s - r.device_s);
+    r.delayed_s = fmax(r.device_s, r.host_s) + fmax(r.down_s, r.up_s);
+    double d2d = 2 * 2 * 4.0 * n / (m->tb_per_s * 1e12); /* two copies, each read and written */
+    r.buffered_s = fmax(r.device_s + d2d, r.overlapped_s);
     return r;
 }
 
@@ -246,16 +252,35 @@ void sn_roofline_offload_print(FILE *f, const sn_roofline_offload *r, double tok
     for (int i = 0; i < 6; i++) fmt_s(t[i], sizeof t[i], v[i]);
     fprintf(f, "offloaded (the optimizer state on the host; PCIe %.0f GB/s each way, host AdamW "
             "%.1f GB/s):\n", m->pcie_gb_s, host_gb_s);
-    fprintf(f, "  device kernels and SQNORM %s; gradients down %s, weights up %s, host AdamW %s\n",
-            t[0], t[1], t[2], t[3]);
+    fprintf(f, "  device kernels and SQNORM %s; gradients down %s, weights up %s (%.1f%% of them as "
+            "16-bit shadows), host AdamW %s\n", t[0], t[1], t[2],
+            100 * r->low_frac, t[3]);
     fprintf(f, "  optimizer phase: serial %s, overlapped %s\n", t[4], t[5]);
     fprintf(f, "  step: modeled %.3f ms = %.0f tokens/s, %.2fx the step without offload "
             "(serial copies: %.2fx)\n", r->step_s * 1e3, tokens / r->step_s,
             r->step_s / r->on_device_s, (r->device_s + r->serial_s) / r->on_device_s);
+    sn_roofline_offload_delay_print(f, r, host_gb_s);
     double room = 1.5 * r->on_device_s - r->device_s; /* what 1.5x leaves the optimizer phase */
     if (room <= fmax(r->down_s, r->up_s))
         fprintf(f, "  1.5x is out of reach: the copies alone take more than %.3f ms\n", room * 1e3);
     else
         fprintf(f, "  1.5x needs the host AdamW at %.0f GB/s or more\n",
+                r->host_s * host_gb_s / room);
+}
+
+void sn_roofline_offload_delay_print(FILE *f, const sn_roofline_offload *r, double host_gb_s) {
+    fprintf(f, "  delayed update (--offload-delay), host AdamW at %.1f GB/s: step max(device %.3f, "
+            "host %.3f) + copies %.3f = %.3f ms, %.2fx the step without offload (serial: %.3f ms, "
+            "the copies and the host's excess); with the weights and gradients double-buffered on "
+            "the device (+8 bytes a parameter, not built): %.3f ms, %.2fx\n", host_gb_s,
+            r->device_s * 1e3, r->host_s * 1e3, fmax(r->down_s, r->up_s) * 1e3,
+            r->delayed_s * 1e3, r->delayed_s / r->on_device_s, r->delayed_serial_s * 1e3,
+            r->buffered_s * 1e3, r->buffered_s / r->on_device_s);
+    double room = 1.5 * r->on_device_s - fmax(r->down_s, r->up_s); /* what 1.5x leaves the host */
+    if (room <= r->device_s)
+        fprintf(f, "  delayed: 1.5x is out of reach: the device's step and the copies take %.3f ms\n",
+                (r->device_s + fmax(r->down_s, r->up_s)) * 1e3);
+    else
+        fprintf(f, "  delayed: 1.5x needs the host AdamW at %.0f GB/s or more\n",
                 r->host_s * host_gb_s / room);
 }

@@ -104,14 +104,29 @@ typedef struct {
     double on_device_s;          /* the step without offload (sn_roofline_program) */
     double device_s;             /* its kernels without AdamW, with SQNORM */
     double down_s, up_s, host_s; /* the optimizer's three streams of work */
+    double low_frac;             /* of the elements, those that go up as 16-bit shadows */
     double serial_s, overlapped_s; /* the optimizer phase */
     double step_s;               /* device_s + overlapped_s */
+    /* the delayed parameter update (sn_train_opts.offload_delay, runner.c): the host's AdamW
+     * overlaps the device's next step; what cannot overlap is the copies (the gradients are
+     * complete only after the backward and the next backward overwrites them; the weights go
+     * up only once the device's step no longer reads them) and the host's excess:
+     * max(device_s, host_s) + max(down_s, up_s) */
+    double delayed_s, delayed_serial_s;
+    /* the same with the weights and the gradients double-buffered on the device (+8 bytes an
+     * element: not built): two device copies serial, the pipeline overlapping the device */
+    double buffered_s;
 } sn_roofline_offload;
 
+/* low_n: of n_params, the elements that go up as their 16-bit weight shadows (2 bytes each,
+ * train/offload.h sn_offload_segments) */
 sn_roofline_offload sn_roofline_offload_model(const sn_program *p, int64_t n_params, int64_t chunk,
                                               const sn_roofline_machine *m,
-                                              const sn_roofline_opts *o, double host_gb_s);
+                                              const sn_roofline_opts *o, double host_gb_s,
+                                              int64_t low_n);
 void sn_roofline_offload_print(FILE *f, const sn_roofline_offload *r, double tokens,
                                double host_gb_s, const sn_roofline_machine *m);
+/* The delayed update's lines alone (its step against the step without offload). */
+void sn_roofline_offload_delay_print(FILE *f, const sn_roofline_offload *r, double host_gb_s);
 
 #endif

@@ -40,6 +40,8 @@ typedef struct {
     int checkpoint; /* an sn_recompute_policy (--checkpoint-policy; budget with --arena-budget) */
     int64_t arena_budget; /* --arena-budget: the budget policy's arena (what sinter plan chose) */
     bool offload;   /* --offload: the optimizer state in host memory (sn_train_opts.offload) */
+    bool offload_delay; /* --offload-delay: the delayed update; the offloaded step without it
+                           and the on-device step timed in the same run, in blocks */
     int64_t chunk_logits; /* --chunk-logits N: the LM head in chunks of N rows (passes.h); the
                              step with the head whole is timed too, in the same run */
     bool loss_only; /* with --chunk-logits, both steps: the loss the training graph's one output,
@@ -228,6 +230,65 @@ static const sn_program *profiled_step(run_ctx *r, const char *what, sn_exec_sta
     return sn_trainer_program(r->t);
 }
 
+/* --offload-delay: steps back to back, ended by the drain of the last update (its cost spread
+ * over the block), so that an update in flight never overlaps another trainer's block. */
+typedef struct {
+    run_ctx *r;
+    int steps;
+} block_ctx;
+
+static sn_status run_block(void *ctx, sn_err *e) {
+    block_ctx *b = ctx;
+    sn_status s = SN_OK;
+    for (int i = 0; i < b->steps && !s; i++) s = run_step(b->r, e);
+    return s ? s : sn_trainer_drain(b->r->t, e);
+}
+
+/* The delayed update's trainer (r), the offloaded one without the delay and the on-device one
+ * (made here), each timed in blocks of a->steps steps, the three in turn for 3 rounds (the
+ * order rotated), the best block of each; one record with the three and their ratios. */
+static void offload_delay_blocks(const args *a, const sn_train_opts *o, run_ctx *r,
+                                 const char *dev, double flops, double peak) {
+    sn_err e;
+    sn_graph *g[2];
+    sn_trainer *t[2];
+    run_ctx rc[2];
+    block_ctx bc[3] = {{r, a->steps}};
+    for (int i = 0; i < 2; i++) {
+        sn_train_opts bo = *o;
+        bo.offload_delay = false, bo.offload = i == 0; /* 0: offloaded, 1: on the device */
+        g[i] = model_graph(a, true, NULL);
+        if (!(t[i] = sn_trainer_new(g[i], &bo, &e))) die("baseline trainer", &e);
+        sn_exec_time_kernels(sn_trainer_exec(t[i]), false);
+        rc[i] = (run_ctx){t[i], r->x, r->y, NULL};
+        bc[i + 1] = (block_ctx){&rc[i], a->steps};
+    }
+    double best[3] = {1e30, 1e30, 1e30};
+    for (int k = 0; k < 3; k++) /* warm-up */
+        if (run_block(&bc[k], &e)) die("warm-up block", &e);
+    for (int round = 0; round < 3; round++)
+        for (int j = 0; j < 3; j++) {
+            int k = (round + j) % 3;
+            double t0 = sn_clock_s();
+            if (run_block(&bc[k], &e)) die("block", &e);
+            double dt = (sn_clock_s() - t0) / a->steps;
+            if (dt < best[k]) best[k] = dt;
+        }
+    bj *rec = record(a, dev, "train_step_offload_delay", best[0], flops, peak);
+    bj_int(rec, "block_steps", a->steps);
+    bj_num(rec, "delayed_step_ms", "%.2f", 1e3 * best[0]);
+    bj_num(rec, "offloaded_step_ms", "%.2f", 1e3 * best[1]);
+    bj_num(rec, "on_device_step_ms", "%.2f", 1e3 * best[2]);
+    bj_num(rec, "delayed_over_on_device", "%.3f", best[0] / best[2]);
+    bj_num(rec, "offloaded_over_on_device", "%.3f", best[1] / best[2]);
+    bj_num(rec, "delayed_over_offloaded", "%.3f", best[0] / best[1]);
+    bj_print(rec, stdout);
+    for (int i = 0; i < 2; i++) {
+        sn_trainer_free(t[i]);
+        sn_graph_free(g[i]);
+    }
+}
+
 /* A baseline in the same run: ba's training graph (the caller's graph *g, to free) and its
  * trainer (to free), its best step time over ba->steps in *s. */
 static sn_trainer *baseline(const args *ba, const sn_train_opts *o, int32_t *x, int32_t *y,
@@ -248,7 +309,7 @@ static const char usage_text[] =
     "                   [--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16]\n"
     "                   [--compare-interp] [--arena-budget BYTES] [--offload] [--lora R | --ia3]\n"
     "                   [--qlora R] [--lora-targets all|attn|mlp] [--host-gbs G] [--chunk-logits N]\n"
-    "                   [--base-f32] [--startup-only]\n"
+    "                   [--base-f32] [--startup-only] [--offload-delay]\n"
     "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
     "  --threads 0: all cores; --lora R: the step with LoRA adapters of rank R (all linear\n"
     "  layers, alpha R, the base frozen), and the full fine-tuning step timed in the same run;\n"
@@ -261,6 +322,9 @@ static const char usage_text[] =
     "  timed in the same run (qlora_over_lora);\n"
     "  --model-only --offload: the offloaded step modeled too, the host AdamW at G GB/s (by\n"
     "  default as measured on this machine, --threads of it);\n"
+    "  --offload --offload-delay: the delayed parameter update's step, the offloaded step\n"
+    "  without it and the on-device step, each timed in blocks of --steps steps back to back\n"
+    "  (a block ends with the drain of its last update), the three in turn;\n"
     "  --startup-only: the trainer's startup (sn_trainer_new and its parts) alone, no step;\n"
     "  --chunk-logits N: the LM head and its loss in chunks of N rows, and the step with the\n"
     "  head whole timed (or, with --model-only, modeled) in the same run\n";
@@ -299,6 +363,7 @@ static void parse(int argc, char **argv, args *a) {
                      : !strcmp(k, "--startup-only") ? &a->startup_only
                      : !strcmp(k, "--tf32")         ? &a->tf32
                      : !strcmp(k, "--offload")      ? &a->offload
+                     : !strcmp(k, "--offload-delay") ? &a->offload_delay
                      : !strcmp(k, "--ia3")          ? &a->ia3
                      : !strcmp(k, "--base-f32")     ? &a->base_f32 : NULL;
         if (flag) {
@@ -358,6 +423,8 @@ static void parse(int argc, char **argv, args *a) {
     if (a->model_only && !a->roofline) usage_fail("%s needs --roofline h100", "--model-only");
     if (a->lora_targets != SN_GPT2_LORA_ALL && !a->lora)
         usage_fail("%s shapes LoRA adapters: add --lora R or --qlora R", "--lora-targets");
+    if (a->offload_delay && !a->offload)
+        usage_fail("%s overlaps the host's AdamW with the next step: add --offload", "--offload-delay");
     if (a->ia3 && a->lora) usage_fail("%s: --ia3 and --lora are two ways to fine-tune: choose one", "--ia3");
     for (int i = 1, lora = 0; i < argc; i++) /* --qlora sets --lora's rank: not both */
         if ((lora += !strcmp(argv[i], "--lora") + !strcmp(argv[i], "--qlora")) > 1)
@@ -425,8 +492,20 @@ static int model_only(const args *a, const sn_roofline_machine *m) {
         if (a->host_gbs <= 0)
             printf("host AdamW measured on this machine: %.1f GB/s (%d threads)\n", gbs,
                    a->threads ? a->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
-        sn_roofline_offload r = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro, gbs);
+        sn_offload_seg *seg; /* what goes up as 16-bit shadows */
+        int n_seg;
+        int64_t low_n = 0;
+        sn_err e;
+        if (sn_offload_segments(p, NULL, &seg, &n_seg, &e)) die("offload segments", &e);
+        for (int i = 0; seg && i < n_seg; i++) low_n += seg[i].low ? seg[i].n : 0;
+        free(seg);
+        sn_roofline_offload r = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro, gbs, low_n);
         sn_roofline_offload_print(stdout, &r, (double)a->batch * a->seq, gbs, m);
+        if (gbs != 100) { /* a GPU server's host, for comparison */
+            sn_roofline_offload r100 = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro,
+                                                                 100, low_n);
+            sn_roofline_offload_delay_print(stdout, &r100, 100);
+        }
     }
     if (a->chunk_logits) { /* against the head whole, modeled the same way */
         args wa = *a;
@@ -481,6 +560,7 @@ int main(int argc, char **argv) {
     sn_train_opts_default(&o, 1000);
     o.device = d;
     o.offload = a.offload;
+    o.offload_delay = a.offload_delay;
     double t0 = sn_clock_s();
     sn_trainer *t = sn_trainer_new(g, &o, &e);
     if (!t) die("trainer", &e);
@@ -686,6 +766,8 @@ int main(int argc, char **argv) {
         sn_trainer_free(wt);
         sn_graph_free(whole);
     }
+
+    if (a.offload_delay) offload_delay_blocks(&a, &o, &r, dev, train_flops, peak);
 
     if (a.compare_interp) { /* the reference interpreter on the same step, once */
         sn_graph *ig = model_graph(&a, true, NULL);

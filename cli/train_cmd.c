@@ -121,6 +121,7 @@ static void session_enums(const train_args *a, sn_session_opts *o) {
                            : a->checkpoint_policy == SN_RECOMPUTE_SQRT  ? SN_CHECKPOINT_SQRT
                                                                         : SN_CHECKPOINT_AUTO;
     o->offload = a->offload < 0 ? SN_OFFLOAD_AUTO : a->offload ? SN_OFFLOAD_OPTIMIZER : SN_OFFLOAD_NONE;
+    o->offload_delay = a->offload_delay;
 }
 
 /* A LLaMA-family model: --model's built-in shape, or --init-hf's config.json. */

@@ -169,6 +169,11 @@ static const cli_opt train_opts[] = {
              "host memory, updated there by the CPU (the device keeps weights,\n"
              "gradients and activations); none: on the device (default without\n"
              "--mem)"},
+    {"offload-delay", 0, CLI_FLAG, NULL, O(offload_delay),
+     .help = "with --offload optimizer: the CPU's AdamW of a step runs while the\n"
+             "device runs the next step, which reads the weights one update old\n"
+             "(DeepSpeed's delayed parameter update: other numbers than without\n"
+             "it; evaluations, samples and checkpoints see every update)"},
     {"dump-after", 0, CLI_CHOICE, "PASS", O(dump_after), .choices_fn = sn_pipeline_pass_names,
      .help = "print the IR (or, after fuse and memplan, the program) the trainer\n"
              "runs, after PASS"},
@@ -235,6 +240,9 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
     if (a->offload == 1 && !strcmp(a->device, "interp"))
         return cli_usage_error(cmd, "--offload optimizer moves the optimizer state off a device; the "
                                "interpreter has none (use --device cpu or cuda)");
+    if (a->offload_delay && a->offload != 1)
+        return cli_usage_error(cmd, "--offload-delay overlaps the CPU's AdamW with the device's next "
+                               "step: add --offload optimizer");
     if (a->mem && !strcmp(a->device, "interp"))
         return cli_usage_error(cmd, "--mem plans device memory; the interpreter has none (use "
                                "--device cpu)");

@@ -14,6 +14,7 @@
 #include "runtime/device.h"
 #include "support/rng.h"
 #include "train/train.h"
+#include "train/offload.h"
 #include "harness.h"
 #include "tiny_gpt2.h"
 
@@ -448,7 +449,9 @@ END_TEST
  * fp16 (loss scaling from 2^22: the first steps are skipped), AdamW on the device and offloaded
  * to the host. The program has one kernel fewer per weight product operand; the copies' cast
  * kernels run at the first step, for the one parameter the host wrote, and (offload: the
- * weights come up from the host) after every update, never after a step on the device. */
+ * weights come up from the host) after every update for the parameters that go up in f32 (the
+ * others go up as their copies' bits: train/offload.h sn_offload_segments), never after a step
+ * on the device. */
 START_TEST(weight_copies_keep_losses) {
     enum { STEPS = 8, SET_AT = 4 };
     sn_precision p = _i % 2 ? SN_PRECISION_FP16 : SN_PRECISION_BF16;
@@ -479,6 +482,22 @@ START_TEST(weight_copies_keep_losses) {
         n_kernels[run] = prog->n_kernels;
         n_shadows[run] = prog->n_shadows;
         int wi = sn_trainer_find_param(t, "h.0.mlp.c_fc.w"), np = sn_trainer_param_count(t);
+        int f32_up = prog->n_shadows; /* offload: the copies of what goes up in f32 */
+        bool wi_low = false;          /* the host-written one goes up as its copy */
+        sn_offload_seg *seg;
+        int n_seg;
+        ck_assert(sn_offload_segments(prog, NULL, &seg, &n_seg, &e) == SN_OK);
+        for (int k = 0; seg && k < prog->n_shadows; k++) {
+            const sn_param_slot *s = sn_param_layout_find(&prog->layout, prog->shadows[k]->args[1]);
+            for (int j = 0; s && !s->frozen && j < n_seg; j++) {
+                if (!seg[j].low || s->flat < seg[j].lo || s->flat >= seg[j].lo + seg[j].n) continue;
+                f32_up--;
+                wi_low |= s == &prog->layout.slots[wi];
+            }
+        }
+        free(seg);
+        ck_assert_msg(!offload || !prog->n_shadows || f32_up < prog->n_shadows,
+                      "no weight goes up as its copy");
         int64_t n = sn_numel(sn_trainer_param_node(t, wi)), total = 0;
         float *w = malloc(sizeof(float) * (size_t)n);
         bool updated = false;
@@ -497,7 +516,8 @@ START_TEST(weight_copies_keep_losses) {
             skipped += st.skipped;
             /* copies made by their casts: all at first, and after each offloaded update; the
                host write's one; none after a step on the device */
-            int64_t want = step == 0 || (offload && updated) ? prog->n_shadows
+            int64_t want = step == 0                 ? prog->n_shadows
+                         : offload && updated       ? f32_up + (step == SET_AT && wi_low)
                          : step == SET_AT && prog->n_shadows ? 1 : 0;
             ck_assert_msg(xs1.shadow_casts - xs0.shadow_casts == want, "step %d: %lld copies made "
                           "by their casts, want %lld", step, (long long)(xs1.shadow_casts -

@@ -182,7 +182,8 @@ START_TEST(bf16_plan_is_the_trainer) {
 END_TEST
 
 /* Saved with offload after half the steps and resumed with offload and without: the second
- * half's losses and the final state are the uninterrupted run's. */
+ * half's losses and the final state are the uninterrupted run's; in fp32 (_i 0) and bf16 (1:
+ * the saved weights are the masters, the device's f32 lagging where only shadows went up). */
 START_TEST(offload_resumes) {
     sn_err e;
     char path[] = "/tmp/sn_offload_XXXXXX";
@@ -190,15 +191,27 @@ START_TEST(offload_resumes) {
     ck_assert(fd >= 0);
     close(fd);
     sn_device *d = cpu();
-    sn_graph *g[3] = {tiny(B), tiny(B), tiny(B)};
-    sn_trainer *full = trainer(g[0], d, true, NULL);
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    po.precision = SN_PRECISION_BF16;
+    po.backward = true;
+    const sn_pipeline_opts *pp = _i ? &po : NULL;
+    sn_graph *g[3];
+    for (int k = 0; k < 3; k++) {
+        if (!_i) {
+            g[k] = tiny(B);
+            continue;
+        }
+        ck_assert(sn_test_tiny_loss_graph(&tiny_shape, B, &g[k], &e) == SN_OK);
+        ck_assert_msg(sn_compile(g[k], &po, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    }
+    sn_trainer *full = trainer(g[0], d, true, pp);
     double l[3][STEPS], n[3][STEPS];
     train(full, 0, STEPS / 2, l[0], n[0]);
     sn_run_state r = {0};
     ck_assert_msg(sn_checkpoint_save(path, full, &r, &e) == SN_OK, "%s", e.msg);
     train(full, STEPS / 2, STEPS, l[0], n[0]);
     for (int k = 1; k < 3; k++) {
-        sn_trainer *t = trainer(g[k], d, k == 1, NULL);
+        sn_trainer *t = trainer(g[k], d, k == 1, pp);
         sn_run_state rk = {0};
         ck_assert_msg(sn_checkpoint_load(path, t, &rk, &e) == SN_OK, "%s", e.msg);
         ck_assert_int_eq(sn_trainer_step_count(t), STEPS / 2);
@@ -216,13 +229,61 @@ START_TEST(offload_resumes) {
 }
 END_TEST
 
+/* bf16 (the autocast pass: the linear layers read their weights through 16-bit shadows): with
+ * offload the weights read only through their shadows go up as the shadows' bits (the host
+ * AdamW's, offload.h sn_offload_segments), the rest in f32; the losses, norms, masters and
+ * moments are the device-resident run's bit for bit (evaluations included: they keep the
+ * shadows shared), and on the device the f32 weights of the first are never updated (what
+ * proves the bits went up) while wte's, which the embedding's gather reads, are. */
+START_TEST(bf16_weights_go_up_as_shadows) {
+    sn_err e;
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    po.precision = SN_PRECISION_BF16;
+    po.backward = true;
+    sn_graph *g[2];
+    sn_trainer *t[2];
+    sn_device *d = cpu();
+    double l[2][STEPS], n[2][STEPS];
+    for (int i = 0; i < 2; i++) {
+        ck_assert(sn_test_tiny_loss_graph(&tiny_shape, B, &g[i], &e) == SN_OK);
+        ck_assert_msg(sn_compile(g[i], &po, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+        t[i] = trainer(g[i], d, i == 1, &po);
+        train(t[i], 0, STEPS, l[i], n[i]);
+    }
+    same_curves(l[0], n[0], l[1], n[1], 0, STEPS);
+    sn_test_same_state(t[0], t[1]);
+    int stale = 0, wte = -1;
+    for (int i = 0; i < sn_trainer_param_count(t[1]); i++) {
+        const sn_node *p = sn_trainer_param_node(t[1], i);
+        size_t k = (size_t)sn_numel(p);
+        float *dev = malloc(4 * k), *master = malloc(4 * k);
+        ck_assert(dev && master);
+        ck_assert(sn_exec_get(sn_trainer_exec(t[1]), p, dev, &e) == SN_OK);
+        ck_assert(sn_trainer_get_param(t[1], i, SN_PARAM_WEIGHTS, master, &e) == SN_OK);
+        bool same = !memcmp(dev, master, 4 * k);
+        stale += !same;
+        if (!strcmp(p->name, "wte")) wte = same;
+        free(dev);
+        free(master);
+    }
+    ck_assert_msg(stale >= 4, "%d parameters went up as their shadows only", stale);
+    ck_assert_msg(wte == 1, "wte's f32 weights on the device are not the masters (%d)", wte);
+    for (int i = 0; i < 2; i++) {
+        sn_trainer_free(t[i]);
+        sn_graph_free(g[i]);
+    }
+    sn_device_free(d);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("offload");
     TCase *tc = tcase_create("offload");
     tcase_add_test(tc, offload_trains_the_same);
     tcase_add_test(tc, offload_plan_is_the_trainer);
     tcase_add_test(tc, bf16_plan_is_the_trainer);
-    tcase_add_test(tc, offload_resumes);
+    tcase_add_loop_test(tc, offload_resumes, 0, 2);
+    tcase_add_test(tc, bf16_weights_go_up_as_shadows);
     suite_add_tcase(s, tc);
     return s;
 }

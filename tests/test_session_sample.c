@@ -18,6 +18,7 @@
  * (the KV path's evidence). */
 typedef struct {
     bool llama, lora, kv_without_lora, nf4;
+    bool delay; /* the optimizer offloaded with the delayed parameter update */
     sn_gpt2_config g;
     sn_llama_config l;
     int kv_builds;
@@ -65,6 +66,7 @@ static sn_session *session(model *m, bool kv, int steps, int64_t mem) {
     o.lr = 1e-2;
     o.mem = mem;
     o.nf4 = m->nf4; /* QLoRA: the base NF4 in the trainer and in both samplers */
+    if (m->delay) o.offload = SN_OFFLOAD_OPTIMIZER, o.offload_delay = true;
     int ctx = m->llama ? m->l.ctx : m->g.ctx, layers = m->llama ? m->l.n_layer : m->g.n_layer;
     sn_model sm = {.name = m->llama ? "llama-tiny" : "tiny", .ctx = ctx, .build = build, .user = m,
                    .build_kv = kv ? build_kv : NULL, .n_layer = kv ? layers : 0};
@@ -176,6 +178,23 @@ START_TEST(falls_back) {
 }
 END_TEST
 
+/* With the delayed parameter update the samplers read the weights through a drain: the KV
+ * cache's and the recomputing sampler's texts are the same, after more steps too; the delay
+ * without offload is refused. */
+START_TEST(delayed_update_samples) {
+    model m = gpt2_tiny(false);
+    m.delay = true;
+    same_samples(&m);
+    sn_session_opts o = sn_session_defaults();
+    o.offload_delay = true;
+    sn_session *s;
+    sn_err e;
+    sn_model sm = {.name = "tiny", .ctx = m.g.ctx, .build = build, .user = &m};
+    ck_assert_int_eq(sn_session_new(&sm, &o, &s, &e), SN_ERR_INVALID);
+    ck_assert_has(e.msg, "give offload SN_OFFLOAD_OPTIMIZER with it");
+}
+END_TEST
+
 /* Generation graphs without the trained adapters would sample another model: refused. */
 START_TEST(missing_parameter_refused) {
     model m = gpt2_tiny(true);
@@ -202,6 +221,7 @@ int main(void) {
     tcase_add_test(tc, qlora_kv_equals_recomputed);
     tcase_add_test(tc, falls_back);
     tcase_add_test(tc, missing_parameter_refused);
+    tcase_add_test(tc, delayed_update_samples);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }

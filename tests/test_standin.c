@@ -25,6 +25,7 @@
 #include "train/plan.h"
 #include "train/train.h"
 #include "examples/llama/llama.h"
+#include "delay_ref.h"
 #include "harness.h"
 
 #define ck_assert_has(s, sub) ck_assert_msg(strstr((s), (sub)), "'%s' lacks '%s'", (s), (sub))
@@ -432,6 +433,76 @@ START_TEST(offload_trains_like_the_device) {
     sn_graph_free(g1);
     sn_graph_free(g2);
     sn_device_free(gpu);
+}
+END_TEST
+
+/* The delayed parameter update (sn_train_opts.offload_delay) on the CUDA device, where the host's
+ * AdamW runs on a thread of its own while the stand-in runs the next step and the copies are
+ * deferred until waited on (so an upload not waited on before the next run, or a job reading
+ * gradients before their download is waited on, reads other bytes): the losses, norms and the
+ * evaluation's loss are those of the schedule written out by hand (delay_ref.h) with the
+ * stand-in's device-resident trainer, and (fp32, _i 0) the CPU device's delayed run, within the
+ * tolerance of offload_trains_like_the_device (equal on the stand-in); in bf16 (_i 1) the
+ * linear layers' weights go up as their shadows' bits. */
+START_TEST(offload_delay_is_the_schedule_written_out) {
+    if (!have_nvrtc()) return;
+    enum { N = 6, EVAL = 4 };
+    sn_err e;
+    sn_device *gpu = cuda(NULL), *cpu;
+    ck_assert(sn_cpu_device_new(2, &cpu, &e) == SN_OK);
+    sn_device *on[3] = {gpu, gpu, cpu};
+    sn_pipeline_opts po[3];
+    sn_graph *g[3];
+    for (int i = 0; i < 3; i++) {
+        po[i] = sn_pipeline_defaults();
+        po[i].precision = _i ? SN_PRECISION_BF16 : SN_PRECISION_FP32;
+        po[i].backward = true;
+        po[i].target = &on[i]->target;
+        sn_gpt2_config c;
+        ck_assert(sn_gpt2_config_find("tiny", &c));
+        c.vocab = V;
+        g[i] = sn_graph_new();
+        sn_gpt2 m;
+        ck_assert_msg(sn_gpt2_build(g[i], &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
+        ck_assert_msg(sn_compile(g[i], &po[i], NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    }
+    sn_trainer *t[3];
+    for (int i = 0; i < 3; i++) {
+        sn_train_opts o;
+        sn_train_opts_default(&o, STEPS);
+        o.lr = 1e-2f;
+        o.grad_clip = 0.5f;
+        o.device = on[i];
+        o.offload = o.offload_delay = i != 1; /* 1: the written-out schedule's */
+        o.compile = &po[i];
+        ck_assert_msg(t[i] = sn_trainer_new(g[i], &o, &e), "%s", e.msg);
+    }
+    sn_test_delay ref;
+    sn_test_delay_new(&ref, t[1]);
+    double l[3][N], n[3][N], ev[3];
+    for (int i = 0; i < 3; i++)
+        sn_test_delay_run(t[i], i == 1 ? &ref : NULL, N, B * T, V, EVAL, l[i], n[i], &ev[i]);
+    double worst[3] = {0};
+    for (int i = 1; i < (_i ? 2 : 3); i++) {
+        for (int s = 0; s < N; s++) {
+            ck_assert_msg(fabs(l[0][s] - l[i][s]) <= 1e-6 && fabs(n[0][s] - n[i][s]) <= 1e-5 * fmax(1, n[i][s]),
+                          "step %d: loss %.9g (delayed) vs %.9g (%s), norm %.9g vs %.9g", s + 1,
+                          l[0][s], l[i][s], i == 1 ? "written out" : "the CPU device's", n[0][s], n[i][s]);
+            worst[i] = fmax(worst[i], fabs(l[0][s] - l[i][s]));
+        }
+        ck_assert_msg(fabs(ev[0] - ev[i]) <= 1e-6, "evaluation %.9g vs %.9g", ev[0], ev[i]);
+    }
+    ck_assert_msg(l[0][N - 1] < l[0][0] - 0.1, "loss %g -> %g: not learning", l[0][0], l[0][N - 1]);
+    printf("test_standin: %d delayed steps (%s): largest loss difference from the written-out "
+           "schedule %.2g, from the CPU device's delayed run %.2g%s\n", N, _i ? "bf16" : "fp32",
+           worst[1], worst[2], _i ? " (not compared)" : "");
+    sn_test_delay_free(&ref);
+    for (int i = 0; i < 3; i++) {
+        sn_trainer_free(t[i]);
+        sn_graph_free(g[i]);
+    }
+    sn_device_free(gpu);
+    sn_device_free(cpu);
 }
 END_TEST
 
@@ -1412,6 +1483,7 @@ static Suite *suite(void) {
     TCase *off = tcase_create("offload");
     tcase_set_timeout(off, 240);
     tcase_add_test(off, offload_trains_like_the_device);
+    tcase_add_loop_test(off, offload_delay_is_the_schedule_written_out, 0, 2);
     tcase_add_loop_test(off, async_copies_land_at_their_event, 0, 2);
     tcase_add_test(off, cuda_plan_is_the_trainer);
     suite_add_tcase(s, off);

@@ -8,9 +8,13 @@
 #ifndef SN_OFFLOAD_H
 #define SN_OFFLOAD_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ir/ir.h"
+#include "program/kernel.h"
+#include "program/program.h"
 #include "runtime/pool.h"
 
 enum { SN_OFFLOAD_CHUNK = 1 << 20 }; /* the most elements a copy moves (4 MiB of f32) */
@@ -39,5 +43,47 @@ void sn_offload_adamw(sn_pool *pool, const float *h, float *p, float *m, float *
 
 /* sum[i] += g[i] (kernel.h's GRAD_ACC) on n elements, over the pool's threads (or NULL). */
 void sn_offload_acc(sn_pool *pool, float *sum, const float *g, int64_t n);
+
+/* One host AdamW (sn_offload_adamw, no shadows) run apart from the calling thread: the delayed
+ * parameter update (runner.c), whose device step runs while the host updates. The job owns a
+ * copy of the step's scalars; the arrays it reads and writes are the caller's, untouched by the
+ * caller until sn_offload_job_finish returns. threaded false (a device without asynchronous
+ * copies, where nothing would overlap): the job runs inside sn_offload_job_finish, as late as
+ * the order allows, with the same numbers; so a caller that writes the job's arrays too early
+ * gets other numbers there too, deterministically. */
+typedef struct {
+    sn_pool *pool;  /* the job's threads (NULL: its one thread) */
+    bool threaded;  /* on a thread of its own from sn_offload_job_start */
+    bool pending;   /* started, not finished */
+    bool on_thread; /* `thread` runs it */
+    pthread_t thread;
+    float h[SN_OPT_SCALARS];
+    float *p, *m, *v;
+    const float *g;
+    void *low;        /* the weight shadows' bits (sn_offload_adamw), or NULL */
+    sn_dtype low_dtype;
+    int64_t n, n_decay;
+} sn_offload_job;
+
+/* Starts AdamW on p, m, v from g with the scalars h (copied), as sn_offload_adamw; no job may be
+ * pending. A thread that cannot be started: the job runs at once (the same numbers). */
+void sn_offload_job_start(sn_offload_job *j, const float *h, float *p, float *m, float *v,
+                          const float *g, void *low, sn_dtype low_dtype, int64_t n,
+                          int64_t n_decay);
+/* Returns when the pending job is done (nothing pending: at once). */
+void sn_offload_job_finish(sn_offload_job *j);
+
+/* offload_up.c: the weights that go up after an offloaded update. A segment of the flat range
+ * of training program t's layout goes up as its weight shadows' bits (low) where every trained
+ * parameter in it is read only through its shadow, by t and by eval (another program on t's
+ * parameters, or NULL), else in f32 (the executor casts the shadows of what goes up in f32).
+ * *out (malloc'd, *n segments in order covering the range) is NULL when no segment is low:
+ * everything goes up in f32, as without shadows. */
+typedef struct {
+    int64_t lo, n;
+    bool low;
+} sn_offload_seg;
+sn_status sn_offload_segments(const sn_program *t, const sn_program *eval, sn_offload_seg **out,
+                              int *n, sn_err *e);
 
 #endif

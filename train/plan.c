@@ -134,6 +134,14 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
         pl->opt_device = scalar_bytes(n);
         pl->opt_host = F32_BYTES * (3 * n + (accum > 1 ? n : 0) + SN_OPT_SCALARS +
                                     sn_offload_staging(n));
+        sn_offload_seg *seg; /* and the shadows' bits of the weights that go up as those */
+        int n_seg;
+        if ((s = sn_offload_segments(p, NULL, &seg, &n_seg, e))) {
+            sn_program_free(p);
+            return s;
+        }
+        if (seg) pl->opt_host += 2 * n + 4;
+        free(seg);
     }
     pl->arena = p->arena_bytes;
     pl->workspace = workspace_of(&t);
@@ -242,6 +250,8 @@ sn_status sn_plan_make(const sn_plan_opts *o, sn_plan_graph_fn build, void *ctx,
         }
     if (fitted) {
         *out = best;
+        if (o->offload_delay && out->offload) /* the update in flight's gradients (runner.c) */
+            out->opt_host += out->grads;
         out->max_micro_batch = max_micro;
         out->min_budget = min_budget;
         return SN_OK;

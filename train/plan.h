@@ -23,6 +23,8 @@ typedef struct {
     const sn_pipeline_opts *compile; /* target and forward rewrites (backward is implied) */
     int offload;        /* an sn_plan_offload: AdamW's moments, the gradient sums and the
                            master weights in host memory (ZeRO-Offload, sn_train_opts.offload) */
+    bool offload_delay; /* with offload: the delayed update's (sn_train_opts.offload_delay) host
+                           bytes too */
     int64_t chunk_logits; /* the LM head in chunks (the chunk_logits pass): 0: as compile has it;
                              SN_CHUNK_LOGITS_AUTO: the pass's choice when the plan does not fit
                              with the logits whole (before checkpointing); N > 0: N rows always */

@@ -21,7 +21,7 @@
 #include "offload.h"
 
 /* the flat buffers of the optimizer step */
-enum { FB_PARAMS, FB_GRADS, FB_SUMS, FB_M, FB_V, FB_SCAL, FB_PART, FB_LOW, FB_COUNT };
+enum { FB_PARAMS, FB_GRADS, FB_SUMS, FB_M, FB_V, FB_SCAL, FB_PART, FB_LOW, FB_JOB, FB_COUNT };
 /* its kernels */
 enum { OK_ACC, OK_SQNORM, OK_CLIP, OK_ADAMW, OK_COUNT };
 
@@ -56,15 +56,30 @@ struct sn_runner {
     int64_t host_bytes; /* what those hold */
     sn_pool *pool;      /* the host AdamW's threads (one per CPU) */
     int64_t chunk;      /* elements a copy moves (sn_offload_chunk) */
+    /* the delayed parameter update (sn_runner_delay): host[FB_JOB] the gradients of the update
+     * in flight (the job's), upload_due: the masters hold an update the device lacks */
+    bool delay, upload_due;
+    sn_offload_job job;
+    /* what goes up in f32 and what as its weight shadows' bits, host[FB_LOW] (offload.h
+     * sn_offload_segments; NULL: all in f32) */
+    sn_offload_seg *seg;
+    int n_seg;
     char name[160];
     double kernels_s, exec_s, optimizer_s; /* sn_runner_startup's */
 };
 
+static sn_status drain(sn_runner *b, sn_err *e);
+
 /* The host arrays the copies read or write: page-locked memory. */
-static bool pinned(int f) { return f == FB_PARAMS || f == FB_GRADS || f == FB_SUMS; }
+static bool pinned(int f) {
+    return f == FB_PARAMS || f == FB_GRADS || f == FB_SUMS || f == FB_JOB || f == FB_LOW;
+}
 
 void sn_runner_free(sn_runner *b) {
     if (!b) return;
+    sn_offload_job_finish(&b->job); /* it reads and writes the host arrays */
+    if (b->job.pool != b->pool) sn_pool_free(b->job.pool); /* its own where threaded */
+    free(b->seg);
     for (int i = 0; i < FB_COUNT; i++) {
         if (pinned(i) && b->host[i]) sn_exec_host_free(b->x, b->host[i]);
         else free(b->host[i]);
@@ -124,6 +139,18 @@ static sn_status offload_new(sn_runner *b, sn_err *e) {
     return SN_OK;
 }
 
+/* Offload: the segments that go up as weight shadows, and the host's bits of those. */
+static sn_status low_new(sn_runner *b, sn_err *e) {
+    sn_status s = sn_offload_segments(b->prog, NULL, &b->seg, &b->n_seg, e);
+    if (s || !b->seg) return s;
+    int64_t bytes = 2 * b->lay->flat_n + 4;
+    if (!(b->host[FB_LOW] = sn_exec_host_alloc(b->x, bytes, e)))
+        return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the offloaded weight "
+                       "shadows (%.1f MiB)", (double)bytes / (1 << 20));
+    b->host_bytes += bytes;
+    return SN_OK;
+}
+
 static sn_status runner_init(sn_runner *b, const sn_pipeline_opts *compile, sn_err *e) {
     sn_status s;
     sn_pipeline_opts o = compile ? *compile : (sn_pipeline_opts){0};
@@ -145,7 +172,7 @@ static sn_status runner_init(sn_runner *b, const sn_pipeline_opts *compile, sn_e
     for (int i = b->offload ? 2 : 0; i < 3; i++)
         if ((s = sn_exec_buffer_new(b->x, bytes[i], &id[i], e))) return s;
     if (b->offload) { /* the moments and the masters on the host; the scalars stay */
-        if ((s = offload_new(b, e))) return s;
+        if ((s = offload_new(b, e)) || (s = low_new(b, e))) return s;
     } else {
         b->ref[FB_M] = sn_exec_buffer_ref(id[0], 0);
         b->ref[FB_V] = sn_exec_buffer_ref(id[1], 0);
@@ -220,19 +247,41 @@ static sn_status eval_set(sn_runner *b, const sn_node *n, const void *data, sn_e
     return m ? sn_exec_set(b->ex, m, data, e) : SN_OK;
 }
 
+/* Offload with weights going up as shadows: those the evaluation program reads in f32 go up in
+ * f32 from now on. Every segment that went up as shadows goes up in f32 now (the device's f32
+ * there may be older; the shadows cast from it are the bits that went up). */
+static sn_status eval_segments(sn_runner *b, sn_err *e) {
+    sn_offload_seg *seg;
+    int n;
+    sn_status s = drain(b, e);
+    if (!s) s = sn_offload_segments(b->prog, b->eprog, &seg, &n, e);
+    for (int i = 0; !s && i < b->n_seg; i++) {
+        if (!b->seg[i].low) continue;
+        sn_exec_ref r = b->ref[FB_PARAMS];
+        r.offset += F32_BYTES * b->seg[i].lo;
+        s = sn_exec_upload(b->x, r, b->host[FB_PARAMS] + b->seg[i].lo, F32_BYTES * b->seg[i].n, e);
+    }
+    if (s) return s;
+    free(b->seg);
+    b->seg = seg, b->n_seg = n; /* NULL: none left */
+    return SN_OK;
+}
+
 /* The evaluation program and its executor, sharing x's parameters (sn_exec_new_sharing), with
  * the scalars set so far. */
 static sn_status eval_new(sn_runner *b, sn_err *e) {
     sn_status s = sn_pass_eval_graph(b->g, &b->eg, e);
     if (!s) s = sn_pipeline_kernels(b->eg, &b->compile, &b->eprog, NULL, e);
     if (!s) s = sn_exec_new_sharing(b->d, b->eprog, b->x, &b->ex, e);
+    if (!s && b->seg) s = eval_segments(b, e);
     for (int i = 0; !s && i < b->n_scal; i++) s = eval_set(b, b->scal[i].n, &b->scal[i].v, e);
     return s;
 }
 
 sn_status sn_runner_eval(sn_runner *b, const sn_node *idx, const sn_node *targets,
                          const int32_t *x, const int32_t *y, double *loss, sn_err *e) {
-    sn_status s = b->ex ? SN_OK : eval_new(b, e);
+    sn_status s = drain(b, e);
+    if (!s && !b->ex) s = eval_new(b, e);
     float l;
     if (s || (s = eval_set(b, idx, x, e)) || (s = eval_set(b, targets, y, e)) ||
         (s = sn_exec_run(b->ex, e)) || (s = sn_exec_get(b->ex, b->eg->loss, &l, e)))
@@ -305,21 +354,27 @@ static int buffer_of(sn_param_which which, bool sums) {
 sn_status sn_runner_get(sn_runner *b, int i, sn_param_which which, bool sums, float *host, sn_err *e) {
     SN_ASSERT(i >= 0 && i < b->lay->n);
     const sn_param_slot *p = &b->lay->slots[i];
+    sn_status s = drain(b, e);
+    if (s) return s;
+    if (which == SN_PARAM_WEIGHTS && b->offload && !p->frozen) { /* the masters: the device's
+                                                                   f32 may be older (low) */
+        memcpy(host, b->host[FB_PARAMS] + p->flat, F32_BYTES * (size_t)p->numel);
+        return SN_OK;
+    }
     if (which == SN_PARAM_WEIGHTS) return sn_exec_get(b->x, p->node, host, e);
     if (p->frozen) { /* no state */
         memset(host, 0, F32_BYTES * (size_t)p->numel);
         return SN_OK;
     }
-    if (which == SN_PARAM_GRAD && sums) {
-        sn_status s = need_sums(b, e);
-        if (s) return s;
-    }
+    if (which == SN_PARAM_GRAD && sums && (s = need_sums(b, e))) return s;
     return move(b, buffer_of(which, sums), p->flat, p->numel, host, false, e);
 }
 
 sn_status sn_runner_set(sn_runner *b, int i, sn_param_which which, const float *host, sn_err *e) {
     SN_ASSERT(i >= 0 && i < b->lay->n && which != SN_PARAM_GRAD);
     const sn_param_slot *p = &b->lay->slots[i];
+    sn_status s = drain(b, e);
+    if (s) return s;
     if (which == SN_PARAM_WEIGHTS && b->offload && !p->frozen) /* the master too */
         memcpy(b->host[FB_PARAMS] + p->flat, host, F32_BYTES * (size_t)p->numel);
     if (which == SN_PARAM_WEIGHTS) return sn_exec_set(b->x, p->node, host, e);
@@ -358,6 +413,25 @@ static sn_status grads_down(sn_runner *b, int64_t k, sn_err *e) {
                               (int)(k % SN_OFFLOAD_RING), e);
 }
 
+/* The masters [lo, lo + n) up (copy slot SLOT_UP): in f32, or where the segments say so their
+ * weight shadows' bits (the host AdamW wrote them with the masters). */
+static sn_status weights_up(sn_runner *b, int64_t lo, int64_t n, sn_err *e) {
+    sn_status s = SN_OK;
+    sn_offload_seg all = {lo, n, false};
+    const sn_offload_seg *seg = b->seg ? b->seg : &all;
+    for (int i = 0; i < (b->seg ? b->n_seg : 1) && !s; i++) {
+        int64_t a = seg[i].lo > lo ? seg[i].lo : lo, z = seg[i].lo + seg[i].n;
+        if (z > lo + n) z = lo + n;
+        if (a >= z) continue;
+        int w = seg[i].low ? 2 : F32_BYTES;
+        sn_exec_ref r = b->ref[seg[i].low ? FB_LOW : FB_PARAMS];
+        r.offset += w * a;
+        s = sn_exec_copy_async(b->x, true, r, (char *)b->host[seg[i].low ? FB_LOW : FB_PARAMS] + w * a,
+                               w * (z - a), SLOT_UP, e);
+    }
+    return s;
+}
+
 /* The flat range chunk by chunk: chunk k's gradients (down) come into staging chunk k % RING,
  * fn works on it, its masters go up (up) into the device's weights, and chunk k + RING's
  * gradients come into the staging chunk fn has finished with; so while the host works on one
@@ -371,10 +445,7 @@ static sn_status pipeline(sn_runner *b, bool down, bool up, chunk_fn fn, sn_err 
         int64_t lo = k * b->chunk, n = chunk_len(b, k);
         if (down && (s = sn_exec_copy_wait(b->x, (int)(k % SN_OFFLOAD_RING), e))) break;
         fn(b, lo, n, down ? b->host[FB_GRADS] + (k % SN_OFFLOAD_RING) * b->chunk : NULL);
-        sn_exec_ref r = b->ref[FB_PARAMS];
-        r.offset += F32_BYTES * lo;
-        if (up)
-            s = sn_exec_copy_async(b->x, true, r, b->host[FB_PARAMS] + lo, F32_BYTES * n, SLOT_UP, e);
+        if (up) s = weights_up(b, lo, n, e);
         if (!s && down && k + SN_OFFLOAD_RING < chunks) s = grads_down(b, k + SN_OFFLOAD_RING, e);
     }
     /* the last upload done is every upload done: the masters may change again, the device's
@@ -429,10 +500,87 @@ sn_status sn_runner_norm(sn_runner *b, bool sums, const float scal[SN_OPT_SCALAR
 static void adamw_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
     float **h = b->host;
     sn_offload_adamw(b->pool, h[FB_SCAL], h[FB_PARAMS] + lo, h[FB_M] + lo, h[FB_V] + lo,
-                     g ? g : h[FB_SUMS] + lo, NULL, SN_F32, n, b->lay->flat_decay - lo);
+                     g ? g : h[FB_SUMS] + lo, b->seg ? (uint16_t *)h[FB_LOW] + lo : NULL,
+                     b->seg ? b->lay->low : SN_F32, n, b->lay->flat_decay - lo);
+}
+
+/* ---- the delayed parameter update (runner.h sn_runner_delay) ----
+ * Update k (the AdamW of step k's gradients g_k, on the host) runs while the device runs step
+ * k+1, which therefore reads the weights before update k. At update k+1, in this order:
+ *   1. update k finishes (its thread joined; on a device without asynchronous copies it runs
+ *      now, the latest point the order allows: the same numbers);
+ *   2. its weights go up while step k+1's gradients come down, both directions at once: the
+ *      device is idle (sn_exec_run returned after its sync, the norm's scalars came down
+ *      through its stream), so neither copy races its work;
+ *   3. both copies done before returning: the next run reads the weights and overwrites the
+ *      gradients;
+ *   4. update k+1 starts on the host, on its own copy of the scalars and its own gradients
+ *      (host[FB_JOB]: with accumulation the sums themselves, swapped with a second buffer so
+ *      that the next step's sums do not write them).
+ * A drain (evaluation, a parameter read or written, a checkpoint through those, the end of a
+ * run: sn_runner_drain) does 1 and the upload of 2, so the next run reads the newest weights. */
+
+static void keep_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
+    (void)b, (void)lo, (void)n, (void)g; /* the masters are final: they only go up */
+}
+
+static sn_status drain(sn_runner *b, sn_err *e) {
+    if (!b->delay) return SN_OK;
+    sn_offload_job_finish(&b->job);
+    if (!b->upload_due) return SN_OK;
+    b->upload_due = false;
+    return pipeline(b, false, true, keep_chunk, e);
+}
+
+sn_status sn_runner_drain(sn_runner *b, sn_err *e) { return drain(b, e); }
+
+sn_status sn_runner_delay(sn_runner *b, sn_err *e) {
+    if (!b->offload)
+        return sn_fail(e, SN_ERR_INVALID, "trainer: the delayed parameter update overlaps the host's "
+                       "AdamW with the device's next step: it needs the optimizer state offloaded "
+                       "(offload) and a device");
+    b->delay = true;
+    b->job.threaded = b->d->copy_async != NULL; /* where the device runs apart from the host */
+    b->job.pool = b->job.threaded ? sn_pool_new(0) : b->pool; /* the caller's accumulates meanwhile */
+    if (!b->job.pool)
+        return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the delayed update's threads");
+    if (!(b->host[FB_JOB] = sn_exec_host_alloc(b->x, F32_BYTES * b->lay->flat_n, e)))
+        return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the delayed update's "
+                       "gradients (%.1f MiB)", (double)F32_BYTES * (double)b->lay->flat_n / (1 << 20));
+    b->host_bytes += F32_BYTES * b->lay->flat_n;
+    return SN_OK;
+}
+
+static sn_status delayed_adamw(sn_runner *b, bool sums, sn_err *e) {
+    float **h = b->host;
+    sn_offload_job_finish(&b->job); /* 1 */
+    if (sums) { /* the sums are the job's; the next step's go to the other buffer */
+        float *t = h[FB_SUMS];
+        h[FB_SUMS] = h[FB_JOB], h[FB_JOB] = t;
+    }
+    sn_status s = SN_OK;
+    int64_t chunks = (b->lay->flat_n + b->chunk - 1) / b->chunk;
+    for (int64_t k = 0; k < chunks && !s; k++) { /* 2 */
+        int64_t lo = k * b->chunk, n = chunk_len(b, k);
+        sn_exec_ref g = b->ref[FB_GRADS];
+        g.offset += F32_BYTES * lo;
+        if (!sums) s = sn_exec_copy_async(b->x, false, g, h[FB_JOB] + lo, F32_BYTES * n, 0, e);
+        if (!s && b->upload_due) s = weights_up(b, lo, n, e);
+    }
+    sn_err ignored; /* 3 (after a failure, what is in flight is let finish) */
+    sn_status w = sn_exec_copy_wait(b->x, SLOT_UP, s ? &ignored : e);
+    if (!w) w = sn_exec_copy_wait(b->x, 0, s ? &ignored : e);
+    if (s || w) return s ? s : w;
+    b->upload_due = false;
+    sn_offload_job_start(&b->job, h[FB_SCAL], h[FB_PARAMS], h[FB_M], h[FB_V], h[FB_JOB], /* 4 */
+                         b->seg ? h[FB_LOW] : NULL, b->seg ? b->lay->low : SN_F32,
+                         b->lay->flat_n, b->lay->flat_decay);
+    b->upload_due = true;
+    return SN_OK;
 }
 
 sn_status sn_runner_adamw(sn_runner *b, bool sums, sn_err *e) {
+    if (b->delay) return delayed_adamw(b, sums, e);
     if (b->offload) return pipeline(b, !sums, true, adamw_chunk, e);
     int g = sums ? FB_SUMS : FB_GRADS;
     return launch(b, OK_ADAMW, (const int[]){FB_PARAMS, FB_M, FB_V, g, FB_SCAL, FB_LOW}, e);

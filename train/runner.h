@@ -50,7 +50,9 @@ enum { SN_RUNNER_SCALARS = 4 };
 sn_status sn_runner_set_scalar(sn_runner *b, const sn_node *input, float v, sn_err *e);
 
 /* Parameter i's weights, moments, or gradient (sums: the gradient sums, else the last run's)
- * to or from the host (numel floats; an NF4 parameter's weights: its numel packed bytes). A frozen parameter has no moments or gradient: they
+ * to or from the host (numel floats; an NF4 parameter's weights: its numel packed bytes; with
+ * offload a trained parameter's weights are the host's masters, which the device's f32 copy
+ * may lag where only its weight shadow goes up). A frozen parameter has no moments or gradient: they
  * read as zeros and setting them does nothing. */
 sn_status sn_runner_get(sn_runner *b, int i, sn_param_which which, bool sums, float *host, sn_err *e);
 sn_status sn_runner_set(sn_runner *b, int i, sn_param_which which, const float *host, sn_err *e);
@@ -65,6 +67,16 @@ sn_status sn_runner_norm(sn_runner *b, bool sums, const float scal[SN_OPT_SCALAR
 /* AdamW on every trainable parameter from the gradients or sums, with the scalars of the
  * last sn_runner_norm. */
 sn_status sn_runner_adamw(sn_runner *b, bool sums, sn_err *e);
+
+/* The delayed parameter update (DeepSpeed's DPU; with offload only, else SN_ERR_INVALID):
+ * from here on sn_runner_adamw returns once the step's gradients are on the host and the
+ * previous update's weights on the device, the host's AdamW of this step running meanwhile (a
+ * thread of its own where the device copies asynchronously; on the CPU device at the next
+ * update, the same numbers), so the next run reads the weights one update old. Reading or
+ * setting a parameter and evaluating drain first (sn_runner_drain). The order: runner.c. */
+sn_status sn_runner_delay(sn_runner *b, sn_err *e);
+/* Finishes the update in flight and puts its weights on the device (nothing without one). */
+sn_status sn_runner_drain(sn_runner *b, sn_err *e);
 
 /* The compiled program and its executor, for reports; the program's parameter layout. */
 const sn_program *sn_runner_program(const sn_runner *b);

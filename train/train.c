@@ -193,11 +193,18 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
         return NULL;
     }
     if (sn_verify(g, e) != SN_OK) return NULL;
+    if (o->offload_delay && !(o->offload && o->device)) {
+        sn_fail(e, SN_ERR_INVALID, "trainer: the delayed parameter update (offload_delay) overlaps "
+                "the host's AdamW with the device's next step: it needs the optimizer state "
+                "offloaded (offload) and a device, not the interpreter");
+        return NULL;
+    }
     sn_trainer *t = sn_calloc(1, sizeof *t, "the trainer", e);
     if (!t) return NULL;
     t->g = g;
     t->o = *o;
-    if (sn_runner_new(g, o->device, o->compile, o->offload, &t->run, e)) {
+    if (sn_runner_new(g, o->device, o->compile, o->offload, &t->run, e) ||
+        (o->offload_delay && sn_runner_delay(t->run, e))) {
         sn_trainer_free(t);
         return NULL;
     }
@@ -359,6 +366,7 @@ sn_status sn_trainer_step(sn_trainer *t, const int32_t *idx, const int32_t *targ
 }
 
 int sn_trainer_pending(const sn_trainer *t) { return t->pending; }
+sn_status sn_trainer_drain(sn_trainer *t, sn_err *e) { return sn_runner_drain(t->run, e); }
 
 float sn_trainer_dropout(const sn_trainer *t) {
     float p = 0;

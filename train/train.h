@@ -50,6 +50,16 @@ typedef struct {
      * the step's scalars and computes the global norm; the losses are the device's own (bit
      * for bit on the CPU device, offload.h). */
     bool offload;
+    /* With offload: the delayed parameter update (DeepSpeed's DPU). The host's AdamW of step k
+     * runs while the device runs step k+1's forward and backward, which read the weights
+     * before update k (one update stale; update k still applies step k's gradients to the
+     * weights after update k-1, and its norm, clip, learning rate and bias correction are step
+     * k's). So step 1 and step 2 read the initial weights, step k > 2 the weights after update
+     * k-2. Evaluation, sn_trainer_get_param/set_param (checkpoints) and sn_trainer_drain finish
+     * the update in flight first; the step after such a drain reads the newest weights. Other
+     * numbers than a run without it, hence never the default. false without offload; true
+     * without it is refused (SN_ERR_INVALID). */
+    bool offload_delay;
 } sn_train_opts;
 
 #define SN_MIN_LOSS_SCALE 0x1p-24f /* fp16's smallest subnormal: no overflow is left to avoid */
@@ -160,6 +170,10 @@ sn_status sn_trainer_set_nf4(sn_trainer *t, int i, const uint8_t *bytes, sn_err 
 bool sn_trainer_param_16bit(const sn_trainer *t, int i);
 /* Bytes of optimizer state (moments, gradient sums, the step's scalars) besides the program. */
 int64_t sn_trainer_state_bytes(const sn_trainer *t);
+/* With offload_delay: finishes the update in flight and puts its weights on the device, so
+ * that what reads the trainer next sees every update taken (the end of a run); nothing
+ * otherwise. */
+sn_status sn_trainer_drain(sn_trainer *t, sn_err *e);
 /* With offload: the optimizer state in host memory (masters, moments, sums, the staging
  * chunks); 0 else. */
 int64_t sn_trainer_host_state_bytes(const sn_trainer *t);
