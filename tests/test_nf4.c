@@ -13,6 +13,7 @@
 #include "frontend/lora.h"
 #include "interp/interp.h"
 #include "ir/nf4.h"
+#include "models/llama.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "runtime/gemm_lowp.h"
@@ -643,6 +644,31 @@ START_TEST(pass_scope_and_program) {
 END_TEST
 
 
+/* LLaMA's untied LM head (lm_head.weight) keeps its dtype under the nf4 pass, as bitsandbytes
+ * keeps it in 16 bits (the product that makes the logits); every other linear weight is NF4. */
+START_TEST(untied_head_keeps_its_dtype) {
+    sn_llama_config c;
+    ck_assert(sn_llama_config_find("llama-tiny", &c));
+    ck_assert(!c.tie_word_embeddings);
+    sn_graph *g = sn_graph_new();
+    sn_llama m;
+    sn_err e;
+    ck_assert_msg(sn_llama_build(g, &c, 1, 8, &m, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_PARAM) sn_param_freeze(g->nodes[i]);
+    sn_graph *out;
+    int n;
+    ck_assert_msg(sn_pass_nf4(g, &out, &n, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(n, 7 * c.n_layer); /* q, k, v, o, gate, up, down */
+    const sn_node *head = find(out, SN_OP_PARAM, "lm_head.weight");
+    ck_assert_msg(head && head->dtype == SN_F32, "lm_head.weight is %s",
+                  head ? sn_dtype_name(head->dtype) : "gone");
+    ck_assert_int_eq(find(out, SN_OP_PARAM, "model.layers.1.mlp.down_proj.weight")->dtype, SN_U8);
+    sn_graph_free(out);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* ---- the CPU kernel (codegen/llvm/llvm_dequant.c) ---- */
 
 /* The dequantize kernel against sn_nf4_dequantize bit for bit, in f32 and rounded once to bf16
@@ -719,6 +745,7 @@ int main(void) {
     tcase_add_test(t, qlora_first_loss);
     tcase_add_test(t, qlora_gradients);
     tcase_add_test(t, pass_scope_and_program);
+    tcase_add_test(t, untied_head_keeps_its_dtype);
     tcase_add_test(t, llvm_dequant);
     suite_add_tcase(s, t);
     return sn_test_main(s);
