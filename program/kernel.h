@@ -83,7 +83,8 @@ const char *sn_epilogue_name(sn_epilogue e);
  * fma(scale_code, step, mean), rnd_w the rounding to the weight's dtype; then
  *     y[m][n] = sum over k of x[m][k] * w[k][n]   in f32
  * The order of that sum is each backend's (the CPU: k ascending, one fma a term; CUDA: 32
- * interleaved partial sums added by a tree, codegen/cuda/cuda_gemv.c): not the GEMM library's,
+ * partial sums over interleaved rows, a warp's 4 added pairwise, then the 8 warps' in order:
+ * codegen/cuda/cuda_gemv.c), fixed for every split of the items, but not the GEMM library's,
  * so y matches the unfused program within f32 rounding (|error| <= about K 2^-24 sum_k
  * |x[m][k] w[k][n]|), not bit for bit. */
 enum { SN_NF4_GEMV_MAX_M = 8, SN_NF4_GEMV_COLS = 64 };
