@@ -118,11 +118,13 @@ static void check_y(const prod *p, const float *y, const char *how) {
 }
 
 /* Shapes: 64 | N (the vector path; K odd; 4 groups of scales; M at the bound; row tiles of 4
- * and 3; K longer than CUDA's shared tile of x at M = 8, 512; every M from 1 to 8), and N that no vector width
+ * and 3; K longer than CUDA's shared tile of x at M = 8, 512; every M from 1 to 8; the CPU's
+ * groups of 4 and 2 items and the items after them), and N that no vector width
  * divides (blocks straddle rows; an odd count: a short last block with an unused low nibble). */
 static const int64_t shapes[][3] = {{1, 37, 192}, {3, 300, 192}, {8, 64, 128}, {7, 96, 320},
                                     {5, 37, 50}, {2, 33, 77}, {1, 130, 30}, {8, 600, 64},
-                                    {4, 70, 64}, {6, 45, 128}}; /* M: 1 .. 8, each */
+                                    {4, 70, 64}, {6, 45, 128}, /* M: 1 .. 8, each */
+                                    {1, 40, 448}, {2, 50, 320}}; /* CPU: groups of 4, 2 items */
 enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
 static const sn_dtype dts[] = {SN_F32, SN_BF16, SN_F16};
 

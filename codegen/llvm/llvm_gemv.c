@@ -8,10 +8,12 @@
  * 32 bytes. The block's 16 possible weights are made in one vector (levels times the scale,
  * rounded to W's dtype) and each code picks its weight from them: vpermps over a 16-entry table
  * with AVX-512 (one instruction a 16 weights), two 8-entry vpermps and a select with AVX2,
- * 15 compares and selects otherwise; then each of up to 4 rows of x (a tile: at most 16 vector
- * accumulators) multiplies them into its sums. The bytes read are the packed weight's once a
- * tile: at batch 1, 0.53 bytes a weight where the unpacked f32 weight is 4 (and the dequantize
- * kernel writes it and the GEMM reads it again). Where 64 does not divide N, a block straddles
+ * 15 compares and selects otherwise; then each row of x in a tile multiplies them into its
+ * sums. A tile is `rows` rows of x by G consecutive items, at most 16 vector accumulators (at
+ * batch 1 and 16 lanes: 4 items, so each row of W is read in whole cache lines), the codes of
+ * the row AHEAD rows on prefetched. The bytes read are the packed weight's once a tile: at
+ * batch 1, 0.53 bytes a weight where the unpacked f32 weight is 4 (and the dequantize kernel
+ * writes it and the GEMM reads it again). Where 64 does not divide N, a block straddles
  * rows: a weight at a time, its block's scale each time (slow, rare: no model's product). */
 #ifdef SN_HAVE_LLVM
 
@@ -20,6 +22,11 @@
 #include "llvm_util.h"
 
 enum { COLS = SN_NF4_GEMV_COLS, BYTES = SN_NF4_GEMV_COLS / 2 };
+/* Rows of W ahead whose codes are prefetched: the rows lie N / 2 bytes apart, too far for the
+ * hardware's stream prefetcher, and a row's 32 G bytes alone left the kernel waiting on L3
+ * (nf4_gemv_bench --copies 48 --threads 1, gpt2's shapes: 0.12-0.31 ns a weight without, 0.08-0.17
+ * with 8 to 64 rows ahead, all alike within the load's noise). */
+enum { AHEAD = 16 };
 
 /* Whether the host has feature "+name" (L->features: comma-separated). */
 static bool has(const sn_ll *L, const char *name) {
@@ -74,53 +81,65 @@ typedef struct {
     LLVMValueRef y, x, q, mean;  /* y f32*, x typed, q i8*, mean f32 */
 } gemv;
 
-/* The item c (i64) with 64 | N: rows [m0, m0 + rows) of y at its 64 columns. */
-static void tile(sn_ll *L, const gemv *g, LLVMValueRef c, int64_t m0, int rows) {
+/* Items [c, c + G) (c an i64) with 64 | N: rows [m0, m0 + rows) of y at their 64 G columns,
+ * rows * G * 64 / lanes <= 16 vector accumulators. Row k of the G items is 32 G consecutive
+ * bytes (G blocks): with G > 1 a row of W is read in whole cache lines, which the hardware
+ * prefetches; a half line a row (G = 1) ran at a third of the speed from L3. */
+static void tile(sn_ll *L, const gemv *g, LLVMValueRef c, int64_t m0, int rows, int G) {
     LLVMBuilderRef b = L->b;
-    int V = COLS / L->lanes; /* vectors a row */
+    int V = COLS / L->lanes; /* vectors an item's row */
     LLVMValueRef acc[4][16];
     for (int r = 0; r < rows; r++)
-        for (int v = 0; v < V; v++) acc[r][v] = sn_ll_var(L, L->t_vf, sn_ll_vf32(L, 0), "acc");
+        for (int v = 0; v < G * V; v++) acc[r][v] = sn_ll_var(L, L->t_vf, sn_ll_vf32(L, 0), "acc");
     LLVMValueRef lv[16];
     for (int j = 0; j < 16; j++) lv[j] = sn_ll_f32(L, sn_nf4_levels[j]);
-    int hl[COLS], m15[BYTES];
+    int hl[COLS];
+    LLVMValueRef sh4[BYTES], and15[BYTES];
     for (int i = 0; i < BYTES; i++) {
         hl[2 * i] = i;             /* weight 2i: byte i's high nibble */
         hl[2 * i + 1] = BYTES + i; /* weight 2i + 1: its low nibble */
-        m15[i] = 15;
-    }
-    LLVMValueRef sh4[BYTES], and15[BYTES];
-    for (int i = 0; i < BYTES; i++) {
         sh4[i] = LLVMConstInt(L->t_i8, 4, 0);
-        and15[i] = LLVMConstInt(L->t_i8, (unsigned long long)m15[i], 0);
+        and15[i] = LLVMConstInt(L->t_i8, 15, 0);
     }
     LLVMTypeRef vbytes = LLVMVectorType(L->t_i8, BYTES);
     sn_ll_loop ks;
     LLVMValueRef k = sn_ll_for(L, &ks, sn_ll_i64(L, 0), sn_ll_i64(L, g->K), sn_ll_i64(L, 1), "k");
-    LLVMValueRef blk = sn_ll_add(L, sn_ll_mul(L, k, sn_ll_i64(L, g->N / COLS)), c);
-    LLVMValueRef scale = sn_ll_splat(L, sn_ll_nf4_scale(L, g->l, g->q, g->mean, blk), "scale");
-    LLVMValueRef tab[4]; /* the block's 16 weights, rounded to W's dtype */
-    for (int p = 0; p < 16 / L->lanes; p++)
-        tab[p] = sn_ll_round_to(L, LLVMBuildFMul(b, LLVMConstVector(lv + p * L->lanes,
-                                                                    (unsigned)L->lanes),
-                                                 scale, ""), g->wt);
-    LLVMValueRef at = sn_ll_add(L, sn_ll_i64(L, g->l->off_codes), sn_ll_mul(L, blk, sn_ll_i64(L, BYTES)));
-    LLVMValueRef cp = LLVMBuildBitCast(b, LLVMBuildGEP2(b, L->t_i8, g->q, &at, 1, ""),
-                                       LLVMPointerType(vbytes, 0), "");
-    LLVMValueRef codes = LLVMBuildLoad2(b, vbytes, cp, "codes");
-    LLVMSetAlignment(codes, 1);
-    LLVMValueRef hi4 = LLVMBuildLShr(b, codes, LLVMConstVector(sh4, BYTES), "hi");
-    LLVMValueRef lo4 = LLVMBuildAnd(b, codes, LLVMConstVector(and15, BYTES), "lo");
-    LLVMValueRef nib = LLVMBuildShuffleVector(b, hi4, lo4, const_i32v(L, hl, COLS), "nibbles");
-    LLVMValueRef w[16];
-    for (int v = 0; v < V; v++) {
-        LLVMValueRef idx = LLVMBuildZExt(b, slice(L, nib, v * L->lanes, L->lanes, ""), L->t_vi32, "idx");
-        w[v] = pick(L, tab, idx);
+    LLVMValueRef first = sn_ll_add(L, sn_ll_mul(L, k, sn_ll_i64(L, g->N / COLS)), c);
+    LLVMValueRef w[64]; /* [G V]: the group's weights of row k */
+    for (int line = 0; line < (G * BYTES + 63) / 64; line++) { /* row k + AHEAD's codes */
+        LLVMValueRef at = sn_ll_add(L, sn_ll_mul(L, first, sn_ll_i64(L, BYTES)),
+                                    sn_ll_i64(L, g->l->off_codes + AHEAD * g->N / 2 + 64 * line));
+        LLVMValueRef pf[4] = {LLVMBuildGEP2(b, L->t_i8, g->q, &at, 1, ""), sn_ll_i32(L, 0),
+                              sn_ll_i32(L, 3), sn_ll_i32(L, 1)}; /* read, keep, data */
+        sn_ll_call(L, "llvm.prefetch", pf, 4, "");
+    }
+    for (int gi = 0; gi < G; gi++) {
+        LLVMValueRef blk = sn_ll_add(L, first, sn_ll_i64(L, gi));
+        LLVMValueRef scale = sn_ll_splat(L, sn_ll_nf4_scale(L, g->l, g->q, g->mean, blk), "scale");
+        LLVMValueRef tab[4]; /* the block's 16 weights, rounded to W's dtype */
+        for (int p = 0; p < 16 / L->lanes; p++)
+            tab[p] = sn_ll_round_to(L, LLVMBuildFMul(b, LLVMConstVector(lv + p * L->lanes,
+                                                                        (unsigned)L->lanes),
+                                                     scale, ""), g->wt);
+        LLVMValueRef at = sn_ll_add(L, sn_ll_i64(L, g->l->off_codes),
+                                    sn_ll_mul(L, blk, sn_ll_i64(L, BYTES)));
+        LLVMValueRef cp = LLVMBuildBitCast(b, LLVMBuildGEP2(b, L->t_i8, g->q, &at, 1, ""),
+                                           LLVMPointerType(vbytes, 0), "");
+        LLVMValueRef codes = LLVMBuildLoad2(b, vbytes, cp, "codes");
+        LLVMSetAlignment(codes, 1);
+        LLVMValueRef hi4 = LLVMBuildLShr(b, codes, LLVMConstVector(sh4, BYTES), "hi");
+        LLVMValueRef lo4 = LLVMBuildAnd(b, codes, LLVMConstVector(and15, BYTES), "lo");
+        LLVMValueRef nib = LLVMBuildShuffleVector(b, hi4, lo4, const_i32v(L, hl, COLS), "nibbles");
+        for (int v = 0; v < V; v++) {
+            LLVMValueRef idx = LLVMBuildZExt(b, slice(L, nib, v * L->lanes, L->lanes, ""),
+                                             L->t_vi32, "idx");
+            w[gi * V + v] = pick(L, tab, idx);
+        }
     }
     for (int r = 0; r < rows; r++) {
         LLVMValueRef xi = sn_ll_add(L, sn_ll_i64(L, (m0 + r) * g->K), k);
         LLVMValueRef xs = sn_ll_splat(L, sn_ll_load(L, g->x, xi, "x"), "xs");
-        for (int v = 0; v < V; v++) {
+        for (int v = 0; v < G * V; v++) {
             LLVMValueRef a[3] = {xs, w[v], sn_ll_get(L, acc[r][v], "")};
             sn_ll_set(L, acc[r][v], sn_ll_call(L, "llvm.fma", a, 3, "acc"));
         }
@@ -128,10 +147,16 @@ static void tile(sn_ll *L, const gemv *g, LLVMValueRef c, int64_t m0, int rows) 
     sn_ll_for_end(L, &ks);
     LLVMValueRef col = sn_ll_mul(L, c, sn_ll_i64(L, COLS));
     for (int r = 0; r < rows; r++)
-        for (int v = 0; v < V; v++) {
+        for (int v = 0; v < G * V; v++) {
             LLVMValueRef yi = sn_ll_add(L, sn_ll_i64(L, (m0 + r) * g->N + v * L->lanes), col);
             sn_ll_vstore(L, g->y, yi, sn_ll_get(L, acc[r][v], "sum"), NULL);
         }
+}
+
+/* Items [c, c + G): every row of y, in tiles of `rows` rows. */
+static void tiles(sn_ll *L, const gemv *g, LLVMValueRef c, int rows, int G) {
+    for (int64_t m0 = 0; m0 < g->M; m0 += rows)
+        tile(L, g, c, m0, (int)(g->M - m0 < rows ? g->M - m0 : rows), G);
 }
 
 /* The item c (i64) a weight at a time (any N): flat index f = k N + n, its nibble, its block's
@@ -183,16 +208,23 @@ sn_status sn_ll_emit_nf4_gemv(sn_ll *L, const sn_kernel *k, const char *fname, s
     LLVMTypeRef i8p = LLVMPointerType(L->t_i8, 0);
     g.q = LLVMBuildLoad2(b, i8p, LLVMBuildGEP2(b, i8p, L->bufs, &two, 1, ""), "q");
     g.mean = sn_ll_nf4_f32_at(L, g.q, sn_ll_i64(L, 0), "mean");
-    sn_ll_loop items;
-    LLVMValueRef c = sn_ll_for(L, &items, L->begin, L->end, sn_ll_i64(L, 1), "item");
-    if (g.N % COLS == 0) {
-        int rows = L->lanes / 4; /* a tile's accumulators: 16 vectors */
-        for (int64_t m0 = 0; m0 < g.M; m0 += rows)
-            tile(L, &g, c, m0, (int)(g.M - m0 < rows ? g.M - m0 : rows));
+    sn_ll_loop items, rest;
+    if (g.N % COLS == 0) { /* 16 accumulators: rows x G items x 64 / lanes; a row first */
+        int full = L->lanes / 4, rows = g.M < full ? (int)g.M : full, G = full / rows;
+        LLVMValueRef last = sn_ll_add(L, L->end, sn_ll_i64(L, 1 - G)); /* groups of G */
+        LLVMValueRef c = sn_ll_for(L, &items, L->begin, last, sn_ll_i64(L, G), "item");
+        tiles(L, &g, c, rows, G);
+        sn_ll_for_end(L, &items);
+        if (G > 1) { /* the items after the last whole group, one at a time */
+            c = sn_ll_for(L, &rest, items.i, L->end, sn_ll_i64(L, 1), "item");
+            tiles(L, &g, c, rows, 1);
+            sn_ll_for_end(L, &rest);
+        }
     } else {
+        LLVMValueRef c = sn_ll_for(L, &items, L->begin, L->end, sn_ll_i64(L, 1), "item");
         by_weight(L, &g, c);
+        sn_ll_for_end(L, &items);
     }
-    sn_ll_for_end(L, &items);
     sn_ll_fn_end(L);
     return SN_OK;
 }
