@@ -38,7 +38,7 @@ static void usage(void) {
     fprintf(stderr, "usage: generate_bench [--model NAME] [--prompt-len N] [--new N] [--device auto|cpu|cuda|interp]\n"
                     "         [--threads N] [--baseline-tokens N (0: no run without the cache)]\n"
                     "         [--positions P,P,... (1-based; each timed over the 8 steps up to it)] [--seed N]\n"
-                    "         [--base f32|nf4 (the linear weights NF4, as a QLoRA checkpoint's generate)]\n");
+                    "         [--base f32|nf4 (the linear weights NF4, as a QLoRA's generate)]\n");
     exit(2);
 }
 
@@ -144,8 +144,8 @@ int main(int argc, char **argv) {
     bool nf4 = a.base && !strcmp(a.base, "nf4");
     if (a.base && !nf4 && strcmp(a.base, "f32")) die("--base: f32 or nf4", NULL);
     model mk = {c, nf4};
-    sn_generator_opts go = {.build = build_kv, .user = &mk, .ctx = c.ctx, .n_layer = c.n_layer, .batch = 1,
-                            .nf4 = nf4};
+    sn_generator_opts go = {.build = build_kv, .user = &mk, .ctx = c.ctx, .n_layer = c.n_layer,
+                            .batch = 1, .nf4 = nf4};
     if (sn_generator_new(&go, d, &gen, &e) || sn_generator_load(gen, w, &e)) die("generator", &e);
     double setup_s = sn_clock_s() - t0;
     sn_sample_opts so = {.n_new = a.n_new, .temperature = 0, .seed = a.seed};

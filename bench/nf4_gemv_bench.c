@@ -56,7 +56,8 @@ static prog make(sn_device *d, int64_t M, int64_t K, int64_t N, bool nf4, int co
     r.kernel = sn_kernel_kind_name(r.p->kernels[0]->kind);
     if (sn_exec_set(r.x, x, xv, &e)) die("set", &e);
     for (int i = 0; i < copies; i++)
-        if (sn_exec_set(r.x, nf4 ? wn[i]->in[0] : wn[i], nf4 ? (const void *)q : w, &e)) die("set", &e);
+        if (sn_exec_set(r.x, nf4 ? wn[i]->in[0] : wn[i], nf4 ? (const void *)q : w, &e))
+            die("set", &e);
     return r;
 }
 
@@ -79,11 +80,16 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) die(USAGE, NULL);
-        if (!strcmp(argv[i], "--rows")) rows = v;
-        else if (!strcmp(argv[i], "--rounds")) rounds = atoi(v);
-        else if (!strcmp(argv[i], "--threads")) threads = atoi(v);
-        else if (!strcmp(argv[i], "--copies")) copies = atoi(v);
-        else die(USAGE, NULL);
+        if (!strcmp(argv[i], "--rows"))
+            rows = v;
+        else if (!strcmp(argv[i], "--rounds"))
+            rounds = atoi(v);
+        else if (!strcmp(argv[i], "--threads"))
+            threads = atoi(v);
+        else if (!strcmp(argv[i], "--copies"))
+            copies = atoi(v);
+        else
+            die(USAGE, NULL);
         i++;
     }
     if (copies < 1 || copies > 256) die("--copies: 1 .. 256", NULL);
@@ -98,7 +104,8 @@ int main(int argc, char **argv) {
         r = *end == ',' ? end + 1 : end;
         for (int s = 0; s < 4; s++) {
             int64_t K = shapes[s][0], N = shapes[s][1], n = K * N;
-            float *w = malloc(sizeof(float) * (size_t)n), *xv = malloc(sizeof(float) * (size_t)(M * K));
+            float *w = malloc(sizeof(float) * (size_t)n),
+                  *xv = malloc(sizeof(float) * (size_t)(M * K));
             uint8_t *q = malloc((size_t)sn_nf4_layout_of(n).bytes);
             sn_rng g = sn_rng_seed(7);
             for (int64_t i = 0; i < n; i++) w[i] = (float)(0.02 * sn_rng_normal(&g));

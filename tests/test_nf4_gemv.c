@@ -33,16 +33,18 @@ typedef struct {
     sn_dtype dt;
     sn_graph *g;
     sn_node *x, *w, *y;
-    void *xb;       /* x in dt */
-    uint8_t *q;     /* the packed bytes */
-    double *want;   /* [M N] the interpreter's y */
-    double *bound;  /* [M N] K 2^-24 sum |x w| + |y| 2^-24 */
+    void *xb;      /* x in dt */
+    uint8_t *q;    /* the packed bytes */
+    double *want;  /* [M N] the interpreter's y */
+    double *bound; /* [M N] K 2^-24 sum |x w| + |y| 2^-24 */
 } prod;
 
-static void prod_new(prod *p, int64_t M, int64_t K, int64_t N, sn_dtype dt, bool batched, uint64_t seed) {
+static void prod_new(prod *p, int64_t M, int64_t K, int64_t N, sn_dtype dt, bool batched,
+                     uint64_t seed) {
     *p = (prod){.M = M, .K = K, .N = N, .dt = dt, .g = sn_graph_new()};
     sn_graph *g = p->g;
-    p->x = batched ? sn_input(g, "x", dt, SN_SHAPE(2, M / 2, K)) : sn_input(g, "x", dt, SN_SHAPE(M, K));
+    p->x = batched ? sn_input(g, "x", dt, SN_SHAPE(2, M / 2, K))
+                   : sn_input(g, "x", dt, SN_SHAPE(M, K));
     p->w = sn_param_nf4(g, "w", dt, SN_SHAPE(K, N));
     ck_assert_msg(p->x && p->w, "%s", sn_graph_error(g));
     p->y = sn_matmul(g, p->x, p->w);
@@ -62,8 +64,10 @@ static void prod_new(prod *p, int64_t M, int64_t K, int64_t N, sn_dtype dt, bool
     for (int64_t i = 0; i < M * K; i++) {
         xd[i] = sn_dtype_round(dt, (float)(2 * sn_rng_uniform(&r) - 1));
         float f = (float)xd[i];
-        if (dt == SN_F32) ((float *)p->xb)[i] = f;
-        else ((uint16_t *)p->xb)[i] = (uint16_t)sn_lowp_round(dt, f);
+        if (dt == SN_F32)
+            ((float *)p->xb)[i] = f;
+        else
+            ((uint16_t *)p->xb)[i] = (uint16_t)sn_lowp_round(dt, f);
     }
     sn_interp *it = sn_interp_new(g, false);
     double *qd = malloc(sizeof(double) * (size_t)sn_numel(p->w->in[0]));
@@ -108,10 +112,12 @@ static void check_y(const prod *p, const float *y, const char *how) {
     double worst = 0;
     for (int64_t i = 0; i < p->M * p->N; i++) {
         double err = fabs((double)y[i] - p->want[i]);
-        ck_assert_msg(err <= p->bound[i], "%s: %s M=%lld K=%lld N=%lld: y[%lld][%lld] = %.9g, the "
-                      "interpreter's %.9g (error %.3g, bound %.3g)", how, sn_dtype_name(p->dt),
-                      (long long)p->M, (long long)p->K, (long long)p->N, (long long)(i / p->N),
-                      (long long)(i % p->N), (double)y[i], p->want[i], err, p->bound[i]);
+        ck_assert_msg(err <= p->bound[i],
+                      "%s: %s M=%lld K=%lld N=%lld: y[%lld][%lld] = %.9g, the "
+                      "interpreter's %.9g (error %.3g, bound %.3g)",
+                      how, sn_dtype_name(p->dt), (long long)p->M, (long long)p->K, (long long)p->N,
+                      (long long)(i / p->N), (long long)(i % p->N), (double)y[i], p->want[i], err,
+                      p->bound[i]);
         if (err / p->bound[i] > worst) worst = err / p->bound[i];
     }
     (void)worst;
@@ -122,8 +128,8 @@ static void check_y(const prod *p, const float *y, const char *how) {
  * groups of 4 and 2 items and the items after them), and N that no vector width
  * divides (blocks straddle rows; an odd count: a short last block with an unused low nibble). */
 static const int64_t shapes[][3] = {{1, 37, 192}, {3, 300, 192}, {8, 64, 128}, {7, 96, 320},
-                                    {5, 37, 50}, {2, 33, 77}, {1, 130, 30}, {8, 600, 64},
-                                    {4, 70, 64}, {6, 45, 128}, /* M: 1 .. 8, each */
+                                    {5, 37, 50},  {2, 33, 77},   {1, 130, 30}, {8, 600, 64},
+                                    {4, 70, 64},  {6, 45, 128},  /* M: 1 .. 8, each */
                                     {1, 40, 448}, {2, 50, 320}}; /* CPU: groups of 4, 2 items */
 enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
 static const sn_dtype dts[] = {SN_F32, SN_BF16, SN_F16};
@@ -150,7 +156,8 @@ START_TEST(fuse_rule) {
         sn_graph_clear_outputs(p.g);
         sn_graph_add_output(p.g, out);
         sn_program *prog;
-        ck_assert_msg(sn_compile(p.g, &(sn_pipeline_opts){0}, &prog, NULL, &e) == SN_OK, "%s", e.msg);
+        ck_assert_msg(sn_compile(p.g, &(sn_pipeline_opts){0}, &prog, NULL, &e) == SN_OK, "%s",
+                      e.msg);
         int kinds[SN_KER_KIND_COUNT] = {0};
         for (int k = 0; k < prog->n_kernels; k++) {
             const sn_kernel *ker = prog->kernels[k];
@@ -162,15 +169,18 @@ START_TEST(fuse_rule) {
         }
         bool fused = M <= SN_NF4_GEMV_MAX_M;
         ck_assert_msg(kinds[SN_KER_NF4_GEMV] == fused && kinds[SN_KER_DEQUANT] == !fused &&
-                      kinds[SN_KER_GEMM] == !fused, "M=%lld: %d nf4_gemv, %d dequant, %d gemm kernels",
-                      (long long)M, kinds[SN_KER_NF4_GEMV], kinds[SN_KER_DEQUANT], kinds[SN_KER_GEMM]);
-        ck_assert_msg((prog->value_of[p.w->id] < 0) == fused, "M=%lld: the unpacked weight %s a value",
-                      (long long)M, fused ? "has" : "lacks");
+                          kinds[SN_KER_GEMM] == !fused,
+                      "M=%lld: %d nf4_gemv, %d dequant, %d gemm kernels", (long long)M,
+                      kinds[SN_KER_NF4_GEMV], kinds[SN_KER_DEQUANT], kinds[SN_KER_GEMM]);
+        ck_assert_msg((prog->value_of[p.w->id] < 0) == fused,
+                      "M=%lld: the unpacked weight %s a value", (long long)M,
+                      fused ? "has" : "lacks");
         sn_exec *x;
         ck_assert_msg(sn_exec_new(d, prog, &x, &e) == SN_OK, "%s", e.msg);
         float *bv = malloc(sizeof(float) * (size_t)N), *y = malloc(sizeof(float) * (size_t)(M * N));
         for (int64_t c = 0; c < N; c++) bv[c] = 0.25f * (float)(c % 7) - 0.75f;
-        ck_assert(sn_exec_set(x, p.x, p.xb, &e) == SN_OK && sn_exec_set(x, p.w->in[0], p.q, &e) == SN_OK &&
+        ck_assert(sn_exec_set(x, p.x, p.xb, &e) == SN_OK &&
+                  sn_exec_set(x, p.w->in[0], p.q, &e) == SN_OK &&
                   sn_exec_set(x, b, bv, &e) == SN_OK);
         ck_assert_msg(sn_exec_run(x, &e) == SN_OK, "%s", e.msg);
         ck_assert(sn_exec_get(x, out, y, &e) == SN_OK);
@@ -202,10 +212,12 @@ START_TEST(llvm_gemv) {
     for (int s = 0; s < N_SHAPES; s++)
         for (int d = 0; d < 3; d++) {
             prod p;
-            prod_new(&p, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], s == 2, 60 + (uint64_t)s);
+            prod_new(&p, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], s == 2,
+                     60 + (uint64_t)s);
             sn_kernel k = prod_kernel(&p);
             int64_t ny = p.M * p.N;
-            float *y = malloc(sizeof(float) * (size_t)ny), *first = malloc(sizeof(float) * (size_t)ny);
+            float *y = malloc(sizeof(float) * (size_t)ny),
+                  *first = malloc(sizeof(float) * (size_t)ny);
             void *bufs[3] = {y, p.xb, p.q};
             for (int l = 0; l < 3; l++) {
                 sn_cpu_kernel_fn fn = compile_one(j[l], &k);
@@ -235,10 +247,13 @@ END_TEST
 static bool have_nvrtc(void) {
     sn_cuda_module m;
     sn_err e;
-    sn_status st = sn_nvrtc_compile("extern \"C\" __global__ void k() {}\n", "probe.cu", 80, &m, &e);
+    sn_status st =
+        sn_nvrtc_compile("extern \"C\" __global__ void k() {}\n", "probe.cu", 80, &m, &e);
     sn_cuda_module_free(&m);
-    if (st == SN_ERR_UNSUPPORTED) printf("test_nf4_gemv: %s: skipping the NVRTC checks\n", e.msg);
-    else ck_assert_msg(st == SN_OK, "%s", e.msg);
+    if (st == SN_ERR_UNSUPPORTED)
+        printf("test_nf4_gemv: %s: skipping the NVRTC checks\n", e.msg);
+    else
+        ck_assert_msg(st == SN_OK, "%s", e.msg);
     return st == SN_OK;
 }
 
@@ -251,7 +266,8 @@ START_TEST(cuda_gemv) {
     for (int s = 0; s < N_SHAPES; s++)
         for (int d = 0; d < 3; d++) {
             prod p;
-            prod_new(&p, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], s == 2, 70 + (uint64_t)s);
+            prod_new(&p, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], s == 2,
+                     70 + (uint64_t)s);
             sn_kernel k = prod_kernel(&p);
             const sn_kernel *kp = &k;
             sn_cuda_source cs;
@@ -260,11 +276,12 @@ START_TEST(cuda_gemv) {
             for (int a = 0; nvrtc && a < 3 && d == 1; a++) {
                 sn_cuda_module m;
                 int arch = (int[]){75, 80, 90}[a];
-                ck_assert_msg(sn_nvrtc_compile(cs.src, "gemv.cu", arch, &m, &e) == SN_OK, "%s", e.msg);
+                ck_assert_msg(sn_nvrtc_compile(cs.src, "gemv.cu", arch, &m, &e) == SN_OK, "%s",
+                              e.msg);
                 const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs.fn[0]);
                 ck_assert_msg(in && in->spill_store_bytes == 0 && in->stack_bytes == 0,
-                              "sm_%d: %d bytes spilled, %d of stack", arch, in ? in->spill_store_bytes : -1,
-                              in ? in->stack_bytes : -1);
+                              "sm_%d: %d bytes spilled, %d of stack", arch,
+                              in ? in->spill_store_bytes : -1, in ? in->stack_bytes : -1);
                 sn_cuda_module_free(&m);
             }
             sn_sim_module *h;
@@ -277,7 +294,8 @@ START_TEST(cuda_gemv) {
             }
             ck_assert_msg(st == SN_OK, "%s", e.msg);
             int64_t ny = p.M * p.N;
-            float *y = malloc(sizeof(float) * (size_t)ny), *first = malloc(sizeof(float) * (size_t)ny);
+            float *y = malloc(sizeof(float) * (size_t)ny),
+                  *first = malloc(sizeof(float) * (size_t)ny);
             void *yp = y, *xp = p.xb, *qp = p.q;
             void *params[3] = {&yp, &xp, &qp};
             sn_cuda_dims dims = sn_cuda_launch_dims(&k, &t);
@@ -287,10 +305,12 @@ START_TEST(cuda_gemv) {
                 sn_sim_opts so = sn_sim_defaults();
                 so.order = rev ? SN_SIM_REVERSE : SN_SIM_FORWARD;
                 ck_assert_msg(sn_sim_launch(h, cs.fn[0], dims.grid, dims.block, dims.shared_bytes,
-                                            params, &so, &e) == SN_OK, "%s", e.msg);
+                                            params, &so, &e) == SN_OK,
+                              "%s", e.msg);
                 check_y(&p, y, rev ? "CUDA, reversed" : "CUDA, forward");
                 if (!rev) memcpy(first, y, sizeof(float) * (size_t)ny);
-                ck_assert_msg(!memcmp(first, y, sizeof(float) * (size_t)ny), "the two orders differ");
+                ck_assert_msg(!memcmp(first, y, sizeof(float) * (size_t)ny),
+                              "the two orders differ");
             }
             free(y), free(first);
             sn_sim_module_free(h);

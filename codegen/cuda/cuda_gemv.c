@@ -36,55 +36,65 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
     int64_t K = w->shape[0], N = w->shape[1], M = sn_numel(x) / K, KT = x_tile(M, K);
     sn_nf4_layout l = sn_nf4_layout_of(K * N);
     const char *ix = sn_cu_index_type(2 * l.bytes + 64);
-    const char *rnd = w->dtype == SN_BF16 ? "sn_round_bf16" : w->dtype == SN_F16 ? "sn_round_f16" : "";
+    const char *rnd = w->dtype == SN_BF16  ? "sn_round_bf16"
+                      : w->dtype == SN_F16 ? "sn_round_f16"
+                                           : "";
     bool aligned = N % SN_NF4_GEMV_COLS == 0; /* row k of the item: one block */
     char lit[32], levels[16 * 24];
     SN_ASSERT(d->block[0] == THREADS);
     sn_cu_emit_signature(t, k, fname, THREADS);
-    sn_cu_emitf(t, "/* y (%lld, %lld) = x (%lld, %lld) @ NF4 W (%lld, %lld) in %s: %lld blocks of %d "
-                "weights, %lld groups of %d scales (ir/nf4.h) */", (long long)M, (long long)N,
-                (long long)M, (long long)K, (long long)K, (long long)N, sn_dtype_name(w->dtype),
-                (long long)l.blocks, SN_NF4_BLOCK, (long long)l.groups, SN_NF4_SCALE_GROUP);
+    sn_cu_emitf(t,
+                "/* y (%lld, %lld) = x (%lld, %lld) @ NF4 W (%lld, %lld) in %s: %lld blocks of %d "
+                "weights, %lld groups of %d scales (ir/nf4.h) */",
+                (long long)M, (long long)N, (long long)M, (long long)K, (long long)K, (long long)N,
+                sn_dtype_name(w->dtype), (long long)l.blocks, SN_NF4_BLOCK, (long long)l.groups,
+                SN_NF4_SCALE_GROUP);
     sn_cu_emitf(t, "SN_SHARED(float, level, 16);");
-    sn_cu_emitf(t, "SN_SHARED(float, xs, %lld); /* x[:, k0 .. k0 + %lld) in f32 */", (long long)(M * KT),
-                (long long)KT);
+    sn_cu_emitf(t, "SN_SHARED(float, xs, %lld); /* x[:, k0 .. k0 + %lld) in f32 */",
+                (long long)(M * KT), (long long)KT);
     sn_cu_emitf(t, "SN_SHARED(float, red, %lld); /* [warp][m][column]: the warps' sums */",
                 (long long)(WARPS * M * SN_NF4_GEMV_COLS));
     size_t at = 0;
     for (int i = 0; i < 16; i++)
         at += (size_t)snprintf(levels + at, sizeof levels - at, "%s%s",
-                               sn_cu_float_lit(sn_nf4_levels[i], lit, sizeof lit), i < 15 ? ", " : "");
+                               sn_cu_float_lit(sn_nf4_levels[i], lit, sizeof lit),
+                               i < 15 ? ", " : "");
     sn_cu_emitf(t, "if (threadIdx.x < 16) {");
     sn_cu_emitf(t, "const float levels[16] = {%s};", levels);
     sn_cu_emitf(t, "level[threadIdx.x] = levels[threadIdx.x];");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "const float mean = *reinterpret_cast<const float *>(in1);");
-    sn_cu_emitf(t, "const float *step = reinterpret_cast<const float *>(in1 + %lld);", (long long)l.off_steps);
-    sn_cu_emitf(t, "const signed char *scale_code = reinterpret_cast<const signed char *>(in1 + %lld);",
-                (long long)l.off_scale_codes);
+    sn_cu_emitf(t, "const float *step = reinterpret_cast<const float *>(in1 + %lld);",
+                (long long)l.off_steps);
+    sn_cu_emitf(
+        t, "const signed char *scale_code = reinterpret_cast<const signed char *>(in1 + %lld);",
+        (long long)l.off_scale_codes);
     sn_cu_emitf(t, "const unsigned char *code = in1 + %lld;", (long long)l.off_codes);
     sn_cu_emitf(t, "const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;");
     sn_cu_emitf(t, "const int r = lane / 8; /* this lane's rows: k = 4 warp + r + 32 j */");
-    sn_cu_emitf(t, "const %s col = (%s)blockIdx.x * %d + 8 * (lane %% 8); /* its 8 columns */", ix, ix,
-                SN_NF4_GEMV_COLS);
+    sn_cu_emitf(t, "const %s col = (%s)blockIdx.x * %d + 8 * (lane %% 8); /* its 8 columns */", ix,
+                ix, SN_NF4_GEMV_COLS);
     sn_cu_emitf(t, "float acc[%lld][8];", (long long)M);
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int m = 0; m < %lld; m++)", (long long)M);
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int j = 0; j < 8; j++) acc[m][j] = 0.0f;");
     sn_cu_emitf(t, "for (%s k0 = 0; k0 < %lld; k0 += %lld) {", ix, (long long)K, (long long)KT);
-    sn_cu_emitf(t, "__syncthreads(); /* the last tile's readers are done (and the levels are in) */");
-    sn_cu_emitf(t, "const %s kn = %lld - k0 < %lld ? %lld - k0 : %lld;", ix, (long long)K, (long long)KT,
-                (long long)K, (long long)KT);
+    sn_cu_emitf(t,
+                "__syncthreads(); /* the last tile's readers are done (and the levels are in) */");
+    sn_cu_emitf(t, "const %s kn = %lld - k0 < %lld ? %lld - k0 : %lld;", ix, (long long)K,
+                (long long)KT, (long long)K, (long long)KT);
     sn_cu_emitf(t, "for (%s i = threadIdx.x; i < %lld * kn; i += %d)", ix, (long long)M, THREADS);
     sn_cu_emitf(t, "xs[i / kn * %lld + i %% kn] = sn_load(in0[i / kn * %lld + k0 + i %% kn]);",
                 (long long)KT, (long long)K);
     sn_cu_emitf(t, "__syncthreads();");
     sn_cu_emitf(t, "for (%s k = 4 * warp + r; k < kn; k += 32) {", ix);
-    sn_cu_emitf(t, "const %s row = (k0 + k) * %lld; /* W's flat index of row k0 + k */", ix, (long long)N);
+    sn_cu_emitf(t, "const %s row = (k0 + k) * %lld; /* W's flat index of row k0 + k */", ix,
+                (long long)N);
     sn_cu_emitf(t, "float wv[8];");
     if (aligned) {
-        sn_cu_emitf(t, "const %s b = (row + col) / %d; /* the block: all 8 weights */", ix, SN_NF4_BLOCK);
+        sn_cu_emitf(t, "const %s b = (row + col) / %d; /* the block: all 8 weights */", ix,
+                    SN_NF4_BLOCK);
         sn_cu_emitf(t, "const float scale = fmaf((float)scale_code[b], step[b / %d], mean);",
                     SN_NF4_SCALE_GROUP);
         sn_cu_emitf(t, "#pragma unroll");
@@ -98,8 +108,10 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
         sn_cu_emitf(t, "for (int j = 0; j < 8; j++) {");
         sn_cu_emitf(t, "const %s f = row + col + j, b = f / %d;", ix, SN_NF4_BLOCK);
         sn_cu_emitf(t, "const unsigned byte = col + j < %lld ? code[f / 2] : 0u;", (long long)N);
-        sn_cu_emitf(t, "const float scale = col + j < %lld ? fmaf((float)scale_code[b], step[b / %d], "
-                    "mean) : 0.0f;", (long long)N, SN_NF4_SCALE_GROUP);
+        sn_cu_emitf(t,
+                    "const float scale = col + j < %lld ? fmaf((float)scale_code[b], step[b / %d], "
+                    "mean) : 0.0f;",
+                    (long long)N, SN_NF4_SCALE_GROUP);
         sn_cu_emitf(t, "wv[j] = %s(level[f %% 2 ? byte & 15u : byte >> 4] * scale);", rnd);
         sn_cu_emitf(t, "}");
     }
@@ -123,8 +135,8 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
                 SN_NF4_GEMV_COLS);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "__syncthreads();");
-    sn_cu_emitf(t, "for (int i = threadIdx.x; i < %lld; i += %d) {", (long long)(M * SN_NF4_GEMV_COLS),
-                THREADS);
+    sn_cu_emitf(t, "for (int i = threadIdx.x; i < %lld; i += %d) {",
+                (long long)(M * SN_NF4_GEMV_COLS), THREADS);
     sn_cu_emitf(t, "const int m = i / %d, c = i %% %d;", SN_NF4_GEMV_COLS, SN_NF4_GEMV_COLS);
     sn_cu_emitf(t, "const %s n = (%s)blockIdx.x * %d + c;", ix, ix, SN_NF4_GEMV_COLS);
     sn_cu_emitf(t, "if (n >= %lld) continue;", (long long)N);

@@ -66,10 +66,12 @@ static LLVMValueRef pick(sn_ll *L, LLVMValueRef *tab, LLVMValueRef idx) {
     }
     LLVMValueRef w = NULL;
     for (int j = 0; j < 16; j++) { /* w = entry j where idx == j */
-        LLVMValueRef e = LLVMBuildExtractElement(b, tab[j / L->lanes], sn_ll_i32(L, j % L->lanes), "");
+        LLVMValueRef e =
+            LLVMBuildExtractElement(b, tab[j / L->lanes], sn_ll_i32(L, j % L->lanes), "");
         LLVMValueRef vj = sn_ll_splat(L, e, "");
-        w = !w ? vj : LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, idx, sn_ll_ic(L, idx, j), ""),
-                                      vj, w, "");
+        w = !w ? vj
+               : LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, idx, sn_ll_ic(L, idx, j), ""), vj,
+                                 w, "");
     }
     return w;
 }
@@ -77,8 +79,8 @@ static LLVMValueRef pick(sn_ll *L, LLVMValueRef *tab, LLVMValueRef idx) {
 typedef struct {
     const sn_nf4_layout *l;
     int64_t M, K, N;
-    sn_dtype wt;                 /* the weight's dtype (the dequantize's): rnd_w */
-    LLVMValueRef y, x, q, mean;  /* y f32*, x typed, q i8*, mean f32 */
+    sn_dtype wt;                /* the weight's dtype (the dequantize's): rnd_w */
+    LLVMValueRef y, x, q, mean; /* y f32*, x typed, q i8*, mean f32 */
 } gemv;
 
 /* Items [c, c + G) (c an i64) with 64 | N: rows [m0, m0 + rows) of y at their 64 G columns,
@@ -118,11 +120,12 @@ static void tile(sn_ll *L, const gemv *g, LLVMValueRef c, int64_t m0, int rows, 
         LLVMValueRef scale = sn_ll_splat(L, sn_ll_nf4_scale(L, g->l, g->q, g->mean, blk), "scale");
         LLVMValueRef tab[4]; /* the block's 16 weights, rounded to W's dtype */
         for (int p = 0; p < 16 / L->lanes; p++)
-            tab[p] = sn_ll_round_to(L, LLVMBuildFMul(b, LLVMConstVector(lv + p * L->lanes,
-                                                                        (unsigned)L->lanes),
-                                                     scale, ""), g->wt);
-        LLVMValueRef at = sn_ll_add(L, sn_ll_i64(L, g->l->off_codes),
-                                    sn_ll_mul(L, blk, sn_ll_i64(L, BYTES)));
+            tab[p] = sn_ll_round_to(
+                L,
+                LLVMBuildFMul(b, LLVMConstVector(lv + p * L->lanes, (unsigned)L->lanes), scale, ""),
+                g->wt);
+        LLVMValueRef at =
+            sn_ll_add(L, sn_ll_i64(L, g->l->off_codes), sn_ll_mul(L, blk, sn_ll_i64(L, BYTES)));
         LLVMValueRef cp = LLVMBuildBitCast(b, LLVMBuildGEP2(b, L->t_i8, g->q, &at, 1, ""),
                                            LLVMPointerType(vbytes, 0), "");
         LLVMValueRef codes = LLVMBuildLoad2(b, vbytes, cp, "codes");
@@ -131,8 +134,8 @@ static void tile(sn_ll *L, const gemv *g, LLVMValueRef c, int64_t m0, int rows, 
         LLVMValueRef lo4 = LLVMBuildAnd(b, codes, LLVMConstVector(and15, BYTES), "lo");
         LLVMValueRef nib = LLVMBuildShuffleVector(b, hi4, lo4, const_i32v(L, hl, COLS), "nibbles");
         for (int v = 0; v < V; v++) {
-            LLVMValueRef idx = LLVMBuildZExt(b, slice(L, nib, v * L->lanes, L->lanes, ""),
-                                             L->t_vi32, "idx");
+            LLVMValueRef idx =
+                LLVMBuildZExt(b, slice(L, nib, v * L->lanes, L->lanes, ""), L->t_vi32, "idx");
             w[gi * V + v] = pick(L, tab, idx);
         }
     }
@@ -165,7 +168,8 @@ static void by_weight(sn_ll *L, const gemv *g, LLVMValueRef c) {
     LLVMBuilderRef b = L->b;
     LLVMValueRef one = sn_ll_i64(L, 1), levels = sn_ll_nf4_levels(L);
     LLVMValueRef col = sn_ll_mul(L, c, sn_ll_i64(L, COLS));
-    LLVMValueRef end = sn_ll_imin(L, sn_ll_add(L, col, sn_ll_i64(L, COLS)), sn_ll_i64(L, g->N), "end");
+    LLVMValueRef end =
+        sn_ll_imin(L, sn_ll_add(L, col, sn_ll_i64(L, COLS)), sn_ll_i64(L, g->N), "end");
     LLVMValueRef acc = sn_ll_var(L, L->t_f32, sn_ll_f32(L, 0), "acc");
     sn_ll_loop ms, ns, ks;
     LLVMValueRef m = sn_ll_for(L, &ms, sn_ll_i64(L, 0), sn_ll_i64(L, g->M), one, "m");
@@ -174,7 +178,8 @@ static void by_weight(sn_ll *L, const gemv *g, LLVMValueRef c) {
     LLVMValueRef k = sn_ll_for(L, &ks, sn_ll_i64(L, 0), sn_ll_i64(L, g->K), one, "k");
     LLVMValueRef f = sn_ll_add(L, sn_ll_mul(L, k, sn_ll_i64(L, g->N)), n);
     LLVMValueRef at = sn_ll_add(L, sn_ll_i64(L, g->l->off_codes), LLVMBuildLShr(b, f, one, ""));
-    LLVMValueRef byte = LLVMBuildLoad2(b, L->t_i8, LLVMBuildGEP2(b, L->t_i8, g->q, &at, 1, ""), "byte");
+    LLVMValueRef byte =
+        LLVMBuildLoad2(b, L->t_i8, LLVMBuildGEP2(b, L->t_i8, g->q, &at, 1, ""), "byte");
     LLVMValueRef odd = LLVMBuildTrunc(b, LLVMBuildAnd(b, f, one, ""), L->t_i1, "odd");
     LLVMValueRef hi = LLVMBuildLShr(b, byte, LLVMConstInt(L->t_i8, 4, 0), "hi");
     LLVMValueRef lo = LLVMBuildAnd(b, byte, LLVMConstInt(L->t_i8, 15, 0), "lo");
@@ -183,13 +188,15 @@ static void by_weight(sn_ll *L, const gemv *g, LLVMValueRef c) {
     LLVMValueRef lp = LLVMBuildGEP2(b, LLVMArrayType(L->t_f32, 16), levels, li, 2, "");
     LLVMValueRef blk = LLVMBuildLShr(b, f, sn_ll_i64(L, 6), "blk"); /* f / 64 */
     LLVMValueRef scale = sn_ll_nf4_scale(L, g->l, g->q, g->mean, blk);
-    LLVMValueRef w = sn_ll_round_to(L, LLVMBuildFMul(b, LLVMBuildLoad2(b, L->t_f32, lp, "level"),
-                                                     scale, ""), g->wt);
-    LLVMValueRef xv = sn_ll_load(L, g->x, sn_ll_add(L, sn_ll_mul(L, m, sn_ll_i64(L, g->K)), k), "x");
+    LLVMValueRef w = sn_ll_round_to(
+        L, LLVMBuildFMul(b, LLVMBuildLoad2(b, L->t_f32, lp, "level"), scale, ""), g->wt);
+    LLVMValueRef xv =
+        sn_ll_load(L, g->x, sn_ll_add(L, sn_ll_mul(L, m, sn_ll_i64(L, g->K)), k), "x");
     LLVMValueRef a[3] = {xv, w, sn_ll_get(L, acc, "")};
     sn_ll_set(L, acc, sn_ll_call(L, "llvm.fma", a, 3, "acc"));
     sn_ll_for_end(L, &ks);
-    sn_ll_store(L, g->y, sn_ll_add(L, sn_ll_mul(L, m, sn_ll_i64(L, g->N)), n), sn_ll_get(L, acc, "sum"));
+    sn_ll_store(L, g->y, sn_ll_add(L, sn_ll_mul(L, m, sn_ll_i64(L, g->N)), n),
+                sn_ll_get(L, acc, "sum"));
     sn_ll_for_end(L, &ns);
     sn_ll_for_end(L, &ms);
 }
