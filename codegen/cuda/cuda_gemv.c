@@ -11,7 +11,8 @@
  * Fixed for every launch and thread order, but not the CPU's order (k ascending, one fma a
  * term: llvm_gemv.c), so the two agree within f32 rounding, not bit for bit. Where 64 divides
  * N a lane's 8 weights of row k are 4 consecutive bytes under one scale; elsewhere a block
- * straddles rows and each weight finds its nibble and scale alone. */
+ * straddles rows and each weight finds its nibble and scale alone. Where the codes start at a
+ * multiple of 4 bytes a lane reads its 4 bytes as one word. */
 #include <stdio.h>
 
 #include "cuda_int.h"
@@ -97,9 +98,16 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
                     SN_NF4_BLOCK);
         sn_cu_emitf(t, "const float scale = fmaf((float)scale_code[b], step[b / %d], mean);",
                     SN_NF4_SCALE_GROUP);
+        if (l.off_codes % 4 == 0) /* the 4 bytes as one word (the buffer 64-byte aligned):
+                                     a warp's request reads 4 rows' 32 bytes, whole sectors */
+            sn_cu_emitf(t, "const unsigned word = *reinterpret_cast<const unsigned *>(code + "
+                           "(row + col) / 2);");
         sn_cu_emitf(t, "#pragma unroll");
         sn_cu_emitf(t, "for (int j = 0; j < 4; j++) {");
-        sn_cu_emitf(t, "const unsigned byte = code[(row + col) / 2 + j];");
+        if (l.off_codes % 4 == 0)
+            sn_cu_emitf(t, "const unsigned byte = word >> 8 * j & 255u; /* little-endian */");
+        else
+            sn_cu_emitf(t, "const unsigned byte = code[(row + col) / 2 + j];");
         sn_cu_emitf(t, "wv[2 * j] = %s(level[byte >> 4] * scale);", rnd);
         sn_cu_emitf(t, "wv[2 * j + 1] = %s(level[byte & 15u] * scale);", rnd);
         sn_cu_emitf(t, "}");
