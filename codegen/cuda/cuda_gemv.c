@@ -19,6 +19,7 @@
 #include "ir/nf4.h"
 
 enum { WARPS = 8, THREADS = 32 * WARPS, X_TILE_FLOATS = 4096 };
+enum { RED_ROW = SN_NF4_GEMV_COLS + SN_NF4_GEMV_COLS / 8 }; /* a row of the warps' sums */
 
 sn_cuda_dims sn_cu_nf4_gemv_dims(const sn_kernel *k) {
     return (sn_cuda_dims){.grid = {(unsigned)k->n_items, 1, 1}, .block = {THREADS, 1, 1}};
@@ -53,8 +54,9 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
     sn_cu_emitf(t, "SN_SHARED(float, level, 16);");
     sn_cu_emitf(t, "SN_SHARED(float, xs, %lld); /* x[:, k0 .. k0 + %lld) in f32 */",
                 (long long)(M * KT), (long long)KT);
-    sn_cu_emitf(t, "SN_SHARED(float, red, %lld); /* [warp][m][column]: the warps' sums */",
-                (long long)(WARPS * M * SN_NF4_GEMV_COLS));
+    sn_cu_emitf(t, "SN_SHARED(float, red, %lld); /* [warp][m][c + c / 8]: the warps' sums, a "
+                   "word after every 8 columns (a lane's 8 in other banks than the next's) */",
+                (long long)(WARPS * M * RED_ROW));
     size_t at = 0;
     for (int i = 0; i < 16; i++)
         at += (size_t)snprintf(levels + at, sizeof levels - at, "%s%s",
@@ -139,8 +141,8 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
     sn_cu_emitf(t, "float v = acc[m][j];");
     sn_cu_emitf(t, "v += __shfl_xor_sync(0xffffffffu, v, 8);");
     sn_cu_emitf(t, "v += __shfl_xor_sync(0xffffffffu, v, 16);");
-    sn_cu_emitf(t, "if (r == 0) red[(warp * %lld + m) * %d + 8 * lane + j] = v;", (long long)M,
-                SN_NF4_GEMV_COLS);
+    sn_cu_emitf(t, "if (r == 0) red[(warp * %lld + m) * %d + 9 * lane + j] = v;", (long long)M,
+                RED_ROW);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "__syncthreads();");
     sn_cu_emitf(t, "for (int i = threadIdx.x; i < %lld; i += %d) {",
@@ -148,9 +150,9 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
     sn_cu_emitf(t, "const int m = i / %d, c = i %% %d;", SN_NF4_GEMV_COLS, SN_NF4_GEMV_COLS);
     sn_cu_emitf(t, "const %s n = (%s)blockIdx.x * %d + c;", ix, ix, SN_NF4_GEMV_COLS);
     sn_cu_emitf(t, "if (n >= %lld) continue;", (long long)N);
-    sn_cu_emitf(t, "float s = red[m * %d + c];", SN_NF4_GEMV_COLS);
-    sn_cu_emitf(t, "for (int w = 1; w < %d; w++) s += red[(w * %lld + m) * %d + c];", WARPS,
-                (long long)M, SN_NF4_GEMV_COLS);
+    sn_cu_emitf(t, "float s = red[m * %d + c + c / 8];", RED_ROW);
+    sn_cu_emitf(t, "for (int w = 1; w < %d; w++) s += red[(w * %lld + m) * %d + c + c / 8];",
+                WARPS, (long long)M, RED_ROW);
     sn_cu_emitf(t, "out0[(%s)m * %lld + n] = s;", ix, (long long)N);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
