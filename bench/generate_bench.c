@@ -6,11 +6,13 @@
  * measurement per line, then a summary. Not a test: numbers for docs/generate.md.
  *
  *     bench/generate_bench --model gpt2 --prompt-len 32 --new 256 --positions 64,1024
- *     bench/generate_bench --model demo --baseline-tokens 0          (the cache only) */
+ *     bench/generate_bench --model demo --baseline-tokens 0          (the cache only)
+ *     bench/generate_bench --model gpt2 --baseline-tokens 0 --base nf4 (QLoRA's base: NF4) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/nf4.h"
 #include "models/gpt2.h"
 #include "program/program.h"
 #include "passes/pipeline.h"
@@ -22,7 +24,7 @@
 #include "bench_json.h"
 
 typedef struct {
-    const char *model, *device, *positions;
+    const char *model, *device, *positions, *base;
     int prompt_len, n_new, threads, baseline_tokens;
     uint64_t seed;
 } args;
@@ -35,7 +37,8 @@ static void die(const char *what, const sn_err *e) {
 static void usage(void) {
     fprintf(stderr, "usage: generate_bench [--model NAME] [--prompt-len N] [--new N] [--device auto|cpu|cuda|interp]\n"
                     "         [--threads N] [--baseline-tokens N (0: no run without the cache)]\n"
-                    "         [--positions P,P,... (1-based; each timed over the 8 steps up to it)] [--seed N]\n");
+                    "         [--positions P,P,... (1-based; each timed over the 8 steps up to it)] [--seed N]\n"
+                    "         [--base f32|nf4 (the linear weights NF4, as a QLoRA's generate)]\n");
     exit(2);
 }
 
@@ -55,6 +58,7 @@ static args parse(int argc, char **argv) {
         if (!strcmp(o, "--model")) a.model = v;
         else if (!strcmp(o, "--device")) a.device = v;
         else if (!strcmp(o, "--positions")) a.positions = v;
+        else if (!strcmp(o, "--base")) a.base = v;
         else if (!strcmp(o, "--prompt-len")) a.prompt_len = (int)num(v, 1, 1 << 20);
         else if (!strcmp(o, "--new")) a.n_new = (int)num(v, 1, 1 << 20);
         else if (!strcmp(o, "--threads")) a.threads = (int)num(v, 0, 1024);
@@ -77,15 +81,42 @@ static sn_device *open_device(const args *a) {
     return d;
 }
 
-/* Random weights: each parameter's init rule, seeded (train.h's sn_param_init). */
+/* Random weights: each parameter's init rule, seeded (train.h's sn_param_init); an NF4 one
+ * (--base nf4: u8 storage keeping its weight's rule) drawn so and quantized into data. Its
+ * weight count is the largest whose layout has its bytes: exact for an even count (GPT-2's). */
 static sn_status init_weights(void *src, const sn_node *p, float *data, sn_err *e) {
-    (void)e;
-    sn_param_init(p, data, *(const uint64_t *)src);
-    return SN_OK;
+    uint64_t seed = *(const uint64_t *)src;
+    if (p->dtype != SN_U8) {
+        sn_param_init(p, data, seed);
+        return SN_OK;
+    }
+    int64_t lo = 1, hi = 2 * sn_numel(p);
+    while (lo < hi) { /* the largest n with bytes(n) <= numel(p) */
+        int64_t mid = (lo + hi + 1) / 2;
+        if (sn_nf4_layout_of(mid).bytes <= sn_numel(p)) lo = mid;
+        else hi = mid - 1;
+    }
+    sn_node w = *p;
+    w.dtype = SN_F32, w.rank = 1, w.shape[0] = lo;
+    float *f = malloc(sizeof(float) * (size_t)lo);
+    if (!f || sn_nf4_layout_of(lo).bytes != sn_numel(p)) die("an NF4 parameter's weights", NULL);
+    sn_param_init(&w, f, seed);
+    sn_status s = sn_nf4_quantize(f, lo, (uint8_t *)data, e);
+    free(f);
+    return s;
 }
 
+typedef struct {
+    sn_gpt2_config c;
+    bool nf4; /* every weight frozen, so that the nf4 pass stores the linear ones as NF4 */
+} model;
+
 static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn_err *e) {
-    return sn_gpt2_build_kv(g, user, B, T, decode, NULL, e);
+    const model *m = user;
+    sn_status s = sn_gpt2_build_kv(g, &m->c, B, T, decode, NULL, e);
+    for (int i = 0; !s && m->nf4 && i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_PARAM) sn_param_freeze(g->nodes[i]);
+    return s;
 }
 
 static int by_value(const void *a, const void *b) {
@@ -110,7 +141,11 @@ int main(int argc, char **argv) {
     /* with the cache: a first call compiles the prefill program, the second is timed */
     double t0 = sn_clock_s();
     sn_generator *gen;
-    sn_generator_opts go = {.build = build_kv, .user = &c, .ctx = c.ctx, .n_layer = c.n_layer, .batch = 1};
+    bool nf4 = a.base && !strcmp(a.base, "nf4");
+    if (a.base && !nf4 && strcmp(a.base, "f32")) die("--base: f32 or nf4", NULL);
+    model mk = {c, nf4};
+    sn_generator_opts go = {.build = build_kv, .user = &mk, .ctx = c.ctx, .n_layer = c.n_layer,
+                            .batch = 1, .nf4 = nf4};
     if (sn_generator_new(&go, d, &gen, &e) || sn_generator_load(gen, w, &e)) die("generator", &e);
     double setup_s = sn_clock_s() - t0;
     sn_sample_opts so = {.n_new = a.n_new, .temperature = 0, .seed = a.seed};
@@ -130,6 +165,7 @@ int main(int argc, char **argv) {
     bj_bool(rec, "cache", true);
     bj_str(rec, "model", a.model);
     bj_str(rec, "device", dev);
+    bj_str(rec, "base", nf4 ? "nf4" : "f32");
     bj_int(rec, "prompt", a.prompt_len);
     bj_int(rec, "new", a.n_new);
     bj_num(rec, "tokens_per_s", "%.3f", cached_tps);
@@ -221,8 +257,8 @@ int main(int argc, char **argv) {
         sn_graph_free(g);
     }
 
-    printf("\n%s on %s, batch 1, fp32, %d-token prompt, %d new tokens (greedy):\n", a.model, dev,
-           a.prompt_len, a.n_new);
+    printf("\n%s on %s, batch 1, fp32%s, %d-token prompt, %d new tokens (greedy):\n", a.model, dev,
+           nf4 ? " (linear weights NF4)" : "", a.prompt_len, a.n_new);
     printf("  with the KV cache:    %8.2f tokens/s (prefill %.3f s, decode steps %.2f tokens/s)\n",
            cached_tps, prefill_s, decode_tps);
     if (plain_tps > 0)

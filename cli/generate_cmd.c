@@ -16,6 +16,7 @@
 #include "io/weights.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
+#include "program/kernel.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/device.h"
 #include "train/checkpoint.h"
@@ -82,9 +83,10 @@ static const cli_opt gen_opts[] = {
     {"ignore-eot", 0, CLI_FLAG, NULL, O(ignore_eot),
      .help = "go on past <|endoftext|> (default: a prompt's text ends there)"},
     {"base", 0, CLI_CHOICE, "B", O(base), .choices = "nf4, f32",
-     .help = "a QLoRA checkpoint's base on the device: nf4, as trained (each\n"
-             "product unpacks its weights), or f32 (dequantized once: about 7x\n"
-             "the memory, faster tokens); default nf4 on a GPU, f32 on the CPU"},
+     .help = "a QLoRA checkpoint's base on the device: nf4, as trained (up to 8\n"
+             "prompts read its packed bytes, more unpack each weight every step),\n"
+             "or f32 (dequantized once: about 7x the memory); default nf4, f32 on\n"
+             "the CPU for more than 8 prompts"},
 };
 
 static int cmd_generate(int argc, char **argv);
@@ -391,10 +393,12 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
         s = sn_fail(e, SN_ERR_INVALID, "--base %s: %s has no NF4 base (a QLoRA checkpoint's, sinter "
                     "train --qlora): leave out --base", a->base, a->hf ? a->hf : a->checkpoint);
     if (!s) s = open_device(a, &dev, e);
-    /* a QLoRA base: NF4 where memory is scarce (a GPU's), f32 where the host's memory is cheaper
-       than unpacking every token (the CPU, 1.6x faster: docs/finetune.md, "Generation") */
-    if (!s && m->nf4 && (a->base ? !strcmp(a->base, "f32") : !dev || dev->target.kind != SN_TARGET_CUDA))
-        m->nf4 = false;
+    /* a QLoRA base: NF4 as trained (the least memory), its products of a batch of up to
+       SN_NF4_GEMV_MAX_M reading the packed bytes (as fast as f32 on the CPU or faster:
+       docs/finetune.md, "Generation"); f32 on the CPU for a larger batch, whose products would
+       unpack every weight each step, and on the interpreter */
+    bool cpu_f32 = !dev || (dev->target.kind != SN_TARGET_CUDA && B > SN_NF4_GEMV_MAX_M);
+    if (!s && m->nf4 && (a->base ? !strcmp(a->base, "f32") : cpu_f32)) m->nf4 = false;
     /* past the trained positions the windows slide (generate.h) */
     sn_generator_opts go = {.build = build_kv, .user = m, .ctx = m->ctx, .n_layer = m->n_layer,
                             .batch = B, .window = window, .nf4 = m->nf4};

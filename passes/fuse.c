@@ -419,8 +419,9 @@ static void decide(fuse_state *s) {
     sn_fuse_settle_into(s);
     for (int i = 0; i < n; i++) /* the attention forward's o written into its permute */
         if (s->live[i]) sn_fuse_fwd_into(s, g->nodes[i]);
+    sn_fuse_nf4_gemv_decide(s); /* a dequantize into the one product of few rows reading it */
     for (int i = 0; i < n; i++) /* a bias add, or a cast, joins the GEMM before it */
-        if (s->live[i]) sn_fuse_gemm_epilogue(s, g->nodes[i]);
+        if (s->live[i] && !sn_fuse_is_nf4_gemv(s, g->nodes[i])) sn_fuse_gemm_epilogue(s, g->nodes[i]);
     /* column sums join a norm weight-gradient kernel over the same rows (kernel.h) */
     for (int i = 0; i < n; i++) {
         const sn_node *h = s->live[i] ? colsum_host(s, g->nodes[i]) : NULL;
@@ -444,7 +445,9 @@ static void decide(fuse_state *s) {
  * (after the kernels of the GEMM's epilogue's position), so the unpacked weights live over the
  * two kernels alone. */
 static bool dequant_for_gemm(const fuse_state *s, const sn_node *x) {
-    if (x->op != SN_OP_DEQUANT_NF4 || s->is_out[x->id] || !s->n_users[x->id]) return false;
+    if (x->op != SN_OP_DEQUANT_NF4 || s->is_out[x->id] || !s->n_users[x->id] ||
+        s->home[x->id] != x->id) /* not in an NF4 product (fuse_gemv.c) */
+        return false;
     for (int k = 0; k < s->n_users[x->id]; k++)
         if (s->g->nodes[s->users[x->id][k]]->op != SN_OP_MATMUL) return false;
     return true;

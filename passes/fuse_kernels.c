@@ -241,9 +241,11 @@ static sn_kernel_kind compute_kind(sn_op op) {
 
 /* A kernel of one compute node (a row op with nothing fused reads its inputs as args). */
 sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
-    sn_kernel *k = new_kernel(s, compute_kind(n->op), n);
+    bool nf4 = sn_fuse_is_nf4_gemv(s, n); /* reads its weight's packed bytes (kernel.h) */
+    sn_kernel *k = new_kernel(s, nf4 ? SN_KER_NF4_GEMV : compute_kind(n->op), n);
     if (!k) return SN_ERR_OOM;
     k->anchor = n;
+    if (nf4) snprintf(k->name, sizeof k->name, "k%d_nf4_gemv", k->id);
     const sn_node *lse = n->op == SN_OP_ATTENTION ? n->in[3] : NULL;
     if (lse && s->home[lse->id] == n->id) {
         k->anchor2 = lse;
@@ -279,12 +281,12 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
         memcpy(k->access[n->n_in + o].stride, m.stride, sizeof m.stride);
     }
     for (int i = 0; i < n->n_in; i++) {
-        view_map m = {.base = n->in[i]};
+        view_map m = {.base = nf4 && i == 1 ? n->in[1]->in[0] : n->in[i]};
         if (att) {
             bool mapped = sn_fuse_map_of(s, n->in[i], &m);
             SN_ASSERT(mapped && !m.masked); /* decide made sure */
         } else {
-            SN_ASSERT(s->mat[n->in[i]->id]);
+            SN_ASSERT(s->mat[m.base->id]);
         }
         int at = -1;
         for (int j = 0; j < k->n_out + k->n_in && at < 0; j++)

@@ -1,8 +1,9 @@
 /* nf4.c: the nf4 pass (QLoRA's storage): a frozen linear weight becomes NF4 storage (a u8
  * parameter of the same name, ir/nf4.h's packed bytes) and a dequant_nf4 node that its products
  * read. Convention: only weights every reader multiplies as the right operand of a matmul
- * (x @ W, a linear layer) are stored so; embeddings, norms, biases and a table tied to the LM
- * head keep their dtype, as QLoRA keeps them in 16 bits. After autodiff, each reader of a
+ * (x @ W, a linear layer) are stored so; embeddings, norms, biases, a table tied to the LM head
+ * and an untied LM head (the product that makes g->logits: lm_head below) keep their dtype, as
+ * QLoRA keeps them in 16 bits. After autodiff, each reader of a
  * dequantized weight gets a dequantize of its own right before it (sn_pass_nf4_per_reader), so
  * the unpacked weights live from their dequantize to their product: one scratch at a time, not a
  * 16-bit copy of every layer held from the forward to the backward. */
@@ -27,6 +28,24 @@ bool sn_linear_weight(const sn_graph *g, const sn_node *p) {
     return readers > 0;
 }
 
+/* The product that makes the logits (g->logits, or what it views or casts): the LM head. */
+static const sn_node *logits_product(const sn_graph *g) {
+    const sn_node *n = g->logits;
+    while (n && n->n_in >= 1 && (sn_op_kind(n->op) == SN_K_LAYOUT || n->op == SN_OP_CAST))
+        n = n->in[0];
+    return n && n->op == SN_OP_MATMUL ? n : NULL;
+}
+
+/* Whether p is the right operand of the LM head's product: an untied head (LLaMA's
+ * lm_head.weight) keeps its dtype, as bitsandbytes' QLoRA (transformers' load_in_4bit, which
+ * skips lm_head) keeps it in 16 bits: the logits' product is the model's most sensitive, and
+ * unpacking the whole head for every product (each chunk of --chunk-logits) costs a scratch
+ * as large as it. */
+static bool lm_head(const sn_graph *g, const sn_node *p) {
+    const sn_node *mm = logits_product(g);
+    return mm && mm->in[1] == p;
+}
+
 sn_status sn_pass_nf4(const sn_graph *in, sn_graph **out, int *n_stored, sn_err *e) {
     *out = NULL;
     *n_stored = 0;
@@ -38,7 +57,7 @@ sn_status sn_pass_nf4(const sn_graph *in, sn_graph **out, int *n_stored, sn_err 
     if (st) return st;
     for (int i = 0; i < in->n_nodes; i++) {
         const sn_node *n = in->nodes[i];
-        if (!sn_linear_weight(in, n)) {
+        if (!sn_linear_weight(in, n) || lm_head(in, n)) {
             sn_rewrite_copy(&r, n);
             continue;
         }

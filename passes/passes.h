@@ -71,8 +71,9 @@ sn_status sn_pass_attention(const sn_graph *in, bool unrepeat_kv, sn_graph **out
  * layer's weight: x @ W) becomes a u8 parameter of the same name holding its NF4 bytes (ir/nf4.h:
  * 0.5 + 1/64 + 1/4096 bytes a weight, starting as zeros: the base's values come quantized from
  * a weight file) and a dequant_nf4 node (the weight's shape and dtype) that the products read.
- * Trained parameters, embeddings, norms, biases, and a table that is also an embedding (GPT-2's
- * tied LM head) stay as they are. requires: a verified forward graph (before autodiff; before
+ * Trained parameters, embeddings, norms, biases, a table that is also an embedding (GPT-2's
+ * tied LM head) and an untied LM head (the right operand of the product that makes g->logits,
+ * LLaMA's lm_head.weight, as bitsandbytes keeps it in 16 bits) stay as they are. requires: a verified forward graph (before autodiff; before
  * autocast, which makes a dequantize read only by products bf16). *n_stored: weights stored so. */
 sn_status sn_pass_nf4(const sn_graph *in, sn_graph **out, int *n_stored, sn_err *e);
 

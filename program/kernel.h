@@ -19,6 +19,8 @@ typedef enum {
     SN_KER_GATHER,    /* anchor is embedding (gather) or embedding_bwd (scatter-add) */
     SN_KER_DEQUANT,   /* anchor is dequant_nf4: args y, packed (ir/nf4.h); an item per block of
                          64 weights */
+    SN_KER_NF4_GEMV,  /* anchor is a matmul of few rows by an NF4 weight it unpacks as it
+                         reads it (below): args y, x, packed; an item per 64 columns of y */
     /* the optimizer step over the flat parameter range (made by the trainer, not fuse; below) */
     SN_KER_GRAD_ACC,  /* sum[i] += g[i] */
     SN_KER_SQNORM,    /* partial[b] = sum over block b of (g[i] * inv_micro)^2 */
@@ -68,6 +70,24 @@ typedef enum {
     SN_EPI_COUNT
 } sn_epilogue;
 const char *sn_epilogue_name(sn_epilogue e);
+
+/* The NF4 product (SN_KER_NF4_GEMV): y = x @ dequant_nf4(packed) where x has few rows, as
+ * batch-1 decoding has (fuse makes it for M <= SN_NF4_GEMV_MAX_M: numel(x) / K rows, its batch
+ * dims folded); otherwise a dequantize kernel unpacks the weight into a scratch and a GEMM
+ * reads it. The anchor is the matmul (no epilogue: a bias add after it is a kernel of its own),
+ * ta = tb = 0, its operand 1 a dequant_nf4 of shape (K, N) that no other node reads: it has no
+ * buffer, the kernel reads the packed bytes (ir/nf4.h's layout) and never writes the unpacked
+ * weight. Args: y (numel(x) / K, N) f32, x (.., K) of the weight's dtype (f32, bf16, f16),
+ * contiguous, packed (u8). Item i: the columns [64 i, min(64 i + 64, N)) of every row of y.
+ * Each weight is what the dequantize kernel writes: rnd_w(level[code] * scale), its scale
+ * fma(scale_code, step, mean), rnd_w the rounding to the weight's dtype; then
+ *     y[m][n] = sum over k of x[m][k] * w[k][n]   in f32
+ * The order of that sum is each backend's (the CPU: k ascending, one fma a term; CUDA: 32
+ * partial sums over interleaved rows, a warp's 4 added pairwise, then the 8 warps' in order:
+ * codegen/cuda/cuda_gemv.c), fixed for every split of the items, but not the GEMM library's,
+ * so y matches the unfused program within f32 rounding (|error| <= about K 2^-24 sum_k
+ * |x[m][k] w[k][n]|), not bit for bit. */
+enum { SN_NF4_GEMV_MAX_M = 8, SN_NF4_GEMV_COLS = 64 };
 
 #define SN_KER_MAX_ARGS 16
 /* Buffers a launch passes at most (sn_kernel_n_bufs): the args, a scratch, a joined FINISH's. */

@@ -184,6 +184,25 @@ static sn_status check_dequant(const sn_kernel *k, sn_err *e) {
     return SN_OK;
 }
 
+/* The NF4 product (kernel.h): the matmul's x and its dequantize's packed bytes in, the matmul
+ * out; few rows, no transposes, a (K, N) weight, f32, bf16 or f16 operands. */
+static sn_status check_nf4_gemv(const sn_kernel *k, sn_err *e) {
+    const sn_node *mm = k->anchor, *x = mm->in[0], *w = mm->in[1];
+    if (w->op != SN_OP_DEQUANT_NF4 || k->n_out != 1 || k->n_in != 2 || k->args[0] != mm ||
+        k->args[1] != x || k->args[2] != w->in[0])
+        return BUG("an NF4 product writes its matmul from the matmul's x and the packed bytes of "
+                   "its dequant_nf4 operand (args y, x, packed)");
+    if (mm->a.ta || mm->a.tb || w->rank != 2 || x->shape[x->rank - 1] != w->shape[0])
+        return BUG("an NF4 product multiplies x (.., K) by a (K, N) weight, neither transposed");
+    int64_t M = sn_numel(x) / w->shape[0];
+    if (M > SN_NF4_GEMV_MAX_M)
+        return BUG("an NF4 product has at most %d rows, not %lld", SN_NF4_GEMV_MAX_M, (long long)M);
+    if ((x->dtype != SN_F32 && x->dtype != SN_BF16 && x->dtype != SN_F16) || mm->dtype != SN_F32)
+        return BUG("an NF4 product reads f32, bf16 or f16 (not %s) and writes f32 (not %s)",
+                   sn_dtype_name(x->dtype), sn_dtype_name(mm->dtype));
+    return SN_OK;
+}
+
 /* The optimizer kinds (made by the trainer): their flat range and 16-bit copies. */
 static sn_status check_optim(const sn_kernel *k, sn_err *e) {
     if (k->opt.flat_low != SN_F32 && (k->kind != SN_KER_ADAMW || (k->opt.flat_low != SN_BF16 && k->opt.flat_low != SN_F16)))
@@ -228,6 +247,7 @@ static bool anchor_fits(const sn_kernel *k) {
     case SN_KER_GEMM: return a->op == SN_OP_MATMUL;
     case SN_KER_GATHER: return a->op == SN_OP_EMBEDDING || a->op == SN_OP_EMBEDDING_BWD;
     case SN_KER_DEQUANT: return a->op == SN_OP_DEQUANT_NF4;
+    case SN_KER_NF4_GEMV: return a->op == SN_OP_MATMUL && a->in[1]->op == SN_OP_DEQUANT_NF4;
     default: return false;
     }
 }
@@ -284,6 +304,7 @@ sn_status sn_kernel_check(const sn_kernel *k, sn_err *e) {
     case SN_KER_GEMM: return sn_kernel_check_gemm(k, e);
     case SN_KER_GATHER: return check_gather(k, e);
     case SN_KER_DEQUANT: return check_dequant(k, e);
+    case SN_KER_NF4_GEMV: return check_nf4_gemv(k, e);
     default: break;
     }
     SN_ASSERT(!"a kernel kind without its check");

@@ -15,7 +15,7 @@ const char *sn_epilogue_name(sn_epilogue e) {
 }
 
 const char *sn_kernel_kind_name(sn_kernel_kind k) {
-    static const char *names[] = {"pointwise", "row", "reduce", "gemm", "attention", "gather", "dequant",
+    static const char *names[] = {"pointwise", "row", "reduce", "gemm", "attention", "gather", "dequant", "nf4_gemv",
                                   "grad_acc", "sqnorm", "clip", "adamw"};
     _Static_assert(sizeof names / sizeof names[0] == SN_KER_KIND_COUNT, "a kernel kind without a name");
     SN_ASSERT((unsigned)k < SN_KER_KIND_COUNT);
@@ -121,6 +121,9 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
         return;
     }
     case SN_KER_DEQUANT: *n_items = (sn_numel(a) + 63) / 64; return; /* NF4 blocks */
+    case SN_KER_NF4_GEMV: /* 64 columns of y */
+        *n_items = (a->shape[a->rank - 1] + SN_NF4_GEMV_COLS - 1) / SN_NF4_GEMV_COLS;
+        return;
     case SN_KER_GRAD_ACC: case SN_KER_ADAMW: *n_items = k->opt.flat_n; return; /* the optimizer's flat range */
     case SN_KER_SQNORM: *n_items = (k->opt.flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK; return;
     case SN_KER_CLIP: *n_items = 1; return;

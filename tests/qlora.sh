@@ -92,20 +92,25 @@ echo "QLoRA on the stand-in CUDA device: the CPU device's losses within 1e-5"
 # export: the adapters merged into the dequantized base
 "$sinter" export straight.ckpt --to hf > out.txt 2> err.txt || fail "export"
 grep -q "adapters merged" out.txt || fail "export did not merge"
-# generate: the base NF4 on the device (the default on a GPU, --base nf4), or dequantized to f32
-# (the CPU's default): the same greedy text
+# generate: the base NF4 on the device (the default for up to 8 prompts, --base nf4), or
+# dequantized to f32 (--base f32; the CPU's default for more prompts): the same greedy text
 "$sinter" generate straight.ckpt -n 12 -t 0 --device cpu --base nf4 > nf4.txt 2> err.txt || fail "generate --base nf4"
 grep -q ", the base NF4;" err.txt || fail "generate --base nf4 did not keep the base NF4"
-"$sinter" generate straight.ckpt -n 12 -t 0 --device cpu > f32.txt 2> err.txt || fail "generate"
-grep -q "the base NF4" err.txt && fail "the CPU's default base is NF4"
+"$sinter" generate straight.ckpt -n 12 -t 0 --device cpu --base f32 > f32.txt 2> err.txt || fail "generate --base f32"
+grep -q "the base NF4" err.txt && fail "--base f32 kept the base NF4"
 cmp nf4.txt f32.txt || fail "the NF4 and f32 bases generate different greedy text"
+"$sinter" generate straight.ckpt -n 2 -t 0 --device cpu > out.txt 2> err.txt || fail "generate"
+grep -q ", the base NF4;" err.txt || fail "the CPU's default base for one prompt is not NF4"
+"$sinter" generate straight.ckpt -n 2 -t 0 --device cpu -p a -p b -p c -p d -p e -p f -p g -p h \
+    -p i > out.txt 2> err.txt || fail "generate 9 prompts"
+grep -q "the base NF4" err.txt && fail "the CPU's default base for 9 prompts is NF4"
 if "$sinter" generate base.ckpt -n 2 --base nf4 > out.txt 2> err.txt; then fail "--base of a checkpoint without NF4"; fi
 grep -q "has no NF4 base" err.txt || { cat err.txt; fail "--base's refusal"; }
 XDG_CACHE_HOME="$dir/cache" SN_LIBCUDA="$standin_cuda" SN_LIBNVRTC="$standin_nvrtc" SN_LIBCUBLASLT="$standin_cublaslt" \
     "$sinter" generate straight.ckpt -n 12 -t 0 --device cuda > cuda.txt 2> err.txt || fail "generate on the stand-in"
 grep -q ", the base NF4;" err.txt || fail "a GPU's default base is not NF4"
 cmp nf4.txt cuda.txt || fail "the stand-in CUDA device's NF4 base generates another greedy text"
-echo "QLoRA generate: the base NF4 (a GPU's default) and f32 (the CPU's): the same greedy text"
+echo "QLoRA generate: the base NF4 (the default up to 8 prompts) and f32: the same greedy text"
 
 # --init-hf: a pretrained LLaMA quantized into the NF4 base
 "$sinter" train --init-hf "$fixtures/llama/llama" --qlora 4 --data corpus.txt --batch 2 --seq 16 --steps 2 \

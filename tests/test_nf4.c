@@ -13,6 +13,7 @@
 #include "frontend/lora.h"
 #include "interp/interp.h"
 #include "ir/nf4.h"
+#include "models/llama.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "runtime/gemm_lowp.h"
@@ -579,7 +580,8 @@ END_TEST
 
 /* The pass leaves trained weights, embeddings and tables read otherwise alone. In the program
  * each dequantize is a kernel of its own right before the GEMM that reads it, its weights an
- * arena value live over those two steps only; the packed storage is persistent, its size the
+ * arena value live over those two steps only, or (a product of few rows, not transposed) inside
+ * the NF4 product's kernel, with no value; the packed storage is persistent, its size the
  * layout's. */
 START_TEST(pass_scope_and_program) {
     sn_graph *g = mlp(false);
@@ -598,9 +600,15 @@ START_TEST(pass_scope_and_program) {
     sn_pipeline_opts o = {.nf4 = true, .precision = SN_PRECISION_BF16, .backward = true};
     sn_program *p;
     ck_assert_msg(sn_compile(g, &o, &p, NULL, &e) == SN_OK, "%s", e.msg);
-    int dequants = 0;
+    int dequants = 0, fused = 0;
     for (int k = 0; k < p->n_kernels; k++) {
         const sn_kernel *d = p->kernels[k];
+        if (d->kind == SN_KER_NF4_GEMV) { /* the forward's products of QB = 4 rows read their
+                                             packed bytes (kernel.h): no unpacked value */
+            ck_assert(d->anchor->in[1]->op == SN_OP_DEQUANT_NF4 && !d->anchor->a.tb);
+            ck_assert_int_eq(p->value_of[d->anchor->in[1]->id], -1);
+            fused++;
+        }
         if (d->kind != SN_KER_DEQUANT) continue;
         dequants++;
         ck_assert(d->anchor->op == SN_OP_DEQUANT_NF4 && d->n_out == 1 && d->n_in == 1);
@@ -617,7 +625,8 @@ START_TEST(pass_scope_and_program) {
         ck_assert_int_eq(w->bytes, 2 * sn_numel(d->anchor)); /* bf16 */
         ck_assert(q->persistent && q->bytes == sn_nf4_layout_of(sn_numel(d->anchor)).bytes);
     }
-    ck_assert_int_eq(dequants, 3);
+    ck_assert_int_eq(fused, 2);    /* x @ w1, h @ w2 */
+    ck_assert_int_eq(dequants, 1); /* dlogits @ w2^T (transposed: the GEMM reads it) */
     sn_program_free(p);
     sn_graph_free(g);
     /* the storage keeps its weight's init rule (the trainer draws the weights by it, then
@@ -634,6 +643,31 @@ START_TEST(pass_scope_and_program) {
 }
 END_TEST
 
+
+/* LLaMA's untied LM head (lm_head.weight) keeps its dtype under the nf4 pass, as bitsandbytes
+ * keeps it in 16 bits (the product that makes the logits); every other linear weight is NF4. */
+START_TEST(untied_head_keeps_its_dtype) {
+    sn_llama_config c;
+    ck_assert(sn_llama_config_find("llama-tiny", &c));
+    ck_assert(!c.tie_word_embeddings);
+    sn_graph *g = sn_graph_new();
+    sn_llama m;
+    sn_err e;
+    ck_assert_msg(sn_llama_build(g, &c, 1, 8, &m, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_PARAM) sn_param_freeze(g->nodes[i]);
+    sn_graph *out;
+    int n;
+    ck_assert_msg(sn_pass_nf4(g, &out, &n, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(n, 7 * c.n_layer); /* q, k, v, o, gate, up, down */
+    const sn_node *head = find(out, SN_OP_PARAM, "lm_head.weight");
+    ck_assert_msg(head && head->dtype == SN_F32, "lm_head.weight is %s",
+                  head ? sn_dtype_name(head->dtype) : "gone");
+    ck_assert_int_eq(find(out, SN_OP_PARAM, "model.layers.1.mlp.down_proj.weight")->dtype, SN_U8);
+    sn_graph_free(out);
+    sn_graph_free(g);
+}
+END_TEST
 
 /* ---- the CPU kernel (codegen/llvm/llvm_dequant.c) ---- */
 
@@ -711,6 +745,7 @@ int main(void) {
     tcase_add_test(t, qlora_first_loss);
     tcase_add_test(t, qlora_gradients);
     tcase_add_test(t, pass_scope_and_program);
+    tcase_add_test(t, untied_head_keeps_its_dtype);
     tcase_add_test(t, llvm_dequant);
     suite_add_tcase(s, t);
     return sn_test_main(s);

@@ -518,14 +518,27 @@ static int64_t forced(sn_device *d, const sn_ckpt_model *ck, bool nf4, float *lo
         u8 += n->dtype == SN_U8;
     }
     ck_assert_int_eq(u8, nf4 ? N_NF4 : 0);
+    int gemv = 0, dequant = 0; /* batch 1: every NF4 product reads its packed bytes (kernel.h) */
+    for (int i = 0; i < p->n_kernels; i++) {
+        gemv += p->kernels[i]->kind == SN_KER_NF4_GEMV;
+        dequant += p->kernels[i]->kind == SN_KER_DEQUANT;
+    }
+    ck_assert_msg(gemv == (nf4 ? N_NF4 : 0) && dequant == 0, "the decode program has %d nf4_gemv "
+                  "and %d dequant kernels", gemv, dequant);
     sn_generator_free(gen);
     return bytes;
 }
 
 /* sinter generate from a QLoRA checkpoint keeps the base NF4 on the device (its records' bytes
- * exactly, each product unpacking its weights): the logits of a forced sequence are the
- * dequantized base's bit for bit, in fewer weight bytes; an f32 checkpoint's weights are
- * quantized on the way in. */
+ * exactly): the logits of a forced sequence are the dequantized base's within f32 rounding, in
+ * fewer weight bytes; an f32 checkpoint's weights are quantized on the way in. Each product
+ * reads exactly the weights the f32 base holds, but at batch 1 (and a prompt of 4) it is the NF4
+ * product (kernel.h), whose f32 sum runs in its own order, not the GEMM library's: each
+ * product's y moves by at most K 2^-24 sum_k |x w| (K <= 4 C = 128 here: 8e-6 of that sum),
+ * and two layers, the norms and the head carry that into the logits; 2e-5 of the logits' scale
+ * (|logit| + 1) is that bound with room, far below what a wrong weight moves them (the CPU
+ * kernel's nibble order swapped, planted once, moved logit 0 by 0.06). Measured: equal bit for
+ * bit on this CPU (oneDNN's small GEMV sums k in order too). */
 START_TEST(generation_keeps_the_base_nf4) {
     sn_err e;
     sn_device *d;
@@ -545,13 +558,18 @@ START_TEST(generation_keeps_the_base_nf4) {
     enum { ROWS = 10 - 4 + 1 };
     float *a = malloc(sizeof(float) * ROWS * V), *b = malloc(sizeof(float) * ROWS * V);
     int64_t packed_bytes = forced(d, ck, true, a), full = forced(d, ck, false, b);
-    for (int i = 0; i < ROWS * V; i++)
-        ck_assert_msg(a[i] == b[i], "logit %d: %.9g with the NF4 base, %.9g dequantized", i, a[i], b[i]);
+    double worst = 0;
+    for (int i = 0; i < ROWS * V; i++) {
+        double err = fabs((double)a[i] - b[i]), tol = 2e-5 * (fabs(b[i]) + 1);
+        ck_assert_msg(err <= tol, "logit %d: %.9g with the NF4 base, %.9g dequantized (error %.3g, "
+                      "tolerance %.3g)", i, a[i], b[i], err, tol);
+        worst = fmax(worst, err / tol);
+    }
     ck_assert_msg(packed_bytes < full, "NF4 weights %lld bytes, f32 %lld", (long long)packed_bytes,
                   (long long)full);
-    printf("generation from a QLoRA checkpoint: the NF4 base's logits are the dequantized base's "
-           "bit for bit; the decode program's parameters %lld bytes against %lld\n",
-           (long long)packed_bytes, (long long)full);
+    printf("generation from a QLoRA checkpoint: the NF4 base's logits (its products nf4_gemv "
+           "kernels) are the dequantized base's within %.2g of the tolerance; the decode program's "
+           "parameters %lld bytes against %lld\n", worst, (long long)packed_bytes, (long long)full);
     sn_ckpt_model_free(ck);
     sn_trainer_free(t);
     sn_graph_free(g);

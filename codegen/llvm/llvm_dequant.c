@@ -13,8 +13,7 @@
 #include "ir/nf4.h"
 #include "llvm_util.h"
 
-/* the 16 levels as a constant global float[16] */
-static LLVMValueRef level_table(sn_ll *L) {
+LLVMValueRef sn_ll_nf4_levels(sn_ll *L) {
     LLVMValueRef g = LLVMGetNamedGlobal(L->mod, "sn_nf4_levels");
     if (g) return g;
     LLVMValueRef v[16];
@@ -33,20 +32,18 @@ static LLVMValueRef byte_at(sn_ll *L, LLVMValueRef q, LLVMValueRef at, const cha
     return LLVMBuildLoad2(L->b, L->t_i8, p, name);
 }
 
-/* the f32 at byte offset at (an i64) of q */
-static LLVMValueRef f32_at(sn_ll *L, LLVMValueRef q, LLVMValueRef at, const char *name) {
+LLVMValueRef sn_ll_nf4_f32_at(sn_ll *L, LLVMValueRef q, LLVMValueRef at, const char *name) {
     LLVMValueRef p = LLVMBuildGEP2(L->b, L->t_i8, q, &at, 1, "");
     p = LLVMBuildBitCast(L->b, p, LLVMPointerType(L->t_f32, 0), "");
     return LLVMBuildLoad2(L->b, L->t_f32, p, name);
 }
 
-/* block blk's scale: fma((float)scale_code[blk], step[blk / 256], mean) */
-static LLVMValueRef block_scale(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef q,
+LLVMValueRef sn_ll_nf4_scale(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef q,
                                 LLVMValueRef mean, LLVMValueRef blk) {
     LLVMBuilderRef b = L->b;
     LLVMValueRef group = LLVMBuildUDiv(b, blk, sn_ll_i64(L, SN_NF4_SCALE_GROUP), "g");
     LLVMValueRef at = sn_ll_mul(L, group, sn_ll_i64(L, 4));
-    LLVMValueRef step = f32_at(L, q, sn_ll_add(L, sn_ll_i64(L, l->off_steps), at), "step");
+    LLVMValueRef step = sn_ll_nf4_f32_at(L, q, sn_ll_add(L, sn_ll_i64(L, l->off_steps), at), "step");
     LLVMValueRef code = byte_at(L, q, sn_ll_add(L, sn_ll_i64(L, l->off_scale_codes), blk), "code");
     LLVMValueRef fma[3] = {LLVMBuildSIToFP(b, code, L->t_f32, ""), step, mean}; /* int8: signed */
     return sn_ll_call(L, "llvm.fma", fma, 3, "scale");
@@ -79,7 +76,7 @@ static void full_blocks(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef y, LLVMVa
     LLVMValueRef levels = LLVMConstVector(lv, 16), interleave = LLVMConstVector(hl, W);
     sn_ll_loop blocks;
     LLVMValueRef blk = sn_ll_for(L, &blocks, lo, hi, sn_ll_i64(L, 1), "b");
-    LLVMValueRef scale = splat(L, block_scale(L, l, q, mean, blk), 16);
+    LLVMValueRef scale = splat(L, sn_ll_nf4_scale(L, l, q, mean, blk), 16);
     LLVMValueRef value = sn_ll_narrow(L, y, LLVMBuildFMul(b, levels, scale, "")); /* <16 x y's> */
     LLVMTypeRef et = LLVMGetElementType(LLVMTypeOf(value)), vw = LLVMVectorType(et, W);
     LLVMValueRef at = sn_ll_mul(L, blk, sn_ll_i64(L, BYTES));
@@ -115,8 +112,8 @@ static void full_blocks(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef y, LLVMVa
 static void short_block(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef y, LLVMValueRef q,
                         LLVMValueRef mean, int64_t last) {
     LLVMBuilderRef b = L->b;
-    LLVMValueRef one = sn_ll_i64(L, 1), levels = level_table(L);
-    LLVMValueRef scale = block_scale(L, l, q, mean, sn_ll_i64(L, last));
+    LLVMValueRef one = sn_ll_i64(L, 1), levels = sn_ll_nf4_levels(L);
+    LLVMValueRef scale = sn_ll_nf4_scale(L, l, q, mean, sn_ll_i64(L, last));
     sn_ll_loop ws;
     LLVMValueRef i = sn_ll_for(L, &ws, sn_ll_i64(L, last * SN_NF4_BLOCK), sn_ll_i64(L, l->n), one,
                                "i");
@@ -148,7 +145,7 @@ sn_status sn_ll_emit_dequant(sn_ll *L, const sn_kernel *k, const char *fname, sn
     LLVMValueRef one = sn_ll_i64(L, 1);
     LLVMTypeRef i8p = LLVMPointerType(L->t_i8, 0);
     LLVMValueRef q = LLVMBuildLoad2(b, i8p, LLVMBuildGEP2(b, i8p, L->bufs, &one, 1, ""), "q");
-    LLVMValueRef mean = f32_at(L, q, sn_ll_i64(L, 0), "mean");
+    LLVMValueRef mean = sn_ll_nf4_f32_at(L, q, sn_ll_i64(L, 0), "mean");
     LLVMValueRef nfull = sn_ll_i64(L, full);
     full_blocks(L, &l, y, q, mean, sn_ll_imin(L, L->begin, nfull, "lo"),
                 sn_ll_imin(L, L->end, nfull, "hi"));

@@ -229,6 +229,7 @@ static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e
     case SN_KER_GEMM: break;
     case SN_KER_ATTENTION: return sn_ll_emit_attention(L, k, fname, e);
     case SN_KER_DEQUANT: return sn_ll_emit_dequant(L, k, fname, e);
+    case SN_KER_NF4_GEMV: return sn_ll_emit_nf4_gemv(L, k, fname, e);
     case SN_KER_KIND_COUNT: break;
     }
     SN_ASSERT(!"a kernel kind without its emitter");

@@ -25,6 +25,7 @@
 
 #include <llvm-c/Core.h>
 
+#include "ir/nf4.h"
 #include "program/kernel.h"
 
 typedef struct {
@@ -199,6 +200,14 @@ sn_status sn_ll_emit_reduce(sn_ll *L, const sn_kernel *k, const char *fname, sn_
 sn_status sn_ll_emit_gather(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 sn_status sn_ll_emit_optim(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e); /* GRAD_ACC .. ADAMW */
 sn_status sn_ll_emit_dequant(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e); /* NF4 */
+sn_status sn_ll_emit_nf4_gemv(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
+/* llvm_dequant.c: reading ir/nf4.h's packed buffer q (an i8*): the 16 levels as a constant
+ * global float[16]; the f32 at byte offset at (an i64); block blk's scale,
+ * fma((float)scale_code[blk], step[blk / 256], mean) (llvm.fma: one rounding) */
+LLVMValueRef sn_ll_nf4_levels(sn_ll *L);
+LLVMValueRef sn_ll_nf4_f32_at(sn_ll *L, LLVMValueRef q, LLVMValueRef at, const char *name);
+LLVMValueRef sn_ll_nf4_scale(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef q, LLVMValueRef mean,
+                             LLVMValueRef blk);
 /* llvm_attention.c */
 sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 

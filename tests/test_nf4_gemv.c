@@ -1,0 +1,359 @@
+/* test_nf4_gemv.c: the NF4 product of few rows (kernel.h: SN_KER_NF4_GEMV): the fuse rule that
+ * makes it (and leaves larger products to the dequantize kernel and the GEMM), the CPU kernel
+ * (codegen/llvm/llvm_gemv.c) at every vector width and the CUDA kernel (codegen/cuda/
+ * cuda_gemv.c) on the SIMT simulator in both thread orders, against the reference interpreter;
+ * the CUDA text compiled by NVRTC for sm_75, sm_80 and sm_90 without spills.
+ * The tolerance: each backend sums K products in f32 in its own order, each partial sum rounded
+ * once (fma), so |y - exact| <= K 2^-24 sum_k |x w| (the standard bound, gamma_K), plus y's own
+ * rounding; the interpreter sums in f64. A wrong nibble, scale or offset moves y by about a
+ * weight's size times |x|: far outside (the planted bugs, docs/finetune.md). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cuda/cuda.h"
+#include "codegen/llvm/llvm.h"
+#include "interp/interp.h"
+#include "ir/nf4.h"
+#include "passes/pipeline.h"
+#include "program/program.h"
+#include "runtime/device.h"
+#include "runtime/gemm_lowp.h"
+#include "sim/sim.h"
+#include "support/rng.h"
+#include "codegen_util.h"
+#include "harness.h"
+
+/* One product y = x @ dequant_nf4(q): x (M, K) (or (2, M / 2, K): batch dims folded), W
+ * (K, N) in dt, the bytes of normal weights in several groups of scales, x uniform in
+ * [-1, 1) rounded to dt; the interpreter's y, and the bound above for each y. */
+typedef struct {
+    int64_t M, K, N;
+    sn_dtype dt;
+    sn_graph *g;
+    sn_node *x, *w, *y;
+    void *xb;      /* x in dt */
+    uint8_t *q;    /* the packed bytes */
+    double *want;  /* [M N] the interpreter's y */
+    double *bound; /* [M N] K 2^-24 sum |x w| + |y| 2^-24 */
+} prod;
+
+static void prod_new(prod *p, int64_t M, int64_t K, int64_t N, sn_dtype dt, bool batched,
+                     uint64_t seed) {
+    *p = (prod){.M = M, .K = K, .N = N, .dt = dt, .g = sn_graph_new()};
+    sn_graph *g = p->g;
+    p->x = batched ? sn_input(g, "x", dt, SN_SHAPE(2, M / 2, K))
+                   : sn_input(g, "x", dt, SN_SHAPE(M, K));
+    p->w = sn_param_nf4(g, "w", dt, SN_SHAPE(K, N));
+    ck_assert_msg(p->x && p->w, "%s", sn_graph_error(g));
+    p->y = sn_matmul(g, p->x, p->w);
+    ck_assert_msg(p->y, "%s", sn_graph_error(g));
+    sn_graph_add_output(g, p->y);
+    sn_err e;
+    ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
+    int64_t n = K * N;
+    float *wf = malloc(sizeof(float) * (size_t)n);
+    sn_rng r = sn_rng_seed(seed);
+    for (int64_t i = 0; i < n; i++) wf[i] = (float)(0.05 * sn_rng_normal(&r));
+    p->q = malloc((size_t)sn_nf4_layout_of(n).bytes);
+    ck_assert(sn_nf4_quantize(wf, n, p->q, &e) == SN_OK);
+    sn_nf4_dequantize(p->q, n, wf);
+    double *xd = malloc(sizeof(double) * (size_t)(M * K));
+    p->xb = malloc(4 * (size_t)(M * K));
+    for (int64_t i = 0; i < M * K; i++) {
+        xd[i] = sn_dtype_round(dt, (float)(2 * sn_rng_uniform(&r) - 1));
+        float f = (float)xd[i];
+        if (dt == SN_F32)
+            ((float *)p->xb)[i] = f;
+        else
+            ((uint16_t *)p->xb)[i] = (uint16_t)sn_lowp_round(dt, f);
+    }
+    sn_interp *it = sn_interp_new(g, false);
+    double *qd = malloc(sizeof(double) * (size_t)sn_numel(p->w->in[0]));
+    for (int64_t i = 0; i < sn_numel(p->w->in[0]); i++) qd[i] = p->q[i];
+    ck_assert(sn_interp_set_f64(it, p->w->in[0], qd, &e) == SN_OK);
+    ck_assert(sn_interp_set_f64(it, p->x, xd, &e) == SN_OK);
+    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
+    p->want = malloc(sizeof(double) * (size_t)(M * N));
+    p->bound = malloc(sizeof(double) * (size_t)(M * N));
+    memcpy(p->want, sn_interp_value(it, p->y), sizeof(double) * (size_t)(M * N));
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t c = 0; c < N; c++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += fabs(xd[m * K + k] * sn_dtype_round(dt, wf[k * N + c]));
+            p->bound[m * N + c] = (double)(K + 1) * 0x1p-24 * s + 1e-30;
+        }
+    sn_interp_free(it);
+    free(qd), free(xd), free(wf);
+}
+
+static void prod_free(prod *p) {
+    free(p->xb), free(p->q), free(p->want), free(p->bound);
+    sn_graph_free(p->g);
+}
+
+/* The product's kernel as fuse makes it: args y, x, packed. */
+static sn_kernel prod_kernel(const prod *p) {
+    sn_kernel k = {.kind = SN_KER_NF4_GEMV, .id = p->y->id, .n_out = 1, .n_in = 2, .anchor = p->y};
+    snprintf(k.name, sizeof k.name, "k%d_nf4_gemv", p->y->id);
+    k.args[0] = p->y;
+    k.args[1] = p->x;
+    k.args[2] = p->w->in[0];
+    sn_kernel_work(&k, &k.n_items, &k.serial);
+    sn_err e;
+    ck_assert_msg(sn_kernel_check(&k, &e) == SN_OK, "%s", e.msg);
+    return k;
+}
+
+/* y (f32) against the interpreter within the bound; "!(err <= bound)" fails on NaN. */
+static void check_y(const prod *p, const float *y, const char *how) {
+    double worst = 0;
+    for (int64_t i = 0; i < p->M * p->N; i++) {
+        double err = fabs((double)y[i] - p->want[i]);
+        ck_assert_msg(err <= p->bound[i],
+                      "%s: %s M=%lld K=%lld N=%lld: y[%lld][%lld] = %.9g, the "
+                      "interpreter's %.9g (error %.3g, bound %.3g)",
+                      how, sn_dtype_name(p->dt), (long long)p->M, (long long)p->K, (long long)p->N,
+                      (long long)(i / p->N), (long long)(i % p->N), (double)y[i], p->want[i], err,
+                      p->bound[i]);
+        if (err / p->bound[i] > worst) worst = err / p->bound[i];
+    }
+    (void)worst;
+}
+
+/* Shapes: 64 | N (the vector path; K odd; 4 groups of scales; M at the bound; row tiles of 4
+ * and 3; K longer than CUDA's shared tile of x at M = 8, 512; every M from 1 to 8; the CPU's
+ * groups of 4 and 2 items and the items after them), and N that no vector width
+ * divides (blocks straddle rows; an odd count: a short last block with an unused low nibble). */
+static const int64_t shapes[][3] = {{1, 37, 192}, {3, 300, 192}, {8, 64, 128}, {7, 96, 320},
+                                    {5, 37, 50},  {2, 33, 77},   {1, 130, 30}, {8, 600, 64},
+                                    {4, 70, 64},  {6, 45, 128},  /* M: 1 .. 8, each */
+                                    {1, 40, 448}, {2, 50, 320}}; /* CPU: groups of 4, 2 items */
+enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
+static const sn_dtype dts[] = {SN_F32, SN_BF16, SN_F16};
+
+/* ---- the fuse rule ---- */
+
+/* x (M, 96) @ W (96, 128) + b compiled for the CPU: at M <= 8 one nf4_gemv kernel reads the
+ * packed bytes (no dequantize kernel, no GEMM, and the unpacked weight has no value: no
+ * scratch), the bias add a kernel of its own; at M = 9 the dequantize kernel right before the
+ * GEMM, as before. Run on the CPU device, y + b within the bound of the interpreter. */
+START_TEST(fuse_rule) {
+    if (!have_jit("nf4_gemv")) return;
+    sn_err e;
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
+    const int64_t Ms[] = {1, 8, 9}, K = 96, N = 128;
+    for (int i = 0; i < 3; i++) {
+        int64_t M = Ms[i];
+        prod p;
+        prod_new(&p, M, K, N, SN_F32, false, 80 + (uint64_t)i);
+        sn_node *b = sn_param(p.g, "b", SN_F32, SN_SHAPE(N), SN_INIT_NORMAL, 0.5f);
+        sn_node *out = sn_add(p.g, p.y, b);
+        ck_assert_msg(b && out, "%s", sn_graph_error(p.g));
+        sn_graph_clear_outputs(p.g);
+        sn_graph_add_output(p.g, out);
+        sn_program *prog;
+        ck_assert_msg(sn_compile(p.g, &(sn_pipeline_opts){0}, &prog, NULL, &e) == SN_OK, "%s",
+                      e.msg);
+        int kinds[SN_KER_KIND_COUNT] = {0};
+        for (int k = 0; k < prog->n_kernels; k++) {
+            const sn_kernel *ker = prog->kernels[k];
+            kinds[ker->kind]++;
+            if (ker->kind == SN_KER_NF4_GEMV)
+                ck_assert(ker->args[0] == p.y && ker->args[1] == p.x && ker->args[2] == p.w->in[0]);
+            if (ker->kind == SN_KER_DEQUANT)
+                ck_assert(k + 1 < prog->n_kernels && prog->kernels[k + 1]->kind == SN_KER_GEMM);
+        }
+        bool fused = M <= SN_NF4_GEMV_MAX_M;
+        ck_assert_msg(kinds[SN_KER_NF4_GEMV] == fused && kinds[SN_KER_DEQUANT] == !fused &&
+                          kinds[SN_KER_GEMM] == !fused,
+                      "M=%lld: %d nf4_gemv, %d dequant, %d gemm kernels", (long long)M,
+                      kinds[SN_KER_NF4_GEMV], kinds[SN_KER_DEQUANT], kinds[SN_KER_GEMM]);
+        ck_assert_msg((prog->value_of[p.w->id] < 0) == fused,
+                      "M=%lld: the unpacked weight %s a value", (long long)M,
+                      fused ? "has" : "lacks");
+        sn_exec *x;
+        ck_assert_msg(sn_exec_new(d, prog, &x, &e) == SN_OK, "%s", e.msg);
+        float *bv = malloc(sizeof(float) * (size_t)N), *y = malloc(sizeof(float) * (size_t)(M * N));
+        for (int64_t c = 0; c < N; c++) bv[c] = 0.25f * (float)(c % 7) - 0.75f;
+        ck_assert(sn_exec_set(x, p.x, p.xb, &e) == SN_OK &&
+                  sn_exec_set(x, p.w->in[0], p.q, &e) == SN_OK &&
+                  sn_exec_set(x, b, bv, &e) == SN_OK);
+        ck_assert_msg(sn_exec_run(x, &e) == SN_OK, "%s", e.msg);
+        ck_assert(sn_exec_get(x, out, y, &e) == SN_OK);
+        for (int64_t j = 0; j < M * N; j++) { /* the sum, then b added once (one more rounding) */
+            y[j] -= bv[j % N];
+            p.bound[j] += 0x1p-23 * (fabs(p.want[j]) + fabs(bv[j % N]));
+        }
+        check_y(&p, y, fused ? "CPU device, nf4_gemv" : "CPU device, dequantize and GEMM");
+        free(bv), free(y);
+        sn_exec_free(x);
+        sn_program_free(prog);
+        prod_free(&p);
+    }
+    sn_device_free(d);
+}
+END_TEST
+
+/* ---- the CPU kernel ---- */
+
+/* At 16 lanes (AVX-512: vpermps over 16 entries), 8 (AVX2: two vpermps and a select) and 4
+ * (compares and selects), every shape and dtype, run whole and in three uneven parts into
+ * NaN-poisoned outputs: within the bound of the interpreter, and each vector width's bits the
+ * same (one order: k ascending, one fma a term). */
+START_TEST(llvm_gemv) {
+    if (!have_jit("nf4_gemv")) return;
+    const int lanes[] = {16, 8, 4};
+    sn_jit *j[3];
+    for (int l = 0; l < 3; l++) j[l] = new_jit(lanes[l]);
+    for (int s = 0; s < N_SHAPES; s++)
+        for (int d = 0; d < 3; d++) {
+            prod p;
+            prod_new(&p, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], s == 2,
+                     60 + (uint64_t)s);
+            sn_kernel k = prod_kernel(&p);
+            int64_t ny = p.M * p.N;
+            float *y = malloc(sizeof(float) * (size_t)ny),
+                  *first = malloc(sizeof(float) * (size_t)ny);
+            void *bufs[3] = {y, p.xb, p.q};
+            for (int l = 0; l < 3; l++) {
+                sn_cpu_kernel_fn fn = compile_one(j[l], &k);
+                int64_t cuts[][2] = {{k.n_items, k.n_items}, {k.n_items / 3, k.n_items - 1}};
+                for (int c = 0; c < 2; c++) {
+                    memset(y, 0xff, sizeof(float) * (size_t)ny);
+                    fn(bufs, 0, cuts[c][0]);
+                    fn(bufs, cuts[c][0], cuts[c][1]);
+                    fn(bufs, cuts[c][1], k.n_items);
+                    char how[64];
+                    snprintf(how, sizeof how, "CPU, %d lanes, split %d", lanes[l], c);
+                    check_y(&p, y, how);
+                    if (l == 0 && c == 0) memcpy(first, y, sizeof(float) * (size_t)ny);
+                    ck_assert_msg(!memcmp(first, y, sizeof(float) * (size_t)ny),
+                                  "%s: not the bits of 16 lanes whole", how);
+                }
+            }
+            free(y), free(first);
+            prod_free(&p);
+        }
+    for (int l = 0; l < 3; l++) sn_jit_free(j[l]);
+}
+END_TEST
+
+/* ---- the CUDA kernel ---- */
+
+static bool have_nvrtc(void) {
+    sn_cuda_module m;
+    sn_err e;
+    sn_status st =
+        sn_nvrtc_compile("extern \"C\" __global__ void k() {}\n", "probe.cu", 80, &m, &e);
+    sn_cuda_module_free(&m);
+    if (st == SN_ERR_UNSUPPORTED)
+        printf("test_nf4_gemv: %s: skipping the NVRTC checks\n", e.msg);
+    else
+        ck_assert_msg(st == SN_OK, "%s", e.msg);
+    return st == SN_OK;
+}
+
+/* Every shape and dtype on the simulator with its launch, forward and reversed thread order
+ * (shared memory poisoned), into NaN-poisoned outputs: within the bound, the same bits in both
+ * orders; NVRTC for sm_75, sm_80 and sm_90 without spills or stack; two shapes profiled (the
+ * codes read as bytes and as words, sim.h's counts printed): the words use at least 40% of the
+ * bytes of the sectors the loads move. */
+START_TEST(cuda_gemv) {
+    bool nvrtc = have_nvrtc();
+    sn_target t = sn_target_cuda(80);
+    for (int s = 0; s < N_SHAPES; s++)
+        for (int d = 0; d < 3; d++) {
+            prod p;
+            prod_new(&p, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], s == 2,
+                     70 + (uint64_t)s);
+            sn_kernel k = prod_kernel(&p);
+            const sn_kernel *kp = &k;
+            sn_cuda_source cs;
+            sn_err e;
+            ck_assert_msg(sn_cuda_render(&kp, 1, &t, &cs, &e) == SN_OK, "%s", e.msg);
+            for (int a = 0; nvrtc && a < 3 && d == 1; a++) {
+                sn_cuda_module m;
+                int arch = (int[]){75, 80, 90}[a];
+                ck_assert_msg(sn_nvrtc_compile(cs.src, "gemv.cu", arch, &m, &e) == SN_OK, "%s",
+                              e.msg);
+                const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs.fn[0]);
+                ck_assert_msg(in && in->spill_store_bytes == 0 && in->stack_bytes == 0,
+                              "sm_%d: %d bytes spilled, %d of stack", arch,
+                              in ? in->spill_store_bytes : -1, in ? in->stack_bytes : -1);
+                sn_cuda_module_free(&m);
+            }
+            sn_sim_module *h;
+            sn_status st = sn_sim_module_load(cs.src, &h, &e);
+            if (st == SN_ERR_UNSUPPORTED) {
+                printf("test_nf4_gemv: %s: skipping the simulator\n", e.msg);
+                sn_cuda_source_free(&cs);
+                prod_free(&p);
+                return;
+            }
+            ck_assert_msg(st == SN_OK, "%s", e.msg);
+            int64_t ny = p.M * p.N;
+            float *y = malloc(sizeof(float) * (size_t)ny),
+                  *first = malloc(sizeof(float) * (size_t)ny);
+            void *yp = y, *xp = p.xb, *qp = p.q;
+            void *params[3] = {&yp, &xp, &qp};
+            sn_cuda_dims dims = sn_cuda_launch_dims(&k, &t);
+            ck_assert_int_eq(dims.grid[0], (p.N + 63) / 64);
+            for (int rev = 0; rev < 2; rev++) {
+                memset(y, 0xff, sizeof(float) * (size_t)ny);
+                sn_sim_opts so = sn_sim_defaults();
+                so.order = rev ? SN_SIM_REVERSE : SN_SIM_FORWARD;
+                ck_assert_msg(sn_sim_launch(h, cs.fn[0], dims.grid, dims.block, dims.shared_bytes,
+                                            params, &so, &e) == SN_OK,
+                              "%s", e.msg);
+                check_y(&p, y, rev ? "CUDA, reversed" : "CUDA, forward");
+                if (!rev) memcpy(first, y, sizeof(float) * (size_t)ny);
+                ck_assert_msg(!memcmp(first, y, sizeof(float) * (size_t)ny),
+                              "the two orders differ");
+            }
+            if (d == 0 && s < 2) { /* the codes as bytes (s 0) and as words (s 1): profiled */
+                sn_sim_module *hp;
+                ck_assert_msg(sn_sim_module_load_profiled(cs.src, &hp, &e) == SN_OK, "%s", e.msg);
+                sn_sim_profile prof = {0};
+                sn_sim_opts so = sn_sim_defaults();
+                so.profile = &prof;
+                ck_assert_msg(sn_sim_launch(hp, cs.fn[0], dims.grid, dims.block, dims.shared_bytes,
+                                            params, &so, &e) == SN_OK,
+                              "%s", e.msg);
+                char flags[256];
+                sn_sim_profile_flags(&prof, flags, sizeof flags);
+                double used = (double)prof.ld_bytes / (32.0 * (double)prof.ld_sectors);
+                printf("nf4_gemv %lld x %lld x %lld (codes as %s): %lld load requests, %lld "
+                       "sectors, %.0f%% of their bytes used; shared %lld wavefronts for %lld "
+                       "ideal; %s\n",
+                       (long long)p.M, (long long)p.K, (long long)p.N, s ? "words" : "bytes",
+                       prof.ld_requests, prof.ld_sectors, 100 * used, prof.sh_wavefronts,
+                       prof.sh_ideal, flags[0] ? flags : "no verdicts");
+                /* the words: at least 40% of the sectors' bytes used (measured 49%: the
+                   codes' requests whole sectors, the scales' 4 bytes a request not; 14% with
+                   the codes as bytes) */
+                ck_assert_msg(s == 0 || used >= 0.4, "the codes read as words use %.0f%% of "
+                              "the sectors' bytes", 100 * used);
+                sn_sim_module_free(hp);
+            }
+            free(y), free(first);
+            sn_sim_module_free(h);
+            sn_cuda_source_free(&cs);
+            prod_free(&p);
+        }
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("nf4_gemv");
+    TCase *t = tcase_create("nf4_gemv");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, fuse_rule);
+    tcase_add_test(t, llvm_gemv);
+    tcase_add_test(t, cuda_gemv);
+    suite_add_tcase(s, t);
+    return sn_test_main(s);
+}
