@@ -49,6 +49,21 @@ LLVMValueRef sn_ll_nf4_scale(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef q,
     return sn_ll_call(L, "llvm.fma", fma, 3, "scale");
 }
 
+LLVMValueRef sn_ll_nf4_level(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef q, LLVMValueRef levels,
+                             LLVMValueRef f) {
+    LLVMBuilderRef b = L->b;
+    LLVMValueRef one = sn_ll_i64(L, 1);
+    LLVMValueRef half = LLVMBuildLShr(b, f, one, "");
+    LLVMValueRef byte = byte_at(L, q, sn_ll_add(L, sn_ll_i64(L, l->off_codes), half), "byte");
+    LLVMValueRef odd = LLVMBuildTrunc(b, LLVMBuildAnd(b, f, one, ""), L->t_i1, "odd");
+    LLVMValueRef hi = LLVMBuildLShr(b, byte, LLVMConstInt(L->t_i8, 4, 0), "hi");
+    LLVMValueRef lo = LLVMBuildAnd(b, byte, LLVMConstInt(L->t_i8, 15, 0), "lo");
+    LLVMValueRef nib = LLVMBuildZExt(b, LLVMBuildSelect(b, odd, lo, hi, ""), L->t_i64, "nibble");
+    LLVMValueRef at[2] = {sn_ll_i64(L, 0), nib};
+    LLVMValueRef lp = LLVMBuildGEP2(b, LLVMArrayType(L->t_f32, 16), levels, at, 2, "");
+    return LLVMBuildLoad2(b, L->t_f32, lp, "level");
+}
+
 /* scalar x in every one of n lanes */
 static LLVMValueRef splat(sn_ll *L, LLVMValueRef x, unsigned n) {
     LLVMTypeRef t = LLVMVectorType(LLVMTypeOf(x), n);
@@ -117,15 +132,7 @@ static void short_block(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef y, LLVMVa
     sn_ll_loop ws;
     LLVMValueRef i = sn_ll_for(L, &ws, sn_ll_i64(L, last * SN_NF4_BLOCK), sn_ll_i64(L, l->n), one,
                                "i");
-    LLVMValueRef half = LLVMBuildLShr(b, i, one, "");
-    LLVMValueRef byte = byte_at(L, q, sn_ll_add(L, sn_ll_i64(L, l->off_codes), half), "byte");
-    LLVMValueRef odd = LLVMBuildTrunc(b, LLVMBuildAnd(b, i, one, ""), L->t_i1, "odd");
-    LLVMValueRef hi = LLVMBuildLShr(b, byte, LLVMConstInt(L->t_i8, 4, 0), "hi");
-    LLVMValueRef lo = LLVMBuildAnd(b, byte, LLVMConstInt(L->t_i8, 15, 0), "lo");
-    LLVMValueRef nib = LLVMBuildZExt(b, LLVMBuildSelect(b, odd, lo, hi, ""), L->t_i64, "nibble");
-    LLVMValueRef at[2] = {sn_ll_i64(L, 0), nib};
-    LLVMValueRef lp = LLVMBuildGEP2(b, LLVMArrayType(L->t_f32, 16), levels, at, 2, "");
-    LLVMValueRef w = LLVMBuildFMul(b, LLVMBuildLoad2(b, L->t_f32, lp, "level"), scale, "w");
+    LLVMValueRef w = LLVMBuildFMul(b, sn_ll_nf4_level(L, l, q, levels, i), scale, "w");
     sn_ll_store(L, y, i, w); /* 16-bit: rounded to nearest even */
     sn_ll_for_end(L, &ws);
 }

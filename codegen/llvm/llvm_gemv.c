@@ -177,19 +177,11 @@ static void by_weight(sn_ll *L, const gemv *g, LLVMValueRef c) {
     sn_ll_set(L, acc, sn_ll_f32(L, 0));
     LLVMValueRef k = sn_ll_for(L, &ks, sn_ll_i64(L, 0), sn_ll_i64(L, g->K), one, "k");
     LLVMValueRef f = sn_ll_add(L, sn_ll_mul(L, k, sn_ll_i64(L, g->N)), n);
-    LLVMValueRef at = sn_ll_add(L, sn_ll_i64(L, g->l->off_codes), LLVMBuildLShr(b, f, one, ""));
-    LLVMValueRef byte =
-        LLVMBuildLoad2(b, L->t_i8, LLVMBuildGEP2(b, L->t_i8, g->q, &at, 1, ""), "byte");
-    LLVMValueRef odd = LLVMBuildTrunc(b, LLVMBuildAnd(b, f, one, ""), L->t_i1, "odd");
-    LLVMValueRef hi = LLVMBuildLShr(b, byte, LLVMConstInt(L->t_i8, 4, 0), "hi");
-    LLVMValueRef lo = LLVMBuildAnd(b, byte, LLVMConstInt(L->t_i8, 15, 0), "lo");
-    LLVMValueRef nib = LLVMBuildZExt(b, LLVMBuildSelect(b, odd, lo, hi, ""), L->t_i64, "nibble");
-    LLVMValueRef li[2] = {sn_ll_i64(L, 0), nib};
-    LLVMValueRef lp = LLVMBuildGEP2(b, LLVMArrayType(L->t_f32, 16), levels, li, 2, "");
+    LLVMValueRef level = sn_ll_nf4_level(L, g->l, g->q, levels, f);
     LLVMValueRef blk = LLVMBuildLShr(b, f, sn_ll_i64(L, 6), "blk"); /* f / 64 */
     LLVMValueRef scale = sn_ll_nf4_scale(L, g->l, g->q, g->mean, blk);
     LLVMValueRef w = sn_ll_round_to(
-        L, LLVMBuildFMul(b, LLVMBuildLoad2(b, L->t_f32, lp, "level"), scale, ""), g->wt);
+        L, LLVMBuildFMul(b, level, scale, ""), g->wt);
     LLVMValueRef xv =
         sn_ll_load(L, g->x, sn_ll_add(L, sn_ll_mul(L, m, sn_ll_i64(L, g->K)), k), "x");
     LLVMValueRef a[3] = {xv, w, sn_ll_get(L, acc, "")};

@@ -208,6 +208,10 @@ LLVMValueRef sn_ll_nf4_levels(sn_ll *L);
 LLVMValueRef sn_ll_nf4_f32_at(sn_ll *L, LLVMValueRef q, LLVMValueRef at, const char *name);
 LLVMValueRef sn_ll_nf4_scale(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef q, LLVMValueRef mean,
                              LLVMValueRef blk);
+/* weight f's level (levels[its nibble]: the high one of its byte for even f, the low for odd),
+ * an f32 */
+LLVMValueRef sn_ll_nf4_level(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef q, LLVMValueRef levels,
+                             LLVMValueRef f);
 /* llvm_attention.c */
 sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 
