@@ -5,7 +5,6 @@
  * with a tiny output (dB = h^T dy: 8 x N summed over B*T rows) that needs split-K to fill the
  * machine. Those are the GEMMs this splits off as skinny, so that one profiled step on a GPU
  * says whether LoRA's step loses its time there (issue 21 item 4) without ncu. */
-#include <math.h>
 
 #include "ir/ir.h"
 #include "roofline.h"
@@ -51,13 +50,16 @@ sn_roofline_gemm_classes sn_roofline_gemm_split(const sn_program *p, const sn_ro
 }
 
 /* The `top` kernels whose measured time exceeds their modeled time the most, into idx (sorted,
- * largest first); returns how many (only kernels above their model). */
+ * largest first), and every kernel's excess summed into *total; returns how many are listed
+ * (only kernels above their model). */
 static int furthest(const sn_program *p, const sn_roofline_machine *m, const sn_roofline_opts *o,
-                    const double *measured, int top, int *idx, double *gap) {
+                    const double *measured, int top, int *idx, double *gap, double *total) {
     int n = 0;
+    *total = 0;
     for (int i = 0; i < p->n_kernels; i++) {
         double g = measured[i] - sn_roofline_kernel_model(p->kernels[i], m, o).time_s;
         if (!(g > 0)) continue;
+        *total += g;
         int at = n < top ? n++ : top;
         while (at > 0 && gap[at - 1] < g) {
             if (at < top) idx[at] = idx[at - 1], gap[at] = gap[at - 1];
@@ -91,15 +93,13 @@ void sn_roofline_print_gaps(FILE *f, const sn_program *p, const sn_roofline_mach
     int idx[MAX_TOP];
     double gap[MAX_TOP];
     if (top > MAX_TOP) top = MAX_TOP;
-    int n = top > 0 ? furthest(p, m, o, measured_kernel_s, top, idx, gap) : 0;
-    double total = 0;
-    for (int i = 0; i < p->n_kernels; i++)
-        total += fmax(0, measured_kernel_s[i] - sn_roofline_kernel_model(p->kernels[i], m, o).time_s);
+    double total;
+    int n = furthest(p, m, o, measured_kernel_s, top > 0 ? top : 0, idx, gap, &total);
     fprintf(f, "  kernels furthest above the model (measured - modeled; all kernels above it: "
             "%.3f ms):\n", total * 1e3);
     for (int i = 0; i < n; i++) {
         const sn_kernel *k = p->kernels[idx[i]];
-        double mod = sn_roofline_kernel_model(k, m, o).time_s;
+        double mod = measured_kernel_s[idx[i]] - gap[i];
         char shape[64] = "";
         if (k->kind == SN_KER_GEMM) {
             sn_roofline_gemm_shape s = sn_roofline_gemm_shape_of(k);
