@@ -116,13 +116,13 @@ struct sn_trainer {
     sn_node *dropout_seed; /* the dropout seed INPUT, or NULL: no dropout */
     sn_loss_scaler sc;
     double init_s;       /* init_params' seconds (sn_trainer_startup) */
-    bool *unset;         /* [lay->n] with init_later: not set since sn_trainer_new */
-    bool uninit;         /* with init_later, until sn_trainer_init_rest */
+    bool *unset;         /* [lay->n] with init_later, until sn_trainer_init_rest (NULL after):
+                            not set since sn_trainer_new */
 };
 
 /* Refuses what needs the parameters before sn_trainer_init_rest (train.h: init_later). */
 static sn_status need_init(const sn_trainer *t, sn_err *e) {
-    return t->uninit ? sn_fail(e, SN_ERR_INVALID, "trainer: its parameters are not initialised "
+    return t->unset ? sn_fail(e, SN_ERR_INVALID, "trainer: its parameters are not initialised "
                                "yet (init_later): set those you load, then call "
                                "sn_trainer_init_rest") : SN_OK;
 }
@@ -176,7 +176,6 @@ static sn_status init_params(sn_trainer *t, sn_err *e) {
 static sn_status init_later(sn_trainer *t, sn_err *e) {
     if (!(t->unset = sn_malloc((size_t)t->lay->n + 1, "the trainer's parameters", e))) return SN_ERR_OOM;
     memset(t->unset, 1, (size_t)t->lay->n + 1);
-    t->uninit = true;
     return SN_OK;
 }
 
@@ -225,11 +224,10 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
 }
 
 sn_status sn_trainer_init_rest(sn_trainer *t, sn_err *e) {
-    if (!t->uninit) return SN_OK;
+    if (!t->unset) return SN_OK;
     double t0 = sn_clock_s();
     sn_status s = init_params(t, e);
     if (s) return s;
-    t->uninit = false;
     free(t->unset);
     t->unset = NULL;
     t->init_s += sn_clock_s() - t0;
