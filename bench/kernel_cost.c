@@ -27,7 +27,7 @@ typedef struct {
     const char *model, *precision, *kind, *machine;
     int batch, seq;
     int lora; /* --lora R: adapters of rank R (alpha R) on --lora-targets' layers, the base frozen */
-    const char *lora_targets; /* --lora-targets all|attn|mlp (default all) */
+    unsigned lora_targets; /* --lora-targets all|attn|mlp (default all), models/gpt2.h's bits */
     bool ia3; /* --ia3: IA3 vectors (frontend/ia3.h), the base frozen */
     int arch[MAX_ARCH], n_arch;
     bool json;
@@ -107,8 +107,7 @@ static void kernel_record(bj *o, const sn_kernel *k, const char *grid, const cha
  * layers a->lora_targets names (alpha = rank, the base frozen) when a->lora > 0, or IA3 vectors
  * when a->ia3. */
 static sn_status model_loss(sn_graph *g, const args *a, int *n_layer, sn_err *e) {
-    sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = SN_GPT2_LORA_ALL};
-    if (a->lora_targets) sn_gpt2_lora_targets_parse(a->lora_targets, &l.targets);
+    sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = a->lora_targets};
     if (a->ia3) l = (sn_gpt2_lora){.ia3 = true};
     const sn_gpt2_lora *lp = a->lora || a->ia3 ? &l : NULL;
     sn_gpt2_config c;
@@ -134,7 +133,8 @@ static sn_status model_loss(sn_graph *g, const args *a, int *n_layer, sn_err *e)
 }
 
 int main(int argc, char **argv) {
-    args a = {.model = "gpt2", .precision = "bf16", .machine = "h200", .batch = 16, .seq = 1024};
+    args a = {.model = "gpt2", .precision = "bf16", .machine = "h200", .batch = 16, .seq = 1024,
+              .lora_targets = SN_GPT2_LORA_ALL};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--json")) { a.json = true; continue; }
@@ -144,7 +144,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--batch")) a.batch = atoi(v);
         else if (!strcmp(argv[i], "--seq")) a.seq = atoi(v);
         else if (!strcmp(argv[i], "--lora")) a.lora = atoi(v);
-        else if (!strcmp(argv[i], "--lora-targets")) a.lora_targets = v;
+        else if (!strcmp(argv[i], "--lora-targets")) {
+            if (!sn_gpt2_lora_targets_parse(v, &a.lora_targets)) return usage();
+        }
         else if (!strcmp(argv[i], "--precision")) a.precision = v;
         else if (!strcmp(argv[i], "--kind")) a.kind = v;
         else if (!strcmp(argv[i], "--machine")) a.machine = v;
@@ -158,9 +160,8 @@ int main(int argc, char **argv) {
         if (!sn_cuda_sm_limits_of(a.arch[i])) return usage();
     int prec = sn_precision_parse(a.precision);
     const sn_roofline_machine *mach = sn_roofline_machine_find(a.machine);
-    unsigned targets;
     if (a.batch < 1 || a.seq < 1 || a.lora < 0 || (a.lora && a.ia3) || prec < 0 || !mach ||
-        (a.lora_targets && (!a.lora || !sn_gpt2_lora_targets_parse(a.lora_targets, &targets))))
+        (a.lora_targets != SN_GPT2_LORA_ALL && !a.lora))
         return usage();
 
     /* the training program for a CUDA target, as the CUDA device compiles it */
