@@ -35,15 +35,6 @@ void sn_test_delay_update(sn_test_delay *d, sn_step_stats *st) {
 
 void sn_test_delay_drain(sn_test_delay *d) { set_all(d->r, d->w); }
 
-void sn_test_delay_batch(int32_t *x, int32_t *y, int n, int vocab, uint64_t seed) {
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (int i = 0; i < n; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (int32_t)((s >> 33) % (uint64_t)vocab);
-        y[i] = (x[i] * 3 + 1) % vocab;
-    }
-}
-
 void sn_test_delay_run(sn_trainer *t, sn_test_delay *ref, int steps, int n, int vocab,
                        int eval_step, double *loss, double *norm, double *eval_loss) {
     int32_t *x = malloc(sizeof *x * (size_t)n), *y = malloc(sizeof *y * (size_t)n);
@@ -53,11 +44,11 @@ void sn_test_delay_run(sn_trainer *t, sn_test_delay *ref, int steps, int n, int 
         int micro = s % 3 == 2 || s == eval_step ? 2 : 1;
         for (int k = 0; k < micro; k++) {
             if (k == 1 && s == eval_step) {
-                sn_test_delay_batch(x, y, n, vocab, 5000 + (uint64_t)s);
+                sn_test_lcg_batch(x, y, n, vocab, 5000 + (uint64_t)s);
                 if (ref) sn_test_delay_drain(ref);
                 ck_assert_msg(sn_trainer_eval(t, x, y, eval_loss, &e) == SN_OK, "%s", e.msg);
             }
-            sn_test_delay_batch(x, y, n, vocab, 10 * (uint64_t)s + (uint64_t)k);
+            sn_test_lcg_batch(x, y, n, vocab, 10 * (uint64_t)s + (uint64_t)k);
             ck_assert_msg(sn_trainer_accumulate(t, x, y, NULL, &e) == SN_OK, "%s", e.msg);
         }
         sn_step_stats st;

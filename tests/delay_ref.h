@@ -22,11 +22,8 @@ void sn_test_delay_update(sn_test_delay *d, sn_step_stats *st);
 /* A drain: r gets the newest weights. */
 void sn_test_delay_drain(sn_test_delay *d);
 
-/* n tokens below vocab from seed, and their targets (a rule tiny GPT-2 learns). */
-void sn_test_delay_batch(int32_t *x, int32_t *y, int n, int vocab, uint64_t seed);
-
-/* A schedule both run: `steps` steps of tiny GPT-2's batches (n tokens below vocab), every third
- * of two micro-batches, an evaluation (a drain) between the two micro-batches of step
+/* A schedule both run: `steps` steps of tiny GPT-2's batches (n tokens below vocab, harness.h's
+ * sn_test_lcg_batch), every third of two micro-batches, an evaluation (a drain) between the two micro-batches of step
  * eval_step (-1: none); ref NULL: t has the delay itself, else ref emulates it on ref->r (t is
  * ref->r). Losses, norms and the evaluation's loss out. */
 void sn_test_delay_run(sn_trainer *t, sn_test_delay *ref, int steps, int n, int vocab,

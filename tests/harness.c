@@ -255,3 +255,32 @@ int64_t sn_test_eval_bytes(sn_trainer *t) {
     sn_exec_stats_get(sn_trainer_eval_exec(t), &st);
     return st.persistent_bytes + (st.arena_shared ? 0 : st.arena_bytes);
 }
+
+void sn_test_rule_batch(int32_t *x, int32_t *y, int n, int vocab, uint64_t seed) {
+    sn_rng r = sn_rng_seed(seed);
+    for (int i = 0; i < n; i++) {
+        x[i] = (int32_t)sn_rng_below(&r, (uint64_t)vocab);
+        y[i] = (x[i] * 5 + 3) % vocab;
+    }
+}
+
+void sn_test_lcg_batch(int32_t *x, int32_t *y, int n, int vocab, uint64_t seed) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (int32_t)((s >> 33) % (uint64_t)vocab);
+        y[i] = (x[i] * 3 + 1) % vocab;
+    }
+}
+
+sn_trainer *sn_test_trainer(sn_graph *g, sn_device *d, uint64_t seed, int steps, float lr) {
+    sn_train_opts o;
+    sn_train_opts_default(&o, steps);
+    o.lr = lr;
+    o.seed = seed;
+    o.device = d;
+    sn_err e;
+    sn_trainer *t = sn_trainer_new(g, &o, &e);
+    ck_assert_msg(t, "%s", e.msg);
+    return t;
+}

@@ -68,6 +68,19 @@ sn_status sn_test_tiny_loss_graph(void *ctx, int b, sn_graph **out, sn_err *e);
 struct sn_trainer;
 void sn_test_same_state(const struct sn_trainer *a, const struct sn_trainer *b);
 
+/* A trainer of g on d (NULL: the interpreter): sn_train_opts_default for `steps` with lr and
+ * seed; the test fails if it cannot be made. */
+struct sn_device;
+struct sn_trainer *sn_test_trainer(sn_graph *g, struct sn_device *d, uint64_t seed, int steps,
+                                   float lr);
+
+/* n token ids below vocab drawn from seed (support/rng.h), and targets the model can learn:
+ * (x * 5 + 3) % vocab. The fine-tuning suites' batches. */
+void sn_test_rule_batch(int32_t *x, int32_t *y, int n, int vocab, uint64_t seed);
+/* n token ids below vocab from a 64-bit LCG seeded by seed, targets (x * 3 + 1) % vocab: the
+ * offload suites' batches (independent of support/rng.h). */
+void sn_test_lcg_batch(int32_t *x, int32_t *y, int n, int vocab, uint64_t seed);
+
 /* What t's evaluation program adds to the device (made now if it was not): its executor's own
  * persistent block, and its arena when it is not the training one's (plan.h sn_plan.eval). */
 int64_t sn_test_eval_bytes(struct sn_trainer *t);

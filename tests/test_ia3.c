@@ -68,24 +68,10 @@ static sn_graph *compiled(int family, int n_layer, bool ia3) {
     return compiled_at(family, n_layer, ia3, SN_PRECISION_FP32);
 }
 
-static void batch(int32_t *x, int32_t *y, uint64_t seed) {
-    sn_rng r = sn_rng_seed(seed);
-    for (int i = 0; i < B * T; i++) {
-        x[i] = (int32_t)sn_rng_below(&r, V);
-        y[i] = (x[i] * 5 + 3) % V;
-    }
-}
+static void batch(int32_t *x, int32_t *y, uint64_t seed) { sn_test_rule_batch(x, y, B * T, V, seed); }
 
 static sn_trainer *trainer(sn_graph *g, sn_device *d, uint64_t seed) {
-    sn_train_opts o;
-    sn_train_opts_default(&o, 20);
-    o.lr = 3e-2f;
-    o.seed = seed;
-    o.device = d;
-    sn_err e;
-    sn_trainer *t = sn_trainer_new(g, &o, &e);
-    ck_assert_msg(t, "%s", e.msg);
-    return t;
+    return sn_test_trainer(g, d, seed, 20, 3e-2f);
 }
 
 static double eval(sn_trainer *t) {

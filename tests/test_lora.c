@@ -47,24 +47,10 @@ static sn_graph *tiny_lora(int rank, float alpha, unsigned targets, int n_layer)
     return tiny_lora_at(rank, alpha, targets, n_layer, SN_PRECISION_FP32);
 }
 
-static void batch(int32_t *x, int32_t *y, uint64_t seed) {
-    sn_rng r = sn_rng_seed(seed);
-    for (int i = 0; i < B * T; i++) {
-        x[i] = (int32_t)sn_rng_below(&r, V);
-        y[i] = (x[i] * 5 + 3) % V; /* a rule the model can learn */
-    }
-}
+static void batch(int32_t *x, int32_t *y, uint64_t seed) { sn_test_rule_batch(x, y, B * T, V, seed); }
 
 static sn_trainer *trainer(sn_graph *g, sn_device *d, uint64_t seed, int steps) {
-    sn_train_opts o;
-    sn_train_opts_default(&o, steps);
-    o.lr = 1e-2f;
-    o.seed = seed;
-    o.device = d;
-    sn_err e;
-    sn_trainer *t = sn_trainer_new(g, &o, &e);
-    ck_assert_msg(t, "%s", e.msg);
-    return t;
+    return sn_test_trainer(g, d, seed, steps, 1e-2f);
 }
 
 static sn_node *input(const sn_graph *g, const char *name) {

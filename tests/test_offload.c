@@ -32,14 +32,7 @@ static sn_graph *tiny(int b) {
     return g;
 }
 
-static void batch(int32_t *x, int32_t *y, int n, uint64_t seed) {
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (int i = 0; i < n; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (int32_t)((s >> 33) % V);
-        y[i] = (x[i] * 3 + 1) % V;
-    }
-}
+static void batch(int32_t *x, int32_t *y, int n, uint64_t seed) { sn_test_lcg_batch(x, y, n, V, seed); }
 
 /* steps [from, to): every third of two micro-batches with an evaluation between them, so that
  * the gradient sums go through the host */

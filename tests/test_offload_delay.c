@@ -64,7 +64,7 @@ static sn_device *cpu(void) {
 /* one step on batch `seed`: its loss */
 static double step(sn_trainer *t, uint64_t seed) {
     int32_t x[B * T], y[B * T];
-    sn_test_delay_batch(x, y, B * T, V, seed);
+    sn_test_lcg_batch(x, y, B * T, V, seed);
     sn_step_stats st;
     sn_err e;
     ck_assert_msg(sn_trainer_step(t, x, y, &st, &e) == SN_OK, "%s", e.msg);
