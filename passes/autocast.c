@@ -6,17 +6,15 @@
  * output's type): a bias added to a product is read through its low-precision copy, a GELU
  * of a biased product reads its input rounded to the low dtype (the saved activation), and a
  * cross-entropy of a product (the LM head) its logits rounded so (torch.autocast's bf16
- * logits). A LoRA adapter's sum (frontend/lora.h: base + (x @ A) @ B) is stored as full training
- * stores the base: the base linear is rounded where its readers would round it. Where they do
- * (a GELU, products), the adapter's f32 product (..., out) is added to that rounded base in f32
- * and the sum rounded once, so that one GEMM computes the product and the sum (cuBLASLt's
- * D = A B + C, C the base: program/kernel.h ACCUM) and no tensor of the layer's width is
- * written for the product; PEFT under torch.autocast rounds the product first (lora_B returns
- * bf16, added to the bf16 base), so this skips one rounding of the adapter's term: rnd(base +
- * hB) against rnd(base + rnd(hB)), a difference of at most half an ulp of hB. Where the readers
- * read the sum in f32 (a residual add), the product is read through its low-precision copy
- * (PEFT's) and the reader's kernel adds it: an f32 sum stored by the GEMM would cost as many
- * bytes and write 4 where the copy writes 2. An IA3 scaling
+ * logits). A LoRA adapter's sum (frontend/lora.h: base + (x @ A) @ B) reads the adapter's
+ * product through its low-precision copy (PEFT's lora_B under torch.autocast returns bf16) and
+ * adds it to the base linear's f32 sum (product + bias), rounded where the sum's readers would
+ * round the base: so the base's GEMM adds the adapter's 16-bit product as its C (cuBLASLt's
+ * D = epilogue(A B + C + bias): program/kernel.h accum) and keeps its bias and GELU epilogues,
+ * and the adapter's GEMM writes 2 bytes an element. PEFT rounds the base first too (the bf16
+ * linear's output, then the bf16 add): this skips that rounding, rnd(v + b + rnd(hB)) against
+ * rnd(rnd(v + b) + rnd(hB)). Where the readers read the sum in f32 (a residual add), the
+ * reader's kernel adds the copy to the base's f32 sum. An IA3 scaling
  * (frontend/ia3.h) is read through as a view is, so a model at ones rounds as its base does. */
 #include <stdlib.h>
 
@@ -198,12 +196,10 @@ static sn_status rewrite_node(ac_state *s, const sn_graph *in, const sn_node *n)
                     ins[i] = rounded(s, ins[i]);
             }
         const sn_node *base = adapter_base(n);
-        if (base) { /* read rounded: the base rounded, the adapter's f32 product added to it
-                       (the base as the GEMM's C, kernel.h ACCUM); read in f32: the adapter's
-                       product rounded (the reader's kernel adds its 16-bit copy) */
+        if (base) { /* the adapter's product read rounded, the base's sum not (the base's
+                       GEMM adds the copy as its C, kernel.h accum; or the reader's kernel) */
             int a = n->in[0] == base; /* the product's operand */
-            if (read_low(in, n)) ins[1 - a] = rounded(s, ins[1 - a]);
-            else ins[a] = rounded(s, ins[a]);
+            ins[a] = rounded(s, ins[a]);
         }
         if (n->op == SN_OP_GELU && (is_linear(ins[0]) || adapter_base(n->in[0])))
             ins[0] = rounded(s, ins[0]);

@@ -301,7 +301,7 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
         }
     }
     if (k->kind == SN_KER_GEMM) sn_fuse_gemm_args(s, k); /* its epilogue (fuse_epilogue.c) */
-    colsum_operands(s, k);
+    if (k->kind == SN_KER_ROW) colsum_operands(s, k); /* (the union's other parts are not row's) */
     sn_kernel_work(k, &k->n_items, &k->serial);
     return SN_OK;
 }

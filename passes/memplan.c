@@ -47,7 +47,7 @@ static bool reads_in_step(const sn_kernel *k, int a) {
  * sum added up kernel after kernel into the persistent value (chunk_logits' weight gradient,
  * dW = dW_0 + dW_1 + ...) writes every partial sum over it, so it takes one buffer, not one a
  * chunk (kernels are visited last first, and an output that became an alias counts as its root).
- * A GEMM's ACCUM epilogue (kernel.h: y = v + C) counts as such a kernel for its C. */
+ * A GEMM with accum (kernel.h: its sum + c) counts as such a kernel for its c and y. */
 static void share_in_place(sn_program *p, int *readers, int *writer) {
     for (int v = 0; v < p->n_values; v++) readers[v] = 0, writer[v] = -1;
     for (int k = 0; k < p->n_kernels; k++)
@@ -61,13 +61,13 @@ static void share_in_place(sn_program *p, int *readers, int *writer) {
         const sn_kernel *ker = p->kernels[k];
         /* a GEMM adding its product to C (kernel.h ACCUM) reads C element for element, in D's
            layout: cuBLASLt's in-place C == D */
-        bool accum = ker->kind == SN_KER_GEMM && ker->gemm.epilogue == SN_EPI_ACCUM;
+        bool accum = ker->kind == SN_KER_GEMM && ker->gemm.accum;
         if (ker->kind != SN_KER_POINTWISE && !accum) continue;
-        for (int o = 0; o < ker->n_out; o++) {
+        for (int o = 0; o < (accum ? 1 : ker->n_out); o++) { /* accum: C == D, y alone */
             int w = root_of(p, p->value_of[ker->args[o]->id]), best = -1;
             const sn_value *out = &p->values[w];
             if (!out->persistent || sn_op_kind(out->node->op) == SN_K_LEAF) continue;
-            for (int a = accum ? ker->n_out + 2 : ker->n_out; a < ker->n_out + ker->n_in; a++) {
+            for (int a = accum ? ker->n_out + ker->n_in - 1 : ker->n_out; a < ker->n_out + ker->n_in; a++) {
                 int v = p->value_of[ker->args[a]->id];
                 const sn_value *in = &p->values[v];
                 if (in->alias >= 0 || in->persistent || in->bytes != out->bytes || readers[v] != 1 ||

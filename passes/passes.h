@@ -28,6 +28,20 @@ int64_t sn_pad_vocab_size(int64_t V, int64_t multiple);
 sn_status sn_pass_pad_vocab(const sn_graph *in, int64_t multiple, sn_graph **out, int *n_padded,
                             sn_err *e);
 
+/* ---- lowrank_sum.c ---- */
+
+/* The largest contraction a product of low rank has (LoRA's rank r). */
+#define SN_LOWRANK_K 64
+
+/* In an autocast program's backward: each rnd(p + q), or 16-bit rnd(p) + rnd(q), of f32
+ * products p and q of that dtype's operands read only by the sum (or their casts), one of
+ * contraction at most SN_LOWRANK_K and the other of a larger one (LoRA's dh' A^T beside
+ * dy W^T), becomes rnd(p + f32(rnd(q))), q the low-rank one: the wide product's GEMM then adds
+ * q's 16-bit copy as its C (program/kernel.h accum). Changes the rounding (at most half an ulp
+ * of q, or of p). requires: a verified graph with its backward. *n_rounded: how many sums;
+ * none: *out is NULL (the graph stays as it is). */
+sn_status sn_pass_lowrank_sum(const sn_graph *in, sn_graph **out, int *n_rounded, sn_err *e);
+
 /* ---- upcast.c ---- */
 
 /* Each f32 cast of a bf16 or f16 value read two or more times, only by ops that widen it as

@@ -10,14 +10,16 @@
 #include "passes.h"
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "nf4", "base16",
-                                        "autocast", "autodiff", "nf4_per_reader", "chunk_logits",
+                                        "autocast", "autodiff", "lowrank_sum", "nf4_per_reader",
+                                        "chunk_logits",
                                         "checkpoint", "sink_views", "upcast", "fuse", "schedule",
                                         "join_finish", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, nf4, base16, autocast, autodiff, nf4_per_reader, "
-           "chunk_logits, checkpoint, sink_views, upcast, fuse, schedule, join_finish, memplan";
+    return "frontend, pad_vocab, attention, nf4, base16, autocast, autodiff, lowrank_sum, "
+           "nf4_per_reader, chunk_logits, checkpoint, sink_views, upcast, fuse, schedule, "
+           "join_finish, memplan";
 }
 
 sn_pipeline_opts sn_pipeline_defaults(void) {
@@ -151,8 +153,8 @@ static sn_status nf4_per_reader(sn_graph *g, const sn_pipeline_opts *o, sn_pipel
     return after(g, "nf4_per_reader", o, e);
 }
 
-/* The forward rewrites, then autodiff, nf4_per_reader, chunk_logits and checkpoint (each only on
- * a graph without a backward). */
+/* The forward rewrites, then autodiff, lowrank_sum, nf4_per_reader, chunk_logits and
+ * checkpoint (each only on a graph without a backward). */
 static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *st, sn_err *e) {
     sn_status s;
     if ((s = after(g, "frontend", o, e))) return s;
@@ -203,6 +205,11 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
     if (!g->loss) return sn_fail(e, SN_ERR_INVALID, "autodiff: the graph has no loss");
     if ((s = sn_backward(g, g->loss, e))) return s;
     if ((s = after(g, "autodiff", o, e))) return s;
+    if (autocasts(o)) { /* a gradient's low-rank term rounded first (LoRA's dh' A^T) */
+        if ((s = sn_pass_lowrank_sum(g, &next, &st->lowrank_rounded, e))) return s;
+        if (next) replace(g, next);
+        if ((s = after(g, "lowrank_sum", o, e))) return s;
+    }
     if (shared_dequant(g) && (s = nf4_per_reader(g, o, st, e))) return s;
     if (o->chunk_logits) { /* before checkpoint, whose budget then plans the chunked arena */
         if ((s = sn_pass_chunk_logits(g, o->chunk_logits, &next, &st->logits_chunks, e))) return s;
@@ -235,7 +242,7 @@ sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_
     st->checkpoint_recomputed = st->logits_chunks = 0;
     st->checkpoint_extra_flops = st->step_flops = 0;
     st->checkpoint_min_arena = 0;
-    st->nf4_stored = st->nf4_dequants = st->base16_stored = 0;
+    st->nf4_stored = st->nf4_dequants = st->base16_stored = st->lowrank_rounded = 0;
     return graph_passes(g, o, st, e);
 }
 

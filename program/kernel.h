@@ -35,7 +35,7 @@ const char *sn_kernel_kind_name(sn_kernel_kind k);
 /* What a GEMM kernel does with its f32 product v (M, N) = A @ B before storing it (cuBLASLt's
  * epilogues, evaluated in f32; rnd() rounds to y's dtype, exact when y is f32). Args: the
  * outputs (y; GELU_AUX_BIAS: y, aux), A, B, then what the epilogue reads (a bias; DGELU's
- * aux; ACCUM's c):
+ * aux), then, with accum (below), c:
  *   NONE  args y, A, B:       y = v (y is the matmul), or y = rnd(v) where y is the matmul's
  *         one reader, its cast to A's and B's 16-bit dtype
  *   BIAS  args y, A, B, bias: y = rnd(v + bias), bias an (N) vector of y's dtype; y is the
@@ -49,11 +49,16 @@ const char *sn_kernel_kind_name(sn_kernel_kind k);
  *   DGELU args y, A, B, aux:  y = rnd(v * gelu'(aux)), aux (M, N) of y's dtype: y is
  *         gelu_bwd(aux, v) (f32), or rnd(gelu_bwd(f32(aux), f32(rnd(v)))) cast to A's and B's
  *         16-bit dtype, the gradient of a GELU through the product before it
- *   ACCUM args y, A, B, c:    y = rnd(v + c), c a matrix of the product's shape and y's dtype
- *         (cuBLASLt's C with beta = 1): y is the add node the matmul fed (f32), or the cast
- *         of that add to c's 16-bit dtype, whose f32 operand is the cast of c (a LoRA layer's
- *         base + adapter product, a gradient's sum of two products); c is written before
- *         the GEMM, and may share y's buffer (memplan: a sum into a gradient, in place)
+ * accum (cuBLASLt's C with beta = 1): the product's sum also adds c, a matrix of the product's
+ * shape and of y's dtype (aux's for GELU_AUX_BIAS, which is y's), last in the args, after the
+ * bias: v becomes v + c (NONE, DGELU) and v + bias becomes (v + bias) + c (the BIAS and GELU
+ * ones), in that order, the graph's. The graph has it as one more add of c's f32 value (c
+ * itself, or the f32 cast of a 16-bit c) to what the matmul, or its bias add, gave, read by
+ * nothing else: a LoRA layer's base + adapter product (autocast: the adapter's product rounded
+ * first, the base GEMM adds it and keeps its bias and GELU), a gradient's sum of two products
+ * (dx = dy W^T + dh' A^T; LLaMA's q, k, v), the tied LM head's weight gradient added to the
+ * embedding backward's part, chunk_logits' running dW sum. c is written before the GEMM, and
+ * may share y's buffer (memplan: a sum into a gradient, in place; cuBLASLt's C == D).
  * In 16 bits the GELU epilogues skip one rounding of the graph they stand for: GELU's input is
  * the f32 sum v + bias, not rnd(v + bias) (which aux stores), and DGELU multiplies the f32
  * product v, not rnd(v); f32 programs are exact. gelu and gelu' are program/epilogue.h's f32
@@ -66,7 +71,6 @@ typedef enum {
     SN_EPI_GELU_BIAS,
     SN_EPI_GELU_AUX_BIAS,
     SN_EPI_DGELU,
-    SN_EPI_ACCUM,
     SN_EPI_COUNT
 } sn_epilogue;
 const char *sn_epilogue_name(sn_epilogue e);
@@ -144,6 +148,7 @@ typedef struct {
 /* GEMM: what it does with its product before storing it (sn_epilogue above). */
 typedef struct {
     sn_epilogue epilogue;
+    bool accum; /* c added to the sum (above), the last arg */
 } sn_kernel_gemm_part;
 
 /* The optimizer kinds: the flat range [0, flat_n) of f32 elements they cover, and (ADAMW) the

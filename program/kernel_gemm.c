@@ -13,11 +13,33 @@ static const sn_node *uncast(const sn_node *x, sn_dtype t) {
 
 static bool is_16(sn_dtype t) { return t == SN_BF16 || t == SN_F16; }
 
+/* With accum, the operand x adds c to (kernel.h): x = a + c (f32 c), or a + f32(c) (16-bit c),
+ * c under reshapes allowed (the same elements in the same order); NULL when x is no such add. */
+static const sn_node *accum_inner(const sn_node *x, const sn_node *c) {
+    if (!x || x->op != SN_OP_ADD || x->dtype != SN_F32) return NULL;
+    for (int i = 0; i < 2; i++) {
+        const sn_node *o = x->in[1 - i];
+        if (is_16(c->dtype)) o = uncast(o, SN_F32);
+        while (o && o != c && o->op == SN_OP_RESHAPE) o = o->in[0];
+        if (o == c && x->in[i] != x->in[1 - i]) return x->in[i];
+    }
+    return NULL;
+}
+
+/* The f32 sum a stored y rounds (y itself when f32, else the f32 x of y = rnd(x)), with accum
+ * the operand its add of c adds c to; NULL when y is neither. */
+static const sn_node *summed(const sn_node *y, const sn_node *c) {
+    const sn_node *x = y->dtype == SN_F32 ? y : is_16(y->dtype) ? uncast(y, y->dtype) : NULL;
+    if (!c || !x) return x;
+    return y != c && c->dtype == y->dtype ? accum_inner(x, c) : NULL;
+}
+
 /* Whether s is the bias epilogue's sum of mm and bias as kernel.h has it: mm + bias (f32), or
- * rnd(mm + f32(bias)) to bias's 16-bit dtype. */
-static bool bias_sum(const sn_node *s, const sn_node *mm, const sn_node *bias) {
-    const sn_node *x = s->dtype == SN_F32 ? s : uncast(s, bias->dtype), *b = bias;
-    if (!x || x->op != SN_OP_ADD || s->dtype != bias->dtype) return false;
+ * rnd(mm + f32(bias)) to bias's 16-bit dtype; with accum, c added to that sum before the
+ * rounding. */
+static bool bias_sum(const sn_node *s, const sn_node *mm, const sn_node *bias, const sn_node *c) {
+    const sn_node *x = summed(s, c), *b = bias;
+    if (!x || x->op != SN_OP_ADD || x->dtype != SN_F32 || s->dtype != bias->dtype) return false;
     const sn_node *other = x->in[0] == mm ? x->in[1] : x->in[1] == mm ? x->in[0] : NULL;
     if (is_16(bias->dtype)) other = uncast(other, SN_F32);
     return other == b && bias->rank == 1 && bias->shape[0] == mm->shape[mm->rank - 1];
@@ -33,59 +55,60 @@ static const sn_node *gelu_input(const sn_node *y) {
     return s && s->dtype == y->dtype ? s : NULL;
 }
 
-/* Whether y is DGELU's result of mm and aux h: gelu_bwd(h, mm) (f32), or
- * rnd(gelu_bwd(f32(h), f32(rnd(mm)))) in h's 16-bit dtype. */
-static bool dgelu_of(const sn_node *y, const sn_node *mm, const sn_node *h) {
-    if (y->dtype == SN_F32) return y->op == SN_OP_GELU_BWD && y->in[0] == h && y->in[1] == mm;
-    const sn_node *g = uncast(y, y->dtype);
-    if (!is_16(y->dtype) || !g || g->op != SN_OP_GELU_BWD || g->dtype != SN_F32) return false;
-    return uncast(g->in[0], SN_F32) == h && uncast(uncast(g->in[1], SN_F32), y->dtype) == mm;
-}
-
-/* Whether y is ACCUM's sum of mm and c as kernel.h has it: mm + c (f32), or rnd(mm + f32(c))
- * to c's 16-bit dtype; c (or what the add's operand reshapes) of mm's element count and y's
- * dtype, not y itself. */
-static bool accum_sum(const sn_node *y, const sn_node *mm, const sn_node *c) {
-    const sn_node *x = y->dtype == SN_F32 ? y : uncast(y, y->dtype);
-    if (!x || x->op != SN_OP_ADD || x->dtype != SN_F32 || y->dtype != c->dtype || y == c ||
-        sn_numel(c) != sn_numel(mm) || (y->dtype != SN_F32 && !is_16(y->dtype)))
-        return false;
-    const sn_node *other = x->in[0] == mm ? x->in[1] : x->in[1] == mm ? x->in[0] : NULL;
-    if (is_16(y->dtype)) other = uncast(other, SN_F32);
-    while (other && other != c && other->op == SN_OP_RESHAPE) other = other->in[0];
-    return other == c;
+/* Whether y is DGELU's result of mm and aux h: gelu_bwd(h, p) (f32), or
+ * rnd(gelu_bwd(f32(h), f32(rnd(p)))) in h's 16-bit dtype, p the product mm, with accum its sum
+ * with c. */
+static bool dgelu_of(const sn_node *y, const sn_node *mm, const sn_node *h, const sn_node *c) {
+    const sn_node *g = y->dtype == SN_F32 ? y : uncast(y, y->dtype), *p;
+    if (!g || g->op != SN_OP_GELU_BWD || g->dtype != SN_F32) return false;
+    if (y->dtype == SN_F32) {
+        p = g->in[1];
+        if (g->in[0] != h) return false;
+    } else {
+        p = uncast(g->in[1], SN_F32);
+        if (!is_16(y->dtype) || uncast(g->in[0], SN_F32) != h || !p) return false;
+    }
+    return p && (c ? summed(p, c) : y->dtype == SN_F32 ? p : uncast(p, y->dtype)) == mm;
 }
 
 sn_status sn_kernel_check_gemm(const sn_kernel *k, sn_err *e) {
     const sn_node *n = k->anchor;
     sn_epilogue epi = k->gemm.epilogue;
-    if (n->op != SN_OP_MATMUL || epi < 0 || epi >= SN_EPI_COUNT)
+    if (n->op != SN_OP_MATMUL || epi < 0 || epi >= SN_EPI_COUNT || k->n_in < 1 + k->gemm.accum)
         return BUG("a GEMM kernel is a matmul with one of kernel.h's epilogues");
-    if (epi == SN_EPI_NONE || epi == SN_EPI_BIAS) { /* args y, A, B (one arg when A is B) [, bias] */
-        bool a = false, b = false;
-        for (int i = k->n_out; i < k->n_out + k->n_in; i++) {
+    /* c, with accum: the last arg, of the product's element count and y's dtype, not y */
+    const sn_node *c = k->gemm.accum ? k->args[k->n_out + k->n_in - 1] : NULL;
+    int n_in = k->n_in - k->gemm.accum;
+    if (c && (n->dtype != SN_F32 || sn_numel(c) != sn_numel(n) || c->dtype != k->args[0]->dtype ||
+              c == k->args[0]))
+        return BUG("an accum GEMM's last arg c (kernel.h) has the product's %lld elements and "
+                   "y's dtype, in a buffer of its own", (long long)sn_numel(n));
+    if (epi == SN_EPI_NONE || epi == SN_EPI_BIAS) { /* args y, A, B (one arg when A is B)
+                                                        [, bias] [, c] */
+        bool a = false, b = false, bias = epi == SN_EPI_BIAS;
+        int ops = n_in - bias; /* A and B */
+        for (int i = k->n_out; i < k->n_out + ops; i++) {
             a |= k->args[i] == n->in[0];
             b |= k->args[i] == n->in[1];
         }
-        if (k->n_out != 1 || !a || !b || (epi == SN_EPI_BIAS && k->n_in < 2))
-            return BUG("a GEMM kernel is a matmul with args (y, A, B) and its epilogue's bias");
+        if (k->n_out != 1 || !a || !b || ops < 1 || ops > 2)
+            return BUG("a GEMM kernel is a matmul with args (y, A, B) and its epilogue's bias "
+                       "and c");
+        const sn_node *y = k->args[0];
+        if (bias ? !bias_sum(y, n, k->args[k->n_out + n_in - 1], c)
+                 : c ? summed(y, c) != n : y != n && (!is_16(y->dtype) || uncast(y, y->dtype) != n))
+            return BUG("a %s%s GEMM stores %s (kernel.h)", sn_epilogue_name(epi),
+                       c ? " accum" : "", bias ? c ? "(the product + bias) + c" : "the product + bias"
+                       : c ? "the product + c" : "the product or its 16-bit cast");
         return SN_OK;
     }
-    if (epi == SN_EPI_ACCUM) { /* args y, A, B, c */
-        if (k->n_out != 1 || k->n_in != 3 || k->args[1] != n->in[0] || k->args[2] != n->in[1] ||
-            n->dtype != SN_F32 || !accum_sum(k->args[0], n, k->args[3]))
-            return BUG("an accum GEMM has args (y, A, B, c), A and B the matmul's operands, and "
-                       "stores y = the f32 product + c (kernel.h), c of the product's shape and "
-                       "y's dtype in another buffer");
-        return SN_OK;
-    }
-    /* the GELU epilogues: outputs, A, B, then the bias or the aux (kernel.h) */
+    /* the GELU epilogues: outputs, A, B, then the bias or the aux (kernel.h) [, c] */
     int outs = epi == SN_EPI_GELU_AUX_BIAS ? 2 : 1;
     const sn_node *y = k->args[0], *in = k->args[outs + 2];
-    if (k->n_out != outs || k->n_in != 3 || k->args[outs] != n->in[0] || k->args[outs + 1] != n->in[1])
-        return BUG("a %s GEMM has args (%s, A, B, %s): %d outputs and 3 inputs, A and B the "
-                   "matmul's operands", sn_epilogue_name(epi),
-                   outs == 2 ? "y, aux" : "y", epi == SN_EPI_DGELU ? "aux" : "bias", outs);
+    if (k->n_out != outs || n_in != 3 || k->args[outs] != n->in[0] || k->args[outs + 1] != n->in[1])
+        return BUG("a %s GEMM has args (%s, A, B, %s%s): %d outputs and %d inputs, A and B the "
+                   "matmul's operands", sn_epilogue_name(epi), outs == 2 ? "y, aux" : "y",
+                   epi == SN_EPI_DGELU ? "aux" : "bias", c ? ", c" : "", outs, 3 + !!c);
     int64_t N = n->shape[n->rank - 1];
     if (n->dtype != SN_F32 || n->a.ta || n->in[1]->rank != 2 || N % 8 || sn_numel(y) != sn_numel(n))
         return BUG("a %s GEMM is one f32 product (A not transposed, B of rank 2) of rows of N %% "
@@ -95,15 +118,16 @@ sn_status sn_kernel_check_gemm(const sn_kernel *k, sn_err *e) {
         return BUG("a %s GEMM stores f32 or its operands' dtype, not %s", sn_epilogue_name(epi),
                    sn_dtype_name(y->dtype));
     if (epi == SN_EPI_DGELU) {
-        if (in->dtype != y->dtype || sn_numel(in) != sn_numel(n) || !dgelu_of(y, n, in))
-            return BUG("a dgelu GEMM stores gelu_bwd(aux, product) (kernel.h), its aux %%%d of "
-                       "y's dtype and the product's shape", in->id);
+        if (in->dtype != y->dtype || sn_numel(in) != sn_numel(n) || !dgelu_of(y, n, in, c))
+            return BUG("a dgelu GEMM stores gelu_bwd(aux, product%s) (kernel.h), its aux %%%d of "
+                       "y's dtype and the product's shape", c ? " + c" : "", in->id);
         return SN_OK;
     }
     const sn_node *s = gelu_input(y);
-    if (!s || !bias_sum(s, n, in))
-        return BUG("a %s GEMM stores the GELU of the bias epilogue's sum (kernel.h), its bias %%%d "
-                   "an (N) vector of y's dtype", sn_epilogue_name(epi), in->id);
+    if (!s || !bias_sum(s, n, in, c))
+        return BUG("a %s GEMM stores the GELU of the bias epilogue's sum%s (kernel.h), its bias "
+                   "%%%d an (N) vector of y's dtype", sn_epilogue_name(epi), c ? " with c" : "",
+                   in->id);
     if (epi == SN_EPI_GELU_AUX_BIAS && k->args[1] != s)
         return BUG("a gelu_aux_bias GEMM stores the sum %%%d the GELU reads as its aux (output 1)",
                    s->id);

@@ -9,7 +9,7 @@
 #include "program.h"
 
 const char *sn_epilogue_name(sn_epilogue e) {
-    static const char *names[] = {"none", "bias", "gelu_bias", "gelu_aux_bias", "dgelu", "accum"};
+    static const char *names[] = {"none", "bias", "gelu_bias", "gelu_aux_bias", "dgelu"};
     _Static_assert(sizeof names / sizeof *names == SN_EPI_COUNT, "a name per epilogue");
     return e >= 0 && e < SN_EPI_COUNT ? names[e] : "?";
 }

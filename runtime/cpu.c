@@ -121,7 +121,7 @@ static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, s
     int o = k->n_out; /* A, B, then the epilogue's input (kernel.h) */
     /* an f32 y without GELU: the product (and bias) stored straight into it; else the f32
        product into a scratch, then the epilogue as its own loop */
-    bool direct = out == SN_F32 && (epi == SN_EPI_NONE || epi == SN_EPI_BIAS);
+    bool direct = out == SN_F32 && !k->gemm.accum && (epi == SN_EPI_NONE || epi == SN_EPI_BIAS);
     float *scratch = NULL;
     void *prod[3] = {bufs[0], bufs[o], bufs[o + 1]};
     if (!direct) {

@@ -6,8 +6,8 @@
 #include "program/kernel.h"
 
 /* Rows [r0, r1) of GEMM kernel k's outputs (bufs: its args' data, kernel.h's order) from its
- * f32 product c (R, N): NONE and BIAS into a 16-bit y; GELU_BIAS, GELU_AUX_BIAS and DGELU into
- * y (and the aux) of any dtype, with program/epilogue.h's formulas. */
+ * f32 product c (R, N): NONE and BIAS into a 16-bit y, or with accum's c; GELU_BIAS,
+ * GELU_AUX_BIAS and DGELU into y (and the aux) of any dtype, with program/epilogue.h's formulas. */
 void sn_gemm_epilogue_rows(const sn_kernel *k, void *const *bufs, const float *c, int64_t r0,
                            int64_t r1);
 

@@ -35,6 +35,8 @@ void sn_check_close(const char *what, const double *got, const double *want, siz
             if (isnan(err)) break;
         }
     }
+    if (getenv("SN_TEST_WORST")) /* to measure a tolerance: every comparison's worst */
+        fprintf(stderr, "SN_TEST_WORST %s %.3g\n", what, worst);
     ck_assert_msg(worst <= tol, "%s: normalized error %.3g > %.3g at [%zu]: got %.9g, want %.9g",
                   what, worst, tol, at, n ? got[at] : 0.0, n ? want[at] : 0.0);
 }

@@ -12,7 +12,7 @@
 int sn_test_main(Suite *s);
 
 /* max |a-b| / max(max|b|, floor); fails the test (with the index and both values) when it is
- * not <= tol, NaN included. */
+ * not <= tol, NaN included. $SN_TEST_WORST set: every call prints its worst (to measure). */
 void sn_check_close(const char *what, const double *got, const double *want, size_t n,
                     double tol, double floor);
 

@@ -111,11 +111,10 @@ START_TEST(text_attention) {
 }
 END_TEST
 
-/* A LoRA adapter's sum (frontend/lora.h): the base is what full training stores. Read by a
- * GELU: the biased product rounded (the BIAS epilogue, bias in bf16), the adapter's f32 product
- * added to it in f32 (one GEMM computes both: program/kernel.h ACCUM, the base as cuBLASLt's C),
- * the sum rounded; read by a residual add (an f32 reader): the base product kept in f32, the
- * adapter's product read through its bf16 copy (PEFT's). */
+/* A LoRA adapter's sum (frontend/lora.h): the adapter's product read through its bf16 copy
+ * (PEFT's), added to the base's f32 sum (product + the bias in bf16). Read by a GELU: the sum
+ * rounded (the base's GEMM stores it: its BIAS and GELU epilogues with accum, the copy as
+ * cuBLASLt's C, program/kernel.h); read by a residual add (an f32 reader): kept in f32. */
 START_TEST(text_lora) {
     char *got = autocast_text("graph {\n"
                               "  %0 = input \"x\" : f32[2,3,4]\n"
@@ -157,9 +156,9 @@ START_TEST(text_lora) {
                           "  %13 = cast %12 : bf16[2,3,2]\n"
                           "  %14 = cast %4 : bf16[2,8]\n"
                           "  %15 = matmul %13, %14 ta=0 tb=0 : f32[2,3,8]\n"
-                          "  %16 = cast %10 : bf16[2,3,8]\n"
+                          "  %16 = cast %15 : bf16[2,3,8]\n"
                           "  %17 = cast %16 : f32[2,3,8]\n"
-                          "  %18 = add %17, %15 : f32[2,3,8]\n"
+                          "  %18 = add %10, %17 : f32[2,3,8]\n"
                           "  %19 = cast %18 : bf16[2,3,8]\n"
                           "  %20 = cast %19 : f32[2,3,8]\n"
                           "  %21 = gelu %20 : f32[2,3,8]\n"
@@ -441,6 +440,62 @@ START_TEST(compiled_matches_interpreter) {
 }
 END_TEST
 
+/* A bf16 and fp16 LoRA training program (adapters on every linear layer, the base in f32): each
+ * adapter's product read through its 16-bit copy, which the base's GEMM adds as cuBLASLt's C
+ * (program/kernel.h accum) keeping its epilogues: c_attn's BIAS, c_fc's GELU_AUX_BIAS, and in
+ * the backward mlp.c_proj's DGELU, whose gradient sum lowrank_sum rounded (dh' A^T's copy as
+ * C), as are the other adapted layers' dx (accum alone); the forward's attn.c_proj and
+ * mlp.c_proj sums are read in f32 by the residual adds, which add the copy themselves. No
+ * pointwise kernel adds two products. Compiled on the CPU device against the interpreter, the
+ * adapters' B not zero: with the GELU kept in pointwise kernels (target gelu_unfused) bf16 is
+ * the interpreter's to 1e-5 (measured 1e-7: accum adds in the graph's order and rounds once);
+ * with the GELU epilogues, which skip a rounding (kernel.h), within 16 units of roundoff (bf16
+ * measured 9.8 units of 2^-9, on layer 1's d c_fc.lora_a, a sum with cancellation; fp16 7 of
+ * 2^-12, and 4.6 with the GELU unfused). */
+START_TEST(lora_accum_matches_interpreter) {
+    sn_precision p = _i == 2 ? SN_PRECISION_FP16 : SN_PRECISION_BF16;
+    bool unfused = _i == 0;
+    double u = p == SN_PRECISION_FP16 ? 0x1p-12 : 0x1p-9;
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = TINY_VOCAB;
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    sn_gpt2_lora l = {.lora = {.rank = 4, .alpha = 8}, .targets = SN_GPT2_LORA_ALL};
+    ck_assert_msg(sn_gpt2_build_lora(g, &c, TINY_B, TINY_T, &l, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.precision = p;
+    sn_pipeline_stats st;
+    ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
+    /* each adapted layer's dx but layer 0's c_attn's (the frozen embeddings want none) */
+    ck_assert_int_eq(st.lowrank_rounded, 4 * c.n_layer - 1);
+    sn_target t = sn_target_cpu();
+    t.gelu_unfused = unfused;
+    sn_program *prog;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &t}, &prog, NULL, &e) == SN_OK,
+                  "%s", e.msg);
+    int accum[SN_EPI_COUNT] = {0}, adds = 0;
+    for (int k = 0; k < prog->n_kernels; k++) {
+        const sn_kernel *ker = prog->kernels[k];
+        if (ker->kind == SN_KER_GEMM) accum[ker->gemm.epilogue] += ker->gemm.accum;
+        adds += ker->kind == SN_KER_POINTWISE && ker->n_instr == 1 && ker->instr[0].node->op == SN_OP_ADD;
+    }
+    ck_assert_int_eq(accum[SN_EPI_BIAS], c.n_layer * (1 + unfused)); /* c_attn (and c_fc) */
+    ck_assert_int_eq(accum[SN_EPI_GELU_AUX_BIAS], unfused ? 0 : c.n_layer); /* c_fc */
+    ck_assert_int_eq(accum[SN_EPI_DGELU], unfused ? 0 : c.n_layer);         /* mlp.c_proj's dx */
+    /* c_attn's, c_fc's, attn.c_proj's dx (and mlp.c_proj's) */
+    ck_assert_int_eq(accum[SN_EPI_NONE], 3 * c.n_layer - 1 + unfused * c.n_layer);
+    ck_assert_int_eq(adds, 0);
+    sn_program_free(prog);
+    char label[64];
+    snprintf(label, sizeof label, "%s LoRA%s", sn_precision_name(p), unfused ? ", GELU unfused" : "");
+    tiny_check_compiled_for(g, 3, label, unfused ? 1e-5 : 16 * u, &t);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* ---- weight shadows: the 16-bit copies AdamW writes ---- */
 
 /* On the CPU device (through the checked device, whose pointers fault on the host), the
@@ -566,6 +621,7 @@ int main(void) {
     tcase_add_test(tc, gradients_of_cast_graph);
     tcase_add_test(tc, tiny_gpt2_trains_in_bf16);
     tcase_add_loop_test(tc, compiled_matches_interpreter, 0, 4);
+    tcase_add_loop_test(tc, lora_accum_matches_interpreter, 0, 3);
     tcase_add_test(tc, fp16_scaler_skips_and_recovers);
     TCase *copies = tcase_create("weight copies"); /* trainers on the CPU device */
     tcase_set_timeout(copies, 120);

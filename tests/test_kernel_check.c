@@ -11,6 +11,7 @@
 #include "codegen/cuda/cuda.h"
 #include "codegen/llvm/llvm.h"
 #include "frontend/sinter.h"
+#include "models/gpt2.h"
 #include "program/program.h"
 #include "harness.h"
 #include "tiny_gpt2.h"
@@ -200,6 +201,72 @@ START_TEST(test_planted_gemm_epilogues_are_internal) {
 }
 END_TEST
 
+static bool accum_bias(const sn_kernel *k) {
+    return k->kind == SN_KER_GEMM && k->gemm.epilogue == SN_EPI_BIAS && k->gemm.accum;
+}
+static bool accum_gelu(const sn_kernel *k) {
+    return k->kind == SN_KER_GEMM && k->gemm.epilogue == SN_EPI_GELU_AUX_BIAS && k->gemm.accum;
+}
+static bool accum_dgelu(const sn_kernel *k) {
+    return k->kind == SN_KER_GEMM && k->gemm.epilogue == SN_EPI_DGELU && k->gemm.accum;
+}
+static bool accum_alone(const sn_kernel *k) {
+    return k->kind == SN_KER_GEMM && k->gemm.epilogue == SN_EPI_NONE && k->gemm.accum;
+}
+
+/* accum (kernel.h: c added to the sum, cuBLASLt's C) with each epilogue, in a bf16 LoRA
+ * program (the adapters' products as the base GEMMs' C): the kernels keep the contract; accum
+ * dropped, another c, c as y, a bias said to be c are refused. */
+START_TEST(test_planted_accum_is_internal) {
+    sn_gpt2_config gc;
+    ck_assert(sn_gpt2_config_find("tiny", &gc));
+    gc.vocab = TINY_VOCAB;
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    sn_gpt2_lora l = {.lora = {.rank = 4, .alpha = 8}, .targets = SN_GPT2_LORA_ALL};
+    ck_assert_msg(sn_gpt2_build_lora(g, &gc, TINY_B, TINY_T, &l, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.precision = SN_PRECISION_BF16;
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_program *p;
+    ck_assert_msg(sn_pipeline_kernels(g, &o, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    int fused = 0;
+    check_program(p, &fused);
+    const sn_kernel *qkv = find(p, accum_bias), *fc = find(p, accum_gelu), *dg = find(p, accum_dgelu),
+                    *dx = find(p, accum_alone);
+    ck_assert(qkv && fc && dg && dx);
+    kcopy c;
+    copy_of(&c, qkv); /* accum dropped: the sum's add of c unexplained */
+    c.k.gemm.accum = false;
+    gemm_refused(&c.k, "its epilogue's bias and c");
+    copy_of(&c, qkv); /* and c with it: the sum's add of c unexplained */
+    c.k.gemm.accum = false;
+    c.k.n_in--;
+    gemm_refused(&c.k, "a bias GEMM stores the product + bias");
+    copy_of(&c, qkv); /* another kernel's c */
+    c.k.args[4] = fc->args[5];
+    gemm_refused(&c.k, "has the product's");
+    copy_of(&c, fc); /* c and the bias swapped */
+    c.k.args[4] = fc->args[5];
+    c.k.args[5] = fc->args[4];
+    gemm_refused(&c.k, "has the product's");
+    copy_of(&c, dg); /* DGELU without its c */
+    c.k.gemm.accum = false;
+    c.k.n_in--;
+    gemm_refused(&c.k, "a dgelu GEMM stores gelu_bwd(aux, product)");
+    copy_of(&c, dx); /* c as y: in place is memplan's, not the kernel's */
+    c.k.args[3] = dx->args[0];
+    gemm_refused(&c.k, "in a buffer of its own");
+    copy_of(&c, dx); /* the product alone said to be stored */
+    c.k.gemm.accum = false;
+    c.k.n_in--;
+    gemm_refused(&c.k, "a none GEMM stores the product or its 16-bit cast");
+    free_program(p);
+}
+END_TEST
+
 START_TEST(test_planted_bugs_are_internal) {
     sn_program *p = compile(true, SN_PRECISION_BF16);
     sn_program *pw = compile(false, SN_PRECISION_BF16); /* fused pointwise kernels: the
@@ -286,6 +353,7 @@ int main(void) {
     tcase_add_test(tc, test_programs_keep_the_contract);
     tcase_add_test(tc, test_planted_bugs_are_internal);
     tcase_add_test(tc, test_planted_gemm_epilogues_are_internal);
+    tcase_add_test(tc, test_planted_accum_is_internal);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }

@@ -686,14 +686,14 @@ static void from_dtype(sn_dtype t, const void *buf, int64_t n, float *x) {
  * epilogues: + bias (N); gelu, its input into aux; times gelu'(aux); + C, the aux_in values),
  * the tanh form in double. */
 static void reference(const sn_gemm_shape *s, const float *A, const float *B, const float *bias,
-                      const float *aux_in, double *D, double *aux) {
+                      const float *aux_in, const float *c_in, double *D, double *aux) {
     const double k = 0.7978845608028654, c = 0.044715;
     for (int64_t b = 0; b < s->batch; b++)
         for (int64_t i = 0; i < s->M; i++)
             for (int64_t j = 0; j < s->N; j++) {
                 const float *a = A + b * s->stride_a, *bb = B + b * s->stride_b;
                 int64_t at = b * s->stride_d + i * s->ldd + j;
-                double v = sn_gemm_has_bias(s->epi) ? bias[j] : sn_gemm_has_c(s->epi) ? aux_in[at] : 0;
+                double v = (sn_gemm_has_bias(s->epi) ? bias[j] : 0) + (s->accum ? c_in[at] : 0);
                 for (int64_t q = 0; q < s->K; q++)
                     v += (double)(s->ta ? a[q * s->lda + i] : a[i * s->lda + q]) *
                          (s->tb ? bb[j * s->ldb + q] : bb[q * s->ldb + j]);
@@ -767,20 +767,28 @@ START_TEST(gemm_plans_match_a_reference) {
          .epi = SN_EPI_GELU_AUX_BIAS},
         {.tb = true, .M = M, .N = N8, .K = K, .batch = 1, .lda = K, .ldb = K, .ldd = N8,
          .epi = SN_EPI_DGELU},
-        /* ACCUM: beta = 1, C (the aux's values, D's type) another buffer */
-        {.M = M, .N = N8, .K = K, .batch = 1, .lda = K, .ldb = N8, .ldd = N8, .epi = SN_EPI_ACCUM},
+        /* accum: beta = 1, C (D's type) another buffer, alone and with each epilogue */
+        {.M = M, .N = N8, .K = K, .batch = 1, .lda = K, .ldb = N8, .ldd = N8, .accum = true},
         {.ta = true, .tb = true, .M = M, .N = N8, .K = K, .batch = 1, .lda = M, .ldb = K,
-         .ldd = N8, .epi = SN_EPI_ACCUM},
+         .ldd = N8, .accum = true},
+        {.M = M, .N = N8, .K = K, .batch = 1, .lda = K, .ldb = N8, .ldd = N8, .epi = SN_EPI_BIAS,
+         .accum = true},
+        {.M = M, .N = N8, .K = K, .batch = 1, .lda = K, .ldb = N8, .ldd = N8,
+         .epi = SN_EPI_GELU_AUX_BIAS, .accum = true},
+        {.tb = true, .M = M, .N = N8, .K = K, .batch = 1, .lda = K, .ldb = K, .ldd = N8,
+         .epi = SN_EPI_DGELU, .accum = true},
     };
-    CUdeviceptr dA, dB, dD, dbias, daux, ws;
+    CUdeviceptr dA, dB, dD, dbias, daux, dC, ws;
     CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dA, 4 * NB * M * K));
     CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dB, 4 * NB * K * N8));
     CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dD, 4 * NB * M * N8));
     CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dbias, 4 * N8));
     CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &daux, 4 * M * N8));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dC, 4 * M * N8));
     CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &ws, WS));
-    float A[NB * M * K], Bm[NB * K * N8], bias[N8], D[NB * M * N8], aux[M * N8];
-    char sA[sizeof A], sB[sizeof Bm], sbias[sizeof bias], sD[sizeof D], saux[sizeof aux];
+    float A[NB * M * K], Bm[NB * K * N8], bias[N8], D[NB * M * N8], aux[M * N8], C[M * N8];
+    char sA[sizeof A], sB[sizeof Bm], sbias[sizeof bias], sD[sizeof D], saux[sizeof aux],
+        sC[sizeof C];
     double want[NB * M * N8], got[NB * M * N8], want_aux[M * N8], got_aux[M * N8];
     /* f32 (fp32 compute); bf16 and f16 operands (autocast) into f32 and into their own type */
     const sn_dtype types[][2] = {{SN_F32, SN_F32}, {SN_BF16, SN_F32}, {SN_F16, SN_F32},
@@ -796,31 +804,35 @@ START_TEST(gemm_plans_match_a_reference) {
             fill(bias, N8, 200 + i);
             fill(aux, M * N8, 300 + i);
             for (int j = 0; j < M * N8; j++) aux[j] *= 3; /* GELU inputs over [-3, 3] */
+            fill(C, M * N8, 400 + i);
             /* the reference multiplies the values as stored: rounded to the operands' type */
             to_dtype(s.ab, A, NB * M * K, sA);
             to_dtype(s.ab, Bm, NB * K * N8, sB);
             to_dtype(s.d, bias, N8, sbias);
             to_dtype(s.d, aux, M * N8, saux);
-            reference(&s, A, Bm, bias, aux, want, want_aux);
+            to_dtype(s.d, C, M * N8, sC);
+            from_dtype(s.d, sC, M * N8, C); /* the reference adds C as stored */
+            reference(&s, A, Bm, bias, aux, C, want, want_aux);
             size_t ab = s.ab == SN_F32 ? 4 : 2, db = s.d == SN_F32 ? 4 : 2;
             CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dA, sA, ab * NB * M * K, stream));
             CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dB, sB, ab * NB * K * N8, stream));
             CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dbias, sbias, db * N8, stream));
             CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, daux, saux, db * M * N8, stream));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dC, sC, db * M * N8, stream));
             sn_gemm_plan *p;
             CK(sn_gemm_plan_new(a, lt, &s, false, WS, &p, &e));
             CK(sn_gemm_plan_run(a, lt, p, dD, dA, dB, sn_gemm_has_bias(s.epi) ? dbias : 0,
                                 sn_gemm_has_aux(s.epi) ? daux : 0,
-                                sn_gemm_has_c(s.epi) ? daux : 0, ws, WS, stream, &e));
+                                s.accum ? dC : 0, ws, WS, stream, &e));
             CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, sD, dD, db * (size_t)nd, stream));
             CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, saux, daux, db * M * N8, stream));
             CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, stream));
             from_dtype(s.d, sD, nd, D);
             for (int64_t j = 0; j < nd; j++) got[j] = D[j];
             char what[112];
-            snprintf(what, sizeof what, "GEMM %zu (%s into %s, ta %d, tb %d, batch %lld, %s)",
+            snprintf(what, sizeof what, "GEMM %zu (%s into %s, ta %d, tb %d, batch %lld, %s%s)",
                      i, sn_dtype_name(s.ab), sn_dtype_name(s.d), s.ta, s.tb, (long long)s.batch,
-                     sn_epilogue_name(s.epi));
+                     sn_epilogue_name(s.epi), s.accum ? " + C" : "");
             /* f32 D: the f32 rounding of a double sum (and f32 GELU); 16-bit D: one rounding
              * (2^-9, 2^-12) */
             double tol = s.d == SN_F32 ? 1e-6 : s.d == SN_BF16 ? 4e-3 : 5e-4;
@@ -839,7 +851,7 @@ START_TEST(gemm_plans_match_a_reference) {
         sn_gemm_shape s = shapes[0];
         fill(A, M * K, 1);
         fill(Bm, K * N, 100);
-        reference(&s, A, Bm, NULL, NULL, want, NULL);
+        reference(&s, A, Bm, NULL, NULL, NULL, want, NULL);
         CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dA + 64, A, 4 * M * K, stream));
         CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dB + 64, Bm, 4 * K * N, stream));
         sn_gemm_plan *p;

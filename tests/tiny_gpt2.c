@@ -61,11 +61,17 @@ tiny_memory tiny_check_compiled(sn_graph *g, uint64_t seed, const char *label) {
 }
 
 tiny_memory tiny_check_compiled_tol(sn_graph *g, uint64_t seed, const char *label, double tol) {
+    return tiny_check_compiled_for(g, seed, label, tol, NULL);
+}
+
+tiny_memory tiny_check_compiled_for(sn_graph *g, uint64_t seed, const char *label, double tol,
+                                    const sn_target *t) {
     sn_err e;
     sn_device *d;
     ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
     sn_program *p;
-    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = t}, &p, NULL, &e) == SN_OK,
+                  "%s", e.msg);
     sn_exec *x;
     ck_assert_msg(sn_exec_new(d, p, &x, &e) == SN_OK, "%s", e.msg);
     sn_interp *it = sn_interp_new(g, false);
@@ -100,6 +106,7 @@ tiny_memory tiny_check_compiled_tol(sn_graph *g, uint64_t seed, const char *labe
     snprintf(what, sizeof what, "loss (%s)", label);
     sn_check_close(what, &got, sn_interp_value(it, g->loss), 1, tol, 0);
     for (int i = 0; i < np; i++) {
+        if (!params[i]->grad) continue; /* frozen */
         int64_t n = sn_numel(params[i]);
         float *gf = malloc(sizeof(float) * (size_t)n);
         double *gd = malloc(sizeof(double) * (size_t)n);

@@ -34,5 +34,8 @@ typedef struct {
 tiny_memory tiny_check_compiled(sn_graph *g, uint64_t seed, const char *label);
 /* The same within tol (normalized max error) instead of 1e-4. */
 tiny_memory tiny_check_compiled_tol(sn_graph *g, uint64_t seed, const char *label, double tol);
+/* The same for target t's program on the CPU device (NULL: the CPU's). */
+tiny_memory tiny_check_compiled_for(sn_graph *g, uint64_t seed, const char *label, double tol,
+                                    const sn_target *t);
 
 #endif

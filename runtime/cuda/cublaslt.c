@@ -8,9 +8,11 @@
  * _GELU_AUX_BIAS and _DGELU for the GELU epilogues (kernel.h), whose aux (the GELU input matrix,
  * D's type as EPILOGUE_AUX_DATA_TYPE left unset gives it; leading dimension
  * EPILOGUE_AUX_LD = N, which cuBLASLt wants a multiple of 8 and at least D^T's N rows) has its
- * pointer set before each run too; no others. ACCUM (kernel.h) is the default epilogue with
- * beta = 1 and a C of D's type and layout, another buffer or D's own (in place: cuBLASLt takes
- * C == D with identical layouts, which the one layout p->d gives).
+ * pointer set before each run too; no others. accum (kernel.h) is beta = 1 with any of them and
+ * a C of D's type and layout, another buffer or D's own (in place: cuBLASLt takes C == D with
+ * identical layouts, which the one layout p->d gives); cuBLASLt computes the epilogue of
+ * alpha A B + beta C (+ bias), whose f32 order of the two adds it does not document (the CPU
+ * device adds the bias first, the graph's order; the stand-in sums in double).
  * Convention: the row-major problem D (M, N) = op(A) @ op(B) is handed to cuBLASLt as its
  * column-major transpose D^T (N, M) = op(B)^T @ op(A)^T, so no layout needs a row order and an
  * (N) bias is cuBLASLt's per-row bias of D^T. */
@@ -51,11 +53,12 @@ sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k) {
     s.stride_b = B->rank > 2 ? s.K * s.N : 0;
     s.stride_d = s.M * s.N;
     s.epi = k->gemm.epilogue;
+    s.accum = k->gemm.accum;
     s.ab = A->dtype;
     s.d = k->args[0]->dtype; /* the matmul's f32, or its 16-bit cast (with a bias: of its sum) */
     int in = k->n_out + 2;   /* the epilogue's input (kernel.h): a bias, or DGELU's aux */
     s.bias_t = sn_gemm_has_bias(s.epi) ? k->args[in]->dtype : s.d;
-    s.c_t = sn_gemm_has_c(s.epi) ? k->args[in]->dtype : s.d;
+    s.c_t = s.accum ? k->args[k->n_out + k->n_in - 1]->dtype : s.d; /* c: the last arg */
     s.aux_t = s.epi == SN_EPI_GELU_AUX_BIAS ? k->args[1]->dtype
               : s.epi == SN_EPI_DGELU ? k->args[in]->dtype : s.d;
     return s;
@@ -210,7 +213,7 @@ sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     /* ACCUM: beta = 1 and C of D's type and layout (p->d serves both), D's own buffer when
        memplan wrote the sum in place (cuBLASLt allows C == D with identical layouts);
        otherwise beta = 0 and C is D, never read */
-    bool accum = sn_gemm_has_c(p->s.epi);
+    bool accum = p->s.accum;
     if (accum && !c)
         return sn_fail(e, SN_ERR_INTERNAL, "an accum GEMM without its C matrix");
     const float one = 1.0f, zero = 0.0f;

@@ -163,6 +163,7 @@ typedef struct {
     int64_t lda, ldb, ldd;             /* row-major leading dimensions */
     int64_t stride_a, stride_b, stride_d; /* batch strides in elements (0: shared) */
     sn_epilogue epi;
+    bool accum;                        /* beta = 1 with C (kernel.h's accum) */
     sn_dtype ab, d, bias_t, aux_t, c_t; /* A's and B's type, D's, the bias's, the aux's and
                                            C's (zero: SN_F32, or none) */
 } sn_gemm_shape;
@@ -174,8 +175,6 @@ static inline bool sn_gemm_has_bias(sn_epilogue e) {
 static inline bool sn_gemm_has_aux(sn_epilogue e) {
     return e == SN_EPI_GELU_AUX_BIAS || e == SN_EPI_DGELU;
 }
-/* Whether epilogue e reads a C matrix (beta = 1: kernel.h ACCUM). */
-static inline bool sn_gemm_has_c(sn_epilogue e) { return e == SN_EPI_ACCUM; }
 
 /* The problem kernel k's matmul describes (runtime/gemm.c's layouts: a rank-2 operand shared by
  * the other's batch folds into one larger GEMM). */

@@ -335,7 +335,7 @@ static sn_status issue(void *ctx, const sn_cuda_op *op, sn_err *e) {
     cuda_dev *c = ctx;
     if (*(const int *)op->what == TAG_GEMM) {
         const cuda_gemm *g = op->what;
-        /* args (kernel.h): y [, aux], A, B [, bias, DGELU's aux or ACCUM's c] */
+        /* args (kernel.h): y [, aux], A, B [, bias or DGELU's aux] [, accum's c] */
         const sn_kernel *k = g->k;
         sn_epilogue epi = k->gemm.epilogue;
         int o = k->n_out;
@@ -344,7 +344,7 @@ static sn_status issue(void *ctx, const sn_cuda_op *op, sn_err *e) {
                                 sn_gemm_has_bias(epi) ? in : 0,
                                 epi == SN_EPI_GELU_AUX_BIAS ? op->bufs[1]
                                 : epi == SN_EPI_DGELU ? in : 0,
-                                sn_gemm_has_c(epi) ? in : 0, c->workspace, WORKSPACE_BYTES,
+                                k->gemm.accum ? op->bufs[o + k->n_in - 1] : 0, c->workspace, WORKSPACE_BYTES,
                                 c->stream, e);
     }
     const cuda_fn *f = op->what;
