@@ -193,7 +193,7 @@ static bool bias_result(const fuse_state *s, const sn_node *y) {
         x->dtype != SN_F32 || s->is_out[x->id] || sn_fuse_only_reader(s, x) != y)
         return false;
     if (bias_sum16(s, x, y->dtype)) return true;
-    for (int i = 0; i < 2; i++) { /* accum: x = x1 + f32(c) */
+    for (int i = 0; i < 2 && !s->t->accum_plain; i++) { /* accum: x = x1 + f32(c) */
         const sn_node *x1 = x->in[i], *o = x->in[1 - i];
         if (x1 != o && !s->is_out[x1->id] && sn_fuse_only_reader(s, x1) == x &&
             bias_sum16(s, x1, y->dtype) && o->op == SN_OP_CAST && o->dtype == SN_F32 &&
@@ -227,7 +227,7 @@ static bool bias_epilogue(const fuse_state *s, const sn_node *mm, epi_match *m) 
             *m = (epi_match){.mm = mm, .bias = lo, .y = y, .nodes = {b, x, y}, .n = 3};
         } else {
             *m = (epi_match){.mm = mm, .bias = lo, .nodes = {b, x}, .n = 2};
-            if (!accum_after(s, x, lo->dtype, m)) return false;
+            if (s->t->accum_plain || !accum_after(s, x, lo->dtype, m)) return false;
         }
     } else {
         if (b->dtype != SN_F32 || !s->mat[b->id]) return false;
@@ -431,7 +431,7 @@ void sn_fuse_gemm_epilogue(fuse_state *s, const sn_node *mm) {
     } else if (gelu && dgelu_epilogue(s, mm, NULL, &gm)) {
         join_gelu(s, mm, &gm, NULL);
     } else if (accum_epilogue(s, mm, &m)) {
-        if (gelu && dgelu_epilogue(s, mm, &m, &gm)) {
+        if (gelu && !s->t->accum_plain && dgelu_epilogue(s, mm, &m, &gm)) {
             join_gelu(s, mm, &gm, NULL);
             return;
         }

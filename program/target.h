@@ -35,6 +35,11 @@ typedef struct {
                                default; for comparing programs to the bit where one computes a
                                GELU in a pointwise kernel (a recomputed one, IA3's scaled one),
                                whose tanh is not the epilogue's */
+    bool accum_plain;       /* a GEMM adds a C (kernel.h accum) only beside no epilogue: the
+                               sums with a bias, GELU or DGELU epilogue stay kernels of their
+                               own. Off by default; sn_pipeline_kernels sets it for a CUDA
+                               target when SN_GEMM_ACCUM=plain (the way around a cuBLASLt that
+                               has no algorithm for C with those epilogues) */
     bool join_finish;       /* a norm weight gradient's FINISH kernel runs in the launch of a
                                later norm backward pair (kernel.h: tail; passes/join_finish.c).
                                CUDA: on (a launch less a FINISH); the CPU: off, each FINISH its
@@ -55,6 +60,8 @@ sn_target sn_target_cuda(int sm);
 /* Whether SN_ATT_TILES (the attention kernels' tuning knob, codegen/cuda/cuda_attention.c)
  * asks for the atomic dq: its entry "dq=atomic". */
 bool sn_target_att_dq_atomic_asked(void);
+/* Whether $SN_GEMM_ACCUM is "plain" (sn_target accum_plain). */
+bool sn_target_accum_plain_asked(void);
 /* The CPU this process runs on (its bf16 dot-product support read from cpuid). */
 sn_target sn_target_cpu(void);
 

@@ -176,11 +176,13 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
                            p->d, p->d, p->pref, 1, &p->heur, &found);
         if (!st && found == 0)
             st = sn_fail(e, SN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for the GEMM "
-                         "(%s into %s, %lld x %lld x %lld, batch %lld%s%s, epilogue %s) with a "
-                         "%zu-byte workspace", sn_dtype_name(s->ab), sn_dtype_name(s->d),
+                         "(%s into %s, %lld x %lld x %lld, batch %lld%s%s, epilogue %s%s) with a "
+                         "%zu-byte workspace%s", sn_dtype_name(s->ab), sn_dtype_name(s->d),
                          (long long)s->M, (long long)s->N, (long long)s->K, (long long)s->batch,
                          s->ta ? ", A transposed" : "", s->tb ? ", B transposed" : "",
-                         sn_epilogue_name(s->epi), workspace_bytes);
+                         sn_epilogue_name(s->epi), s->accum ? " with C" : "", workspace_bytes,
+                         s->accum && s->epi != SN_EPI_NONE ? ": run with SN_GEMM_ACCUM=plain to "
+                         "keep C apart from the epilogues, and please report it" : "");
         p->has_algo = !st;
     }
     if (st) {
