@@ -459,17 +459,9 @@ START_TEST(lora_accum_matches_interpreter) {
     double u = p == SN_PRECISION_FP16 ? 0x1p-12 : 0x1p-9;
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
-    c.vocab = TINY_VOCAB;
-    sn_graph *g = sn_graph_new();
-    sn_gpt2 m;
-    sn_err e;
-    sn_gpt2_lora l = {.lora = {.rank = 4, .alpha = 8}, .targets = SN_GPT2_LORA_ALL};
-    ck_assert_msg(sn_gpt2_build_lora(g, &c, TINY_B, TINY_T, &l, &m, &e) == SN_OK, "%s", e.msg);
-    sn_pipeline_opts o = sn_pipeline_defaults();
-    o.backward = true;
-    o.precision = p;
     sn_pipeline_stats st;
-    ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
+    sn_graph *g = tiny_lora_graph(p, &st);
+    sn_err e;
     /* each adapted layer's dx but layer 0's c_attn's (the frozen embeddings want none) */
     ck_assert_int_eq(st.lowrank_rounded, 4 * c.n_layer - 1);
     sn_target t = sn_target_cpu();

@@ -30,16 +30,28 @@ sn_graph *tiny_training_graph_at(bool fuse_attention, sn_precision precision) {
     return g;
 }
 
-sn_graph *tiny_training_graph_opts(const sn_pipeline_opts *o, sn_pipeline_stats *st) {
+static sn_graph *built(const sn_gpt2_lora *l, const sn_pipeline_opts *o, sn_pipeline_stats *st) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
     c.vocab = TINY_VOCAB;
     sn_graph *g = sn_graph_new();
     sn_gpt2 m;
     sn_err e;
-    ck_assert_msg(sn_gpt2_build(g, &c, TINY_B, TINY_T, &m, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_gpt2_build_lora(g, &c, TINY_B, TINY_T, l, &m, &e) == SN_OK, "%s", e.msg);
     ck_assert_msg(sn_compile(g, o, NULL, st, &e) == SN_OK, "%s", e.msg);
     return g;
+}
+
+sn_graph *tiny_training_graph_opts(const sn_pipeline_opts *o, sn_pipeline_stats *st) {
+    return built(NULL, o, st);
+}
+
+sn_graph *tiny_lora_graph(sn_precision precision, sn_pipeline_stats *st) {
+    sn_gpt2_lora l = {.lora = {.rank = 4, .alpha = 8}, .targets = SN_GPT2_LORA_ALL};
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.precision = precision;
+    return built(&l, &o, st);
 }
 
 sn_node *tiny_input(const sn_graph *g, const char *name) {

@@ -19,6 +19,9 @@ sn_graph *tiny_training_graph(bool fuse_attention);
 sn_graph *tiny_training_graph_at(bool fuse_attention, sn_precision precision);
 /* Built and compiled with options o (stats into st, may be NULL), no checks on the stats. */
 sn_graph *tiny_training_graph_opts(const sn_pipeline_opts *o, sn_pipeline_stats *st);
+/* With LoRA adapters (rank 4, alpha 8) on every linear layer, at a precision, with autodiff
+ * (stats into st, may be NULL). */
+sn_graph *tiny_lora_graph(sn_precision precision, sn_pipeline_stats *st);
 /* The INPUT named name, or NULL. */
 sn_node *tiny_input(const sn_graph *g, const char *name);
 /* (B, T) token ids and targets from seed; every ninth target is -1 (ignored). */
