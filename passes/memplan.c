@@ -59,7 +59,7 @@ static void share_in_place(sn_program *p, int *readers, int *writer) {
             }
     for (int k = p->n_kernels - 1; k >= 0; k--) { /* last first: a chain ends in the persistent value */
         const sn_kernel *ker = p->kernels[k];
-        /* a GEMM adding its product to C (kernel.h ACCUM) reads C element for element, in D's
+        /* a GEMM adding its product to C (kernel.h accum) reads C element for element, in D's
            layout: cuBLASLt's in-place C == D */
         bool accum = ker->kind == SN_KER_GEMM && ker->gemm.accum;
         if (ker->kind != SN_KER_POINTWISE && !accum) continue;

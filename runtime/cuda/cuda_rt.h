@@ -189,7 +189,7 @@ sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k);
 sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_shape *s,
                            bool tf32, size_t workspace_bytes, sn_gemm_plan **out, sn_err *e);
 /* D = epilogue(A @ B [+ C]) on stream, with the plan's algorithm; bias, aux and c 0 where the
- * epilogue has none (c: ACCUM's C, beta = 1, of D's type and layout, may be d: in place). */
+ * epilogue has none (c: accum's C, beta = 1, of D's type and layout, may be d: in place). */
 sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,
                            CUdeviceptr d, CUdeviceptr A, CUdeviceptr B, CUdeviceptr bias,
                            CUdeviceptr aux, CUdeviceptr c, CUdeviceptr workspace,
