@@ -31,10 +31,12 @@ typedef struct {
                                Off by default; sn_pipeline_kernels sets it for a CUDA target
                                when SN_ATT_TILES says "dq=atomic" (a tuning knob) */
     bool gelu_unfused;      /* the GELU and its gradient stay pointwise kernels, not the GEMM
-                               epilogues GELU_BIAS, GELU_AUX_BIAS, DGELU (kernel.h). Off by
-                               default; for comparing programs to the bit where one computes a
-                               GELU in a pointwise kernel (a recomputed one, IA3's scaled one),
-                               whose tanh is not the epilogue's */
+                               epilogues GELU_BIAS, GELU_AUX_BIAS, DGELU (kernel.h). On for the
+                               CPU (its vector pointwise kernels are faster than the GEMM's
+                               element-wise epilogue), off for CUDA; also for comparing programs
+                               to the bit where one computes a GELU in a pointwise kernel (a
+                               recomputed one, IA3's scaled one), whose tanh is not the
+                               epilogue's */
     bool accum_plain;       /* a GEMM adds a C (kernel.h accum) only beside no epilogue: the
                                sums with a bias, GELU or DGELU epilogue stay kernels of their
                                own. Off by default; sn_pipeline_kernels sets it for a CUDA

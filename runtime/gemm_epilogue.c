@@ -24,8 +24,18 @@ void sn_gemm_epilogue_rows(const sn_kernel *k, void *const *bufs, const float *c
     sn_dtype t = k->args[0]->dtype;
     sn_epilogue epi = k->gemm.epilogue;
     const void *acc = k->gemm.accum ? bufs[o + k->n_in - 1] : NULL; /* of y's dtype */
-    if ((epi == SN_EPI_NONE || epi == SN_EPI_BIAS) && !acc) {
-        sn_gemm_store_lowp(t, bufs[0], c, epi == SN_EPI_BIAS ? bufs[o + 2] : NULL, N, r0, r1);
+    if ((epi == SN_EPI_NONE || epi == SN_EPI_BIAS) && t != SN_F32) {
+        sn_gemm_store_lowp(t, bufs[0], c, epi == SN_EPI_BIAS ? bufs[o + 2] : NULL, acc, N, r0, r1);
+        return;
+    }
+    if (epi == SN_EPI_NONE || epi == SN_EPI_BIAS) { /* f32 y with accum: (v + bias) + c */
+        float *y = bufs[0];
+        const float *b = epi == SN_EPI_BIAS ? bufs[o + 2] : NULL, *a = acc;
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t j = 0; j < N; j++) {
+                int64_t i = r * N + j;
+                y[i] = (b ? c[i] + b[j] : c[i]) + a[i];
+            }
         return;
     }
     void *y = bufs[0], *aux = epi == SN_EPI_GELU_AUX_BIAS ? bufs[1] : NULL;

@@ -23,7 +23,7 @@ static float f16_to_f32(uint16_t h) {
     return s ? -v : v;
 }
 
-static float bf16_to_f32(uint16_t h) {
+static inline float bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, sizeof f);
@@ -175,18 +175,21 @@ sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, c
     return SN_OK;
 }
 
+/* bf16 on the bits: adding 0x7fff plus the kept part's last bit rounds the 16 dropped bits to
+ * nearest even, carrying into the exponent on overflow (to infinity), as sn_dtype_round does,
+ * for normals and subnormals alike; a GEMM's output is stored so, and the loop through the
+ * double-based sn_dtype_round made a bf16 GEMM twice as slow as an f32 one. Inline, so that
+ * the stores' loops vectorize. */
+static inline uint16_t bf16_round(float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)(v != v ? (u >> 16) | 0x40 : r);
+}
+
 uint16_t sn_lowp_round(sn_dtype t, float v) {
     uint32_t u;
-    if (t == SN_BF16) { /* on the bits: adding 0x7fff plus the kept part's last bit rounds the 16
-                           dropped bits to nearest even, carrying into the exponent on overflow
-                           (to infinity), as sn_dtype_round does, for normals and subnormals alike;
-                           a GEMM's output is stored so, and the loop through the double-based
-                           sn_dtype_round made a bf16 GEMM twice as slow as an f32 one */
-        memcpy(&u, &v, sizeof u);
-        if (isnan(v)) return (uint16_t)((u >> 16) | 0x40);
-        u += 0x7fffu + ((u >> 16) & 1u);
-        return (uint16_t)(u >> 16);
-    }
+    if (t == SN_BF16) return bf16_round(v);
     float r = (float)sn_dtype_round(t, v);
     memcpy(&u, &r, sizeof u);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
@@ -199,15 +202,33 @@ uint16_t sn_lowp_round(sn_dtype t, float v) {
     return sign | (uint16_t)((ex + 14) << 10) | (uint16_t)((m * 2048.0f) - 1024.0f);
 }
 
-void sn_gemm_store_lowp(sn_dtype t, void *y, const float *c, const void *bias, int64_t N,
-                        int64_t r0, int64_t r1) {
+void sn_gemm_store_lowp(sn_dtype t, void *y, const float *c, const void *bias, const void *acc,
+                        int64_t N, int64_t r0, int64_t r1) {
     SN_ASSERT(t == SN_BF16 || t == SN_F16);
     uint16_t *y16 = y;
-    const uint16_t *b16 = bias;
+    const uint16_t *b16 = bias, *a16 = acc;
+    if (t == SN_BF16) { /* the same sums, inline (vectorized) */
+        for (int64_t r = r0; r < r1; r++) {
+            const float *cr = c + r * N;
+            uint16_t *yr = y16 + r * N;
+            const uint16_t *ar = a16 ? a16 + r * N : NULL;
+            if (b16 && ar)
+                for (int64_t j = 0; j < N; j++) yr[j] = bf16_round((cr[j] + bf16_to_f32(b16[j])) + bf16_to_f32(ar[j]));
+            else if (b16)
+                for (int64_t j = 0; j < N; j++) yr[j] = bf16_round(cr[j] + bf16_to_f32(b16[j]));
+            else if (ar)
+                for (int64_t j = 0; j < N; j++) yr[j] = bf16_round(cr[j] + bf16_to_f32(ar[j]));
+            else
+                for (int64_t j = 0; j < N; j++) yr[j] = bf16_round(cr[j]);
+        }
+        return;
+    }
     for (int64_t r = r0; r < r1; r++)
         for (int64_t j = 0; j < N; j++) {
-            float v = c[r * N + j];
+            int64_t i = r * N + j;
+            float v = c[i];
             if (b16) v += sn_lowp_widen(t, b16[j]);
-            y16[r * N + j] = sn_lowp_round(t, v);
+            if (a16) v += sn_lowp_widen(t, a16[i]); /* read before y[i]: acc may be y */
+            y16[i] = sn_lowp_round(t, v);
         }
 }

@@ -18,11 +18,11 @@ sn_status sn_gemm_lowp(sn_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64
 sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, const void *b,
                                    const float *bias, int part, int parts, sn_err *e);
 
-/* A GEMM kernel's epilogue into a 16-bit output (program/kernel.h: NONE, BIAS): rows [r0, r1)
- * of y (R, N) of dtype t (SN_BF16 or SN_F16) = c + bias rounded to nearest even, c the f32
- * product, bias (N) of dtype t or NULL. */
-void sn_gemm_store_lowp(sn_dtype t, void *y, const float *c, const void *bias, int64_t N,
-                        int64_t r0, int64_t r1);
+/* A GEMM kernel's epilogue into a 16-bit output (program/kernel.h: NONE, BIAS, with or without
+ * accum): rows [r0, r1) of y (R, N) of dtype t (SN_BF16 or SN_F16) = (c + bias) + acc rounded to
+ * nearest even, c the f32 product, bias (N) and acc (R, N, may be y) of dtype t or NULL. */
+void sn_gemm_store_lowp(sn_dtype t, void *y, const float *c, const void *bias, const void *acc,
+                        int64_t N, int64_t r0, int64_t r1);
 
 /* One value of dtype t (SN_BF16 or SN_F16) widened to f32 (exact), and an f32 rounded to t's
  * bits to nearest even (sn_dtype_round; NaN stays NaN, overflow goes to infinity). */

@@ -244,7 +244,7 @@ START_TEST(gemm_bf16_store_rounds_as_interpreter) {
             memcpy(&c[j], &bits, sizeof bits);
             if (isnan(c[j])) c[j] = 1.0f;
         }
-        sn_gemm_store_lowp(SN_BF16, y, c, NULL, N, 0, 1);
+        sn_gemm_store_lowp(SN_BF16, y, c, NULL, NULL, N, 0, 1);
         for (int j = 0; j < N; j++) {
             float r = (float)sn_dtype_round(SN_BF16, c[j]);
             uint32_t rb;
