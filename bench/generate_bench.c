@@ -41,7 +41,8 @@ static void usage(void) {
     fprintf(stderr, "usage: generate_bench [--model NAME] [--prompt-len N] [--new N] [--device auto|cpu|cuda|interp]\n"
                     "         [--threads N] [--baseline-tokens N (0: no run without the cache)]\n"
                     "         [--positions P,P,... (1-based; each timed over the 8 steps up to it)] [--seed N]\n"
-                    "         [--base f32|nf4 (the linear weights NF4, as a QLoRA's generate)]\n"
+                    "         [--base f32|nf4|bf16 (the linear weights NF4, as a QLoRA's generate, or\n"
+                    "          bf16, as a 16-bit LoRA's)]\n"
                     "         [--lora R | --qlora R (adapters of rank R on every layer, B random:\n"
                     "          decoding timed with and without them in turn, --rounds N times)]\n");
     exit(2);
@@ -119,14 +120,15 @@ static sn_status init_weights(void *src, const sn_node *p, float *data, sn_err *
 
 typedef struct {
     sn_gpt2_config c;
-    bool nf4; /* every weight frozen, so that the nf4 pass stores the linear ones as NF4 */
+    bool frozen; /* every weight but the adapters frozen, so that the nf4 or base16 pass stores
+                    the linear ones as NF4 or bf16 */
     const sn_gpt2_lora *lora; /* NULL: no adapters */
 } model;
 
 static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn_err *e) {
     const model *m = user;
     sn_status s = sn_gpt2_build_kv(g, &m->c, B, T, decode, m->lora, e);
-    for (int i = 0; !s && m->nf4 && i < g->n_nodes; i++)
+    for (int i = 0; !s && m->frozen && i < g->n_nodes; i++)
         if (g->nodes[i]->op == SN_OP_PARAM && !sn_lora_is_adapter(g->nodes[i]->name))
             sn_param_freeze(g->nodes[i]);
     return s;
@@ -179,7 +181,7 @@ static turns in_turn(const args *a, sn_generator *adapted, sn_generator *plain, 
     bj *rec = bj_new();
     bj_str(rec, "bench", "generate_adapters");
     bj_str(rec, "model", a->model);
-    bj_str(rec, "base", a->qlora || (a->base && !strcmp(a->base, "nf4")) ? "nf4" : "f32");
+    bj_str(rec, "base", a->qlora ? "nf4" : a->base ? a->base : "f32");
     bj_int(rec, "rank", a->lora);
     bj_int(rec, "rounds", a->rounds);
     bj_num(rec, "adapters_decode_tokens_per_s", "%.3f", tw);
@@ -237,13 +239,14 @@ int main(int argc, char **argv) {
     double t0 = sn_clock_s();
     sn_generator *gen;
     bool nf4 = a.base && !strcmp(a.base, "nf4");
-    if (a.base && !nf4 && strcmp(a.base, "f32")) die("--base: f32 or nf4", NULL);
-    if (a.qlora && a.base && !nf4) die("--qlora is --lora over --base nf4: leave out --base f32", NULL);
+    sn_dtype base16 = a.base && !strcmp(a.base, "bf16") ? SN_BF16 : 0;
+    if (a.base && !nf4 && !base16 && strcmp(a.base, "f32")) die("--base: f32, bf16 or nf4", NULL);
+    if (a.qlora && a.base && !nf4) die("--qlora is --lora over --base nf4: leave out --base", NULL);
     nf4 |= a.qlora;
     sn_gpt2_lora lo = {.lora = {.rank = a.lora, .alpha = (float)a.lora}, .targets = SN_GPT2_LORA_ALL};
-    model mk = {c, nf4, a.lora ? &lo : NULL}, plain_mk = {c, nf4, NULL};
+    model mk = {c, nf4 || base16, a.lora ? &lo : NULL}, plain_mk = {c, nf4 || base16, NULL};
     sn_generator_opts go = {.build = build_kv, .user = &mk, .ctx = c.ctx, .n_layer = c.n_layer,
-                            .batch = 1, .nf4 = nf4};
+                            .batch = 1, .nf4 = nf4, .base16 = base16};
     if (sn_generator_new(&go, d, &gen, &e) || sn_generator_load(gen, w, &e)) die("generator", &e);
     sn_generator *plain = NULL; /* --lora: the same base without the adapters */
     go.user = &plain_mk;
@@ -267,7 +270,7 @@ int main(int argc, char **argv) {
     bj_bool(rec, "cache", true);
     bj_str(rec, "model", a.model);
     bj_str(rec, "device", dev);
-    bj_str(rec, "base", nf4 ? "nf4" : "f32");
+    bj_str(rec, "base", nf4 ? "nf4" : base16 ? "bf16" : "f32");
     bj_int(rec, "prompt", a.prompt_len);
     bj_int(rec, "new", a.n_new);
     bj_num(rec, "tokens_per_s", "%.3f", cached_tps);
@@ -345,7 +348,7 @@ int main(int argc, char **argv) {
     }
 
     printf("\n%s on %s, batch 1, fp32%s, %d-token prompt, %d new tokens (greedy):\n", a.model, dev,
-           nf4 ? " (linear weights NF4)" : "", a.prompt_len, a.n_new);
+           nf4 ? " (linear weights NF4)" : base16 ? " (linear weights bf16)" : "", a.prompt_len, a.n_new);
     printf("  with the KV cache:    %8.2f tokens/s (prefill %.3f s, decode steps %.2f tokens/s)\n",
            cached_tps, prefill_s, decode_tps);
     if (plain_tps > 0)
