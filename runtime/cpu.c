@@ -106,10 +106,11 @@ static void store_rows(void *ctx, int64_t begin, int64_t end) {
 }
 
 /* A product of at most this many multiply-adds runs on the calling thread: a LoRA adapter's
- * while decoding ((1, 768) @ (768, 8), then (1, 8) @ (8, 3072): 6k and 25k) takes 1-5 us
- * there, and waking the pool's other threads costs 0.5 us when their cores are idle but a
- * scheduler's time slice (0.3-0.9 ms measured) when another process holds one: gpt2's 96
- * adapter products cost a decode step 14 ms so on this 2-vCPU machine (docs/generate.md). */
+ * while decoding ((1, 768) @ (768, 8), then (1, 8) @ (8, 3072): 6k and 25k) takes about 3 us
+ * there, and a job through the pool costs 0.07-0.6 us when its cores are free but up to a
+ * scheduler's time slice when another process holds one (bench/pool_bench); at load 4-6 on
+ * this 2-vCPU machine gpt2's 96 adapter products made a decode step 1.4-2.0x the plain one
+ * (docs/generate.md, "Adapters while decoding"). */
 enum { TINY_GEMM_MACS = 1 << 18 };
 
 static bool tiny_gemm(const sn_node *mm) {
