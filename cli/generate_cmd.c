@@ -362,6 +362,23 @@ static sn_status weights_get(void *src, const sn_node *p, float *dst, sn_err *e)
     return sn_weights_fill(&g->w, p, 0, dst, e); /* the generation graphs have no padding */
 }
 
+static int by_value(const void *x, const void *y) {
+    double u = *(const double *)x, v = *(const double *)y;
+    return (u > v) - (u < v);
+}
+
+/* The median decode step's seconds (0: none, or no memory for the copy sorted). */
+static double median_step(const sn_generate_stats *gs) {
+    double *s = gs->n_steps ? malloc(sizeof *s * (size_t)gs->n_steps) : NULL;
+    if (!s) return 0;
+    memcpy(s, gs->step_s, sizeof *s * (size_t)gs->n_steps);
+    qsort(s, (size_t)gs->n_steps, sizeof *s, by_value);
+    int n = gs->n_steps;
+    double m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    free(s);
+    return m;
+}
+
 static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
     gen_source src = {0};
     sn_device *dev = NULL;
@@ -426,11 +443,18 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
         int n_prompt = 0;
         for (int b = 0; b < B; b++) n_prompt += lens[b];
         double total = gs.prefill_s + gs.decode_s;
+        /* a step that slid the window ran the prefill (and compiled it, the first time): its
+           time is in the decode steps' tokens/s, which the median step leaves out */
+        double med = median_step(&gs);
         fprintf(stderr, "generate: %ld tokens in %.2f s: %.2f tokens/s (batch %d on %s%s; prefill of "
-                "%d prompt tokens %.3f s, then %.2f tokens/s)\n", st.generated, total,
-                total > 0 ? st.generated / total : 0, B, dev ? dev->name : "the reference interpreter",
-                m->nf4 ? ", the base NF4" : "", n_prompt, gs.prefill_s,
-                gs.decode_s > 0 ? gs.n_steps * B / gs.decode_s : 0);
+                "%d prompt tokens %.3f s, then %.2f tokens/s; the median step %.2f ms",
+                st.generated, total, total > 0 ? st.generated / total : 0, B,
+                dev ? dev->name : "the reference interpreter", m->nf4 ? ", the base NF4" : "",
+                n_prompt, gs.prefill_s, gs.decode_s > 0 ? gs.n_steps * B / gs.decode_s : 0, 1e3 * med);
+        if (gs.n_slides)
+            fprintf(stderr, "; %d of the steps slid the window past the %d positions the model was "
+                    "trained on, each a prefill of %d tokens", gs.n_slides, window, window / 2);
+        fprintf(stderr, ")\n");
     }
     for (int b = 0; b < B; b++) {
         sn_tokens_free(&toks[b]);

@@ -105,6 +105,19 @@ static void store_rows(void *ctx, int64_t begin, int64_t end) {
     sn_gemm_epilogue_rows(s->k, s->bufs, s->c, begin, end);
 }
 
+/* A product of at most this many multiply-adds runs on the calling thread: a LoRA adapter's
+ * while decoding ((1, 768) @ (768, 8), then (1, 8) @ (8, 3072): 6k and 25k) takes about 3 us
+ * there, and a job through the pool costs 0.07-0.6 us when its cores are free but up to a
+ * scheduler's time slice when another process holds one (bench/pool_bench); at load 4-6 on
+ * this 2-vCPU machine gpt2's 96 adapter products made a decode step 1.4-2.0x the plain one
+ * (docs/generate.md, "Adapters while decoding"). */
+enum { TINY_GEMM_MACS = 1 << 18 };
+
+static bool tiny_gemm(const sn_node *mm) {
+    const sn_node *a = mm->in[0];
+    return sn_numel(mm) * a->shape[a->rank - 1 - mm->a.ta] <= TINY_GEMM_MACS;
+}
+
 static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, sn_err *e) {
     cpu_impl *c = d->impl;
     const sn_node *mm = k->anchor;
@@ -136,7 +149,9 @@ static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, s
     }
     gemm_ctx g = {.mm = mm, .bufs = prod, .parts = parts,
                   .bias = epi == SN_EPI_BIAS && direct ? bufs[o + 2] : NULL};
-    sn_pool_run(c->pool, parts, gemm_part, &g);
+    bool tiny = tiny_gemm(mm);
+    if (tiny) gemm_part(&g, 0, parts); /* the same parts, so the same bits */
+    else sn_pool_run(c->pool, parts, gemm_part, &g);
     for (int p = 0; p < parts; p++)
         if (g.status[p]) {
             *e = g.err[p];
@@ -144,7 +159,9 @@ static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, s
         }
     if (scratch) {
         store_ctx st = {.k = k, .bufs = bufs, .c = scratch};
-        sn_pool_run(c->pool, sn_numel(mm) / mm->shape[mm->rank - 1], store_rows, &st);
+        int64_t rows = sn_numel(mm) / mm->shape[mm->rank - 1];
+        if (tiny) store_rows(&st, 0, rows);
+        else sn_pool_run(c->pool, rows, store_rows, &st);
     }
     return SN_OK;
 }
