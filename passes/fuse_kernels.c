@@ -381,6 +381,29 @@ sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k) {
     return SN_OK;
 }
 
+sn_status sn_fuse_split_decode(fuse_state *s, sn_kernel *k) {
+    sn_program *p = s->p;
+    SN_ASSERT(k->stage == SN_SUM_WHOLE && sn_split_parts(k) > 1);
+    if (k->n_out + k->n_in + 1 > SN_KER_MAX_ARGS) return SN_OK; /* stays one kernel */
+    sn_kernel *f = new_kernel(s, k->kind, k->anchor);
+    if (!f) return SN_ERR_OOM;
+    int id = f->id;
+    *f = *k; /* its args and accesses (the arena's, shared): it reads only the scratch */
+    f->id = id;
+    f->stage = SN_SUM_FINISH;
+    k->stage = SN_SUM_PARTIAL;
+    size_t len = strlen(k->name);
+    if (len + 8 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_partial");
+    snprintf(f->name, sizeof f->name, "k%d_%s_finish", f->id,
+             k->kind == SN_KER_NF4_GEMV ? "nf4_gemv" : sn_op_name(k->anchor->op));
+    f->scratch = k->scratch = p->n_values;
+    p->values[p->n_values++] = (sn_value){.bytes = sn_kernel_scratch_bytes(k), .alias = -1,
+                                          .first = -1, .last = -1};
+    sn_kernel_work(k, &k->n_items, &k->serial);
+    sn_kernel_work(f, &f->n_items, &f->serial);
+    return SN_OK;
+}
+
 /* Whether dq kernel q's anchor and dk/dv kernel kv's read the same six inputs through the same
  * accesses, with the same scale. */
 static bool same_att_inputs(const sn_kernel *q, const sn_kernel *kv) {
@@ -484,7 +507,9 @@ sn_status sn_fuse_make_values(fuse_state *s) {
     for (int i = 0; i < g->n_nodes; i++) /* scratch values: sums over rows, classifiers, */
         room += sn_fuse_sums_rows(g->nodes[i]->op) ||          /* embedding gradients, */
                 g->nodes[i]->op == SN_OP_CROSS_ENTROPY_BWD || g->nodes[i]->op == SN_OP_EMBEDDING_BWD ||
-                g->nodes[i]->op == SN_OP_ATTENTION_BWD_Q;     /* the atomic dq */
+                g->nodes[i]->op == SN_OP_ATTENTION_BWD_Q ||   /* the atomic dq, */
+                g->nodes[i]->op == SN_OP_MATMUL ||            /* the decode split */
+                g->nodes[i]->op == SN_OP_ATTENTION_CACHE;
     p->values = sn_calloc(room, sizeof *p->values, "the fuse pass's values", s->e);
     if (!p->values) return SN_ERR_OOM;
     for (int i = 0; i < g->n_nodes; i++) {
