@@ -20,6 +20,7 @@
 
 enum { WARPS = 8, THREADS = 32 * WARPS, X_TILE_FLOATS = 4096 };
 enum { RED_ROW = SN_NF4_GEMV_COLS + SN_NF4_GEMV_COLS / 8 }; /* a row of the warps' sums */
+_Static_assert((int)THREADS == (int)SN_SPLIT_FINISH_ELEMS, "the FINISH: a thread an element");
 
 sn_cuda_dims sn_cu_nf4_gemv_dims(const sn_kernel *k) {
     return (sn_cuda_dims){.grid = {(unsigned)k->n_items, 1, 1}, .block = {THREADS, 1, 1}};
@@ -50,7 +51,6 @@ static void emit_finish(sn_cu_text *t, const sn_kernel *k, const char *fname) {
 
 void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
                          const char *fname) {
-    SN_ASSERT(THREADS == SN_SPLIT_FINISH_ELEMS); /* the FINISH's block: a thread an element */
     if (k->stage == SN_SUM_FINISH) {
         emit_finish(t, k, fname);
         return;
@@ -114,7 +114,11 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
     sn_cu_emitf(t, "for (int m = 0; m < %lld; m++)", (long long)M);
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int j = 0; j < 8; j++) acc[m][j] = 0.0f;");
-    sn_cu_emitf(t, "for (%s k0 = k_lo; k0 < k_hi; k0 += %lld) {", ix, (long long)KT);
+    if (part && KT == L) /* the part's rows one tile: no loop (ptxas spilled one over k_lo) */
+        sn_cu_emitf(t, "/* the part's rows: one tile */"), sn_cu_emitf(t, "{");
+    else
+        sn_cu_emitf(t, "for (%s k0 = k_lo; k0 < k_hi; k0 += %lld) {", ix, (long long)KT);
+    if (part && KT == L) sn_cu_emitf(t, "const %s k0 = k_lo;", ix);
     sn_cu_emitf(t,
                 "__syncthreads(); /* the last tile's readers are done (and the levels are in) */");
     sn_cu_emitf(t, "const %s kn = k_hi - k0 < %lld ? k_hi - k0 : %lld;", ix, (long long)KT,
