@@ -85,6 +85,8 @@ sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e) {
     int r = q->rank;
     bool by_kv = n->op == SN_OP_ATTENTION_BWD_K || n->op == SN_OP_ATTENTION_BWD_V;
     int64_t slices = sn_shape_numel(r - 2, (by_kv ? n->in[1] : q)->shape);
+    if (n->op == SN_OP_ATTENTION_CACHE && k->stage == SN_SUM_PARTIAL)
+        slices *= sn_split_parts(k); /* and each slice's parts of the keys (kernel.h) */
     if (k->n_items != slices)
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: n_items is %lld, not the %lld (batch x "
                        "head) slices of %s (a bug in the fuse pass)", k->name,

@@ -378,17 +378,42 @@ static const int cache_cases[][7] = { /* B, H, Hkv, T, S, D, Dv: as test_attenti
     {2, 4, 2, 1, 37, 40, 24}, {2, 3, 3, 3, 70, 64, 64}, {3, 8, 1, 1, 129, 128, 128},
 };
 
-static run_result check_cache(const int *c, sn_dtype dt, int sm, const char *needle, const char *plant) {
+/* The case's kernels: for the CPU target (one attention_cache kernel), or with split for the
+ * CUDA target (sn_target_cuda(80): the decode split's PARTIAL and FINISH, kernel.h, where the
+ * rule makes parts: every case here). */
+static sn_program *cache_program(sn_graph *g, bool split) {
+    if (!split) return fuse(g);
+    sn_target tg = sn_target_cuda(80);
+    sn_program *p;
+    sn_err e;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &tg}, &p, NULL, &e) == SN_OK,
+                  "%s", e.msg);
+    const sn_kernel *ks[2];
+    int n = 0;
+    for (int i = 0; i < p->n_kernels; i++)
+        if (p->kernels[i]->kind == SN_KER_ATTENTION) {
+            ck_assert_int_lt(n, 2);
+            ks[n++] = p->kernels[i];
+        }
+    ck_assert_int_eq(n, 2);
+    ck_assert(ks[0]->stage == SN_SUM_PARTIAL && ks[1]->stage == SN_SUM_FINISH &&
+              ks[0]->scratch == ks[1]->scratch && sn_split_parts(ks[0]) > 1);
+    ck_assert_int_eq(ks[0]->n_items, ks[1]->n_items * sn_split_parts(ks[0]));
+    return p;
+}
+
+static run_result check_cache(const int *c, sn_dtype dt, int sm, bool split, const char *needle,
+                              const char *plant) {
     sn_interp *it;
     const sn_node *y, *w;
     sn_graph *g = sn_test_cache_attention(c[0], c[1], c[2], c[3], c[4], c[5], c[6], dt, &it, &y, &w);
     char label[128];
-    snprintf(label, sizeof label, "attention_cache %s sm_%d B=%d H=%d Hkv=%d T=%d S=%d D=%d Dv=%d",
-             sn_dtype_name(dt), sm, c[0], c[1], c[2], c[3], c[4], c[5], c[6]);
-    sn_program *p = fuse(g);
+    snprintf(label, sizeof label, "attention_cache %s sm_%d B=%d H=%d Hkv=%d T=%d S=%d D=%d Dv=%d%s",
+             sn_dtype_name(dt), sm, c[0], c[1], c[2], c[3], c[4], c[5], c[6], split ? " split" : "");
+    sn_program *p = cache_program(g, split);
     sn_target tg = sn_target_cuda(sm);
     run_result r = {.needle = needle, .plant = plant};
-    run_attention(p, it, &tg, 1, label, &r);
+    run_attention(p, it, &tg, split ? 2 : 1, label, &r);
     sn_program_free(p);
     sn_interp_free(it);
     sn_graph_free(g);
@@ -396,7 +421,7 @@ static run_result check_cache(const int *c, sn_dtype dt, int sm, const char *nee
 }
 
 START_TEST(cache_decode) {
-    run_result r = check_cache(cache_cases[_i % 3], _i < 3 ? SN_F32 : SN_BF16, 80, NULL, NULL);
+    run_result r = check_cache(cache_cases[_i % 3], _i < 3 ? SN_F32 : SN_BF16, 80, false, NULL, NULL);
     ck_assert_msg(r.checked > 0 && r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
 }
 END_TEST
@@ -412,33 +437,63 @@ static const plant_case cache_plants[] = { /* which: a cache case; T unused */
 
 START_TEST(cache_planted_bugs_are_caught) {
     const plant_case *pc = &cache_plants[_i];
-    run_result r = check_cache(cache_cases[pc->which], SN_F32, 80, pc->needle, pc->plant);
+    run_result r = check_cache(cache_cases[pc->which], SN_F32, 80, false, pc->needle, pc->plant);
     printf("planted (%s): worst error %.3g x the tolerance: %s %s\n", pc->what, r.worst,
            r.worst > 1.0 ? "caught" : "MISSED", r.failure);
     ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
 }
 END_TEST
 
-/* Every cache case in f32 and bf16 for sm_75, sm_80 and sm_90: compiled, no spills, no stack. */
+/* The decode split (kernel.h): every case's keys in parts (2 .. 5 here: batch 0's cached keys
+ * all masked, so some parts hold none), the PARTIAL and FINISH kernels in both thread orders
+ * against the interpreter. */
+START_TEST(cache_split) {
+    run_result r = check_cache(cache_cases[_i % 3], _i < 3 ? SN_F32 : SN_BF16, 80, true, NULL, NULL);
+    ck_assert_msg(r.checked > 0 && r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+}
+END_TEST
+
+static const plant_case split_plants[] = { /* which: a cache case; T unused */
+    {0, 0, "for (long long j = kp * ", "for (long long j = 1 + kp * ", "a part's first key skipped"},
+    {2, 0, "__syncthreads(); /* every warp's state is in */", "", "the barrier before the warps' states meet"},
+    {1, 0, "f = big == -SN_INF ? 0.0f : expf(st[0] - big)", "f = expf(st[0] - big)",
+     "a part without keys not written as (-inf, 0, 0)"},
+    {1, 0, "f = expf(ps[0] - big)", "f = expf(st[0] - big)", "every part weighed by part 0's max"},
+    {2, 0, "sum = fmaf(ps[1], f, sum);", "sum = fmaf(ps[1], f, sum); if (p == 0) continue;",
+     "the combine leaving a part's output out"},
+};
+
+START_TEST(cache_split_planted_bugs_are_caught) {
+    const plant_case *pc = &split_plants[_i];
+    run_result r = check_cache(cache_cases[pc->which], SN_F32, 80, true, pc->needle, pc->plant);
+    printf("planted in the split (%s): worst error %.3g x the tolerance: %s %s\n", pc->what, r.worst,
+           r.worst > 1.0 ? "caught" : "MISSED", r.failure);
+    ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
+}
+END_TEST
+
+/* Every cache case in f32 and bf16 for sm_75, sm_80 and sm_90, one kernel and split (its PARTIAL
+ * and FINISH): compiled, no spills, no stack. */
 START_TEST(nvrtc_cache_no_spills) {
     static const int arch[] = {75, 80, 90};
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 12; i++)
         for (int a = 0; a < 3; a++) {
             const int *c = cache_cases[i % 3];
             sn_interp *it;
             const sn_node *y, *w;
             sn_graph *g = sn_test_cache_attention(c[0], c[1], c[2], c[3], c[4], c[5], c[6],
-                                                  i < 3 ? SN_F32 : SN_BF16, &it, &y, &w);
-            sn_program *p = fuse(g);
-            const sn_kernel *k = NULL;
+                                                  i % 6 < 3 ? SN_F32 : SN_BF16, &it, &y, &w);
+            sn_program *p = cache_program(g, i >= 6);
+            const sn_kernel *ks[2];
+            int n = 0;
             for (int j = 0; j < p->n_kernels; j++)
-                if (p->kernels[j]->kind == SN_KER_ATTENTION) k = p->kernels[j];
-            ck_assert(k && k->anchor->op == SN_OP_ATTENTION_CACHE);
+                if (p->kernels[j]->kind == SN_KER_ATTENTION && n < 2) ks[n++] = p->kernels[j];
+            ck_assert(n >= 1 && ks[0]->anchor->op == SN_OP_ATTENTION_CACHE);
             sn_target tg = sn_target_cuda(arch[a]);
             sn_cuda_source cs;
             sn_cuda_module m;
             sn_err e;
-            ck_assert_msg(sn_cuda_render(&k, 1, &tg, &cs, &e) == SN_OK, "%s", e.msg);
+            ck_assert_msg(sn_cuda_render(ks, n, &tg, &cs, &e) == SN_OK, "%s", e.msg);
             sn_status st = sn_nvrtc_compile(cs.src, "cache.cu", arch[a], &m, &e);
             if (st == SN_ERR_UNSUPPORTED) { /* no NVRTC here */
                 printf("nvrtc_cache_no_spills: %s: skipped\n", e.msg);
@@ -446,11 +501,14 @@ START_TEST(nvrtc_cache_no_spills) {
                 return;
             }
             ck_assert_msg(st == SN_OK, "%s", e.msg);
-            const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs.fn[0]);
-            ck_assert(in);
-            printf("attention_cache case %d sm_%d: %d registers, spills %d/%d, stack %d\n", i, arch[a],
-                   in->registers, in->spill_store_bytes, in->spill_load_bytes, in->stack_bytes);
-            ck_assert(in->spill_store_bytes == 0 && in->spill_load_bytes == 0 && in->stack_bytes == 0);
+            for (int j = 0; j < n; j++) {
+                const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs.fn[j]);
+                ck_assert(in);
+                printf("attention_cache case %d sm_%d %s: %d registers, spills %d/%d, stack %d\n", i,
+                       arch[a], cs.fn[j], in->registers, in->spill_store_bytes, in->spill_load_bytes,
+                       in->stack_bytes);
+                ck_assert(in->spill_store_bytes == 0 && in->spill_load_bytes == 0 && in->stack_bytes == 0);
+            }
             sn_cuda_module_free(&m);
             sn_cuda_source_free(&cs);
             sn_program_free(p);
@@ -537,6 +595,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, tiny_gpt2_kernels);
     tcase_add_loop_test(tc, cache_decode, 0, 6);
     tcase_add_loop_test(tc, cache_planted_bugs_are_caught, 0, 5);
+    tcase_add_loop_test(tc, cache_split, 0, 6);
+    tcase_add_loop_test(tc, cache_split_planted_bugs_are_caught, 0, 5);
     suite_add_tcase(s, tc);
     TCase *at = tcase_create("atomic_dq");
     tcase_set_timeout(at, 240);
