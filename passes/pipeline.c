@@ -250,6 +250,7 @@ sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program
     st->schedule_peak_before = st->schedule_peak_after = 0;
     sn_target target = o->target ? *o->target : sn_target_cpu();
     if (target.kind == SN_TARGET_CUDA && sn_target_att_dq_atomic_asked()) target.att_dq_atomic = true;
+    if (target.kind == SN_TARGET_CUDA && sn_target_decode_split_off()) target.split_decode = false;
     const sn_target *t = &target;
 
     sn_graph *next;

@@ -24,6 +24,11 @@ bool sn_target_att_dq_atomic_asked(void) {
     return false;
 }
 
+bool sn_target_decode_split_off(void) {
+    const char *env = getenv("SN_DECODE_SPLIT");
+    return env && !strcmp(env, "0");
+}
+
 static bool cpu_has_avx512_bf16(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();

@@ -59,6 +59,9 @@ sn_target sn_target_cuda(int sm);
 /* Whether SN_ATT_TILES (the attention kernels' tuning knob, codegen/cuda/cuda_attention.c)
  * asks for the atomic dq: its entry "dq=atomic". */
 bool sn_target_att_dq_atomic_asked(void);
+/* Whether SN_DECODE_SPLIT=0 asks for no decode split (split_decode off: a GPU run's before and
+ * after of the split in one build); sn_pipeline_kernels reads it for a CUDA target. */
+bool sn_target_decode_split_off(void);
 /* The CPU this process runs on (its bf16 dot-product support read from cpuid). */
 sn_target sn_target_cpu(void);
 

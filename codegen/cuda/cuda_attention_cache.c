@@ -98,11 +98,13 @@ void sn_cu_emit_attention_cache(sn_cu_text *t, const sn_kernel *k, const char *f
                 (long long)G, CACHE_WARPS);
     sn_cu_emitf(t, "SN_SHARED(float, part, %lld);", (long long)CACHE_WARPS * (Dv + 2));
     sn_cu_emitf(t, "const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;");
-    if (part)
-        sn_cu_emitf(t, "const long long item = blockIdx.x / %lld, kp = blockIdx.x %% %lld; /* its "
-                       "slice, its part of the keys */", (long long)P, (long long)P);
-    else
-        sn_cu_emitf(t, "const long long item = blockIdx.x, kp = 0;");
+    if (part) {
+        sn_cu_emitf(t, "const long long item = blockIdx.x / %lld; /* its slice, */", (long long)P);
+        sn_cu_emitf(t, "const int kp = blockIdx.x %% %lld; /* its part of the keys */", (long long)P);
+    } else {
+        sn_cu_emitf(t, "const long long item = blockIdx.x;");
+        sn_cu_emitf(t, "const int kp = 0;");
+    }
     sn_cu_emitf(t, "const long long b = item / %lld, h = item %% %lld, hk = h / %lld;",
                 (long long)H, (long long)H, (long long)G);
     emit_slice(t, k, 0, "q", "h");
@@ -125,12 +127,13 @@ void sn_cu_emit_attention_cache(sn_cu_text *t, const sn_kernel *k, const char *f
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int c = 0; c < %d; c++) acc[c] = 0.0f;", nv);
     /* the new keys (u <= t), then the cached ones; a key: its row pointers and the score's add */
-    sn_cu_emitf(t, "const long long j_end = %lld + t + 1 < kp * %lld + %lld ? %lld + t + 1 : kp * "
+    sn_cu_emitf(t, "const int j_end = %lld + t + 1 < kp * %lld + %lld ? %lld + t + 1 : kp * "
                    "%lld + %lld; /* new keys j <= t, then the cached */", (long long)S, (long long)L,
                 (long long)L, (long long)S, (long long)L, (long long)L);
-    sn_cu_emitf(t, "for (long long j = kp * %lld + w; j < j_end; j += %d) {", (long long)L, CACHE_WARPS);
+    /* j, r in 32 bits (positions): 64-bit ones spilled the PARTIAL at sm_80 (32 registers) */
+    sn_cu_emitf(t, "for (int j = kp * %lld + w; j < j_end; j += %d) {", (long long)L, CACHE_WARPS);
     sn_cu_emitf(t, "const bool cached = j > t;");
-    sn_cu_emitf(t, "const long long r = cached ? j - t - 1 : j; /* its row in the cache, or new */");
+    sn_cu_emitf(t, "const int r = cached ? j - t - 1 : j; /* its row in the cache, or new */");
     sn_cu_emitf(t, "const float add = cached ? mask[r] : 0.0f;");
     sn_cu_emitf(t, "if (add == -SN_INF) continue; /* a position this row does not hold */");
     sn_cu_emitf(t, "const %s *kr = cached ? kc + r * %lldLL : kn + r * %lldLL;",
