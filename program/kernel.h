@@ -78,13 +78,15 @@ const char *sn_epilogue_name(sn_epilogue e);
  * ta = tb = 0, its operand 1 a dequant_nf4 of shape (K, N) that no other node reads: it has no
  * buffer, the kernel reads the packed bytes (ir/nf4.h's layout) and never writes the unpacked
  * weight. Args: y (numel(x) / K, N) f32, x (.., K) of the weight's dtype (f32, bf16, f16),
- * contiguous, packed (u8). Item i: the columns [64 i, min(64 i + 64, N)) of every row of y.
+ * contiguous, packed (u8). Item i: the columns [64 i, min(64 i + 64, N)) of every row of y
+ * (split: the decode split below).
  * Each weight is what the dequantize kernel writes: rnd_w(level[code] * scale), its scale
  * fma(scale_code, step, mean), rnd_w the rounding to the weight's dtype; then
  *     y[m][n] = sum over k of x[m][k] * w[k][n]   in f32
  * The order of that sum is each backend's (the CPU: k ascending, one fma a term; CUDA: 32
  * partial sums over interleaved rows, a warp's 4 added pairwise, then the 8 warps' in order:
- * codegen/cuda/cuda_gemv.c), fixed for every split of the items, but not the GEMM library's,
+ * codegen/cuda/cuda_gemv.c; split: each part's so, then the parts in order), fixed for every
+ * split of the items, but not the GEMM library's,
  * so y matches the unfused program within f32 rounding (|error| <= about K 2^-24 sum_k
  * |x[m][k] w[k][n]|), not bit for bit. */
 enum { SN_NF4_GEMV_MAX_M = 8, SN_NF4_GEMV_COLS = 64 };

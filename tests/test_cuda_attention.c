@@ -454,7 +454,7 @@ START_TEST(cache_split) {
 END_TEST
 
 static const plant_case split_plants[] = { /* which: a cache case; T unused */
-    {0, 0, "for (long long j = kp * ", "for (long long j = 1 + kp * ", "a part's first key skipped"},
+    {0, 0, "for (int j = kp * ", "for (int j = 1 + kp * ", "a part's first key skipped"},
     {2, 0, "__syncthreads(); /* every warp's state is in */", "", "the barrier before the warps' states meet"},
     {1, 0, "f = big == -SN_INF ? 0.0f : expf(st[0] - big)", "f = expf(st[0] - big)",
      "a part without keys not written as (-inf, 0, 0)"},

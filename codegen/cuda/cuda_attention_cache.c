@@ -5,7 +5,10 @@
  * cache's); a key's score is a warp-wide dot product (lane c holds elements c, c + 32, .. of q,
  * the key and the value: 128-byte rows read whole), and each warp keeps an online softmax (max
  * m, sum l, its share of the f32 accumulator). The warps' states meet in shared memory and are
- * combined in warp order, the same order every run.
+ * combined in warp order, the same order every run. Split (kernel.h: the decode split, flash-
+ * decoding: too few slices to fill a GPU), a block takes one part of the keys of its slice and
+ * stores the combined state (m, l, unnormalised output) into the scratch; the FINISH combines
+ * the parts' states in part order as the warps' are combined.
  * Convention: f32 inside; 16-bit inputs converted on load, the output rounded on store. */
 #include <stdio.h>
 

@@ -12,7 +12,11 @@
  * term: llvm_gemv.c), so the two agree within f32 rounding, not bit for bit. Where 64 divides
  * N a lane's 8 weights of row k are 4 consecutive bytes under one scale; elsewhere a block
  * straddles rows and each weight finds its nibble and scale alone. Where the codes start at a
- * multiple of 4 bytes a lane reads its 4 bytes as one word. */
+ * multiple of 4 bytes a lane reads its 4 bytes as one word. Split (kernel.h: the decode split,
+ * too few column items to fill a GPU), block i takes the item i % C over the rows of part i / C
+ * alone and stores its sum (the same order over those rows) into the scratch; the FINISH adds
+ * the parts in part order, a thread an element of y (so the sum's order is: each part's as
+ * above, then the parts in order). */
 #include <stdio.h>
 
 #include "cuda_int.h"
