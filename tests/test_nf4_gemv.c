@@ -351,6 +351,24 @@ END_TEST
 
 static bool have_nvrtc(void);
 
+/* The n functions of cs compiled by NVRTC for sm_75, sm_80 and sm_90: no spills, no stack. */
+static void nvrtc_no_spills(const sn_cuda_source *cs, int n, int64_t M, int64_t K, int64_t N) {
+    sn_err e;
+    for (int a = 0; a < 3; a++) {
+        sn_cuda_module m;
+        int arch = (int[]){75, 80, 90}[a];
+        ck_assert_msg(sn_nvrtc_compile(cs->src, "gemv_split.cu", arch, &m, &e) == SN_OK, "%s", e.msg);
+        for (int i = 0; i < n; i++) {
+            const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs->fn[i]);
+            ck_assert_msg(in && in->spill_store_bytes == 0 && in->stack_bytes == 0,
+                          "sm_%d %s (M %lld K %lld N %lld): %d bytes spilled, %d of stack", arch,
+                          cs->fn[i], (long long)M, (long long)K, (long long)N,
+                          in ? in->spill_store_bytes : -1, in ? in->stack_bytes : -1);
+        }
+        sn_cuda_module_free(&m);
+    }
+}
+
 /* The parts the rule gives x (M, K) @ NF4 W (K, N): the kernel as fuse makes it for the CUDA
  * target (PARTIAL, or the one kernel), its blocks in *blocks; with nvrtc, the program's NF4
  * kernels compiled for sm_75, sm_80 and sm_90: no spills, no stack. */
@@ -381,19 +399,7 @@ static int64_t split_of(int64_t M, int64_t K, int64_t N, bool nvrtc, int64_t *bl
         if (prog->kernels[k]->kind == SN_KER_NF4_GEMV) ks[n++] = prog->kernels[k];
     sn_cuda_source cs;
     ck_assert_msg(sn_cuda_render(ks, n, &t, &cs, &e) == SN_OK, "%s", e.msg);
-    for (int a = 0; nvrtc && a < 3; a++) {
-        sn_cuda_module m;
-        int arch = (int[]){75, 80, 90}[a];
-        ck_assert_msg(sn_nvrtc_compile(cs.src, "gemv_rule.cu", arch, &m, &e) == SN_OK, "%s", e.msg);
-        for (int i = 0; i < n; i++) {
-            const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs.fn[i]);
-            ck_assert_msg(in && in->spill_store_bytes == 0 && in->stack_bytes == 0,
-                          "sm_%d %s (M %lld K %lld N %lld): %d bytes spilled, %d of stack", arch,
-                          cs.fn[i], (long long)M, (long long)K, (long long)N,
-                          in ? in->spill_store_bytes : -1, in ? in->stack_bytes : -1);
-        }
-        sn_cuda_module_free(&m);
-    }
+    if (nvrtc) nvrtc_no_spills(&cs, n, M, K, N);
     sn_cuda_source_free(&cs);
     sn_program_free(prog);
     sn_graph_free(g);
@@ -425,18 +431,6 @@ START_TEST(split_rule) {
     ck_assert_int_eq(blocks, 500);
 }
 END_TEST
-
-static char *replace_first(const char *src, const char *needle, const char *by) {
-    const char *at = strstr(src, needle);
-    ck_assert_msg(at, "the planted bug's text \"%s\" is not in the kernel", needle);
-    size_t n = strlen(src), a = (size_t)(at - src), nl = strlen(needle), bl = strlen(by);
-    char *out = malloc(n - nl + bl + 1);
-    ck_assert(out);
-    memcpy(out, src, a);
-    memcpy(out + a, by, bl);
-    memcpy(out + a + bl, at + nl, n - a - nl + 1);
-    return out;
-}
 
 /* A planted bug (NULL: none): the first needle in the kernels' text replaced; printf-style
  * with the parts S and y's elements MN. */
@@ -479,23 +473,11 @@ static bool run_split(prod *p, bool nvrtc, const gemv_plant *pl, int64_t *parts_
         snprintf(needle, sizeof needle, pl->needle, (long long)S, (long long)MN);
         snprintf(plant, sizeof plant, pl->plant, (long long)S, (long long)MN, (long long)S,
                  (long long)MN);
-        char *src = replace_first(cs.src, needle, plant);
+        char *src = sn_test_replace_first(cs.src, needle, plant);
         free(cs.src);
         cs.src = src;
     }
-    for (int a = 0; nvrtc && a < 3; a++) {
-        sn_cuda_module m;
-        int arch = (int[]){75, 80, 90}[a];
-        ck_assert_msg(sn_nvrtc_compile(cs.src, "gemv_split.cu", arch, &m, &e) == SN_OK, "%s", e.msg);
-        for (int i = 0; i < n; i++) {
-            const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs.fn[i]);
-            ck_assert_msg(in && in->spill_store_bytes == 0 && in->stack_bytes == 0,
-                          "sm_%d %s (M %lld K %lld N %lld): %d bytes spilled, %d of stack", arch,
-                          cs.fn[i], (long long)p->M, (long long)p->K, (long long)p->N,
-                          in ? in->spill_store_bytes : -1, in ? in->stack_bytes : -1);
-        }
-        sn_cuda_module_free(&m);
-    }
+    if (nvrtc) nvrtc_no_spills(&cs, n, p->M, p->K, p->N);
     sn_sim_module *h;
     ck_assert_msg(sn_sim_module_load(cs.src, &h, &e) == SN_OK, "%s", e.msg);
     float *y = malloc(sizeof(float) * (size_t)MN), *first = malloc(sizeof(float) * (size_t)MN);
