@@ -228,7 +228,8 @@ struct sn_kernel {
     /* Work is split over threads (CPU) or blocks (GPU) as items [0, n_items): pointwise:
      * elements; ROW: rows; REDUCE: output elements; GATHER: ids (or column blocks of 64 for
      * the scatter, chunks for its BUCKET stage); ATTENTION: (batch x head) pairs of q (of k
-     * and v for dk and dv, which have fewer under grouped-query attention). `serial`: must
+     * and v for dk and dv, which have fewer under grouped-query attention; times the parts of a
+     * split attention_cache's PARTIAL: the decode split above). `serial`: must
      * run as one range. Fuse sets both from sn_kernel_work; the contract checks them
      * against it. */
     int64_t n_items;

@@ -472,6 +472,89 @@ START_TEST(cache_split_planted_bugs_are_caught) {
 }
 END_TEST
 
+/* The split's FINISH combines the parts in part order (kernel.h), bit for bit: cache case 2 (24
+ * slices, 5 parts) in f32 on the simulator, then y recomputed on the host from the scratch the
+ * PARTIAL wrote, in that order with the kernel's operations (fmaxf, expf, fmaf; the simulator's
+ * are the host's). A FINISH adding the parts in reverse order stays within the tolerance of
+ * the interpreter; this check catches it (planted: rev). */
+static bool combine_in_order(bool rev) {
+    const int *c = cache_cases[2];
+    sn_interp *it;
+    const sn_node *y, *w;
+    sn_graph *g = sn_test_cache_attention(c[0], c[1], c[2], c[3], c[4], c[5], c[6], SN_F32, &it, &y, &w);
+    sn_program *p = cache_program(g, true);
+    const sn_kernel *ks[2];
+    int n = 0;
+    for (int i = 0; i < p->n_kernels; i++)
+        if (p->kernels[i]->kind == SN_KER_ATTENTION) ks[n++] = p->kernels[i];
+    sn_target tg = sn_target_cuda(80);
+    sn_cuda_source cs;
+    sn_err e;
+    ck_assert_msg(sn_cuda_render(ks, 2, &tg, &cs, &e) == SN_OK, "%s", e.msg);
+    int64_t P = sn_split_parts(ks[0]), T = c[3], Dv = c[6], items = ks[1]->n_items;
+    if (rev) {
+        char needle[64], plant[64];
+        snprintf(needle, sizeof needle, "for (int p = 0; p < %lld; p++) {", (long long)P);
+        snprintf(plant, sizeof plant, "for (int p = %lld; p >= 0; p--) {", (long long)(P - 1));
+        char *src = sn_test_replace_first(cs.src, needle, plant);
+        free(cs.src);
+        cs.src = src;
+    }
+    sn_sim_module *m;
+    ck_assert_msg(sn_sim_module_load(cs.src, &m, &e) == SN_OK, "%s", e.msg);
+    const sn_kernel *k = ks[0];
+    void *bufs[SN_KER_MAX_ARGS + 1], *params[SN_KER_MAX_ARGS + 1];
+    for (int a = 0; a < k->n_out + k->n_in; a++) {
+        int64_t len = sn_numel(k->args[a]);
+        float *b = malloc(sizeof(float) * (size_t)len);
+        const double *v = a < k->n_out ? NULL : sn_interp_value(it, k->args[a]);
+        for (int64_t i = 0; i < len; i++) b[i] = v ? (float)v[i] : NAN;
+        bufs[a] = b;
+    }
+    int64_t sb = p->values[k->scratch].bytes;
+    bufs[k->n_out + k->n_in] = malloc((size_t)sb);
+    memset(bufs[k->n_out + k->n_in], 0x7f, (size_t)sb);
+    for (int a = 0; a <= k->n_out + k->n_in; a++) params[a] = &bufs[a];
+    for (int i = 0; i < 2; i++) {
+        sn_cuda_dims d = sn_cuda_launch_dims(ks[i], &tg);
+        sn_sim_opts o = sn_sim_defaults();
+        ck_assert_msg(sn_sim_launch(m, cs.fn[i], d.grid, d.block, d.shared_bytes, params, &o, &e) ==
+                      SN_OK, "%s", e.msg);
+    }
+    const float *st = bufs[k->n_out + k->n_in], *out = bufs[0];
+    bool same = true;
+    for (int64_t b = 0; b < items; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t d = 0; d < Dv; d++) {
+                const float *s0 = st + (b * P * T + t) * (Dv + 2);
+                float big = -INFINITY, sum = 0.0f, o = 0.0f;
+                for (int64_t q = 0; q < P; q++) big = fmaxf(big, s0[q * T * (Dv + 2)]);
+                for (int64_t q = 0; q < P; q++) {
+                    const float *ps = s0 + q * T * (Dv + 2), f = expf(ps[0] - big);
+                    sum = fmaf(ps[1], f, sum);
+                    o = fmaf(ps[2 + d], f, o);
+                }
+                float want = o / sum, got = out[(b * T + t) * Dv + d];
+                same &= !memcmp(&want, &got, sizeof want);
+            }
+    for (int a = 0; a <= k->n_out + k->n_in; a++) free(bufs[a]);
+    sn_sim_module_free(m);
+    sn_cuda_source_free(&cs);
+    sn_program_free(p);
+    sn_interp_free(it);
+    sn_graph_free(g);
+    return same;
+}
+
+START_TEST(cache_split_combines_in_order) {
+    ck_assert_msg(combine_in_order(false), "the FINISH's y is not the parts combined in order");
+    bool caught = !combine_in_order(true);
+    printf("planted in the split (the parts combined in reverse order): %s\n",
+           caught ? "caught" : "MISSED");
+    ck_assert_msg(caught, "planted bug not caught: the parts combined in reverse order");
+}
+END_TEST
+
 /* Every cache case in f32 and bf16 for sm_75, sm_80 and sm_90, one kernel and split (its PARTIAL
  * and FINISH): compiled, no spills, no stack. */
 START_TEST(nvrtc_cache_no_spills) {
@@ -597,6 +680,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, cache_planted_bugs_are_caught, 0, 5);
     tcase_add_loop_test(tc, cache_split, 0, 6);
     tcase_add_loop_test(tc, cache_split_planted_bugs_are_caught, 0, 5);
+    tcase_add_test(tc, cache_split_combines_in_order);
     suite_add_tcase(s, tc);
     TCase *at = tcase_create("atomic_dq");
     tcase_set_timeout(at, 240);

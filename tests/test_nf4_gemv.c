@@ -564,6 +564,37 @@ START_TEST(split_planted_bugs_are_caught) {
 }
 END_TEST
 
+/* The CPU keeps one kernel (its target has no split_decode: the bits of llvm_gemv above), and
+ * the LLVM backend refuses the CUDA target's parts with a message naming the cause. */
+START_TEST(cpu_keeps_one_kernel) {
+    if (!have_jit("nf4_gemv")) return;
+    prod p;
+    prod_new(&p, 1, 96, 128, SN_F32, false, 97);
+    sn_target ts[2] = {sn_target_cpu(), sn_target_cuda(80)};
+    sn_jit *j = new_jit(0);
+    for (int i = 0; i < 2; i++) {
+        sn_program *prog;
+        sn_err e;
+        ck_assert_msg(sn_pipeline_kernels(p.g, &(sn_pipeline_opts){.target = &ts[i]}, &prog, NULL,
+                                          &e) == SN_OK, "%s", e.msg);
+        sn_kernel *k = NULL;
+        for (int q = 0; q < prog->n_kernels && !k; q++)
+            if (prog->kernels[q]->kind == SN_KER_NF4_GEMV) k = prog->kernels[q];
+        ck_assert(k && k->stage == (i ? SN_SUM_PARTIAL : SN_SUM_WHOLE));
+        sn_cpu_kernel_fn fn;
+        sn_status st = sn_jit_compile(j, &k, 1, &fn, &e);
+        if (i) /* a part */
+            ck_assert_msg(st == SN_ERR_UNSUPPORTED && strstr(e.msg, "decode split") &&
+                              strstr(e.msg, "split_decode"), "%d: %s", st, e.msg);
+        else
+            ck_assert_msg(st == SN_OK, "%s", e.msg);
+        sn_program_free(prog);
+    }
+    sn_jit_free(j);
+    prod_free(&p);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("nf4_gemv");
     TCase *t = tcase_create("nf4_gemv");
@@ -572,6 +603,7 @@ int main(void) {
     tcase_add_test(t, llvm_gemv);
     tcase_add_test(t, cuda_gemv);
     tcase_add_test(t, split_rule);
+    tcase_add_test(t, cpu_keeps_one_kernel);
     tcase_add_test(t, cuda_gemv_split);
     tcase_add_test(t, split_planted_bugs_are_caught);
     suite_add_tcase(s, t);
