@@ -43,9 +43,10 @@ typedef struct {
 static int usage(void) {
     fprintf(stderr, "usage: kernel_cost [--model gpt2|smollm2-135m|...] [--batch B] [--seq T] "
                     "[--lora R [--lora-targets all|attn|mlp] | --ia3] [--decode [--nf4] "
-                    "[--no-split]] [--precision fp32|bf16|fp16|tf32] [--arch sm_80|sm_90|sm_75 (repeatable; default sm_80 "
-                    "and sm_90)] [--kind KIND (attention, row, pointwise, ...)] [--machine "
-                    "h200|h100] [--json]\n");
+                    "[--no-split]] [--precision fp32|bf16|fp16|tf32] "
+                    "[--arch sm_80|sm_90|sm_75 (repeatable; default sm_80 and sm_90)] "
+                    "[--kind KIND (attention, row, pointwise, ...)] [--machine h200|h100] "
+                    "[--json]\n");
     return 2;
 }
 

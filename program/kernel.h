@@ -97,7 +97,7 @@ enum { SN_NF4_GEMV_MAX_M = 8, SN_NF4_GEMV_COLS = 64 };
  * H100/H200's 132 SMs) each runs as two kernels around a scratch value (program.h: no node),
  * its buffer after the args (bufs[n_out + n_in]) in both; sn_split_parts says how many parts:
  *   NF4_GEMV  SN_SUM_PARTIAL: item i is columns c = i % C (C = ceil(N / 64) column items) of
- *     rows [s L, min(K, s L + L)) of W, s = i / C, L = sn_split_len (a multiple of 32); it
+ *     rows [s L, min(K, s L + L)) of W, s = i / C, L = sn_split_len (a multiple of 4); it
  *     writes the product of those rows, x[:, rows] @ W[rows, cols], into scratch (S, M, N)
  *     at [s] (in the one-kernel order over its rows) and not y;
  *     SN_SUM_FINISH: y[m][n] = the S parts added in f32 in order s = 0, 1, ..; item i: the

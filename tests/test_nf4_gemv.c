@@ -357,7 +357,8 @@ static void nvrtc_no_spills(const sn_cuda_source *cs, int n, int64_t M, int64_t 
     for (int a = 0; a < 3; a++) {
         sn_cuda_module m;
         int arch = (int[]){75, 80, 90}[a];
-        ck_assert_msg(sn_nvrtc_compile(cs->src, "gemv_split.cu", arch, &m, &e) == SN_OK, "%s", e.msg);
+        ck_assert_msg(sn_nvrtc_compile(cs->src, "gemv_split.cu", arch, &m, &e) == SN_OK, "%s",
+                      e.msg);
         for (int i = 0; i < n; i++) {
             const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs->fn[i]);
             ck_assert_msg(in && in->spill_store_bytes == 0 && in->stack_bytes == 0,

@@ -56,18 +56,19 @@ static void emit_finish(sn_cu_text *t, const sn_kernel *k, const char *fname) {
     dims_of(k, &T, &S, &D, &Dv);
     char arg[16];
     sn_cu_emit_signature(t, k, fname, 32 * CACHE_WARPS);
-    sn_cu_emitf(t, "/* y (.., %lld, %lld) from %lld parts' states (m, l, o) a query */", (long long)T,
-                (long long)Dv, (long long)P);
+    sn_cu_emitf(t, "/* y (.., %lld, %lld) from %lld parts' states (m, l, o) a query */",
+                (long long)T, (long long)Dv, (long long)P);
     sn_cu_emitf(t, "const long long item = blockIdx.x;");
-    sn_cu_emitf(t, "%s *y = %s + item * %lldLL;", sn_cu_ctype(n->dtype), sn_cu_arg_name(k, 0, arg, sizeof arg),
-                (long long)(T * Dv));
+    sn_cu_emitf(t, "%s *y = %s + item * %lldLL;", sn_cu_ctype(n->dtype),
+                sn_cu_arg_name(k, 0, arg, sizeof arg), (long long)(T * Dv));
     sn_cu_emitf(t, "const float *st = scratch + item * %lldLL; /* [part][t][m, l, o] */",
                 (long long)(P * T * (Dv + 2)));
     sn_cu_emitf(t, "for (int t = 0; t < %lld; t++) {", (long long)T);
     sn_cu_emitf(t, "float big = -SN_INF;");
     sn_cu_emitf(t, "for (int p = 0; p < %lld; p++) big = fmaxf(big, st[(p * %lld + t) * %lld]);",
                 (long long)P, (long long)T, (long long)(Dv + 2));
-    sn_cu_emitf(t, "for (long long d = threadIdx.x; d < %lld; d += %d) {", (long long)Dv, 32 * CACHE_WARPS);
+    sn_cu_emitf(t, "for (long long d = threadIdx.x; d < %lld; d += %d) {", (long long)Dv,
+                32 * CACHE_WARPS);
     sn_cu_emitf(t, "float sum = 0.0f, o = 0.0f;");
     sn_cu_emitf(t, "/* the parts in order */");
     sn_cu_emitf(t, "for (int p = 0; p < %lld; p++) {", (long long)P);
@@ -103,7 +104,8 @@ void sn_cu_emit_attention_cache(sn_cu_text *t, const sn_kernel *k, const char *f
     sn_cu_emitf(t, "const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;");
     if (part) {
         sn_cu_emitf(t, "const long long item = blockIdx.x / %lld; /* its slice, */", (long long)P);
-        sn_cu_emitf(t, "const int kp = blockIdx.x %% %lld; /* its part of the keys */", (long long)P);
+        sn_cu_emitf(t, "const int kp = blockIdx.x %% %lld; /* its part of the keys */",
+                    (long long)P);
     } else {
         sn_cu_emitf(t, "const long long item = blockIdx.x;");
         sn_cu_emitf(t, "const int kp = 0;");
@@ -131,8 +133,8 @@ void sn_cu_emit_attention_cache(sn_cu_text *t, const sn_kernel *k, const char *f
     sn_cu_emitf(t, "for (int c = 0; c < %d; c++) acc[c] = 0.0f;", nv);
     /* the new keys (u <= t), then the cached ones; a key: its row pointers and the score's add */
     sn_cu_emitf(t, "const int j_end = %lld + t + 1 < kp * %lld + %lld ? %lld + t + 1 : kp * "
-                   "%lld + %lld; /* new keys j <= t, then the cached */", (long long)S, (long long)L,
-                (long long)L, (long long)S, (long long)L, (long long)L);
+                   "%lld + %lld; /* new keys j <= t, then the cached */", (long long)S,
+                (long long)L, (long long)L, (long long)S, (long long)L, (long long)L);
     /* j, r in 32 bits (positions): 64-bit ones spilled the PARTIAL at sm_80 (32 registers) */
     sn_cu_emitf(t, "for (int j = kp * %lld + w; j < j_end; j += %d) {", (long long)L, CACHE_WARPS);
     sn_cu_emitf(t, "const bool cached = j > t;");

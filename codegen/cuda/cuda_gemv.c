@@ -62,7 +62,8 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
     const sn_node *mm = k->anchor, *x = mm->in[0], *w = mm->in[1];
     bool part = k->stage == SN_SUM_PARTIAL; /* rows [p L, p L + L) of W into scratch[p] */
     int64_t K = w->shape[0], N = w->shape[1], M = sn_numel(x) / K;
-    int64_t L = part ? sn_split_len(k) : K, KT = x_tile(M, L), C = (N + SN_NF4_GEMV_COLS - 1) / SN_NF4_GEMV_COLS;
+    int64_t L = part ? sn_split_len(k) : K, KT = x_tile(M, L);
+    int64_t C = (N + SN_NF4_GEMV_COLS - 1) / SN_NF4_GEMV_COLS; /* column items */
     sn_nf4_layout l = sn_nf4_layout_of(K * N);
     const char *ix = sn_cu_index_type(2 * l.bytes + 64 + (part ? sn_split_parts(k) * M * N : 0));
     const char *rnd = w->dtype == SN_BF16  ? "sn_round_bf16"
@@ -118,11 +119,13 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
     sn_cu_emitf(t, "for (int m = 0; m < %lld; m++)", (long long)M);
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int j = 0; j < 8; j++) acc[m][j] = 0.0f;");
-    if (part && KT == L) /* the part's rows one tile: no loop (ptxas spilled one over k_lo) */
-        sn_cu_emitf(t, "/* the part's rows: one tile */"), sn_cu_emitf(t, "{");
-    else
+    if (part && KT == L) { /* the part's rows one tile: no loop (ptxas spilled one over k_lo) */
+        sn_cu_emitf(t, "/* the part's rows: one tile */");
+        sn_cu_emitf(t, "{");
+        sn_cu_emitf(t, "const %s k0 = k_lo;", ix);
+    } else {
         sn_cu_emitf(t, "for (%s k0 = k_lo; k0 < k_hi; k0 += %lld) {", ix, (long long)KT);
-    if (part && KT == L) sn_cu_emitf(t, "const %s k0 = k_lo;", ix);
+    }
     sn_cu_emitf(t,
                 "__syncthreads(); /* the last tile's readers are done (and the levels are in) */");
     sn_cu_emitf(t, "const %s kn = k_hi - k0 < %lld ? k_hi - k0 : %lld;", ix, (long long)KT,
