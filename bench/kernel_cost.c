@@ -55,7 +55,8 @@ static int fail(const char *what, const sn_err *e) {
     return 1;
 }
 
-/* The kernel's kind as printed: attention kernels by their op (forward, dq, dkv, dk, dv). */
+/* The kernel's kind as printed: attention kernels by their op (forward, dq, dkv, dk, dv, the
+ * cache's). */
 static const char *kind_of(const sn_kernel *k) {
     if (k->kind != SN_KER_ATTENTION) return sn_kernel_kind_name(k->kind);
     switch (k->anchor->op) {
@@ -63,6 +64,7 @@ static const char *kind_of(const sn_kernel *k) {
     case SN_OP_ATTENTION_BWD_Q: return "attn_dq";
     case SN_OP_ATTENTION_BWD_K: return k->anchor2 ? "attn_dkv" : "attn_dk";
     case SN_OP_ATTENTION_BWD_V: return "attn_dv";
+    case SN_OP_ATTENTION_CACHE: return "attn_cache"; /* decoding over a KV cache */
     default: return sn_op_name(k->anchor->op);
     }
 }
@@ -278,7 +280,7 @@ int main(int argc, char **argv) {
                a.decode ? (a.nf4 ? " decode NF4" : " decode") : "",
                a.decode && a.no_split ? " (no split)" : "", p->n_kernels, n, mach->name,
                mach->bf16_tflops, mach->tb_per_s);
-        printf("%-34s %-9s %-13s %-8s", "kernel", "kind", "grid", "block");
+        printf("%-34s %-10s %-13s %-8s", "kernel", "kind", "grid", "block");
         for (int ai = 0; ai < a.n_arch; ai++)
             printf(" | sm_%d: %4s %6s %5s %5s %6s %4s %4s", a.arch[ai], "regs", "smem", "spill",
                    "stack", "blk/SM", "occ", "fill");
@@ -303,7 +305,7 @@ int main(int argc, char **argv) {
             kernel_record(bj_push_obj(kernels), k, grid, block, &r, rep, n, i, a.n_arch, mach->sms);
             continue;
         }
-        printf("%-34.34s %-9s %-13s %-8s", k->name, kind_of(k), grid, block);
+        printf("%-34.34s %-10s %-13s %-8s", k->name, kind_of(k), grid, block);
         for (int ai = 0; ai < a.n_arch; ai++) {
             const sn_cuda_kernel_report *x = &rep[(size_t)ai * n + i];
             if (!x->has_info) {
