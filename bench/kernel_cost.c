@@ -274,12 +274,13 @@ int main(int argc, char **argv) {
         bj_num(m, "tb_per_s", "%.2f", mach->tb_per_s);
         kernels = bj_arr(rec, "kernels");
     } else {
-        printf("kernel_cost: %s B=%d %s=%d %s%s%s%s: %d kernels (%d shown with the optimizer's), "
+        printf("kernel_cost: %s B=%d %s=%d %s%s%s%s: %d kernels (%d shown%s), "
                "modeled on %s (%.0f TFLOP/s bf16, %.2f TB/s)\n", a.model, a.batch,
                a.decode ? "cache" : "T", a.seq, a.precision, a.lora ? " LoRA" : a.ia3 ? " IA3" : "",
                a.decode ? (a.nf4 ? " decode NF4" : " decode") : "",
-               a.decode && a.no_split ? " (no split)" : "", p->n_kernels, n, mach->name,
-               mach->bf16_tflops, mach->tb_per_s);
+               a.decode && a.no_split ? " (no split)" : "", p->n_kernels, n,
+               a.decode ? "" : " with the optimizer's", mach->name, mach->bf16_tflops,
+               mach->tb_per_s);
         printf("%-34s %-10s %-13s %-8s", "kernel", "kind", "grid", "block");
         for (int ai = 0; ai < a.n_arch; ai++)
             printf(" | sm_%d: %4s %6s %5s %5s %6s %4s %4s", a.arch[ai], "regs", "smem", "spill",
