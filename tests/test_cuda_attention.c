@@ -420,8 +420,12 @@ static run_result check_cache(const int *c, sn_dtype dt, int sm, bool split, con
     return r;
 }
 
+/* Every case in f32 and bf16 (_i 0 .. 5), then split (6 .. 11: the decode split, kernel.h:
+ * every case's keys in parts, 2 .. 5 here, batch 0's cached keys all masked, so some parts hold
+ * none; the PARTIAL and FINISH kernels), in every thread order against the interpreter. */
 START_TEST(cache_decode) {
-    run_result r = check_cache(cache_cases[_i % 3], _i < 3 ? SN_F32 : SN_BF16, 80, false, NULL, NULL);
+    run_result r = check_cache(cache_cases[_i % 3], _i % 6 < 3 ? SN_F32 : SN_BF16, 80, _i >= 6,
+                               NULL, NULL);
     ck_assert_msg(r.checked > 0 && r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
 }
 END_TEST
@@ -435,24 +439,6 @@ static const plant_case cache_plants[] = { /* which: a cache case; T unused */
     {1, 0, "for (int v = 0; v < 4; v++) {", "for (int v = 0; v < 3; v++) {", "the last warp's share left out"},
 };
 
-START_TEST(cache_planted_bugs_are_caught) {
-    const plant_case *pc = &cache_plants[_i];
-    run_result r = check_cache(cache_cases[pc->which], SN_F32, 80, false, pc->needle, pc->plant);
-    printf("planted (%s): worst error %.3g x the tolerance: %s %s\n", pc->what, r.worst,
-           r.worst > 1.0 ? "caught" : "MISSED", r.failure);
-    ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
-}
-END_TEST
-
-/* The decode split (kernel.h): every case's keys in parts (2 .. 5 here: batch 0's cached keys
- * all masked, so some parts hold none), the PARTIAL and FINISH kernels in both thread orders
- * against the interpreter. */
-START_TEST(cache_split) {
-    run_result r = check_cache(cache_cases[_i % 3], _i < 3 ? SN_F32 : SN_BF16, 80, true, NULL, NULL);
-    ck_assert_msg(r.checked > 0 && r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
-}
-END_TEST
-
 static const plant_case split_plants[] = { /* which: a cache case; T unused */
     {0, 0, "for (int j = kp * ", "for (int j = 1 + kp * ", "a part's first key skipped"},
     {2, 0, "__syncthreads(); /* every warp's state is in */", "", "the barrier before the warps' states meet"},
@@ -463,11 +449,13 @@ static const plant_case split_plants[] = { /* which: a cache case; T unused */
      "the combine leaving a part's output out"},
 };
 
-START_TEST(cache_split_planted_bugs_are_caught) {
-    const plant_case *pc = &split_plants[_i];
-    run_result r = check_cache(cache_cases[pc->which], SN_F32, 80, true, pc->needle, pc->plant);
-    printf("planted in the split (%s): worst error %.3g x the tolerance: %s %s\n", pc->what, r.worst,
-           r.worst > 1.0 ? "caught" : "MISSED", r.failure);
+/* The one kernel's planted bugs (_i 0 .. 4), then the split's (5 .. 9), each caught. */
+START_TEST(cache_planted_bugs_are_caught) {
+    bool split = _i >= 5;
+    const plant_case *pc = split ? &split_plants[_i - 5] : &cache_plants[_i];
+    run_result r = check_cache(cache_cases[pc->which], SN_F32, 80, split, pc->needle, pc->plant);
+    printf("planted%s (%s): worst error %.3g x the tolerance: %s %s\n", split ? " in the split" : "",
+           pc->what, r.worst, r.worst > 1.0 ? "caught" : "MISSED", r.failure);
     ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
 }
 END_TEST
@@ -676,10 +664,8 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, qkv_layout_in_place, 0, 3);
     tcase_add_loop_test(tc, planted_bugs_are_caught, 0, N_PLANTS);
     tcase_add_test(tc, tiny_gpt2_kernels);
-    tcase_add_loop_test(tc, cache_decode, 0, 6);
-    tcase_add_loop_test(tc, cache_planted_bugs_are_caught, 0, 5);
-    tcase_add_loop_test(tc, cache_split, 0, 6);
-    tcase_add_loop_test(tc, cache_split_planted_bugs_are_caught, 0, 5);
+    tcase_add_loop_test(tc, cache_decode, 0, 12);
+    tcase_add_loop_test(tc, cache_planted_bugs_are_caught, 0, 10);
     tcase_add_test(tc, cache_split_combines_in_order);
     suite_add_tcase(s, tc);
     TCase *at = tcase_create("atomic_dq");
