@@ -113,6 +113,11 @@ static void run_on(sn_device *d, sn_gpt2_config *c, const int32_t *tok, int n, i
     sn_err e;
     sn_generator_opts o = {.build = build_kv, .user = c, .ctx = c->ctx, .n_layer = c->n_layer, .batch = 1};
     ck_assert_msg(sn_generator_new(&o, d, &gen, &e) == SN_OK, "%s", e.msg);
+    const sn_program *dp = sn_generator_decode_program(gen);
+    int parts = 0; /* the decode split's attention kernels (kernel.h): on the CUDA device only */
+    for (int i = 0; i < dp->n_kernels; i++)
+        parts += dp->kernels[i]->kind == SN_KER_ATTENTION && dp->kernels[i]->stage != SN_SUM_WHOLE;
+    ck_assert_int_eq(parts, d->target.kind == SN_TARGET_CUDA ? 2 * c->n_layer : 0);
     ck_assert_msg(sn_generator_load(gen, (sn_weight_source){init_weights, NULL}, &e) == SN_OK, "%s", e.msg);
     ck_assert_msg(sn_generator_forced(gen, tok, n, n_prompt, logits, &e) == SN_OK, "%s", e.msg);
     sn_sample_opts so = {.n_new = n_new};
