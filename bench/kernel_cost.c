@@ -8,6 +8,12 @@
  *     bench/kernel_cost --model gpt2 --batch 16 --seq 1024 --precision bf16
  *     bench/kernel_cost --model gpt2 --batch 16 --seq 1024 --precision bf16 --kind attention
  *     bench/kernel_cost ... --arch sm_90 --machine h100 --json
+ *     bench/kernel_cost --model gpt2 --batch 1 --seq 1024 --decode --nf4 [--no-split]
+ *
+ * --decode: the one-token decode program of generation (train/generate.h: B rows, a KV cache of
+ * --seq positions) instead of the training step; --nf4: its frozen linear weights NF4 (the NF4
+ * product, kernel.h); --no-split: compiled without the decode split (sn_target.split_decode), the
+ * program as it was before the split, for the before and after of one run.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,15 +35,18 @@ typedef struct {
     int lora; /* --lora R: adapters of rank R (alpha R) on --lora-targets' layers, the base frozen */
     unsigned lora_targets; /* --lora-targets all|attn|mlp (default all), models/gpt2.h's bits */
     bool ia3; /* --ia3: IA3 vectors (frontend/ia3.h), the base frozen */
+    bool decode, nf4, no_split; /* --decode [--nf4] [--no-split] (above) */
     int arch[MAX_ARCH], n_arch;
     bool json;
 } args;
 
 static int usage(void) {
     fprintf(stderr, "usage: kernel_cost [--model gpt2|smollm2-135m|...] [--batch B] [--seq T] "
-                    "[--lora R [--lora-targets all|attn|mlp] | --ia3] [--precision fp32|bf16|fp16|tf32] [--arch sm_80|sm_90|sm_75 (repeatable; default sm_80 "
-                    "and sm_90)] [--kind KIND (attention, row, pointwise, ...)] [--machine "
-                    "h200|h100] [--json]\n");
+                    "[--lora R [--lora-targets all|attn|mlp] | --ia3] [--decode [--nf4] "
+                    "[--no-split]] [--precision fp32|bf16|fp16|tf32] "
+                    "[--arch sm_80|sm_90|sm_75 (repeatable; default sm_80 and sm_90)] "
+                    "[--kind KIND (attention, row, pointwise, ...)] [--machine h200|h100] "
+                    "[--json]\n");
     return 2;
 }
 
@@ -46,7 +55,8 @@ static int fail(const char *what, const sn_err *e) {
     return 1;
 }
 
-/* The kernel's kind as printed: attention kernels by their op (forward, dq, dkv, dk, dv). */
+/* The kernel's kind as printed: attention kernels by their op (forward, dq, dkv, dk, dv, the
+ * cache's). */
 static const char *kind_of(const sn_kernel *k) {
     if (k->kind != SN_KER_ATTENTION) return sn_kernel_kind_name(k->kind);
     switch (k->anchor->op) {
@@ -54,6 +64,7 @@ static const char *kind_of(const sn_kernel *k) {
     case SN_OP_ATTENTION_BWD_Q: return "attn_dq";
     case SN_OP_ATTENTION_BWD_K: return k->anchor2 ? "attn_dkv" : "attn_dk";
     case SN_OP_ATTENTION_BWD_V: return "attn_dv";
+    case SN_OP_ATTENTION_CACHE: return "attn_cache"; /* decoding over a KV cache */
     default: return sn_op_name(k->anchor->op);
     }
 }
@@ -106,7 +117,10 @@ static void kernel_record(bj *o, const sn_kernel *k, const char *grid, const cha
  * store): a GPT-2 or a LLaMA-family shape, with LoRA adapters of rank a->lora on the linear
  * layers a->lora_targets names (alpha = rank, the base frozen) when a->lora > 0, or IA3 vectors
  * when a->ia3. */
+static sn_status model_decode(sn_graph *g, const args *a, int *n_layer, sn_err *e);
+
 static sn_status model_loss(sn_graph *g, const args *a, int *n_layer, sn_err *e) {
+    if (a->decode) return model_decode(g, a, n_layer, e);
     sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = a->lora_targets};
     if (a->ia3) l = (sn_gpt2_lora){.ia3 = true};
     const sn_gpt2_lora *lp = a->lora || a->ia3 ? &l : NULL;
@@ -132,6 +146,27 @@ static sn_status model_loss(sn_graph *g, const args *a, int *n_layer, sn_err *e)
     return SN_OK;
 }
 
+/* The decode graph of generation (train/generate.h) for a->batch rows over a cache of a->seq
+ * positions, its outputs as the generator keeps them. */
+static sn_status model_decode(sn_graph *g, const args *a, int *n_layer, sn_err *e) {
+    sn_gpt2_config c;
+    sn_llama_config lc;
+    sn_status s;
+    if (sn_gpt2_config_find(a->model, &c)) {
+        c.ctx = a->seq, *n_layer = c.n_layer;
+        s = sn_gpt2_build_kv(g, &c, a->batch, 1, true, NULL, e);
+    } else if (sn_llama_config_find(a->model, &lc)) {
+        lc.ctx = a->seq, *n_layer = lc.n_layer;
+        s = sn_llama_build_kv(g, &lc, a->batch, 1, true, e);
+    } else {
+        return sn_fail(e, SN_ERR_INVALID, "unknown model '%s' (%s; %s)", a->model,
+                       sn_gpt2_config_names(), sn_llama_config_names());
+    }
+    for (int i = 0; !s && a->nf4 && i < g->n_nodes; i++) /* so that the nf4 pass stores the */
+        if (g->nodes[i]->op == SN_OP_PARAM) sn_param_freeze(g->nodes[i]); /* linear ones */
+    return s;
+}
+
 int main(int argc, char **argv) {
     args a = {.model = "gpt2", .precision = "bf16", .machine = "h200", .batch = 16, .seq = 1024,
               .lora_targets = SN_GPT2_LORA_ALL};
@@ -139,6 +174,9 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--json")) { a.json = true; continue; }
         if (!strcmp(argv[i], "--ia3")) { a.ia3 = true; continue; }
+        if (!strcmp(argv[i], "--decode")) { a.decode = true; continue; }
+        if (!strcmp(argv[i], "--nf4")) { a.nf4 = true; continue; }
+        if (!strcmp(argv[i], "--no-split")) { a.no_split = true; continue; }
         if (!v) return usage();
         if (!strcmp(argv[i], "--model")) a.model = v;
         else if (!strcmp(argv[i], "--batch")) a.batch = atoi(v);
@@ -161,18 +199,22 @@ int main(int argc, char **argv) {
     int prec = sn_precision_parse(a.precision);
     const sn_roofline_machine *mach = sn_roofline_machine_find(a.machine);
     if (a.batch < 1 || a.seq < 1 || a.lora < 0 || (a.lora && a.ia3) || prec < 0 || !mach ||
-        (a.lora_targets != SN_GPT2_LORA_ALL && !a.lora))
+        (a.lora_targets != SN_GPT2_LORA_ALL && !a.lora) ||
+        (a.decode && (a.lora || a.ia3)) || ((a.nf4 || a.no_split) && !a.decode))
         return usage();
 
-    /* the training program for a CUDA target, as the CUDA device compiles it */
+    /* the training (or decode) program for a CUDA target, as the CUDA device compiles it */
     sn_err e = {0};
     sn_graph *g = sn_graph_new();
     int n_layer = 1;
     if (!g || model_loss(g, &a, &n_layer, &e)) return fail("the program", &e);
     sn_target tg = sn_target_cuda(a.arch[a.n_arch - 1]);
+    tg.split_decode = !a.no_split;
     sn_pipeline_opts o = sn_pipeline_defaults();
-    o.backward = true;
+    o.backward = !a.decode;
     o.precision = (sn_precision)prec;
+    if (a.decode) /* as the generator compiles it (train/generate.c): fp32, no rewrite but NF4 */
+        o = (sn_pipeline_opts){.target = &tg, .nf4 = a.nf4}, a.precision = "fp32";
     o.target = &tg;
     sn_program *p = NULL;
     if (sn_compile(g, &o, &p, NULL, &e)) return fail("the program", &e);
@@ -187,7 +229,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < p->n_kernels; i++)
         if (want(&a, p->kernels[i])) ks[n++] = p->kernels[i];
     int n_prog = n; /* ks[0..n_prog) are the program's */
-    for (int i = 0; i < N_OPT; i++) {
+    for (int i = 0; i < N_OPT && !a.decode; i++) { /* (decoding trains nothing) */
         /* over the program's parameter layout, as the trainer launches them (runner.c) */
         const sn_param_layout *l = &p->layout;
         char name[64]; /* AdamW writes the weights' copies */
@@ -232,10 +274,14 @@ int main(int argc, char **argv) {
         bj_num(m, "tb_per_s", "%.2f", mach->tb_per_s);
         kernels = bj_arr(rec, "kernels");
     } else {
-        printf("kernel_cost: %s B=%d T=%d %s%s: %d kernels (%d shown with the optimizer's), "
-               "modeled on %s (%.0f TFLOP/s bf16, %.2f TB/s)\n", a.model, a.batch, a.seq,
-               a.precision, a.lora ? " LoRA" : a.ia3 ? " IA3" : "", p->n_kernels, n, mach->name, mach->bf16_tflops, mach->tb_per_s);
-        printf("%-34s %-9s %-13s %-8s", "kernel", "kind", "grid", "block");
+        printf("kernel_cost: %s B=%d %s=%d %s%s%s%s: %d kernels (%d shown%s), "
+               "modeled on %s (%.0f TFLOP/s bf16, %.2f TB/s)\n", a.model, a.batch,
+               a.decode ? "cache" : "T", a.seq, a.precision, a.lora ? " LoRA" : a.ia3 ? " IA3" : "",
+               a.decode ? (a.nf4 ? " decode NF4" : " decode") : "",
+               a.decode && a.no_split ? " (no split)" : "", p->n_kernels, n,
+               a.decode ? "" : " with the optimizer's", mach->name, mach->bf16_tflops,
+               mach->tb_per_s);
+        printf("%-34s %-10s %-13s %-8s", "kernel", "kind", "grid", "block");
         for (int ai = 0; ai < a.n_arch; ai++)
             printf(" | sm_%d: %4s %6s %5s %5s %6s %4s %4s", a.arch[ai], "regs", "smem", "spill",
                    "stack", "blk/SM", "occ", "fill");
@@ -260,7 +306,7 @@ int main(int argc, char **argv) {
             kernel_record(bj_push_obj(kernels), k, grid, block, &r, rep, n, i, a.n_arch, mach->sms);
             continue;
         }
-        printf("%-34.34s %-9s %-13s %-8s", k->name, kind_of(k), grid, block);
+        printf("%-34.34s %-10s %-13s %-8s", k->name, kind_of(k), grid, block);
         for (int ai = 0; ai < a.n_arch; ai++) {
             const sn_cuda_kernel_report *x = &rep[(size_t)ai * n + i];
             if (!x->has_info) {

@@ -60,6 +60,8 @@ static double other_flops(const sn_kernel *k) {
 }
 
 static double kernel_bytes(const sn_kernel *k) {
+    if (k->stage == SN_SUM_FINISH && sn_split_parts(k) > 1) /* the decode split's FINISH reads */
+        return node_bytes(k->args[0]) + (double)sn_kernel_scratch_bytes(k); /* its parts alone */
     double b = 0;
     for (int a = 0; a < k->n_out + k->n_in; a++) {
         bool seen = a < k->n_out && !sn_kernel_writes(k, a); /* a PARTIAL kernel's sums */

@@ -306,6 +306,12 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
     return SN_OK;
 }
 
+/* A scratch value of `bytes` (program.h: no node) at the end of p's values: its index. */
+static int new_scratch(sn_program *p, int64_t bytes) {
+    p->values[p->n_values] = (sn_value){.bytes = bytes, .alias = -1, .first = -1, .last = -1};
+    return p->n_values++;
+}
+
 /* The kernel k of a row op that sums over every row (a norm weight gradient, cross-entropy's
  * mean loss) becomes the PARTIAL kernel of kernel.h's two stages, followed by the FINISH kernel that sums the partials into k's sums; the partials are a
  * scratch value without a node (program.h), live from one to the other. */
@@ -321,9 +327,7 @@ sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k) {
                        k->n_out + k->n_in, SN_KER_MAX_ARGS);
     k->stage = SN_SUM_PARTIAL;
     SN_ASSERT(k->args[y] == k->anchor);
-    k->scratch = p->n_values;
-    p->values[p->n_values++] = (sn_value){.bytes = sn_kernel_scratch_bytes(k), .alias = -1,
-                                          .first = -1, .last = -1};
+    k->scratch = new_scratch(p, sn_kernel_scratch_bytes(k));
     sn_kernel_work(k, &k->n_items, &k->serial);
     sn_kernel *f = new_kernel(s, SN_KER_ROW, k->anchor);
     if (!f) return SN_ERR_OOM;
@@ -344,9 +348,7 @@ sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss) {
     char rest[40]; /* the epilogue's ops, named after the row op */
     snprintf(rest, sizeof rest, "%s", op ? op + strlen("cross_entropy_bwd") : "");
     snprintf(k->name, sizeof k->name, "k%d_classifier%s", k->id, rest);
-    k->scratch = p->n_values;
-    p->values[p->n_values++] = (sn_value){.bytes = sn_sum_chunks(k) * sn_sum_width(k) * 4,
-                                          .alias = -1, .first = -1, .last = -1};
+    k->scratch = new_scratch(p, sn_sum_chunks(k) * sn_sum_width(k) * 4);
     sn_kernel_work(k, &k->n_items, &k->serial);
     sn_kernel *f = new_kernel(s, SN_KER_ROW, loss);
     if (!f) return SN_ERR_OOM;
@@ -373,9 +375,28 @@ sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k) {
     k->args[1] = n->in[0]; /* the ids */
     size_t len = strlen(k->name);
     if (len + 8 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_bucket");
-    f->scratch = k->scratch = p->n_values;
-    p->values[p->n_values++] = (sn_value){.bytes = sn_kernel_scratch_bytes(k), .alias = -1,
-                                          .first = -1, .last = -1};
+    f->scratch = k->scratch = new_scratch(p, sn_kernel_scratch_bytes(k));
+    sn_kernel_work(k, &k->n_items, &k->serial);
+    sn_kernel_work(f, &f->n_items, &f->serial);
+    return SN_OK;
+}
+
+sn_status sn_fuse_split_decode(fuse_state *s, sn_kernel *k) {
+    sn_program *p = s->p;
+    SN_ASSERT(k->stage == SN_SUM_WHOLE && sn_split_parts(k) > 1);
+    if (k->n_out + k->n_in + 1 > SN_KER_MAX_ARGS) return SN_OK; /* stays one kernel */
+    sn_kernel *f = new_kernel(s, k->kind, k->anchor);
+    if (!f) return SN_ERR_OOM;
+    int id = f->id;
+    *f = *k; /* its args and accesses (the arena's, shared): it reads only the scratch */
+    f->id = id;
+    f->stage = SN_SUM_FINISH;
+    k->stage = SN_SUM_PARTIAL;
+    size_t len = strlen(k->name);
+    if (len + 8 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_partial");
+    snprintf(f->name, sizeof f->name, "k%d_%s_finish", f->id,
+             k->kind == SN_KER_NF4_GEMV ? "nf4_gemv" : sn_op_name(k->anchor->op));
+    f->scratch = k->scratch = new_scratch(p, sn_kernel_scratch_bytes(k));
     sn_kernel_work(k, &k->n_items, &k->serial);
     sn_kernel_work(f, &f->n_items, &f->serial);
     return SN_OK;
@@ -418,9 +439,7 @@ sn_status sn_fuse_att_dq_atomic(fuse_state *s) {
         kv->stage = SN_SUM_PARTIAL;
         size_t len = strlen(kv->name);
         if (len + 4 < sizeof kv->name) snprintf(kv->name + len, sizeof kv->name - len, "_dq");
-        z->scratch = kv->scratch = q->scratch = p->n_values;
-        p->values[p->n_values++] = (sn_value){.bytes = sn_kernel_scratch_bytes(q), .alias = -1,
-                                              .first = -1, .last = -1};
+        z->scratch = kv->scratch = q->scratch = new_scratch(p, sn_kernel_scratch_bytes(q));
         /* zero, dk/dv, store at the first of the two places: the inputs of both are written
          * before either, and what reads dq, dk or dv comes after both */
         int at = i < j ? i : j, n = p->n_kernels - 1; /* z is the last */
@@ -484,7 +503,9 @@ sn_status sn_fuse_make_values(fuse_state *s) {
     for (int i = 0; i < g->n_nodes; i++) /* scratch values: sums over rows, classifiers, */
         room += sn_fuse_sums_rows(g->nodes[i]->op) ||          /* embedding gradients, */
                 g->nodes[i]->op == SN_OP_CROSS_ENTROPY_BWD || g->nodes[i]->op == SN_OP_EMBEDDING_BWD ||
-                g->nodes[i]->op == SN_OP_ATTENTION_BWD_Q;     /* the atomic dq */
+                g->nodes[i]->op == SN_OP_ATTENTION_BWD_Q ||   /* the atomic dq, */
+                g->nodes[i]->op == SN_OP_MATMUL ||            /* the decode split */
+                g->nodes[i]->op == SN_OP_ATTENTION_CACHE;
     p->values = sn_calloc(room, sizeof *p->values, "the fuse pass's values", s->e);
     if (!p->values) return SN_ERR_OOM;
     for (int i = 0; i < g->n_nodes; i++) {

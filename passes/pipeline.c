@@ -258,6 +258,7 @@ sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program
     sn_target target = o->target ? *o->target : sn_target_cpu();
     if (target.kind == SN_TARGET_CUDA && sn_target_att_dq_atomic_asked()) target.att_dq_atomic = true;
     if (target.kind == SN_TARGET_CUDA && sn_target_accum_plain_asked()) target.accum_plain = true;
+    if (target.kind == SN_TARGET_CUDA && sn_target_decode_split_off()) target.split_decode = false;
     const sn_target *t = &target;
 
     sn_graph *next;

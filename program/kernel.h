@@ -82,16 +82,41 @@ const char *sn_epilogue_name(sn_epilogue e);
  * ta = tb = 0, its operand 1 a dequant_nf4 of shape (K, N) that no other node reads: it has no
  * buffer, the kernel reads the packed bytes (ir/nf4.h's layout) and never writes the unpacked
  * weight. Args: y (numel(x) / K, N) f32, x (.., K) of the weight's dtype (f32, bf16, f16),
- * contiguous, packed (u8). Item i: the columns [64 i, min(64 i + 64, N)) of every row of y.
+ * contiguous, packed (u8). Item i: the columns [64 i, min(64 i + 64, N)) of every row of y
+ * (split: the decode split below).
  * Each weight is what the dequantize kernel writes: rnd_w(level[code] * scale), its scale
  * fma(scale_code, step, mean), rnd_w the rounding to the weight's dtype; then
  *     y[m][n] = sum over k of x[m][k] * w[k][n]   in f32
  * The order of that sum is each backend's (the CPU: k ascending, one fma a term; CUDA: 32
  * partial sums over interleaved rows, a warp's 4 added pairwise, then the 8 warps' in order:
- * codegen/cuda/cuda_gemv.c), fixed for every split of the items, but not the GEMM library's,
+ * codegen/cuda/cuda_gemv.c; split: each part's so, then the parts in order), fixed for every
+ * split of the items, but not the GEMM library's,
  * so y matches the unfused program within f32 rounding (|error| <= about K 2^-24 sum_k
  * |x[m][k] w[k][n]|), not bit for bit. */
 enum { SN_NF4_GEMV_MAX_M = 8, SN_NF4_GEMV_COLS = 64 };
+
+/* The decode split (sn_target.split_decode: CUDA): at batch 1 the NF4 product and attention_cache
+ * (decoding over a KV cache) have too few items to fill a GPU (gpt2: 12 blocks of 64 columns,
+ * 12 (row, head) slices), so where their items are fewer than SN_DECODE_BLOCKS (two waves of an
+ * H100/H200's 132 SMs) each runs as two kernels around a scratch value (program.h: no node),
+ * its buffer after the args (bufs[n_out + n_in]) in both; sn_split_parts says how many parts:
+ *   NF4_GEMV  SN_SUM_PARTIAL: item i is columns c = i % C (C = ceil(N / 64) column items) of
+ *     rows [s L, min(K, s L + L)) of W, s = i / C, L = sn_split_len (a multiple of 4); it
+ *     writes the product of those rows, x[:, rows] @ W[rows, cols], into scratch (S, M, N)
+ *     at [s] (in the one-kernel order over its rows) and not y;
+ *     SN_SUM_FINISH: y[m][n] = the S parts added in f32 in order s = 0, 1, ..; item i: the
+ *     elements [SN_SPLIT_FINISH_ELEMS i, ..) of y (M N).
+ *   ATTENTION (attention_cache) SN_SUM_PARTIAL: item i is slice b = i / P (of the B H) over
+ *     the key positions j in [p L, p L + L), p = i % P, L = sn_split_len: j counts the new
+ *     keys u <= t first (j = u), then the cached ones (j = t + 1 + r); for each query t it
+ *     writes the online softmax's state over its keys to scratch (B H, P, T, Dv + 2) at
+ *     [b][p][t]: the max m, the sum l of exp(s - m) and the unnormalised output (Dv), or
+ *     (-inf, 0, 0 ..) when it holds no key the mask keeps; it writes no y;
+ *     SN_SUM_FINISH: item b: y[b][t] = sum_p o_p e^(m_p - M) / sum_p l_p e^(m_p - M), M the
+ *     largest m_p, both sums in order p = 0, 1, ...
+ * Both keep the inputs as args (the FINISH reads only its scratch). The split is fixed by the
+ * shapes alone (no device query), so the same program is made for every CUDA device. */
+enum { SN_DECODE_BLOCKS = 264, SN_SPLIT_FINISH_ELEMS = 256 };
 
 #define SN_KER_MAX_ARGS 16
 /* Buffers a launch passes at most (sn_kernel_n_bufs): the args, a scratch, a joined FINISH's. */
@@ -208,7 +233,8 @@ struct sn_kernel {
     /* Work is split over threads (CPU) or blocks (GPU) as items [0, n_items): pointwise:
      * elements; ROW: rows; REDUCE: output elements; GATHER: ids (or column blocks of 64 for
      * the scatter, chunks for its BUCKET stage); ATTENTION: (batch x head) pairs of q (of k
-     * and v for dk and dv, which have fewer under grouped-query attention). `serial`: must
+     * and v for dk and dv, which have fewer under grouped-query attention; times the parts of a
+     * split attention_cache's PARTIAL: the decode split above). `serial`: must
      * run as one range. Fuse sets both from sn_kernel_work; the contract checks them
      * against it. */
     int64_t n_items;
@@ -455,5 +481,10 @@ bool sn_kernel_out_part(const sn_kernel *k, int o, bool *mask);
 
 /* One line describing k: "k3 pointwise gelu,add f32[4,64,768] <- %12, %40 -> %41". */
 void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len);
+
+/* kernel_split.c: the decode split's parts S (NF4 rows, attention_cache key ranges) that k's
+ * shapes call for under the rule there (1: one kernel), and the rows or keys L of a part. */
+int64_t sn_split_parts(const sn_kernel *k);
+int64_t sn_split_len(const sn_kernel *k);
 
 #endif

@@ -44,10 +44,11 @@ sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e) {
                        "attention reads, or the attention_bwd_v of attention_bwd_k's inputs (a bug "
                        "in the fuse pass)", k->name);
     if (k->stage != SN_SUM_WHOLE && n->op != SN_OP_ATTENTION_BWD_Q &&
-        !(k->stage == SN_SUM_PARTIAL && n->op == SN_OP_ATTENTION_BWD_K))
+        !(k->stage == SN_SUM_PARTIAL && n->op == SN_OP_ATTENTION_BWD_K) &&
+        !(n->op == SN_OP_ATTENTION_CACHE && sn_split_parts(k) > 1))
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: only the atomic dq's kernels (kernel.h: "
-                       "attention_bwd_q's zero and store, attention_bwd_k's PARTIAL) have a stage "
-                       "(a bug in the fuse pass)", k->name);
+                       "attention_bwd_q's zero and store, attention_bwd_k's PARTIAL) and a split "
+                       "attention_cache have a stage (a bug in the fuse pass)", k->name);
     int n_out = a2 ? 2 : 1, n_into = k->n_access - n->n_in;
     if (n_into < 0)
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: an attention kernel has an access per "
@@ -84,6 +85,8 @@ sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e) {
     int r = q->rank;
     bool by_kv = n->op == SN_OP_ATTENTION_BWD_K || n->op == SN_OP_ATTENTION_BWD_V;
     int64_t slices = sn_shape_numel(r - 2, (by_kv ? n->in[1] : q)->shape);
+    if (n->op == SN_OP_ATTENTION_CACHE && k->stage == SN_SUM_PARTIAL)
+        slices *= sn_split_parts(k); /* and each slice's parts of the keys (kernel.h) */
     if (k->n_items != slices)
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: n_items is %lld, not the %lld (batch x "
                        "head) slices of %s (a bug in the fuse pass)", k->name,
@@ -200,6 +203,9 @@ static sn_status check_nf4_gemv(const sn_kernel *k, sn_err *e) {
     if ((x->dtype != SN_F32 && x->dtype != SN_BF16 && x->dtype != SN_F16) || mm->dtype != SN_F32)
         return BUG("an NF4 product reads f32, bf16 or f16 (not %s) and writes f32 (not %s)",
                    sn_dtype_name(x->dtype), sn_dtype_name(mm->dtype));
+    if (k->stage != SN_SUM_WHOLE && (k->stage > SN_SUM_FINISH || sn_split_parts(k) < 2))
+        return BUG("an NF4 product runs as one kernel, or as the PARTIAL and FINISH of a split "
+                   "of its rows where the rule (kernel_split.c) makes parts");
     return SN_OK;
 }
 

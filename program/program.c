@@ -118,11 +118,18 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
         const sn_node *x = a->op == SN_OP_ATTENTION_BWD_K || a->op == SN_OP_ATTENTION_BWD_V
                                ? a->in[1] : a->in[0];
         *n_items = x->rank >= 2 ? sn_shape_numel(x->rank - 2, x->shape) : 1;
+        if (a->op == SN_OP_ATTENTION_CACHE && k->stage == SN_SUM_PARTIAL) /* key ranges */
+            *n_items *= sn_split_parts(k);
         return;
     }
     case SN_KER_DEQUANT: *n_items = (sn_numel(a) + 63) / 64; return; /* NF4 blocks */
-    case SN_KER_NF4_GEMV: /* 64 columns of y */
-        *n_items = (a->shape[a->rank - 1] + SN_NF4_GEMV_COLS - 1) / SN_NF4_GEMV_COLS;
+    case SN_KER_NF4_GEMV: /* 64 columns of y (of a part of W's rows); FINISH: y's elements */
+        if (k->stage == SN_SUM_FINISH) {
+            *n_items = (sn_numel(a) + SN_SPLIT_FINISH_ELEMS - 1) / SN_SPLIT_FINISH_ELEMS;
+            return;
+        }
+        *n_items = (a->shape[a->rank - 1] + SN_NF4_GEMV_COLS - 1) / SN_NF4_GEMV_COLS *
+                   (k->stage == SN_SUM_PARTIAL ? sn_split_parts(k) : 1);
         return;
     case SN_KER_GRAD_ACC: case SN_KER_ADAMW: *n_items = k->opt.flat_n; return; /* the optimizer's flat range */
     case SN_KER_SQNORM: *n_items = (k->opt.flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK; return;
@@ -164,6 +171,12 @@ int64_t sn_gather_chunks(const sn_kernel *k) {
 
 int64_t sn_kernel_scratch_bytes(const sn_kernel *k) {
     if (k->stage == SN_SUM_WHOLE) return 0;
+    if (k->kind == SN_KER_NF4_GEMV) /* the parts' products (S, M, N) */
+        return 4 * sn_split_parts(k) * sn_numel(k->anchor);
+    if (k->kind == SN_KER_ATTENTION && k->anchor->op == SN_OP_ATTENTION_CACHE) {
+        const sn_node *a = k->anchor; /* (B H, P, T, Dv + 2): m, l, the output */
+        return 4 * sn_split_parts(k) * (sn_numel(a) / a->shape[3]) * (a->shape[3] + 2);
+    }
     if (k->kind == SN_KER_ATTENTION) /* the atomic dq: f32 dq, (q's slices, T, D) */
         return 4 * sn_numel(k->anchor->op == SN_OP_ATTENTION_BWD_Q ? k->anchor : k->anchor->in[0]);
     if (k->kind == SN_KER_GATHER) /* the table (G, V) and the order (G, S), 4 bytes each */
@@ -187,8 +200,10 @@ void sn_sum_finish_fill(const sn_kernel *k, sn_kernel *f) {
 }
 
 bool sn_kernel_writes(const sn_kernel *k, int o) {
-    if (k->kind == SN_KER_ATTENTION) /* the atomic dq's zeroing kernel writes its scratch alone */
-        return !(k->stage == SN_ATT_DQ_ZERO && k->anchor->op == SN_OP_ATTENTION_BWD_Q);
+    if (k->kind == SN_KER_ATTENTION) /* the atomic dq's zeroing kernel writes its scratch
+                                        alone, a split attention_cache's PARTIAL too */
+        return !(k->stage == SN_ATT_DQ_ZERO && (k->anchor->op == SN_OP_ATTENTION_BWD_Q ||
+                                                k->anchor->op == SN_OP_ATTENTION_CACHE));
     return k->stage != SN_SUM_PARTIAL || k->anchor2 ||
            (k->args[o] != k->anchor && (o < 1 || o > colsums(k)));
 }

@@ -98,18 +98,6 @@ static double tolerance(sn_dtype dt) {
     return dt == SN_F32 ? 1e-5 : dt == SN_BF16 ? 4.0 / 256 : 4.0 / 2048;
 }
 
-static char *replace_first(const char *src, const char *needle, const char *by) {
-    const char *at = strstr(src, needle);
-    ck_assert_msg(at, "the planted bug's text \"%s\" is not in the kernel", needle);
-    size_t n = strlen(src), a = (size_t)(at - src), nl = strlen(needle), bl = strlen(by);
-    char *out = malloc(n - nl + bl + 1);
-    ck_assert(out);
-    memcpy(out, src, a);
-    memcpy(out + a, by, bl);
-    memcpy(out + a + bl, at + nl, n - a - nl + 1);
-    return out;
-}
-
 /* Renders p's attention kernels (want of them) for tg, runs them in every thread order on the
  * interpreter's values of their inputs, in the program's order (the atomic dq's three kernels
  * share a scratch, poisoned before each order's first), and compares each output a kernel
@@ -130,7 +118,7 @@ void run_attention(const sn_program *p, const sn_interp *it, const sn_target *tg
     ck_assert_msg(sn_cuda_render(ks, n, tg, &cs, &e) == SN_OK, "%s", e.msg);
     char *src = cs.src;
     if (res->needle) {
-        src = replace_first(cs.src, res->needle, res->plant);
+        src = sn_test_replace_first(cs.src, res->needle, res->plant);
         free(cs.src);
         cs.src = src;
     }
@@ -350,7 +338,7 @@ int nvrtc_check_planted(const att_case *c, const char *needle, const char *plant
     sn_err e;
     ck_assert_msg(sn_cuda_render(ks, n, &tg, &cs, &e) == SN_OK, "%s", e.msg);
     if (needle) {
-        char *planted = replace_first(cs.src, needle, plant);
+        char *planted = sn_test_replace_first(cs.src, needle, plant);
         free(cs.src);
         cs.src = planted;
     }

@@ -286,3 +286,15 @@ sn_trainer *sn_test_trainer(sn_graph *g, sn_device *d, uint64_t seed, int steps,
     ck_assert_msg(t, "%s", e.msg);
     return t;
 }
+
+char *sn_test_replace_first(const char *src, const char *needle, const char *by) {
+    const char *at = strstr(src, needle);
+    ck_assert_msg(at, "the planted bug's text \"%s\" is not in the kernel", needle);
+    size_t n = strlen(src), a = (size_t)(at - src), nl = strlen(needle), bl = strlen(by);
+    char *out = malloc(n - nl + bl + 1);
+    ck_assert(out);
+    memcpy(out, src, a);
+    memcpy(out + a, by, bl);
+    memcpy(out + a + bl, at + nl, n - a - nl + 1);
+    return out;
+}

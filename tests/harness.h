@@ -32,6 +32,10 @@ float **sn_param_snapshot(struct sn_trainer *t);
 int sn_check_trained_only(struct sn_trainer *t, float **before, bool (*trained)(const char *name),
                           const char *what);
 
+/* A copy of src (malloc'd) with the first needle replaced by `by`: a planted bug in a kernel's
+ * text; fails the test when needle is not there. */
+char *sn_test_replace_first(const char *src, const char *needle, const char *by);
+
 /* Decoding over a KV cache (sn_attention_cache) as a test graph: inputs q (B, H, T, D), k_cache,
  * v_cache (B, Hkv, S, D|Dv), mask (B, 1, 1, S) and k, v (B, Hkv, T, D|Dv) of dtype dt (the mask
  * f32) set to random values in interpreter *it (keeping every value), about a third of the mask

@@ -378,25 +378,54 @@ static const int cache_cases[][7] = { /* B, H, Hkv, T, S, D, Dv: as test_attenti
     {2, 4, 2, 1, 37, 40, 24}, {2, 3, 3, 3, 70, 64, 64}, {3, 8, 1, 1, 129, 128, 128},
 };
 
-static run_result check_cache(const int *c, sn_dtype dt, int sm, const char *needle, const char *plant) {
+/* The case's kernels: for the CPU target (one attention_cache kernel), or with split for the
+ * CUDA target (sn_target_cuda(80): the decode split's PARTIAL and FINISH, kernel.h, where the
+ * rule makes parts: every case here). */
+static sn_program *cache_program(sn_graph *g, bool split) {
+    if (!split) return fuse(g);
+    sn_target tg = sn_target_cuda(80);
+    sn_program *p;
+    sn_err e;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &tg}, &p, NULL, &e) == SN_OK,
+                  "%s", e.msg);
+    const sn_kernel *ks[2];
+    int n = 0;
+    for (int i = 0; i < p->n_kernels; i++)
+        if (p->kernels[i]->kind == SN_KER_ATTENTION) {
+            ck_assert_int_lt(n, 2);
+            ks[n++] = p->kernels[i];
+        }
+    ck_assert_int_eq(n, 2);
+    ck_assert(ks[0]->stage == SN_SUM_PARTIAL && ks[1]->stage == SN_SUM_FINISH &&
+              ks[0]->scratch == ks[1]->scratch && sn_split_parts(ks[0]) > 1);
+    ck_assert_int_eq(ks[0]->n_items, ks[1]->n_items * sn_split_parts(ks[0]));
+    return p;
+}
+
+static run_result check_cache(const int *c, sn_dtype dt, int sm, bool split, const char *needle,
+                              const char *plant) {
     sn_interp *it;
     const sn_node *y, *w;
     sn_graph *g = sn_test_cache_attention(c[0], c[1], c[2], c[3], c[4], c[5], c[6], dt, &it, &y, &w);
     char label[128];
-    snprintf(label, sizeof label, "attention_cache %s sm_%d B=%d H=%d Hkv=%d T=%d S=%d D=%d Dv=%d",
-             sn_dtype_name(dt), sm, c[0], c[1], c[2], c[3], c[4], c[5], c[6]);
-    sn_program *p = fuse(g);
+    snprintf(label, sizeof label, "attention_cache %s sm_%d B=%d H=%d Hkv=%d T=%d S=%d D=%d Dv=%d%s",
+             sn_dtype_name(dt), sm, c[0], c[1], c[2], c[3], c[4], c[5], c[6], split ? " split" : "");
+    sn_program *p = cache_program(g, split);
     sn_target tg = sn_target_cuda(sm);
     run_result r = {.needle = needle, .plant = plant};
-    run_attention(p, it, &tg, 1, label, &r);
+    run_attention(p, it, &tg, split ? 2 : 1, label, &r);
     sn_program_free(p);
     sn_interp_free(it);
     sn_graph_free(g);
     return r;
 }
 
+/* Every case in f32 and bf16 (_i 0 .. 5), then split (6 .. 11: the decode split, kernel.h:
+ * every case's keys in parts, 2 .. 5 here, batch 0's cached keys all masked, so some parts hold
+ * none; the PARTIAL and FINISH kernels), in every thread order against the interpreter. */
 START_TEST(cache_decode) {
-    run_result r = check_cache(cache_cases[_i % 3], _i < 3 ? SN_F32 : SN_BF16, 80, NULL, NULL);
+    run_result r = check_cache(cache_cases[_i % 3], _i % 6 < 3 ? SN_F32 : SN_BF16, 80, _i >= 6,
+                               NULL, NULL);
     ck_assert_msg(r.checked > 0 && r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
 }
 END_TEST
@@ -410,35 +439,132 @@ static const plant_case cache_plants[] = { /* which: a cache case; T unused */
     {1, 0, "for (int v = 0; v < 4; v++) {", "for (int v = 0; v < 3; v++) {", "the last warp's share left out"},
 };
 
+static const plant_case split_plants[] = { /* which: a cache case; T unused */
+    {0, 0, "for (int j = kp * ", "for (int j = 1 + kp * ", "a part's first key skipped"},
+    {2, 0, "__syncthreads(); /* every warp's state is in */", "", "the barrier before the warps' states meet"},
+    {1, 0, "f = big == -SN_INF ? 0.0f : expf(st[0] - big)", "f = expf(st[0] - big)",
+     "a part without keys not written as (-inf, 0, 0)"},
+    {1, 0, "f = expf(ps[0] - big)", "f = expf(st[0] - big)", "every part weighed by part 0's max"},
+    {2, 0, "sum = fmaf(ps[1], f, sum);", "sum = fmaf(ps[1], f, sum); if (p == 0) continue;",
+     "the combine leaving a part's output out"},
+};
+
+/* The one kernel's planted bugs (_i 0 .. 4), then the split's (5 .. 9), each caught. */
 START_TEST(cache_planted_bugs_are_caught) {
-    const plant_case *pc = &cache_plants[_i];
-    run_result r = check_cache(cache_cases[pc->which], SN_F32, 80, pc->needle, pc->plant);
-    printf("planted (%s): worst error %.3g x the tolerance: %s %s\n", pc->what, r.worst,
-           r.worst > 1.0 ? "caught" : "MISSED", r.failure);
+    bool split = _i >= 5;
+    const plant_case *pc = split ? &split_plants[_i - 5] : &cache_plants[_i];
+    run_result r = check_cache(cache_cases[pc->which], SN_F32, 80, split, pc->needle, pc->plant);
+    printf("planted%s (%s): worst error %.3g x the tolerance: %s %s\n", split ? " in the split" : "",
+           pc->what, r.worst, r.worst > 1.0 ? "caught" : "MISSED", r.failure);
     ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
 }
 END_TEST
 
-/* Every cache case in f32 and bf16 for sm_75, sm_80 and sm_90: compiled, no spills, no stack. */
+/* The split's FINISH combines the parts in part order (kernel.h), bit for bit: cache case 2 (24
+ * slices, 5 parts) in f32 on the simulator, then y recomputed on the host from the scratch the
+ * PARTIAL wrote, in that order with the kernel's operations (fmaxf, expf, fmaf; the simulator's
+ * are the host's). A FINISH adding the parts in reverse order stays within the tolerance of
+ * the interpreter; this check catches it (planted: rev). */
+static bool combine_in_order(bool rev) {
+    const int *c = cache_cases[2];
+    sn_interp *it;
+    const sn_node *y, *w;
+    sn_graph *g = sn_test_cache_attention(c[0], c[1], c[2], c[3], c[4], c[5], c[6], SN_F32, &it, &y, &w);
+    sn_program *p = cache_program(g, true);
+    const sn_kernel *ks[2];
+    int n = 0;
+    for (int i = 0; i < p->n_kernels; i++)
+        if (p->kernels[i]->kind == SN_KER_ATTENTION) ks[n++] = p->kernels[i];
+    sn_target tg = sn_target_cuda(80);
+    sn_cuda_source cs;
+    sn_err e;
+    ck_assert_msg(sn_cuda_render(ks, 2, &tg, &cs, &e) == SN_OK, "%s", e.msg);
+    int64_t P = sn_split_parts(ks[0]), T = c[3], Dv = c[6], items = ks[1]->n_items;
+    if (rev) {
+        char needle[64], plant[64];
+        snprintf(needle, sizeof needle, "for (int p = 0; p < %lld; p++) {", (long long)P);
+        snprintf(plant, sizeof plant, "for (int p = %lld; p >= 0; p--) {", (long long)(P - 1));
+        char *src = sn_test_replace_first(cs.src, needle, plant);
+        free(cs.src);
+        cs.src = src;
+    }
+    sn_sim_module *m;
+    ck_assert_msg(sn_sim_module_load(cs.src, &m, &e) == SN_OK, "%s", e.msg);
+    const sn_kernel *k = ks[0];
+    void *bufs[SN_KER_MAX_ARGS + 1], *params[SN_KER_MAX_ARGS + 1];
+    for (int a = 0; a < k->n_out + k->n_in; a++) {
+        int64_t len = sn_numel(k->args[a]);
+        float *b = malloc(sizeof(float) * (size_t)len);
+        const double *v = a < k->n_out ? NULL : sn_interp_value(it, k->args[a]);
+        for (int64_t i = 0; i < len; i++) b[i] = v ? (float)v[i] : NAN;
+        bufs[a] = b;
+    }
+    int64_t sb = p->values[k->scratch].bytes;
+    bufs[k->n_out + k->n_in] = malloc((size_t)sb);
+    memset(bufs[k->n_out + k->n_in], 0x7f, (size_t)sb);
+    for (int a = 0; a <= k->n_out + k->n_in; a++) params[a] = &bufs[a];
+    for (int i = 0; i < 2; i++) {
+        sn_cuda_dims d = sn_cuda_launch_dims(ks[i], &tg);
+        sn_sim_opts o = sn_sim_defaults();
+        ck_assert_msg(sn_sim_launch(m, cs.fn[i], d.grid, d.block, d.shared_bytes, params, &o, &e) ==
+                      SN_OK, "%s", e.msg);
+    }
+    const float *st = bufs[k->n_out + k->n_in], *out = bufs[0];
+    bool same = true;
+    for (int64_t b = 0; b < items; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t d = 0; d < Dv; d++) {
+                const float *s0 = st + (b * P * T + t) * (Dv + 2);
+                float big = -INFINITY, sum = 0.0f, o = 0.0f;
+                for (int64_t q = 0; q < P; q++) big = fmaxf(big, s0[q * T * (Dv + 2)]);
+                for (int64_t q = 0; q < P; q++) {
+                    const float *ps = s0 + q * T * (Dv + 2), f = expf(ps[0] - big);
+                    sum = fmaf(ps[1], f, sum);
+                    o = fmaf(ps[2 + d], f, o);
+                }
+                float want = o / sum, got = out[(b * T + t) * Dv + d];
+                same &= !memcmp(&want, &got, sizeof want);
+            }
+    for (int a = 0; a <= k->n_out + k->n_in; a++) free(bufs[a]);
+    sn_sim_module_free(m);
+    sn_cuda_source_free(&cs);
+    sn_program_free(p);
+    sn_interp_free(it);
+    sn_graph_free(g);
+    return same;
+}
+
+START_TEST(cache_split_combines_in_order) {
+    ck_assert_msg(combine_in_order(false), "the FINISH's y is not the parts combined in order");
+    bool caught = !combine_in_order(true);
+    printf("planted in the split (the parts combined in reverse order): %s\n",
+           caught ? "caught" : "MISSED");
+    ck_assert_msg(caught, "planted bug not caught: the parts combined in reverse order");
+}
+END_TEST
+
+/* Every cache case in f32 and bf16 for sm_75, sm_80 and sm_90, one kernel and split (its PARTIAL
+ * and FINISH): compiled, no spills, no stack. */
 START_TEST(nvrtc_cache_no_spills) {
     static const int arch[] = {75, 80, 90};
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 12; i++)
         for (int a = 0; a < 3; a++) {
             const int *c = cache_cases[i % 3];
             sn_interp *it;
             const sn_node *y, *w;
             sn_graph *g = sn_test_cache_attention(c[0], c[1], c[2], c[3], c[4], c[5], c[6],
-                                                  i < 3 ? SN_F32 : SN_BF16, &it, &y, &w);
-            sn_program *p = fuse(g);
-            const sn_kernel *k = NULL;
+                                                  i % 6 < 3 ? SN_F32 : SN_BF16, &it, &y, &w);
+            sn_program *p = cache_program(g, i >= 6);
+            const sn_kernel *ks[2];
+            int n = 0;
             for (int j = 0; j < p->n_kernels; j++)
-                if (p->kernels[j]->kind == SN_KER_ATTENTION) k = p->kernels[j];
-            ck_assert(k && k->anchor->op == SN_OP_ATTENTION_CACHE);
+                if (p->kernels[j]->kind == SN_KER_ATTENTION && n < 2) ks[n++] = p->kernels[j];
+            ck_assert(n >= 1 && ks[0]->anchor->op == SN_OP_ATTENTION_CACHE);
             sn_target tg = sn_target_cuda(arch[a]);
             sn_cuda_source cs;
             sn_cuda_module m;
             sn_err e;
-            ck_assert_msg(sn_cuda_render(&k, 1, &tg, &cs, &e) == SN_OK, "%s", e.msg);
+            ck_assert_msg(sn_cuda_render(ks, n, &tg, &cs, &e) == SN_OK, "%s", e.msg);
             sn_status st = sn_nvrtc_compile(cs.src, "cache.cu", arch[a], &m, &e);
             if (st == SN_ERR_UNSUPPORTED) { /* no NVRTC here */
                 printf("nvrtc_cache_no_spills: %s: skipped\n", e.msg);
@@ -446,11 +572,14 @@ START_TEST(nvrtc_cache_no_spills) {
                 return;
             }
             ck_assert_msg(st == SN_OK, "%s", e.msg);
-            const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs.fn[0]);
-            ck_assert(in);
-            printf("attention_cache case %d sm_%d: %d registers, spills %d/%d, stack %d\n", i, arch[a],
-                   in->registers, in->spill_store_bytes, in->spill_load_bytes, in->stack_bytes);
-            ck_assert(in->spill_store_bytes == 0 && in->spill_load_bytes == 0 && in->stack_bytes == 0);
+            for (int j = 0; j < n; j++) {
+                const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs.fn[j]);
+                ck_assert(in);
+                printf("attention_cache case %d sm_%d %s: %d registers, spills %d/%d, stack %d\n", i,
+                       arch[a], cs.fn[j], in->registers, in->spill_store_bytes, in->spill_load_bytes,
+                       in->stack_bytes);
+                ck_assert(in->spill_store_bytes == 0 && in->spill_load_bytes == 0 && in->stack_bytes == 0);
+            }
             sn_cuda_module_free(&m);
             sn_cuda_source_free(&cs);
             sn_program_free(p);
@@ -535,8 +664,9 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, qkv_layout_in_place, 0, 3);
     tcase_add_loop_test(tc, planted_bugs_are_caught, 0, N_PLANTS);
     tcase_add_test(tc, tiny_gpt2_kernels);
-    tcase_add_loop_test(tc, cache_decode, 0, 6);
-    tcase_add_loop_test(tc, cache_planted_bugs_are_caught, 0, 5);
+    tcase_add_loop_test(tc, cache_decode, 0, 12);
+    tcase_add_loop_test(tc, cache_planted_bugs_are_caught, 0, 10);
+    tcase_add_test(tc, cache_split_combines_in_order);
     suite_add_tcase(s, tc);
     TCase *at = tcase_create("atomic_dq");
     tcase_set_timeout(at, 240);

@@ -61,12 +61,13 @@ START_TEST(nvrtc_gpt2_generation_programs) {
                     attention += p->kernels[i]->kind == SN_KER_ATTENTION;
                     ks[n++] = p->kernels[i];
                 }
-            /* the prefill's flash attention; the decode's attention over the cache, a kernel a layer */
+            /* the prefill's flash attention; the decode's attention over the cache, a kernel a
+               layer split in two (kernel.h: the decode split: 12 slices at B = 1) */
             ck_assert_int_gt(attention, 0);
             int cache = 0;
             for (int i = 0; i < n; i++) cache += ks[i]->kind == SN_KER_ATTENTION && ks[i]->anchor->op == SN_OP_ATTENTION_CACHE;
-            ck_assert_int_eq(cache, decode ? 12 : 0);
-            if (decode) ck_assert_int_eq(attention, 12);
+            ck_assert_int_eq(cache, decode ? 24 : 0);
+            if (decode) ck_assert_int_eq(attention, 24);
             sn_cuda_source cs;
             sn_cuda_module m;
             sn_err e;
@@ -112,6 +113,11 @@ static void run_on(sn_device *d, sn_gpt2_config *c, const int32_t *tok, int n, i
     sn_err e;
     sn_generator_opts o = {.build = build_kv, .user = c, .ctx = c->ctx, .n_layer = c->n_layer, .batch = 1};
     ck_assert_msg(sn_generator_new(&o, d, &gen, &e) == SN_OK, "%s", e.msg);
+    const sn_program *dp = sn_generator_decode_program(gen);
+    int parts = 0; /* the decode split's attention kernels (kernel.h): on the CUDA device only */
+    for (int i = 0; i < dp->n_kernels; i++)
+        parts += dp->kernels[i]->kind == SN_KER_ATTENTION && dp->kernels[i]->stage != SN_SUM_WHOLE;
+    ck_assert_int_eq(parts, d->target.kind == SN_TARGET_CUDA ? 2 * c->n_layer : 0);
     ck_assert_msg(sn_generator_load(gen, (sn_weight_source){init_weights, NULL}, &e) == SN_OK, "%s", e.msg);
     ck_assert_msg(sn_generator_forced(gen, tok, n, n_prompt, logits, &e) == SN_OK, "%s", e.msg);
     sn_sample_opts so = {.n_new = n_new};

@@ -11,6 +11,7 @@
 
 #include "codegen/cuda/cuda.h"
 #include "frontend/frontend.h"
+#include "models/gpt2.h"
 #include "passes/pipeline.h"
 #include "program/program.h"
 #include "tiny_gpt2.h"
@@ -293,11 +294,67 @@ START_TEST(roofline_gaps) {
 }
 END_TEST
 
+/* ---- the decode split (kernel.h: SN_DECODE_BLOCKS) ---- */
+
+/* gpt2's one-token decode program (B = 1, a cache of 1024, the linear weights NF4, as
+ * generate_bench --base nf4 compiles it) for the CUDA target, split or not (split_decode): the
+ * roofline model's time of its NF4 products and attention_cache kernels (ms), their launches,
+ * and the fewest blocks of one of their (PARTIAL or one-kernel) launches. */
+static double decode_model(bool split, int *launches, unsigned *fewest) {
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("gpt2", &c));
+    sn_graph *g = sn_graph_new();
+    sn_err e;
+    ck_assert_msg(sn_gpt2_build_kv(g, &c, 1, 1, true, NULL, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_PARAM) sn_param_freeze(g->nodes[i]);
+    sn_target t = sn_target_cuda(90);
+    t.split_decode = split;
+    sn_program *p;
+    ck_assert_msg(sn_compile(g, &(sn_pipeline_opts){.target = &t, .nf4 = true}, &p, NULL, &e) ==
+                      SN_OK, "%s", e.msg);
+    const sn_roofline_machine *m = sn_roofline_machine_find("h200");
+    double ms = 0;
+    *launches = 0, *fewest = ~0u;
+    for (int i = 0; i < p->n_kernels; i++) {
+        const sn_kernel *k = p->kernels[i];
+        if (k->kind != SN_KER_NF4_GEMV &&
+            !(k->kind == SN_KER_ATTENTION && k->anchor->op == SN_OP_ATTENTION_CACHE))
+            continue;
+        ms += 1e3 * sn_roofline_kernel_model(k, m, NULL).time_s;
+        ++*launches;
+        unsigned blocks = sn_cuda_launch_dims(k, &t).grid[0];
+        if (k->stage != SN_SUM_FINISH && blocks < *fewest) *fewest = blocks;
+    }
+    sn_program_free(p);
+    sn_graph_free(g);
+    return ms;
+}
+
+/* Split, every NF4 product and attention_cache of gpt2's decode step launches at least 264
+ * blocks (12 .. 48 without), one more launch each (the FINISH), and the model's time of those
+ * kernels falls by more than half (the model counts no launch: docs/generate.md). */
+START_TEST(decode_split_fills_the_machine) {
+    int n0, n1;
+    unsigned few0, few1;
+    double before = decode_model(false, &n0, &few0), after = decode_model(true, &n1, &few1);
+    printf("gpt2 decode, NF4: %d launches of the NF4 products and attention_cache, at least %u "
+           "blocks, modeled %.4f ms; split: %d launches, at least %u blocks, %.4f ms\n", n0,
+           few0, before, n1, few1, after);
+    ck_assert_int_eq(n0, 12 * 5); /* four products and the attention a layer */
+    ck_assert_int_eq(n1, 2 * n0);
+    ck_assert_uint_eq(few0, 12);
+    ck_assert_uint_ge(few1, SN_DECODE_BLOCKS);
+    ck_assert_msg(after < 0.5 * before, "modeled %.4f ms split, %.4f ms not", after, before);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("kernel_cost");
     TCase *tc = tcase_create("occupancy");
     tcase_add_test(tc, occupancy_formulas);
     tcase_add_test(tc, roofline_gaps);
+    tcase_add_test(tc, decode_split_fills_the_machine);
     suite_add_tcase(s, tc);
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 240);

@@ -347,6 +347,255 @@ START_TEST(cuda_gemv) {
 }
 END_TEST
 
+/* ---- the decode split (kernel.h: SN_DECODE_BLOCKS) ---- */
+
+static bool have_nvrtc(void);
+
+/* The n functions of cs compiled by NVRTC for sm_75, sm_80 and sm_90: no spills, no stack. */
+static void nvrtc_no_spills(const sn_cuda_source *cs, int n, int64_t M, int64_t K, int64_t N) {
+    sn_err e;
+    for (int a = 0; a < 3; a++) {
+        sn_cuda_module m;
+        int arch = (int[]){75, 80, 90}[a];
+        ck_assert_msg(sn_nvrtc_compile(cs->src, "gemv_split.cu", arch, &m, &e) == SN_OK, "%s",
+                      e.msg);
+        for (int i = 0; i < n; i++) {
+            const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs->fn[i]);
+            ck_assert_msg(in && in->spill_store_bytes == 0 && in->stack_bytes == 0,
+                          "sm_%d %s (M %lld K %lld N %lld): %d bytes spilled, %d of stack", arch,
+                          cs->fn[i], (long long)M, (long long)K, (long long)N,
+                          in ? in->spill_store_bytes : -1, in ? in->stack_bytes : -1);
+        }
+        sn_cuda_module_free(&m);
+    }
+}
+
+/* The parts the rule gives x (M, K) @ NF4 W (K, N): the kernel as fuse makes it for the CUDA
+ * target (PARTIAL, or the one kernel), its blocks in *blocks; with nvrtc, the program's NF4
+ * kernels compiled for sm_75, sm_80 and sm_90: no spills, no stack. */
+static int64_t split_of(int64_t M, int64_t K, int64_t N, bool nvrtc, int64_t *blocks) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_BF16, SN_SHAPE(M, K));
+    sn_node *w = sn_param_nf4(g, "w", SN_BF16, SN_SHAPE(K, N));
+    sn_node *y = sn_matmul(g, x, w);
+    ck_assert_msg(y, "%s", sn_graph_error(g));
+    sn_graph_add_output(g, y);
+    sn_target t = sn_target_cuda(90);
+    sn_program *prog;
+    sn_err e;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &t}, &prog, NULL, &e) ==
+                      SN_OK, "%s", e.msg);
+    int64_t parts = 0;
+    *blocks = 0;
+    for (int k = 0; k < prog->n_kernels; k++) {
+        const sn_kernel *ker = prog->kernels[k];
+        if (ker->kind != SN_KER_NF4_GEMV || ker->stage == SN_SUM_FINISH) continue;
+        parts = ker->stage == SN_SUM_PARTIAL ? sn_split_parts(ker) : 1;
+        *blocks = sn_cuda_launch_dims(ker, &t).grid[0];
+        ck_assert((ker->stage == SN_SUM_PARTIAL) == (parts > 1));
+    }
+    const sn_kernel *ks[2];
+    int n = 0;
+    for (int k = 0; k < prog->n_kernels && n < 2; k++)
+        if (prog->kernels[k]->kind == SN_KER_NF4_GEMV) ks[n++] = prog->kernels[k];
+    sn_cuda_source cs;
+    ck_assert_msg(sn_cuda_render(ks, n, &t, &cs, &e) == SN_OK, "%s", e.msg);
+    if (nvrtc) nvrtc_no_spills(&cs, n, M, K, N);
+    sn_cuda_source_free(&cs);
+    sn_program_free(prog);
+    sn_graph_free(g);
+    return parts;
+}
+
+/* Every decode product of gpt2 (C 768), gpt2-xl (1600) and a LLaMA 1B (TinyLlama: 2048, MLP
+ * 5632, 4 kv heads of 64) launches at least 264 blocks (two waves of 132 SMs), and at M = 8
+ * compiles for sm_75, sm_80 and sm_90 without spills; a product with 264 or more column items
+ * (N = 32000: an LM head) stays one kernel. */
+START_TEST(split_rule) {
+    bool nvrtc = have_nvrtc();
+    static const int64_t kn[][2] = {
+        {768, 2304}, {768, 768}, {768, 3072}, {3072, 768},          /* gpt2 */
+        {1600, 4800}, {1600, 1600}, {1600, 6400}, {6400, 1600},     /* gpt2-xl */
+        {2048, 2048}, {2048, 256}, {2048, 5632}, {5632, 2048},      /* LLaMA 1B */
+    };
+    for (size_t i = 0; i < sizeof kn / sizeof kn[0]; i++) {
+        int64_t blocks, parts = split_of(1, kn[i][0], kn[i][1], false, &blocks), b8;
+        ck_assert_int_eq(split_of(8, kn[i][0], kn[i][1], nvrtc, &b8), parts);
+        printf("nf4_gemv 1 x %lld x %lld: %lld parts, %lld blocks (one kernel: %lld)\n",
+               (long long)kn[i][0], (long long)kn[i][1], (long long)parts, (long long)blocks,
+               (long long)(kn[i][1] + 63) / 64);
+        ck_assert_msg(blocks >= SN_DECODE_BLOCKS, "K %lld N %lld: %lld blocks",
+                      (long long)kn[i][0], (long long)kn[i][1], (long long)blocks);
+    }
+    int64_t blocks;
+    ck_assert_int_eq(split_of(1, 2048, 32000, false, &blocks), 1);
+    ck_assert_int_eq(blocks, 500);
+}
+END_TEST
+
+/* A planted bug (NULL: none): the first needle in the kernels' text replaced; printf-style
+ * with the parts S and y's elements MN. */
+typedef struct {
+    const char *needle, *plant, *what;
+} gemv_plant;
+
+/* p's product compiled for the CUDA target (sn_target_cuda(80): the split's PARTIAL and
+ * FINISH, or the one kernel where the rule makes no parts), run on the simulator in both
+ * thread orders (y and the scratch poisoned), NVRTC'd for sm_75/80/90 when nvrtc; returns
+ * false where a check failed (with pl: the bug caught), asserts with none planted. The checks:
+ * y within the bound of the interpreter; the same bits in both orders; y the parts (the
+ * scratch PARTIAL wrote) added in f32 in part order, bit for bit. */
+static bool run_split(prod *p, bool nvrtc, const gemv_plant *pl, int64_t *parts_out) {
+    sn_target t = sn_target_cuda(80);
+    sn_program *prog;
+    sn_err e;
+    ck_assert_msg(sn_pipeline_kernels(p->g, &(sn_pipeline_opts){.target = &t}, &prog, NULL, &e) ==
+                      SN_OK, "%s", e.msg);
+    const sn_kernel *ks[2];
+    int n = 0;
+    for (int k = 0; k < prog->n_kernels; k++)
+        if (prog->kernels[k]->kind == SN_KER_NF4_GEMV) {
+            ck_assert_int_lt(n, 2);
+            ks[n++] = prog->kernels[k];
+        }
+    int64_t S = sn_split_parts(ks[0]), MN = p->M * p->N;
+    *parts_out = S;
+    ck_assert_int_eq(n, S > 1 ? 2 : 1);
+    if (S > 1) { /* PARTIAL then FINISH around one scratch of S M N floats */
+        ck_assert(ks[0]->stage == SN_SUM_PARTIAL && ks[1]->stage == SN_SUM_FINISH &&
+                  ks[0]->scratch == ks[1]->scratch);
+        ck_assert_int_eq(prog->values[ks[0]->scratch].bytes, 4 * S * MN);
+        ck_assert_int_eq(ks[0]->n_items, (p->N + 63) / 64 * S);
+    }
+    sn_cuda_source cs;
+    ck_assert_msg(sn_cuda_render(ks, n, &t, &cs, &e) == SN_OK, "%s", e.msg);
+    if (pl) {
+        char needle[256], plant[256];
+        snprintf(needle, sizeof needle, pl->needle, (long long)S, (long long)MN);
+        snprintf(plant, sizeof plant, pl->plant, (long long)S, (long long)MN, (long long)S,
+                 (long long)MN);
+        char *src = sn_test_replace_first(cs.src, needle, plant);
+        free(cs.src);
+        cs.src = src;
+    }
+    if (nvrtc) nvrtc_no_spills(&cs, n, p->M, p->K, p->N);
+    sn_sim_module *h;
+    ck_assert_msg(sn_sim_module_load(cs.src, &h, &e) == SN_OK, "%s", e.msg);
+    float *y = malloc(sizeof(float) * (size_t)MN), *first = malloc(sizeof(float) * (size_t)MN);
+    float *scratch = malloc(sizeof(float) * (size_t)(S * MN));
+    void *yp = y, *xp = p->xb, *qp = p->q, *sp = scratch;
+    void *params[4] = {&yp, &xp, &qp, &sp};
+    bool ok = true;
+    for (int rev = 0; rev < 2 && ok; rev++) {
+        memset(y, 0xff, sizeof(float) * (size_t)MN);
+        memset(scratch, 0x7f, sizeof(float) * (size_t)(S * MN));
+        for (int i = 0; i < n; i++) {
+            sn_cuda_dims dims = sn_cuda_launch_dims(ks[i], &t);
+            sn_sim_opts so = sn_sim_defaults();
+            so.order = rev ? SN_SIM_REVERSE : SN_SIM_FORWARD;
+            ck_assert_msg(sn_sim_launch(h, cs.fn[i], dims.grid, dims.block, dims.shared_bytes,
+                                        params, &so, &e) == SN_OK, "%s", e.msg);
+        }
+        for (int64_t i = 0; i < MN && ok; i++) {
+            double err = fabs((double)y[i] - p->want[i]);
+            float inorder = scratch[i];
+            for (int64_t s = 1; s < S; s++) inorder += scratch[s * MN + i];
+            ok = err <= p->bound[i] && (S == 1 || !memcmp(&inorder, &y[i], sizeof inorder)) &&
+                 (!rev || !memcmp(&first[i], &y[i], sizeof y[i]));
+            if (!ok && !pl)
+                ck_abort_msg("CUDA split, %s %s M=%lld K=%lld N=%lld (%lld parts): y[%lld] = %.9g, "
+                             "the interpreter's %.9g (bound %.3g), the parts in order %.9g%s",
+                             rev ? "reversed" : "forward", sn_dtype_name(p->dt), (long long)p->M,
+                             (long long)p->K, (long long)p->N, (long long)S, (long long)i,
+                             (double)y[i], p->want[i], p->bound[i], (double)inorder,
+                             rev ? " (or the forward order's bits differ)" : "");
+        }
+        if (!rev) memcpy(first, y, sizeof(float) * (size_t)MN);
+    }
+    free(y), free(first), free(scratch);
+    sn_sim_module_free(h);
+    sn_cuda_source_free(&cs);
+    sn_program_free(prog);
+    return ok;
+}
+
+/* Every shape and dtype split as the CUDA target splits it (the shapes' K make 1 .. 19 parts,
+ * a short last part where 32 does not divide K). */
+START_TEST(cuda_gemv_split) {
+    bool nvrtc = have_nvrtc();
+    int split = 0;
+    for (int s = 0; s < N_SHAPES; s++)
+        for (int d = 0; d < 3; d++) {
+            prod p;
+            prod_new(&p, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], s == 2,
+                     90 + (uint64_t)s);
+            int64_t parts;
+            run_split(&p, nvrtc && d == 1, NULL, &parts);
+            split += parts > 1;
+            if (d == 0)
+                printf("nf4_gemv split %lld x %lld x %lld: %lld parts\n", (long long)p.M,
+                       (long long)p.K, (long long)p.N, (long long)parts);
+            prod_free(&p);
+        }
+    ck_assert_int_ge(split, 20); /* most shapes split */
+}
+END_TEST
+
+/* Bugs planted in the split's text, each caught: a part's rows one off, the barrier before the
+ * warps' sums are read, the parts added in the reverse order (within the bound, not the
+ * stated order's bits). */
+START_TEST(split_planted_bugs_are_caught) {
+    static const gemv_plant plants[] = {
+        {"k_lo = part * ", "k_lo = 1 + part * ", "a part's first row one off"},
+        {"__syncthreads();\n    for (int i = threadIdx.x;", "\n    for (int i = threadIdx.x;",
+         "the barrier before the warps' sums are read"},
+        {"for (int p = 1; p < %lld; p++) s += scratch[p * %lld + i];",
+         "for (int p = %lld - 1; p >= 1; p--) s += scratch[p * %lld + i]; (void)%lld; (void)%lld;",
+         "the parts added in reverse order"},
+    };
+    for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++) {
+        prod p;
+        prod_new(&p, 3, 300, 192, SN_F32, false, 95);
+        int64_t parts;
+        bool ok = run_split(&p, false, &plants[i], &parts);
+        printf("planted (%s): %s\n", plants[i].what, ok ? "MISSED" : "caught");
+        ck_assert_msg(parts > 2 && !ok, "planted bug not caught: %s", plants[i].what);
+        prod_free(&p);
+    }
+}
+END_TEST
+
+/* The CPU keeps one kernel (its target has no split_decode: the bits of llvm_gemv above), and
+ * the LLVM backend refuses the CUDA target's parts with a message naming the cause. */
+START_TEST(cpu_keeps_one_kernel) {
+    if (!have_jit("nf4_gemv")) return;
+    prod p;
+    prod_new(&p, 1, 96, 128, SN_F32, false, 97);
+    sn_target ts[2] = {sn_target_cpu(), sn_target_cuda(80)};
+    sn_jit *j = new_jit(0);
+    for (int i = 0; i < 2; i++) {
+        sn_program *prog;
+        sn_err e;
+        ck_assert_msg(sn_pipeline_kernels(p.g, &(sn_pipeline_opts){.target = &ts[i]}, &prog, NULL,
+                                          &e) == SN_OK, "%s", e.msg);
+        sn_kernel *k = NULL;
+        for (int q = 0; q < prog->n_kernels && !k; q++)
+            if (prog->kernels[q]->kind == SN_KER_NF4_GEMV) k = prog->kernels[q];
+        ck_assert(k && k->stage == (i ? SN_SUM_PARTIAL : SN_SUM_WHOLE));
+        sn_cpu_kernel_fn fn;
+        sn_status st = sn_jit_compile(j, &k, 1, &fn, &e);
+        if (i) /* a part */
+            ck_assert_msg(st == SN_ERR_UNSUPPORTED && strstr(e.msg, "decode split") &&
+                              strstr(e.msg, "split_decode"), "%d: %s", st, e.msg);
+        else
+            ck_assert_msg(st == SN_OK, "%s", e.msg);
+        sn_program_free(prog);
+    }
+    sn_jit_free(j);
+    prod_free(&p);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("nf4_gemv");
     TCase *t = tcase_create("nf4_gemv");
@@ -354,6 +603,10 @@ int main(void) {
     tcase_add_test(t, fuse_rule);
     tcase_add_test(t, llvm_gemv);
     tcase_add_test(t, cuda_gemv);
+    tcase_add_test(t, split_rule);
+    tcase_add_test(t, cpu_keeps_one_kernel);
+    tcase_add_test(t, cuda_gemv_split);
+    tcase_add_test(t, split_planted_bugs_are_caught);
     suite_add_tcase(s, t);
     return sn_test_main(s);
 }

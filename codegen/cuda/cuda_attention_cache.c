@@ -5,7 +5,10 @@
  * cache's); a key's score is a warp-wide dot product (lane c holds elements c, c + 32, .. of q,
  * the key and the value: 128-byte rows read whole), and each warp keeps an online softmax (max
  * m, sum l, its share of the f32 accumulator). The warps' states meet in shared memory and are
- * combined in warp order, the same order every run.
+ * combined in warp order, the same order every run. Split (kernel.h: the decode split, flash-
+ * decoding: too few slices to fill a GPU), a block takes one part of the keys of its slice and
+ * stores the combined state (m, l, unnormalised output) into the scratch; the FINISH combines
+ * the parts' states in part order as the warps' are combined.
  * Convention: f32 inside; 16-bit inputs converted on load, the output rounded on store. */
 #include <stdio.h>
 
@@ -45,10 +48,51 @@ static void emit_slice(sn_cu_text *t, const sn_kernel *k, int i, const char *nam
                 (long long)x->stride[0], head);
 }
 
+/* The decode split's FINISH (kernel.h): item b's parts' states combined for each query t, in
+ * part order: y = sum_p o_p f_p / sum_p l_p f_p, f_p = e^(m_p - max m). */
+static void emit_finish(sn_cu_text *t, const sn_kernel *k, const char *fname) {
+    const sn_node *n = k->anchor;
+    int64_t T, S, D, Dv, P = sn_split_parts(k);
+    dims_of(k, &T, &S, &D, &Dv);
+    char arg[16];
+    sn_cu_emit_signature(t, k, fname, 32 * CACHE_WARPS);
+    sn_cu_emitf(t, "/* y (.., %lld, %lld) from %lld parts' states (m, l, o) a query */",
+                (long long)T, (long long)Dv, (long long)P);
+    sn_cu_emitf(t, "const long long item = blockIdx.x;");
+    sn_cu_emitf(t, "%s *y = %s + item * %lldLL;", sn_cu_ctype(n->dtype),
+                sn_cu_arg_name(k, 0, arg, sizeof arg), (long long)(T * Dv));
+    sn_cu_emitf(t, "const float *st = scratch + item * %lldLL; /* [part][t][m, l, o] */",
+                (long long)(P * T * (Dv + 2)));
+    sn_cu_emitf(t, "for (int t = 0; t < %lld; t++) {", (long long)T);
+    sn_cu_emitf(t, "float big = -SN_INF;");
+    sn_cu_emitf(t, "for (int p = 0; p < %lld; p++) big = fmaxf(big, st[(p * %lld + t) * %lld]);",
+                (long long)P, (long long)T, (long long)(Dv + 2));
+    sn_cu_emitf(t, "for (long long d = threadIdx.x; d < %lld; d += %d) {", (long long)Dv,
+                32 * CACHE_WARPS);
+    sn_cu_emitf(t, "float sum = 0.0f, o = 0.0f;");
+    sn_cu_emitf(t, "/* the parts in order */");
+    sn_cu_emitf(t, "for (int p = 0; p < %lld; p++) {", (long long)P);
+    sn_cu_emitf(t, "const float *ps = st + (p * %lld + t) * %lld, f = expf(ps[0] - big); /* a part "
+                   "without keys: 0 */", (long long)T, (long long)(Dv + 2));
+    sn_cu_emitf(t, "sum = fmaf(ps[1], f, sum);");
+    sn_cu_emitf(t, "o = fmaf(ps[2 + d], f, o);");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "sn_store(&y[t * %lldLL + d], o / sum);", (long long)Dv);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+}
+
 void sn_cu_emit_attention_cache(sn_cu_text *t, const sn_kernel *k, const char *fname) {
+    if (k->stage == SN_SUM_FINISH) {
+        emit_finish(t, k, fname);
+        return;
+    }
     const sn_node *n = k->anchor;
     int64_t T, S, D, Dv;
     dims_of(k, &T, &S, &D, &Dv);
+    bool part = k->stage == SN_SUM_PARTIAL; /* keys [p L, p L + L) into scratch[item][p] */
+    int64_t P = part ? sn_split_parts(k) : 1, L = part ? sn_split_len(k) : S + T;
     int64_t H = n->in[0]->shape[1], G = sn_attention_group(n);
     int nq = (int)((D + 31) / 32), nv = (int)((Dv + 31) / 32);
     char lit[32], arg[16];
@@ -58,7 +102,15 @@ void sn_cu_emit_attention_cache(sn_cu_text *t, const sn_kernel *k, const char *f
                 (long long)G, CACHE_WARPS);
     sn_cu_emitf(t, "SN_SHARED(float, part, %lld);", (long long)CACHE_WARPS * (Dv + 2));
     sn_cu_emitf(t, "const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;");
-    sn_cu_emitf(t, "const long long item = blockIdx.x, b = item / %lld, h = item %% %lld, hk = h / %lld;",
+    if (part) {
+        sn_cu_emitf(t, "const long long item = blockIdx.x / %lld; /* its slice, */", (long long)P);
+        sn_cu_emitf(t, "const int kp = blockIdx.x %% %lld; /* its part of the keys */",
+                    (long long)P);
+    } else {
+        sn_cu_emitf(t, "const long long item = blockIdx.x;");
+        sn_cu_emitf(t, "const int kp = 0;");
+    }
+    sn_cu_emitf(t, "const long long b = item / %lld, h = item %% %lld, hk = h / %lld;",
                 (long long)H, (long long)H, (long long)G);
     emit_slice(t, k, 0, "q", "h");
     emit_slice(t, k, 1, "kc", "hk");
@@ -80,9 +132,13 @@ void sn_cu_emit_attention_cache(sn_cu_text *t, const sn_kernel *k, const char *f
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int c = 0; c < %d; c++) acc[c] = 0.0f;", nv);
     /* the new keys (u <= t), then the cached ones; a key: its row pointers and the score's add */
-    sn_cu_emitf(t, "for (long long j = w; j < %lld + t + 1; j += %d) {", (long long)S, CACHE_WARPS);
+    sn_cu_emitf(t, "const int j_end = %lld + t + 1 < kp * %lld + %lld ? %lld + t + 1 : kp * "
+                   "%lld + %lld; /* new keys j <= t, then the cached */", (long long)S,
+                (long long)L, (long long)L, (long long)S, (long long)L, (long long)L);
+    /* j, r in 32 bits (positions): 64-bit ones spilled the PARTIAL at sm_80 (32 registers) */
+    sn_cu_emitf(t, "for (int j = kp * %lld + w; j < j_end; j += %d) {", (long long)L, CACHE_WARPS);
     sn_cu_emitf(t, "const bool cached = j > t;");
-    sn_cu_emitf(t, "const long long r = cached ? j - t - 1 : j; /* its row in the cache, or new */");
+    sn_cu_emitf(t, "const int r = cached ? j - t - 1 : j; /* its row in the cache, or new */");
     sn_cu_emitf(t, "const float add = cached ? mask[r] : 0.0f;");
     sn_cu_emitf(t, "if (add == -SN_INF) continue; /* a position this row does not hold */");
     sn_cu_emitf(t, "const %s *kr = cached ? kc + r * %lldLL : kn + r * %lldLL;",
@@ -123,12 +179,19 @@ void sn_cu_emit_attention_cache(sn_cu_text *t, const sn_kernel *k, const char *f
     sn_cu_emitf(t, "float sum = 0.0f, o = 0.0f;");
     sn_cu_emitf(t, "/* the warps in order */");
     sn_cu_emitf(t, "for (int v = 0; v < %d; v++) {", CACHE_WARPS);
-    sn_cu_emitf(t, "const float *st = part + v * %lld, f = expf(st[0] - big); /* an idle warp: 0 */",
-                (long long)(Dv + 2));
+    sn_cu_emitf(t, "const float *st = part + v * %lld, f = big == -SN_INF ? 0.0f : expf(st[0] - "
+                   "big); /* an idle warp: 0 */", (long long)(Dv + 2));
     sn_cu_emitf(t, "sum = fmaf(st[1], f, sum);");
     sn_cu_emitf(t, "o = fmaf(st[2 + d], f, o);");
     sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "sn_store(&y[t * %lldLL + d], o / sum);", (long long)Dv);
+    if (part) { /* the part's state: m, l, the output; (-inf, 0, 0 ..) where it had no key */
+        sn_cu_emitf(t, "float *mine_out = scratch + ((item * %lld + kp) * %lld + t) * %lld;",
+                    (long long)P, (long long)T, (long long)(Dv + 2));
+        sn_cu_emitf(t, "if (d == 0) mine_out[0] = big, mine_out[1] = sum;");
+        sn_cu_emitf(t, "mine_out[2 + d] = o;");
+    } else {
+        sn_cu_emitf(t, "sn_store(&y[t * %lldLL + d], o / sum);", (long long)Dv);
+    }
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "__syncthreads(); /* part is the next query's */");
     sn_cu_emitf(t, "}");

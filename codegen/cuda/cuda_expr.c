@@ -170,6 +170,9 @@ void sn_cu_emit_signature(sn_cu_text *t, const sn_kernel *k, const char *fname, 
             sn_cu_emitf(t, "%-*s%-36s /* u32[%lld,%lld] table, i32[%lld,%lld] order */", indent,
                         "", decl, (long long)sn_gather_chunks(k), (long long)k->anchor->shape[0],
                         (long long)sn_gather_chunks(k), (long long)sn_gather_chunk(k));
+        else if (sn_split_parts(k) > 1) /* the decode split's parts (kernel.h) */
+            sn_cu_emitf(t, "%-*s%-36s /* f32[%lld]: %lld parts' results */", indent, "", decl,
+                        (long long)(sn_kernel_scratch_bytes(k) / 4), (long long)sn_split_parts(k));
         else
             sn_cu_emitf(t, "%-*s%-36s /* f32[%lld,%lld]: partial sums */", indent, "", decl,
                         (long long)sn_sum_chunks(k), (long long)sn_sum_width(k));

@@ -12,7 +12,11 @@
  * term: llvm_gemv.c), so the two agree within f32 rounding, not bit for bit. Where 64 divides
  * N a lane's 8 weights of row k are 4 consecutive bytes under one scale; elsewhere a block
  * straddles rows and each weight finds its nibble and scale alone. Where the codes start at a
- * multiple of 4 bytes a lane reads its 4 bytes as one word. */
+ * multiple of 4 bytes a lane reads its 4 bytes as one word. Split (kernel.h: the decode split,
+ * too few column items to fill a GPU), block i takes the item i % C over the rows of part i / C
+ * alone and stores its sum (the same order over those rows) into the scratch; the FINISH adds
+ * the parts in part order, a thread an element of y (so the sum's order is: each part's as
+ * above, then the parts in order). */
 #include <stdio.h>
 
 #include "cuda_int.h"
@@ -20,6 +24,7 @@
 
 enum { WARPS = 8, THREADS = 32 * WARPS, X_TILE_FLOATS = 4096 };
 enum { RED_ROW = SN_NF4_GEMV_COLS + SN_NF4_GEMV_COLS / 8 }; /* a row of the warps' sums */
+_Static_assert((int)THREADS == (int)SN_SPLIT_FINISH_ELEMS, "the FINISH: a thread an element");
 
 sn_cuda_dims sn_cu_nf4_gemv_dims(const sn_kernel *k) {
     return (sn_cuda_dims){.grid = {(unsigned)k->n_items, 1, 1}, .block = {THREADS, 1, 1}};
@@ -32,12 +37,35 @@ static int64_t x_tile(int64_t M, int64_t K) {
     return K <= kt ? K : kt;
 }
 
+/* The decode split's FINISH (kernel.h): a thread an element of y, the S parts added in order. */
+static void emit_finish(sn_cu_text *t, const sn_kernel *k, const char *fname) {
+    int64_t MN = sn_numel(k->anchor), S = sn_split_parts(k);
+    const char *ix = sn_cu_index_type(S * MN);
+    sn_cu_emit_signature(t, k, fname, THREADS);
+    sn_cu_emitf(t, "/* y (%lld elements) = the %lld parts' products added in part order */",
+                (long long)MN, (long long)S);
+    sn_cu_emitf(t, "const %s i = (%s)blockIdx.x * %d + threadIdx.x;", ix, ix, THREADS);
+    sn_cu_emitf(t, "if (i >= %lld) return;", (long long)MN);
+    sn_cu_emitf(t, "float s = scratch[i];");
+    sn_cu_emitf(t, "for (int p = 1; p < %lld; p++) s += scratch[p * %lld + i];", (long long)S,
+                (long long)MN);
+    sn_cu_emitf(t, "out0[i] = s;");
+    sn_cu_emitf(t, "}");
+}
+
 void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
                          const char *fname) {
+    if (k->stage == SN_SUM_FINISH) {
+        emit_finish(t, k, fname);
+        return;
+    }
     const sn_node *mm = k->anchor, *x = mm->in[0], *w = mm->in[1];
-    int64_t K = w->shape[0], N = w->shape[1], M = sn_numel(x) / K, KT = x_tile(M, K);
+    bool part = k->stage == SN_SUM_PARTIAL; /* rows [p L, p L + L) of W into scratch[p] */
+    int64_t K = w->shape[0], N = w->shape[1], M = sn_numel(x) / K;
+    int64_t L = part ? sn_split_len(k) : K, KT = x_tile(M, L);
+    int64_t C = (N + SN_NF4_GEMV_COLS - 1) / SN_NF4_GEMV_COLS; /* column items */
     sn_nf4_layout l = sn_nf4_layout_of(K * N);
-    const char *ix = sn_cu_index_type(2 * l.bytes + 64);
+    const char *ix = sn_cu_index_type(2 * l.bytes + 64 + (part ? sn_split_parts(k) * M * N : 0));
     const char *rnd = w->dtype == SN_BF16  ? "sn_round_bf16"
                       : w->dtype == SN_F16 ? "sn_round_f16"
                                            : "";
@@ -75,18 +103,33 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
     sn_cu_emitf(t, "const unsigned char *code = in1 + %lld;", (long long)l.off_codes);
     sn_cu_emitf(t, "const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;");
     sn_cu_emitf(t, "const int r = lane / 8; /* this lane's rows: k = 4 warp + r + 32 j */");
-    sn_cu_emitf(t, "const %s col = (%s)blockIdx.x * %d + 8 * (lane %% 8); /* its 8 columns */", ix,
-                ix, SN_NF4_GEMV_COLS);
+    if (part) {
+        sn_cu_emitf(t, "const %s item = blockIdx.x %% %lld, part = blockIdx.x / %lld;", ix,
+                    (long long)C, (long long)C);
+        sn_cu_emitf(t, "const %s k_lo = part * %lld, k_hi = k_lo + %lld < %lld ? k_lo + %lld : "
+                       "%lld; /* this part's rows of W */", ix, (long long)L, (long long)L,
+                    (long long)K, (long long)L, (long long)K);
+    } else {
+        sn_cu_emitf(t, "const %s item = blockIdx.x, k_lo = 0, k_hi = %lld;", ix, (long long)K);
+    }
+    sn_cu_emitf(t, "const %s col = item * %d + 8 * (lane %% 8); /* its 8 columns */", ix,
+                SN_NF4_GEMV_COLS);
     sn_cu_emitf(t, "float acc[%lld][8];", (long long)M);
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int m = 0; m < %lld; m++)", (long long)M);
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int j = 0; j < 8; j++) acc[m][j] = 0.0f;");
-    sn_cu_emitf(t, "for (%s k0 = 0; k0 < %lld; k0 += %lld) {", ix, (long long)K, (long long)KT);
+    if (part && KT == L) { /* the part's rows one tile: no loop (ptxas spilled one over k_lo) */
+        sn_cu_emitf(t, "/* the part's rows: one tile */");
+        sn_cu_emitf(t, "{");
+        sn_cu_emitf(t, "const %s k0 = k_lo;", ix);
+    } else {
+        sn_cu_emitf(t, "for (%s k0 = k_lo; k0 < k_hi; k0 += %lld) {", ix, (long long)KT);
+    }
     sn_cu_emitf(t,
                 "__syncthreads(); /* the last tile's readers are done (and the levels are in) */");
-    sn_cu_emitf(t, "const %s kn = %lld - k0 < %lld ? %lld - k0 : %lld;", ix, (long long)K,
-                (long long)KT, (long long)K, (long long)KT);
+    sn_cu_emitf(t, "const %s kn = k_hi - k0 < %lld ? k_hi - k0 : %lld;", ix, (long long)KT,
+                (long long)KT);
     sn_cu_emitf(t, "for (%s i = threadIdx.x; i < %lld * kn; i += %d)", ix, (long long)M, THREADS);
     sn_cu_emitf(t, "xs[i / kn * %lld + i %% kn] = sn_load(in0[i / kn * %lld + k0 + i %% kn]);",
                 (long long)KT, (long long)K);
@@ -148,12 +191,15 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
     sn_cu_emitf(t, "for (int i = threadIdx.x; i < %lld; i += %d) {",
                 (long long)(M * SN_NF4_GEMV_COLS), THREADS);
     sn_cu_emitf(t, "const int m = i / %d, c = i %% %d;", SN_NF4_GEMV_COLS, SN_NF4_GEMV_COLS);
-    sn_cu_emitf(t, "const %s n = (%s)blockIdx.x * %d + c;", ix, ix, SN_NF4_GEMV_COLS);
+    sn_cu_emitf(t, "const %s n = item * %d + c;", ix, SN_NF4_GEMV_COLS);
     sn_cu_emitf(t, "if (n >= %lld) continue;", (long long)N);
     sn_cu_emitf(t, "float s = red[m * %d + c + c / 8];", RED_ROW);
     sn_cu_emitf(t, "for (int w = 1; w < %d; w++) s += red[(w * %lld + m) * %d + c + c / 8];",
                 WARPS, (long long)M, RED_ROW);
-    sn_cu_emitf(t, "out0[(%s)m * %lld + n] = s;", ix, (long long)N);
+    if (part) /* this part's product: FINISH adds the parts */
+        sn_cu_emitf(t, "scratch[(part * %lld + m) * %lld + n] = s;", (long long)M, (long long)N);
+    else
+        sn_cu_emitf(t, "out0[(%s)m * %lld + n] = s;", ix, (long long)N);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
 }

@@ -219,6 +219,11 @@ static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s carries a joined FINISH kernel (%s): the LLVM "
                        "backend does not generate joined kernels yet; compile for a target "
                        "without join_finish (the CPU's)", sn_ll_kname(k, kn, sizeof kn), k->tail->name);
+    bool cache = k->kind == SN_KER_ATTENTION && k->anchor->op == SN_OP_ATTENTION_CACHE;
+    if (k->stage != SN_SUM_WHOLE && (k->kind == SN_KER_NF4_GEMV || cache))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s is a part of a decode split (kernel.h): the LLVM "
+                       "backend generates the one-kernel form only; compile for a target without "
+                       "split_decode (the CPU's)", sn_ll_kname(k, kn, sizeof kn));
     switch (k->kind) {
     case SN_KER_POINTWISE: return sn_ll_emit_pointwise(L, k, fname, e);
     case SN_KER_ROW: return sn_ll_emit_row(L, k, fname, e);
