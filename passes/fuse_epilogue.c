@@ -1,8 +1,8 @@
 /* fuse_epilogue.c: what a GEMM kernel stores besides its product (kernel.h: the BIAS epilogue,
- * the GELU after it, DGELU, accum's c with any of them, a product's 16-bit cast): the decisions that give those
- * nodes their home at the matmul, made before (sn_fuse_gemm_result) and after
- * (sn_fuse_gemm_epilogue) the grouping of fuse.c, and the GEMM kernel's args made from them
- * (sn_fuse_gemm_args). */
+ * the GELU after it, DGELU, accum's c beside any of them, a product's 16-bit cast): the
+ * decisions that give those nodes their home at the matmul, made before (sn_fuse_gemm_result)
+ * and after (sn_fuse_gemm_epilogue) the grouping of fuse.c, and the GEMM kernel's args made
+ * from them (sn_fuse_gemm_args). */
 #include "fuse_int.h"
 
 static bool same_shape(const sn_node *a, const sn_node *b) {
@@ -97,7 +97,7 @@ static bool accum_after(const fuse_state *s, const sn_node *x, sn_dtype lo, epi_
 /* accum's nodes at matmul mm with no bias, false when there are none: mm (f32, two distinct
  * operands) and its sum with c (accum_after), c 16-bit when the add reads the f32 cast, read by
  * nothing else, of a matrix in mm's operands' 16-bit dtype, else f32. m->c is the matrix read,
- * written before the GEMM runs (accum_ready's question). A LoRA layer's base + adapter product
+ * written before the GEMM runs (epilogue_ready's question). A LoRA layer's base + adapter product
  * (LLaMA's, without a bias), and a gradient's sum of two products (x read by two GEMMs: LoRA's
  * x @ A beside x @ W, LLaMA's q, k, v; the tied embedding's gradient). */
 static bool accum_nodes(const fuse_state *s, const sn_node *mm, epi_match *m) {
@@ -485,7 +485,9 @@ void sn_fuse_gemm_args(fuse_state *s, sn_kernel *k) {
         /* the stored sum: the last add, or its cast (autocast's linear layer: rnd(v + f32(b))) */
         const sn_node *y = bias->dtype == SN_F32 ? sum : sn_fuse_only_reader(s, sum);
         SN_ASSERT(s->mat[bias->id] && bias->dtype == y->dtype && (gelu || s->mat[y->id]));
-        k->gemm.epilogue = !gelu ? SN_EPI_BIAS : s->mat[y->id] ? SN_EPI_GELU_AUX_BIAS : SN_EPI_GELU_BIAS;
+        k->gemm.epilogue = !gelu              ? SN_EPI_BIAS
+                           : s->mat[y->id] ? SN_EPI_GELU_AUX_BIAS
+                                           : SN_EPI_GELU_BIAS;
         k->args[0] = gelu ? stored : y; /* the epilogue's result */
         if (k->gemm.epilogue == SN_EPI_GELU_AUX_BIAS) { /* the sum: output 1, the aux */
             for (int i = k->n_out + k->n_in - 1; i >= k->n_out; i--) k->args[i + 1] = k->args[i];

@@ -77,7 +77,8 @@ static int plan_of(const sn_graph *g, const sn_node *x, const sn_node *y, const 
     const sn_node *p[2];
     for (int i = 0; i < 2; i++) {
         const sn_node *c = x->in[i];
-        if (c->op != SN_OP_CAST || c->dtype != x->dtype || uses[c->id] != 1 || kept(g, c)) return -1;
+        if (c->op != SN_OP_CAST || c->dtype != x->dtype || uses[c->id] != 1 || kept(g, c))
+            return -1;
         p[i] = c->in[0];
     }
     int low = lowrank_of(g, p, x, x->dtype, uses);

@@ -95,11 +95,13 @@ sn_status sn_kernel_check_gemm(const sn_kernel *k, sn_err *e) {
             return BUG("a GEMM kernel is a matmul with args (y, A, B) and its epilogue's bias "
                        "and c");
         const sn_node *y = k->args[0];
+        const char *what = bias ? c ? "(the product + bias) + c" : "the product + bias"
+                           : c  ? "the product + c"
+                                : "the product or its 16-bit cast";
         if (bias ? !bias_sum(y, n, k->args[k->n_out + n_in - 1], c)
                  : c ? summed(y, c) != n : y != n && (!is_16(y->dtype) || uncast(y, y->dtype) != n))
             return BUG("a %s%s GEMM stores %s (kernel.h)", sn_epilogue_name(epi),
-                       c ? " accum" : "", bias ? c ? "(the product + bias) + c" : "the product + bias"
-                       : c ? "the product + c" : "the product or its 16-bit cast");
+                       c ? " accum" : "", what);
         return SN_OK;
     }
     /* the GELU epilogues: outputs, A, B, then the bias or the aux (kernel.h) [, c] */

@@ -213,7 +213,8 @@ void sn_gemm_store_lowp(sn_dtype t, void *y, const float *c, const void *bias, c
             uint16_t *yr = y16 + r * N;
             const uint16_t *ar = a16 ? a16 + r * N : NULL;
             if (b16 && ar)
-                for (int64_t j = 0; j < N; j++) yr[j] = bf16_round((cr[j] + bf16_to_f32(b16[j])) + bf16_to_f32(ar[j]));
+                for (int64_t j = 0; j < N; j++)
+                    yr[j] = bf16_round((cr[j] + bf16_to_f32(b16[j])) + bf16_to_f32(ar[j]));
             else if (b16)
                 for (int64_t j = 0; j < N; j++) yr[j] = bf16_round(cr[j] + bf16_to_f32(b16[j]));
             else if (ar)
