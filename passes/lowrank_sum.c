@@ -28,16 +28,22 @@ static bool same_shape(const sn_node *a, const sn_node *b) {
     return true;
 }
 
+static bool is_16(sn_dtype t) { return t == SN_BF16 || t == SN_F16; }
+
+/* Whether x is an output or the loss. */
+static bool kept(const sn_graph *g, const sn_node *x) {
+    if (g->loss == x) return true;
+    for (int k = 0; k < g->n_outputs; k++)
+        if (g->outputs[k] == x) return true;
+    return false;
+}
+
 /* Whether n (read uses[n] times) is an f32 product of two t operands, of x's shape, read only
- * by x and no output, loss or gradient. */
+ * by x (a gradient is read by the optimizer: uses counts it) and no output or loss. */
 static bool product_of(const sn_graph *g, const sn_node *n, const sn_node *x, sn_dtype t,
                        const int *uses) {
-    if (n->op != SN_OP_MATMUL || n->dtype != SN_F32 || n->in[0]->dtype != t ||
-        n->in[1]->dtype != t || uses[n->id] != 1 || !same_shape(n, x) || g->loss == n)
-        return false;
-    for (int k = 0; k < g->n_outputs; k++)
-        if (g->outputs[k] == n) return false;
-    return true;
+    return n->op == SN_OP_MATMUL && n->dtype == SN_F32 && n->in[0]->dtype == t &&
+           n->in[1]->dtype == t && uses[n->id] == 1 && same_shape(n, x) && !kept(g, n);
 }
 
 /* Which of products p[0], p[1] (of x's shape, t operands, read only by their reader) is of low
@@ -50,15 +56,6 @@ static int lowrank_of(const sn_graph *g, const sn_node *const p[2], const sn_nod
     if (k0 <= SN_LOWRANK_K && k1 > k0) return 0;
     if (k1 <= SN_LOWRANK_K && k0 > k1) return 1;
     return -1;
-}
-
-static bool is_16(sn_dtype t) { return t == SN_BF16 || t == SN_F16; }
-
-static bool kept(const sn_graph *g, const sn_node *x) {
-    if (g->loss == x) return true;
-    for (int k = 0; k < g->n_outputs; k++)
-        if (g->outputs[k] == x) return true;
-    return false;
 }
 
 /* How x is rewritten, or -1: 0 or 1, x = add(p0, p1) of two f32 products read only by its cast
