@@ -213,13 +213,17 @@ void sn_gemm_store_lowp(sn_dtype t, void *y, const float *c, const void *bias, c
             uint16_t *yr = y16 + r * N;
             const uint16_t *ar = a16 ? a16 + r * N : NULL;
             if (b16 && ar)
+#pragma omp simd
                 for (int64_t j = 0; j < N; j++)
                     yr[j] = bf16_round((cr[j] + bf16_to_f32(b16[j])) + bf16_to_f32(ar[j]));
             else if (b16)
+#pragma omp simd
                 for (int64_t j = 0; j < N; j++) yr[j] = bf16_round(cr[j] + bf16_to_f32(b16[j]));
             else if (ar)
+#pragma omp simd
                 for (int64_t j = 0; j < N; j++) yr[j] = bf16_round(cr[j] + bf16_to_f32(ar[j]));
             else
+#pragma omp simd
                 for (int64_t j = 0; j < N; j++) yr[j] = bf16_round(cr[j]);
         }
         return;
