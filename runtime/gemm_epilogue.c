@@ -31,6 +31,7 @@ void sn_gemm_epilogue_rows(const sn_kernel *k, void *const *bufs, const float *c
     if (epi == SN_EPI_NONE || epi == SN_EPI_BIAS) { /* f32 y with accum: (v + bias) + c */
         float *y = bufs[0];
         const float *b = epi == SN_EPI_BIAS ? bufs[o + 2] : NULL, *a = acc;
+        SN_ASSERT(a); /* without c, runtime/cpu.c stores an f32 y itself */
         for (int64_t r = r0; r < r1; r++)
             for (int64_t j = 0; j < N; j++) {
                 int64_t i = r * N + j;

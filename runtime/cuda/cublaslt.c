@@ -212,7 +212,7 @@ sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     if (!st && sn_gemm_has_aux(p->s.epi))
         st = set_pointer(a, p, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, e);
     if (st) return st;
-    /* ACCUM: beta = 1 and C of D's type and layout (p->d serves both), D's own buffer when
+    /* accum: beta = 1 and C of D's type and layout (p->d serves both), D's own buffer when
        memplan wrote the sum in place (cuBLASLt allows C == D with identical layouts);
        otherwise beta = 0 and C is D, never read */
     bool accum = p->s.accum;
