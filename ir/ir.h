@@ -128,6 +128,8 @@ int sn_role_parse(const char *s, size_t len); /* -1 if unknown */
 sn_node *sn_graph_append(sn_graph *g, const sn_node *proto);
 
 int64_t sn_numel(const sn_node *n);
+/* Whether a and b have the same rank and dimensions. */
+bool sn_same_shape(const sn_node *a, const sn_node *b);
 /* The most elements a tensor may have: 8 bytes each still fit in int64. */
 #define SN_MAX_NUMEL (INT64_MAX / 8)
 /* The product of shape[0..rank) in *out (when out is not NULL); false when a dimension is

@@ -38,7 +38,7 @@ static void copy_shape(sn_node *n, const sn_node *from) {
     memcpy(n->shape, from->shape, sizeof n->shape);
 }
 
-static bool same_shape(const sn_node *a, const sn_node *b) {
+bool sn_same_shape(const sn_node *a, const sn_node *b) {
     if (a->rank != b->rank) return false;
     for (int i = 0; i < a->rank; i++)
         if (a->shape[i] != b->shape[i]) return false;
@@ -149,7 +149,7 @@ static int infer_norm(sn_node *n, int n_vec, char *msg, size_t len) {
 
 /* dy must match x; used by the backward row ops */
 static int need_same_shape(const sn_node *n, int i, int j, char *msg, size_t len) {
-    if (!same_shape(n->in[i], n->in[j])) {
+    if (!sn_same_shape(n->in[i], n->in[j])) {
         types t = type_strs(n);
         return bad(msg, len, "input %d is %s, input %d is %s: shapes must be equal", i, t.s[i], j,
                    t.s[j]);

@@ -5,13 +5,6 @@
  * from them (sn_fuse_gemm_args). */
 #include "fuse_int.h"
 
-static bool same_shape(const sn_node *a, const sn_node *b) {
-    if (a->rank != b->rank) return false;
-    for (int d = 0; d < a->rank; d++)
-        if (a->shape[d] != b->shape[d]) return false;
-    return true;
-}
-
 /* A GEMM's bias epilogue (kernel.h: BIAS), its accum or both, found from its matmul: the nodes
  * the GEMM kernel computes besides it (the bias's f32 cast, the add, c's f32 cast, its add, the
  * cast of the sum) and its inputs. */
@@ -72,10 +65,10 @@ static bool written_before(const fuse_state *s, const sn_node *h, int pos) {
  * product's; then y = x2). Appends the nodes after x to m, sets its c and y. */
 static bool accum_after(const fuse_state *s, const sn_node *x, sn_dtype lo, epi_match *m) {
     const sn_node *x2 = sn_fuse_only_reader(s, x);
-    if (!x2 || x2->op != SN_OP_ADD || x2->dtype != SN_F32 || s->is_out[x->id] || !same_shape(x2, x))
+    if (!x2 || x2->op != SN_OP_ADD || x2->dtype != SN_F32 || s->is_out[x->id] || !sn_same_shape(x2, x))
         return false;
     const sn_node *o = x2->in[0] == x ? x2->in[1] : x2->in[0];
-    if (o == x || !same_shape(o, x)) return false;
+    if (o == x || !sn_same_shape(o, x)) return false;
     if (lo == SN_F32) {
         if (o->dtype != SN_F32 || (is_view(o->op) && o->op != SN_OP_RESHAPE)) return false;
         m->c = o;
@@ -197,7 +190,7 @@ static bool bias_result(const fuse_state *s, const sn_node *y) {
         const sn_node *x1 = x->in[i], *o = x->in[1 - i];
         if (x1 != o && !s->is_out[x1->id] && sn_fuse_only_reader(s, x1) == x &&
             bias_sum16(s, x1, y->dtype) && o->op == SN_OP_CAST && o->dtype == SN_F32 &&
-            o->in[0]->dtype == y->dtype && same_shape(o, x) && sn_fuse_only_reader(s, o) == x &&
+            o->in[0]->dtype == y->dtype && sn_same_shape(o, x) && sn_fuse_only_reader(s, o) == x &&
             !is_view(o->in[0]->op) && c_own_buffer(s, o->in[0]))
             return true;
     }
@@ -281,7 +274,7 @@ static bool f32_bias_add(const fuse_state *s, const sn_node *x) {
     if (x->op != SN_OP_ADD || x->dtype != SN_F32 || s->is_out[x->id]) return false;
     for (int i = 0; i < 2; i++) {
         const sn_node *mm = x->in[i], *b = x->in[1 - i];
-        if (gelu_gemm(mm) && mm->in[0]->dtype == SN_F32 && same_shape(mm, x) &&
+        if (gelu_gemm(mm) && mm->in[0]->dtype == SN_F32 && sn_same_shape(mm, x) &&
             sn_fuse_only_reader(s, mm) == x && is_leaf(b->op) && b->dtype == SN_F32 &&
             b->rank == 1 && b->shape[0] == x->shape[x->rank - 1])
             return true;
@@ -387,7 +380,7 @@ static bool dgelu_epilogue(const fuse_state *s, const sn_node *mm, const epi_mat
         o = sn_fuse_only_reader(s, gb);
         if (!o || o->op != SN_OP_CAST || o->dtype != t) return false;
     }
-    if (h->dtype != t || !s->mat[h->id] || !same_shape(h, mm) || h == mm->in[0] || h == mm->in[1])
+    if (h->dtype != t || !s->mat[h->id] || !sn_same_shape(h, mm) || h == mm->in[0] || h == mm->in[1])
         return false;
     *m = wide ? (gelu_match){.nodes = {gb}, .n = 1}
               : (gelu_match){.nodes = {dy, xh, gb, o}, .n = 4};

@@ -21,13 +21,6 @@ static int64_t contraction(const sn_node *m) {
     return a->shape[a->rank - 1 - (m->a.ta ? 1 : 0)];
 }
 
-static bool same_shape(const sn_node *a, const sn_node *b) {
-    if (a->rank != b->rank) return false;
-    for (int d = 0; d < a->rank; d++)
-        if (a->shape[d] != b->shape[d]) return false;
-    return true;
-}
-
 static bool is_16(sn_dtype t) { return t == SN_BF16 || t == SN_F16; }
 
 /* Whether x is an output or the loss. */
@@ -43,7 +36,7 @@ static bool kept(const sn_graph *g, const sn_node *x) {
 static bool product_of(const sn_graph *g, const sn_node *n, const sn_node *x, sn_dtype t,
                        const int *uses) {
     return n->op == SN_OP_MATMUL && n->dtype == SN_F32 && n->in[0]->dtype == t &&
-           n->in[1]->dtype == t && uses[n->id] == 1 && same_shape(n, x) && !kept(g, n);
+           n->in[1]->dtype == t && uses[n->id] == 1 && sn_same_shape(n, x) && !kept(g, n);
 }
 
 /* Which of products p[0], p[1] (of x's shape, t operands, read only by their reader) is of low
