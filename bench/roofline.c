@@ -66,7 +66,9 @@ static double kernel_bytes(const sn_kernel *k) {
     for (int a = 0; a < k->n_out + k->n_in; a++) {
         bool seen = a < k->n_out && !sn_kernel_writes(k, a); /* a PARTIAL kernel's sums */
         for (int j = 0; j < a; j++) seen |= k->args[j] == k->args[a];
-        if (!seen) b += node_bytes(k->args[a]);
+        int op = a - k->n_out; /* a GEMM operand read in place reads its view's elements */
+        bool view = k->kind == SN_KER_GEMM && op >= 0 && op < 2 && k->gemm.view[op].ld;
+        if (!seen) b += node_bytes(view ? k->anchor->in[op] : k->args[a]);
     }
     b += (double)sn_kernel_scratch_bytes(k); /* partial sums, or embedding_bwd's buckets */
     return k->tail ? b + kernel_bytes(k->tail) : b; /* a joined FINISH's (kernel.h) */

@@ -185,8 +185,18 @@ static const sn_node *loss_owner(const fuse_state *s, const sn_node *x) {
 
 /* Whether compute op u may read operand x through a strided view of x's buffer instead of a
  * copy: q, k, v, o and dout of the attention ops (not lse), which the attention kernels index
- * by (item, row) strides (kernel.h). */
+ * by (item, row) strides (kernel.h); a matmul's slices of a value's last axis (kernel.h: the
+ * GEMM's operand views; not the NF4 product's, which reads its x whole). */
 static bool in_place_operand(const sn_node *u, const sn_node *x) {
+    if (u->op == SN_OP_MATMUL && is_view(x->op) && u->in[1]->op != SN_OP_DEQUANT_NF4) {
+        for (int i = 0; i < 2; i++) {
+            const sn_node *base;
+            sn_gemm_view v;
+            if (u->in[i] == x && (!sn_gemm_operand_view(u, i, &base, &v) || is_view(base->op)))
+                return false;
+        }
+        return true;
+    }
     if (sn_op_kind(u->op) != SN_K_ATTENTION || !is_view(x->op)) return false;
     for (int i = 0; i < u->n_in; i++) {
         bool lse = (u->op == SN_OP_ATTENTION && i == 3) || (u->op != SN_OP_ATTENTION_CACHE && i == 5);

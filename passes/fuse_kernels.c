@@ -282,14 +282,18 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
     }
     for (int i = 0; i < n->n_in; i++) {
         view_map m = {.base = nf4 && i == 1 ? n->in[1]->in[0] : n->in[i]};
+        bool gemm = k->kind == SN_KER_GEMM;
         if (att) {
             bool mapped = sn_fuse_map_of(s, n->in[i], &m);
             SN_ASSERT(mapped && !m.masked); /* decide made sure */
+        } else if (gemm && !s->mat[m.base->id]) { /* read in place (kernel.h: operand views) */
+            bool view = sn_gemm_operand_view(n, i, &m.base, &k->gemm.view[i]);
+            SN_ASSERT(view && s->mat[m.base->id]); /* decide made sure */
         } else {
             SN_ASSERT(s->mat[m.base->id]);
         }
-        int at = -1;
-        for (int j = 0; j < k->n_out + k->n_in && at < 0; j++)
+        int at = -1; /* a GEMM's A and B are two args, whatever they read */
+        for (int j = 0; j < k->n_out + k->n_in && at < 0 && !gemm; j++)
             if (k->args[j] == m.base) at = j;
         if (at < 0) { /* compute ops have at most 6 inputs */
             at = k->n_out + k->n_in++;

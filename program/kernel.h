@@ -64,7 +64,10 @@ const char *sn_kernel_kind_name(sn_kernel_kind k);
  * product v, not rnd(v); f32 programs are exact. gelu and gelu' are program/epilogue.h's f32
  * formulas (tanh form, as cuBLASLt documents its GELU; ir's gelu and gelu_bwd). The GELU
  * epilogues need A not transposed, B of rank 2 (one GEMM), and with aux N % 8 == 0 (cuBLASLt's
- * EPILOGUE_AUX_LD rule). The nodes an epilogue stands for have home at the matmul (fuse). */
+ * EPILOGUE_AUX_LD rule). The nodes an epilogue stands for have home at the matmul (fuse).
+ * Operand views (sn_kernel_gemm_part.view): A or B may be a slice along its last axis (under
+ * reshapes that keep the last dim) of a value with a buffer, read in place: its arg is that
+ * value, the rows ld elements apart from element off (sn_gemm_operand_view); no copy kernel. */
 typedef enum {
     SN_EPI_NONE,
     SN_EPI_BIAS,
@@ -170,11 +173,27 @@ typedef struct {
     bool pair; /* the norm backward pair (below: a PARTIAL kernel that computes dx too) */
 } sn_kernel_row_part;
 
+/* A GEMM operand read in place from a larger buffer (sn_epilogue's operand views): its rows
+ * start ld elements apart, the first at element off of the arg; ld 0: the arg is the operand,
+ * contiguous (off 0). */
+typedef struct {
+    int64_t off, ld;
+} sn_gemm_view;
+
 /* GEMM: what it does with its product before storing it (sn_epilogue above). */
 typedef struct {
     sn_epilogue epilogue;
     bool accum; /* c added to the sum (above), the last arg */
+    sn_gemm_view view[2]; /* how A and B are read (above) */
 } sn_kernel_gemm_part;
+
+/* Whether operand i (0: A, 1: B) of matmul mm can be read in place as a view (sn_epilogue's
+ * operand views): x = mm->in[i] is a slice along the last axis of a value, under reshapes
+ * keeping the last dim; the product reads it as one matrix of rows (A: of rank 2, or its batch
+ * dims folded into rows: B of rank 2, A not transposed; B: of rank 2); the first element and
+ * the rows' stride whole multiples of 16 bytes (cuBLASLt's vector loads). Then *base is the
+ * sliced value and *v where the rows are in it; else false. */
+bool sn_gemm_operand_view(const sn_node *mm, int i, const sn_node **base, sn_gemm_view *v);
 
 /* The optimizer kinds: the flat range [0, flat_n) of f32 elements they cover, and (ADAMW) the
  * first flat_decay of them, which get weight decay. flat_low (ADAMW): SN_F32 (zero) for none,

@@ -71,11 +71,39 @@ static bool dgelu_of(const sn_node *y, const sn_node *mm, const sn_node *h, cons
     return p && (c ? summed(p, c) : y->dtype == SN_F32 ? p : uncast(p, y->dtype)) == mm;
 }
 
+bool sn_gemm_operand_view(const sn_node *mm, int i, const sn_node **base, sn_gemm_view *v) {
+    const sn_node *x = mm->in[i], *s = x;
+    int64_t cols = x->shape[x->rank - 1];
+    while (s->op == SN_OP_RESHAPE && s->in[0]->shape[s->in[0]->rank - 1] == cols) s = s->in[0];
+    if (s->op != SN_OP_SLICE || s->a.axis != s->rank - 1) return false;
+    const sn_node *b = mm->in[1 - i];
+    bool one_matrix = i == 0 ? x->rank == 2 || (b->rank == 2 && !mm->a.ta) : x->rank == 2;
+    int64_t es = sn_dtype_bits(x->dtype) / 8, ld = s->in[0]->shape[s->rank - 1];
+    if (!one_matrix || (s->a.start * es) % 16 || (ld * es) % 16) return false;
+    *base = s->in[0];
+    *v = (sn_gemm_view){.off = s->a.start, .ld = ld};
+    return true;
+}
+
+/* The arg operand i of matmul n is read from (k->gemm.view[i]: the operand, or the value it is
+ * a view of), or NULL when the recorded view is not the operand's. */
+static const sn_node *operand_arg(const sn_kernel *k, int i) {
+    const sn_node *n = k->anchor, *base;
+    sn_gemm_view v, r = k->gemm.view[i];
+    if (!r.ld) return r.off ? NULL : n->in[i];
+    return sn_gemm_operand_view(n, i, &base, &v) && v.off == r.off && v.ld == r.ld ? base : NULL;
+}
+
 sn_status sn_kernel_check_gemm(const sn_kernel *k, sn_err *e) {
     const sn_node *n = k->anchor;
     sn_epilogue epi = k->gemm.epilogue;
     if (n->op != SN_OP_MATMUL || epi < 0 || epi >= SN_EPI_COUNT || k->n_in < 1 + k->gemm.accum)
         return BUG("a GEMM kernel is a matmul with one of kernel.h's epilogues");
+    const sn_node *A = operand_arg(k, 0), *B = operand_arg(k, 1);
+    if (!A || !B)
+        return BUG("a GEMM reads operand %s through a view (off %lld, ld %lld) that is not a "
+                   "slice of its last axis (kernel.h: operand views)", A ? "B" : "A",
+                   (long long)k->gemm.view[A ? 1 : 0].off, (long long)k->gemm.view[A ? 1 : 0].ld);
     /* c, with accum: the last arg, of the product's element count and y's dtype, not y */
     const sn_node *c = k->gemm.accum ? k->args[k->n_out + k->n_in - 1] : NULL;
     int n_in = k->n_in - k->gemm.accum;
@@ -88,8 +116,8 @@ sn_status sn_kernel_check_gemm(const sn_kernel *k, sn_err *e) {
         bool a = false, b = false, bias = epi == SN_EPI_BIAS;
         int ops = n_in - bias; /* A and B */
         for (int i = k->n_out; i < k->n_out + ops; i++) {
-            a |= k->args[i] == n->in[0];
-            b |= k->args[i] == n->in[1];
+            a |= k->args[i] == A;
+            b |= k->args[i] == B;
         }
         if (k->n_out != 1 || !a || !b || ops < 1 || ops > 2)
             return BUG("a GEMM kernel is a matmul with args (y, A, B) and its epilogue's bias "
@@ -107,7 +135,7 @@ sn_status sn_kernel_check_gemm(const sn_kernel *k, sn_err *e) {
     /* the GELU epilogues: outputs, A, B, then the bias or the aux (kernel.h) [, c] */
     int outs = epi == SN_EPI_GELU_AUX_BIAS ? 2 : 1;
     const sn_node *y = k->args[0], *in = k->args[outs + 2];
-    if (k->n_out != outs || n_in != 3 || k->args[outs] != n->in[0] || k->args[outs + 1] != n->in[1])
+    if (k->n_out != outs || n_in != 3 || k->args[outs] != A || k->args[outs + 1] != B)
         return BUG("a %s GEMM has args (%s, A, B, %s%s): %d outputs and %d inputs, A and B the "
                    "matmul's operands", sn_epilogue_name(epi), outs == 2 ? "y, aux" : "y",
                    epi == SN_EPI_DGELU ? "aux" : "bias", c ? ", c" : "", outs, 3 + !!c);

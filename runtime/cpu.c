@@ -75,6 +75,7 @@ static sn_status cpu_launch(sn_device *d, const sn_kernel *k, void *handle, void
 
 typedef struct {
     const sn_node *mm;
+    const sn_gemm_view *view; /* A's and B's (kernel.h: operand views) */
     void *const *bufs;
     const float *bias; /* the bias epilogue's (N) vector, or NULL */
     int parts;
@@ -87,10 +88,10 @@ static void gemm_part(void *ctx, int64_t begin, int64_t end) {
     sn_gemm_thread_init();
     bool lowp = g->mm->in[0]->dtype != SN_F32; /* bf16 / f16 operands, f32 output */
     for (int64_t p = begin; p < end; p++)
-        g->status[p] = lowp ? sn_gemm_matmul_part_lowp(g->mm, g->bufs[0], g->bufs[1], g->bufs[2], g->bias,
-                                                       (int)p, g->parts, &g->err[p])
-                            : sn_gemm_matmul_part(g->mm, g->bufs[0], g->bufs[1], g->bufs[2], g->bias,
-                                                  (int)p, g->parts, &g->err[p]);
+        g->status[p] = lowp ? sn_gemm_matmul_part_lowp(g->mm, g->view, g->bufs[0], g->bufs[1],
+                                                       g->bufs[2], g->bias, (int)p, g->parts, &g->err[p])
+                            : sn_gemm_matmul_part(g->mm, g->view, g->bufs[0], g->bufs[1], g->bufs[2],
+                                                  g->bias, (int)p, g->parts, &g->err[p]);
 }
 
 /* The epilogue the product's store does not do (gemm_epilogue.h), rows [begin, end). */
@@ -147,7 +148,7 @@ static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, s
         }
         prod[0] = scratch = c->scratch;
     }
-    gemm_ctx g = {.mm = mm, .bufs = prod, .parts = parts,
+    gemm_ctx g = {.mm = mm, .view = k->gemm.view, .bufs = prod, .parts = parts,
                   .bias = epi == SN_EPI_BIAS && direct ? bufs[o + 2] : NULL};
     bool tiny = tiny_gemm(mm);
     if (tiny) gemm_part(&g, 0, parts); /* the same parts, so the same bits */

@@ -60,7 +60,8 @@ sn_status sn_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const f
     return SN_OK;
 }
 
-void sn_gemm_part_of(const sn_node *mm, int part, int parts, sn_gemm_part *p) {
+void sn_gemm_part_of(const sn_node *mm, const sn_gemm_view *view, int part, int parts,
+                     sn_gemm_part *p) {
     const sn_node *A = mm->in[0], *B = mm->in[1];
     bool ta = mm->a.ta;
     int64_t M = mm->shape[mm->rank - 2], N = mm->shape[mm->rank - 1];
@@ -71,7 +72,9 @@ void sn_gemm_part_of(const sn_node *mm, int part, int parts, sn_gemm_part *p) {
         batch = 1;
     }
     *p = (sn_gemm_part){.ta = ta, .tb = mm->a.tb, .M = M, .N = N, .K = K,
-                        .lda = A->shape[A->rank - 1], .ldb = B->shape[B->rank - 1],
+                        .lda = view && view[0].ld ? view[0].ld : A->shape[A->rank - 1],
+                        .ldb = view && view[1].ld ? view[1].ld : B->shape[B->rank - 1],
+                        .oa = view ? view[0].off : 0, .ob = view ? view[1].off : 0,
                         .sa = A->rank > 2 ? M * K : 0, .sb = B->rank > 2 ? K * N : 0,
                         .b0 = 0, .b1 = batch, .r0 = 0, .r1 = M, .c0 = 0, .c1 = N};
     int64_t blocks = (M + 15) / 16, cols = (N + 15) / 16;
@@ -96,10 +99,13 @@ void sn_gemm_part_bias(const sn_gemm_part *p, float *c, const float *bias, int64
     }
 }
 
-sn_status sn_gemm_matmul_part(const sn_node *mm, float *c, const float *a, const float *b,
-                              const float *bias, int part, int parts, sn_err *e) {
+sn_status sn_gemm_matmul_part(const sn_node *mm, const sn_gemm_view *view, float *c,
+                              const float *a, const float *b, const float *bias, int part,
+                              int parts, sn_err *e) {
     sn_gemm_part p;
-    sn_gemm_part_of(mm, part, parts, &p);
+    sn_gemm_part_of(mm, view, part, parts, &p);
+    a += p.oa;
+    b += p.ob;
     for (int64_t i = p.b0; i < p.b1 && p.r0 < p.r1 && p.c0 < p.c1; i++) {
         const float *ai = a + i * p.sa + (p.ta ? p.r0 : p.r0 * p.lda);
         const float *bi = b + i * p.sb + (p.tb ? p.c0 * p.ldb : p.c0);

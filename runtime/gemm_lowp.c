@@ -159,11 +159,12 @@ sn_status sn_gemm_lowp(sn_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64
     return widened(t, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, e);
 }
 
-sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, const void *b,
-                                   const float *bias, int part, int parts, sn_err *e) {
+sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, const sn_gemm_view *view, float *c,
+                                   const void *a, const void *b, const float *bias, int part,
+                                   int parts, sn_err *e) {
     sn_gemm_part p;
-    sn_gemm_part_of(mm, part, parts, &p);
-    const uint16_t *a16 = a, *b16 = b;
+    sn_gemm_part_of(mm, view, part, parts, &p);
+    const uint16_t *a16 = (const uint16_t *)a + p.oa, *b16 = (const uint16_t *)b + p.ob;
     for (int64_t i = p.b0; i < p.b1 && p.r0 < p.r1 && p.c0 < p.c1; i++) {
         const uint16_t *ai = a16 + i * p.sa + (p.ta ? p.r0 : p.r0 * p.lda);
         const uint16_t *bi = b16 + i * p.sb + (p.tb ? p.c0 * p.ldb : p.c0);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
+#include "program/kernel.h"
 
 /* C (M, N) = op(A) @ op(B) (C overwritten), A and B of dtype t (SN_BF16 or SN_F16). */
 sn_status sn_gemm_lowp(sn_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
@@ -13,10 +14,11 @@ sn_status sn_gemm_lowp(sn_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64
                        int64_t ldc, sn_err *e);
 
 /* Part `part` of `parts` of matmul mm whose operands are bf16 or f16 (its output f32): the
- * same split and the same bias epilogue (bias (N) added to every row; NULL: none) as
+ * same split, views and bias epilogue (bias (N) added to every row; NULL: none) as
  * sn_gemm_matmul_part. */
-sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, float *c, const void *a, const void *b,
-                                   const float *bias, int part, int parts, sn_err *e);
+sn_status sn_gemm_matmul_part_lowp(const sn_node *mm, const sn_gemm_view *view, float *c,
+                                   const void *a, const void *b, const float *bias, int part,
+                                   int parts, sn_err *e);
 
 /* A GEMM kernel's epilogue into a 16-bit output (program/kernel.h: NONE, BIAS, with or without
  * accum): rows [r0, r1) of y (R, N) of dtype t (SN_BF16 or SN_F16) = (c + bias) + acc rounded to

@@ -307,6 +307,55 @@ START_TEST(accum_epilogues) {
 }
 END_TEST
 
+/* GEMM operands read in place (kernel.h: operand views): slices of the last axis of h (rows of
+ * 12 f32: 48 bytes) at 16-byte offsets are read by their products from h's buffer, as A (its
+ * batch dims folded), as A transposed (under a reshape) and, of a weight, as B; a slice at 4
+ * bytes is copied. Each GEMM against the interpreter; a wrong view is refused by the check. */
+START_TEST(gemm_operand_views) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(3, 5, 24));
+    sn_node *c = sn_input(g, "c", SN_F32, SN_SHAPE(15, 16));
+    sn_node *z = sn_input(g, "z", SN_F32, SN_SHAPE(15, 4));
+    sn_node *wa = sn_param(g, "wa", SN_F32, SN_SHAPE(24, 12), SN_INIT_NORMAL, 1);
+    sn_node *b1 = sn_param(g, "b1", SN_F32, SN_SHAPE(4, 40), SN_INIT_NORMAL, 1);
+    sn_node *wb = sn_param(g, "wb", SN_F32, SN_SHAPE(4, 48), SN_INIT_NORMAL, 1);
+    sn_node *h = sn_matmul(g, x, wa);
+    sn_node *y1 = sn_matmul(g, sn_slice(g, h, 2, 0, 4), b1);
+    sn_node *h2 = sn_reshape(g, sn_slice(g, h, 2, 4, 8), SN_SHAPE(15, 4));
+    sn_node *y2 = sn_matmul_t(g, h2, c, true, false);
+    sn_node *y3 = sn_matmul(g, z, sn_slice(g, wb, 1, 16, 40));
+    sn_node *y4 = sn_matmul(g, sn_slice(g, h, 2, 1, 5), b1); /* at 4 bytes: a copy */
+    sn_graph_add_output(g, y1);
+    sn_graph_add_output(g, y2);
+    sn_graph_add_output(g, y3);
+    sn_graph_add_output(g, y4);
+    kernel_stats st;
+    sn_program *p = fuse_and_check(g, 1, NULL, &st);
+    ck_assert_int_eq(st.gemms[SN_EPI_NONE], 5);
+    ck_assert_int_eq(st.kernels, 1); /* the copy of y4's slice */
+    const sn_kernel *k1 = kernel_of(p, y1), *k2 = kernel_of(p, y2), *k3 = kernel_of(p, y3);
+    const sn_kernel *k4 = kernel_of(p, y4);
+    ck_assert(k1->args[1] == h && k1->gemm.view[0].off == 0 && k1->gemm.view[0].ld == 12);
+    ck_assert(k2->args[1] == h && k2->gemm.view[0].off == 4 && k2->gemm.view[0].ld == 12);
+    ck_assert(k3->args[2] == wb && k3->gemm.view[1].off == 16 && k3->gemm.view[1].ld == 48);
+    ck_assert(!k1->gemm.view[1].ld && !k3->gemm.view[0].ld && !k4->gemm.view[0].ld);
+    ck_assert(k4->args[1] != h && k4->args[1]->op == SN_OP_SLICE);
+    /* planted: the view one row off, one element off, and an offset without a view */
+    sn_kernel bad = *k2;
+    sn_err e;
+    ck_assert_int_eq(sn_kernel_check(&bad, &e), SN_OK);
+    bad.gemm.view[0].off += 12;
+    ck_assert_int_eq(sn_kernel_check(&bad, &e), SN_ERR_INTERNAL);
+    bad.gemm.view[0].off -= 11;
+    ck_assert_int_eq(sn_kernel_check(&bad, &e), SN_ERR_INTERNAL);
+    bad = *k4;
+    bad.gemm.view[0].off = 4;
+    ck_assert_int_eq(sn_kernel_check(&bad, &e), SN_ERR_INTERNAL);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* Rows of 37 (vectors and a tail at any width). The residual x1 = emb + pos (a slice broadcast
  * over the batch) + proj is layernorm's prologue; tanh and the next residual x2 its epilogue,
  * x2 stored for rmsnorm's kernel (scale its epilogue), which reads it after exp(x2), the
@@ -629,6 +678,7 @@ int main(void) {
     tcase_add_test(tc, bias_gelu_two_outputs);
     tcase_add_test(tc, bias_gelu_epilogues);
     tcase_add_test(tc, accum_epilogues);
+    tcase_add_test(tc, gemm_operand_views);
     tcase_add_test(tc, residual_norms);
     tcase_add_test(tc, norm_backwards);
     tcase_add_test(tc, norm_pair_bits);

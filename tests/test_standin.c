@@ -863,6 +863,39 @@ START_TEST(gemm_plans_match_a_reference) {
         sn_check_close("GEMM on 64-byte aligned operands", got, want, (size_t)(M * N), 1e-6, 1);
         sn_gemm_plan_free(a, p);
     }
+    /* operands read in place (kernel.h: operand views): bf16 A and B inside rows of 24, at
+     * elements 8 and 16 (16 and 32 bytes: the plan must say so, as the stand-in refuses an
+     * operand less aligned than the preference its algorithm was chosen for) */
+    {
+        enum { VK = 8, VN = 8, LD = 24 };
+        sn_gemm_shape s = {.M = M, .N = VN, .K = VK, .batch = 1, .lda = LD, .ldb = LD, .ldd = VN,
+                           .off_a = 8, .off_b = 16, .ab = SN_BF16, .d = SN_F32,
+                           .bias_t = SN_F32, .aux_t = SN_F32, .c_t = SN_F32};
+        float Av[M * LD], Bv[VK * LD];
+        uint16_t hA[M * LD], hB[VK * LD];
+        fill(Av, M * LD, 7);
+        fill(Bv, VK * LD, 8);
+        to_dtype(SN_BF16, Av, M * LD, hA);
+        to_dtype(SN_BF16, Bv, VK * LD, hB);
+        from_dtype(SN_BF16, hA, M * LD, Av);
+        from_dtype(SN_BF16, hB, VK * LD, Bv);
+        reference(&s, Av + 8, Bv + 16, NULL, NULL, NULL, want, NULL);
+        CUdeviceptr vA, vB;
+        CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &vA, sizeof hA));
+        CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &vB, sizeof hB));
+        CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, vA, hA, sizeof hA, stream));
+        CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, vB, hB, sizeof hB, stream));
+        sn_gemm_plan *p;
+        CK(sn_gemm_plan_new(a, lt, &s, false, WS, &p, &e));
+        CK(sn_gemm_plan_run(a, lt, p, dD, vA, vB, 0, 0, 0, ws, WS, stream, &e));
+        CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, D, dD, 4 * M * VN, stream));
+        CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, stream));
+        for (int64_t j = 0; j < M * VN; j++) got[j] = D[j];
+        sn_check_close("GEMM of operands read in place", got, want, (size_t)(M * VN), 1e-6, 1);
+        sn_gemm_plan_free(a, p);
+        CK(SN_CUDA_CHECK(a, &e, cuMemFree, vA));
+        CK(SN_CUDA_CHECK(a, &e, cuMemFree, vB));
+    }
     /* types cuBLASLt has no plan for here are refused by name before any call */
     sn_gemm_shape bad = shapes[6];
     bad.ab = SN_BF16;

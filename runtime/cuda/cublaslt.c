@@ -41,8 +41,11 @@ sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k) {
     s.M = mm->shape[mm->rank - 2];
     s.N = mm->shape[mm->rank - 1];
     s.K = A->shape[A->rank - 1 - s.ta];
-    s.lda = A->shape[A->rank - 1];
-    s.ldb = B->shape[B->rank - 1];
+    const sn_gemm_view *v = k->gemm.view; /* operands read in place (kernel.h) */
+    s.lda = v[0].ld ? v[0].ld : A->shape[A->rank - 1];
+    s.ldb = v[1].ld ? v[1].ld : B->shape[B->rank - 1];
+    s.off_a = v[0].off;
+    s.off_b = v[1].off;
     s.ldd = s.N;
     s.batch = sn_numel(mm) / (s.M * s.N);
     if (B->rank == 2 && A->rank > 2 && !s.ta) { /* rows of every batch are one matrix */
@@ -156,11 +159,15 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceCreate, &p->pref);
     if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceSetAttribute, p->pref,
                                 CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    uint32_t align = OPERAND_ALIGN;
+    /* cuBLASLt's A is our B; an operand read in place is as aligned as its first element */
+    int64_t es = sn_dtype_bits(s->ab) / 8, off[4] = {s->off_b * es, s->off_a * es, 0, 0};
     for (int m = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES;
-         m <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES && !st; m++)
+         m <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES && !st; m++) {
+        uint32_t align = OPERAND_ALIGN;
+        while (off[m - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] % align) align /= 2;
         st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceSetAttribute, p->pref,
                            (cublasLtMatmulPreferenceAttributes_t)m, &align, sizeof align);
+    }
     /* the heuristic reads the bias's and the aux's alignment from their pointers' values (set
        for real per run) */
     void *bias_at = (void *)(uintptr_t)OPERAND_ALIGN;
@@ -219,6 +226,9 @@ sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     if (accum && !c)
         return sn_fail(e, SN_ERR_INTERNAL, "an accum GEMM without its C matrix");
     const float one = 1.0f, zero = 0.0f;
+    int64_t es = sn_dtype_bits(p->s.ab) / 8; /* the operands' first elements (views) */
+    A += (CUdeviceptr)(p->s.off_a * es);
+    B += (CUdeviceptr)(p->s.off_b * es);
     return SN_CUDA_CHECK(a, e, cublasLtMatmul, handle, p->desc, &one, (const void *)(uintptr_t)B,
                          p->a, (const void *)(uintptr_t)A, p->b, accum ? &one : &zero,
                          (const void *)(uintptr_t)(accum ? c : d), p->d, (void *)(uintptr_t)d,

@@ -161,6 +161,8 @@ typedef struct {
     bool ta, tb;
     int64_t M, N, K, batch;
     int64_t lda, ldb, ldd;             /* row-major leading dimensions */
+    int64_t off_a, off_b;              /* A's and B's first elements in their buffers (kernel.h:
+                                          operand views; sn_gemm_plan_run adds them) */
     int64_t stride_a, stride_b, stride_d; /* batch strides in elements (0: shared) */
     sn_epilogue epi;
     bool accum;                        /* beta = 1 with C (kernel.h's accum) */
@@ -189,7 +191,8 @@ sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k);
 sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_shape *s,
                            bool tf32, size_t workspace_bytes, sn_gemm_plan **out, sn_err *e);
 /* D = epilogue(A @ B [+ C]) on stream, with the plan's algorithm; bias, aux and c 0 where the
- * epilogue has none (c: accum's C, beta = 1, of D's type and layout, may be d: in place). */
+ * epilogue has none (c: accum's C, beta = 1, of D's type and layout, may be d: in place). A and
+ * B are their buffers: the operands start off_a and off_b elements into them. */
 sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,
                            CUdeviceptr d, CUdeviceptr A, CUdeviceptr B, CUdeviceptr bias,
                            CUdeviceptr aux, CUdeviceptr c, CUdeviceptr workspace,
