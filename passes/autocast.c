@@ -167,6 +167,13 @@ static bool read_low(const sn_graph *in, const sn_node *x) {
     return readers > 0;
 }
 
+/* Whether old node x is a product (no bias: LLaMA's projections) or an adapted one's sum, as
+ * SwiGLU's gate and up are. */
+static bool swiglu_product(const sn_node *x) {
+    const sn_node *base = adapter_base(x);
+    return x->op == SN_OP_MATMUL || (base && base->op == SN_OP_MATMUL);
+}
+
 /* x (new graph, f32) as the low dtype read back in f32: what an epilogue of the low output
  * type stores (a bias, a GELU's input) and a reader then computes with. */
 static sn_node *rounded(ac_state *s, sn_node *x) { return cast(s, cast(s, x, s->low), SN_F32); }
@@ -203,6 +210,13 @@ static sn_status rewrite_node(ac_state *s, const sn_graph *in, const sn_node *n)
         }
         if (n->op == SN_OP_GELU && (is_linear(ins[0]) || adapter_base(n->in[0])))
             ins[0] = rounded(s, ins[0]);
+        /* SwiGLU's silu(gate) * up reads both products rounded, as torch.autocast's linear
+           layers leave them: their GEMMs store 16 bits, the MLP saves half the bytes */
+        if (n->op == SN_OP_SILU && swiglu_product(n->in[0])) ins[0] = rounded(s, ins[0]);
+        for (int i = 0; n->op == SN_OP_MUL && i < 2; i++)
+            if (n->in[1 - i]->op == SN_OP_SILU && swiglu_product(n->in[1 - i]->in[0]) &&
+                swiglu_product(n->in[i]))
+                ins[i] = rounded(s, ins[i]);
         /* a product's logits in the low dtype, as torch.autocast's linear layer leaves them
            (cross-entropy widens them): the LM head stores them in 16 bits, the classifier
            reads half the bytes */

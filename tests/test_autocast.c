@@ -183,6 +183,52 @@ START_TEST(text_lora) {
 }
 END_TEST
 
+/* SwiGLU (LLaMA's MLP): silu(gate) * up reads both products rounded to bf16, as torch.autocast's
+ * linear layers return them, in either order of the mul; a SiLU of something else (here x) and
+ * the mul by it stay f32. */
+START_TEST(text_swiglu) {
+    char *got = autocast_text("graph {\n"
+                              "  %0 = input \"x\" : f32[2,3,4]\n"
+                              "  %1 = param \"wg\" init=normal f=0.02 : f32[4,6]\n"
+                              "  %2 = param \"wu\" init=normal f=0.02 : f32[4,6]\n"
+                              "  %3 = param \"wd\" init=normal f=0.02 : f32[6,4]\n"
+                              "  %4 = matmul %0, %1 ta=0 tb=0 : f32[2,3,6]\n"
+                              "  %5 = matmul %0, %2 ta=0 tb=0 : f32[2,3,6]\n"
+                              "  %6 = silu %4 : f32[2,3,6]\n"
+                              "  %7 = mul %5, %6 : f32[2,3,6]\n"
+                              "  %8 = matmul %7, %3 ta=0 tb=0 : f32[2,3,4]\n"
+                              "  %9 = silu %0 : f32[2,3,4]\n"
+                              "  %10 = mul %9, %8 : f32[2,3,4]\n"
+                              "  output %10\n"
+                              "}\n",
+                              SN_PRECISION_BF16, 9);
+    ck_assert_str_eq(got, "graph {\n"
+                          "  %0 = input \"x\" : f32[2,3,4]\n"
+                          "  %1 = param \"wg\" init=normal f=0.02 : f32[4,6]\n"
+                          "  %2 = param \"wu\" init=normal f=0.02 : f32[4,6]\n"
+                          "  %3 = param \"wd\" init=normal f=0.02 : f32[6,4]\n"
+                          "  %4 = cast %0 : bf16[2,3,4]\n"
+                          "  %5 = cast %1 : bf16[4,6]\n"
+                          "  %6 = matmul %4, %5 ta=0 tb=0 : f32[2,3,6]\n"
+                          "  %7 = cast %2 : bf16[4,6]\n"
+                          "  %8 = matmul %4, %7 ta=0 tb=0 : f32[2,3,6]\n"
+                          "  %9 = cast %6 : bf16[2,3,6]\n"
+                          "  %10 = cast %9 : f32[2,3,6]\n"
+                          "  %11 = silu %10 : f32[2,3,6]\n"
+                          "  %12 = cast %8 : bf16[2,3,6]\n"
+                          "  %13 = cast %12 : f32[2,3,6]\n"
+                          "  %14 = mul %13, %11 : f32[2,3,6]\n"
+                          "  %15 = cast %14 : bf16[2,3,6]\n"
+                          "  %16 = cast %3 : bf16[6,4]\n"
+                          "  %17 = matmul %15, %16 ta=0 tb=0 : f32[2,3,4]\n"
+                          "  %18 = silu %0 : f32[2,3,4]\n"
+                          "  %19 = mul %18, %17 : f32[2,3,4]\n"
+                          "  output %19\n"
+                          "}\n");
+    free(got);
+}
+END_TEST
+
 START_TEST(errors_say_what_to_do) {
     sn_graph *g = sn_graph_new(), *out;
     sn_node *x = sn_param(g, "x", SN_F32, SN_SHAPE(2, 2), SN_INIT_NORMAL, 1);
@@ -611,6 +657,7 @@ int main(void) {
     tcase_add_test(tc, text_mlp);
     tcase_add_test(tc, text_attention);
     tcase_add_test(tc, text_lora);
+    tcase_add_test(tc, text_swiglu);
     tcase_add_test(tc, errors_say_what_to_do);
     tcase_add_loop_test(tc, tiny_gpt2_tracks_fp32, 0, 2);
     tcase_add_test(tc, gradients_of_cast_graph);

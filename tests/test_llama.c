@@ -63,12 +63,28 @@ START_TEST(llama_matches_interpreter) {
 }
 END_TEST
 
-/* Mixed precision (bf16 products): the unrepeated k and v are cast once each and the compiled
- * program matches the interpreter's emulated rounding (test_autocast's tolerance, 4 u). */
+/* Whether x is a 16-bit value widened (autocast's rounded read). */
+static bool widened_16(const sn_node *x) {
+    return x->op == SN_OP_CAST && x->dtype == SN_F32 && x->in[0]->dtype == SN_BF16;
+}
+
+/* Mixed precision (bf16 products): the unrepeated k and v are cast once each, SwiGLU reads
+ * gate and up rounded (as torch.autocast's linear layers return them; their GEMMs store bf16),
+ * and the compiled program matches the interpreter's emulated rounding (test_autocast's
+ * tolerance, 4 u). */
 START_TEST(llama_bf16_matches_interpreter) {
     sn_pipeline_stats st = {0};
     sn_graph *g = llama_training_at(2, TINY_B, TINY_T, &st, SN_PRECISION_BF16);
     ck_assert_int_eq(st.kv_unrepeated, 2);
+    int swiglu = 0;
+    for (int i = 0; i < g->n_forward; i++) {
+        const sn_node *n = g->nodes[i];
+        if (n->op != SN_OP_MUL) continue;
+        for (int j = 0; j < 2; j++)
+            swiglu += n->in[j]->op == SN_OP_SILU && widened_16(n->in[j]->in[0]) &&
+                      widened_16(n->in[1 - j]);
+    }
+    ck_assert_int_eq(swiglu, 2);
     tiny_check_compiled_tol(g, 11, "llama bf16, attention fused", 4 * 0x1p-9);
     sn_graph_free(g);
 }
