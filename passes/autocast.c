@@ -168,10 +168,53 @@ static bool read_low(const sn_graph *in, const sn_node *x) {
 }
 
 /* Whether old node x is a product (no bias: LLaMA's projections) or an adapted one's sum, as
- * SwiGLU's gate and up are. */
-static bool swiglu_product(const sn_node *x) {
+ * SwiGLU's gate and up and the rotary embeddings' q and k are. */
+static bool plain_product(const sn_node *x) {
     const sn_node *base = adapter_base(x);
     return x->op == SN_OP_MATMUL || (base && base->op == SN_OP_MATMUL);
+}
+
+/* The product (plain_product) old node x views through a head split (reshapes, permutes and
+ * slices, a permute among them; an IA3 scaling read through as a view is), or NULL. */
+static const sn_node *head_product(const sn_node *x) {
+    bool permuted = false;
+    for (;;) {
+        if (x->op == SN_OP_RESHAPE || x->op == SN_OP_PERMUTE || x->op == SN_OP_SLICE) {
+            permuted |= x->op == SN_OP_PERMUTE;
+            x = x->in[0];
+        } else if (x->op == SN_OP_MUL && (ia3_scaling(x, x->in[0]) || ia3_scaling(x, x->in[1]))) {
+            x = ia3_scaling(x, x->in[0]) ? x->in[0] : x->in[1];
+        } else {
+            break;
+        }
+    }
+    return permuted && plain_product(x) ? x : NULL;
+}
+
+/* Whether every reader of old node x, through views, is a pointwise op or a concat (the rotary
+ * embeddings' reads of q and k), x no output. */
+static bool read_pointwise(const sn_graph *in, const sn_node *x) {
+    for (int k = 0; k < in->n_outputs; k++)
+        if (in->outputs[k] == x) return false;
+    if (in->loss == x) return false;
+    for (int i = x->id + 1; i < in->n_nodes; i++) {
+        const sn_node *u = in->nodes[i];
+        for (int j = 0; j < u->n_in; j++) {
+            if (u->in[j] != x) continue;
+            bool view = u->op == SN_OP_RESHAPE || u->op == SN_OP_PERMUTE || u->op == SN_OP_SLICE;
+            if (view ? !read_pointwise(in, u)
+                     : u->op != SN_OP_CONCAT && sn_op_kind(u->op) != SN_K_POINTWISE)
+                return false;
+        }
+    }
+    return true;
+}
+
+/* Whether old node n reads its operand i as a product split into heads that only pointwise ops
+ * read (LLaMA's q and k, rotated): torch.autocast's projection returns it in the low dtype. */
+static bool head_read(const sn_graph *in, const sn_node *n, int i) {
+    const sn_node *m = head_product(n->in[i]);
+    return m && read_pointwise(in, m);
 }
 
 /* x (new graph, f32) as the low dtype read back in f32: what an epilogue of the low output
@@ -212,17 +255,26 @@ static sn_status rewrite_node(ac_state *s, const sn_graph *in, const sn_node *n)
             ins[0] = rounded(s, ins[0]);
         /* SwiGLU's silu(gate) * up reads both products rounded, as torch.autocast's linear
            layers leave them: their GEMMs store 16 bits, the MLP saves half the bytes */
-        if (n->op == SN_OP_SILU && swiglu_product(n->in[0])) ins[0] = rounded(s, ins[0]);
+        if (n->op == SN_OP_SILU && plain_product(n->in[0])) ins[0] = rounded(s, ins[0]);
         for (int i = 0; n->op == SN_OP_MUL && i < 2; i++)
-            if (n->in[1 - i]->op == SN_OP_SILU && swiglu_product(n->in[1 - i]->in[0]) &&
-                swiglu_product(n->in[i]))
+            if (n->in[1 - i]->op == SN_OP_SILU && plain_product(n->in[1 - i]->in[0]) &&
+                plain_product(n->in[i]))
                 ins[i] = rounded(s, ins[i]);
+        /* q and k split into heads and rotated read rounded, as torch.autocast's projections
+           return them: their GEMMs store 16 bits, the rotation reads half the bytes */
+        for (int i = 0; sn_op_kind(n->op) == SN_K_POINTWISE && i < n->n_in; i++)
+            if (head_read(in, n, i)) ins[i] = rounded(s, ins[i]);
         /* a product's logits in the low dtype, as torch.autocast's linear layer leaves them
            (cross-entropy widens them): the LM head stores them in 16 bits, the classifier
            reads half the bytes */
         if (n->op == SN_OP_CROSS_ENTROPY && is_product(ins[0])) ins[0] = rounded(s, ins[0]);
         break;
     case POL_FOLLOW:
+        /* rotate_half's halves of q or k concatenated in the low dtype (a cast's value made
+           for the concat would need a buffer; views of the product's copy fold into reads) */
+        bool halves = n->op == SN_OP_CONCAT;
+        for (int i = 0; halves && i < n->n_in; i++) halves = head_read(in, n, i);
+        for (int i = 0; halves && i < n->n_in; i++) ins[i] = cast(s, ins[i], s->low);
         if (n->op == SN_OP_CONCAT || n->op == SN_OP_PAD) { /* mixed inputs meet in f32 */
             bool mixed = false;
             for (int i = 1; i < n->n_in; i++) mixed |= ins[i]->dtype != ins[0]->dtype;

@@ -196,6 +196,15 @@ static bool under_reshape(const sink_state *s, const sn_node *x) {
     return sn_op_kind(v->op) == SN_K_POINTWISE; /* as the views moved so far made it */
 }
 
+/* Whether chain c is permutes alone: the pointwise value under it is then made in the permuted
+ * order whoever reads the chain's top (a product, after the cast of a rotated gradient to
+ * its 16-bit dtype), instead of stored and copied. */
+static bool permutes(const chain *c) {
+    for (int i = 0; i < c->n; i++)
+        if (c->v[i]->op != SN_OP_PERMUTE) return false;
+    return c->n > 0;
+}
+
 sn_status sn_pass_sink_views(const sn_graph *in, sn_graph **out, int *n_sunk, sn_err *e) {
     *out = NULL;
     *n_sunk = 0;
@@ -233,7 +242,7 @@ sn_status sn_pass_sink_views(const sn_graph *in, sn_graph **out, int *n_sunk, sn
         if (!is_sinkable_view(x->op)) continue; /* a chain's top, read by pointwise ops */
         chain c;
         chain_of(&s, x, &c, &base);
-        any = (s.pw_read[i] && feasible(&s, &c, base)) || under_reshape(&s, x);
+        any = ((s.pw_read[i] || permutes(&c)) && feasible(&s, &c, base)) || under_reshape(&s, x);
     }
     if (!any || sn_rewrite_begin(&s.r, in, e)) {
         free(s.uses);
@@ -247,7 +256,7 @@ sn_status sn_pass_sink_views(const sn_graph *in, sn_graph **out, int *n_sunk, sn
         sn_node *y = NULL;
         if (is_sinkable_view(x->op)) {
             chain_of(&s, x, &c, &base);
-            if (s.pw_read[i] && feasible(&s, &c, base)) y = sink(&s, &c, base);
+            if ((s.pw_read[i] || permutes(&c)) && feasible(&s, &c, base)) y = sink(&s, &c, base);
         } else if (under_reshape(&s, x)) {
             sn_node *ins[1], p = sn_rewrite_proto(&s.r, x, ins);
             ins[0] = s.r.map[x->in[0]->in[0]->id];

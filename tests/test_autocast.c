@@ -229,6 +229,67 @@ START_TEST(text_swiglu) {
 }
 END_TEST
 
+/* Rotary embeddings (LLaMA's q and k): a product split into heads and read only by pointwise
+ * ops (and rotate_half's concat) is read rounded to bf16, as torch.autocast's projection
+ * returns it: one cast of the product under its views, the halves concatenated in bf16; a
+ * product that a reduction also reads (a view of it summed) stays f32. */
+START_TEST(text_rotary) {
+    char *got = autocast_text("graph {\n"
+                              "  %0 = input \"x\" : f32[2,3,8]\n"
+                              "  %1 = input \"cos\" : f32[3,4]\n"
+                              "  %2 = input \"sin\" : f32[3,4]\n"
+                              "  %3 = param \"wq\" init=normal f=0.02 : f32[8,8]\n"
+                              "  %4 = matmul %0, %3 ta=0 tb=0 : f32[2,3,8]\n"
+                              "  %5 = reshape %4 : f32[2,3,2,4]\n"
+                              "  %6 = permute %5 perm=[0,2,1,3] : f32[2,2,3,4]\n"
+                              "  %7 = slice %6 axis=3 start=2 end=4 : f32[2,2,3,2]\n"
+                              "  %8 = slice %6 axis=3 start=0 end=2 : f32[2,2,3,2]\n"
+                              "  %9 = concat %7, %8 axis=3 : f32[2,2,3,4]\n"
+                              "  %10 = mul %9, %2 : f32[2,2,3,4]\n"
+                              "  %11 = mul %6, %1 : f32[2,2,3,4]\n"
+                              "  %12 = add %11, %10 : f32[2,2,3,4]\n"
+                              "  %13 = matmul %0, %3 ta=0 tb=0 : f32[2,3,8]\n"
+                              "  %14 = reshape %13 : f32[2,3,2,4]\n"
+                              "  %15 = permute %14 perm=[0,2,1,3] : f32[2,2,3,4]\n"
+                              "  %16 = mul %15, %1 : f32[2,2,3,4]\n"
+                              "  %17 = sum %15 axis=3 : f32[2,2,3]\n"
+                              "  output %12\n"
+                              "  output %16\n"
+                              "  output %17\n"
+                              "}\n",
+                              SN_PRECISION_BF16, 5);
+    ck_assert_str_eq(got, "graph {\n"
+                          "  %0 = input \"x\" : f32[2,3,8]\n"
+                          "  %1 = input \"cos\" : f32[3,4]\n"
+                          "  %2 = input \"sin\" : f32[3,4]\n"
+                          "  %3 = param \"wq\" init=normal f=0.02 : f32[8,8]\n"
+                          "  %4 = cast %0 : bf16[2,3,8]\n"
+                          "  %5 = cast %3 : bf16[8,8]\n"
+                          "  %6 = matmul %4, %5 ta=0 tb=0 : f32[2,3,8]\n"
+                          "  %7 = cast %6 : bf16[2,3,8]\n"
+                          "  %8 = reshape %7 : bf16[2,3,2,4]\n"
+                          "  %9 = permute %8 perm=[0,2,1,3] : bf16[2,2,3,4]\n"
+                          "  %10 = slice %9 axis=3 start=2 end=4 : bf16[2,2,3,2]\n"
+                          "  %11 = slice %9 axis=3 start=0 end=2 : bf16[2,2,3,2]\n"
+                          "  %12 = concat %10, %11 axis=3 : bf16[2,2,3,4]\n"
+                          "  %13 = cast %12 : f32[2,2,3,4]\n"
+                          "  %14 = mul %13, %2 : f32[2,2,3,4]\n"
+                          "  %15 = cast %9 : f32[2,2,3,4]\n"
+                          "  %16 = mul %15, %1 : f32[2,2,3,4]\n"
+                          "  %17 = add %16, %14 : f32[2,2,3,4]\n"
+                          "  %18 = matmul %4, %5 ta=0 tb=0 : f32[2,3,8]\n"
+                          "  %19 = reshape %18 : f32[2,3,2,4]\n"
+                          "  %20 = permute %19 perm=[0,2,1,3] : f32[2,2,3,4]\n"
+                          "  %21 = mul %20, %1 : f32[2,2,3,4]\n"
+                          "  %22 = sum %20 axis=3 keepdim=0 : f32[2,2,3]\n"
+                          "  output %17\n"
+                          "  output %21\n"
+                          "  output %22\n"
+                          "}\n");
+    free(got);
+}
+END_TEST
+
 START_TEST(errors_say_what_to_do) {
     sn_graph *g = sn_graph_new(), *out;
     sn_node *x = sn_param(g, "x", SN_F32, SN_SHAPE(2, 2), SN_INIT_NORMAL, 1);
@@ -658,6 +719,7 @@ int main(void) {
     tcase_add_test(tc, text_attention);
     tcase_add_test(tc, text_lora);
     tcase_add_test(tc, text_swiglu);
+    tcase_add_test(tc, text_rotary);
     tcase_add_test(tc, errors_say_what_to_do);
     tcase_add_loop_test(tc, tiny_gpt2_tracks_fp32, 0, 2);
     tcase_add_test(tc, gradients_of_cast_graph);

@@ -85,6 +85,18 @@ START_TEST(llama_bf16_matches_interpreter) {
                       widened_16(n->in[1 - j]);
     }
     ck_assert_int_eq(swiglu, 2);
+    /* q and k read rounded by the rotation (autocast), whose gradients' permutes back to
+       (B, T, H, D) the rotation's backward kernels make (sink_views): the copies left are dv's */
+    sn_program *p;
+    sn_err e;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    int copies = 0;
+    for (int k = 0; k < p->n_kernels; k++) {
+        const char *name = strchr(p->kernels[k]->name, '_');
+        copies += name && !strcmp(name, "_permute");
+    }
+    ck_assert_int_eq(copies, 2);
+    sn_program_free(p);
     tiny_check_compiled_tol(g, 11, "llama bf16, attention fused", 4 * 0x1p-9);
     sn_graph_free(g);
 }
