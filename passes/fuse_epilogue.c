@@ -111,13 +111,13 @@ static bool bias_result(const fuse_state *s, const sn_node *y);
 
 /* Whether accum's c (under a reshape) is sure to have a buffer of its own: a leaf, another
  * product, a 16-bit value a GEMM stores (bias_result, product_cast), or another accum's y (a
- * running sum). An f32 linear layer's sum as c (read by nothing but y, it would join y's
- * kernel) is not. */
+ * running sum: f32, or its 16-bit cast, lowrank_sum's chains). An f32 linear layer's sum as c
+ * (read by nothing but y, it would join y's kernel) is not. */
 static bool c_own_buffer(const fuse_state *s, const sn_node *c) {
     while (c->op == SN_OP_RESHAPE) c = c->in[0];
     return is_leaf(c->op) || (c->op == SN_OP_MATMUL && c->dtype == SN_F32) ||
            (c->dtype != SN_F32 && (bias_result(s, c) || product_cast(s, c))) ||
-           (c->op == SN_OP_ADD && accum_result(s, c));
+           ((c->op == SN_OP_ADD || c->op == SN_OP_CAST) && accum_result(s, c));
 }
 
 /* Whether y is what an accum GEMM with no bias would store (before any grouping), its c with a

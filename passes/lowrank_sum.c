@@ -1,14 +1,22 @@
-/* lowrank_sum.c: the lowrank_sum pass, after autodiff in an autocast program. A 16-bit
- * gradient that sums a wide product and a low-rank one (LoRA: the gradient of an adapted
- * layer's input, dy W^T + dh' A^T, A of rank r beside the base's W) becomes
- * rnd(dy W^T + f32(rnd(dh' A^T))): the low-rank product rounded to the 16-bit dtype first, as
- * autocast rounds the adapter's product in the forward, the wide one not. Then the wide
- * product's GEMM adds it as its C (program/kernel.h accum; cuBLASLt's C is of D's type) and
- * keeps its DGELU epilogue, and no pointwise kernel reads either product back. Autodiff gave
- * rnd(v + c) (an f32 value's gradient read rounded: the low-rank term now rounded first, at
- * most half an ulp of it apart) or rnd(rnd(v) + rnd(c)) (a 16-bit value's gradient, what PEFT
- * under torch.autocast computes: the wide term's rounding dropped). Low rank: the product's
- * contraction K at most SN_LOWRANK_K where the other's is larger. */
+/* lowrank_sum.c: the lowrank_sum pass, after autodiff in an autocast program: sums of products
+ * that a 16-bit gradient rounds become chains the GEMMs compute, each adding the one before as
+ * its C (program/kernel.h accum; cuBLASLt's C is of D's type), so that no f32 sum of (B, T, C)
+ * is written, read back and rounded by another kernel.
+ * (1) An f32 sum of products (an add tree, each product of 16-bit operands read only by it)
+ * read only by its cast y to 16 bits (the gradient of an activation read by several products:
+ * LLaMA's normed x by q, k and v, or by gate and up; a LoRA layer's input by the base and the
+ * adapter) becomes rnd(p_n + f32(rnd(p_n-1 + ... f32(rnd(p_1))))), the products by their
+ * contraction K ascending (ties in graph order): the narrowest rounded first (LoRA's adapter,
+ * as autocast rounds its product in the forward), the widest last. Autodiff gave rnd(p_1 + ..
+ * + p_n) with one rounding; the chain rounds n times, each partial sum at most half an ulp of
+ * itself apart, where torch.autocast rounds every product and every partial sum (2n - 1).
+ * Then every GEMM but the first adds the one before as C and stores 16 bits, the last one y
+ * itself (a norm's backward then reads it as GPT-2's reads its one product's).
+ * (2) A 16-bit gradient adding two rounded products, a wide and a low-rank one (dy W^T and
+ * dh' A^T, A of rank r beside the base's W: autodiff rounds each term, rnd(rnd(v) + rnd(c)),
+ * what PEFT under torch.autocast computes), becomes rnd(v + f32(rnd(c))): the wide term's
+ * rounding dropped. Low rank: the product's contraction K at most SN_LOWRANK_K where the
+ * other's is larger. */
 #include <stdlib.h>
 
 #include "frontend/frontend.h"
@@ -51,17 +59,33 @@ static int lowrank_of(const sn_graph *g, const sn_node *const p[2], const sn_nod
     return -1;
 }
 
-/* How x is rewritten, or -1: 0 or 1, x = add(p0, p1) of two f32 products read only by its cast
- * y to 16 bits (the gradient of an f32 value read rounded), that operand low rank; 2 or 3, x =
- * add(rnd(p0), rnd(p1)) in 16 bits (the gradient of a 16-bit value: autodiff rounds each
- * term), each cast read only by x, operand (plan - 2) low rank: x becomes rnd(p_wide +
- * f32(rnd(p_low))), the wide term's rounding dropped too. */
+enum { MAX_TERMS = 8, CHAIN = 0 };
+
+/* The products of the f32 add tree under node a (x itself, or an add read only by its parent
+ * add, no output), of x's shape and t operands, into p[*n]; false when a leaf is something
+ * else or there are more than MAX_TERMS. */
+static bool terms_of(const sn_graph *g, const sn_node *a, const sn_node *x, sn_dtype t,
+                     const int *uses, const sn_node **p, int *n) {
+    bool inner = a == x || (uses[a->id] == 1 && !kept(g, a));
+    if (a->op == SN_OP_ADD && a->dtype == SN_F32 && a->in[0] != a->in[1] && inner)
+        return terms_of(g, a->in[0], x, t, uses, p, n) && terms_of(g, a->in[1], x, t, uses, p, n);
+    if (*n == MAX_TERMS || !product_of(g, a, x, t, uses)) return false;
+    p[(*n)++] = a;
+    return true;
+}
+
+/* How x is rewritten, or -1: CHAIN, x an f32 sum of products read only by its cast y to 16
+ * bits (rule 1 above); 2 or 3, x = add(rnd(p0), rnd(p1)) in 16 bits (the gradient of a 16-bit
+ * value: autodiff rounds each term), each cast read only by x, operand (plan - 2) low rank:
+ * x becomes rnd(p_wide + f32(rnd(p_low))), the wide term's rounding dropped (rule 2). */
 static int plan_of(const sn_graph *g, const sn_node *x, const sn_node *y, const int *uses) {
     if (x->op != SN_OP_ADD || x->in[0] == x->in[1] || kept(g, x)) return -1;
     if (x->dtype == SN_F32) {
         if (uses[x->id] != 1 || !y || y->op != SN_OP_CAST || y->in[0] != x || !is_16(y->dtype))
             return -1;
-        return lowrank_of(g, (const sn_node *const[]){x->in[0], x->in[1]}, x, y->dtype, uses);
+        const sn_node *p[MAX_TERMS];
+        int n = 0;
+        return terms_of(g, x, x, y->dtype, uses, p, &n) ? CHAIN : -1;
     }
     if (!is_16(x->dtype)) return -1;
     const sn_node *p[2];
@@ -73,6 +97,34 @@ static int plan_of(const sn_graph *g, const sn_node *x, const sn_node *y, const 
     }
     int low = lowrank_of(g, p, x, x->dtype, uses);
     return low < 0 ? -1 : 2 + low;
+}
+
+/* Marks the inner adds of an add tree (a, or the adds under it) dropped: the chain replaces
+ * them. */
+static void drop_adds(const sn_node *a, bool *dropped) {
+    if (a->op != SN_OP_ADD) return;
+    dropped[a->id] = true;
+    drop_adds(a->in[0], dropped);
+    drop_adds(a->in[1], dropped);
+}
+
+/* Rule 1's chain for the f32 sum x of products (the new graph's, through r's map) rounded to t:
+ * returns the last f32 sum, whose cast the copy of x's reader makes. */
+static sn_node *chain(sn_rewrite *r, const sn_graph *in, const sn_node *x, sn_dtype t,
+                      const int *uses) {
+    const sn_node *p[MAX_TERMS];
+    int n = 0;
+    terms_of(in, x, x, t, uses, p, &n);
+    for (int i = 1; i < n; i++) /* K ascending, then graph order (insertion: stable) */
+        for (int j = i; j > 0 && contraction(p[j]) < contraction(p[j - 1]); j--) {
+            const sn_node *q = p[j];
+            p[j] = p[j - 1];
+            p[j - 1] = q;
+        }
+    sn_node *acc = r->map[p[0]->id];
+    for (int i = 1; i < n; i++)
+        acc = sn_add(r->g, r->map[p[i]->id], sn_cast(r->g, sn_cast(r->g, acc, t), SN_F32));
+    return acc;
 }
 
 sn_status sn_pass_lowrank_sum(const sn_graph *in, sn_graph **out, int *n_rounded, sn_err *e) {
@@ -91,11 +143,12 @@ sn_status sn_pass_lowrank_sum(const sn_graph *in, sn_graph **out, int *n_rounded
     }
     for (int i = 0; i < n; i++) /* each node's last reader (the only one where uses is 1) */
         for (int j = 0; j < in->nodes[i]->n_in; j++) reader[in->nodes[i]->in[j]->id] = in->nodes[i];
-    for (int i = 0; i < n; i++) {
+    for (int i = n - 1; i >= 0; i--) { /* a tree's root before its inner adds */
         const sn_node *x = in->nodes[i];
-        plan[i] = plan_of(in, x, reader[i], uses);
+        plan[i] = dropped[i] ? -1 : plan_of(in, x, reader[i], uses);
         *n_rounded += plan[i] >= 0;
         if (plan[i] >= 2) dropped[x->in[1 - (plan[i] - 2)]->id] = true; /* the wide term's cast */
+        for (int j = 0; plan[i] == CHAIN && j < 2; j++) drop_adds(x->in[j], dropped);
     }
     sn_status st = SN_OK;
     sn_rewrite r;
@@ -104,10 +157,10 @@ sn_status sn_pass_lowrank_sum(const sn_graph *in, sn_graph **out, int *n_rounded
             const sn_node *x = in->nodes[i];
             if (dropped[i]) continue; /* read by nothing now */
             sn_node *ins[SN_MAX_INPUTS], p = sn_rewrite_proto(&r, x, ins);
-            if (plan[i] >= 0 && plan[i] < 2) { /* rnd(p_wide + f32(rnd(p_low))) */
-                int lo = plan[i];
-                ins[lo] = sn_cast(r.g, sn_cast(r.g, ins[lo], reader[i]->dtype), SN_F32);
-            } else if (plan[i] >= 2) { /* the same, x's dtype */
+            if (plan[i] == CHAIN) { /* rnd(p_n + f32(rnd(... + f32(rnd(p_1))))) */
+                r.map[i] = chain(&r, in, x, reader[i]->dtype, uses);
+                continue;
+            } else if (plan[i] >= 2) { /* rnd(p_wide + f32(rnd(p_low))), x's dtype */
                 int lo = plan[i] - 2;
                 sn_dtype t = x->dtype;
                 sn_node *wide = r.map[x->in[1 - lo]->in[0]->id];

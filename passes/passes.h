@@ -33,13 +33,14 @@ sn_status sn_pass_pad_vocab(const sn_graph *in, int64_t multiple, sn_graph **out
 /* The largest contraction a product of low rank has (LoRA's rank r). */
 #define SN_LOWRANK_K 64
 
-/* In an autocast program's backward: each rnd(p + q), or 16-bit rnd(p) + rnd(q), of f32
- * products p and q of that dtype's operands read only by the sum (or their casts), one of
- * contraction at most SN_LOWRANK_K and the other of a larger one (LoRA's dh' A^T beside
- * dy W^T), becomes rnd(p + f32(rnd(q))), q the low-rank one: the wide product's GEMM then adds
- * q's 16-bit copy as its C (program/kernel.h accum). Changes the rounding (at most half an ulp
- * of q, or of p). requires: a verified graph with its backward. *n_rounded: how many sums;
- * none: *out is NULL (the graph stays as it is). */
+/* In an autocast program's backward: each rnd(p_1 + .. + p_n) of f32 products of that dtype's
+ * operands read only by the sum becomes the chain rnd(p_n + f32(rnd(... + f32(rnd(p_1))))),
+ * contraction ascending (LoRA's dh' A^T before dy W^T; LLaMA's dx from v, k, then q); and each
+ * 16-bit rnd(p) + rnd(q), q of contraction at most SN_LOWRANK_K and p of a larger one, becomes
+ * rnd(p + f32(rnd(q))): every GEMM after the first then adds the one before's 16-bit copy as
+ * its C (program/kernel.h accum). Changes the rounding (each partial sum's, at most half an ulp
+ * of it). requires: a verified graph with its backward. *n_rounded: how many sums; none: *out
+ * is NULL (the graph stays as it is). */
 sn_status sn_pass_lowrank_sum(const sn_graph *in, sn_graph **out, int *n_rounded, sn_err *e);
 
 /* ---- upcast.c ---- */

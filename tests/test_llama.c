@@ -90,12 +90,22 @@ START_TEST(llama_bf16_matches_interpreter) {
     sn_program *p;
     sn_err e;
     ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
-    int copies = 0;
+    int copies = 0, pairs = 0, chained = 0;
     for (int k = 0; k < p->n_kernels; k++) {
-        const char *name = strchr(p->kernels[k]->name, '_');
+        const sn_kernel *ker = p->kernels[k];
+        const char *name = strchr(ker->name, '_');
         copies += name && !strcmp(name, "_permute");
+        pairs += ker->kind == SN_KER_ROW && ker->row.pair;
+        chained += ker->kind == SN_KER_GEMM && ker->gemm.accum && ker->args[0]->dtype == SN_BF16;
     }
     ck_assert_int_eq(copies, 2);
+    /* the gradients of the normed x read by q, k, v (and by gate, up): lowrank_sum's chains,
+       each GEMM after the first adding the one before as C and storing bf16 (3 a layer), so
+       that every norm's backward reads a GEMM's bf16 output and pairs its dx with its weight
+       gradient (kernel.h: the norm backward pair), the final norm's too */
+    ck_assert_int_eq(st.lowrank_rounded, 4);
+    ck_assert_int_eq(chained, 6);
+    ck_assert_int_eq(pairs, 5);
     sn_program_free(p);
     tiny_check_compiled_tol(g, 11, "llama bf16, attention fused", 4 * 0x1p-9);
     sn_graph_free(g);
