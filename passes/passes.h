@@ -43,6 +43,15 @@ sn_status sn_pass_pad_vocab(const sn_graph *in, int64_t multiple, sn_graph **out
  * is NULL (the graph stays as it is). */
 sn_status sn_pass_lowrank_sum(const sn_graph *in, sn_graph **out, int *n_rounded, sn_err *e);
 
+/* ---- remat.c ---- */
+
+/* After autodiff: each forward value made by a unary pointwise op (not a cast or a dropout) of
+ * a value the backward reads, itself read in the backward by pointwise ops alone (SwiGLU's
+ * silu(gate); not GPT-2's f32 GELU, which a product reads), is made again
+ * right before its first backward reader, which reads the copy: the forward stores nothing for
+ * it. Exact. *n_remade: how many; none: *out is NULL (the graph stays as it is). */
+sn_status sn_pass_remat(const sn_graph *in, sn_graph **out, int *n_remade, sn_err *e);
+
 /* ---- upcast.c ---- */
 
 /* Each f32 cast of a bf16 or f16 value read two or more times, only by ops that widen it as

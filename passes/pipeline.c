@@ -10,7 +10,7 @@
 #include "passes.h"
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "nf4", "base16",
-                                        "autocast", "autodiff", "lowrank_sum", "nf4_per_reader",
+                                        "autocast", "autodiff", "lowrank_sum", "remat", "nf4_per_reader",
                                         "chunk_logits",
                                         "checkpoint", "sink_views", "upcast", "fuse", "schedule",
                                         "join_finish", "memplan"};
@@ -18,7 +18,7 @@ enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
     return "frontend, pad_vocab, attention, nf4, base16, autocast, autodiff, lowrank_sum, "
-           "nf4_per_reader, chunk_logits, checkpoint, sink_views, upcast, fuse, schedule, "
+           "remat, nf4_per_reader, chunk_logits, checkpoint, sink_views, upcast, fuse, schedule, "
            "join_finish, memplan";
 }
 
@@ -210,6 +210,10 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
         if (next) replace(g, next);
         if ((s = after(g, "lowrank_sum", o, e))) return s;
     }
+    /* unary ops of values the backward reads made again there (SwiGLU's silu), not kept */
+    if ((s = sn_pass_remat(g, &next, &st->remade, e))) return s;
+    if (next) replace(g, next);
+    if ((s = after(g, "remat", o, e))) return s;
     if (shared_dequant(g) && (s = nf4_per_reader(g, o, st, e))) return s;
     if (o->chunk_logits) { /* before checkpoint, whose budget then plans the chunked arena */
         if ((s = sn_pass_chunk_logits(g, o->chunk_logits, &next, &st->logits_chunks, e))) return s;
@@ -242,7 +246,7 @@ sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_
     st->checkpoint_recomputed = st->logits_chunks = 0;
     st->checkpoint_extra_flops = st->step_flops = 0;
     st->checkpoint_min_arena = 0;
-    st->nf4_stored = st->nf4_dequants = st->base16_stored = st->lowrank_rounded = 0;
+    st->nf4_stored = st->nf4_dequants = st->base16_stored = st->lowrank_rounded = st->remade = 0;
     return graph_passes(g, o, st, e);
 }
 

@@ -66,7 +66,8 @@ typedef struct {
     int base16_stored;   /* weights the base16 pass stored in 16 bits */
     int nf4_dequants;    /* dequantizes nf4_per_reader made, one per product reading a weight */
     int casts;           /* cast nodes the autocast pass added */
-    int lowrank_rounded; /* gradient sums whose low-rank product lowrank_sum rounds first */
+    int lowrank_rounded; /* gradient sums lowrank_sum rounds in a chain of GEMMs */
+    int remade;          /* forward values the remat pass makes again for the backward */
     int upcasts_split;   /* f32 casts of 16-bit values the upcast pass made one per reader */
     int views_sunk;      /* pointwise ops the sink_views pass made again over views */
     int64_t schedule_peak_before, schedule_peak_after; /* live arena bytes at most (no packing) */
