@@ -419,9 +419,9 @@ static void decide(fuse_state *s) {
     sn_fuse_settle_into(s);
     for (int i = 0; i < n; i++) /* the attention forward's o written into its permute */
         if (s->live[i]) sn_fuse_fwd_into(s, g->nodes[i]);
-    sn_fuse_nf4_gemv_decide(s); /* a dequantize into the one product of few rows reading it */
+    sn_fuse_gemv_decide(s); /* a dequantize into the one product of few rows reading it */
     for (int i = 0; i < n; i++) /* a bias add, or a cast, joins the GEMM before it */
-        if (s->live[i] && !sn_fuse_is_nf4_gemv(s, g->nodes[i])) sn_fuse_gemm_epilogue(s, g->nodes[i]);
+        if (s->live[i] && !sn_fuse_is_gemv(s, g->nodes[i])) sn_fuse_gemm_epilogue(s, g->nodes[i]);
     /* column sums join a norm weight-gradient kernel over the same rows (kernel.h) */
     for (int i = 0; i < n; i++) {
         const sn_node *h = s->live[i] ? colsum_host(s, g->nodes[i]) : NULL;

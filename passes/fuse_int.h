@@ -73,13 +73,13 @@ int sn_fuse_kernel_pos(const fuse_state *s, int root);
  * (kernel.h), from the nodes with home at its matmul. */
 void sn_fuse_gemm_args(fuse_state *s, sn_kernel *k);
 
-/* ---- fuse_gemv.c: the NF4 product of few rows (kernel.h: SN_KER_NF4_GEMV) ---- */
+/* ---- fuse_gemv.c: the few-row product (kernel.h: SN_KER_GEMV) ---- */
 
-/* After the grouping, before the GEMM epilogues: each dequant_nf4 read by one matmul of few rows
- * gets its home at that matmul and no buffer. */
-void sn_fuse_nf4_gemv_decide(fuse_state *s);
-/* Whether matmul mm's kernel is the NF4 product (it takes no epilogue). */
-bool sn_fuse_is_nf4_gemv(const fuse_state *s, const sn_node *mm);
+/* After the grouping, before the GEMM epilogues: each dequant_nf4, or f32 cast of a 16-bit
+ * value, read by one matmul of few rows gets its home at that matmul and no buffer. */
+void sn_fuse_gemv_decide(fuse_state *s);
+/* Whether matmul mm's kernel is the few-row product (it takes no epilogue). */
+bool sn_fuse_is_gemv(const fuse_state *s, const sn_node *mm);
 
 /* ---- fuse_into.c: values written straight into another's buffer ---- */
 

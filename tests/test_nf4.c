@@ -603,7 +603,7 @@ START_TEST(pass_scope_and_program) {
     int dequants = 0, fused = 0;
     for (int k = 0; k < p->n_kernels; k++) {
         const sn_kernel *d = p->kernels[k];
-        if (d->kind == SN_KER_NF4_GEMV) { /* the forward's products of QB = 4 rows read their
+        if (d->kind == SN_KER_GEMV) { /* the forward's products of QB = 4 rows read their
                                              packed bytes (kernel.h): no unpacked value */
             ck_assert(d->anchor->in[1]->op == SN_OP_DEQUANT_NF4 && !d->anchor->a.tb);
             ck_assert_int_eq(p->value_of[d->anchor->in[1]->id], -1);

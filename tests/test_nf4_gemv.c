@@ -1,4 +1,4 @@
-/* test_nf4_gemv.c: the NF4 product of few rows (kernel.h: SN_KER_NF4_GEMV): the fuse rule that
+/* test_nf4_gemv.c: the NF4 product of few rows (kernel.h: SN_KER_GEMV): the fuse rule that
  * makes it (and leaves larger products to the dequantize kernel and the GEMM), the CPU kernel
  * (codegen/llvm/llvm_gemv.c) at every vector width and the CUDA kernel (codegen/cuda/
  * cuda_gemv.c) on the SIMT simulator in both thread orders, against the reference interpreter;
@@ -96,7 +96,7 @@ static void prod_free(prod *p) {
 
 /* The product's kernel as fuse makes it: args y, x, packed. */
 static sn_kernel prod_kernel(const prod *p) {
-    sn_kernel k = {.kind = SN_KER_NF4_GEMV, .id = p->y->id, .n_out = 1, .n_in = 2, .anchor = p->y};
+    sn_kernel k = {.kind = SN_KER_GEMV, .id = p->y->id, .n_out = 1, .n_in = 2, .anchor = p->y};
     snprintf(k.name, sizeof k.name, "k%d_nf4_gemv", p->y->id);
     k.args[0] = p->y;
     k.args[1] = p->x;
@@ -162,16 +162,16 @@ START_TEST(fuse_rule) {
         for (int k = 0; k < prog->n_kernels; k++) {
             const sn_kernel *ker = prog->kernels[k];
             kinds[ker->kind]++;
-            if (ker->kind == SN_KER_NF4_GEMV)
+            if (ker->kind == SN_KER_GEMV)
                 ck_assert(ker->args[0] == p.y && ker->args[1] == p.x && ker->args[2] == p.w->in[0]);
             if (ker->kind == SN_KER_DEQUANT)
                 ck_assert(k + 1 < prog->n_kernels && prog->kernels[k + 1]->kind == SN_KER_GEMM);
         }
-        bool fused = M <= SN_NF4_GEMV_MAX_M;
-        ck_assert_msg(kinds[SN_KER_NF4_GEMV] == fused && kinds[SN_KER_DEQUANT] == !fused &&
+        bool fused = M <= SN_GEMV_MAX_M;
+        ck_assert_msg(kinds[SN_KER_GEMV] == fused && kinds[SN_KER_DEQUANT] == !fused &&
                           kinds[SN_KER_GEMM] == !fused,
                       "M=%lld: %d nf4_gemv, %d dequant, %d gemm kernels", (long long)M,
-                      kinds[SN_KER_NF4_GEMV], kinds[SN_KER_DEQUANT], kinds[SN_KER_GEMM]);
+                      kinds[SN_KER_GEMV], kinds[SN_KER_DEQUANT], kinds[SN_KER_GEMM]);
         ck_assert_msg((prog->value_of[p.w->id] < 0) == fused,
                       "M=%lld: the unpacked weight %s a value", (long long)M,
                       fused ? "has" : "lacks");
@@ -389,7 +389,7 @@ static int64_t split_of(int64_t M, int64_t K, int64_t N, bool nvrtc, int64_t *bl
     *blocks = 0;
     for (int k = 0; k < prog->n_kernels; k++) {
         const sn_kernel *ker = prog->kernels[k];
-        if (ker->kind != SN_KER_NF4_GEMV || ker->stage == SN_SUM_FINISH) continue;
+        if (ker->kind != SN_KER_GEMV || ker->stage == SN_SUM_FINISH) continue;
         parts = ker->stage == SN_SUM_PARTIAL ? sn_split_parts(ker) : 1;
         *blocks = sn_cuda_launch_dims(ker, &t).grid[0];
         ck_assert((ker->stage == SN_SUM_PARTIAL) == (parts > 1));
@@ -397,7 +397,7 @@ static int64_t split_of(int64_t M, int64_t K, int64_t N, bool nvrtc, int64_t *bl
     const sn_kernel *ks[2];
     int n = 0;
     for (int k = 0; k < prog->n_kernels && n < 2; k++)
-        if (prog->kernels[k]->kind == SN_KER_NF4_GEMV) ks[n++] = prog->kernels[k];
+        if (prog->kernels[k]->kind == SN_KER_GEMV) ks[n++] = prog->kernels[k];
     sn_cuda_source cs;
     ck_assert_msg(sn_cuda_render(ks, n, &t, &cs, &e) == SN_OK, "%s", e.msg);
     if (nvrtc) nvrtc_no_spills(&cs, n, M, K, N);
@@ -454,7 +454,7 @@ static bool run_split(prod *p, bool nvrtc, const gemv_plant *pl, int64_t *parts_
     const sn_kernel *ks[2];
     int n = 0;
     for (int k = 0; k < prog->n_kernels; k++)
-        if (prog->kernels[k]->kind == SN_KER_NF4_GEMV) {
+        if (prog->kernels[k]->kind == SN_KER_GEMV) {
             ck_assert_int_lt(n, 2);
             ks[n++] = prog->kernels[k];
         }
@@ -580,7 +580,7 @@ START_TEST(cpu_keeps_one_kernel) {
                                           &e) == SN_OK, "%s", e.msg);
         sn_kernel *k = NULL;
         for (int q = 0; q < prog->n_kernels && !k; q++)
-            if (prog->kernels[q]->kind == SN_KER_NF4_GEMV) k = prog->kernels[q];
+            if (prog->kernels[q]->kind == SN_KER_GEMV) k = prog->kernels[q];
         ck_assert(k && k->stage == (i ? SN_SUM_PARTIAL : SN_SUM_WHOLE));
         sn_cpu_kernel_fn fn;
         sn_status st = sn_jit_compile(j, &k, 1, &fn, &e);
