@@ -121,7 +121,7 @@ enum { SN_GEMV_MAX_M = 8, SN_GEMV_COLS = 64 };
  * its buffer after the args (bufs[n_out + n_in]) in both; sn_split_parts says how many parts:
  *   GEMV  SN_SUM_PARTIAL: item i is columns c = i % C (C = ceil(N / 64) column items) over
  *     k in [s L, min(K, s L + L)), s = i / C, L = sn_split_len (tb = 0: a multiple of 4;
- *     tb = 1: of 8, of 256 where L >= 256); it writes the product over those k,
+ *     tb = 1: of 32, of 256 where L >= 256); it writes the product over those k,
  *     x[:, ks] @ w[ks, cols], into scratch (S, M, N) at [s] (in the one-kernel order over its
  *     k) and not y;
  *     SN_SUM_FINISH: y[m][n] = the S parts added in f32 in order s = 0, 1, ..; item i: the

@@ -2,14 +2,15 @@
  * few-row product's k and attention_cache's keys are cut into, from the kernel's shapes alone.
  * Convention: a kernel whose one-kernel items already reach SN_DECODE_BLOCKS is not split; else
  * the parts are at least as many as bring items x parts to the target, each part at least a
- * minimum (4 rows: a warp's; 8 k of a transposed W: a lane's; 32 keys: 8 a warp), so a short K
+ * minimum (4 rows: a warp's; 32 k of a transposed W: 4 lanes'; 32 keys: 8 a warp), so a short K
  * or a short cache gets fewer. */
 #include "program.h"
 
 /* The rows of W a step of the CUDA kernel's block covers (8 warps of 4 rows: cuda_gemv.c), the
  * rows a warp takes at a time, and the fewest keys a part of attention_cache takes (8 a warp).
- * Transposed (cuda_gemv_t.c): a warp's step over k is 256 (32 lanes of 8), a lane's 8. */
-enum { ROW_STEP = 32, ROW_WARP = 4, MIN_KEYS = 32, T_STEP = 256, T_LANE = 8 };
+ * Transposed (cuda_gemv_t.c): a warp's step over k is 256 (32 lanes of 8); a part takes at
+ * least 32 (4 lanes: fewer lanes busy would cost more than the blocks gained). */
+enum { ROW_STEP = 32, ROW_WARP = 4, MIN_KEYS = 32, T_STEP = 256, T_LANES = 32 };
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -30,9 +31,9 @@ static int64_t rule(int64_t items, int64_t n, int64_t step, int64_t least, int64
 static int64_t parts_of(const sn_kernel *k, int64_t *len) {
     const sn_node *a = k->anchor;
     *len = 0;
-    if (k->kind == SN_KER_GEMV) { /* the k: W's rows, or (tb) a lane's 8 in a row */
+    if (k->kind == SN_KER_GEMV) { /* the k: W's rows, or (tb) 4 lanes' 8 in a row */
         sn_gemv g = sn_gemv_of(k);
-        return g.tb ? rule(cdiv(g.N, SN_GEMV_COLS), g.K, T_STEP, T_LANE, len)
+        return g.tb ? rule(cdiv(g.N, SN_GEMV_COLS), g.K, T_STEP, T_LANES, len)
                     : rule(cdiv(g.N, SN_GEMV_COLS), g.K, ROW_STEP, ROW_WARP, len);
     }
     if (k->kind == SN_KER_ATTENTION && a->op == SN_OP_ATTENTION_CACHE) {

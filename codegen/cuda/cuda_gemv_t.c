@@ -27,48 +27,29 @@ static int64_t x_tile(int64_t M, int64_t K) {
     return K <= kt ? K : kt;
 }
 
-/* Row n's 8 weights at k (flat index f = n K + k) into wv[8]: vec when 8 divides K (one block,
- * 4 bytes; W16 16 bytes), else one at a time, those at k_hi or after 0. */
-static void emit_weights(sn_cu_text *t, const sn_gemv *g, const sn_nf4_layout *l, bool vec,
+/* Row n's 8 weights at k0 + k (8 dividing K: one NF4 block, 4 bytes; W16 16 bytes) into
+ * wv[8]. */
+static void emit_weights(sn_cu_text *t, const sn_gemv *g, const sn_nf4_layout *l,
                          const char *rnd, const char *ix) {
     sn_cu_emitf(t, "const %s f = n * %lld + k0 + k; /* W's flat index of W[n][k0 + k] */", ix,
                 (long long)g->K);
     if (g->source == SN_GEMV_W16) {
-        if (vec) {
-            sn_cu_emitf(t, "sn_load8(in1 + f, wv);");
-        } else {
-            sn_cu_emitf(t, "#pragma unroll");
-            sn_cu_emitf(t, "for (int j = 0; j < 8; j++) wv[j] = k0 + k + j < k_hi ? "
-                           "sn_load(in1[f + j]) : 0.0f;");
-        }
+        sn_cu_emitf(t, "sn_load8(in1 + f, wv);");
         return;
     }
-    if (vec) {
-        sn_cu_emitf(t, "const %s b = f / %d; /* the block: all 8 weights */", ix, SN_NF4_BLOCK);
-        sn_cu_emitf(t, "const float scale = fmaf((float)scale_code[b], step[b / %d], mean);",
-                    SN_NF4_SCALE_GROUP);
-        if (l->off_codes % 4 == 0)
-            sn_cu_emitf(t, "const unsigned word = *reinterpret_cast<const unsigned *>(code + "
-                           "f / 2);");
-        sn_cu_emitf(t, "#pragma unroll");
-        sn_cu_emitf(t, "for (int j = 0; j < 4; j++) {");
-        if (l->off_codes % 4 == 0)
-            sn_cu_emitf(t, "const unsigned byte = word >> 8 * j & 255u; /* little-endian */");
-        else
-            sn_cu_emitf(t, "const unsigned byte = code[f / 2 + j];");
-        sn_cu_emitf(t, "wv[2 * j] = %s(level[byte >> 4] * scale);", rnd);
-        sn_cu_emitf(t, "wv[2 * j + 1] = %s(level[byte & 15u] * scale);", rnd);
-        sn_cu_emitf(t, "}");
-        return;
-    }
+    sn_cu_emitf(t, "const %s b = f / %d; /* the block: all 8 weights */", ix, SN_NF4_BLOCK);
+    sn_cu_emitf(t, "const float scale = fmaf((float)scale_code[b], step[b / %d], mean);",
+                SN_NF4_SCALE_GROUP);
+    if (l->off_codes % 4 == 0)
+        sn_cu_emitf(t, "const unsigned word = *reinterpret_cast<const unsigned *>(code + f / 2);");
     sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int j = 0; j < 8; j++) {");
-    sn_cu_emitf(t, "const bool in = k0 + k + j < k_hi;");
-    sn_cu_emitf(t, "const %s b = (f + j) / %d;", ix, SN_NF4_BLOCK);
-    sn_cu_emitf(t, "const unsigned byte = in ? code[(f + j) / 2] : 0u;");
-    sn_cu_emitf(t, "const float scale = in ? fmaf((float)scale_code[b], step[b / %d], mean) : "
-                   "0.0f;", SN_NF4_SCALE_GROUP);
-    sn_cu_emitf(t, "wv[j] = %s(level[(f + j) %% 2 ? byte & 15u : byte >> 4] * scale);", rnd);
+    sn_cu_emitf(t, "for (int j = 0; j < 4; j++) {");
+    if (l->off_codes % 4 == 0)
+        sn_cu_emitf(t, "const unsigned byte = word >> 8 * j & 255u; /* little-endian */");
+    else
+        sn_cu_emitf(t, "const unsigned byte = code[f / 2 + j];");
+    sn_cu_emitf(t, "wv[2 * j] = %s(level[byte >> 4] * scale);", rnd);
+    sn_cu_emitf(t, "wv[2 * j + 1] = %s(level[byte & 15u] * scale);", rnd);
     sn_cu_emitf(t, "}");
 }
 
@@ -138,19 +119,44 @@ void sn_cu_emit_gemv_t(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
     sn_cu_emitf(t, "xs[i / kn * %lld + i %% kn] = sn_load(in0[i / kn * %lld + k0 + i %% kn]);",
                 (long long)KT, (long long)K);
     sn_cu_emitf(t, "__syncthreads();");
-    sn_cu_emitf(t, "for (%s k = 8 * lane; k < kn; k += 256) { /* this lane's 8 k a step */", ix);
+    sn_cu_emitf(t, "/* this lane's 8 k a step, the warp's 8 rows each */");
+    sn_cu_emitf(t, "for (%s k = 8 * lane; k < kn; k += 256) {", ix);
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < %d; r++) {", ROWS);
     sn_cu_emitf(t, "const %s n = n0 + r;", ix);
-    if (N % SN_GEMV_COLS) sn_cu_emitf(t, "if (n >= %lld) break; /* past the last output */", (long long)N);
-    sn_cu_emitf(t, "float wv[8];");
-    emit_weights(t, &g, &l, vec, rnd, ix);
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int m = 0; m < %lld; m++) {", (long long)M);
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int j = 0; j < 8; j++) acc[r][m] = fmaf(xs[m * %lld + k + j], wv[j], "
-                   "acc[r][m]);", (long long)KT);
-    sn_cu_emitf(t, "}");
+    if (N % SN_GEMV_COLS) /* past the last output: rows of the last block's last warps */
+        sn_cu_emitf(t, "if (n >= %lld) continue;", (long long)N);
+    if (vec) {
+        sn_cu_emitf(t, "float wv[8];");
+        emit_weights(t, &g, &l, rnd, ix);
+        sn_cu_emitf(t, "#pragma unroll");
+        sn_cu_emitf(t, "for (int m = 0; m < %lld; m++) {", (long long)M);
+        sn_cu_emitf(t, "#pragma unroll");
+        sn_cu_emitf(t, "for (int j = 0; j < 8; j++) acc[r][m] = fmaf(xs[m * %lld + k + j], wv[j], "
+                       "acc[r][m]);", (long long)KT);
+        sn_cu_emitf(t, "}");
+    } else { /* a weight at a time (fewer registers live), those at k_hi or after skipped */
+        sn_cu_emitf(t, "const %s f = n * %lld + k0 + k; /* W's flat index of W[n][k0 + k] */",
+                    ix, (long long)K);
+        sn_cu_emitf(t, "#pragma unroll");
+        sn_cu_emitf(t, "for (int j = 0; j < 8; j++) {");
+        sn_cu_emitf(t, "if (k + j < kn) {");
+        if (nf4) {
+            sn_cu_emitf(t, "const %s b = (f + j) / %d;", ix, SN_NF4_BLOCK);
+            sn_cu_emitf(t, "const unsigned byte = code[(f + j) / 2];");
+            sn_cu_emitf(t, "const float scale = fmaf((float)scale_code[b], step[b / %d], mean);",
+                        SN_NF4_SCALE_GROUP);
+            sn_cu_emitf(t, "const float w = %s(level[(f + j) %% 2 ? byte & 15u : byte >> 4] * "
+                           "scale);", rnd);
+        } else {
+            sn_cu_emitf(t, "const float w = sn_load(in1[f + j]);");
+        }
+        sn_cu_emitf(t, "#pragma unroll");
+        sn_cu_emitf(t, "for (int m = 0; m < %lld; m++) acc[r][m] = fmaf(xs[m * %lld + k + j], w, "
+                       "acc[r][m]);", (long long)M, (long long)KT);
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "}");
+    }
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
