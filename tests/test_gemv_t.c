@@ -13,10 +13,14 @@
 
 #include "codegen/cuda/cuda.h"
 #include "codegen/llvm/llvm.h"
+#include "models/gpt2.h"
+#include "models/llama.h"
 #include "passes/pipeline.h"
 #include "program/program.h"
 #include "runtime/device.h"
 #include "sim/sim.h"
+#include "train/generate.h"
+#include "train/train.h"
 #include "codegen_util.h"
 #include "gemv_check.h"
 #include "harness.h"
@@ -338,11 +342,158 @@ START_TEST(planted_bugs_are_caught) {
 }
 END_TEST
 
+/* ---- the decode programs ---- */
+
+enum { DV = 64, DRANK = 4 };
+
+typedef struct {
+    bool llama;
+} kv_model;
+
+static sn_status kv_build(sn_graph *g, int b, int t, bool decode, void *user, sn_err *e) {
+    const kv_model *m = user;
+    sn_gpt2_lora l = {.lora = {.rank = DRANK, .alpha = 8}, .targets = SN_GPT2_LORA_ALL};
+    if (m->llama) {
+        sn_llama_config c;
+        ck_assert(sn_llama_config_find("llama-tiny", &c));
+        c.vocab = DV;
+        return sn_llama_build_kv_lora(g, &c, b, t, decode, &l, e);
+    }
+    sn_gpt2_config c;
+    ck_assert(sn_gpt2_config_find("tiny", &c));
+    c.vocab = DV;
+    return sn_gpt2_build_kv(g, &c, b, t, decode, &l, e);
+}
+
+/* A LoRA trainer of the tiny model (2 by 16 tokens), its base NF4 (QLoRA) or bf16, 3 steps on
+ * the CPU device d. */
+static sn_trainer *lora_trainer(sn_graph *g, const kv_model *m, bool nf4, sn_device *d) {
+    sn_err e;
+    sn_gpt2_lora l = {.lora = {.rank = DRANK, .alpha = 8}, .targets = SN_GPT2_LORA_ALL};
+    sn_status st;
+    if (m->llama) {
+        sn_llama_config c;
+        ck_assert(sn_llama_config_find("llama-tiny", &c));
+        c.vocab = DV;
+        sn_llama lm;
+        st = sn_llama_build_lora(g, &c, 2, 16, &l, &lm, &e);
+    } else {
+        sn_gpt2_config c;
+        ck_assert(sn_gpt2_config_find("tiny", &c));
+        c.vocab = DV;
+        sn_gpt2 gm;
+        st = sn_gpt2_build_lora(g, &c, 2, 16, &l, &gm, &e);
+    }
+    ck_assert_msg(st == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.nf4 = nf4;
+    o.precision = nf4 ? SN_PRECISION_FP32 : SN_PRECISION_BF16;
+    o.base16 = !nf4;
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_trainer *t = sn_test_trainer(g, d, 5, 8, 1e-2f);
+    int32_t x[32], y[32];
+    for (int s = 0; s < 3; s++) {
+        sn_test_rule_batch(x, y, 32, DV, 100 + (uint64_t)s);
+        sn_step_stats ss;
+        ck_assert_msg(sn_trainer_step(t, x, y, &ss, &e) == SN_OK, "%s", e.msg);
+    }
+    return t;
+}
+
+/* Batch-1 decoding of a LoRA model over an NF4 (QLoRA) or bf16 base on the CPU device: every
+ * frozen linear weight is read by a few-row product (LLaMA's transposed, GPT-2's not; NF4 bytes
+ * or the bf16 value), with no dequantize kernel, no kernel writing a widened weight, and no
+ * value for the unpacked or widened weight. Its logits (teacher-forced, every token through a
+ * decode step) are those of a 12-token prefill (16 rows: the dequantize or cast kernel and the
+ * GEMM) within f32 rounding (2e-5 of |logit| + 1, as test_qlora's), and the greedy tokens the
+ * same. */
+START_TEST(decode_programs) {
+    if (!have_jit("gemv_t")) return;
+    sn_err e;
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
+    static const int32_t toks[16] = {3, 17, 42, 5, 63, 0, 9, 9, 30, 11, 8, 2, 60, 33, 1, 7};
+    for (int c = 0; c < 4; c++) {
+        kv_model m = {.llama = c % 2 == 0};
+        bool nf4 = c < 2;
+        sn_graph *g = sn_graph_new();
+        sn_trainer *t = lora_trainer(g, &m, nf4, d);
+        sn_llama_config lc;
+        ck_assert(sn_llama_config_find("llama-tiny", &lc));
+        sn_generator_opts go = {.build = kv_build, .user = &m, .ctx = m.llama ? lc.ctx : 32,
+                                .n_layer = 2,
+                                .batch = 1, .nf4 = nf4, .base16 = nf4 ? (sn_dtype)0 : SN_BF16};
+        sn_generator *gen;
+        ck_assert_msg(sn_generator_new(&go, d, &gen, &e) == SN_OK, "%s", e.msg);
+        ck_assert_msg(sn_generator_load(gen, sn_trainer_weights(t), &e) == SN_OK, "%s", e.msg);
+        const sn_program *p = sn_generator_decode_program(gen);
+        int stored = 0, gemv = 0, tb = 0, unpack = 0, kept = 0;
+        for (int i = 0; i < p->g->n_nodes; i++) {
+            const sn_node *n = p->g->nodes[i];
+            stored += n->op == SN_OP_PARAM && n->dtype == (nf4 ? SN_U8 : SN_BF16);
+            bool widened = n->op == SN_OP_CAST && n->in[0]->op == SN_OP_PARAM &&
+                           n->in[0]->dtype == SN_BF16;
+            kept += (n->op == SN_OP_DEQUANT_NF4 || widened) && p->value_of[n->id] >= 0;
+        }
+        for (int k = 0; k < p->n_kernels; k++) {
+            const sn_kernel *ker = p->kernels[k];
+            if (ker->kind == SN_KER_GEMV) {
+                sn_gemv gv = sn_gemv_of(ker);
+                gemv += gv.source == (nf4 ? SN_GEMV_NF4 : SN_GEMV_W16);
+                tb += gv.tb;
+            }
+            unpack += ker->kind == SN_KER_DEQUANT;
+            for (int o = 0; o < ker->n_out; o++)
+                unpack += ker->args[o]->op == SN_OP_CAST && ker->args[o]->in[0]->op == SN_OP_PARAM &&
+                          ker->args[o]->in[0]->dtype == SN_BF16;
+        }
+        const char *what = c == 0 ? "LLaMA QLoRA" : c == 1 ? "GPT-2 QLoRA" : c == 2 ? "LLaMA bf16 base" : "GPT-2 bf16 base";
+        printf("%s decode program: %d %s weights, %d few-row products reading them (%d "
+               "transposed), %d kernels unpacking or widening a weight, %d kept\n", what, stored,
+               nf4 ? "NF4" : "bf16", gemv, tb, unpack, kept);
+        ck_assert_msg(stored > 0 && gemv == stored && unpack == 0 && kept == 0,
+                      "%s: %d weights, %d products, %d unpacking kernels, %d kept", what, stored,
+                      gemv, unpack, kept);
+        ck_assert_msg(m.llama ? tb >= stored - 1 : tb == 0, "%s: %d transposed", what, tb);
+        enum { ROWS1 = 16, ROWS12 = 5 };
+        float a[ROWS1 * DV], b[ROWS12 * DV];
+        ck_assert_msg(sn_generator_forced(gen, toks, 16, 1, a, &e) == SN_OK, "%s", e.msg);
+        ck_assert_msg(sn_generator_forced(gen, toks, 16, 12, b, &e) == SN_OK, "%s", e.msg);
+        double worst = 0;
+        for (int r = 0; r < ROWS12; r++)
+            for (int v = 0; v < DV; v++) {
+                double x = a[(11 + r) * DV + v], want = b[r * DV + v];
+                double err = fabs(x - want), tol = 2e-5 * (fabs(want) + 1);
+                ck_assert_msg(err <= tol, "%s: logit %d after token %d: %.9g decoding, %.9g after "
+                              "the prefill", what, v, 11 + r, x, want);
+                worst = fmax(worst, err / tol);
+            }
+        int argmax_ok = 0;
+        for (int r = 0; r < ROWS12; r++) {
+            int ia = 0, ib = 0;
+            for (int v = 1; v < DV; v++) {
+                if (a[(11 + r) * DV + v] > a[(11 + r) * DV + ia]) ia = v;
+                if (b[r * DV + v] > b[r * DV + ib]) ib = v;
+            }
+            argmax_ok += ia == ib;
+        }
+        ck_assert_int_eq(argmax_ok, ROWS12); /* the greedy tokens */
+        printf("%s: decoded logits within %.2g of the tolerance of the prefill's\n", what, worst);
+        sn_generator_free(gen);
+        sn_trainer_free(t);
+        sn_graph_free(g);
+    }
+    sn_device_free(d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("gemv_t");
     TCase *t = tcase_create("gemv_t");
     tcase_set_timeout(t, 600);
     tcase_add_test(t, fuse_rule);
+    tcase_add_test(t, decode_programs);
     tcase_add_test(t, llvm_gemv);
     tcase_add_test(t, cuda_gemv);
     tcase_add_test(t, split_rule);
