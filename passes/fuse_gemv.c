@@ -25,6 +25,7 @@ static bool source_fits(const fuse_state *s, const sn_node *w, const sn_node *x)
 static bool fits(const fuse_state *s, const sn_node *mm) {
     if (mm->op != SN_OP_MATMUL || !s->live[mm->id] || mm->a.ta) return false;
     const sn_node *x = mm->in[0], *w = mm->in[1];
+    if (s->t && s->t->gemv_nf4_only && (mm->a.tb || w->op != SN_OP_DEQUANT_NF4)) return false;
     if (w->rank != 2 || x == w || s->is_out[w->id] || !source_fits(s, w, x)) return false;
     int reads = 0;
     for (int k = 0; k < s->n_users[w->id]; k++) {
