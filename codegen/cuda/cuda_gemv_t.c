@@ -5,8 +5,9 @@
  * 8 w + r (r < 8), all 8 at each step; lane l takes the k with (k - k_lo) mod 256 in [8 l, 8 l +
  * 8), so a warp reads 256 consecutive weights of each of its rows a step (128 bytes of codes, 4
  * NF4 blocks; W16: 512 bytes) and the block each of its rows' K weights once. x goes to shared
- * memory in tiles of KT columns (M KT floats, at most 16 KiB; KT a multiple of 256), widened to
- * f32. The order of each y[m][n] (f32): a lane's k ascending, one fmaf a term; then the 32
+ * memory in tiles of KT columns (M KT floats, at most 16 KiB, and a word of padding after every
+ * 32, so that the 32 lanes' reads, 8 words apart, fall in 32 banks; KT a multiple of 256),
+ * widened to f32. The order of each y[m][n] (f32): a lane's k ascending, one fmaf a term; then the 32
  * lanes' sums added by __shfl_xor_sync over 16, 8, 4, 2, 1 lanes (every lane ends with the
  * same bits); fixed for every launch and thread order, not the CPU's (llvm_gemv_t.c: 16 sums).
  * Where 8 divides K a lane's 8 weights lie in one NF4 block, 4 bytes (one word where the codes
@@ -59,6 +60,7 @@ void sn_cu_emit_gemv_t(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
     bool nf4 = g.source == SN_GEMV_NF4, part = k->stage == SN_SUM_PARTIAL;
     int64_t K = g.K, N = g.N, M = g.M;
     int64_t L = part ? sn_split_len(k) : K, KT = x_tile(M, L);
+    int64_t R = KT + (KT + 31) / 32; /* a row of xs: a word of padding after every 32 */
     int64_t C = (N + SN_GEMV_COLS - 1) / SN_GEMV_COLS; /* output items */
     sn_nf4_layout l = sn_nf4_layout_of(K * N);
     const char *ix = sn_cu_index_type(2 * l.bytes + 2 * K * N + 64 +
@@ -73,8 +75,9 @@ void sn_cu_emit_gemv_t(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
                 (long long)K, nf4 ? "NF4 in " : "", sn_dtype_name(g.wt),
                 nf4 ? " (ir/nf4.h)" : " widened");
     if (nf4) sn_cu_emitf(t, "SN_SHARED(float, level, 16);");
-    sn_cu_emitf(t, "SN_SHARED(float, xs, %lld); /* x[:, k0 .. k0 + %lld) in f32 */",
-                (long long)(M * KT), (long long)KT);
+    sn_cu_emitf(t, "SN_SHARED(float, xs, %lld); /* x[m][k0 + i] in f32 at [m %lld + i + i / 32]: "
+                   "a lane's 8 k in other banks than the next 31 lanes' */",
+                (long long)(M * R), (long long)R);
     if (nf4) {
         char lit[32], levels[16 * 24];
         size_t at = 0;
@@ -116,11 +119,12 @@ void sn_cu_emit_gemv_t(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
     sn_cu_emitf(t, "const %s kn = k_hi - k0 < %lld ? k_hi - k0 : %lld;", ix, (long long)KT,
                 (long long)KT);
     sn_cu_emitf(t, "for (%s i = threadIdx.x; i < %lld * kn; i += %d)", ix, (long long)M, THREADS);
-    sn_cu_emitf(t, "xs[i / kn * %lld + i %% kn] = sn_load(in0[i / kn * %lld + k0 + i %% kn]);",
-                (long long)KT, (long long)K);
+    sn_cu_emitf(t, "xs[i / kn * %lld + i %% kn + i %% kn / 32] = sn_load(in0[i / kn * %lld + k0 + "
+                   "i %% kn]);", (long long)R, (long long)K);
     sn_cu_emitf(t, "__syncthreads();");
     sn_cu_emitf(t, "/* this lane's 8 k a step, the warp's 8 rows each */");
     sn_cu_emitf(t, "for (%s k = 8 * lane; k < kn; k += 256) {", ix);
+    sn_cu_emitf(t, "const %s kx = k + k / 32; /* xs's column of k (k + j: kx + j, j < 8) */", ix);
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < %d; r++) {", ROWS);
     sn_cu_emitf(t, "const %s n = n0 + r;", ix);
@@ -132,8 +136,8 @@ void sn_cu_emit_gemv_t(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
         sn_cu_emitf(t, "#pragma unroll");
         sn_cu_emitf(t, "for (int m = 0; m < %lld; m++) {", (long long)M);
         sn_cu_emitf(t, "#pragma unroll");
-        sn_cu_emitf(t, "for (int j = 0; j < 8; j++) acc[r][m] = fmaf(xs[m * %lld + k + j], wv[j], "
-                       "acc[r][m]);", (long long)KT);
+        sn_cu_emitf(t, "for (int j = 0; j < 8; j++) acc[r][m] = fmaf(xs[m * %lld + kx + j], wv[j], "
+                       "acc[r][m]);", (long long)R);
         sn_cu_emitf(t, "}");
     } else { /* a weight at a time (fewer registers live), those at k_hi or after skipped */
         sn_cu_emitf(t, "const %s f = n * %lld + k0 + k; /* W's flat index of W[n][k0 + k] */",
@@ -152,8 +156,8 @@ void sn_cu_emit_gemv_t(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
             sn_cu_emitf(t, "const float w = sn_load(in1[f + j]);");
         }
         sn_cu_emitf(t, "#pragma unroll");
-        sn_cu_emitf(t, "for (int m = 0; m < %lld; m++) acc[r][m] = fmaf(xs[m * %lld + k + j], w, "
-                       "acc[r][m]);", (long long)M, (long long)KT);
+        sn_cu_emitf(t, "for (int m = 0; m < %lld; m++) acc[r][m] = fmaf(xs[m * %lld + kx + j], w, "
+                       "acc[r][m]);", (long long)M, (long long)R);
         sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "}");
     }
