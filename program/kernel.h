@@ -99,9 +99,9 @@ const char *sn_epilogue_name(sn_epilogue e);
  *     added pairwise: p[j] + p[j + 8], then + 4, + 2, + 1 lanes away (llvm_gemv_t.c);
  *   CUDA, tb = 0: 32 partial sums over interleaved rows, a warp's 4 added pairwise, then the
  *     8 warps' in order (codegen/cuda/cuda_gemv.c);
- *   CUDA, tb = 1: a warp an output at a time, its lane l summing the k with (k - k_lo) mod 256
- *     in [8 l, 8 l + 8) ascending, one fmaf a term, then the 32 lanes' sums added by a
- *     butterfly over 16, 8, 4, 2, 1 lanes (cuda_gemv_t.c);
+ *   CUDA, tb = 1: a warp per 8 outputs, for each its lane l summing the k with (k - k_lo) mod
+ *     256 in [8 l, 8 l + 8) ascending (k_lo = 0 in one kernel), one fmaf a term, then the 32
+ *     lanes' sums added by a butterfly over 16, 8, 4, 2, 1 lanes (cuda_gemv_t.c);
  *   the CUDA split: each part's sum so (k_lo its first k), then the parts in order;
  * but not the GEMM library's, so y matches the unfused program within f32 rounding (|error|
  * <= about K 2^-24 sum_k |x[m][k] w[k][n]|), not bit for bit. */
@@ -115,8 +115,8 @@ typedef struct {
 enum { SN_GEMV_MAX_M = 8, SN_GEMV_COLS = 64 };
 
 /* The decode split (sn_target.split_decode: CUDA): at batch 1 the few-row product and
- * attention_cache (decoding over a KV cache) have too few items to fill a GPU (gpt2: 12 blocks of 64 columns,
- * 12 (row, head) slices), so where their items are fewer than SN_DECODE_BLOCKS (two waves of an
+ * attention_cache (decoding over a KV cache) have too few items to fill a GPU (gpt2: 12 blocks
+ * of 64 columns, 12 (row, head) slices), so where their items are fewer than SN_DECODE_BLOCKS (two waves of an
  * H100/H200's 132 SMs) each runs as two kernels around a scratch value (program.h: no node),
  * its buffer after the args (bufs[n_out + n_in]) in both; sn_split_parts says how many parts:
  *   GEMV  SN_SUM_PARTIAL: item i is columns c = i % C (C = ceil(N / 64) column items) over
