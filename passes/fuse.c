@@ -446,7 +446,7 @@ static void decide(fuse_state *s) {
  * two kernels alone. */
 static bool dequant_for_gemm(const fuse_state *s, const sn_node *x) {
     if (x->op != SN_OP_DEQUANT_NF4 || s->is_out[x->id] || !s->n_users[x->id] ||
-        s->home[x->id] != x->id) /* not in an NF4 product (fuse_gemv.c) */
+        s->home[x->id] != x->id) /* not in a few-row product (fuse_gemv.c) */
         return false;
     for (int k = 0; k < s->n_users[x->id]; k++)
         if (s->g->nodes[s->users[x->id][k]]->op != SN_OP_MATMUL) return false;

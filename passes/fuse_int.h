@@ -171,7 +171,7 @@ sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss);
 /* The kernel k of embedding_bwd becomes kernel.h's BUCKET kernel, and the ROWS kernel
  * follows it, with their scratch value. */
 sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k);
-/* The decode split (kernel.h; sn_target.split_decode): the NF4 product or attention_cache
+/* The decode split (kernel.h; sn_target.split_decode): the few-row product or attention_cache
  * kernel k, whose shapes call for parts (sn_split_parts > 1), becomes their PARTIAL kernel and a
  * FINISH kernel follows it, with their scratch value. */
 sn_status sn_fuse_split_decode(fuse_state *s, sn_kernel *k);

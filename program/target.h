@@ -46,7 +46,7 @@ typedef struct {
                                later norm backward pair (kernel.h: tail; passes/join_finish.c).
                                CUDA: on (a launch less a FINISH); the CPU: off, each FINISH its
                                own kernel (the LLVM backend does not generate the joined form) */
-    bool split_decode;      /* batch-1 decoding's NF4 products and attention_cache run split in
+    bool split_decode;      /* batch-1 decoding's few-row products and attention_cache run split in
                                two kernels where their items are too few to fill a GPU (kernel.h:
                                SN_DECODE_BLOCKS). CUDA: on; the CPU: off (its threads take the
                                items as they are; the LLVM backend has no split form) */
