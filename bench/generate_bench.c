@@ -1,4 +1,5 @@
-/* generate_bench.c: text generation speed of a GPT-2 configuration (random weights, batch 1,
+/* generate_bench.c: text generation speed of a GPT-2 (or, with the cache only, LLaMA-family)
+ * configuration (random weights, batch 1,
  * fp32, greedy) with the KV cache (train/generate.h: prefill once, then one decode step per
  * token) and without it (train/sample.h: the whole window recomputed for every token, the path
  * sinter train's samples take); and the time of one decode step at given positions, which must
@@ -9,13 +10,15 @@
  *     bench/generate_bench --model demo --baseline-tokens 0          (the cache only)
  *     bench/generate_bench --model gpt2 --baseline-tokens 0 --base nf4 (QLoRA's base: NF4)
  *     bench/generate_bench --model gpt2 --baseline-tokens 0 --qlora 8   (the base NF4 with
- *         rank-8 adapters on every layer, B random; timed in turn with the same base alone) */
+ *         rank-8 adapters on every layer, B random; timed in turn with the same base alone)
+ *     bench/generate_bench --model smollm2-135m --baseline-tokens 0 --qlora 8 (LLaMA's) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ir/nf4.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "program/program.h"
 #include "passes/pipeline.h"
 #include "runtime/cuda/cuda_device.h"
@@ -120,6 +123,7 @@ static sn_status init_weights(void *src, const sn_node *p, float *data, sn_err *
 
 typedef struct {
     sn_gpt2_config c;
+    const sn_llama_config *lc; /* a LLaMA-family model (c unused), or NULL */
     bool frozen; /* every weight but the adapters frozen, so that the nf4 or base16 pass stores
                     the linear ones as NF4 or bf16 */
     const sn_gpt2_lora *lora; /* NULL: no adapters */
@@ -127,7 +131,8 @@ typedef struct {
 
 static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn_err *e) {
     const model *m = user;
-    sn_status s = sn_gpt2_build_kv(g, &m->c, B, T, decode, m->lora, e);
+    sn_status s = m->lc ? sn_llama_build_kv_lora(g, m->lc, B, T, decode, m->lora, e)
+                        : sn_gpt2_build_kv(g, &m->c, B, T, decode, m->lora, e);
     for (int i = 0; !s && m->frozen && i < g->n_nodes; i++)
         if (g->nodes[i]->op == SN_OP_PARAM && !sn_lora_is_adapter(g->nodes[i]->name))
             sn_param_freeze(g->nodes[i]);
@@ -224,7 +229,16 @@ static void kinds_of(sn_generator *gen, const args *a, const int32_t *prompt, co
 int main(int argc, char **argv) {
     args a = parse(argc, argv);
     sn_gpt2_config c;
-    if (!sn_gpt2_config_find(a.model, &c)) die("unknown model (gpt2, gpt2-medium, ..., demo, tiny)", NULL);
+    sn_llama_config lc, *llama = NULL;
+    if (!sn_gpt2_config_find(a.model, &c)) {
+        if (!sn_llama_config_find(a.model, &lc))
+            die("unknown model (gpt2, gpt2-medium, ..., demo, tiny; smollm2-135m, tinyllama-1.1b, ...)",
+                NULL);
+        llama = &lc; /* the fields the bench reads */
+        c = (sn_gpt2_config){.name = lc.name, .vocab = lc.vocab, .ctx = lc.ctx, .n_layer = lc.n_layer};
+        if (a.baseline_tokens) die("a LLaMA-family model: --baseline-tokens 0 (the run without "
+                                   "the cache builds GPT-2 only)", NULL);
+    }
     if (a.prompt_len + a.n_new - 1 > c.ctx) die("the prompt and the new tokens do not fit the context", NULL);
     sn_device *d = open_device(&a);
     const char *dev = d ? d->name : "reference interpreter";
@@ -244,7 +258,7 @@ int main(int argc, char **argv) {
     if (a.qlora && a.base && !nf4) die("--qlora is --lora over --base nf4: leave out --base", NULL);
     nf4 |= a.qlora;
     sn_gpt2_lora lo = {.lora = {.rank = a.lora, .alpha = (float)a.lora}, .targets = SN_GPT2_LORA_ALL};
-    model mk = {c, nf4 || base16, a.lora ? &lo : NULL}, plain_mk = {c, nf4 || base16, NULL};
+    model mk = {c, llama, nf4 || base16, a.lora ? &lo : NULL}, plain_mk = {c, llama, nf4 || base16, NULL};
     sn_generator_opts go = {.build = build_kv, .user = &mk, .ctx = c.ctx, .n_layer = c.n_layer,
                             .batch = 1, .nf4 = nf4, .base16 = base16};
     if (sn_generator_new(&go, d, &gen, &e) || sn_generator_load(gen, w, &e)) die("generator", &e);

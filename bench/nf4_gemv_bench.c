@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
     for (const char *r = rows; *r;) {
         char *end;
         long M = strtol(r, &end, 10);
-        if (end == r || M < 1 || M > SN_NF4_GEMV_MAX_M) die("--rows: each in 1 .. 8", NULL);
+        if (end == r || M < 1 || M > SN_GEMV_MAX_M) die("--rows: each in 1 .. 8", NULL);
         r = *end == ',' ? end + 1 : end;
         for (int s = 0; s < 4; s++) {
             int64_t K = shapes[s][0], N = shapes[s][1], n = K * N;

@@ -411,10 +411,10 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
                     "train --qlora): leave out --base", a->base, a->hf ? a->hf : a->checkpoint);
     if (!s) s = open_device(a, &dev, e);
     /* a QLoRA base: NF4 as trained (the least memory), its products of a batch of up to
-       SN_NF4_GEMV_MAX_M reading the packed bytes (as fast as f32 on the CPU or faster:
+       SN_GEMV_MAX_M reading the packed bytes (as fast as f32 on the CPU or faster:
        docs/finetune.md, "Generation"); f32 on the CPU for a larger batch, whose products would
        unpack every weight each step, and on the interpreter */
-    bool cpu_f32 = !dev || (dev->target.kind != SN_TARGET_CUDA && B > SN_NF4_GEMV_MAX_M);
+    bool cpu_f32 = !dev || (dev->target.kind != SN_TARGET_CUDA && B > SN_GEMV_MAX_M);
     if (!s && m->nf4 && (a->base ? !strcmp(a->base, "f32") : cpu_f32)) m->nf4 = false;
     /* past the trained positions the windows slide (generate.h) */
     sn_generator_opts go = {.build = build_kv, .user = m, .ctx = m->ctx, .n_layer = m->n_layer,

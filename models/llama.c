@@ -401,6 +401,8 @@ sn_status sn_llama_build_kv_lora(sn_graph *g, const sn_llama_config *c, int B, i
     }
     if ((s = rope_tables(&m, e))) return s;
     sn_graph_set_logits(g, body(&m, idx)); /* an output after each layer's k and v */
+    /* the base frozen as in training (the nf4 and base16 passes store what is frozen) */
+    if (lora && !sn_graph_error(g)) lora->ia3 ? sn_ia3_freeze_base(g) : sn_lora_freeze_base(g);
     if (sn_graph_error(g))
         return sn_fail(e, sn_graph_status(g), "%s: %s", c->name ? c->name : "llama", sn_graph_error(g));
     return SN_OK;

@@ -186,7 +186,8 @@ static const sn_node *loss_owner(const fuse_state *s, const sn_node *x) {
 /* Whether compute op u may read operand x through a strided view of x's buffer instead of a
  * copy: q, k, v, o and dout of the attention ops (not lse), which the attention kernels index
  * by (item, row) strides (kernel.h); a matmul's slices of a value's last axis (kernel.h: the
- * GEMM's operand views; not the NF4 product's, which reads its x whole). */
+ * GEMM's operand views; not an NF4 weight's product, which may be the few-row product reading
+ * its x whole: fuse_gemv.c leaves a view without a buffer to a GEMM). */
 static bool in_place_operand(const sn_node *u, const sn_node *x) {
     if (u->op == SN_OP_MATMUL && is_view(x->op) && u->in[1]->op != SN_OP_DEQUANT_NF4) {
         for (int i = 0; i < 2; i++) {
@@ -429,9 +430,9 @@ static void decide(fuse_state *s) {
     sn_fuse_settle_into(s);
     for (int i = 0; i < n; i++) /* the attention forward's o written into its permute */
         if (s->live[i]) sn_fuse_fwd_into(s, g->nodes[i]);
-    sn_fuse_nf4_gemv_decide(s); /* a dequantize into the one product of few rows reading it */
+    sn_fuse_gemv_decide(s); /* a dequantize into the one product of few rows reading it */
     for (int i = 0; i < n; i++) /* a bias add, or a cast, joins the GEMM before it */
-        if (s->live[i] && !sn_fuse_is_nf4_gemv(s, g->nodes[i])) sn_fuse_gemm_epilogue(s, g->nodes[i]);
+        if (s->live[i] && !sn_fuse_is_gemv(s, g->nodes[i])) sn_fuse_gemm_epilogue(s, g->nodes[i]);
     /* column sums join a norm weight-gradient kernel over the same rows (kernel.h) */
     for (int i = 0; i < n; i++) {
         const sn_node *h = s->live[i] ? colsum_host(s, g->nodes[i]) : NULL;
@@ -456,7 +457,7 @@ static void decide(fuse_state *s) {
  * two kernels alone. */
 static bool dequant_for_gemm(const fuse_state *s, const sn_node *x) {
     if (x->op != SN_OP_DEQUANT_NF4 || s->is_out[x->id] || !s->n_users[x->id] ||
-        s->home[x->id] != x->id) /* not in an NF4 product (fuse_gemv.c) */
+        s->home[x->id] != x->id) /* not in a few-row product (fuse_gemv.c) */
         return false;
     for (int k = 0; k < s->n_users[x->id]; k++)
         if (s->g->nodes[s->users[x->id][k]]->op != SN_OP_MATMUL) return false;

@@ -73,13 +73,13 @@ int sn_fuse_kernel_pos(const fuse_state *s, int root);
  * (kernel.h), from the nodes with home at its matmul. */
 void sn_fuse_gemm_args(fuse_state *s, sn_kernel *k);
 
-/* ---- fuse_gemv.c: the NF4 product of few rows (kernel.h: SN_KER_NF4_GEMV) ---- */
+/* ---- fuse_gemv.c: the few-row product (kernel.h: SN_KER_GEMV) ---- */
 
-/* After the grouping, before the GEMM epilogues: each dequant_nf4 read by one matmul of few rows
- * gets its home at that matmul and no buffer. */
-void sn_fuse_nf4_gemv_decide(fuse_state *s);
-/* Whether matmul mm's kernel is the NF4 product (it takes no epilogue). */
-bool sn_fuse_is_nf4_gemv(const fuse_state *s, const sn_node *mm);
+/* After the grouping, before the GEMM epilogues: each dequant_nf4, or f32 cast of a 16-bit
+ * value, read by one matmul of few rows gets its home at that matmul and no buffer. */
+void sn_fuse_gemv_decide(fuse_state *s);
+/* Whether matmul mm's kernel is the few-row product (it takes no epilogue). */
+bool sn_fuse_is_gemv(const fuse_state *s, const sn_node *mm);
 
 /* ---- fuse_into.c: values written straight into another's buffer ---- */
 
@@ -171,7 +171,7 @@ sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss);
 /* The kernel k of embedding_bwd becomes kernel.h's BUCKET kernel, and the ROWS kernel
  * follows it, with their scratch value. */
 sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k);
-/* The decode split (kernel.h; sn_target.split_decode): the NF4 product or attention_cache
+/* The decode split (kernel.h; sn_target.split_decode): the few-row product or attention_cache
  * kernel k, whose shapes call for parts (sn_split_parts > 1), becomes their PARTIAL kernel and a
  * FINISH kernel follows it, with their scratch value. */
 sn_status sn_fuse_split_decode(fuse_state *s, sn_kernel *k);

@@ -241,11 +241,11 @@ static sn_kernel_kind compute_kind(sn_op op) {
 
 /* A kernel of one compute node (a row op with nothing fused reads its inputs as args). */
 sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
-    bool nf4 = sn_fuse_is_nf4_gemv(s, n); /* reads its weight's packed bytes (kernel.h) */
-    sn_kernel *k = new_kernel(s, nf4 ? SN_KER_NF4_GEMV : compute_kind(n->op), n);
+    bool gemv = sn_fuse_is_gemv(s, n); /* reads its weight's source (kernel.h) */
+    sn_kernel *k = new_kernel(s, gemv ? SN_KER_GEMV : compute_kind(n->op), n);
     if (!k) return SN_ERR_OOM;
     k->anchor = n;
-    if (nf4) snprintf(k->name, sizeof k->name, "k%d_nf4_gemv", k->id);
+    if (gemv) snprintf(k->name, sizeof k->name, "k%d_%s", k->id, sn_gemv_name(k));
     const sn_node *lse = n->op == SN_OP_ATTENTION ? n->in[3] : NULL;
     if (lse && s->home[lse->id] == n->id) {
         k->anchor2 = lse;
@@ -281,7 +281,7 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
         memcpy(k->access[n->n_in + o].stride, m.stride, sizeof m.stride);
     }
     for (int i = 0; i < n->n_in; i++) {
-        view_map m = {.base = nf4 && i == 1 ? n->in[1]->in[0] : n->in[i]};
+        view_map m = {.base = gemv && i == 1 ? n->in[1]->in[0] : n->in[i]};
         bool gemm = k->kind == SN_KER_GEMM;
         if (att) {
             bool mapped = sn_fuse_map_of(s, n->in[i], &m);
@@ -399,7 +399,7 @@ sn_status sn_fuse_split_decode(fuse_state *s, sn_kernel *k) {
     size_t len = strlen(k->name);
     if (len + 8 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_partial");
     snprintf(f->name, sizeof f->name, "k%d_%s_finish", f->id,
-             k->kind == SN_KER_NF4_GEMV ? "nf4_gemv" : sn_op_name(k->anchor->op));
+             k->kind == SN_KER_GEMV ? sn_gemv_name(k) : sn_op_name(k->anchor->op));
     f->scratch = k->scratch = new_scratch(p, sn_kernel_scratch_bytes(k));
     sn_kernel_work(k, &k->n_items, &k->serial);
     sn_kernel_work(f, &f->n_items, &f->serial);

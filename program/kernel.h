@@ -19,8 +19,9 @@ typedef enum {
     SN_KER_GATHER,    /* anchor is embedding (gather) or embedding_bwd (scatter-add) */
     SN_KER_DEQUANT,   /* anchor is dequant_nf4: args y, packed (ir/nf4.h); an item per block of
                          64 weights */
-    SN_KER_NF4_GEMV,  /* anchor is a matmul of few rows by an NF4 weight it unpacks as it
-                         reads it (below): args y, x, packed; an item per 64 columns of y */
+    SN_KER_GEMV,      /* anchor is a matmul of few rows whose weight it reads from its
+                         source, NF4 bytes or a 16-bit value (below): args y, x, source; an
+                         item per 64 columns of y */
     /* the optimizer step over the flat parameter range (made by the trainer, not fuse; below) */
     SN_KER_GRAD_ACC,  /* sum[i] += g[i] */
     SN_KER_SQNORM,    /* partial[b] = sum over block b of (g[i] * inv_micro)^2 */
@@ -78,35 +79,54 @@ typedef enum {
 } sn_epilogue;
 const char *sn_epilogue_name(sn_epilogue e);
 
-/* The NF4 product (SN_KER_NF4_GEMV): y = x @ dequant_nf4(packed) where x has few rows, as
- * batch-1 decoding has (fuse makes it for M <= SN_NF4_GEMV_MAX_M: numel(x) / K rows, its batch
- * dims folded); otherwise a dequantize kernel unpacks the weight into a scratch and a GEMM
- * reads it. The anchor is the matmul (no epilogue: a bias add after it is a kernel of its own),
- * ta = tb = 0, its operand 1 a dequant_nf4 of shape (K, N) that no other node reads: it has no
- * buffer, the kernel reads the packed bytes (ir/nf4.h's layout) and never writes the unpacked
- * weight. Args: y (numel(x) / K, N) f32, x (.., K) of the weight's dtype (f32, bf16, f16),
- * contiguous, packed (u8). Item i: the columns [64 i, min(64 i + 64, N)) of every row of y
- * (split: the decode split below).
- * Each weight is what the dequantize kernel writes: rnd_w(level[code] * scale), its scale
- * fma(scale_code, step, mean), rnd_w the rounding to the weight's dtype; then
- *     y[m][n] = sum over k of x[m][k] * w[k][n]   in f32
- * The order of that sum is each backend's (the CPU: k ascending, one fma a term; CUDA: 32
- * partial sums over interleaved rows, a warp's 4 added pairwise, then the 8 warps' in order:
- * codegen/cuda/cuda_gemv.c; split: each part's so, then the parts in order), fixed for every
- * split of the items, but not the GEMM library's,
- * so y matches the unfused program within f32 rounding (|error| <= about K 2^-24 sum_k
- * |x[m][k] w[k][n]|), not bit for bit. */
-enum { SN_NF4_GEMV_MAX_M = 8, SN_NF4_GEMV_COLS = 64 };
+/* The few-row product (SN_KER_GEMV): y = x @ W or x @ W^T where x has few rows, as batch-1
+ * decoding has (fuse makes it for M <= SN_GEMV_MAX_M: numel(x) / K rows, its batch dims folded),
+ * W read from its source as the kernel goes, never stored. Otherwise W has a buffer: a kernel
+ * unpacks or widens it and a GEMM reads it. The anchor is the matmul (no epilogue: a bias add
+ * after it is a kernel of its own), ta = 0; its operand 1, the weight, is read by no other node
+ * and has no buffer; it is one of (sn_gemv_of says which):
+ *   NF4    a dequant_nf4 of the packed bytes (ir/nf4.h's layout): each weight is what the
+ *          dequantize kernel writes, rnd_w(level[code] * scale), its scale fma(scale_code, step,
+ *          mean), rnd_w the rounding to the weight's dtype (x's: f32, bf16 or f16)
+ *   W16    an f32 cast of a bf16 or f16 value (a base16 LoRA base in an f32 program): each
+ *          weight is the 16-bit value widened (exact); x is f32
+ * and its layout tb = 0, W (K, N) (GPT-2's Conv1D), or tb = 1, W stored (N, K) (LLaMA's
+ * (out, in): row n of W is the K weights of output n, its NF4 blocks of 64 inside the row
+ * where 64 divides K, straddling rows elsewhere). Args: y (numel(x) / K, N) f32, x (.., K) of
+ * the weight's dtype, contiguous, the source (u8 bytes, or the 16-bit value). Item i: the
+ * columns [64 i, min(64 i + 64, N)) of every row of y (split: the decode split below). Then
+ *     y[m][n] = sum over k of x[m][k] * w[k][n]   in f32   (w[k][n] = W[n][k] with tb)
+ * The order of that sum is each backend's, fixed for every split of the items:
+ *   CPU, tb = 0: k ascending, one fma a term (codegen/llvm/llvm_gemv.c);
+ *   CPU, tb = 1: 16 partial sums, sum j over the k = j (mod 16) ascending, one fma a term, then
+ *     added pairwise: p[j] + p[j + 8], then + 4, + 2, + 1 lanes away (llvm_gemv_t.c);
+ *   CUDA, tb = 0: 32 partial sums over interleaved rows, a warp's 4 added pairwise, then the
+ *     8 warps' in order (codegen/cuda/cuda_gemv.c);
+ *   CUDA, tb = 1: a warp per 8 outputs, for each its lane l summing the k with (k - k_lo) mod
+ *     256 in [8 l, 8 l + 8) ascending (k_lo = 0 in one kernel), one fmaf a term, then the 32
+ *     lanes' sums added by a butterfly over 16, 8, 4, 2, 1 lanes (cuda_gemv_t.c);
+ *   the CUDA split: each part's sum so (k_lo its first k), then the parts in order;
+ * but not the GEMM library's, so y matches the unfused program within f32 rounding (|error|
+ * <= about K 2^-24 sum_k |x[m][k] w[k][n]|), not bit for bit. */
+typedef enum { SN_GEMV_NF4, SN_GEMV_W16 } sn_gemv_source;
+typedef struct {
+    int64_t M, K, N;       /* y (M, N) = x (M, K) @ W (K, N) */
+    bool tb;               /* W stored (N, K) */
+    sn_gemv_source source; /* where the weights come from */
+    sn_dtype wt;           /* the weights' dtype: NF4's rnd_w, or the 16-bit value's */
+} sn_gemv;
+enum { SN_GEMV_MAX_M = 8, SN_GEMV_COLS = 64 };
 
-/* The decode split (sn_target.split_decode: CUDA): at batch 1 the NF4 product and attention_cache
- * (decoding over a KV cache) have too few items to fill a GPU (gpt2: 12 blocks of 64 columns,
- * 12 (row, head) slices), so where their items are fewer than SN_DECODE_BLOCKS (two waves of an
+/* The decode split (sn_target.split_decode: CUDA): at batch 1 the few-row product and
+ * attention_cache (decoding over a KV cache) have too few items to fill a GPU (gpt2: 12 blocks
+ * of 64 columns, 12 (row, head) slices), so where their items are fewer than SN_DECODE_BLOCKS (two waves of an
  * H100/H200's 132 SMs) each runs as two kernels around a scratch value (program.h: no node),
  * its buffer after the args (bufs[n_out + n_in]) in both; sn_split_parts says how many parts:
- *   NF4_GEMV  SN_SUM_PARTIAL: item i is columns c = i % C (C = ceil(N / 64) column items) of
- *     rows [s L, min(K, s L + L)) of W, s = i / C, L = sn_split_len (a multiple of 4); it
- *     writes the product of those rows, x[:, rows] @ W[rows, cols], into scratch (S, M, N)
- *     at [s] (in the one-kernel order over its rows) and not y;
+ *   GEMV  SN_SUM_PARTIAL: item i is columns c = i % C (C = ceil(N / 64) column items) over
+ *     k in [s L, min(K, s L + L)), s = i / C, L = sn_split_len (tb = 0: a multiple of 4;
+ *     tb = 1: of 32, of 256 where L >= 256); it writes the product over those k,
+ *     x[:, ks] @ w[ks, cols], into scratch (S, M, N) at [s] (in the one-kernel order over its
+ *     k) and not y;
  *     SN_SUM_FINISH: y[m][n] = the S parts added in f32 in order s = 0, 1, ..; item i: the
  *     elements [SN_SPLIT_FINISH_ELEMS i, ..) of y (M N).
  *   ATTENTION (attention_cache) SN_SUM_PARTIAL: item i is slice b = i / P (of the B H) over
@@ -501,8 +521,14 @@ bool sn_kernel_out_part(const sn_kernel *k, int o, bool *mask);
 /* One line describing k: "k3 pointwise gelu,add f32[4,64,768] <- %12, %40 -> %41". */
 void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len);
 
-/* kernel_split.c: the decode split's parts S (NF4 rows, attention_cache key ranges) that k's
- * shapes call for under the rule there (1: one kernel), and the rows or keys L of a part. */
+/* The product a SN_KER_GEMV kernel computes, from its anchor (program.c). */
+sn_gemv sn_gemv_of(const sn_kernel *k);
+/* Its name in kernel names: nf4_gemv, nf4_gemv_t (tb), w16_gemv, w16_gemv_t. */
+const char *sn_gemv_name(const sn_kernel *k);
+
+/* kernel_split.c: the decode split's parts S (the few-row product's k ranges, attention_cache
+ * key ranges) that k's shapes call for under the rule there (1: one kernel), and the k or keys
+ * L of a part. */
 int64_t sn_split_parts(const sn_kernel *k);
 int64_t sn_split_len(const sn_kernel *k);
 

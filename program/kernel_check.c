@@ -187,25 +187,35 @@ static sn_status check_dequant(const sn_kernel *k, sn_err *e) {
     return SN_OK;
 }
 
-/* The NF4 product (kernel.h): the matmul's x and its dequantize's packed bytes in, the matmul
- * out; few rows, no transposes, a (K, N) weight, f32, bf16 or f16 operands. */
-static sn_status check_nf4_gemv(const sn_kernel *k, sn_err *e) {
+/* The few-row product (kernel.h): the matmul's x and its weight's source in, the matmul out;
+ * few rows, x not transposed, a (K, N) or (tb) (N, K) weight that is a dequant_nf4 (f32, bf16
+ * or f16 operands) or an f32 cast of a bf16 or f16 value (f32 x). */
+static sn_status check_gemv(const sn_kernel *k, sn_err *e) {
     const sn_node *mm = k->anchor, *x = mm->in[0], *w = mm->in[1];
-    if (w->op != SN_OP_DEQUANT_NF4 || k->n_out != 1 || k->n_in != 2 || k->args[0] != mm ||
+    bool nf4 = w->op == SN_OP_DEQUANT_NF4;
+    if ((!nf4 && w->op != SN_OP_CAST) || k->n_out != 1 || k->n_in != 2 || k->args[0] != mm ||
         k->args[1] != x || k->args[2] != w->in[0])
-        return BUG("an NF4 product writes its matmul from the matmul's x and the packed bytes of "
-                   "its dequant_nf4 operand (args y, x, packed)");
-    if (mm->a.ta || mm->a.tb || w->rank != 2 || x->shape[x->rank - 1] != w->shape[0])
-        return BUG("an NF4 product multiplies x (.., K) by a (K, N) weight, neither transposed");
-    int64_t M = sn_numel(x) / w->shape[0];
-    if (M > SN_NF4_GEMV_MAX_M)
-        return BUG("an NF4 product has at most %d rows, not %lld", SN_NF4_GEMV_MAX_M, (long long)M);
-    if ((x->dtype != SN_F32 && x->dtype != SN_BF16 && x->dtype != SN_F16) || mm->dtype != SN_F32)
-        return BUG("an NF4 product reads f32, bf16 or f16 (not %s) and writes f32 (not %s)",
-                   sn_dtype_name(x->dtype), sn_dtype_name(mm->dtype));
+        return BUG("a few-row product writes its matmul from the matmul's x and the source of its "
+                   "weight, a dequant_nf4's packed bytes or a cast's 16-bit value (args y, x, "
+                   "source)");
+    if (!nf4 && (w->dtype != SN_F32 || (w->in[0]->dtype != SN_BF16 && w->in[0]->dtype != SN_F16) ||
+                 w->in[0]->rank != 2))
+        return BUG("a few-row product's cast weight widens a bf16 or f16 matrix to f32 (not %s to "
+                   "%s)", sn_dtype_name(w->in[0]->dtype), sn_dtype_name(w->dtype));
+    int64_t K = w->rank == 2 ? w->shape[mm->a.tb ? 1 : 0] : -1;
+    if (mm->a.ta || w->rank != 2 || x->shape[x->rank - 1] != K)
+        return BUG("a few-row product multiplies x (.., K) by a (K, N) weight, or a transposed "
+                   "(N, K) one, x not transposed");
+    int64_t M = sn_numel(x) / K;
+    if (M > SN_GEMV_MAX_M)
+        return BUG("a few-row product has at most %d rows, not %lld", SN_GEMV_MAX_M, (long long)M);
+    if ((x->dtype != SN_F32 && (!nf4 || (x->dtype != SN_BF16 && x->dtype != SN_F16))) ||
+        mm->dtype != SN_F32)
+        return BUG("a few-row product reads f32 x (bf16 or f16 with an NF4 weight; not %s) and "
+                   "writes f32 (not %s)", sn_dtype_name(x->dtype), sn_dtype_name(mm->dtype));
     if (k->stage != SN_SUM_WHOLE && (k->stage > SN_SUM_FINISH || sn_split_parts(k) < 2))
-        return BUG("an NF4 product runs as one kernel, or as the PARTIAL and FINISH of a split "
-                   "of its rows where the rule (kernel_split.c) makes parts");
+        return BUG("a few-row product runs as one kernel, or as the PARTIAL and FINISH of a split "
+                   "of its k where the rule (kernel_split.c) makes parts");
     return SN_OK;
 }
 
@@ -253,7 +263,9 @@ static bool anchor_fits(const sn_kernel *k) {
     case SN_KER_GEMM: return a->op == SN_OP_MATMUL;
     case SN_KER_GATHER: return a->op == SN_OP_EMBEDDING || a->op == SN_OP_EMBEDDING_BWD;
     case SN_KER_DEQUANT: return a->op == SN_OP_DEQUANT_NF4;
-    case SN_KER_NF4_GEMV: return a->op == SN_OP_MATMUL && a->in[1]->op == SN_OP_DEQUANT_NF4;
+    case SN_KER_GEMV:
+        return a->op == SN_OP_MATMUL &&
+               (a->in[1]->op == SN_OP_DEQUANT_NF4 || a->in[1]->op == SN_OP_CAST);
     default: return false;
     }
 }
@@ -310,7 +322,7 @@ sn_status sn_kernel_check(const sn_kernel *k, sn_err *e) {
     case SN_KER_GEMM: return sn_kernel_check_gemm(k, e);
     case SN_KER_GATHER: return check_gather(k, e);
     case SN_KER_DEQUANT: return check_dequant(k, e);
-    case SN_KER_NF4_GEMV: return check_nf4_gemv(k, e);
+    case SN_KER_GEMV: return check_gemv(k, e);
     default: break;
     }
     SN_ASSERT(!"a kernel kind without its check");

@@ -15,11 +15,28 @@ const char *sn_epilogue_name(sn_epilogue e) {
 }
 
 const char *sn_kernel_kind_name(sn_kernel_kind k) {
-    static const char *names[] = {"pointwise", "row", "reduce", "gemm", "attention", "gather", "dequant", "nf4_gemv",
+    static const char *names[] = {"pointwise", "row", "reduce", "gemm", "attention", "gather", "dequant", "gemv",
                                   "grad_acc", "sqnorm", "clip", "adamw"};
     _Static_assert(sizeof names / sizeof names[0] == SN_KER_KIND_COUNT, "a kernel kind without a name");
     SN_ASSERT((unsigned)k < SN_KER_KIND_COUNT);
     return names[k];
+}
+
+sn_gemv sn_gemv_of(const sn_kernel *k) {
+    SN_ASSERT(k->kind == SN_KER_GEMV);
+    const sn_node *mm = k->anchor, *w = mm->in[1];
+    sn_gemv g = {.tb = mm->a.tb, .source = w->op == SN_OP_DEQUANT_NF4 ? SN_GEMV_NF4 : SN_GEMV_W16};
+    g.K = w->shape[g.tb ? 1 : 0];
+    g.N = w->shape[g.tb ? 0 : 1];
+    g.M = sn_numel(mm->in[0]) / g.K;
+    g.wt = g.source == SN_GEMV_NF4 ? w->dtype : w->in[0]->dtype;
+    return g;
+}
+
+const char *sn_gemv_name(const sn_kernel *k) {
+    sn_gemv g = sn_gemv_of(k);
+    return g.source == SN_GEMV_NF4 ? (g.tb ? "nf4_gemv_t" : "nf4_gemv")
+                                   : (g.tb ? "w16_gemv_t" : "w16_gemv");
 }
 
 /* The row ops (ops.h kind SN_K_ROW), their facts (kernel.h). A new op: if it is a row op, give
@@ -123,12 +140,12 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
         return;
     }
     case SN_KER_DEQUANT: *n_items = (sn_numel(a) + 63) / 64; return; /* NF4 blocks */
-    case SN_KER_NF4_GEMV: /* 64 columns of y (of a part of W's rows); FINISH: y's elements */
+    case SN_KER_GEMV: /* 64 columns of y (of a part of W's rows); FINISH: y's elements */
         if (k->stage == SN_SUM_FINISH) {
             *n_items = (sn_numel(a) + SN_SPLIT_FINISH_ELEMS - 1) / SN_SPLIT_FINISH_ELEMS;
             return;
         }
-        *n_items = (a->shape[a->rank - 1] + SN_NF4_GEMV_COLS - 1) / SN_NF4_GEMV_COLS *
+        *n_items = (a->shape[a->rank - 1] + SN_GEMV_COLS - 1) / SN_GEMV_COLS *
                    (k->stage == SN_SUM_PARTIAL ? sn_split_parts(k) : 1);
         return;
     case SN_KER_GRAD_ACC: case SN_KER_ADAMW: *n_items = k->opt.flat_n; return; /* the optimizer's flat range */
@@ -171,7 +188,7 @@ int64_t sn_gather_chunks(const sn_kernel *k) {
 
 int64_t sn_kernel_scratch_bytes(const sn_kernel *k) {
     if (k->stage == SN_SUM_WHOLE) return 0;
-    if (k->kind == SN_KER_NF4_GEMV) /* the parts' products (S, M, N) */
+    if (k->kind == SN_KER_GEMV) /* the parts' products (S, M, N) */
         return 4 * sn_split_parts(k) * sn_numel(k->anchor);
     if (k->kind == SN_KER_ATTENTION && k->anchor->op == SN_OP_ATTENTION_CACHE) {
         const sn_node *a = k->anchor; /* (B H, P, T, Dv + 2): m, l, the output */

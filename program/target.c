@@ -34,6 +34,11 @@ bool sn_target_decode_split_off(void) {
     return env && !strcmp(env, "0");
 }
 
+bool sn_target_gemv_nf4_only_asked(void) {
+    const char *env = getenv("SN_GEMV");
+    return env && !strcmp(env, "nf4");
+}
+
 static bool cpu_has_avx512_bf16(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();

@@ -46,10 +46,14 @@ typedef struct {
                                later norm backward pair (kernel.h: tail; passes/join_finish.c).
                                CUDA: on (a launch less a FINISH); the CPU: off, each FINISH its
                                own kernel (the LLVM backend does not generate the joined form) */
-    bool split_decode;      /* batch-1 decoding's NF4 products and attention_cache run split in
+    bool split_decode;      /* batch-1 decoding's few-row products and attention_cache run split in
                                two kernels where their items are too few to fill a GPU (kernel.h:
                                SN_DECODE_BLOCKS). CUDA: on; the CPU: off (its threads take the
                                items as they are; the LLVM backend has no split form) */
+    bool gemv_nf4_only;     /* the few-row product (kernel.h: SN_KER_GEMV) only for an NF4
+                               weight (K, N), as before it read transposed and 16-bit weights:
+                               off by default; sn_pipeline_kernels sets it when SN_GEMV=nf4 (a
+                               before and after in one build) */
 } sn_target;
 
 /* sn_precision, how a program stores and multiplies its floats (sn_compile's precision; the
@@ -71,6 +75,9 @@ bool sn_target_accum_plain_asked(void);
 /* Whether SN_DECODE_SPLIT=0 asks for no decode split (split_decode off: a GPU run's before and
  * after of the split in one build); sn_pipeline_kernels reads it for a CUDA target. */
 bool sn_target_decode_split_off(void);
+/* Whether SN_GEMV=nf4 asks for the few-row product of NF4 (K, N) weights alone (sn_target
+ * gemv_nf4_only). */
+bool sn_target_gemv_nf4_only_asked(void);
 /* The CPU this process runs on (its bf16 dot-product support read from cpuid). */
 sn_target sn_target_cpu(void);
 

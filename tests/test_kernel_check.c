@@ -327,6 +327,40 @@ START_TEST(test_planted_bugs_are_internal) {
     dq.args[1] = w;
     refused(&dq, "unpacks a dequant_nf4's packed input");
     sn_graph_free(q);
+    /* the few-row product (kernel.h SN_KER_GEMV): x @ W^T of an NF4 and of a bf16 weight
+       accepted; its source not an arg, a 16-bit weight's cast of an f32 matrix, the transpose
+       dropped (x's K not W's rows), more than 8 rows, refused */
+    for (int w16 = 0; w16 < 2; w16++)
+        for (int bad = 0; bad < 5; bad++) {
+            sn_graph *gq = sn_graph_new();
+            int64_t M = bad == 4 ? 9 : 2;
+            sn_node *x = sn_input(gq, "x", SN_F32, SN_SHAPE(M, 24));
+            sn_node *wv = w16 ? sn_cast(gq, sn_param(gq, "w", SN_BF16, SN_SHAPE(40, 24),
+                                                     SN_INIT_NORMAL, 0.02f), SN_F32)
+                              : sn_param_nf4(gq, "w", SN_F32, SN_SHAPE(40, 24));
+            sn_node *y = sn_matmul_t(gq, x, wv, false, true);
+            ck_assert_msg(y, "%s", sn_graph_error(gq));
+            if (bad == 3) y->a.tb = false; /* planted: W (40, 24) read as (K, N) */
+            if (bad == 2 && w16) ((sn_node *)wv->in[0])->dtype = SN_F32; /* planted */
+            sn_kernel gk = {.kind = SN_KER_GEMV, .n_out = 1, .n_in = 2, .anchor = y,
+                            .args = {y, x, bad == 1 ? wv : wv->in[0]}};
+            snprintf(gk.name, sizeof gk.name, "planted_gemv");
+            sn_kernel_work(&gk, &gk.n_items, &gk.serial);
+            if (!bad) {
+                ck_assert_msg(sn_kernel_check(&gk, &e) == SN_OK, "%s", e.msg);
+                ck_assert(sn_gemv_of(&gk).tb && sn_gemv_of(&gk).K == 24 && sn_gemv_of(&gk).N == 40 &&
+                          sn_gemv_of(&gk).source == (w16 ? SN_GEMV_W16 : SN_GEMV_NF4));
+            } else if (bad == 1) {
+                refused(&gk, "the source of its weight");
+            } else if (bad == 2 && w16) {
+                refused(&gk, "widens a bf16 or f16 matrix to f32 (not f32 to f32)");
+            } else if (bad == 3) {
+                refused(&gk, "or a transposed (N, K) one");
+            } else if (bad == 4) {
+                refused(&gk, "at most 8 rows, not 9");
+            }
+            sn_graph_free(gq);
+        }
     /* a program whose two-stage kernel lost its scratch */
     sn_kernel *k = (sn_kernel *)find(p, norm_sums);
     int keep = k->scratch;

@@ -161,7 +161,7 @@ START_TEST(tiny_gpt2_every_kind) {
         for (int i = 0; i < n; i++) kinds[ks[i]->kind] = true;
         for (int k = 0; k < SN_KER_KIND_COUNT; k++)
             ck_assert_msg(kinds[k] || k == SN_KER_GEMM || k == SN_KER_DEQUANT ||
-                          k == SN_KER_NF4_GEMV, /* NF4: a QLoRA program's (tiny trains none;
+                          k == SN_KER_GEMV, /* NF4: a QLoRA program's (tiny trains none;
                           test_nf4_gemv compiles the NF4 product) */
                           "no %s kernel in the tiny program",
                           sn_kernel_kind_name((sn_kernel_kind)k));
@@ -318,7 +318,7 @@ static double decode_model(bool split, int *launches, unsigned *fewest) {
     *launches = 0, *fewest = ~0u;
     for (int i = 0; i < p->n_kernels; i++) {
         const sn_kernel *k = p->kernels[i];
-        if (k->kind != SN_KER_NF4_GEMV &&
+        if (k->kind != SN_KER_GEMV &&
             !(k->kind == SN_KER_ATTENTION && k->anchor->op == SN_OP_ATTENTION_CACHE))
             continue;
         ms += 1e3 * sn_roofline_kernel_model(k, m, NULL).time_s;

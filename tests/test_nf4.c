@@ -580,8 +580,8 @@ END_TEST
 
 /* The pass leaves trained weights, embeddings and tables read otherwise alone. In the program
  * each dequantize is a kernel of its own right before the GEMM that reads it, its weights an
- * arena value live over those two steps only, or (a product of few rows, not transposed) inside
- * the NF4 product's kernel, with no value; the packed storage is persistent, its size the
+ * arena value live over those two steps only, or (a product of few rows) inside the few-row
+ * product's kernel, with no value; the packed storage is persistent, its size the
  * layout's. */
 START_TEST(pass_scope_and_program) {
     sn_graph *g = mlp(false);
@@ -600,12 +600,14 @@ START_TEST(pass_scope_and_program) {
     sn_pipeline_opts o = {.nf4 = true, .precision = SN_PRECISION_BF16, .backward = true};
     sn_program *p;
     ck_assert_msg(sn_compile(g, &o, &p, NULL, &e) == SN_OK, "%s", e.msg);
-    int dequants = 0, fused = 0;
+    int dequants = 0, fused = 0, transposed = 0;
     for (int k = 0; k < p->n_kernels; k++) {
         const sn_kernel *d = p->kernels[k];
-        if (d->kind == SN_KER_NF4_GEMV) { /* the forward's products of QB = 4 rows read their
-                                             packed bytes (kernel.h): no unpacked value */
-            ck_assert(d->anchor->in[1]->op == SN_OP_DEQUANT_NF4 && !d->anchor->a.tb);
+        if (d->kind == SN_KER_GEMV) { /* the products of QB = 4 rows read their packed bytes
+                                         (kernel.h), the backward's transposed one too: no
+                                         unpacked value */
+            ck_assert(d->anchor->in[1]->op == SN_OP_DEQUANT_NF4);
+            transposed += d->anchor->a.tb;
             ck_assert_int_eq(p->value_of[d->anchor->in[1]->id], -1);
             fused++;
         }
@@ -625,8 +627,9 @@ START_TEST(pass_scope_and_program) {
         ck_assert_int_eq(w->bytes, 2 * sn_numel(d->anchor)); /* bf16 */
         ck_assert(q->persistent && q->bytes == sn_nf4_layout_of(sn_numel(d->anchor)).bytes);
     }
-    ck_assert_int_eq(fused, 2);    /* x @ w1, h @ w2 */
-    ck_assert_int_eq(dequants, 1); /* dlogits @ w2^T (transposed: the GEMM reads it) */
+    ck_assert_int_eq(fused, 3);      /* x @ w1, h @ w2, dlogits @ w2^T */
+    ck_assert_int_eq(transposed, 1); /* dlogits @ w2^T */
+    ck_assert_int_eq(dequants, 0);
     sn_program_free(p);
     sn_graph_free(g);
     /* the storage keeps its weight's init rule (the trainer draws the weights by it, then

@@ -1,4 +1,4 @@
-/* test_nf4_gemv.c: the NF4 product of few rows (kernel.h: SN_KER_NF4_GEMV): the fuse rule that
+/* test_nf4_gemv.c: the NF4 product of few rows (kernel.h: SN_KER_GEMV): the fuse rule that
  * makes it (and leaves larger products to the dequantize kernel and the GEMM), the CPU kernel
  * (codegen/llvm/llvm_gemv.c) at every vector width and the CUDA kernel (codegen/cuda/
  * cuda_gemv.c) on the SIMT simulator in both thread orders, against the reference interpreter;
@@ -23,105 +23,8 @@
 #include "sim/sim.h"
 #include "support/rng.h"
 #include "codegen_util.h"
+#include "gemv_check.h"
 #include "harness.h"
-
-/* One product y = x @ dequant_nf4(q): x (M, K) (or (2, M / 2, K): batch dims folded), W
- * (K, N) in dt, the bytes of normal weights in several groups of scales, x uniform in
- * [-1, 1) rounded to dt; the interpreter's y, and the bound above for each y. */
-typedef struct {
-    int64_t M, K, N;
-    sn_dtype dt;
-    sn_graph *g;
-    sn_node *x, *w, *y;
-    void *xb;      /* x in dt */
-    uint8_t *q;    /* the packed bytes */
-    double *want;  /* [M N] the interpreter's y */
-    double *bound; /* [M N] K 2^-24 sum |x w| + |y| 2^-24 */
-} prod;
-
-static void prod_new(prod *p, int64_t M, int64_t K, int64_t N, sn_dtype dt, bool batched,
-                     uint64_t seed) {
-    *p = (prod){.M = M, .K = K, .N = N, .dt = dt, .g = sn_graph_new()};
-    sn_graph *g = p->g;
-    p->x = batched ? sn_input(g, "x", dt, SN_SHAPE(2, M / 2, K))
-                   : sn_input(g, "x", dt, SN_SHAPE(M, K));
-    p->w = sn_param_nf4(g, "w", dt, SN_SHAPE(K, N));
-    ck_assert_msg(p->x && p->w, "%s", sn_graph_error(g));
-    p->y = sn_matmul(g, p->x, p->w);
-    ck_assert_msg(p->y, "%s", sn_graph_error(g));
-    sn_graph_add_output(g, p->y);
-    sn_err e;
-    ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
-    int64_t n = K * N;
-    float *wf = malloc(sizeof(float) * (size_t)n);
-    sn_rng r = sn_rng_seed(seed);
-    for (int64_t i = 0; i < n; i++) wf[i] = (float)(0.05 * sn_rng_normal(&r));
-    p->q = malloc((size_t)sn_nf4_layout_of(n).bytes);
-    ck_assert(sn_nf4_quantize(wf, n, p->q, &e) == SN_OK);
-    sn_nf4_dequantize(p->q, n, wf);
-    double *xd = malloc(sizeof(double) * (size_t)(M * K));
-    p->xb = malloc(4 * (size_t)(M * K));
-    for (int64_t i = 0; i < M * K; i++) {
-        xd[i] = sn_dtype_round(dt, (float)(2 * sn_rng_uniform(&r) - 1));
-        float f = (float)xd[i];
-        if (dt == SN_F32)
-            ((float *)p->xb)[i] = f;
-        else
-            ((uint16_t *)p->xb)[i] = (uint16_t)sn_lowp_round(dt, f);
-    }
-    sn_interp *it = sn_interp_new(g, false);
-    double *qd = malloc(sizeof(double) * (size_t)sn_numel(p->w->in[0]));
-    for (int64_t i = 0; i < sn_numel(p->w->in[0]); i++) qd[i] = p->q[i];
-    ck_assert(sn_interp_set_f64(it, p->w->in[0], qd, &e) == SN_OK);
-    ck_assert(sn_interp_set_f64(it, p->x, xd, &e) == SN_OK);
-    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
-    p->want = malloc(sizeof(double) * (size_t)(M * N));
-    p->bound = malloc(sizeof(double) * (size_t)(M * N));
-    memcpy(p->want, sn_interp_value(it, p->y), sizeof(double) * (size_t)(M * N));
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t c = 0; c < N; c++) {
-            double s = 0;
-            for (int64_t k = 0; k < K; k++)
-                s += fabs(xd[m * K + k] * sn_dtype_round(dt, wf[k * N + c]));
-            p->bound[m * N + c] = (double)(K + 1) * 0x1p-24 * s + 1e-30;
-        }
-    sn_interp_free(it);
-    free(qd), free(xd), free(wf);
-}
-
-static void prod_free(prod *p) {
-    free(p->xb), free(p->q), free(p->want), free(p->bound);
-    sn_graph_free(p->g);
-}
-
-/* The product's kernel as fuse makes it: args y, x, packed. */
-static sn_kernel prod_kernel(const prod *p) {
-    sn_kernel k = {.kind = SN_KER_NF4_GEMV, .id = p->y->id, .n_out = 1, .n_in = 2, .anchor = p->y};
-    snprintf(k.name, sizeof k.name, "k%d_nf4_gemv", p->y->id);
-    k.args[0] = p->y;
-    k.args[1] = p->x;
-    k.args[2] = p->w->in[0];
-    sn_kernel_work(&k, &k.n_items, &k.serial);
-    sn_err e;
-    ck_assert_msg(sn_kernel_check(&k, &e) == SN_OK, "%s", e.msg);
-    return k;
-}
-
-/* y (f32) against the interpreter within the bound; "!(err <= bound)" fails on NaN. */
-static void check_y(const prod *p, const float *y, const char *how) {
-    double worst = 0;
-    for (int64_t i = 0; i < p->M * p->N; i++) {
-        double err = fabs((double)y[i] - p->want[i]);
-        ck_assert_msg(err <= p->bound[i],
-                      "%s: %s M=%lld K=%lld N=%lld: y[%lld][%lld] = %.9g, the "
-                      "interpreter's %.9g (error %.3g, bound %.3g)",
-                      how, sn_dtype_name(p->dt), (long long)p->M, (long long)p->K, (long long)p->N,
-                      (long long)(i / p->N), (long long)(i % p->N), (double)y[i], p->want[i], err,
-                      p->bound[i]);
-        if (err / p->bound[i] > worst) worst = err / p->bound[i];
-    }
-    (void)worst;
-}
 
 /* Shapes: 64 | N (the vector path; K odd; 4 groups of scales; M at the bound; row tiles of 4
  * and 3; K longer than CUDA's shared tile of x at M = 8, 512; every M from 1 to 8; the CPU's
@@ -162,16 +65,16 @@ START_TEST(fuse_rule) {
         for (int k = 0; k < prog->n_kernels; k++) {
             const sn_kernel *ker = prog->kernels[k];
             kinds[ker->kind]++;
-            if (ker->kind == SN_KER_NF4_GEMV)
+            if (ker->kind == SN_KER_GEMV)
                 ck_assert(ker->args[0] == p.y && ker->args[1] == p.x && ker->args[2] == p.w->in[0]);
             if (ker->kind == SN_KER_DEQUANT)
                 ck_assert(k + 1 < prog->n_kernels && prog->kernels[k + 1]->kind == SN_KER_GEMM);
         }
-        bool fused = M <= SN_NF4_GEMV_MAX_M;
-        ck_assert_msg(kinds[SN_KER_NF4_GEMV] == fused && kinds[SN_KER_DEQUANT] == !fused &&
+        bool fused = M <= SN_GEMV_MAX_M;
+        ck_assert_msg(kinds[SN_KER_GEMV] == fused && kinds[SN_KER_DEQUANT] == !fused &&
                           kinds[SN_KER_GEMM] == !fused,
                       "M=%lld: %d nf4_gemv, %d dequant, %d gemm kernels", (long long)M,
-                      kinds[SN_KER_NF4_GEMV], kinds[SN_KER_DEQUANT], kinds[SN_KER_GEMM]);
+                      kinds[SN_KER_GEMV], kinds[SN_KER_DEQUANT], kinds[SN_KER_GEMM]);
         ck_assert_msg((prog->value_of[p.w->id] < 0) == fused,
                       "M=%lld: the unpacked weight %s a value", (long long)M,
                       fused ? "has" : "lacks");
@@ -180,7 +83,7 @@ START_TEST(fuse_rule) {
         float *bv = malloc(sizeof(float) * (size_t)N), *y = malloc(sizeof(float) * (size_t)(M * N));
         for (int64_t c = 0; c < N; c++) bv[c] = 0.25f * (float)(c % 7) - 0.75f;
         ck_assert(sn_exec_set(x, p.x, p.xb, &e) == SN_OK &&
-                  sn_exec_set(x, p.w->in[0], p.q, &e) == SN_OK &&
+                  sn_exec_set(x, p.w->in[0], p.src, &e) == SN_OK &&
                   sn_exec_set(x, b, bv, &e) == SN_OK);
         ck_assert_msg(sn_exec_run(x, &e) == SN_OK, "%s", e.msg);
         ck_assert(sn_exec_get(x, out, y, &e) == SN_OK);
@@ -218,7 +121,7 @@ START_TEST(llvm_gemv) {
             int64_t ny = p.M * p.N;
             float *y = malloc(sizeof(float) * (size_t)ny),
                   *first = malloc(sizeof(float) * (size_t)ny);
-            void *bufs[3] = {y, p.xb, p.q};
+            void *bufs[3] = {y, p.xb, p.src};
             for (int l = 0; l < 3; l++) {
                 sn_cpu_kernel_fn fn = compile_one(j[l], &k);
                 int64_t cuts[][2] = {{k.n_items, k.n_items}, {k.n_items / 3, k.n_items - 1}};
@@ -241,21 +144,6 @@ START_TEST(llvm_gemv) {
     for (int l = 0; l < 3; l++) sn_jit_free(j[l]);
 }
 END_TEST
-
-/* ---- the CUDA kernel ---- */
-
-static bool have_nvrtc(void) {
-    sn_cuda_module m;
-    sn_err e;
-    sn_status st =
-        sn_nvrtc_compile("extern \"C\" __global__ void k() {}\n", "probe.cu", 80, &m, &e);
-    sn_cuda_module_free(&m);
-    if (st == SN_ERR_UNSUPPORTED)
-        printf("test_nf4_gemv: %s: skipping the NVRTC checks\n", e.msg);
-    else
-        ck_assert_msg(st == SN_OK, "%s", e.msg);
-    return st == SN_OK;
-}
 
 /* Every shape and dtype on the simulator with its launch, forward and reversed thread order
  * (shared memory poisoned), into NaN-poisoned outputs: within the bound, the same bits in both
@@ -298,7 +186,7 @@ START_TEST(cuda_gemv) {
             int64_t ny = p.M * p.N;
             float *y = malloc(sizeof(float) * (size_t)ny),
                   *first = malloc(sizeof(float) * (size_t)ny);
-            void *yp = y, *xp = p.xb, *qp = p.q;
+            void *yp = y, *xp = p.xb, *qp = p.src;
             void *params[3] = {&yp, &xp, &qp};
             sn_cuda_dims dims = sn_cuda_launch_dims(&k, &t);
             ck_assert_int_eq(dims.grid[0], (p.N + 63) / 64);
@@ -349,27 +237,6 @@ END_TEST
 
 /* ---- the decode split (kernel.h: SN_DECODE_BLOCKS) ---- */
 
-static bool have_nvrtc(void);
-
-/* The n functions of cs compiled by NVRTC for sm_75, sm_80 and sm_90: no spills, no stack. */
-static void nvrtc_no_spills(const sn_cuda_source *cs, int n, int64_t M, int64_t K, int64_t N) {
-    sn_err e;
-    for (int a = 0; a < 3; a++) {
-        sn_cuda_module m;
-        int arch = (int[]){75, 80, 90}[a];
-        ck_assert_msg(sn_nvrtc_compile(cs->src, "gemv_split.cu", arch, &m, &e) == SN_OK, "%s",
-                      e.msg);
-        for (int i = 0; i < n; i++) {
-            const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs->fn[i]);
-            ck_assert_msg(in && in->spill_store_bytes == 0 && in->stack_bytes == 0,
-                          "sm_%d %s (M %lld K %lld N %lld): %d bytes spilled, %d of stack", arch,
-                          cs->fn[i], (long long)M, (long long)K, (long long)N,
-                          in ? in->spill_store_bytes : -1, in ? in->stack_bytes : -1);
-        }
-        sn_cuda_module_free(&m);
-    }
-}
-
 /* The parts the rule gives x (M, K) @ NF4 W (K, N): the kernel as fuse makes it for the CUDA
  * target (PARTIAL, or the one kernel), its blocks in *blocks; with nvrtc, the program's NF4
  * kernels compiled for sm_75, sm_80 and sm_90: no spills, no stack. */
@@ -389,7 +256,7 @@ static int64_t split_of(int64_t M, int64_t K, int64_t N, bool nvrtc, int64_t *bl
     *blocks = 0;
     for (int k = 0; k < prog->n_kernels; k++) {
         const sn_kernel *ker = prog->kernels[k];
-        if (ker->kind != SN_KER_NF4_GEMV || ker->stage == SN_SUM_FINISH) continue;
+        if (ker->kind != SN_KER_GEMV || ker->stage == SN_SUM_FINISH) continue;
         parts = ker->stage == SN_SUM_PARTIAL ? sn_split_parts(ker) : 1;
         *blocks = sn_cuda_launch_dims(ker, &t).grid[0];
         ck_assert((ker->stage == SN_SUM_PARTIAL) == (parts > 1));
@@ -397,7 +264,7 @@ static int64_t split_of(int64_t M, int64_t K, int64_t N, bool nvrtc, int64_t *bl
     const sn_kernel *ks[2];
     int n = 0;
     for (int k = 0; k < prog->n_kernels && n < 2; k++)
-        if (prog->kernels[k]->kind == SN_KER_NF4_GEMV) ks[n++] = prog->kernels[k];
+        if (prog->kernels[k]->kind == SN_KER_GEMV) ks[n++] = prog->kernels[k];
     sn_cuda_source cs;
     ck_assert_msg(sn_cuda_render(ks, n, &t, &cs, &e) == SN_OK, "%s", e.msg);
     if (nvrtc) nvrtc_no_spills(&cs, n, M, K, N);
@@ -432,92 +299,6 @@ START_TEST(split_rule) {
     ck_assert_int_eq(blocks, 500);
 }
 END_TEST
-
-/* A planted bug (NULL: none): the first needle in the kernels' text replaced; printf-style
- * with the parts S and y's elements MN. */
-typedef struct {
-    const char *needle, *plant, *what;
-} gemv_plant;
-
-/* p's product compiled for the CUDA target (sn_target_cuda(80): the split's PARTIAL and
- * FINISH, or the one kernel where the rule makes no parts), run on the simulator in both
- * thread orders (y and the scratch poisoned), NVRTC'd for sm_75/80/90 when nvrtc; returns
- * false where a check failed (with pl: the bug caught), asserts with none planted. The checks:
- * y within the bound of the interpreter; the same bits in both orders; y the parts (the
- * scratch PARTIAL wrote) added in f32 in part order, bit for bit. */
-static bool run_split(prod *p, bool nvrtc, const gemv_plant *pl, int64_t *parts_out) {
-    sn_target t = sn_target_cuda(80);
-    sn_program *prog;
-    sn_err e;
-    ck_assert_msg(sn_pipeline_kernels(p->g, &(sn_pipeline_opts){.target = &t}, &prog, NULL, &e) ==
-                      SN_OK, "%s", e.msg);
-    const sn_kernel *ks[2];
-    int n = 0;
-    for (int k = 0; k < prog->n_kernels; k++)
-        if (prog->kernels[k]->kind == SN_KER_NF4_GEMV) {
-            ck_assert_int_lt(n, 2);
-            ks[n++] = prog->kernels[k];
-        }
-    int64_t S = sn_split_parts(ks[0]), MN = p->M * p->N;
-    *parts_out = S;
-    ck_assert_int_eq(n, S > 1 ? 2 : 1);
-    if (S > 1) { /* PARTIAL then FINISH around one scratch of S M N floats */
-        ck_assert(ks[0]->stage == SN_SUM_PARTIAL && ks[1]->stage == SN_SUM_FINISH &&
-                  ks[0]->scratch == ks[1]->scratch);
-        ck_assert_int_eq(prog->values[ks[0]->scratch].bytes, 4 * S * MN);
-        ck_assert_int_eq(ks[0]->n_items, (p->N + 63) / 64 * S);
-    }
-    sn_cuda_source cs;
-    ck_assert_msg(sn_cuda_render(ks, n, &t, &cs, &e) == SN_OK, "%s", e.msg);
-    if (pl) {
-        char needle[256], plant[256];
-        snprintf(needle, sizeof needle, pl->needle, (long long)S, (long long)MN);
-        snprintf(plant, sizeof plant, pl->plant, (long long)S, (long long)MN, (long long)S,
-                 (long long)MN);
-        char *src = sn_test_replace_first(cs.src, needle, plant);
-        free(cs.src);
-        cs.src = src;
-    }
-    if (nvrtc) nvrtc_no_spills(&cs, n, p->M, p->K, p->N);
-    sn_sim_module *h;
-    ck_assert_msg(sn_sim_module_load(cs.src, &h, &e) == SN_OK, "%s", e.msg);
-    float *y = malloc(sizeof(float) * (size_t)MN), *first = malloc(sizeof(float) * (size_t)MN);
-    float *scratch = malloc(sizeof(float) * (size_t)(S * MN));
-    void *yp = y, *xp = p->xb, *qp = p->q, *sp = scratch;
-    void *params[4] = {&yp, &xp, &qp, &sp};
-    bool ok = true;
-    for (int rev = 0; rev < 2 && ok; rev++) {
-        memset(y, 0xff, sizeof(float) * (size_t)MN);
-        memset(scratch, 0x7f, sizeof(float) * (size_t)(S * MN));
-        for (int i = 0; i < n; i++) {
-            sn_cuda_dims dims = sn_cuda_launch_dims(ks[i], &t);
-            sn_sim_opts so = sn_sim_defaults();
-            so.order = rev ? SN_SIM_REVERSE : SN_SIM_FORWARD;
-            ck_assert_msg(sn_sim_launch(h, cs.fn[i], dims.grid, dims.block, dims.shared_bytes,
-                                        params, &so, &e) == SN_OK, "%s", e.msg);
-        }
-        for (int64_t i = 0; i < MN && ok; i++) {
-            double err = fabs((double)y[i] - p->want[i]);
-            float inorder = scratch[i];
-            for (int64_t s = 1; s < S; s++) inorder += scratch[s * MN + i];
-            ok = err <= p->bound[i] && (S == 1 || !memcmp(&inorder, &y[i], sizeof inorder)) &&
-                 (!rev || !memcmp(&first[i], &y[i], sizeof y[i]));
-            if (!ok && !pl)
-                ck_abort_msg("CUDA split, %s %s M=%lld K=%lld N=%lld (%lld parts): y[%lld] = %.9g, "
-                             "the interpreter's %.9g (bound %.3g), the parts in order %.9g%s",
-                             rev ? "reversed" : "forward", sn_dtype_name(p->dt), (long long)p->M,
-                             (long long)p->K, (long long)p->N, (long long)S, (long long)i,
-                             (double)y[i], p->want[i], p->bound[i], (double)inorder,
-                             rev ? " (or the forward order's bits differ)" : "");
-        }
-        if (!rev) memcpy(first, y, sizeof(float) * (size_t)MN);
-    }
-    free(y), free(first), free(scratch);
-    sn_sim_module_free(h);
-    sn_cuda_source_free(&cs);
-    sn_program_free(prog);
-    return ok;
-}
 
 /* Every shape and dtype split as the CUDA target splits it (the shapes' K make 1 .. 19 parts,
  * a short last part where 32 does not divide K). */
@@ -580,7 +361,7 @@ START_TEST(cpu_keeps_one_kernel) {
                                           &e) == SN_OK, "%s", e.msg);
         sn_kernel *k = NULL;
         for (int q = 0; q < prog->n_kernels && !k; q++)
-            if (prog->kernels[q]->kind == SN_KER_NF4_GEMV) k = prog->kernels[q];
+            if (prog->kernels[q]->kind == SN_KER_GEMV) k = prog->kernels[q];
         ck_assert(k && k->stage == (i ? SN_SUM_PARTIAL : SN_SUM_WHOLE));
         sn_cpu_kernel_fn fn;
         sn_status st = sn_jit_compile(j, &k, 1, &fn, &e);

@@ -506,7 +506,7 @@ static int64_t forced(sn_device *d, const sn_ckpt_model *ck, bool nf4, float *lo
     ck_assert_int_eq(u8, nf4 ? N_NF4 : 0);
     int gemv = 0, dequant = 0; /* batch 1: every NF4 product reads its packed bytes (kernel.h) */
     for (int i = 0; i < p->n_kernels; i++) {
-        gemv += p->kernels[i]->kind == SN_KER_NF4_GEMV;
+        gemv += p->kernels[i]->kind == SN_KER_GEMV;
         dequant += p->kernels[i]->kind == SN_KER_DEQUANT;
     }
     ck_assert_msg(gemv == (nf4 ? N_NF4 : 0) && dequant == 0, "the decode program has %d nf4_gemv "

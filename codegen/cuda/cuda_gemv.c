@@ -1,32 +1,35 @@
-/* cuda_gemv.c: the NF4 product of few rows as CUDA C (kernel.h: SN_KER_NF4_GEMV): y (M, N) f32
- * = x (M, K) @ W, W (K, N) read from its packed NF4 bytes (ir/nf4.h) as the block goes, never
- * stored. Convention: a block of 8 warps per 64 columns of y (an item); lane l of warp w takes
+/* cuda_gemv.c: the few-row product as CUDA C (kernel.h: SN_KER_GEMV) for W (K, N): y (M, N) f32
+ * = x (M, K) @ W, W read from its source as the block goes, never stored: packed NF4 bytes
+ * (ir/nf4.h) or a 16-bit value (W16) widened. The transposed layout is cuda_gemv_t.c's (reached
+ * from here); the split's FINISH, the same for both, is here.
+ * Convention: a block of 8 warps per 64 columns of y (an item); lane l of warp w takes
  * the 8 columns 8 (l % 8) .. + 7 of the item and the rows k = 4 w + l / 8 + 32 j of W, so a
- * warp reads 4 rows' 32 bytes a step (4 whole 32-byte sectors) and the block all K rows once.
+ * warp reads 4 rows' 32 bytes a step (4 whole 32-byte sectors; W16: 4 rows' 128 bytes) and the
+ * block all K rows once.
  * x goes to shared memory in tiles of KT columns (M KT floats, at most 16 KiB), widened to
- * f32; each weight is the dequantize kernel's, rnd_w(level[code] * scale), scale =
+ * f32; each NF4 weight is the dequantize kernel's, rnd_w(level[code] * scale), scale =
  * fmaf(scale_code, step, mean). The order of each y[m][n] (f32): a lane's rows in increasing k,
  * one fmaf a term; the 4 lanes of a column in a warp added by __shfl_xor_sync over 8 then 16
  * lanes ((r0 + r1) + (r2 + r3)); the 8 warps' sums added in warp order through shared memory.
  * Fixed for every launch and thread order, but not the CPU's order (k ascending, one fma a
  * term: llvm_gemv.c), so the two agree within f32 rounding, not bit for bit. Where 64 divides
- * N a lane's 8 weights of row k are 4 consecutive bytes under one scale; elsewhere a block
- * straddles rows and each weight finds its nibble and scale alone. Where the codes start at a
- * multiple of 4 bytes a lane reads its 4 bytes as one word. Split (kernel.h: the decode split,
- * too few column items to fill a GPU), block i takes the item i % C over the rows of part i / C
- * alone and stores its sum (the same order over those rows) into the scratch; the FINISH adds
- * the parts in part order, a thread an element of y (so the sum's order is: each part's as
- * above, then the parts in order). */
+ * N a lane's 8 weights of row k are 4 consecutive bytes under one scale (W16: 16 bytes, one
+ * load); elsewhere a block straddles rows and each weight finds its nibble and scale alone. Where
+ * the codes start at a multiple of 4 bytes a lane reads its 4 bytes as one word. Split (kernel.h:
+ * the decode split, too few column items to fill a GPU), block i takes the item i % C over the
+ * rows of part i / C alone and stores its sum (the same order over those rows) into the
+ * scratch; the FINISH adds the parts in part order, a thread an element of y (so the sum's
+ * order is: each part's as above, then the parts in order). */
 #include <stdio.h>
 
 #include "cuda_int.h"
 #include "ir/nf4.h"
 
 enum { WARPS = 8, THREADS = 32 * WARPS, X_TILE_FLOATS = 4096 };
-enum { RED_ROW = SN_NF4_GEMV_COLS + SN_NF4_GEMV_COLS / 8 }; /* a row of the warps' sums */
+enum { RED_ROW = SN_GEMV_COLS + SN_GEMV_COLS / 8 }; /* a row of the warps' sums */
 _Static_assert((int)THREADS == (int)SN_SPLIT_FINISH_ELEMS, "the FINISH: a thread an element");
 
-sn_cuda_dims sn_cu_nf4_gemv_dims(const sn_kernel *k) {
+sn_cuda_dims sn_cu_gemv_dims(const sn_kernel *k) {
     return (sn_cuda_dims){.grid = {(unsigned)k->n_items, 1, 1}, .block = {THREADS, 1, 1}};
 }
 
@@ -53,33 +56,54 @@ static void emit_finish(sn_cu_text *t, const sn_kernel *k, const char *fname) {
     sn_cu_emitf(t, "}");
 }
 
-void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
+void sn_cu_emit_nf4_pointers(sn_cu_text *t, const sn_nf4_layout *l) {
+    sn_cu_emitf(t, "const float mean = *reinterpret_cast<const float *>(in1);");
+    sn_cu_emitf(t, "const float *step = reinterpret_cast<const float *>(in1 + %lld);",
+                (long long)l->off_steps);
+    sn_cu_emitf(
+        t, "const signed char *scale_code = reinterpret_cast<const signed char *>(in1 + %lld);",
+        (long long)l->off_scale_codes);
+    sn_cu_emitf(t, "const unsigned char *code = in1 + %lld;", (long long)l->off_codes);
+}
+
+void sn_cu_emit_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
                          const char *fname) {
     if (k->stage == SN_SUM_FINISH) {
         emit_finish(t, k, fname);
         return;
     }
-    const sn_node *mm = k->anchor, *x = mm->in[0], *w = mm->in[1];
+    sn_gemv g = sn_gemv_of(k);
+    if (g.tb) {
+        sn_cu_emit_gemv_t(t, k, d, fname);
+        return;
+    }
+    bool nf4 = g.source == SN_GEMV_NF4;
     bool part = k->stage == SN_SUM_PARTIAL; /* rows [p L, p L + L) of W into scratch[p] */
-    int64_t K = w->shape[0], N = w->shape[1], M = sn_numel(x) / K;
+    int64_t K = g.K, N = g.N, M = g.M;
     int64_t L = part ? sn_split_len(k) : K, KT = x_tile(M, L);
-    int64_t C = (N + SN_NF4_GEMV_COLS - 1) / SN_NF4_GEMV_COLS; /* column items */
+    int64_t C = (N + SN_GEMV_COLS - 1) / SN_GEMV_COLS; /* column items */
     sn_nf4_layout l = sn_nf4_layout_of(K * N);
-    const char *ix = sn_cu_index_type(2 * l.bytes + 64 + (part ? sn_split_parts(k) * M * N : 0));
-    const char *rnd = w->dtype == SN_BF16  ? "sn_round_bf16"
-                      : w->dtype == SN_F16 ? "sn_round_f16"
-                                           : "";
-    bool aligned = N % SN_NF4_GEMV_COLS == 0; /* row k of the item: one block */
+    const char *ix = sn_cu_index_type(2 * l.bytes + 2 * K * N + 64 +
+                                      (part ? sn_split_parts(k) * M * N : 0));
+    const char *rnd = g.wt == SN_BF16  ? "sn_round_bf16"
+                      : g.wt == SN_F16 ? "sn_round_f16"
+                                       : "";
+    bool aligned = N % SN_GEMV_COLS == 0; /* row k of the item: one block */
     char lit[32], levels[16 * 24];
     SN_ASSERT(d->block[0] == THREADS);
     sn_cu_emit_signature(t, k, fname, THREADS);
-    sn_cu_emitf(t,
-                "/* y (%lld, %lld) = x (%lld, %lld) @ NF4 W (%lld, %lld) in %s: %lld blocks of %d "
-                "weights, %lld groups of %d scales (ir/nf4.h) */",
-                (long long)M, (long long)N, (long long)M, (long long)K, (long long)K, (long long)N,
-                sn_dtype_name(w->dtype), (long long)l.blocks, SN_NF4_BLOCK, (long long)l.groups,
-                SN_NF4_SCALE_GROUP);
-    sn_cu_emitf(t, "SN_SHARED(float, level, 16);");
+    if (nf4)
+        sn_cu_emitf(t,
+                    "/* y (%lld, %lld) = x (%lld, %lld) @ NF4 W (%lld, %lld) in %s: %lld blocks of "
+                    "%d weights, %lld groups of %d scales (ir/nf4.h) */",
+                    (long long)M, (long long)N, (long long)M, (long long)K, (long long)K,
+                    (long long)N, sn_dtype_name(g.wt), (long long)l.blocks, SN_NF4_BLOCK,
+                    (long long)l.groups, SN_NF4_SCALE_GROUP);
+    else
+        sn_cu_emitf(t, "/* y (%lld, %lld) = x (%lld, %lld) @ W (%lld, %lld), W %s widened */",
+                    (long long)M, (long long)N, (long long)M, (long long)K, (long long)K,
+                    (long long)N, sn_dtype_name(g.wt));
+    if (nf4) sn_cu_emitf(t, "SN_SHARED(float, level, 16);");
     sn_cu_emitf(t, "SN_SHARED(float, xs, %lld); /* x[:, k0 .. k0 + %lld) in f32 */",
                 (long long)(M * KT), (long long)KT);
     sn_cu_emitf(t, "SN_SHARED(float, red, %lld); /* [warp][m][c + c / 8]: the warps' sums, a "
@@ -90,17 +114,13 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
         at += (size_t)snprintf(levels + at, sizeof levels - at, "%s%s",
                                sn_cu_float_lit(sn_nf4_levels[i], lit, sizeof lit),
                                i < 15 ? ", " : "");
-    sn_cu_emitf(t, "if (threadIdx.x < 16) {");
-    sn_cu_emitf(t, "const float levels[16] = {%s};", levels);
-    sn_cu_emitf(t, "level[threadIdx.x] = levels[threadIdx.x];");
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "const float mean = *reinterpret_cast<const float *>(in1);");
-    sn_cu_emitf(t, "const float *step = reinterpret_cast<const float *>(in1 + %lld);",
-                (long long)l.off_steps);
-    sn_cu_emitf(
-        t, "const signed char *scale_code = reinterpret_cast<const signed char *>(in1 + %lld);",
-        (long long)l.off_scale_codes);
-    sn_cu_emitf(t, "const unsigned char *code = in1 + %lld;", (long long)l.off_codes);
+    if (nf4) {
+        sn_cu_emitf(t, "if (threadIdx.x < 16) {");
+        sn_cu_emitf(t, "const float levels[16] = {%s};", levels);
+        sn_cu_emitf(t, "level[threadIdx.x] = levels[threadIdx.x];");
+        sn_cu_emitf(t, "}");
+        sn_cu_emit_nf4_pointers(t, &l);
+    }
     sn_cu_emitf(t, "const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;");
     sn_cu_emitf(t, "const int r = lane / 8; /* this lane's rows: k = 4 warp + r + 32 j */");
     if (part) {
@@ -113,7 +133,7 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
         sn_cu_emitf(t, "const %s item = blockIdx.x, k_lo = 0, k_hi = %lld;", ix, (long long)K);
     }
     sn_cu_emitf(t, "const %s col = item * %d + 8 * (lane %% 8); /* its 8 columns */", ix,
-                SN_NF4_GEMV_COLS);
+                SN_GEMV_COLS);
     sn_cu_emitf(t, "float acc[%lld][8];", (long long)M);
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int m = 0; m < %lld; m++)", (long long)M);
@@ -138,7 +158,13 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
     sn_cu_emitf(t, "const %s row = (k0 + k) * %lld; /* W's flat index of row k0 + k */", ix,
                 (long long)N);
     sn_cu_emitf(t, "float wv[8];");
-    if (aligned) {
+    if (!nf4 && aligned) { /* 8 weights, 16 bytes: one load */
+        sn_cu_emitf(t, "sn_load8(in1 + row + col, wv);");
+    } else if (!nf4) {
+        sn_cu_emitf(t, "#pragma unroll");
+        sn_cu_emitf(t, "for (int j = 0; j < 8; j++) wv[j] = col + j < %lld ? sn_load(in1[row + "
+                       "col + j]) : 0.0f;", (long long)N);
+    } else if (aligned) {
         sn_cu_emitf(t, "const %s b = (row + col) / %d; /* the block: all 8 weights */", ix,
                     SN_NF4_BLOCK);
         sn_cu_emitf(t, "const float scale = fmaf((float)scale_code[b], step[b / %d], mean);",
@@ -189,9 +215,9 @@ void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "__syncthreads();");
     sn_cu_emitf(t, "for (int i = threadIdx.x; i < %lld; i += %d) {",
-                (long long)(M * SN_NF4_GEMV_COLS), THREADS);
-    sn_cu_emitf(t, "const int m = i / %d, c = i %% %d;", SN_NF4_GEMV_COLS, SN_NF4_GEMV_COLS);
-    sn_cu_emitf(t, "const %s n = item * %d + c;", ix, SN_NF4_GEMV_COLS);
+                (long long)(M * SN_GEMV_COLS), THREADS);
+    sn_cu_emitf(t, "const int m = i / %d, c = i %% %d;", SN_GEMV_COLS, SN_GEMV_COLS);
+    sn_cu_emitf(t, "const %s n = item * %d + c;", ix, SN_GEMV_COLS);
     sn_cu_emitf(t, "if (n >= %lld) continue;", (long long)N);
     sn_cu_emitf(t, "float s = red[m * %d + c + c / 8];", RED_ROW);
     sn_cu_emitf(t, "for (int w = 1; w < %d; w++) s += red[(w * %lld + m) * %d + c + c / 8];",

@@ -8,6 +8,7 @@
 #define SN_CUDA_INT_H
 
 #include "cuda.h"
+#include "ir/nf4.h"
 #include "program/pointwise.h"
 
 /* ---- cuda_expr.c: names, literals, instructions ---- */
@@ -88,10 +89,15 @@ sn_cuda_dims sn_cu_attention_cache_dims(const sn_kernel *k);
 void sn_cu_emit_attention_cache(sn_cu_text *t, const sn_kernel *k, const char *fname);
 sn_status sn_cu_check_dequant(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_dequant(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
-/* cuda_gemv.c: the NF4 product of few rows (f32, bf16 or f16 x; f32 y), a block of 8 warps per
- * 64 columns; its launch. */
-void sn_cu_emit_nf4_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
-sn_cuda_dims sn_cu_nf4_gemv_dims(const sn_kernel *k);
+/* cuda_gemv.c: the few-row product (NF4 or 16-bit W (K, N); f32, bf16 or f16 x; f32 y), a block
+ * of 8 warps per 64 columns; the split's FINISH; its launch (both layouts). */
+void sn_cu_emit_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+/* cuda_gemv.c, for cuda_gemv_t.c too: mean, step, scale_code and code, pointers into in1 (the
+ * packed NF4 bytes of layout l) */
+void sn_cu_emit_nf4_pointers(sn_cu_text *t, const sn_nf4_layout *l);
+/* cuda_gemv_t.c: the product with W stored (N, K) (tb): one kernel or the split's PARTIAL */
+void sn_cu_emit_gemv_t(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+sn_cuda_dims sn_cu_gemv_dims(const sn_kernel *k);
 
 void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 

@@ -220,7 +220,7 @@ static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e
                        "backend does not generate joined kernels yet; compile for a target "
                        "without join_finish (the CPU's)", sn_ll_kname(k, kn, sizeof kn), k->tail->name);
     bool cache = k->kind == SN_KER_ATTENTION && k->anchor->op == SN_OP_ATTENTION_CACHE;
-    if (k->stage != SN_SUM_WHOLE && (k->kind == SN_KER_NF4_GEMV || cache))
+    if (k->stage != SN_SUM_WHOLE && (k->kind == SN_KER_GEMV || cache))
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s is a part of a decode split (kernel.h): the LLVM "
                        "backend generates the one-kernel form only; compile for a target without "
                        "split_decode (the CPU's)", sn_ll_kname(k, kn, sizeof kn));
@@ -234,7 +234,7 @@ static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e
     case SN_KER_GEMM: break;
     case SN_KER_ATTENTION: return sn_ll_emit_attention(L, k, fname, e);
     case SN_KER_DEQUANT: return sn_ll_emit_dequant(L, k, fname, e);
-    case SN_KER_NF4_GEMV: return sn_ll_emit_nf4_gemv(L, k, fname, e);
+    case SN_KER_GEMV: return sn_ll_emit_gemv(L, k, fname, e);
     case SN_KER_KIND_COUNT: break;
     }
     SN_ASSERT(!"a kernel kind without its emitter");

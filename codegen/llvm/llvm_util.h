@@ -200,7 +200,16 @@ sn_status sn_ll_emit_reduce(sn_ll *L, const sn_kernel *k, const char *fname, sn_
 sn_status sn_ll_emit_gather(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 sn_status sn_ll_emit_optim(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e); /* GRAD_ACC .. ADAMW */
 sn_status sn_ll_emit_dequant(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e); /* NF4 */
-sn_status sn_ll_emit_nf4_gemv(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
+sn_status sn_ll_emit_gemv(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
+/* llvm_gemv.c, for llvm_gemv_t.c too: the 64 weights of NF4 block blk (an i64), rounded to wt,
+ * into w[0 .. 64 / lanes) (vectors, weight j at lane j % lanes of w[j / lanes]); weight f's
+ * alone (an f32: its level times its block's scale, rounded to wt) */
+void sn_ll_nf4_block(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef q, LLVMValueRef mean,
+                     LLVMValueRef blk, sn_dtype wt, LLVMValueRef *w);
+LLVMValueRef sn_ll_nf4_weight(sn_ll *L, const sn_nf4_layout *l, LLVMValueRef q, LLVMValueRef mean,
+                              LLVMValueRef levels, LLVMValueRef f, sn_dtype wt);
+/* llvm_gemv_t.c: the product with W stored (N, K) (tb) */
+sn_status sn_ll_emit_gemv_t(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e);
 /* llvm_dequant.c: reading ir/nf4.h's packed buffer q (an i8*): the 16 levels as a constant
  * global float[16]; the f32 at byte offset at (an i64); block blk's scale,
  * fma((float)scale_code[blk], step[blk / 256], mean) (llvm.fma: one rounding) */
