@@ -144,13 +144,18 @@ static bool ia3_scaling(const sn_node *u, const sn_node *x) {
     return l->op == SN_OP_PARAM && sn_ia3_is_vector(l->name);
 }
 
+/* Whether old node x is an output or the loss. */
+static bool kept(const sn_graph *in, const sn_node *x) {
+    for (int k = 0; k < in->n_outputs; k++)
+        if (in->outputs[k] == x) return true;
+    return in->loss == x;
+}
+
 /* Whether every reader of old node x rounds it to the low dtype anyway: products, GELU (read
  * rounded, below) and views read so; not an output. Then a bias added into x may be rounded. */
 static bool read_low(const sn_graph *in, const sn_node *x) {
     int readers = 0;
-    for (int k = 0; k < in->n_outputs; k++)
-        if (in->outputs[k] == x) return false;
-    if (in->loss == x) return false;
+    if (kept(in, x)) return false;
     for (int i = x->id + 1; i < in->n_nodes; i++) {
         const sn_node *u = in->nodes[i];
         for (int j = 0; j < u->n_in; j++) {
@@ -194,9 +199,7 @@ static const sn_node *head_product(const sn_node *x) {
 /* Whether every reader of old node x, through views, is a pointwise op or a concat (the rotary
  * embeddings' reads of q and k), x no output. */
 static bool read_pointwise(const sn_graph *in, const sn_node *x) {
-    for (int k = 0; k < in->n_outputs; k++)
-        if (in->outputs[k] == x) return false;
-    if (in->loss == x) return false;
+    if (kept(in, x)) return false;
     for (int i = x->id + 1; i < in->n_nodes; i++) {
         const sn_node *u = in->nodes[i];
         for (int j = 0; j < u->n_in; j++) {
