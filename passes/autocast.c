@@ -272,7 +272,7 @@ static sn_status rewrite_node(ac_state *s, const sn_graph *in, const sn_node *n)
            reads half the bytes */
         if (n->op == SN_OP_CROSS_ENTROPY && is_product(ins[0])) ins[0] = rounded(s, ins[0]);
         break;
-    case POL_FOLLOW:
+    case POL_FOLLOW: {
         /* rotate_half's halves of q or k concatenated in the low dtype (a cast's value made
            for the concat would need a buffer; views of the product's copy fold into reads) */
         bool halves = n->op == SN_OP_CONCAT;
@@ -285,6 +285,7 @@ static sn_status rewrite_node(ac_state *s, const sn_graph *in, const sn_node *n)
         }
         if (n->op != SN_OP_CAST) p.dtype = ins[0]->dtype; /* a view follows its input */
         break;
+    }
     }
     sn_rewrite_emit(&s->r, n, &p); /* a shape error stays in r.g for sn_rewrite_end */
     return SN_OK;
