@@ -4,9 +4,10 @@
  * once per step however many products read it); casts to the low dtype move above views.
  * Linear layers store what a GEMM epilogue stores (cuBLASLt: bias and GELU input of the
  * output's type): a bias added to a product is read through its low-precision copy, a GELU
- * of a biased product reads its input rounded to the low dtype (the saved activation), and a
+ * of a biased product reads its input rounded to the low dtype (the saved activation), a
  * cross-entropy of a product (the LM head) its logits rounded so (torch.autocast's bf16
- * logits). A LoRA adapter's sum (frontend/lora.h: base + (x @ A) @ B) reads the adapter's
+ * logits), and LLaMA's products without a bias where torch.autocast returns them in 16 bits
+ * and only pointwise ops read them: SwiGLU's gate and up, the rotary embeddings' q and k. A LoRA adapter's sum (frontend/lora.h: base + (x @ A) @ B) reads the adapter's
  * product through its low-precision copy (PEFT's lora_B under torch.autocast returns bf16) and
  * adds it to the base linear's f32 sum (product + bias), rounded where the sum's readers would
  * round the base: so the base's GEMM adds the adapter's 16-bit product as its C (cuBLASLt's

@@ -1,5 +1,5 @@
 /* sink_views.c: the sink_views pass: a slice, pad or permute of a pointwise value read by
- * pointwise ops moves onto the value's operands, down to values with buffers (the value read
+ * pointwise ops (a chain of permutes alone: read by anything) moves onto the value's operands, down to values with buffers (the value read
  * by that view alone, or only by views, each then making its own, or a cast, which is cheap to
  * make again), so that one
  * pointwise kernel reads those buffers through the views (fuse: accesses with offsets, strides
