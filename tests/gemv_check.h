@@ -11,6 +11,7 @@
 
 #include "codegen/cuda/cuda.h"
 #include "program/program.h"
+#include "runtime/device.h"
 
 /* One product y = x @ W (or x @ W^T: tb) with x (M, K) (or (2, M / 2, K): batch dims folded),
  * W (K, N) (tb: stored (N, K)) of normal weights: NF4 (dequant_nf4 in dt, x in dt) or W16 (a
@@ -43,6 +44,12 @@ const char *prod_what(const prod *p, char *buf, size_t len);
 sn_kernel prod_kernel(const prod *p);
 /* y (f32) against the interpreter within the bound; "!(err <= bound)" fails on NaN. */
 void check_y(const prod *p, const float *y, const char *how);
+/* The fuse rule on the CPU device: x (M, 96) @ W (96, 128) (tb: W stored (128, 96); w16: a
+ * 16-bit W widened) + b compiled for the CPU. At M <= SN_GEMV_MAX_M one gemv kernel reads the
+ * source (no dequantize or cast kernel, no GEMM, the f32 weight without a value), else the
+ * dequantize (right before the GEMM) or cast kernel and the GEMM; y + b run on d within the
+ * bound of the interpreter. */
+void check_fuse_rule(sn_device *d, int64_t M, sn_dtype dt, bool tb, bool w16, uint64_t seed);
 /* Whether NVRTC is here (else prints why the NVRTC checks are skipped). */
 bool have_nvrtc(void);
 /* The n functions of cs compiled by NVRTC for sm_75, sm_80 and sm_90: no spills, no stack. */

@@ -48,55 +48,8 @@ START_TEST(fuse_rule) {
     sn_err e;
     sn_device *d;
     ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
-    const int64_t Ms[] = {1, 8, 9}, K = 96, N = 128;
-    for (int i = 0; i < 3; i++) {
-        int64_t M = Ms[i];
-        prod p;
-        prod_new(&p, M, K, N, SN_F32, false, 80 + (uint64_t)i);
-        sn_node *b = sn_param(p.g, "b", SN_F32, SN_SHAPE(N), SN_INIT_NORMAL, 0.5f);
-        sn_node *out = sn_add(p.g, p.y, b);
-        ck_assert_msg(b && out, "%s", sn_graph_error(p.g));
-        sn_graph_clear_outputs(p.g);
-        sn_graph_add_output(p.g, out);
-        sn_program *prog;
-        ck_assert_msg(sn_compile(p.g, &(sn_pipeline_opts){0}, &prog, NULL, &e) == SN_OK, "%s",
-                      e.msg);
-        int kinds[SN_KER_KIND_COUNT] = {0};
-        for (int k = 0; k < prog->n_kernels; k++) {
-            const sn_kernel *ker = prog->kernels[k];
-            kinds[ker->kind]++;
-            if (ker->kind == SN_KER_GEMV)
-                ck_assert(ker->args[0] == p.y && ker->args[1] == p.x && ker->args[2] == p.w->in[0]);
-            if (ker->kind == SN_KER_DEQUANT)
-                ck_assert(k + 1 < prog->n_kernels && prog->kernels[k + 1]->kind == SN_KER_GEMM);
-        }
-        bool fused = M <= SN_GEMV_MAX_M;
-        ck_assert_msg(kinds[SN_KER_GEMV] == fused && kinds[SN_KER_DEQUANT] == !fused &&
-                          kinds[SN_KER_GEMM] == !fused,
-                      "M=%lld: %d nf4_gemv, %d dequant, %d gemm kernels", (long long)M,
-                      kinds[SN_KER_GEMV], kinds[SN_KER_DEQUANT], kinds[SN_KER_GEMM]);
-        ck_assert_msg((prog->value_of[p.w->id] < 0) == fused,
-                      "M=%lld: the unpacked weight %s a value", (long long)M,
-                      fused ? "has" : "lacks");
-        sn_exec *x;
-        ck_assert_msg(sn_exec_new(d, prog, &x, &e) == SN_OK, "%s", e.msg);
-        float *bv = malloc(sizeof(float) * (size_t)N), *y = malloc(sizeof(float) * (size_t)(M * N));
-        for (int64_t c = 0; c < N; c++) bv[c] = 0.25f * (float)(c % 7) - 0.75f;
-        ck_assert(sn_exec_set(x, p.x, p.xb, &e) == SN_OK &&
-                  sn_exec_set(x, p.w->in[0], p.src, &e) == SN_OK &&
-                  sn_exec_set(x, b, bv, &e) == SN_OK);
-        ck_assert_msg(sn_exec_run(x, &e) == SN_OK, "%s", e.msg);
-        ck_assert(sn_exec_get(x, out, y, &e) == SN_OK);
-        for (int64_t j = 0; j < M * N; j++) { /* the sum, then b added once (one more rounding) */
-            y[j] -= bv[j % N];
-            p.bound[j] += 0x1p-23 * (fabs(p.want[j]) + fabs(bv[j % N]));
-        }
-        check_y(&p, y, fused ? "CPU device, nf4_gemv" : "CPU device, dequantize and GEMM");
-        free(bv), free(y);
-        sn_exec_free(x);
-        sn_program_free(prog);
-        prod_free(&p);
-    }
+    const int64_t Ms[] = {1, 8, 9};
+    for (int i = 0; i < 3; i++) check_fuse_rule(d, Ms[i], SN_F32, false, false, 80 + (uint64_t)i);
     sn_device_free(d);
 }
 END_TEST

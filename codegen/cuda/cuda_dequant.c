@@ -18,25 +18,28 @@ sn_status sn_cu_check_dequant(const sn_kernel *k, sn_err *e) {
     return SN_OK;
 }
 
+void sn_cu_emit_nf4_levels(sn_cu_text *t) {
+    char lit[32], levels[16 * 24];
+    size_t at = 0;
+    for (int i = 0; i < 16; i++)
+        at += (size_t)snprintf(levels + at, sizeof levels - at, "%s%s",
+                               sn_cu_float_lit(sn_nf4_levels[i], lit, sizeof lit), i < 15 ? ", " : "");
+    sn_cu_emitf(t, "if (threadIdx.x < 16) {");
+    sn_cu_emitf(t, "const float levels[16] = {%s};", levels);
+    sn_cu_emitf(t, "level[threadIdx.x] = levels[threadIdx.x];");
+    sn_cu_emitf(t, "}");
+}
+
 void sn_cu_emit_dequant(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname) {
     const sn_node *n = k->anchor;
     sn_nf4_layout l = sn_nf4_layout_of(sn_numel(n));
     const char *ix = sn_cu_index_type(l.bytes + 2LL * d->block[0] * d->grid[0]);
-    char lit[32];
     sn_cu_emit_signature(t, k, fname, (int)d->block[0]);
     sn_cu_emitf(t, "/* %lld weights: %lld blocks of %d, %lld groups of %d scales (ir/nf4.h) */",
                 (long long)l.n, (long long)l.blocks, SN_NF4_BLOCK, (long long)l.groups,
                 SN_NF4_SCALE_GROUP);
     sn_cu_emitf(t, "SN_SHARED(float, level, 16);");
-    sn_cu_emitf(t, "if (threadIdx.x < 16) {");
-    char levels[16 * 24];
-    size_t at = 0;
-    for (int i = 0; i < 16; i++)
-        at += (size_t)snprintf(levels + at, sizeof levels - at, "%s%s",
-                               sn_cu_float_lit(sn_nf4_levels[i], lit, sizeof lit), i < 15 ? ", " : "");
-    sn_cu_emitf(t, "const float levels[16] = {%s};", levels);
-    sn_cu_emitf(t, "level[threadIdx.x] = levels[threadIdx.x];");
-    sn_cu_emitf(t, "}");
+    sn_cu_emit_nf4_levels(t);
     sn_cu_emitf(t, "__syncthreads();");
     sn_cu_emitf(t, "const float mean = *reinterpret_cast<const float *>(in0);");
     sn_cu_emitf(t, "const float *step = reinterpret_cast<const float *>(in0 + %lld);",

@@ -89,7 +89,6 @@ void sn_cu_emit_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
                       : g.wt == SN_F16 ? "sn_round_f16"
                                        : "";
     bool aligned = N % SN_GEMV_COLS == 0; /* row k of the item: one block */
-    char lit[32], levels[16 * 24];
     SN_ASSERT(d->block[0] == THREADS);
     sn_cu_emit_signature(t, k, fname, THREADS);
     if (nf4)
@@ -109,16 +108,8 @@ void sn_cu_emit_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
     sn_cu_emitf(t, "SN_SHARED(float, red, %lld); /* [warp][m][c + c / 8]: the warps' sums, a "
                    "word after every 8 columns (a lane's 8 in other banks than the next's) */",
                 (long long)(WARPS * M * RED_ROW));
-    size_t at = 0;
-    for (int i = 0; i < 16; i++)
-        at += (size_t)snprintf(levels + at, sizeof levels - at, "%s%s",
-                               sn_cu_float_lit(sn_nf4_levels[i], lit, sizeof lit),
-                               i < 15 ? ", " : "");
     if (nf4) {
-        sn_cu_emitf(t, "if (threadIdx.x < 16) {");
-        sn_cu_emitf(t, "const float levels[16] = {%s};", levels);
-        sn_cu_emitf(t, "level[threadIdx.x] = levels[threadIdx.x];");
-        sn_cu_emitf(t, "}");
+        sn_cu_emit_nf4_levels(t);
         sn_cu_emit_nf4_pointers(t, &l);
     }
     sn_cu_emitf(t, "const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;");

@@ -79,16 +79,7 @@ void sn_cu_emit_gemv_t(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
                    "a lane's 8 k in other banks than the next 31 lanes' */",
                 (long long)(M * R), (long long)R);
     if (nf4) {
-        char lit[32], levels[16 * 24];
-        size_t at = 0;
-        for (int i = 0; i < 16; i++)
-            at += (size_t)snprintf(levels + at, sizeof levels - at, "%s%s",
-                                   sn_cu_float_lit(sn_nf4_levels[i], lit, sizeof lit),
-                                   i < 15 ? ", " : "");
-        sn_cu_emitf(t, "if (threadIdx.x < 16) {");
-        sn_cu_emitf(t, "const float levels[16] = {%s};", levels);
-        sn_cu_emitf(t, "level[threadIdx.x] = levels[threadIdx.x];");
-        sn_cu_emitf(t, "}");
+        sn_cu_emit_nf4_levels(t);
         sn_cu_emit_nf4_pointers(t, &l);
     }
     sn_cu_emitf(t, "const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;");

@@ -89,6 +89,9 @@ sn_cuda_dims sn_cu_attention_cache_dims(const sn_kernel *k);
 void sn_cu_emit_attention_cache(sn_cu_text *t, const sn_kernel *k, const char *fname);
 sn_status sn_cu_check_dequant(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_dequant(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+/* cuda_dequant.c, for the few-row products too: threads 0..15 copy the 16 NF4 levels into the
+ * shared `level` (declared by the caller; a barrier before they are read is the caller's) */
+void sn_cu_emit_nf4_levels(sn_cu_text *t);
 /* cuda_gemv.c: the few-row product (NF4 or 16-bit W (K, N); f32, bf16 or f16 x; f32 y), a block
  * of 8 warps per 64 columns; the split's FINISH; its launch (both layouts). */
 void sn_cu_emit_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
