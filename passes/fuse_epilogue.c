@@ -424,7 +424,8 @@ void sn_fuse_gemm_epilogue(fuse_state *s, const sn_node *mm) {
     } else if (gelu && dgelu_epilogue(s, mm, NULL, &gm)) {
         join_gelu(s, mm, &gm, NULL);
     } else if (accum_epilogue(s, mm, &m)) {
-        if (gelu && !s->t->accum_plain && dgelu_epilogue(s, mm, &m, &gm)) {
+        if (gelu && !s->t->accum_plain && !s->t->dgelu_accum_unfused &&
+            dgelu_epilogue(s, mm, &m, &gm)) {
             join_gelu(s, mm, &gm, NULL);
             return;
         }

@@ -11,7 +11,8 @@ sn_target sn_target_cuda(int sm) {
     sn_target t = {.kind = SN_TARGET_CUDA, .sm = sm, .native_f16 = true, .mma_f16 = true,
                    .native_bf16 = sm >= 80, .mma_bf16 = sm >= 80, .tf32 = sm >= 80,
                    .warp_size = 32, .max_block_threads = 1024, .shared_default = 48 << 10,
-                   .join_finish = true, .split_decode = true};
+                   .join_finish = true, .split_decode = true,
+                   .dgelu_accum_unfused = true};
     t.shared_max = sm == 75 ? 64 << 10 : sm == 80 || sm == 87 ? 163 << 10 : sm >= 90 ? 227 << 10 : 99 << 10;
     snprintf(t.name, sizeof t.name, "cuda sm_%d", sm);
     return t;
@@ -27,6 +28,11 @@ bool sn_target_att_dq_atomic_asked(void) {
 bool sn_target_accum_plain_asked(void) {
     const char *env = getenv("SN_GEMM_ACCUM");
     return env && !strcmp(env, "plain");
+}
+
+bool sn_target_accum_dgelu_asked(void) {
+    const char *env = getenv("SN_GEMM_ACCUM");
+    return env && !strcmp(env, "dgelu");
 }
 
 bool sn_target_decode_split_off(void) {

@@ -42,6 +42,13 @@ typedef struct {
                                own. Off by default; sn_pipeline_kernels sets it for a CUDA
                                target when SN_GEMM_ACCUM=plain (the way around a cuBLASLt that
                                has no algorithm for C with those epilogues) */
+    bool dgelu_accum_unfused; /* a GEMM with the DGELU epilogue adds no C: a sum of products
+                               (LoRA's dh' A^T beside the base's dy W^T) is stored by the GEMM
+                               that adds it, and the GELU's gradient is a pointwise kernel after
+                               it. CUDA: on (cuBLASLt's DGELU with C ran 525 us where the bytes
+                               and FLOPs model 99: gpt2 LoRA bf16 B=16 T=1024 on an H200,
+                               2026-11-28, docs/gpu.md); SN_GEMM_ACCUM=dgelu fuses it again. CPU:
+                               off (its GEMM epilogue adds C at no extra cost) */
     bool join_finish;       /* a norm weight gradient's FINISH kernel runs in the launch of a
                                later norm backward pair (kernel.h: tail; passes/join_finish.c).
                                CUDA: on (a launch less a FINISH); the CPU: off, each FINISH its
@@ -72,6 +79,8 @@ sn_target sn_target_cuda(int sm);
 bool sn_target_att_dq_atomic_asked(void);
 /* Whether $SN_GEMM_ACCUM is "plain" (sn_target accum_plain). */
 bool sn_target_accum_plain_asked(void);
+/* Whether $SN_GEMM_ACCUM is "dgelu" (sn_target dgelu_accum_unfused off: DGELU beside C). */
+bool sn_target_accum_dgelu_asked(void);
 /* Whether SN_DECODE_SPLIT=0 asks for no decode split (split_decode off: a GPU run's before and
  * after of the split in one build); sn_pipeline_kernels reads it for a CUDA target. */
 bool sn_target_decode_split_off(void);

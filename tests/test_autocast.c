@@ -559,10 +559,12 @@ END_TEST
  * with the GELU epilogues, which skip a rounding (kernel.h), within 16 units of roundoff (bf16
  * measured 9.8 units of 2^-9, on layer 1's d c_fc.lora_a, a sum with cancellation; fp16 7 of
  * 2^-12, and 4.6 with the GELU unfused). Target accum_plain (SN_GEMM_ACCUM=plain) keeps C
- * beside no epilogue: the adapters' sums with a bias or GELU are kernels of their own. */
+ * beside no epilogue: the adapters' sums with a bias or GELU are kernels of their own. Target
+ * dgelu_accum_unfused (CUDA's) keeps the DGELU away from C alone: mlp.c_proj's dx GEMM stores
+ * its sum and a pointwise kernel takes the GELU's gradient of it. */
 START_TEST(lora_accum_matches_interpreter) {
     sn_precision p = _i == 2 ? SN_PRECISION_FP16 : SN_PRECISION_BF16;
-    bool unfused = _i == 0, plain = _i == 3;
+    bool unfused = _i == 0, plain = _i == 3, dgelu_apart = _i == 4;
     double u = p == SN_PRECISION_FP16 ? 0x1p-12 : 0x1p-9;
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
@@ -574,25 +576,31 @@ START_TEST(lora_accum_matches_interpreter) {
     sn_target t = sn_target_cpu();
     t.gelu_unfused = unfused;
     t.accum_plain = plain;
+    t.dgelu_accum_unfused = dgelu_apart;
     sn_program *prog;
     ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &t}, &prog, NULL, &e) == SN_OK,
                   "%s", e.msg);
-    int accum[SN_EPI_COUNT] = {0}, adds = 0;
+    int accum[SN_EPI_COUNT] = {0}, adds = 0, dgelu = 0, gelu_bwd = 0;
     for (int k = 0; k < prog->n_kernels; k++) {
         const sn_kernel *ker = prog->kernels[k];
         if (ker->kind == SN_KER_GEMM) accum[ker->gemm.epilogue] += ker->gemm.accum;
+        if (ker->kind == SN_KER_GEMM) dgelu += ker->gemm.epilogue == SN_EPI_DGELU;
         adds += ker->kind == SN_KER_POINTWISE && ker->n_instr == 1 && ker->instr[0].node->op == SN_OP_ADD;
+        for (int i = 0; ker->kind == SN_KER_POINTWISE && i < ker->n_instr; i++)
+            gelu_bwd += ker->instr[i].node->op == SN_OP_GELU_BWD;
     }
+    ck_assert_int_eq(dgelu, unfused || plain || dgelu_apart ? 0 : c.n_layer);
+    ck_assert_int_eq(gelu_bwd, unfused || plain || dgelu_apart ? c.n_layer : 0);
     ck_assert_int_eq(accum[SN_EPI_BIAS], plain ? 0 : c.n_layer * (1 + unfused)); /* c_attn (c_fc) */
     ck_assert_int_eq(accum[SN_EPI_GELU_AUX_BIAS], unfused || plain ? 0 : c.n_layer); /* c_fc */
-    ck_assert_int_eq(accum[SN_EPI_DGELU], unfused || plain ? 0 : c.n_layer); /* mlp.c_proj's dx */
+    ck_assert_int_eq(accum[SN_EPI_DGELU], unfused || plain || dgelu_apart ? 0 : c.n_layer); /* mlp.c_proj's dx */
     /* c_attn's, c_fc's, attn.c_proj's dx (and mlp.c_proj's) */
-    ck_assert_int_eq(accum[SN_EPI_NONE], 3 * c.n_layer - 1 + (unfused || plain) * c.n_layer);
+    ck_assert_int_eq(accum[SN_EPI_NONE], 3 * c.n_layer - 1 + (unfused || plain || dgelu_apart) * c.n_layer);
     ck_assert_int_eq(adds, 0);
     sn_program_free(prog);
     char label[64];
     snprintf(label, sizeof label, "%s LoRA%s", sn_precision_name(p),
-             unfused ? ", GELU unfused" : plain ? ", accum plain" : "");
+             unfused ? ", GELU unfused" : plain ? ", accum plain" : dgelu_apart ? ", DGELU apart" : "");
     tiny_check_compiled_for(g, 3, label, unfused ? 1e-5 : 16 * u, &t);
     sn_graph_free(g);
 }
@@ -725,7 +733,7 @@ int main(void) {
     tcase_add_test(tc, gradients_of_cast_graph);
     tcase_add_test(tc, tiny_gpt2_trains_in_bf16);
     tcase_add_loop_test(tc, compiled_matches_interpreter, 0, 4);
-    tcase_add_loop_test(tc, lora_accum_matches_interpreter, 0, 4);
+    tcase_add_loop_test(tc, lora_accum_matches_interpreter, 0, 5);
     tcase_add_test(tc, fp16_scaler_skips_and_recovers);
     TCase *copies = tcase_create("weight copies"); /* trainers on the CPU device */
     tcase_set_timeout(copies, 120);
