@@ -197,6 +197,54 @@ START_TEST(wgmma_dkv_asked_and_refused) {
 }
 END_TEST
 
+/* How many of c's attention kernels render as wgmma kernels under SN_ATT_TILES=env (NULL:
+ * unset). */
+static int wgmma_kernels(const att_case *c, const char *env) {
+    if (env) setenv("SN_ATT_TILES", env, 1);
+    else unsetenv("SN_ATT_TILES");
+    sn_graph *g;
+    sn_program *p = case_program(c, &g);
+    const sn_kernel *ks[8];
+    int n = 0, w = 0;
+    for (int j = 0; j < p->n_kernels; j++)
+        if (p->kernels[j]->kind == SN_KER_ATTENTION) ks[n++] = p->kernels[j];
+    sn_target tg = sn_target_cuda(c->sm);
+    sn_cuda_source cs;
+    sn_err e;
+    ck_assert_msg(sn_cuda_render(ks, n, &tg, &cs, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; i < n; i++) w += cs.text[i] && strstr(cs.text[i], "sn_wgmma_commit()") != NULL;
+    sn_cuda_source_free(&cs);
+    sn_program_free(p);
+    sn_graph_free(g);
+    unsetenv("SN_ATT_TILES");
+    return w;
+}
+
+/* The default (sn_att_wgmma_default): on sm_90 the forward and the dk/dv kernel of bf16 and f16
+ * at head size 64 are wgmma's, dq mma.sync's; elsewhere (sm_80, head size 128, f32, the atomic
+ * dq) the mma.sync or f32 kernels, unrefused; "fwd=mma", "dkv=mma" or a tile of the pass keep
+ * mma.sync for that pass alone. */
+START_TEST(wgmma_is_the_default_where_written) {
+    static const att_case bf16 = {1, 2, 64, 64, 64, 64, SN_BF16, 90, 0},
+                          f16 = {1, 4, 77, 77, 64, 64, SN_F16, 90, 2},
+                          sm80 = {1, 2, 64, 64, 64, 64, SN_BF16, 80, 0},
+                          d128 = {1, 2, 64, 64, 128, 128, SN_BF16, 90, 0},
+                          f32 = {1, 2, 64, 64, 64, 64, SN_F32, 90, 0};
+    ck_assert_int_eq(wgmma_kernels(&bf16, NULL), 2); /* forward, dk/dv; not dq */
+    ck_assert_int_eq(wgmma_kernels(&f16, NULL), 2);
+    ck_assert_int_eq(wgmma_kernels(&sm80, NULL), 0);
+    ck_assert_int_eq(wgmma_kernels(&d128, NULL), 0);
+    ck_assert_int_eq(wgmma_kernels(&f32, NULL), 0);
+    ck_assert_int_eq(wgmma_kernels(&bf16, "fwd=mma"), 1);
+    ck_assert_int_eq(wgmma_kernels(&bf16, "dkv=4x64x2"), 1);
+    ck_assert_int_eq(wgmma_kernels(&bf16, "fwd=mma,dkv=mma"), 0);
+    ck_assert_int_eq(wgmma_kernels(&bf16, "fwd=wgmma,dq=4x64x2"), 2);
+    atomic_dq = true; /* the atomic dq's dk/dv kernel is mma.sync's */
+    ck_assert_int_eq(wgmma_kernels(&bf16, NULL), 1);
+    atomic_dq = false;
+}
+END_TEST
+
 /* ---- NVRTC ---- */
 
 /* The wgmma forward and dk/dv kernel compiled for sm_90a (gpt2's B = 4, H = 12, T = 1024 in bf16;
@@ -231,6 +279,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, wgmma_dk_or_dv_alone, 0, 4);
     tcase_add_loop_test(tc, wgmma_dkv_planted_bugs_are_caught, 0, N_DKV_PLANTS);
     tcase_add_test(tc, wgmma_dkv_asked_and_refused);
+    tcase_add_test(tc, wgmma_is_the_default_where_written);
     suite_add_tcase(s, tc);
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 240);

@@ -1,5 +1,7 @@
-/* cuda_attention_wgmma.c: the plan of the sm_90 warpgroup-MMA kernels, opt-in (SN_ATT_TILES
- * entries "fwd=wgmma" and "dkv=wgmma"; not run on a GPU yet: docs/attention.md, "wgmma"), and
+/* cuda_attention_wgmma.c: the plan of the sm_90 warpgroup-MMA kernels, the default where they
+ * are written (sm_90, bf16 or f16, head size 64: sn_att_wgmma_default; measured on an H200,
+ * docs/attention.md "wgmma"), asked for by the SN_ATT_TILES entries "fwd=wgmma" and
+ * "dkv=wgmma" (refused by name elsewhere) and left by "fwd=mma", "dkv=mma" or a tile), and
  * the forward's pieces (the dk/dv kernel: cuda_attention_wgmma_dkv.c). One warpgroup (4 warps,
  * 64 queries) a block over key tiles of 64, double-buffered by cp.async; S = Q K^T and O += P V
  * are wgmma m64n64k16 with Q, K and V in shared memory in the 128-byte swizzle (rows of 128
@@ -20,6 +22,21 @@ bool sn_att_wgmma_asked(sn_att_pass pass) {
     for (const char *at = env && name ? strstr(env, name) : NULL; at; at = strstr(at + 1, name))
         if ((at == env || at[-1] == ',') && (at[len] == 0 || at[len] == ',')) return true;
     return false;
+}
+
+/* Whether SN_ATT_TILES names an entry of its own for the pass other than "wgmma": a tile
+ * ("fwd=4x64x2", "dkv=4x64x2@3") or "fwd=mma", "dkv=mma" (the mma.sync kernels, as before
+ * wgmma was the default). */
+static bool other_asked(sn_att_pass pass) {
+    const char *env = getenv("SN_ATT_TILES"), *name = pass == SN_ATT_FWD ? "fwd=" : "dkv=";
+    for (const char *at = env ? strstr(env, name) : NULL; at; at = strstr(at + 1, name))
+        if ((at == env || at[-1] == ',') && strncmp(at + 4, "wgmma", 5) != 0) return true;
+    return false;
+}
+
+bool sn_att_wgmma_default(const sn_att_plan *p, const sn_target *tg) {
+    return (p->pass == SN_ATT_FWD || p->pass == SN_ATT_DKV) && !other_asked(p->pass) &&
+           !p->dq_atomic && p->mma && !p->k8 && tg->sm == 90 && p->D == 64 && p->Dv == 64;
 }
 
 sn_status sn_att_wgmma_plan(sn_att_plan *p, const sn_target *tg, sn_err *e) {
