@@ -1,10 +1,10 @@
-/* train_bench.c: GPT-2 training throughput of the compiled program on a device (--device
- * auto|cuda|cpu): forward, forward + backward, and the full step (with AdamW), as tokens/s,
- * ms/step, achieved GFLOP/s and MFU (CPU: against the FMA peak measured in the same run; CUDA:
- * against the --roofline machine's published bf16 peak); plus compile time, kernels per step
- * and the planned vs measured arena peak. One JSON object per measurement per line, with the
- * precision (--precision fp32|bf16|fp16: the autocast pass; on the CPU, MFU against the peak of
- * the precision's products, measured in the same run). --roofline
+/* train_bench.c: training throughput of GPT-2 or a LLaMA-family model (--model smollm2-135m)
+ * compiled for a device (--device auto|cuda|cpu): forward, forward + backward, and the full step
+ * (with AdamW), as tokens/s, ms/step, achieved GFLOP/s and MFU (CPU: against the FMA peak
+ * measured in the same run; CUDA: against the --roofline machine's published bf16 peak); plus
+ * compile time, kernels per step and the planned vs measured arena peak. One JSON object per
+ * measurement per line, with the precision (--precision fp32|bf16|fp16: the autocast pass; on
+ * the CPU, MFU against the peak of the precision's products, measured in the same run). --roofline
  * h100 prints the roofline model (roofline.h) beside the measured times by kernel kind, or alone
  * with --model-only (compiles, runs nothing: no GPU needed).
  *
@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "passes/pipeline.h"
 #include "passes/passes.h"
 #include "program/target.h"
@@ -84,17 +85,29 @@ static double program_flops(const sn_program *p) {
  * compiles the rest), or forward only and compiled into *prog. */
 static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     sn_gpt2_config c;
-    if (!sn_gpt2_config_find(a->model, &c)) die("unknown model", NULL);
+    sn_llama_config lc;
+    bool gpt2 = sn_gpt2_config_find(a->model, &c);
+    if (!gpt2 && !sn_llama_config_find(a->model, &lc)) die("unknown model", NULL);
     sn_graph *g = sn_graph_new();
-    sn_gpt2 m;
+    sn_node *loss;
     sn_err e;
     if (!g) die("out of memory for the graph", NULL);
     sn_gpt2_lora l = {.lora = {.rank = a->lora, .alpha = (float)a->lora}, .targets = a->lora_targets};
     if (a->ia3) l = (sn_gpt2_lora){.ia3 = true};
-    if (sn_gpt2_build_lora(g, &c, a->batch, a->seq, a->lora || a->ia3 ? &l : NULL, &m, &e)) die("model", &e);
+    if (gpt2) {
+        sn_gpt2 m;
+        if (sn_gpt2_build_lora(g, &c, a->batch, a->seq, a->lora || a->ia3 ? &l : NULL, &m, &e))
+            die("model", &e);
+        loss = m.loss;
+    } else {
+        sn_llama m;
+        if (sn_llama_build_lora(g, &lc, a->batch, a->seq, a->lora || a->ia3 ? &l : NULL, &m, &e))
+            die("model", &e);
+        loss = m.loss;
+    }
     if (backward && a->loss_only) { /* the loss alone (the chunked head has no whole logits) */
         sn_graph_clear_outputs(g);
-        sn_graph_add_output(g, m.loss);
+        sn_graph_add_output(g, loss);
     }
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.target = a->target;
@@ -107,6 +120,16 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     o.nf4 = a->nf4;
     if (sn_compile(g, &o, prog, NULL, &e)) die("pipeline", &e);
     return g;
+}
+
+/* The model's vocabulary (the ids a batch draws from). */
+static int model_vocab(const args *a) {
+    sn_gpt2_config c;
+    sn_llama_config lc;
+    if (sn_gpt2_config_find(a->model, &c)) return c.vocab;
+    if (sn_llama_config_find(a->model, &lc)) return lc.vocab;
+    die("unknown model", NULL);
+    return 0;
 }
 
 static void random_batch(const args *a, int vocab, int32_t *x, int32_t *y, uint64_t seed) {
@@ -603,9 +626,7 @@ int main(int argc, char **argv) {
             die("forward weights", &e);
         free(w);
     }
-    int vocab = 0;
-    for (int i = 0; i < fg->n_nodes; i++)
-        if (fg->nodes[i]->op == SN_OP_PARAM && !strcmp(fg->nodes[i]->name, "wte")) vocab = (int)fg->nodes[i]->shape[0];
+    int vocab = model_vocab(&a);
     int32_t *x = malloc(sizeof(int32_t) * (size_t)(a.batch * a.seq));
     int32_t *y = malloc(sizeof(int32_t) * (size_t)(a.batch * a.seq));
     random_batch(&a, vocab > 50257 ? 50257 : vocab, x, y, 1);
