@@ -471,11 +471,21 @@ static sn_device *open_device(const args *a, bool *cuda) {
     return d;
 }
 
+/* The graph's parameters (malloc'd; *n their count: smollm2 with LoRA has 690). */
+static sn_node **params_of(const sn_graph *g, int *n) {
+    *n = sn_graph_params(g, NULL, 0);
+    sn_node **ps = malloc(sizeof *ps * (size_t)(*n ? *n : 1));
+    if (!ps) die("out of memory for the parameter list", NULL);
+    sn_graph_params(g, ps, *n);
+    return ps;
+}
+
 static int64_t param_count(const sn_graph *g) {
-    sn_node *ps[512];
-    int n = sn_graph_params(g, ps, 512);
+    int n;
+    sn_node **ps = params_of(g, &n);
     int64_t total = 0;
     for (int i = 0; i < n; i++) total += sn_numel(ps[i]);
+    free(ps);
     return total;
 }
 
@@ -612,8 +622,8 @@ int main(int argc, char **argv) {
     sn_graph *fg = model_graph(&a, false, &fp);
     sn_exec *fx;
     if (sn_exec_new(d, fp, &fx, &e)) die("forward program", &e);
-    sn_node *fparams[512];
-    int nfp = sn_graph_params(fg, fparams, 512);
+    int nfp;
+    sn_node **fparams = params_of(fg, &nfp);
     for (int i = 0; i < nfp; i++) { /* the trainer's weights, through the host (an NF4
                                         storage's packed bytes, u8 in both programs) */
         int j = sn_trainer_find_param(t, fparams[i]->name);
@@ -626,6 +636,7 @@ int main(int argc, char **argv) {
             die("forward weights", &e);
         free(w);
     }
+    free(fparams);
     int vocab = model_vocab(&a);
     int32_t *x = malloc(sizeof(int32_t) * (size_t)(a.batch * a.seq));
     int32_t *y = malloc(sizeof(int32_t) * (size_t)(a.batch * a.seq));
