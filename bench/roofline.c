@@ -49,11 +49,13 @@ double sn_roofline_kernel_flops(const sn_kernel *k) {
 }
 
 /* The elementwise work of a non-GEMM kernel: its instructions (or 5 for a row op, 1 for a
- * gather or a reduction) per element of its largest argument. */
+ * gather or a reduction) per element of its largest argument (a gather's: of its output). */
 static double other_flops(const sn_kernel *k) {
     double elems = 0;
     for (int a = 0; a < k->n_out + k->n_in; a++)
         if ((double)sn_numel(k->args[a]) > elems) elems = (double)sn_numel(k->args[a]);
+    if (k->kind == SN_KER_GATHER && k->anchor->op == SN_OP_EMBEDDING) /* the rows it copies */
+        elems = (double)sn_numel(k->anchor);
     double per = k->kind == SN_KER_POINTWISE ? (k->n_instr > 0 ? k->n_instr : 1)
                  : k->kind == SN_KER_ROW ? 5 + k->n_instr : 1;
     return elems * per;
@@ -68,7 +70,13 @@ static double kernel_bytes(const sn_kernel *k) {
         for (int j = 0; j < a; j++) seen |= k->args[j] == k->args[a];
         int op = a - k->n_out; /* a GEMM operand read in place reads its view's elements */
         bool view = k->kind == SN_KER_GEMM && op >= 0 && op < 2 && k->gemm.view[op].ld;
-        if (!seen) b += node_bytes(view ? k->anchor->in[op] : k->args[a]);
+        /* a gather reads the table's rows its ids name, at most the whole table (decode's one
+           token reads one row of wte, not its 154 MB) */
+        bool table = k->kind == SN_KER_GATHER && k->anchor->op == SN_OP_EMBEDDING && op >= 0 &&
+                     k->args[a] == k->anchor->in[0];
+        double rows = table ? (double)sn_numel(k->anchor) * sn_dtype_bits(k->args[a]->dtype) / 8 : 0;
+        double whole = node_bytes(view ? k->anchor->in[op] : k->args[a]);
+        if (!seen) b += table && rows < whole ? rows : whole;
     }
     b += (double)sn_kernel_scratch_bytes(k); /* partial sums, or embedding_bwd's buckets */
     return k->tail ? b + kernel_bytes(k->tail) : b; /* a joined FINISH's (kernel.h) */
