@@ -1,8 +1,9 @@
-/* test_attention_wgmma.c: the sm_90 warpgroup-MMA attention kernels, opt-in through SN_ATT_TILES
- * (the forward "fwd=wgmma", the dk/dv kernel "dkv=wgmma"; codegen/cuda/cuda_attention_wgmma*.c):
- * the real pipeline's kernels on the simulator in every thread order against the interpreter
- * (att_check.c), planted bugs caught, refused by name where not written, compiled by NVRTC for
- * sm_90a without spills. None of it has run on a GPU (docs/attention.md, "wgmma on sm_90"). */
+/* test_attention_wgmma.c: the sm_90 warpgroup-MMA attention kernels, the default on sm_90 at head
+ * size 64 and asked for through SN_ATT_TILES (the forward "fwd=wgmma", the dk/dv kernel
+ * "dkv=wgmma"; codegen/cuda/cuda_attention_wgmma*.c): the real pipeline's kernels on the
+ * simulator in every thread order against the interpreter (att_check.c), planted bugs caught,
+ * refused by name where not written, where they are the default, compiled by NVRTC for sm_90a
+ * without spills. An H200 ran them on 2026-11-28 (docs/attention.md, "wgmma on sm_90"). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
