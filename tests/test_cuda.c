@@ -1376,6 +1376,76 @@ START_TEST(cpu_row_vector_lane_bug_caught) {
 }
 END_TEST
 
+/* Replaces every `from` in src with `to` (malloc'd); *count gets how many. */
+static char *replace_all(const char *src, const char *from, const char *to, int *count) {
+    size_t lf = strlen(from), lt = strlen(to), n = 0;
+    for (const char *at = strstr(src, from); at; at = strstr(at + lf, from)) n++;
+    char *out = malloc(strlen(src) + n * lt + 1), *o = out;
+    ck_assert(out);
+    for (const char *at; (at = strstr(src, from)); src = at + lf) {
+        memcpy(o, src, (size_t)(at - src));
+        o += at - src;
+        memcpy(o, to, lt);
+        o += lt;
+    }
+    strcpy(o, src);
+    *count = (int)n;
+    return out;
+}
+
+/* The classifier (kernel.h anchor2: cross-entropy's loss and its gradient in one kernel) over
+ * rows of 64 logits rounded to bf16 of which 59 are real classes (f32: 4 columns a step, every
+ * row's last vector cut at column 59), ignored targets (class 3): its online max and sum, a
+ * vector at a time
+ * (cuda_row.c), give the interpreter's gradient in both thread orders; the cut vector counted
+ * whole (planted: the columns past 59 summed) is caught. */
+START_TEST(cpu_classifier_vectors) {
+    enum { R = 24, K = 16, C = 64, V = 59 };
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(R, K));
+    sn_node *y = sn_input(g, "y", SN_I32, SN_SHAPE(R));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(K, C), SN_INIT_NORMAL, 1);
+    sn_node *logits = sn_cast(g, sn_cast(g, sn_matmul(g, x, w), SN_BF16), SN_F32);
+    sn_node *loss = sn_cross_entropy_padded(g, logits, y, 3, V);
+    sn_err e;
+    ck_assert_msg(sn_backward(g, loss, &e) == SN_OK, "%s", e.msg);
+    sn_program *p = fuse(g);
+    const sn_kernel *k = NULL;
+    for (int i = 0; i < p->n_kernels; i++)
+        if (p->kernels[i]->kind == SN_KER_ROW && p->kernels[i]->anchor2 &&
+            p->kernels[i]->stage != SN_SUM_FINISH)
+            k = p->kernels[i];
+    ck_assert_msg(k, "no classifier kernel");
+    sn_cuda_source cs = render(&k, 1);
+    bool vectors = strstr(cs.src, "/* 4 columns a step */") && strstr(cs.src, "xs[l] =");
+    if (!vectors) printf("%s\n", cs.src), fflush(stdout);
+    ck_assert_msg(vectors, "the classifier %s is not read a vector at a time", k->name);
+    sn_interp *it = interp_run(g, 25, false); /* targets below 25: some the ignored 3 */
+    for (int bug = 0; bug < 2; bug++) {
+        int a = 1, b = 1;
+        char *s1 = replace_all(cs.src, "if (l < nv) se +=", bug ? "se +=" : "if (l < nv) se +=", &a);
+        char *src = replace_all(s1, "if (j >= 59) break;", bug ? ";" : "if (j >= 59) break;", &b);
+        ck_assert_int_eq(a, 1);
+        ck_assert_int_ge(b, 1);
+        sn_sim_module *h = host_compile(src);
+        if (h) {
+            double err = host_check(h, k, cs.fn[0], it, 1e-5, true);
+            printf("test_cuda: the classifier over rows of 64 logits, 59 classes, %s: error "
+                   "%.3g\n", bug ? "the cut vector summed whole" : "as generated", err);
+            if (bug) ck_assert_msg(!(err <= 8e-3), "the planted bug went unnoticed (%g)", err);
+            else ck_assert_double_le(err, 8e-3);
+            sn_sim_module_free(h);
+        }
+        free(s1);
+        free(src);
+    }
+    sn_interp_free(it);
+    sn_cuda_source_free(&cs);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* embedding_bwd (ids (N), dy (N, C) -> (V, C)) with ids that repeat and ids never used: dtype
  * dt; with `chunks`, N = 5000 over three chunks of 2048 (the last short) whose first chunk is
  * one id alone (a run of 2048), else N = 300 ids, uniform below 40 of V = 50 rows and a
@@ -1888,6 +1958,7 @@ int main(void) {
     tcase_add_loop_test(cpu, cpu_norm_pair, 0, 2);
     tcase_add_loop_test(cpu, cpu_joined_finish, 0, 2);
     tcase_add_test(cpu, cpu_row_vectors);
+    tcase_add_test(cpu, cpu_classifier_vectors);
     tcase_add_test(cpu, cpu_row_vector_lane_bug_caught);
     tcase_add_test(cpu, cpu_embedding_bwd_buckets);
     tcase_add_test(cpu, cpu_optimizer_step);

@@ -155,7 +155,25 @@ static void cross_entropy_bwd(row *w) {
         E("if (target == %d && threadIdx.x == 0) row_sums[0] = row_sums[1] = 0.0;", ign);
     }
     E("if (target != %d && target >= 0 && target < %lld) {", ign, (long long)w->Vr);
-    if (loss) {
+    if (loss && w->lanes > 1) { /* a vector at a time: its max, then its exponentials */
+        E("float mx = -SN_INF, se = 0.0f; /* online: se is the sum of exp(x - mx) so far */");
+        E("float xs[%d];", w->lanes);
+        sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
+        E("xs[l] = %s;", x);
+        sn_cu_row_close_lanes(w);
+        E("const int nv = %lld - j0 < %d ? (int)(%lld - j0) : %d; /* columns before the end */",
+          (long long)w->Vr, w->lanes, (long long)w->Vr, w->lanes);
+        E("float vm = -SN_INF;");
+        E("#pragma unroll");
+        E("for (int l = 0; l < %d; l++) if (l < nv) vm = fmaxf(vm, xs[l]);", w->lanes);
+        E("if (vm > mx) {");
+        E("se *= expf(mx - vm);");
+        E("mx = vm;");
+        E("}");
+        E("#pragma unroll");
+        E("for (int l = 0; l < %d; l++) if (l < nv) se += expf(xs[l] - mx);", w->lanes);
+        sn_cu_row_close_pass(w);
+    } else if (loss) { /* a column at a time */
         E("float mx = -SN_INF, se = 0.0f; /* online: se is the sum of exp(x - mx) so far */");
         sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
         E("const float xv = %s;", x);
@@ -166,6 +184,8 @@ static void cross_entropy_bwd(row *w) {
         E("se += expf(xv - mx);");
         E("}");
         sn_cu_row_close_pass(w);
+    }
+    if (loss) {
         E("const float row_mx = sn_block_max(mx);");
         E("se = sn_block_sum(mx == -SN_INF ? 0.0f : se * expf(mx - row_mx));");
         E("mx = row_mx;");

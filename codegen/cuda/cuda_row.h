@@ -28,6 +28,7 @@ typedef struct {
     unsigned declared;  /* in a vector step: the outputs collected in out<o>_v[] */
     unsigned pending;   /* those of them the step has stored into */
     int out0;           /* the first output the passes store (after the norm backward pair's sums) */
+    bool lanes_closed;  /* the pass's loop over the lanes ended (sn_cu_row_close_lanes) */
 } row;
 
 #define E(...) sn_cu_emitf(w->t, __VA_ARGS__)
@@ -44,6 +45,10 @@ void sn_cu_row_element(row *w);
 void sn_cu_row_store_prologue(row *w);
 void sn_cu_row_open_pass(row *w, const char *first, int64_t end, unsigned threads, int stores);
 void sn_cu_row_close_pass(row *w);
+/* In a vector pass that stores nothing: ends the loop over the lanes, so that what follows runs
+ * once a vector (columns j0 .. j0 + lanes - 1, those before the pass's end), before
+ * sn_cu_row_close_pass ends the pass. */
+void sn_cu_row_close_lanes(row *w);
 /* In an element block: the row op's result at (r, j) is `val`; the epilogue follows it and
  * every output is stored. */
 void sn_cu_row_store(row *w, const char *val);

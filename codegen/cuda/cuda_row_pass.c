@@ -302,8 +302,15 @@ void sn_cu_row_open_pass(row *w, const char *first, int64_t end, unsigned thread
     sn_cu_row_element(w);
 }
 
-void sn_cu_row_close_pass(row *w) {
+void sn_cu_row_close_lanes(row *w) {
+    SN_ASSERT(w->vec && !w->lanes_closed && w->declared == 0); /* a pass that stores nothing */
     E("}");
+    w->lanes_closed = true;
+}
+
+void sn_cu_row_close_pass(row *w) {
+    if (!w->lanes_closed) E("}");
+    w->lanes_closed = false;
     if (!w->vec) return;
     char a[16], fn[16];
     SN_ASSERT(w->pending == w->declared); /* open_pass was told what the pass stores */
