@@ -282,11 +282,11 @@ struct sn_kernel {
     /* A row op that sums over every row (row facts `serial`: a norm weight gradient with its
      * column sums, cross-entropy's mean loss) runs as two kernels, so that every SM takes a
      * share of the rows and no float is added in a varying order. Between them a scratch
-     * value (program.h: no node) of P = ceil(R / SN_SUM_CHUNK) rows of W f32 partial sums, W
+     * value (program.h: no node) of P = ceil(R / sn_sum_chunk_rows) rows of W f32 partial sums, W
      * the anchor's C columns then each column sum's C_o (cross-entropy: W = 4, the chunk's
      * loss sum and its counted rows as two f64); its buffer follows the args
      * (bufs[n_out + n_in]).
-     *   SN_SUM_PARTIAL: item i is chunk p = i / (1 + tiles) of SN_SUM_CHUNK rows (the last may
+     *   SN_SUM_PARTIAL: item i is chunk p = i / (1 + tiles) of sn_sum_chunk_rows (the last may
      *     be short), part i % (1 + tiles): part 0 sums the anchor over the chunk's rows into
      *     scratch[p][0, C); part 1 + t sums column-sum tile t (the tiles of column sum 1, then 2 ...,
      *     SN_COLSUM_TILE columns each) over them into its columns of scratch[p]. Args as a
@@ -311,14 +311,15 @@ struct sn_kernel {
  * op's prologue and epilogue, and outputs n_colsum + 1 .. store them as a fused row kernel's do.
  * A column sum may read one of those outputs (colsum_src an output after the sums: the
  * residual gradient's bias gradient), after the chunk's rows are stored. Item i is chunk i of
- * SN_SUM_CHUNK rows: dx of each row, the chunk's dy xhat into scratch[p][0, C), then every
+ * sn_sum_chunk_rows rows: dx of each row, the chunk's dy xhat into scratch[p][0, C), then every
  * column-sum tile over the chunk's rows into its columns. The sums keep the orders of the
  * unfused kernels: each chunk's rows in row order per thread (CPU) or per warp (CUDA: a block
  * of 8 warps per chunk, warp w takes rows w, w + 8, ..; the warps' sums added in warp order),
  * dx's row statistics as the dx kernel's, so dx, the partial sums and FINISH's results are
  * bit-identical to the dx kernel's and the PARTIAL kernel's where both take the same columns a
- * step (sn_cu_row_lanes). On CUDA a chunk is a block: 256 blocks at B=16 T=1024 (16,384 rows),
- * more than the 132 SMs of an H100/H200 (3 blocks fit an SM: one wave), each block 8 warps,
+ * step (sn_cu_row_lanes). On CUDA a chunk is a block: 256 blocks of 64 rows at B=16 T=1024
+ * (16,384 rows), more than the 132 SMs of an H100/H200 (3 blocks fit an SM: one wave); 128 of 8
+ * at B=4 T=256 (1,024 rows; sn_sum_chunk_rows), each block 8 warps,
  * one row a warp at a time, each warp's dy xhat sums in shared memory (a lane its own slots),
  * added in warp order after a barrier that also makes the block's stored rows visible to its
  * column sums (8 tiles of 32 columns at a time, a lane a column, the warps down the rows). The
@@ -489,6 +490,14 @@ enum { SN_COLSUM_TILE = 32 };
 /* The stages of a sum over every row (`stage` above), rows a chunk, columns a finishing item. */
 enum { SN_SUM_WHOLE, SN_SUM_PARTIAL, SN_SUM_FINISH };
 enum { SN_SUM_CHUNK = 64, SN_SUM_FINISH_COLS = 64 };
+/* A norm weight gradient's chunks (its PARTIAL kernel, the pair, their FINISH) are SN_SUM_CHUNK
+ * rows, halved down to SN_SUM_CHUNK_MIN while fewer than SN_SUM_MIN_CHUNKS chunks would share the
+ * rows: a chunk is a CUDA block, and 16 blocks of 64 rows (gpt2 B=4 T=256) left most of an
+ * H200's 132 SMs idle (the pairs 63 us a call against 21 modeled, 2026-11-28). The rule depends
+ * on the rows alone, so every device adds in the same chunks; cross-entropy's chunks stay
+ * SN_SUM_CHUNK rows (the classifier's FINISH and chunk_logits add the loss in those). */
+enum { SN_SUM_CHUNK_MIN = 8, SN_SUM_MIN_CHUNKS = 128 };
+int64_t sn_sum_chunk_rows(const sn_kernel *k);
 /* The longest rows of a norm backward pair (its CUDA block keeps 8 warps' sums of a row's
  * columns in shared memory: 32 KiB); longer rows keep the dx and PARTIAL kernels apart. */
 enum { SN_PAIR_MAX_C = 1024 };

@@ -157,10 +157,20 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
     *serial = true;
 }
 
+int64_t sn_sum_chunk_rows(const sn_kernel *k) {
+    SN_ASSERT(k->stage != SN_SUM_WHOLE);
+    int op = k->anchor->op;
+    if (op != SN_OP_LAYERNORM_BWD_W && op != SN_OP_RMSNORM_BWD_W) return SN_SUM_CHUNK;
+    int64_t rows = rows_of(k->anchor->in[0]), c = SN_SUM_CHUNK;
+    while (c > SN_SUM_CHUNK_MIN && (rows + c - 1) / c < SN_SUM_MIN_CHUNKS) c /= 2;
+    return c;
+}
+
 int64_t sn_sum_chunks(const sn_kernel *k) {
     SN_ASSERT(k->stage != SN_SUM_WHOLE);
     if (k->anchor2) return rows_of(k->anchor->in[0]); /* the classifier: a partial a row */
-    return (rows_of(k->anchor->in[0]) + SN_SUM_CHUNK - 1) / SN_SUM_CHUNK;
+    int64_t c = sn_sum_chunk_rows(k);
+    return (rows_of(k->anchor->in[0]) + c - 1) / c;
 }
 
 int64_t sn_sum_width(const sn_kernel *k) {

@@ -916,12 +916,14 @@ END_TEST
 START_TEST(cpu_row_ops_warp_per_row) { row_ops(300, true); }
 END_TEST
 
-/* A layernorm over 200 rows after a linear layer with a bias: its weight gradient, dbeta and
- * the bias gradient in a PARTIAL kernel over 4 chunks of rows (the last one short) and its
- * FINISH kernel, the cross-entropy loss the same way, against the interpreter, the partial sums
- * the same bits in both thread orders. */
+/* A layernorm over 197 rows after a linear layer with a bias: its weight gradient, dbeta and
+ * the bias gradient in a PARTIAL kernel over 25 chunks of 8 rows (the last one 5: kernel.h
+ * sn_sum_chunk_rows, few rows) and its FINISH kernel, the cross-entropy loss over 4 chunks of
+ * 64 the same way, against the interpreter, the partial sums the same bits in both thread
+ * orders. */
+enum { CHUNKED_R = 3 * SN_SUM_CHUNK + 5 };
 static sn_graph *chunked_sums_graph(void) {
-    enum { R = 3 * SN_SUM_CHUNK + 8 };
+    enum { R = CHUNKED_R };
     sn_graph *g = sn_graph_new();
     sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(R, 24));
     sn_node *y = sn_input(g, "y", SN_I32, SN_SHAPE(R));
@@ -946,7 +948,8 @@ START_TEST(cpu_chunked_weight_gradient) {
         if (ker->stage != SN_SUM_PARTIAL) continue;
         partial++;
         /* the classifier (the loss with its gradient): a partial a row */
-        ck_assert_int_eq(sn_sum_chunks(ker), ker->anchor2 ? 200 : 4);
+        ck_assert_int_eq(sn_sum_chunks(ker), ker->anchor2 ? CHUNKED_R : (CHUNKED_R + 7) / 8);
+        ck_assert_int_eq(sn_sum_chunk_rows(ker), ker->anchor2 ? SN_SUM_CHUNK : 8);
         bool ce = ker->anchor->op == SN_OP_CROSS_ENTROPY || ker->anchor2; /* the loss */
         ck_assert_int_eq(ker->row.n_colsum, ce ? 0 : 2); /* dbeta and the bias gradient */
     }
@@ -959,16 +962,47 @@ START_TEST(cpu_chunked_weight_gradient) {
 }
 END_TEST
 
+/* kernel.h sn_sum_chunk_rows: a norm weight gradient's chunks of rows halve from 64 down to 8
+ * while fewer than 128 chunks would share the rows (CUDA blocks for the whole GPU); cross-
+ * entropy's stay 64 rows whatever the count. */
+START_TEST(sum_chunk_rule) {
+    static const struct { int64_t R, rows; } c[] = {{197, 8},   {1024, 8},  {2051, 16},
+                                                    {4096, 32}, {8192, 64}, {16384, 64}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        sn_graph *g = sn_graph_new();
+        sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(c[i].R, 32));
+        sn_node *dy = sn_input(g, "dy", SN_F32, SN_SHAPE(c[i].R, 32));
+        sn_node *y = sn_input(g, "y", SN_I32, SN_SHAPE(c[i].R));
+        sn_graph_add_output(g, sn_layernorm_bwd_w(g, x, dy, 1e-5f));
+        sn_graph_add_output(g, sn_cross_entropy(g, dy, y, -1));
+        sn_program *p = fuse(g);
+        int seen = 0;
+        for (int k = 0; k < p->n_kernels; k++) {
+            const sn_kernel *ker = p->kernels[k];
+            if (ker->stage != SN_SUM_PARTIAL) continue;
+            bool norm = ker->anchor->op == SN_OP_LAYERNORM_BWD_W;
+            int64_t rows = norm ? c[i].rows : SN_SUM_CHUNK;
+            ck_assert_int_eq(sn_sum_chunk_rows(ker), rows);
+            ck_assert_int_eq(sn_sum_chunks(ker), (c[i].R + rows - 1) / rows);
+            seen |= norm ? 1 : 2;
+        }
+        ck_assert_int_eq(seen, 3);
+        sn_program_free(p);
+        sn_graph_free(g);
+    }
+}
+END_TEST
+
 /* The norm backward pair (kernel.h: a norm weight gradient's PARTIAL kernel computing its dx
- * too) over 3 chunks and 8 rows (the last chunk short): dx with a prologue (dy, widened from
+ * too) over R rows in chunks of 8 (197 rows: the last chunk 5) or of 16 (2051: the last 3; kernel.h
+ * sn_sum_chunk_rows): dx with a prologue (dy, widened from
  * d0's dtype) and an epilogue (a residual add), dw, dbeta (the column sum of dy) and the
  * residual's bias gradient (the column sum of dx, read from the pair's own output after the
  * block's rows are stored), f32 rows of 40 (4 columns a step) and bf16 d0 with rows of 64 (8).
  * Against the interpreter through its FINISH kernel, in both thread orders; then bugs planted
  * in the rendered text are caught: the barrier before the sums deleted, a warp's dy xhat sums
  * read from another lane's slots. */
-static sn_graph *norm_pair_graph(sn_dtype dt, int64_t C, bool apart) {
-    enum { R = 3 * SN_SUM_CHUNK + 8 };
+static sn_graph *norm_pair_graph(sn_dtype dt, int64_t C, int64_t R, bool apart) {
     sn_graph *g = sn_graph_new();
     sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(R, C));
     sn_node *d0 = sn_input(g, "d0", dt, SN_SHAPE(R, C));
@@ -1067,11 +1101,13 @@ static void program_on_host(const sn_program *p, const sn_interp *it, void **out
 }
 
 START_TEST(cpu_norm_pair) {
-    static const struct { sn_dtype dt; int64_t C; } cases[2] = {{SN_F32, 40}, {SN_BF16, 64}};
+    static const struct { sn_dtype dt; int64_t C, R, chunk; } cases[3] = {
+        {SN_F32, 40, 3 * SN_SUM_CHUNK + 5, 8}, {SN_BF16, 64, 3 * SN_SUM_CHUNK + 5, 8},
+        {SN_BF16, 64, 2051, 16}};
     /* first the same bits as the dx kernel and the PARTIAL kernel apart (the same columns a
      * step: the sums keep their order) */
-    sn_graph *ga = norm_pair_graph(cases[_i].dt, cases[_i].C, true);
-    sn_graph *g = norm_pair_graph(cases[_i].dt, cases[_i].C, false);
+    sn_graph *ga = norm_pair_graph(cases[_i].dt, cases[_i].C, cases[_i].R, true);
+    sn_graph *g = norm_pair_graph(cases[_i].dt, cases[_i].C, cases[_i].R, false);
     sn_program *pa = fuse(ga), *p = fuse(g);
     ck_assert_int_eq(pa->n_kernels, 4); /* dx, exp, dw's PARTIAL and FINISH */
     sn_interp *ita = interp_run(ga, 1, false), *it = interp_run(g, 1, false);
@@ -1104,6 +1140,7 @@ START_TEST(cpu_norm_pair) {
     ck_assert_int_eq(p->n_kernels, 2); /* dx, dw and both column sums: two kernels */
     ck_assert_int_eq(ks[0]->row.n_colsum, 2);
     ck_assert_int_lt(ks[0]->row.colsum_src[2], ks[0]->n_out); /* dx's own output */
+    ck_assert_int_eq(sn_sum_chunk_rows(ks[0]), cases[_i].chunk);
     sn_cuda_source cs = render(ks, 2);
     char want[32];
     snprintf(want, sizeof want, "/* %d columns a step */", cases[_i].C == 64 ? 8 : 4);
@@ -1138,14 +1175,14 @@ START_TEST(cpu_norm_pair) {
 END_TEST
 
 /* A joined FINISH (kernel.h: tail; passes/join_finish.c): two norm backward pairs in a chain
- * (the second's dy is the first's dx), rows of 160 over 3 chunks and 8 rows: the first pair's
- * FINISH (320 columns: dw and dbeta) joins the second pair's launch as 2 blocks of 256 threads
- * after its 4. Its dx, sums and the second pair's are the separate kernels' bits on the
+ * (the second's dy is the first's dx), 197 rows of 160 in 25 chunks of 8 (the last 5): the first
+ * pair's FINISH (320 columns: dw and dbeta) joins the second pair's launch as 2 blocks of 256
+ * threads after its 25. Its dx, sums and the second pair's are the separate kernels' bits on the
  * simulator; then bugs planted in the dispatch are caught: the FINISH's blocks offset by one
  * (its first 256 columns never summed), and the host's last block sent to the FINISH (its
  * last chunk of rows skipped). */
 static sn_graph *joined_finish_graph(sn_dtype dt) {
-    enum { R = 3 * SN_SUM_CHUNK + 8, C = 160 };
+    enum { R = 3 * SN_SUM_CHUNK + 5, C = 160 };
     sn_graph *g = sn_graph_new();
     sn_node *x1 = sn_input(g, "x1", SN_F32, SN_SHAPE(R, C));
     sn_node *x2 = sn_input(g, "x2", SN_F32, SN_SHAPE(R, C));
@@ -1201,16 +1238,16 @@ START_TEST(cpu_joined_finish) {
     ck_assert_int_eq(p->kernels[2]->stage, SN_SUM_FINISH);
     sn_target t = sm(80);
     sn_cuda_dims d = sn_cuda_launch_dims(host, &t);
-    ck_assert_int_eq(host->n_items, 4);
-    ck_assert_int_eq(d.grid[0], 4 + 2); /* 320 columns in blocks of 256 */
+    ck_assert_int_eq(host->n_items, 25);
+    ck_assert_int_eq(d.grid[0], 25 + 2); /* 320 columns in blocks of 256 */
     void **joined = calloc((size_t)g->n_nodes, sizeof *joined);
     program_on_host(p, it, joined);
     if (apart[g->outputs[0]->id] && joined[g->outputs[0]->id]) { /* (a build without the simulator runs nothing) */
         same_outputs(g, apart, joined, "when joined");
         static const struct { const char *what, *edits[5]; } bugs[2] = {
-            {"the FINISH's blocks offset by one", {"(int)blockIdx.x - 4);", "(int)blockIdx.x - 3);"}},
-            {"the host's last block sent to the FINISH", {"if (blockIdx.x >= 4) {",
-             "if (blockIdx.x >= 3) {", "(int)blockIdx.x - 4);", "(int)blockIdx.x - 3);"}},
+            {"the FINISH's blocks offset by one", {"(int)blockIdx.x - 25);", "(int)blockIdx.x - 24);"}},
+            {"the host's last block sent to the FINISH", {"if (blockIdx.x >= 25) {",
+             "if (blockIdx.x >= 24) {", "(int)blockIdx.x - 25);", "(int)blockIdx.x - 24);"}},
         };
         for (int b = 0; b < 2; b++) {
             void **bad = calloc((size_t)g->n_nodes, sizeof *bad);
@@ -1924,6 +1961,7 @@ int main(void) {
     tcase_add_test(tc, render_identical_kernels_once);
     tcase_add_test(tc, render_16bit_vectors);
     tcase_add_test(tc, render_row_vectors);
+    tcase_add_test(tc, sum_chunk_rule);
     suite_add_tcase(s, tc);
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 120);
@@ -1955,7 +1993,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_row_ops_warp_per_row);
     tcase_add_test(cpu, cpu_chunked_weight_gradient);
     tcase_add_test(cpu, cpu_deleted_barrier_caught);
-    tcase_add_loop_test(cpu, cpu_norm_pair, 0, 2);
+    tcase_add_loop_test(cpu, cpu_norm_pair, 0, 3);
     tcase_add_loop_test(cpu, cpu_joined_finish, 0, 2);
     tcase_add_test(cpu, cpu_row_vectors);
     tcase_add_test(cpu, cpu_classifier_vectors);

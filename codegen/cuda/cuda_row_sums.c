@@ -146,7 +146,7 @@ void sn_cu_row_norm_bwd_w(row *w, bool rms) {
       w->threads);
 }
 
-/* The norm backward pair's head: chunk blockIdx.x of SN_SUM_CHUNK rows, its partial sums
+/* The norm backward pair's head: chunk blockIdx.x of sn_sum_chunk_rows rows, its partial sums
  * (`part`), the warps' dy xhat sums dw[warp][] zeroed, and the loop over this warp's rows opened
  * (the order of sn_cu_row_norm_bwd_w's: warp w takes rows r0 + w, r0 + w + warps ..). Lane i
  * adds column j (step q = j / 32 lanes of its pass, lane i of the step) in slot (lanes q + j %
@@ -154,10 +154,11 @@ void sn_cu_row_norm_bwd_w(row *w, bool rms) {
 void sn_cu_row_pair_open(row *w) {
     const sn_kernel *k = w->k;
     int64_t slots = sn_cu_row_steps(w) * w->lanes * 32;
-    E("/* partial sums: %lld chunks of %d rows, a block each */", (long long)sn_sum_chunks(k), SN_SUM_CHUNK);
+    int cr = (int)sn_sum_chunk_rows(k);
+    E("/* partial sums: %lld chunks of %d rows, a block each */", (long long)sn_sum_chunks(k), cr);
     E("const %s chunk = blockIdx.x;", w->ix);
-    E("const %s r0 = chunk * %d, r1 = r0 + %d < %lld ? r0 + %d : %lld;", w->ix, SN_SUM_CHUNK,
-      SN_SUM_CHUNK, (long long)w->R, SN_SUM_CHUNK, (long long)w->R);
+    E("const %s r0 = chunk * %d, r1 = r0 + %d < %lld ? r0 + %d : %lld;", w->ix, cr, cr,
+      (long long)w->R, cr, (long long)w->R);
     E("float *part = scratch + chunk * %lld; /* this chunk's partial sums */", (long long)sn_sum_width(k));
     E("const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;");
     E("SN_SHARED2(float, dw, %u, %lld); /* each warp's sums of dy xhat over its rows */",
@@ -251,7 +252,7 @@ static void colsums(row *w) {
           SN_COLSUM_TILE, (long long)at);
         E("if (c < C) {");
         E("#pragma unroll %d /* a chunk's rows: their loads issued together, added in order */",
-          SN_SUM_CHUNK / (int)warps > 1 ? SN_SUM_CHUNK / (int)warps : 1);
+          (int)sn_sum_chunk_rows(k) / (int)warps > 1 ? (int)sn_sum_chunk_rows(k) / (int)warps : 1);
         E("for (%s r = r0 + warp; r < r1; r += %u) acc += sn_load(%s[r * C + c]);", w->ix, warps,
           src);
         E("}");
@@ -275,12 +276,13 @@ static void colsums(row *w) {
 void sn_cu_row_partial_open(row *w) {
     const sn_kernel *k = w->k;
     int64_t parts = 1 + sn_colsum_tiles(k);
+    int cr = (int)sn_sum_chunk_rows(k);
     E("/* partial sums: %lld chunks of %d rows, %lld part%s each */", (long long)sn_sum_chunks(k),
-      SN_SUM_CHUNK, (long long)parts, parts > 1 ? "s" : "");
+      cr, (long long)parts, parts > 1 ? "s" : "");
     E("const %s chunk = blockIdx.x / %lld;", w->ix, (long long)parts);
     E("const int chunk_part = blockIdx.x %% %lld;", (long long)parts);
-    E("const %s r0 = chunk * %d, r1 = r0 + %d < %lld ? r0 + %d : %lld;", w->ix, SN_SUM_CHUNK,
-      SN_SUM_CHUNK, (long long)w->R, SN_SUM_CHUNK, (long long)w->R);
+    E("const %s r0 = chunk * %d, r1 = r0 + %d < %lld ? r0 + %d : %lld;", w->ix, cr, cr,
+      (long long)w->R, cr, (long long)w->R);
     E("float *part = scratch + chunk * %lld; /* this chunk's partial sums */", (long long)sn_sum_width(k));
     if (k->row.n_colsum) colsums(w);
 }

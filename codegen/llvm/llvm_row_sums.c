@@ -121,8 +121,9 @@ static void norm_pair(row *w, int64_t R) {
     w->y = sn_ll_buf(L, k->n_out + k->n_in, SN_F32, "partials");
     sn_ll_loop items, rows, tiles;
     LLVMValueRef chunk = sn_ll_for(L, &items, L->begin, L->end, sn_ll_i64(L, 1), "chunk");
-    LLVMValueRef r0 = LLVMBuildMul(b, chunk, sn_ll_i64(L, SN_SUM_CHUNK), "r0");
-    LLVMValueRef r1 = sn_ll_imin(L, sn_ll_add(L, r0, sn_ll_i64(L, SN_SUM_CHUNK)), sn_ll_i64(L, R), "r1");
+    int64_t cr = sn_sum_chunk_rows(k);
+    LLVMValueRef r0 = LLVMBuildMul(b, chunk, sn_ll_i64(L, cr), "r0");
+    LLVMValueRef r1 = sn_ll_imin(L, sn_ll_add(L, r0, sn_ll_i64(L, cr)), sn_ll_i64(L, R), "r1");
     w->y0 = LLVMBuildMul(b, chunk, sn_ll_i64(L, sn_sum_width(k)), "y0");
     sn_ll_vloop v; /* zero the chunk's partial sums of dy xhat, then the rows */
     for (sn_ll_vloop_static(L, &v, w->C, "j"); sn_ll_vloop_next(L, &v);)
@@ -170,8 +171,9 @@ void sn_ll_row_partial(row *w, int64_t R) {
     LLVMValueRef i = sn_ll_for(L, &items, L->begin, L->end, sn_ll_i64(L, 1), "item");
     LLVMValueRef chunk = LLVMBuildSDiv(b, i, parts, "chunk");
     LLVMValueRef part = LLVMBuildSRem(b, i, parts, "part");
-    LLVMValueRef r0 = LLVMBuildMul(b, chunk, sn_ll_i64(L, SN_SUM_CHUNK), "r0");
-    LLVMValueRef r1 = sn_ll_imin(L, sn_ll_add(L, r0, sn_ll_i64(L, SN_SUM_CHUNK)), sn_ll_i64(L, R), "r1");
+    int64_t cr = sn_sum_chunk_rows(k);
+    LLVMValueRef r0 = LLVMBuildMul(b, chunk, sn_ll_i64(L, cr), "r0");
+    LLVMValueRef r1 = sn_ll_imin(L, sn_ll_add(L, r0, sn_ll_i64(L, cr)), sn_ll_i64(L, R), "r1");
     w->y0 = LLVMBuildMul(b, chunk, W, "y0");
     sn_ll_if anchor;
     sn_ll_if_begin(L, &anchor, LLVMBuildICmp(b, LLVMIntEQ, part, sn_ll_i64(L, 0), ""), "anchor");
