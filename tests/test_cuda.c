@@ -1379,40 +1379,6 @@ START_TEST(cpu_row_vectors) {
 }
 END_TEST
 
-/* The lane loop reading lane 0 of every vector (a generator bug, planted in the rendered text)
- * fails the comparison: the vector test can fail. */
-START_TEST(cpu_row_vector_lane_bug_caught) {
-    sn_graph *g = sn_graph_new();
-    sn_node *x = sn_input(g, "x", SN_BF16, SN_SHAPE(24, 64));
-    sn_graph_add_output(g, sn_softmax(g, x));
-    sn_program *p = fuse(g);
-    const sn_kernel *ks[4];
-    ck_assert_int_eq(kernels_of(p, SN_KER_ROW, ks), 1);
-    sn_cuda_source cs = render(ks, 1);
-    sn_interp *it = interp_run(g, 1, false);
-    for (int bug = 0; bug < 2; bug++) {
-        char *src = strdup(cs.src), *at;
-        int planted = 0;
-        while (bug && (at = strstr(src, "_v[l]"))) at[3] = '0', planted++;
-        ck_assert(!bug || planted >= 2);
-        sn_sim_module *h = host_compile(src);
-        if (h) {
-            double err = host_check(h, ks[0], cs.fn[0], it, 1e-5, true);
-            printf("test_cuda: bf16 softmax over rows of 64, %s: error %.3g\n",
-                   bug ? "every lane reading lane 0" : "as generated", err);
-            if (bug) ck_assert_msg(!(err <= 8e-3), "the planted lane bug went unnoticed (%g)", err);
-            else ck_assert_double_le(err, 8e-3);
-            sn_sim_module_free(h);
-        }
-        free(src);
-    }
-    sn_interp_free(it);
-    sn_cuda_source_free(&cs);
-    sn_program_free(p);
-    sn_graph_free(g);
-}
-END_TEST
-
 /* Replaces every `from` in src with `to` (malloc'd); *count gets how many. */
 static char *replace_all(const char *src, const char *from, const char *to, int *count) {
     size_t lf = strlen(from), lt = strlen(to), n = 0;
@@ -1430,12 +1396,57 @@ static char *replace_all(const char *src, const char *from, const char *to, int 
     return out;
 }
 
+/* Row kernel k of g rendered, run on the CPU against the interpreter (targets below `vocab`):
+ * as generated within 8e-3, then with each edits[2i] replaced by edits[2i + 1] (each found at
+ * least once) beyond it: a planted bug, `what`, caught. */
+static void row_bug_caught(sn_graph *g, const sn_kernel *k, int vocab, const char *const *edits,
+                           int n_edits, const char *label, const char *what) {
+    sn_cuda_source cs = render(&k, 1);
+    sn_interp *it = interp_run(g, vocab, false);
+    for (int bug = 0; bug < 2; bug++) {
+        char *src = strdup(cs.src);
+        for (int i = 0; bug && i < n_edits; i++) {
+            int n;
+            char *next = replace_all(src, edits[2 * i], edits[2 * i + 1], &n);
+            ck_assert_msg(n >= 1, "%s: no \"%s\" in its source", k->name, edits[2 * i]);
+            free(src);
+            src = next;
+        }
+        sn_sim_module *h = host_compile(src);
+        if (h) {
+            double err = host_check(h, k, cs.fn[0], it, 1e-5, true);
+            printf("test_cuda: %s, %s: error %.3g\n", label, bug ? what : "as generated", err);
+            if (bug) ck_assert_msg(!(err <= 8e-3), "%s went unnoticed (%g)", what, err);
+            else ck_assert_double_le(err, 8e-3);
+            sn_sim_module_free(h);
+        }
+        free(src);
+    }
+    sn_interp_free(it);
+    sn_cuda_source_free(&cs);
+}
+
+/* The lane loop reading lane 0 of every vector (a generator bug, planted in the rendered text)
+ * fails the comparison: the vector test can fail. */
+START_TEST(cpu_row_vector_lane_bug_caught) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_BF16, SN_SHAPE(24, 64));
+    sn_graph_add_output(g, sn_softmax(g, x));
+    sn_program *p = fuse(g);
+    const sn_kernel *ks[4];
+    ck_assert_int_eq(kernels_of(p, SN_KER_ROW, ks), 1);
+    static const char *const lane0[] = {"_v[l]", "_v[0]"};
+    row_bug_caught(g, ks[0], 1, lane0, 1, "bf16 softmax over rows of 64", "every lane reading lane 0");
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* The classifier (kernel.h anchor2: cross-entropy's loss and its gradient in one kernel) over
  * rows of 64 logits rounded to bf16 of which 59 are real classes (f32: 4 columns a step, every
  * row's last vector cut at column 59), ignored targets (class 3): its online max and sum, a
- * vector at a time
- * (cuda_row.c), give the interpreter's gradient in both thread orders; the cut vector counted
- * whole (planted: the columns past 59 summed) is caught. */
+ * vector at a time (cuda_row.c), give the interpreter's gradient in both thread orders; the cut
+ * vector counted whole (planted: the columns past 59 summed) is caught. */
 START_TEST(cpu_classifier_vectors) {
     enum { R = 24, K = 16, C = 64, V = 59 };
     sn_graph *g = sn_graph_new();
@@ -1457,27 +1468,10 @@ START_TEST(cpu_classifier_vectors) {
     bool vectors = strstr(cs.src, "/* 4 columns a step */") && strstr(cs.src, "xs[l] =");
     if (!vectors) printf("%s\n", cs.src), fflush(stdout);
     ck_assert_msg(vectors, "the classifier %s is not read a vector at a time", k->name);
-    sn_interp *it = interp_run(g, 25, false); /* targets below 25: some the ignored 3 */
-    for (int bug = 0; bug < 2; bug++) {
-        int a = 1, b = 1;
-        char *s1 = replace_all(cs.src, "if (l < nv) se +=", bug ? "se +=" : "if (l < nv) se +=", &a);
-        char *src = replace_all(s1, "if (j >= 59) break;", bug ? ";" : "if (j >= 59) break;", &b);
-        ck_assert_int_eq(a, 1);
-        ck_assert_int_ge(b, 1);
-        sn_sim_module *h = host_compile(src);
-        if (h) {
-            double err = host_check(h, k, cs.fn[0], it, 1e-5, true);
-            printf("test_cuda: the classifier over rows of 64 logits, 59 classes, %s: error "
-                   "%.3g\n", bug ? "the cut vector summed whole" : "as generated", err);
-            if (bug) ck_assert_msg(!(err <= 8e-3), "the planted bug went unnoticed (%g)", err);
-            else ck_assert_double_le(err, 8e-3);
-            sn_sim_module_free(h);
-        }
-        free(s1);
-        free(src);
-    }
-    sn_interp_free(it);
     sn_cuda_source_free(&cs);
+    static const char *const whole[] = {"if (l < nv) se +=", "se +=", "if (j >= 59) break;", ";"};
+    row_bug_caught(g, k, 25, whole, 2, "the classifier over rows of 64 logits, 59 classes",
+                   "the cut vector summed whole"); /* targets below 25: some the ignored 3 */
     sn_program_free(p);
     sn_graph_free(g);
 }
