@@ -108,6 +108,34 @@ START_TEST(wgmma_fwd_and_dkv_agree) {
 }
 END_TEST
 
+/* The wgmma dq kernel (opt-in: "dq=wgmma"; the forward and dk/dv kernel wgmma's by default) on
+ * the dk/dv kernel's shapes: tiles cut short, S > T, grouped-query k and v; then planted bugs:
+ * dq's K step 1024 bytes for 2048, dq's product not waited for before the stage is refilled. */
+START_TEST(wgmma_dq_agrees) {
+    setenv("SN_ATT_TILES", "dq=wgmma", 1);
+    run_result r = check_case(&dkv_cases[_i], false, NULL, NULL);
+    unsetenv("SN_ATT_TILES");
+    ck_assert_msg(r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+    ck_assert_int_eq(r.checked, 5 * SN_SIM_ORDER_COUNT);
+}
+END_TEST
+
+START_TEST(wgmma_dq_planted_bugs_are_caught) {
+    static const plant_case plants[] = {
+        {0, 0, "k_at + 2048u * kk", "k_at + 1024u * kk", "dq's K step 1024 bytes"},
+        {2, 0, "sn_wgmma_wait(0); /* in before", "/* no wait */ /* in before",
+         "dq's product not waited for"},
+    };
+    const plant_case *pc = &plants[_i];
+    setenv("SN_ATT_TILES", "dq=wgmma", 1);
+    run_result r = check_case(&dkv_cases[pc->which], false, pc->needle, pc->plant);
+    unsetenv("SN_ATT_TILES");
+    printf("planted (wgmma dq: %s): worst error %.3g x the tolerance: %s %s\n", pc->what, r.worst,
+           r.worst > 1.0 ? "caught" : "MISSED", r.failure);
+    ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
+}
+END_TEST
+
 /* The unfused backward: dk alone (attention_bwd_k: no v tile, no dp) or dv alone
  * (attention_bwd_v: no dots, no ds), each a kernel of its own, with the forward that makes o
  * and lse, all compared. */
@@ -253,7 +281,7 @@ END_TEST
 START_TEST(nvrtc_wgmma_no_spills) {
     static const att_case forms[] = {{4, 12, 1024, 1024, 64, 64, SN_BF16, 90, 0},
                                      {4, 12, 1024, 1024, 64, 64, SN_F16, 90, 4}};
-    setenv("SN_ATT_TILES", "fwd=wgmma,dkv=wgmma", 1);
+    setenv("SN_ATT_TILES", "fwd=wgmma,dkv=wgmma,dq=wgmma", 1);
     for (int f = 0; f < 2; f++) {
         int b = nvrtc_check(&forms[f]);
         if (b < 0) { /* no NVRTC here */
@@ -277,6 +305,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, wgmma_forward);
     tcase_add_loop_test(tc, wgmma_dkv_agrees, 0, N_DKV_CASES);
     tcase_add_loop_test(tc, wgmma_fwd_and_dkv_agree, 0, 2);
+    tcase_add_loop_test(tc, wgmma_dq_agrees, 0, N_DKV_CASES);
+    tcase_add_loop_test(tc, wgmma_dq_planted_bugs_are_caught, 0, 2);
     tcase_add_loop_test(tc, wgmma_dk_or_dv_alone, 0, 4);
     tcase_add_loop_test(tc, wgmma_dkv_planted_bugs_are_caught, 0, N_DKV_PLANTS);
     tcase_add_test(tc, wgmma_dkv_asked_and_refused);

@@ -237,7 +237,8 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
                        "\"dq=atomic\") is written for the tensor-core kernels (bf16 or f16, head "
                        "sizes and strides multiples of 16 and 8); leave it out for this graph",
                        k->name);
-    if (sn_att_wgmma_asked(p->pass) || sn_att_wgmma_default(p, tg))
+    bool products = p->dq_stage == SN_SUM_WHOLE; /* not the atomic dq's zero or store */
+    if (products && (sn_att_wgmma_asked(p->pass) || sn_att_wgmma_default(p, tg)))
         return sn_att_wgmma_plan(p, tg, e);
     if (!fit(p, tg))
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: no tile of D = %lld, Dv = %lld "

@@ -22,7 +22,7 @@ int64_t sn_att_mma_shared(const sn_att_plan *p) {
     if (p->wgmma) LD = p->D, LDV = p->Dv; /* swizzled rows, unpadded; 1 KiB to align them */
     switch (p->pass) {
     case SN_ATT_FWD: return 2 * (own * LD + W * LD + (p->out_o ? W * LDV : 0)) + (p->wgmma ? 1024 : 0);
-    case SN_ATT_DQ: return 2 * (own + W) * (LD + LDV) + 4 * own;
+    case SN_ATT_DQ: return 2 * (own + W) * (LD + LDV) + 4 * own + (p->wgmma ? 1024 : 0);
     case SN_ATT_DKV: /* k (and v), the streamed q, dout (and o for dk's dot), lse (and dot) */
         return 2 * (own * LD + (p->out_dk ? own * LDV : 0) + W * (LD + LDV) +
                     (p->out_dk ? W * LDV : 0)) + 4 * (int64_t)p->tile * (p->out_dk ? 2 : 1) +
@@ -44,6 +44,9 @@ int64_t sn_att_mma_shared_ds(sn_att_plan *p, int64_t limit) {
 
 static sn_attm_ops emit_helpers(sn_cu_text *t, const sn_att_plan *p) {
     sn_attm_ops o;
+    if (p->wgmma) /* its products are wgmma's: the packing alone (an unused helper: NVRTC's #177) */
+        return p->dt == SN_BF16 ? (sn_attm_ops){"sn_att_mma_bf16", "sn_pack_bf16x2"}
+                                : (sn_attm_ops){"sn_att_mma_f16", "sn_pack_f16x2"};
     if (p->dt == SN_BF16) {
         o = (sn_attm_ops){"sn_att_mma_bf16", "sn_pack_bf16x2"};
         sn_cu_emitf(t, "#ifndef SN_ATT_MMA_BF16");

@@ -85,5 +85,21 @@ const char *sn_attw_name(const sn_att_plan *p, bool regs);
  * DKV), in sn_attm_emit_dkv's loop once the tile, its lse and its dots are in: acc_v += P dout,
  * acc_k += dS Q, every wgmma waited for at its end. */
 void sn_attw_dkv_products(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
+/* x ([.. / 8][4] accumulator fragments, the warpgroup's 64 rows) = A B^T over `head` columns: A
+ * the block's own tile a_tile (K-major), B the streamed tile b_tile's stage st (K-major); K
+ * steps of 16 are 32 bytes along the swizzled rows. Issued, not committed. */
+void sn_attw_product_ss(sn_cu_text *t, const sn_att_plan *p, const char *x, const char *a_tile,
+                        const char *b_tile, const char *head);
+/* acc ([HEAD / 8][4]) += X Y over `kdim` (its text: "BQ", "BK") rows: X packed from the
+ * fragments x as K steps of 16 (registers, into `packed`), Y the tile at shared address y_at
+ * (kdim rows of 64 columns, MN-major: a K step is 16 rows, 2048 bytes). Committed. */
+void sn_attw_product_rs(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, const char *acc,
+                        const char *x, const char *packed, const char *y_at, const char *kdim);
+
+/* cuda_attention_wgmma_dq.c: the dq kernel's products of one key tile on wgmma (p->wgmma, DQ;
+ * opt-in, SN_ATT_TILES "dq=wgmma"), in sn_attm_emit_dq's loop: s = Q K^T and dp = dout V^T
+ * (waited for), then, once ds is in s, acc += ds K (waited for). */
+void sn_attw_dq_scores(sn_cu_text *t, const sn_att_plan *p);
+void sn_attw_dq_update(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 
 #endif

@@ -2,8 +2,9 @@
  * pieces of cuda_attention_mma.c: the forward and dq (a block of query rows over the key tiles
  * they see, streamed), and dk/dv (a block of keys over the query tiles that see them, of each
  * query head of the group). The conventions are cuda_attention_mma.c's. The sm_90 wgmma
- * forward and dk/dv kernel (p->wgmma) are these kernels with their products from
- * cuda_attention_wgmma.c and cuda_attention_wgmma_dkv.c and their tiles swizzled. */
+ * forward, dq and dk/dv kernels (p->wgmma) are these kernels with their products from
+ * cuda_attention_wgmma.c, cuda_attention_wgmma_dq.c and cuda_attention_wgmma_dkv.c and their
+ * tiles swizzled. */
 #include <stdio.h>
 
 #include "cuda_attention_mma.h"
@@ -198,7 +199,8 @@ void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
 }
 
 void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
-    int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8, LDV = p->Dv + 8;
+    int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages,
+            LD = p->D + (p->wgmma ? 0 : 8), LDV = p->Dv + (p->wgmma ? 0 : 8);
     sn_attm_enum(t, p, "BQ", "BK");
     sn_attm_carve c = sn_attm_carve_begin(t, p);
     sn_attm_tile2(t, &c, "q_tile", own, LD, "BQ", "LD", "");
@@ -218,11 +220,15 @@ void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     open_key_loop(t, p, true);
     sn_cu_emitf(t, "const float row_dot[2] = {dot_rows[warp * 16 + grp], dot_rows[warp * 16 + "
                 "grp + 8]};");
-    sn_cu_emitf(t, "/* s = Q K^T, dp = dout V^T */");
-    sn_attm_zero(t, "s", "BK / 8");
-    sn_attm_zero(t, "dp", "BK / 8");
-    sn_attm_abt(t, o, "s", "q_tile", "warp * 16", "k_tile", "st", "HEAD_D", "BK / 8");
-    sn_attm_abt(t, o, "dp", "do_tile", "warp * 16", "v_tile", "st", "HEAD_DV", "BK / 8");
+    if (p->wgmma) {
+        sn_attw_dq_scores(t, p);
+    } else {
+        sn_cu_emitf(t, "/* s = Q K^T, dp = dout V^T */");
+        sn_attm_zero(t, "s", "BK / 8");
+        sn_attm_zero(t, "dp", "BK / 8");
+        sn_attm_abt(t, o, "s", "q_tile", "warp * 16", "k_tile", "st", "HEAD_D", "BK / 8");
+        sn_attm_abt(t, o, "dp", "do_tile", "warp * 16", "v_tile", "st", "HEAD_DV", "BK / 8");
+    }
     sn_cu_emitf(t, "/* ds = P (dp - dout_i . o_i), P = 2^(s scale log2 e - lse log2 e), masked "
                 "on a diagonal or last tile; in s */");
     sn_cu_emitf(t, "if (k0 + BK - 1 > warp_keys || k0 + BK > SEQ_K || q0 + warp * 16 + 16 > SEQ_Q) {");
@@ -236,7 +242,8 @@ void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_attm_elements(t, "BK / 8", NULL, true, u, 1);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "/* dq += ds K */");
-    sn_attm_xb(t, o, "acc", "s", "k_tile", "st", "BK / 16", "HEAD_D / 8", true);
+    if (p->wgmma) sn_attw_dq_update(t, p, o);
+    else sn_attm_xb(t, o, "acc", "s", "k_tile", "st", "BK / 16", "HEAD_D / 8", true);
     sn_cu_emitf(t, "}");
     if (p->stages == 2) sn_cu_emitf(t, "sn_cp_async_wait_all(); /* none left in flight */");
     sn_cu_emitf(t, "#pragma unroll");

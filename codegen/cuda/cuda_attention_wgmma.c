@@ -16,8 +16,9 @@
 
 /* Whether SN_ATT_TILES names "fwd=wgmma" (FWD) or "dkv=wgmma" (DKV) as an entry of its own. */
 bool sn_att_wgmma_asked(sn_att_pass pass) {
-    const char *env = getenv("SN_ATT_TILES"), *name = pass == SN_ATT_FWD ? "fwd=wgmma"
-                                                   : pass == SN_ATT_DKV ? "dkv=wgmma" : NULL;
+    const char *env = getenv("SN_ATT_TILES"), *name = pass == SN_ATT_FWD  ? "fwd=wgmma"
+                                                   : pass == SN_ATT_DKV ? "dkv=wgmma"
+                                                                        : "dq=wgmma";
     size_t len = name ? strlen(name) : 0;
     for (const char *at = env && name ? strstr(env, name) : NULL; at; at = strstr(at + 1, name))
         if ((at == env || at[-1] == ',') && (at[len] == 0 || at[len] == ',')) return true;
@@ -40,7 +41,8 @@ bool sn_att_wgmma_default(const sn_att_plan *p, const sn_target *tg) {
 }
 
 sn_status sn_att_wgmma_plan(sn_att_plan *p, const sn_target *tg, sn_err *e) {
-    const char *entry = p->pass == SN_ATT_FWD ? "fwd=wgmma" : "dkv=wgmma";
+    const char *entry = p->pass == SN_ATT_FWD ? "fwd=wgmma" : p->pass == SN_ATT_DKV ? "dkv=wgmma"
+                                                                                   : "dq=wgmma";
     if (p->dq_atomic) /* the atomic dq's product of dS^T K is written for mma.sync fragments */
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: the atomic dq (SN_ATT_TILES "
                        "\"dq=atomic\") with the wgmma dk/dv kernel (\"dkv=wgmma\"): not "
@@ -49,10 +51,11 @@ sn_status sn_att_wgmma_plan(sn_att_plan *p, const sn_target *tg, sn_err *e) {
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: the wgmma %s (SN_ATT_TILES "
                        "\"%s\") is written for sm_90, bf16 or f16 and head size 64 (here "
                        "sm_%d, %s, D = %lld, Dv = %lld): not supported yet otherwise; leave it "
-                       "out", p->k->name, p->pass == SN_ATT_FWD ? "forward" : "dk/dv kernel",
+                       "out", p->k->name, p->pass == SN_ATT_FWD ? "forward"
+                                          : p->pass == SN_ATT_DKV ? "dk/dv kernel" : "dq kernel",
                        entry, tg->sm, sn_dtype_name(p->dt), (long long)p->D, (long long)p->Dv);
     p->wgmma = true;
-    /* FWD: 64 queries over key tiles of 64; DKV: 64 keys over query tiles of 64 */
+    /* FWD and DQ: 64 queries over key tiles of 64; DKV: 64 keys over query tiles of 64 */
     p->warps = 4, p->rows = 16, p->tile = 64, p->stages = 2;
     p->dynamic = true; /* the swizzled tiles start 1024-byte aligned: carved, 1 KiB to spare */
     /* dk/dv: 3 blocks an SM (168 registers; the shared memory holds 3): 165 uncapped in

@@ -15,15 +15,12 @@
  * P^T is, dV's product while dS^T is. */
 #include "cuda_attention_mma.h"
 
-/* acc (a [HEAD/8][4] array) += X Y over the query tile: X packed from the fragments x as four
- * K steps of 16 queries (registers), Y the tile at shared address y_at (queries x 64 columns,
- * MN-major: a K step is 16 rows, 2048 bytes). */
-static void product_rs(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, const char *acc,
-                       const char *x, const char *packed, const char *y_at) {
-    sn_cu_emitf(t, "unsigned %s[BQ / 16][4];", packed);
+void sn_attw_product_rs(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, const char *acc,
+                        const char *x, const char *packed, const char *y_at, const char *kdim) {
+    sn_cu_emitf(t, "unsigned %s[%s / 16][4];", packed, kdim);
     sn_cu_emitf(t, "/* n-tiles 2 kk and 2 kk + 1 of %s: K step kk's A fragment */", x);
     sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int kk = 0; kk < BQ / 16; kk++) {");
+    sn_cu_emitf(t, "for (int kk = 0; kk < %s / 16; kk++) {", kdim);
     sn_cu_emitf(t, "%s[kk][0] = %s(%s[2 * kk][0], %s[2 * kk][1]);", packed, o.pack, x, x);
     sn_cu_emitf(t, "%s[kk][1] = %s(%s[2 * kk][2], %s[2 * kk][3]);", packed, o.pack, x, x);
     sn_cu_emitf(t, "%s[kk][2] = %s(%s[2 * kk + 1][0], %s[2 * kk + 1][1]);", packed, o.pack, x, x);
@@ -32,17 +29,14 @@ static void product_rs(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, const
     sn_cu_emitf(t, "sn_wgmma_fence(); /* after the wait and the packing */");
     sn_cu_emitf(t, "sn_wgmma_fence_operands(&%s[0][0], 32);", acc);
     sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int kk = 0; kk < BQ / 16; kk++)");
+    sn_cu_emitf(t, "for (int kk = 0; kk < %s / 16; kk++)", kdim);
     sn_cu_emitf(t, "%s(&%s[0][0], %s[kk], sn_wgmma_desc(%s + 2048u * kk, 8192, 1024, 1), 1);",
                 sn_attw_name(p, true), acc, packed, y_at);
     sn_cu_emitf(t, "sn_wgmma_commit();");
 }
 
-/* x (keys x queries, [BQ/8][4]) = A B^T over the head: A the block's tile a_tile (keys, K-major),
- * B the query tile b_tile's stage st (queries, K-major); K steps of 16 are 32 bytes along the
- * swizzled rows. Issued, not committed. */
-static void product_ss(sn_cu_text *t, const sn_att_plan *p, const char *x, const char *a_tile,
-                       const char *b_tile, const char *head) {
+void sn_attw_product_ss(sn_cu_text *t, const sn_att_plan *p, const char *x, const char *a_tile,
+                        const char *b_tile, const char *head) {
     sn_cu_emitf(t, "{");
     sn_cu_emitf(t, "const unsigned a_at = sn_smem_addr(&%s[0][0]), b_at = sn_smem_addr(&%s[st][0]);",
                 a_tile, b_tile);
@@ -61,10 +55,10 @@ void sn_attw_dkv_products(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "float s[BQ / 8][4];");
     if (dk) sn_cu_emitf(t, "float dp[BQ / 8][4];");
     sn_cu_emitf(t, "sn_wgmma_fence(); /* after the last wait */");
-    product_ss(t, p, "s", "k_tile", "q_tile", "HEAD_D");
+    sn_attw_product_ss(t, p, "s", "k_tile", "q_tile", "HEAD_D");
     sn_cu_emitf(t, "sn_wgmma_commit();");
     if (dk) {
-        product_ss(t, p, "dp", "v_tile", "do_tile", "HEAD_DV");
+        sn_attw_product_ss(t, p, "dp", "v_tile", "do_tile", "HEAD_DV");
         sn_cu_emitf(t, "sn_wgmma_commit();");
         sn_cu_emitf(t, "sn_wgmma_wait(1); /* s is in; dp may still be in flight */");
     } else {
@@ -75,7 +69,7 @@ void sn_attw_dkv_products(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     if (dv) {
         sn_cu_emitf(t, "/* dv += P dout, in flight while ds is computed */");
         sn_cu_emitf(t, "const unsigned do_at = sn_smem_addr(&do_tile[st][0]);");
-        product_rs(t, p, o, "acc_v", "s", "pa", "do_at");
+        sn_attw_product_rs(t, p, o, "acc_v", "s", "pa", "do_at", "BQ");
     }
     if (dk) {
         sn_cu_emitf(t, "sn_wgmma_wait(%d); /* dp is in%s */", dv ? 1 : 0, dv ? "; dv's product may "
@@ -100,7 +94,7 @@ void sn_attw_dkv_products(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         }
         sn_cu_emitf(t, "/* dk += ds Q */");
         sn_cu_emitf(t, "const unsigned q_at = sn_smem_addr(&q_tile[st][0]);");
-        product_rs(t, p, o, "acc_k", "dp", "da", "q_at");
+        sn_attw_product_rs(t, p, o, "acc_k", "dp", "da", "q_at", "BQ");
     }
     sn_cu_emitf(t, "sn_wgmma_wait(0); /* the products are in before the stage is refilled */");
     if (dv) sn_cu_emitf(t, "sn_wgmma_fence_operands(&acc_v[0][0], HEAD_DV / 2);");
