@@ -102,7 +102,8 @@ int64_t sn_att_mma_shared(const sn_att_plan *p);
 int64_t sn_att_mma_shared_ds(sn_att_plan *p, int64_t limit);
 void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p, const char *fname);
 
-/* cuda_attention_wgmma.c: whether SN_ATT_TILES names "fwd=wgmma" (FWD) or "dkv=wgmma" (DKV);
+/* cuda_attention_wgmma.c: whether SN_ATT_TILES names "fwd=wgmma" (FWD), "dkv=wgmma" (DKV) or
+ * "dq=wgmma" (DQ);
  * the pass's wgmma plan then (SN_ERR_UNSUPPORTED where the kernel is not written: not sm_90,
  * not bf16/f16, head size not 64, the atomic dq). */
 bool sn_att_wgmma_asked(sn_att_pass pass);

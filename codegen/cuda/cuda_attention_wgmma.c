@@ -1,8 +1,9 @@
 /* cuda_attention_wgmma.c: the plan of the sm_90 warpgroup-MMA kernels, the default where they
  * are written (sm_90, bf16 or f16, head size 64: sn_att_wgmma_default; measured on an H200,
  * docs/attention.md "wgmma"), asked for by the SN_ATT_TILES entries "fwd=wgmma" and
- * "dkv=wgmma" (refused by name elsewhere) and left by "fwd=mma", "dkv=mma" or a tile), and
- * the forward's pieces (the dk/dv kernel: cuda_attention_wgmma_dkv.c). One warpgroup (4 warps,
+ * "dkv=wgmma" (refused by name elsewhere) and left by "fwd=mma", "dkv=mma" or a tile; the dq
+ * kernel's only when asked, "dq=wgmma"), and the forward's pieces (the dk/dv kernel's:
+ * cuda_attention_wgmma_dkv.c, dq's: cuda_attention_wgmma_dq.c). One warpgroup (4 warps,
  * 64 queries) a block over key tiles of 64, double-buffered by cp.async; S = Q K^T and O += P V
  * are wgmma m64n64k16 with Q, K and V in shared memory in the 128-byte swizzle (rows of 128
  * bytes: head size 64) and P from registers. Convention: the accumulators of a warp's 16 rows
