@@ -356,7 +356,9 @@ static bool gelu_after(const fuse_state *s, const epi_match *e, gelu_match *m) {
  * rooted at o that holds nothing else; h, of mm's shape, has a buffer written before o. */
 static bool dgelu_epilogue(const fuse_state *s, const sn_node *mm, const epi_match *acc,
                            gelu_match *m) {
-    if (!gelu_gemm(mm) || s->home[mm->id] != mm->id || s->is_out[mm->id]) return false;
+    if (!gelu_gemm(mm) || s->home[mm->id] != mm->id || s->is_out[mm->id] ||
+        sn_numel(mm) < s->t->dgelu_min_elems) /* target.h: small ones are faster apart */
+        return false;
     sn_dtype t = mm->in[0]->dtype;
     bool wide = t == SN_F32;
     if (mm->in[1]->dtype != t || (!wide && t != SN_BF16 && t != SN_F16)) return false;

@@ -42,6 +42,13 @@ typedef struct {
                                own. Off by default; sn_pipeline_kernels sets it for a CUDA
                                target when SN_GEMM_ACCUM=plain (the way around a cuBLASLt that
                                has no algorithm for C with those epilogues) */
+    int64_t dgelu_min_elems; /* a GEMM takes the DGELU epilogue only for a product of at least
+                               this many elements; a smaller one stores its product and the
+                               GELU's gradient is a pointwise kernel. CUDA: 2^23 (on an H200,
+                               2026-11-28, cuBLASLt's DGELU GEMM of gpt2 B=4 T=256, 1024 x 3072,
+                               took 34 us where a plain GEMM of the size took 14 and the
+                               pointwise kernel is about 5; at B=16 T=1024, 16384 x 3072, 173
+                               against 110 + 75 apart); the CPU: 0 (gelu_unfused decides) */
     bool dgelu_accum_unfused; /* a GEMM with the DGELU epilogue adds no C: a sum of products
                                (LoRA's dh' A^T beside the base's dy W^T) is stored by the GEMM
                                that adds it, and the GELU's gradient is a pointwise kernel after

@@ -1197,6 +1197,7 @@ START_TEST(gelu_epilogues_match_the_interpreter) {
         sn_target tg = dev->target; /* the CPU's with the epilogues too (its own keeps the GELU
                                        in pointwise kernels) */
         tg.gelu_unfused = false;
+        tg.dgelu_min_elems = 0; /* the DGELU epilogue at this size too (target.h) */
         ck_assert_msg(!sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &tg}, &p, NULL, &e),
                       "%s", e.msg);
         int epi[SN_EPI_COUNT] = {0};
