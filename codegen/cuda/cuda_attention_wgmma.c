@@ -15,7 +15,8 @@
 
 #include "cuda_attention_mma.h"
 
-/* Whether SN_ATT_TILES names "fwd=wgmma" (FWD) or "dkv=wgmma" (DKV) as an entry of its own. */
+/* Whether SN_ATT_TILES names "fwd=wgmma" (FWD), "dkv=wgmma" (DKV) or "dq=wgmma" (DQ) as an entry
+ * of its own. */
 bool sn_att_wgmma_asked(sn_att_pass pass) {
     const char *env = getenv("SN_ATT_TILES"), *name = pass == SN_ATT_FWD  ? "fwd=wgmma"
                                                    : pass == SN_ATT_DKV ? "dkv=wgmma"

@@ -1,9 +1,10 @@
 /* cuda_attention_wgmma_dkv.c: the attention backward's dk/dv products on sm_90's warpgroup MMA,
  * the default on sm_90 at head size 64 (cuda_attention_wgmma.c; measured on an H200:
- * docs/attention.md, "wgmma"). One warpgroup (4 warps) owns 64 keys and walks the query tiles of 64 that see them
- * (causal: from the tile holding the first query that sees the block's first key; of each query
- * head of the group in turn), double-buffered by cp.async into the 128-byte swizzle (rows of
- * 128 bytes: head size 64). Per query tile, as wgmma m64n64k16 with the keys as M:
+ * docs/attention.md, "wgmma"). One warpgroup (4 warps) owns 64 keys and walks the query tiles
+ * of 64 that see them (causal: from the tile holding the first query that sees the block's
+ * first key; of each query head of the group in turn), double-buffered by cp.async into the
+ * 128-byte swizzle (rows of 128 bytes: head size 64). Per query tile, as wgmma m64n64k16 with
+ * the keys as M:
  *   S^T = K Q^T and dP^T = V dO^T   (A and B from shared memory, both K-major along the head),
  *   P^T = 2^(S^T scale log2 e - lse log2 e), dS^T = P^T (dP^T - dout_i . o_i)   (registers),
  *   dV += P^T dO and dK += dS^T Q   (A from registers, B MN-major: the tiles as copied).
