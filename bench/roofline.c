@@ -13,10 +13,10 @@
 #include "program/target.h"
 
 static const sn_roofline_machine machines[] = {
-    {"h100", 989.0, 494.5, 67.0, 3.35, 132, 55.0}, /* H100 SXM, dense (no sparsity) */
+    {"h100", 989.0, 494.5, 67.0, 3.35, 132, 55.0, 7.0, 5.0}, /* H100 SXM, dense (no sparsity) */
     /* H200: bf16 GEMM and copy bandwidth as gpu_check measured them on 2026-11-27 (cuBLASLt
      * 8192^3; a 1 GiB device copy); TF32 and fp32 the published (H100 SXM's) numbers */
-    {"h200", 773.0, 494.5, 67.0, 4.22, 132, 55.0},
+    {"h200", 773.0, 494.5, 67.0, 4.22, 132, 55.0, 7.0, 5.0},
 };
 
 const sn_roofline_machine *sn_roofline_machine_find(const char *name) {
@@ -128,6 +128,11 @@ sn_roofline_kernel sn_roofline_kernel_model(const sn_kernel *k, const sn_rooflin
     if (alone > r.time_s) {
         r.time_s = alone;
         r.sm_bound = true;
+    }
+    double floor = (k->kind == SN_KER_GEMM ? m->gemm_floor_us : m->kernel_floor_us) * 1e-6;
+    if (floor > r.time_s) {
+        r.time_s = floor;
+        r.floor_bound = true;
     }
     return r;
 }

@@ -22,6 +22,12 @@ typedef struct {
     int sms;            /* multiprocessors: a block runs on one */
     double pcie_gb_s;   /* host <-> device copies of page-locked memory, each direction at once
                            (PCIe 5.0 x16: 64 GB/s raw; assumed 55, to be measured) */
+    double gemm_floor_us, kernel_floor_us; /* the least a library GEMM and a generated kernel
+                           take, whatever their bytes and FLOPs: measured on an H200 (2026-11-28,
+                           the check's per-kernel tables: kernels modeled under 4 us took 7.3-13
+                           us (GEMMs) and 3.6-17 us (generated); their sum was the graph-replayed
+                           step's within 2-9%), so that many small kernels (LoRA's rank-r
+                           products) cost what they do */
 } sn_roofline_machine;
 
 /* "h100": H100 SXM (989 bf16 dense, 494.5 TF32, 67 fp32, 3.35 TB/s); "h200": the H200's measured
@@ -35,9 +41,10 @@ typedef struct {
 
 typedef struct {
     double flops, bytes;
-    double time_s;     /* max(flops / the kernel's peak, bytes / bandwidth) */
+    double time_s;     /* max(flops / the kernel's peak, bytes / bandwidth, the machine's floor) */
     bool compute_bound;
     bool sm_bound;     /* its busiest block, alone on one SM, takes longer than that */
+    bool floor_bound;  /* the machine's least time for a kernel of its kind is more */
 } sn_roofline_kernel;
 
 typedef struct {
