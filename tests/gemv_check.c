@@ -187,6 +187,99 @@ void nvrtc_no_spills(const sn_cuda_source *cs, int n, int64_t M, int64_t K, int6
     }
 }
 
+void cpu_lanes_and_parts(const prod *p, sn_kernel *k, sn_jit *const *j, const int *lanes,
+                         int n) {
+    int64_t ny = p->M * p->N;
+    float *y = malloc(sizeof(float) * (size_t)ny), *first = malloc(sizeof(float) * (size_t)ny);
+    void *bufs[3] = {y, p->xb, p->src};
+    char what[64];
+    prod_what(p, what, sizeof what);
+    for (int l = 0; l < n; l++) {
+        sn_cpu_kernel_fn fn = compile_one(j[l], k);
+        int64_t cuts[][2] = {{k->n_items, k->n_items}, {k->n_items / 3, k->n_items - 1}};
+        for (int c = 0; c < 2; c++) {
+            memset(y, 0xff, sizeof(float) * (size_t)ny);
+            fn(bufs, 0, cuts[c][0]);
+            fn(bufs, cuts[c][0], cuts[c][1]);
+            fn(bufs, cuts[c][1], k->n_items);
+            char how[64];
+            snprintf(how, sizeof how, "CPU, %d lanes, split %d", lanes[l], c);
+            check_y(p, y, how);
+            if (l == 0 && c == 0) memcpy(first, y, sizeof(float) * (size_t)ny);
+            ck_assert_msg(!memcmp(first, y, sizeof(float) * (size_t)ny),
+                          "%s %s: not the bits of %d lanes whole", what, how, lanes[0]);
+            for (int64_t i = 0; p->tb && i < ny; i++) {
+                float want = order_cpu_t(p, i / p->N, i % p->N);
+                ck_assert_msg(!memcmp(&want, &y[i], sizeof want),
+                              "%s %s M=%lld K=%lld N=%lld: y[%lld] = %.9g, the stated order's "
+                              "%.9g", what, how, (long long)p->M, (long long)p->K,
+                              (long long)p->N, (long long)i, (double)y[i], (double)want);
+            }
+        }
+    }
+    free(y), free(first);
+}
+
+sn_sim_module *sim_both_orders(const prod *p, const sn_kernel *k, const sn_target *t,
+                               const sn_cuda_source *cs, const char *suite) {
+    sn_sim_module *h;
+    sn_err e;
+    sn_status st = sn_sim_module_load(cs->src, &h, &e);
+    if (st == SN_ERR_UNSUPPORTED) {
+        printf("%s: %s: skipping the simulator\n", suite, e.msg);
+        return NULL;
+    }
+    ck_assert_msg(st == SN_OK, "%s", e.msg);
+    int64_t ny = p->M * p->N;
+    float *y = malloc(sizeof(float) * (size_t)ny), *first = malloc(sizeof(float) * (size_t)ny);
+    void *yp = y, *xp = p->xb, *qp = p->src;
+    void *params[3] = {&yp, &xp, &qp};
+    sn_cuda_dims dims = sn_cuda_launch_dims(k, t);
+    ck_assert_int_eq(dims.grid[0], (p->N + 63) / 64);
+    char what[64];
+    prod_what(p, what, sizeof what);
+    for (int rev = 0; rev < 2; rev++) {
+        memset(y, 0xff, sizeof(float) * (size_t)ny);
+        sn_sim_opts so = sn_sim_defaults();
+        so.order = rev ? SN_SIM_REVERSE : SN_SIM_FORWARD;
+        ck_assert_msg(sn_sim_launch(h, cs->fn[0], dims.grid, dims.block, dims.shared_bytes, params,
+                                    &so, &e) == SN_OK, "%s", e.msg);
+        check_y(p, y, rev ? "CUDA, reversed" : "CUDA, forward");
+        if (!rev) memcpy(first, y, sizeof(float) * (size_t)ny);
+        ck_assert_msg(!memcmp(first, y, sizeof(float) * (size_t)ny), "%s: the two orders differ",
+                      what);
+        for (int64_t i = 0; p->tb && i < ny; i++) {
+            float want = order_cuda_t(p, i / p->N, i % p->N, 0, p->K);
+            ck_assert_msg(!memcmp(&want, &y[i], sizeof want),
+                          "CUDA %s M=%lld K=%lld N=%lld: y[%lld] = %.9g, the stated order's %.9g",
+                          what, (long long)p->M, (long long)p->K, (long long)p->N, (long long)i,
+                          (double)y[i], (double)want);
+        }
+    }
+    free(y), free(first);
+    return h;
+}
+
+double profile_run(const prod *p, const sn_kernel *k, const sn_target *t,
+                   const sn_cuda_source *cs, sn_sim_profile *prof, char *flags, size_t len) {
+    sn_sim_module *hp;
+    sn_err e;
+    ck_assert_msg(sn_sim_module_load_profiled(cs->src, &hp, &e) == SN_OK, "%s", e.msg);
+    float *y = malloc(sizeof(float) * (size_t)(p->M * p->N));
+    void *yp = y, *xp = p->xb, *qp = p->src;
+    void *params[3] = {&yp, &xp, &qp};
+    sn_cuda_dims dims = sn_cuda_launch_dims(k, t);
+    *prof = (sn_sim_profile){0};
+    sn_sim_opts so = sn_sim_defaults();
+    so.profile = prof;
+    ck_assert_msg(sn_sim_launch(hp, cs->fn[0], dims.grid, dims.block, dims.shared_bytes, params,
+                                &so, &e) == SN_OK, "%s", e.msg);
+    sn_sim_profile_flags(prof, flags, len);
+    sn_sim_module_free(hp);
+    free(y);
+    return (double)prof->ld_bytes / (32.0 * (double)prof->ld_sectors);
+}
+
 bool run_split(prod *p, bool nvrtc, const gemv_plant *pl, int64_t *parts_out) {
     sn_target t = sn_target_cuda(80);
     sn_program *prog;

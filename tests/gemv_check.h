@@ -12,6 +12,8 @@
 #include "codegen/cuda/cuda.h"
 #include "program/program.h"
 #include "runtime/device.h"
+#include "sim/sim.h"
+#include "codegen_util.h"
 
 /* One product y = x @ W (or x @ W^T: tb) with x (M, K) (or (2, M / 2, K): batch dims folded),
  * W (K, N) (tb: stored (N, K)) of normal weights: NF4 (dequant_nf4 in dt, x in dt) or W16 (a
@@ -59,6 +61,21 @@ void nvrtc_no_spills(const sn_cuda_source *cs, int n, int64_t M, int64_t K, int6
  * and CUDA's 32 lanes over [k_lo, k_hi) added by the butterfly. */
 float order_cpu_t(const prod *p, int64_t m, int64_t n);
 float order_cuda_t(const prod *p, int64_t m, int64_t n, int64_t k_lo, int64_t k_hi);
+
+/* p's kernel k compiled by each JIT j[l] (lanes[l] lanes, n of them), run whole and in three
+ * uneven parts into NaN-poisoned outputs: within the bound, the bits of the first JIT's whole
+ * run everywhere, and transposed (p->tb) the bits of the CPU's stated order (order_cpu_t). */
+void cpu_lanes_and_parts(const prod *p, sn_kernel *k, sn_jit *const *j, const int *lanes, int n);
+/* p's one-kernel product k rendered in cs for target t, loaded on the simulator (NULL, with the
+ * reason printed, where this build has none) and run in both thread orders into NaN-poisoned
+ * outputs: within the bound, the same bits in both orders, and transposed the bits of CUDA's
+ * stated order over all of K (order_cuda_t). The module stays loaded for profile_run. */
+sn_sim_module *sim_both_orders(const prod *p, const sn_kernel *k, const sn_target *t,
+                               const sn_cuda_source *cs, const char *suite);
+/* One more launch of k on a profiled load of cs (sim.h's counts, their verdicts into flags);
+ * returns the share of the loaded sectors' bytes used. */
+double profile_run(const prod *p, const sn_kernel *k, const sn_target *t,
+                   const sn_cuda_source *cs, sn_sim_profile *prof, char *flags, size_t len);
 
 /* A planted bug (NULL: none): the first needle in the kernels' text replaced; printf-style
  * with the parts S and y's elements MN. */

@@ -83,36 +83,7 @@ START_TEST(llvm_gemv) {
             prod p;
             new_variant(&p, s, v, 60 + (uint64_t)s);
             sn_kernel k = prod_kernel(&p);
-            int64_t ny = p.M * p.N;
-            float *y = malloc(sizeof(float) * (size_t)ny),
-                  *first = malloc(sizeof(float) * (size_t)ny);
-            void *bufs[3] = {y, p.xb, p.src};
-            char what[64];
-            prod_what(&p, what, sizeof what);
-            for (int l = 0; l < 3; l++) {
-                sn_cpu_kernel_fn fn = compile_one(j[l], &k);
-                int64_t cuts[][2] = {{k.n_items, k.n_items}, {k.n_items / 3, k.n_items - 1}};
-                for (int c = 0; c < 2; c++) {
-                    memset(y, 0xff, sizeof(float) * (size_t)ny);
-                    fn(bufs, 0, cuts[c][0]);
-                    fn(bufs, cuts[c][0], cuts[c][1]);
-                    fn(bufs, cuts[c][1], k.n_items);
-                    char how[64];
-                    snprintf(how, sizeof how, "CPU, %d lanes, split %d", lanes[l], c);
-                    check_y(&p, y, how);
-                    if (l == 0 && c == 0) memcpy(first, y, sizeof(float) * (size_t)ny);
-                    ck_assert_msg(!memcmp(first, y, sizeof(float) * (size_t)ny),
-                                  "%s %s: not the bits of 16 lanes whole", what, how);
-                    for (int64_t i = 0; p.tb && i < ny; i++) {
-                        float want = order_cpu_t(&p, i / p.N, i % p.N);
-                        ck_assert_msg(!memcmp(&want, &y[i], sizeof want),
-                                      "%s %s M=%lld K=%lld N=%lld: y[%lld] = %.9g, the stated "
-                                      "order's %.9g", what, how, (long long)p.M, (long long)p.K,
-                                      (long long)p.N, (long long)i, (double)y[i], (double)want);
-                    }
-                }
-            }
-            free(y), free(first);
+            cpu_lanes_and_parts(&p, &k, j, lanes, 3);
             prod_free(&p);
         }
     for (int l = 0; l < 3; l++) sn_jit_free(j[l]);
@@ -140,54 +111,12 @@ START_TEST(cuda_gemv) {
             sn_err e;
             ck_assert_msg(sn_cuda_render(&kp, 1, &t, &cs, &e) == SN_OK, "%s", e.msg);
             if (nvrtc && variants[v].dt == SN_BF16) nvrtc_no_spills(&cs, 1, p.M, p.K, p.N);
-            sn_sim_module *h;
-            sn_status st = sn_sim_module_load(cs.src, &h, &e);
-            if (st == SN_ERR_UNSUPPORTED) {
-                printf("test_gemv_t: %s: skipping the simulator\n", e.msg);
-                sn_cuda_source_free(&cs);
-                prod_free(&p);
-                return;
-            }
-            ck_assert_msg(st == SN_OK, "%s", e.msg);
-            int64_t ny = p.M * p.N;
-            float *y = malloc(sizeof(float) * (size_t)ny),
-                  *first = malloc(sizeof(float) * (size_t)ny);
-            void *yp = y, *xp = p.xb, *qp = p.src;
-            void *params[3] = {&yp, &xp, &qp};
-            sn_cuda_dims dims = sn_cuda_launch_dims(&k, &t);
-            ck_assert_int_eq(dims.grid[0], (p.N + 63) / 64);
-            char what[64];
-            prod_what(&p, what, sizeof what);
-            for (int rev = 0; rev < 2; rev++) {
-                memset(y, 0xff, sizeof(float) * (size_t)ny);
-                sn_sim_opts so = sn_sim_defaults();
-                so.order = rev ? SN_SIM_REVERSE : SN_SIM_FORWARD;
-                ck_assert_msg(sn_sim_launch(h, cs.fn[0], dims.grid, dims.block, dims.shared_bytes,
-                                            params, &so, &e) == SN_OK,
-                              "%s", e.msg);
-                check_y(&p, y, rev ? "CUDA, reversed" : "CUDA, forward");
-                if (!rev) memcpy(first, y, sizeof(float) * (size_t)ny);
-                ck_assert_msg(!memcmp(first, y, sizeof(float) * (size_t)ny),
-                              "%s: the two orders differ", what);
-                for (int64_t i = 0; p.tb && i < ny; i++) {
-                    float want = order_cuda_t(&p, i / p.N, i % p.N, 0, p.K);
-                    ck_assert_msg(!memcmp(&want, &y[i], sizeof want),
-                                  "CUDA %s M=%lld K=%lld N=%lld: y[%lld] = %.9g, the stated "
-                                  "order's %.9g", what, (long long)p.M, (long long)p.K,
-                                  (long long)p.N, (long long)i, (double)y[i], (double)want);
-                }
-            }
-            if ((s == 3 || s == 10) && (v == 0 || v == 5)) { /* 8 divides K, transposed, NF4 and W16: profiled */
-                sn_sim_module *hp;
-                ck_assert_msg(sn_sim_module_load_profiled(cs.src, &hp, &e) == SN_OK, "%s", e.msg);
-                sn_sim_profile prof = {0};
-                sn_sim_opts so = sn_sim_defaults();
-                so.profile = &prof;
-                ck_assert_msg(sn_sim_launch(hp, cs.fn[0], dims.grid, dims.block, dims.shared_bytes,
-                                            params, &so, &e) == SN_OK, "%s", e.msg);
-                char flags[256];
-                sn_sim_profile_flags(&prof, flags, sizeof flags);
-                double used = (double)prof.ld_bytes / (32.0 * (double)prof.ld_sectors);
+            sn_sim_module *h = sim_both_orders(&p, &k, &t, &cs, "test_gemv_t");
+            if (h && (s == 3 || s == 10) && (v == 0 || v == 5)) { /* 8 divides K, transposed, NF4 and W16: profiled */
+                char what[64], flags[256];
+                prod_what(&p, what, sizeof what);
+                sn_sim_profile prof;
+                double used = profile_run(&p, &k, &t, &cs, &prof, flags, sizeof flags);
                 double sh = (double)prof.sh_wavefronts / (double)prof.sh_ideal;
                 printf("%s %lld x %lld x %lld: %lld load requests, %lld sectors, %.0f%% of their "
                        "bytes used; shared %lld wavefronts for %lld ideal (%.2fx); %s\n", what,
@@ -198,12 +127,11 @@ START_TEST(cuda_gemv) {
                    1.88x (the levels' reads; 4.6-5.9x before xs's padding word every 32) */
                 ck_assert_msg(used >= 0.4 && sh <= 2.0, "%s: %.0f%% of the sectors' bytes used, "
                               "shared %.2fx the ideal wavefronts", what, 100 * used, sh);
-                sn_sim_module_free(hp);
             }
-            free(y), free(first);
-            sn_sim_module_free(h);
+            if (h) sn_sim_module_free(h);
             sn_cuda_source_free(&cs);
             prod_free(&p);
+            if (!h) return;
         }
 }
 END_TEST

@@ -71,27 +71,7 @@ START_TEST(llvm_gemv) {
             prod_new(&p, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], s == 2,
                      60 + (uint64_t)s);
             sn_kernel k = prod_kernel(&p);
-            int64_t ny = p.M * p.N;
-            float *y = malloc(sizeof(float) * (size_t)ny),
-                  *first = malloc(sizeof(float) * (size_t)ny);
-            void *bufs[3] = {y, p.xb, p.src};
-            for (int l = 0; l < 3; l++) {
-                sn_cpu_kernel_fn fn = compile_one(j[l], &k);
-                int64_t cuts[][2] = {{k.n_items, k.n_items}, {k.n_items / 3, k.n_items - 1}};
-                for (int c = 0; c < 2; c++) {
-                    memset(y, 0xff, sizeof(float) * (size_t)ny);
-                    fn(bufs, 0, cuts[c][0]);
-                    fn(bufs, cuts[c][0], cuts[c][1]);
-                    fn(bufs, cuts[c][1], k.n_items);
-                    char how[64];
-                    snprintf(how, sizeof how, "CPU, %d lanes, split %d", lanes[l], c);
-                    check_y(&p, y, how);
-                    if (l == 0 && c == 0) memcpy(first, y, sizeof(float) * (size_t)ny);
-                    ck_assert_msg(!memcmp(first, y, sizeof(float) * (size_t)ny),
-                                  "%s: not the bits of 16 lanes whole", how);
-                }
-            }
-            free(y), free(first);
+            cpu_lanes_and_parts(&p, &k, j, lanes, 3);
             prod_free(&p);
         }
     for (int l = 0; l < 3; l++) sn_jit_free(j[l]);
@@ -116,57 +96,12 @@ START_TEST(cuda_gemv) {
             sn_cuda_source cs;
             sn_err e;
             ck_assert_msg(sn_cuda_render(&kp, 1, &t, &cs, &e) == SN_OK, "%s", e.msg);
-            for (int a = 0; nvrtc && a < 3 && d == 1; a++) {
-                sn_cuda_module m;
-                int arch = (int[]){75, 80, 90}[a];
-                ck_assert_msg(sn_nvrtc_compile(cs.src, "gemv.cu", arch, &m, &e) == SN_OK, "%s",
-                              e.msg);
-                const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs.fn[0]);
-                ck_assert_msg(in && in->spill_store_bytes == 0 && in->stack_bytes == 0,
-                              "sm_%d: %d bytes spilled, %d of stack", arch,
-                              in ? in->spill_store_bytes : -1, in ? in->stack_bytes : -1);
-                sn_cuda_module_free(&m);
-            }
-            sn_sim_module *h;
-            sn_status st = sn_sim_module_load(cs.src, &h, &e);
-            if (st == SN_ERR_UNSUPPORTED) {
-                printf("test_nf4_gemv: %s: skipping the simulator\n", e.msg);
-                sn_cuda_source_free(&cs);
-                prod_free(&p);
-                return;
-            }
-            ck_assert_msg(st == SN_OK, "%s", e.msg);
-            int64_t ny = p.M * p.N;
-            float *y = malloc(sizeof(float) * (size_t)ny),
-                  *first = malloc(sizeof(float) * (size_t)ny);
-            void *yp = y, *xp = p.xb, *qp = p.src;
-            void *params[3] = {&yp, &xp, &qp};
-            sn_cuda_dims dims = sn_cuda_launch_dims(&k, &t);
-            ck_assert_int_eq(dims.grid[0], (p.N + 63) / 64);
-            for (int rev = 0; rev < 2; rev++) {
-                memset(y, 0xff, sizeof(float) * (size_t)ny);
-                sn_sim_opts so = sn_sim_defaults();
-                so.order = rev ? SN_SIM_REVERSE : SN_SIM_FORWARD;
-                ck_assert_msg(sn_sim_launch(h, cs.fn[0], dims.grid, dims.block, dims.shared_bytes,
-                                            params, &so, &e) == SN_OK,
-                              "%s", e.msg);
-                check_y(&p, y, rev ? "CUDA, reversed" : "CUDA, forward");
-                if (!rev) memcpy(first, y, sizeof(float) * (size_t)ny);
-                ck_assert_msg(!memcmp(first, y, sizeof(float) * (size_t)ny),
-                              "the two orders differ");
-            }
-            if (d == 0 && s < 2) { /* the codes as bytes (s 0) and as words (s 1): profiled */
-                sn_sim_module *hp;
-                ck_assert_msg(sn_sim_module_load_profiled(cs.src, &hp, &e) == SN_OK, "%s", e.msg);
-                sn_sim_profile prof = {0};
-                sn_sim_opts so = sn_sim_defaults();
-                so.profile = &prof;
-                ck_assert_msg(sn_sim_launch(hp, cs.fn[0], dims.grid, dims.block, dims.shared_bytes,
-                                            params, &so, &e) == SN_OK,
-                              "%s", e.msg);
+            if (nvrtc && d == 1) nvrtc_no_spills(&cs, 1, p.M, p.K, p.N);
+            sn_sim_module *h = sim_both_orders(&p, &k, &t, &cs, "test_nf4_gemv");
+            if (h && d == 0 && s < 2) { /* the codes as bytes (s 0) and as words (s 1): profiled */
                 char flags[256];
-                sn_sim_profile_flags(&prof, flags, sizeof flags);
-                double used = (double)prof.ld_bytes / (32.0 * (double)prof.ld_sectors);
+                sn_sim_profile prof;
+                double used = profile_run(&p, &k, &t, &cs, &prof, flags, sizeof flags);
                 printf("nf4_gemv %lld x %lld x %lld (codes as %s): %lld load requests, %lld "
                        "sectors, %.0f%% of their bytes used; shared %lld wavefronts for %lld "
                        "ideal; %s\n",
@@ -178,12 +113,11 @@ START_TEST(cuda_gemv) {
                    the codes as bytes) */
                 ck_assert_msg(s == 0 || used >= 0.4, "the codes read as words use %.0f%% of "
                               "the sectors' bytes", 100 * used);
-                sn_sim_module_free(hp);
             }
-            free(y), free(first);
-            sn_sim_module_free(h);
+            if (h) sn_sim_module_free(h);
             sn_cuda_source_free(&cs);
             prod_free(&p);
+            if (!h) return;
         }
 }
 END_TEST
