@@ -86,38 +86,40 @@ static const att_case dkv_cases[] = {
 };
 enum { N_DKV_CASES = sizeof dkv_cases / sizeof dkv_cases[0] };
 
-START_TEST(wgmma_dkv_agrees) {
-    setenv("SN_ATT_TILES", "dkv=wgmma", 1);
-    run_result r = check_case(&dkv_cases[_i], false, NULL, NULL);
+/* c's five outputs under SN_ATT_TILES=env within the tolerance, in every thread order. */
+static void agrees(const char *env, const att_case *c) {
+    setenv("SN_ATT_TILES", env, 1);
+    run_result r = check_case(c, false, NULL, NULL);
     unsetenv("SN_ATT_TILES");
-    ck_assert_msg(r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+    ck_assert_msg(r.worst <= 1.0, "%s: error %.2f x the tolerance; %s", env, r.worst, r.failure);
     ck_assert_int_eq(r.checked, 5 * SN_SIM_ORDER_COUNT);
 }
+
+/* Planted bug pc (its case one of dkv_cases) under SN_ATT_TILES=env, caught. */
+static void caught(const char *env, const plant_case *pc) {
+    setenv("SN_ATT_TILES", env, 1);
+    run_result r = check_case(&dkv_cases[pc->which], false, pc->needle, pc->plant);
+    unsetenv("SN_ATT_TILES");
+    printf("planted (%s: %s): worst error %.3g x the tolerance: %s %s\n", env, pc->what, r.worst,
+           r.worst > 1.0 ? "caught" : "MISSED", r.failure);
+    ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
+}
+
+START_TEST(wgmma_dkv_agrees) { agrees("dkv=wgmma", &dkv_cases[_i]); }
 END_TEST
 
 /* Both wgmma kernels at once ("fwd=wgmma,dkv=wgmma", as the GPU check runs them), beside the
  * other passes' tiles: bf16 at T = 200 and f16 grouped-query with S > T. */
 START_TEST(wgmma_fwd_and_dkv_agree) {
     static const char *const env[] = {"fwd=wgmma,dkv=wgmma", "dq=4x64x2,dkv=wgmma,fwd=wgmma"};
-    setenv("SN_ATT_TILES", env[_i], 1);
-    run_result r = check_case(&dkv_cases[_i == 0 ? 0 : 4], false, NULL, NULL);
-    unsetenv("SN_ATT_TILES");
-    ck_assert_msg(r.worst <= 1.0, "%s: error %.2f x the tolerance; %s", env[_i], r.worst,
-                  r.failure);
-    ck_assert_int_eq(r.checked, 5 * SN_SIM_ORDER_COUNT);
+    agrees(env[_i], &dkv_cases[_i == 0 ? 0 : 4]);
 }
 END_TEST
 
 /* The wgmma dq kernel (opt-in: "dq=wgmma"; the forward and dk/dv kernel wgmma's by default) on
  * the dk/dv kernel's shapes: tiles cut short, S > T, grouped-query k and v; then planted bugs:
  * dq's K step 1024 bytes for 2048, dq's product not waited for before the stage is refilled. */
-START_TEST(wgmma_dq_agrees) {
-    setenv("SN_ATT_TILES", "dq=wgmma", 1);
-    run_result r = check_case(&dkv_cases[_i], false, NULL, NULL);
-    unsetenv("SN_ATT_TILES");
-    ck_assert_msg(r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
-    ck_assert_int_eq(r.checked, 5 * SN_SIM_ORDER_COUNT);
-}
+START_TEST(wgmma_dq_agrees) { agrees("dq=wgmma", &dkv_cases[_i]); }
 END_TEST
 
 START_TEST(wgmma_dq_planted_bugs_are_caught) {
@@ -126,13 +128,7 @@ START_TEST(wgmma_dq_planted_bugs_are_caught) {
         {2, 0, "sn_wgmma_wait(0); /* in before", "/* no wait */ /* in before",
          "dq's product not waited for"},
     };
-    const plant_case *pc = &plants[_i];
-    setenv("SN_ATT_TILES", "dq=wgmma", 1);
-    run_result r = check_case(&dkv_cases[pc->which], false, pc->needle, pc->plant);
-    unsetenv("SN_ATT_TILES");
-    printf("planted (wgmma dq: %s): worst error %.3g x the tolerance: %s %s\n", pc->what, r.worst,
-           r.worst > 1.0 ? "caught" : "MISSED", r.failure);
-    ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
+    caught("dq=wgmma", &plants[_i]);
 }
 END_TEST
 
@@ -187,15 +183,7 @@ static const plant_case dkv_plants[] = {
 };
 enum { N_DKV_PLANTS = sizeof dkv_plants / sizeof dkv_plants[0] };
 
-START_TEST(wgmma_dkv_planted_bugs_are_caught) {
-    const plant_case *pc = &dkv_plants[_i];
-    setenv("SN_ATT_TILES", "dkv=wgmma", 1);
-    run_result r = check_case(&dkv_cases[pc->which], false, pc->needle, pc->plant);
-    unsetenv("SN_ATT_TILES");
-    printf("planted (wgmma dk/dv: %s): worst error %.3g x the tolerance: %s %s\n", pc->what,
-           r.worst, r.worst > 1.0 ? "caught" : "MISSED", r.failure);
-    ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
-}
+START_TEST(wgmma_dkv_planted_bugs_are_caught) { caught("dkv=wgmma", &dkv_plants[_i]); }
 END_TEST
 
 /* "dkv=wgmma" only as an entry of its own; refused by name on sm_80, at head size 128 and with
