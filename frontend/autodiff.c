@@ -37,6 +37,17 @@ static sn_node *cast_once(ad_state *s, sn_node *x, sn_dtype t) {
     return sn_cast(s->g, x, t);
 }
 
+/* Whether x is a parameter, or parameters concatenated (models/llama.c: several projections
+ * of one x as one product): a weight, whose gradient is not rounded on its way to the f32
+ * masters. */
+static bool weights(const sn_node *x) {
+    if (x->op == SN_OP_PARAM) return true;
+    if (x->op != SN_OP_CONCAT) return false;
+    for (int i = 0; i < x->n_in; i++)
+        if (!weights(x->in[i])) return false;
+    return true;
+}
+
 /* Sums the gradient dy (shape of a broadcast result) down to the shape of x. */
 static sn_node *unbroadcast(sn_graph *g, sn_node *dy, const sn_node *x) {
     if (dy && dy->rank > x->rank + 1) { /* fold the extra leading axes into one, sum it once */
@@ -97,6 +108,18 @@ static void matmul_rule(ad_state *s, sn_node *n, sn_node *dc) {
         }
         accumulate(s, b, db);
     }
+}
+
+/* Part [lo, hi) along axis of dy when dy is a weight gradient's product A^T B (or its f32
+ * widening) and axis its rows: the product of A's columns [lo, hi), a GEMM that reads them in
+ * place (the gradients of weights concatenated for one product, models/llama.c: each weight's
+ * own GEMM, no copy of its rows out of the whole); else NULL. */
+static sn_node *part_of(sn_graph *g, sn_node *dy, int axis, int64_t lo, int64_t hi) {
+    sn_node *p = dy->op == SN_OP_CAST && dy->in[0]->op == SN_OP_MATMUL ? dy->in[0] : dy;
+    if (p->op != SN_OP_MATMUL || p->rank != 2 || axis != 0 || !p->a.ta || p->in[0]->rank != 2)
+        return NULL;
+    sn_node *y = sn_matmul_t(g, sn_slice(g, p->in[0], -1, lo, hi), p->in[1], true, p->a.tb);
+    return p == dy ? y : sn_cast(g, y, dy->dtype);
 }
 
 /* lse_i = log sum_j exp(f q_i.k_j): d lse_i / d q_i = f sum_j P_ij k_j, which is attention with
@@ -160,7 +183,7 @@ static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
          * identity to the gradient, which goes to the f32 master unrounded */
         if (x->op == SN_OP_CAST && x->in[0]->op == SN_OP_PARAM && x->in[0]->dtype == n->dtype)
             accumulate(s, x->in[0], dy);
-        else if (x->op != SN_OP_PARAM && sn_dtype_is_float(n->dtype) &&
+        else if (!weights(x) && sn_dtype_is_float(n->dtype) &&
                  sn_dtype_bits(n->dtype) < sn_dtype_bits(x->dtype))
             /* an activation rounded to 16 bits (autocast's operand of a product): its gradient
              * is rounded likewise, once, after its readers' contributions are summed, as
@@ -213,7 +236,9 @@ static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
         for (int i = 0; i < n->n_in; i++) {
             sn_node *xi = n->in[i];
             int64_t len = xi->shape[n->a.axis];
-            if (s->needs[xi->id]) accumulate(s, xi, sn_slice(g, dy, n->a.axis, at, at + len));
+            sn_node *part = part_of(g, dy, n->a.axis, at, at + len);
+            if (s->needs[xi->id])
+                accumulate(s, xi, part ? part : sn_slice(g, dy, n->a.axis, at, at + len));
             at += len;
         }
         return SN_OK;

@@ -173,9 +173,12 @@ static bool read_low(const sn_graph *in, const sn_node *x) {
     return readers > 0;
 }
 
-/* Whether old node x is a product (no bias: LLaMA's projections) or an adapted one's sum, as
- * SwiGLU's gate and up and the rotary embeddings' q and k are. */
+/* Whether old node x is a product (no bias: LLaMA's projections), an adapted one's sum, or a
+ * projection's columns of several made as one product (models/llama.c: q, k, v and gate, up of
+ * one x: a slice along the product's last axis), as SwiGLU's gate and up and the rotary
+ * embeddings' q and k are. */
 static bool plain_product(const sn_node *x) {
+    if (x->op == SN_OP_SLICE && x->a.axis == x->rank - 1) x = x->in[0];
     const sn_node *base = adapter_base(x);
     return x->op == SN_OP_MATMUL || (base && base->op == SN_OP_MATMUL);
 }
@@ -185,6 +188,7 @@ static bool plain_product(const sn_node *x) {
 static const sn_node *head_product(const sn_node *x) {
     bool permuted = false;
     for (;;) {
+        if (permuted && plain_product(x)) break; /* a projection's columns: its own product */
         if (x->op == SN_OP_RESHAPE || x->op == SN_OP_PERMUTE || x->op == SN_OP_SLICE) {
             permuted |= x->op == SN_OP_PERMUTE;
             x = x->in[0];

@@ -8,7 +8,8 @@
  * dy * sin, added to dy * cos, then permuted from heads back to (B, T, h * D): four kernels
  * and three f32 values a projection, where the forward is one kernel. Exact: a slice or a
  * permute of an elementwise op is the op of the sliced or permuted operands; a pad only moves
- * onto cast, add, sub and mul, whose value at a padded position is then 0 as the pad's, and
+ * onto an op that is 0 where its operands are (cast, add, sub, mul, neg, scale, tanh, GELU,
+ * SiLU and their gradients), whose value at a padded position is then 0 as the pad's, and
  * only when every operand has the padded axis (none is broadcast along it). A cast of a reshape
  * of such a value goes under the reshape, so that it joins the value's kernel. */
 #include <stdlib.h>
@@ -39,12 +40,22 @@ static bool is_sinkable_view(sn_op op) {
     return op == SN_OP_SLICE || op == SN_OP_PAD || op == SN_OP_PERMUTE;
 }
 
+/* Whether op is 0 where every operand is 0 (f(0, ..) = 0: a pad's zeros stay zeros). */
+static bool zero_at_zero(sn_op op) {
+    switch (op) {
+    case SN_OP_CAST: case SN_OP_ADD: case SN_OP_SUB: case SN_OP_MUL: case SN_OP_NEG:
+    case SN_OP_SCALE: case SN_OP_TANH: case SN_OP_GELU: case SN_OP_SILU: case SN_OP_GELU_BWD:
+    case SN_OP_SILU_BWD:
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* Whether the pads of c can move onto op (its value 0 where every operand is 0). */
 static bool pads_pass(const chain *c, sn_op op) {
     for (int i = 0; i < c->n; i++)
-        if (c->v[i]->op == SN_OP_PAD && op != SN_OP_CAST && op != SN_OP_ADD && op != SN_OP_SUB &&
-            op != SN_OP_MUL)
-            return false;
+        if (c->v[i]->op == SN_OP_PAD && !zero_at_zero(op)) return false;
     return true;
 }
 
@@ -128,9 +139,11 @@ static bool shared_cast(const sink_state *s, const sn_node *x) {
 
 /* Whether the chain c can move onto pointwise x: x read by nothing but c, or only by views
  * (each then gets its own x, and x itself none), or a shared cast; and every pad of c passes
- * x's op. */
+ * x's op. Not onto a dropout (its mask is of its own elements' indices), nor onto the 16-bit
+ * cast of a product, which its GEMM stores (kernel.h: the rounding epilogue; LLaMA's q, k, v
+ * made as one product and read as slices: each slice's own cast would leave the product f32). */
 static bool sinks(const sink_state *s, const chain *c, const sn_node *x) {
-    /* not a dropout: its mask is of its own elements' indices */
+    if (x->op == SN_OP_CAST && x->dtype != SN_F32 && x->in[0]->op == SN_OP_MATMUL) return false;
     return c->n > 0 && sn_op_kind(x->op) == SN_K_POINTWISE && x->op != SN_OP_DROPOUT && x->n_in > 0 &&
            (s->uses[x->id] == 1 || s->view_only[x->id] || shared_cast(s, x)) && pads_pass(c, x->op);
 }

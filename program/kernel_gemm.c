@@ -81,6 +81,8 @@ bool sn_gemm_operand_view(const sn_node *mm, int i, const sn_node **base, sn_gem
     int64_t es = sn_dtype_bits(x->dtype) / 8, ld = s->in[0]->shape[s->rank - 1];
     if (!one_matrix || (s->a.start * es) % 16 || (ld * es) % 16) return false;
     *base = s->in[0];
+    while ((*base)->op == SN_OP_RESHAPE && (*base)->in[0]->shape[(*base)->in[0]->rank - 1] == ld)
+        *base = (*base)->in[0]; /* the sliced value's rows are its source's */
     *v = (sn_gemm_view){.off = s->a.start, .ld = ld};
     return true;
 }

@@ -22,6 +22,7 @@
 #include "train/generate.h"
 #include "train/train.h"
 #include "harness.h"
+#include "tiny_gpt2.h"
 
 #ifndef SN_TEST_FIXTURES
 #define SN_TEST_FIXTURES "tests/fixtures"
@@ -383,6 +384,59 @@ START_TEST(attention_fused) {
 }
 END_TEST
 
+/* Matmuls of node list [from, to) of g. */
+static int products(const sn_graph *g, int from, int to) {
+    int n = 0;
+    for (int i = from; i < to; i++) n += g->nodes[i]->op == SN_OP_MATMUL;
+    return n;
+}
+
+/* A layer's q, k, v (and gate, up) are one product of the normed x in training (models/llama.c
+ * fused_projections): 4 forward GEMMs a layer where there were 7, and in the backward one for
+ * x's gradient of each, each weight's gradient its own GEMM reading its columns of the joint
+ * gradient in place (no copy out of a joint weight gradient; the biases' gradients are their
+ * parts of one column sum, vectors copied); the compiled program, f32 and
+ * bf16, with and without q, k, v biases (Qwen2's), computes the interpreter's loss and every
+ * gradient. Generation's graphs keep a product a weight. */
+START_TEST(projections_fused) {
+    sn_llama_config c;
+    ck_assert(sn_llama_config_find("llama-tiny", &c));
+    c.vocab = TINY_VOCAB;
+    c.qkv_bias = _i & 1;
+    bool bf16 = _i & 2;
+    sn_graph *g = sn_graph_new();
+    sn_llama m;
+    sn_err e;
+    ck_assert_msg(sn_llama_build(g, &c, TINY_B, TINY_T, &m, &e) == SN_OK, "%s", e.msg);
+    /* a layer: q k v, o, gate up, down and the written-out attention's two; the head */
+    ck_assert_int_eq(products(g, 0, g->n_nodes), 6 * c.n_layer + 1);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.precision = bf16 ? SN_PRECISION_BF16 : SN_PRECISION_FP32;
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_program *p;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    int gemms = 0, copies = 0;
+    for (int k = 0; k < p->n_kernels; k++) {
+        const sn_kernel *ker = p->kernels[k];
+        gemms += ker->kind == SN_KER_GEMM;
+        const char *name = strchr(ker->name, '_');
+        copies += name && !strcmp(name, "_slice") && ker->args[0]->rank > 1; /* not a bias's */
+    }
+    /* a layer: 4 forward, 4 for x's gradients, 7 weight gradients; the head: 3 */
+    ck_assert_int_eq(gemms, 15 * c.n_layer + 3);
+    ck_assert_int_eq(copies, 0);
+    sn_program_free(p);
+    tiny_check_compiled_tol(g, 5 + (uint64_t)_i, bf16 ? "llama fused projections, bf16"
+                                                      : "llama fused projections", bf16 ? 4 * 0x1p-9 : 1e-4);
+    sn_graph_free(g);
+    g = sn_graph_new();
+    ck_assert_msg(sn_llama_build_kv(g, &c, 1, 1, true, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(products(g, 0, g->n_nodes), 7 * c.n_layer + 1);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* The imported model trains on the CPU device: ten steps on one batch lower its loss, and the
  * first step's loss is the imported model's. */
 START_TEST(trains) {
@@ -640,6 +694,7 @@ int main(void) {
     tcase_add_test(tc, config_text_round_trip);
     tcase_add_loop_test(tc, gradient, 0, 2);
     tcase_add_test(tc, attention_fused);
+    tcase_add_loop_test(tc, projections_fused, 0, 4);
     tcase_add_test(tc, trains);
     tcase_add_test(tc, bad_configs);
     tcase_add_test(tc, missing_shard);
