@@ -156,6 +156,19 @@ static void keep_boundaries(rc_state *s, int every) {
         }
 }
 
+/* Whether forward node n is a copy of weights: a concatenation of parameters (or of their
+ * casts), or its cast (models/llama.c's projections made one product). Not an activation, but
+ * as large as its weights and made again by a copy: recomputed like the stretch around it. */
+static bool weights_copy(const sn_node *n) {
+    if (n->op == SN_OP_CAST) n = n->in[0];
+    if (n->op != SN_OP_CONCAT) return false;
+    for (int k = 0; k < n->n_in; k++) {
+        const sn_node *x = n->in[k]->op == SN_OP_CAST ? n->in[k]->in[0] : n->in[k];
+        if (!is_leaf(x->op)) return false;
+    }
+    return true;
+}
+
 /* avail: what the backward reads from the forward; need: what it recomputes. Returns the
  * recompute FLOPs. */
 static double fill_need(rc_state *s) {
@@ -163,6 +176,7 @@ static double fill_need(rc_state *s) {
     for (int i = 0; i < s->nf; i++) {
         const sn_node *n = g->nodes[i];
         bool a = !s->act[i] || is_leaf(n->op) || s->keep[i] || s->out[i] || i > s->last_kept;
+        if (!s->act[i] && !s->out[i] && i <= s->last_kept && weights_copy(n)) a = false;
         if (!a && is_view(n->op)) a = s->avail[n->in[0]->id];
         s->avail[i] = a;
     }

@@ -67,8 +67,9 @@ const char *sn_kernel_kind_name(sn_kernel_kind k);
  * epilogues need A not transposed, B of rank 2 (one GEMM), and with aux N % 8 == 0 (cuBLASLt's
  * EPILOGUE_AUX_LD rule). The nodes an epilogue stands for have home at the matmul (fuse).
  * Operand views (sn_kernel_gemm_part.view): A or B may be a slice along its last axis (under
- * reshapes that keep the last dim) of a value with a buffer, read in place: its arg is that
- * value, the rows ld elements apart from element off (sn_gemm_operand_view); no copy kernel. */
+ * reshapes that keep the last dim, and of a value or of such a reshape of it) of a value with a
+ * buffer, read in place: its arg is that value, the rows ld elements apart from element off
+ * (sn_gemm_operand_view); no copy kernel. */
 typedef enum {
     SN_EPI_NONE,
     SN_EPI_BIAS,

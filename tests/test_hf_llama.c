@@ -14,6 +14,7 @@
 
 #include "interp/interp.h"
 #include "io/hf_llama.h"
+#include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/cuda/cuda_rt.h"
@@ -437,6 +438,38 @@ START_TEST(projections_fused) {
 }
 END_TEST
 
+/* Under block checkpointing the concatenated weights are copied again for the backward of
+ * every recomputed block (recompute.c weights_copy), not kept from the forward, and the
+ * compiled program still computes the interpreter's loss and gradients. */
+START_TEST(projections_fused_checkpointed) {
+    sn_llama_config c;
+    ck_assert(sn_llama_config_find("llama-tiny", &c));
+    c.vocab = TINY_VOCAB;
+    sn_graph *g = sn_graph_new();
+    sn_llama m;
+    sn_err e;
+    ck_assert_msg(sn_llama_build(g, &c, TINY_B, TINY_T, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.precision = _i ? SN_PRECISION_BF16 : SN_PRECISION_FP32;
+    o.checkpoint = SN_RECOMPUTE_BLOCK;
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    int joined = 0, read_late = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const sn_node *n = g->nodes[i];
+        if (n->op != SN_OP_CONCAT || n->in[0]->op == SN_OP_CONCAT || sn_node_dim(n, 0) < 64) continue;
+        if (i < g->n_forward) joined++;
+        else read_late++; /* made again after the forward */
+    }
+    ck_assert_int_eq(joined, 2 * c.n_layer);
+    ck_assert_int_ge(read_late, 2);
+    tiny_check_compiled_tol(g, 9, _i ? "llama fused projections, bf16, checkpointed"
+                                     : "llama fused projections, checkpointed",
+                            _i ? 4 * 0x1p-9 : 1e-4);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* The imported model trains on the CPU device: ten steps on one batch lower its loss, and the
  * first step's loss is the imported model's. */
 START_TEST(trains) {
@@ -695,6 +728,7 @@ int main(void) {
     tcase_add_loop_test(tc, gradient, 0, 2);
     tcase_add_test(tc, attention_fused);
     tcase_add_loop_test(tc, projections_fused, 0, 4);
+    tcase_add_loop_test(tc, projections_fused_checkpointed, 0, 2);
     tcase_add_test(tc, trains);
     tcase_add_test(tc, bad_configs);
     tcase_add_test(tc, missing_shard);
