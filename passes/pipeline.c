@@ -13,13 +13,13 @@ static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "
                                         "autocast", "autodiff", "lowrank_sum", "remat", "nf4_per_reader",
                                         "chunk_logits",
                                         "checkpoint", "sink_views", "upcast", "fuse", "schedule",
-                                        "join_finish", "memplan"};
+                                        "join_siblings", "join_finish", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
     return "frontend, pad_vocab, attention, nf4, base16, autocast, autodiff, lowrank_sum, "
            "remat, nf4_per_reader, chunk_logits, checkpoint, sink_views, upcast, fuse, schedule, "
-           "join_finish, memplan";
+           "join_siblings, join_finish, memplan";
 }
 
 sn_pipeline_opts sn_pipeline_defaults(void) {
@@ -257,7 +257,7 @@ sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program
     if (prog) *prog = NULL;
     sn_status s = check_entry(g, o, e);
     if (s || (s = verify(g, "frontend", e))) return s;
-    st->upcasts_split = st->views_sunk = st->schedule_moved = 0;
+    st->upcasts_split = st->views_sunk = st->schedule_moved = st->siblings_joined = 0;
     st->schedule_peak_before = st->schedule_peak_after = 0;
     sn_target target = o->target ? *o->target : sn_target_cpu();
     if (target.kind == SN_TARGET_CUDA && sn_target_att_dq_atomic_asked()) target.att_dq_atomic = true;
@@ -293,6 +293,8 @@ sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program
         }
     }
 
+    if (!s && !o->keep_siblings && !(s = sn_join_siblings(p, &st->siblings_joined, e))) /* pointwise neighbours */
+        s = after_program(p, "join_siblings", o, e);
     if (!s && t->join_finish && !(s = sn_join_finish(p, e))) /* a FINISH in the next pair's launch */
         s = after_program(p, "join_finish", o, e);
     if (!s && !(s = sn_memplan(p, t, (sn_param_order)o->param_order, e)))

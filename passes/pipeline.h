@@ -40,6 +40,8 @@ typedef struct {
     int64_t chunk_logits;    /* the chunk_logits pass after autodiff: the LM head and its
                                 loss in chunks of this many rows (0: off; SN_CHUNK_LOGITS_AUTO:
                                 the pass's choice, passes.h) */
+    bool keep_siblings;      /* no join_siblings pass: the pointwise kernels as fuse made them
+                                (tests of the fuse pass) */
     int schedule;            /* an sn_schedule_mode: the schedule pass, kernels reordered so
                                 that large values die earlier (off by default: it saves nothing
                                 on GPT-2, docs/memory.md) */
@@ -71,6 +73,7 @@ typedef struct {
     int upcasts_split;   /* f32 casts of 16-bit values the upcast pass made one per reader */
     int views_sunk;      /* pointwise ops the sink_views pass made again over views */
     int64_t schedule_peak_before, schedule_peak_after; /* live arena bytes at most (no packing) */
+    int siblings_joined; /* pointwise kernels the join_siblings pass joined to the one before */
     int schedule_moved;  /* kernels the schedule pass moved */
 } sn_pipeline_stats;
 

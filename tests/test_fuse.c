@@ -16,7 +16,9 @@ static sn_program *compile_for(sn_graph *g, const sn_target *t) {
     sn_err e;
     sn_program *p;
     ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
-    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = t}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    /* the fuse pass's kernels, not joined with their neighbours (test_fuse_kernels joins) */
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = t, .keep_siblings = true}, &p,
+                                      NULL, &e) == SN_OK, "%s", e.msg);
     return p;
 }
 

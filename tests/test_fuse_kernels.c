@@ -537,6 +537,34 @@ START_TEST(softmaxes) {
 }
 END_TEST
 
+/* A value cut into parts by slices, each a kernel of the same shape (LoRA's shared dA cut into
+ * the adapters'), and a copy of another shape after them: the parts join one kernel
+ * (join_siblings) with three outputs, the other stays apart; every output the interpreter's. */
+START_TEST(siblings_join) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(6, 24)), *w = sn_input(g, "w", SN_F32, SN_SHAPE(5, 7));
+    sn_node *y = sn_tanh(g, sn_scale(g, x, 0.5f)), *part[3];
+    sn_graph_add_output(g, y);
+    for (int i = 0; i < 3; i++) sn_graph_add_output(g, part[i] = sn_slice(g, y, -1, 8 * i, 8 * i + 8));
+    sn_graph_add_output(g, sn_exp(g, w));
+    sn_pipeline_stats ps = {0};
+    sn_err e;
+    sn_program *p;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, &ps, &e) == SN_OK, "%s", e.msg);
+    const sn_kernel *k = kernel_of(p, part[0]);
+    ck_assert_ptr_nonnull(k);
+    ck_assert(kernel_of(p, part[1]) == k && kernel_of(p, part[2]) == k && k->n_out == 3);
+    ck_assert_int_eq(ps.siblings_joined, 2);
+    ck_assert(kernel_of(p, w) != k);
+    sn_interp *it = reference(g, 7, 1, NULL, false);
+    kernel_stats st = check_kernels(p, it, 2e-5);
+    ck_assert_int_ge(st.multi_output, 1);
+    sn_interp_free(it);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* cross_entropy of computed logits; cross_entropy_bwd over a padded vocabulary (17 of 20
  * classes), ignored targets, computed logits stored for a later reader, and an epilogue that
  * reads the logits again. 150 rows: the loss sums 3 chunks of rows (kernel.h: PARTIAL). */
@@ -684,6 +712,7 @@ int main(void) {
     tcase_add_test(tc, norm_backwards);
     tcase_add_test(tc, norm_pair_bits);
     tcase_add_test(tc, softmaxes);
+    tcase_add_test(tc, siblings_join);
     tcase_add_test(tc, cross_entropies);
     tcase_add_test(tc, causal_masks);
     tcase_add_test(tc, masked_and_strided_prologue);
