@@ -172,42 +172,9 @@ static proj proj_params(builder *m, const char *prefix, int64_t in, int64_t out,
     return pr;
 }
 
-/* Whether the n projections pr[i] of one x become one product (fused_projections): in a
- * training graph (not generation's, whose few-row products read each weight where it lies)
- * without LoRA or IA3 (their frozen base is stored apart by the nf4 and base16 passes, which
- * look for a weight that only a product reads), biases all or none. */
-static bool fusable(const builder *m, int n, const proj *pr) {
-    if (n < 2 || m->kv || m->lora) return false;
-    for (int i = 0; i < n; i++)
-        if (!pr[i].bias != !pr[0].bias) return false;
-    return true;
-}
-
-/* The n projections as one product: y = x @ [w_0; w_1; ..]^T (+ [bias_0, bias_1, ..]), each
- * y[i] its columns: one GEMM where there were n, for the forward, x's gradient and the
- * weights' (LLaMA's q, k, v and gate, up). The weights' concatenation is a copy a step (in
- * 16 bits the cast that autocast makes anyway); each weight's gradient is its rows of the
- * concatenation's. */
-static void fused_projections(builder *m, sn_node *x, int n, const proj *pr, sn_node **y) {
-    sn_graph *g = m->g;
-    sn_node *w[SN_LORA_MAX_PATHS], *bias[SN_LORA_MAX_PATHS];
-    for (int i = 0; i < n; i++) w[i] = pr[i].w, bias[i] = pr[i].bias;
-    sn_node *all = sn_matmul_t(g, x, sn_concat(g, n, w, 0), false, true);
-    if (pr[0].bias) all = sn_add(g, all, sn_concat(g, n, bias, 0));
-    for (int i = 0, at = 0; i < n; i++) {
-        int64_t out = sn_node_dim(pr[i].w, 0);
-        y[i] = sn_slice(g, all, -1, at, at + out);
-        at += out;
-    }
-}
-
 /* The n projections pr[i] of the same x (B, T, in): y[i] = (x @ w^T (+ LoRA's path) (+ bias)) (* l). The
  * adapted ones share one product x @ [A ...] (sn_lora_paths). */
 static void projections(builder *m, sn_node *x, int n, const proj *pr, sn_node **y) {
-    if (fusable(m, n, pr)) {
-        fused_projections(m, x, n, pr, y);
-        return;
-    }
     sn_node *a[SN_LORA_MAX_PATHS], *b[SN_LORA_MAX_PATHS], *path[SN_LORA_MAX_PATHS];
     int adapted = 0;
     for (int i = 0; i < n; i++)

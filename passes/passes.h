@@ -112,6 +112,15 @@ bool sn_linear_weight(const sn_graph *g, const sn_node *p);
  * verified graph, after autodiff and checkpoint. *n_made: the dequantizes made. */
 sn_status sn_pass_nf4_per_reader(const sn_graph *in, sn_graph **out, int *n_made, sn_err *e);
 
+/* ---- siblings.c ---- */
+
+/* requires a graph without a backward (after nf4 and base16, before autocast).
+ * Products x @ w_i^T of one x by trained weights that only they read (over at least 32 rows)
+ * become one product of the weights concatenated, each its columns; the trained biases added
+ * to all of them, concatenated too. *out is NULL when nothing changed; *n_joined counts the
+ * products joined. sn_target.fuse_siblings says where the pipeline runs it. */
+sn_status sn_pass_siblings(const sn_graph *in, sn_graph **out, int *n_joined, sn_err *e);
+
 /* ---- base16.c ---- */
 
 /* The frozen base in the compute dtype (low: bf16 or f16): each weight sn_linear_weight selects

@@ -10,14 +10,14 @@
 #include "passes.h"
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "nf4", "base16",
-                                        "autocast", "autodiff", "lowrank_sum", "remat", "nf4_per_reader",
+                                        "siblings", "autocast", "autodiff", "lowrank_sum", "remat", "nf4_per_reader",
                                         "chunk_logits",
                                         "checkpoint", "sink_views", "upcast", "fuse", "schedule",
                                         "join_siblings", "join_finish", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
-    return "frontend, pad_vocab, attention, nf4, base16, autocast, autodiff, lowrank_sum, "
+    return "frontend, pad_vocab, attention, nf4, base16, siblings, autocast, autodiff, lowrank_sum, "
            "remat, nf4_per_reader, chunk_logits, checkpoint, sink_views, upcast, fuse, schedule, "
            "join_siblings, join_finish, memplan";
 }
@@ -188,6 +188,14 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
         if ((s = sn_pass_base16(g, low, &next, &st->base16_stored, e))) return s;
         replace(g, next);
         if ((s = after(g, "base16", o, e))) return s;
+    }
+
+    if (o->target && o->target->fuse_siblings) { /* after nf4 and base16, which take frozen
+                                                    weights; before autocast, whose rules see
+                                                    each product's columns as a product */
+        if ((s = sn_pass_siblings(g, &next, &st->siblings_fused, e))) return s;
+        if (next) replace(g, next);
+        if ((s = after(g, "siblings", o, e))) return s;
     }
 
     if (autocasts(o)) { /* before autodiff, so gradients come from the cast graph */

@@ -73,6 +73,7 @@ typedef struct {
     int upcasts_split;   /* f32 casts of 16-bit values the upcast pass made one per reader */
     int views_sunk;      /* pointwise ops the sink_views pass made again over views */
     int64_t schedule_peak_before, schedule_peak_after; /* live arena bytes at most (no packing) */
+    int siblings_fused;  /* products the siblings pass made one with others of the same x */
     int siblings_joined; /* pointwise kernels the join_siblings pass joined to the one before */
     int schedule_moved;  /* kernels the schedule pass moved */
 } sn_pipeline_stats;

@@ -64,6 +64,12 @@ typedef struct {
                                two kernels where their items are too few to fill a GPU (kernel.h:
                                SN_DECODE_BLOCKS). CUDA: on; the CPU: off (its threads take the
                                items as they are; the LLVM backend has no split form) */
+    bool fuse_siblings;     /* products of one x by several trained weights are one product of
+                               the weights concatenated (passes/siblings.c: LLaMA's q, k, v and
+                               gate, up). CUDA: on (fewer, wider GEMMs); the CPU: off (at small
+                               batches its copy of the weights a step cost more than the GEMMs it
+                               joins save: smollm2-135m bf16 B=1 T=128, 2026-11-28, 245 against
+                               230 ms a step) */
     bool gemv_nf4_only;     /* the few-row product (kernel.h: SN_KER_GEMV) only for an NF4
                                weight (K, N), as before it read transposed and 16-bit weights:
                                off by default; sn_pipeline_kernels sets it when SN_GEMV=nf4 (a

@@ -309,18 +309,33 @@ START_TEST(gradient) {
     sn_llama_config c;
     ck_assert(sn_llama_config_find("llama-tiny", &c));
     c.vocab = 32;
-    c.tie_word_embeddings = _i;
-    c.qkv_bias = _i;
-    if (_i) c.rope_factor = 8, c.rope_low_freq_factor = 1, c.rope_high_freq_factor = 4, c.rope_original_ctx = 4;
+    c.tie_word_embeddings = _i & 1;
+    c.qkv_bias = _i & 1;
+    if (_i & 1) c.rope_factor = 8, c.rope_low_freq_factor = 1, c.rope_high_freq_factor = 4, c.rope_original_ctx = 4;
     sn_graph *g = sn_graph_new();
     sn_llama m;
     sn_err e;
-    ck_assert_msg(sn_llama_build(g, &c, 2, 8, &m, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_llama_build(g, &c, 2, 16, &m, &e) == SN_OK, "%s", e.msg);
+    if (_i & 2) { /* q, k, v and gate, up as one product each (passes/siblings.c) */
+        sn_graph *h;
+        int joined;
+        ck_assert_msg(sn_pass_siblings(g, &h, &joined, &e) == SN_OK, "%s", e.msg);
+        ck_assert_int_eq(joined, 5 * c.n_layer);
+        m.loss = h->loss;
+        m.idx = NULL, m.targets = NULL;
+        for (int i = 0; i < h->n_nodes; i++)
+            if (h->nodes[i]->op == SN_OP_INPUT) {
+                if (!strcmp(h->nodes[i]->name, "idx")) m.idx = h->nodes[i];
+                if (!strcmp(h->nodes[i]->name, "targets")) m.targets = h->nodes[i];
+            }
+        sn_graph_free(g);
+        g = h;
+    }
     ck_assert_msg(sn_backward(g, m.loss, &e) == SN_OK, "%s", e.msg);
     sn_interp *it = sn_interp_new(g, true);
     sn_node *params[64];
     int np = sn_graph_params(g, params, 64);
-    ck_assert_int_eq(np, 2 + 9 * 2 + !_i + (_i ? 3 * 2 : 0));
+    ck_assert_int_eq(np, 2 + 9 * 2 + !(_i & 1) + (_i & 1 ? 3 * 2 : 0));
     double *vals[64];
     for (int p = 0; p < np; p++) {
         int64_t n = sn_numel(params[p]);
@@ -331,8 +346,8 @@ START_TEST(gradient) {
                          0.3 * ((double)sn_rng_below(&r, 2001) / 1000.0 - 1.0);
         ck_assert(sn_interp_set_f64(it, params[p], vals[p], &e) == SN_OK);
     }
-    int32_t x[16], y[16];
-    for (int i = 0; i < 16; i++) x[i] = (i * 7 + 3) % 32, y[i] = (i * 5 + 1) % 32;
+    int32_t x[32], y[32]; /* 32 rows: the siblings pass joins products over as many */
+    for (int i = 0; i < 32; i++) x[i] = (i * 7 + 3) % 32, y[i] = (i * 5 + 1) % 32;
     ck_assert(sn_interp_set_i32(it, m.idx, x, &e) == SN_OK && sn_interp_set_i32(it, m.targets, y, &e) == SN_OK);
     sn_rng r = sn_rng_seed(99);
     for (int p = 0; p < np; p++) {
@@ -402,18 +417,25 @@ static sn_graph *tiny_llama_training(bool bias, bool bf16, int policy, sn_llama_
     sn_llama m;
     sn_err e;
     ck_assert_msg(sn_llama_build(g, c, TINY_B, TINY_T, &m, &e) == SN_OK, "%s", e.msg);
-    /* a layer: q k v, o, gate up, down and the written-out attention's two; the head */
-    ck_assert_int_eq(products(g, 0, g->n_nodes), 6 * c->n_layer + 1);
+    /* a layer: q, k, v, o, gate, up, down and the written-out attention's two; the head */
+    ck_assert_int_eq(products(g, 0, g->n_nodes), 9 * c->n_layer + 1);
     sn_pipeline_opts o = sn_pipeline_defaults();
+    sn_target t = sn_target_cpu();
+    t.fuse_siblings = true; /* as CUDA's: the CPU's own keeps a product a weight */
+    o.target = &t;
     o.backward = true;
     o.precision = bf16 ? SN_PRECISION_BF16 : SN_PRECISION_FP32;
     o.checkpoint = policy;
-    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_stats st = {0};
+    ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(st.siblings_fused, 5 * c->n_layer); /* q, k, v and gate, up */
+    /* the forward's products: q k v, o, gate up, down (the attention fused); the head */
+    ck_assert_int_eq(products(g, 0, g->n_forward), 4 * c->n_layer + 1);
     return g;
 }
 
-/* A layer's q, k, v (and gate, up) are one product of the normed x in training (models/llama.c
- * fused_projections): 4 forward GEMMs a layer where there were 7, and in the backward one for
+/* A layer's q, k, v (and gate, up) are one product of the normed x where the target fuses
+ * siblings (passes/siblings.c; CUDA's): 4 forward GEMMs a layer where there were 7, and in the backward one for
  * x's gradient of each, each weight's gradient its own GEMM reading its columns of the joint
  * gradient in place (no kernel copies a weight's rows out of a joint weight gradient; the
  * biases' gradients are their parts of one column sum, vectors copied); the compiled program,
@@ -439,6 +461,16 @@ START_TEST(projections_fused) {
     ck_assert_int_eq(gemms, 15 * c.n_layer + 3);
     ck_assert_int_eq(copies, 0);
     sn_program_free(p);
+    /* the CPU's own target keeps them apart: 7 forward products a layer */
+    sn_graph *h = sn_graph_new();
+    sn_llama m;
+    ck_assert_msg(sn_llama_build(h, &c, TINY_B, TINY_T, &m, &e) == SN_OK, "%s", e.msg);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    sn_pipeline_stats st = {0};
+    ck_assert_msg(sn_compile(h, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(st.siblings_fused, 0);
+    sn_graph_free(h);
     tiny_check_compiled_tol(g, 5 + (uint64_t)_i, bf16 ? "llama fused projections, bf16"
                                                       : "llama fused projections", bf16 ? 4 * 0x1p-9 : 1e-4);
     sn_graph_free(g);
@@ -726,7 +758,7 @@ int main(void) {
     tcase_add_loop_test(tc, greedy, 0, 6);
     tcase_add_test(tc, configs);
     tcase_add_test(tc, config_text_round_trip);
-    tcase_add_loop_test(tc, gradient, 0, 2);
+    tcase_add_loop_test(tc, gradient, 0, 4);
     tcase_add_test(tc, attention_fused);
     tcase_add_loop_test(tc, projections_fused, 0, 4);
     tcase_add_loop_test(tc, projections_fused_checkpointed, 0, 2);

@@ -648,16 +648,15 @@ END_TEST
 
 
 /* LLaMA's untied LM head (lm_head.weight) keeps its dtype under the nf4 pass, as bitsandbytes
- * keeps it in 16 bits (the product that makes the logits); every other linear weight is NF4.
- * (A generation graph: a training graph without adapters makes q, k, v one product of their
- * weights concatenated, which the pass leaves alone; QLoRA's has adapters and keeps each.) */
+ * keeps it in 16 bits (the product that makes the logits); every other linear weight is NF4. */
 START_TEST(untied_head_keeps_its_dtype) {
     sn_llama_config c;
     ck_assert(sn_llama_config_find("llama-tiny", &c));
     ck_assert(!c.tie_word_embeddings);
     sn_graph *g = sn_graph_new();
+    sn_llama m;
     sn_err e;
-    ck_assert_msg(sn_llama_build_kv(g, &c, 1, 8, false, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_llama_build(g, &c, 1, 8, &m, &e) == SN_OK, "%s", e.msg);
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i]->op == SN_OP_PARAM) sn_param_freeze(g->nodes[i]);
     sn_graph *out;
