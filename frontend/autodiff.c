@@ -37,9 +37,8 @@ static sn_node *cast_once(ad_state *s, sn_node *x, sn_dtype t) {
     return sn_cast(s->g, x, t);
 }
 
-/* Whether x is a parameter, or parameters concatenated (models/llama.c: several projections
- * of one x as one product): a weight, whose gradient is not rounded on its way to the f32
- * masters. */
+/* Whether x is a parameter, or parameters concatenated (passes/siblings.c: several products
+ * of one x as one): a weight, whose gradient is not rounded on its way to the f32 masters. */
 static bool weights(const sn_node *x) {
     if (x->op == SN_OP_PARAM) return true;
     if (x->op != SN_OP_CONCAT) return false;
@@ -112,8 +111,8 @@ static void matmul_rule(ad_state *s, sn_node *n, sn_node *dc) {
 
 /* Part [lo, hi) along axis of dy when dy is a weight gradient's product A^T B (or its f32
  * widening) and axis its rows: the product of A's columns [lo, hi), a GEMM that reads them in
- * place (the gradients of weights concatenated for one product, models/llama.c: each weight's
- * own GEMM, no copy of its rows out of the whole); else NULL. */
+ * place (the gradients of weights concatenated for one product, passes/siblings.c: each
+ * weight's own GEMM, no copy of its rows out of the whole); else NULL. */
 static sn_node *part_of(sn_graph *g, sn_node *dy, int axis, int64_t lo, int64_t hi) {
     sn_node *p = dy->op == SN_OP_CAST && dy->in[0]->op == SN_OP_MATMUL ? dy->in[0] : dy;
     if (p->op != SN_OP_MATMUL || p->rank != 2 || axis != 0 || !p->a.ta || p->in[0]->rank != 2)

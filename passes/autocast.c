@@ -174,9 +174,9 @@ static bool read_low(const sn_graph *in, const sn_node *x) {
 }
 
 /* Whether old node x is a product (no bias: LLaMA's projections), an adapted one's sum, or a
- * projection's columns of several made as one product (models/llama.c: q, k, v and gate, up of
- * one x: a slice along the product's last axis), as SwiGLU's gate and up and the rotary
- * embeddings' q and k are. */
+ * product's columns of several made one (passes/siblings.c: q, k, v and gate, up of one x: a
+ * slice along the product's last axis), as SwiGLU's gate and up and the rotary embeddings' q
+ * and k are. */
 static bool plain_product(const sn_node *x) {
     if (x->op == SN_OP_SLICE && x->a.axis == x->rank - 1) x = x->in[0];
     const sn_node *base = adapter_base(x);

@@ -157,7 +157,7 @@ static void keep_boundaries(rc_state *s, int every) {
 }
 
 /* Whether forward node n is a copy of weights: a concatenation of parameters (or of their
- * casts), or its cast (models/llama.c's projections made one product). Not an activation, but
+ * casts), or its cast (passes/siblings.c: products of one x made one). Not an activation, but
  * as large as its weights and made again by a copy: recomputed like the stretch around it. */
 static bool weights_copy(const sn_node *n) {
     if (n->op == SN_OP_CAST) n = n->in[0];
