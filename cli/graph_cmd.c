@@ -143,7 +143,7 @@ static int cmd_graph(int argc, char **argv) {
         sn_graph_clear_outputs(g);
         sn_graph_add_output(g, loss);
     }
-    sn_pipeline_stats st;
+    sn_pipeline_stats st = {0};
     if (!s) {
         printf("# model %s: %s; input %ld x %ld%s\n", a.model, head, B, T, a.lora ? "; LoRA" : a.ia3 ? "; IA3" : "");
         printf("# parameters: ");
@@ -175,6 +175,8 @@ static int cmd_graph(int argc, char **argv) {
                    sn_recompute_policy_name((sn_recompute_policy)o.checkpoint), st.checkpoint_recomputed,
                    st.step_flops > 0 ? 100 * st.checkpoint_extra_flops / st.step_flops : 0.0);
         if (st.logits_chunks) printf("; LM head in %d chunks", st.logits_chunks);
+        if (st.siblings_fused) printf("; products joined: %d", st.siblings_fused);
+        if (st.siblings_joined) printf("; pointwise kernels joined: %d", st.siblings_joined);
         if (o.schedule)
             printf("; schedule: %d kernels moved, live arena bytes at most %lld -> %lld", st.schedule_moved,
                    (long long)st.schedule_peak_before, (long long)st.schedule_peak_after);
