@@ -198,6 +198,15 @@ sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
                            CUdeviceptr aux, CUdeviceptr c, CUdeviceptr workspace,
                            size_t workspace_bytes, CUstream stream, sn_err *e);
 void sn_gemm_plan_free(sn_cuda_api *a, sn_gemm_plan *p);
+/* The heuristic's algorithms for the plan, best first: up to n into out[0..*found) (the plan's
+ * own is the first of a call with n = 1). */
+sn_status sn_gemm_plan_candidates(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,
+                                  int n, cublasLtMatmulHeuristicResult_t *out, int *found,
+                                  sn_err *e);
+/* The plan's problem, and whether it computes in TF32. */
+const sn_gemm_shape *sn_gemm_plan_shape(const sn_gemm_plan *p, bool *tf32);
+/* Runs the plan with algorithm r (one of sn_gemm_plan_candidates') from now on. */
+void sn_gemm_plan_use(sn_gemm_plan *p, const cublasLtMatmulHeuristicResult_t *r);
 
 /* ---- graph.c: the step as a CUDA Graph ---- */
 
