@@ -6,6 +6,7 @@
  * settings are environment variables read at its first cuInit, so each test (a forked process)
  * sets its own before it opens the device. */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1509,6 +1510,220 @@ START_TEST(lora_16bit_base_trains_as_the_f32_base) {
 }
 END_TEST
 
+/* ---- SN_GEMM_TUNE (runtime/cuda/gemm_tune.c) on the stand-in's algorithms ---- */
+
+/* stderr into a temporary file from begin to end, which returns what was written (malloc'd). */
+typedef struct {
+    FILE *f;
+    int saved;
+} stderr_capture;
+
+static void capture_begin(stderr_capture *c) {
+    fflush(stderr);
+    ck_assert((c->f = tmpfile()) && (c->saved = dup(2)) >= 0 && dup2(fileno(c->f), 2) >= 0);
+}
+
+static char *capture_end(stderr_capture *c) {
+    fflush(stderr);
+    dup2(c->saved, 2);
+    close(c->saved);
+    long n = ftell(c->f);
+    char *s = calloc((size_t)n + 1, 1);
+    rewind(c->f);
+    ck_assert(s && fread(s, 1, (size_t)n, c->f) == (size_t)n);
+    fclose(c->f);
+    return s;
+}
+
+/* SN_GEMM_TUNE's values: 0 or unset off, 2 to 32 on, any other refused naming what it takes. */
+START_TEST(gemm_tune_setting_is_checked) {
+    const struct {
+        const char *v;
+        int n; /* -1: refused */
+    } cases[] = {{"", 0}, {"0", 0}, {"2", 2}, {"16", 16}, {"32", 32}, {"1", -1}, {"33", -1},
+                 {"-4", -1}, {"16x", -1}, {"many", -1}, {"99999999999999999999", -1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        setenv("SN_GEMM_TUNE", cases[i].v, 1);
+        sn_gemm_tuner t;
+        sn_err e = {0};
+        sn_status st = sn_gemm_tuner_init(&t, &e);
+        ck_assert_int_eq(st, cases[i].n < 0 ? SN_ERR_INVALID : SN_OK);
+        if (cases[i].n >= 0) ck_assert_int_eq(t.n, cases[i].n);
+        else ck_assert_msg(strstr(e.msg, cases[i].v) && strstr(e.msg, "2 to 32"), "%s", e.msg);
+        sn_gemm_tuner_free(&t);
+    }
+    /* the device refuses to start with a bad one, saying so */
+    setenv("SN_GEMM_TUNE", "many", 1);
+    use_standin();
+    sn_device *d = NULL;
+    sn_err e;
+    ck_assert_int_eq(sn_cuda_device_new(0, &d, &e), SN_ERR_INVALID);
+    ck_assert_has(e.msg, "SN_GEMM_TUNE=many");
+    ck_assert_ptr_null(d);
+    unsetenv("SN_GEMM_TUNE");
+}
+END_TEST
+
+/* The stand-in's heuristic asked for more than one gives four algorithms that compute alike:
+ * the first modeled at 30 us a run, the second at 10 (the fastest) without an epilogue and 30
+ * with one (a tie), the third at 50, the fourth refusing to run. Tuning runs each that runs once
+ * and then 5 times timed, and keeps the fastest: the second for a plain product and for one
+ * adding its C in place (whose D then holds A B + C, untouched by the tuning), the first on a
+ * tie (the bias epilogue) and when asked for 2 of a bias GEMM; an alike problem takes the
+ * winner with nothing run; a problem whose scratch does not fit keeps the first. */
+START_TEST(gemm_tuning_keeps_the_fastest) {
+    lt_setup L;
+    lt_open(&L);
+    sn_cuda_api *a = &L.a;
+    sn_err e;
+    uint64_t (*runs)(int) = (uint64_t(*)(int))dlsym(a->handle[SN_LIB_CUBLASLT], "sn_standin_cublaslt_runs");
+    ck_assert_ptr_nonnull(runs);
+    enum { M = 5, N = 8, K = 3, WS = 1 << 20 };
+    sn_gemm_shape plain = {.M = M, .N = N, .K = K, .batch = 1, .lda = K, .ldb = N, .ldd = N};
+    sn_gemm_shape bias = plain, accum = plain, huge = plain;
+    bias.epi = SN_EPI_BIAS;
+    accum.accum = true;
+    huge.M = huge.N = huge.ldb = huge.ldd = 1 << 17; /* 64 GiB of f32 D: more than the 4G */
+    const struct {
+        const sn_gemm_shape *s;
+        int n, tried, ran, chosen;
+        double first_us, chosen_us;
+        bool known, no_scratch;
+    } cases[] = {
+        {&plain, 4, 4, 3, 1, 30, 10, false, false},  {&bias, 4, 4, 3, 0, 30, 30, false, false},
+        {&accum, 4, 4, 3, 1, 30, 10, false, false},  {&plain, 4, 0, 0, 1, 0, 0, true, false},
+        {&bias, 2, 2, 2, 0, 30, 30, false, false},   {&huge, 4, 4, 0, 0, 0, 0, false, true},
+    };
+    CUdeviceptr dA, dB, dD, ws;
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dA, 4 * M * K));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dB, 4 * K * N));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dD, 4 * M * N));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &ws, WS));
+    float A[M * K], Bm[K * N], C[M * N], D[M * N];
+    double want[M * N], got[M * N];
+    fill(A, M * K, 1);
+    fill(Bm, K * N, 2);
+    fill(C, M * N, 3);
+    setenv("SN_GEMM_TUNE", "4", 1);
+    setenv("SN_GEMM_TUNE_LOG", "1", 1);
+    sn_gemm_tuner t[2]; /* asked for 4, and for 2 */
+    CK(sn_gemm_tuner_init(&t[0], &e));
+    setenv("SN_GEMM_TUNE", "2", 1);
+    CK(sn_gemm_tuner_init(&t[1], &e));
+    stderr_capture cap;
+    capture_begin(&cap);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sn_gemm_plan *p;
+        CK(sn_gemm_plan_new(a, L.lt, cases[i].s, false, WS, &p, &e));
+        uint64_t before[4];
+        for (int k = 0; k < 4; k++) before[k] = runs(k);
+        sn_gemm_tune_result r;
+        CK(sn_gemm_tune(&t[cases[i].n == 2], a, L.lt, p, L.stream, ws, WS, &r, &e));
+        ck_assert_msg(r.tried == cases[i].tried && r.ran == cases[i].ran &&
+                      r.chosen == cases[i].chosen && r.known == cases[i].known &&
+                      r.no_scratch == cases[i].no_scratch &&
+                      fabs(r.first_s - 1e-6 * cases[i].first_us) < 1e-9 &&
+                      fabs(r.chosen_s - 1e-6 * cases[i].chosen_us) < 1e-9,
+                      "case %zu: %d tried, %d ran, #%d chosen, %g and %g s, known %d, no scratch "
+                      "%d", i, r.tried, r.ran, r.chosen, r.first_s, r.chosen_s, r.known,
+                      r.no_scratch);
+        for (int k = 0; k < 4; k++) /* each candidate that runs: once, then 5 times timed */
+            ck_assert_int_eq(runs(k) - before[k], k < cases[i].ran ? 6 : 0);
+        if (cases[i].s == &huge) {
+            sn_gemm_plan_free(a, p);
+            continue;
+        }
+        /* the plan runs its winner on the program's buffers: A B (+ C already in D, in place) */
+        CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dA, A, sizeof A, L.stream));
+        CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dB, Bm, sizeof Bm, L.stream));
+        CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dD, C, sizeof C, L.stream));
+        for (int k = 0; k < 4; k++) before[k] = runs(k);
+        float zeros[N] = {0};
+        CUdeviceptr dbias = dD + 4 * M * N; /* unused without the epilogue */
+        if (cases[i].s->epi == SN_EPI_BIAS) {
+            CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dbias, sizeof zeros));
+            CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dbias, zeros, sizeof zeros, L.stream));
+        }
+        CK(sn_gemm_plan_run(a, L.lt, p, dD, dA, dB, cases[i].s->epi == SN_EPI_BIAS ? dbias : 0, 0,
+                            cases[i].s->accum ? dD : 0, ws, WS, L.stream, &e));
+        CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, D, dD, sizeof D, L.stream));
+        CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, L.stream));
+        if (cases[i].s->epi == SN_EPI_BIAS) CK(SN_CUDA_CHECK(a, &e, cuMemFree, dbias));
+        ck_assert_int_eq(runs(cases[i].chosen) - before[cases[i].chosen], 1);
+        reference(cases[i].s, A, Bm, zeros, NULL, C, want, NULL);
+        for (int j = 0; j < M * N; j++) got[j] = D[j];
+        sn_check_close("the tuned plan's product", got, want, M * N, 1e-6, 1);
+        sn_gemm_plan_free(a, p);
+    }
+    char *log = capture_end(&cap);
+    ck_assert_int_eq(t[0].timed, 3); /* plain, bias, accum: the alike one and the huge one not */
+    ck_assert_int_eq(t[0].switched, 2);
+    ck_assert_int_eq(t[1].timed, 1);
+    /* SN_GEMM_TUNE_LOG: a line per problem timed, one for the huge one's want of room */
+    ck_assert_has(log, "sinter: gemm tune: 5 x 8 x 3, batch 1, f32 into f32, epilogue none: the "
+                  "heuristic's first 30.00 us, #1 10.00 us (3.000x), 3 of 4 candidates ran\n");
+    ck_assert_has(log, "epilogue bias: the heuristic's first 30.00 us, #0 30.00 us (1.000x), 3 of 4");
+    ck_assert_has(log, "epilogue none + C: the heuristic's first 30.00 us, #1 10.00 us");
+    ck_assert_has(log, "epilogue bias: the heuristic's first 30.00 us, #0 30.00 us (1.000x), 2 of 2");
+    ck_assert_has(log, "131072 x 131072 x 3, batch 1, f32 into f32, epilogue none: no room for 64");
+    ck_assert_has(log, "of scratch operands: the heuristic's first kept, untimed\n");
+    printf("test_standin: SN_GEMM_TUNE's lines:\n%s", log);
+    free(log);
+    for (int k = 0; k < 2; k++) sn_gemm_tuner_free(&t[k]);
+    unsetenv("SN_GEMM_TUNE");
+    unsetenv("SN_GEMM_TUNE_LOG");
+    lt_close(&L);
+}
+END_TEST
+
+/* Tuned (SN_GEMM_TUNE=4) tiny GPT-2 in bf16 and its LoRA (whose base GEMMs add the adapters' C:
+ * _i) train on the stand-in to the bit as untuned: its algorithms compute alike, and the
+ * tuning touches none of the program's buffers. The plain GEMMs take the fastest (the second),
+ * those with an epilogue keep the first (a tie). */
+START_TEST(gemm_tuning_trains_as_untuned) {
+    if (!have_nvrtc()) return;
+    enum { N = 6 };
+    double loss[2][N], norm[2][N];
+    sn_cuda_stats st[2];
+    for (int tuned = 0; tuned < 2; tuned++) {
+        if (tuned) setenv("SN_GEMM_TUNE", "4", 1);
+        sn_device *d = cuda(NULL);
+        int stored;
+        sn_graph *g = _i ? tiny_lora_at(SN_PRECISION_BF16, false, &stored) : tiny_at(SN_PRECISION_BF16);
+        sn_err e;
+        sn_trainer *tr = trainer_on(g, d, &e);
+        ck_assert_msg(tr, "%s", e.msg);
+        int32_t x[B * T], y[B * T];
+        for (int s = 0; s < N; s++) {
+            sn_step_stats ss;
+            batch(x, y, (uint64_t)s);
+            ck_assert_msg(sn_trainer_step(tr, x, y, &ss, &e) == SN_OK, "step %d: %s", s, e.msg);
+            loss[tuned][s] = ss.loss;
+            norm[tuned][s] = ss.grad_norm;
+        }
+        sn_cuda_stats_get(d, &st[tuned]);
+        if (tuned) ck_assert_has(d->name, ", GEMMs tuned (SN_GEMM_TUNE=4)");
+        sn_trainer_free(tr);
+        sn_graph_free(g);
+        sn_device_free(d);
+    }
+    unsetenv("SN_GEMM_TUNE");
+    ck_assert_int_eq(st[0].gemm_tuned, 0);
+    ck_assert_int_gt(st[1].gemm_tuned, 0);
+    ck_assert_int_lt(st[1].gemm_tuned, st[1].gemm_plans); /* alike problems timed once */
+    ck_assert_int_gt(st[1].gemm_tune_switched, 0);
+    ck_assert_int_lt(st[1].gemm_tune_switched, st[1].gemm_tuned); /* the bias epilogues' ties */
+    for (int s = 0; s < N; s++)
+        ck_assert_msg(loss[0][s] == loss[1][s] && norm[0][s] == norm[1][s], "step %d: loss %.17g "
+                      "untuned, %.17g tuned; norm %.17g, %.17g", s, loss[0][s], loss[1][s],
+                      norm[0][s], norm[1][s]);
+    printf("test_standin: tiny GPT-2%s bf16 tuned (SN_GEMM_TUNE=4): %d GEMM plans, %d problems "
+           "timed, %d switched; %d losses bit for bit as untuned (%.6f -> %.6f)\n",
+           _i ? " LoRA" : "", st[1].gemm_plans, st[1].gemm_tuned, st[1].gemm_tune_switched, N,
+           loss[1][0], loss[1][N - 1]);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("standin");
     TCase *tc = tcase_create("standin");
@@ -1528,6 +1743,9 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, part_failure_names_the_part, 0, 2);
     tcase_add_loop_test(tc, injected_failure_says_what_failed, 0,
                         (int)(sizeof failures / sizeof *failures));
+    tcase_add_test(tc, gemm_tune_setting_is_checked);
+    tcase_add_test(tc, gemm_tuning_keeps_the_fastest);
+    tcase_add_loop_test(tc, gemm_tuning_trains_as_untuned, 0, 2);
     suite_add_tcase(s, tc);
     TCase *off = tcase_create("offload");
     tcase_set_timeout(off, 240);

@@ -1,7 +1,8 @@
 /* cublaslt.c: one cuBLASLt plan per GEMM kernel, built when the program is loaded (matmul
- * descriptor, layouts, preference, the heuristic's algorithm), run with no setup per call. A and
- * B are f32 (fp32 or TF32 compute), or both bf16 or both f16 (autocast; CUBLAS_COMPUTE_32F, f32
- * accumulation); D is f32 or A's type. The epilogues set: CUBLASLT_EPILOGUE_DEFAULT, and
+ * descriptor, layouts, preference, the heuristic's algorithm, or with SN_GEMM_TUNE the fastest
+ * of several: gemm_tune.c), run with no setup per call. A and B are f32 (fp32 or TF32 compute),
+ * or both bf16 or both f16 (autocast; CUBLAS_COMPUTE_32F, f32 accumulation); D is f32 or A's
+ * type. The epilogues set: CUBLASLT_EPILOGUE_DEFAULT, and
  * CUBLASLT_EPILOGUE_BIAS (the bias of D's type, cuBLASLt's rule for BIAS_DATA_TYPE outside fp8
  * and IMMA kernels: f32 with an f32 D, bf16 with a bf16 D; its pointer set before each run) for
  * GEMM kernels with a bias (program/kernel.h: SN_EPI_BIAS); CUBLASLT_EPILOGUE_GELU_BIAS,
@@ -31,6 +32,7 @@ struct sn_gemm_plan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, d; /* cuBLASLt's A (our B), B (our A), C = D */
     cublasLtMatmulPreference_t pref;
+    bool tf32;     /* TF32 compute (part of what makes two plans alike: gemm_tune.c) */
     bool has_algo;
     cublasLtMatmulHeuristicResult_t heur;
 };
@@ -94,6 +96,39 @@ static sn_status layout(sn_cuda_api *a, cublasLtMatrixLayout_t *l, sn_dtype t, u
         return st;
     return SN_CUDA_CHECK(a, e, cublasLtMatrixLayoutSetAttribute, *l,
                          CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+}
+
+/* Sets pointer attribute attr of the plan's descriptor to device address v. */
+static sn_status set_pointer(sn_cuda_api *a, const sn_gemm_plan *p, int attr, CUdeviceptr v,
+                             sn_err *e) {
+    void *ptr = (void *)(uintptr_t)v;
+    return SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
+                         (cublasLtMatmulDescAttributes_t)attr, &ptr, sizeof ptr);
+}
+
+sn_status sn_gemm_plan_candidates(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,
+                                  int n, cublasLtMatmulHeuristicResult_t *out, int *found,
+                                  sn_err *e) {
+    *found = 0;
+    /* the heuristic reads the bias's and the aux's alignment from their pointers' values (set
+       for real per run) */
+    sn_status st = SN_OK;
+    if (sn_gemm_has_bias(p->s.epi))
+        st = set_pointer(a, p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, OPERAND_ALIGN, e);
+    if (!st && sn_gemm_has_aux(p->s.epi))
+        st = set_pointer(a, p, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, OPERAND_ALIGN, e);
+    return st ? st : SN_CUDA_CHECK(a, e, cublasLtMatmulAlgoGetHeuristic, handle, p->desc, p->a,
+                                   p->b, p->d, p->d, p->pref, n, out, found);
+}
+
+const sn_gemm_shape *sn_gemm_plan_shape(const sn_gemm_plan *p, bool *tf32) {
+    *tf32 = p->tf32;
+    return &p->s;
+}
+
+void sn_gemm_plan_use(sn_gemm_plan *p, const cublasLtMatmulHeuristicResult_t *r) {
+    p->heur = *r;
+    p->has_algo = true;
 }
 
 void sn_gemm_plan_free(sn_cuda_api *a, sn_gemm_plan *p) {
@@ -168,19 +203,10 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
         st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceSetAttribute, p->pref,
                            (cublasLtMatmulPreferenceAttributes_t)m, &align, sizeof align);
     }
-    /* the heuristic reads the bias's and the aux's alignment from their pointers' values (set
-       for real per run) */
-    void *bias_at = (void *)(uintptr_t)OPERAND_ALIGN;
-    if (!st && bias)
-        st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
-                           CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_at, sizeof bias_at);
-    if (!st && aux)
-        st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
-                           CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &bias_at, sizeof bias_at);
+    p->tf32 = fast;
     if (!st && handle) { /* without a handle (no GPU, in tests) the plan stops here */
         int found = 0;
-        st = SN_CUDA_CHECK(a, e, cublasLtMatmulAlgoGetHeuristic, handle, p->desc, p->a, p->b,
-                           p->d, p->d, p->pref, 1, &p->heur, &found);
+        st = sn_gemm_plan_candidates(a, handle, p, 1, &p->heur, &found, e);
         if (!st && found == 0)
             st = sn_fail(e, SN_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for the GEMM "
                          "(%s into %s, %lld x %lld x %lld, batch %lld%s%s, epilogue %s%s) with a "
@@ -198,14 +224,6 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     }
     *out = p;
     return SN_OK;
-}
-
-/* Sets pointer attribute attr of the plan's descriptor to device address v. */
-static sn_status set_pointer(sn_cuda_api *a, const sn_gemm_plan *p, int attr, CUdeviceptr v,
-                             sn_err *e) {
-    void *ptr = (void *)(uintptr_t)v;
-    return SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
-                         (cublasLtMatmulDescAttributes_t)attr, &ptr, sizeof ptr);
 }
 
 sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,

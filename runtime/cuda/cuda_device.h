@@ -63,6 +63,9 @@ typedef struct {
     sn_cuda_part_stats part[SN_CUDA_MAX_PARTS];
     int graphs_captured, graph_launches, eager_steps;
     int gemm_plans;
+    int gemm_tuned, gemm_tune_switched; /* SN_GEMM_TUNE: problems timed; those whose fastest
+                                           is not the heuristic's first */
+    double gemm_tune_s;           /* spent timing them (part of gemm_s) */
 } sn_cuda_stats;
 void sn_cuda_stats_get(const sn_device *d, sn_cuda_stats *s);
 

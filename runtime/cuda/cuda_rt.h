@@ -198,6 +198,56 @@ sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
                            CUdeviceptr aux, CUdeviceptr c, CUdeviceptr workspace,
                            size_t workspace_bytes, CUstream stream, sn_err *e);
 void sn_gemm_plan_free(sn_cuda_api *a, sn_gemm_plan *p);
+/* The heuristic's algorithms for the plan, best first: up to n into out[0..*found) (the plan's
+ * own is the first of a call with n = 1). */
+sn_status sn_gemm_plan_candidates(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_plan *p,
+                                  int n, cublasLtMatmulHeuristicResult_t *out, int *found,
+                                  sn_err *e);
+/* The plan's problem, and whether it computes in TF32. */
+const sn_gemm_shape *sn_gemm_plan_shape(const sn_gemm_plan *p, bool *tf32);
+/* Runs the plan with algorithm r (one of sn_gemm_plan_candidates') from now on. */
+void sn_gemm_plan_use(sn_gemm_plan *p, const cublasLtMatmulHeuristicResult_t *r);
+
+/* ---- gemm_tune.c: SN_GEMM_TUNE, the fastest of the heuristic's candidates ---- */
+
+enum { SN_GEMM_TUNE_MAX = 32, SN_GEMM_TUNE_REPS = 5 };
+
+/* The tuning of one device: the settings from the environment, the GEMMs timed so far. */
+typedef struct sn_gemm_tuned sn_gemm_tuned;
+typedef struct {
+    int n;             /* SN_GEMM_TUNE: candidates to time, 2..SN_GEMM_TUNE_MAX; 0: none */
+    bool log;          /* SN_GEMM_TUNE_LOG=1: a line on stderr per GEMM timed */
+    sn_gemm_tuned *known; /* [n_known]: each problem timed and its winner */
+    int n_known;
+    int timed, switched; /* problems timed; those whose winner is not the heuristic's first */
+    double seconds;    /* spent timing (wall) */
+} sn_gemm_tuner;
+
+/* What tuning one plan did. */
+typedef struct {
+    int tried, ran;     /* the heuristic's candidates; those cuBLASLt ran (the others skipped) */
+    int chosen;         /* the winner's place in the heuristic's order (0: its first; known:
+                           the alike problem's) */
+    double first_s, chosen_s; /* the median seconds of a run: the first's (0: it did not run), the
+                                 winner's */
+    bool known;         /* an alike problem was timed before: its winner, nothing run */
+    bool no_scratch;    /* no memory for the scratch operands: the first kept, nothing run */
+} sn_gemm_tune_result;
+
+/* Reads SN_GEMM_TUNE (unset, empty or 0: off; 2 to 32: on; anything else is SN_ERR_INVALID
+ * saying what it takes) and SN_GEMM_TUNE_LOG. */
+sn_status sn_gemm_tuner_init(sn_gemm_tuner *t, sn_err *e);
+void sn_gemm_tuner_free(sn_gemm_tuner *t);
+/* With tuning on: asks the heuristic for up to t->n algorithms for plan p, runs each on scratch
+ * operands (random values in one allocation, freed before returning; none of the program's
+ * buffers) on stream, once to warm up and SN_GEMM_TUNE_REPS times between events, and makes the
+ * plan use the one of least median time (a tie: the earlier in the heuristic's order). A candidate
+ * cuBLASLt refuses to run is skipped; without memory for the scratch, the plan keeps its
+ * algorithm. A problem alike (sn_gemm_shape's every field and TF32) to one timed before takes its
+ * winner. Tuning off: nothing. *r (may be NULL) says what was done. */
+sn_status sn_gemm_tune(sn_gemm_tuner *t, sn_cuda_api *a, cublasLtHandle_t handle, sn_gemm_plan *p,
+                       CUstream stream, CUdeviceptr workspace, size_t workspace_bytes,
+                       sn_gemm_tune_result *r, sn_err *e);
 
 /* ---- graph.c: the step as a CUDA Graph ---- */
 

@@ -1,7 +1,7 @@
 /* device.c: the CUDA device behind sn_device: the primary context, one stream, device memory
  * from cuMemAlloc, a module per part of each compiled program (compile_parts.c: NVRTC children
  * through the disk cache), launches with the kernels' launch dimensions, cuBLASLt plans for GEMM
- * kernels, the step queued for graphs.
+ * kernels (tuned when SN_GEMM_TUNE asks: gemm_tune.c), the step queued for graphs.
  * Convention: a device pointer is a CUdeviceptr cast to void *; nothing here dereferences one. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -50,6 +50,7 @@ typedef struct {
     cuda_gemm **gemms; /* by kernel, for gemm() (which receives no handle) */
     int n_gemms;
     sn_cuda_graphs *graphs;
+    sn_gemm_tuner tune; /* SN_GEMM_TUNE (gemm_tune.c) */
     sn_err deferred; /* a failure of work issued by free(), which returns none: told next */
     bool has_deferred;
     sn_cuda_stats st;
@@ -230,9 +231,13 @@ static sn_status gemm_plan(cuda_dev *c, const sn_kernel *k, cuda_gemm **out, sn_
     g->k = k;
     sn_gemm_shape s = sn_gemm_shape_of(k);
     st = sn_gemm_plan_new(API, c->lt, &s, c->opts.tf32 && c->sm >= 80, WORKSPACE_BYTES, &g->plan, e);
+    if (!st)
+        st = sn_gemm_tune(&c->tune, API, c->lt, g->plan, c->stream, c->workspace, WORKSPACE_BYTES,
+                          NULL, e);
     if (st) {
         size_t len = strlen(e->msg);
         snprintf(e->msg + len, sizeof e->msg - len, " (GEMM kernel %s)", k->name);
+        sn_gemm_plan_free(API, g->plan);
         free(g);
         return st;
     }
@@ -406,6 +411,7 @@ static void cu_destroy(sn_device *d) {
     free(c->modules);
     free(c->owned);
     free(c->gemms);
+    sn_gemm_tuner_free(&c->tune);
     sn_cuda_api_unload(API);
     free(c);
 }
@@ -415,6 +421,9 @@ void sn_cuda_stats_get(const sn_device *d, sn_cuda_stats *s) {
     if (!d || d->destroy != cu_destroy) return;
     const cuda_dev *c = d->impl;
     *s = c->st;
+    s->gemm_tuned = c->tune.timed;
+    s->gemm_tune_switched = c->tune.switched;
+    s->gemm_tune_s = c->tune.seconds;
     if (c->graphs) sn_cuda_graphs_counts(c->graphs, &s->graphs_captured, &s->graph_launches,
                                          &s->eager_steps);
 }
@@ -454,10 +463,11 @@ static sn_status open_device(cuda_dev *c, int ordinal, sn_err *e) {
     if ((st = SN_CUDA_CHECK(API, e, cuCtxSetCurrent, c->ctx)) ||
         (st = SN_CUDA_CHECK(API, e, cuStreamCreate, &c->stream, CU_STREAM_NON_BLOCKING)))
         return st;
-    char mem_s[32];
-    snprintf(c->name, sizeof c->name, "cuda %d: %s, sm_%d, %s, %d SMs%s", ordinal, gpu, c->sm,
+    char mem_s[32], tune[48] = "";
+    if (c->tune.n) snprintf(tune, sizeof tune, ", GEMMs tuned (SN_GEMM_TUNE=%d)", c->tune.n);
+    snprintf(c->name, sizeof c->name, "cuda %d: %s, sm_%d, %s, %d SMs%s%s", ordinal, gpu, c->sm,
              sn_bytes_str((int64_t)mem, mem_s, sizeof mem_s), sms,
-             c->opts.tf32 && c->sm >= 80 ? ", TF32 GEMMs" : "");
+             c->opts.tf32 && c->sm >= 80 ? ", TF32 GEMMs" : "", tune);
     c->graphs = sn_cuda_graphs_new(API, c->stream, !c->opts.no_graphs, issue, c, e);
     return c->graphs ? SN_OK : SN_ERR_OOM;
 }
@@ -470,7 +480,8 @@ sn_status sn_cuda_device_new_opts(int ordinal, const sn_cuda_opts *o, sn_device 
     c->opts.cache_dir = NULL; /* copied into the cache below */
     sn_cuda_cache_init(&c->cache, o ? o->cache_dir : NULL, c->opts.no_cache);
     c->base.impl = c;
-    sn_status st = open_device(c, ordinal, e);
+    sn_status st = sn_gemm_tuner_init(&c->tune, e);
+    if (!st) st = open_device(c, ordinal, e);
     if (st) {
         cu_destroy(&c->base);
         return st;

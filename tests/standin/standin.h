@@ -40,8 +40,12 @@ typedef void *(*sn_standin_host_fn)(CUdeviceptr p, size_t bytes);
 typedef int (*sn_standin_op_fn)(const void *data);
 typedef int (*sn_standin_enqueue_fn)(CUstream s, sn_standin_op_fn fn, const void *data,
                                      size_t bytes);
+/* Advances the clock events read by what an algorithm of the stand-in cuBLASLt's is modeled to
+ * take (standin_driver.c, events): run times that do not depend on the CPU's load. */
+typedef void (*sn_standin_model_fn)(double seconds);
 #define SN_STANDIN_HOST_SYM "sn_standin_host"
 #define SN_STANDIN_ENQUEUE_SYM "sn_standin_enqueue"
+#define SN_STANDIN_MODEL_SYM "sn_standin_model_time"
 
 /* Declares a table's functions under their exported symbols (cuMemAlloc is cuMemAlloc_v2), so
  * each stand-in definition is checked against cuda_api.h's signature and exported as sinter

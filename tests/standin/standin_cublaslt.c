@@ -1,5 +1,6 @@
 /* standin_cublaslt.c: the stand-in cuBLASLt (SN_LIBCUBLASLT): descriptors, layouts and
- * preferences as cuBLASLt defines them, one "algorithm", and matmuls computed on the CPU in
+ * preferences as cuBLASLt defines them, "algorithms" that all compute alike (one, or four with
+ * modeled times for a heuristic asked for more: below), and matmuls computed on the CPU in
  * double, in the order of the stand-in libcuda's stream (found through $SN_LIBCUDA, already
  * loaded). Convention: D = epilogue(alpha op(A) op(B) + beta C [+ bias]) in cuBLASLt's own terms
  * (column-major unless a layout says CUBLASLT_ORDER_ROW; the bias runs along D's rows, one value
@@ -26,7 +27,10 @@ enum { ST_OK = 0, ST_NOT_INITIALIZED = 1, ST_ALLOC_FAILED = 3, ST_INVALID_VALUE 
 enum { EPI_DEFAULT = 1, EPI_RELU = 2, EPI_BIAS = 4, EPI_RELU_BIAS = 6, EPI_GELU = 32,
        EPI_GELU_BIAS = 36, EPI_GELU_AUX = 160, EPI_GELU_AUX_BIAS = 164, EPI_DGELU = 192 };
 enum { DESC_COMPUTE_TYPE = 0, DESC_SCALE_TYPE = 1, DESC_POINTER_MODE = 2, DESC_BIAS_BATCH_STRIDE = 10 };
-enum { ALGO_ALIGN_AUX = 5 }; /* algo.data[1 + i]: A, B, C, D's alignments; [5]: the aux's */
+/* algo.data[0]: the algorithm (ALGO_FIRST + its place in the heuristic's order); [1 + i]: A, B,
+ * C, D's alignments; [5]: the aux's; [6]: its modeled nanoseconds a run (0: none) */
+enum { ALGO_ALIGN_AUX = 5, ALGO_MODEL_NS = 6 };
+enum { ALGO_FIRST = 0x5d, ALGOS = 4 };
 enum { LAYOUT_TYPE = 0, LAYOUT_ROWS = 2, LAYOUT_COLS = 3, LAYOUT_LD = 4 };
 #define HANDLE_MAGIC 0x5d17c0de
 
@@ -34,6 +38,7 @@ struct cublasLtContext {
     int magic;
     sn_standin_host_fn host;
     sn_standin_enqueue_fn enqueue;
+    sn_standin_model_fn model;
 };
 typedef struct {
     int32_t compute, scale, transa, transb, pointer_mode, bias_type, aux_type;
@@ -92,7 +97,8 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t *lightHandle) {
     void *h = cuda && *cuda ? dlopen(cuda, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD) : NULL;
     sn_standin_host_fn host = h ? (sn_standin_host_fn)dlsym(h, SN_STANDIN_HOST_SYM) : NULL;
     sn_standin_enqueue_fn enqueue = h ? (sn_standin_enqueue_fn)dlsym(h, SN_STANDIN_ENQUEUE_SYM) : NULL;
-    if (!host || !enqueue) {
+    sn_standin_model_fn model = h ? (sn_standin_model_fn)dlsym(h, SN_STANDIN_MODEL_SYM) : NULL;
+    if (!host || !enqueue || !model) {
         sn_standin_say("cublasLtCreate: the stand-in cuBLASLt runs only with the stand-in libcuda "
                        "loaded (%s=%s)", SN_LIBCUDA_ENV, cuda ? cuda : "(unset)");
         if (h) dlclose(h);
@@ -100,7 +106,7 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t *lightHandle) {
     }
     struct cublasLtContext *c = malloc(sizeof *c);
     if (!c) return ST_ALLOC_FAILED;
-    *c = (struct cublasLtContext){HANDLE_MAGIC, host, enqueue};
+    *c = (struct cublasLtContext){HANDLE_MAGIC, host, enqueue, model};
     *lightHandle = c;
     return ST_OK;
 }
@@ -237,6 +243,8 @@ typedef struct {
     float alpha, beta;
     CUdeviceptr A, B, C, D;
     struct cublasLtContext *h;
+    int algo;       /* its place in the heuristic's order */
+    double model_s; /* its modeled time (0: none) */
 } problem;
 
 /* Bytes of one element of a type the stand-in takes (f32, f16, bf16), else 0. */
@@ -372,6 +380,20 @@ static cublasStatus_t check(problem *p) {
     return ST_OK;
 }
 
+/* What a run of algorithm k of a heuristic asked for several is modeled to take: the first 30 us;
+ * the second 10 us without an epilogue (the fastest) and 30 us with one (a tie with the first,
+ * which a tuner must keep); the third 50 us (the slowest); the fourth refuses to run (as a real
+ * candidate may), so it has no time. */
+static uint64_t modeled_ns(int k, uint32_t epilogue) {
+    static const uint64_t ns[ALGOS] = {30000, 10000, 50000, 0};
+    return k == 1 && epilogue != EPI_DEFAULT ? ns[0] : ns[k];
+}
+
+/* Runs of each algorithm so far (its place in the heuristic's order), for tests. */
+static uint64_t runs[ALGOS];
+uint64_t sn_standin_cublaslt_runs(int k);
+uint64_t sn_standin_cublaslt_runs(int k) { return k >= 0 && k < ALGOS ? runs[k] : 0; }
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc, cublasLtMatrixLayout_t Adesc,
     cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
@@ -386,15 +408,21 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     *returnAlgoCount = 0;
     cublasStatus_t st = check(&p);
     if (st) return st;
-    memset(&heuristicResultsArray[0], 0, sizeof heuristicResultsArray[0]);
-    heuristicResultsArray[0].algo.data[0] = 0x5d; /* the stand-in's one algorithm */
-    for (int i = 0; i < 4; i++) /* chosen for operands this aligned (the preference's) */
-        heuristicResultsArray[0].algo.data[1 + i] = ((pref *)preference)->align[i];
-    /* and an aux as aligned as the pointer it was given (the documentation: the heuristic
-       depends on its value to determine expected pointer alignment) */
-    if (aux_epilogue(p.d.epilogue)) heuristicResultsArray[0].algo.data[ALGO_ALIGN_AUX] = align_of(p.d.aux);
-    heuristicResultsArray[0].wavesCount = 1;
-    *returnAlgoCount = 1;
+    /* asked for one: the stand-in's algorithm, without a modeled time (events time the CPU) */
+    int n = requestedAlgoCount == 1 ? 1 : requestedAlgoCount < ALGOS ? requestedAlgoCount : ALGOS;
+    for (int k = 0; k < n; k++) {
+        cublasLtMatmulHeuristicResult_t *r = &heuristicResultsArray[k];
+        memset(r, 0, sizeof *r);
+        r->algo.data[0] = ALGO_FIRST + (uint64_t)k;
+        for (int i = 0; i < 4; i++) /* chosen for operands this aligned (the preference's) */
+            r->algo.data[1 + i] = ((pref *)preference)->align[i];
+        /* and an aux as aligned as the pointer it was given (the documentation: the heuristic
+           depends on its value to determine expected pointer alignment) */
+        if (aux_epilogue(p.d.epilogue)) r->algo.data[ALGO_ALIGN_AUX] = align_of(p.d.aux);
+        r->algo.data[ALGO_MODEL_NS] = n == 1 ? 0 : modeled_ns(k, p.d.epilogue);
+        r->wavesCount = 1;
+    }
+    *returnAlgoCount = n;
     return ST_OK;
 }
 
@@ -430,6 +458,8 @@ static int run(const void *data) {
         sn_standin_say("cublasLtMatmul: an operand is not (all) in device memory");
         return 700; /* CUDA_ERROR_ILLEGAL_ADDRESS */
     }
+    runs[p->algo]++;
+    if (p->model_s > 0) p->h->model(p->model_s);
     double *pa = malloc(sizeof *pa * (size_t)(p->m * p->k)), *pb = malloc(sizeof *pb * (size_t)(p->n * p->k));
     if (!pa || !pb) {
         free(pa);
@@ -482,15 +512,22 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if (!lightHandle || lightHandle->magic != HANDLE_MAGIC) return ST_NOT_INITIALIZED;
     if (!computeDesc || !alpha || !beta || !A || !B || !D || !Adesc || !Bdesc || !Cdesc || !Ddesc)
         return ST_INVALID_VALUE;
-    if (algo && algo->data[0] != 0x5d) {
+    if (algo && (algo->data[0] < ALGO_FIRST || algo->data[0] >= ALGO_FIRST + ALGOS)) {
         sn_standin_say("cublasLtMatmul: the algorithm is not one the stand-in's heuristic gave");
         return ST_INVALID_VALUE;
+    }
+    int which = algo ? (int)(algo->data[0] - ALGO_FIRST) : 0;
+    if (which == ALGOS - 1) {
+        sn_standin_say("cublasLtMatmul: the heuristic's fourth algorithm refuses every problem "
+                       "(a candidate that does not run, as a real one may)");
+        return ST_NOT_SUPPORTED;
     }
     problem p = {.d = *(desc *)computeDesc, .a = *(layout *)Adesc, .b = *(layout *)Bdesc,
                  .c = *(layout *)Cdesc, .dl = *(layout *)Ddesc,
                  .alpha = *(const float *)alpha, .beta = *(const float *)beta,
                  .A = (CUdeviceptr)(uintptr_t)A, .B = (CUdeviceptr)(uintptr_t)B,
-                 .C = (CUdeviceptr)(uintptr_t)C, .D = (CUdeviceptr)(uintptr_t)D, .h = lightHandle};
+                 .C = (CUdeviceptr)(uintptr_t)C, .D = (CUdeviceptr)(uintptr_t)D, .h = lightHandle,
+                 .algo = which, .model_s = algo ? 1e-9 * (double)algo->data[ALGO_MODEL_NS] : 0};
     cublasStatus_t st = check(&p);
     if (st) return st;
     /* an algorithm chosen for aligned operands refuses less aligned ones (real cuBLASLt may

@@ -329,8 +329,14 @@ CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUst
 
 /* ---- events: a clock reading taken when the stream reaches the event ---- */
 
+/* Two clocks: the CPU's, and a modeled one that only the stand-in cuBLASLt's algorithms with a
+ * modeled time advance (the several it gives a heuristic asked for more than one; the one it
+ * gives otherwise has none). Between two events across which the modeled clock moved, the
+ * elapsed time is the modeled clock's alone: what those algorithms take, whatever the CPU's
+ * load, so that a test of choosing the fastest is exact, ties included. */
 struct CUevent_st {
-    double t; /* seconds */
+    double t;     /* seconds */
+    double model; /* si.modeled_s then */
     bool recorded;
     CUstream stream; /* where it was last recorded, and that stream's deferred host copies */
     uint64_t copies; /* then: synchronising it runs those */
@@ -340,8 +346,11 @@ void si_event_stamp(CUevent ev) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     ev->t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    ev->model = si.modeled_s;
     ev->recorded = true;
 }
+
+void sn_standin_model_time(double seconds) { si.modeled_s += seconds; }
 
 CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) {
     CUresult r = si_need_ctx("cuEventCreate");
@@ -411,7 +420,8 @@ CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) 
         sn_standin_say("cuEventElapsedTime: an event that was never recorded");
         return SI_INVALID_HANDLE;
     }
-    *pMilliseconds = (float)((hEnd->t - hStart->t) * 1e3);
+    double model = hEnd->model - hStart->model;
+    *pMilliseconds = (float)((model != 0 ? model : hEnd->t - hStart->t) * 1e3);
     return CUDA_SUCCESS;
 }
 

@@ -13,6 +13,7 @@
 SN_CUDA_DRIVER_API(SN_STANDIN_DECLARE)
 int sn_standin_enqueue(CUstream s, sn_standin_op_fn fn, const void *data, size_t bytes);
 void *sn_standin_host(CUdeviceptr p, size_t bytes);
+void sn_standin_model_time(double seconds);
 
 /* CUresult values the stand-in returns beyond those cuda_api.h names */
 enum {
@@ -39,6 +40,8 @@ typedef struct {
     uint64_t fault_launch;   /* SN_STANDIN_FAULT_LAUNCH=N: the Nth kernel run faults later */
     CUresult sticky;         /* a kernel fault: every later call fails with it, as on a GPU */
     const char *profile;     /* SN_STANDIN_PROFILE=FILE: every launch profiled, a line each */
+    double modeled_s;        /* the modeled clock: seconds the cuBLASLt's algorithms said
+                                their runs took (sn_standin_model_time) */
 } si_state;
 extern si_state si;
 
