@@ -547,6 +547,12 @@ START_TEST(siblings_join) {
     sn_graph_add_output(g, y);
     for (int i = 0; i < 3; i++) sn_graph_add_output(g, part[i] = sn_slice(g, y, -1, 8 * i, 8 * i + 8));
     sn_graph_add_output(g, sn_exp(g, w));
+    /* a kernel of the same shape reading a stored value at other elements (a transpose): not
+       joined to the kernel that stores it, whose other blocks would not have written it yet */
+    sn_node *sq = sn_tanh(g, sn_input(g, "s", SN_F32, SN_SHAPE(12, 12)));
+    sn_node *tr = sn_exp(g, sn_permute(g, sq, (const int[]){1, 0}));
+    sn_graph_add_output(g, sq);
+    sn_graph_add_output(g, tr);
     sn_pipeline_stats ps = {0};
     sn_err e;
     sn_program *p;
@@ -556,6 +562,7 @@ START_TEST(siblings_join) {
     ck_assert(kernel_of(p, part[1]) == k && kernel_of(p, part[2]) == k && k->n_out == 3);
     ck_assert_int_eq(ps.siblings_joined, 2);
     ck_assert(kernel_of(p, w) != k);
+    ck_assert(kernel_of(p, sq) != kernel_of(p, tr));
     sn_interp *it = reference(g, 7, 1, NULL, false);
     kernel_stats st = check_kernels(p, it, 2e-5);
     ck_assert_int_ge(st.multi_output, 1);
