@@ -36,6 +36,8 @@ typedef struct {
     unsigned lora_targets; /* --lora-targets all|attn|mlp (default all), models/gpt2.h's bits */
     bool ia3; /* --ia3: IA3 vectors (frontend/ia3.h), the base frozen */
     bool decode, nf4, no_split; /* --decode [--nf4] [--no-split] (above) */
+    bool apart; /* --apart: no siblings pass, no join_siblings (the products and pointwise
+                   kernels apart, as before they were joined: both in one run to compare) */
     int arch[MAX_ARCH], n_arch;
     bool json;
 } args;
@@ -46,7 +48,7 @@ static int usage(void) {
                     "[--no-split]] [--precision fp32|bf16|fp16|tf32] "
                     "[--arch sm_80|sm_90|sm_75 (repeatable; default sm_80 and sm_90)] "
                     "[--kind KIND (attention, row, pointwise, ...)] [--machine h200|h100] "
-                    "[--json]\n");
+                    "[--apart (no products or pointwise kernels joined)] [--json]\n");
     return 2;
 }
 
@@ -177,6 +179,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--decode")) { a.decode = true; continue; }
         if (!strcmp(argv[i], "--nf4")) { a.nf4 = true; continue; }
         if (!strcmp(argv[i], "--no-split")) { a.no_split = true; continue; }
+        if (!strcmp(argv[i], "--apart")) { a.apart = true; continue; }
         if (!v) return usage();
         if (!strcmp(argv[i], "--model")) a.model = v;
         else if (!strcmp(argv[i], "--batch")) a.batch = atoi(v);
@@ -210,12 +213,14 @@ int main(int argc, char **argv) {
     if (!g || model_loss(g, &a, &n_layer, &e)) return fail("the program", &e);
     sn_target tg = sn_target_cuda(a.arch[a.n_arch - 1]);
     tg.split_decode = !a.no_split;
+    tg.fuse_siblings = !a.apart;
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = !a.decode;
     o.precision = (sn_precision)prec;
     if (a.decode) /* as the generator compiles it (train/generate.c): fp32, no rewrite but NF4 */
         o = (sn_pipeline_opts){.target = &tg, .nf4 = a.nf4}, a.precision = "fp32";
     o.target = &tg;
+    o.keep_siblings = a.apart;
     sn_program *p = NULL;
     if (sn_compile(g, &o, &p, NULL, &e)) return fail("the program", &e);
     int64_t n_params = p->layout.flat_n; /* the trained ones: the optimizer's */
@@ -274,11 +279,11 @@ int main(int argc, char **argv) {
         bj_num(m, "tb_per_s", "%.2f", mach->tb_per_s);
         kernels = bj_arr(rec, "kernels");
     } else {
-        printf("kernel_cost: %s B=%d %s=%d %s%s%s%s: %d kernels (%d shown%s), "
+        printf("kernel_cost: %s B=%d %s=%d %s%s%s%s%s: %d kernels (%d shown%s), "
                "modeled on %s (%.0f TFLOP/s bf16, %.2f TB/s)\n", a.model, a.batch,
                a.decode ? "cache" : "T", a.seq, a.precision, a.lora ? " LoRA" : a.ia3 ? " IA3" : "",
                a.decode ? (a.nf4 ? " decode NF4" : " decode") : "",
-               a.decode && a.no_split ? " (no split)" : "", p->n_kernels, n,
+               a.decode && a.no_split ? " (no split)" : "", a.apart ? " (apart)" : "", p->n_kernels, n,
                a.decode ? "" : " with the optimizer's", mach->name, mach->bf16_tflops,
                mach->tb_per_s);
         printf("%-34s %-10s %-13s %-8s", "kernel", "kind", "grid", "block");
