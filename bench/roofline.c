@@ -13,10 +13,11 @@
 #include "program/target.h"
 
 static const sn_roofline_machine machines[] = {
-    {"h100", 989.0, 494.5, 67.0, 3.35, 132, 55.0, 7.0, 5.0}, /* H100 SXM, dense (no sparsity) */
+    /* H100 SXM, dense (no sparsity); its GEMMs' efficiency and overhead assumed the H200's */
+    {"h100", 989.0, 494.5, 67.0, 3.35, 132, 55.0, 7.0, 5.0, 0.9, 10.0},
     /* H200: bf16 GEMM and copy bandwidth as gpu_check measured them on 2026-11-27 (cuBLASLt
      * 8192^3; a 1 GiB device copy); TF32 and fp32 the published (H100 SXM's) numbers */
-    {"h200", 773.0, 494.5, 67.0, 4.22, 132, 55.0, 7.0, 5.0},
+    {"h200", 773.0, 494.5, 67.0, 4.22, 132, 55.0, 7.0, 5.0, 0.9, 10.0},
 };
 
 const sn_roofline_machine *sn_roofline_machine_find(const char *name) {
@@ -120,8 +121,10 @@ sn_roofline_kernel sn_roofline_kernel_model(const sn_kernel *k, const sn_rooflin
     if (r.flops == 0) r.flops = other_flops(k);
     r.bytes = kernel_bytes(k);
     double tc = r.flops / (kernel_peak(k, m, o) * 1e12), tm = r.bytes / (m->tb_per_s * 1e12);
+    if (k->kind == SN_KER_GEMM && m->gemm_eff > 0) tc /= m->gemm_eff; /* the library's (roofline.h) */
     r.compute_bound = tc > tm;
     r.time_s = tc > tm ? tc : tm;
+    if (k->kind == SN_KER_GEMM) r.time_s += m->gemm_overhead_us * 1e-6;
     /* the busiest block on one SM, at its share of the machine (pessimistic: one SM can draw
      * more than 1/SMs of the bandwidth, but not the whole) */
     double alone = busiest_share(k, r.bytes) * m->sms * r.time_s;

@@ -28,6 +28,12 @@ typedef struct {
                            us (GEMMs) and 3.6-17 us (generated); their sum was the graph-replayed
                            step's within 2-9%), so that many small kernels (LoRA's rank-r
                            products) cost what they do */
+    double gemm_eff, gemm_overhead_us; /* a library GEMM runs at gemm_eff of the bf16 (TF32,
+                           fp32) peak and takes gemm_overhead_us more, whatever its size: fitted
+                           on an H200 (2026-11-28): with 0.9 and 10 us gpt2 bf16 B=16 T=1024's
+                           147 GEMMs are modeled 18.64 ms (measured 19.20, their epilogues
+                           included) and smollm2-135m B=8 T=1024's 633 are 15.83 ms (measured
+                           14.85); at the bare ceiling 15.7 and 9.4 */
 } sn_roofline_machine;
 
 /* "h100": H100 SXM (989 bf16 dense, 494.5 TF32, 67 fp32, 3.35 TB/s); "h200": the H200's measured
@@ -41,7 +47,9 @@ typedef struct {
 
 typedef struct {
     double flops, bytes;
-    double time_s;     /* max(flops / the kernel's peak, bytes / bandwidth, the machine's floor) */
+    double time_s;     /* max(flops / the kernel's peak, bytes / bandwidth, the machine's floor);
+                          a GEMM's: max(flops / (peak gemm_eff), bytes / bandwidth) +
+                          gemm_overhead_us */
     bool compute_bound;
     bool sm_bound;     /* its busiest block, alone on one SM, takes longer than that */
     bool floor_bound;  /* the machine's least time for a kernel of its kind is more */

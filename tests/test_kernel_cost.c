@@ -316,7 +316,7 @@ static double decode_model(bool split, int *launches, unsigned *fewest) {
     /* the machine without its floors (roofline.h): what filling it saves, apart from what the
        launches cost (a GPU measured both: 287 -> 500 tokens/s, docs/gpu.md) */
     sn_roofline_machine floorless = *sn_roofline_machine_find("h200");
-    floorless.gemm_floor_us = floorless.kernel_floor_us = 0;
+    floorless.gemm_floor_us = floorless.kernel_floor_us = floorless.gemm_overhead_us = 0;
     const sn_roofline_machine *m = &floorless;
     double ms = 0;
     *launches = 0, *fewest = ~0u;
