@@ -118,7 +118,8 @@ sn_status sn_pass_nf4_per_reader(const sn_graph *in, sn_graph **out, int *n_made
  * Products x @ w_i^T of one x by trained weights that only they read (over at least 32 rows)
  * become one product of the weights concatenated, each its columns; the trained biases added
  * to all of them, concatenated too. *out is NULL when nothing changed; *n_joined counts the
- * products joined. sn_target.fuse_siblings says where the pipeline runs it. */
+ * products joined. The pipeline runs it on a graph it differentiates (training), for a target
+ * with sn_target.fuse_siblings. */
 sn_status sn_pass_siblings(const sn_graph *in, sn_graph **out, int *n_joined, sn_err *e);
 
 /* ---- base16.c ---- */

@@ -190,9 +190,10 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
         if ((s = after(g, "base16", o, e))) return s;
     }
 
-    if (o->target && o->target->fuse_siblings) { /* after nf4 and base16, which take frozen
-                                                    weights; before autocast, whose rules see
-                                                    each product's columns as a product */
+    if (o->target && o->target->fuse_siblings && o->backward) { /* a training step's (not
+            generation's, whose batched decoding would copy the weights every token); after nf4
+            and base16, which take frozen weights; before autocast, whose rules see each
+            product's columns as a product */
         if ((s = sn_pass_siblings(g, &next, &st->siblings_fused, e))) return s;
         if (next) replace(g, next);
         if ((s = after(g, "siblings", o, e))) return s;

@@ -8,8 +8,9 @@
  * The concatenation is a copy of the weights a step (recomputed with its block under a
  * checkpoint policy: recompute.c): worth it where launches and small GEMMs cost more than that
  * copy (sn_target.fuse_siblings: CUDA; on a CPU at small batches the copy costs more than the
- * GEMMs it joins save). Products over few rows (decoding: few-row products read each weight
- * where it lies) and frozen weights (LoRA's, IA3's and QLoRA's base, which the nf4 and base16
+ * GEMMs it joins save), in training graphs (the pipeline's choice: generation reads each weight
+ * about once a token, so a copy would cost what the products do). Products over few rows and
+ * frozen weights (LoRA's, IA3's and QLoRA's base, which the nf4 and base16
  * passes store apart, looking for a weight that only products read) are left alone.
  * Exact: each output element is the same dot product (the GEMM library may order its sum
  * otherwise at another shape). */
