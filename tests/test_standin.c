@@ -742,6 +742,56 @@ static void lt_close(lt_setup *L) {
     sn_cuda_api_unload(&L->a);
 }
 
+/* A download on the stand-in reads the device at its call, the earliest moment it may run
+ * (standin_stream.c), so work queued after it does not reach it; and one on a stream that did
+ * not wait for another stream's work (an event, or the host synchronising that stream) races
+ * with it and lands 0xff bytes: a copy stream that does not wait for the kernels before it, or
+ * a copy queued before the kernel that writes its bytes, lands other bytes. */
+START_TEST(downloads_read_at_their_call_and_race_unordered) {
+    enum { N = 64 };
+    lt_setup L;
+    lt_open(&L);
+    sn_cuda_api *a = &L.a;
+    sn_err e;
+    CUstream s2;
+    CUevent ev;
+    CUdeviceptr dev;
+    float *h, want[N];
+    unsigned char ff[4 * N];
+    memset(ff, 0xff, sizeof ff);
+    CK(SN_CUDA_CHECK(a, &e, cuStreamCreate, &s2, CU_STREAM_NON_BLOCKING));
+    CK(SN_CUDA_CHECK(a, &e, cuEventCreate, &ev, CU_EVENT_DEFAULT));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dev, 4 * N));
+    CK(SN_CUDA_CHECK(a, &e, cuMemHostAlloc, (void **)&h, 4 * N, 0));
+    for (int i = 0; i < N; i++) want[i] = (float)i;
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dev, want, sizeof want, L.stream));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, L.stream));
+    /* ordered by an event after the first stream's work, the memset queued after the copy */
+    CK(SN_CUDA_CHECK(a, &e, cuMemsetD8Async, dev, 7, 4 * N, L.stream));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dev, want, sizeof want, L.stream));
+    CK(SN_CUDA_CHECK(a, &e, cuEventRecord, ev, L.stream));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamWaitEvent, s2, ev, 0));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, h, dev, 4 * N, s2));
+    CK(SN_CUDA_CHECK(a, &e, cuMemsetD8Async, dev, 0, 4 * N, L.stream));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, s2));
+    ck_assert_msg(!memcmp(h, want, sizeof want), "the download did not read at its call");
+    /* unordered: the last memset was waited for by no one */
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, h, dev, 4 * N, s2));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, s2));
+    ck_assert_msg(!memcmp(h, ff, sizeof ff), "a download racing with a memset landed %g", h[1]);
+    /* the host synchronised the first stream: ordered */
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, L.stream));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, h, dev, 4 * N, s2));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, s2));
+    ck_assert(h[0] == 0 && h[N - 1] == 0);
+    CK(SN_CUDA_CHECK(a, &e, cuMemFreeHost, h));
+    CK(SN_CUDA_CHECK(a, &e, cuMemFree, dev));
+    CK(SN_CUDA_CHECK(a, &e, cuEventDestroy, ev));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamDestroy, s2));
+    lt_close(&L);
+}
+END_TEST
+
 START_TEST(gemm_plans_match_a_reference) {
     lt_setup L;
     lt_open(&L);
@@ -1534,6 +1584,7 @@ static Suite *suite(void) {
     tcase_add_test(off, offload_trains_like_the_device);
     tcase_add_loop_test(off, offload_delay_is_the_schedule_written_out, 0, 2);
     tcase_add_loop_test(off, async_copies_land_at_their_event, 0, 2);
+    tcase_add_test(off, downloads_read_at_their_call_and_race_unordered);
     tcase_add_test(off, cuda_plan_is_the_trainer);
     suite_add_tcase(s, off);
     return s;
