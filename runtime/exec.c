@@ -6,7 +6,8 @@
  * cast kernel before the next run. Every value's pointer is worked out once (at[]): a sharing
  * executor (sn_exec_new_sharing) points its parameters and their shadows into its owner's
  * persistent block, lays out the rest of its persistent values in a block of its own, and runs
- * in its owner's arena when that is large enough. */
+ * in its owner's arena when that is large enough. A run's own downloads (sn_exec_run_copies)
+ * are queued between its kernels where the device copies asynchronously, after them elsewhere. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,9 @@ struct sn_exec {
     bool whole_run_only; /* sn_exec_time_kernels(x, false): events around the run only */
     void *graph_state;   /* a device that runs the graph whole (run_graph): its state */
     void *copy_done[SN_EXEC_COPY_SLOTS]; /* the asynchronous copies' events, made at first use */
+    sn_exec_run_copy *run_copy; /* a run's own downloads, by `after` */
+    int n_run_copy;
+    void *run_copy_done;        /* recorded after each (one stream: the last is all of them) */
     sn_exec_stats st;
 };
 
@@ -80,6 +84,8 @@ void sn_exec_free(sn_exec *x) {
     if (x->graph_state) x->d->run_free(x->d, x->graph_state);
     for (int i = 0; i < SN_EXEC_COPY_SLOTS; i++)
         if (x->copy_done[i]) x->d->event_free(x->d, x->copy_done[i]);
+    if (x->run_copy_done) x->d->event_free(x->d, x->run_copy_done);
+    free(x->run_copy);
     for (int i = 0; i < x->n_buffers; i++) x->d->free(x->d, x->buffers[i]);
     for (int k = 0; x->events && k <= x->p->n_kernels; k++)
         if (x->events[k]) x->d->event_free(x->d, x->events[k]);
@@ -384,18 +390,53 @@ void sn_exec_host_free(sn_exec *x, void *p) {
     else if (p) x->d->host_free(x->d, p);
 }
 
+/* A copy through the device's copy_async, *done (made at first use) recorded after it. */
+static sn_status queue_copy(sn_exec *x, bool up, sn_exec_ref ref, void *host, int64_t bytes,
+                            void **done, sn_err *e) {
+    char *p;
+    sn_status s = resolve(x, ref, bytes, &p, e);
+    if (s) return s;
+    if (!*done && !(*done = x->d->event_new(x->d, e))) return e->code;
+    if (up) written_ref(x, ref, bytes);
+    return x->d->copy_async(x->d, up ? p : host, up ? host : p, (size_t)bytes, up, *done, e);
+}
+
 sn_status sn_exec_copy_async(sn_exec *x, bool up, sn_exec_ref ref, void *host, int64_t bytes,
                              int slot, sn_err *e) {
     SN_ASSERT(slot >= 0 && slot < SN_EXEC_COPY_SLOTS);
     if (!x->d->copy_async) return up ? sn_exec_upload(x, ref, host, bytes, e)
                                      : sn_exec_download(x, host, ref, bytes, e);
-    char *p;
-    sn_status s = resolve(x, ref, bytes, &p, e);
-    if (s) return s;
-    if (!x->copy_done[slot] && !(x->copy_done[slot] = x->d->event_new(x->d, e))) return e->code;
-    if (up) written_ref(x, ref, bytes);
-    return x->d->copy_async(x->d, up ? p : host, up ? host : p, (size_t)bytes, up,
-                            x->copy_done[slot], e);
+    return queue_copy(x, up, ref, host, bytes, &x->copy_done[slot], e);
+}
+
+sn_status sn_exec_run_copies(sn_exec *x, const sn_exec_run_copy *c, int n, sn_err *e) {
+    for (int i = 0; i < n; i++) {
+        char *p;
+        sn_status s = resolve(x, c[i].src, c[i].bytes, &p, e);
+        if (s) return s;
+        if (c[i].after < -1 || c[i].after >= x->p->n_kernels)
+            return sn_fail(e, SN_ERR_INVALID, "executor: a run's copy after kernel %d: the program "
+                           "has %d", c[i].after, x->p->n_kernels);
+    }
+    sn_exec_run_copy *t = n ? sn_realloc(x->run_copy, sizeof *t * (size_t)n, "the run's copies", e) : NULL;
+    if (n && !t) return SN_ERR_OOM;
+    if (!n) free(x->run_copy);
+    x->run_copy = t;
+    x->n_run_copy = n;
+    for (int i = 0; i < n; i++) { /* by `after`, in order otherwise (insertion) */
+        int j = i;
+        for (; j > 0 && t[j - 1].after > c[i].after; j--) t[j] = t[j - 1];
+        t[j] = c[i];
+    }
+    return SN_OK;
+}
+
+int sn_exec_ready_after(const sn_exec *x, sn_exec_ref r, int64_t bytes) {
+    if (x->owner) return x->p->n_kernels - 1;
+    const sn_value *v = r.node ? value_of(x, r.node) : NULL;
+    if (v && v->persistent) return sn_program_last_write(x->p, v->offset + r.offset, bytes);
+    if (!r.node && r.buffer == SN_EXEC_BLOCK) return sn_program_last_write(x->p, r.offset, bytes);
+    return r.node ? x->p->n_kernels - 1 : -1; /* an arena value: not a copy's (resolve refuses) */
 }
 
 sn_status sn_exec_copy_wait(sn_exec *x, int slot, sn_err *e) {
@@ -441,11 +482,32 @@ sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_
 
 sn_device *sn_exec_device(const sn_exec *x) { return x->d; }
 
+/* The run's copies from *next on up to those after kernel k, queued on the device's download
+ * stream. */
+static sn_status queue_run_copies(sn_exec *x, int k, int *next, sn_err *e) {
+    sn_status s = SN_OK;
+    for (; !s && *next < x->n_run_copy && x->run_copy[*next].after <= k; (*next)++) {
+        const sn_exec_run_copy *c = &x->run_copy[*next];
+        s = queue_copy(x, false, c->src, c->host, c->bytes, &x->run_copy_done, e);
+        if (!s) x->st.copies_in_run++;
+    }
+    return s;
+}
+
+/* The run's copies where none were queued during it: now, in order. */
+static sn_status run_copies_after(sn_exec *x, sn_err *e) {
+    sn_status s = SN_OK;
+    for (int i = 0; !s && i < x->n_run_copy; i++)
+        s = sn_exec_download(x, x->run_copy[i].host, x->run_copy[i].src, x->run_copy[i].bytes, e);
+    return s;
+}
+
 /* Runs kernels [0, end). */
 static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
     const sn_program *p = x->p;
     sn_device *d = x->d;
     memset(x->st.kind_s, 0, sizeof x->st.kind_s);
+    x->st.copies_in_run = 0;
     /* the stale weight shadows first, before the step's first event (not its time); a graph
      * run computes the casts itself. A sharing executor's: the owner's, and its own of the
      * owner's parameters, which the owner may have changed since */
@@ -460,8 +522,11 @@ static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
         if (!s) s = d->event_record(d, x->events[p->n_kernels], e);
         if (!s) s = d->sync(d, e);
         if (!s) s = d->event_elapsed(d, x->events[0], x->events[p->n_kernels], &x->st.run_s, e);
-        return s;
+        return s ? s : run_copies_after(x, e);
     }
+    bool during = d->copy_async && end == p->n_kernels; /* the copies between the kernels */
+    int next = 0;
+    if (!s && during) s = queue_run_copies(x, -1, &next, e);
     for (int k = 0; !s && k < end; k++) {
         const sn_kernel *ker = p->kernels[k];
         void *bufs[SN_KER_MAX_BUFS];
@@ -485,8 +550,17 @@ static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
         s = ker->kind == SN_KER_GEMM ? d->gemm(d, ker, bufs, e) : d->launch(d, ker, x->handles[k], bufs, e);
         if (!s && (!x->whole_run_only || k + 1 == end))
             s = d->event_record(d, x->events[k + 1], e);
+        if (!s && during) s = queue_run_copies(x, k, &next, e);
     }
     if (!s) s = d->sync(d, e);
+    if (x->st.copies_in_run) { /* done before the host reads them or the next run writes there
+                                  (after a failure, what is in flight is let finish) */
+        sn_err ignored;
+        sn_status w = d->event_wait(d, x->run_copy_done, s ? &ignored : e);
+        if (!s) s = w;
+    } else if (!s) {
+        s = run_copies_after(x, e);
+    }
     for (int k = 0; !s && !x->whole_run_only && k < end; k++) {
         const sn_kernel *ker = p->kernels[k];
         s = d->event_elapsed(d, x->events[k], x->events[k + 1], &x->kernel_s[k], e);

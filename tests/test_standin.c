@@ -27,6 +27,7 @@
 #include "examples/llama/llama.h"
 #include "delay_ref.h"
 #include "harness.h"
+#include "run_copies_check.h"
 
 #define ck_assert_has(s, sub) ck_assert_msg(strstr((s), (sub)), "'%s' lacks '%s'", (s), (sub))
 
@@ -538,6 +539,32 @@ START_TEST(async_copies_land_at_their_event) {
     d->free(d, dev);
     d->host_free(d, h);
     sn_device_free(d);
+}
+END_TEST
+
+/* The delayed update's downloads during the run (device.h sn_exec_run_copies) on the stand-in,
+ * chunks of 64 gradients: each queued on the copy stream right after the last kernel that writes
+ * it lands the run's gradients bit for bit; one kernel earlier lands other bytes (a download
+ * reads at its call, above); and the step, with copies in it, runs eagerly (cuda_rt.h). */
+START_TEST(run_copies_follow_their_last_writer) {
+    if (!have_nvrtc()) return;
+    sn_err e;
+    sn_device *gpu = cuda(NULL);
+    sn_graph *g = tiny();
+    sn_trainer *t = trainer_on(g, gpu, &e);
+    ck_assert_msg(t, "%s", e.msg);
+    sn_test_run_copies r;
+    sn_test_run_copies_check(t, 64, B * T, V, &r);
+    ck_assert_int_eq(r.during, r.chunks);
+    ck_assert_msg(r.early_differ > 0, "no chunk copied a kernel early differs");
+    ck_assert_msg(r.points > 4 && 2 * r.before_last > r.chunks, "%d chunks ready at %d points, "
+                  "%d before the last kernel", r.chunks, r.points, r.before_last);
+    printf("test_standin: %d chunks of gradients copied during the run, ready after %d kernels, "
+           "%d before the last; one kernel early, %d of the %d written differ\n", r.chunks,
+           r.points, r.before_last, r.early_differ, r.written);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+    sn_device_free(gpu);
 }
 END_TEST
 
@@ -1585,6 +1612,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(off, offload_delay_is_the_schedule_written_out, 0, 2);
     tcase_add_loop_test(off, async_copies_land_at_their_event, 0, 2);
     tcase_add_test(off, downloads_read_at_their_call_and_race_unordered);
+    tcase_add_test(off, run_copies_follow_their_last_writer);
     tcase_add_test(off, cuda_plan_is_the_trainer);
     suite_add_tcase(s, off);
     return s;
