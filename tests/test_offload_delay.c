@@ -99,15 +99,18 @@ END_TEST
  * micro-batches of step 5, steps clipped) with the delay, through the checked device (whose
  * pointers fault on the host), against the same written out: every loss, norm, the
  * evaluation's loss, and after a drain every weight and moment bit for bit; in fp32 (_i 0) and
- * bf16 (1: the linear layers' weights go up as their shadows' bits). */
+ * bf16 (1: the linear layers' weights go up as their shadows' bits); and (2, fp32) on the CPU
+ * device wrapped to copy at once (run_copies_check.h), where the update runs on its thread and
+ * the gradients come down during each run, each chunk right after its last writer. */
 START_TEST(delay_is_the_schedule_written_out) {
     sn_err e;
     sn_device *plain = cpu(), *checked;
-    ck_assert(sn_checked_device_new(cpu(), &checked, &e) == SN_OK);
+    if (_i == 2) checked = sn_test_copy_at_once(cpu());
+    else ck_assert(sn_checked_device_new(cpu(), &checked, &e) == SN_OK);
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.precision = SN_PRECISION_BF16;
     po.backward = true;
-    const sn_pipeline_opts *pp = _i ? &po : NULL;
+    const sn_pipeline_opts *pp = _i == 1 ? &po : NULL;
     sn_graph *g1 = tiny_with(pp), *g2 = tiny_with(pp);
     float clip = 0.5f;
     sn_trainer *dpu = trainer_with(g1, checked, true, true, clip, pp);
@@ -126,6 +129,9 @@ START_TEST(delay_is_the_schedule_written_out) {
     ck_assert_msg(ea == eb, "evaluation %.9g vs %.9g", ea, eb);
     ck_assert_msg(clipped >= 3, "%d steps clipped: too few to test the clip", clipped);
     ck_assert_msg(la[STEPS - 1] < la[0] - 0.3, "loss %g -> %g: not learning", la[0], la[STEPS - 1]);
+    sn_exec_stats xs;
+    sn_exec_stats_get(sn_trainer_exec(dpu), &xs);
+    ck_assert_int_eq(xs.copies_in_run > 0, _i == 2); /* the checked CPU copies after the run */
     ck_assert_msg(sn_trainer_drain(dpu, &e) == SN_OK, "%s", e.msg);
     sn_test_delay_drain(&ref);
     sn_test_same_state(dpu, r);
@@ -246,7 +252,7 @@ static Suite *suite(void) {
     Suite *s = suite_create("offload_delay");
     TCase *tc = tcase_create("offload_delay");
     tcase_add_test(tc, steps_read_the_weights_one_update_old);
-    tcase_add_loop_test(tc, delay_is_the_schedule_written_out, 0, 2);
+    tcase_add_loop_test(tc, delay_is_the_schedule_written_out, 0, 3);
     tcase_add_loop_test(tc, gradients_come_down_after_their_last_writer, 0, 2);
     tcase_add_test(tc, a_drain_makes_the_next_step_read_the_newest_weights);
     tcase_add_test(tc, delay_resumes);

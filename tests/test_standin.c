@@ -494,6 +494,9 @@ START_TEST(offload_delay_is_the_schedule_written_out) {
         ck_assert_msg(fabs(ev[0] - ev[i]) <= 1e-6, "evaluation %.9g vs %.9g", ev[0], ev[i]);
     }
     ck_assert_msg(l[0][N - 1] < l[0][0] - 0.1, "loss %g -> %g: not learning", l[0][0], l[0][N - 1]);
+    sn_exec_stats xs; /* the gradients came down during the run */
+    sn_exec_stats_get(sn_trainer_exec(t[0]), &xs);
+    ck_assert_int_gt(xs.copies_in_run, 0);
     printf("test_standin: %d delayed steps (%s): largest loss difference from the written-out "
            "schedule %.2g, from the CPU device's delayed run %.2g%s\n", N, _i ? "bf16" : "fp32",
            worst[1], worst[2], _i ? " (not compared)" : "");
