@@ -24,6 +24,7 @@ static void run_with(sn_trainer *t, sn_exec_run_copy *c, int k, int n, int vocab
     sn_err e;
     ck_assert_msg(sn_exec_run_copies(x, c, k, &e) == SN_OK, "%s", e.msg);
     accumulate(t, n, vocab, seed);
+    ck_assert_msg(sn_exec_run_copies_wait(x, &e) == SN_OK, "%s", e.msg);
     sn_exec_stats st;
     sn_exec_stats_get(x, &st);
     *during = st.copies_in_run;

@@ -571,6 +571,44 @@ START_TEST(run_copies_follow_their_last_writer) {
 }
 END_TEST
 
+/* The run's copies are in flight when the run returns (the stand-in lands a download when it
+ * is waited for): the host memory is untouched until sn_exec_run_copies_wait; an upload
+ * elsewhere (the weights) does not wait for them, one over the bytes they read does. */
+START_TEST(run_copies_land_when_waited_or_overwritten) {
+    if (!have_nvrtc()) return;
+    sn_err e;
+    sn_device *gpu = cuda(NULL);
+    sn_graph *g = tiny();
+    sn_trainer *t = trainer_on(g, gpu, &e);
+    ck_assert_msg(t, "%s", e.msg);
+    sn_exec *x = sn_trainer_exec(t);
+    const sn_param_layout *l = &sn_trainer_program(t)->layout;
+    int64_t n = l->flat_n;
+    float *h = sn_exec_host_alloc(x, 4 * n, &e), *want = malloc(4 * (size_t)n), w0;
+    ck_assert(h && want);
+    sn_exec_run_copy c = {0, sn_exec_block_ref(l->grads), h, 4 * n};
+    c.after = sn_exec_ready_after(x, c.src, c.bytes);
+    ck_assert_msg(sn_exec_run_copies(x, &c, 1, &e) == SN_OK, "%s", e.msg);
+    int32_t xs[B * T], ys[B * T];
+    batch(xs, ys, 3);
+    ck_assert_msg(sn_trainer_accumulate(t, xs, ys, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert(sn_exec_download(x, want, sn_exec_block_ref(l->grads), 4 * n, &e) == SN_OK);
+    ck_assert(h[0] == 0 && h[n - 1] == 0 && want[0] != 0); /* in flight */
+    ck_assert(sn_exec_download(x, &w0, sn_exec_block_ref(l->params), 4, &e) == SN_OK);
+    ck_assert(sn_exec_upload(x, sn_exec_block_ref(l->params), &w0, 4, &e) == SN_OK);
+    ck_assert_msg(h[0] == 0, "an upload of the weights waited for the gradients' copy");
+    ck_assert(sn_exec_upload(x, sn_exec_block_ref(l->grads + 4 * (n - 1)), &want[n - 1], 4, &e) == SN_OK);
+    ck_assert_msg(!memcmp(h, want, 4 * (size_t)n), "an upload over the gradients did not wait for "
+                  "their copy");
+    ck_assert(sn_exec_run_copies_wait(x, &e) == SN_OK);
+    sn_exec_host_free(x, h);
+    free(want);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+    sn_device_free(gpu);
+}
+END_TEST
+
 static sn_test_tiny_shape tiny_shape = {V, T};
 
 /* The plan for the CUDA device is made with its target (the session passes the device's): the
@@ -1616,6 +1654,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(off, async_copies_land_at_their_event, 0, 2);
     tcase_add_test(off, downloads_read_at_their_call_and_race_unordered);
     tcase_add_test(off, run_copies_follow_their_last_writer);
+    tcase_add_test(off, run_copies_land_when_waited_or_overwritten);
     tcase_add_test(off, cuda_plan_is_the_trainer);
     suite_add_tcase(s, off);
     return s;

@@ -480,6 +480,7 @@ static void set_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
 
 sn_status sn_runner_sum_grads(sn_runner *b, bool add, sn_err *e) {
     sn_status s = need_sums(b, e);
+    if (!s && b->delay) s = sn_exec_run_copies_wait(b->x, e); /* the run's gradients on the host */
     if (s) return s;
     float **h = b->host;
     if (b->delay && add) sn_offload_acc(b->pool, h[FB_SUMS], h[FB_GRADS], b->lay->flat_n);
@@ -530,14 +531,16 @@ static void adamw_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
  * (run_copies), into host[FB_GRADS], which update k does not read. At update k+1, in this order:
  *   1. update k finishes (its thread joined; on a device without asynchronous copies it runs
  *      now, the latest point the order allows: the same numbers);
- *   2. its weights go up: the device is idle (sn_exec_run returned after its sync and its
- *      copies, the norm's scalars came down through its stream), so the upload races no
- *      step's read of the weights;
+ *   2. its weights go up: the device's stream is idle (sn_exec_run returned after its sync,
+ *      the norm's scalars came down through its stream), so the upload races no step's read
+ *      of the weights; the run's last chunks of gradients may still be coming down, the
+ *      other way over PCIe (the executor orders nothing that writes them before they land);
  *   3. the upload done before returning: the next run reads the weights;
- *   4. update k+1 starts on the host, on its own copy of the scalars and its own gradients:
- *      host[FB_JOB] trades places with the step's gradients (without accumulation the run's
- *      download, with it the host sums), so that the next run's download, and the next
- *      step's sums, go to the buffer update k read.
+ *   4. the run's copies done, update k+1 starts on the host, on its own copy of the scalars
+ *      and its own gradients: host[FB_JOB] trades places with the step's gradients (without
+ *      accumulation the run's download, with it the host sums, which the micro-batches'
+ *      downloads were added to), so that the next run's download, and the next step's sums,
+ *      go to the buffer update k read.
  * A drain (evaluation, a parameter read or written, a checkpoint through those, the end of a
  * run: sn_runner_drain) does 1 to 3, so the next run reads the newest weights. */
 
@@ -605,6 +608,7 @@ sn_status sn_runner_delay(sn_runner *b, sn_err *e) {
 static sn_status delayed_adamw(sn_runner *b, bool sums, sn_err *e) {
     float **h = b->host;
     sn_status s = drain(b, e); /* 1, 2, 3 */
+    if (!s) s = sn_exec_run_copies_wait(b->x, e); /* 4 */
     if (s) return s;
     int f = sums ? FB_SUMS : FB_GRADS; /* 4 */
     float *t = h[f];
