@@ -6,6 +6,7 @@
 #include "roofline.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen/cuda/cuda.h"
@@ -242,6 +243,45 @@ void sn_roofline_print(FILE *f, const sn_program *p, int64_t n_params, double to
                 100 * s.model_flops / measured_step_s / (m->bf16_tflops * 1e12));
 }
 
+typedef struct {
+    int after; /* the last kernel writing the chunk (-1: none) */
+    double bytes;
+} ready_chunk;
+
+static int by_after(const void *a, const void *b) {
+    const ready_chunk *x = a, *y = b;
+    return (x->after > y->after) - (x->after < y->after);
+}
+
+/* The gradients' download during the run (runner.c's run copies): chunk c of the flat range
+ * (chunk elements) queued when the last kernel that writes it ends, the kernels back to back at
+ * their modeled times, one copy stream at bw bytes/s; the seconds left after the last kernel. */
+static double download_tail(const sn_program *p, int64_t n_params, int64_t chunk,
+                            const sn_roofline_machine *m, const sn_roofline_opts *o, double bw) {
+    int64_t chunks = chunk > 0 ? (n_params + chunk - 1) / chunk : 0;
+    double *end = malloc(sizeof *end * ((size_t)p->n_kernels + 1));
+    ready_chunk *c = malloc(sizeof *c * ((size_t)chunks + 1));
+    if (!end || !c) {
+        free(end);
+        free(c);
+        return 4.0 * (double)n_params / bw; /* no memory for the model: all of it after */
+    }
+    double t = 0;
+    for (int k = 0; k < p->n_kernels; k++) end[k] = t += sn_roofline_kernel_model(p->kernels[k], m, o).time_s;
+    for (int64_t i = 0; i < chunks; i++) {
+        int64_t len = n_params - i * chunk < chunk ? n_params - i * chunk : chunk;
+        c[i] = (ready_chunk){sn_program_last_write(p, p->layout.grads + 4 * i * chunk, 4 * len),
+                             4.0 * (double)len};
+    }
+    qsort(c, (size_t)chunks, sizeof *c, by_after); /* the order the run queues them */
+    double free_at = 0;
+    for (int64_t i = 0; i < chunks; i++)
+        free_at = fmax(free_at, c[i].after >= 0 ? end[c[i].after] : 0) + c[i].bytes / bw;
+    free(end);
+    free(c);
+    return fmax(0, free_at - t);
+}
+
 sn_roofline_offload sn_roofline_offload_model(const sn_program *p, int64_t n_params, int64_t chunk,
                                               const sn_roofline_machine *m,
                                               const sn_roofline_opts *o, double host_gb_s,
@@ -258,8 +298,12 @@ sn_roofline_offload sn_roofline_offload_model(const sn_program *p, int64_t n_par
     double slowest = fmax(fmax(r.down_s, r.host_s), r.up_s), share = n > 0 ? (double)chunk / n : 0;
     r.overlapped_s = slowest + share * (r.down_s + r.host_s + r.up_s - slowest);
     r.step_s = r.device_s + r.overlapped_s;
-    r.delayed_serial_s = fmax(r.down_s, r.up_s) + fmax(0, r.host_s - r.device_s);
-    r.delayed_s = fmax(r.device_s, r.host_s) + fmax(r.down_s, r.up_s);
+    double kernels = s.time_s - s.optimizer_s;
+    r.tail_s = download_tail(p, n_params, chunk, m, o, bw);
+    r.down_end_s = kernels + r.tail_s;
+    r.delayed_s = fmax(r.down_end_s, fmax(r.device_s, r.host_s) + r.up_s);
+    r.delayed_serial_s = r.delayed_s - r.device_s;
+    r.delayed_after_s = fmax(r.device_s, r.host_s) + fmax(r.down_s, r.up_s);
     double d2d = 2 * 2 * 4.0 * n / (m->tb_per_s * 1e12); /* two copies, each read and written */
     r.buffered_s = fmax(r.device_s + d2d, r.overlapped_s);
     return r;
@@ -289,17 +333,20 @@ void sn_roofline_offload_print(FILE *f, const sn_roofline_offload *r, double tok
 }
 
 void sn_roofline_offload_delay_print(FILE *f, const sn_roofline_offload *r, double host_gb_s) {
-    fprintf(f, "  delayed update (--offload-delay), host AdamW at %.1f GB/s: step max(device %.3f, "
-            "host %.3f) + copies %.3f = %.3f ms, %.2fx the step without offload (serial: %.3f ms, "
-            "the copies and the host's excess); with the weights and gradients double-buffered on "
-            "the device (+8 bytes a parameter, not built): %.3f ms, %.2fx\n", host_gb_s,
-            r->device_s * 1e3, r->host_s * 1e3, fmax(r->down_s, r->up_s) * 1e3,
-            r->delayed_s * 1e3, r->delayed_s / r->on_device_s, r->delayed_serial_s * 1e3,
-            r->buffered_s * 1e3, r->buffered_s / r->on_device_s);
-    double room = 1.5 * r->on_device_s - fmax(r->down_s, r->up_s); /* what 1.5x leaves the host */
-    if (room <= r->device_s)
+    fprintf(f, "  delayed update (--offload-delay), host AdamW at %.1f GB/s: the gradients down "
+            "during the backward (%.3f ms of it after the last kernel), then max(device %.3f, "
+            "host %.3f) + weights up %.3f = %.3f ms, %.2fx the step without offload (after the "
+            "device's step: %.3f ms; with the gradients down after the step %.3f ms, %.2fx); "
+            "with the weights and gradients double-buffered on the device (+8 bytes a parameter, "
+            "not built): %.3f ms, %.2fx\n", host_gb_s, r->tail_s * 1e3, r->device_s * 1e3,
+            r->host_s * 1e3, r->up_s * 1e3, r->delayed_s * 1e3, r->delayed_s / r->on_device_s,
+            r->delayed_serial_s * 1e3, r->delayed_after_s * 1e3,
+            r->delayed_after_s / r->on_device_s, r->buffered_s * 1e3,
+            r->buffered_s / r->on_device_s);
+    double room = 1.5 * r->on_device_s - r->up_s; /* what 1.5x leaves the host */
+    if (room <= r->device_s || r->down_end_s > 1.5 * r->on_device_s)
         fprintf(f, "  delayed: 1.5x is out of reach: the device's step and the copies take %.3f ms\n",
-                (r->device_s + fmax(r->down_s, r->up_s)) * 1e3);
+                fmax(r->down_end_s, r->device_s + r->up_s) * 1e3);
     else
         fprintf(f, "  delayed: 1.5x needs the host AdamW at %.0f GB/s or more\n",
                 r->host_s * host_gb_s / room);

@@ -123,11 +123,16 @@ typedef struct {
     double serial_s, overlapped_s; /* the optimizer phase */
     double step_s;               /* device_s + overlapped_s */
     /* the delayed parameter update (sn_train_opts.offload_delay, runner.c): the host's AdamW
-     * overlaps the device's next step; what cannot overlap is the copies (the gradients are
-     * complete only after the backward and the next backward overwrites them; the weights go
-     * up only once the device's step no longer reads them) and the host's excess:
+     * overlaps the device's next step, and each chunk of the gradients comes down as soon as
+     * the last kernel that writes it has run (program.h sn_program_last_write; the kernels
+     * back to back at their modeled times, one copy stream): tail_s of it is left after the
+     * last kernel, all of it on the host at down_end_s from the step's start. The weights go
+     * up once the device's step no longer reads them and the host's update is done, while the
+     * tail comes down the other way: max(down_end_s, max(device_s, host_s) + up_s);
+     * delayed_serial_s what follows the device's step; delayed_after_s the same with the
+     * gradients down after the step, as before they came down during it:
      * max(device_s, host_s) + max(down_s, up_s) */
-    double delayed_s, delayed_serial_s;
+    double tail_s, down_end_s, delayed_s, delayed_serial_s, delayed_after_s;
     /* the same with the weights and the gradients double-buffered on the device (+8 bytes an
      * element: not built): two device copies serial, the pipeline overlapping the device */
     double buffered_s;

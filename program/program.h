@@ -105,6 +105,13 @@ int64_t sn_param_layout_trained(const sn_param_layout *l);
  * A broken layout is SN_ERR_INTERNAL naming the parameter (a bug in memplan). */
 sn_status sn_param_layout_check(const sn_program *p, sn_err *e);
 
+/* last_write.c: the last step of p that writes any byte of the persistent block's [at, at +
+ * bytes), or -1 when no step writes there (the bytes stay what they were before the run): a
+ * copy of the range that starts after that step reads what the whole run leaves. Conservative:
+ * a step writes all of each output's buffer (its root value's: an in-place sum writes the
+ * persistent value it aliases), a joined FINISH (tail) in its host's step. */
+int sn_program_last_write(const sn_program *p, int64_t at, int64_t bytes);
+
 /* Prints the kernels and the memory plan (sinter graph --dump-after memplan). */
 void sn_program_print(const sn_program *p, FILE *f);
 

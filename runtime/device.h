@@ -155,6 +155,33 @@ void sn_exec_host_free(sn_exec *x, void *p);
 sn_status sn_exec_copy_async(sn_exec *x, bool up, sn_exec_ref ref, void *host, int64_t bytes,
                              int slot, sn_err *e);
 sn_status sn_exec_copy_wait(sn_exec *x, int slot, sn_err *e);
+/* Downloads a run makes itself while its kernels run (offload's gradients come down during the
+ * backward: train/runner.c): each brings the `bytes` at src (a node or the persistent block,
+ * not a sharing executor's) into host memory from sn_exec_host_alloc, queued like
+ * sn_exec_copy_async right after kernel `after` of the run (-1: before the first), so that it
+ * overlaps the kernels after it; `after` is the last kernel that writes any of those bytes
+ * (sn_exec_ready_after): one before it reads bytes that kernel has not written yet (the
+ * stand-in driver shows it). They may still be in flight when sn_exec_run returns:
+ * sn_exec_run_copies_wait returns when they are done (the host may read their memory then),
+ * and the executor waits for them itself before it writes bytes they read (sn_exec_set, upload,
+ * copy, memset, copy_async up over them; a launch with an output in the persistent block),
+ * runs again, sets the list again or frees host memory or itself; reads and writes elsewhere
+ * (the weights going up) overlap them. A device without asynchronous copies, or one that runs
+ * the graph whole, does them after the run's kernels, in order (the same bytes), and
+ * sn_exec_run returns with them done. The list (n of them; 0: none) is copied and holds for
+ * every later run until it is set again. */
+typedef struct {
+    int after;
+    sn_exec_ref src;
+    void *host;
+    int64_t bytes;
+} sn_exec_run_copy;
+sn_status sn_exec_run_copies(sn_exec *x, const sn_exec_run_copy *c, int n, sn_err *e);
+sn_status sn_exec_run_copies_wait(sn_exec *x, sn_err *e);
+/* The last kernel of the program that writes any of the `bytes` at r (program.h
+ * sn_program_last_write): -1 when none does (an extra buffer's bytes); the last kernel for a
+ * sharing executor's refs, whose block is not laid out as its program's. */
+int sn_exec_ready_after(const sn_exec *x, sn_exec_ref r, int64_t bytes);
 /* Compiles kernels that are not the program's (the optimizer's) on the executor's device. */
 sn_status sn_exec_compile(sn_exec *x, sn_kernel *const *ks, int n, void **handles, sn_err *e);
 /* Launches such a kernel on bufs (sn_kernel_n_bufs(k) of them), in stream order. */
@@ -177,6 +204,8 @@ typedef struct {
     int64_t buffer_bytes;     /* extra buffers (sn_exec_buffer_new: optimizer state) */
     int64_t shadow_casts;     /* weight shadows made again from their parameters (program.h),
                                  counted since sn_exec_new */
+    int copies_in_run;        /* the last run's copies (sn_exec_run_copies) queued between its
+                                 kernels; 0 where they followed the kernels */
 } sn_exec_stats;
 void sn_exec_stats_get(const sn_exec *x, sn_exec_stats *s);
 /* The last run's time of kernel k (device events; 0 when the run was timed as a whole). */

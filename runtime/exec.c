@@ -6,7 +6,10 @@
  * cast kernel before the next run. Every value's pointer is worked out once (at[]): a sharing
  * executor (sn_exec_new_sharing) points its parameters and their shadows into its owner's
  * persistent block, lays out the rest of its persistent values in a block of its own, and runs
- * in its owner's arena when that is large enough. */
+ * in its owner's arena when that is large enough. A run's own downloads (sn_exec_run_copies)
+ * are queued between its kernels where the device copies asynchronously (after them elsewhere)
+ * and may still be in flight when the run returns: whatever here writes bytes they read, runs
+ * again or frees memory waits for them first. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +38,10 @@ struct sn_exec {
     bool whole_run_only; /* sn_exec_time_kernels(x, false): events around the run only */
     void *graph_state;   /* a device that runs the graph whole (run_graph): its state */
     void *copy_done[SN_EXEC_COPY_SLOTS]; /* the asynchronous copies' events, made at first use */
+    sn_exec_run_copy *run_copy; /* a run's own downloads, by `after` */
+    int n_run_copy;
+    void *run_copy_done;        /* recorded after each (one stream: the last is all of them) */
+    bool copies_pending;        /* the last run's may still be in flight */
     sn_exec_stats st;
 };
 
@@ -73,13 +80,19 @@ static sn_status fill_constants(sn_exec *x, sn_err *e) {
     return SN_OK;
 }
 
+static sn_status wait_run_copies(sn_exec *x, sn_err *e);
+
 void sn_exec_free(sn_exec *x) {
     if (!x) return;
+    sn_err ignored;
+    wait_run_copies(x, &ignored); /* nothing lands in freed memory */
     if (x->arena && !x->arena_borrowed) x->d->free(x->d, x->arena);
     if (x->persistent) x->d->free(x->d, x->persistent);
     if (x->graph_state) x->d->run_free(x->d, x->graph_state);
     for (int i = 0; i < SN_EXEC_COPY_SLOTS; i++)
         if (x->copy_done[i]) x->d->event_free(x->d, x->copy_done[i]);
+    if (x->run_copy_done) x->d->event_free(x->d, x->run_copy_done);
+    free(x->run_copy);
     for (int i = 0; i < x->n_buffers; i++) x->d->free(x->d, x->buffers[i]);
     for (int k = 0; x->events && k <= x->p->n_kernels; k++)
         if (x->events[k]) x->d->event_free(x->d, x->events[k]);
@@ -257,6 +270,37 @@ static void written_ref(sn_exec *x, sn_exec_ref r, int64_t bytes) {
     else if (!r.node && r.buffer == SN_EXEC_BLOCK) written(x, r.offset, bytes);
 }
 
+/* The offset in the persistent block, laid out as the program's, of what r names (-1: an extra
+ * buffer, or a sharing executor's block, which is not). */
+static int64_t block_at(const sn_exec *x, sn_exec_ref r) {
+    const sn_value *v = r.node ? value_of(x, r.node) : NULL;
+    if (x->owner) return -1;
+    if (v && v->persistent) return v->offset + r.offset;
+    return !r.node && r.buffer == SN_EXEC_BLOCK ? r.offset : -1;
+}
+
+static sn_status wait_run_copies(sn_exec *x, sn_err *e) {
+    if (!x->copies_pending) return SN_OK;
+    x->copies_pending = false;
+    return x->d->event_wait(x->d, x->run_copy_done, e);
+}
+
+/* Before the persistent block's [at, at + bytes) is written: the last run's copies that read
+ * any of it done (bytes < 0: to the block's end). */
+static sn_status before_write(sn_exec *x, int64_t at, int64_t bytes, sn_err *e) {
+    for (int i = 0; x->copies_pending && i < x->n_run_copy; i++) {
+        int64_t a = block_at(x, x->run_copy[i].src);
+        if ((bytes < 0 || a < at + bytes) && at < a + x->run_copy[i].bytes) return wait_run_copies(x, e);
+    }
+    return SN_OK;
+}
+
+/* The same for what a ref names (an extra buffer: nothing to wait for). */
+static sn_status before_write_ref(sn_exec *x, sn_exec_ref r, int64_t bytes, sn_err *e) {
+    int64_t at = block_at(x, r);
+    return at < 0 ? SN_OK : before_write(x, at, bytes, e);
+}
+
 /* Makes the stale weight shadows again from their parameters, with their cast kernels. */
 static sn_status refresh_shadows(sn_exec *x, sn_err *e) {
     const sn_program *p = x->p;
@@ -282,6 +326,8 @@ sn_status sn_exec_set(sn_exec *x, const sn_node *n, const void *data, sn_err *e)
                        "of the compiled program", n ? n->id : -1);
     int b = x->owner ? x->bound[v - x->p->values] : -1;
     if (b >= 0) return sn_exec_set(x->owner, x->owner->p->values[b].node, data, e);
+    sn_status s = before_write(x, v->offset, v->bytes, e);
+    if (s) return s;
     written(x, v->offset, v->bytes);
     return x->d->upload(x->d, ptr_of(x, v), data, (size_t)v->bytes, e);
 }
@@ -362,6 +408,7 @@ int64_t sn_exec_persistent_offset(const sn_exec *x, const sn_node *n) {
 sn_status sn_exec_upload(sn_exec *x, sn_exec_ref dst, const void *src, int64_t bytes, sn_err *e) {
     char *p;
     sn_status s = resolve(x, dst, bytes, &p, e);
+    if (!s) s = before_write_ref(x, dst, bytes, e);
     if (!s) written_ref(x, dst, bytes);
     return s ? s : x->d->upload(x->d, p, src, (size_t)bytes, e);
 }
@@ -380,8 +427,22 @@ void *sn_exec_host_alloc(sn_exec *x, int64_t bytes, sn_err *e) {
 }
 
 void sn_exec_host_free(sn_exec *x, void *p) {
+    sn_err ignored;
+    wait_run_copies(x, &ignored); /* nothing lands in freed memory */
     if (!x->d->host_alloc) free(p);
     else if (p) x->d->host_free(x->d, p);
+}
+
+/* A copy through the device's copy_async, *done (made at first use) recorded after it. */
+static sn_status queue_copy(sn_exec *x, bool up, sn_exec_ref ref, void *host, int64_t bytes,
+                            void **done, sn_err *e) {
+    char *p;
+    sn_status s = resolve(x, ref, bytes, &p, e);
+    if (s) return s;
+    if (!*done && !(*done = x->d->event_new(x->d, e))) return e->code;
+    if (up && (s = before_write_ref(x, ref, bytes, e))) return s;
+    if (up) written_ref(x, ref, bytes);
+    return x->d->copy_async(x->d, up ? p : host, up ? host : p, (size_t)bytes, up, *done, e);
 }
 
 sn_status sn_exec_copy_async(sn_exec *x, bool up, sn_exec_ref ref, void *host, int64_t bytes,
@@ -389,13 +450,41 @@ sn_status sn_exec_copy_async(sn_exec *x, bool up, sn_exec_ref ref, void *host, i
     SN_ASSERT(slot >= 0 && slot < SN_EXEC_COPY_SLOTS);
     if (!x->d->copy_async) return up ? sn_exec_upload(x, ref, host, bytes, e)
                                      : sn_exec_download(x, host, ref, bytes, e);
-    char *p;
-    sn_status s = resolve(x, ref, bytes, &p, e);
+    return queue_copy(x, up, ref, host, bytes, &x->copy_done[slot], e);
+}
+
+sn_status sn_exec_run_copies(sn_exec *x, const sn_exec_run_copy *c, int n, sn_err *e) {
+    sn_status s = wait_run_copies(x, e);
+    for (int i = 0; !s && i < n; i++) {
+        char *p;
+        if ((s = resolve(x, c[i].src, c[i].bytes, &p, e))) return s;
+        if (block_at(x, c[i].src) < 0)
+            return sn_fail(e, SN_ERR_INVALID, "executor: a run's copy reads the persistent block "
+                           "(a node or SN_EXEC_BLOCK) of an executor that owns its parameters");
+        if (c[i].after < -1 || c[i].after >= x->p->n_kernels)
+            return sn_fail(e, SN_ERR_INVALID, "executor: a run's copy after kernel %d: the program "
+                           "has %d", c[i].after, x->p->n_kernels);
+    }
     if (s) return s;
-    if (!x->copy_done[slot] && !(x->copy_done[slot] = x->d->event_new(x->d, e))) return e->code;
-    if (up) written_ref(x, ref, bytes);
-    return x->d->copy_async(x->d, up ? p : host, up ? host : p, (size_t)bytes, up,
-                            x->copy_done[slot], e);
+    sn_exec_run_copy *t = n ? sn_realloc(x->run_copy, sizeof *t * (size_t)n, "the run's copies", e) : NULL;
+    if (n && !t) return SN_ERR_OOM;
+    if (!n) free(x->run_copy);
+    x->run_copy = t;
+    x->n_run_copy = n;
+    for (int i = 0; i < n; i++) { /* by `after`, in order otherwise (insertion) */
+        int j = i;
+        for (; j > 0 && t[j - 1].after > c[i].after; j--) t[j] = t[j - 1];
+        t[j] = c[i];
+    }
+    return SN_OK;
+}
+
+sn_status sn_exec_run_copies_wait(sn_exec *x, sn_err *e) { return wait_run_copies(x, e); }
+
+int sn_exec_ready_after(const sn_exec *x, sn_exec_ref r, int64_t bytes) {
+    int64_t at = block_at(x, r);
+    if (at >= 0) return sn_program_last_write(x->p, at, bytes);
+    return !r.node && r.buffer >= 0 ? -1 : x->p->n_kernels - 1; /* an extra buffer: no kernel's */
 }
 
 sn_status sn_exec_copy_wait(sn_exec *x, int slot, sn_err *e) {
@@ -408,6 +497,7 @@ sn_status sn_exec_copy(sn_exec *x, sn_exec_ref dst, sn_exec_ref src, int64_t byt
     char *a, *b;
     sn_status s = resolve(x, dst, bytes, &a, e);
     if (!s) s = resolve(x, src, bytes, &b, e);
+    if (!s) s = before_write_ref(x, dst, bytes, e);
     if (!s) written_ref(x, dst, bytes);
     return s ? s : x->d->copy(x->d, a, b, (size_t)bytes, e);
 }
@@ -415,6 +505,7 @@ sn_status sn_exec_copy(sn_exec *x, sn_exec_ref dst, sn_exec_ref src, int64_t byt
 sn_status sn_exec_memset(sn_exec *x, sn_exec_ref dst, int value, int64_t bytes, sn_err *e) {
     char *p;
     sn_status s = resolve(x, dst, bytes, &p, e);
+    if (!s) s = before_write_ref(x, dst, bytes, e);
     if (!s) written_ref(x, dst, bytes);
     return s ? s : x->d->memset(x->d, p, value, (size_t)bytes, e);
 }
@@ -431,6 +522,7 @@ sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_
     for (int i = 0; i < n; i++) {
         char *q;
         sn_status s = resolve(x, bufs[i], 0, &q, e);
+        if (!s && i < k->n_out) s = before_write_ref(x, bufs[i], -1, e); /* its bytes unknown */
         if (s) return s;
         p[i] = q;
     }
@@ -441,15 +533,37 @@ sn_status sn_exec_launch(sn_exec *x, const sn_kernel *k, void *handle, const sn_
 
 sn_device *sn_exec_device(const sn_exec *x) { return x->d; }
 
+/* The run's copies from *next on up to those after kernel k, queued on the device's download
+ * stream. */
+static sn_status queue_run_copies(sn_exec *x, int k, int *next, sn_err *e) {
+    sn_status s = SN_OK;
+    for (; !s && *next < x->n_run_copy && x->run_copy[*next].after <= k; (*next)++) {
+        const sn_exec_run_copy *c = &x->run_copy[*next];
+        s = queue_copy(x, false, c->src, c->host, c->bytes, &x->run_copy_done, e);
+        if (!s) x->st.copies_in_run++;
+    }
+    return s;
+}
+
+/* The run's copies where none were queued during it: now, in order. */
+static sn_status run_copies_after(sn_exec *x, sn_err *e) {
+    sn_status s = SN_OK;
+    for (int i = 0; !s && i < x->n_run_copy; i++)
+        s = sn_exec_download(x, x->run_copy[i].host, x->run_copy[i].src, x->run_copy[i].bytes, e);
+    return s;
+}
+
 /* Runs kernels [0, end). */
 static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
     const sn_program *p = x->p;
     sn_device *d = x->d;
     memset(x->st.kind_s, 0, sizeof x->st.kind_s);
+    sn_status s = wait_run_copies(x, e); /* the last run's read what this one writes */
+    if (s) return s;
+    x->st.copies_in_run = 0;
     /* the stale weight shadows first, before the step's first event (not its time); a graph
      * run computes the casts itself. A sharing executor's: the owner's, and its own of the
      * owner's parameters, which the owner may have changed since */
-    sn_status s = SN_OK;
     for (int k = 0; x->owner && k < p->n_shadows; k++)
         x->stale[k] |= !x->foreign[k] && x->bound[p->value_of[p->shadows[k]->args[1]->id]] >= 0;
     if (!d->run_graph && x->owner) s = refresh_shadows(x->owner, e);
@@ -460,8 +574,11 @@ static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
         if (!s) s = d->event_record(d, x->events[p->n_kernels], e);
         if (!s) s = d->sync(d, e);
         if (!s) s = d->event_elapsed(d, x->events[0], x->events[p->n_kernels], &x->st.run_s, e);
-        return s;
+        return s ? s : run_copies_after(x, e);
     }
+    bool during = d->copy_async && end == p->n_kernels; /* the copies between the kernels */
+    int next = 0;
+    if (!s && during) s = queue_run_copies(x, -1, &next, e);
     for (int k = 0; !s && k < end; k++) {
         const sn_kernel *ker = p->kernels[k];
         void *bufs[SN_KER_MAX_BUFS];
@@ -485,8 +602,11 @@ static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
         s = ker->kind == SN_KER_GEMM ? d->gemm(d, ker, bufs, e) : d->launch(d, ker, x->handles[k], bufs, e);
         if (!s && (!x->whole_run_only || k + 1 == end))
             s = d->event_record(d, x->events[k + 1], e);
+        if (!s && during) s = queue_run_copies(x, k, &next, e);
     }
     if (!s) s = d->sync(d, e);
+    x->copies_pending = x->st.copies_in_run > 0; /* in flight until waited for */
+    if (!s && !x->st.copies_in_run) s = run_copies_after(x, e);
     for (int k = 0; !s && !x->whole_run_only && k < end; k++) {
         const sn_kernel *ker = p->kernels[k];
         s = d->event_elapsed(d, x->events[k], x->events[k + 1], &x->kernel_s[k], e);

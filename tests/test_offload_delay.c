@@ -16,6 +16,7 @@
 #include "train/train.h"
 #include "delay_ref.h"
 #include "harness.h"
+#include "run_copies_check.h"
 
 enum { B = 2, T = 16, V = 64, STEPS = 10 };
 
@@ -98,15 +99,18 @@ END_TEST
  * micro-batches of step 5, steps clipped) with the delay, through the checked device (whose
  * pointers fault on the host), against the same written out: every loss, norm, the
  * evaluation's loss, and after a drain every weight and moment bit for bit; in fp32 (_i 0) and
- * bf16 (1: the linear layers' weights go up as their shadows' bits). */
+ * bf16 (1: the linear layers' weights go up as their shadows' bits); and (2, fp32) on the CPU
+ * device wrapped to copy at once (run_copies_check.h), where the update runs on its thread and
+ * the gradients come down during each run, each chunk right after its last writer. */
 START_TEST(delay_is_the_schedule_written_out) {
     sn_err e;
     sn_device *plain = cpu(), *checked;
-    ck_assert(sn_checked_device_new(cpu(), &checked, &e) == SN_OK);
+    if (_i == 2) checked = sn_test_copy_at_once(cpu());
+    else ck_assert(sn_checked_device_new(cpu(), &checked, &e) == SN_OK);
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.precision = SN_PRECISION_BF16;
     po.backward = true;
-    const sn_pipeline_opts *pp = _i ? &po : NULL;
+    const sn_pipeline_opts *pp = _i == 1 ? &po : NULL;
     sn_graph *g1 = tiny_with(pp), *g2 = tiny_with(pp);
     float clip = 0.5f;
     sn_trainer *dpu = trainer_with(g1, checked, true, true, clip, pp);
@@ -125,6 +129,9 @@ START_TEST(delay_is_the_schedule_written_out) {
     ck_assert_msg(ea == eb, "evaluation %.9g vs %.9g", ea, eb);
     ck_assert_msg(clipped >= 3, "%d steps clipped: too few to test the clip", clipped);
     ck_assert_msg(la[STEPS - 1] < la[0] - 0.3, "loss %g -> %g: not learning", la[0], la[STEPS - 1]);
+    sn_exec_stats xs;
+    sn_exec_stats_get(sn_trainer_exec(dpu), &xs);
+    ck_assert_int_eq(xs.copies_in_run > 0, _i == 2); /* the checked CPU copies after the run */
     ck_assert_msg(sn_trainer_drain(dpu, &e) == SN_OK, "%s", e.msg);
     sn_test_delay_drain(&ref);
     sn_test_same_state(dpu, r);
@@ -196,6 +203,31 @@ START_TEST(delay_resumes) {
 }
 END_TEST
 
+/* The run's downloads (device.h sn_exec_run_copies), chunks of 64 gradients: on the CPU device
+ * (_i 0) after the run, none during it, so that even one queued a kernel early lands the run's
+ * gradients; on the CPU device copying at once (1), during the run, each right after the last
+ * kernel that writes it, which lands the run's gradients too, while one kernel early lands other
+ * bytes (run_copies_check.h). The chunks are ready at several points, most before the end. */
+START_TEST(gradients_come_down_after_their_last_writer) {
+    sn_device *d = _i ? sn_test_copy_at_once(cpu()) : cpu();
+    sn_graph *g = tiny();
+    sn_trainer *t = trainer(g, d, false, false, 1.0f);
+    sn_test_run_copies r;
+    sn_test_run_copies_check(t, 64, B * T, V, &r);
+    ck_assert_int_eq(r.during, _i ? r.chunks : 0);
+    if (_i) ck_assert_msg(r.early_differ > 0, "no chunk copied a kernel early differs");
+    else ck_assert_int_eq(r.early_differ, 0);
+    ck_assert_msg(r.points > 4 && 2 * r.before_last > r.chunks, "%d chunks ready at %d points, "
+                  "%d before the last kernel", r.chunks, r.points, r.before_last);
+    printf("test_offload_delay: %s: %d chunks of gradients, %d copied during the run, ready after "
+           "%d kernels, %d before the last; one kernel early, %d of the %d written differ\n",
+           d->name, r.chunks, r.during, r.points, r.before_last, r.early_differ, r.written);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+    sn_device_free(d);
+}
+END_TEST
+
 /* The delay without offload, or without a device, is refused by name. */
 START_TEST(delay_needs_offload) {
     sn_err e;
@@ -220,7 +252,8 @@ static Suite *suite(void) {
     Suite *s = suite_create("offload_delay");
     TCase *tc = tcase_create("offload_delay");
     tcase_add_test(tc, steps_read_the_weights_one_update_old);
-    tcase_add_loop_test(tc, delay_is_the_schedule_written_out, 0, 2);
+    tcase_add_loop_test(tc, delay_is_the_schedule_written_out, 0, 3);
+    tcase_add_loop_test(tc, gradients_come_down_after_their_last_writer, 0, 2);
     tcase_add_test(tc, a_drain_makes_the_next_step_read_the_newest_weights);
     tcase_add_test(tc, delay_resumes);
     tcase_add_test(tc, delay_needs_offload);

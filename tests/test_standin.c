@@ -28,6 +28,7 @@
 #include "examples/llama/llama.h"
 #include "delay_ref.h"
 #include "harness.h"
+#include "run_copies_check.h"
 
 #define ck_assert_has(s, sub) ck_assert_msg(strstr((s), (sub)), "'%s' lacks '%s'", (s), (sub))
 
@@ -494,6 +495,9 @@ START_TEST(offload_delay_is_the_schedule_written_out) {
         ck_assert_msg(fabs(ev[0] - ev[i]) <= 1e-6, "evaluation %.9g vs %.9g", ev[0], ev[i]);
     }
     ck_assert_msg(l[0][N - 1] < l[0][0] - 0.1, "loss %g -> %g: not learning", l[0][0], l[0][N - 1]);
+    sn_exec_stats xs; /* the gradients came down during the run */
+    sn_exec_stats_get(sn_trainer_exec(t[0]), &xs);
+    ck_assert_int_gt(xs.copies_in_run, 0);
     printf("test_standin: %d delayed steps (%s): largest loss difference from the written-out "
            "schedule %.2g, from the CPU device's delayed run %.2g%s\n", N, _i ? "bf16" : "fp32",
            worst[1], worst[2], _i ? " (not compared)" : "");
@@ -539,6 +543,63 @@ START_TEST(async_copies_land_at_their_event) {
     d->free(d, dev);
     d->host_free(d, h);
     sn_device_free(d);
+}
+END_TEST
+
+/* The run's copies are in flight when the run returns (the stand-in lands a download when it
+ * is waited for): the host memory is untouched until sn_exec_run_copies_wait; an upload
+ * elsewhere (the weights) does not wait for them, one over the bytes they read does. */
+static void run_copies_in_flight(sn_trainer *t) {
+    sn_err e;
+    sn_exec *x = sn_trainer_exec(t);
+    const sn_param_layout *l = &sn_trainer_program(t)->layout;
+    int64_t n = l->flat_n;
+    float *h = sn_exec_host_alloc(x, 4 * n, &e), *want = malloc(4 * (size_t)n), w0;
+    ck_assert(h && want);
+    sn_exec_run_copy c = {0, sn_exec_block_ref(l->grads), h, 4 * n};
+    c.after = sn_exec_ready_after(x, c.src, c.bytes);
+    ck_assert_msg(sn_exec_run_copies(x, &c, 1, &e) == SN_OK, "%s", e.msg);
+    int32_t xs[B * T], ys[B * T];
+    batch(xs, ys, 3);
+    ck_assert_msg(sn_trainer_accumulate(t, xs, ys, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert(sn_exec_download(x, want, sn_exec_block_ref(l->grads), 4 * n, &e) == SN_OK);
+    ck_assert(h[0] == 0 && h[n - 1] == 0 && want[0] != 0); /* in flight */
+    ck_assert(sn_exec_download(x, &w0, sn_exec_block_ref(l->params), 4, &e) == SN_OK);
+    ck_assert(sn_exec_upload(x, sn_exec_block_ref(l->params), &w0, 4, &e) == SN_OK);
+    ck_assert_msg(h[0] == 0, "an upload of the weights waited for the gradients' copy");
+    ck_assert(sn_exec_upload(x, sn_exec_block_ref(l->grads + 4 * (n - 1)), &want[n - 1], 4, &e) == SN_OK);
+    ck_assert_msg(!memcmp(h, want, 4 * (size_t)n), "an upload over the gradients did not wait for "
+                  "their copy");
+    ck_assert(sn_exec_run_copies(x, NULL, 0, &e) == SN_OK);
+    sn_exec_host_free(x, h);
+    free(want);
+}
+
+/* The delayed update's downloads during the run (device.h sn_exec_run_copies) on the stand-in,
+ * chunks of 64 gradients: each queued on the copy stream right after the last kernel that writes
+ * it lands the run's gradients bit for bit; one kernel earlier lands other bytes (a download
+ * reads at its call, above); the step, with copies in it, runs eagerly (cuda_rt.h); and they
+ * are in flight when the run returns (run_copies_in_flight). */
+START_TEST(run_copies_follow_their_last_writer) {
+    if (!have_nvrtc()) return;
+    sn_err e;
+    sn_device *gpu = cuda(NULL);
+    sn_graph *g = tiny();
+    sn_trainer *t = trainer_on(g, gpu, &e);
+    ck_assert_msg(t, "%s", e.msg);
+    sn_test_run_copies r;
+    sn_test_run_copies_check(t, 64, B * T, V, &r);
+    ck_assert_int_eq(r.during, r.chunks);
+    ck_assert_msg(r.early_differ > 0, "no chunk copied a kernel early differs");
+    ck_assert_msg(r.points > 4 && 2 * r.before_last > r.chunks, "%d chunks ready at %d points, "
+                  "%d before the last kernel", r.chunks, r.points, r.before_last);
+    printf("test_standin: %d chunks of gradients copied during the run, ready after %d kernels, "
+           "%d before the last; one kernel early, %d of the %d written differ\n", r.chunks,
+           r.points, r.before_last, r.early_differ, r.written);
+    run_copies_in_flight(t);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+    sn_device_free(gpu);
 }
 END_TEST
 
@@ -742,6 +803,56 @@ static void lt_close(lt_setup *L) {
     L->a.cuDevicePrimaryCtxRelease(L->dev);
     sn_cuda_api_unload(&L->a);
 }
+
+/* A download on the stand-in reads the device at its call, the earliest moment it may run
+ * (standin_stream.c), so work queued after it does not reach it; and one on a stream that did
+ * not wait for another stream's work (an event, or the host synchronising that stream) races
+ * with it and lands 0xff bytes: a copy stream that does not wait for the kernels before it, or
+ * a copy queued before the kernel that writes its bytes, lands other bytes. */
+START_TEST(downloads_read_at_their_call_and_race_unordered) {
+    enum { N = 64 };
+    lt_setup L;
+    lt_open(&L);
+    sn_cuda_api *a = &L.a;
+    sn_err e;
+    CUstream s2;
+    CUevent ev;
+    CUdeviceptr dev;
+    float *h, want[N];
+    unsigned char ff[4 * N];
+    memset(ff, 0xff, sizeof ff);
+    CK(SN_CUDA_CHECK(a, &e, cuStreamCreate, &s2, CU_STREAM_NON_BLOCKING));
+    CK(SN_CUDA_CHECK(a, &e, cuEventCreate, &ev, CU_EVENT_DEFAULT));
+    CK(SN_CUDA_CHECK(a, &e, cuMemAlloc, &dev, 4 * N));
+    CK(SN_CUDA_CHECK(a, &e, cuMemHostAlloc, (void **)&h, 4 * N, 0));
+    for (int i = 0; i < N; i++) want[i] = (float)i;
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dev, want, sizeof want, L.stream));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, L.stream));
+    /* ordered by an event after the first stream's work, the memset queued after the copy */
+    CK(SN_CUDA_CHECK(a, &e, cuMemsetD8Async, dev, 7, 4 * N, L.stream));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyHtoDAsync, dev, want, sizeof want, L.stream));
+    CK(SN_CUDA_CHECK(a, &e, cuEventRecord, ev, L.stream));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamWaitEvent, s2, ev, 0));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, h, dev, 4 * N, s2));
+    CK(SN_CUDA_CHECK(a, &e, cuMemsetD8Async, dev, 0, 4 * N, L.stream));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, s2));
+    ck_assert_msg(!memcmp(h, want, sizeof want), "the download did not read at its call");
+    /* unordered: the last memset was waited for by no one */
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, h, dev, 4 * N, s2));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, s2));
+    ck_assert_msg(!memcmp(h, ff, sizeof ff), "a download racing with a memset landed %g", h[1]);
+    /* the host synchronised the first stream: ordered */
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, L.stream));
+    CK(SN_CUDA_CHECK(a, &e, cuMemcpyDtoHAsync, h, dev, 4 * N, s2));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamSynchronize, s2));
+    ck_assert(h[0] == 0 && h[N - 1] == 0);
+    CK(SN_CUDA_CHECK(a, &e, cuMemFreeHost, h));
+    CK(SN_CUDA_CHECK(a, &e, cuMemFree, dev));
+    CK(SN_CUDA_CHECK(a, &e, cuEventDestroy, ev));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamDestroy, s2));
+    lt_close(&L);
+}
+END_TEST
 
 START_TEST(gemm_plans_match_a_reference) {
     lt_setup L;
@@ -1752,6 +1863,8 @@ static Suite *suite(void) {
     tcase_add_test(off, offload_trains_like_the_device);
     tcase_add_loop_test(off, offload_delay_is_the_schedule_written_out, 0, 2);
     tcase_add_loop_test(off, async_copies_land_at_their_event, 0, 2);
+    tcase_add_test(off, downloads_read_at_their_call_and_race_unordered);
+    tcase_add_test(off, run_copies_follow_their_last_writer);
     tcase_add_test(off, cuda_plan_is_the_trainer);
     suite_add_tcase(s, off);
     return s;

@@ -127,7 +127,7 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
     }
     pl->offload = offload;
     pl->opt_device = sn_train_state_bytes(p, accum > 1);
-    pl->opt_host = 0;
+    pl->opt_host = pl->delay_host = 0;
     if (offload) { /* the device keeps the step's scalars; the host the masters, the moments,
                       the sums, the scalars and the gradients' staging chunks (runner.c) */
         int64_t n = p->layout.flat_n;
@@ -142,6 +142,9 @@ sn_status sn_plan_measure(sn_graph *g, const sn_pipeline_opts *compile, int poli
         }
         if (seg) pl->opt_host += 2 * n + 4;
         free(seg);
+        /* the delayed update's: a gradient range for the run's download instead of the
+           staging chunks, and the update in flight's (runner.c) */
+        pl->delay_host = F32_BYTES * (2 * n - sn_offload_staging(n));
     }
     pl->arena = p->arena_bytes;
     pl->workspace = workspace_of(&t);
@@ -250,8 +253,7 @@ sn_status sn_plan_make(const sn_plan_opts *o, sn_plan_graph_fn build, void *ctx,
         }
     if (fitted) {
         *out = best;
-        if (o->offload_delay && out->offload) /* the update in flight's gradients (runner.c) */
-            out->opt_host += out->grads;
+        if (o->offload_delay && out->offload) out->opt_host += out->delay_host;
         out->max_micro_batch = max_micro;
         out->min_budget = min_budget;
         return SN_OK;

@@ -57,6 +57,7 @@ typedef struct {
     /* optimizer state: AdamW moments, gradient sums (when accum > 1), the step's scalars */
     bool offload;           /* masters, moments and sums in host memory (train with offload) */
     int64_t opt_device, opt_host; /* on the device; offloaded to the host (sn_trainer_host_state_bytes) */
+    int64_t delay_host;     /* with offload: what the delayed update (offload_delay) adds to opt_host */
     int64_t arena;          /* the planned arena (activations and temporaries) */
     int64_t workspace;      /* other device allocations (0 on the CPU) */
     /* validation's evaluation program (runner.h sn_runner_eval): it reads the parameters in

@@ -7,7 +7,9 @@
  * With offload, the moments, the gradient sums and a copy of the weights (the masters) are
  * host arrays instead, and AdamW runs on the CPU (offload.h) in chunks: gradients down,
  * weights up, chunk k+1's gradients coming down while the CPU updates chunk k and chunk k-1's
- * weights go up (sn_exec_copy_async; in turn where the device has no asynchronous copies). */
+ * weights go up (sn_exec_copy_async; in turn where the device has no asynchronous copies);
+ * with the delayed update the run itself brings the gradients down while the backward runs
+ * (sn_exec_run_copies). */
 #include "runner.h"
 
 #include <assert.h>
@@ -49,7 +51,8 @@ struct sn_runner {
     sn_exec_ref ref[FB_COUNT];
     bool has_sums;
     /* offload: host[FB_PARAMS] the masters, host[FB_M], host[FB_V], host[FB_SUMS] the state,
-     * host[FB_SCAL] the step's scalars after CLIP, host[FB_GRADS] the staging chunks (RING);
+     * host[FB_SCAL] the step's scalars after CLIP, host[FB_GRADS] the staging chunks (RING),
+     * or with the delay the whole range the run's gradients come down into;
      * those the device copies from or to asynchronously are its page-locked memory (pinned) */
     bool offload;
     float *host[FB_COUNT];
@@ -57,9 +60,14 @@ struct sn_runner {
     sn_pool *pool;      /* the host AdamW's threads (one per CPU) */
     int64_t chunk;      /* elements a copy moves (sn_offload_chunk) */
     /* the delayed parameter update (sn_runner_delay): host[FB_JOB] the gradients of the update
-     * in flight (the job's), upload_due: the masters hold an update the device lacks */
+     * in flight (the job's), upload_due: the masters hold an update the device lacks; down[]
+     * the run's copies of the gradients, chunk by chunk, into down_to (host[FB_GRADS] when
+     * they were set) */
     bool delay, upload_due;
     sn_offload_job job;
+    sn_exec_run_copy *down;
+    int n_down;
+    float *down_to;
     /* what goes up in f32 and what as its weight shadows' bits, host[FB_LOW] (offload.h
      * sn_offload_segments; NULL: all in f32) */
     sn_offload_seg *seg;
@@ -80,6 +88,7 @@ void sn_runner_free(sn_runner *b) {
     sn_offload_job_finish(&b->job); /* it reads and writes the host arrays */
     if (b->job.pool != b->pool) sn_pool_free(b->job.pool); /* its own where threaded */
     free(b->seg);
+    free(b->down);
     for (int i = 0; i < FB_COUNT; i++) {
         if (pinned(i) && b->host[i]) sn_exec_host_free(b->x, b->host[i]);
         else free(b->host[i]);
@@ -220,12 +229,15 @@ void sn_runner_startup(const sn_runner *b, double *kernels_s, double *exec_s, do
     *kernels_s = b->kernels_s, *exec_s = b->exec_s, *optimizer_s = b->optimizer_s;
 }
 
+static sn_status run_copies(sn_runner *b, sn_err *e);
+
 sn_status sn_runner_run(sn_runner *b, const sn_node *idx, const sn_node *targets,
                         const int32_t *x, const int32_t *y, double *loss, sn_err *e) {
     sn_status s;
     float l;
     if ((s = sn_exec_set(b->x, idx, x, e)) || (s = sn_exec_set(b->x, targets, y, e)) ||
-        (s = sn_exec_run(b->x, e)) || (s = sn_exec_get(b->x, b->g->loss, &l, e)))
+        (s = run_copies(b, e)) || (s = sn_exec_run(b->x, e)) ||
+        (s = sn_exec_get(b->x, b->g->loss, &l, e)))
         return s;
     *loss = l;
     return SN_OK;
@@ -468,7 +480,15 @@ static void set_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
 
 sn_status sn_runner_sum_grads(sn_runner *b, bool add, sn_err *e) {
     sn_status s = need_sums(b, e);
+    if (!s && b->delay) s = sn_exec_run_copies_wait(b->x, e); /* the run's gradients on the host */
     if (s) return s;
+    float **h = b->host;
+    if (b->delay && add) sn_offload_acc(b->pool, h[FB_SUMS], h[FB_GRADS], b->lay->flat_n);
+    if (b->delay && !add) { /* the run's gradients are the sums: the buffers trade places */
+        float *t = h[FB_SUMS];
+        h[FB_SUMS] = h[FB_GRADS], h[FB_GRADS] = t;
+    }
+    if (b->delay) return SN_OK; /* the run brought its gradients down (run_copies) */
     if (b->offload) return pipeline(b, true, false, add ? acc_chunk : set_chunk, e);
     if (add) return launch(b, OK_ACC, (const int[]){FB_SUMS, FB_GRADS}, e);
     return sn_exec_copy(b->x, b->ref[FB_SUMS], b->ref[FB_GRADS], F32_BYTES * b->lay->flat_n, e);
@@ -506,19 +526,23 @@ static void adamw_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
 
 /* ---- the delayed parameter update (runner.h sn_runner_delay) ----
  * Update k (the AdamW of step k's gradients g_k, on the host) runs while the device runs step
- * k+1, which therefore reads the weights before update k. At update k+1, in this order:
+ * k+1, which therefore reads the weights before update k, and brings g_{k+1} down while its
+ * backward runs: each chunk of the gradients as soon as the last kernel that writes it has run
+ * (run_copies), into host[FB_GRADS], which update k does not read. At update k+1, in this order:
  *   1. update k finishes (its thread joined; on a device without asynchronous copies it runs
  *      now, the latest point the order allows: the same numbers);
- *   2. its weights go up while step k+1's gradients come down, both directions at once: the
- *      device is idle (sn_exec_run returned after its sync, the norm's scalars came down
- *      through its stream), so neither copy races its work;
- *   3. both copies done before returning: the next run reads the weights and overwrites the
- *      gradients;
- *   4. update k+1 starts on the host, on its own copy of the scalars and its own gradients
- *      (host[FB_JOB]: with accumulation the sums themselves, swapped with a second buffer so
- *      that the next step's sums do not write them).
+ *   2. its weights go up: the device's stream is idle (sn_exec_run returned after its sync,
+ *      the norm's scalars came down through its stream), so the upload races no step's read
+ *      of the weights; the run's last chunks of gradients may still be coming down, the
+ *      other way over PCIe (the executor orders nothing that writes them before they land);
+ *   3. the upload done before returning: the next run reads the weights;
+ *   4. the run's copies done, update k+1 starts on the host, on its own copy of the scalars
+ *      and its own gradients: host[FB_JOB] trades places with the step's gradients (without
+ *      accumulation the run's download, with it the host sums, which the micro-batches'
+ *      downloads were added to), so that the next run's download, and the next step's sums,
+ *      go to the buffer update k read.
  * A drain (evaluation, a parameter read or written, a checkpoint through those, the end of a
- * run: sn_runner_drain) does 1 and the upload of 2, so the next run reads the newest weights. */
+ * run: sn_runner_drain) does 1 to 3, so the next run reads the newest weights. */
 
 static void keep_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
     (void)b, (void)lo, (void)n, (void)g; /* the masters are final: they only go up */
@@ -534,6 +558,29 @@ static sn_status drain(sn_runner *b, sn_err *e) {
 
 sn_status sn_runner_drain(sn_runner *b, sn_err *e) { return drain(b, e); }
 
+/* The run's copies into host[FB_GRADS], set again when that is another buffer than last time. */
+static sn_status run_copies(sn_runner *b, sn_err *e) {
+    if (!b->delay || b->down_to == b->host[FB_GRADS]) return SN_OK;
+    for (int k = 0; k < b->n_down; k++) b->down[k].host = b->host[FB_GRADS] + k * b->chunk;
+    sn_status s = sn_exec_run_copies(b->x, b->down, b->n_down, e);
+    b->down_to = s ? NULL : b->host[FB_GRADS];
+    return s;
+}
+
+/* The gradients' chunks, each after the last kernel that writes it: the run's copies. */
+static sn_status down_new(sn_runner *b, sn_err *e) {
+    int64_t chunks = (b->lay->flat_n + b->chunk - 1) / b->chunk;
+    if (!(b->down = sn_calloc((size_t)chunks, sizeof *b->down, "the run's copies", e))) return SN_ERR_OOM;
+    for (int64_t k = 0; k < chunks; k++) {
+        sn_exec_ref r = b->ref[FB_GRADS];
+        r.offset += F32_BYTES * k * b->chunk;
+        int64_t bytes = F32_BYTES * chunk_len(b, k);
+        b->down[k] = (sn_exec_run_copy){sn_exec_ready_after(b->x, r, bytes), r, NULL, bytes};
+    }
+    b->n_down = (int)chunks;
+    return SN_OK;
+}
+
 sn_status sn_runner_delay(sn_runner *b, sn_err *e) {
     if (!b->offload)
         return sn_fail(e, SN_ERR_INVALID, "trainer: the delayed parameter update overlaps the host's "
@@ -544,35 +591,29 @@ sn_status sn_runner_delay(sn_runner *b, sn_err *e) {
     b->job.pool = b->job.threaded ? sn_pool_new(0) : b->pool; /* the caller's accumulates meanwhile */
     if (!b->job.pool)
         return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the delayed update's threads");
-    if (!(b->host[FB_JOB] = sn_exec_host_alloc(b->x, F32_BYTES * b->lay->flat_n, e)))
-        return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the delayed update's "
-                       "gradients (%.1f MiB)", (double)F32_BYTES * (double)b->lay->flat_n / (1 << 20));
-    b->host_bytes += F32_BYTES * b->lay->flat_n;
-    return SN_OK;
+    int64_t n = b->lay->flat_n;
+    sn_exec_host_free(b->x, b->host[FB_GRADS]); /* the staging chunks: the whole range instead */
+    b->host[FB_GRADS] = NULL;
+    b->host_bytes -= F32_BYTES * sn_offload_staging(n);
+    static const int fb[] = {FB_GRADS, FB_JOB}; /* the run's gradients, the update's */
+    for (int i = 0; i < 2; i++) {
+        if (!(b->host[fb[i]] = sn_exec_host_alloc(b->x, F32_BYTES * n, e)))
+            return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the delayed update's "
+                           "gradients (%.1f MiB)", (double)F32_BYTES * (double)n / (1 << 20));
+        b->host_bytes += F32_BYTES * n;
+    }
+    return down_new(b, e);
 }
 
 static sn_status delayed_adamw(sn_runner *b, bool sums, sn_err *e) {
     float **h = b->host;
-    sn_offload_job_finish(&b->job); /* 1 */
-    if (sums) { /* the sums are the job's; the next step's go to the other buffer */
-        float *t = h[FB_SUMS];
-        h[FB_SUMS] = h[FB_JOB], h[FB_JOB] = t;
-    }
-    sn_status s = SN_OK;
-    int64_t chunks = (b->lay->flat_n + b->chunk - 1) / b->chunk;
-    for (int64_t k = 0; k < chunks && !s; k++) { /* 2 */
-        int64_t lo = k * b->chunk, n = chunk_len(b, k);
-        sn_exec_ref g = b->ref[FB_GRADS];
-        g.offset += F32_BYTES * lo;
-        if (!sums) s = sn_exec_copy_async(b->x, false, g, h[FB_JOB] + lo, F32_BYTES * n, 0, e);
-        if (!s && b->upload_due) s = weights_up(b, lo, n, e);
-    }
-    sn_err ignored; /* 3 (after a failure, what is in flight is let finish) */
-    sn_status w = sn_exec_copy_wait(b->x, SLOT_UP, s ? &ignored : e);
-    if (!w) w = sn_exec_copy_wait(b->x, 0, s ? &ignored : e);
-    if (s || w) return s ? s : w;
-    b->upload_due = false;
-    sn_offload_job_start(&b->job, h[FB_SCAL], h[FB_PARAMS], h[FB_M], h[FB_V], h[FB_JOB], /* 4 */
+    sn_status s = drain(b, e); /* 1, 2, 3 */
+    if (!s) s = sn_exec_run_copies_wait(b->x, e); /* 4 */
+    if (s) return s;
+    int f = sums ? FB_SUMS : FB_GRADS; /* 4 */
+    float *t = h[f];
+    h[f] = h[FB_JOB], h[FB_JOB] = t;
+    sn_offload_job_start(&b->job, h[FB_SCAL], h[FB_PARAMS], h[FB_M], h[FB_V], h[FB_JOB],
                          b->seg ? h[FB_LOW] : NULL, b->seg ? b->lay->low : SN_F32,
                          b->lay->flat_n, b->lay->flat_decay);
     b->upload_due = true;

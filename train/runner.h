@@ -69,11 +69,13 @@ sn_status sn_runner_norm(sn_runner *b, bool sums, const float scal[SN_OPT_SCALAR
 sn_status sn_runner_adamw(sn_runner *b, bool sums, sn_err *e);
 
 /* The delayed parameter update (DeepSpeed's DPU; with offload only, else SN_ERR_INVALID):
- * from here on sn_runner_adamw returns once the step's gradients are on the host and the
- * previous update's weights on the device, the host's AdamW of this step running meanwhile (a
- * thread of its own where the device copies asynchronously; on the CPU device at the next
- * update, the same numbers), so the next run reads the weights one update old. Reading or
- * setting a parameter and evaluating drain first (sn_runner_drain). The order: runner.c. */
+ * from here on a run brings its gradients to the host while its backward runs (each chunk
+ * after the last kernel that writes it: sn_exec_run_copies), and sn_runner_adamw returns once
+ * the previous update's weights are on the device, the host's AdamW of this step running
+ * meanwhile (a thread of its own where the device copies asynchronously; on the CPU device at
+ * the next update, the same numbers), so the next run reads the weights one update old.
+ * Reading or setting a parameter and evaluating drain first (sn_runner_drain). The order:
+ * runner.c. */
 sn_status sn_runner_delay(sn_runner *b, sn_err *e);
 /* Finishes the update in flight and puts its weights on the device (nothing without one). */
 sn_status sn_runner_drain(sn_runner *b, sn_err *e);
@@ -84,7 +86,7 @@ const sn_param_layout *sn_runner_layout(const sn_runner *b);
 sn_exec *sn_runner_exec(const sn_runner *b);
 /* Bytes of optimizer state (moments, gradient sums, scalars) held besides the program's: on
  * the device (the interpreter's memory counts here), and offloaded to the host (masters,
- * moments, sums, the staging chunks of gradients). */
+ * moments, sums, the staging chunks of gradients or, with the delay, two gradient ranges). */
 int64_t sn_runner_state_bytes(const sn_runner *b);
 int64_t sn_runner_host_state_bytes(const sn_runner *b);
 /* Seconds sn_runner_new spent in the kernel passes (sn_pipeline_kernels), the executor

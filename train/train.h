@@ -175,7 +175,7 @@ int64_t sn_trainer_state_bytes(const sn_trainer *t);
  * otherwise. */
 sn_status sn_trainer_drain(sn_trainer *t, sn_err *e);
 /* With offload: the optimizer state in host memory (masters, moments, sums, the staging
- * chunks); 0 else. */
+ * chunks or, with offload_delay, two gradient ranges); 0 else. */
 int64_t sn_trainer_host_state_bytes(const sn_trainer *t);
 /* Where sn_trainer_new's seconds went (issue 21's startup), in its order. */
 typedef struct {

@@ -251,22 +251,29 @@ sn_status sn_gemm_tune(sn_gemm_tuner *t, sn_cuda_api *a, cublasLtHandle_t handle
 
 /* ---- graph.c: the step as a CUDA Graph ---- */
 
-/* One operation of the step in progress: a kernel launch or a GEMM with its buffers, or an event
- * recorded between two of them. The device queues them and issues the queue at the next upload,
- * download or sync: a queue equal to one issued before (the step is stable) is captured once into
- * a CUDA Graph and replayed. Events are not captured: a replay records the events queued before
- * its first launch ahead of the graph and all others after it, so the time between the first and
- * the last is the step's, and the times between events inside it are zero (per-kernel times come
- * from steps issued eagerly: the first of each sequence, or sn_cuda_opts.no_graphs). */
+/* One operation of the step in progress: a kernel launch or a GEMM with its buffers, an event
+ * recorded between two of them, or a copy on a copy stream (device.h copy_async: the gradients
+ * coming down during the step, runtime/exec.c). The device queues them and issues the queue at
+ * the next upload, download, sync or wait: a queue equal to one issued before (the step is
+ * stable) is captured once into a CUDA Graph and replayed. Events are not captured: a replay
+ * records the events queued before its first launch ahead of the graph and all others after it,
+ * so the time between the first and the last is the step's, and the times between events inside
+ * it are zero (per-kernel times come from steps issued eagerly: the first of each sequence, or
+ * sn_cuda_opts.no_graphs). A queue with a copy is issued eagerly every time, never captured:
+ * capturing it would fork the copy stream into the capture and join it back, which the stand-in
+ * cannot check and no GPU has run yet; a copy with nothing queued before it is issued at once. */
 typedef struct {
-    const void *what; /* the kernel's cuda_fn or cuda_gemm (both live as long as the device); NULL
-                         for an event */
-    CUevent event;    /* what == NULL: the event to record */
+    const void *what; /* the kernel's cuda_fn or cuda_gemm (both live as long as the device), or
+                         the device's copy tag; NULL for an event */
+    CUevent event;    /* what == NULL: the event to record; a copy: recorded after it */
     int n_bufs;
-    CUdeviceptr bufs[SN_KER_MAX_BUFS];
+    CUdeviceptr bufs[SN_KER_MAX_BUFS]; /* a copy: bufs[0] its device memory */
+    void *host;       /* a copy: its host memory (NULL: not a copy), `bytes` of it, up: to the device */
+    size_t bytes;
+    bool up;
 } sn_cuda_op;
 
-/* Issues one kernel or GEMM op on the device's stream (graph.c records events itself). */
+/* Issues one kernel, GEMM or copy op (graph.c records events itself). */
 typedef sn_status (*sn_cuda_issue_fn)(void *ctx, const sn_cuda_op *op, sn_err *e);
 
 typedef struct sn_cuda_graphs sn_cuda_graphs;
@@ -276,7 +283,8 @@ sn_cuda_graphs *sn_cuda_graphs_new(sn_cuda_api *a, CUstream stream, bool enabled
                                    sn_cuda_issue_fn issue, void *ctx, sn_err *e);
 void sn_cuda_graphs_free(sn_cuda_graphs *g);
 sn_status sn_cuda_graphs_add(sn_cuda_graphs *g, const sn_cuda_op *op, sn_err *e);
-/* Issues what is queued: eagerly the first time a sequence is seen, as a graph after. */
+/* Issues what is queued: eagerly the first time a sequence is seen (and always with a copy in
+ * it), as a graph after. */
 sn_status sn_cuda_graphs_flush(sn_cuda_graphs *g, sn_err *e);
 void sn_cuda_graphs_counts(const sn_cuda_graphs *g, int *captured, int *launches, int *eager);
 

@@ -11,7 +11,8 @@
 #include "cuda_rt.h"
 
 enum { SHARED_DEFAULT = 48 * 1024, WORKSPACE_BYTES = 32 << 20 };
-enum { TAG_FN = 0x5fa11, TAG_GEMM = 0x6e33 };
+enum { TAG_FN = 0x5fa11, TAG_GEMM = 0x6e33, TAG_COPY = 0xc0b1 };
+static const int copy_tag = TAG_COPY; /* a copy op's `what` (cuda_rt.h) */
 
 /* What launch and gemm receive as a kernel's handle; lives as long as the device. */
 typedef struct {
@@ -89,14 +90,18 @@ static void *cu_alloc(sn_device *d, size_t bytes, sn_err *e) {
     return st ? NULL : (void *)(uintptr_t)p;
 }
 
+/* A failure free() could not report, now (SN_OK: none). */
+static sn_status told(cuda_dev *c, sn_err *e) {
+    if (!c->has_deferred) return SN_OK;
+    c->has_deferred = false;
+    *e = c->deferred;
+    return e->code;
+}
+
 /* Issues the queued launches (graph.c), after reporting a failure free() could not. */
 static sn_status flush(cuda_dev *c, sn_err *e) {
-    if (c->has_deferred) {
-        c->has_deferred = false;
-        *e = c->deferred;
-        return e->code;
-    }
-    return sn_cuda_graphs_flush(c->graphs, e);
+    sn_status st = told(c, e);
+    return st ? st : sn_cuda_graphs_flush(c->graphs, e);
 }
 
 /* The queued work may use p (an optimizer step queued last, its executor freed next): it is
@@ -190,23 +195,35 @@ static void cu_host_free(sn_device *d, void *p) {
 }
 
 
-static sn_status cu_copy_async(sn_device *d, void *dst, const void *src, size_t bytes, bool up,
-                               void *done, sn_err *e) {
-    cuda_dev *c = d->impl;
-    sn_status st = flush(c, e); /* the queued launches issued: the copy comes after them */
-    CUstream *s = &c->copies[up];
-    if (!st && !*s) st = SN_CUDA_CHECK(API, e, cuStreamCreate, s, CU_STREAM_NON_BLOCKING);
+/* A copy op (cuda_rt.h) on the copy stream of its direction, after the work issued so far on
+ * the device's stream (an event it waits on); its event recorded after it. */
+static sn_status issue_copy(cuda_dev *c, const sn_cuda_op *op, sn_err *e) {
+    CUstream *s = &c->copies[op->up];
+    sn_status st = SN_OK;
+    if (!*s) st = SN_CUDA_CHECK(API, e, cuStreamCreate, s, CU_STREAM_NON_BLOCKING);
     if (!st && !c->order) st = SN_CUDA_CHECK(API, e, cuEventCreate, &c->order, CU_EVENT_DISABLE_TIMING);
     if (!st) st = SN_CUDA_CHECK(API, e, cuEventRecord, c->order, c->stream);
     if (!st) st = SN_CUDA_CHECK(API, e, cuStreamWaitEvent, *s, c->order, 0);
-    if (!st) st = up ? SN_CUDA_CHECK(API, e, cuMemcpyHtoDAsync, DP(dst), src, bytes, *s)
-                     : SN_CUDA_CHECK(API, e, cuMemcpyDtoHAsync, dst, DP(src), bytes, *s);
-    return st ? st : SN_CUDA_CHECK(API, e, cuEventRecord, (CUevent)done, *s);
+    if (!st) st = op->up ? SN_CUDA_CHECK(API, e, cuMemcpyHtoDAsync, op->bufs[0], op->host, op->bytes, *s)
+                         : SN_CUDA_CHECK(API, e, cuMemcpyDtoHAsync, op->host, op->bufs[0], op->bytes, *s);
+    return st ? st : SN_CUDA_CHECK(API, e, cuEventRecord, op->event, *s);
+}
+
+/* Queued with the launches (graph.c): after them, issued at once when nothing is queued. */
+static sn_status cu_copy_async(sn_device *d, void *dst, const void *src, size_t bytes, bool up,
+                               void *done, sn_err *e) {
+    cuda_dev *c = d->impl;
+    sn_cuda_op op = {.what = &copy_tag, .event = (CUevent)done, .n_bufs = 1,
+                     .bufs = {DP(up ? dst : src)}, .host = up ? (void *)src : dst, .bytes = bytes,
+                     .up = up};
+    sn_status st = told(c, e);
+    return st ? st : sn_cuda_graphs_add(c->graphs, &op, e);
 }
 
 static sn_status cu_event_wait(sn_device *d, void *done, sn_err *e) {
     cuda_dev *c = d->impl;
-    return SN_CUDA_CHECK(API, e, cuEventSynchronize, (CUevent)done);
+    sn_status st = flush(c, e); /* a copy still queued records `done` when issued */
+    return st ? st : SN_CUDA_CHECK(API, e, cuEventSynchronize, (CUevent)done);
 }
 
 /* ---- compiling: GEMM plans, then the program's parts, a module each ---- */
@@ -338,6 +355,7 @@ static sn_status cu_compile(sn_device *d, sn_kernel *const *ks, int n, void **ha
 
 static sn_status issue(void *ctx, const sn_cuda_op *op, sn_err *e) {
     cuda_dev *c = ctx;
+    if (*(const int *)op->what == TAG_COPY) return issue_copy(c, op, e);
     if (*(const int *)op->what == TAG_GEMM) {
         const cuda_gemm *g = op->what;
         /* args (kernel.h): y [, aux], A, B [, bias or DGELU's aux] [, accum's c] */

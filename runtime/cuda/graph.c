@@ -2,7 +2,8 @@
  * upload, download or sync; a queue seen once before (same kernels on the same buffers: the step
  * is stable, its per-step scalars read from device buffers) is captured with cuStreamBeginCapture
  * once, instantiated, and replayed with one cuGraphLaunch per step. Convention: the first time a
- * sequence appears it runs eagerly (cuBLASLt and the driver warm up outside any capture). */
+ * sequence appears it runs eagerly (cuBLASLt and the driver warm up outside any capture); one
+ * with a copy on a copy stream in it always does (cuda_rt.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,7 +67,7 @@ static sn_status issue_one(sn_cuda_graphs *g, const sn_cuda_op *op, sn_err *e) {
 }
 
 sn_status sn_cuda_graphs_add(sn_cuda_graphs *g, const sn_cuda_op *op, sn_err *e) {
-    if (!g->enabled) return issue_one(g, op, e);
+    if (!g->enabled || (op->host && g->n == 0)) return issue_one(g, op, e);
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 256;
         sn_cuda_op *q = sn_realloc(g->q, (size_t)cap * sizeof *q, "the CUDA Graph queue", e);
@@ -80,6 +81,9 @@ sn_status sn_cuda_graphs_add(sn_cuda_graphs *g, const sn_cuda_op *op, sn_err *e)
     o->event = op->event;
     o->n_bufs = op->n_bufs;
     memcpy(o->bufs, op->bufs, (size_t)op->n_bufs * sizeof *op->bufs);
+    o->host = op->host;
+    o->bytes = op->bytes;
+    o->up = op->up;
     return SN_OK;
 }
 
@@ -119,6 +123,13 @@ static sn_status capture(sn_cuda_graphs *g, seq *s, sn_err *e) {
 
 sn_status sn_cuda_graphs_flush(sn_cuda_graphs *g, sn_err *e) {
     if (!g->enabled || g->n == 0) return SN_OK;
+    for (int i = 0; i < g->n; i++)
+        if (g->q[i].host) { /* a copy in it: eagerly, not remembered (cuda_rt.h) */
+            g->eager++;
+            sn_status st = issue_range(g, 0, g->n, false, e);
+            g->n = 0;
+            return st;
+        }
     uint64_t h = queue_hash(g->q, g->n);
     seq *s = NULL, *victim = &g->seqs[0];
     for (int i = 0; i < MAX_SEQS; i++) {

@@ -269,6 +269,7 @@ CUresult cuMemFree(CUdeviceptr dptr) {
         return SI_CAPTURE_UNSUPPORTED;
     }
     si_drain_all(); /* cuMemFree synchronises: no copy runs on freed memory */
+    si_synced_all();
     allocation *a = find(dptr);
     if (!a || !a->live || a->dev != dptr) {
         sn_standin_say("cuMemFree(0x%llx): %s", (unsigned long long)dptr,
@@ -284,7 +285,8 @@ CUresult cuMemFree(CUdeviceptr dptr) {
 }
 
 /* Host copies may not be captured here (the stand-in records device work only). */
-static CUresult host_copy(void *dst, const void *src, size_t n, CUstream s, const char *call) {
+static CUresult host_copy(void *dst, const void *src, size_t n, bool up, CUstream s,
+                          const char *call) {
     CUresult r = si_need_ctx(call);
     if (!r) r = si_stream_check(s, call);
     if (r) return r;
@@ -293,18 +295,18 @@ static CUresult host_copy(void *dst, const void *src, size_t n, CUstream s, cons
         return SI_CAPTURE_UNSUPPORTED;
     }
     if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
-    return si_stream_defer(s, dst, src, n); /* standin_stream.c: run when something orders it */
+    return si_stream_defer(s, dst, src, n, up); /* standin_stream.c: run when something orders it */
 }
 
 CUresult cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
                            CUstream hStream) {
-    return host_copy(si_host(dstDevice, ByteCount, "cuMemcpyHtoDAsync"), srcHost, ByteCount,
+    return host_copy(si_host(dstDevice, ByteCount, "cuMemcpyHtoDAsync"), srcHost, ByteCount, true,
                      hStream, "cuMemcpyHtoDAsync");
 }
 
 CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
                            CUstream hStream) {
-    return host_copy(dstHost, si_host(srcDevice, ByteCount, "cuMemcpyDtoHAsync"), ByteCount,
+    return host_copy(dstHost, si_host(srcDevice, ByteCount, "cuMemcpyDtoHAsync"), ByteCount, false,
                      hStream, "cuMemcpyDtoHAsync");
 }
 
@@ -340,6 +342,7 @@ struct CUevent_st {
     bool recorded;
     CUstream stream; /* where it was last recorded, and that stream's deferred host copies */
     uint64_t copies; /* then: synchronising it runs those */
+    uint64_t work;   /* and the device work it had run: waiting on it orders after that */
 };
 
 void si_event_stamp(CUevent ev) {
@@ -369,6 +372,7 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
     si_op op = {.kind = SI_EVENT, .event = hEvent};
     hEvent->stream = hStream;
     hEvent->copies = si_stream_issued(hStream);
+    hEvent->work = si_stream_work(hStream);
     if (si_capturing()) return si_stream_do(hStream, &op, "cuEventRecord");
     si_event_stamp(hEvent);
     return CUDA_SUCCESS;
@@ -379,6 +383,7 @@ CUresult cuEventSynchronize(CUevent hEvent) {
     if (r) return r;
     if (!hEvent) return SI_INVALID_HANDLE;
     si_stream_drain(hEvent->stream, hEvent->copies);
+    si_stream_synced(hEvent->stream, hEvent->work);
     return CUDA_SUCCESS;
 }
 
@@ -393,6 +398,7 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     si_stream_drain(hEvent->stream, hEvent->copies); /* hStream's later work runs at its call */
+    si_stream_waited(hStream, hEvent->stream, hEvent->work);
     return CUDA_SUCCESS;
 }
 
@@ -408,6 +414,7 @@ CUresult cuMemFreeHost(void *p) {
     CUresult r = si_need_ctx("cuMemFreeHost");
     if (r) return r;
     si_drain_all(); /* as the driver synchronises */
+    si_synced_all();
     free(p);
     return CUDA_SUCCESS;
 }

@@ -84,11 +84,18 @@ CUresult si_stream_check(CUstream s, const char *call);
 bool si_capturing(void);
 /* Deferred host copies (the file's header): s's copies up to the upto-th issued run now (s
  * NULL or no longer live: nothing); every stream's; how many s has issued; one more deferred
- * (run at once on the NULL stream). */
+ * (run at once on the NULL stream; up: to the device, else a download, read now). */
 void si_stream_drain(CUstream s, uint64_t upto);
 void si_drain_all(void);
 uint64_t si_stream_issued(CUstream s);
-CUresult si_stream_defer(CUstream s, void *dst, const void *src, size_t n);
+CUresult si_stream_defer(CUstream s, void *dst, const void *src, size_t n, bool up);
+/* The order between streams that a download checks (the file's header): the device work s
+ * has run so far; s waited for `on`'s first `work` (an event); the host synchronised with s's
+ * first `work`; with every stream's work so far (cuMemFree, cuMemFreeHost). */
+uint64_t si_stream_work(CUstream s);
+void si_stream_waited(CUstream s, CUstream on, uint64_t work);
+void si_stream_synced(CUstream s, uint64_t work);
+void si_synced_all(void);
 /* Records a clock reading in ev (standin_driver.c). */
 void si_event_stamp(CUevent ev);
 

@@ -3,7 +3,13 @@
  * is deferred (as a GPU's asynchronous copy may be) until something orders it: the stream's next
  * operation, its synchronisation, an event recorded after it and then synchronised or waited on
  * by a stream, cuMemFree or cuMemFreeHost; so a host that reads a copy's destination, or a
- * kernel that reads it on another stream, before that order sees the old bytes. Capture records operations (kernel
+ * kernel that reads it on another stream, before that order sees the old bytes. A download
+ * (device to host) reads the device at its call, the earliest moment it may run: the work it
+ * waited for is done then and later work is not, so a download queued before the last kernel
+ * that writes its source reads the bytes before that kernel. And one on a stream not ordered
+ * after all the device work another stream ran (kernels, GEMMs, device copies, memsets: by an
+ * event it waited on, or by the host having synchronised that stream) races with that work: it
+ * lands as 0xff bytes (NaN), said on stderr. Capture records operations (kernel
  * parameters and host-op data copied at the call, as the driver does) and a graph replays them
  * in order. Convention: what the driver refuses during capture is refused here (allocation,
  * host copies, synchronisation), and a refused call invalidates the capture. */
@@ -16,12 +22,24 @@ typedef struct {
     void *dst;
     const void *src;
     size_t n;
+    bool up;             /* to the device: it reads src when it runs */
+    unsigned char *snap; /* a download: its source as read at the call (owned) */
+    bool race;           /* a download unordered after another stream's work: 0xff bytes */
 } si_pending;
+
+typedef struct {
+    uint64_t id, work; /* another stream's work this one is ordered after */
+} si_seen;
 
 struct CUstream_st {
     si_pending *pend; /* deferred host copies, in order; pend[done - base ...] not yet run */
     size_t n_pend, cap_pend;
     uint64_t issued, done; /* host copies deferred and run so far */
+    uint64_t id;           /* a serial number, never reused */
+    uint64_t work;         /* device work run on it so far (kernels, GEMMs, copies, memsets) */
+    uint64_t synced;       /* its work the host has synchronised with */
+    si_seen *seen;         /* other streams' work it waited for (events) */
+    size_t n_seen;
     bool capturing, invalidated;
     int mode;
     si_op *ops; /* recorded during capture */
@@ -39,6 +57,7 @@ struct CUgraphExec_st {
 
 static struct CUstream_st *streams;
 static int n_capturing;
+static uint64_t next_id = 1;
 
 bool si_capturing(void) { return n_capturing > 0; }
 
@@ -108,7 +127,10 @@ void si_stream_drain(CUstream s, uint64_t upto) {
     if (!s || !live(s)) return;
     while (s->done < upto && s->done < s->issued) {
         si_pending *p = &s->pend[s->n_pend - (size_t)(s->issued - s->done)];
-        memcpy(p->dst, p->src, p->n);
+        if (p->race) memset(p->dst, 0xff, p->n);
+        else memcpy(p->dst, p->snap ? p->snap : p->src, p->n);
+        free(p->snap);
+        p->snap = NULL;
         s->done++;
     }
     if (s->done == s->issued) s->n_pend = 0;
@@ -120,7 +142,44 @@ void si_drain_all(void) {
 
 uint64_t si_stream_issued(CUstream s) { return s ? s->issued : 0; }
 
-CUresult si_stream_defer(CUstream s, void *dst, const void *src, size_t n) {
+/* Where s records how much of stream id's work it is ordered after. */
+static uint64_t *seen_of(CUstream s, uint64_t id) {
+    for (size_t i = 0; i < s->n_seen; i++)
+        if (s->seen[i].id == id) return &s->seen[i].work;
+    si_seen *t = realloc(s->seen, (s->n_seen + 1) * sizeof *t);
+    if (!t) return NULL;
+    s->seen = t;
+    s->seen[s->n_seen] = (si_seen){id, 0};
+    return &s->seen[s->n_seen++].work;
+}
+
+uint64_t si_stream_work(CUstream s) { return s ? s->work : 0; }
+
+void si_stream_waited(CUstream s, CUstream on, uint64_t work) {
+    uint64_t *w = s && on && live(s) && live(on) ? seen_of(s, on->id) : NULL;
+    if (w && *w < work) *w = work;
+}
+
+void si_stream_synced(CUstream s, uint64_t work) {
+    if (s && live(s) && s->synced < work) s->synced = work;
+}
+
+void si_synced_all(void) {
+    for (struct CUstream_st *t = streams; t; t = t->next) t->synced = t->work;
+}
+
+/* Whether a download on s now would race with another stream's work: s is not ordered after
+ * all of it. */
+static bool unordered(CUstream s) {
+    for (struct CUstream_st *t = streams; t; t = t->next) {
+        if (t == s || t->work <= t->synced) continue;
+        uint64_t *w = seen_of(s, t->id);
+        if (!w || *w < t->work) return true;
+    }
+    return false;
+}
+
+CUresult si_stream_defer(CUstream s, void *dst, const void *src, size_t n, bool up) {
     if (!s) {
         memcpy(dst, src, n);
         return CUDA_SUCCESS;
@@ -132,7 +191,20 @@ CUresult si_stream_defer(CUstream s, void *dst, const void *src, size_t n) {
         s->pend = t;
         s->cap_pend = cap;
     }
-    s->pend[s->n_pend++] = (si_pending){dst, src, n};
+    si_pending p = {dst, src, n, up, NULL, false};
+    if (!up) { /* read now, after the uploads queued before it on s (stream order) */
+        for (uint64_t k = s->issued; k > s->done; k--)
+            if (s->pend[s->n_pend - (size_t)(s->issued - k) - 1].up) {
+                si_stream_drain(s, k);
+                break;
+            }
+        if (!(p.snap = malloc(n ? n : 1))) return CUDA_ERROR_OUT_OF_MEMORY;
+        memcpy(p.snap, src, n);
+        if ((p.race = unordered(s)))
+            sn_standin_say("a download of %zu bytes on a stream that waited for no event after "
+                           "another stream's work: it races with that work (0xff bytes land)", n);
+    }
+    s->pend[s->n_pend++] = p;
     s->issued++;
     return CUDA_SUCCESS;
 }
@@ -141,6 +213,7 @@ CUresult si_stream_do(CUstream s, const si_op *op, const char *call) {
     CUresult r = si_stream_check(s, call);
     if (r) return r;
     if (s && !s->capturing) si_stream_drain(s, s->issued); /* in stream order */
+    if (s && !s->capturing && op->kind != SI_EVENT) s->work++;
     if (!s || !s->capturing) return run(op);
     if (s->invalidated) return SI_CAPTURE_INVALIDATED;
     if (s->n == s->cap) {
@@ -166,6 +239,7 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags) {
     if (Flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
     struct CUstream_st *s = calloc(1, sizeof *s);
     if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
+    s->id = next_id++;
     s->next = streams;
     streams = s;
     *phStream = s;
@@ -182,6 +256,7 @@ CUresult cuStreamDestroy(CUstream hStream) {
         }
     if (hStream->capturing) n_capturing--;
     free(hStream->pend);
+    free(hStream->seen);
     ops_free(hStream->ops, hStream->n);
     free(hStream);
     return CUDA_SUCCESS;
@@ -203,6 +278,7 @@ CUresult cuStreamSynchronize(CUstream hStream) {
         return SI_CAPTURE_UNSUPPORTED;
     }
     si_stream_drain(hStream, si_stream_issued(hStream)); /* the rest is done already */
+    si_stream_synced(hStream, si_stream_work(hStream));
     return CUDA_SUCCESS;
 }
 
@@ -281,6 +357,7 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     si_stream_drain(hStream, si_stream_issued(hStream));
+    if (hStream) hStream->work++;
     for (size_t i = 0; i < hGraphExec->n; i++)
         if ((r = run(&hGraphExec->ops[i]))) {
             sn_standin_say("cuGraphLaunch: node %zu of %zu failed", i, hGraphExec->n);
