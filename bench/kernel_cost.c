@@ -217,6 +217,7 @@ int main(int argc, char **argv) {
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.backward = !a.decode;
     o.precision = (sn_precision)prec;
+    o.base16 = true; /* as sinter train compiles it: a frozen base in the compute dtype */
     if (a.decode) /* as the generator compiles it (train/generate.c): fp32, no rewrite but NF4 */
         o = (sn_pipeline_opts){.target = &tg, .nf4 = a.nf4}, a.precision = "fp32";
     o.target = &tg;

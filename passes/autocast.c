@@ -122,9 +122,20 @@ static bool is_linear(const sn_node *x) {
     return x->op == SN_OP_ADD && (is_product(x->in[0]) || is_product(x->in[1]));
 }
 
-/* Whether old node x is a LoRA adapter's product (..., r) @ B, B the PARAM "P.lora_b". */
+/* Whether x is a PARAM "P.lora_b", or such matrices padded and stacked into a block-diagonal
+ * one (passes/siblings.c: the adapters of several projections of one x). */
+static bool adapter_b(const sn_node *x) {
+    if (x->op == SN_OP_PARAM) return sn_lora_is_adapter(x->name);
+    if (x->op == SN_OP_PAD) return adapter_b(x->in[0]);
+    if (x->op != SN_OP_CONCAT) return false;
+    for (int i = 0; i < x->n_in; i++)
+        if (x->in[i]->op != SN_OP_PAD || !adapter_b(x->in[i])) return false;
+    return true;
+}
+
+/* Whether old node x is a LoRA adapter's product (..., r) @ B (adapter_b). */
 static bool adapter_product(const sn_node *x) {
-    return x->op == SN_OP_MATMUL && x->in[1]->op == SN_OP_PARAM && sn_lora_is_adapter(x->in[1]->name);
+    return x->op == SN_OP_MATMUL && adapter_b(x->in[1]);
 }
 
 /* The base operand of an adapted layer's sum u (old graph): u = base + adapter product; NULL

@@ -1,10 +1,18 @@
-/* remat.c: the remat pass, after autodiff. A forward value that a unary pointwise op makes from
- * a value the backward reads anyway (SwiGLU's silu(gate), whose input silu_bwd reads), read in
- * the backward by pointwise ops alone, is made again for them, right before the first, instead
- * of kept from the forward: the forward's kernel then stores nothing for it (fuse) and the backward's kernel
- * computes it from what it reads already. Exact: the same op on the same value. Not a cast (a
- * value's own copy, which the backward reads in place of it), nor a dropout (its mask is drawn
- * from its own elements' indices, the same again, but kept apart: fuse roots it alone). */
+/* remat.c: the remat pass, after autodiff. Two kinds of forward value are made again for the
+ * backward, right before their first reader there, instead of kept from the forward:
+ * - one that a unary pointwise op makes from a value the backward reads anyway (SwiGLU's
+ *   silu(gate), whose input silu_bwd reads), read in the backward by pointwise ops alone: the
+ *   forward's kernel then stores nothing for it (fuse) and the backward's kernel computes it
+ *   from what it reads already. Not a cast (a value's own copy, which the backward reads in
+ *   place of it), nor a dropout (its mask is drawn from its own elements' indices, the same
+ *   again, but kept apart: fuse roots it alone);
+ * - a copy of frozen weights, their concatenation along the rows (passes/siblings.c: LoRA's
+ *   base of q, k, v or gate, up made one product), read by the backward's product for x's
+ *   gradient: one more copy kernel a step, and the copy's buffer no longer held from a layer's
+ *   forward to its backward (tinyllama-1.1b: 57 MB a layer, 1.2 GB over 22 layers). A
+ *   trained concatenation stays kept (its 16-bit cast is a copy of the f32 masters a step;
+ *   the trainer's state, 16 bytes a parameter, dwarfs it).
+ * Exact: the same op on the same values. */
 #include <stdlib.h>
 
 #include "ir/rewrite.h"
@@ -23,8 +31,17 @@ static bool read_backward(const sn_graph *g, const sn_node *x, int nf, bool poin
     return read;
 }
 
+/* Whether u is a concatenation along the rows of frozen parameters (a copy of frozen weights). */
+static bool frozen_copy(const sn_node *u) {
+    if (u->op != SN_OP_CONCAT || u->a.axis != 0) return false;
+    for (int k = 0; k < u->n_in; k++)
+        if (u->in[k]->op != SN_OP_PARAM || !u->in[k]->a.frozen) return false;
+    return true;
+}
+
 /* Whether forward node u (of the nf) is made again for the backward. */
 static bool remade(const sn_graph *g, const sn_node *u, int nf) {
+    if (u->id < nf && frozen_copy(u) && g->loss != u) return read_backward(g, u, nf, false);
     if (u->id >= nf || sn_op_kind(u->op) != SN_K_POINTWISE || u->n_in != 1 ||
         u->op == SN_OP_CAST || u->op == SN_OP_DROPOUT || g->loss == u)
         return false;
@@ -58,7 +75,7 @@ sn_status sn_pass_remat(const sn_graph *in, sn_graph **out, int *n_remade, sn_er
                 const sn_node *u = x->in[j];
                 if (!cand[u->id]) continue;
                 if (!again[u->id]) { /* made right before its first backward reader */
-                    sn_node *uin[1], q = sn_rewrite_proto(&r, u, uin);
+                    sn_node *uin[SN_MAX_INPUTS], q = sn_rewrite_proto(&r, u, uin);
                     again[u->id] = sn_rewrite_emit(&r, NULL, &q);
                 }
                 ins[j] = again[u->id];

@@ -1,19 +1,29 @@
 /* siblings.c: the siblings pass, on the forward graph before autocast: products of one x by
- * several trained weights, x @ w_i^T (LLaMA's q, k, v and gate, up; Hugging Face's (out, in)
- * layout), become one product x @ [w_0; w_1; ..]^T whose columns are each product (a slice of
- * the last axis); where every one of them is read only by the add of a trained bias, the
- * biases are concatenated too and each add becomes its columns of the joint sum. One GEMM
- * where there were n, in the forward and for x's gradient; each weight's gradient stays its
- * own GEMM, reading its columns of the joint output gradient in place (autodiff's concat rule).
+ * several weights in Hugging Face's (out, in) layout, x @ w_i^T (LLaMA's q, k, v and gate, up),
+ * become one product x @ [w_0; w_1; ..]^T whose columns are each product (a slice of the last
+ * axis). Two kinds of group:
+ * - trained weights (full training): where every product is read only by the add of a trained
+ *   bias, the biases are concatenated too and each add becomes its columns of the joint sum;
+ * - frozen weights each with a LoRA adapter beside it (sn_lora_paths: h = x @ [A_0 A_1 ..]
+ *   (scaled), y_i = x @ w_i^T + h_i @ B_i, h_i the columns of h), the base stored in 16 bits
+ *   (base16: the product reads the widened 16-bit weight) or in f32: y = x @ [w_0; ..]^T +
+ *   h @ D, D the block-diagonal (n r, out) matrix of the B_i (each padded to its columns, then
+ *   stacked), so the adapters' n products (and their n input gradients) are one GEMM each,
+ *   the frozen base's n too; each B_i's gradient stays its own GEMM, h_i^T times its columns of
+ *   the joint output gradient (autodiff's concat and pad rules), so D's zeros cost no GEMM. A
+ *   frozen bias (Qwen2's) after each is concatenated as above.
+ * One GEMM where there were n, in the forward and for x's gradient; each trained weight's
+ * gradient stays its own GEMM, reading its columns of the joint output gradient in place
+ * (autodiff's concat rule).
  * The concatenation is a copy of the weights a step (recomputed with its block under a
  * checkpoint policy: recompute.c): worth it where launches and small GEMMs cost more than that
  * copy (sn_target.fuse_siblings: CUDA; on a CPU at small batches the copy costs more than the
  * GEMMs it joins save), in training graphs (the pipeline's choice: generation reads each weight
- * about once a token, so a copy would cost what the products do). Products over few rows and
- * frozen weights (LoRA's, IA3's and QLoRA's base, which the nf4 and base16
- * passes store apart, looking for a weight that only products read) are left alone.
+ * about once a token, so a copy would cost what the products do). Products over few rows,
+ * frozen weights without an adapter (IA3's base) and an NF4 base (QLoRA's: a dequantize kernel
+ * a weight, nf4.c) are left alone.
  * Exact: each output element is the same dot product (the GEMM library may order its sum
- * otherwise at another shape). */
+ * otherwise at another shape), and D's zeros add exact zeros to each adapter's sum. */
 #include <stdlib.h>
 
 #include "frontend/frontend.h"
@@ -30,51 +40,168 @@ static bool trained(const sn_node *p, const int *uses, int rank) {
            uses[p->id] == 1;
 }
 
-/* Whether u is x @ w^T by a trained weight that u alone reads, over at least MIN_ROWS rows. */
-static bool sibling(const sn_node *u, const int *uses) {
+/* The frozen weight that w reads, or NULL: a frozen f32 matrix, or the f32 widening of a
+ * frozen 16-bit one (base16), each read once. */
+static const sn_node *frozen_weight(const sn_node *w, const int *uses) {
+    const sn_node *p = w->op == SN_OP_CAST && w->dtype == SN_F32 && uses[w->id] == 1 ? w->in[0] : w;
+    bool ok = p->op == SN_OP_PARAM && p->a.frozen && p->rank == 2 && uses[p->id] == 1 &&
+              (p == w ? p->dtype == SN_F32 : p->dtype == SN_BF16 || p->dtype == SN_F16);
+    return ok ? p : NULL;
+}
+
+/* Whether u is x @ w^T over at least MIN_ROWS rows, by a trained weight that u alone reads or
+ * (frozen) by a frozen one (frozen_weight). */
+static bool sibling(const sn_node *u, const int *uses, bool frozen) {
     if (u->op != SN_OP_MATMUL || u->a.ta || !u->a.tb || u->in[1]->rank != 2 ||
-        !trained(u->in[1], uses, 2) || u->in[0]->dtype != SN_F32)
+        u->in[0]->dtype != SN_F32)
         return false;
+    if (frozen ? !frozen_weight(u->in[1], uses) : !trained(u->in[1], uses, 2)) return false;
     const sn_node *x = u->in[0];
     return sn_numel(x) / x->shape[x->rank - 1] >= MIN_ROWS;
 }
 
-/* The add of a trained bias that is the only reader of product u, or NULL. */
-static const sn_node *bias_add(const sn_graph *g, const sn_node *u, const int *uses) {
+/* The first add that reads u (u read once), with its other operand in *other; NULL if none. */
+static const sn_node *add_of(const sn_graph *g, const sn_node *u, const int *uses,
+                             const sn_node **other) {
     if (uses[u->id] != 1) return NULL;
     for (int i = u->id + 1; i < g->n_nodes; i++) {
         const sn_node *a = g->nodes[i];
         if (a->op != SN_OP_ADD || (a->in[0] != u && a->in[1] != u)) continue;
-        const sn_node *b = a->in[0] == u ? a->in[1] : a->in[0];
-        return trained(b, uses, 1) ? a : NULL;
+        *other = a->in[0] == u ? a->in[1] : a->in[0];
+        return a;
     }
     return NULL;
 }
 
+/* The add of a bias (trained, or with `frozen` either: an f32 vector read once) that is the
+ * only reader of u, or NULL. */
+static const sn_node *bias_add(const sn_graph *g, const sn_node *u, const int *uses, bool frozen) {
+    const sn_node *b, *a = add_of(g, u, uses, &b);
+    if (!a) return NULL;
+    bool ok = frozen ? b->op == SN_OP_PARAM && b->dtype == SN_F32 && b->rank == 1 && uses[b->id] == 1
+                     : trained(b, uses, 1);
+    return ok ? a : NULL;
+}
+
+/* A LoRA path: p = h_i @ B, h_i columns [lo, hi) of h (the adapters' shared product,
+ * sn_lora_paths), B a trained (r, out) matrix; each read once. */
+typedef struct {
+    const sn_node *lora_add, *p, *cols, *h, *b; /* lora_add: y = base + p */
+    int64_t lo;
+} path;
+
+/* The LoRA path added to frozen product u (u's only reader adds it), or false. */
+static bool path_of(const sn_graph *g, const sn_node *u, const int *uses, path *o) {
+    const sn_node *p, *a = add_of(g, u, uses, &p);
+    if (!a || p->op != SN_OP_MATMUL || p->a.ta || p->a.tb || uses[p->id] != 1 ||
+        !trained(p->in[1], uses, 2) || !sn_same_shape(p, u))
+        return false;
+    const sn_node *c = p->in[0];
+    if (c->op != SN_OP_SLICE || uses[c->id] != 1 || c->a.axis != c->rank - 1) return false;
+    *o = (path){a, p, c, c->in[0], p->in[1], c->a.start};
+    return c->in[0]->rank == c->rank;
+}
+
 typedef struct {
     int n;
+    bool frozen; /* the LoRA kind: path[] */
     const sn_node *mm[MAX_SIBLINGS], *add[MAX_SIBLINGS]; /* add: all or none */
+    path path[MAX_SIBLINGS];
 } group;
 
+/* Whether the frozen group's paths take h's columns in order, each its B's rows, all of them,
+ * and h is read by them alone. */
+static bool paths_tile(const group *gr, const int *uses) {
+    const sn_node *h = gr->path[0].h;
+    int64_t at = 0;
+    for (int i = 0; i < gr->n; i++) {
+        const path *q = &gr->path[i];
+        if (q->h != h || q->lo != at || q->cols->shape[q->cols->rank - 1] != q->b->shape[0])
+            return false;
+        at += q->b->shape[0];
+    }
+    return at == h->shape[h->rank - 1] && uses[h->id] == gr->n;
+}
+
+/* Whether every input the group's joint nodes read was made before node `at`. */
+static bool inputs_before(const group *gr, int at) {
+    for (int i = 0; i < gr->n; i++) {
+        const sn_node *w = gr->mm[i]->in[1];
+        int last = w->id;
+        if (gr->frozen) last = gr->path[i].h->id > last ? gr->path[i].h->id : last;
+        if (gr->frozen && gr->path[i].b->id > last) last = gr->path[i].b->id;
+        if (gr->add[i]) {
+            const sn_node *a = gr->add[i], *b = a->in[0]->op == SN_OP_PARAM ? a->in[0] : a->in[1];
+            if (b->id > last) last = b->id;
+        }
+        if (last >= at) return false;
+    }
+    return true;
+}
+
 /* The group of siblings that u is the first of (products of u's x, in graph order), its
- * weights (and biases) made before u; n < 2 when none. */
+ * weights (and biases, adapters) made before u; n < 2 when none. */
 static group group_of(const sn_graph *g, const sn_node *u, const int *uses, const bool *taken) {
     group gr = {0};
-    if (taken[u->id] || !sibling(u, uses)) return gr;
+    if (taken[u->id]) return gr;
+    gr.frozen = sibling(u, uses, true);
+    if (!gr.frozen && !sibling(u, uses, false)) return gr;
     for (int i = u->id; i < g->n_nodes && gr.n < MAX_SIBLINGS; i++) {
         const sn_node *v = g->nodes[i];
-        if (v->op == SN_OP_MATMUL && v->in[0] == u->in[0] && !taken[i] && sibling(v, uses) &&
-            v->in[1]->id < u->id)
+        if (v->op == SN_OP_MATMUL && v->in[0] == u->in[0] && !taken[i] && sibling(v, uses, gr.frozen))
             gr.mm[gr.n++] = v;
     }
+    for (int i = 0; gr.frozen && i < gr.n; i++)
+        if (!path_of(g, gr.mm[i], uses, &gr.path[i])) return (group){0};
+    if (gr.n >= 2 && gr.frozen && !paths_tile(&gr, uses)) return (group){0};
     bool biased = true;
     for (int i = 0; i < gr.n; i++) {
-        gr.add[i] = bias_add(g, gr.mm[i], uses);
-        const sn_node *a = gr.add[i];
-        biased &= a && (a->in[0] == gr.mm[i] ? a->in[1] : a->in[0])->id < u->id;
+        const sn_node *y = gr.frozen ? gr.path[i].lora_add : gr.mm[i];
+        gr.add[i] = bias_add(g, y, uses, gr.frozen);
+        biased &= gr.add[i] != NULL;
     }
     for (int i = 0; !biased && i < gr.n; i++) gr.add[i] = NULL;
+    if (gr.n >= 2 && !inputs_before(&gr, u->id)) return (group){0};
     return gr;
+}
+
+/* The bias that add a (bias_add's) adds. */
+static const sn_node *bias_of(const sn_node *a) {
+    return a->in[0]->op == SN_OP_PARAM ? a->in[0] : a->in[1];
+}
+
+/* Marks the group's nodes that the joint nodes replace. */
+static void take(const group *gr, bool *taken) {
+    for (int k = 0; k < gr->n; k++) {
+        taken[gr->mm[k]->id] = true;
+        if (gr->add[k]) taken[gr->add[k]->id] = true;
+        if (!gr->frozen) continue;
+        const path *q = &gr->path[k];
+        taken[q->lora_add->id] = taken[q->p->id] = taken[q->cols->id] = true;
+        if (gr->mm[k]->in[1]->op == SN_OP_CAST) taken[gr->mm[k]->in[1]->id] = true;
+    }
+}
+
+/* The frozen group's weights [w_0; ..] (16-bit ones concatenated, then widened) and its
+ * adapters' block-diagonal D (n r, out) in the new graph. */
+static sn_node *frozen_weights(sn_rewrite *r, const group *gr) {
+    sn_node *w[MAX_SIBLINGS];
+    bool low = gr->mm[0]->in[1]->op == SN_OP_CAST; /* the same for all (sn_pass_siblings) */
+    for (int i = 0; i < gr->n; i++) {
+        const sn_node *v = gr->mm[i]->in[1];
+        w[i] = r->map[(low ? v->in[0] : v)->id];
+    }
+    sn_node *all = sn_concat(r->g, gr->n, w, 0);
+    return low ? sn_cast(r->g, all, SN_F32) : all;
+}
+
+static sn_node *block_diagonal(sn_rewrite *r, const group *gr, int64_t out) {
+    sn_node *d[MAX_SIBLINGS];
+    for (int i = 0, at = 0; i < gr->n; i++) {
+        d[i] = sn_pad(r->g, r->map[gr->path[i].b->id], 1, at, out);
+        at += (int)gr->mm[i]->in[1]->shape[0];
+    }
+    return sn_concat(r->g, gr->n, d, 0);
 }
 
 /* The group's joint product (and bias sum) in the new graph; each member mapped to its
@@ -82,21 +209,29 @@ static group group_of(const sn_graph *g, const sn_node *u, const int *uses, cons
 static void join(sn_rewrite *r, const group *gr) {
     sn_graph *g = r->g;
     sn_node *w[MAX_SIBLINGS], *b[MAX_SIBLINGS];
+    int64_t out = 0;
     for (int i = 0; i < gr->n; i++) {
-        w[i] = r->map[gr->mm[i]->in[1]->id];
-        if (gr->add[i]) {
-            const sn_node *a = gr->add[i];
-            b[i] = r->map[(a->in[0] == gr->mm[i] ? a->in[1] : a->in[0])->id];
-        }
+        if (!gr->frozen) w[i] = r->map[gr->mm[i]->in[1]->id];
+        if (gr->add[i]) b[i] = r->map[bias_of(gr->add[i])->id];
+        out += gr->mm[i]->in[1]->shape[0];
     }
-    sn_node *all = sn_matmul_t(g, r->map[gr->mm[0]->in[0]->id], sn_concat(g, gr->n, w, 0), false, true);
+    sn_node *x = r->map[gr->mm[0]->in[0]->id], *all;
+    if (gr->frozen) {
+        /* the adapters' product first, as sn_lora_paths makes them: the base's GEMM adds it
+           as its C (kernel.h accum: C written before the GEMM) */
+        sn_node *ad = sn_matmul(g, r->map[gr->path[0].h->id], block_diagonal(r, gr, out));
+        all = sn_add(g, sn_matmul_t(g, x, frozen_weights(r, gr), false, true), ad);
+    } else {
+        all = sn_matmul_t(g, x, sn_concat(g, gr->n, w, 0), false, true);
+    }
     if (gr->add[0]) all = sn_add(g, all, sn_concat(g, gr->n, b, 0));
     for (int i = 0, at = 0; i < gr->n; i++) {
-        int out = (int)gr->mm[i]->in[1]->shape[0];
-        sn_node *cols = sn_slice(g, all, -1, at, at + out);
-        r->map[gr->mm[i]->id] = cols; /* read by nothing else when there is a bias */
+        int len = (int)gr->mm[i]->in[1]->shape[0];
+        sn_node *cols = sn_slice(g, all, -1, at, at + len);
+        r->map[gr->mm[i]->id] = cols; /* read by nothing else when there is a bias or a path */
+        if (gr->frozen) r->map[gr->path[i].lora_add->id] = cols;
         if (gr->add[i]) r->map[gr->add[i]->id] = cols;
-        at += out;
+        at += len;
     }
 }
 
@@ -120,11 +255,14 @@ sn_status sn_pass_siblings(const sn_graph *in, sn_graph **out, int *n_joined, sn
     for (int i = 0; i < in->n_nodes; i++) {
         group gr = group_of(in, in->nodes[i], uses, taken);
         if (gr.n < 2) continue;
-        for (int k = 0; k < gr.n; k++) {
-            taken[gr.mm[k]->id] = true;
-            if (gr.add[k]) taken[gr.add[k]->id] = true;
-            *n_joined += 1;
+        if (gr.frozen) { /* the same kind of base throughout */
+            bool low = gr.mm[0]->in[1]->op == SN_OP_CAST;
+            for (int k = 1; k < gr.n; k++)
+                if ((gr.mm[k]->in[1]->op == SN_OP_CAST) != low) gr.n = 0;
+            if (gr.n < 2) continue;
         }
+        take(&gr, taken);
+        *n_joined += gr.n;
         at[i] = gr;
         groups++;
     }

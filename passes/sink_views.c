@@ -137,13 +137,29 @@ static bool shared_cast(const sink_state *s, const sn_node *x) {
     return s->uses[x->id] != 1 && !s->view_only[x->id] && x->op == SN_OP_CAST;
 }
 
+/* Whether a GEMM stores x's 16-bit cast: x a product, or a product plus the widened 16-bit
+ * matrix its GEMM adds as C (kernel.h accum: a LoRA base and its adapters' product, joined for
+ * several projections by passes/siblings.c). */
+static bool stored_by_gemm(const sn_node *x) {
+    if (x->op == SN_OP_MATMUL) return true;
+    if (x->op != SN_OP_ADD) return false;
+    for (int i = 0; i < 2; i++) {
+        const sn_node *c = x->in[1 - i];
+        if (x->in[i]->op == SN_OP_MATMUL && c->op == SN_OP_CAST && c->dtype == SN_F32 &&
+            c->in[0]->dtype != SN_F32)
+            return true;
+    }
+    return false;
+}
+
 /* Whether the chain c can move onto pointwise x: x read by nothing but c, or only by views
  * (each then gets its own x, and x itself none), or a shared cast; and every pad of c passes
  * x's op. Not onto a dropout (its mask is of its own elements' indices), nor onto the 16-bit
- * cast of a product, which its GEMM stores (kernel.h: the rounding epilogue; LLaMA's q, k, v
- * made as one product and read as slices: each slice's own cast would leave the product f32). */
+ * cast of a product (or of its sum with its GEMM's C), which its GEMM stores (kernel.h: the
+ * rounding epilogue; LLaMA's q, k, v made as one product and read as slices: each slice's own
+ * cast would leave the product f32). */
 static bool sinks(const sink_state *s, const chain *c, const sn_node *x) {
-    if (x->op == SN_OP_CAST && x->dtype != SN_F32 && x->in[0]->op == SN_OP_MATMUL) return false;
+    if (x->op == SN_OP_CAST && x->dtype != SN_F32 && stored_by_gemm(x->in[0])) return false;
     return c->n > 0 && sn_op_kind(x->op) == SN_K_POINTWISE && x->op != SN_OP_DROPOUT && x->n_in > 0 &&
            (s->uses[x->id] == 1 || s->view_only[x->id] || shared_cast(s, x)) && pads_pass(c, x->op);
 }

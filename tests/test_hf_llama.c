@@ -407,6 +407,24 @@ static int products(const sn_graph *g, int from, int to) {
     return n;
 }
 
+/* g through the graph passes for training on a CPU target that joins siblings as CUDA's does
+ * (the CPU's own keeps a product a weight), bf16 (its frozen base in bf16 with base16) or f32,
+ * under checkpoint policy `policy`; `joined` products made one. */
+static void compile_joined(sn_graph *g, bool bf16, bool base16, int policy, int joined) {
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    sn_target t = sn_target_cpu();
+    t.fuse_siblings = true;
+    o.target = &t;
+    o.backward = true;
+    o.precision = bf16 ? SN_PRECISION_BF16 : SN_PRECISION_FP32;
+    o.base16 = base16;
+    o.checkpoint = policy;
+    sn_pipeline_stats st = {0};
+    sn_err e;
+    ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(st.siblings_fused, joined);
+}
+
 /* llama-tiny (vocabulary TINY_VOCAB, q, k, v biases when bias) built for training at TINY_B x
  * TINY_T, in c, and through the graph passes at bf16 or f32, with checkpoint policy `policy`. */
 static sn_graph *tiny_llama_training(bool bias, bool bf16, int policy, sn_llama_config *c) {
@@ -419,16 +437,7 @@ static sn_graph *tiny_llama_training(bool bias, bool bf16, int policy, sn_llama_
     ck_assert_msg(sn_llama_build(g, c, TINY_B, TINY_T, &m, &e) == SN_OK, "%s", e.msg);
     /* a layer: q, k, v, o, gate, up, down and the written-out attention's two; the head */
     ck_assert_int_eq(products(g, 0, g->n_nodes), 9 * c->n_layer + 1);
-    sn_pipeline_opts o = sn_pipeline_defaults();
-    sn_target t = sn_target_cpu();
-    t.fuse_siblings = true; /* as CUDA's: the CPU's own keeps a product a weight */
-    o.target = &t;
-    o.backward = true;
-    o.precision = bf16 ? SN_PRECISION_BF16 : SN_PRECISION_FP32;
-    o.checkpoint = policy;
-    sn_pipeline_stats st = {0};
-    ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
-    ck_assert_int_eq(st.siblings_fused, 5 * c->n_layer); /* q, k, v and gate, up */
+    compile_joined(g, bf16, false, policy, 5 * c->n_layer); /* q, k, v and gate, up */
     /* the forward's products: q k v, o, gate up, down (the attention fused); the head */
     ck_assert_int_eq(products(g, 0, g->n_forward), 4 * c->n_layer + 1);
     return g;
@@ -499,6 +508,124 @@ START_TEST(projections_fused_checkpointed) {
     tiny_check_compiled_tol(g, 9, _i ? "llama fused projections, bf16, checkpointed"
                                      : "llama fused projections, checkpointed",
                             _i ? 4 * 0x1p-9 : 1e-4);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* llama-tiny with LoRA adapters of rank 4 (alpha 8: the path scaled by 2) on every projection,
+ * vocabulary TINY_VOCAB, q, k, v biases (frozen) when bias, the frozen base stored in bf16 (the
+ * base16 pass) when base16; its forward graph. */
+static sn_graph *tiny_llama_lora(bool bias, bool base16, sn_llama_config *c, sn_llama *m) {
+    ck_assert(sn_llama_config_find("llama-tiny", c));
+    c->vocab = TINY_VOCAB;
+    c->qkv_bias = bias;
+    sn_graph *g = sn_graph_new();
+    sn_err e;
+    sn_llama_lora l = {.lora = {.rank = 4, .alpha = 8}, .targets = SN_GPT2_LORA_ALL};
+    ck_assert_msg(sn_llama_build_lora(g, c, TINY_B, TINY_T, &l, m, &e) == SN_OK, "%s", e.msg);
+    if (!base16) return g;
+    sn_graph *h;
+    int stored;
+    ck_assert_msg(sn_pass_base16(g, SN_BF16, &h, &stored, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(stored, 7 * c->n_layer + !c->tie_word_embeddings); /* and the LM head */
+    sn_graph_free(g);
+    return h;
+}
+
+/* The node of g named `name` of op `op`. */
+static sn_node *named(const sn_graph *g, sn_op op, const char *name) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == op && g->nodes[i]->name && !strcmp(g->nodes[i]->name, name))
+            return g->nodes[i];
+    ck_abort_msg("no node %s", name);
+    return NULL;
+}
+
+/* The loss and every trained parameter's gradient of g (backward appended) in the exact
+ * interpreter, each parameter drawn by its name's hash (the same values in any graph). */
+static double *lora_gradients(sn_graph *g, int *n_out) {
+    sn_err e;
+    sn_interp *it = sn_interp_new(g, true);
+    int32_t x[TINY_B * TINY_T], y[TINY_B * TINY_T];
+    for (int i = 0; i < TINY_B * TINY_T; i++) x[i] = (i * 7 + 3) % TINY_VOCAB, y[i] = (i * 5 + 1) % TINY_VOCAB;
+    ck_assert(sn_interp_set_i32(it, named(g, SN_OP_INPUT, "idx"), x, &e) == SN_OK);
+    ck_assert(sn_interp_set_i32(it, named(g, SN_OP_INPUT, "targets"), y, &e) == SN_OK);
+    sn_node *params[128];
+    int np = sn_graph_params(g, params, 128);
+    for (int p = 0; p < np; p++) {
+        int64_t n = sn_numel(params[p]);
+        uint64_t seed = 7;
+        for (const char *c = params[p]->name; *c; c++) seed = seed * 131 + (uint64_t)*c;
+        sn_rng r = sn_rng_seed(seed);
+        double *v = malloc(sizeof(double) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) /* norms near 1, the rest (B too: not zero) of scale 0.3 */
+            v[i] = (params[p]->rank == 1 && strstr(params[p]->name, "norm") ? 1.0 : 0.0) +
+                   0.3 * ((double)sn_rng_below(&r, 2001) / 1000.0 - 1.0);
+        ck_assert_msg(sn_interp_set_f64(it, params[p], v, &e) == SN_OK, "%s", e.msg);
+        free(v);
+    }
+    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
+    int n = 1;
+    for (int p = 0; p < np; p++) n += params[p]->grad ? (int)sn_numel(params[p]) : 0;
+    double *out = malloc(sizeof(double) * (size_t)n);
+    out[0] = sn_interp_value(it, g->loss)[0];
+    for (int p = 0, at = 1; p < np; p++) { /* in graph order, which the passes keep */
+        if (!params[p]->grad) continue;
+        memcpy(out + at, sn_interp_value(it, params[p]->grad), sizeof(double) * (size_t)sn_numel(params[p]));
+        at += (int)sn_numel(params[p]);
+    }
+    sn_interp_free(it);
+    *n_out = n;
+    return out;
+}
+
+/* With LoRA the siblings pass joins the frozen q, k, v (and gate, up) with their adapters: one
+ * base product of the concatenated weights plus h @ D, D the adapters' B in a block-diagonal
+ * matrix (passes/siblings.c). The joined graph's loss and every adapter's gradient equal the
+ * graph's as built (the exact interpreter: D's zeros add nothing), f32 and bf16 bases, with
+ * and without q, k, v biases; each B's gradient is its own GEMM of its columns (autodiff's pad
+ * rule, no copy of a block out of D's gradient); the compiled program (a target that joins
+ * siblings, on the CPU device) computes the interpreter's loss and gradients. */
+START_TEST(lora_projections_fused) {
+    sn_llama_config c;
+    sn_llama m;
+    sn_err e;
+    bool bias = _i & 1, base16 = _i & 2;
+    sn_graph *g = tiny_llama_lora(bias, base16, &c, &m), *h;
+    int joined;
+    ck_assert_msg(sn_pass_siblings(g, &h, &joined, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(joined, 5 * c.n_layer);
+    /* a layer: q k v's x @ A, adapters and base; o's three; gate up's three; down's three */
+    ck_assert_int_eq(products(h, 0, h->n_nodes), 12 * c.n_layer + 2 * c.n_layer + 1);
+    ck_assert_msg(sn_backward(g, g->loss, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_backward(h, h->loss, &e) == SN_OK, "%s", e.msg);
+    int na, nb;
+    double *a = lora_gradients(g, &na), *b = lora_gradients(h, &nb);
+    ck_assert_int_eq(na, nb);
+    /* the loss, and a layer's A and B: r (in + out) each, q 32 + 32, k and v 32 + 16, o 32 + 32,
+       gate and up 32 + 64, down 64 + 32 */
+    ck_assert_int_eq(na, 1 + 4 * (64 + 2 * 48 + 64 + 2 * 96 + 96) * c.n_layer);
+    double worst = 0;
+    for (int i = 0; i < na; i++) worst = fmax(worst, fabs(a[i] - b[i]) / (1e-6 + fabs(a[i])));
+    ck_assert_msg(worst < 1e-9, "joined LoRA graph differs: worst relative %.3g", worst);
+    free(a);
+    free(b);
+    sn_graph_free(g);
+    sn_graph_free(h);
+    /* through the pipeline (bf16 with its base in bf16, or f32) on a target that joins them */
+    g = tiny_llama_lora(bias, false, &c, &m);
+    compile_joined(g, base16, base16, SN_RECOMPUTE_NONE, 5 * c.n_layer);
+    sn_program *p;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    int gemms = 0;
+    for (int k = 0; k < p->n_kernels; k++) gemms += p->kernels[k]->kind == SN_KER_GEMM;
+    /* a layer's forward 12 (above), backward: q k v's dh, 3 dB, dA, dx and dh A^T (7), o's and
+       down's 5 each (dh, dB, dA, dx, dh A^T), gate up's 6, but layer 0's q k v no dx (the
+       embeddings frozen); the head 2 (its base frozen) */
+    ck_assert_int_eq(gemms, (12 + 7 + 5 + 6 + 5) * c.n_layer - 2 + 2);
+    sn_program_free(p);
+    tiny_check_compiled_tol(g, 11 + (uint64_t)_i, base16 ? "llama LoRA joined, bf16" : "llama LoRA joined",
+                            base16 ? 4 * 0x1p-9 : 1e-4);
     sn_graph_free(g);
 }
 END_TEST
@@ -762,6 +889,7 @@ int main(void) {
     tcase_add_test(tc, attention_fused);
     tcase_add_loop_test(tc, projections_fused, 0, 4);
     tcase_add_loop_test(tc, projections_fused_checkpointed, 0, 2);
+    tcase_add_loop_test(tc, lora_projections_fused, 0, 4);
     tcase_add_test(tc, trains);
     tcase_add_test(tc, bad_configs);
     tcase_add_test(tc, missing_shard);

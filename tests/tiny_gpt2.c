@@ -8,6 +8,7 @@
 #include "passes/pipeline.h"
 #include "runtime/device.h"
 #include "interp/interp.h"
+#include "support/half.h"
 #include "support/rng.h"
 #include "train/train.h"
 #include "harness.h"
@@ -101,8 +102,13 @@ tiny_memory tiny_check_compiled_for(sn_graph *g, uint64_t seed, const char *labe
         if (params[i]->a.init == SN_INIT_ZEROS) /* biases that are not 0: an epilogue that
                                                     drops one shows */
             for (int64_t j = 0; j < sn_numel(params[i]); j++) w[j] = 0.05f * (float)((j * 7 + i) % 11 - 5);
-        ck_assert_msg(sn_exec_set(x, params[i], w, &e) == SN_OK, "%s", e.msg);
+        sn_dtype dt = params[i]->dtype; /* a base stored in 16 bits (base16) is set so */
+        uint16_t *w16 = dt == SN_F32 ? NULL : malloc(sizeof(uint16_t) * (size_t)sn_numel(params[i]));
+        for (int64_t j = 0; w16 && j < sn_numel(params[i]); j++)
+            w16[j] = dt == SN_BF16 ? sn_f32_to_bf16(w[j]) : sn_f32_to_f16(w[j]);
+        ck_assert_msg(sn_exec_set(x, params[i], w16 ? (const void *)w16 : w, &e) == SN_OK, "%s", e.msg);
         ck_assert(sn_interp_set(it, params[i], w, &e) == SN_OK);
+        free(w16);
         free(w);
     }
     sn_node *ls = tiny_input(g, "loss_scale"); /* fp16: a power of two scales loss and gradients */
