@@ -59,7 +59,21 @@ done
 awk -F, 'NR == FNR { l[$1] = $2; next } FNR > 1 { d = $2 - l[$1]; if (d < 0) d = -d; if (d > 1e-3 * l[$1]) bad = 1; n++ }
          END { exit bad || n != 3 }' "$dir/llama-bf16-cpu.csv" "$dir/llama-bf16-cuda.csv" ||
   { echo "FAIL: llama-tiny's bf16 losses differ"; paste -d' ' "$dir/llama-bf16-cpu.csv" "$dir/llama-bf16-cuda.csv"; exit 1; }
-echo "sinter train --device cuda on the stand-in: the CPU device's losses, bf16 and fp16 train, fp16 on sm_75 too, bf16 refused there, llama-tiny with its projections joined: ok"
+# LoRA on llama-tiny: the CUDA target joins the frozen q, k, v (gate, up) with their adapters
+# (one base product, the adapters' B block-diagonal); the same rule against the CPU device
+for p in fp32 bf16; do
+  for d in cuda cpu; do
+    # shellcheck disable=SC2086
+    "$sinter" train $llama "$dir/lora-$p-$d.csv" --lora 4 --device $d --precision $p > "$dir/lora-$p-$d.out" 2>&1 ||
+      { echo "FAIL: llama-tiny --lora 4 $p on $d"; cat "$dir/lora-$p-$d.out"; exit 1; }
+  done
+done
+[ "$(losses "$dir/lora-fp32-cuda.out")" = "$(losses "$dir/lora-fp32-cpu.out")" ] ||
+  { echo "FAIL: llama-tiny LoRA's losses differ"; losses "$dir/lora-fp32-cuda.out"; losses "$dir/lora-fp32-cpu.out"; exit 1; }
+awk -F, 'NR == FNR { l[$1] = $2; next } FNR > 1 { d = $2 - l[$1]; if (d < 0) d = -d; if (d > 1e-3 * l[$1]) bad = 1; n++ }
+         END { exit bad || n != 3 }' "$dir/lora-bf16-cpu.csv" "$dir/lora-bf16-cuda.csv" ||
+  { echo "FAIL: llama-tiny LoRA's bf16 losses differ"; paste -d' ' "$dir/lora-bf16-cpu.csv" "$dir/lora-bf16-cuda.csv"; exit 1; }
+echo "sinter train --device cuda on the stand-in: the CPU device's losses, bf16 and fp16 train, fp16 on sm_75 too, bf16 refused there, llama-tiny with its projections joined, in full and with LoRA: ok"
 losses "$dir/cuda.out"
 losses "$dir/bf16.out"
 losses "$dir/fp16.out"
