@@ -112,21 +112,14 @@ static void matmul_rule(ad_state *s, sn_node *n, sn_node *dc) {
 }
 
 /* Part [lo, hi) along axis of dy when dy is a weight gradient's product A^T B (or its f32
- * widening): its rows (axis 0) are the product of A's columns [lo, hi), and with `cols` its
- * columns (axis 1, B not transposed) the product by B's columns; a GEMM that reads them in
+ * widening) and axis its rows: the product of A's columns [lo, hi), a GEMM that reads them in
  * place (the gradients of weights concatenated for one product, passes/siblings.c: each
- * weight's own GEMM, no copy of its rows out of the whole; a LoRA B padded into a
- * block-diagonal matrix: its rows, then its columns, the zeros never computed); else NULL.
- * Not the columns of a concatenation (LoRA's A side by side): one GEMM and a copy of each part
- * cost less than a GEMM a part, each reading all of A. */
-static sn_node *part_of(sn_graph *g, sn_node *dy, int axis, int64_t lo, int64_t hi, bool cols) {
+ * weight's own GEMM, no copy of its rows out of the whole); else NULL. */
+static sn_node *part_of(sn_graph *g, sn_node *dy, int axis, int64_t lo, int64_t hi) {
     sn_node *p = dy->op == SN_OP_CAST && dy->in[0]->op == SN_OP_MATMUL ? dy->in[0] : dy;
-    if (p->op != SN_OP_MATMUL || p->rank != 2 || !p->a.ta || p->in[0]->rank != 2) return NULL;
-    sn_node *y;
-    if (axis == 0) y = sn_matmul_t(g, sn_slice(g, p->in[0], -1, lo, hi), p->in[1], true, p->a.tb);
-    else if (cols && axis == 1 && !p->a.tb && p->in[1]->rank == 2)
-        y = sn_matmul_t(g, p->in[0], sn_slice(g, p->in[1], -1, lo, hi), true, false);
-    else return NULL;
+    if (p->op != SN_OP_MATMUL || p->rank != 2 || axis != 0 || !p->a.ta || p->in[0]->rank != 2)
+        return NULL;
+    sn_node *y = sn_matmul_t(g, sn_slice(g, p->in[0], -1, lo, hi), p->in[1], true, p->a.tb);
     return p == dy ? y : sn_cast(g, y, dy->dtype);
 }
 
@@ -236,18 +229,19 @@ static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
     case SN_OP_SLICE:
         accumulate(s, x, sn_pad(g, dy, n->a.axis, n->a.start, x->shape[n->a.axis]));
         return SN_OK;
-    case SN_OP_PAD: {
-        int64_t lo = n->a.start, hi = lo + x->shape[n->a.axis];
-        sn_node *part = part_of(g, dy, n->a.axis, lo, hi, true);
-        accumulate(s, x, part ? part : sn_slice(g, dy, n->a.axis, lo, hi));
+    case SN_OP_PAD:
+        accumulate(s, x, sn_slice(g, dy, n->a.axis, n->a.start, n->a.start + x->shape[n->a.axis]));
         return SN_OK;
-    }
     case SN_OP_CONCAT: {
         int64_t at = 0;
+        /* LoRA's block-diagonal B (siblings.c): its gradient one product, each block copied out
+           (a GEMM a block, each reading its columns of the output gradient, costs more) */
+        bool blocks = true;
+        for (int i = 0; i < n->n_in; i++) blocks &= n->in[i]->op == SN_OP_PAD;
         for (int i = 0; i < n->n_in; i++) {
             sn_node *xi = n->in[i];
             int64_t len = xi->shape[n->a.axis];
-            sn_node *part = part_of(g, dy, n->a.axis, at, at + len, false);
+            sn_node *part = blocks ? NULL : part_of(g, dy, n->a.axis, at, at + len);
             if (s->needs[xi->id])
                 accumulate(s, xi, part ? part : sn_slice(g, dy, n->a.axis, at, at + len));
             at += len;

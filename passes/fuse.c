@@ -379,7 +379,7 @@ static void decide(fuse_state *s) {
     for (int i = 0; i < n; i++) {
         const sn_node *x = g->nodes[i];
         if (!s->live[i]) continue;
-        if (is_leaf(x->op)) s->mat[i] = true;
+        if (is_leaf(x->op) || frozen_block(s, x)) s->mat[i] = true;
         if (!is_view(x->op)) continue;
         if (!is_view(x->in[0]->op)) s->mat[x->in[0]->id] = true;
         s->mat[i] = s->mat[i] || s->is_out[i];
@@ -425,7 +425,7 @@ static void decide(fuse_state *s) {
         if (s->live[i]) sn_fuse_concat_into(s, g->nodes[i]);
     for (int i = n - 1; i >= 0; i--) {
         const sn_node *x = g->nodes[i], *owner;
-        if (!s->live[i] || is_leaf(x->op) || is_view(x->op)) continue;
+        if (!s->live[i] || is_leaf(x->op) || is_view(x->op) || frozen_block(s, x)) continue;
         if (s->into[i] && !sn_fuse_is_att_out(x->op)) continue; /* the concatenation: settle_into */
         if (x->op == SN_OP_FULL) { /* folded as a constant into pointwise readers */
             s->mat[i] = s->mat[i] || s->is_out[i];

@@ -46,6 +46,11 @@ static inline bool is_row(sn_op op) { return sn_op_kind(op) == SN_K_ROW; }
 static inline bool is_leaf(sn_op op) {
     return op == SN_OP_INPUT || op == SN_OP_PARAM || op == SN_OP_CONST;
 }
+/* Whether x is a frozen block (program.h): frozen parameters' rows concatenated, no kernel's
+ * output but a persistent value starting at its first part (memplan lays them out in order). */
+static inline bool frozen_block(const fuse_state *s, const sn_node *x) {
+    return !s->is_out[x->id] && sn_frozen_block(x);
+}
 /* Whether x is a weight shadow (program.h): a 16-bit float cast of a parameter. */
 static inline bool is_shadow(const fuse_state *s, const sn_node *x) {
     return s->shadows && x->op == SN_OP_CAST && x->in[0]->op == SN_OP_PARAM &&

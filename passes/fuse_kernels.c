@@ -520,8 +520,9 @@ sn_status sn_fuse_make_values(fuse_state *s) {
         p->value_of[i] = p->n_values++;
         *v = (sn_value){.node = n, .bytes = sn_numel(n) * dtype_bytes(n->dtype), .alias = -1,
                         .first = -1, .last = -1};
-        v->persistent = sn_op_kind(n->op) == SN_K_LEAF || s->is_out[i] || is_shadow(s, n);
-        if (n->op == SN_OP_RESHAPE && s->mat[n->in[0]->id] && !s->is_out[i])
+        v->persistent = sn_op_kind(n->op) == SN_K_LEAF || s->is_out[i] || is_shadow(s, n) ||
+                        frozen_block(s, n);
+        if ((n->op == SN_OP_RESHAPE && s->mat[n->in[0]->id] && !s->is_out[i]) || frozen_block(s, n))
             v->alias = p->value_of[n->in[0]->id];
     }    return SN_OK;
 }

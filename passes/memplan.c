@@ -6,13 +6,14 @@
  * first), then their gradients in the same order, so that an optimizer sees each as one flat
  * range of the same layout (kernel.h, "the optimizer step"), and their 16-bit copies (weight
  * shadows) after them in that layout at half the size; what it placed is written down in the
- * program's parameter layout (program.h), which is how everyone else finds it. */
+ * program's parameter layout (program.h), which is how everyone else finds it. The parts of a
+ * frozen block (program.h) come next, one after the other; then every other persistent value. */
 #include <inttypes.h>
 #include <stdlib.h>
 
 #include "passes.h"
 
-enum { ALIGN = 64, F32_BYTES = sizeof(float) }; /* F32_BYTES: a trained parameter's element */
+enum { ALIGN = SN_VALUE_ALIGN, F32_BYTES = sizeof(float) }; /* F32_BYTES: a trained parameter's element */
 
 static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
@@ -191,6 +192,33 @@ static void place_persistent(sn_program *p, sn_param_order order, bool *placed) 
     }
 }
 
+/* The parts of every frozen block (program.h) one after the other in the persistent block, in
+ * their order, where the block's alias (its first part's place) reads them as one; a block
+ * over parts placed apart already is a bug in sinter. */
+static sn_status place_blocks(sn_program *p, bool *placed, sn_err *e) {
+    for (int v = 0; v < p->n_values; v++) {
+        const sn_node *n = p->values[v].node;
+        if (p->values[v].alias < 0 || !n || !sn_frozen_block(n)) continue;
+        int64_t at = -1;
+        for (int k = 0; k < n->n_in; k++) {
+            int pv = p->value_of[n->in[k]->id];
+            sn_value *part = &p->values[pv];
+            if (!placed[pv]) {
+                placed[pv] = true;
+                part->offset = p->persistent_bytes;
+                p->persistent_bytes += align_up(part->bytes);
+            }
+            if (at >= 0 && part->offset != at)
+                return sn_fail(e, SN_ERR_INTERNAL, "memplan: the parts of node %%%d (a "
+                               "concatenation of frozen parameters read in place) are not one "
+                               "after the other (%s at byte %" PRId64 ", not %" PRId64 ")", n->id,
+                               n->in[k]->name, part->offset, at);
+            at = part->offset + part->bytes;
+        }
+    }
+    return SN_OK;
+}
+
 /* The layout's offsets, once every value has its place. */
 static void fill_slots(sn_program *p) {
     sn_param_layout *l = &p->layout;
@@ -224,6 +252,12 @@ sn_status sn_memplan(sn_program *p, const sn_target *t, sn_param_order param_ord
     int n = 0;
     p->persistent_bytes = p->arena_bytes = p->sum_bytes = 0;
     place_persistent(p, param_order, placed);
+    if ((s = place_blocks(p, placed, e))) {
+        free(order);
+        free(near);
+        free(placed);
+        return s;
+    }
     for (int v = 0; v < p->n_values; v++) {
         sn_value *val = &p->values[v];
         if (val->alias >= 0 || placed[v]) continue;

@@ -8,10 +8,12 @@
  *   again, but kept apart: fuse roots it alone);
  * - a copy of frozen weights, their concatenation along the rows (passes/siblings.c: LoRA's
  *   base of q, k, v or gate, up made one product), read by the backward's product for x's
- *   gradient: one more copy kernel a step, and the copy's buffer no longer held from a layer's
- *   forward to its backward (tinyllama-1.1b: 57 MB a layer, 1.2 GB over 22 layers). A
- *   trained concatenation stays kept (its 16-bit cast is a copy of the f32 masters a step;
- *   the trainer's state, 16 bytes a parameter, dwarfs it).
+ *   gradient. Where its parts are whole numbers of 64 bytes (every shape sinter's models have)
+ *   both are frozen blocks (program.h), read in place, and this costs nothing; otherwise it is
+ *   one more copy kernel a step, and the copy's buffer is no longer held from a layer's forward
+ *   to its backward (tinyllama-1.1b: 57 MB a layer, 1.2 GB over 22 layers). A trained
+ *   concatenation stays kept (its 16-bit cast is a copy of the f32 masters a step; the
+ *   trainer's state, 16 bytes a parameter, dwarfs it).
  * Exact: the same op on the same values. */
 #include <stdlib.h>
 

@@ -8,16 +8,18 @@
  *   (scaled), y_i = x @ w_i^T + h_i @ B_i, h_i the columns of h), the base stored in 16 bits
  *   (base16: the product reads the widened 16-bit weight) or in f32: y = x @ [w_0; ..]^T +
  *   h @ D, D the block-diagonal (n r, out) matrix of the B_i (each padded to its columns, then
- *   stacked), so the adapters' n products (and their n input gradients) are one GEMM each,
- *   the frozen base's n too; each B_i's gradient stays its own GEMM, h_i^T times its columns of
- *   the joint output gradient (autodiff's concat and pad rules), so D's zeros cost no GEMM. A
- *   frozen bias (Qwen2's) after each is concatenated as above.
+ *   stacked), so the adapters' n products, their n input gradients and their n weight
+ *   gradients are one GEMM each (D's gradient h^T G, each B_i's its block copied out: autodiff's
+ *   concat rule), the frozen base's n products too. D's zeros make those GEMMs n times the
+ *   FLOPs of the blocks, a few GFLOP at most: they are launches and passes over h and the
+ *   output gradient G, not FLOPs. A frozen bias (Qwen2's) after each is concatenated as above.
  * One GEMM where there were n, in the forward and for x's gradient; each trained weight's
  * gradient stays its own GEMM, reading its columns of the joint output gradient in place
  * (autodiff's concat rule).
- * The concatenation is a copy of the weights a step (recomputed with its block under a
- * checkpoint policy: recompute.c): worth it where launches and small GEMMs cost more than that
- * copy (sn_target.fuse_siblings: CUDA; on a CPU at small batches the copy costs more than the
+ * The concatenation of trained weights is a copy of the weights a step (recomputed with its
+ * block under a checkpoint policy: recompute.c); that of frozen ones is read in place where the
+ * parts allow (program.h: a frozen block), else copied too (again in the backward: remat.c).
+ * Worth it where launches and small GEMMs cost more than that copy (sn_target.fuse_siblings: CUDA; on a CPU at small batches the copy costs more than the
  * GEMMs it joins save), in training graphs (the pipeline's choice: generation reads each weight
  * about once a token, so a copy would cost what the products do). Products over few rows,
  * frozen weights without an adapter (IA3's base) and an NF4 base (QLoRA's: a dequantize kernel

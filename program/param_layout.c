@@ -1,4 +1,5 @@
-/* param_layout.c: the parameter layout's lookup and its check against the program (program.h).
+/* param_layout.c: the parameter layout's lookup and its check against the program (program.h),
+ * and which concatenations of parameters are frozen blocks (program.h).
  * Convention: the layout is memplan's to write; this file works nothing out for a reader, it
  * only says whether the table and the program's values agree. Disagreement is a bug in sinter
  * (SN_ERR_INTERNAL), never the user's. */
@@ -7,6 +8,17 @@
 #include "program.h"
 
 enum { F32_BYTES = sizeof(float) }; /* a trained parameter's element */
+
+bool sn_frozen_block(const sn_node *n) {
+    if (n->op != SN_OP_CONCAT || n->a.axis != 0 || n->n_in < 2) return false;
+    for (int k = 0; k < n->n_in; k++) {
+        const sn_node *x = n->in[k];
+        if (x->op != SN_OP_PARAM || !x->a.frozen || x->dtype != n->dtype ||
+            sn_numel(x) * (sn_dtype_bits(x->dtype) / 8) % SN_VALUE_ALIGN)
+            return false;
+    }
+    return true;
+}
 
 const sn_param_slot *sn_param_layout_find(const sn_param_layout *l, const sn_node *n) {
     for (int i = 0; i < l->n; i++)

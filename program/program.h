@@ -14,9 +14,18 @@ typedef struct {
     int64_t bytes;
     bool persistent;     /* lives in the persistent block for the whole run */
     int64_t offset;      /* bytes into the arena, or into the persistent block */
-    int alias;           /* -1, or the value whose buffer this one is (a free reshape) */
+    int alias;           /* -1, or the value whose buffer this one is (a free reshape), or
+                            whose buffer this one starts at (a frozen block, below) */
     int first, last;     /* steps that write it first and read it last (-1: before the program) */
 } sn_value;
+
+/* Every value's offset is a multiple of SN_VALUE_ALIGN bytes (memplan). A frozen block: the
+ * concatenation along the rows of frozen parameters of one dtype (passes/siblings.c: LoRA's
+ * base of q, k and v joined), each a whole number of SN_VALUE_ALIGN bytes, is no copy but a
+ * persistent value aliasing its first part: memplan lays the parts out one after the other,
+ * so their bytes are the concatenation's (sn_frozen_block). */
+enum { SN_VALUE_ALIGN = 64 };
+bool sn_frozen_block(const sn_node *n);
 
 /* ---- the parameter layout ----
  * Where every parameter of the graph and its training state lie: written by memplan, read by

@@ -146,6 +146,28 @@ static void bind(sn_exec *x) {
     }
 }
 
+/* A frozen block (program.h) of a sharing program reads its parts where its first part is:
+ * the owner's parameters, which must lie one after the other there too (the training
+ * program's own blocks of the same parts lay them out so: its evaluation program shares them). */
+static sn_status shared_blocks(const sn_exec *x, sn_err *e) {
+    const sn_program *p = x->p, *op = x->owner->p;
+    for (int v = 0; v < p->n_values; v++) {
+        const sn_node *n = p->values[v].node;
+        if (!n || p->values[v].alias < 0 || !sn_frozen_block(n)) continue;
+        int64_t at = -1;
+        for (int k = 0; k < n->n_in; k++) {
+            int ov = x->bound[p->value_of[n->in[k]->id]];
+            if (ov < 0 || (at >= 0 && op->values[ov].offset != at))
+                return sn_fail(e, SN_ERR_UNSUPPORTED, "executor: the program reads parameters %s "
+                               "and %s as one (a concatenation of frozen parameters read in "
+                               "place), but its owner keeps them apart: sharing them so is not "
+                               "supported yet", n->in[0]->name, n->in[k]->name);
+            at = op->values[ov].offset + op->values[ov].bytes;
+        }
+    }
+    return SN_OK;
+}
+
 static int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
 
 /* The blocks and every value's pointer: an arena value at its planned offset; a persistent one
@@ -225,6 +247,7 @@ sn_status sn_exec_new_sharing(sn_device *d, const sn_program *p, sn_exec *owner,
                         "parameters between programs of one model", n->name ? n->name : "?",
                         sn_dtype_name(n->dtype), (long long)sn_numel(n));
     }
+    if (!s && owner) s = shared_blocks(x, e);
     if (!s) s = place(x, e);
     x->st.arena_bytes = p->arena_bytes;
     x->st.arena_shared = x->arena_borrowed;

@@ -583,9 +583,9 @@ static double *lora_gradients(sn_graph *g, int *n_out) {
  * base product of the concatenated weights plus h @ D, D the adapters' B in a block-diagonal
  * matrix (passes/siblings.c). The joined graph's loss and every adapter's gradient equal the
  * graph's as built (the exact interpreter: D's zeros add nothing), f32 and bf16 bases, with
- * and without q, k, v biases; each B's gradient is its own GEMM of its columns (autodiff's pad
- * rule, no copy of a block out of D's gradient); the compiled program (a target that joins
- * siblings, on the CPU device) computes the interpreter's loss and gradients. */
+ * and without q, k, v biases; D's gradient is one GEMM, each B's its block (autodiff's concat
+ * rule); the compiled program (a target that joins siblings, on the CPU device) computes the
+ * interpreter's loss and gradients. */
 START_TEST(lora_projections_fused) {
     sn_llama_config c;
     sn_llama m;
@@ -617,12 +617,31 @@ START_TEST(lora_projections_fused) {
     compile_joined(g, base16, base16, SN_RECOMPUTE_NONE, 5 * c.n_layer);
     sn_program *p;
     ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
-    int gemms = 0;
-    for (int k = 0; k < p->n_kernels; k++) gemms += p->kernels[k]->kind == SN_KER_GEMM;
-    /* a layer's forward 12 (above), backward: q k v's dh, 3 dB, dA, dx and dh A^T (7), o's and
-       down's 5 each (dh, dB, dA, dx, dh A^T), gate up's 6, but layer 0's q k v no dx (the
-       embeddings frozen); the head 2 (its base frozen) */
-    ck_assert_int_eq(gemms, (12 + 7 + 5 + 6 + 5) * c.n_layer - 2 + 2);
+    int gemms = 0, blocks = 0;
+    for (int k = 0; k < p->n_kernels; k++) {
+        gemms += p->kernels[k]->kind == SN_KER_GEMM;
+        for (int o = 0; o < p->kernels[k]->n_out; o++) /* no kernel copies the frozen weights */
+            ck_assert(!sn_frozen_block(p->kernels[k]->args[o]));
+    }
+    for (int v = 0; v < p->n_values; v++) { /* read in place: their parts one after the other */
+        const sn_value *val = &p->values[v];
+        if (!val->node || !sn_frozen_block(val->node)) continue;
+        blocks++;
+        ck_assert(val->persistent && val->alias >= 0);
+        int64_t at = val->offset;
+        for (int k = 0; k < val->node->n_in; k++) {
+            const sn_value *part = &p->values[p->value_of[val->node->in[k]->id]];
+            ck_assert_int_eq(part->offset, at);
+            at += part->bytes;
+        }
+    }
+    /* q k v's and gate up's in each layer's forward, and again for its backward (remat.c) but
+       layer 0's q k v (no dx); the q k v biases' (frozen) */
+    ck_assert_int_eq(blocks, 2 * c.n_layer + 2 * c.n_layer - 1 + (bias ? c.n_layer : 0));
+    /* a layer's forward 12 (above), backward 5 a group: dh, dB (q k v's and gate up's: D's),
+       dA, dx and dh A^T; but layer 0's q k v no dx (the embeddings frozen); the head 2 (its
+       base frozen) */
+    ck_assert_int_eq(gemms, (12 + 4 * 5) * c.n_layer - 2 + 2);
     sn_program_free(p);
     tiny_check_compiled_tol(g, 11 + (uint64_t)_i, base16 ? "llama LoRA joined, bf16" : "llama LoRA joined",
                             base16 ? 4 * 0x1p-9 : 1e-4);
