@@ -15,12 +15,15 @@ typedef struct {
     bool *needs;    /* forward node depends on a parameter */
 } ad_state;
 
+static bool weights(const sn_node *x);
+
 static void accumulate(ad_state *s, sn_node *x, sn_node *contrib) {
     if (!contrib || !s->needs[x->id]) return;
     /* A bf16 node's adjoint is bf16 (a product of bf16 operands returns f32), except a cast's:
      * its rule casts to its input's dtype, so an f32 weight gradient is not rounded on the way
      * (contributions are summed in the dtype of the first). */
-    if (x->op != SN_OP_CAST) contrib = sn_cast(s->g, contrib, x->dtype);
+    if (x->op != SN_OP_CAST && (x->op == SN_OP_PARAM || !weights(x)))
+        contrib = sn_cast(s->g, contrib, x->dtype);
     else if (s->adj[x->id]) contrib = sn_cast(s->g, contrib, s->adj[x->id]->dtype);
     s->adj[x->id] = s->adj[x->id] ? sn_add(s->g, s->adj[x->id], contrib) : contrib;
 }
@@ -37,11 +40,13 @@ static sn_node *cast_once(ad_state *s, sn_node *x, sn_dtype t) {
     return sn_cast(s->g, x, t);
 }
 
-/* Whether x is a parameter, or parameters concatenated (passes/siblings.c: several products
- * of one x as one; LoRA's B padded into a block-diagonal matrix): a weight, whose gradient is
- * not rounded on its way to the f32 masters. */
+/* Whether x is a parameter, or parameters (or their 16-bit casts, the weight shadows that
+ * autocast concatenates) concatenated (passes/siblings.c: several products of one x as one;
+ * LoRA's B padded into a block-diagonal matrix): a weight, whose gradient is not rounded on its
+ * way to the f32 masters, not even where the concatenation is 16-bit (accumulate). */
 static bool weights(const sn_node *x) {
     if (x->op == SN_OP_PARAM) return true;
+    if (x->op == SN_OP_CAST && x->in[0]->op == SN_OP_PARAM) return true;
     if (x->op == SN_OP_PAD) return weights(x->in[0]);
     if (x->op != SN_OP_CONCAT) return false;
     for (int i = 0; i < x->n_in; i++)

@@ -86,7 +86,17 @@ static bool grow(ac_state *s) {
     return true;
 }
 
-/* x (a node of the new graph) in dtype t, cast once. A single-input view (reshape, permute,
+/* Whether x is trained f32 matrices concatenated along the rows (passes/siblings.c). */
+static bool trained_rows(const sn_node *x) {
+    if (x->op != SN_OP_CONCAT || x->a.axis != 0) return false;
+    for (int k = 0; k < x->n_in; k++)
+        if (x->in[k]->op != SN_OP_PARAM || x->in[k]->a.frozen || x->in[k]->dtype != SN_F32)
+            return false;
+    return true;
+}
+
+/* x (a node of the new graph) in dtype t, cast once. Trained matrices concatenated (the
+ * siblings pass's weights) are the concatenation of their casts. A single-input view (reshape, permute,
  * slice, broadcast) of an f32 value is cast below the view, so that q, k and v sliced from one
  * QKV product share one cast of it and attention reads them in place. */
 static sn_node *cast(ac_state *s, sn_node *x, sn_dtype t) {
@@ -98,7 +108,12 @@ static sn_node *cast(ac_state *s, sn_node *x, sn_dtype t) {
     sn_node *y;
     bool view = x->op == SN_OP_RESHAPE || x->op == SN_OP_PERMUTE || x->op == SN_OP_SLICE ||
                 x->op == SN_OP_BROADCAST;
-    if (t != SN_F32 && view) {
+    if (t != SN_F32 && trained_rows(x)) { /* each part's cast a weight shadow: the parts read
+                                             where AdamW writes them (program.h: a block) */
+        sn_node *parts[SN_MAX_INPUTS];
+        for (int k = 0; k < x->n_in; k++) parts[k] = cast(s, x->in[k], t);
+        y = sn_concat(s->r.g, x->n_in, parts, 0);
+    } else if (t != SN_F32 && view) {
         sn_node *in[1] = {cast(s, x->in[0], t)}, p = *x;
         p.id = -1;
         p.grad = NULL;

@@ -46,15 +46,19 @@ static inline bool is_row(sn_op op) { return sn_op_kind(op) == SN_K_ROW; }
 static inline bool is_leaf(sn_op op) {
     return op == SN_OP_INPUT || op == SN_OP_PARAM || op == SN_OP_CONST;
 }
-/* Whether x is a frozen block (program.h): frozen parameters' rows concatenated, no kernel's
- * output but a persistent value starting at its first part (memplan lays them out in order). */
-static inline bool frozen_block(const fuse_state *s, const sn_node *x) {
-    return !s->is_out[x->id] && sn_frozen_block(x);
-}
 /* Whether x is a weight shadow (program.h): a 16-bit float cast of a parameter. */
 static inline bool is_shadow(const fuse_state *s, const sn_node *x) {
     return s->shadows && x->op == SN_OP_CAST && x->in[0]->op == SN_OP_PARAM &&
            (x->dtype == SN_BF16 || x->dtype == SN_F16);
+}
+/* Whether x is a frozen block (program.h): rows of frozen parameters or weight shadows
+ * concatenated, no kernel's output but a persistent value starting at its first part (memplan
+ * lays them out in order). */
+static inline bool frozen_block(const fuse_state *s, const sn_node *x) {
+    if (s->is_out[x->id] || !sn_frozen_block(x)) return false;
+    for (int k = 0; k < x->n_in; k++)
+        if (x->in[k]->op == SN_OP_CAST && !is_shadow(s, x->in[k])) return false;
+    return true;
 }
 
 /* A node roots a kernel of its own: it has a buffer, and is its kernel's index space (a row op

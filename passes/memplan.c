@@ -157,6 +157,26 @@ static sn_status new_slots(sn_program *p, sn_err *e) {
  * (program.h: weight shadows) in a range of half the parameters' bytes, each at half its
  * parameter's offset, so that AdamW writes copy element i with parameter element i (kernel.h:
  * flat_low). The layout's flat ranges are written here; the rest of its offsets at the end. */
+/* The frozen block (program.h) of weight shadows whose part k is PARAM n's shadow, or NULL. */
+static const sn_node *shadow_block(const sn_program *p, const sn_node *n, int *k) {
+    for (int v = 0; v < p->n_values; v++) {
+        const sn_node *b = p->values[v].node;
+        if (!b || p->values[v].alias < 0 || !sn_frozen_block(b)) continue;
+        for (*k = 0; *k < b->n_in; (*k)++)
+            if (b->in[*k]->op == SN_OP_CAST && b->in[*k]->in[0] == n) return b;
+    }
+    return NULL;
+}
+
+/* Trained PARAM n (pass < 2) or its gradient at the end of the persistent block. */
+static void place_trained(sn_program *p, sn_param_slot *s, int pass, bool *placed) {
+    int v = p->value_of[(pass < 2 ? s->node : s->node->grad)->id];
+    placed[v] = true;
+    p->values[v].offset = p->persistent_bytes;
+    if (pass < 2) s->flat = p->persistent_bytes / F32_BYTES, s->decay = pass == 0;
+    p->persistent_bytes += align_up(p->values[v].bytes);
+}
+
 static void place_persistent(sn_program *p, sn_param_order order, bool *placed) {
     sn_param_layout *l = &p->layout;
     int64_t params_end = 0;
@@ -166,11 +186,17 @@ static void place_persistent(sn_program *p, sn_param_order order, bool *placed) 
         for (int j = 0; j < l->n; j++) {
             sn_param_slot *s = &l->slots[order == SN_PARAM_ORDER_REVERSED ? l->n - 1 - j : j];
             if (s->frozen || (pass % 2 == 0) != decays(s->node)) continue;
-            int v = p->value_of[(pass < 2 ? s->node : s->node->grad)->id];
-            placed[v] = true;
-            p->values[v].offset = p->persistent_bytes;
-            if (pass < 2) s->flat = p->persistent_bytes / F32_BYTES, s->decay = pass == 0;
-            p->persistent_bytes += align_up(p->values[v].bytes);
+            int k;
+            const sn_node *b = shadow_block(p, s->node, &k);
+            if (!b) {
+                place_trained(p, s, pass, placed);
+                continue;
+            }
+            /* a block's parameters one after the other in its order, where its first comes
+               (their shadows, at half their offsets, are then too); their gradients likewise */
+            if (k) continue;
+            for (int i = 0; i < b->n_in; i++)
+                place_trained(p, (sn_param_slot *)sn_param_layout_find(l, b->in[i]->in[0]), pass, placed);
         }
     }
     if (params_end) l->params = 0, l->grads = params_end, l->flat_n = params_end / F32_BYTES;

@@ -13,9 +13,11 @@ bool sn_frozen_block(const sn_node *n) {
     if (n->op != SN_OP_CONCAT || n->a.axis != 0 || n->n_in < 2) return false;
     for (int k = 0; k < n->n_in; k++) {
         const sn_node *x = n->in[k];
-        if (x->op != SN_OP_PARAM || !x->a.frozen || x->dtype != n->dtype ||
-            sn_numel(x) * (sn_dtype_bits(x->dtype) / 8) % SN_VALUE_ALIGN)
-            return false;
+        bool shadow = x->op == SN_OP_CAST && x->in[0]->op == SN_OP_PARAM && !x->in[0]->a.frozen &&
+                      x->in[0]->dtype == SN_F32 && sn_dtype_bits(x->dtype) == 16;
+        if (!(shadow || (x->op == SN_OP_PARAM && x->a.frozen)) || x->dtype != n->dtype ||
+            x->op != n->in[0]->op || sn_numel(x) * (sn_dtype_bits(x->dtype) / 8) % SN_VALUE_ALIGN)
+            return false; /* every part of one kind */
     }
     return true;
 }

@@ -20,10 +20,14 @@ typedef struct {
 } sn_value;
 
 /* Every value's offset is a multiple of SN_VALUE_ALIGN bytes (memplan). A frozen block: the
- * concatenation along the rows of frozen parameters of one dtype (passes/siblings.c: LoRA's
- * base of q, k and v joined), each a whole number of SN_VALUE_ALIGN bytes, is no copy but a
- * persistent value aliasing its first part: memplan lays the parts out one after the other,
- * so their bytes are the concatenation's (sn_frozen_block). */
+ * concatenation along the rows of values no kernel of the step writes, of one dtype, each a
+ * whole number of SN_VALUE_ALIGN bytes: frozen parameters (passes/siblings.c: LoRA's base of
+ * q, k and v joined) or weight shadows (the 16-bit casts of trained f32 parameters that AdamW
+ * writes between steps: full training's q, k and v joined) (sn_frozen_block). Where fuse takes
+ * it so (every part a persistent value: a shadow only where the program has weight shadows),
+ * it is no copy but a persistent value aliasing its first part: memplan lays the parts out one
+ * after the other (trained parameters consecutive in the flat range, so their shadows are), so
+ * their bytes are the concatenation's. */
 enum { SN_VALUE_ALIGN = 64 };
 bool sn_frozen_block(const sn_node *n);
 

@@ -443,6 +443,29 @@ static sn_graph *tiny_llama_training(bool bias, bool bf16, int policy, sn_llama_
     return g;
 }
 
+/* The frozen blocks of p (program.h): read in place (no kernel writes one), each a persistent
+ * alias of its first part with its parts one after the other; how many. */
+static int blocks_in_place(const sn_program *p) {
+    int blocks = 0;
+    for (int k = 0; k < p->n_kernels; k++)
+        for (int o = 0; o < p->kernels[k]->n_out; o++)
+            ck_assert(!sn_frozen_block(p->kernels[k]->args[o]));
+    for (int v = 0; v < p->n_values; v++) {
+        const sn_value *val = &p->values[v];
+        if (!val->node || !sn_frozen_block(val->node)) continue;
+        blocks++;
+        ck_assert(val->persistent && val->alias >= 0);
+        int64_t at = p->values[val->alias].offset;
+        ck_assert_int_eq(val->offset, at);
+        for (int k = 0; k < val->node->n_in; k++) {
+            const sn_value *part = &p->values[p->value_of[val->node->in[k]->id]];
+            ck_assert_int_eq(part->offset, at);
+            at += part->bytes;
+        }
+    }
+    return blocks;
+}
+
 /* A layer's q, k, v (and gate, up) are one product of the normed x where the target fuses
  * siblings (passes/siblings.c; CUDA's): 4 forward GEMMs a layer where there were 7, and in the backward one for
  * x's gradient of each, each weight's gradient its own GEMM reading its columns of the joint
@@ -469,6 +492,13 @@ START_TEST(projections_fused) {
     /* a layer: 4 forward, 4 for x's gradients, 7 weight gradients; the head: 3 */
     ck_assert_int_eq(gemms, 15 * c.n_layer + 3);
     ck_assert_int_eq(copies, 0);
+    /* bf16: the products read the weights' shadows where AdamW writes them, q k v's and gate
+       up's one after the other (in either order of the trained parameters) */
+    ck_assert_int_eq(blocks_in_place(p), bf16 ? 2 * c.n_layer : 0);
+    sn_program_free(p);
+    sn_pipeline_opts rev = {.param_order = SN_PARAM_ORDER_REVERSED};
+    ck_assert_msg(sn_pipeline_kernels(g, &rev, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(blocks_in_place(p), bf16 ? 2 * c.n_layer : 0);
     sn_program_free(p);
     /* the CPU's own target keeps them apart: 7 forward products a layer */
     sn_graph *h = sn_graph_new();
@@ -617,27 +647,11 @@ START_TEST(lora_projections_fused) {
     compile_joined(g, base16, base16, SN_RECOMPUTE_NONE, 5 * c.n_layer);
     sn_program *p;
     ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
-    int gemms = 0, blocks = 0;
-    for (int k = 0; k < p->n_kernels; k++) {
-        gemms += p->kernels[k]->kind == SN_KER_GEMM;
-        for (int o = 0; o < p->kernels[k]->n_out; o++) /* no kernel copies the frozen weights */
-            ck_assert(!sn_frozen_block(p->kernels[k]->args[o]));
-    }
-    for (int v = 0; v < p->n_values; v++) { /* read in place: their parts one after the other */
-        const sn_value *val = &p->values[v];
-        if (!val->node || !sn_frozen_block(val->node)) continue;
-        blocks++;
-        ck_assert(val->persistent && val->alias >= 0);
-        int64_t at = val->offset;
-        for (int k = 0; k < val->node->n_in; k++) {
-            const sn_value *part = &p->values[p->value_of[val->node->in[k]->id]];
-            ck_assert_int_eq(part->offset, at);
-            at += part->bytes;
-        }
-    }
-    /* q k v's and gate up's in each layer's forward, and again for its backward (remat.c) but
-       layer 0's q k v (no dx); the q k v biases' (frozen) */
-    ck_assert_int_eq(blocks, 2 * c.n_layer + 2 * c.n_layer - 1 + (bias ? c.n_layer : 0));
+    int gemms = 0;
+    for (int k = 0; k < p->n_kernels; k++) gemms += p->kernels[k]->kind == SN_KER_GEMM;
+    /* the frozen weights read in place: q k v's and gate up's in each layer's forward, and
+       again for its backward (remat.c) but layer 0's q k v (no dx); the q k v biases' */
+    ck_assert_int_eq(blocks_in_place(p), 2 * c.n_layer + 2 * c.n_layer - 1 + (bias ? c.n_layer : 0));
     /* a layer's forward 12 (above), backward 5 a group: dh, dB (q k v's and gate up's: D's),
        dA, dx and dh A^T; but layer 0's q k v no dx (the embeddings frozen); the head 2 (its
        base frozen) */
