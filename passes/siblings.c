@@ -16,11 +16,12 @@
  * One GEMM where there were n, in the forward and for x's gradient; each trained weight's
  * gradient stays its own GEMM, reading its columns of the joint output gradient in place
  * (autodiff's concat rule).
- * The concatenation of trained weights is a copy of the weights a step (recomputed with its
- * block under a checkpoint policy: recompute.c); that of frozen ones is read in place where the
- * parts allow (program.h: a frozen block), else copied too (again in the backward: remat.c).
- * Worth it where launches and small GEMMs cost more than that copy (sn_target.fuse_siblings: CUDA; on a CPU at small batches the copy costs more than the
- * GEMMs it joins save), in training graphs (the pipeline's choice: generation reads each weight
+ * The concatenation is read in place where the parts allow (program.h: a frozen block: frozen
+ * weights, or trained ones' 16-bit shadows, which autocast concatenates), else it is a copy of
+ * the weights a step (an f32 program's trained weights: recomputed with its block under a
+ * checkpoint policy, recompute.c; frozen ones: copied again in the backward, remat.c). Worth
+ * it where launches and small GEMMs cost more than any such copy (sn_target.fuse_siblings:
+ * CUDA; on a CPU at small batches the joined programs measured slower), in training graphs (the pipeline's choice: generation reads each weight
  * about once a token, so a copy would cost what the products do). Products over few rows,
  * frozen weights without an adapter (IA3's base) and an NF4 base (QLoRA's: a dequantize kernel
  * a weight, nf4.c) are left alone.
@@ -125,6 +126,11 @@ static bool paths_tile(const group *gr, const int *uses) {
     return at == h->shape[h->rank - 1] && uses[h->id] == gr->n;
 }
 
+/* The bias that add a (bias_add's) adds. */
+static const sn_node *bias_of(const sn_node *a) {
+    return a->in[0]->op == SN_OP_PARAM ? a->in[0] : a->in[1];
+}
+
 /* Whether every input the group's joint nodes read was made before node `at`. */
 static bool inputs_before(const group *gr, int at) {
     for (int i = 0; i < gr->n; i++) {
@@ -132,10 +138,7 @@ static bool inputs_before(const group *gr, int at) {
         int last = w->id;
         if (gr->frozen) last = gr->path[i].h->id > last ? gr->path[i].h->id : last;
         if (gr->frozen && gr->path[i].b->id > last) last = gr->path[i].b->id;
-        if (gr->add[i]) {
-            const sn_node *a = gr->add[i], *b = a->in[0]->op == SN_OP_PARAM ? a->in[0] : a->in[1];
-            if (b->id > last) last = b->id;
-        }
+        if (gr->add[i] && bias_of(gr->add[i])->id > last) last = bias_of(gr->add[i])->id;
         if (last >= at) return false;
     }
     return true;
@@ -165,11 +168,6 @@ static group group_of(const sn_graph *g, const sn_node *u, const int *uses, cons
     for (int i = 0; !biased && i < gr.n; i++) gr.add[i] = NULL;
     if (gr.n >= 2 && !inputs_before(&gr, u->id)) return (group){0};
     return gr;
-}
-
-/* The bias that add a (bias_add's) adds. */
-static const sn_node *bias_of(const sn_node *a) {
-    return a->in[0]->op == SN_OP_PARAM ? a->in[0] : a->in[1];
 }
 
 /* Marks the group's nodes that the joint nodes replace. */
