@@ -48,8 +48,8 @@ typedef struct {
     bool loss_only; /* with --chunk-logits, both steps: the loss the training graph's one output,
                        as sinter train has it (else the logits are one too, and persistent) */
     bool compare_interp;
-    const sn_target *target; /* the device's, which every compile names (NULL: --model-only, the
-                                host CPU's) */
+    const sn_target *target; /* the device's, which every compile names (--model-only: CUDA's
+                                sm_90, the roofline machines' architecture) */
     int lora;       /* --lora R: LoRA adapters of rank R on every linear layer (alpha R), the
                        base frozen; the full fine-tuning step is timed too, in the same run */
     unsigned lora_targets; /* --lora-targets all|attn|mlp: the layers adapted (default all) */
@@ -564,6 +564,8 @@ int main(int argc, char **argv) {
     args a;
     parse(argc, argv, &a);
     const sn_roofline_machine *machine = sn_roofline_machine_find(a.roofline ? a.roofline : "h100");
+    sn_target roofline_target = sn_target_cuda(90); /* the program a GPU of the roofline runs */
+    if (a.model_only) a.target = &roofline_target;
     if (a.model_only) return model_only(&a, machine);
     fprintf(stderr, "train_bench: precision %s\n", sn_precision_name(a.precision));
     sn_err e;
