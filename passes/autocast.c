@@ -190,8 +190,9 @@ static bool read_low(const sn_graph *in, const sn_node *x) {
             readers++;
             bool view = u->op == SN_OP_RESHAPE || u->op == SN_OP_PERMUTE ||
                         u->op == SN_OP_SLICE || u->op == SN_OP_BROADCAST;
-            /* an adapter's sum is read as its base, an IA3 scaling as what it scales */
-            bool through = view || adapter_base(u) == x || ia3_scaling(u, x);
+            /* an adapter's sum is read as its base, an IA3 scaling as what it scales, a
+               concatenation (siblings.c's dequantized NF4 weights) as its readers read it */
+            bool through = view || adapter_base(u) == x || ia3_scaling(u, x) || u->op == SN_OP_CONCAT;
             if (policy_of(u->op) != POL_LOW && u->op != SN_OP_GELU && !(through && read_low(in, u)))
                 return false;
         }

@@ -157,14 +157,15 @@ static void keep_boundaries(rc_state *s, int every) {
 }
 
 /* Whether forward node n is a copy of weights: a concatenation of parameters (or of their
- * casts), or its cast (passes/siblings.c: products of one x made one). Not an activation, but
- * as large as its weights and made again by a copy: recomputed like the stretch around it. */
+ * casts, or of dequantized NF4 weights), or its cast (passes/siblings.c: products of one x made
+ * one). Not an activation, but as large as its weights and made again by a copy: recomputed
+ * like the stretch around it. */
 static bool weights_copy(const sn_node *n) {
     if (n->op == SN_OP_CAST) n = n->in[0];
     if (n->op != SN_OP_CONCAT) return false;
     for (int k = 0; k < n->n_in; k++) {
         const sn_node *x = n->in[k]->op == SN_OP_CAST ? n->in[k]->in[0] : n->in[k];
-        if (!is_leaf(x->op)) return false;
+        if (!is_leaf(x->op) && x->op != SN_OP_DEQUANT_NF4) return false;
     }
     return true;
 }

@@ -33,11 +33,13 @@ static bool read_backward(const sn_graph *g, const sn_node *x, int nf, bool poin
     return read;
 }
 
-/* Whether u is a concatenation along the rows of frozen parameters (a copy of frozen weights). */
+/* Whether u is a concatenation along the rows of frozen parameters or dequantized NF4 weights
+ * (a copy of frozen weights; the dequantizations then made again too: nf4_per_reader). */
 static bool frozen_copy(const sn_node *u) {
     if (u->op != SN_OP_CONCAT || u->a.axis != 0) return false;
     for (int k = 0; k < u->n_in; k++)
-        if (u->in[k]->op != SN_OP_PARAM || !u->in[k]->a.frozen) return false;
+        if ((u->in[k]->op != SN_OP_PARAM || !u->in[k]->a.frozen) && u->in[k]->op != SN_OP_DEQUANT_NF4)
+            return false;
     return true;
 }
 

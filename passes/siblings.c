@@ -6,7 +6,8 @@
  *   bias, the biases are concatenated too and each add becomes its columns of the joint sum;
  * - frozen weights each with a LoRA adapter beside it (sn_lora_paths: h = x @ [A_0 A_1 ..]
  *   (scaled), y_i = x @ w_i^T + h_i @ B_i, h_i the columns of h), the base stored in 16 bits
- *   (base16: the product reads the widened 16-bit weight) or in f32: y = x @ [w_0; ..]^T +
+ *   (base16: the product reads the widened 16-bit weight), in f32 or in NF4 (QLoRA: each
+ *   weight dequantized, then concatenated): y = x @ [w_0; ..]^T +
  *   h @ D, D the block-diagonal (n r, out) matrix of the B_i (each padded to its columns, then
  *   stacked), so the adapters' n products, their n input gradients and their n weight
  *   gradients are one GEMM each (D's gradient h^T G, each B_i's its block copied out: autodiff's
@@ -22,9 +23,10 @@
  * checkpoint policy, recompute.c; frozen ones: copied again in the backward, remat.c). Worth
  * it where launches and small GEMMs cost more than any such copy (sn_target.fuse_siblings:
  * CUDA; on a CPU at small batches the joined programs measured slower), in training graphs (the pipeline's choice: generation reads each weight
- * about once a token, so a copy would cost what the products do). Products over few rows,
- * frozen weights without an adapter (IA3's base) and an NF4 base (QLoRA's: a dequantize kernel
- * a weight, nf4.c) are left alone.
+ * about once a token, so a copy would cost what the products do). Products over few rows and
+ * frozen weights without an adapter (IA3's base) are left alone. An NF4 base's concatenation
+ * is a copy a step of the dequantized weights (made again in the backward: remat.c, and under
+ * a checkpoint policy with its block: recompute.c, so no layer's copy outlives its use).
  * Exact: each output element is the same dot product (the GEMM library may order its sum
  * otherwise at another shape), and D's zeros add exact zeros to each adapter's sum. */
 #include <stdlib.h>
@@ -43,9 +45,10 @@ static bool trained(const sn_node *p, const int *uses, int rank) {
            uses[p->id] == 1;
 }
 
-/* The frozen weight that w reads, or NULL: a frozen f32 matrix, or the f32 widening of a
- * frozen 16-bit one (base16), each read once. */
+/* The frozen weight that w reads, or NULL: a frozen f32 matrix, the f32 widening of a frozen
+ * 16-bit one (base16), or the dequantized NF4 one (nf4: w itself), each read once. */
 static const sn_node *frozen_weight(const sn_node *w, const int *uses) {
+    if (w->op == SN_OP_DEQUANT_NF4) return w->rank == 2 && uses[w->id] == 1 ? w : NULL;
     const sn_node *p = w->op == SN_OP_CAST && w->dtype == SN_F32 && uses[w->id] == 1 ? w->in[0] : w;
     bool ok = p->op == SN_OP_PARAM && p->a.frozen && p->rank == 2 && uses[p->id] == 1 &&
               (p == w ? p->dtype == SN_F32 : p->dtype == SN_BF16 || p->dtype == SN_F16);
@@ -182,8 +185,9 @@ static void take(const group *gr, bool *taken) {
     }
 }
 
-/* The frozen group's weights [w_0; ..] (16-bit ones concatenated, then widened) and its
- * adapters' block-diagonal D (n r, out) in the new graph. */
+/* The frozen group's weights [w_0; ..] (16-bit ones concatenated, then widened; NF4 ones
+ * dequantized, then concatenated) and its adapters' block-diagonal D (n r, out) in the new
+ * graph. */
 static sn_node *frozen_weights(sn_rewrite *r, const group *gr) {
     sn_node *w[MAX_SIBLINGS];
     bool low = gr->mm[0]->in[1]->op == SN_OP_CAST; /* the same for all (sn_pass_siblings) */
@@ -256,9 +260,8 @@ sn_status sn_pass_siblings(const sn_graph *in, sn_graph **out, int *n_joined, sn
         group gr = group_of(in, in->nodes[i], uses, taken);
         if (gr.n < 2) continue;
         if (gr.frozen) { /* the same kind of base throughout */
-            bool low = gr.mm[0]->in[1]->op == SN_OP_CAST;
             for (int k = 1; k < gr.n; k++)
-                if ((gr.mm[k]->in[1]->op == SN_OP_CAST) != low) gr.n = 0;
+                if (gr.mm[k]->in[1]->op != gr.mm[0]->in[1]->op) gr.n = 0;
             if (gr.n < 2) continue;
         }
         take(&gr, taken);
