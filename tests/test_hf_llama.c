@@ -663,6 +663,37 @@ START_TEST(lora_projections_fused) {
 }
 END_TEST
 
+/* A program reading frozen blocks (the joined LoRA graph) that shares its parameters with an
+ * owner keeping them apart (the CPU target's program of the same model, q, k, v with biases
+ * between their weights) is refused by name (runtime/exec.c), not run over the wrong bytes. */
+START_TEST(frozen_blocks_shared_apart) {
+    sn_llama_config c;
+    sn_llama m;
+    sn_err e;
+    sn_graph *g = tiny_llama_lora(true, false, &c, &m), *h = tiny_llama_lora(true, false, &c, &m);
+    compile_joined(g, false, false, SN_RECOMPUTE_NONE, 5 * c.n_layer);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    ck_assert_msg(sn_compile(h, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_program *pg, *ph;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &pg, NULL, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pipeline_kernels(h, &(sn_pipeline_opts){0}, &ph, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(1, &d, &e) == SN_OK, "%s", e.msg);
+    sn_exec *owner, *x = NULL;
+    ck_assert_msg(sn_exec_new(d, ph, &owner, &e) == SN_OK, "%s", e.msg);
+    ck_assert_int_eq(sn_exec_new_sharing(d, pg, owner, &x, &e), SN_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(x);
+    ck_assert_msg(strstr(e.msg, "q_proj.weight") && strstr(e.msg, "keeps them apart"), "%s", e.msg);
+    sn_exec_free(owner);
+    sn_device_free(d);
+    sn_program_free(pg);
+    sn_program_free(ph);
+    sn_graph_free(g);
+    sn_graph_free(h);
+}
+END_TEST
+
 /* The imported model trains on the CPU device: ten steps on one batch lower its loss, and the
  * first step's loss is the imported model's. */
 START_TEST(trains) {
@@ -923,6 +954,7 @@ int main(void) {
     tcase_add_loop_test(tc, projections_fused, 0, 4);
     tcase_add_loop_test(tc, projections_fused_checkpointed, 0, 2);
     tcase_add_loop_test(tc, lora_projections_fused, 0, 4);
+    tcase_add_test(tc, frozen_blocks_shared_apart);
     tcase_add_test(tc, trains);
     tcase_add_test(tc, bad_configs);
     tcase_add_test(tc, missing_shard);
