@@ -7,8 +7,11 @@
  * Convention: the joined kernel's outputs are the first's then the second's, its inputs the
  * first's then the second's not among them; every element is computed by the same
  * instructions as before (the second's renumbered after the first's), so the results are the
- * separate kernels' bits. Kernels with a tail or a stage (kernel.h) are left alone. */
+ * separate kernels' bits. Kernels with a tail or a stage (kernel.h) are left alone. Before
+ * joining, small kernels are gathered by shape (below); a kernel keeps its name (kN: its place
+ * in fuse's order, not the program's). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
@@ -81,9 +84,128 @@ static sn_status join(sn_program *p, sn_kernel *a, const sn_kernel *b, sn_err *e
     return sn_kernel_check(a, e);
 }
 
+/* ---- gathering: small kernels moved where kernels of their shape are ----
+ * A pointwise kernel that reads only values no kernel of the step writes (parameters and what
+ * small kernels make of them alone: LoRA's A side by side, its B padded into the block-
+ * diagonal D, passes/siblings.c) is hoisted to the start of the step; one that writes only
+ * values no kernel of the step reads (parameters' gradients: each B's block of D's gradient)
+ * is sunk to its end. Each group is then ordered by (dependency level, shape), so that kernels
+ * of one shape from every layer are neighbours and join (30 launches a kind become a few).
+ * Small: every output of a hoisted kernel and every input of a sunk one at most GATHER_BYTES,
+ * whose buffers now live the whole step (no weights' copy is held so). */
+enum { GATHER_BYTES = 1 << 20 };
+
+typedef struct {
+    sn_kernel *k;
+    int level; /* hoisted: 1 + the highest level of a hoisted kernel it reads; sunk: 0 */
+    int at;    /* its place before */
+} gathered;
+
+static int64_t node_bytes(const sn_node *n) { return sn_numel(n) * (sn_dtype_bits(n->dtype) / 8); }
+
+static bool plain_pointwise(const sn_kernel *k) {
+    return k->kind == SN_KER_POINTWISE && !k->tail && k->stage == SN_SUM_WHOLE;
+}
+
+/* The value whose buffer node n's is (a reshape's or a frozen block's alias followed). */
+static int root_value(const sn_program *p, const sn_node *n) {
+    int v = p->value_of[n->id];
+    while (v >= 0 && p->values[v].alias >= 0) v = p->values[v].alias;
+    return v;
+}
+
+/* The first kernel of the step (index) that writes node n's buffer, or -1. */
+static int writer_of(const sn_program *p, const sn_node *n) {
+    int v = root_value(p, n);
+    for (int i = 0; i < p->n_kernels; i++)
+        for (const sn_kernel *k = p->kernels[i]; k; k = k->tail)
+            for (int o = 0; o < k->n_out; o++)
+                if (root_value(p, k->args[o]) == v) return i;
+    return -1;
+}
+
+/* Whether a kernel of the step reads node n's buffer. */
+static bool read_in_step(const sn_program *p, const sn_node *n) {
+    int v = root_value(p, n);
+    for (int i = 0; i < p->n_kernels; i++)
+        for (const sn_kernel *k = p->kernels[i]; k; k = k->tail)
+            for (int a = k->n_out; a < k->n_out + k->n_in; a++)
+                if (root_value(p, k->args[a]) == v) return true;
+    return false;
+}
+
+static int by_level_shape(const void *x, const void *y) {
+    const gathered *a = x, *b = y;
+    if (a->level != b->level) return a->level - b->level;
+    if (a->k->rank != b->k->rank) return a->k->rank - b->k->rank;
+    for (int d = 0; d < a->k->rank; d++)
+        if (a->k->shape[d] != b->k->shape[d]) return a->k->shape[d] < b->k->shape[d] ? -1 : 1;
+    return a->at - b->at;
+}
+
+/* The hoisting level of kernel i (0 .. ), or -1 when it stays; level[] of kernels before i set. */
+static int hoist_level(const sn_program *p, int i, const int *level) {
+    const sn_kernel *k = p->kernels[i];
+    if (!plain_pointwise(k)) return -1;
+    for (int o = 0; o < k->n_out; o++)
+        if (node_bytes(k->args[o]) > GATHER_BYTES) return -1;
+    int lv = 0;
+    for (int a = k->n_out; a < k->n_out + k->n_in; a++) {
+        int w = writer_of(p, k->args[a]);
+        if (w < 0) continue;
+        if (w >= i || level[w] < 0) return -1;
+        if (level[w] + 1 > lv) lv = level[w] + 1;
+    }
+    return lv;
+}
+
+/* Whether kernel k writes only values no kernel of the step reads, from small inputs. */
+static bool sinks(const sn_program *p, const sn_kernel *k) {
+    if (!plain_pointwise(k)) return false;
+    for (int o = 0; o < k->n_out; o++)
+        if (read_in_step(p, k->args[o]) || sn_op_kind(k->args[o]->op) == SN_K_LEAF) return false;
+    for (int a = k->n_out; a < k->n_out + k->n_in; a++)
+        if (node_bytes(k->args[a]) > GATHER_BYTES) return false;
+    return true;
+}
+
+static sn_status gather(sn_program *p, sn_err *e) {
+    int n = p->n_kernels;
+    gathered *g = calloc((size_t)n + 1, sizeof *g);
+    int *level = calloc((size_t)n + 1, sizeof *level);
+    sn_kernel **order = calloc((size_t)n + 1, sizeof *order);
+    if (!g || !level || !order) {
+        free(g);
+        free(level);
+        free(order);
+        return sn_fail(e, SN_ERR_OOM, "the join_siblings pass: out of memory");
+    }
+    int n_up = 0, n_down = 0, n_mid = 0;
+    for (int i = 0; i < n; i++) {
+        level[i] = hoist_level(p, i, level);
+        if (level[i] >= 0) g[n_up++] = (gathered){p->kernels[i], level[i], i};
+    }
+    for (int i = 0; i < n; i++) /* the rest in order, the sunk ones after them */
+        if (level[i] < 0 && !sinks(p, p->kernels[i])) order[n_up + n_mid++] = p->kernels[i];
+    for (int i = 0; i < n; i++)
+        if (level[i] < 0 && sinks(p, p->kernels[i]))
+            g[n_up + n_down++] = (gathered){p->kernels[i], 0, i};
+    qsort(g, (size_t)n_up, sizeof *g, by_level_shape);
+    qsort(g + n_up, (size_t)n_down, sizeof *g, by_level_shape);
+    for (int i = 0; i < n_up; i++) order[i] = g[i].k;
+    for (int i = 0; i < n_down; i++) order[n_up + n_mid + i] = g[n_up + i].k;
+    memcpy(p->kernels, order, sizeof *order * (size_t)n);
+    free(g);
+    free(level);
+    free(order);
+    return SN_OK;
+}
+
 sn_status sn_join_siblings(sn_program *p, int *n_joined, sn_err *e) {
     sn_kernel **ks = p->kernels;
     *n_joined = 0;
+    sn_status gs = gather(p, e);
+    if (gs) return gs;
     for (int i = 0; i + 1 < p->n_kernels; i++) {
         while (i + 1 < p->n_kernels && may_join(ks[i], ks[i + 1])) {
             sn_status st = join(p, ks[i], ks[i + 1], e);

@@ -280,11 +280,13 @@ sn_status sn_schedule(sn_program *p, sn_schedule_mode mode, sn_schedule_stats *s
  * leaves p->kernels. SN_ERR_INTERNAL when a joined kernel breaks the contract. */
 sn_status sn_join_finish(sn_program *p, sn_err *e);
 
-/* requires: fuse (and schedule), before join_finish and memplan; every target. A pointwise
- * kernel right after another of the same index space that reads none of its outputs joins it
- * (join_siblings.c; both leave p->kernels as one, the results the separate kernels' bits);
- * *n_joined counts the kernels that joined. SN_ERR_INTERNAL when a joined kernel breaks the
- * contract. */
+/* requires: fuse (and schedule), before join_finish and memplan; every target. Small pointwise
+ * kernels that read only what no kernel of the step writes move to the step's start, small
+ * ones that write only what no kernel of the step reads to its end, each group ordered by
+ * shape; then a pointwise kernel right after another of the same index space that reads none
+ * of its outputs joins it (join_siblings.c; both leave p->kernels as one, the results the
+ * separate kernels' bits); *n_joined counts the kernels that joined. SN_ERR_INTERNAL when a
+ * joined kernel breaks the contract. */
 sn_status sn_join_siblings(sn_program *p, int *n_joined, sn_err *e);
 
 /* ---- memplan.c ---- */

@@ -647,8 +647,18 @@ START_TEST(lora_projections_fused) {
     compile_joined(g, base16, base16, SN_RECOMPUTE_NONE, 5 * c.n_layer);
     sn_program *p;
     ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
-    int gemms = 0;
-    for (int k = 0; k < p->n_kernels; k++) gemms += p->kernels[k]->kind == SN_KER_GEMM;
+    int gemms = 0, pads = 0, slices = 0;
+    for (int k = 0; k < p->n_kernels; k++) {
+        gemms += p->kernels[k]->kind == SN_KER_GEMM;
+        pads += strstr(p->kernels[k]->name, "_pad") != NULL;
+        slices += strstr(p->kernels[k]->name, "_slice") != NULL;
+    }
+    /* the adapters' small kernels gathered by shape across the layers (join_siblings): D's
+       padded parts, q k v's (4, 64) and gate up's (4, 128), hoisted to the step's start, two
+       kernels; the B blocks of D's gradient, (4, 16), (4, 32), (4, 64), and the A parts of
+       dA's, sunk to its end, four (each layer's apart: 4, and 8 or more) */
+    ck_assert_int_eq(pads, 2);
+    ck_assert_int_eq(slices, 4);
     /* the frozen weights read in place: q k v's and gate up's in each layer's forward, and
        again for its backward (remat.c) but layer 0's q k v (no dx); the q k v biases' */
     ck_assert_int_eq(blocks_in_place(p), 2 * c.n_layer + 2 * c.n_layer - 1 + (bias ? c.n_layer : 0));
