@@ -188,6 +188,11 @@ static void place_persistent(sn_program *p, sn_param_order order, bool *placed) 
             if (s->frozen || (pass % 2 == 0) != decays(s->node)) continue;
             int k;
             const sn_node *b = shadow_block(p, s->node, &k);
+            for (int i = 0; b && i < b->n_in; i++) { /* every part trained (else place_blocks
+                                                        names the block: a bug in sinter) */
+                const sn_param_slot *q = sn_param_layout_find(l, b->in[i]->in[0]);
+                if (!q || q->frozen) b = NULL;
+            }
             if (!b) {
                 place_trained(p, s, pass, placed);
                 continue;
