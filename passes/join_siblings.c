@@ -110,8 +110,7 @@ static bool plain_pointwise(const sn_kernel *k) {
 /* The value whose buffer node n's is (a reshape's or a frozen block's alias followed). */
 static int root_value(const sn_program *p, const sn_node *n) {
     int v = p->value_of[n->id];
-    while (v >= 0 && p->values[v].alias >= 0) v = p->values[v].alias;
-    return v;
+    return v < 0 ? v : sn_value_root(p, v);
 }
 
 /* The first kernel of the step (index) that writes node n's buffer, or -1. */

@@ -17,12 +17,6 @@ enum { ALIGN = SN_VALUE_ALIGN, F32_BYTES = sizeof(float) }; /* F32_BYTES: a trai
 
 static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
-/* The value whose bytes v uses (following free reshapes). */
-static int root_of(const sn_program *p, int v) {
-    while (p->values[v].alias >= 0) v = p->values[v].alias;
-    return v;
-}
-
 /* Whether every access of pointwise kernel k to args[a] reads element i at index i. */
 static bool reads_in_step(const sn_kernel *k, int a) {
     bool read = false;
@@ -54,7 +48,7 @@ static void share_in_place(sn_program *p, int *readers, int *writer) {
     for (int k = 0; k < p->n_kernels; k++)
         for (const sn_kernel *ker = p->kernels[k]; ker; ker = ker->tail) /* a joined FINISH too */
             for (int a = 0; a < ker->n_out + ker->n_in; a++) {
-                int v = root_of(p, p->value_of[ker->args[a]->id]);
+                int v = sn_value_root(p, p->value_of[ker->args[a]->id]);
                 if (a >= ker->n_out) readers[v]++;
                 else if (writer[v] < 0) writer[v] = k;
             }
@@ -65,7 +59,7 @@ static void share_in_place(sn_program *p, int *readers, int *writer) {
         bool accum = ker->kind == SN_KER_GEMM && ker->gemm.accum;
         if (ker->kind != SN_KER_POINTWISE && !accum) continue;
         for (int o = 0; o < (accum ? 1 : ker->n_out); o++) { /* accum: C == D, y alone */
-            int w = root_of(p, p->value_of[ker->args[o]->id]), best = -1;
+            int w = sn_value_root(p, p->value_of[ker->args[o]->id]), best = -1;
             const sn_value *out = &p->values[w];
             if (!out->persistent || sn_op_kind(out->node->op) == SN_K_LEAF) continue;
             for (int a = accum ? ker->n_out + ker->n_in - 1 : ker->n_out; a < ker->n_out + ker->n_in; a++) {
@@ -89,7 +83,7 @@ static void live_at(sn_program *p, const sn_kernel *ker, int k) {
         val->last = k;
     }
     for (int a = 0; a < ker->n_out + ker->n_in; a++) {
-        int v = root_of(p, p->value_of[ker->args[a]->id]);
+        int v = sn_value_root(p, p->value_of[ker->args[a]->id]);
         sn_value *val = &p->values[v];
         if (a < ker->n_out && val->first < 0) val->first = k;
         if (k > val->last) val->last = k;
@@ -324,7 +318,7 @@ sn_status sn_memplan(sn_program *p, const sn_target *t, sn_param_order param_ord
     for (int v = 0; v < p->n_values; v++) { /* aliases take their root's place */
         sn_value *val = &p->values[v];
         if (val->alias < 0) continue;
-        const sn_value *r = &p->values[root_of(p, v)];
+        const sn_value *r = &p->values[sn_value_root(p, v)];
         val->offset = r->offset;
         val->persistent = r->persistent;
         val->first = r->first;

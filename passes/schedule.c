@@ -27,11 +27,6 @@ typedef struct {
     bool *seen;     /* [n_values]: touched by a scheduled kernel */
 } sched;
 
-static int root_of(const sn_program *p, int v) {
-    while (p->values[v].alias >= 0) v = p->values[v].alias;
-    return v;
-}
-
 /* The values a kernel touches: its args, then the scratch a PARTIAL kernel writes and its
  * FINISH kernel reads (no arg links the two). */
 static int touched(const sn_kernel *k) { return k->n_out + k->n_in + (k->stage != SN_SUM_WHOLE); }
@@ -66,7 +61,7 @@ static sn_status collect(sched *s, sn_err *e) {
         const sn_kernel *ker = p->kernels[k];
         s->start[k] = m;
         for (int a = 0; a < touched(ker); a++) {
-            int v = root_of(p, a < ker->n_out + ker->n_in ? p->value_of[ker->args[a]->id] : ker->scratch),
+            int v = sn_value_root(p, a < ker->n_out + ker->n_in ? p->value_of[ker->args[a]->id] : ker->scratch),
                 j = s->start[k];
             while (j < m && s->root[j] != v) j++;
             if (j == m) s->root[m++] = v, s->users[v]++;

@@ -8,18 +8,13 @@
  * step; inputs are never written. */
 #include "program.h"
 
-static int root_of(const sn_program *p, int v) {
-    while (p->values[v].alias >= 0) v = p->values[v].alias;
-    return v;
-}
-
 /* Whether step k writes any byte of the persistent block's [at, at + bytes). */
 static bool writes(const sn_program *p, const sn_kernel *k, int64_t at, int64_t bytes) {
     for (const sn_kernel *q = k; q; q = q->tail)
         for (int o = 0; o < q->n_out; o++) {
             int v = p->value_of[q->args[o]->id];
             SN_ASSERT(v >= 0); /* every arg is materialised (kernel.h) */
-            const sn_value *r = &p->values[root_of(p, v)];
+            const sn_value *r = &p->values[sn_value_root(p, v)];
             int64_t n = p->values[v].bytes > r->bytes ? p->values[v].bytes : r->bytes;
             if (r->persistent && r->offset < at + bytes && at < r->offset + n) return true;
         }

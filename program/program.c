@@ -8,6 +8,11 @@
 
 #include "program.h"
 
+int sn_value_root(const sn_program *p, int v) {
+    while (p->values[v].alias >= 0) v = p->values[v].alias;
+    return v;
+}
+
 const char *sn_epilogue_name(sn_epilogue e) {
     static const char *names[] = {"none", "bias", "gelu_bias", "gelu_aux_bias", "dgelu"};
     _Static_assert(sizeof names / sizeof *names == SN_EPI_COUNT, "a name per epilogue");

@@ -97,6 +97,10 @@ typedef struct sn_program {
 
 void sn_program_free(sn_program *p);
 
+/* The value whose buffer value v of p uses: v, or the root its aliases (reshapes, frozen
+ * blocks, memplan's in-place sums) lead to. */
+int sn_value_root(const sn_program *p, int v);
+
 /* kernel_check.c: every kernel of p (the step's and the weight shadows') keeps kernel.h's
  * contract (sn_kernel_check), and a two-stage kernel's scratch is one of p's values; the
  * pipeline checks it after each kernel pass. */

@@ -108,11 +108,6 @@ void sn_exec_free(sn_exec *x) {
     free(x);
 }
 
-static int root_of(const sn_program *p, int v) {
-    while (p->values[v].alias >= 0) v = p->values[v].alias;
-    return v;
-}
-
 /* The owner's value of the parameter named as n, of n's dtype and size, or -1. */
 static int owner_param(const sn_exec *o, const sn_node *n) {
     const sn_param_layout *l = &o->p->layout;
@@ -121,7 +116,7 @@ static int owner_param(const sn_exec *o, const sn_node *n) {
         int v = o->p->value_of[s->node->id];
         if (v >= 0 && s->node->name && !strcmp(s->node->name, n->name) && s->dtype == n->dtype &&
             s->numel == sn_numel(n))
-            return root_of(o->p, v);
+            return sn_value_root(o->p, v);
     }
     return -1;
 }
@@ -140,7 +135,7 @@ static void bind(sn_exec *x) {
         for (int j = 0; ow >= 0 && j < op->n_shadows && !x->foreign[k]; j++) {
             const sn_node *oc = op->shadows[j]->args[0];
             if (op->value_of[op->shadows[j]->args[1]->id] != ow || oc->dtype != c->dtype) continue;
-            x->bound[p->value_of[c->id]] = root_of(op, op->value_of[oc->id]);
+            x->bound[p->value_of[c->id]] = sn_value_root(op, op->value_of[oc->id]);
             x->foreign[k] = true;
         }
     }
@@ -198,7 +193,7 @@ static sn_status place(sn_exec *x, sn_err *e) {
                        "device: %s", block, de.msg);
     }
     for (int v = 0; v < p->n_values; v++) {
-        int r = root_of(p, v);
+        int r = sn_value_root(p, v);
         const sn_value *val = &p->values[r];
         x->at[v] = !val->persistent               ? x->arena + val->offset
                    : x->owner && x->bound[r] >= 0 ? x->owner->at[x->bound[r]]

@@ -43,36 +43,32 @@ status=0
 SN_STANDIN_SM=75 "$sinter" train $tiny --device cuda --precision bf16 > "$dir/bf16-75.out" 2>&1 || status=$?
 [ "$status" = 1 ] && grep -q "bf16 operands, which need sm_80 or newer, and this GPU is sm_75: train with --precision fp16" "$dir/bf16-75.out" ||
   { echo "FAIL: bf16 GEMMs on sm_75 ($status)"; cat "$dir/bf16-75.out"; exit 1; }
-# LLaMA (llama-tiny) in full: the CUDA target makes q, k, v and gate, up one product each
-# (passes/siblings.c; the CPU's keeps them apart): f32 the CPU device's losses as printed, bf16
-# within 0.1% at every step (the products' rounding order differs by shape)
+# llama-tiny trained with extra options $2.. (name $1) in f32 and bf16, on the stand-in and the
+# CPU device: f32 the CPU device's losses as printed, bf16 within 0.1% at every step (the
+# products' rounding order differs by shape)
 llama="--model llama-tiny --tokenizer bytes --data $dir/corpus.txt --batch 2 --seq 24 --steps 3 --sample-len 0 --log"
-for p in fp32 bf16; do
-  for d in cuda cpu; do
-    # shellcheck disable=SC2086
-    "$sinter" train $llama "$dir/llama-$p-$d.csv" --device $d --precision $p > "$dir/llama-$p-$d.out" 2>&1 ||
-      { echo "FAIL: llama-tiny $p on $d"; cat "$dir/llama-$p-$d.out"; exit 1; }
+same_as_cpu() {
+  name=$1
+  shift
+  for p in fp32 bf16; do
+    for d in cuda cpu; do
+      # shellcheck disable=SC2086
+      "$sinter" train $llama "$dir/$name-$p-$d.csv" "$@" --device $d --precision $p > "$dir/$name-$p-$d.out" 2>&1 ||
+        { echo "FAIL: llama-tiny $name $p on $d"; cat "$dir/$name-$p-$d.out"; exit 1; }
+    done
   done
-done
-[ "$(losses "$dir/llama-fp32-cuda.out")" = "$(losses "$dir/llama-fp32-cpu.out")" ] ||
-  { echo "FAIL: llama-tiny's losses differ"; losses "$dir/llama-fp32-cuda.out"; losses "$dir/llama-fp32-cpu.out"; exit 1; }
-awk -F, 'NR == FNR { l[$1] = $2; next } FNR > 1 { d = $2 - l[$1]; if (d < 0) d = -d; if (d > 1e-3 * l[$1]) bad = 1; n++ }
-         END { exit bad || n != 3 }' "$dir/llama-bf16-cpu.csv" "$dir/llama-bf16-cuda.csv" ||
-  { echo "FAIL: llama-tiny's bf16 losses differ"; paste -d' ' "$dir/llama-bf16-cpu.csv" "$dir/llama-bf16-cuda.csv"; exit 1; }
-# LoRA on llama-tiny: the CUDA target joins the frozen q, k, v (gate, up) with their adapters
-# (one base product, the adapters' B block-diagonal); the same rule against the CPU device
-for p in fp32 bf16; do
-  for d in cuda cpu; do
-    # shellcheck disable=SC2086
-    "$sinter" train $llama "$dir/lora-$p-$d.csv" --lora 4 --device $d --precision $p > "$dir/lora-$p-$d.out" 2>&1 ||
-      { echo "FAIL: llama-tiny --lora 4 $p on $d"; cat "$dir/lora-$p-$d.out"; exit 1; }
-  done
-done
-[ "$(losses "$dir/lora-fp32-cuda.out")" = "$(losses "$dir/lora-fp32-cpu.out")" ] ||
-  { echo "FAIL: llama-tiny LoRA's losses differ"; losses "$dir/lora-fp32-cuda.out"; losses "$dir/lora-fp32-cpu.out"; exit 1; }
-awk -F, 'NR == FNR { l[$1] = $2; next } FNR > 1 { d = $2 - l[$1]; if (d < 0) d = -d; if (d > 1e-3 * l[$1]) bad = 1; n++ }
-         END { exit bad || n != 3 }' "$dir/lora-bf16-cpu.csv" "$dir/lora-bf16-cuda.csv" ||
-  { echo "FAIL: llama-tiny LoRA's bf16 losses differ"; paste -d' ' "$dir/lora-bf16-cpu.csv" "$dir/lora-bf16-cuda.csv"; exit 1; }
+  [ "$(losses "$dir/$name-fp32-cuda.out")" = "$(losses "$dir/$name-fp32-cpu.out")" ] ||
+    { echo "FAIL: llama-tiny $name's losses differ"; losses "$dir/$name-fp32-cuda.out"; losses "$dir/$name-fp32-cpu.out"; exit 1; }
+  awk -F, 'NR == FNR { l[$1] = $2; next } FNR > 1 { d = $2 - l[$1]; if (d < 0) d = -d; if (d > 1e-3 * l[$1]) bad = 1; n++ }
+           END { exit bad || n != 3 }' "$dir/$name-bf16-cpu.csv" "$dir/$name-bf16-cuda.csv" ||
+    { echo "FAIL: llama-tiny $name's bf16 losses differ"; paste -d' ' "$dir/$name-bf16-cpu.csv" "$dir/$name-bf16-cuda.csv"; exit 1; }
+}
+# in full: the CUDA target makes q, k, v and gate, up one product each (passes/siblings.c; the
+# CPU's keeps them apart)
+same_as_cpu llama
+# LoRA: the CUDA target joins the frozen q, k, v (gate, up) with their adapters (one base
+# product, the adapters' B block-diagonal)
+same_as_cpu lora --lora 4
 # QLoRA on llama-tiny: the NF4 base's dequantized q, k, v (gate, up) concatenated and joined;
 # f32, the losses as printed (bf16's 0.1% would not see gate and up swapped at this init)
 "$sinter" train $llama "$dir/qlora-cuda.csv" --qlora 4 --device cuda > "$dir/qlora-cuda.out" 2>&1 &&
