@@ -185,10 +185,8 @@ static sn_status gather(sn_program *p, sn_err *e) {
         if (level[i] >= 0) g[n_up++] = (gathered){p->kernels[i], level[i], i};
     }
     for (int i = 0; i < n; i++) /* the rest in order, the sunk ones after them */
-        if (level[i] < 0 && !sinks(p, p->kernels[i])) order[n_up + n_mid++] = p->kernels[i];
-    for (int i = 0; i < n; i++)
-        if (level[i] < 0 && sinks(p, p->kernels[i]))
-            g[n_up + n_down++] = (gathered){p->kernels[i], 0, i};
+        if (level[i] < 0 && sinks(p, p->kernels[i])) g[n_up + n_down++] = (gathered){p->kernels[i], 0, i};
+        else if (level[i] < 0) order[n_up + n_mid++] = p->kernels[i];
     qsort(g, (size_t)n_up, sizeof *g, by_level_shape);
     qsort(g + n_up, (size_t)n_down, sizeof *g, by_level_shape);
     for (int i = 0; i < n_up; i++) order[i] = g[i].k;
