@@ -29,6 +29,10 @@
 enum { MAX_OPEN_TMP = 16 };
 static char *open_tmp[MAX_OPEN_TMP];
 static int list_lock;
+/* Set by the handler before it waits for the lock: the spin lock is not fair, and a thread that
+ * ends one section and starts the next (creation, then the rename a few milliseconds later) could
+ * otherwise take it again first and publish a file the handler was stopping. */
+static int stopping;
 
 /* Spins until the lock is ours; nanosleep: async-signal-safe, for the handler. */
 static void take_lock(void) {
@@ -36,11 +40,18 @@ static void take_lock(void) {
         nanosleep(&(struct timespec){0, 100000}, NULL);
 }
 
+/* A section starts only while no handler is stopping the process: once one is, this thread
+ * waits (its signals blocked) for the _exit that follows. */
 static void lock_list(sigset_t *old) {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, old);
-    take_lock();
+    for (;;) {
+        take_lock();
+        if (!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) return;
+        __atomic_store_n(&list_lock, 0, __ATOMIC_RELEASE);
+        nanosleep(&(struct timespec){1, 0}, NULL);
+    }
 }
 
 static void unlock_list(const sigset_t *old) {
@@ -64,7 +75,14 @@ static void list_remove(char *tmp) {
         }
 }
 
+/* Tests only: SN_SAVEFILE_STOP_DELAY_MS=N holds the handler N ms after it said it is stopping,
+ * as a thread the scheduler leaves waiting would be (read by sn_savefile_open, not the handler). */
+static long stop_delay_ms;
+
 void sn_savefile_unlink_all(void) {
+    __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
+    long ms = __atomic_load_n(&stop_delay_ms, __ATOMIC_RELAXED);
+    if (ms > 0) nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000}, NULL);
     take_lock();
     for (int i = 0; i < MAX_OPEN_TMP; i++)
         if (open_tmp[i]) unlink(open_tmp[i]);
@@ -137,6 +155,8 @@ sn_status sn_savefile_open(sn_savefile *s, const char *path, const char *what, s
     /* the old file's mode is kept (a private 0600 log stays private); a new file's follows the
      * umask, as open(2)'s would */
     mode_t mode = stat(s->target, &st) == 0 && S_ISREG(st.st_mode) ? st.st_mode & 07777 : new_file_mode();
+    const char *stop_delay = getenv("SN_SAVEFILE_STOP_DELAY_MS");
+    __atomic_store_n(&stop_delay_ms, stop_delay ? strtol(stop_delay, NULL, 10) : 0, __ATOMIC_RELAXED);
     sigset_t old;
     lock_list(&old);
     int fd = mkstemp(s->tmp);

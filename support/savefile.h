@@ -56,13 +56,16 @@ int sn_savefile_remove_stale(const char *path, time_t before);
 /* Removes every temporary file still open in this process, for a signal handler that stops the
  * process at once: async-signal-safe, from any thread. It waits for a file being created,
  * renamed or removed by another thread, and returns holding the list's lock, so no file is
- * created after it: the caller must _exit. Mask the other stop signals in the handler (a
+ * created after it: the caller must _exit. From the moment it is called, no other thread starts a
+ * creation, rename or removal (it waits for the exit). Mask the other stop signals in the handler (a
  * nested call on the same thread would wait for itself). */
 void sn_savefile_unlink_all(void);
 
 /* Tests only: SN_SAVEFILE_DELAY_MS=N makes sn_savefile_commit (and _commit_pair) wait N ms after
  * writing and before the rename, so a test can kill the process during a save (tests/resume.sh);
  * SN_SAVEFILE_OPEN_DELAY_MS=N waits between creating the temporary file and listing it, inside
- * the section a handler cannot split (tests/interrupt.sh). */
+ * the section a handler cannot split (tests/interrupt.sh); SN_SAVEFILE_STOP_DELAY_MS=N holds
+ * sn_savefile_unlink_all N ms before it waits for that section, so the section ends first and
+ * the saving thread goes on toward its rename (which must then wait for the exit). */
 
 #endif

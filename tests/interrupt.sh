@@ -122,8 +122,10 @@ echo "second SIGINT: stopped at once, no temporary files, the old log kept"
 
 # a second SIGINT while the save creates its temporary file (SN_SAVEFILE_OPEN_DELAY_MS holds it
 # between the file's creation and its entry in the list the handler removes): the handler, on
-# whichever thread it runs, waits for that section (savefile.c), so the file is still removed
-SN_SAVEFILE_OPEN_DELAY_MS=6000 bg --steps 100000 --save-every 100000 --checkpoint v.ckpt
+# whichever thread it runs, waits for that section (savefile.c), so the file is still removed;
+# and held past the section's end (SN_SAVEFILE_STOP_DELAY_MS, as a loaded machine may hold it),
+# the handler still stops the save before its rename (CI saw v.ckpt published once)
+SN_SAVEFILE_OPEN_DELAY_MS=3000 SN_SAVEFILE_STOP_DELAY_MS=4500 bg --steps 100000 --save-every 100000 --checkpoint v.ckpt
 wait_for "^step  *1/"
 kill -INT $pid
 while ! ls v.ckpt.tmp.* > /dev/null 2>&1; do kill -0 $pid || fail "no save after the first SIGINT"; sleep 0.01; done
