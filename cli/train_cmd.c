@@ -280,6 +280,17 @@ static void catch_stop_signals(void) {
                 "SIGTERM stop the run at once, without a checkpoint\n", strerror(errno));
 }
 
+/* Tests only: SN_TRAIN_PAUSE_AFTER=N holds the run after step N (its log row written and
+ * flushed, its save done) until it is killed, so that a test kills it at a known step
+ * (tests/resume.sh: on a quiet machine with warm kernels the whole run could end between two
+ * looks at the log). */
+static void test_pause(long step) {
+    const char *v = getenv("SN_TRAIN_PAUSE_AFTER");
+    if (!v || strtol(v, NULL, 10) != step) return;
+    fflush(stdout);
+    for (;;) pause();
+}
+
 /* After a signal: the checkpoint saved (unless this step's was), the log synced, a message. */
 static sn_status stop_now(const train_args *a, run *r, long step, sn_err *e) {
     progress_break(&r->prog);
@@ -471,6 +482,7 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
         if (a->sample_len && a->sample_every && (step + 1) % a->sample_every == 0 && !last &&
             (s = sample(a, r, step + 1, e)))
             return s;
+        test_pause(step + 1);
     }
     progress_break(&r->prog);
     if ((s = train_log_sync(&r->log, e))) return s;

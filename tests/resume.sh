@@ -3,9 +3,11 @@
 # checkpoints and resumed ends with a checkpoint byte-for-byte equal to an uninterrupted run's,
 # with the same losses logged; killed during a save (SN_SAVEFILE_DELAY_MS holds the save before
 # its rename), the previous checkpoint is intact and resumes to the same end. A truncated or
-# mismatched checkpoint is refused with a message that names it. RESUME_ROUNDS=N repeats the
-# two kills N times; RESUME_DEVICE=interp runs on the reference interpreter (no JIT compile per
-# start; by hand: RESUME_ROUNDS=20 RESUME_DEVICE=interp sh tests/resume.sh build/sinter).
+# mismatched checkpoint is refused with a message that names it. The kills land at a known step
+# (SN_TRAIN_PAUSE_AFTER holds the run there: unheld, a warm tiny run could end between two looks
+# at its log, as it once did). RESUME_ROUNDS=N repeats the two kills N times;
+# RESUME_DEVICE=interp runs on the reference interpreter (no JIT compile per start; by hand:
+# RESUME_ROUNDS=20 RESUME_DEVICE=interp sh tests/resume.sh build/sinter).
 set -eu
 sinter=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the test changes directory
 rounds=${RESUME_ROUNDS:-1}
@@ -68,7 +70,7 @@ while [ $r -lt "$rounds" ]; do
     # there must be a save after the checkpoint for the kill during a save)
     k=$(awk -v s="$(od -An -N4 -tu4 /dev/urandom)" -v n=$steps -v e=$every \
         'BEGIN { srand(s); do k = e + 1 + int(rand() * (n - 2 * e - 1)); while (k % e == 0); print k }')
-    bg --log run.csv --checkpoint run.ckpt
+    SN_TRAIN_PAUSE_AFTER=$k bg --log run.csv --checkpoint run.ckpt # held after step k
     kill_when '[ "$(last_step)" -ge '"$k"' ]'
     killed=$(last_step)
     [ "$killed" -lt "$steps" ] || fail "the run finished before it was killed"
@@ -114,7 +116,7 @@ args="$args --dropout 0.2"
 losses straight.csv > straight.cut
 cmp -s nodrop.cut straight.cut && fail "--dropout 0.2 changed no loss"
 rm -f run.ckpt run.csv
-bg --log run.csv --checkpoint run.ckpt
+SN_TRAIN_PAUSE_AFTER=$((every + 2)) bg --log run.csv --checkpoint run.ckpt
 kill_when '[ "$(last_step)" -ge '"$((every + 2))"' ]'
 killed=$(last_step)
 saved=$(( killed / every * every )) or=
