@@ -58,9 +58,10 @@ static int fail(const char *what, const sn_err *e) {
 }
 
 /* The kernel's kind as printed: attention kernels by their op (forward, dq, dkv, dk, dv, the
- * cache's). */
+ * cache's), the sum of dk's and dv's parts (program/kernel.h) as its own. */
 static const char *kind_of(const sn_kernel *k) {
     if (k->kind != SN_KER_ATTENTION) return sn_kernel_kind_name(k->kind);
+    if (k->dkv_parts && k->stage == SN_SUM_FINISH) return "attn_sum";
     switch (k->anchor->op) {
     case SN_OP_ATTENTION: return "attn_fwd";
     case SN_OP_ATTENTION_BWD_Q: return "attn_dq";

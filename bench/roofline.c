@@ -38,6 +38,10 @@ double sn_roofline_kernel_flops(const sn_kernel *k) {
         return 2.0 * (double)sn_numel(n) * (double)a->shape[a->rank - 1 - n->a.ta];
     }
     if (k->kind == SN_KER_ATTENTION) {
+        /* the products are the one kernel's or its PARTIAL's: not the atomic dq's zero and
+           store, nor a FINISH adding parts */
+        if (k->stage == SN_SUM_FINISH || (k->stage == SN_SUM_PARTIAL && n->op == SN_OP_ATTENTION_BWD_Q))
+            return 0;
         const sn_node *q = n->in[0], *kk = n->in[1];
         double T = (double)q->shape[q->rank - 2], S = (double)kk->shape[kk->rank - 2];
         double D = (double)q->shape[q->rank - 1], bh = (double)sn_numel(q) / (T * D);
@@ -64,8 +68,11 @@ static double other_flops(const sn_kernel *k) {
 }
 
 static double kernel_bytes(const sn_kernel *k) {
-    if (k->stage == SN_SUM_FINISH && sn_split_parts(k) > 1) /* the decode split's FINISH reads */
-        return node_bytes(k->args[0]) + (double)sn_kernel_scratch_bytes(k); /* its parts alone */
+    if (k->stage == SN_SUM_FINISH && (sn_split_parts(k) > 1 || k->dkv_parts)) {
+        double b = (double)sn_kernel_scratch_bytes(k); /* the decode split's FINISH, or dk and */
+        for (int o = 0; o < k->n_out; o++) b += node_bytes(k->args[o]); /* dv's sum: the parts */
+        return b; /* in, the outputs out */
+    }
     double b = 0;
     for (int a = 0; a < k->n_out + k->n_in; a++) {
         bool seen = a < k->n_out && !sn_kernel_writes(k, a); /* a PARTIAL kernel's sums */
@@ -84,6 +91,36 @@ static double kernel_bytes(const sn_kernel *k) {
     return k->tail ? b + kernel_bytes(k->tail) : b; /* a joined FINISH's (kernel.h) */
 }
 
+/* The causal tiles of 64 (keys, or queries for dk/dv) that the busiest block of attention
+ * kernel k walks, over those of all its blocks: every slice walks the same, the first keys' block
+ * of dk and dv in one kernel each query tile of all G heads of its group (kernel.h). */
+static double att_busiest_share(const sn_kernel *k) {
+    const sn_node *n = k->anchor, *q = n->in[0], *kk = n->in[1];
+    int r = q->rank;
+    int64_t T = q->shape[r - 2], S = kk->shape[r - 2], nq = (T + 63) / 64, nk = (S + 63) / 64;
+    bool kv = n->op == SN_OP_ATTENTION_BWD_K || n->op == SN_OP_ATTENTION_BWD_V;
+    int64_t loop = kv && !k->dkv_parts ? sn_attention_group(n) : 1, slices = k->n_items;
+    double most = 0, total = 0;
+    for (int64_t b = 0; b < (kv ? nk : nq); b++) {
+        int64_t tiles;
+        if (kv) { /* query i sees key j when i >= j - (S - T) */
+            int64_t first = (b * 64 - (S - T)) / 64;
+            tiles = loop * (nq - (first > 0 ? first : 0));
+        } else { /* the block's last query sees keys up to its index + S - T */
+            int64_t last = (b * 64 + 64 < T ? b * 64 + 64 : T) + S - T;
+            tiles = (last + 63) / 64 < nk ? (last + 63) / 64 : nk;
+        }
+        most = tiles > most ? (double)tiles : most;
+        total += (double)tiles;
+    }
+    return total > 0 ? most / (total * (double)slices) : 0;
+}
+
+/* A block of the attention kernels runs at most a third of an SM: one warpgroup's chain of
+ * products and exponentials (on an H200, 2026-11-28: smollm2-135m's dk/dv block of 48 query tiles
+ * took 147 us, 3.1 us a tile, where gpt2's blocks, 3 an SM, took 3.8 us a tile each). */
+enum { ATT_BLOCKS_SM = 3 };
+
 /* The share of a kernel's work that its busiest block does, which one SM must do alone: a
  * kernel that sums over every row in one block (a serial row op not split in stages:
  * cross-entropy's mean loss;
@@ -99,6 +136,9 @@ static double busiest_share(const sn_kernel *k, double bytes) {
             if (sn_row_operand_per_element(k->anchor->op, i)) own += node_bytes(k->anchor->in[i]);
         return own < bytes ? own / bytes : 1;
     }
+    if (k->kind == SN_KER_ATTENTION && k->anchor->op != SN_OP_ATTENTION_CACHE &&
+        sn_roofline_kernel_flops(k) > 0) /* the tiles' products, a third of an SM a block */
+        return att_busiest_share(k) * ATT_BLOCKS_SM;
     sn_target t = sn_target_cuda(90);
     sn_cuda_dims d = sn_cuda_launch_dims(k, &t);
     double blocks = (double)d.grid[0] * d.grid[1] * d.grid[2];

@@ -550,6 +550,7 @@ static sn_status build(fuse_state *s) {
     }
     if (!st) st = sn_fuse_norm_pairs(s); /* a norm's dx with its weight gradient's sums */
     if (!st && s->t->att_dq_atomic) st = sn_fuse_att_dq_atomic(s); /* dq with dk and dv */
+    if (!st && s->t->att_dkv_parts) st = sn_fuse_att_dkv_parts(s); /* grouped-query dk, dv */
     /* the weight shadows' cast kernels, after the step's and set apart from them */
     int n_step = p->n_kernels;
     for (int i = 0; i < n && !st; i++)

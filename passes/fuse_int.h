@@ -188,6 +188,10 @@ sn_status sn_fuse_split_decode(fuse_state *s, sn_kernel *k);
  * are a tensor-core dk/dv kernel's (sn_kernel_att_tensor_cores) becomes its DQ_STORE kernel, and a DQ_ZERO kernel precedes that dk/dv
  * kernel, with their scratch value; the three run where the first of the two kernels was. */
 sn_status sn_fuse_att_dq_atomic(fuse_state *s);
+/* Grouped-query dk and dv in parts (kernel.h; sn_target.att_dkv_parts): each tensor-core
+ * dk/dv kernel that sn_att_dkv_parts splits becomes the PARTIAL kernel, its FINISH right after
+ * it, with their scratch value. */
+sn_status sn_fuse_att_dkv_parts(fuse_state *s);
 /* Whether op's kernel runs as PARTIAL and FINISH: a row op that sums over every row (the
  * norm weight gradients, cross-entropy's mean loss). */
 static inline bool sn_fuse_sums_rows(sn_op op) {

@@ -463,6 +463,34 @@ sn_status sn_fuse_att_dq_atomic(fuse_state *s) {
     return SN_OK;
 }
 
+sn_status sn_fuse_att_dkv_parts(fuse_state *s) {
+    sn_program *p = s->p;
+    for (int j = 0; j < p->n_kernels; j++) {
+        sn_kernel *k = p->kernels[j];
+        if (k->kind != SN_KER_ATTENTION || k->stage != SN_SUM_WHOLE || sn_att_dkv_parts(k) < 2 ||
+            !sn_kernel_att_tensor_cores(k, s->t) || k->n_out + k->n_in + 1 > SN_KER_MAX_ARGS)
+            continue; /* parts are the tensor-core dk/dv kernel's alone */
+        sn_kernel *f = new_kernel(s, SN_KER_ATTENTION, k->anchor);
+        if (!f) return SN_ERR_OOM;
+        int id = f->id;
+        *f = *k; /* its args and accesses (the arena's, shared): it reads only the scratch */
+        f->id = id;
+        f->dkv_parts = k->dkv_parts = true;
+        f->stage = SN_SUM_FINISH;
+        k->stage = SN_SUM_PARTIAL;
+        size_t len = strlen(k->name);
+        if (len + 7 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_parts");
+        snprintf(f->name, sizeof f->name, "k%d_attention_dkv_sum", f->id);
+        f->scratch = k->scratch = new_scratch(p, sn_kernel_scratch_bytes(k));
+        sn_kernel_work(k, &k->n_items, &k->serial);
+        sn_kernel_work(f, &f->n_items, &f->serial);
+        /* f, the last kernel, right after k */
+        memmove(p->kernels + j + 2, p->kernels + j + 1, sizeof *p->kernels * (size_t)(p->n_kernels - j - 2));
+        p->kernels[++j] = f;
+    }
+    return SN_OK;
+}
+
 /* Every kernel reads only values written before it (or loaded with the program). */
 sn_status sn_fuse_check_order(const fuse_state *s) {
     const sn_program *p = s->p;

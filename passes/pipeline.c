@@ -273,6 +273,7 @@ sn_status sn_pipeline_kernels(sn_graph *g, const sn_pipeline_opts *o, sn_program
     if (target.kind == SN_TARGET_CUDA && sn_target_accum_plain_asked()) target.accum_plain = true;
     if (target.kind == SN_TARGET_CUDA && sn_target_accum_dgelu_asked()) target.dgelu_accum_unfused = false;
     if (target.kind == SN_TARGET_CUDA && sn_target_decode_split_off()) target.split_decode = false;
+    if (target.kind == SN_TARGET_CUDA && sn_target_att_parts_off()) target.att_dkv_parts = false;
     if (sn_target_gemv_nf4_only_asked()) target.gemv_nf4_only = true;
     const sn_target *t = &target;
 

@@ -353,6 +353,22 @@ struct sn_kernel {
      *     dq = the scratch, rounded to dq's dtype (through its access when it has one); reads
      *     no input but the scratch.
      * The scratch's buffer follows the args (bufs[n_out + n_in]) in all three. */
+    /* Grouped-query dk and dv in parts (dkv_parts; sn_target.att_dkv_parts: CUDA): a dk/dv
+     * kernel (anchor attention_bwd_k, or _v) on tensor cores with G > 1 query heads a k/v head,
+     * where sn_att_dkv_parts (kernel_split.c) says G, runs as two kernels around a scratch value
+     * (no node) of f32 parts: (q's slices, S, D) of dk, then (q's slices, S, Dv) of dv (those it
+     * writes). In one kernel the block of the first keys walks every query tile of all G heads
+     * in turn, and at few blocks that one block outlasts the rest (smollm2-135m on an H200,
+     * 2026-11-28: 147 us a layer, 7.5x its model); in parts each block walks one head's.
+     *   SN_SUM_PARTIAL: item i is q's slice i (batch x query head), reading k's and v's slice
+     *     i / G: dk (times the scale, as the one kernel stores it) and dv of that head's queries
+     *     alone into the scratch's [i], in f32; it writes no dk or dv (sn_kernel_writes);
+     *   SN_SUM_FINISH, the next kernel: item i is k's slice i: dk = the parts [G i + g] added
+     *     in f32 in order g = 0, 1, .., rounded to dk's dtype (through its access when it has
+     *     one); dv alike. Args as the one kernel's; it reads only the scratch.
+     * Not bit-identical to the one kernel (which adds the heads' products into one sum), the
+     * same from run to run. */
+    bool dkv_parts;
     int stage;
     int scratch; /* the scratch value (an index into the program's values) */
     /* A FINISH kernel run in this kernel's launch (horizontal fusion, passes/join_finish.c;
@@ -541,5 +557,13 @@ const char *sn_gemv_name(const sn_kernel *k);
  * L of a part. */
 int64_t sn_split_parts(const sn_kernel *k);
 int64_t sn_split_len(const sn_kernel *k);
+/* The parts of a grouped-query dk/dv kernel (dkv_parts above): G where the one kernel's blocks,
+ * k's slices x ceil(S / 64) keys, are fewer than SN_DKV_PARTS_BLOCKS, else 1 (one kernel; also
+ * for any other kernel). Below that many blocks the first keys' block, G times every query tile,
+ * is longer than an even share of the work over the blocks an H100/H200 keeps resident (132 SMs
+ * x 3 of the tensor-core dk/dv kernels): the parts' shares are G times shorter, for a pass over
+ * the scratch (f32, 4 G bytes an element of dk and dv, read once). Fixed by the shapes alone. */
+enum { SN_DKV_PARTS_BLOCKS = 2 * SN_DECODE_BLOCKS };
+int64_t sn_att_dkv_parts(const sn_kernel *k);
 
 #endif

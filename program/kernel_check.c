@@ -43,12 +43,18 @@ sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e) {
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: anchor2 must be the attention_lse the "
                        "attention reads, or the attention_bwd_v of attention_bwd_k's inputs (a bug "
                        "in the fuse pass)", k->name);
-    if (k->stage != SN_SUM_WHOLE && n->op != SN_OP_ATTENTION_BWD_Q &&
+    bool by_kv = n->op == SN_OP_ATTENTION_BWD_K || n->op == SN_OP_ATTENTION_BWD_V;
+    if (k->dkv_parts && (!by_kv || k->stage == SN_SUM_WHOLE || sn_att_dkv_parts(k) < 2))
+        return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: dk and dv in parts (kernel.h) are a "
+                       "PARTIAL and a FINISH kernel of grouped-query attention_bwd_k or _v that "
+                       "sn_att_dkv_parts splits (a bug in the fuse pass)", k->name);
+    if (k->stage != SN_SUM_WHOLE && n->op != SN_OP_ATTENTION_BWD_Q && !k->dkv_parts &&
         !(k->stage == SN_SUM_PARTIAL && n->op == SN_OP_ATTENTION_BWD_K) &&
         !(n->op == SN_OP_ATTENTION_CACHE && sn_split_parts(k) > 1))
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: only the atomic dq's kernels (kernel.h: "
-                       "attention_bwd_q's zero and store, attention_bwd_k's PARTIAL) and a split "
-                       "attention_cache have a stage (a bug in the fuse pass)", k->name);
+                       "attention_bwd_q's zero and store, attention_bwd_k's PARTIAL), dk and dv "
+                       "in parts and a split attention_cache have a stage (a bug in the fuse "
+                       "pass)", k->name);
     int n_out = a2 ? 2 : 1, n_into = k->n_access - n->n_in;
     if (n_into < 0)
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: an attention kernel has an access per "
@@ -83,14 +89,14 @@ sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e) {
     }
     const sn_node *q = n->in[0];
     int r = q->rank;
-    bool by_kv = n->op == SN_OP_ATTENTION_BWD_K || n->op == SN_OP_ATTENTION_BWD_V;
-    int64_t slices = sn_shape_numel(r - 2, (by_kv ? n->in[1] : q)->shape);
+    bool kv_items = by_kv && !(k->dkv_parts && k->stage == SN_SUM_PARTIAL);
+    int64_t slices = sn_shape_numel(r - 2, (kv_items ? n->in[1] : q)->shape);
     if (n->op == SN_OP_ATTENTION_CACHE && k->stage == SN_SUM_PARTIAL)
         slices *= sn_split_parts(k); /* and each slice's parts of the keys (kernel.h) */
     if (k->n_items != slices)
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: n_items is %lld, not the %lld (batch x "
                        "head) slices of %s (a bug in the fuse pass)", k->name,
-                       (long long)k->n_items, (long long)slices, by_kv ? "k" : "q");
+                       (long long)k->n_items, (long long)slices, kv_items ? "k" : "q");
     return SN_OK;
 }
 

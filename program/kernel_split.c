@@ -1,5 +1,6 @@
 /* kernel_split.c: the decode split's rule (kernel.h: SN_DECODE_BLOCKS): how many parts the
- * few-row product's k and attention_cache's keys are cut into, from the kernel's shapes alone.
+ * few-row product's k and attention_cache's keys are cut into, from the kernel's shapes alone;
+ * and grouped-query dk and dv's parts (kernel.h: SN_DKV_PARTS_BLOCKS).
  * Convention: a kernel whose one-kernel items already reach SN_DECODE_BLOCKS is not split; else
  * the parts are at least as many as bring items x parts to the target, each part at least a
  * minimum (4 rows: a warp's; 32 k of a transposed W: 4 lanes'; 32 keys: 8 a warp), so a short K
@@ -53,4 +54,16 @@ int64_t sn_split_len(const sn_kernel *k) {
     int64_t len;
     parts_of(k, &len);
     return len;
+}
+
+int64_t sn_att_dkv_parts(const sn_kernel *k) {
+    const sn_node *a = k->anchor;
+    if (k->kind != SN_KER_ATTENTION || !a ||
+        (a->op != SN_OP_ATTENTION_BWD_K && a->op != SN_OP_ATTENTION_BWD_V))
+        return 1;
+    int64_t G = sn_attention_group(a);
+    const sn_node *kk = a->in[1];
+    int r = kk->rank;
+    int64_t blocks = sn_shape_numel(r - 2, kk->shape) * cdiv(kk->shape[r - 2], 64);
+    return G > 1 && blocks < SN_DKV_PARTS_BLOCKS ? G : 1;
 }

@@ -136,9 +136,11 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
                    : (a->shape[a->rank - 1] + 63) / 64;
         return;
     case SN_KER_ATTENTION: { /* q's (batch x head) slices; dk and dv: k's (grouped-query
-                                attention: fewer), each summing its group of query heads */
-        const sn_node *x = a->op == SN_OP_ATTENTION_BWD_K || a->op == SN_OP_ATTENTION_BWD_V
-                               ? a->in[1] : a->in[0];
+                                attention: fewer), each summing its group of query heads, or
+                                in parts q's (kernel.h) */
+        bool by_kv = (a->op == SN_OP_ATTENTION_BWD_K || a->op == SN_OP_ATTENTION_BWD_V) &&
+                     !(k->dkv_parts && k->stage == SN_SUM_PARTIAL);
+        const sn_node *x = by_kv ? a->in[1] : a->in[0];
         *n_items = x->rank >= 2 ? sn_shape_numel(x->rank - 2, x->shape) : 1;
         if (a->op == SN_OP_ATTENTION_CACHE && k->stage == SN_SUM_PARTIAL) /* key ranges */
             *n_items *= sn_split_parts(k);
@@ -209,6 +211,13 @@ int64_t sn_kernel_scratch_bytes(const sn_kernel *k) {
         const sn_node *a = k->anchor; /* (B H, P, T, Dv + 2): m, l, the output */
         return 4 * sn_split_parts(k) * (sn_numel(a) / a->shape[3]) * (a->shape[3] + 2);
     }
+    if (k->kind == SN_KER_ATTENTION && k->dkv_parts) { /* f32 parts of dk, dv: (q's slices, S, D) */
+        const sn_node *a = k->anchor, *q = a->in[0], *kk = a->in[1];
+        int64_t slices = sn_shape_numel(q->rank - 2, q->shape), S = kk->shape[kk->rank - 2];
+        bool dk = a->op == SN_OP_ATTENTION_BWD_K, dv = a->op == SN_OP_ATTENTION_BWD_V || k->anchor2;
+        return 4 * slices * S * ((dk ? kk->shape[kk->rank - 1] : 0) +
+                                 (dv ? a->in[2]->shape[kk->rank - 1] : 0));
+    }
     if (k->kind == SN_KER_ATTENTION) /* the atomic dq: f32 dq, (q's slices, T, D) */
         return 4 * sn_numel(k->anchor->op == SN_OP_ATTENTION_BWD_Q ? k->anchor : k->anchor->in[0]);
     if (k->kind == SN_KER_GATHER) /* the table (G, V) and the order (G, S), 4 bytes each */
@@ -233,9 +242,11 @@ void sn_sum_finish_fill(const sn_kernel *k, sn_kernel *f) {
 
 bool sn_kernel_writes(const sn_kernel *k, int o) {
     if (k->kind == SN_KER_ATTENTION) /* the atomic dq's zeroing kernel writes its scratch
-                                        alone, a split attention_cache's PARTIAL too */
+                                        alone, a split attention_cache's PARTIAL and dk/dv's
+                                        parts too */
         return !(k->stage == SN_ATT_DQ_ZERO && (k->anchor->op == SN_OP_ATTENTION_BWD_Q ||
-                                                k->anchor->op == SN_OP_ATTENTION_CACHE));
+                                                k->anchor->op == SN_OP_ATTENTION_CACHE ||
+                                                k->dkv_parts));
     return k->stage != SN_SUM_PARTIAL || k->anchor2 ||
            (k->args[o] != k->anchor && (o < 1 || o > colsums(k)));
 }

@@ -64,6 +64,11 @@ typedef struct {
                                two kernels where their items are too few to fill a GPU (kernel.h:
                                SN_DECODE_BLOCKS). CUDA: on; the CPU: off (its threads take the
                                items as they are; the LLVM backend has no split form) */
+    bool att_dkv_parts;     /* grouped-query dk and dv in parts where sn_att_dkv_parts says so
+                               (kernel.h: a PARTIAL kernel a query head, a FINISH adding the
+                               heads). CUDA: on; off with SN_ATT_PARTS=0 (a GPU run's before and
+                               after in one build). The CPU: off (its threads take the one
+                               kernel's items as they come; the LLVM backend has no such form) */
     bool fuse_siblings;     /* products of one x by several trained weights are one product of
                                the weights concatenated (passes/siblings.c: LLaMA's q, k, v and
                                gate, up). CUDA: on (fewer, wider GEMMs); the CPU: off (at small
@@ -97,6 +102,8 @@ bool sn_target_accum_dgelu_asked(void);
 /* Whether SN_DECODE_SPLIT=0 asks for no decode split (split_decode off: a GPU run's before and
  * after of the split in one build); sn_pipeline_kernels reads it for a CUDA target. */
 bool sn_target_decode_split_off(void);
+/* Whether SN_ATT_PARTS=0 asks for grouped-query dk and dv in one kernel (att_dkv_parts off). */
+bool sn_target_att_parts_off(void);
 /* Whether SN_GEMV=nf4 asks for the few-row product of NF4 (K, N) weights alone (sn_target
  * gemv_nf4_only). */
 bool sn_target_gemv_nf4_only_asked(void);

@@ -229,16 +229,19 @@ void set_random(sn_interp *it, const sn_node *n, double amp) {
 }
 
 /* The kernels of g; with atomic_dq, for a CUDA target whose dk/dv kernel accumulates dq
- * (sn_target.att_dq_atomic: the dq kernel becomes a zero and a store around it). */
-bool atomic_dq;
+ * (sn_target.att_dq_atomic: the dq kernel becomes a zero and a store around it); with
+ * dkv_parts, for a CUDA target that splits grouped-query dk and dv in parts
+ * (sn_target.att_dkv_parts); else for the CPU (one dk/dv kernel). */
+bool atomic_dq, dkv_parts;
 
 sn_program *fuse(sn_graph *g) {
     sn_err e;
     sn_program *p;
     ck_assert_msg(sn_verify(g, &e) == SN_OK, "%s", e.msg);
     sn_target tg = sn_target_cuda(80);
-    tg.att_dq_atomic = true;
-    sn_pipeline_opts o = {.target = atomic_dq ? &tg : NULL};
+    tg.att_dq_atomic = atomic_dq;
+    tg.att_dkv_parts = dkv_parts;
+    sn_pipeline_opts o = {.target = atomic_dq || dkv_parts ? &tg : NULL};
     ck_assert_msg(sn_pipeline_kernels(g, &o, &p, NULL, &e) == SN_OK, "%s", e.msg);
     return p;
 }
@@ -307,6 +310,20 @@ run_result check_outputs(const att_case *c, int outs, const char *needle, const 
             ck_assert_int_eq(ker->stage, stages[at++]);
         }
         strncat(label, " atomic dq", sizeof label - strlen(label) - 1);
+    }
+    if (dkv_parts && outs == ATT_OUT_ALL) { /* the dk/dv kernel's parts, then their sum */
+        int parts = 0, at = -1;
+        for (int i = 0; i < p->n_kernels; i++) {
+            const sn_kernel *ker = p->kernels[i];
+            if (!ker->dkv_parts) continue;
+            ck_assert_int_eq(ker->stage, parts ? SN_SUM_FINISH : SN_SUM_PARTIAL);
+            ck_assert(parts == 0 || i == at + 1);
+            at = i;
+            parts++;
+        }
+        ck_assert_int_eq(parts, kv_heads(c) < c->b1 && c->dt != SN_F32 ? 2 : 0);
+        want += parts / 2;
+        strncat(label, parts ? " dk/dv in parts" : " (no parts)", sizeof label - strlen(label) - 1);
     }
     run_attention(p, it, &tg, want, label, &r);
     sn_program_free(p);

@@ -40,6 +40,9 @@ typedef struct {
 /* With atomic_dq, fuse compiles for a CUDA target whose dk/dv kernel accumulates dq
  * (sn_target.att_dq_atomic: the dq kernel becomes a zero and a store around it). */
 extern bool atomic_dq;
+/* With dkv_parts, fuse compiles for a CUDA target that runs grouped-query dk and dv in parts
+ * (sn_target.att_dkv_parts: a PARTIAL kernel a query head, then their sum). */
+extern bool dkv_parts;
 
 int kv_heads(const att_case *c);
 /* n's interpreter value: uniform in [-amp, amp), rounded to its dtype. */

@@ -336,6 +336,101 @@ START_TEST(atomic_dq_planted_bugs_are_caught) {
 }
 END_TEST
 
+/* ---- grouped-query dk and dv in parts (sn_target.att_dkv_parts; kernel.h) ---- */
+
+/* The grouped-query tensor-core cases (bf16 on sm_80 and sm_90, f16 as m16n8k8 on sm_75, S > T,
+ * head sizes 32, 64 and 96), the wgmma dk/dv kernel (sm_90, D = 64: 3 query heads a kv head
+ * over several query tiles) and f16 at D = 128 with 4 a kv head: the parts kernel and the sum
+ * against the interpreter, every output, every thread order. */
+static const att_case parts_cases[] = {
+    {2, 4, 37, 37, 64, 64, SN_BF16, 80, 2},     {1, 4, 45, 61, 32, 64, SN_BF16, 90, 1},
+    {2, 4, 37, 37, 32, 32, SN_F16, 75, 2},      {1, 4, 77, 77, 96, 96, SN_BF16, 90, 2},
+    {1, 6, 200, 200, 64, 64, SN_BF16, 90, 2},   {1, 4, 100, 100, 128, 128, SN_F16, 80, 1},
+};
+enum { N_PARTS_CASES = sizeof parts_cases / sizeof parts_cases[0] };
+
+START_TEST(dkv_parts_agree) {
+    dkv_parts = true;
+    run_result r = check_case(&parts_cases[_i], false, NULL, NULL);
+    dkv_parts = false;
+    ck_assert_msg(r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+    ck_assert_int_eq(r.checked, 5 * SN_SIM_ORDER_COUNT);
+}
+END_TEST
+
+/* The rule (kernel_split.c): parts only for grouped-query k and v, under SN_DKV_PARTS_BLOCKS
+ * blocks of 64 keys; SN_ATT_PARTS=0 turns them off for a CUDA target; the CPU has none. */
+START_TEST(dkv_parts_rule) {
+    static const struct {
+        int b, h, hkv;
+        int64_t t;
+        int parts;
+    } c[] = {
+        {8, 9, 3, 1024, 3},  /* smollm2-135m B=8: 384 blocks */
+        {4, 32, 4, 2048, 8}, /* tinyllama-1.1b B=4 T=2048: 512 */
+        {16, 9, 3, 1024, 1}, /* 768 blocks: even shares are longer */
+        {4, 12, 12, 1024, 1}, /* no group */
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        att_case ac = {c[i].b, c[i].h, c[i].t, c[i].t, 64, 64, SN_BF16, 90, c[i].hkv};
+        sn_graph *g;
+        sn_program *p = case_program(&ac, &g); /* for the CPU: no parts made */
+        int n = 0;
+        for (int k = 0; k < p->n_kernels; k++) {
+            const sn_kernel *ker = p->kernels[k];
+            ck_assert(!ker->dkv_parts);
+            if (ker->kind == SN_KER_ATTENTION && ker->anchor->op == SN_OP_ATTENTION_BWD_K) {
+                ck_assert_int_eq(sn_att_dkv_parts(ker), c[i].parts);
+                n++;
+            }
+        }
+        ck_assert_int_eq(n, 1);
+        sn_program_free(p);
+        sn_graph_free(g);
+    }
+    att_case ac = {1, 4, 37, 37, 64, 64, SN_BF16, 80, 2};
+    for (int off = 0; off < 2; off++) {
+        if (off) setenv("SN_ATT_PARTS", "0", 1);
+        dkv_parts = true;
+        sn_graph *g;
+        sn_program *p = case_program(&ac, &g);
+        dkv_parts = false;
+        unsetenv("SN_ATT_PARTS");
+        int n = 0;
+        for (int k = 0; k < p->n_kernels; k++) n += p->kernels[k]->dkv_parts;
+        ck_assert_int_eq(n, off ? 0 : 2);
+        ck_assert(p->target.att_dkv_parts == !off);
+        sn_program_free(p);
+        sn_graph_free(g);
+    }
+}
+END_TEST
+
+/* Planted bugs in the parts, each caught: the sum leaving out the last query head, every head
+ * of a group into the first's part, dk's scale left out of its even columns. */
+static const plant_case parts_plants[] = {
+    {0, 0, "for (int g = 0; g < G; g++) {", "for (int g = 0; g < G - 1; g++) {",
+     "bf16: the sum without the last query head"},
+    {0, 0, "(long long)item * SEQ_K * HEAD_D; /* its part */",
+     "(long long)(item / 2 * 2) * SEQ_K * HEAD_D; /* its part */",
+     "bf16: every query head's dk into the group's first part"},
+    {4, 0, "make_float2(acc_k[dt][2 * h] * scale,", "make_float2(acc_k[dt][2 * h],",
+     "bf16 wgmma: dk's scale left out of its even columns"},
+};
+enum { N_PARTS_PLANTS = sizeof parts_plants / sizeof parts_plants[0] };
+
+START_TEST(dkv_parts_planted_bugs_are_caught) {
+    const plant_case *pc = &parts_plants[_i];
+    dkv_parts = true;
+    run_result r = check_case(&parts_cases[pc->which], false, pc->needle, pc->plant);
+    dkv_parts = false;
+    printf("planted (%s): %s\n", pc->what, r.failure[0] ? r.failure : "");
+    printf("planted (%s): worst error %.3g x the tolerance: %s\n", pc->what, r.worst,
+           r.worst > 1.0 ? "caught" : "MISSED");
+    ck_assert_msg(!(r.worst <= 1.0), "planted bug not caught: %s", pc->what);
+}
+END_TEST
+
 /* ---- the tiny GPT-2's attention kernels, from the real pipeline ---- */
 
 START_TEST(tiny_gpt2_kernels) {
@@ -654,6 +749,26 @@ START_TEST(nvrtc_atomic_dq_no_spills) {
 }
 END_TEST
 
+/* dk and dv in parts at smollm2-135m's and tinyllama's groups (3 and 8 query heads a kv head):
+ * bf16 on sm_80 (mma.sync) and sm_90 (wgmma), f16 on sm_75 (m16n8k8), no spills. */
+START_TEST(nvrtc_dkv_parts_no_spills) {
+    static const att_case forms[] = {
+        {8, 9, 1024, 1024, 64, 64, SN_BF16, 80, 3}, {8, 9, 1024, 1024, 64, 64, SN_BF16, 90, 3},
+        {4, 32, 2048, 2048, 64, 64, SN_F16, 75, 4},
+    };
+    int bad = 0;
+    dkv_parts = true;
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+        int b = nvrtc_check(&forms[f]);
+        if (b < 0) break;
+        bad += b;
+    }
+    dkv_parts = false;
+    ck_assert_msg(bad == 0, "%d kernels spill, use a stack frame or more than 48 KiB of shared "
+                  "memory (the lines above)", bad);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("cuda_attention");
     TCase *tc = tcase_create("sim");
@@ -675,11 +790,18 @@ static Suite *suite(void) {
     tcase_add_test(at, atomic_dq_asked);
     tcase_add_loop_test(at, atomic_dq_planted_bugs_are_caught, 0, N_ATOMIC_PLANTS);
     suite_add_tcase(s, at);
+    TCase *pt = tcase_create("dkv_parts");
+    tcase_set_timeout(pt, 240);
+    tcase_add_loop_test(pt, dkv_parts_agree, 0, N_PARTS_CASES);
+    tcase_add_test(pt, dkv_parts_rule);
+    tcase_add_loop_test(pt, dkv_parts_planted_bugs_are_caught, 0, N_PARTS_PLANTS);
+    suite_add_tcase(s, pt);
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 240);
     tcase_add_test(nv, nvrtc_no_spills);
     tcase_add_test(nv, nvrtc_gqa_no_spills);
     tcase_add_test(nv, nvrtc_atomic_dq_no_spills);
+    tcase_add_test(nv, nvrtc_dkv_parts_no_spills);
     tcase_add_test(nv, nvrtc_cache_no_spills);
     suite_add_tcase(s, nv);
     return s;

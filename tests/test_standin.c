@@ -211,11 +211,11 @@ static sn_graph *tiny_at(sn_precision p) {
     return g;
 }
 
-/* A 2-layer LLaMA (examples/llama: rmsnorm, SwiGLU, grouped-query attention) with its backward,
- * at precision p. */
-static sn_graph *llama_tiny_at(sn_precision p) {
-    llama_config c = {.ctx = T, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .dim = 32,
-                      .hidden = 48, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+/* A 2-layer LLaMA (examples/llama: rmsnorm, SwiGLU, grouped-query attention: 4 query heads on
+ * 2 kv heads) of width dim with its backward, at precision p. */
+static sn_graph *llama_tiny_at(sn_precision p, int dim) {
+    llama_config c = {.ctx = T, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .dim = dim,
+                      .hidden = dim * 3 / 2, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
     sn_graph *g = sn_graph_new();
     sn_err e;
     ck_assert_msg(llama_build(g, B, T, V, &c, &e) == SN_OK, "%s", e.msg);
@@ -224,6 +224,32 @@ static sn_graph *llama_tiny_at(sn_precision p) {
     o.backward = true;
     ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     return g;
+}
+
+/* A trainer of g on gpu compiled with po: steps steps, lr 1e-2. */
+static sn_trainer *trainer_with(sn_graph *g, sn_device *gpu, const sn_pipeline_opts *po, int steps) {
+    sn_train_opts o;
+    sn_train_opts_default(&o, steps);
+    o.lr = 1e-2f;
+    o.device = gpu;
+    o.compile = po;
+    sn_err e;
+    sn_trainer *tr = sn_trainer_new(g, &o, &e);
+    ck_assert_msg(tr, "%s", e.msg);
+    return tr;
+}
+
+/* n steps of tr on batches 0, 1, ..: their losses and gradient norms. */
+static void run_steps(sn_trainer *tr, int n, double *loss, double *norm, const char *what) {
+    int32_t x[B * T], y[B * T];
+    for (int s = 0; s < n; s++) {
+        sn_step_stats ss;
+        sn_err e;
+        batch(x, y, (uint64_t)s);
+        ck_assert_msg(sn_trainer_step(tr, x, y, &ss, &e) == SN_OK, "%s step %d: %s", what, s, e.msg);
+        loss[s] = ss.loss;
+        norm[s] = ss.grad_norm;
+    }
 }
 
 /* The FINISH kernels joined into the next norm backward pair's launch (kernel.h: tail, the CUDA
@@ -243,28 +269,13 @@ START_TEST(joined_finish_trains_to_the_bit) {
         ck_assert(t.join_finish); /* the CUDA target's default */
         t.join_finish = j == 1;
         sn_pipeline_opts po = {.target = &t};
-        sn_graph *g = llama ? llama_tiny_at(p) : tiny_at(p);
-        sn_train_opts o;
-        sn_train_opts_default(&o, N);
-        o.lr = 1e-2f;
-        o.device = gpu;
-        o.compile = &po;
-        sn_err e;
-        sn_trainer *tr = sn_trainer_new(g, &o, &e);
-        ck_assert_msg(tr, "%s", e.msg);
+        sn_graph *g = llama ? llama_tiny_at(p, 32) : tiny_at(p);
+        sn_trainer *tr = trainer_with(g, gpu, &po, N);
         const sn_program *prog = sn_trainer_program(tr);
         launches[j] = prog->n_kernels;
         joined[j] = 0;
         for (int k = 0; k < prog->n_kernels; k++) joined[j] += prog->kernels[k]->tail != NULL;
-        int32_t x[B * T], y[B * T];
-        for (int s = 0; s < N; s++) {
-            sn_step_stats ss;
-            batch(x, y, (uint64_t)s);
-            ck_assert_msg(sn_trainer_step(tr, x, y, &ss, &e) == SN_OK, "%s step %d: %s",
-                          j ? "joined" : "separate", s, e.msg);
-            loss[j][s] = ss.loss;
-            norm[j][s] = ss.grad_norm;
-        }
+        run_steps(tr, N, loss[j], norm[j], j ? "joined" : "separate");
         sn_trainer_free(tr);
         sn_graph_free(g);
     }
@@ -279,6 +290,44 @@ START_TEST(joined_finish_trains_to_the_bit) {
            "same bits over %d steps, loss %.6f -> %.6f\n", sn_precision_name(p),
            llama ? "LLaMA" : "GPT-2", launches[1],
            launches[0] - launches[1], N, loss[1][0], loss[1][N - 1]);
+    sn_device_free(gpu);
+}
+END_TEST
+
+/* Grouped-query dk and dv in parts (sn_target.att_dkv_parts; program/kernel.h) through the whole
+ * trainer (memplan's scratch, the executor, the stand-in): a tiny bf16 LLaMA with head size 16
+ * (4 query heads on 2 kv heads, tensor cores) trains as with one dk/dv kernel a layer over 6
+ * steps: the losses within 1e-3 (dk and dv's f32 sums in another order, then rounded to bf16)
+ * and the gradient norms within 1e-2 relative, two kernels a layer where there was one. */
+START_TEST(dkv_parts_train_as_one_kernel) {
+    if (!have_nvrtc()) return;
+    enum { N = 6 };
+    sn_device *gpu = cuda(NULL);
+    double loss[2][N], norm[2][N];
+    int parts[2];
+    for (int j = 0; j < 2; j++) {
+        sn_target t = gpu->target;
+        ck_assert(t.att_dkv_parts); /* the CUDA target's default */
+        t.att_dkv_parts = j == 1;
+        sn_pipeline_opts po = {.target = &t};
+        sn_graph *g = llama_tiny_at(SN_PRECISION_BF16, 64); /* head size 16 */
+        sn_trainer *tr = trainer_with(g, gpu, &po, N);
+        const sn_program *prog = sn_trainer_program(tr);
+        parts[j] = 0;
+        for (int k = 0; k < prog->n_kernels; k++) parts[j] += prog->kernels[k]->dkv_parts;
+        run_steps(tr, N, loss[j], norm[j], j ? "parts" : "one kernel");
+        sn_trainer_free(tr);
+        sn_graph_free(g);
+    }
+    ck_assert_int_eq(parts[0], 0);
+    ck_assert_int_eq(parts[1], 4); /* two layers: a PARTIAL and its sum each */
+    for (int st = 0; st < N; st++)
+        ck_assert_msg(fabs(loss[0][st] - loss[1][st]) <= 1e-3 &&
+                      fabs(norm[0][st] - norm[1][st]) <= 1e-2 * norm[0][st], "step %d: loss %.9g "
+                      "(one kernel) vs %.9g (parts), norm %.9g vs %.9g", st, loss[0][st],
+                      loss[1][st], norm[0][st], norm[1][st]);
+    printf("test_standin: bf16 tiny LLaMA, dk and dv in parts: losses %.6f -> %.6f, at most %.2e "
+           "from one kernel's\n", loss[1][0], loss[1][N - 1], fabs(loss[0][N - 1] - loss[1][N - 1]));
     sn_device_free(gpu);
 }
 END_TEST
@@ -1842,6 +1891,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, tiny_gpt2_trains_like_the_cpu_device);
     tcase_add_test(tc, dropout_trains_like_the_cpu_device);
     tcase_add_loop_test(tc, joined_finish_trains_to_the_bit, 0, 4);
+    tcase_add_test(tc, dkv_parts_train_as_one_kernel);
     tcase_add_loop_test(tc, tiny_gpt2_16bit_trains_like_the_cpu_device, 0, 2);
     tcase_add_loop_test(tc, lora_16bit_base_trains_as_the_f32_base, 0, 2);
     tcase_add_test(tc, second_trainer_on_one_device);

@@ -230,8 +230,16 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
                        "exceed the 65535 of grid.y", k->name, (long long)p->batch);
     p->mma = sn_kernel_att_tensor_cores(k, tg); /* program/kernel_check.c */
     p->k8 = p->mma && p->dt == SN_F16 && tg->sm < 80;
-    p->dq_atomic = p->pass == SN_ATT_DKV && k->stage == SN_SUM_PARTIAL;
+    p->parts = p->pass == SN_ATT_DKV && k->dkv_parts && k->stage == SN_SUM_PARTIAL;
+    p->parts_sum = p->pass == SN_ATT_DKV && k->dkv_parts && k->stage == SN_SUM_FINISH;
+    if (p->parts) p->items = p->batch; /* a query head an item */
+    p->dq_atomic = p->pass == SN_ATT_DKV && k->stage == SN_SUM_PARTIAL && !k->dkv_parts;
     p->dq_stage = p->pass == SN_ATT_DQ ? k->stage : SN_SUM_WHOLE;
+    if ((p->parts || p->parts_sum) && !p->mma)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: dk and dv in parts (SN_ATT_PARTS) "
+                       "are written for the tensor-core kernels (bf16 or f16, head sizes and "
+                       "strides multiples of 16 and 8); set SN_ATT_PARTS=0 for this graph", k->name);
+    if (p->parts_sum) return SN_OK; /* a pass over the scratch, no tiles */
     if (p->dq_atomic && !p->mma)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: the atomic dq (SN_ATT_TILES "
                        "\"dq=atomic\") is written for the tensor-core kernels (bf16 or f16, head "
@@ -264,14 +272,15 @@ static const char *pass_text(const sn_att_plan *p) {
 
 /* The item's slice through access x (of a q-side or, kv_side, a k-side tensor): its arg plus
  * the offset and the item's coordinates over the leading dims times their strides. The item
- * counts q's slices, or k's for DKV; the head coordinate (the last leading dim) of the other
- * side's tensors is divided by G (k, v read by a query head) or multiplied by it (DKV: the
- * group's first query head). */
+ * counts q's slices, or k's for DKV (not in parts); the head coordinate (the last leading dim)
+ * of the other side's tensors is divided by G (k, v read by a query head) or multiplied by it
+ * (DKV: the group's first query head). */
 static void item_slice(const sn_att_plan *p, const sn_access *x, bool kv_side, char *expr,
                        size_t len) {
-    const sn_node *q = p->n->in[0], *by = p->pass == SN_ATT_DKV ? p->n->in[1] : q;
-    bool div = p->G > 1 && kv_side && p->pass != SN_ATT_DKV;
-    bool mul = p->G > 1 && !kv_side && p->pass == SN_ATT_DKV;
+    bool by_q = p->pass != SN_ATT_DKV || p->parts; /* items are q's slices */
+    const sn_node *q = p->n->in[0], *by = by_q ? q : p->n->in[1];
+    bool div = p->G > 1 && kv_side && by_q;
+    bool mul = p->G > 1 && !kv_side && !by_q;
     size_t n = (size_t)snprintf(expr, len, "a%d + %lld", x->arg, (long long)x->offset);
     int64_t inner = 1;
     for (int d = q->rank - 3; d >= 0; d--) { /* item = sum_d idx_d * (product of the dims after d) */
@@ -307,9 +316,21 @@ static void role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, c
     if (row) sn_cu_emitf(t, "const long long %s_row = %s;", name, row);
 }
 
-/* Whether DKV loops over G query heads: q, o, dout and lse then point at the group's first as
+/* dk's or dv's f32 parts in the scratch (kernel.h): q's slices x SEQ_K x cols, after `before`
+ * columns of the other's (dk's D where both are written). */
+static void parts_role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a,
+                       int64_t before, const char *cols) {
+    if (a < 0) return;
+    sn_cu_emitf(t, "float *%s = a%d + %lldll + (long long)item * SEQ_K * %s; /* its part */", name,
+                p->k->n_out + p->k->n_in, (long long)(p->batch * p->S * before), cols);
+    sn_cu_emitf(t, "const long long %s_row = %s;", name, cols);
+}
+
+/* DKV's loop over G query heads: q, o, dout and lse then point at the group's first as
  * <name>_group, <name>_head elements apart; sn_att_open_query_tiles points <name> at head g. */
-static bool group_loop(const sn_att_plan *p) { return p->pass == SN_ATT_DKV && p->G > 1; }
+bool sn_att_group_loop(const sn_att_plan *p) {
+    return p->pass == SN_ATT_DKV && p->G > 1 && !p->parts;
+}
 
 /* An input's pointer: its arg plus its access's offset and the item's coordinates over the
  * leading dims times their strides; its row stride as the constant <name>_row. */
@@ -320,7 +341,7 @@ static void in_role(sn_cu_text *t, const sn_att_plan *p, const char *name, int i
     bool kv_side = i == 1 || i == 2;
     char expr[256];
     item_slice(p, x, kv_side, expr, sizeof expr);
-    if (group_loop(p) && !kv_side) {
+    if (sn_att_group_loop(p) && !kv_side) {
         sn_cu_emitf(t, "const %s *%s_group = %s; /* the group's first query head */",
                     sn_att_ctype(p->k->args[x->arg]->dtype), name, expr);
         sn_cu_emitf(t, "const long long %s_head = %lld; /* elements from one head to the next */",
@@ -373,7 +394,10 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
         sn_cu_emitf(t, "    %s%s *__restrict__ a%d%s /* %s */", i < k->n_out ? "" : "const ",
                     sn_att_ctype(k->args[i]->dtype), i, i + 1 < all ? "," : ") {", roles);
     }
-    if (all > nargs) /* the atomic dq's scratch (kernel.h) */
+    if (all > nargs && p->parts) /* dk's and dv's parts (kernel.h) */
+        sn_cu_emitf(t, "    float *__restrict__ a%d) { /* dk's, then dv's f32 parts (q's slices, "
+                    "SEQ_K, HEAD_D or HEAD_DV) */", nargs);
+    else if (all > nargs) /* the atomic dq's scratch (kernel.h) */
         sn_cu_emitf(t, "    float *__restrict__ a%d) { /* dq's f32 sums (q's slices, SEQ_Q, "
                     "HEAD_D), added to atomically */", nargs);
     t->depth++; /* the signature's last line opened the body */
@@ -382,7 +406,7 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
                 (long long)p->Dv, p->warps, threads);
     sn_cu_emitf(t, "const float scale = %.9gf;", (double)p->scale);
     sn_cu_emitf(t, "const int item = blockIdx.y; /* the (batch x head) slice%s */",
-                p->pass == SN_ATT_DKV && p->G > 1 ? " of k and v" : "");
+                sn_att_group_loop(p) ? " of k and v" : p->parts ? " of q: its dk and dv parts" : "");
     sn_cu_emitf(t, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
     in_role(t, p, "q", p->i_q);
     in_role(t, p, "k", p->i_k);
@@ -393,6 +417,11 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
     role(t, p, "o_out", p->a_out_o, "SEQ_Q * HEAD_DV", "HEAD_DV");
     role(t, p, "lse_out", p->a_out_lse, "SEQ_Q", NULL);
     role(t, p, "dq", p->a_dq, "SEQ_Q * HEAD_D", "HEAD_D");
+    if (p->parts) {
+        parts_role(t, p, "dk", p->a_dk, 0, "HEAD_D");
+        parts_role(t, p, "dv", p->a_dv, p->out_dk ? p->D : 0, "HEAD_DV");
+        return;
+    }
     role(t, p, "dk", p->a_dk, "SEQ_K * HEAD_D", "HEAD_D");
     role(t, p, "dv", p->a_dv, "SEQ_K * HEAD_DV", "HEAD_DV");
 }
@@ -427,7 +456,7 @@ void sn_att_open_key_tiles(sn_cu_text *t) {
 /* DKV, after the key block's k0 and BK: the query tiles that see its keys (of each query head
  * of the group, in order); opens the body. */
 void sn_att_open_query_tiles(sn_cu_text *t, const sn_att_plan *p) {
-    if (group_loop(p)) {
+    if (sn_att_group_loop(p)) {
         const char *names[] = {"q", "o", "dout", "lse"};
         const int at[] = {p->i_q, p->i_o, p->i_do, p->i_lse};
         sn_cu_emitf(t, "/* grouped-query attention: the group's query heads, in order */");
@@ -446,7 +475,7 @@ void sn_att_open_query_tiles(sn_cu_text *t, const sn_att_plan *p) {
 
 void sn_att_close_query_tiles(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "}");
-    if (group_loop(p)) sn_cu_emitf(t, "}");
+    if (sn_att_group_loop(p)) sn_cu_emitf(t, "}");
 }
 
 void sn_att_emit_seen(sn_cu_text *t, bool query_checked) {
@@ -550,6 +579,54 @@ static void emit_dq_scratch(sn_cu_text *t, const sn_att_plan *p, const char *fna
     sn_cu_emitf(t, "}");
 }
 
+/* ---- dk and dv in parts: the sum (kernel.h) ---- */
+
+/* k's slice blockIdx.y: dk = the G query heads' f32 parts added in order, two elements a
+ * thread, stored through dk's access where it has one; dv alike. */
+static void emit_parts_sum(sn_cu_text *t, const sn_att_plan *p, const char *fname) {
+    const sn_kernel *k = p->k;
+    int nargs = k->n_out + k->n_in;
+    sn_cu_emitf(t, "/* attention backward, dk and dv in parts (%s): adds the %lld query heads' f32 "
+                "parts of each k/v slice in order; k (%lld slices, S %lld, D %lld), Dv %lld, %s */",
+                sn_op_name(p->n->op), (long long)p->G, (long long)p->items, (long long)p->S,
+                (long long)p->D, (long long)p->Dv, sn_dtype_name(p->dt));
+    sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", DQ_THREADS, fname);
+    for (int i = 0; i < nargs; i++)
+        sn_cu_emitf(t, "    %s%s *__restrict__ a%d,%s", i < k->n_out ? "" : "const ",
+                    sn_att_ctype(k->args[i]->dtype), i,
+                    i == p->a_dk ? " /* dk */" : i == p->a_dv ? " /* dv */" : " /* not read */");
+    sn_cu_emitf(t, "    const float *__restrict__ a%d) { /* dk's, then dv's f32 parts (q's "
+                "slices, SEQ_K, HEAD_D or HEAD_DV) */", nargs);
+    t->depth++;
+    sn_cu_emitf(t, "enum { SEQ_K = %lld, HEAD_D = %lld, HEAD_DV = %lld, G = %lld };", (long long)p->S,
+                (long long)p->D, (long long)p->Dv, (long long)p->G);
+    sn_cu_emitf(t, "const int item = blockIdx.y; /* k's (batch x head) slice */");
+    sn_cu_emitf(t, "const int e = 2 * (blockIdx.x * blockDim.x + threadIdx.x); /* head sizes are even */");
+    const char *names[] = {"dk", "dv"}, *cols[] = {"HEAD_D", "HEAD_DV"};
+    const int at[] = {p->a_dk, p->a_dv};
+    int64_t before = 0;
+    for (int r = 0; r < 2; r++) {
+        if (at[r] < 0) continue;
+        role(t, p, names[r], at[r], r ? "SEQ_K * HEAD_DV" : "SEQ_K * HEAD_D", cols[r]);
+        sn_cu_emitf(t, "if (e < SEQ_K * %s) {", cols[r]);
+        sn_cu_emitf(t, "const float *part = a%d + %lldll + (long long)item * G * SEQ_K * %s + e;",
+                    nargs, (long long)before, cols[r]);
+        sn_cu_emitf(t, "float2 x = make_float2(0.0f, 0.0f);");
+        sn_cu_emitf(t, "/* the heads in order */");
+        sn_cu_emitf(t, "for (int g = 0; g < G; g++) {");
+        sn_cu_emitf(t, "const float2 y = *reinterpret_cast<const float2 *>(part + (long long)g * SEQ_K * %s);",
+                    cols[r]);
+        sn_cu_emitf(t, "x.x += y.x, x.y += y.y;");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "const int i = e / %s, d = e %% %s;", cols[r], cols[r]);
+        sn_cu_emitf(t, "sn_store(&%s[i * %s_row + d], x.x);", names[r], names[r]);
+        sn_cu_emitf(t, "sn_store(&%s[i * %s_row + d + 1], x.y);", names[r], names[r]);
+        sn_cu_emitf(t, "}");
+        before = p->batch * p->S * p->D;
+    }
+    sn_cu_emitf(t, "}");
+}
+
 /* ---- the entries (cuda_int.h) ---- */
 
 sn_status sn_cu_check_attention(const sn_kernel *k, const sn_target *t, sn_err *e) {
@@ -567,6 +644,12 @@ sn_cuda_dims sn_cu_attention_dims(const sn_kernel *k, const sn_target *t) {
         return (sn_cuda_dims){.grid = {(unsigned)((p.T * p.D / 2 + DQ_THREADS - 1) / DQ_THREADS),
                                        (unsigned)p.items, 1},
                               .block = {DQ_THREADS, 1, 1}};
+    if (p.parts_sum) { /* pairs of dk's and dv's, 256 threads */
+        int64_t cols = p.D > p.Dv ? p.D : p.Dv;
+        return (sn_cuda_dims){.grid = {(unsigned)((p.S * cols / 2 + DQ_THREADS - 1) / DQ_THREADS),
+                                       (unsigned)p.items, 1},
+                              .block = {DQ_THREADS, 1, 1}};
+    }
     int64_t per = (int64_t)p.warps * p.rows, n = p.pass == SN_ATT_DKV ? p.S : p.T;
     return (sn_cuda_dims){.grid = {(unsigned)((n + per - 1) / per), (unsigned)p.items, 1},
                           .block = {(unsigned)p.warps * 32, 1, 1},
@@ -584,6 +667,7 @@ void sn_cu_emit_attention(sn_cu_text *t, const sn_kernel *k, const sn_target *tg
     sn_status st = sn_att_plan_make(k, tg, &p, &e);
     SN_ASSERT(st == SN_OK); /* the renderer checked the kernel first */
     if (p.dq_stage != SN_SUM_WHOLE) emit_dq_scratch(t, &p, fname);
+    else if (p.parts_sum) emit_parts_sum(t, &p, fname);
     else if (p.mma) sn_att_emit_mma(t, &p, fname);
     else sn_att_emit_simt(t, &p, fname);
 }

@@ -45,6 +45,11 @@ typedef struct {
     bool dq_atomic, ds_alias;
     int dq_stage;   /* the atomic dq's zero (SN_ATT_DQ_ZERO) or store (SN_ATT_DQ_STORE) kernel,
                        a pass of its own over the scratch; SN_SUM_WHOLE: any other kernel */
+    /* Grouped-query dk and dv in parts (program/kernel.h): `parts`, DKV for one query head an
+     * item (q's slice; k and v at item / G, no loop over the group) storing dk (times the
+     * scale) and dv in f32 into the scratch (the arg after the others), dk's parts then dv's;
+     * `parts_sum`, the pass of its own over the scratch adding the G parts into dk and dv. */
+    bool parts, parts_sum;
     int64_t shared_bytes; /* shared memory: static, or dynamic where `dynamic` says */
 } sn_att_plan;
 
@@ -62,6 +67,8 @@ const char *sn_att_ctype(sn_dtype dt);
  * key), q0/BQ (FWD, DQ) or k0/BK (DKV), qs (DKV's query tile), row_max, row_sum, row_lse,
  * row_dot, lse_tile, dot_tile. A path names its own element of the scores (s[r], s[nt][e]) and of the per-row
  * state (x: "r" in the SIMT path, "h" or "e / 2" on tensor cores). */
+/* Whether DKV loops over the G query heads of its k/v slice (grouped-query, not in parts). */
+bool sn_att_group_loop(const sn_att_plan *p);
 /* The loop over the key tiles (FWD, DQ) or query tiles (DKV) the block's rows see (causal),
  * its body opened with the barrier that lets the previous tiles go. DKV with G > 1: inside a
  * loop over the group's query heads g, in order, which points q, o, dout and lse at head g;

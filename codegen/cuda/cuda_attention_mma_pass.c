@@ -260,7 +260,8 @@ void sn_attm_copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, co
                              {"o_tile", "o", "HEAD_DV", "o_row"}};
     for (int i = 0; i < (p->out_dk ? 3 : 2); i++) {
         char src[64];
-        if (p->G > 1) snprintf(src, sizeof src, "(%s_group + gn * %s_head)", srcs[i][1], srcs[i][1]);
+        if (sn_att_group_loop(p))
+            snprintf(src, sizeof src, "(%s_group + gn * %s_head)", srcs[i][1], srcs[i][1]);
         else snprintf(src, sizeof src, "%s", srcs[i][1]);
         sn_attm_copy_rows(t, async, srcs[i][0], trow, src, srcs[i][3], "qn", "BQ", srcs[i][2], "SEQ_Q",
                           p->wgmma);
@@ -344,7 +345,7 @@ static void emit_dq_atomic(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, i
 static void close_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 
 void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
-    bool dk = p->out_dk, dv = p->out_dv, async = p->stages == 2, group = p->G > 1;
+    bool dk = p->out_dk, dv = p->out_dv, async = p->stages == 2, group = sn_att_group_loop(p);
     SN_ASSERT(p->tile <= 32 * p->warps); /* a thread per query of the tile holds its lse */
     sn_attm_enum(t, p, "BK", "BQ");
     sn_cu_emitf(t, "const float scale_log2 = scale * 1.44269504f; /* exponents in base 2 */");
@@ -374,7 +375,7 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
                 "from q_begin, of each query head of the group in order */");
     sn_cu_emitf(t, "const int q_begin = max(0, k0 - (SEQ_K - SEQ_Q)) / BQ * BQ;");
     sn_cu_emitf(t, "const int per_head = q_begin < SEQ_Q ? (SEQ_Q - q_begin + BQ - 1) / BQ : 0;");
-    sn_cu_emitf(t, "const int n_tiles = %lld * per_head;", (long long)p->G);
+    sn_cu_emitf(t, "const int n_tiles = %lld * per_head;", (long long)(group ? p->G : 1));
     sn_cu_emitf(t, "/* a query tile whose first query misses the warp's last key is masked */");
     sn_cu_emitf(t, "const int warp_queries = k0 + warp * 16 + 15 - (SEQ_K - SEQ_Q);");
     sn_attm_copy_rows(t, async, "k_tile", "0", "k", "k_row", "k0", "BK", "HEAD_D", "SEQ_K", p->wgmma);
@@ -484,6 +485,16 @@ void sn_attm_dkv_p(sn_cu_text *t, bool ds) {
     sn_cu_emitf(t, "}");
 }
 
+/* Key row i's columns of acc (times mul) as f32 pairs at dst (a part: rows of dst_row). */
+static void store_part(sn_cu_text *t, const char *dst, const char *acc, const char *ntiles,
+                       const char *mul) {
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int dt = 0; dt < %s; dt++)", ntiles);
+    sn_cu_emitf(t, "    *reinterpret_cast<float2 *>(%s + (long long)i * %s_row + dt * 8 + 2 * tig) =",
+                dst, dst);
+    sn_cu_emitf(t, "        make_float2(%s[dt][2 * h] * %s, %s[dt][2 * h + 1] * %s);", acc, mul, acc, mul);
+}
+
 /* DKV's end: the query-tile loop closed, dk (times the scale) and dv stored by key row. */
 static void close_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     bool dk = p->out_dk, dv = p->out_dv;
@@ -493,8 +504,13 @@ static void close_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
     sn_cu_emitf(t, "const int i = key0 + 8 * h; /* a key row */");
     sn_cu_emitf(t, "if (i >= SEQ_K) continue;");
-    if (dk) sn_attm_store_row(t, o, "dk", "acc_k", "HEAD_D / 8", "dk_row", "scale");
-    if (dv) sn_attm_store_row(t, o, "dv", "acc_v", "HEAD_DV / 8", "dv_row", "1.0f");
+    if (p->parts) { /* f32 pairs into the scratch (kernel.h: dk and dv in parts) */
+        if (dk) store_part(t, "dk", "acc_k", "HEAD_D / 8", "scale");
+        if (dv) store_part(t, "dv", "acc_v", "HEAD_DV / 8", "1.0f");
+    } else {
+        if (dk) sn_attm_store_row(t, o, "dk", "acc_k", "HEAD_D / 8", "dk_row", "scale");
+        if (dv) sn_attm_store_row(t, o, "dv", "acc_v", "HEAD_DV / 8", "dv_row", "1.0f");
+    }
     sn_cu_emitf(t, "}");
 }
 
