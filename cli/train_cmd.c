@@ -281,14 +281,14 @@ static void catch_stop_signals(void) {
 }
 
 /* Tests only: SN_TRAIN_PAUSE_AFTER=N holds the run after step N (its log row written and
- * flushed, its save done) until it is killed, so that a test kills it at a known step
- * (tests/resume.sh: on a quiet machine with warm kernels the whole run could end between two
- * looks at the log). */
+ * flushed, its save done) until it is killed or a stop signal comes (then it stops after step N),
+ * so that a test stops it at a known step (tests/resume.sh, lora.sh, qlora.sh: on a quiet
+ * machine with warm kernels the whole run could end between two looks at the log). */
 static void test_pause(long step) {
     const char *v = getenv("SN_TRAIN_PAUSE_AFTER");
     if (!v || strtol(v, NULL, 10) != step) return;
     fflush(stdout);
-    for (;;) pause();
+    while (!cli_stop_signal()) nanosleep(&(struct timespec){0, 10000000}, NULL);
 }
 
 /* After a signal: the checkpoint saved (unless this step's was), the log synced, a message. */
@@ -478,11 +478,11 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
             (s = save(a, r, step + 1, e)))
             return s;
         if (r->saved_step == step + 1 && (s = train_log_sync(&r->log, e))) return s;
+        test_pause(step + 1);
         if (cli_stop_signal()) return stop_now(a, r, step + 1, e);
         if (a->sample_len && a->sample_every && (step + 1) % a->sample_every == 0 && !last &&
             (s = sample(a, r, step + 1, e)))
             return s;
-        test_pause(step + 1);
     }
     progress_break(&r->prog);
     if ((s = train_log_sync(&r->log, e))) return s;

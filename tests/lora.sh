@@ -31,10 +31,11 @@ grep -q "^initialised from base.ckpt (its weights; 16 LoRA adapter parameters it
 grep -q "^LoRA: rank 4, alpha 8 (scale 2), on all: 4096 of 38784 parameters trained (10.56%), the rest frozen" out.txt || fail "no LoRA line"
 [ "$(tail -n 1 straight.csv | cut -d, -f1)" = $steps ] || fail "the LoRA run's log"
 
-# interrupted by SIGINT after its first save, resumed: the same end, bit for bit
+# interrupted by SIGINT after its first save (held there: SN_TRAIN_PAUSE_AFTER), resumed: the
+# same end, bit for bit
 rm -f pidfile
 # shellcheck disable=SC2086
-sh -c 'echo $$ > pidfile; exec "$@"' sh "$sinter" train $lora --device cpu --log run.csv --checkpoint run.ckpt > out.txt 2> err.txt &
+SN_TRAIN_PAUSE_AFTER=25 sh -c 'echo $$ > pidfile; exec "$@"' sh "$sinter" train $lora --device cpu --log run.csv --checkpoint run.ckpt > out.txt 2> err.txt &
 while [ ! -s pidfile ]; do sleep 0.01; done
 pid=$(cat pidfile)
 last_step() { [ -s run.csv ] && tail -n 1 run.csv | cut -d, -f1 | grep -x '[0-9]*' || echo 0; }

@@ -34,10 +34,11 @@ grep -q "^---- sample at step $steps" out.txt || fail "no sample"
 [ "$(tail -n 1 straight.csv | cut -d, -f1)" = $steps ] || fail "the QLoRA run's log"
 awk -F, 'NR == 2 { first = $2 } END { exit !($2 < first) }' straight.csv || fail "the loss did not fall"
 
-# interrupted by SIGINT after its first save, resumed: the same end, bit for bit
+# interrupted by SIGINT after its first save (held there: SN_TRAIN_PAUSE_AFTER), resumed: the
+# same end, bit for bit
 rm -f pidfile
 # shellcheck disable=SC2086
-sh -c 'echo $$ > pidfile; exec "$@"' sh "$sinter" train $qlora --device cpu --log run.csv --checkpoint run.ckpt > out.txt 2> err.txt &
+SN_TRAIN_PAUSE_AFTER=18 sh -c 'echo $$ > pidfile; exec "$@"' sh "$sinter" train $qlora --device cpu --log run.csv --checkpoint run.ckpt > out.txt 2> err.txt &
 while [ ! -s pidfile ]; do sleep 0.01; done
 pid=$(cat pidfile)
 last_step() { [ -s run.csv ] && tail -n 1 run.csv | cut -d, -f1 | grep -x '[0-9]*' || echo 0; }

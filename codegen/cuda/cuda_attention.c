@@ -295,11 +295,8 @@ static void item_slice(const sn_att_plan *p, const sn_access *x, bool kv_side, c
     }
 }
 
-/* An output's pointer: its arg, moved to the item's slice of `per` elements, or through its
- * access when it is written into a wider or permuted buffer (kernel.h); with `row` (the rows'
- * length when contiguous) its row stride as the constant <name>_row. */
-static void role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, const char *per,
-                 const char *row) {
+void sn_att_out_role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, const char *per,
+                     const char *row) {
     if (a < 0) return;
     const sn_kernel *k = p->k;
     const char *ty = sn_att_ctype(k->args[a]->dtype);
@@ -414,16 +411,16 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
     in_role(t, p, "o", p->i_o);
     in_role(t, p, "dout", p->i_do);
     in_role(t, p, "lse", p->i_lse);
-    role(t, p, "o_out", p->a_out_o, "SEQ_Q * HEAD_DV", "HEAD_DV");
-    role(t, p, "lse_out", p->a_out_lse, "SEQ_Q", NULL);
-    role(t, p, "dq", p->a_dq, "SEQ_Q * HEAD_D", "HEAD_D");
+    sn_att_out_role(t, p, "o_out", p->a_out_o, "SEQ_Q * HEAD_DV", "HEAD_DV");
+    sn_att_out_role(t, p, "lse_out", p->a_out_lse, "SEQ_Q", NULL);
+    sn_att_out_role(t, p, "dq", p->a_dq, "SEQ_Q * HEAD_D", "HEAD_D");
     if (p->parts) {
         parts_role(t, p, "dk", p->a_dk, 0, "HEAD_D");
         parts_role(t, p, "dv", p->a_dv, p->out_dk ? p->D : 0, "HEAD_DV");
         return;
     }
-    role(t, p, "dk", p->a_dk, "SEQ_K * HEAD_D", "HEAD_D");
-    role(t, p, "dv", p->a_dv, "SEQ_K * HEAD_DV", "HEAD_DV");
+    sn_att_out_role(t, p, "dk", p->a_dk, "SEQ_K * HEAD_D", "HEAD_D");
+    sn_att_out_role(t, p, "dv", p->a_dv, "SEQ_K * HEAD_DV", "HEAD_DV");
 }
 
 /* ---- what both paths write alike ---- */
@@ -540,93 +537,6 @@ void sn_att_emit_lse_out(sn_cu_text *t, const sn_att_plan *p, const char *x, con
                     "logf(row_sum[%s]) : -SN_INF);", who, x, x, x);
 }
 
-/* ---- the atomic dq's zero and store kernels (kernel.h) ---- */
-
-enum { DQ_THREADS = 256 };
-
-/* Item blockIdx.y's dq sums (SEQ_Q x HEAD_D f32, contiguous), two elements a thread: set to 0
- * (SN_ATT_DQ_ZERO), or rounded into dq (SN_ATT_DQ_STORE, through its access where it has one). */
-static void emit_dq_scratch(sn_cu_text *t, const sn_att_plan *p, const char *fname) {
-    const sn_kernel *k = p->k;
-    bool zero = p->dq_stage == SN_ATT_DQ_ZERO;
-    int nargs = k->n_out + k->n_in;
-    sn_cu_emitf(t, "/* attention backward, the atomic dq (%s): %s dq's f32 sums, which the dk/dv "
-                "kernel adds to; q (%lld, T %lld, D %lld), dq %s */", sn_op_name(p->n->op),
-                zero ? "zeroes" : "stores, rounded,", (long long)p->batch, (long long)p->T,
-                (long long)p->D, sn_dtype_name(k->args[p->a_dq]->dtype));
-    sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", DQ_THREADS, fname);
-    for (int i = 0; i < nargs; i++)
-        sn_cu_emitf(t, "    %s%s *__restrict__ a%d,%s", i < k->n_out ? "" : "const ",
-                    sn_att_ctype(k->args[i]->dtype), i,
-                    i == p->a_dq ? zero ? " /* dq: not written */" : " /* dq */" : " /* not read */");
-    sn_cu_emitf(t, "    float *__restrict__ a%d) { /* dq's f32 sums (q's slices, SEQ_Q, HEAD_D) */",
-                nargs);
-    t->depth++;
-    sn_cu_emitf(t, "enum { SEQ_Q = %lld, HEAD_D = %lld };", (long long)p->T, (long long)p->D);
-    sn_cu_emitf(t, "const int item = blockIdx.y; /* q's (batch x head) slice */");
-    sn_cu_emitf(t, "float *sums = a%d + (long long)item * SEQ_Q * HEAD_D;", nargs);
-    if (!zero) role(t, p, "dq", p->a_dq, "SEQ_Q * HEAD_D", "HEAD_D");
-    sn_cu_emitf(t, "const int e = 2 * (blockIdx.x * blockDim.x + threadIdx.x); /* HEAD_D is even */");
-    sn_cu_emitf(t, "if (e >= SEQ_Q * HEAD_D) return;");
-    if (zero) {
-        sn_cu_emitf(t, "*reinterpret_cast<float2 *>(sums + e) = make_float2(0.0f, 0.0f);");
-    } else {
-        sn_cu_emitf(t, "const float2 x = *reinterpret_cast<const float2 *>(sums + e);");
-        sn_cu_emitf(t, "const int i = e / HEAD_D, d = e %% HEAD_D;");
-        sn_cu_emitf(t, "sn_store(&dq[i * dq_row + d], x.x);");
-        sn_cu_emitf(t, "sn_store(&dq[i * dq_row + d + 1], x.y);");
-    }
-    sn_cu_emitf(t, "}");
-}
-
-/* ---- dk and dv in parts: the sum (kernel.h) ---- */
-
-/* k's slice blockIdx.y: dk = the G query heads' f32 parts added in order, two elements a
- * thread, stored through dk's access where it has one; dv alike. */
-static void emit_parts_sum(sn_cu_text *t, const sn_att_plan *p, const char *fname) {
-    const sn_kernel *k = p->k;
-    int nargs = k->n_out + k->n_in;
-    sn_cu_emitf(t, "/* attention backward, dk and dv in parts (%s): adds the %lld query heads' f32 "
-                "parts of each k/v slice in order; k (%lld slices, S %lld, D %lld), Dv %lld, %s */",
-                sn_op_name(p->n->op), (long long)p->G, (long long)p->items, (long long)p->S,
-                (long long)p->D, (long long)p->Dv, sn_dtype_name(p->dt));
-    sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", DQ_THREADS, fname);
-    for (int i = 0; i < nargs; i++)
-        sn_cu_emitf(t, "    %s%s *__restrict__ a%d,%s", i < k->n_out ? "" : "const ",
-                    sn_att_ctype(k->args[i]->dtype), i,
-                    i == p->a_dk ? " /* dk */" : i == p->a_dv ? " /* dv */" : " /* not read */");
-    sn_cu_emitf(t, "    const float *__restrict__ a%d) { /* dk's, then dv's f32 parts (q's "
-                "slices, SEQ_K, HEAD_D or HEAD_DV) */", nargs);
-    t->depth++;
-    sn_cu_emitf(t, "enum { SEQ_K = %lld, HEAD_D = %lld, HEAD_DV = %lld, G = %lld };", (long long)p->S,
-                (long long)p->D, (long long)p->Dv, (long long)p->G);
-    sn_cu_emitf(t, "const int item = blockIdx.y; /* k's (batch x head) slice */");
-    sn_cu_emitf(t, "const int e = 2 * (blockIdx.x * blockDim.x + threadIdx.x); /* head sizes are even */");
-    const char *names[] = {"dk", "dv"}, *cols[] = {"HEAD_D", "HEAD_DV"};
-    const int at[] = {p->a_dk, p->a_dv};
-    int64_t before = 0;
-    for (int r = 0; r < 2; r++) {
-        if (at[r] < 0) continue;
-        role(t, p, names[r], at[r], r ? "SEQ_K * HEAD_DV" : "SEQ_K * HEAD_D", cols[r]);
-        sn_cu_emitf(t, "if (e < SEQ_K * %s) {", cols[r]);
-        sn_cu_emitf(t, "const float *part = a%d + %lldll + (long long)item * G * SEQ_K * %s + e;",
-                    nargs, (long long)before, cols[r]);
-        sn_cu_emitf(t, "float2 x = make_float2(0.0f, 0.0f);");
-        sn_cu_emitf(t, "/* the heads in order */");
-        sn_cu_emitf(t, "for (int g = 0; g < G; g++) {");
-        sn_cu_emitf(t, "const float2 y = *reinterpret_cast<const float2 *>(part + (long long)g * SEQ_K * %s);",
-                    cols[r]);
-        sn_cu_emitf(t, "x.x += y.x, x.y += y.y;");
-        sn_cu_emitf(t, "}");
-        sn_cu_emitf(t, "const int i = e / %s, d = e %% %s;", cols[r], cols[r]);
-        sn_cu_emitf(t, "sn_store(&%s[i * %s_row + d], x.x);", names[r], names[r]);
-        sn_cu_emitf(t, "sn_store(&%s[i * %s_row + d + 1], x.y);", names[r], names[r]);
-        sn_cu_emitf(t, "}");
-        before = p->batch * p->S * p->D;
-    }
-    sn_cu_emitf(t, "}");
-}
-
 /* ---- the entries (cuda_int.h) ---- */
 
 sn_status sn_cu_check_attention(const sn_kernel *k, const sn_target *t, sn_err *e) {
@@ -640,16 +550,7 @@ sn_cuda_dims sn_cu_attention_dims(const sn_kernel *k, const sn_target *t) {
     sn_att_plan p;
     sn_err e;
     if (sn_att_plan_make(k, t, &p, &e)) return (sn_cuda_dims){0}; /* the renderer says why */
-    if (p.dq_stage != SN_SUM_WHOLE) /* the atomic dq's zero or store: pairs, 256 threads */
-        return (sn_cuda_dims){.grid = {(unsigned)((p.T * p.D / 2 + DQ_THREADS - 1) / DQ_THREADS),
-                                       (unsigned)p.items, 1},
-                              .block = {DQ_THREADS, 1, 1}};
-    if (p.parts_sum) { /* pairs of dk's and dv's, 256 threads */
-        int64_t cols = p.D > p.Dv ? p.D : p.Dv;
-        return (sn_cuda_dims){.grid = {(unsigned)((p.S * cols / 2 + DQ_THREADS - 1) / DQ_THREADS),
-                                       (unsigned)p.items, 1},
-                              .block = {DQ_THREADS, 1, 1}};
-    }
+    if (p.dq_stage != SN_SUM_WHOLE || p.parts_sum) return sn_att_scratch_dims(&p);
     int64_t per = (int64_t)p.warps * p.rows, n = p.pass == SN_ATT_DKV ? p.S : p.T;
     return (sn_cuda_dims){.grid = {(unsigned)((n + per - 1) / per), (unsigned)p.items, 1},
                           .block = {(unsigned)p.warps * 32, 1, 1},
@@ -666,8 +567,7 @@ void sn_cu_emit_attention(sn_cu_text *t, const sn_kernel *k, const sn_target *tg
     sn_err e;
     sn_status st = sn_att_plan_make(k, tg, &p, &e);
     SN_ASSERT(st == SN_OK); /* the renderer checked the kernel first */
-    if (p.dq_stage != SN_SUM_WHOLE) emit_dq_scratch(t, &p, fname);
-    else if (p.parts_sum) emit_parts_sum(t, &p, fname);
+    if (p.dq_stage != SN_SUM_WHOLE || p.parts_sum) sn_att_emit_scratch_pass(t, &p, fname);
     else if (p.mma) sn_att_emit_mma(t, &p, fname);
     else sn_att_emit_simt(t, &p, fname);
 }

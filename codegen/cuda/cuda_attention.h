@@ -60,6 +60,16 @@ sn_status sn_att_plan_make(const sn_kernel *k, const sn_target *tg, sn_att_plan 
  * slice, whose query heads are items G item .. G item + G - 1). No node ids: kernels alike in all but names share a text. */
 void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, const char *fname);
 const char *sn_att_ctype(sn_dtype dt);
+/* An output's pointer <name> (args[a]): moved to the item's slice of `per` elements, or through
+ * its access when it is written into a wider or permuted buffer (kernel.h); with `row` (the
+ * rows' length when contiguous) its row stride as the constant <name>_row. */
+void sn_att_out_role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, const char *per,
+                     const char *row);
+
+/* cuda_attention_sums.c: the passes over a scratch (the atomic dq's zero and store, dq_stage;
+ * the sum of dk's and dv's parts, parts_sum): their launch and their text. */
+sn_cuda_dims sn_att_scratch_dims(const sn_att_plan *p);
+void sn_att_emit_scratch_pass(sn_cu_text *t, const sn_att_plan *p, const char *fname);
 
 /* What the paths write alike (since the tensor-core rework of 2026-11-27, whose base-2
  * exponents, per-warp masking and streamed loops are its own, the fp32 path uses all of these
