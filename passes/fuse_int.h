@@ -35,6 +35,7 @@ typedef struct {
                                 of a 16-bit value, through reshapes, with no buffer), that
                                 value, widened as it is loaded (fuse.c: colsum_widens) */
     bool shadows;           /* parameters' 16-bit casts are weight shadows (program.h) */
+    int values_room;        /* p->values' length: a value per node, a scratch per two-stage op */
     const sn_target *t;     /* what the kernels are for */
     sn_err *e;
 } fuse_state;

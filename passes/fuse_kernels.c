@@ -310,8 +310,11 @@ sn_status sn_fuse_compute_kernel(fuse_state *s, const sn_node *n) {
     return SN_OK;
 }
 
-/* A scratch value of `bytes` (program.h: no node) at the end of p's values: its index. */
-static int new_scratch(sn_program *p, int64_t bytes) {
+/* A scratch value of `bytes` (program.h: no node) at the end of p's values: its index. The room
+ * for it was counted by sn_fuse_make_values, op by op. */
+static int new_scratch(fuse_state *s, int64_t bytes) {
+    sn_program *p = s->p;
+    SN_ASSERT(p->n_values < s->values_room); /* a two-stage op not counted there */
     p->values[p->n_values] = (sn_value){.bytes = bytes, .alias = -1, .first = -1, .last = -1};
     return p->n_values++;
 }
@@ -320,7 +323,6 @@ static int new_scratch(sn_program *p, int64_t bytes) {
  * mean loss) becomes the PARTIAL kernel of kernel.h's two stages, followed by the FINISH kernel that sums the partials into k's sums; the partials are a
  * scratch value without a node (program.h), live from one to the other. */
 sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k) {
-    sn_program *p = s->p;
     int y = -1; /* the arg the row op's sum is stored into */
     for (int o = 0; o < k->n_out && y < 0; o++)
         if (k->n_instr == 0 ? o == 0 : k->store[o] == k->row.instr) y = o;
@@ -331,7 +333,7 @@ sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k) {
                        k->n_out + k->n_in, SN_KER_MAX_ARGS);
     k->stage = SN_SUM_PARTIAL;
     SN_ASSERT(k->args[y] == k->anchor);
-    k->scratch = new_scratch(p, sn_kernel_scratch_bytes(k));
+    k->scratch = new_scratch(s, sn_kernel_scratch_bytes(k));
     sn_kernel_work(k, &k->n_items, &k->serial);
     sn_kernel *f = new_kernel(s, SN_KER_ROW, k->anchor);
     if (!f) return SN_ERR_OOM;
@@ -340,7 +342,6 @@ sn_status sn_fuse_split_sum(fuse_state *s, sn_kernel *k) {
 }
 
 sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss) {
-    sn_program *p = s->p;
     SN_ASSERT(k->stage == SN_SUM_WHOLE && k->anchor->op == SN_OP_CROSS_ENTROPY_BWD && !k->anchor2);
     if (k->n_out + k->n_in + 1 > SN_KER_MAX_ARGS)
         return sn_fail(s->e, SN_ERR_UNSUPPORTED, "fuse: kernel %s reads and writes %d buffers and "
@@ -352,7 +353,7 @@ sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss) {
     char rest[40]; /* the epilogue's ops, named after the row op */
     snprintf(rest, sizeof rest, "%s", op ? op + strlen("cross_entropy_bwd") : "");
     snprintf(k->name, sizeof k->name, "k%d_classifier%s", k->id, rest);
-    k->scratch = new_scratch(p, sn_sum_chunks(k) * sn_sum_width(k) * 4);
+    k->scratch = new_scratch(s, sn_sum_chunks(k) * sn_sum_width(k) * 4);
     sn_kernel_work(k, &k->n_items, &k->serial);
     sn_kernel *f = new_kernel(s, SN_KER_ROW, loss);
     if (!f) return SN_ERR_OOM;
@@ -363,7 +364,6 @@ sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss) {
 /* The kernel k of embedding_bwd becomes its BUCKET kernel (kernel.h), reading the ids alone,
  * followed by its ROWS kernel, with their scratch value. */
 sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k) {
-    sn_program *p = s->p;
     const sn_node *n = k->anchor;
     SN_ASSERT(k->kind == SN_KER_GATHER && n->op == SN_OP_EMBEDDING_BWD && k->n_out == 1 &&
               k->args[0] == n);
@@ -379,14 +379,13 @@ sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k) {
     k->args[1] = n->in[0]; /* the ids */
     size_t len = strlen(k->name);
     if (len + 8 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_bucket");
-    f->scratch = k->scratch = new_scratch(p, sn_kernel_scratch_bytes(k));
+    f->scratch = k->scratch = new_scratch(s, sn_kernel_scratch_bytes(k));
     sn_kernel_work(k, &k->n_items, &k->serial);
     sn_kernel_work(f, &f->n_items, &f->serial);
     return SN_OK;
 }
 
 sn_status sn_fuse_split_decode(fuse_state *s, sn_kernel *k) {
-    sn_program *p = s->p;
     SN_ASSERT(k->stage == SN_SUM_WHOLE && sn_split_parts(k) > 1);
     if (k->n_out + k->n_in + 1 > SN_KER_MAX_ARGS) return SN_OK; /* stays one kernel */
     sn_kernel *f = new_kernel(s, k->kind, k->anchor);
@@ -400,7 +399,7 @@ sn_status sn_fuse_split_decode(fuse_state *s, sn_kernel *k) {
     if (len + 8 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_partial");
     snprintf(f->name, sizeof f->name, "k%d_%s_finish", f->id,
              k->kind == SN_KER_GEMV ? sn_gemv_name(k) : sn_op_name(k->anchor->op));
-    f->scratch = k->scratch = new_scratch(p, sn_kernel_scratch_bytes(k));
+    f->scratch = k->scratch = new_scratch(s, sn_kernel_scratch_bytes(k));
     sn_kernel_work(k, &k->n_items, &k->serial);
     sn_kernel_work(f, &f->n_items, &f->serial);
     return SN_OK;
@@ -443,7 +442,7 @@ sn_status sn_fuse_att_dq_atomic(fuse_state *s) {
         kv->stage = SN_SUM_PARTIAL;
         size_t len = strlen(kv->name);
         if (len + 4 < sizeof kv->name) snprintf(kv->name + len, sizeof kv->name - len, "_dq");
-        z->scratch = kv->scratch = q->scratch = new_scratch(p, sn_kernel_scratch_bytes(q));
+        z->scratch = kv->scratch = q->scratch = new_scratch(s, sn_kernel_scratch_bytes(q));
         /* zero, dk/dv, store at the first of the two places: the inputs of both are written
          * before either, and what reads dq, dk or dv comes after both */
         int at = i < j ? i : j, n = p->n_kernels - 1; /* z is the last */
@@ -481,7 +480,7 @@ sn_status sn_fuse_att_dkv_parts(fuse_state *s) {
         size_t len = strlen(k->name);
         if (len + 7 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_parts");
         snprintf(f->name, sizeof f->name, "k%d_attention_dkv_sum", f->id);
-        f->scratch = k->scratch = new_scratch(p, sn_kernel_scratch_bytes(k));
+        f->scratch = k->scratch = new_scratch(s, sn_kernel_scratch_bytes(k));
         sn_kernel_work(k, &k->n_items, &k->serial);
         sn_kernel_work(f, &f->n_items, &f->serial);
         /* f, the last kernel, right after k */
@@ -536,10 +535,13 @@ sn_status sn_fuse_make_values(fuse_state *s) {
         room += sn_fuse_sums_rows(g->nodes[i]->op) ||          /* embedding gradients, */
                 g->nodes[i]->op == SN_OP_CROSS_ENTROPY_BWD || g->nodes[i]->op == SN_OP_EMBEDDING_BWD ||
                 g->nodes[i]->op == SN_OP_ATTENTION_BWD_Q ||   /* the atomic dq, */
+                g->nodes[i]->op == SN_OP_ATTENTION_BWD_K ||   /* dk and dv in parts, */
+                g->nodes[i]->op == SN_OP_ATTENTION_BWD_V ||
                 g->nodes[i]->op == SN_OP_MATMUL ||            /* the decode split */
                 g->nodes[i]->op == SN_OP_ATTENTION_CACHE;
     p->values = sn_calloc(room, sizeof *p->values, "the fuse pass's values", s->e);
     if (!p->values) return SN_ERR_OOM;
+    s->values_room = (int)room;
     for (int i = 0; i < g->n_nodes; i++) {
         const sn_node *n = g->nodes[i];
         p->value_of[i] = -1;

@@ -353,12 +353,86 @@ START_TEST(decode_split_fills_the_machine) {
 }
 END_TEST
 
+/* ---- grouped-query dk and dv in parts (program/kernel.h: dkv_parts) ---- */
+
+/* The backward of causal bf16 attention with B, H query heads on hkv kv heads, T = S, D = 64, for
+ * sm_90 with parts or not: its attention kernels' model (h200) into m[] (n of them, in order). */
+static int dkv_model(int b, int h, int hkv, int64_t t, bool parts, sn_roofline_kernel m[8],
+                     const sn_kernel *ks[8], sn_program **pp, sn_graph **gp) {
+    sn_graph *g = *gp = sn_graph_new();
+    float scale = 0.125f;
+    sn_node *q = sn_input(g, "q", SN_BF16, SN_SHAPE(b, h, t, 64));
+    sn_node *k = sn_input(g, "k", SN_BF16, SN_SHAPE(b, hkv, t, 64));
+    sn_node *v = sn_input(g, "v", SN_BF16, SN_SHAPE(b, hkv, t, 64));
+    sn_node *dout = sn_input(g, "dout", SN_BF16, SN_SHAPE(b, h, t, 64));
+    sn_node *lse = sn_attention_lse(g, q, k, scale);
+    sn_node *o = sn_attention(g, q, k, v, lse, scale);
+    sn_graph_add_output(g, sn_attention_bwd_k(g, q, k, v, o, dout, lse, scale));
+    sn_graph_add_output(g, sn_attention_bwd_v(g, q, k, v, o, dout, lse, scale));
+    sn_target tg = sn_target_cuda(90);
+    tg.att_dkv_parts = parts;
+    sn_err e;
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &tg}, pp, NULL, &e) == SN_OK,
+                  "%s", e.msg);
+    const sn_roofline_machine *mach = sn_roofline_machine_find("h200");
+    int n = 0;
+    for (int i = 0; i < (*pp)->n_kernels; i++) {
+        const sn_kernel *ker = (*pp)->kernels[i];
+        if (ker->kind != SN_KER_ATTENTION || ker->anchor->op == SN_OP_ATTENTION) continue;
+        ck_assert_int_lt(n, 8);
+        ks[n] = ker;
+        m[n++] = sn_roofline_kernel_model(ker, mach, NULL);
+    }
+    return n;
+}
+
+/* smollm2-135m's attention at B=8 (9 heads on 3): the one dk/dv kernel's first-keys block (48
+ * query tiles) bounds it, about 2x its share; in parts no block does (16 tiles), the parts'
+ * kernel takes the one kernel's FLOPs and the sum none, its bytes the scratch and dk, dv; with
+ * no group (gpt2's 12 heads) one kernel and no bound. */
+START_TEST(dkv_parts_model) {
+    sn_roofline_kernel m[2][8];
+    const sn_kernel *ks[2][8];
+    sn_program *p[2];
+    sn_graph *g[2];
+    int n[2];
+    for (int parts = 0; parts < 2; parts++)
+        n[parts] = dkv_model(8, 9, 3, 1024, parts, m[parts], ks[parts], &p[parts], &g[parts]);
+    ck_assert_int_eq(n[0], 1);
+    ck_assert_int_eq(n[1], 2);
+    ck_assert(m[0][0].sm_bound && !m[1][0].sm_bound);
+    ck_assert(ks[1][0]->stage == SN_SUM_PARTIAL && ks[1][1]->stage == SN_SUM_FINISH);
+    ck_assert_double_eq_tol(m[1][0].flops, m[0][0].flops, 1e-3 * m[0][0].flops);
+    ck_assert_double_eq(sn_roofline_kernel_flops(ks[1][1]), 0); /* no products: elementwise work */
+    double scratch = 4.0 * 8 * 9 * 1024 * 128, out = 2.0 * 2 * 8 * 3 * 1024 * 64;
+    ck_assert_double_eq_tol(m[1][1].bytes, scratch + out, 1);
+    double ratio = m[0][0].time_s / m[1][0].time_s;
+    printf("smollm2-135m B=8 dk/dv, modeled on the h200: one kernel %.1f us, parts %.1f + %.1f us "
+           "(%.2fx the parts' kernel)\n", 1e6 * m[0][0].time_s, 1e6 * m[1][0].time_s,
+           1e6 * m[1][1].time_s, ratio);
+    ck_assert_msg(ratio > 1.5 && ratio < 2.5, "%.2f", ratio);
+    for (int i = 0; i < 2; i++) {
+        sn_program_free(p[i]);
+        sn_graph_free(g[i]);
+    }
+    sn_roofline_kernel one[8];
+    const sn_kernel *k1[8];
+    sn_program *pg;
+    sn_graph *gg;
+    ck_assert_int_eq(dkv_model(16, 12, 12, 1024, true, one, k1, &pg, &gg), 1);
+    ck_assert(!one[0].sm_bound && k1[0]->stage == SN_SUM_WHOLE);
+    sn_program_free(pg);
+    sn_graph_free(gg);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("kernel_cost");
     TCase *tc = tcase_create("occupancy");
     tcase_add_test(tc, occupancy_formulas);
     tcase_add_test(tc, roofline_gaps);
     tcase_add_test(tc, decode_split_fills_the_machine);
+    tcase_add_test(tc, dkv_parts_model);
     suite_add_tcase(s, tc);
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 240);
