@@ -358,6 +358,29 @@ START_TEST(dkv_parts_agree) {
 }
 END_TEST
 
+/* dk alone and dv alone in parts (a dk/dv kernel of one output: its scratch holds that one's
+ * parts), on mma.sync (sm_80) and wgmma (sm_90): o, lse and the one gradient against the
+ * interpreter in every thread order, the program with a parts kernel and its sum. */
+START_TEST(dkv_parts_one_output) {
+    const att_case *c = &parts_cases[_i / 2 ? 4 : 0];
+    int outs = ATT_OUT_O | ATT_OUT_LSE | (_i % 2 ? ATT_OUT_DV : ATT_OUT_DK);
+    dkv_parts = true;
+    run_result r = check_outputs(c, outs, NULL, NULL);
+    sn_node *in[5];
+    sn_graph *g = case_graph(c, outs, in);
+    sn_program *p = fuse(g);
+    dkv_parts = false;
+    ck_assert_msg(r.worst <= 1.0, "error %.2f x the tolerance; %s", r.worst, r.failure);
+    ck_assert_int_eq(r.checked, 3 * SN_SIM_ORDER_COUNT);
+    int parts = 0;
+    for (int i = 0; i < p->n_kernels; i++)
+        parts += p->kernels[i]->dkv_parts && !p->kernels[i]->anchor2;
+    ck_assert_int_eq(parts, 2);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* The rule (kernel_split.c): parts only for grouped-query k and v, under SN_DKV_PARTS_BLOCKS
  * blocks of 64 keys; SN_ATT_PARTS=0 turns them off for a CUDA target; the CPU has none. */
 START_TEST(dkv_parts_rule) {
@@ -793,6 +816,7 @@ static Suite *suite(void) {
     TCase *pt = tcase_create("dkv_parts");
     tcase_set_timeout(pt, 240);
     tcase_add_loop_test(pt, dkv_parts_agree, 0, N_PARTS_CASES);
+    tcase_add_loop_test(pt, dkv_parts_one_output, 0, 4);
     tcase_add_test(pt, dkv_parts_rule);
     tcase_add_loop_test(pt, dkv_parts_planted_bugs_are_caught, 0, N_PARTS_PLANTS);
     suite_add_tcase(s, pt);
