@@ -1,11 +1,13 @@
 /* fuzz_compile.c: libFuzzer harness for the compiler's passes on graphs the IR parser accepts:
  * a small graph that parses and verifies is made into a program (sn_pipeline_kernels: the graph
  * passes, fuse, the kernel contract, memplan) for the host CPU and for a CUDA sm_90 target (the
- * passes only that target takes: siblings, dk and dv in parts, the decode split), no code
- * generated. A refusal must come with a message; ASan sees any write past a pass's arrays (the
- * fuse pass's values, session 21). */
+ * passes only that target takes: siblings, dk and dv in parts, the decode split), and the CUDA
+ * program's kernels rendered as CUDA C (text only: no NVRTC, no LLVM). A refusal must come with a
+ * message; ASan sees any write past a pass's or an emitter's arrays (the fuse pass's values,
+ * session 21). */
 #include <string.h>
 
+#include "codegen/cuda/cuda.h"
 #include "ir/ir.h"
 #include "passes/pipeline.h"
 #include "fuzz_util.h"
@@ -43,6 +45,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         e = (sn_err){0};
         s = sn_pipeline_kernels(g, &o, &p, NULL, &e);
         FUZZ_CHECK(!s || e.msg[0], "the pipeline failed (status %d) with no message", s);
+        if (!s && targets[t].kind == SN_TARGET_CUDA) {
+            sn_cuda_source cs;
+            e = (sn_err){0};
+            s = sn_cuda_render((const sn_kernel *const *)p->kernels, p->n_kernels, &targets[t], &cs, &e);
+            FUZZ_CHECK(!s || e.msg[0], "the CUDA renderer failed (status %d) with no message", s);
+            if (!s) sn_cuda_source_free(&cs);
+        }
         sn_program_free(p);
     }
     sn_graph_free(g);
