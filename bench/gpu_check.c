@@ -27,7 +27,7 @@ static const char usage[] =
     "                 [--gemm-n N] [--copy-mib N]"
     "                 [--gemm-f32]\n"
     "                 [--tiny-model M --tiny-steps N] [--att-T T]\n"
-    "                 [--att-time BxHxTxD]... [--att-reps N] [--anchors DIR]\n"
+    "                 [--att-time BxHxTxD[/KV]]... [--att-reps N] [--anchors DIR]\n"
     "                 [--att-tiles 'fwd=WxTxS,dq=..,dkv=..;...'] [--only attention]\n"
     "       gpu_check --device cpu --write-golden FILE [--train-precision fp32|bf16]\n"
     "                 [--train-model M --train-batch B ...]\n"
@@ -49,7 +49,7 @@ static void defaults(gc_opts *o, bool small) {
                    .golden_bf16 = SN_BENCH_DIR "/gpu_check_golden_bf16.txt",
                    .time_model = "gpt2", .time_sizes = {{4, 256}, {16, 1024}}, .n_time_sizes = 2,
                    .time_steps = 10, .warmup = 3, .gemm_n = 8192, .copy_mib = 1024,
-                   .att_shapes = {{16, 12, 1024, 64}, {4, 12, 256, 64}}, .n_att_shapes = 2,
+                   .att_shapes = {{16, 12, 1024, 64, 12}, {4, 12, 256, 64, 12}}, .n_att_shapes = 2,
                    .att_reps = 20};
     if (small) {
         o->att_T = 37;
@@ -68,6 +68,7 @@ static void defaults(gc_opts *o, bool small) {
         o->gemm_n = 256;
         o->copy_mib = 16;
         o->att_shapes[0][0] = 1, o->att_shapes[0][1] = 2, o->att_shapes[0][2] = 64, o->att_shapes[0][3] = 64;
+        o->att_shapes[0][4] = 2;
         o->n_att_shapes = 1;
         o->att_reps = 3;
     }
@@ -127,10 +128,15 @@ static int parse(int argc, char **argv, gc_opts *o) {
         else if (!strcmp(k, "--att-time")) {
             if (!att_given) o->n_att_shapes = 0;
             att_given = true;
-            int *a = o->att_shapes[o->n_att_shapes < 4 ? o->n_att_shapes : 3];
-            if (o->n_att_shapes == 4 || sscanf(v, "%dx%dx%dx%d", &a[0], &a[1], &a[2], &a[3]) != 4 ||
+            int *a = o->att_shapes[o->n_att_shapes < 4 ? o->n_att_shapes : 3], got;
+            if (o->n_att_shapes == 4 ||
+                (got = sscanf(v, "%dx%dx%dx%d/%d", &a[0], &a[1], &a[2], &a[3], &a[4])) < 4 ||
                 a[0] < 1 || a[1] < 1 || a[2] < 1 || a[3] < 1)
-                return bad("--att-time is BxHxTxD (at most four of them)");
+                return bad("--att-time is BxHxTxD or BxHxTxD/KV (KV heads for k and v; at most four "
+                           "of them)");
+            if (got == 4) a[4] = a[1];
+            if (a[4] < 1 || a[1] % a[4])
+                return bad("--att-time BxHxTxD/KV: KV must divide H (grouped-query attention)");
             o->n_att_shapes++;
         }
         else if (!strcmp(k, "--time-size")) {
@@ -200,7 +206,7 @@ int main(int argc, char **argv) {
             gc_time_steps(r);
         }
         gc_time_attention(r);
-        if (!r->o.only_attention) gc_compare_anchors(r);
+        if (!r->o.only_attention || r->o.anchors_dir) gc_compare_anchors(r); /* --only: SDPA's */
         sn_device_free(r->dev);
         /* last, on its own handles: a fault of an unconfirmed layout (an illegal address
            poisons the context) can cost no other step */

@@ -38,7 +38,7 @@ typedef struct {
     int gemm_n;              /* the ceilings: bf16 GEMM n^3 and the copy's MiB */
     bool gemm_f32;           /* the ceiling GEMM in f32 (for a cuBLASLt without bf16) */
     int copy_mib;
-    int att_shapes[4][4], n_att_shapes; /* attention timed alone: (B, H, T, D), bf16 */
+    int att_shapes[4][5], n_att_shapes; /* attention timed alone: (B, H, T, D, kv heads), bf16 */
     int att_reps;            /* timed runs per attention program (median) */
     const char *att_tiles;   /* --att-tiles: SN_ATT_TILES configurations to compare, ';' apart */
     bool only_attention;     /* --only attention: the device and the attention timings alone */
@@ -111,9 +111,13 @@ void gc_check_wgmma(gc_run *r);
 void gc_time_steps(gc_run *r);
 /* gpu_check_attention.c: sinter's causal attention alone, forward and forward + backward. */
 void gc_time_attention(gc_run *r);
+/* "<what> B=16 H=12 T=1024 D=64" of shape sh (att_shapes), " KV=4" for grouped-query k and v,
+ * then tail (" bf16"): the attention steps' names, which the anchors look up. */
+void gc_att_name(char *buf, size_t len, const char *what, const int *sh, const char *tail);
 /* gpu_check_anchors.c: the PyTorch anchors measured in the same run (tools/gpu_check runs
  * bench/torch_gpt2.py and bench/torch_sdpa.py into anchors_dir) beside the steps' times, as
- * ratios sinter / torch; SKIPs saying why when there are none ("no torch"). */
+ * ratios sinter / torch; SKIPs saying why when there are none ("no torch"). With --only
+ * attention, SDPA's alone. */
 void gc_compare_anchors(gc_run *r);
 
 #endif

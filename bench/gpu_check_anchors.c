@@ -18,6 +18,7 @@ typedef struct {
     char pass[12];  /* sdpa: fwd, fwd+bwd */
     char model[32]; /* gpt2: the script's --model (gpt2, tiny) */
     int B, H, T, D;
+    int KV;         /* sdpa: k's and v's heads ("Hkv"; H when the line has none) */
     double ms;      /* the median; NAN with err set */
     char err[200];
 } row;
@@ -91,6 +92,7 @@ static void read_table(const char *dir, const char *file, table *t) {
         r->H = jint(line, "H");
         r->T = jint(line, "T");
         r->D = jint(line, "D");
+        r->KV = jint(line, "Hkv") > 0 ? jint(line, "Hkv") : r->H;
         r->ms = jnum(line, "ms_median");
         if (!jstr(line, "error", r->err, sizeof r->err) && !(r->ms > 0))
             snprintf(r->err, sizeof r->err, "no ms_median");
@@ -114,11 +116,11 @@ static double step_num(const gc_run *r, const char *name, const char *key) {
 }
 
 static const row *find(const table *t, const char *mode, const char *pass, const char *model, int B,
-                       int H, int T, int D) {
+                       int H, int T, int D, int KV) {
     for (int i = 0; i < t->n; i++) {
         const row *x = &t->rows[i];
         if (!strcmp(x->mode, mode) && !strcmp(x->pass, pass) && !strcmp(x->model, model) && x->B == B && x->T == T &&
-            (H < 0 || (x->H == H && x->D == D)))
+            (H < 0 || (x->H == H && x->D == D && x->KV == KV)))
             return x;
     }
     return NULL;
@@ -146,7 +148,7 @@ static void gpt2_anchor(gc_run *r, const table *t, int B, int T) {
     int measured = 0;
     gc_num(s, "sinter_ms", me);
     for (int m = 0; m < 3; m++) {
-        const row *x = find(t, modes[m], "", r->o.time_model, B, -1, T, -1);
+        const row *x = find(t, modes[m], "", r->o.time_model, B, -1, T, -1, -1);
         cell(c[m], sizeof c[m], modes[m], x, me);
         char key[40];
         snprintf(key, sizeof key, "torch_%s_ms", modes[m]);
@@ -173,7 +175,7 @@ static void gpt2_anchor(gc_run *r, const table *t, int B, int T) {
         gc_end(r, s, GC_PASS, "%s", msg);
     fprintf(r->details, "%s (ms a step; sinter / torch): sinter %.4g", name, me);
     for (int m = 0; m < 3; m++) {
-        const row *x = find(t, modes[m], "", r->o.time_model, B, -1, T, -1);
+        const row *x = find(t, modes[m], "", r->o.time_model, B, -1, T, -1, -1);
         if (x && !x->err[0]) fprintf(r->details, "; %s %.4g (%.2fx)", modes[m], x->ms, me / x->ms);
         else fprintf(r->details, "; %s %s", modes[m], x ? "failed" : "-");
     }
@@ -185,20 +187,20 @@ static void sdpa_anchor(gc_run *r, const table *t, const int *sh) {
     static const char *passes[] = {"fwd", "fwd+bwd"};
     int B = sh[0], H = sh[1], T = sh[2], D = sh[3];
     char name[96], sname[96], c[3][2][128];
-    snprintf(name, sizeof name, "anchors: torch SDPA B=%d H=%d T=%d D=%d bf16", B, H, T, D);
+    gc_att_name(name, sizeof name, "anchors: torch SDPA", sh, " bf16");
     gc_step *s = gc_begin(r, name);
     if (!t->n) {
         gc_end(r, s, GC_SKIP, "skipped: %s", t->why);
         return;
     }
-    snprintf(sname, sizeof sname, "time: attention B=%d H=%d T=%d D=%d bf16", B, H, T, D);
+    gc_att_name(sname, sizeof sname, "time: attention", sh, " bf16");
     double me[2] = {step_num(r, sname, "fwd_ms"), step_num(r, sname, "fwd_bwd_ms")};
     int measured = 0;
     gc_num(s, "sinter_fwd_ms", me[0]);
     gc_num(s, "sinter_fwd_bwd_ms", me[1]);
     for (int b = 0; b < 3; b++)
         for (int p = 0; p < 2; p++) {
-            const row *x = find(t, backends[b], passes[p], "", B, H, T, D);
+            const row *x = find(t, backends[b], passes[p], "", B, H, T, D, sh[4]);
             cell(c[b][p], sizeof c[b][p], passes[p], x, me[p]);
             char key[40];
             snprintf(key, sizeof key, "%s_%s_ms", backends[b], p ? "fwd_bwd" : "fwd");
@@ -218,7 +220,7 @@ static void sdpa_anchor(gc_run *r, const table *t, const int *sh) {
     for (int b = 0; b < 3; b++) {
         fprintf(r->details, "  %-10s", backends[b]);
         for (int p = 0; p < 2; p++) {
-            const row *x = find(t, backends[b], passes[p], "", B, H, T, D);
+            const row *x = find(t, backends[b], passes[p], "", B, H, T, D, sh[4]);
             if (x && !x->err[0] && isfinite(me[p])) fprintf(r->details, " %10.4f %7.2fx", x->ms, me[p] / x->ms);
             else if (x && !x->err[0]) fprintf(r->details, " %10.4f %8s", x->ms, "-");
             else fprintf(r->details, " %10s %8s", x ? "failed" : "-", "-");
@@ -239,6 +241,7 @@ void gc_compare_anchors(gc_run *r) {
                  "bench/torch_gpt2.py and bench/torch_sdpa.py when python3 imports torch with CUDA)");
         sdpa = gpt2;
     }
-    for (int i = 0; i < r->o.n_time_sizes; i++) gpt2_anchor(r, &gpt2, r->o.time_sizes[i][0], r->o.time_sizes[i][1]);
+    for (int i = 0; i < r->o.n_time_sizes && !r->o.only_attention; i++) /* no step timed then */
+        gpt2_anchor(r, &gpt2, r->o.time_sizes[i][0], r->o.time_sizes[i][1]);
     for (int i = 0; i < r->o.n_att_shapes; i++) sdpa_anchor(r, &sdpa, r->o.att_shapes[i]);
 }

@@ -1,5 +1,6 @@
 /* gpu_check_attention.c: sinter's causal attention alone, timed on the device under check: per
- * shape (B, H, T, D), bf16 q, k, v (and dout) as inputs, two programs compiled through the same
+ * shape (B, H, T, D) with KV heads for k and v (H: none shared; fewer: grouped-query, as LLaMA's),
+ * bf16 q, k, v (and dout) as inputs, two programs compiled through the same
  * pipeline as the check's other graphs: the forward (attention_lse + attention: one kernel that
  * writes o and lse) and the forward with the backward (dq: attention_bwd_q; dk and dv:
  * attention_bwd_k + _v, one kernel), i.e. one layer's attention in the training step (3
@@ -27,13 +28,14 @@ static uint16_t bf16_bits(float f) { /* round to nearest even (the inputs are fi
  * backward (the difference of the last two is the dk/dv kernel's time). */
 typedef enum { ATT_FWD, ATT_FWD_DQ, ATT_FWD_BWD } att_what;
 
-/* q, k, v, dout (B, H, T, D) bf16 -> o (B, H, T, D) bf16, lse (B, H, T) f32 and, as `what`
- * says, dq, dk, dv (B, H, T, D) bf16, all outputs; in[] the four inputs. */
-static sn_graph *attention_graph(int B, int H, int T, int D, att_what what, sn_node **in) {
+/* q, dout (B, H, T, D) and k, v (B, KV, T, D) bf16 -> o (B, H, T, D) bf16, lse (B, H, T) f32
+ * and, as `what` says, dq, dk, dv (shaped as q, k, v) bf16, all outputs; in[] the four inputs. */
+static sn_graph *attention_graph(int B, int H, int T, int D, int KV, att_what what, sn_node **in) {
     sn_graph *g = sn_graph_new();
     if (!g) return NULL;
     const char *names[4] = {"q", "k", "v", "dout"};
-    for (int i = 0; i < 4; i++) in[i] = sn_input(g, names[i], SN_BF16, SN_SHAPE(B, H, T, D));
+    for (int i = 0; i < 4; i++)
+        in[i] = sn_input(g, names[i], SN_BF16, SN_SHAPE(B, i == 1 || i == 2 ? KV : H, T, D));
     sn_node *q = in[0], *k = in[1], *v = in[2], *dout = in[3];
     float f = 1.0f / sqrtf((float)D);
     sn_node *lse = sn_attention_lse(g, q, k, f);
@@ -59,17 +61,17 @@ typedef struct {
 } att_time;
 
 /* Compiles and times one program; SN_OK with *t filled. */
-static sn_status time_program(gc_run *r, int B, int H, int T, int D, att_what what,
-                              uint64_t seed, att_time *t, sn_err *e) {
+static sn_status time_program(gc_run *r, const int *sh, att_what what, uint64_t seed,
+                              att_time *t, sn_err *e) {
     sn_device *d = r->dev;
     sn_node *in[4];
     bool bwd = what != ATT_FWD;
-    sn_graph *g = attention_graph(B, H, T, D, what, in);
+    sn_graph *g = attention_graph(sh[0], sh[1], sh[2], sh[3], sh[4], what, in);
     if (!g) return sn_fail(e, SN_ERR_OOM, "out of memory for a graph");
     sn_program *p = NULL;
     sn_exec *x = NULL;
     void *ev[2] = {NULL, NULL};
-    int64_t n = (int64_t)B * H * T * D;
+    int64_t n = (int64_t)sh[0] * sh[1] * sh[2] * sh[3]; /* q's elements; k's and v's are fewer */
     uint16_t *buf = NULL;
     int reps = r->o.att_reps < MAX_REPS ? r->o.att_reps : MAX_REPS;
     double s[MAX_REPS];
@@ -80,8 +82,9 @@ static sn_status time_program(gc_run *r, int B, int H, int T, int D, att_what wh
     if (!st && !(buf = sn_malloc((size_t)n * 2, "an attention input", e))) st = SN_ERR_OOM;
     sn_rng rng = sn_rng_seed(seed);
     for (int i = 0; i < (bwd ? 4 : 3) && !st; i++) { /* uniform [-1, 1); dout: the backward's */
-        for (int64_t j = 0; j < n; j++) buf[j] = bf16_bits((float)(2 * sn_rng_uniform(&rng) - 1));
-        st = sn_exec_upload(x, sn_exec_node_ref(in[i], 0), buf, n * 2, e);
+        int64_t m = sn_numel(in[i]);
+        for (int64_t j = 0; j < m; j++) buf[j] = bf16_bits((float)(2 * sn_rng_uniform(&rng) - 1));
+        st = sn_exec_upload(x, sn_exec_node_ref(in[i], 0), buf, m * 2, e);
     }
     for (int i = 0; i < 2 && !st; i++)
         if (!(ev[i] = d->event_new(d, e))) st = e->code ? e->code : SN_ERR_DEVICE;
@@ -106,14 +109,20 @@ static sn_status time_program(gc_run *r, int B, int H, int T, int D, att_what wh
     return st;
 }
 
+void gc_att_name(char *buf, size_t len, const char *what, const int *sh, const char *tail) {
+    int n = snprintf(buf, len, "%s B=%d H=%d T=%d D=%d", what, sh[0], sh[1], sh[2], sh[3]);
+    if (sh[4] != sh[1] && n >= 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, " KV=%d", sh[4]);
+    if (n >= 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, "%s", tail);
+}
+
 /* One shape at the tiles SN_ATT_TILES names (tiles: NULL, the plan's own; else config `ti` of
  * --att-tiles, its timings split into forward, dq and dk/dv). */
 static void time_shape(gc_run *r, int a, const char *tiles, int ti) {
     const int *sh = r->o.att_shapes[a];
     int B = sh[0], H = sh[1], T = sh[2], D = sh[3];
-    char name[64];
-    if (tiles) snprintf(name, sizeof name, "time: attention B=%d H=%d T=%d D=%d tiles #%d", B, H, T, D, ti);
-    else snprintf(name, sizeof name, "time: attention B=%d H=%d T=%d D=%d bf16", B, H, T, D);
+    char name[96], tail[24];
+    snprintf(tail, sizeof tail, tiles ? " tiles #%d" : " bf16", ti);
+    gc_att_name(name, sizeof name, "time: attention", sh, tail);
     gc_step *s = gc_begin(r, name);
     if (tiles) setenv("SN_ATT_TILES", tiles, 1);
     /* "dq=atomic": dq comes from the dk/dv kernel (program/kernel.h), so a program of the
@@ -122,21 +131,22 @@ static void time_shape(gc_run *r, int a, const char *tiles, int ti) {
     bool atomic = tiles && sn_target_att_dq_atomic_asked();
     sn_err e = {0};
     att_time f = {0}, fq = {0}, fb = {0};
-    sn_status st = time_program(r, B, H, T, D, ATT_FWD, r->o.seed + 100 + (uint64_t)a, &f, &e);
+    sn_status st = time_program(r, sh, ATT_FWD, r->o.seed + 100 + (uint64_t)a, &f, &e);
     if (!st && tiles && !atomic)
-        st = time_program(r, B, H, T, D, ATT_FWD_DQ, r->o.seed + 300 + (uint64_t)a, &fq, &e);
-    if (!st) st = time_program(r, B, H, T, D, ATT_FWD_BWD, r->o.seed + 200 + (uint64_t)a, &fb, &e);
+        st = time_program(r, sh, ATT_FWD_DQ, r->o.seed + 300 + (uint64_t)a, &fq, &e);
+    if (!st) st = time_program(r, sh, ATT_FWD_BWD, r->o.seed + 200 + (uint64_t)a, &fb, &e);
     if (tiles) unsetenv("SN_ATT_TILES");
     if (st) {
         gc_end(r, s, st == SN_ERR_UNSUPPORTED ? GC_SKIP : GC_FAIL, "%s%s",
                st == SN_ERR_UNSUPPORTED ? "not supported yet: " : "", e.msg);
         return;
     }
-    double mm = 2.0 * B * H * (double)T * T * D / 2; /* one causal product's FLOPs */
+    double mm = 2.0 * B * H * (double)T * T * D / 2; /* one causal product's FLOPs (per query head) */
     gc_num(s, "B", B);
     gc_num(s, "H", H);
     gc_num(s, "T", T);
     gc_num(s, "D", D);
+    gc_num(s, "KV", sh[4]);
     gc_num(s, "fwd_ms", f.med * 1e3);
     gc_num(s, "fwd_ms_min", f.min * 1e3);
     gc_num(s, "fwd_ms_max", f.max * 1e3);

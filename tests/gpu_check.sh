@@ -45,6 +45,20 @@ if [ $device = cuda ]; then
   grep -q "^PASS time: attention .* tiles #2: fwd=wgmma,dkv=wgmma: forward .* dk/dv about" "$dir/sm90.txt" ||
     { cat "$dir/sm90.txt"; echo "FAIL: the wgmma kernels timed"; exit 1; }
 fi
+# a grouped-query shape (BxHxTxD/KV, as tools/gpu_next's llama item times smollm2's): on CUDA its
+# backward is dq, dk and dv's parts and their sum (4 kernels), and with --only attention the
+# SDPA anchor of the same shape and KV is found (another KV's is not)
+if [ $device = cuda ]; then
+  mkdir -p "$dir/gqa"
+  printf '%s\n' '{"backend": "flash", "pass": "fwd+bwd", "B": 1, "H": 4, "Hkv": 2, "T": 64, "D": 64, "ms_median": 0.5}' \
+    '{"backend": "cudnn", "pass": "fwd+bwd", "B": 1, "H": 4, "T": 64, "D": 64, "ms_median": 0.25}' > "$dir/gqa/torch_sdpa.jsonl"
+  "$check" --device cuda --small --only attention --att-time 1x4x64x64/2 --anchors "$dir/gqa" \
+    --out "$dir/gqa" --cache-dir "$dir/gqa/cache" > "$dir/gqa.txt" 2>&1 || { cat "$dir/gqa.txt"; echo "FAIL: gqa run"; exit 1; }
+  grep -q "^PASS time: attention B=1 H=4 T=64 D=64 KV=2 bf16: .*forward + backward (dq, dk, dv; 4 kernels)" \
+    "$dir/gqa.txt" || { cat "$dir/gqa.txt"; echo "FAIL: the grouped-query attention timed"; exit 1; }
+  grep -q "^PASS anchors: torch SDPA B=1 H=4 T=64 D=64 KV=2 bf16: .*flash: fwd not measured, fwd+bwd 0.5 ms .*cudnn: fwd not measured, fwd+bwd not measured" \
+    "$dir/gqa.txt" || { cat "$dir/gqa.txt"; echo "FAIL: the grouped-query anchor"; exit 1; }
+fi
 python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert d['failures'] == 0 and len(d['steps']) > 10" \
   "$dir/gpu_check.json" || { echo "FAIL: gpu_check.json"; exit 1; }
 echo "gpu_check.sh: the check ran to its end on the $device device"
