@@ -99,7 +99,9 @@ static double att_busiest_share(const sn_kernel *k) {
     int r = q->rank;
     int64_t T = q->shape[r - 2], S = kk->shape[r - 2], nq = (T + 63) / 64, nk = (S + 63) / 64;
     bool kv = n->op == SN_OP_ATTENTION_BWD_K || n->op == SN_OP_ATTENTION_BWD_V;
-    int64_t loop = kv && !k->dkv_parts ? sn_attention_group(n) : 1, slices = k->n_items;
+    const sn_node *by = kv && !(k->dkv_parts && k->stage == SN_SUM_PARTIAL) ? kk : q;
+    int64_t loop = kv && !k->dkv_parts ? sn_attention_group(n) : 1;
+    int64_t slices = sn_shape_numel(r - 2, by->shape); /* the blocks' y: (batch x head) pairs */
     double most = 0, total = 0;
     for (int64_t b = 0; b < (kv ? nk : nq); b++) {
         int64_t tiles;

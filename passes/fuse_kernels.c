@@ -443,6 +443,9 @@ sn_status sn_fuse_att_dq_atomic(fuse_state *s) {
         size_t len = strlen(kv->name);
         if (len + 4 < sizeof kv->name) snprintf(kv->name + len, sizeof kv->name - len, "_dq");
         z->scratch = kv->scratch = q->scratch = new_scratch(s, sn_kernel_scratch_bytes(q));
+        sn_kernel_work(z, &z->n_items, &z->serial); /* stages' items: pairs (kernel.h) */
+        sn_kernel_work(q, &q->n_items, &q->serial);
+        sn_kernel_work(kv, &kv->n_items, &kv->serial);
         /* zero, dk/dv, store at the first of the two places: the inputs of both are written
          * before either, and what reads dq, dk or dv comes after both */
         int at = i < j ? i : j, n = p->n_kernels - 1; /* z is the last */

@@ -272,11 +272,15 @@ struct sn_kernel {
 
     /* Work is split over threads (CPU) or blocks (GPU) as items [0, n_items): pointwise:
      * elements; ROW: rows; REDUCE: output elements; GATHER: ids (or column blocks of 64 for
-     * the scatter, chunks for its BUCKET stage); ATTENTION: (batch x head) pairs of q (of k
-     * and v for dk and dv, which have fewer under grouped-query attention; times the parts of a
-     * split attention_cache's PARTIAL: the decode split above). `serial`: must
-     * run as one range. Fuse sets both from sn_kernel_work; the contract checks them
-     * against it. */
+     * the scatter, chunks for its BUCKET stage); ATTENTION (one kernel, stage WHOLE, not
+     * attention_cache): (batch x head) pairs of q, of k and v for dk and dv (fewer under
+     * grouped-query attention), times their chunks of SN_ATT_ROW_CHUNK rows (queries; dk and dv:
+     * keys), item i the pair i / C's chunk sn_att_row_chunk(i % C, C) of C = ceil(rows /
+     * SN_ATT_ROW_CHUNK): a row of o, lse, dq, dk or dv is its own, so the chunks split the work,
+     * not a sum (LLaMA's 3 kv heads at batch 1 were 3 items for all the CPU's threads); the
+     * stages' kernels: pairs (times the parts of a split attention_cache's PARTIAL: the decode
+     * split above). `serial`: must run as one range. Fuse sets both from sn_kernel_work; the
+     * contract checks them against it. */
     int64_t n_items;
     bool serial;
 
@@ -557,6 +561,12 @@ const char *sn_gemv_name(const sn_kernel *k);
  * L of a part. */
 int64_t sn_split_parts(const sn_kernel *k);
 int64_t sn_split_len(const sn_kernel *k);
+/* The row chunks of an attention kernel's items (n_items above), and which chunk the c-th of a
+ * pair's C items takes: 0, C - 1, 1, C - 2, .. (causal: the first keys have the most queries and
+ * the last queries the most keys, so neighbouring items, which one thread takes together, pair a
+ * long chunk with a short one). */
+enum { SN_ATT_ROW_CHUNK = 64 };
+int64_t sn_att_row_chunk(int64_t c, int64_t C);
 /* The parts of a grouped-query dk/dv kernel (dkv_parts above): G where the one kernel's blocks,
  * k's slices x ceil(S / 64) keys, are fewer than SN_DKV_PARTS_BLOCKS, else 1 (one kernel; also
  * for any other kernel). Below that many blocks the first keys' block, G times every query tile,

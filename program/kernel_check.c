@@ -93,9 +93,12 @@ sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e) {
     int64_t slices = sn_shape_numel(r - 2, (kv_items ? n->in[1] : q)->shape);
     if (n->op == SN_OP_ATTENTION_CACHE && k->stage == SN_SUM_PARTIAL)
         slices *= sn_split_parts(k); /* and each slice's parts of the keys (kernel.h) */
+    if (k->stage == SN_SUM_WHOLE && n->op != SN_OP_ATTENTION_CACHE) /* their chunks of rows */
+        slices *= ((kv_items ? n->in[1] : q)->shape[r - 2] + SN_ATT_ROW_CHUNK - 1) / SN_ATT_ROW_CHUNK;
     if (k->n_items != slices)
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: n_items is %lld, not the %lld (batch x "
-                       "head) slices of %s (a bug in the fuse pass)", k->name,
+                       "head) slices of %s (times their key chunks or parts: kernel.h; a bug in "
+                       "the fuse pass)", k->name,
                        (long long)k->n_items, (long long)slices, kv_items ? "k" : "q");
     return SN_OK;
 }

@@ -142,6 +142,8 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
                      !(k->dkv_parts && k->stage == SN_SUM_PARTIAL);
         const sn_node *x = by_kv ? a->in[1] : a->in[0];
         *n_items = x->rank >= 2 ? sn_shape_numel(x->rank - 2, x->shape) : 1;
+        if (k->stage == SN_SUM_WHOLE && a->op != SN_OP_ATTENTION_CACHE && x->rank >= 2)
+            *n_items *= (x->shape[x->rank - 2] + SN_ATT_ROW_CHUNK - 1) / SN_ATT_ROW_CHUNK; /* rows */
         if (a->op == SN_OP_ATTENTION_CACHE && k->stage == SN_SUM_PARTIAL) /* key ranges */
             *n_items *= sn_split_parts(k);
         return;
@@ -162,6 +164,11 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
     }
     *n_items = 1; /* a library call */
     *serial = true;
+}
+
+int64_t sn_att_row_chunk(int64_t c, int64_t C) {
+    SN_ASSERT(c >= 0 && c < C);
+    return c % 2 ? C - 1 - c / 2 : c / 2;
 }
 
 int64_t sn_sum_chunk_rows(const sn_kernel *k) {

@@ -241,7 +241,8 @@ static void check_unfused(const att_case *c) {
 
 /* Head sizes 5 (one masked vector), 16, 24 (a full vector and a tail at 16 lanes), 64, and 160
  * (too wide for two rows per step in registers); Dv unlike D; T = S and T < S; T = 1; T up to
- * 70 (a multiple of no block size, and odd: the last step of two rows repeats the last row).
+ * 70 (a multiple of no block size, and odd: the last step of two rows repeats the last row),
+ * and 131 and 200 keys (dk and dv in several chunks of keys).
  * Grouped-query (the last column): G = 2, 3 and 4 query heads per kv head, one kv head and
  * several, two batches (the kv slice of query slice bq is bq / G across them). */
 static const att_case cases[] = {
@@ -251,6 +252,9 @@ static const att_case cases[] = {
     {1, 3, 23, 31, 24, 5, 1, 0},   {1, 2, 50, 64, 5, 40, 3, 0},  {1, 2, 20, 29, 160, 136, 1, 0},
     {2, 4, 7, 7, 5, 5, 1, 2},   {2, 6, 19, 45, 24, 24, 1, 2}, {1, 4, 37, 37, 64, 64, 2, 1},
     {2, 4, 33, 40, 16, 5, 1, 2}, {1, 8, 17, 17, 16, 16, 1, 2},
+    /* rows in chunks of 64 (kernel.h: SN_ATT_ROW_CHUNK), taken 0, C - 1, 1, ..: three with an
+     * odd last chunk (grouped-query), keys in four and queries in two with S > T */
+    {1, 4, 131, 131, 16, 16, 1, 2}, {2, 2, 100, 200, 16, 24, 1, 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 

@@ -1,6 +1,7 @@
 /* llvm_attention.c: the fused causal attention kernels (sn_ll_emit_attention): the checks of
- * the kernel, then one (batch x head) slice per item, its q, k, v, o, dout and lse found through
- * their accesses (views of a wider buffer) and its rows walked by llvm_attention_steps.c's steps.
+ * the kernel, then a chunk of one (batch x head) slice's rows per item (queries; dk and dv:
+ * keys; as program/kernel.h orders them), its q, k, v, o, dout and lse found through their accesses
+ * (views of a wider buffer) and its rows walked by llvm_attention_steps.c's steps.
  * Convention: f32 inside; bf16/f16 q, k, v, o, dout converted on load, outputs on store. */
 #ifdef SN_HAVE_LLVM
 
@@ -136,6 +137,20 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
 
     sn_ll_loop items;
     LLVMValueRef b = sn_ll_for(L, &items, L->begin, L->end, sn_ll_i64(L, 1), "item");
+    int64_t rows = a.by_kv ? a.S : a.T;
+    LLVMValueRef row0 = sn_ll_i64(L, 0), row1 = sn_ll_i64(L, rows);
+    { /* item: the slice b / C's chunk of rows sn_att_row_chunk(b % C, C) (kernel.h) */
+        int64_t C = (rows + SN_ATT_ROW_CHUNK - 1) / SN_ATT_ROW_CHUNK;
+        LLVMValueRef c = LLVMBuildURem(L->b, b, sn_ll_i64(L, C), "c");
+        b = LLVMBuildUDiv(L->b, b, sn_ll_i64(L, C), "slice");
+        LLVMValueRef half = LLVMBuildUDiv(L->b, c, sn_ll_i64(L, 2), "");
+        LLVMValueRef odd = LLVMBuildICmp(L->b, LLVMIntNE, LLVMBuildURem(L->b, c, sn_ll_i64(L, 2), ""),
+                                         sn_ll_i64(L, 0), "");
+        LLVMValueRef chunk = LLVMBuildSelect(L->b, odd, LLVMBuildSub(L->b, sn_ll_i64(L, C - 1), half, ""),
+                                             half, "chunk");
+        row0 = sn_ll_mul(L, chunk, sn_ll_i64(L, SN_ATT_ROW_CHUNK)); /* a multiple of R: the */
+        row1 = sn_ll_imin(L, sn_ll_add(L, row0, sn_ll_i64(L, SN_ATT_ROW_CHUNK)), row1, "row_end");
+    } /* steps' second rows stay in the chunk (the last chunk's clamp to the last row is its own) */
     a.q = in_slice(&a, k, 0, a.bq, b, "q");
     a.k = in_slice(&a, k, 1, a.bk, b, "k");
     a.v = in_slice(&a, k, 2, a.bv, b, "v");
@@ -149,15 +164,13 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
         a.gq = head_stride(&a, k, 0), a.go = head_stride(&a, k, 3);
         a.gdo = head_stride(&a, k, 4), a.glse = head_stride(&a, k, i_lse);
     }
-    int64_t rows = n->op == SN_OP_ATTENTION_BWD_K || n->op == SN_OP_ATTENTION_BWD_V ? a.S : a.T;
     int64_t per = n->op == SN_OP_ATTENTION_BWD_Q || n->op == SN_OP_ATTENTION_BWD_K ? a.D : a.Dv;
     bool into = k->n_access > n->n_in; /* outputs written through accesses */
     a.y = into ? in_slice(&a, k, n->n_in, a.by, b, "y") : slice(&a, a.by, b, rows * per, "y");
     a.ry = into ? in_rs(k, n->n_in) : per;
     if (a.dsum) sn_ll_att_fill_dsum(&a);
     sn_ll_loop rl;
-    LLVMValueRef i = sn_ll_for(L, &rl, sn_ll_i64(L, 0), sn_ll_i64(L, rows), sn_ll_i64(L, a.R),
-                               rows == a.T ? "query" : "key");
+    LLVMValueRef i = sn_ll_for(L, &rl, row0, row1, sn_ll_i64(L, a.R), a.by_kv ? "key" : "query");
     switch (n->op) {
     case SN_OP_ATTENTION_LSE: case SN_OP_ATTENTION: sn_ll_att_forward_step(&a, i); break;
     case SN_OP_ATTENTION_BWD_Q: sn_ll_att_bwd_q_step(&a, i); break;
@@ -169,7 +182,7 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
         LLVMValueRef dv = sn_ll_buf(L, 1, k->anchor2->dtype, "dv");
         a.y = into ? in_slice(&a, k, n->n_in + 1, dv, b, "dv") : slice(&a, dv, b, a.S * a.Dv, "dv");
         a.ry = into ? in_rs(k, n->n_in + 1) : a.Dv;
-        i = sn_ll_for(L, &rl, sn_ll_i64(L, 0), sn_ll_i64(L, a.S), sn_ll_i64(L, a.R), "key");
+        i = sn_ll_for(L, &rl, row0, row1, sn_ll_i64(L, a.R), "key");
         sn_ll_att_bwd_kv_step(&a, i);
         sn_ll_for_end(L, &rl);
         a.n = n;
