@@ -97,8 +97,8 @@ sn_status sn_kernel_check_attention(const sn_kernel *k, sn_err *e) {
         slices *= ((kv_items ? n->in[1] : q)->shape[r - 2] + SN_ATT_ROW_CHUNK - 1) / SN_ATT_ROW_CHUNK;
     if (k->n_items != slices)
         return sn_fail(e, SN_ERR_INTERNAL, "kernel %s: n_items is %lld, not the %lld (batch x "
-                       "head) slices of %s (times their key chunks or parts: kernel.h; a bug in "
-                       "the fuse pass)", k->name,
+                       "head) slices of %s (times their chunks of rows or parts: kernel.h; a bug "
+                       "in the fuse pass)", k->name,
                        (long long)k->n_items, (long long)slices, kv_items ? "k" : "q");
     return SN_OK;
 }

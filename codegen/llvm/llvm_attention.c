@@ -140,7 +140,7 @@ sn_status sn_ll_emit_attention(sn_ll *L, const sn_kernel *k, const char *fname, 
     int64_t rows = a.by_kv ? a.S : a.T;
     LLVMValueRef row0 = sn_ll_i64(L, 0), row1 = sn_ll_i64(L, rows);
     { /* item: the slice b / C's chunk of rows sn_att_row_chunk(b % C, C) (kernel.h) */
-        int64_t C = (rows + SN_ATT_ROW_CHUNK - 1) / SN_ATT_ROW_CHUNK;
+        int64_t C = rows > 0 ? (rows + SN_ATT_ROW_CHUNK - 1) / SN_ATT_ROW_CHUNK : 1;
         LLVMValueRef c = LLVMBuildURem(L->b, b, sn_ll_i64(L, C), "c");
         b = LLVMBuildUDiv(L->b, b, sn_ll_i64(L, C), "slice");
         LLVMValueRef half = LLVMBuildUDiv(L->b, c, sn_ll_i64(L, 2), "");
