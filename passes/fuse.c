@@ -142,17 +142,31 @@ static const sn_node *lse_owner(const fuse_state *s, const sn_node *x) {
     return NULL;
 }
 
+/* Whether attention ops a and b read the same six inputs with the same scale. */
+static bool same_inputs_scale(const sn_node *a, const sn_node *b) {
+    bool same = a->a.f == b->a.f;
+    for (int i = 0; i < 6 && same; i++) same = a->in[i] == b->in[i];
+    return same;
+}
+
 /* The attention_bwd_k node whose kernel also writes attention_bwd_v x (one pass over the scores
- * gives dk and dv), or NULL: the same six inputs and scale, and nothing reads x before it. */
+ * gives dk and dv), or NULL: the same six inputs and scale, nothing reads x before it, and x is
+ * the first live attention_bwd_v of them (a kernel writes one dv: a second one has a kernel of
+ * its own; a graph fuzzed into two once left the second computed by none). */
 static const sn_node *dv_owner(const fuse_state *s, const sn_node *x) {
     if (x->op != SN_OP_ATTENTION_BWD_V) return NULL;
     const sn_node *q = x->in[0];
     for (int k = 0; k < s->n_users[q->id]; k++) {
+        const sn_node *y = s->g->nodes[s->users[q->id][k]];
+        if (y != x && y->op == SN_OP_ATTENTION_BWD_V && s->live[y->id] && y->id < x->id &&
+            same_inputs_scale(y, x))
+            return NULL;
+    }
+    for (int k = 0; k < s->n_users[q->id]; k++) {
         const sn_node *n = s->g->nodes[s->users[q->id][k]];
-        if (n->op != SN_OP_ATTENTION_BWD_K || !s->live[n->id] || n->id > x->id || n->a.f != x->a.f)
+        if (n->op != SN_OP_ATTENTION_BWD_K || !s->live[n->id] || n->id > x->id || !same_inputs_scale(n, x))
             continue;
         bool same = true;
-        for (int i = 0; i < 6 && same; i++) same = n->in[i] == x->in[i];
         for (int j = 0; j < s->n_users[x->id] && same; j++)
             if (s->users[x->id][j] < n->id) same = false;
         if (same) return n;

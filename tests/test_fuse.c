@@ -453,6 +453,38 @@ START_TEST(attention_writes_into_concatenation) {
 }
 END_TEST
 
+/* Two attention_bwd_v of one attention_bwd_k's inputs (a graph tools/fuzz's compile harness
+ * made, session 21): the dk/dv kernel writes the first, the second has a kernel of its own;
+ * before, both counted as the dk/dv kernel's and the second was computed by none (fuse's order
+ * check asserted). */
+START_TEST(second_dv_has_its_own_kernel) {
+    sn_graph *g = sn_graph_new();
+    sn_node *in[4];
+    const char *names[] = {"q", "k", "v", "dout"};
+    for (int i = 0; i < 4; i++) in[i] = sn_input(g, names[i], SN_F32, SN_SHAPE(1, 2, 8, 4));
+    sn_node *q = in[0], *k = in[1], *v = in[2], *dout = in[3];
+    sn_node *lse = sn_attention_lse(g, q, k, 0.5f);
+    sn_node *o = sn_attention(g, q, k, v, lse, 0.5f);
+    sn_node *dk = sn_attention_bwd_k(g, q, k, v, o, dout, lse, 0.5f);
+    sn_node *dv1 = sn_attention_bwd_v(g, q, k, v, o, dout, lse, 0.5f);
+    sn_node *dv2 = sn_attention_bwd_v(g, q, k, v, o, dout, lse, 0.5f);
+    sn_graph_add_output(g, dk);
+    sn_graph_add_output(g, dv1);
+    sn_graph_add_output(g, sn_exp(g, dv2));
+    sn_program *p = compile(g);
+    int writes[2] = {0, 0};
+    for (int i = 0; i < p->n_kernels; i++)
+        for (int a = 0; a < p->kernels[i]->n_out; a++) {
+            writes[0] += p->kernels[i]->args[a] == dv1;
+            writes[1] += p->kernels[i]->args[a] == dv2;
+        }
+    ck_assert_int_eq(writes[0], 1);
+    ck_assert_int_eq(writes[1], 1);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* The kernels one more transformer layer adds to the training program, by kind. */
 /* The row-op table (program.c) covers exactly the SN_K_ROW ops, and every kernel of a GPT-2
  * training program has the work split sn_kernel_work gives (the one function fuse and the
@@ -754,6 +786,7 @@ int main(void) {
     tcase_add_test(tc, memory_plan_gpt2);
     tcase_add_test(tc, kernels_per_gpt2_layer);
     tcase_add_test(tc, attention_writes_into_concatenation);
+    tcase_add_test(tc, second_dv_has_its_own_kernel);
     tcase_add_test(tc, row_facts_and_work_split);
     tcase_add_test(tc, casts_fold_and_weights_are_copies);
     suite_add_tcase(s, tc);
