@@ -385,23 +385,33 @@ sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k) {
     return SN_OK;
 }
 
-sn_status sn_fuse_split_decode(fuse_state *s, sn_kernel *k) {
-    SN_ASSERT(k->stage == SN_SUM_WHOLE && sn_split_parts(k) > 1);
-    if (k->n_out + k->n_in + 1 > SN_KER_MAX_ARGS) return SN_OK; /* stays one kernel */
+/* k (stage WHOLE) becomes a PARTIAL kernel named with `suffix`, and its FINISH kernel, the new
+ * last kernel of p, a copy of it (its args and accesses, the arena's, shared: it reads only the
+ * scratch), with their scratch value: kernel.h's two stages of a kernel that keeps its args.
+ * NULL when out of memory. */
+static sn_kernel *split_in_two(fuse_state *s, sn_kernel *k, const char *suffix) {
     sn_kernel *f = new_kernel(s, k->kind, k->anchor);
-    if (!f) return SN_ERR_OOM;
+    if (!f) return NULL;
     int id = f->id;
-    *f = *k; /* its args and accesses (the arena's, shared): it reads only the scratch */
+    *f = *k;
     f->id = id;
     f->stage = SN_SUM_FINISH;
     k->stage = SN_SUM_PARTIAL;
     size_t len = strlen(k->name);
-    if (len + 8 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_partial");
-    snprintf(f->name, sizeof f->name, "k%d_%s_finish", f->id,
-             k->kind == SN_KER_GEMV ? sn_gemv_name(k) : sn_op_name(k->anchor->op));
+    if (len + strlen(suffix) < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "%s", suffix);
     f->scratch = k->scratch = new_scratch(s, sn_kernel_scratch_bytes(k));
     sn_kernel_work(k, &k->n_items, &k->serial);
     sn_kernel_work(f, &f->n_items, &f->serial);
+    return f;
+}
+
+sn_status sn_fuse_split_decode(fuse_state *s, sn_kernel *k) {
+    SN_ASSERT(k->stage == SN_SUM_WHOLE && sn_split_parts(k) > 1);
+    if (k->n_out + k->n_in + 1 > SN_KER_MAX_ARGS) return SN_OK; /* stays one kernel */
+    sn_kernel *f = split_in_two(s, k, "_partial");
+    if (!f) return SN_ERR_OOM;
+    snprintf(f->name, sizeof f->name, "k%d_%s_finish", f->id,
+             k->kind == SN_KER_GEMV ? sn_gemv_name(k) : sn_op_name(k->anchor->op));
     return SN_OK;
 }
 
@@ -472,20 +482,10 @@ sn_status sn_fuse_att_dkv_parts(fuse_state *s) {
         if (k->kind != SN_KER_ATTENTION || k->stage != SN_SUM_WHOLE || sn_att_dkv_parts(k) < 2 ||
             !sn_kernel_att_tensor_cores(k, s->t) || k->n_out + k->n_in + 1 > SN_KER_MAX_ARGS)
             continue; /* parts are the tensor-core dk/dv kernel's alone */
-        sn_kernel *f = new_kernel(s, SN_KER_ATTENTION, k->anchor);
+        k->dkv_parts = true; /* before the split: the scratch's size and the items read it */
+        sn_kernel *f = split_in_two(s, k, "_parts");
         if (!f) return SN_ERR_OOM;
-        int id = f->id;
-        *f = *k; /* its args and accesses (the arena's, shared): it reads only the scratch */
-        f->id = id;
-        f->dkv_parts = k->dkv_parts = true;
-        f->stage = SN_SUM_FINISH;
-        k->stage = SN_SUM_PARTIAL;
-        size_t len = strlen(k->name);
-        if (len + 7 < sizeof k->name) snprintf(k->name + len, sizeof k->name - len, "_parts");
         snprintf(f->name, sizeof f->name, "k%d_attention_dkv_sum", f->id);
-        f->scratch = k->scratch = new_scratch(s, sn_kernel_scratch_bytes(k));
-        sn_kernel_work(k, &k->n_items, &k->serial);
-        sn_kernel_work(f, &f->n_items, &f->serial);
         /* f, the last kernel, right after k */
         memmove(p->kernels + j + 2, p->kernels + j + 1, sizeof *p->kernels * (size_t)(p->n_kernels - j - 2));
         p->kernels[++j] = f;

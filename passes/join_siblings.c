@@ -107,31 +107,37 @@ static bool plain_pointwise(const sn_kernel *k) {
     return k->kind == SN_KER_POINTWISE && !k->tail && k->stage == SN_SUM_WHOLE;
 }
 
-/* The value whose buffer node n's is (a reshape's or a frozen block's alias followed). */
+/* Per root value (a buffer: aliases followed), from one walk over the step before it moves:
+ * the first kernel (index) writing it, -1 for none, and whether a kernel reads it. */
+typedef struct {
+    const sn_program *p;
+    int *writer;
+    bool *read;
+} buffers;
+
 static int root_value(const sn_program *p, const sn_node *n) {
     int v = p->value_of[n->id];
-    return v < 0 ? v : sn_value_root(p, v);
+    SN_ASSERT(v >= 0); /* every arg is materialised (kernel.h) */
+    return sn_value_root(p, v);
+}
+
+static void walk_buffers(buffers *b) {
+    const sn_program *p = b->p;
+    for (int v = 0; v < p->n_values; v++) b->writer[v] = -1;
+    for (int i = 0; i < p->n_kernels; i++)
+        for (const sn_kernel *k = p->kernels[i]; k; k = k->tail)
+            for (int a = 0; a < k->n_out + k->n_in; a++) {
+                int v = root_value(p, k->args[a]);
+                if (a >= k->n_out) b->read[v] = true;
+                else if (b->writer[v] < 0) b->writer[v] = i;
+            }
 }
 
 /* The first kernel of the step (index) that writes node n's buffer, or -1. */
-static int writer_of(const sn_program *p, const sn_node *n) {
-    int v = root_value(p, n);
-    for (int i = 0; i < p->n_kernels; i++)
-        for (const sn_kernel *k = p->kernels[i]; k; k = k->tail)
-            for (int o = 0; o < k->n_out; o++)
-                if (root_value(p, k->args[o]) == v) return i;
-    return -1;
-}
+static int writer_of(const buffers *b, const sn_node *n) { return b->writer[root_value(b->p, n)]; }
 
 /* Whether a kernel of the step reads node n's buffer. */
-static bool read_in_step(const sn_program *p, const sn_node *n) {
-    int v = root_value(p, n);
-    for (int i = 0; i < p->n_kernels; i++)
-        for (const sn_kernel *k = p->kernels[i]; k; k = k->tail)
-            for (int a = k->n_out; a < k->n_out + k->n_in; a++)
-                if (root_value(p, k->args[a]) == v) return true;
-    return false;
-}
+static bool read_in_step(const buffers *b, const sn_node *n) { return b->read[root_value(b->p, n)]; }
 
 static int by_level_shape(const void *x, const void *y) {
     const gathered *a = x, *b = y;
@@ -143,14 +149,14 @@ static int by_level_shape(const void *x, const void *y) {
 }
 
 /* The hoisting level of kernel i (0 .. ), or -1 when it stays; level[] of kernels before i set. */
-static int hoist_level(const sn_program *p, int i, const int *level) {
-    const sn_kernel *k = p->kernels[i];
+static int hoist_level(const buffers *b, int i, const int *level) {
+    const sn_kernel *k = b->p->kernels[i];
     if (!plain_pointwise(k)) return -1;
     for (int o = 0; o < k->n_out; o++)
         if (node_bytes(k->args[o]) > GATHER_BYTES) return -1;
     int lv = 0;
     for (int a = k->n_out; a < k->n_out + k->n_in; a++) {
-        int w = writer_of(p, k->args[a]);
+        int w = writer_of(b, k->args[a]);
         if (w < 0) continue;
         if (w >= i || level[w] < 0) return -1;
         if (level[w] + 1 > lv) lv = level[w] + 1;
@@ -159,10 +165,10 @@ static int hoist_level(const sn_program *p, int i, const int *level) {
 }
 
 /* Whether kernel k writes only values no kernel of the step reads, from small inputs. */
-static bool sinks(const sn_program *p, const sn_kernel *k) {
+static bool sinks(const buffers *b, const sn_kernel *k) {
     if (!plain_pointwise(k)) return false;
     for (int o = 0; o < k->n_out; o++)
-        if (read_in_step(p, k->args[o]) || sn_op_kind(k->args[o]->op) == SN_K_LEAF) return false;
+        if (read_in_step(b, k->args[o]) || sn_op_kind(k->args[o]->op) == SN_K_LEAF) return false;
     for (int a = k->n_out; a < k->n_out + k->n_in; a++)
         if (node_bytes(k->args[a]) > GATHER_BYTES) return false;
     return true;
@@ -173,19 +179,24 @@ static sn_status gather(sn_program *p, sn_err *e) {
     gathered *g = calloc((size_t)n + 1, sizeof *g);
     int *level = calloc((size_t)n + 1, sizeof *level);
     sn_kernel **order = calloc((size_t)n + 1, sizeof *order);
-    if (!g || !level || !order) {
+    buffers b = {p, calloc((size_t)p->n_values + 1, sizeof *b.writer),
+                 calloc((size_t)p->n_values + 1, sizeof *b.read)};
+    if (!g || !level || !order || !b.writer || !b.read) {
         free(g);
         free(level);
         free(order);
+        free(b.writer);
+        free(b.read);
         return sn_fail(e, SN_ERR_OOM, "the join_siblings pass: out of memory");
     }
+    walk_buffers(&b);
     int n_up = 0, n_down = 0, n_mid = 0;
     for (int i = 0; i < n; i++) {
-        level[i] = hoist_level(p, i, level);
+        level[i] = hoist_level(&b, i, level);
         if (level[i] >= 0) g[n_up++] = (gathered){p->kernels[i], level[i], i};
     }
     for (int i = 0; i < n; i++) /* the rest in order, the sunk ones after them */
-        if (level[i] < 0 && sinks(p, p->kernels[i])) g[n_up + n_down++] = (gathered){p->kernels[i], 0, i};
+        if (level[i] < 0 && sinks(&b, p->kernels[i])) g[n_up + n_down++] = (gathered){p->kernels[i], 0, i};
         else if (level[i] < 0) order[n_up + n_mid++] = p->kernels[i];
     qsort(g, (size_t)n_up, sizeof *g, by_level_shape);
     qsort(g + n_up, (size_t)n_down, sizeof *g, by_level_shape);
@@ -195,6 +206,8 @@ static sn_status gather(sn_program *p, sn_err *e) {
     free(g);
     free(level);
     free(order);
+    free(b.writer);
+    free(b.read);
     return SN_OK;
 }
 
