@@ -285,8 +285,12 @@ static void catch_stop_signals(void) {
  * so that a test stops it at a known step (tests/resume.sh, lora.sh, qlora.sh: on a quiet
  * machine with warm kernels the whole run could end between two looks at the log). */
 static void test_pause(long step) {
-    const char *v = getenv("SN_TRAIN_PAUSE_AFTER");
-    if (!v || strtol(v, NULL, 10) != step) return;
+    static long after = -1; /* read once: 0 when unset */
+    if (after < 0) {
+        const char *v = getenv("SN_TRAIN_PAUSE_AFTER");
+        after = v ? strtol(v, NULL, 10) : 0;
+    }
+    if (after <= 0 || after != step) return;
     fflush(stdout);
     while (!cli_stop_signal()) nanosleep(&(struct timespec){0, 10000000}, NULL);
 }
