@@ -75,6 +75,12 @@ typedef struct {
                                batches its copy of the weights a step cost more than the GEMMs it
                                joins save: smollm2-135m bf16 B=1 T=128, 2026-11-28, 245 against
                                230 ms a step) */
+    bool row_cache;         /* CUDA row kernels keep a row's operands in registers between their
+                               passes where they fit (codegen/cuda/cuda_row.h:
+                               sn_cu_row_cache_begin): the row read once, its loads issued
+                               together. CUDA: on; off with SN_ROW_CACHE=0 (a GPU run's before
+                               and after in one build). The CPU: no such form (its rows stay in
+                               cache between passes) */
     bool gemv_nf4_only;     /* the few-row product (kernel.h: SN_KER_GEMV) only for an NF4
                                weight (K, N), as before it read transposed and 16-bit weights:
                                off by default; sn_pipeline_kernels sets it when SN_GEMV=nf4 (a
@@ -104,6 +110,9 @@ bool sn_target_accum_dgelu_asked(void);
 bool sn_target_decode_split_off(void);
 /* Whether SN_ATT_PARTS=0 asks for grouped-query dk and dv in one kernel (att_dkv_parts off). */
 bool sn_target_att_parts_off(void);
+/* Whether SN_ROW_CACHE=0 asks for CUDA row kernels that read the row in every pass (row_cache
+ * off); sn_target_cuda reads it. */
+bool sn_target_row_cache_off(void);
 /* Whether SN_GEMV=nf4 asks for the few-row product of NF4 (K, N) weights alone (sn_target
  * gemv_nf4_only). */
 bool sn_target_gemv_nf4_only_asked(void);

@@ -57,14 +57,18 @@ static int pointwise(const sn_program *p, const sn_kernel **ks) {
 
 static sn_target sm(int arch) { return sn_target_cuda(arch); }
 
-static sn_cuda_source render(const sn_kernel *const *ks, int n) {
+/* row_cache: the target's (sn_target row_cache: row kernels keep their rows in registers) */
+static sn_cuda_source render_cached(const sn_kernel *const *ks, int n, bool row_cache) {
     sn_cuda_source s;
     sn_err e;
     sn_target t = sm(80);
+    t.row_cache = row_cache;
     ck_assert_msg(sn_cuda_render(ks, n, &t, &s, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(s.n_kernels, n);
     return s;
 }
+
+static sn_cuda_source render(const sn_kernel *const *ks, int n) { return render_cached(ks, n, true); }
 
 /* GPT-2 `name`'s training graph at B x T; with the LM head in chunks of chunk_rows rows (0:
  * whole), the loss its one output (training reads no logits). */
@@ -1403,9 +1407,9 @@ static char *replace_all(const char *src, const char *from, const char *to, int 
 /* Row kernel k of g rendered, run on the CPU against the interpreter (targets below `vocab`):
  * as generated within 8e-3, then with each edits[2i] replaced by edits[2i + 1] (each found at
  * least once) beyond it: a planted bug, `what`, caught. */
-static void row_bug_caught(sn_graph *g, const sn_kernel *k, int vocab, const char *const *edits,
-                           int n_edits, const char *label, const char *what) {
-    sn_cuda_source cs = render(&k, 1);
+static void row_bug_caught(sn_graph *g, const sn_kernel *k, bool row_cache, int vocab,
+                           const char *const *edits, int n_edits, const char *label, const char *what) {
+    sn_cuda_source cs = render_cached(&k, 1, row_cache);
     sn_interp *it = interp_run(g, vocab, false);
     for (int bug = 0; bug < 2; bug++) {
         char *src = strdup(cs.src);
@@ -1440,42 +1444,97 @@ START_TEST(cpu_row_vector_lane_bug_caught) {
     const sn_kernel *ks[4];
     ck_assert_int_eq(kernels_of(p, SN_KER_ROW, ks), 1);
     static const char *const lane0[] = {"_v[l]", "_v[0]"};
-    row_bug_caught(g, ks[0], 1, lane0, 1, "bf16 softmax over rows of 64", "every lane reading lane 0");
+    row_bug_caught(g, ks[0], false, 1, lane0, 1, "bf16 softmax over rows of 64",
+                   "every lane reading lane 0");
     sn_program_free(p);
     sn_graph_free(g);
 }
 END_TEST
 
-/* The classifier (kernel.h anchor2: cross-entropy's loss and its gradient in one kernel) over
- * rows of 64 logits rounded to bf16 of which 59 are real classes (f32: 4 columns a step, every
- * row's last vector cut at column 59), ignored targets (class 3): its online max and sum, a
- * vector at a time (cuda_row.c), give the interpreter's gradient in both thread orders; the cut
- * vector counted whole (planted: the columns past 59 summed) is caught. */
-START_TEST(cpu_classifier_vectors) {
-    enum { R = 24, K = 16, C = 64, V = 59 };
+/* The classifier's graph: R rows of C logits rounded to bf16 of which V are real classes,
+ * targets below the vocabulary given to the interpreter, class 3 ignored; *k its PARTIAL
+ * kernel. The logits: an f32 product rounded to bf16 in the classifier's prologue (bf16
+ * false), or the product as autocast makes it in a bf16 program (true: GPT-2's bf16 step). */
+static sn_program *classifier_graph(int64_t R, int64_t C, int64_t V, bool bf16, sn_graph **out,
+                                    const sn_kernel **k) {
+    enum { K = 16 };
     sn_graph *g = sn_graph_new();
     sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(R, K));
     sn_node *y = sn_input(g, "y", SN_I32, SN_SHAPE(R));
     sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(K, C), SN_INIT_NORMAL, 1);
-    sn_node *logits = sn_cast(g, sn_cast(g, sn_matmul(g, x, w), SN_BF16), SN_F32);
-    sn_node *loss = sn_cross_entropy_padded(g, logits, y, 3, V);
+    sn_node *mm = sn_matmul(g, x, w);
+    sn_node *loss = sn_cross_entropy_padded(g, bf16 ? mm : sn_cast(g, sn_cast(g, mm, SN_BF16), SN_F32),
+                                            y, 3, V);
     sn_err e;
-    ck_assert_msg(sn_backward(g, loss, &e) == SN_OK, "%s", e.msg);
+    if (bf16) { /* autocast, then the backward */
+        sn_graph_set_loss(g, loss);
+        sn_pipeline_opts o = sn_pipeline_defaults();
+        o.backward = true;
+        o.precision = SN_PRECISION_BF16;
+        ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    } else {
+        ck_assert_msg(sn_backward(g, loss, &e) == SN_OK, "%s", e.msg);
+    }
     sn_program *p = fuse(g);
-    const sn_kernel *k = NULL;
+    *k = NULL;
     for (int i = 0; i < p->n_kernels; i++)
         if (p->kernels[i]->kind == SN_KER_ROW && p->kernels[i]->anchor2 &&
             p->kernels[i]->stage != SN_SUM_FINISH)
-            k = p->kernels[i];
-    ck_assert_msg(k, "no classifier kernel");
-    sn_cuda_source cs = render(&k, 1);
+            *k = p->kernels[i];
+    ck_assert_msg(*k, "no classifier kernel");
+    *out = g;
+    return p;
+}
+
+/* The classifier (kernel.h anchor2: cross-entropy's loss and its gradient in one kernel) over
+ * rows of 64 logits of which 59 are real classes (f32: 4 columns a step, every row's last
+ * vector cut at column 59), ignored targets (class 3), the row read from memory in every pass
+ * (sn_target row_cache off): its online max and sum, a vector at a time (cuda_row.c), give the
+ * interpreter's gradient in both thread orders; the cut vector counted whole (planted: the
+ * columns past 59 summed) is caught. */
+START_TEST(cpu_classifier_vectors) {
+    sn_graph *g;
+    const sn_kernel *k;
+    sn_program *p = classifier_graph(24, 64, 59, false, &g, &k);
+    sn_cuda_source cs = render_cached(&k, 1, false);
     bool vectors = strstr(cs.src, "/* 4 columns a step */") && strstr(cs.src, "xs[l] =");
     if (!vectors) printf("%s\n", cs.src), fflush(stdout);
     ck_assert_msg(vectors, "the classifier %s is not read a vector at a time", k->name);
     sn_cuda_source_free(&cs);
     static const char *const whole[] = {"if (l < nv) se +=", "se +=", "if (j >= 59) break;", ";"};
-    row_bug_caught(g, k, 25, whole, 2, "the classifier over rows of 64 logits, 59 classes",
+    row_bug_caught(g, k, false, 25, whole, 2, "the classifier over rows of 64 logits, 59 classes",
                    "the cut vector summed whole"); /* targets below 25: some the ignored 3 */
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* The classifier keeping its row in registers (cuda_row_pass.c: sn_cu_row_cache_begin) over
+ * rows of 12,288 logits (8 columns a step, 1,024 threads: two steps, the second half the
+ * threads') of which 12,283 are real classes (the last vector cut): the logits kept two bf16 to a register,
+ * read once, give the interpreter's loss and gradient in both thread orders; planted bugs in
+ * the kept registers are caught: every step reading the first step's, the two halves of a
+ * word swapped, the last step left out. */
+START_TEST(cpu_classifier_kept) {
+    sn_graph *g;
+    const sn_kernel *k;
+    sn_program *p = classifier_graph(5, 12288, 12283, true, &g, &k);
+    sn_cuda_source cs = render(&k, 1);
+    bool kept = strstr(cs.src, "unsigned rc0[8] = {0}; /* ") && strstr(cs.src, "cs < 2;") &&
+                strstr(cs.src, "if (cs < 1 || j0 < 12283) {") && !strstr(cs.src, "xs[l] =");
+    if (!kept) printf("%s\n", cs.src), fflush(stdout);
+    ck_assert_msg(kept, "the classifier %s does not keep its row in two steps", k->name);
+    sn_cuda_source_free(&cs);
+    static const struct { const char *from, *to, *what; } bugs[3] = {
+        {"rc0[cs * 4 + l / 2] & 0xffff0000u : rc0[cs * 4 + l / 2] << 16",
+         "rc0[l / 2] & 0xffff0000u : rc0[l / 2] << 16", "every step reading the first step's"},
+        {"l % 2 ? rc0", "l % 2 == 0 ? rc0", "the two halves of a word swapped"},
+        {"cs < 2;", "cs < 1;", "the last step left out"},
+    };
+    for (int b = 0; b < 3; b++) {
+        const char *const edit[2] = {bugs[b].from, bugs[b].to};
+        row_bug_caught(g, k, true, 40, edit, 1, "the classifier over rows of 12288 kept", bugs[b].what);
+    }
     sn_program_free(p);
     sn_graph_free(g);
 }
@@ -1995,6 +2054,7 @@ int main(void) {
     tcase_add_loop_test(cpu, cpu_joined_finish, 0, 2);
     tcase_add_test(cpu, cpu_row_vectors);
     tcase_add_test(cpu, cpu_classifier_vectors);
+    tcase_add_test(cpu, cpu_classifier_kept);
     tcase_add_test(cpu, cpu_row_vector_lane_bug_caught);
     tcase_add_test(cpu, cpu_embedding_bwd_buckets);
     tcase_add_test(cpu, cpu_optimizer_step);

@@ -148,12 +148,20 @@ void sn_cu_check_name(const sn_kernel *k) {
 }
 
 void sn_cu_emit_signature(sn_cu_text *t, const sn_kernel *k, const char *fname, int threads) {
+    sn_cu_emit_signature_min(t, k, fname, threads, 0);
+}
+
+void sn_cu_emit_signature_min(sn_cu_text *t, const sn_kernel *k, const char *fname, int threads,
+                              int min_blocks) {
     char arg[16], type[96], decl[96], lead[80], shape[80];
     int nargs = k->n_out + k->n_in, indent = (int)strlen(fname) + 1;
     bool scratch = k->stage != SN_SUM_WHOLE; /* the partial sums, after the args (kernel.h) */
     bool tail = k->tail != NULL;             /* a joined FINISH's buffers after those */
     snprintf(lead, sizeof lead, "%s(", fname);
-    sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d)", threads);
+    if (min_blocks > 0)
+        sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d, %d)", threads, min_blocks);
+    else
+        sn_cu_emitf(t, "extern \"C\" __global__ void __launch_bounds__(%d)", threads);
     for (int i = 0; i < nargs; i++) { /* one parameter a line, the first after the name */
         const sn_node *n = k->args[i];
         snprintf(decl, sizeof decl, "%s%s *__restrict__ %s%s", i < k->n_out ? "" : "const ",

@@ -39,6 +39,12 @@ void sn_cu_check_name(const sn_kernel *k);
 /* `extern "C" __global__ void __launch_bounds__(threads) fname(` and one typed parameter a
  * line (outputs, then inputs: "float *__restrict__ out0, /+ f32[4,64] +/"), then "{". */
 void sn_cu_emit_signature(sn_cu_text *t, const sn_kernel *k, const char *fname, int threads);
+/* The same with __launch_bounds__(threads, min_blocks) (min_blocks > 0): ptxas then takes the
+ * registers the kernel needs up to what min_blocks leaves; with threads alone its heuristic
+ * may spill to keep more blocks resident (sm_80: a row kept in registers, 40 registers and 12
+ * bytes spilled, 48 and none with a minimum of 1 to 4 blocks). */
+void sn_cu_emit_signature_min(sn_cu_text *t, const sn_kernel *k, const char *fname, int threads,
+                              int min_blocks);
 /* cuda_tail.c: a joined FINISH (kernel.h: tail) in its host's launch: the blocks it adds to
  * the host's grid (a thread a column of its partial sums); the FINISH's device function
  * `fname`_tail (emitted before the host); its signature; the host's parameters for it (after
@@ -63,7 +69,9 @@ void sn_cu_header_pointwise(sn_cu_text *t, const sn_kernel *k);
 int sn_cu_pointwise_lanes(const sn_kernel *k);
 
 sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e);
-void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+/* tg: row_cache, the row kept in registers between passes where it fits, and its budget */
+void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const sn_target *tg,
+                    const char *fname);
 /* Threads of a block-per-row kernel for rows of C elements taken `lanes` a step. */
 int sn_cu_row_threads(int64_t C, int lanes);
 /* Columns a row kernel's pass takes a step: 8 (16-byte loads of 8 bf16/f16 values; f32 as two

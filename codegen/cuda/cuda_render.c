@@ -39,7 +39,7 @@ static void emit_body(sn_cu_text *t, const sn_kernel *k, const sn_target *tg, co
     if (k->tail) sn_cu_emit_tail_fn(t, k, &d, fname); /* a joined FINISH's body, before its host */
     switch (k->kind) {
     case SN_KER_POINTWISE: sn_cu_emit_pointwise(t, k, fname); break;
-    case SN_KER_ROW: sn_cu_emit_row(t, k, &d, fname); break;
+    case SN_KER_ROW: sn_cu_emit_row(t, k, &d, tg, fname); break;
     case SN_KER_REDUCE: sn_cu_emit_reduce(t, k, &d, fname); break;
     case SN_KER_GATHER: sn_cu_emit_gather(t, k, &d, fname); break;
     case SN_KER_DEQUANT: sn_cu_emit_dequant(t, k, &d, fname); break;

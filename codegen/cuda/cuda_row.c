@@ -26,6 +26,7 @@ static void store_with(row *w, const char *fmt, const char *x0, const char *x1, 
 static void softmax(row *w) {
     char x[64];
     sn_cu_row_opnd(w, 0, x, sizeof x);
+    sn_cu_row_cache_begin(w);
     E("float mx = -SN_INF; /* the row's max (NaN ignored, as the reference does) */");
     sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_NONE);
     E("mx = fmaxf(mx, %s);", x);
@@ -39,12 +40,14 @@ static void softmax(row *w) {
     sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_ALL);
     store_with(w, "expf(%s - mx) * inv", x, "", "");
     sn_cu_row_close_pass(w);
+    sn_cu_row_cache_end(w);
 }
 
 static void softmax_bwd(row *w) { /* (y, dy) -> y (dy - sum(dy y)) */
     char y[64], dy[64];
     sn_cu_row_opnd(w, 0, y, sizeof y);
     sn_cu_row_opnd(w, 1, dy, sizeof dy);
+    sn_cu_row_cache_begin(w);
     E("float sdy = 0.0f;");
     sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_NONE);
     E("sdy += %s * %s;", y, dy);
@@ -53,6 +56,7 @@ static void softmax_bwd(row *w) { /* (y, dy) -> y (dy - sum(dy y)) */
     sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_ALL);
     store_with(w, "%s * (%s - s)", y, dy, "");
     sn_cu_row_close_pass(w);
+    sn_cu_row_cache_end(w);
 }
 
 /* mean (layernorm) and rstd of the row of operand 0, as the reference: two passes. With
@@ -83,11 +87,13 @@ static void norm(row *w, bool rms) { /* layernorm (x, w, b), rmsnorm (x, w) */
     char x[64], wt[64], b[64];
     sn_cu_row_opnd(w, 0, x, sizeof x);
     sn_cu_row_opnd(w, 1, wt, sizeof wt);
+    sn_cu_row_cache_begin(w);
     norm_stats(w, rms, false);
     sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_ALL);
     if (rms) store_with(w, "%s * rstd * %s", x, wt, "");
     else store_with(w, "fmaf((%s - mean) * rstd, %s, %s)", x, wt, sn_cu_row_opnd(w, 2, b, sizeof b));
     sn_cu_row_close_pass(w);
+    sn_cu_row_cache_end(w);
 }
 
 /* (x, w, dy) -> rstd (g - mean g - xhat mean(g xhat)), g = dy w (rmsnorm: no mean g) */
@@ -97,6 +103,7 @@ static void norm_bwd(row *w, bool rms) {
     sn_cu_row_opnd(w, 1, wt, sizeof wt);
     sn_cu_row_opnd(w, 2, dy, sizeof dy);
     snprintf(h, sizeof h, rms ? "%s * rstd" : "(%s - mean) * rstd", x);
+    sn_cu_row_cache_begin(w);
     norm_stats(w, rms, false);
     E("float sg = 0.0f, sgx = 0.0f;");
     sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_NONE);
@@ -115,6 +122,7 @@ static void norm_bwd(row *w, bool rms) {
     else if (w->k->row.pair)
         E("dw[warp][(%d * (j0 / %d) + l) * 32 + lane] += %s * (%s);", w->lanes, 32 * w->lanes, dy, h);
     sn_cu_row_close_pass(w);
+    sn_cu_row_cache_end(w);
 }
 
 /* row r is query i = r % T of a (.., T, S) matrix: key j > i + S - T becomes the fill */
@@ -133,9 +141,11 @@ static void causal_mask(row *w) {
 /* (logits, targets, dloss) -> (softmax - onehot(t)) dloss / count for counted rows, 0 for
  * ignored rows and padded classes, NaN for a bad target. The passes that store cover the
  * whole row, padded classes included (whole vectors); the statistics only the real classes.
- * The classifier (kernel.h: anchor2, the loss too) takes the row's max and sum of
- * exponentials in one online pass (one read of the row for them, one for the gradient) and
- * writes the row's loss and count into its row of the partial sums. */
+ * The classifier (kernel.h: anchor2, the loss too) writes the row's loss and count into its
+ * row of the partial sums. Where the row is kept in registers (sn_cu_row_cache_begin: 28 of a
+ * 1024-thread block's 64 for GPT-2's 50,304 bf16 logits) the max and the sum are two passes
+ * over them, the row read once in all; else the max and the sum of exponentials are one
+ * online pass (one read of the row for them, one for the gradient). */
 static void cross_entropy_bwd(row *w) {
     char x[64], t[16], dl[64], val[160];
     bool loss = w->k->anchor2 != NULL;
@@ -144,6 +154,7 @@ static void cross_entropy_bwd(row *w) {
     sn_cu_row_opnd(w, 2, dl, sizeof dl);
     int ign = w->n->a.ignore_index;
     bool padded = w->Vr < w->C;
+    sn_cu_row_cache_begin(w);
     E("float counted = 0.0f; /* rows whose target is not %d, over the whole batch */", ign);
     E("for (%s q = threadIdx.x; q < %lld; q += %u) counted += %s[q] != %d ? 1.0f : 0.0f;", w->ix,
       (long long)w->R, w->threads, t, ign);
@@ -155,7 +166,8 @@ static void cross_entropy_bwd(row *w) {
         E("if (target == %d && threadIdx.x == 0) row_sums[0] = row_sums[1] = 0.0;", ign);
     }
     E("if (target != %d && target >= 0 && target < %lld) {", ign, (long long)w->Vr);
-    if (loss && w->lanes > 1) { /* a vector at a time: its max, then its exponentials */
+    bool online = loss && !w->cache_steps; /* the row read once for the max and the sum */
+    if (online && w->lanes > 1) { /* a vector at a time: its max, then its exponentials */
         E("float mx = -SN_INF, se = 0.0f; /* online: se is the sum of exp(x - mx) so far */");
         E("float xs[%d];", w->lanes);
         sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
@@ -173,7 +185,7 @@ static void cross_entropy_bwd(row *w) {
         E("#pragma unroll");
         E("for (int l = 0; l < %d; l++) if (l < nv) se += expf(xs[l] - mx);", w->lanes);
         sn_cu_row_close_pass(w);
-    } else if (loss) { /* a column at a time */
+    } else if (online) { /* a column at a time */
         E("float mx = -SN_INF, se = 0.0f; /* online: se is the sum of exp(x - mx) so far */");
         sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
         E("const float xv = %s;", x);
@@ -185,21 +197,11 @@ static void cross_entropy_bwd(row *w) {
         E("}");
         sn_cu_row_close_pass(w);
     }
-    if (loss) {
+    if (online) {
         E("const float row_mx = sn_block_max(mx);");
         E("se = sn_block_sum(mx == -SN_INF ? 0.0f : se * expf(mx - row_mx));");
         E("mx = row_mx;");
-        E("if (threadIdx.x == 0) {");
-        E("float logit_t;");
-        E("{");
-        E("const int j = target;");
-        sn_cu_row_element(w);
-        E("logit_t = %s;", x);
-        E("}");
-        E("row_sums[0] = (double)(mx + logf(se) - logit_t);");
-        E("row_sums[1] = 1.0;");
-        E("}");
-    } else {
+    } else { /* the max, then the sum (from the registers where the row is kept) */
         E("float mx = -SN_INF;");
         sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
         E("mx = fmaxf(mx, %s);", x);
@@ -211,6 +213,18 @@ static void cross_entropy_bwd(row *w) {
         sn_cu_row_close_pass(w);
         E("se = sn_block_sum(se);");
     }
+    if (loss) {
+        E("if (threadIdx.x == 0) {");
+        E("float logit_t;");
+        E("{");
+        E("const int j = target;");
+        sn_cu_row_element(w);
+        E("logit_t = %s;", x);
+        E("}");
+        E("row_sums[0] = (double)(mx + logf(se) - logit_t);");
+        E("row_sums[1] = 1.0;");
+        E("}");
+    }
     E("const float k = scale / se;");
     sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     E("const float p = expf(%s - mx) * k;", x);
@@ -218,6 +232,7 @@ static void cross_entropy_bwd(row *w) {
                                      : "j == target ? p - scale : p", (long long)w->Vr);
     sn_cu_row_store(w, val);
     sn_cu_row_close_pass(w);
+    sn_cu_row_cache_end(w);
     E("} else {");
     if (loss) {
         E("/* a bad target: NaN, counted */");
@@ -256,7 +271,8 @@ sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e) {
     return setup(&w, k, e);
 }
 
-void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname) {
+void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const sn_target *tg,
+                    const char *fname) {
     row w;
     sn_err e;
     if (k->stage == SN_SUM_FINISH) {
@@ -266,12 +282,18 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
     SN_ASSERT(setup(&w, k, &e) == SN_OK); /* the renderer checked it */
     w.t = t;
     w.threads = d->block[0];
+    w.cache_allowed = tg->row_cache;
+    w.sm = tg->sm;
     bool warp_rows = sn_cu_row_warp_per_row(k) || k->row.pair; /* the pair: a warp a row too */
     w.first = warp_rows ? "lane" : "threadIdx.x";
     w.stride = warp_rows ? 32 : w.threads;
     w.bsum = warp_rows ? "sn_warp_sum" : "sn_block_sum";
     w.bmax = warp_rows ? "sn_warp_max" : "sn_block_max";
-    sn_cu_emit_signature(t, k, fname, (int)w.threads);
+    /* a row kept in registers: at least 3 blocks of 256 threads an SM (85 registers; ptxas
+       took 108 with 2 for GPT-2's layernorm, 76 with none), 2 for the norm backward pair (127
+       on sm_90), 1 of more threads (the classifier's 1024: 64) */
+    int min_blocks = !sn_cu_row_cache_planned(&w) ? 0 : w.threads > 256 ? 1 : k->row.pair ? 2 : 3;
+    sn_cu_emit_signature_min(t, k, fname, (int)w.threads, min_blocks);
     sn_cu_emitf(t, "/* %s over %lld rows of %lld%s */", sn_op_name(k->anchor->op), (long long)w.R,
                 (long long)w.C, k->anchor2 ? ": the classifier, the loss a row into the partial sums"
                                 : k->row.pair ? ": dx of each row and the partial sums, a block a "

@@ -29,6 +29,17 @@ typedef struct {
     unsigned pending;   /* those of them the step has stored into */
     int out0;           /* the first output the passes store (after the norm backward pair's sums) */
     bool lanes_closed;  /* the pass's loop over the lanes ended (sn_cu_row_close_lanes) */
+    /* the row kept in registers (sn_cu_row_cache_begin): the row op's per-element operands,
+       filled by the first pass, read back by the others */
+    bool cache_allowed; /* the target keeps rows in registers (sn_target row_cache) */
+    int sm;             /* the target's compute capability x10 (the cache's budget) */
+    int cache_steps;    /* steps of lanes x stride columns a thread takes (0: no cache) */
+    int n_cache;
+    char cache_var[3][48]; /* the variables kept: rc<c>[] holds cache_var[c] */
+    bool cache_half[3];    /* kept two to a 32-bit word (exact bf16 values) */
+    bool cache_filled;     /* a pass has filled them */
+    int pass_cache;        /* the open pass: CACHE_NONE, CACHE_FILL or CACHE_USE */
+    bool pass_guard;       /* the open pass's steps test their first column against its end */
 } row;
 
 #define E(...) sn_cu_emitf(w->t, __VA_ARGS__)
@@ -52,6 +63,24 @@ void sn_cu_row_close_lanes(row *w);
 /* In an element block: the row op's result at (r, j) is `val`; the epilogue follows it and
  * every output is stored. */
 void sn_cu_row_store(row *w, const char *val);
+/* The row kept in registers, for a row op whose passes read its per-element operands again
+ * (the norms, their backwards, softmax, the classifier): after begin, the row is loaded once
+ * (every step's loads before any use), each operand's value into rc<c>[step lanes + l] (two
+ * exact bf16 values a word where it is one), and the passes over [0, C) (first, stride as w's)
+ * take their steps fully unrolled, reading the values from there
+ * (their own loads and prologue left dead; the epilogue's accesses still loaded). Every
+ * operand is kept or none: none where the registers would exceed the budget for the kernel
+ * (cuda_row_pass.c), a warp's row takes more than SN_ROW_CACHE_STEPS steps (unrolled, the
+ * loads of what is not kept, the epilogue's accesses and the norm weights, spilled: the
+ * tinyllama's rmsnorm backward in 8 steps), or the passes are not vectors (sn_cu_row_lanes
+ * 1): then each pass reads the row as before. end: before an element block outside the
+ * passes. */
+enum { SN_ROW_CACHE_STEPS = 4 };
+void sn_cu_row_cache_begin(row *w);
+/* Whether the kernel's row op keeps its row (begin would keep something), before any text. */
+bool sn_cu_row_cache_planned(row *w);
+void sn_cu_row_cache_end(row *w);
+enum { CACHE_NONE, CACHE_FILL, CACHE_USE };
 
 /* cuda_row_sums.c: a PARTIAL kernel's chunk of rows (and its column-sum parts), the ops that
  * sum over every row, and the FINISH kernel */

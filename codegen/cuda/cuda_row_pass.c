@@ -194,15 +194,141 @@ void sn_cu_row_vector_loads(row *w) {
     }
 }
 
+/* ---- the row kept in registers (cuda_row.h: sn_cu_row_cache_begin) ---- */
+
+/* Whether operand i's value is a bf16 value as loaded: read from a bf16 buffer, directly or
+ * through the cast that widens it (kept two to a register: what the row's load brought in;
+ * a value rounded to bf16 from an f32 load is kept whole, its loads twice as many registers). */
+static bool loaded_bf16(const row *w, int i) {
+    const sn_kernel *k = w->k;
+    if (w->buf[i] >= 0) return k->args[w->buf[i]]->dtype == SN_BF16;
+    const sn_ref *r = &k->instr[k->row.instr].in[i];
+    if (r->kind == SN_REF_INSTR) {
+        const sn_pw_instr *in = &k->instr[r->index];
+        if (in->node->op != SN_OP_CAST || in->node->in[0]->dtype != SN_BF16) return false;
+        r = &in->in[0];
+    }
+    return r->kind == SN_REF_ACCESS && k->args[k->access[r->index].arg]->dtype == SN_BF16;
+}
+
+/* Registers a thread may spend on the cache, from ptxas's reports on the GPT-2 and LLaMA
+ * models' steps at sm_75, sm_80 and sm_90 (no spills):
+ *   1024 threads (the classifier): 64 a thread at most, about 36 for the rest on sm_80 and
+ *     sm_90 (GPT-2's keeping 28 takes 61 on sm_90), 44 on sm_75 (it spilled 24 bytes), and a
+ *     vector's more for each output after the first (the f32 logits a program keeps as an
+ *     output: 12 bytes spilled on sm_80);
+ *   the norm backward pair (2 blocks an SM: 128): 36 on sm_90 (GPT-2's x f32 and dy bf16 take
+ *     127; Qwen2.5's 48 spilled 24 bytes), none on sm_80 and sm_75 (36 spilled 16 bytes);
+ *   other rows (3 blocks of 256 an SM: 85): 48 on sm_90, 32 on sm_80 and sm_75. */
+static int cache_budget(const row *w) {
+    if (w->threads > 256) {
+        int most = 65536 / (int)w->threads - (w->sm >= 80 ? 36 : 44) - w->lanes * (w->k->n_out - 1);
+        return most < 32 ? most : 32;
+    }
+    if (w->k->row.pair) return w->sm >= 90 ? 36 : 0;
+    return w->sm >= 90 ? 48 : 32;
+}
+
+/* What the cache keeps: w->cache_var, cache_half and n_cache; returns the steps and *regs. */
+static int64_t cache_plan(row *w, int *regs_out) {
+    w->n_cache = 0;
+    w->cache_filled = false;
+    *regs_out = 0;
+    if (!w->cache_allowed || w->lanes == 1) return 0; /* single columns: steps vary by thread */
+    int64_t per_step = (int64_t)w->lanes * w->stride, steps = (w->C + per_step - 1) / per_step;
+    if (steps > SN_ROW_CACHE_STEPS && w->stride == 32) return 0; /* a warp's row (cuda_row.h) */
+    int regs = 0;
+    for (int i = 0; i < w->n->n_in && i < 3; i++) {
+        int kind = operand_kind(w, i);
+        if (!sn_row_operand_per_element(w->n->op, i) || (kind != OP_ELEMENT && kind != OP_COMPUTED))
+            continue;
+        if (kind == OP_COMPUTED && w->k->instr[w->k->row.instr].in[i].kind == SN_REF_CONST) continue;
+        char var[48];
+        sn_cu_row_opnd(w, i, var, sizeof var);
+        bool dup = false;
+        for (int c = 0; c < w->n_cache; c++) dup = dup || !strcmp(w->cache_var[c], var);
+        if (dup) continue;
+        bool half = loaded_bf16(w, i);
+        snprintf(w->cache_var[w->n_cache], sizeof w->cache_var[0], "%s", var);
+        w->cache_half[w->n_cache++] = half;
+        regs += (int)(steps * w->lanes / (half ? 2 : 1));
+    }
+    if (regs > cache_budget(w)) w->n_cache = 0; /* all of them or none (see cuda_row.h) */
+    *regs_out = regs;
+    return steps;
+}
+
+bool sn_cu_row_cache_planned(row *w) {
+    static const sn_op kept_by[] = {SN_OP_SOFTMAX, SN_OP_SOFTMAX_BWD, SN_OP_LAYERNORM,
+                                    SN_OP_RMSNORM, SN_OP_LAYERNORM_BWD, SN_OP_RMSNORM_BWD,
+                                    SN_OP_CROSS_ENTROPY_BWD};
+    bool op = false; /* (the norm backward pair's row op: its dx) */
+    for (size_t i = 0; i < sizeof kept_by / sizeof kept_by[0]; i++) op = op || w->n->op == kept_by[i];
+    int regs;
+    bool kept = op && (cache_plan(w, &regs), w->n_cache > 0);
+    w->n_cache = 0;
+    return kept;
+}
+
+void sn_cu_row_cache_begin(row *w) {
+    SN_ASSERT(!w->cache_steps && !w->vec);
+    int regs;
+    int64_t steps = cache_plan(w, &regs);
+    if (!w->n_cache) return;
+    w->cache_steps = (int)steps;
+    E("/* the row's values kept in registers: %lld steps of %d columns (%d registers) */",
+      (long long)steps, w->lanes, regs);
+    for (int c = 0; c < w->n_cache; c++) /* zeros: columns past the filling pass's end */
+        E(w->cache_half[c] ? "unsigned rc%d[%lld] = {0}; /* %s, two bf16 a word */"
+                           : "float rc%d[%lld] = {0}; /* %s */",
+          c, (long long)(steps * w->lanes / (w->cache_half[c] ? 2 : 1)), w->cache_var[c]);
+}
+
+void sn_cu_row_cache_end(row *w) {
+    SN_ASSERT(!w->vec);
+    w->cache_steps = w->n_cache = 0;
+    w->cache_filled = false;
+}
+
+/* In a pass that reads the cache: `var` defined from it if kept (true), else nothing. */
+static bool cache_read(row *w, const char *var) {
+    if (w->pass_cache != CACHE_USE) return false;
+    for (int c = 0; c < w->n_cache; c++) {
+        if (strcmp(w->cache_var[c], var)) continue;
+        if (w->cache_half[c])
+            E("const float %s = __uint_as_float(l %% 2 ? rc%d[cs * %d + l / 2] & 0xffff0000u : "
+              "rc%d[cs * %d + l / 2] << 16);", var, c, w->lanes / 2, c, w->lanes / 2);
+        else
+            E("const float %s = rc%d[cs * %d + l];", var, c, w->lanes);
+        return true;
+    }
+    return false;
+}
+
+/* In the pass that fills it: every kept variable into the cache (after the element block). */
+static void cache_write(row *w) {
+    for (int c = 0; c < w->n_cache; c++) {
+        const char *v = w->cache_var[c];
+        if (w->cache_half[c]) {
+            E("if (l %% 2 == 0) rc%d[cs * %d + l / 2] = __float_as_uint(%s) >> 16;", c, w->lanes / 2, v);
+            E("else rc%d[cs * %d + l / 2] |= __float_as_uint(%s) & 0xffff0000u;", c, w->lanes / 2, v);
+        } else {
+            E("rc%d[cs * %d + l] = %s;", c, w->lanes, v);
+        }
+    }
+}
+
 /* Inside a loop body with `r`, `row` (= r * C), the coordinates and column `j` defined: the
  * accesses, the row op's buffer operands and the prologue at element (r, j) (in a vector
  * step's lane loop, lane l of the vectors loaded). */
 void sn_cu_row_element(row *w) {
     const sn_kernel *k = w->k;
-    char an[16], cond[128];
+    char an[16], cond[128], var[48];
     for (int a = 0; w->fused && a < k->n_access; a++) {
         const sn_access *x = &k->access[a];
         if (!access_used(w, a)) continue;
+        snprintf(var, sizeof var, "x%d", a);
+        if (cache_read(w, var)) continue;
         if (w->vec && access_vector(w, x)) {
             E("const float x%d = x%d_v[l];", a, a);
             continue;
@@ -217,12 +343,16 @@ void sn_cu_row_element(row *w) {
     for (int i = 0; i < w->n->n_in; i++) {
         int kind = operand_kind(w, i);
         if (kind != OP_ELEMENT && kind != OP_COLUMN) continue;
+        snprintf(var, sizeof var, "op%d", i);
+        if (cache_read(w, var)) continue;
         if (w->vec && vector_type(w, w->k->args[w->buf[i]]->dtype)) E("const float op%d = op%d_v[l];", i, i);
         else E("const float op%d = sn_load(%s[%sj]);", i, arg(w, w->buf[i], an, sizeof an),
                kind == OP_ELEMENT ? "row + " : "");
     }
     for (int i = 0; w->fused && i < k->n_instr; i++)
-        if (!w->dep[i]) sn_cu_emit_instr(w->t, k, i, "");
+        if (!w->dep[i] && !cache_read(w, sn_cu_var_name(k, i, "", var, sizeof var)))
+            sn_cu_emit_instr(w->t, k, i, "");
+    if (w->pass_cache == CACHE_FILL) cache_write(w);
 }
 
 /* Output o at (r, j) is `v`: into out<o>_v[l] in a vector step that collects it, else stored. */
@@ -270,6 +400,40 @@ void sn_cu_row_store(row *w, const char *val) {
     for (int o = w->out0; o < k->n_out; o++) put(w, o, sn_cu_var_name(k, k->store[o], "", v, sizeof v));
 }
 
+/* The cache's unrolled steps over columns [0, end): step s's first column j0, tested against
+ * the end only in the steps that can pass it (w->pass_guard: a brace to close). */
+static void open_steps(row *w, int64_t end) {
+    int64_t per_step = (int64_t)w->lanes * w->stride, whole = end / per_step;
+    E("#pragma unroll");
+    E("for (int cs = 0; cs < %d; cs++) {", w->cache_steps);
+    E("const int j0 = %d * %s + %lld * cs;", w->lanes, w->first, (long long)per_step);
+    w->pass_guard = whole < w->cache_steps;
+    if (w->pass_guard) E("if (cs < %lld || j0 < %lld) {", (long long)whole, (long long)end);
+}
+
+/* Before the first pass that reads the cache: the row's accesses loaded, every step's loads
+ * before any use of them (one block of straight code), and the kept values into rc<c>[]. The
+ * whole row, padded classes included (whole vectors, inside the buffer). */
+static void cache_fill(row *w) {
+    E("/* the row loaded once, %d steps of %d columns: its values into the registers */",
+      w->cache_steps, w->lanes);
+    open_steps(w, w->C);
+    sn_cu_row_vector_loads(w);
+    E("#pragma unroll");
+    E("for (int l = 0; l < %d; l++) {", w->lanes);
+    E("const int j = j0 + l;");
+    w->vec = true;
+    w->pass_cache = CACHE_FILL;
+    sn_cu_row_element(w);
+    w->vec = false;
+    w->pass_cache = CACHE_NONE;
+    E("}");
+    if (w->pass_guard) E("}");
+    E("}");
+    w->pass_guard = false;
+    w->cache_filled = true;
+}
+
 /* A pass over columns [0, end) of row r by `threads` threads, this one `first`, storing
  * `stores` (STORES_*): one column a step, for (int j = first; j < end; j += threads)
  * { element ...; or `lanes` columns a step: vector loads at j0 = lanes * first + lanes *
@@ -283,9 +447,18 @@ void sn_cu_row_open_pass(row *w, const char *first, int64_t end, unsigned thread
     }
     char a[16];
     SN_ASSERT(!w->vec && (stores == STORES_NONE || end % w->lanes == 0));
-    E("/* %d columns a step */", w->lanes);
-    E("for (int j0 = %d * %s; j0 < %lld; j0 += %u) {", w->lanes, first, (long long)end,
-      w->lanes * threads);
+    if (w->cache_steps) { /* the steps unrolled: a step's values in registers of their own */
+        SN_ASSERT(!strcmp(first, w->first) && threads == w->stride && end <= w->C);
+        if (!w->cache_filled) cache_fill(w);
+        w->pass_cache = CACHE_USE;
+        E("/* %d columns a step */", w->lanes);
+        E("/* %d steps, the row's values from the registers */", w->cache_steps);
+        open_steps(w, end);
+    } else {
+        E("/* %d columns a step */", w->lanes);
+        E("for (int j0 = %d * %s; j0 < %lld; j0 += %u) {", w->lanes, first, (long long)end,
+          w->lanes * threads);
+    }
     sn_cu_row_vector_loads(w);
     w->declared = w->pending = 0;
     unsigned out = stored_outputs(w, stores);
@@ -317,7 +490,10 @@ void sn_cu_row_close_pass(row *w) {
     for (int o = 0; o < w->k->n_out; o++)
         if (w->declared & (1u << o))
             E("%s(&%s[row + j0], %s_v);", vfn(w, "store", fn, sizeof fn), arg(w, o, a, sizeof a), a);
+    if (w->pass_guard) E("}");
     E("}");
     w->vec = false;
     w->declared = w->pending = 0;
+    w->pass_cache = CACHE_NONE;
+    w->pass_guard = false;
 }

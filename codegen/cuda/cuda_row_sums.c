@@ -19,6 +19,20 @@ static void open_rows(row *w, const char *first, const char *end) {
     sn_cu_row_coords(w);
 }
 
+/* The loop over this warp's rows of the chunk [r0, r1) in order, r = r0 + warp + warps q, two
+ * braces to close: as many steps as a whole chunk gives a warp, unrolled, each row tested
+ * against r1 (the last chunk may be short), so that the compiler issues the rows' loads
+ * together (a loop to r1 waited for each row's load before the next: the H200's ncu found the
+ * column sums latency-bound). */
+static void open_warp_rows(row *w) {
+    unsigned warps = w->threads / 32;
+    int64_t cr = sn_sum_chunk_rows(w->k), steps = (cr + warps - 1) / warps;
+    E("#pragma unroll /* the chunk's rows a warp takes: their loads issued together, added in order */");
+    E("for (int q = 0; q < %lld; q++) {", (long long)steps);
+    E("const %s r = r0 + warp + %u * q;", w->ix, warps);
+    E("if (r < r1) {");
+}
+
 /* (logits, targets) -> over the chunk's rows [r0, r1) whose target is not ignore_index: the sum
  * of lse - logit[t] and their count, as two f64 in the chunk's partial sums (the mean is
  * FINISH's) */
@@ -201,11 +215,12 @@ void sn_cu_row_pair_close(row *w) {
         E("float acc[%d];", PAIR_TILES);
         E("#pragma unroll");
         E("for (int u = 0; u < %d; u++) acc[u] = 0.0f;", PAIR_TILES);
-        E("for (%s r = r0 + warp; r < r1; r += %u) {", w->ix, warps);
+        open_warp_rows(w);
         E("#pragma unroll");
         E("for (int u = 0; u < %d; u++) {", PAIR_TILES);
         E("const %s c = (%s)(t0 + u) * %d + lane;", w->ix, w->ix, SN_COLSUM_TILE);
         E("if (c < %lld) acc[u] += sn_load(%s[r * %lld + c]);", (long long)C, src, (long long)C);
+        E("}");
         E("}");
         E("}");
         E("#pragma unroll");
@@ -251,10 +266,10 @@ static void colsums(row *w) {
         E("C = %lld; c = (t - %lld) * %d + lane; at = %lld;", (long long)C, (long long)first,
           SN_COLSUM_TILE, (long long)at);
         E("if (c < C) {");
-        E("#pragma unroll %d /* a chunk's rows: their loads issued together, added in order */",
-          (int)sn_sum_chunk_rows(k) / (int)warps > 1 ? (int)sn_sum_chunk_rows(k) / (int)warps : 1);
-        E("for (%s r = r0 + warp; r < r1; r += %u) acc += sn_load(%s[r * C + c]);", w->ix, warps,
-          src);
+        open_warp_rows(w);
+        E("acc += sn_load(%s[r * C + c]);", src);
+        E("}");
+        E("}");
         E("}");
         E("}");
         first += tiles;
