@@ -1321,6 +1321,56 @@ static sn_graph *row_vector_graph(int lengths) { /* the first `lengths` of row_v
     return g;
 }
 
+/* GPT-2's bf16 step keeps its rows in registers (cuda_row.h: sn_cu_row_cache_begin) where the
+ * budgets say: on sm_90 the classifier, every layernorm and every norm backward pair; on sm_80
+ * the pairs read their rows in every pass (their budget is none there); with the target's
+ * row_cache off, nothing is kept. */
+START_TEST(render_rows_kept) {
+    sn_gpt2_config cfg;
+    ck_assert(sn_gpt2_config_find("gpt2", &cfg));
+    sn_graph *g = sn_graph_new();
+    sn_gpt2 m;
+    sn_err e;
+    ck_assert_msg(sn_gpt2_build(g, &cfg, 4, 256, &m, &e) == SN_OK, "%s", e.msg);
+    sn_graph_clear_outputs(g); /* as sinter train compiles it: the loss alone (bf16 logits) */
+    sn_graph_add_output(g, m.loss);
+    sn_pipeline_opts o = sn_pipeline_defaults();
+    o.backward = true;
+    o.precision = SN_PRECISION_BF16;
+    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
+    sn_program *p = fuse(g);
+    const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
+    int n = kernels_of(p, SN_KER_ROW, ks);
+    static const struct { int arch; bool cache; } cases[3] = {{90, true}, {80, true}, {90, false}};
+    for (int c = 0; c < 3; c++) {
+        int norms = 0, norms_kept = 0, pairs = 0, pairs_kept = 0, classifier_kept = 0;
+        for (int i = 0; i < n; i++) {
+            sn_target t = sm(cases[c].arch);
+            t.row_cache = cases[c].cache;
+            sn_cuda_source cs;
+            ck_assert_msg(sn_cuda_render(&ks[i], 1, &t, &cs, &e) == SN_OK, "%s", e.msg);
+            bool kept = strstr(cs.src, "the row's values kept in registers") != NULL;
+            sn_op op = ks[i]->anchor->op;
+            if (op == SN_OP_LAYERNORM) norms++, norms_kept += kept;
+            if (ks[i]->row.pair) pairs++, pairs_kept += kept;
+            if (ks[i]->anchor2 && ks[i]->stage != SN_SUM_FINISH) classifier_kept += kept;
+            sn_cuda_source_free(&cs);
+        }
+        printf("test_cuda: gpt2 bf16 on sm_%d, row_cache %s: layernorms %d of %d kept, norm "
+               "backward pairs %d of %d, the classifier %d\n", cases[c].arch,
+               cases[c].cache ? "on" : "off", norms_kept, norms, pairs_kept, pairs, classifier_kept);
+        ck_assert_int_eq(norms, 25);
+        ck_assert_int_gt(pairs, 20);
+        ck_assert_int_eq(norms_kept, (cases[c].cache ? norms : 0));
+        ck_assert_int_eq(pairs_kept, (cases[c].cache && cases[c].arch == 90 ? pairs : 0));
+        ck_assert_int_eq(classifier_kept, (cases[c].cache ? 1 : 0));
+    }
+    free(ks);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* The rendered row kernels take the path their row length and dtypes call for. */
 START_TEST(render_row_vectors) {
     sn_graph *g = row_vector_graph(3);
@@ -2018,6 +2068,7 @@ int main(void) {
     tcase_add_test(tc, render_identical_kernels_once);
     tcase_add_test(tc, render_16bit_vectors);
     tcase_add_test(tc, render_row_vectors);
+    tcase_add_test(tc, render_rows_kept);
     tcase_add_test(tc, sum_chunk_rule);
     suite_add_tcase(s, tc);
     TCase *nv = tcase_create("nvrtc");
