@@ -1541,7 +1541,8 @@ static sn_program *classifier_graph(int64_t R, int64_t C, int64_t V, bool bf16, 
  * vector cut at column 59), ignored targets (class 3), the row read from memory in every pass
  * (sn_target row_cache off): its online max and sum, a vector at a time (cuda_row.c), give the
  * interpreter's gradient in both thread orders; the cut vector counted whole (planted: the
- * columns past 59 summed) is caught. */
+ * columns past 59 summed) is caught, and so is a wrong count of the rows (the targets read 4
+ * at a time). */
 START_TEST(cpu_classifier_vectors) {
     sn_graph *g;
     const sn_kernel *k;
@@ -1554,6 +1555,9 @@ START_TEST(cpu_classifier_vectors) {
     static const char *const whole[] = {"if (l < nv) se +=", "se +=", "if (j >= 59) break;", ";"};
     row_bug_caught(g, k, false, 25, whole, 2, "the classifier over rows of 64 logits, 59 classes",
                    "the cut vector summed whole"); /* targets below 25: some the ignored 3 */
+    static const char *const count[] = {"counted += ((int)v.x", "counted += 1.0f + ((int)v.x"};
+    row_bug_caught(g, k, false, 25, count, 1, "the classifier over rows of 64 logits, 59 classes",
+                   "the targets counted one too many a vector");
     sn_program_free(p);
     sn_graph_free(g);
 }

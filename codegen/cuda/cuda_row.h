@@ -80,6 +80,8 @@ void sn_cu_row_cache_begin(row *w);
 /* Whether the kernel's row op keeps its row (begin would keep something), before any text. */
 bool sn_cu_row_cache_planned(row *w);
 void sn_cu_row_cache_end(row *w);
+/* The row loaded into the cache here, if kept and not yet (else the first pass does it). */
+void sn_cu_row_cache_fill(row *w);
 enum { CACHE_NONE, CACHE_FILL, CACHE_USE };
 
 /* cuda_row_sums.c: a PARTIAL kernel's chunk of rows (and its column-sum parts), the ops that

@@ -434,6 +434,10 @@ static void cache_fill(row *w) {
     w->cache_filled = true;
 }
 
+void sn_cu_row_cache_fill(row *w) {
+    if (w->cache_steps && !w->cache_filled) cache_fill(w);
+}
+
 /* A pass over columns [0, end) of row r by `threads` threads, this one `first`, storing
  * `stores` (STORES_*): one column a step, for (int j = first; j < end; j += threads)
  * { element ...; or `lanes` columns a step: vector loads at j0 = lanes * first + lanes *
