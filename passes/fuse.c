@@ -276,6 +276,7 @@ static const sn_node *widened(const fuse_state *s, const sn_node *x, const sn_no
         if (readers != 1 || s->is_out[b->id]) return NULL;
         if (b->op != SN_OP_RESHAPE) break;
     }
+    if (b->n_in < 1) return NULL; /* a sum of an input or a parameter: no cast to look through */
     const sn_node *v = b->in[0];
     if (b->op != SN_OP_CAST || b->dtype != SN_F32 || (v->dtype != SN_BF16 && v->dtype != SN_F16) ||
         is_view(v->op) || !s->mat[v->id] || s->home[b->id] != b->id)

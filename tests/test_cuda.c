@@ -1594,6 +1594,45 @@ START_TEST(cpu_classifier_kept) {
 }
 END_TEST
 
+/* Column reductions over few rows take a thread a column (cuda_reduce.c: d <= 32, its rows'
+ * loads together, added in order): a sum over 16 rows of (3, 16, 300) (300 columns: a block
+ * and a short one each of 3 outer indices), a max over 5 and a mean over 20, each against the
+ * interpreter in both thread orders; the rows summed from the second (planted) is caught; a
+ * sum over 40 rows keeps the tiles. */
+START_TEST(cpu_reduce_by_column) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(3, 16, 300));
+    sn_node *m = sn_input(g, "m", SN_F32, SN_SHAPE(5, 37));
+    sn_node *v = sn_input(g, "v", SN_F32, SN_SHAPE(20, 2, 150));
+    sn_node *l = sn_input(g, "l", SN_F32, SN_SHAPE(40, 77));
+    sn_graph_add_output(g, sn_sum(g, x, 1, false));
+    sn_graph_add_output(g, sn_max(g, m, 0, false));
+    sn_graph_add_output(g, sn_mean(g, v, 0, false));
+    sn_graph_add_output(g, sn_sum(g, l, 0, false));
+    sn_program *p = fuse(g);
+    const sn_kernel *ks[8];
+    int n = kernels_of(p, SN_KER_REDUCE, ks), by_column = 0;
+    ck_assert_int_eq(n, 4);
+    for (int i = 0; i < n; i++) {
+        sn_cuda_source cs = render(&ks[i], 1);
+        by_column += strstr(cs.src, "the rows' loads issued together, added in order") != NULL;
+        sn_cuda_source_free(&cs);
+    }
+    ck_assert_int_eq(by_column, 3);
+    sn_program_free(p);
+    int counts[SN_KER_KIND_COUNT] = {0};
+    int ran = run_on_host(g, 1, false, 1e-6, counts);
+    if (ran) printf("test_cuda: column reductions: %d kernels match\n", ran);
+    p = fuse(g);
+    kernels_of(p, SN_KER_REDUCE, ks);
+    static const char *const second[] = {"for (int i = 0; i < 16; i++)", "for (int i = 1; i < 16; i++)"};
+    row_bug_caught(g, ks[0], true, 1, second, 1, "a sum over 16 rows a thread a column",
+                   "the rows summed from the second");
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* embedding_bwd (ids (N), dy (N, C) -> (V, C)) with ids that repeat and ids never used: dtype
  * dt; with `chunks`, N = 5000 over three chunks of 2048 (the last short) whose first chunk is
  * one id alone (a run of 2048), else N = 300 ids, uniform below 40 of V = 50 rows and a
@@ -2110,6 +2149,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_row_vectors);
     tcase_add_test(cpu, cpu_classifier_vectors);
     tcase_add_test(cpu, cpu_classifier_kept);
+    tcase_add_test(cpu, cpu_reduce_by_column);
     tcase_add_test(cpu, cpu_row_vector_lane_bug_caught);
     tcase_add_test(cpu, cpu_embedding_bwd_buckets);
     tcase_add_test(cpu, cpu_optimizer_step);

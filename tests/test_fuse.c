@@ -457,6 +457,22 @@ END_TEST
  * made, session 21): the dk/dv kernel writes the first, the second has a kernel of its own;
  * before, both counted as the dk/dv kernel's and the second was computed by none (fuse's order
  * check asserted). */
+/* A column sum of an input or a parameter (no producer: nothing for the colsum host to look
+ * through for a widening cast) is a kernel of its own: fuse read the missing producer's
+ * operand and crashed (found by test_cuda's cpu_reduce_by_column, session 22). */
+START_TEST(column_sum_of_an_input) {
+    sn_graph *g = sn_graph_new();
+    sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(40, 77));
+    sn_node *w = sn_param(g, "w", SN_F32, SN_SHAPE(6, 5), SN_INIT_NORMAL, 1);
+    sn_graph_add_output(g, sn_sum(g, x, 0, false));
+    sn_graph_add_output(g, sn_sum(g, w, 0, false));
+    sn_program *p = compile(g);
+    ck_assert_int_eq(p->n_kernels, 2);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 START_TEST(second_dv_has_its_own_kernel) {
     sn_graph *g = sn_graph_new();
     sn_node *in[4];
@@ -787,6 +803,7 @@ int main(void) {
     tcase_add_test(tc, kernels_per_gpt2_layer);
     tcase_add_test(tc, attention_writes_into_concatenation);
     tcase_add_test(tc, second_dv_has_its_own_kernel);
+    tcase_add_test(tc, column_sum_of_an_input);
     tcase_add_test(tc, row_facts_and_work_split);
     tcase_add_test(tc, casts_fold_and_weights_are_copies);
     suite_add_tcase(s, tc);

@@ -85,6 +85,11 @@ bool sn_cu_row_warp_per_row(const sn_kernel *k);
 enum { SN_CUDA_ROW_WARPS = 8 };
 
 void sn_cu_emit_reduce(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+/* Whether a column reduction takes a thread a column (its d rows at most SN_CUDA_REDUCE_ROWS:
+ * their loads together in one thread, added in order), blocks of SN_CUDA_REDUCE_COLS threads;
+ * else tiles of 32 columns with threads down the rows. */
+enum { SN_CUDA_REDUCE_ROWS = 32, SN_CUDA_REDUCE_COLS = 256 };
+bool sn_cu_reduce_by_column(const sn_kernel *k);
 
 sn_status sn_cu_check_gather(const sn_kernel *k, sn_err *e);
 void sn_cu_emit_gather(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);

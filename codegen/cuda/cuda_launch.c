@@ -52,6 +52,9 @@ static sn_cuda_dims own_dims(const sn_kernel *k, const sn_target *t) {
         int64_t d = x->shape[axis], inner = sn_shape_numel(x->rank - axis - 1, x->shape + axis + 1);
         int64_t outer = sn_numel(x) / (d * inner);
         if (inner == 1) return dims1((outer + 7) / 8, 256); /* a warp per output */
+        if (sn_cu_reduce_by_column(k)) /* a thread a column */
+            return dims1(outer * ((inner + SN_CUDA_REDUCE_COLS - 1) / SN_CUDA_REDUCE_COLS),
+                         SN_CUDA_REDUCE_COLS);
         /* tiles of 32 adjacent outputs, 32 x (up to 32) threads down the reduced axis */
         unsigned ty = clampu(round_up(d, 8), 8, 32);
         return (sn_cuda_dims){.grid = {clampu(outer * ((inner + 31) / 32), 1, INT32_MAX), 1, 1},

@@ -325,10 +325,14 @@ void sn_cu_row_finish(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, 
         sn_cu_emitf(t, "for (%s c0 = 0; c0 < %lld; c0 += %u) {", ix, (long long)chunks, T);
         sn_cu_emitf(t, "const %s c = c0 + threadIdx.x;", ix);
         sn_cu_emitf(t, "double cl = 0.0, cr = 0.0;");
-        sn_cu_emitf(t, "for (%s r = c * %d; c < %lld && r < (c + 1) * %d && r < %lld; r++) {", ix,
-                    SN_SUM_CHUNK, (long long)chunks, SN_SUM_CHUNK, (long long)P);
+        sn_cu_emitf(t, "#pragma unroll 16 /* the chunk's loads issued 16 at a time, added in order "
+                       "(a loop to the chunk's end waited for each: 33 us on the H200) */");
+        sn_cu_emitf(t, "for (int i = 0; i < %d; i++) {", SN_SUM_CHUNK);
+        sn_cu_emitf(t, "const %s r = c * %d + i;", ix, SN_SUM_CHUNK);
+        sn_cu_emitf(t, "if (c < %lld && r < %lld) {", (long long)chunks, (long long)P);
         sn_cu_emitf(t, "cl += row_sums[2 * r];");
         sn_cu_emitf(t, "cr += row_sums[2 * r + 1];");
+        sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "chunk_loss[threadIdx.x] = cl;");
         sn_cu_emitf(t, "chunk_rows[threadIdx.x] = cr;");
