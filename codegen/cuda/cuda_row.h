@@ -40,6 +40,9 @@ typedef struct {
     bool cache_filled;     /* a pass has filled them */
     int pass_cache;        /* the open pass: CACHE_NONE, CACHE_FILL or CACHE_USE */
     bool pass_guard;       /* the open pass's steps test their first column against its end */
+    /* in a pass reading the cache: what it still computes (cuda_row_pass.c prune) */
+    bool live_instr[SN_KER_MAX_INSTR];
+    uint64_t live_access; /* bit a: access a */
 } row;
 
 #define E(...) sn_cu_emitf(w->t, __VA_ARGS__)

@@ -161,37 +161,13 @@ static const char *vfn(const row *w, const char *what, char *b, size_t len) {
     return b;
 }
 
-/* Before a vector step's lane loop, with j0 (its first column) defined: the vector loads of
- * the accesses and operand buffers that take them, into <name>_v[lanes]. */
-void sn_cu_row_vector_loads(row *w) {
-    const sn_kernel *k = w->k;
-    char an[16], fn[16], cond[128];
-    for (int a = 0; w->fused && a < k->n_access; a++) {
-        const sn_access *x = &k->access[a];
-        if (!access_used(w, a) || !access_vector(w, x)) continue;
-        char *idx = access_index(w, x, "j0");
-        if (!idx) return;
-        mask_cond(w, x, cond, sizeof cond);
-        if (cond[0]) {
-            cond[strlen(cond) - 3] = '\0'; /* drop " ? " */
-            E("float x%d_v[%d] = {0};", a, w->lanes);
-            E("if (%s) %s(&%s[%s], x%d_v);", cond, vfn(w, "load", fn, sizeof fn),
-              arg(w, x->arg, an, sizeof an), idx, a);
-        } else {
-            E("float x%d_v[%d];", a, w->lanes);
-            E("%s(&%s[%s], x%d_v);", vfn(w, "load", fn, sizeof fn), arg(w, x->arg, an, sizeof an),
-              idx, a);
-        }
-        free(idx);
-    }
-    for (int i = 0; i < w->n->n_in; i++) {
-        int kind = operand_kind(w, i);
-        if ((kind != OP_ELEMENT && kind != OP_COLUMN) || !vector_type(w, w->k->args[w->buf[i]]->dtype))
-            continue;
-        E("float op%d_v[%d];", i, w->lanes);
-        E("%s(&%s[%sj0], op%d_v);", vfn(w, "load", fn, sizeof fn), arg(w, w->buf[i], an, sizeof an),
-          kind == OP_ELEMENT ? "row + " : "", i);
-    }
+/* The outputs a pass stores (STORES_*, cuda_row.h). */
+static unsigned stored_outputs(const row *w, int stores) {
+    unsigned m = 0;
+    for (int o = w->out0; o < w->k->n_out; o++)
+        if (stores == STORES_ALL || (stores == STORES_PROLOGUE && w->fused && !w->dep[w->k->store[o]]))
+            m |= 1u << o;
+    return stores == STORES_ALL && !w->fused ? 1u : m;
 }
 
 /* ---- the row kept in registers (cuda_row.h: sn_cu_row_cache_begin) ---- */
@@ -290,6 +266,46 @@ void sn_cu_row_cache_end(row *w) {
     w->cache_filled = false;
 }
 
+/* The cache slot holding `var`, or -1. */
+static int kept(const row *w, const char *var) {
+    for (int c = 0; c < w->n_cache; c++)
+        if (!strcmp(w->cache_var[c], var)) return c;
+    return -1;
+}
+
+/* In a pass reading the cache that stores `stores`: the instructions and accesses it still
+ * needs (w->live_*): from the outputs it stores and the epilogue, back through the prologue,
+ * stopping at kept values and the row op (whose per-element operands are all kept). What
+ * feeds only the cache is not emitted: a GPU's compiler drops it, the simulator's might not. */
+static void prune(row *w, int stores) {
+    const sn_kernel *k = w->k;
+    bool want[SN_KER_MAX_INSTR] = {0};
+    char var[48];
+    memset(w->live_instr, 0, sizeof w->live_instr);
+    w->live_access = 0;
+    SN_ASSERT(k->n_access <= 64 && k->n_instr <= SN_KER_MAX_INSTR);
+    unsigned out = stores == STORES_NONE ? 0 : stored_outputs(w, stores);
+    for (int o = 0; w->fused && o < k->n_out; o++)
+        if (out & (1u << o)) want[k->store[o]] = true;
+    for (int i = 0; w->fused && stores == STORES_ALL && i < k->n_instr; i++) want[i] = want[i] || w->dep[i];
+    for (int i = w->fused ? k->n_instr - 1 : -1; i >= 0; i--) { /* operands come before */
+        if (!want[i] || i == k->row.instr || (!w->dep[i] && kept(w, sn_cu_var_name(k, i, "", var, sizeof var)) >= 0))
+            continue;
+        w->live_instr[i] = true;
+        for (int t = 0; t < k->instr[i].n_in; t++) {
+            const sn_ref *r = &k->instr[i].in[t];
+            if (r->kind == SN_REF_INSTR) want[r->index] = true;
+            snprintf(var, sizeof var, "x%d", r->index);
+            if (r->kind == SN_REF_ACCESS && kept(w, var) < 0) w->live_access |= 1ull << r->index;
+        }
+    }
+}
+
+/* Whether a pass emits access a (in one reading the cache: only what it still needs). */
+static bool access_emitted(const row *w, int a) {
+    return w->pass_cache != CACHE_USE || (w->live_access >> a & 1);
+}
+
 /* In a pass that reads the cache: `var` defined from it if kept (true), else nothing. */
 static bool cache_read(row *w, const char *var) {
     if (w->pass_cache != CACHE_USE) return false;
@@ -318,6 +334,42 @@ static void cache_write(row *w) {
     }
 }
 
+/* Before a vector step's lane loop, with j0 (its first column) defined: the vector loads of
+ * the accesses and operand buffers that take them, into <name>_v[lanes]. */
+void sn_cu_row_vector_loads(row *w) {
+    const sn_kernel *k = w->k;
+    char an[16], fn[16], cond[128];
+    for (int a = 0; w->fused && a < k->n_access; a++) {
+        const sn_access *x = &k->access[a];
+        if (!access_used(w, a) || !access_vector(w, x) || !access_emitted(w, a)) continue;
+        char *idx = access_index(w, x, "j0");
+        if (!idx) return;
+        mask_cond(w, x, cond, sizeof cond);
+        if (cond[0]) {
+            cond[strlen(cond) - 3] = '\0'; /* drop " ? " */
+            E("float x%d_v[%d] = {0};", a, w->lanes);
+            E("if (%s) %s(&%s[%s], x%d_v);", cond, vfn(w, "load", fn, sizeof fn),
+              arg(w, x->arg, an, sizeof an), idx, a);
+        } else {
+            E("float x%d_v[%d];", a, w->lanes);
+            E("%s(&%s[%s], x%d_v);", vfn(w, "load", fn, sizeof fn), arg(w, x->arg, an, sizeof an),
+              idx, a);
+        }
+        free(idx);
+    }
+    for (int i = 0; i < w->n->n_in; i++) {
+        int kind = operand_kind(w, i);
+        char var[16];
+        snprintf(var, sizeof var, "op%d", i);
+        if ((kind != OP_ELEMENT && kind != OP_COLUMN) || !vector_type(w, w->k->args[w->buf[i]]->dtype) ||
+            (w->pass_cache == CACHE_USE && kept(w, var) >= 0))
+            continue;
+        E("float op%d_v[%d];", i, w->lanes);
+        E("%s(&%s[%sj0], op%d_v);", vfn(w, "load", fn, sizeof fn), arg(w, w->buf[i], an, sizeof an),
+          kind == OP_ELEMENT ? "row + " : "", i);
+    }
+}
+
 /* Inside a loop body with `r`, `row` (= r * C), the coordinates and column `j` defined: the
  * accesses, the row op's buffer operands and the prologue at element (r, j) (in a vector
  * step's lane loop, lane l of the vectors loaded). */
@@ -328,7 +380,7 @@ void sn_cu_row_element(row *w) {
         const sn_access *x = &k->access[a];
         if (!access_used(w, a)) continue;
         snprintf(var, sizeof var, "x%d", a);
-        if (cache_read(w, var)) continue;
+        if (cache_read(w, var) || !access_emitted(w, a)) continue;
         if (w->vec && access_vector(w, x)) {
             E("const float x%d = x%d_v[l];", a, a);
             continue;
@@ -350,7 +402,8 @@ void sn_cu_row_element(row *w) {
                kind == OP_ELEMENT ? "row + " : "");
     }
     for (int i = 0; w->fused && i < k->n_instr; i++)
-        if (!w->dep[i] && !cache_read(w, sn_cu_var_name(k, i, "", var, sizeof var)))
+        if (!w->dep[i] && !cache_read(w, sn_cu_var_name(k, i, "", var, sizeof var)) &&
+            (w->pass_cache != CACHE_USE || w->live_instr[i]))
             sn_cu_emit_instr(w->t, k, i, "");
     if (w->pass_cache == CACHE_FILL) cache_write(w);
 }
@@ -365,15 +418,6 @@ static void put(row *w, int o, const char *v) {
     } else {
         E("sn_store(&%s[row + j], %s);", a, v);
     }
-}
-
-/* The outputs a pass stores (STORES_*, cuda_row.h). */
-static unsigned stored_outputs(const row *w, int stores) {
-    unsigned m = 0;
-    for (int o = w->out0; o < w->k->n_out; o++)
-        if (stores == STORES_ALL || (stores == STORES_PROLOGUE && w->fused && !w->dep[w->k->store[o]]))
-            m |= 1u << o;
-    return stores == STORES_ALL && !w->fused ? 1u : m;
 }
 
 /* Stores the outputs that do not depend on the row op at element (r, j). */
@@ -455,6 +499,7 @@ void sn_cu_row_open_pass(row *w, const char *first, int64_t end, unsigned thread
         SN_ASSERT(!strcmp(first, w->first) && threads == w->stride && end <= w->C);
         if (!w->cache_filled) cache_fill(w);
         w->pass_cache = CACHE_USE;
+        prune(w, stores);
         E("/* %d columns a step */", w->lanes);
         E("/* %d steps, the row's values from the registers */", w->cache_steps);
         open_steps(w, end);
