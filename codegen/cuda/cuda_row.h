@@ -30,15 +30,15 @@ typedef struct {
     int out0;           /* the first output the passes store (after the norm backward pair's sums) */
     bool lanes_closed;  /* the pass's loop over the lanes ended (sn_cu_row_close_lanes) */
     /* the row kept in registers (sn_cu_row_cache_begin): the row op's per-element operands,
-       filled by the first pass, read back by the others */
+       loaded once before the first pass, read back by every pass */
     bool cache_allowed; /* the target keeps rows in registers (sn_target row_cache) */
     int sm;             /* the target's compute capability x10 (the cache's budget) */
     int cache_steps;    /* steps of lanes x stride columns a thread takes (0: no cache) */
     int n_cache;
     char cache_var[3][48]; /* the variables kept: rc<c>[] holds cache_var[c] */
-    bool cache_half[3];    /* kept two to a 32-bit word (exact bf16 values) */
-    bool cache_filled;     /* a pass has filled them */
-    int pass_cache;        /* the open pass: CACHE_NONE, CACHE_FILL or CACHE_USE */
+    bool cache_half[3];    /* kept two to a 32-bit word (bf16 values as loaded) */
+    bool cache_filled;     /* the row has been loaded into them */
+    int pass_cache;        /* CACHE_NONE, CACHE_FILL (the loading loop) or CACHE_USE (a pass) */
     bool pass_guard;       /* the open pass's steps test their first column against its end */
     /* in a pass reading the cache: what it still computes (cuda_row_pass.c prune) */
     bool live_instr[SN_KER_MAX_INSTR];
@@ -68,11 +68,11 @@ void sn_cu_row_close_lanes(row *w);
 void sn_cu_row_store(row *w, const char *val);
 /* The row kept in registers, for a row op whose passes read its per-element operands again
  * (the norms, their backwards, softmax, the classifier): after begin, the row is loaded once
- * (every step's loads before any use), each operand's value into rc<c>[step lanes + l] (two
- * exact bf16 values a word where it is one), and the passes over [0, C) (first, stride as w's)
- * take their steps fully unrolled, reading the values from there
- * (their own loads and prologue left dead; the epilogue's accesses still loaded). Every
- * operand is kept or none: none where the registers would exceed the budget for the kernel
+ * before the first pass (every step's loads before any use), each operand's value into
+ * rc<c>[step lanes + l] (two a word where it is a bf16 value as loaded), and the passes over
+ * [0, C) (first, stride as w's) take their steps fully unrolled, reading the values from there
+ * and emitting only what their stores and epilogue still need (the epilogue's own accesses).
+ * Every operand is kept or none: none where the registers would exceed the budget for the kernel
  * (cuda_row_pass.c), a warp's row takes more than SN_ROW_CACHE_STEPS steps (unrolled, the
  * loads of what is not kept, the epilogue's accesses and the norm weights, spilled: the
  * tinyllama's rmsnorm backward in 8 steps), or the passes are not vectors (sn_cu_row_lanes
