@@ -57,11 +57,14 @@ static int pointwise(const sn_program *p, const sn_kernel **ks) {
 
 static sn_target sm(int arch) { return sn_target_cuda(arch); }
 
+/* The arch render() renders for: sm_80, or (a test that sets it) another. */
+static int render_sm = 80;
+
 /* row_cache: the target's (sn_target row_cache: row kernels keep their rows in registers) */
 static sn_cuda_source render_cached(const sn_kernel *const *ks, int n, bool row_cache) {
     sn_cuda_source s;
     sn_err e;
-    sn_target t = sm(80);
+    sn_target t = sm(render_sm);
     t.row_cache = row_cache;
     ck_assert_msg(sn_cuda_render(ks, n, &t, &s, &e) == SN_OK, "%s", e.msg);
     ck_assert_int_eq(s.n_kernels, n);
@@ -1108,14 +1111,19 @@ static void program_on_host(const sn_program *p, const sn_interp *it, void **out
     program_on_host_with(p, it, out, NULL);
 }
 
+/* Each case rendered for sm_80 (_i < 4), where the pair reads its rows in every pass, and for
+ * sm_90, where it keeps them in registers (cuda_row.h; C = 320: two steps of 256 columns, the
+ * second a quarter full). */
 START_TEST(cpu_norm_pair) {
-    static const struct { sn_dtype dt; int64_t C, R, chunk; } cases[3] = {
+    static const struct { sn_dtype dt; int64_t C, R, chunk; } all[4] = {
         {SN_F32, 40, 3 * SN_SUM_CHUNK + 5, 8}, {SN_BF16, 64, 3 * SN_SUM_CHUNK + 5, 8},
-        {SN_BF16, 64, 2051, 16}};
+        {SN_BF16, 64, 2051, 16}, {SN_BF16, 320, 3 * SN_SUM_CHUNK + 5, 8}};
+    const typeof(all[0]) *c = &all[_i % 4];
+    render_sm = _i < 4 ? 80 : 90;
     /* first the same bits as the dx kernel and the PARTIAL kernel apart (the same columns a
      * step: the sums keep their order) */
-    sn_graph *ga = norm_pair_graph(cases[_i].dt, cases[_i].C, cases[_i].R, true);
-    sn_graph *g = norm_pair_graph(cases[_i].dt, cases[_i].C, cases[_i].R, false);
+    sn_graph *ga = norm_pair_graph(c->dt, c->C, c->R, true);
+    sn_graph *g = norm_pair_graph(c->dt, c->C, c->R, false);
     sn_program *pa = fuse(ga), *p = fuse(g);
     ck_assert_int_eq(pa->n_kernels, 4); /* dx, exp, dw's PARTIAL and FINISH */
     sn_interp *ita = interp_run(ga, 1, false), *it = interp_run(g, 1, false);
@@ -1148,11 +1156,14 @@ START_TEST(cpu_norm_pair) {
     ck_assert_int_eq(p->n_kernels, 2); /* dx, dw and both column sums: two kernels */
     ck_assert_int_eq(ks[0]->row.n_colsum, 2);
     ck_assert_int_lt(ks[0]->row.colsum_src[2], ks[0]->n_out); /* dx's own output */
-    ck_assert_int_eq(sn_sum_chunk_rows(ks[0]), cases[_i].chunk);
+    ck_assert_int_eq(sn_sum_chunk_rows(ks[0]), c->chunk);
     sn_cuda_source cs = render(ks, 2);
     char want[32];
-    snprintf(want, sizeof want, "/* %d columns a step */", cases[_i].C == 64 ? 8 : 4);
+    snprintf(want, sizeof want, "/* %d columns a step */", c->dt == SN_BF16 ? 8 : 4);
     ck_assert_msg(strstr(cs.src, want), "%s: no \"%s\" in its source", ks[0]->name, want);
+    ck_assert_msg(!strstr(cs.src, "the row's values kept in registers") == (render_sm < 90),
+                  "%s on sm_%d: the row %s in registers", ks[0]->name, render_sm,
+                  render_sm < 90 ? "kept" : "not kept");
     double ok = pair_on_host(cs.src, ks, &cs, it);
     if (ok >= 0) ck_assert_msg(ok <= 1e-5, "the pair's error %g", ok);
     static const struct { const char *what, *at, *from, *to; } bugs[2] = {
@@ -1171,7 +1182,7 @@ START_TEST(cpu_norm_pair) {
         strcat(bad, from + strlen(bugs[b].from));
         double err = pair_on_host(bad, ks, &cs, it);
         printf("test_cuda: the norm backward pair (%s, C=%lld) with %s: error %.3g (caught)\n",
-               sn_dtype_name(cases[_i].dt), (long long)cases[_i].C, bugs[b].what, err);
+               sn_dtype_name(c->dt), (long long)c->C, bugs[b].what, err);
         ck_assert_msg(!(err <= 1e-5), "%s went unnoticed (error %g)", bugs[b].what, err);
         free(bad);
     }
@@ -1179,6 +1190,7 @@ START_TEST(cpu_norm_pair) {
     sn_cuda_source_free(&cs);
     sn_program_free(p);
     sn_graph_free(g);
+    render_sm = 80;
 }
 END_TEST
 
@@ -2144,7 +2156,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_row_ops_warp_per_row);
     tcase_add_test(cpu, cpu_chunked_weight_gradient);
     tcase_add_test(cpu, cpu_deleted_barrier_caught);
-    tcase_add_loop_test(cpu, cpu_norm_pair, 0, 3);
+    tcase_add_loop_test(cpu, cpu_norm_pair, 0, 8);
     tcase_add_loop_test(cpu, cpu_joined_finish, 0, 2);
     tcase_add_test(cpu, cpu_row_vectors);
     tcase_add_test(cpu, cpu_classifier_vectors);
