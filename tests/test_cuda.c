@@ -74,16 +74,17 @@ static sn_cuda_source render_cached(const sn_kernel *const *ks, int n, bool row_
 static sn_cuda_source render(const sn_kernel *const *ks, int n) { return render_cached(ks, n, true); }
 
 /* GPT-2 `name`'s training graph at B x T; with the LM head in chunks of chunk_rows rows (0:
- * whole), the loss its one output (training reads no logits). */
-static sn_graph *gpt2_training_chunked(const char *name, int B, int T, sn_precision precision,
-                                       int64_t chunk_rows) {
+ * whole); loss_only: the loss its one output, as sinter train compiles it (training reads no
+ * logits), else the model's outputs kept (the logits too). */
+static sn_graph *gpt2_training_with(const char *name, int B, int T, sn_precision precision,
+                                    int64_t chunk_rows, bool loss_only) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find(name, &c));
     sn_graph *g = sn_graph_new();
     sn_gpt2 m;
     sn_err e;
     ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
-    if (chunk_rows) {
+    if (loss_only) {
         sn_graph_clear_outputs(g);
         sn_graph_add_output(g, m.loss);
     }
@@ -98,7 +99,7 @@ static sn_graph *gpt2_training_chunked(const char *name, int B, int T, sn_precis
 }
 
 static sn_graph *gpt2_training_at(const char *name, int B, int T, sn_precision precision) {
-    return gpt2_training_chunked(name, B, T, precision, 0);
+    return gpt2_training_with(name, B, T, precision, 0, false);
 }
 
 static sn_graph *gpt2_training(const char *name, int B, int T) {
@@ -387,7 +388,7 @@ END_TEST
  * the dX concatenations) compiles for sm_80 without spills. */
 START_TEST(nvrtc_gpt2_chunked_logits) {
     if (have_nvrtc())
-        nvrtc_program(gpt2_training_chunked("gpt2", 4, 256, SN_PRECISION_BF16, 256), "gpt2-bf16-chunked",
+        nvrtc_program(gpt2_training_with("gpt2", 4, 256, SN_PRECISION_BF16, 256, true), "gpt2-bf16-chunked",
                       4, 256, (const int[]){80}, 1);
 }
 END_TEST
@@ -1338,18 +1339,9 @@ static sn_graph *row_vector_graph(int lengths) { /* the first `lengths` of row_v
  * the pairs read their rows in every pass (their budget is none there); with the target's
  * row_cache off, nothing is kept. */
 START_TEST(render_rows_kept) {
-    sn_gpt2_config cfg;
-    ck_assert(sn_gpt2_config_find("gpt2", &cfg));
-    sn_graph *g = sn_graph_new();
-    sn_gpt2 m;
+    /* as sinter train compiles it: the loss alone (the logits bf16) */
+    sn_graph *g = gpt2_training_with("gpt2", 4, 256, SN_PRECISION_BF16, 0, true);
     sn_err e;
-    ck_assert_msg(sn_gpt2_build(g, &cfg, 4, 256, &m, &e) == SN_OK, "%s", e.msg);
-    sn_graph_clear_outputs(g); /* as sinter train compiles it: the loss alone (bf16 logits) */
-    sn_graph_add_output(g, m.loss);
-    sn_pipeline_opts o = sn_pipeline_defaults();
-    o.backward = true;
-    o.precision = SN_PRECISION_BF16;
-    ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     sn_program *p = fuse(g);
     const sn_kernel **ks = malloc(sizeof *ks * (size_t)(p->n_kernels + 1));
     int n = kernels_of(p, SN_KER_ROW, ks);

@@ -205,6 +205,23 @@ static int cache_budget(const row *w) {
     return w->sm >= 90 ? 48 : 32;
 }
 
+/* The cache slot holding `var`, or -1. */
+static int kept(const row *w, const char *var) {
+    for (int c = 0; c < w->n_cache; c++)
+        if (!strcmp(w->cache_var[c], var)) return c;
+    return -1;
+}
+
+/* The row ops whose passes read their row again, the only ones that call
+ * sn_cu_row_cache_begin (the norm backward pair's row op is its dx, a norm backward). */
+static bool keeps_row(sn_op op) {
+    static const sn_op ops[] = {SN_OP_SOFTMAX, SN_OP_SOFTMAX_BWD, SN_OP_LAYERNORM, SN_OP_RMSNORM,
+                                SN_OP_LAYERNORM_BWD, SN_OP_RMSNORM_BWD, SN_OP_CROSS_ENTROPY_BWD};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (op == ops[i]) return true;
+    return false;
+}
+
 /* What the cache keeps: w->cache_var, cache_half and n_cache; returns the steps and *regs. */
 static int64_t cache_plan(row *w, int *regs_out) {
     w->n_cache = 0;
@@ -221,9 +238,7 @@ static int64_t cache_plan(row *w, int *regs_out) {
         if (kind == OP_COMPUTED && w->k->instr[w->k->row.instr].in[i].kind == SN_REF_CONST) continue;
         char var[48];
         sn_cu_row_opnd(w, i, var, sizeof var);
-        bool dup = false;
-        for (int c = 0; c < w->n_cache; c++) dup = dup || !strcmp(w->cache_var[c], var);
-        if (dup) continue;
+        if (kept(w, var) >= 0) continue; /* two operands, one value */
         bool half = loaded_bf16(w, i);
         snprintf(w->cache_var[w->n_cache], sizeof w->cache_var[0], "%s", var);
         w->cache_half[w->n_cache++] = half;
@@ -235,19 +250,14 @@ static int64_t cache_plan(row *w, int *regs_out) {
 }
 
 bool sn_cu_row_cache_planned(row *w) {
-    static const sn_op kept_by[] = {SN_OP_SOFTMAX, SN_OP_SOFTMAX_BWD, SN_OP_LAYERNORM,
-                                    SN_OP_RMSNORM, SN_OP_LAYERNORM_BWD, SN_OP_RMSNORM_BWD,
-                                    SN_OP_CROSS_ENTROPY_BWD};
-    bool op = false; /* (the norm backward pair's row op: its dx) */
-    for (size_t i = 0; i < sizeof kept_by / sizeof kept_by[0]; i++) op = op || w->n->op == kept_by[i];
     int regs;
-    bool kept = op && (cache_plan(w, &regs), w->n_cache > 0);
+    bool planned = keeps_row(w->n->op) && (cache_plan(w, &regs), w->n_cache > 0);
     w->n_cache = 0;
-    return kept;
+    return planned;
 }
 
 void sn_cu_row_cache_begin(row *w) {
-    SN_ASSERT(!w->cache_steps && !w->vec);
+    SN_ASSERT(!w->cache_steps && !w->vec && keeps_row(w->n->op)); /* as planned */
     int regs;
     int64_t steps = cache_plan(w, &regs);
     if (!w->n_cache) return;
@@ -264,13 +274,6 @@ void sn_cu_row_cache_end(row *w) {
     SN_ASSERT(!w->vec);
     w->cache_steps = w->n_cache = 0;
     w->cache_filled = false;
-}
-
-/* The cache slot holding `var`, or -1. */
-static int kept(const row *w, const char *var) {
-    for (int c = 0; c < w->n_cache; c++)
-        if (!strcmp(w->cache_var[c], var)) return c;
-    return -1;
 }
 
 /* In a pass reading the cache that stores `stores`: the instructions and accesses it still
@@ -308,17 +311,14 @@ static bool access_emitted(const row *w, int a) {
 
 /* In a pass that reads the cache: `var` defined from it if kept (true), else nothing. */
 static bool cache_read(row *w, const char *var) {
-    if (w->pass_cache != CACHE_USE) return false;
-    for (int c = 0; c < w->n_cache; c++) {
-        if (strcmp(w->cache_var[c], var)) continue;
-        if (w->cache_half[c])
-            E("const float %s = __uint_as_float(l %% 2 ? rc%d[cs * %d + l / 2] & 0xffff0000u : "
-              "rc%d[cs * %d + l / 2] << 16);", var, c, w->lanes / 2, c, w->lanes / 2);
-        else
-            E("const float %s = rc%d[cs * %d + l];", var, c, w->lanes);
-        return true;
-    }
-    return false;
+    int c = w->pass_cache == CACHE_USE ? kept(w, var) : -1;
+    if (c < 0) return false;
+    if (w->cache_half[c])
+        E("const float %s = __uint_as_float(l %% 2 ? rc%d[cs * %d + l / 2] & 0xffff0000u : "
+          "rc%d[cs * %d + l / 2] << 16);", var, c, w->lanes / 2, c, w->lanes / 2);
+    else
+        E("const float %s = rc%d[cs * %d + l];", var, c, w->lanes);
+    return true;
 }
 
 /* In the pass that fills it: every kept variable into the cache (after the element block). */
