@@ -113,27 +113,69 @@ void sn_attm_floats(sn_cu_text *t, sn_attm_carve *c, const char *name, int64_t c
     c->at += 4 * count;
 }
 
+/* One 16-byte chunk from address `at` into row r, column c of the tile (cs where swizzled),
+ * zeros where `in` is false (`at` then a row inside the sequence, none read). */
+static void copy_chunk(sn_cu_text *t, bool async, const char *tile, const char *trow,
+                       const char *at, bool swizzled) {
+    if (async) {
+        sn_cu_emitf(t, "sn_cp_async_16_zfill(&%s[%s + r][%s], %s, in ? 16u : 0u);", tile, trow,
+                    swizzled ? "cs" : "c", at);
+        return;
+    }
+    sn_cu_emitf(t, "uint4 x = make_uint4(0u, 0u, 0u, 0u);");
+    sn_cu_emitf(t, "if (in) x = *reinterpret_cast<const uint4 *>(%s);", at);
+    sn_cu_emitf(t, "*reinterpret_cast<uint4 *>(&%s[%s + r][%s]) = x;", tile, trow,
+                swizzled ? "cs" : "c");
+}
+
+/* The swizzled chunk of row r: rows of 128 bytes, 1024-byte aligned, chunk c / 8 XOR the row's
+ * index mod 8. */
+static void swizzle_chunk(sn_cu_text *t, const char *trow) {
+    sn_cu_emitf(t, "const int cs = c ^ (%s + r) %% 8 * 8;", trow);
+}
+
 /* Rows [row0, row0 + count) of src (`cols` 16-bit values wide, rows src_row apart, `limit` rows
  * in all) into rows trow .. of tile as 16-byte chunks (rows past limit: zeros), by every thread
- * of the block: cp.async copies still to be waited for (async), or loads and stores. */
+ * of the block: cp.async copies still to be waited for (async), or loads and stores, by a loop
+ * from threadIdx.x. `unrolled`: a block of whole rows inside the sequence, whose chunks the
+ * threads divide evenly, by an unrolled loop from one address a thread, the chunks a constant
+ * apart (the forward's and dq's key tiles: ptxas, sm_90, gpt2's forward: the loop took about 25
+ * instructions a copy, 2026-11-29; the dk/dv kernels keep the loop: at their register cap the
+ * unrolled copies spilled, and put the wgmma one's in a divergent path ptxas serializes). */
 void sn_attm_copy_rows(sn_cu_text *t, bool async, const char *tile, const char *trow,
                       const char *src, const char *src_row, const char *row0, const char *count,
-                      const char *cols, const char *limit, bool swizzled) {
+                      const char *cols, const char *limit, bool swizzled, bool unrolled) {
+    char at[160];
+    if (!unrolled) {
+        sn_cu_emitf(t, "for (int e = threadIdx.x; e < %s * (%s / 8); e += THREADS) {", count, cols);
+        sn_cu_emitf(t, "const int r = e / (%s / 8), c = e %% (%s / 8) * 8;", cols, cols);
+        sn_cu_emitf(t, "const bool in = %s + r < %s;", row0, limit);
+        if (swizzled) swizzle_chunk(t, trow);
+        snprintf(at, sizeof at, "%s + (long long)(in ? %s + r : 0) * %s + c", src, row0, src_row);
+        copy_chunk(t, async, tile, trow, at, swizzled);
+        sn_cu_emitf(t, "}");
+        return;
+    }
+    sn_cu_emitf(t, "if (%s * (%s / 8) %% THREADS == 0 && THREADS %% (%s / 8) == 0 && %s + %s <= %s) {",
+                count, cols, cols, row0, count, limit);
+    sn_cu_emitf(t, "const int r_at = threadIdx.x / (%s / 8), c = threadIdx.x %% (%s / 8) * 8;", cols, cols);
+    sn_cu_emitf(t, "const auto *at = %s + (long long)(%s + r_at) * %s + c;", src, row0, src_row);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int i = 0; i < %s * (%s / 8) / THREADS; i++) {", count, cols);
+    sn_cu_emitf(t, "const int r = r_at + i * (THREADS / (%s / 8));", cols);
+    sn_cu_emitf(t, "const bool in = true;");
+    if (swizzled) swizzle_chunk(t, trow);
+    snprintf(at, sizeof at, "at + (long long)i * (THREADS / (%s / 8)) * %s", cols, src_row);
+    copy_chunk(t, async, tile, trow, at, swizzled);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "} else {");
     sn_cu_emitf(t, "for (int e = threadIdx.x; e < %s * (%s / 8); e += THREADS) {", count, cols);
     sn_cu_emitf(t, "const int r = e / (%s / 8), c = e %% (%s / 8) * 8;", cols, cols);
     sn_cu_emitf(t, "const bool in = %s + r < %s;", row0, limit);
-    if (swizzled) /* rows of 128 bytes, 1024-byte aligned: chunk c / 8 XOR the row's index mod 8 */
-        sn_cu_emitf(t, "const int cs = c ^ (%s + r) %% 8 * 8;", trow);
-    if (async) {
-        sn_cu_emitf(t, "sn_cp_async_16_zfill(&%s[%s + r][%s], %s + (long long)(in ? %s + r : 0) * "
-                    "%s + c, in ? 16u : 0u);", tile, trow, swizzled ? "cs" : "c", src, row0, src_row);
-    } else {
-        sn_cu_emitf(t, "uint4 x = make_uint4(0u, 0u, 0u, 0u);");
-        sn_cu_emitf(t, "if (in) x = *reinterpret_cast<const uint4 *>(%s + (long long)(%s + r) * "
-                    "%s + c);", src, row0, src_row);
-        sn_cu_emitf(t, "*reinterpret_cast<uint4 *>(&%s[%s + r][%s]) = x;", tile, trow,
-                    swizzled ? "cs" : "c");
-    }
+    if (swizzled) swizzle_chunk(t, trow);
+    snprintf(at, sizeof at, "%s + (long long)(in ? %s + r : 0) * %s + c", src, row0, src_row);
+    copy_chunk(t, async, tile, trow, at, swizzled);
+    sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
 }
 

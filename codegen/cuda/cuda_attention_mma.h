@@ -28,10 +28,11 @@ void sn_attm_floats(sn_cu_text *t, sn_attm_carve *c, const char *name, int64_t c
 /* Rows [row0, row0 + count) of src (`cols` 16-bit values wide, rows src_row apart, `limit` rows
  * in all) into rows trow .. of tile as 16-byte chunks (rows past limit: zeros), by every thread
  * of the block: cp.async copies still to be waited for (async), or loads and stores;
- * swizzled: tile's rows are 128 bytes in the 128-byte swizzle (wgmma's operands). */
+ * swizzled: tile's rows are 128 bytes in the 128-byte swizzle (wgmma's operands); unrolled: a
+ * tile of whole rows copied by an unrolled loop from one address a thread (more registers). */
 void sn_attm_copy_rows(sn_cu_text *t, bool async, const char *tile, const char *trow,
                        const char *src, const char *src_row, const char *row0, const char *count,
-                       const char *cols, const char *limit, bool swizzled);
+                       const char *cols, const char *limit, bool swizzled, bool unrolled);
 /* acc[n][0..4) = 0; sn_attm_zero_m: acc[MT][n][0..4) */
 void sn_attm_zero(sn_cu_text *t, const char *acc, const char *n);
 void sn_attm_zero_m(sn_cu_text *t, const char *acc, const char *n);

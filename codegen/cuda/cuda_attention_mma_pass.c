@@ -29,8 +29,8 @@ static void open_key_loop(sn_cu_text *t, const sn_att_plan *p, bool with_v) {
         sn_cu_emitf(t, "{");
         sn_cu_emitf(t, "const int kn = k0, sn = 0;");
     }
-    sn_attm_copy_rows(t, async, "k_tile", "sn", "k", "k_row", "kn", "BK", "HEAD_D", "SEQ_K", p->wgmma);
-    if (with_v) sn_attm_copy_rows(t, async, "v_tile", "sn", "v", "v_row", "kn", "BK", "HEAD_DV", "SEQ_K", p->wgmma);
+    sn_attm_copy_rows(t, async, "k_tile", "sn", "k", "k_row", "kn", "BK", "HEAD_D", "SEQ_K", p->wgmma, true);
+    if (with_v) sn_attm_copy_rows(t, async, "v_tile", "sn", "v", "v_row", "kn", "BK", "HEAD_DV", "SEQ_K", p->wgmma, true);
     sn_cu_emitf(t, "}");
     if (async) sn_cu_emitf(t, "sn_cp_async_commit();");
     else sn_cu_emitf(t, "__syncthreads();");
@@ -55,14 +55,14 @@ static void key_side_setup(sn_cu_text *t, const sn_att_plan *p, bool with_v,
     for (int i = 0; i < n_qside; i++) {
         char row[32];
         snprintf(row, sizeof row, "%s_row", qside[i][1]);
-        sn_attm_copy_rows(t, async, qside[i][0], "0", qside[i][1], row, "q0", "BQ", qside[i][2], "SEQ_Q", p->wgmma);
+        sn_attm_copy_rows(t, async, qside[i][0], "0", qside[i][1], row, "q0", "BQ", qside[i][2], "SEQ_Q", p->wgmma, true);
     }
     if (async) {
         sn_cu_emitf(t, "/* the first key tile joins the query tiles' group */");
         sn_cu_emitf(t, "{");
         sn_cu_emitf(t, "const int kn = 0;");
-        sn_attm_copy_rows(t, true, "k_tile", "0", "k", "k_row", "kn", "BK", "HEAD_D", "SEQ_K", p->wgmma);
-        if (with_v) sn_attm_copy_rows(t, true, "v_tile", "0", "v", "v_row", "kn", "BK", "HEAD_DV", "SEQ_K", p->wgmma);
+        sn_attm_copy_rows(t, true, "k_tile", "0", "k", "k_row", "kn", "BK", "HEAD_D", "SEQ_K", p->wgmma, true);
+        if (with_v) sn_attm_copy_rows(t, true, "v_tile", "0", "v", "v_row", "kn", "BK", "HEAD_DV", "SEQ_K", p->wgmma, true);
         sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "sn_cp_async_commit();");
     }
@@ -76,6 +76,7 @@ static void sn_attm_enum(sn_cu_text *t, const sn_att_plan *p, const char *own, c
 }
 
 void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
+    const int fold = p->scale > 0.0f; /* the scale folded into each exponent's fma */
     int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages,
             LD = p->D + (p->wgmma ? 0 : 8), LDV = p->Dv + (p->wgmma ? 0 : 8);
     sn_attm_enum(t, p, "BQ", "BK");
@@ -121,16 +122,19 @@ void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int m = 0; m < MT; m++) {");
     if (p->in_lse) {
-        const char *m[] = {"s[m][nt][e] = seen ? exp2f(s[m][nt][e] * scale_log2 - row_max[m][e / 2]) : 0.0f;"};
+        const char *m[] = {"s[m][nt][e] = seen ? sn_exp2(fmaf(s[m][nt][e], scale_log2, -row_max[m][e / 2])) : 0.0f;"};
         sn_attm_elements(t, "BK / 8", coords, false, m, 1);
         sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "} else {");
         sn_cu_emitf(t, "#pragma unroll");
         sn_cu_emitf(t, "for (int m = 0; m < MT; m++) {");
-        const char *u[] = {"s[m][nt][e] = exp2f(s[m][nt][e] * scale_log2 - row_max[m][e / 2]);"};
+        const char *u[] = {"s[m][nt][e] = sn_exp2(fmaf(s[m][nt][e], scale_log2, -row_max[m][e / 2]));"};
         sn_attm_elements(t, "BK / 8", NULL, false, u, 1);
     } else {
-        const char *m[] = {"s[m][nt][e] = seen ? s[m][nt][e] * scale_log2 : -SN_INF;",
+        /* folded: the max of the scores as they are, scaled once (scale > 0: the same max),
+         * each exponent one fma (2026-11-29: a multiply an element fewer) */
+        const char *m[] = {fold ? "s[m][nt][e] = seen ? s[m][nt][e] : -SN_INF;"
+                                : "s[m][nt][e] = seen ? s[m][nt][e] * scale_log2 : -SN_INF;",
                            "tile_max[m][e / 2] = fmaxf(tile_max[m][e / 2], s[m][nt][e]);"};
         sn_attm_elements(t, "BK / 8", coords, false, m, 2);
         sn_cu_emitf(t, "}");
@@ -139,7 +143,7 @@ void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_cu_emitf(t, "for (int m = 0; m < MT; m++) {");
         const char *u[] = {"s[m][nt][e] *= scale_log2;",
                            "tile_max[m][e / 2] = fmaxf(tile_max[m][e / 2], s[m][nt][e]);"};
-        sn_attm_elements(t, "BK / 8", NULL, false, u, 2);
+        sn_attm_elements(t, "BK / 8", NULL, false, u + fold, 2 - fold);
     }
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
@@ -152,9 +156,9 @@ void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
         sn_cu_emitf(t, "float tm = fmaxf(tile_max[m][h], __shfl_xor_sync(0xffffffffu, tile_max[m][h], 1));");
         sn_cu_emitf(t, "tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));");
-        sn_cu_emitf(t, "const float m_new = fmaxf(row_max[m][h], tm);");
+        sn_cu_emitf(t, "const float m_new = fmaxf(row_max[m][h], tm%s);", fold ? " * scale_log2" : "");
         sn_cu_emitf(t, "m_ref[m][h] = m_new == -SN_INF ? 0.0f : m_new; /* no key seen yet */");
-        sn_cu_emitf(t, "const float alpha = exp2f(row_max[m][h] - m_ref[m][h]);");
+        sn_cu_emitf(t, "const float alpha = sn_exp2(row_max[m][h] - m_ref[m][h]);");
         sn_cu_emitf(t, "row_max[m][h] = m_new;");
         sn_cu_emitf(t, "row_sum[m][h] *= alpha;");
         if (p->out_o) {
@@ -165,7 +169,8 @@ void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
             sn_cu_emitf(t, "}");
         }
         sn_cu_emitf(t, "}");
-        const char *x[] = {"s[m][nt][e] = exp2f(s[m][nt][e] - m_ref[m][e / 2]);",
+        const char *x[] = {fold ? "s[m][nt][e] = sn_exp2(fmaf(s[m][nt][e], scale_log2, -m_ref[m][e / 2]));"
+                                : "s[m][nt][e] = sn_exp2(s[m][nt][e] - m_ref[m][e / 2]);",
                            "row_sum[m][e / 2] += s[m][nt][e]; /* this thread's columns; the quad "
                            "sums at the end */"};
         sn_attm_elements(t, "BK / 8", NULL, false, x, 2);
@@ -232,12 +237,12 @@ void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "/* ds = P (dp - dout_i . o_i), P = 2^(s scale log2 e - lse log2 e), masked "
                 "on a diagonal or last tile; in s */");
     sn_cu_emitf(t, "if (k0 + BK - 1 > warp_keys || k0 + BK > SEQ_K || q0 + warp * 16 + 16 > SEQ_Q) {");
-    const char *m[] = {"s[nt][e] = seen ? exp2f(s[nt][e] * scale_log2 - row_lse[e / 2]) * "
+    const char *m[] = {"s[nt][e] = seen ? sn_exp2(fmaf(s[nt][e], scale_log2, -row_lse[e / 2])) * "
                        "(dp[nt][e] - row_dot[e / 2]) : 0.0f;"};
     sn_attm_elements(t, "BK / 8", "const int i = row0 + e / 2 * 8, j = k0 + nt * 8 + 2 * tig + e % 2;",
              true, m, 1);
     sn_cu_emitf(t, "} else {");
-    const char *u[] = {"s[nt][e] = exp2f(s[nt][e] * scale_log2 - row_lse[e / 2]) * (dp[nt][e] - "
+    const char *u[] = {"s[nt][e] = sn_exp2(fmaf(s[nt][e], scale_log2, -row_lse[e / 2])) * (dp[nt][e] - "
                        "row_dot[e / 2]);"};
     sn_attm_elements(t, "BK / 8", NULL, true, u, 1);
     sn_cu_emitf(t, "}");
@@ -264,7 +269,7 @@ void sn_attm_copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, co
             snprintf(src, sizeof src, "(%s_group + gn * %s_head)", srcs[i][1], srcs[i][1]);
         else snprintf(src, sizeof src, "%s", srcs[i][1]);
         sn_attm_copy_rows(t, async, srcs[i][0], trow, src, srcs[i][3], "qn", "BQ", srcs[i][2], "SEQ_Q",
-                          p->wgmma);
+                          p->wgmma, false);
     }
 }
 
@@ -378,9 +383,9 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "const int n_tiles = %lld * per_head;", (long long)(group ? p->G : 1));
     sn_cu_emitf(t, "/* a query tile whose first query misses the warp's last key is masked */");
     sn_cu_emitf(t, "const int warp_queries = k0 + warp * 16 + 15 - (SEQ_K - SEQ_Q);");
-    sn_attm_copy_rows(t, async, "k_tile", "0", "k", "k_row", "k0", "BK", "HEAD_D", "SEQ_K", p->wgmma);
+    sn_attm_copy_rows(t, async, "k_tile", "0", "k", "k_row", "k0", "BK", "HEAD_D", "SEQ_K", p->wgmma, false);
     if (dk)
-        sn_attm_copy_rows(t, async, "v_tile", "0", "v", "v_row", "k0", "BK", "HEAD_DV", "SEQ_K", p->wgmma);
+        sn_attm_copy_rows(t, async, "v_tile", "0", "v", "v_row", "k0", "BK", "HEAD_DV", "SEQ_K", p->wgmma, false);
     if (async) {
         sn_cu_emitf(t, "/* the first query tile joins the key tiles' group */");
         sn_cu_emitf(t, "if (n_tiles > 0) {");
@@ -474,12 +479,12 @@ void sn_attm_dkv_p(sn_cu_text *t, bool ds) {
                 "in s%s */", ds ? "; ds = P (dp - dout_i . o_i), in dp" : "");
     sn_cu_emitf(t, "if (qs < warp_queries || qs + BQ > SEQ_Q || k0 + warp * 16 + 16 > SEQ_K) {");
     const char *coords = "const int j = key0 + e / 2 * 8, r = nt * 8 + 2 * tig + e % 2, i = qs + r;";
-    const char *m[] = {"s[nt][e] = seen ? exp2f(s[nt][e] * scale_log2 - lse_tile[r]) : 0.0f;",
+    const char *m[] = {"s[nt][e] = seen ? sn_exp2(fmaf(s[nt][e], scale_log2, -lse_tile[r])) : 0.0f;",
                        "dp[nt][e] = s[nt][e] * (dp[nt][e] - dot_tile[r]);"};
     sn_attm_elements(t, "BQ / 8", coords, true, m, ds ? 2 : 1);
     sn_cu_emitf(t, "} else {");
     const char *u[] = {"const int r = nt * 8 + 2 * tig + e % 2;",
-                       "s[nt][e] = exp2f(s[nt][e] * scale_log2 - lse_tile[r]);",
+                       "s[nt][e] = sn_exp2(fmaf(s[nt][e], scale_log2, -lse_tile[r]));",
                        "dp[nt][e] = s[nt][e] * (dp[nt][e] - dot_tile[r]);"};
     sn_attm_elements(t, "BQ / 8", NULL, true, u, ds ? 3 : 2);
     sn_cu_emitf(t, "}");
