@@ -34,11 +34,11 @@ static void softmax(row *w) {
     E("mx = %s(mx);", w->bmax);
     E("float se = 0.0f;");
     sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_NONE);
-    E("se += expf(%s - mx);", x);
+    E("se += %s(%s - mx);", w->exp, x);
     sn_cu_row_close_pass(w);
     E("const float inv = 1.0f / %s(se);", w->bsum);
     sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_ALL);
-    store_with(w, "expf(%s - mx) * inv", x, "", "");
+    store_with(w, "%s(%s - mx) * inv", w->exp, x, "");
     sn_cu_row_close_pass(w);
     sn_cu_row_cache_end(w);
 }
@@ -201,27 +201,27 @@ static void cross_entropy_bwd(row *w) {
         E("#pragma unroll");
         E("for (int l = 0; l < %d; l++) if (l < nv) vm = fmaxf(vm, xs[l]);", w->lanes);
         E("if (vm > mx) {");
-        E("se *= expf(mx - vm);");
+        E("se *= %s(mx - vm);", w->exp);
         E("mx = vm;");
         E("}");
         E("#pragma unroll");
-        E("for (int l = 0; l < %d; l++) if (l < nv) se += expf(xs[l] - mx);", w->lanes);
+        E("for (int l = 0; l < %d; l++) if (l < nv) se += %s(xs[l] - mx);", w->lanes, w->exp);
         sn_cu_row_close_pass(w);
     } else if (online) { /* a column at a time */
         E("float mx = -SN_INF, se = 0.0f; /* online: se is the sum of exp(x - mx) so far */");
         sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
         E("const float xv = %s;", x);
         E("if (xv > mx) {");
-        E("se = se * expf(mx - xv) + 1.0f;");
+        E("se = se * %s(mx - xv) + 1.0f;", w->exp);
         E("mx = xv;");
         E("} else {");
-        E("se += expf(xv - mx);");
+        E("se += %s(xv - mx);", w->exp);
         E("}");
         sn_cu_row_close_pass(w);
     }
     if (online) {
         E("const float row_mx = sn_block_max(mx);");
-        E("se = sn_block_sum(mx == -SN_INF ? 0.0f : se * expf(mx - row_mx));");
+        E("se = sn_block_sum(mx == -SN_INF ? 0.0f : se * %s(mx - row_mx));", w->exp);
         E("mx = row_mx;");
     } else { /* the max, then the sum (from the registers where the row is kept) */
         E("float mx = -SN_INF;");
@@ -231,7 +231,7 @@ static void cross_entropy_bwd(row *w) {
         E("mx = sn_block_max(mx);");
         E("float se = 0.0f;");
         sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
-        E("se += expf(%s - mx);", x);
+        E("se += %s(%s - mx);", w->exp, x);
         sn_cu_row_close_pass(w);
         E("se = sn_block_sum(se);");
     }
@@ -249,9 +249,13 @@ static void cross_entropy_bwd(row *w) {
     }
     E("const float k = scale / se;");
     sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
-    E("const float p = expf(%s - mx) * k;", x);
-    snprintf(val, sizeof val, padded ? "j < %lld ? (j == target ? p - scale : p) : 0.0f"
-                                     : "j == target ? p - scale : p", (long long)w->Vr);
+    E("const float p = %s(%s - mx) * k;", w->exp, x);
+    if (padded && w->cache_steps) /* the steps wholly before the padded classes: no test */
+        snprintf(val, sizeof val, "cs < %lld || j < %lld ? (j == target ? p - scale : p) : 0.0f",
+                 (long long)sn_cu_row_whole_steps(w, w->Vr), (long long)w->Vr);
+    else
+        snprintf(val, sizeof val, padded ? "j < %lld ? (j == target ? p - scale : p) : 0.0f"
+                                         : "j == target ? p - scale : p", (long long)w->Vr);
     sn_cu_row_store(w, val);
     sn_cu_row_close_pass(w);
     sn_cu_row_cache_end(w);
@@ -285,6 +289,12 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     memcpy(w->buf, p.buf, sizeof w->buf);
     w->ix = sn_cu_index_type(w->R * w->C + 1024 * 1024);
     w->lanes = sn_cu_row_lanes(k);
+    /* a 16-bit program's exponentials on the SFU (the prelude's sn_exp_approx: 2 instructions
+     * where expf takes 9; gpt2's classifier takes 2 an element of 50,304 a row, 2026-11-29
+     * SASS): inputs of 8 or 11 bits; f32 programs keep expf, close to the CPU device's */
+    w->exp = "expf";
+    for (int i = k->n_out; i < k->n_out + k->n_in; i++)
+        if (k->args[i]->dtype == SN_BF16 || k->args[i]->dtype == SN_F16) w->exp = "sn_exp_approx";
     return sn_kernel_dtypes(k, sn_cu_check_dtype, e);
 }
 

@@ -23,6 +23,7 @@ typedef struct {
     const char *first, *bsum, *bmax;
     unsigned stride;
     const char *ix;     /* the index type */
+    const char *exp;    /* e^x: "expf", or "sn_exp_approx" where the kernel reads 16-bit inputs */
     int lanes;          /* columns a step of a pass (sn_cu_row_lanes): 8, 4, or 1 */
     bool vec;           /* inside the lane loop of a vector step */
     unsigned declared;  /* in a vector step: the outputs collected in out<o>_v[] */
@@ -86,6 +87,9 @@ void sn_cu_row_cache_end(row *w);
 /* The row loaded into the cache here, if kept and not yet (else the first pass does it). */
 void sn_cu_row_cache_fill(row *w);
 enum { CACHE_NONE, CACHE_FILL, CACHE_USE };
+/* The cache's steps wholly before column `end` (each step's columns a constant after unrolling:
+ * a test against end can name them, `cs < whole`, and fold away there). */
+int64_t sn_cu_row_whole_steps(const row *w, int64_t end);
 
 /* cuda_row_sums.c: a PARTIAL kernel's chunk of rows (and its column-sum parts), the ops that
  * sum over every row, and the FINISH kernel */

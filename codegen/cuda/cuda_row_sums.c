@@ -54,7 +54,7 @@ void sn_cu_row_cross_entropy(row *w) {
     E("mx = sn_warp_max(mx);");
     E("float se = 0.0f;");
     sn_cu_row_open_pass(w, "lane", w->Vr, 32, STORES_NONE);
-    E("se += expf(%s - mx);", x);
+    E("se += %s(%s - mx);", w->exp, x);
     sn_cu_row_close_pass(w);
     E("const float lse = mx + logf(sn_warp_sum(se));");
     E("const bool ok = target >= 0 && target < %lld;", (long long)w->Vr);
