@@ -1,6 +1,8 @@
 /* emit_cuda.c: `sinter graph ... --emit-cuda DIR`: the program's CUDA C as the one translation
- * unit NVRTC gets (DIR/program.cu) and, per kernel, what ptxas reported (DIR/ptxas.txt: the
- * function that launches it, registers, shared memory, spills, stack; its launch dims). */
+ * unit NVRTC gets (DIR/program.cu, with the header it includes, DIR/sinter_prelude.h: nvcc
+ * compiles the two as they are), the machine code NVRTC made of it (DIR/program.cubin: what
+ * tools/sass disassembles) and, per kernel, what ptxas reported (DIR/ptxas.txt: the function
+ * that launches it, registers, shared memory, spills, stack; its launch dims). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,16 @@
 static FILE *open_in(const char *dir, const char *name, char *path, size_t len) {
     snprintf(path, len, "%s/%s", dir, name);
     return fopen(path, "w");
+}
+
+/* DIR/name holding the `len` bytes at data; false (with the message) where it cannot. */
+static bool write_file(const char *dir, const char *name, const void *data, size_t len) {
+    char path[4096];
+    FILE *f = open_in(dir, name, path, sizeof path);
+    if (f && fwrite(data, 1, len, f) == len && !fclose(f)) return true;
+    fprintf(stderr, "sinter: cannot write %s: %s\n", path, strerror(errno));
+    if (f) fclose(f);
+    return false;
 }
 
 int cli_emit_cuda(const sn_program *p, const char *dir, int arch) {
@@ -40,20 +52,25 @@ int cli_emit_cuda(const sn_program *p, const char *dir, int arch) {
         return 1;
     }
     char path[4096];
-    FILE *f = open_in(dir, "program.cu", path, sizeof path);
-    if (!f || fputs(cs.src, f) < 0 || fclose(f)) {
-        fprintf(stderr, "sinter: cannot write %s: %s\n", path, strerror(errno));
+    const char *prelude = sn_cuda_prelude();
+    if (!write_file(dir, "program.cu", cs.src, strlen(cs.src)) ||
+        !write_file(dir, "sinter_prelude.h", prelude, strlen(prelude))) {
         sn_cuda_source_free(&cs);
+        free(at);
         return 1;
     }
+    snprintf(path, sizeof path, "%s/program.cu", dir);
     printf("# %s: %d kernels as %d functions (%d GEMMs are library calls)\n", path,
            cs.n_kernels - cs.n_skipped, cs.n_functions, cs.n_skipped);
     sn_cuda_module m;
+    FILE *f;
     sn_status st = sn_nvrtc_compile(cs.src, "program.cu", arch, &m, &e);
     if (st == SN_ERR_UNSUPPORTED) { /* no toolkit: the source alone */
         printf("# %s\n", e.msg);
     } else if (st) {
         fprintf(stderr, "sinter: %s\n", e.msg);
+    } else if (!write_file(dir, "program.cubin", m.cubin, m.cubin_size)) {
+        st = SN_ERR_IO;
     } else if (!(f = open_in(dir, "ptxas.txt", path, sizeof path))) {
         fprintf(stderr, "sinter: cannot write %s: %s\n", path, strerror(errno));
         st = SN_ERR_IO;
