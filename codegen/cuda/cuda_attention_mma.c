@@ -134,41 +134,11 @@ static void swizzle_chunk(sn_cu_text *t, const char *trow) {
     sn_cu_emitf(t, "const int cs = c ^ (%s + r) %% 8 * 8;", trow);
 }
 
-/* Rows [row0, row0 + count) of src (`cols` 16-bit values wide, rows src_row apart, `limit` rows
- * in all) into rows trow .. of tile as 16-byte chunks (rows past limit: zeros), by every thread
- * of the block: cp.async copies still to be waited for (async), or loads and stores, by a loop
- * from threadIdx.x. `unrolled`: a block of whole rows inside the sequence, whose chunks the
- * threads divide evenly, by an unrolled loop from one address a thread, the chunks a constant
- * apart (the forward's and dq's key tiles: ptxas, sm_90, gpt2's forward: the loop took about 25
- * instructions a copy, 2026-11-29; the dk/dv kernels keep the loop: at their register cap the
- * unrolled copies spilled, and put the wgmma one's in a divergent path ptxas serializes). */
-void sn_attm_copy_rows(sn_cu_text *t, bool async, const char *tile, const char *trow,
+/* The copies as a loop from threadIdx.x over the chunks. */
+static void copy_loop(sn_cu_text *t, bool async, const char *tile, const char *trow,
                       const char *src, const char *src_row, const char *row0, const char *count,
-                      const char *cols, const char *limit, bool swizzled, bool unrolled) {
+                      const char *cols, const char *limit, bool swizzled) {
     char at[160];
-    if (!unrolled) {
-        sn_cu_emitf(t, "for (int e = threadIdx.x; e < %s * (%s / 8); e += THREADS) {", count, cols);
-        sn_cu_emitf(t, "const int r = e / (%s / 8), c = e %% (%s / 8) * 8;", cols, cols);
-        sn_cu_emitf(t, "const bool in = %s + r < %s;", row0, limit);
-        if (swizzled) swizzle_chunk(t, trow);
-        snprintf(at, sizeof at, "%s + (long long)(in ? %s + r : 0) * %s + c", src, row0, src_row);
-        copy_chunk(t, async, tile, trow, at, swizzled);
-        sn_cu_emitf(t, "}");
-        return;
-    }
-    sn_cu_emitf(t, "if (%s * (%s / 8) %% THREADS == 0 && THREADS %% (%s / 8) == 0 && %s + %s <= %s) {",
-                count, cols, cols, row0, count, limit);
-    sn_cu_emitf(t, "const int r_at = threadIdx.x / (%s / 8), c = threadIdx.x %% (%s / 8) * 8;", cols, cols);
-    sn_cu_emitf(t, "const auto *at = %s + (long long)(%s + r_at) * %s + c;", src, row0, src_row);
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int i = 0; i < %s * (%s / 8) / THREADS; i++) {", count, cols);
-    sn_cu_emitf(t, "const int r = r_at + i * (THREADS / (%s / 8));", cols);
-    sn_cu_emitf(t, "const bool in = true;");
-    if (swizzled) swizzle_chunk(t, trow);
-    snprintf(at, sizeof at, "at + (long long)i * (THREADS / (%s / 8)) * %s", cols, src_row);
-    copy_chunk(t, async, tile, trow, at, swizzled);
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "} else {");
     sn_cu_emitf(t, "for (int e = threadIdx.x; e < %s * (%s / 8); e += THREADS) {", count, cols);
     sn_cu_emitf(t, "const int r = e / (%s / 8), c = e %% (%s / 8) * 8;", cols, cols);
     sn_cu_emitf(t, "const bool in = %s + r < %s;", row0, limit);
@@ -176,6 +146,39 @@ void sn_attm_copy_rows(sn_cu_text *t, bool async, const char *tile, const char *
     snprintf(at, sizeof at, "%s + (long long)(in ? %s + r : 0) * %s + c", src, row0, src_row);
     copy_chunk(t, async, tile, trow, at, swizzled);
     sn_cu_emitf(t, "}");
+}
+
+/* Rows [row0, row0 + count) of src (`cols` 16-bit values wide, rows src_row apart, `limit` rows
+ * in all) into rows trow .. of tile as 16-byte chunks (rows past limit: zeros), by every thread
+ * of the block: cp.async copies still to be waited for (async), or loads and stores, by a loop
+ * from threadIdx.x. `unrolled`, where the threads divide the chunks evenly (a constant test):
+ * an unrolled loop from one address a thread, the chunks a constant apart, each row tested
+ * against the limit without a branch (ptxas, sm_90, gpt2's forward: the loop took about 25
+ * instructions a copy, these about 5; 2026-11-29). */
+void sn_attm_copy_rows(sn_cu_text *t, bool async, const char *tile, const char *trow,
+                      const char *src, const char *src_row, const char *row0, const char *count,
+                      const char *cols, const char *limit, bool swizzled, bool unrolled) {
+    if (!unrolled) {
+        copy_loop(t, async, tile, trow, src, src_row, row0, count, cols, limit, swizzled);
+        return;
+    }
+    char at[200];
+    sn_cu_emitf(t, "/* constants: the threads divide the chunks */");
+    sn_cu_emitf(t, "if (%s * (%s / 8) %% THREADS == 0 && THREADS %% (%s / 8) == 0) {", count, cols,
+                cols);
+    sn_cu_emitf(t, "const int r_at = threadIdx.x / (%s / 8), c = threadIdx.x %% (%s / 8) * 8;", cols, cols);
+    sn_cu_emitf(t, "const auto *at = %s + (long long)(%s + r_at) * %s + c;", src, row0, src_row);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int i = 0; i < %s * (%s / 8) / THREADS; i++) {", count, cols);
+    sn_cu_emitf(t, "const int r = r_at + i * (THREADS / (%s / 8));", cols);
+    sn_cu_emitf(t, "const bool in = %s + r < %s;", row0, limit);
+    if (swizzled) swizzle_chunk(t, trow);
+    snprintf(at, sizeof at, "in ? at + (long long)i * (THREADS / (%s / 8)) * %s : %s", cols,
+             src_row, src);
+    copy_chunk(t, async, tile, trow, at, swizzled);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "} else {");
+    copy_loop(t, async, tile, trow, src, src_row, row0, count, cols, limit, swizzled);
     sn_cu_emitf(t, "}");
 }
 

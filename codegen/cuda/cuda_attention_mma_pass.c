@@ -269,7 +269,7 @@ void sn_attm_copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, co
             snprintf(src, sizeof src, "(%s_group + gn * %s_head)", srcs[i][1], srcs[i][1]);
         else snprintf(src, sizeof src, "%s", srcs[i][1]);
         sn_attm_copy_rows(t, async, srcs[i][0], trow, src, srcs[i][3], "qn", "BQ", srcs[i][2], "SEQ_Q",
-                          p->wgmma, false);
+                          p->wgmma, !p->dq_atomic);
     }
 }
 
@@ -383,9 +383,9 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "const int n_tiles = %lld * per_head;", (long long)(group ? p->G : 1));
     sn_cu_emitf(t, "/* a query tile whose first query misses the warp's last key is masked */");
     sn_cu_emitf(t, "const int warp_queries = k0 + warp * 16 + 15 - (SEQ_K - SEQ_Q);");
-    sn_attm_copy_rows(t, async, "k_tile", "0", "k", "k_row", "k0", "BK", "HEAD_D", "SEQ_K", p->wgmma, false);
+    sn_attm_copy_rows(t, async, "k_tile", "0", "k", "k_row", "k0", "BK", "HEAD_D", "SEQ_K", p->wgmma, !p->dq_atomic);
     if (dk)
-        sn_attm_copy_rows(t, async, "v_tile", "0", "v", "v_row", "k0", "BK", "HEAD_DV", "SEQ_K", p->wgmma, false);
+        sn_attm_copy_rows(t, async, "v_tile", "0", "v", "v_row", "k0", "BK", "HEAD_DV", "SEQ_K", p->wgmma, !p->dq_atomic);
     if (async) {
         sn_cu_emitf(t, "/* the first query tile joins the key tiles' group */");
         sn_cu_emitf(t, "if (n_tiles > 0) {");
