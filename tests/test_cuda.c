@@ -1572,24 +1572,29 @@ END_TEST
  * threads') of which 12,283 are real classes (the last vector cut): the logits kept two bf16 to a register,
  * read once, give the interpreter's loss and gradient in both thread orders; planted bugs in
  * the kept registers are caught: every step reading the first step's, the two halves of a
- * word swapped, the last step left out. */
+ * word swapped, the last step left out, the max over the first step's pairs (taken two at a
+ * time on the kept words) started at +inf. */
 START_TEST(cpu_classifier_kept) {
     sn_graph *g;
     const sn_kernel *k;
     sn_program *p = classifier_graph(5, 12288, 12283, true, &g, &k);
     sn_cuda_source cs = render(&k, 1);
     bool kept = strstr(cs.src, "unsigned rc0[8] = {0}; /* ") && strstr(cs.src, "cs < 2;") &&
-                strstr(cs.src, "if (cs < 1 || j0 < 12283) {") && !strstr(cs.src, "xs[l] =");
+                strstr(cs.src, "if (cs < 1 || j0 < 12283) {") && !strstr(cs.src, "xs[l] =") &&
+                strstr(cs.src, "for (int u = 0; u < 4; u++) m2 = sn_bf16x2_max(m2, rc0[u]);");
     if (!kept) printf("%s\n", cs.src), fflush(stdout);
     ck_assert_msg(kept, "the classifier %s does not keep its row in two steps", k->name);
     sn_cuda_source_free(&cs);
-    static const struct { const char *from, *to, *what; } bugs[3] = {
+    static const struct { const char *from, *to, *what; } bugs[4] = {
         {"rc0[cs * 4 + l / 2] & 0xffff0000u : rc0[cs * 4 + l / 2] << 16",
          "rc0[l / 2] & 0xffff0000u : rc0[l / 2] << 16", "every step reading the first step's"},
         {"l % 2 ? rc0", "l % 2 == 0 ? rc0", "the two halves of a word swapped"},
         {"cs < 2;", "cs < 1;", "the last step left out"},
+        /* the max over the pairs (sn_cu_row_cache_max) from +inf: a max too high; one too low
+           changes nothing but the roundings (the softmax does not move with it) */
+        {"m2 = 0xff80ff80u;", "m2 = 0x7f807f80u;", "the pairs' max started at +inf"},
     };
-    for (int b = 0; b < 3; b++) {
+    for (int b = 0; b < 4; b++) {
         const char *const edit[2] = {bugs[b].from, bugs[b].to};
         row_bug_caught(g, k, true, 40, edit, 1, "the classifier over rows of 12288 kept", bugs[b].what);
     }

@@ -23,22 +23,34 @@ static void store_with(row *w, const char *fmt, const char *x0, const char *x1, 
     sn_cu_row_store(w, val);
 }
 
+void sn_cu_row_exp_base(row *w, const char *m) {
+    if (w->exp_fast) E("const float %s_l2 = %s * 1.44269504f; /* base 2 */", m, m);
+}
+
+const char *sn_cu_row_exp_sub(const row *w, const char *x, const char *m, char *b, size_t len) {
+    if (w->exp_fast) snprintf(b, len, "sn_exp2(fmaf(%s, 1.44269504f, -%s_l2))", x, m);
+    else snprintf(b, len, "expf(%s - %s)", x, m);
+    return b;
+}
+
 static void softmax(row *w) {
-    char x[64];
+    char x[64], e[160];
     sn_cu_row_opnd(w, 0, x, sizeof x);
     sn_cu_row_cache_begin(w);
     E("float mx = -SN_INF; /* the row's max (NaN ignored, as the reference does) */");
+    sn_cu_row_cache_max(w, x, w->C, "mx");
     sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_NONE);
     E("mx = fmaxf(mx, %s);", x);
     sn_cu_row_close_pass(w);
     E("mx = %s(mx);", w->bmax);
+    sn_cu_row_exp_base(w, "mx");
     E("float se = 0.0f;");
     sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_NONE);
-    E("se += %s(%s - mx);", w->exp, x);
+    E("se += %s;", sn_cu_row_exp_sub(w, x, "mx", e, sizeof e));
     sn_cu_row_close_pass(w);
     E("const float inv = 1.0f / %s(se);", w->bsum);
     sn_cu_row_open_pass(w, w->first, w->C, w->stride, STORES_ALL);
-    store_with(w, "%s(%s - mx) * inv", w->exp, x, "");
+    store_with(w, "%s * inv", sn_cu_row_exp_sub(w, x, "mx", e, sizeof e), "", "");
     sn_cu_row_close_pass(w);
     sn_cu_row_cache_end(w);
 }
@@ -171,7 +183,7 @@ static void counted_rows(row *w, const char *t, int ign) {
  * over them, the row read once in all; else the max and the sum of exponentials are one
  * online pass (one read of the row for them, one for the gradient). */
 static void cross_entropy_bwd(row *w) {
-    char x[64], t[16], dl[64], val[160];
+    char x[64], t[16], dl[64], val[160], e[160];
     bool loss = w->k->anchor2 != NULL;
     sn_cu_row_opnd(w, 0, x, sizeof x);
     sn_cu_arg_name(w->k, w->buf[1], t, sizeof t);
@@ -223,15 +235,18 @@ static void cross_entropy_bwd(row *w) {
         E("const float row_mx = sn_block_max(mx);");
         E("se = sn_block_sum(mx == -SN_INF ? 0.0f : se * %s(mx - row_mx));", w->exp);
         E("mx = row_mx;");
+        sn_cu_row_exp_base(w, "mx");
     } else { /* the max, then the sum (from the registers where the row is kept) */
         E("float mx = -SN_INF;");
+        sn_cu_row_cache_max(w, x, w->Vr, "mx");
         sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
         E("mx = fmaxf(mx, %s);", x);
         sn_cu_row_close_pass(w);
         E("mx = sn_block_max(mx);");
+        sn_cu_row_exp_base(w, "mx");
         E("float se = 0.0f;");
         sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
-        E("se += %s(%s - mx);", w->exp, x);
+        E("se += %s;", sn_cu_row_exp_sub(w, x, "mx", e, sizeof e));
         sn_cu_row_close_pass(w);
         E("se = sn_block_sum(se);");
     }
@@ -249,7 +264,7 @@ static void cross_entropy_bwd(row *w) {
     }
     E("const float k = scale / se;");
     sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
-    E("const float p = %s(%s - mx) * k;", w->exp, x);
+    E("const float p = %s * k;", sn_cu_row_exp_sub(w, x, "mx", e, sizeof e));
     if (padded && w->cache_steps) /* the steps wholly before the padded classes: no test */
         snprintf(val, sizeof val, "cs < %lld || j < %lld ? (j == target ? p - scale : p) : 0.0f",
                  (long long)sn_cu_row_whole_steps(w, w->Vr), (long long)w->Vr);
@@ -292,9 +307,9 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     /* a 16-bit program's exponentials on the SFU (the prelude's sn_exp_approx: 2 instructions
      * where expf takes 9; gpt2's classifier takes 2 an element of 50,304 a row, 2026-11-29
      * SASS): inputs of 8 or 11 bits; f32 programs keep expf, close to the CPU device's */
-    w->exp = "expf";
     for (int i = k->n_out; i < k->n_out + k->n_in; i++)
-        if (k->args[i]->dtype == SN_BF16 || k->args[i]->dtype == SN_F16) w->exp = "sn_exp_approx";
+        if (k->args[i]->dtype == SN_BF16 || k->args[i]->dtype == SN_F16) w->exp_fast = true;
+    w->exp = w->exp_fast ? "sn_exp_approx" : "expf";
     return sn_kernel_dtypes(k, sn_cu_check_dtype, e);
 }
 

@@ -23,7 +23,8 @@ typedef struct {
     const char *first, *bsum, *bmax;
     unsigned stride;
     const char *ix;     /* the index type */
-    const char *exp;    /* e^x: "expf", or "sn_exp_approx" where the kernel reads 16-bit inputs */
+    bool exp_fast;      /* the kernel reads 16-bit inputs: its exponentials on the SFU */
+    const char *exp;    /* e^x: "expf", or "sn_exp_approx" (exp_fast) */
     int lanes;          /* columns a step of a pass (sn_cu_row_lanes): 8, 4, or 1 */
     bool vec;           /* inside the lane loop of a vector step */
     unsigned declared;  /* in a vector step: the outputs collected in out<o>_v[] */
@@ -41,6 +42,7 @@ typedef struct {
     bool cache_filled;     /* the row has been loaded into them */
     int pass_cache;        /* CACHE_NONE, CACHE_FILL (the loading loop) or CACHE_USE (a pass) */
     bool pass_guard;       /* the open pass's steps test their first column against its end */
+    int first_step;        /* the next pass over the cache starts at this step (sn_cu_row_cache_max) */
     /* in a pass reading the cache: what it still computes (cuda_row_pass.c prune) */
     bool live_instr[SN_KER_MAX_INSTR];
     uint64_t live_access; /* bit a: access a */
@@ -87,9 +89,20 @@ void sn_cu_row_cache_end(row *w);
 /* The row loaded into the cache here, if kept and not yet (else the first pass does it). */
 void sn_cu_row_cache_fill(row *w);
 enum { CACHE_NONE, CACHE_FILL, CACHE_USE };
+/* Where operand `x` is kept as bf16 pairs: `mx` = fmaxf(mx, the max of x over the steps wholly
+ * before column `end`), two at a time on the pairs as kept (sn_bf16x2_max: a fifth of the
+ * instructions of unpacking each and a max), and true: the next pass (the max over the rest)
+ * starts after them. False, and nothing written, where x is not kept so. */
+bool sn_cu_row_cache_max(row *w, const char *x, int64_t end, const char *mx);
 /* The cache's steps wholly before column `end` (each step's columns a constant after unrolling:
  * a test against end can name them, `cs < whole`, and fold away there). */
 int64_t sn_cu_row_whole_steps(const row *w, int64_t end);
+
+/* cuda_row.c: e^(x - m) once the row's max m is final: sn_cu_row_exp_base declares m in base 2
+ * (m_l2) where exp_fast, then each exponential is one fma and the SFU's 2^x (sn_exp2; expf where
+ * not: 9 instructions, a subtraction before); the text is written into b. */
+void sn_cu_row_exp_base(row *w, const char *m);
+const char *sn_cu_row_exp_sub(const row *w, const char *x, const char *m, char *b, size_t len);
 
 /* cuda_row_sums.c: a PARTIAL kernel's chunk of rows (and its column-sum parts), the ops that
  * sum over every row, and the FINISH kernel */

@@ -453,7 +453,7 @@ int64_t sn_cu_row_whole_steps(const row *w, int64_t end) {
 static void open_steps(row *w, int64_t end) {
     int64_t per_step = (int64_t)w->lanes * w->stride, whole = sn_cu_row_whole_steps(w, end);
     E("#pragma unroll");
-    E("for (int cs = 0; cs < %d; cs++) {", w->cache_steps);
+    E("for (int cs = %d; cs < %d; cs++) {", w->first_step, w->cache_steps);
     E("const int j0 = %d * %s + %lld * cs;", w->lanes, w->first, (long long)per_step);
     w->pass_guard = whole < w->cache_steps;
     if (w->pass_guard) E("if (cs < %lld || j0 < %lld) {", (long long)whole, (long long)end);
@@ -551,4 +551,26 @@ void sn_cu_row_close_pass(row *w) {
     w->declared = w->pending = 0;
     w->pass_cache = CACHE_NONE;
     w->pass_guard = false;
+    w->first_step = 0;
+}
+
+bool sn_cu_row_cache_max(row *w, const char *x, int64_t end, const char *mx) {
+    if (!w->cache_steps || w->lanes % 2) return false;
+    if (!w->cache_filled) cache_fill(w);
+    w->pass_cache = CACHE_USE; /* kept() answers for the passes that read the cache */
+    int c = kept(w, x);
+    w->pass_cache = CACHE_NONE;
+    int64_t whole = sn_cu_row_whole_steps(w, end);
+    if (c < 0 || !w->cache_half[c] || whole < 1) return false;
+    E("/* the max of the steps before column %lld, two columns at a time on the kept bf16 pairs */",
+      (long long)end);
+    E("{");
+    E("unsigned m2 = 0xff80ff80u; /* -inf, -inf */");
+    E("#pragma unroll");
+    E("for (int u = 0; u < %lld; u++) m2 = sn_bf16x2_max(m2, rc%d[u]);",
+      (long long)(whole * w->lanes / 2), c);
+    E("%s = fmaxf(%s, fmaxf(__uint_as_float(m2 << 16), __uint_as_float(m2 & 0xffff0000u)));", mx, mx);
+    E("}");
+    w->first_step = (int)whole;
+    return true;
 }

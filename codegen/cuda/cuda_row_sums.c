@@ -37,7 +37,7 @@ static void open_warp_rows(row *w) {
  * of lse - logit[t] and their count, as two f64 in the chunk's partial sums (the mean is
  * FINISH's) */
 void sn_cu_row_cross_entropy(row *w) {
-    char x[64], t[64];
+    char x[64], t[64], e[160];
     sn_cu_row_opnd(w, 0, x, sizeof x);
     sn_cu_row_opnd(w, 1, t, sizeof t);
     int ign = w->n->a.ignore_index;
@@ -52,9 +52,10 @@ void sn_cu_row_cross_entropy(row *w) {
     E("mx = fmaxf(mx, %s);", x);
     sn_cu_row_close_pass(w);
     E("mx = sn_warp_max(mx);");
+    sn_cu_row_exp_base(w, "mx");
     E("float se = 0.0f;");
     sn_cu_row_open_pass(w, "lane", w->Vr, 32, STORES_NONE);
-    E("se += %s(%s - mx);", w->exp, x);
+    E("se += %s;", sn_cu_row_exp_sub(w, x, "mx", e, sizeof e));
     sn_cu_row_close_pass(w);
     E("const float lse = mx + logf(sn_warp_sum(se));");
     E("const bool ok = target >= 0 && target < %lld;", (long long)w->Vr);
