@@ -78,6 +78,25 @@ void sn_cu_emit_instr(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx)
     sn_cu_emit_instr_at(t, k, i, sfx, NULL);
 }
 
+/* Whether instruction i's rounding to its 16-bit type can be left to its stores: no instruction
+ * reads its value and every output storing it has its type (the stores round to nearest even:
+ * the same bits; a value rounded, widened and packed again cost 2.5 instructions where the
+ * store's packing takes 0.5, 2026-11-29 SASS). */
+static bool rounded_by_stores(const sn_kernel *k, int i) {
+    const sn_dtype dt = k->instr[i].node->dtype;
+    if (dt != SN_BF16 && dt != SN_F16) return false;
+    for (int j = 0; j < k->n_instr; j++)
+        for (int t = 0; t < k->instr[j].n_in; t++)
+            if (k->instr[j].in[t].kind == SN_REF_INSTR && k->instr[j].in[t].index == i) return false;
+    bool stored = false;
+    for (int o = 0; o < k->n_out; o++) {
+        if (k->store[o] != i) continue;
+        if (k->args[o]->dtype != dt) return false;
+        stored = true;
+    }
+    return stored;
+}
+
 void sn_cu_emit_instr_at(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx, const char *index) {
     const sn_pw_instr *in = &k->instr[i];
     const sn_node *n = in->node;
@@ -127,7 +146,10 @@ void sn_cu_emit_instr_at(sn_cu_text *t, const sn_kernel *k, int i, const char *s
         break;
     }
     sn_cu_var_name(k, i, sfx, v, sizeof v);
-    if (n->dtype == SN_BF16) sn_cu_emitf(t, "const float %s = sn_round_bf16(%s);", v, rhs);
+    if (rounded_by_stores(k, i))
+        sn_cu_emitf(t, "const float %s = %s; /* rounded to %s by its stores */", v, rhs,
+                    sn_dtype_name(n->dtype));
+    else if (n->dtype == SN_BF16) sn_cu_emitf(t, "const float %s = sn_round_bf16(%s);", v, rhs);
     else if (n->dtype == SN_F16) sn_cu_emitf(t, "const float %s = sn_round_f16(%s);", v, rhs);
     else if (n->dtype == SN_I32) sn_cu_emitf(t, "const float %s = truncf(%s);", v, rhs);
     else sn_cu_emitf(t, "const float %s = %s;", v, rhs);
