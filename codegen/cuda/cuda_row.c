@@ -263,8 +263,13 @@ static void cross_entropy_bwd(row *w) {
         E("}");
     }
     E("const float k = scale / se;");
+    /* exp_fast: |k| folded into the exponent, its sign copied (an fma, the SFU's 2^x and a
+     * sign: where "2^x * k" gave LLaMA's classifier, its 49,152 columns all in whole steps, 12
+     * bytes of spills at the 64 registers of 1024 threads, sm_90, 2026-11-29) */
+    if (w->exp_fast) E("const float mk_l2 = mx_l2 - log2f(fabsf(k)); /* base 2 */");
     sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
-    E("const float p = %s * k;", sn_cu_row_exp_sub(w, x, "mx", e, sizeof e));
+    if (w->exp_fast) E("const float p = copysignf(sn_exp2(fmaf(%s, 1.44269504f, -mk_l2)), k);", x);
+    else E("const float p = %s * k;", sn_cu_row_exp_sub(w, x, "mx", e, sizeof e));
     if (padded && w->cache_steps) /* the steps wholly before the padded classes: no test */
         snprintf(val, sizeof val, "cs < %lld || j < %lld ? (j == target ? p - scale : p) : 0.0f",
                  (long long)sn_cu_row_whole_steps(w, w->Vr), (long long)w->Vr);
