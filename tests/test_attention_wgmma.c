@@ -71,6 +71,47 @@ START_TEST(wgmma_forward) {
 }
 END_TEST
 
+/* The forward with each tile's softmax under the last tile's P V ("fwd=wgmma-overlap",
+ * cuda_attention_wgmma_fwd.c): the wgmma forward's forms (T = 200: whole tiles and masked ones;
+ * f16 grouped-query; S > T; one tile, T = 64; T = 128) and the unfused forward (its lse-only and
+ * o-from-lse kernels keep the loop in turn) against the interpreter in every thread order.
+ * Planted, each caught: P V reading the V stage of the tile S reads, S read before its wait,
+ * o_acc not rescaled at a step's top, o_acc touched before the wait for P V. */
+START_TEST(wgmma_forward_overlap) {
+    static const struct {
+        att_case c;
+        bool unfused;
+    } forms[] = {{{1, 2, 200, 200, 64, 64, SN_BF16, 90, 0}, false},
+                 {{1, 4, 77, 77, 64, 64, SN_F16, 90, 2}, false},
+                 {{1, 2, 77, 150, 64, 64, SN_BF16, 90, 0}, false},
+                 {{1, 2, 64, 64, 64, 64, SN_BF16, 90, 0}, false},
+                 {{2, 2, 128, 128, 64, 64, SN_BF16, 90, 0}, false},
+                 {{1, 2, 130, 130, 64, 64, SN_BF16, 90, 0}, true}};
+    setenv("SN_ATT_TILES", "fwd=wgmma-overlap", 1);
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        run_result r = check_case(&forms[i].c, forms[i].unfused, NULL, NULL);
+        ck_assert_msg(r.worst <= 1.0, "form %zu: error %.2f x the tolerance; %s", i, r.worst,
+                      r.failure);
+        ck_assert_int_eq(r.checked, (forms[i].unfused ? 2 : 5) * SN_SIM_ORDER_COUNT);
+    }
+    static const char *const plants[][3] = {
+        {"&v_tile[(j - 1) % 2 * BK][0]", "&v_tile[(j) % 2 * BK][0]", "P V reading S's stage"},
+        {"sn_wgmma_wait(1); /* S is in", "/* S is in", "S read before its wait"},
+        {"o_acc[0][dt][0] *= alpha[0], o_acc[0][dt][1] *= alpha[0];", ";",
+         "o_acc not rescaled"},
+        {"sn_wgmma_wait(0); /* P V of tile j - 2", "/* P V of tile j - 2",
+         "o_acc touched before the wait for P V"},
+    };
+    for (int i = 0; i < 4; i++) {
+        run_result r = check_case(&forms[0].c, false, plants[i][0], plants[i][1]);
+        printf("wgmma overlapped forward, %s: %.3g x the tolerance %s\n", plants[i][2], r.worst,
+               r.failure);
+        ck_assert_msg(!(r.worst <= 1.0), "planted (%s) not caught", plants[i][2]);
+    }
+    unsetenv("SN_ATT_TILES");
+}
+END_TEST
+
 /* ---- the dk/dv kernel ---- */
 
 /* Where the dk/dv kernel is checked, each under "dkv=wgmma" (dq stays mma.sync's): bf16 at
@@ -265,19 +306,24 @@ END_TEST
 /* ---- NVRTC ---- */
 
 /* The wgmma forward and dk/dv kernel compiled for sm_90a (gpt2's B = 4, H = 12, T = 1024 in bf16;
- * f16 with 3 query heads a kv head): no spills, no stack, no wgmma serialized; registers printed. */
+ * f16 with 3 query heads a kv head), then the overlapped forward: no spills, no stack, no wgmma
+ * serialized; registers printed. */
 START_TEST(nvrtc_wgmma_no_spills) {
     static const att_case forms[] = {{4, 12, 1024, 1024, 64, 64, SN_BF16, 90, 0},
                                      {4, 12, 1024, 1024, 64, 64, SN_F16, 90, 4}};
-    setenv("SN_ATT_TILES", "fwd=wgmma,dkv=wgmma,dq=wgmma", 1);
-    for (int f = 0; f < 2; f++) {
-        int b = nvrtc_check(&forms[f]);
-        if (b < 0) { /* no NVRTC here */
-            unsetenv("SN_ATT_TILES");
-            return;
+    static const char *const tiles[] = {"fwd=wgmma,dkv=wgmma,dq=wgmma", "fwd=wgmma-overlap"};
+    for (int v = 0; v < 2; v++) {
+        setenv("SN_ATT_TILES", tiles[v], 1);
+        for (int f = 0; f < 2; f++) {
+            int b = nvrtc_check(&forms[f]);
+            if (b < 0) { /* no NVRTC here */
+                unsetenv("SN_ATT_TILES");
+                return;
+            }
+            ck_assert_msg(b == 0, "%s: %d kernels spill or exceed the limits", tiles[v], b);
         }
-        ck_assert_msg(b == 0, "%d kernels spill or exceed the limits", b);
     }
+    setenv("SN_ATT_TILES", tiles[0], 1);
     /* planted: s read while its group may be in flight (the wait deleted): ptxas serializes
      * every wgmma of the kernel (C7518), which the check counts */
     int b = nvrtc_check_planted(&forms[0], "sn_wgmma_wait(1); /* s is in", "/* s is in");
@@ -291,6 +337,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("sim");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, wgmma_forward);
+    tcase_add_test(tc, wgmma_forward_overlap);
     tcase_add_loop_test(tc, wgmma_dkv_agrees, 0, N_DKV_CASES);
     tcase_add_loop_test(tc, wgmma_fwd_and_dkv_agree, 0, 2);
     tcase_add_loop_test(tc, wgmma_dq_agrees, 0, N_DKV_CASES);

@@ -38,6 +38,8 @@ typedef struct {
     int min_blocks; /* __launch_bounds__'s blocks an SM (a register cap), 0: none */
     bool dynamic;   /* mma: the tiles carved from dynamic shared memory (over 48 KiB) */
     bool wgmma;     /* FWD or DKV on sm_90's warpgroup MMA (cuda_attention_wgmma*.c; opt-in) */
+    bool overlap;   /* wgmma FWD (o and lse) with each tile's softmax overlapped by the products
+                       (cuda_attention_wgmma_fwd.c; opt-in, "fwd=wgmma-overlap") */
     /* The atomic dq (program/kernel.h): DKV also adds scale dS K into dq's f32 sums (the
      * scratch, the arg after the others) with atomic adds; dS goes through a shared tile of
      * keys x queries, ds_tile, which is the current stage of o_tile (free once the tile's dots

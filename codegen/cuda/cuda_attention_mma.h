@@ -70,6 +70,10 @@ void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 void sn_attm_copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, const char *trow);
+/* FWD and DQ: the block's rows, the causal key range, the first tile's copies (with the q-side
+ * tiles of `qside`: tile, source, columns; V's with with_v) as one group, committed. */
+void sn_attm_key_side_setup(sn_cu_text *t, const sn_att_plan *p, bool with_v,
+                            const char *const qside[][3], int n_qside);
 /* DKV's P of the query tile in s (with ds: and dS in dp), masked where a warp's keys cross the
  * diagonal or a tile the sequence's end. */
 void sn_attm_dkv_p(sn_cu_text *t, bool ds);
@@ -81,6 +85,10 @@ void sn_attw_scores(sn_cu_text *t, const sn_att_plan *p);
 void sn_attw_pv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 /* The wgmma of p's type: A from shared memory (ss, B K-major) or from registers (B MN-major). */
 const char *sn_attw_name(const sn_att_plan *p, bool regs);
+
+/* cuda_attention_wgmma_fwd.c: the forward (o and lse) with each tile's softmax overlapped by the
+ * last tile's P V (p->overlap; opt-in). */
+void sn_attw_emit_fwd_overlap(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 
 /* cuda_attention_wgmma_dkv.c: the dk/dv kernel's products of one query tile on wgmma (p->wgmma,
  * DKV), in sn_attm_emit_dkv's loop once the tile, its lse and its dots are in: acc_v += P dout,

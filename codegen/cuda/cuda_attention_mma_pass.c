@@ -38,8 +38,8 @@ static void open_key_loop(sn_cu_text *t, const sn_att_plan *p, bool with_v) {
 
 /* FWD and DQ: the block's rows, the causal key range, the first tile's copies (with the q-side
  * tiles of `qside`, named tile, source, columns). */
-static void key_side_setup(sn_cu_text *t, const sn_att_plan *p, bool with_v,
-                           const char *const qside[][3], int n_qside) {
+void sn_attm_key_side_setup(sn_cu_text *t, const sn_att_plan *p, bool with_v,
+                            const char *const qside[][3], int n_qside) {
     bool async = p->stages == 2;
     sn_cu_emitf(t, "const float scale_log2 = scale * 1.44269504f; /* exponents in base 2 */");
     sn_cu_emitf(t, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* the longest rows first */");
@@ -76,6 +76,10 @@ static void sn_attm_enum(sn_cu_text *t, const sn_att_plan *p, const char *own, c
 }
 
 void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
+    if (p->overlap) {
+        sn_attw_emit_fwd_overlap(t, p, o);
+        return;
+    }
     const int fold = p->scale > 0.0f; /* the scale folded into each exponent's fma */
     int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages,
             LD = p->D + (p->wgmma ? 0 : 8), LDV = p->Dv + (p->wgmma ? 0 : 8);
@@ -85,7 +89,7 @@ void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_attm_tile2(t, &c, "k_tile", W, LD, "STAGES * BK", "LD", "");
     if (p->out_o) sn_attm_tile2(t, &c, "v_tile", W, LDV, "STAGES * BK", "LDV", "");
     static const char *const qside[][3] = {{"q_tile", "q", "HEAD_D"}};
-    key_side_setup(t, p, p->out_o, qside, 1);
+    sn_attm_key_side_setup(t, p, p->out_o, qside, 1);
     sn_cu_emitf(t, "/* m-tile m's rows of this thread: row0 + 16 m, row0 + 16 m + 8 (h = 1) */");
     sn_cu_emitf(t, "float row_max[MT][2], row_sum[MT][2]; /* base 2: of s scale log2 e */");
     sn_cu_emitf(t, "#pragma unroll");
@@ -214,7 +218,7 @@ void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_attm_tile2(t, &c, "v_tile", W, LDV, "STAGES * BK", "LDV", "");
     sn_attm_floats(t, &c, "dot_rows", own, "BQ", " /* dout_i . o_i of the block's rows */");
     static const char *const qside[][3] = {{"q_tile", "q", "HEAD_D"}, {"do_tile", "dout", "HEAD_DV"}};
-    key_side_setup(t, p, true, qside, 2);
+    sn_attm_key_side_setup(t, p, true, qside, 2);
     sn_attm_tile_dots(t, p, "dot_rows", "BQ", "q0", "dout + (long long)i * dout_row + c",
               "o + (long long)i * o_row + c");
     sn_cu_emitf(t, "float row_lse[2]; /* base 2 */");

@@ -2,7 +2,8 @@
  * are written (sm_90, bf16 or f16, head size 64: sn_att_wgmma_default; measured on an H200,
  * docs/attention.md "wgmma"), asked for by the SN_ATT_TILES entries "fwd=wgmma" and
  * "dkv=wgmma" (refused by name elsewhere) and left by "fwd=mma", "dkv=mma" or a tile; the dq
- * kernel's only when asked, "dq=wgmma"), and the forward's pieces (the dk/dv kernel's:
+ * kernel's only when asked, "dq=wgmma"; the overlapped forward's, "fwd=wgmma-overlap":
+ * cuda_attention_wgmma_fwd.c), and the forward's pieces (the dk/dv kernel's:
  * cuda_attention_wgmma_dkv.c, dq's: cuda_attention_wgmma_dq.c). One warpgroup (4 warps,
  * 64 queries) a block over key tiles of 64, double-buffered by cp.async; S = Q K^T and O += P V
  * are wgmma m64n64k16 with Q, K and V in shared memory in the 128-byte swizzle (rows of 128
@@ -15,16 +16,20 @@
 
 #include "cuda_attention_mma.h"
 
-/* Whether SN_ATT_TILES names "fwd=wgmma" (FWD), "dkv=wgmma" (DKV) or "dq=wgmma" (DQ) as an entry
- * of its own. */
-bool sn_att_wgmma_asked(sn_att_pass pass) {
-    const char *env = getenv("SN_ATT_TILES"), *name = pass == SN_ATT_FWD  ? "fwd=wgmma"
-                                                   : pass == SN_ATT_DKV ? "dkv=wgmma"
-                                                                        : "dq=wgmma";
-    size_t len = name ? strlen(name) : 0;
-    for (const char *at = env && name ? strstr(env, name) : NULL; at; at = strstr(at + 1, name))
+/* Whether SN_ATT_TILES names `name` as an entry of its own. */
+static bool entry_asked(const char *name) {
+    const char *env = getenv("SN_ATT_TILES");
+    size_t len = strlen(name);
+    for (const char *at = env ? strstr(env, name) : NULL; at; at = strstr(at + 1, name))
         if ((at == env || at[-1] == ',') && (at[len] == 0 || at[len] == ',')) return true;
     return false;
+}
+
+/* Whether SN_ATT_TILES names "fwd=wgmma" or "fwd=wgmma-overlap" (FWD), "dkv=wgmma" (DKV) or
+ * "dq=wgmma" (DQ) as an entry of its own. */
+bool sn_att_wgmma_asked(sn_att_pass pass) {
+    if (pass == SN_ATT_FWD) return entry_asked("fwd=wgmma") || entry_asked("fwd=wgmma-overlap");
+    return entry_asked(pass == SN_ATT_DKV ? "dkv=wgmma" : "dq=wgmma");
 }
 
 /* Whether SN_ATT_TILES names an entry of its own for the pass other than "wgmma": a tile
@@ -65,6 +70,10 @@ sn_status sn_att_wgmma_plan(sn_att_plan *p, const sn_target *tg, sn_err *e) {
      * then, it spilled and ptxas serialized its wgmma, C7518), 2026-11-28 */
     p->min_blocks = p->pass == SN_ATT_DKV ? 3 : 0;
     p->shared_bytes = sn_att_mma_shared(p);
+    /* the overlapped forward: the training forward's form (o and lse; the scale folded into the
+     * exponents needs it positive); the other forwards keep the loop in turn */
+    p->overlap = p->pass == SN_ATT_FWD && entry_asked("fwd=wgmma-overlap") && p->out_o &&
+                 !p->in_lse && p->scale > 0.0f;
     return SN_OK;
 }
 
