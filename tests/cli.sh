@@ -46,7 +46,17 @@ grep -q "arena .* does not fit on the device: out of memory: the CPU device cann
 grep -q "extern \"C\" __global__" "$dir/cuda/program.cu" || { echo "FAIL: no program.cu"; cat "$dir/cuda.out"; exit 1; }
 if [ -f "$dir/cuda/ptxas.txt" ]; then
     grep -q "^k0_embedding k0_embedding [0-9]" "$dir/cuda/ptxas.txt" || { echo "FAIL: ptxas.txt"; cat "$dir/cuda/ptxas.txt"; exit 1; }
+    [ -s "$dir/cuda/program.cubin" ] || { echo "FAIL: no program.cubin"; exit 1; }
 fi
+grep -q "SINTER_PRELUDE_H" "$dir/cuda/sinter_prelude.h" || { echo "FAIL: no sinter_prelude.h"; exit 1; }
+# again into the same directory: its own files replaced; a user's program.cu there is kept and
+# the run refused
+"$sinter" graph --model tiny --backward --seq 16 --emit-cuda "$dir/cuda" > /dev/null || { echo "FAIL: emit again"; exit 1; }
+mkdir -p "$dir/mine" && echo "int main(void) { return 0; }" > "$dir/mine/program.cu"
+status=0
+"$sinter" graph --model tiny --backward --seq 16 --emit-cuda "$dir/mine" > /dev/null 2> "$dir/mine.err" || status=$?
+[ "$status" = 1 ] && grep -q "program.cu exists and is not sinter's program.cu" "$dir/mine.err" &&
+    grep -q "^int main" "$dir/mine/program.cu" || { echo "FAIL: a user's program.cu ($status)"; cat "$dir/mine.err"; exit 1; }
 # sinter plan: gpt2 B=16 T=1024 in 6 GiB (the LM head in chunks, then checkpointing); with the
 # head whole, a smaller micro-batch; nothing fits in 2 GiB: exit 1 naming the smallest budget
 "$sinter" plan --model gpt2 --batch 16 --seq 1024 --mem 6GiB > "$dir/plan.out" || { echo "FAIL: plan"; exit 1; }

@@ -444,12 +444,13 @@ void sn_cu_row_store(row *w, const char *val) {
     for (int o = w->out0; o < k->n_out; o++) put(w, o, sn_cu_var_name(k, k->store[o], "", v, sizeof v));
 }
 
-/* The cache's unrolled steps over columns [0, end): step s's first column j0, tested against
- * the end only in the steps that can pass it (w->pass_guard: a brace to close). */
 int64_t sn_cu_row_whole_steps(const row *w, int64_t end) {
     return end / ((int64_t)w->lanes * w->stride);
 }
 
+/* The cache's unrolled steps over columns [0, end) from w->first_step: step s's first column
+ * j0, tested against the end only in the steps that can pass it (w->pass_guard: a brace to
+ * close). */
 static void open_steps(row *w, int64_t end) {
     int64_t per_step = (int64_t)w->lanes * w->stride, whole = sn_cu_row_whole_steps(w, end);
     E("#pragma unroll");
@@ -557,9 +558,7 @@ void sn_cu_row_close_pass(row *w) {
 bool sn_cu_row_cache_max(row *w, const char *x, int64_t end, const char *mx) {
     if (!w->cache_steps || w->lanes % 2) return false;
     if (!w->cache_filled) cache_fill(w);
-    w->pass_cache = CACHE_USE; /* kept() answers for the passes that read the cache */
     int c = kept(w, x);
-    w->pass_cache = CACHE_NONE;
     int64_t whole = sn_cu_row_whole_steps(w, end);
     if (c < 0 || !w->cache_half[c] || whole < 1) return false;
     E("/* the max of the steps before column %lld, two columns at a time on the kept bf16 pairs */",
