@@ -48,8 +48,10 @@ bool sn_att_wgmma_default(const sn_att_plan *p, const sn_target *tg) {
 }
 
 sn_status sn_att_wgmma_plan(sn_att_plan *p, const sn_target *tg, sn_err *e) {
-    const char *entry = p->pass == SN_ATT_FWD ? "fwd=wgmma" : p->pass == SN_ATT_DKV ? "dkv=wgmma"
-                                                                                   : "dq=wgmma";
+    const char *entry = p->pass == SN_ATT_FWD ? (entry_asked("fwd=wgmma-overlap") ? "fwd=wgmma-overlap"
+                                                                                : "fwd=wgmma")
+                        : p->pass == SN_ATT_DKV ? "dkv=wgmma"
+                                                : "dq=wgmma";
     if (p->dq_atomic) /* the atomic dq's product of dS^T K is written for mma.sync fragments */
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: the atomic dq (SN_ATT_TILES "
                        "\"dq=atomic\") with the wgmma dk/dv kernel (\"dkv=wgmma\"): not "
