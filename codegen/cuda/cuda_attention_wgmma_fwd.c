@@ -1,34 +1,34 @@
 /* cuda_attention_wgmma_fwd.c: the sm_90 forward (o and lse) with each tile's softmax overlapped
  * by the warpgroup's products (opt-in, SN_ATT_TILES entry "fwd=wgmma-overlap"; simulated, not
- * yet run on a GPU: docs/attention.md). FlashAttention-3's intra-warpgroup pipelining: S of key
- * tile j is issued, then O += P V of tile j - 1 (P packed at the end of the last step), and
- * while the tensor cores run both the warpgroup waits for S alone (wgmma.wait_group 1) and
- * takes tile j's max, rescale and exponentials; only the rescale of O waits for P V. V's copy
- * runs a tile behind K's (the group issued in step j holds K of tile j + 1 and V of tile j), so
- * that two stages of each still suffice: P V of tile j - 1 reads V's other stage. The loop is
- * peeled (tile 0: S alone; the last step: P V alone) so that no wgmma sits in a branch, which
- * ptxas would serialize. The conventions (fragments s[1][8][4] and o_acc[1][8][4], base-2
- * exponents, the masks) are the wgmma forward's (cuda_attention_wgmma.c); the scale (> 0) is
- * folded into each exponent's fma. */
+ * yet run on a GPU: docs/attention.md). FlashAttention-3's intra-warpgroup pipelining. Step j:
+ * the wait for P V of tile j - 2, O rescaled by tile j - 1's factor and tile j - 1's P packed
+ * (pa); the copies (K of tile j + 1, V of tile j: V's copy runs a tile behind K's, so two
+ * stages of each suffice, and they come after that wait, which frees V's stage); S of tile j
+ * and P V of tile j - 1 issued; the wait for S alone (wgmma.wait_group 1); tile j's max,
+ * rescale factor and exponentials while P V runs. The wait for P V opens the next step: at
+ * the end of the same step ptxas placed it before the exponentials (sm_90 SASS, 2026-11-29).
+ * Tile 0 (S alone) and the last P V are peeled, so no wgmma sits in a branch (ptxas would
+ * serialize it); the tiles every row of the block sees whole run in a loop without the mask's
+ * branch. The conventions (fragments s[1][8][4] and o_acc[1][8][4], base-2 exponents, the
+ * masks) are the wgmma forward's (cuda_attention_wgmma.c); the scale (> 0) is folded into each
+ * exponent's fma. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cuda_attention_mma.h"
 
-/* Copies of K of tile `kt` into stage `kst` and of V of tile `vt` into stage `vst` (each
- * skipped where its test is false), then the commit: one group. */
-static void copies(sn_cu_text *t, const sn_att_plan *p, const char *k_if, const char *kt,
-                   const char *v_if, const char *vt) {
+/* Copies of K of tile `kt` (where k_if holds) and of V of tile `vt`, each into its stage
+ * (tile % 2), then the commit: one group. */
+static void copies(sn_cu_text *t, const char *k_if, const char *kt, const char *vt) {
     sn_cu_emitf(t, "if (%s) {", k_if);
     sn_cu_emitf(t, "const int kn = (%s) * BK, sn = (%s) %% 2 * BK;", kt, kt);
     sn_attm_copy_rows(t, true, "k_tile", "sn", "k", "k_row", "kn", "BK", "HEAD_D", "SEQ_K", true, true);
     sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "if (%s) {", v_if);
+    sn_cu_emitf(t, "{");
     sn_cu_emitf(t, "const int kn = (%s) * BK, sn = (%s) %% 2 * BK;", vt, vt);
     sn_attm_copy_rows(t, true, "v_tile", "sn", "v", "v_row", "kn", "BK", "HEAD_DV", "SEQ_K", true, true);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "sn_cp_async_commit();");
-    (void)p;
 }
 
 /* The top of a step: the group issued in the last step in, visible to wgmma, the stages it
@@ -147,7 +147,7 @@ void sn_attw_emit_fwd_overlap(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o
     sn_cu_emitf(t, "/* tile 0: S alone */");
     sn_cu_emitf(t, "{");
     step_barrier(t);
-    copies(t, p, "1 < n_tiles", "1", "true", "0");
+    copies(t, "1 < n_tiles", "1", "0");
     issue_scores(t, p, "0");
     sn_cu_emitf(t, "sn_wgmma_wait(0);");
     softmax(t, "0", true);
@@ -170,7 +170,7 @@ void sn_attw_emit_fwd_overlap(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o
         sn_cu_emitf(t, "sn_wgmma_fence_operands(&o_acc[0][0][0], HEAD_DV / 2);");
         rescale_and_pack(t, o);
         step_barrier(t);
-        copies(t, p, "j + 1 < n_tiles", "j + 1", "true", "j");
+        copies(t, "j + 1 < n_tiles", "j + 1", "j");
         issue_scores(t, p, "j");
         issue_pv(t, p, "j - 1");
         sn_cu_emitf(t, "sn_wgmma_wait(1); /* S is in; P V may still run */");
