@@ -2172,6 +2172,7 @@ int main(void) {
     tcase_add_test(nv, nvrtc_gpt2_124m_f16);
     tcase_add_test(nv, nvrtc_llama_small);
     tcase_add_loop_test(nv, nvrtc_row_vectors, 0, 3);
+    tcase_add_test(nv, nvrtc_classifier_vocabularies);
     tcase_add_test(nv, nvrtc_error_carries_log);
     suite_add_tcase(s, nv);
     TCase *cpu = tcase_create("cpu");
@@ -2198,7 +2199,6 @@ int main(void) {
     tcase_add_test(cpu, cpu_row_vectors);
     tcase_add_test(cpu, cpu_classifier_vectors);
     tcase_add_test(cpu, cpu_classifier_kept);
-    tcase_add_test(cpu, nvrtc_classifier_vocabularies);
     tcase_add_test(cpu, cpu_reduce_by_column);
     tcase_add_test(cpu, cpu_row_vector_lane_bug_caught);
     tcase_add_test(cpu, cpu_embedding_bwd_buckets);
