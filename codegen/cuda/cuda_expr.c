@@ -78,6 +78,12 @@ void sn_cu_emit_instr(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx)
     sn_cu_emit_instr_at(t, k, i, sfx, NULL);
 }
 
+bool sn_cu_reads_16bit(const sn_kernel *k) {
+    for (int i = k->n_out; i < k->n_out + k->n_in; i++)
+        if (k->args[i]->dtype == SN_BF16 || k->args[i]->dtype == SN_F16) return true;
+    return false;
+}
+
 /* Whether instruction i's rounding to its 16-bit type can be left to its stores: no instruction
  * reads its value and every output storing it has its type (the stores round to nearest even:
  * the same bits; a value rounded, widened and packed again cost 2.5 instructions where the
@@ -102,6 +108,11 @@ void sn_cu_emit_instr_at(sn_cu_text *t, const sn_kernel *k, int i, const char *s
     const sn_node *n = in->node;
     char v[48], x[3][48], rhs[200];
     for (int j = 0; j < in->n_in; j++) sn_cu_operand(k, &in->in[j], sfx, x[j], sizeof x[j]);
+    /* a kernel reading 16-bit inputs takes its exponentials and sigmoids on the SFU (the
+     * prelude's _approx forms: expf and the division took about 20 instructions a sigmoid;
+     * SmolLM2's SwiGLU backward about 87 an element, more than its bytes allow at the H200's
+     * bandwidth, 2026-11-29 SASS) */
+    const char *ap = sn_cu_reads_16bit(k) ? "_approx" : "";
     switch (n->op) {
     case SN_OP_ADD: snprintf(rhs, sizeof rhs, "%s + %s", x[0], x[1]); break;
     case SN_OP_SUB: snprintf(rhs, sizeof rhs, "%s - %s", x[0], x[1]); break;
@@ -114,15 +125,15 @@ void sn_cu_emit_instr_at(sn_cu_text *t, const sn_kernel *k, int i, const char *s
         snprintf(rhs, sizeof rhs, "%s * %s", sn_cu_float_lit(n->a.f, f, sizeof f), x[0]);
         break;
     }
-    case SN_OP_EXP: snprintf(rhs, sizeof rhs, "expf(%s)", x[0]); break;
+    case SN_OP_EXP: snprintf(rhs, sizeof rhs, "%s(%s)", *ap ? "sn_exp_approx" : "expf", x[0]); break;
     case SN_OP_LOG: snprintf(rhs, sizeof rhs, "logf(%s)", x[0]); break;
     case SN_OP_TANH: snprintf(rhs, sizeof rhs, "tanhf(%s)", x[0]); break;
     case SN_OP_SQRT: snprintf(rhs, sizeof rhs, "sqrtf(%s)", x[0]); break;
     case SN_OP_RSQRT: snprintf(rhs, sizeof rhs, "sn_rsqrt(%s)", x[0]); break;
-    case SN_OP_GELU: snprintf(rhs, sizeof rhs, "sn_gelu(%s)", x[0]); break;
-    case SN_OP_SILU: snprintf(rhs, sizeof rhs, "sn_silu(%s)", x[0]); break;
-    case SN_OP_GELU_BWD: snprintf(rhs, sizeof rhs, "sn_gelu_bwd(%s, %s)", x[0], x[1]); break;
-    case SN_OP_SILU_BWD: snprintf(rhs, sizeof rhs, "sn_silu_bwd(%s, %s)", x[0], x[1]); break;
+    case SN_OP_GELU: snprintf(rhs, sizeof rhs, "sn_gelu%s(%s)", ap, x[0]); break;
+    case SN_OP_SILU: snprintf(rhs, sizeof rhs, "sn_silu%s(%s)", ap, x[0]); break;
+    case SN_OP_GELU_BWD: snprintf(rhs, sizeof rhs, "sn_gelu_bwd%s(%s, %s)", ap, x[0], x[1]); break;
+    case SN_OP_SILU_BWD: snprintf(rhs, sizeof rhs, "sn_silu_bwd%s(%s, %s)", ap, x[0], x[1]); break;
     case SN_OP_FULL:
         if (in->n_in) snprintf(rhs, sizeof rhs, "%s", x[0]);
         else sn_cu_float_lit(n->a.f, rhs, sizeof rhs);

@@ -32,6 +32,10 @@ void sn_cu_emit_instr(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx)
 void sn_cu_emit_instr_at(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx, const char *index);
 /* Appends the fused expression under r to buf, with node ids: "gelu(add(%40, %12))". */
 void sn_cu_describe(const sn_kernel *k, const sn_ref *r, char *buf, size_t len);
+/* Whether k reads a bf16 or f16 input: its inputs carry 8 or 11 bits, and its exponentials,
+ * sigmoids and activations are the prelude's approximate forms on the SFU (about 2^-21
+ * relative, far under their rounding). */
+bool sn_cu_reads_16bit(const sn_kernel *k);
 /* f32, bf16, f16 and i32 values only; else SN_ERR_UNSUPPORTED naming k and n. */
 sn_status sn_cu_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e);
 /* The kernel's name is a C identifier (asserted). */

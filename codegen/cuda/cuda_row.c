@@ -312,8 +312,7 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     /* a 16-bit program's exponentials on the SFU (the prelude's sn_exp_approx: 2 instructions
      * where expf takes 9; gpt2's classifier takes 2 an element of 50,304 a row, 2026-11-29
      * SASS): inputs of 8 or 11 bits; f32 programs keep expf, close to the CPU device's */
-    for (int i = k->n_out; i < k->n_out + k->n_in; i++)
-        if (k->args[i]->dtype == SN_BF16 || k->args[i]->dtype == SN_F16) w->exp_fast = true;
+    w->exp_fast = sn_cu_reads_16bit(k);
     w->exp = w->exp_fast ? "sn_exp_approx" : "expf";
     return sn_kernel_dtypes(k, sn_cu_check_dtype, e);
 }
