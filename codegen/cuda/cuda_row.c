@@ -309,9 +309,10 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
     memcpy(w->buf, p.buf, sizeof w->buf);
     w->ix = sn_cu_index_type(w->R * w->C + 1024 * 1024);
     w->lanes = sn_cu_row_lanes(k);
-    /* a 16-bit program's exponentials on the SFU (the prelude's sn_exp_approx: 2 instructions
-     * where expf takes 9; gpt2's classifier takes 2 an element of 50,304 a row, 2026-11-29
-     * SASS): inputs of 8 or 11 bits; f32 programs keep expf, close to the CPU device's */
+    /* a 16-bit program's exponentials on the SFU (an fma and ex2 once the max is known,
+     * sn_cu_row_exp_sub; sn_exp_approx in the online passes: 2 instructions where expf takes
+     * 9, and gpt2's classifier takes 2 an element of 50,304 a row, 2026-11-29 SASS): inputs
+     * of 8 or 11 bits; f32 programs keep expf, close to the CPU device's */
     w->exp_fast = sn_cu_reads_16bit(k);
     w->exp = w->exp_fast ? "sn_exp_approx" : "expf";
     return sn_kernel_dtypes(k, sn_cu_check_dtype, e);
