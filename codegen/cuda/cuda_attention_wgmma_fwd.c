@@ -12,9 +12,6 @@
  * branch. The conventions (fragments s[1][8][4] and o_acc[1][8][4], base-2 exponents, the
  * masks) are the wgmma forward's (cuda_attention_wgmma.c); the scale (> 0) is folded into each
  * exponent's fma. */
-#include <stdio.h>
-#include <string.h>
-
 #include "cuda_attention_mma.h"
 
 /* Copies of K of tile `kt` (where k_if holds) and of V of tile `vt`, each into its stage
@@ -54,8 +51,7 @@ static void issue_scores(sn_cu_text *t, const sn_att_plan *p, const char *kt) {
     sn_cu_emitf(t, "}");
 }
 
-/* O += P V of tile `vt`, P from pa (packed at the end of the step before), issued and
- * committed. */
+/* O += P V of tile `vt`, P from pa (packed at the top of this step), issued and committed. */
 static void issue_pv(sn_cu_text *t, const sn_att_plan *p, const char *vt) {
     sn_cu_emitf(t, "/* O += P V of tile %s: V's rows MN-major, 16 keys a K step */", vt);
     sn_cu_emitf(t, "{");
@@ -93,8 +89,8 @@ static void softmax(sn_cu_text *t, const char *kt, bool masked) {
         sn_cu_emitf(t, "}");
     }
     sn_cu_emitf(t, "float m_ref[2];");
-    sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "/* online softmax: a row spans the 4 threads of a quad */");
+    sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) {");
     sn_cu_emitf(t, "float tm = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));");
     sn_cu_emitf(t, "tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));");
@@ -117,8 +113,8 @@ static void rescale_and_pack(sn_cu_text *t, sn_attm_ops o) {
     sn_cu_emitf(t, "o_acc[0][dt][0] *= alpha[0], o_acc[0][dt][1] *= alpha[0];");
     sn_cu_emitf(t, "o_acc[0][dt][2] *= alpha[1], o_acc[0][dt][3] *= alpha[1];");
     sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "/* n-tiles 2 kk and 2 kk + 1 of s: K step kk's A fragment */");
+    sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int kk = 0; kk < BK / 16; kk++) {");
     sn_cu_emitf(t, "pa[kk][0] = %s(s[0][2 * kk][0], s[0][2 * kk][1]);", o.pack);
     sn_cu_emitf(t, "pa[kk][1] = %s(s[0][2 * kk][2], s[0][2 * kk][3]);", o.pack);
