@@ -43,21 +43,30 @@ static void expect_refused(const att_case *c, const char *entry) {
  * queries; the unfused forward: lse alone, and o from a given lse), planted bugs caught (V's
  * descriptor a K step off, the proxy fence deleted), and refused by name where it is not
  * written (sm_80, head size 128). */
-START_TEST(wgmma_forward) {
-    static const struct {
-        att_case c;
-        bool unfused;
-    } forms[] = {{{1, 2, 200, 200, 64, 64, SN_BF16, 90, 0}, false},
-                 {{1, 4, 77, 77, 64, 64, SN_F16, 90, 2}, false},
-                 {{1, 2, 77, 150, 64, 64, SN_BF16, 90, 0}, false},
-                 {{1, 2, 130, 130, 64, 64, SN_BF16, 90, 0}, true}};
-    setenv("SN_ATT_TILES", "fwd=wgmma", 1);
-    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+/* A forward's form: the case, and whether the forward is unfused (lse, then o from it). */
+typedef struct {
+    att_case c;
+    bool unfused;
+} fwd_form;
+
+/* Under SN_ATT_TILES=env (left set): every form's outputs within the tolerance, in every
+ * thread order. */
+static void forms_agree(const char *env, const fwd_form *forms, size_t n) {
+    setenv("SN_ATT_TILES", env, 1);
+    for (size_t i = 0; i < n; i++) {
         run_result r = check_case(&forms[i].c, forms[i].unfused, NULL, NULL);
-        ck_assert_msg(r.worst <= 1.0, "form %zu: error %.2f x the tolerance; %s", i, r.worst,
-                      r.failure);
+        ck_assert_msg(r.worst <= 1.0, "%s, form %zu: error %.2f x the tolerance; %s", env, i,
+                      r.worst, r.failure);
         ck_assert_int_eq(r.checked, (forms[i].unfused ? 2 : 5) * SN_SIM_ORDER_COUNT);
     }
+}
+
+START_TEST(wgmma_forward) {
+    static const fwd_form forms[] = {{{1, 2, 200, 200, 64, 64, SN_BF16, 90, 0}, false},
+                                     {{1, 4, 77, 77, 64, 64, SN_F16, 90, 2}, false},
+                                     {{1, 2, 77, 150, 64, 64, SN_BF16, 90, 0}, false},
+                                     {{1, 2, 130, 130, 64, 64, SN_BF16, 90, 0}, true}};
+    forms_agree("fwd=wgmma", forms, sizeof forms / sizeof forms[0]);
     run_result r = check_case(&forms[0].c, false, "v_at + 2048u * kk", "v_at + 1024u * kk");
     printf("wgmma forward, V's K step planted wrong: %.3g x the tolerance\n", r.worst);
     ck_assert_msg(!(r.worst <= 1.0), "a wrong V descriptor not caught");
@@ -78,22 +87,13 @@ END_TEST
  * Planted, each caught: P V reading the V stage of the tile S reads, S read before its wait,
  * o_acc not rescaled at a step's top, o_acc touched before the wait for P V. */
 START_TEST(wgmma_forward_overlap) {
-    static const struct {
-        att_case c;
-        bool unfused;
-    } forms[] = {{{1, 2, 200, 200, 64, 64, SN_BF16, 90, 0}, false},
-                 {{1, 4, 77, 77, 64, 64, SN_F16, 90, 2}, false},
-                 {{1, 2, 77, 150, 64, 64, SN_BF16, 90, 0}, false},
-                 {{1, 2, 64, 64, 64, 64, SN_BF16, 90, 0}, false},
-                 {{2, 2, 128, 128, 64, 64, SN_BF16, 90, 0}, false},
-                 {{1, 2, 130, 130, 64, 64, SN_BF16, 90, 0}, true}};
-    setenv("SN_ATT_TILES", "fwd=wgmma-overlap", 1);
-    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
-        run_result r = check_case(&forms[i].c, forms[i].unfused, NULL, NULL);
-        ck_assert_msg(r.worst <= 1.0, "form %zu: error %.2f x the tolerance; %s", i, r.worst,
-                      r.failure);
-        ck_assert_int_eq(r.checked, (forms[i].unfused ? 2 : 5) * SN_SIM_ORDER_COUNT);
-    }
+    static const fwd_form forms[] = {{{1, 2, 200, 200, 64, 64, SN_BF16, 90, 0}, false},
+                                     {{1, 4, 77, 77, 64, 64, SN_F16, 90, 2}, false},
+                                     {{1, 2, 77, 150, 64, 64, SN_BF16, 90, 0}, false},
+                                     {{1, 2, 64, 64, 64, 64, SN_BF16, 90, 0}, false},
+                                     {{2, 2, 128, 128, 64, 64, SN_BF16, 90, 0}, false},
+                                     {{1, 2, 130, 130, 64, 64, SN_BF16, 90, 0}, true}};
+    forms_agree("fwd=wgmma-overlap", forms, sizeof forms / sizeof forms[0]);
     static const char *const plants[][3] = {
         {"&v_tile[(j - 1) % 2 * BK][0]", "&v_tile[(j) % 2 * BK][0]", "P V reading S's stage"},
         {"sn_wgmma_wait(1); /* S is in", "/* S is in", "S read before its wait"},

@@ -83,6 +83,13 @@ void sn_attm_dkv_p(sn_cu_text *t, bool ds);
 void sn_attw_carve_begin(sn_cu_text *t, const sn_att_plan *p);
 void sn_attw_scores(sn_cu_text *t, const sn_att_plan *p);
 void sn_attw_pv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
+/* The pieces of those: S = Q K^T into s from the K tile's rows from k_row (a C expression),
+ * issued and committed, not waited for; packed[kk][0..4) = x's n-tiles 2 kk and 2 kk + 1 as
+ * K step kk's A fragment (kdim / 16 steps); O += P V from pa and the V tile's rows from v_row,
+ * issued and committed. */
+void sn_attw_issue_scores(sn_cu_text *t, const sn_att_plan *p, const char *k_row);
+void sn_attw_pack(sn_cu_text *t, sn_attm_ops o, const char *packed, const char *x, const char *kdim);
+void sn_attw_issue_pv(sn_cu_text *t, const sn_att_plan *p, const char *v_row);
 /* The wgmma of p's type: A from shared memory (ss, B K-major) or from registers (B MN-major). */
 const char *sn_attw_name(const sn_att_plan *p, bool regs);
 

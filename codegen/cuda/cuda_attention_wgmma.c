@@ -93,19 +93,48 @@ const char *sn_attw_name(const sn_att_plan *p, bool regs) {
     return regs ? "sn_wgmma_m64n64k16_f16_rs_tb" : "sn_wgmma_m64n64k16_f16_ss";
 }
 
-void sn_attw_scores(sn_cu_text *t, const sn_att_plan *p) {
-    sn_cu_emitf(t, "/* S = Q K^T (64 x 64) by the warpgroup: 4 K steps of 16 along the head */");
-    sn_cu_emitf(t, "float s[1][BK / 8][4];");
+void sn_attw_issue_scores(sn_cu_text *t, const sn_att_plan *p, const char *k_row) {
     sn_cu_emitf(t, "{");
-    sn_cu_emitf(t, "const unsigned q_at = sn_smem_addr(&q_tile[0][0]), k_at = sn_smem_addr(&k_tile[st][0]);");
+    sn_cu_emitf(t, "const unsigned q_at = sn_smem_addr(&q_tile[0][0]), k_at = sn_smem_addr(&k_tile[%s][0]);",
+                k_row);
     sn_cu_emitf(t, "sn_wgmma_fence();");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int ks = 0; ks < HEAD_D / 16; ks++)");
     sn_cu_emitf(t, "%s(&s[0][0][0], sn_wgmma_desc(q_at + 32u * ks, 16, 1024, 1), "
                 "sn_wgmma_desc(k_at + 32u * ks, 16, 1024, 1), ks > 0);", sn_attw_name(p, false));
     sn_cu_emitf(t, "sn_wgmma_commit();");
+    sn_cu_emitf(t, "}");
+}
+
+void sn_attw_scores(sn_cu_text *t, const sn_att_plan *p) {
+    sn_cu_emitf(t, "/* S = Q K^T (64 x 64) by the warpgroup: 4 K steps of 16 along the head */");
+    sn_cu_emitf(t, "float s[1][BK / 8][4];");
+    sn_attw_issue_scores(t, p, "st");
     sn_cu_emitf(t, "sn_wgmma_wait(0);");
     sn_cu_emitf(t, "sn_wgmma_fence_operands(&s[0][0][0], BK / 2);");
+}
+
+void sn_attw_pack(sn_cu_text *t, sn_attm_ops o, const char *packed, const char *x, const char *kdim) {
+    sn_cu_emitf(t, "/* n-tiles 2 kk and 2 kk + 1 of %s: K step kk's A fragment */", x);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int kk = 0; kk < %s / 16; kk++) {", kdim);
+    sn_cu_emitf(t, "%s[kk][0] = %s(%s[2 * kk][0], %s[2 * kk][1]);", packed, o.pack, x, x);
+    sn_cu_emitf(t, "%s[kk][1] = %s(%s[2 * kk][2], %s[2 * kk][3]);", packed, o.pack, x, x);
+    sn_cu_emitf(t, "%s[kk][2] = %s(%s[2 * kk + 1][0], %s[2 * kk + 1][1]);", packed, o.pack, x, x);
+    sn_cu_emitf(t, "%s[kk][3] = %s(%s[2 * kk + 1][2], %s[2 * kk + 1][3]);", packed, o.pack, x, x);
+    sn_cu_emitf(t, "}");
+}
+
+void sn_attw_issue_pv(sn_cu_text *t, const sn_att_plan *p, const char *v_row) {
+    sn_cu_emitf(t, "{");
+    sn_cu_emitf(t, "const unsigned v_at = sn_smem_addr(&v_tile[%s][0]);", v_row);
+    sn_cu_emitf(t, "sn_wgmma_fence(); /* after o_acc's rescaling and pa's packing */");
+    sn_cu_emitf(t, "sn_wgmma_fence_operands(&o_acc[0][0][0], HEAD_DV / 2);");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int kk = 0; kk < BK / 16; kk++)");
+    sn_cu_emitf(t, "%s(&o_acc[0][0][0], pa[kk], sn_wgmma_desc(v_at + 2048u * kk, 8192, 1024, 1), 1);",
+                sn_attw_name(p, true));
+    sn_cu_emitf(t, "sn_wgmma_commit();");
     sn_cu_emitf(t, "}");
 }
 
@@ -114,21 +143,8 @@ void sn_attw_pv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
                 "fragment), V's rows of 128 bytes MN-major (16 keys a step, 2048 bytes) */");
     sn_cu_emitf(t, "{");
     sn_cu_emitf(t, "unsigned pa[BK / 16][4];");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int kk = 0; kk < BK / 16; kk++) {");
-    sn_cu_emitf(t, "pa[kk][0] = %s(s[0][2 * kk][0], s[0][2 * kk][1]);", o.pack);
-    sn_cu_emitf(t, "pa[kk][1] = %s(s[0][2 * kk][2], s[0][2 * kk][3]);", o.pack);
-    sn_cu_emitf(t, "pa[kk][2] = %s(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);", o.pack);
-    sn_cu_emitf(t, "pa[kk][3] = %s(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);", o.pack);
-    sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "const unsigned v_at = sn_smem_addr(&v_tile[st][0]);");
-    sn_cu_emitf(t, "sn_wgmma_fence(); /* after o_acc's rescaling and pa's packing */");
-    sn_cu_emitf(t, "sn_wgmma_fence_operands(&o_acc[0][0][0], HEAD_DV / 2);");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int kk = 0; kk < BK / 16; kk++)");
-    sn_cu_emitf(t, "%s(&o_acc[0][0][0], pa[kk], sn_wgmma_desc(v_at + 2048u * kk, 8192, 1024, 1), 1);",
-                sn_attw_name(p, true));
-    sn_cu_emitf(t, "sn_wgmma_commit();");
+    sn_attw_pack(t, o, "pa", "s[0]", "BK");
+    sn_attw_issue_pv(t, p, "st");
     sn_cu_emitf(t, "sn_wgmma_wait(0);");
     sn_cu_emitf(t, "sn_wgmma_fence_operands(&o_acc[0][0][0], HEAD_DV / 2);");
     sn_cu_emitf(t, "}");

@@ -19,14 +19,7 @@
 void sn_attw_product_rs(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, const char *acc,
                         const char *x, const char *packed, const char *y_at, const char *kdim) {
     sn_cu_emitf(t, "unsigned %s[%s / 16][4];", packed, kdim);
-    sn_cu_emitf(t, "/* n-tiles 2 kk and 2 kk + 1 of %s: K step kk's A fragment */", x);
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int kk = 0; kk < %s / 16; kk++) {", kdim);
-    sn_cu_emitf(t, "%s[kk][0] = %s(%s[2 * kk][0], %s[2 * kk][1]);", packed, o.pack, x, x);
-    sn_cu_emitf(t, "%s[kk][1] = %s(%s[2 * kk][2], %s[2 * kk][3]);", packed, o.pack, x, x);
-    sn_cu_emitf(t, "%s[kk][2] = %s(%s[2 * kk + 1][0], %s[2 * kk + 1][1]);", packed, o.pack, x, x);
-    sn_cu_emitf(t, "%s[kk][3] = %s(%s[2 * kk + 1][2], %s[2 * kk + 1][3]);", packed, o.pack, x, x);
-    sn_cu_emitf(t, "}");
+    sn_attw_pack(t, o, packed, x, kdim);
     sn_cu_emitf(t, "sn_wgmma_fence(); /* after the wait and the packing */");
     sn_cu_emitf(t, "sn_wgmma_fence_operands(&%s[0][0], 32);", acc);
     sn_cu_emitf(t, "#pragma unroll");

@@ -12,6 +12,8 @@
  * branch. The conventions (fragments s[1][8][4] and o_acc[1][8][4], base-2 exponents, the
  * masks) are the wgmma forward's (cuda_attention_wgmma.c); the scale (> 0) is folded into each
  * exponent's fma. */
+#include <stdio.h>
+
 #include "cuda_attention_mma.h"
 
 /* Copies of K of tile `kt` (where k_if holds) and of V of tile `vt`, each into its stage
@@ -38,32 +40,18 @@ static void step_barrier(sn_cu_text *t) {
 
 /* S = Q K^T of tile `kt` into s (issued and committed, not waited for). */
 static void issue_scores(sn_cu_text *t, const sn_att_plan *p, const char *kt) {
+    char row[64];
+    snprintf(row, sizeof row, "(%s) %% 2 * BK", kt);
     sn_cu_emitf(t, "/* S = Q K^T of tile %s: 4 K steps of 16 along the head */", kt);
-    sn_cu_emitf(t, "{");
-    sn_cu_emitf(t, "const unsigned q_at = sn_smem_addr(&q_tile[0][0]), k_at = "
-                "sn_smem_addr(&k_tile[(%s) %% 2 * BK][0]);", kt);
-    sn_cu_emitf(t, "sn_wgmma_fence();");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int ks = 0; ks < HEAD_D / 16; ks++)");
-    sn_cu_emitf(t, "%s(&s[0][0][0], sn_wgmma_desc(q_at + 32u * ks, 16, 1024, 1), "
-                "sn_wgmma_desc(k_at + 32u * ks, 16, 1024, 1), ks > 0);", sn_attw_name(p, false));
-    sn_cu_emitf(t, "sn_wgmma_commit();");
-    sn_cu_emitf(t, "}");
+    sn_attw_issue_scores(t, p, row);
 }
 
 /* O += P V of tile `vt`, P from pa (packed at the top of this step), issued and committed. */
 static void issue_pv(sn_cu_text *t, const sn_att_plan *p, const char *vt) {
+    char row[64];
+    snprintf(row, sizeof row, "(%s) %% 2 * BK", vt);
     sn_cu_emitf(t, "/* O += P V of tile %s: V's rows MN-major, 16 keys a K step */", vt);
-    sn_cu_emitf(t, "{");
-    sn_cu_emitf(t, "const unsigned v_at = sn_smem_addr(&v_tile[(%s) %% 2 * BK][0]);", vt);
-    sn_cu_emitf(t, "sn_wgmma_fence(); /* after o_acc's rescaling and pa's packing */");
-    sn_cu_emitf(t, "sn_wgmma_fence_operands(&o_acc[0][0][0], HEAD_DV / 2);");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int kk = 0; kk < BK / 16; kk++)");
-    sn_cu_emitf(t, "%s(&o_acc[0][0][0], pa[kk], sn_wgmma_desc(v_at + 2048u * kk, 8192, 1024, 1), 1);",
-                sn_attw_name(p, true));
-    sn_cu_emitf(t, "sn_wgmma_commit();");
-    sn_cu_emitf(t, "}");
+    sn_attw_issue_pv(t, p, row);
 }
 
 /* Tile `kt`'s softmax once S is in (s): the mask where the tile reaches the diagonal or the
@@ -113,14 +101,7 @@ static void rescale_and_pack(sn_cu_text *t, sn_attm_ops o) {
     sn_cu_emitf(t, "o_acc[0][dt][0] *= alpha[0], o_acc[0][dt][1] *= alpha[0];");
     sn_cu_emitf(t, "o_acc[0][dt][2] *= alpha[1], o_acc[0][dt][3] *= alpha[1];");
     sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "/* n-tiles 2 kk and 2 kk + 1 of s: K step kk's A fragment */");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int kk = 0; kk < BK / 16; kk++) {");
-    sn_cu_emitf(t, "pa[kk][0] = %s(s[0][2 * kk][0], s[0][2 * kk][1]);", o.pack);
-    sn_cu_emitf(t, "pa[kk][1] = %s(s[0][2 * kk][2], s[0][2 * kk][3]);", o.pack);
-    sn_cu_emitf(t, "pa[kk][2] = %s(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);", o.pack);
-    sn_cu_emitf(t, "pa[kk][3] = %s(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);", o.pack);
-    sn_cu_emitf(t, "}");
+    sn_attw_pack(t, o, "pa", "s[0]", "BK");
 }
 
 void sn_attw_emit_fwd_overlap(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {

@@ -23,6 +23,9 @@ static void store_with(row *w, const char *fmt, const char *x0, const char *x1, 
     sn_cu_row_store(w, val);
 }
 
+/* e^x's function where the max is not final (the online passes). */
+static const char *exp_name(const row *w) { return w->exp_fast ? "sn_exp_approx" : "expf"; }
+
 void sn_cu_row_exp_base(row *w, const char *m) {
     if (w->exp_fast) E("const float %s_l2 = %s * 1.44269504f; /* base 2 */", m, m);
 }
@@ -213,27 +216,27 @@ static void cross_entropy_bwd(row *w) {
         E("#pragma unroll");
         E("for (int l = 0; l < %d; l++) if (l < nv) vm = fmaxf(vm, xs[l]);", w->lanes);
         E("if (vm > mx) {");
-        E("se *= %s(mx - vm);", w->exp);
+        E("se *= %s(mx - vm);", exp_name(w));
         E("mx = vm;");
         E("}");
         E("#pragma unroll");
-        E("for (int l = 0; l < %d; l++) if (l < nv) se += %s(xs[l] - mx);", w->lanes, w->exp);
+        E("for (int l = 0; l < %d; l++) if (l < nv) se += %s(xs[l] - mx);", w->lanes, exp_name(w));
         sn_cu_row_close_pass(w);
     } else if (online) { /* a column at a time */
         E("float mx = -SN_INF, se = 0.0f; /* online: se is the sum of exp(x - mx) so far */");
         sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
         E("const float xv = %s;", x);
         E("if (xv > mx) {");
-        E("se = se * %s(mx - xv) + 1.0f;", w->exp);
+        E("se = se * %s(mx - xv) + 1.0f;", exp_name(w));
         E("mx = xv;");
         E("} else {");
-        E("se += %s(xv - mx);", w->exp);
+        E("se += %s(xv - mx);", exp_name(w));
         E("}");
         sn_cu_row_close_pass(w);
     }
     if (online) {
         E("const float row_mx = sn_block_max(mx);");
-        E("se = sn_block_sum(mx == -SN_INF ? 0.0f : se * %s(mx - row_mx));", w->exp);
+        E("se = sn_block_sum(mx == -SN_INF ? 0.0f : se * %s(mx - row_mx));", exp_name(w));
         E("mx = row_mx;");
         sn_cu_row_exp_base(w, "mx");
     } else { /* the max, then the sum (from the registers where the row is kept) */
@@ -314,7 +317,6 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
      * 9, and gpt2's classifier takes 2 an element of 50,304 a row, 2026-11-29 SASS): inputs
      * of 8 or 11 bits; f32 programs keep expf, close to the CPU device's */
     w->exp_fast = sn_cu_reads_16bit(k);
-    w->exp = w->exp_fast ? "sn_exp_approx" : "expf";
     return sn_kernel_dtypes(k, sn_cu_check_dtype, e);
 }
 

@@ -24,7 +24,6 @@ typedef struct {
     unsigned stride;
     const char *ix;     /* the index type */
     bool exp_fast;      /* the kernel reads 16-bit inputs: its exponentials on the SFU */
-    const char *exp;    /* e^x: "expf", or "sn_exp_approx" (exp_fast) */
     int lanes;          /* columns a step of a pass (sn_cu_row_lanes): 8, 4, or 1 */
     bool vec;           /* inside the lane loop of a vector step */
     unsigned declared;  /* in a vector step: the outputs collected in out<o>_v[] */
