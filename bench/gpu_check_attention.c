@@ -13,6 +13,7 @@
 
 #include "frontend/frontend.h"
 #include "passes/pipeline.h"
+#include "support/half.h"
 #include "support/rng.h"
 #include "gpu_check.h"
 
@@ -60,9 +61,53 @@ typedef struct {
     int kernels;
 } att_time;
 
-/* Compiles and times one program; SN_OK with *t filled. */
+/* The outputs of a forward + backward (o, lse, dq, dk, dv, in the graph's order) as floats,
+ * kept from the plan's own kernels so that each --att-tiles configuration's are compared with
+ * them: a tuning run on a GPU is also a check of the variants it times (the same inputs). */
+typedef struct {
+    float *v;
+    int64_t n[5];
+} att_outputs;
+
+static sn_status download_outputs(sn_exec *x, const sn_graph *g, att_outputs *out, sn_err *e) {
+    int64_t total = 0;
+    for (int i = 0; i < g->n_outputs && i < 5; i++) total += out->n[i] = sn_numel(g->outputs[i]);
+    if (!(out->v = sn_malloc((size_t)total * sizeof(float), "the attention's outputs", e)))
+        return SN_ERR_OOM;
+    float *at = out->v;
+    for (int i = 0; i < g->n_outputs && i < 5; i++) {
+        const sn_node *n = g->outputs[i];
+        sn_status st = sn_exec_download(x, at, sn_exec_node_ref(n, 0), out->n[i] * sn_dtype_bits(n->dtype) / 8, e);
+        if (st) return st;
+        if (n->dtype == SN_BF16) /* widened in place, from the end */
+            for (int64_t j = out->n[i] - 1; j >= 0; j--) at[j] = sn_bf16_to_f32(((const uint16_t *)at)[j]);
+        at += out->n[i];
+    }
+    return SN_OK;
+}
+
+/* The largest |a - b| over max |a| of any of the outputs; *which its index. */
+static double outputs_differ(const att_outputs *a, const att_outputs *b, int *which) {
+    double worst = 0;
+    int64_t at = 0;
+    *which = 0;
+    for (int i = 0; i < 5 && a->n[i]; at += a->n[i], i++) {
+        double big = 0, d = 0;
+        for (int64_t j = 0; j < a->n[i]; j++) {
+            big = fmax(big, fabs(a->v[at + j]));
+            double x = fabs((double)a->v[at + j] - b->v[at + j]);
+            d = x > d || x != x ? x : d; /* NaN counts */
+        }
+        double rel = big > 0 ? d / big : d;
+        if (rel > worst || rel != rel) worst = rel, *which = i;
+    }
+    return worst;
+}
+
+/* Compiles and times one program; SN_OK with *t filled, and with outs the outputs of its last
+ * run. */
 static sn_status time_program(gc_run *r, const int *sh, att_what what, uint64_t seed,
-                              att_time *t, sn_err *e) {
+                              att_time *t, att_outputs *outs, sn_err *e) {
     sn_device *d = r->dev;
     sn_node *in[4];
     bool bwd = what != ATT_FWD;
@@ -100,6 +145,7 @@ static sn_status time_program(gc_run *r, const int *sh, att_what what, uint64_t 
         qsort(s, (size_t)reps, sizeof s[0], cmp_double);
         *t = (att_time){s[reps / 2], s[0], s[reps - 1], p->n_kernels};
     }
+    if (!st && outs) st = download_outputs(x, g, outs, e);
     for (int i = 0; i < 2; i++)
         if (ev[i]) d->event_free(d, ev[i]);
     free(buf);
@@ -117,7 +163,7 @@ void gc_att_name(char *buf, size_t len, const char *what, const int *sh, const c
 
 /* One shape at the tiles SN_ATT_TILES names (tiles: NULL, the plan's own; else config `ti` of
  * --att-tiles, its timings split into forward, dq and dk/dv). */
-static void time_shape(gc_run *r, int a, const char *tiles, int ti) {
+static void time_shape(gc_run *r, int a, const char *tiles, int ti, att_outputs *ref) {
     const int *sh = r->o.att_shapes[a];
     int B = sh[0], H = sh[1], T = sh[2], D = sh[3];
     char name[96], tail[24];
@@ -131,15 +177,37 @@ static void time_shape(gc_run *r, int a, const char *tiles, int ti) {
     bool atomic = tiles && sn_target_att_dq_atomic_asked();
     sn_err e = {0};
     att_time f = {0}, fq = {0}, fb = {0};
-    sn_status st = time_program(r, sh, ATT_FWD, r->o.seed + 100 + (uint64_t)a, &f, &e);
+    att_outputs got = {0};
+    sn_status st = time_program(r, sh, ATT_FWD, r->o.seed + 100 + (uint64_t)a, &f, NULL, &e);
     if (!st && tiles && !atomic)
-        st = time_program(r, sh, ATT_FWD_DQ, r->o.seed + 300 + (uint64_t)a, &fq, &e);
-    if (!st) st = time_program(r, sh, ATT_FWD_BWD, r->o.seed + 200 + (uint64_t)a, &fb, &e);
+        st = time_program(r, sh, ATT_FWD_DQ, r->o.seed + 300 + (uint64_t)a, &fq, NULL, &e);
+    if (!st) st = time_program(r, sh, ATT_FWD_BWD, r->o.seed + 200 + (uint64_t)a, &fb,
+                               ref ? &got : NULL, &e);
     if (tiles) unsetenv("SN_ATT_TILES");
     if (st) {
+        free(got.v);
         gc_end(r, s, st == SN_ERR_UNSUPPORTED ? GC_SKIP : GC_FAIL, "%s%s",
                st == SN_ERR_UNSUPPORTED ? "not supported yet: " : "", e.msg);
         return;
+    }
+    /* a configuration's outputs against the plan's own (the same inputs): a wrong layout or
+     * fragment is an error of the outputs' own size; two right kernels differ by roundings */
+    char agree[160] = "";
+    if (ref && !tiles) *ref = got;
+    else if (ref && ref->v) {
+        static const char *const names[] = {"o", "lse", "dq", "dk", "dv"};
+        int which;
+        double d = outputs_differ(ref, &got, &which);
+        free(got.v);
+        gc_num(s, "outputs_vs_default", d);
+        snprintf(agree, sizeof agree, "; outputs against the default's: largest difference %.3g "
+                 "of the largest value (%s)", d, names[which]);
+        if (!(d <= 5e-2)) {
+            gc_end(r, s, GC_FAIL, "%s: outputs differ from the default kernels' (the same "
+                   "inputs) by %.3g of the largest value, in %s (at most 5e-2: roundings)",
+                   tiles, d, names[which]);
+            return;
+        }
     }
     double mm = 2.0 * B * H * (double)T * T * D / 2; /* one causal product's FLOPs (per query head) */
     gc_num(s, "B", B);
@@ -163,16 +231,16 @@ static void time_shape(gc_run *r, int a, const char *tiles, int ti) {
         gc_num(s, "atomic_dq", 1);
         gc_end(r, s, GC_PASS, "%s: forward %.4f ms, backward with the atomic dq (zero, dk/dv "
                "with dq, store; %d kernels in all) about %.4f ms, forward + backward %.4f ms "
-               "(medians of %d)", tiles, f.med * 1e3, fb.kernels, (fb.med - f.med) * 1e3,
-               fb.med * 1e3, reps);
+               "(medians of %d)%s", tiles, f.med * 1e3, fb.kernels, (fb.med - f.med) * 1e3,
+               fb.med * 1e3, reps, agree);
         return;
     }
     if (tiles) {
         gc_num(s, "dq_ms", (fq.med - f.med) * 1e3);
         gc_num(s, "dkv_ms", (fb.med - fq.med) * 1e3);
         gc_end(r, s, GC_PASS, "%s: forward %.4f ms, dq about %.4f ms, dk/dv about %.4f ms, "
-               "forward + backward %.4f ms (medians of %d)", tiles, f.med * 1e3,
-               (fq.med - f.med) * 1e3, (fb.med - fq.med) * 1e3, fb.med * 1e3, reps);
+               "forward + backward %.4f ms (medians of %d)%s", tiles, f.med * 1e3,
+               (fq.med - f.med) * 1e3, (fb.med - fq.med) * 1e3, fb.med * 1e3, reps, agree);
         return;
     }
     gc_end(r, s, GC_PASS, "a layer's causal attention: forward (o, lse; %d kernel%s) %.4f ms "
@@ -184,12 +252,15 @@ static void time_shape(gc_run *r, int a, const char *tiles, int ti) {
 }
 
 void gc_time_attention(gc_run *r) {
-    for (int a = 0; a < r->o.n_att_shapes; a++) time_shape(r, a, NULL, 0);
+    att_outputs ref = {0}; /* the first shape's, with the plan's own kernels */
+    bool tuning = r->o.att_tiles && *r->o.att_tiles;
+    for (int a = 0; a < r->o.n_att_shapes; a++) time_shape(r, a, NULL, 0, tuning && a == 0 ? &ref : NULL);
     /* --att-tiles: the tile configurations to compare (a tuning run), at the first shape */
     char list[512];
     snprintf(list, sizeof list, "%s", r->o.att_tiles ? r->o.att_tiles : "");
     int ti = 0;
     for (char *save = NULL, *c = strtok_r(list, ";", &save); c && r->o.n_att_shapes;
          c = strtok_r(NULL, ";", &save))
-        time_shape(r, 0, c, ++ti);
+        time_shape(r, 0, c, ++ti, &ref);
+    free(ref.v);
 }

@@ -39,11 +39,14 @@ fi
 # tools/gpu_next's wgmma item times them (the plumbing, not the speed)
 if [ $device = cuda ]; then
   SN_STANDIN_SM=90 "$check" --device cuda --small --only attention --seed 7 --out "$dir/sm90" \
-    --att-tiles 'dkv=wgmma;fwd=wgmma,dkv=wgmma' \
+    --att-tiles 'dkv=wgmma;fwd=wgmma,dkv=wgmma;dq=atomic' \
     --cache-dir "$dir/sm90/cache" > "$dir/sm90.txt" 2>&1 || { cat "$dir/sm90.txt"; echo "FAIL: sm_90 run"; exit 1; }
   grep -q "^PASS wgmma: .* 7 of 7 layouts" "$dir/sm90.txt" || { cat "$dir/sm90.txt"; echo "FAIL: wgmma step"; exit 1; }
   grep -q "^PASS time: attention .* tiles #2: fwd=wgmma,dkv=wgmma: forward .* dk/dv about" "$dir/sm90.txt" ||
     { cat "$dir/sm90.txt"; echo "FAIL: the wgmma kernels timed"; exit 1; }
+  # the atomic dq in the wgmma dk/dv kernel, its outputs against the default kernels' (same inputs)
+  grep -q "^PASS time: attention .* tiles #3: dq=atomic: .*atomic dq.*outputs against the default's: largest difference" "$dir/sm90.txt" ||
+    { cat "$dir/sm90.txt"; echo "FAIL: the atomic dq timed and compared"; exit 1; }
 fi
 # a grouped-query shape (BxHxTxD/KV, as tools/gpu_next's llama item times smollm2's): on CUDA its
 # backward is dq, dk and dv's parts and their sum (4 kernels), and with --only attention the

@@ -227,8 +227,42 @@ enum { N_DKV_PLANTS = sizeof dkv_plants / sizeof dkv_plants[0] };
 START_TEST(wgmma_dkv_planted_bugs_are_caught) { caught("dkv=wgmma", &dkv_plants[_i]); }
 END_TEST
 
-/* "dkv=wgmma" only as an entry of its own; refused by name on sm_80, at head size 128 and with
- * the atomic dq. */
+/* The atomic dq in the wgmma dk/dv kernel (SN_ATT_TILES "dq=atomic"; the zero, dk/dv with dq's
+ * adds, the store): all five outputs on the dk/dv kernel's shapes, in every thread order. */
+START_TEST(wgmma_atomic_dq_agrees) {
+    atomic_dq = true;
+    agrees("dkv=wgmma", &dkv_cases[_i]);
+    atomic_dq = false;
+}
+END_TEST
+
+/* Planted in its dq, each caught: dS^T stored without the swizzle (read with it), the barrier
+ * after dS's stores missing, dS's fragments of one query half, K's MN-major step of 1024 bytes
+ * for 2048, the scale left out, the adds before the product's wait, every query head of a group
+ * into the first's dq. */
+static const plant_case atomic_plants[] = {
+    {0, 0, "c0 = (2 * kk ^ r % 8) * 8 + 2 * tig", "c0 = (2 * kk) * 8 + 2 * tig",
+     "dS^T's even chunks stored unswizzled"},
+    {0, 0, "__syncthreads(); /* every warp's keys of dS are in */", "/* no barrier */",
+     "the barrier after dS's stores missing"},
+    {0, 0, "c = warp * 2 + lane / 8 % 2;", "c = warp * 2;", "dS's fragments of one query half"},
+    {0, 0, "k_at + 2048u * kk", "k_at + 1024u * kk", "K's MN-major K step of 1024 bytes"},
+    {0, 0, "v0 = acc_q[dt][0] * scale,", "v0 = acc_q[dt][0],", "dq's scale left out"},
+    {0, 0, "sn_wgmma_wait(0); /* the products are in before", "/* no wait */ /* the products are in before",
+     "dq added before its product is waited for"},
+    {4, 0, "(long long)item * 4 + g) * SEQ_Q", "(long long)item * 4) * SEQ_Q",
+     "f16 gqa: every query head's dq into the first's"},
+};
+enum { N_ATOMIC_PLANTS = sizeof atomic_plants / sizeof atomic_plants[0] };
+
+START_TEST(wgmma_atomic_dq_planted_bugs_are_caught) {
+    atomic_dq = true;
+    caught("dkv=wgmma", &atomic_plants[_i]);
+    atomic_dq = false;
+}
+END_TEST
+
+/* "dkv=wgmma" only as an entry of its own; refused by name on sm_80 and at head size 128. */
 START_TEST(wgmma_dkv_asked_and_refused) {
     static const struct {
         const char *env;
@@ -248,9 +282,6 @@ START_TEST(wgmma_dkv_asked_and_refused) {
                                        {1, 2, 64, 64, 128, 128, SN_BF16, 90, 0},
                                        {1, 2, 64, 64, 64, 64, SN_F16, 75, 0}};
     for (int i = 0; i < 3; i++) expect_refused(&refused[i], "dkv=wgmma");
-    atomic_dq = true;
-    expect_refused(&dkv_cases[0], "dq=atomic");
-    atomic_dq = false;
     unsetenv("SN_ATT_TILES");
 }
 END_TEST
@@ -279,8 +310,8 @@ static int wgmma_kernels(const att_case *c, const char *env) {
 }
 
 /* The default (sn_att_wgmma_default): on sm_90 the forward and the dk/dv kernel of bf16 and f16
- * at head size 64 are wgmma's, dq mma.sync's; elsewhere (sm_80, head size 128, f32, the atomic
- * dq) the mma.sync or f32 kernels, unrefused; "fwd=mma", "dkv=mma" or a tile of the pass keep
+ * at head size 64 are wgmma's (with the atomic dq too), dq mma.sync's; elsewhere (sm_80, head
+ * size 128, f32) the mma.sync or f32 kernels, unrefused; "fwd=mma", "dkv=mma" or a tile of the pass keep
  * mma.sync for that pass alone. */
 START_TEST(wgmma_is_the_default_where_written) {
     static const att_case bf16 = {1, 2, 64, 64, 64, 64, SN_BF16, 90, 0},
@@ -297,8 +328,9 @@ START_TEST(wgmma_is_the_default_where_written) {
     ck_assert_int_eq(wgmma_kernels(&bf16, "dkv=4x64x2"), 1);
     ck_assert_int_eq(wgmma_kernels(&bf16, "fwd=mma,dkv=mma"), 0);
     ck_assert_int_eq(wgmma_kernels(&bf16, "fwd=wgmma,dq=4x64x2"), 2);
-    atomic_dq = true; /* the atomic dq's dk/dv kernel is mma.sync's */
-    ck_assert_int_eq(wgmma_kernels(&bf16, NULL), 1);
+    atomic_dq = true; /* the atomic dq's dk/dv kernel too; "dkv=mma" keeps mma.sync's */
+    ck_assert_int_eq(wgmma_kernels(&bf16, NULL), 2);
+    ck_assert_int_eq(wgmma_kernels(&bf16, "dkv=mma"), 1);
     atomic_dq = false;
 }
 END_TEST
@@ -306,16 +338,19 @@ END_TEST
 /* ---- NVRTC ---- */
 
 /* The wgmma forward and dk/dv kernel compiled for sm_90a (gpt2's B = 4, H = 12, T = 1024 in bf16;
- * f16 with 3 query heads a kv head), then the overlapped forward: no spills, no stack, no wgmma
- * serialized; registers printed. */
+ * f16 with 3 query heads a kv head), then the overlapped forward, then the dk/dv kernel with the
+ * atomic dq: no spills, no stack, no wgmma serialized; registers printed. */
 START_TEST(nvrtc_wgmma_no_spills) {
     static const att_case forms[] = {{4, 12, 1024, 1024, 64, 64, SN_BF16, 90, 0},
                                      {4, 12, 1024, 1024, 64, 64, SN_F16, 90, 4}};
-    static const char *const tiles[] = {"fwd=wgmma,dkv=wgmma,dq=wgmma", "fwd=wgmma-overlap"};
-    for (int v = 0; v < 2; v++) {
+    static const char *const tiles[] = {"fwd=wgmma,dkv=wgmma,dq=wgmma", "fwd=wgmma-overlap",
+                                        "dq=atomic"};
+    for (int v = 0; v < 3; v++) {
         setenv("SN_ATT_TILES", tiles[v], 1);
         for (int f = 0; f < 2; f++) {
+            atomic_dq = v == 2; /* the dk/dv kernel with dq's adds, at 3 blocks an SM */
             int b = nvrtc_check(&forms[f]);
+            atomic_dq = false;
             if (b < 0) { /* no NVRTC here */
                 unsetenv("SN_ATT_TILES");
                 return;
@@ -344,6 +379,8 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, wgmma_dq_planted_bugs_are_caught, 0, 2);
     tcase_add_loop_test(tc, wgmma_dk_or_dv_alone, 0, 4);
     tcase_add_loop_test(tc, wgmma_dkv_planted_bugs_are_caught, 0, N_DKV_PLANTS);
+    tcase_add_loop_test(tc, wgmma_atomic_dq_agrees, 0, N_DKV_CASES);
+    tcase_add_loop_test(tc, wgmma_atomic_dq_planted_bugs_are_caught, 0, N_ATOMIC_PLANTS);
     tcase_add_test(tc, wgmma_dkv_asked_and_refused);
     tcase_add_test(tc, wgmma_is_the_default_where_written);
     suite_add_tcase(s, tc);

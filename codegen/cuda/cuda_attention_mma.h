@@ -70,6 +70,8 @@ void sn_attm_emit_fwd(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 void sn_attm_copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, const char *trow);
+/* Whether p's tile copies are unrolled (all but the mma.sync dk/dv kernel of the atomic dq). */
+bool sn_attm_copies_unrolled(const sn_att_plan *p);
 /* FWD and DQ: the block's rows, the causal key range, the first tile's copies (with the q-side
  * tiles of `qside`: tile, source, columns; V's with with_v) as one group, committed. */
 void sn_attm_key_side_setup(sn_cu_text *t, const sn_att_plan *p, bool with_v,
@@ -77,6 +79,13 @@ void sn_attm_key_side_setup(sn_cu_text *t, const sn_att_plan *p, bool with_v,
 /* DKV's P of the query tile in s (with ds: and dS in dp), masked where a warp's keys cross the
  * diagonal or a tile the sequence's end. */
 void sn_attm_dkv_p(sn_cu_text *t, bool ds);
+/* The atomic dq (p->dq_atomic): the pointer dq_sums to query head g's f32 sums in the scratch;
+ * dq_sums += scale acc, acc[dt][e] (ntiles m16n8 fragments of a warp) being query qs + row0 +
+ * grp + 8 (e / 2), column col0 + dt * 8 + 2 tig + e % 2: 4 columns a thread, traded with its
+ * neighbour, as one vector reduction. */
+void sn_attm_dq_sums(sn_cu_text *t, const sn_att_plan *p);
+void sn_attm_dq_adds(sn_cu_text *t, const char *acc, const char *row0, const char *col0,
+                     const char *ntiles);
 
 /* cuda_attention_wgmma.c: the wgmma forward's pieces: the aligned dynamic shared memory the
  * tiles are carved from (att_smem), S = Q K^T into s[1][BK / 8][4], O += P V into o_acc. */
@@ -99,7 +108,8 @@ void sn_attw_emit_fwd_overlap(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o
 
 /* cuda_attention_wgmma_dkv.c: the dk/dv kernel's products of one query tile on wgmma (p->wgmma,
  * DKV), in sn_attm_emit_dkv's loop once the tile, its lse and its dots are in: acc_v += P dout,
- * acc_k += dS Q, every wgmma waited for at its end. */
+ * acc_k += dS Q (with p->dq_atomic: dq_sums += scale dS^T K, dS through o_tile's stage), every
+ * wgmma waited for at its end. */
 void sn_attw_dkv_products(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 /* x ([.. / 8][4] accumulator fragments, the warpgroup's 64 rows) = A B^T over `head` columns: A
  * the block's own tile a_tile (K-major), B the streamed tile b_tile's stage st (K-major); K

@@ -263,6 +263,10 @@ void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "}");
 }
 
+/* Whether the tile copies are unrolled (sn_attm_copy_rows): all but the mma.sync dk/dv kernel of
+ * the atomic dq, which spilled at its cap of 3 blocks an SM so (sm_90, 2026-11-29). */
+bool sn_attm_copies_unrolled(const sn_att_plan *p) { return !p->dq_atomic || p->wgmma; }
+
 void sn_attm_copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, const char *trow) {
     const char *srcs[][4] = {{"q_tile", "q", "HEAD_D", "q_row"},
                              {"do_tile", "dout", "HEAD_DV", "dout_row"},
@@ -273,8 +277,45 @@ void sn_attm_copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, co
             snprintf(src, sizeof src, "(%s_group + gn * %s_head)", srcs[i][1], srcs[i][1]);
         else snprintf(src, sizeof src, "%s", srcs[i][1]);
         sn_attm_copy_rows(t, async, srcs[i][0], trow, src, srcs[i][3], "qn", "BQ", srcs[i][2], "SEQ_Q",
-                          p->wgmma, !p->dq_atomic);
+                          p->wgmma, sn_attm_copies_unrolled(p));
     }
+}
+
+/* The pointer dq_sums to the atomic dq's f32 sums of query head g of the group (the scratch:
+ * the buffer after the args). */
+void sn_attm_dq_sums(sn_cu_text *t, const sn_att_plan *p) {
+    sn_cu_emitf(t, "/* dq's f32 sums of query head g of the group (not bit-deterministic: the "
+                "order of the adds varies) */");
+    if (p->G > 1)
+        sn_cu_emitf(t, "float *const dq_sums = a%d + ((long long)item * %lld + g) * SEQ_Q * HEAD_D;",
+                    p->k->n_out + p->k->n_in, (long long)p->G);
+    else /* g is 0: not kept live for this */
+        sn_cu_emitf(t, "float *const dq_sums = a%d + (long long)item * SEQ_Q * HEAD_D;",
+                    p->k->n_out + p->k->n_in);
+}
+
+/* dq_sums += scale acc: acc[dt][e] (a warp's m16n8 fragments, ntiles of them) is query qs + row0
+ * + grp + 8 (e / 2), column col0 + dt * 8 + 2 tig + e % 2. */
+void sn_attm_dq_adds(sn_cu_text *t, const char *acc, const char *row0, const char *col0,
+                     const char *ntiles) {
+    sn_cu_emitf(t, "/* %s[dt][e]: query qs + %s + grp + 8 (e / 2), column %s + dt * 8 + "
+                "2 tig + e %% 2; threads tig and tig ^ 1 trade a row's pair, so that the even one "
+                "adds 4 columns of row grp, the odd one 4 of row grp + 8, as one reduction */",
+                acc, row0, col0);
+    sn_cu_emitf(t, "{");
+    sn_cu_emitf(t, "const bool odd = tig & 1;");
+    sn_cu_emitf(t, "const int i = qs + %s + grp + (odd ? 8 : 0);", row0);
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int dt = 0; dt < %s; dt++) {", ntiles);
+    sn_cu_emitf(t, "const float v0 = %s[dt][0] * scale, v1 = %s[dt][1] * scale;", acc, acc);
+    sn_cu_emitf(t, "const float v2 = %s[dt][2] * scale, v3 = %s[dt][3] * scale;", acc, acc);
+    sn_cu_emitf(t, "const float got0 = __shfl_xor_sync(0xffffffffu, odd ? v0 : v2, 1);");
+    sn_cu_emitf(t, "const float got1 = __shfl_xor_sync(0xffffffffu, odd ? v1 : v3, 1);");
+    sn_cu_emitf(t, "if (i < SEQ_Q)");
+    sn_cu_emitf(t, "    sn_red_add_f32x4(dq_sums + (long long)i * HEAD_D + %s + dt * 8 + 2 * (tig & 2), "
+                "odd ? got0 : v0, odd ? got1 : v1, odd ? v2 : got0, odd ? v3 : got1);", col0);
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
 }
 
 /* DKV's atomic dq, after dk's product of the query tile (qs, head g): dS (dp, keys x queries
@@ -300,14 +341,7 @@ static void emit_dq_atomic(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, i
                 "%s(dp[nt][2], dp[nt][3]);", o.pack);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "__syncthreads(); /* every warp's keys of dS are in */");
-    sn_cu_emitf(t, "/* dq's f32 sums of query head g of the group (not bit-deterministic: the "
-                "order of the adds varies) */");
-    if (p->G > 1)
-        sn_cu_emitf(t, "float *const dq_sums = a%d + ((long long)item * %lld + g) * SEQ_Q * HEAD_D;",
-                    p->k->n_out + p->k->n_in, (long long)p->G);
-    else /* g is 0: not kept live for this */
-        sn_cu_emitf(t, "float *const dq_sums = a%d + (long long)item * SEQ_Q * HEAD_D;",
-                    p->k->n_out + p->k->n_in);
+    sn_attm_dq_sums(t, p);
     sn_cu_emitf(t, "/* an m-tile of 16 queries a warp */");
     sn_cu_emitf(t, "for (int mt = warp; mt < BQ / 16; mt += WARPS) {");
     sn_cu_emitf(t, "/* DQ_COLS columns of dq at a time: few accumulators live beside dk's and dv's */");
@@ -331,21 +365,7 @@ static void emit_dq_atomic(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, i
     sn_cu_emitf(t, "%s(acc_q[dt + 1], a, b + 2);", o.mma);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
-    sn_cu_emitf(t, "/* acc_q[dt][e]: query qs + mt * 16 + grp + 8 (e / 2), column d0 + dt * 8 + "
-                "2 tig + e %% 2; threads tig and tig ^ 1 trade a row's pair, so that the even one "
-                "adds 4 columns of row grp, the odd one 4 of row grp + 8, as one reduction */");
-    sn_cu_emitf(t, "const bool odd = tig & 1;");
-    sn_cu_emitf(t, "const int i = qs + mt * 16 + grp + (odd ? 8 : 0);");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int dt = 0; dt < DQ_COLS / 8; dt++) {");
-    sn_cu_emitf(t, "const float v0 = acc_q[dt][0] * scale, v1 = acc_q[dt][1] * scale;");
-    sn_cu_emitf(t, "const float v2 = acc_q[dt][2] * scale, v3 = acc_q[dt][3] * scale;");
-    sn_cu_emitf(t, "const float got0 = __shfl_xor_sync(0xffffffffu, odd ? v0 : v2, 1);");
-    sn_cu_emitf(t, "const float got1 = __shfl_xor_sync(0xffffffffu, odd ? v1 : v3, 1);");
-    sn_cu_emitf(t, "if (i < SEQ_Q)");
-    sn_cu_emitf(t, "    sn_red_add_f32x4(dq_sums + (long long)i * HEAD_D + d0 + dt * 8 + 2 * (tig & 2), "
-                "odd ? got0 : v0, odd ? got1 : v1, odd ? v2 : got0, odd ? v3 : got1);");
-    sn_cu_emitf(t, "}");
+    sn_attm_dq_adds(t, "acc_q", "mt * 16", "d0", "DQ_COLS / 8");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");
@@ -387,9 +407,9 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "const int n_tiles = %lld * per_head;", (long long)(group ? p->G : 1));
     sn_cu_emitf(t, "/* a query tile whose first query misses the warp's last key is masked */");
     sn_cu_emitf(t, "const int warp_queries = k0 + warp * 16 + 15 - (SEQ_K - SEQ_Q);");
-    sn_attm_copy_rows(t, async, "k_tile", "0", "k", "k_row", "k0", "BK", "HEAD_D", "SEQ_K", p->wgmma, !p->dq_atomic);
+    sn_attm_copy_rows(t, async, "k_tile", "0", "k", "k_row", "k0", "BK", "HEAD_D", "SEQ_K", p->wgmma, sn_attm_copies_unrolled(p));
     if (dk)
-        sn_attm_copy_rows(t, async, "v_tile", "0", "v", "v_row", "k0", "BK", "HEAD_DV", "SEQ_K", p->wgmma, !p->dq_atomic);
+        sn_attm_copy_rows(t, async, "v_tile", "0", "v", "v_row", "k0", "BK", "HEAD_DV", "SEQ_K", p->wgmma, sn_attm_copies_unrolled(p));
     if (async) {
         sn_cu_emitf(t, "/* the first query tile joins the key tiles' group */");
         sn_cu_emitf(t, "if (n_tiles > 0) {");

@@ -44,7 +44,7 @@ static bool other_asked(sn_att_pass pass) {
 
 bool sn_att_wgmma_default(const sn_att_plan *p, const sn_target *tg) {
     return (p->pass == SN_ATT_FWD || p->pass == SN_ATT_DKV) && !other_asked(p->pass) &&
-           !p->dq_atomic && p->mma && !p->k8 && tg->sm == 90 && p->D == 64 && p->Dv == 64;
+           p->mma && !p->k8 && tg->sm == 90 && p->D == 64 && p->Dv == 64;
 }
 
 sn_status sn_att_wgmma_plan(sn_att_plan *p, const sn_target *tg, sn_err *e) {
@@ -52,10 +52,10 @@ sn_status sn_att_wgmma_plan(sn_att_plan *p, const sn_target *tg, sn_err *e) {
                                                                                 : "fwd=wgmma")
                         : p->pass == SN_ATT_DKV ? "dkv=wgmma"
                                                 : "dq=wgmma";
-    if (p->dq_atomic) /* the atomic dq's product of dS^T K is written for mma.sync fragments */
+    if (p->dq_atomic && !p->out_dk) /* dS is dk's */
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: the atomic dq (SN_ATT_TILES "
-                       "\"dq=atomic\") with the wgmma dk/dv kernel (\"dkv=wgmma\"): not "
-                       "supported yet; leave one of them out", p->k->name);
+                       "\"dq=atomic\") with a wgmma kernel of dv alone: not supported yet; "
+                       "leave one of them out", p->k->name);
     if (!p->mma || p->k8 || tg->sm != 90 || p->D != 64 || p->Dv != 64)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: the wgmma %s (SN_ATT_TILES "
                        "\"%s\") is written for sm_90, bf16 or f16 and head size 64 (here "
@@ -72,6 +72,7 @@ sn_status sn_att_wgmma_plan(sn_att_plan *p, const sn_target *tg, sn_err *e) {
      * then, it spilled and ptxas serialized its wgmma, C7518), 2026-11-28 */
     p->min_blocks = p->pass == SN_ATT_DKV ? 3 : 0;
     p->shared_bytes = sn_att_mma_shared(p);
+    p->ds_alias = p->dq_atomic; /* the atomic dq's dS^T in o_tile's stage: a stage's 8 KiB */
     /* the overlapped forward: the training forward's form (o and lse; the scale folded into the
      * exponents needs it positive); the other forwards keep the loop in turn */
     p->overlap = p->pass == SN_ATT_FWD && entry_asked("fwd=wgmma-overlap") && p->out_o &&

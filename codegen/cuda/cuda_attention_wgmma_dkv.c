@@ -41,6 +41,47 @@ void sn_attw_product_ss(sn_cu_text *t, const sn_att_plan *p, const char *x, cons
     sn_cu_emitf(t, "}");
 }
 
+/* The atomic dq's product of the tile, FlashAttention-2's dq inside the dk/dv kernel: dS^T as
+ * dk's A holds it (rounded to the operand type; keys x queries) into o_tile's current stage (its
+ * dots are taken, and the next copies into it are issued after the next tile's first barrier),
+ * swizzled as the tiles are; after a barrier, a warp's 16 queries of dS by ldmatrix .trans as
+ * wgmma's A fragments (the K steps: 16 keys), K's tile MN-major as B (a K step 16 rows, 2048
+ * bytes): acc_q (queries x head) = dS K, issued and committed; the adds follow the wait. */
+static void issue_dq(sn_cu_text *t, const sn_att_plan *p) {
+    SN_ASSERT(p->tile == 64 && p->Dv == 64); /* dS^T (64 x 64) fills a stage of o_tile */
+    sn_cu_emitf(t, "/* dq += scale dS K: dS^T into o_tile's current stage, 16-byte chunk c of "
+                "row r at chunk c ^ r %% 8 */");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int kk = 0; kk < BQ / 16; kk++) {");
+    sn_cu_emitf(t, "const int r = warp * 16 + grp; /* and r + 8: the same chunks */");
+    sn_cu_emitf(t, "const int c0 = (2 * kk ^ r %% 8) * 8 + 2 * tig, c1 = (2 * kk + 1 ^ r %% 8) * 8 + 2 * tig;");
+    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&o_tile[st + r][c0]) = da[kk][0];");
+    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&o_tile[st + r + 8][c0]) = da[kk][1];");
+    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&o_tile[st + r][c1]) = da[kk][2];");
+    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&o_tile[st + r + 8][c1]) = da[kk][3];");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "__syncthreads(); /* every warp's keys of dS are in */");
+    sn_cu_emitf(t, "/* A: the warp's queries warp * 16 .. of dS (keys kk * 16 ..), matrices "
+                "(queries 0-7 | 8-15) x (keys 0-7 | 8-15) of the stored dS^T, transposed */");
+    sn_cu_emitf(t, "unsigned qa[BK / 16][4];");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int kk = 0; kk < BK / 16; kk++) {");
+    sn_cu_emitf(t, "const int r = kk * 16 + lane / 16 * 8 + lane %% 8, c = warp * 2 + lane / 8 %% 2;");
+    sn_cu_emitf(t, "sn_ldmatrix_x4_trans(qa[kk], &o_tile[st + r][(c ^ r %% 8) * 8]);");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "sn_wgmma_wait(0); /* dv's and dk's products are in (P and dS dead) */");
+    sn_cu_emitf(t, "sn_wgmma_fence_operands(&acc_v[0][0], HEAD_DV / 2);");
+    sn_cu_emitf(t, "sn_wgmma_fence_operands(&acc_k[0][0], HEAD_D / 2);");
+    sn_cu_emitf(t, "float acc_q[HEAD_D / 8][4];");
+    sn_cu_emitf(t, "const unsigned k_at = sn_smem_addr(&k_tile[0][0]);");
+    sn_cu_emitf(t, "sn_wgmma_fence(); /* after the fragments' loads */");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int kk = 0; kk < BK / 16; kk++)");
+    sn_cu_emitf(t, "%s(&acc_q[0][0], qa[kk], sn_wgmma_desc(k_at + 2048u * kk, 8192, 1024, 1), kk > 0);",
+                sn_attw_name(p, true));
+    sn_cu_emitf(t, "sn_wgmma_commit();");
+}
+
 void sn_attw_dkv_products(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     bool dk = p->out_dk, dv = p->out_dv;
     SN_ASSERT(p->wgmma && p->warps == 4 && p->rows == 16 && p->tile == 64 && p->stages == 2);
@@ -89,8 +130,14 @@ void sn_attw_dkv_products(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_cu_emitf(t, "/* dk += ds Q */");
         sn_cu_emitf(t, "const unsigned q_at = sn_smem_addr(&q_tile[st][0]);");
         sn_attw_product_rs(t, p, o, "acc_k", "dp", "da", "q_at", "BQ");
+        if (p->dq_atomic) issue_dq(t, p);
     }
     sn_cu_emitf(t, "sn_wgmma_wait(0); /* the products are in before the stage is refilled */");
     if (dv) sn_cu_emitf(t, "sn_wgmma_fence_operands(&acc_v[0][0], HEAD_DV / 2);");
     if (dk) sn_cu_emitf(t, "sn_wgmma_fence_operands(&acc_k[0][0], HEAD_D / 2);");
+    if (p->dq_atomic) {
+        sn_cu_emitf(t, "sn_wgmma_fence_operands(&acc_q[0][0], HEAD_D / 2);");
+        sn_attm_dq_sums(t, p);
+        sn_attm_dq_adds(t, "acc_q", "warp * 16", "0", "HEAD_D / 8");
+    }
 }
