@@ -46,9 +46,11 @@ double sn_roofline_kernel_flops(const sn_kernel *k) {
         double T = (double)q->shape[q->rank - 2], S = (double)kk->shape[kk->rank - 2];
         double D = (double)q->shape[q->rank - 1], bh = (double)sn_numel(q) / (T * D);
         double pairs = T * (T + 1) / 2 + T * (n->op == SN_OP_ATTENTION_CACHE ? S : S - T);
-        /* products per pair: forward q.k and p.v; dq: s, dp, ds.k; dk with dv: s, dp, ds.q, p.do */
+        /* products per pair: forward q.k and p.v; dq: s, dp, ds.k; dk with dv: s, dp, ds.q, p.do
+           (and ds.k with the atomic dq: a PARTIAL dk/dv kernel not in parts, kernel.h) */
         int products = n->op == SN_OP_ATTENTION || n->op == SN_OP_ATTENTION_CACHE ? 2 : n->op == SN_OP_ATTENTION_BWD_V ? 2 : 3;
         if (n->op == SN_OP_ATTENTION_BWD_K && k->anchor2) products = 4;
+        if (n->op != SN_OP_ATTENTION_BWD_Q && k->stage == SN_SUM_PARTIAL && !k->dkv_parts) products++;
         return bh * pairs * D * 2.0 * products;
     }
     return 0; /* counted as per-element work below, not as model FLOPs */
@@ -68,7 +70,11 @@ static double other_flops(const sn_kernel *k) {
 }
 
 static double kernel_bytes(const sn_kernel *k) {
-    if (k->stage == SN_SUM_FINISH && (sn_split_parts(k) > 1 || k->dkv_parts)) {
+    /* the atomic dq's zero writes its scratch alone, its store reads it and writes dq */
+    bool dq_stage = k->kind == SN_KER_ATTENTION && k->anchor->op == SN_OP_ATTENTION_BWD_Q &&
+                    k->stage != SN_SUM_WHOLE;
+    if (dq_stage && k->stage == SN_SUM_PARTIAL) return (double)sn_kernel_scratch_bytes(k);
+    if (k->stage == SN_SUM_FINISH && (sn_split_parts(k) > 1 || k->dkv_parts || dq_stage)) {
         double b = (double)sn_kernel_scratch_bytes(k); /* the decode split's FINISH, or dk and */
         for (int o = 0; o < k->n_out; o++) b += node_bytes(k->args[o]); /* dv's sum: the parts */
         return b; /* in, the outputs out */
