@@ -70,10 +70,20 @@ static double other_flops(const sn_kernel *k) {
 }
 
 static double kernel_bytes(const sn_kernel *k) {
-    /* the atomic dq's zero writes its scratch alone, its store reads it and writes dq */
-    bool dq_stage = k->kind == SN_KER_ATTENTION && k->anchor->op == SN_OP_ATTENTION_BWD_Q &&
-                    k->stage != SN_SUM_WHOLE;
-    if (dq_stage && k->stage == SN_SUM_PARTIAL) return (double)sn_kernel_scratch_bytes(k);
+    /* the atomic dq's zero reads o and dout (the dots) and writes its scratch, its store reads
+       the scratch and writes dq; the dk/dv kernel reads the dots, not o */
+    bool att = k->kind == SN_KER_ATTENTION && k->anchor->op != SN_OP_ATTENTION_CACHE;
+    bool dq_stage = att && k->anchor->op == SN_OP_ATTENTION_BWD_Q && k->stage != SN_SUM_WHOLE;
+    if (dq_stage && k->stage == SN_SUM_PARTIAL)
+        return (double)sn_kernel_scratch_bytes(k) + node_bytes(k->anchor->in[3]) +
+               node_bytes(k->anchor->in[4]);
+    int skip = -1; /* o's arg in the atomic dq's dk/dv kernel, unless another input shares it */
+    if (att && k->anchor->op != SN_OP_ATTENTION_BWD_Q && k->stage == SN_SUM_PARTIAL &&
+        !k->dkv_parts && k->n_access > 3) {
+        skip = k->access[3].arg;
+        for (int i = 0; i < k->anchor->n_in && i < k->n_access; i++)
+            if (i != 3 && k->access[i].arg == skip) skip = -1;
+    }
     if (k->stage == SN_SUM_FINISH && (sn_split_parts(k) > 1 || k->dkv_parts || dq_stage)) {
         double b = (double)sn_kernel_scratch_bytes(k); /* the decode split's FINISH, or dk and */
         for (int o = 0; o < k->n_out; o++) b += node_bytes(k->args[o]); /* dv's sum: the parts */
@@ -81,7 +91,7 @@ static double kernel_bytes(const sn_kernel *k) {
     }
     double b = 0;
     for (int a = 0; a < k->n_out + k->n_in; a++) {
-        bool seen = a < k->n_out && !sn_kernel_writes(k, a); /* a PARTIAL kernel's sums */
+        bool seen = (a < k->n_out && !sn_kernel_writes(k, a)) || a == skip; /* a PARTIAL's sums */
         for (int j = 0; j < a; j++) seen |= k->args[j] == k->args[a];
         int op = a - k->n_out; /* a GEMM operand read in place reads its view's elements */
         bool view = k->kind == SN_KER_GEMM && op >= 0 && op < 2 && k->gemm.view[op].ld;

@@ -347,12 +347,14 @@ struct sn_kernel {
     /* The atomic dq of the attention backward (sn_target.att_dq_atomic: CUDA, a tuning knob;
      * off by default): an attention_bwd_q whose six inputs and scale are those of a dk/dv
      * kernel on tensor cores (sn_kernel_att_tensor_cores) is computed by that kernel, in three kernels around a scratch value (no node) of
-     * f32 dq, contiguous (q's batch x head slices, T, D), in this order:
+     * f32 dq, contiguous (q's batch x head slices, T, D), then f32 dots (q's slices, T), in this
+     * order:
      *   SN_ATT_DQ_ZERO (stage PARTIAL), anchor attention_bwd_q, args as the dq kernel has them:
-     *     sets the scratch to 0; writes no dq (sn_kernel_writes);
-     *   the dk/dv kernel (stage PARTIAL): also adds each of its key blocks' share of dq,
-     *     scale ds K, into the scratch with atomic adds: the order of the adds varies from run
-     *     to run, so dq is not bit-deterministic (dk and dv are);
+     *     sets dq's part of the scratch to 0 and each dot to dout_i . o_i (FlashAttention-2's
+     *     D, over Dv in order); writes no dq (sn_kernel_writes);
+     *   the dk/dv kernel (stage PARTIAL): reads the dots (not o), and also adds each of its key
+     *     blocks' share of dq, scale ds K, into the scratch with atomic adds: the order of the
+     *     adds varies from run to run, so dq is not bit-deterministic (dk and dv are);
      *   SN_ATT_DQ_STORE (stage FINISH), anchor attention_bwd_q, args as the dq kernel has them:
      *     dq = the scratch, rounded to dq's dtype (through its access when it has one); reads
      *     no input but the scratch.

@@ -225,8 +225,10 @@ int64_t sn_kernel_scratch_bytes(const sn_kernel *k) {
         return 4 * slices * S * ((dk ? kk->shape[kk->rank - 1] : 0) +
                                  (dv ? a->in[2]->shape[kk->rank - 1] : 0));
     }
-    if (k->kind == SN_KER_ATTENTION) /* the atomic dq: f32 dq, (q's slices, T, D) */
-        return 4 * sn_numel(k->anchor->op == SN_OP_ATTENTION_BWD_Q ? k->anchor : k->anchor->in[0]);
+    if (k->kind == SN_KER_ATTENTION) { /* the atomic dq: f32 dq (q's slices, T, D), then the dots */
+        const sn_node *q = k->anchor->in[0]; /* (q's slices, T) */
+        return 4 * (sn_numel(q) + sn_numel(q) / q->shape[q->rank - 1]);
+    }
     if (k->kind == SN_KER_GATHER) /* the table (G, V) and the order (G, S), 4 bytes each */
         return 4 * sn_gather_chunks(k) * (k->anchor->shape[0] + sn_gather_chunk(k));
     return 4 * sn_sum_chunks(k) * sn_sum_width(k);

@@ -239,7 +239,9 @@ END_TEST
 /* Planted in its dq, each caught: dS^T stored without the swizzle (read with it), the barrier
  * after dS's stores missing, dS's fragments of one query half, K's MN-major step of 1024 bytes
  * for 2048, the scale left out, the adds before the product's wait, every query head of a group
- * into the first's dq. */
+ * into the first's dq; in the dots dout_i . o_i the zero kernel takes: a tile's read from the
+ * neighbouring queries', the last 8 columns left out, a shuffle of their sums left out, every head
+ * of a group reading the first's. */
 static const plant_case atomic_plants[] = {
     {0, 0, "c0 = (2 * kk ^ r % 8) * 8 + 2 * tig", "c0 = (2 * kk) * 8 + 2 * tig",
      "dS^T's even chunks stored unswizzled"},
@@ -252,6 +254,13 @@ static const plant_case atomic_plants[] = {
      "dq added before its product is waited for"},
     {4, 0, "(long long)item * 4 + g) * SEQ_Q", "(long long)item * 4) * SEQ_Q",
      "f16 gqa: every query head's dq into the first's"},
+    {0, 0, "dots_group[qn + r]", "dots_group[qn + (r ^ 1)]", "the dots of the next tiles' neighbours"},
+    {0, 0, "c < HEAD_DV; c += PARTS * 8) {", "c < HEAD_DV - 8; c += PARTS * 8) {",
+     "the zero kernel's dots without the last 8 columns"},
+    {0, 0, "for (int d = PARTS / 2; d > 0; d /= 2) dot +=", "for (int d = PARTS / 2; d > 1; d /= 2) dot +=",
+     "the zero kernel's dots missing a shuffle"},
+    {4, 0, "dots_group[gn * SEQ_Q + qn + r]", "dots_group[qn + r]",
+     "f16 gqa: every query head's dots the first's"},
 };
 enum { N_ATOMIC_PLANTS = sizeof atomic_plants / sizeof atomic_plants[0] };
 

@@ -304,7 +304,8 @@ END_TEST
 /* Planted bugs in the atomic dq, each caught: the scale left out, the last 16 keys of the
  * block's dS dropped from the product, the barrier after dS's stores missing, dS^T's
  * ldmatrix addresses of the wrong query half, the group's query head g ignored, a column
- * taken for its neighbour, the pairs traded with the wrong thread. */
+ * taken for its neighbour, the pairs traded with the wrong thread, the dots the zero kernel
+ * takes read for the wrong queries (single-buffered on sm_75, double-buffered). */
 static const plant_case atomic_plants[] = {
     {3, 0, "v0 = acc_q[dt][0] * scale,", "v0 = acc_q[dt][0],", "bf16: dq's scale left out"},
     {3, 128, "kk < BK / 16; kk++) {\n", "kk < BK / 16 - 1; kk++) {\n",
@@ -317,6 +318,10 @@ static const plant_case atomic_plants[] = {
     {6, 0, "v1 = acc_q[dt][1] * scale;", "v1 = acc_q[dt][0] * scale;",
      "f16 sm_75: dq's odd columns from the even"},
     {3, 0, "odd ? v0 : v2, 1);", "odd ? v0 : v2, 2);", "bf16: a row's pair traded with the wrong thread"},
+    {6, 0, "? dots_group[qs + r] : 0.0f", "? dots_group[qs] : 0.0f",
+     "f16 sm_75 (one stage): every query's dot the tile's first"},
+    {3, 200, "? dots_group[qn + r] : 0.0f", "? dots_group[qn + (r ^ 1)] : 0.0f",
+     "bf16: the next tiles' dots of the neighbouring queries"},
 };
 enum { N_ATOMIC_PLANTS = sizeof atomic_plants / sizeof atomic_plants[0] };
 

@@ -99,8 +99,8 @@ static bool try_mma(sn_att_plan *p, const sn_target *tg, int warps, int rows, in
     p->rows = rows;
     p->tile = tile;
     p->stages = stages;
-    p->shared_bytes = sn_att_mma_shared_ds(p, tg->shared_default);
-    p->dynamic = p->shared_bytes > tg->shared_default || p->ds_alias; /* carved: aliased */
+    p->shared_bytes = sn_att_mma_shared(p);
+    p->dynamic = p->shared_bytes > tg->shared_default;
     p->min_blocks = min_blocks(p, tg);
     return p->shared_bytes <= limit;
 }
@@ -329,9 +329,7 @@ bool sn_att_group_loop(const sn_att_plan *p) {
     return p->pass == SN_ATT_DKV && p->G > 1 && !p->parts;
 }
 
-/* An input's pointer: its arg plus its access's offset and the item's coordinates over the
- * leading dims times their strides; its row stride as the constant <name>_row. */
-static void in_role(sn_cu_text *t, const sn_att_plan *p, const char *name, int i) {
+void sn_att_in_role(sn_cu_text *t, const sn_att_plan *p, const char *name, int i) {
     if (i < 0) return;
     const sn_access *x = &p->k->access[i];
     const sn_node *in = p->n->in[i];
@@ -396,7 +394,8 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
                     "SEQ_K, HEAD_D or HEAD_DV) */", nargs);
     else if (all > nargs) /* the atomic dq's scratch (kernel.h) */
         sn_cu_emitf(t, "    float *__restrict__ a%d) { /* dq's f32 sums (q's slices, SEQ_Q, "
-                    "HEAD_D), added to atomically */", nargs);
+                    "HEAD_D), added to atomically; then the dots dout_i . o_i (q's slices, "
+                    "SEQ_Q) */", nargs);
     t->depth++; /* the signature's last line opened the body */
     sn_cu_emitf(t, "enum { SEQ_Q = %lld, SEQ_K = %lld, HEAD_D = %lld, HEAD_DV = %lld, "
                 "WARPS = %d, THREADS = %d };", (long long)p->T, (long long)p->S, (long long)p->D,
@@ -405,12 +404,12 @@ void sn_att_emit_head(sn_cu_text *t, const sn_att_plan *p, const char *path, con
     sn_cu_emitf(t, "const int item = blockIdx.y; /* the (batch x head) slice%s */",
                 sn_att_group_loop(p) ? " of k and v" : p->parts ? " of q: its dk and dv parts" : "");
     sn_cu_emitf(t, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
-    in_role(t, p, "q", p->i_q);
-    in_role(t, p, "k", p->i_k);
-    in_role(t, p, "v", p->i_v);
-    in_role(t, p, "o", p->i_o);
-    in_role(t, p, "dout", p->i_do);
-    in_role(t, p, "lse", p->i_lse);
+    sn_att_in_role(t, p, "q", p->i_q);
+    sn_att_in_role(t, p, "k", p->i_k);
+    sn_att_in_role(t, p, "v", p->i_v);
+    sn_att_in_role(t, p, "o", p->dq_atomic ? -1 : p->i_o); /* the atomic dq's dots are given */
+    sn_att_in_role(t, p, "dout", p->i_do);
+    sn_att_in_role(t, p, "lse", p->i_lse);
     sn_att_out_role(t, p, "o_out", p->a_out_o, "SEQ_Q * HEAD_DV", "HEAD_DV");
     sn_att_out_role(t, p, "lse_out", p->a_out_lse, "SEQ_Q", NULL);
     sn_att_out_role(t, p, "dq", p->a_dq, "SEQ_Q * HEAD_D", "HEAD_D");

@@ -42,9 +42,9 @@ typedef struct {
                        (cuda_attention_wgmma_fwd.c; opt-in, "fwd=wgmma-overlap") */
     /* The atomic dq (program/kernel.h): DKV also adds scale dS K into dq's f32 sums (the
      * scratch, the arg after the others) with atomic adds; dS goes through a shared tile of
-     * keys x queries, ds_tile, which is the current stage of o_tile (free once the tile's dots
-     * are taken) where that holds it in dynamic shared memory (ds_alias), else a tile of its own. */
-    bool dq_atomic, ds_alias;
+     * keys x queries, ds_tile; the dots dout_i . o_i are read from the scratch (the zero kernel
+     * takes them), so o is not copied. */
+    bool dq_atomic;
     int dq_stage;   /* the atomic dq's zero (SN_ATT_DQ_ZERO) or store (SN_ATT_DQ_STORE) kernel,
                        a pass of its own over the scratch; SN_SUM_WHOLE: any other kernel */
     /* Grouped-query dk and dv in parts (program/kernel.h): `parts`, DKV for one query head an
@@ -67,6 +67,10 @@ const char *sn_att_ctype(sn_dtype dt);
  * rows' length when contiguous) its row stride as the constant <name>_row. */
 void sn_att_out_role(sn_cu_text *t, const sn_att_plan *p, const char *name, int a, const char *per,
                      const char *row);
+/* Input i's pointer <name>: its arg plus its access's offset and the item's coordinates over the
+ * leading dims times their strides (the group's first head as <name>_group in DKV's group loop);
+ * its row stride as the constant <name>_row. */
+void sn_att_in_role(sn_cu_text *t, const sn_att_plan *p, const char *name, int i);
 
 /* cuda_attention_sums.c: the passes over a scratch (the atomic dq's zero and store, dq_stage;
  * the sum of dk's and dv's parts, parts_sum): their launch and their text. */
@@ -114,11 +118,8 @@ void sn_att_emit_lse_out(sn_cu_text *t, const sn_att_plan *p, const char *x, con
 /* cuda_attention_simt.c: the kernel of plan p (p->mma false) as fp32 FMA tiles. */
 void sn_att_emit_simt(sn_cu_text *t, const sn_att_plan *p, const char *fname);
 
-/* cuda_attention_mma.c: shared memory of p's tiles; _ds: with the atomic dq's tile for dS,
- * unless it aliases o_tile's stage (ds_alias: where it fits there and a tile of its own would
- * take p past `limit`, the default shared memory; dynamic shared memory then) */
+/* cuda_attention_mma.c: shared memory of p's tiles (with the atomic dq's tile for dS) */
 int64_t sn_att_mma_shared(const sn_att_plan *p);
-int64_t sn_att_mma_shared_ds(sn_att_plan *p, int64_t limit);
 void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p, const char *fname);
 
 /* cuda_attention_wgmma.c: whether SN_ATT_TILES names "fwd=wgmma" (FWD), "dkv=wgmma" (DKV) or

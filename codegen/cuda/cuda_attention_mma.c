@@ -18,29 +18,19 @@
 
 int64_t sn_att_mma_shared(const sn_att_plan *p) {
     int64_t own = (int64_t)p->rows * p->warps, W = (int64_t)p->tile * p->stages, LD = p->D + 8,
-            LDV = p->Dv + 8;
-    if (p->wgmma) LD = p->D, LDV = p->Dv; /* swizzled rows, unpadded; 1 KiB to align them */
+            LDV = p->Dv + 8, LDS = p->tile + 8;
+    if (p->wgmma) LD = p->D, LDV = p->Dv, LDS = p->tile; /* swizzled rows, unpadded; 1 KiB to align them */
     switch (p->pass) {
     case SN_ATT_FWD: return 2 * (own * LD + W * LD + (p->out_o ? W * LDV : 0)) + (p->wgmma ? 1024 : 0);
     case SN_ATT_DQ: return 2 * (own + W) * (LD + LDV) + 4 * own + (p->wgmma ? 1024 : 0);
-    case SN_ATT_DKV: /* k (and v), the streamed q, dout (and o for dk's dot), lse (and dot) */
+    case SN_ATT_DKV: /* k (and v), the streamed q, dout (and o for dk's dots; with the atomic
+                        dq the dots are given and dS has a tile), lse (and dot) */
         return 2 * (own * LD + (p->out_dk ? own * LDV : 0) + W * (LD + LDV) +
-                    (p->out_dk ? W * LDV : 0)) + 4 * (int64_t)p->tile * (p->out_dk ? 2 : 1) +
-               (p->wgmma ? 1024 : 0);
+                    (p->out_dk && !p->dq_atomic ? W * LDV : 0) + (p->dq_atomic ? own * LDS : 0)) +
+               4 * (int64_t)p->tile * (p->out_dk ? 2 : 1) + (p->wgmma ? 1024 : 0);
     }
     return 0;
 }
-
-int64_t sn_att_mma_shared_ds(sn_att_plan *p, int64_t limit) {
-    int64_t base = sn_att_mma_shared(p);
-    p->ds_alias = false;
-    if (!p->dq_atomic) return base;
-    int64_t own = (int64_t)p->rows * p->warps, ds = 2 * own * (p->tile + 8);
-    /* o_tile's current stage: tile rows of Dv + 8, carved at a multiple of 16 bytes */
-    p->ds_alias = base + ds > limit && ds <= 2 * (int64_t)p->tile * (p->Dv + 8);
-    return p->ds_alias ? base : base + ds;
-}
-
 
 static sn_attm_ops emit_helpers(sn_cu_text *t, const sn_att_plan *p) {
     sn_attm_ops o;

@@ -271,7 +271,7 @@ void sn_attm_copy_query_tile(sn_cu_text *t, const sn_att_plan *p, bool async, co
     const char *srcs[][4] = {{"q_tile", "q", "HEAD_D", "q_row"},
                              {"do_tile", "dout", "HEAD_DV", "dout_row"},
                              {"o_tile", "o", "HEAD_DV", "o_row"}};
-    for (int i = 0; i < (p->out_dk ? 3 : 2); i++) {
+    for (int i = 0; i < (p->out_dk && !p->dq_atomic ? 3 : 2); i++) {
         char src[64];
         if (sn_att_group_loop(p))
             snprintf(src, sizeof src, "(%s_group + gn * %s_head)", srcs[i][1], srcs[i][1]);
@@ -323,16 +323,12 @@ void sn_attm_dq_adds(sn_cu_text *t, const char *acc, const char *row0, const cha
  * m-tile of 16 queries, its fragments added to dq's f32 sums with atomic adds: 4 columns a
  * thread, from a trade with its neighbour, as one sn_red_add_f32x4 (one vector reduction on
  * sm_90; on an H200 the backward took 0.603 ms with a scalar atomicAdd an element, 0.479 with
- * pairs, 0.474-0.478 so). ds_tile is the current stage of o_tile (ds_alias: its dots are
- * taken, and the next copies into that stage are issued after the next tile's first barrier)
- * or a tile of its own. */
-static void emit_dq_atomic(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o, int64_t o_at) {
+ * pairs, 0.474-0.478 so). ds_tile is a tile of its own (it was o_tile's stage while the
+ * kernel took the dots itself: 74240 bytes at D = 64, now 65024). */
+static void emit_dq_atomic(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     sn_cu_emitf(t, "/* dq += scale dS^T K: dS through shared memory (keys x queries), then "
                 "transposed by ldmatrix .trans */");
     sn_cu_emitf(t, "{");
-    if (p->ds_alias)
-        sn_cu_emitf(t, "SN_SHARED2_AT(unsigned short, ds_tile, BK, LDS, att_smem, %lld + st * LDV * "
-                    "2); /* o_tile's current stage, its dots taken */", (long long)o_at);
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int nt = 0; nt < BQ / 8; nt++) {");
     sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&ds_tile[warp * 16 + grp][nt * 8 + 2 * tig]) = "
@@ -389,17 +385,24 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     if (dk) sn_attm_tile2(t, &c, "v_tile", own, LDV, "BK", "LDV", "");
     sn_attm_tile2(t, &c, "q_tile", W, LD, "STAGES * BQ", "LD", "");
     sn_attm_tile2(t, &c, "do_tile", W, LDV, "STAGES * BQ", "LDV", "");
-    int64_t o_at = c.at; /* o_tile's offset in the dynamic shared memory */
-    if (dk) sn_attm_tile2(t, &c, "o_tile", W, LDV, "STAGES * BQ", "LDV", " /* for the dots */");
-    sn_attm_floats(t, &c, "lse_tile", p->tile, "BQ", " /* base 2 */");
-    if (dk) sn_attm_floats(t, &c, "dot_tile", p->tile, "BQ", " /* dout_i . o_i */");
+    if (dk && !p->dq_atomic) sn_attm_tile2(t, &c, "o_tile", W, LDV, "STAGES * BQ", "LDV", " /* for the dots */");
     if (p->dq_atomic) {
         SN_ASSERT(dk); /* dS is dk's */
-        sn_cu_emitf(t, "enum { LDS = BQ + 8, DQ_COLS = %d }; /* ds_tile's rows: queries, padded by "
-                    "16 bytes; dq's columns a pass */", p->D % 32 == 0 && p->D <= 64 ? 32 : 16);
-        if (!p->ds_alias)
-            sn_attm_tile2(t, &c, "ds_tile", own, p->tile + 8, "BK", "LDS", " /* dS, keys x queries */");
+        if (p->wgmma)
+            sn_cu_emitf(t, "enum { LDS = BQ }; /* ds_tile's rows: queries, swizzled as the tiles */");
+        else
+            sn_cu_emitf(t, "enum { LDS = BQ + 8, DQ_COLS = %d }; /* ds_tile's rows: queries, padded by "
+                        "16 bytes; dq's columns a pass */", p->D % 32 == 0 && p->D <= 64 ? 32 : 16);
+        sn_attm_tile2(t, &c, "ds_tile", own, p->tile + (p->wgmma ? 0 : 8), "BK", "LDS",
+                      " /* dS, keys x queries */");
     }
+    sn_attm_floats(t, &c, "lse_tile", p->tile, "BQ", " /* base 2 */");
+    if (dk) sn_attm_floats(t, &c, "dot_tile", p->tile, "BQ", " /* dout_i . o_i */");
+    if (p->dq_atomic) /* after dq's sums: q's slices x SEQ_Q */
+        sn_cu_emitf(t, "const float *const dots_group = a%d + %lldll + (long long)item * %lld * SEQ_Q; "
+                    "/* the dots of the %s (the zero kernel's) */", p->k->n_out + p->k->n_in,
+                    (long long)sn_numel(p->n->in[0]), (long long)(group ? p->G : 1),
+                    group ? "group's first query head" : "item");
     sn_cu_emitf(t, "/* causal: query i sees key j when i >= j - (SEQ_K - SEQ_Q); the query tiles "
                 "from q_begin, of each query head of the group in order */");
     sn_cu_emitf(t, "const int q_begin = max(0, k0 - (SEQ_K - SEQ_Q)) / BQ * BQ;");
@@ -422,6 +425,9 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_cu_emitf(t, "float lse_next = threadIdx.x < BQ && q_begin + (int)threadIdx.x < SEQ_Q && "
                     "n_tiles > 0 ? sn_load(%s[q_begin + threadIdx.x]) * 1.44269504f : 0.0f;",
                     group ? "lse_group" : "lse");
+        if (p->dq_atomic)
+            sn_cu_emitf(t, "float dot_next = threadIdx.x < BQ && q_begin + (int)threadIdx.x < SEQ_Q && "
+                        "n_tiles > 0 ? dots_group[q_begin + threadIdx.x] : 0.0f;");
     }
     if (dk) sn_attm_zero(t, "acc_k", "HEAD_D / 8");
     if (dv) sn_attm_zero(t, "acc_v", "HEAD_DV / 8");
@@ -435,6 +441,7 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     }
     if (async) {
         sn_cu_emitf(t, "const float lse_here = lse_next;");
+        if (p->dq_atomic) sn_cu_emitf(t, "const float dot_here = dot_next;");
         sn_cu_emitf(t, "const int st = tq %% 2 * BQ; /* this tile's rows in the stages */");
         sn_cu_emitf(t, "sn_cp_async_wait_group(0);");
         if (p->wgmma) sn_cu_emitf(t, "sn_fence_proxy_async(); /* the copies, before wgmma reads them */");
@@ -449,6 +456,9 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_cu_emitf(t, "if (r < BQ) lse_next = qn + r < SEQ_Q ? sn_load(%s[qn + r]) * "
                     "1.44269504f : 0.0f; /* read at the next tile: its latency hidden */",
                     group ? "(lse_group + gn * lse_head)" : "lse");
+        if (p->dq_atomic)
+            sn_cu_emitf(t, "if (r < BQ) dot_next = qn + r < SEQ_Q ? dots_group[%sqn + r] : 0.0f;",
+                        group ? "gn * SEQ_Q + " : "");
         sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "sn_cp_async_commit();");
     } else {
@@ -467,7 +477,12 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     else
         sn_cu_emitf(t, "for (int r = threadIdx.x; r < BQ; r += THREADS) lse_tile[r] = qs + r < "
                     "SEQ_Q ? sn_load(lse[qs + r]) * 1.44269504f : 0.0f;");
-    if (dk && p->wgmma) /* 16-byte chunk c / 8 of row r sits at chunk (c / 8) ^ (r % 8) */
+    if (p->dq_atomic && async) /* the zero kernel's dots */
+        sn_cu_emitf(t, "if (threadIdx.x < BQ) dot_tile[threadIdx.x] = dot_here;");
+    else if (p->dq_atomic)
+        sn_cu_emitf(t, "for (int r = threadIdx.x; r < BQ; r += THREADS) dot_tile[r] = qs + r < "
+                    "SEQ_Q ? dots_group[%sqs + r] : 0.0f;", group ? "g * SEQ_Q + " : "");
+    else if (dk && p->wgmma) /* 16-byte chunk c / 8 of row r sits at chunk (c / 8) ^ (r % 8) */
         sn_attm_tile_dots(t, p, "dot_tile", "BQ", "qs", "&do_tile[st + r][c ^ r % 8 * 8]",
                           "&o_tile[st + r][c ^ r % 8 * 8]");
     else if (dk)
@@ -494,7 +509,7 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
         sn_cu_emitf(t, "/* dk += ds Q */");
         sn_attm_xb(t, o, "acc_k", "dp", "q_tile", "st", "BQ / 16", "HEAD_D / 8", false);
     }
-    if (p->dq_atomic) emit_dq_atomic(t, p, o, o_at);
+    if (p->dq_atomic) emit_dq_atomic(t, p, o);
     close_dkv(t, p, o);
 }
 

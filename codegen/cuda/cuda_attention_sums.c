@@ -9,7 +9,9 @@ enum { PASS_THREADS = 256 };
 /* ---- the atomic dq's zero and store kernels (kernel.h) ---- */
 
 /* Item blockIdx.y's dq sums (SEQ_Q x HEAD_D f32, contiguous), two elements a thread: set to 0
- * (SN_ATT_DQ_ZERO), or rounded into dq (SN_ATT_DQ_STORE, through its access where it has one). */
+ * (SN_ATT_DQ_ZERO), or rounded into dq (SN_ATT_DQ_STORE, through its access where it has one).
+ * The zero also sets the item's dots (after every item's sums): the item's first blocks take
+ * each query's dout_i . o_i, a few threads a row (whole rows a warp), 8 columns a load. */
 static void emit_dq_scratch(sn_cu_text *t, const sn_att_plan *p, const char *fname) {
     const sn_kernel *k = p->k;
     bool zero = p->dq_stage == SN_ATT_DQ_ZERO;
@@ -23,13 +25,42 @@ static void emit_dq_scratch(sn_cu_text *t, const sn_att_plan *p, const char *fna
         sn_cu_emitf(t, "    %s%s *__restrict__ a%d,%s", i < k->n_out ? "" : "const ",
                     sn_att_ctype(k->args[i]->dtype), i,
                     i == p->a_dq ? zero ? " /* dq: not written */" : " /* dq */" : " /* not read */");
-    sn_cu_emitf(t, "    float *__restrict__ a%d) { /* dq's f32 sums (q's slices, SEQ_Q, HEAD_D) */",
-                nargs);
+    sn_cu_emitf(t, "    float *__restrict__ a%d) { /* dq's f32 sums (q's slices, SEQ_Q, HEAD_D), "
+                "then the dots (q's slices, SEQ_Q) */", nargs);
     t->depth++;
-    sn_cu_emitf(t, "enum { SEQ_Q = %lld, HEAD_D = %lld };", (long long)p->T, (long long)p->D);
+    sn_cu_emitf(t, "enum { SEQ_Q = %lld, HEAD_D = %lld, HEAD_DV = %lld, ITEMS = %lld };",
+                (long long)p->T, (long long)p->D, (long long)p->Dv, (long long)p->batch);
     sn_cu_emitf(t, "const int item = blockIdx.y; /* q's (batch x head) slice */");
     sn_cu_emitf(t, "float *sums = a%d + (long long)item * SEQ_Q * HEAD_D;", nargs);
     if (!zero) sn_att_out_role(t, p, "dq", p->a_dq, "SEQ_Q * HEAD_D", "HEAD_D");
+    if (zero) {
+        sn_att_in_role(t, p, "o", p->i_o);
+        sn_att_in_role(t, p, "dout", p->i_do);
+        int64_t chunks = p->Dv / 8, parts = chunks % 8 == 0 ? 8 : chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
+        sn_cu_emitf(t, "/* the dot of query i, as the dk/dv kernel takes it: PARTS threads a row, "
+                    "each 8 columns of every PARTS-th 16 bytes, added across them by shuffles "
+                    "(a warp reads whole rows) */");
+        sn_cu_emitf(t, "enum { PARTS = %lld };", (long long)parts);
+        sn_cu_emitf(t, "const int j = blockIdx.x * blockDim.x + threadIdx.x, i = j / PARTS;");
+        sn_cu_emitf(t, "/* the item's first blocks (every thread of a warp at the shuffles) */");
+        sn_cu_emitf(t, "if (blockIdx.x * blockDim.x < SEQ_Q * PARTS) {");
+        sn_cu_emitf(t, "float dot = 0.0f;");
+        sn_cu_emitf(t, "if (i < SEQ_Q) {");
+        sn_cu_emitf(t, "#pragma unroll");
+        sn_cu_emitf(t, "for (int c = j %% PARTS * 8; c < HEAD_DV; c += PARTS * 8) {");
+        sn_cu_emitf(t, "float dv8[8], ov8[8];");
+        sn_cu_emitf(t, "sn_load8(dout + (long long)i * dout_row + c, dv8);");
+        sn_cu_emitf(t, "sn_load8(o + (long long)i * o_row + c, ov8);");
+        sn_cu_emitf(t, "#pragma unroll");
+        sn_cu_emitf(t, "for (int u = 0; u < 8; u++) dot += dv8[u] * ov8[u];");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "for (int d = PARTS / 2; d > 0; d /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, d);");
+        sn_cu_emitf(t, "if (i < SEQ_Q && j %% PARTS == 0)");
+        sn_cu_emitf(t, "    a%d[(long long)ITEMS * SEQ_Q * HEAD_D + (long long)item * SEQ_Q + i] = dot;",
+                    nargs);
+        sn_cu_emitf(t, "}");
+    }
     sn_cu_emitf(t, "const int e = 2 * (blockIdx.x * blockDim.x + threadIdx.x); /* HEAD_D is even */");
     sn_cu_emitf(t, "if (e >= SEQ_Q * HEAD_D) return;");
     if (zero) {

@@ -72,7 +72,6 @@ sn_status sn_att_wgmma_plan(sn_att_plan *p, const sn_target *tg, sn_err *e) {
      * then, it spilled and ptxas serialized its wgmma, C7518), 2026-11-28 */
     p->min_blocks = p->pass == SN_ATT_DKV ? 3 : 0;
     p->shared_bytes = sn_att_mma_shared(p);
-    p->ds_alias = p->dq_atomic; /* the atomic dq's dS^T in o_tile's stage: a stage's 8 KiB */
     /* the overlapped forward: the training forward's form (o and lse; the scale folded into the
      * exponents needs it positive); the other forwards keep the loop in turn */
     p->overlap = p->pass == SN_ATT_FWD && entry_asked("fwd=wgmma-overlap") && p->out_o &&

@@ -42,23 +42,22 @@ void sn_attw_product_ss(sn_cu_text *t, const sn_att_plan *p, const char *x, cons
 }
 
 /* The atomic dq's product of the tile, FlashAttention-2's dq inside the dk/dv kernel: dS^T as
- * dk's A holds it (rounded to the operand type; keys x queries) into o_tile's current stage (its
- * dots are taken, and the next copies into it are issued after the next tile's first barrier),
- * swizzled as the tiles are; after a barrier, a warp's 16 queries of dS by ldmatrix .trans as
+ * dk's A holds it (rounded to the operand type; keys x queries) into ds_tile, swizzled as the
+ * tiles are (the next tile's stores follow its first barrier); after a barrier, a warp's 16 queries of dS by ldmatrix .trans as
  * wgmma's A fragments (the K steps: 16 keys), K's tile MN-major as B (a K step 16 rows, 2048
  * bytes): acc_q (queries x head) = dS K, issued and committed; the adds follow the wait. */
 static void issue_dq(sn_cu_text *t, const sn_att_plan *p) {
-    SN_ASSERT(p->tile == 64 && p->Dv == 64); /* dS^T (64 x 64) fills a stage of o_tile */
-    sn_cu_emitf(t, "/* dq += scale dS K: dS^T into o_tile's current stage, 16-byte chunk c of "
-                "row r at chunk c ^ r %% 8 */");
+    SN_ASSERT(p->tile == 64); /* ds_tile's rows of 128 bytes */
+    sn_cu_emitf(t, "/* dq += scale dS K: dS^T into ds_tile, 16-byte chunk c of row r at chunk "
+                "c ^ r %% 8 */");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int kk = 0; kk < BQ / 16; kk++) {");
     sn_cu_emitf(t, "const int r = warp * 16 + grp; /* and r + 8: the same chunks */");
     sn_cu_emitf(t, "const int c0 = (2 * kk ^ r %% 8) * 8 + 2 * tig, c1 = (2 * kk + 1 ^ r %% 8) * 8 + 2 * tig;");
-    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&o_tile[st + r][c0]) = da[kk][0];");
-    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&o_tile[st + r + 8][c0]) = da[kk][1];");
-    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&o_tile[st + r][c1]) = da[kk][2];");
-    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&o_tile[st + r + 8][c1]) = da[kk][3];");
+    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&ds_tile[r][c0]) = da[kk][0];");
+    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&ds_tile[r + 8][c0]) = da[kk][1];");
+    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&ds_tile[r][c1]) = da[kk][2];");
+    sn_cu_emitf(t, "*reinterpret_cast<unsigned *>(&ds_tile[r + 8][c1]) = da[kk][3];");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "__syncthreads(); /* every warp's keys of dS are in */");
     sn_cu_emitf(t, "/* A: the warp's queries warp * 16 .. of dS (keys kk * 16 ..), matrices "
@@ -67,7 +66,7 @@ static void issue_dq(sn_cu_text *t, const sn_att_plan *p) {
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int kk = 0; kk < BK / 16; kk++) {");
     sn_cu_emitf(t, "const int r = kk * 16 + lane / 16 * 8 + lane %% 8, c = warp * 2 + lane / 8 %% 2;");
-    sn_cu_emitf(t, "sn_ldmatrix_x4_trans(qa[kk], &o_tile[st + r][(c ^ r %% 8) * 8]);");
+    sn_cu_emitf(t, "sn_ldmatrix_x4_trans(qa[kk], &ds_tile[r][(c ^ r %% 8) * 8]);");
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "sn_wgmma_wait(0); /* dv's and dk's products are in (P and dS dead) */");
     sn_cu_emitf(t, "sn_wgmma_fence_operands(&acc_v[0][0], HEAD_DV / 2);");
