@@ -396,10 +396,12 @@ START_TEST(nvrtc_gpt2_chunked_logits) {
 END_TEST
 
 /* The fp16 program: f16 loads and stores in every kernel kind, f16 attention (mma.sync m16n8k8
- * on sm_75, m16n8k16 on sm_80 and sm_90). */
+ * on sm_75, m16n8k16 on sm_80 and sm_90), at the training size of the GPU check, B = 16,
+ * T = 1024: the norm backward pairs' column sums take chunks of 64 rows there (8 a warp), whose
+ * loads, unrolled whole, spilled on sm_80 (session 24). */
 START_TEST(nvrtc_gpt2_124m_f16) {
     if (have_nvrtc())
-        nvrtc_program(gpt2_training_at("gpt2", 4, 256, SN_PRECISION_FP16), "gpt2-fp16", 4, 256,
+        nvrtc_program(gpt2_training_at("gpt2", 16, 1024, SN_PRECISION_FP16), "gpt2-fp16", 16, 1024,
                       (const int[]){75, 80, 90}, 3);
 }
 END_TEST

@@ -20,14 +20,15 @@ static void open_rows(row *w, const char *first, const char *end) {
 }
 
 /* The loop over this warp's rows of the chunk [r0, r1) in order, r = r0 + warp + warps q, two
- * braces to close: as many steps as a whole chunk gives a warp, unrolled, each row tested
- * against r1 (the last chunk may be short), so that the compiler issues the rows' loads
- * together (a loop to r1 waited for each row's load before the next: the H200's ncu found the
- * column sums latency-bound). */
+ * braces to close: as many steps as a whole chunk gives a warp, unrolled by 4, each row tested
+ * against r1 (the last chunk may be short), so that the compiler issues 4 rows' loads together
+ * (a loop to r1 waited for each row's load before the next: the H200's ncu found the column
+ * sums latency-bound). Unrolled whole (8 rows of 8 columns' loads at once), gpt2's fp16 norm
+ * backward pair on sm_80 spilled under NVRTC (64 registers; 79 and none so). */
 static void open_warp_rows(row *w) {
     unsigned warps = w->threads / 32;
     int64_t cr = sn_sum_chunk_rows(w->k), steps = (cr + warps - 1) / warps;
-    E("#pragma unroll /* the chunk's rows a warp takes: their loads issued together, added in order */");
+    E("#pragma unroll 4 /* 4 of the chunk's rows a warp takes: their loads issued together, added in order */");
     E("for (int q = 0; q < %lld; q++) {", (long long)steps);
     E("const %s r = r0 + warp + %u * q;", w->ix, warps);
     E("if (r < r1) {");
