@@ -301,10 +301,18 @@ static inline void sn_wgmma_fence_operands(float *d, int n) {}
 /* Atomics: fibers are cooperative, so a read-modify-write is never interrupted. */
 template <typename T>
 static inline T atomicAdd(T *p, T v) { T old = *p; *p = old + v; return old; }
-/* sn_red_add_f32x2 (the GPU's vector reduction on sm_90): two adds, never interrupted */
-static inline void sn_red_add_f32x2(float *p, float a, float b) { p[0] += a; p[1] += b; }
+/* sn_red_add_f32x2, _x4 (the GPU's vector reductions on sm_90): the adds never interrupted, as
+ * one 8- or 16-byte read and write (p aligned so), so that a profile counts one access a lane as
+ * the GPU's red.global.add.v2/v4 is (four atomicAdd before sm_90 are counted so too) */
+typedef float sn_sim_f32x2 __attribute__((vector_size(8), aligned(8)));
+typedef float sn_sim_f32x4 __attribute__((vector_size(16), aligned(16)));
+static inline void sn_red_add_f32x2(float *p, float a, float b) {
+    sn_sim_f32x2 *v = reinterpret_cast<sn_sim_f32x2 *>(p);
+    *v = *v + sn_sim_f32x2{a, b};
+}
 static inline void sn_red_add_f32x4(float *p, float a, float b, float c, float d) {
-    p[0] += a; p[1] += b; p[2] += c; p[3] += d;
+    sn_sim_f32x4 *v = reinterpret_cast<sn_sim_f32x4 *>(p);
+    *v = *v + sn_sim_f32x4{a, b, c, d};
 }
 template <typename T>
 static inline T atomicSub(T *p, T v) { T old = *p; *p = old - v; return old; }

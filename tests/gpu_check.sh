@@ -38,12 +38,18 @@ fi
 # layouts themselves only a real H100 can confirm), and the wgmma attention kernels are timed as
 # tools/gpu_next's wgmma item times them (the plumbing, not the speed)
 if [ $device = cuda ]; then
-  SN_STANDIN_SM=90 "$check" --device cuda --small --only attention --seed 7 --out "$dir/sm90" \
+  SN_STANDIN_SM=90 SN_STANDIN_PROFILE="$dir/sm90-profile.tsv" \
+    "$check" --device cuda --small --only attention --seed 7 --out "$dir/sm90" \
     --att-tiles 'dkv=wgmma;fwd=wgmma,dkv=wgmma;dq=atomic' \
     --cache-dir "$dir/sm90/cache" > "$dir/sm90.txt" 2>&1 || { cat "$dir/sm90.txt"; echo "FAIL: sm_90 run"; exit 1; }
   grep -q "^PASS wgmma: .* 7 of 7 layouts" "$dir/sm90.txt" || { cat "$dir/sm90.txt"; echo "FAIL: wgmma step"; exit 1; }
   grep -q "^PASS time: attention .* tiles #2: fwd=wgmma,dkv=wgmma: forward .* dk/dv about" "$dir/sm90.txt" ||
     { cat "$dir/sm90.txt"; echo "FAIL: the wgmma kernels timed"; exit 1; }
+  # the simulator's profile of every attention kernel of those runs (docs/sim.md): no verdict
+  # (uncoalesced global accesses, data read again and again, bank conflicts)
+  awk -F'\t' 'NR > 1 && $1 ~ /attention/ && $NF != "-" { print "FAIL: profile: " $1 ": " $NF; bad = 1 }
+    END { exit bad }' "$dir/sm90-profile.tsv" || exit 1
+  grep -q "attention_bwd_kv_dq" "$dir/sm90-profile.tsv" || { echo "FAIL: no atomic dq kernel profiled"; exit 1; }
   # the atomic dq in the wgmma dk/dv kernel, its outputs against the default kernels' (same inputs)
   grep -q "^PASS time: attention .* tiles #3: dq=atomic: .*atomic dq.*outputs against the default's: largest difference" "$dir/sm90.txt" ||
     { cat "$dir/sm90.txt"; echo "FAIL: the atomic dq timed and compared"; exit 1; }

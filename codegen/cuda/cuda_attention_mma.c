@@ -324,7 +324,7 @@ void sn_attm_store_row(sn_cu_text *t, sn_attm_ops o, const char *dst, const char
  * and o's from `o_at(i, c)`, each the address of 8 16-bit values. The caller's barrier shares
  * dst. */
 void sn_attm_tile_dots(sn_cu_text *t, const sn_att_plan *p, const char *dst, const char *rows,
-                      const char *first, const char *dout_at, const char *o_at) {
+                      const char *first, const char *dout_at, const char *o_at, bool swizzled) {
     const char *ty = sn_att_ctype(p->dt);
     sn_cu_emitf(t, "/* %s[r] = dout_i . o_i, PARTS threads a row */", dst);
     sn_cu_emitf(t, "{");
@@ -334,7 +334,15 @@ void sn_attm_tile_dots(sn_cu_text *t, const sn_att_plan *p, const char *dst, con
     sn_cu_emitf(t, "float part = 0.0f;");
     sn_cu_emitf(t, "#pragma unroll /* a count the compiler knows: the same columns in the same order */");
     sn_cu_emitf(t, "for (int u = 0; u < (HEAD_DV + PARTS * 8 - 1) / (PARTS * 8); u++) {");
-    sn_cu_emitf(t, "const int c = threadIdx.x %% PARTS * 8 + u * PARTS * 8;");
+    if (swizzled) { /* the 128-byte swizzle: chunk c / 8 of row r at c / 8 ^ r % 8 */
+        SN_ASSERT(p->Dv == 64);
+        sn_cu_emitf(t, "/* the row's chunks taken so that the 8 threads of a quarter warp, 8 / PARTS "
+                    "rows, read 8 distinct stored chunks (no bank conflict): stored chunk "
+                    "threadIdx.x %% PARTS + PARTS ((u + r) %% (8 / PARTS)), its columns c */");
+        sn_cu_emitf(t, "const int c = ((threadIdx.x %% PARTS + PARTS * ((u + r) %% (8 / PARTS))) ^ r %% 8) * 8;");
+    } else {
+        sn_cu_emitf(t, "const int c = threadIdx.x %% PARTS * 8 + u * PARTS * 8;");
+    }
     sn_cu_emitf(t, "if (c >= HEAD_DV || i >= SEQ_Q) break;");
     sn_cu_emitf(t, "float dv8[8], ov8[8];");
     sn_cu_emitf(t, "sn_load8(reinterpret_cast<const %s *>(%s), dv8);", ty, dout_at);

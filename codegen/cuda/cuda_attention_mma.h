@@ -55,9 +55,11 @@ void sn_attm_xb_m(sn_cu_text *t, sn_attm_ops o, const char *acc, const char *x, 
 void sn_attm_store_row(sn_cu_text *t, sn_attm_ops o, const char *dst, const char *acc,
                        const char *ntiles, const char *cols, const char *mul);
 /* dst[r] = dout_i . o_i for the `rows` rows i = first + r (0 past SEQ_Q), THREADS / rows
- * threads a row: dout's row from `dout_at`, o's from `o_at` (addresses of 8 16-bit values). */
+ * threads a row: dout's row from `dout_at`, o's from `o_at` (addresses of 8 16-bit values at
+ * column c); swizzled: the tiles' 128-byte swizzle (Dv = 64), each thread's chunks so taken
+ * that a quarter warp's reads meet no bank conflict. */
 void sn_attm_tile_dots(sn_cu_text *t, const sn_att_plan *p, const char *dst, const char *rows,
-                       const char *first, const char *dout_at, const char *o_at);
+                       const char *first, const char *dout_at, const char *o_at, bool swizzled);
 /* The fragment loop over s[nt][e] (ntiles n-tiles) with body[0 .. n_body); with coords first
  * the element's coordinates and `seen` (query_checked: i < SEQ_Q too). */
 void sn_attm_elements(sn_cu_text *t, const char *ntiles, const char *coords, bool query_checked,

@@ -220,7 +220,7 @@ void sn_attm_emit_dq(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
     static const char *const qside[][3] = {{"q_tile", "q", "HEAD_D"}, {"do_tile", "dout", "HEAD_DV"}};
     sn_attm_key_side_setup(t, p, true, qside, 2);
     sn_attm_tile_dots(t, p, "dot_rows", "BQ", "q0", "dout + (long long)i * dout_row + c",
-              "o + (long long)i * o_row + c");
+                      "o + (long long)i * o_row + c", false);
     sn_cu_emitf(t, "float row_lse[2]; /* base 2 */");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int h = 0; h < 2; h++) row_lse[h] = row0 + 8 * h < SEQ_Q ? "
@@ -484,9 +484,10 @@ void sn_attm_emit_dkv(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o) {
                     "SEQ_Q ? dots_group[%sqs + r] : 0.0f;", group ? "g * SEQ_Q + " : "");
     else if (dk && p->wgmma) /* 16-byte chunk c / 8 of row r sits at chunk (c / 8) ^ (r % 8) */
         sn_attm_tile_dots(t, p, "dot_tile", "BQ", "qs", "&do_tile[st + r][c ^ r % 8 * 8]",
-                          "&o_tile[st + r][c ^ r % 8 * 8]");
+                          "&o_tile[st + r][c ^ r % 8 * 8]", true);
     else if (dk)
-        sn_attm_tile_dots(t, p, "dot_tile", "BQ", "qs", "&do_tile[st + r][c]", "&o_tile[st + r][c]");
+        sn_attm_tile_dots(t, p, "dot_tile", "BQ", "qs", "&do_tile[st + r][c]", "&o_tile[st + r][c]",
+                          false);
     sn_cu_emitf(t, "__syncthreads();");
     if (p->wgmma) {
         sn_attw_dkv_products(t, p, o);
