@@ -125,10 +125,11 @@ void sn_att_emit_mma(sn_cu_text *t, const sn_att_plan *p, const char *fname);
 /* cuda_attention_wgmma.c: whether SN_ATT_TILES names "fwd=wgmma" (FWD), "dkv=wgmma" (DKV) or
  * "dq=wgmma" (DQ);
  * the pass's wgmma plan then (SN_ERR_UNSUPPORTED where the kernel is not written: not sm_90,
- * not bf16/f16, head size not 64, the atomic dq). */
+ * not bf16/f16, head size not 64, the atomic dq with dv alone). */
 bool sn_att_wgmma_asked(sn_att_pass pass);
 /* Whether p (FWD or DKV) takes the wgmma kernel unasked: sm_90, bf16 or f16 on the tensor cores,
- * head size 64, no atomic dq, and SN_ATT_TILES names no other entry for the pass (a tile, or
+ * head size 64 (the atomic dq's dk/dv kernel too, since session 24), and SN_ATT_TILES names no
+ * other entry for the pass (a tile, or
  * "fwd=mma" / "dkv=mma"). On an H200 (2026-11-28, gpt2 B=16 H=12 T=1024 bf16) the forward took
  * 0.144 ms a layer against mma.sync's 0.158 and the dk/dv kernel 0.253 against 0.292. */
 bool sn_att_wgmma_default(const sn_att_plan *p, const sn_target *tg);
