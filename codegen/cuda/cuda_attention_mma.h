@@ -110,8 +110,8 @@ void sn_attw_emit_fwd_overlap(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o
 
 /* cuda_attention_wgmma_dkv.c: the dk/dv kernel's products of one query tile on wgmma (p->wgmma,
  * DKV), in sn_attm_emit_dkv's loop once the tile, its lse and its dots are in: acc_v += P dout,
- * acc_k += dS Q (with p->dq_atomic: dq_sums += scale dS^T K, dS through o_tile's stage), every
- * wgmma waited for at its end. */
+ * acc_k += dS Q (with p->dq_atomic: dq_sums += scale dS^T K, dS through ds_tile), every wgmma
+ * waited for at its end. */
 void sn_attw_dkv_products(sn_cu_text *t, const sn_att_plan *p, sn_attm_ops o);
 /* x ([.. / 8][4] accumulator fragments, the warpgroup's 64 rows) = A B^T over `head` columns: A
  * the block's own tile a_tile (K-major), B the streamed tile b_tile's stage st (K-major); K
