@@ -16,11 +16,40 @@
 #include <pthread.h>
 #endif
 
-static float f16_to_f32(uint16_t h) {
-    int s = h >> 15, ex = (h >> 10) & 31, m = h & 1023;
-    float v = ex == 0 ? ldexpf((float)m, -24) : ex == 31 ? (m ? NAN : INFINITY)
-                                                        : ldexpf((float)(m | 1024), ex - 25);
-    return s ? -v : v;
+/* f16 widened on the bits (exact): normals rebias the exponent, subnormals are m 2^-24 (an
+ * integer's float times a power of two: no f32 subnormal arithmetic, whatever the thread's
+ * flush-to-zero mode), NaN the quiet one of its sign. The CPU's F16C does the operands' bulk
+ * (widen_f16c); ldexpf an element made an f16 GEMM on the CPU 17x a bf16 one (gpt2 B=1 T=128,
+ * 2026-11-29). */
+static inline float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu, u;
+    if (em >= 0x7c00u) u = sign | (em > 0x7c00u ? 0x7fc00000u : 0x7f800000u);
+    else if (em >= 0x0400u) u = sign | ((em << 13) + (112u << 23));
+    else {
+        float m = (float)em * 0x1p-24f; /* 0 and the subnormals */
+        memcpy(&u, &m, sizeof u);
+        u |= sign;
+    }
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* f32 rounded to f16 on the bits, to nearest even (sn_dtype_round's rounding): overflow from
+ * 65520 to infinity, subnormals in steps of 2^-24, NaN 0x7e00. */
+static inline uint16_t f16_round(float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return 0x7e00;
+    if (a >= 0x477ff000u) return sign | 0x7c00u; /* 65520 and up (infinity too) */
+    if (a < 0x38800000u) { /* under 2^-14: a multiple of 2^-24, rounded to nearest even */
+        float f;
+        memcpy(&f, &a, sizeof f);
+        return sign | (uint16_t)nearbyintf(f * 0x1p24f);
+    }
+    return sign | (uint16_t)((a + 0xfffu + ((a >> 13) & 1u) - (112u << 23)) >> 13);
 }
 
 static inline float bf16_to_f32(uint16_t h) {
@@ -34,26 +63,73 @@ float sn_lowp_widen(sn_dtype t, uint16_t bits) {
     return t == SN_BF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
 }
 
-/* rows x cols of a 16-bit matrix (leading dimension ld) widened into a packed f32 copy. */
-static float *widen(sn_dtype t, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld, sn_err *e) {
-    float *y = sn_malloc(sizeof(float) * (size_t)(rows * cols), "an f32 copy of a 16-bit GEMM "
-                         "operand", e);
-    if (!y) return NULL;
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++)
-            y[i * cols + j] = t == SN_BF16 ? bf16_to_f32(x[i * ld + j]) : f16_to_f32(x[i * ld + j]);
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* n f16 widened by the CPU's F16C (vcvtph2ps, 8 at a time: exact, subnormals at full speed,
+ * where a scalar multiply of an f32 subnormal stalls); NaN stays NaN (its payload kept). */
+__attribute__((target("avx,f16c"))) static void widen_f16c(const uint16_t *x, float *y, int64_t n) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(y + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + j))));
+    for (; j < n; j++) y[j] = f16_to_f32(x[j]);
+}
+static bool have_f16c(void) {
+    static int known = -1;
+    if (known < 0) known = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    return known > 0;
+}
+#else
+static void widen_f16c(const uint16_t *x, float *y, int64_t n) { (void)x, (void)y, (void)n; }
+static bool have_f16c(void) { return false; }
+#endif
+
+/* rows x cols of a 16-bit matrix (leading dimension ld) widened into a packed f32 copy: this
+ * thread's buffer `slot`, kept between calls up to KEEP_FLOATS (a fresh one a call cost its page
+ * faults: gpt2 fp16 B=1 T=128 on 2 cores, 330 ms a step kept, 394 not); larger ones (the LM
+ * head's operands at large batches) are freed after their product (release_large). */
+enum { KEEP_FLOATS = 16 << 20 };
+static _Thread_local struct { float *p; size_t n; } bufs[2];
+static void release_large(void) {
+    for (int i = 0; i < 2; i++)
+        if (bufs[i].n > KEEP_FLOATS) {
+            free(bufs[i].p);
+            bufs[i].p = NULL;
+            bufs[i].n = 0;
+        }
+}
+static float *widen(sn_dtype t, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld,
+                    int slot, sn_err *e) {
+    size_t n = (size_t)(rows * cols);
+    if (bufs[slot].n < n) {
+        free(bufs[slot].p);
+        bufs[slot].n = 0;
+        if (!(bufs[slot].p = sn_malloc(sizeof(float) * n, "an f32 copy of a 16-bit GEMM operand", e)))
+            return NULL;
+        bufs[slot].n = n;
+    }
+    float *y = bufs[slot].p;
+    for (int64_t i = 0; i < rows; i++) {
+        const uint16_t *xi = x + i * ld;
+        float *yi = y + i * cols;
+        if (t == SN_BF16)
+#pragma omp simd
+            for (int64_t j = 0; j < cols; j++) yi[j] = bf16_to_f32(xi[j]);
+        else if (have_f16c())
+            widen_f16c(xi, yi, cols);
+        else
+            for (int64_t j = 0; j < cols; j++) yi[j] = f16_to_f32(xi[j]);
+    }
     return y;
 }
 
 static sn_status widened(sn_dtype t, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                          const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C,
                          int64_t ldc, sn_err *e) {
-    float *a = widen(t, A, ta ? K : M, ta ? M : K, lda, e);
-    float *b = a ? widen(t, B, tb ? N : K, tb ? K : N, ldb, e) : NULL;
+    float *a = widen(t, A, ta ? K : M, ta ? M : K, lda, 0, e);
+    float *b = a ? widen(t, B, tb ? N : K, tb ? K : N, ldb, 1, e) : NULL;
     sn_status s = !b ? SN_ERR_OOM
                      : sn_gemm_f32(ta, tb, M, N, K, a, ta ? M : K, b, tb ? K : N, 0, C, ldc, e);
-    free(a);
-    free(b);
+    release_large();
     return s;
 }
 
@@ -188,20 +264,7 @@ static inline uint16_t bf16_round(float v) {
     return (uint16_t)(v != v ? (u >> 16) | 0x40 : r);
 }
 
-uint16_t sn_lowp_round(sn_dtype t, float v) {
-    uint32_t u;
-    if (t == SN_BF16) return bf16_round(v);
-    float r = (float)sn_dtype_round(t, v);
-    memcpy(&u, &r, sizeof u);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-    float a = fabsf(r);
-    if (isnan(v)) return 0x7e00;
-    if (isinf(a) || a >= 65520.0f) return sign | 0x7c00;
-    if (a < ldexpf(1, -14)) return sign | (uint16_t)(a * ldexpf(1, 24)); /* subnormal: exact */
-    int ex;
-    float m = frexpf(a, &ex); /* a = m 2^ex, m in [0.5, 1) */
-    return sign | (uint16_t)((ex + 14) << 10) | (uint16_t)((m * 2048.0f) - 1024.0f);
-}
+uint16_t sn_lowp_round(sn_dtype t, float v) { return t == SN_BF16 ? bf16_round(v) : f16_round(v); }
 
 void sn_gemm_store_lowp(sn_dtype t, void *y, const float *c, const void *bias, const void *acc,
                         int64_t N, int64_t r0, int64_t r1) {
@@ -233,8 +296,8 @@ void sn_gemm_store_lowp(sn_dtype t, void *y, const float *c, const void *bias, c
         for (int64_t j = 0; j < N; j++) {
             int64_t i = r * N + j;
             float v = c[i];
-            if (b16) v += sn_lowp_widen(t, b16[j]);
-            if (a16) v += sn_lowp_widen(t, a16[i]); /* read before y[i]: acc may be y */
-            y16[i] = sn_lowp_round(t, v);
+            if (b16) v += f16_to_f32(b16[j]);
+            if (a16) v += f16_to_f32(a16[i]); /* read before y[i]: acc may be y */
+            y16[i] = f16_round(v);
         }
 }

@@ -258,6 +258,83 @@ START_TEST(gemm_bf16_store_rounds_as_interpreter) {
 }
 END_TEST
 
+/* f16 bits of a value already rounded to f16 (sn_dtype_round's), by frexp: an encoding written
+ * apart from the CPU device's bit arithmetic. */
+static uint16_t f16_bits_of(double r) {
+    uint16_t sign = signbit(r) ? 0x8000 : 0;
+    double a = fabs(r);
+    if (isnan(r)) return 0x7e00;
+    if (isinf(a)) return sign | 0x7c00;
+    if (a < ldexp(1, -14)) return sign | (uint16_t)(a * ldexp(1, 24)); /* subnormal: exact */
+    int ex;
+    double m = frexp(a, &ex); /* a = m 2^ex, m in [0.5, 1) */
+    return sign | (uint16_t)((ex + 14) << 10) | (uint16_t)(m * 2048 - 1024);
+}
+
+/* The same for f16 (the CPU device's f16 GEMMs, rounded on the bits since session 24): f32
+ * patterns at a stride prime to 2^13, every exponent from subnormal f32 to infinity, and the
+ * edges: f16's largest finite (65504) and the ties around it, 65520 (to infinity), the
+ * smallest normal and subnormal and the ties beside them, zeros, infinities, NaN; then every
+ * f16 value widened (exact, NaN as NaN) against ldexp. */
+START_TEST(gemm_f16_store_rounds_as_interpreter) {
+    enum { N = 4096 };
+    static const float edges[] = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 65512.0f,
+                                  0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-24f, 0x1.8p-25f, 3.0f * 0x1p-25f,
+                                  INFINITY, -INFINITY, NAN, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f};
+    float c[N];
+    uint16_t y[N];
+    int64_t checked = 0;
+    uint32_t u = 0;
+    for (int round = 0; round < 256; round++) {
+        for (int j = 0; j < N; j++, u += 4099u) {
+            if (round == 0 && j < (int)(sizeof edges / sizeof edges[0])) c[j] = edges[j];
+            else memcpy(&c[j], &u, sizeof u);
+        }
+        sn_gemm_store_lowp(SN_F16, y, c, NULL, NULL, N, 0, 1);
+        for (int j = 0; j < N; j++) {
+            uint16_t want = f16_bits_of(sn_dtype_round(SN_F16, c[j]));
+            ck_assert_msg(y[j] == want, "%a: stored 0x%04x, sn_dtype_round's 0x%04x", (double)c[j],
+                          y[j], want);
+            checked++;
+        }
+    }
+    ck_assert_int_eq(checked, 256 * N);
+    for (uint32_t h = 0; h < 65536; h++) {
+        int ex = (h >> 10) & 31, m = h & 1023;
+        double want = ex == 0 ? ldexp(m, -24) : ex == 31 ? (m ? NAN : INFINITY) : ldexp(m | 1024, ex - 25);
+        if (h & 0x8000) want = -want;
+        float got = sn_lowp_widen(SN_F16, (uint16_t)h);
+        ck_assert_msg(isnan(want) ? isnan(got) : (double)got == want && !signbit(got) == !signbit(want),
+                      "f16 0x%04x widened to %a, not %a", (unsigned)h, (double)got, want);
+    }
+}
+END_TEST
+
+/* An f16 GEMM on the CPU device widens its operands exactly (by the CPU's F16C where it has it,
+ * else on the bits): every finite f16 value times a diagonal of 1s and 2s (alternating every 8
+ * columns, so that operands widened out of place cannot cancel) comes out as itself times its
+ * column's, subnormals and signed zeros included. */
+START_TEST(gemm_f16_operands_widen_exactly) {
+    enum { M = 256, K = 256 };
+    uint16_t *a = malloc(sizeof(uint16_t) * M * K), *id = calloc((size_t)K * K, sizeof(uint16_t));
+    float *c = malloc(sizeof(float) * M * K);
+    ck_assert(a && id && c);
+    for (int i = 0; i < M * K; i++) /* infinity and NaN (exponent 31) replaced: inf * 0 is NaN */
+        a[i] = (i & 0x7c00) == 0x7c00 ? (uint16_t)(i & 0x83ff) : (uint16_t)i;
+    for (int k = 0; k < K; k++) id[k * K + k] = k / 8 % 2 ? 0x4000 : 0x3c00; /* 2.0, 1.0 */
+    sn_err e;
+    ck_assert_msg(sn_gemm_lowp(SN_F16, false, false, M, K, K, a, K, id, K, c, K, &e) == SN_OK, "%s", e.msg);
+    for (int i = 0; i < M * K; i++) {
+        float want = sn_lowp_widen(SN_F16, a[i]) * (i % K / 8 % 2 ? 2.0f : 1.0f);
+        ck_assert_msg(c[i] == want, "f16 0x%04x: the GEMM gave %a, not %a", (unsigned)a[i],
+                      (double)c[i], (double)want);
+    }
+    free(a);
+    free(id);
+    free(c);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("device");
     TCase *tc = tcase_create("contract");
@@ -267,6 +344,8 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, frozen_parameter, 0, 2);
     tcase_add_test(tc, frozen_round_trips);
     tcase_add_test(tc, gemm_bf16_store_rounds_as_interpreter);
+    tcase_add_test(tc, gemm_f16_store_rounds_as_interpreter);
+    tcase_add_test(tc, gemm_f16_operands_widen_exactly);
     suite_add_tcase(s, tc);
     return s;
 }
