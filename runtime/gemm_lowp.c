@@ -64,6 +64,7 @@ float sn_lowp_widen(sn_dtype t, uint16_t bits) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 /* n f16 widened by the CPU's F16C (vcvtph2ps, 8 at a time: exact, subnormals at full speed,
  * where a scalar multiply of an f32 subnormal stalls); NaN stays NaN (its payload kept). */
@@ -73,9 +74,16 @@ __attribute__((target("avx,f16c"))) static void widen_f16c(const uint16_t *x, fl
         _mm256_storeu_ps(y + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + j))));
     for (; j < n; j++) y[j] = f16_to_f32(x[j]);
 }
+/* CPUID's AVX and F16C with the OS saving the YMM registers (XCR0 bits 1 and 2); clang 14's
+ * __builtin_cpu_supports does not know "f16c". Idempotent: a race writes the same answer. */
 static bool have_f16c(void) {
     static int known = -1;
-    if (known < 0) known = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    if (known < 0) {
+        unsigned a, b, c, d, lo = 0, hi = 0;
+        bool cpu = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE) && (c & bit_AVX) && (c & bit_F16C);
+        if (cpu) __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        known = cpu && (lo & 6) == 6;
+    }
     return known > 0;
 }
 #else
