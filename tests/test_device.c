@@ -225,40 +225,7 @@ START_TEST(frozen_round_trips) {
 }
 END_TEST
 
-/* A GEMM's bf16 output on the CPU device (rounded on the bits) is sn_dtype_round's, the
- * interpreter's: f32 patterns at a stride prime to 2^16 (every rounding case of the 16 dropped
- * bits, at every exponent), and the edges: ties both ways, the largest finite, overflow to
- * infinity, zeros, subnormals, infinities. */
-START_TEST(gemm_bf16_store_rounds_as_interpreter) {
-    enum { N = 4096 };
-    static const uint32_t edges[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x00008000u, 0x00018000u,
-                                     0x007fffffu, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x7f7f7fffu,
-                                     0x7f7f8000u, 0x7f7fffffu, 0xff7f8000u, 0x7f800000u, 0xff800000u};
-    float c[N];
-    uint16_t y[N];
-    int64_t checked = 0;
-    uint32_t u = 0;
-    for (int round = 0; round < 256; round++) {
-        for (int j = 0; j < N; j++, u += 4099u) {
-            uint32_t bits = round == 0 && j < (int)(sizeof edges / sizeof edges[0]) ? edges[j] : u;
-            memcpy(&c[j], &bits, sizeof bits);
-            if (isnan(c[j])) c[j] = 1.0f;
-        }
-        sn_gemm_store_lowp(SN_BF16, y, c, NULL, NULL, N, 0, 1);
-        for (int j = 0; j < N; j++) {
-            float r = (float)sn_dtype_round(SN_BF16, c[j]);
-            uint32_t rb;
-            memcpy(&rb, &r, sizeof rb);
-            ck_assert_msg(y[j] == (uint16_t)(rb >> 16), "%a: stored 0x%04x, sn_dtype_round 0x%04x",
-                          (double)c[j], y[j], (unsigned)(rb >> 16));
-            checked++;
-        }
-    }
-    ck_assert_int_eq(checked, 256 * N);
-}
-END_TEST
-
-/* f16 bits of a value already rounded to f16 (sn_dtype_round's), by frexp: an encoding written
+/* The bits sn_dtype_round gives v in t: bf16 the top half of its f32; f16 encoded by frexp,
  * apart from the CPU device's bit arithmetic. */
 static uint16_t f16_bits_of(double r) {
     uint16_t sign = signbit(r) ? 0x8000 : 0;
@@ -270,35 +237,63 @@ static uint16_t f16_bits_of(double r) {
     double m = frexp(a, &ex); /* a = m 2^ex, m in [0.5, 1) */
     return sign | (uint16_t)((ex + 14) << 10) | (uint16_t)(m * 2048 - 1024);
 }
+static uint16_t rounded_bits(sn_dtype t, float v) {
+    if (t == SN_F16) return f16_bits_of(sn_dtype_round(SN_F16, v));
+    float r = (float)sn_dtype_round(SN_BF16, v);
+    uint32_t rb;
+    memcpy(&rb, &r, sizeof rb);
+    return (uint16_t)(rb >> 16);
+}
 
-/* The same for f16 (the CPU device's f16 GEMMs, rounded on the bits since session 24): f32
- * patterns at a stride prime to 2^13, every exponent from subnormal f32 to infinity, and the
- * edges: f16's largest finite (65504) and the ties around it, 65520 (to infinity), the
- * smallest normal and subnormal and the ties beside them, zeros, infinities, NaN; then every
- * f16 value widened (exact, NaN as NaN) against ldexp. */
-START_TEST(gemm_f16_store_rounds_as_interpreter) {
+/* A GEMM's t output on the CPU device (rounded on the bits) is sn_dtype_round's, the
+ * interpreter's: the `n_edges` edge patterns first, then f32 patterns at a stride of 4099,
+ * prime to 2^16 (every rounding case of the dropped bits, at every exponent); NaN kept only
+ * where keep_nan (else 1.0). */
+static void store_rounds_as_interpreter(sn_dtype t, const uint32_t *edges, int n_edges, bool keep_nan) {
     enum { N = 4096 };
-    static const float edges[] = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 65512.0f,
-                                  0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-24f, 0x1.8p-25f, 3.0f * 0x1p-25f,
-                                  INFINITY, -INFINITY, NAN, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f};
     float c[N];
     uint16_t y[N];
     int64_t checked = 0;
     uint32_t u = 0;
     for (int round = 0; round < 256; round++) {
         for (int j = 0; j < N; j++, u += 4099u) {
-            if (round == 0 && j < (int)(sizeof edges / sizeof edges[0])) c[j] = edges[j];
-            else memcpy(&c[j], &u, sizeof u);
+            uint32_t bits = round == 0 && j < n_edges ? edges[j] : u;
+            memcpy(&c[j], &bits, sizeof bits);
+            if (isnan(c[j]) && !keep_nan) c[j] = 1.0f;
         }
-        sn_gemm_store_lowp(SN_F16, y, c, NULL, NULL, N, 0, 1);
+        sn_gemm_store_lowp(t, y, c, NULL, NULL, N, 0, 1);
         for (int j = 0; j < N; j++) {
-            uint16_t want = f16_bits_of(sn_dtype_round(SN_F16, c[j]));
-            ck_assert_msg(y[j] == want, "%a: stored 0x%04x, sn_dtype_round's 0x%04x", (double)c[j],
-                          y[j], want);
+            uint16_t want = rounded_bits(t, c[j]);
+            ck_assert_msg(y[j] == want, "%s %a: stored 0x%04x, sn_dtype_round's 0x%04x",
+                          sn_dtype_name(t), (double)c[j], y[j], want);
             checked++;
         }
     }
     ck_assert_int_eq(checked, 256 * N);
+}
+
+/* bf16: the edges are ties both ways, the largest finite, overflow to infinity, zeros,
+ * subnormals, infinities. */
+START_TEST(gemm_bf16_store_rounds_as_interpreter) {
+    static const uint32_t edges[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x00008000u, 0x00018000u,
+                                     0x007fffffu, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x7f7f7fffu,
+                                     0x7f7f8000u, 0x7f7fffffu, 0xff7f8000u, 0x7f800000u, 0xff800000u};
+    store_rounds_as_interpreter(SN_BF16, edges, sizeof edges / sizeof edges[0], false);
+}
+END_TEST
+
+/* f16 (the CPU device's f16 GEMMs, rounded on the bits since session 24): the edges are f16's
+ * largest finite (65504) and the ties around it, 65520 (to infinity), the smallest normal and
+ * subnormal and the ties beside them, zeros, infinities, NaN; then every f16 value widened
+ * (exact, NaN as NaN) against ldexp. */
+START_TEST(gemm_f16_store_rounds_as_interpreter) {
+    static const float values[] = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 65512.0f,
+                                   0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-24f, 0x1.8p-25f, 3.0f * 0x1p-25f,
+                                   INFINITY, -INFINITY, NAN, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f};
+    enum { EDGES = sizeof values / sizeof values[0] };
+    uint32_t edges[EDGES];
+    memcpy(edges, values, sizeof edges);
+    store_rounds_as_interpreter(SN_F16, edges, EDGES, true);
     for (uint32_t h = 0; h < 65536; h++) {
         int ex = (h >> 10) & 31, m = h & 1023;
         double want = ex == 0 ? ldexp(m, -24) : ex == 31 ? (m ? NAN : INFINITY) : ldexp(m | 1024, ex - 25);
