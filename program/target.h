@@ -81,6 +81,11 @@ typedef struct {
                                together. CUDA: on; off with SN_ROW_CACHE=0 (a GPU run's before
                                and after in one build). The CPU: no such form (its rows stay in
                                cache between passes) */
+    bool row_prefetch;      /* where a CUDA classifier keeps its row in registers, the block takes
+                               rows in turn and copies the next into shared memory while it
+                               works on this one (cuda_row.h: sn_cu_row_prefetch_plan; sm_80
+                               and up). CUDA: on; off with SN_ROW_PREFETCH=0 (a GPU run's before
+                               and after in one build) */
     bool gemv_nf4_only;     /* the few-row product (kernel.h: SN_KER_GEMV) only for an NF4
                                weight (K, N), as before it read transposed and 16-bit weights:
                                off by default; sn_pipeline_kernels sets it when SN_GEMV=nf4 (a
@@ -113,6 +118,8 @@ bool sn_target_att_parts_off(void);
 /* Whether SN_ROW_CACHE=0 asks for CUDA row kernels that read the row in every pass (row_cache
  * off); sn_target_cuda reads it. */
 bool sn_target_row_cache_off(void);
+/* Whether SN_ROW_PREFETCH=0 asks for a classifier a block a row (row_prefetch off). */
+bool sn_target_row_prefetch_off(void);
 /* Whether SN_GEMV=nf4 asks for the few-row product of NF4 (K, N) weights alone (sn_target
  * gemv_nf4_only). */
 bool sn_target_gemv_nf4_only_asked(void);

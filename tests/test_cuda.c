@@ -450,6 +450,9 @@ END_TEST
 /* ---- the generated CUDA executed on the CPU ---- */
 
 /* Loads src, exactly as NVRTC gets it, into the SIMT simulator; NULL if there is no g++. */
+/* The SMs host_check's launches are sized for (0: unknown; a persistent kernel's grid). */
+static int host_sm_count = 0;
+
 static sn_sim_module *host_compile(const char *src) {
     sn_sim_module *m;
     sn_err e;
@@ -518,6 +521,7 @@ static double host_check(sn_sim_module *h, const sn_kernel *k, const char *fn, c
     void *first_order = NULL;
     params[nargs] = &scratch;
     sn_target t = sm(80);
+    t.sm_count = host_sm_count;
     sn_cuda_dims dims[2] = {sn_cuda_launch_dims(k, &t), {.grid = {3, 1, 1}, .block = {256, 1, 1}}};
     double *got = NULL, worst = 0;
     for (int d = 0; d < (k->kind == SN_KER_POINTWISE ? 2 : 1); d++)
@@ -1607,6 +1611,49 @@ START_TEST(cpu_classifier_kept) {
 }
 END_TEST
 
+/* The classifier taking its rows in turn (cuda_row.h: sn_cu_row_prefetch_plan; sm_80 and up):
+ * the next row's bf16 logits copied into shared memory with cp.async while the block works on
+ * this one. 5 rows of 12,288 (two steps of 1,024 threads) by the grid of one SM, 2 blocks
+ * (rows 0, 2, 4 and 1, 3): the interpreter's gradient in both thread orders; planted bugs
+ * caught: the copy of the row after this one instead of the block's next, no wait for the
+ * copy, a word of each step taken from the wrong part of the vector, the target's column not
+ * written again by its owner (the pass writes p there, not p - scale). sm_75 (no cp.async)
+ * reads its rows as before. */
+START_TEST(cpu_classifier_prefetched) {
+    sn_graph *g;
+    const sn_kernel *k;
+    sn_program *p = classifier_graph(5, 12288, 12283, true, &g, &k);
+    sn_target t = sm(80), t75 = sm(75);
+    ck_assert_int_eq(sn_cuda_launch_dims(k, &t).shared_bytes, 2 * 12288);
+    ck_assert_int_eq(sn_cuda_launch_dims(k, &t).grid[0], 5); /* the SMs unknown: a block a row */
+    ck_assert_int_eq(sn_cuda_launch_dims(k, &t75).shared_bytes, 0);
+    t.sm_count = 1;
+    ck_assert_int_eq(sn_cuda_launch_dims(k, &t).grid[0], 2);
+    t.sm_count = 132;
+    ck_assert_int_eq(sn_cuda_launch_dims(k, &t).grid[0], 5);
+    sn_cuda_source cs = render(&k, 1);
+    bool turn = strstr(cs.src, "r += gridDim.x) {") &&
+                strstr(cs.src, "sn_cp_async_16(&next_row[j0 / 8], src + j0);");
+    if (!turn) printf("%s\n", cs.src), fflush(stdout);
+    ck_assert_msg(turn, "the classifier %s does not take its rows in turn", k->name);
+    sn_cuda_source_free(&cs);
+    static const struct { const char *from, *to, *what; } bugs[4] = {
+        {"(r + gridDim.x) *", "(r + 1) *", "the copy of the row after this one"},
+        {"sn_cp_async_wait_all();", ";", "no wait for the copy"},
+        {"rc0[cs * 4 + 1] = v.y;", "rc0[cs * 4 + 1] = v.z;", "a word from the wrong part of the vector"},
+        {"% 1024 == threadIdx.x) {", "% 1024 == threadIdx.x + 1) {", "the target's column not written again"},
+    };
+    host_sm_count = 1;
+    for (int b = 0; b < 4; b++) {
+        const char *const edit[2] = {bugs[b].from, bugs[b].to};
+        row_bug_caught(g, k, true, 40, edit, 1, "the classifier over rows of 12288 in turn", bugs[b].what);
+    }
+    host_sm_count = 0;
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* The classifier at the vocabularies of the models sinter knows (GPT-2's 50,257 padded to
  * 50,304, SmolLM2's 49,152, TinyLlama's 32,000; LLaMA 3's 128,256 and Qwen2.5's 151,936, too
  * long to keep) through NVRTC for sm_80 and sm_90: no spills. Its 1024 threads leave 64
@@ -1631,9 +1678,10 @@ START_TEST(nvrtc_classifier_vocabularies) {
             const sn_cuda_kernel_info *in = sn_cuda_module_info(&m, cs.fn[0]);
             ck_assert(in);
             printf("test_cuda: classifier over %lld classes (%lld columns), sm_%d: %d registers, "
-                   "%s, spills %d/%d\n", (long long)vocab[v][1], (long long)vocab[v][0], a,
+                   "%s%s, spills %d/%d\n", (long long)vocab[v][1], (long long)vocab[v][0], a,
                    in->registers, strstr(cs.src, "unsigned rc0[") ? "kept" : "not kept",
-                   in->spill_store_bytes, in->spill_load_bytes);
+                   strstr(cs.src, "next_row") ? ", rows in turn" : "", in->spill_store_bytes,
+                   in->spill_load_bytes);
             ck_assert_msg(in->spill_store_bytes == 0 && in->spill_load_bytes == 0 && in->stack_bytes == 0,
                           "the classifier over %lld columns spills on sm_%d", (long long)vocab[v][0], a);
             sn_cuda_module_free(&m);
@@ -2201,6 +2249,7 @@ int main(void) {
     tcase_add_test(cpu, cpu_row_vectors);
     tcase_add_test(cpu, cpu_classifier_vectors);
     tcase_add_test(cpu, cpu_classifier_kept);
+    tcase_add_test(cpu, cpu_classifier_prefetched);
     tcase_add_test(cpu, cpu_reduce_by_column);
     tcase_add_test(cpu, cpu_row_vector_lane_bug_caught);
     tcase_add_test(cpu, cpu_embedding_bwd_buckets);

@@ -76,6 +76,10 @@ sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e);
 /* tg: row_cache, the row kept in registers between passes where it fits, and its budget */
 void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const sn_target *tg,
                     const char *fname);
+/* The dynamic shared memory of a classifier kernel in blocks of `threads` on tg that takes its
+ * rows in turn, the next copied ahead into shared memory (cuda_row.h:
+ * sn_cu_row_prefetch_plan), or 0: a block a row. */
+int64_t sn_cu_row_prefetched(const sn_kernel *k, unsigned threads, const sn_target *tg);
 /* Threads of a block-per-row kernel for rows of C elements taken `lanes` a step. */
 int sn_cu_row_threads(int64_t C, int lanes);
 /* Columns a row kernel's pass takes a step: 8 (16-byte loads of 8 bf16/f16 values; f32 as two

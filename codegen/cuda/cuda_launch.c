@@ -44,7 +44,18 @@ static sn_cuda_dims own_dims(const sn_kernel *k, const sn_target *t) {
             return dims1(items, SN_SUM_FINISH_COLS);
         if (sn_cu_row_warp_per_row(k)) /* a warp per row */
             return dims1((R + SN_CUDA_ROW_WARPS - 1) / SN_CUDA_ROW_WARPS, 32 * SN_CUDA_ROW_WARPS);
-        return dims1(R, sn_cu_row_threads(C, sn_cu_row_lanes(k)));
+        int threads = sn_cu_row_threads(C, sn_cu_row_lanes(k));
+        int64_t bytes = sn_cu_row_prefetched(k, (unsigned)threads, t);
+        if (bytes) { /* persistent: as many blocks as fit the SMs at once (all rows where their
+                        count is unknown), each taking rows in turn */
+            int64_t per_sm = (t->shared_max + 1024) / (bytes + 1024), by_threads = 2048 / threads;
+            per_sm = per_sm < by_threads ? per_sm : by_threads;
+            int64_t blocks = t->sm_count ? t->sm_count * (per_sm > 1 ? per_sm : 1) : R;
+            sn_cuda_dims d = dims1(blocks < R ? blocks : R, threads);
+            d.shared_bytes = (unsigned)bytes;
+            return d;
+        }
+        return dims1(R, threads);
     }
     case SN_KER_REDUCE: {
         const sn_node *x = n->in[0];

@@ -193,7 +193,21 @@ static void cross_entropy_bwd(row *w) {
     sn_cu_row_opnd(w, 2, dl, sizeof dl);
     int ign = w->n->a.ignore_index;
     bool padded = w->Vr < w->C;
+    if (w->prefetch) { /* the block's rows in turn, each copied ahead into shared memory */
+        counted_rows(w, t, ign);
+        E("const float scale = count > 0.0f ? %s / count : 0.0f;", dl);
+        E("SN_DYNAMIC_SHARED(uint4, next_row);");
+        sn_cu_row_prefetch_issue(w, "blockIdx.x");
+        E("for (%s r = blockIdx.x; r < %lld; r += gridDim.x) {", w->ix, (long long)w->R);
+        E("const %s row = r * %lld;", w->ix, (long long)w->C);
+        sn_cu_row_coords(w);
+    }
     sn_cu_row_cache_begin(w);
+    if (w->prefetch) {
+        sn_cu_row_cache_fill_shared(w);
+        E("if (r + gridDim.x < %lld)", (long long)w->R);
+        sn_cu_row_prefetch_issue(w, "r + gridDim.x");
+    }
     E("const int target = %s[r];", t);
     if (loss) {
         E("double *row_sums = (double *)scratch + 2 * r; /* this row's loss and count */");
@@ -201,8 +215,10 @@ static void cross_entropy_bwd(row *w) {
     }
     E("if (target != %d && target >= 0 && target < %lld) {", ign, (long long)w->Vr);
     sn_cu_row_cache_fill(w); /* the row's loads issued before the targets' */
-    counted_rows(w, t, ign);
-    E("const float scale = count > 0.0f ? %s / count : 0.0f;", dl);
+    if (!w->prefetch) {
+        counted_rows(w, t, ign);
+        E("const float scale = count > 0.0f ? %s / count : 0.0f;", dl);
+    }
     bool online = loss && !w->cache_steps; /* the row read once for the max and the sum */
     if (online && w->lanes > 1) { /* a vector at a time: its max, then its exponentials */
         E("float mx = -SN_INF, se = 0.0f; /* online: se is the sum of exp(x - mx) so far */");
@@ -273,15 +289,31 @@ static void cross_entropy_bwd(row *w) {
     sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     if (w->exp_fast) E("const float p = copysignf(sn_exp2(fmaf(%s, 1.44269504f, -mk_l2)), k);", x);
     else E("const float p = %s * k;", sn_cu_row_exp_sub(w, x, "mx", e, sizeof e));
+    /* the row kept: the pass writes p at the target too, and the column's owner writes it again
+     * after (no test an element, its target live through the pass: 4 bytes of spills in the
+     * classifier that prefetches, NVRTC sm_90, 2026-11-29) */
+    bool again = w->cache_steps > 0;
     if (padded && w->cache_steps) /* the steps wholly before the padded classes: no test */
-        snprintf(val, sizeof val, "cs < %lld || j < %lld ? (j == target ? p - scale : p) : 0.0f",
+        snprintf(val, sizeof val, "cs < %lld || j < %lld ? p : 0.0f",
                  (long long)sn_cu_row_whole_steps(w, w->Vr), (long long)w->Vr);
+    else if (again)
+        snprintf(val, sizeof val, padded ? "j < %lld ? p : 0.0f" : "p", (long long)w->Vr);
     else
         snprintf(val, sizeof val, padded ? "j < %lld ? (j == target ? p - scale : p) : 0.0f"
                                          : "j == target ? p - scale : p", (long long)w->Vr);
     sn_cu_row_store(w, val);
     sn_cu_row_close_pass(w);
     sn_cu_row_cache_end(w);
+    if (again) { /* the same thread's later store to the element: it stays */
+        E("/* the target's column again, by the thread whose pass stored it */");
+        E("if ((target / %d) %% %u == threadIdx.x) {", w->lanes, w->threads);
+        E("const int j = target;");
+        sn_cu_row_element(w);
+        if (w->exp_fast) E("const float p = copysignf(sn_exp2(fmaf(%s, 1.44269504f, -mk_l2)), k);", x);
+        else E("const float p = %s * k;", sn_cu_row_exp_sub(w, x, "mx", e, sizeof e));
+        sn_cu_row_store(w, "p - scale");
+        E("}");
+    }
     E("} else {");
     if (loss) {
         E("/* a bad target: NaN, counted */");
@@ -296,6 +328,7 @@ static void cross_entropy_bwd(row *w) {
     sn_cu_row_store(w, val);
     sn_cu_row_close_pass(w);
     E("}");
+    if (w->prefetch) E("}");
 }
 
 /* ---- the kernel ---- */
@@ -325,24 +358,43 @@ sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e) {
     return setup(&w, k, e);
 }
 
+/* w for kernel k (checked) in blocks of `threads` on target tg, before any text. */
+static void plan(row *w, const sn_kernel *k, unsigned threads, const sn_target *tg) {
+    sn_err e;
+    SN_ASSERT(setup(w, k, &e) == SN_OK); /* the renderer checked it */
+    w->threads = threads;
+    w->cache_allowed = tg->row_cache;
+    w->sm = tg->sm;
+    w->shared_max = tg->shared_max;
+    w->prefetch_allowed = tg->row_prefetch;
+    bool warp_rows = sn_cu_row_warp_per_row(k) || k->row.pair; /* the pair: a warp a row too */
+    w->first = warp_rows ? "lane" : "threadIdx.x";
+    w->stride = warp_rows ? 32 : w->threads;
+    w->bsum = warp_rows ? "sn_warp_sum" : "sn_block_sum";
+    w->bmax = warp_rows ? "sn_warp_max" : "sn_block_max";
+    int64_t bytes;
+    sn_cu_row_prefetch_plan(w, &bytes);
+}
+
+int64_t sn_cu_row_prefetched(const sn_kernel *k, unsigned threads, const sn_target *tg) {
+    if (k->kind != SN_KER_ROW || k->stage == SN_SUM_FINISH || k->anchor->op != SN_OP_CROSS_ENTROPY_BWD)
+        return 0;
+    row w;
+    plan(&w, k, threads, tg);
+    return w.prefetch ? 2 * w.C : 0;
+}
+
 void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const sn_target *tg,
                     const char *fname) {
     row w;
-    sn_err e;
     if (k->stage == SN_SUM_FINISH) {
         sn_cu_row_finish(t, k, d, fname, false);
         return;
     }
-    SN_ASSERT(setup(&w, k, &e) == SN_OK); /* the renderer checked it */
+    plan(&w, k, d->block[0], tg);
     w.t = t;
-    w.threads = d->block[0];
-    w.cache_allowed = tg->row_cache;
-    w.sm = tg->sm;
-    bool warp_rows = sn_cu_row_warp_per_row(k) || k->row.pair; /* the pair: a warp a row too */
-    w.first = warp_rows ? "lane" : "threadIdx.x";
-    w.stride = warp_rows ? 32 : w.threads;
-    w.bsum = warp_rows ? "sn_warp_sum" : "sn_block_sum";
-    w.bmax = warp_rows ? "sn_warp_max" : "sn_block_max";
+    bool warp_rows = !strcmp(w.first, "lane");
+    SN_ASSERT(!w.prefetch || d->shared_bytes == 2 * w.C); /* as the launch gives it */
     /* a row kept in registers: at least 3 blocks of 256 threads an SM (85 registers; ptxas
        took 108 with 2 for GPT-2's layernorm, 76 with none), 2 for the norm backward pair (127
        on sm_90), 1 of more threads (the classifier's 1024: 64) */
@@ -371,6 +423,7 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
                     (long long)w.R);
         sn_cu_emitf(t, "const %s row = r * %lld;", w.ix, (long long)w.C);
         sn_cu_row_coords(&w);
+    } else if (w.prefetch) { /* the block's rows in turn: cross_entropy_bwd opens the loop */
     } else if (k->stage == SN_SUM_WHOLE || k->anchor2) { /* a block per row (the classifier too) */
         sn_cu_emitf(t, "const %s r = blockIdx.x; /* this block's row */", w.ix);
         sn_cu_emitf(t, "const %s row = r * %lld;", w.ix, (long long)w.C);

@@ -42,6 +42,11 @@ typedef struct {
     int pass_cache;        /* CACHE_NONE, CACHE_FILL (the loading loop) or CACHE_USE (a pass) */
     bool pass_guard;       /* the open pass's steps test their first column against its end */
     int first_step;        /* the next pass over the cache starts at this step (sn_cu_row_cache_max) */
+    /* the next row prefetched into shared memory (sn_cu_row_prefetch_plan) */
+    int64_t shared_max; /* the target's shared memory a block can opt into */
+    bool prefetch_allowed; /* the target's row_prefetch */
+    bool prefetch;      /* planned: the block takes rows in turn, the next one copied ahead */
+    int pf_arg;         /* the kept value's buffer (bf16 bits as stored, rows contiguous) */
     /* in a pass reading the cache: what it still computes (cuda_row_pass.c prune) */
     bool live_instr[SN_KER_MAX_INSTR];
     uint64_t live_access; /* bit a: access a */
@@ -93,6 +98,25 @@ enum { CACHE_NONE, CACHE_FILL, CACHE_USE };
  * instructions of unpacking each and a max), and true: the next pass (the max over the rest)
  * starts after them. False, and nothing written, where x is not kept so. */
 bool sn_cu_row_cache_max(row *w, const char *x, int64_t end, const char *mx);
+/* The row prefetched into shared memory (the classifier: its 100 KB of bf16 logits a row kept
+ * in registers leave one block of 1024 threads an SM, which loaded nothing while it summed its
+ * row, so DRAM idled for the summing; now the block is persistent and copies its next row into
+ * shared memory with cp.async while it works on this one, then takes it into the registers from
+ * there). Planned (true) where the cache keeps one operand, bf16 as the row's buffer stores it
+ * (its 16-byte vectors are the cache's words as they are: no widening, no packing), rows
+ * contiguous, a block a row (threads as stride), cp.async (sm_80 and up), and the row fits the
+ * target's shared memory;
+ * *bytes: the dynamic shared memory it takes (one row). Before any text, after setup with
+ * threads, first, stride, cache_allowed, sm and shared_max set. */
+bool sn_cu_row_prefetch_plan(row *w, int64_t *bytes);
+/* With `r` naming a row (below R): its kept operand copied into the shared `next_row` (its
+ * loads committed as one group; nothing read yet). */
+void sn_cu_row_prefetch_issue(row *w, const char *r);
+/* After sn_cu_row_cache_begin, in the loop over the block's rows: the copy waited for, the
+ * kept words taken from `next_row` (zeros past the row's end; each thread reads the chunks it
+ * copied), a barrier before the next copy overwrites them; the cache counts as filled. */
+void sn_cu_row_cache_fill_shared(row *w);
+
 /* The cache's steps wholly before column `end` (each step's columns a constant after unrolling:
  * a test against end can name them, `cs < whole`, and fold away there). */
 int64_t sn_cu_row_whole_steps(const row *w, int64_t end);

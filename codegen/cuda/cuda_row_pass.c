@@ -181,7 +181,9 @@ static bool loaded_bf16(const row *w, int i) {
     const sn_ref *r = &k->instr[k->row.instr].in[i];
     if (r->kind == SN_REF_INSTR) {
         const sn_pw_instr *in = &k->instr[r->index];
-        if (in->node->op != SN_OP_CAST || in->node->in[0]->dtype != SN_BF16) return false;
+        if (in->node->op != SN_OP_CAST || in->node->in[0]->dtype != SN_BF16 ||
+            (in->node->dtype != SN_F32 && in->node->dtype != SN_BF16)) /* exact: the bits kept */
+            return false;
         r = &in->in[0];
     }
     return r->kind == SN_REF_ACCESS && k->args[k->access[r->index].arg]->dtype == SN_BF16;
@@ -572,4 +574,94 @@ bool sn_cu_row_cache_max(row *w, const char *x, int64_t end, const char *mx) {
     E("}");
     w->first_step = (int)whole;
     return true;
+}
+
+/* ---- the next row prefetched into shared memory (cuda_row.h: sn_cu_row_prefetch_plan) ---- */
+
+/* The buffer whose stored bf16 bits are operand i's values in row order (r * C + j), or -1: a
+ * buffer operand read per element, or an access with rows contiguous, unmasked, at offset 0,
+ * read directly or through its exact widening to f32. */
+static int stored_bits(const row *w, int i) {
+    const sn_kernel *k = w->k;
+    if (w->buf[i] >= 0)
+        return operand_kind(w, i) == OP_ELEMENT && k->args[w->buf[i]]->dtype == SN_BF16 ? w->buf[i] : -1;
+    const sn_ref *r = &k->instr[k->row.instr].in[i];
+    if (r->kind == SN_REF_INSTR) {
+        const sn_pw_instr *in = &k->instr[r->index];
+        if (in->node->op != SN_OP_CAST || in->node->in[0]->dtype != SN_BF16 || in->node->dtype != SN_F32)
+            return -1;
+        r = &in->in[0];
+    }
+    if (r->kind != SN_REF_ACCESS) return -1;
+    const sn_access *x = &k->access[r->index];
+    if (k->args[x->arg]->dtype != SN_BF16 || x->masked || x->offset) return -1;
+    int64_t inner = 1;
+    for (int d = k->rank - 1; d >= 0; d--) { /* strides as a contiguous (.., C) array's */
+        if (k->shape[d] > 1 && x->stride[d] != inner) return -1;
+        inner *= k->shape[d];
+    }
+    return x->arg;
+}
+
+bool sn_cu_row_prefetch_plan(row *w, int64_t *bytes) {
+    w->prefetch = false;
+    w->pf_arg = -1;
+    *bytes = 0;
+    if (!w->prefetch_allowed || w->n->op != SN_OP_CROSS_ENTROPY_BWD || w->sm < 80 /* cp.async */ ||
+        w->k->tail || w->lanes != 8 || w->stride != w->threads || strcmp(w->first, "threadIdx.x"))
+        return false;
+    int regs;
+    cache_plan(w, &regs);
+    bool one = w->n_cache == 1 && w->cache_half[0];
+    w->n_cache = 0;
+    if (!one) return false;
+    for (int i = 0; i < w->n->n_in && i < 3 && w->pf_arg < 0; i++) { /* the kept operand */
+        char var[48];
+        if (!sn_row_operand_per_element(w->n->op, i)) continue;
+        sn_cu_row_opnd(w, i, var, sizeof var);
+        w->pf_arg = stored_bits(w, i);
+        if (w->pf_arg < 0) return false;
+    }
+    /* the row, and 1 KiB for the block sums' shared arrays and the driver's reserve */
+    if (w->pf_arg < 0 || 2 * w->C + 1024 > w->shared_max) return false;
+    *bytes = 2 * w->C;
+    return w->prefetch = true;
+}
+
+void sn_cu_row_prefetch_issue(row *w, const char *r) {
+    char a[16];
+    int64_t per_step = 8LL * w->threads;
+    E("/* row %s's kept values into next_row: %lld steps of 16 bytes a thread */", r,
+      (long long)((w->C + per_step - 1) / per_step));
+    E("{");
+    E("const %s *src = %s + (%s)(%s) * %lld;", sn_cu_ctype(SN_BF16), arg(w, w->pf_arg, a, sizeof a),
+      w->ix, r, (long long)w->C);
+    E("#pragma unroll");
+    E("for (int cs = 0; cs < %d; cs++) {", (int)((w->C + per_step - 1) / per_step));
+    E("const int j0 = 8 * threadIdx.x + %lld * cs;", (long long)per_step);
+    E("if (cs < %lld || j0 < %lld) sn_cp_async_16(&next_row[j0 / 8], src + j0);",
+      (long long)(w->C / per_step), (long long)w->C);
+    E("}");
+    E("sn_cp_async_commit();");
+    E("}");
+}
+
+void sn_cu_row_cache_fill_shared(row *w) {
+    SN_ASSERT(w->prefetch && w->cache_steps && w->n_cache == 1 && w->cache_half[0] && !w->cache_filled);
+    int64_t per_step = 8LL * w->threads;
+    E("/* the row from next_row (copied there while the last row was worked on); each thread");
+    E(" * reads back the chunks it copied itself: its own copies waited for, no barrier */");
+    E("sn_cp_async_wait_all();");
+    E("#pragma unroll");
+    E("for (int cs = 0; cs < %d; cs++) {", w->cache_steps);
+    E("const int j0 = 8 * threadIdx.x + %lld * cs;", (long long)per_step);
+    E("const uint4 v = cs < %lld || j0 < %lld ? next_row[j0 / 8] : make_uint4(0u, 0u, 0u, 0u);",
+      (long long)(w->C / per_step), (long long)w->C);
+    E("rc0[cs * 4] = v.x;");
+    E("rc0[cs * 4 + 1] = v.y;");
+    E("rc0[cs * 4 + 2] = v.z;");
+    E("rc0[cs * 4 + 3] = v.w;");
+    E("}");
+    E("__syncthreads(); /* the reads done before the next copy overwrites them */");
+    w->cache_filled = true;
 }

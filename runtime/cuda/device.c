@@ -40,6 +40,7 @@ typedef struct {
     CUevent order;   /* recorded on one stream for the other to wait on */
     int sm;
     int shared_optin;
+    int sms; /* multiprocessors: the target's sm_count (persistent launches' grids) */
     char name[256];
     sn_cuda_cache cache;
     cublasLtHandle_t lt;
@@ -305,7 +306,7 @@ static sn_status cu_compile(sn_device *d, sn_kernel *const *ks, int n, void **ha
     }
     double t1 = sn_clock_s();
     c->st.gemm_s += t1 - t0;
-    sn_target tg = sn_target_cuda(c->sm);
+    sn_target tg = c->base.target; /* sm_count: a persistent kernel's grid (not in its text) */
     sn_cuda_parts parts = {0};
     char name[64];
     snprintf(name, sizeof name, "sinter_program_%d", c->n_programs++);
@@ -474,6 +475,7 @@ static sn_status open_device(cuda_dev *c, int ordinal, sn_err *e) {
         (st = SN_CUDA_CHECK(API, e, cuDeviceTotalMem, &mem, c->dev)))
         return st;
     c->sm = c->st.sm = major * 10 + minor;
+    c->sms = sms;
     if (c->sm < 75)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "CUDA device %d (%s) is sm_%d: sinter needs sm_75 "
                        "(Turing) or newer; use --device cpu", ordinal, gpu, c->sm);
@@ -513,6 +515,7 @@ sn_status sn_cuda_device_new_opts(int ordinal, const sn_cuda_opts *o, sn_device 
                           .host_free = cu_host_free, .copy_async = cu_copy_async,
                           .event_wait = cu_event_wait,
                           .destroy = cu_destroy, .impl = c, .target = sn_target_cuda(c->sm)};
+    c->base.target.sm_count = c->sms;
     *out = &c->base;
     return SN_OK;
 }
