@@ -219,6 +219,20 @@ static void cross_entropy_bwd(row *w) {
         counted_rows(w, t, ign);
         E("const float scale = count > 0.0f ? %s / count : 0.0f;", dl);
     }
+    /* the row kept: the gradient's pass writes p at the target too, and the column's owner
+     * writes it again after (no test an element with the target live through the pass: 4
+     * bytes of spills in the classifier that prefetches, NVRTC sm_90, 2026-11-29); the target's
+     * logit loaded first, for the loss and that store (its latency under the passes) */
+    bool again = w->cache_steps > 0;
+    if (again) { /* thread 0's load, into shared memory after the max (a barrier before its use) */
+        E("SN_SHARED(float, target_logit, 1);");
+        E("float logit_t = 0.0f;");
+        E("if (threadIdx.x == 0) {");
+        E("const int j = target;");
+        sn_cu_row_element(w);
+        E("logit_t = %s;", x);
+        E("}");
+    }
     bool online = loss && !w->cache_steps; /* the row read once for the max and the sum */
     if (online && w->lanes > 1) { /* a vector at a time: its max, then its exponentials */
         E("float mx = -SN_INF, se = 0.0f; /* online: se is the sum of exp(x - mx) so far */");
@@ -262,6 +276,7 @@ static void cross_entropy_bwd(row *w) {
         E("mx = fmaxf(mx, %s);", x);
         sn_cu_row_close_pass(w);
         E("mx = sn_block_max(mx);");
+        if (again) E("if (threadIdx.x == 0) target_logit[0] = logit_t; /* read after the sum's barriers */");
         sn_cu_row_exp_base(w, "mx");
         E("float se = 0.0f;");
         sn_cu_row_open_pass(w, "threadIdx.x", w->Vr, w->threads, STORES_NONE);
@@ -269,7 +284,12 @@ static void cross_entropy_bwd(row *w) {
         sn_cu_row_close_pass(w);
         E("se = sn_block_sum(se);");
     }
-    if (loss) {
+    if (loss && again) {
+        E("if (threadIdx.x == 0) {");
+        E("row_sums[0] = (double)(mx + logf(se) - target_logit[0]);");
+        E("row_sums[1] = 1.0;");
+        E("}");
+    } else if (loss) {
         E("if (threadIdx.x == 0) {");
         E("float logit_t;");
         E("{");
@@ -289,10 +309,6 @@ static void cross_entropy_bwd(row *w) {
     sn_cu_row_open_pass(w, "threadIdx.x", w->C, w->threads, STORES_ALL);
     if (w->exp_fast) E("const float p = copysignf(sn_exp2(fmaf(%s, 1.44269504f, -mk_l2)), k);", x);
     else E("const float p = %s * k;", sn_cu_row_exp_sub(w, x, "mx", e, sizeof e));
-    /* the row kept: the pass writes p at the target too, and the column's owner writes it again
-     * after (no test an element, its target live through the pass: 4 bytes of spills in the
-     * classifier that prefetches, NVRTC sm_90, 2026-11-29) */
-    bool again = w->cache_steps > 0;
     if (padded && w->cache_steps) /* the steps wholly before the padded classes: no test */
         snprintf(val, sizeof val, "cs < %lld || j < %lld ? p : 0.0f",
                  (long long)sn_cu_row_whole_steps(w, w->Vr), (long long)w->Vr);
@@ -308,9 +324,9 @@ static void cross_entropy_bwd(row *w) {
         E("/* the target's column again, by the thread whose pass stored it */");
         E("if ((target / %d) %% %u == threadIdx.x) {", w->lanes, w->threads);
         E("const int j = target;");
-        sn_cu_row_element(w);
-        if (w->exp_fast) E("const float p = copysignf(sn_exp2(fmaf(%s, 1.44269504f, -mk_l2)), k);", x);
-        else E("const float p = %s * k;", sn_cu_row_exp_sub(w, x, "mx", e, sizeof e));
+        E("const float xt = target_logit[0];");
+        if (w->exp_fast) E("const float p = copysignf(sn_exp2(fmaf(xt, 1.44269504f, -mk_l2)), k);");
+        else E("const float p = %s * k;", sn_cu_row_exp_sub(w, "xt", "mx", e, sizeof e));
         sn_cu_row_store(w, "p - scale");
         E("}");
     }
