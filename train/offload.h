@@ -63,6 +63,7 @@ typedef struct {
     void *low;        /* the weight shadows' bits (sn_offload_adamw), or NULL */
     sn_dtype low_dtype;
     int64_t n, n_decay;
+    double run_s;     /* the last job's AdamW, start to end, on whichever thread ran it */
 } sn_offload_job;
 
 /* Starts AdamW on p, m, v from g with the scalars h (copied), as sn_offload_adamw; no job may be

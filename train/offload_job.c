@@ -5,8 +5,12 @@
 
 #include <string.h>
 
+#include "support/clock.h"
+
 static void run_job(sn_offload_job *j) {
+    double t0 = sn_clock_s();
     sn_offload_adamw(j->pool, j->h, j->p, j->m, j->v, j->g, j->low, j->low_dtype, j->n, j->n_decay);
+    j->run_s = sn_clock_s() - t0;
 }
 
 static void *job_main(void *arg) {

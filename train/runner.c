@@ -74,6 +74,7 @@ struct sn_runner {
     int n_seg;
     char name[160];
     double kernels_s, exec_s, optimizer_s; /* sn_runner_startup's */
+    sn_offload_times times;                 /* sn_runner_offload_times */
 };
 
 static sn_status drain(sn_runner *b, sn_err *e);
@@ -225,6 +226,8 @@ const sn_param_layout *sn_runner_layout(const sn_runner *b) { return b->lay; }
 sn_exec *sn_runner_exec(const sn_runner *b) { return b->x; }
 int64_t sn_runner_state_bytes(const sn_runner *b) { return b->state_bytes; }
 int64_t sn_runner_host_state_bytes(const sn_runner *b) { return b->host_bytes; }
+void sn_runner_offload_times(const sn_runner *b, sn_offload_times *s) { *s = b->times; }
+
 void sn_runner_startup(const sn_runner *b, double *kernels_s, double *exec_s, double *optimizer_s) {
     *kernels_s = b->kernels_s, *exec_s = b->exec_s, *optimizer_s = b->optimizer_s;
 }
@@ -519,9 +522,11 @@ sn_status sn_runner_norm(sn_runner *b, bool sums, const float scal[SN_OPT_SCALAR
 /* Offload: AdamW by the CPU on a chunk of the masters, with its gradients (NULL: the sums). */
 static void adamw_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
     float **h = b->host;
+    double t0 = sn_clock_s();
     sn_offload_adamw(b->pool, h[FB_SCAL], h[FB_PARAMS] + lo, h[FB_M] + lo, h[FB_V] + lo,
                      g ? g : h[FB_SUMS] + lo, b->seg ? (uint16_t *)h[FB_LOW] + lo : NULL,
                      b->seg ? b->lay->low : SN_F32, n, b->lay->flat_decay - lo);
+    b->times.adamw_s += sn_clock_s() - t0;
 }
 
 /* ---- the delayed parameter update (runner.h sn_runner_delay) ----
@@ -550,10 +555,17 @@ static void keep_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
 
 static sn_status drain(sn_runner *b, sn_err *e) {
     if (!b->delay) return SN_OK;
+    double t0 = sn_clock_s();
+    bool pending = b->job.pending;
     sn_offload_job_finish(&b->job);
+    double t1 = sn_clock_s();
+    b->times.join_s += t1 - t0;
+    if (pending) b->times.adamw_s += b->job.run_s;
     if (!b->upload_due) return SN_OK;
     b->upload_due = false;
-    return pipeline(b, false, true, keep_chunk, e);
+    sn_status s = pipeline(b, false, true, keep_chunk, e);
+    b->times.up_s += sn_clock_s() - t1;
+    return s;
 }
 
 sn_status sn_runner_drain(sn_runner *b, sn_err *e) { return drain(b, e); }
@@ -608,7 +620,9 @@ sn_status sn_runner_delay(sn_runner *b, sn_err *e) {
 static sn_status delayed_adamw(sn_runner *b, bool sums, sn_err *e) {
     float **h = b->host;
     sn_status s = drain(b, e); /* 1, 2, 3 */
+    double t0 = sn_clock_s();
     if (!s) s = sn_exec_run_copies_wait(b->x, e); /* 4 */
+    b->times.copies_s += sn_clock_s() - t0;
     if (s) return s;
     int f = sums ? FB_SUMS : FB_GRADS; /* 4 */
     float *t = h[f];
@@ -621,8 +635,13 @@ static sn_status delayed_adamw(sn_runner *b, bool sums, sn_err *e) {
 }
 
 sn_status sn_runner_adamw(sn_runner *b, bool sums, sn_err *e) {
-    if (b->delay) return delayed_adamw(b, sums, e);
-    if (b->offload) return pipeline(b, !sums, true, adamw_chunk, e);
+    if (b->offload) {
+        double t0 = sn_clock_s();
+        sn_status s = b->delay ? delayed_adamw(b, sums, e) : pipeline(b, !sums, true, adamw_chunk, e);
+        b->times.optimizer_s += sn_clock_s() - t0;
+        b->times.updates += !s;
+        return s;
+    }
     int g = sums ? FB_SUMS : FB_GRADS;
     return launch(b, OK_ADAMW, (const int[]){FB_PARAMS, FB_M, FB_V, g, FB_SCAL, FB_LOW}, e);
 }

@@ -92,5 +92,7 @@ int64_t sn_runner_host_state_bytes(const sn_runner *b);
 /* Seconds sn_runner_new spent in the kernel passes (sn_pipeline_kernels), the executor
  * (sn_exec_new) and the optimizer's buffers and kernels. */
 void sn_runner_startup(const sn_runner *b, double *kernels_s, double *exec_s, double *optimizer_s);
+/* With offload: train.h sn_offload_times so far (zeros without). */
+void sn_runner_offload_times(const sn_runner *b, sn_offload_times *s);
 
 #endif

@@ -366,6 +366,10 @@ sn_status sn_trainer_step(sn_trainer *t, const int32_t *idx, const int32_t *targ
 int sn_trainer_pending(const sn_trainer *t) { return t->pending; }
 sn_status sn_trainer_drain(sn_trainer *t, sn_err *e) { return sn_runner_drain(t->run, e); }
 
+void sn_trainer_offload_times(const sn_trainer *t, sn_offload_times *s) {
+    sn_runner_offload_times(t->run, s);
+}
+
 float sn_trainer_dropout(const sn_trainer *t) {
     float p = 0;
     for (int i = 0; i < t->g->n_nodes; i++)

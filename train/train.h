@@ -187,6 +187,21 @@ typedef struct {
 } sn_trainer_startup;
 void sn_trainer_startup_get(const sn_trainer *t, sn_trainer_startup *s);
 
+/* Where the offloaded optimizer's seconds went since sn_trainer_new, summed over its updates
+ * (wall-clock on the host; what a GPU run of train_bench --offload reports, so that the part of
+ * the step the host's work leaves exposed can be named). */
+typedef struct {
+    int updates;       /* optimizer steps taken on the host */
+    double adamw_s;    /* the host AdamW itself (with the delay: on its own thread, overlapped) */
+    double optimizer_s; /* the caller's time in the update (sn_trainer's optimizer phase: the
+                          pipeline's copies and AdamW without the delay; with it the wait for
+                          the update in flight, its weights up, the run's copies waited for) */
+    double join_s;     /* delay: waiting for the update in flight to finish */
+    double up_s;       /* delay: its weights up (queued and waited for) */
+    double copies_s;   /* delay: waiting for the run's gradients to land on the host */
+} sn_offload_times;
+void sn_trainer_offload_times(const sn_trainer *t, sn_offload_times *s);
+
 /* With init_later: draws every parameter not set since sn_trainer_new (and nothing else); the
  * trainer is then ready. Without it (or called again): nothing to do. */
 sn_status sn_trainer_init_rest(sn_trainer *t, sn_err *e);
