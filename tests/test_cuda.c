@@ -1613,7 +1613,7 @@ END_TEST
 
 /* The classifier taking its rows in turn (cuda_row.h: sn_cu_row_prefetch_plan; sm_80 and up):
  * the next row's bf16 logits copied into shared memory with cp.async while the block works on
- * this one. 5 rows of 12,288 (two steps of 1,024 threads) by the grid of one SM, 2 blocks
+ * this one. 5 rows of 12,288 (two steps of 1,024 threads) by the grid of two SMs, a block each
  * (rows 0, 2, 4 and 1, 3): the interpreter's gradient in both thread orders; planted bugs
  * caught: the copy of the row after this one instead of the block's next, no wait for the
  * copy, a word of each step taken from the wrong part of the vector, the target's column not
@@ -1627,7 +1627,7 @@ START_TEST(cpu_classifier_prefetched) {
     ck_assert_int_eq(sn_cuda_launch_dims(k, &t).shared_bytes, 2 * 12288);
     ck_assert_int_eq(sn_cuda_launch_dims(k, &t).grid[0], 5); /* the SMs unknown: a block a row */
     ck_assert_int_eq(sn_cuda_launch_dims(k, &t75).shared_bytes, 0);
-    t.sm_count = 1;
+    t.sm_count = 2; /* a block an SM at 1024 threads (their registers) */
     ck_assert_int_eq(sn_cuda_launch_dims(k, &t).grid[0], 2);
     t.sm_count = 132;
     ck_assert_int_eq(sn_cuda_launch_dims(k, &t).grid[0], 5);
@@ -1643,7 +1643,7 @@ START_TEST(cpu_classifier_prefetched) {
         {"rc0[cs * 4 + 1] = v.y;", "rc0[cs * 4 + 1] = v.z;", "a word from the wrong part of the vector"},
         {"% 1024 == threadIdx.x) {", "% 1024 == threadIdx.x + 1) {", "the target's column not written again"},
     };
-    host_sm_count = 1;
+    host_sm_count = 2;
     for (int b = 0; b < 4; b++) {
         const char *const edit[2] = {bugs[b].from, bugs[b].to};
         row_bug_caught(g, k, true, 40, edit, 1, "the classifier over rows of 12288 in turn", bugs[b].what);

@@ -47,9 +47,13 @@ static sn_cuda_dims own_dims(const sn_kernel *k, const sn_target *t) {
         int threads = sn_cu_row_threads(C, sn_cu_row_lanes(k));
         int64_t bytes = sn_cu_row_prefetched(k, (unsigned)threads, t);
         if (bytes) { /* persistent: as many blocks as fit the SMs at once (all rows where their
-                        count is unknown), each taking rows in turn */
-            int64_t per_sm = (t->shared_max + 1024) / (bytes + 1024), by_threads = 2048 / threads;
+                        count is unknown), each taking rows in turn; by registers as the row
+                        cache plans them (cuda_row.c's launch bounds: 1 block an SM over 256
+                        threads, else 3) */
+            int64_t per_sm = (t->shared_max + 1024) / (bytes + 1024), by_threads = 2048 / threads,
+                    by_regs = threads > 256 ? 1 : 3;
             per_sm = per_sm < by_threads ? per_sm : by_threads;
+            per_sm = per_sm < by_regs ? per_sm : by_regs;
             int64_t blocks = t->sm_count ? t->sm_count * (per_sm > 1 ? per_sm : 1) : R;
             sn_cuda_dims d = dims1(blocks < R ? blocks : R, threads);
             d.shared_bytes = (unsigned)bytes;
