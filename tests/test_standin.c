@@ -196,7 +196,7 @@ START_TEST(tiny_gpt2_trains_like_the_cpu_device) {
 END_TEST
 
 /* tiny GPT-2 through the autocast pass at precision p, with its backward */
-static sn_graph *tiny_at(sn_precision p) {
+static sn_graph *tiny_outputs(sn_precision p, bool loss_only) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
     c.vocab = V;
@@ -204,12 +204,18 @@ static sn_graph *tiny_at(sn_precision p) {
     sn_gpt2 m;
     sn_err e;
     ck_assert_msg(sn_gpt2_build(g, &c, B, T, &m, &e) == SN_OK, "%s", e.msg);
+    if (loss_only) { /* as sinter train compiles it: no logits kept */
+        sn_graph_clear_outputs(g);
+        sn_graph_add_output(g, m.loss);
+    }
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.precision = p;
     o.backward = true;
     ck_assert_msg(sn_compile(g, &o, NULL, NULL, &e) == SN_OK, "%s", e.msg);
     return g;
 }
+
+static sn_graph *tiny_at(sn_precision p) { return tiny_outputs(p, false); }
 
 /* A 2-layer LLaMA (examples/llama: rmsnorm, SwiGLU, grouped-query attention: 4 query heads on
  * 2 kv heads) of width dim with its backward, at precision p. */
@@ -291,6 +297,54 @@ START_TEST(joined_finish_trains_to_the_bit) {
            llama ? "LLaMA" : "GPT-2", launches[1],
            launches[0] - launches[1], N, loss[1][0], loss[1][N - 1]);
     sn_device_free(gpu);
+}
+END_TEST
+
+/* The classifier taking its rows in turn (codegen/cuda/cuda_row.h sn_cu_row_prefetch_plan; the
+ * device's target: its SM count sizes the grid, row_prefetch allows it) through the whole
+ * trainer (the launch's dynamic shared memory, the grid): tiny GPT-2 in bf16, the loss its one
+ * output (its bf16 logits are the classifier's input as stored), over 6 steps, the
+ * same bits with a block a row (the stand-in's 108 SMs outnumber its 32 rows), 3 blocks taking
+ * the rows in turn (one SM), and the classifier that reads its row itself (row_prefetch off). */
+START_TEST(classifier_rows_in_turn_train_to_the_bit) {
+    if (!have_nvrtc()) return;
+    enum { N = 6 };
+    double loss[3][N], norm[3][N];
+    unsigned grid[3] = {0};
+    for (int j = 0; j < 3; j++) {
+        sn_device *gpu = cuda(NULL);
+        ck_assert(gpu->target.row_prefetch && gpu->target.sm_count == 108);
+        if (j == 1) gpu->target.sm_count = 1;
+        if (j == 2) gpu->target.row_prefetch = false;
+        sn_pipeline_opts po = {.target = &gpu->target};
+        sn_graph *g = tiny_outputs(SN_PRECISION_BF16, true); /* bf16 logits */
+        sn_trainer *tr = trainer_with(g, gpu, &po, N);
+        const sn_program *prog = sn_trainer_program(tr);
+        for (int k = 0; k < prog->n_kernels; k++) {
+            const sn_kernel *ker = prog->kernels[k];
+            if (ker->kind == SN_KER_ROW && ker->anchor2 && ker->stage != SN_SUM_FINISH) {
+                sn_cuda_dims d = sn_cuda_launch_dims(ker, &gpu->target);
+                ck_assert_msg(j == 2 ? d.shared_bytes == 0 : d.shared_bytes == 2 * V, "%s: %u bytes "
+                              "of dynamic shared memory", ker->name, d.shared_bytes);
+                grid[j] = d.grid[0];
+            }
+        }
+        run_steps(tr, N, loss[j], norm[j], j == 1 ? "rows in turn" : "a block a row");
+        sn_trainer_free(tr);
+        sn_graph_free(g);
+        sn_device_free(gpu);
+    }
+    ck_assert_int_eq(grid[0], B * T);
+    ck_assert_int_eq(grid[1], 3);
+    ck_assert_int_eq(grid[2], B * T);
+    for (int j = 1; j < 3; j++)
+        for (int s = 0; s < N; s++)
+            ck_assert_msg(loss[0][s] == loss[j][s] && norm[0][s] == norm[j][s], "step %d: loss %.9g "
+                          "vs %.9g (%s), norm %.9g vs %.9g", s, loss[0][s], loss[j][s],
+                          j == 1 ? "rows in turn" : "no prefetch", norm[0][s], norm[j][s]);
+    printf("test_standin: bf16 tiny GPT-2's classifier a block a row, 3 blocks taking its %d rows "
+           "in turn, and reading its rows itself: the same bits over %d steps, loss %.6f -> %.6f\n",
+           B * T, N, loss[1][0], loss[1][N - 1]);
 }
 END_TEST
 
@@ -1891,6 +1945,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, tiny_gpt2_trains_like_the_cpu_device);
     tcase_add_test(tc, dropout_trains_like_the_cpu_device);
     tcase_add_loop_test(tc, joined_finish_trains_to_the_bit, 0, 4);
+    tcase_add_test(tc, classifier_rows_in_turn_train_to_the_bit);
     tcase_add_test(tc, dkv_parts_train_as_one_kernel);
     tcase_add_loop_test(tc, tiny_gpt2_16bit_trains_like_the_cpu_device, 0, 2);
     tcase_add_loop_test(tc, lora_16bit_base_trains_as_the_f32_base, 0, 2);
