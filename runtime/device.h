@@ -21,6 +21,12 @@ struct sn_device {
     sn_status (*download)(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e);
     /* Device to device, in stream order (the ranges do not overlap). */
     sn_status (*copy)(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e);
+    /* `rows` rows of `width` bytes, device to device in stream order: row i from src + i
+     * src_pitch to dst + i dst_pitch (pitches at least width; no range overlaps another) as one
+     * operation (cuMemcpy2DAsync); NULL where the device has none: the executor copies the rows
+     * one by one. */
+    sn_status (*copy_rows)(sn_device *d, void *dst, size_t dst_pitch, const void *src,
+                           size_t src_pitch, size_t width, size_t rows, sn_err *e);
     /* Sets bytes of device memory to the byte `value`, in stream order. */
     sn_status (*memset)(sn_device *d, void *dst, int value, size_t bytes, sn_err *e);
     /* Generates and compiles n kernels (GEMM kernels are skipped: they are library calls);
@@ -141,6 +147,11 @@ int64_t sn_exec_persistent_offset(const sn_exec *x, const sn_node *n);
 sn_status sn_exec_upload(sn_exec *x, sn_exec_ref dst, const void *src, int64_t bytes, sn_err *e);
 sn_status sn_exec_download(sn_exec *x, void *dst, sn_exec_ref src, int64_t bytes, sn_err *e);
 sn_status sn_exec_copy(sn_exec *x, sn_exec_ref dst, sn_exec_ref src, int64_t bytes, sn_err *e);
+/* `rows` rows of `width` bytes from src to dst, row i at src + i src_pitch and dst + i
+ * dst_pitch (device.h copy_rows: one operation where the device has it; the generator's cache
+ * appends, a layer's heads at once). */
+sn_status sn_exec_copy_rows(sn_exec *x, sn_exec_ref dst, int64_t dst_pitch, sn_exec_ref src,
+                            int64_t src_pitch, int64_t width, int64_t rows, sn_err *e);
 sn_status sn_exec_memset(sn_exec *x, sn_exec_ref dst, int value, int64_t bytes, sn_err *e);
 /* Copies that overlap the host's work (device.h copy_async), each named by a `slot`:
  * sn_exec_copy_async queues a copy between a ref and host memory from sn_exec_host_alloc (up: to

@@ -520,6 +520,28 @@ sn_status sn_exec_copy(sn_exec *x, sn_exec_ref dst, sn_exec_ref src, int64_t byt
     return s ? s : x->d->copy(x->d, a, b, (size_t)bytes, e);
 }
 
+sn_status sn_exec_copy_rows(sn_exec *x, sn_exec_ref dst, int64_t dst_pitch, sn_exec_ref src,
+                            int64_t src_pitch, int64_t width, int64_t rows, sn_err *e) {
+    if (rows < 1 || width < 1) return SN_OK;
+    if (dst_pitch < width || src_pitch < width)
+        return sn_fail(e, SN_ERR_INVALID, "executor: rows of %lld bytes copied with pitches %lld and "
+                       "%lld: a pitch is at least the row", (long long)width, (long long)dst_pitch,
+                       (long long)src_pitch);
+    int64_t dst_span = (rows - 1) * dst_pitch + width, src_span = (rows - 1) * src_pitch + width;
+    char *a, *b;
+    sn_status s = resolve(x, dst, dst_span, &a, e);
+    if (!s) s = resolve(x, src, src_span, &b, e);
+    if (!s) s = before_write_ref(x, dst, dst_span, e);
+    if (!s) written_ref(x, dst, dst_span);
+    if (s) return s;
+    if (x->d->copy_rows)
+        return x->d->copy_rows(x->d, a, (size_t)dst_pitch, b, (size_t)src_pitch, (size_t)width,
+                               (size_t)rows, e);
+    for (int64_t i = 0; i < rows && !s; i++)
+        s = x->d->copy(x->d, a + i * dst_pitch, b + i * src_pitch, (size_t)width, e);
+    return s;
+}
+
 sn_status sn_exec_memset(sn_exec *x, sn_exec_ref dst, int value, int64_t bytes, sn_err *e) {
     char *p;
     sn_status s = resolve(x, dst, bytes, &p, e);

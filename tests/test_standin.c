@@ -649,6 +649,39 @@ START_TEST(async_copies_land_at_their_event) {
 }
 END_TEST
 
+/* The CUDA device's rows copy (device.h copy_rows: cuMemcpy2DAsync, the generator's cache
+ * appends): 6 rows of 16 floats from a contiguous array to rows 40 floats apart, 3 floats in,
+ * land there and nowhere else; a pitch below the row, and rows running past the allocation,
+ * are refused, the latter with nothing copied. */
+START_TEST(copy_rows_land_at_their_pitch) {
+    enum { W = 16, R = 6, P = 40, N = R * P };
+    sn_err e;
+    sn_device *d = cuda(NULL);
+    ck_assert(d->copy_rows);
+    float src_h[R * W], dst_h[N], got[N];
+    for (int i = 0; i < R * W; i++) src_h[i] = (float)i;
+    for (int i = 0; i < N; i++) dst_h[i] = -1;
+    float *src = d->alloc(d, sizeof src_h, &e), *dst = d->alloc(d, sizeof dst_h, &e);
+    ck_assert(src && dst);
+    ck_assert(d->upload(d, src, src_h, sizeof src_h, &e) == SN_OK);
+    ck_assert(d->upload(d, dst, dst_h, sizeof dst_h, &e) == SN_OK);
+    ck_assert_msg(d->copy_rows(d, dst + 3, 4 * P, src, 4 * W, 4 * W, R, &e) == SN_OK, "%s", e.msg);
+    ck_assert(d->download(d, got, dst, sizeof got, &e) == SN_OK);
+    for (int i = 0; i < N; i++) {
+        int r = i / P, c = i % P - 3;
+        float want = c >= 0 && c < W ? (float)(r * W + c) : -1.0f;
+        ck_assert_msg(got[i] == want, "element %d: %g, not %g", i, got[i], want);
+    }
+    ck_assert(d->copy_rows(d, dst, 4 * 8, src, 4 * W, 4 * W, 2, &e) != SN_OK); /* pitch < row */
+    ck_assert(d->copy_rows(d, dst, 4 * P * 2, src, 4 * W, 4 * W, R, &e) != SN_OK); /* past the end */
+    ck_assert(d->download(d, got, dst, sizeof got, &e) == SN_OK);
+    ck_assert(got[0] == -1 && got[3] == 0); /* its first rows not copied either */
+    d->free(d, src);
+    d->free(d, dst);
+    sn_device_free(d);
+}
+END_TEST
+
 /* The run's copies are in flight when the run returns (the stand-in lands a download when it
  * is waited for): the host memory is untouched until sn_exec_run_copies_wait; an upload
  * elsewhere (the weights) does not wait for them, one over the bytes they read does. */
@@ -1968,6 +2001,7 @@ static Suite *suite(void) {
     tcase_add_test(off, offload_trains_like_the_device);
     tcase_add_loop_test(off, offload_delay_is_the_schedule_written_out, 0, 2);
     tcase_add_loop_test(off, async_copies_land_at_their_event, 0, 2);
+    tcase_add_test(off, copy_rows_land_at_their_pitch);
     tcase_add_test(off, downloads_read_at_their_call_and_race_unordered);
     tcase_add_test(off, run_copies_follow_their_last_writer);
     tcase_add_test(off, cuda_plan_is_the_trainer);

@@ -312,12 +312,14 @@ static sn_status decode(sn_generator *g, sn_err *e) {
     if (!s) s = sn_exec_set(g->dx, g->mask, g->mask_h, e);
     if (!s) s = sn_exec_run(g->dx, e);
     if (!s) s = sn_exec_get(g->dx, g->logits, g->row32, e);
-    int64_t D = g->D;
-    for (int l = 0; !s && l < L; l++)
-        for (int64_t r = 0; !s && r < B * g->H; r++) {
-            int64_t to = 4 * (r * S + g->at[r / g->H]) * D;
-            s = sn_exec_copy(g->dx, sn_exec_node_ref(g->kc[l], to), sn_exec_node_ref(g->k[l], 4 * r * D), 4 * D, e);
-            if (!s) s = sn_exec_copy(g->dx, sn_exec_node_ref(g->vc[l], to), sn_exec_node_ref(g->v[l], 4 * r * D), 4 * D, e);
+    int64_t D = g->D, H = g->H, row = 4 * D; /* a head's key: D floats */
+    for (int l = 0; !s && l < L; l++) /* row b's H heads, slot at[b] of each head's cache */
+        for (int b = 0; !s && b < B; b++) {
+            int64_t to = row * (b * H * S + g->at[b]), from = row * b * H;
+            s = sn_exec_copy_rows(g->dx, sn_exec_node_ref(g->kc[l], to), row * S,
+                                  sn_exec_node_ref(g->k[l], from), row, row, H, e);
+            if (!s) s = sn_exec_copy_rows(g->dx, sn_exec_node_ref(g->vc[l], to), row * S,
+                                          sn_exec_node_ref(g->v[l], from), row, row, H, e);
         }
     return s;
 }

@@ -29,6 +29,25 @@ typedef struct CUgraphExec_st *CUgraphExec;
 typedef int CUdevice_attribute;       /* enum CUdevice_attribute_enum */
 typedef int CUfunction_attribute;     /* enum CUfunction_attribute_enum */
 typedef int CUstreamCaptureMode;      /* enum CUstreamCaptureMode_enum */
+typedef int CUmemorytype;             /* enum CUmemorytype_enum */
+typedef struct CUarray_st *CUarray;
+enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3 };
+/* cuda.h's CUDA_MEMCPY2D (CUDA_MEMCPY2D_v2): a copy of Height rows of WidthInBytes */
+typedef struct CUDA_MEMCPY2D_st {
+    size_t srcXInBytes, srcY;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
 
 enum {
     CUDA_SUCCESS = 0,
@@ -88,6 +107,7 @@ enum {
       (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream))                  \
     X(CUresult, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2",                                         \
       (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream))          \
+    X(CUresult, cuMemcpy2DAsync, "cuMemcpy2DAsync_v2", (const CUDA_MEMCPY2D *pCopy, CUstream hStream)) \
     X(CUresult, cuMemsetD8Async, "cuMemsetD8Async",                                                \
       (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream))                       \
     X(CUresult, cuStreamCreate, "cuStreamCreate", (CUstream *phStream, unsigned int Flags))        \

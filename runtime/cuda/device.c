@@ -147,6 +147,17 @@ static sn_status cu_copy(sn_device *d, void *dst, const void *src,
     return st ? st : SN_CUDA_CHECK(API, e, cuMemcpyDtoDAsync, DP(dst), DP(src), bytes, c->stream);
 }
 
+static sn_status cu_copy_rows(sn_device *d, void *dst, size_t dst_pitch, const void *src,
+                              size_t src_pitch, size_t width, size_t rows, sn_err *e) {
+    cuda_dev *c = d->impl;
+    CUDA_MEMCPY2D m = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = DP(src),
+                       .srcPitch = src_pitch, .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                       .dstDevice = DP(dst), .dstPitch = dst_pitch, .WidthInBytes = width,
+                       .Height = rows};
+    sn_status st = flush(c, e);
+    return st ? st : SN_CUDA_CHECK(API, e, cuMemcpy2DAsync, &m, c->stream);
+}
+
 static sn_status cu_memset(sn_device *d, void *dst, int value,
                                                    size_t bytes, sn_err *e) {
     cuda_dev *c = d->impl;
@@ -509,7 +520,7 @@ sn_status sn_cuda_device_new_opts(int ordinal, const sn_cuda_opts *o, sn_device 
     c->base = (sn_device){.name = c->name, .alloc = cu_alloc, .free = cu_free,
                           .upload = cu_upload, .download = cu_download, .compile = cu_compile,
                           .launch = cu_launch, .gemm = cu_gemm, .sync = cu_sync,
-                          .copy = cu_copy, .memset = cu_memset, .event_new = cu_event_new,
+                          .copy = cu_copy, .copy_rows = cu_copy_rows, .memset = cu_memset, .event_new = cu_event_new,
                           .event_record = cu_event_record, .event_elapsed = cu_event_elapsed,
                           .event_free = cu_event_free, .host_alloc = cu_host_alloc,
                           .host_free = cu_host_free, .copy_async = cu_copy_async,

@@ -321,6 +321,36 @@ CUresult cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t 
     return si_stream_do(hStream, &op, "cuMemcpyDtoDAsync");
 }
 
+/* Device to device only (what sinter asks), as row copies in stream order; a pitch below the
+ * row, or a row outside an allocation, is refused as the driver refuses it. */
+CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D *m, CUstream hStream) {
+    CUresult r = si_need_ctx("cuMemcpy2DAsync");
+    if (r) return r;
+    if (!m) return CUDA_ERROR_INVALID_VALUE;
+    if (m->srcMemoryType != CU_MEMORYTYPE_DEVICE || m->dstMemoryType != CU_MEMORYTYPE_DEVICE) {
+        sn_standin_say("cuMemcpy2DAsync: memory types %d to %d: the stand-in copies device to "
+                       "device only", m->srcMemoryType, m->dstMemoryType);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    size_t w = m->WidthInBytes;
+    if (m->srcPitch < m->srcXInBytes + w || m->dstPitch < m->dstXInBytes + w) {
+        sn_standin_say("cuMemcpy2DAsync: rows of %zu bytes with pitches %zu and %zu", w, m->srcPitch,
+                       m->dstPitch);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (int queue = 0; queue < 2; queue++) /* every row checked before any is queued */
+        for (size_t i = 0; i < m->Height && w; i++) {
+            CUdeviceptr src = m->srcDevice + m->srcXInBytes + (m->srcY + i) * m->srcPitch;
+            CUdeviceptr dst = m->dstDevice + m->dstXInBytes + (m->dstY + i) * m->dstPitch;
+            if (!queue && (!si_host(dst, w, "cuMemcpy2DAsync (destination)") ||
+                           !si_host(src, w, "cuMemcpy2DAsync (source)")))
+                return CUDA_ERROR_INVALID_VALUE;
+            si_op op = {.kind = SI_COPY, .dst = dst, .src = src, .bytes = w};
+            if (queue && (r = si_stream_do(hStream, &op, "cuMemcpy2DAsync"))) return r;
+        }
+    return CUDA_SUCCESS;
+}
+
 CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
     CUresult r = si_need_ctx("cuMemsetD8Async");
     if (r) return r;
