@@ -374,10 +374,11 @@ sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e) {
     return setup(&w, k, e);
 }
 
-/* w for kernel k (checked) in blocks of `threads` on target tg, before any text. */
-static void plan(row *w, const sn_kernel *k, unsigned threads, const sn_target *tg) {
+/* w for kernel k in blocks of `threads` on target tg, before any text (false: k is not one
+ * the renderer takes, sn_cu_check_row). */
+static bool plan(row *w, const sn_kernel *k, unsigned threads, const sn_target *tg) {
     sn_err e;
-    SN_ASSERT(setup(w, k, &e) == SN_OK); /* the renderer checked it */
+    if (setup(w, k, &e)) return false;
     w->threads = threads;
     w->cache_allowed = tg->row_cache;
     w->sm = tg->sm;
@@ -390,14 +391,14 @@ static void plan(row *w, const sn_kernel *k, unsigned threads, const sn_target *
     w->bmax = warp_rows ? "sn_warp_max" : "sn_block_max";
     int64_t bytes;
     sn_cu_row_prefetch_plan(w, &bytes);
+    return true;
 }
 
 int64_t sn_cu_row_prefetched(const sn_kernel *k, unsigned threads, const sn_target *tg) {
     if (k->kind != SN_KER_ROW || k->stage == SN_SUM_FINISH || k->anchor->op != SN_OP_CROSS_ENTROPY_BWD)
         return 0;
     row w;
-    plan(&w, k, threads, tg);
-    return w.prefetch ? 2 * w.C : 0;
+    return plan(&w, k, threads, tg) && w.prefetch ? 2 * w.C : 0;
 }
 
 void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const sn_target *tg,
@@ -407,7 +408,7 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
         sn_cu_row_finish(t, k, d, fname, false);
         return;
     }
-    plan(&w, k, d->block[0], tg);
+    SN_ASSERT(plan(&w, k, d->block[0], tg)); /* the renderer checked it */
     w.t = t;
     bool warp_rows = !strcmp(w.first, "lane");
     SN_ASSERT(!w.prefetch || d->shared_bytes == 2 * w.C); /* as the launch gives it */
