@@ -165,8 +165,11 @@ void sn_cu_row_norm_bwd_w(row *w, bool rms) {
 /* The norm backward pair's head: chunk blockIdx.x of sn_sum_chunk_rows rows, its partial sums
  * (`part`), the warps' dy xhat sums dw[warp][] zeroed, and the loop over this warp's rows opened
  * (the order of sn_cu_row_norm_bwd_w's: warp w takes rows r0 + w, r0 + w + warps ..). Lane i
- * adds column j (step q = j / 32 lanes of its pass, lane i of the step) in slot (lanes q + j %
- * lanes) 32 + i: its own slots alone (no barrier), a warp's 32 lanes on 32 banks. */
+ * adds column j (step q = j / 32 lanes of its pass, lane i of the step, l = j % lanes) in slot
+ * (lanes q + l) 32 + (i ^ l 32 / lanes): its own slots alone (no barrier), a warp's 32 lanes on
+ * 32 banks; and the tail's threads, 32 consecutive columns a warp, read 32 banks too (without
+ * the XOR 4 banks at 8 lanes: the simulator's profile of gpt2's pairs, 1.5-1.9 wavefronts a
+ * request where 1 would do, 2026-11-29). */
 void sn_cu_row_pair_open(row *w) {
     const sn_kernel *k = w->k;
     int64_t slots = sn_cu_row_steps(w) * w->lanes * 32;
@@ -199,8 +202,8 @@ void sn_cu_row_pair_close(row *w) {
     E("/* column j's sums added in warp order */");
     E("for (int j = threadIdx.x; j < %lld; j += %u) {", (long long)w->C, w->threads);
     if (V == 1) E("const int s = j;");
-    else E("const int s = (%d * (j / %d) + j %% %d) * 32 + j %% %d / %d; /* its slot */", V, 32 * V, V,
-           32 * V, V);
+    else E("const int s = (%d * (j / %d) + j %% %d) * 32 + (j %% %d / %d ^ j %% %d * %d); /* its slot */",
+           V, 32 * V, V, 32 * V, V, V, 32 / V);
     E("float sum = dw[0][s];");
     E("for (int v = 1; v < %u; v++) sum += dw[v][s];", warps);
     E("part[j] = sum;");
