@@ -628,19 +628,26 @@ bool sn_cu_row_prefetch_plan(row *w, int64_t *bytes) {
     return w->prefetch = true;
 }
 
-void sn_cu_row_prefetch_issue(row *w, const char *r) {
-    char a[16];
+/* The unrolled steps of a thread's 16-byte chunks of the row (8 bf16 each, the block's threads
+ * side by side), j0 the chunk's first column; *in_row gets the test that the chunk is in the
+ * row (folded away in the steps wholly inside it). */
+static void open_chunks(row *w, int steps, char *in_row, size_t len) {
     int64_t per_step = 8LL * w->threads;
-    E("/* row %s's kept values into next_row: %lld steps of 16 bytes a thread */", r,
-      (long long)((w->C + per_step - 1) / per_step));
+    E("#pragma unroll");
+    E("for (int cs = 0; cs < %d; cs++) {", steps);
+    E("const int j0 = 8 * threadIdx.x + %lld * cs;", (long long)per_step);
+    snprintf(in_row, len, "cs < %lld || j0 < %lld", (long long)(w->C / per_step), (long long)w->C);
+}
+
+void sn_cu_row_prefetch_issue(row *w, const char *r) {
+    char a[16], in_row[64];
+    int steps = (int)((w->C + 8LL * w->threads - 1) / (8LL * w->threads));
+    E("/* row %s's kept values into next_row: %d steps of 16 bytes a thread */", r, steps);
     E("{");
     E("const %s *src = %s + (%s)(%s) * %lld;", sn_cu_ctype(SN_BF16), arg(w, w->pf_arg, a, sizeof a),
       w->ix, r, (long long)w->C);
-    E("#pragma unroll");
-    E("for (int cs = 0; cs < %d; cs++) {", (int)((w->C + per_step - 1) / per_step));
-    E("const int j0 = 8 * threadIdx.x + %lld * cs;", (long long)per_step);
-    E("if (cs < %lld || j0 < %lld) sn_cp_async_16(&next_row[j0 / 8], src + j0);",
-      (long long)(w->C / per_step), (long long)w->C);
+    open_chunks(w, steps, in_row, sizeof in_row);
+    E("if (%s) sn_cp_async_16(&next_row[j0 / 8], src + j0);", in_row);
     E("}");
     E("sn_cp_async_commit();");
     E("}");
@@ -648,15 +655,12 @@ void sn_cu_row_prefetch_issue(row *w, const char *r) {
 
 void sn_cu_row_cache_fill_shared(row *w) {
     SN_ASSERT(w->prefetch && w->cache_steps && w->n_cache == 1 && w->cache_half[0] && !w->cache_filled);
-    int64_t per_step = 8LL * w->threads;
+    char in_row[64];
     E("/* the row from next_row (copied there while the last row was worked on); each thread");
     E(" * reads back the chunks it copied itself: its own copies waited for, no barrier */");
     E("sn_cp_async_wait_all();");
-    E("#pragma unroll");
-    E("for (int cs = 0; cs < %d; cs++) {", w->cache_steps);
-    E("const int j0 = 8 * threadIdx.x + %lld * cs;", (long long)per_step);
-    E("const uint4 v = cs < %lld || j0 < %lld ? next_row[j0 / 8] : make_uint4(0u, 0u, 0u, 0u);",
-      (long long)(w->C / per_step), (long long)w->C);
+    open_chunks(w, w->cache_steps, in_row, sizeof in_row);
+    E("const uint4 v = %s ? next_row[j0 / 8] : make_uint4(0u, 0u, 0u, 0u);", in_row);
     E("rc0[cs * 4] = v.x;");
     E("rc0[cs * 4 + 1] = v.y;");
     E("rc0[cs * 4 + 2] = v.z;");
