@@ -45,8 +45,9 @@ typedef struct {
                            and the on-device step timed in the same run, in blocks */
     int64_t chunk_logits; /* --chunk-logits N: the LM head in chunks of N rows (passes.h); the
                              step with the head whole is timed too, in the same run */
-    bool loss_only; /* with --chunk-logits, both steps: the loss the training graph's one output,
-                       as sinter train has it (else the logits are one too, and persistent) */
+    bool loss_only; /* --loss-only, and with --chunk-logits both steps: the loss the training
+                       graph's one output, as sinter train has it (else the logits are one too,
+                       and persistent: in a 16-bit program the classifier then reads f32 logits) */
     bool compare_interp;
     const sn_target *target; /* the device's, which every compile names (--model-only: CUDA's
                                 sm_90, the roofline machines' architecture) */
@@ -354,7 +355,7 @@ static const char usage_text[] =
     "                   [--checkpoint-policy none|block|sqrt] [--precision fp32|bf16|fp16]\n"
     "                   [--compare-interp] [--arena-budget BYTES] [--offload] [--lora R | --ia3]\n"
     "                   [--qlora R] [--lora-targets all|attn|mlp] [--host-gbs G] [--chunk-logits N]\n"
-    "                   [--base-f32] [--startup-only] [--offload-delay]\n"
+    "                   [--base-f32] [--startup-only] [--offload-delay] [--loss-only]\n"
     "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
     "  --threads 0: all cores; --lora R: the step with LoRA adapters of rank R (all linear\n"
     "  layers, alpha R, the base frozen), and the full fine-tuning step timed in the same run;\n"
@@ -372,7 +373,9 @@ static const char usage_text[] =
     "  (a block ends with the drain of its last update), the three in turn;\n"
     "  --startup-only: the trainer's startup (sn_trainer_new and its parts) alone, no step;\n"
     "  --chunk-logits N: the LM head and its loss in chunks of N rows, and the step with the\n"
-    "  head whole timed (or, with --model-only, modeled) in the same run\n";
+    "  head whole timed (or, with --model-only, modeled) in the same run (both --loss-only);\n"
+    "  --loss-only: the loss the training program's one output, as sinter train compiles it\n"
+    "  (by default the logits are kept too)\n";
 
 static void usage_fail(const char *fmt, const char *arg) {
     fprintf(stderr, "train_bench: ");
@@ -409,6 +412,7 @@ static void parse(int argc, char **argv, args *a) {
                      : !strcmp(k, "--tf32")         ? &a->tf32
                      : !strcmp(k, "--offload")      ? &a->offload
                      : !strcmp(k, "--offload-delay") ? &a->offload_delay
+                     : !strcmp(k, "--loss-only")    ? &a->loss_only
                      : !strcmp(k, "--ia3")          ? &a->ia3
                      : !strcmp(k, "--base-f32")     ? &a->base_f32 : NULL;
         if (flag) {
