@@ -599,6 +599,9 @@ static double host_check(sn_sim_module *h, const sn_kernel *k, const char *fn, c
 
 /* Gives every INPUT and PARAM of g a value: ids below `vocab`, parameters from their init rule
  * (or normal draws), other floats normal. */
+/* The i32 inputs interp_run gives (their numel values; NULL: drawn below vocab). */
+static const int32_t *fixed_i32 = NULL;
+
 static sn_interp *interp_run(const sn_graph *g, int vocab, bool init_rule) {
     sn_interp *it = sn_interp_new(g, false);
     sn_interp_keep_all(it, true);
@@ -610,7 +613,8 @@ static sn_interp *interp_run(const sn_graph *g, int vocab, bool init_rule) {
         int64_t numel = sn_numel(n);
         if (n->dtype == SN_I32) {
             int32_t *v = malloc(sizeof(int32_t) * (size_t)numel);
-            for (int64_t j = 0; j < numel; j++) v[j] = (int32_t)sn_rng_below(&r, (uint64_t)vocab);
+            for (int64_t j = 0; j < numel; j++)
+                v[j] = fixed_i32 ? fixed_i32[j] : (int32_t)sn_rng_below(&r, (uint64_t)vocab);
             ck_assert_msg(sn_interp_set_i32(it, n, v, &e) == SN_OK, "%s", e.msg);
             free(v);
         } else {
@@ -1613,8 +1617,10 @@ END_TEST
 
 /* The classifier taking its rows in turn (cuda_row.h: sn_cu_row_prefetch_plan; sm_80 and up):
  * the next row's bf16 logits copied into shared memory with cp.async while the block works on
- * this one. 5 rows of 12,288 (two steps of 1,024 threads) by the grid of two SMs, a block each
- * (rows 0, 2, 4 and 1, 3): the interpreter's gradient in both thread orders; planted bugs
+ * this one. 7 rows of 12,288 (two steps of 1,024 threads) by the grid of two SMs, a block each
+ * (rows 0, 2, 4, 6 and 1, 3, 5), their targets set: ignored rows (class 3) between counted
+ * ones in a block's turn, the last real class: the interpreter's gradient in both thread
+ * orders; planted bugs
  * caught: the copy of the row after this one instead of the block's next, no wait for the
  * copy, a word of each step taken from the wrong part of the vector, the target's column not
  * written again by its owner (the pass writes p there, not p - scale). sm_75 (no cp.async)
@@ -1622,15 +1628,15 @@ END_TEST
 START_TEST(cpu_classifier_prefetched) {
     sn_graph *g;
     const sn_kernel *k;
-    sn_program *p = classifier_graph(5, 12288, 12283, true, &g, &k);
+    sn_program *p = classifier_graph(7, 12288, 12283, true, &g, &k);
     sn_target t = sm(80), t75 = sm(75);
     ck_assert_int_eq(sn_cuda_launch_dims(k, &t).shared_bytes, 2 * 12288);
-    ck_assert_int_eq(sn_cuda_launch_dims(k, &t).grid[0], 5); /* the SMs unknown: a block a row */
+    ck_assert_int_eq(sn_cuda_launch_dims(k, &t).grid[0], 7); /* the SMs unknown: a block a row */
     ck_assert_int_eq(sn_cuda_launch_dims(k, &t75).shared_bytes, 0);
     t.sm_count = 2; /* a block an SM at 1024 threads (their registers) */
     ck_assert_int_eq(sn_cuda_launch_dims(k, &t).grid[0], 2);
     t.sm_count = 132;
-    ck_assert_int_eq(sn_cuda_launch_dims(k, &t).grid[0], 5);
+    ck_assert_int_eq(sn_cuda_launch_dims(k, &t).grid[0], 7);
     sn_cuda_source cs = render(&k, 1);
     bool turn = strstr(cs.src, "r += gridDim.x) {") &&
                 strstr(cs.src, "sn_cp_async_16(&next_row[j0 / 8], src + j0);");
@@ -1643,11 +1649,14 @@ START_TEST(cpu_classifier_prefetched) {
         {"rc0[cs * 4 + 1] = v.y;", "rc0[cs * 4 + 1] = v.z;", "a word from the wrong part of the vector"},
         {"% 1024 == threadIdx.x) {", "% 1024 == threadIdx.x + 1) {", "the target's column not written again"},
     };
+    static const int32_t targets[7] = {5, 3, 12282, 3, 0, 12282, 3}; /* 3: ignored */
     host_sm_count = 2;
+    fixed_i32 = targets;
     for (int b = 0; b < 4; b++) {
         const char *const edit[2] = {bugs[b].from, bugs[b].to};
         row_bug_caught(g, k, true, 40, edit, 1, "the classifier over rows of 12288 in turn", bugs[b].what);
     }
+    fixed_i32 = NULL;
     host_sm_count = 0;
     sn_program_free(p);
     sn_graph_free(g);
