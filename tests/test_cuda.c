@@ -1814,7 +1814,8 @@ static double embedding_bwd_on_host(const char *src, const sn_kernel *const *ks,
  * in f32 and bf16; the f32 rows have the bits of an f32 sum in position order (the order the
  * interpreter adds in). Then bugs planted in the rendered text are caught: a count one short,
  * a run's first position one off, the chunk offset of the order forgotten, the sort's
- * direction taken from the wrong bit, the table not zeroed, and the sort's barrier deleted. */
+ * direction taken from the wrong bit, the table not zeroed, the sort's barrier deleted, the
+ * shuffled steps' direction turned, and a lane's two keys never exchanged. */
 START_TEST(cpu_embedding_bwd_buckets) {
     static const struct {
         bool chunks;
@@ -1877,7 +1878,11 @@ START_TEST(cpu_embedding_bwd_buckets) {
                 {"the order's chunk offset forgotten", "order[g * 2048 + first", "order[0 * 2048 + first"},
                 {"the sort's direction from the stride", "((i & size) == 0)", "((i & stride) == 0)"},
                 {"the table not zeroed", "table[v] = 0u;", "{}"},
-                {"the sort's barrier deleted", "}\n            __syncthreads();\n        }", "}\n        }"},
+                {"the sort's barrier deleted", "}\n                __syncthreads();\n            }", "}\n            }"},
+                {"the shuffled steps' direction turned", "ka = lower == ((pa & size) == 0)",
+                 "ka = lower != ((pa & size) == 0)"},
+                {"the lane's two keys never exchanged", "if ((ka > kb) == ((pa & size) == 0))",
+                 "if (false)"},
             };
             for (size_t b = 0; b < sizeof bugs / sizeof bugs[0]; b++) {
                 char *src = malloc(strlen(cs.src) + 64), *at = strstr(cs.src, bugs[b].find);

@@ -51,11 +51,16 @@ static void embedding(sn_cu_text *t, const sn_kernel *k, unsigned threads, const
     }
 }
 
-/* BUCKET: block g sorts chunk g's S positions by (id, position) in shared memory (a bitonic
- * sort of u64 keys (id << 32 | position in the chunk), a compare-exchange a thread a step) and
- * writes its order row and its table row: every entry zeroed, then (first << 16) | count at
- * each id of the chunk, written by the thread holding the id's first position. A bad id (or a
- * position past N) sorts last as id 0xffffffff and is counted nowhere. */
+/* BUCKET: block g sorts chunk g's S positions by (id, position) (a bitonic sort of u64 keys
+ * id << 32 | position in the chunk) and writes its order row and its table row: every entry
+ * zeroed, then (first << 16) | count at each id of the chunk, written by the thread holding the
+ * id's first position. A bad id (or a position past N) sorts last as id 0xffffffff and is
+ * counted nowhere. Warp w's lane holds keys 64 w + lane and 64 w + 32 + lane in registers: a
+ * step of stride 32 compares its two, strides 1 to 16 take the partner's key by shuffle, and
+ * only strides of 64 and more go through shared memory, a compare-exchange a thread, 32
+ * consecutive keys a warp (the form that did every step there read keys 16 to 128 bytes apart
+ * at strides 1 to 16: the simulator's profile, 3.3-3.6 shared wavefronts a request where 2 would
+ * do, 2026-11-29). The same sorted keys either way (they are distinct). */
 static void embedding_bwd_bucket(sn_cu_text *t, const sn_kernel *k, unsigned threads, const char *ix) {
     const sn_node *n = k->anchor, *idn = n->in[0];
     int64_t V = n->shape[0], N = sn_numel(idn), S = sn_gather_chunk(k), G = sn_gather_chunks(k);
@@ -77,10 +82,18 @@ static void embedding_bwd_bucket(sn_cu_text *t, const sn_kernel *k, unsigned thr
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "for (int v = threadIdx.x; v < %lld; v += %u) table[v] = 0u;", (long long)V, threads);
     sn_cu_emitf(t, "__syncthreads();");
-    sn_cu_emitf(t, "/* bitonic sort, ascending: a step's thread t orders key[i] and key[i + stride] "
-                "(i: t with a 0 inserted at bit stride), up in blocks of size where i & size is 0 */");
+    sn_cu_emitf(t, "/* bitonic sort, ascending: a step orders the keys i and i + stride (i with bit "
+                "stride 0) up in blocks of size where i & size is 0 */");
+    sn_cu_emitf(t, "const int lane = threadIdx.x %% 32, pa = 64 * (threadIdx.x / 32) + lane, pb = pa + 32;");
+    sn_cu_emitf(t, "unsigned long long ka = key[pa], kb = key[pb]; /* this lane's two keys */");
     sn_cu_emitf(t, "for (int size = 2; size <= %lld; size <<= 1) {", (long long)S);
-    sn_cu_emitf(t, "for (int stride = size >> 1; stride > 0; stride >>= 1) {");
+    sn_cu_emitf(t, "int stride = size >> 1;");
+    sn_cu_emitf(t, "/* strides of 64 and more through shared memory: a pair a thread */");
+    sn_cu_emitf(t, "if (stride >= 64) {");
+    sn_cu_emitf(t, "key[pa] = ka;");
+    sn_cu_emitf(t, "key[pb] = kb;");
+    sn_cu_emitf(t, "__syncthreads();");
+    sn_cu_emitf(t, "for (; stride >= 64; stride >>= 1) {");
     sn_cu_emitf(t, "const int i = 2 * threadIdx.x - (threadIdx.x & (stride - 1)), j = i + stride;");
     sn_cu_emitf(t, "const unsigned long long a = key[i], b = key[j];");
     sn_cu_emitf(t, "if ((a > b) == ((i & size) == 0)) {");
@@ -89,7 +102,30 @@ static void embedding_bwd_bucket(sn_cu_text *t, const sn_kernel *k, unsigned thr
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "__syncthreads();");
     sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "ka = key[pa]; /* read before this thread writes them again: no barrier */");
+    sn_cu_emitf(t, "kb = key[pb];");
     sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "/* stride 32: the lane's two keys; below it, the partner lane's (the lower "
+                "keeps the min where ascending) */");
+    sn_cu_emitf(t, "if (stride == 32) {");
+    sn_cu_emitf(t, "if ((ka > kb) == ((pa & size) == 0)) {");
+    sn_cu_emitf(t, "const unsigned long long c = ka;");
+    sn_cu_emitf(t, "ka = kb;");
+    sn_cu_emitf(t, "kb = c;");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "stride = 16;");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "for (; stride > 0; stride >>= 1) {");
+    sn_cu_emitf(t, "const unsigned long long qa = __shfl_xor_sync(0xffffffffu, ka, stride), "
+                "qb = __shfl_xor_sync(0xffffffffu, kb, stride);");
+    sn_cu_emitf(t, "const bool lower = (lane & stride) == 0;");
+    sn_cu_emitf(t, "ka = lower == ((pa & size) == 0) ? (qa < ka ? qa : ka) : (qa > ka ? qa : ka);");
+    sn_cu_emitf(t, "kb = lower == ((pb & size) == 0) ? (qb < kb ? qb : kb) : (qb > kb ? qb : kb);");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "}");
+    sn_cu_emitf(t, "key[pa] = ka;");
+    sn_cu_emitf(t, "key[pb] = kb;");
+    sn_cu_emitf(t, "__syncthreads();");
     sn_cu_emitf(t, "for (int i = threadIdx.x; i < %lld; i += %u) {", (long long)S, threads);
     sn_cu_emitf(t, "const unsigned id = (unsigned)(key[i] >> 32);");
     sn_cu_emitf(t, "if (id == 0xffffffffu) continue;");
