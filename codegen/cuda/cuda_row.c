@@ -135,8 +135,8 @@ static void norm_bwd(row *w, bool rms) {
     if (w->k->row.pair && w->lanes == 1) /* the row's dy xhat into its warp's sums: */
         E("dw[warp][j] += %s * (%s);", dy, h); /* lane's slot of column j (sn_cu_row_pair_open) */
     else if (w->k->row.pair)
-        E("dw[warp][(%d * (j0 / %d) + l) * 32 + (lane ^ l * %d)] += %s * (%s);", w->lanes,
-          32 * w->lanes, 32 / w->lanes, dy, h);
+        E("dw[warp][(%d * (j0 / %d) + l) * %d + lane] += %s * (%s);", w->lanes, 32 * w->lanes,
+          sn_cu_row_pair_pitch(w), dy, h);
     sn_cu_row_close_pass(w);
     sn_cu_row_cache_end(w);
 }

@@ -137,6 +137,8 @@ void sn_cu_row_norm_bwd_w(row *w, bool rms);
  * tail (the warps' sums and the column sums into the chunk's partial sums). */
 void sn_cu_row_pair_open(row *w);
 void sn_cu_row_pair_close(row *w);
+/* The floats between two groups of the pair's warp sums (cuda_row_sums.c). */
+int sn_cu_row_pair_pitch(const row *w);
 /* Steps of 32 lanes x w->lanes columns a row takes. */
 int64_t sn_cu_row_steps(const row *w);
 /* FINISH: a kernel, or (tail) a joined FINISH's device function (cuda_tail.c) */

@@ -166,13 +166,11 @@ void sn_cu_row_norm_bwd_w(row *w, bool rms) {
  * (`part`), the warps' dy xhat sums dw[warp][] zeroed, and the loop over this warp's rows opened
  * (the order of sn_cu_row_norm_bwd_w's: warp w takes rows r0 + w, r0 + w + warps ..). Lane i
  * adds column j (step q = j / 32 lanes of its pass, lane i of the step, l = j % lanes) in slot
- * (lanes q + l) 32 + (i ^ l 32 / lanes): its own slots alone (no barrier), a warp's 32 lanes on
- * 32 banks; and the tail's threads, 32 consecutive columns a warp, read 32 banks too (without
- * the XOR 4 banks at 8 lanes: the simulator's profile of gpt2's pairs, 1.5-1.9 wavefronts a
- * request where 1 would do, 2026-11-29). */
+ * (lanes q + l) P + i, P the pitch (sn_cu_row_pair_pitch): its own slots alone (no barrier),
+ * a warp's 32 lanes on 32 banks. */
 void sn_cu_row_pair_open(row *w) {
     const sn_kernel *k = w->k;
-    int64_t slots = sn_cu_row_steps(w) * w->lanes * 32;
+    int64_t slots = sn_cu_row_steps(w) * w->lanes * sn_cu_row_pair_pitch(w);
     int cr = (int)sn_sum_chunk_rows(k);
     E("/* partial sums: %lld chunks of %d rows, a block each */", (long long)sn_sum_chunks(k), cr);
     E("const %s chunk = blockIdx.x;", w->ix);
@@ -188,11 +186,25 @@ void sn_cu_row_pair_open(row *w) {
     sn_cu_row_coords(w);
 }
 
+enum { PAIR_TILES = 8 }; /* column-sum tiles the pair's tail takes at a time */
+
+/* A group of the warps' dy xhat sums (the columns a pass's step gives its lanes at one l) is
+ * P floats apart: 32 + 32 / lanes where the shared memory allows (the tail's threads read 32
+ * consecutive columns a warp: 32 / lanes groups, lanes of them each, on 32 banks with this
+ * pitch; with 32 they took 4 banks at 8 lanes: the simulator's profile of gpt2's pairs, 1.5-1.9
+ * wavefronts a request where 1 would do, 2026-11-29), else 32. The pitch is a constant in the
+ * adds' addresses (an XOR of the lane there cost gpt2's f32-dy pair 16 bytes of spills). */
+int sn_cu_row_pair_pitch(const row *w) {
+    int V = w->lanes, P = V > 1 ? 32 + 32 / V : 32;
+    int64_t warps = w->threads / 32, groups = sn_cu_row_steps(w) * V;
+    int64_t bytes = 4 * warps * (groups * P + PAIR_TILES * SN_COLSUM_TILE);
+    return bytes <= (48 << 10) - 1024 ? P : 32; /* within the static 48 KiB, some left over */
+}
+
 /* The pair's tail: the loop over the warp's rows closed; the warps' dw added in warp order into
  * the chunk's partial sums; then every column-sum tile over the chunk's rows, which the block's
  * warps stored (the barrier makes them visible), as colsums() adds them: a lane per column, the
  * warps down the rows, their sums added in warp order, PAIR_TILES tiles at a time. */
-enum { PAIR_TILES = 8 };
 void sn_cu_row_pair_close(row *w) {
     const sn_kernel *k = w->k;
     unsigned warps = w->threads / 32;
@@ -202,8 +214,8 @@ void sn_cu_row_pair_close(row *w) {
     E("/* column j's sums added in warp order */");
     E("for (int j = threadIdx.x; j < %lld; j += %u) {", (long long)w->C, w->threads);
     if (V == 1) E("const int s = j;");
-    else E("const int s = (%d * (j / %d) + j %% %d) * 32 + (j %% %d / %d ^ j %% %d * %d); /* its slot */",
-           V, 32 * V, V, 32 * V, V, V, 32 / V);
+    else E("const int s = (%d * (j / %d) + j %% %d) * %d + j %% %d / %d; /* its slot */", V, 32 * V, V,
+           sn_cu_row_pair_pitch(w), 32 * V, V);
     E("float sum = dw[0][s];");
     E("for (int v = 1; v < %u; v++) sum += dw[v][s];", warps);
     E("part[j] = sum;");
