@@ -616,9 +616,7 @@ bool sn_cu_row_prefetch_plan(row *w, int64_t *bytes) {
     w->n_cache = 0;
     if (!one) return false;
     for (int i = 0; i < w->n->n_in && i < 3 && w->pf_arg < 0; i++) { /* the kept operand */
-        char var[48];
         if (!sn_row_operand_per_element(w->n->op, i)) continue;
-        sn_cu_row_opnd(w, i, var, sizeof var);
         w->pf_arg = stored_bits(w, i);
         if (w->pf_arg < 0) return false;
     }
