@@ -78,8 +78,10 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
                     const char *fname);
 /* The dynamic shared memory of a classifier kernel in blocks of `threads` on tg that takes its
  * rows in turn, the next copied ahead into shared memory (cuda_row.h:
- * sn_cu_row_prefetch_plan), or 0: a block a row. */
-int64_t sn_cu_row_prefetched(const sn_kernel *k, unsigned threads, const sn_target *tg);
+ * sn_cu_row_prefetch_plan), or 0: a block a row; where not 0, *blocks_per_sm gets the blocks an
+ * SM its launch bounds ask (the registers its kept row leaves). */
+int64_t sn_cu_row_prefetched(const sn_kernel *k, unsigned threads, const sn_target *tg,
+                             int *blocks_per_sm);
 /* Threads of a block-per-row kernel for rows of C elements taken `lanes` a step. */
 int sn_cu_row_threads(int64_t C, int lanes);
 /* Columns a row kernel's pass takes a step: 8 (16-byte loads of 8 bf16/f16 values; f32 as two

@@ -45,13 +45,12 @@ static sn_cuda_dims own_dims(const sn_kernel *k, const sn_target *t) {
         if (sn_cu_row_warp_per_row(k)) /* a warp per row */
             return dims1((R + SN_CUDA_ROW_WARPS - 1) / SN_CUDA_ROW_WARPS, 32 * SN_CUDA_ROW_WARPS);
         int threads = sn_cu_row_threads(C, sn_cu_row_lanes(k));
-        int64_t bytes = sn_cu_row_prefetched(k, (unsigned)threads, t);
+        int by_regs = 1;
+        int64_t bytes = sn_cu_row_prefetched(k, (unsigned)threads, t, &by_regs);
         if (bytes) { /* persistent: as many blocks as fit the SMs at once (all rows where their
-                        count is unknown), each taking rows in turn; by registers as the row
-                        cache plans them (cuda_row.c's launch bounds: 1 block an SM over 256
-                        threads, else 3) */
-            int64_t per_sm = (t->shared_max + 1024) / (bytes + 1024), by_threads = 2048 / threads,
-                    by_regs = threads > 256 ? 1 : 3;
+                        count is unknown), each taking rows in turn; by registers as its launch
+                        bounds ask */
+            int64_t per_sm = (t->shared_max + 1024) / (bytes + 1024), by_threads = 2048 / threads;
             per_sm = per_sm < by_threads ? per_sm : by_threads;
             per_sm = per_sm < by_regs ? per_sm : by_regs;
             int64_t blocks = t->sm_count ? t->sm_count * (per_sm > 1 ? per_sm : 1) : R;

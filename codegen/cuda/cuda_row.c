@@ -390,16 +390,25 @@ static bool plan(row *w, const sn_kernel *k, unsigned threads, const sn_target *
     w->stride = warp_rows ? 32 : w->threads;
     w->bsum = warp_rows ? "sn_warp_sum" : "sn_block_sum";
     w->bmax = warp_rows ? "sn_warp_max" : "sn_block_max";
-    int64_t bytes;
-    sn_cu_row_prefetch_plan(w, &bytes);
+    sn_cu_row_prefetch_plan(w);
     return true;
 }
 
-int64_t sn_cu_row_prefetched(const sn_kernel *k, unsigned threads, const sn_target *tg) {
+/* __launch_bounds__' blocks an SM (0: none): a row kept in registers, at least 3 blocks of 256
+   threads an SM (85 registers; ptxas took 108 with 2 for GPT-2's layernorm, 76 with none), 2
+   for the norm backward pair (127 on sm_90), 1 of more threads (the classifier's 1024: 64) */
+static int min_blocks(row *w) {
+    return !sn_cu_row_cache_planned(w) ? 0 : w->threads > 256 ? 1 : w->k->row.pair ? 2 : 3;
+}
+
+int64_t sn_cu_row_prefetched(const sn_kernel *k, unsigned threads, const sn_target *tg,
+                             int *blocks_per_sm) {
     if (k->kind != SN_KER_ROW || k->stage == SN_SUM_FINISH || k->anchor->op != SN_OP_CROSS_ENTROPY_BWD)
         return 0;
     row w;
-    return plan(&w, k, threads, tg) && w.prefetch ? 2 * w.C : 0;
+    if (!plan(&w, k, threads, tg) || !w.prefetch) return 0;
+    *blocks_per_sm = min_blocks(&w);
+    return 2 * w.C;
 }
 
 void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const sn_target *tg,
@@ -413,11 +422,7 @@ void sn_cu_emit_row(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, co
     w.t = t;
     bool warp_rows = !strcmp(w.first, "lane");
     SN_ASSERT(!w.prefetch || d->shared_bytes == 2 * w.C); /* as the launch gives it */
-    /* a row kept in registers: at least 3 blocks of 256 threads an SM (85 registers; ptxas
-       took 108 with 2 for GPT-2's layernorm, 76 with none), 2 for the norm backward pair (127
-       on sm_90), 1 of more threads (the classifier's 1024: 64) */
-    int min_blocks = !sn_cu_row_cache_planned(&w) ? 0 : w.threads > 256 ? 1 : k->row.pair ? 2 : 3;
-    sn_cu_emit_signature_min(t, k, fname, (int)w.threads, min_blocks);
+    sn_cu_emit_signature_min(t, k, fname, (int)w.threads, min_blocks(&w));
     sn_cu_emitf(t, "/* %s over %lld rows of %lld%s */", sn_op_name(k->anchor->op), (long long)w.R,
                 (long long)w.C, k->anchor2 ? ": the classifier, the loss a row into the partial sums"
                                 : k->row.pair ? ": dx of each row and the partial sums, a block a "

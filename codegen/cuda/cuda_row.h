@@ -105,10 +105,9 @@ bool sn_cu_row_cache_max(row *w, const char *x, int64_t end, const char *mx);
  * there). Planned (true) where the cache keeps one operand, bf16 as the row's buffer stores it
  * (its 16-byte vectors are the cache's words as they are: no widening, no packing), rows
  * contiguous, a block a row (threads as stride), cp.async (sm_80 and up), and the row fits the
- * target's shared memory;
- * *bytes: the dynamic shared memory it takes (one row). Before any text, after setup with
- * threads, first, stride, cache_allowed, sm and shared_max set. */
-bool sn_cu_row_prefetch_plan(row *w, int64_t *bytes);
+ * target's shared memory (it takes one row's bf16, 2 C bytes). Before any text, after setup
+ * with threads, first, stride, cache_allowed, sm and shared_max set. */
+bool sn_cu_row_prefetch_plan(row *w);
 /* With `r` naming a row (below R): its kept operand copied into the shared `next_row` (its
  * loads committed as one group; nothing read yet). */
 void sn_cu_row_prefetch_issue(row *w, const char *r);

@@ -603,10 +603,9 @@ static int stored_bits(const row *w, int i) {
     return x->arg;
 }
 
-bool sn_cu_row_prefetch_plan(row *w, int64_t *bytes) {
+bool sn_cu_row_prefetch_plan(row *w) {
     w->prefetch = false;
     w->pf_arg = -1;
-    *bytes = 0;
     if (!w->prefetch_allowed || w->n->op != SN_OP_CROSS_ENTROPY_BWD || w->sm < 80 /* cp.async */ ||
         w->k->tail || w->lanes != 8 || w->stride != w->threads || strcmp(w->first, "threadIdx.x"))
         return false;
@@ -622,7 +621,6 @@ bool sn_cu_row_prefetch_plan(row *w, int64_t *bytes) {
     }
     /* the row, and 1 KiB for the block sums' shared arrays and the driver's reserve */
     if (w->pf_arg < 0 || 2 * w->C + 1024 > w->shared_max) return false;
-    *bytes = 2 * w->C;
     return w->prefetch = true;
 }
 
