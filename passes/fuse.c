@@ -560,6 +560,7 @@ static sn_status build(fuse_state *s) {
                 st = sn_fuse_classifier(s, k, g->nodes[j]); /* and its FINISH kernel */
         if (k && !st && k->kind == SN_KER_GATHER && k->anchor->op == SN_OP_EMBEDDING_BWD)
             st = sn_fuse_split_gather(s, k); /* and its ROWS kernel */
+        if (k && !st) sn_fuse_thin(s, k); /* a GEMM of few columns: a generated kernel */
         if (k && !st && s->t->split_decode && sn_split_parts(k) > 1)
             st = sn_fuse_split_decode(s, k); /* and its FINISH kernel */
     }

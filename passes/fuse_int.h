@@ -83,6 +83,11 @@ int sn_fuse_kernel_pos(const fuse_state *s, int root);
  * (kernel.h), from the nodes with home at its matmul. */
 void sn_fuse_gemm_args(fuse_state *s, sn_kernel *k);
 
+/* ---- fuse_thin.c: the thin product (kernel.h: SN_KER_THIN) ---- */
+/* GEMM kernel k, just made, becomes a thin product where the target makes them and its matmul,
+ * epilogue and args fit (kernel.h). */
+void sn_fuse_thin(fuse_state *s, sn_kernel *k);
+
 /* ---- fuse_gemv.c: the few-row product (kernel.h: SN_KER_GEMV) ---- */
 
 /* After the grouping, before the GEMM epilogues: each dequant_nf4, or f32 cast of a 16-bit

@@ -22,6 +22,9 @@ typedef enum {
     SN_KER_GEMV,      /* anchor is a matmul of few rows whose weight it reads from its
                          source, NF4 bytes or a 16-bit value (below): args y, x, source; an
                          item per 64 columns of y */
+    SN_KER_THIN,      /* anchor is a matmul of many rows and few columns or a short
+                         contraction (a LoRA adapter's x A, dy B^T, h B, dh A^T; below): args
+                         y, x, W; an item per sn_thin rows */
     /* the optimizer step over the flat parameter range (made by the trainer, not fuse; below) */
     SN_KER_GRAD_ACC,  /* sum[i] += g[i] */
     SN_KER_SQNORM,    /* partial[b] = sum over block b of (g[i] * inv_micro)^2 */
@@ -117,6 +120,37 @@ typedef struct {
     sn_dtype wt;           /* the weights' dtype: NF4's rnd_w, or the 16-bit value's */
 } sn_gemv;
 enum { SN_GEMV_MAX_M = 8, SN_GEMV_COLS = 64 };
+
+/* The thin product (SN_KER_THIN; sn_target.thin_products: CUDA): y (M, N) = x (M, K) @ W (K, N),
+ * or @ W^T with W stored (N, K) (tb), of many rows M and few columns N <= SN_THIN_MAX (LoRA's x A
+ * and dy B^T: N the rank) or a short contraction K <= SN_THIN_MAX (the expansions h B and dh A^T:
+ * K the rank), where a GEMM library's kernels move x or y at a fraction of the memory's
+ * bandwidth (docs/finetune.md "The adapters' thin products on CUDA"). fuse makes it of a GEMM
+ * kernel with no epilogue, no accum and no operand views (kernel.h above) whose matmul has ta =
+ * 0, x and W of one dtype (f32, bf16 or f16) and at least SN_THIN_MIN_M rows, and whose shape
+ * the plan takes (sn_thin_shape_fits); its args stay the GEMM's: y (the matmul, f32, or its cast
+ * to x's 16-bit dtype: rnd(v) once), x, W, each contiguous. Item i: rows [rows i, min(M, rows i
+ * + rows)) of y (sn_thin_of). P is the least power of two >= the few (N, or K for the rank form).
+ * Columns (N <= SN_THIN_MAX): kpl = min(8, 64 / P) k a lane (K % kpl == 0), a block of warps =
+ *   ceil(K / (32 kpl)) <= SN_THIN_MAX_WARPS warps, lane l of warp w the kpl consecutive k from
+ *   kb = kpl (32 w + l); each y[m][n] (f32) is s_0 + s_1 + ... in warp order w = 0, 1, ..,
+ *   where warp w's s_w is the butterfly over lanes xor 16, 8, 4, 2, 1 (each step a + b) of the
+ *   lanes' p_l, and p_l the fmaf chain over its k ascending from 0 (k >= K add nothing).
+ * Rank (K <= SN_THIN_MAX < N): kpl = min(8, 64 / P) columns a lane (N % kpl == 0), warps =
+ *   ceil(N / (32 kpl)) <= SN_THIN_MAX_WARPS, lane l of warp w columns nb = kpl (32 w + l) ..
+ *   nb + kpl - 1; each y[m][n] is the fmaf chain over k ascending from 0.
+ * Fixed for every launch and thread order (the CUDA kernel's; no CPU backend generates it: the
+ * CPU keeps the GEMM), but not the library's, so y matches a GEMM within f32 rounding. */
+enum { SN_THIN_MAX = 32, SN_THIN_MAX_WARPS = 32, SN_THIN_MIN_M = 256 };
+typedef struct {
+    int64_t M, K, N;
+    bool tb;      /* W stored (N, K) */
+    bool rank;    /* the rank form (K few), else the columns form (N few) */
+    int P;        /* the least power of two >= the few */
+    int kpl;      /* k a lane (columns), columns a lane (rank) */
+    int warps;    /* a block's */
+    int64_t rows; /* an item's (a block's) */
+} sn_thin;
 
 /* The decode split (sn_target.split_decode: CUDA): at batch 1 the few-row product and
  * attention_cache (decoding over a KV cache) have too few items to fill a GPU (gpt2: 12 blocks
@@ -557,6 +591,13 @@ void sn_kernel_describe(const sn_kernel *k, char *buf, size_t len);
 sn_gemv sn_gemv_of(const sn_kernel *k);
 /* Its name in kernel names: nf4_gemv, nf4_gemv_t (tb), w16_gemv, w16_gemv_t. */
 const char *sn_gemv_name(const sn_kernel *k);
+/* The thin product's shape and its kernel's plan (kernel.h: SN_KER_THIN) for its matmul mm,
+ * computed from the shapes alone (the same for a GEMM kernel fuse may turn into one). */
+sn_thin sn_thin_plan(const sn_node *mm);
+sn_thin sn_thin_of(const sn_kernel *k);
+/* Whether matmul mm with operand dtypes and sizes as kernel.h asks could be a thin product
+ * (the rest, the kernel's args and epilogue, is fuse's to check). */
+bool sn_thin_shape_fits(const sn_node *mm);
 
 /* kernel_split.c: the decode split's parts S (the few-row product's k ranges, attention_cache
  * key ranges) that k's shapes call for under the rule there (1: one kernel), and the k or keys

@@ -228,6 +228,23 @@ static sn_status check_gemv(const sn_kernel *k, sn_err *e) {
     return SN_OK;
 }
 
+/* The thin product (kernel.h): a GEMM's args (y, x, W) with no epilogue, of a matmul whose
+ * shape and dtypes fit (sn_thin_shape_fits). */
+static sn_status check_thin(const sn_kernel *k, sn_err *e) {
+    const sn_node *mm = k->anchor, *y = k->args[0];
+    if (k->n_out != 1 || k->n_in != 2 || k->args[1] != mm->in[0] || k->args[2] != mm->in[1])
+        return BUG("a thin product writes its matmul from the matmul's x and W (args y, x, W)");
+    if (y != mm && (y->op != SN_OP_CAST || y->in[0] != mm || y->dtype != mm->in[0]->dtype))
+        return BUG("a thin product stores its f32 matmul or the matmul's cast to x's dtype");
+    if (!sn_thin_shape_fits(mm))
+        return BUG("a thin product multiplies x (M, K) by W (K, N) or W^T, x not transposed, x "
+                   "and W of one dtype (f32, bf16, f16), N or K at most %d, the other a multiple "
+                   "of a lane's share, at most %d warps of them, at least %d rows", SN_THIN_MAX,
+                   SN_THIN_MAX_WARPS, SN_THIN_MIN_M);
+    if (k->stage != SN_SUM_WHOLE) return BUG("a thin product runs as one kernel");
+    return SN_OK;
+}
+
 /* The optimizer kinds (made by the trainer): their flat range and 16-bit copies. */
 static sn_status check_optim(const sn_kernel *k, sn_err *e) {
     if (k->opt.flat_low != SN_F32 && (k->kind != SN_KER_ADAMW || (k->opt.flat_low != SN_BF16 && k->opt.flat_low != SN_F16)))
@@ -275,6 +292,7 @@ static bool anchor_fits(const sn_kernel *k) {
     case SN_KER_GEMV:
         return a->op == SN_OP_MATMUL &&
                (a->in[1]->op == SN_OP_DEQUANT_NF4 || a->in[1]->op == SN_OP_CAST);
+    case SN_KER_THIN: return a->op == SN_OP_MATMUL;
     default: return false;
     }
 }
@@ -332,6 +350,7 @@ sn_status sn_kernel_check(const sn_kernel *k, sn_err *e) {
     case SN_KER_GATHER: return check_gather(k, e);
     case SN_KER_DEQUANT: return check_dequant(k, e);
     case SN_KER_GEMV: return check_gemv(k, e);
+    case SN_KER_THIN: return check_thin(k, e);
     default: break;
     }
     SN_ASSERT(!"a kernel kind without its check");

@@ -21,7 +21,7 @@ const char *sn_epilogue_name(sn_epilogue e) {
 
 const char *sn_kernel_kind_name(sn_kernel_kind k) {
     static const char *names[] = {"pointwise", "row", "reduce", "gemm", "attention", "gather", "dequant", "gemv",
-                                  "grad_acc", "sqnorm", "clip", "adamw"};
+                                  "thin", "grad_acc", "sqnorm", "clip", "adamw"};
     _Static_assert(sizeof names / sizeof names[0] == SN_KER_KIND_COUNT, "a kernel kind without a name");
     SN_ASSERT((unsigned)k < SN_KER_KIND_COUNT);
     return names[k];
@@ -42,6 +42,41 @@ const char *sn_gemv_name(const sn_kernel *k) {
     sn_gemv g = sn_gemv_of(k);
     return g.source == SN_GEMV_NF4 ? (g.tb ? "nf4_gemv_t" : "nf4_gemv")
                                    : (g.tb ? "w16_gemv_t" : "w16_gemv");
+}
+
+sn_thin sn_thin_plan(const sn_node *mm) {
+    SN_ASSERT(mm->op == SN_OP_MATMUL);
+    const sn_node *x = mm->in[0];
+    sn_thin t = {.tb = mm->a.tb, .P = 1};
+    t.K = x->shape[x->rank - 1];
+    t.N = mm->shape[mm->rank - 1];
+    t.M = t.K > 0 ? sn_numel(x) / t.K : 0;
+    t.rank = t.N > SN_THIN_MAX; /* the few is K */
+    int64_t few = t.rank ? t.K : t.N, wide = t.rank ? t.N : t.K;
+    while (t.P < few && t.P < 128) t.P *= 2;
+    t.kpl = t.P <= 8 ? 8 : t.P <= 64 ? 64 / t.P : 1; /* W's kpl P weights a lane in registers */
+    int64_t per_warp = 32 * (int64_t)t.kpl;
+    t.warps = (int)((wide + per_warp - 1) / per_warp);
+    t.rows = 32; /* a block's rows: at least 1024 blocks where 4 rows a block allow */
+    while (t.rows > 4 && (t.M + t.rows - 1) / t.rows < 1024) t.rows /= 2;
+    return t;
+}
+
+sn_thin sn_thin_of(const sn_kernel *k) {
+    SN_ASSERT(k->kind == SN_KER_THIN);
+    return sn_thin_plan(k->anchor);
+}
+
+bool sn_thin_shape_fits(const sn_node *mm) {
+    if (mm->op != SN_OP_MATMUL || mm->a.ta || mm->dtype != SN_F32) return false;
+    const sn_node *x = mm->in[0], *w = mm->in[1];
+    if (w->rank != 2 || x->rank < 2 || x == w || x->dtype != w->dtype ||
+        (x->dtype != SN_F32 && x->dtype != SN_BF16 && x->dtype != SN_F16))
+        return false;
+    sn_thin t = sn_thin_plan(mm);
+    int64_t few = t.rank ? t.K : t.N, wide = t.rank ? t.N : t.K;
+    return few >= 1 && few <= SN_THIN_MAX && wide % t.kpl == 0 && t.warps <= SN_THIN_MAX_WARPS &&
+           t.M >= SN_THIN_MIN_M && w->shape[t.tb ? 1 : 0] == t.K && w->shape[t.tb ? 0 : 1] == t.N;
 }
 
 /* The row ops (ops.h kind SN_K_ROW), their facts (kernel.h). A new op: if it is a row op, give
@@ -157,6 +192,11 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
         *n_items = (a->shape[a->rank - 1] + SN_GEMV_COLS - 1) / SN_GEMV_COLS *
                    (k->stage == SN_SUM_PARTIAL ? sn_split_parts(k) : 1);
         return;
+    case SN_KER_THIN: { /* a block's rows */
+        sn_thin t = sn_thin_of(k);
+        *n_items = (t.M + t.rows - 1) / t.rows;
+        return;
+    }
     case SN_KER_GRAD_ACC: case SN_KER_ADAMW: *n_items = k->opt.flat_n; return; /* the optimizer's flat range */
     case SN_KER_SQNORM: *n_items = (k->opt.flat_n + SN_SQNORM_BLOCK - 1) / SN_SQNORM_BLOCK; return;
     case SN_KER_CLIP: *n_items = 1; return;

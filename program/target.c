@@ -13,7 +13,8 @@ sn_target sn_target_cuda(int sm) {
                    .warp_size = 32, .max_block_threads = 1024, .shared_default = 48 << 10,
                    .join_finish = true, .split_decode = true, .att_dkv_parts = true,
                    .fuse_siblings = true, .dgelu_accum_unfused = true, .dgelu_min_elems = 1 << 23,
-                   .row_cache = !sn_target_row_cache_off(), .row_prefetch = !sn_target_row_prefetch_off()};
+                   .row_cache = !sn_target_row_cache_off(), .row_prefetch = !sn_target_row_prefetch_off(),
+                   .thin_products = !sn_target_thin_off()};
     t.shared_max = sm == 75 ? 64 << 10 : sm == 80 || sm == 87 ? 163 << 10 : sm >= 90 ? 227 << 10 : 99 << 10;
     snprintf(t.name, sizeof t.name, "cuda sm_%d", sm);
     return t;
@@ -53,6 +54,11 @@ bool sn_target_row_cache_off(void) {
 
 bool sn_target_row_prefetch_off(void) {
     const char *env = getenv("SN_ROW_PREFETCH");
+    return env && !strcmp(env, "0");
+}
+
+bool sn_target_thin_off(void) {
+    const char *env = getenv("SN_THIN");
     return env && !strcmp(env, "0");
 }
 

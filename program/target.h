@@ -86,6 +86,10 @@ typedef struct {
                                works on this one (cuda_row.h: sn_cu_row_prefetch_plan; sm_80
                                and up). CUDA: on; off with SN_ROW_PREFETCH=0 (a GPU run's before
                                and after in one build) */
+    bool thin_products;     /* a GEMM of many rows and few columns (LoRA's x A, dy B^T) is a
+                               generated kernel (kernel.h: SN_KER_THIN), not a library call.
+                               CUDA: on; off with SN_THIN=0 (a GPU run's before and after in one
+                               build). The CPU: off (its GEMM reads x at the cache's speed) */
     bool gemv_nf4_only;     /* the few-row product (kernel.h: SN_KER_GEMV) only for an NF4
                                weight (K, N), as before it read transposed and 16-bit weights:
                                off by default; sn_pipeline_kernels sets it when SN_GEMV=nf4 (a
@@ -120,6 +124,8 @@ bool sn_target_att_parts_off(void);
 bool sn_target_row_cache_off(void);
 /* Whether SN_ROW_PREFETCH=0 asks for a classifier a block a row (row_prefetch off). */
 bool sn_target_row_prefetch_off(void);
+/* Whether SN_THIN=0 asks for thin products as GEMMs (thin_products off); sn_target_cuda reads it. */
+bool sn_target_thin_off(void);
 /* Whether SN_GEMV=nf4 asks for the few-row product of NF4 (K, N) weights alone (sn_target
  * gemv_nf4_only). */
 bool sn_target_gemv_nf4_only_asked(void);

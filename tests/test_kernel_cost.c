@@ -161,8 +161,9 @@ START_TEST(tiny_gpt2_every_kind) {
         for (int i = 0; i < n; i++) kinds[ks[i]->kind] = true;
         for (int k = 0; k < SN_KER_KIND_COUNT; k++)
             ck_assert_msg(kinds[k] || k == SN_KER_GEMM || k == SN_KER_DEQUANT ||
-                          k == SN_KER_GEMV, /* NF4: a QLoRA program's (tiny trains none;
-                          test_nf4_gemv compiles the NF4 product) */
+                          k == SN_KER_GEMV || k == SN_KER_THIN, /* NF4: a QLoRA program's
+                          (tiny trains none; test_nf4_gemv compiles the NF4 product); the thin
+                          product a LoRA program's of 256 rows and more (test_thin compiles it) */
                           "no %s kernel in the tiny program",
                           sn_kernel_kind_name((sn_kernel_kind)k));
         char what[32];

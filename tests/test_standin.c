@@ -1681,7 +1681,7 @@ END_TEST
 
 /* tiny GPT-2 with LoRA adapters (rank 4, every linear layer) in precision p, its frozen linear
  * weights in the compute dtype (the base16 pass) or f32 parameters with weight shadows */
-static sn_graph *tiny_lora_at(sn_precision p, bool base16, int *stored) {
+static sn_graph *tiny_lora_rows(sn_precision p, bool base16, int batch, int *stored) {
     sn_gpt2_config c;
     ck_assert(sn_gpt2_config_find("tiny", &c));
     c.vocab = V;
@@ -1689,7 +1689,7 @@ static sn_graph *tiny_lora_at(sn_precision p, bool base16, int *stored) {
     sn_gpt2 m;
     sn_err e;
     sn_gpt2_lora l = {.lora = {.rank = 4, .alpha = 8}, .targets = SN_GPT2_LORA_ALL};
-    ck_assert_msg(sn_gpt2_build_lora(g, &c, B, T, &l, &m, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_gpt2_build_lora(g, &c, batch, T, &l, &m, &e) == SN_OK, "%s", e.msg);
     sn_pipeline_opts o = sn_pipeline_defaults();
     o.precision = p;
     o.backward = true;
@@ -1698,6 +1698,10 @@ static sn_graph *tiny_lora_at(sn_precision p, bool base16, int *stored) {
     ck_assert_msg(sn_compile(g, &o, NULL, &st, &e) == SN_OK, "%s", e.msg);
     *stored = st.base16_stored;
     return g;
+}
+
+static sn_graph *tiny_lora_at(sn_precision p, bool base16, int *stored) {
+    return tiny_lora_rows(p, base16, B, stored);
 }
 
 /* LoRA in bf16 and fp16 (_i) on the device with its frozen base stored in 16 bits: the 8 base
@@ -1754,6 +1758,52 @@ START_TEST(lora_16bit_base_trains_as_the_f32_base) {
            loss[0][0], loss[0][N - 1]);
     for (int k = 0; k < 2; k++) sn_trainer_free(t[k]), sn_graph_free(g[k]);
     sn_device_free(d);
+}
+END_TEST
+
+/* LoRA (rank 4, bf16) at 256 rows a step, where the adapters' products are thin products
+ * (kernel.h SN_KER_THIN: tiny's x A of 32 by 4, the expansions h B of 4 by 96 and 32), through
+ * the trainer on the stand-in: the program has both forms, and 4 steps' losses are those of the
+ * same program with the products as GEMMs (SN_THIN=0) within f32 rounding of the sums' orders. */
+START_TEST(lora_thin_products_train_as_the_gemms) {
+    if (!have_nvrtc()) return;
+    enum { BB = 16, N = 4 };
+    double loss[2][N];
+    for (int gemms = 0; gemms < 2; gemms++) {
+        if (gemms) setenv("SN_THIN", "0", 1);
+        sn_device *d = cuda(NULL);
+        unsetenv("SN_THIN");
+        int stored;
+        sn_graph *g = tiny_lora_rows(SN_PRECISION_BF16, false, BB, &stored);
+        sn_err e;
+        sn_trainer *tr = trainer_on(g, d, &e);
+        ck_assert_msg(tr, "%s", e.msg);
+        const sn_program *pr = sn_trainer_program(tr);
+        int thin = 0, expand = 0;
+        for (int i = 0; i < pr->n_kernels; i++)
+            if (pr->kernels[i]->kind == SN_KER_THIN) {
+                if (sn_thin_of(pr->kernels[i]).rank) expand++;
+                else thin++;
+            }
+        if (gemms) ck_assert_int_eq(thin + expand, 0);
+        else ck_assert_msg(thin >= 4 && expand >= 4, "%d thin and %d expansions", thin, expand);
+        int32_t x[BB * T], y[BB * T];
+        for (int s = 0; s < N; s++) {
+            for (int h = 0; h < BB / B; h++) batch(x + h * B * T, y + h * B * T, (uint64_t)(s * 8 + h));
+            sn_step_stats ss;
+            ck_assert_msg(sn_trainer_step(tr, x, y, &ss, &e) == SN_OK, "step %d: %s", s, e.msg);
+            loss[gemms][s] = ss.loss;
+        }
+        if (!gemms) printf("test_standin: LoRA bf16 at %d rows: %d thin products, %d expansions\n",
+                           BB * T, thin, expand);
+        sn_trainer_free(tr);
+        sn_graph_free(g);
+        sn_device_free(d);
+    }
+    for (int s = 0; s < N; s++)
+        ck_assert_msg(fabs(loss[0][s] - loss[1][s]) <= 1e-3 * fabs(loss[1][s]), "step %d: loss %.9g "
+                      "with thin products, %.9g with GEMMs", s, loss[0][s], loss[1][s]);
+    ck_assert_msg(loss[0][N - 1] < loss[0][0], "loss %g -> %g: not learning", loss[0][0], loss[0][N - 1]);
 }
 END_TEST
 
@@ -1982,6 +2032,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, dkv_parts_train_as_one_kernel);
     tcase_add_loop_test(tc, tiny_gpt2_16bit_trains_like_the_cpu_device, 0, 2);
     tcase_add_loop_test(tc, lora_16bit_base_trains_as_the_f32_base, 0, 2);
+    tcase_add_test(tc, lora_thin_products_train_as_the_gemms);
     tcase_add_test(tc, second_trainer_on_one_device);
     tcase_add_test(tc, device_pointers_fault_on_the_host);
     tcase_add_test(tc, gemm_plans_match_a_reference);

@@ -124,6 +124,9 @@ void sn_cu_emit_nf4_pointers(sn_cu_text *t, const sn_nf4_layout *l);
 /* cuda_gemv_t.c: the product with W stored (N, K) (tb): one kernel or the split's PARTIAL */
 void sn_cu_emit_gemv_t(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 sn_cuda_dims sn_cu_gemv_dims(const sn_kernel *k);
+/* cuda_thin.c: the thin product (kernel.h: SN_KER_THIN), a block of warps per `rows` rows */
+void sn_cu_emit_thin(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
+sn_cuda_dims sn_cu_thin_dims(const sn_kernel *k);
 
 void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 

@@ -96,6 +96,7 @@ static sn_cuda_dims own_dims(const sn_kernel *k, const sn_target *t) {
         return dims1(blocks > SN_CUDA_PW_MAX_GRID ? SN_CUDA_PW_MAX_GRID : blocks, SN_CUDA_PW_BLOCK);
     }
     case SN_KER_GEMV: return sn_cu_gemv_dims(k); /* a block per 64 columns */
+    case SN_KER_THIN: return sn_cu_thin_dims(k); /* a block per `rows` rows */
     case SN_KER_GEMM: /* a library call */
     case SN_KER_KIND_COUNT: break;
     }

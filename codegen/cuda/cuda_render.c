@@ -25,7 +25,7 @@ static sn_status check(const sn_kernel *k, const sn_target *tg, sn_err *e) {
     case SN_KER_ROW: return sn_cu_check_row(k, e);
     case SN_KER_GATHER: return sn_cu_check_gather(k, e);
     case SN_KER_DEQUANT: return sn_cu_check_dequant(k, e);
-    case SN_KER_GEMV: return SN_OK; /* the contract fixed its dtypes */
+    case SN_KER_GEMV: case SN_KER_THIN: return SN_OK; /* the contract fixed their dtypes */
     case SN_KER_GRAD_ACC: case SN_KER_SQNORM: case SN_KER_CLIP: case SN_KER_ADAMW: return SN_OK;
     default: break;
     }
@@ -44,6 +44,7 @@ static void emit_body(sn_cu_text *t, const sn_kernel *k, const sn_target *tg, co
     case SN_KER_GATHER: sn_cu_emit_gather(t, k, &d, fname); break;
     case SN_KER_DEQUANT: sn_cu_emit_dequant(t, k, &d, fname); break;
     case SN_KER_GEMV: sn_cu_emit_gemv(t, k, &d, fname); break;
+    case SN_KER_THIN: sn_cu_emit_thin(t, k, &d, fname); break;
     case SN_KER_GRAD_ACC: case SN_KER_SQNORM: case SN_KER_CLIP:
     case SN_KER_ADAMW: sn_cu_emit_optim(t, k, &d, fname); break;
     case SN_KER_ATTENTION: sn_cu_emit_attention(t, k, tg, fname); break;

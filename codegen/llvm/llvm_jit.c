@@ -235,6 +235,10 @@ static sn_status emit(sn_ll *L, const sn_kernel *k, const char *fname, sn_err *e
     case SN_KER_ATTENTION: return sn_ll_emit_attention(L, k, fname, e);
     case SN_KER_DEQUANT: return sn_ll_emit_dequant(L, k, fname, e);
     case SN_KER_GEMV: return sn_ll_emit_gemv(L, k, fname, e);
+    case SN_KER_THIN:
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s is a thin product (kernel.h), which only the CUDA "
+                       "backend generates; compile for a target without thin_products (the CPU's)",
+                       sn_ll_kname(k, kn, sizeof kn));
     case SN_KER_KIND_COUNT: break;
     }
     SN_ASSERT(!"a kernel kind without its emitter");
