@@ -16,7 +16,7 @@
 
 #include "cuda_int.h"
 
-enum { R = 4 }; /* rows a step */
+enum { R = 4, RR = 2 }; /* rows a step: the columns form, the rank form */
 
 sn_cuda_dims sn_cu_thin_dims(const sn_kernel *k) {
     sn_thin t = sn_thin_of(k);
@@ -67,7 +67,9 @@ static void load_or_zero(sn_cu_text *t, const char *cond, const char *ct, int eb
 
 /* The rank form (kernel.h): lane l of warp w the kpl columns nb = kpl (32 w + l) .., W's K x kpl
  * in registers; each row's K elements of x (the same for every lane: one transaction a warp)
- * loaded R rows ahead, then each column the fmaf chain over k, stored kpl at a time. */
+ * loaded RR rows ahead, then each column the fmaf chain over k, stored kpl at a time. RR = 2,
+ * not 4: the kernel is bound by its stores, not by x's loads, and 4 rows took gpt2's 9-warp
+ * expansion to 155 registers (124 with 2; the 3-warp ones 96-109 -> 78-80; NVRTC sm_90). */
 static void emit_rank(sn_cu_text *t, const sn_kernel *k, const sn_thin *p, const char *fname) {
     const sn_node *x = k->args[1], *y = k->args[0];
     const char *xt = sn_cu_ctype(x->dtype), *yt = sn_cu_ctype(y->dtype);
@@ -78,7 +80,7 @@ static void emit_rank(sn_cu_text *t, const sn_kernel *k, const sn_thin *p, const
                 "%d columns from %d (32 w + l), W's %d x %d in registers; %lld rows a block, %d at a time */",
                 (long long)p->M, (long long)p->N, sn_dtype_name(y->dtype), (long long)p->M, K,
                 p->tb ? "^T" : "", K, (long long)p->N, sn_dtype_name(x->dtype), C, C, K, C,
-                (long long)p->rows, R);
+                (long long)p->rows, RR);
     sn_cu_emitf(t, "const int nb = %d * threadIdx.x; /* this lane's first column */", C);
     sn_cu_emitf(t, "if (nb >= %lld) return; /* no barrier below */", (long long)p->N);
     sn_cu_emitf(t, "float w[%d][%d]; /* W[k][nb + j] */", K, C);
@@ -102,10 +104,10 @@ static void emit_rank(sn_cu_text *t, const sn_kernel *k, const sn_thin *p, const
     }
     sn_cu_emitf(t, "const int first = blockIdx.x * %lld, end = min(first + %lld, %lld);",
                 (long long)p->rows, (long long)p->rows, (long long)p->M);
-    sn_cu_emitf(t, "for (int m0 = first; m0 < end; m0 += %d) {", R);
-    sn_cu_emitf(t, "float xv[%d][%d]; /* rows m0 .. m0 + %d: their loads issued together */", R, K, R - 1);
+    sn_cu_emitf(t, "for (int m0 = first; m0 < end; m0 += %d) {", RR);
+    sn_cu_emitf(t, "float xv[%d][%d]; /* rows m0 .. m0 + %d: their loads issued together */", RR, K, RR - 1);
     sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < %d; r++) {", R);
+    sn_cu_emitf(t, "for (int r = 0; r < %d; r++) {", RR);
     sn_cu_emitf(t, "if (m0 + r >= end) break;");
     {
         char src[96];
@@ -114,7 +116,7 @@ static void emit_rank(sn_cu_text *t, const sn_kernel *k, const sn_thin *p, const
     }
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int r = 0; r < %d; r++) {", R);
+    sn_cu_emitf(t, "for (int r = 0; r < %d; r++) {", RR);
     sn_cu_emitf(t, "if (m0 + r >= end) break;");
     sn_cu_emitf(t, "float o[%d];", C);
     sn_cu_emitf(t, "#pragma unroll");
