@@ -86,8 +86,9 @@ typedef struct {
                                works on this one (cuda_row.h: sn_cu_row_prefetch_plan; sm_80
                                and up). CUDA: on; off with SN_ROW_PREFETCH=0 (a GPU run's before
                                and after in one build) */
-    bool thin_products;     /* a GEMM of many rows and few columns (LoRA's x A, dy B^T) is a
-                               generated kernel (kernel.h: SN_KER_THIN), not a library call.
+    bool thin_products;     /* a GEMM of many rows and few columns or a short contraction
+                               (LoRA's x A, dy B^T, h B, dh A^T) is a generated kernel
+                               (kernel.h: SN_KER_THIN), not a library call.
                                CUDA: on; off with SN_THIN=0 (a GPU run's before and after in one
                                build). The CPU: off (its GEMM reads x at the cache's speed) */
     bool gemv_nf4_only;     /* the few-row product (kernel.h: SN_KER_GEMV) only for an NF4
