@@ -54,6 +54,23 @@ static void load_n(sn_cu_text *t, const char *ct, int eb, int n, const char *v, 
     sn_cu_emitf(t, "for (int q = 0; q < %d; q++) %s[q] = sn_load((%s)[q]);", n, v, src);
 }
 
+/* dst[j] for j < n: row r's fmaf chain over k < kn ascending from 0, xv[r][k] w[k][j] a term
+ * (both forms' sums a lane: kernel.h). */
+static void emit_chains(sn_cu_text *t, const char *dst, int n, int kn) {
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int j = 0; j < %d; j++) {", n);
+    sn_cu_emitf(t, "float s = 0.0f;");
+    sn_cu_emitf(t, "#pragma unroll");
+    sn_cu_emitf(t, "for (int kk = 0; kk < %d; kk++) s = fmaf(xv[r][kk], w[kk][j], s);", kn);
+    sn_cu_emitf(t, "%s[j] = s;", dst);
+    sn_cu_emitf(t, "}");
+}
+
+/* The index type of the product's buffers. */
+static const char *index_type(const sn_thin *p) {
+    return sn_cu_index_type(p->M * (p->K > p->N ? p->K : p->N) + p->K * p->N + 64);
+}
+
 /* load_n where `cond` holds, else v[0 .. n) = 0. */
 static void load_or_zero(sn_cu_text *t, const char *cond, const char *ct, int eb, int n,
                          const char *v, const char *src) {
@@ -74,7 +91,7 @@ static void emit_rank(sn_cu_text *t, const sn_kernel *k, const sn_thin *p, const
     const sn_node *x = k->args[1], *y = k->args[0];
     const char *xt = sn_cu_ctype(x->dtype), *yt = sn_cu_ctype(y->dtype);
     int eb = sn_dtype_bits(x->dtype) / 8, yb = sn_dtype_bits(y->dtype) / 8, K = (int)p->K, C = p->kpl;
-    const char *ix = sn_cu_index_type(p->M * (p->K > p->N ? p->K : p->N) + p->K * p->N + 64);
+    const char *ix = index_type(p);
     sn_cu_emit_signature(t, k, fname, 32 * p->warps);
     sn_cu_emitf(t, "/* y (%lld, %lld) %s = x (%lld, %d) @ W%s (%d, %lld), %s: lane l of warp w the "
                 "%d columns from %d (32 w + l), W's %d x %d in registers; %lld rows a block, %d at a time */",
@@ -119,13 +136,7 @@ static void emit_rank(sn_cu_text *t, const sn_kernel *k, const sn_thin *p, const
     sn_cu_emitf(t, "for (int r = 0; r < %d; r++) {", RR);
     sn_cu_emitf(t, "if (m0 + r >= end) break;");
     sn_cu_emitf(t, "float o[%d];", C);
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int j = 0; j < %d; j++) {", C);
-    sn_cu_emitf(t, "float s = 0.0f;");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int kk = 0; kk < %d; kk++) s = fmaf(xv[r][kk], w[kk][j], s);", K);
-    sn_cu_emitf(t, "o[j] = s;");
-    sn_cu_emitf(t, "}");
+    emit_chains(t, "o", C, K);
     sn_cu_emitf(t, "%s *yr = out0 + (%s)(m0 + r) * %lld + nb;", yt, ix, (long long)p->N);
     if (C * yb == 32 || C * yb == 16) /* f32 8 or 4, 16-bit 8 */
         sn_cu_emitf(t, "sn_store%d(yr, o);", C);
@@ -149,8 +160,8 @@ void sn_cu_emit_thin(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, c
     const char *xt = sn_cu_ctype(x->dtype);
     int eb = sn_dtype_bits(x->dtype) / 8, N = (int)p.N, P = p.P, KPL = p.kpl, W = p.warps;
     int b = log2i(P);
-    const char *ix = sn_cu_index_type(p.M * (p.K > p.N ? p.K : p.N) + p.K * p.N + 64);
-    SN_ASSERT((int)d->block[0] == 32 * W && P <= 32 && KPL * P <= 64);
+    const char *ix = index_type(&p);
+    SN_ASSERT(P <= 32 && KPL * P <= 64); /* the plan: at most 64 weights a lane */
     sn_cu_emit_signature(t, k, fname, 32 * W);
     sn_cu_emitf(t, "/* y (%lld, %d) %s = x (%lld, %lld) @ W%s (%lld, %d), %s: lane l of warp w the "
                 "%d k from %d (32 w + l), W's %d x %d in registers; %lld rows a block, %d at a time */",
@@ -215,13 +226,7 @@ void sn_cu_emit_thin(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, c
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int r = 0; r < %d; r++) {", R);
     sn_cu_emitf(t, "float v[%d]; /* the lane's sums of columns 0 .. %d */", P, P - 1);
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int n = 0; n < %d; n++) {", N);
-    sn_cu_emitf(t, "float s = 0.0f;");
-    sn_cu_emitf(t, "#pragma unroll");
-    sn_cu_emitf(t, "for (int i = 0; i < %d; i++) s = fmaf(xv[r][i], w[i][n], s);", KPL);
-    sn_cu_emitf(t, "v[n] = s;");
-    sn_cu_emitf(t, "}");
+    emit_chains(t, "v", N, KPL);
     if (P > N) {
         sn_cu_emitf(t, "#pragma unroll");
         sn_cu_emitf(t, "for (int n = %d; n < %d; n++) v[n] = 0.0f;", N, P);
