@@ -34,6 +34,7 @@ static double node_bytes(const sn_node *n) {
 double sn_roofline_kernel_flops(const sn_kernel *k) {
     const sn_node *n = k->anchor;
     if (k->kind == SN_KER_GEMM || k->kind == SN_KER_THIN) { /* THIN: fmaf on the FP32 units */
+        if (k->stage == SN_SUM_FINISH) return 0; /* the thin sum's: adding its parts */
         const sn_node *a = n->in[0];
         return 2.0 * (double)sn_numel(n) * (double)a->shape[a->rank - 1 - n->a.ta];
     }

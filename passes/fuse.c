@@ -561,8 +561,8 @@ static sn_status build(fuse_state *s) {
         if (k && !st && k->kind == SN_KER_GATHER && k->anchor->op == SN_OP_EMBEDDING_BWD)
             st = sn_fuse_split_gather(s, k); /* and its ROWS kernel */
         if (k && !st) sn_fuse_thin(s, k); /* a GEMM of few columns: a generated kernel */
-        if (k && !st && s->t->split_decode && sn_split_parts(k) > 1)
-            st = sn_fuse_split_decode(s, k); /* and its FINISH kernel */
+        if (k && !st && (s->t->split_decode || k->kind == SN_KER_THIN) && sn_split_parts(k) > 1)
+            st = sn_fuse_split_decode(s, k); /* and its FINISH kernel (the thin sum's always) */
     }
     if (!st) st = sn_fuse_norm_pairs(s); /* a norm's dx with its weight gradient's sums */
     if (!st && s->t->att_dq_atomic) st = sn_fuse_att_dq_atomic(s); /* dq with dk and dv */

@@ -188,7 +188,8 @@ sn_status sn_fuse_classifier(fuse_state *s, sn_kernel *k, const sn_node *loss);
 sn_status sn_fuse_split_gather(fuse_state *s, sn_kernel *k);
 /* The decode split (kernel.h; sn_target.split_decode): the few-row product or attention_cache
  * kernel k, whose shapes call for parts (sn_split_parts > 1), becomes their PARTIAL kernel and a
- * FINISH kernel follows it, with their scratch value. */
+ * FINISH kernel follows it, with their scratch value; the thin product's sum form alike (always
+ * split: kernel.h). */
 sn_status sn_fuse_split_decode(fuse_state *s, sn_kernel *k);
 /* The atomic dq (kernel.h; sn_target.att_dq_atomic): each dq kernel whose six inputs and scale
  * are a tensor-core dk/dv kernel's (sn_kernel_att_tensor_cores) becomes its DQ_STORE kernel, and a DQ_ZERO kernel precedes that dk/dv

@@ -407,11 +407,14 @@ static sn_kernel *split_in_two(fuse_state *s, sn_kernel *k, const char *suffix) 
 
 sn_status sn_fuse_split_decode(fuse_state *s, sn_kernel *k) {
     SN_ASSERT(k->stage == SN_SUM_WHOLE && sn_split_parts(k) > 1);
+    SN_ASSERT(k->kind != SN_KER_THIN || k->n_out + k->n_in + 1 <= SN_KER_MAX_ARGS);
     if (k->n_out + k->n_in + 1 > SN_KER_MAX_ARGS) return SN_OK; /* stays one kernel */
     sn_kernel *f = split_in_two(s, k, "_partial");
     if (!f) return SN_ERR_OOM;
     snprintf(f->name, sizeof f->name, "k%d_%s_finish", f->id,
-             k->kind == SN_KER_GEMV ? sn_gemv_name(k) : sn_op_name(k->anchor->op));
+             k->kind == SN_KER_GEMV ? sn_gemv_name(k)
+             : k->kind == SN_KER_THIN ? "thin_sum" : sn_op_name(k->anchor->op));
+    if (k->kind == SN_KER_THIN) f->n_in = 0; /* its sums alone (kernel.h): joinable */
     return SN_OK;
 }
 

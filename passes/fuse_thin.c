@@ -1,7 +1,8 @@
 /* fuse_thin.c: the thin product (kernel.h: SN_KER_THIN): a GEMM kernel of many rows and few
- * columns (LoRA's x A and dy B^T) or a short contraction (the expansions h B, dh A^T) becomes a
- * generated kernel that moves x or y once at the memory's speed, where the target makes them
- * (sn_target.thin_products: CUDA). Convention: decided on the
+ * columns (LoRA's x A and dy B^T), a short contraction (the expansions h B, dh A^T) or a sum
+ * over many rows into few rows or columns (the weight gradients h^T dy, x^T dh: split in two by
+ * fuse.c, sn_fuse_split_decode) becomes a generated kernel that moves x or y once at the
+ * memory's speed, where the target makes them (sn_target.thin_products: CUDA). Convention: decided on the
  * GEMM kernel as fuse made it (its epilogue and args settled), so the thin product is exactly
  * the GEMM kernels that store the product or its 16-bit cast and nothing else. */
 #include <stdio.h>
@@ -17,8 +18,10 @@ void sn_fuse_thin(fuse_state *s, sn_kernel *k) {
         k->n_in != 2 || k->args[1] != mm->in[0] || k->args[2] != mm->in[1] ||
         !sn_thin_shape_fits(mm))
         return;
+    if (mm->a.ta && k->args[0] != mm) return; /* the sum form stores the f32 matmul */
+    sn_thin t = sn_thin_plan(mm);
     k->kind = SN_KER_THIN;
-    snprintf(k->name, sizeof k->name, "k%d_%s%s", k->id, sn_thin_plan(mm).rank ? "expand" : "thin",
-             mm->a.tb ? "_t" : "");
+    snprintf(k->name, sizeof k->name, "k%d_%s%s", k->id,
+             t.sum ? "thin_sum" : t.rank ? "expand" : "thin", mm->a.tb ? "_t" : "");
     sn_kernel_work(k, &k->n_items, &k->serial);
 }

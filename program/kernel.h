@@ -127,7 +127,8 @@ enum { SN_GEMV_MAX_M = 8, SN_GEMV_COLS = 64 };
  * K the rank), where a GEMM library's kernels move x or y at a fraction of the memory's
  * bandwidth (docs/finetune.md "The adapters' thin products on CUDA"). fuse makes it of a GEMM
  * kernel with no epilogue, no accum and no operand views (kernel.h above) whose matmul has ta =
- * 0, x and W of one dtype (f32, bf16 or f16) and at least SN_THIN_MIN_M rows, and whose shape
+ * 0 (or ta = 1, tb = 0 and y the f32 matmul: the sum form below), x and W of one dtype (f32,
+ * bf16 or f16) and at least SN_THIN_MIN_M rows, and whose shape
  * the plan takes (sn_thin_shape_fits); its args stay the GEMM's: y (the matmul, f32, or its cast
  * to x's 16-bit dtype: rnd(v) once), x, W, each contiguous. Item i: rows [rows i, min(M, rows i
  * + rows)) of y (sn_thin_of). P is the least power of two >= the few (N, or K for the rank form).
@@ -139,17 +140,41 @@ enum { SN_GEMV_MAX_M = 8, SN_GEMV_COLS = 64 };
  * Rank (K <= SN_THIN_MAX < N): kpl = min(8, 64 / P) columns a lane (N % kpl == 0), warps =
  *   ceil(N / (32 kpl)) <= SN_THIN_MAX_WARPS, lane l of warp w columns nb = kpl (32 w + l) ..
  *   nb + kpl - 1; each y[m][n] is the fmaf chain over k ascending from 0.
+ * Sum (ta = 1, tb = 0: LoRA's weight gradients h^T dy and x^T dh): y (K, N) f32 = x^T W, x
+ *   stored (M, K), W (M, N), M the many rows summed, K or N few (`left`: K, y's rows, then W is
+ *   the wide operand and y[c][col] its column col; else N, x the wide one, y[col][c]). kpl =
+ *   min(8, 64 / P) columns of the wide operand a lane (wide % kpl == 0); the wide columns in
+ *   C = ceil(ceil(wide / (32 kpl)) / SN_THIN_SUM_WARPS) column blocks of `warps` warps each
+ *   (lane l of warp w of column block b: columns cb = b 32 kpl warps + kpl (32 w + l) .. + kpl - 1),
+ *   a block `groups` G such warp groups (G = 12 / warps where warps <= 6, else 1), the rows in
+ *   S = `parts` parts of `rows` L rows (part p: [p L, min(M, p L + L))); always split (S >= 2):
+ *   SN_SUM_PARTIAL item i: part p = i / C, column block b = i % C; group g of it takes the part's
+ *   rows p L + g + G j ascending, each y element's f32 fmaf chain over them from 0 (a term the
+ *   wide operand's element times the few one's), the groups' chains added in group order
+ *   ((s_0 + s_1) + s_2) .. into scratch (S, K, N) at [p] (y's layout);
+ *   SN_SUM_FINISH: y = the S parts added in f32 in order p = 0, 1, .. (the decode split's FINISH
+ *   above), item i the elements [SN_SPLIT_FINISH_ELEMS i, ..). Args y, x, W in the PARTIAL; the
+ *   FINISH's y alone (n_in 0: its sums, as a norm's FINISH has them), which it writes from its
+ *   scratch alone, so join_finish may run it in a later thin product's launch (`tail` below).
  * Fixed for every launch and thread order (the CUDA kernel's; no CPU backend generates it: the
  * CPU keeps the GEMM), but not the library's, so y matches a GEMM within f32 rounding. */
 enum { SN_THIN_MAX = 32, SN_THIN_MAX_WARPS = 32, SN_THIN_MIN_M = 256 };
+/* The sum form: at most 12 warps a column block; parts to make about this many blocks (an
+ * H100's or H200's 132 SMs, one block each), each group at least 16 rows a part. */
+enum { SN_THIN_SUM_WARPS = 12, SN_THIN_SUM_BLOCKS = 132, SN_THIN_SUM_MIN_ROWS = 16 };
 typedef struct {
     int64_t M, K, N;
     bool tb;      /* W stored (N, K) */
     bool rank;    /* the rank form (K few), else the columns form (N few) */
+    bool sum;     /* the sum form (x^T W; kernel.h above) */
+    bool left;    /* the sum form's few is K (y's rows), the wide operand W */
     int P;        /* the least power of two >= the few */
-    int kpl;      /* k a lane (columns), columns a lane (rank) */
-    int warps;    /* a block's */
-    int64_t rows; /* an item's (a block's) */
+    int kpl;      /* k a lane (columns), columns a lane (rank, sum) */
+    int warps;    /* a block's (the sum form: a group's) */
+    int groups;   /* the sum form's warp groups a block (else 1) */
+    int64_t cblocks; /* the sum form's column blocks C (else 1) */
+    int64_t parts;   /* the sum form's parts S (else 1) */
+    int64_t rows; /* an item's (a block's); the sum form's: a part's */
 } sn_thin;
 
 /* The decode split (sn_target.split_decode: CUDA): at batch 1 the few-row product and
@@ -412,12 +437,14 @@ struct sn_kernel {
     int stage;
     int scratch; /* the scratch value (an index into the program's values) */
     /* A FINISH kernel run in this kernel's launch (horizontal fusion, passes/join_finish.c;
-     * NULL: none): a norm weight gradient's FINISH (stage FINISH, no anchor2) that is no kernel
+     * NULL: none): a norm weight gradient's FINISH (stage FINISH, no anchor2) in a norm
+     * backward pair, or a thin sum's FINISH in a thin product (not a FINISH), that is no kernel
      * of the program's list any more. The launch's buffers are this kernel's
      * (sn_kernel_n_bufs of it alone), then the tail's (its sums, then its scratch). On CUDA
      * the grid is this kernel's blocks, then ceil(W / threads) blocks of the tail, each thread
-     * one of the W columns FINISH sums in chunk order (so the sums' bits are the separate
-     * FINISH kernel's: a column's order does not depend on its block). The tail reads only
+     * one of the W columns FINISH sums in chunk order (the thin sum's: W y's elements, each
+     * adding the parts in order), so the sums' bits are the separate FINISH kernel's: a
+     * column's order does not depend on its block. The tail reads only
      * its scratch, written by an earlier kernel, and writes only its sums, which this kernel
      * neither reads nor writes; this kernel does not write the tail's scratch. */
     struct sn_kernel *tail;
@@ -600,8 +627,8 @@ sn_thin sn_thin_of(const sn_kernel *k);
 bool sn_thin_shape_fits(const sn_node *mm);
 
 /* kernel_split.c: the decode split's parts S (the few-row product's k ranges, attention_cache
- * key ranges) that k's shapes call for under the rule there (1: one kernel), and the k or keys
- * L of a part. */
+ * key ranges; the thin product's sum form's row ranges) that k's shapes call for under the rule
+ * there (1: one kernel), and the k, keys or rows L of a part. */
 int64_t sn_split_parts(const sn_kernel *k);
 int64_t sn_split_len(const sn_kernel *k);
 /* The row chunks of an attention kernel's items (n_items above), and which chunk the c-th of a

@@ -232,16 +232,23 @@ static sn_status check_gemv(const sn_kernel *k, sn_err *e) {
  * shape and dtypes fit (sn_thin_shape_fits). */
 static sn_status check_thin(const sn_kernel *k, sn_err *e) {
     const sn_node *mm = k->anchor, *y = k->args[0];
-    if (k->n_out != 1 || k->n_in != 2 || k->args[1] != mm->in[0] || k->args[2] != mm->in[1])
-        return BUG("a thin product writes its matmul from the matmul's x and W (args y, x, W)");
+    if (k->stage == SN_SUM_FINISH ? k->n_out != 1 || k->n_in != 0
+                                  : k->n_out != 1 || k->n_in != 2 || k->args[1] != mm->in[0] ||
+                                        k->args[2] != mm->in[1])
+        return BUG("a thin product writes its matmul from the matmul's x and W (args y, x, W; a "
+                   "thin sum's FINISH: y alone)");
     if (y != mm && (y->op != SN_OP_CAST || y->in[0] != mm || y->dtype != mm->in[0]->dtype))
         return BUG("a thin product stores its f32 matmul or the matmul's cast to x's dtype");
     if (!sn_thin_shape_fits(mm))
-        return BUG("a thin product multiplies x (M, K) by W (K, N) or W^T, x not transposed, x "
-                   "and W of one dtype (f32, bf16, f16), N or K at most %d, the other a multiple "
-                   "of a lane's share, at most %d warps of them, at least %d rows", SN_THIN_MAX,
-                   SN_THIN_MAX_WARPS, SN_THIN_MIN_M);
-    if (k->stage != SN_SUM_WHOLE) return BUG("a thin product runs as one kernel");
+        return BUG("a thin product multiplies x (M, K) by W (K, N) or W^T, x not transposed (or "
+                   "x^T W of x (M, K), W (M, N): the sum form), x and W of one dtype (f32, bf16, "
+                   "f16), N or K at most %d, the other a multiple of a lane's share, at most %d "
+                   "warps of them, at least %d rows", SN_THIN_MAX, SN_THIN_MAX_WARPS, SN_THIN_MIN_M);
+    sn_thin t = sn_thin_of(k);
+    if (t.sum && (y != mm || (k->stage != SN_SUM_PARTIAL && k->stage != SN_SUM_FINISH)))
+        return BUG("a thin product's sum form stores the f32 matmul, as a PARTIAL kernel over its "
+                   "rows' parts and a FINISH adding them");
+    if (!t.sum && k->stage != SN_SUM_WHOLE) return BUG("a thin product runs as one kernel");
     return SN_OK;
 }
 
@@ -298,14 +305,16 @@ static bool anchor_fits(const sn_kernel *k) {
 }
 
 /* A joined FINISH (kernel.h: tail): a norm weight gradient's FINISH in a norm backward pair's
- * launch, their buffers within one launch's, neither touching the other's sums and the pair
- * not writing the FINISH's scratch. */
+ * launch, or a thin sum's in a thin product's, their buffers within one launch's, neither
+ * touching the other's sums and the host not writing the FINISH's scratch. */
 static sn_status check_tail(const sn_kernel *k, sn_err *e) {
     const sn_kernel *f = k->tail;
-    if (k->kind != SN_KER_ROW || !k->row.pair || f->kind != SN_KER_ROW ||
-        f->stage != SN_SUM_FINISH || f->anchor2 || f->tail || !f->anchor ||
-        (f->anchor->op != SN_OP_LAYERNORM_BWD_W && f->anchor->op != SN_OP_RMSNORM_BWD_W))
-        return BUG("only a norm backward pair carries a joined FINISH, a norm weight gradient's");
+    bool norm = k->kind == SN_KER_ROW && k->row.pair && f->kind == SN_KER_ROW && f->anchor &&
+                (f->anchor->op == SN_OP_LAYERNORM_BWD_W || f->anchor->op == SN_OP_RMSNORM_BWD_W);
+    bool thin = k->kind == SN_KER_THIN && k->stage != SN_SUM_FINISH && f->kind == SN_KER_THIN;
+    if (!(norm || thin) || f->stage != SN_SUM_FINISH || f->anchor2 || f->tail)
+        return BUG("only a norm backward pair carries a joined FINISH, a norm weight gradient's, "
+                   "and only a thin product a thin sum's");
     if (sn_kernel_n_bufs(k) > SN_KER_MAX_BUFS)
         return BUG("with its joined FINISH %s it passes %d buffers (at most %d)", f->name,
                    sn_kernel_n_bufs(k), SN_KER_MAX_BUFS);

@@ -1,6 +1,7 @@
 /* kernel_split.c: the decode split's rule (kernel.h: SN_DECODE_BLOCKS): how many parts the
  * few-row product's k and attention_cache's keys are cut into, from the kernel's shapes alone;
- * and grouped-query dk and dv's parts (kernel.h: SN_DKV_PARTS_BLOCKS).
+ * the thin product's sum form's parts (its plan's: kernel.h); and grouped-query dk and dv's
+ * parts (kernel.h: SN_DKV_PARTS_BLOCKS).
  * Convention: a kernel whose one-kernel items already reach SN_DECODE_BLOCKS is not split; else
  * the parts are at least as many as bring items x parts to the target, each part at least a
  * minimum (4 rows: a warp's; 32 k of a transposed W: 4 lanes'; 32 keys: 8 a warp), so a short K
@@ -36,6 +37,11 @@ static int64_t parts_of(const sn_kernel *k, int64_t *len) {
         sn_gemv g = sn_gemv_of(k);
         return g.tb ? rule(cdiv(g.N, SN_GEMV_COLS), g.K, T_STEP, T_LANES, len)
                     : rule(cdiv(g.N, SN_GEMV_COLS), g.K, ROW_STEP, ROW_WARP, len);
+    }
+    if (k->kind == SN_KER_THIN) { /* the sum form's parts of the rows (program.c's plan) */
+        sn_thin t = sn_thin_of(k);
+        *len = t.rows;
+        return t.sum ? t.parts : 1;
     }
     if (k->kind == SN_KER_ATTENTION && a->op == SN_OP_ATTENTION_CACHE) {
         const sn_node *q = a->in[0];

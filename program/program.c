@@ -44,10 +44,36 @@ const char *sn_gemv_name(const sn_kernel *k) {
                                    : (g.tb ? "w16_gemv_t" : "w16_gemv");
 }
 
+static int64_t cdiv64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The sum form's plan (kernel.h): x stored (M, K), W (M, N), y (K, N). */
+static sn_thin sum_plan(const sn_node *mm) {
+    const sn_node *x = mm->in[0];
+    sn_thin t = {.sum = true, .P = 1, .groups = 1, .cblocks = 1, .parts = 1};
+    t.M = x->shape[0];
+    t.K = x->rank == 2 ? x->shape[1] : 0;
+    t.N = mm->shape[mm->rank - 1];
+    t.left = t.K <= SN_THIN_MAX && t.K <= t.N;
+    int64_t few = t.left ? t.K : t.N, wide = t.left ? t.N : t.K;
+    while (t.P < few && t.P < 128) t.P *= 2;
+    t.kpl = t.P <= 8 ? 8 : t.P <= 64 ? 64 / t.P : 1;
+    int64_t total = cdiv64(wide, 32 * (int64_t)t.kpl); /* warps over the wide columns */
+    t.cblocks = total > 0 ? cdiv64(total, SN_THIN_SUM_WARPS) : 1;
+    t.warps = (int)(total > 0 ? cdiv64(total, t.cblocks) : 1);
+    t.groups = t.warps <= SN_THIN_SUM_WARPS / 2 ? SN_THIN_SUM_WARPS / t.warps : 1;
+    int64_t S = cdiv64(SN_THIN_SUM_BLOCKS, t.cblocks), most = cdiv64(t.M, (int64_t)t.groups * SN_THIN_SUM_MIN_ROWS);
+    if (S > most) S = most;
+    if (S < 1) S = 1;
+    t.rows = cdiv64(t.M, S);
+    t.parts = t.rows > 0 ? cdiv64(t.M, t.rows) : 1;
+    return t;
+}
+
 sn_thin sn_thin_plan(const sn_node *mm) {
     SN_ASSERT(mm->op == SN_OP_MATMUL);
+    if (mm->a.ta) return sum_plan(mm);
     const sn_node *x = mm->in[0];
-    sn_thin t = {.tb = mm->a.tb, .P = 1};
+    sn_thin t = {.tb = mm->a.tb, .P = 1, .groups = 1, .cblocks = 1, .parts = 1};
     t.K = x->shape[x->rank - 1];
     t.N = mm->shape[mm->rank - 1];
     t.M = t.K > 0 ? sn_numel(x) / t.K : 0;
@@ -68,12 +94,18 @@ sn_thin sn_thin_of(const sn_kernel *k) {
 }
 
 bool sn_thin_shape_fits(const sn_node *mm) {
-    if (mm->op != SN_OP_MATMUL || mm->a.ta || mm->dtype != SN_F32) return false;
+    if (mm->op != SN_OP_MATMUL || mm->dtype != SN_F32) return false;
     const sn_node *x = mm->in[0], *w = mm->in[1];
     if (w->rank != 2 || x->rank < 2 || x == w || x->dtype != w->dtype ||
         (x->dtype != SN_F32 && x->dtype != SN_BF16 && x->dtype != SN_F16))
         return false;
     sn_thin t = sn_thin_plan(mm);
+    if (mm->a.ta) { /* the sum form: x (M, K), W (M, N), y (K, N), K or N few */
+        int64_t few = t.left ? t.K : t.N, wide = t.left ? t.N : t.K;
+        return x->rank == 2 && !mm->a.tb && w->shape[0] == t.M && w->shape[1] == t.N &&
+               mm->rank == 2 && mm->shape[0] == t.K && few >= 1 && few <= SN_THIN_MAX &&
+               wide % t.kpl == 0 && t.M >= SN_THIN_MIN_M && t.parts >= 2;
+    }
     int64_t few = t.rank ? t.K : t.N, wide = t.rank ? t.N : t.K;
     return few >= 1 && few <= SN_THIN_MAX && wide % t.kpl == 0 && t.warps <= SN_THIN_MAX_WARPS &&
            t.M >= SN_THIN_MIN_M && w->shape[t.tb ? 1 : 0] == t.K && w->shape[t.tb ? 0 : 1] == t.N;
@@ -192,9 +224,14 @@ void sn_kernel_work(const sn_kernel *k, int64_t *n_items, bool *serial) {
         *n_items = (a->shape[a->rank - 1] + SN_GEMV_COLS - 1) / SN_GEMV_COLS *
                    (k->stage == SN_SUM_PARTIAL ? sn_split_parts(k) : 1);
         return;
-    case SN_KER_THIN: { /* a block's rows */
+    case SN_KER_THIN: { /* a block's rows; the sum form: (part, column block), FINISH: y's elements */
         sn_thin t = sn_thin_of(k);
-        *n_items = (t.M + t.rows - 1) / t.rows;
+        if (k->stage == SN_SUM_FINISH)
+            *n_items = (sn_numel(a) + SN_SPLIT_FINISH_ELEMS - 1) / SN_SPLIT_FINISH_ELEMS;
+        else if (t.sum)
+            *n_items = t.parts * t.cblocks;
+        else
+            *n_items = (t.M + t.rows - 1) / t.rows;
         return;
     }
     case SN_KER_GRAD_ACC: case SN_KER_ADAMW: *n_items = k->opt.flat_n; return; /* the optimizer's flat range */
@@ -252,7 +289,7 @@ int64_t sn_gather_chunks(const sn_kernel *k) {
 
 int64_t sn_kernel_scratch_bytes(const sn_kernel *k) {
     if (k->stage == SN_SUM_WHOLE) return 0;
-    if (k->kind == SN_KER_GEMV) /* the parts' products (S, M, N) */
+    if (k->kind == SN_KER_GEMV || k->kind == SN_KER_THIN) /* the parts' products (S, M, N) */
         return 4 * sn_split_parts(k) * sn_numel(k->anchor);
     if (k->kind == SN_KER_ATTENTION && k->anchor->op == SN_OP_ATTENTION_CACHE) {
         const sn_node *a = k->anchor; /* (B H, P, T, Dv + 2): m, l, the output */

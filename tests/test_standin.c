@@ -1762,9 +1762,10 @@ START_TEST(lora_16bit_base_trains_as_the_f32_base) {
 END_TEST
 
 /* LoRA (rank 4, bf16) at 256 rows a step, where the adapters' products are thin products
- * (kernel.h SN_KER_THIN: tiny's x A of 32 by 4, the expansions h B of 4 by 96 and 32), through
- * the trainer on the stand-in: the program has both forms, and 4 steps' losses are those of the
- * same program with the products as GEMMs (SN_THIN=0) within f32 rounding of the sums' orders. */
+ * (kernel.h SN_KER_THIN: tiny's x A of 32 by 4, the expansions h B of 4 by 96 and 32, the weight
+ * gradients h^T dy and x^T dh as sums over the 256 rows), through the trainer on the stand-in:
+ * the program has the three forms, and 4 steps' losses are those of the same program with the
+ * products as GEMMs (SN_THIN=0) within f32 rounding of the sums' orders. */
 START_TEST(lora_thin_products_train_as_the_gemms) {
     if (!have_nvrtc()) return;
     enum { BB = 16, N = 4 };
@@ -1779,14 +1780,17 @@ START_TEST(lora_thin_products_train_as_the_gemms) {
         sn_trainer *tr = trainer_on(g, d, &e);
         ck_assert_msg(tr, "%s", e.msg);
         const sn_program *pr = sn_trainer_program(tr);
-        int thin = 0, expand = 0;
+        int thin = 0, expand = 0, sums = 0;
         for (int i = 0; i < pr->n_kernels; i++)
             if (pr->kernels[i]->kind == SN_KER_THIN) {
-                if (sn_thin_of(pr->kernels[i]).rank) expand++;
+                sn_thin t = sn_thin_of(pr->kernels[i]);
+                if (t.sum) sums += pr->kernels[i]->stage == SN_SUM_PARTIAL;
+                else if (t.rank) expand++;
                 else thin++;
             }
-        if (gemms) ck_assert_int_eq(thin + expand, 0);
-        else ck_assert_msg(thin >= 4 && expand >= 4, "%d thin and %d expansions", thin, expand);
+        if (gemms) ck_assert_int_eq(thin + expand + sums, 0);
+        else ck_assert_msg(thin >= 4 && expand >= 4 && sums >= 4, "%d thin, %d expansions, %d sums",
+                           thin, expand, sums);
         int32_t x[BB * T], y[BB * T];
         for (int s = 0; s < N; s++) {
             for (int h = 0; h < BB / B; h++) batch(x + h * B * T, y + h * B * T, (uint64_t)(s * 8 + h));
@@ -1794,8 +1798,8 @@ START_TEST(lora_thin_products_train_as_the_gemms) {
             ck_assert_msg(sn_trainer_step(tr, x, y, &ss, &e) == SN_OK, "step %d: %s", s, e.msg);
             loss[gemms][s] = ss.loss;
         }
-        if (!gemms) printf("test_standin: LoRA bf16 at %d rows: %d thin products, %d expansions\n",
-                           BB * T, thin, expand);
+        if (!gemms) printf("test_standin: LoRA bf16 at %d rows: %d thin products, %d expansions, "
+                           "%d weight gradients' sums\n", BB * T, thin, expand, sums);
         sn_trainer_free(tr);
         sn_graph_free(g);
         sn_device_free(d);

@@ -261,8 +261,8 @@ START_TEST(fuse_rule) {
     ck_assert(t.rank && t.kpl == 8 && t.warps == 3 && t.rows == 4);
     sn_program_free(prog);
     prod_free(&p);
-    /* too few rows, neither N nor K few, A transposed, K (or N in the rank form) not a multiple
-       of a lane's share: GEMMs */
+    /* too few rows, neither N nor K few, K (or N in the rank form) not a multiple of a lane's
+       share: GEMMs */
     const shape no[] = {{255, 768, 8, SN_BF16, false, true}, {256, 768, 33, SN_BF16, false, true},
                         {256, 36, 8, SN_BF16, false, false}, {256, 8, 36, SN_BF16, false, false},
                         {255, 8, 768, SN_BF16, false, true}, {256, 33, 768, SN_BF16, false, true}};
@@ -278,7 +278,8 @@ START_TEST(fuse_rule) {
     sn_graph_add_output(g, sn_matmul_t(g, x, w, true, false));
     sn_err e;
     ck_assert(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &cu}, &prog, NULL, &e) == SN_OK);
-    ck_assert_int_eq(prog->kernels[0]->kind, SN_KER_GEMM);
+    ck_assert_msg(prog->kernels[0]->kind == SN_KER_THIN && sn_thin_of(prog->kernels[0]).sum,
+                  "x transposed: the sum form (test_thin_sum.c), not the columns form");
     sn_program_free(prog);
     sn_graph_free(g);
 }

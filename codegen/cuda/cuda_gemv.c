@@ -40,14 +40,15 @@ static int64_t x_tile(int64_t M, int64_t K) {
     return K <= kt ? K : kt;
 }
 
-/* The decode split's FINISH (kernel.h): a thread an element of y, the S parts added in order. */
-static void emit_finish(sn_cu_text *t, const sn_kernel *k, const char *fname) {
+void sn_cu_emit_parts_finish(sn_cu_text *t, const sn_kernel *k, const char *fname, unsigned tail) {
     int64_t MN = sn_numel(k->anchor), S = sn_split_parts(k);
     const char *ix = sn_cu_index_type(S * MN);
-    sn_cu_emit_signature(t, k, fname, THREADS);
+    if (tail) sn_cu_tail_signature(t, k, fname); /* a device function of `block` (cuda_tail.c) */
+    else sn_cu_emit_signature(t, k, fname, THREADS);
     sn_cu_emitf(t, "/* y (%lld elements) = the %lld parts' products added in part order */",
                 (long long)MN, (long long)S);
-    sn_cu_emitf(t, "const %s i = (%s)blockIdx.x * %d + threadIdx.x;", ix, ix, THREADS);
+    sn_cu_emitf(t, "const %s i = (%s)%s * %u + threadIdx.x;", ix, ix, tail ? "block" : "blockIdx.x",
+                tail ? tail : (unsigned)THREADS);
     sn_cu_emitf(t, "if (i >= %lld) return;", (long long)MN);
     sn_cu_emitf(t, "float s = scratch[i];");
     sn_cu_emitf(t, "for (int p = 1; p < %lld; p++) s += scratch[p * %lld + i];", (long long)S,
@@ -69,7 +70,7 @@ void sn_cu_emit_nf4_pointers(sn_cu_text *t, const sn_nf4_layout *l) {
 void sn_cu_emit_gemv(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d,
                          const char *fname) {
     if (k->stage == SN_SUM_FINISH) {
-        emit_finish(t, k, fname);
+        sn_cu_emit_parts_finish(t, k, fname, 0);
         return;
     }
     sn_gemv g = sn_gemv_of(k);

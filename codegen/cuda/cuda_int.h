@@ -124,9 +124,21 @@ void sn_cu_emit_nf4_pointers(sn_cu_text *t, const sn_nf4_layout *l);
 /* cuda_gemv_t.c: the product with W stored (N, K) (tb): one kernel or the split's PARTIAL */
 void sn_cu_emit_gemv_t(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 sn_cuda_dims sn_cu_gemv_dims(const sn_kernel *k);
+/* cuda_gemv.c, for the thin product's sum form too: the FINISH of a kernel split in
+ * sn_split_parts parts, each an f32 y (kernel.h: the decode split): a thread an element of y, the
+ * parts added in order; a kernel of SN_SPLIT_FINISH_ELEMS threads a block, or (tail > 0) a
+ * joined FINISH's device function of `block` in a host of `tail` threads (cuda_tail.c) */
+void sn_cu_emit_parts_finish(sn_cu_text *t, const sn_kernel *k, const char *fname, unsigned tail);
 /* cuda_thin.c: the thin product (kernel.h: SN_KER_THIN), a block of warps per `rows` rows */
 void sn_cu_emit_thin(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 sn_cuda_dims sn_cu_thin_dims(const sn_kernel *k);
+/* cuda_thin.c, for cuda_thin_sum.c too: v[0 .. n) = the n elements of type `ct` at `src` (a
+ * pointer expression), widened: one load where they take 4 or 8 bytes (16-bit) or 8 (f32),
+ * 16-byte loads where they take a multiple of 16, else n scalar loads. The address is a
+ * multiple of the loads' size (the caller's). */
+void sn_cu_load_n(sn_cu_text *t, const char *ct, int eb, int n, const char *v, const char *src);
+/* cuda_thin_sum.c: the sum form's PARTIAL (x^T W over a part of the rows) or FINISH */
+void sn_cu_emit_thin_sum(sn_cu_text *t, const sn_kernel *k, const sn_thin *p, const char *fname);
 
 void sn_cu_emit_optim(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 

@@ -1,6 +1,6 @@
 /* cuda_thin.c: the thin product as CUDA C (kernel.h: SN_KER_THIN): y (M, N) = x (M, K) @ W
  * (K, N), or @ W^T with W stored (N, K), N few (LoRA's rank: the columns form) or K few (the
- * rank form: the expansions), M many. A library GEMM moves x or y at a fraction of the memory's
+ * rank form: the expansions), M many (the sum form, x^T W: cuda_thin_sum.c). A library GEMM moves x or y at a fraction of the memory's
  * bandwidth there; these kernels read each row of x once, 16 bytes a lane, W in registers.
  * Convention (the order is kernel.h's), the columns form: a block of `warps` warps takes `rows` rows of y; lane l
  * of warp w holds W's rows kb .. kb + kpl - 1 (kb = kpl (32 w + l)), kpl N weights widened to
@@ -20,7 +20,9 @@ enum { R = 4, RR = 2 }; /* rows a step: the columns form, the rank form */
 
 sn_cuda_dims sn_cu_thin_dims(const sn_kernel *k) {
     sn_thin t = sn_thin_of(k);
-    return (sn_cuda_dims){.grid = {(unsigned)k->n_items, 1, 1}, .block = {32u * (unsigned)t.warps, 1, 1}};
+    unsigned threads = k->stage == SN_SUM_FINISH ? SN_SPLIT_FINISH_ELEMS /* a thread an element */
+                                                 : 32u * (unsigned)(t.warps * t.groups);
+    return (sn_cuda_dims){.grid = {(unsigned)k->n_items, 1, 1}, .block = {threads, 1, 1}};
 }
 
 static int log2i(int p) {
@@ -29,10 +31,7 @@ static int log2i(int p) {
     return b;
 }
 
-/* v[0 .. n) = the n elements of type `ct` at `src` (a pointer expression), widened: one load
- * where they take 4 or 8 bytes (16-bit) or 8 (f32), 16-byte loads where they take a multiple of
- * 16, else n scalar loads. The address is a multiple of the loads' size (the caller's). */
-static void load_n(sn_cu_text *t, const char *ct, int eb, int n, const char *v, const char *src) {
+void sn_cu_load_n(sn_cu_text *t, const char *ct, int eb, int n, const char *v, const char *src) {
     int bytes = n * eb;
     if (eb == 2 && (bytes == 8 || bytes == 4)) {
         sn_cu_emitf(t, "sn_load%d((const %s *)(%s), %s);", n, ct, src, v);
@@ -75,7 +74,7 @@ static const char *index_type(const sn_thin *p) {
 static void load_or_zero(sn_cu_text *t, const char *cond, const char *ct, int eb, int n,
                          const char *v, const char *src) {
     sn_cu_emitf(t, "if (%s) {", cond);
-    load_n(t, ct, eb, n, v, src);
+    sn_cu_load_n(t, ct, eb, n, v, src);
     sn_cu_emitf(t, "} else {");
     sn_cu_emitf(t, "#pragma unroll");
     sn_cu_emitf(t, "for (int q = 0; q < %d; q++) %s[q] = 0.0f;", n, v);
@@ -106,7 +105,7 @@ static void emit_rank(sn_cu_text *t, const sn_kernel *k, const sn_thin *p, const
         sn_cu_emitf(t, "for (int kk = 0; kk < %d; kk++) {", K);
         char src[96];
         snprintf(src, sizeof src, "in1 + (%s)kk * %lld + nb", ix, (long long)p->N);
-        load_n(t, xt, eb, C, "w[kk]", src);
+        sn_cu_load_n(t, xt, eb, C, "w[kk]", src);
         sn_cu_emitf(t, "}");
     } else { /* W stored (N, K): column nb + j's K weights, consecutive */
         sn_cu_emitf(t, "#pragma unroll");
@@ -114,7 +113,7 @@ static void emit_rank(sn_cu_text *t, const sn_kernel *k, const sn_thin *p, const
         sn_cu_emitf(t, "float v[%d];", K);
         char src[96];
         snprintf(src, sizeof src, "in1 + (%s)(nb + j) * %d", ix, K);
-        load_n(t, xt, eb, K, "v", src);
+        sn_cu_load_n(t, xt, eb, K, "v", src);
         sn_cu_emitf(t, "#pragma unroll");
         sn_cu_emitf(t, "for (int kk = 0; kk < %d; kk++) w[kk][j] = v[kk];", K);
         sn_cu_emitf(t, "}");
@@ -129,7 +128,7 @@ static void emit_rank(sn_cu_text *t, const sn_kernel *k, const sn_thin *p, const
     {
         char src[96];
         snprintf(src, sizeof src, "in0 + (%s)(m0 + r) * %d", ix, K);
-        load_n(t, xt, eb, K, "xv[r]", src);
+        sn_cu_load_n(t, xt, eb, K, "xv[r]", src);
     }
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "#pragma unroll");
@@ -151,6 +150,10 @@ static void emit_rank(sn_cu_text *t, const sn_kernel *k, const sn_thin *p, const
 
 void sn_cu_emit_thin(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname) {
     sn_thin p = sn_thin_of(k);
+    if (p.sum) { /* cuda_thin_sum.c */
+        sn_cu_emit_thin_sum(t, k, &p, fname);
+        return;
+    }
     SN_ASSERT((int)d->block[0] == 32 * p.warps);
     if (p.rank) {
         emit_rank(t, k, &p, fname);
@@ -184,12 +187,12 @@ void sn_cu_emit_thin(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, c
                 char src[96], dst[16];
                 snprintf(src, sizeof src, "in1 + (%s)kb * %d + %d", ix, N, j);
                 snprintf(dst, sizeof dst, "v + %d", j);
-                load_n(t, xt, eb, 16 / eb, dst, src);
+                sn_cu_load_n(t, xt, eb, 16 / eb, dst, src);
             }
         } else {
             char src[96];
             snprintf(src, sizeof src, "in1 + (%s)kb * %d", ix, N);
-            load_n(t, xt, eb, KPL * N, "v", src);
+            sn_cu_load_n(t, xt, eb, KPL * N, "v", src);
         }
         sn_cu_emitf(t, "} else {");
         sn_cu_emitf(t, "#pragma unroll");
