@@ -18,7 +18,8 @@ void sn_fuse_thin(fuse_state *s, sn_kernel *k) {
         k->n_in != 2 || k->args[1] != mm->in[0] || k->args[2] != mm->in[1] ||
         !sn_thin_shape_fits(mm))
         return;
-    if (mm->a.ta && k->args[0] != mm) return; /* the sum form stores the f32 matmul */
+    if (mm->a.ta && (k->args[0] != mm || !s->t->thin_sums)) return; /* the sum form stores
+                                                                        the f32 matmul */
     sn_thin t = sn_thin_plan(mm);
     k->kind = SN_KER_THIN;
     snprintf(k->name, sizeof k->name, "k%d_%s%s", k->id,

@@ -14,7 +14,7 @@ sn_target sn_target_cuda(int sm) {
                    .join_finish = true, .split_decode = true, .att_dkv_parts = true,
                    .fuse_siblings = true, .dgelu_accum_unfused = true, .dgelu_min_elems = 1 << 23,
                    .row_cache = !sn_target_row_cache_off(), .row_prefetch = !sn_target_row_prefetch_off(),
-                   .thin_products = !sn_target_thin_off()};
+                   .thin_products = !sn_target_thin_off(), .thin_sums = !sn_target_thin_sums_off()};
     t.shared_max = sm == 75 ? 64 << 10 : sm == 80 || sm == 87 ? 163 << 10 : sm >= 90 ? 227 << 10 : 99 << 10;
     snprintf(t.name, sizeof t.name, "cuda sm_%d", sm);
     return t;
@@ -60,6 +60,11 @@ bool sn_target_row_prefetch_off(void) {
 bool sn_target_thin_off(void) {
     const char *env = getenv("SN_THIN");
     return env && !strcmp(env, "0");
+}
+
+bool sn_target_thin_sums_off(void) {
+    const char *env = getenv("SN_THIN");
+    return env && (!strcmp(env, "0") || !strcmp(env, "nosum"));
 }
 
 bool sn_target_gemv_nf4_only_asked(void) {

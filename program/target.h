@@ -91,6 +91,10 @@ typedef struct {
                                (kernel.h: SN_KER_THIN), not a library call.
                                CUDA: on; off with SN_THIN=0 (a GPU run's before and after in one
                                build). The CPU: off (its GEMM reads x at the cache's speed) */
+    bool thin_sums;         /* with thin_products: the weight gradients' products x^T W of many
+                               rows into few rows or columns too (kernel.h: the sum form). CUDA:
+                               on; off with SN_THIN=nosum (the thin products without them, for
+                               a before and after in one build) or SN_THIN=0. The CPU: off */
     bool gemv_nf4_only;     /* the few-row product (kernel.h: SN_KER_GEMV) only for an NF4
                                weight (K, N), as before it read transposed and 16-bit weights:
                                off by default; sn_pipeline_kernels sets it when SN_GEMV=nf4 (a
@@ -127,6 +131,8 @@ bool sn_target_row_cache_off(void);
 bool sn_target_row_prefetch_off(void);
 /* Whether SN_THIN=0 asks for thin products as GEMMs (thin_products off); sn_target_cuda reads it. */
 bool sn_target_thin_off(void);
+/* Whether SN_THIN is nosum (or 0): the thin products without the sum form (thin_sums off). */
+bool sn_target_thin_sums_off(void);
 /* Whether SN_GEMV=nf4 asks for the few-row product of NF4 (K, N) weights alone (sn_target
  * gemv_nf4_only). */
 bool sn_target_gemv_nf4_only_asked(void);

@@ -222,8 +222,9 @@ START_TEST(fuse_rule) {
     prod p;
     sn_program *prog;
     const sn_kernel *ks[2];
-    sn_target cu = sn_target_cuda(80), off = cu, cpu = sn_target_cpu();
+    sn_target cu = sn_target_cuda(80), off = cu, nosum = cu, cpu = sn_target_cpu();
     off.thin_products = false;
+    nosum.thin_sums = false; /* SN_THIN=nosum */
     prod_new(&p, &shapes[0], false, false, 1);
     ck_assert_msg(thin_sum_of(&p, &cu, &prog, ks), "CUDA makes the sum of x (512, 8)^T W (512, 768)");
     ck_assert_int_eq(prog->n_kernels, 2);
@@ -239,6 +240,9 @@ START_TEST(fuse_rule) {
     ck_assert(sn_split_parts(ks[0]) == 8 && sn_kernel_scratch_bytes(ks[0]) == 4 * 8 * 8 * 768);
     sn_program_free(prog);
     ck_assert_msg(!thin_sum_of(&p, &off, &prog, ks), "thin_products off keeps the GEMM");
+    ck_assert_int_eq(prog->kernels[0]->kind, SN_KER_GEMM);
+    sn_program_free(prog);
+    ck_assert_msg(!thin_sum_of(&p, &nosum, &prog, ks), "thin_sums off keeps the GEMM");
     ck_assert_int_eq(prog->kernels[0]->kind, SN_KER_GEMM);
     sn_program_free(prog);
     ck_assert_msg(!thin_sum_of(&p, &cpu, &prog, ks), "the CPU keeps the GEMM");
