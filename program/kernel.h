@@ -160,7 +160,10 @@ enum { SN_GEMV_MAX_M = 8, SN_GEMV_COLS = 64 };
  * CPU keeps the GEMM), but not the library's, so y matches a GEMM within f32 rounding. */
 enum { SN_THIN_MAX = 32, SN_THIN_MAX_WARPS = 32, SN_THIN_MIN_M = 256 };
 /* The sum form: at most 12 warps a column block; parts to make about this many blocks (an
- * H100's or H200's 132 SMs, one block each), each group at least 16 rows a part. */
+ * H100's or H200's 132 SMs, one block each), each group at least 16 rows a part. Fixed by the
+ * shapes, as the decode split is: on a GPU of fewer SMs (an RTX 4090's 128, an A100's 108) the
+ * last few blocks run as a second wave, up to twice the PARTIAL's time; more, smaller parts
+ * would cost scratch (S K N f32 against the wide operand's bytes). Not measured yet. */
 enum { SN_THIN_SUM_WARPS = 12, SN_THIN_SUM_BLOCKS = 132, SN_THIN_SUM_MIN_ROWS = 16 };
 typedef struct {
     int64_t M, K, N;
