@@ -1,10 +1,11 @@
 /* fuse_thin.c: the thin product (kernel.h: SN_KER_THIN): a GEMM kernel of many rows and few
  * columns (LoRA's x A and dy B^T), a short contraction (the expansions h B, dh A^T) or a sum
  * over many rows into few rows or columns (the weight gradients h^T dy, x^T dh: split in two by
- * fuse.c, sn_fuse_split_decode) becomes a generated kernel that moves x or y once at the
- * memory's speed, where the target makes them (sn_target.thin_products: CUDA). Convention: decided on the
- * GEMM kernel as fuse made it (its epilogue and args settled), so the thin product is exactly
- * the GEMM kernels that store the product or its 16-bit cast and nothing else. */
+ * fuse.c, sn_fuse_split_decode; sn_target.thin_sums) becomes a generated kernel that moves x or
+ * y once at the memory's speed, where the target makes them (sn_target.thin_products: CUDA).
+ * Convention: decided on the GEMM kernel as fuse made it (its epilogue and args settled), so the
+ * thin product is exactly the GEMM kernels that store the product or its 16-bit cast (the sum
+ * form: the f32 product) and nothing else. */
 #include <stdio.h>
 
 #include "fuse_int.h"

@@ -1,7 +1,7 @@
 /* join_finish.c: horizontal fusion of a norm weight gradient's FINISH kernel (kernel.h: tail)
  * into the launch of the next norm backward pair (and of a thin sum's into the next thin
- * product's, below), so that the tiny FINISH (a few microseconds
- * on 60-84 blocks of a GPU) costs no launch of its own: gpt2's step has 25 norm backward pairs
+ * product's, below), so that the tiny FINISH (a few microseconds on 60-84 blocks of a GPU)
+ * costs no launch of its own: gpt2's step has 25 norm backward pairs
  * in a row of layers, and 24 of their FINISH kernels ride in the next pair's launch.
  * Convention: the FINISH leaves the program's list and becomes the host's tail; every sum keeps
  * its order (a FINISH thread adds one column's chunks in chunk order whatever its block), so

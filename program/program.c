@@ -61,7 +61,8 @@ static sn_thin sum_plan(const sn_node *mm) {
     t.cblocks = total > 0 ? cdiv64(total, SN_THIN_SUM_WARPS) : 1;
     t.warps = (int)(total > 0 ? cdiv64(total, t.cblocks) : 1);
     t.groups = t.warps <= SN_THIN_SUM_WARPS / 2 ? SN_THIN_SUM_WARPS / t.warps : 1;
-    int64_t S = cdiv64(SN_THIN_SUM_BLOCKS, t.cblocks), most = cdiv64(t.M, (int64_t)t.groups * SN_THIN_SUM_MIN_ROWS);
+    int64_t S = cdiv64(SN_THIN_SUM_BLOCKS, t.cblocks);
+    int64_t most = cdiv64(t.M, (int64_t)t.groups * SN_THIN_SUM_MIN_ROWS); /* 16 rows a group */
     if (S > most) S = most;
     if (S < 1) S = 1;
     t.rows = cdiv64(t.M, S);

@@ -1,6 +1,7 @@
 /* cuda_tail.c: a joined FINISH (kernel.h: tail; a norm weight gradient's or a thin sum's) in its
- * host's launch: the FINISH's body as a device function of its block index, the host's extra parameters, and the dispatch at the top
- * of the host that sends the blocks after the host's own to it.
+ * host's launch: the FINISH's body as a device function of its block index, the host's extra
+ * parameters, and the dispatch at the top of the host that sends the blocks after the host's own
+ * to it.
  * Convention: the host's own blocks are [0, n_items) (a norm backward pair: a block a chunk),
  * the tail's [n_items, n_items + sn_cu_tail_blocks); the tail's parameters are its buffers
  * (kernel.h) named tail_out<o> and tail_scratch, after the host's. */

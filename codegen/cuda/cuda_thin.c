@@ -1,7 +1,8 @@
 /* cuda_thin.c: the thin product as CUDA C (kernel.h: SN_KER_THIN): y (M, N) = x (M, K) @ W
  * (K, N), or @ W^T with W stored (N, K), N few (LoRA's rank: the columns form) or K few (the
- * rank form: the expansions), M many (the sum form, x^T W: cuda_thin_sum.c). A library GEMM moves x or y at a fraction of the memory's
- * bandwidth there; these kernels read each row of x once, 16 bytes a lane, W in registers.
+ * rank form: the expansions), M many (the sum form, x^T W: cuda_thin_sum.c). A library GEMM
+ * moves x or y at a fraction of the memory's bandwidth there; these kernels read each row of x
+ * once, 16 bytes a lane, W in registers.
  * Convention (the order is kernel.h's), the columns form: a block of `warps` warps takes `rows` rows of y; lane l
  * of warp w holds W's rows kb .. kb + kpl - 1 (kb = kpl (32 w + l)), kpl N weights widened to
  * f32, loaded once. R rows at a time: the lanes load their kpl elements of each of the R rows
