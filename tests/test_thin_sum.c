@@ -41,6 +41,8 @@ static const shape shapes[] = {
     {257, 200, 12, SN_BF16},  /* 12 few: two chunks, scalar; 50 lanes */
     {256, 8, 3328, SN_BF16},  /* 13 warps: two column blocks of 7 */
     {280, 24, 24, SN_BF16},   /* both few: K taken (y's rows) */
+    {300, 1, 512, SN_F16},    /* one row of y: the few one element, loaded alone */
+    {270, 136, 2, SN_BF16},   /* two columns of y: the few's 4 bytes one load; 17 lanes */
 };
 enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
 
