@@ -35,10 +35,10 @@ void sn_cu_emit_thin_sum(sn_cu_text *t, const sn_kernel *k, const sn_thin *p, co
     const char *ix = sn_cu_index_type(M * (wide > few ? wide : few) + p->parts * KN + 64);
     int threads = 32 * W * G;
     sn_cu_emit_signature_min(t, k, fname, threads, 1);
-    sn_cu_emitf(t, "/* part of y (%lld, %lld) f32 = x^T W over rows [part %lld, + %lld) of %lld: x "
-                "(%lld, %lld), W (%lld, %lld), %s; the wide operand %s, %d columns a lane, %d warps "
-                "a group, %d groups, %lld column blocks */",
-                (long long)p->K, (long long)p->N, (long long)L, (long long)L, (long long)M,
+    sn_cu_emitf(t, "/* part of y (%lld, %lld) f32 = x^T W over rows [%lld part, %lld part + %lld) of "
+                "%lld: x (%lld, %lld), W (%lld, %lld), %s; the wide operand %s, %d columns a lane, "
+                "%d warps a group, %d groups, %lld column blocks */",
+                (long long)p->K, (long long)p->N, (long long)L, (long long)L, (long long)L, (long long)M,
                 (long long)M, (long long)p->K, (long long)M, (long long)p->N,
                 sn_dtype_name(x->dtype), p->left ? "W" : "x", KPL, W, G, (long long)C);
     if (G > 1)
