@@ -330,6 +330,52 @@ static bool equals_stated(const prod *p, const sn_thin *t, const float *y, const
     return true;
 }
 
+/* Runs the two PARTIALs (the second carrying the first's FINISH) and the second's FINISH of
+ * text src on the simulator in both orders; false (the reason in why) where a y is not the
+ * stated order's bits. */
+static bool run_joined(const prod *a, const prod *b, const sn_kernel *const *ks, const sn_target *t,
+                       const char *src, char (*fn)[64], char *why, size_t len) {
+    sn_sim_module *h;
+    sn_err e;
+    sn_status st = sn_sim_module_load(src, &h, &e);
+    if (st == SN_ERR_UNSUPPORTED) {
+        snprintf(why, len, "no simulator: %s", e.msg);
+        return true;
+    }
+    ck_assert_msg(st == SN_OK, "%s", e.msg);
+    sn_thin ta = sn_thin_of(ks[0]), tb = sn_thin_of(ks[1]);
+    int64_t n1 = a->s.K * a->s.N, n2 = b->s.K * b->s.N;
+    float *o1 = malloc(4 * (size_t)n1), *o2 = malloc(4 * (size_t)n2);
+    float *s1 = malloc((size_t)sn_kernel_scratch_bytes(ks[0]));
+    float *s2 = malloc((size_t)sn_kernel_scratch_bytes(ks[1]));
+    void *pp[] = {&o1, (void *)&a->xb, (void *)&a->wb, &s1, &o2, (void *)&b->xb, (void *)&b->wb, &s2};
+    void **params[3] = {(void *[]){pp[0], pp[1], pp[2], pp[3]},
+                        (void *[]){pp[4], pp[5], pp[6], pp[7], pp[0], pp[3]}, /* + the tail's */
+                        (void *[]){pp[4], pp[7]}}; /* a FINISH: y, its scratch */
+    bool ok = true;
+    for (int rev = 0; rev < 2 && ok; rev++) {
+        memset(o1, 0xff, 4 * (size_t)n1), memset(o2, 0xff, 4 * (size_t)n2);
+        sn_sim_opts so = sn_sim_defaults();
+        so.order = rev ? SN_SIM_REVERSE : SN_SIM_FORWARD;
+        for (int i = 0; i < 3 && ok; i++) {
+            sn_cuda_dims d = sn_cuda_launch_dims(ks[i], t);
+            if (sn_sim_launch(h, fn[i], d.grid, d.block, d.shared_bytes, params[i], &so, &e)) {
+                snprintf(why, len, "%s", e.msg);
+                ok = false;
+            }
+        }
+        char w[512] = "";
+        if (ok && !(equals_stated(a, &ta, o1, "the joined FINISH's y", w, sizeof w) &&
+                    equals_stated(b, &tb, o2, "the host's y", w, sizeof w))) {
+            snprintf(why, len, "%s order: %s", rev ? "reversed" : "forward", w);
+            ok = false;
+        }
+    }
+    free(o1), free(o2), free(s1), free(s2);
+    sn_sim_module_free(h);
+    return ok;
+}
+
 /* Two sums in one program (x1^T W1 of shape 0, x2^T W2 of shape 1): the first's FINISH rides in
  * the second's PARTIAL's launch, as blocks after its own, and both results are the stated
  * order's bits in both thread orders. */
@@ -368,35 +414,23 @@ START_TEST(finish_joined_into_the_next_thin_product) {
         ck_assert_msg(sn_nvrtc_compile(cs.src, "joined.cu", 90, &m, &e) == SN_OK, "%s", e.msg);
         sn_cuda_module_free(&m);
     }
-    sn_sim_module *h;
-    sn_status st = sn_sim_module_load(cs.src, &h, &e);
-    if (st != SN_ERR_UNSUPPORTED) {
-        ck_assert_msg(st == SN_OK, "%s", e.msg);
-        sn_thin ta = sn_thin_of(ks[0]), tb = sn_thin_of(ks[1]);
-        int64_t n1 = a.s.K * a.s.N, n2 = b.s.K * b.s.N;
-        float *o1 = malloc(4 * (size_t)n1), *o2 = malloc(4 * (size_t)n2);
-        float *s1 = malloc((size_t)sn_kernel_scratch_bytes(ks[0])), *s2 = malloc((size_t)sn_kernel_scratch_bytes(ks[1]));
-        void *pp[] = {&o1, &a.xb, &a.wb, &s1, &o2, &b.xb, &b.wb, &s2};
-        void **params[3] = {(void *[]){pp[0], pp[1], pp[2], pp[3]},
-                            (void *[]){pp[4], pp[5], pp[6], pp[7], pp[0], pp[3]}, /* + the tail's */
-                            (void *[]){pp[4], pp[7]}}; /* a FINISH: y, its scratch */
-        for (int rev = 0; rev < 2; rev++) {
-            memset(o1, 0xff, 4 * (size_t)n1), memset(o2, 0xff, 4 * (size_t)n2);
-            sn_sim_opts so = sn_sim_defaults();
-            so.order = rev ? SN_SIM_REVERSE : SN_SIM_FORWARD;
-            for (int i = 0; i < 3; i++) {
-                sn_cuda_dims d = sn_cuda_launch_dims(ks[i], &t);
-                ck_assert_msg(sn_sim_launch(h, cs.fn[i], d.grid, d.block, d.shared_bytes, params[i],
-                                            &so, &e) == SN_OK, "%s", e.msg);
-            }
-            char why[256] = "";
-            ck_assert_msg(equals_stated(&a, &ta, o1, "the joined FINISH's y", why, sizeof why) &&
-                          equals_stated(&b, &tb, o2, "the host's y", why, sizeof why),
-                          "%s order: %s", rev ? "reversed" : "forward", why);
-        }
-        free(o1), free(o2), free(s1), free(s2);
-        sn_sim_module_free(h);
+    char why[1024] = "";
+    ck_assert_msg(run_joined(&a, &b, ks, &t, cs.src, cs.fn, why, sizeof why), "%s", why);
+    /* the tail's blocks numbered from 1 (its first block's elements never written): caught */
+    char off[64];
+    snprintf(off, sizeof off, "(int)blockIdx.x - %lld)", (long long)ks[1]->n_items);
+    ck_assert_msg(strstr(cs.src, off), "the dispatch \"%s\" is in the text", off);
+    char early[64];
+    snprintf(early, sizeof early, "(int)blockIdx.x - %lld)", (long long)ks[1]->n_items - 1);
+    char *src = sn_test_replace_first(cs.src, off, early);
+    why[0] = 0;
+    if (!run_joined(&a, &b, ks, &t, src, cs.fn, why, sizeof why)) {
+        printf("test_thin_sum: planted the tail's blocks numbered from 1: %s\n", why);
+    } else {
+        ck_assert_msg(!strncmp(why, "no simulator", 12), "planted the tail's blocks numbered from 1: not "
+                      "caught");
     }
+    free(src);
     sn_cuda_source_free(&cs);
     sn_program_free(prog);
     sn_graph_free(g);
