@@ -9,7 +9,8 @@
  * few K or N; 1 to 32 of them, a power of two or not; 8, 4 or 2 columns a lane; 1 to 12 warp
  * groups; two column blocks; vector or scalar loads of the few; f32, bf16, f16; parts cut
  * short); NVRTC for sm_75, sm_80 and sm_90 without spills; bugs planted in the text caught;
- * a FINISH run in the next thin product's launch (passes/join_finish.c) on the simulator. */
+ * a FINISH run in the next thin product's launch (passes/join_finish.c) on the simulator; the
+ * simulator's profile of gpt2's two sums at 768 without a verdict (coalescing, bank conflicts). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,6 +315,57 @@ START_TEST(cuda_thin_sum) {
 }
 END_TEST
 
+/* ---- the simulator's profile (sim/sim.h): the design's loads and shared memory ---- */
+
+/* gpt2's two sums at 768 (h^T dy: 4 groups of 3 warps; x^T dh: y (768, 8)) profiled on the
+ * simulator: the wide operand's loads use every byte of their sectors, the groups' sums go
+ * through shared memory without bank conflicts: no verdict (sn_sim_profile_flags). */
+START_TEST(profile_has_no_verdict) {
+    sn_target t = sn_target_cuda(90);
+    for (int i = 0; i < 2; i++) {
+        prod p;
+        prod_new(&p, &shapes[i], false, false, 70 + (uint64_t)i);
+        sn_program *prog;
+        const sn_kernel *ks[2];
+        sn_cuda_source cs;
+        render(&p, &t, &prog, ks, &cs);
+        sn_sim_module *h;
+        sn_err e;
+        sn_status st = sn_sim_module_load_profiled(cs.src, &h, &e);
+        if (st == SN_ERR_UNSUPPORTED) {
+            printf("test_thin_sum: no simulator: %s\n", e.msg);
+        } else {
+            ck_assert_msg(st == SN_OK, "%s", e.msg);
+            int64_t ny = p.s.K * p.s.N;
+            float *y = malloc(4 * (size_t)ny), *scratch = malloc((size_t)sn_kernel_scratch_bytes(ks[0]));
+            void *yp = y, *sp = scratch;
+            void *params[4] = {&yp, &p.xb, &p.wb, &sp};
+            sn_sim_profile prof = {0};
+            sn_sim_opts so = sn_sim_defaults();
+            so.profile = &prof;
+            sn_cuda_dims d = sn_cuda_launch_dims(ks[0], &t);
+            ck_assert_msg(sn_sim_launch(h, cs.fn[0], d.grid, d.block, d.shared_bytes, params, &so,
+                                        &e) == SN_OK, "%s", e.msg);
+            char flags[256];
+            sn_sim_profile_flags(&prof, flags, sizeof flags);
+            printf("test_thin_sum: PARTIAL of x (%lld, %lld)^T W (%lld, %lld): %lld load requests, "
+                   "%lld sectors, %.0f%% of their bytes used; %lld store sectors, %.0f%% used; "
+                   "shared %lld wavefronts for %lld ideal; %s\n", (long long)p.s.M,
+                   (long long)p.s.K, (long long)p.s.M, (long long)p.s.N, prof.ld_requests,
+                   prof.ld_sectors, 100.0 * (double)prof.ld_bytes / (32.0 * (double)prof.ld_sectors),
+                   prof.st_sectors, 100.0 * (double)prof.st_bytes / (32.0 * (double)prof.st_sectors),
+                   prof.sh_wavefronts, prof.sh_ideal, flags[0] ? flags : "no verdict");
+            ck_assert_msg(!flags[0], "the PARTIAL's profile: %s", flags);
+            free(y), free(scratch);
+            sn_sim_module_free(h);
+        }
+        sn_cuda_source_free(&cs);
+        sn_program_free(prog);
+        prod_free(&p);
+    }
+}
+END_TEST
+
 /* ---- the FINISH in the next thin product's launch (passes/join_finish.c) ---- */
 
 /* Whether y (K, N) holds p's stated sums bit for bit; the first difference in why. */
@@ -494,6 +546,7 @@ int main(void) {
     tcase_add_test(t, fuse_rule);
     tcase_add_test(t, cuda_thin_sum);
     tcase_add_test(t, finish_joined_into_the_next_thin_product);
+    tcase_add_test(t, profile_has_no_verdict);
     tcase_add_test(t, planted_bugs_are_caught);
     suite_add_tcase(s, t);
     return sn_test_main(s);
