@@ -266,6 +266,10 @@ int main(int argc, char **argv) {
     double kind_s[SN_KER_KIND_COUNT] = {0}, kind_b[SN_KER_KIND_COUNT] = {0},
            kind_f[SN_KER_KIND_COUNT] = {0}, sum_s = 0;
     int kind_n[SN_KER_KIND_COUNT] = {0};
+    /* the thin products by form (kernel.h): columns, rank (expansions), sum (a sum's PARTIAL,
+       FINISH and the joined FINISHes' blocks counted with their hosts) */
+    double thin_s[3] = {0};
+    int thin_n[3] = {0};
     bj *rec = NULL, *kernels = NULL;
     if (a.json) {
         rec = bj_new();
@@ -302,6 +306,11 @@ int main(int argc, char **argv) {
             kind_s[k->kind] += r.time_s, kind_b[k->kind] += r.bytes, kind_f[k->kind] += r.flops;
             kind_n[k->kind]++;
             sum_s += r.time_s;
+            if (k->kind == SN_KER_THIN) {
+                sn_thin t = sn_thin_of(k);
+                int form = t.sum ? 2 : t.rank ? 1 : 0;
+                thin_s[form] += r.time_s, thin_n[form]++;
+            }
         }
         const sn_cuda_kernel_report *r0 = a.n_arch ? &rep[i] : NULL;
         char grid[32] = "-", block[32] = "-";
@@ -360,6 +369,10 @@ int main(int argc, char **argv) {
                    sn_kernel_kind_name((sn_kernel_kind)k), kind_n[k], kind_f[k] / 1e9,
                    kind_b[k] / 1e6, kind_s[k] * 1e3);
         }
+        if (kind_n[SN_KER_THIN])
+            printf("  thin by form: columns %d kernels %.3f ms, rank (expansions) %d %.3f ms, sums "
+                   "%d %.3f ms\n", thin_n[0], thin_s[0] * 1e3, thin_n[1], thin_s[1] * 1e3,
+                   thin_n[2], thin_s[2] * 1e3);
         if (kind_n[SN_KER_ATTENTION])
             printf("  attention per layer (%d layers): %.3f ms (FlashAttention-2 measured 0.671 ms, "
                    "cuDNN 0.568 ms on the H200)\n", n_layer, attn_layer * 1e3);
