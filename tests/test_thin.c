@@ -21,6 +21,7 @@
 #include "sim/sim.h"
 #include "support/rng.h"
 #include "harness.h"
+#include "thin_check.h"
 
 typedef struct {
     int64_t M, K, N;
@@ -59,15 +60,6 @@ typedef struct {
     double *want, *bound;
 } prod;
 
-static void *to_dt(sn_dtype dt, const float *f, int64_t n) {
-    void *b = malloc((size_t)n * (dt == SN_F32 ? 4 : 2));
-    for (int64_t i = 0; i < n; i++) {
-        if (dt == SN_F32) ((float *)b)[i] = f[i];
-        else ((uint16_t *)b)[i] = sn_lowp_round(dt, f[i]);
-    }
-    return b;
-}
-
 static void prod_new(prod *p, const shape *s, uint64_t seed) {
     *p = (prod){.s = *s, .g = sn_graph_new()};
     sn_graph *g = p->g;
@@ -84,8 +76,8 @@ static void prod_new(prod *p, const shape *s, uint64_t seed) {
     double *xd = malloc(sizeof(double) * (size_t)nx), *wd = malloc(sizeof(double) * (size_t)nw);
     for (int64_t i = 0; i < nx; i++) xd[i] = p->xf[i] = (float)sn_dtype_round(s->dt, 2 * sn_rng_uniform(&r) - 1);
     for (int64_t i = 0; i < nw; i++) wd[i] = p->wf[i] = (float)sn_dtype_round(s->dt, 0.1 * sn_rng_normal(&r));
-    p->xb = to_dt(s->dt, p->xf, nx);
-    p->wb = to_dt(s->dt, p->wf, nw);
+    p->xb = thin_to_dt(s->dt, p->xf, nx);
+    p->wb = thin_to_dt(s->dt, p->wf, nw);
     sn_err e;
     sn_interp *it = sn_interp_new(g, false);
     sn_interp_keep_all(it, true); /* the matmul too */
@@ -155,28 +147,13 @@ static const sn_kernel *thin_of(const prod *p, const sn_target *t, sn_program **
     return k;
 }
 
-static bool have_nvrtc(void) {
-    sn_cuda_module m;
-    sn_err e;
-    sn_status st = sn_nvrtc_compile("extern \"C\" __global__ void k() {}\n", "probe.cu", 80, &m, &e);
-    sn_cuda_module_free(&m);
-    if (st == SN_ERR_UNSUPPORTED) printf("test_thin: %s: skipping the NVRTC checks\n", e.msg);
-    else ck_assert_msg(st == SN_OK, "%s", e.msg);
-    return st == SN_OK;
-}
-
 /* Runs kernel k of text src on the simulator in both orders; false (with the reason in why)
  * when y is not the stated order's bits or not within the interpreter's bound. */
 static bool run_sim(const prod *p, const sn_kernel *k, const sn_target *t, const char *src,
                     const char *fn, char *why, size_t len) {
     sn_sim_module *h;
     sn_err e;
-    sn_status st = sn_sim_module_load(src, &h, &e);
-    if (st == SN_ERR_UNSUPPORTED) {
-        snprintf(why, len, "no simulator: %s", e.msg);
-        return true;
-    }
-    ck_assert_msg(st == SN_OK, "%s", e.msg);
+    if (!thin_sim_load(src, false, &h, why, len)) return true;
     sn_thin th = sn_thin_of(k);
     int64_t ny = p->s.M * p->s.N;
     int eb = p->s.out16 ? 2 : 4;
@@ -288,7 +265,7 @@ END_TEST
 /* ---- the kernel ---- */
 
 START_TEST(cuda_thin) {
-    bool nvrtc = have_nvrtc();
+    bool nvrtc = thin_have_nvrtc("test_thin");
     sn_target t = sn_target_cuda(90);
     for (int i = 0; i < N_SHAPES; i++) {
         prod p;

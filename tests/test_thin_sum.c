@@ -25,6 +25,7 @@
 #include "sim/sim.h"
 #include "support/rng.h"
 #include "harness.h"
+#include "thin_check.h"
 
 typedef struct {
     int64_t M, K, N; /* x (M, K), W (M, N), y (K, N) */
@@ -57,15 +58,6 @@ typedef struct {
     double *want, *bound;
 } prod;
 
-static void *to_dt(sn_dtype dt, const float *f, int64_t n) {
-    void *b = malloc((size_t)n * (dt == SN_F32 ? 4 : 2));
-    for (int64_t i = 0; i < n; i++) {
-        if (dt == SN_F32) ((float *)b)[i] = f[i];
-        else ((uint16_t *)b)[i] = sn_lowp_round(dt, f[i]);
-    }
-    return b;
-}
-
 static void prod_new(prod *p, const shape *s, bool tb, bool out16, uint64_t seed) {
     *p = (prod){.s = *s, .g = sn_graph_new()};
     sn_graph *g = p->g;
@@ -82,8 +74,8 @@ static void prod_new(prod *p, const shape *s, bool tb, bool out16, uint64_t seed
     double *xd = malloc(sizeof(double) * (size_t)nx), *wd = malloc(sizeof(double) * (size_t)nw);
     for (int64_t i = 0; i < nx; i++) xd[i] = p->xf[i] = (float)sn_dtype_round(s->dt, 2 * sn_rng_uniform(&r) - 1);
     for (int64_t i = 0; i < nw; i++) wd[i] = p->wf[i] = (float)sn_dtype_round(s->dt, 0.1 * sn_rng_normal(&r));
-    p->xb = to_dt(s->dt, p->xf, nx);
-    p->wb = to_dt(s->dt, p->wf, nw);
+    p->xb = thin_to_dt(s->dt, p->xf, nx);
+    p->wb = thin_to_dt(s->dt, p->wf, nw);
     sn_err e;
     sn_interp *it = sn_interp_new(g, false);
     sn_interp_keep_all(it, true);
@@ -147,16 +139,6 @@ static bool thin_sum_of(const prod *p, const sn_target *t, sn_program **prog, co
     return ks[0] != NULL;
 }
 
-static bool have_nvrtc(void) {
-    sn_cuda_module m;
-    sn_err e;
-    sn_status st = sn_nvrtc_compile("extern \"C\" __global__ void k() {}\n", "probe.cu", 80, &m, &e);
-    sn_cuda_module_free(&m);
-    if (st == SN_ERR_UNSUPPORTED) printf("test_thin_sum: %s: skipping the NVRTC checks\n", e.msg);
-    else ck_assert_msg(st == SN_OK, "%s", e.msg);
-    return st == SN_OK;
-}
-
 enum { GUARD = 64 }; /* floats after y and after the scratch that no store may touch */
 
 /* Runs the PARTIAL and the FINISH (functions fn[0], fn[1] of src) on the simulator in both
@@ -166,12 +148,7 @@ static bool run_sim(const prod *p, const sn_kernel *ks[2], const sn_target *t, c
                     char (*fn)[64], char *why, size_t len) {
     sn_sim_module *h;
     sn_err e;
-    sn_status st = sn_sim_module_load(src, &h, &e);
-    if (st == SN_ERR_UNSUPPORTED) {
-        snprintf(why, len, "no simulator: %s", e.msg);
-        return true;
-    }
-    ck_assert_msg(st == SN_OK, "%s", e.msg);
+    if (!thin_sim_load(src, false, &h, why, len)) return true;
     sn_thin th = sn_thin_of(ks[0]);
     int64_t ny = p->s.K * p->s.N, ns = sn_kernel_scratch_bytes(ks[0]) / 4;
     ck_assert_int_eq(ns, th.parts * ny);
@@ -282,7 +259,7 @@ static void render(const prod *p, const sn_target *t, sn_program **prog, const s
 }
 
 START_TEST(cuda_thin_sum) {
-    bool nvrtc = have_nvrtc();
+    bool nvrtc = thin_have_nvrtc("test_thin_sum");
     sn_target t = sn_target_cuda(90);
     for (int i = 0; i < N_SHAPES; i++) {
         prod p;
@@ -331,11 +308,10 @@ START_TEST(profile_has_no_verdict) {
         render(&p, &t, &prog, ks, &cs);
         sn_sim_module *h;
         sn_err e;
-        sn_status st = sn_sim_module_load_profiled(cs.src, &h, &e);
-        if (st == SN_ERR_UNSUPPORTED) {
-            printf("test_thin_sum: no simulator: %s\n", e.msg);
+        char why[256];
+        if (!thin_sim_load(cs.src, true, &h, why, sizeof why)) {
+            printf("test_thin_sum: %s\n", why);
         } else {
-            ck_assert_msg(st == SN_OK, "%s", e.msg);
             int64_t ny = p.s.K * p.s.N;
             float *y = malloc(4 * (size_t)ny), *scratch = malloc((size_t)sn_kernel_scratch_bytes(ks[0]));
             void *yp = y, *sp = scratch;
@@ -389,12 +365,7 @@ static bool run_joined(const prod *a, const prod *b, const sn_kernel *const *ks,
                        const char *src, char (*fn)[64], char *why, size_t len) {
     sn_sim_module *h;
     sn_err e;
-    sn_status st = sn_sim_module_load(src, &h, &e);
-    if (st == SN_ERR_UNSUPPORTED) {
-        snprintf(why, len, "no simulator: %s", e.msg);
-        return true;
-    }
-    ck_assert_msg(st == SN_OK, "%s", e.msg);
+    if (!thin_sim_load(src, false, &h, why, len)) return true;
     sn_thin ta = sn_thin_of(ks[0]), tb = sn_thin_of(ks[1]);
     int64_t n1 = a->s.K * a->s.N, n2 = b->s.K * b->s.N;
     float *o1 = malloc(4 * (size_t)n1), *o2 = malloc(4 * (size_t)n2);
@@ -461,7 +432,7 @@ START_TEST(finish_joined_into_the_next_thin_product) {
     ck_assert(ks[2]->args[0] == y2 && ks[2]->stage == SN_SUM_FINISH && !ks[2]->tail);
     sn_cuda_source cs;
     ck_assert_msg(sn_cuda_render(ks, 3, &t, &cs, &e) == SN_OK, "%s", e.msg);
-    if (have_nvrtc()) {
+    if (thin_have_nvrtc("test_thin_sum")) {
         sn_cuda_module m;
         ck_assert_msg(sn_nvrtc_compile(cs.src, "joined.cu", 90, &m, &e) == SN_OK, "%s", e.msg);
         sn_cuda_module_free(&m);
