@@ -381,7 +381,8 @@ sn_status sn_session_step(sn_session *r, sn_session_step_stats *st, sn_err *e) {
         if (!(s = r->o.data_in_order
                       ? sn_batch_next(&r->train, r->B, r->T, &r->run.data_pos, r->x, r->y, e)
                       : sn_batch_sample(&r->train, r->B, r->T, &r->run.data_rng, r->x, r->y, e)))
-            s = sn_trainer_accumulate(r->t, r->x, r->y, NULL, e);
+            s = k + 1 < r->micro ? sn_trainer_accumulate(r->t, r->x, r->y, NULL, e)
+                                 : sn_trainer_accumulate_last(r->t, r->x, r->y, NULL, e);
     sn_step_stats ss;
     if (s || (s = sn_trainer_update(r->t, &ss, e))) return s;
     int step = sn_trainer_step_count(r->t);

@@ -128,6 +128,11 @@ sn_status sn_param_layout_check(const sn_program *p, sn_err *e);
  * a step writes all of each output's buffer (its root value's: an in-place sum writes the
  * persistent value it aliases), a joined FINISH (tail) in its host's step. */
 int sn_program_last_write(const sn_program *p, int64_t at, int64_t bytes);
+/* The last step of p that reads or writes any byte of the persistent block's [at, at + bytes)
+ * (any of its args' buffers, its root value's, there), or -1: a copy into the range that starts
+ * after that step changes nothing the run reads (the delayed update's weights going up during
+ * the next step's backward: train/runner.c). Conservative as sn_program_last_write. */
+int sn_program_last_use(const sn_program *p, int64_t at, int64_t bytes);
 
 /* Prints the kernels and the memory plan (sinter graph --dump-after memplan). */
 void sn_program_print(const sn_program *p, FILE *f);

@@ -139,10 +139,15 @@ static void checked_host_free(sn_device *d, void *p) {
 }
 
 static sn_status checked_copy_async(sn_device *d, void *dst, const void *src, size_t bytes, bool up,
-                                    void *done, sn_err *e) {
+                                    void *after, void *done, sn_err *e) {
     checked_impl *c = d->impl;
     return c->inner->copy_async(c->inner, up ? real_of(d, dst) : dst, up ? src : real_of(d, src),
-                                bytes, up, done, e);
+                                bytes, up, after, done, e);
+}
+
+static sn_status checked_flush(sn_device *d, sn_err *e) {
+    checked_impl *c = d->impl;
+    return c->inner->flush(c->inner, e);
 }
 
 static sn_status checked_event_wait(sn_device *d, void *done, sn_err *e) {
@@ -180,6 +185,7 @@ sn_status sn_checked_device_new(sn_device *inner, sn_device **out, sn_err *e) {
         d->host_alloc = checked_host_alloc, d->host_free = checked_host_free;
         d->copy_async = checked_copy_async, d->event_wait = checked_event_wait;
     }
+    if (inner->flush) d->flush = checked_flush;
     *out = d;
     return SN_OK;
 }

@@ -49,13 +49,17 @@ struct sn_device {
      * copies below need to run asynchronously. copy_async: `bytes` between device memory and
      * host_alloc's memory (up: to the device), queued on a copy stream of that direction (so
      * that copies up and down run at once) after everything queued on the device's stream so
-     * far; returns at once, and `done` (an event_new event) is recorded after the copy.
-     * event_wait blocks the host until `done` happened. */
+     * far, or, with `after` (an event_record'ed event), after the work queued before that
+     * event only; returns at once, and `done` (an event_new event) is recorded after the copy.
+     * event_wait blocks the host until `done` happened. flush: what the device has queued
+     * starts running, and flush returns at once (NULL: a device that queues nothing, each
+     * operation running or issued when called). */
     void *(*host_alloc)(sn_device *d, size_t bytes, sn_err *e);
     void (*host_free)(sn_device *d, void *p);
     sn_status (*copy_async)(sn_device *d, void *dst, const void *src, size_t bytes, bool up,
-                            void *done, sn_err *e);
+                            void *after, void *done, sn_err *e);
     sn_status (*event_wait)(sn_device *d, void *done, sn_err *e);
+    sn_status (*flush)(sn_device *d, sn_err *e);
     /* A device that evaluates the program's graph itself instead of launching its kernels (the
      * reference interpreter) sets these; NULL on the others. run_graph evaluates p->g on its
      * persistent values, value i at at[i] (inputs and parameters in; every persistent value it
@@ -193,6 +197,23 @@ sn_status sn_exec_run_copies_wait(sn_exec *x, sn_err *e);
  * sn_program_last_write): -1 when none does (an extra buffer's bytes); the last kernel for a
  * sharing executor's refs, whose block is not laid out as its program's. */
 int sn_exec_ready_after(const sn_exec *x, sn_exec_ref r, int64_t bytes);
+/* Uploads the next run makes itself (the delayed update's weights going up during the step's
+ * backward: train/runner.c): each brings `bytes` of host memory from sn_exec_host_alloc (`host`)
+ * to `src` (here the destination: a node or the persistent block, not a sharing executor's)
+ * once kernel `after` of the run has run (-1: before the first), the last kernel that reads or
+ * writes any of those bytes (sn_exec_free_after), so that it overlaps the kernels after it. The
+ * run queues its kernels (and its downloads), lets the device start them, then calls
+ * ready(arg) (the host finishes the bytes: the update in flight joined), then queues the
+ * uploads, each on the device's upload stream after an event recorded right after its kernel,
+ * and returns when the kernels and the uploads are done. A device without asynchronous copies,
+ * or one that runs the graph whole, calls ready and uploads after the kernels (the same bytes).
+ * For the next run only: it clears the list, run or failed. n 0: none. */
+typedef sn_status (*sn_exec_ready_fn)(void *arg, sn_err *e);
+sn_status sn_exec_run_uploads(sn_exec *x, const sn_exec_run_copy *c, int n, sn_exec_ready_fn ready,
+                              void *arg, sn_err *e);
+/* The last kernel of the program that reads or writes any of the `bytes` at r (program.h
+ * sn_program_last_use): -1 when none does; the last kernel for a sharing executor's refs. */
+int sn_exec_free_after(const sn_exec *x, sn_exec_ref r, int64_t bytes);
 /* Compiles kernels that are not the program's (the optimizer's) on the executor's device. */
 sn_status sn_exec_compile(sn_exec *x, sn_kernel *const *ks, int n, void **handles, sn_err *e);
 /* Launches such a kernel on bufs (sn_kernel_n_bufs(k) of them), in stream order. */
@@ -217,6 +238,8 @@ typedef struct {
                                  counted since sn_exec_new */
     int copies_in_run;        /* the last run's copies (sn_exec_run_copies) queued between its
                                  kernels; 0 where they followed the kernels */
+    int uploads_in_run;       /* the last run's uploads (sn_exec_run_uploads) queued after their
+                                 kernels' events; 0 where they followed the kernels */
 } sn_exec_stats;
 void sn_exec_stats_get(const sn_exec *x, sn_exec_stats *s);
 /* The last run's time of kernel k (device events; 0 when the run was timed as a whole). */

@@ -42,6 +42,14 @@ struct sn_exec {
     int n_run_copy;
     void *run_copy_done;        /* recorded after each (one stream: the last is all of them) */
     bool copies_pending;        /* the last run's may still be in flight */
+    sn_exec_run_copy *run_up;   /* the next run's uploads (sn_exec_run_uploads), by `after` */
+    int n_run_up, cap_run_up;
+    void **up_after;            /* [cap_run_up]: the event recorded after upload i's kernel (the
+                                   first upload of each `after` records it, the rest share it) */
+    int *up_event;              /* [cap_run_up]: the upload whose event upload i waits for */
+    sn_exec_ready_fn up_ready;
+    void *up_arg;
+    void *run_up_done;          /* recorded after each upload (one stream) */
     sn_exec_stats st;
 };
 
@@ -93,6 +101,12 @@ void sn_exec_free(sn_exec *x) {
         if (x->copy_done[i]) x->d->event_free(x->d, x->copy_done[i]);
     if (x->run_copy_done) x->d->event_free(x->d, x->run_copy_done);
     free(x->run_copy);
+    for (int i = 0; i < x->cap_run_up; i++)
+        if (x->up_after[i]) x->d->event_free(x->d, x->up_after[i]);
+    if (x->run_up_done) x->d->event_free(x->d, x->run_up_done);
+    free(x->run_up);
+    free(x->up_after);
+    free(x->up_event);
     for (int i = 0; i < x->n_buffers; i++) x->d->free(x->d, x->buffers[i]);
     for (int k = 0; x->events && k <= x->p->n_kernels; k++)
         if (x->events[k]) x->d->event_free(x->d, x->events[k]);
@@ -451,16 +465,17 @@ void sn_exec_host_free(sn_exec *x, void *p) {
     else if (p) x->d->host_free(x->d, p);
 }
 
-/* A copy through the device's copy_async, *done (made at first use) recorded after it. */
+/* A copy through the device's copy_async after the work queued so far (after: NULL) or after
+ * that event, *done (made at first use) recorded after it. */
 static sn_status queue_copy(sn_exec *x, bool up, sn_exec_ref ref, void *host, int64_t bytes,
-                            void **done, sn_err *e) {
+                            void *after, void **done, sn_err *e) {
     char *p;
     sn_status s = resolve(x, ref, bytes, &p, e);
     if (s) return s;
     if (!*done && !(*done = x->d->event_new(x->d, e))) return e->code;
     if (up && (s = before_write_ref(x, ref, bytes, e))) return s;
     if (up) written_ref(x, ref, bytes);
-    return x->d->copy_async(x->d, up ? p : host, up ? host : p, (size_t)bytes, up, *done, e);
+    return x->d->copy_async(x->d, up ? p : host, up ? host : p, (size_t)bytes, up, after, *done, e);
 }
 
 sn_status sn_exec_copy_async(sn_exec *x, bool up, sn_exec_ref ref, void *host, int64_t bytes,
@@ -468,21 +483,15 @@ sn_status sn_exec_copy_async(sn_exec *x, bool up, sn_exec_ref ref, void *host, i
     SN_ASSERT(slot >= 0 && slot < SN_EXEC_COPY_SLOTS);
     if (!x->d->copy_async) return up ? sn_exec_upload(x, ref, host, bytes, e)
                                      : sn_exec_download(x, host, ref, bytes, e);
-    return queue_copy(x, up, ref, host, bytes, &x->copy_done[slot], e);
+    return queue_copy(x, up, ref, host, bytes, NULL, &x->copy_done[slot], e);
 }
+
+static sn_status check_run_copies(sn_exec *x, const sn_exec_run_copy *c, int n, const char *what,
+                                  sn_err *e);
 
 sn_status sn_exec_run_copies(sn_exec *x, const sn_exec_run_copy *c, int n, sn_err *e) {
     sn_status s = wait_run_copies(x, e);
-    for (int i = 0; !s && i < n; i++) {
-        char *p;
-        if ((s = resolve(x, c[i].src, c[i].bytes, &p, e))) return s;
-        if (block_at(x, c[i].src) < 0)
-            return sn_fail(e, SN_ERR_INVALID, "executor: a run's copy reads the persistent block "
-                           "(a node or SN_EXEC_BLOCK) of an executor that owns its parameters");
-        if (c[i].after < -1 || c[i].after >= x->p->n_kernels)
-            return sn_fail(e, SN_ERR_INVALID, "executor: a run's copy after kernel %d: the program "
-                           "has %d", c[i].after, x->p->n_kernels);
-    }
+    if (!s) s = check_run_copies(x, c, n, "copy reads", e);
     if (s) return s;
     sn_exec_run_copy *t = n ? sn_realloc(x->run_copy, sizeof *t * (size_t)n, "the run's copies", e) : NULL;
     if (n && !t) return SN_ERR_OOM;
@@ -499,10 +508,64 @@ sn_status sn_exec_run_copies(sn_exec *x, const sn_exec_run_copy *c, int n, sn_er
 
 sn_status sn_exec_run_copies_wait(sn_exec *x, sn_err *e) { return wait_run_copies(x, e); }
 
+/* Checks a run's copies (downloads or uploads): each of the persistent block, after a kernel of
+ * the program or -1. */
+static sn_status check_run_copies(sn_exec *x, const sn_exec_run_copy *c, int n, const char *what,
+                                  sn_err *e) {
+    for (int i = 0; i < n; i++) {
+        char *p;
+        sn_status s = resolve(x, c[i].src, c[i].bytes, &p, e);
+        if (s) return s;
+        if (block_at(x, c[i].src) < 0)
+            return sn_fail(e, SN_ERR_INVALID, "executor: a run's %s the persistent block (a node "
+                           "or SN_EXEC_BLOCK) of an executor that owns its parameters", what);
+        if (c[i].after < -1 || c[i].after >= x->p->n_kernels)
+            return sn_fail(e, SN_ERR_INVALID, "executor: a run's copy after kernel %d: the program "
+                           "has %d", c[i].after, x->p->n_kernels);
+    }
+    return SN_OK;
+}
+
+sn_status sn_exec_run_uploads(sn_exec *x, const sn_exec_run_copy *c, int n, sn_exec_ready_fn ready,
+                              void *arg, sn_err *e) {
+    x->n_run_up = 0;
+    sn_status s = check_run_copies(x, c, n, "upload writes", e);
+    if (s || !n) return s;
+    if (n > x->cap_run_up) {
+        const char *what = "the run's uploads";
+        sn_exec_run_copy *t = sn_realloc(x->run_up, sizeof *t * (size_t)n, what, e);
+        if (t) x->run_up = t;
+        void **ev = t ? sn_realloc(x->up_after, sizeof *ev * (size_t)n, what, e) : NULL;
+        if (ev) x->up_after = ev;
+        int *at = ev ? sn_realloc(x->up_event, sizeof *at * (size_t)n, what, e) : NULL;
+        if (!at) return SN_ERR_OOM;
+        x->up_event = at;
+        for (int i = x->cap_run_up; i < n; i++) x->up_after[i] = NULL;
+        x->cap_run_up = n;
+    }
+    for (int i = 0; i < n; i++) { /* by `after`, in order otherwise (insertion) */
+        int j = i;
+        for (; j > 0 && x->run_up[j - 1].after > c[i].after; j--) x->run_up[j] = x->run_up[j - 1];
+        x->run_up[j] = c[i];
+    }
+    for (int i = 0; i < n; i++)
+        x->up_event[i] = i > 0 && x->run_up[i - 1].after == x->run_up[i].after ? x->up_event[i - 1] : i;
+    x->n_run_up = n;
+    x->up_ready = ready;
+    x->up_arg = arg;
+    return SN_OK;
+}
+
 int sn_exec_ready_after(const sn_exec *x, sn_exec_ref r, int64_t bytes) {
     int64_t at = block_at(x, r);
     if (at >= 0) return sn_program_last_write(x->p, at, bytes);
     return !r.node && r.buffer >= 0 ? -1 : x->p->n_kernels - 1; /* an extra buffer: no kernel's */
+}
+
+int sn_exec_free_after(const sn_exec *x, sn_exec_ref r, int64_t bytes) {
+    int64_t at = block_at(x, r);
+    if (at >= 0) return sn_program_last_use(x->p, at, bytes);
+    return !r.node && r.buffer >= 0 ? -1 : x->p->n_kernels - 1;
 }
 
 sn_status sn_exec_copy_wait(sn_exec *x, int slot, sn_err *e) {
@@ -579,7 +642,7 @@ static sn_status queue_run_copies(sn_exec *x, int k, int *next, sn_err *e) {
     sn_status s = SN_OK;
     for (; !s && *next < x->n_run_copy && x->run_copy[*next].after <= k; (*next)++) {
         const sn_exec_run_copy *c = &x->run_copy[*next];
-        s = queue_copy(x, false, c->src, c->host, c->bytes, &x->run_copy_done, e);
+        s = queue_copy(x, false, c->src, c->host, c->bytes, NULL, &x->run_copy_done, e);
         if (!s) x->st.copies_in_run++;
     }
     return s;
@@ -593,14 +656,51 @@ static sn_status run_copies_after(sn_exec *x, sn_err *e) {
     return s;
 }
 
-/* Runs kernels [0, end). */
-static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
+/* The run's uploads whose kernel is k (-1: before the first): their events recorded, each
+ * `after` once. */
+static sn_status record_up_events(sn_exec *x, int k, int *next, sn_err *e) {
+    sn_status s = SN_OK;
+    for (; !s && *next < x->n_run_up && x->run_up[*next].after <= k; (*next)++) {
+        int i = *next;
+        if (x->up_event[i] != i) continue;
+        if (!x->up_after[i] && !(x->up_after[i] = x->d->event_new(x->d, e))) return e->code;
+        s = x->d->event_record(x->d, x->up_after[i], e);
+    }
+    return s;
+}
+
+/* After the run's kernels are queued: the device starts them, the host readies the uploads'
+ * bytes meanwhile, then each upload is queued after its kernel's event. */
+static sn_status queue_run_uploads(sn_exec *x, sn_err *e) {
+    sn_status s = x->d->flush ? x->d->flush(x->d, e) : SN_OK;
+    if (!s) s = x->up_ready(x->up_arg, e);
+    for (int i = 0; !s && i < x->n_run_up; i++) {
+        const sn_exec_run_copy *c = &x->run_up[i];
+        s = queue_copy(x, true, c->src, c->host, c->bytes, x->up_after[x->up_event[i]],
+                       &x->run_up_done, e);
+        if (!s) x->st.uploads_in_run++;
+    }
+    return s;
+}
+
+/* The run's uploads where none were queued during it: after the kernels, the bytes readied,
+ * then up in order. */
+static sn_status run_uploads_after(sn_exec *x, sn_err *e) {
+    sn_status s = x->up_ready(x->up_arg, e);
+    for (int i = 0; !s && i < x->n_run_up; i++)
+        s = sn_exec_upload(x, x->run_up[i].src, x->run_up[i].host, x->run_up[i].bytes, e);
+    return s;
+}
+
+/* Runs kernels [0, end) (and with all of them the run's uploads). */
+static sn_status run_steps(sn_exec *x, int end, sn_err *e) {
     const sn_program *p = x->p;
     sn_device *d = x->d;
     memset(x->st.kind_s, 0, sizeof x->st.kind_s);
     sn_status s = wait_run_copies(x, e); /* the last run's read what this one writes */
     if (s) return s;
-    x->st.copies_in_run = 0;
+    x->st.copies_in_run = x->st.uploads_in_run = 0;
+    bool ups = x->n_run_up > 0 && end == p->n_kernels;
     /* the stale weight shadows first, before the step's first event (not its time); a graph
      * run computes the casts itself. A sharing executor's: the owner's, and its own of the
      * owner's parameters, which the owner may have changed since */
@@ -614,11 +714,14 @@ static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
         if (!s) s = d->event_record(d, x->events[p->n_kernels], e);
         if (!s) s = d->sync(d, e);
         if (!s) s = d->event_elapsed(d, x->events[0], x->events[p->n_kernels], &x->st.run_s, e);
-        return s ? s : run_copies_after(x, e);
+        if (!s) s = run_copies_after(x, e);
+        return s || !ups ? s : run_uploads_after(x, e);
     }
     bool during = d->copy_async && end == p->n_kernels; /* the copies between the kernels */
-    int next = 0;
+    bool up_during = ups && d->copy_async;             /* the uploads after their kernels */
+    int next = 0, next_up = 0;
     if (!s && during) s = queue_run_copies(x, -1, &next, e);
+    if (!s && up_during) s = record_up_events(x, -1, &next_up, e);
     for (int k = 0; !s && k < end; k++) {
         const sn_kernel *ker = p->kernels[k];
         void *bufs[SN_KER_MAX_BUFS];
@@ -643,16 +746,27 @@ static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
         if (!s && (!x->whole_run_only || k + 1 == end))
             s = d->event_record(d, x->events[k + 1], e);
         if (!s && during) s = queue_run_copies(x, k, &next, e);
+        if (!s && up_during) s = record_up_events(x, k, &next_up, e);
     }
+    if (!s && up_during) s = queue_run_uploads(x, e);
     if (!s) s = d->sync(d, e);
+    if (!s && up_during) s = d->event_wait(d, x->run_up_done, e);
     x->copies_pending = x->st.copies_in_run > 0; /* in flight until waited for */
     if (!s && !x->st.copies_in_run) s = run_copies_after(x, e);
+    if (!s && ups && !up_during) s = run_uploads_after(x, e);
     for (int k = 0; !s && !x->whole_run_only && k < end; k++) {
         const sn_kernel *ker = p->kernels[k];
         s = d->event_elapsed(d, x->events[k], x->events[k + 1], &x->kernel_s[k], e);
         x->st.kind_s[ker->kind] += x->kernel_s[k];
     }
     if (!s && end > 0) s = d->event_elapsed(d, x->events[0], x->events[end], &x->st.run_s, e);
+    return s;
+}
+
+/* Runs kernels [0, end); the uploads set for this run are forgotten, run or failed. */
+static sn_status run_kernels(sn_exec *x, int end, sn_err *e) {
+    sn_status s = run_steps(x, end, e);
+    x->n_run_up = 0;
     return s;
 }
 

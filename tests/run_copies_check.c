@@ -81,9 +81,9 @@ typedef struct {
 } at_once;
 
 static sn_status copy_now(sn_device *d, void *dst, const void *src, size_t bytes, bool up,
-                          void *done, sn_err *e) {
+                          void *after, void *done, sn_err *e) {
     sn_device *in = ((at_once *)d)->inner;
-    (void)done;
+    (void)after, (void)done;
     return up ? in->upload(in, dst, src, bytes, e) : in->download(in, dst, src, bytes, e);
 }
 

@@ -598,12 +598,17 @@ START_TEST(offload_delay_is_the_schedule_written_out) {
         ck_assert_msg(fabs(ev[0] - ev[i]) <= 1e-6, "evaluation %.9g vs %.9g", ev[0], ev[i]);
     }
     ck_assert_msg(l[0][N - 1] < l[0][0] - 0.1, "loss %g -> %g: not learning", l[0][0], l[0][N - 1]);
-    sn_exec_stats xs; /* the gradients came down during the run */
+    sn_exec_stats xs; /* the gradients came down during the run, the weights went up in it */
     sn_exec_stats_get(sn_trainer_exec(t[0]), &xs);
     ck_assert_int_gt(xs.copies_in_run, 0);
+    ck_assert_int_gt(xs.uploads_in_run, 0);
+    sn_offload_times ot; /* steps 2, 3, 4 and 6 (step 5's evaluation drained first) */
+    sn_trainer_offload_times(t[0], &ot);
+    ck_assert_int_eq(ot.ups_in_run, N - 2);
     printf("test_standin: %d delayed steps (%s): largest loss difference from the written-out "
-           "schedule %.2g, from the CPU device's delayed run %.2g%s\n", N, _i ? "bf16" : "fp32",
-           worst[1], worst[2], _i ? " (not compared)" : "");
+           "schedule %.2g, from the CPU device's delayed run %.2g%s; %d updates went up during "
+           "the next step's run (%d uploads in the last)\n", N, _i ? "bf16" : "fp32", worst[1],
+           worst[2], _i ? " (not compared)" : "", ot.ups_in_run, xs.uploads_in_run);
     sn_test_delay_free(&ref);
     for (int i = 0; i < 3; i++) {
         sn_trainer_free(t[i]);
@@ -632,11 +637,11 @@ START_TEST(async_copies_land_at_their_event) {
     for (int i = 0; i < N; i++) want[i] = (float)i;
     ck_assert(d->upload(d, dev, want, 4 * N, &e) == SN_OK);
     memset(h, 0, 4 * N);
-    ck_assert_msg(d->copy_async(d, h, dev, 4 * N, false, done, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(d->copy_async(d, h, dev, 4 * N, false, NULL, done, &e) == SN_OK, "%s", e.msg);
     ck_assert(h[5] == 0); /* not yet */
     ck_assert_msg(d->event_wait(d, done, &e) == SN_OK, "%s", e.msg);
     ck_assert(!memcmp(h, want, sizeof want));
-    ck_assert(d->copy_async(d, dev, h, 4 * N, true, done, &e) == SN_OK);
+    ck_assert(d->copy_async(d, dev, h, 4 * N, true, NULL, done, &e) == SN_OK);
     h[7] = -1; /* a host writing what is still being copied up */
     ck_assert(d->event_wait(d, done, &e) == SN_OK);
     float got[N];

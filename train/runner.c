@@ -68,6 +68,10 @@ struct sn_runner {
     sn_exec_run_copy *down;
     int n_down;
     float *down_to;
+    sn_exec_run_copy *up; /* the update in flight's weights going up during a step's last run,
+                             chunk by chunk after the last kernel that reads them (made at first
+                             use: up_new) */
+    int n_up;
     /* what goes up in f32 and what as its weight shadows' bits, host[FB_LOW] (offload.h
      * sn_offload_segments; NULL: all in f32) */
     sn_offload_seg *seg;
@@ -90,6 +94,7 @@ void sn_runner_free(sn_runner *b) {
     if (b->job.pool != b->pool) sn_pool_free(b->job.pool); /* its own where threaded */
     free(b->seg);
     free(b->down);
+    free(b->up);
     for (int i = 0; i < FB_COUNT; i++) {
         if (pinned(i) && b->host[i]) sn_exec_host_free(b->x, b->host[i]);
         else free(b->host[i]);
@@ -233,15 +238,18 @@ void sn_runner_startup(const sn_runner *b, double *kernels_s, double *exec_s, do
 }
 
 static sn_status run_copies(sn_runner *b, sn_err *e);
+static sn_status run_uploads(sn_runner *b, bool last, bool *set, sn_err *e);
 
-sn_status sn_runner_run(sn_runner *b, const sn_node *idx, const sn_node *targets,
+sn_status sn_runner_run(sn_runner *b, bool last, const sn_node *idx, const sn_node *targets,
                         const int32_t *x, const int32_t *y, double *loss, sn_err *e) {
     sn_status s;
     float l;
+    bool up = false;
     if ((s = sn_exec_set(b->x, idx, x, e)) || (s = sn_exec_set(b->x, targets, y, e)) ||
-        (s = run_copies(b, e)) || (s = sn_exec_run(b->x, e)) ||
-        (s = sn_exec_get(b->x, b->g->loss, &l, e)))
+        (s = run_copies(b, e)) || (s = run_uploads(b, last, &up, e)) ||
+        (s = sn_exec_run(b->x, e)) || (s = sn_exec_get(b->x, b->g->loss, &l, e)))
         return s;
+    if (up) b->upload_due = false, b->times.ups_in_run++; /* the device has the newest weights */
     *loss = l;
     return SN_OK;
 }
@@ -553,14 +561,19 @@ static void keep_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
     (void)b, (void)lo, (void)n, (void)g; /* the masters are final: they only go up */
 }
 
-static sn_status drain(sn_runner *b, sn_err *e) {
-    if (!b->delay) return SN_OK;
+/* Step 1: the update in flight finished (its thread joined). */
+static void join(sn_runner *b) {
     double t0 = sn_clock_s();
     bool pending = b->job.pending;
     sn_offload_job_finish(&b->job);
-    double t1 = sn_clock_s();
-    b->times.join_s += t1 - t0;
+    b->times.join_s += sn_clock_s() - t0;
     if (pending) b->times.adamw_s += b->job.run_s;
+}
+
+static sn_status drain(sn_runner *b, sn_err *e) {
+    if (!b->delay) return SN_OK;
+    join(b);
+    double t1 = sn_clock_s();
     if (!b->upload_due) return SN_OK;
     b->upload_due = false;
     sn_status s = pipeline(b, false, true, keep_chunk, e);
@@ -576,6 +589,51 @@ static sn_status run_copies(sn_runner *b, sn_err *e) {
     for (int k = 0; k < b->n_down; k++) b->down[k].host = b->host[FB_GRADS] + k * b->chunk;
     sn_status s = sn_exec_run_copies(b->x, b->down, b->n_down, e);
     b->down_to = s ? NULL : b->host[FB_GRADS];
+    return s;
+}
+
+/* Steps 1 to 3 during a step's last run (sn_runner_run's last, where the update runs on its own
+ * thread and the device copies asynchronously): the run queues its kernels, then joins the
+ * update (up_ready) while the device runs them, then queues the weights' chunks (host[FB_PARAMS]
+ * or, where the segments say so, the shadows' bits host[FB_LOW], as weights_up sends them),
+ * each after the last kernel that reads or writes any of its bytes, so they go up during the
+ * backward (the early layers' last, after their last reads); the run returns with them on the
+ * device. The next run reads them, as it would after a drain. */
+static sn_status up_ready(void *arg, sn_err *e) {
+    (void)e;
+    join(arg);
+    return SN_OK;
+}
+
+static sn_status up_new(sn_runner *b, sn_err *e) {
+    int64_t chunks = (b->lay->flat_n + b->chunk - 1) / b->chunk;
+    int most = (int)chunks * (b->seg ? b->n_seg : 1);
+    if (!(b->up = sn_calloc((size_t)most + 1, sizeof *b->up, "the run's uploads", e))) return SN_ERR_OOM;
+    sn_offload_seg all = {0, b->lay->flat_n, false};
+    const sn_offload_seg *seg = b->seg ? b->seg : &all;
+    b->n_up = 0;
+    for (int64_t k = 0; k < chunks; k++) {
+        int64_t lo = k * b->chunk, hi = lo + chunk_len(b, k);
+        for (int i = 0; i < (b->seg ? b->n_seg : 1); i++) { /* as weights_up cuts them */
+            int64_t a = seg[i].lo > lo ? seg[i].lo : lo, z = seg[i].lo + seg[i].n;
+            if (z > hi) z = hi;
+            if (a >= z) continue;
+            int w = seg[i].low ? 2 : F32_BYTES, f = seg[i].low ? FB_LOW : FB_PARAMS;
+            sn_exec_ref r = b->ref[f];
+            r.offset += w * a;
+            b->up[b->n_up++] = (sn_exec_run_copy){sn_exec_free_after(b->x, r, w * (z - a)), r,
+                                                  (char *)b->host[f] + w * a, w * (z - a)};
+        }
+    }
+    return SN_OK;
+}
+
+static sn_status run_uploads(sn_runner *b, bool last, bool *set, sn_err *e) {
+    *set = false;
+    if (!b->delay || !last || !b->upload_due || !b->job.threaded) return SN_OK;
+    sn_status s = b->up ? SN_OK : up_new(b, e);
+    if (!s) s = sn_exec_run_uploads(b->x, b->up, b->n_up, up_ready, b, e);
+    *set = !s;
     return s;
 }
 

@@ -27,8 +27,11 @@ void sn_runner_free(sn_runner *b);
 const char *sn_runner_name(const sn_runner *b);
 
 /* Forward and backward on one batch (B*T ids each); *loss gets the loss. The gradients stay
- * on the device until the next run. */
-sn_status sn_runner_run(sn_runner *b, const sn_node *idx, const sn_node *targets,
+ * on the device until the next run. last: the step's last run (with the delay, where the
+ * device copies asynchronously: the update in flight is finished and its weights go up during
+ * this run, each chunk after the last kernel that reads it, so the next update sends nothing
+ * up first; a run after it reads those weights). */
+sn_status sn_runner_run(sn_runner *b, bool last, const sn_node *idx, const sn_node *targets,
                         const int32_t *x, const int32_t *y, double *loss, sn_err *e);
 
 /* The loss alone (idx, targets: g's inputs), by the evaluation program: g's loss and what it

@@ -250,12 +250,12 @@ static float dropout_seed(const sn_trainer *t, int micro) {
 }
 
 /* One forward and backward; *loss unscaled (the graph's loss is loss * scale with scaling). */
-static sn_status run(sn_trainer *t, const int32_t *idx, const int32_t *targets, double *loss,
-                     sn_err *e) {
+static sn_status run(sn_trainer *t, bool last, const int32_t *idx, const int32_t *targets,
+                     double *loss, sn_err *e) {
     sn_status s = need_init(t, e);
     if (!s && t->dropout_seed) s = sn_runner_set_scalar(t->run, t->dropout_seed, dropout_seed(t, t->pending), e);
     if (!s && t->loss_scale) s = sn_runner_set_scalar(t->run, t->loss_scale, t->sc.scale, e);
-    if (!s) s = sn_runner_run(t->run, t->idx, t->targets, idx, targets, loss, e);
+    if (!s) s = sn_runner_run(t->run, last, t->idx, t->targets, idx, targets, loss, e);
     if (!s) *loss /= t->sc.scale;
     return s;
 }
@@ -277,11 +277,11 @@ static void drop_pending(sn_trainer *t) {
     t->loss_sum = 0;
 }
 
-sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t *targets,
-                                double *loss, sn_err *e) {
+static sn_status accumulate(sn_trainer *t, bool last, const int32_t *idx, const int32_t *targets,
+                            double *loss, sn_err *e) {
     double l;
     sn_status s = keep_pending(t, e);
-    if (!s) s = run(t, idx, targets, &l, e);
+    if (!s) s = run(t, last, idx, targets, &l, e);
     if (s) return s;
     if (!isfinite(l)) {
         int k = t->pending;
@@ -296,6 +296,16 @@ sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t
     t->loss_sum += l;
     if (loss) *loss = l;
     return SN_OK;
+}
+
+sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t *targets,
+                                double *loss, sn_err *e) {
+    return accumulate(t, false, idx, targets, loss, e);
+}
+
+sn_status sn_trainer_accumulate_last(sn_trainer *t, const int32_t *idx, const int32_t *targets,
+                                     double *loss, sn_err *e) {
+    return accumulate(t, true, idx, targets, loss, e);
 }
 
 sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e) {
@@ -359,7 +369,7 @@ sn_status sn_trainer_update(sn_trainer *t, sn_step_stats *st, sn_err *e) {
 
 sn_status sn_trainer_step(sn_trainer *t, const int32_t *idx, const int32_t *targets,
                           sn_step_stats *st, sn_err *e) {
-    sn_status s = sn_trainer_accumulate(t, idx, targets, NULL, e);
+    sn_status s = sn_trainer_accumulate_last(t, idx, targets, NULL, e);
     return s ? s : sn_trainer_update(t, st, e);
 }
 

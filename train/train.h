@@ -102,6 +102,15 @@ sn_status sn_trainer_step(sn_trainer *t, const int32_t *idx, const int32_t *targ
  * A non-finite micro-batch loss is SN_ERR_NUMERIC and drops the whole step's sums. */
 sn_status sn_trainer_accumulate(sn_trainer *t, const int32_t *idx, const int32_t *targets,
                                 double *loss, sn_err *e);
+/* The same for the step's last micro-batch (sn_trainer_update next; sn_trainer_step calls it):
+ * with the delayed update (offload_delay) on a device that copies asynchronously, the update in
+ * flight finishes and its weights go up during this run, each part after the last kernel that
+ * reads it, instead of in sn_trainer_update before the next update starts (docs/memory.md). The
+ * same numbers as sn_trainer_accumulate: the step's runs all read the weights one update old;
+ * a micro-batch accumulated after this one in the same step would read the newer weights, as
+ * after a drain. Without the delay it is sn_trainer_accumulate. */
+sn_status sn_trainer_accumulate_last(sn_trainer *t, const int32_t *idx, const int32_t *targets,
+                                     double *loss, sn_err *e);
 /* Applies the mean of the accumulated gradients (clip, AdamW, the schedule's lr) and clears
  * the sums; st->loss is the micro-batches' mean loss. SN_ERR_NUMERIC (parameters unchanged,
  * sums dropped) on a non-finite gradient norm; SN_ERR_INVALID when nothing was accumulated. */
@@ -199,6 +208,9 @@ typedef struct {
     double join_s;     /* delay: waiting for the update in flight to finish */
     double up_s;       /* delay: its weights up (queued and waited for) */
     double copies_s;   /* delay: waiting for the run's gradients to land on the host */
+    int ups_in_run;    /* delay: updates whose weights went up during a step's last run
+                          (sn_trainer_accumulate_last), their join in join_s, their upload in
+                          the run (not in up_s) */
 } sn_offload_times;
 void sn_trainer_offload_times(const sn_trainer *t, sn_offload_times *s);
 

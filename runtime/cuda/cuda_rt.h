@@ -271,6 +271,7 @@ typedef struct {
     void *host;       /* a copy: its host memory (NULL: not a copy), `bytes` of it, up: to the device */
     size_t bytes;
     bool up;
+    CUevent after;    /* a copy: the event it waits for (NULL: the work queued before it) */
 } sn_cuda_op;
 
 /* Issues one kernel, GEMM or copy op (graph.c records events itself). */

@@ -208,14 +208,16 @@ static void cu_host_free(sn_device *d, void *p) {
 
 
 /* A copy op (cuda_rt.h) on the copy stream of its direction, after the work issued so far on
- * the device's stream (an event it waits on); its event recorded after it. */
+ * the device's stream (an event it waits on) or after its own `after` event (recorded earlier in
+ * the device's stream); its event recorded after it. */
 static sn_status issue_copy(cuda_dev *c, const sn_cuda_op *op, sn_err *e) {
     CUstream *s = &c->copies[op->up];
     sn_status st = SN_OK;
     if (!*s) st = SN_CUDA_CHECK(API, e, cuStreamCreate, s, CU_STREAM_NON_BLOCKING);
-    if (!st && !c->order) st = SN_CUDA_CHECK(API, e, cuEventCreate, &c->order, CU_EVENT_DISABLE_TIMING);
-    if (!st) st = SN_CUDA_CHECK(API, e, cuEventRecord, c->order, c->stream);
-    if (!st) st = SN_CUDA_CHECK(API, e, cuStreamWaitEvent, *s, c->order, 0);
+    if (!st && !op->after && !c->order)
+        st = SN_CUDA_CHECK(API, e, cuEventCreate, &c->order, CU_EVENT_DISABLE_TIMING);
+    if (!st && !op->after) st = SN_CUDA_CHECK(API, e, cuEventRecord, c->order, c->stream);
+    if (!st) st = SN_CUDA_CHECK(API, e, cuStreamWaitEvent, *s, op->after ? op->after : c->order, 0);
     if (!st) st = op->up ? SN_CUDA_CHECK(API, e, cuMemcpyHtoDAsync, op->bufs[0], op->host, op->bytes, *s)
                          : SN_CUDA_CHECK(API, e, cuMemcpyDtoHAsync, op->host, op->bufs[0], op->bytes, *s);
     return st ? st : SN_CUDA_CHECK(API, e, cuEventRecord, op->event, *s);
@@ -223,14 +225,16 @@ static sn_status issue_copy(cuda_dev *c, const sn_cuda_op *op, sn_err *e) {
 
 /* Queued with the launches (graph.c): after them, issued at once when nothing is queued. */
 static sn_status cu_copy_async(sn_device *d, void *dst, const void *src, size_t bytes, bool up,
-                               void *done, sn_err *e) {
+                               void *after, void *done, sn_err *e) {
     cuda_dev *c = d->impl;
     sn_cuda_op op = {.what = &copy_tag, .event = (CUevent)done, .n_bufs = 1,
                      .bufs = {DP(up ? dst : src)}, .host = up ? (void *)src : dst, .bytes = bytes,
-                     .up = up};
+                     .up = up, .after = (CUevent)after};
     sn_status st = told(c, e);
     return st ? st : sn_cuda_graphs_add(c->graphs, &op, e);
 }
+
+static sn_status cu_flush(sn_device *d, sn_err *e) { return flush(d->impl, e); }
 
 static sn_status cu_event_wait(sn_device *d, void *done, sn_err *e) {
     cuda_dev *c = d->impl;
@@ -524,7 +528,7 @@ sn_status sn_cuda_device_new_opts(int ordinal, const sn_cuda_opts *o, sn_device 
                           .event_record = cu_event_record, .event_elapsed = cu_event_elapsed,
                           .event_free = cu_event_free, .host_alloc = cu_host_alloc,
                           .host_free = cu_host_free, .copy_async = cu_copy_async,
-                          .event_wait = cu_event_wait,
+                          .event_wait = cu_event_wait, .flush = cu_flush,
                           .destroy = cu_destroy, .impl = c, .target = sn_target_cuda(c->sm)};
     c->base.target.sm_count = c->sms;
     *out = &c->base;

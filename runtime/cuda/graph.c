@@ -84,6 +84,7 @@ sn_status sn_cuda_graphs_add(sn_cuda_graphs *g, const sn_cuda_op *op, sn_err *e)
     o->host = op->host;
     o->bytes = op->bytes;
     o->up = op->up;
+    o->after = op->after;
     return SN_OK;
 }
 
