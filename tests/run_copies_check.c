@@ -1,4 +1,4 @@
-/* run_copies_check.c: a run's own downloads checked (run_copies_check.h). */
+/* run_copies_check.c: a run's own downloads checked, and its uploads' order (run_copies_check.h). */
 #include "run_copies_check.h"
 
 #include <stdlib.h>
@@ -107,3 +107,121 @@ sn_device *sn_test_copy_at_once(sn_device *cpu) {
     a->base.destroy = at_once_destroy;
     return &a->base;
 }
+
+/* ---- the uploads' order ---- */
+
+typedef struct {
+    const char *lo, *hi;
+    int launch; /* the launch whose buffer it is */
+} span;
+
+typedef struct {
+    sn_device base; /* the CPU device's, but for what it records */
+    sn_device *inner;
+    int launches;     /* so far */
+    span *spans;      /* every launch's buffers */
+    int n_span, cap_span;
+    void **ev;        /* events recorded, each with the launches before it */
+    int *ev_at, n_ev, cap_ev;
+    int uploads, early;
+} order_dev;
+
+static void add_span(order_dev *o, const void *p, int64_t bytes) {
+    if (o->n_span == o->cap_span) {
+        o->cap_span = o->cap_span ? 2 * o->cap_span : 256;
+        o->spans = realloc(o->spans, sizeof *o->spans * (size_t)o->cap_span);
+        ck_assert(o->spans);
+    }
+    o->spans[o->n_span++] = (span){p, (const char *)p + bytes, o->launches};
+}
+
+/* k's buffers as the executor passes them: each kernel of the chain its args, then its scratch
+ * (not the persistent block's: no size needed) */
+static void add_spans(order_dev *o, const sn_kernel *k, void *const *bufs) {
+    int at = 0;
+    for (const sn_kernel *q = k; q; q = q->tail) {
+        for (int a = 0; a < q->n_out + q->n_in; a++)
+            add_span(o, bufs[at++], sn_numel(q->args[a]) * (sn_dtype_bits(q->args[a]->dtype) / 8));
+        at += q->stage != SN_SUM_WHOLE;
+    }
+    o->launches++;
+}
+
+static sn_status order_launch(sn_device *d, const sn_kernel *k, void *handle, void *const *bufs,
+                              sn_err *e) {
+    order_dev *o = (order_dev *)d;
+    add_spans(o, k, bufs);
+    return o->inner->launch(o->inner, k, handle, bufs, e);
+}
+
+static sn_status order_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, sn_err *e) {
+    order_dev *o = (order_dev *)d;
+    add_spans(o, k, bufs);
+    return o->inner->gemm(o->inner, k, bufs, e);
+}
+
+static sn_status order_event_record(sn_device *d, void *ev, sn_err *e) {
+    order_dev *o = (order_dev *)d;
+    if (o->n_ev == o->cap_ev) {
+        o->cap_ev = o->cap_ev ? 2 * o->cap_ev : 256;
+        o->ev = realloc(o->ev, sizeof *o->ev * (size_t)o->cap_ev);
+        o->ev_at = realloc(o->ev_at, sizeof *o->ev_at * (size_t)o->cap_ev);
+        ck_assert(o->ev && o->ev_at);
+    }
+    o->ev[o->n_ev] = ev;
+    o->ev_at[o->n_ev++] = o->launches;
+    return o->inner->event_record(o->inner, ev, e);
+}
+
+static sn_status order_copy(sn_device *d, void *dst, const void *src, size_t bytes, bool up,
+                            void *after, void *done, sn_err *e) {
+    order_dev *o = (order_dev *)d;
+    if (up) {
+        int from = o->launches;
+        for (int i = o->n_ev - 1; after && i >= 0; i--) /* its latest recording */
+            if (o->ev[i] == after) {
+                from = o->ev_at[i];
+                break;
+            }
+        bool found = !after;
+        for (int i = 0; after && i < o->n_ev; i++) found |= o->ev[i] == after;
+        ck_assert_msg(found, "an upload waits for an event never recorded");
+        bool early = false;
+        for (int i = o->n_span - 1; i >= 0 && o->spans[i].launch >= from; i--)
+            early |= o->spans[i].lo < (const char *)dst + bytes && (const char *)dst < o->spans[i].hi;
+        o->uploads++;
+        o->early += early;
+    }
+    return copy_now(d, dst, src, bytes, up, after, done, e);
+}
+
+static void order_destroy(sn_device *d) {
+    order_dev *o = (order_dev *)d;
+    sn_device_free(o->inner);
+    free(o->spans);
+    free(o->ev);
+    free(o->ev_at);
+    free(o);
+}
+
+sn_device *sn_test_upload_order(sn_device *cpu) {
+    order_dev *o = calloc(1, sizeof *o);
+    ck_assert(o && !cpu->copy_async && sizeof(at_once) <= sizeof *o);
+    o->base = *cpu;
+    o->inner = cpu;
+    o->base.launch = order_launch;
+    o->base.gemm = order_gemm;
+    o->base.event_record = order_event_record;
+    o->base.copy_async = order_copy;
+    o->base.event_wait = no_wait;
+    o->base.destroy = order_destroy;
+    return &o->base;
+}
+
+void sn_test_upload_order_count(sn_device *d, int *uploads, int *early) {
+    order_dev *o = (order_dev *)d;
+    *uploads = o->uploads, *early = o->early;
+    o->uploads = o->early = 0;
+}
+
+int sn_test_upload_order_launches(const sn_device *d) { return ((const order_dev *)d)->launches; }

@@ -228,6 +228,131 @@ START_TEST(gradients_come_down_after_their_last_writer) {
 }
 END_TEST
 
+typedef struct {
+    sn_device *d;
+    int calls, launches, uploads; /* at the call */
+} ready_seen;
+
+static sn_status ready(void *arg, sn_err *e) {
+    (void)e;
+    ready_seen *r = arg;
+    int early;
+    r->calls++;
+    r->launches = sn_test_upload_order_launches(r->d);
+    sn_test_upload_order_count(r->d, &r->uploads, &early);
+    return SN_OK;
+}
+
+/* A run's uploads (device.h sn_exec_run_uploads), chunks of 64 of the trained weights, each
+ * bringing the bytes the device holds (so the run's numbers stay), on the device that records
+ * the order (run_copies_check.h): each queued after the event of the last kernel that uses its
+ * bytes, none early; the host's ready called once, after every kernel of the run was queued and
+ * before any upload; the same micro-batch's gradients as without them; the list gone after the
+ * run. Planted: queued one kernel early, every chunk some kernel uses is early. */
+START_TEST(uploads_follow_the_last_use) {
+    sn_device *d = sn_test_upload_order(cpu());
+    sn_graph *g = tiny();
+    sn_trainer *t = trainer(g, d, false, false, 1.0f);
+    step(t, 1);
+    sn_exec *x = sn_trainer_exec(t);
+    const sn_program *p = sn_trainer_program(t);
+    int64_t flat_n = p->layout.flat_n, chunk = 64;
+    int k = (int)((flat_n + chunk - 1) / chunk), used = 0, uploads, early;
+    sn_err e;
+    float *host = sn_exec_host_alloc(x, 4 * flat_n, &e), *want = malloc(4 * (size_t)flat_n),
+          *got = malloc(4 * (size_t)flat_n);
+    sn_exec_run_copy *c = calloc((size_t)k, sizeof *c);
+    ck_assert(host && want && got && c);
+    sn_exec_ref params = sn_exec_block_ref(p->layout.params), grads = sn_exec_block_ref(p->layout.grads);
+    ck_assert(sn_exec_download(x, host, params, 4 * flat_n, &e) == SN_OK);
+    for (int i = 0; i < k; i++) {
+        int64_t lo = i * chunk, len = flat_n - lo < chunk ? flat_n - lo : chunk;
+        sn_exec_ref r = sn_exec_block_ref(p->layout.params + 4 * lo);
+        c[i] = (sn_exec_run_copy){sn_exec_free_after(x, r, 4 * len), r, host + lo, 4 * len};
+        ck_assert(c[i].after >= -1 && c[i].after < p->n_kernels);
+        used += c[i].after >= 0;
+    }
+    int32_t xb[B * T], yb[B * T];
+    sn_test_lcg_batch(xb, yb, B * T, V, 7);
+    ck_assert(sn_trainer_accumulate(t, xb, yb, NULL, &e) == SN_OK); /* without uploads */
+    ck_assert(sn_exec_download(x, want, grads, 4 * flat_n, &e) == SN_OK);
+    for (int plant = 0; plant < 2; plant++) {
+        for (int i = 0; plant && i < k; i++) c[i].after -= c[i].after >= 0;
+        ready_seen rs = {.d = d};
+        sn_test_upload_order_count(d, &uploads, &early);
+        int before = sn_test_upload_order_launches(d);
+        ck_assert_msg(sn_exec_run_uploads(x, c, k, ready, &rs, &e) == SN_OK, "%s", e.msg);
+        ck_assert_msg(sn_trainer_accumulate(t, xb, yb, NULL, &e) == SN_OK, "%s", e.msg);
+        sn_test_upload_order_count(d, &uploads, &early);
+        ck_assert_int_eq(rs.calls, 1);
+        ck_assert_int_eq(rs.launches - before, p->n_kernels);
+        ck_assert_int_eq(rs.uploads, 0);
+        ck_assert_int_eq(uploads, k);
+        ck_assert_int_eq(early, plant ? used : 0);
+        sn_exec_stats st;
+        sn_exec_stats_get(x, &st);
+        ck_assert_int_eq(st.uploads_in_run, k);
+        ck_assert(sn_exec_download(x, got, grads, 4 * flat_n, &e) == SN_OK);
+        ck_assert_msg(!memcmp(got, want, 4 * (size_t)flat_n), "the run's gradients changed");
+    }
+    ck_assert(sn_trainer_accumulate(t, xb, yb, NULL, &e) == SN_OK); /* the list is gone */
+    sn_test_upload_order_count(d, &uploads, &early);
+    ck_assert_int_eq(uploads, 0);
+    printf("test_offload_delay: %d chunks of weights go up during a run, %d of them after a kernel "
+           "that uses them; queued one kernel early, %d early\n", k, used, used);
+    sn_exec_host_free(x, host);
+    free(want);
+    free(got);
+    free(c);
+    sn_trainer_free(t);
+    sn_graph_free(g);
+    sn_device_free(d);
+}
+END_TEST
+
+/* The delayed update where the device copies asynchronously (the order-recording CPU device:
+ * the host's AdamW on its own thread): each step after the first, its update's predecessor goes
+ * up during the step's run (sn_trainer_step: the step's last micro-batch), none of it early, with
+ * the losses of the CPU device's delayed run (its updates run at the next update, its weights go
+ * up there), bit for bit; the last update's weights go up at the drain that ends the run. */
+START_TEST(the_weights_go_up_during_the_last_run) {
+    sn_device *d[2] = {cpu(), sn_test_upload_order(cpu())};
+    sn_graph *g[2];
+    sn_trainer *t[2];
+    double l[2][STEPS];
+    for (int i = 0; i < 2; i++) {
+        g[i] = tiny();
+        t[i] = trainer(g[i], d[i], true, true, 0.5f);
+        for (int s = 0; s < STEPS; s++) l[i][s] = step(t[i], 300 + (uint64_t)s);
+    }
+    for (int s = 0; s < STEPS; s++)
+        ck_assert_msg(l[0][s] == l[1][s], "step %d: loss %.9g against %.9g", s + 1, l[1][s], l[0][s]);
+    int uploads, early;
+    sn_test_upload_order_count(d[1], &uploads, &early);
+    sn_offload_times ot[2];
+    for (int i = 0; i < 2; i++) sn_trainer_offload_times(t[i], &ot[i]);
+    ck_assert_int_eq(ot[0].ups_in_run, 0);
+    ck_assert_int_eq(ot[1].ups_in_run, STEPS - 1);
+    ck_assert_int_gt(uploads, 0);
+    ck_assert_int_eq(early, 0);
+    sn_err e;
+    ck_assert(sn_trainer_drain(t[1], &e) == SN_OK); /* the last update's weights go up here */
+    sn_test_upload_order_count(d[1], &uploads, &early);
+    ck_assert_int_gt(uploads, 0);
+    ck_assert_int_eq(early, 0);
+    ck_assert(sn_trainer_drain(t[1], &e) == SN_OK); /* and nothing is left to send */
+    sn_test_upload_order_count(d[1], &uploads, &early);
+    ck_assert_int_eq(uploads, 0);
+    printf("test_offload_delay: %d updates went up during the next step's run, none early; the "
+           "losses are the CPU device's\n", ot[1].ups_in_run);
+    for (int i = 0; i < 2; i++) {
+        sn_trainer_free(t[i]);
+        sn_graph_free(g[i]);
+        sn_device_free(d[i]);
+    }
+}
+END_TEST
+
 /* The delay without offload, or without a device, is refused by name. */
 START_TEST(delay_needs_offload) {
     sn_err e;
@@ -257,6 +382,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, a_drain_makes_the_next_step_read_the_newest_weights);
     tcase_add_test(tc, delay_resumes);
     tcase_add_test(tc, delay_needs_offload);
+    tcase_add_test(tc, uploads_follow_the_last_use);
+    tcase_add_test(tc, the_weights_go_up_during_the_last_run);
     suite_add_tcase(s, tc);
     return s;
 }
