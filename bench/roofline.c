@@ -316,7 +316,8 @@ static int by_after(const void *a, const void *b) {
  * (chunk elements) queued when the last kernel that writes it ends, the kernels back to back at
  * their modeled times, one copy stream at bw bytes/s; the seconds left after the last kernel. */
 static double download_tail(const sn_program *p, int64_t n_params, int64_t chunk,
-                            const sn_roofline_machine *m, const sn_roofline_opts *o, double bw) {
+                            const sn_roofline_machine *m, const sn_roofline_opts *o, double bw,
+                            double f) {
     int64_t chunks = chunk > 0 ? (n_params + chunk - 1) / chunk : 0;
     double *end = malloc(sizeof *end * ((size_t)p->n_kernels + 1));
     ready_chunk *c = malloc(sizeof *c * ((size_t)chunks + 1));
@@ -326,7 +327,7 @@ static double download_tail(const sn_program *p, int64_t n_params, int64_t chunk
         return 4.0 * (double)n_params / bw; /* no memory for the model: all of it after */
     }
     double t = 0;
-    for (int k = 0; k < p->n_kernels; k++) end[k] = t += sn_roofline_kernel_model(p->kernels[k], m, o).time_s;
+    for (int k = 0; k < p->n_kernels; k++) end[k] = t += f * sn_roofline_kernel_model(p->kernels[k], m, o).time_s;
     for (int64_t i = 0; i < chunks; i++) {
         int64_t len = n_params - i * chunk < chunk ? n_params - i * chunk : chunk;
         c[i] = (ready_chunk){sn_program_last_write(p, p->layout.grads + 4 * i * chunk, 4 * len),
@@ -341,14 +342,61 @@ static double download_tail(const sn_program *p, int64_t n_params, int64_t chunk
     return fmax(0, free_at - t);
 }
 
+/* The weights going up during the step's run (runner.c up_new, sn_exec_run_uploads): chunk by
+ * chunk of the flat range, each segment's part of it (the 16-bit shadows' bits or the f32
+ * weights) once the host's update is done (host_s from the step's start) and the last kernel
+ * using its device bytes has ended, in the order of those kernels, one stream at bw bytes/s;
+ * the last upload's end from the step's start. */
+static double upload_end(const sn_program *p, int64_t n_params, int64_t chunk,
+                         const sn_roofline_machine *m, const sn_roofline_opts *o, double bw,
+                         double f, double host_s, const sn_offload_seg *seg, int n_seg) {
+    int64_t chunks = chunk > 0 ? (n_params + chunk - 1) / chunk : 0;
+    int most = (int)chunks * (seg ? n_seg : 1);
+    double *end = malloc(sizeof *end * ((size_t)p->n_kernels + 1));
+    ready_chunk *c = malloc(sizeof *c * ((size_t)most + 1));
+    const sn_param_layout *l = &p->layout;
+    double t = 0;
+    if (!end || !c) {
+        free(end);
+        free(c);
+        return host_s + 4.0 * (double)n_params / bw; /* no memory for the model: all of it after */
+    }
+    for (int k = 0; k < p->n_kernels; k++) end[k] = t += f * sn_roofline_kernel_model(p->kernels[k], m, o).time_s;
+    sn_offload_seg all = {0, n_params, false};
+    int n = 0;
+    for (int64_t k = 0; k < chunks; k++) {
+        int64_t lo = k * chunk, hi = lo + chunk < n_params ? lo + chunk : n_params;
+        for (int i = 0; i < (seg ? n_seg : 1); i++) {
+            const sn_offload_seg *g = seg ? &seg[i] : &all;
+            int64_t a = g->lo > lo ? g->lo : lo, z = g->lo + g->n < hi ? g->lo + g->n : hi;
+            if (a >= z) continue;
+            int w = g->low ? 2 : 4;
+            c[n++] = (ready_chunk){sn_program_last_use(p, (g->low ? l->shadows : l->params) + w * a,
+                                                       w * (z - a)), (double)(w * (z - a))};
+        }
+    }
+    qsort(c, (size_t)n, sizeof *c, by_after); /* the order the run queues them */
+    double free_at = host_s;
+    for (int i = 0; i < n; i++)
+        free_at = fmax(free_at, c[i].after >= 0 ? end[c[i].after] : 0) + c[i].bytes / bw;
+    free(end);
+    free(c);
+    return free_at;
+}
+
 sn_roofline_offload sn_roofline_offload_model(const sn_program *p, int64_t n_params, int64_t chunk,
                                               const sn_roofline_machine *m,
                                               const sn_roofline_opts *o, double host_gb_s,
-                                              int64_t low_n) {
+                                              const sn_offload_seg *seg, int n_seg) {
+    int64_t low_n = 0;
+    for (int i = 0; seg && i < n_seg; i++) low_n += seg[i].low ? seg[i].n : 0;
     sn_roofline_step s = sn_roofline_program(p, n_params, m, o);
     double n = (double)n_params, bw = m->pcie_gb_s * 1e9;
-    sn_roofline_offload r = {.on_device_s = s.time_s};
-    r.device_s = s.time_s - s.optimizer_s + 4.0 * n / (m->tb_per_s * 1e12); /* SQNORM reads g */
+    /* the kernels' times scaled so that the on-device step is the measured one, if given */
+    double kernels = s.time_s - s.optimizer_s, f = 1;
+    if (o->device_step_s > s.optimizer_s && kernels > 0) f = (o->device_step_s - s.optimizer_s) / kernels;
+    sn_roofline_offload r = {.on_device_s = f * kernels + s.optimizer_s, .kernel_scale = f};
+    r.device_s = f * kernels + 4.0 * n / (m->tb_per_s * 1e12); /* SQNORM reads g */
     r.down_s = 4.0 * n / bw;
     r.low_frac = n > 0 ? (double)low_n / n : 0;
     r.up_s = (4.0 * (n - (double)low_n) + 2.0 * (double)low_n) / bw;
@@ -357,12 +405,14 @@ sn_roofline_offload sn_roofline_offload_model(const sn_program *p, int64_t n_par
     double slowest = fmax(fmax(r.down_s, r.host_s), r.up_s), share = n > 0 ? (double)chunk / n : 0;
     r.overlapped_s = slowest + share * (r.down_s + r.host_s + r.up_s - slowest);
     r.step_s = r.device_s + r.overlapped_s;
-    double kernels = s.time_s - s.optimizer_s;
-    r.tail_s = download_tail(p, n_params, chunk, m, o, bw);
-    r.down_end_s = kernels + r.tail_s;
+    r.tail_s = download_tail(p, n_params, chunk, m, o, bw, f);
+    r.down_end_s = f * kernels + r.tail_s;
     r.delayed_s = fmax(r.down_end_s, fmax(r.device_s, r.host_s) + r.up_s);
     r.delayed_serial_s = r.delayed_s - r.device_s;
     r.delayed_after_s = fmax(r.device_s, r.host_s) + fmax(r.down_s, r.up_s);
+    double up_end = upload_end(p, n_params, chunk, m, o, bw, f, r.host_s, seg, n_seg);
+    r.delayed_run_s = fmax(fmax(r.down_end_s, r.device_s), up_end);
+    r.up_left_s = fmax(0, up_end - r.device_s);
     double d2d = 2 * 2 * 4.0 * n / (m->tb_per_s * 1e12); /* two copies, each read and written */
     r.buffered_s = fmax(r.device_s + d2d, r.overlapped_s);
     return r;
@@ -375,6 +425,9 @@ void sn_roofline_offload_print(FILE *f, const sn_roofline_offload *r, double tok
     for (int i = 0; i < 6; i++) fmt_s(t[i], sizeof t[i], v[i]);
     fprintf(f, "offloaded (the optimizer state on the host; PCIe %.0f GB/s each way, host AdamW "
             "%.1f GB/s):\n", m->pcie_gb_s, host_gb_s);
+    if (r->kernel_scale != 1)
+        fprintf(f, "  the kernels' modeled times x %.3f: the step without offload %.3f ms as "
+                "measured (--device-ms)\n", r->kernel_scale, r->on_device_s * 1e3);
     fprintf(f, "  device kernels and SQNORM %s; gradients down %s, weights up %s (%.1f%% of them as "
             "16-bit shadows), host AdamW %s\n", t[0], t[1], t[2],
             100 * r->low_frac, t[3]);
@@ -402,6 +455,9 @@ void sn_roofline_offload_delay_print(FILE *f, const sn_roofline_offload *r, doub
             r->delayed_serial_s * 1e3, r->delayed_after_s * 1e3,
             r->delayed_after_s / r->on_device_s, r->buffered_s * 1e3,
             r->buffered_s / r->on_device_s);
+    fprintf(f, "  delayed, the weights up during the step's run (sn_trainer_step, the CLI): "
+            "%.3f ms, %.2fx the step without offload (%.3f ms of the uploads after the device's "
+            "step)\n", r->delayed_run_s * 1e3, r->delayed_run_s / r->on_device_s, r->up_left_s * 1e3);
     double room = 1.5 * r->on_device_s - r->up_s; /* what 1.5x leaves the host */
     if (room <= r->device_s || r->down_end_s > 1.5 * r->on_device_s)
         fprintf(f, "  delayed: 1.5x is out of reach: the device's step and the copies take %.3f ms\n",

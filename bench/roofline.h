@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "program/program.h"
+#include "train/offload.h"
 
 /* A machine's published ceilings. */
 typedef struct {
@@ -43,6 +44,8 @@ const sn_roofline_machine *sn_roofline_machine_find(const char *name);
 /* How f32 GEMMs run: on the CUDA cores, or as TF32 on the tensor cores (--tf32). */
 typedef struct {
     bool tf32;
+    double device_step_s; /* the offload model's on-device step as a GPU measured it (0: as
+                             modeled): the kernels' modeled times scaled to make it */
 } sn_roofline_opts;
 
 typedef struct {
@@ -117,6 +120,7 @@ void sn_roofline_print_gaps(FILE *f, const sn_program *p, const sn_roofline_mach
  * chunk of each of the other two (filling and draining it). */
 typedef struct {
     double on_device_s;          /* the step without offload (sn_roofline_program) */
+    double kernel_scale;         /* the kernels' modeled times times this (opts device_step_s) */
     double device_s;             /* its kernels without AdamW, with SQNORM */
     double down_s, up_s, host_s; /* the optimizer's three streams of work */
     double low_frac;             /* of the elements, those that go up as 16-bit shadows */
@@ -133,17 +137,24 @@ typedef struct {
      * gradients down after the step, as before they came down during it:
      * max(device_s, host_s) + max(down_s, up_s) */
     double tail_s, down_end_s, delayed_s, delayed_serial_s, delayed_after_s;
+    /* the same with the weights going up during the step's run (sn_trainer_accumulate_last,
+     * the default of sn_trainer_step and the CLI): each chunk (its f32 weights, or the 16-bit
+     * shadows' bits where they go so) once the host's update is done and the last kernel using
+     * its bytes has ended (program.h sn_program_last_use), in that order on the upload stream;
+     * delayed_run_s = max(down_end_s, device_s, the last upload's end); up_left_s of the uploads
+     * after the device's step */
+    double delayed_run_s, up_left_s;
     /* the same with the weights and the gradients double-buffered on the device (+8 bytes an
      * element: not built): two device copies serial, the pipeline overlapping the device */
     double buffered_s;
 } sn_roofline_offload;
 
-/* low_n: of n_params, the elements that go up as their 16-bit weight shadows (2 bytes each,
- * train/offload.h sn_offload_segments) */
+/* seg (n_seg; NULL: all in f32): the runs of the flat range that go up as their 16-bit weight
+ * shadows (2 bytes each, train/offload.h sn_offload_segments) or in f32 */
 sn_roofline_offload sn_roofline_offload_model(const sn_program *p, int64_t n_params, int64_t chunk,
                                               const sn_roofline_machine *m,
                                               const sn_roofline_opts *o, double host_gb_s,
-                                              int64_t low_n);
+                                              const sn_offload_seg *seg, int n_seg);
 void sn_roofline_offload_print(FILE *f, const sn_roofline_offload *r, double tokens,
                                double host_gb_s, const sn_roofline_machine *m);
 /* The delayed update's lines alone (its step against the step without offload). */

@@ -67,6 +67,7 @@ typedef struct {
     bool startup_only;    /* --startup-only: sn_trainer_new's seconds and their split, no step */
     bool tf32;            /* CUDA: TF32 GEMMs (and the model's f32 GEMMs at the TF32 rate) */
     double host_gbs;      /* --host-gbs: the offload model's host AdamW (0: measured here) */
+    double device_ms;     /* --device-ms: the offload model's device step as measured (0: modeled) */
     double peak_f32, peak_bf16; /* GFLOP/s measured in this run (bf16: 0 without the instruction) */
 } args;
 
@@ -259,25 +260,33 @@ static const sn_program *profiled_step(run_ctx *r, const char *what, sn_exec_sta
 typedef struct {
     run_ctx *r;
     int steps;
+    bool at_update; /* the delayed update's weights up in the update (sn_trainer_accumulate),
+                       not during the next step's run (sn_trainer_step) */
 } block_ctx;
 
 static sn_status run_block(void *ctx, sn_err *e) {
     block_ctx *b = ctx;
     sn_status s = SN_OK;
-    for (int i = 0; i < b->steps && !s; i++) s = run_step(b->r, e);
+    for (int i = 0; i < b->steps && !s; i++) {
+        if (!b->at_update) s = run_step(b->r, e);
+        else if (!(s = sn_trainer_accumulate(b->r->t, b->r->x, b->r->y, NULL, e)))
+            s = sn_trainer_update(b->r->t, NULL, e);
+    }
     return s ? s : sn_trainer_drain(b->r->t, e);
 }
 
 /* The delayed update's trainer (r), the offloaded one without the delay and the on-device one
  * (made here), each timed in blocks of a->steps steps, the three in turn for 3 rounds (the
- * order rotated), the best block of each; one record with the three and their ratios. */
+ * order rotated), the best block of each; one record with the three and their ratios. The
+ * delayed trainer's blocks send the weights up during the next step's run (sn_trainer_step);
+ * its blocks of the fourth kind send them in the update, as before (the same numbers). */
 static void offload_delay_blocks(const args *a, const sn_train_opts *o, run_ctx *r,
                                  const char *dev, double flops, double peak) {
     sn_err e;
     sn_graph *g[2];
     sn_trainer *t[2];
     run_ctx rc[2];
-    block_ctx bc[3] = {{r, a->steps}};
+    block_ctx bc[4] = {{r, a->steps, false}, [3] = {r, a->steps, true}};
     for (int i = 0; i < 2; i++) {
         sn_train_opts bo = *o;
         bo.offload_delay = false, bo.offload = i == 0; /* 0: offloaded, 1: on the device */
@@ -285,17 +294,17 @@ static void offload_delay_blocks(const args *a, const sn_train_opts *o, run_ctx 
         if (!(t[i] = sn_trainer_new(g[i], &bo, &e))) die("baseline trainer", &e);
         sn_exec_time_kernels(sn_trainer_exec(t[i]), false);
         rc[i] = (run_ctx){t[i], r->x, r->y, NULL};
-        bc[i + 1] = (block_ctx){&rc[i], a->steps};
+        bc[i + 1] = (block_ctx){&rc[i], a->steps, false};
     }
-    double best[3] = {1e30, 1e30, 1e30};
-    for (int k = 0; k < 3; k++) /* warm-up */
+    double best[4] = {1e30, 1e30, 1e30, 1e30};
+    for (int k = 0; k < 4; k++) /* warm-up */
         if (run_block(&bc[k], &e)) die("warm-up block", &e);
     sn_offload_times before[2], after[2]; /* the delayed trainer's, the offloaded one's */
     sn_trainer_offload_times(r->t, &before[0]);
     sn_trainer_offload_times(t[0], &before[1]);
     for (int round = 0; round < 3; round++)
-        for (int j = 0; j < 3; j++) {
-            int k = (round + j) % 3;
+        for (int j = 0; j < 4; j++) {
+            int k = (round + j) % 4;
             double t0 = sn_clock_s();
             if (run_block(&bc[k], &e)) die("block", &e);
             double dt = (sn_clock_s() - t0) / a->steps;
@@ -309,6 +318,8 @@ static void offload_delay_blocks(const args *a, const sn_train_opts *o, run_ctx 
     bj_num(rec, "delayed_over_on_device", "%.3f", best[0] / best[2]);
     bj_num(rec, "offloaded_over_on_device", "%.3f", best[1] / best[2]);
     bj_num(rec, "delayed_over_offloaded", "%.3f", best[0] / best[1]);
+    bj_num(rec, "delayed_up_at_update_step_ms", "%.2f", 1e3 * best[3]);
+    bj_num(rec, "up_in_run_over_at_update", "%.3f", best[0] / best[3]);
     /* where the host's seconds went, a mean per update over the timed rounds (not only the
        best block): the part of the step the host leaves exposed */
     sn_trainer_offload_times(r->t, &after[0]);
@@ -328,6 +339,7 @@ static void offload_delay_blocks(const args *a, const sn_train_opts *o, run_ctx 
     bj_num(rec, "delayed_join_ms", "%.2f", per[0] * (after[0].join_s - before[0].join_s));
     bj_num(rec, "delayed_up_ms", "%.2f", per[0] * (after[0].up_s - before[0].up_s));
     bj_num(rec, "delayed_copies_wait_ms", "%.2f", per[0] * (after[0].copies_s - before[0].copies_s));
+    bj_int(rec, "delayed_ups_in_run", after[0].ups_in_run - before[0].ups_in_run);
     bj_print(rec, stdout);
     for (int i = 0; i < 2; i++) {
         sn_trainer_free(t[i]);
@@ -356,6 +368,7 @@ static const char usage_text[] =
     "                   [--compare-interp] [--arena-budget BYTES] [--offload] [--lora R | --ia3]\n"
     "                   [--qlora R] [--lora-targets all|attn|mlp] [--host-gbs G] [--chunk-logits N]\n"
     "                   [--base-f32] [--startup-only] [--offload-delay] [--loss-only]\n"
+    "                   [--device-ms MS]\n"
     "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
     "  --threads 0: all cores; --lora R: the step with LoRA adapters of rank R (all linear\n"
     "  layers, alpha R, the base frozen), and the full fine-tuning step timed in the same run;\n"
@@ -367,7 +380,8 @@ static const char usage_text[] =
     "  --qlora R: --lora R over a base stored as NF4, and the LoRA step of the same rank\n"
     "  timed in the same run (qlora_over_lora);\n"
     "  --model-only --offload: the offloaded step modeled too, the host AdamW at G GB/s (by\n"
-    "  default as measured on this machine, --threads of it);\n"
+    "  default as measured on this machine, --threads of it), the device's kernels at their\n"
+    "  modeled times or scaled to a step a GPU measured (--device-ms);\n"
     "  --offload --offload-delay: the delayed parameter update's step, the offloaded step\n"
     "  without it and the on-device step, each timed in blocks of --steps steps back to back\n"
     "  (a block ends with the drain of its last update), the three in turn;\n"
@@ -423,7 +437,7 @@ static void parse(int argc, char **argv, args *a) {
                                              "--device", "--roofline", "--checkpoint-policy",
                                              "--precision", "--arena-budget", "--lora",
                                              "--qlora", "--host-gbs", "--chunk-logits",
-                                             "--lora-targets"};
+                                             "--lora-targets", "--device-ms"};
         bool known = false;
         for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(k, valued[j]);
         if (!known) usage_fail("unknown option '%s'", k);
@@ -461,6 +475,11 @@ static void parse(int argc, char **argv, args *a) {
             a->host_gbs = strtod(v, &end);
             if (end == v || *end || !(a->host_gbs > 0) || a->host_gbs > 1e6)
                 usage_fail("--host-gbs wants GB/s, a positive number, not '%s'", v);
+        } else if (!strcmp(k, "--device-ms")) {
+            char *end;
+            a->device_ms = strtod(v, &end);
+            if (end == v || *end || !(a->device_ms > 0) || a->device_ms > 1e7)
+                usage_fail("--device-ms wants milliseconds, a positive number, not '%s'", v);
         } else if (!strcmp(k, "--precision")) {
             int p = sn_precision_parse(v);
             if (p < 0 || p == SN_PRECISION_TF32)
@@ -543,7 +562,7 @@ static int model_only(const args *a, const sn_roofline_machine *m) {
     sn_graph *g = model_graph(a, true, &p);
     printf("%s, B=%d, T=%d: %d kernels, %lld parameters\n", a->model, a->batch, a->seq, p->n_kernels,
            (long long)param_count(g));
-    sn_roofline_opts ro = {.tf32 = a->tf32};
+    sn_roofline_opts ro = {.tf32 = a->tf32, .device_step_s = a->device_ms * 1e-3};
     sn_roofline_print(stdout, p, p->layout.flat_n, (double)a->batch * a->seq, m, &ro, NULL, 0);
     if (a->offload) {
         int64_t n = p->layout.flat_n;
@@ -553,18 +572,17 @@ static int model_only(const args *a, const sn_roofline_machine *m) {
                    a->threads ? a->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
         sn_offload_seg *seg; /* what goes up as 16-bit shadows */
         int n_seg;
-        int64_t low_n = 0;
         sn_err e;
         if (sn_offload_segments(p, NULL, &seg, &n_seg, &e)) die("offload segments", &e);
-        for (int i = 0; seg && i < n_seg; i++) low_n += seg[i].low ? seg[i].n : 0;
-        free(seg);
-        sn_roofline_offload r = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro, gbs, low_n);
+        sn_roofline_offload r = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro, gbs,
+                                                          seg, n_seg);
         sn_roofline_offload_print(stdout, &r, (double)a->batch * a->seq, gbs, m);
         if (gbs != 100) { /* a GPU server's host, for comparison */
             sn_roofline_offload r100 = sn_roofline_offload_model(p, n, sn_offload_chunk(n), m, &ro,
-                                                                 100, low_n);
+                                                                 100, seg, n_seg);
             sn_roofline_offload_delay_print(stdout, &r100, 100);
         }
+        free(seg);
     }
     if (a->chunk_logits) { /* against the head whole, modeled the same way */
         args wa = *a;
