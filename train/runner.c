@@ -555,7 +555,12 @@ static void adamw_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
  *      downloads were added to), so that the next run's download, and the next step's sums,
  *      go to the buffer update k read.
  * A drain (evaluation, a parameter read or written, a checkpoint through those, the end of a
- * run: sn_runner_drain) does 1 to 3, so the next run reads the newest weights. */
+ * run: sn_runner_drain) does 1 to 3, so the next run reads the newest weights. The step's last
+ * run (sn_runner_run's last) does 1 to 3 itself where the update has a thread of its own and the
+ * device copies asynchronously, while its kernels run (run_uploads below): the weights go up
+ * during the backward, each chunk after the last kernel that uses it, and update k+1 then
+ * finds nothing to send. The same numbers: no kernel of the step reads a chunk after it went
+ * up, and the step's earlier runs read the weights before it. */
 
 static void keep_chunk(sn_runner *b, int64_t lo, int64_t n, const float *g) {
     (void)b, (void)lo, (void)n, (void)g; /* the masters are final: they only go up */
