@@ -311,18 +311,23 @@ START_TEST(uploads_follow_the_last_use) {
 END_TEST
 
 /* The delayed update where the device copies asynchronously (the order-recording CPU device:
- * the host's AdamW on its own thread): each step after the first, its update's predecessor goes
+ * the host's AdamW on its own thread), fp32 (_i 0) and bf16 (1: the linear layers' weights go up
+ * as their shadows' bits): each step after the first, its update's predecessor goes
  * up during the step's run (sn_trainer_step: the step's last micro-batch), none of it early, with
  * the losses of the CPU device's delayed run (its updates run at the next update, its weights go
  * up there), bit for bit; the last update's weights go up at the drain that ends the run. */
 START_TEST(the_weights_go_up_during_the_last_run) {
     sn_device *d[2] = {cpu(), sn_test_upload_order(cpu())};
+    sn_pipeline_opts po = sn_pipeline_defaults();
+    po.precision = SN_PRECISION_BF16;
+    po.backward = true;
+    const sn_pipeline_opts *pp = _i ? &po : NULL; /* bf16: the weights up as their shadows' bits */
     sn_graph *g[2];
     sn_trainer *t[2];
     double l[2][STEPS];
     for (int i = 0; i < 2; i++) {
-        g[i] = tiny();
-        t[i] = trainer(g[i], d[i], true, true, 0.5f);
+        g[i] = tiny_with(pp);
+        t[i] = trainer_with(g[i], d[i], true, true, 0.5f, pp);
         for (int s = 0; s < STEPS; s++) l[i][s] = step(t[i], 300 + (uint64_t)s);
     }
     for (int s = 0; s < STEPS; s++)
@@ -343,8 +348,8 @@ START_TEST(the_weights_go_up_during_the_last_run) {
     ck_assert(sn_trainer_drain(t[1], &e) == SN_OK); /* and nothing is left to send */
     sn_test_upload_order_count(d[1], &uploads, &early);
     ck_assert_int_eq(uploads, 0);
-    printf("test_offload_delay: %d updates went up during the next step's run, none early; the "
-           "losses are the CPU device's\n", ot[1].ups_in_run);
+    printf("test_offload_delay: %s: %d updates went up during the next step's run, none early; "
+           "the losses are the CPU device's\n", _i ? "bf16" : "fp32", ot[1].ups_in_run);
     for (int i = 0; i < 2; i++) {
         sn_trainer_free(t[i]);
         sn_graph_free(g[i]);
@@ -383,7 +388,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, delay_resumes);
     tcase_add_test(tc, delay_needs_offload);
     tcase_add_test(tc, uploads_follow_the_last_use);
-    tcase_add_test(tc, the_weights_go_up_during_the_last_run);
+    tcase_add_loop_test(tc, the_weights_go_up_during_the_last_run, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }
