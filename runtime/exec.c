@@ -9,7 +9,9 @@
  * in its owner's arena when that is large enough. A run's own downloads (sn_exec_run_copies)
  * are queued between its kernels where the device copies asynchronously (after them elsewhere)
  * and may still be in flight when the run returns: whatever here writes bytes they read, runs
- * again or frees memory waits for them first. */
+ * again or frees memory waits for them first. A run's own uploads (sn_exec_run_uploads, set
+ * for one run) are queued once its kernels are, each after an event recorded right after the
+ * last kernel using its bytes, and are done when the run returns. */
 #include <stdlib.h>
 #include <string.h>
 
