@@ -312,7 +312,8 @@ END_TEST
 
 /* The delayed update where the device copies asynchronously (the order-recording CPU device:
  * the host's AdamW on its own thread), fp32 (_i 0) and bf16 (1: the linear layers' weights go up
- * as their shadows' bits): each step after the first, its update's predecessor goes
+ * as their shadows' bits), evaluations (drains) after steps 3 and 7: each step but the first
+ * and those after an evaluation, its update's predecessor goes
  * up during the step's run (sn_trainer_step: the step's last micro-batch), none of it early, with
  * the losses of the CPU device's delayed run (its updates run at the next update, its weights go
  * up there), bit for bit; the last update's weights go up at the drain that ends the run. */
@@ -324,23 +325,30 @@ START_TEST(the_weights_go_up_during_the_last_run) {
     const sn_pipeline_opts *pp = _i ? &po : NULL; /* bf16: the weights up as their shadows' bits */
     sn_graph *g[2];
     sn_trainer *t[2];
-    double l[2][STEPS];
+    double l[2][STEPS], ev[2][STEPS] = {{0}};
+    int32_t x[B * T], y[B * T];
+    sn_err e;
     for (int i = 0; i < 2; i++) {
         g[i] = tiny_with(pp);
         t[i] = trainer_with(g[i], d[i], true, true, 0.5f, pp);
-        for (int s = 0; s < STEPS; s++) l[i][s] = step(t[i], 300 + (uint64_t)s);
+        for (int s = 0; s < STEPS; s++) {
+            l[i][s] = step(t[i], 300 + (uint64_t)s);
+            if (s % 4 != 2) continue; /* evaluations (drains) after steps 3 and 7 */
+            sn_test_lcg_batch(x, y, B * T, V, 900 + (uint64_t)s);
+            ck_assert_msg(sn_trainer_eval(t[i], x, y, &ev[i][s], &e) == SN_OK, "%s", e.msg);
+        }
     }
     for (int s = 0; s < STEPS; s++)
-        ck_assert_msg(l[0][s] == l[1][s], "step %d: loss %.9g against %.9g", s + 1, l[1][s], l[0][s]);
+        ck_assert_msg(l[0][s] == l[1][s] && ev[0][s] == ev[1][s], "step %d: loss %.9g against "
+                      "%.9g, evaluation %.9g against %.9g", s + 1, l[1][s], l[0][s], ev[1][s], ev[0][s]);
     int uploads, early;
     sn_test_upload_order_count(d[1], &uploads, &early);
     sn_offload_times ot[2];
     for (int i = 0; i < 2; i++) sn_trainer_offload_times(t[i], &ot[i]);
     ck_assert_int_eq(ot[0].ups_in_run, 0);
-    ck_assert_int_eq(ot[1].ups_in_run, STEPS - 1);
+    ck_assert_int_eq(ot[1].ups_in_run, STEPS - 3); /* the steps after 1, 3 and 7 read drained weights */
     ck_assert_int_gt(uploads, 0);
     ck_assert_int_eq(early, 0);
-    sn_err e;
     ck_assert(sn_trainer_drain(t[1], &e) == SN_OK); /* the last update's weights go up here */
     sn_test_upload_order_count(d[1], &uploads, &early);
     ck_assert_int_gt(uploads, 0);

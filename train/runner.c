@@ -287,6 +287,8 @@ static sn_status eval_segments(sn_runner *b, sn_err *e) {
     if (s) return s;
     free(b->seg);
     b->seg = seg, b->n_seg = n; /* NULL: none left */
+    free(b->up); /* the run's uploads cut by the old segments: made again at their next use */
+    b->up = NULL, b->n_up = 0;
     return SN_OK;
 }
 
