@@ -202,13 +202,15 @@ int sn_exec_ready_after(const sn_exec *x, sn_exec_ref r, int64_t bytes);
  * to `src` (here the destination: a node or the persistent block, not a sharing executor's)
  * once kernel `after` of the run has run (-1: before the first), the last kernel that reads or
  * writes any of those bytes (sn_exec_free_after), so that it overlaps the kernels after it. The
- * run queues its kernels (and its downloads), lets the device start them, then calls
- * ready(arg) (the host finishes the bytes: the update in flight joined), then queues the
- * uploads, each on the device's upload stream after an event recorded right after its kernel,
- * and returns when the kernels and the uploads are done. A device without asynchronous copies,
- * or one that runs the graph whole, calls ready and uploads after the kernels (the same bytes).
- * For the next run only: it clears the list, run or failed. n 0: none. */
-typedef sn_status (*sn_exec_ready_fn)(void *arg, sn_err *e);
+ * run queues its kernels (and its downloads) and lets the device start them; then, upload by
+ * upload in the order of their kernels (the list's order among equals), it calls ready(arg, i)
+ * (i: the upload's index in c; it returns once the host's bytes are final: the update in
+ * flight has done them) and queues the upload on the device's upload stream after an event
+ * recorded right after its kernel; it returns when the kernels and the uploads are done. A
+ * device without asynchronous copies, or one that runs the graph whole, does the same after
+ * the kernels (the same bytes). For the next run only: it clears the list, run or failed. n 0:
+ * none. */
+typedef sn_status (*sn_exec_ready_fn)(void *arg, int i, sn_err *e);
 sn_status sn_exec_run_uploads(sn_exec *x, const sn_exec_run_copy *c, int n, sn_exec_ready_fn ready,
                               void *arg, sn_err *e);
 /* The last kernel of the program that reads or writes any of the `bytes` at r (program.h

@@ -49,6 +49,7 @@ struct sn_exec {
     void **up_after;            /* [cap_run_up]: the event recorded after upload i's kernel (the
                                    first upload of each `after` records it, the rest share it) */
     int *up_event;              /* [cap_run_up]: the upload whose event upload i waits for */
+    int *up_index;              /* [cap_run_up]: upload i's index in the caller's list */
     sn_exec_ready_fn up_ready;
     void *up_arg;
     void *run_up_done;          /* recorded after each upload (one stream) */
@@ -109,6 +110,7 @@ void sn_exec_free(sn_exec *x) {
     free(x->run_up);
     free(x->up_after);
     free(x->up_event);
+    free(x->up_index);
     for (int i = 0; i < x->n_buffers; i++) x->d->free(x->d, x->buffers[i]);
     for (int k = 0; x->events && k <= x->p->n_kernels; k++)
         if (x->events[k]) x->d->event_free(x->d, x->events[k]);
@@ -540,15 +542,21 @@ sn_status sn_exec_run_uploads(sn_exec *x, const sn_exec_run_copy *c, int n, sn_e
         void **ev = t ? sn_realloc(x->up_after, sizeof *ev * (size_t)n, what, e) : NULL;
         if (ev) x->up_after = ev;
         int *at = ev ? sn_realloc(x->up_event, sizeof *at * (size_t)n, what, e) : NULL;
-        if (!at) return SN_ERR_OOM;
-        x->up_event = at;
+        if (at) x->up_event = at;
+        int *ix = at ? sn_realloc(x->up_index, sizeof *ix * (size_t)n, what, e) : NULL;
+        if (!ix) return SN_ERR_OOM;
+        x->up_index = ix;
         for (int i = x->cap_run_up; i < n; i++) x->up_after[i] = NULL;
         x->cap_run_up = n;
     }
     for (int i = 0; i < n; i++) { /* by `after`, in order otherwise (insertion) */
         int j = i;
-        for (; j > 0 && x->run_up[j - 1].after > c[i].after; j--) x->run_up[j] = x->run_up[j - 1];
+        for (; j > 0 && x->run_up[j - 1].after > c[i].after; j--) {
+            x->run_up[j] = x->run_up[j - 1];
+            x->up_index[j] = x->up_index[j - 1];
+        }
         x->run_up[j] = c[i];
+        x->up_index[j] = i;
     }
     for (int i = 0; i < n; i++)
         x->up_event[i] = i > 0 && x->run_up[i - 1].after == x->run_up[i].after ? x->up_event[i - 1] : i;
@@ -671,26 +679,29 @@ static sn_status record_up_events(sn_exec *x, int k, int *next, sn_err *e) {
     return s;
 }
 
-/* After the run's kernels are queued: the device starts them, the host readies the uploads'
- * bytes meanwhile, then each upload is queued after its kernel's event. */
+/* After the run's kernels are queued: the device starts them, then upload by upload the host
+ * readies its bytes (meanwhile the kernels run) and it is queued after its kernel's event. */
 static sn_status queue_run_uploads(sn_exec *x, sn_err *e) {
     sn_status s = x->d->flush ? x->d->flush(x->d, e) : SN_OK;
-    if (!s) s = x->up_ready(x->up_arg, e);
     for (int i = 0; !s && i < x->n_run_up; i++) {
         const sn_exec_run_copy *c = &x->run_up[i];
-        s = queue_copy(x, true, c->src, c->host, c->bytes, x->up_after[x->up_event[i]],
-                       &x->run_up_done, e);
+        s = x->up_ready(x->up_arg, x->up_index[i], e);
+        if (!s) s = queue_copy(x, true, c->src, c->host, c->bytes, x->up_after[x->up_event[i]],
+                               &x->run_up_done, e);
         if (!s) x->st.uploads_in_run++;
     }
     return s;
 }
 
-/* The run's uploads where none were queued during it: after the kernels, the bytes readied,
- * then up in order. */
+/* The run's uploads where none were queued during it: after the kernels, in order, each once
+ * its bytes are readied. */
 static sn_status run_uploads_after(sn_exec *x, sn_err *e) {
-    sn_status s = x->up_ready(x->up_arg, e);
-    for (int i = 0; !s && i < x->n_run_up; i++)
-        s = sn_exec_upload(x, x->run_up[i].src, x->run_up[i].host, x->run_up[i].bytes, e);
+    sn_status s = SN_OK;
+    for (int i = 0; !s && i < x->n_run_up; i++) {
+        const sn_exec_run_copy *c = &x->run_up[i];
+        s = x->up_ready(x->up_arg, x->up_index[i], e);
+        if (!s) s = sn_exec_upload(x, c->src, c->host, c->bytes, e);
+    }
     return s;
 }
 

@@ -196,12 +196,50 @@ START_TEST(host_acc_adds) {
 }
 END_TEST
 
+/* The delayed update's job (offload.h sn_offload_job) doing its parts in a given order on a
+ * thread of its own, as the runner orders them (the last layers' first): the result that of one
+ * host AdamW over the whole range, bit for bit (p, m, v and the bf16 shadows, the decayed prefix
+ * cut by the parts); after sn_offload_job_wait(k) the first k parts already final, at every k,
+ * while the job goes on with the rest. (A job that says a part is done before it is, planted,
+ * passed: the waiting thread wakes after the part's few microseconds; a timing, not a check.) */
+START_TEST(job_parts_in_order) {
+    enum { PARTS = 6 };
+    int64_t n = 3 * 65537 + 11, cut[PARTS + 1] = {0, 5, 4099, 65537, 70000, 2 * 65537 + 3, n};
+    inputs in;
+    make(&in, n, 70001, 7);
+    state want = copy(&in), got = copy(&in);
+    sn_pool *pool = sn_pool_new(3);
+    ck_assert(pool);
+    sn_offload_adamw(pool, in.h, want.p, want.m, want.v, in.g, want.low, SN_BF16, n, in.n_decay);
+    sn_offload_range order[PARTS];
+    for (int i = 0; i < PARTS; i++) /* back to front, as the backward frees the weights */
+        order[i] = (sn_offload_range){cut[PARTS - 1 - i], cut[PARTS - i] - cut[PARTS - 1 - i]};
+    sn_offload_job job = {.pool = pool, .threaded = true};
+    sn_offload_job_start(&job, in.h, got.p, got.m, got.v, in.g, got.low, SN_BF16, n, in.n_decay,
+                         order, PARTS);
+    for (int k = 1; k <= PARTS; k++) {
+        sn_offload_job_wait(&job, k);
+        const sn_offload_range *r = &order[k - 1];
+        state a = {want.p + r->lo, want.m + r->lo, want.v + r->lo, want.low + r->lo};
+        state b = {got.p + r->lo, got.m + r->lo, got.v + r->lo, got.low + r->lo};
+        same(&a, &b, r->n, true, "a part the job said was done");
+    }
+    sn_offload_job_free(&job);
+    same(&want, &got, n, true, "the job's parts against one AdamW");
+    sn_pool_free(pool);
+    free_state(&want);
+    free_state(&got);
+    drop(&in);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("offload_adamw");
     TCase *tc = tcase_create("offload_adamw");
     tcase_add_test(tc, host_adamw_is_the_scalar_loop);
     tcase_add_test(tc, host_adamw_is_the_device_kernel);
     tcase_add_test(tc, host_acc_adds);
+    tcase_add_test(tc, job_parts_in_order);
     suite_add_tcase(s, tc);
     return s;
 }

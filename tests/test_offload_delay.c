@@ -230,25 +230,36 @@ END_TEST
 
 typedef struct {
     sn_device *d;
-    int calls, launches, uploads; /* at the call */
+    const sn_exec_run_copy *c; /* the list given */
+    bool *seen;                /* [n]: ready called for upload i */
+    int calls, launches, uploads; /* at the first call */
+    int last_after;            /* the kernel of the last call's upload */
+    bool out_of_order;         /* a call for an earlier kernel than the call before */
 } ready_seen;
 
-static sn_status ready(void *arg, sn_err *e) {
+static sn_status ready(void *arg, int i, sn_err *e) {
     (void)e;
     ready_seen *r = arg;
-    int early;
-    r->calls++;
-    r->launches = sn_test_upload_order_launches(r->d);
-    sn_test_upload_order_count(r->d, &r->uploads, &early);
+    if (!r->calls++) {
+        int early;
+        r->launches = sn_test_upload_order_launches(r->d);
+        sn_test_upload_order_count(r->d, &r->uploads, &early);
+    } else {
+        r->out_of_order |= r->c[i].after < r->last_after;
+    }
+    ck_assert_msg(!r->seen[i], "ready called twice for upload %d", i);
+    r->seen[i] = true;
+    r->last_after = r->c[i].after;
     return SN_OK;
 }
 
 /* A run's uploads (device.h sn_exec_run_uploads), chunks of 64 of the trained weights, each
  * bringing the bytes the device holds (so the run's numbers stay), on the device that records
  * the order (run_copies_check.h): each queued after the event of the last kernel that uses its
- * bytes, none early; the host's ready called once, after every kernel of the run was queued and
- * before any upload; the same micro-batch's gradients as without them; the list gone after the
- * run. Planted: queued one kernel early, every chunk some kernel uses is early. */
+ * bytes, none early; the host's ready called once an upload, each before it, in the order of
+ * their kernels, the first after every kernel of the run was queued; the same micro-batch's
+ * gradients as without them; the list gone after the run. Planted: queued one kernel early,
+ * every chunk some kernel uses is early. */
 START_TEST(uploads_follow_the_last_use) {
     sn_device *d = sn_test_upload_order(cpu());
     sn_graph *g = tiny();
@@ -278,15 +289,19 @@ START_TEST(uploads_follow_the_last_use) {
     ck_assert(sn_exec_download(x, want, grads, 4 * flat_n, &e) == SN_OK);
     for (int plant = 0; plant < 2; plant++) {
         for (int i = 0; plant && i < k; i++) c[i].after -= c[i].after >= 0;
-        ready_seen rs = {.d = d};
+        bool *seen = calloc((size_t)k, 1);
+        ck_assert(seen);
+        ready_seen rs = {.d = d, .c = c, .seen = seen};
         sn_test_upload_order_count(d, &uploads, &early);
         int before = sn_test_upload_order_launches(d);
         ck_assert_msg(sn_exec_run_uploads(x, c, k, ready, &rs, &e) == SN_OK, "%s", e.msg);
         ck_assert_msg(sn_trainer_accumulate(t, xb, yb, NULL, &e) == SN_OK, "%s", e.msg);
         sn_test_upload_order_count(d, &uploads, &early);
-        ck_assert_int_eq(rs.calls, 1);
+        ck_assert_int_eq(rs.calls, k); /* once an upload, each before it, by their kernels */
+        ck_assert(!rs.out_of_order);
         ck_assert_int_eq(rs.launches - before, p->n_kernels);
         ck_assert_int_eq(rs.uploads, 0);
+        free(seen);
         ck_assert_int_eq(uploads, k);
         ck_assert_int_eq(early, plant ? used : 0);
         sn_exec_stats st;

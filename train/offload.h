@@ -51,6 +51,12 @@ void sn_offload_acc(sn_pool *pool, float *sum, const float *g, int64_t n);
  * copies, where nothing would overlap): the job runs inside sn_offload_job_finish, as late as
  * the order allows, with the same numbers; so a caller that writes the job's arrays too early
  * gets other numbers there too, deterministically. */
+/* A part of the flat range: the job updates its parts in a given order (the order the step's
+ * backward frees the weights in, runner.c), so that each part can go up once it is done. */
+typedef struct {
+    int64_t lo, n;
+} sn_offload_range;
+
 typedef struct {
     sn_pool *pool;  /* the job's threads (NULL: its one thread) */
     bool threaded;  /* on a thread of its own from sn_offload_job_start */
@@ -63,16 +69,31 @@ typedef struct {
     void *low;        /* the weight shadows' bits (sn_offload_adamw), or NULL */
     sn_dtype low_dtype;
     int64_t n, n_decay;
+    const sn_offload_range *order; /* the parts in the order they are updated (NULL: all at once) */
+    int n_order;
+    int done;         /* of them, updated so far (under mu; cv signalled at each) */
+    bool sync_made;   /* mu and cv made (at the first start) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
     double run_s;     /* the last job's AdamW, start to end, on whichever thread ran it */
 } sn_offload_job;
 
 /* Starts AdamW on p, m, v from g with the scalars h (copied), as sn_offload_adamw; no job may be
- * pending. A thread that cannot be started: the job runs at once (the same numbers). */
+ * pending. order (n_order parts covering [0, n) once each; NULL: the whole range at once): the
+ * parts updated in that order, each in one call of sn_offload_adamw (the same numbers: AdamW
+ * updates each element alone). A thread that cannot be started: the job runs at once (the same
+ * numbers). */
 void sn_offload_job_start(sn_offload_job *j, const float *h, float *p, float *m, float *v,
                           const float *g, void *low, sn_dtype low_dtype, int64_t n,
-                          int64_t n_decay);
+                          int64_t n_decay, const sn_offload_range *order, int n_order);
+/* Returns when the first `parts` parts of the pending job's order are updated (their p, m, v and
+ * shadows final: the caller may read them, not write them), the whole job where it has no order;
+ * at once with nothing pending. */
+void sn_offload_job_wait(sn_offload_job *j, int parts);
 /* Returns when the pending job is done (nothing pending: at once). */
 void sn_offload_job_finish(sn_offload_job *j);
+/* Finishes the job and frees what it made (not its pool). */
+void sn_offload_job_free(sn_offload_job *j);
 
 /* offload_up.c: the weights that go up after an offloaded update. A segment of the flat range
  * of training program t's layout goes up as its weight shadows' bits (low) where every trained

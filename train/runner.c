@@ -69,9 +69,12 @@ struct sn_runner {
     int n_down;
     float *down_to;
     sn_exec_run_copy *up; /* the update in flight's weights going up during a step's last run,
-                             chunk by chunk after the last kernel that reads them (made at first
-                             use: up_new) */
+                             chunk by chunk after the last kernel that reads them, in that order
+                             (up_new, with the update's first start where it is threaded) */
     int n_up;
+    int *up_part;             /* [n_up]: the part of the update's order upload i waits for */
+    sn_offload_range *parts;  /* the update's order: the uploads' flat ranges, joined */
+    int n_parts;
     /* what goes up in f32 and what as its weight shadows' bits, host[FB_LOW] (offload.h
      * sn_offload_segments; NULL: all in f32) */
     sn_offload_seg *seg;
@@ -82,6 +85,7 @@ struct sn_runner {
 };
 
 static sn_status drain(sn_runner *b, sn_err *e);
+static void up_free(sn_runner *b);
 
 /* The host arrays the copies read or write: page-locked memory. */
 static bool pinned(int f) {
@@ -90,11 +94,13 @@ static bool pinned(int f) {
 
 void sn_runner_free(sn_runner *b) {
     if (!b) return;
-    sn_offload_job_finish(&b->job); /* it reads and writes the host arrays */
+    sn_offload_job_free(&b->job); /* it reads and writes the host arrays */
     if (b->job.pool != b->pool) sn_pool_free(b->job.pool); /* its own where threaded */
     free(b->seg);
     free(b->down);
     free(b->up);
+    free(b->up_part);
+    free(b->parts);
     for (int i = 0; i < FB_COUNT; i++) {
         if (pinned(i) && b->host[i]) sn_exec_host_free(b->x, b->host[i]);
         else free(b->host[i]);
@@ -287,8 +293,7 @@ static sn_status eval_segments(sn_runner *b, sn_err *e) {
     if (s) return s;
     free(b->seg);
     b->seg = seg, b->n_seg = n; /* NULL: none left */
-    free(b->up); /* the run's uploads cut by the old segments: made again at their next use */
-    b->up = NULL, b->n_up = 0;
+    up_free(b); /* the uploads cut by the old segments (the update was drained): made again */
     return SN_OK;
 }
 
@@ -600,46 +605,75 @@ static sn_status run_copies(sn_runner *b, sn_err *e) {
 }
 
 /* Steps 1 to 3 during a step's last run (sn_runner_run's last, where the update runs on its own
- * thread and the device copies asynchronously): the run queues its kernels, then joins the
- * update (up_ready) while the device runs them, then queues the weights' chunks (host[FB_PARAMS]
- * or, where the segments say so, the shadows' bits host[FB_LOW], as weights_up sends them),
- * each after the last kernel that reads or writes any of its bytes, so they go up during the
- * backward (the early layers' last, after their last reads); the run returns with them on the
- * device. The next run reads them, as it would after a drain. */
-static sn_status up_ready(void *arg, sn_err *e) {
+ * thread and the device copies asynchronously). The weights' chunks (host[FB_PARAMS] or, where
+ * the segments say so, the shadows' bits host[FB_LOW], cut as weights_up cuts them) go up each
+ * after the last kernel that reads or writes any of its bytes, in that order (the last layers'
+ * first: the backward frees them first), and the update does its parts in the same order
+ * (up_new: the uploads' flat ranges, neighbours joined), so that the run, once it has queued
+ * its kernels, waits for each chunk's part of the update (up_ready) and queues its upload: the
+ * weights go up during the backward as the update and the kernels free them, and the run
+ * returns with them on the device. The next run reads them, as it would after a drain. */
+static sn_status up_ready(void *arg, int i, sn_err *e) {
     (void)e;
-    join(arg);
+    sn_runner *b = arg;
+    double t0 = sn_clock_s();
+    sn_offload_job_wait(&b->job, b->up_part[i] + 1);
+    b->times.join_s += sn_clock_s() - t0;
     return SN_OK;
+}
+
+static void up_free(sn_runner *b) {
+    free(b->up), free(b->up_part), free(b->parts);
+    b->up = NULL, b->up_part = NULL, b->parts = NULL;
+    b->n_up = b->n_parts = 0;
 }
 
 static sn_status up_new(sn_runner *b, sn_err *e) {
     int64_t chunks = (b->lay->flat_n + b->chunk - 1) / b->chunk;
     int most = (int)chunks * (b->seg ? b->n_seg : 1);
-    if (!(b->up = sn_calloc((size_t)most + 1, sizeof *b->up, "the run's uploads", e))) return SN_ERR_OOM;
+    const char *what = "the run's uploads";
+    sn_offload_range *flat = sn_calloc((size_t)most + 1, sizeof *flat, what, e); /* upload i's */
+    b->up = flat ? sn_calloc((size_t)most + 1, sizeof *b->up, what, e) : NULL;
+    b->up_part = b->up ? sn_calloc((size_t)most + 1, sizeof *b->up_part, what, e) : NULL;
+    b->parts = b->up_part ? sn_calloc((size_t)most + 1, sizeof *b->parts, what, e) : NULL;
+    if (!b->parts) {
+        free(flat);
+        up_free(b);
+        return SN_ERR_OOM;
+    }
     sn_offload_seg all = {0, b->lay->flat_n, false};
     const sn_offload_seg *seg = b->seg ? b->seg : &all;
-    b->n_up = 0;
     for (int64_t k = 0; k < chunks; k++) {
         int64_t lo = k * b->chunk, hi = lo + chunk_len(b, k);
-        for (int i = 0; i < (b->seg ? b->n_seg : 1); i++) { /* as weights_up cuts them */
+        for (int i = 0; i < (b->seg ? b->n_seg : 1); i++) {
             int64_t a = seg[i].lo > lo ? seg[i].lo : lo, z = seg[i].lo + seg[i].n;
             if (z > hi) z = hi;
             if (a >= z) continue;
             int w = seg[i].low ? 2 : F32_BYTES, f = seg[i].low ? FB_LOW : FB_PARAMS;
             sn_exec_ref r = b->ref[f];
             r.offset += w * a;
-            b->up[b->n_up++] = (sn_exec_run_copy){sn_exec_free_after(b->x, r, w * (z - a)), r,
-                                                  (char *)b->host[f] + w * a, w * (z - a)};
+            sn_exec_run_copy c = {sn_exec_free_after(b->x, r, w * (z - a)), r,
+                                  (char *)b->host[f] + w * a, w * (z - a)};
+            int j = b->n_up++; /* by `after`, in the flat order among equals (insertion) */
+            for (; j > 0 && b->up[j - 1].after > c.after; j--) b->up[j] = b->up[j - 1], flat[j] = flat[j - 1];
+            b->up[j] = c, flat[j] = (sn_offload_range){a, z - a};
         }
     }
+    for (int i = 0; i < b->n_up; i++) { /* each upload's range joins the part before if they touch */
+        sn_offload_range *p = b->n_parts ? &b->parts[b->n_parts - 1] : NULL;
+        if (p && flat[i].lo == p->lo + p->n) p->n += flat[i].n;
+        else if (p && flat[i].lo + flat[i].n == p->lo) p->lo = flat[i].lo, p->n += flat[i].n;
+        else b->parts[b->n_parts++] = flat[i];
+        b->up_part[i] = b->n_parts - 1;
+    }
+    free(flat);
     return SN_OK;
 }
 
 static sn_status run_uploads(sn_runner *b, bool last, bool *set, sn_err *e) {
     *set = false;
-    if (!b->delay || !last || !b->upload_due || !b->job.threaded) return SN_OK;
-    sn_status s = b->up ? SN_OK : up_new(b, e);
-    if (!s) s = sn_exec_run_uploads(b->x, b->up, b->n_up, up_ready, b, e);
+    if (!b->delay || !last || !b->upload_due || !b->job.threaded || !b->up) return SN_OK;
+    sn_status s = sn_exec_run_uploads(b->x, b->up, b->n_up, up_ready, b, e);
     *set = !s;
     return s;
 }
@@ -685,6 +719,7 @@ sn_status sn_runner_delay(sn_runner *b, sn_err *e) {
 static sn_status delayed_adamw(sn_runner *b, bool sums, sn_err *e) {
     float **h = b->host;
     sn_status s = drain(b, e); /* 1, 2, 3 */
+    if (!s && b->job.threaded && !b->up) s = up_new(b, e); /* the order of the update's parts */
     double t0 = sn_clock_s();
     if (!s) s = sn_exec_run_copies_wait(b->x, e); /* 4 */
     b->times.copies_s += sn_clock_s() - t0;
@@ -694,7 +729,7 @@ static sn_status delayed_adamw(sn_runner *b, bool sums, sn_err *e) {
     h[f] = h[FB_JOB], h[FB_JOB] = t;
     sn_offload_job_start(&b->job, h[FB_SCAL], h[FB_PARAMS], h[FB_M], h[FB_V], h[FB_JOB],
                          b->seg ? h[FB_LOW] : NULL, b->seg ? b->lay->low : SN_F32,
-                         b->lay->flat_n, b->lay->flat_decay);
+                         b->lay->flat_n, b->lay->flat_decay, b->parts, b->n_parts);
     b->upload_due = true;
     return SN_OK;
 }
