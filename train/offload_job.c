@@ -1,6 +1,9 @@
 /* offload_job.c: a host AdamW on a thread of its own (offload.h sn_offload_job), for the
  * delayed parameter update: the runner starts it after a step's norm and finishes it at the
- * next step's update or at a drain (runner.c), while the calling thread runs the device. */
+ * next step's update or at a drain (runner.c), while the calling thread runs the device. With an
+ * order it does the range in those parts, one after another, and says after each that it is
+ * done (a mutex and a condition), so the step's last run sends each part's weights up as soon
+ * as it is (sn_offload_job_wait). */
 #include "offload.h"
 
 #include <string.h>
