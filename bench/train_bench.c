@@ -275,6 +275,38 @@ static sn_status run_block(void *ctx, sn_err *e) {
     return s ? s : sn_trainer_drain(b->r->t, e);
 }
 
+/* The delayed update's weights up during the step's run against up in the update, on fresh
+ * trainers of o from the same start and the same batch, CHECK_STEPS steps each: the same losses
+ * bit for bit (docs/memory.md: the same numbers), what a GPU's real copies have to show; the
+ * largest difference out. */
+enum { CHECK_STEPS = 4 };
+static bool delay_same(const args *a, const sn_train_opts *o, run_ctx *r, double *worst) {
+    double l[2][CHECK_STEPS];
+    sn_err e;
+    for (int i = 0; i < 2; i++) { /* 0: sn_trainer_step (in the run), 1: in the update */
+        sn_graph *g = model_graph(a, true, NULL);
+        sn_trainer *t = sn_trainer_new(g, o, &e);
+        if (!t) die("delay check trainer", &e);
+        for (int s = 0; s < CHECK_STEPS; s++) {
+            sn_step_stats st;
+            sn_status rc = i == 0 ? sn_trainer_step(t, r->x, r->y, &st, &e)
+                                  : sn_trainer_accumulate(t, r->x, r->y, NULL, &e);
+            if (!rc && i == 1) rc = sn_trainer_update(t, &st, &e);
+            if (rc) die("delay check step", &e);
+            l[i][s] = st.loss;
+        }
+        sn_trainer_free(t);
+        sn_graph_free(g);
+    }
+    bool same = true;
+    *worst = 0;
+    for (int s = 0; s < CHECK_STEPS; s++) {
+        same &= l[0][s] == l[1][s];
+        *worst = fmax(*worst, fabs(l[0][s] - l[1][s]));
+    }
+    return same;
+}
+
 /* The delayed update's trainer (r), the offloaded one without the delay and the on-device one
  * (made here), each timed in blocks of a->steps steps, the three in turn for 3 rounds (the
  * order rotated), the best block of each; one record with the three and their ratios. The
@@ -282,6 +314,8 @@ static sn_status run_block(void *ctx, sn_err *e) {
  * its blocks of the fourth kind send them in the update, as before (the same numbers). */
 static void offload_delay_blocks(const args *a, const sn_train_opts *o, run_ctx *r,
                                  const char *dev, double flops, double peak) {
+    double worst;
+    bool same = delay_same(a, o, r, &worst); /* first: two trainers more, freed before the rest */
     sn_err e;
     sn_graph *g[2];
     sn_trainer *t[2];
@@ -340,6 +374,9 @@ static void offload_delay_blocks(const args *a, const sn_train_opts *o, run_ctx 
     bj_num(rec, "delayed_up_ms", "%.2f", per[0] * (after[0].up_s - before[0].up_s));
     bj_num(rec, "delayed_copies_wait_ms", "%.2f", per[0] * (after[0].copies_s - before[0].copies_s));
     bj_int(rec, "delayed_ups_in_run", after[0].ups_in_run - before[0].ups_in_run);
+    bj_int(rec, "delay_check_steps", CHECK_STEPS);
+    bj_bool(rec, "delay_up_in_run_same_losses", same);
+    bj_num(rec, "delay_up_in_run_worst_loss_diff", "%.3g", worst);
     bj_print(rec, stdout);
     for (int i = 0; i < 2; i++) {
         sn_trainer_free(t[i]);
