@@ -427,6 +427,44 @@ START_TEST(dkv_parts_model) {
 }
 END_TEST
 
+/* The delayed update's model (bench/roofline.h sn_roofline_offload_model) on the tiny GPT-2's
+ * training program, chunks of 64 elements, the host's AdamW from far slower than the device to
+ * far faster: the weights up during the run never later than up after the update (each chunk is
+ * free by max(device, host) and the uploads take up_s in all); never before the device's step,
+ * the gradients' last chunk or the host's update end; the kernels scaled to a measured step make
+ * exactly that step. */
+START_TEST(offload_delay_model) {
+    sn_test_tiny_shape sh = {64, 16};
+    sn_graph *g;
+    sn_program *p;
+    sn_err e;
+    ck_assert_msg(sn_test_tiny_loss_graph(&sh, 2, &g, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_backward(g, g->loss, &e) == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){0}, &p, NULL, &e) == SN_OK, "%s", e.msg);
+    const sn_roofline_machine *m = sn_roofline_machine_find("h100");
+    int64_t n = p->layout.flat_n;
+    ck_assert(n > 0);
+    static const double gbs[] = {1e-4, 1e-3, 1e-2, 0.1, 1, 1000};
+    for (size_t i = 0; i < sizeof gbs / sizeof *gbs; i++) {
+        sn_roofline_offload r = sn_roofline_offload_model(p, n, 64, m, &(sn_roofline_opts){0}, gbs[i],
+                                                          NULL, 0);
+        double floor = fmax(fmax(r.device_s, r.down_end_s), r.host_s);
+        ck_assert_msg(r.delayed_run_s <= r.delayed_s * (1 + 1e-12) && r.delayed_run_s >= floor * (1 - 1e-12),
+                      "host %g GB/s: in the run %g s, after the update %g s, floor %g s", gbs[i],
+                      r.delayed_run_s, r.delayed_s, floor);
+        ck_assert(r.delayed_run_s <= fmax(fmax(r.device_s, r.down_end_s), r.host_s + r.up_s) * (1 + 1e-12));
+    }
+    sn_roofline_offload r1 = sn_roofline_offload_model(p, n, 64, m, &(sn_roofline_opts){0}, 10, NULL, 0);
+    sn_roofline_opts o3 = {.device_step_s = 3 * r1.on_device_s};
+    sn_roofline_offload r3 = sn_roofline_offload_model(p, n, 64, m, &o3, 10, NULL, 0);
+    ck_assert_double_eq_tol(r3.on_device_s, 3 * r1.on_device_s, 1e-12 * r1.on_device_s);
+    ck_assert(r3.kernel_scale > 3 && r1.kernel_scale == 1);
+    ck_assert(r3.device_s > r1.device_s && r3.down_end_s > r1.down_end_s);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("kernel_cost");
     TCase *tc = tcase_create("occupancy");
@@ -434,6 +472,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, roofline_gaps);
     tcase_add_test(tc, decode_split_fills_the_machine);
     tcase_add_test(tc, dkv_parts_model);
+    tcase_add_test(tc, offload_delay_model);
     suite_add_tcase(s, tc);
     TCase *nv = tcase_create("nvrtc");
     tcase_set_timeout(nv, 240);
