@@ -342,82 +342,36 @@ static double download_tail(const sn_program *p, int64_t n_params, int64_t chunk
     return fmax(0, free_at - t);
 }
 
-/* One upload of the weights during the step's run: its kernel, flat range and bytes, its place
- * in the list before sorting (runner.c up_new: by kernel, the flat order among equals). */
-typedef struct {
-    int after, at;
-    int64_t lo, n;
-    double bytes;
-} up_piece;
-
-static int by_after_at(const void *a, const void *b) {
-    const up_piece *x = a, *y = b;
-    if (x->after != y->after) return (x->after > y->after) - (x->after < y->after);
-    return (x->at > y->at) - (x->at < y->at);
-}
-
-/* The weights going up during the step's run (runner.c up_new, sn_exec_run_uploads): chunk by
- * chunk of the flat range, each segment's part of it (the 16-bit shadows' bits or the f32
- * weights), in the order of the last kernels using their device bytes, one stream at bw bytes/s;
- * each once that kernel has ended and the host's update (host_s from the step's start, done in
- * the same order, the uploads' ranges joined into parts where they touch, at an even rate an
- * element) has done its part. The last upload's end from the step's start. */
-static double upload_end(const sn_program *p, int64_t n_params, int64_t chunk,
-                         const sn_roofline_machine *m, const sn_roofline_opts *o, double bw,
-                         double f, double host_s, const sn_offload_seg *seg, int n_seg) {
-    int64_t chunks = chunk > 0 ? (n_params + chunk - 1) / chunk : 0;
-    int most = (int)chunks * (seg ? n_seg : 1);
+/* The weights going up during the step's run (train/offload.h sn_offload_pieces, as the runner
+ * sends them): each piece, in their order on one stream at bw bytes/s, once its last kernel has
+ * ended and the host's update (host_s from the step's start, done part by part in the same
+ * order at an even rate an element) has done its part. The last upload's end from the step's
+ * start. */
+static double upload_end(const sn_program *p, int64_t chunk, const sn_roofline_machine *m,
+                         const sn_roofline_opts *o, double bw, double f, double host_s,
+                         const sn_offload_seg *seg, int n_seg) {
+    int64_t flat_n = p->layout.flat_n;
     double *end = malloc(sizeof *end * ((size_t)p->n_kernels + 1));
-    up_piece *c = malloc(sizeof *c * ((size_t)most + 1));
-    const sn_param_layout *l = &p->layout;
-    double t = 0;
-    if (!end || !c || n_params <= 0) {
-        free(end);
-        free(c);
-        return host_s + 4.0 * (double)n_params / bw; /* no memory for the model: all of it after */
+    sn_offload_piece *c = NULL;
+    sn_offload_range *parts = NULL;
+    int n = 0, n_parts = 0;
+    sn_err e;
+    double *done = NULL; /* elements the update has done when part j is */
+    if (end && !sn_offload_pieces(p, seg, n_seg, chunk, &c, &n, &parts, &n_parts, &e))
+        done = malloc(sizeof *done * ((size_t)n_parts + 1));
+    if (!done || flat_n <= 0) {
+        free(end), free(c), free(parts), free(done);
+        return host_s + 4.0 * (double)flat_n / bw; /* no memory for the model: all of it after */
     }
+    double t = 0, sum = 0;
     for (int k = 0; k < p->n_kernels; k++) end[k] = t += f * sn_roofline_kernel_model(p->kernels[k], m, o).time_s;
-    sn_offload_seg all = {0, n_params, false};
-    int n = 0;
-    for (int64_t k = 0; k < chunks; k++) {
-        int64_t lo = k * chunk, hi = lo + chunk < n_params ? lo + chunk : n_params;
-        for (int i = 0; i < (seg ? n_seg : 1); i++) {
-            const sn_offload_seg *g = seg ? &seg[i] : &all;
-            int64_t a = g->lo > lo ? g->lo : lo, z = g->lo + g->n < hi ? g->lo + g->n : hi;
-            if (a >= z) continue;
-            int w = g->low ? 2 : 4;
-            c[n] = (up_piece){sn_program_last_use(p, (g->low ? l->shadows : l->params) + w * a,
-                                                  w * (z - a)), n, a, z - a, (double)(w * (z - a))};
-            n++;
-        }
-    }
-    qsort(c, (size_t)n, sizeof *c, by_after_at); /* the order the run queues them */
-    /* the parts: each upload joins the part before where their ranges touch (runner.c); `at`
-       becomes the upload's part, `done[part]` the elements done when that part is */
-    double *done = malloc(sizeof *done * ((size_t)n + 1));
-    if (!done) {
-        free(end);
-        free(c);
-        return host_s + 4.0 * (double)n_params / bw;
-    }
-    int parts = 0;
-    int64_t plo = 0, pn = 0;
-    double sum = 0;
-    for (int i = 0; i < n; i++) {
-        if (i > 0 && c[i].lo == plo + pn) pn += c[i].n;
-        else if (i > 0 && c[i].lo + c[i].n == plo) plo = c[i].lo, pn += c[i].n;
-        else plo = c[i].lo, pn = c[i].n, parts++;
-        sum += (double)c[i].n;
-        c[i].at = parts - 1;
-        done[parts - 1] = sum;
-    }
+    for (int j = 0; j < n_parts; j++) done[j] = sum += (double)parts[j].n;
     double free_at = 0;
     for (int i = 0; i < n; i++)
         free_at = fmax(fmax(free_at, c[i].after >= 0 ? end[c[i].after] : 0),
-                       host_s * done[c[i].at] / (double)n_params) + c[i].bytes / bw;
-    free(done);
-    free(end);
-    free(c);
+                       host_s * done[c[i].part] / (double)flat_n) +
+                  (double)(c[i].low ? 2 : 4) * (double)c[i].n / bw;
+    free(end), free(c), free(parts), free(done);
     return free_at;
 }
 
@@ -447,7 +401,7 @@ sn_roofline_offload sn_roofline_offload_model(const sn_program *p, int64_t n_par
     r.delayed_s = fmax(r.down_end_s, fmax(r.device_s, r.host_s) + r.up_s);
     r.delayed_serial_s = r.delayed_s - r.device_s;
     r.delayed_after_s = fmax(r.device_s, r.host_s) + fmax(r.down_s, r.up_s);
-    double up_end = upload_end(p, n_params, chunk, m, o, bw, f, r.host_s, seg, n_seg);
+    double up_end = upload_end(p, chunk, m, o, bw, f, r.host_s, seg, n_seg);
     r.delayed_run_s = fmax(fmax(r.down_end_s, r.device_s), up_end);
     r.up_left_s = fmax(0, up_end - r.device_s);
     double d2d = 2 * 2 * 4.0 * n / (m->tb_per_s * 1e12); /* two copies, each read and written */

@@ -490,8 +490,23 @@ sn_status sn_exec_copy_async(sn_exec *x, bool up, sn_exec_ref ref, void *host, i
     return queue_copy(x, up, ref, host, bytes, NULL, &x->copy_done[slot], e);
 }
 
+/* Checks a run's copies (downloads or uploads): each of the persistent block, after a kernel of
+ * the program or -1. */
 static sn_status check_run_copies(sn_exec *x, const sn_exec_run_copy *c, int n, const char *what,
-                                  sn_err *e);
+                                  sn_err *e) {
+    for (int i = 0; i < n; i++) {
+        char *p;
+        sn_status s = resolve(x, c[i].src, c[i].bytes, &p, e);
+        if (s) return s;
+        if (block_at(x, c[i].src) < 0)
+            return sn_fail(e, SN_ERR_INVALID, "executor: a run's %s the persistent block (a node "
+                           "or SN_EXEC_BLOCK) of an executor that owns its parameters", what);
+        if (c[i].after < -1 || c[i].after >= x->p->n_kernels)
+            return sn_fail(e, SN_ERR_INVALID, "executor: a run's copy after kernel %d: the program "
+                           "has %d", c[i].after, x->p->n_kernels);
+    }
+    return SN_OK;
+}
 
 sn_status sn_exec_run_copies(sn_exec *x, const sn_exec_run_copy *c, int n, sn_err *e) {
     sn_status s = wait_run_copies(x, e);
@@ -511,24 +526,6 @@ sn_status sn_exec_run_copies(sn_exec *x, const sn_exec_run_copy *c, int n, sn_er
 }
 
 sn_status sn_exec_run_copies_wait(sn_exec *x, sn_err *e) { return wait_run_copies(x, e); }
-
-/* Checks a run's copies (downloads or uploads): each of the persistent block, after a kernel of
- * the program or -1. */
-static sn_status check_run_copies(sn_exec *x, const sn_exec_run_copy *c, int n, const char *what,
-                                  sn_err *e) {
-    for (int i = 0; i < n; i++) {
-        char *p;
-        sn_status s = resolve(x, c[i].src, c[i].bytes, &p, e);
-        if (s) return s;
-        if (block_at(x, c[i].src) < 0)
-            return sn_fail(e, SN_ERR_INVALID, "executor: a run's %s the persistent block (a node "
-                           "or SN_EXEC_BLOCK) of an executor that owns its parameters", what);
-        if (c[i].after < -1 || c[i].after >= x->p->n_kernels)
-            return sn_fail(e, SN_ERR_INVALID, "executor: a run's copy after kernel %d: the program "
-                           "has %d", c[i].after, x->p->n_kernels);
-    }
-    return SN_OK;
-}
 
 sn_status sn_exec_run_uploads(sn_exec *x, const sn_exec_run_copy *c, int n, sn_exec_ready_fn ready,
                               void *arg, sn_err *e) {

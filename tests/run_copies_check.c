@@ -177,15 +177,10 @@ static sn_status order_copy(sn_device *d, void *dst, const void *src, size_t byt
                             void *after, void *done, sn_err *e) {
     order_dev *o = (order_dev *)d;
     if (up) {
-        int from = o->launches;
-        for (int i = o->n_ev - 1; after && i >= 0; i--) /* its latest recording */
-            if (o->ev[i] == after) {
-                from = o->ev_at[i];
-                break;
-            }
-        bool found = !after;
-        for (int i = 0; after && i < o->n_ev; i++) found |= o->ev[i] == after;
-        ck_assert_msg(found, "an upload waits for an event never recorded");
+        int from = o->launches, i = o->n_ev - 1;
+        while (after && i >= 0 && o->ev[i] != after) i--; /* its latest recording */
+        ck_assert_msg(!after || i >= 0, "an upload waits for an event never recorded");
+        if (after) from = o->ev_at[i];
         bool early = false;
         for (int i = o->n_span - 1; i >= 0 && o->spans[i].launch >= from; i--)
             early |= o->spans[i].lo < (const char *)dst + bytes && (const char *)dst < o->spans[i].hi;

@@ -108,4 +108,22 @@ typedef struct {
 sn_status sn_offload_segments(const sn_program *t, const sn_program *eval, sn_offload_seg **out,
                               int *n, sn_err *e);
 
+/* One piece of the weights going up during a step's last run (the delayed update, runner.c):
+ * [lo, lo + n) of the flat range as its shadows' bits (low) or in f32, after kernel `after` of t
+ * (the last that reads or writes its device bytes, program.h sn_program_last_use; -1: none), in
+ * part `part` of the update's order. */
+typedef struct {
+    int64_t lo, n;
+    bool low;
+    int after, part;
+} sn_offload_piece;
+/* t's flat range in chunks of `chunk` elements, each cut by seg (n_seg; NULL: all in f32) as the
+ * weights go up after an update, the pieces sorted by `after` (the flat order among equals: the
+ * last layers' first, as the backward frees them), and the update's order: the pieces' ranges
+ * joined into parts where consecutive ones touch (*parts, *n_parts: covering the range once).
+ * Both malloc'd. The runner's uploads and the offload model (bench/roofline.c) read the same. */
+sn_status sn_offload_pieces(const sn_program *t, const sn_offload_seg *seg, int n_seg,
+                            int64_t chunk, sn_offload_piece **pieces, int *n,
+                            sn_offload_range **parts, int *n_parts, sn_err *e);
+
 #endif

@@ -1,5 +1,6 @@
 /* offload_up.c: which trained weights an offloaded step sends up as their 16-bit weight shadows
- * (offload.h sn_offload_segments). A parameter whose f32 weights no kernel reads but its own
+ * (offload.h sn_offload_segments), and in which pieces and order the delayed update sends them
+ * during a step's last run (sn_offload_pieces). A parameter whose f32 weights no kernel reads but its own
  * shadow's cast needs only the shadow's bits on the device (the host AdamW writes them, the
  * device kernel's bits: test_offload_adamw); one that a kernel reads in f32 (the embedding's
  * gather of wte, the norms, the biases) goes up in f32 and the executor casts its shadow. */
@@ -79,5 +80,48 @@ sn_status sn_offload_segments(const sn_program *t, const sn_program *eval, sn_of
         return SN_OK;
     }
     *out = seg, *n_out = n;
+    return SN_OK;
+}
+
+sn_status sn_offload_pieces(const sn_program *t, const sn_offload_seg *seg, int n_seg,
+                            int64_t chunk, sn_offload_piece **pieces, int *n,
+                            sn_offload_range **parts, int *n_parts, sn_err *e) {
+    const sn_param_layout *l = &t->layout;
+    int64_t chunks = chunk > 0 ? (l->flat_n + chunk - 1) / chunk : 0;
+    int most = (int)chunks * (seg ? n_seg : 1);
+    const char *what = "the delayed update's pieces";
+    sn_offload_piece *pc = sn_calloc((size_t)most + 1, sizeof *pc, what, e);
+    sn_offload_range *pt = pc ? sn_calloc((size_t)most + 1, sizeof *pt, what, e) : NULL;
+    *pieces = NULL, *parts = NULL, *n = *n_parts = 0;
+    if (!pt) {
+        free(pc);
+        return SN_ERR_OOM;
+    }
+    sn_offload_seg all = {0, l->flat_n, false};
+    int np = 0;
+    for (int64_t k = 0; k < chunks; k++) {
+        int64_t lo = k * chunk, hi = lo + chunk < l->flat_n ? lo + chunk : l->flat_n;
+        for (int i = 0; i < (seg ? n_seg : 1); i++) {
+            const sn_offload_seg *g = seg ? &seg[i] : &all;
+            int64_t a = g->lo > lo ? g->lo : lo, z = g->lo + g->n < hi ? g->lo + g->n : hi;
+            if (a >= z) continue;
+            int w = g->low ? 2 : 4;
+            sn_offload_piece q = {a, z - a, g->low,
+                                  sn_program_last_use(t, (g->low ? l->shadows : l->params) + w * a,
+                                                      w * (z - a)), 0};
+            int j = np++; /* by `after`, in the flat order among equals (insertion) */
+            for (; j > 0 && pc[j - 1].after > q.after; j--) pc[j] = pc[j - 1];
+            pc[j] = q;
+        }
+    }
+    int parts_n = 0;
+    for (int i = 0; i < np; i++) { /* each piece joins the part before where their ranges touch */
+        sn_offload_range *p = parts_n ? &pt[parts_n - 1] : NULL;
+        if (p && pc[i].lo == p->lo + p->n) p->n += pc[i].n;
+        else if (p && pc[i].lo + pc[i].n == p->lo) p->lo = pc[i].lo, p->n += pc[i].n;
+        else pt[parts_n++] = (sn_offload_range){pc[i].lo, pc[i].n};
+        pc[i].part = parts_n - 1;
+    }
+    *pieces = pc, *n = np, *parts = pt, *n_parts = parts_n;
     return SN_OK;
 }

@@ -609,10 +609,11 @@ static sn_status run_copies(sn_runner *b, sn_err *e) {
  * the segments say so, the shadows' bits host[FB_LOW], cut as weights_up cuts them) go up each
  * after the last kernel that reads or writes any of its bytes, in that order (the last layers'
  * first: the backward frees them first), and the update does its parts in the same order
- * (up_new: the uploads' flat ranges, neighbours joined), so that the run, once it has queued
- * its kernels, waits for each chunk's part of the update (up_ready) and queues its upload: the
- * weights go up during the backward as the update and the kernels free them, and the run
- * returns with them on the device. The next run reads them, as it would after a drain. */
+ * (up_new, offload.h sn_offload_pieces: the uploads' flat ranges joined where they touch), so
+ * that the run, once it has queued its kernels, waits for each chunk's part of the update
+ * (up_ready) and queues its upload: the weights go up during the backward as the update and the
+ * kernels free them, and the run returns with them on the device. The next run reads them, as
+ * it would after a drain. */
 static sn_status up_ready(void *arg, int i, sn_err *e) {
     (void)e;
     sn_runner *b = arg;
@@ -629,44 +630,26 @@ static void up_free(sn_runner *b) {
 }
 
 static sn_status up_new(sn_runner *b, sn_err *e) {
-    int64_t chunks = (b->lay->flat_n + b->chunk - 1) / b->chunk;
-    int most = (int)chunks * (b->seg ? b->n_seg : 1);
-    const char *what = "the run's uploads";
-    sn_offload_range *flat = sn_calloc((size_t)most + 1, sizeof *flat, what, e); /* upload i's */
-    b->up = flat ? sn_calloc((size_t)most + 1, sizeof *b->up, what, e) : NULL;
-    b->up_part = b->up ? sn_calloc((size_t)most + 1, sizeof *b->up_part, what, e) : NULL;
-    b->parts = b->up_part ? sn_calloc((size_t)most + 1, sizeof *b->parts, what, e) : NULL;
-    if (!b->parts) {
-        free(flat);
+    sn_offload_piece *pc;
+    int n;
+    sn_status s = sn_offload_pieces(b->prog, b->seg, b->n_seg, b->chunk, &pc, &n, &b->parts,
+                                    &b->n_parts, e);
+    if (s) return s;
+    b->up = sn_calloc((size_t)n + 1, sizeof *b->up, "the run's uploads", e);
+    b->up_part = b->up ? sn_calloc((size_t)n + 1, sizeof *b->up_part, "the run's uploads", e) : NULL;
+    for (int i = 0; b->up_part && i < n; i++) { /* each piece as weights_up sends it */
+        int w = pc[i].low ? 2 : F32_BYTES, f = pc[i].low ? FB_LOW : FB_PARAMS;
+        sn_exec_ref r = b->ref[f];
+        r.offset += w * pc[i].lo;
+        b->up[i] = (sn_exec_run_copy){pc[i].after, r, (char *)b->host[f] + w * pc[i].lo, w * pc[i].n};
+        b->up_part[i] = pc[i].part;
+    }
+    free(pc);
+    if (!b->up_part) {
         up_free(b);
         return SN_ERR_OOM;
     }
-    sn_offload_seg all = {0, b->lay->flat_n, false};
-    const sn_offload_seg *seg = b->seg ? b->seg : &all;
-    for (int64_t k = 0; k < chunks; k++) {
-        int64_t lo = k * b->chunk, hi = lo + chunk_len(b, k);
-        for (int i = 0; i < (b->seg ? b->n_seg : 1); i++) {
-            int64_t a = seg[i].lo > lo ? seg[i].lo : lo, z = seg[i].lo + seg[i].n;
-            if (z > hi) z = hi;
-            if (a >= z) continue;
-            int w = seg[i].low ? 2 : F32_BYTES, f = seg[i].low ? FB_LOW : FB_PARAMS;
-            sn_exec_ref r = b->ref[f];
-            r.offset += w * a;
-            sn_exec_run_copy c = {sn_exec_free_after(b->x, r, w * (z - a)), r,
-                                  (char *)b->host[f] + w * a, w * (z - a)};
-            int j = b->n_up++; /* by `after`, in the flat order among equals (insertion) */
-            for (; j > 0 && b->up[j - 1].after > c.after; j--) b->up[j] = b->up[j - 1], flat[j] = flat[j - 1];
-            b->up[j] = c, flat[j] = (sn_offload_range){a, z - a};
-        }
-    }
-    for (int i = 0; i < b->n_up; i++) { /* each upload's range joins the part before if they touch */
-        sn_offload_range *p = b->n_parts ? &b->parts[b->n_parts - 1] : NULL;
-        if (p && flat[i].lo == p->lo + p->n) p->n += flat[i].n;
-        else if (p && flat[i].lo + flat[i].n == p->lo) p->lo = flat[i].lo, p->n += flat[i].n;
-        else b->parts[b->n_parts++] = flat[i];
-        b->up_part[i] = b->n_parts - 1;
-    }
-    free(flat);
+    b->n_up = n;
     return SN_OK;
 }
 
