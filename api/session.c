@@ -239,6 +239,10 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
     if (o->offload_delay && o->offload != SN_OFFLOAD_OPTIMIZER)
         return sn_fail(e, SN_ERR_INVALID, "session: offload_delay overlaps the host's AdamW with the "
                        "device's next step: give offload SN_OFFLOAD_OPTIMIZER with it");
+    if (o->offload_threads < 0 || (o->offload_threads && !o->offload_delay))
+        return sn_fail(e, SN_ERR_INVALID, "session: offload_threads %d: the delayed update's host "
+                       "threads are a count (0: the cores less one) and need offload_delay",
+                       o->offload_threads);
     if (o->mem && o->device == SN_DEVICE_INTERP)
         return sn_fail(e, SN_ERR_INVALID, "session: mem plans device memory and the interpreter "
                        "has none: use device cpu or cuda");
@@ -343,6 +347,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
        run's nothing, a fine-tuning run's new adapters) is, after it */
     to.init_later = o->resume || o->init_pretrained || o->init;
     to.offload_delay = o->offload_delay;
+    to.offload_threads = o->offload_threads;
     if (!(r->t = sn_trainer_new(r->g, &to, e))) return e->code;
     /* a planned run's evaluation program now: the plan counts its memory, measured after the
        first step (else it is made at the first validation) */

@@ -114,6 +114,8 @@ typedef struct {
                              (train.h sn_train_opts.offload_delay: the steps read the weights
                              one update old; validation, samples and saves see every update);
                              refused with any other offload */
+    int offload_threads;  /* with offload_delay: the host AdamW's threads (train.h
+                             sn_train_opts.offload_threads; 0: the cores less one) */
     int64_t chunk_logits; /* the LM head and its loss in chunks of this many rows (tokens), the
                              logits never whole (passes.h: the chunk_logits pass); 0: whole;
                              -1 (the default): whole, or with mem in chunks when the plan does

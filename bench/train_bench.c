@@ -311,34 +311,38 @@ static bool delay_same(const args *a, const sn_train_opts *o, run_ctx *r, double
  * (made here), each timed in blocks of a->steps steps, the three in turn for 3 rounds (the
  * order rotated), the best block of each; one record with the three and their ratios. The
  * delayed trainer's blocks send the weights up during the next step's run (sn_trainer_step);
- * its blocks of the fourth kind send them in the update, as before (the same numbers). */
+ * its blocks of the fourth kind send them in the update, as before (the same numbers). The
+ * fifth kind: a delayed trainer whose update takes every core (train.h offload_threads), where
+ * the default leaves one to the thread driving the device. */
+enum { BLOCK_KINDS = 5 };
 static void offload_delay_blocks(const args *a, const sn_train_opts *o, run_ctx *r,
                                  const char *dev, double flops, double peak) {
     double worst;
     bool same = delay_same(a, o, r, &worst); /* first: two trainers more, freed before the rest */
     sn_err e;
-    sn_graph *g[2];
-    sn_trainer *t[2];
-    run_ctx rc[2];
-    block_ctx bc[4] = {{r, a->steps, false}, [3] = {r, a->steps, true}};
-    for (int i = 0; i < 2; i++) {
+    sn_graph *g[3];
+    sn_trainer *t[3];
+    run_ctx rc[3];
+    block_ctx bc[BLOCK_KINDS] = {{r, a->steps, false}, [3] = {r, a->steps, true}};
+    for (int i = 0; i < 3; i++) { /* 0: offloaded, 1: on the device, 2: delayed on every core */
         sn_train_opts bo = *o;
-        bo.offload_delay = false, bo.offload = i == 0; /* 0: offloaded, 1: on the device */
+        bo.offload_delay = i == 2, bo.offload = i != 1;
+        bo.offload_threads = i == 2 ? sn_pool_cores() : 0;
         g[i] = model_graph(a, true, NULL);
         if (!(t[i] = sn_trainer_new(g[i], &bo, &e))) die("baseline trainer", &e);
         sn_exec_time_kernels(sn_trainer_exec(t[i]), false);
         rc[i] = (run_ctx){t[i], r->x, r->y, NULL};
-        bc[i + 1] = (block_ctx){&rc[i], a->steps, false};
+        bc[i < 2 ? i + 1 : 4] = (block_ctx){&rc[i], a->steps, false};
     }
-    double best[4] = {1e30, 1e30, 1e30, 1e30};
-    for (int k = 0; k < 4; k++) /* warm-up */
+    double best[BLOCK_KINDS] = {1e30, 1e30, 1e30, 1e30, 1e30};
+    for (int k = 0; k < BLOCK_KINDS; k++) /* warm-up */
         if (run_block(&bc[k], &e)) die("warm-up block", &e);
     sn_offload_times before[2], after[2]; /* the delayed trainer's, the offloaded one's */
     sn_trainer_offload_times(r->t, &before[0]);
     sn_trainer_offload_times(t[0], &before[1]);
     for (int round = 0; round < 3; round++)
-        for (int j = 0; j < 4; j++) {
-            int k = (round + j) % 4;
+        for (int j = 0; j < BLOCK_KINDS; j++) {
+            int k = (round + j) % BLOCK_KINDS;
             double t0 = sn_clock_s();
             if (run_block(&bc[k], &e)) die("block", &e);
             double dt = (sn_clock_s() - t0) / a->steps;
@@ -354,6 +358,9 @@ static void offload_delay_blocks(const args *a, const sn_train_opts *o, run_ctx 
     bj_num(rec, "delayed_over_offloaded", "%.3f", best[0] / best[1]);
     bj_num(rec, "delayed_up_at_update_step_ms", "%.2f", 1e3 * best[3]);
     bj_num(rec, "up_in_run_over_at_update", "%.3f", best[0] / best[3]);
+    bj_int(rec, "host_cores", sn_pool_cores());
+    bj_num(rec, "delayed_every_core_step_ms", "%.2f", 1e3 * best[4]);
+    bj_num(rec, "leave_a_core_over_every_core", "%.3f", best[0] / best[4]);
     /* where the host's seconds went, a mean per update over the timed rounds (not only the
        best block): the part of the step the host leaves exposed */
     sn_trainer_offload_times(r->t, &after[0]);
@@ -378,7 +385,7 @@ static void offload_delay_blocks(const args *a, const sn_train_opts *o, run_ctx 
     bj_bool(rec, "delay_up_in_run_same_losses", same);
     bj_num(rec, "delay_up_in_run_worst_loss_diff", "%.3g", worst);
     bj_print(rec, stdout);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         sn_trainer_free(t[i]);
         sn_graph_free(g[i]);
     }
@@ -421,7 +428,8 @@ static const char usage_text[] =
     "  modeled times or scaled to a step a GPU measured (--device-ms);\n"
     "  --offload --offload-delay: the delayed parameter update's step, the offloaded step\n"
     "  without it and the on-device step, each timed in blocks of --steps steps back to back\n"
-    "  (a block ends with the drain of its last update), the three in turn;\n"
+    "  (a block ends with the drain of its last update), the three in turn, with the delayed\n"
+    "  update's weights up in the update and its host AdamW on every core beside them;\n"
     "  --startup-only: the trainer's startup (sn_trainer_new and its parts) alone, no step;\n"
     "  --chunk-logits N: the LM head and its loss in chunks of N rows, and the step with the\n"
     "  head whole timed (or, with --model-only, modeled) in the same run (both --loss-only);\n"

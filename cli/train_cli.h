@@ -41,6 +41,7 @@ typedef struct {
                                given (with --mem: the plan's choice) */
     const char *offload_what; /* --offload as given (NULL: not given) */
     bool offload_delay;       /* --offload-delay */
+    int offload_threads;      /* --offload-threads N (0: not given) */
     int offload;            /* --offload: 1 optimizer, 0 none, -1 not given (the plan's) */
     double diverge_nats;     /* a loss this far above the recent median stops the run; 0: off */
 } train_args;

@@ -174,6 +174,9 @@ static const cli_opt train_opts[] = {
              "device runs the next step, which reads the weights one update old\n"
              "(DeepSpeed's delayed parameter update: other numbers than without\n"
              "it; evaluations, samples and checkpoints see every update)"},
+    {"offload-threads", 0, CLI_INT, "N", O(offload_threads), 1, 4096,
+     .help = "with --offload-delay on a GPU: the CPU threads of its AdamW (default\n"
+             "the cores less one, left to the thread that drives the GPU)"},
     {"dump-after", 0, CLI_CHOICE, "PASS", O(dump_after), .choices_fn = sn_pipeline_pass_names,
      .help = "print the IR (or, after fuse and memplan, the program) the trainer\n"
              "runs, after PASS"},
@@ -243,6 +246,9 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
     if (a->offload_delay && a->offload != 1)
         return cli_usage_error(cmd, "--offload-delay overlaps the CPU's AdamW with the device's next "
                                "step: add --offload optimizer");
+    if (a->offload_threads && !a->offload_delay)
+        return cli_usage_error(cmd, "--offload-threads sets the delayed update's CPU threads: add "
+                               "--offload-delay (and --offload optimizer)");
     if (a->mem && !strcmp(a->device, "interp"))
         return cli_usage_error(cmd, "--mem plans device memory; the interpreter has none (use "
                                "--device cpu)");

@@ -155,7 +155,7 @@ for what in "^memory: planned" "^host memory: optimizer state planned"; do
 done
 # the delayed parameter update: its host bytes planned as measured; refused without --offload
 # shellcheck disable=SC2086
-"$sinter" train $tiny --batch 4 --mem 600KiB --offload optimizer --offload-delay > "$dir/dpu.out" ||
+"$sinter" train $tiny --batch 4 --mem 600KiB --offload optimizer --offload-delay --offload-threads 1 > "$dir/dpu.out" ||
     { echo "FAIL: train --offload-delay"; cat "$dir/dpu.out"; exit 1; }
 line=$(grep "^host memory: optimizer state planned" "$dir/dpu.out") || { echo "FAIL: no host line"; cat "$dir/dpu.out"; exit 1; }
 planned=$(echo "$line" | sed 's/.*planned [^(]*(\([0-9]*\) bytes).*/\1/')
@@ -164,6 +164,9 @@ measured=$(echo "$line" | sed 's/.*measured [^(]*(\([0-9]*\) bytes:.*/\1/')
 status=0
 "$sinter" train $tiny --offload-delay 2> "$dir/dpu.err" || status=$?
 [ "$status" = 2 ] && grep -q "add --offload optimizer" "$dir/dpu.err" || { echo "FAIL: --offload-delay alone"; cat "$dir/dpu.err"; exit 1; }
+status=0
+"$sinter" train $tiny --offload optimizer --offload-threads 2 2> "$dir/dpu.err" || status=$?
+[ "$status" = 2 ] && grep -q "add --offload-delay" "$dir/dpu.err" || { echo "FAIL: --offload-threads alone"; cat "$dir/dpu.err"; exit 1; }
 "$sinter" train $tiny --device interp --offload optimizer 2> "$dir/off.err" && exit 1
 grep -q "the interpreter has none (use --device cpu or cuda)" "$dir/off.err" || { echo "FAIL: offload on interp"; cat "$dir/off.err"; exit 1; }
 echo "help, --dump-after during train, --precision, out of memory as a message, --emit-cuda, plan, train --mem (and with offload): ok"

@@ -396,6 +396,13 @@ START_TEST(delay_needs_offload) {
     o.offload = true, o.device = NULL;
     ck_assert(!sn_trainer_new(g, &o, &e));
     ck_assert_msg(strstr(e.msg, "interpreter"), "%s", e.msg);
+    o.device = d, o.offload_delay = false, o.offload_threads = 4; /* the update's threads: */
+    ck_assert(!sn_trainer_new(g, &o, &e)); /* without the delay */
+    ck_assert_msg(e.code == SN_ERR_INVALID && strstr(e.msg, "offload_threads 4") &&
+                  strstr(e.msg, "need offload_delay"), "%s", e.msg);
+    o.offload_delay = true, o.offload_threads = -1; /* not a count */
+    ck_assert(!sn_trainer_new(g, &o, &e));
+    ck_assert_msg(e.code == SN_ERR_INVALID && strstr(e.msg, "offload_threads -1"), "%s", e.msg);
     sn_graph_free(g);
     sn_device_free(d);
 }

@@ -192,6 +192,9 @@ START_TEST(delayed_update_samples) {
     sn_model sm = {.name = "tiny", .ctx = m.g.ctx, .build = build, .user = &m};
     ck_assert_int_eq(sn_session_new(&sm, &o, &s, &e), SN_ERR_INVALID);
     ck_assert_has(e.msg, "give offload SN_OFFLOAD_OPTIMIZER with it");
+    o.offload_delay = false, o.offload = SN_OFFLOAD_OPTIMIZER, o.offload_threads = 3;
+    ck_assert_int_eq(sn_session_new(&sm, &o, &s, &e), SN_ERR_INVALID);
+    ck_assert_has(e.msg, "offload_threads 3: the delayed update's host threads");
 }
 END_TEST
 

@@ -22,6 +22,7 @@
 #include "program/program.h"
 #include "runtime/cuda/cuda_rt.h"
 #include "runtime/device.h"
+#include "runtime/pool.h"
 #include "support/clock.h"
 #include "train/plan.h"
 #include "train/train.h"
@@ -579,6 +580,7 @@ START_TEST(offload_delay_is_the_schedule_written_out) {
         o.grad_clip = 0.5f;
         o.device = on[i];
         o.offload = o.offload_delay = i != 1; /* 1: the written-out schedule's */
+        o.offload_threads = i == 0 && _i ? 2 : 0; /* bf16: two, fp32: the default */
         o.compile = &po[i];
         ck_assert_msg(t[i] = sn_trainer_new(g[i], &o, &e), "%s", e.msg);
     }
@@ -605,6 +607,10 @@ START_TEST(offload_delay_is_the_schedule_written_out) {
     sn_offload_times ot; /* steps 2, 3, 4 and 6 (step 5's evaluation drained first) */
     sn_trainer_offload_times(t[0], &ot);
     ck_assert_int_eq(ot.ups_in_run, N - 2);
+    /* the update's threads: as asked, or the cores less one, left to the thread driving the
+       device (the same numbers either way: AdamW is element by element) */
+    int cores = sn_pool_cores();
+    ck_assert_int_eq(ot.threads, _i ? 2 : cores > 1 ? cores - 1 : 1);
     printf("test_standin: %d delayed steps (%s): largest loss difference from the written-out "
            "schedule %.2g, from the CPU device's delayed run %.2g%s; %d updates went up during "
            "the next step's run (%d uploads in the last)\n", N, _i ? "bf16" : "fp32", worst[1],

@@ -675,16 +675,19 @@ static sn_status down_new(sn_runner *b, sn_err *e) {
     return SN_OK;
 }
 
-sn_status sn_runner_delay(sn_runner *b, sn_err *e) {
+sn_status sn_runner_delay(sn_runner *b, int threads, sn_err *e) {
     if (!b->offload)
         return sn_fail(e, SN_ERR_INVALID, "trainer: the delayed parameter update overlaps the host's "
                        "AdamW with the device's next step: it needs the optimizer state offloaded "
                        "(offload) and a device");
     b->delay = true;
     b->job.threaded = b->d->copy_async != NULL; /* where the device runs apart from the host */
-    b->job.pool = b->job.threaded ? sn_pool_new(0) : b->pool; /* the caller's accumulates meanwhile */
+    /* the update's threads leave a core to this one, which drives the device meanwhile */
+    if (threads <= 0) threads = sn_pool_cores() > 1 ? sn_pool_cores() - 1 : 1;
+    b->job.pool = b->job.threaded ? sn_pool_new(threads) : b->pool; /* the caller's accumulates meanwhile */
     if (!b->job.pool)
         return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the delayed update's threads");
+    b->times.threads = sn_pool_threads(b->job.pool);
     int64_t n = b->lay->flat_n;
     sn_exec_host_free(b->x, b->host[FB_GRADS]); /* the staging chunks: the whole range instead */
     b->host[FB_GRADS] = NULL;

@@ -78,8 +78,8 @@ sn_status sn_runner_adamw(sn_runner *b, bool sums, sn_err *e);
  * meanwhile (a thread of its own where the device copies asynchronously; on the CPU device at
  * the next update, the same numbers), so the next run reads the weights one update old.
  * Reading or setting a parameter and evaluating drain first (sn_runner_drain). The order:
- * runner.c. */
-sn_status sn_runner_delay(sn_runner *b, sn_err *e);
+ * runner.c. threads: the update's own thread and its pool's (0: the host's cores less one). */
+sn_status sn_runner_delay(sn_runner *b, int threads, sn_err *e);
 /* Finishes the update in flight and puts its weights on the device (nothing without one). */
 sn_status sn_runner_drain(sn_runner *b, sn_err *e);
 

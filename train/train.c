@@ -198,12 +198,18 @@ sn_trainer *sn_trainer_new(sn_graph *g, const sn_train_opts *o, sn_err *e) {
                 "offloaded (offload) and a device, not the interpreter");
         return NULL;
     }
+    if (o->offload_threads < 0 || (o->offload_threads && !o->offload_delay)) {
+        sn_fail(e, SN_ERR_INVALID, "trainer: offload_threads %d: the delayed update's host threads "
+                "are a count (0: the host's cores less one) and need offload_delay",
+                o->offload_threads);
+        return NULL;
+    }
     sn_trainer *t = sn_calloc(1, sizeof *t, "the trainer", e);
     if (!t) return NULL;
     t->g = g;
     t->o = *o;
     if (sn_runner_new(g, o->device, o->compile, o->offload, &t->run, e) ||
-        (o->offload_delay && sn_runner_delay(t->run, e))) {
+        (o->offload_delay && sn_runner_delay(t->run, o->offload_threads, e))) {
         sn_trainer_free(t);
         return NULL;
     }

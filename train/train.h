@@ -60,6 +60,12 @@ typedef struct {
      * numbers than a run without it, hence never the default. false without offload; true
      * without it is refused (SN_ERR_INVALID). */
     bool offload_delay;
+    /* With offload_delay, where the update runs beside the device (CUDA): the host AdamW's
+     * threads. 0: the host's cores less one, which the thread driving the device keeps (it
+     * launches the step's kernels and queues the weights' uploads while the update runs; with
+     * every core busy it waits for a time slice, and the device for it). Set without
+     * offload_delay, or negative: refused (SN_ERR_INVALID). */
+    int offload_threads;
 } sn_train_opts;
 
 #define SN_MIN_LOSS_SCALE 0x1p-24f /* fp16's smallest subnormal: no overflow is left to avoid */
@@ -211,6 +217,9 @@ typedef struct {
     int ups_in_run;    /* delay: updates whose weights went up during a step's last run
                           (sn_trainer_accumulate_last), their join in join_s, their upload in
                           the run (not in up_s) */
+    int threads;       /* delay: the host AdamW's threads (sn_train_opts.offload_threads; 1
+                          where the update runs on the caller's pool, the CPU device: its
+                          threads) */
 } sn_offload_times;
 void sn_trainer_offload_times(const sn_trainer *t, sn_offload_times *s);
 
