@@ -405,7 +405,8 @@ struct sn_kernel {
      *   SN_GATHER_ROWS (stage FINISH): the next kernel: args (y; ids, dy); row v of y is the
      *     sum of dy's rows at id v's positions in increasing order (chunk by chunk), 0 for an
      *     id without positions. Items as a one-kernel embedding_bwd has them (CPU: column
-     *     blocks; the LLVM backend keeps the one-kernel algorithm, its BUCKET does nothing). */
+     *     blocks; the LLVM backend keeps the one-kernel algorithm, its BUCKET does nothing;
+     *     CUDA: a team of threads a row, several rows a block, cuda_gather.c). */
     /* The atomic dq of the attention backward (sn_target.att_dq_atomic: CUDA, a tuning knob;
      * off by default): an attention_bwd_q whose six inputs and scale are those of a dk/dv
      * kernel on tensor cores (sn_kernel_att_tensor_cores) is computed by that kernel, in three kernels around a scratch value (no node) of

@@ -1811,17 +1811,21 @@ static double embedding_bwd_on_host(const char *src, const sn_kernel *const *ks,
 
 /* The bucketed embedding gradient against the interpreter, many ids repeated and most rows
  * never used (their rows written as zeros over a NaN poison), over several chunks and in one,
- * in f32 and bf16; the f32 rows have the bits of an f32 sum in position order (the order the
- * interpreter adds in). Then bugs planted in the rendered text are caught: a count one short,
- * a run's first position one off, the chunk offset of the order forgotten, the sort's
- * direction taken from the wrong bit, the table not zeroed, the sort's barrier deleted, the
- * shuffled steps' direction turned, and a lane's two keys never exchanged. */
+ * in f32 and bf16, a column a thread (C not a multiple of 4) and four (teams of 32 threads a
+ * row and of 64, the last block's rows past the table); the f32 rows have the bits of an f32
+ * sum in position order (the order the interpreter adds in). Then bugs planted in the rendered
+ * text are caught: a count one short, a run's first position one off, the chunk offset of the
+ * order forgotten, the sort's direction taken from the wrong bit, the table not zeroed, the
+ * sort's barrier deleted, the shuffled steps' direction turned, a lane's two keys never
+ * exchanged, a team on its neighbour's row, a row's runs read into another's, a team's size
+ * wrong, the last columns never stored, a thread's columns read from the next thread's. */
 START_TEST(cpu_embedding_bwd_buckets) {
     static const struct {
         bool chunks;
         sn_dtype dt;
         int64_t C;
-    } cases[] = {{true, SN_F32, 37}, {false, SN_F32, 300}, {false, SN_BF16, 20}};
+    } cases[] = {{true, SN_F32, 37}, {false, SN_F32, 300}, {false, SN_BF16, 20}, {true, SN_F32, 1100},
+                 {false, SN_BF16, 36}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         sn_interp *it;
         sn_graph *g = embedding_bwd_graph(cases[c].chunks, cases[c].dt, cases[c].C, &it);
@@ -1869,22 +1873,30 @@ START_TEST(cpu_embedding_bwd_buckets) {
             sn_sim_module_free(h);
             free(want), free(got), free(ib), free(db);
         }
-        if (c == 0) { /* planted bugs */
+        if (c == 0 || c == 3) { /* planted bugs (case 3: four columns a thread, teams of 64) */
             static const struct {
+                size_t c;
                 const char *what, *find, *put;
             } bugs[] = {
-                {"a count one short", "(unsigned)(lo - i)", "(unsigned)(lo - i - 1)"},
-                {"a run's first position one off", "first + c]", "first + c + 1]"},
-                {"the order's chunk offset forgotten", "order[g * 2048 + first", "order[0 * 2048 + first"},
-                {"the sort's direction from the stride", "((i & size) == 0)", "((i & stride) == 0)"},
-                {"the table not zeroed", "table[v] = 0u;", "{}"},
-                {"the sort's barrier deleted", "}\n                __syncthreads();\n            }", "}\n            }"},
-                {"the shuffled steps' direction turned", "ka = lower == ((pa & size) == 0)",
+                {0, "a count one short", "(unsigned)(lo - i)", "(unsigned)(lo - i - 1)"},
+                {0, "a run's first position one off", "first + c]", "first + c + 1]"},
+                {0, "the order's chunk offset forgotten", "order[g * 2048 + first", "order[0 * 2048 + first"},
+                {0, "the sort's direction from the stride", "((i & size) == 0)", "((i & stride) == 0)"},
+                {0, "the table not zeroed", "table[v] = 0u;", "{}"},
+                {0, "the sort's barrier deleted", "}\n                __syncthreads();\n            }", "}\n            }"},
+                {0, "the shuffled steps' direction turned", "ka = lower == ((pa & size) == 0)",
                  "ka = lower != ((pa & size) == 0)"},
-                {"the lane's two keys never exchanged", "if ((ka > kb) == ((pa & size) == 0))",
+                {0, "the lane's two keys never exchanged", "if ((ka > kb) == ((pa & size) == 0))",
                  "if (false)"},
+                {0, "a team on its neighbour's row", "v = blockIdx.x * 8 + r;", "v = blockIdx.x * 8 + (r + 1) % 8;"},
+                {0, "a row's runs read into another's", "runs[rr][g] = vv", "runs[(rr + 1) % 8][g] = vv"},
+                {3, "a team of 64 taken as 32", "r = threadIdx.x / 64", "r = threadIdx.x / 32 % 4"},
+                {3, "the last four columns never stored", "sn_store4(&out0[(int)v * 1100 + j]",
+                 "if (j < 1096) sn_store4(&out0[(int)v * 1100 + j]"},
+                {3, "a thread's four columns from the next thread's", "src + j]", "src + (j + 4) % 1100]"},
             };
             for (size_t b = 0; b < sizeof bugs / sizeof bugs[0]; b++) {
+                if (bugs[b].c != c) continue;
                 char *src = malloc(strlen(cs.src) + 64), *at = strstr(cs.src, bugs[b].find);
                 ck_assert_msg(at, "no \"%s\" in the rendered text", bugs[b].find);
                 size_t head = (size_t)(at - cs.src);

@@ -80,7 +80,7 @@ static sn_cuda_dims own_dims(const sn_kernel *k, const sn_target *t) {
             return dims1(sn_numel(n->in[1]), (int)clampu(round_up(C % 4 ? C : C / 4, 32), 32, 256));
         if (k->stage == SN_GATHER_BUCKET) /* a block per chunk, a thread per two positions */
             return dims1(sn_gather_chunks(k), (int)(sn_gather_chunk(k) / 2));
-        return dims1(n->shape[0], (int)clampu(round_up(C, 32), 32, 256)); /* a block per row */
+        return sn_cu_gather_rows_dims(k); /* a team a row (cuda_gather.c) */
     }
     case SN_KER_GRAD_ACC:
     case SN_KER_ADAMW: { /* grid-stride over float4 steps */
