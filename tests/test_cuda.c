@@ -1897,12 +1897,7 @@ START_TEST(cpu_embedding_bwd_buckets) {
             };
             for (size_t b = 0; b < sizeof bugs / sizeof bugs[0]; b++) {
                 if (bugs[b].c != c) continue;
-                char *src = malloc(strlen(cs.src) + 64), *at = strstr(cs.src, bugs[b].find);
-                ck_assert_msg(at, "no \"%s\" in the rendered text", bugs[b].find);
-                size_t head = (size_t)(at - cs.src);
-                memcpy(src, cs.src, head);
-                strcpy(src + head, bugs[b].put);
-                strcat(src, at + strlen(bugs[b].find));
+                char *src = sn_test_replace_first(cs.src, bugs[b].find, bugs[b].put);
                 double e2 = embedding_bwd_on_host(src, ks, &cs, it);
                 printf("test_cuda: embedding_bwd with %s: error %.3g (caught)\n", bugs[b].what, e2);
                 ck_assert_msg(!(e2 <= tol), "the planted bug (%s) went unnoticed: error %g", bugs[b].what, e2);
