@@ -28,28 +28,55 @@ static const char *arg_of(const sn_kernel *k, const sn_node *x, char *buf, size_
     SN_ASSERT(0);
 }
 
+/* A team of threads a table row, for the embedding (a row of ids) and its gradient's ROWS kernel
+ * (a row of the table): 32 to 256 threads, at most about 32 columns a thread (a warp for gpt2's
+ * 768), 256 / team rows a block. A block a row (the first forms: 16,384 blocks for gpt2's
+ * B=16 T=1024 forward, 50,304 for the gradient, of three columns a thread) spent its time
+ * starting blocks: the gradient's took 94.6 us on the H200 for 206 MB (2.2 TB/s), most of its
+ * blocks storing a row of zeros, the forward 41.5 us for 100 MB. */
+static int64_t rows_team(const sn_kernel *k) {
+    int64_t C = k->anchor->shape[k->anchor->rank - 1], team = ((C + 31) / 32 + 31) / 32 * 32;
+    return team < 32 ? 32 : team > 256 ? 256 : team;
+}
+
+sn_cuda_dims sn_cu_gather_rows_dims(const sn_kernel *k) {
+    const sn_node *n = k->anchor;
+    int64_t team = rows_team(k), rows = 256 / team;
+    int64_t R = n->op == SN_OP_EMBEDDING ? sn_numel(n->in[1]) : n->shape[0]; /* ids, or table rows */
+    return (sn_cuda_dims){.grid = {(unsigned)((R + rows - 1) / rows), 1, 1}, .block = {256, 1, 1}};
+}
+
+/* The embedding: team r of the block copies id p = blockIdx.x R + r's table row, four columns a
+ * thread a step (float4) where C is a multiple of 4 and both are f32, else one; a bad id (< 0
+ * or >= V) gives a row of NaN and reads nothing. */
 static void embedding(sn_cu_text *t, const sn_kernel *k, unsigned threads, const char *ix) {
     const sn_node *n = k->anchor, *table = n->in[0];
-    int64_t V = table->shape[0], C = n->shape[n->rank - 1];
+    int64_t V = table->shape[0], C = n->shape[n->rank - 1], N = sn_numel(n->in[1]);
+    int64_t team = rows_team(k), R = threads / team;
+    SN_ASSERT(threads == 256 && R * team == 256);
     char tb[16], ids[16];
     arg_of(k, table, tb, sizeof tb);
     arg_of(k, n->in[1], ids, sizeof ids);
     bool vec = C % 4 == 0 && table->dtype == SN_F32 && n->dtype == SN_F32;
-    sn_cu_emitf(t, "const %s p = blockIdx.x; /* this block's id */", ix);
+    int w = vec ? 4 : 1;
+    sn_cu_emitf(t, "const int r = threadIdx.x / %lld, tt = threadIdx.x %% %lld; /* team, thread in it */",
+                (long long)team, (long long)team);
+    sn_cu_emitf(t, "const %s p = (%s)blockIdx.x * %lld + r; /* this team's id */", ix, ix, (long long)R);
+    sn_cu_emitf(t, "if (p >= %lld) return;", (long long)N);
     sn_cu_emitf(t, "const int id = %s[p];", ids);
     sn_cu_emitf(t, "const bool ok = id >= 0 && id < %lld; /* a bad id gives a row of NaN */", (long long)V);
     sn_cu_emitf(t, "const %s src = (%s)(ok ? id : 0) * %lld, dst = p * %lld;", ix, ix, (long long)C,
                 (long long)C);
+    sn_cu_emitf(t, "const float nan = SN_INF - SN_INF;");
+    sn_cu_emitf(t, "for (int j = %d * tt; j < %lld; j += %lld) {", w, (long long)C, (long long)(w * team));
     if (vec) {
-        sn_cu_emitf(t, "const float nan = SN_INF - SN_INF;");
-        sn_cu_emitf(t, "for (int j = 4 * threadIdx.x; j < %lld; j += %u) {", (long long)C, 4 * threads);
-        sn_cu_emitf(t, "const float4 v = *reinterpret_cast<const float4 *>(&%s[src + j]);", tb);
-        sn_cu_emitf(t, "*reinterpret_cast<float4 *>(&out0[dst + j]) = ok ? v : make_float4(nan, nan, nan, nan);");
-        sn_cu_emitf(t, "}");
+        sn_cu_emitf(t, "const float4 v = ok ? *reinterpret_cast<const float4 *>(&%s[src + j]) "
+                    ": make_float4(nan, nan, nan, nan);", tb);
+        sn_cu_emitf(t, "*reinterpret_cast<float4 *>(&out0[dst + j]) = v;");
     } else {
-        sn_cu_emitf(t, "for (int j = threadIdx.x; j < %lld; j += %u)", (long long)C, threads);
-        sn_cu_emitf(t, "    sn_store(&out0[dst + j], ok ? sn_load(%s[src + j]) : SN_INF - SN_INF);", tb);
+        sn_cu_emitf(t, "sn_store(&out0[dst + j], ok ? sn_load(%s[src + j]) : nan);", tb);
     }
+    sn_cu_emitf(t, "}");
 }
 
 /* BUCKET: block g sorts chunk g's S positions by (id, position) (a bitonic sort of u64 keys
@@ -140,20 +167,6 @@ static void embedding_bwd_bucket(sn_cu_text *t, const sn_kernel *k, unsigned thr
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "table[id] = (unsigned)i << 16 | (unsigned)(lo - i);");
     sn_cu_emitf(t, "}");
-}
-
-/* ROWS' team: threads a table row (32 to 256, at most about 32 columns a thread: 32 for
- * gpt2's 768) and rows a block of 256 threads. A block a row (the first form: 50,304 blocks of
- * three columns a thread for gpt2, 94.6 us on the H200 for 206 MB, 2.2 TB/s, most of them
- * storing a row of zeros) spent its time starting blocks; a warp a row does the same work. */
-static int64_t rows_team(const sn_kernel *k) {
-    int64_t C = k->anchor->shape[k->anchor->rank - 1], team = ((C + 31) / 32 + 31) / 32 * 32;
-    return team < 32 ? 32 : team > 256 ? 256 : team;
-}
-
-sn_cuda_dims sn_cu_gather_rows_dims(const sn_kernel *k) {
-    int64_t team = rows_team(k), rows = 256 / team, V = k->anchor->shape[0];
-    return (sn_cuda_dims){.grid = {(unsigned)((V + rows - 1) / rows), 1, 1}, .block = {256, 1, 1}};
 }
 
 /* ROWS: team r of the block owns table row v = blockIdx.x R + r: it reads its G (first, count)

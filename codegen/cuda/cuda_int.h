@@ -132,7 +132,8 @@ void sn_cu_emit_parts_finish(sn_cu_text *t, const sn_kernel *k, const char *fnam
 /* cuda_thin.c: the thin product (kernel.h: SN_KER_THIN), a block of warps per `rows` rows */
 void sn_cu_emit_thin(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *d, const char *fname);
 sn_cuda_dims sn_cu_thin_dims(const sn_kernel *k);
-/* cuda_gather.c: embedding_bwd's ROWS kernel, a team of threads a table row, 256 a block */
+/* cuda_gather.c: the embedding (a team of threads an id) and embedding_bwd's ROWS kernel (a
+ * team a table row), 256 threads a block */
 sn_cuda_dims sn_cu_gather_rows_dims(const sn_kernel *k);
 /* cuda_thin.c, for cuda_thin_sum.c too: v[0 .. n) = the n elements of type `ct` at `src` (a
  * pointer expression), widened: one load where they take 4 or 8 bytes (16-bit) or 8 (f32),

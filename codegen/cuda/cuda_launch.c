@@ -74,14 +74,10 @@ static sn_cuda_dims own_dims(const sn_kernel *k, const sn_target *t) {
         return (sn_cuda_dims){.grid = {clampu(outer * ((inner + 31) / 32), 1, INT32_MAX), 1, 1},
                               .block = {32, ty, 1}};
     }
-    case SN_KER_GATHER: {
-        int64_t C = n->shape[n->rank - 1];
-        if (n->op == SN_OP_EMBEDDING) /* a block per id, float4 columns where they fit */
-            return dims1(sn_numel(n->in[1]), (int)clampu(round_up(C % 4 ? C : C / 4, 32), 32, 256));
+    case SN_KER_GATHER:
         if (k->stage == SN_GATHER_BUCKET) /* a block per chunk, a thread per two positions */
             return dims1(sn_gather_chunks(k), (int)(sn_gather_chunk(k) / 2));
-        return sn_cu_gather_rows_dims(k); /* a team a row (cuda_gather.c) */
-    }
+        return sn_cu_gather_rows_dims(k); /* a team a row: the embedding's or the table's */
     case SN_KER_GRAD_ACC:
     case SN_KER_ADAMW: { /* grid-stride over float4 steps */
         int64_t blocks = (k->opt.flat_n / 4 + SN_CUDA_PW_BLOCK - 1) / SN_CUDA_PW_BLOCK;
