@@ -15,7 +15,13 @@ sn_target sn_target_cuda(int sm) {
                    .fuse_siblings = true, .dgelu_accum_unfused = true, .dgelu_min_elems = 1 << 23,
                    .row_cache = !sn_target_row_cache_off(), .row_prefetch = !sn_target_row_prefetch_off(),
                    .thin_products = !sn_target_thin_off(), .thin_sums = !sn_target_thin_sums_off()};
-    t.shared_max = sm == 75 ? 64 << 10 : sm == 80 || sm == 87 ? 163 << 10 : sm >= 90 ? 227 << 10 : 99 << 10;
+    /* shared memory a block may opt into: 8.6 and 8.9 (the RTX 30 and 40 series) and 12.x (the
+       RTX 50 series, consumer Blackwell) have 99 KiB, 9.0 and 10.x 227 KiB, 8.0 and 8.7 163 KiB;
+       a real device's own figure replaces it (runtime/cuda/device.c) */
+    t.shared_max = sm == 75                          ? 64 << 10
+                   : sm == 80 || sm == 87            ? 163 << 10
+                   : sm >= 90 && sm < 120            ? 227 << 10
+                                                     : 99 << 10;
     snprintf(t.name, sizeof t.name, "cuda sm_%d", sm);
     return t;
 }

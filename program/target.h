@@ -22,7 +22,8 @@ typedef struct {
     int max_block_threads;  /* 1024 on CUDA */
     int64_t shared_default; /* shared memory a block gets without opting in (48 KiB) */
     int64_t shared_max;     /* the most a block can opt into (sm_75 64 KiB, sm_80 163 KiB,
-                               sm_86/89 99 KiB, sm_90 227 KiB); 0 on the CPU */
+                               sm_86/89 and sm_12x 99 KiB, sm_90 and sm_10x 227 KiB; a device's
+                               own figure where there is one); 0 on the CPU */
     int sm_count;           /* multiprocessors (CUDA) or cores (CPU); 0: unknown */
     int64_t memory_bytes;   /* device memory; 0: unknown */
     bool att_dq_atomic;     /* CUDA: the attention backward's dq accumulated in f32 with atomic

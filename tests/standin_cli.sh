@@ -2,7 +2,8 @@
 # standin_cli.sh SINTER CUDA NVRTC CUBLASLT: `sinter` on the stand-in driver (tests/standin),
 # named by SN_LIBCUDA, SN_LIBNVRTC and SN_LIBCUBLASLT: `info` lists its device, `train --device
 # cuda` trains tiny GPT-2 with the CPU device's losses (as printed), the kernel cache warm on the
-# second run; --precision bf16 and fp16 train, fp16 also on an sm_75 GPU, where bf16 is refused
+# second run; --precision bf16 and fp16 train, bf16 also on sm_86, sm_89 and sm_120 (the RTX
+# 30, 40 and 50 series) with sm_80's losses, fp16 also on an sm_75 GPU, where bf16 is refused
 # by name; llama-tiny trains in full with the CPU device's losses (f32; bf16 within 0.1%).
 set -eu
 sinter=$1
@@ -37,6 +38,15 @@ done
 # shellcheck disable=SC2086
 SN_STANDIN_SM=75 "$sinter" train $tiny --device cuda --precision fp16 > "$dir/fp16-75.out" 2>&1 &&
   grep -q "^step  *3/3" "$dir/fp16-75.out" || { echo "FAIL: fp16 on sm_75"; cat "$dir/fp16-75.out"; exit 1; }
+# the consumer parts (an RTX 3090, 4090, 5090: sm_86, sm_89, sm_120, 99 KiB of shared memory a
+# block): bf16 trains with the sm_80 stand-in's losses
+# shellcheck disable=SC2086
+for sm in 86 89 120; do
+  SN_STANDIN_SM=$sm "$sinter" train $tiny --device cuda --precision bf16 > "$dir/bf16-$sm.out" 2>&1 &&
+    grep -q "^step  *3/3" "$dir/bf16-$sm.out" || { echo "FAIL: bf16 on sm_$sm"; cat "$dir/bf16-$sm.out"; exit 1; }
+  [ "$(losses "$dir/bf16-$sm.out")" = "$(losses "$dir/bf16.out")" ] ||
+    { echo "FAIL: bf16 losses on sm_$sm"; losses "$dir/bf16-$sm.out"; losses "$dir/bf16.out"; exit 1; }
+done
 # bf16 GEMMs need sm_80: on an sm_75 GPU a clear refusal that names fp16
 status=0
 # shellcheck disable=SC2086

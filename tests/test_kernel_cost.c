@@ -23,6 +23,13 @@ static const int archs[] = {75, 80, 90};
 /* ---- the formulas ---- */
 
 START_TEST(occupancy_formulas) {
+    /* the shared memory a block may opt into, by architecture (program/target.c; the CUDA C
+       Programming Guide's table): the consumer parts (RTX 30, 40, 50) have 99 KiB */
+    static const int arch_kib[][2] = {{75, 64}, {80, 163}, {86, 99}, {87, 163}, {89, 99},
+                                      {90, 227}, {100, 227}, {120, 99}, {121, 99}};
+    for (size_t i = 0; i < sizeof arch_kib / sizeof arch_kib[0]; i++)
+        ck_assert_msg(sn_target_cuda(arch_kib[i][0]).shared_max == arch_kib[i][1] << 10, "sm_%d: %lld",
+                      arch_kib[i][0], (long long)sn_target_cuda(arch_kib[i][0]).shared_max);
     const sn_cuda_sm_limits *h = sn_cuda_sm_limits_of(90), *a = sn_cuda_sm_limits_of(80);
     ck_assert(h && a && sn_cuda_sm_limits_of(75) && !sn_cuda_sm_limits_of(70));
     /* ncu on the H200 (2026-11-27): attention_bwd_kv, 168 registers, 128 threads: 18.75% */

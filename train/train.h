@@ -63,8 +63,9 @@ typedef struct {
     /* With offload_delay, where the update runs beside the device (CUDA): the host AdamW's
      * threads. 0: the host's cores less one, which the thread driving the device keeps (it
      * launches the step's kernels and queues the weights' uploads while the update runs; with
-     * every core busy it waits for a time slice, and the device for it). Set without
-     * offload_delay, or negative: refused (SN_ERR_INVALID). */
+     * every core busy it waits for a time slice, and the device for it). No effect on the CPU
+     * device, whose update runs at the next update on its own pool. Set without offload_delay,
+     * or negative: refused (SN_ERR_INVALID). */
     int offload_threads;
 } sn_train_opts;
 
@@ -217,9 +218,9 @@ typedef struct {
     int ups_in_run;    /* delay: updates whose weights went up during a step's last run
                           (sn_trainer_accumulate_last), their join in join_s, their upload in
                           the run (not in up_s) */
-    int threads;       /* delay: the host AdamW's threads (sn_train_opts.offload_threads; 1
-                          where the update runs on the caller's pool, the CPU device: its
-                          threads) */
+    int threads;       /* delay: the host AdamW's threads (sn_train_opts.offload_threads); on
+                          the CPU device, where the update runs at the next update on the
+                          caller's pool, that pool's (offload_threads has no effect there) */
 } sn_offload_times;
 void sn_trainer_offload_times(const sn_trainer *t, sn_offload_times *s);
 

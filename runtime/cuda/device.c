@@ -531,6 +531,8 @@ sn_status sn_cuda_device_new_opts(int ordinal, const sn_cuda_opts *o, sn_device 
                           .event_wait = cu_event_wait, .flush = cu_flush,
                           .destroy = cu_destroy, .impl = c, .target = sn_target_cuda(c->sm)};
     c->base.target.sm_count = c->sms;
+    /* the device's own limit, which the table of sn_target_cuda may not know (a newer part) */
+    if (c->shared_optin > 0) c->base.target.shared_max = c->shared_optin;
     *out = &c->base;
     return SN_OK;
 }

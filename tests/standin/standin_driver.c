@@ -117,7 +117,9 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
 }
 
 /* Shared memory per block with opt-in, and per multiprocessor, as the real parts have it. */
-static int shared_optin(void) { return si.sm >= 90 ? 232448 : si.sm >= 80 ? 166912 : 65536; }
+static int shared_optin(void) {
+    return si.sm == 80 || si.sm == 87 ? 166912 : si.sm >= 90 && si.sm < 120 ? 232448 : si.sm >= 86 ? 101376 : 65536;
+}
 
 CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
     if (!si.initialised) return CUDA_ERROR_NOT_INITIALIZED;
