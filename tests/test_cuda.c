@@ -1677,8 +1677,8 @@ START_TEST(nvrtc_classifier_vocabularies) {
         sn_graph *g;
         const sn_kernel *k;
         sn_program *p = classifier_graph(4, vocab[v][0], vocab[v][1], true, &g, &k);
-        static const int arch[] = {80, 86, 89, 90, 120}; /* the RTX 30, 40 and 50 series too */
-        for (int ai = 0; ai < 5; ai++) {
+        static const int arch[] = {80, 86, 89, 90, 100, 120}; /* the RTX 30, 40, 50, a B200 */
+        for (int ai = 0; ai < 6; ai++) {
             int a = arch[ai];
             sn_target t = sm(a);
             sn_cuda_source cs;
