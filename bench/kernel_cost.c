@@ -46,8 +46,8 @@ static int usage(void) {
     fprintf(stderr, "usage: kernel_cost [--model gpt2|smollm2-135m|...] [--batch B] [--seq T] "
                     "[--lora R [--lora-targets all|attn|mlp] | --ia3] [--decode [--nf4] "
                     "[--no-split]] [--precision fp32|bf16|fp16|tf32] "
-                    "[--arch sm_80|sm_90|sm_75 (repeatable; default sm_80 and sm_90)] "
-                    "[--kind KIND (attention, row, pointwise, ...)] [--machine h200|h100] "
+                    "[--arch sm_80|sm_90|sm_75|sm_86|sm_89|sm_120 (repeatable; default sm_80 and sm_90)] "
+                    "[--kind KIND (attention, row, pointwise, ...)] [--machine h200|h100|rtx4090|rtx3090] "
                     "[--apart (no products or pointwise kernels joined)] [--json]\n");
     return 2;
 }

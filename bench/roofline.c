@@ -19,6 +19,11 @@ static const sn_roofline_machine machines[] = {
     /* H200: bf16 GEMM and copy bandwidth as gpu_check measured them on 2026-11-27 (cuBLASLt
      * 8192^3; a 1 GiB device copy); TF32 and fp32 the published (H100 SXM's) numbers */
     {"h200", 773.0, 494.5, 67.0, 4.22, 132, 55.0, 7.0, 5.0, 0.9, 10.0},
+    /* the consumer parts this project is for (NVIDIA's Ampere and Ada whitepapers, dense, bf16
+     * with fp32 accumulation: half the f16-accumulate rate on GeForce); PCIe 4.0 x16 assumed 25
+     * GB/s each way; floors and GEMM efficiency assumed the H200's. Not measured. */
+    {"rtx3090", 71.0, 35.6, 35.6, 0.936, 82, 25.0, 7.0, 5.0, 0.9, 10.0},
+    {"rtx4090", 165.2, 82.6, 82.6, 1.008, 128, 25.0, 7.0, 5.0, 0.9, 10.0},
 };
 
 const sn_roofline_machine *sn_roofline_machine_find(const char *name) {

@@ -38,7 +38,8 @@ typedef struct {
 } sn_roofline_machine;
 
 /* "h100": H100 SXM (989 bf16 dense, 494.5 TF32, 67 fp32, 3.35 TB/s); "h200": the H200's measured
- * ceilings (773 bf16, 4.22 TB/s; 2026-11-27); NULL for another name. */
+ * ceilings (773 bf16, 4.22 TB/s; 2026-11-27); "rtx3090" (71 bf16, 0.936 TB/s, 82 SMs) and
+ * "rtx4090" (165.2 bf16, 1.008 TB/s, 128 SMs): published; NULL for another name. */
 const sn_roofline_machine *sn_roofline_machine_find(const char *name);
 
 /* How f32 GEMMs run: on the CUDA cores, or as TF32 on the tensor cores (--tf32). */

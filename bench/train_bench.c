@@ -503,7 +503,8 @@ static void parse(int argc, char **argv, args *a) {
                 usage_fail("--device is auto, cuda or cpu, not '%s'", v);
             a->device = v;
         } else if (!strcmp(k, "--roofline")) {
-            if (!sn_roofline_machine_find(v)) usage_fail("--roofline knows h100, not '%s'", v);
+            if (!sn_roofline_machine_find(v))
+                usage_fail("--roofline knows h100, h200, rtx4090 and rtx3090, not '%s'", v);
             a->roofline = v;
         } else if (!strcmp(k, "--checkpoint-policy")) {
             if ((a->checkpoint = sn_recompute_policy_parse(v)) < 0 || a->checkpoint == SN_RECOMPUTE_BUDGET)

@@ -175,7 +175,7 @@ typedef struct {
     int smem_unit;            /* allocation granularity of shared memory (128 bytes) */
 } sn_cuda_sm_limits;
 
-/* The limits of sm_<arch> (75, 80, 90), or NULL. */
+/* The limits of sm_<arch> (75, 80, 86, 89, 90, 120), or NULL. */
 const sn_cuda_sm_limits *sn_cuda_sm_limits_of(int arch);
 
 /* How many blocks of a kernel fit on one SM, and what limits them (the formulas are written out in

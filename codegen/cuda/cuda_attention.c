@@ -34,6 +34,11 @@ static int64_t fp32_shared(const sn_att_plan *p) {
     return 0;
 }
 
+/* Blocks of p's shared memory an SM holds (the most a block may opt into, plus 1 KiB). */
+static int64_t blocks_by_shared(const sn_att_plan *p, const sn_target *tg) {
+    return (tg->shared_max + 1024) / (p->shared_bytes + 1024);
+}
+
 /* Blocks an SM for a double-buffered tensor-core kernel: 16 warps (dq 12) where the SM's shared
  * memory (the most a block may opt into, plus 1 KiB) holds them; __launch_bounds__ then caps its
  * registers at 64K / (blocks x threads): 128 at 16 warps, 170 at 12; dk/dv 8 warps (255) before
@@ -48,15 +53,14 @@ static int min_blocks(const sn_att_plan *p, const sn_target *tg) {
      * warps' worth); uncapped it took 226 and 255 (2 blocks). Before sm_90 the cap below
      * holds for both. */
     if (p->dq_atomic && tg->sm >= 90) {
-        int64_t by_shared = (tg->shared_max + 1024) / (p->shared_bytes + 1024),
-                by_warps = 12 / p->warps > 1 ? 12 / p->warps : 1;
+        int64_t by_shared = blocks_by_shared(p, tg), by_warps = 12 / p->warps > 1 ? 12 / p->warps : 1;
         return (int)(by_shared < by_warps ? by_shared : by_warps);
     }
     if (!p->mma || p->stages != 2 || (p->pass == SN_ATT_DKV && tg->sm >= 90)) return 0;
     /* a warp of MT m-tiles holds MT times the accumulators: counted as MT warps */
     int64_t by_warps = (p->pass == SN_ATT_FWD ? 16 : p->pass == SN_ATT_DQ ? 12 : 8) /
                        (p->warps * (p->rows / 16));
-    int64_t by_shared = (tg->shared_max + 1024) / (p->shared_bytes + 1024);
+    int64_t by_shared = blocks_by_shared(p, tg);
     if (by_warps < 1) by_warps = 1;
     return (int)(by_warps < by_shared ? by_warps : by_shared);
 }
@@ -123,10 +127,13 @@ static bool fit(sn_att_plan *p, const sn_target *tg) {
      * key tiles of 64 and dk/dv over query tiles of 64, 4 warps, double-buffered in dynamic
      * shared memory (55 and 73 KiB), took 0.186 and 0.290 ms a layer against 0.206 and 0.362
      * for the static tiles of 32 below; the forward's static 64-key tiles were as fast as any.
-     * Head sizes up to 64 on sm_80 and later take them; larger heads keep the static list
-     * (not measured there). */
+     * Head sizes up to 64 on sm_80 and later take them where two blocks fit an SM; larger heads
+     * keep the static list (not measured there), and so do the parts with 100 KiB of shared
+     * memory an SM (sm_86, sm_89, sm_120: the RTX 30, 40 and 50 series), where those tiles fit
+     * one block of 4 warps (8% occupancy at sm_89: a warp a scheduler, nothing to hide a load
+     * behind) and the static tiles of 32 fit two. Not measured on such a GPU. */
     if (p->mma && tg->sm >= 80 && p->pass != SN_ATT_FWD && p->D <= 64 && p->Dv <= 64 &&
-        try_mma(p, tg, 4, 16, 64, 2, opt_in))
+        try_mma(p, tg, 4, 16, 64, 2, opt_in) && blocks_by_shared(p, tg) >= 2)
         return true;
     int n = p->mma ? (int)(sizeof mma / sizeof mma[0]) : (int)(sizeof fp32 / sizeof fp32[0]);
     for (int i = 0; i < n; i++) {

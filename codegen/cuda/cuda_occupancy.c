@@ -8,14 +8,19 @@
 
 #include "cuda_int.h"
 
-/* sm_75: Turing; sm_80: A100; sm_90: H100/H200. Shared memory per SM is the largest carveout (the
- * driver picks one at least as large as a launch needs); each block also takes `reserved` bytes
- * the system keeps (sm_80+: 1 KiB); allocations round up to `smem_unit` bytes. */
+/* sm_75: Turing; sm_80: A100; sm_86: RTX 30; sm_89: RTX 40; sm_90: H100/H200; sm_120: RTX 50
+ * (the consumer parts: 1536 threads an SM, 100 KiB of shared memory). Shared memory per SM is
+ * the largest carveout (the driver picks one at least as large as a launch needs); each block
+ * also takes `reserved` bytes the system keeps (sm_80+: 1 KiB); allocations round up to
+ * `smem_unit` bytes. */
 static const sn_cuda_sm_limits limits[] = {
     /* arch threads blocks warps regs  reg_unit subparts regs/thread smem/SM   smem/block reserved unit */
     {75, 1024, 16, 32, 65536, 256, 4, 255, 64 << 10, 64 << 10, 0, 256},
     {80, 2048, 32, 64, 65536, 256, 4, 255, 164 << 10, 163 << 10, 1 << 10, 128},
+    {86, 1536, 16, 48, 65536, 256, 4, 255, 100 << 10, 99 << 10, 1 << 10, 128},
+    {89, 1536, 24, 48, 65536, 256, 4, 255, 100 << 10, 99 << 10, 1 << 10, 128},
     {90, 2048, 32, 64, 65536, 256, 4, 255, 228 << 10, 227 << 10, 1 << 10, 128},
+    {120, 1536, 32, 48, 65536, 256, 4, 255, 100 << 10, 99 << 10, 1 << 10, 128},
 };
 
 const sn_cuda_sm_limits *sn_cuda_sm_limits_of(int arch) {
@@ -78,7 +83,7 @@ sn_status sn_cuda_ptxas_report(const sn_kernel *const *ks, int n, int arch,
     const sn_cuda_sm_limits *L = sn_cuda_sm_limits_of(arch);
     if (!L)
         return sn_fail(e, SN_ERR_INVALID, "no occupancy limits for sm_%d (known: sm_75, sm_80, "
-                       "sm_90)", arch);
+                       "sm_86, sm_89, sm_90, sm_120)", arch);
     sn_cuda_source cs;
     sn_status st = sn_cuda_render(ks, n, &t, &cs, e);
     if (st) return st;
