@@ -1695,6 +1695,13 @@ START_TEST(nvrtc_classifier_vocabularies) {
                    in->spill_load_bytes);
             ck_assert_msg(in->spill_store_bytes == 0 && in->spill_load_bytes == 0 && in->stack_bytes == 0,
                           "the classifier over %lld columns spills on sm_%d", (long long)vocab[v][0], a);
+            /* its static and dynamic shared memory within what a block may opt into there (the
+               rows in turn copy a row of 2 C bytes ahead: 100,608 of the 101,376 of sm_86/89) */
+            sn_cuda_dims d = sn_cuda_launch_dims(k, &t);
+            ck_assert_msg(in->shared_bytes + (int64_t)d.shared_bytes <= t.shared_max,
+                          "the classifier over %lld columns takes %d + %u bytes of shared memory on "
+                          "sm_%d, over %lld", (long long)vocab[v][0], in->shared_bytes, d.shared_bytes,
+                          a, (long long)t.shared_max);
             sn_cuda_module_free(&m);
             sn_cuda_source_free(&cs);
         }
