@@ -194,15 +194,15 @@ static bool loaded_bf16(const row *w, int i) {
  *   1024 threads (the classifier): 64 a thread at most, about 36 for the rest on sm_80 to
  *     sm_90 (GPT-2's keeping 28 takes 61 on sm_90), 44 on sm_75 (it spilled 24 bytes) and
  *     from sm_100 on (GPT-2's 28 spilled 20 bytes on sm_100, 60 on sm_120: its row is not
- *     kept there), and a vector's more for
- *     each output after the first (the f32 logits a program keeps as an output: 12 bytes
- *     spilled on sm_80);
+ *     kept there), and a vector's more for each output after the first (the f32 logits a
+ *     program keeps as an output: 12 bytes spilled on sm_80);
  *   the norm backward pair (2 blocks an SM: 128): 36 on sm_90 (GPT-2's x f32 and dy bf16 take
  *     127; Qwen2.5's 48 spilled 24 bytes), none on sm_80 and sm_75 (36 spilled 16 bytes);
  *   other rows (3 blocks of 256 an SM: 85): 48 on sm_90, 32 on sm_80 and sm_75. */
 static int cache_budget(const row *w) {
     if (w->threads > 256) {
-        int most = 65536 / (int)w->threads - (w->sm >= 80 && w->sm < 100 ? 36 : 44) - w->lanes * (w->k->n_out - 1);
+        int rest = w->sm >= 80 && w->sm < 100 ? 36 : 44;
+        int most = 65536 / (int)w->threads - rest - w->lanes * (w->k->n_out - 1);
         return most < 32 ? most : 32;
     }
     if (w->k->row.pair) return w->sm >= 90 ? 36 : 0;
