@@ -26,6 +26,7 @@
 #include "passes/passes.h"
 #include "program/target.h"
 #include "support/clock.h"
+#include "support/cores.h"
 #include "runtime/device.h"
 #include "runtime/cuda/cuda_device.h"
 #include "support/rng.h"
@@ -327,7 +328,7 @@ static void offload_delay_blocks(const args *a, const sn_train_opts *o, run_ctx 
     for (int i = 0; i < 3; i++) { /* 0: offloaded, 1: on the device, 2: delayed on every core */
         sn_train_opts bo = *o;
         bo.offload_delay = i == 2, bo.offload = i != 1;
-        bo.offload_threads = i == 2 ? sn_pool_cores() : 0;
+        bo.offload_threads = i == 2 ? sn_cores() : 0;
         g[i] = model_graph(a, true, NULL);
         if (!(t[i] = sn_trainer_new(g[i], &bo, &e))) die("baseline trainer", &e);
         sn_exec_time_kernels(sn_trainer_exec(t[i]), false);
@@ -358,7 +359,7 @@ static void offload_delay_blocks(const args *a, const sn_train_opts *o, run_ctx 
     bj_num(rec, "delayed_over_offloaded", "%.3f", best[0] / best[1]);
     bj_num(rec, "delayed_up_at_update_step_ms", "%.2f", 1e3 * best[3]);
     bj_num(rec, "up_in_run_over_at_update", "%.3f", best[0] / best[3]);
-    bj_int(rec, "host_cores", sn_pool_cores());
+    bj_int(rec, "host_cores", sn_cores());
     bj_num(rec, "delayed_every_core_step_ms", "%.2f", 1e3 * best[4]);
     bj_num(rec, "leave_a_core_over_every_core", "%.3f", best[0] / best[4]);
     /* where the host's seconds went, a mean per update over the timed rounds (not only the

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ir/ir.h"
+#include "support/cores.h"
 
 enum { SPIN = 20000 }; /* polls before a worker sleeps: tens of microseconds */
 
@@ -75,13 +76,8 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-int sn_pool_cores(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 sn_pool *sn_pool_new(int threads) {
-    if (threads <= 0) threads = sn_pool_cores();
+    if (threads <= 0) threads = sn_cores();
     sn_pool *p = calloc(1, sizeof *p);
     if (!p || !(p->threads = calloc((size_t)threads, sizeof *p->threads))) {
         free(p);

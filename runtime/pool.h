@@ -8,11 +8,9 @@
 typedef struct sn_pool sn_pool;
 typedef void (*sn_pool_fn)(void *ctx, int64_t begin, int64_t end);
 
-/* threads <= 0: one per online CPU. NULL when out of memory for the pool (it runs with fewer
- * threads when some cannot be started). */
+/* threads <= 0: one per CPU this process may run on (support/cores.h sn_cores). NULL when out
+ * of memory for the pool (it runs with fewer threads when some cannot be started). */
 sn_pool *sn_pool_new(int threads);
-/* The threads sn_pool_new(0) starts: the online CPUs (at least 1). */
-int sn_pool_cores(void);
 void sn_pool_free(sn_pool *p);
 int sn_pool_threads(const sn_pool *p);
 /* Calls fn on contiguous, near-equal parts of [0, n), one a thread: part t is [n t / T,

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "runtime/pool.h"
+#include "support/cores.h"
 #include "harness.h"
 
 enum { MAX_ITEMS = 1000, MAX_THREADS = 5 };
@@ -95,12 +96,34 @@ START_TEST(caller_runs_the_parts_not_claimed) {
 }
 END_TEST
 
+/* A pool of the default size has a thread for each CPU this process may run on: its affinity
+ * mask's, not the machine's (a container's cpuset, taskset); narrowed to one CPU, one. */
+START_TEST(default_size_is_the_affinity) {
+    cpu_set_t all, one;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof all, &all), 0);
+    sn_pool *p = sn_pool_new(0);
+    ck_assert_int_eq(sn_pool_threads(p), CPU_COUNT(&all));
+    sn_pool_free(p);
+    int first = 0;
+    while (!CPU_ISSET(first, &all)) first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    ck_assert_int_eq(sn_cores(), 1);
+    p = sn_pool_new(0);
+    ck_assert_int_eq(sn_pool_threads(p), 1);
+    sn_pool_free(p);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof all, &all), 0);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("pool");
     TCase *tc = tcase_create("pool");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, every_item_once_in_the_same_parts);
     tcase_add_test(tc, caller_runs_the_parts_not_claimed);
+    tcase_add_test(tc, default_size_is_the_affinity);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -22,7 +22,7 @@
 #include "program/program.h"
 #include "runtime/cuda/cuda_rt.h"
 #include "runtime/device.h"
-#include "runtime/pool.h"
+#include "support/cores.h"
 #include "support/clock.h"
 #include "train/plan.h"
 #include "train/train.h"
@@ -609,7 +609,7 @@ START_TEST(offload_delay_is_the_schedule_written_out) {
     ck_assert_int_eq(ot.ups_in_run, N - 2);
     /* the update's threads: as asked, or the cores less one, left to the thread driving the
        device (the same numbers either way: AdamW is element by element) */
-    int cores = sn_pool_cores();
+    int cores = sn_cores();
     ck_assert_int_eq(ot.threads, _i ? 2 : cores > 1 ? cores - 1 : 1);
     printf("test_standin: %d delayed steps (%s): largest loss difference from the written-out "
            "schedule %.2g, from the CPU device's delayed run %.2g%s; %d updates went up during "

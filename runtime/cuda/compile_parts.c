@@ -5,12 +5,12 @@
  * cache keys on every host and every run; the CPU count only limits how many children run. */
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "support/clock.h"
+#include "support/cores.h"
 #include "cuda_rt.h"
 
 void sn_cuda_parts_free(sn_cuda_parts *p) {
@@ -27,12 +27,7 @@ int sn_cuda_parts_count(size_t cost, int n_functions) {
     return p < 1 ? 1 : (int)p;
 }
 
-int sn_cuda_compile_jobs(void) {
-    cpu_set_t set;
-    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-    if (n < 1) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n;
-}
+int sn_cuda_compile_jobs(void) { return sn_cores(); }
 
 /* ---- the split: functions to parts, the largest first onto the lightest part ---- */
 
