@@ -4,6 +4,9 @@
 #ifndef SN_CORES_H
 #define SN_CORES_H
 
+#ifndef _GNU_SOURCE /* the project's builds define it (meson.build, tools/tsan_job) */
+#error "support/cores.h needs _GNU_SOURCE before any system header: sched_getaffinity, CPU_COUNT"
+#endif
 #include <sched.h>
 #include <unistd.h>
 
