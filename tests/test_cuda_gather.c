@@ -77,15 +77,14 @@ static void emb_free(emb *m) {
     sn_graph_free(m->g);
 }
 
-/* The kernel of text src on the simulator, in the thread order `order`, into out (poisoned
+/* The bytes of the embedding's output (N rows of C). */
+static size_t out_bytes(const emb *m) { return (size_t)sn_dtype_bits(m->s.dt) / 8 * N * (size_t)m->s.C; }
+
+/* Kernel fn of module h on the simulator, in the thread order `order`, into out (poisoned
  * with 0xff bytes first: a NaN in f32 and bf16 alike, so the test below reads a bad id's row
  * of NaN as written only through its bits, below). */
-static void run(const emb *m, const char *src, const char *fn, sn_sim_order order, void *out) {
-    size_t eb = (size_t)sn_dtype_bits(m->s.dt) / 8;
-    memset(out, 0xff, eb * N * (size_t)m->s.C);
-    sn_sim_module *h;
-    char why[256];
-    if (!thin_sim_load(src, false, &h, why, sizeof why)) return;
+static void run(const emb *m, sn_sim_module *h, const char *fn, sn_sim_order order, void *out) {
+    memset(out, 0xff, out_bytes(m));
     void *bufs[3] = {out, NULL, NULL};
     for (int i = 0; i < m->k->n_in; i++) {
         const sn_node *a = m->k->args[m->k->n_out + i];
@@ -99,9 +98,8 @@ static void run(const emb *m, const char *src, const char *fn, sn_sim_order orde
     sn_sim_opts so = sn_sim_defaults();
     so.order = order;
     sn_err e;
-    sn_status st = sn_sim_launch(h, fn, d.grid, d.block, d.shared_bytes, params, &so, &e);
-    sn_sim_module_free(h);
-    ck_assert_msg(st == SN_OK, "%s", e.msg);
+    ck_assert_msg(sn_sim_launch(h, fn, d.grid, d.block, d.shared_bytes, params, &so, &e) == SN_OK,
+                  "%s", e.msg);
 }
 
 /* The rows of out that are not what they should be: an id's table row, bit for bit, or for a
@@ -141,24 +139,24 @@ START_TEST(rows_are_the_ids_rows) {
     emb_new(&m, &shapes[_i]);
     sn_cuda_source cs = render(&m);
     if (_i == 2) printf("test_cuda_gather: the embedding's kernel at C = 1100:\n%s", cs.src);
-    void *out = malloc((size_t)sn_dtype_bits(m.s.dt) / 8 * N * (size_t)m.s.C);
+    void *out = malloc(out_bytes(&m));
     sn_sim_module *h;
     char why[256];
     if (!thin_sim_load(cs.src, false, &h, why, sizeof why)) {
         printf("test_cuda_gather: %s\n", why);
     } else {
-        sn_sim_module_free(h);
         int bad = 0;
         for (int p = 0; p < N; p++) bad += m.ids[p] < 0 || m.ids[p] >= V;
         static const sn_sim_order orders[] = {SN_SIM_FORWARD, SN_SIM_REVERSE};
         for (int o = 0; o < 2; o++) {
-            run(&m, cs.src, cs.fn[0], orders[o], out);
+            run(&m, h, cs.fn[0], orders[o], out);
             int w = wrong_rows(&m, out);
             ck_assert_msg(w == 0, "C=%lld %s: %d of %d rows wrong", (long long)m.s.C,
                           sn_dtype_name(m.s.dt), w, N);
         }
         printf("test_cuda_gather: C=%lld %s, teams of %d: %d ids (%d bad: rows of NaN) bit for bit\n",
                (long long)m.s.C, sn_dtype_name(m.s.dt), m.s.team, N, bad);
+        sn_sim_module_free(h);
     }
     free(out);
     sn_cuda_source_free(&cs);
@@ -185,18 +183,19 @@ START_TEST(planted_bugs_caught) {
         emb m;
         emb_new(&m, &shapes[plants[b].shape]);
         sn_cuda_source cs = render(&m);
+        char *src = sn_test_replace_first(cs.src, plants[b].find, plants[b].put);
         sn_sim_module *h;
         char why[256];
-        if (!thin_sim_load(cs.src, false, &h, why, sizeof why)) {
+        if (!thin_sim_load(src, false, &h, why, sizeof why)) {
             printf("test_cuda_gather: %s\n", why);
+            free(src);
             sn_cuda_source_free(&cs);
             emb_free(&m);
             return;
         }
+        void *out = malloc(out_bytes(&m));
+        run(&m, h, cs.fn[0], SN_SIM_FORWARD, out);
         sn_sim_module_free(h);
-        char *src = sn_test_replace_first(cs.src, plants[b].find, plants[b].put);
-        void *out = malloc((size_t)sn_dtype_bits(m.s.dt) / 8 * N * (size_t)m.s.C);
-        run(&m, src, cs.fn[0], SN_SIM_FORWARD, out);
         int w = wrong_rows(&m, out);
         printf("test_cuda_gather: planted, %s: %d rows wrong (caught)\n", plants[b].what, w);
         ck_assert_msg(w > 0, "the planted bug (%s) went unnoticed", plants[b].what);

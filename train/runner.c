@@ -684,7 +684,8 @@ sn_status sn_runner_delay(sn_runner *b, int threads, sn_err *e) {
     b->delay = true;
     b->job.threaded = b->d->copy_async != NULL; /* where the device runs apart from the host */
     /* the update's threads leave a core to this one, which drives the device meanwhile */
-    if (threads <= 0) threads = sn_cores() > 1 ? sn_cores() - 1 : 1;
+    int cores = sn_cores();
+    if (threads <= 0) threads = cores > 1 ? cores - 1 : 1;
     b->job.pool = b->job.threaded ? sn_pool_new(threads) : b->pool; /* the caller's accumulates meanwhile */
     if (!b->job.pool)
         return sn_fail(e, SN_ERR_OOM, "trainer: out of host memory for the delayed update's threads");
