@@ -116,8 +116,10 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
     return CUDA_SUCCESS;
 }
 
-/* Shared memory per block with opt-in, and per multiprocessor, as the real parts have it. */
-static int shared_optin(void) {
+/* Shared memory per block with opt-in, as the real parts have it (the multiprocessor has 1 KiB
+ * more): 163 KiB on sm_80 and sm_87, 227 KiB on sm_90 to sm_11x, 99 KiB on the consumer parts
+ * (sm_86, sm_89, sm_12x), 64 KiB before. */
+int si_shared_optin(void) {
     return si.sm == 80 || si.sm == 87 ? 166912 : si.sm >= 90 && si.sm < 120 ? 232448 : si.sm >= 86 ? 101376 : 65536;
 }
 
@@ -131,8 +133,8 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) 
     case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *pi = 40 << 20; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = si.sm / 10; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *pi = si.sm % 10; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *pi = shared_optin() + 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *pi = shared_optin(); break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *pi = si_shared_optin() + 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *pi = si_shared_optin(); break;
     default:
         sn_standin_say("cuDeviceGetAttribute: attribute %d is not one the stand-in knows", attrib);
         return CUDA_ERROR_INVALID_VALUE;

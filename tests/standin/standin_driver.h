@@ -48,6 +48,9 @@ extern si_state si;
 /* CUDA_SUCCESS when a context is current on this thread (after cuInit) and no kernel has
  * faulted, else the error. */
 CUresult si_need_ctx(const char *call);
+/* The bytes of shared memory a block may have with opt-in (static + dynamic), as the device's
+ * CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN reports them for sm. */
+int si_shared_optin(void);
 /* The host address of [p, p + n) in one live allocation, or NULL (said on stderr, naming call). */
 void *si_host(CUdeviceptr p, size_t n, const char *call);
 

@@ -213,8 +213,6 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
     return CUDA_ERROR_NOT_FOUND;
 }
 
-static int shared_optin(void) { return si.sm >= 90 ? 232448 : si.sm >= 80 ? 166912 : 65536; }
-
 CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
     CUresult r = si_need_ctx("cuFuncSetAttribute");
     if (r) return r;
@@ -224,9 +222,9 @@ CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int v
         sn_standin_say("cuFuncSetAttribute: attribute %d is not one the stand-in knows", attrib);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    if (value < 0 || value > shared_optin()) {
+    if (value < 0 || value > si_shared_optin()) {
         sn_standin_say("cuFuncSetAttribute: %d bytes of dynamic shared memory; sm_%d allows %d",
-                       value, si.sm, shared_optin());
+                       value, si.sm, si_shared_optin());
         return CUDA_ERROR_INVALID_VALUE;
     }
     f->max_dynamic_shared = value;
@@ -289,7 +287,7 @@ CUresult si_launch_now(si_function *f, const unsigned grid[3], const unsigned bl
         }
     }
     sn_sim_opts o = sn_sim_defaults();
-    o.shared_limit = f->max_dynamic_shared > SHARED_DEFAULT ? (unsigned)shared_optin()
+    o.shared_limit = f->max_dynamic_shared > SHARED_DEFAULT ? (unsigned)si_shared_optin()
                                                             : SHARED_DEFAULT;
     o.map_pointer = map_pointer;
     o.map_ctx = f->name;
