@@ -44,6 +44,8 @@ struct sn_session {
     sn_run_state run;        /* metadata, data RNG, loss curves: what a checkpoint carries */
     int32_t *x, *y;          /* (B, T) */
     bool planned;            /* o.mem: the run follows plan */
+    int64_t budget, mem_free; /* o.mem: the plan's bytes; with SN_SESSION_MEM_AUTO, the device's
+                                 free bytes it came from */
     int init_fresh;          /* o.init: adapters the file lacked */
     sn_plan plan;
     const int *stop;         /* sn_session_set_stop's flag, read atomically; NULL: none */
@@ -220,9 +222,10 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
     if ((unsigned)o->checkpoint_policy >= SN_CHECKPOINT_COUNT)
         return sn_fail(e, SN_ERR_INVALID, "session: checkpoint_policy %d: give SN_CHECKPOINT_AUTO "
                        "(none, or the plan's), _NONE, _BLOCK or _SQRT", (int)o->checkpoint_policy);
-    if (o->mem < 0 || (o->mem && o->tokens_per_step))
+    if ((o->mem < 0 && o->mem != SN_SESSION_MEM_AUTO) || (o->mem && o->tokens_per_step))
         return sn_fail(e, SN_ERR_INVALID, "session: with mem the plan chooses the micro-batches: "
-                       "give the sequences per step as batch and tokens_per_step 0");
+                       "give the sequences per step as batch and tokens_per_step 0, and mem as "
+                       "bytes or SN_SESSION_MEM_AUTO");
     if (o->chunk_logits < -1)
         return sn_fail(e, SN_ERR_INVALID, "session: chunk_logits %lld: give rows a chunk, 0 (the "
                        "logits whole) or -1 (the plan's choice)", (long long)o->chunk_logits);
@@ -280,6 +283,33 @@ static sn_status init_pretrained(sn_session *r, const char *path, sn_err *e) {
     return s;
 }
 
+int64_t sn_session_mem_auto(int64_t free_bytes, bool cuda) {
+    int64_t floor = cuda ? (int64_t)256 << 20 : (int64_t)1 << 30;
+    int64_t part = free_bytes / (cuda ? 20 : 10);
+    int64_t left = free_bytes - (part > floor ? part : floor);
+    return left > 0 ? left : 0;
+}
+
+/* SN_SESSION_MEM_AUTO: the budget from the open device's free memory. */
+static sn_status mem_auto(sn_session *r, sn_err *e) {
+    if (!r->dev->mem_info)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s cannot say how much memory it has free: give "
+                       "mem (--mem) as bytes", r->dev->name);
+    int64_t total = 0;
+    sn_status s = r->dev->mem_info(r->dev, &r->mem_free, &total, e);
+    if (s) return s;
+    bool cuda = r->dev->target.kind == SN_TARGET_CUDA;
+    r->budget = sn_session_mem_auto(r->mem_free, cuda);
+    if (r->budget <= 0) {
+        char f[32], t[32];
+        return sn_fail(e, SN_ERR_OOM, "%s has %s free of %s, less than the %s a run keeps in reserve "
+                       "with mem auto: free the device's memory (other processes) or give --mem as "
+                       "bytes", r->dev->name, sn_bytes_str(r->mem_free, f, sizeof f),
+                       sn_bytes_str(total, t, sizeof t), cuda ? "256 MiB" : "1 GiB");
+    }
+    return SN_OK;
+}
+
 static sn_status setup(sn_session *r, sn_err *e) {
     const sn_session_opts *o = &r->o;
     sn_status s;
@@ -310,8 +340,10 @@ static sn_status setup(sn_session *r, sn_err *e) {
        fusion decisions, cuBLASLt's workspace) */
     if ((s = open_device(o, &r->dev, e))) return s;
     if (r->dev) r->po.target = &r->dev->target;
+    r->budget = o->mem;
+    if (o->mem == SN_SESSION_MEM_AUTO && (s = mem_auto(r, e))) return s;
     if (o->mem) { /* the plan's micro-batch, accumulation steps and checkpointing */
-        sn_plan_opts plo = {.batch = r->B, .budget = o->mem, .policy = policy, .compile = &r->po,
+        sn_plan_opts plo = {.batch = r->B, .budget = r->budget, .policy = policy, .compile = &r->po,
                             .offload = o->offload == SN_OFFLOAD_AUTO   ? SN_PLAN_OFFLOAD_AS_NEEDED
                                        : o->offload == SN_OFFLOAD_NONE ? SN_PLAN_OFFLOAD_NEVER
                                                                        : SN_PLAN_OFFLOAD_ALWAYS,
@@ -574,6 +606,8 @@ void sn_session_info_get(const sn_session *r, sn_session_info *out) {
     out->trained = sn_param_layout_trained(sn_trainer_layout(r->t));
     if (!r->planned) return;
     out->mem_planned = r->plan.total;
+    out->mem_budget = r->budget;
+    out->mem_free = r->o.mem == SN_SESSION_MEM_AUTO ? r->mem_free : 0;
     out->host_planned = r->plan.opt_host;
     const struct sn_exec *x = sn_trainer_exec(r->t);
     if (!x || !sn_trainer_step_count(r->t)) return;
@@ -588,5 +622,5 @@ void sn_session_info_get(const sn_session *r, sn_session_info *out) {
 }
 
 void sn_session_plan_print(const sn_session *r, FILE *f) {
-    if (r->planned) sn_plan_print(&r->plan, r->o.mem, f);
+    if (r->planned) sn_plan_print(&r->plan, r->budget, f);
 }

@@ -106,7 +106,9 @@ typedef struct {
     sn_checkpoint_policy checkpoint_policy;
     int64_t mem;          /* device bytes to fit the run in (0: no plan): batch is then the
                              sequences per step, and the planner (sinter plan) picks the
-                             micro-batch, the accumulation steps and the checkpointing */
+                             micro-batch, the accumulation steps and the checkpointing;
+                             SN_SESSION_MEM_AUTO: the device's free memory when the run starts
+                             less a reserve (sn_session_mem_auto) */
     sn_precision precision; /* base/graph.h: bf16 and fp16 run the autocast pass (fp16 with
                                dynamic loss scaling) */
     sn_offload offload;
@@ -143,6 +145,15 @@ typedef struct {
     double grad_clip;     /* the cap of the gradients' global norm; 0: none */
     double min_lr_frac;   /* the cosine schedule ends at lr * min_lr_frac, in [0, 1] */
 } sn_session_opts;
+
+/* sn_session_opts.mem: fit the run in the device memory free when it starts. */
+#define SN_SESSION_MEM_AUTO ((int64_t)-1)
+/* The budget SN_SESSION_MEM_AUTO gives a device with free_bytes free: the free bytes less a
+ * reserve for what no plan counts (on a GPU the modules' code, the driver's and cuBLASLt's own
+ * allocations, the pages each allocation rounds up to; on the host the corpus, the compiler and
+ * everything else the process and the machine keep): on CUDA the larger of 256 MiB and 5% of
+ * the free bytes, on the host the larger of 1 GiB and 10%; 0 when nothing is left. */
+int64_t sn_session_mem_auto(int64_t free_bytes, bool cuda);
 
 /* device auto, fp32, the default corpus, B 16, T the model's, 600 steps, lr 3e-3, seed 1337,
  * 8 validation batches, checkpointing and offload auto, no memory plan; warm-up 10% of the
@@ -221,6 +232,10 @@ typedef struct {
      * (arena peak + persistent block + optimizer state + workspace + the evaluation program's
      * own block and arena, sn_plan.eval); zeros otherwise. */
     int64_t mem_planned, mem_measured;
+    int64_t mem_budget;                     /* with mem: the bytes the plan fits in (mem, or
+                                               what SN_SESSION_MEM_AUTO found) */
+    int64_t mem_free;                       /* with SN_SESSION_MEM_AUTO: the device's free
+                                               bytes it started from; else 0 */
     bool offload;                           /* the optimizer state is in host memory: */
     int64_t host_planned, host_measured;    /* its bytes (planned only with mem; measured always) */
     bool loss_scaling;                      /* fp16: dynamic loss scaling; then its state: */

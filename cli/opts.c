@@ -84,7 +84,9 @@ static const char *range(const cli_opt *o, char *buf, size_t len) {
         snprintf(buf, len, "%s %s and %s %s", o->lo_open ? ">" : ">=", num(o->lo, a, sizeof a),
                  o->hi_closed ? "<=" : "<", num(o->hi, b, sizeof b));
         break;
-    case CLI_BYTES: snprintf(buf, len, "a size such as 6GiB or 500MiB"); break;
+    case CLI_BYTES:
+        snprintf(buf, len, "a size such as 6GiB or 500MiB%s", o->auto_word ? ", or auto" : "");
+        break;
     case CLI_CHOICE: or_list(choices(o), buf, len); break;
     default: *buf = 0;
     }
@@ -117,8 +119,13 @@ static int store(const cli_command *c, const cli_opt *o, const char *v, void *ou
         return cli_usage_error(c, "--%s wants a number %s, not '%s'", o->name, range(o, r, sizeof r), v);
     }
     case CLI_BYTES:
+        if (o->auto_word && !strcmp(v, "auto")) {
+            *(long long *)at = -1;
+            return 0;
+        }
         if (cli_bytes(v, (long long *)at)) return 0;
-        return cli_usage_error(c, "--%s wants a size such as 6GiB or 500MiB, not '%s'", o->name, v);
+        return cli_usage_error(c, "--%s wants a size such as 6GiB or 500MiB%s, not '%s'", o->name,
+                               o->auto_word ? ", or auto" : "", v);
     case CLI_CHOICE:
         if (cli_choice_ok(choices(o), v)) {
             *(const char **)at = v;

@@ -15,7 +15,8 @@ typedef enum {
     CLI_STR,    /* any text: a const char * */
     CLI_INT,    /* a whole decimal number in [lo, hi]: a long */
     CLI_REAL,   /* a decimal number >= lo (> lo when lo_open) and < hi (<= when hi_closed): a double */
-    CLI_BYTES,  /* a size such as 6GiB, 500MiB or 8e9 (bytes), > 0: a long long */
+    CLI_BYTES,  /* a size such as 6GiB, 500MiB or 8e9 (bytes), > 0: a long long; with auto_word,
+                   also the word "auto": -1 */
     CLI_CHOICE, /* one of the words in choices ("a, b, c") or choices_fn(): a const char * */
 } cli_opt_type;
 
@@ -28,6 +29,7 @@ typedef struct {
     double lo, hi;     /* CLI_INT, CLI_REAL: the range */
     bool lo_open;      /* CLI_REAL: lo itself is out of range */
     bool hi_closed;    /* CLI_REAL: hi itself is in range */
+    bool auto_word;    /* CLI_BYTES: "auto" is a value too (stored as -1) */
     const char *choices;               /* CLI_CHOICE: "auto, cuda, cpu, interp" */
     const char *(*choices_fn)(void);   /* CLI_CHOICE: the list from the library, when not fixed */
     const char *help;  /* lines joined by '\n'; the range or the choices are added */

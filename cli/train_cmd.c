@@ -424,6 +424,12 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
            : !strcmp(a->precision, "fp32") && strcmp(a->device, "interp") &&
                    sn_target_default_precision(&cpu) == SN_PRECISION_BF16
                ? " (this CPU has bf16 dot products: try --precision bf16)" : "");
+    if (in.mem_free) {
+        char b[32], f[32];
+        printf("memory: --mem auto: %s (%lld bytes), the %s (%lld bytes) the device had free less "
+               "a reserve\n", sn_bytes_str(in.mem_budget, b, sizeof b), (long long)in.mem_budget,
+               sn_bytes_str(in.mem_free, f, sizeof f), (long long)in.mem_free);
+    }
     sn_session_plan_print(r->s, stdout);
     progress_init(&r->prog);
     double t0 = sn_clock_s();

@@ -154,12 +154,14 @@ static const cli_opt train_opts[] = {
      .help = "recompute activations in the backward instead of keeping them:\n"
              "none (default), block (keep transformer block inputs), sqrt (Chen\n"
              "et al.: every sqrt(n)-th sub-block boundary); --mem chooses for itself"},
-    {"mem", 0, CLI_BYTES, "N", O(mem),
+    {"mem", 0, CLI_BYTES, "N", O(mem), .auto_word = true,
      .help = "fit the run in N bytes of device memory (6GiB, 500MiB): --batch is\n"
              "then the sequences per step, and the plan (sinter plan) picks the\n"
              "micro-batch, accumulation steps and checkpointing; the planned and\n"
              "measured memory are printed after the first step; it offloads\n"
-             "the optimizer state when nothing fits without"},
+             "the optimizer state when nothing fits without; auto: the device's\n"
+             "free memory at the start less a reserve (a GPU: 5%, at least\n"
+             "256 MiB; the CPU: 10% of the available RAM, at least 1 GiB)"},
     {"chunk-logits", 0, CLI_INT, "N", O(chunk_logits), 0, 1 << 30,
      .help = "the LM head and its loss in chunks of N rows (tokens), the logits\n"
              "never whole; 0: whole (default; with --mem: chunks when the plan\n"

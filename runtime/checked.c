@@ -150,6 +150,12 @@ static sn_status checked_flush(sn_device *d, sn_err *e) {
     return c->inner->flush(c->inner, e);
 }
 
+static sn_status checked_mem_info(sn_device *d, int64_t *free_bytes, int64_t *total_bytes,
+                                  sn_err *e) {
+    checked_impl *c = d->impl;
+    return c->inner->mem_info(c->inner, free_bytes, total_bytes, e);
+}
+
 static sn_status checked_event_wait(sn_device *d, void *done, sn_err *e) {
     checked_impl *c = d->impl;
     return c->inner->event_wait(c->inner, done, e);
@@ -186,6 +192,7 @@ sn_status sn_checked_device_new(sn_device *inner, sn_device **out, sn_err *e) {
         d->copy_async = checked_copy_async, d->event_wait = checked_event_wait;
     }
     if (inner->flush) d->flush = checked_flush;
+    if (inner->mem_info) d->mem_info = checked_mem_info;
     *out = d;
     return SN_OK;
 }

@@ -60,6 +60,10 @@ struct sn_device {
                             void *after, void *done, sn_err *e);
     sn_status (*event_wait)(sn_device *d, void *done, sn_err *e);
     sn_status (*flush)(sn_device *d, sn_err *e);
+    /* The device memory free now and in all, in bytes: CUDA's cuMemGetInfo; for host memory
+     * (the CPU device, the interpreter) the RAM Linux counts available (MemAvailable) and the
+     * RAM. NULL where a device cannot tell. */
+    sn_status (*mem_info)(sn_device *d, int64_t *free_bytes, int64_t *total_bytes, sn_err *e);
     /* A device that evaluates the program's graph itself instead of launching its kernels (the
      * reference interpreter) sets these; NULL on the others. run_graph evaluates p->g on its
      * persistent values, value i at at[i] (inputs and parameters in; every persistent value it

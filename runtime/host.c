@@ -2,6 +2,8 @@
  * reference interpreter's: 64-byte aligned blocks, plain copies, and events that are the host
  * clock (work is done when a call returns).
  * Convention: a block larger than RAM and swap is refused before any page is touched. */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysinfo.h>
@@ -24,7 +26,8 @@ static void *host_alloc(sn_device *d, size_t bytes, sn_err *e) {
     if (!p) {
         char need[32], h[32];
         sn_fail(e, SN_ERR_OOM, "out of memory: the CPU device cannot allocate %s (%zu bytes); this "
-                "machine has %s of RAM and swap: use a smaller --batch or --seq, or a smaller model",
+                "machine has %s of RAM and swap: use a smaller --batch or --seq, --mem auto (the "
+                "planner fits the run in the RAM available), or a smaller model",
                 sn_bytes_str((int64_t)bytes, need, sizeof need), bytes,
                 sn_bytes_str((int64_t)(have > INT64_MAX ? INT64_MAX : have), h, sizeof h));
     }
@@ -34,6 +37,26 @@ static void *host_alloc(sn_device *d, size_t bytes, sn_err *e) {
 static void host_free(sn_device *d, void *p) {
     (void)d;
     free(p);
+}
+
+/* MemAvailable from /proc/meminfo (what Linux can give without swapping), else sysinfo's free
+ * and buffer RAM; the RAM in all from sysinfo. */
+static sn_status host_mem_info(sn_device *d, int64_t *free_bytes, int64_t *total_bytes, sn_err *e) {
+    (void)d;
+    struct sysinfo si;
+    if (sysinfo(&si)) return sn_fail(e, SN_ERR_IO, "sysinfo: %s", strerror(errno));
+    *total_bytes = (int64_t)((uint64_t)si.totalram * si.mem_unit);
+    *free_bytes = (int64_t)(((uint64_t)si.freeram + si.bufferram) * si.mem_unit);
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    long long kib;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) {
+            *free_bytes = (int64_t)kib * 1024;
+            break;
+        }
+    if (f) fclose(f);
+    return SN_OK;
 }
 
 static sn_status host_copy(sn_device *d, void *dst, const void *src, size_t bytes, sn_err *e) {
@@ -93,4 +116,5 @@ void sn_host_device_hooks(sn_device *d) {
     d->event_record = host_event_record;
     d->event_elapsed = host_event_elapsed;
     d->event_free = host_event_free;
+    d->mem_info = host_mem_info;
 }

@@ -5,7 +5,8 @@
 
 #include "device.h"
 
-/* Sets d's alloc, free, upload, download, copy, memset, sync and event hooks to host ones. */
+/* Sets d's alloc, free, upload, download, copy, memset, sync, event and mem_info hooks to host
+ * ones. */
 void sn_host_device_hooks(sn_device *d);
 
 #endif

@@ -141,6 +141,28 @@ line=$(grep "^memory: planned" "$dir/mem.out") || { echo "FAIL: no memory line";
 planned=$(echo "$line" | sed 's/.*planned [^(]*(\([0-9]*\) bytes).*/\1/')
 measured=$(echo "$line" | sed 's/.*measured [^(]*(\([0-9]*\) bytes:.*/\1/')
 [ -n "$planned" ] && [ "$planned" = "$measured" ] || { echo "FAIL: planned $planned measured $measured"; exit 1; }
+# --mem auto: the plan's budget is the RAM available less max(1 GiB, 10%) (api/session.h
+# sn_session_mem_auto), planned = measured under it; the interpreter has no memory to plan;
+# another word is a usage error
+# shellcheck disable=SC2086
+"$sinter" train $tiny --batch 4 --mem auto > "$dir/auto.out" || { echo "FAIL: train --mem auto"; cat "$dir/auto.out"; exit 1; }
+line=$(grep "^memory: --mem auto: " "$dir/auto.out") || { echo "FAIL: no budget line"; cat "$dir/auto.out"; exit 1; }
+budget=$(echo "$line" | sed 's/^[^(]*(\([0-9]*\) bytes).*/\1/')
+free=$(echo "$line" | sed 's/.*the [^(]*(\([0-9]*\) bytes) the device had free.*/\1/')
+reserve=$((free / 10 > 1073741824 ? free / 10 : 1073741824))
+[ "$budget" = $((free - reserve)) ] || { echo "FAIL: --mem auto: budget $budget of $free free"; exit 1; }
+grep -q "^  budget .* $budget  fits" "$dir/auto.out" || { echo "FAIL: the plan's budget"; cat "$dir/auto.out"; exit 1; }
+line=$(grep "^memory: planned" "$dir/auto.out") || { echo "FAIL: no memory line (auto)"; cat "$dir/auto.out"; exit 1; }
+planned=$(echo "$line" | sed 's/.*planned [^(]*(\([0-9]*\) bytes).*/\1/')
+measured=$(echo "$line" | sed 's/.*measured [^(]*(\([0-9]*\) bytes:.*/\1/')
+[ -n "$planned" ] && [ "$planned" = "$measured" ] || { echo "FAIL: auto: planned $planned measured $measured"; exit 1; }
+# shellcheck disable=SC2086
+if "$sinter" train $tiny --device interp --mem auto 2> "$dir/auto.err"; then echo "FAIL: interp --mem auto"; exit 1; fi
+grep -q "the interpreter has none" "$dir/auto.err" || { echo "FAIL: interp --mem auto message"; cat "$dir/auto.err"; exit 1; }
+# shellcheck disable=SC2086
+if "$sinter" train $tiny --mem automatic 2> "$dir/auto.err"; then echo "FAIL: --mem automatic"; exit 1; fi
+grep -q "wants a size such as 6GiB or 500MiB, or auto, not 'automatic'" "$dir/auto.err" ||
+    { echo "FAIL: --mem automatic message"; cat "$dir/auto.err"; exit 1; }
 # a budget that fits only with the optimizer state on the host: the trainer offloads, and the
 # device bytes and the host bytes are the plan's
 # shellcheck disable=SC2086

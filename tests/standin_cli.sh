@@ -53,6 +53,26 @@ status=0
 SN_STANDIN_SM=75 "$sinter" train $tiny --device cuda --precision bf16 > "$dir/bf16-75.out" 2>&1 || status=$?
 [ "$status" = 1 ] && grep -q "bf16 operands, which need sm_80 or newer, and this GPU is sm_75: train with --precision fp16" "$dir/bf16-75.out" ||
   { echo "FAIL: bf16 GEMMs on sm_75 ($status)"; cat "$dir/bf16-75.out"; exit 1; }
+# --mem auto on a GPU of 290 MiB free: the budget is 290 MiB less the 256 MiB reserve
+# (api/session.h sn_session_mem_auto), the plan fits it (--batch 16: the LM head in chunks)
+# and planned = measured; 200 MiB free is refused, naming the reserve
+# shellcheck disable=SC2086
+SN_STANDIN_MEM=290M "$sinter" train $tiny --device cuda --batch 16 --mem auto > "$dir/auto.out" 2>&1 ||
+  { echo "FAIL: --mem auto"; cat "$dir/auto.out"; exit 1; }
+grep -q "^memory: --mem auto: 34.0 MiB (35651584 bytes), the 290.0 MiB (304087040 bytes) the device had free" "$dir/auto.out" &&
+  grep -q "^  budget  *34.0 MiB  *35651584  fits" "$dir/auto.out" ||
+  { echo "FAIL: --mem auto's budget"; cat "$dir/auto.out"; exit 1; }
+line=$(grep "^memory: planned" "$dir/auto.out") || { echo "FAIL: no memory line (auto)"; cat "$dir/auto.out"; exit 1; }
+planned=$(echo "$line" | sed 's/.*planned [^(]*(\([0-9]*\) bytes).*/\1/')
+measured=$(echo "$line" | sed 's/.*measured [^(]*(\([0-9]*\) bytes:.*/\1/')
+[ -n "$planned" ] && [ "$planned" = "$measured" ] && [ "$planned" -le 35651584 ] ||
+  { echo "FAIL: --mem auto: planned $planned measured $measured"; exit 1; }
+# shellcheck disable=SC2086
+if SN_STANDIN_MEM=200M "$sinter" train $tiny --device cuda --mem auto > "$dir/auto-low.out" 2>&1; then
+  echo "FAIL: --mem auto with 200 MiB free"; exit 1
+fi
+grep -q "has 200.0 MiB free of 200.0 MiB, less than the 256 MiB a run keeps in reserve with mem auto" "$dir/auto-low.out" ||
+  { echo "FAIL: --mem auto's refusal"; cat "$dir/auto-low.out"; exit 1; }
 # llama-tiny trained with extra options $2.. (name $1) in f32 and bf16, on the stand-in and the
 # CPU device: f32 the CPU device's losses as printed, bf16 within 0.1% at every step (the
 # products' rounding order differs by shape)
@@ -86,7 +106,7 @@ same_as_cpu lora --lora 4
   { echo "FAIL: llama-tiny --qlora 4"; cat "$dir/qlora-cuda.out" "$dir/qlora-cpu.out"; exit 1; }
 [ "$(losses "$dir/qlora-cuda.out")" = "$(losses "$dir/qlora-cpu.out")" ] ||
   { echo "FAIL: llama-tiny QLoRA's losses differ"; losses "$dir/qlora-cuda.out"; losses "$dir/qlora-cpu.out"; exit 1; }
-echo "sinter train --device cuda on the stand-in: the CPU device's losses, bf16 and fp16 train, fp16 on sm_75 too, bf16 refused there, llama-tiny with its projections joined, in full, with LoRA and with QLoRA: ok"
+echo "sinter train --device cuda on the stand-in: the CPU device's losses, bf16 and fp16 train, fp16 on sm_75 too, bf16 refused there, --mem auto's budget, llama-tiny with its projections joined, in full, with LoRA and with QLoRA: ok"
 losses "$dir/cuda.out"
 losses "$dir/bf16.out"
 losses "$dir/fp16.out"

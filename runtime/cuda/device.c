@@ -84,7 +84,8 @@ static void *cu_alloc(sn_device *d, size_t bytes, sn_err *e) {
         c->api.cuMemGetInfo(&free_b, &total);
         size_t len = strlen(e->msg);
         snprintf(e->msg + len, sizeof e->msg - len, ": the GPU has %s free, %s were asked for "
-                 "(use a smaller --batch or --seq)", sn_bytes_str((int64_t)free_b, have, sizeof have),
+                 "(use a smaller --batch or --seq, or --mem auto: the planner fits the run in the GPU's "
+                 "free memory)", sn_bytes_str((int64_t)free_b, have, sizeof have),
                  sn_bytes_str((int64_t)bytes, want, sizeof want));
     }
     if (!st) st = SN_CUDA_CHECK(API, e, cuMemsetD8Async, p, 0, bytes, c->stream);
@@ -235,6 +236,15 @@ static sn_status cu_copy_async(sn_device *d, void *dst, const void *src, size_t 
 }
 
 static sn_status cu_flush(sn_device *d, sn_err *e) { return flush(d->impl, e); }
+
+static sn_status cu_mem_info(sn_device *d, int64_t *free_bytes, int64_t *total_bytes, sn_err *e) {
+    cuda_dev *c = d->impl;
+    size_t f = 0, t = 0;
+    sn_status st = SN_CUDA_CHECK(API, e, cuMemGetInfo, &f, &t);
+    *free_bytes = (int64_t)f;
+    *total_bytes = (int64_t)t;
+    return st;
+}
 
 static sn_status cu_event_wait(sn_device *d, void *done, sn_err *e) {
     cuda_dev *c = d->impl;
@@ -528,7 +538,7 @@ sn_status sn_cuda_device_new_opts(int ordinal, const sn_cuda_opts *o, sn_device 
                           .event_record = cu_event_record, .event_elapsed = cu_event_elapsed,
                           .event_free = cu_event_free, .host_alloc = cu_host_alloc,
                           .host_free = cu_host_free, .copy_async = cu_copy_async,
-                          .event_wait = cu_event_wait, .flush = cu_flush,
+                          .event_wait = cu_event_wait, .flush = cu_flush, .mem_info = cu_mem_info,
                           .destroy = cu_destroy, .impl = c, .target = sn_target_cuda(c->sm)};
     c->base.target.sm_count = c->sms;
     /* the device's own limit, which the table of sn_target_cuda may not know (a newer part) */
