@@ -59,8 +59,8 @@ static const cli_opt gen_opts[] = {
              "draws with N + b"},
     {"device", 0, CLI_CHOICE, "D", O(device), .choices = "auto, cuda, cpu, interp",
      .help = "auto (default): the CUDA GPU when there is one, else cpu;\n"
-             "cuda: CUDA GPU 0; cpu: compiled kernels on the CPU;\n"
-             "interp: the reference interpreter"},
+             "cuda: CUDA GPU 0 (CUDA_VISIBLE_DEVICES=N makes GPU N the first);\n"
+             "cpu: compiled kernels on the CPU; interp: the reference interpreter"},
     {"no-cache", 0, CLI_FLAG, NULL, O(no_cache),
      .help = "compile every kernel, read and write no kernel cache (CUBINs for\n"
              "CUDA, object files for the CPU)"},

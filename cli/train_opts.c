@@ -24,8 +24,9 @@ static const cli_opt train_opts[] = {
      .help = "the GPT-2 or LLaMA-family configuration (default demo)"},
     {"device", 0, CLI_CHOICE, "D", O(device), .choices = "auto, cuda, cpu, interp",
      .help = "auto (default): the CUDA GPU when there is one, else cpu;\n"
-             "cuda: CUDA GPU 0 (an error without one); cpu: compiled kernels on\n"
-             "the CPU; interp: the reference interpreter"},
+             "cuda: CUDA GPU 0 (an error without one; CUDA_VISIBLE_DEVICES=N\n"
+             "makes GPU N the first); cpu: compiled kernels on the CPU; interp:\n"
+             "the reference interpreter"},
     {"no-cache", 0, CLI_FLAG, NULL, O(no_cache),
      .help = "compile every kernel, read and write no kernel cache\n"
              "($XDG_CACHE_HOME/sinter or ~/.cache/sinter: CUBINs, and object\n"
