@@ -290,6 +290,20 @@ int64_t sn_session_mem_auto(int64_t free_bytes, bool cuda) {
     return left > 0 ? left : 0;
 }
 
+/* With mem and resume: the micro-batch the checkpoint was saved with (its "batch"), which the
+ * plan must keep for the run to go on exactly (its data and sums); 0 when the file says none
+ * (the load reports an unreadable file). */
+static int resumed_micro_batch(const char *path) {
+    sn_ckpt_model *m;
+    sn_err e;
+    if (sn_ckpt_model_read(path, &m, &e)) return 0;
+    char buf[32], *end;
+    const char *v = sn_ckpt_model_meta(m, "batch", buf, sizeof buf);
+    long b = v ? strtol(v, &end, 10) : 0;
+    sn_ckpt_model_free(m);
+    return v && !*end && b > 0 && b <= INT32_MAX ? (int)b : 0;
+}
+
 /* SN_SESSION_MEM_AUTO: the budget from the open device's free memory. */
 static sn_status mem_auto(sn_session *r, sn_err *e) {
     if (!r->dev->mem_info)
@@ -349,7 +363,19 @@ static sn_status setup(sn_session *r, sn_err *e) {
                                                                        : SN_PLAN_OFFLOAD_ALWAYS,
                             .offload_delay = o->offload_delay,
                             .chunk_logits = o->chunk_logits < 0 ? SN_CHUNK_LOGITS_AUTO : o->chunk_logits};
-        if ((s = sn_plan_make(&plo, plan_graph, r, &r->plan, e))) return s;
+        /* a resumed run keeps its micro-batch (another would change its sums), the budget the
+           rest: with mem auto the free memory can differ from the saving run's */
+        int saved = o->resume ? resumed_micro_batch(o->resume) : 0;
+        if (saved && r->B % saved == 0) plo.micro_batch = saved;
+        if ((s = sn_plan_make(&plo, plan_graph, r, &r->plan, e))) {
+            if (plo.micro_batch && s == SN_ERR_OOM) {
+                char msg[sizeof e->msg];
+                snprintf(msg, sizeof msg, "%s", e->msg);
+                sn_fail(e, s, "%s was saved at micro-batch %d, which a resumed run keeps: %s",
+                        o->resume, saved, msg);
+            }
+            return s;
+        }
         r->planned = true;
         r->B = r->plan.micro_batch;
         r->micro = r->plan.accum;

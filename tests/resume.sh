@@ -126,3 +126,27 @@ expect_refused "train.dropout is 0.200000003 there, 0.100000001 here" --resume r
 args=$(echo "$args" | sed 's/ --dropout 0.2//')
 expect_refused "it has train.dropout = 0.200000003, which this run does not set" --resume run.ckpt
 echo "dropout: resumed from step $at as the uninterrupted run; another probability refused"
+
+# --mem: a resumed run keeps the micro-batch it was saved with (another would change its sums),
+# whatever the budget (with --mem auto, the device's free memory) would choose alone: saved
+# at 760 KiB (micro-batch 1 x 4), resumed at 900 KiB (alone: micro-batch 4), it ends as the
+# uninterrupted run; a budget the saved micro-batch does not fit is refused naming it
+if [ "$device" != interp ]; then
+    args="--model tiny --data corpus.txt --batch 4 --seq 16 --steps 40 --lr 1e-3 --eval-every 10 --save-every 10 --sample-len 0 --device $device"
+    # shellcheck disable=SC2086
+    "$sinter" train $args --mem 760KiB --log straight.csv --checkpoint straight.ckpt > straight.out
+    grep -q "^choice: micro-batch 1 x 4 " straight.out || fail "--mem 760KiB's plan: $(grep '^choice' straight.out)"
+    # shellcheck disable=SC2086
+    "$sinter" train $args --mem 900KiB --steps 1 > alone.out
+    grep -q "^choice: micro-batch 4 x 1 " alone.out || fail "--mem 900KiB's plan: $(grep '^choice' alone.out)"
+    losses straight.csv > straight.cut
+    rm -f run.ckpt run.csv
+    SN_TRAIN_PAUSE_AFTER=12 bg --mem 760KiB --log run.csv --checkpoint run.ckpt
+    kill_when '[ "$(last_step)" -ge 12 ]'
+    args="$args --mem 900KiB"
+    resume_to_end 10
+    grep -q "^choice: micro-batch 1 x 4 " resumed.out || fail "the resumed plan: $(grep '^choice' resumed.out)"
+    args=$(echo "$args" | sed 's/ --mem 900KiB/ --mem 300KiB/')
+    expect_refused "run.ckpt was saved at micro-batch 1, which a resumed run keeps: plan: nothing fits in 300.0 KiB" --resume run.ckpt
+    echo "--mem: resumed from step $at at another budget with the saved micro-batch, as the uninterrupted run"
+fi
