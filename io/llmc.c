@@ -141,7 +141,10 @@ sn_status sn_llmc_read(const char *path, sn_weights *out, sn_err *e) {
         return s;
     }
     const sn_gpt2_config *c = &h.c;
-    int64_t C = c->n_embd, L = c->n_layer, total = ((int64_t)h.vp + c->ctx + 2) * C, most = (int64_t)h.vp * C;
+    /* most: the largest tensor read into buf, wte's and wpe's rows among them (a byte-level
+       model with a long context has more positions than padded ids) */
+    int64_t C = c->n_embd, L = c->n_layer, total = ((int64_t)h.vp + c->ctx + 2) * C,
+            most = ((int64_t)h.vp > c->ctx ? h.vp : c->ctx) * C;
     for (int k = 0; k < 12; k++) {
         total += L * kind_numel(c, k);
         if (L * kind_numel(c, k) > most) most = L * kind_numel(c, k);

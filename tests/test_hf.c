@@ -277,6 +277,39 @@ START_TEST(round_trip) {
 }
 END_TEST
 
+/* llm.c's file of a GPT-2 whose position table is its largest tensor (maxT x C above Vp x C and
+ * above a layer's 4C x C: a byte-level model with a long context and few channels) reads back
+ * bit for bit: the reader's one buffer is sized for every tensor it reads (it once held only
+ * the largest of wte's rows and the layers' kinds, and wpe's rows ran past it). */
+START_TEST(llmc_long_context) {
+    sn_err e;
+    sn_gpt2_config c = {.name = "gpt2-custom", .vocab = 200, .ctx = 512, .n_layer = 1, .n_head = 1,
+                        .n_embd = 8};
+    sn_weights a;
+    sn_weights_init(&a, &c);
+    int64_t shape[2];
+    char name[96];
+    float v = 0;
+    for (int i = 0; i < sn_gpt2_param_count(&c); i++) {
+        int rank = sn_gpt2_param_at(&c, i, name, sizeof name, shape);
+        int64_t n = shape[0] * (rank > 1 ? shape[1] : 1);
+        float *d = malloc(sizeof(float) * (size_t)n);
+        for (int64_t j = 0; j < n; j++) d[j] = v += 0.25f;
+        ck_assert_msg(sn_weights_add(&a, name, rank, shape, d, &e) == SN_OK, "%s", e.msg);
+    }
+    ck_assert_msg(sn_weights_check(&a, "the test", &e) == SN_OK, "%s", e.msg);
+    char *d = tmp_dir(), bin[4200];
+    snprintf(bin, sizeof bin, "%s/long.bin", d);
+    ck_assert_msg(sn_weights_write_llmc(&a, bin, &e) == SN_OK, "%s", e.msg);
+    sn_weights b = read_ok(bin);
+    same_weights(&a, &b);
+    sn_weights_free(&a);
+    sn_weights_free(&b);
+    rm_rf(d);
+    free(d);
+}
+END_TEST
+
 /* A trainer of GPT-2 c on the interpreter (vocabulary padded as the session does). */
 static sn_trainer *trainer_of(const sn_gpt2_config *c, const sn_gpt2_lora *lora, sn_graph **g) {
     sn_err e;
@@ -587,6 +620,7 @@ int main(void) {
     tcase_add_test(tc, llmc_bf16_logits);
     tcase_add_test(tc, sharded_equals_single);
     tcase_add_test(tc, round_trip);
+    tcase_add_test(tc, llmc_long_context);
     tcase_add_test(tc, checkpoint_round_trip);
     tcase_add_test(tc, lora_merge);
     tcase_add_test(tc, bad_files);
