@@ -82,9 +82,12 @@ static sn_status bool_field(const char *path, json_object *root, const char *key
 static sn_status parse_config(const char *path, json_object *r, sn_gpt2_config *c, sn_err *e) {
     json_object *v;
     const char *s = NULL;
-    if (json_object_object_get_ex(r, "model_type", &v) && strcmp(s = json_object_get_string(v), "gpt2"))
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: model_type is \"%.40s\"; sinter imports GPT-2 "
-                       "(model_type \"gpt2\") only", path, s);
+    /* absent or null: GPT-2 (old files have none); anything but the string "gpt2": refused */
+    if (json_object_object_get_ex(r, "model_type", &v) && v &&
+        (!json_object_is_type(v, json_type_string) || strcmp(s = json_object_get_string(v), "gpt2")))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: model_type is %s%.40s%s; sinter imports GPT-2 "
+                       "(model_type \"gpt2\") only", path, s ? "\"" : "", s ? s : "not a string",
+                       s ? "\"" : "");
     sn_status st;
     if ((st = int_field(path, r, "n_embd", 768, 1, 1 << 16, &c->n_embd, e)) ||
         (st = int_field(path, r, "n_layer", 12, 1, 1000, &c->n_layer, e)) ||

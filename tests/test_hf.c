@@ -468,6 +468,13 @@ START_TEST(bad_files) {
             SN_ERR_UNSUPPORTED, "layer_norm_epsilon", NULL);
     refused(bad_copy("tiny", "config.json", "\"model_type\": \"gpt2\"", "\"model_type\": \"opt2\"", 0),
             SN_ERR_UNSUPPORTED, "model_type", NULL);
+    refused(bad_copy("tiny", "config.json", "\"model_type\": \"gpt2\"", "\"model_type\": 12345 ", 0),
+            SN_ERR_UNSUPPORTED, "model_type is not a string", NULL); /* read as a string: crashed */
+    char *nd = bad_copy("tiny", "config.json", "\"model_type\": \"gpt2\"", "\"model_type\": null  ", 0);
+    sn_weights nw = read_ok(nd); /* null as absent: a GPT-2 (a NULL string crashed strcmp) */
+    sn_weights_free(&nw);
+    rm_rf(nd);
+    free(nd);
     refused(bad_copy("tiny", "model.safetensors", "transformer.h.1.ln_1.bias", "transformer.h.1.attn.bias", 0),
             SN_ERR_INVALID, "h.1.ln_1.b", NULL); /* missing (the name became a mask buffer's) */
     refused(bad_copy("tiny", "model.safetensors", "transformer.ln_f.bias", "transformer.ln_f.bia2", 0),
