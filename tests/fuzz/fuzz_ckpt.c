@@ -5,7 +5,8 @@
  * CRC), so the records themselves are what the fuzzer explores. A checkpoint that loads must save,
  * and that file load. Every input is also offered to sn_checkpoint_init_bytes (a new run from the
  * weights) of the fp32 model with a LoRA adapter beside w, which the seeds lack: what starts a
- * run saves, and starts one again. SN_FUZZ_WRITE_SEED=FILE writes a seed (the model after two
+ * run saves, and starts one again; and to the readers without a trainer (export's and
+ * generate's: the same names, shapes and bits from both). SN_FUZZ_WRITE_SEED=FILE writes a seed (the model after two
  * steps; at SN_FUZZ_SEED_PRECISION, default fp32) and exits. */
 #include <string.h>
 #include <zlib.h>
@@ -164,6 +165,57 @@ static void try_init(const uint8_t *b, size_t size) {
     unlink(path);
 }
 
+/* b offered to the readers without a trainer: sinter export's (sn_checkpoint_read_weights_bytes)
+ * and sinter generate's (sn_ckpt_model_read: a file it reads whole, then the metadata, the
+ * names, shapes and weights as a source). What export reads, generate reads too, with the same
+ * names, shapes and bits. */
+static void try_readers(const uint8_t *b, size_t size) {
+    sn_ckpt_weights w = {0};
+    sn_err e = {0}, em = {0};
+    sn_status s = sn_checkpoint_read_weights_bytes("fuzz.ckpt", b, size, &w, &e);
+    FUZZ_CHECK(s == SN_OK || e.msg[0], "export's reader: status %d without a message", s);
+    char path[64], buf[96];
+    int fd = fuzz_file(b, size, path);
+    if (fd < 0) {
+        if (!s) sn_ckpt_weights_free(&w);
+        return;
+    }
+    sn_ckpt_model *m = NULL;
+    sn_status sm = sn_ckpt_model_read(path, &m, &em);
+    close(fd);
+    FUZZ_CHECK(sm == SN_OK || em.msg[0], "generate's reader: status %d without a message", sm);
+    if (!sm) {
+        sn_ckpt_model_meta(m, "model", buf, sizeof buf);
+        sn_ckpt_model_meta(m, "batch", buf, sizeof buf);
+        sn_weight_source src = sn_ckpt_model_weights(m);
+        const char *name;
+        for (int i = 0; (name = sn_ckpt_model_param_name(m, i)); i++) {
+            sn_node p = {.name = (char *)name, .dtype = SN_F32};
+            p.rank = sn_ckpt_model_shape(m, name, p.shape);
+            if (p.rank < 0) continue;
+            int64_t n = 0;
+            if (!sn_shape_numel_checked(p.rank, p.shape, &n) || n > (1 << 24)) continue;
+            float *x = malloc(4 * (size_t)n + 4);
+            if (!x) continue;
+            em = (sn_err){0};
+            sn_status g = src.get(src.src, &p, x, &em);
+            FUZZ_CHECK(g == SN_OK || em.msg[0], "generate's reader: %s: status %d without a message", name, g);
+            const sn_ckpt_param *q = NULL;
+            for (int j = 0; !s && j < w.n && !q; j++)
+                if (!strcmp(w.params[j].name, name)) q = &w.params[j];
+            if (!s && !g) /* both read it: the same bits */
+                FUZZ_CHECK(q && q->rank == p.rank && !memcmp(q->shape, p.shape, sizeof(int64_t) * (size_t)p.rank) &&
+                           !memcmp(q->w, x, 4 * (size_t)n), "%s differs between the readers", name);
+            free(x);
+        }
+        sn_ckpt_model_free(m);
+    }
+    if (!s) {
+        FUZZ_CHECK(!sm, "export reads the file, generate refuses it: %s", em.msg);
+        sn_ckpt_weights_free(&w);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *b = malloc(size ? size : 1);
     if (!b) return 0;
@@ -176,6 +228,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (int k = 0; k < NPREC; k++) try_load(k, b, size);
     try_init(b, size);
+    try_readers(b, size);
     free(b);
     return 0;
 }
