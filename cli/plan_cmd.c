@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/session.h"
 #include "passes/passes.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/device.h"
 #include "train/plan.h"
 #include "cli.h"
 
@@ -87,9 +90,13 @@ static const cli_opt plan_opts[] = {
              "model's default is its own)"},
     {"batch", 'b', CLI_INT, "B", O(batch), 1, 1 << 16, .help = "sequences per optimizer step (default 16)"},
     {"seq", 't', CLI_INT, "T", O(seq), 1, 1 << 20, .help = "tokens per sequence (default: the model's context)"},
-    {"mem", 0, CLI_BYTES, "N", O(mem), .help = "device memory to fit in: 6GiB, 500MiB, 8e9 (bytes); required"},
+    {"mem", 0, CLI_BYTES, "N", O(mem), .auto_word = true,
+     .help = "device memory to fit in: 6GiB, 500MiB, 8e9 (bytes); required;\n"
+             "auto: what the device has free now less sinter train --mem auto's\n"
+             "reserve (the GPU, or the CPU's available RAM)"},
     {"device", 0, CLI_CHOICE, "D", O(device), .choices = "cpu, cuda",
-     .help = "cpu (default) or cuda (sm_80; adds cuBLASLt's workspace)"},
+     .help = "cpu (default) or cuda (sm_80, or with --mem auto this machine's\n"
+             "GPU; adds cuBLASLt's workspace)"},
     {"precision", 0, CLI_CHOICE, "P", O(precision), .choices = "fp32, bf16, fp16, tf32",
      .help = "fp32 (default), bf16 or fp16 (the autocast pass: fp32 master\n"
              "weights, 16-bit products and the activations it casts), tf32"},
@@ -126,6 +133,33 @@ static const cli_opt plan_opts[] = {
              "weights as f32 parameters with 16-bit copies (sinter train\n"
              "--base-f32); by default stored in the compute dtype itself"},
 };
+
+/* --mem auto: the device's free bytes less the reserve sinter train --mem auto keeps
+ * (api/session.h sn_session_mem_auto); with --device cuda the GPU's own target into *t (its
+ * architecture, shared memory and SMs, as sinter train compiles for it). Returns the exit
+ * code, -1 when it went well. */
+static int mem_auto(bool cuda, sn_target *t, long long *mem) {
+    sn_device *d = NULL;
+    sn_err e;
+    sn_status s = cuda ? sn_cuda_device_new(0, &d, &e) : sn_cpu_device_new(1, &d, &e);
+    int64_t free_b = 0, total = 0;
+    if (!s) s = d->mem_info(d, &free_b, &total, &e);
+    if (!s && cuda) *t = d->target;
+    sn_device_free(d);
+    if (s) {
+        fprintf(stderr, "sinter plan: --mem auto asks the device what it has free: %s; give --mem as "
+                "bytes\n", e.msg);
+        return 1;
+    }
+    *mem = sn_session_mem_auto(free_b, cuda);
+    char b[32], f[32];
+    printf("memory: --mem auto: %s (%lld bytes), the %s (%lld bytes) the device has free less a "
+           "reserve\n", sn_bytes_str(*mem, b, sizeof b), *mem, sn_bytes_str(free_b, f, sizeof f),
+           (long long)free_b);
+    if (*mem > 0) return -1;
+    fprintf(stderr, "sinter plan: the device has %s free, less than the reserve: nothing to plan in\n", f);
+    return 1;
+}
 
 static int cli_plan(int argc, char **argv);
 
@@ -167,6 +201,7 @@ static int cli_plan(int argc, char **argv) {
     int policy = a.policy ? sn_recompute_policy_parse(a.policy) : -1;
     if (policy == SN_RECOMPUTE_BUDGET) policy = -1;
     sn_target t = strcmp(a.device, "cuda") ? sn_target_cpu() : sn_target_cuda(80);
+    if (a.mem < 0 && (rc = mem_auto(!strcmp(a.device, "cuda"), &t, &a.mem)) >= 0) return rc;
     plan_model m = {.name = a.model};
     sn_err e;
     if (!a.hf) {

@@ -156,6 +156,14 @@ line=$(grep "^memory: planned" "$dir/auto.out") || { echo "FAIL: no memory line 
 planned=$(echo "$line" | sed 's/.*planned [^(]*(\([0-9]*\) bytes).*/\1/')
 measured=$(echo "$line" | sed 's/.*measured [^(]*(\([0-9]*\) bytes:.*/\1/')
 [ -n "$planned" ] && [ "$planned" = "$measured" ] || { echo "FAIL: auto: planned $planned measured $measured"; exit 1; }
+# sinter plan --mem auto: the same rule, its budget printed before the plan's
+"$sinter" plan --model tiny --batch 4 --seq 16 --mem auto > "$dir/plan_auto.out" || { echo "FAIL: plan --mem auto"; cat "$dir/plan_auto.out"; exit 1; }
+line=$(grep "^memory: --mem auto: " "$dir/plan_auto.out") || { echo "FAIL: plan: no budget line"; cat "$dir/plan_auto.out"; exit 1; }
+budget=$(echo "$line" | sed 's/^[^(]*(\([0-9]*\) bytes).*/\1/')
+free=$(echo "$line" | sed 's/.*the [^(]*(\([0-9]*\) bytes) the device has free.*/\1/')
+reserve=$((free / 10 > 1073741824 ? free / 10 : 1073741824))
+[ "$budget" = $((free - reserve)) ] && grep -q "^  budget .* $budget  fits" "$dir/plan_auto.out" ||
+    { echo "FAIL: plan --mem auto: budget $budget of $free free"; cat "$dir/plan_auto.out"; exit 1; }
 # shellcheck disable=SC2086
 if "$sinter" train $tiny --device interp --mem auto 2> "$dir/auto.err"; then echo "FAIL: interp --mem auto"; exit 1; fi
 grep -q "the interpreter has none" "$dir/auto.err" || { echo "FAIL: interp --mem auto message"; cat "$dir/auto.err"; exit 1; }

@@ -67,6 +67,14 @@ planned=$(echo "$line" | sed 's/.*planned [^(]*(\([0-9]*\) bytes).*/\1/')
 measured=$(echo "$line" | sed 's/.*measured [^(]*(\([0-9]*\) bytes:.*/\1/')
 [ -n "$planned" ] && [ "$planned" = "$measured" ] && [ "$planned" -le 35651584 ] ||
   { echo "FAIL: --mem auto: planned $planned measured $measured"; exit 1; }
+# sinter plan --device cuda --mem auto asks the GPU too (8 GiB free: gpt2 at B=16 T=1024 in bf16
+# fits with checkpointing), and plans for its architecture
+SN_STANDIN_SM=89 SN_STANDIN_MEM=8G "$sinter" plan --model gpt2 --batch 16 --seq 1024 --precision bf16 --device cuda \
+  --mem auto > "$dir/plan-auto.out" 2>&1 || { echo "FAIL: plan --mem auto"; cat "$dir/plan-auto.out"; exit 1; }
+grep -q "^memory: --mem auto: 7.6 GiB (8160437863 bytes), the 8.0 GiB (8589934592 bytes) the device has free" "$dir/plan-auto.out" &&
+  grep -q "^plan: gpt2, batch 16 x seq 1024, budget 7.6 GiB, cuda sm_89$" "$dir/plan-auto.out" &&
+  grep -q "^choice: .*checkpoint policy budget" "$dir/plan-auto.out" ||
+  { echo "FAIL: plan --mem auto on the GPU"; cat "$dir/plan-auto.out"; exit 1; }
 # shellcheck disable=SC2086
 if SN_STANDIN_MEM=200M "$sinter" train $tiny --device cuda --mem auto > "$dir/auto-low.out" 2>&1; then
   echo "FAIL: --mem auto with 200 MiB free"; exit 1
