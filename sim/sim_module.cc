@@ -18,14 +18,18 @@ extern "C" {
 #include "support/hash.h"
 }
 
-static const char *flags = "-std=gnu++17 -O1 -fPIC -shared -w -fstack-clash-protection -x c++"; /* the
-    * last: a large frame probes its pages in order, so it faults on the guard page below a fiber's
-    * stack instead of jumping over it */;
+static const char *flags = "-std=gnu++17 -O1 -fPIC -shared -w -fstack-clash-protection "
+                           "-fsanitize=alignment -fsanitize-undefined-trap-on-error -x c++"; /*
+    * -fstack-clash-protection: a large frame probes its pages in order, so it faults on the guard
+    * page below a fiber's stack instead of jumping over it; -fsanitize=alignment with the trap: a
+    * load or store not aligned to its type (a float4 at an address not a multiple of 16) executes
+    * ud2, as a GPU faults with "misaligned address" (sim_run.cc says which on SIGILL) */
 /* A profiled module: compiled with ThreadSanitizer's instrumentation (every load and store a
  * call to __tsan_readN / __tsan_writeN, which sinter_sim.h defines as calls into the simulator),
  * linked without its runtime. */
 static const char *flags_profiled = "-std=gnu++17 -O1 -fPIC -w -fstack-clash-protection "
-                                    "-fsanitize=thread -c -x c++";
+                                    "-fsanitize=thread -fsanitize=alignment "
+                                    "-fsanitize-undefined-trap-on-error -c -x c++";
 
 static unsigned long long fnv1a(unsigned long long h, const char *s) {
     return sn_hash_word(sn_hash_str(s, h), 0xff); /* a separator between the parts */

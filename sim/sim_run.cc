@@ -420,10 +420,21 @@ static char *fiber_stacks(size_t bytes, unsigned n, size_t *stride) {
     return pool.mem;
 }
 
-/* A fiber that overflows its stack faults on a guard page: say so before the process dies. The
- * handler runs on its own stack and is installed only for the duration of a launch. */
+/* A fiber that overflows its stack faults on a guard page, and a kernel's access not aligned to
+ * its type traps (sim_module.cc: -fsanitize=alignment): say which before the process dies. The
+ * handlers run on their own stack and are installed only for the duration of a launch. */
 static thread_local char signal_stack[32 * 1024];
-static thread_local struct sigaction old_segv;
+static thread_local struct sigaction old_segv, old_ill;
+
+static void on_ill(int sig, siginfo_t *info, void *uctx) {
+    (void)info, (void)uctx;
+    char msg[320];
+    int n = snprintf(msg, sizeof msg, "sinter sim: %s: a load or store at an address that is not a "
+                     "multiple of its size (a float4 not 16-byte aligned, a float2 not 8): a GPU "
+                     "faults with \"misaligned address\" there\n", current ? current->kernel : "a kernel");
+    if (n > 0 && write(2, msg, (size_t)n) < 0) n = 0;
+    sigaction(sig, &old_ill, NULL); /* the trap repeats and goes where it would have */
+}
 
 static void on_segv(int sig, siginfo_t *info, void *uctx) {
     const char *a = (const char *)info->si_addr;
@@ -450,8 +461,11 @@ struct segv_guard {
         sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
         sigemptyset(&sa.sa_mask);
         sigaction(SIGSEGV, &sa, &old_segv);
+        sa.sa_sigaction = on_ill;
+        sigaction(SIGILL, &sa, &old_ill);
     }
     ~segv_guard() {
+        sigaction(SIGILL, &old_ill, NULL);
         sigaction(SIGSEGV, &old_segv, NULL);
         sigaltstack(&old_stack, NULL);
     }
