@@ -629,6 +629,7 @@ void sn_session_info_get(const sn_session *r, sn_session_info *out) {
                              .steps_skipped = sn_trainer_scaler(r->t).skipped,
                              .host_measured = sn_trainer_host_state_bytes(r->t)};
     out->offload = out->host_measured > 0;
+    out->cuda_sm = r->dev && r->dev->target.kind == SN_TARGET_CUDA ? r->dev->target.sm : 0;
     out->trained = sn_param_layout_trained(sn_trainer_layout(r->t));
     if (!r->planned) return;
     out->mem_planned = r->plan.total;

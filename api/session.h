@@ -220,6 +220,7 @@ sn_status sn_session_sample(sn_session *s, const sn_session_sample_opts *o, char
 
 typedef struct {
     const char *model, *tokenizer, *device; /* names; device: what runs the steps */
+    int cuda_sm;                            /* a CUDA device's architecture (86: sm_86); 0 else */
     int vocab, batch, seq, micro;           /* micro: micro-batches of (B, T) per step */
     long tokens_per_step;
     int64_t params;                         /* trained and frozen elements */

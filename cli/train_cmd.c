@@ -421,6 +421,10 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
     printf("precision: %s%s\n", a->precision,
            !strcmp(a->precision, "tf32") && on_cpu
                ? " (TF32 is a CUDA tensor-core mode: on this device it means fp32)"
+           : !strcmp(a->precision, "fp32") && in.cuda_sm >= 80
+               ? " (this GPU's tensor cores multiply bf16: --precision bf16 trains several times faster)"
+           : !strcmp(a->precision, "fp32") && in.cuda_sm
+               ? " (this GPU's tensor cores multiply fp16: --precision fp16 trains several times faster)"
            : !strcmp(a->precision, "fp32") && strcmp(a->device, "interp") &&
                    sn_target_default_precision(&cpu) == SN_PRECISION_BF16
                ? " (this CPU has bf16 dot products: try --precision bf16)" : "");

@@ -20,6 +20,8 @@ tiny="--model tiny --data $dir/corpus.txt --batch 2 --seq 16 --steps 3 --sample-
 "$sinter" train $tiny --device cuda > "$dir/cuda.out" 2>&1 || { echo "FAIL: train --device cuda"; cat "$dir/cuda.out"; exit 1; }
 grep -q "^device: cuda 0: sinter stand-in driver" "$dir/cuda.out" || { echo "FAIL: device line"; cat "$dir/cuda.out"; exit 1; }
 grep -q "^step  *3/3" "$dir/cuda.out" || { echo "FAIL: did not train"; cat "$dir/cuda.out"; exit 1; }
+grep -q "^precision: fp32 (this GPU's tensor cores multiply bf16: --precision bf16 trains several times faster)" "$dir/cuda.out" ||
+  { echo "FAIL: no bf16 hint on an sm_80 GPU"; cat "$dir/cuda.out"; exit 1; }
 # shellcheck disable=SC2086
 "$sinter" train $tiny --device cpu > "$dir/cpu.out" 2>&1
 losses() { sed -n 's/^step *\([0-9]*\)\/.*| loss \([0-9.]*\) .*| grad norm *\([0-9.]*\) .*/\1 \2 \3/p' "$1"; }
