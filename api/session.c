@@ -294,13 +294,9 @@ int64_t sn_session_mem_auto(int64_t free_bytes, bool cuda) {
  * plan must keep for the run to go on exactly (its data and sums); 0 when the file says none
  * (the load reports an unreadable file). */
 static int resumed_micro_batch(const char *path) {
-    sn_ckpt_model *m;
-    sn_err e;
-    if (sn_ckpt_model_read(path, &m, &e)) return 0;
-    char buf[32], *end;
-    const char *v = sn_ckpt_model_meta(m, "batch", buf, sizeof buf);
+    char buf[32], *end = NULL;
+    const char *v = sn_checkpoint_peek_meta(path, "batch", buf, sizeof buf);
     long b = v ? strtol(v, &end, 10) : 0;
-    sn_ckpt_model_free(m);
     return v && !*end && b > 0 && b <= INT32_MAX ? (int)b : 0;
 }
 

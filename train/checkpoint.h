@@ -98,6 +98,12 @@ sn_status sn_checkpoint_read_weights_bytes(const char *path, const void *bytes, 
                                            sn_ckpt_weights *out, sn_err *e);
 void sn_ckpt_weights_free(sn_ckpt_weights *w);
 
+/* A metadata value of the checkpoint at path (NUL-terminated in buf, if it fits len - 1 bytes),
+ * read from the records before the first that is not metadata, without reading or checking the
+ * rest (no CRC): a hint for what comes before a load (the plan of a resumed run), which checks
+ * the whole file. NULL when the file, the key or room for it is not there. */
+const char *sn_checkpoint_peek_meta(const char *path, const char *key, char *buf, size_t len);
+
 /* ---- a checkpoint's model without a trainer (checkpoint_read.c: generation) ---- */
 
 typedef struct sn_ckpt_model sn_ckpt_model;

@@ -96,6 +96,33 @@ sn_status sn_ckpt_model_read(const char *path, sn_ckpt_model **out, sn_err *e) {
     return SN_OK;
 }
 
+const char *sn_checkpoint_peek_meta(const char *path, const char *key, char *buf, size_t len) {
+    FILE *f = fopen(path, "rb");
+    uint8_t h[HEADER_BYTES + 16];
+    const char *found = NULL;
+    size_t klen = strlen(key);
+    if (!f || !len || fread(h, 1, HEADER_BYTES, f) != HEADER_BYTES || memcmp(h, SN_CKPT_MAGIC, 8) ||
+        sn_ckpt_u32(h + 8) != SN_CKPT_VERSION) {
+        if (f) fclose(f);
+        return NULL;
+    }
+    /* records: u32 kind, u32 name length, the name, u64 size, the body; the metadata first */
+    char name[128];
+    while (!found && fread(h, 1, 8, f) == 8) {
+        uint32_t kind = sn_ckpt_u32(h), nl = sn_ckpt_u32(h + 4);
+        if (kind != REC_META || nl >= sizeof name || fread(name, 1, nl, f) != nl || fread(h, 1, 8, f) != 8)
+            break;
+        uint64_t size = sn_ckpt_u64(h);
+        if (nl == klen && !memcmp(name, key, klen) && size < len) {
+            if (fread(buf, 1, (size_t)size, f) == size) buf[size] = 0, found = buf;
+            break;
+        }
+        if (size > (1u << 20) || fseek(f, (long)size, SEEK_CUR)) break;
+    }
+    fclose(f);
+    return found;
+}
+
 const char *sn_ckpt_model_meta(const sn_ckpt_model *m, const char *key, char *buf, size_t len) {
     const sn_ckpt_rec *r = sn_ckpt_find(&m->f, REC_META, key);
     if (!r || !len) return NULL;

@@ -167,8 +167,9 @@ static void try_init(const uint8_t *b, size_t size) {
 
 /* b offered to the readers without a trainer: sinter export's (sn_checkpoint_read_weights_bytes)
  * and sinter generate's (sn_ckpt_model_read: a file it reads whole, then the metadata, the
- * names, shapes and weights as a source). What export reads, generate reads too, with the same
- * names, shapes and bits. */
+ * names, shapes and weights as a source), and the peek at the metadata before a resumed run's
+ * plan. What export reads, generate reads too, with the same names, shapes and bits; what the
+ * peek finds is the reader's. */
 static void try_readers(const uint8_t *b, size_t size) {
     sn_ckpt_weights w = {0};
     sn_err e = {0}, em = {0};
@@ -182,7 +183,11 @@ static void try_readers(const uint8_t *b, size_t size) {
     }
     sn_ckpt_model *m = NULL;
     sn_status sm = sn_ckpt_model_read(path, &m, &em);
+    char peek[96], *peeked = (char *)sn_checkpoint_peek_meta(path, "model", peek, sizeof peek);
     close(fd);
+    if (!sm && peeked) /* the peek reads the metadata records the reader reads */
+        FUZZ_CHECK(!strcmp(peeked, sn_ckpt_model_meta(m, "model", buf, sizeof buf) ? buf : ""),
+                   "the peek's model \"%s\", the reader's \"%s\"", peeked, buf);
     FUZZ_CHECK(sm == SN_OK || em.msg[0], "generate's reader: status %d without a message", sm);
     if (!sm) {
         sn_ckpt_model_meta(m, "model", buf, sizeof buf);
