@@ -2,13 +2,12 @@
  * reference interpreter's: 64-byte aligned blocks, plain copies, and events that are the host
  * clock (work is done when a call returns).
  * Convention: a block larger than RAM and swap is refused before any page is touched. */
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysinfo.h>
 
 #include "support/clock.h"
+#include "support/memfree.h"
 #include "host.h"
 
 /* RAM + swap: Linux overcommits, so a malloc larger than this can succeed and the process dies
@@ -39,23 +38,13 @@ static void host_free(sn_device *d, void *p) {
     free(p);
 }
 
-/* MemAvailable from /proc/meminfo (what Linux can give without swapping), else sysinfo's free
- * and buffer RAM; the RAM in all from sysinfo. */
+/* The host memory this process may still take (support/memfree.h: MemAvailable, within its
+ * memory cgroup's limit), and the RAM. */
 static sn_status host_mem_info(sn_device *d, int64_t *free_bytes, int64_t *total_bytes, sn_err *e) {
     (void)d;
-    struct sysinfo si;
-    if (sysinfo(&si)) return sn_fail(e, SN_ERR_IO, "sysinfo: %s", strerror(errno));
-    *total_bytes = (int64_t)((uint64_t)si.totalram * si.mem_unit);
-    *free_bytes = (int64_t)(((uint64_t)si.freeram + si.bufferram) * si.mem_unit);
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[128];
-    long long kib;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) {
-            *free_bytes = (int64_t)kib * 1024;
-            break;
-        }
-    if (f) fclose(f);
+    if (!sn_host_memory("", free_bytes, total_bytes))
+        return sn_fail(e, SN_ERR_IO, "/proc/meminfo: cannot read it, so the free memory is not "
+                       "known: give --mem as bytes");
     return SN_OK;
 }
 

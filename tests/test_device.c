@@ -13,6 +13,7 @@
 #include "models/gpt2.h"
 #include "runtime/device.h"
 #include "runtime/gemm_lowp.h"
+#include "support/memfree.h"
 #include "train/checkpoint.h"
 #include "train/train.h"
 #include "harness.h"
@@ -104,6 +105,54 @@ START_TEST(checked_device_trains_the_same) {
 END_TEST
 
 /* the checked device's pointers fault when the host dereferences them */
+/* ---- the host's free memory (support/memfree.h), on made-up /proc and /sys trees ---- */
+
+static void put(const char *root, const char *path, const char *text) {
+    char file[1024], cmd[1200];
+    snprintf(file, sizeof file, "%s%s", root, path);
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", file);
+    ck_assert_int_eq(system(cmd), 0);
+    FILE *f = fopen(file, "w");
+    ck_assert(f && fputs(text, f) >= 0 && fclose(f) == 0);
+}
+
+/* MemAvailable alone, then within a v1 memory cgroup's limit (its own folder, or the mount's
+ * root in a cgroup namespace), within a v2 one, and neither "max" nor v1's unlimited number a
+ * limit; a hybrid layout takes v1's memory controller over v2's path. */
+START_TEST(host_memory_within_the_cgroup) {
+    char root[] = "/tmp/sn_memfree_XXXXXX";
+    ck_assert(mkdtemp(root));
+    int64_t f = 0, t = 0, G = INT64_C(1) << 30;
+    ck_assert(!sn_host_memory(root, &f, &t)); /* no meminfo */
+    put(root, "/proc/meminfo", "MemTotal:       16777216 kB\nMemFree: 1 kB\nMemAvailable:   10485760 kB\n");
+    ck_assert(sn_host_memory(root, &f, &t) && f == 10 * G && t == 16 * G);
+    put(root, "/proc/self/cgroup", "5:cpu,cpuacct:/box\n4:memory:/box\n0::/\n");
+    put(root, "/sys/fs/cgroup/memory/box/memory.limit_in_bytes", "2147483648\n");
+    put(root, "/sys/fs/cgroup/memory/box/memory.usage_in_bytes", "536870912\n");
+    ck_assert(sn_host_memory(root, &f, &t));
+    ck_assert_msg(f == 3 * G / 2 && t == 2 * G, "v1: %lld free of %lld", (long long)f, (long long)t);
+    put(root, "/proc/self/cgroup", "0::/\n4:memory:/elsewhere\n"); /* namespaced: the mount's root */
+    put(root, "/sys/fs/cgroup/memory/memory.limit_in_bytes", "4294967296\n");
+    put(root, "/sys/fs/cgroup/memory/memory.usage_in_bytes", "1073741824\n");
+    ck_assert(sn_host_memory(root, &f, &t) && f == 3 * G && t == 4 * G);
+    put(root, "/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n"); /* none */
+    ck_assert(sn_host_memory(root, &f, &t) && f == 10 * G && t == 16 * G);
+    put(root, "/proc/self/cgroup", "0::/user.slice/run\n");
+    put(root, "/sys/fs/cgroup/user.slice/run/memory.max", "max\n");
+    put(root, "/sys/fs/cgroup/user.slice/run/memory.current", "1000\n");
+    ck_assert(sn_host_memory(root, &f, &t) && f == 10 * G);
+    put(root, "/sys/fs/cgroup/user.slice/run/memory.max", "1073741824\n");
+    ck_assert(sn_host_memory(root, &f, &t));
+    ck_assert_msg(f == G - 1000 && t == G, "v2: %lld free of %lld", (long long)f, (long long)t);
+    put(root, "/sys/fs/cgroup/user.slice/run/memory.current", "2147483648\n"); /* over it */
+    ck_assert(sn_host_memory(root, &f, &t) && f == 0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert(sn_host_memory("", &f, &t) && f > 0 && t >= f); /* this machine's */
+}
+END_TEST
+
 START_TEST(checked_pointer_faults) {
     sn_err e;
     sn_device *inner, *checked;
@@ -335,6 +384,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("contract");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, checked_device_trains_the_same);
+    tcase_add_test(tc, host_memory_within_the_cgroup);
     tcase_add_test_raise_signal(tc, checked_pointer_faults, SIGSEGV);
     tcase_add_loop_test(tc, frozen_parameter, 0, 2);
     tcase_add_test(tc, frozen_round_trips);
