@@ -10,12 +10,21 @@
 #include "support/memfree.h"
 #include "host.h"
 
-/* RAM + swap: Linux overcommits, so a malloc larger than this can succeed and the process dies
- * when it touches the pages; the device refuses such a block before touching it. */
+/* RAM + swap, with the RAM no more than the memory cgroup's limit (a container's): Linux
+ * overcommits, so a malloc larger than this can succeed and the process dies (or the cgroup's
+ * OOM killer takes it) when it touches the pages; the device refuses such a block first. */
 static uint64_t host_memory_bytes(void) {
+    static uint64_t known; /* read once (files under /proc and /sys); 0: not yet */
+    uint64_t have = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (have) return have;
     struct sysinfo si;
     if (sysinfo(&si)) return UINT64_MAX;
-    return ((uint64_t)si.totalram + (uint64_t)si.totalswap) * si.mem_unit;
+    uint64_t ram = (uint64_t)si.totalram * si.mem_unit;
+    int64_t avail, limit;
+    if (sn_host_memory("", &avail, &limit) && limit > 0 && (uint64_t)limit < ram) ram = (uint64_t)limit;
+    have = ram + (uint64_t)si.totalswap * si.mem_unit;
+    __atomic_store_n(&known, have, __ATOMIC_RELAXED);
+    return have;
 }
 
 static void *host_alloc(sn_device *d, size_t bytes, sn_err *e) {
