@@ -1,13 +1,14 @@
 /* fuzz_ckpt.c: libFuzzer harness for the checkpoint reader (sn_checkpoint_load_bytes) of a small
  * model trained on the reference interpreter, at fp32, bf16 and fp16 (the fp16 trainer's dynamic
- * loss scaler is a record of its own); every input is offered to all three. The header's payload
+ * loss scaler is a record of its own), and QLoRA's (w frozen and stored as NF4 by the nf4 pass,
+ * a LoRA adapter beside it: the NF4 record); every input is offered to all four. The header's payload
  * size and CRC-32 are rewritten to agree with the bytes (else nearly every input would stop at the
  * CRC), so the records themselves are what the fuzzer explores. A checkpoint that loads must save,
  * and that file load. Every input is also offered to sn_checkpoint_init_bytes (a new run from the
  * weights) of the fp32 model with a LoRA adapter beside w, which the seeds lack: what starts a
  * run saves, and starts one again; and to the readers without a trainer (export's and
  * generate's: the same names, shapes and bits from both). SN_FUZZ_WRITE_SEED=FILE writes a seed (the model after two
- * steps; at SN_FUZZ_SEED_PRECISION, default fp32) and exits. */
+ * steps; at SN_FUZZ_SEED_PRECISION: fp32 (the default), bf16, fp16 or qlora) and exits. */
 #include <string.h>
 #include <zlib.h>
 
@@ -24,12 +25,14 @@ enum { B = 2, T = 3, V = 7, C = 4, HDR = 32 };
  * load there); bf16 and fp16 set it as the session does, so an input loads into at most one. */
 static const char *const precision_names[] = {"fp32", "bf16", "fp16"};
 static const sn_precision precisions[] = {SN_PRECISION_FP32, SN_PRECISION_BF16, SN_PRECISION_FP16};
-enum { NPREC = 3 };
-static sn_graph *graphs[NPREC + 1];
-static sn_trainer *trainers[NPREC + 1]; /* [NPREC]: fp32 with a LoRA adapter, for --init */
+enum { NPREC = 3, QLORA = NPREC + 1 };
+static sn_graph *graphs[NPREC + 2];
+static sn_trainer *trainers[NPREC + 2]; /* [NPREC]: fp32 with a LoRA adapter, for --init;
+                                           [QLORA]: the same with w frozen and stored as NF4 */
 
 /* idx (B, T) -> embedding (V, C) -> matmul (C, V) + bias -> cross-entropy with targets, with its
- * backward (and the autocast pass at bf16 and fp16); k = NPREC: fp32 with w's LoRA path */
+ * backward (and the autocast pass at bf16 and fp16); k = NPREC: fp32 with w's LoRA path; k =
+ * QLORA: that with w frozen and stored as NF4 (the nf4 pass: QLoRA's base) */
 static sn_status build(int k, sn_err *e) {
     sn_graph *graph = graphs[k] = sn_graph_new();
     if (!graph) return SN_ERR_OOM;
@@ -39,18 +42,23 @@ static sn_status build(int k, sn_err *e) {
     sn_node *w = sn_param(graph, "w", SN_F32, SN_SHAPE(C, V), SN_INIT_NORMAL, 0.5f);
     sn_node *b = sn_param(graph, "b", SN_F32, SN_SHAPE(V), SN_INIT_ZEROS, 0);
     sn_node *x = sn_embedding(graph, wte, idx), *y = sn_add(graph, sn_matmul(graph, x, w), b);
-    if (k == NPREC) y = sn_add(graph, y, sn_lora_path(graph, x, "w", C, V, &(sn_lora){.rank = 2, .alpha = 2}));
+    if (k >= NPREC) y = sn_add(graph, y, sn_lora_path(graph, x, "w", C, V, &(sn_lora){.rank = 2, .alpha = 2}));
+    if (k == QLORA) sn_param_freeze(w);
     sn_node *loss = sn_cross_entropy(graph, y, tg, -1);
     if (sn_graph_error(graph)) return sn_fail(e, SN_ERR_SHAPE, "%s", sn_graph_error(graph));
     graph->loss = loss; /* what the pipeline's autodiff differentiates */
     sn_status s;
-    if (k == NPREC || precisions[k] == SN_PRECISION_FP32) {
+    if (k == NPREC || (k < NPREC && precisions[k] == SN_PRECISION_FP32)) {
         s = sn_backward(graph, loss, e);
     } else {
         sn_pipeline_opts po = sn_pipeline_defaults();
         po.backward = true;
-        po.precision = precisions[k];
-        s = sn_compile(graph, &po, NULL, NULL, e);
+        po.precision = k < NPREC ? precisions[k] : SN_PRECISION_FP32;
+        po.nf4 = k == QLORA;
+        sn_pipeline_stats st;
+        s = sn_compile(graph, &po, NULL, &st, e);
+        if (!s && k == QLORA && st.nf4_stored != 1)
+            return sn_fail(e, SN_ERR_INVALID, "the nf4 pass stored %d weights, not w", st.nf4_stored);
     }
     if (s) return s;
     sn_train_opts o;
@@ -66,7 +74,8 @@ static sn_status build(int k, sn_err *e) {
 static void run_meta(int k, sn_run_state *r) {
     *r = (sn_run_state){0};
     sn_run_meta_set(r, "model", "fuzz");
-    if (k > 0) sn_run_meta_set(r, "precision", "%s", precision_names[k]);
+    if (k > 0 && k < NPREC) sn_run_meta_set(r, "precision", "%s", precision_names[k]);
+    if (k == QLORA) sn_run_meta_set(r, "qlora", "NF4 base");
     r->data_rng = sn_rng_seed(3);
 }
 
@@ -94,17 +103,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     sn_err e = {0};
-    for (int k = 0; k <= NPREC; k++)
+    for (int k = 0; k <= QLORA; k++)
         if (build(k, &e)) {
-            fprintf(stderr, "fuzz_ckpt: cannot build the %s model: %s\n", k < NPREC ? precision_names[k] : "LoRA", e.msg);
+            fprintf(stderr, "fuzz_ckpt: cannot build the %s model: %s\n", k < NPREC ? precision_names[k] : k == NPREC ? "LoRA" : "QLoRA", e.msg);
             exit(1);
         }
     const char *seed = getenv("SN_FUZZ_WRITE_SEED"), *prec = getenv("SN_FUZZ_SEED_PRECISION");
     if (seed) {
         int k = 0;
         while (prec && k < NPREC && strcmp(prec, precision_names[k])) k++;
+        if (k == NPREC && !strcmp(prec, "qlora")) k = QLORA;
         if (k == NPREC) {
-            fprintf(stderr, "fuzz_ckpt: SN_FUZZ_SEED_PRECISION=%s: use fp32, bf16 or fp16\n", prec);
+            fprintf(stderr, "fuzz_ckpt: SN_FUZZ_SEED_PRECISION=%s: use fp32, bf16, fp16 or qlora\n", prec);
             exit(1);
         }
         exit(write_seed(k, seed));
@@ -232,6 +242,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memcpy(b + 24, &crc, 4);
     }
     for (int k = 0; k < NPREC; k++) try_load(k, b, size);
+    try_load(QLORA, b, size);
     try_init(b, size);
     try_readers(b, size);
     free(b);
