@@ -41,7 +41,8 @@ typedef struct {
                                given (with --mem: the plan's choice) */
     const char *offload_what; /* --offload as given (NULL: not given) */
     bool offload_delay;       /* --offload-delay */
-    int offload_threads;      /* --offload-threads N (0: not given) */
+    long offload_threads;     /* --offload-threads N (0: not given; CLI_INT stores a long: an
+                                 int here took 8 bytes over 4 and the next field's) */
     int offload;            /* --offload: 1 optimizer, 0 none, -1 not given (the plan's) */
     double diverge_nats;     /* a loss this far above the recent median stops the run; 0: off */
 } train_args;

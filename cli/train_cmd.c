@@ -122,7 +122,7 @@ static void session_enums(const train_args *a, sn_session_opts *o) {
                                                                         : SN_CHECKPOINT_AUTO;
     o->offload = a->offload < 0 ? SN_OFFLOAD_AUTO : a->offload ? SN_OFFLOAD_OPTIMIZER : SN_OFFLOAD_NONE;
     o->offload_delay = a->offload_delay;
-    o->offload_threads = a->offload_threads;
+    o->offload_threads = (int)a->offload_threads; /* at most 4096 (the option's range) */
 }
 
 /* A LLaMA-family model: --model's built-in shape, or --init-hf's config.json. */

@@ -42,6 +42,9 @@ refused 2 "train: unknown option '-x'" train -x
 refused 2 "train: --device is auto, cuda, cpu or interp, not 'gpu'" train --device=gpu
 refused 2 "train: --model is gpt2, gpt2-medium, gpt2-large, gpt2-xl, demo, tiny, smollm2-135m, smollm2-360m, tinyllama-1.1b, llama-3.2-1b, qwen2.5-0.5b or llama-tiny, not 'gpt5'" train --model gpt5
 refused 2 "plan: --mem wants a size such as 6GiB or 500MiB, or auto, not 'lots'" plan --model tiny --mem lots
+# a value stored before a refusal (CI runs this suite under UBSan, which saw --offload-threads'
+# long stored into an int field)
+refused 2 "train: --offload-threads sets the delayed update's CPU threads: add --offload-delay" train --offload optimizer --offload-threads 2
 refused 2 "graph: --pad-vocab wants a multiple from 0 to 1048576 (0: no padding) or pow2, not 'x'" graph --model tiny --pad-vocab x
 refused 2 "prepare: --val-frac wants a number > 0 and < 1, not '1'" prepare --out x --val-frac 1
 refused 2 "train: --bpe DIR is a GPT-2 tokenizer and --tokenizer bytes asks for another" train --tokenizer bytes --bpe x
