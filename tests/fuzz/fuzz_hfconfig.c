@@ -25,10 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!dir) return 0;
     char path[128];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "wb");
-    if (!f) return 0;
-    bool ok = fwrite(data, 1, size, f) == size;
-    if (fclose(f) || !ok) return 0;
+    if (!fuzz_write_file(path, data, size)) return 0;
 
     sn_gpt2_config g;
     sn_err e = {0};

@@ -12,6 +12,7 @@
 #include "frontend/frontend.h"
 #include "io/hf_llama.h"
 #include "fuzz_util.h"
+#include "fuzz_weights.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -78,10 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int k = 0; k < 2; k++) {
         char path[128];
         snprintf(path, sizeof path, "%s/model.safetensors", dirs[k]);
-        FILE *f = fopen(path, "wb");
-        if (!f) return 0;
-        bool ok = fwrite(data, 1, size, f) == size;
-        if (fclose(f) || !ok) return 0;
+        if (!fuzz_write_file(path, data, size)) return 0;
         sn_weights w = {0}, r = {0};
         sn_llama_config c, rc;
         sn_err e = {0};
@@ -97,14 +95,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (system(cmd) != 0) return 0;
         FUZZ_CHECK(sn_hf_llama_write(&c, &w, copy, &e) == SN_OK, "written again: %s", e.msg);
         FUZZ_CHECK(sn_hf_llama_read(copy, &rc, &r, &e) == SN_OK, "the copy: %s", e.msg);
-        FUZZ_CHECK(r.n == w.n, "the copy has %d tensors, not %d", r.n, w.n);
-        for (int i = 0; i < w.n; i++) {
-            const sn_weight *a = &w.w[i], *b = sn_weights_find(&r, a->name);
-            size_t n = (size_t)a->shape[0] * (size_t)(a->rank > 1 ? a->shape[1] : 1);
-            FUZZ_CHECK(b && b->rank == a->rank && b->shape[0] == a->shape[0] &&
-                       (a->rank < 2 || b->shape[1] == a->shape[1]) && !memcmp(a->data, b->data, 4 * n),
-                       "the copy's %s differs", a->name);
-        }
+        const char *differs = fuzz_weights_differ(&w, &r);
+        FUZZ_CHECK(!differs, "the copy's %s differs", differs);
         sn_weights_free(&r);
         sn_weights_free(&w);
     }

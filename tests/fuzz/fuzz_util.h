@@ -7,6 +7,7 @@
 #ifndef _GNU_SOURCE /* meson passes -D_GNU_SOURCE; a harness built alone needs it for memfd_create */
 #define _GNU_SOURCE
 #endif
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,15 @@ static inline int fuzz_file(const uint8_t *bytes, size_t n, char path[64]) {
     }
     snprintf(path, 64, "/proc/self/fd/%d", fd);
     return fd;
+}
+
+/* Writes bytes into the file at path (created or truncated): what a harness whose reader takes a
+ * folder puts in it; false on failure. */
+static inline bool fuzz_write_file(const char *path, const uint8_t *bytes, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    bool ok = fwrite(bytes, 1, n, f) == n;
+    return !fclose(f) && ok;
 }
 
 /* A property the code must keep on every input it accepts: print what broke and abort, so that
