@@ -11,6 +11,7 @@
 #include "passes/passes.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/device.h"
+#include "support/memfree.h"
 #include "train/plan.h"
 #include "cli.h"
 
@@ -139,13 +140,18 @@ static const cli_opt plan_opts[] = {
  * architecture, shared memory and SMs, as sinter train compiles for it). Returns the exit
  * code, -1 when it went well. */
 static int mem_auto(bool cuda, sn_target *t, long long *mem) {
-    sn_device *d = NULL;
     sn_err e;
-    sn_status s = cuda ? sn_cuda_device_new(0, &d, &e) : sn_cpu_device_new(1, &d, &e);
     int64_t free_b = 0, total = 0;
-    if (!s) s = d->mem_info(d, &free_b, &total, &e);
-    if (!s && cuda) *t = d->target;
-    sn_device_free(d);
+    sn_status s = SN_OK;
+    if (cuda) { /* the GPU answers with a context open: the device for a moment */
+        sn_device *d = NULL;
+        s = sn_cuda_device_new(0, &d, &e);
+        if (!s) s = d->mem_info(d, &free_b, &total, &e);
+        if (!s) *t = d->target;
+        sn_device_free(d);
+    } else if (!sn_host_memory("", &free_b, &total)) { /* the CPU device's mem_info, no device */
+        s = sn_fail(&e, SN_ERR_IO, "/proc/meminfo cannot be read");
+    }
     if (s) {
         fprintf(stderr, "sinter plan: --mem auto asks the device what it has free: %s; give --mem as "
                 "bytes\n", e.msg);
