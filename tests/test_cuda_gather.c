@@ -3,7 +3,7 @@
  * id's table row bit for bit, a bad id's (negative, or the table's size and past) a row of NaN;
  * a column a thread (C not a multiple of 4, or a 16-bit table) and four in float4s, teams of
  * 32 and 64 threads, the last block's teams past the ids; bugs planted in the text caught;
- * NVRTC for sm_75, sm_80 and sm_90 without spills. (The gradient's two kernels are test_cuda's
+ * NVRTC for sm_75, sm_80 and sm_90 without spills. (The gradient's two kernels are test_cuda_weights's
  * `cpu_embedding_bwd_buckets`.) */
 #include <math.h>
 #include <stdio.h>

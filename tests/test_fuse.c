@@ -459,7 +459,7 @@ END_TEST
  * check asserted). */
 /* A column sum of an input or a parameter (no producer: nothing for the colsum host to look
  * through for a widening cast) is a kernel of its own: fuse read the missing producer's
- * operand and crashed (found by test_cuda's cpu_reduce_by_column, session 22). */
+ * operand and crashed (found by test_cuda_rows's cpu_reduce_by_column, session 22). */
 START_TEST(column_sum_of_an_input) {
     sn_graph *g = sn_graph_new();
     sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(40, 77));
