@@ -320,6 +320,24 @@ static sn_status mem_auto(sn_session *r, sn_err *e) {
     return SN_OK;
 }
 
+/* precision_auto: the device's precision (a resumed run: its checkpoint's, so that it goes on
+ * as it was saved wherever it resumes). */
+static sn_status auto_precision(sn_session *r, sn_err *e) {
+    sn_precision p = r->dev ? sn_target_default_precision(&r->dev->target) : SN_PRECISION_FP32;
+    char buf[16];
+    const char *saved = r->o.resume ? sn_checkpoint_peek_meta(r->o.resume, "precision", buf, sizeof buf) : NULL;
+    if (saved) {
+        int q = sn_precision_parse(saved);
+        if (q < 0)
+            return sn_fail(e, SN_ERR_INVALID, "checkpoint %s: its precision \"%s\" is none sinter "
+                           "knows (fp32, bf16, fp16, tf32): is it a checkpoint of a newer sinter?",
+                           r->o.resume, saved);
+        p = (sn_precision)q;
+    }
+    r->po.precision = r->o.precision = p;
+    return SN_OK;
+}
+
 static sn_status setup(sn_session *r, sn_err *e) {
     const sn_session_opts *o = &r->o;
     sn_status s;
@@ -350,6 +368,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
        fusion decisions, cuBLASLt's workspace) */
     if ((s = open_device(o, &r->dev, e))) return s;
     if (r->dev) r->po.target = &r->dev->target;
+    if (o->precision_auto && (s = auto_precision(r, e))) return s;
     r->budget = o->mem;
     if (o->mem == SN_SESSION_MEM_AUTO && (s = mem_auto(r, e))) return s;
     if (o->mem) { /* the plan's micro-batch, accumulation steps and checkpointing */
@@ -623,7 +642,8 @@ void sn_session_info_get(const sn_session *r, sn_session_info *out) {
                              .steps = r->o.steps, .loss_scaling = sn_trainer_loss_scaling(r->t),
                              .loss_scale = sn_trainer_scaler(r->t).scale,
                              .steps_skipped = sn_trainer_scaler(r->t).skipped,
-                             .host_measured = sn_trainer_host_state_bytes(r->t)};
+                             .host_measured = sn_trainer_host_state_bytes(r->t),
+                             .precision = r->po.precision};
     out->offload = out->host_measured > 0;
     out->cuda_sm = r->dev && r->dev->target.kind == SN_TARGET_CUDA ? r->dev->target.sm : 0;
     out->trained = sn_param_layout_trained(sn_trainer_layout(r->t));

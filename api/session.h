@@ -111,6 +111,10 @@ typedef struct {
                              less a reserve (sn_session_mem_auto) */
     sn_precision precision; /* base/graph.h: bf16 and fp16 run the autocast pass (fp16 with
                                dynamic loss scaling) */
+    bool precision_auto;  /* precision chosen for the device instead (sinter train's default):
+                             program/target.h sn_target_default_precision (bf16 on a GPU from
+                             sm_80, fp16 before, fp32 on the CPU and the interpreter); with
+                             resume, the checkpoint's */
     sn_offload offload;
     bool offload_delay;   /* with offload SN_OFFLOAD_OPTIMIZER: the delayed parameter update
                              (train.h sn_train_opts.offload_delay: the steps read the weights
@@ -239,6 +243,7 @@ typedef struct {
                                                bytes it started from; else 0 */
     bool offload;                           /* the optimizer state is in host memory: */
     int64_t host_planned, host_measured;    /* its bytes (planned only with mem; measured always) */
+    sn_precision precision;                 /* the run's (precision_auto: the one chosen) */
     bool loss_scaling;                      /* fp16: dynamic loss scaling; then its state: */
     float loss_scale;                       /* the scale the next step runs with */
     int64_t steps_skipped;                  /* steps skipped for overflowed gradients so far */

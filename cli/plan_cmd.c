@@ -55,9 +55,10 @@ static int plan_run(const plan_model *m, const sn_plan_opts *o, sn_plan *pl, FIL
         snprintf(l, sizeof l, ", %s%s rank %d alpha %g on %s",
                  m->qlora ? "QLoRA (NF4 base)" : "LoRA", base, m->lora->lora.rank,
                  (double)m->lora->lora.alpha, sn_gpt2_lora_targets_name(m->lora->targets));
-    fprintf(f, "plan: %s%s, batch %d x seq %d, budget %s, %s\n", m->name, l, o->batch, m->T,
+    fprintf(f, "plan: %s%s, batch %d x seq %d, budget %s, %s, %s\n", m->name, l, o->batch, m->T,
             o->budget ? sn_bytes_str(o->budget, b, sizeof b) : "none",
-            o->compile->target ? o->compile->target->name : "cpu");
+            o->compile->target ? o->compile->target->name : "cpu",
+            sn_precision_name(o->compile->precision));
     if (s) {
         fprintf(stderr, "sinter: %s\n", e.msg);
         return 1;
@@ -98,9 +99,11 @@ static const cli_opt plan_opts[] = {
     {"device", 0, CLI_CHOICE, "D", O(device), .choices = "cpu, cuda",
      .help = "cpu (default) or cuda (sm_80, or with --mem auto this machine's\n"
              "GPU; adds cuBLASLt's workspace)"},
-    {"precision", 0, CLI_CHOICE, "P", O(precision), .choices = "fp32, bf16, fp16, tf32",
-     .help = "fp32 (default), bf16 or fp16 (the autocast pass: fp32 master\n"
-             "weights, 16-bit products and the activations it casts), tf32"},
+    {"precision", 0, CLI_CHOICE, "P", O(precision), .choices = "auto, fp32, bf16, fp16, tf32",
+     .help = "bf16 or fp16 (the autocast pass: fp32 master weights, 16-bit\n"
+             "products and the activations it casts), fp32, tf32; auto\n"
+             "(default): sinter train's for the device (cuda: bf16 from sm_80,\n"
+             "fp16 before; cpu: fp32)"},
     {"micro-batch", 0, CLI_INT, "M", O(micro), 1, 1 << 16,
      .help = "this micro-batch only (default: the largest divisor of B that fits)"},
     {"checkpoint-policy", 0, CLI_CHOICE, "P", O(policy), .choices = "none, block, sqrt, budget",
@@ -181,7 +184,7 @@ const cli_command cli_plan_cmd = {
 
 static int cli_plan(int argc, char **argv) {
     const cli_command *cmd = &cli_plan_cmd;
-    plan_args a = {.device = "cpu", .precision = "fp32", .batch = 16, .seq = -1, .chunk_logits = -1};
+    plan_args a = {.device = "cpu", .precision = "auto", .batch = 16, .seq = -1, .chunk_logits = -1};
     int rc = cli_parse(cmd, argc, argv, &a);
     if (rc >= 0) return rc;
     if (a.lora && a.qlora)
@@ -222,7 +225,8 @@ static int cli_plan(int argc, char **argv) {
     m.T = (int)T;
     sn_pipeline_opts po = sn_pipeline_defaults();
     po.target = &t;
-    po.precision = (sn_precision)sn_precision_parse(a.precision); /* as the session compiles it */
+    po.precision = !strcmp(a.precision, "auto") ? sn_target_default_precision(&t) /* as the session */
+                                                : (sn_precision)sn_precision_parse(a.precision);
     po.nf4 = m.qlora = a.qlora > 0;
     po.base16 = !a.base_f32; /* as the session compiles it */
     bool low = po.precision == SN_PRECISION_BF16 || po.precision == SN_PRECISION_FP16;

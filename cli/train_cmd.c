@@ -114,7 +114,8 @@ static void session_enums(const train_args *a, sn_session_opts *o) {
     const char *d = a->device;
     o->device = !strcmp(d, "cuda") ? SN_DEVICE_CUDA : !strcmp(d, "cpu") ? SN_DEVICE_CPU
               : !strcmp(d, "interp") ? SN_DEVICE_INTERP : SN_DEVICE_AUTO;
-    o->precision = (sn_precision)sn_precision_parse(a->precision);
+    o->precision_auto = !strcmp(a->precision, "auto");
+    o->precision = o->precision_auto ? SN_PRECISION_FP32 : (sn_precision)sn_precision_parse(a->precision);
     o->tf32 = a->tf32;
     o->checkpoint_policy = a->checkpoint_policy == SN_RECOMPUTE_NONE    ? SN_CHECKPOINT_NONE
                            : a->checkpoint_policy == SN_RECOMPUTE_BLOCK ? SN_CHECKPOINT_BLOCK
@@ -359,6 +360,32 @@ static sn_status check_outputs(const train_args *a, time_t started, sn_err *e) {
     return s;
 }
 
+/* "precision: P" and why: auto's choice, or what another precision would give here. */
+static void print_precision(const train_args *a, const sn_session_info *in) {
+    bool on_cpu = !in->cuda_sm, interp = !strncmp(in->device, "reference interpreter", 21);
+    sn_target cpu = sn_target_cpu();
+    bool cpu_bf16 = on_cpu && !interp && cpu.native_bf16, fp32 = in->precision == SN_PRECISION_FP32;
+    const char *gpu16 = in->cuda_sm >= 80 ? "bf16" : "fp16";
+    printf("precision: %s", sn_precision_name(in->precision));
+    if (!strcmp(a->precision, "auto")) {
+        if (a->resume) printf(" (auto: the checkpoint's)\n");
+        else if (!on_cpu) printf(" (auto: this GPU's tensor cores multiply %s%s; --precision fp32 "
+                                 "for f32 products)\n", gpu16, fp32 ? "" : in->precision ==
+                                 SN_PRECISION_FP16 ? ", the loss scaled" : "");
+        else printf(" (auto%s)\n", cpu_bf16 ? "; this CPU has bf16 dot products: --precision bf16 "
+                    "trains about 1.6x faster, its losses those of bf16" : "");
+        return;
+    }
+    printf("%s\n", in->precision == SN_PRECISION_TF32 && on_cpu
+                       ? " (TF32 is a CUDA tensor-core mode: on this device it means fp32)"
+                   : fp32 && !on_cpu && in->cuda_sm >= 80
+                       ? " (this GPU's tensor cores multiply bf16: --precision bf16 trains several times faster)"
+                   : fp32 && !on_cpu
+                       ? " (this GPU's tensor cores multiply fp16: --precision fp16 trains several times faster)"
+                   : fp32 && cpu_bf16 ? " (this CPU has bf16 dot products: --precision bf16 trains about "
+                                        "1.6x faster)" : "");
+}
+
 static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
     sn_status s = check_outputs(a, started, e);
     if (!s) s = build(a, r, e);
@@ -403,10 +430,10 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
                (double)(lo->lora.alpha / (float)lo->lora.rank), sn_gpt2_lora_targets_name(lo->targets),
                (long long)in.trained, (long long)in.params, 100.0 * (double)in.trained / (double)in.params,
                a->qlora ? "; the targeted layers' weights stored as NF4" : "");
-    bool low = !strcmp(a->precision, "bf16") || !strcmp(a->precision, "fp16");
+    bool low = in.precision == SN_PRECISION_BF16 || in.precision == SN_PRECISION_FP16;
     if (lo && low && !a->qlora) /* the base16 pass (passes.h) */
         printf("frozen base: its linear weights %s (%s)\n", a->base_f32 ? "f32, each with a "
-               "16-bit copy" : strcmp(a->precision, "bf16") ? "stored in f16" : "stored in bf16",
+               "16-bit copy" : in.precision == SN_PRECISION_FP16 ? "stored in f16" : "stored in bf16",
                a->base_f32 ? "--base-f32" : "--base-f32 keeps them f32");
     /* every targeted layer has the hidden size (n_embd) as its smaller side, or larger */
     int side = r->llama ? r->lm.c.hidden : r->gm.c.n_embd;
@@ -416,18 +443,7 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
                 "of the parameters train): use a rank well below %d\n",
                 lo->lora.rank, side, 100.0 * (double)in.trained / (double)in.params, side);
     printf("device: %s\n", in.device);
-    sn_target cpu = sn_target_cpu();
-    bool on_cpu = !strncmp(in.device, "cpu", 3) || !strncmp(in.device, "reference interpreter", 21);
-    printf("precision: %s%s\n", a->precision,
-           !strcmp(a->precision, "tf32") && on_cpu
-               ? " (TF32 is a CUDA tensor-core mode: on this device it means fp32)"
-           : !strcmp(a->precision, "fp32") && in.cuda_sm >= 80
-               ? " (this GPU's tensor cores multiply bf16: --precision bf16 trains several times faster)"
-           : !strcmp(a->precision, "fp32") && in.cuda_sm
-               ? " (this GPU's tensor cores multiply fp16: --precision fp16 trains several times faster)"
-           : !strcmp(a->precision, "fp32") && strcmp(a->device, "interp") &&
-                   sn_target_default_precision(&cpu) == SN_PRECISION_BF16
-               ? " (this CPU has bf16 dot products: try --precision bf16)" : "");
+    print_precision(a, &in);
     if (in.mem_free) {
         char b[32], f[32];
         printf("memory: --mem auto: %s (%lld bytes), the %s (%lld bytes) the device had free less "

@@ -32,10 +32,13 @@ static const cli_opt train_opts[] = {
              "($XDG_CACHE_HOME/sinter or ~/.cache/sinter: CUBINs, and object\n"
              "files for the CPU under cpu/)"},
     {"tf32", 0, CLI_FLAG, NULL, O(tf32), .help = "CUDA: TF32 tensor-core GEMMs (sm_80 and newer)"},
-    {"precision", 0, CLI_CHOICE, "P", O(precision), .choices = "fp32, bf16, fp16, tf32",
-     .help = "fp32 (default), bf16 or fp16: products (matmuls, attention) on\n"
-             "16-bit operands with f32 accumulation, f32 master weights, the\n"
-             "rest f32 (the autocast pass; fp16 with loss scaling); tf32: --tf32"},
+    {"precision", 0, CLI_CHOICE, "P", O(precision), .choices = "auto, fp32, bf16, fp16, tf32",
+     .help = "bf16 or fp16: products (matmuls, attention) on 16-bit operands\n"
+             "with f32 accumulation, f32 master weights, the rest f32 (the\n"
+             "autocast pass; fp16 with loss scaling); fp32; tf32: --tf32;\n"
+             "auto (default): bf16 on a GPU from sm_80 (A100, RTX 30 and\n"
+             "later), fp16 on older ones, fp32 on the CPU; a resumed run\n"
+             "keeps its checkpoint's"},
     {"data", 'd', CLI_STR, "PATH", O(data),
      .help = "text file or directory (default " SN_DEFAULT_CORPUS ")"},
     {"train-bin", 0, CLI_STR, "FILE", O(train_bin),
@@ -119,8 +122,9 @@ static const cli_opt train_opts[] = {
     {"qlora", 0, CLI_INT, "R", O(qlora), 1, 4096,
      .help = "QLoRA: --lora R over a base whose linear weights are stored as NF4\n"
              "(4 bits and double-quantized scales: 0.52 bytes a weight), drawn or\n"
-             "read (--init, --init-hf) in full precision and quantized; use\n"
-             "--precision bf16 (or fp16) for 16-bit compute (docs/finetune.md)"},
+             "read (--init, --init-hf) in full precision and quantized; its\n"
+             "products in 16 bits on a GPU (--precision auto), on the CPU with\n"
+             "--precision bf16 (docs/finetune.md)"},
     {"lora-alpha", 0, CLI_REAL, "ALPHA", O(lora_alpha), 0, 1e6, .lo_open = true,
      .help = "the path's scale is ALPHA/R (default ALPHA = R: scale 1; keep\n"
              "ALPHA fixed when comparing ranks, as the LoRA paper does)"},
@@ -213,7 +217,7 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
     *a = (train_args){.model = "demo", .device = "auto", .data = SN_DEFAULT_CORPUS, .steps = 600, .batch = 16,
                       .seq = -1, .seed = 1337, .eval_every = 100, .lr = 3e-3, .save_every = 100,
                       .sample_len = 200, .top_k = 40, .temperature = 1.0, .top_p = 1.0, .checkpoint_policy = -1,
-                      .chunk_logits = -1, .precision = "fp32", .diverge_nats = 4, .offload = -1, .warmup = -1,
+                      .chunk_logits = -1, .precision = "auto", .diverge_nats = 4, .offload = -1, .warmup = -1,
                       .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .grad_clip = 1.0,
                       .min_lr_frac = 0.1};
     int rc = cli_parse(cmd, argc, argv, a);
@@ -256,6 +260,7 @@ int train_parse(int argc, char **argv, train_args *a, char bpe_dir[4096]) {
         return cli_usage_error(cmd, "--mem plans device memory; the interpreter has none (use "
                                "--device cpu)");
     if (!strcmp(a->precision, "tf32")) a->tf32 = true;
+    else if (a->tf32 && !strcmp(a->precision, "auto")) a->precision = "tf32"; /* asked for f32 products */
     sn_gpt2_config c = {0};
     sn_llama_config lc;
     static char hf_tokenizer[4200];

@@ -111,5 +111,6 @@ int sn_precision_parse(const char *s) {
 }
 
 sn_precision sn_target_default_precision(const sn_target *t) {
-    return t->native_bf16 ? SN_PRECISION_BF16 : SN_PRECISION_FP32;
+    if (t->kind != SN_TARGET_CUDA) return SN_PRECISION_FP32;
+    return t->native_bf16 ? SN_PRECISION_BF16 : SN_PRECISION_FP16;
 }

@@ -26,6 +26,26 @@ grep -q "= cast .* : bf16\[" "$dir/ac.out" && grep -q "= matmul .* : f32\[" "$di
     { echo "FAIL: autocast dump"; cat "$dir/ac.out"; exit 1; }
 # shellcheck disable=SC2086
 "$sinter" train $tiny --precision bf16 | grep -q "^precision: bf16" || { echo "FAIL: train --precision"; exit 1; }
+# no --precision (auto): fp32 on the CPU, whatever its features (the same losses on every x86
+# machine), the explicit fp32 run's
+# shellcheck disable=SC2086
+"$sinter" train $tiny > "$dir/auto.out" && "$sinter" train $tiny --precision fp32 > "$dir/fp32.out" &&
+  grep -q "^precision: fp32 (auto" "$dir/auto.out" &&
+  [ "$(grep '^step' "$dir/auto.out" | cut -d'|' -f1-2)" = "$(grep '^step' "$dir/fp32.out" | cut -d'|' -f1-2)" ] ||
+  { echo "FAIL: train's default precision on the CPU"; cat "$dir/auto.out"; exit 1; }
+# a resumed run without --precision takes its checkpoint's (bf16 here, on the CPU), where an
+# explicit other one is refused
+# shellcheck disable=SC2086
+"$sinter" train $tiny --precision bf16 --checkpoint "$dir/b16.ckpt" > /dev/null &&
+  "$sinter" train $tiny --resume "$dir/b16.ckpt" > "$dir/b16r.out" &&
+  grep -q "^precision: bf16 (auto: the checkpoint's)$" "$dir/b16r.out" &&
+  grep -q "already complete" "$dir/b16r.out" ||
+  { echo "FAIL: a resumed run's precision"; cat "$dir/b16r.out"; exit 1; }
+# shellcheck disable=SC2086
+if "$sinter" train $tiny --resume "$dir/b16.ckpt" --precision fp32 > "$dir/b16f.out" 2>&1; then
+  echo "FAIL: a bf16 checkpoint resumed in fp32"; exit 1
+fi
+grep -q "precision is bf16 there, fp32 here" "$dir/b16f.out" || { echo "FAIL: the refusal"; cat "$dir/b16f.out"; exit 1; }
 status=0
 "$sinter" graph --model tiny --precision fp8 2> "$dir/prec.err" > /dev/null || status=$?
 [ "$status" = 2 ] && grep -q "graph: --precision is fp32, bf16, fp16 or tf32, not 'fp8'" "$dir/prec.err" ||
@@ -92,7 +112,7 @@ status=0
 grep -q "^choice: .*precision bf16" "$dir/bf16.out" && grep -q "^  workspace .* 33554432  cuBLASLt" "$dir/bf16.out" &&
     grep -q "^plan: tiny, .*, cuda sm_80" "$dir/bf16.out" || { echo "FAIL: plan bf16 cuda"; cat "$dir/bf16.out"; exit 1; }
 "$sinter" plan --model tiny --mem 1GiB --precision fp8 2> "$dir/bf16.err" && exit 1
-grep -q "plan: --precision is fp32, bf16, fp16 or tf32, not 'fp8'" "$dir/bf16.err" || { echo "FAIL: fp8"; cat "$dir/bf16.err"; exit 1; }
+grep -q "plan: --precision is auto, fp32, bf16, fp16 or tf32, not 'fp8'" "$dir/bf16.err" || { echo "FAIL: fp8"; cat "$dir/bf16.err"; exit 1; }
 # --in-order: the training tokens read in order; a resume must read them so too
 # shellcheck disable=SC2086
 "$sinter" train $tiny --in-order --checkpoint "$dir/order.ckpt" > "$dir/order.out" || { echo "FAIL: --in-order"; exit 1; }

@@ -83,7 +83,7 @@ cmp cpu.cut off.cut || { diff cpu.cut off.cut; fail "offload's losses differ"; }
 grep -q "^frozen base: its linear weights stored in bf16 (--base-f32 keeps them f32)" out.txt || fail "no base line"
 # shellcheck disable=SC2086
 XDG_CACHE_HOME="$dir/cache" SN_LIBCUDA="$standin_cuda" SN_LIBNVRTC="$standin_nvrtc" SN_LIBCUBLASLT="$standin_cublaslt" \
-    "$sinter" train $short --device cuda --log cuda.csv > out.txt 2> err.txt || fail "the stand-in CUDA device"
+    "$sinter" train $short --device cuda --precision fp32 --log cuda.csv > out.txt 2> err.txt || fail "the stand-in CUDA device"
 grep -q "^device: cuda 0: sinter stand-in driver" out.txt || fail "not the stand-in"
 # the printed losses (4 decimals) are the CPU device's; the logged ones within 1e-5
 awk -F, 'NR == FNR { l[$1] = $2; next } FNR > 1 { d = $2 - l[$1]; if (d < 0) d = -d; if (d > 1e-5 * l[$1]) bad = 1 }

@@ -1,8 +1,9 @@
 #!/bin/sh
 # standin_cli.sh SINTER CUDA NVRTC CUBLASLT: `sinter` on the stand-in driver (tests/standin),
 # named by SN_LIBCUDA, SN_LIBNVRTC and SN_LIBCUBLASLT: `info` lists its device, `train --device
-# cuda` trains tiny GPT-2 with the CPU device's losses (as printed), the kernel cache warm on the
-# second run; --precision bf16 and fp16 train, bf16 also on sm_86, sm_89 and sm_120 (the RTX
+# cuda --precision fp32` trains tiny GPT-2 with the CPU device's losses (as printed), the kernel
+# cache warm on the second run; --precision bf16 and fp16 train, bf16 the default (auto) from
+# sm_80 and fp16 before, bf16 also on sm_86, sm_89 and sm_120 (the RTX
 # 30, 40 and 50 series) with sm_80's losses, fp16 also on an sm_75 GPU, where bf16 is refused
 # by name; llama-tiny trains in full with the CPU device's losses (f32; bf16 within 0.1%).
 set -eu
@@ -17,7 +18,7 @@ grep -q "^  device 0: sinter stand-in driver (SIMT simulator, sm_80), sm_80" "$d
 seq 1 400 | awk '{ print "line " $1 }' > "$dir/corpus.txt"
 tiny="--model tiny --data $dir/corpus.txt --batch 2 --seq 16 --steps 3 --sample-len 0"
 # shellcheck disable=SC2086
-"$sinter" train $tiny --device cuda > "$dir/cuda.out" 2>&1 || { echo "FAIL: train --device cuda"; cat "$dir/cuda.out"; exit 1; }
+"$sinter" train $tiny --device cuda --precision fp32 > "$dir/cuda.out" 2>&1 || { echo "FAIL: train --device cuda"; cat "$dir/cuda.out"; exit 1; }
 grep -q "^device: cuda 0: sinter stand-in driver" "$dir/cuda.out" || { echo "FAIL: device line"; cat "$dir/cuda.out"; exit 1; }
 grep -q "^step  *3/3" "$dir/cuda.out" || { echo "FAIL: did not train"; cat "$dir/cuda.out"; exit 1; }
 grep -q "^precision: fp32 (this GPU's tensor cores multiply bf16: --precision bf16 trains several times faster)" "$dir/cuda.out" ||
@@ -36,9 +37,17 @@ for p in bf16 fp16; do
     { echo "FAIL: train --device cuda --precision $p"; cat "$dir/$p.out"; exit 1; }
   grep -q "^step  *3/3" "$dir/$p.out" || { echo "FAIL: $p did not train"; cat "$dir/$p.out"; exit 1; }
 done
-# fp16 on an sm_75 GPU (a T4, the GTX 16xx): f16 GEMMs, attention on mma m16n8k8
+# no --precision on a GPU (auto): bf16 from sm_80, the explicit run's losses
 # shellcheck disable=SC2086
-SN_STANDIN_SM=75 "$sinter" train $tiny --device cuda --precision fp16 > "$dir/fp16-75.out" 2>&1 &&
+"$sinter" train $tiny --device cuda > "$dir/auto80.out" 2>&1 &&
+  grep -q "^precision: bf16 (auto: this GPU's tensor cores multiply bf16; --precision fp32 for f32 products)$" "$dir/auto80.out" &&
+  [ "$(losses "$dir/auto80.out")" = "$(losses "$dir/bf16.out")" ] ||
+  { echo "FAIL: auto precision on sm_80"; cat "$dir/auto80.out"; exit 1; }
+# and on an sm_75 GPU (a T4, the GTX 16xx) fp16, the loss scaled: f16 GEMMs, attention on mma
+# m16n8k8
+# shellcheck disable=SC2086
+SN_STANDIN_SM=75 "$sinter" train $tiny --device cuda > "$dir/fp16-75.out" 2>&1 &&
+  grep -q "^precision: fp16 (auto: this GPU's tensor cores multiply fp16, the loss scaled; --precision fp32 for f32 products)$" "$dir/fp16-75.out" &&
   grep -q "^step  *3/3" "$dir/fp16-75.out" || { echo "FAIL: fp16 on sm_75"; cat "$dir/fp16-75.out"; exit 1; }
 # the consumer parts (an RTX 3090, 4090, 5090: sm_86, sm_89, sm_120, 99 KiB of shared memory a
 # block): bf16 trains with the sm_80 stand-in's losses
@@ -71,10 +80,10 @@ measured=$(echo "$line" | sed 's/.*measured [^(]*(\([0-9]*\) bytes:.*/\1/')
   { echo "FAIL: --mem auto: planned $planned measured $measured"; exit 1; }
 # sinter plan --device cuda --mem auto asks the GPU too (8 GiB free: gpt2 at B=16 T=1024 in bf16
 # fits with checkpointing), and plans for its architecture
-SN_STANDIN_SM=89 SN_STANDIN_MEM=8G "$sinter" plan --model gpt2 --batch 16 --seq 1024 --precision bf16 --device cuda \
+SN_STANDIN_SM=89 SN_STANDIN_MEM=8G "$sinter" plan --model gpt2 --batch 16 --seq 1024 --device cuda \
   --mem auto > "$dir/plan-auto.out" 2>&1 || { echo "FAIL: plan --mem auto"; cat "$dir/plan-auto.out"; exit 1; }
 grep -q "^memory: --mem auto: 7.6 GiB (8160437863 bytes), the 8.0 GiB (8589934592 bytes) the device has free" "$dir/plan-auto.out" &&
-  grep -q "^plan: gpt2, batch 16 x seq 1024, budget 7.6 GiB, cuda sm_89$" "$dir/plan-auto.out" &&
+  grep -q "^plan: gpt2, batch 16 x seq 1024, budget 7.6 GiB, cuda sm_89, bf16$" "$dir/plan-auto.out" &&
   grep -q "^choice: .*checkpoint policy budget" "$dir/plan-auto.out" ||
   { echo "FAIL: plan --mem auto on the GPU"; cat "$dir/plan-auto.out"; exit 1; }
 # shellcheck disable=SC2086
@@ -111,7 +120,7 @@ same_as_cpu llama
 same_as_cpu lora --lora 4
 # QLoRA on llama-tiny: the NF4 base's dequantized q, k, v (gate, up) concatenated and joined;
 # f32, the losses as printed (bf16's 0.1% would not see gate and up swapped at this init)
-"$sinter" train $llama "$dir/qlora-cuda.csv" --qlora 4 --device cuda > "$dir/qlora-cuda.out" 2>&1 &&
+"$sinter" train $llama "$dir/qlora-cuda.csv" --qlora 4 --device cuda --precision fp32 > "$dir/qlora-cuda.out" 2>&1 &&
   "$sinter" train $llama "$dir/qlora-cpu.csv" --qlora 4 --device cpu > "$dir/qlora-cpu.out" 2>&1 ||
   { echo "FAIL: llama-tiny --qlora 4"; cat "$dir/qlora-cuda.out" "$dir/qlora-cpu.out"; exit 1; }
 [ "$(losses "$dir/qlora-cuda.out")" = "$(losses "$dir/qlora-cpu.out")" ] ||
