@@ -373,7 +373,7 @@ static void print_precision(const train_args *a, const sn_session_info *in) {
                                  "for f32 products)\n", gpu16, fp32 ? "" : in->precision ==
                                  SN_PRECISION_FP16 ? ", the loss scaled" : "");
         else printf(" (auto%s)\n", cpu_bf16 ? "; this CPU has bf16 dot products: --precision bf16 "
-                    "trains about 1.6x faster, its losses those of bf16" : "");
+                    "trains about 1.6x faster" : "");
         return;
     }
     printf("%s\n", in->precision == SN_PRECISION_TF32 && on_cpu
