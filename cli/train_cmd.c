@@ -544,11 +544,17 @@ int cli_train(int argc, char **argv) {
         fprintf(stderr, "sinter train: %s\n", e.msg);
         /* a run that diverged (not a file that failed to load: its message says what to do) */
         if (s == SN_ERR_NUMERIC && r.stepped) {
-            char again[300];
+            char again[600];
             if (a.init)
                 snprintf(again, sizeof again, "start again from --init %s with a lower --lr (this "
                          "run: %g)", a.init, a.lr);
             else snprintf(again, sizeof again, "start afresh with a lower --lr (this run: %g)", a.lr);
+            sn_session_info in = {0};
+            if (r.s) sn_session_info_get(r.s, &in);
+            if (in.precision == SN_PRECISION_FP16) /* the forward's values past f16's range */
+                snprintf(again + strlen(again), sizeof again - strlen(again), ", or train in fp32 "
+                         "(--precision fp32): f16 holds values up to 65504, and the loss scaling "
+                         "guards the gradients, not the forward");
             if (a.checkpoint && r.saved_step >= 0)
                 fprintf(stderr, "sinter train: nothing was saved after it; the last good checkpoint "
                         "is %s (step %ld). Resuming it with the same options repeats the same steps: "

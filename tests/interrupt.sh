@@ -144,9 +144,15 @@ run --steps 50 --lr 5 --log t.csv > out.txt 2> err.txt || status=$?
 [ "$status" = 1 ] || fail "divergence: exit $status"
 grep -q "step 2: the loss [0-9.]* is [0-9.]* nats above the median [0-9.]* of the 1 step before (more than --diverge-nats 4): the run diverged" err.txt || fail "divergence message"
 grep -q "start afresh with a lower --lr (this run: 5)" err.txt || fail "what to try"
+grep -q "precision fp32" err.txt && fail "fp32's divergence advised fp32"
 grep -q "the log t.csv was not replaced; this run's rows are in t.csv.failed" err.txt || fail "log note"
 cmp t.csv t.keep || fail "a failed run replaced the log"
 [ "$(wc -l < t.csv.failed)" = 3 ] || fail "t.csv.failed: $(cat t.csv.failed)"
+# in fp16 the advice adds fp32 (the forward's values past f16's range)
+status=0
+run --steps 50 --lr 5 --precision fp16 > out.txt 2> err.txt || status=$?
+[ "$status" = 1 ] && grep -q "lower --lr (this run: 5), or train in fp32 (--precision fp32): f16 holds values up to 65504" err.txt ||
+  { cat err.txt; fail "fp16's divergence advice ($status)"; }
 # with a checkpoint before the jump: named as the last good one
 status=0
 run --steps 50 --lr 1 --save-every 1 --checkpoint d.ckpt > out.txt 2> err.txt || status=$?
