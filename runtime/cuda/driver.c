@@ -15,8 +15,8 @@ static const char *const lib_env[SN_LIB_COUNT] = {SN_LIBCUDA_ENV, SN_LIBNVRTC_EN
 static const char *const lib_fix[SN_LIB_COUNT] = {
     "install the NVIDIA driver, or use --device cpu",
     "", /* nvrtc.c says it */
-    "install the CUDA toolkit's cuBLASLt (libcublasLt.so.13) or add its lib64 folder to "
-    "LD_LIBRARY_PATH",
+    ("install the CUDA toolkit's cuBLASLt (libcublasLt.so.13) or add its lib64 folder to "
+     "LD_LIBRARY_PATH"), /* one string (clang's -Wstring-concatenation) */
 };
 
 typedef struct {
