@@ -365,13 +365,13 @@ static void print_precision(const train_args *a, const sn_session_info *in) {
     bool on_cpu = !in->cuda_sm, interp = !strncmp(in->device, "reference interpreter", 21);
     sn_target cpu = sn_target_cpu();
     bool cpu_bf16 = on_cpu && !interp && cpu.native_bf16, fp32 = in->precision == SN_PRECISION_FP32;
-    const char *gpu16 = in->cuda_sm >= 80 ? "bf16" : "fp16";
-    printf("precision: %s", sn_precision_name(in->precision));
-    if (!strcmp(a->precision, "auto")) {
+    const char *name = sn_precision_name(in->precision);
+    printf("precision: %s", name);
+    if (!strcmp(a->precision, "auto")) { /* a GPU's choice is bf16 or fp16 (sn_target_default_precision) */
         if (a->resume) printf(" (auto: the checkpoint's)\n");
         else if (!on_cpu) printf(" (auto: this GPU's tensor cores multiply %s%s; --precision fp32 "
-                                 "for f32 products)\n", gpu16, fp32 ? "" : in->precision ==
-                                 SN_PRECISION_FP16 ? ", the loss scaled" : "");
+                                 "for f32 products)\n", name, in->precision == SN_PRECISION_FP16 ?
+                                 ", the loss scaled" : "");
         else printf(" (auto%s)\n", cpu_bf16 ? "; this CPU has bf16 dot products: --precision bf16 "
                     "trains about 1.6x faster" : "");
         return;
