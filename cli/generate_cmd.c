@@ -82,11 +82,14 @@ static const cli_opt gen_opts[] = {
              "(default: the model's, at most 4096; GPT-2's at most its table)"},
     {"ignore-eot", 0, CLI_FLAG, NULL, O(ignore_eot),
      .help = "go on past <|endoftext|> (default: a prompt's text ends there)"},
-    {"base", 0, CLI_CHOICE, "B", O(base), .choices = "nf4, f32",
+    {"base", 0, CLI_CHOICE, "B", O(base), .choices = "nf4, f32, bf16",
      .help = "a QLoRA checkpoint's base on the device: nf4, as trained (up to 8\n"
              "prompts read its packed bytes, more unpack each weight every step),\n"
              "or f32 (dequantized once: about 7x the memory); default nf4, f32 on\n"
-             "the CPU for more than 8 prompts"},
+             "the CPU for more than 8 prompts. bf16, for any checkpoint: the\n"
+             "linear layers' weights rounded to bf16 and read so (half their f32\n"
+             "memory, faster decoding where memory bandwidth bounds it; the text\n"
+             "can differ from f32's); the default for other checkpoints is f32"},
 };
 
 static int cmd_generate(int argc, char **argv);
@@ -113,12 +116,20 @@ typedef struct {
     bool has_lora;
     sn_gpt2_lora lora;
     bool nf4;            /* a QLoRA checkpoint: its base stays NF4 on the device, as trained */
+    bool base16;         /* --base bf16: the linear weights stored in bf16 (the base16 pass) */
 } gen_model;
 
 static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn_err *e) {
     gen_model *m = user;
-    if (m->llama) return sn_llama_build_kv_lora(g, &m->lc, B, T, decode, m->has_lora ? &m->lora : NULL, e);
-    return sn_gpt2_build_kv(g, &m->c, B, T, decode, m->has_lora ? &m->lora : NULL, e);
+    const sn_gpt2_lora *lo = m->has_lora ? &m->lora : NULL;
+    sn_status s = m->llama ? sn_llama_build_kv_lora(g, &m->lc, B, T, decode, lo, e)
+                           : sn_gpt2_build_kv(g, &m->c, B, T, decode, lo, e);
+    /* --base bf16: every weight but the adapters frozen, so that the base16 pass stores the
+       linear ones in bf16 (an NF4 base is frozen already) */
+    for (int i = 0; !s && m->base16 && i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_PARAM && !sn_lora_is_adapter(g->nodes[i]->name))
+            sn_param_freeze(g->nodes[i]);
+    return s;
 }
 
 /* A LLaMA-family checkpoint of a built-in shape (models/llama.h), or of a config.json's own
@@ -406,19 +417,22 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
         for (size_t i = 0; !s && i < toks[b].n; i++) ids[b][i] = sn_tokens_get(&toks[b], i);
         ps[b] = ids[b];
     }
-    if (!s && a->base && !m->nf4)
+    m->base16 = a->base && !strcmp(a->base, "bf16");
+    if (!s && a->base && !m->nf4 && !m->base16)
         s = sn_fail(e, SN_ERR_INVALID, "--base %s: %s has no NF4 base (a QLoRA checkpoint's, sinter "
-                    "train --qlora): leave out --base", a->base, a->hf ? a->hf : a->checkpoint);
+                    "train --qlora): leave out --base, or give --base bf16 for its linear weights "
+                    "in bf16", a->base, a->hf ? a->hf : a->checkpoint);
     if (!s) s = open_device(a, &dev, e);
     /* a QLoRA base: NF4 as trained (the least memory), its products of a batch of up to
        SN_GEMV_MAX_M reading the packed bytes (as fast as f32 on the CPU or faster:
        docs/finetune.md, "Generation"); f32 on the CPU for a larger batch, whose products would
        unpack every weight each step, and on the interpreter */
     bool cpu_f32 = !dev || (dev->target.kind != SN_TARGET_CUDA && B > SN_GEMV_MAX_M);
-    if (!s && m->nf4 && (a->base ? !strcmp(a->base, "f32") : cpu_f32)) m->nf4 = false;
+    if (!s && m->nf4 && (a->base ? strcmp(a->base, "nf4") : cpu_f32)) m->nf4 = false; /* f32, bf16 */
     /* past the trained positions the windows slide (generate.h) */
     sn_generator_opts go = {.build = build_kv, .user = m, .ctx = m->ctx, .n_layer = m->n_layer,
-                            .batch = B, .window = window, .nf4 = m->nf4};
+                            .batch = B, .window = window, .nf4 = m->nf4,
+                            .base16 = m->base16 ? SN_BF16 : 0};
     if (!s) s = sn_generator_new(&go, dev, &gen, e);
     if (!s && src.ck) s = sn_ckpt_model_covers(src.ck, sn_generator_decode_graph(gen), e);
     if (!s) s = sn_generator_load(gen, src.ck ? sn_ckpt_model_weights(src.ck) : (sn_weight_source){weights_get, &src}, e);
@@ -449,7 +463,8 @@ static sn_status run(const gen_args *a, const char *bpe, sn_err *e) {
         fprintf(stderr, "generate: %ld tokens in %.2f s: %.2f tokens/s (batch %d on %s%s; prefill of "
                 "%d prompt tokens %.3f s, then %.2f tokens/s; the median step %.2f ms",
                 st.generated, total, total > 0 ? st.generated / total : 0, B,
-                dev ? dev->name : "the reference interpreter", m->nf4 ? ", the base NF4" : "",
+                dev ? dev->name : "the reference interpreter", m->nf4 ? ", the base NF4"
+                : m->base16 ? ", the linear weights bf16" : "",
                 n_prompt, gs.prefill_s, gs.decode_s > 0 ? gs.n_steps * B / gs.decode_s : 0, 1e3 * med);
         if (gs.n_slides)
             fprintf(stderr, "; %d of the steps slid the window past the %d positions the model was "

@@ -1,7 +1,8 @@
 #!/bin/sh
 # generate_cli.sh SINTER: `sinter generate CHECKPOINT` on a tiny model trained here: the same greedy
 # text on the CPU device and on the interpreter, a batch of two prompts whose rows are what each
-# prompt gives alone, a LoRA checkpoint, the speed on stderr; and the refusals, each with exit
+# prompt gives alone, the linear weights in bf16 (--base bf16) alike on both, a LoRA checkpoint,
+# the speed on stderr; and the refusals, each with exit
 # status and message: no checkpoint, not a checkpoint, a truncated one, an empty prompt, a prompt
 # longer than the model was trained on; past the trained length the window slides.
 set -eu
@@ -18,6 +19,16 @@ head -c 6 cpu.txt | grep -q "^ROMEO:" || fail "the prompt is not printed first"
 "$sinter" $g --prompt "ROMEO:" --device interp > interp.txt 2> err.txt || fail "generate on interp"
 cmp -s cpu.txt interp.txt || fail "greedy text differs between cpu and interp"
 echo "greedy generation: the same text on cpu and interp"
+
+# --base bf16: the linear weights rounded to bf16 and read so (the base16 pass; the CPU's few-row
+# product reads them widened), the same greedy text on the CPU device and the interpreter
+"$sinter" $g --prompt "ROMEO:" --device cpu --base bf16 > cpu16.txt 2> err.txt || fail "generate --base bf16 on cpu"
+grep -q ", the linear weights bf16;" err.txt || { cat err.txt; fail "--base bf16 not said"; }
+"$sinter" $g --prompt "ROMEO:" --device interp --base bf16 > interp16.txt 2> err.txt || fail "generate --base bf16 on interp"
+cmp -s cpu16.txt interp16.txt || fail "--base bf16: greedy text differs between cpu and interp"
+refused 1 "--base nf4: t.ckpt has no NF4 base (a QLoRA checkpoint's, sinter train --qlora): leave out --base, or give --base bf16" \
+    $g --prompt "ROMEO:" --device cpu --base nf4
+echo "--base bf16: the same text on cpu and interp"
 
 "$sinter" $g --prompt "JULIET:" --device cpu > alone.txt 2> err.txt || fail "second prompt alone"
 "$sinter" $g -p "ROMEO:" -p "JULIET:" --device cpu > batch.txt 2> err.txt || fail "a batch of two"

@@ -99,6 +99,8 @@ grep -q "adapters merged" out.txt || fail "export did not merge"
 grep -q ", the base NF4;" err.txt || fail "generate --base nf4 did not keep the base NF4"
 "$sinter" generate straight.ckpt -n 12 -t 0 --device cpu --base f32 > f32.txt 2> err.txt || fail "generate --base f32"
 grep -q "the base NF4" err.txt && fail "--base f32 kept the base NF4"
+"$sinter" generate straight.ckpt -n 12 -t 0 --device cpu --base bf16 > b16.txt 2> err.txt || fail "generate --base bf16"
+grep -q ", the linear weights bf16;" err.txt || { cat err.txt; fail "--base bf16 of a QLoRA checkpoint"; }
 cmp nf4.txt f32.txt || fail "the NF4 and f32 bases generate different greedy text"
 "$sinter" generate straight.ckpt -n 2 -t 0 --device cpu > out.txt 2> err.txt || fail "generate"
 grep -q ", the base NF4;" err.txt || fail "the CPU's default base for one prompt is not NF4"
