@@ -118,6 +118,12 @@ static float wkn(const prod *p, int64_t n, int64_t k) {
     return p->wf[p->tb ? n * p->K + k : k * p->N + n];
 }
 
+float order_cpu(const prod *p, int64_t m, int64_t n) {
+    float s = 0;
+    for (int64_t k = 0; k < p->K; k++) s = fmaf(p->xf[m * p->K + k], wkn(p, n, k), s);
+    return s;
+}
+
 float order_cpu_t(const prod *p, int64_t m, int64_t n) {
     float s[16] = {0};
     for (int64_t k = 0; k < p->K; k++)
@@ -208,8 +214,8 @@ void cpu_lanes_and_parts(const prod *p, sn_kernel *k, sn_jit *const *j, const in
             if (l == 0 && c == 0) memcpy(first, y, sizeof(float) * (size_t)ny);
             ck_assert_msg(!memcmp(first, y, sizeof(float) * (size_t)ny),
                           "%s %s: not the bits of %d lanes whole", what, how, lanes[0]);
-            for (int64_t i = 0; p->tb && i < ny; i++) {
-                float want = order_cpu_t(p, i / p->N, i % p->N);
+            for (int64_t i = 0; i < ny; i++) {
+                float want = p->tb ? order_cpu_t(p, i / p->N, i % p->N) : order_cpu(p, i / p->N, i % p->N);
                 ck_assert_msg(!memcmp(&want, &y[i], sizeof want),
                               "%s %s M=%lld K=%lld N=%lld: y[%lld] = %.9g, the stated order's "
                               "%.9g", what, how, (long long)p->M, (long long)p->K,

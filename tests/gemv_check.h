@@ -57,6 +57,8 @@ bool have_nvrtc(void);
 /* The n functions of cs compiled by NVRTC for sm_75, sm_80 and sm_90: no spills, no stack. */
 void nvrtc_no_spills(const sn_cuda_source *cs, int n, int64_t M, int64_t K, int64_t N);
 
+/* The CPU's order for W (K, N) (kernel.h): k ascending from 0, one fma a term. */
+float order_cpu(const prod *p, int64_t m, int64_t n);
 /* The transposed orders (kernel.h), from p->xf and p->wf: the CPU's 16 sums added pairwise,
  * and CUDA's 32 lanes over [k_lo, k_hi) added by the butterfly. */
 float order_cpu_t(const prod *p, int64_t m, int64_t n);
@@ -64,7 +66,7 @@ float order_cuda_t(const prod *p, int64_t m, int64_t n, int64_t k_lo, int64_t k_
 
 /* p's kernel k compiled by each JIT j[l] (lanes[l] lanes, n of them), run whole and in three
  * uneven parts into NaN-poisoned outputs: within the bound, the bits of the first JIT's whole
- * run everywhere, and transposed (p->tb) the bits of the CPU's stated order (order_cpu_t). */
+ * run everywhere, and the bits of the CPU's stated order (order_cpu, transposed order_cpu_t). */
 void cpu_lanes_and_parts(const prod *p, sn_kernel *k, sn_jit *const *j, const int *lanes, int n);
 /* p's one-kernel product k rendered in cs for target t, loaded on the simulator (NULL, with the
  * reason printed, where this build has none) and run in both thread orders into NaN-poisoned
