@@ -1,8 +1,9 @@
 /* test_ckpt_reader.c: the checkpoint reader on crafted files whose header and CRC are
  * consistent (a file people download and share): records that overrun the file, curves whose
  * point count overflows the size arithmetic, NaN and infinite weights, an fp16 run's loss scaler
- * that is not a positive float; and the writer, which never writes a diverged (non-finite)
- * state. Each is refused with a message, nothing crashes. */
+ * that is not a positive float, two records of one name or a name holding a NUL byte (every
+ * reader); and the writer, which never writes a diverged (non-finite) state. Each is refused
+ * with a message, nothing crashes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,6 +274,80 @@ START_TEST(diverged_state_not_saved) {
 }
 END_TEST
 
+/* The first record of kind in b: its offset and its whole length (header, name, body). */
+static size_t first_record(const uint8_t *b, size_t len, uint32_t kind, size_t *rec_len) {
+    for (size_t p = HDR; p + 16 <= len;) {
+        uint32_t k, nl;
+        uint64_t size;
+        memcpy(&k, b + p, 4);
+        memcpy(&nl, b + p + 4, 4);
+        memcpy(&size, b + p + 8 + nl, 8);
+        if (k == kind) return *rec_len = 16 + nl + (size_t)size, p;
+        p += 16 + nl + size;
+    }
+    return 0;
+}
+
+/* b with its record at off (rec_len bytes) appended again, its kind set to kind and, when
+ * nul_at > 0, a NUL byte put into its name at that index; the header fixed. */
+static uint8_t *with_copy(const uint8_t *b, size_t len, size_t off, size_t rec_len, uint32_t kind,
+                          int nul_at, size_t *out_len) {
+    uint8_t *c = malloc(len + rec_len);
+    memcpy(c, b, len);
+    memcpy(c + len, b + off, rec_len);
+    memcpy(c + len, &kind, 4);
+    if (nul_at > 0) c[len + 8 + nul_at] = 0;
+    fix_header(c, len + rec_len);
+    *out_len = len + rec_len;
+    return c;
+}
+
+/* Every reader: a load, sinter export's and sinter generate's readers refuse b with needle. */
+static void every_reader_refuses(rig *r, const uint8_t *b, size_t len, const char *needle) {
+    expect_refused(r, b, len, SN_ERR_PARSE, needle);
+    sn_ckpt_weights w;
+    sn_err e = {0};
+    ck_assert_int_eq(sn_checkpoint_read_weights_bytes("crafted.ckpt", b, len, &w, &e), SN_ERR_PARSE);
+    ck_assert_msg(strstr(e.msg, needle), "%s", e.msg);
+    char path[] = "/tmp/sn_ckr_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0 && write(fd, b, len) == (ssize_t)len);
+    close(fd);
+    sn_ckpt_model *m = NULL;
+    e = (sn_err){0};
+    ck_assert_int_eq(sn_ckpt_model_read(path, &m, &e), SN_ERR_PARSE);
+    ck_assert_msg(strstr(e.msg, needle), "%s", e.msg);
+    unlink(path);
+}
+
+/* Two records a reader would take for one (fuzz_ckpt found it: an NF4 record of parameter w and
+ * an f32 one named "w\0lora_b", whose C string is "w", read as different weights by export's
+ * reader and generate's): a parameter's weights twice, as f32 and as NF4 bytes, a metadata key
+ * twice, and a name holding a NUL byte, each refused by every reader. */
+START_TEST(one_record_a_name) {
+    rig r;
+    rig_init(&r);
+    size_t len, plen = 0, mlen = 0, n;
+    uint8_t *good = good_bytes(&r, &len);
+    size_t param = first_record(good, len, 5, &plen), meta = first_record(good, len, 1, &mlen);
+    ck_assert(param && meta);
+    uint8_t *b = with_copy(good, len, param, plen, 5, 0, &n);
+    every_reader_refuses(&r, b, n, "are both the weights of");
+    free(b);
+    b = with_copy(good, len, param, plen, 6, 0, &n); /* the same name as NF4 bytes */
+    every_reader_refuses(&r, b, n, "are both the weights of");
+    free(b);
+    b = with_copy(good, len, meta, mlen, 1, 0, &n);
+    every_reader_refuses(&r, b, n, "are both named");
+    free(b);
+    b = with_copy(good, len, param, plen, 5, 1, &n); /* "w" -> "w\0.." */
+    every_reader_refuses(&r, b, n, "name holds a NUL byte");
+    free(b);
+    free(good);
+    rig_free(&r);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ckpt_reader");
     TCase *tc = tcase_create("ckpt_reader");
@@ -282,6 +357,7 @@ int main(void) {
     tcase_add_test(tc, non_finite_weights);
     tcase_add_test(tc, diverged_state_not_saved);
     tcase_add_test(tc, loss_scaler_checked);
+    tcase_add_test(tc, one_record_a_name);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }

@@ -42,6 +42,9 @@ sn_status sn_ckpt_parse(const char *path, const uint8_t *b, size_t len, sn_ckpt_
             sn_ckpt_u64(p + 8 + name_len) > (uint64_t)(end - p) - 16 - name_len)
             return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: record %d overruns the "
                            "file: use an older checkpoint", path, out->n + 1);
+        if (memchr(p + 8, 0, name_len)) /* names are C strings: two could read alike */
+            return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: record %d's name holds a "
+                           "NUL byte: use an older checkpoint", path, out->n + 1);
         if (out->n == cap) {
             cap = cap ? 2 * cap : 64;
             sn_ckpt_rec *recs = sn_realloc(out->recs, sizeof(sn_ckpt_rec) * (size_t)cap, "a checkpoint's record list", e);
@@ -56,6 +59,18 @@ sn_status sn_ckpt_parse(const char *path, const uint8_t *b, size_t len, sn_ckpt_
         r->body = p + 16 + name_len;
         p = r->body + r->size;
     }
+    /* one record a name and kind, and one a parameter (its f32 weights or its NF4 bytes): the
+       readers look records up by name, and each must find the one the writer meant */
+    for (int i = 0; i < out->n; i++)
+        for (int j = 0; j < i; j++) {
+            const sn_ckpt_rec *a = &out->recs[i], *b2 = &out->recs[j];
+            bool weights = (a->kind == REC_PARAM || a->kind == REC_NF4) &&
+                           (b2->kind == REC_PARAM || b2->kind == REC_NF4);
+            if ((a->kind == b2->kind || weights) && !strcmp(a->name, b2->name))
+                return sn_fail(e, SN_ERR_PARSE, "checkpoint %s is corrupt: records %d and %d are "
+                               "both %s %s: use an older checkpoint", path, j + 1, i + 1,
+                               weights ? "the weights of" : "named", a->name);
+        }
     return SN_OK;
 }
 
