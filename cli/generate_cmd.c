@@ -126,9 +126,7 @@ static sn_status build_kv(sn_graph *g, int B, int T, bool decode, void *user, sn
                            : sn_gpt2_build_kv(g, &m->c, B, T, decode, lo, e);
     /* --base bf16: every weight but the adapters frozen, so that the base16 pass stores the
        linear ones in bf16 (an NF4 base is frozen already) */
-    for (int i = 0; !s && m->base16 && i < g->n_nodes; i++)
-        if (g->nodes[i]->op == SN_OP_PARAM && !sn_lora_is_adapter(g->nodes[i]->name))
-            sn_param_freeze(g->nodes[i]);
+    if (!s && m->base16) sn_lora_freeze_base(g);
     return s;
 }
 
