@@ -45,7 +45,11 @@ const char *sn_status_name(sn_status s);
     X(BF16, "bf16", 16, 1)                                                                         \
     X(F16, "f16", 16, 1)                                                                           \
     X(I32, "i32", 32, 0)                                                                           \
-    X(U8, "u8", 8, 0) /* bytes: packed storage (an NF4 parameter's, ir/nf4.h), read by dequant_nf4 */
+    X(U8, "u8", 8, 0) /* bytes: packed storage (an NF4 parameter's, ir/nf4.h), read by dequant_nf4 */ \
+    /* 8-bit floats (OCP FP8; ir.h sn_dtype_round): made by casts, read by casts, products and  \
+     * reshapes/permutes only (the fp8 pass's operands) */                                     \
+    X(F8E4M3, "f8e4m3", 8, 1)                                                                      \
+    X(F8E5M2, "f8e5m2", 8, 1)
 
 typedef enum {
 #define SN_X(name, text, bits, isf) SN_##name,

@@ -243,6 +243,16 @@ sn_node *sn_max(sn_graph *g, sn_node *x, int axis, bool keepdim) {
     return reduce(g, SN_OP_MAX, x, axis, keepdim);
 }
 
+sn_node *sn_amax(sn_graph *g, sn_node *x, int axis, bool keepdim) {
+    return reduce(g, SN_OP_AMAX, x, axis, keepdim);
+}
+
+sn_node *sn_pow2_scale(sn_graph *g, sn_node *x, float bound) {
+    sn_node p = proto(SN_OP_POW2_SCALE, 1, &x);
+    p.a.f = bound;
+    return append(g, &p);
+}
+
 /* ---- row ops ---- */
 
 static sn_node *with_f(sn_graph *g, sn_op op, int n, sn_node **in, float f) {

@@ -7,7 +7,7 @@
 
 #include "frontend.h"
 
-_Static_assert(SN_OP_COUNT == 52, "a new op needs its gradient rule in grad_rule");
+_Static_assert(SN_OP_COUNT == 54, "a new op needs its gradient rule in grad_rule");
 
 typedef struct {
     sn_graph *g;
@@ -150,6 +150,7 @@ static sn_status grad_rule(ad_state *s, sn_node *n, sn_node *dy, sn_err *e) {
     switch (n->op) {
     case SN_OP_INPUT: case SN_OP_PARAM: case SN_OP_CONST: case SN_OP_FULL: case SN_OP_EQ:
     case SN_OP_DEQUANT_NF4: /* its input is a frozen parameter's packed storage: no gradient */
+    case SN_OP_AMAX: case SN_OP_POW2_SCALE: /* scales: constants to the step (the fp8 pass) */
         return SN_OK;
     case SN_OP_ADD:
         accumulate(s, x, unbroadcast(g, dy, x));

@@ -8,6 +8,10 @@
 #include "ir/ir.h"
 #include "sinter.h"
 
+/* ---- the fp8 pass's scales (api.c; ops.h amax, pow2_scale): no gradient ---- */
+sn_node *sn_amax(sn_graph *g, sn_node *x, int axis, bool keepdim);
+sn_node *sn_pow2_scale(sn_graph *g, sn_node *x, float bound);
+
 /* ---- the backward ops (api.c): what autodiff's gradient rules build ---- */
 
 sn_node *sn_gelu_bwd(sn_graph *g, sn_node *x, sn_node *dy);

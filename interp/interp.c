@@ -11,7 +11,7 @@
 #include "ir/dropout.h"
 #include "ir/nf4.h"
 
-_Static_assert(SN_OP_COUNT == 52, "a new op needs its kernel in eval()");
+_Static_assert(SN_OP_COUNT == 54, "a new op needs its kernel in eval()");
 
 struct sn_interp {
     const sn_graph *g;
@@ -122,6 +122,7 @@ static double unary(const sn_node *n, double x) {
     case SN_OP_GELU: return gelu(x);
     case SN_OP_SILU: return x * sigmoid(x);
     case SN_OP_CAST: return x; /* rounded to the node's dtype afterwards (i32: toward zero) */
+    case SN_OP_POW2_SCALE: return sn_pow2_scale_of(x, n->a.f);
     default: SN_ASSERT(0);
     }
 }
@@ -168,9 +169,14 @@ static void eval_reduce(const sn_node *n, const double *x, double *y) {
         const double *xo = x + o * d * inner;
         double *yo = y + o * inner;
         memcpy(yo, xo, sizeof(double) * (size_t)inner);
+        if (n->op == SN_OP_AMAX)
+            for (int64_t i = 0; i < inner; i++) yo[i] = fabs(yo[i]);
         for (int64_t k = 1; k < d; k++) {
             const double *xk = xo + k * inner;
-            if (n->op == SN_OP_MAX) {
+            if (n->op == SN_OP_AMAX) {
+                for (int64_t i = 0; i < inner; i++)
+                    if (fabs(xk[i]) > yo[i] || isnan(xk[i])) yo[i] = fabs(xk[i]);
+            } else if (n->op == SN_OP_MAX) {
                 for (int64_t i = 0; i < inner; i++)
                     if (xk[i] > yo[i] || isnan(xk[i])) yo[i] = xk[i];
             } else {
@@ -328,12 +334,13 @@ static sn_status eval(const sn_interp *it, const sn_node *n, double *y, sn_err *
         return SN_OK;
     case SN_OP_NEG: case SN_OP_SCALE: case SN_OP_EXP: case SN_OP_LOG: case SN_OP_TANH:
     case SN_OP_SQRT: case SN_OP_RSQRT: case SN_OP_GELU: case SN_OP_SILU: case SN_OP_CAST:
+    case SN_OP_POW2_SCALE:
         for (int64_t i = 0; i < numel; i++) y[i] = unary(n, in[0][i]);
         return SN_OK;
     case SN_OP_DROPOUT:
         eval_dropout(n, in[0], in[1], it->exact, y);
         return SN_OK;
-    case SN_OP_SUM: case SN_OP_MEAN: case SN_OP_MAX:
+    case SN_OP_SUM: case SN_OP_MEAN: case SN_OP_MAX: case SN_OP_AMAX:
         eval_reduce(n, in[0], y);
         return SN_OK;
     case SN_OP_SOFTMAX: case SN_OP_SOFTMAX_BWD: case SN_OP_LAYERNORM: case SN_OP_LAYERNORM_BWD:

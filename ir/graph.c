@@ -1,5 +1,6 @@
 /* graph.c: the graph container, its arena, and the dtype/op/status tables.
  * Convention: everything a graph points to lives in its arena; sn_graph_free releases it whole. */
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -74,15 +75,45 @@ static double round_to_format(double v, int mant, int emin, int emax) {
     return r;
 }
 
+/* An 8-bit float: rounded with an unbounded exponent above, then saturated to +-max. */
+static double round_saturated(double v, int mant, int emin, double max) {
+    if (isnan(v)) return v;
+    double r = isinf(v) ? v : round_to_format(v, mant, emin, 1000);
+    return r > max ? max : r < -max ? -max : r;
+}
+
 double sn_dtype_round(sn_dtype t, double v) {
     switch (t) {
     case SN_F32: return (double)(float)v;
     case SN_BF16: return round_to_format(v, 7, -126, 127);
     case SN_F16: return round_to_format(v, 10, -14, 15);
+    case SN_F8E4M3: return round_saturated(v, 3, -6, 448);
+    case SN_F8E5M2: return round_saturated(v, 2, -14, 57344);
     case SN_I32: case SN_U8: return v;
     case SN_DTYPE_COUNT: break;
     }
     SN_ASSERT(0);
+}
+
+double sn_pow2_scale_of(double x, double f) {
+    if (!isfinite(x) || x == 0) return 1;
+    int ex, ef;
+    double mx = frexp(fabs(x), &ex), mf = frexp(f, &ef); /* both in [0.5, 1) */
+    int k = ef - ex - (mx > mf);
+    return ldexp(1, k < -126 ? -126 : k > 127 ? 127 : k);
+}
+
+bool sn_dtype_is_f8(sn_dtype t) { return t == SN_F8E4M3 || t == SN_F8E5M2; }
+
+double sn_dtype_max(sn_dtype t) {
+    switch (t) {
+    case SN_F32: return FLT_MAX;
+    case SN_BF16: return ldexp(255.0 / 128, 127);
+    case SN_F16: return 65504;
+    case SN_F8E4M3: return 448;
+    case SN_F8E5M2: return 57344;
+    default: SN_ASSERT(0);
+    }
 }
 
 /* ---- ops ---- */

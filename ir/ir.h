@@ -39,8 +39,18 @@ char *sn_bytes_str(int64_t bytes, char *buf, size_t len);
 
 /* sn_dtype, its names and sizes: base/graph.h */
 int sn_dtype_parse(const char *s, size_t len); /* -1 if unknown */
-/* Rounds v to the nearest value representable in t (round-to-nearest-even). */
+/* Rounds v to the nearest value representable in t (round-to-nearest-even). The 8-bit floats
+ * saturate, as PTX's cvt.rn.satfinite and cuBLASLt's FP8 outputs do: a value beyond the largest
+ * finite one (an infinity too) becomes that value of its sign (448 for f8e4m3, 57344 for
+ * f8e5m2); a NaN stays a NaN. */
 double sn_dtype_round(sn_dtype t, double v);
+/* f8e4m3 or f8e5m2 */
+bool sn_dtype_is_f8(sn_dtype t);
+/* pow2_scale's value (ops.h): the largest power of two s with |x| s <= f for x finite and not
+ * 0, within [2^-126, 2^127]; 1 for 0, an infinity or a NaN. f positive and finite. */
+double sn_pow2_scale_of(double x, double f);
+/* The largest finite value of a float dtype (448 for f8e4m3, 57344 for f8e5m2, 65504 for f16). */
+double sn_dtype_max(sn_dtype t);
 
 /* ---- ops ------------------------------------------------------------------------------- */
 

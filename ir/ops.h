@@ -63,6 +63,9 @@ enum {
     X(GELU_BWD, "gelu_bwd", 2, 2, SN_K_POINTWISE, 0, 0)         /* (x, dy) -> dy * gelu'(x) */     \
     X(SILU_BWD, "silu_bwd", 2, 2, SN_K_POINTWISE, 0, 0)         /* (x, dy) -> dy * silu'(x) */     \
     X(CAST, "cast", 1, 1, SN_K_POINTWISE, 1, 0)                 /* to the node's dtype */          \
+    /* the largest power of two s with |x| s <= f, for x finite and not 0 (1 otherwise), s within \
+     * f32's normal range: the fp8 pass's per-tensor scale from an amax; no gradient */            \
+    X(POW2_SCALE, "pow2_scale", 1, 1, SN_K_POINTWISE, 0, SN_A_F)                                   \
     /* (x, seed) -> x * 1/(1-f) where element i is kept, else 0: ir/dropout.h's mask of (the f32  \
      * scalar seed, an integer below 2^24, site, i row-major in x's shape); its gradient is the   \
      * same mask of dy */                                                                          \
@@ -71,6 +74,8 @@ enum {
     X(SUM, "sum", 1, 1, SN_K_REDUCE, 1, SN_A_AXIS | SN_A_KEEP)  /* sum over axis */                \
     X(MEAN, "mean", 1, 1, SN_K_REDUCE, 1, SN_A_AXIS | SN_A_KEEP) /* mean over axis */              \
     X(MAX, "max", 1, 1, SN_K_REDUCE, 1, SN_A_AXIS | SN_A_KEEP)  /* max over axis */                \
+    X(AMAX, "amax", 1, 1, SN_K_REDUCE, 0, SN_A_AXIS | SN_A_KEEP) /* max |x| over axis (NaN if any); \
+                                                                     no gradient: scales only */ \
     /* row ops (last axis) */                                                                      \
     X(SOFTMAX, "softmax", 1, 1, SN_K_ROW, 1, 0)                 /* softmax over the last axis */   \
     X(SOFTMAX_BWD, "softmax_bwd", 2, 2, SN_K_ROW, 0, 0)         /* (y, dy) -> y*(dy - sum(dy*y)) */ \

@@ -3,13 +3,14 @@
  * Convention: axes are already normalised (0 <= axis < rank) when a node reaches sn_infer, and
  * every sum, difference or product of sizes is checked for overflow (the sizes come from text and
  * files: a wrapped size passes a comparison and the interpreter then reads past a buffer). */
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
 #include "ir.h"
 #include "nf4.h"
 
-_Static_assert(SN_OP_COUNT == 52, "a new op needs its shape rule in sn_infer");
+_Static_assert(SN_OP_COUNT == 54, "a new op needs its shape rule in sn_infer");
 
 static int bad(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int bad(char *msg, size_t len, const char *fmt, ...) {
@@ -89,7 +90,11 @@ static int infer_matmul(sn_node *n, char *msg, size_t len) {
     types t = type_strs(n);
     if (a->rank < 2 || b->rank < 2)
         return bad(msg, len, "a is %s, b is %s: both need rank >= 2", t.s[0], t.s[1]);
-    if (need_float(n, 0, msg, len) || need_same_dtype(n, 0, 1, msg, len)) return -1;
+    if (need_float(n, 0, msg, len)) return -1;
+    if (sn_dtype_is_f8(a->dtype) != sn_dtype_is_f8(b->dtype))
+        return bad(msg, len, "a is %s, b is %s: a product of 8-bit floats takes two of them", t.s[0], t.s[1]);
+    if (!(sn_dtype_is_f8(a->dtype) && sn_dtype_is_f8(b->dtype)) && need_same_dtype(n, 0, 1, msg, len))
+        return -1; /* two 8-bit floats may differ in format (e4m3 by e5m2: a gradient's product) */
     if ((unsigned)n->a.ta > 1 || (unsigned)n->a.tb > 1)
         return bad(msg, len, "ta=%d, tb=%d: each must be 0 or 1", n->a.ta, n->a.tb);
     int64_t m = a->shape[a->rank - 2 + n->a.ta], ka = a->shape[a->rank - 1 - n->a.ta];
@@ -107,7 +112,7 @@ static int infer_matmul(sn_node *n, char *msg, size_t len) {
     }
     /* bf16/f16 operands accumulate in f32 and return f32 (the GEMM libraries' bf16 x bf16 -> f32
      * form; autocast's products): a product is never rounded to 8 bits of mantissa */
-    n->dtype = a->dtype == SN_BF16 || a->dtype == SN_F16 ? SN_F32 : a->dtype;
+    n->dtype = a->dtype == SN_BF16 || a->dtype == SN_F16 || sn_dtype_is_f8(a->dtype) ? SN_F32 : a->dtype;
     n->rank = batch->rank;
     for (int i = 0; i < batch->rank - 2; i++) n->shape[i] = batch->shape[i];
     n->shape[n->rank - 2] = m;
@@ -410,8 +415,15 @@ static int infer_op(sn_node *n, char *msg, size_t len) {
         if ((unsigned)n->dtype >= SN_DTYPE_COUNT) return bad(msg, len, "unknown dtype %d", n->dtype);
         copy_shape(n, x);
         return 0;
-    case SN_OP_SUM: case SN_OP_MEAN: case SN_OP_MAX:
+    case SN_OP_SUM: case SN_OP_MEAN: case SN_OP_MAX: case SN_OP_AMAX:
         return infer_reduce(n, msg, len);
+    case SN_OP_POW2_SCALE:
+        if (need_float(n, 0, msg, len)) return -1;
+        if (!(n->a.f > 0 && isfinite(n->a.f)))
+            return bad(msg, len, "f is %g: the bound must be positive and finite", n->a.f);
+        n->dtype = x->dtype;
+        copy_shape(n, x);
+        return 0;
     case SN_OP_SOFTMAX:
         if (x->rank < 1) return bad(msg, len, "x is %s: needs rank >= 1", t.s[0]);
         return infer_norm(n, 0, msg, len);
@@ -520,7 +532,25 @@ static int check_size(const sn_node *n, const char *whose, char *msg, size_t len
                sn_shape_str(n->rank, n->shape, s, sizeof s), (long long)SN_MAX_NUMEL);
 }
 
+/* 8-bit floats (the fp8 pass's operands) are made by casts and read by casts, products and
+ * reshapes/permutes alone; a product reads two of them (either format) or none. */
+static int check_f8(const sn_node *n, char *msg, size_t len) {
+    bool reads = n->op == SN_OP_CAST || n->op == SN_OP_MATMUL || n->op == SN_OP_RESHAPE ||
+                 n->op == SN_OP_PERMUTE;
+    for (int i = 0; i < n->n_in; i++)
+        if (sn_dtype_is_f8(n->in[i]->dtype) && !reads)
+            return bad(msg, len, "input %d is %s: 8-bit floats are read only by casts, products "
+                       "and reshapes or permutes (cast it to f32 first)", i,
+                       sn_dtype_name(n->in[i]->dtype));
+    bool makes = n->op == SN_OP_CAST || n->op == SN_OP_RESHAPE || n->op == SN_OP_PERMUTE;
+    if ((unsigned)n->dtype < SN_DTYPE_COUNT && sn_dtype_is_f8(n->dtype) && !makes)
+        return bad(msg, len, "%s: 8-bit floats are made only by casts (and viewed by reshapes or "
+                   "permutes)", sn_dtype_name(n->dtype));
+    return 0;
+}
+
 int sn_infer(sn_node *n, char *msg, size_t len) {
-    if (check_size(n, "the declared", msg, len) || infer_op(n, msg, len)) return -1;
+    if (check_size(n, "the declared", msg, len) || infer_op(n, msg, len) || check_f8(n, msg, len))
+        return -1;
     return check_size(n, "the resulting", msg, len);
 }

@@ -25,7 +25,7 @@
 #include "ir/rewrite.h"
 #include "passes.h"
 
-_Static_assert(SN_OP_COUNT == 52, "a new op needs its autocast policy in policy()");
+_Static_assert(SN_OP_COUNT == 54, "a new op needs its autocast policy in policy()");
 
 /* What autocast does with an op's float inputs. */
 typedef enum {

@@ -168,8 +168,8 @@ static bool reads(const sn_kernel *k, const sn_node *x) {
 
 static sn_status check_reduce(const sn_kernel *k, sn_err *e) {
     const sn_node *n = k->anchor;
-    if (n->op != SN_OP_SUM && n->op != SN_OP_MEAN && n->op != SN_OP_MAX)
-        return BUG("%s is not a reduction (sum, mean, max)", sn_op_name(n->op));
+    if (n->op != SN_OP_SUM && n->op != SN_OP_MEAN && n->op != SN_OP_MAX && n->op != SN_OP_AMAX)
+        return BUG("%s is not a reduction (sum, mean, max, amax)", sn_op_name(n->op));
     if (n->a.axis < 0 || n->a.axis >= n->in[0]->rank || !reads(k, n->in[0]))
         return BUG("a reduction reads its input arg over an axis of it");
     return SN_OK;

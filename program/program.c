@@ -115,7 +115,7 @@ bool sn_thin_shape_fits(const sn_node *mm) {
 /* The row ops (ops.h kind SN_K_ROW), their facts (kernel.h). A new op: if it is a row op, give
  * it a line here (row_facts_complete checks that every SN_K_ROW op has one), then move the
  * count below. */
-_Static_assert(SN_OP_COUNT == 52, "a new op: if it is a row op, add its row facts to this table");
+_Static_assert(SN_OP_COUNT == 54, "a new op: if it is a row op, add its row facts to this table");
 enum { EL0 = 1 << 0, EL1 = 1 << 1, EL2 = 1 << 2 };
 static const sn_row_facts row_facts[SN_OP_COUNT] = {
     /*                      per_element  per_row  result/el  serial  whole rows */

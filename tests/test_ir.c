@@ -110,6 +110,12 @@ static sn_graph *build_all_ops(void) {
     g->loss = loss;
     sn_node *outs[] = {logits, loss, cc, dwte, dlw, dlb};
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) sn_graph_add_output(g, outs[i]);
+    /* the fp8 pass's scale and 8-bit products (last, so no id above moves) */
+    sn_node *am = NODE(g, AMAX, IN(h), .a = {.axis = 2, .keepdim = 1});
+    sn_node *s8 = NODE(g, POW2_SCALE, IN(am), .a = {.f = 448});
+    sn_node *h8 = NODE(g, CAST, IN(NODE(g, MUL, IN(h, s8))), T(F8E4M3, 2, 3, 8));
+    sn_node *x8 = NODE(g, CAST, IN(x), T(F8E5M2, 2, 3, 8));
+    NODE(g, MATMUL, IN(h8, x8), .a = {.tb = 1});
     return g;
 }
 

@@ -71,7 +71,7 @@ void sn_cu_describe(const sn_kernel *k, const sn_ref *r, char *buf, size_t len) 
     if (strlen(buf) + 8 >= len) strcpy(buf + len - 8, "...");
 }
 
-_Static_assert(SN_OP_POINTWISE_COUNT == 18, "a new pointwise op needs its formula in sn_cu_emit_instr "
+_Static_assert(SN_OP_POINTWISE_COUNT == 19, "a new pointwise op needs its formula in sn_cu_emit_instr "
                "(and llvm_fused.c's sn_ll_pw_op, and the prelude's function if it calls one)");
 
 void sn_cu_emit_instr(sn_cu_text *t, const sn_kernel *k, int i, const char *sfx) {
@@ -167,6 +167,9 @@ void sn_cu_emit_instr_at(sn_cu_text *t, const sn_kernel *k, int i, const char *s
 }
 
 sn_status sn_cu_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
+    if (n->op == SN_OP_AMAX || n->op == SN_OP_POW2_SCALE)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: node %%%d is %s, an fp8 scale: the "
+                       "CUDA backend does not generate it yet", k->name, n->id, sn_op_name(n->op));
     if (n->dtype == SN_F32 || n->dtype == SN_BF16 || n->dtype == SN_F16 || n->dtype == SN_I32)
         return SN_OK;
     return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: node %%%d (%s) is %s; the CUDA "

@@ -13,7 +13,7 @@
 static const float GELU_K = 0.7978845608028654f; /* sqrt(2/pi) */
 static const float GELU_C = 0.044715f;
 
-_Static_assert(SN_OP_POINTWISE_COUNT == 18, "a new pointwise op needs its formula in sn_ll_pw_op "
+_Static_assert(SN_OP_POINTWISE_COUNT == 19, "a new pointwise op needs its formula in sn_ll_pw_op "
                "(and cuda_expr.c's sn_cu_emit_instr)");
 
 LLVMValueRef sn_ll_pw_op(sn_ll *L, const sn_node *n, LLVMValueRef *x, int nx) {

@@ -466,9 +466,12 @@ const char *sn_ll_kname(const sn_kernel *k, char *buf, size_t len) {
 }
 
 sn_status sn_ll_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
+    char kn[96];
+    if (n->op == SN_OP_AMAX || n->op == SN_OP_POW2_SCALE)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: node %%%d is %s, an fp8 scale: the LLVM backend "
+                       "does not generate it yet", sn_ll_kname(k, kn, sizeof kn), n->id, sn_op_name(n->op));
     if (n->dtype == SN_F32 || n->dtype == SN_I32 || n->dtype == SN_BF16 || n->dtype == SN_F16)
         return SN_OK;
-    char kn[96];
     return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: node %%%d (%s) is %s; the LLVM backend generates "
                    "f32 and i32 kernels only so far (no bf16/f16 rounding yet): run the CPU "
                    "device without autocast", sn_ll_kname(k, kn, sizeof kn), n->id,
