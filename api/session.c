@@ -170,6 +170,9 @@ static void set_meta(sn_session *r) {
     else
         sn_run_meta_set(m, "tokenizer", "%s", r->tk->name);
     sn_run_meta_set(m, "precision", "%s", sn_precision_name(r->po.precision));
+    if (r->po.fp8) /* another run's losses: resumed only with the same products */
+        sn_run_meta_set(m, "fp8", "%s products on e4m3/e5m2 operands, power-of-two scales",
+                        sn_fp8_policy_name((sn_fp8_policy)r->po.fp8));
     if (r->po.nf4) /* the adapters' rank is in model.shape */
         sn_run_meta_set(m, "qlora", "NF4 base, blocks of %d, 8-bit absmax in groups of %d",
                         SN_NF4_BLOCK, SN_NF4_SCALE_GROUP);
@@ -229,6 +232,9 @@ static sn_status check_opts(const sn_model *m, const sn_session_opts *o, sn_err 
     if (o->chunk_logits < -1)
         return sn_fail(e, SN_ERR_INVALID, "session: chunk_logits %lld: give rows a chunk, 0 (the "
                        "logits whole) or -1 (the plan's choice)", (long long)o->chunk_logits);
+    if (o->fp8 < SN_FP8_OFF || o->fp8 > SN_FP8_LINEAR)
+        return sn_fail(e, SN_ERR_INVALID, "session: fp8 %d: give 0 (off), 1 (the LM head's "
+                       "products) or 2 (every linear layer's)", o->fp8);
     if (o->init && o->init_pretrained)
         return sn_fail(e, SN_ERR_INVALID, "session: a run starts from a checkpoint (init) or from "
                        "pretrained weights (init_pretrained), not both");
@@ -364,6 +370,7 @@ static sn_status setup(sn_session *r, sn_err *e) {
     int policy = recompute_policy(o->checkpoint_policy);
     r->po.checkpoint = policy > 0 ? (sn_recompute_policy)policy : SN_RECOMPUTE_NONE;
     r->po.chunk_logits = o->chunk_logits > 0 ? o->chunk_logits : 0;
+    r->po.fp8 = o->fp8;
     /* the device first: its target is the plan's and the program's (CUDA: its kernels, its
        fusion decisions, cuBLASLt's workspace) */
     if ((s = open_device(o, &r->dev, e))) return s;

@@ -126,6 +126,9 @@ typedef struct {
                              logits never whole (passes.h: the chunk_logits pass); 0: whole;
                              -1 (the default): whole, or with mem in chunks when the plan does
                              not fit with them whole */
+    int fp8;              /* an sn_fp8_policy (passes/passes.h): 0 off, 1 the LM head's
+                             products, 2 every linear layer's on 8-bit operands (the fp8 pass);
+                             saved in the checkpoint and checked on resume */
     const char *init_pretrained; /* a new run from pretrained GPT-2 weights: a Hugging Face
                              directory (config.json, model.safetensors) or llm.c's .bin
                              (io/weights.h); the model must be the GPT-2 they describe, with the

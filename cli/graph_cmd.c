@@ -12,7 +12,7 @@
 #include "cli.h"
 
 typedef struct {
-    const char *model, *tokenizer, *pad_vocab, *policy, *precision, *dump_after, *emit_cuda;
+    const char *model, *tokenizer, *pad_vocab, *policy, *precision, *dump_after, *emit_cuda, *fp8;
     const char *lora_targets;
     bool backward, no_fuse_attention, schedule, ia3, base_f32;
     long long arena_budget;
@@ -55,6 +55,9 @@ static const cli_opt graph_opts[] = {
     {"chunk-logits", 0, CLI_INT, "N", O(chunk_logits), 0, 1 << 30,
      .help = "the LM head and its loss in chunks of N rows (tokens), the\n"
              "logits never whole (0: off, the default; needs --backward)"},
+    {"fp8", 0, CLI_CHOICE, "P", O(fp8), .choices = "off, head, linear",
+     .help = "products on 8-bit operands (the fp8 pass; needs --backward):\n"
+             "head: the LM head's; linear: every linear layer's"},
     {"batch", 'b', CLI_INT, "B", O(batch), 1, 1 << 20, .help = "input batch (default 4)"},
     {"seq", 't', CLI_INT, "T", O(seq), 1, 1 << 20, .help = "input length (default: the model's context)"},
     {"precision", 0, CLI_CHOICE, "P", O(precision), .choices = "fp32, bf16, fp16, tf32",
@@ -107,6 +110,9 @@ static int pipeline_opts(const graph_args *a, sn_pipeline_opts *o) {
     if (a->chunk_logits && !a->backward)
         return cli_usage_error(cmd, "--chunk-logits splits the loss's backward too: add --backward");
     o->chunk_logits = a->chunk_logits;
+    if (a->fp8 && sn_fp8_policy_parse(a->fp8) > 0 && !a->backward)
+        return cli_usage_error(cmd, "--fp8 picks the gradients' format by the backward: add --backward");
+    if (a->fp8) o->fp8 = sn_fp8_policy_parse(a->fp8);
     if (a->precision) o->precision = (sn_precision)sn_precision_parse(a->precision);
     o->base16 = !a->base_f32; /* as sinter train compiles it */
     o->dump_after = a->dump_after;

@@ -39,6 +39,7 @@ typedef struct {
     long long mem;          /* --mem: device bytes to plan the run for (0: no plan) */
     long chunk_logits;      /* --chunk-logits N: rows a chunk of the LM head; 0 whole; -1 not
                                given (with --mem: the plan's choice) */
+    const char *fp8;        /* --fp8 P: off, head or linear (NULL: off) */
     const char *offload_what; /* --offload as given (NULL: not given) */
     bool offload_delay;       /* --offload-delay */
     long offload_threads;     /* --offload-threads N (0: not given; CLI_INT stores a long: an

@@ -204,6 +204,7 @@ static sn_status build(const train_args *a, run *r, sn_err *e) {
     o.dump_after = a->dump_after;
     o.mem = a->mem;
     o.chunk_logits = a->chunk_logits;
+    o.fp8 = a->fp8 ? sn_fp8_policy_parse(a->fp8) : 0;
     o.nf4 = a->qlora > 0;
     o.base_f32 = a->base_f32;
     if ((s = sn_session_new(&m, &o, &r->s, e))) return s;

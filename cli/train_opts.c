@@ -39,6 +39,12 @@ static const cli_opt train_opts[] = {
              "auto (default): bf16 on a GPU from sm_80 (A100, RTX 30 and\n"
              "later), fp16 on older ones, fp32 on the CPU; a resumed run\n"
              "keeps its checkpoint's"},
+    {"fp8", 0, CLI_CHOICE, "P", O(fp8), .choices = "off, head, linear",
+     .help = "products on 8-bit operands (FP8: e4m3, gradients e5m2, each\n"
+             "tensor scaled by a power of two; docs/fp8.md): head: the LM\n"
+             "head's three; linear: every linear layer's; off (default). Not\n"
+             "exact: it trades the operands' mantissa bits for twice the GPU's\n"
+             "tensor-core rate (sm_89 and newer); on the CPU it is emulated"},
     {"data", 'd', CLI_STR, "PATH", O(data),
      .help = "text file or directory (default " SN_DEFAULT_CORPUS ")"},
     {"train-bin", 0, CLI_STR, "FILE", O(train_bin),

@@ -234,6 +234,26 @@ enum { SN_CHUNK_LOGITS_AUTO = -1, SN_CHUNK_LOGITS_PARTS = 4 };
 /* The rows a chunk for `rows` (a count, or SN_CHUNK_LOGITS_AUTO) of R rows. */
 int64_t sn_chunk_logits_rows(int64_t rows, int64_t R);
 
+/* ---- fp8.c ---- */
+
+/* Which products the fp8 pass makes 8-bit (fp8.c has the rules). */
+typedef enum {
+    SN_FP8_OFF,
+    SN_FP8_HEAD,   /* the LM head's: the logits' product and the two reading their gradient */
+    SN_FP8_LINEAR, /* every linear layer's (a parameter operand), forward and backward */
+} sn_fp8_policy;
+
+/* requires: a verified graph with its backward. Each selected product of a and b becomes
+ * (a8 @ b8) / s_a / s_b: a8 = e4m3(a s_a) (e5m2 for a gradient), s_a the largest power of two
+ * that keeps a's amax within the format's range, both 8-bit operands K-major (ta 0, tb 1).
+ * Not exact (3 or 2 mantissa bits an operand). *n_products: how many; none: *out is NULL (the
+ * graph stays as it is). */
+sn_status sn_pass_fp8(const sn_graph *in, sn_fp8_policy pol, sn_graph **out, int *n_products,
+                      sn_err *e);
+/* "off", "head", "linear"; sn_fp8_policy_parse: -1 if unknown */
+const char *sn_fp8_policy_name(sn_fp8_policy p);
+int sn_fp8_policy_parse(const char *s);
+
 /* ---- fuse.c ---- */
 
 /* requires: a verified graph (after autodiff, or a forward graph for inference). Decides which

@@ -11,14 +11,14 @@
 
 static const char *const pass_names[] = {"frontend", "pad_vocab", "attention", "nf4", "base16",
                                         "siblings", "autocast", "autodiff", "lowrank_sum", "remat", "nf4_per_reader",
-                                        "chunk_logits",
+                                        "chunk_logits", "fp8",
                                         "checkpoint", "sink_views", "upcast", "fuse", "schedule",
                                         "join_siblings", "join_finish", "memplan"};
 enum { N_PASSES = sizeof pass_names / sizeof pass_names[0] };
 
 const char *sn_pipeline_pass_names(void) {
     return "frontend, pad_vocab, attention, nf4, base16, siblings, autocast, autodiff, lowrank_sum, "
-           "remat, nf4_per_reader, chunk_logits, checkpoint, sink_views, upcast, fuse, schedule, "
+           "remat, nf4_per_reader, chunk_logits, fp8, checkpoint, sink_views, upcast, fuse, schedule, "
            "join_siblings, join_finish, memplan";
 }
 
@@ -91,6 +91,9 @@ static sn_status check_dump(const sn_pipeline_opts *o, sn_err *e) {
     if (!strcmp(d, "chunk_logits") && !o->chunk_logits)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after chunk_logits, but the chunk_logits pass is off "
                        "(add --chunk-logits N)");
+    if (!strcmp(d, "fp8") && !o->fp8)
+        return sn_fail(e, SN_ERR_INVALID, "--dump-after fp8, but the fp8 pass is off (add --fp8 "
+                       "head or linear)");
     if (!strcmp(d, "autodiff") && !o->backward)
         return sn_fail(e, SN_ERR_INVALID, "--dump-after autodiff needs the backward (add --backward)");
     if (!strcmp(d, "attention") && !o->fuse_attention)
@@ -229,6 +232,12 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
         if (next) replace(g, next);
         if ((s = after(g, "chunk_logits", o, e))) return s;
     }
+    if (o->fp8) { /* after chunk_logits, whose pattern is the head's bf16 product; before
+                     checkpoint, whose arena model then sees the 8-bit copies */
+        if ((s = sn_pass_fp8(g, (sn_fp8_policy)o->fp8, &next, &st->fp8_products, e))) return s;
+        if (next) replace(g, next);
+        if ((s = after(g, "fp8", o, e))) return s;
+    }
     return o->checkpoint ? checkpoint(g, o, st, e) : SN_OK;
 }
 
@@ -256,6 +265,7 @@ sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_
     st->checkpoint_extra_flops = st->step_flops = 0;
     st->checkpoint_min_arena = 0;
     st->nf4_stored = st->nf4_dequants = st->base16_stored = st->lowrank_rounded = st->remade = 0;
+    st->fp8_products = 0;
     return graph_passes(g, o, st, e);
 }
 

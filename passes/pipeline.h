@@ -40,6 +40,8 @@ typedef struct {
     int64_t chunk_logits;    /* the chunk_logits pass after autodiff: the LM head and its
                                 loss in chunks of this many rows (0: off; SN_CHUNK_LOGITS_AUTO:
                                 the pass's choice, passes.h) */
+    int fp8;                 /* an sn_fp8_policy (passes.h): the fp8 pass after autodiff and
+                                chunk_logits, selected products on 8-bit operands (0: off) */
     bool keep_siblings;      /* no join_siblings pass: the pointwise kernels as fuse made them
                                 (tests of the fuse pass) */
     int schedule;            /* an sn_schedule_mode: the schedule pass, kernels reordered so
@@ -70,6 +72,7 @@ typedef struct {
     int casts;           /* cast nodes the autocast pass added */
     int lowrank_rounded; /* gradient sums lowrank_sum rounds in a chain of GEMMs */
     int remade;          /* forward values the remat pass makes again for the backward */
+    int fp8_products;    /* products the fp8 pass made 8-bit */
     int upcasts_split;   /* f32 casts of 16-bit values the upcast pass made one per reader */
     int views_sunk;      /* pointwise ops the sink_views pass made again over views */
     int64_t schedule_peak_before, schedule_peak_after; /* live arena bytes at most (no packing) */
@@ -94,7 +97,7 @@ const char *sn_pipeline_pass_names(void);
  *
  * The graph passes: pad_vocab, attention, nf4, base16, autocast, no_dropout (without o->backward:
  * inference), autodiff (o->backward), nf4_per_reader
- * (a dequantize of two readers), chunk_logits, checkpoint.
+ * (a dequantize of two readers), chunk_logits, fp8, checkpoint.
  * requires: a forward graph (no backward yet: the forward rewrites must come before autodiff,
  * so that gradients come from the rewritten ops); a graph with a backward is SN_ERR_INVALID. */
 sn_status sn_pipeline_graph(sn_graph *g, const sn_pipeline_opts *o, sn_pipeline_stats *stats,
