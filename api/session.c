@@ -47,6 +47,7 @@ struct sn_session {
     int64_t budget, mem_free; /* o.mem: the plan's bytes; with SN_SESSION_MEM_AUTO, the device's
                                  free bytes it came from */
     int init_fresh;          /* o.init: adapters the file lacked */
+    int fp8_products;        /* o.fp8: the products the fp8 pass made 8-bit */
     sn_plan plan;
     const int *stop;         /* sn_session_set_stop's flag, read atomically; NULL: none */
 };
@@ -409,7 +410,9 @@ static sn_status setup(sn_session *r, sn_err *e) {
     if ((s = build_graph(r, r->B, r->T, true, &r->g, e))) return s;
     r->po.backward = true;
     r->po.dump_after = o->dump_after;
-    if ((s = sn_compile(r->g, &r->po, NULL, NULL, e))) return s;
+    sn_pipeline_stats pst;
+    if ((s = sn_compile(r->g, &r->po, NULL, &pst, e))) return s;
+    r->fp8_products = pst.fp8_products;
     sn_train_opts to;
     sn_train_opts_default(&to, o->steps);
     to.lr = (float)o->lr;
@@ -650,7 +653,7 @@ void sn_session_info_get(const sn_session *r, sn_session_info *out) {
                              .loss_scale = sn_trainer_scaler(r->t).scale,
                              .steps_skipped = sn_trainer_scaler(r->t).skipped,
                              .host_measured = sn_trainer_host_state_bytes(r->t),
-                             .precision = r->po.precision};
+                             .precision = r->po.precision, .fp8_products = r->fp8_products};
     out->offload = out->host_measured > 0;
     out->cuda_sm = r->dev && r->dev->target.kind == SN_TARGET_CUDA ? r->dev->target.sm : 0;
     out->trained = sn_param_layout_trained(sn_trainer_layout(r->t));

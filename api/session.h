@@ -247,6 +247,7 @@ typedef struct {
     bool offload;                           /* the optimizer state is in host memory: */
     int64_t host_planned, host_measured;    /* its bytes (planned only with mem; measured always) */
     sn_precision precision;                 /* the run's (precision_auto: the one chosen) */
+    int fp8_products;                       /* products on 8-bit operands (the fp8 pass) */
     bool loss_scaling;                      /* fp16: dynamic loss scaling; then its state: */
     float loss_scale;                       /* the scale the next step runs with */
     int64_t steps_skipped;                  /* steps skipped for overflowed gradients so far */

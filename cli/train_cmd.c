@@ -387,6 +387,17 @@ static void print_precision(const train_args *a, const sn_session_info *in) {
                                         "1.6x faster)" : "");
 }
 
+/* "fp8: ..." when products take 8-bit operands: how many, and what it means on this device. */
+static void print_fp8(const train_args *a, const sn_session_info *in) {
+    if (!a->fp8 || !strcmp(a->fp8, "off")) return;
+    printf("fp8: %d products on e4m3 operands, their gradients e5m2 (%s; docs/fp8.md)%s\n",
+           in->fp8_products, !strcmp(a->fp8, "head") ? "the LM head's" : "every linear layer's",
+           in->cuda_sm ? "" : "; emulated here: slower than without, for the numerics only");
+    if (!in->fp8_products)
+        printf("fp8: no product qualifies (each needs its dimensions above 64, K and N multiples "
+               "of 16): the run is the one without --fp8\n");
+}
+
 static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
     sn_status s = check_outputs(a, started, e);
     if (!s) s = build(a, r, e);
@@ -445,6 +456,7 @@ static sn_status train(const train_args *a, run *r, time_t started, sn_err *e) {
                 lo->lora.rank, side, 100.0 * (double)in.trained / (double)in.params, side);
     printf("device: %s\n", in.device);
     print_precision(a, &in);
+    print_fp8(a, &in);
     if (in.mem_free) {
         char b[32], f[32];
         printf("memory: --mem auto: %s (%lld bytes), the %s (%lld bytes) the device had free less "
