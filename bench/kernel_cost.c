@@ -23,6 +23,7 @@
 #include "ir/ir.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
+#include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "bench_json.h"
 #include "roofline.h"
@@ -30,7 +31,7 @@
 enum { MAX_ARCH = 3, N_OPT = 4 };
 
 typedef struct {
-    const char *model, *precision, *kind, *machine;
+    const char *model, *precision, *kind, *machine, *fp8;
     int batch, seq;
     int lora; /* --lora R: adapters of rank R (alpha R) on --lora-targets' layers, the base frozen */
     unsigned lora_targets; /* --lora-targets all|attn|mlp (default all), models/gpt2.h's bits */
@@ -45,7 +46,7 @@ typedef struct {
 static int usage(void) {
     fprintf(stderr, "usage: kernel_cost [--model gpt2|smollm2-135m|...] [--batch B] [--seq T] "
                     "[--lora R [--lora-targets all|attn|mlp] | --ia3] [--decode [--nf4] "
-                    "[--no-split]] [--precision fp32|bf16|fp16|tf32] "
+                    "[--no-split]] [--precision fp32|bf16|fp16|tf32] [--fp8 head|linear] "
                     "[--arch sm_80|sm_90|sm_75|sm_86|sm_89|sm_120 (repeatable; default sm_80 and sm_90)] "
                     "[--kind KIND (attention, row, pointwise, ...)] [--machine h200|h100|rtx4090|rtx3090] "
                     "[--apart (no products or pointwise kernels joined)] [--json]\n");
@@ -190,6 +191,7 @@ int main(int argc, char **argv) {
             if (!sn_gpt2_lora_targets_parse(v, &a.lora_targets)) return usage();
         }
         else if (!strcmp(argv[i], "--precision")) a.precision = v;
+        else if (!strcmp(argv[i], "--fp8")) a.fp8 = v;
         else if (!strcmp(argv[i], "--kind")) a.kind = v;
         else if (!strcmp(argv[i], "--machine")) a.machine = v;
         else if (!strcmp(argv[i], "--arch") && a.n_arch < MAX_ARCH)
@@ -202,7 +204,9 @@ int main(int argc, char **argv) {
         if (!sn_cuda_sm_limits_of(a.arch[i])) return usage();
     int prec = sn_precision_parse(a.precision);
     const sn_roofline_machine *mach = sn_roofline_machine_find(a.machine);
-    if (a.batch < 1 || a.seq < 1 || a.lora < 0 || (a.lora && a.ia3) || prec < 0 || !mach ||
+    int fp8 = a.fp8 ? sn_fp8_policy_parse(a.fp8) : 0;
+    if (a.batch < 1 || a.seq < 1 || a.lora < 0 || (a.lora && a.ia3) || prec < 0 || !mach || fp8 < 0 ||
+        (fp8 && a.decode) ||
         (a.lora_targets != SN_GPT2_LORA_ALL && !a.lora) ||
         (a.decode && (a.lora || a.ia3)) || ((a.nf4 || a.no_split) && !a.decode))
         return usage();
@@ -219,6 +223,7 @@ int main(int argc, char **argv) {
     o.backward = !a.decode;
     o.precision = (sn_precision)prec;
     o.base16 = true; /* as sinter train compiles it: a frozen base in the compute dtype */
+    o.fp8 = fp8;
     if (a.decode) /* as the generator compiles it (train/generate.c): fp32, no rewrite but NF4 */
         o = (sn_pipeline_opts){.target = &tg, .nf4 = a.nf4}, a.precision = "fp32";
     o.target = &tg;

@@ -15,15 +15,16 @@
 
 static const sn_roofline_machine machines[] = {
     /* H100 SXM, dense (no sparsity); its GEMMs' efficiency and overhead assumed the H200's */
-    {"h100", 989.0, 494.5, 67.0, 3.35, 132, 55.0, 7.0, 5.0, 0.9, 10.0},
+    {"h100", 989.0, 494.5, 67.0, 3.35, 132, 55.0, 7.0, 5.0, 0.9, 10.0, 1979.0},
     /* H200: bf16 GEMM and copy bandwidth as gpu_check measured them on 2026-11-27 (cuBLASLt
-     * 8192^3; a 1 GiB device copy); TF32 and fp32 the published (H100 SXM's) numbers */
-    {"h200", 773.0, 494.5, 67.0, 4.22, 132, 55.0, 7.0, 5.0, 0.9, 10.0},
+     * 8192^3; a 1 GiB device copy); TF32 and fp32 the published (H100 SXM's) numbers; FP8
+     * twice the measured bf16 (the published ratio; not measured) */
+    {"h200", 773.0, 494.5, 67.0, 4.22, 132, 55.0, 7.0, 5.0, 0.9, 10.0, 1546.0},
     /* the consumer parts this project is for (NVIDIA's Ampere and Ada whitepapers, dense, bf16
      * with fp32 accumulation: half the f16-accumulate rate on GeForce); PCIe 4.0 x16 assumed 25
      * GB/s each way; floors and GEMM efficiency assumed the H200's. Not measured. */
-    {"rtx3090", 71.0, 35.6, 35.6, 0.936, 82, 25.0, 7.0, 5.0, 0.9, 10.0},
-    {"rtx4090", 165.2, 82.6, 82.6, 1.008, 128, 25.0, 7.0, 5.0, 0.9, 10.0},
+    {"rtx3090", 71.0, 35.6, 35.6, 0.936, 82, 25.0, 7.0, 5.0, 0.9, 10.0, 0.0},
+    {"rtx4090", 165.2, 82.6, 82.6, 1.008, 128, 25.0, 7.0, 5.0, 0.9, 10.0, 330.3},
 };
 
 const sn_roofline_machine *sn_roofline_machine_find(const char *name) {
@@ -173,7 +174,8 @@ static double busiest_share(const sn_kernel *k, double bytes) {
 static double kernel_peak(const sn_kernel *k, const sn_roofline_machine *m, const sn_roofline_opts *o) {
     if (k->kind == SN_KER_GEMM || k->kind == SN_KER_ATTENTION) {
         sn_dtype dt = k->anchor->in[0]->dtype;
-        if (dt == SN_BF16 || dt == SN_F16) return m->bf16_tflops;
+        if (sn_dtype_is_f8(dt) && m->fp8_tflops > 0) return m->fp8_tflops;
+        if (dt == SN_BF16 || dt == SN_F16 || sn_dtype_is_f8(dt)) return m->bf16_tflops;
         if (k->kind == SN_KER_GEMM && o && o->tf32) return m->tf32_tflops;
     }
     return m->fp32_tflops;

@@ -35,11 +35,14 @@ typedef struct {
                            147 GEMMs are modeled 18.64 ms (measured 19.20, their epilogues
                            included) and smollm2-135m B=8 T=1024's 633 are 15.83 ms (measured
                            14.85); at the bare ceiling 15.7 and 9.4 */
+    double fp8_tflops;  /* dense tensor-core FP8 (e4m3/e5m2) products, fp32 accumulate; 0:
+                           none (before sm_89) */
 } sn_roofline_machine;
 
-/* "h100": H100 SXM (989 bf16 dense, 494.5 TF32, 67 fp32, 3.35 TB/s); "h200": the H200's measured
- * ceilings (773 bf16, 4.22 TB/s; 2026-11-27); "rtx3090" (71 bf16, 0.936 TB/s, 82 SMs) and
- * "rtx4090" (165.2 bf16, 1.008 TB/s, 128 SMs): published; NULL for another name. */
+/* "h100": H100 SXM (989 bf16 dense, 1979 FP8, 494.5 TF32, 67 fp32, 3.35 TB/s); "h200": the
+ * H200's measured ceilings (773 bf16, 4.22 TB/s; 2026-11-27; FP8 assumed twice bf16, not
+ * measured); "rtx3090" (71 bf16, no FP8, 0.936 TB/s, 82 SMs) and "rtx4090" (165.2 bf16, 330.3
+ * FP8, 1.008 TB/s, 128 SMs): published; NULL for another name. */
 const sn_roofline_machine *sn_roofline_machine_find(const char *name);
 
 /* How f32 GEMMs run: on the CUDA cores, or as TF32 on the tensor cores (--tf32). */
