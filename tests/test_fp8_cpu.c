@@ -30,6 +30,8 @@ typedef struct {
     sn_exec *x;
 } run;
 
+/* g's program on a new CPU device. The pipeline may rewrite g in place (sink_views): nodes held
+ * before are gone, so a test finds its inputs by name and its outputs by index afterwards. */
 static void run_new(run *r, sn_graph *g) {
     sn_err e;
     ck_assert_msg(!sn_graph_error(g), "%s", sn_graph_error(g));
@@ -37,6 +39,17 @@ static void run_new(run *r, sn_graph *g) {
     ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &r->d->target}, &r->p, NULL, &e) == SN_OK,
                   "%s", e.msg);
     ck_assert_msg(sn_exec_new(r->d, r->p, &r->x, &e) == SN_OK, "%s", e.msg);
+}
+
+static sn_node *input(const sn_graph *g, const char *name) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == SN_OP_INPUT && !strcmp(g->nodes[i]->name, name)) return g->nodes[i];
+    ck_abort_msg("no input %s", name);
+}
+
+static sn_node *output(const sn_graph *g, int i) {
+    ck_assert_int_lt(i, g->n_outputs);
+    return g->outputs[i];
 }
 
 static void run_free(run *r) {
@@ -81,6 +94,8 @@ static int kernels_with(const sn_program *p, sn_kernel_kind kind, int op, sn_dty
     do {                                                                                           \
         if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                    \
     } while (0)
+
+#define ck_assert_has(s, sub) ck_assert_msg(strstr((s), (sub)), "'%s' lacks '%s'", (s), (sub))
 
 static bool same_bits(float a, float b) { return !memcmp(&a, &b, sizeof a); }
 static uint32_t bits_of(float f) {
@@ -173,6 +188,7 @@ START_TEST(casts_round_as_the_interpreter) {
         sn_graph_add_output(g, r);
         run R;
         run_new(&R, g);
+        in = input(g, "x"), q = output(g, 0), r = output(g, 1);
         ck_assert_int_ge(kernels_with(R.p, SN_KER_POINTWISE, SN_OP_CAST, SN_DTYPE_COUNT), 1);
         set(&R, in, x);
         go(&R);
@@ -304,6 +320,8 @@ START_TEST(pow2_scale_exact) {
     sn_graph_add_output(g, yb);
     run R;
     run_new(&R, g);
+    in = input(g, "x"), yb = output(g, NB);
+    for (int b = 0; b < NB; b++) y[b] = output(g, b);
     ck_assert_int_ge(kernels_with(R.p, SN_KER_POINTWISE, SN_OP_POW2_SCALE, SN_DTYPE_COUNT), 1);
     set(&R, in, x);
     go(&R);
@@ -360,6 +378,8 @@ START_TEST(amax_exact) {
     for (int i = 0; i < 5; i++) sn_graph_add_output(g, out[i]);
     run R_;
     run_new(&R_, g);
+    x = input(g, "x");
+    for (int i = 0; i < 5; i++) out[i] = output(g, i);
     ck_assert_int_ge(kernels_with(R_.p, SN_KER_REDUCE, SN_OP_AMAX, SN_DTYPE_COUNT), 5);
     set(&R_, x, xv);
     go(&R_);
@@ -394,6 +414,212 @@ START_TEST(amax_exact) {
 }
 END_TEST
 
+/* ---- the fp8 pass's products ---- */
+
+/* x's per-tensor scale as the fp8 pass makes it: pow2_scale(amax(amax(x as (rows, cols), 1),
+ * 0), bound), an f32 scalar, x bf16 */
+static sn_node *scale_of(sn_graph *g, sn_node *x, float bound) {
+    int64_t cols = x->shape[x->rank - 1];
+    sn_node *m = sn_reshape(g, x, SN_SHAPE(sn_numel(x) / cols, cols));
+    return sn_pow2_scale(g, sn_cast(g, sn_amax(g, sn_amax(g, m, 1, false), 0, false), SN_F32), bound);
+}
+
+typedef struct {
+    bool ta, tb;
+    sn_dtype fa, fb;
+    int batch;         /* a's batch (0: a of rank 2) */
+    bool b_shared;     /* b of rank 2 under a batched a */
+    bool permute_b;    /* b stored (K, N) and made K-major by a permute before its cast (tb) */
+    bool integers;     /* small integers: every partial sum exact, the result bit for bit */
+} product_case;
+
+static const product_case PRODUCTS[] = {
+    {false, true, SN_F8E4M3, SN_F8E5M2, 0, false, false, false},
+    {false, true, SN_F8E4M3, SN_F8E5M2, 0, false, false, true},
+    {false, false, SN_F8E4M3, SN_F8E4M3, 0, false, false, false},
+    {false, false, SN_F8E4M3, SN_F8E4M3, 0, false, false, true},
+    {true, false, SN_F8E5M2, SN_F8E4M3, 0, false, false, false},
+    {true, true, SN_F8E5M2, SN_F8E5M2, 0, false, false, true},
+    {false, true, SN_F8E4M3, SN_F8E4M3, 2, false, true, true},
+    {false, true, SN_F8E4M3, SN_F8E5M2, 3, true, false, false},
+    {false, false, SN_F8E5M2, SN_F8E4M3, 2, false, false, false},
+};
+
+static float bound_of(sn_dtype t) { return (float)sn_dtype_max(t); }
+
+/* y = (a8 @ b8) / sa / sb, a8 = f8(f32(a) sa), b8 = f8(f32(b) sb), a and b bf16 (of f32 inputs),
+ * on the CPU device against the interpreter. Random operands (a of magnitude 3e-3, b 40: scales
+ * far from 1) agree within 1e-5 of the largest |y| (the f32 sums' order differs from the
+ * interpreter's one rounding of an exact sum: K 2^-24 relative at worst, as
+ * test_compiled.c's sixteen_bit_ops_round allows the CPU's f32 arithmetic); small integers
+ * (|a|, |b| <= 8: exact in both formats after their scales 32 / 4096, so every partial sum is an
+ * integer times 2^17 below 2^24 of them) bit for bit. Each product one GEMM of 8-bit operands;
+ * 70 x 80 x 64 is above the CPU's tiny-product size, so the pool's two parts split it. */
+START_TEST(scaled_product) {
+    const product_case *c = &PRODUCTS[_i];
+    enum { M = 70, K = 80, N = 64 };
+    int64_t Bt = c->batch ? c->batch : 1;
+    sn_graph *g = sn_graph_new();
+    sn_shape as = c->ta ? SN_SHAPE(K, M) : SN_SHAPE(M, K);
+    sn_shape bs = c->tb && !c->permute_b ? SN_SHAPE(N, K) : SN_SHAPE(K, N);
+    if (c->batch) {
+        as = c->ta ? SN_SHAPE(Bt, K, M) : SN_SHAPE(Bt, M, K);
+        if (!c->b_shared) bs = c->tb && !c->permute_b ? SN_SHAPE(Bt, N, K) : SN_SHAPE(Bt, K, N);
+    }
+    sn_node *ain = sn_input(g, "a", SN_F32, as), *bin = sn_input(g, "b", SN_F32, bs);
+    sn_node *a = sn_cast(g, ain, SN_BF16), *b = sn_cast(g, bin, SN_BF16);
+    sn_node *sa = scale_of(g, a, bound_of(c->fa)), *sb = scale_of(g, b, bound_of(c->fb));
+    sn_node *a8 = sn_cast(g, sn_mul(g, sn_cast(g, a, SN_F32), sa), c->fa);
+    sn_node *bsc = sn_mul(g, sn_cast(g, b, SN_F32), sb);
+    if (c->permute_b) bsc = sn_permute(g, bsc, b->rank == 3 ? (int[]){0, 2, 1} : (int[]){1, 0});
+    sn_node *b8 = sn_cast(g, bsc, c->fb);
+    sn_node *mm = sn_matmul_t(g, a8, b8, c->ta, c->tb);
+    sn_node *y = sn_div(g, sn_div(g, mm, sa), sb);
+    sn_graph_add_output(g, y);
+    sn_graph_add_output(g, sa);
+    run R;
+    run_new(&R, g);
+    ain = input(g, "a"), bin = input(g, "b"), y = output(g, 0), sa = output(g, 1);
+    /* one GEMM, reading both 8-bit operands */
+    ck_assert_int_eq(kernels_with(R.p, SN_KER_GEMM, SN_OP_MATMUL, SN_DTYPE_COUNT), 1);
+    ck_assert_int_eq(kernels_with(R.p, SN_KER_GEMM, SN_OP_MATMUL, c->fa), 1);
+    ck_assert_int_eq(kernels_with(R.p, SN_KER_GEMM, SN_OP_MATMUL, c->fb), 1);
+
+    int64_t na = sn_numel(ain), nb = sn_numel(bin), ny = sn_numel(y);
+    float *av = malloc(sizeof(float) * (size_t)na), *bv = malloc(sizeof(float) * (size_t)nb);
+    float *got = malloc(sizeof(float) * (size_t)ny);
+    double *gd = malloc(sizeof(double) * (size_t)ny);
+    ck_assert(av && bv && got && gd);
+    sn_rng r = sn_rng_seed(20 + (uint64_t)_i);
+    for (int64_t i = 0; i < na; i++)
+        av[i] = c->integers ? (float)((int)sn_rng_below(&r, 17) - 8) : (float)(sn_rng_normal(&r) * 3e-3);
+    for (int64_t i = 0; i < nb; i++)
+        bv[i] = c->integers ? (float)((int)sn_rng_below(&r, 17) - 8) : (float)(sn_rng_normal(&r) * 40);
+    set(&R, ain, av);
+    set(&R, bin, bv);
+    go(&R);
+    get(&R, y, got);
+    sn_interp *it = sn_interp_new(g, false);
+    sn_err e;
+    ck_assert(sn_interp_set(it, ain, av, &e) == SN_OK && sn_interp_set(it, bin, bv, &e) == SN_OK);
+    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
+    const double *want = sn_interp_value(it, y);
+    char what[128];
+    snprintf(what, sizeof what, "case %d: %s x %s, ta %d tb %d, batch %d%s", _i, sn_dtype_name(c->fa),
+             sn_dtype_name(c->fb), c->ta, c->tb, c->batch, c->permute_b ? ", b permuted" : "");
+    if (c->integers) {
+        ck_assert(sn_interp_value(it, sa)[0] == (c->fa == SN_F8E4M3 ? 32 : 4096));
+        for (int64_t i = 0; i < ny; i++)
+            EXPECT(same_bits(got[i], (float)want[i]), "%s: y[%lld] = %a, the interpreter's %a", what,
+                   (long long)i, (double)got[i], want[i]);
+    } else {
+        for (int64_t i = 0; i < ny; i++) gd[i] = got[i];
+        sn_check_close(what, gd, want, (size_t)ny, 1e-5, 0);
+    }
+    double top = 0;
+    for (int64_t i = 0; i < ny; i++) top = fmax(top, fabs(want[i]));
+    ck_assert_msg(top > (c->integers ? 100 : 0.1), "%s: the largest |y| %g: a product of zeros", what, top);
+    sn_interp_free(it);
+    free(av);
+    free(bv);
+    free(got);
+    free(gd);
+    run_free(&R);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* A product with a bias (fuse's BIAS epilogue: the CPU GEMM adds it to the f32 product as
+ * it does for f32 operands), small integers: the interpreter's bit for bit. */
+START_TEST(product_with_bias) {
+    enum { M = 24, K = 32, N = 40 };
+    sn_graph *g = sn_graph_new();
+    sn_node *a = sn_input(g, "a", SN_F32, SN_SHAPE(M, K)), *b = sn_input(g, "b", SN_F32, SN_SHAPE(N, K));
+    sn_node *bias = sn_input(g, "bias", SN_F32, SN_SHAPE(N));
+    sn_node *mm = sn_matmul_t(g, sn_cast(g, a, SN_F8E4M3), sn_cast(g, b, SN_F8E5M2), false, true);
+    sn_graph_add_output(g, sn_add(g, mm, bias));
+    run R;
+    run_new(&R, g);
+    int with_bias = 0;
+    for (int i = 0; i < R.p->n_kernels; i++)
+        with_bias += R.p->kernels[i]->kind == SN_KER_GEMM && R.p->kernels[i]->gemm.epilogue == SN_EPI_BIAS;
+    ck_assert_int_eq(with_bias, 1);
+    float av[M * K], bv[N * K], cv[N], got[M * N];
+    sn_rng r = sn_rng_seed(5);
+    for (int i = 0; i < M * K; i++) av[i] = (float)((int)sn_rng_below(&r, 17) - 8);
+    for (int i = 0; i < N * K; i++) bv[i] = (float)((int)sn_rng_below(&r, 17) - 8);
+    for (int i = 0; i < N; i++) cv[i] = (float)i - 20.5f;
+    const char *names[3] = {"a", "b", "bias"};
+    const float *vals[3] = {av, bv, cv};
+    sn_interp *it = sn_interp_new(g, false);
+    sn_err e;
+    for (int i = 0; i < 3; i++) {
+        set(&R, input(g, names[i]), vals[i]);
+        ck_assert(sn_interp_set(it, input(g, names[i]), vals[i], &e) == SN_OK);
+    }
+    go(&R);
+    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
+    get(&R, output(g, 0), got);
+    const double *want = sn_interp_value(it, output(g, 0));
+    for (int i = 0; i < M * N; i++)
+        EXPECT(same_bits(got[i], (float)want[i]), "y[%d] = %a, the interpreter's %a", i, (double)got[i], want[i]);
+    sn_interp_free(it);
+    run_free(&R);
+    sn_graph_free(g);
+}
+END_TEST
+
+/* ---- what the backend refuses, and says so ---- */
+
+/* An 8-bit value cast back inside a row kernel's prologue (fuse puts softmax(f32(f8(x))) in one
+ * row kernel) is refused when the program is compiled, naming the dtype, the kernel kind and
+ * "not supported yet"; a GEMM of 8-bit operands with a GELU_BIAS epilogue is refused when it runs. */
+START_TEST(refusals_say_not_supported_yet) {
+    sn_err e;
+    sn_device *d;
+    ck_assert_msg(sn_cpu_device_new(2, &d, &e) == SN_OK, "%s", e.msg);
+    for (int k = 0; k < 2; k++) {
+        sn_graph *g = sn_graph_new();
+        sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(6, 16)), *w = sn_input(g, "w", SN_F32, SN_SHAPE(16, 8));
+        sn_node *y = k == 0 ? sn_softmax(g, sn_cast(g, sn_cast(g, x, SN_F8E4M3), SN_F32))
+                            : sn_gelu(g, sn_matmul(g, sn_cast(g, x, SN_F8E4M3), sn_cast(g, w, SN_F8E4M3)));
+        sn_graph_add_output(g, y);
+        sn_program *p;
+        sn_exec *ex = NULL;
+        ck_assert_msg(sn_pipeline_kernels(g, &(sn_pipeline_opts){.target = &d->target}, &p, NULL, &e) == SN_OK,
+                      "%s", e.msg);
+        sn_status st = sn_exec_new(d, p, &ex, &e);
+        if (k == 0) {
+            ck_assert_int_eq(kernels_with(p, SN_KER_ROW, SN_OP_CAST, SN_DTYPE_COUNT), 1);
+            ck_assert_int_eq(st, SN_ERR_UNSUPPORTED);
+            ck_assert_has(e.msg, "not supported yet");
+            ck_assert_has(e.msg, "f8e4m3");
+            ck_assert_has(e.msg, "row kernel");
+        } else { /* fuse keeps the GELU out of an 8-bit product: the GEMM kernel given one by hand */
+            ck_assert_msg(st == SN_OK, "%s", e.msg);
+            const sn_kernel *mm = NULL;
+            for (int i = 0; i < p->n_kernels; i++)
+                if (p->kernels[i]->kind == SN_KER_GEMM) mm = p->kernels[i];
+            ck_assert(mm && mm->gemm.epilogue == SN_EPI_NONE);
+            sn_kernel hand = *mm;
+            hand.gemm.epilogue = SN_EPI_GELU_BIAS;
+            float y[6 * 8];
+            uint8_t a[6 * 16] = {0}, b[16 * 8] = {0};
+            void *bufs[3] = {y, a, b};
+            ck_assert_int_eq(d->gemm(d, &hand, bufs, &e), SN_ERR_UNSUPPORTED);
+            ck_assert_has(e.msg, "8-bit operands (f8e4m3 x f8e4m3)");
+            ck_assert_has(e.msg, "not supported yet");
+            ck_assert_int_eq(d->gemm(d, mm, bufs, &e), SN_OK); /* the plain one runs */
+            ck_assert(y[0] == 0 && y[6 * 8 - 1] == 0);
+        }
+        sn_exec_free(ex);
+        sn_program_free(p);
+        sn_graph_free(g);
+    }
+    sn_device_free(d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("fp8_cpu");
     TCase *tc = tcase_create("cpu");
@@ -402,6 +628,9 @@ int main(void) {
     tcase_add_loop_test(tc, codes_loaded, 0, 3);
     tcase_add_test(tc, pow2_scale_exact);
     tcase_add_test(tc, amax_exact);
+    tcase_add_loop_test(tc, scaled_product, 0, sizeof PRODUCTS / sizeof *PRODUCTS);
+    tcase_add_test(tc, product_with_bias);
+    tcase_add_test(tc, refusals_say_not_supported_yet);
     suite_add_tcase(s, tc);
     return sn_test_main(s);
 }
