@@ -414,6 +414,29 @@ START_TEST(amax_exact) {
 }
 END_TEST
 
+/* The reduce and pointwise kernels made by hand (codegen_util.h) at the host's vector width, 8
+ * and 4 lanes, run whole and in uneven parts: amax over every axis of three shapes (contiguous
+ * rows, strided walks, masked tails), and pow2_scale of values over 2^-140 .. 2^100, exact. */
+START_TEST(scales_at_every_width) {
+    static const sn_shape shapes[] = {SN_SHAPE(4, 5, 37), SN_SHAPE(40, 3), SN_SHAPE(70)};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        tcase t;
+        tc_init(&t, LANES);
+        sn_node *x = in_f32(&t, "x", shapes[s], -3, 3);
+        float *xv = t.host[x->id];
+        for (int64_t i = 0; i < sn_numel(x); i++) xv[i] = ldexpf(xv[i], (int)(i * 37 % 241) - 140);
+        sn_node *ys[SN_MAX_RANK], *sc = sn_pow2_scale(t.g, x, 448);
+        for (int axis = 0; axis < shapes[s].rank; axis++) ys[axis] = sn_amax(t.g, x, axis, axis % 2);
+        tc_run(&t);
+        for (int axis = 0; axis < shapes[s].rank; axis++) check_node(&t, SN_KER_REDUCE, ys[axis], 0);
+        pwk p;
+        pw_of(&p, sc);
+        check_kernel(&t, &p.k, 0);
+        tc_free(&t);
+    }
+}
+END_TEST
+
 /* ---- the fp8 pass's products ---- */
 
 /* x's per-tensor scale as the fp8 pass makes it: pow2_scale(amax(amax(x as (rows, cols), 1),
@@ -628,6 +651,7 @@ int main(void) {
     tcase_add_loop_test(tc, codes_loaded, 0, 3);
     tcase_add_test(tc, pow2_scale_exact);
     tcase_add_test(tc, amax_exact);
+    tcase_add_loop_test(tc, scales_at_every_width, 0, 3);
     tcase_add_loop_test(tc, scaled_product, 0, sizeof PRODUCTS / sizeof *PRODUCTS);
     tcase_add_test(tc, product_with_bias);
     tcase_add_test(tc, refusals_say_not_supported_yet);
