@@ -1,12 +1,13 @@
 /* test_fp8_cpu.c: the 8-bit floats on the CPU device (LLVM JIT kernels and the CPU GEMM): casts
  * f32 -> f8 -> f32 of every bf16 bit pattern, a million random f32 bit patterns and the formats'
  * edges (ties, subnormals, saturation, NaN, -0) bit for bit against sn_dtype_round, the stored
- * codes against the formats' bit layouts, and 8-bit values read back from memory by another
- * kernel; pow2_scale and amax bit for bit; the fp8 pass's scaled product (scales, casts,
+ * codes against the formats' bit layouts, and every code loaded by kernels made by hand (no
+ * pipeline program loads one: GEMMs read them); pow2_scale and amax bit for bit; the fp8 pass's scaled product (scales, casts,
  * products of f8e4m3 / f8e5m2 operands, unscaling) against the interpreter; and the clear
  * refusals of what the backend does not generate yet.
  * Convention: graphs run through the pipeline's kernels on a 2-thread CPU device, each program
- * checked to hold the kernel kind the test means to exercise. */
+ * checked to hold the kernel kind the test means to exercise; what no pipeline program holds
+ * (a kernel loading 8-bit codes, other vector widths) is made by hand (codegen_util.h). */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -172,10 +173,12 @@ static float *sample(int64_t *n) {
 
 /* ---- casts ---- */
 
-/* x -> f8 (stored: q) -> f32 (r, in the same kernel), and the f8 codes read back from memory by
- * a later kernel (s: a copy made f32 after a product forced q into a buffer). For both formats:
+/* x -> f8 (stored: q) -> f32 (r, the in-register cast of the same kernel), for both formats:
  * every stored code is the code of sn_dtype_round(x) (its value's bits, the sign of 0; the
- * format's NaN for a NaN) and every f32 result is sn_dtype_round(x) bit for bit. */
+ * format's NaN for a NaN) and every f32 result is sn_dtype_round(x) bit for bit. The sample
+ * holds what a wrong rounding gets wrong (counted: ties whose even neighbour is the lower code,
+ * which ties away from zero miss; subnormal results; saturation; NaNs); a planted bug of each
+ * kind (ties away, truncation in the normal range, E5M2's bias 16) failed here. */
 START_TEST(casts_round_as_the_interpreter) {
     int64_t n;
     float *x = sample(&n);
