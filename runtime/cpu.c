@@ -9,6 +9,7 @@
 #include "device.h"
 #include "gemm.h"
 #include "gemm_epilogue.h"
+#include "gemm_f8.h"
 #include "gemm_lowp.h"
 #include "host.h"
 #include "pool.h"
@@ -86,12 +87,16 @@ typedef struct {
 static void gemm_part(void *ctx, int64_t begin, int64_t end) {
     gemm_ctx *g = ctx;
     sn_gemm_thread_init();
-    bool lowp = g->mm->in[0]->dtype != SN_F32; /* bf16 / f16 operands, f32 output */
+    sn_dtype in = g->mm->in[0]->dtype; /* f32, or bf16 / f16 / 8-bit operands, f32 output */
     for (int64_t p = begin; p < end; p++)
-        g->status[p] = lowp ? sn_gemm_matmul_part_lowp(g->mm, g->view, g->bufs[0], g->bufs[1],
-                                                       g->bufs[2], g->bias, (int)p, g->parts, &g->err[p])
-                            : sn_gemm_matmul_part(g->mm, g->view, g->bufs[0], g->bufs[1], g->bufs[2],
-                                                  g->bias, (int)p, g->parts, &g->err[p]);
+        g->status[p] = sn_dtype_is_f8(in)
+            ? sn_gemm_matmul_part_f8(g->mm, g->view, g->bufs[0], g->bufs[1], g->bufs[2], g->bias,
+                                     (int)p, g->parts, &g->err[p])
+            : in != SN_F32
+            ? sn_gemm_matmul_part_lowp(g->mm, g->view, g->bufs[0], g->bufs[1], g->bufs[2], g->bias,
+                                       (int)p, g->parts, &g->err[p])
+            : sn_gemm_matmul_part(g->mm, g->view, g->bufs[0], g->bufs[1], g->bufs[2], g->bias,
+                                  (int)p, g->parts, &g->err[p]);
 }
 
 /* The epilogue the product's store does not do (gemm_epilogue.h), rows [begin, end). */
@@ -124,12 +129,21 @@ static sn_status cpu_gemm(sn_device *d, const sn_kernel *k, void *const *bufs, s
     const sn_node *mm = k->anchor;
     sn_dtype in = mm->in[0]->dtype, out = k->args[0]->dtype;
     sn_epilogue epi = k->gemm.epilogue;
-    if (mm->dtype != SN_F32 || (in != SN_F32 && in != SN_BF16 && in != SN_F16) ||
+    if (mm->dtype != SN_F32 || (in != SN_F32 && in != SN_BF16 && in != SN_F16 && !sn_dtype_is_f8(in)) ||
         (out != SN_F32 && out != in) || epi < 0 || epi >= SN_EPI_COUNT)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "GEMM kernel %s multiplies %s operands into %s "
                        "with epilogue %s: the CPU device multiplies f32, bf16 and f16 operands "
-                       "into f32 or their own type, with one of program/kernel.h's epilogues",
+                       "into f32 or their own type, with one of program/kernel.h's epilogues, and "
+                       "8-bit float operands into f32",
                        k->name, sn_dtype_name(in), sn_dtype_name(out), sn_epilogue_name(epi));
+    /* 8-bit operands (either format each): an f32 product stored as it is or with a bias added;
+       the other epilogues would work on the f32 product alike, but nothing makes or tests them */
+    if (sn_dtype_is_f8(in) && (out != SN_F32 || k->gemm.accum || (epi != SN_EPI_NONE && epi != SN_EPI_BIAS)))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "GEMM kernel %s multiplies 8-bit operands (%s x %s) "
+                       "into %s with epilogue %s%s: the CPU device multiplies 8-bit operands into "
+                       "an f32 product, plain or with a bias, only (others not supported yet)",
+                       k->name, sn_dtype_name(in), sn_dtype_name(mm->in[1]->dtype),
+                       sn_dtype_name(out), sn_epilogue_name(epi), k->gemm.accum ? " and accum" : "");
     int parts = sn_pool_threads(c->pool);
     if (parts > 64) parts = 64;
     int o = k->n_out; /* A, B, then the epilogue's input (kernel.h) */

@@ -39,7 +39,9 @@
  * targets never make a kernel read or write out of bounds: an embedding row of a bad id and
  * the loss (or gradient row) of a bad target are NaN; a bad id adds nothing to the scatter.
  * Values are f32 in registers; buffers are f32, i32 (ids, targets, casts), or bf16 / f16
- * (widened on load, rounded to nearest even on store: llvm_util.c). */
+ * (widened on load, rounded to nearest even on store: llvm_util.c), or, in POINTWISE kernels
+ * only, f8e4m3 / f8e5m2 (the same, saturating: llvm_f8.c); REDUCE computes amax, POINTWISE
+ * pow2_scale; elsewhere these are SN_ERR_UNSUPPORTED ("not supported yet"). */
 #ifndef SN_LLVM_H
 #define SN_LLVM_H
 

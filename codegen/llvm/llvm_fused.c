@@ -58,6 +58,7 @@ LLVMValueRef sn_ll_pw_op(sn_ll *L, const sn_node *n, LLVMValueRef *x, int nx) {
         v = LLVMBuildFMul(b, x[1], LLVMBuildFMul(b, s, g, ""), name);
         break;
     case SN_OP_CAST: v = sn_ll_round_to(L, x[0], n->dtype); break; /* to i32: truncated below */
+    case SN_OP_POW2_SCALE: v = sn_ll_pow2_scale(L, x[0], n->a.f, name); break;
     case SN_OP_FULL: v = nx ? x[0] : sn_ll_vf32(L, n->a.f); break;
     case SN_OP_DROPOUT: /* its mask reads the element's index: llvm_pointwise.c's, never fused
                            into another kind of kernel (fuse) */

@@ -1,4 +1,4 @@
-/* llvm_reduce.c: sum, mean and max over one axis: x seen as (outer, d, inner) -> (outer, inner).
+/* llvm_reduce.c: sum, mean, max and amax over one axis: x seen as (outer, d, inner) -> (outer, inner).
  * Convention: items are output elements. With inner == 1 each item is a contiguous row of d,
  * reduced a vector at a time; otherwise a vector of adjacent outputs walks the d rows together. */
 #ifdef SN_HAVE_LLVM
@@ -7,17 +7,20 @@
 
 #include "llvm_util.h"
 
-/* acc op v: sum (mean) or max with NaN propagating, as the reference reduces */
+/* acc op v: sum (mean), or max (amax: of |v|) with NaN propagating, as the reference reduces */
 static LLVMValueRef combine(sn_ll *L, sn_op op, LLVMValueRef acc, LLVMValueRef v) {
+    if (op == SN_OP_AMAX) return sn_ll_max_nan(L, acc, sn_ll_call(L, "llvm.fabs", &v, 1, "abs"), "amax");
     return op == SN_OP_MAX ? sn_ll_max_nan(L, acc, v, "max") : LLVMBuildFAdd(L->b, acc, v, "sum");
 }
+
+static bool is_max(sn_op op) { return op == SN_OP_MAX || op == SN_OP_AMAX; }
 
 /* y[o] = reduce x[o*d .. o*d + d) for o in [begin, end) */
 static void reduce_rows(sn_ll *L, sn_op op, LLVMValueRef x, LLVMValueRef y, int64_t d) {
     sn_ll_loop rows;
     LLVMValueRef o = sn_ll_for(L, &rows, L->begin, L->end, sn_ll_i64(L, 1), "o");
     LLVMValueRef off = LLVMBuildMul(L->b, o, sn_ll_i64(L, d), "off");
-    float id = op == SN_OP_MAX ? -INFINITY : 0.0f;
+    float id = op == SN_OP_MAX ? -INFINITY : 0.0f; /* amax: |x| >= 0 */
     LLVMValueRef acc = sn_ll_var(L, L->t_vf, sn_ll_vf32(L, id), "acc");
     sn_ll_vloop v;
     for (sn_ll_vloop_static(L, &v, d, "k"); sn_ll_vloop_next(L, &v);) {
@@ -26,7 +29,7 @@ static void reduce_rows(sn_ll *L, sn_op op, LLVMValueRef x, LLVMValueRef y, int6
         sn_ll_set(L, acc, combine(L, op, sn_ll_get(L, acc, ""), xv));
     }
     LLVMValueRef a = sn_ll_get(L, acc, "");
-    LLVMValueRef r = op == SN_OP_MAX ? sn_ll_hmax_nan(L, a, "r") : sn_ll_hsum(L, a, "r");
+    LLVMValueRef r = is_max(op) ? sn_ll_hmax_nan(L, a, "r") : sn_ll_hsum(L, a, "r");
     if (op == SN_OP_MEAN) r = LLVMBuildFDiv(L->b, r, sn_ll_f32(L, (float)d), "mean");
     sn_ll_store(L, y, o, r);
     sn_ll_for_end(L, &rows);
@@ -47,7 +50,9 @@ static void reduce_strided(sn_ll *L, sn_op op, LLVMValueRef x, LLVMValueRef y, i
     sn_ll_vloop v;
     for (sn_ll_vloop_range(L, &v, i0, i1, "i"); sn_ll_vloop_next(L, &v);) {
         LLVMValueRef base = sn_ll_add(L, xo, v.j);
-        LLVMValueRef acc = sn_ll_var(L, L->t_vf, sn_ll_vload(L, x, base, v.mask, "x0"), "acc");
+        LLVMValueRef x0 = sn_ll_vload(L, x, base, v.mask, "x0");
+        if (op == SN_OP_AMAX) x0 = sn_ll_call(L, "llvm.fabs", &x0, 1, "abs");
+        LLVMValueRef acc = sn_ll_var(L, L->t_vf, x0, "acc");
         sn_ll_loop ks;
         LLVMValueRef kk = sn_ll_for(L, &ks, sn_ll_i64(L, 1), sn_ll_i64(L, d), sn_ll_i64(L, 1), "k");
         LLVMValueRef xv = sn_ll_vload(L, x, sn_ll_add(L, base, LLVMBuildMul(b, kk, n_in, "")), v.mask, "x");

@@ -85,8 +85,9 @@ LLVMValueRef sn_ll_buf(sn_ll *L, int i, sn_dtype t, const char *name) {
     LLVMValueRef slot = LLVMBuildGEP2(L->b, i8p, L->bufs, &idx, 1, "");
     LLVMValueRef raw = LLVMBuildLoad2(L->b, i8p, slot, "");
     LLVMTypeRef et = t == SN_I32 ? L->t_i32 : t == SN_BF16 ? LLVMBFloatTypeInContext(L->ctx)
-                   : t == SN_F16 ? LLVMHalfTypeInContext(L->ctx) : L->t_f32;
-    SN_ASSERT(t == SN_I32 || t == SN_F32 || t == SN_BF16 || t == SN_F16);
+                   : t == SN_F16 ? LLVMHalfTypeInContext(L->ctx)
+                   : sn_dtype_is_f8(t) ? sn_ll_f8_type(L, t) : L->t_f32;
+    SN_ASSERT(t == SN_I32 || t == SN_F32 || t == SN_BF16 || t == SN_F16 || sn_dtype_is_f8(t));
     return LLVMBuildBitCast(L->b, raw, LLVMPointerType(et, 0), name);
 }
 
@@ -312,12 +313,15 @@ bool sn_ll_vloop_next(sn_ll *L, sn_ll_vloop *v) {
  * half* for 16-bit floats, which are loaded as i16 / half and widened to f32 in registers, and
  * rounded to nearest even when stored. bf16 <-> f32 is integer arithmetic on the bits (exact
  * for the widening; the rounding matches sn_dtype_round, NaN stays a quiet NaN), which any x86
- * vector unit runs; f16 uses LLVM's half conversions (F16C / AVX-512 instructions). */
+ * vector unit runs; f16 uses LLVM's half conversions (F16C / AVX-512 instructions). The 8-bit
+ * floats are %f8e4m3* / %f8e5m2*, loaded as i8 codes and converted by llvm_f8.c. */
 
 static LLVMTypeRef elem_type(LLVMValueRef p) { return LLVMGetElementType(LLVMTypeOf(p)); }
 static bool is_i32_ptr(sn_ll *L, LLVMValueRef p) { return elem_type(p) == L->t_i32; }
 static bool is_bf16_ptr(LLVMValueRef p) { return LLVMGetTypeKind(elem_type(p)) == LLVMBFloatTypeKind; }
 static bool is_f16_ptr(LLVMValueRef p) { return LLVMGetTypeKind(elem_type(p)) == LLVMHalfTypeKind; }
+static sn_dtype f8_of_ptr(LLVMValueRef p) { return sn_ll_f8_of(elem_type(p)); } /* or COUNT */
+static bool is_f8_ptr(LLVMValueRef p) { return f8_of_ptr(p) != SN_DTYPE_COUNT; }
 
 static LLVMValueRef elem_ptr(sn_ll *L, LLVMValueRef p, LLVMValueRef idx) {
     return LLVMBuildGEP2(L->b, elem_type(p), p, &idx, 1, "");
@@ -326,7 +330,7 @@ static LLVMValueRef elem_ptr(sn_ll *L, LLVMValueRef p, LLVMValueRef idx) {
 /* The type values of buffer p are loaded as (scalar, or a vector of L->lanes with vec). */
 static LLVMTypeRef mem_type(sn_ll *L, LLVMValueRef p, bool vec) {
     LLVMTypeRef t = is_i32_ptr(L, p) ? L->t_i32 : is_bf16_ptr(p) ? LLVMInt16TypeInContext(L->ctx)
-                  : is_f16_ptr(p) ? LLVMHalfTypeInContext(L->ctx) : L->t_f32;
+                  : is_f16_ptr(p) ? LLVMHalfTypeInContext(L->ctx) : is_f8_ptr(p) ? L->t_i8 : L->t_f32;
     return vec ? LLVMVectorType(t, (unsigned)L->lanes) : t;
 }
 
@@ -335,10 +339,11 @@ static LLVMTypeRef like_type(LLVMValueRef like, LLVMTypeRef scalar) {
     return LLVMGetTypeKind(t) == LLVMVectorTypeKind ? LLVMVectorType(scalar, LLVMGetVectorSize(t)) : scalar;
 }
 
-/* A loaded value (i32, i16 bf16 bits, half or f32; scalar or vector) as f32. */
+/* A loaded value (i32, i16 bf16 bits, half, i8 f8 codes or f32; scalar or vector) as f32. */
 static LLVMValueRef widen(sn_ll *L, LLVMValueRef p, LLVMValueRef v, const char *name) {
     if (is_i32_ptr(L, p)) return LLVMBuildSIToFP(L->b, v, like_type(v, L->t_f32), name);
     if (is_f16_ptr(p)) return LLVMBuildFPExt(L->b, v, like_type(v, L->t_f32), name);
+    if (is_f8_ptr(p)) return sn_ll_f8_widen(L, v, f8_of_ptr(p), name);
     if (!is_bf16_ptr(p)) return v;
     LLVMValueRef w = LLVMBuildZExt(L->b, v, like_type(v, L->t_i32), "");
     w = LLVMBuildShl(L->b, w, sn_ll_ic(L, w, 16), "");
@@ -362,6 +367,7 @@ static LLVMValueRef narrow(sn_ll *L, LLVMValueRef p, LLVMValueRef v) {
     if (is_i32_ptr(L, p)) return LLVMBuildFPToSI(L->b, v, like_type(v, L->t_i32), "");
     if (is_f16_ptr(p)) return LLVMBuildFPTrunc(L->b, v, like_type(v, LLVMHalfTypeInContext(L->ctx)), "f16");
     if (is_bf16_ptr(p)) return bf16_bits(L, v);
+    if (is_f8_ptr(p)) return sn_ll_f8_bits(L, v, f8_of_ptr(p));
     return v;
 }
 
@@ -370,18 +376,21 @@ LLVMValueRef sn_ll_round_to(sn_ll *L, LLVMValueRef v, sn_dtype t) {
         LLVMValueRef h = LLVMBuildFPTrunc(L->b, v, like_type(v, LLVMHalfTypeInContext(L->ctx)), "");
         return LLVMBuildFPExt(L->b, h, LLVMTypeOf(v), "");
     }
+    if (sn_dtype_is_f8(t)) return sn_ll_f8_widen(L, sn_ll_f8_bits(L, v, t), t, "");
     if (t != SN_BF16) return v;
     LLVMValueRef w = LLVMBuildZExt(L->b, bf16_bits(L, v), like_type(v, L->t_i32), "");
     return LLVMBuildBitCast(L->b, LLVMBuildShl(L->b, w, sn_ll_ic(L, w, 16), ""), LLVMTypeOf(v), "");
 }
 
-/* &p[idx] as a pointer to what is loaded (i16 for bf16), scalar or vector of lanes. */
+/* &p[idx] as a pointer to what is loaded (i16 for bf16, i8 for f8), scalar or vector of lanes. */
 static LLVMValueRef mem_ptr(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, bool vec) {
     return LLVMBuildBitCast(L->b, elem_ptr(L, p, idx), LLVMPointerType(mem_type(L, p, vec), 0), "");
 }
 
 /* the alignment of one element */
-static unsigned elem_align(LLVMValueRef p) { return is_bf16_ptr(p) || is_f16_ptr(p) ? 2 : 4; }
+static unsigned elem_align(LLVMValueRef p) {
+    return is_f8_ptr(p) ? 1 : is_bf16_ptr(p) || is_f16_ptr(p) ? 2 : 4;
+}
 
 LLVMValueRef sn_ll_load_i32(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, const char *name) {
     SN_ASSERT(is_i32_ptr(L, p));
@@ -465,17 +474,35 @@ const char *sn_ll_kname(const sn_kernel *k, char *buf, size_t len) {
     return buf;
 }
 
+/* whether k computes n (its anchor or an instruction), not only reads it from a buffer */
+static bool computes(const sn_kernel *k, const sn_node *n) {
+    if (k->anchor == n) return true;
+    for (int i = 0; i < k->n_instr; i++)
+        if (k->instr[i].node == n) return true;
+    return false;
+}
+
 sn_status sn_ll_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
     char kn[96];
-    if (n->op == SN_OP_AMAX || n->op == SN_OP_POW2_SCALE)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: node %%%d is %s, an fp8 scale: the LLVM backend "
-                       "does not generate it yet", sn_ll_kname(k, kn, sizeof kn), n->id, sn_op_name(n->op));
-    if (n->dtype == SN_F32 || n->dtype == SN_I32 || n->dtype == SN_BF16 || n->dtype == SN_F16)
+    /* the fp8 pass's nodes: amax is computed as a reduction kernel's anchor, pow2_scale in
+       pointwise kernels; 8-bit values (casts to and from them, views of them) are loaded and
+       stored by pointwise kernels; elsewhere (a row kernel's fused neighbours, attention ...)
+       nothing has been written or tested yet */
+    bool made = computes(k, n);
+    if (n->op == SN_OP_AMAX && made && k->kind != SN_KER_REDUCE)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: node %%%d is amax outside a reduction kernel: "
+                       "not supported yet by the LLVM backend", sn_ll_kname(k, kn, sizeof kn), n->id);
+    if (((n->op == SN_OP_POW2_SCALE && made) || sn_dtype_is_f8(n->dtype)) && k->kind != SN_KER_POINTWISE)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: node %%%d (%s, %s) in a %s kernel: the LLVM "
+                       "backend generates pow2_scale and 8-bit floats in pointwise kernels only, "
+                       "not supported yet here", sn_ll_kname(k, kn, sizeof kn), n->id,
+                       sn_op_name(n->op), sn_dtype_name(n->dtype), sn_kernel_kind_name(k->kind));
+    if (n->dtype == SN_F32 || n->dtype == SN_I32 || n->dtype == SN_BF16 || n->dtype == SN_F16 ||
+        sn_dtype_is_f8(n->dtype))
         return SN_OK;
     return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: node %%%d (%s) is %s; the LLVM backend generates "
-                   "f32 and i32 kernels only so far (no bf16/f16 rounding yet): run the CPU "
-                   "device without autocast", sn_ll_kname(k, kn, sizeof kn), n->id,
-                   sn_op_name(n->op), sn_dtype_name(n->dtype));
+                   "kernels over f32, i32, bf16, f16 and 8-bit float values only",
+                   sn_ll_kname(k, kn, sizeof kn), n->id, sn_op_name(n->op), sn_dtype_name(n->dtype));
 }
 
 int sn_ll_input_index(const sn_kernel *k, const sn_node *n) {

@@ -55,13 +55,29 @@ void sn_ll_fn_begin(sn_ll *L, const char *name);
 void sn_ll_fn_end(sn_ll *L); /* ret void at the current position */
 LLVMBasicBlockRef sn_ll_block(sn_ll *L, const char *name); /* a new block in L->fn */
 
-/* bufs[i] as a typed element pointer: float*, i32*, bfloat* or half* by dtype; the loads and
- * stores below convert bf16 / f16 elements to and from f32 values (round to nearest even). */
+/* bufs[i] as a typed element pointer: float*, i32*, bfloat*, half*, %f8e4m3* or %f8e5m2* by
+ * dtype; the loads and stores below convert bf16 / f16 / f8 elements to and from f32 values
+ * (round to nearest even; f8 saturating: llvm_f8.c). */
 LLVMValueRef sn_ll_buf(sn_ll *L, int i, sn_dtype t, const char *name);
 
-/* f32 value v (scalar or vector) rounded to dtype t and back (a cast to bf16 / f16 inside a
- * fused expression); v itself for f32 and i32. */
+/* f32 value v (scalar or vector) rounded to dtype t and back (a cast to bf16 / f16 / f8 inside
+ * a fused expression); v itself for f32 and i32. */
 LLVMValueRef sn_ll_round_to(sn_ll *L, LLVMValueRef v, sn_dtype t);
+
+/* ---- llvm_f8.c: the 8-bit floats (f8e4m3, f8e5m2) and pow2_scale ---- */
+
+/* The element type of an f8 buffer of dtype t (a named struct {i8}: the pointer carries the
+ * format), and the format such an element type holds (SN_DTYPE_COUNT for any other type). */
+LLVMTypeRef sn_ll_f8_type(sn_ll *L, sn_dtype t);
+sn_dtype sn_ll_f8_of(LLVMTypeRef elem);
+/* f32 x (scalar or vector) as t's codes (i8 of the same shape), rounded as sn_dtype_round does
+ * (nearest even, subnormals, saturating at +-max, infinities too; NaN: E4M3's S.1111.111,
+ * E5M2's S.11111.10); and codes q of t as exact f32 values (NaN codes a quiet NaN of their
+ * sign, E5M2's infinities infinities). */
+LLVMValueRef sn_ll_f8_bits(sn_ll *L, LLVMValueRef x, sn_dtype t);
+LLVMValueRef sn_ll_f8_widen(sn_ll *L, LLVMValueRef q, sn_dtype t, const char *name);
+/* pow2_scale's value for f32 x (ops.h; ir/graph.c sn_pow2_scale_of) and bound f, exact. */
+LLVMValueRef sn_ll_pow2_scale(sn_ll *L, LLVMValueRef x, double f, const char *name);
 
 LLVMValueRef sn_ll_i32(sn_ll *L, int32_t v);
 LLVMValueRef sn_ll_i64(sn_ll *L, int64_t v);
@@ -138,8 +154,8 @@ LLVMValueRef sn_ll_load(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, const char *
 LLVMValueRef sn_ll_load_i32(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, const char *name);
 /* Scalar store of an f32 (converted toward zero when p is i32*). */
 void sn_ll_store(sn_ll *L, LLVMValueRef p, LLVMValueRef idx, LLVMValueRef v);
-/* f32 value v (a scalar or a vector of any width) as p's stores write it: i16 bf16 bits or half
- * (rounded to nearest even), f32, or i32 (toward zero). */
+/* f32 value v (a scalar or a vector of any width) as p's stores write it: i16 bf16 bits, half or
+ * i8 f8 codes (rounded to nearest even), f32, or i32 (toward zero). */
 LLVMValueRef sn_ll_narrow(sn_ll *L, LLVMValueRef p, LLVMValueRef v);
 /* Vector of lanes elements p[idx ..]; with a mask, only those lanes are read (others 0, never
  * touched, so they may lie out of bounds). Converted to f32 when p is i32*. */
@@ -182,7 +198,8 @@ void sn_ll_acc_maxnum(sn_ll *L, LLVMValueRef var, LLVMValueRef v, LLVMValueRef m
 
 /* "kernel k3_pointwise_add": how messages name a kernel. */
 const char *sn_ll_kname(const sn_kernel *k, char *buf, size_t len);
-/* Fails with SN_ERR_UNSUPPORTED unless n is f32 or i32 (bf16/f16 are not generated yet). */
+/* Fails with SN_ERR_UNSUPPORTED unless n is f32, i32, bf16 or f16, or one of the fp8 pass's:
+ * an 8-bit float or a pow2_scale in a pointwise kernel, an amax in a reduction kernel. */
 sn_status sn_ll_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e);
 /* The index of n among k's inputs (args[n_out..]), or -1. */
 int sn_ll_input_index(const sn_kernel *k, const sn_node *n);
