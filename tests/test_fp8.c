@@ -12,9 +12,7 @@
 #include "frontend/frontend.h"
 #include "interp/interp.h"
 #include "ir/ir.h"
-#include "models/gpt2.h"
-#include "passes/passes.h"
-#include "passes/pipeline.h"
+#include "fp8_model.h"
 #include "support/rng.h"
 #include "harness.h"
 
@@ -248,24 +246,6 @@ END_TEST
 
 /* ---- the fp8 pass ---- */
 
-/* A GPT-2 whose products are all large enough for the pass (every dimension above 64, a
- * multiple of 16): C 128, vocabulary 256, B T = 96 rows. */
-static const sn_gpt2_config SMALL = {"fp8-small", 256, 48, 2, 2, 128, 0};
-enum { SB = 2, ST = 48 };
-
-static sn_graph *small_graph(sn_fp8_policy pol, sn_pipeline_stats *st) {
-    sn_graph *g = sn_graph_new();
-    sn_gpt2 m;
-    sn_err e = {0};
-    ck_assert_msg(sn_gpt2_build(g, &SMALL, SB, ST, &m, &e) == SN_OK, "%s", e.msg);
-    sn_pipeline_opts o = sn_pipeline_defaults();
-    o.backward = true;
-    o.precision = SN_PRECISION_BF16;
-    o.fp8 = pol;
-    ck_assert_msg(sn_pipeline_graph(g, &o, st, &e) == SN_OK, "%s", e.msg);
-    return g;
-}
-
 static int count_op(const sn_graph *g, sn_op op, int from, int to) {
     int c = 0;
     for (int i = from; i < to; i++) c += g->nodes[i]->op == op;
@@ -275,14 +255,14 @@ static int count_op(const sn_graph *g, sn_op op, int from, int to) {
 /* Which products, in which formats and layout. */
 START_TEST(test_pass_picks) {
     sn_pipeline_stats st;
-    sn_graph *bf = small_graph(SN_FP8_OFF, &st);
+    sn_graph *bf = fp8_small_graph(SN_FP8_OFF, &st);
     int products = count_op(bf, SN_OP_MATMUL, 0, bf->n_nodes);
     ck_assert_int_eq(st.fp8_products, 0);
-    ck_assert_int_eq(products, 3 * (4 * SMALL.n_layer + 1)); /* 4 linear layers a block, the head */
+    ck_assert_int_eq(products, 3 * (4 * FP8_SMALL.n_layer + 1)); /* 4 linear layers a block, the head */
     const sn_fp8_policy pols[] = {SN_FP8_HEAD, SN_FP8_LINEAR};
     const int want[] = {3, products};
     for (int k = 0; k < 2; k++) {
-        sn_graph *g = small_graph(pols[k], &st);
+        sn_graph *g = fp8_small_graph(pols[k], &st);
         ck_assert_int_eq(st.fp8_products, want[k]);
         int eight = 0, e5 = 0;
         for (int i = 0; i < g->n_nodes; i++) {
@@ -310,57 +290,28 @@ START_TEST(test_pass_picks) {
 }
 END_TEST
 
-/* Sets every parameter of g by its init rule (normal: std f) from seed, the tokens and targets. */
-static void set_small(sn_interp *it, const sn_graph *g, uint64_t seed) {
-    sn_rng r = sn_rng_seed(seed);
-    sn_err e = {0};
-    for (int i = 0; i < g->n_nodes; i++) {
-        const sn_node *p = g->nodes[i];
-        if (p->op != SN_OP_PARAM) continue;
-        int64_t n = sn_numel(p);
-        float *v = malloc(sizeof(float) * (size_t)n);
-        for (int64_t k = 0; k < n; k++)
-            v[k] = p->a.init == SN_INIT_ONES ? 1 : p->a.init == SN_INIT_ZEROS ? 0
-                                                  : (float)(sn_rng_normal(&r) * p->a.f);
-        ck_assert(sn_interp_set(it, p, v, &e) == SN_OK);
-        free(v);
-    }
-    int32_t ids[SB * ST], tg[SB * ST];
-    for (int k = 0; k < SB * ST; k++) ids[k] = (int32_t)sn_rng_below(&r, 250), tg[k] = (int32_t)sn_rng_below(&r, 250);
-    ck_assert(sn_interp_set_i32(it, sn_graph_input(g, SN_ROLE_TOKENS), ids, &e) == SN_OK);
-    ck_assert(sn_interp_set_i32(it, sn_graph_input(g, SN_ROLE_TARGETS), tg, &e) == SN_OK);
-}
-
-/* The parameter named name of g. */
-static const sn_node *param(const sn_graph *g, const char *name) {
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i]->op == SN_OP_PARAM && !strcmp(g->nodes[i]->name, name)) return g->nodes[i];
-    ck_abort_msg("no parameter %s", name);
-    return NULL;
-}
-
 /* The 8-bit program against the bf16 one, same weights and batch: its loss within 1% and not
  * equal, each gradient close in direction (cosine above 0.99) and size (within 10%), and
  * different (the operands really were rounded to 8 bits). */
 START_TEST(test_pass_tracks_bf16) {
     const sn_fp8_policy pols[] = {SN_FP8_HEAD, SN_FP8_LINEAR};
-    sn_graph *bf = small_graph(SN_FP8_OFF, NULL);
+    sn_graph *bf = fp8_small_graph(SN_FP8_OFF, NULL);
     sn_interp *ib = sn_interp_new(bf, false);
     sn_err e = {0};
-    set_small(ib, bf, 5);
+    fp8_small_set(ib, NULL, bf, 5);
     ck_assert_msg(sn_interp_run(ib, &e) == SN_OK, "%s", e.msg);
     double lb = sn_interp_value(ib, bf->loss)[0];
     const char *names[] = {"wte", "h.0.attn.c_attn.w", "h.1.mlp.c_fc.w", "h.1.mlp.c_proj.w"};
     for (int k = 0; k < 2; k++) {
-        sn_graph *g = small_graph(pols[k], NULL);
+        sn_graph *g = fp8_small_graph(pols[k], NULL);
         sn_interp *it = sn_interp_new(g, false);
-        set_small(it, g, 5);
+        fp8_small_set(it, NULL, g, 5);
         ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
         double l8 = sn_interp_value(it, g->loss)[0];
         ck_assert_msg(fabs(l8 - lb) < 0.01 * lb && l8 != lb, "%s: loss %.9g, bf16's %.9g",
                       sn_fp8_policy_name(pols[k]), l8, lb);
         for (size_t q = 0; q < sizeof names / sizeof names[0]; q++) {
-            const sn_node *pb = param(bf, names[q]), *p8 = param(g, names[q]);
+            const sn_node *pb = fp8_param(bf, names[q]), *p8 = fp8_param(g, names[q]);
             const double *gb = sn_interp_value(ib, pb->grad), *g8 = sn_interp_value(it, p8->grad);
             ck_assert(gb && g8);
             double dot = 0, nb = 0, n8 = 0, diff = 0;
