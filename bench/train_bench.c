@@ -49,6 +49,7 @@ typedef struct {
     bool loss_only; /* --loss-only, and with --chunk-logits both steps: the loss the training
                        graph's one output, as sinter train has it (else the logits are one too,
                        and persistent: in a 16-bit program the classifier then reads f32 logits) */
+    int fp8;        /* --fp8 head|linear: products on 8-bit operands (passes.h sn_fp8_policy) */
     bool compare_interp;
     const sn_target *target; /* the device's, which every compile names (--model-only: CUDA's
                                 sm_90, the roofline machines' architecture) */
@@ -121,6 +122,7 @@ static sn_graph *model_graph(const args *a, bool backward, sn_program **prog) {
     o.base16 = !a->base_f32;
     o.chunk_logits = backward ? a->chunk_logits : 0;
     o.nf4 = a->nf4;
+    o.fp8 = backward ? a->fp8 : 0;
     if (sn_compile(g, &o, prog, NULL, &e)) die("pipeline", &e);
     return g;
 }
@@ -167,6 +169,7 @@ static bj *record(const args *a, const char *device, const char *phase, double s
     bj_num(r, "ms_per_step", "%.2f", 1e3 * s_per_step);
     bj_num(r, "tokens_per_s", "%.1f", tokens / s_per_step);
     bj_str(r, "precision", sn_precision_name(a->precision));
+    if (a->fp8) bj_str(r, "fp8", sn_fp8_policy_name((sn_fp8_policy)a->fp8));
     bj_num(r, "gflops", "%.1f", flops / s_per_step / 1e9);
     bj_num(r, "peak_gflops", "%.1f", peak);
     bj_str(r, "peak_isa", a->isa);
@@ -413,7 +416,7 @@ static const char usage_text[] =
     "                   [--compare-interp] [--arena-budget BYTES] [--offload] [--lora R | --ia3]\n"
     "                   [--qlora R] [--lora-targets all|attn|mlp] [--host-gbs G] [--chunk-logits N]\n"
     "                   [--base-f32] [--startup-only] [--offload-delay] [--loss-only]\n"
-    "                   [--device-ms MS]\n"
+    "                   [--device-ms MS] [--fp8 head|linear]\n"
     "  defaults: --model gpt2 --batch 4 --seq 256 --steps 3 --device auto --precision fp32;\n"
     "  --threads 0: all cores; --lora R: the step with LoRA adapters of rank R (all linear\n"
     "  layers, alpha R, the base frozen), and the full fine-tuning step timed in the same run;\n"
@@ -435,7 +438,8 @@ static const char usage_text[] =
     "  --chunk-logits N: the LM head and its loss in chunks of N rows, and the step with the\n"
     "  head whole timed (or, with --model-only, modeled) in the same run (both --loss-only);\n"
     "  --loss-only: the loss the training program's one output, as sinter train compiles it\n"
-    "  (by default the logits are kept too)\n";
+    "  (by default the logits are kept too);\n"
+    "  --fp8 head|linear: the training step's products on 8-bit operands (docs/fp8.md)\n";
 
 static void usage_fail(const char *fmt, const char *arg) {
     fprintf(stderr, "train_bench: ");
@@ -483,7 +487,7 @@ static void parse(int argc, char **argv, args *a) {
                                              "--device", "--roofline", "--checkpoint-policy",
                                              "--precision", "--arena-budget", "--lora",
                                              "--qlora", "--host-gbs", "--chunk-logits",
-                                             "--lora-targets", "--device-ms"};
+                                             "--lora-targets", "--device-ms", "--fp8"};
         bool known = false;
         for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(k, valued[j]);
         if (!known) usage_fail("unknown option '%s'", k);
@@ -499,7 +503,10 @@ static void parse(int argc, char **argv, args *a) {
             if (!sn_gpt2_lora_targets_parse(v, &a->lora_targets))
                 usage_fail("--lora-targets is all, attn or mlp, not '%s'", v);
         } else if (!strcmp(k, "--chunk-logits")) a->chunk_logits = int_arg(k, v, 1, 1 << 30), a->loss_only = true;
-        else if (!strcmp(k, "--device")) {
+        else if (!strcmp(k, "--fp8")) {
+            a->fp8 = sn_fp8_policy_parse(v);
+            if (a->fp8 <= 0) usage_fail("--fp8 is head or linear, not '%s'", v);
+        } else if (!strcmp(k, "--device")) {
             if (strcmp(v, "auto") && strcmp(v, "cuda") && strcmp(v, "cpu"))
                 usage_fail("--device is auto, cuda or cpu, not '%s'", v);
             a->device = v;
