@@ -10,6 +10,7 @@ sn_target sn_target_cuda(int sm) {
     SN_ASSERT(sm >= 75);
     sn_target t = {.kind = SN_TARGET_CUDA, .sm = sm, .native_f16 = true, .mma_f16 = true,
                    .native_bf16 = sm >= 80, .mma_bf16 = sm >= 80, .tf32 = sm >= 80,
+                   .mma_fp8 = sm >= 89,
                    .warp_size = 32, .max_block_threads = 1024, .shared_default = 48 << 10,
                    .join_finish = true, .split_decode = true, .att_dkv_parts = true,
                    .fuse_siblings = true, .dgelu_accum_unfused = true, .dgelu_min_elems = 1 << 23,

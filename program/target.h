@@ -18,6 +18,9 @@ typedef struct {
     bool mma_bf16;          /* tensor-core mma.sync m16n8k16 with bf16 operands (sm_80+) */
     bool mma_f16;           /* mma.sync with f16 operands (m16n8k8 on sm_75, m16n8k16 on sm_80+) */
     bool tf32;              /* tf32 tensor-core GEMMs (sm_80+) */
+    bool mma_fp8;           /* tensor cores multiply 8-bit floats (e4m3, e5m2) into f32 sums:
+                               cuBLASLt's FP8 GEMMs (sm_89+: Ada, Hopper and newer); the fp8
+                               pass rewrites products only where it is set. CPU: off */
     int warp_size;          /* 32 on CUDA, 1 on the CPU */
     int max_block_threads;  /* 1024 on CUDA */
     int64_t shared_default; /* shared memory a block gets without opting in (48 KiB) */

@@ -18,6 +18,8 @@ const char *sn_cu_ctype(sn_dtype t) {
     case SN_F16: return "sn_f16";
     case SN_I32: return "int";
     case SN_U8: return "unsigned char"; /* packed NF4 storage (cuda_dequant.c) */
+    case SN_F8E4M3: return "sn_f8e4m3";  /* a byte; the prelude's conversions */
+    case SN_F8E5M2: return "sn_f8e5m2";
     default: SN_ASSERT(0);
     }
 }
@@ -84,13 +86,13 @@ bool sn_cu_reads_16bit(const sn_kernel *k) {
     return false;
 }
 
-/* Whether instruction i's rounding to its 16-bit type can be left to its stores: no instruction
- * reads its value and every output storing it has its type (the stores round to nearest even:
- * the same bits; a value rounded, widened and packed again cost 2.5 instructions where the
- * store's packing takes 0.5, 2026-11-29 SASS). */
+/* Whether instruction i's rounding to its 16- or 8-bit type can be left to its stores: no
+ * instruction reads its value and every output storing it has its type (the stores round to
+ * nearest even: the same bits; a value rounded, widened and packed again cost 2.5 instructions
+ * where the store's packing takes 0.5, 2026-11-29 SASS). */
 static bool rounded_by_stores(const sn_kernel *k, int i) {
     const sn_dtype dt = k->instr[i].node->dtype;
-    if (dt != SN_BF16 && dt != SN_F16) return false;
+    if (dt != SN_BF16 && dt != SN_F16 && !sn_dtype_is_f8(dt)) return false;
     for (int j = 0; j < k->n_instr; j++)
         for (int t = 0; t < k->instr[j].n_in; t++)
             if (k->instr[j].in[t].kind == SN_REF_INSTR && k->instr[j].in[t].index == i) return false;
@@ -142,6 +144,13 @@ void sn_cu_emit_instr_at(sn_cu_text *t, const sn_kernel *k, int i, const char *s
         snprintf(rhs, sizeof rhs, "%s + %s%s%s", x[0], in->n_in > 1 ? x[1] : "0.0f",
                  in->n_in > 2 ? " + " : "", in->n_in > 2 ? x[2] : "");
         break;
+    case SN_OP_POW2_SCALE: { /* f = mf 2^ef, passed as ef and mf 2^24 (the prelude's) */
+        int ef;
+        double mf = frexp(n->a.f, &ef);
+        SN_ASSERT(n->a.f > 0 && isfinite(n->a.f)); /* the shape rule's */
+        snprintf(rhs, sizeof rhs, "sn_pow2_scale(%s, %d, %uu)", x[0], ef, (unsigned)ldexp(mf, 24));
+        break;
+    }
     case SN_OP_DROPOUT: { /* element `index` of the kernel's space, which is the dropout's shape */
         char sc[32];
         SN_ASSERT(index && in->n_in == 2);
@@ -162,19 +171,29 @@ void sn_cu_emit_instr_at(sn_cu_text *t, const sn_kernel *k, int i, const char *s
                     sn_dtype_name(n->dtype));
     else if (n->dtype == SN_BF16) sn_cu_emitf(t, "const float %s = sn_round_bf16(%s);", v, rhs);
     else if (n->dtype == SN_F16) sn_cu_emitf(t, "const float %s = sn_round_f16(%s);", v, rhs);
+    else if (sn_dtype_is_f8(n->dtype))
+        sn_cu_emitf(t, "const float %s = sn_round_%s(%s);", v, sn_dtype_name(n->dtype), rhs);
     else if (n->dtype == SN_I32) sn_cu_emitf(t, "const float %s = truncf(%s);", v, rhs);
     else sn_cu_emitf(t, "const float %s = %s;", v, rhs);
 }
 
 sn_status sn_cu_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
-    if (n->op == SN_OP_AMAX || n->op == SN_OP_POW2_SCALE)
-        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: node %%%d is %s, an fp8 scale: the "
-                       "CUDA backend does not generate it yet", k->name, n->id, sn_op_name(n->op));
-    if (n->dtype == SN_F32 || n->dtype == SN_BF16 || n->dtype == SN_F16 || n->dtype == SN_I32)
+    if (n->dtype == SN_F32 || n->dtype == SN_BF16 || n->dtype == SN_F16 || n->dtype == SN_I32 ||
+        sn_dtype_is_f8(n->dtype))
         return SN_OK;
     return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: node %%%d (%s) is %s; the CUDA "
-                   "backend generates f32, bf16, f16 and i32 values only", k->name, n->id,
-                   sn_op_name(n->op), sn_dtype_name(n->dtype));
+                   "backend generates f32, bf16, f16, i32, f8e4m3 and f8e5m2 values only", k->name,
+                   n->id, sn_op_name(n->op), sn_dtype_name(n->dtype));
+}
+
+sn_status sn_cu_check_dtype_no_f8(const sn_kernel *k, const sn_node *n, sn_err *e) {
+    if (sn_dtype_is_f8(n->dtype))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s (%s): node %%%d (%s) is %s: the "
+                       "CUDA backend reads and writes 8-bit floats in pointwise kernels only, not "
+                       "yet in %s kernels (cast to f32 in a pointwise kernel before it)", k->name,
+                       sn_kernel_kind_name(k->kind), n->id, sn_op_name(n->op),
+                       sn_dtype_name(n->dtype), sn_kernel_kind_name(k->kind));
+    return sn_cu_check_dtype(k, n, e);
 }
 
 void sn_cu_check_name(const sn_kernel *k) {

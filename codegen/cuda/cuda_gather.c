@@ -18,7 +18,7 @@ sn_status sn_cu_check_gather(const sn_kernel *k, sn_err *e) {
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s: embedding_bwd in one kernel; the "
                        "CUDA backend runs it as its BUCKET and ROWS kernels (program/kernel.h), "
                        "which the fuse pass makes", k->name);
-    return sn_kernel_dtypes(k, sn_cu_check_dtype, e);
+    return sn_kernel_dtypes(k, sn_cu_check_dtype_no_f8, e);
 }
 
 /* The name of the arg holding node x. */

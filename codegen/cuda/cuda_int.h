@@ -36,8 +36,11 @@ void sn_cu_describe(const sn_kernel *k, const sn_ref *r, char *buf, size_t len);
  * sigmoids and activations are the prelude's approximate forms on the SFU (about 2^-21
  * relative, far under their rounding). */
 bool sn_cu_reads_16bit(const sn_kernel *k);
-/* f32, bf16, f16 and i32 values only; else SN_ERR_UNSUPPORTED naming k and n. */
+/* f32, bf16, f16, i32 and 8-bit float values only (pointwise and reduce kernels); else
+ * SN_ERR_UNSUPPORTED naming k and n. */
 sn_status sn_cu_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e);
+/* The same without 8-bit floats (row and gather kernels: "not supported yet", naming k's kind). */
+sn_status sn_cu_check_dtype_no_f8(const sn_kernel *k, const sn_node *n, sn_err *e);
 /* The kernel's name is a C identifier (asserted). */
 void sn_cu_check_name(const sn_kernel *k);
 /* `extern "C" __global__ void __launch_bounds__(threads) fname(` and one typed parameter a

@@ -2,7 +2,8 @@
  * index space, each reading its accesses, evaluating the fused ops in f32, storing the outputs;
  * several elements a step when the innermost dim allows: eight where a bf16/f16 buffer takes
  * part (one 16-byte load or store of 8 values, f32 buffers as two float4), else four (float4);
- * an access that cannot (misaligned, strided, masked along the row) reads one value a lane.
+ * an access that cannot (misaligned, strided, masked along the row) reads one value a lane,
+ * as 8-bit float buffers always do (a byte each, converted by the prelude; no vector form yet).
  * Convention: the index space is simplified first (pointwise.h: size-1 dims dropped, dims
  * no access tells apart merged), so an element's coordinates cost only the divisions the
  * accesses need. */

@@ -1,4 +1,4 @@
-/* cuda_reduce.c: sum, mean and max over one axis, x seen as (outer, d, inner) -> (outer, inner).
+/* cuda_reduce.c: sum, mean, max and amax (the max of |x|: the fp8 pass's scales) over one axis, x seen as (outer, d, inner) -> (outer, inner).
  * Contiguous reductions (inner == 1) take a warp per output, lanes striding the row, a shuffle
  * tree at the end. Column reductions over a few rows (d <= SN_CUDA_REDUCE_ROWS: GPT-2's
  * position-embedding gradient, the batch's 16 rows of (T, C)) take a thread a column, its rows'
@@ -17,6 +17,12 @@ static void combine(sn_cu_text *t, bool max, const char *v) {
     else sn_cu_emitf(t, "acc += %s;", v);
 }
 
+/* The value an element of x adds: its load, or for amax the load's magnitude (the partial
+ * results met later are magnitudes already). */
+static void element(char *buf, size_t len, const sn_node *n, const char *xs, const char *index) {
+    snprintf(buf, len, n->op == SN_OP_AMAX ? "fabsf(sn_load(%s[%s]))" : "sn_load(%s[%s])", xs, index);
+}
+
 bool sn_cu_reduce_by_column(const sn_kernel *k) {
     const sn_node *x = k->anchor->in[0];
     int axis = k->anchor->a.axis;
@@ -29,9 +35,10 @@ void sn_cu_emit_reduce(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *dm
     int axis = n->a.axis;
     int64_t d = x->shape[axis], inner = sn_shape_numel(x->rank - axis - 1, x->shape + axis + 1);
     int64_t outer = sn_numel(x) / (d * inner);
-    bool max = n->op == SN_OP_MAX;
+    bool max = n->op == SN_OP_MAX || n->op == SN_OP_AMAX;
     const char *ix = sn_cu_index_type(sn_numel(x) + 1024 * 1024);
-    const char *id = max ? "-SN_INF" : "0.0f";
+    /* amax's identity 0: every magnitude is at least that (NaN still wins: sn_max_nan) */
+    const char *id = n->op == SN_OP_MAX ? "-SN_INF" : "0.0f";
     char xs[16];
     int in = k->n_out; /* x's arg */
     while (k->args[in] != x) in++;
@@ -45,8 +52,9 @@ void sn_cu_emit_reduce(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *dm
         sn_cu_emitf(t, "if (o >= %lld) return;", (long long)outer);
         sn_cu_emitf(t, "float acc = %s;", id);
         sn_cu_emitf(t, "for (%s i = threadIdx.x %% 32; i < %lld; i += 32) {", ix, (long long)d);
-        char at[96];
-        snprintf(at, sizeof at, "sn_load(%s[o * %lld + i])", xs, (long long)d);
+        char at[128], index[64];
+        snprintf(index, sizeof index, "o * %lld + i", (long long)d);
+        element(at, sizeof at, n, xs, index);
         combine(t, max, at);
         sn_cu_emitf(t, "}");
         sn_cu_emitf(t, "for (int s = 16; s > 0; s >>= 1) {");
@@ -68,9 +76,9 @@ void sn_cu_emit_reduce(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *dm
         sn_cu_emitf(t, "float acc = %s;", id);
         sn_cu_emitf(t, "#pragma unroll /* the rows' loads issued together, added in order */");
         sn_cu_emitf(t, "for (int i = 0; i < %lld; i++) {", (long long)d);
-        char at[96];
-        snprintf(at, sizeof at, "sn_load(%s[(o * %lld + i) * %lld + c])", xs, (long long)d,
-                 (long long)inner);
+        char at[128], index[64];
+        snprintf(index, sizeof index, "(o * %lld + i) * %lld + c", (long long)d, (long long)inner);
+        element(at, sizeof at, n, xs, index);
         combine(t, max, at);
         sn_cu_emitf(t, "}");
         if (n->op == SN_OP_MEAN) sn_cu_emitf(t, "acc /= %lld.0f;", (long long)d);
@@ -86,9 +94,9 @@ void sn_cu_emit_reduce(sn_cu_text *t, const sn_kernel *k, const sn_cuda_dims *dm
     sn_cu_emitf(t, "float acc = %s;", id);
     sn_cu_emitf(t, "if (c < %lld) {", (long long)inner);
     sn_cu_emitf(t, "for (%s i = threadIdx.y; i < %lld; i += %u) {", ix, (long long)d, ty);
-    char at[96];
-    snprintf(at, sizeof at, "sn_load(%s[(o * %lld + i) * %lld + c])", xs, (long long)d,
-             (long long)inner);
+    char at[128], index[64];
+    snprintf(index, sizeof index, "(o * %lld + i) * %lld + c", (long long)d, (long long)inner);
+    element(at, sizeof at, n, xs, index);
     combine(t, max, at);
     sn_cu_emitf(t, "}");
     sn_cu_emitf(t, "}");

@@ -367,7 +367,7 @@ static sn_status setup(row *w, const sn_kernel *k, sn_err *e) {
      * 9, and gpt2's classifier takes 2 an element of 50,304 a row, 2026-11-29 SASS): inputs
      * of 8 or 11 bits; f32 programs keep expf, close to the CPU device's */
     w->exp_fast = sn_cu_reads_16bit(k);
-    return sn_kernel_dtypes(k, sn_cu_check_dtype, e);
+    return sn_kernel_dtypes(k, sn_cu_check_dtype_no_f8, e);
 }
 
 sn_status sn_cu_check_row(const sn_kernel *k, sn_err *e) {

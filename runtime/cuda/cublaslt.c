@@ -14,6 +14,13 @@
  * identical layouts, which the one layout p->d gives); cuBLASLt computes the epilogue of
  * alpha A B + beta C (+ bias), whose f32 order of the two adds it does not document (the CPU
  * device adds the bias first, the graph's order; the stand-in sums in double).
+ * FP8 (the fp8 pass's products: fp8_rules): A and B of CUDA_R_8F_E4M3 or CUDA_R_8F_E5M2 (not
+ * both E5M2), CUBLAS_COMPUTE_32F, scale type CUDA_R_32F, C and D f32, no epilogue, no scale
+ * pointers (the scales are the graph's divisions after the product), FAST_ACCUM left off (its
+ * default: the sums promoted to f32 periodically). cuBLASLt's FP8 kernels on Ada and Hopper take
+ * only the "TN" form, its A transposed and its B not: with the convention below its A is our B
+ * (op T: tb = 1, B stored (N, K)) and its B our A (op N: ta = 0, A stored (M, K)), both operands
+ * K-major; and pointers and leading dimensions 16-byte aligned.
  * Convention: the row-major problem D (M, N) = op(A) @ op(B) is handed to cuBLASLt as its
  * column-major transpose D^T (N, M) = op(B)^T @ op(A)^T, so no layout needs a row order and an
  * (N) bias is cuBLASLt's per-row bias of D^T. */
@@ -60,6 +67,7 @@ sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k) {
     s.epi = k->gemm.epilogue;
     s.accum = k->gemm.accum;
     s.ab = A->dtype;
+    s.b_t = B->dtype;
     s.d = k->args[0]->dtype; /* the matmul's f32, or its 16-bit cast (with a bias: of its sum) */
     int in = k->n_out + 2;   /* the epilogue's input (kernel.h): a bias, or DGELU's aux */
     s.bias_t = sn_gemm_has_bias(s.epi) ? k->args[in]->dtype : s.d;
@@ -80,9 +88,58 @@ static int32_t epilogue_of(sn_epilogue e) {
     }
 }
 
-/* cuBLASLt's name of a storage type (f32, bf16, f16); -1 for any other. */
+/* cuBLASLt's name of a storage type (f32, bf16, f16, f8e4m3, f8e5m2); -1 for any other. */
 static int32_t data_type(sn_dtype t) {
-    return t == SN_F32 ? CUDA_R_32F : t == SN_BF16 ? CUDA_R_16BF : t == SN_F16 ? CUDA_R_16F : -1;
+    switch (t) {
+    case SN_F32: return CUDA_R_32F;
+    case SN_BF16: return CUDA_R_16BF;
+    case SN_F16: return CUDA_R_16F;
+    case SN_F8E4M3: return CUDA_R_8F_E4M3;
+    case SN_F8E5M2: return CUDA_R_8F_E5M2;
+    default: return -1;
+    }
+}
+
+/* B's type: its own in an FP8 product, A's otherwise (sn_gemm_shape b_t). */
+static sn_dtype b_type(const sn_gemm_shape *s) { return sn_dtype_is_f8(s->ab) ? s->b_t : s->ab; }
+
+/* cuBLASLt's rules for an FP8 GEMM (its documentation of cublasLtMatmul: "To use FP8 kernels"),
+ * checked here so that a wrong form is refused by name, not by a heuristic finding nothing. */
+static sn_status fp8_rules(const sn_gemm_shape *s, sn_err *e) {
+    const char *an = sn_dtype_name(s->ab), *bn = sn_dtype_name(s->b_t);
+    if (!sn_dtype_is_f8(s->b_t))
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "a cuBLASLt GEMM of %s by %s: an FP8 product takes "
+                       "two 8-bit operands", an, bn);
+    if (s->ab == SN_F8E5M2 && s->b_t == SN_F8E5M2)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "a cuBLASLt FP8 GEMM of f8e5m2 by f8e5m2: cuBLASLt "
+                       "has no e5m2 x e5m2 kernels (one operand must be f8e4m3: the gradient's "
+                       "e5m2 multiplies an e4m3 weight or activation)");
+    if (s->d != SN_F32 || (s->accum && s->c_t != SN_F32) || s->epi != SN_EPI_NONE)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "a cuBLASLt FP8 GEMM (%s by %s) into %s%s with "
+                       "epilogue %s: the CUDA device takes an f32 D (and C) and no epilogue (the "
+                       "fp8 pass divides by the scales after the product)", an, bn,
+                       sn_dtype_name(s->d), s->accum && s->c_t != SN_F32 ? " with C of another "
+                       "type" : "", sn_epilogue_name(s->epi));
+    if (s->ta || !s->tb)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "a cuBLASLt FP8 GEMM with ta=%d, tb=%d: FP8 kernels "
+                       "take both operands K-major (cuBLASLt's \"TN\" rule on Ada and Hopper): A "
+                       "stored (M, K) with ta=0 and B stored (N, K) with tb=1; permute the operand "
+                       "before its cast to 8 bits", s->ta, s->tb);
+    /* 16-byte alignment of every operand's start and rows: A and B one byte an element, D four */
+    int64_t bytes[] = {s->lda, s->ldb, s->off_a, s->off_b, s->stride_a, s->stride_b,
+                       4 * s->ldd, 4 * s->stride_d};
+    static const char *const what[] = {"A's leading dimension", "B's leading dimension",
+                                       "A's offset", "B's offset", "A's batch stride",
+                                       "B's batch stride", "D's leading dimension",
+                                       "D's batch stride"};
+    for (size_t i = 0; i < sizeof bytes / sizeof *bytes; i++)
+        if (bytes[i] % 16)
+            return sn_fail(e, SN_ERR_UNSUPPORTED, "a cuBLASLt FP8 GEMM (%s by %s, %lld x %lld x "
+                           "%lld): %s is %lld bytes, and FP8 kernels need pointers and leading "
+                           "dimensions 16-byte aligned (pad K to a multiple of 16)", an, bn,
+                           (long long)s->M, (long long)s->N, (long long)s->K, what[i],
+                           (long long)bytes[i]);
+    return SN_OK;
 }
 
 /* A column-major layout of rows x cols of type t with leading dimension ld, batched. */
@@ -144,9 +201,12 @@ void sn_gemm_plan_free(sn_cuda_api *a, sn_gemm_plan *p) {
 sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_shape *s,
                            bool tf32, size_t workspace_bytes, sn_gemm_plan **out, sn_err *e) {
     *out = NULL;
-    /* the types the f32 and the autocast programs have; anything else is refused by name */
-    bool bias = sn_gemm_has_bias(s->epi), aux = sn_gemm_has_aux(s->epi);
-    if (data_type(s->ab) < 0 || (s->d != SN_F32 && s->d != s->ab) || s->bias_t != s->d ||
+    /* the types the f32, the autocast and the fp8 programs have; anything else is refused by name */
+    bool bias = sn_gemm_has_bias(s->epi), aux = sn_gemm_has_aux(s->epi), fp8 = sn_dtype_is_f8(s->ab);
+    if (fp8) {
+        sn_status st8 = fp8_rules(s, e);
+        if (st8) return st8;
+    } else if (data_type(s->ab) < 0 || (s->d != SN_F32 && s->d != s->ab) || s->bias_t != s->d ||
         s->aux_t != s->d || s->c_t != s->d || s->epi < 0 || s->epi >= SN_EPI_COUNT)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "a cuBLASLt GEMM of %s operands into %s%s%s%s: the "
                        "CUDA device multiplies f32, bf16 or f16 operands into f32 or their own "
@@ -185,7 +245,7 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
         st = SN_CUDA_CHECK(a, e, cublasLtMatmulDescSetAttribute, p->desc,
                            CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
     /* our row-major B (K, N) [tb: (N, K)] is column-major (N, K) [(K, N)] with ld ldb */
-    if (!st) st = layout(a, &p->a, s->ab, s->tb ? s->K : s->N, s->tb ? s->N : s->K, s->ldb, s,
+    if (!st) st = layout(a, &p->a, b_type(s), s->tb ? s->K : s->N, s->tb ? s->N : s->K, s->ldb, s,
                          s->stride_b, e);
     if (!st) st = layout(a, &p->b, s->ab, s->ta ? s->M : s->K, s->ta ? s->K : s->M, s->lda, s,
                          s->stride_a, e);
@@ -195,7 +255,8 @@ sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     if (!st) st = SN_CUDA_CHECK(a, e, cublasLtMatmulPreferenceSetAttribute, p->pref,
                                 CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     /* cuBLASLt's A is our B; an operand read in place is as aligned as its first element */
-    int64_t es = sn_dtype_bits(s->ab) / 8, off[4] = {s->off_b * es, s->off_a * es, 0, 0};
+    int64_t off[4] = {s->off_b * (sn_dtype_bits(b_type(s)) / 8), s->off_a * (sn_dtype_bits(s->ab) / 8),
+                      0, 0};
     for (int m = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES;
          m <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES && !st; m++) {
         uint32_t align = OPERAND_ALIGN;
@@ -244,9 +305,9 @@ sn_status sn_gemm_plan_run(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gem
     if (accum && !c)
         return sn_fail(e, SN_ERR_INTERNAL, "an accum GEMM without its C matrix");
     const float one = 1.0f, zero = 0.0f;
-    int64_t es = sn_dtype_bits(p->s.ab) / 8; /* the operands' first elements (views) */
-    A += (CUdeviceptr)(p->s.off_a * es);
-    B += (CUdeviceptr)(p->s.off_b * es);
+    /* the operands' first elements (views) */
+    A += (CUdeviceptr)(p->s.off_a * (sn_dtype_bits(p->s.ab) / 8));
+    B += (CUdeviceptr)(p->s.off_b * (sn_dtype_bits(b_type(&p->s)) / 8));
     return SN_CUDA_CHECK(a, e, cublasLtMatmul, handle, p->desc, &one, (const void *)(uintptr_t)B,
                          p->a, (const void *)(uintptr_t)A, p->b, accum ? &one : &zero,
                          (const void *)(uintptr_t)(accum ? c : d), p->d, (void *)(uintptr_t)d,

@@ -168,6 +168,9 @@ typedef struct {
     bool accum;                        /* beta = 1 with C (kernel.h's accum) */
     sn_dtype ab, d, bias_t, aux_t, c_t; /* A's and B's type, D's, the bias's, the aux's and
                                            C's (zero: SN_F32, or none) */
+    sn_dtype b_t;                      /* B's type where A is an 8-bit float (either format: a
+                                          gradient's product is e5m2 by e4m3); ignored
+                                          otherwise, B being of ab */
 } sn_gemm_shape;
 
 /* Whether epilogue e reads a bias vector, and whether it writes or reads an aux matrix. */
@@ -186,7 +189,10 @@ sn_gemm_shape sn_gemm_shape_of(const sn_kernel *k);
  * with the epilogue (cuBLASLt's BIAS, GELU_BIAS, GELU_AUX_BIAS, DGELU), layouts of s's types (A,
  * B f32/bf16/f16; D f32 or A's type; the bias and the aux D's type; an aux only for one GEMM
  * of N % 8 == 0, else SN_ERR_UNSUPPORTED), a preference allowing workspace_bytes, and the
- * heuristic's best algorithm. handle may be NULL (no GPU: everything up to the heuristic is
+ * heuristic's best algorithm. FP8 (A f8e4m3 or f8e5m2, B either, not both e5m2): f32 D (and C),
+ * no epilogue, both operands K-major (ta = 0, tb = 1: cuBLASLt's "TN"), leading dimensions,
+ * offsets and batch strides multiples of 16 bytes; anything else SN_ERR_UNSUPPORTED naming the
+ * rule (the device checks the architecture: sm_89 and up). handle may be NULL (no GPU: everything up to the heuristic is
  * built, then SN_ERR_DEVICE naming cublasLtCreate's result). */
 sn_status sn_gemm_plan_new(sn_cuda_api *a, cublasLtHandle_t handle, const sn_gemm_shape *s,
                            bool tf32, size_t workspace_bytes, sn_gemm_plan **out, sn_err *e);

@@ -49,7 +49,7 @@ static bool alike(const sn_gemm_shape *x, const sn_gemm_shape *y) {
            x->off_a == y->off_a && x->off_b == y->off_b && x->stride_a == y->stride_a &&
            x->stride_b == y->stride_b && x->stride_d == y->stride_d && x->epi == y->epi &&
            x->accum == y->accum && x->ab == y->ab && x->d == y->d && x->bias_t == y->bias_t &&
-           x->aux_t == y->aux_t && x->c_t == y->c_t;
+           x->aux_t == y->aux_t && x->c_t == y->c_t && x->b_t == y->b_t;
 }
 
 /* ---- the scratch operands: one allocation, each operand at a multiple of ALIGN ---- */
@@ -75,7 +75,10 @@ static sn_status fill(sn_cuda_api *a, CUstream stream, CUdeviceptr p, size_t byt
     for (size_t i = 0; i < block / es; i++) {
         float v = (float)(2 * sn_rng_uniform(&r) - 1);
         uint16_t b = t == SN_BF16 ? sn_f32_to_bf16(v) : sn_f32_to_f16(v);
-        memcpy(h + i * es, t == SN_F32 ? (void *)&v : (void *)&b, es);
+        if (sn_dtype_is_f8(t)) /* codes 0x20..0x3f of either sign: finite in both formats */
+            h[i] = (unsigned char)(0x20u | (sn_rng_next(&r) & 0x9fu));
+        else
+            memcpy(h + i * es, t == SN_F32 ? (void *)&v : (void *)&b, es);
     }
     sn_status st = SN_CUDA_CHECK(a, e, cuMemcpyHtoDAsync, p, h, block, stream);
     for (size_t done = block; !st && done < bytes; done *= 2)

@@ -11,7 +11,13 @@
  * sinter CPU device's; their aux (the GELU input matrix) is of D's type (EPILOGUE_AUX_DATA_TYPE
  * left unset, as the documentation asks outside FP8 kernels), column-major with leading dimension
  * EPILOGUE_AUX_LD, a multiple of 8 no less than D's rows (batch stride a multiple of 8 too),
- * its pointer as aligned at the matmul as at the heuristic, which reads the alignment from it. */
+ * its pointer as aligned at the matmul as at the heuristic, which reads the alignment from it.
+ * FP8 (fp8_check): A and B CUDA_R_8F_E4M3 or _E5M2 (not both E5M2), widened exactly, their
+ * products (exact in f32) summed in f32 in k order; C and D f32, compute CUBLAS_COMPUTE_32F,
+ * no epilogue and column-major layouts (the rest of cuBLASLt's FP8 forms is not implemented
+ * here); and cuBLASLt's rules enforced so that tests catch a wrong layout: a device of sm_89 or
+ * newer (SN_STANDIN_SM), the "TN" form (A transposed, B not), pointers, leading dimensions and
+ * batch strides 16-byte aligned. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
@@ -247,12 +253,27 @@ typedef struct {
     double model_s; /* its modeled time (0: none) */
 } problem;
 
-/* Bytes of one element of a type the stand-in takes (f32, f16, bf16), else 0. */
+static bool is_fp8(uint32_t type) { return type == CUDA_R_8F_E4M3 || type == CUDA_R_8F_E5M2; }
+
+/* Bytes of one element of a type the stand-in takes (f32, f16, bf16, the two FP8), else 0. */
 static size_t elem_bytes(uint32_t type) {
-    return type == CUDA_R_32F ? 4 : type == CUDA_R_16F || type == CUDA_R_16BF ? 2 : 0;
+    return type == CUDA_R_32F ? 4 : type == CUDA_R_16F || type == CUDA_R_16BF ? 2 : is_fp8(type) ? 1 : 0;
+}
+
+/* An FP8 code's value (OCP: e4m3 bias 7, no infinities, S.1111.111 NaN; e5m2 bias 15, IEEE
+ * specials), exactly. */
+static double fp8_value(uint32_t type, uint8_t c) {
+    bool e4 = type == CUDA_R_8F_E4M3;
+    int m = e4 ? 3 : 2, bias = e4 ? 7 : 15, mag = c & 0x7f, e = mag >> m, f = mag & ((1 << m) - 1);
+    double v;
+    if (e4 ? mag == 0x7f : e == 31) v = e4 || f ? NAN : INFINITY;
+    else if (e == 0) v = ldexp(f, 1 - bias - m);
+    else v = ldexp((1 << m) + f, e - bias - m);
+    return c & 0x80 ? -v : v;
 }
 
 static double load(uint32_t type, const void *base, int64_t i) {
+    if (is_fp8(type)) return fp8_value(type, ((const uint8_t *)base)[i]);
     if (type == CUDA_R_32F) return ((const float *)base)[i];
     if (type == CUDA_R_16F) return (double)((const _Float16 *)base)[i];
     uint32_t u = (uint32_t)((const uint16_t *)base)[i] << 16;
@@ -300,10 +321,60 @@ static uint64_t align_of(CUdeviceptr p) {
     return a;
 }
 
+/* cuBLASLt's rules for FP8 (its documentation of cublasLtMatmul, "To use FP8 kernels"), and
+ * the stand-in's own limits past them (said as such). */
+static cublasStatus_t fp8_check(const problem *p) {
+    const desc *d = &p->d;
+    const layout *ls[4] = {&p->a, &p->b, &p->c, &p->dl};
+    int sm = (int)sn_standin_env("SN_STANDIN_SM", 80); /* the stand-in libcuda's default too */
+    if (sm < 89) {
+        sn_standin_say("cuBLASLt: FP8 matmuls need a device of compute capability 8.9 or newer "
+                       "(Ada, Hopper); this one is sm_%d", sm);
+        return ST_NOT_SUPPORTED;
+    }
+    if (!is_fp8(p->a.type) || !is_fp8(p->b.type) ||
+        (p->a.type == CUDA_R_8F_E5M2 && p->b.type == CUDA_R_8F_E5M2)) {
+        sn_standin_say("cuBLASLt: FP8 types A %u, B %u: both must be FP8, and E5M2 x E5M2 is not "
+                       "supported", p->a.type, p->b.type);
+        return ST_NOT_SUPPORTED;
+    }
+    if (p->c.type != CUDA_R_32F || p->dl.type != CUDA_R_32F || d->compute != CUBLAS_COMPUTE_32F ||
+        d->epilogue != EPI_DEFAULT) {
+        sn_standin_say("cuBLASLt: an FP8 matmul into C %u, D %u, compute %d, epilogue %u: the "
+                       "stand-in implements f32 C and D, CUBLAS_COMPUTE_32F and no epilogue",
+                       p->c.type, p->dl.type, d->compute, d->epilogue);
+        return ST_NOT_SUPPORTED;
+    }
+    if (d->transa != CUBLAS_OP_T || d->transb != CUBLAS_OP_N) {
+        sn_standin_say("cuBLASLt: an FP8 matmul with transa %d, transb %d: FP8 kernels take only "
+                       "the \"TN\" format (A transposed, B non-transposed)", d->transa, d->transb);
+        return ST_NOT_SUPPORTED;
+    }
+    for (int i = 0; i < 4; i++) {
+        const layout *l = ls[i];
+        uint64_t es = elem_bytes(l->type);
+        if (l->order != CUBLASLT_ORDER_COL) {
+            sn_standin_say("cuBLASLt: an FP8 matmul with a row-major layout is not supported by "
+                           "the stand-in");
+            return ST_NOT_SUPPORTED;
+        }
+        if (((uint64_t)l->ld * es) % 16 || (l->batch > 1 && ((uint64_t)l->stride * es) % 16)) {
+            sn_standin_say("cuBLASLt: FP8 matmul: matrix %c's leading dimension %lld (batch stride "
+                           "%lld) is not a multiple of 16 bytes, as FP8 kernels need", "ABCD"[i],
+                           (long long)l->ld, (long long)l->stride);
+            return ST_NOT_SUPPORTED;
+        }
+    }
+    return ST_OK;
+}
+
 static cublasStatus_t check(problem *p) {
     const desc *d = &p->d;
     const layout *ls[4] = {&p->a, &p->b, &p->c, &p->dl};
-    if (p->a.type != p->b.type || p->c.type != p->dl.type ||
+    if (is_fp8(p->a.type) || is_fp8(p->b.type)) {
+        cublasStatus_t st = fp8_check(p);
+        if (st) return st;
+    } else if (p->a.type != p->b.type || p->c.type != p->dl.type ||
         (p->a.type == CUDA_R_32F && p->dl.type != CUDA_R_32F)) {
         sn_standin_say("cuBLASLt: types A %u, B %u, C %u, D %u: the stand-in takes A and B of one "
                        "type, C and D of one type, f32 A only with f32 D", p->a.type, p->b.type,
@@ -466,7 +537,7 @@ static int run(const void *data) {
         free(pb);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    bool ta = d->transa != CUBLAS_OP_N, tb = d->transb != CUBLAS_OP_N;
+    bool ta = d->transa != CUBLAS_OP_N, tb = d->transb != CUBLAS_OP_N, fp8 = is_fp8(p->a.type);
     for (int64_t b = 0; b < batch; b++) {
         for (int64_t i = 0; i < p->m; i++) /* op(A) row i, contiguous in k */
             for (int64_t k = 0; k < p->k; k++)
@@ -477,7 +548,13 @@ static int run(const void *data) {
         for (int64_t j = 0; j < p->n; j++)
             for (int64_t i = 0; i < p->m; i++) {
                 double s = 0;
-                for (int64_t k = 0; k < p->k; k++) s += pa[i * p->k + k] * pb[j * p->k + k];
+                if (fp8) { /* exact products (4 by 4 significant bits) summed in f32, k ascending */
+                    float f = 0;
+                    for (int64_t k = 0; k < p->k; k++) f += (float)(pa[i * p->k + k] * pb[j * p->k + k]);
+                    s = f;
+                } else {
+                    for (int64_t k = 0; k < p->k; k++) s += pa[i * p->k + k] * pb[j * p->k + k];
+                }
                 double v = p->alpha * s + (C ? p->beta * load(p->c.type, C, index_of(&p->c, b, i, j)) : 0);
                 int64_t at = index_of(&p->dl, b, i, j);
                 if (gelu_epilogue(d->epilogue) || d->epilogue == EPI_DGELU) {
@@ -530,6 +607,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                  .algo = which, .model_s = algo ? 1e-9 * (double)algo->data[ALGO_MODEL_NS] : 0};
     cublasStatus_t st = check(&p);
     if (st) return st;
+    /* FP8 kernels need every matrix 16-byte aligned, whatever the preference said */
+    const void *all[4] = {A, B, C, D};
+    for (int i = 0; i < 4 && is_fp8(p.a.type); i++)
+        if ((uintptr_t)all[i] % 16) {
+            sn_standin_say("cublasLtMatmul: FP8 matmul: matrix %c at 0x%llx is not 16-byte aligned",
+                           "ABCD"[i], (unsigned long long)(uintptr_t)all[i]);
+            return ST_NOT_SUPPORTED;
+        }
     /* an algorithm chosen for aligned operands refuses less aligned ones (real cuBLASLt may
      * fail or fault: the preference's MIN_ALIGNMENT attributes are how a caller says) */
     const void *ptrs[4] = {A, B, C, D};
