@@ -232,8 +232,14 @@ static sn_status graph_passes(sn_graph *g, const sn_pipeline_opts *o, sn_pipelin
         if (next) replace(g, next);
         if ((s = after(g, "chunk_logits", o, e))) return s;
     }
+    if (o->fp8 && o->target && o->target->kind == SN_TARGET_CUDA && !o->target->mma_fp8)
+        return sn_fail(e, SN_ERR_UNSUPPORTED, "--fp8 %s: products on 8-bit operands need tensor "
+                       "cores that multiply them (sm_89 and newer: RTX 40, L4, H100), and the "
+                       "target is %s: train without --fp8",
+                       sn_fp8_policy_name((sn_fp8_policy)o->fp8), o->target->name);
     if (o->fp8) { /* after chunk_logits, whose pattern is the head's bf16 product; before
-                     checkpoint, whose arena model then sees the 8-bit copies */
+                     checkpoint, whose arena model then sees the 8-bit copies; on the CPU
+                     emulated (its GEMM widens them: no faster, the same numbers) */
         if ((s = sn_pass_fp8(g, (sn_fp8_policy)o->fp8, &next, &st->fp8_products, e))) return s;
         if (next) replace(g, next);
         if ((s = after(g, "fp8", o, e))) return s;

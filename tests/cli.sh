@@ -18,6 +18,15 @@ grep -q "^k0_embedding .* gather" "$dir/fuse.out" || { echo "FAIL: no kernels"; 
 grep -q "^step  *2/2" "$dir/fuse.out" || { echo "FAIL: training did not run after the dump"; exit 1; }
 # shellcheck disable=SC2086
 "$sinter" train $tiny --dump-after memplan | grep -q "^# after pass memplan$" || { echo "FAIL: memplan"; exit 1; }
+# --fp8 on a model whose products are all too small for it (tiny's 32 channels): said, and the
+# run is the one without (the same losses); sinter graph shows the pass's 8-bit products
+# shellcheck disable=SC2086
+"$sinter" train $tiny --fp8 linear --dump-after fp8 > "$dir/fp8.out" &&
+  grep -q "^fp8: no product qualifies" "$dir/fp8.out" && grep -q "^# after pass fp8$" "$dir/fp8.out" ||
+  { echo "FAIL: --fp8 on tiny"; cat "$dir/fp8.out"; exit 1; }
+"$sinter" graph --model demo --batch 2 --seq 48 --backward --precision bf16 --fp8 head --dump-after fp8 > "$dir/fp8g.out" &&
+  [ "$(grep -c ' = cast .* : f8e5m2\[' "$dir/fp8g.out")" = 2 ] && [ "$(grep -c ' = pow2_scale ' "$dir/fp8g.out")" = 3 ] ||
+  { echo "FAIL: sinter graph --fp8 head: want the head's 2 e5m2 copies of dlogits and 3 scales"; grep -E "f8e|pow2" "$dir/fp8g.out"; exit 1; }
 # shellcheck disable=SC2086
 "$sinter" train $tiny --dump-after attention | grep -q "= attention_lse " || { echo "FAIL: attention"; exit 1; }
 # --precision: the autocast pass and its errors

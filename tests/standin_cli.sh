@@ -5,7 +5,8 @@
 # cache warm on the second run; --precision bf16 and fp16 train, bf16 the default (auto) from
 # sm_80 and fp16 before, bf16 also on sm_86, sm_89 and sm_120 (the RTX
 # 30, 40 and 50 series) with sm_80's losses, fp16 also on an sm_75 GPU, where bf16 is refused
-# by name; llama-tiny trains in full with the CPU device's losses (f32; bf16 within 0.1%).
+# by name; --fp8 linear trains on sm_90 with the CPU device's losses (within 5e-3) and is refused
+# on sm_80; llama-tiny trains in full with the CPU device's losses (f32; bf16 within 0.1%).
 set -eu
 sinter=$1
 export SN_LIBCUDA="$2" SN_LIBNVRTC="$3" SN_LIBCUBLASLT="$4"
@@ -64,6 +65,24 @@ status=0
 SN_STANDIN_SM=75 "$sinter" train $tiny --device cuda --precision bf16 > "$dir/bf16-75.out" 2>&1 || status=$?
 [ "$status" = 1 ] && grep -q "bf16 operands, which need sm_80 or newer, and this GPU is sm_75: train with --precision fp16" "$dir/bf16-75.out" ||
   { echo "FAIL: bf16 GEMMs on sm_75 ($status)"; cat "$dir/bf16-75.out"; exit 1; }
+# --fp8 linear on an sm_90 GPU: every linear layer's products through cuBLASLt's FP8 GEMMs (the
+# stand-in's: TN, e4m3 by e5m2) with the CPU device's losses, the first step's within 1e-3, the
+# second's 5e-3 (f32 sums in another order move a few 8-bit roundings, and a step at lr 3e-3
+# carries them on: measured 1.3e-4 and 1.2e-3); refused by name on sm_80
+small="--model demo --data $dir/corpus.txt --batch 2 --seq 48 --steps 2 --sample-len 0 --eval-every 0 --precision bf16 --fp8 linear"
+# shellcheck disable=SC2086
+SN_STANDIN_SM=90 "$sinter" train $small --device cuda > "$dir/fp8-90.out" 2>&1 &&
+  "$sinter" train $small --device cpu > "$dir/fp8-cpu.out" 2>&1 &&
+  grep -q "^fp8: 51 products on e4m3 operands, their gradients e5m2 (every linear layer's; docs/fp8.md)$" "$dir/fp8-90.out" ||
+  { echo "FAIL: --fp8 linear on sm_90"; cat "$dir/fp8-90.out" "$dir/fp8-cpu.out"; exit 1; }
+l90=$(losses "$dir/fp8-90.out" | awk '{ print $2 }'); lcpu=$(losses "$dir/fp8-cpu.out" | awk '{ print $2 }')
+[ -n "$l90" ] && printf '%s\n%s\n' "$l90" "$lcpu" | awk '{ v[NR] = $1 } END { n = NR / 2; for (i = 1; i <= n; i++) { d = v[i] - v[i + n]; if (d < 0) d = -d; if (d > (i == 1 ? 1e-3 : 5e-3) * v[i + n]) exit 1 } }' ||
+  { echo "FAIL: --fp8 linear losses, sm_90 against cpu"; echo "$l90"; echo "$lcpu"; exit 1; }
+status=0
+# shellcheck disable=SC2086
+SN_STANDIN_SM=80 "$sinter" train $small --device cuda > "$dir/fp8-80.out" 2>&1 || status=$?
+[ "$status" = 1 ] && grep -q "need tensor cores that multiply them (sm_89 and newer" "$dir/fp8-80.out" ||
+  { echo "FAIL: --fp8 on sm_80 ($status)"; cat "$dir/fp8-80.out"; exit 1; }
 # --mem auto on a GPU of 290 MiB free: the budget is 290 MiB less the 256 MiB reserve
 # (api/session.h sn_session_mem_auto), the plan fits it (--batch 16: the LM head in chunks)
 # and planned = measured; 200 MiB free is refused, naming the reserve
@@ -125,7 +144,7 @@ same_as_cpu lora --lora 4
   { echo "FAIL: llama-tiny --qlora 4"; cat "$dir/qlora-cuda.out" "$dir/qlora-cpu.out"; exit 1; }
 [ "$(losses "$dir/qlora-cuda.out")" = "$(losses "$dir/qlora-cpu.out")" ] ||
   { echo "FAIL: llama-tiny QLoRA's losses differ"; losses "$dir/qlora-cuda.out"; losses "$dir/qlora-cpu.out"; exit 1; }
-echo "sinter train --device cuda on the stand-in: the CPU device's losses, bf16 and fp16 train, fp16 on sm_75 too, bf16 refused there, --mem auto's budget, llama-tiny with its projections joined, in full, with LoRA and with QLoRA: ok"
+echo "sinter train --device cuda on the stand-in: the CPU device's losses, bf16 and fp16 train, fp16 on sm_75 too, bf16 refused there, --fp8 on sm_90 (refused on sm_80), --mem auto's budget, llama-tiny with its projections joined, in full, with LoRA and with QLoRA: ok"
 losses "$dir/cuda.out"
 losses "$dir/bf16.out"
 losses "$dir/fp16.out"

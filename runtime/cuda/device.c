@@ -263,8 +263,7 @@ static sn_status gemm_plan(cuda_dev *c, const sn_kernel *k, cuda_gemm **out, sn_
     if (sn_dtype_is_f8(in) && c->sm < 89) /* FP8 tensor cores: Ada (sm_89), Hopper and newer */
         return sn_fail(e, SN_ERR_UNSUPPORTED, "GEMM kernel %s multiplies 8-bit floats (%s by %s), "
                        "which need sm_89 or newer (Ada, Hopper), and this GPU is sm_%d: compile "
-                       "for this device's target (its mma_fp8 is off, so the fp8 pass leaves the "
-                       "products alone)", k->name, sn_dtype_name(in),
+                       "for this device's target without the fp8 pass (--fp8 off)", k->name, sn_dtype_name(in),
                        sn_dtype_name(k->anchor->in[1]->dtype), c->sm);
     /* two 8-bit floats may differ in format (e5m2 by e4m3: cublaslt.c checks the pair) */
     if (k->anchor->in[1]->dtype != in && !(sn_dtype_is_f8(in) && sn_dtype_is_f8(k->anchor->in[1]->dtype)))
