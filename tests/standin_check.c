@@ -204,3 +204,27 @@ sn_graph *tiny_lora_rows(sn_precision p, bool base16, int batch, int *stored) {
 sn_graph *tiny_lora_at(sn_precision p, bool base16, int *stored) {
     return tiny_lora_rows(p, base16, B, stored);
 }
+
+#define CK(call) ck_assert_msg((call) == SN_OK, "%s", e.msg)
+
+void lt_open(lt_setup *L) {
+    use_standin();
+    *L = (lt_setup){0};
+    sn_cuda_api *a = &L->a;
+    sn_err e;
+    CK(sn_cuda_api_load(a, SN_LIB_CUDA, &e));
+    CK(sn_cuda_api_load(a, SN_LIB_CUBLASLT, &e));
+    CK(SN_CUDA_CHECK(a, &e, cuInit, 0));
+    CK(SN_CUDA_CHECK(a, &e, cuDeviceGet, &L->dev, 0));
+    CK(SN_CUDA_CHECK(a, &e, cuDevicePrimaryCtxRetain, &L->ctx, L->dev));
+    CK(SN_CUDA_CHECK(a, &e, cuCtxSetCurrent, L->ctx));
+    CK(SN_CUDA_CHECK(a, &e, cuStreamCreate, &L->stream, CU_STREAM_NON_BLOCKING));
+    CK(SN_CUDA_CHECK(a, &e, cublasLtCreate, &L->lt));
+}
+
+void lt_close(lt_setup *L) {
+    L->a.cublasLtDestroy(L->lt);
+    L->a.cuStreamDestroy(L->stream);
+    L->a.cuDevicePrimaryCtxRelease(L->dev);
+    sn_cuda_api_unload(&L->a);
+}

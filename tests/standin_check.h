@@ -14,6 +14,7 @@
 
 #include "frontend/frontend.h"
 #include "passes/pipeline.h"
+#include "runtime/cuda/cuda_rt.h"
 #include "runtime/device.h"
 #include "train/train.h"
 #include "harness.h"
@@ -31,6 +32,19 @@ bool have_nvrtc(void);
 const char *shared_cache(void);
 /* The stand-in's GPU 0 with kernel cache cache_dir (NULL: shared_cache()). */
 sn_device *cuda(const char *cache_dir);
+
+/* The stand-in's libcuda and cuBLASLt with a context current on device 0, a stream and a
+ * cuBLASLt handle: what the tests that call cuBLASLt themselves start from (the GPU's
+ * architecture: SN_STANDIN_SM, set before lt_open). */
+typedef struct {
+    sn_cuda_api a;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    cublasLtHandle_t lt;
+} lt_setup;
+void lt_open(lt_setup *L);
+void lt_close(lt_setup *L);
 
 /* tiny GPT-2 (vocabulary V, B x T) with its backward, with dropout p (tiny: none). */
 sn_graph *tiny_dropout(float p);

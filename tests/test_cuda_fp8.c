@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "standin_check.h"
+#include "fp8_ref.h"
 #include "codegen/cuda/cuda.h"
 #include "interp/interp.h"
 #include "program/program.h"
@@ -24,18 +25,8 @@
 
 /* ---- the formats, from their bit layouts (independent of the code under test) ---- */
 
-static int mbits(sn_dtype t) { return t == SN_F8E4M3 ? 3 : 2; }
-static int bias(sn_dtype t) { return t == SN_F8E4M3 ? 7 : 15; }
-
-/* Code c's value (NAN, +-INFINITY for e5m2's). */
-static double f8_decode(sn_dtype t, unsigned c) {
-    int m = mbits(t), b = bias(t), mag = (int)(c & 0x7f), e = mag >> m, f = mag & ((1 << m) - 1);
-    double v;
-    if (t == SN_F8E4M3 ? mag == 0x7f : e == 31) v = t == SN_F8E4M3 || f ? NAN : INFINITY;
-    else if (e == 0) v = ldexp(f, 1 - b - m);
-    else v = ldexp((1 << m) + f, e - b - m);
-    return c & 0x80 ? -v : v;
-}
+/* Code c's value (NAN, +-INFINITY for e5m2's): fp8_ref.h. */
+static double f8_decode(sn_dtype t, unsigned c) { return fp8_decode(fp8_fmt_of(t), (int)c); }
 
 /* The code of a value the format holds exactly (NaN: 0x7f, the canonical one). */
 static unsigned f8_encode(sn_dtype t, double v) {
@@ -455,35 +446,10 @@ END_TEST
 
 #define CK(call) ck_assert_msg((call) == SN_OK, "%s", e.msg)
 
-typedef struct {
-    sn_cuda_api a;
-    CUdevice dev;
-    CUcontext ctx;
-    CUstream stream;
-    cublasLtHandle_t lt;
-} lt_setup;
-
-static void lt_open(lt_setup *L, const char *sm) {
+/* lt_setup (standin_check.h) on a stand-in GPU of architecture sm. */
+static void lt_open_sm(lt_setup *L, const char *sm) {
     setenv("SN_STANDIN_SM", sm, 1);
-    use_standin();
-    *L = (lt_setup){0};
-    sn_cuda_api *a = &L->a;
-    sn_err e;
-    CK(sn_cuda_api_load(a, SN_LIB_CUDA, &e));
-    CK(sn_cuda_api_load(a, SN_LIB_CUBLASLT, &e));
-    CK(SN_CUDA_CHECK(a, &e, cuInit, 0));
-    CK(SN_CUDA_CHECK(a, &e, cuDeviceGet, &L->dev, 0));
-    CK(SN_CUDA_CHECK(a, &e, cuDevicePrimaryCtxRetain, &L->ctx, L->dev));
-    CK(SN_CUDA_CHECK(a, &e, cuCtxSetCurrent, L->ctx));
-    CK(SN_CUDA_CHECK(a, &e, cuStreamCreate, &L->stream, CU_STREAM_NON_BLOCKING));
-    CK(SN_CUDA_CHECK(a, &e, cublasLtCreate, &L->lt));
-}
-
-static void lt_close(lt_setup *L) {
-    L->a.cublasLtDestroy(L->lt);
-    L->a.cuStreamDestroy(L->stream);
-    L->a.cuDevicePrimaryCtxRelease(L->dev);
-    sn_cuda_api_unload(&L->a);
+    lt_open(L);
 }
 
 /* A random finite code of format t (subnormals and the largest included). */
@@ -499,7 +465,7 @@ static uint8_t code(sn_rng *r, sn_dtype t) {
  * of formats cuBLASLt multiplies. */
 START_TEST(fp8_gemm_matches_a_reference) {
     lt_setup L;
-    lt_open(&L, "89");
+    lt_open_sm(&L, "89");
     sn_cuda_api *a = &L.a;
     sn_err e;
     enum { M = 6, N = 8, K = 48, NB = 2, WS = 1 << 20 };
@@ -554,7 +520,7 @@ END_TEST
  * 16-bit D, an epilogue. */
 START_TEST(fp8_plans_refuse_what_cublaslt_refuses) {
     lt_setup L;
-    lt_open(&L, "89");
+    lt_open_sm(&L, "89");
     sn_err e;
     const sn_gemm_shape ok = {.tb = true, .M = 16, .N = 16, .K = 32, .batch = 1, .lda = 32,
                               .ldb = 32, .ldd = 16, .stride_d = 256, .ab = SN_F8E4M3, .b_t = SN_F8E4M3};
@@ -591,7 +557,7 @@ END_TEST
 START_TEST(standin_refuses_fp8_as_cublaslt_does) {
     int sm = _i == 0 ? 89 : 80;
     lt_setup L;
-    lt_open(&L, sm == 89 ? "89" : "80");
+    lt_open_sm(&L, sm == 89 ? "89" : "80");
     sn_cuda_api *a = &L.a;
     sn_err e;
     enum { S = 16 };

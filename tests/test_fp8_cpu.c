@@ -23,6 +23,7 @@
 #include "support/rng.h"
 #include "codegen_util.h"
 #include "fp8_model.h"
+#include "fp8_ref.h"
 #include "harness.h"
 
 /* ---- a graph on the CPU device ---- */
@@ -114,26 +115,7 @@ static float of_bits(uint32_t u) {
 
 /* ---- the formats from their bit layouts (as test_fp8.c reads them) ---- */
 
-typedef struct {
-    sn_dtype t;
-    int ebits, mbits, bias;
-    bool ieee;         /* E5M2: an all-ones exponent is infinity or NaN; E4M3: only S.1111.111 NaN */
-    uint8_t nan_code;  /* the NaN the kernels store (E4M3's only one, E5M2's quiet one) */
-} fmt;
-
-static const fmt E4M3 = {SN_F8E4M3, 4, 3, 7, false, 0x7f}, E5M2 = {SN_F8E5M2, 5, 2, 15, true, 0x7e};
-static const fmt *const FORMATS[2] = {&E4M3, &E5M2};
-
-static double decode(const fmt *f, int c) {
-    int s = c >> 7, e = (c >> f->mbits) & ((1 << f->ebits) - 1), m = c & ((1 << f->mbits) - 1);
-    int emax_field = (1 << f->ebits) - 1;
-    double v;
-    if (f->ieee && e == emax_field) v = m ? NAN : INFINITY;
-    else if (!f->ieee && e == emax_field && m == (1 << f->mbits) - 1) v = NAN;
-    else if (e == 0) v = ldexp(m, 1 - f->bias - f->mbits);
-    else v = ldexp((1 << f->mbits) + m, e - f->bias - f->mbits);
-    return s ? -v : v;
-}
+static const fp8_fmt *const FORMATS[2] = {&FP8_E4M3, &FP8_E5M2};
 
 /* ---- the sample of f32 values ---- */
 
@@ -157,7 +139,7 @@ static float *sample(int64_t *n) {
     for (size_t i = 0; i < sizeof edge / sizeof *edge; i++) x[k++] = edge[i], x[k++] = -edge[i];
     for (int f = 0; f < 2; f++)
         for (int c = 0; c < 0x80; c++) { /* the codes, and their midpoints with the next code */
-            double v = decode(FORMATS[f], c), w = decode(FORMATS[f], c + 1);
+            double v = fp8_decode(FORMATS[f], c), w = fp8_decode(FORMATS[f], c + 1);
             if (!isfinite(v)) continue;
             float mid[4] = {(float)v, 0, 0, 0};
             int m = 1;
@@ -180,12 +162,12 @@ static float *sample(int64_t *n) {
  * format's NaN for a NaN) and every f32 result is sn_dtype_round(x) bit for bit. The sample
  * holds what a wrong rounding gets wrong (counted: ties whose even neighbour is the lower code,
  * which ties away from zero miss; subnormal results; saturation; NaNs); a planted bug of each
- * kind (ties away, truncation in the normal range, E5M2's bias 16) failed here. */
+ * kind (ties away, truncation in the normal range, FP8_E5M2's bias 16) failed here. */
 START_TEST(casts_round_as_the_interpreter) {
     int64_t n;
     float *x = sample(&n);
     for (int f = 0; f < 2; f++) {
-        const fmt *F = FORMATS[f];
+        const fp8_fmt *F = FORMATS[f];
         sn_graph *g = sn_graph_new();
         sn_node *in = sn_input(g, "x", SN_F32, SN_SHAPE(n));
         sn_node *q = sn_cast(g, in, F->t), *r = sn_cast(g, q, SN_F32);
@@ -205,7 +187,7 @@ START_TEST(casts_round_as_the_interpreter) {
         int64_t ties_even = 0, subnormal = 0, saturated = 0, nans = 0;
         for (int64_t i = 0; i < n; i++) {
             double want = sn_dtype_round(F->t, x[i]);
-            double got = decode(F, codes[i]);
+            double got = fp8_decode(F, codes[i]);
             if (isnan(want)) {
                 EXPECT(codes[i] == (F->nan_code | (signbit(x[i]) ? 0x80 : 0)),
                               "%s(%a [%08x]) stored 0x%02x, not the NaN code", sn_dtype_name(F->t),
@@ -222,7 +204,7 @@ START_TEST(casts_round_as_the_interpreter) {
                           sn_dtype_name(F->t), (double)x[i], bits_of(x[i]), (double)back[i], want);
             /* what the sample holds: ties whose even code is the lower one (ties away from 0
                would differ), subnormal results, saturation */
-            double lo = decode(F, codes[i] & 0x7f), up = decode(F, (codes[i] & 0x7f) + 1);
+            double lo = fp8_decode(F, codes[i] & 0x7f), up = fp8_decode(F, (codes[i] & 0x7f) + 1);
             if (fabs(x[i]) - lo == (up - lo) / 2 && isfinite(up) && !(codes[i] & 1)) ties_even++;
             if (want != 0 && fabs(want) < ldexp(1, 1 - F->bias)) subnormal++;
             if (fabs(x[i]) > sn_dtype_max(F->t)) saturated++;
@@ -243,7 +225,7 @@ END_TEST
 /* 8-bit codes loaded by a pointwise kernel. The pipeline never makes one (sink_views moves a
  * view of an f8 cast under the cast, and fuse computes a cast where it is read, so f8 buffers
  * are read by GEMMs alone), so the kernels are made by hand as fuse makes them: every code of
- * both formats (the NaNs and E5M2's infinities too) in q (R, C), read contiguously into z =
+ * both formats (the NaNs and FP8_E5M2's infinities too) in q (R, C), read contiguously into z =
  * f32(q), through a permute (a gather) into y = f32(q^T), and copied through the permute into
  * qt = q^T (f8 to f8), at the host's vector width, 8 and 4 lanes (a tail each row), over the
  * whole range and two uneven parts. */
@@ -251,7 +233,7 @@ START_TEST(codes_loaded) {
     enum { R = 9, C = 37 }; /* 333 cells: every code, rows no multiple of a vector */
     sn_jit *j = new_jit(LANES);
     for (int f = 0; f < 2; f++) {
-        const fmt *F = FORMATS[f];
+        const fp8_fmt *F = FORMATS[f];
         sn_graph *g = sn_graph_new();
         sn_node *x = sn_input(g, "x", SN_F32, SN_SHAPE(R, C));
         sn_node *q = sn_cast(g, x, F->t), *qt = sn_permute(g, q, (int[]){1, 0});
@@ -284,7 +266,7 @@ START_TEST(codes_loaded) {
                 for (int r = 0; r < R; r++)
                     for (int col = 0; col < C; col++) {
                         uint8_t code = codes[r * C + col];
-                        double want = decode(F, code);
+                        double want = fp8_decode(F, code);
                         if (k < 2) {
                             float got = k == 0 ? yv[col * R + r] : zv[r * C + col];
                             EXPECT(isnan(want) ? isnan(got) : same_bits(got, (float)want),

@@ -90,37 +90,6 @@ static void reference(const sn_gemm_shape *s, const float *A, const float *B, co
 
 #define CK(call) ck_assert_msg((call) == SN_OK, "%s", e.msg)
 
-/* The stand-in's libcuda and cuBLASLt with a context current on device 0, a stream and a
- * cuBLASLt handle: what the tests that call cuBLASLt themselves start from. */
-typedef struct {
-    sn_cuda_api a;
-    CUdevice dev;
-    CUcontext ctx;
-    CUstream stream;
-    cublasLtHandle_t lt;
-} lt_setup;
-
-static void lt_open(lt_setup *L) {
-    use_standin();
-    *L = (lt_setup){0};
-    sn_cuda_api *a = &L->a;
-    sn_err e;
-    CK(sn_cuda_api_load(a, SN_LIB_CUDA, &e));
-    CK(sn_cuda_api_load(a, SN_LIB_CUBLASLT, &e));
-    CK(SN_CUDA_CHECK(a, &e, cuInit, 0));
-    CK(SN_CUDA_CHECK(a, &e, cuDeviceGet, &L->dev, 0));
-    CK(SN_CUDA_CHECK(a, &e, cuDevicePrimaryCtxRetain, &L->ctx, L->dev));
-    CK(SN_CUDA_CHECK(a, &e, cuCtxSetCurrent, L->ctx));
-    CK(SN_CUDA_CHECK(a, &e, cuStreamCreate, &L->stream, CU_STREAM_NON_BLOCKING));
-    CK(SN_CUDA_CHECK(a, &e, cublasLtCreate, &L->lt));
-}
-
-static void lt_close(lt_setup *L) {
-    L->a.cublasLtDestroy(L->lt);
-    L->a.cuStreamDestroy(L->stream);
-    L->a.cuDevicePrimaryCtxRelease(L->dev);
-    sn_cuda_api_unload(&L->a);
-}
 
 /* A download on the stand-in reads the device at its call, the earliest moment it may run
  * (standin_stream.c), so work queued after it does not reach it; and one on a stream that did
