@@ -4,7 +4,7 @@
  * up to 448), the gradients in e5m2 (2 bits, up to 57344: their range is the wider). Each
  * operand is scaled into its format's range first, per tensor, by a power of two (current
  * scaling: the scale of this step's own amax, not a history; a power of two so that scaling
- * and unscaling round nothing):
+ * and unscaling round nothing; the LM head's gradient from a bound it has by construction):
  *
  *   s  = pow2_scale(amax(amax(v as (rows, cols), 1), 0), max)   the largest 2^k with amax 2^k <= max
  *   v8 = cast(f32(v) * s, f8)                                    rounded to nearest, saturating
@@ -120,13 +120,33 @@ typedef struct {
 
 static int fmt_index(sn_dtype t) { return t == SN_F8E5M2; }
 
+/* A bound on |dlogits| for cross-entropy backward c, in the new graph: its entries are
+ * (softmax - onehot) dloss / count, count its targets other than ignore_index, so |dloss| /
+ * count bounds them; twice that, for the 16-bit rounding of dlogits the products read (up by
+ * half an ulp). No pass over the 16,384 x 50,304 values, where an amax would read them all. */
+static sn_node *dlogits_bound(fp8_state *s, const sn_node *c) {
+    sn_graph *g = s->r.g;
+    sn_node *tg = s->r.map[c->in[1]->id], *dl = s->r.map[c->in[2]->id];
+    int64_t n = sn_numel(tg);
+    sn_node *ign = sn_eq(g, tg, sn_scalar(g, SN_I32, (float)c->a.ignore_index));
+    ign = sn_sum(g, sn_reshape(g, sn_cast(g, ign, SN_F32), (sn_shape){1, {n}}), 0, false);
+    sn_node *count = sn_sub(g, sn_scalar(g, SN_F32, (float)n), ign);
+    if (dl && dl->dtype != SN_F32) dl = sn_cast(g, dl, SN_F32);
+    sn_node *mag = sn_amax(g, sn_reshape(g, dl, (sn_shape){1, {1}}), 0, false); /* |dloss| */
+    return sn_div(g, sn_scale(g, mag, 2), count); /* count 0: inf, pow2_scale's 1 (all zeros) */
+}
+
 /* Old operand x's scale into format t, in the new graph: made once for all the reshapes and
- * permutes of one value (the same elements, so the same amax). */
+ * permutes of one value (the same elements, so the same amax); for the LM head's gradient from
+ * its bound instead (dlogits_bound). */
 static sn_node *scale_of(fp8_state *s, const sn_node *x, sn_dtype t) {
     x = viewed(x);
     sn_node **memo = &s->scale[fmt_index(t)][x->id];
     if (*memo) return *memo;
     sn_graph *g = s->r.g;
+    const sn_node *c = source(x);
+    if (c->op == SN_OP_CROSS_ENTROPY_BWD)
+        return *memo = sn_pow2_scale(g, dlogits_bound(s, c), (float)sn_dtype_max(t));
     sn_node *v = s->r.map[x->id];
     int64_t cols = v->rank ? v->shape[v->rank - 1] : 1, rows = sn_numel(v) / cols;
     /* by rows, then over them: a reduction's parallel work is its outputs */

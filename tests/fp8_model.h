@@ -15,8 +15,9 @@ extern const sn_gpt2_config FP8_SMALL;
 
 /* Built, bf16 autocast, differentiated, the fp8 pass with pol (stats into st, may be NULL). */
 sn_graph *fp8_small_graph(sn_fp8_policy pol, sn_pipeline_stats *st);
-/* Every parameter by its init rule from seed (biases made non-zero), the tokens and targets,
- * into the interpreter and (x not NULL) a device's executor. */
+/* Every parameter by its init rule from seed (biases made non-zero), the tokens and targets
+ * (every seventh target -1: ignored), into the interpreter and (x not NULL) a device's
+ * executor. */
 void fp8_small_set(sn_interp *it, sn_exec *x, const sn_graph *g, uint64_t seed);
 /* The parameter of g named name (fails the test when there is none). */
 const sn_node *fp8_param(const sn_graph *g, const char *name);

@@ -266,9 +266,38 @@ START_TEST(test_pass_picks) {
         /* a scale per value and format, not per reader: the head's 3 products read x, W,
            dlogits (and x, W again transposed) */
         if (pols[k] == SN_FP8_HEAD) ck_assert_int_eq(count_op(g, SN_OP_POW2_SCALE, 0, g->n_nodes), 3);
+        /* x's and W's amax in two steps each, |dloss|: no pass over dlogits (its bound) */
+        if (pols[k] == SN_FP8_HEAD) ck_assert_int_eq(count_op(g, SN_OP_AMAX, 0, g->n_nodes), 5);
         sn_graph_free(g);
     }
     sn_graph_free(bf);
+}
+END_TEST
+
+/* dlogits' e5m2 copies scaled from their bound (passes/fp8.c dlogits_bound: 2 |dloss| / count,
+ * count the targets not ignored): no value saturates, and the largest lies within 4x of the
+ * format's largest (at initialisation max(1 - p_target) is near 1). */
+START_TEST(test_pass_dlogits_bound) {
+    sn_graph *g = fp8_small_graph(SN_FP8_HEAD, NULL);
+    sn_interp *it = sn_interp_new(g, false);
+    sn_interp_keep_all(it, true);
+    fp8_small_set(it, NULL, g, 5);
+    sn_err e = {0};
+    ck_assert_msg(sn_interp_run(it, &e) == SN_OK, "%s", e.msg);
+    int copies = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const sn_node *n = g->nodes[i];
+        if (n->op != SN_OP_CAST || n->dtype != SN_F8E5M2) continue;
+        const double *v = sn_interp_value(it, n);
+        double top = 0;
+        for (int64_t k = 0; k < sn_numel(n); k++) top = fmax(top, fabs(v[k]));
+        ck_assert_msg(top < 57344 && top > 57344 / 4.0, "%%%d: the largest e5m2 value %g: the "
+                      "bound's scale %s", n->id, top, top >= 57344 ? "saturates" : "wastes range");
+        copies++;
+    }
+    ck_assert_int_eq(copies, 2); /* dlogits for dx, and transposed for dW */
+    sn_interp_free(it);
+    sn_graph_free(g);
 }
 END_TEST
 
@@ -329,6 +358,7 @@ int main(void) {
     tcase_add_test(tc, test_interp_scaled_product);
     tcase_add_test(tc, test_pass_picks);
     tcase_add_test(tc, test_pass_tracks_bf16);
+    tcase_add_test(tc, test_pass_dlogits_bound);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return sn_test_main(s);

@@ -187,10 +187,15 @@ sn_status sn_cu_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
 }
 
 sn_status sn_cu_check_dtype_no_f8(const sn_kernel *k, const sn_node *n, sn_err *e) {
-    if (sn_dtype_is_f8(n->dtype))
+    bool out8 = false; /* a row kernel's output cast to 8 bits (the classifier's dlogits for the
+                          fp8 pass): stored a byte at a time through the prelude's sn_store */
+    for (int i = 0; i < k->n_out && k->kind == SN_KER_ROW; i++)
+        out8 |= k->args[i] == n && n->op == SN_OP_CAST;
+    if (sn_dtype_is_f8(n->dtype) && !out8)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "cuda: kernel %s (%s): node %%%d (%s) is %s: the "
-                       "CUDA backend reads and writes 8-bit floats in pointwise kernels only, not "
-                       "yet in %s kernels (cast to f32 in a pointwise kernel before it)", k->name,
+                       "CUDA backend reads and writes 8-bit floats in pointwise kernels (and stores "
+                       "a row kernel's output so), not yet elsewhere in %s kernels (cast to f32 in "
+                       "a pointwise kernel before it)", k->name,
                        sn_kernel_kind_name(k->kind), n->id, sn_op_name(n->op),
                        sn_dtype_name(n->dtype), sn_kernel_kind_name(k->kind));
     return sn_cu_check_dtype(k, n, e);

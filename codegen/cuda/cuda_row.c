@@ -325,6 +325,7 @@ static void cross_entropy_bwd(row *w) {
         E("/* the target's column again, by the thread whose pass stored it */");
         E("if ((target / %d) %% %u == threadIdx.x) {", w->lanes, w->threads);
         E("const int j = target;");
+        sn_cu_row_element(w); /* the epilogue's operands at the column (the fp8 pass's scale) */
         E("const float xt = target_logit[0];");
         if (w->exp_fast) E("const float p = copysignf(sn_exp2(fmaf(xt, 1.44269504f, -mk_l2)), k);");
         else E("const float p = %s * k;", sn_cu_row_exp_sub(w, "xt", "mx", e, sizeof e));

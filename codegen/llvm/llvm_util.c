@@ -486,13 +486,17 @@ sn_status sn_ll_check_dtype(const sn_kernel *k, const sn_node *n, sn_err *e) {
     char kn[96];
     /* the fp8 pass's nodes: amax is computed as a reduction kernel's anchor, pow2_scale in
        pointwise kernels; 8-bit values (casts to and from them, views of them) are loaded and
-       stored by pointwise kernels; elsewhere (a row kernel's fused neighbours, attention ...)
-       nothing has been written or tested yet */
-    bool made = computes(k, n);
+       stored by pointwise kernels, and stored as a row kernel's output; elsewhere (a row
+       kernel's prologue, attention ...) nothing has been written or tested yet */
+    bool made = computes(k, n), out8 = false; /* a row kernel's output cast to 8 bits (the
+                                                 classifier's dlogits for the fp8 pass) */
+    for (int i = 0; i < k->n_out && k->kind == SN_KER_ROW; i++)
+        out8 |= k->args[i] == n && n->op == SN_OP_CAST && sn_dtype_is_f8(n->dtype);
     if (n->op == SN_OP_AMAX && made && k->kind != SN_KER_REDUCE)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: node %%%d is amax outside a reduction kernel: "
                        "not supported yet by the LLVM backend", sn_ll_kname(k, kn, sizeof kn), n->id);
-    if (((n->op == SN_OP_POW2_SCALE && made) || sn_dtype_is_f8(n->dtype)) && k->kind != SN_KER_POINTWISE)
+    if (((n->op == SN_OP_POW2_SCALE && made) || sn_dtype_is_f8(n->dtype)) && k->kind != SN_KER_POINTWISE &&
+        !out8)
         return sn_fail(e, SN_ERR_UNSUPPORTED, "%s: node %%%d (%s, %s) in a %s kernel: the LLVM "
                        "backend generates pow2_scale and 8-bit floats in pointwise kernels only, "
                        "not supported yet here", sn_ll_kname(k, kn, sizeof kn), n->id,
