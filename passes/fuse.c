@@ -126,12 +126,14 @@ static void join_or_root(fuse_state *s, const sn_node *n) {
 }
 
 /* The attention node that computes attention_lse x in its own kernel (online softmax gives
- * both), or NULL: lse must be of its own q and k and read by nothing before it. */
+ * both), or NULL: a live one (a dead attention has no kernel: a graph fuzzed into one whose
+ * attention_bwd_k read q for o left its lse computed by none), of lse's own q and k, and
+ * nothing reads lse before it. */
 static const sn_node *lse_owner(const fuse_state *s, const sn_node *x) {
     if (x->op != SN_OP_ATTENTION_LSE) return NULL;
     for (int k = 0; k < s->n_users[x->id]; k++) {
         const sn_node *n = s->g->nodes[s->users[x->id][k]];
-        if (n->op != SN_OP_ATTENTION || n->in[3] != x || n->in[0] != x->in[0] || n->in[1] != x->in[1] ||
+        if (n->op != SN_OP_ATTENTION || !s->live[n->id] || n->in[3] != x || n->in[0] != x->in[0] || n->in[1] != x->in[1] ||
             n->a.f != x->a.f)
             continue;
         bool first = true;

@@ -501,6 +501,34 @@ START_TEST(second_dv_has_its_own_kernel) {
 }
 END_TEST
 
+/* An attention_lse whose attention is dead (nothing reads it: fuzz_compile made a dk that read q
+ * for o) gets a kernel of its own, written before the dk kernel that reads it; before, the dead
+ * attention's kernel was to write it and no kernel did (fuse's order check fired). */
+START_TEST(lse_of_a_dead_attention) {
+    sn_graph *g = sn_graph_new();
+    sn_node *in[4];
+    const char *names[] = {"q", "k", "v", "dout"};
+    for (int i = 0; i < 4; i++) in[i] = sn_input(g, names[i], SN_F32, SN_SHAPE(1, 2, 8, 4));
+    sn_node *q = in[0], *k = in[1], *v = in[2], *dout = in[3];
+    sn_node *lse = sn_attention_lse(g, q, k, 0.5f);
+    sn_attention(g, q, k, v, lse, 0.5f); /* dead */
+    sn_node *dk = sn_attention_bwd_k(g, q, k, v, q, dout, lse, 0.5f);
+    sn_graph_add_output(g, lse);
+    sn_graph_add_output(g, dk);
+    sn_program *p = compile(g);
+    int writes = 0, at = -1, reads = -1;
+    for (int i = 0; i < p->n_kernels; i++) {
+        for (int a = 0; a < p->kernels[i]->n_out; a++)
+            if (p->kernels[i]->args[a] == lse) writes++, at = i;
+        if (p->kernels[i]->anchor == dk) reads = i;
+    }
+    ck_assert_int_eq(writes, 1);
+    ck_assert_int_lt(at, reads);
+    sn_program_free(p);
+    sn_graph_free(g);
+}
+END_TEST
+
 /* The kernels one more transformer layer adds to the training program, by kind. */
 /* The row-op table (program.c) covers exactly the SN_K_ROW ops, and every kernel of a GPT-2
  * training program has the work split sn_kernel_work gives (the one function fuse and the
@@ -803,6 +831,7 @@ int main(void) {
     tcase_add_test(tc, kernels_per_gpt2_layer);
     tcase_add_test(tc, attention_writes_into_concatenation);
     tcase_add_test(tc, second_dv_has_its_own_kernel);
+    tcase_add_test(tc, lse_of_a_dead_attention);
     tcase_add_test(tc, column_sum_of_an_input);
     tcase_add_test(tc, row_facts_and_work_split);
     tcase_add_test(tc, casts_fold_and_weights_are_copies);
