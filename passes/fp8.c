@@ -161,13 +161,7 @@ static sn_node *copy_of(fp8_state *s, const sn_node *x, sn_dtype t, bool transpo
     if (*memo) return *memo;
     sn_graph *g = s->r.g;
     sn_node *v = s->r.map[x->id], *sc = scale_of(s, x, t);
-    if (transposed) {
-        sn_node p = {.op = SN_OP_PERMUTE, .in = &v, .n_in = 1};
-        for (int i = 0; i < v->rank; i++) p.a.perm[i] = i;
-        p.a.perm[v->rank - 2] = v->rank - 1;
-        p.a.perm[v->rank - 1] = v->rank - 2;
-        v = sn_graph_append(g, &p);
-    }
+    if (transposed) v = sn_transpose(g, v, v->rank - 2, v->rank - 1);
     if (v && v->dtype != SN_F32) v = sn_cast(g, v, SN_F32);
     return *memo = sn_cast(g, sn_mul(g, v, sc), t);
 }

@@ -457,6 +457,15 @@ END_TEST
  * made, session 21): the dk/dv kernel writes the first, the second has a kernel of its own;
  * before, both counted as the dk/dv kernel's and the second was computed by none (fuse's order
  * check asserted). */
+
+/* Inputs q, k, v and dout (1, 2, 8, 4) of g, for the attention kernels' tests. */
+static void attention_inputs(sn_graph *g, sn_node **q, sn_node **k, sn_node **v, sn_node **dout) {
+    *q = sn_input(g, "q", SN_F32, SN_SHAPE(1, 2, 8, 4));
+    *k = sn_input(g, "k", SN_F32, SN_SHAPE(1, 2, 8, 4));
+    *v = sn_input(g, "v", SN_F32, SN_SHAPE(1, 2, 8, 4));
+    *dout = sn_input(g, "dout", SN_F32, SN_SHAPE(1, 2, 8, 4));
+}
+
 /* A column sum of an input or a parameter (no producer: nothing for the colsum host to look
  * through for a widening cast) is a kernel of its own: fuse read the missing producer's
  * operand and crashed (found by test_cuda_rows's cpu_reduce_by_column, session 22). */
@@ -475,10 +484,8 @@ END_TEST
 
 START_TEST(second_dv_has_its_own_kernel) {
     sn_graph *g = sn_graph_new();
-    sn_node *in[4];
-    const char *names[] = {"q", "k", "v", "dout"};
-    for (int i = 0; i < 4; i++) in[i] = sn_input(g, names[i], SN_F32, SN_SHAPE(1, 2, 8, 4));
-    sn_node *q = in[0], *k = in[1], *v = in[2], *dout = in[3];
+    sn_node *q, *k, *v, *dout;
+    attention_inputs(g, &q, &k, &v, &dout);
     sn_node *lse = sn_attention_lse(g, q, k, 0.5f);
     sn_node *o = sn_attention(g, q, k, v, lse, 0.5f);
     sn_node *dk = sn_attention_bwd_k(g, q, k, v, o, dout, lse, 0.5f);
@@ -506,10 +513,8 @@ END_TEST
  * attention's kernel was to write it and no kernel did (fuse's order check fired). */
 START_TEST(lse_of_a_dead_attention) {
     sn_graph *g = sn_graph_new();
-    sn_node *in[4];
-    const char *names[] = {"q", "k", "v", "dout"};
-    for (int i = 0; i < 4; i++) in[i] = sn_input(g, names[i], SN_F32, SN_SHAPE(1, 2, 8, 4));
-    sn_node *q = in[0], *k = in[1], *v = in[2], *dout = in[3];
+    sn_node *q, *k, *v, *dout;
+    attention_inputs(g, &q, &k, &v, &dout);
     sn_node *lse = sn_attention_lse(g, q, k, 0.5f);
     sn_attention(g, q, k, v, lse, 0.5f); /* dead */
     sn_node *dk = sn_attention_bwd_k(g, q, k, v, q, dout, lse, 0.5f);
